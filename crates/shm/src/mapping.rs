@@ -1,0 +1,208 @@
+use crate::cvt;
+use abi::SharedMemory;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+
+/// A shared mapping of (part of) a memory file.
+///
+/// Another process may write it at any time, so it is only ever accessed
+/// through byte copies and atomics; no `&[u8]` into it is ever created.
+/// Accessors check bounds and panic on an out-of-range offset: offsets are
+/// splitnet's own arithmetic, validated before they get here.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through atomics
+// or opaque copies, which are sound to perform from any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; there is no interior state besides the memory itself.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` starting at `offset` (page-aligned), shared.
+    /// A read-only descriptor can only be mapped with `writable == false`.
+    pub fn new(fd: BorrowedFd<'_>, offset: u64, len: usize, writable: bool) -> io::Result<Mapping> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "mmap: zero length",
+            ));
+        }
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh mapping chosen by the kernel (addr NULL) aliases no Rust
+        // object; the descriptor is borrowed for the duration of the call.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            cvt(-1, "mmap")?;
+        }
+        let ptr =
+            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        Ok(Mapping { ptr, len, writable })
+    }
+
+    /// Whether stores are permitted.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    fn check(&self, off: usize, n: usize) -> *mut u8 {
+        assert!(
+            off.checked_add(n).is_some_and(|end| end <= self.len),
+            "shared memory access {off}+{n} outside a {}-byte mapping",
+            self.len
+        );
+        // SAFETY: off + n <= len, so the offset stays inside the mapping.
+        unsafe { self.ptr.as_ptr().add(off) }
+    }
+
+    fn check_write(&self, off: usize, n: usize) -> *mut u8 {
+        assert!(self.writable, "store into a read-only mapping");
+        self.check(off, n)
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` into this mapping at `dst_off`
+    /// (the grant-copy primitive). Both ranges are bounds-checked.
+    pub fn copy_from(&self, dst_off: usize, src: &Mapping, src_off: usize, len: usize) {
+        let d = self.check_write(dst_off, len);
+        let s = src.check(src_off, len);
+        // SAFETY: both ranges were bounds-checked against live mappings. memcpy is
+        // an opaque call, so concurrent writes by a peer can only yield torn bytes
+        // (validated by the consumer), never miscompiled Rust. Ranges of the same
+        // mapping may overlap, so use memmove.
+        unsafe { libc::memmove(d.cast(), s.cast(), len) };
+    }
+
+    fn atomic_u32(&self, off: usize) -> &AtomicU32 {
+        assert_eq!(off % 4, 0, "unaligned atomic u32 at {off}");
+        let p = self.check(off, 4);
+        // SAFETY: in bounds, 4-aligned (mappings are page-aligned), and the memory
+        // lives as long as `self`; AtomicU32 tolerates concurrent access.
+        unsafe { AtomicU32::from_ptr(p.cast()) }
+    }
+
+    fn atomic_u16(&self, off: usize) -> &AtomicU16 {
+        assert_eq!(off % 2, 0, "unaligned atomic u16 at {off}");
+        let p = self.check(off, 2);
+        // SAFETY: in bounds, 2-aligned, lives as long as `self`; atomic access only.
+        unsafe { AtomicU16::from_ptr(p.cast()) }
+    }
+}
+
+impl SharedMemory for Mapping {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        let s = self.check(off, dst.len());
+        // SAFETY: source range bounds-checked; `dst` is a private buffer that cannot
+        // overlap shared memory we never borrow. memcpy is opaque to the optimizer.
+        unsafe { libc::memcpy(dst.as_mut_ptr().cast(), s.cast(), dst.len()) };
+    }
+
+    fn write_bytes(&self, off: usize, src: &[u8]) {
+        let d = self.check_write(off, src.len());
+        // SAFETY: destination bounds-checked and writable; `src` is private memory.
+        unsafe { libc::memcpy(d.cast(), src.as_ptr().cast(), src.len()) };
+    }
+
+    fn fill(&self, off: usize, len: usize, byte: u8) {
+        let d = self.check_write(off, len);
+        // SAFETY: destination bounds-checked and writable.
+        unsafe { libc::memset(d.cast(), byte as i32, len) };
+    }
+
+    fn load_u32(&self, off: usize) -> u32 {
+        self.atomic_u32(off).load(Ordering::Acquire)
+    }
+
+    fn store_u32(&self, off: usize, v: u32) {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u32(off).store(v, Ordering::Release)
+    }
+
+    fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u16(off)
+            .compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
+    }
+
+    fn load_u16(&self, off: usize) -> u16 {
+        self.atomic_u16(off).load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len describe a mapping created by `new` and not yet unmapped.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Memfd;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn two_mappings_share_bytes() {
+        let m = Memfd::create("t", 8192, false).unwrap();
+        let a = Mapping::new(m.as_fd(), 0, 8192, true).unwrap();
+        let b = Mapping::new(m.as_fd(), 4096, 4096, true).unwrap();
+        a.write_bytes(4096 + 10, b"hello");
+        let mut out = [0u8; 5];
+        b.read_bytes(10, &mut out);
+        assert_eq!(&out, b"hello");
+        b.store_u32(100, 42);
+        assert_eq!(a.load_u32(4196), 42);
+        a.copy_from(0, &b, 10, 5);
+        a.read_bytes(0, &mut out);
+        assert_eq!(&out, b"hello");
+    }
+
+    #[test]
+    fn readonly_fd_cannot_be_mapped_writable() {
+        let m = Memfd::create("t", 4096, false).unwrap();
+        let ro = m.reopen_readonly().unwrap();
+        let err = Mapping::new(ro.as_fd(), 0, 4096, true).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        let r = Mapping::new(ro.as_fd(), 0, 4096, false).unwrap();
+        assert_eq!(r.read_u32(0), 0);
+    }
+
+    #[test]
+    fn memfd_is_sealed_against_shrinking() {
+        let m = Memfd::create("t", 4096, false).unwrap();
+        // SAFETY: plain syscall on a valid descriptor.
+        let rc = unsafe { libc::ftruncate(m.as_fd().as_raw_fd(), 0) };
+        assert_eq!(rc, -1);
+    }
+
+    #[test]
+    #[should_panic(expected = "read-only")]
+    fn store_to_readonly_mapping_panics_instead_of_faulting() {
+        let m = Memfd::create("t", 4096, false).unwrap();
+        let r = Mapping::new(m.as_fd(), 0, 4096, false).unwrap();
+        r.write_u32(0, 1);
+    }
+}
