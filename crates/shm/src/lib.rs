@@ -11,11 +11,13 @@
 mod eventfd;
 mod mapping;
 mod memfd;
+mod process;
 mod seqpacket;
 
 pub use eventfd::{poll_readable, EventFd};
 pub use mapping::Mapping;
 pub use memfd::{Memfd, PAGE_SIZE};
+pub use process::{close_inherited_fds, kill, rdtsc, set_inheritable, take_inherited_fd};
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};
 
 use std::io;

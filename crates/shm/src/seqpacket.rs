@@ -107,6 +107,10 @@ impl SeqPacket {
 
     /// Sends one message with up to [`MAX_FDS`] descriptors attached.
     pub fn send(&self, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        self.send_flags(data, fds, 0)
+    }
+
+    fn send_flags(&self, data: &[u8], fds: &[BorrowedFd<'_>], flags: i32) -> io::Result<()> {
         if fds.len() > MAX_FDS {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -141,14 +145,28 @@ impl SeqPacket {
         }
         loop {
             // SAFETY: `msg` points at live iovec and control buffers.
-            let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+            let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | flags) };
             if n >= 0 {
                 return Ok(());
             }
             let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
             if e.kind() != io::ErrorKind::Interrupted {
                 return Err(io::Error::new(e.kind(), format!("sendmsg: {e}")));
             }
+        }
+    }
+
+    /// Sends one message without blocking. Returns `Ok(false)` when the peer's
+    /// queue is full (the message is dropped), so a peer that never reads
+    /// cannot stall the sender.
+    pub fn try_send(&self, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<bool> {
+        match self.send_flags(data, fds, libc::MSG_DONTWAIT) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
         }
     }
 

@@ -1,0 +1,60 @@
+//! The shared-memory hypercall path for frequent operations (grant-copy
+//! batches): the domain fills a page with `gnttab_copy` records and rings a
+//! doorbell; hv validates and runs them and rings back. No message encoding,
+//! no socket; the Menon 2006 §4 point that per-packet hypervisor entry costs
+//! must be amortized over batches.
+
+use abi::grant::GrantCopy;
+use abi::SharedMemory;
+use shm::PAGE_SIZE;
+
+/// Sequence number the domain bumps to submit.
+pub const SEQ_OFF: usize = 0;
+/// Number of ops in the batch.
+pub const COUNT_OFF: usize = 4;
+/// Sequence number hv writes when the batch is done.
+pub const DONE_OFF: usize = 8;
+/// 0, or a negative errno when the batch as a whole was refused.
+pub const RESULT_OFF: usize = 12;
+/// Where the ops start.
+pub const OPS_OFF: usize = 64;
+/// Offset of the status field inside one `gnttab_copy`.
+pub const STATUS_IN_OP: usize = 36;
+
+/// Most ops one batch may hold in `pages` pages.
+pub fn max_ops(pages: u32) -> usize {
+    (pages as usize * PAGE_SIZE - OPS_OFF) / GrantCopy::SIZE
+}
+
+/// A batch as hv reads it: copied out of shared memory once.
+pub struct Submitted {
+    pub seq: u32,
+    pub ops: Vec<u8>,
+}
+
+/// Reads a submitted batch, refusing a count the page cannot hold.
+pub fn read_batch(page: &dyn SharedMemory, pages: u32) -> Result<Submitted, (u32, String)> {
+    let seq = page.load_u32(SEQ_OFF);
+    let count = page.read_u32(COUNT_OFF) as usize;
+    if count > max_ops(pages) {
+        return Err((
+            seq,
+            format!(
+                "batch of {count} grant copies exceeds the {} that fit",
+                max_ops(pages)
+            ),
+        ));
+    }
+    let mut ops = vec![0u8; count * GrantCopy::SIZE];
+    page.read_bytes(OPS_OFF, &mut ops);
+    Ok(Submitted { seq, ops })
+}
+
+/// Publishes the outcome of batch `seq`.
+pub fn complete(page: &dyn SharedMemory, seq: u32, result: i32, statuses: &[i16]) {
+    for (i, s) in statuses.iter().enumerate() {
+        page.write_u16(OPS_OFF + i * GrantCopy::SIZE + STATUS_IN_OP, *s as u16);
+    }
+    page.write_u32(RESULT_OFF, result as u32);
+    page.store_u32(DONE_OFF, seq);
+}

@@ -1,0 +1,859 @@
+//! The hypervisor proper: domain table, hypercall dispatch and cleanup.
+//!
+//! One mutex guards hv's state; every hypercall runs under it for a bounded
+//! time (the batch path holds it for one batch). Each domain is served by two
+//! threads: its control socket and its batch doorbell.
+
+use crate::batch;
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::evtchn::{Channel, MAX_PORTS, STATE_BOUND};
+use crate::grant::{self, Memories, Pins};
+use crate::memory::{DomainMemory, MemorySpec, BATCH_PAGES};
+use crate::proto::{
+    self, DomId, Port, Reply, Request, Response, WatchFired, Welcome, DOMID_TOOLSTACK,
+};
+use crate::status::{Counters, DomainStatus, SystemStatus};
+use abi::SharedMemory;
+use shm::{poll_readable, EventFd, SeqPacket};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use store::Store;
+
+/// Highest domain id hv hands out (Xen reserves ids from DOMID_FIRST_RESERVED 0x7FF0).
+const MAX_DOMID: DomId = 0x7fef;
+
+/// What to create.
+#[derive(Debug, Clone)]
+pub struct DomainSpec {
+    pub name: String,
+    /// "driver" or "guest" (free text, shown in status).
+    pub kind: String,
+    pub memory: MemorySpec,
+}
+
+/// Called once when a domain is destroyed, outside hv's lock (kills the
+/// process, removes the namespace and cgroup).
+pub type Teardown = Box<dyn FnOnce() + Send>;
+
+struct MapRecord {
+    granter: DomId,
+    gref: u32,
+    writable: bool,
+}
+
+struct Domain {
+    name: String,
+    kind: String,
+    mem: Arc<DomainMemory>,
+    hv_bell: EventFd,
+    dom_bell: EventFd,
+    stop: EventFd,
+    control: SeqPacket,
+    said_hello: bool,
+    watch_tx: Option<SeqPacket>,
+    maps: HashMap<u32, MapRecord>,
+    mapped: HashSet<(DomId, u32)>,
+    next_handle: u32,
+    fds_given: HashSet<(DomId, bool)>,
+    ports: BTreeMap<Port, u64>,
+    counters: Counters,
+    pid: Option<i32>,
+    netns: Option<String>,
+    cgroup: Option<String>,
+    teardown: Option<Teardown>,
+}
+
+struct Doms(BTreeMap<DomId, Domain>);
+
+impl Memories for Doms {
+    fn memory(&self, domid: DomId) -> Option<&DomainMemory> {
+        self.0.get(&domid).map(|d| &*d.mem)
+    }
+}
+
+struct State {
+    doms: Doms,
+    pins: Pins,
+    store: Store,
+    channels: HashMap<u64, Channel>,
+    next_chan: u64,
+    next_domid: DomId,
+    counters: Counters,
+    info: BTreeMap<String, String>,
+    /// Shutdown was requested: no new domains.
+    shutting_down: bool,
+    /// Every domain is gone.
+    stopped: bool,
+}
+
+/// The hypervisor. Shared by its serving threads through an `Arc`.
+pub struct Hypervisor {
+    state: Mutex<State>,
+    done: Condvar,
+}
+
+type Outcome = (Response, Vec<OwnedFd>);
+
+fn ok(r: Reply) -> Outcome {
+    (Ok(r), Vec::new())
+}
+
+fn os<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
+    r.map_err(|e| HvError::internal(what, e))
+}
+
+fn store_err(e: store::StoreError) -> HvError {
+    HvError::new(ErrorKind::Store, e.to_string())
+}
+
+impl Hypervisor {
+    /// A hypervisor with no domains.
+    pub fn new() -> Arc<Hypervisor> {
+        Arc::new(Hypervisor {
+            state: Mutex::new(State {
+                doms: Doms(BTreeMap::new()),
+                pins: Pins::new(),
+                store: Store::new(),
+                channels: HashMap::new(),
+                next_chan: 1,
+                next_domid: 1,
+                counters: Counters::default(),
+                info: BTreeMap::new(),
+                shutting_down: false,
+                stopped: false,
+            }),
+            done: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug; keep serving the other domains.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates a domain and returns its id and its end of the control socket.
+    /// The domain (a process, or a thread in tests and benches) speaks
+    /// [`Request`]s on it, starting with `Hello`.
+    pub fn create_domain(self: &Arc<Self>, spec: DomainSpec) -> HvResult<(DomId, SeqPacket)> {
+        let mem = Arc::new(DomainMemory::new(&spec.name, spec.memory)?);
+        let (hv_end, dom_end) = os("control socket", SeqPacket::pair())?;
+        let bell = || os("eventfd", EventFd::new());
+        let (hv_bell, dom_bell, stop) = (bell()?, bell()?, bell()?);
+        let domid = {
+            let mut st = self.lock();
+            if st.shutting_down {
+                return err(ErrorKind::Invalid, "hv is shutting down");
+            }
+            if st.doms.0.values().any(|d| d.name == spec.name) {
+                return err(
+                    ErrorKind::Invalid,
+                    format!("a domain named {:?} already exists", spec.name),
+                );
+            }
+            if st.next_domid > MAX_DOMID {
+                return err(ErrorKind::Quota, "domain ids exhausted");
+            }
+            let domid = st.next_domid;
+            st.next_domid += 1;
+            let events = st.store.introduce_domain(domid).map_err(store_err)?;
+            let home = format!("/local/domain/{domid}");
+            for (k, v) in [("name", spec.name.as_str()), ("kind", spec.kind.as_str())] {
+                st.store
+                    .write(DOMID_TOOLSTACK, &format!("{home}/{k}"), v.as_bytes())
+                    .map_err(store_err)?;
+            }
+            st.store
+                .write(
+                    DOMID_TOOLSTACK,
+                    &format!("{home}/domid"),
+                    domid.to_string().as_bytes(),
+                )
+                .map_err(store_err)?;
+            deliver(&st, events);
+            let d = Domain {
+                name: spec.name.clone(),
+                kind: spec.kind.clone(),
+                mem: mem.clone(),
+                hv_bell: os("eventfd", hv_bell.try_clone())?,
+                dom_bell: os("eventfd", dom_bell.try_clone())?,
+                stop: os("eventfd", stop.try_clone())?,
+                control: os("socket", hv_end.try_clone())?,
+                said_hello: false,
+                watch_tx: None,
+                maps: HashMap::new(),
+                mapped: HashSet::new(),
+                next_handle: 1,
+                fds_given: HashSet::new(),
+                ports: BTreeMap::new(),
+                counters: Counters::default(),
+                pid: None,
+                netns: None,
+                cgroup: None,
+                teardown: None,
+            };
+            st.doms.0.insert(domid, d);
+            st.counters.op("domains_created");
+            domid
+        };
+        let hv = self.clone();
+        std::thread::Builder::new()
+            .name(format!("hv-ctl-{domid}"))
+            .spawn(move || hv.serve(domid, hv_end))
+            .map_err(|e| HvError::internal("thread", e))?;
+        let hv = self.clone();
+        std::thread::Builder::new()
+            .name(format!("hv-batch-{domid}"))
+            .spawn(move || hv.run_batches(domid, mem, hv_bell, dom_bell, stop))
+            .map_err(|e| HvError::internal("thread", e))?;
+        Ok((domid, dom_end))
+    }
+
+    /// Records how a domain runs, and what to do when it is destroyed.
+    pub fn set_launch_info(
+        &self,
+        domid: DomId,
+        pid: Option<i32>,
+        netns: Option<String>,
+        cgroup: Option<String>,
+        teardown: Option<Teardown>,
+    ) {
+        let run_now = {
+            let mut st = self.lock();
+            match st.doms.0.get_mut(&domid) {
+                Some(d) => {
+                    d.pid = pid;
+                    d.netns = netns;
+                    d.cgroup = cgroup;
+                    d.teardown = teardown;
+                    None
+                }
+                None => teardown,
+            }
+        };
+        // The domain died before we got here: clean up its process side now.
+        if let Some(t) = run_now {
+            t();
+        }
+    }
+
+    /// Adds a fact shown in `status` (topology name, wire host, ...).
+    pub fn set_info(&self, key: &str, value: &str) {
+        self.lock().info.insert(key.to_string(), value.to_string());
+    }
+
+    /// Looks up a domain id by name.
+    pub fn domid_of(&self, name: &str) -> Option<DomId> {
+        self.lock()
+            .doms
+            .0
+            .iter()
+            .find(|(_, d)| d.name == name)
+            .map(|(id, _)| *id)
+    }
+
+    /// Destroys a domain: revokes what it held, closes its channels, removes its
+    /// store subtree, frees its memory, then runs its teardown.
+    /// Returns false when it did not exist.
+    pub fn destroy_domain(&self, domid: DomId, reason: &str) -> bool {
+        let teardown = {
+            let mut st = self.lock();
+            let Some(mut d) = st.doms.0.remove(&domid) else {
+                return false;
+            };
+            let st = &mut *st;
+            for (_, m) in d.maps.drain() {
+                grant::release(
+                    &mut st.pins,
+                    st.doms.memory(m.granter),
+                    m.granter,
+                    m.gref,
+                    m.writable,
+                );
+            }
+            st.pins.retain(|(granter, _), _| *granter != domid);
+            for (_, chan) in std::mem::take(&mut d.ports) {
+                drop_end(st, chan, domid);
+            }
+            let events = st.store.release_domain(domid);
+            st.store.drop_connection(domid as u64);
+            deliver(st, events);
+            st.counters.op("domains_destroyed");
+            let _ = d.stop.signal();
+            d.control.shutdown();
+            if let Some(w) = &d.watch_tx {
+                w.shutdown();
+            }
+            eprintln!("hv: domain {domid} ({}) destroyed: {reason}", d.name);
+            d.teardown.take()
+        };
+        if let Some(t) = teardown {
+            t();
+        }
+        self.done.notify_all();
+        true
+    }
+
+    /// Destroys every domain (newest first) and marks hv as shutting down.
+    pub fn shutdown(&self) {
+        let ids: Vec<DomId> = {
+            let mut st = self.lock();
+            st.shutting_down = true;
+            st.doms.0.keys().rev().copied().collect()
+        };
+        for id in ids {
+            self.destroy_domain(id, "shutdown");
+        }
+        self.lock().stopped = true;
+        self.done.notify_all();
+    }
+
+    /// Blocks until [`Hypervisor::shutdown`] has destroyed every domain.
+    pub fn wait_shutdown(&self) {
+        let mut st = self.lock();
+        while !st.stopped {
+            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Whether shutdown was requested.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
+    }
+
+    /// A snapshot of every domain and counter.
+    pub fn status(&self) -> SystemStatus {
+        let st = self.lock();
+        let domains = st
+            .doms
+            .0
+            .iter()
+            .map(|(id, d)| DomainStatus {
+                id: *id,
+                name: d.name.clone(),
+                kind: d.kind.clone(),
+                pid: d.pid,
+                netns: d.netns.clone(),
+                cgroup: d.cgroup.clone(),
+                connected: d.said_hello,
+                pool_frames: d.mem.spec.pool_frames,
+                hugepages: d.mem.spec.hugepages,
+                grant_entries: d.mem.grant_entries(),
+                event_channels: d.ports.len(),
+                grant_maps: d.maps.len(),
+                counters: d.counters.clone(),
+            })
+            .collect();
+        SystemStatus {
+            hv_pid: std::process::id(),
+            domains,
+            counters: st.counters.clone(),
+            store_nodes: st.store.counters().nodes.get() as usize,
+            info: st.info.clone(),
+        }
+    }
+
+    /// Serves the toolstack (the `splitnet` CLI) on `sock` until it hangs up.
+    pub fn serve_toolstack(self: &Arc<Self>, sock: SeqPacket) {
+        self.serve(DOMID_TOOLSTACK, sock)
+    }
+
+    fn serve(self: &Arc<Self>, caller: DomId, sock: SeqPacket) {
+        let mut buf = vec![0u8; proto::MAX_MESSAGE];
+        loop {
+            let n = match sock.recv(&mut buf) {
+                Ok((0, _)) => break,
+                Ok((n, _fds)) => n,
+                Err(e) => {
+                    if e.kind() == std::io::ErrorKind::InvalidData {
+                        self.count_error(caller, ErrorKind::Invalid);
+                        let reply: Response = Err(HvError::new(ErrorKind::Invalid, e.to_string()));
+                        if let Ok(b) = proto::encode(&reply) {
+                            let _ = sock.send(&b, &[]);
+                        }
+                        continue;
+                    }
+                    break;
+                }
+            };
+            let (reply, fds) = match proto::decode::<Request>(&buf[..n]) {
+                Ok(req) => self.handle(caller, req),
+                Err(e) => (Err(e), Vec::new()),
+            };
+            if let Err(e) = &reply {
+                self.count_error(caller, e.kind);
+            }
+            let bytes = match proto::encode(&reply) {
+                Ok(b) => b,
+                Err(_) => break,
+            };
+            let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+            if sock.send(&bytes, &borrowed).is_err() {
+                break;
+            }
+        }
+        if caller != DOMID_TOOLSTACK {
+            self.destroy_domain(caller, "its control connection closed");
+        }
+    }
+
+    fn count_error(&self, caller: DomId, kind: ErrorKind) {
+        let mut st = self.lock();
+        st.counters.error(kind);
+        if let Some(d) = st.doms.0.get_mut(&caller) {
+            d.counters.error(kind);
+        }
+    }
+
+    /// Runs one hypercall for `caller`.
+    pub fn handle(self: &Arc<Self>, caller: DomId, req: Request) -> Outcome {
+        if req.privileged() && caller != DOMID_TOOLSTACK {
+            return (
+                Err(HvError::new(
+                    ErrorKind::NotPrivileged,
+                    format!("domain {caller} may not use {req:?}"),
+                )),
+                Vec::new(),
+            );
+        }
+        match req {
+            Request::Status => return ok(Reply::Status(Box::new(self.status()))),
+            Request::Shutdown => {
+                let hv = self.clone();
+                // Reply first; tear down from another thread.
+                std::thread::spawn(move || hv.shutdown());
+                return ok(Reply::Done);
+            }
+            Request::DestroyDomain { name } => {
+                return match self.domid_of(&name) {
+                    Some(id) => {
+                        self.destroy_domain(id, "destroyed by the toolstack");
+                        ok(Reply::Done)
+                    }
+                    None => (
+                        Err(HvError::new(
+                            ErrorKind::BadDomain,
+                            format!("no domain named {name:?}"),
+                        )),
+                        vec![],
+                    ),
+                }
+            }
+            _ => {}
+        }
+        let mut st = self.lock();
+        let st = &mut *st;
+        if caller != DOMID_TOOLSTACK && !st.doms.0.contains_key(&caller) {
+            return (
+                Err(HvError::new(
+                    ErrorKind::BadDomain,
+                    "domain is being destroyed",
+                )),
+                vec![],
+            );
+        }
+        let name = op_name(&req);
+        st.counters.op(name);
+        if let Some(d) = st.doms.0.get_mut(&caller) {
+            d.counters.op(name);
+        }
+        match dispatch(st, caller, req) {
+            Ok(o) => o,
+            Err(e) => (Err(e), Vec::new()),
+        }
+    }
+
+    fn run_batches(
+        self: Arc<Self>,
+        domid: DomId,
+        mem: Arc<DomainMemory>,
+        hv_bell: EventFd,
+        dom_bell: EventFd,
+        stop: EventFd,
+    ) {
+        loop {
+            match poll_readable(&[hv_bell.as_fd(), stop.as_fd()], None) {
+                Ok(r) if r[1] => return,
+                Ok(_) => {}
+                Err(_) => return,
+            }
+            let _ = hv_bell.consume();
+            let page = &mem.batch_map;
+            if page.load_u32(batch::SEQ_OFF) == page.load_u32(batch::DONE_OFF) {
+                continue; // spurious doorbell
+            }
+            match batch::read_batch(page, BATCH_PAGES) {
+                Err((seq, msg)) => {
+                    self.count_error(domid, ErrorKind::Invalid);
+                    eprintln!("hv: domain {domid}: {msg}");
+                    batch::complete(page, seq, -libc::EINVAL, &[]);
+                }
+                Ok(mut sub) => {
+                    let (statuses, errors) = {
+                        let mut st = self.lock();
+                        let st = &mut *st;
+                        let n = (sub.ops.len() / abi::grant::GrantCopy::SIZE) as u64;
+                        let r = grant::copy_batch(&mut st.pins, &st.doms, domid, &mut sub.ops);
+                        st.counters.op("batch");
+                        st.counters.ops_n("grant_copy", n);
+                        if let Some(d) = st.doms.0.get_mut(&domid) {
+                            d.counters.op("batch");
+                            d.counters.ops_n("grant_copy", n);
+                        }
+                        r
+                    };
+                    for e in &errors {
+                        self.count_error(domid, e.kind);
+                    }
+                    batch::complete(page, sub.seq, 0, &statuses);
+                }
+            }
+            let _ = dom_bell.signal();
+        }
+    }
+}
+
+fn op_name(req: &Request) -> &'static str {
+    match req {
+        Request::Hello => "hello",
+        Request::Nop => "nop",
+        Request::StoreRead { .. } => "store_read",
+        Request::StoreWrite { .. } => "store_write",
+        Request::StoreMkdir { .. } => "store_mkdir",
+        Request::StoreRm { .. } => "store_rm",
+        Request::StoreDirectory { .. } => "store_directory",
+        Request::StoreSetPerms { .. } => "store_set_perms",
+        Request::StoreGetPerms { .. } => "store_get_perms",
+        Request::Watch { .. } => "watch",
+        Request::Unwatch { .. } => "unwatch",
+        Request::EvtchnAllocUnbound { .. } => "evtchn_alloc_unbound",
+        Request::EvtchnBindInterdomain { .. } => "evtchn_bind_interdomain",
+        Request::EvtchnSend { .. } => "evtchn_send",
+        Request::EvtchnClose { .. } => "evtchn_close",
+        Request::GrantCopy { .. } => "grant_copy_call",
+        Request::GrantMap { .. } => "grant_map",
+        Request::GrantUnmap { .. } => "grant_unmap",
+        Request::GrantTransfer { .. } => "grant_transfer",
+        Request::Status => "status",
+        Request::Shutdown => "shutdown",
+        Request::DestroyDomain { .. } => "destroy_domain",
+    }
+}
+
+/// Sends watch events to the domains that registered them. A domain that does
+/// not drain its watch socket loses events (counted), never blocks hv.
+fn deliver(st: &State, events: Vec<store::WatchEvent>) {
+    for ev in events {
+        let Some(d) = st.doms.0.get(&ev.domid) else {
+            continue;
+        };
+        let Some(tx) = &d.watch_tx else { continue };
+        let msg = WatchFired {
+            path: ev.path,
+            token: ev.token,
+        };
+        if let Ok(b) = proto::encode(&msg) {
+            let _ = tx.try_send(&b, &[]);
+        }
+    }
+}
+
+/// Removes `domid`'s end from channel `chan`, closing it.
+fn drop_end(st: &mut State, chan: u64, domid: DomId) {
+    let Some(c) = st.channels.get_mut(&chan) else {
+        return;
+    };
+    c.close();
+    for e in c.ends.iter_mut() {
+        if e.is_some_and(|(d, _)| d == domid) {
+            *e = None;
+        }
+    }
+    if c.ends.iter().all(Option::is_none) {
+        st.channels.remove(&chan);
+    }
+}
+
+fn domain(st: &mut State, id: DomId) -> HvResult<&mut Domain> {
+    st.doms
+        .0
+        .get_mut(&id)
+        .ok_or_else(|| HvError::new(ErrorKind::BadDomain, format!("domain {id} does not exist")))
+}
+
+fn dup(fd: &impl AsFd) -> HvResult<OwnedFd> {
+    os("dup", fd.as_fd().try_clone_to_owned())
+}
+
+fn alloc_port(d: &Domain) -> HvResult<Port> {
+    if d.ports.len() >= MAX_PORTS {
+        return err(
+            ErrorKind::Quota,
+            format!("domain holds the maximum of {MAX_PORTS} event channels"),
+        );
+    }
+    Ok((1..).find(|p| !d.ports.contains_key(p)).unwrap_or(1))
+}
+
+fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
+    let store =
+        |r: Result<Vec<store::WatchEvent>, store::StoreError>, st: &State| -> HvResult<Outcome> {
+            let events = r.map_err(store_err)?;
+            deliver(st, events);
+            Ok(ok(Reply::Done))
+        };
+    match req {
+        Request::Hello => {
+            let d = domain(st, caller)?;
+            if d.said_hello {
+                return err(ErrorKind::Invalid, "Hello may be sent only once");
+            }
+            let (ours, theirs) = os("watch socket", SeqPacket::pair())?;
+            d.watch_tx = Some(ours);
+            d.said_hello = true;
+            let w = Welcome {
+                domid: caller,
+                name: d.name.clone(),
+                kind: d.kind.clone(),
+                pool_frames: d.mem.spec.pool_frames,
+                grant_frames: d.mem.spec.grant_frames,
+                batch_pages: BATCH_PAGES,
+            };
+            let fds = vec![
+                os("pool", d.mem.pool.dup())?,
+                os("gnttab", d.mem.gnttab.dup())?,
+                dup(&theirs)?,
+                os("batch", d.mem.batch.dup())?,
+                dup(&d.hv_bell)?,
+                dup(&d.dom_bell)?,
+            ];
+            Ok((Ok(Reply::Welcome(w)), fds))
+        }
+        Request::Nop => Ok(ok(Reply::Done)),
+        Request::StoreRead { path } => {
+            let v = st.store.read(caller, &path).map_err(store_err)?;
+            Ok(ok(Reply::Value(v)))
+        }
+        Request::StoreWrite { path, value } => {
+            let r = st.store.write(caller, &path, &value);
+            store(r, st)
+        }
+        Request::StoreMkdir { path } => {
+            let r = st.store.mkdir(caller, &path);
+            store(r, st)
+        }
+        Request::StoreRm { path } => {
+            let r = st.store.rm(caller, &path);
+            store(r, st)
+        }
+        Request::StoreDirectory { path } => {
+            let v = st.store.directory(caller, &path).map_err(store_err)?;
+            Ok(ok(Reply::List(v)))
+        }
+        Request::StoreSetPerms { path, perms } => {
+            let p = store::Perms::parse_entries(caller, perms.iter().map(String::as_str))
+                .map_err(store_err)?;
+            let r = st.store.set_perms(caller, &path, p);
+            store(r, st)
+        }
+        Request::StoreGetPerms { path } => {
+            let p = st.store.get_perms(caller, &path).map_err(store_err)?;
+            Ok(ok(Reply::List(p.entries())))
+        }
+        Request::Watch { path, token } => {
+            let r = st.store.watch(caller, caller as u64, &path, &token);
+            store(r, st)
+        }
+        Request::Unwatch { path, token } => {
+            st.store
+                .unwatch(caller, caller as u64, &path, &token)
+                .map_err(store_err)?;
+            Ok(ok(Reply::Done))
+        }
+        Request::EvtchnAllocUnbound { remote } => {
+            if remote == caller || !st.doms.0.contains_key(&remote) {
+                return err(
+                    ErrorKind::BadDomain,
+                    format!("cannot offer a channel to domain {remote}"),
+                );
+            }
+            let d = domain(st, caller)?;
+            let port = alloc_port(d)?;
+            let chan = Channel::new(caller, port, remote)?;
+            let fds = vec![dup(&chan.page)?, dup(&chan.bells[0])?, dup(&chan.bells[1])?];
+            let id = st.next_chan;
+            st.next_chan += 1;
+            st.channels.insert(id, chan);
+            domain(st, caller)?.ports.insert(port, id);
+            Ok((Ok(Reply::Evtchn { port, end: 0 }), fds))
+        }
+        Request::EvtchnBindInterdomain {
+            remote,
+            remote_port,
+        } => {
+            let rd = domain(st, remote)?;
+            let Some(&id) = rd.ports.get(&remote_port) else {
+                return err(
+                    ErrorKind::BadPort,
+                    format!("domain {remote} has no port {remote_port}"),
+                );
+            };
+            let port = alloc_port(domain(st, caller)?)?;
+            let c = st
+                .channels
+                .get_mut(&id)
+                .ok_or_else(|| HvError::new(ErrorKind::BadPort, "channel gone"))?;
+            if c.remote != caller || c.ends[1].is_some() || c.ends[0] != Some((remote, remote_port))
+            {
+                return err(
+                    ErrorKind::BadPort,
+                    format!(
+                        "port {remote_port} of domain {remote} is not offered to domain {caller}"
+                    ),
+                );
+            }
+            c.ends[1] = Some((caller, port));
+            c.map.store_u32(crate::evtchn::STATE_OFF, STATE_BOUND);
+            let fds = vec![dup(&c.page)?, dup(&c.bells[1])?, dup(&c.bells[0])?];
+            domain(st, caller)?.ports.insert(port, id);
+            Ok((Ok(Reply::Evtchn { port, end: 1 }), fds))
+        }
+        Request::EvtchnSend { port } => {
+            let id = port_chan(st, caller, port)?;
+            let c = &st.channels[&id];
+            let end = c
+                .end_of(caller, port)
+                .ok_or_else(|| HvError::new(ErrorKind::BadPort, "port not bound"))?;
+            c.send_from(end)?;
+            Ok(ok(Reply::Done))
+        }
+        Request::EvtchnClose { port } => {
+            let id = port_chan(st, caller, port)?;
+            domain(st, caller)?.ports.remove(&port);
+            drop_end(st, id, caller);
+            Ok(ok(Reply::Done))
+        }
+        Request::GrantCopy { mut ops } => {
+            if ops.len() % abi::grant::GrantCopy::SIZE != 0 {
+                return err(
+                    ErrorKind::Invalid,
+                    "grant copy ops must be whole 40-byte records",
+                );
+            }
+            let n = (ops.len() / abi::grant::GrantCopy::SIZE) as u64;
+            let (statuses, errors) = grant::copy_batch(&mut st.pins, &st.doms, caller, &mut ops);
+            st.counters.ops_n("grant_copy", n);
+            for e in &errors {
+                st.counters.error(e.kind);
+            }
+            let d = domain(st, caller)?;
+            d.counters.ops_n("grant_copy", n);
+            for e in &errors {
+                d.counters.error(e.kind);
+            }
+            Ok(ok(Reply::Statuses(statuses)))
+        }
+        Request::GrantMap {
+            granter,
+            gref,
+            writable,
+        } => {
+            if granter == caller {
+                return err(ErrorKind::BadDomain, "a domain cannot map its own grant");
+            }
+            let (already, need_fd) = {
+                let d = domain(st, caller)?;
+                (
+                    d.mapped.contains(&(granter, gref)),
+                    !d.fds_given.contains(&(granter, writable)),
+                )
+            };
+            if already {
+                return err(
+                    ErrorKind::DoubleMap,
+                    format!("grant {gref} of domain {granter} is already mapped"),
+                );
+            }
+            let gm = st
+                .doms
+                .0
+                .get(&granter)
+                .map(|d| d.mem.clone())
+                .ok_or_else(|| {
+                    HvError::new(
+                        ErrorKind::BadDomain,
+                        format!("domain {granter} does not exist"),
+                    )
+                })?;
+            let frame = grant::acquire(&mut st.pins, &gm, granter, caller, gref, writable)?;
+            let fds = if need_fd {
+                vec![gm.pool_fd_for_peer(writable)?]
+            } else {
+                Vec::new()
+            };
+            let d = domain(st, caller)?;
+            let handle = d.next_handle;
+            d.next_handle = d.next_handle.wrapping_add(1).max(1);
+            d.maps.insert(
+                handle,
+                MapRecord {
+                    granter,
+                    gref,
+                    writable,
+                },
+            );
+            d.mapped.insert((granter, gref));
+            if need_fd {
+                d.fds_given.insert((granter, writable));
+            }
+            let fd_attached = need_fd;
+            Ok((
+                Ok(Reply::Mapped {
+                    handle,
+                    frame,
+                    writable,
+                    fd_attached,
+                }),
+                fds,
+            ))
+        }
+        Request::GrantUnmap { handle } => {
+            let d = domain(st, caller)?;
+            let Some(m) = d.maps.remove(&handle) else {
+                return err(
+                    ErrorKind::BadHandle,
+                    format!("handle {handle} is not mapped by domain {caller}"),
+                );
+            };
+            d.mapped.remove(&(m.granter, m.gref));
+            grant::release(
+                &mut st.pins,
+                st.doms.memory(m.granter),
+                m.granter,
+                m.gref,
+                m.writable,
+            );
+            Ok(ok(Reply::Done))
+        }
+        Request::GrantTransfer { frame, dest, gref } => {
+            let landing = grant::transfer(&st.doms, caller, frame, dest, gref)?;
+            Ok(ok(Reply::Value(landing.to_le_bytes().to_vec())))
+        }
+        Request::Status | Request::Shutdown | Request::DestroyDomain { .. } => {
+            err(ErrorKind::Invalid, "handled elsewhere")
+        }
+    }
+}
+
+fn port_chan(st: &mut State, caller: DomId, port: Port) -> HvResult<u64> {
+    domain(st, caller)?
+        .ports
+        .get(&port)
+        .copied()
+        .ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadPort,
+                format!("domain {caller} has no port {port}"),
+            )
+        })
+}

@@ -1,0 +1,94 @@
+//! Event channels: a doorbell eventfd per end, and pending/mask bits in a small
+//! page shared by the two ends of one channel.
+//!
+//! Xen keeps pending and mask bits in each domain's shared-info page and the
+//! hypervisor sets them on EVTCHNOP_send. Here the sender sets the peer's
+//! pending bit and rings the peer's eventfd itself unless masked, so a
+//! notification costs one write(2) and no trip through hv. A channel's page is
+//! shared only by its two ends, so a guest can at worst mute its own channel.
+
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::proto::{DomId, Port};
+use abi::SharedMemory;
+use shm::{EventFd, Mapping, Memfd, PAGE_SIZE};
+use std::os::fd::AsFd;
+
+/// Byte offset of end `e`'s pending word.
+pub fn pending_off(end: u8) -> usize {
+    end as usize * 8
+}
+/// Byte offset of end `e`'s mask word.
+pub fn mask_off(end: u8) -> usize {
+    end as usize * 8 + 4
+}
+/// Byte offset of the channel state word.
+pub const STATE_OFF: usize = 16;
+/// Channel state: waiting for the remote end to bind.
+pub const STATE_UNBOUND: u32 = 1;
+/// Channel state: both ends bound.
+pub const STATE_BOUND: u32 = 2;
+/// Channel state: closed by one end or by hv.
+pub const STATE_CLOSED: u32 = 3;
+
+/// Most ports one domain may hold.
+pub const MAX_PORTS: usize = 1024;
+
+/// One channel, as hv owns it.
+#[derive(Debug)]
+pub struct Channel {
+    pub page: Memfd,
+    pub map: Mapping,
+    /// Doorbell of end 0 (the allocator) and end 1 (the binder).
+    pub bells: [EventFd; 2],
+    /// (domain, port) of each end once present.
+    pub ends: [Option<(DomId, Port)>; 2],
+    /// The only domain allowed to bind end 1.
+    pub remote: DomId,
+}
+
+impl Channel {
+    /// A fresh unbound channel allocated by `owner` for `remote`.
+    pub fn new(owner: DomId, port: Port, remote: DomId) -> HvResult<Channel> {
+        let page = Memfd::create("splitnet-evtchn", PAGE_SIZE, false)
+            .map_err(|e| HvError::internal("event channel page", e))?;
+        let map = Mapping::new(page.as_fd(), 0, PAGE_SIZE, true)
+            .map_err(|e| HvError::internal("event channel page", e))?;
+        map.store_u32(STATE_OFF, STATE_UNBOUND);
+        let bell = || EventFd::new().map_err(|e| HvError::internal("eventfd", e));
+        Ok(Channel {
+            page,
+            map,
+            bells: [bell()?, bell()?],
+            ends: [Some((owner, port)), None],
+            remote,
+        })
+    }
+
+    /// Which end `(domid, port)` is.
+    pub fn end_of(&self, domid: DomId, port: Port) -> Option<u8> {
+        (0..2u8).find(|&e| self.ends[e as usize] == Some((domid, port)))
+    }
+
+    /// hv-side send (EVTCHNOP_send): sets the peer's pending bit and rings it unless masked.
+    pub fn send_from(&self, end: u8) -> HvResult<()> {
+        let peer = 1 - end;
+        if self.map.load_u32(STATE_OFF) != STATE_BOUND {
+            return err(ErrorKind::BadPort, "event channel is not bound");
+        }
+        self.map.store_u32(pending_off(peer), 1);
+        if self.map.load_u32(mask_off(peer)) == 0 {
+            self.bells[peer as usize]
+                .signal()
+                .map_err(|e| HvError::internal("evtchn send", e))?;
+        }
+        Ok(())
+    }
+
+    /// Marks the channel closed and wakes both ends so they notice.
+    pub fn close(&self) {
+        self.map.store_u32(STATE_OFF, STATE_CLOSED);
+        for b in &self.bells {
+            let _ = b.signal();
+        }
+    }
+}

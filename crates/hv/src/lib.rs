@@ -1,0 +1,29 @@
+//! `hv`: the trusted supervisor that plays Xen's hypervisor and the dom0
+//! toolstack back end (DESIGN.md concept map).
+//!
+//! - [`core::Hypervisor`]: domains, hypercall dispatch, cleanup of dead domains;
+//! - [`memory`]: each domain's grantable pool, grant table and batch page;
+//! - [`grant`]: grant validation, copy, map/unmap, transfer;
+//! - [`evtchn`]: event channels (eventfd doorbells, pending/mask bits);
+//! - [`batch`]: the shared-memory path for grant-copy batches;
+//! - [`client`]: what domains and the toolstack link to call hv;
+//! - the store lives in the `splitnet-store` crate.
+
+pub mod batch;
+pub mod client;
+pub mod core;
+pub mod daemon;
+pub mod error;
+pub mod evtchn;
+pub mod grant;
+pub mod host;
+pub mod memory;
+pub mod proto;
+pub mod status;
+pub mod topology;
+
+pub use crate::core::{DomainSpec, Hypervisor, Teardown};
+pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};
+pub use error::{ErrorKind, HvError, HvResult};
+pub use memory::MemorySpec;
+pub use proto::{DomId, Port};

@@ -1,0 +1,178 @@
+//! The hypercall wire protocol on a domain's control socket.
+//!
+//! Slow operations (store, event-channel setup, grant map) are request/response
+//! messages over a SOCK_SEQPACKET socket; descriptors (memory, eventfds) ride
+//! along with SCM_RIGHTS. Frequent grant copies also have a shared-memory batch
+//! path (see [`crate::batch`]).
+
+use crate::error::{HvError, HvResult};
+use serde::{Deserialize, Serialize};
+
+/// A domain identifier. 0 is the toolstack (hv itself and the `splitnet` CLI).
+pub type DomId = u16;
+/// The toolstack's domain id.
+pub const DOMID_TOOLSTACK: DomId = 0;
+/// An event-channel port, local to a domain.
+pub type Port = u32;
+/// Largest message either side sends or accepts.
+pub const MAX_MESSAGE: usize = 256 * 1024;
+
+/// What a domain asks of hv.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// First message: returns [`Welcome`] with the domain's memory descriptors.
+    Hello,
+    /// Does nothing; measures the round trip.
+    Nop,
+    StoreRead {
+        path: String,
+    },
+    StoreWrite {
+        path: String,
+        value: Vec<u8>,
+    },
+    StoreMkdir {
+        path: String,
+    },
+    StoreRm {
+        path: String,
+    },
+    StoreDirectory {
+        path: String,
+    },
+    /// `perms` in xenstore's text form, e.g. `["b2", "r1"]`.
+    StoreSetPerms {
+        path: String,
+        perms: Vec<String>,
+    },
+    StoreGetPerms {
+        path: String,
+    },
+    Watch {
+        path: String,
+        token: String,
+    },
+    Unwatch {
+        path: String,
+        token: String,
+    },
+    /// Allocates a port that `remote` may bind to.
+    EvtchnAllocUnbound {
+        remote: DomId,
+    },
+    /// Binds to `remote`'s unbound port.
+    EvtchnBindInterdomain {
+        remote: DomId,
+        remote_port: Port,
+    },
+    /// Notifies the peer of `port` through hv (the slow path; domains normally
+    /// ring the peer's eventfd directly).
+    EvtchnSend {
+        port: Port,
+    },
+    EvtchnClose {
+        port: Port,
+    },
+    /// Grant copies: each op is a raw `gnttab_copy` (40 bytes). Returns one
+    /// GNTST_* status per op.
+    GrantCopy {
+        ops: Vec<u8>,
+    },
+    /// Maps another domain's granted frame.
+    GrantMap {
+        granter: DomId,
+        gref: u32,
+        writable: bool,
+    },
+    GrantUnmap {
+        handle: u32,
+    },
+    /// GNTTABOP_transfer: gives own frame `frame` to `dest` via its accept-transfer grant `gref`.
+    GrantTransfer {
+        frame: u32,
+        dest: DomId,
+        gref: u32,
+    },
+    /// Toolstack: the whole system's state.
+    Status,
+    /// Toolstack: destroy every domain and exit.
+    Shutdown,
+    /// Toolstack: destroy one domain.
+    DestroyDomain {
+        name: String,
+    },
+}
+
+impl Request {
+    /// Whether only the toolstack may send it.
+    pub fn privileged(&self) -> bool {
+        matches!(
+            self,
+            Request::Status | Request::Shutdown | Request::DestroyDomain { .. }
+        )
+    }
+}
+
+/// Sent with the reply to `Hello`, together with these descriptors, in order:
+/// the memory pool (rw), the grant table (rw), the watch socket, the batch page
+/// (rw), the batch doorbell hv waits on, the batch doorbell the domain waits on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Welcome {
+    pub domid: DomId,
+    pub name: String,
+    pub kind: String,
+    pub pool_frames: u32,
+    pub grant_frames: u32,
+    pub batch_pages: u32,
+}
+
+/// A successful reply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Reply {
+    Welcome(Welcome),
+    Done,
+    Value(Vec<u8>),
+    List(Vec<String>),
+    /// An event channel; the descriptors (channel page, own doorbell, peer
+    /// doorbell) travel with the message.
+    Evtchn {
+        port: Port,
+        end: u8,
+    },
+    Statuses(Vec<i16>),
+    /// A grant mapping. When `fd_attached`, the granting domain's pool
+    /// descriptor (read-only unless `writable`) travels with the message.
+    Mapped {
+        handle: u32,
+        frame: u32,
+        writable: bool,
+        fd_attached: bool,
+    },
+    Status(Box<crate::status::SystemStatus>),
+}
+
+/// A reply or an error, as sent on the wire.
+pub type Response = Result<Reply, HvError>;
+
+/// Pushed on the watch socket.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WatchFired {
+    pub path: String,
+    pub token: String,
+}
+
+/// Serializes a message.
+pub fn encode<T: Serialize>(m: &T) -> HvResult<Vec<u8>> {
+    bincode::serialize(m).map_err(|e| HvError::internal("encode", e))
+}
+
+/// Deserializes a message, with a size limit.
+pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> HvResult<T> {
+    use bincode::Options;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(MAX_MESSAGE as u64)
+        .deserialize(b)
+        .map_err(|e| HvError::new(crate::ErrorKind::Invalid, format!("malformed message: {e}")))
+}

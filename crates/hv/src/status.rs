@@ -1,0 +1,60 @@
+//! What `splitnet status` shows of hv: domains and counters.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Named event counters (operations done, errors by reason).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Counters {
+    pub ops: BTreeMap<String, u64>,
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl Counters {
+    pub fn op(&mut self, name: &str) {
+        *self.ops.entry(name.to_string()).or_default() += 1;
+    }
+    pub fn ops_n(&mut self, name: &str, n: u64) {
+        *self.ops.entry(name.to_string()).or_default() += n;
+    }
+    pub fn error(&mut self, kind: crate::ErrorKind) {
+        *self.errors.entry(kind.name().to_string()).or_default() += 1;
+    }
+    /// Count of one error kind.
+    pub fn errors_of(&self, kind: crate::ErrorKind) -> u64 {
+        self.errors.get(kind.name()).copied().unwrap_or(0)
+    }
+    /// Count of one operation.
+    pub fn ops_of(&self, name: &str) -> u64 {
+        self.ops.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// One domain.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DomainStatus {
+    pub id: u16,
+    pub name: String,
+    pub kind: String,
+    pub pid: Option<i32>,
+    pub netns: Option<String>,
+    pub cgroup: Option<String>,
+    pub connected: bool,
+    pub pool_frames: u32,
+    pub hugepages: bool,
+    pub grant_entries: u32,
+    pub event_channels: usize,
+    pub grant_maps: usize,
+    pub counters: Counters,
+}
+
+/// The whole system.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SystemStatus {
+    pub hv_pid: u32,
+    pub domains: Vec<DomainStatus>,
+    pub counters: Counters,
+    pub store_nodes: usize,
+    /// Extra facts the daemon adds (topology name, wire host, ...).
+    pub info: BTreeMap<String, String>,
+}

@@ -1,0 +1,280 @@
+//! Topology files (TOML): which domains exist, their memory and addresses, and
+//! the external `wire` host joined to a driver domain's physical port.
+
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::path::Path;
+
+/// The embedded default topology (`splitnet up` without `--config`).
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+/// Longest domain name: it becomes part of namespace and interface names.
+pub const MAX_NAME: usize = 10;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// A label shown in status.
+    #[serde(default = "default_name")]
+    pub name: String,
+    #[serde(rename = "domain", default)]
+    pub domains: Vec<DomainConfig>,
+    pub wire: Option<WireConfig>,
+}
+
+fn default_name() -> String {
+    "custom".into()
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DomainKind {
+    Driver,
+    Guest,
+}
+
+impl DomainKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DomainKind::Driver => "driver",
+            DomainKind::Guest => "guest",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DomainConfig {
+    pub name: String,
+    pub kind: DomainKind,
+    /// Frames (4 KiB) in the grantable pool.
+    #[serde(default = "default_frames")]
+    pub memory_frames: u32,
+    /// Pages of grant table (512 entries each).
+    #[serde(default = "default_grant_frames")]
+    pub grant_frames: u32,
+    /// Back the pool with 2 MiB hugetlb pages.
+    #[serde(default)]
+    pub hugepages: bool,
+    /// IPv4 address with prefix for the guest's virtual NIC.
+    pub address: Option<String>,
+    /// IPv6 address with prefix for the guest's virtual NIC.
+    pub ipv6: Option<String>,
+}
+
+fn default_frames() -> u32 {
+    2048
+}
+fn default_grant_frames() -> u32 {
+    4
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WireConfig {
+    #[serde(default = "default_wire")]
+    pub name: String,
+    /// The driver domain whose physical port leads to this host.
+    pub driver: String,
+    pub address: Option<String>,
+    pub ipv6: Option<String>,
+}
+
+fn default_wire() -> String {
+    "wire".into()
+}
+
+/// A configuration that cannot be used, with where and how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{origin}: {message}")]
+    Syntax { origin: String, message: String },
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+fn check_cidr(field: &str, v: &Option<String>, v6: bool) -> Result<(), String> {
+    let Some(s) = v else { return Ok(()) };
+    let (ip, len) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{field} = {s:?} needs a prefix length, like \"10.0.0.1/24\""))?;
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|_| format!("{field} = {s:?} is not an IP address"))?;
+    let max = if ip.is_ipv6() { 128 } else { 32 };
+    let len: u32 = len
+        .parse()
+        .map_err(|_| format!("{field} = {s:?} has a bad prefix length"))?;
+    if len > max {
+        return Err(format!("{field} = {s:?}: prefix length above {max}"));
+    }
+    if ip.is_ipv6() != v6 {
+        return Err(format!("{field} = {s:?} is the wrong IP version"));
+    }
+    Ok(())
+}
+
+fn check_name(what: &str, n: &str) -> Result<(), String> {
+    let ok = !n.is_empty()
+        && n.len() <= MAX_NAME
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && n.starts_with(|c: char| c.is_ascii_lowercase());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} name {n:?} must be 1-{MAX_NAME} characters of a-z, 0-9 and '-', starting with a letter"
+        ))
+    }
+}
+
+impl Topology {
+    /// The embedded default.
+    pub fn default_topology() -> Topology {
+        Topology::parse(DEFAULT_TOML, "embedded default topology")
+            .expect("the embedded topology is valid")
+    }
+
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Topology, TopologyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Topology::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Topology, TopologyError> {
+        let t: Topology = toml::from_str(text).map_err(|e| TopologyError::Syntax {
+            origin: origin.into(),
+            message: e.to_string().trim_end().into(),
+        })?;
+        t.validate().map_err(|message| TopologyError::Invalid {
+            origin: origin.into(),
+            message,
+        })?;
+        Ok(t)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.domains.is_empty() {
+            return Err("no [[domain]] sections: a topology needs at least one domain".into());
+        }
+        let mut seen = HashSet::new();
+        for d in &self.domains {
+            check_name("domain", &d.name)?;
+            if !seen.insert(d.name.as_str()) {
+                return Err(format!("domain name {:?} is used twice", d.name));
+            }
+            if d.memory_frames == 0 || d.memory_frames > 1 << 20 {
+                return Err(format!(
+                    "domain {:?}: memory_frames must be 1..=1048576 (4 KiB each)",
+                    d.name
+                ));
+            }
+            if d.hugepages && !d.memory_frames.is_multiple_of(512) {
+                return Err(format!(
+                    "domain {:?}: with hugepages = true, memory_frames must be a multiple of 512 (2 MiB)",
+                    d.name
+                ));
+            }
+            if d.grant_frames == 0 || d.grant_frames > 64 {
+                return Err(format!("domain {:?}: grant_frames must be 1..=64", d.name));
+            }
+            check_cidr(&format!("domain {:?} address", d.name), &d.address, false)?;
+            check_cidr(&format!("domain {:?} ipv6", d.name), &d.ipv6, true)?;
+        }
+        if let Some(w) = &self.wire {
+            check_name("wire", &w.name)?;
+            if seen.contains(w.name.as_str()) {
+                return Err(format!(
+                    "wire host {:?} has the same name as a domain",
+                    w.name
+                ));
+            }
+            match self.domains.iter().find(|d| d.name == w.driver) {
+                Some(d) if d.kind == DomainKind::Driver => {}
+                Some(_) => {
+                    return Err(format!(
+                        "wire.driver = {:?} is not a driver domain",
+                        w.driver
+                    ))
+                }
+                None => return Err(format!("wire.driver = {:?} names no domain", w.driver)),
+            }
+            check_cidr("wire address", &w.address, false)?;
+            check_cidr("wire ipv6", &w.ipv6, true)?;
+        }
+        Ok(())
+    }
+
+    /// Looks up a domain by name.
+    pub fn domain(&self, name: &str) -> Option<&DomainConfig> {
+        self.domains.iter().find(|d| d.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_topology_is_valid() {
+        let t = Topology::default_topology();
+        assert_eq!(t.domains.len(), 3);
+        assert_eq!(t.wire.as_ref().unwrap().driver, "drv");
+    }
+
+    fn bad(text: &str, needle: &str) {
+        let e = Topology::parse(text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains(needle), "error {e:?} should mention {needle:?}");
+        assert!(e.starts_with("t.toml"), "error {e:?} should name the file");
+    }
+
+    #[test]
+    fn malformed_files_get_clear_errors() {
+        bad("[[domain]\nname = 1", "t.toml");
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\nmemroy = 3\n",
+            "unknown field `memroy`",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"hyper\"\n",
+            "unknown variant `hyper`",
+        );
+        bad(
+            "[[domain]]\nname = \"Bad_Name\"\nkind = \"guest\"\n",
+            "must be 1-10 characters",
+        );
+        bad("[[domain]]\nname = \"a\"\nkind = \"guest\"\n[[domain]]\nname = \"a\"\nkind = \"guest\"\n", "used twice");
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\naddress = \"10.0.0.1\"\n",
+            "needs a prefix length",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\nipv6 = \"10.0.0.1/24\"\n",
+            "wrong IP version",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\n[wire]\ndriver = \"a\"\n",
+            "not a driver domain",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"driver\"\n[wire]\ndriver = \"b\"\n",
+            "names no domain",
+        );
+        bad("name = \"x\"\n", "no [[domain]]");
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\nhugepages = true\nmemory_frames = 100\n",
+            "multiple of 512",
+        );
+    }
+}

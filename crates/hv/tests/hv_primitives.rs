@@ -1,0 +1,522 @@
+//! hv's primitives end to end over real sockets, memfds and eventfds, with
+//! in-process domains: grants, event channels, the store, the batch path,
+//! hostile input and domain death.
+
+use abi::grant::{
+    CopyPtr, GrantCopy, DOMID_SELF, GNTST_BAD_COPY_ARG, GNTST_BAD_DOMAIN, GNTST_BAD_GNTREF,
+    GNTST_BAD_PAGE, GNTST_PERMISSION_DENIED,
+};
+use abi::SharedMemory;
+use hv::proto::Request;
+use hv::{DomId, DomainSpec, ErrorKind, HvClient, Hypervisor, MemorySpec};
+use splitnet_hv as hv;
+use std::sync::Arc;
+use std::time::Duration;
+
+const PAGE: usize = 4096;
+
+struct World {
+    hv: Arc<Hypervisor>,
+    drv: HvClient,
+    g1: HvClient,
+    g2: HvClient,
+}
+
+fn domain(hv: &Arc<Hypervisor>, name: &str, kind: &str) -> HvClient {
+    let spec = DomainSpec {
+        name: name.into(),
+        kind: kind.into(),
+        memory: MemorySpec {
+            pool_frames: 64,
+            grant_frames: 1,
+            hugepages: false,
+        },
+    };
+    let (_, sock) = hv.create_domain(spec).expect("create domain");
+    HvClient::connect(sock).expect("hello")
+}
+
+fn world() -> World {
+    let hv = Hypervisor::new();
+    let drv = domain(&hv, "drv", "driver");
+    let g1 = domain(&hv, "guest1", "guest");
+    let g2 = domain(&hv, "guest2", "guest");
+    World { hv, drv, g1, g2 }
+}
+
+fn copy_from(granter: DomId, gref: u32, offset: u16, frame: u64, len: u16) -> GrantCopy {
+    GrantCopy {
+        source: CopyPtr::Gref {
+            domid: granter,
+            gref,
+            offset,
+        },
+        dest: CopyPtr::Frame {
+            domid: DOMID_SELF,
+            gmfn: frame,
+            offset: 0,
+        },
+        len,
+        status: 0,
+    }
+}
+
+fn copy_to(granter: DomId, gref: u32, offset: u16, frame: u64, len: u16) -> GrantCopy {
+    GrantCopy {
+        source: CopyPtr::Frame {
+            domid: DOMID_SELF,
+            gmfn: frame,
+            offset: 0,
+        },
+        dest: CopyPtr::Gref {
+            domid: granter,
+            gref,
+            offset,
+        },
+        len,
+        status: 0,
+    }
+}
+
+fn errors(w: &World, name: &str, kind: ErrorKind) -> u64 {
+    let s = w.hv.status();
+    s.domains
+        .iter()
+        .find(|d| d.name == name)
+        .map(|d| d.counters.errors_of(kind))
+        .unwrap_or(0)
+}
+
+/// A known-good transfer between guest2 and the driver domain: hostile input
+/// from guest1 must never disturb it.
+fn healthy(w: &mut World) {
+    let g2 = w.g2.domid();
+    w.g2.pool().fill(5 * PAGE, 100, 0x5a);
+    let gref = w.g2.grants().grant_access(w.drv.domid(), 5, true).unwrap();
+    let st = w.drv.grant_copy(&[copy_from(g2, gref, 0, 9, 100)]).unwrap();
+    assert_eq!(st, vec![0]);
+    let mut b = [0u8; 100];
+    w.drv.pool().read_bytes(9 * PAGE, &mut b);
+    assert_eq!(b, [0x5a; 100]);
+    w.g2.grants().end_access(gref).unwrap();
+}
+
+#[test]
+fn grant_copy_moves_bytes_both_ways_over_both_paths() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    let msg: Vec<u8> = (0..1514u32).map(|i| (i * 7) as u8).collect();
+    w.g1.pool().write_bytes(3 * PAGE + 100, &msg);
+    let tx = w.g1.grants().grant_access(drv, 3, true).unwrap();
+    assert_eq!(
+        w.drv
+            .grant_copy(&[copy_from(g1, tx, 100, 7, 1514)])
+            .unwrap(),
+        vec![0]
+    );
+    let mut got = vec![0u8; 1514];
+    w.drv.pool().read_bytes(7 * PAGE, &mut got);
+    assert_eq!(got, msg);
+
+    // RX direction, through the shared batch page: driver domain copies into a guest buffer.
+    let rx = w.g1.grants().grant_access(drv, 4, false).unwrap();
+    assert_eq!(
+        w.drv
+            .grant_copy_batch(&[copy_to(g1, rx, 10, 7, 1514)])
+            .unwrap(),
+        vec![0]
+    );
+    w.g1.pool().read_bytes(4 * PAGE + 10, &mut got);
+    assert_eq!(got, msg);
+    // Pins are dropped after a copy: revocation works.
+    w.g1.grants().end_access(tx).unwrap();
+    w.g1.grants().end_access(rx).unwrap();
+    let s = w.hv.status();
+    assert_eq!(s.counters.ops_of("grant_copy"), 2);
+}
+
+#[test]
+fn out_of_range_and_unused_grant_references_are_refused() {
+    let mut w = world();
+    let g1 = w.g1.domid();
+    let huge = w
+        .drv
+        .grant_copy(&[copy_from(g1, 1_000_000, 0, 0, 10)])
+        .unwrap();
+    let unused = w.drv.grant_copy(&[copy_from(g1, 100, 0, 0, 10)]).unwrap();
+    assert_eq!(huge, vec![GNTST_BAD_GNTREF]);
+    assert_eq!(unused, vec![GNTST_BAD_GNTREF]);
+    assert_eq!(errors(&w, "drv", ErrorKind::BadGntref), 2);
+    let e = w.drv.map_grant(g1, 1_000_000, false).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::BadGntref);
+    assert!(e.message.contains("out of range"), "{e}");
+    healthy(&mut w);
+}
+
+#[test]
+fn wrong_domain_is_refused() {
+    let mut w = world();
+    let (g1, g2) = (w.g1.domid(), w.g2.domid());
+    // guest1 grants to guest2; the driver domain may not use it.
+    let gref = w.g1.grants().grant_access(g2, 1, true).unwrap();
+    assert_eq!(
+        w.drv.grant_copy(&[copy_from(g1, gref, 0, 0, 10)]).unwrap(),
+        vec![GNTST_PERMISSION_DENIED]
+    );
+    // A domain that does not exist.
+    assert_eq!(
+        w.drv.grant_copy(&[copy_from(999, gref, 0, 0, 10)]).unwrap(),
+        vec![GNTST_BAD_DOMAIN]
+    );
+    // Naming another domain's frame directly instead of a grant.
+    let by_frame = GrantCopy {
+        source: CopyPtr::Frame {
+            domid: g1,
+            gmfn: 1,
+            offset: 0,
+        },
+        dest: CopyPtr::Frame {
+            domid: DOMID_SELF,
+            gmfn: 0,
+            offset: 0,
+        },
+        len: 10,
+        status: 0,
+    };
+    assert_eq!(
+        w.drv.grant_copy(&[by_frame]).unwrap(),
+        vec![GNTST_PERMISSION_DENIED]
+    );
+    assert_eq!(errors(&w, "drv", ErrorKind::PermissionDenied), 2);
+    assert_eq!(errors(&w, "drv", ErrorKind::BadDomain), 1);
+    let e = w.drv.map_grant(g1, gref, false).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(e.message.contains("is for domain"), "{e}");
+    healthy(&mut w);
+}
+
+#[test]
+fn writes_to_read_only_grants_are_refused() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    w.g1.pool().fill(2 * PAGE, PAGE, 0x11);
+    let gref = w.g1.grants().grant_access(drv, 2, true).unwrap();
+    w.drv.pool().fill(0, PAGE, 0xee);
+    assert_eq!(
+        w.drv.grant_copy(&[copy_to(g1, gref, 0, 0, 64)]).unwrap(),
+        vec![GNTST_PERMISSION_DENIED]
+    );
+    let mut b = [0u8; 64];
+    w.g1.pool().read_bytes(2 * PAGE, &mut b);
+    assert_eq!(b, [0x11; 64], "the read-only page was modified");
+    // Map writable: refused. Map read-only: reads work, writes are refused.
+    assert_eq!(
+        w.drv.map_grant(g1, gref, true).err().unwrap().kind,
+        ErrorKind::PermissionDenied
+    );
+    let m = w.drv.map_grant(g1, gref, false).unwrap();
+    assert!(!m.writable());
+    m.read(0, &mut b).unwrap();
+    assert_eq!(b, [0x11; 64]);
+    assert_eq!(
+        m.write(0, &[1, 2, 3]).err().unwrap().kind,
+        ErrorKind::PermissionDenied
+    );
+    w.drv.unmap_grant(m).unwrap();
+    healthy(&mut w);
+}
+
+#[test]
+fn offset_plus_length_crossing_the_page_is_refused() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    let gref = w.g1.grants().grant_access(drv, 1, false).unwrap();
+    w.g1.pool().fill(2 * PAGE, 16, 0x33); // the next frame, which must stay intact
+    w.drv.pool().fill(0, PAGE, 0xee);
+    let st = w
+        .drv
+        .grant_copy(&[
+            copy_to(g1, gref, 4000, 0, 200),
+            copy_from(g1, gref, 0, 63, 4097),
+        ])
+        .unwrap();
+    assert_eq!(st, vec![GNTST_BAD_COPY_ARG, GNTST_BAD_COPY_ARG]);
+    let mut b = [0u8; 16];
+    w.g1.pool().read_bytes(2 * PAGE, &mut b);
+    assert_eq!(b, [0x33; 16]);
+    // Own frames outside the pool.
+    assert_eq!(
+        w.drv.grant_copy(&[copy_from(g1, gref, 0, 64, 10)]).unwrap(),
+        vec![GNTST_BAD_PAGE]
+    );
+    // A grant naming a frame outside the granter's memory.
+    let bad = w.g1.grants().grant_access(drv, 1, true).unwrap();
+    w.g1.grants().raw().write_u32(bad as usize * 8 + 4, 10_000);
+    assert_eq!(
+        w.drv.grant_copy(&[copy_from(g1, bad, 0, 0, 10)]).unwrap(),
+        vec![GNTST_BAD_PAGE]
+    );
+    assert_eq!(errors(&w, "drv", ErrorKind::BadCopyArg), 2);
+    // A mapped grant bounds every access to its page.
+    let m = w.drv.map_grant(g1, gref, true).unwrap();
+    assert_eq!(
+        m.write(4090, &[0; 10]).err().unwrap().kind,
+        ErrorKind::BadCopyArg
+    );
+    w.drv.unmap_grant(m).unwrap();
+    healthy(&mut w);
+}
+
+#[test]
+fn double_map_and_unmap_of_unmapped_are_refused() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    let gref = w.g1.grants().grant_access(drv, 1, false).unwrap();
+    let m = w.drv.map_grant(g1, gref, true).unwrap();
+    let e = w.drv.map_grant(g1, gref, true).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::DoubleMap);
+    assert_eq!(
+        w.drv.unmap_handle(4242).err().unwrap().kind,
+        ErrorKind::BadHandle
+    );
+    let h = m.handle;
+    w.drv.unmap_grant(m).unwrap();
+    assert_eq!(
+        w.drv.unmap_handle(h).err().unwrap().kind,
+        ErrorKind::BadHandle
+    );
+    assert_eq!(errors(&w, "drv", ErrorKind::DoubleMap), 1);
+    assert_eq!(errors(&w, "drv", ErrorKind::BadHandle), 2);
+    healthy(&mut w);
+}
+
+#[test]
+fn mapped_grant_shares_the_frame_and_revocation_waits_for_unmap() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    let gref = w.g1.grants().grant_access(drv, 6, false).unwrap();
+    let m = w.drv.map_grant(g1, gref, true).unwrap();
+    m.write(10, b"from drv").unwrap();
+    let mut b = [0u8; 8];
+    w.g1.pool().read_bytes(6 * PAGE + 10, &mut b);
+    assert_eq!(&b, b"from drv");
+    let e = w.g1.grants().end_access(gref).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::InUse);
+    w.drv.unmap_grant(m).unwrap();
+    w.g1.grants().end_access(gref).unwrap();
+    // Revoked: no longer usable.
+    assert_eq!(
+        w.drv.map_grant(g1, gref, false).err().unwrap().kind,
+        ErrorKind::BadGntref
+    );
+}
+
+#[test]
+fn transfer_moves_the_page_and_zeroes_the_source() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    w.drv.pool().fill(8 * PAGE, PAGE, 0x77);
+    let gref = w.g1.grants().accept_transfer(drv, 12).unwrap();
+    assert!(!w.g1.grants().transfer_completed(gref));
+    assert_eq!(w.drv.transfer(8, g1, gref).unwrap(), 12);
+    assert!(w.g1.grants().transfer_completed(gref));
+    let mut b = [0u8; 32];
+    w.g1.pool().read_bytes(12 * PAGE + PAGE - 32, &mut b);
+    assert_eq!(b, [0x77; 32]);
+    w.drv.pool().read_bytes(8 * PAGE, &mut b);
+    assert_eq!(
+        b, [0; 32],
+        "a page that left the driver domain must be zeroed"
+    );
+    // Used once: a second transfer is refused; so is one from the wrong domain.
+    assert_eq!(
+        w.drv.transfer(8, g1, gref).err().unwrap().kind,
+        ErrorKind::BadGntref
+    );
+    let g2gref = w.g1.grants().accept_transfer(drv, 13).unwrap();
+    assert_eq!(
+        w.g2.transfer(0, g1, g2gref).err().unwrap().kind,
+        ErrorKind::PermissionDenied
+    );
+}
+
+#[test]
+fn event_channels_notify_mask_and_close() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    let a = w.g1.evtchn_alloc_unbound(drv).unwrap();
+    // Only the named remote may bind.
+    assert_eq!(
+        w.g2.evtchn_bind(g1, a.port).err().unwrap().kind,
+        ErrorKind::BadPort
+    );
+    assert_eq!(
+        w.drv.evtchn_bind(g1, 999).err().unwrap().kind,
+        ErrorKind::BadPort
+    );
+    let b = w.drv.evtchn_bind(g1, a.port).unwrap();
+    assert!(!b.wait(Some(Duration::from_millis(1))).unwrap());
+    a.notify().unwrap();
+    assert!(b.wait(Some(Duration::from_secs(1))).unwrap());
+    // Masked: pending is recorded but nobody is woken; unmask delivers it.
+    b.mask();
+    a.notify().unwrap();
+    assert!(!shm::poll_readable(&[b.fd()], Some(Duration::from_millis(20))).unwrap()[0]);
+    b.unmask().unwrap();
+    assert!(b.wait(Some(Duration::from_secs(1))).unwrap());
+    // The hv slow path.
+    w.drv.evtchn_send(b.port).unwrap();
+    assert!(a.wait(Some(Duration::from_secs(1))).unwrap());
+    // Close wakes the peer, which sees the channel closed.
+    w.g1.evtchn_close(a).unwrap();
+    assert!(b.wait(Some(Duration::from_secs(1))).unwrap());
+    assert!(b.is_closed());
+    assert_eq!(
+        w.drv.evtchn_send(b.port).err().unwrap().kind,
+        ErrorKind::BadPort
+    );
+}
+
+#[test]
+fn store_permissions_watches_and_handshake() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    // Own subtree: fine. The frontend lets the backend read its device
+    // directory first, so the keys written below inherit that.
+    let dev = format!("/local/domain/{g1}/device/vif/0");
+    w.g1.store_mkdir(&dev).unwrap();
+    w.g1.store_set_perms(&dev, &[&format!("n{g1}"), &format!("r{drv}")])
+        .unwrap();
+    w.g1.store_write(
+        &format!("/local/domain/{g1}/device/vif/0/mac"),
+        "00:16:3e:00:00:01",
+    )
+    .unwrap();
+    w.g1.store_write("device/vif/0/handle", "0").unwrap();
+    // Another domain's subtree: refused and counted.
+    let e =
+        w.g1.store_write(&format!("/local/domain/{drv}/backend/x"), "1")
+            .err()
+            .unwrap();
+    assert_eq!(e.kind, ErrorKind::Store);
+    assert!(
+        e.message.contains("EACCES") || e.message.to_lowercase().contains("permission"),
+        "{e}"
+    );
+    assert_eq!(
+        w.g2.store_read(&format!("/local/domain/{g1}/device/vif/0/mac"))
+            .err()
+            .unwrap()
+            .kind,
+        ErrorKind::Store
+    );
+    assert!(errors(&w, "guest1", ErrorKind::Store) >= 1);
+    // Given access: the backend reads the frontend's keys.
+    assert_eq!(
+        w.drv.store_read_str(&format!("{dev}/mac")).unwrap(),
+        "00:16:3e:00:00:01"
+    );
+    // Watches fire on writes below the watched path, via the watch socket.
+    w.drv.watch(&dev, "fe").unwrap();
+    let first = w.drv.next_watch(Duration::from_secs(1)).unwrap().unwrap();
+    assert_eq!(first.token, "fe");
+    w.g1.switch_state(&dev, abi::xenbus::XenbusState::Initialised)
+        .unwrap();
+    let ev = w.drv.next_watch(Duration::from_secs(1)).unwrap().unwrap();
+    assert_eq!(ev.path, format!("{dev}/state"));
+    assert_eq!(
+        w.drv.read_state(&dev).unwrap(),
+        abi::xenbus::XenbusState::Initialised
+    );
+    // Garbage in a state key is an error, not a panic.
+    w.g1.store_write(&format!("{dev}/state"), "banana").unwrap();
+    assert_eq!(
+        w.drv.read_state(&dev).err().unwrap().kind,
+        ErrorKind::Invalid
+    );
+}
+
+#[test]
+fn hostile_batch_count_and_garbage_messages_are_refused() {
+    let mut w = world();
+    // A count far beyond the batch page.
+    let e = {
+        let r = w.g1.submit_raw_batch(1_000_000);
+        assert!(r.is_ok(), "hv must answer the batch");
+        w.g1.grant_copy_batch(&[]).unwrap();
+        errors(&w, "guest1", ErrorKind::Invalid)
+    };
+    assert_eq!(e, 1);
+    // Garbage on the control socket gets an error reply; the domain lives on.
+    let e =
+        w.g1.call(&Request::GrantCopy { ops: vec![1, 2, 3] })
+            .err()
+            .unwrap();
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    // Toolstack-only calls from a domain.
+    assert_eq!(
+        w.g1.call(&Request::Shutdown).err().unwrap().kind,
+        ErrorKind::NotPrivileged
+    );
+    assert!(!w.hv.is_shutting_down());
+    w.g1.nop().unwrap();
+    healthy(&mut w);
+}
+
+#[test]
+fn a_dead_domain_is_cleaned_up_and_others_carry_on() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    // guest1 holds: a grant the driver maps, a mapping of the driver's grant,
+    // an event channel, and store entries.
+    let g_gref = w.g1.grants().grant_access(drv, 1, false).unwrap();
+    let mapped_by_drv = w.drv.map_grant(g1, g_gref, true).unwrap();
+    let d_gref = w.drv.grants().grant_access(g1, 2, false).unwrap();
+    let m = w.g1.map_grant(drv, d_gref, true).unwrap();
+    let ch = w.g1.evtchn_alloc_unbound(drv).unwrap();
+    let peer = w.drv.evtchn_bind(g1, ch.port).unwrap();
+    w.g1.store_write("device/vif/0/state", "1").unwrap();
+    w.drv.watch("@releaseDomain", "gone").ok();
+    assert_eq!(
+        w.drv.grants().end_access(d_gref).err().unwrap().kind,
+        ErrorKind::InUse
+    );
+
+    // guest1 dies: its connection closes.
+    drop(m);
+    drop(ch);
+    drop(std::mem::replace(
+        &mut w.g1,
+        domain(&w.hv, "guest3", "guest"),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while w.hv.status().domains.iter().any(|d| d.id == g1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hv did not clean up the dead domain"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Its pin on the driver's grant is released, so the driver can revoke.
+    w.drv.grants().end_access(d_gref).unwrap();
+    // Its channel is closed and the peer was woken.
+    assert!(peer.wait(Some(Duration::from_secs(1))).unwrap());
+    assert!(peer.is_closed());
+    // Its store subtree is gone.
+    let e = w
+        .drv
+        .store_read(&format!("/local/domain/{g1}/device/vif/0/state"))
+        .err()
+        .unwrap();
+    assert_eq!(e.kind, ErrorKind::Store);
+    // The driver's old mapping of the dead guest's page stays safe to use and to unmap.
+    mapped_by_drv.write(0, b"still mapped").unwrap();
+    w.drv.unmap_grant(mapped_by_drv).unwrap();
+    // Grants of the dead domain are unusable.
+    assert_eq!(
+        w.drv.map_grant(g1, g_gref, false).err().unwrap().kind,
+        ErrorKind::BadDomain
+    );
+    healthy(&mut w);
+    assert_eq!(w.hv.status().counters.ops_of("domains_destroyed"), 1);
+}
