@@ -1,0 +1,77 @@
+//! Timing helpers: the TSC rate and order statistics.
+
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// TSC ticks per microsecond, measured against the monotonic clock.
+pub fn tsc_per_us() -> f64 {
+    let t0 = Instant::now();
+    let c0 = shm::rdtsc();
+    std::thread::sleep(Duration::from_millis(50));
+    let c1 = shm::rdtsc();
+    let dt = t0.elapsed();
+    (c1.wrapping_sub(c0)) as f64 / (dt.as_nanos() as f64 / 1000.0)
+}
+
+/// Summary of many samples of one cost, in cycles.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub name: String,
+    pub samples: usize,
+    pub median_cycles: f64,
+    pub p10_cycles: f64,
+    pub p90_cycles: f64,
+    pub median_us: f64,
+    pub p10_us: f64,
+    pub p90_us: f64,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// The median of `v` (NaN when empty).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    quantile(&s, 0.5)
+}
+
+impl Summary {
+    /// Summarizes cycle samples; `per_us` converts to microseconds.
+    pub fn of(name: &str, cycles: &[f64], per_us: f64) -> Summary {
+        let mut s = cycles.to_vec();
+        s.sort_by(f64::total_cmp);
+        let (m, p10, p90) = (quantile(&s, 0.5), quantile(&s, 0.1), quantile(&s, 0.9));
+        Summary {
+            name: name.to_string(),
+            samples: s.len(),
+            median_cycles: m,
+            p10_cycles: p10,
+            p90_cycles: p90,
+            median_us: m / per_us,
+            p10_us: p10 / per_us,
+            p90_us: p90 / per_us,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate() {
+        let s = Summary::of("x", &[5.0, 1.0, 3.0, 2.0, 4.0], 2.0);
+        assert_eq!(s.median_cycles, 3.0);
+        assert_eq!(s.median_us, 1.5);
+        assert!((s.p10_cycles - 1.4).abs() < 1e-9);
+        assert!((s.p90_cycles - 4.6).abs() < 1e-9);
+        assert!(median(&[]).is_nan());
+    }
+}

@@ -1,0 +1,249 @@
+//! up, down, exec, demo, and the daemon entry point.
+
+use anyhow::{anyhow, bail, Context, Result};
+use hv::daemon::{self, socket_path, DaemonConfig};
+use hv::host;
+use hv::topology::Topology;
+use hv::Toolstack;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn require_root() -> Result<()> {
+    let uid = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+    });
+    if uid.as_deref() != Some("0") {
+        bail!("splitnet needs root (network namespaces, veth, cgroups); run it with sudo");
+    }
+    Ok(())
+}
+
+fn log_tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// `splitnet up`.
+pub fn up(rd: &Path, config: Option<&Path>, timeout: u64) -> Result<()> {
+    require_root()?;
+    if Toolstack::connect(&socket_path(rd)).is_ok() {
+        bail!(
+            "splitnet is already up (hv at {}); run `splitnet down` first",
+            socket_path(rd).display()
+        );
+    }
+    let (topo, text) = match config {
+        Some(p) => {
+            let t = Topology::load(p)?;
+            (t, fs::read_to_string(p)?)
+        }
+        None => (
+            Topology::default_topology(),
+            hv::topology::DEFAULT_TOML.to_string(),
+        ),
+    };
+    if !host::our_netns().is_empty() {
+        eprintln!("splitnet: removing leftovers of an earlier run");
+        sweep(rd);
+    }
+    fs::create_dir_all(rd).with_context(|| format!("creating {}", rd.display()))?;
+    let topo_path = rd.join("topology.toml");
+    fs::write(&topo_path, text)?;
+    let log = fs::File::create(rd.join("hv.log"))?;
+    let exe = std::env::current_exe().context("locating the splitnet executable")?;
+    let mut child = Command::new(&exe)
+        .arg("--run-dir")
+        .arg(rd)
+        .arg("hv")
+        .arg("--config")
+        .arg(&topo_path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting hv")?;
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    let want: Vec<&str> = topo.domains.iter().map(|d| d.name.as_str()).collect();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            bail!(
+                "hv exited during start-up ({st}):\n{}",
+                log_tail(&rd.join("hv.log"), 20)
+            );
+        }
+        if let Ok(mut ts) = Toolstack::connect(&socket_path(rd)) {
+            if let Ok(s) = ts.status() {
+                let ready = want
+                    .iter()
+                    .all(|n| s.domains.iter().any(|d| d.name == *n && d.connected));
+                if ready {
+                    println!(
+                        "splitnet is up: topology {:?}, {} domains ({}){}; hv pid {}",
+                        topo.name,
+                        s.domains.len(),
+                        want.join(", "),
+                        topo.wire
+                            .as_ref()
+                            .map(|w| format!(", external host {}", w.name))
+                            .unwrap_or_default(),
+                        s.hv_pid
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = down(rd);
+            bail!(
+                "domains did not connect within {timeout} s:\n{}",
+                log_tail(&rd.join("hv.log"), 20)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+/// Removes everything splitnet may have left: processes in its cgroups,
+/// namespaces (with their interfaces), the socket and pid file.
+fn sweep(rd: &Path) {
+    host::sweep_cgroups(&host::CgroupLayout::detect());
+    for ns in host::our_netns() {
+        host::netns_del(&ns);
+    }
+    let _ = fs::remove_file(socket_path(rd));
+    let _ = fs::remove_file(rd.join("hv.pid"));
+}
+
+fn hv_pid(rd: &Path) -> Option<i32> {
+    fs::read_to_string(rd.join("hv.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `splitnet down`.
+pub fn down(rd: &Path) -> Result<()> {
+    require_root()?;
+    let pid = hv_pid(rd);
+    let mut was_up = false;
+    if let Ok(mut ts) = Toolstack::connect(&socket_path(rd)) {
+        was_up = true;
+        ts.shutdown()
+            .map_err(|e| anyhow!("asking hv to shut down: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while pid.is_some_and(host::pid_alive) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if let Some(p) = pid.filter(|p| host::pid_alive(*p)) {
+        was_up = true;
+        eprintln!("splitnet: hv (pid {p}) did not stop; killing it");
+        let _ = shm::kill(p, 9);
+    }
+    let leftovers = host::our_netns();
+    sweep(rd);
+    if was_up || !leftovers.is_empty() {
+        println!("splitnet is down");
+    } else {
+        println!("splitnet was not running");
+    }
+    Ok(())
+}
+
+/// `splitnet exec DOMAIN -- CMD...`; returns the command's exit code.
+pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<i32> {
+    require_root()?;
+    let ns = host::netns_name(domain);
+    let known = host::our_netns();
+    if !known.contains(&ns) {
+        let names: Vec<&str> = known
+            .iter()
+            .map(|n| n.trim_start_matches(host::PREFIX))
+            .collect();
+        if names.is_empty() {
+            bail!("no domain named {domain:?}: splitnet is not up (run `splitnet up`)");
+        }
+        bail!(
+            "no domain or host named {domain:?}; known: {}",
+            names.join(", ")
+        );
+    }
+    let status = Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .args(cmd)
+        .status()
+        .with_context(|| format!("running {:?} in {domain}", cmd[0]))?;
+    Ok(status.code().unwrap_or(128 + 9))
+}
+
+/// `splitnet hv`: the daemon in the foreground.
+pub fn run_hv(rd: &Path, config: &Path) -> Result<()> {
+    require_root()?;
+    let topology = Topology::load(config)?;
+    let exe = std::env::current_exe()?;
+    daemon::run(DaemonConfig {
+        topology,
+        run_dir: rd.to_path_buf(),
+        exe,
+    })
+    .map_err(|e| anyhow!(e))
+}
+
+fn step(n: u32, what: &str) {
+    println!("\n== {n}. {what}");
+}
+
+fn show(cmd: &[&str]) -> Result<()> {
+    println!("$ {}", cmd.join(" "));
+    let st = Command::new(cmd[0]).args(&cmd[1..]).status()?;
+    if !st.success() {
+        bail!("`{}` failed ({st})", cmd.join(" "));
+    }
+    Ok(())
+}
+
+/// `splitnet demo`: the main job.
+pub fn demo(rd: &Path) -> Result<()> {
+    require_root()?;
+    let exe = std::env::current_exe()?;
+    let exe = exe
+        .to_str()
+        .ok_or_else(|| anyhow!("executable path is not UTF-8"))?;
+    let rd_s = rd.to_str().ok_or_else(|| anyhow!("run dir is not UTF-8"))?;
+    let sn = |args: &[&str]| -> Vec<String> {
+        let mut v = vec![exe.to_string(), "--run-dir".into(), rd_s.into()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |args: &[&str]| -> Result<()> {
+        let v = sn(args);
+        let r: Vec<&str> = v.iter().map(String::as_str).collect();
+        show(&r)
+    };
+    println!("splitnet demo: the default topology (driver domain drv, guests guest1 and guest2, external host wire)");
+    step(1, "bring up hv and the domains");
+    run(&["up"])?;
+    let result = (|| -> Result<()> {
+        step(2, "what is running");
+        run(&["status"])?;
+        step(3, "inside the domains");
+        run(&["exec", "guest1", "--", "ip", "-br", "link"])?;
+        run(&["exec", "drv", "--", "ip", "-br", "link"])?;
+        run(&["exec", "wire", "--", "ip", "-br", "addr"])?;
+        step(4, "cost of the hypervisor primitives (bench hv --quick)");
+        run(&["bench", "hv", "--quick"])?;
+        Ok(())
+    })();
+    step(5, "tear down");
+    run(&["down"])?;
+    result
+}

@@ -1,0 +1,138 @@
+//! `splitnet`: Xen's driver-domain network architecture on an ordinary Linux host.
+#![deny(unsafe_code)]
+
+mod domain;
+mod lifecycle;
+mod status;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "splitnet",
+    version,
+    about = "Xen's driver-domain network architecture, rebuilt with processes, namespaces and shared memory",
+    long_about = "splitnet runs Xen's split-driver network architecture on an ordinary Linux host.\n\
+        Domains are processes in their own network namespaces, supervised by the `hv` daemon \
+        (the hypervisor's role): a driver domain owns a real interface, guests run unmodified \
+        applications, and shared-memory rings, grant tables and event channels connect them.\n\n\
+        Everything needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)."
+)]
+struct Cli {
+    /// Directory for hv's socket, pid file and logs.
+    #[arg(long, global = true, default_value = hv::daemon::DEFAULT_RUN_DIR, env = "SPLITNET_RUN_DIR")]
+    run_dir: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start hv and every domain of a topology; returns when all are connected.
+    Up {
+        /// Topology file (TOML). Without it, the embedded default: driver
+        /// domain `drv`, guests `guest1` and `guest2`, external host `wire`.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Seconds to wait for every domain to connect.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
+    /// Show domains, namespaces, addresses, ports and counters.
+    Status {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command in a domain's (or the wire host's) network namespace.
+    Exec {
+        /// Domain name, e.g. guest1, drv or wire.
+        domain: String,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Stop everything; leaves no namespace, process, interface or shared memory behind.
+    Down,
+    /// The main job: bring up the default topology, show it working, tear it down.
+    Demo,
+    /// Run a benchmark suite.
+    Bench {
+        /// Which suite.
+        suite: Suite,
+        /// Fewer samples, for a quick look.
+        #[arg(long)]
+        quick: bool,
+        /// Samples per measurement (default 2000, or 200 with --quick).
+        #[arg(long)]
+        iterations: Option<usize>,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Run the hypervisor daemon in the foreground (`up` starts it for you).
+    #[command(hide = true)]
+    Hv {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// A domain's process (started by hv inside the domain's namespace).
+    #[command(hide = true)]
+    Domain,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Suite {
+    /// Costs of hv primitives: event channels, hypercalls, grant copy, grant map.
+    Hv,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    // The daemon and domains are long-lived: drop descriptors leaked to us.
+    match cli.cmd {
+        Cmd::Hv { .. } => shm::close_inherited_fds(&[]),
+        Cmd::Domain => domain::close_stray_fds(),
+        _ => {}
+    }
+    if let Err(e) = run(cli) {
+        eprintln!("splitnet: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let rd = cli.run_dir;
+    match cli.cmd {
+        Cmd::Up { config, timeout } => lifecycle::up(&rd, config.as_deref(), timeout),
+        Cmd::Status { json } => status::show(&rd, json),
+        Cmd::Exec { domain, cmd } => {
+            let code = lifecycle::exec(&rd, &domain, &cmd)?;
+            std::process::exit(code);
+        }
+        Cmd::Down => lifecycle::down(&rd),
+        Cmd::Demo => lifecycle::demo(&rd),
+        Cmd::Bench {
+            suite: Suite::Hv,
+            quick,
+            iterations,
+            json,
+        } => {
+            let n = iterations.unwrap_or(if quick { 200 } else { 2000 });
+            let report = bench::hv::run(&bench::hv::HvBenchOptions {
+                iterations: n,
+                progress: true,
+            })?;
+            println!("{}", report.table());
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
+                eprintln!("wrote {}", p.display());
+            }
+            Ok(())
+        }
+        Cmd::Hv { config } => lifecycle::run_hv(&rd, &config),
+        Cmd::Domain => domain::main(),
+    }
+}
