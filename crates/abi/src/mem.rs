@@ -65,29 +65,41 @@ pub trait SharedMemory {
     }
 }
 
-impl<M: SharedMemory + ?Sized> SharedMemory for &M {
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
-        (**self).read_bytes(off, dst)
-    }
-    fn write_bytes(&self, off: usize, src: &[u8]) {
-        (**self).write_bytes(off, src)
-    }
-    fn load_u32(&self, off: usize) -> u32 {
-        (**self).load_u32(off)
-    }
-    fn store_u32(&self, off: usize, v: u32) {
-        (**self).store_u32(off, v)
-    }
-    fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
-        (**self).cmpxchg_u16(off, old, new)
-    }
-    fn load_u16(&self, off: usize) -> u16 {
-        (**self).load_u16(off)
-    }
+/// Forwards every method of [`SharedMemory`] through a pointer type, so
+/// `&M` and `Arc<M>` (one region used by both ends of a ring on different
+/// threads) work wherever `M` does.
+macro_rules! forward_shared_memory {
+    ($($ptr:ty),*) => {$(
+        impl<M: SharedMemory + ?Sized> SharedMemory for $ptr {
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+                (**self).read_bytes(off, dst)
+            }
+            fn write_bytes(&self, off: usize, src: &[u8]) {
+                (**self).write_bytes(off, src)
+            }
+            fn fill(&self, off: usize, len: usize, byte: u8) {
+                (**self).fill(off, len, byte)
+            }
+            fn load_u32(&self, off: usize) -> u32 {
+                (**self).load_u32(off)
+            }
+            fn store_u32(&self, off: usize, v: u32) {
+                (**self).store_u32(off, v)
+            }
+            fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
+                (**self).cmpxchg_u16(off, old, new)
+            }
+            fn load_u16(&self, off: usize) -> u16 {
+                (**self).load_u16(off)
+            }
+        }
+    )*};
 }
+
+forward_shared_memory!(&M, std::sync::Arc<M>);
 
 /// Process-local memory with the same semantics, for tests and in-process peers.
 /// Built from atomic words, so it needs no `unsafe`.

@@ -383,6 +383,8 @@ pub struct BackRing<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> {
     req_cons: RingIdx,
     /// Validated `req_prod` snapshot: requests up to here may be read.
     req_limit: RingIdx,
+    /// How often the front end's `req_prod` was found out of bounds.
+    overflows: u64,
     _entries: PhantomData<fn() -> (Req, Rsp)>,
 }
 
@@ -399,6 +401,7 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
             rsp_prod: start,
             req_cons: start,
             req_limit: start,
+            overflows: 0,
             _entries: PhantomData,
         })
     }
@@ -423,6 +426,11 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
     pub fn pending_responses(&self) -> u32 {
         self.req_cons.wrapping_sub(self.rsp_prod_pvt)
     }
+    /// How many times `req_prod` was found out of bounds (a hostile or broken
+    /// front end); the owner decides when to disconnect.
+    pub fn overflows(&self) -> u64 {
+        self.overflows
+    }
 
     /// Requests published but not consumed. Reads `req_prod` once and never
     /// trusts it: more than the ring size ahead of `req_cons`, or more than the
@@ -434,6 +442,7 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
         // producer beyond either bound is broken or hostile.
         let room = self.geo.size - self.pending_responses();
         if avail > self.geo.size || avail > room {
+            self.overflows += 1;
             return Err(Error::Overflow {
                 prod,
                 cons: self.req_cons,
@@ -661,9 +670,11 @@ mod tests {
         // Producer index going backwards is just as bad.
         m.store_u32(layout::REQ_PROD, start.wrapping_sub(1));
         assert!(b.unconsumed_requests().is_err());
+        assert_eq!(b.overflows(), 4, "each refusal is counted");
         // Exactly a full ring is fine.
         m.store_u32(layout::REQ_PROD, start.wrapping_add(256));
         assert_eq!(b.unconsumed_requests().unwrap(), 256);
+        assert_eq!(b.overflows(), 4);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! Two in-process domains talk to a real `Hypervisor` over its real sockets,
 //! eventfds and shared memory; no namespaces are needed.
 
+use crate::chart::{self, Bar};
 use crate::stats::{tsc_per_us, Summary};
+
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::SharedMemory;
 use anyhow::{anyhow, Result};
@@ -15,8 +17,10 @@ use std::time::Duration;
 /// Options for the suite.
 #[derive(Debug, Clone)]
 pub struct HvBenchOptions {
-    /// Samples per primitive.
+    /// Samples per primitive in each run.
     pub iterations: usize,
+    /// Independent runs, each with a fresh hv and fresh domains.
+    pub runs: usize,
     /// Progress lines on stderr.
     pub progress: bool,
 }
@@ -27,6 +31,7 @@ pub struct HvBenchReport {
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub iterations: usize,
+    pub runs: usize,
     pub results: Vec<Summary>,
 }
 
@@ -34,19 +39,44 @@ impl HvBenchReport {
     /// A Markdown table.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| primitive | median µs | median cycles | p10–p90 µs |\n|---|---:|---:|---:|\n",
+            "| primitive | median µs | median cycles | p10–p90 µs | median of each run, µs |\n\
+             |---|---:|---:|---:|---|\n",
         );
         for r in &self.results {
+            let runs: Vec<String> = r.run_medians_us.iter().map(|m| format!("{m:.2}")).collect();
             s += &format!(
-                "| {} | {:.2} | {:.0} | {:.2}–{:.2} |\n",
-                r.name, r.median_us, r.median_cycles, r.p10_us, r.p90_us
+                "| {} | {:.2} | {:.0} | {:.2}–{:.2} | {} |\n",
+                r.name,
+                r.median_us,
+                r.median_cycles,
+                r.p10_us,
+                r.p90_us,
+                runs.join(", ")
             );
         }
         s += &format!(
-            "\nTSC {:.0} MHz, {} samples each.\n",
-            self.tsc_mhz, self.iterations
+            "\nTSC {:.0} MHz; {} runs of {} samples each, pooled.\n",
+            self.tsc_mhz, self.runs, self.iterations
         );
         s
+    }
+
+    /// A bar chart of the medians with p10–p90 whiskers.
+    pub fn svg(&self) -> String {
+        let bars: Vec<Bar> = self
+            .results
+            .iter()
+            .map(|r| Bar {
+                label: r.name.clone(),
+                value: r.median_us,
+                range: Some((r.p10_us, r.p90_us)),
+            })
+            .collect();
+        chart::bars(
+            "splitnet bench hv: cost of hypervisor primitives",
+            "µs",
+            &bars,
+        )
     }
 }
 
@@ -70,6 +100,36 @@ fn timed(n: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
 /// Runs the suite.
 pub fn run(opts: &HvBenchOptions) -> Result<HvBenchReport> {
     let per_us = tsc_per_us();
+    let mut names: Vec<&'static str> = Vec::new();
+    let mut samples: Vec<Vec<Vec<f64>>> = Vec::new();
+    for i in 0..opts.runs.max(1) {
+        if opts.progress {
+            eprintln!("bench hv: run {}/{}", i + 1, opts.runs.max(1));
+        }
+        for (k, (name, v)) in run_once(opts)?.into_iter().enumerate() {
+            if names.len() <= k {
+                names.push(name);
+                samples.push(Vec::new());
+            }
+            samples[k].push(v);
+        }
+    }
+    let results = names
+        .iter()
+        .zip(&samples)
+        .map(|(n, runs)| Summary::of_runs(n, runs, per_us))
+        .collect();
+    Ok(HvBenchReport {
+        suite: "hv",
+        tsc_mhz: per_us,
+        iterations: opts.iterations,
+        runs: opts.runs.max(1),
+        results,
+    })
+}
+
+/// One run: a fresh hv with two domains; cycle samples per primitive.
+fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
     let hv = Hypervisor::new();
     let mem = MemorySpec {
         pool_frames: 256,
@@ -93,7 +153,7 @@ pub fn run(opts: &HvBenchOptions) -> Result<HvBenchReport> {
     let mut results = Vec::new();
     let say = |what: &str| {
         if opts.progress {
-            eprintln!("bench hv: {what} ({n} samples)");
+            eprintln!("bench hv:   {what} ({n} samples)");
         }
     };
 
@@ -129,21 +189,16 @@ pub fn run(opts: &HvBenchOptions) -> Result<HvBenchReport> {
         Ok(())
     })?;
     let one_way: Vec<f64> = rtt.iter().map(|c| c / 2.0).collect();
-    results.push(Summary::of(
+    results.push((
         "event-channel notify + wake-up (one way, half a ping-pong)",
-        &one_way,
-        per_us,
+        one_way,
     ));
     guest.evtchn_close(ch_g).map_err(|e| anyhow!("{e}"))?;
     echo.join().map_err(|_| anyhow!("echo thread panicked"))??;
 
     say("control hypercall round trip");
     let v = timed(n, || guest.nop().map_err(|e| anyhow!("{e}")))?;
-    results.push(Summary::of(
-        "control hypercall round trip (nop)",
-        &v,
-        per_us,
-    ));
+    results.push(("control hypercall round trip (nop)", v));
 
     say("grant copies");
     let mut ops = Vec::with_capacity(BATCH);
@@ -180,19 +235,11 @@ pub fn run(opts: &HvBenchOptions) -> Result<HvBenchReport> {
     let v = timed(n, || {
         check(drv.grant_copy_batch(&ops).map_err(|e| anyhow!("{e}"))?)
     })?;
-    results.push(Summary::of(
-        "64 grant copies of 1514 B, shared-memory batch",
-        &v,
-        per_us,
-    ));
+    results.push(("64 grant copies of 1514 B, shared-memory batch", v));
     let v = timed(n, || {
         check(drv.grant_copy(&ops).map_err(|e| anyhow!("{e}"))?)
     })?;
-    results.push(Summary::of(
-        "64 grant copies of 1514 B, control socket",
-        &v,
-        per_us,
-    ));
+    results.push(("64 grant copies of 1514 B, control socket", v));
     let mut b = [0u8; 4];
     drv.pool().read_bytes(63 * 4096, &mut b);
     if b != [63; 4] {
@@ -210,19 +257,10 @@ pub fn run(opts: &HvBenchOptions) -> Result<HvBenchReport> {
             .map_err(|e| anyhow!("{e}"))?;
         drv.unmap_grant(m).map_err(|e| anyhow!("{e}"))
     })?;
-    results.push(Summary::of(
-        "grant map + unmap (one 4 KiB frame)",
-        &v,
-        per_us,
-    ));
+    results.push(("grant map + unmap (one 4 KiB frame)", v));
 
     drop(guest);
     drop(drv);
     hv.shutdown();
-    Ok(HvBenchReport {
-        suite: "hv",
-        tsc_mhz: per_us,
-        iterations: n,
-        results,
-    })
+    Ok(results)
 }

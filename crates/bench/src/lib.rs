@@ -3,5 +3,6 @@
 //! microseconds (the machine has no hardware counters; DESIGN.md "Measuring").
 #![deny(unsafe_code)]
 
+pub mod chart;
 pub mod hv;
 pub mod stats;

@@ -24,6 +24,9 @@ pub struct Summary {
     pub median_us: f64,
     pub p10_us: f64,
     pub p90_us: f64,
+    /// The median of each run separately, in µs (shows run-to-run spread,
+    /// e.g. from where the scheduler placed the two ends).
+    pub run_medians_us: Vec<f64>,
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -57,7 +60,16 @@ impl Summary {
             median_us: m / per_us,
             p10_us: p10 / per_us,
             p90_us: p90 / per_us,
+            run_medians_us: Vec::new(),
         }
+    }
+
+    /// Pools several runs' samples; keeps each run's median too.
+    pub fn of_runs(name: &str, runs: &[Vec<f64>], per_us: f64) -> Summary {
+        let pooled: Vec<f64> = runs.iter().flatten().copied().collect();
+        let mut s = Summary::of(name, &pooled, per_us);
+        s.run_medians_us = runs.iter().map(|r| median(r) / per_us).collect();
+        s
     }
 }
 
@@ -73,5 +85,9 @@ mod tests {
         assert!((s.p10_cycles - 1.4).abs() < 1e-9);
         assert!((s.p90_cycles - 4.6).abs() < 1e-9);
         assert!(median(&[]).is_nan());
+        let r = Summary::of_runs("y", &[vec![1.0, 3.0], vec![10.0]], 1.0);
+        assert_eq!(r.samples, 3);
+        assert_eq!(r.median_cycles, 3.0);
+        assert_eq!(r.run_medians_us, vec![2.0, 10.0]);
     }
 }

@@ -65,12 +65,18 @@ enum Cmd {
         /// Fewer samples, for a quick look.
         #[arg(long)]
         quick: bool,
-        /// Samples per measurement (default 2000, or 200 with --quick).
+        /// Samples per measurement in each run (default 2000, or 200 with --quick).
         #[arg(long)]
         iterations: Option<usize>,
+        /// Independent runs, each from a fresh start (default 3, or 1 with --quick).
+        #[arg(long)]
+        runs: Option<usize>,
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also write a bar chart as SVG to this file.
+        #[arg(long)]
+        svg: Option<PathBuf>,
     },
     /// Run the hypervisor daemon in the foreground (`up` starts it for you).
     #[command(hide = true)]
@@ -103,6 +109,17 @@ fn main() {
     }
 }
 
+/// Writes an output file, creating its folder; errors name the file.
+fn write_file(path: &std::path::Path, text: &str) -> Result<()> {
+    use anyhow::Context;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<()> {
     let rd = cli.run_dir;
     match cli.cmd {
@@ -118,17 +135,24 @@ fn run(cli: Cli) -> Result<()> {
             suite: Suite::Hv,
             quick,
             iterations,
+            runs,
             json,
+            svg,
         } => {
-            let n = iterations.unwrap_or(if quick { 200 } else { 2000 });
-            let report = bench::hv::run(&bench::hv::HvBenchOptions {
-                iterations: n,
+            let iterations = iterations.unwrap_or(if quick { 200 } else { 2000 });
+            let runs = runs.unwrap_or(if quick { 1 } else { 3 });
+            let opts = bench::hv::HvBenchOptions {
+                iterations,
+                runs,
                 progress: true,
-            })?;
+            };
+            let report = bench::hv::run(&opts)?;
             println!("{}", report.table());
             if let Some(p) = json {
-                std::fs::write(&p, serde_json::to_string_pretty(&report)?)?;
-                eprintln!("wrote {}", p.display());
+                write_file(&p, &serde_json::to_string_pretty(&report)?)?;
+            }
+            if let Some(p) = svg {
+                write_file(&p, &report.svg())?;
             }
             Ok(())
         }

@@ -130,8 +130,19 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         "DOMAIN", "ID", "KIND", "PID", "NAMESPACE", "CONN", "MEMORY"
     );
     let empty = Vec::new();
-    for d in v["domains"].as_array().unwrap_or(&empty) {
-        let mib = d["memory_frames"].as_u64().unwrap_or(0) * 4096 / (1 << 20);
+    let domains = v["domains"].as_array().unwrap_or(&empty);
+    let hosts = v["hosts"].as_array().unwrap_or(&empty);
+    for d in domains.iter().chain(hosts) {
+        let text = |k: &str| match &d[k] {
+            Value::Null => "-".to_string(),
+            Value::String(s) => s.clone(),
+            Value::Bool(b) => if *b { "yes" } else { "no" }.to_string(),
+            other => other.to_string(),
+        };
+        let memory = match d["memory_frames"].as_u64() {
+            Some(f) => format!("{} MiB", f * 4096 / (1 << 20)),
+            None => "-".into(),
+        };
         let addrs: Vec<&str> = d["addresses"]
             .as_array()
             .unwrap_or(&empty)
@@ -139,38 +150,19 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
             .filter_map(Value::as_str)
             .collect();
         println!(
-            "{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>4} MiB  {}",
-            d["name"].as_str().unwrap_or("?"),
-            d["id"].to_string(),
-            d["kind"].as_str().unwrap_or("?"),
-            d["pid"].to_string(),
-            d["netns"].as_str().unwrap_or("-"),
-            if d["connected"] == true { "yes" } else { "no" },
-            mib,
+            "{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>8}  {}",
+            text("name"),
+            text("id"),
+            text("kind"),
+            text("pid"),
+            text("netns"),
+            text("connected"),
+            memory,
             if addrs.is_empty() {
                 "-".to_string()
             } else {
                 addrs.join(" ")
             }
-        );
-    }
-    for h in v["hosts"].as_array().unwrap_or(&empty) {
-        let addrs: Vec<&str> = h["addresses"]
-            .as_array()
-            .unwrap_or(&empty)
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
-        println!(
-            "{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>8}  {}",
-            h["name"].as_str().unwrap_or("?"),
-            "-",
-            "wire",
-            "-",
-            h["netns"].as_str().unwrap_or("-"),
-            "-",
-            "-",
-            addrs.join(" ")
         );
     }
     println!("\nPORTS");

@@ -87,10 +87,25 @@ struct State {
     stopped: bool,
 }
 
+impl State {
+    /// Drops the pin a grant mapping held.
+    fn unpin(&mut self, m: &MapRecord) {
+        grant::release(
+            &mut self.pins,
+            self.doms.memory(m.granter),
+            m.granter,
+            m.gref,
+            m.writable,
+        );
+    }
+}
+
 /// The hypervisor. Shared by its serving threads through an `Arc`.
 pub struct Hypervisor {
     state: Mutex<State>,
     done: Condvar,
+    /// Log domain lifecycle events on stderr (the daemon does; benches don't).
+    verbose: std::sync::atomic::AtomicBool,
 }
 
 type Outcome = (Response, Vec<OwnedFd>);
@@ -124,7 +139,19 @@ impl Hypervisor {
                 stopped: false,
             }),
             done: Condvar::new(),
+            verbose: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Turns lifecycle logging on stderr on or off.
+    pub fn set_verbose(&self, on: bool) {
+        self.verbose.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn log(&self, msg: std::fmt::Arguments<'_>) {
+        if self.verbose.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("hv: {msg}");
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -263,13 +290,7 @@ impl Hypervisor {
             };
             let st = &mut *st;
             for (_, m) in d.maps.drain() {
-                grant::release(
-                    &mut st.pins,
-                    st.doms.memory(m.granter),
-                    m.granter,
-                    m.gref,
-                    m.writable,
-                );
+                st.unpin(&m);
             }
             st.pins.retain(|(granter, _), _| *granter != domid);
             for (_, chan) in std::mem::take(&mut d.ports) {
@@ -284,7 +305,10 @@ impl Hypervisor {
             if let Some(w) = &d.watch_tx {
                 w.shutdown();
             }
-            eprintln!("hv: domain {domid} ({}) destroyed: {reason}", d.name);
+            self.log(format_args!(
+                "domain {domid} ({}) destroyed: {reason}",
+                d.name
+            ));
             d.teardown.take()
         };
         if let Some(t) = teardown {
@@ -485,7 +509,7 @@ impl Hypervisor {
             match batch::read_batch(page, BATCH_PAGES) {
                 Err((seq, msg)) => {
                     self.count_error(domid, ErrorKind::Invalid);
-                    eprintln!("hv: domain {domid}: {msg}");
+                    self.log(format_args!("domain {domid}: {msg}"));
                     batch::complete(page, seq, -libc::EINVAL, &[]);
                 }
                 Ok(mut sub) => {
@@ -826,13 +850,7 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 );
             };
             d.mapped.remove(&(m.granter, m.gref));
-            grant::release(
-                &mut st.pins,
-                st.doms.memory(m.granter),
-                m.granter,
-                m.gref,
-                m.writable,
-            );
+            st.unpin(&m);
             Ok(ok(Reply::Done))
         }
         Request::GrantTransfer { frame, dest, gref } => {

@@ -55,6 +55,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
 
     let hv = Hypervisor::new();
+    hv.set_verbose(true);
     hv.set_info("topology", &cfg.topology.name);
     let layout = CgroupLayout::detect();
     let result = build(&hv, &cfg, &layout);

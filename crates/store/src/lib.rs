@@ -18,9 +18,9 @@ mod counters;
 mod error;
 mod path;
 mod perms;
-mod state;
 mod store;
 
+pub use abi::xenbus::XenbusState;
 pub use counters::{Counter, CountersSnapshot, StoreCounters};
 pub use error::StoreError;
 pub use path::{
@@ -28,7 +28,6 @@ pub use path::{
     XENSTORE_PAYLOAD_MAX, XENSTORE_REL_PATH_MAX,
 };
 pub use perms::{Perm, Perms};
-pub use state::XenbusState;
 pub use store::{SnapshotEntry, Store, StoreLimits, WatchEvent};
 
 /// A domain id. Domain 0 is the privileged toolstack/hypervisor domain.

@@ -4,13 +4,7 @@
 use crate::error::{shown, StoreError};
 use crate::DomId;
 
-/// Largest value, and largest request payload, xenstore accepts
-/// (`XENSTORE_PAYLOAD_MAX` in `io/xs_wire.h`).
-pub const XENSTORE_PAYLOAD_MAX: usize = 4096;
-/// Longest absolute path (`XENSTORE_ABS_PATH_MAX`).
-pub const XENSTORE_ABS_PATH_MAX: usize = 3072;
-/// Longest relative path (`XENSTORE_REL_PATH_MAX`).
-pub const XENSTORE_REL_PATH_MAX: usize = 2048;
+pub use abi::xenbus::{XENSTORE_ABS_PATH_MAX, XENSTORE_PAYLOAD_MAX, XENSTORE_REL_PATH_MAX};
 
 /// Watch path that fires when a domain is introduced.
 pub const INTRODUCE_DOMAIN: &str = "@introduceDomain";
@@ -55,26 +49,6 @@ impl SpecialPath {
     }
 }
 
-fn valid_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '/' | '_' | '@')
-}
-
-fn syntax_error(path: &str) -> Option<String> {
-    if path.is_empty() {
-        return Some("the path is empty".into());
-    }
-    if let Some(c) = path.chars().find(|&c| !valid_char(c)) {
-        return Some(format!("it contains {c:?}"));
-    }
-    if path.contains("//") {
-        return Some("it has an empty component ('//')".into());
-    }
-    if path.len() > 1 && path.ends_with('/') {
-        return Some("it ends with '/'".into());
-    }
-    None
-}
-
 fn invalid(caller: DomId, path: &str, reason: String) -> StoreError {
     StoreError::InvalidPath {
         caller,
@@ -87,23 +61,12 @@ fn invalid(caller: DomId, path: &str, reason: String) -> StoreError {
 /// path: absolute paths stay as they are, relative ones are taken from the
 /// caller's home, `/local/domain/<caller>`.
 pub(crate) fn canonicalize(caller: DomId, path: &str) -> Result<String, StoreError> {
-    // Check the length first so a huge path costs nothing more.
-    let (max, kind) = if path.starts_with('/') {
-        (XENSTORE_ABS_PATH_MAX, "absolute")
-    } else {
-        (XENSTORE_REL_PATH_MAX, "relative")
-    };
-    if path.len() > max {
-        return Err(invalid(
-            caller,
-            path,
-            format!(
-                "it is {} bytes, over the {max}-byte limit for {kind} paths",
-                path.len()
-            ),
-        ));
-    }
-    if let Some(reason) = syntax_error(path) {
+    // Length, characters and shape are Xen's rules (abi::xenbus).
+    if let Err(e) = abi::xenbus::validate_path(path) {
+        let reason = match e {
+            abi::Error::BadPath { reason, .. } => reason,
+            other => other.to_string(),
+        };
         return Err(invalid(caller, path, reason));
     }
     if path.starts_with('/') {

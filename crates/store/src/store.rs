@@ -10,8 +10,8 @@ use crate::counters::StoreCounters;
 use crate::error::{shown, StoreError};
 use crate::path::{basename, canonicalize, home_path, is_within, join, parent, SpecialPath};
 use crate::perms::{Perm, Perms};
-use crate::state::XenbusState;
 use crate::{ConnId, DomId, DOM0, XENSTORE_PAYLOAD_MAX};
+use abi::xenbus::XenbusState;
 
 /// Bounds that keep one hostile guest from exhausting the daemon. Dom0 is
 /// exempt from all of them (it is still held to `XENSTORE_PAYLOAD_MAX`).
