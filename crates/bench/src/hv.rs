@@ -90,9 +90,9 @@ fn timed(n: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
     }
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
-        let t0 = shm::rdtsc();
+        let t0 = sys::rdtsc();
         f()?;
-        v.push(shm::rdtsc().wrapping_sub(t0) as f64);
+        v.push(sys::rdtsc().wrapping_sub(t0) as f64);
     }
     Ok(v)
 }

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 /// TSC ticks per microsecond, measured against the monotonic clock.
 pub fn tsc_per_us() -> f64 {
     let t0 = Instant::now();
-    let c0 = shm::rdtsc();
+    let c0 = sys::rdtsc();
     std::thread::sleep(Duration::from_millis(50));
-    let c1 = shm::rdtsc();
+    let c1 = sys::rdtsc();
     let dt = t0.elapsed();
     (c1.wrapping_sub(c0)) as f64 / (dt.as_nanos() as f64 / 1000.0)
 }

@@ -14,7 +14,7 @@ pub fn close_stray_fds() {
         .and_then(|v| v.parse().ok())
         .into_iter()
         .collect();
-    shm::close_inherited_fds(&keep);
+    sys::close_inherited_fds(&keep);
 }
 
 pub fn main() -> Result<()> {
@@ -22,9 +22,9 @@ pub fn main() -> Result<()> {
         .context("`splitnet domain` is started by hv, not by hand")?
         .parse()
         .context("bad descriptor number")?;
-    let fd = shm::take_inherited_fd(fd).context("inherited hv socket")?;
+    let fd = sys::take_inherited_fd(fd).context("inherited hv socket")?;
     let mut hv =
-        HvClient::connect(shm::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("hello: {e}"))?;
+        HvClient::connect(sys::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("hello: {e}"))?;
     let id = hv.domid();
     let home = format!("/local/domain/{id}");
     hv.store_write(&format!("{home}/pid"), &std::process::id().to_string())

@@ -147,7 +147,7 @@ pub fn down(rd: &Path) -> Result<()> {
     if let Some(p) = pid.filter(|p| host::pid_alive(*p)) {
         was_up = true;
         eprintln!("splitnet: hv (pid {p}) did not stop; killing it");
-        let _ = shm::kill(p, 9);
+        let _ = sys::kill(p, 9);
     }
     let leftovers = host::our_netns();
     sweep(rd);

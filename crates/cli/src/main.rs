@@ -99,7 +99,7 @@ fn main() {
     let cli = Cli::parse();
     // The daemon and domains are long-lived: drop descriptors leaked to us.
     match cli.cmd {
-        Cmd::Hv { .. } => shm::close_inherited_fds(&[]),
+        Cmd::Hv { .. } => sys::close_inherited_fds(&[]),
         Cmd::Domain => domain::close_stray_fds(),
         _ => {}
     }

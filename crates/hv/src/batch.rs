@@ -6,7 +6,7 @@
 
 use abi::grant::GrantCopy;
 use abi::SharedMemory;
-use shm::PAGE_SIZE;
+use sys::PAGE_SIZE;
 
 /// Sequence number the domain bumps to submit.
 pub const SEQ_OFF: usize = 0;

@@ -11,12 +11,12 @@ use abi::grant::{
     GTF_TRANSFER_COMPLETED, GTF_WRITING,
 };
 use abi::SharedMemory;
-use shm::{EventFd, Mapping, SeqPacket, PAGE_SIZE};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use sys::{EventFd, Mapping, SeqPacket, PAGE_SIZE};
 
 fn io<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
     r.map_err(|e| HvError::internal(what, e))
@@ -238,7 +238,7 @@ impl HvClient {
     pub fn next_watch(&mut self, timeout: Duration) -> HvResult<Option<WatchFired>> {
         let ready = io(
             "poll",
-            shm::poll_readable(&[self.watch.as_fd()], Some(timeout)),
+            sys::poll_readable(&[self.watch.as_fd()], Some(timeout)),
         )?;
         if !ready[0] {
             return Ok(None);

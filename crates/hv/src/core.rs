@@ -14,11 +14,11 @@ use crate::proto::{
 };
 use crate::status::{Counters, DomainStatus, SystemStatus};
 use abi::SharedMemory;
-use shm::{poll_readable, EventFd, SeqPacket};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use store::Store;
+use sys::{poll_readable, EventFd, SeqPacket};
 
 /// Highest domain id hv hands out (Xen reserves ids from DOMID_FIRST_RESERVED 0x7FF0).
 const MAX_DOMID: DomId = 0x7fef;

@@ -5,13 +5,13 @@ use crate::core::{DomainSpec, Hypervisor};
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::memory::MemorySpec;
 use crate::topology::Topology;
-use shm::{SeqPacket, SeqPacketListener};
 use std::fs;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+use sys::{SeqPacket, SeqPacketListener};
 
 /// Where hv keeps its socket, pid file and logs by default.
 pub const DEFAULT_RUN_DIR: &str = "/run/splitnet";
@@ -151,7 +151,7 @@ fn launch(
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
     let child = {
         let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        shm::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
+        sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&sock.as_fd());
         let r = Command::new("ip")
             .args(["netns", "exec", &ns])

@@ -10,8 +10,8 @@
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::proto::{DomId, Port};
 use abi::SharedMemory;
-use shm::{EventFd, Mapping, Memfd, PAGE_SIZE};
 use std::os::fd::AsFd;
+use sys::{EventFd, Mapping, Memfd, PAGE_SIZE};
 
 /// Byte offset of end `e`'s pending word.
 pub fn pending_off(end: u8) -> usize {

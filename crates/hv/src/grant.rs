@@ -15,8 +15,8 @@ use abi::grant::{
     GTF_WRITING,
 };
 use abi::SharedMemory;
-use shm::{Mapping, PAGE_SIZE};
 use std::collections::HashMap;
+use sys::{Mapping, PAGE_SIZE};
 
 /// Size of one v1 grant entry.
 const ENTRY: usize = 8;

@@ -219,7 +219,7 @@ impl Cgroup {
 pub fn signal_all(pids: &[i32], sig: i32) {
     for &p in pids {
         if p > 1 {
-            let _ = shm::kill(p, sig);
+            let _ = sys::kill(p, sig);
         }
     }
 }

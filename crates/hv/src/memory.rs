@@ -7,8 +7,8 @@
 
 use crate::error::{HvError, HvResult};
 use abi::grant::GRANT_ENTRIES_PER_PAGE;
-use shm::{Mapping, Memfd, PAGE_SIZE};
 use std::os::fd::{AsFd, OwnedFd};
+use sys::{Mapping, Memfd, PAGE_SIZE};
 
 /// Sizes of a domain's memory.
 #[derive(Debug, Clone, Copy)]

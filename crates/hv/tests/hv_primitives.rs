@@ -361,7 +361,7 @@ fn event_channels_notify_mask_and_close() {
     // Masked: pending is recorded but nobody is woken; unmask delivers it.
     b.mask();
     a.notify().unwrap();
-    assert!(!shm::poll_readable(&[b.fd()], Some(Duration::from_millis(20))).unwrap()[0]);
+    assert!(!sys::poll_readable(&[b.fd()], Some(Duration::from_millis(20))).unwrap()[0]);
     b.unmask().unwrap();
     assert!(b.wait(Some(Duration::from_secs(1))).unwrap());
     // The hv slow path.
