@@ -18,4 +18,4 @@ mod wire;
 pub mod xenbus;
 
 pub use error::Error;
-pub use mem::{HeapMemory, SharedMemory};
+pub use mem::{HeapMemory, SharedMemory, Window};

@@ -229,3 +229,77 @@ mod tests {
         HeapMemory::new(8).read_u32(6);
     }
 }
+
+/// A sub-range of a shared region, e.g. the one frame of a pool that holds a
+/// ring. Offsets are relative to the window and checked against its length.
+pub struct Window<M> {
+    mem: M,
+    base: usize,
+    len: usize,
+}
+
+impl<M: SharedMemory> Window<M> {
+    /// `len` bytes of `mem` starting at `base`; None if that runs past the end.
+    pub fn new(mem: M, base: usize, len: usize) -> Option<Self> {
+        let end = base.checked_add(len)?;
+        (end <= mem.len()).then_some(Window { mem, base, len })
+    }
+
+    fn at(&self, off: usize, n: usize) -> usize {
+        assert!(
+            off.checked_add(n).is_some_and(|e| e <= self.len),
+            "window access {off}+{n} outside {} bytes",
+            self.len
+        );
+        self.base + off
+    }
+}
+
+impl<M: SharedMemory> SharedMemory for Window<M> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        self.mem.read_bytes(self.at(off, dst.len()), dst)
+    }
+    fn write_bytes(&self, off: usize, src: &[u8]) {
+        self.mem.write_bytes(self.at(off, src.len()), src)
+    }
+    fn fill(&self, off: usize, len: usize, byte: u8) {
+        self.mem.fill(self.at(off, len), len, byte)
+    }
+    fn load_u32(&self, off: usize) -> u32 {
+        self.mem.load_u32(self.at(off, 4))
+    }
+    fn store_u32(&self, off: usize, v: u32) {
+        self.mem.store_u32(self.at(off, 4), v)
+    }
+    fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
+        self.mem.cmpxchg_u16(self.at(off, 2), old, new)
+    }
+    fn load_u16(&self, off: usize) -> u16 {
+        self.mem.load_u16(self.at(off, 2))
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    #[test]
+    fn window_offsets_are_relative_and_bounded() {
+        let m = HeapMemory::new(64);
+        assert!(Window::new(&m, 60, 8).is_none());
+        let w = Window::new(&m, 16, 16).unwrap();
+        w.store_u32(4, 7);
+        assert_eq!(m.load_u32(20), 7);
+        assert_eq!(w.len(), 16);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn window_refuses_access_past_its_end() {
+        let m = HeapMemory::new(64);
+        Window::new(&m, 16, 16).unwrap().read_u32(14);
+    }
+}

@@ -331,14 +331,14 @@ fn a_custom_topology_comes_up() {
     let path = env.run_dir.join("t.toml");
     std::fs::write(
         &path,
-        "name = \"small\"\n[[domain]]\nname = \"d0\"\nkind = \"driver\"\nmemory_frames = 512\n\
+        "name = \"small\"\n[[domain]]\nname = \"d0\"\nkind = \"driver\"\nmemory_frames = 1024\n\
          [[domain]]\nname = \"vm-a\"\nkind = \"guest\"\n[wire]\nname = \"far\"\ndriver = \"d0\"\naddress = \"192.0.2.1/24\"\n",
     )
     .unwrap();
     env.ok(&["up", "--config", path.to_str().unwrap()]);
     let st = env.status();
     assert_eq!(st["topology"], "small");
-    assert_eq!(domain(&st, "d0")["memory_frames"], 512);
+    assert_eq!(domain(&st, "d0")["memory_frames"], 1024);
     assert_eq!(st["hosts"][0]["name"], "far");
     env.ok(&["exec", "far", "--", "ip", "addr", "show", "eth0"]);
     env.ok(&["down"]);

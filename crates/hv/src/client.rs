@@ -8,7 +8,7 @@ use crate::proto::{self, DomId, Port, Reply, Request, Response, WatchFired, Welc
 use crate::status::SystemStatus;
 use abi::grant::{
     GrantCopy, GrantCopyView, GTF_ACCEPT_TRANSFER, GTF_PERMIT_ACCESS, GTF_READING, GTF_READONLY,
-    GTF_TRANSFER_COMPLETED, GTF_WRITING,
+    GTF_TRANSFER_COMMITTED, GTF_TRANSFER_COMPLETED, GTF_WRITING,
 };
 use abi::SharedMemory;
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use sys::{EventFd, Mapping, SeqPacket, PAGE_SIZE};
+use sys::{Doorbell, Mapping, SeqPacket, PAGE_SIZE};
 
 fn io<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
     r.map_err(|e| HvError::internal(what, e))
@@ -95,12 +95,12 @@ impl Toolstack {
 pub struct HvClient {
     chan: Channel,
     welcome: Welcome,
-    pool: Mapping,
+    pool: std::sync::Arc<Mapping>,
     grants: GrantTable,
     watch: SeqPacket,
     batch: Mapping,
-    batch_kick: EventFd,
-    batch_done: EventFd,
+    batch_kick: Doorbell,
+    batch_done: Doorbell,
     batch_seq: u32,
     peer_pools: HashMap<(DomId, bool), OwnedFd>,
 }
@@ -139,11 +139,11 @@ impl HvClient {
             chan,
             grants: GrantTable::new(gnttab, entries, welcome.pool_frames),
             welcome,
-            pool,
+            pool: std::sync::Arc::new(pool),
             watch: SeqPacket::from_fd(watch),
             batch,
-            batch_kick: EventFd::from_fd(kick),
-            batch_done: EventFd::from_fd(done),
+            batch_kick: Doorbell::from_fd(kick),
+            batch_done: Doorbell::from_fd(done),
             batch_seq,
             peer_pools: HashMap::new(),
         })
@@ -160,6 +160,10 @@ impl HvClient {
     /// The domain's own grantable memory.
     pub fn pool(&self) -> &Mapping {
         &self.pool
+    }
+    /// A shared handle to the pool, for rings that live in it.
+    pub fn pool_shared(&self) -> std::sync::Arc<Mapping> {
+        self.pool.clone()
     }
     /// The domain's own grant table.
     pub fn grants(&self) -> &GrantTable {
@@ -301,7 +305,7 @@ impl HvClient {
                 "unexpected reply to event-channel call",
             );
         };
-        let [page, own, peer] = take_fds::<3>(fds)?;
+        let [page, own, own_ring, peer] = take_fds::<4>(fds)?;
         let page = io(
             "mapping channel page",
             Mapping::new(page.as_fd(), 0, PAGE_SIZE, true),
@@ -310,8 +314,9 @@ impl HvClient {
             port,
             end,
             page,
-            own: EventFd::from_fd(own),
-            peer: EventFd::from_fd(peer),
+            own: Doorbell::from_fd(own),
+            own_ring: Doorbell::from_fd(own_ring),
+            peer: Doorbell::from_fd(peer),
         })
     }
     /// EVTCHNOP_alloc_unbound: a port `remote` may bind to.
@@ -392,7 +397,7 @@ impl HvClient {
         self.batch.write_u32(batch::COUNT_OFF, count);
         self.batch_seq = self.batch_seq.wrapping_add(1);
         self.batch.store_u32(batch::SEQ_OFF, self.batch_seq);
-        io("batch doorbell", self.batch_kick.signal())?;
+        io("batch doorbell", self.batch_kick.ring())?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.batch.load_u32(batch::DONE_OFF) != self.batch_seq {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -404,8 +409,11 @@ impl HvClient {
         Ok(())
     }
 
-    /// Maps `granter`'s grant `gref` (GNTTABOP_map_grant_ref). Only that one
-    /// frame is mapped, read-only unless `writable`.
+    /// Maps `granter`'s grant `gref` (GNTTABOP_map_grant_ref): one frame,
+    /// read-only unless `writable`, accessed only through [`MappedGrant`]'s
+    /// bounds-checked methods. The kernel-level protection is per pool: the
+    /// descriptor hv passes covers the granter's whole I/O pool (see
+    /// docs/ARCHITECTURE.md, "What is enforced where").
     pub fn map_grant(
         &mut self,
         granter: DomId,
@@ -561,6 +569,38 @@ impl GrantTable {
         let _ = self.map.cmpxchg_u16(off, old, flags);
     }
 
+    /// gnttab_end_foreign_transfer: closes an accept-transfer grant. Returns
+    /// the frame that received the page when a transfer completed, None when
+    /// none happened (the offer is withdrawn), and `InUse` while one is in
+    /// progress.
+    pub fn end_transfer(&self, gref: u32) -> HvResult<Option<u32>> {
+        if gref >= self.entries {
+            return err(
+                ErrorKind::BadGntref,
+                format!("grant reference {gref} is out of range"),
+            );
+        }
+        let off = gref as usize * 8;
+        let landed = loop {
+            let f = self.map.load_u16(off);
+            if f & GTF_TRANSFER_COMMITTED != 0 && f & GTF_TRANSFER_COMPLETED == 0 {
+                return err(
+                    ErrorKind::InUse,
+                    format!("a transfer into grant {gref} is in progress"),
+                );
+            }
+            if self.map.cmpxchg_u16(off, f, 0).is_ok() {
+                break f & GTF_TRANSFER_COMPLETED != 0;
+            }
+        };
+        let frame = self.map.read_u32(off + 4);
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(gref);
+        Ok(landed.then_some(frame))
+    }
+
     /// Whether a transfer into `gref` has completed.
     pub fn transfer_completed(&self, gref: u32) -> bool {
         gref < self.entries && self.map.load_u16(gref as usize * 8) & GTF_TRANSFER_COMPLETED != 0
@@ -648,13 +688,44 @@ impl MappedGrant {
     }
 }
 
+/// A mapped grant is shared memory of one page (a ring, for netback). Its
+/// bounds are enforced by the mapping; writes to a read-only one panic, so
+/// callers map rings writable.
+impl SharedMemory for MappedGrant {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        self.map.read_bytes(off, dst)
+    }
+    fn write_bytes(&self, off: usize, src: &[u8]) {
+        self.map.write_bytes(off, src)
+    }
+    fn load_u32(&self, off: usize) -> u32 {
+        self.map.load_u32(off)
+    }
+    fn store_u32(&self, off: usize, v: u32) {
+        self.map.store_u32(off, v)
+    }
+    fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
+        self.map.cmpxchg_u16(off, old, new)
+    }
+    fn load_u16(&self, off: usize) -> u16 {
+        self.map.load_u16(off)
+    }
+}
+
 /// One end of a bound event channel.
 pub struct EventChannel {
     pub port: Port,
     end: u8,
     page: Mapping,
-    own: EventFd,
-    peer: EventFd,
+    /// Where notifications arrive.
+    own: Doorbell,
+    /// Our own doorbell's ringing end, to re-deliver on unmask.
+    own_ring: Doorbell,
+    /// The peer's doorbell.
+    peer: Doorbell,
 }
 
 impl EventChannel {
@@ -663,19 +734,26 @@ impl EventChannel {
         let peer = 1 - self.end;
         self.page.store_u32(pending_off(peer), 1);
         if self.page.load_u32(mask_off(peer)) == 0 {
-            io("evtchn notify", self.peer.signal())?;
+            io("evtchn notify", self.peer.ring())?;
         }
         Ok(())
     }
     /// Waits for a notification; true when one arrived (pending is cleared).
     pub fn wait(&self, timeout: Option<Duration>) -> HvResult<bool> {
         if self.take_pending() {
-            let _ = self.own.consume();
+            let _ = self.own.drain();
             return Ok(true);
         }
         let got = io("evtchn wait", self.own.wait(timeout))? > 0;
         Ok(self.take_pending() || got && self.is_closed())
     }
+    /// Acknowledges a wake-up: drains the doorbell and clears pending.
+    /// True if a notification had arrived.
+    pub fn ack(&self) -> bool {
+        let rang = self.own.drain().map(|n| n > 0).unwrap_or(false);
+        self.take_pending() || rang
+    }
+
     /// Clears and returns the pending bit.
     pub fn take_pending(&self) -> bool {
         let off = pending_off(self.end);
@@ -693,7 +771,7 @@ impl EventChannel {
     pub fn unmask(&self) -> HvResult<()> {
         self.page.store_u32(mask_off(self.end), 0);
         if self.page.load_u32(pending_off(self.end)) != 0 {
-            io("evtchn unmask", self.own.signal())?;
+            io("evtchn unmask", self.own_ring.ring())?;
         }
         Ok(())
     }

@@ -18,7 +18,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use store::Store;
-use sys::{poll_readable, EventFd, SeqPacket};
+use sys::{poll_readable, Doorbell, SeqPacket};
+
+/// Most grant copies one control-socket call may carry (the batch page holds
+/// fewer), so no single call holds hv's lock for long.
+pub const MAX_COPY_OPS: usize = 512;
 
 /// Highest domain id hv hands out (Xen reserves ids from DOMID_FIRST_RESERVED 0x7FF0).
 const MAX_DOMID: DomId = 0x7fef;
@@ -46,9 +50,11 @@ struct Domain {
     name: String,
     kind: String,
     mem: Arc<DomainMemory>,
-    hv_bell: EventFd,
-    dom_bell: EventFd,
-    stop: EventFd,
+    /// The domain's ends of its batch doorbells: it rings `kick`, waits on `done`.
+    kick: Doorbell,
+    done: Doorbell,
+    /// Rung to stop the domain's batch thread.
+    stop: Doorbell,
     control: SeqPacket,
     said_hello: bool,
     watch_tx: Option<SeqPacket>,
@@ -165,8 +171,10 @@ impl Hypervisor {
     pub fn create_domain(self: &Arc<Self>, spec: DomainSpec) -> HvResult<(DomId, SeqPacket)> {
         let mem = Arc::new(DomainMemory::new(&spec.name, spec.memory)?);
         let (hv_end, dom_end) = os("control socket", SeqPacket::pair())?;
-        let bell = || os("eventfd", EventFd::new());
-        let (hv_bell, dom_bell, stop) = (bell()?, bell()?, bell()?);
+        let bell = || os("doorbell", Doorbell::pair());
+        // (waiter, ringer) pairs: the domain rings `kick`, hv rings `done`.
+        let ((kick_wait, kick_ring), (done_wait, done_ring)) = (bell()?, bell()?);
+        let (stop_wait, stop_ring) = bell()?;
         let domid = {
             let mut st = self.lock();
             if st.shutting_down {
@@ -202,9 +210,9 @@ impl Hypervisor {
                 name: spec.name.clone(),
                 kind: spec.kind.clone(),
                 mem: mem.clone(),
-                hv_bell: os("eventfd", hv_bell.try_clone())?,
-                dom_bell: os("eventfd", dom_bell.try_clone())?,
-                stop: os("eventfd", stop.try_clone())?,
+                kick: kick_ring,
+                done: done_wait,
+                stop: stop_ring,
                 control: os("socket", hv_end.try_clone())?,
                 said_hello: false,
                 watch_tx: None,
@@ -226,12 +234,19 @@ impl Hypervisor {
         let hv = self.clone();
         std::thread::Builder::new()
             .name(format!("hv-ctl-{domid}"))
-            .spawn(move || hv.serve(domid, hv_end))
+            .spawn(move || {
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    hv.serve(domid, hv_end)
+                }));
+                if served.is_err() {
+                    hv.destroy_domain(domid, "hv bug: its serving thread panicked");
+                }
+            })
             .map_err(|e| HvError::internal("thread", e))?;
         let hv = self.clone();
         std::thread::Builder::new()
             .name(format!("hv-batch-{domid}"))
-            .spawn(move || hv.run_batches(domid, mem, hv_bell, dom_bell, stop))
+            .spawn(move || hv.run_batches(domid, mem, kick_wait, done_ring, stop_wait))
             .map_err(|e| HvError::internal("thread", e))?;
         Ok((domid, dom_end))
     }
@@ -300,7 +315,7 @@ impl Hypervisor {
             st.store.drop_connection(domid as u64);
             deliver(st, events);
             st.counters.op("domains_destroyed");
-            let _ = d.stop.signal();
+            let _ = d.stop.ring();
             d.control.shutdown();
             if let Some(w) = &d.watch_tx {
                 w.shutdown();
@@ -491,31 +506,34 @@ impl Hypervisor {
         self: Arc<Self>,
         domid: DomId,
         mem: Arc<DomainMemory>,
-        hv_bell: EventFd,
-        dom_bell: EventFd,
-        stop: EventFd,
+        kick: Doorbell,
+        done: Doorbell,
+        stop: Doorbell,
     ) {
         loop {
-            match poll_readable(&[hv_bell.as_fd(), stop.as_fd()], None) {
+            match poll_readable(&[kick.as_fd(), stop.as_fd()], None) {
                 Ok(r) if r[1] => return,
                 Ok(_) => {}
                 Err(_) => return,
             }
-            let _ = hv_bell.consume();
+            let _ = kick.drain();
             let page = &mem.batch_map;
             if page.load_u32(batch::SEQ_OFF) == page.load_u32(batch::DONE_OFF) {
                 continue; // spurious doorbell
             }
             match batch::read_batch(page, BATCH_PAGES) {
-                Err((seq, msg)) => {
+                Err((seq, _msg)) => {
+                    // Counted, not logged: a guest could otherwise flood the log.
                     self.count_error(domid, ErrorKind::Invalid);
-                    self.log(format_args!("domain {domid}: {msg}"));
                     batch::complete(page, seq, -libc::EINVAL, &[]);
                 }
                 Ok(mut sub) => {
                     let (statuses, errors) = {
                         let mut st = self.lock();
                         let st = &mut *st;
+                        if !st.doms.0.contains_key(&domid) {
+                            return; // destroyed meanwhile: run nothing on its behalf
+                        }
                         let n = (sub.ops.len() / abi::grant::GrantCopy::SIZE) as u64;
                         let r = grant::copy_batch(&mut st.pins, &st.doms, domid, &mut sub.ops);
                         st.counters.op("batch");
@@ -532,7 +550,7 @@ impl Hypervisor {
                     batch::complete(page, sub.seq, 0, &statuses);
                 }
             }
-            let _ = dom_bell.signal();
+            let _ = done.ring();
         }
     }
 }
@@ -648,8 +666,8 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 os("gnttab", d.mem.gnttab.dup())?,
                 dup(&theirs)?,
                 os("batch", d.mem.batch.dup())?,
-                dup(&d.hv_bell)?,
-                dup(&d.dom_bell)?,
+                dup(&d.kick)?,
+                dup(&d.done)?,
             ];
             Ok((Ok(Reply::Welcome(w)), fds))
         }
@@ -704,7 +722,13 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
             let d = domain(st, caller)?;
             let port = alloc_port(d)?;
             let chan = Channel::new(caller, port, remote)?;
-            let fds = vec![dup(&chan.page)?, dup(&chan.bells[0])?, dup(&chan.bells[1])?];
+            // Own waiting end, own ringing end (to re-deliver on unmask), peer's ringing end.
+            let fds = vec![
+                dup(&chan.page)?,
+                dup(&chan.bells[0].0)?,
+                dup(&chan.bells[0].1)?,
+                dup(&chan.bells[1].1)?,
+            ];
             let id = st.next_chan;
             st.next_chan += 1;
             st.channels.insert(id, chan);
@@ -727,7 +751,11 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 .channels
                 .get_mut(&id)
                 .ok_or_else(|| HvError::new(ErrorKind::BadPort, "channel gone"))?;
-            if c.remote != caller || c.ends[1].is_some() || c.ends[0] != Some((remote, remote_port))
+            let unbound = c.map.load_u32(crate::evtchn::STATE_OFF) == crate::evtchn::STATE_UNBOUND;
+            if !unbound
+                || c.remote != caller
+                || c.ends[1].is_some()
+                || c.ends[0] != Some((remote, remote_port))
             {
                 return err(
                     ErrorKind::BadPort,
@@ -738,7 +766,12 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
             }
             c.ends[1] = Some((caller, port));
             c.map.store_u32(crate::evtchn::STATE_OFF, STATE_BOUND);
-            let fds = vec![dup(&c.page)?, dup(&c.bells[1])?, dup(&c.bells[0])?];
+            let fds = vec![
+                dup(&c.page)?,
+                dup(&c.bells[1].0)?,
+                dup(&c.bells[1].1)?,
+                dup(&c.bells[0].1)?,
+            ];
             domain(st, caller)?.ports.insert(port, id);
             Ok((Ok(Reply::Evtchn { port, end: 1 }), fds))
         }
@@ -762,6 +795,12 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 return err(
                     ErrorKind::Invalid,
                     "grant copy ops must be whole 40-byte records",
+                );
+            }
+            if ops.len() / abi::grant::GrantCopy::SIZE > MAX_COPY_OPS {
+                return err(
+                    ErrorKind::Invalid,
+                    format!("at most {MAX_COPY_OPS} grant copies per call"),
                 );
             }
             let n = (ops.len() / abi::grant::GrantCopy::SIZE) as u64;
@@ -816,8 +855,11 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 Vec::new()
             };
             let d = domain(st, caller)?;
-            let handle = d.next_handle;
-            d.next_handle = d.next_handle.wrapping_add(1).max(1);
+            let mut handle = d.next_handle;
+            while handle == 0 || d.maps.contains_key(&handle) {
+                handle = handle.wrapping_add(1);
+            }
+            d.next_handle = handle.wrapping_add(1);
             d.maps.insert(
                 handle,
                 MapRecord {

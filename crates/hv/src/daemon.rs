@@ -4,7 +4,10 @@
 use crate::core::{DomainSpec, Hypervisor};
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::memory::MemorySpec;
+use crate::proto::{DomId, Request};
 use crate::topology::Topology;
+use crate::topology::VifConfig;
+use abi::xenbus::{self, XenbusState};
 use std::fs;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -81,8 +84,13 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
 
 fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
     loop {
-        let Ok(conn) = listener.accept() else {
-            continue;
+        let conn = match listener.accept() {
+            Ok(c) => c,
+            Err(_) => {
+                // Out of descriptors or similar: back off instead of spinning.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
         };
         // Only the host's root may act as the toolstack.
         match conn.peer_cred() {
@@ -120,6 +128,9 @@ fn build(hv: &Arc<Hypervisor>, cfg: &DaemonConfig, layout: &CgroupLayout) -> Res
             &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
         );
     }
+    // Create every domain first, so that each finds its whole configuration
+    // in the store when its process starts.
+    let mut created = Vec::new();
     for d in &topo.domains {
         let spec = DomainSpec {
             name: d.name.clone(),
@@ -130,22 +141,124 @@ fn build(hv: &Arc<Hypervisor>, cfg: &DaemonConfig, layout: &CgroupLayout) -> Res
                 hugepages: d.hugepages,
             },
         };
-        launch(hv, cfg, layout, spec).map_err(|e| format!("starting domain {}: {e}", d.name))?;
+        let cg = Cgroup::create(layout, &d.name).map_err(|e| e.to_string())?;
+        let (domid, sock) = hv
+            .create_domain(spec)
+            .map_err(|e| format!("creating domain {}: {e}", d.name))?;
+        created.push((d, domid, sock, cg));
+    }
+    let id_of = |name: &str| created.iter().find(|c| c.0.name == name).map(|c| c.1);
+    let mut ts = Store { hv };
+    for d in &topo.domains {
+        let id = id_of(&d.name).ok_or("domain vanished")?;
+        let home = format!("/local/domain/{id}/splitnet");
+        for (k, v) in [("ipv4", &d.address), ("ipv6", &d.ipv6)] {
+            if let Some(v) = v {
+                ts.write(&format!("{home}/{k}"), v)?;
+            }
+        }
+        if topo.wire.as_ref().is_some_and(|w| w.driver == d.name) {
+            ts.write(&format!("{home}/port"), PHYS_PORT)?;
+        }
+        ts.write(
+            &format!("{home}/port-offload"),
+            if d.port_offload { "1" } else { "0" },
+        )?;
+    }
+    for v in topo.vifs() {
+        let g = id_of(&v.guest).ok_or("no guest")?;
+        let b = id_of(&v.backend).ok_or("no backend")?;
+        setup_vif(&mut ts, &v, g, b)?;
+        hv.set_info(
+            &format!("vif.{}", v.guest),
+            &format!(
+                "{}|{}",
+                xenbus::frontend_path(g, 0),
+                xenbus::backend_path(b, g, 0)
+            ),
+        );
+    }
+    for (d, domid, sock, cg) in created {
+        launch(hv, cfg, d.name.clone(), domid, sock, cg)
+            .map_err(|e| format!("starting domain {}: {e}", d.name))?;
     }
     Ok(())
 }
 
-/// Creates domain `spec` as a process in its namespace and cgroup.
+/// The toolstack's own store writes (as domain 0).
+struct Store<'a> {
+    hv: &'a Arc<Hypervisor>,
+}
+
+impl Store<'_> {
+    fn call(&mut self, req: Request) -> Result<(), String> {
+        self.hv
+            .handle(crate::proto::DOMID_TOOLSTACK, req)
+            .0
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    fn write(&mut self, path: &str, value: &str) -> Result<(), String> {
+        self.call(Request::StoreWrite {
+            path: path.into(),
+            value: value.as_bytes().to_vec(),
+        })
+    }
+    fn dir(&mut self, path: &str, perms: [String; 2]) -> Result<(), String> {
+        self.call(Request::StoreMkdir { path: path.into() })?;
+        self.call(Request::StoreSetPerms {
+            path: path.into(),
+            perms: perms.to_vec(),
+        })
+    }
+}
+
+/// Writes a vif's frontend and backend directories, as Xen's toolstack does:
+/// each end owns its directory and may read the other's.
+fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Result<(), String> {
+    let fe = xenbus::frontend_path(g, 0);
+    let be = xenbus::backend_path(b, g, 0);
+    ts.dir(&fe, [format!("n{g}"), format!("r{b}")])?;
+    ts.dir(&be, [format!("n{b}"), format!("r{g}")])?;
+    let state = (XenbusState::Initialising as u32).to_string();
+    let (bs, gs) = (b.to_string(), g.to_string());
+    for (k, val) in [
+        ("backend", be.as_str()),
+        ("backend-id", bs.as_str()),
+        ("handle", "0"),
+        ("mac", v.mac.as_str()),
+        ("state", state.as_str()),
+    ] {
+        ts.write(&format!("{fe}/{k}"), val)?;
+    }
+    let index = v.index.to_string();
+    for (k, val) in [
+        ("frontend", fe.as_str()),
+        ("frontend-id", gs.as_str()),
+        ("handle", "0"),
+        ("mac", v.mac.as_str()),
+        ("online", "1"),
+        ("splitnet-rx-mode", v.rx_mode.as_str()),
+        ("splitnet-tx-mode", v.tx_mode.as_str()),
+        ("splitnet-offload", if v.offload { "1" } else { "0" }),
+        ("splitnet-index", index.as_str()),
+        ("state", state.as_str()),
+    ] {
+        ts.write(&format!("{be}/{k}"), val)?;
+    }
+    Ok(())
+}
+
+/// Starts the process of domain `domid` in its namespace and cgroup.
 fn launch(
     hv: &Arc<Hypervisor>,
     cfg: &DaemonConfig,
-    layout: &CgroupLayout,
-    spec: DomainSpec,
+    name: String,
+    domid: DomId,
+    sock: SeqPacket,
+    cg: Cgroup,
 ) -> Result<(), String> {
-    let name = spec.name.clone();
     let ns = host::netns_name(&name);
-    let cg = Cgroup::create(layout, &name).map_err(|e| e.to_string())?;
-    let (domid, sock) = hv.create_domain(spec).map_err(|e| e.to_string())?;
     let log =
         fs::File::create(cfg.run_dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;

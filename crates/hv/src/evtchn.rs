@@ -1,17 +1,17 @@
-//! Event channels: a doorbell eventfd per end, and pending/mask bits in a small
+//! Event channels: a doorbell per end (see [`sys::Doorbell`]), and pending/mask bits in a small
 //! page shared by the two ends of one channel.
 //!
 //! Xen keeps pending and mask bits in each domain's shared-info page and the
 //! hypervisor sets them on EVTCHNOP_send. Here the sender sets the peer's
-//! pending bit and rings the peer's eventfd itself unless masked, so a
-//! notification costs one write(2) and no trip through hv. A channel's page is
+//! pending bit and rings the peer's doorbell itself unless masked, so a
+//! notification costs one send(2) and no trip through hv. A channel's page is
 //! shared only by its two ends, so a guest can at worst mute its own channel.
 
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::proto::{DomId, Port};
 use abi::SharedMemory;
 use std::os::fd::AsFd;
-use sys::{EventFd, Mapping, Memfd, PAGE_SIZE};
+use sys::{Doorbell, Mapping, Memfd, PAGE_SIZE};
 
 /// Byte offset of end `e`'s pending word.
 pub fn pending_off(end: u8) -> usize {
@@ -30,16 +30,17 @@ pub const STATE_BOUND: u32 = 2;
 /// Channel state: closed by one end or by hv.
 pub const STATE_CLOSED: u32 = 3;
 
-/// Most ports one domain may hold.
-pub const MAX_PORTS: usize = 1024;
+/// Most ports one domain may hold (each costs hv five descriptors).
+pub const MAX_PORTS: usize = 64;
 
 /// One channel, as hv owns it.
 #[derive(Debug)]
 pub struct Channel {
     pub page: Memfd,
     pub map: Mapping,
-    /// Doorbell of end 0 (the allocator) and end 1 (the binder).
-    pub bells: [EventFd; 2],
+    /// Doorbell of end 0 (the allocator) and end 1 (the binder), as
+    /// (waiting end, ringing end).
+    pub bells: [(Doorbell, Doorbell); 2],
     /// (domain, port) of each end once present.
     pub ends: [Option<(DomId, Port)>; 2],
     /// The only domain allowed to bind end 1.
@@ -54,7 +55,7 @@ impl Channel {
         let map = Mapping::new(page.as_fd(), 0, PAGE_SIZE, true)
             .map_err(|e| HvError::internal("event channel page", e))?;
         map.store_u32(STATE_OFF, STATE_UNBOUND);
-        let bell = || EventFd::new().map_err(|e| HvError::internal("eventfd", e));
+        let bell = || Doorbell::pair().map_err(|e| HvError::internal("doorbell", e));
         Ok(Channel {
             page,
             map,
@@ -78,7 +79,8 @@ impl Channel {
         self.map.store_u32(pending_off(peer), 1);
         if self.map.load_u32(mask_off(peer)) == 0 {
             self.bells[peer as usize]
-                .signal()
+                .1
+                .ring()
                 .map_err(|e| HvError::internal("evtchn send", e))?;
         }
         Ok(())
@@ -88,7 +90,7 @@ impl Channel {
     pub fn close(&self) {
         self.map.store_u32(STATE_OFF, STATE_CLOSED);
         for b in &self.bells {
-            let _ = b.signal();
+            let _ = b.1.ring();
         }
     }
 }

@@ -136,7 +136,12 @@ pub fn release(
     };
     for _ in 0..PIN_RETRIES {
         let f = mem.gnttab_map.load_u16(off);
-        if f & clear == 0 || mem.gnttab_map.cmpxchg_u16(off, f, f & !clear).is_ok() {
+        // The granter may have rewritten the entry (as an accept-transfer one,
+        // whose bit 3 means something else); only touch a permit-access entry.
+        if f & GTF_TYPE_MASK != GTF_PERMIT_ACCESS || f & clear == 0 {
+            return;
+        }
+        if mem.gnttab_map.cmpxchg_u16(off, f, f & !clear).is_ok() {
             return;
         }
     }

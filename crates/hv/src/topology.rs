@@ -61,7 +61,108 @@ pub struct DomainConfig {
     pub address: Option<String>,
     /// IPv6 address with prefix for the guest's virtual NIC.
     pub ipv6: Option<String>,
+    /// Guests: the driver domain serving the virtual NIC (default: the only one).
+    pub backend: Option<String>,
+    /// Guests: the virtual NIC's MAC (default 00:16:3e:5e:00:NN).
+    pub mac: Option<String>,
+    /// Guests: how received packets reach the guest.
+    #[serde(default)]
+    pub rx_mode: RxMode,
+    /// Guests: how transmitted packets reach the driver domain.
+    #[serde(default)]
+    pub tx_mode: TxMode,
+    /// Guests: the high-level virtual interface (checksum offload, TSO,
+    /// scatter-gather; Menon 2006 §3). Off in the seed baseline.
+    #[serde(default = "yes")]
+    pub offload: bool,
+    /// Driver domains: let the physical port use the kernel's offloads
+    /// (PACKET_VNET_HDR); off means the software offload driver does it all.
+    #[serde(default = "yes")]
+    pub port_offload: bool,
 }
+
+fn yes() -> bool {
+    true
+}
+
+/// RX transfer mode of a virtual NIC.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RxMode {
+    /// Grant copy into guest-posted buffers (Menon 2006 §4.2; later Xen).
+    #[default]
+    Copy,
+    /// Xen 2.0 page flip: the page's ownership moves to the guest.
+    Flip,
+}
+
+/// TX transfer mode of a virtual NIC.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TxMode {
+    /// Grant copy out of the guest's buffers.
+    #[default]
+    Copy,
+    /// Xen 2.0: netback maps each packet's page and unmaps it after sending.
+    Map,
+}
+
+impl RxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RxMode::Copy => "copy",
+            RxMode::Flip => "flip",
+        }
+    }
+}
+
+impl TxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TxMode::Copy => "copy",
+            TxMode::Map => "map",
+        }
+    }
+}
+
+/// Named vif configurations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// splitnet's default: RX copy, TX copy, offloads on.
+    Default,
+    /// The seed papers' Xen 2.0 baseline: RX page flip, TX map, no offloads.
+    Baseline,
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "default" => Ok(Preset::Default),
+            "baseline" => Ok(Preset::Baseline),
+            _ => Err(format!("unknown preset {s:?}: use \"default\" (copy+copy, offloads) or \"baseline\" (flip+map, no offloads)")),
+        }
+    }
+}
+
+/// A guest's virtual NIC, resolved from the topology.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VifConfig {
+    pub guest: String,
+    pub backend: String,
+    pub mac: String,
+    pub rx_mode: RxMode,
+    pub tx_mode: TxMode,
+    pub offload: bool,
+    /// Index of this vif among its driver domain's vifs.
+    pub index: usize,
+}
+
+/// Frames a guest needs: 2 ring pages, 256 TX and 256 RX buffers.
+pub const GUEST_MIN_FRAMES: u32 = 2 + 2 * 256;
+/// Frames a driver domain needs per vif (staging for 256 TX and 256 RX slots),
+/// after its first 16.
+pub const DRIVER_FRAMES_PER_VIF: u32 = 512;
 
 fn default_frames() -> u32 {
     2048
@@ -191,6 +292,37 @@ impl Topology {
             }
             check_cidr(&format!("domain {:?} address", d.name), &d.address, false)?;
             check_cidr(&format!("domain {:?} ipv6", d.name), &d.ipv6, true)?;
+            if let Some(m) = &d.mac {
+                parse_mac(m).map_err(|e| format!("domain {:?} mac: {e}", d.name))?;
+            }
+            if d.kind == DomainKind::Driver
+                && (d.backend.is_some()
+                    || d.mac.is_some()
+                    || d.address.is_some()
+                    || d.ipv6.is_some())
+            {
+                return Err(format!(
+                    "domain {:?} is a driver domain: backend, mac, address and ipv6 are guest settings",
+                    d.name
+                ));
+            }
+        }
+        let vifs = self.vifs_unchecked()?;
+        for d in &self.domains {
+            let n = vifs.iter().filter(|v| v.backend == d.name).count() as u32;
+            if d.kind == DomainKind::Driver && d.memory_frames < 16 + DRIVER_FRAMES_PER_VIF * n {
+                return Err(format!(
+                    "domain {:?} serves {n} vifs and needs memory_frames >= {}",
+                    d.name,
+                    16 + DRIVER_FRAMES_PER_VIF * n
+                ));
+            }
+            if vifs.iter().any(|v| v.guest == d.name) && d.memory_frames < GUEST_MIN_FRAMES {
+                return Err(format!(
+                    "domain {:?} has a virtual NIC and needs memory_frames >= {GUEST_MIN_FRAMES}",
+                    d.name
+                ));
+            }
         }
         if let Some(w) = &self.wire {
             check_name("wire", &w.name)?;
@@ -216,10 +348,97 @@ impl Topology {
         Ok(())
     }
 
+    /// Every guest's virtual NIC.
+    pub fn vifs(&self) -> Vec<VifConfig> {
+        self.vifs_unchecked().unwrap_or_default()
+    }
+
+    fn vifs_unchecked(&self) -> Result<Vec<VifConfig>, String> {
+        let drivers: Vec<&str> = self
+            .domains
+            .iter()
+            .filter(|d| d.kind == DomainKind::Driver)
+            .map(|d| d.name.as_str())
+            .collect();
+        let mut out: Vec<VifConfig> = Vec::new();
+        for (i, d) in self
+            .domains
+            .iter()
+            .filter(|d| d.kind == DomainKind::Guest)
+            .enumerate()
+        {
+            let backend = match (&d.backend, drivers.as_slice()) {
+                (Some(b), _) if drivers.contains(&b.as_str()) => b.clone(),
+                (Some(b), _) => {
+                    return Err(format!(
+                        "domain {:?}: backend = {b:?} is not a driver domain",
+                        d.name
+                    ))
+                }
+                (None, [only]) => only.to_string(),
+                (None, []) => continue,
+                (None, _) => {
+                    return Err(format!(
+                        "domain {:?}: several driver domains exist; name one with backend = ...",
+                        d.name
+                    ))
+                }
+            };
+            let index = out.iter().filter(|v| v.backend == backend).count();
+            out.push(VifConfig {
+                guest: d.name.clone(),
+                mac: d
+                    .mac
+                    .clone()
+                    .unwrap_or_else(|| format!("00:16:3e:5e:00:{:02x}", i + 1)),
+                backend,
+                rx_mode: d.rx_mode,
+                tx_mode: d.tx_mode,
+                offload: d.offload,
+                index,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Sets every vif to a preset's modes.
+    pub fn apply_preset(&mut self, p: Preset) {
+        for d in self
+            .domains
+            .iter_mut()
+            .filter(|d| d.kind == DomainKind::Guest)
+        {
+            let (rx, tx, off) = match p {
+                Preset::Default => (RxMode::Copy, TxMode::Copy, true),
+                Preset::Baseline => (RxMode::Flip, TxMode::Map, false),
+            };
+            d.rx_mode = rx;
+            d.tx_mode = tx;
+            d.offload = off;
+        }
+    }
+
     /// Looks up a domain by name.
     pub fn domain(&self, name: &str) -> Option<&DomainConfig> {
         self.domains.iter().find(|d| d.name == name)
     }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff` into bytes.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let mut mac = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("{s:?} is not a MAC address like 00:16:3e:00:00:01"));
+    }
+    for (b, p) in mac.iter_mut().zip(&parts) {
+        *b = u8::from_str_radix(p, 16)
+            .map_err(|_| format!("{s:?} is not a MAC address like 00:16:3e:00:00:01"))?;
+    }
+    if mac[0] & 1 != 0 {
+        return Err(format!("{s:?} is a multicast address"));
+    }
+    Ok(mac)
 }
 
 #[cfg(test)]
@@ -231,6 +450,27 @@ mod tests {
         let t = Topology::default_topology();
         assert_eq!(t.domains.len(), 3);
         assert_eq!(t.wire.as_ref().unwrap().driver, "drv");
+        let v = t.vifs();
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (v[0].guest.as_str(), v[0].backend.as_str(), v[0].index),
+            ("guest1", "drv", 0)
+        );
+        assert_eq!(v[1].mac, "00:16:3e:5e:00:02");
+        assert_eq!(
+            (v[1].rx_mode, v[1].tx_mode, v[1].offload),
+            (RxMode::Copy, TxMode::Copy, true)
+        );
+        let mut b = t.clone();
+        b.apply_preset(Preset::Baseline);
+        assert_eq!(
+            (
+                b.vifs()[0].rx_mode,
+                b.vifs()[0].tx_mode,
+                b.vifs()[0].offload
+            ),
+            (RxMode::Flip, TxMode::Map, false)
+        );
     }
 
     fn bad(text: &str, needle: &str) {

@@ -591,3 +591,23 @@ fn a_hugepage_backed_pool_serves_grants() {
     hv.shutdown();
     let _ = std::fs::write("/proc/sys/vm/nr_hugepages", old.to_string());
 }
+
+#[test]
+fn a_guest_that_never_drains_its_doorbell_cannot_stall_hv_or_the_driver() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    let a = w.g1.evtchn_alloc_unbound(drv).unwrap();
+    let b = w.drv.evtchn_bind(g1, a.port).unwrap();
+    // guest1 never reads its doorbell; the driver and hv keep ringing it.
+    for _ in 0..20_000 {
+        b.notify().unwrap();
+    }
+    for _ in 0..500 {
+        w.drv.evtchn_send(b.port).unwrap();
+    }
+    // Still responsive for everyone, and closing still wakes the driver.
+    w.g1.evtchn_close(a).unwrap();
+    assert!(b.wait(Some(Duration::from_secs(1))).unwrap());
+    assert!(b.is_closed());
+    healthy(&mut w);
+}

@@ -5,20 +5,27 @@
 //!   make a mapping fault, with a read-only reopen the kernel enforces;
 //! - [`Mapping`]: an mmap of a memfd, accessed only through copies and atomics,
 //!   never as a Rust reference (implements [`abi::SharedMemory`]);
-//! - [`EventFd`]: the doorbell behind an event channel;
-//! - [`SeqPacket`]: message sockets that carry file descriptors (SCM_RIGHTS).
+//! - [`Doorbell`]: the notification behind an event channel (a datagram socket
+//!   pair, so a peer can never make ringing block);
+//! - [`SeqPacket`]: message sockets that carry file descriptors (SCM_RIGHTS);
+//! - [`Tap`] and [`PacketSocket`]: a guest's virtual NIC and the driver
+//!   domain's "physical NIC", both speaking `virtio_net_hdr` for offloads.
 
-mod eventfd;
+mod doorbell;
 mod mapping;
 mod memfd;
+mod packet;
 mod process;
 mod seqpacket;
+mod tap;
 
-pub use eventfd::{poll_readable, EventFd};
+pub use doorbell::{poll_readable, Doorbell};
 pub use mapping::Mapping;
 pub use memfd::{Memfd, PAGE_SIZE};
+pub use packet::{get_mac, ifindex, set_mac, PacketSocket};
 pub use process::{close_inherited_fds, kill, rdtsc, set_inheritable, take_inherited_fd};
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};
+pub use tap::{Tap, TapOffloads, VNET_HDR_LEN};
 
 use std::io;
 

@@ -359,20 +359,20 @@ impl AsFd for SeqPacketListener {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::EventFd;
+    use crate::Doorbell;
 
     #[test]
     fn messages_carry_descriptors() {
         let (a, b) = SeqPacket::pair().unwrap();
-        let e = EventFd::new().unwrap();
+        let (w, e) = Doorbell::pair().unwrap();
         a.send(b"hi", &[e.as_fd()]).unwrap();
         let mut buf = [0u8; 16];
         let (n, fds) = b.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"hi");
         assert_eq!(fds.len(), 1);
-        let e2 = EventFd::from_fd(fds.into_iter().next().unwrap());
-        e2.signal().unwrap();
-        assert_eq!(e.consume().unwrap(), 1);
+        let e2 = Doorbell::from_fd(fds.into_iter().next().unwrap());
+        e2.ring().unwrap();
+        assert_eq!(w.drain().unwrap(), 1);
         assert_eq!(a.peer_cred().unwrap().pid, std::process::id() as i32);
         drop(a);
         assert_eq!(b.recv(&mut buf).unwrap().0, 0);
