@@ -4,7 +4,7 @@
 # iperf3/tcpdump/ethtool for the data-path tests, and a Rust toolchain.
 set -euo pipefail
 need=()
-for p in iproute2 libxen-dev iperf3 tcpdump ethtool gcc curl python3; do
+for p in iproute2 iputils-ping libxen-dev iperf3 tcpdump ethtool gcc curl python3; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -414,6 +414,10 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
     pub fn memory(&self) -> &M {
         &self.mem
     }
+    /// Gives the memory back (e.g. to unmap it).
+    pub fn into_memory(self) -> M {
+        self.mem
+    }
     /// Next request index to consume.
     pub fn req_cons(&self) -> RingIdx {
         self.req_cons

@@ -1,10 +1,11 @@
 //! The process that is a domain: it connects to hv through the descriptor it
-//! inherited, maps its memory, announces itself in the store and stays alive
-//! until hv goes away. Drivers (netfront, netback) run here.
+//! inherited, maps its memory, announces itself in the store, and runs its
+//! drivers: netfront in a guest, bridge + netback + port in a driver domain.
 
 use anyhow::{anyhow, Context, Result};
 use hv::daemon::ENV_HV_FD;
 use hv::HvClient;
+use net::netfront::Netfront;
 use std::time::Duration;
 
 /// Closes everything but the inherited hv socket.
@@ -29,23 +30,75 @@ pub fn main() -> Result<()> {
     let home = format!("/local/domain/{id}");
     hv.store_write(&format!("{home}/pid"), &std::process::id().to_string())
         .map_err(|e| anyhow!("{e}"))?;
+    let w = hv.welcome().clone();
     eprintln!(
         "domain {id} ({}, {}) up: {} frames of grantable memory, {} grant references",
-        hv.welcome().name,
-        hv.welcome().kind,
-        hv.welcome().pool_frames,
+        w.name,
+        w.kind,
+        w.pool_frames,
         hv.grants().entries()
     );
-    // Stay until hv closes our channels (domain destroyed or hv gone).
-    hv.watch(&format!("{home}/control"), "control")
+    let r = match w.kind.as_str() {
+        "driver" => net::driver::run(&mut hv).map_err(|e| anyhow!("driver domain: {e}")),
+        _ => guest(&mut hv, &home),
+    };
+    match r {
+        Ok(()) => Ok(()),
+        // hv closing our channels is how a domain is shut down.
+        Err(e) if hv.nop().is_err() => {
+            eprintln!("domain {id}: hv went away ({e}); exiting");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A guest: netfront for its vif (if it has one), until hv goes away.
+fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
+    let devs = hv
+        .store_directory(&format!("{home}/device/vif"))
+        .unwrap_or_default();
+    let Some(dev) = devs.first() else {
+        // No NIC: just live until destroyed.
+        loop {
+            hv.next_watch(Duration::from_secs(3600))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+    };
+    let dev = format!("{home}/device/vif/{dev}");
+    let mut nf = Netfront::connect(hv, &dev, "eth0", Duration::from_secs(30))
+        .map_err(|e| anyhow!("netfront: {e}"))?;
+    eprintln!(
+        "netfront {dev}: connected to {} (rx {}, offload {}, split event channels {})",
+        nf.info.backend,
+        if nf.info.copy_rx { "copy" } else { "flip" },
+        nf.info.offload,
+        nf.info.split_evtchn
+    );
+    hv.watch(&format!("{}/state", nf.info.backend), "backend")
         .map_err(|e| anyhow!("{e}"))?;
     loop {
-        match hv.next_watch(Duration::from_secs(3600)) {
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("domain {id}: hv went away ({e}); exiting");
-                return Ok(());
+        let ready = {
+            let mut fds = vec![hv.watch_fd()];
+            fds.extend(nf.fds());
+            sys::poll_readable(&fds, Some(Duration::from_millis(200)))?
+        };
+        if ready[0] {
+            while let Some(_ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
+                let gone = match hv.read_state(&nf.info.backend) {
+                    Ok(s) => matches!(
+                        s,
+                        abi::xenbus::XenbusState::Closing | abi::xenbus::XenbusState::Closed
+                    ),
+                    Err(_) => true,
+                };
+                if gone {
+                    nf.disconnect("the backend is closing");
+                }
             }
+        }
+        if nf.is_connected() {
+            nf.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
         }
     }
 }

@@ -3,7 +3,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use hv::daemon::{self, socket_path, DaemonConfig};
 use hv::host;
-use hv::topology::Topology;
+use hv::topology::{Preset, Topology};
 use hv::Toolstack;
 use std::fs;
 use std::path::Path;
@@ -29,7 +29,7 @@ fn log_tail(path: &Path, lines: usize) -> String {
 }
 
 /// `splitnet up`.
-pub fn up(rd: &Path, config: Option<&Path>, timeout: u64) -> Result<()> {
+pub fn up(rd: &Path, config: Option<&Path>, timeout: u64, preset: Option<Preset>) -> Result<()> {
     require_root()?;
     if Toolstack::connect(&socket_path(rd)).is_ok() {
         bail!(
@@ -37,7 +37,7 @@ pub fn up(rd: &Path, config: Option<&Path>, timeout: u64) -> Result<()> {
             socket_path(rd).display()
         );
     }
-    let (topo, text) = match config {
+    let (mut topo, text) = match config {
         Some(p) => {
             let t = Topology::load(p)?;
             (t, fs::read_to_string(p)?)
@@ -47,6 +47,9 @@ pub fn up(rd: &Path, config: Option<&Path>, timeout: u64) -> Result<()> {
             hv::topology::DEFAULT_TOML.to_string(),
         ),
     };
+    if let Some(p) = preset {
+        topo.apply_preset(p);
+    }
     if !host::our_netns().is_empty() {
         eprintln!("splitnet: removing leftovers of an earlier run");
         sweep(rd);
@@ -62,6 +65,12 @@ pub fn up(rd: &Path, config: Option<&Path>, timeout: u64) -> Result<()> {
         .arg("hv")
         .arg("--config")
         .arg(&topo_path)
+        .args(
+            preset
+                .map(|p| ["--preset".to_string(), p.as_str().to_string()])
+                .into_iter()
+                .flatten(),
+        )
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -77,25 +86,32 @@ pub fn up(rd: &Path, config: Option<&Path>, timeout: u64) -> Result<()> {
                 log_tail(&rd.join("hv.log"), 20)
             );
         }
-        if let Ok(mut ts) = Toolstack::connect(&socket_path(rd)) {
-            if let Ok(s) = ts.status() {
-                let ready = want
-                    .iter()
-                    .all(|n| s.domains.iter().any(|d| d.name == *n && d.connected));
-                if ready {
-                    println!(
-                        "splitnet is up: topology {:?}, {} domains ({}){}; hv pid {}",
-                        topo.name,
-                        s.domains.len(),
-                        want.join(", "),
-                        topo.wire
-                            .as_ref()
-                            .map(|w| format!(", external host {}", w.name))
-                            .unwrap_or_default(),
-                        s.hv_pid
-                    );
-                    return Ok(());
-                }
+        // Up means: every domain said hello and every vif is Connected at both ends.
+        if let Ok(v) = crate::status::collect(rd) {
+            let doms = v["domains"].as_array().cloned().unwrap_or_default();
+            let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
+            let domains_ready = want.iter().all(|n| {
+                doms.iter()
+                    .any(|d| d["name"] == *n && d["connected"] == true)
+            });
+            let vifs_ready = vifs.len() == topo.vifs().len()
+                && vifs.iter().all(|x| {
+                    x["frontend_state"] == "Connected" && x["backend_state"] == "Connected"
+                });
+            if domains_ready && vifs_ready {
+                println!(
+                    "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}; hv pid {}",
+                    topo.name,
+                    doms.len(),
+                    want.join(", "),
+                    vifs.len(),
+                    topo.wire
+                        .as_ref()
+                        .map(|w| format!(", external host {}", w.name))
+                        .unwrap_or_default(),
+                    v["hv_pid"]
+                );
+                return Ok(());
             }
         }
         if Instant::now() > deadline {
@@ -186,9 +202,12 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<i32> {
 }
 
 /// `splitnet hv`: the daemon in the foreground.
-pub fn run_hv(rd: &Path, config: &Path) -> Result<()> {
+pub fn run_hv(rd: &Path, config: &Path, preset: Option<Preset>) -> Result<()> {
     require_root()?;
-    let topology = Topology::load(config)?;
+    let mut topology = Topology::load(config)?;
+    if let Some(p) = preset {
+        topology.apply_preset(p);
+    }
     let exe = std::env::current_exe()?;
     daemon::run(DaemonConfig {
         topology,

@@ -7,6 +7,7 @@ mod status;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
+use hv::topology::Preset;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -36,9 +37,13 @@ enum Cmd {
         /// domain `drv`, guests `guest1` and `guest2`, external host `wire`.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Seconds to wait for every domain to connect.
+        /// Seconds to wait for every domain and vif to connect.
         #[arg(long, default_value_t = 30)]
         timeout: u64,
+        /// Set every vif's modes: "default" (RX copy, TX copy, offloads on) or
+        /// "baseline" (the seed papers' Xen 2.0: RX page flip, TX map, no offloads).
+        #[arg(long)]
+        preset: Option<Preset>,
     },
     /// Show domains, namespaces, addresses, ports and counters.
     Status {
@@ -83,6 +88,8 @@ enum Cmd {
     Hv {
         #[arg(long)]
         config: PathBuf,
+        #[arg(long)]
+        preset: Option<Preset>,
     },
     /// A domain's process (started by hv inside the domain's namespace).
     #[command(hide = true)]
@@ -123,7 +130,11 @@ fn write_file(path: &std::path::Path, text: &str) -> Result<()> {
 fn run(cli: Cli) -> Result<()> {
     let rd = cli.run_dir;
     match cli.cmd {
-        Cmd::Up { config, timeout } => lifecycle::up(&rd, config.as_deref(), timeout),
+        Cmd::Up {
+            config,
+            timeout,
+            preset,
+        } => lifecycle::up(&rd, config.as_deref(), timeout, preset),
         Cmd::Status { json } => status::show(&rd, json),
         Cmd::Exec { domain, cmd } => {
             let code = lifecycle::exec(&rd, &domain, &cmd)?;
@@ -156,7 +167,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Hv { config } => lifecycle::run_hv(&rd, &config),
+        Cmd::Hv { config, preset } => lifecycle::run_hv(&rd, &config, preset),
         Cmd::Domain => domain::main(),
     }
 }

@@ -58,10 +58,69 @@ fn addresses(ifs: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// Xen's name for a XenbusState number.
+fn state_name(v: &str) -> String {
+    v.trim()
+        .parse::<abi::xenbus::XenbusState>()
+        .map(|s| s.name().to_string())
+        .unwrap_or_else(|_| {
+            if v.is_empty() {
+                "gone".into()
+            } else {
+                format!("invalid({v})")
+            }
+        })
+}
+
+/// Every vif hv knows of, with both ends' state, features and counters.
+fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (k, v) in &s.info {
+        let Some(guest) = k.strip_prefix("vif.") else {
+            continue;
+        };
+        let Some((fe, be)) = v.split_once('|') else {
+            continue;
+        };
+        let mut read = |p: String| ts.store_read(&p).unwrap_or_default();
+        let features: serde_json::Map<String, Value> = [
+            "feature-sg",
+            "feature-gso-tcpv4",
+            "feature-gso-tcpv6",
+            "feature-rx-copy",
+            "feature-rx-flip",
+            "feature-split-event-channels",
+        ]
+        .iter()
+        .map(|f| (f.to_string(), Value::Bool(read(format!("{be}/{f}")) == "1")))
+        .collect();
+        let stats: Value =
+            serde_json::from_str(&read(format!("{be}/stats"))).unwrap_or(Value::Null);
+        out.push(json!({
+            "guest": guest,
+            "backend_domain": be.split('/').nth(3),
+            "frontend": fe,
+            "backend": be,
+            "frontend_state": state_name(&read(format!("{fe}/state"))),
+            "backend_state": state_name(&read(format!("{be}/state"))),
+            "mac": read(format!("{be}/mac")),
+            "rx_mode": read(format!("{be}/splitnet-rx-mode")),
+            "tx_mode": read(format!("{be}/splitnet-tx-mode")),
+            "offload": read(format!("{be}/splitnet-offload")) == "1",
+            "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
+            "features": features,
+            "disconnect_reason": Some(read(format!("{be}/disconnect-reason"))).filter(|r| !r.is_empty()),
+            "counters": stats,
+        }));
+    }
+    out
+}
+
 /// Builds the JSON document `status --json` prints.
 pub fn collect(rd: &Path) -> Result<Value> {
     let mut ts = Toolstack::connect(&socket_path(rd)).map_err(|e| anyhow!("{e}"))?;
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let vif_list = vifs(&mut ts, &s);
     let domains: Vec<Value> = s
         .domains
         .iter()
@@ -105,7 +164,7 @@ pub fn collect(rd: &Path) -> Result<Value> {
         "topology": s.info.get("topology"),
         "domains": domains,
         "hosts": hosts,
-        "vifs": [],
+        "vifs": vif_list,
         "ports": ports,
         "store_nodes": s.store_nodes,
         "counters": s.counters,
@@ -175,7 +234,52 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
             p["peer"].as_str().unwrap_or("?")
         );
     }
-    println!("\nVIFS\n  (none: the split-driver data path attaches vifs here)");
+    println!("\nVIFS");
+    for v in v["vifs"].as_array().unwrap_or(&empty) {
+        let c = &v["counters"];
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        let map = |k: &str| {
+            c[k].as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "  {} <-> {} ({}): frontend {}, backend {}; rx {}, tx {}, offload {}",
+            v["guest"].as_str().unwrap_or("?"),
+            v["backend"].as_str().unwrap_or("?"),
+            v["mac"].as_str().unwrap_or("?"),
+            v["frontend_state"].as_str().unwrap_or("?"),
+            v["backend_state"].as_str().unwrap_or("?"),
+            v["rx_mode"].as_str().unwrap_or("?"),
+            v["tx_mode"].as_str().unwrap_or("?"),
+            if v["offload"] == true { "on" } else { "off" },
+        );
+        println!(
+            "    tx {} pkts {} B, rx {} pkts {} B; notifications sent {} received {}; batches {}",
+            n("tx_packets"),
+            n("tx_bytes"),
+            n("rx_packets"),
+            n("rx_bytes"),
+            n("notifications_sent"),
+            n("notifications_received"),
+            n("batches")
+        );
+        println!(
+            "    grant ops: {}; drops: {}; refused: {}",
+            map("grant_ops"),
+            map("drops"),
+            map("rejected")
+        );
+        if let Some(r) = v["disconnect_reason"].as_str() {
+            println!("    disconnected: {r}");
+        }
+    }
     println!("\nHYPERCALLS");
     let c = &v["counters"];
     if let Some(ops) = c["ops"].as_object() {

@@ -89,6 +89,14 @@ impl Toolstack {
     pub fn call(&mut self, req: &Request) -> HvResult<Reply> {
         self.0.call(req).map(|r| r.0)
     }
+    /// Reads a store value as text (the toolstack may read anything).
+    pub fn store_read(&mut self, path: &str) -> HvResult<String> {
+        match self.0.call(&Request::StoreRead { path: path.into() })?.0 {
+            Reply::Value(v) => String::from_utf8(v)
+                .map_err(|_| HvError::new(ErrorKind::Invalid, format!("{path} is not text"))),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
 }
 
 /// A domain's connection to hv, with its memory mapped.

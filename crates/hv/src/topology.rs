@@ -134,6 +134,15 @@ pub enum Preset {
     Baseline,
 }
 
+impl Preset {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preset::Default => "default",
+            Preset::Baseline => "baseline",
+        }
+    }
+}
+
 impl std::str::FromStr for Preset {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

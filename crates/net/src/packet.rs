@@ -1,0 +1,432 @@
+//! A frame in flight, and what the offload layer knows about it.
+//!
+//! The offload state travels beside the bytes the way Linux keeps it in the
+//! skb (`ip_summed`, `csum_start`, `gso_size`): netback fills it from netif
+//! flags, a TAP or `PACKET_VNET_HDR` port from a `virtio_net_hdr`, and the
+//! software offload driver ([`crate::offload::prepare`]) acts on it.
+
+use crate::offload::{self, OffloadError};
+
+/// Size of `struct virtio_net_hdr` without `num_buffers`.
+pub const VNET_HDR_LEN: usize = 10;
+
+// virtio_net_hdr (virtio 1.x §5.1.6, linux/virtio_net.h).
+const VNET_F_NEEDS_CSUM: u8 = 1;
+const VNET_F_DATA_VALID: u8 = 2;
+const VNET_GSO_NONE: u8 = 0;
+const VNET_GSO_TCPV4: u8 = 1;
+const VNET_GSO_UDP: u8 = 3;
+const VNET_GSO_TCPV6: u8 = 4;
+const VNET_GSO_UDP_L4: u8 = 5;
+const VNET_GSO_ECN: u8 = 0x80;
+
+const WHAT: &str = "virtio_net_hdr";
+
+/// The state of a frame's transport checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Csum {
+    /// A checksum is present but nobody has verified it.
+    #[default]
+    Unknown,
+    /// Verified or known good (netif `NETRXF_data_validated`,
+    /// virtio `VIRTIO_NET_HDR_F_DATA_VALID`).
+    Valid,
+    /// Not computed yet: the 16-bit field at `start + offset` holds the folded
+    /// pseudo-header sum, and the checksum covers `start` to the end of the
+    /// frame (Linux `CHECKSUM_PARTIAL`, virtio `NEEDS_CSUM`, netif `csum_blank`).
+    Partial { start: u16, offset: u16 },
+}
+
+/// The kind of a large (GSO/TSO) packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GsoKind {
+    TcpV4,
+    TcpV6,
+}
+
+/// A packet larger than the wire allows, to be cut into `size`-byte segments
+/// by the egress or by [`crate::offload::segment`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gso {
+    pub kind: GsoKind,
+    /// Payload bytes per segment (the MSS).
+    pub size: u16,
+    /// The sender uses ECN: CWR is meant for the first segment only.
+    pub ecn: bool,
+}
+
+/// One Ethernet frame (from the destination MAC on, no FCS) and its offload state.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Packet {
+    pub data: Vec<u8>,
+    pub csum: Csum,
+    pub gso: Option<Gso>,
+}
+
+impl Packet {
+    /// A plain frame: checksum unverified, no GSO.
+    pub fn new(data: Vec<u8>) -> Packet {
+        Packet {
+            data,
+            csum: Csum::Unknown,
+            gso: None,
+        }
+    }
+
+    /// Whether the packet still has to be segmented.
+    pub fn is_gso(&self) -> bool {
+        self.gso.is_some()
+    }
+
+    /// Frame length in bytes.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Builds a packet from a `virtio_net_hdr` read from a TAP device or a
+    /// `PACKET_VNET_HDR` socket, and the frame that followed it.
+    ///
+    /// The header is little-endian (virtio 1.x, and what Linux uses for TAP on
+    /// little-endian hosts). Bytes after the first [`VNET_HDR_LEN`] (such as
+    /// `num_buffers`) are ignored, and so is `hdr_len`, which is only a hint.
+    /// Refused: unknown flag bits, UDP GSO, unknown GSO types, GSO without
+    /// `NEEDS_CSUM` or with a zero size, a checksum field outside the frame.
+    /// When both flags are set, `NEEDS_CSUM` wins (as in Linux).
+    pub fn from_vnet_hdr(hdr: &[u8], data: Vec<u8>) -> Result<Packet, OffloadError> {
+        let h = hdr.get(..VNET_HDR_LEN).ok_or(OffloadError::Truncated {
+            what: WHAT,
+            at: 0,
+            need: VNET_HDR_LEN,
+            have: hdr.len(),
+        })?;
+        let le16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
+        let flags = h[0];
+        let gso_type = h[1];
+        let gso_size = le16(4);
+        let csum_start = le16(6);
+        let csum_offset = le16(8);
+
+        if flags & !(VNET_F_NEEDS_CSUM | VNET_F_DATA_VALID) != 0 {
+            return Err(malformed(0, format!("unknown flag bits {flags:#04x}")));
+        }
+        let csum = if flags & VNET_F_NEEDS_CSUM != 0 {
+            let field = usize::from(csum_start) + usize::from(csum_offset);
+            if field + 2 > data.len() {
+                return Err(OffloadError::Truncated {
+                    what: "partial checksum field",
+                    at: field,
+                    need: 2,
+                    have: data.len().saturating_sub(field),
+                });
+            }
+            Csum::Partial {
+                start: csum_start,
+                offset: csum_offset,
+            }
+        } else if flags & VNET_F_DATA_VALID != 0 {
+            Csum::Valid
+        } else {
+            Csum::Unknown
+        };
+
+        let ecn = gso_type & VNET_GSO_ECN != 0;
+        let kind = match gso_type & !VNET_GSO_ECN {
+            VNET_GSO_NONE if ecn => {
+                return Err(malformed(1, "ECN bit without a GSO type".into()));
+            }
+            VNET_GSO_NONE => None,
+            VNET_GSO_TCPV4 => Some(GsoKind::TcpV4),
+            VNET_GSO_TCPV6 => Some(GsoKind::TcpV6),
+            t @ (VNET_GSO_UDP | VNET_GSO_UDP_L4) => {
+                return Err(OffloadError::Unsupported {
+                    what: WHAT,
+                    at: 1,
+                    detail: format!("UDP GSO (type {t})"),
+                });
+            }
+            t => return Err(malformed(1, format!("unknown GSO type {t}"))),
+        };
+        let gso = match kind {
+            None => None,
+            Some(kind) => {
+                if flags & VNET_F_NEEDS_CSUM == 0 {
+                    return Err(malformed(0, "GSO without NEEDS_CSUM".into()));
+                }
+                if gso_size == 0 {
+                    return Err(malformed(4, "GSO with a zero gso_size".into()));
+                }
+                Some(Gso {
+                    kind,
+                    size: gso_size,
+                    ecn,
+                })
+            }
+        };
+        Ok(Packet { data, csum, gso })
+    }
+
+    /// The `virtio_net_hdr` to prepend when writing this packet to a TAP
+    /// device or sending it through a `PACKET_VNET_HDR` socket.
+    ///
+    /// GSO packets are expected to be `Csum::Partial` (see
+    /// [`crate::offload::prepare`]); Linux refuses GSO without `NEEDS_CSUM`.
+    pub fn vnet_hdr(&self) -> [u8; VNET_HDR_LEN] {
+        let mut h = [0u8; VNET_HDR_LEN];
+        match self.csum {
+            Csum::Unknown => {}
+            Csum::Valid => h[0] = VNET_F_DATA_VALID,
+            Csum::Partial { start, offset } => {
+                h[0] = VNET_F_NEEDS_CSUM;
+                h[6..8].copy_from_slice(&start.to_le_bytes());
+                h[8..10].copy_from_slice(&offset.to_le_bytes());
+            }
+        }
+        if let Some(gso) = self.gso {
+            let kind = match gso.kind {
+                GsoKind::TcpV4 => VNET_GSO_TCPV4,
+                GsoKind::TcpV6 => VNET_GSO_TCPV6,
+            };
+            h[1] = if gso.ecn { kind | VNET_GSO_ECN } else { kind };
+            h[2..4].copy_from_slice(&self.gso_header_len().to_le_bytes());
+            h[4..6].copy_from_slice(&gso.size.to_le_bytes());
+        }
+        h
+    }
+
+    /// `hdr_len` for a GSO header: Ethernet + IP + TCP headers. If the frame
+    /// does not parse, fall back to the end of the checksum field (what Linux
+    /// TAP would assume), or 0.
+    fn gso_header_len(&self) -> u16 {
+        let from_parse = offload::parse_headers(&self.data)
+            .ok()
+            .map(|h| h.payload_off);
+        let from_csum = match self.csum {
+            Csum::Partial { start, offset } => Some(usize::from(start) + usize::from(offset) + 2),
+            _ => None,
+        };
+        from_parse
+            .or(from_csum)
+            .and_then(|n| u16::try_from(n).ok())
+            .unwrap_or(0)
+    }
+}
+
+fn malformed(at: usize, detail: String) -> OffloadError {
+    OffloadError::Malformed {
+        what: WHAT,
+        at,
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::offload::tests::{frame, tcp4, tcp_seg, v4, v6, Rng, TS_OPT};
+    use crate::offload::{checksum_setup, parse_headers, prepare, Offloads};
+
+    fn hdr(flags: u8, gso_type: u8, hdr_len: u16, size: u16, start: u16, off: u16) -> Vec<u8> {
+        let mut h = vec![flags, gso_type];
+        for v in [hdr_len, size, start, off] {
+            h.extend_from_slice(&v.to_le_bytes());
+        }
+        h
+    }
+
+    #[test]
+    fn parses_a_tso_header_byte_for_byte() {
+        let data = tcp4(&[0; 3000]);
+        let raw = [0x01, 0x81, 66, 0, 0xa8, 0x05, 34, 0, 16, 0];
+        let p = Packet::from_vnet_hdr(&raw, data.clone()).unwrap();
+        assert_eq!(
+            p.csum,
+            Csum::Partial {
+                start: 34,
+                offset: 16
+            }
+        );
+        assert_eq!(
+            p.gso,
+            Some(Gso {
+                kind: GsoKind::TcpV4,
+                size: 1448,
+                ecn: true
+            })
+        );
+        assert!(p.is_gso());
+        assert_eq!(p.len(), data.len());
+        // hdr_len = 14 + 20 + 32 (TCP with timestamps), recomputed from the frame.
+        assert_eq!(p.vnet_hdr(), raw);
+    }
+
+    #[test]
+    fn round_trips() {
+        let d4 = tcp4(&[5; 4000]);
+        let d6 = frame(&v6(), 6, tcp_seg(1, 0x10, &TS_OPT, &[6; 4000]), false);
+        let mut partial6 = Packet::new(d6.clone());
+        checksum_setup(&mut partial6, true).unwrap();
+        let cases = [
+            Packet::new(d4.clone()),
+            Packet {
+                csum: Csum::Valid,
+                ..Packet::new(d4.clone())
+            },
+            Packet {
+                csum: Csum::Partial {
+                    start: 34,
+                    offset: 16,
+                },
+                ..Packet::new(d4.clone())
+            },
+            Packet {
+                csum: Csum::Partial {
+                    start: 34,
+                    offset: 16,
+                },
+                gso: Some(Gso {
+                    kind: GsoKind::TcpV4,
+                    size: 1448,
+                    ecn: false,
+                }),
+                ..Packet::new(d4.clone())
+            },
+            Packet {
+                gso: Some(Gso {
+                    kind: GsoKind::TcpV6,
+                    size: 1428,
+                    ecn: true,
+                }),
+                ..partial6
+            },
+        ];
+        for p in cases {
+            let h = p.vnet_hdr();
+            let back = Packet::from_vnet_hdr(&h, p.data.clone()).unwrap();
+            assert_eq!(back, p);
+            let hdr_len = u16::from_le_bytes([h[2], h[3]]);
+            if p.is_gso() {
+                assert_eq!(
+                    usize::from(hdr_len),
+                    parse_headers(&p.data).unwrap().payload_off
+                );
+            } else {
+                assert_eq!(hdr_len, 0);
+            }
+        }
+        assert_eq!(Packet::new(vec![]).vnet_hdr(), [0; VNET_HDR_LEN]);
+        assert!(Packet::default().is_empty());
+    }
+
+    #[test]
+    fn header_flag_mapping() {
+        let d = tcp4(&[1; 10]);
+        let valid = Packet::from_vnet_hdr(&hdr(2, 0, 0, 0, 0, 0), d.clone()).unwrap();
+        assert_eq!(valid.csum, Csum::Valid);
+        assert_eq!(valid.vnet_hdr()[0], 2);
+        // NEEDS_CSUM wins over DATA_VALID.
+        let both = Packet::from_vnet_hdr(&hdr(3, 0, 0, 0, 34, 16), d.clone()).unwrap();
+        assert_eq!(
+            both.csum,
+            Csum::Partial {
+                start: 34,
+                offset: 16
+            }
+        );
+        // A 12-byte header (with num_buffers) is accepted; gso_size without GSO ignored.
+        let mut long = hdr(0, 0, 0, 1400, 0, 0);
+        long.extend_from_slice(&1u16.to_le_bytes());
+        let p = Packet::from_vnet_hdr(&long, d.clone()).unwrap();
+        assert_eq!(p, Packet::new(d.clone()));
+        // The checksum field may end exactly at the end of the frame.
+        let n = d.len() as u16;
+        assert!(Packet::from_vnet_hdr(&hdr(1, 0, 0, 0, n - 10, 8), d).is_ok());
+    }
+
+    #[test]
+    fn rejects_bad_headers() {
+        let d = tcp4(&[1; 100]);
+        let n = d.len() as u16;
+        let truncated = |r: Result<Packet, OffloadError>| {
+            assert!(matches!(r, Err(OffloadError::Truncated { .. })), "{r:?}")
+        };
+        let malformed = |r: Result<Packet, OffloadError>| {
+            assert!(matches!(r, Err(OffloadError::Malformed { .. })), "{r:?}")
+        };
+        let unsupported = |r: Result<Packet, OffloadError>| {
+            assert!(matches!(r, Err(OffloadError::Unsupported { .. })), "{r:?}")
+        };
+        truncated(Packet::from_vnet_hdr(&[0; 9], d.clone()));
+        truncated(Packet::from_vnet_hdr(&[], d.clone()));
+        malformed(Packet::from_vnet_hdr(&hdr(4, 0, 0, 0, 0, 0), d.clone()));
+        malformed(Packet::from_vnet_hdr(&hdr(0x81, 0, 0, 0, 0, 0), d.clone()));
+        unsupported(Packet::from_vnet_hdr(
+            &hdr(1, 3, 42, 1400, 34, 6),
+            d.clone(),
+        ));
+        unsupported(Packet::from_vnet_hdr(
+            &hdr(1, 5, 42, 1400, 34, 6),
+            d.clone(),
+        ));
+        malformed(Packet::from_vnet_hdr(
+            &hdr(1, 2, 66, 1448, 34, 16),
+            d.clone(),
+        ));
+        malformed(Packet::from_vnet_hdr(
+            &hdr(1, 0x80, 0, 0, 34, 16),
+            d.clone(),
+        ));
+        malformed(Packet::from_vnet_hdr(&hdr(0, 1, 66, 1448, 0, 0), d.clone()));
+        malformed(Packet::from_vnet_hdr(&hdr(2, 4, 66, 1448, 0, 0), d.clone()));
+        malformed(Packet::from_vnet_hdr(&hdr(1, 1, 66, 0, 34, 16), d.clone()));
+        truncated(Packet::from_vnet_hdr(
+            &hdr(1, 0, 0, 0, n - 10, 9),
+            d.clone(),
+        ));
+        truncated(Packet::from_vnet_hdr(
+            &hdr(1, 0, 0, 0, 0xffff, 0xffff),
+            d.clone(),
+        ));
+        truncated(Packet::from_vnet_hdr(&hdr(1, 0, 0, 0, 0, 0), vec![0]));
+    }
+
+    #[test]
+    fn random_headers_do_not_panic() {
+        let mut rng = Rng::new(21);
+        let frames = [
+            tcp4(&[3; 3000]),
+            frame(&v4(), 17, vec![0; 16], false),
+            vec![],
+        ];
+        let mut accepted = 0;
+        for i in 0..20_000 {
+            let mut raw = rng.bytes(VNET_HDR_LEN);
+            if i % 2 == 0 {
+                raw[0] &= 3; // keep flags plausible so validation goes deeper
+                raw[1] &= 0x85;
+                raw[6..10].copy_from_slice(&[34, 0, 16, 0]);
+            }
+            let data = frames[rng.below(frames.len())].clone();
+            if let Ok(p) = Packet::from_vnet_hdr(&raw, data) {
+                accepted += 1;
+                let h = p.vnet_hdr();
+                assert_eq!(Packet::from_vnet_hdr(&h, p.data.clone()).as_ref(), Ok(&p));
+                let mut out = Vec::new();
+                let _ = prepare(p.clone(), Offloads::NONE, &mut out);
+                let _ = prepare(p, Offloads::ALL, &mut out);
+            }
+        }
+        assert!(accepted > 100, "only {accepted} headers accepted");
+    }
+
+    #[test]
+    fn offload_state_defaults() {
+        let p = Packet::new(vec![1, 2, 3]);
+        assert_eq!((p.csum, p.gso, p.len()), (Csum::Unknown, None, 3));
+        assert!(!p.is_gso() && !p.is_empty());
+        assert_eq!(Packet::default().csum, Csum::Unknown);
+    }
+}
