@@ -5,7 +5,7 @@
 use anyhow::{anyhow, Context, Result};
 use hv::daemon::ENV_HV_FD;
 use hv::HvClient;
-use net::netfront::Netfront;
+use net::netfront::{Netfront, TapNetfront};
 use std::time::Duration;
 
 /// Closes everything but the inherited hv socket.
@@ -66,26 +66,28 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
         }
     };
     let dev = format!("{home}/device/vif/{dev}");
-    let mut nf = Netfront::connect(hv, &dev, "eth0", Duration::from_secs(30))
+    let nf = Netfront::connect(hv, &dev, Duration::from_secs(30))
         .map_err(|e| anyhow!("netfront: {e}"))?;
+    let mut nic = TapNetfront::attach(hv, nf, "eth0").map_err(|e| anyhow!("netfront: {e}"))?;
+    let info = nic.nf.info.clone();
     eprintln!(
         "netfront {dev}: connected to {} (rx {}, offload {}, split event channels {})",
-        nf.info.backend,
-        if nf.info.copy_rx { "copy" } else { "flip" },
-        nf.info.offload,
-        nf.info.split_evtchn
+        info.backend,
+        if info.copy_rx { "copy" } else { "flip" },
+        info.offload,
+        info.split_evtchn
     );
-    hv.watch(&format!("{}/state", nf.info.backend), "backend")
+    hv.watch(&format!("{}/state", info.backend), "backend")
         .map_err(|e| anyhow!("{e}"))?;
     loop {
         let ready = {
             let mut fds = vec![hv.watch_fd()];
-            fds.extend(nf.fds());
+            fds.extend(nic.fds());
             sys::poll_readable(&fds, Some(Duration::from_millis(200)))?
         };
         if ready[0] {
             while let Some(_ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
-                let gone = match hv.read_state(&nf.info.backend) {
+                let gone = match hv.read_state(&info.backend) {
                     Ok(s) => matches!(
                         s,
                         abi::xenbus::XenbusState::Closing | abi::xenbus::XenbusState::Closed
@@ -93,12 +95,12 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
                     Err(_) => true,
                 };
                 if gone {
-                    nf.disconnect("the backend is closing");
+                    nic.disconnect("the backend is closing");
                 }
             }
         }
-        if nf.is_connected() {
-            nf.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
+        if nic.nf.is_connected() {
+            nic.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
         }
     }
 }

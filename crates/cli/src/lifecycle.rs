@@ -175,8 +175,8 @@ pub fn down(rd: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `splitnet exec DOMAIN -- CMD...`; returns the command's exit code.
-pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<i32> {
+/// `splitnet exec DOMAIN -- CMD...`: replaces this process with the command.
+pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::Infallible> {
     require_root()?;
     let ns = host::netns_name(domain);
     let known = host::our_netns();
@@ -193,12 +193,13 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<i32> {
             names.join(", ")
         );
     }
-    let status = Command::new("ip")
+    // Become the command (through `ip netns exec`), so signals and the exit
+    // code are the command's own.
+    let err = Command::new("ip")
         .args(["netns", "exec", &ns])
         .args(cmd)
-        .status()
-        .with_context(|| format!("running {:?} in {domain}", cmd[0]))?;
-    Ok(status.code().unwrap_or(128 + 9))
+        .exec();
+    Err(err).with_context(|| format!("running {:?} in {domain}", cmd[0]))
 }
 
 /// `splitnet hv`: the daemon in the foreground.
@@ -231,38 +232,91 @@ fn show(cmd: &[&str]) -> Result<()> {
 }
 
 /// `splitnet demo`: the main job.
-pub fn demo(rd: &Path) -> Result<()> {
+pub fn demo(rd: &Path, preset: Option<Preset>, secs: u32) -> Result<()> {
     require_root()?;
     let exe = std::env::current_exe()?;
     let exe = exe
         .to_str()
         .ok_or_else(|| anyhow!("executable path is not UTF-8"))?;
     let rd_s = rd.to_str().ok_or_else(|| anyhow!("run dir is not UTF-8"))?;
-    let sn = |args: &[&str]| -> Vec<String> {
-        let mut v = vec![exe.to_string(), "--run-dir".into(), rd_s.into()];
-        v.extend(args.iter().map(|s| s.to_string()));
-        v
-    };
     let run = |args: &[&str]| -> Result<()> {
-        let v = sn(args);
-        let r: Vec<&str> = v.iter().map(String::as_str).collect();
-        show(&r)
+        let mut v = vec![exe, "--run-dir", rd_s];
+        v.extend_from_slice(args);
+        show(&v)
     };
-    println!("splitnet demo: the default topology (driver domain drv, guests guest1 and guest2, external host wire)");
-    step(1, "bring up hv and the domains");
-    run(&["up"])?;
+    let preset = preset.unwrap_or(Preset::Default);
+    println!(
+        "splitnet demo: driver domain drv, guests guest1 and guest2, external host wire; vif preset {:?}",
+        preset.as_str()
+    );
+    step(1, "bring up hv, the domains and their virtual NICs");
+    run(&["up", "--preset", preset.as_str()])?;
     let result = (|| -> Result<()> {
         step(2, "what is running");
         run(&["status"])?;
-        step(3, "inside the domains");
-        run(&["exec", "guest1", "--", "ip", "-br", "link"])?;
-        run(&["exec", "drv", "--", "ip", "-br", "link"])?;
-        run(&["exec", "wire", "--", "ip", "-br", "addr"])?;
-        step(4, "cost of the hypervisor primitives (bench hv --quick)");
-        run(&["bench", "hv", "--quick"])?;
+        step(
+            3,
+            "ping through netfront -> I/O channel -> netback -> bridge -> port",
+        );
+        for target in ["10.77.0.254", "10.77.0.2"] {
+            run(&[
+                "exec", "guest1", "--", "ping", "-c", "3", "-i", "0.2", target,
+            ])?;
+        }
+        step(
+            4,
+            &format!("iperf3 TCP, {secs} s each way, against native veth measured now"),
+        );
+        let ns = host::netns_name;
+        let mut rows = Vec::new();
+        let dirs = [
+            (
+                "guest1 -> wire",
+                ns("wire"),
+                "10.77.0.254",
+                ns("guest1"),
+                false,
+            ),
+            (
+                "wire -> guest1",
+                ns("wire"),
+                "10.77.0.254",
+                ns("guest1"),
+                true,
+            ),
+            (
+                "guest1 -> guest2",
+                ns("guest2"),
+                "10.77.0.2",
+                ns("guest1"),
+                false,
+            ),
+        ];
+        for (name, sns, sip, cns, rev) in &dirs {
+            let g = crate::iperf::tcp(sns, sip, cns, *rev, secs)?;
+            println!("  splitnet {name:<18} {g:6.2} Gbit/s");
+            rows.push((name.to_string(), g));
+        }
+        let native = crate::iperf::Native::new()?;
+        let mut table = String::from(
+            "\n| direction | splitnet Gbit/s | native Gbit/s | ratio |\n|---|---:|---:|---:|\n",
+        );
+        for (i, (name, g)) in rows.iter().enumerate() {
+            // Native: the same application over a plain veth between namespaces.
+            let rev = i == 1;
+            let n = crate::iperf::tcp(&native.b, crate::iperf::NATIVE_B, &native.a, rev, secs)?;
+            println!("  native   {name:<18} {n:6.2} Gbit/s");
+            table += &format!(
+                "| {name} | {g:.2} | {n:.2} | {:.2} |\n",
+                if n > 0.0 { g / n } else { 0.0 }
+            );
+        }
+        drop(native);
+        step(5, "results");
+        println!("{table}");
         Ok(())
     })();
-    step(5, "tear down");
+    step(6, "tear down");
     run(&["down"])?;
     result
 }

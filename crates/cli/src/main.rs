@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 mod domain;
+mod iperf;
 mod lifecycle;
 mod status;
 
@@ -61,8 +62,16 @@ enum Cmd {
     },
     /// Stop everything; leaves no namespace, process, interface or shared memory behind.
     Down,
-    /// The main job: bring up the default topology, show it working, tear it down.
-    Demo,
+    /// The main job: bring up the default topology, run ping and iperf3
+    /// through it, compare with native veth in the same run, tear down.
+    Demo {
+        /// Vif modes: "default" or "baseline" (the seed's Xen 2.0).
+        #[arg(long)]
+        preset: Option<Preset>,
+        /// Seconds per iperf3 run.
+        #[arg(long, default_value_t = 3)]
+        seconds: u32,
+    },
     /// Run a benchmark suite.
     Bench {
         /// Which suite.
@@ -136,12 +145,9 @@ fn run(cli: Cli) -> Result<()> {
             preset,
         } => lifecycle::up(&rd, config.as_deref(), timeout, preset),
         Cmd::Status { json } => status::show(&rd, json),
-        Cmd::Exec { domain, cmd } => {
-            let code = lifecycle::exec(&rd, &domain, &cmd)?;
-            std::process::exit(code);
-        }
+        Cmd::Exec { domain, cmd } => match lifecycle::exec(&rd, &domain, &cmd)? {},
         Cmd::Down => lifecycle::down(&rd),
-        Cmd::Demo => lifecycle::demo(&rd),
+        Cmd::Demo { preset, seconds } => lifecycle::demo(&rd, preset, seconds),
         Cmd::Bench {
             suite: Suite::Hv,
             quick,

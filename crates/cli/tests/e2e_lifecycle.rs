@@ -4,165 +4,11 @@
 //! Namespace names are global to the host, so these tests take a lock and
 //! run one at a time even when the harness runs tests in parallel.
 
-use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::Mutex;
+mod common;
+
+use common::*;
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-static HOST: Mutex<()> = Mutex::new(());
-
-struct Env {
-    run_dir: PathBuf,
-    _guard: std::sync::MutexGuard<'static, ()>,
-}
-
-impl Env {
-    fn new(name: &str) -> Env {
-        let guard = HOST.lock().unwrap_or_else(|p| p.into_inner());
-        let run_dir =
-            std::env::temp_dir().join(format!("splitnet-test-{name}-{}", std::process::id()));
-        let env = Env {
-            run_dir,
-            _guard: guard,
-        };
-        // A previous failed test may have left a topology up.
-        env.splitnet(&["down"]);
-        env
-    }
-
-    fn splitnet(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_splitnet"))
-            .arg("--run-dir")
-            .arg(&self.run_dir)
-            .args(args)
-            .output()
-            .expect("run splitnet")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.splitnet(args);
-        assert!(
-            o.status.success(),
-            "splitnet {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\nhv.log:\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr),
-            std::fs::read_to_string(self.run_dir.join("hv.log")).unwrap_or_default()
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn status(&self) -> Value {
-        serde_json::from_str(&self.ok(&["status", "--json"])).expect("status --json is JSON")
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.splitnet(&["down"]);
-        let _ = std::fs::remove_dir_all(&self.run_dir);
-    }
-}
-
-fn netns() -> Vec<String> {
-    let o = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("splitnet-"))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Processes whose command line mentions our binary, other than the test itself.
-fn our_processes() -> Vec<String> {
-    let exe = env!("CARGO_BIN_EXE_splitnet");
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z');
-        if cmd.contains(exe) && pid != std::process::id() && !zombie {
-            v.push(format!("{pid}: {cmd}"));
-        }
-    }
-    v
-}
-
-/// memfds named splitnet-* still open in any process.
-fn our_memfds() -> Vec<String> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(rd) = std::fs::read_dir(e.path().join("fd")) else {
-            continue;
-        };
-        for fd in rd.flatten() {
-            if let Ok(t) = std::fs::read_link(fd.path()) {
-                let t = t.to_string_lossy().into_owned();
-                if t.contains("memfd:splitnet-") {
-                    v.push(format!("{}: {t}", e.path().display()));
-                }
-            }
-        }
-    }
-    v
-}
-
-fn cgroups() -> Vec<PathBuf> {
-    [
-        "/sys/fs/cgroup/splitnet",
-        "/sys/fs/cgroup/unified/splitnet",
-        "/sys/fs/cgroup/cpuacct/splitnet",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .filter(|p| p.exists())
-    .collect()
-}
-
-fn assert_nothing_left() {
-    assert_eq!(netns(), Vec::<String>::new(), "namespaces left behind");
-    assert_eq!(
-        our_processes(),
-        Vec::<String>::new(),
-        "processes left behind"
-    );
-    assert_eq!(
-        our_memfds(),
-        Vec::<String>::new(),
-        "shared memory left behind"
-    );
-    assert_eq!(cgroups(), Vec::<PathBuf>::new(), "cgroups left behind");
-    let links = Command::new("ip").args(["-br", "link"]).output().unwrap();
-    assert!(
-        !String::from_utf8_lossy(&links.stdout).contains("peth0"),
-        "interfaces left behind"
-    );
-}
-
-fn domain<'a>(st: &'a Value, name: &str) -> &'a Value {
-    st["domains"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == name)
-        .unwrap_or(&Value::Null)
-}
 
 #[test]
 fn up_status_exec_down_leaves_nothing_behind() {
@@ -254,10 +100,7 @@ fn a_killed_domain_is_reclaimed_and_the_others_keep_running() {
     env.ok(&["up"]);
     let st = env.status();
     let pid = domain(&st, "guest1")["pid"].as_i64().unwrap() as i32;
-    Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
+    kill9(pid as i64);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let st = env.status();
@@ -348,13 +191,13 @@ fn a_custom_topology_comes_up() {
 #[test]
 fn demo_runs_start_to_finish() {
     let env = Env::new("demo");
-    let out = env.ok(&["demo"]);
+    let out = env.ok(&["demo", "--seconds", "1"]);
     for needle in [
         "splitnet is up",
         "DOMAIN",
         "peth0",
-        "grant map + unmap",
-        "event-channel",
+        "| direction | splitnet Gbit/s | native Gbit/s | ratio |",
+        "| guest1 -> guest2 |",
         "splitnet is down",
     ] {
         assert!(out.contains(needle), "demo output lacks {needle:?}:\n{out}");

@@ -186,11 +186,15 @@ fn build(hv: &Arc<Hypervisor>, cfg: &DaemonConfig, layout: &CgroupLayout) -> Res
 }
 
 /// The toolstack's own store writes (as domain 0).
-struct Store<'a> {
+pub struct Store<'a> {
     hv: &'a Arc<Hypervisor>,
 }
 
-impl Store<'_> {
+impl<'a> Store<'a> {
+    /// Store writes on behalf of the toolstack of `hv`.
+    pub fn new(hv: &'a Arc<Hypervisor>) -> Store<'a> {
+        Store { hv }
+    }
     fn call(&mut self, req: Request) -> Result<(), String> {
         self.hv
             .handle(crate::proto::DOMID_TOOLSTACK, req)
@@ -198,7 +202,8 @@ impl Store<'_> {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
-    fn write(&mut self, path: &str, value: &str) -> Result<(), String> {
+    /// Writes `value` at `path`.
+    pub fn write(&mut self, path: &str, value: &str) -> Result<(), String> {
         self.call(Request::StoreWrite {
             path: path.into(),
             value: value.as_bytes().to_vec(),
@@ -215,7 +220,7 @@ impl Store<'_> {
 
 /// Writes a vif's frontend and backend directories, as Xen's toolstack does:
 /// each end owns its directory and may read the other's.
-fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Result<(), String> {
+pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Result<(), String> {
     let fe = xenbus::frontend_path(g, 0);
     let be = xenbus::backend_path(b, g, 0);
     ts.dir(&fe, [format!("n{g}"), format!("r{b}")])?;

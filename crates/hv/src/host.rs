@@ -57,7 +57,21 @@ pub fn netns_add(ns: &str) -> io::Result<()> {
 }
 
 /// Deletes namespace `ns` (and every interface in it); absent is fine.
+/// Processes still inside (commands a user started there with `splitnet
+/// exec`) are killed first: deleting a namespace does not stop them.
 pub fn netns_del(ns: &str) {
+    for _ in 0..50 {
+        let pids: Vec<i32> = run("ip", &["netns", "pids", ns])
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        signal_all(&pids, libc::SIGKILL);
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let _ = run("ip", &["netns", "del", ns]);
 }
 

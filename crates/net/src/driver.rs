@@ -90,7 +90,9 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
     let mut last_stats = Instant::now();
     loop {
         // Wait for the port, any vif's event channel, or a store watch.
-        let busy = vifs.iter_mut().any(|v| v.nb.tx_pending());
+        let busy = vifs
+            .iter_mut()
+            .any(|v| v.nb.tx_pending() || v.nb.rx_pending());
         let mut fds = vec![hv.watch_fd()];
         if let Some(p) = &phys {
             fds.push(p.fd());

@@ -294,6 +294,10 @@ impl Netback {
             let _ = hv.evtchn_close(ch);
         }
         self.rx_queue.clear();
+        // Final counters first, so whoever sees Closed sees why.
+        if let Ok(json) = serde_json::to_string(&self.counters) {
+            let _ = hv.store_write(&format!("{}/stats", self.be), &json);
+        }
         let _ = hv.store_write(&format!("{}/disconnect-reason", self.be), why);
         let _ = hv.switch_state(&self.be, XenbusState::Closed);
     }
@@ -352,14 +356,10 @@ impl Netback {
                 let Some(tx) = self.tx.as_mut() else {
                     break 'gather;
                 };
-                let raw = match tx.next_request() {
-                    Ok(Some(r)) => r,
-                    Ok(None) => {
-                        fatal = Some("truncated_packet");
-                        break 'gather;
-                    }
-                    Err(_) => {
-                        fatal = Some("ring_overflow");
+                let raw = match next_in_chain(tx) {
+                    Ok(r) => r,
+                    Err(reason) => {
+                        fatal = Some(reason);
                         break 'gather;
                     }
                 };
@@ -399,14 +399,10 @@ impl Netback {
                 let Some(tx) = self.tx.as_mut() else {
                     break 'gather;
                 };
-                cur = match tx.next_request() {
-                    Ok(Some(r)) => r,
-                    Ok(None) => {
-                        fatal = Some("truncated_packet");
-                        break 'gather;
-                    }
-                    Err(_) => {
-                        fatal = Some("ring_overflow");
+                cur = match next_in_chain(tx) {
+                    Ok(r) => r,
+                    Err(reason) => {
+                        fatal = Some(reason);
                         break 'gather;
                     }
                 };
@@ -617,34 +613,52 @@ impl Netback {
 
     /// Moves queued frames into the buffers the guest has posted.
     pub fn flush_rx(&mut self, hv: &mut HvClient) -> Result<()> {
-        if !self.connected || self.rx_queue.is_empty() {
-            return Ok(());
-        }
-        let r = if self.modes.rx_flip {
-            self.flush_rx_flip(hv)
-        } else {
-            self.flush_rx_copy(hv)
-        };
-        if let Err(NetbackError::Ring(_)) = r {
-            self.refuse("ring_overflow");
-            self.disconnect(hv, "fatal frontend error: ring_overflow");
-            return Ok(());
-        }
-        r?;
-        let notify = self
-            .rx
-            .as_mut()
-            .is_some_and(|rx| rx.push_responses_and_check_notify());
-        if notify {
-            self.notify(true);
-        }
-        if !self.rx_queue.is_empty() {
-            if let Some(rx) = self.rx.as_mut() {
-                // Ask to be told when the guest posts more buffers.
-                let _ = rx.final_check_for_requests()?;
+        // Bounded: a guest that keeps posting buffers cannot keep us here.
+        for _ in 0..8 {
+            if !self.connected || self.rx_queue.is_empty() {
+                return Ok(());
+            }
+            let r = if self.modes.rx_flip {
+                self.flush_rx_flip(hv)
+            } else {
+                self.flush_rx_copy(hv)
+            };
+            if let Err(NetbackError::Ring(_)) = r {
+                self.refuse("ring_overflow");
+                self.disconnect(hv, "fatal frontend error: ring_overflow");
+                return Ok(());
+            }
+            r?;
+            let notify = self
+                .rx
+                .as_mut()
+                .is_some_and(|rx| rx.push_responses_and_check_notify());
+            if notify {
+                self.notify(true);
+            }
+            if self.rx_queue.is_empty() {
+                return Ok(());
+            }
+            // Ask to be told when the guest posts more buffers; if some
+            // arrived meanwhile, go round again rather than miss them.
+            let more = match self.rx.as_mut() {
+                Some(rx) => rx.final_check_for_requests()?,
+                None => false,
+            };
+            if !more {
+                return Ok(());
             }
         }
         Ok(())
+    }
+
+    /// Whether queued frames could go out now (the guest has posted buffers).
+    pub fn rx_pending(&mut self) -> bool {
+        !self.rx_queue.is_empty()
+            && self
+                .rx
+                .as_mut()
+                .is_some_and(|r| r.unconsumed_requests().map(|n| n > 0).unwrap_or(true))
     }
 
     fn flush_rx_copy(&mut self, hv: &mut HvClient) -> Result<()> {
@@ -821,6 +835,18 @@ impl Netback {
     /// Packets waiting for guest buffers.
     pub fn rx_queued(&self) -> usize {
         self.rx_queue.len()
+    }
+}
+
+/// The next slot of a packet already begun: its absence means a truncated
+/// packet, a bad index an overflow; both are fatal.
+fn next_in_chain(
+    tx: &mut BackRing<MappedGrant, TxRequest, TxResponse>,
+) -> std::result::Result<TxRequest, &'static str> {
+    match tx.next_request() {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err("truncated_packet"),
+        Err(_) => Err("ring_overflow"),
     }
 }
 

@@ -81,7 +81,6 @@ struct RxSlot {
 /// A connected frontend.
 pub struct Netfront {
     pub info: FrontendInfo,
-    tap: Tap,
     tx: FrontRing<Mem, TxRequest, TxResponse>,
     rx: FrontRing<Mem, RxRequest, RxResponse>,
     tx_evt: EventChannel,
@@ -94,7 +93,6 @@ pub struct Netfront {
     rx_partial: Option<Packet>,
     rx_partial_bad: bool,
     rx_extra_pending: bool,
-    buf: Vec<u8>,
     pub counters: VifCounters,
     connected: bool,
 }
@@ -124,14 +122,12 @@ fn run_ip(args: &[&str]) -> Result<()> {
 
 impl Netfront {
     /// Runs the frontend half of the XenbusState handshake for device `dev`
-    /// (e.g. `device/vif/0`), creating TAP `ifname`, and returns when both
-    /// ends are Connected.
-    pub fn connect(
-        hv: &mut HvClient,
-        dev: &str,
-        ifname: &str,
-        timeout: Duration,
-    ) -> Result<Netfront> {
+    /// (e.g. `/local/domain/5/device/vif/0`) and returns when both ends are
+    /// Connected. The frontend then moves [`Packet`]s: [`Netfront::send`],
+    /// [`Netfront::flush`] and [`Netfront::poll`]. [`TapNetfront`] connects it
+    /// to a TAP so the guest's kernel uses it; tests and packet generators use
+    /// it directly.
+    pub fn connect(hv: &mut HvClient, dev: &str, timeout: Duration) -> Result<Netfront> {
         let backend = hv.store_read_str(&format!("{dev}/{}", keys::BACKEND))?;
         let backend_id: DomId = hv
             .store_read_str(&format!("{dev}/{}", keys::BACKEND_ID))?
@@ -173,27 +169,6 @@ impl Netfront {
             split_evtchn,
         };
 
-        // The guest's NIC: a TAP with the vif's MAC and the topology's addresses.
-        let tap = Tap::create(ifname, true)?;
-        let on = offload;
-        tap.set_offloads(TapOffloads {
-            csum: on,
-            tso4: on,
-            tso6: on,
-        })?;
-        run_ip(&["link", "set", ifname, "address", &mac, "mtu", "1500"])?;
-        run_ip(&["link", "set", ifname, "up"])?;
-        let home = format!("/local/domain/{}/splitnet", hv.domid());
-        for key in ["ipv4", "ipv6"] {
-            if let Ok(addr) = hv.store_read_str(&format!("{home}/{key}")) {
-                let mut args = vec!["addr", "add", addr.as_str(), "dev", ifname];
-                if key == "ipv6" {
-                    args.push("nodad");
-                }
-                run_ip(&args)?;
-            }
-        }
-
         // Rings in two granted pages, event channels, then publish it all.
         let pool = hv.pool_shared();
         let tx = FrontRing::init(window(&pool, TX_RING_FRAME)?)?;
@@ -231,7 +206,6 @@ impl Netfront {
 
         let mut nf = Netfront {
             info,
-            tap,
             tx,
             rx,
             tx_evt,
@@ -243,7 +217,6 @@ impl Netfront {
             rx_partial: None,
             rx_partial_bad: false,
             rx_extra_pending: false,
-            buf: vec![0; VNET_HDR_LEN + MAX_FRAME],
             counters: VifCounters::default(),
             connected: true,
         };
@@ -251,10 +224,9 @@ impl Netfront {
         Ok(nf)
     }
 
-    /// Descriptors to poll: the TAP, and the event channel(s).
+    /// Event-channel descriptors to poll.
     pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
-        use std::os::fd::AsFd;
-        let mut v = vec![self.tap.as_fd(), self.tx_evt.fd()];
+        let mut v = vec![self.tx_evt.fd()];
         if let Some(r) = &self.rx_evt {
             v.push(r.fd());
         }
@@ -270,9 +242,9 @@ impl Netfront {
         self.rx_evt.as_ref().unwrap_or(&self.tx_evt)
     }
 
-    /// One round of work: acknowledges notifications, sends what the guest
-    /// queued, completes TX, delivers RX and reposts buffers.
-    pub fn poll_once(&mut self, hv: &mut HvClient) -> Result<()> {
+    /// One round of work: acknowledges notifications, completes TX, appends
+    /// received packets to `out`, and reposts buffers.
+    pub fn poll(&mut self, hv: &mut HvClient, out: &mut Vec<Packet>) -> Result<()> {
         if self.tx_evt.ack() {
             self.counters.notifications_received += 1;
         }
@@ -286,51 +258,52 @@ impl Netfront {
             return Ok(());
         }
         self.complete_tx(hv)?;
-        self.transmit(hv)?;
-        self.receive(hv)?;
+        self.receive(hv, out)?;
         self.refill_rx(hv)?;
         Ok(())
     }
 
-    /// Marks the link down for the guest (carrier off); the backend is gone.
+    /// Marks the frontend disconnected; the backend is gone.
     pub fn disconnect(&mut self, why: &str) {
         if self.connected {
             eprintln!("netfront {}: link down: {why}", self.info.dev);
-            let _ = self.tap.set_carrier(false);
             self.connected = false;
         }
     }
 
-    /// Reads frames from the TAP and queues them on the TX ring.
-    fn transmit(&mut self, hv: &mut HvClient) -> Result<()> {
-        let mut queued = false;
-        while self.tx.free_requests() >= MAX_SLOTS && self.tx_free.len() >= MAX_SLOTS as usize {
-            let n = match self.tap.recv(&mut self.buf)? {
-                Some(n) => n,
-                None => break,
-            };
-            if n < VNET_HDR_LEN {
-                self.counters.drop("tap_short_read");
-                continue;
-            }
-            let pkt = match Packet::from_vnet_hdr(
-                &self.buf[..VNET_HDR_LEN],
-                self.buf[VNET_HDR_LEN..n].to_vec(),
-            ) {
-                Ok(p) => p,
-                Err(_) => {
-                    self.counters.drop("bad_vnet_header");
-                    continue;
-                }
-            };
-            self.queue_tx(hv, pkt)?;
-            queued = true;
+    /// Whether one more packet of any size fits on the TX ring now.
+    pub fn can_send(&self) -> bool {
+        self.connected
+            && self.tx.free_requests() >= MAX_SLOTS
+            && self.tx_free.len() >= MAX_SLOTS as usize
+    }
+
+    /// Queues one packet on the TX ring (published by [`Netfront::flush`]).
+    /// Check [`Netfront::can_send`] first.
+    pub fn send(&mut self, hv: &mut HvClient, pkt: Packet) -> Result<()> {
+        if !self.can_send() {
+            return Err(setup("the TX ring is full"));
         }
-        if queued && self.tx.push_requests_and_check_notify() {
+        self.queue_tx(hv, pkt)
+    }
+
+    /// Publishes queued requests and notifies the backend if it asked.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.tx.push_requests_and_check_notify() {
             self.tx_evt.notify()?;
             self.counters.notifications_sent += 1;
         }
         Ok(())
+    }
+
+    /// The raw TX ring, for tests that play a hostile frontend.
+    pub fn tx_ring(&mut self) -> &mut FrontRing<Mem, TxRequest, TxResponse> {
+        &mut self.tx
+    }
+
+    /// The TX event channel, for tests that play a hostile frontend.
+    pub fn tx_channel(&self) -> &EventChannel {
+        &self.tx_evt
     }
 
     fn queue_tx(&mut self, hv: &mut HvClient, mut pkt: Packet) -> Result<()> {
@@ -478,8 +451,8 @@ impl Netfront {
         Ok(())
     }
 
-    /// Takes RX responses, reassembles packets and writes them to the TAP.
-    fn receive(&mut self, hv: &mut HvClient) -> Result<()> {
+    /// Takes RX responses and reassembles packets into `out`.
+    fn receive(&mut self, hv: &mut HvClient, out: &mut Vec<Packet>) -> Result<()> {
         loop {
             loop {
                 let idx = self.rx.rsp_cons() & (RING - 1);
@@ -524,7 +497,9 @@ impl Netfront {
                     }
                     continue;
                 }
-                self.rx_fragment(rsp, landed);
+                if let Some(p) = self.rx_fragment(rsp, landed) {
+                    out.push(p);
+                }
             }
             if !self.rx.final_check_for_responses()? {
                 return Ok(());
@@ -532,7 +507,7 @@ impl Netfront {
         }
     }
 
-    fn rx_fragment(&mut self, rsp: RxResponse, landed: Option<u32>) {
+    fn rx_fragment(&mut self, rsp: RxResponse, landed: Option<u32>) -> Option<Packet> {
         let first = self.rx_partial.is_none();
         let pkt = self.rx_partial.get_or_insert_with(Packet::default);
         match (rsp.rx_status(), landed, rsp.check_fits_page()) {
@@ -564,14 +539,12 @@ impl Netfront {
             self.rx_extra_pending = true;
         }
         if rsp.flags.contains(RxFlags::MORE_DATA) {
-            return;
+            return None;
         }
-        let Some(mut pkt) = self.rx_partial.take() else {
-            return;
-        };
+        let mut pkt = self.rx_partial.take()?;
         if std::mem::take(&mut self.rx_partial_bad) {
             self.counters.drop("rx_bad_response");
-            return;
+            return None;
         }
         if matches!(pkt.csum, Csum::Partial { .. }) {
             match partial_csum_for(&pkt.data) {
@@ -579,11 +552,114 @@ impl Netfront {
                 Err(_) => pkt.csum = Csum::Unknown,
             }
         }
-        let hdr = pkt.vnet_hdr();
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.data.len() as u64;
-        if self.tap.send(&[&hdr, &pkt.data]).is_err() {
-            self.counters.drop("tap_write_failed");
+        Some(pkt)
+    }
+}
+
+/// A frontend attached to a TAP in the guest's namespace: the guest kernel's
+/// NIC. Frames the guest sends are read from the TAP (with their virtio-net
+/// header) and queued; received ones are written to it.
+pub struct TapNetfront {
+    pub nf: Netfront,
+    tap: Tap,
+    buf: Vec<u8>,
+    rx: Vec<Packet>,
+}
+
+impl TapNetfront {
+    /// Creates TAP `ifname` with the vif's MAC, the negotiated offloads and
+    /// the topology's addresses, and brings it up.
+    pub fn attach(hv: &mut HvClient, nf: Netfront, ifname: &str) -> Result<TapNetfront> {
+        let tap = Tap::create(ifname, true)?;
+        let on = nf.info.offload;
+        tap.set_offloads(TapOffloads {
+            csum: on,
+            tso4: on,
+            tso6: on,
+        })?;
+        run_ip(&[
+            "link",
+            "set",
+            ifname,
+            "address",
+            &nf.info.mac,
+            "mtu",
+            "1500",
+        ])?;
+        run_ip(&["link", "set", ifname, "up"])?;
+        let home = format!("/local/domain/{}/splitnet", hv.domid());
+        for key in ["ipv4", "ipv6"] {
+            if let Ok(addr) = hv.store_read_str(&format!("{home}/{key}")) {
+                let mut args = vec!["addr", "add", addr.as_str(), "dev", ifname];
+                if key == "ipv6" {
+                    args.push("nodad");
+                }
+                run_ip(&args)?;
+            }
         }
+        Ok(TapNetfront {
+            nf,
+            tap,
+            buf: vec![0; VNET_HDR_LEN + MAX_FRAME],
+            rx: Vec::new(),
+        })
+    }
+
+    /// Descriptors to poll: the event channel(s), and the TAP while the TX
+    /// ring has room (otherwise a readable TAP would only make us spin).
+    pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        let mut v = self.nf.fds();
+        if self.nf.can_send() {
+            v.push(self.tap.as_fd());
+        }
+        v
+    }
+
+    /// One round: guest → ring, ring → guest.
+    pub fn poll_once(&mut self, hv: &mut HvClient) -> Result<()> {
+        self.nf.poll(hv, &mut self.rx)?;
+        for p in self.rx.drain(..) {
+            let hdr = p.vnet_hdr();
+            if self.tap.send(&[&hdr, &p.data]).is_err() {
+                self.nf.counters.drop("tap_write_failed");
+            }
+        }
+        if !self.nf.is_connected() {
+            let _ = self.tap.set_carrier(false);
+            return Ok(());
+        }
+        let mut queued = false;
+        while self.nf.can_send() {
+            let Some(n) = self.tap.recv(&mut self.buf)? else {
+                break;
+            };
+            if n < VNET_HDR_LEN {
+                self.nf.counters.drop("tap_short_read");
+                continue;
+            }
+            match Packet::from_vnet_hdr(
+                &self.buf[..VNET_HDR_LEN],
+                self.buf[VNET_HDR_LEN..n].to_vec(),
+            ) {
+                Ok(p) => {
+                    self.nf.send(hv, p)?;
+                    queued = true;
+                }
+                Err(_) => self.nf.counters.drop("bad_vnet_header"),
+            }
+        }
+        if queued {
+            self.nf.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The backend is gone: the guest sees its link go down (carrier off).
+    pub fn disconnect(&mut self, why: &str) {
+        self.nf.disconnect(why);
+        let _ = self.tap.set_carrier(false);
     }
 }

@@ -1,0 +1,222 @@
+//! Helpers shared by the end-to-end tests: a serialized test environment
+//! around the real `splitnet` binary, and checks that nothing is left behind.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+
+static HOST: Mutex<()> = Mutex::new(());
+
+pub struct Env {
+    pub run_dir: PathBuf,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Env {
+    pub fn new(name: &str) -> Env {
+        let guard = HOST.lock().unwrap_or_else(|p| p.into_inner());
+        let run_dir =
+            std::env::temp_dir().join(format!("splitnet-test-{name}-{}", std::process::id()));
+        let env = Env {
+            run_dir,
+            _guard: guard,
+        };
+        // A previous failed test may have left a topology up.
+        env.splitnet(&["down"]);
+        env
+    }
+
+    pub fn splitnet(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_splitnet"))
+            .arg("--run-dir")
+            .arg(&self.run_dir)
+            .args(args)
+            .output()
+            .expect("run splitnet")
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.splitnet(args);
+        assert!(
+            o.status.success(),
+            "splitnet {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\nhv.log:\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(self.run_dir.join("hv.log")).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    pub fn status(&self) -> Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).expect("status --json is JSON")
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.splitnet(&["down"]);
+        let _ = std::fs::remove_dir_all(&self.run_dir);
+    }
+}
+
+pub fn netns() -> Vec<String> {
+    let o = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("splitnet-"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Processes whose command line mentions our binary, other than the test itself.
+pub fn our_processes() -> Vec<String> {
+    let exe = env!("CARGO_BIN_EXE_splitnet");
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z');
+        if cmd.contains(exe) && pid != std::process::id() && !zombie {
+            v.push(format!("{pid}: {cmd}"));
+        }
+    }
+    v
+}
+
+/// memfds named splitnet-* still open in any process.
+pub fn our_memfds() -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(rd) = std::fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        for fd in rd.flatten() {
+            if let Ok(t) = std::fs::read_link(fd.path()) {
+                let t = t.to_string_lossy().into_owned();
+                if t.contains("memfd:splitnet-") {
+                    v.push(format!("{}: {t}", e.path().display()));
+                }
+            }
+        }
+    }
+    v
+}
+
+pub fn cgroups() -> Vec<PathBuf> {
+    [
+        "/sys/fs/cgroup/splitnet",
+        "/sys/fs/cgroup/unified/splitnet",
+        "/sys/fs/cgroup/cpuacct/splitnet",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .filter(|p| p.exists())
+    .collect()
+}
+
+pub fn assert_nothing_left() {
+    assert_eq!(netns(), Vec::<String>::new(), "namespaces left behind");
+    assert_eq!(
+        our_processes(),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
+    assert_eq!(
+        our_memfds(),
+        Vec::<String>::new(),
+        "shared memory left behind"
+    );
+    assert_eq!(cgroups(), Vec::<PathBuf>::new(), "cgroups left behind");
+    let links = Command::new("ip").args(["-br", "link"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&links.stdout).contains("peth0"),
+        "interfaces left behind"
+    );
+}
+
+pub fn domain<'a>(st: &'a Value, name: &str) -> &'a Value {
+    st["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or(&Value::Null)
+}
+
+/// A `splitnet` command running in the background, output discarded;
+/// killed when dropped.
+pub struct Background(pub Child);
+
+impl Background {
+    /// Waits up to `limit` for the command to exit on its own.
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Env {
+    /// Starts `splitnet ARGS` in the background.
+    pub fn spawn(&self, args: &[&str]) -> Background {
+        Background(
+            Command::new(env!("CARGO_BIN_EXE_splitnet"))
+                .arg("--run-dir")
+                .arg(&self.run_dir)
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("run splitnet"),
+        )
+    }
+}
+
+/// Kills process `pid` outright (a domain dying without warning).
+pub fn kill9(pid: i64) {
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -9 {pid} failed");
+}
+
+/// The vif of `guest` in `status --json`.
+pub fn vif<'a>(st: &'a Value, guest: &str) -> &'a Value {
+    st["vifs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["guest"] == guest)
+        .unwrap_or(&Value::Null)
+}
