@@ -31,8 +31,12 @@ pub struct BridgeCounters {
 /// The forwarding database with aging.
 pub struct Bridge {
     table: HashMap<[u8; 6], (PortId, Instant)>,
+    /// Learned MACs per port, so one port cannot fill the table.
+    per_port: HashMap<PortId, usize>,
     aging: Duration,
     capacity: usize,
+    port_capacity: usize,
+    last_sweep: Option<Instant>,
     pub counters: BridgeCounters,
 }
 
@@ -43,12 +47,16 @@ impl Default for Bridge {
 }
 
 impl Bridge {
-    /// A bridge whose entries expire after `aging`, holding at most `capacity` MACs.
+    /// A bridge whose entries expire after `aging`, holding at most
+    /// `capacity` MACs, and at most a quarter of them (or 16) per port.
     pub fn new(aging: Duration, capacity: usize) -> Bridge {
         Bridge {
             table: HashMap::new(),
+            per_port: HashMap::new(),
             aging,
             capacity,
+            port_capacity: (capacity / 4).max(16).min(capacity),
+            last_sweep: None,
             counters: BridgeCounters::default(),
         }
     }
@@ -88,21 +96,63 @@ impl Bridge {
     }
 
     fn learn(&mut self, mac: [u8; 6], port: PortId, now: Instant) {
-        if !self.table.contains_key(&mac) && self.table.len() >= self.capacity {
-            let aging = self.aging;
-            self.table
-                .retain(|_, (_, seen)| now.duration_since(*seen) <= aging);
-            if self.table.len() >= self.capacity {
+        match self.table.get_mut(&mac) {
+            Some((p, seen)) if *p == port => {
+                *seen = now;
+                return;
+            }
+            Some(_) => self.remove(&mac), // the MAC moved
+            None => {}
+        }
+        let full = |b: &Bridge| {
+            b.table.len() >= b.capacity
+                || b.per_port.get(&port).copied().unwrap_or(0) >= b.port_capacity
+        };
+        if full(self) {
+            self.sweep(now);
+            if full(self) {
                 self.counters.table_full += 1;
                 return;
             }
         }
         self.table.insert(mac, (port, now));
+        *self.per_port.entry(port).or_default() += 1;
+    }
+
+    fn remove(&mut self, mac: &[u8; 6]) {
+        if let Some((p, _)) = self.table.remove(mac) {
+            if let Some(n) = self.per_port.get_mut(&p) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Drops aged entries, at most once a second (a full table must not make
+    /// every frame from a new source scan it).
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .last_sweep
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_sweep = Some(now);
+        let aging = self.aging;
+        let old: Vec<[u8; 6]> = self
+            .table
+            .iter()
+            .filter(|(_, (_, seen))| now.duration_since(*seen) > aging)
+            .map(|(m, _)| *m)
+            .collect();
+        for m in old {
+            self.remove(&m);
+        }
     }
 
     /// Forgets every MAC learned on `port` (it went away).
     pub fn forget_port(&mut self, port: PortId) {
         self.table.retain(|_, (p, _)| *p != port);
+        self.per_port.remove(&port);
     }
 
     /// Learned MACs.
@@ -191,14 +241,21 @@ mod tests {
     }
 
     #[test]
-    fn a_mac_flood_cannot_grow_the_table_without_bound() {
-        let mut br = Bridge::new(Duration::from_secs(300), 8);
+    fn a_mac_flood_from_one_port_cannot_crowd_out_the_others() {
+        let mut br = Bridge::new(Duration::from_secs(300), 64);
         let t = Instant::now();
         for i in 0..100u8 {
             br.route(1, &frame(BCAST, [0, 0, 0, 0, 1, i]), t);
         }
-        assert_eq!(br.len(), 8);
-        assert_eq!(br.counters.table_full, 92);
+        assert_eq!(br.len(), 16, "port 1 may hold a quarter of the table");
+        assert_eq!(br.counters.table_full, 84);
+        // Another port still learns.
+        br.route(2, &frame(BCAST, B), t);
+        assert_eq!(br.route(1, &frame(B, A), t), Route::Port(2));
+        // Entries age out and make room again.
+        let later = t + Duration::from_secs(301);
+        br.route(1, &frame(BCAST, A), later);
+        assert_eq!(br.route(2, &frame(A, B), later), Route::Port(1));
         assert_eq!(br.route(1, &[0u8; 10], t), Route::Drop);
     }
 }

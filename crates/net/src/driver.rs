@@ -25,6 +25,8 @@ pub enum DriverError {
 struct Vif {
     nb: Netback,
     stats_written: String,
+    /// The bridge has dropped this vif's MACs (after it disconnected).
+    forgotten: bool,
 }
 
 /// Runs the driver domain until hv goes away.
@@ -79,6 +81,7 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                 vifs.push(Vif {
                     nb,
                     stats_written: String::new(),
+                    forgotten: false,
                 });
             }
             Err(e) => eprintln!("driver: {name}: could not connect: {e}"),
@@ -128,7 +131,6 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                 };
                 if gone && v.nb.is_connected() {
                     v.nb.disconnect(hv, "the frontend went away");
-                    bridge.forget_port(i + 1);
                 }
             }
         }
@@ -136,7 +138,10 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         // Physical port → bridge.
         if let Some(p) = phys.as_mut() {
             rx_batch.clear();
-            p.recv_batch(&mut rx_batch, 64)?;
+            if let Err(e) = p.recv_batch(&mut rx_batch, 64) {
+                // Count it and carry on: one bad read must not stop every guest.
+                eprintln!("driver: port {}: {e}", p.name());
+            }
             for pkt in rx_batch.drain(..) {
                 let route = bridge.route(PHYS, &pkt.data, Instant::now());
                 deliver(route, PHYS, pkt, &mut phys, &mut vifs);
@@ -152,13 +157,11 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                 vifs[i]
                     .nb
                     .disconnect(hv, "the frontend closed its event channel");
-                bridge.forget_port(i + 1);
                 continue;
             }
             let mut out = Vec::new();
             if let Err(e) = vifs[i].nb.process_tx(hv, &mut out) {
                 vifs[i].nb.disconnect(hv, &format!("TX failed: {e}"));
-                bridge.forget_port(i + 1);
                 continue;
             }
             for pkt in out {
@@ -171,6 +174,14 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         for v in vifs.iter_mut() {
             if let Err(e) = v.nb.flush_rx(hv) {
                 v.nb.disconnect(hv, &format!("RX failed: {e}"));
+            }
+        }
+
+        // However a vif went down, its MACs leave the bridge.
+        for (i, v) in vifs.iter_mut().enumerate() {
+            if !v.nb.is_connected() && !v.forgotten {
+                bridge.forget_port(i + 1);
+                v.forgotten = true;
             }
         }
 

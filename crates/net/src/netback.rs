@@ -37,6 +37,8 @@ const TX_BUDGET: usize = 64;
 const SLOT_BUDGET: usize = 240;
 /// Packets queued for a guest that has posted no buffers.
 const RX_QUEUE: usize = 1024;
+/// Smallest GSO segment size accepted (Linux's TCP_MIN_MSS).
+const MIN_GSO_SIZE: u16 = 88;
 /// Refused requests after which the vif is disconnected.
 pub const FATAL_LIMIT: u64 = 32;
 
@@ -72,6 +74,8 @@ pub struct Pending {
     pub fe: String,
     pub index: u32,
     pub modes: Modes,
+    /// The vif's MAC: frames from the guest must carry it as their source.
+    pub mac: [u8; 6],
 }
 
 /// One slot of a TX packet being gathered.
@@ -98,6 +102,7 @@ pub struct Netback {
     pub be: String,
     pub fe: String,
     pub modes: Modes,
+    mac: [u8; 6],
     tx: Option<BackRing<MappedGrant, TxRequest, TxResponse>>,
     rx: Option<BackRing<MappedGrant, RxRequest, RxResponse>>,
     tx_evt: Option<EventChannel>,
@@ -150,11 +155,14 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         hv.store_write(&format!("{be}/{k}"), v)?;
     }
     hv.switch_state(be, XenbusState::InitWait)?;
+    let mac_text = hv.store_read_str(&format!("{be}/{}", keys::MAC))?;
+    let mac = hv::topology::parse_mac(&mac_text).map_err(|e| proto(format!("{be}/mac: {e}")))?;
     Ok(Pending {
         guest,
         be: be.to_string(),
         fe,
         index,
+        mac,
         modes: Modes {
             rx_flip,
             tx_map,
@@ -201,16 +209,38 @@ impl Netback {
                 && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV6))
                 && !p.modes.rx_flip,
         };
-        // The rings live in pages the guest granted; they stay mapped while connected.
+        // The rings live in pages the guest granted; they stay mapped while
+        // connected. Whatever fails half-way is undone, so no grant stays pinned.
         let txm = hv.map_grant(g, tx_ref, true)?;
-        let rxm = hv.map_grant(g, rx_ref, true)?;
-        let tx = BackRing::attach(txm)?;
-        let rx = BackRing::attach(rxm)?;
-        let tx_evt = hv.evtchn_bind(g, tx_port)?;
-        let rx_evt = match rx_port {
-            Some(port) => Some(hv.evtchn_bind(g, port)?),
-            None => None,
+        let th = txm.handle;
+        let mut held: Vec<EventChannel> = Vec::new();
+        let mut rh = None;
+        let r = (|| -> Result<_> {
+            let rxm = hv.map_grant(g, rx_ref, true)?;
+            rh = Some(rxm.handle);
+            let tx = BackRing::attach(txm)?;
+            let rx = BackRing::attach(rxm)?;
+            held.push(hv.evtchn_bind(g, tx_port)?);
+            if let Some(port) = rx_port {
+                held.push(hv.evtchn_bind(g, port)?);
+            }
+            Ok((tx, rx))
+        })();
+        let (tx, rx) = match r {
+            Ok(rings) => rings,
+            Err(e) => {
+                for ch in held {
+                    let _ = hv.evtchn_close(ch);
+                }
+                for h in std::iter::once(th).chain(rh) {
+                    let _ = hv.unmap_handle(h);
+                }
+                return Err(e);
+            }
         };
+        let mut chans = held.into_iter();
+        let tx_evt = chans.next();
+        let rx_evt = chans.next();
         hv.switch_state(&p.be, XenbusState::Connected)?;
         let tx_base = STAGING_BASE + FRAMES_PER_VIF * p.index;
         Ok(Netback {
@@ -218,9 +248,10 @@ impl Netback {
             be: p.be,
             fe,
             modes: p.modes,
+            mac: p.mac,
             tx: Some(tx),
             rx: Some(rx),
-            tx_evt: Some(tx_evt),
+            tx_evt,
             rx_evt,
             guest_caps,
             pool: hv.pool_shared(),
@@ -304,6 +335,14 @@ impl Netback {
 
     fn refuse(&mut self, reason: &'static str) {
         self.counters.reject(reason);
+        // A log line per refusal, but a hostile guest cannot flood the log.
+        let n = self.counters.rejected_total();
+        if n <= 8 || n.is_power_of_two() {
+            eprintln!(
+                "netback vif{}.0: refused a request ({reason}); {n} refused so far",
+                self.guest
+            );
+        }
     }
 
     /// Whether the frontend has crossed the line.
@@ -418,7 +457,7 @@ impl Netback {
             }
             slots_used += p.slots.len() + p.extras;
             if p.refused.is_none() {
-                p.refused = check_tx_packet(&mut p, &mut ids);
+                p.refused = check_tx_packet(&mut p, &mut ids, self.modes.offload);
             }
             if p.refused.is_none() && !self.modes.tx_map {
                 for s in &p.slots {
@@ -441,7 +480,9 @@ impl Netback {
             }
             pkts.push(p);
         }
-        self.counters.batches += 1;
+        if !pkts.is_empty() {
+            self.counters.batches += 1;
+        }
         let statuses = if ops.is_empty() {
             Vec::new()
         } else {
@@ -457,6 +498,13 @@ impl Netback {
             } else {
                 self.gather_copied(p, &statuses)
             };
+            let data = data.and_then(|d| {
+                if d.len() >= 12 && d[6..12] == self.mac {
+                    Ok(d)
+                } else {
+                    Err("spoofed_mac")
+                }
+            });
             match data {
                 Ok(data) => {
                     let csum = if p.flags.contains(TxFlags::CSUM_BLANK) {
@@ -641,24 +689,35 @@ impl Netback {
             }
             // Ask to be told when the guest posts more buffers; if some
             // arrived meanwhile, go round again rather than miss them.
-            let more = match self.rx.as_mut() {
+            let posted = match self.rx.as_mut() {
                 Some(rx) => rx.final_check_for_requests()?,
                 None => false,
             };
-            if !more {
+            if !posted || !self.rx_pending() {
                 return Ok(());
             }
         }
         Ok(())
     }
 
-    /// Whether queued frames could go out now (the guest has posted buffers).
+    /// Ring slots the packet at the head of the RX queue needs.
+    fn head_need(&self) -> Option<u32> {
+        let p = self.rx_queue.front()?;
+        if self.modes.rx_flip {
+            return Some(1);
+        }
+        Some(p.data.len().div_ceil(PAGE_SIZE).max(1) as u32 + u32::from(p.gso.is_some()))
+    }
+
+    /// Whether queued frames could go out now: the guest has posted enough
+    /// buffers for the next one (otherwise wait for its notification).
     pub fn rx_pending(&mut self) -> bool {
-        !self.rx_queue.is_empty()
-            && self
-                .rx
-                .as_mut()
-                .is_some_and(|r| r.unconsumed_requests().map(|n| n > 0).unwrap_or(true))
+        let Some(need) = self.head_need() else {
+            return false;
+        };
+        self.rx
+            .as_mut()
+            .is_some_and(|r| r.unconsumed_requests().map(|n| n >= need).unwrap_or(true))
     }
 
     fn flush_rx_copy(&mut self, hv: &mut HvClient) -> Result<()> {
@@ -763,7 +822,12 @@ impl Netback {
                     Some(0) => RxResponse::data(id, 0, flags, len)?,
                     st => {
                         self.refuse(st.map_or("copy_missing", grant_reason));
-                        RxResponse::failed(id, NetifStatus::Error)
+                        // Keep MORE_DATA / EXTRA_INFO so the guest can still
+                        // walk the chain (and drop the packet).
+                        RxResponse {
+                            flags,
+                            ..RxResponse::failed(id, NetifStatus::Error)
+                        }
                     }
                 },
                 Resp::Extra(x) => x.to_rx_slot(),
@@ -801,7 +865,12 @@ impl Netback {
             avail -= 1;
             let frame = self.rx_base + (n % RING);
             n += 1;
-            self.pool.write_bytes(frame as usize * PAGE_SIZE, &pkt.data);
+            // The whole page leaves the driver domain: nothing but this packet
+            // (zero padding) may be on it (Menon 2006 §4.2).
+            let base = frame as usize * PAGE_SIZE;
+            self.pool.write_bytes(base, &pkt.data);
+            self.pool
+                .fill(base + pkt.data.len(), PAGE_SIZE - pkt.data.len(), 0);
             let flags = match pkt.csum {
                 Csum::Valid | Csum::Partial { .. } => RxFlags::DATA_VALIDATED,
                 Csum::Unknown => RxFlags::EMPTY,
@@ -822,7 +891,9 @@ impl Netback {
                 rx.push_response(&rsp)?;
             }
         }
-        self.counters.batches += 1;
+        if n > 0 {
+            self.counters.batches += 1;
+        }
         if self.too_hostile() {
             self.disconnect(
                 hv,
@@ -852,7 +923,11 @@ fn next_in_chain(
 
 /// Structural checks of a gathered TX packet (Xen netback's rules): sizes,
 /// page bounds, and request ids not reused within the batch.
-fn check_tx_packet(p: &mut TxPacket, ids: &mut HashSet<u16>) -> Option<&'static str> {
+fn check_tx_packet(
+    p: &mut TxPacket,
+    ids: &mut HashSet<u16>,
+    offload: bool,
+) -> Option<&'static str> {
     let rest: u32 = p.slots[1..].iter().map(|s| s.len as u32).sum();
     let total = p.slots[0].len as u32;
     if total < rest + 1 {
@@ -874,8 +949,12 @@ fn check_tx_packet(p: &mut TxPacket, ids: &mut HashSet<u16>) -> Option<&'static 
             return Some("duplicate_id");
         }
     }
-    if p.gso.is_some_and(|g| g.size == 0) {
-        return Some("bad_gso");
+    if let Some(g) = p.gso {
+        // Not offered, or a segment size that would make the software
+        // offload driver cut one packet into thousands.
+        if !offload || g.size < MIN_GSO_SIZE || g.size as u32 >= total {
+            return Some("bad_gso");
+        }
     }
     None
 }

@@ -93,6 +93,8 @@ pub struct Netfront {
     rx_partial: Option<Packet>,
     rx_partial_bad: bool,
     rx_extra_pending: bool,
+    /// The packet's last data slot arrived (extras may still follow).
+    rx_data_done: bool,
     pub counters: VifCounters,
     connected: bool,
 }
@@ -217,6 +219,7 @@ impl Netfront {
             rx_partial: None,
             rx_partial_bad: false,
             rx_extra_pending: false,
+            rx_data_done: false,
             counters: VifCounters::default(),
             connected: true,
         };
@@ -319,10 +322,6 @@ impl Netfront {
             }
             return Ok(());
         }
-        if pkt.data.len() > u16::MAX as usize {
-            self.counters.drop("oversize");
-            return Ok(());
-        }
         if matches!(pkt.csum, Csum::Partial { .. }) && pkt.gso.is_none() && pkt.data.len() <= 60 {
             // Tiny frames: cheaper to finish here than to describe.
             let _ = offload::complete_checksum(&mut pkt);
@@ -332,7 +331,18 @@ impl Netfront {
 
     fn queue_one(&mut self, hv: &mut HvClient, pkt: Packet) -> Result<()> {
         let total = pkt.data.len();
+        if total > u16::MAX as usize {
+            self.counters.drop("oversize");
+            return Ok(());
+        }
         let chunks: Vec<&[u8]> = pkt.data.chunks(PAGE_SIZE).collect();
+        // All of the packet's slots must fit now: a half-queued packet would
+        // reach the backend truncated (a fatal error there).
+        let slots = chunks.len() + usize::from(pkt.gso.is_some());
+        if self.tx.free_requests() < slots as u32 || self.tx_free.len() < chunks.len() {
+            self.counters.drop("tx_ring_full");
+            return Ok(());
+        }
         let mut flags = match pkt.csum {
             Csum::Partial { .. } => TxFlags::CSUM_BLANK | TxFlags::DATA_VALIDATED,
             Csum::Valid => TxFlags::DATA_VALIDATED,
@@ -358,9 +368,13 @@ impl Netfront {
             };
             let frame = TX_BUF_BASE + id as u32;
             self.pool.write_bytes(frame as usize * PAGE_SIZE, chunk);
-            let gref = hv
-                .grants()
-                .grant_access(self.info.backend_id, frame, true)?;
+            let gref = match hv.grants().grant_access(self.info.backend_id, frame, true) {
+                Ok(g) => g,
+                Err(e) => {
+                    self.tx_free.push(id);
+                    return Err(e.into());
+                }
+            };
             self.counters.grant("grant", 1);
             self.tx_slots[id as usize] = Some(TxSlot { gref });
             let more = if i + 1 < chunks.len() {
@@ -495,6 +509,10 @@ impl Netfront {
                         }
                         Err(_) => self.rx_partial_bad = true,
                     }
+                    // The packet is whole once its data and its extras are in.
+                    if !self.rx_extra_pending && self.rx_data_done {
+                        out.extend(self.rx_finish());
+                    }
                     continue;
                 }
                 if let Some(p) = self.rx_fragment(rsp, landed) {
@@ -541,6 +559,17 @@ impl Netfront {
         if rsp.flags.contains(RxFlags::MORE_DATA) {
             return None;
         }
+        self.rx_data_done = true;
+        if self.rx_extra_pending {
+            return None; // its extra-info slots follow
+        }
+        self.rx_finish()
+    }
+
+    /// Completes the packet being assembled.
+    fn rx_finish(&mut self) -> Option<Packet> {
+        self.rx_data_done = false;
+        self.rx_extra_pending = false;
         let mut pkt = self.rx_partial.take()?;
         if std::mem::take(&mut self.rx_partial_bad) {
             self.counters.drop("rx_bad_response");

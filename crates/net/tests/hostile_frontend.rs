@@ -5,7 +5,7 @@
 //! offender past a threshold (or at once for a ring overflow), and never stop
 //! the good guests' traffic.
 
-use abi::netif::{TxFlags, TxRequest};
+use abi::netif::{Extra, ExtraFlags, ExtraInfo, GsoType, TxFlags, TxRequest};
 use abi::SharedMemory;
 use hv::daemon::{setup_vif, Store};
 use hv::proto::{Reply, Request, DOMID_TOOLSTACK};
@@ -193,7 +193,22 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
         id,
         size,
     };
-    let attacks: [(&str, Vec<TxRequest>); 6] = [
+    // A frame that claims to come from good2: netback must not let evil1
+    // take over good2's MAC in the bridge.
+    let mut spoof = good2.mac.to_vec();
+    spoof.extend_from_slice(&good2.mac);
+    spoof.extend_from_slice(&[0x88, 0xb5, 0, 0, 0, 0]);
+    spoof.resize(60, 0);
+    evil1.hv.pool().write_bytes(590 * 4096, &spoof);
+    let gso_extra = ExtraInfo {
+        flags: ExtraFlags::EMPTY,
+        extra: Extra::Gso {
+            size: 1,
+            gso_type: GsoType::TcpV4,
+            features: 0,
+        },
+    };
+    let attacks: Vec<(&str, Vec<TxRequest>)> = vec![
         ("bad_grant_ref", vec![req(99_999, 0, 100, 1)]),
         ("bad_grant_ref", vec![req(gref_ok + 1, 0, 100, 2)]),
         ("size_too_small", vec![req(gref_ok, 0, 0, 3)]),
@@ -202,6 +217,17 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
         (
             "duplicate_id",
             vec![req(gref_ok, 0, 100, 6), req(gref_ok, 0, 100, 6)],
+        ),
+        ("spoofed_mac", vec![req(gref_ok, 0, 60, 7)]),
+        (
+            "bad_gso",
+            vec![
+                TxRequest {
+                    flags: TxFlags::EXTRA_INFO,
+                    ..req(gref_ok, 0, 200, 8)
+                },
+                gso_extra.to_tx_slot(),
+            ],
         ),
     ];
     for (reason, reqs) in attacks {
