@@ -11,11 +11,11 @@
 
 use crate::counters::VifCounters;
 use crate::offload::{self, Offloads};
-use crate::packet::{Csum, Gso, GsoKind, Packet};
+use crate::packet::{Csum, Gso, Packet};
 use abi::grant::{CopyPtr, GrantCopy, GrantStatus, DOMID_SELF};
 use abi::netif::{
-    Extra, ExtraFlags, ExtraInfo, GsoType, NetifStatus, RxFlags, RxRequest, RxResponse, TxFlags,
-    TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
+    ExtraInfo, NetifStatus, RxFlags, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse,
+    XEN_NETIF_NR_SLOTS_MIN,
 };
 use abi::ring::BackRing;
 use abi::xenbus::{keys, XenbusState};
@@ -406,17 +406,8 @@ impl Netback {
                 match ExtraInfo::from_tx_slot(&raw) {
                     Ok(x) => {
                         more_extra = x.more();
-                        if let Extra::Gso { size, gso_type, .. } = x.extra {
-                            let kind = if gso_type == GsoType::TcpV6 {
-                                GsoKind::TcpV6
-                            } else {
-                                GsoKind::TcpV4
-                            };
-                            p.gso = Some(Gso {
-                                kind,
-                                size,
-                                ecn: false,
-                            });
+                        if let Some(g) = Gso::from_extra(&x) {
+                            p.gso = Some(g);
                         }
                     }
                     Err(_) => {
@@ -791,19 +782,7 @@ impl Netback {
                     if let Some(g) = pkt.gso {
                         // The extra slot consumes a request too (its buffer goes unused).
                         let _ = rx.next_request()?;
-                        let gso_type = if g.kind == GsoKind::TcpV6 {
-                            GsoType::TcpV6
-                        } else {
-                            GsoType::TcpV4
-                        };
-                        resps.push(Resp::Extra(ExtraInfo {
-                            flags: ExtraFlags::EMPTY,
-                            extra: Extra::Gso {
-                                size: g.size,
-                                gso_type,
-                                features: 0,
-                            },
-                        }));
+                        resps.push(Resp::Extra(g.to_extra()));
                     }
                 }
             }

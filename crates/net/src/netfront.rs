@@ -10,10 +10,10 @@
 
 use crate::counters::VifCounters;
 use crate::offload::{self, partial_csum_for};
-use crate::packet::{Csum, Gso, GsoKind, Packet, VNET_HDR_LEN};
+use crate::packet::{Csum, Gso, Packet, VNET_HDR_LEN};
 use abi::netif::{
-    Extra, ExtraFlags, ExtraInfo, GsoType, RxFlags, RxRequest, RxResponse, RxStatus, TxFlags,
-    TxRequest, TxResponse, NETIF_RSP_NULL, NETIF_RSP_OKAY,
+    ExtraInfo, RxFlags, RxRequest, RxResponse, RxStatus, TxFlags, TxRequest, TxResponse,
+    NETIF_RSP_NULL, NETIF_RSP_OKAY,
 };
 use abi::ring::FrontRing;
 use abi::xenbus::{keys, XenbusState};
@@ -348,17 +348,7 @@ impl Netfront {
             Csum::Valid => TxFlags::DATA_VALIDATED,
             Csum::Unknown => TxFlags::EMPTY,
         };
-        let gso = pkt.gso.map(|g| ExtraInfo {
-            flags: ExtraFlags::EMPTY,
-            extra: Extra::Gso {
-                size: g.size,
-                gso_type: match g.kind {
-                    GsoKind::TcpV4 => GsoType::TcpV4,
-                    GsoKind::TcpV6 => GsoType::TcpV6,
-                },
-                features: 0,
-            },
-        });
+        let gso = pkt.gso.map(|g| g.to_extra());
         if gso.is_some() {
             flags |= TxFlags::EXTRA_INFO;
         }
@@ -492,19 +482,10 @@ impl Netfront {
                     match ExtraInfo::from_rx_slot(&rsp) {
                         Ok(x) => {
                             self.rx_extra_pending = x.more();
-                            if let (Extra::Gso { size, gso_type, .. }, Some(p)) =
-                                (x.extra, self.rx_partial.as_mut())
+                            if let (Some(g), Some(p)) =
+                                (Gso::from_extra(&x), self.rx_partial.as_mut())
                             {
-                                let kind = if gso_type == GsoType::TcpV6 {
-                                    GsoKind::TcpV6
-                                } else {
-                                    GsoKind::TcpV4
-                                };
-                                p.gso = Some(Gso {
-                                    kind,
-                                    size,
-                                    ecn: false,
-                                });
+                                p.gso = Some(g);
                             }
                         }
                         Err(_) => self.rx_partial_bad = true,

@@ -55,6 +55,42 @@ pub struct Gso {
     pub ecn: bool,
 }
 
+impl Gso {
+    /// The GSO described by a netif extra-info slot, if it is one.
+    pub fn from_extra(x: &abi::netif::ExtraInfo) -> Option<Gso> {
+        use abi::netif::{Extra, GsoType};
+        match x.extra {
+            Extra::Gso { size, gso_type, .. } => Some(Gso {
+                kind: if gso_type == GsoType::TcpV6 {
+                    GsoKind::TcpV6
+                } else {
+                    GsoKind::TcpV4
+                },
+                size,
+                ecn: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// This GSO as a netif extra-info slot (Ram thesis: TSO across the I/O channel).
+    pub fn to_extra(&self) -> abi::netif::ExtraInfo {
+        use abi::netif::{Extra, ExtraFlags, ExtraInfo, GsoType};
+        let gso_type = match self.kind {
+            GsoKind::TcpV4 => GsoType::TcpV4,
+            GsoKind::TcpV6 => GsoType::TcpV6,
+        };
+        ExtraInfo {
+            flags: ExtraFlags::EMPTY,
+            extra: Extra::Gso {
+                size: self.size,
+                gso_type,
+                features: 0,
+            },
+        }
+    }
+}
+
 /// One Ethernet frame (from the destination MAC on, no FCS) and its offload state.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Packet {
