@@ -14,7 +14,7 @@ fn esc(s: &str) -> String {
 }
 
 /// A horizontal bar chart titled `title`, values in `unit`.
-pub fn bars(title: &str, unit: &str, bars: &[Bar]) -> String {
+pub fn bars(title: &str, unit: &str, legend: &str, bars: &[Bar]) -> String {
     let (label_w, plot_w, row_h, top) = (430.0, 360.0, 26.0, 40.0);
     let max = bars
         .iter()
@@ -57,8 +57,9 @@ pub fn bars(title: &str, unit: &str, bars: &[Bar]) -> String {
         }
     }
     s += &format!(
-        "<text x=\"{label_w}\" y=\"{:.1}\" fill=\"#555\">bars: median; whiskers: p10–p90</text>\n</svg>\n",
-        height - 8.0
+        "<text x=\"{label_w}\" y=\"{:.1}\" fill=\"#555\">{}</text>\n</svg>\n",
+        height - 8.0,
+        esc(legend)
     );
     s
 }
@@ -72,6 +73,7 @@ mod tests {
         let svg = bars(
             "t",
             "µs",
+            "legend",
             &[
                 Bar {
                     label: "a<b".into(),

@@ -75,6 +75,7 @@ impl HvBenchReport {
         chart::bars(
             "splitnet bench hv: cost of hypervisor primitives",
             "µs",
+            "bars: median; whiskers: p10–p90",
             &bars,
         )
     }

@@ -3,6 +3,9 @@
 //! microseconds (the machine has no hardware counters; DESIGN.md "Measuring").
 #![deny(unsafe_code)]
 
+pub mod baseline;
+
 pub mod chart;
 pub mod hv;
+pub mod netenv;
 pub mod stats;

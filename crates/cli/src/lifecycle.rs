@@ -293,18 +293,18 @@ pub fn demo(rd: &Path, preset: Option<Preset>, secs: u32) -> Result<()> {
             ),
         ];
         for (name, sns, sip, cns, rev) in &dirs {
-            let g = crate::iperf::tcp(sns, sip, cns, *rev, secs)?;
+            let g = bench::netenv::tcp(sns, sip, cns, *rev, secs)?;
             println!("  splitnet {name:<18} {g:6.2} Gbit/s");
             rows.push((name.to_string(), g));
         }
-        let native = crate::iperf::Native::new()?;
+        let native = bench::netenv::Native::new()?;
         let mut table = String::from(
             "\n| direction | splitnet Gbit/s | native Gbit/s | ratio |\n|---|---:|---:|---:|\n",
         );
         for (i, (name, g)) in rows.iter().enumerate() {
             // Native: the same application over a plain veth between namespaces.
             let rev = i == 1;
-            let n = crate::iperf::tcp(&native.b, crate::iperf::NATIVE_B, &native.a, rev, secs)?;
+            let n = bench::netenv::tcp(&native.b, bench::netenv::NATIVE_B, &native.a, rev, secs)?;
             println!("  native   {name:<18} {n:6.2} Gbit/s");
             table += &format!(
                 "| {name} | {g:.2} | {n:.2} | {:.2} |\n",

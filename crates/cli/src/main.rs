@@ -2,7 +2,6 @@
 #![deny(unsafe_code)]
 
 mod domain;
-mod iperf;
 mod lifecycle;
 mod status;
 
@@ -79,12 +78,18 @@ enum Cmd {
         /// Fewer samples, for a quick look.
         #[arg(long)]
         quick: bool,
-        /// Samples per measurement in each run (default 2000, or 200 with --quick).
+        /// hv: samples per measurement in each run (default 2000, or 200 with --quick).
         #[arg(long)]
         iterations: Option<usize>,
         /// Independent runs, each from a fresh start (default 3, or 1 with --quick).
         #[arg(long)]
         runs: Option<usize>,
+        /// baseline: seconds per iperf3 flow (default 5, or 2 with --quick).
+        #[arg(long)]
+        seconds: Option<u32>,
+        /// Write results.json, results.md and chart.svg into this folder.
+        #[arg(long)]
+        out: Option<PathBuf>,
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -109,6 +114,9 @@ enum Cmd {
 enum Suite {
     /// Costs of hv primitives: event channels, hypercalls, grant copy, grant map.
     Hv,
+    /// Throughput and cycles per packet, TX / RX / guest-to-guest, for native,
+    /// the Linux bridge, and splitnet's seed-baseline and default modes.
+    Baseline,
 }
 
 fn main() {
@@ -149,27 +157,52 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Down => lifecycle::down(&rd),
         Cmd::Demo { preset, seconds } => lifecycle::demo(&rd, preset, seconds),
         Cmd::Bench {
-            suite: Suite::Hv,
+            suite,
             quick,
             iterations,
             runs,
+            seconds,
+            out,
             json,
             svg,
         } => {
-            let iterations = iterations.unwrap_or(if quick { 200 } else { 2000 });
             let runs = runs.unwrap_or(if quick { 1 } else { 3 });
-            let opts = bench::hv::HvBenchOptions {
-                iterations,
-                runs,
-                progress: true,
+            let (json_text, table, chart) = match suite {
+                Suite::Hv => {
+                    let iterations = iterations.unwrap_or(if quick { 200 } else { 2000 });
+                    let opts = bench::hv::HvBenchOptions {
+                        iterations,
+                        runs,
+                        progress: true,
+                    };
+                    let r = bench::hv::run(&opts)?;
+                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
+                }
+                Suite::Baseline => {
+                    let opts = bench::baseline::BaselineOptions {
+                        quick,
+                        runs,
+                        secs: seconds.unwrap_or(if quick { 2 } else { 5 }),
+                        exe: std::env::current_exe()?,
+                        run_dir: rd.join("bench"),
+                        progress: true,
+                    };
+                    let r = bench::baseline::run(&opts)?;
+                    let table = format!("{}\n{}", r.table(), r.cycles_table());
+                    (serde_json::to_string_pretty(&r)?, table, r.svg())
+                }
             };
-            let report = bench::hv::run(&opts)?;
-            println!("{}", report.table());
+            println!("{table}");
             if let Some(p) = json {
-                write_file(&p, &serde_json::to_string_pretty(&report)?)?;
+                write_file(&p, &json_text)?;
             }
             if let Some(p) = svg {
-                write_file(&p, &report.svg())?;
+                write_file(&p, &chart)?;
+            }
+            if let Some(dir) = out {
+                write_file(&dir.join("results.json"), &json_text)?;
+                write_file(&dir.join("results.md"), &table)?;
+                write_file(&dir.join("chart.svg"), &chart)?;
             }
             Ok(())
         }

@@ -186,6 +186,38 @@ impl Cgroup {
         Ok(())
     }
 
+    /// An existing cgroup `name` (e.g. a domain's, made by hv).
+    pub fn open(layout: &CgroupLayout, name: &str) -> Option<Cgroup> {
+        let dirs: Vec<PathBuf> = layout
+            .dirs(name)
+            .into_iter()
+            .filter(|d| d.exists())
+            .collect();
+        (!dirs.is_empty()).then_some(Cgroup { dirs })
+    }
+
+    /// CPU time used by the cgroup's processes, kernel time included
+    /// (cgroup2 `cpu.stat` usage_usec, or v1 `cpuacct.usage`).
+    pub fn cpu_usage(&self) -> Option<Duration> {
+        for d in &self.dirs {
+            if let Ok(s) = fs::read_to_string(d.join("cpu.stat")) {
+                let usec = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse().ok());
+                if let Some(us) = usec {
+                    return Some(Duration::from_micros(us));
+                }
+            }
+            if let Ok(s) = fs::read_to_string(d.join("cpuacct.usage")) {
+                if let Ok(ns) = s.trim().parse() {
+                    return Some(Duration::from_nanos(ns));
+                }
+            }
+        }
+        None
+    }
+
     /// Pids currently in the cgroup.
     pub fn pids(&self) -> Vec<i32> {
         let mut v: Vec<i32> = self

@@ -1,0 +1,622 @@
+//! Suite `baseline`: throughput and CPU cost of moving a TCP or UDP stream
+//! guest→wire (TX), wire→guest (RX) and guest→guest, for native networking,
+//! the kernel's bridge, and splitnet in its seed-baseline and default modes,
+//! all measured in the same run (Menon 2006 §5, Ram thesis §2.4: cycles per
+//! 1514-byte packet by domain).
+
+use crate::chart::{self, Bar};
+use crate::netenv::{self, Flow, FlowResult, KernelBridge, Native, Workload};
+use crate::stats::{median, tsc_per_us};
+use anyhow::{bail, Context, Result};
+use hv::host::{self, Cgroup, CgroupLayout};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// Options for the suite.
+#[derive(Debug, Clone)]
+pub struct BaselineOptions {
+    /// One run, 2 s per flow, TCP zero-copy only: under a minute.
+    pub quick: bool,
+    pub runs: usize,
+    pub secs: u32,
+    /// The `splitnet` executable (to bring splitnet topologies up and down).
+    pub exe: PathBuf,
+    /// Run directory for splitnet's hv.
+    pub run_dir: PathBuf,
+    pub progress: bool,
+}
+
+/// A measured configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Config {
+    /// The same application over a plain veth pair between two namespaces.
+    Native,
+    /// veth into a Linux bridge in a "driver" namespace (the kernel baseline).
+    LinuxBridge,
+    /// splitnet, seed baseline: RX flip, TX map, no offloads.
+    SplitnetBaseline,
+    /// splitnet default: RX copy, TX copy, offloads on.
+    SplitnetDefault,
+}
+
+impl Config {
+    pub fn name(self) -> &'static str {
+        match self {
+            Config::Native => "native",
+            Config::LinuxBridge => "linux-bridge",
+            Config::SplitnetBaseline => "splitnet-baseline",
+            Config::SplitnetDefault => "splitnet-default",
+        }
+    }
+}
+
+/// Direction of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// guest → wire.
+    Tx,
+    /// wire → guest.
+    Rx,
+    /// guest → guest.
+    GuestToGuest,
+}
+
+impl Direction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Tx => "tx",
+            Direction::Rx => "rx",
+            Direction::GuestToGuest => "guest-to-guest",
+        }
+    }
+}
+
+/// A value per domain (CPU seconds, cycles per packet).
+pub type PerDomain = BTreeMap<String, f64>;
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub config: Config,
+    pub direction: Direction,
+    pub workload: Workload,
+    pub run: usize,
+    pub gbps: f64,
+    pub ratio_to_native: Option<f64>,
+    /// CPU time per domain during the flow, kernel time included.
+    pub cpu_seconds: BTreeMap<String, f64>,
+    /// TSC cycles per 1514-byte frame (or per datagram for UDP): "total" and one per domain.
+    pub cycles_per_packet: BTreeMap<String, f64>,
+    pub packets: f64,
+}
+
+/// Medians over runs of one (config, direction, workload).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub config: Config,
+    pub direction: Direction,
+    pub workload: Workload,
+    pub runs: usize,
+    pub median_gbps: f64,
+    pub min_gbps: f64,
+    pub max_gbps: f64,
+    pub median_ratio_to_native: Option<f64>,
+    pub median_cycles_per_packet: f64,
+}
+
+/// The suite's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineReport {
+    pub suite: &'static str,
+    pub tsc_mhz: f64,
+    pub runs: usize,
+    pub seconds_per_flow: u32,
+    pub records: Vec<Record>,
+    pub summary: Vec<Summary>,
+    /// Peers that were not measured, and why.
+    pub skipped: Vec<String>,
+}
+
+const DIRECTIONS: [Direction; 3] = [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
+const CONFIGS: [Config; 4] = [
+    Config::Native,
+    Config::LinuxBridge,
+    Config::SplitnetBaseline,
+    Config::SplitnetDefault,
+];
+
+/// A domain whose CPU time is measured.
+struct Domain {
+    name: String,
+    cgroup: Option<Cgroup>,
+    /// A process measured through /proc (hv, which has no cgroup of its own).
+    pid: Option<i32>,
+}
+
+/// Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on Linux x86).
+const USER_HZ: f64 = 100.0;
+
+fn proc_cpu(pid: i32) -> Option<Duration> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.rsplit(')').next()?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let (u, k): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    Some(Duration::from_secs_f64((u + k) / USER_HZ))
+}
+
+impl Domain {
+    fn cpu(&self) -> Duration {
+        if let Some(p) = self.pid {
+            return proc_cpu(p).unwrap_or_default();
+        }
+        self.cgroup
+            .as_ref()
+            .and_then(Cgroup::cpu_usage)
+            .unwrap_or_default()
+    }
+}
+
+/// A brought-up configuration: where each direction's endpoints are.
+struct Env {
+    domains: Vec<Domain>,
+    /// (server ns, server ip, client ns, reverse, server domain, client domain) per direction.
+    flows: BTreeMap<&'static str, (String, &'static str, String, bool, usize, usize)>,
+    _native: Option<Native>,
+    _kb: Option<KernelBridge>,
+    splitnet: bool,
+}
+
+fn bench_cgroup(layout: &CgroupLayout, name: &str) -> Result<Cgroup> {
+    Ok(Cgroup::create(layout, &format!("bench-{name}"))?)
+}
+
+fn splitnet(opts: &BaselineOptions, args: &[&str]) -> Result<()> {
+    let o = Command::new(&opts.exe)
+        .arg("--run-dir")
+        .arg(&opts.run_dir)
+        .args(args)
+        .output()
+        .with_context(|| format!("running splitnet {}", args.join(" ")))?;
+    if !o.status.success() {
+        bail!(
+            "splitnet {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {
+    let mut flows = BTreeMap::new();
+    match cfg {
+        Config::Native => {
+            let n = Native::new()?;
+            let domains = vec![
+                Domain {
+                    name: "client".into(),
+                    cgroup: Some(bench_cgroup(layout, "client")?),
+                    pid: None,
+                },
+                Domain {
+                    name: "server".into(),
+                    cgroup: Some(bench_cgroup(layout, "server")?),
+                    pid: None,
+                },
+            ];
+            for d in DIRECTIONS {
+                let rev = d == Direction::Rx;
+                flows.insert(
+                    d.name(),
+                    (n.b.clone(), netenv::NATIVE_B, n.a.clone(), rev, 1, 0),
+                );
+            }
+            Ok(Env {
+                domains,
+                flows,
+                _native: Some(n),
+                _kb: None,
+                splitnet: false,
+            })
+        }
+        Config::LinuxBridge => {
+            let kb = KernelBridge::new()?;
+            let mut domains = Vec::new();
+            for n in ["guest1", "guest2", "wire"] {
+                domains.push(Domain {
+                    name: n.into(),
+                    cgroup: Some(bench_cgroup(layout, n)?),
+                    pid: None,
+                });
+            }
+            flows.insert(
+                "tx",
+                (
+                    kb.wire.clone(),
+                    netenv::KB_WIRE,
+                    kb.guest1.clone(),
+                    false,
+                    2,
+                    0,
+                ),
+            );
+            flows.insert(
+                "rx",
+                (
+                    kb.wire.clone(),
+                    netenv::KB_WIRE,
+                    kb.guest1.clone(),
+                    true,
+                    2,
+                    0,
+                ),
+            );
+            flows.insert(
+                "guest-to-guest",
+                (
+                    kb.guest2.clone(),
+                    netenv::KB_GUEST2,
+                    kb.guest1.clone(),
+                    false,
+                    1,
+                    0,
+                ),
+            );
+            Ok(Env {
+                domains,
+                flows,
+                _native: None,
+                _kb: Some(kb),
+                splitnet: false,
+            })
+        }
+        Config::SplitnetBaseline | Config::SplitnetDefault => {
+            let preset = if cfg == Config::SplitnetBaseline {
+                "baseline"
+            } else {
+                "default"
+            };
+            splitnet(opts, &["up", "--preset", preset])?;
+            let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            let mut domains = vec![Domain {
+                name: "hv".into(),
+                cgroup: None,
+                pid: hv_pid,
+            }];
+            for n in ["drv", "guest1", "guest2"] {
+                domains.push(Domain {
+                    name: n.into(),
+                    cgroup: Cgroup::open(layout, n),
+                    pid: None,
+                });
+            }
+            domains.push(Domain {
+                name: "wire".into(),
+                cgroup: Some(bench_cgroup(layout, "wire")?),
+                pid: None,
+            });
+            let ns = host::netns_name;
+            // Applications run in their guest's cgroup: the guest pays for its own stack.
+            flows.insert("tx", (ns("wire"), "10.77.0.254", ns("guest1"), false, 4, 2));
+            flows.insert("rx", (ns("wire"), "10.77.0.254", ns("guest1"), true, 4, 2));
+            flows.insert(
+                "guest-to-guest",
+                (ns("guest2"), "10.77.0.2", ns("guest1"), false, 3, 2),
+            );
+            Ok(Env {
+                domains,
+                flows,
+                _native: None,
+                _kb: None,
+                splitnet: true,
+            })
+        }
+    }
+}
+
+fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
+    if env.splitnet {
+        let _ = splitnet(opts, &["down"]);
+    }
+    drop(env);
+    for n in ["client", "server", "guest1", "guest2", "wire"] {
+        if let Some(cg) = Cgroup::open(layout, &format!("bench-{n}")) {
+            cg.destroy(Duration::from_millis(200));
+        }
+    }
+}
+
+fn measure(
+    env: &Env,
+    dir: Direction,
+    workload: Workload,
+    secs: u32,
+    tsc_hz: f64,
+) -> Result<(FlowResult, PerDomain, PerDomain)> {
+    let (sns, sip, cns, rev, sd, cd) = env.flows.get(dir.name()).context("no such direction")?;
+    let before: Vec<Duration> = env.domains.iter().map(Domain::cpu).collect();
+    let r = netenv::run(&Flow {
+        server_ns: sns,
+        server_ip: sip,
+        client_ns: cns,
+        reverse: *rev,
+        secs,
+        workload,
+        server_cgroup: env.domains[*sd].cgroup.as_ref(),
+        client_cgroup: env.domains[*cd].cgroup.as_ref(),
+    })?;
+    let cpu: BTreeMap<String, f64> = env
+        .domains
+        .iter()
+        .zip(before)
+        .map(|(d, b)| (d.name.clone(), d.cpu().saturating_sub(b).as_secs_f64()))
+        .collect();
+    let cpp = cycles_per_packet(&cpu, r.packets, tsc_hz);
+    Ok((r, cpu, cpp))
+}
+
+/// Cycles per packet from CPU seconds per domain: each domain's share and a
+/// "total" (Ram thesis §2.4). Empty when no packet arrived.
+pub fn cycles_per_packet(
+    cpu_seconds: &BTreeMap<String, f64>,
+    packets: f64,
+    tsc_hz: f64,
+) -> BTreeMap<String, f64> {
+    if packets <= 0.0 {
+        return BTreeMap::new();
+    }
+    let mut out: BTreeMap<String, f64> = cpu_seconds
+        .iter()
+        .map(|(d, s)| (d.clone(), s * tsc_hz / packets))
+        .collect();
+    out.insert(
+        "total".into(),
+        cpu_seconds.values().sum::<f64>() * tsc_hz / packets,
+    );
+    out
+}
+
+/// Runs the suite.
+pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
+    let tsc_hz = tsc_per_us() * 1e6;
+    let layout = CgroupLayout::detect();
+    let workloads: Vec<Workload> = if opts.quick {
+        vec![Workload::TcpZerocopy]
+    } else {
+        vec![Workload::TcpZerocopy, Workload::TcpCopy, Workload::UdpSmall]
+    };
+    let runs = opts.runs.max(1);
+    let mut skipped = Vec::new();
+    for (tool, why) in [("pasta", "passt"), ("slirp4netns", "slirp4netns")] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        skipped.push(if found {
+            format!("{tool}: installed, but this suite does not drive it yet")
+        } else {
+            format!("{tool}: not installed (Debian package {why})")
+        });
+    }
+    let total_steps = runs * CONFIGS.len() * workloads.len() * DIRECTIONS.len();
+    let mut step = 0;
+    let mut records: Vec<Record> = Vec::new();
+    for run in 0..runs {
+        for cfg in CONFIGS {
+            let env = bring_up(cfg, opts, &layout)
+                .with_context(|| format!("bringing up {}", cfg.name()))?;
+            let mut result = Ok(());
+            'flows: for &w in &workloads {
+                for dir in DIRECTIONS {
+                    step += 1;
+                    if opts.progress {
+                        let done = step * 30 / total_steps;
+                        eprint!(
+                            "\r[{}{}] {step}/{total_steps} run {} {} {} {}          ",
+                            "#".repeat(done),
+                            ".".repeat(30 - done),
+                            run + 1,
+                            cfg.name(),
+                            dir.name(),
+                            w.name()
+                        );
+                        let _ = std::io::stderr().flush();
+                    }
+                    match measure(&env, dir, w, opts.secs, tsc_hz) {
+                        Ok((r, cpu_seconds, cycles_per_packet)) => records.push(Record {
+                            config: cfg,
+                            direction: dir,
+                            workload: w,
+                            run,
+                            gbps: r.gbps,
+                            ratio_to_native: None,
+                            cpu_seconds,
+                            cycles_per_packet,
+                            packets: r.packets,
+                        }),
+                        Err(e) => {
+                            result = Err(e);
+                            break 'flows;
+                        }
+                    }
+                }
+            }
+            tear_down(env, opts, &layout);
+            result.with_context(|| format!("measuring {}", cfg.name()))?;
+        }
+    }
+    if opts.progress {
+        eprintln!();
+    }
+    // Ratios against native of the same run, direction and workload.
+    let natives: Vec<(Direction, Workload, usize, f64)> = records
+        .iter()
+        .filter(|r| r.config == Config::Native)
+        .map(|r| (r.direction, r.workload, r.run, r.gbps))
+        .collect();
+    for r in records.iter_mut() {
+        r.ratio_to_native = natives
+            .iter()
+            .find(|n| n.0 == r.direction && n.1 == r.workload && n.2 == r.run && n.3 > 0.0)
+            .map(|n| r.gbps / n.3);
+    }
+    let mut summary = Vec::new();
+    for cfg in CONFIGS {
+        for &w in &workloads {
+            for dir in DIRECTIONS {
+                let rs: Vec<&Record> = records
+                    .iter()
+                    .filter(|r| r.config == cfg && r.workload == w && r.direction == dir)
+                    .collect();
+                if rs.is_empty() {
+                    continue;
+                }
+                let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+                let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
+                let cpp: Vec<f64> = rs
+                    .iter()
+                    .filter_map(|r| r.cycles_per_packet.get("total").copied())
+                    .collect();
+                summary.push(Summary {
+                    config: cfg,
+                    direction: dir,
+                    workload: w,
+                    runs: rs.len(),
+                    median_gbps: median(&g),
+                    min_gbps: g.iter().copied().fold(f64::INFINITY, f64::min),
+                    max_gbps: g.iter().copied().fold(0.0, f64::max),
+                    median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
+                    median_cycles_per_packet: median(&cpp),
+                });
+            }
+        }
+    }
+    Ok(BaselineReport {
+        suite: "baseline",
+        tsc_mhz: tsc_hz / 1e6,
+        runs,
+        seconds_per_flow: opts.secs,
+        records,
+        summary,
+        skipped,
+    })
+}
+
+impl BaselineReport {
+    /// A Markdown table of the medians.
+    pub fn table(&self) -> String {
+        let mut s = String::from(
+            "| config | direction | workload | Gbit/s (median) | min–max | ratio to native | cycles/packet |\n\
+             |---|---|---|---:|---:|---:|---:|\n",
+        );
+        for m in &self.summary {
+            s += &format!(
+                "| {} | {} | {} | {:.2} | {:.2}–{:.2} | {} | {:.0} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                m.median_gbps,
+                m.min_gbps,
+                m.max_gbps,
+                m.median_ratio_to_native
+                    .map_or("-".into(), |r| format!("{r:.3}")),
+                m.median_cycles_per_packet
+            );
+        }
+        s += &format!(
+            "\n{} run(s), {} s per flow, TSC {:.0} MHz. Cycles per packet: CPU time of every domain (kernel included) \
+             × TSC rate ÷ 1514-byte frames (TCP payload / 1448) or UDP datagrams.\n",
+            self.runs, self.seconds_per_flow, self.tsc_mhz
+        );
+        for k in &self.skipped {
+            s += &format!("\nNot measured: {k}.");
+        }
+        s + "\n"
+    }
+
+    /// Per-domain cycles per packet of every median run, as a second table.
+    pub fn cycles_table(&self) -> String {
+        let mut s = String::from(
+            "| config | direction | workload | cycles/packet by domain |\n|---|---|---|---|\n",
+        );
+        for m in &self.summary {
+            let rs: Vec<&Record> = self
+                .records
+                .iter()
+                .filter(|r| {
+                    r.config == m.config && r.workload == m.workload && r.direction == m.direction
+                })
+                .collect();
+            let mut doms: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+            for r in rs {
+                for (k, v) in &r.cycles_per_packet {
+                    if k != "total" {
+                        doms.entry(k).or_default().push(*v);
+                    }
+                }
+            }
+            let parts: Vec<String> = doms
+                .iter()
+                .map(|(k, v)| format!("{k} {:.0}", median(v)))
+                .collect();
+            s += &format!(
+                "| {} | {} | {} | {} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                parts.join(", ")
+            );
+        }
+        s
+    }
+
+    /// Throughput chart of the first workload.
+    pub fn svg(&self) -> String {
+        let Some(first) = self.summary.first().map(|m| m.workload) else {
+            return String::new();
+        };
+        let bars: Vec<Bar> = self
+            .summary
+            .iter()
+            .filter(|m| m.workload == first)
+            .map(|m| Bar {
+                label: format!("{} {}", m.config.name(), m.direction.name()),
+                value: m.median_gbps,
+                range: Some((m.min_gbps, m.max_gbps)),
+            })
+            .collect();
+        chart::bars(
+            &format!("splitnet bench baseline: {} throughput", first.name()),
+            "Gbit/s",
+            "bars: median; whiskers: min–max over runs",
+            &bars,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycles_per_packet_divides_each_domains_cycles_by_frames() {
+        // 1 Gbit/s of TCP payload for 1 s = 125e6 B = 86326 frames of 1448 B.
+        let packets = 125e6 / netenv::PAYLOAD_PER_FRAME;
+        let cpu: BTreeMap<String, f64> = [("drv".to_string(), 0.5), ("guest1".to_string(), 0.25)]
+            .into_iter()
+            .collect();
+        let c = cycles_per_packet(&cpu, packets, 2.0e9);
+        assert!((c["drv"] - 0.5 * 2.0e9 / packets).abs() < 1e-6);
+        assert!((c["guest1"] - 5792.0).abs() < 1.0, "{c:?}");
+        assert!((c["total"] - (c["drv"] + c["guest1"])).abs() < 1e-6);
+        assert!(cycles_per_packet(&cpu, 0.0, 2.0e9).is_empty());
+    }
+}

@@ -1,0 +1,254 @@
+//! Network environments for experiments: iperf3 flows between namespaces
+//! (with their processes placed in the cgroup of the domain they belong to),
+//! the "native" reference (a veth pair between two namespaces), and the
+//! kernel baseline (veth into a Linux bridge, shaped like splitnet's
+//! topology).
+
+use anyhow::{bail, Context, Result};
+use hv::host::{self, Cgroup};
+use serde::Serialize;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// TCP payload carried by one 1514-byte Ethernet frame (the thesis's unit).
+pub const PAYLOAD_PER_FRAME: f64 = 1448.0;
+
+/// What the flow sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// TCP stream with zero-copy sends (`iperf3 -Z`, the papers' sendfile).
+    TcpZerocopy,
+    /// TCP stream with ordinary copying writes.
+    TcpCopy,
+    /// UDP with 64-byte datagrams, unlimited rate: packet rate.
+    UdpSmall,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::TcpZerocopy => "tcp-zerocopy",
+            Workload::TcpCopy => "tcp-copy",
+            Workload::UdpSmall => "udp-64",
+        }
+    }
+}
+
+/// One iperf3 flow.
+pub struct Flow<'a> {
+    pub server_ns: &'a str,
+    pub server_ip: &'a str,
+    pub client_ns: &'a str,
+    /// Data flows server → client.
+    pub reverse: bool,
+    pub secs: u32,
+    pub workload: Workload,
+    /// Cgroups to charge the server and client processes to.
+    pub server_cgroup: Option<&'a Cgroup>,
+    pub client_cgroup: Option<&'a Cgroup>,
+}
+
+/// What arrived.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FlowResult {
+    pub gbps: f64,
+    /// Payload bytes received.
+    pub bytes: f64,
+    /// Packets on the wire: UDP datagrams received, or TCP bytes / 1448.
+    pub packets: f64,
+    pub seconds: f64,
+}
+
+fn spawn_in(ns: &str, args: &[&str], cg: Option<&Cgroup>, piped: bool) -> Result<Child> {
+    let out = if piped { Stdio::piped() } else { Stdio::null() };
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdout(out)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 (is it installed?)")?;
+    if let Some(cg) = cg {
+        cg.add(child.id() as i32)?;
+    }
+    Ok(child)
+}
+
+/// Runs one flow and reads iperf3's verdict.
+pub fn run(f: &Flow<'_>) -> Result<FlowResult> {
+    let mut srv = spawn_in(
+        f.server_ns,
+        &["iperf3", "-s", "-1", "-B", f.server_ip],
+        f.server_cgroup,
+        false,
+    )?;
+    let t = f.secs.to_string();
+    let mut args = vec!["iperf3", "-J", "-c", f.server_ip, "-t", &t];
+    match f.workload {
+        Workload::TcpZerocopy => args.push("-Z"),
+        Workload::TcpCopy => {}
+        Workload::UdpSmall => args.extend(["-u", "-l", "64", "-b", "0"]),
+    }
+    if f.reverse {
+        args.push("-R");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        let client = spawn_in(f.client_ns, &args, f.client_cgroup, true)?;
+        let o = client.wait_with_output().context("running iperf3")?;
+        // iperf3 -J exits 0 even when it could not connect: read its verdict.
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        if o.status.success() && v["error"].is_null() && !v["end"].is_null() {
+            break v;
+        }
+        if Instant::now() > deadline {
+            let _ = srv.kill();
+            let _ = srv.wait();
+            bail!(
+                "iperf3 {} -> {} failed: {}",
+                f.client_ns,
+                f.server_ip,
+                v["error"]
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200)); // server still starting
+    };
+    // The one-shot server exits after its test; never wait on it for long.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = srv.kill();
+            let _ = srv.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let end = &report["end"];
+    Ok(if f.workload == Workload::UdpSmall {
+        let s = &end["sum"];
+        let sent = s["packets"].as_f64().unwrap_or(0.0);
+        let lost = s["lost_packets"].as_f64().unwrap_or(0.0);
+        let secs = s["seconds"].as_f64().unwrap_or(f.secs as f64).max(1e-9);
+        let packets = (sent - lost).max(0.0);
+        FlowResult {
+            gbps: packets * 64.0 * 8.0 / secs / 1e9,
+            bytes: packets * 64.0,
+            packets,
+            seconds: secs,
+        }
+    } else {
+        let s = &end["sum_received"];
+        let bytes = s["bytes"].as_f64().unwrap_or(0.0);
+        FlowResult {
+            gbps: s["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9,
+            bytes,
+            packets: bytes / PAYLOAD_PER_FRAME,
+            seconds: s["seconds"].as_f64().unwrap_or(f.secs as f64),
+        }
+    })
+}
+
+/// One TCP flow without cgroups (the demo). Returns Gbit/s received.
+pub fn tcp(
+    server_ns: &str,
+    server_ip: &str,
+    client_ns: &str,
+    reverse: bool,
+    secs: u32,
+) -> Result<f64> {
+    let f = Flow {
+        server_ns,
+        server_ip,
+        client_ns,
+        reverse,
+        secs,
+        workload: Workload::TcpCopy,
+        server_cgroup: None,
+        client_cgroup: None,
+    };
+    Ok(run(&f)?.gbps)
+}
+
+/// Two namespaces joined by a veth pair, deleted on drop.
+pub struct Native {
+    pub a: String,
+    pub b: String,
+}
+
+/// Address of the native pair's first end.
+pub const NATIVE_A: &str = "10.78.0.1";
+/// Address of the native pair's second end.
+pub const NATIVE_B: &str = "10.78.0.2";
+
+impl Native {
+    pub fn new() -> Result<Native> {
+        let n = Native {
+            a: host::netns_name("native-a"),
+            b: host::netns_name("native-b"),
+        };
+        host::netns_add(&n.a)?;
+        host::netns_add(&n.b)?;
+        host::veth_pair("eth0", &n.a, "eth0", &n.b)?;
+        host::addr_add(&n.a, "eth0", &format!("{NATIVE_A}/24"))?;
+        host::addr_add(&n.b, "eth0", &format!("{NATIVE_B}/24"))?;
+        Ok(n)
+    }
+}
+
+impl Drop for Native {
+    fn drop(&mut self) {
+        host::netns_del(&self.a);
+        host::netns_del(&self.b);
+    }
+}
+
+/// The kernel baseline: guests, a "driver" namespace with a Linux bridge,
+/// and a wire host, joined by veth pairs like splitnet's default topology.
+pub struct KernelBridge {
+    pub guest1: String,
+    pub guest2: String,
+    pub drv: String,
+    pub wire: String,
+}
+
+/// Addresses in the kernel-bridge topology.
+pub const KB_GUEST1: &str = "10.79.0.1";
+pub const KB_GUEST2: &str = "10.79.0.2";
+pub const KB_WIRE: &str = "10.79.0.254";
+
+impl KernelBridge {
+    pub fn new() -> Result<KernelBridge> {
+        let n = |s: &str| host::netns_name(s);
+        let kb = KernelBridge {
+            guest1: n("kb-guest1"),
+            guest2: n("kb-guest2"),
+            drv: n("kb-drv"),
+            wire: n("kb-wire"),
+        };
+        for ns in [&kb.guest1, &kb.guest2, &kb.drv, &kb.wire] {
+            host::netns_add(ns)?;
+        }
+        host::ip_in(&kb.drv, &["link", "add", "br0", "type", "bridge"])?;
+        host::ip_in(&kb.drv, &["link", "set", "br0", "up"])?;
+        for (port, ns, addr) in [
+            ("vif1", &kb.guest1, KB_GUEST1),
+            ("vif2", &kb.guest2, KB_GUEST2),
+            ("peth0", &kb.wire, KB_WIRE),
+        ] {
+            host::veth_pair(port, &kb.drv, "eth0", ns)?;
+            host::ip_in(&kb.drv, &["link", "set", port, "master", "br0"])?;
+            host::addr_add(ns, "eth0", &format!("{addr}/24"))?;
+        }
+        Ok(kb)
+    }
+}
+
+impl Drop for KernelBridge {
+    fn drop(&mut self) {
+        for ns in [&self.guest1, &self.guest2, &self.drv, &self.wire] {
+            host::netns_del(ns);
+        }
+    }
+}
