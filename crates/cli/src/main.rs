@@ -3,6 +3,7 @@
 
 mod domain;
 mod lifecycle;
+mod profile;
 mod status;
 
 use anyhow::Result;
@@ -96,6 +97,22 @@ enum Cmd {
         /// Also write a bar chart as SVG to this file.
         #[arg(long)]
         svg: Option<PathBuf>,
+    },
+    /// Sample every CPU and attribute each sample to a domain, function and
+    /// cost class (Xenoprof-style).
+    Profile {
+        /// Seconds to sample (ignored when a command is given).
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+        /// Also write the profile as JSON (includes attributed_fraction).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Also write a stacked bar chart (share per domain and class) as SVG.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// Profile while this command runs (after `--`).
+        #[arg(last = true)]
+        cmd: Vec<String>,
     },
     /// Run the hypervisor daemon in the foreground (`up` starts it for you).
     #[command(hide = true)]
@@ -206,6 +223,12 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Profile {
+            duration,
+            json,
+            svg,
+            cmd,
+        } => profile::run(&rd, duration, json.as_deref(), svg.as_deref(), &cmd),
         Cmd::Hv { config, preset } => lifecycle::run_hv(&rd, &config, preset),
         Cmd::Domain => domain::main(),
     }

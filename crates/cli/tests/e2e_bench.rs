@@ -70,3 +70,67 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
         .contains("| splitnet-default | tx |"));
     assert_nothing_left();
 }
+
+#[test]
+fn profile_attributes_samples_to_domains_while_iperf3_runs() {
+    let env = Env::new("profile");
+    env.ok(&["up"]);
+    let _srv = env.spawn(&[
+        "exec",
+        "wire",
+        "--",
+        "iperf3",
+        "-s",
+        "-1",
+        "-B",
+        "10.77.0.254",
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _client = env.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "iperf3",
+        "-c",
+        "10.77.0.254",
+        "-t",
+        "8",
+    ]);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let json = env.run_dir.join("prof.json");
+    let svg = env.run_dir.join("prof.svg");
+    let text = env.ok(&[
+        "profile",
+        "--duration",
+        "5",
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let attributed = v["attributed_fraction"].as_f64().unwrap();
+    assert!(attributed >= 0.95, "only {attributed} attributed:\n{text}");
+    let class_sum: f64 = v["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["share_pct"].as_f64().unwrap())
+        .sum();
+    assert!(
+        (class_sum - 100.0).abs() < 0.01,
+        "classes add up to {class_sum}%"
+    );
+    let domains: Vec<&str> = v["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    for d in ["hv", "drv", "guest1"] {
+        assert!(domains.contains(&d), "no samples for {d}: {domains:?}");
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

@@ -1,0 +1,242 @@
+//! A profiling session: per-CPU sampling for a while, then attribution,
+//! symbols and classes.
+
+use crate::attribution::Attributor;
+use crate::classes::cost_class;
+use crate::report::{ClassifiedSample, Profile, ProfileMeta};
+use crate::symbols::Symbolizer;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+use sys::{PerfClock, PerfSampler, Sample};
+
+/// Errors of a session.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfError {
+    /// perf_event_open, mmap or ioctl failed.
+    #[error("perf sampling on cpu {cpu}: {source} (system-wide sampling needs root or kernel.perf_event_paranoid <= 0)")]
+    Perf {
+        /// The CPU.
+        cpu: u32,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The list of online CPUs could not be read.
+    #[error("reading the online CPUs: {0}")]
+    Cpus(std::io::Error),
+}
+
+/// Result of this crate.
+pub type Result<T> = std::result::Result<T, ProfError>;
+
+/// Knobs of a session.
+#[derive(Debug, Clone)]
+pub struct ProfileOptions {
+    /// Samples per second per CPU (a prime avoids lockstep with timers).
+    pub frequency_hz: u64,
+    /// Ring buffer of 2^ring_order pages per CPU.
+    pub ring_order: u32,
+    /// How often the rings are emptied.
+    pub drain_interval: Duration,
+    /// Functions listed per domain.
+    pub top_n: usize,
+    /// The hv daemon's pid.
+    pub hv_pid: Option<i32>,
+}
+
+impl Default for ProfileOptions {
+    fn default() -> Self {
+        ProfileOptions {
+            frequency_hz: 997,
+            ring_order: 6,
+            drain_interval: Duration::from_millis(50),
+            top_n: 10,
+            hv_pid: None,
+        }
+    }
+}
+
+/// A running collection. Start it, call [`Session::poll`] every
+/// `drain_interval` (or [`Session::collect_for`]), then [`Session::finish`].
+#[derive(Debug)]
+pub struct Session {
+    opts: ProfileOptions,
+    samplers: Vec<PerfSampler>,
+    cpus: Vec<u32>,
+    samples: Vec<Sample>,
+    started: Instant,
+    attributor: Attributor,
+    symbolizer: Symbolizer,
+    seen: HashSet<u32>,
+}
+
+impl Session {
+    /// Opens one sampling event per online CPU and starts them.
+    pub fn start(opts: ProfileOptions) -> Result<Session> {
+        let cpus = sys::online_cpus().map_err(ProfError::Cpus)?;
+        let mut samplers = Vec::with_capacity(cpus.len());
+        for &cpu in &cpus {
+            let s = PerfSampler::open(Some(cpu), None, opts.frequency_hz, opts.ring_order)
+                .map_err(|source| ProfError::Perf { cpu, source })?;
+            samplers.push(s);
+        }
+        let mut attributor = Attributor::new(opts.hv_pid.map(|p| p as u32));
+        // Know every process alive now, before any of them can exit.
+        attributor.prime();
+        let symbolizer = Symbolizer::new();
+        for (s, &cpu) in samplers.iter().zip(&cpus) {
+            s.enable()
+                .map_err(|source| ProfError::Perf { cpu, source })?;
+        }
+        Ok(Session {
+            opts,
+            samplers,
+            cpus,
+            samples: Vec::new(),
+            started: Instant::now(),
+            attributor,
+            symbolizer,
+            seen: HashSet::new(),
+        })
+    }
+
+    /// The clock in use (`cycles` or `cpu-clock`).
+    pub fn clock(&self) -> &'static str {
+        match self.samplers.first().map(|s| s.clock()) {
+            Some(PerfClock::HardwareCycles) => "cycles",
+            _ => "cpu-clock",
+        }
+    }
+
+    /// Empties the rings; reads the cgroup and maps of each new pid while it
+    /// is still alive. Returns the samples so far.
+    pub fn poll(&mut self) -> usize {
+        let from = self.samples.len();
+        for s in &mut self.samplers {
+            s.drain(&mut self.samples);
+        }
+        for i in from..self.samples.len() {
+            let pid = self.samples[i].pid;
+            if self.seen.insert(pid) {
+                self.attributor.domain_of(pid);
+                self.symbolizer.note_pid(pid);
+            }
+        }
+        self.samples.len()
+    }
+
+    /// Collects for `duration`, draining every `drain_interval`.
+    pub fn collect_for(&mut self, duration: Duration) {
+        let end = Instant::now() + duration;
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            std::thread::sleep(self.opts.drain_interval.min(end - now));
+            self.poll();
+        }
+    }
+
+    /// Stops sampling and builds the profile.
+    pub fn finish(mut self) -> Profile {
+        for s in &self.samplers {
+            let _ = s.disable();
+        }
+        let duration_s = self.started.elapsed().as_secs_f64();
+        self.poll();
+        let meta = ProfileMeta {
+            duration_s,
+            clock: self.clock().to_string(),
+            frequency_hz: self.opts.frequency_hz,
+            cpus: self.cpus.clone(),
+            lost_samples: self.samplers.iter().map(|s| s.lost()).sum(),
+        };
+        let samples = std::mem::take(&mut self.samples);
+        let classified: Vec<ClassifiedSample> = samples
+            .iter()
+            .map(|s| {
+                let domain = self.attributor.domain_of(s.pid);
+                let symbol = self.symbolizer.resolve(s.pid, s.ip, s.kernel);
+                let class = cost_class(&symbol.function, &symbol.module, domain.kind);
+                ClassifiedSample {
+                    domain,
+                    kernel: s.kernel,
+                    symbol,
+                    class,
+                }
+            })
+            .collect();
+        Profile::from_samples(meta, &classified, self.opts.top_n)
+    }
+}
+
+/// Profiles the whole machine for `duration` with default options.
+pub fn profile(duration: Duration, hv_pid: Option<i32>) -> Result<Profile> {
+    profile_with(
+        duration,
+        ProfileOptions {
+            hv_pid,
+            ..ProfileOptions::default()
+        },
+    )
+}
+
+/// Profiles the whole machine for `duration`.
+pub fn profile_with(duration: Duration, opts: ProfileOptions) -> Result<Profile> {
+    let mut s = Session::start(opts)?;
+    s.collect_for(duration);
+    Ok(s.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::DomainKind;
+
+    #[test]
+    fn profiles_a_busy_thread_as_hv() {
+        let me = std::process::id() as i32;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let st = stop.clone();
+        let busy = std::thread::spawn(move || {
+            let mut x = 1u64;
+            while !st.load(std::sync::atomic::Ordering::Relaxed) {
+                x = std::hint::black_box(
+                    x.wrapping_mul(2862933555777941757).wrapping_add(3037000493),
+                );
+            }
+            x
+        });
+        let p = match profile(Duration::from_millis(400), Some(me)) {
+            Ok(p) => p,
+            Err(e) => {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                busy.join().unwrap();
+                eprintln!("skipping: {e}");
+                return;
+            }
+        };
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        busy.join().unwrap();
+        eprintln!("{}", p.to_text());
+        assert!(p.total_samples > 100, "{}", p.total_samples);
+        let hv = p
+            .domains
+            .iter()
+            .find(|d| d.kind == DomainKind::Hv)
+            .expect("hv domain");
+        assert!(hv.samples > 100);
+        assert_eq!(
+            p.classes.iter().map(|c| c.basis_points).sum::<u32>(),
+            10_000
+        );
+        // The busy loop itself must resolve to a function in this binary.
+        assert!(
+            hv.top_functions
+                .iter()
+                .any(|f| f.module.starts_with("splitnet_prof")),
+            "{:?}",
+            hv.top_functions
+        );
+    }
+}
