@@ -25,8 +25,6 @@ pub enum ErrorKind {
     InUse,
     /// Unknown or unbindable event-channel port.
     BadPort,
-    /// A shared ring whose producer index ran ahead of what it can hold.
-    RingOverflow,
     /// The store refused the operation (permission, path, quota).
     Store,
     /// A malformed message or argument.
@@ -41,7 +39,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for counter tables.
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::BadDomain,
         ErrorKind::BadGntref,
         ErrorKind::PermissionDenied,
@@ -51,7 +49,6 @@ impl ErrorKind {
         ErrorKind::BadHandle,
         ErrorKind::InUse,
         ErrorKind::BadPort,
-        ErrorKind::RingOverflow,
         ErrorKind::Store,
         ErrorKind::Invalid,
         ErrorKind::Quota,
@@ -71,7 +68,6 @@ impl ErrorKind {
             ErrorKind::BadHandle => "bad_handle",
             ErrorKind::InUse => "in_use",
             ErrorKind::BadPort => "bad_port",
-            ErrorKind::RingOverflow => "ring_overflow",
             ErrorKind::Store => "store",
             ErrorKind::Invalid => "invalid",
             ErrorKind::Quota => "quota",
