@@ -75,27 +75,7 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
 fn profile_attributes_samples_to_domains_while_iperf3_runs() {
     let env = Env::new("profile");
     env.ok(&["up"]);
-    let _srv = env.spawn(&[
-        "exec",
-        "wire",
-        "--",
-        "iperf3",
-        "-s",
-        "-1",
-        "-B",
-        "10.77.0.254",
-    ]);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let _client = env.spawn(&[
-        "exec",
-        "guest1",
-        "--",
-        "iperf3",
-        "-c",
-        "10.77.0.254",
-        "-t",
-        "8",
-    ]);
+    let _stream = env.stream_to_wire("guest1", 8);
     std::thread::sleep(std::time::Duration::from_secs(1));
     let json = env.run_dir.join("prof.json");
     let svg = env.run_dir.join("prof.svg");

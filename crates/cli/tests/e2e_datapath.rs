@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -23,53 +22,26 @@ fn ping(env: &Env, from: &str, to: &str) {
 
 /// iperf3 TCP for `secs` seconds from `client` to `server_ip` (served in
 /// `server`); with `reverse`, data flows server → client. Returns Gbit/s.
-fn iperf(env: &Env, server: &str, server_ip: &str, client: &str, reverse: bool, secs: u32) -> f64 {
-    let mut srv = env.spawn(&["exec", server, "--", "iperf3", "-s", "-1", "-B", server_ip]);
-    let t = secs.to_string();
-    let mut args = vec![
-        "exec",
-        client,
-        "--",
-        "iperf3",
-        "-J",
-        "-c",
+/// Runs through the same code as `splitnet bench` (`bench::netenv`).
+fn iperf(_env: &Env, server: &str, server_ip: &str, client: &str, reverse: bool, secs: u32) -> f64 {
+    let (sns, cns) = (hv::host::netns_name(server), hv::host::netns_name(client));
+    let r = bench::netenv::run(&bench::netenv::Flow {
+        server_ns: &sns,
         server_ip,
-        "-t",
-        t.as_str(),
-    ];
-    if reverse {
-        args.push("-R");
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let v = loop {
-        let o = env.splitnet(&args);
-        // iperf3 -J exits 0 even when it could not connect: read its verdict.
-        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-        if o.status.success() && v["error"].is_null() && !v["end"].is_null() {
-            break v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "iperf3 {client} -> {server_ip} failed: {}",
-            String::from_utf8_lossy(&o.stdout)
-        );
-        std::thread::sleep(Duration::from_millis(200)); // the server is still starting
-    };
-    // The one-shot server exits after its test; never wait on it for long.
-    srv.wait_exit(Duration::from_secs(5));
-    drop(srv);
-    let bps = v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0);
-    let bytes = v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
+        client_ns: &cns,
+        reverse,
+        secs,
+        workload: bench::netenv::Workload::TcpCopy,
+        server_cgroup: None,
+        client_cgroup: None,
+    })
+    .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
     assert!(
-        bytes > 1e6 && bps > 1e6,
-        "iperf3 {client} -> {server_ip}: too little arrived: {bytes} bytes; error {:?}, sent {}, intervals {}",
-        v["error"],
-        v["end"]["sum_sent"]["bytes"],
-        v["intervals"].as_array().map_or(0, |a| a.len())
+        r.bytes > 1e6 && r.gbps > 1e-3,
+        "iperf3 {client} -> {server_ip}: too little arrived: {} bytes",
+        r.bytes
     );
-    bps / 1e9
+    r.gbps
 }
 
 fn sha256(path: &std::path::Path) -> String {
@@ -226,27 +198,7 @@ fn killing_a_guest_mid_transfer_spares_the_driver_and_the_other_guest() {
     let st = env.status();
     let pid = domain(&st, "guest1")["pid"].as_i64().unwrap();
     // guest1 streams to the wire host; kill it in the middle.
-    let srv = env.spawn(&[
-        "exec",
-        "wire",
-        "--",
-        "iperf3",
-        "-s",
-        "-1",
-        "-B",
-        "10.77.0.254",
-    ]);
-    std::thread::sleep(Duration::from_millis(300));
-    let client = env.spawn(&[
-        "exec",
-        "guest1",
-        "--",
-        "iperf3",
-        "-c",
-        "10.77.0.254",
-        "-t",
-        "10",
-    ]);
+    let stream = env.stream_to_wire("guest1", 10);
     std::thread::sleep(Duration::from_millis(1500));
     kill9(pid);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -261,8 +213,7 @@ fn killing_a_guest_mid_transfer_spares_the_driver_and_the_other_guest() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    drop(client);
-    drop(srv);
+    drop(stream);
     // The driver domain and guest2 carry on.
     let st = env.status();
     assert_eq!(domain(&st, "drv")["connected"], true);

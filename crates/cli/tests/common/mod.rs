@@ -202,6 +202,36 @@ impl Env {
     }
 }
 
+impl Env {
+    /// Starts an iperf3 TCP stream of `secs` seconds from `client` to the wire
+    /// host, in the background; both ends are killed when dropped.
+    pub fn stream_to_wire(&self, client: &str, secs: u32) -> (Background, Background) {
+        let srv = self.spawn(&[
+            "exec",
+            "wire",
+            "--",
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            "10.77.0.254",
+        ]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let t = secs.to_string();
+        let cl = self.spawn(&[
+            "exec",
+            client,
+            "--",
+            "iperf3",
+            "-c",
+            "10.77.0.254",
+            "-t",
+            &t,
+        ]);
+        (srv, cl)
+    }
+}
+
 /// Kills process `pid` outright (a domain dying without warning).
 pub fn kill9(pid: i64) {
     let st = Command::new("kill")
