@@ -5,6 +5,7 @@ mod domain;
 mod lifecycle;
 mod profile;
 mod status;
+mod trace;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -111,6 +112,33 @@ enum Cmd {
         #[arg(long)]
         svg: Option<PathBuf>,
         /// Profile while this command runs (after `--`).
+        #[arg(last = true)]
+        cmd: Vec<String>,
+    },
+    /// Count events per domain and type, with their cost in TSC cycles
+    /// (xentrace-style): hypercalls, grant operations and batches (recorded
+    /// by hv), notifications and ring batches (recorded by each domain).
+    #[command(
+        long_about = "Count events per domain and type, with their cost in TSC cycles, \
+        in the spirit of xentrace. hv records every hypercall, grant operation and batch-page \
+        batch it serves; each domain records its notifications, hypercall round trips and \
+        ring batches (netback, netfront) in a trace area hv shares with it.\n\n\
+        Takes a snapshot of every counter, waits --duration seconds (or runs the command \
+        after `--`), takes another, and reports the difference per domain and event: count, \
+        events per second, average cost in cycles and µs, the largest cost, items per event \
+        (ops per grant batch, packets per ring batch) and a histogram of costs in \
+        power-of-two buckets. Counts recorded by a domain are what that domain reports.\n\n\
+        Needs a running system (`splitnet up`).\n\n\
+        Example: splitnet trace --duration 3 -- splitnet exec guest1 -- ping -c 5 10.77.0.254"
+    )]
+    Trace {
+        /// Seconds to trace [default: 5] (ignored when a command is given).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Trace while this command runs (after `--`).
         #[arg(last = true)]
         cmd: Vec<String>,
     },
@@ -229,6 +257,11 @@ fn run(cli: Cli) -> Result<()> {
             svg,
             cmd,
         } => profile::run(&rd, duration, json.as_deref(), svg.as_deref(), &cmd),
+        Cmd::Trace {
+            duration,
+            json,
+            cmd,
+        } => trace::run(&rd, duration, json.as_deref(), &cmd),
         Cmd::Hv { config, preset } => lifecycle::run_hv(&rd, &config, preset),
         Cmd::Domain => domain::main(),
     }

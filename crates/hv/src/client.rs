@@ -1,11 +1,12 @@
 //! What a domain links to reach hv: hypercalls, its own grant table, mapped
-//! grants, event channels, the batch path and store watches.
+//! grants, event channels, the batch path, store watches and its trace area.
 
 use crate::batch;
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::evtchn::{mask_off, pending_off, STATE_CLOSED, STATE_OFF};
 use crate::proto::{self, DomId, Port, Reply, Request, Response, WatchFired, Welcome};
 use crate::status::SystemStatus;
+use crate::trace::{self, DomainEvent, TraceSnapshot, Tracer};
 use abi::grant::{
     GrantCopy, GrantCopyView, GTF_ACCEPT_TRANSFER, GTF_PERMIT_ACCESS, GTF_READING, GTF_READONLY,
     GTF_TRANSFER_COMMITTED, GTF_TRANSFER_COMPLETED, GTF_WRITING,
@@ -26,6 +27,7 @@ fn io<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
 pub struct Channel {
     sock: SeqPacket,
     buf: Vec<u8>,
+    tracer: Tracer,
 }
 
 impl Channel {
@@ -33,11 +35,19 @@ impl Channel {
         Channel {
             sock,
             buf: vec![0; proto::MAX_MESSAGE],
+            tracer: Tracer::disabled(),
         }
     }
 
     /// One hypercall: send, then wait for the reply and its descriptors.
     pub fn call(&mut self, req: &Request) -> HvResult<(Reply, Vec<OwnedFd>)> {
+        let t0 = trace::now();
+        let r = self.round_trip(req);
+        self.tracer.record(DomainEvent::Call, t0, 1);
+        r
+    }
+
+    fn round_trip(&mut self, req: &Request) -> HvResult<(Reply, Vec<OwnedFd>)> {
         let b = proto::encode(req)?;
         io("sending to hv", self.sock.send(&b, &[]))?;
         let (n, fds) = io("waiting for hv", self.sock.recv(&mut self.buf))?;
@@ -77,6 +87,13 @@ impl Toolstack {
             r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
         }
     }
+    /// Every trace counter (`splitnet trace`).
+    pub fn trace(&mut self) -> HvResult<TraceSnapshot> {
+        match self.0.call(&Request::Trace)?.0 {
+            Reply::Trace(t) => Ok(*t),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
     pub fn shutdown(&mut self) -> HvResult<()> {
         self.0.done(&Request::Shutdown)
     }
@@ -111,6 +128,7 @@ pub struct HvClient {
     batch_done: Doorbell,
     batch_seq: u32,
     peer_pools: HashMap<(DomId, bool), OwnedFd>,
+    tracer: Tracer,
 }
 
 fn take_fds<const N: usize>(fds: Vec<OwnedFd>) -> HvResult<[OwnedFd; N]> {
@@ -131,7 +149,7 @@ impl HvClient {
         let Reply::Welcome(welcome) = reply else {
             return err(ErrorKind::Internal, "hv did not welcome us");
         };
-        let [pool, gnttab, watch, batch, kick, done] = take_fds::<6>(fds)?;
+        let [pool, gnttab, watch, batch, kick, done, trace_fd] = take_fds::<7>(fds)?;
         let map = |fd: &OwnedFd, pages: u32, what: &str| {
             io(
                 what,
@@ -141,6 +159,8 @@ impl HvClient {
         let pool = map(&pool, welcome.pool_frames, "mapping pool")?;
         let gnttab = map(&gnttab, welcome.grant_frames, "mapping grant table")?;
         let batch = map(&batch, welcome.batch_pages, "mapping batch page")?;
+        let tracer = Tracer::new(map(&trace_fd, welcome.trace_pages, "mapping trace area")?);
+        chan.tracer = tracer.clone();
         let entries = welcome.grant_frames * abi::grant::GRANT_ENTRIES_PER_PAGE as u32;
         let batch_seq = batch.load_u32(batch::SEQ_OFF);
         Ok(HvClient {
@@ -154,6 +174,7 @@ impl HvClient {
             batch_done: Doorbell::from_fd(done),
             batch_seq,
             peer_pools: HashMap::new(),
+            tracer,
         })
     }
 
@@ -176,6 +197,10 @@ impl HvClient {
     /// The domain's own grant table.
     pub fn grants(&self) -> &GrantTable {
         &self.grants
+    }
+    /// Records this domain's events in its trace area ([`crate::trace`]).
+    pub fn tracer(&self) -> Tracer {
+        self.tracer.clone()
     }
     /// Any hypercall.
     pub fn call(&mut self, req: &Request) -> HvResult<(Reply, Vec<OwnedFd>)> {
@@ -325,6 +350,7 @@ impl HvClient {
             own: Doorbell::from_fd(own),
             own_ring: Doorbell::from_fd(own_ring),
             peer: Doorbell::from_fd(peer),
+            tracer: self.tracer.clone(),
         })
     }
     /// EVTCHNOP_alloc_unbound: a port `remote` may bind to.
@@ -402,6 +428,14 @@ impl HvClient {
     /// Publishes a batch of `count` ops already in the page and waits for hv.
     /// Exposed so tests can submit hostile counts.
     pub fn submit_raw_batch(&mut self, count: u32) -> HvResult<()> {
+        let t0 = trace::now();
+        let r = self.run_batch(count);
+        self.tracer
+            .record(DomainEvent::GrantBatch, t0, u64::from(count));
+        r
+    }
+
+    fn run_batch(&mut self, count: u32) -> HvResult<()> {
         self.batch.write_u32(batch::COUNT_OFF, count);
         self.batch_seq = self.batch_seq.wrapping_add(1);
         self.batch.store_u32(batch::SEQ_OFF, self.batch_seq);
@@ -734,17 +768,19 @@ pub struct EventChannel {
     own_ring: Doorbell,
     /// The peer's doorbell.
     peer: Doorbell,
+    tracer: Tracer,
 }
 
 impl EventChannel {
     /// notify_remote_via_evtchn: sets the peer's pending bit and rings it unless masked.
     pub fn notify(&self) -> HvResult<()> {
+        let t0 = trace::now();
         let peer = 1 - self.end;
         self.page.store_u32(pending_off(peer), 1);
-        if self.page.load_u32(mask_off(peer)) == 0 {
-            io("evtchn notify", self.peer.ring())?;
-        }
-        Ok(())
+        let rang = self.page.load_u32(mask_off(peer)) == 0;
+        let r = if rang { self.peer.ring() } else { Ok(()) };
+        self.tracer.record(DomainEvent::Notify, t0, u64::from(rang));
+        io("evtchn notify", r)
     }
     /// Waits for a notification; true when one arrived (pending is cleared).
     pub fn wait(&self, timeout: Option<Duration>) -> HvResult<bool> {

@@ -13,6 +13,7 @@ use crate::proto::{
     self, DomId, Port, Reply, Request, Response, WatchFired, Welcome, DOMID_TOOLSTACK,
 };
 use crate::status::{Counters, DomainStatus, SystemStatus};
+use crate::trace::{self, DomainTrace, HvEvent, HvTrace, TraceSnapshot};
 use abi::SharedMemory;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
@@ -64,6 +65,8 @@ struct Domain {
     fds_given: HashSet<(DomId, bool)>,
     ports: BTreeMap<Port, u64>,
     counters: Counters,
+    /// What hv recorded serving this domain.
+    trace: Arc<HvTrace>,
     pid: Option<i32>,
     netns: Option<String>,
     cgroup: Option<String>,
@@ -112,6 +115,10 @@ pub struct Hypervisor {
     done: Condvar,
     /// Log domain lifecycle events on stderr (the daemon does; benches don't).
     verbose: std::sync::atomic::AtomicBool,
+    /// What hv recorded serving the toolstack.
+    toolstack_trace: Arc<HvTrace>,
+    /// The clock trace snapshots are stamped with.
+    started: std::time::Instant,
 }
 
 type Outcome = (Response, Vec<OwnedFd>);
@@ -146,6 +153,8 @@ impl Hypervisor {
             }),
             done: Condvar::new(),
             verbose: std::sync::atomic::AtomicBool::new(false),
+            toolstack_trace: Arc::new(HvTrace::default()),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -175,6 +184,7 @@ impl Hypervisor {
         // (waiter, ringer) pairs: the domain rings `kick`, hv rings `done`.
         let ((kick_wait, kick_ring), (done_wait, done_ring)) = (bell()?, bell()?);
         let (stop_wait, stop_ring) = bell()?;
+        let trace = Arc::new(HvTrace::default());
         let domid = {
             let mut st = self.lock();
             if st.shutting_down {
@@ -222,6 +232,7 @@ impl Hypervisor {
                 fds_given: HashSet::new(),
                 ports: BTreeMap::new(),
                 counters: Counters::default(),
+                trace: trace.clone(),
                 pid: None,
                 netns: None,
                 cgroup: None,
@@ -246,7 +257,7 @@ impl Hypervisor {
         let hv = self.clone();
         std::thread::Builder::new()
             .name(format!("hv-batch-{domid}"))
-            .spawn(move || hv.run_batches(domid, mem, kick_wait, done_ring, stop_wait))
+            .spawn(move || hv.run_batches(domid, mem, trace, kick_wait, done_ring, stop_wait))
             .map_err(|e| HvError::internal("thread", e))?;
         Ok((domid, dom_end))
     }
@@ -392,6 +403,30 @@ impl Hypervisor {
         }
     }
 
+    /// Every trace counter: hv's for the toolstack and for each domain, and
+    /// what each domain recorded in its trace area.
+    pub fn trace(&self) -> TraceSnapshot {
+        let st = self.lock();
+        let domains = st
+            .doms
+            .0
+            .iter()
+            .map(|(id, d)| DomainTrace {
+                id: *id,
+                name: d.name.clone(),
+                kind: d.kind.clone(),
+                hv: d.trace.snapshot(),
+                domain: trace::read_area(&d.mem.trace_map),
+            })
+            .collect();
+        TraceSnapshot {
+            tsc: trace::now(),
+            uptime_ns: u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            toolstack: self.toolstack_trace.snapshot(),
+            domains,
+        }
+    }
+
     /// Serves the toolstack (the `splitnet` CLI) on `sock` until it hangs up.
     pub fn serve_toolstack(self: &Arc<Self>, sock: SeqPacket) {
         self.serve(DOMID_TOOLSTACK, sock)
@@ -399,6 +434,12 @@ impl Hypervisor {
 
     fn serve(self: &Arc<Self>, caller: DomId, sock: SeqPacket) {
         let mut buf = vec![0u8; proto::MAX_MESSAGE];
+        let tr = if caller == DOMID_TOOLSTACK {
+            self.toolstack_trace.clone()
+        } else {
+            let t = self.lock().doms.0.get(&caller).map(|d| d.trace.clone());
+            t.unwrap_or_default()
+        };
         loop {
             let n = match sock.recv(&mut buf) {
                 Ok((0, _)) => break,
@@ -415,8 +456,14 @@ impl Hypervisor {
                     break;
                 }
             };
+            let t0 = trace::now();
             let (reply, fds) = match proto::decode::<Request>(&buf[..n]) {
-                Ok(req) => self.handle(caller, req),
+                Ok(req) => {
+                    let kind = req.index();
+                    let r = self.handle(caller, req);
+                    tr.hypercall(kind, t0);
+                    r
+                }
                 Err(e) => (Err(e), Vec::new()),
             };
             if let Err(e) = &reply {
@@ -457,6 +504,7 @@ impl Hypervisor {
         }
         match req {
             Request::Status => return ok(Reply::Status(Box::new(self.status()))),
+            Request::Trace => return ok(Reply::Trace(Box::new(self.trace()))),
             Request::Shutdown => {
                 let hv = self.clone();
                 // Reply first; tear down from another thread.
@@ -491,7 +539,7 @@ impl Hypervisor {
                 vec![],
             );
         }
-        let name = op_name(&req);
+        let name = req.name();
         st.counters.op(name);
         if let Some(d) = st.doms.0.get_mut(&caller) {
             d.counters.op(name);
@@ -506,6 +554,7 @@ impl Hypervisor {
         self: Arc<Self>,
         domid: DomId,
         mem: Arc<DomainMemory>,
+        tr: Arc<HvTrace>,
         kick: Doorbell,
         done: Doorbell,
         stop: Doorbell,
@@ -516,11 +565,13 @@ impl Hypervisor {
                 Ok(_) => {}
                 Err(_) => return,
             }
+            let t0 = trace::now();
             let _ = kick.drain();
             let page = &mem.batch_map;
             if page.load_u32(batch::SEQ_OFF) == page.load_u32(batch::DONE_OFF) {
                 continue; // spurious doorbell
             }
+            let mut ops = 0;
             match batch::read_batch(page, BATCH_PAGES) {
                 Err((seq, _msg)) => {
                     // Counted, not logged: a guest could otherwise flood the log.
@@ -535,7 +586,10 @@ impl Hypervisor {
                             return; // destroyed meanwhile: run nothing on its behalf
                         }
                         let n = (sub.ops.len() / abi::grant::GrantCopy::SIZE) as u64;
+                        ops = n;
+                        let t1 = trace::now();
                         let r = grant::copy_batch(&mut st.pins, &st.doms, domid, &mut sub.ops);
+                        tr.record(HvEvent::GrantCopy, t1, n);
                         st.counters.op("batch");
                         st.counters.ops_n("grant_copy", n);
                         if let Some(d) = st.doms.0.get_mut(&domid) {
@@ -551,34 +605,8 @@ impl Hypervisor {
                 }
             }
             let _ = done.ring();
+            tr.record(HvEvent::Batch, t0, ops);
         }
-    }
-}
-
-fn op_name(req: &Request) -> &'static str {
-    match req {
-        Request::Hello => "hello",
-        Request::Nop => "nop",
-        Request::StoreRead { .. } => "store_read",
-        Request::StoreWrite { .. } => "store_write",
-        Request::StoreMkdir { .. } => "store_mkdir",
-        Request::StoreRm { .. } => "store_rm",
-        Request::StoreDirectory { .. } => "store_directory",
-        Request::StoreSetPerms { .. } => "store_set_perms",
-        Request::StoreGetPerms { .. } => "store_get_perms",
-        Request::Watch { .. } => "watch",
-        Request::Unwatch { .. } => "unwatch",
-        Request::EvtchnAllocUnbound { .. } => "evtchn_alloc_unbound",
-        Request::EvtchnBindInterdomain { .. } => "evtchn_bind_interdomain",
-        Request::EvtchnSend { .. } => "evtchn_send",
-        Request::EvtchnClose { .. } => "evtchn_close",
-        Request::GrantCopy { .. } => "grant_copy_call",
-        Request::GrantMap { .. } => "grant_map",
-        Request::GrantUnmap { .. } => "grant_unmap",
-        Request::GrantTransfer { .. } => "grant_transfer",
-        Request::Status => "status",
-        Request::Shutdown => "shutdown",
-        Request::DestroyDomain { .. } => "destroy_domain",
     }
 }
 
@@ -660,6 +688,7 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 pool_frames: d.mem.spec.pool_frames,
                 grant_frames: d.mem.spec.grant_frames,
                 batch_pages: BATCH_PAGES,
+                trace_pages: trace::TRACE_PAGES,
             };
             let fds = vec![
                 os("pool", d.mem.pool.dup())?,
@@ -668,6 +697,7 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 os("batch", d.mem.batch.dup())?,
                 dup(&d.kick)?,
                 dup(&d.done)?,
+                os("trace", d.mem.trace.dup())?,
             ];
             Ok((Ok(Reply::Welcome(w)), fds))
         }
@@ -804,7 +834,9 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 );
             }
             let n = (ops.len() / abi::grant::GrantCopy::SIZE) as u64;
+            let t0 = trace::now();
             let (statuses, errors) = grant::copy_batch(&mut st.pins, &st.doms, caller, &mut ops);
+            record(st, caller, HvEvent::GrantCopy, t0, n);
             st.counters.ops_n("grant_copy", n);
             for e in &errors {
                 st.counters.error(e.kind);
@@ -848,7 +880,10 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                         format!("domain {granter} does not exist"),
                     )
                 })?;
-            let frame = grant::acquire(&mut st.pins, &gm, granter, caller, gref, writable)?;
+            let t0 = trace::now();
+            let frame = grant::acquire(&mut st.pins, &gm, granter, caller, gref, writable);
+            record(st, caller, HvEvent::GrantMap, t0, 1);
+            let frame = frame?;
             let fds = if need_fd {
                 vec![gm.pool_fd_for_peer(writable)?]
             } else {
@@ -892,16 +927,28 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 );
             };
             d.mapped.remove(&(m.granter, m.gref));
+            let t0 = trace::now();
             st.unpin(&m);
+            record(st, caller, HvEvent::GrantUnmap, t0, 1);
             Ok(ok(Reply::Done))
         }
         Request::GrantTransfer { frame, dest, gref } => {
-            let landing = grant::transfer(&st.doms, caller, frame, dest, gref)?;
+            let t0 = trace::now();
+            let landing = grant::transfer(&st.doms, caller, frame, dest, gref);
+            record(st, caller, HvEvent::GrantTransfer, t0, 1);
+            let landing = landing?;
             Ok(ok(Reply::Value(landing.to_le_bytes().to_vec())))
         }
-        Request::Status | Request::Shutdown | Request::DestroyDomain { .. } => {
+        Request::Status | Request::Shutdown | Request::DestroyDomain { .. } | Request::Trace => {
             err(ErrorKind::Invalid, "handled elsewhere")
         }
+    }
+}
+
+/// Records a grant operation `caller` asked for (its trace lives with it).
+fn record(st: &State, caller: DomId, ev: HvEvent, t0: u64, items: u64) {
+    if let Some(d) = st.doms.0.get(&caller) {
+        d.trace.record(ev, t0, items);
     }
 }
 

@@ -2,10 +2,11 @@
 //! toolstack back end (DESIGN.md concept map).
 //!
 //! - [`core::Hypervisor`]: domains, hypercall dispatch, cleanup of dead domains;
-//! - [`memory`]: each domain's grantable pool, grant table and batch page;
+//! - [`memory`]: each domain's grantable pool, grant table, batch page and trace area;
 //! - [`grant`]: grant validation, copy, map/unmap, transfer;
 //! - [`evtchn`]: event channels (eventfd doorbells, pending/mask bits);
 //! - [`batch`]: the shared-memory path for grant-copy batches;
+//! - [`trace`]: xentrace-style event counts and cost histograms;
 //! - [`client`]: what domains and the toolstack link to call hv;
 //! - the store lives in the `splitnet-store` crate.
 
@@ -21,6 +22,7 @@ pub mod memory;
 pub mod proto;
 pub mod status;
 pub mod topology;
+pub mod trace;
 
 pub use crate::core::{DomainSpec, Hypervisor, Teardown};
 pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};

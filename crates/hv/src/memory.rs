@@ -1,5 +1,5 @@
-//! A domain's memory as hv sees it: the grantable frame pool, the grant table
-//! and the hypercall batch page, each its own sealed memfd.
+//! A domain's memory as hv sees it: the grantable frame pool, the grant table,
+//! the hypercall batch page and the trace area, each its own sealed memfd.
 //!
 //! Only the pool is grantable. A domain's private process memory is never
 //! shared with anyone; hv hands a peer the pool alone, read-only unless the
@@ -44,6 +44,9 @@ pub struct DomainMemory {
     pub gnttab_map: Mapping,
     pub batch: Memfd,
     pub batch_map: Mapping,
+    /// The domain's trace counters ([`crate::trace`]): it writes, hv reads.
+    pub trace: Memfd,
+    pub trace_map: Mapping,
 }
 
 impl DomainMemory {
@@ -76,6 +79,8 @@ impl DomainMemory {
         let (pool, pool_map) = mk("pool", pool_len, spec.hugepages)?;
         let (gnttab, gnttab_map) = mk("gnttab", spec.grant_frames as usize * PAGE_SIZE, false)?;
         let (batch, batch_map) = mk("batch", BATCH_PAGES as usize * PAGE_SIZE, false)?;
+        let trace_len = crate::trace::TRACE_PAGES as usize * PAGE_SIZE;
+        let (trace, trace_map) = mk("trace", trace_len, false)?;
         Ok(DomainMemory {
             spec,
             pool,
@@ -84,6 +89,8 @@ impl DomainMemory {
             gnttab_map,
             batch,
             batch_map,
+            trace,
+            trace_map,
         })
     }
 

@@ -101,6 +101,8 @@ pub enum Request {
     DestroyDomain {
         name: String,
     },
+    /// Toolstack: every trace counter, hv's and each domain's (see [`crate::trace`]).
+    Trace,
 }
 
 impl Request {
@@ -108,14 +110,76 @@ impl Request {
     pub fn privileged(&self) -> bool {
         matches!(
             self,
-            Request::Status | Request::Shutdown | Request::DestroyDomain { .. }
+            Request::Status | Request::Shutdown | Request::DestroyDomain { .. } | Request::Trace
         )
+    }
+
+    /// Every request's name, in [`Request::index`] order (counter and trace names).
+    pub const NAMES: [&'static str; 23] = [
+        "hello",
+        "nop",
+        "store_read",
+        "store_write",
+        "store_mkdir",
+        "store_rm",
+        "store_directory",
+        "store_set_perms",
+        "store_get_perms",
+        "watch",
+        "unwatch",
+        "evtchn_alloc_unbound",
+        "evtchn_bind_interdomain",
+        "evtchn_send",
+        "evtchn_close",
+        "grant_copy_call",
+        "grant_map",
+        "grant_unmap",
+        "grant_transfer",
+        "status",
+        "shutdown",
+        "destroy_domain",
+        "trace",
+    ];
+
+    /// A dense number per kind of request, below `NAMES.len()`.
+    pub fn index(&self) -> usize {
+        match self {
+            Request::Hello => 0,
+            Request::Nop => 1,
+            Request::StoreRead { .. } => 2,
+            Request::StoreWrite { .. } => 3,
+            Request::StoreMkdir { .. } => 4,
+            Request::StoreRm { .. } => 5,
+            Request::StoreDirectory { .. } => 6,
+            Request::StoreSetPerms { .. } => 7,
+            Request::StoreGetPerms { .. } => 8,
+            Request::Watch { .. } => 9,
+            Request::Unwatch { .. } => 10,
+            Request::EvtchnAllocUnbound { .. } => 11,
+            Request::EvtchnBindInterdomain { .. } => 12,
+            Request::EvtchnSend { .. } => 13,
+            Request::EvtchnClose { .. } => 14,
+            Request::GrantCopy { .. } => 15,
+            Request::GrantMap { .. } => 16,
+            Request::GrantUnmap { .. } => 17,
+            Request::GrantTransfer { .. } => 18,
+            Request::Status => 19,
+            Request::Shutdown => 20,
+            Request::DestroyDomain { .. } => 21,
+            Request::Trace => 22,
+        }
+    }
+
+    /// The request's name, e.g. `store_write`.
+    pub fn name(&self) -> &'static str {
+        Self::NAMES[self.index()]
     }
 }
 
 /// Sent with the reply to `Hello`, together with these descriptors, in order:
 /// the memory pool (rw), the grant table (rw), the watch socket, the batch page
-/// (rw), the batch doorbell hv waits on, the batch doorbell the domain waits on.
+/// (rw), the batch doorbell hv waits on, the batch doorbell the domain waits on,
+/// the trace area (rw).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Welcome {
     pub domid: DomId,
@@ -124,6 +188,7 @@ pub struct Welcome {
     pub pool_frames: u32,
     pub grant_frames: u32,
     pub batch_pages: u32,
+    pub trace_pages: u32,
 }
 
 /// A successful reply.
@@ -149,6 +214,7 @@ pub enum Reply {
         fd_attached: bool,
     },
     Status(Box<crate::status::SystemStatus>),
+    Trace(Box<crate::trace::TraceSnapshot>),
 }
 
 /// A reply or an error, as sent on the wire.

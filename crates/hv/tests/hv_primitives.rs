@@ -2,6 +2,9 @@
 //! in-process domains: grants, event channels, the store, the batch path,
 //! hostile input and domain death.
 
+mod common;
+use common::{copy_from, domain};
+
 use abi::grant::{
     CopyPtr, GrantCopy, DOMID_SELF, GNTST_BAD_COPY_ARG, GNTST_BAD_DOMAIN, GNTST_BAD_GNTREF,
     GNTST_BAD_PAGE, GNTST_PERMISSION_DENIED,
@@ -22,43 +25,12 @@ struct World {
     g2: HvClient,
 }
 
-fn domain(hv: &Arc<Hypervisor>, name: &str, kind: &str) -> HvClient {
-    let spec = DomainSpec {
-        name: name.into(),
-        kind: kind.into(),
-        memory: MemorySpec {
-            pool_frames: 64,
-            grant_frames: 1,
-            hugepages: false,
-        },
-    };
-    let (_, sock) = hv.create_domain(spec).expect("create domain");
-    HvClient::connect(sock).expect("hello")
-}
-
 fn world() -> World {
     let hv = Hypervisor::new();
     let drv = domain(&hv, "drv", "driver");
     let g1 = domain(&hv, "guest1", "guest");
     let g2 = domain(&hv, "guest2", "guest");
     World { hv, drv, g1, g2 }
-}
-
-fn copy_from(granter: DomId, gref: u32, offset: u16, frame: u64, len: u16) -> GrantCopy {
-    GrantCopy {
-        source: CopyPtr::Gref {
-            domid: granter,
-            gref,
-            offset,
-        },
-        dest: CopyPtr::Frame {
-            domid: DOMID_SELF,
-            gmfn: frame,
-            offset: 0,
-        },
-        len,
-        status: 0,
-    }
 }
 
 fn copy_to(granter: DomId, gref: u32, offset: u16, frame: u64, len: u16) -> GrantCopy {

@@ -20,6 +20,7 @@ use abi::netif::{
 use abi::ring::BackRing;
 use abi::xenbus::{keys, XenbusState};
 use abi::SharedMemory;
+use hv::trace::{self, DomainEvent, Tracer};
 use hv::{DomId, EventChannel, HvClient, HvError, MappedGrant};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -115,6 +116,8 @@ pub struct Netback {
     rx_queue: VecDeque<Packet>,
     pub counters: VifCounters,
     connected: bool,
+    /// Ring batches go to the driver domain's trace area.
+    tracer: Tracer,
 }
 
 fn read_flag(hv: &mut HvClient, path: &str) -> bool {
@@ -260,6 +263,7 @@ impl Netback {
             rx_queue: VecDeque::new(),
             counters: VifCounters::default(),
             connected: true,
+            tracer: hv.tracer(),
         })
     }
 
@@ -356,6 +360,7 @@ impl Netback {
         if !self.connected {
             return Ok(());
         }
+        let t0 = trace::now();
         let mut pkts: Vec<TxPacket> = Vec::new();
         let mut ops: Vec<GrantCopy> = Vec::new();
         let mut ids = HashSet::new();
@@ -548,6 +553,10 @@ impl Netback {
         {
             self.notify(false);
         }
+        if !pkts.is_empty() {
+            self.tracer
+                .record(DomainEvent::NetbackTx, t0, pkts.len() as u64);
+        }
         if let Some(reason) = fatal {
             self.refuse(reason);
             self.disconnect(hv, &format!("fatal frontend error: {reason}"));
@@ -657,6 +666,7 @@ impl Netback {
             if !self.connected || self.rx_queue.is_empty() {
                 return Ok(());
             }
+            let (t0, queued) = (trace::now(), self.rx_queue.len());
             let r = if self.modes.rx_flip {
                 self.flush_rx_flip(hv)
             } else {
@@ -674,6 +684,10 @@ impl Netback {
                 .is_some_and(|rx| rx.push_responses_and_check_notify());
             if notify {
                 self.notify(true);
+            }
+            let moved = queued.saturating_sub(self.rx_queue.len());
+            if moved > 0 {
+                self.tracer.record(DomainEvent::NetbackRx, t0, moved as u64);
             }
             if self.rx_queue.is_empty() {
                 return Ok(());

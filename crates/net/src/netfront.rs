@@ -18,6 +18,7 @@ use abi::netif::{
 use abi::ring::FrontRing;
 use abi::xenbus::{keys, XenbusState};
 use abi::{SharedMemory, Window};
+use hv::trace::{self, DomainEvent, Tracer};
 use hv::{DomId, EventChannel, HvClient, HvError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +98,9 @@ pub struct Netfront {
     rx_data_done: bool,
     pub counters: VifCounters,
     connected: bool,
+    tracer: Tracer,
+    /// The TX batch being queued: when it started, and packets so far.
+    tx_batch: Option<(u64, u64)>,
 }
 
 fn flag(hv: &mut HvClient, path: &str) -> bool {
@@ -222,6 +226,8 @@ impl Netfront {
             rx_data_done: false,
             counters: VifCounters::default(),
             connected: true,
+            tracer: hv.tracer(),
+            tx_batch: None,
         };
         nf.refill_rx(hv)?;
         Ok(nf)
@@ -261,8 +267,13 @@ impl Netfront {
             return Ok(());
         }
         self.complete_tx(hv)?;
+        let (t0, had) = (trace::now(), out.len());
         self.receive(hv, out)?;
         self.refill_rx(hv)?;
+        let got = out.len().saturating_sub(had);
+        if got > 0 {
+            self.tracer.record(DomainEvent::NetfrontRx, t0, got as u64);
+        }
         Ok(())
     }
 
@@ -287,16 +298,22 @@ impl Netfront {
         if !self.can_send() {
             return Err(setup("the TX ring is full"));
         }
+        let b = self.tx_batch.get_or_insert((trace::now(), 0));
+        b.1 += 1;
         self.queue_tx(hv, pkt)
     }
 
     /// Publishes queued requests and notifies the backend if it asked.
     pub fn flush(&mut self) -> Result<()> {
-        if self.tx.push_requests_and_check_notify() {
-            self.tx_evt.notify()?;
+        let notify = self.tx.push_requests_and_check_notify();
+        let r = if notify { self.tx_evt.notify() } else { Ok(()) };
+        if notify && r.is_ok() {
             self.counters.notifications_sent += 1;
         }
-        Ok(())
+        if let Some((t0, n)) = self.tx_batch.take() {
+            self.tracer.record(DomainEvent::NetfrontTx, t0, n);
+        }
+        Ok(r?)
     }
 
     /// The raw TX ring, for tests that play a hostile frontend.

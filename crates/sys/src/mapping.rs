@@ -3,7 +3,7 @@ use abi::SharedMemory;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 /// A shared mapping of (part of) a memory file.
 ///
@@ -99,6 +99,33 @@ impl Mapping {
         unsafe { AtomicU32::from_ptr(p.cast()) }
     }
 
+    fn atomic_u64(&self, off: usize) -> &AtomicU64 {
+        assert_eq!(off % 8, 0, "unaligned atomic u64 at {off}");
+        let p = self.check(off, 8);
+        // SAFETY: in bounds, 8-aligned (mappings are page-aligned), lives as long
+        // as `self`; AtomicU64 tolerates concurrent access.
+        unsafe { AtomicU64::from_ptr(p.cast()) }
+    }
+
+    /// Relaxed atomic 64-bit load (`off` 8-aligned): a counter another
+    /// process may be updating, or may have filled with anything.
+    pub fn load_u64(&self, off: usize) -> u64 {
+        self.atomic_u64(off).load(Ordering::Relaxed)
+    }
+
+    /// Relaxed atomic 64-bit add, wrapping (`off` 8-aligned): a statistics
+    /// counter, ordered with nothing else.
+    pub fn fetch_add_u64(&self, off: usize, v: u64) -> u64 {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u64(off).fetch_add(v, Ordering::Relaxed)
+    }
+
+    /// Relaxed atomic 64-bit maximum (`off` 8-aligned).
+    pub fn fetch_max_u64(&self, off: usize, v: u64) -> u64 {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u64(off).fetch_max(v, Ordering::Relaxed)
+    }
+
     fn atomic_u16(&self, off: usize) -> &AtomicU16 {
         assert_eq!(off % 2, 0, "unaligned atomic u16 at {off}");
         let p = self.check(off, 2);
@@ -178,6 +205,19 @@ mod tests {
         a.copy_from(0, &b, 10, 5);
         a.read_bytes(0, &mut out);
         assert_eq!(&out, b"hello");
+    }
+
+    #[test]
+    fn u64_counters_are_shared() {
+        let m = Memfd::create("t", 4096, false).unwrap();
+        let a = Mapping::new(m.as_fd(), 0, 4096, true).unwrap();
+        let b = Mapping::new(m.as_fd(), 0, 4096, false).unwrap();
+        assert_eq!(a.fetch_add_u64(8, 5), 0);
+        assert_eq!(a.fetch_add_u64(8, u64::MAX), 5);
+        assert_eq!(b.load_u64(8), 4);
+        a.fetch_max_u64(4088, 7);
+        a.fetch_max_u64(4088, 3);
+        assert_eq!(b.load_u64(4088), 7);
     }
 
     #[test]
