@@ -25,9 +25,13 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
     ]);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let records = v["records"].as_array().unwrap();
+    // scripts/setup.sh installs both peers, so neither may be skipped.
+    assert_eq!(v["skipped"], serde_json::json!([]), "peers skipped");
     for config in [
         "native",
         "linux-bridge",
+        "pasta",
+        "slirp4netns",
         "splitnet-baseline",
         "splitnet-default",
     ] {
@@ -55,10 +59,14 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
                 total > 0.0 && (total - sum).abs() <= 1e-6 * total.max(1.0),
                 "{r}"
             );
-            if config.starts_with("splitnet") {
-                for d in ["hv", "drv", "guest1"] {
-                    assert!(cpp.contains_key(d), "{config}: no cycles for {d}: {r}");
-                }
+            let charged: &[&str] = match config {
+                "native" => &["client", "server"],
+                "linux-bridge" => &["guest1", "wire"],
+                "pasta" | "slirp4netns" => &["guest1", "wire", config],
+                _ => &["hv", "drv", "guest1"],
+            };
+            for d in charged {
+                assert!(cpp.contains_key(*d), "{config}: no cycles for {d}: {r}");
             }
         }
     }
