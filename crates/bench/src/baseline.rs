@@ -30,6 +30,11 @@ pub struct BaselineOptions {
     /// Run directory for splitnet's hv.
     pub run_dir: PathBuf,
     pub progress: bool,
+    /// Attach a profile to every flow (`bench --profile`); its summary goes
+    /// into the record.
+    pub profile: bool,
+    /// Where each flow's whole profile (JSON and SVG) is written, if anywhere.
+    pub profile_dir: Option<PathBuf>,
 }
 
 /// A measured configuration.
@@ -102,6 +107,9 @@ pub struct Record {
     /// TSC cycles per 1514-byte frame (or per datagram for UDP): "total" and one per domain.
     pub cycles_per_packet: BTreeMap<String, f64>,
     pub packets: f64,
+    /// With `--profile`: shares of the samples taken during the flow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<prof::ProfileSummary>,
 }
 
 /// Medians over runs of one (config, direction, workload).
@@ -399,27 +407,55 @@ fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
     }
 }
 
+/// What one flow measured.
+struct Measured {
+    flow: FlowResult,
+    cpu_seconds: PerDomain,
+    cycles_per_packet: PerDomain,
+    profile: Option<prof::Profile>,
+}
+
 fn measure(
     env: &Env,
     dir: Direction,
     workload: Workload,
     secs: u32,
     tsc_hz: f64,
-) -> Result<(FlowResult, PerDomain, PerDomain)> {
+    profile: Option<&str>,
+) -> Result<Measured> {
     let f = env.flows.get(dir.name()).context("no such direction")?;
     let before: Vec<Duration> = env.domains.iter().map(Domain::cpu).collect();
-    let r = netenv::run(&Flow {
-        server_ns: &f.server_ns,
-        server_ip: f.server_ip,
-        server_bind: f.server_bind,
-        port: f.port,
-        client_ns: &f.client_ns,
-        reverse: f.reverse,
-        secs,
-        workload,
-        server_cgroup: env.domains[f.server_dom].cgroup.as_ref(),
-        client_cgroup: env.domains[f.client_dom].cgroup.as_ref(),
-    })?;
+    let flow = || {
+        netenv::run(&Flow {
+            server_ns: &f.server_ns,
+            server_ip: f.server_ip,
+            server_bind: f.server_bind,
+            port: f.port,
+            client_ns: &f.client_ns,
+            reverse: f.reverse,
+            secs,
+            workload,
+            server_cgroup: env.domains[f.server_dom].cgroup.as_ref(),
+            client_cgroup: env.domains[f.client_dom].cgroup.as_ref(),
+        })
+    };
+    let (r, profile) = match profile {
+        None => (flow()?, None),
+        Some(initiator) => {
+            let opts = prof::ProfileOptions {
+                hv_pid: env
+                    .domains
+                    .iter()
+                    .find(|d| d.name == "hv")
+                    .and_then(|d| d.pid),
+                initiator: initiator.to_string(),
+                ..Default::default()
+            };
+            let (r, p) = prof::profile_while(opts, flow)
+                .map_err(|e| anyhow::anyhow!("profiling the flow: {e}"))?;
+            (r?, Some(p))
+        }
+    };
     let cpu: BTreeMap<String, f64> = env
         .domains
         .iter()
@@ -427,7 +463,12 @@ fn measure(
         .map(|(d, b)| (d.name.clone(), d.cpu().saturating_sub(b).as_secs_f64()))
         .collect();
     let cpp = cycles_per_packet(&cpu, r.packets, tsc_hz);
-    Ok((r, cpu, cpp))
+    Ok(Measured {
+        flow: r,
+        cpu_seconds: cpu,
+        cycles_per_packet: cpp,
+        profile,
+    })
 }
 
 /// Cycles per packet from CPU seconds per domain: each domain's share and a
@@ -449,6 +490,16 @@ pub fn cycles_per_packet(
         cpu_seconds.values().sum::<f64>() * tsc_hz / packets,
     );
     out
+}
+
+/// Writes `<dir>/<stem>.json` and `<dir>/<stem>.svg`.
+fn write_profile(dir: &std::path::Path, stem: &str, p: &prof::Profile) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (ext, text) in [("json", p.to_json()), ("svg", p.to_svg())] {
+        let path = dir.join(format!("{stem}.{ext}"));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// Runs the suite.
@@ -502,23 +553,34 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                         );
                         let _ = std::io::stderr().flush();
                     }
-                    match measure(&env, dir, w, opts.secs, tsc_hz) {
-                        Ok((r, cpu_seconds, cycles_per_packet)) => records.push(Record {
-                            config: cfg,
-                            direction: dir,
-                            workload: w,
-                            run,
-                            gbps: r.gbps,
-                            ratio_to_native: None,
-                            cpu_seconds,
-                            cycles_per_packet,
-                            packets: r.packets,
-                        }),
+                    let initiator = opts.profile.then_some("splitnet bench baseline");
+                    let m = match measure(&env, dir, w, opts.secs, tsc_hz, initiator) {
+                        Ok(m) => m,
                         Err(e) => {
                             result = Err(e);
                             break 'flows;
                         }
+                    };
+                    if let (Some(p), Some(d)) = (&m.profile, &opts.profile_dir) {
+                        let stem =
+                            format!("{}-{}-{}-run{}", cfg.name(), dir.name(), w.name(), run + 1);
+                        if let Err(e) = write_profile(d, &stem, p) {
+                            result = Err(e);
+                            break 'flows;
+                        }
                     }
+                    records.push(Record {
+                        config: cfg,
+                        direction: dir,
+                        workload: w,
+                        run,
+                        gbps: m.flow.gbps,
+                        ratio_to_native: None,
+                        cpu_seconds: m.cpu_seconds,
+                        cycles_per_packet: m.cycles_per_packet,
+                        packets: m.flow.packets,
+                        profile: m.profile.map(|p| p.summary()),
+                    });
                 }
             }
             tear_down(env, opts, &layout);
@@ -648,6 +710,61 @@ impl BaselineReport {
             );
         }
         s
+    }
+
+    /// With `--profile`: where each configuration's samples went (median
+    /// shares over runs; the three largest domains and classes).
+    pub fn profile_table(&self) -> Option<String> {
+        if self.records.iter().all(|r| r.profile.is_none()) {
+            return None;
+        }
+        let mut s = String::from(
+            "| config | direction | workload | attributed | domains (share of samples) | classes (share of samples) |\n\
+             |---|---|---|---:|---|---|\n",
+        );
+        let top = |shares: BTreeMap<String, Vec<f64>>| {
+            let mut v: Vec<(String, f64)> =
+                shares.into_iter().map(|(k, v)| (k, median(&v))).collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            v.iter()
+                .take(3)
+                .map(|(k, p)| format!("{k} {p:.0}%"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for m in &self.summary {
+            let ps: Vec<&prof::ProfileSummary> = self
+                .records
+                .iter()
+                .filter(|r| {
+                    r.config == m.config && r.workload == m.workload && r.direction == m.direction
+                })
+                .filter_map(|r| r.profile.as_ref())
+                .collect();
+            if ps.is_empty() {
+                continue;
+            }
+            let (mut doms, mut classes) = (BTreeMap::new(), BTreeMap::new());
+            for p in &ps {
+                for (k, v) in &p.domains {
+                    doms.entry(k.clone()).or_insert_with(Vec::new).push(*v);
+                }
+                for (k, v) in &p.classes {
+                    classes.entry(k.clone()).or_insert_with(Vec::new).push(*v);
+                }
+            }
+            let attributed: Vec<f64> = ps.iter().map(|p| p.attributed_fraction).collect();
+            s += &format!(
+                "| {} | {} | {} | {:.1}% | {} | {} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                median(&attributed) * 100.0,
+                top(doms),
+                top(classes)
+            );
+        }
+        Some(s)
     }
 
     /// Throughput chart of the first workload.
