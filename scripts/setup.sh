@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what splitnet needs on a fresh Debian/Ubuntu machine (run as root):
 # iproute2 for namespaces and veth, libxen-dev for the ABI conformance test,
-# iperf3/tcpdump/ethtool for the data-path tests, and a Rust toolchain.
+# iperf3/tcpdump/ethtool for the data-path tests, passt (pasta) and
+# slirp4netns as peer baselines for `splitnet bench`, libc6-dbg so profiles
+# name libc's functions, and a Rust toolchain.
 set -euo pipefail
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 tcpdump ethtool gcc curl python3; do
+for p in iproute2 iputils-ping libxen-dev iperf3 tcpdump ethtool gcc curl python3 passt slirp4netns libc6-dbg; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

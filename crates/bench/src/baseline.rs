@@ -1,12 +1,14 @@
 //! Suite `baseline`: throughput and CPU cost of moving a TCP or UDP stream
 //! guest→wire (TX), wire→guest (RX) and guest→guest, for native networking,
-//! the kernel's bridge, and splitnet in its seed-baseline and default modes,
+//! the kernel's bridge, user-mode networking (pasta, slirp4netns), and
+//! splitnet in its seed-baseline and default modes,
 //! all measured in the same run (Menon 2006 §5, Ram thesis §2.4: cycles per
 //! 1514-byte packet by domain).
 
 use crate::chart::{self, Bar};
 use crate::netenv::{self, Flow, FlowResult, KernelBridge, Native, Workload};
 use crate::stats::{median, tsc_per_us};
+use crate::usernet::{self, Tool, UserNet};
 use anyhow::{bail, Context, Result};
 use hv::host::{self, Cgroup, CgroupLayout};
 use serde::Serialize;
@@ -28,6 +30,11 @@ pub struct BaselineOptions {
     /// Run directory for splitnet's hv.
     pub run_dir: PathBuf,
     pub progress: bool,
+    /// Attach a profile to every flow (`bench --profile`); its summary goes
+    /// into the record.
+    pub profile: bool,
+    /// Where each flow's whole profile (JSON and SVG) is written, if anywhere.
+    pub profile_dir: Option<PathBuf>,
 }
 
 /// A measured configuration.
@@ -38,6 +45,10 @@ pub enum Config {
     Native,
     /// veth into a Linux bridge in a "driver" namespace (the kernel baseline).
     LinuxBridge,
+    /// User-mode networking with pasta (passt), as rootless Podman uses.
+    Pasta,
+    /// User-mode networking with slirp4netns (libslirp).
+    Slirp4netns,
     /// splitnet, seed baseline: RX flip, TX map, no offloads.
     SplitnetBaseline,
     /// splitnet default: RX copy, TX copy, offloads on.
@@ -49,6 +60,8 @@ impl Config {
         match self {
             Config::Native => "native",
             Config::LinuxBridge => "linux-bridge",
+            Config::Pasta => "pasta",
+            Config::Slirp4netns => "slirp4netns",
             Config::SplitnetBaseline => "splitnet-baseline",
             Config::SplitnetDefault => "splitnet-default",
         }
@@ -94,6 +107,9 @@ pub struct Record {
     /// TSC cycles per 1514-byte frame (or per datagram for UDP): "total" and one per domain.
     pub cycles_per_packet: BTreeMap<String, f64>,
     pub packets: f64,
+    /// With `--profile`: shares of the samples taken during the flow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<prof::ProfileSummary>,
 }
 
 /// Medians over runs of one (config, direction, workload).
@@ -124,9 +140,11 @@ pub struct BaselineReport {
 }
 
 const DIRECTIONS: [Direction; 3] = [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
-const CONFIGS: [Config; 4] = [
+const CONFIGS: [Config; 6] = [
     Config::Native,
     Config::LinuxBridge,
+    Config::Pasta,
+    Config::Slirp4netns,
     Config::SplitnetBaseline,
     Config::SplitnetDefault,
 ];
@@ -162,18 +180,94 @@ impl Domain {
     }
 }
 
+/// Where one direction's endpoints are.
+struct FlowSpec {
+    server_ns: String,
+    /// Where the client connects.
+    server_ip: &'static str,
+    /// Where the server listens, if not `server_ip`.
+    server_bind: Option<&'static str>,
+    port: u16,
+    client_ns: String,
+    /// Data flows server → client.
+    reverse: bool,
+    /// Indices into `Env::domains` of the server's and the client's domain.
+    server_dom: usize,
+    client_dom: usize,
+}
+
+impl FlowSpec {
+    fn new(server_ns: &str, server_ip: &'static str, client_ns: &str, reverse: bool) -> FlowSpec {
+        FlowSpec {
+            server_ns: server_ns.to_string(),
+            server_ip,
+            server_bind: None,
+            port: netenv::DEFAULT_PORT,
+            client_ns: client_ns.to_string(),
+            reverse,
+            server_dom: 0,
+            client_dom: 0,
+        }
+    }
+
+    /// Charges the server to domain `server` and the client to `client`.
+    fn charged(mut self, server: usize, client: usize) -> FlowSpec {
+        self.server_dom = server;
+        self.client_dom = client;
+        self
+    }
+}
+
 /// A brought-up configuration: where each direction's endpoints are.
 struct Env {
     domains: Vec<Domain>,
-    /// (server ns, server ip, client ns, reverse, server domain, client domain) per direction.
-    flows: BTreeMap<&'static str, (String, &'static str, String, bool, usize, usize)>,
+    flows: BTreeMap<&'static str, FlowSpec>,
     _native: Option<Native>,
     _kb: Option<KernelBridge>,
+    _usernet: Option<UserNet>,
     splitnet: bool,
 }
 
+impl Env {
+    fn new(domains: Vec<Domain>) -> Env {
+        Env {
+            domains,
+            flows: BTreeMap::new(),
+            _native: None,
+            _kb: None,
+            _usernet: None,
+            splitnet: false,
+        }
+    }
+}
+
+/// Names of the cgroups the suite creates (as `bench-<name>`).
+const BENCH_CGROUPS: [&str; 7] = [
+    "client",
+    "server",
+    "guest1",
+    "guest2",
+    "wire",
+    "pasta",
+    "slirp4netns",
+];
+
 fn bench_cgroup(layout: &CgroupLayout, name: &str) -> Result<Cgroup> {
     Ok(Cgroup::create(layout, &format!("bench-{name}"))?)
+}
+
+/// Domains measured through their own fresh cgroups.
+fn bench_domains(layout: &CgroupLayout, names: &[&str]) -> Result<Vec<Domain>> {
+    names
+        .iter()
+        .map(|n| {
+            Ok(Domain {
+                name: n.to_string(),
+                cgroup: Some(bench_cgroup(layout, n)?),
+                pid: None,
+            })
+        })
+        .collect()
 }
 
 fn splitnet(opts: &BaselineOptions, args: &[&str]) -> Result<()> {
@@ -194,87 +288,66 @@ fn splitnet(opts: &BaselineOptions, args: &[&str]) -> Result<()> {
 }
 
 fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {
-    let mut flows = BTreeMap::new();
     match cfg {
         Config::Native => {
             let n = Native::new()?;
-            let domains = vec![
-                Domain {
-                    name: "client".into(),
-                    cgroup: Some(bench_cgroup(layout, "client")?),
-                    pid: None,
-                },
-                Domain {
-                    name: "server".into(),
-                    cgroup: Some(bench_cgroup(layout, "server")?),
-                    pid: None,
-                },
-            ];
+            let mut env = Env::new(bench_domains(layout, &["client", "server"])?);
             for d in DIRECTIONS {
                 let rev = d == Direction::Rx;
-                flows.insert(
+                env.flows.insert(
                     d.name(),
-                    (n.b.clone(), netenv::NATIVE_B, n.a.clone(), rev, 1, 0),
+                    FlowSpec::new(&n.b, netenv::NATIVE_B, &n.a, rev).charged(1, 0),
                 );
             }
-            Ok(Env {
-                domains,
-                flows,
-                _native: Some(n),
-                _kb: None,
-                splitnet: false,
-            })
+            env._native = Some(n);
+            Ok(env)
         }
         Config::LinuxBridge => {
             let kb = KernelBridge::new()?;
-            let mut domains = Vec::new();
-            for n in ["guest1", "guest2", "wire"] {
-                domains.push(Domain {
-                    name: n.into(),
-                    cgroup: Some(bench_cgroup(layout, n)?),
-                    pid: None,
-                });
-            }
-            flows.insert(
+            let mut env = Env::new(bench_domains(layout, &["guest1", "guest2", "wire"])?);
+            let f = &mut env.flows;
+            f.insert(
                 "tx",
-                (
-                    kb.wire.clone(),
-                    netenv::KB_WIRE,
-                    kb.guest1.clone(),
-                    false,
-                    2,
-                    0,
-                ),
+                FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, false).charged(2, 0),
             );
-            flows.insert(
+            f.insert(
                 "rx",
-                (
-                    kb.wire.clone(),
-                    netenv::KB_WIRE,
-                    kb.guest1.clone(),
-                    true,
-                    2,
-                    0,
-                ),
+                FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, true).charged(2, 0),
             );
-            flows.insert(
+            f.insert(
                 "guest-to-guest",
-                (
-                    kb.guest2.clone(),
-                    netenv::KB_GUEST2,
-                    kb.guest1.clone(),
-                    false,
-                    1,
-                    0,
-                ),
+                FlowSpec::new(&kb.guest2, netenv::KB_GUEST2, &kb.guest1, false).charged(1, 0),
             );
-            Ok(Env {
-                domains,
-                flows,
-                _native: None,
-                _kb: Some(kb),
-                splitnet: false,
-            })
+            env._kb = Some(kb);
+            Ok(env)
+        }
+        Config::Pasta | Config::Slirp4netns => {
+            let tool = if cfg == Config::Pasta {
+                Tool::Pasta
+            } else {
+                Tool::Slirp4netns
+            };
+            let mut env = Env::new(bench_domains(
+                layout,
+                &["guest1", "guest2", "wire", tool.name()],
+            )?);
+            let u = UserNet::new(tool, env.domains[3].cgroup.as_ref(), &opts.run_dir)?;
+            let to_host = |reverse| FlowSpec {
+                server_bind: Some(usernet::HOST_BIND),
+                ..FlowSpec::new(&u.host, tool.gateway(), &u.guest1, reverse).charged(2, 0)
+            };
+            env.flows.insert("tx", to_host(false));
+            env.flows.insert("rx", to_host(true));
+            env.flows.insert(
+                "guest-to-guest",
+                FlowSpec {
+                    server_bind: Some("0.0.0.0"),
+                    port: usernet::GUEST2_PORT,
+                    ..FlowSpec::new(&u.guest2, tool.gateway(), &u.guest1, false).charged(1, 0)
+                },
+            );
+            env._usernet = Some(u);
+            Ok(env)
         }
         Config::SplitnetBaseline | Config::SplitnetDefault => {
             let preset = if cfg == Config::SplitnetBaseline {
@@ -298,26 +371,26 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
                     pid: None,
                 });
             }
-            domains.push(Domain {
-                name: "wire".into(),
-                cgroup: Some(bench_cgroup(layout, "wire")?),
-                pid: None,
-            });
+            domains.extend(bench_domains(layout, &["wire"])?);
+            let mut env = Env::new(domains);
+            env.splitnet = true;
             let ns = host::netns_name;
+            let (wire, g1, g2) = (ns("wire"), ns("guest1"), ns("guest2"));
             // Applications run in their guest's cgroup: the guest pays for its own stack.
-            flows.insert("tx", (ns("wire"), "10.77.0.254", ns("guest1"), false, 4, 2));
-            flows.insert("rx", (ns("wire"), "10.77.0.254", ns("guest1"), true, 4, 2));
-            flows.insert(
-                "guest-to-guest",
-                (ns("guest2"), "10.77.0.2", ns("guest1"), false, 3, 2),
+            let f = &mut env.flows;
+            f.insert(
+                "tx",
+                FlowSpec::new(&wire, "10.77.0.254", &g1, false).charged(4, 2),
             );
-            Ok(Env {
-                domains,
-                flows,
-                _native: None,
-                _kb: None,
-                splitnet: true,
-            })
+            f.insert(
+                "rx",
+                FlowSpec::new(&wire, "10.77.0.254", &g1, true).charged(4, 2),
+            );
+            f.insert(
+                "guest-to-guest",
+                FlowSpec::new(&g2, "10.77.0.2", &g1, false).charged(3, 2),
+            );
+            Ok(env)
         }
     }
 }
@@ -327,11 +400,19 @@ fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
         let _ = splitnet(opts, &["down"]);
     }
     drop(env);
-    for n in ["client", "server", "guest1", "guest2", "wire"] {
+    for n in BENCH_CGROUPS {
         if let Some(cg) = Cgroup::open(layout, &format!("bench-{n}")) {
             cg.destroy(Duration::from_millis(200));
         }
     }
+}
+
+/// What one flow measured.
+struct Measured {
+    flow: FlowResult,
+    cpu_seconds: PerDomain,
+    cycles_per_packet: PerDomain,
+    profile: Option<prof::Profile>,
 }
 
 fn measure(
@@ -340,19 +421,41 @@ fn measure(
     workload: Workload,
     secs: u32,
     tsc_hz: f64,
-) -> Result<(FlowResult, PerDomain, PerDomain)> {
-    let (sns, sip, cns, rev, sd, cd) = env.flows.get(dir.name()).context("no such direction")?;
+    profile: Option<&str>,
+) -> Result<Measured> {
+    let f = env.flows.get(dir.name()).context("no such direction")?;
     let before: Vec<Duration> = env.domains.iter().map(Domain::cpu).collect();
-    let r = netenv::run(&Flow {
-        server_ns: sns,
-        server_ip: sip,
-        client_ns: cns,
-        reverse: *rev,
-        secs,
-        workload,
-        server_cgroup: env.domains[*sd].cgroup.as_ref(),
-        client_cgroup: env.domains[*cd].cgroup.as_ref(),
-    })?;
+    let flow = || {
+        netenv::run(&Flow {
+            server_ns: &f.server_ns,
+            server_ip: f.server_ip,
+            server_bind: f.server_bind,
+            port: f.port,
+            client_ns: &f.client_ns,
+            reverse: f.reverse,
+            secs,
+            workload,
+            server_cgroup: env.domains[f.server_dom].cgroup.as_ref(),
+            client_cgroup: env.domains[f.client_dom].cgroup.as_ref(),
+        })
+    };
+    let (r, profile) = match profile {
+        None => (flow()?, None),
+        Some(initiator) => {
+            let opts = prof::ProfileOptions {
+                hv_pid: env
+                    .domains
+                    .iter()
+                    .find(|d| d.name == "hv")
+                    .and_then(|d| d.pid),
+                initiator: initiator.to_string(),
+                ..Default::default()
+            };
+            let (r, p) = prof::profile_while(opts, flow)
+                .map_err(|e| anyhow::anyhow!("profiling the flow: {e}"))?;
+            (r?, Some(p))
+        }
+    };
     let cpu: BTreeMap<String, f64> = env
         .domains
         .iter()
@@ -360,7 +463,12 @@ fn measure(
         .map(|(d, b)| (d.name.clone(), d.cpu().saturating_sub(b).as_secs_f64()))
         .collect();
     let cpp = cycles_per_packet(&cpu, r.packets, tsc_hz);
-    Ok((r, cpu, cpp))
+    Ok(Measured {
+        flow: r,
+        cpu_seconds: cpu,
+        cycles_per_packet: cpp,
+        profile,
+    })
 }
 
 /// Cycles per packet from CPU seconds per domain: each domain's share and a
@@ -384,6 +492,16 @@ pub fn cycles_per_packet(
     out
 }
 
+/// Writes `<dir>/<stem>.json` and `<dir>/<stem>.svg`.
+fn write_profile(dir: &std::path::Path, stem: &str, p: &prof::Profile) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (ext, text) in [("json", p.to_json()), ("svg", p.to_svg())] {
+        let path = dir.join(format!("{stem}.{ext}"));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// Runs the suite.
 pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     let tsc_hz = tsc_per_us() * 1e6;
@@ -395,22 +513,27 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     };
     let runs = opts.runs.max(1);
     let mut skipped = Vec::new();
-    for (tool, why) in [("pasta", "passt"), ("slirp4netns", "slirp4netns")] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        skipped.push(if found {
-            format!("{tool}: installed, but this suite does not drive it yet")
-        } else {
-            format!("{tool}: not installed (Debian package {why})")
-        });
+    let mut configs = Vec::new();
+    for cfg in CONFIGS {
+        let tool = match cfg {
+            Config::Pasta => Some(Tool::Pasta),
+            Config::Slirp4netns => Some(Tool::Slirp4netns),
+            _ => None,
+        };
+        match tool {
+            Some(t) if !t.installed() => skipped.push(format!(
+                "{}: not installed (Debian package {})",
+                t.name(),
+                t.package()
+            )),
+            _ => configs.push(cfg),
+        }
     }
-    let total_steps = runs * CONFIGS.len() * workloads.len() * DIRECTIONS.len();
+    let total_steps = runs * configs.len() * workloads.len() * DIRECTIONS.len();
     let mut step = 0;
     let mut records: Vec<Record> = Vec::new();
     for run in 0..runs {
-        for cfg in CONFIGS {
+        for &cfg in &configs {
             let env = bring_up(cfg, opts, &layout)
                 .with_context(|| format!("bringing up {}", cfg.name()))?;
             let mut result = Ok(());
@@ -430,23 +553,34 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                         );
                         let _ = std::io::stderr().flush();
                     }
-                    match measure(&env, dir, w, opts.secs, tsc_hz) {
-                        Ok((r, cpu_seconds, cycles_per_packet)) => records.push(Record {
-                            config: cfg,
-                            direction: dir,
-                            workload: w,
-                            run,
-                            gbps: r.gbps,
-                            ratio_to_native: None,
-                            cpu_seconds,
-                            cycles_per_packet,
-                            packets: r.packets,
-                        }),
+                    let initiator = opts.profile.then_some("splitnet bench baseline");
+                    let m = match measure(&env, dir, w, opts.secs, tsc_hz, initiator) {
+                        Ok(m) => m,
                         Err(e) => {
                             result = Err(e);
                             break 'flows;
                         }
+                    };
+                    if let (Some(p), Some(d)) = (&m.profile, &opts.profile_dir) {
+                        let stem =
+                            format!("{}-{}-{}-run{}", cfg.name(), dir.name(), w.name(), run + 1);
+                        if let Err(e) = write_profile(d, &stem, p) {
+                            result = Err(e);
+                            break 'flows;
+                        }
                     }
+                    records.push(Record {
+                        config: cfg,
+                        direction: dir,
+                        workload: w,
+                        run,
+                        gbps: m.flow.gbps,
+                        ratio_to_native: None,
+                        cpu_seconds: m.cpu_seconds,
+                        cycles_per_packet: m.cycles_per_packet,
+                        packets: m.flow.packets,
+                        profile: m.profile.map(|p| p.summary()),
+                    });
                 }
             }
             tear_down(env, opts, &layout);
@@ -469,7 +603,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
             .map(|n| r.gbps / n.3);
     }
     let mut summary = Vec::new();
-    for cfg in CONFIGS {
+    for &cfg in &configs {
         for &w in &workloads {
             for dir in DIRECTIONS {
                 let rs: Vec<&Record> = records
@@ -576,6 +710,61 @@ impl BaselineReport {
             );
         }
         s
+    }
+
+    /// With `--profile`: where each configuration's samples went (median
+    /// shares over runs; the three largest domains and classes).
+    pub fn profile_table(&self) -> Option<String> {
+        if self.records.iter().all(|r| r.profile.is_none()) {
+            return None;
+        }
+        let mut s = String::from(
+            "| config | direction | workload | attributed | domains (share of samples) | classes (share of samples) |\n\
+             |---|---|---|---:|---|---|\n",
+        );
+        let top = |shares: BTreeMap<String, Vec<f64>>| {
+            let mut v: Vec<(String, f64)> =
+                shares.into_iter().map(|(k, v)| (k, median(&v))).collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            v.iter()
+                .take(3)
+                .map(|(k, p)| format!("{k} {p:.0}%"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for m in &self.summary {
+            let ps: Vec<&prof::ProfileSummary> = self
+                .records
+                .iter()
+                .filter(|r| {
+                    r.config == m.config && r.workload == m.workload && r.direction == m.direction
+                })
+                .filter_map(|r| r.profile.as_ref())
+                .collect();
+            if ps.is_empty() {
+                continue;
+            }
+            let (mut doms, mut classes) = (BTreeMap::new(), BTreeMap::new());
+            for p in &ps {
+                for (k, v) in &p.domains {
+                    doms.entry(k.clone()).or_insert_with(Vec::new).push(*v);
+                }
+                for (k, v) in &p.classes {
+                    classes.entry(k.clone()).or_insert_with(Vec::new).push(*v);
+                }
+            }
+            let attributed: Vec<f64> = ps.iter().map(|p| p.attributed_fraction).collect();
+            s += &format!(
+                "| {} | {} | {} | {:.1}% | {} | {} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                median(&attributed) * 100.0,
+                top(doms),
+                top(classes)
+            );
+        }
+        Some(s)
     }
 
     /// Throughput chart of the first workload.

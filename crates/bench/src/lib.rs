@@ -4,8 +4,8 @@
 #![deny(unsafe_code)]
 
 pub mod baseline;
-
 pub mod chart;
 pub mod hv;
 pub mod netenv;
 pub mod stats;
+pub mod usernet;

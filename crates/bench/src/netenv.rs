@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 /// TCP payload carried by one 1514-byte Ethernet frame (the thesis's unit).
 pub const PAYLOAD_PER_FRAME: f64 = 1448.0;
 
+/// iperf3's own default port.
+pub const DEFAULT_PORT: u16 = 5201;
+
 /// What the flow sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -39,7 +42,13 @@ impl Workload {
 /// One iperf3 flow.
 pub struct Flow<'a> {
     pub server_ns: &'a str,
+    /// Where the client connects.
     pub server_ip: &'a str,
+    /// Where the server listens, when that differs from `server_ip` (behind
+    /// a NAT or port forward); `None` binds `server_ip`.
+    pub server_bind: Option<&'a str>,
+    /// TCP (and UDP) port of the test.
+    pub port: u16,
     pub client_ns: &'a str,
     /// Data flows server → client.
     pub reverse: bool,
@@ -78,14 +87,16 @@ fn spawn_in(ns: &str, args: &[&str], cg: Option<&Cgroup>, piped: bool) -> Result
 
 /// Runs one flow and reads iperf3's verdict.
 pub fn run(f: &Flow<'_>) -> Result<FlowResult> {
+    let port = f.port.to_string();
+    let bind = f.server_bind.unwrap_or(f.server_ip);
     let mut srv = spawn_in(
         f.server_ns,
-        &["iperf3", "-s", "-1", "-B", f.server_ip],
+        &["iperf3", "-s", "-1", "-B", bind, "-p", &port],
         f.server_cgroup,
         false,
     )?;
     let t = f.secs.to_string();
-    let mut args = vec!["iperf3", "-J", "-c", f.server_ip, "-t", &t];
+    let mut args = vec!["iperf3", "-J", "-c", f.server_ip, "-p", &port, "-t", &t];
     match f.workload {
         Workload::TcpZerocopy => args.push("-Z"),
         Workload::TcpCopy => {}
@@ -161,6 +172,8 @@ pub fn tcp(
     let f = Flow {
         server_ns,
         server_ip,
+        server_bind: None,
+        port: DEFAULT_PORT,
         client_ns,
         reverse,
         secs,

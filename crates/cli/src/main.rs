@@ -98,6 +98,11 @@ enum Cmd {
         /// Also write a bar chart as SVG to this file.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Attach a Xenoprof-style profile: baseline profiles every flow
+        /// (shares in each JSON record; whole profiles in OUT/profiles/),
+        /// hv profiles the whole run (OUT/profile.json and .svg).
+        #[arg(long)]
+        profile: bool,
     },
     /// Sample every CPU and attribute each sample to a domain, function and
     /// cost class (Xenoprof-style).
@@ -111,6 +116,14 @@ enum Cmd {
         /// Also write a stacked bar chart (share per domain and class) as SVG.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Only these domains are active (samples resolved to functions);
+        /// every other domain is passive. Comma-separated names.
+        #[arg(long, value_delimiter = ',', value_name = "DOMAINS")]
+        active: Vec<String>,
+        /// These domains are passive: their samples are counted per domain
+        /// and kernel/user mode, but not resolved to functions.
+        #[arg(long, value_delimiter = ',', value_name = "DOMAINS")]
+        passive: Vec<String>,
         /// Profile while this command runs (after `--`).
         #[arg(last = true)]
         cmd: Vec<String>,
@@ -210,8 +223,10 @@ fn run(cli: Cli) -> Result<()> {
             out,
             json,
             svg,
+            profile,
         } => {
             let runs = runs.unwrap_or(if quick { 1 } else { 3 });
+            let mut whole_profile = None;
             let (json_text, table, chart) = match suite {
                 Suite::Hv => {
                     let iterations = iterations.unwrap_or(if quick { 200 } else { 2000 });
@@ -220,7 +235,20 @@ fn run(cli: Cli) -> Result<()> {
                         runs,
                         progress: true,
                     };
-                    let r = bench::hv::run(&opts)?;
+                    let r = if profile {
+                        // hv runs inside this process here.
+                        let popts = prof::ProfileOptions {
+                            hv_pid: Some(std::process::id() as i32),
+                            initiator: "splitnet bench hv".into(),
+                            ..Default::default()
+                        };
+                        let (r, p) = prof::profile_while(popts, || bench::hv::run(&opts))
+                            .map_err(|e| anyhow::anyhow!("starting the profiler: {e}"))?;
+                        whole_profile = Some(p);
+                        r?
+                    } else {
+                        bench::hv::run(&opts)?
+                    };
                     (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
                 }
                 Suite::Baseline => {
@@ -231,9 +259,14 @@ fn run(cli: Cli) -> Result<()> {
                         exe: std::env::current_exe()?,
                         run_dir: rd.join("bench"),
                         progress: true,
+                        profile,
+                        profile_dir: out.as_ref().map(|d| d.join("profiles")),
                     };
                     let r = bench::baseline::run(&opts)?;
-                    let table = format!("{}\n{}", r.table(), r.cycles_table());
+                    let mut table = format!("{}\n{}", r.table(), r.cycles_table());
+                    if let Some(p) = r.profile_table() {
+                        table = format!("{table}\n{p}");
+                    }
                     (serde_json::to_string_pretty(&r)?, table, r.svg())
                 }
             };
@@ -244,10 +277,17 @@ fn run(cli: Cli) -> Result<()> {
             if let Some(p) = svg {
                 write_file(&p, &chart)?;
             }
+            if let Some(p) = &whole_profile {
+                println!("{}", p.to_text());
+            }
             if let Some(dir) = out {
                 write_file(&dir.join("results.json"), &json_text)?;
                 write_file(&dir.join("results.md"), &table)?;
                 write_file(&dir.join("chart.svg"), &chart)?;
+                if let Some(p) = &whole_profile {
+                    write_file(&dir.join("profile.json"), &p.to_json())?;
+                    write_file(&dir.join("profile.svg"), &p.to_svg())?;
+                }
             }
             Ok(())
         }
@@ -255,8 +295,20 @@ fn run(cli: Cli) -> Result<()> {
             duration,
             json,
             svg,
+            active,
+            passive,
             cmd,
-        } => profile::run(&rd, duration, json.as_deref(), svg.as_deref(), &cmd),
+        } => profile::run(
+            &rd,
+            &profile::ProfileArgs {
+                duration,
+                json: json.as_deref(),
+                svg: svg.as_deref(),
+                active: &active,
+                passive: &passive,
+                cmd: &cmd,
+            },
+        ),
         Cmd::Trace {
             duration,
             json,

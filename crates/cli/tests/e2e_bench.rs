@@ -22,12 +22,17 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
         json.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
+        "--profile",
     ]);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let records = v["records"].as_array().unwrap();
+    // scripts/setup.sh installs both peers, so neither may be skipped.
+    assert_eq!(v["skipped"], serde_json::json!([]), "peers skipped");
     for config in [
         "native",
         "linux-bridge",
+        "pasta",
+        "slirp4netns",
         "splitnet-baseline",
         "splitnet-default",
     ] {
@@ -55,10 +60,34 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
                 total > 0.0 && (total - sum).abs() <= 1e-6 * total.max(1.0),
                 "{r}"
             );
-            if config.starts_with("splitnet") {
-                for d in ["hv", "drv", "guest1"] {
-                    assert!(cpp.contains_key(d), "{config}: no cycles for {d}: {r}");
-                }
+            let charged: &[&str] = match config {
+                "native" => &["client", "server"],
+                "linux-bridge" => &["guest1", "wire"],
+                "pasta" | "slirp4netns" => &["guest1", "wire", config],
+                _ => &["hv", "drv", "guest1"],
+            };
+            for d in charged {
+                assert!(cpp.contains_key(*d), "{config}: no cycles for {d}: {r}");
+            }
+            // --profile attached a profile to the flow, whole files included.
+            let p = &r["profile"];
+            let f = p["attributed_fraction"].as_f64().unwrap();
+            assert!(
+                p["samples"].as_u64().unwrap() > 0 && (0.0..=1.0).contains(&f),
+                "{r}"
+            );
+            let classes: f64 = p["classes"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_f64().unwrap())
+                .sum();
+            assert!((classes - 100.0).abs() < 0.01, "{r}");
+            for ext in ["json", "svg"] {
+                let file = out.join(format!(
+                    "profiles/{config}-{direction}-tcp-zerocopy-run1.{ext}"
+                ));
+                assert!(file.exists(), "no {}", file.display());
             }
         }
     }
@@ -79,17 +108,57 @@ fn profile_attributes_samples_to_domains_while_iperf3_runs() {
     std::thread::sleep(std::time::Duration::from_secs(1));
     let json = env.run_dir.join("prof.json");
     let svg = env.run_dir.join("prof.svg");
-    let text = env.ok(&[
+    // Participants are checked against the running domains.
+    let bad = env.splitnet(&["profile", "--duration", "1", "--passive", "nosuch"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("no domain named \"nosuch\""),
+        "{err}"
+    );
+    let bad = env.splitnet(&["profile", "--active", "drv", "--passive", "drv"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("both active and passive"),
+        "{err}"
+    );
+    // The session: this command is its initiator, guest2 takes part passively.
+    let mut session = env.spawn(&[
         "profile",
         "--duration",
         "5",
+        "--passive",
+        "guest2",
         "--json",
         json.to_str().unwrap(),
         "--svg",
         svg.to_str().unwrap(),
     ]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Only one initiator at a time.
+    let second = env.splitnet(&["profile", "--duration", "1"]);
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success() && err.contains("another profiling session"),
+        "{err}"
+    );
+    assert!(
+        session.wait_exit(std::time::Duration::from_secs(30)),
+        "profile did not finish"
+    );
+    assert!(session.0.wait().unwrap().success());
+    let text = std::fs::read_to_string(&json).unwrap();
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let attributed = v["attributed_fraction"].as_f64().unwrap();
+    for d in v["domains"].as_array().unwrap() {
+        let passive = d["name"] == "guest2";
+        assert_eq!(d["mode"], if passive { "passive" } else { "active" }, "{d}");
+        if passive {
+            // Counted, never resolved to functions.
+            for f in d["top_functions"].as_array().unwrap() {
+                assert_eq!(f["function"], "(passive)", "{d}");
+            }
+        }
+    }
     assert!(attributed >= 0.95, "only {attributed} attributed:\n{text}");
     let class_sum: f64 = v["classes"]
         .as_array()

@@ -28,6 +28,8 @@ fn iperf(_env: &Env, server: &str, server_ip: &str, client: &str, reverse: bool,
     let r = bench::netenv::run(&bench::netenv::Flow {
         server_ns: &sns,
         server_ip,
+        server_bind: None,
+        port: bench::netenv::DEFAULT_PORT,
         client_ns: &cns,
         reverse,
         secs,

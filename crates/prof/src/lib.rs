@@ -4,18 +4,25 @@
 //! where there is no PMU), charges each sample to a domain through its pid
 //! and cgroup ([`attribution`]), resolves it to a function and module
 //! ([`symbols`]), puts the function in a cost class ([`classes`]) and
-//! aggregates the paper's tables ([`report`]). [`session`] ties them up.
+//! aggregates the paper's tables ([`report`]). [`session`] ties them up,
+//! with one initiator and active or passive domains ([`roles`]).
 
 #![deny(unsafe_code)]
 
 pub mod attribution;
 pub mod classes;
 pub mod report;
+pub mod roles;
 pub mod session;
 pub mod symbols;
 
 pub use attribution::{Attributor, Domain, DomainKind};
 pub use classes::{cost_class, CostClass};
-pub use report::{ClassShare, ClassifiedSample, DomainReport, FunctionShare, Profile, ProfileMeta};
-pub use session::{profile, profile_with, ProfError, ProfileOptions, Result, Session};
+pub use report::{
+    ClassShare, ClassifiedSample, DomainReport, FunctionShare, Profile, ProfileMeta, ProfileSummary,
+};
+pub use roles::{Mode, Roles};
+pub use session::{
+    profile, profile_while, profile_with, ProfError, ProfileOptions, Result, Session,
+};
 pub use symbols::{Symbol, Symbolizer};

@@ -4,6 +4,7 @@
 
 use crate::attribution::{Domain, DomainKind};
 use crate::classes::CostClass;
+use crate::roles::Mode;
 use crate::symbols::Symbol;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -20,6 +21,8 @@ pub struct ClassifiedSample {
     pub symbol: Symbol,
     /// Its cost class.
     pub class: CostClass,
+    /// Whether its domain takes part actively or passively.
+    pub mode: Mode,
 }
 
 /// How the samples were taken.
@@ -35,6 +38,9 @@ pub struct ProfileMeta {
     pub cpus: Vec<u32>,
     /// Samples the kernel dropped (ring overflow).
     pub lost_samples: u64,
+    /// Who started the session (`splitnet profile`, `splitnet bench`, ...).
+    #[serde(default)]
+    pub initiator: String,
 }
 
 /// A count and its share. `basis_points` of the siblings in one table add up
@@ -74,6 +80,8 @@ pub struct DomainReport {
     pub name: String,
     /// Its kind.
     pub kind: DomainKind,
+    /// Active (resolved to functions) or passive (counted only).
+    pub mode: Mode,
     /// Samples charged to it.
     pub samples: u64,
     /// Of which in kernel mode.
@@ -103,6 +111,19 @@ pub struct Profile {
     pub domains: Vec<DomainReport>,
     /// Per class over all samples (adding up to 100%).
     pub classes: Vec<ClassShare>,
+}
+
+/// A profile in a few numbers, to attach to a benchmark record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileSummary {
+    /// All samples.
+    pub samples: u64,
+    /// As in [`Profile::attributed_fraction`].
+    pub attributed_fraction: f64,
+    /// Percent of samples per domain.
+    pub domains: BTreeMap<String, f64>,
+    /// Percent of samples per cost class.
+    pub classes: BTreeMap<String, f64>,
 }
 
 /// Splits 10000 basis points among `counts` in proportion, by largest
@@ -156,8 +177,8 @@ fn class_table(counts: &BTreeMap<CostClass, u64>) -> Vec<ClassShare> {
 impl Profile {
     /// Aggregates classified samples, keeping `top_n` functions per domain.
     pub fn from_samples(meta: ProfileMeta, samples: &[ClassifiedSample], top_n: usize) -> Profile {
-        #[derive(Default)]
         struct Acc {
+            mode: Mode,
             samples: u64,
             kernel: u64,
             classes: BTreeMap<CostClass, u64>,
@@ -169,7 +190,13 @@ impl Profile {
         for s in samples {
             let a = per
                 .entry((s.domain.kind, s.domain.name.clone()))
-                .or_default();
+                .or_insert_with(|| Acc {
+                    mode: s.mode,
+                    samples: 0,
+                    kernel: 0,
+                    classes: BTreeMap::new(),
+                    funcs: HashMap::new(),
+                });
             a.samples += 1;
             a.kernel += s.kernel as u64;
             *a.classes.entry(s.class).or_default() += 1;
@@ -202,6 +229,7 @@ impl Profile {
                 DomainReport {
                     name,
                     kind,
+                    mode: a.mode,
                     samples: a.samples,
                     kernel_samples: a.kernel,
                     share_pct: pct(bp),
@@ -221,6 +249,24 @@ impl Profile {
             },
             domains,
             classes: class_table(&classes),
+        }
+    }
+
+    /// The shares per domain and class, without the functions.
+    pub fn summary(&self) -> ProfileSummary {
+        ProfileSummary {
+            samples: self.total_samples,
+            attributed_fraction: self.attributed_fraction,
+            domains: self
+                .domains
+                .iter()
+                .map(|d| (d.name.clone(), d.share_pct))
+                .collect(),
+            classes: self
+                .classes
+                .iter()
+                .map(|c| (c.class.name().to_string(), c.share_pct))
+                .collect(),
         }
     }
 
@@ -246,7 +292,7 @@ impl Profile {
         );
         let _ = writeln!(
             o,
-            "{:<20} {:>9} {:>8} {:>8}",
+            "{:<20} {:>9} {:>8} {:>8}  Mode",
             "Domain", "Samples", "Share", "Kernel"
         );
         for d in &self.domains {
@@ -257,8 +303,15 @@ impl Profile {
             };
             let _ = writeln!(
                 o,
-                "{:<20} {:>9} {:>7.2}% {:>7.1}%",
-                d.name, d.samples, d.share_pct, k
+                "{:<20} {:>9} {:>7.2}% {:>7.1}%  {}",
+                d.name,
+                d.samples,
+                d.share_pct,
+                k,
+                match d.mode {
+                    Mode::Active => "active",
+                    Mode::Passive => "passive",
+                }
             );
         }
         let _ = writeln!(o, "\n{:<20} {:>9} {:>8}", "Cost class", "Samples", "Share");
@@ -455,6 +508,7 @@ mod tests {
                 module: m.into(),
             },
             class,
+            mode: Mode::Active,
         }
     }
 
@@ -544,6 +598,7 @@ mod tests {
             frequency_hz: 997,
             cpus: vec![0, 1],
             lost_samples: 0,
+            initiator: "test".into(),
         }
     }
 

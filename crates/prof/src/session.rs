@@ -2,10 +2,12 @@
 //! symbols and classes.
 
 use crate::attribution::Attributor;
-use crate::classes::cost_class;
+use crate::classes::{cost_class, CostClass};
 use crate::report::{ClassifiedSample, Profile, ProfileMeta};
-use crate::symbols::Symbolizer;
+use crate::roles::{default_lock_path, Mode, Roles, SessionLock, PASSIVE};
+use crate::symbols::{Symbol, Symbolizer};
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use sys::{PerfClock, PerfSampler, Sample};
 
@@ -23,6 +25,9 @@ pub enum ProfError {
     /// The list of online CPUs could not be read.
     #[error("reading the online CPUs: {0}")]
     Cpus(std::io::Error),
+    /// Another initiator holds the session, or the roles are contradictory.
+    #[error("{0}")]
+    Session(String),
 }
 
 /// Result of this crate.
@@ -41,6 +46,12 @@ pub struct ProfileOptions {
     pub top_n: usize,
     /// The hv daemon's pid.
     pub hv_pid: Option<i32>,
+    /// Active and passive domains (default: every domain active).
+    pub roles: Roles,
+    /// Who starts the session, for the report and the lock.
+    pub initiator: String,
+    /// The session lock; `None` for [`default_lock_path`].
+    pub lock_path: Option<PathBuf>,
 }
 
 impl Default for ProfileOptions {
@@ -51,6 +62,9 @@ impl Default for ProfileOptions {
             drain_interval: Duration::from_millis(50),
             top_n: 10,
             hv_pid: None,
+            roles: Roles::default(),
+            initiator: "splitnet".into(),
+            lock_path: None,
         }
     }
 }
@@ -67,11 +81,16 @@ pub struct Session {
     attributor: Attributor,
     symbolizer: Symbolizer,
     seen: HashSet<u32>,
+    _lock: SessionLock,
 }
 
 impl Session {
-    /// Opens one sampling event per online CPU and starts them.
+    /// Becomes the session's initiator, opens one sampling event per online
+    /// CPU and starts them.
     pub fn start(opts: ProfileOptions) -> Result<Session> {
+        opts.roles.validate().map_err(ProfError::Session)?;
+        let lock_path = opts.lock_path.clone().unwrap_or_else(default_lock_path);
+        let lock = SessionLock::acquire(&lock_path, &opts.initiator).map_err(ProfError::Session)?;
         let cpus = sys::online_cpus().map_err(ProfError::Cpus)?;
         let mut samplers = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
@@ -96,6 +115,7 @@ impl Session {
             attributor,
             symbolizer,
             seen: HashSet::new(),
+            _lock: lock,
         })
     }
 
@@ -117,8 +137,11 @@ impl Session {
         for i in from..self.samples.len() {
             let pid = self.samples[i].pid;
             if self.seen.insert(pid) {
-                self.attributor.domain_of(pid);
-                self.symbolizer.note_pid(pid);
+                let d = self.attributor.domain_of(pid);
+                // A passive domain's processes are never looked into.
+                if self.opts.roles.mode(&d) == Mode::Active {
+                    self.symbolizer.note_pid(pid);
+                }
             }
         }
         self.samples.len()
@@ -150,23 +173,79 @@ impl Session {
             frequency_hz: self.opts.frequency_hz,
             cpus: self.cpus.clone(),
             lost_samples: self.samplers.iter().map(|s| s.lost()).sum(),
+            initiator: self.opts.initiator.clone(),
         };
         let samples = std::mem::take(&mut self.samples);
         let classified: Vec<ClassifiedSample> = samples
             .iter()
             .map(|s| {
                 let domain = self.attributor.domain_of(s.pid);
-                let symbol = self.symbolizer.resolve(s.pid, s.ip, s.kernel);
-                let class = cost_class(&symbol.function, &symbol.module, domain.kind);
-                ClassifiedSample {
-                    domain,
-                    kernel: s.kernel,
-                    symbol,
-                    class,
-                }
+                let mode = self.opts.roles.mode(&domain);
+                classify(domain, s.kernel, mode, || {
+                    self.symbolizer.resolve(s.pid, s.ip, s.kernel)
+                })
             })
             .collect();
         Profile::from_samples(meta, &classified, self.opts.top_n)
+    }
+}
+
+/// Files one sample: an active domain's is resolved (by `resolve`) and
+/// classified; a passive domain's is counted under [`PASSIVE`] in the class
+/// `other`, and `resolve` is never called.
+pub fn classify(
+    domain: crate::Domain,
+    kernel: bool,
+    mode: Mode,
+    resolve: impl FnOnce() -> Symbol,
+) -> ClassifiedSample {
+    let (symbol, class) = match mode {
+        Mode::Active => {
+            let symbol = resolve();
+            let class = cost_class(&symbol.function, &symbol.module, domain.kind);
+            (symbol, class)
+        }
+        Mode::Passive => (
+            Symbol {
+                function: PASSIVE.into(),
+                module: PASSIVE.into(),
+            },
+            CostClass::Other,
+        ),
+    };
+    ClassifiedSample {
+        domain,
+        kernel,
+        symbol,
+        class,
+        mode,
+    }
+}
+
+/// Profiles the whole machine while `work` runs (on another thread; this one
+/// drains the rings), and returns what it returned with the profile.
+pub fn profile_while<T: Send>(
+    opts: ProfileOptions,
+    work: impl FnOnce() -> T + Send,
+) -> Result<(T, Profile)> {
+    let interval = opts.drain_interval;
+    let mut session = Session::start(opts)?;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let out = std::thread::scope(|sc| {
+        let h = sc.spawn(|| {
+            let r = work();
+            done.store(true, std::sync::atomic::Ordering::Release);
+            r
+        });
+        while !done.load(std::sync::atomic::Ordering::Acquire) && !h.is_finished() {
+            std::thread::sleep(interval);
+            session.poll();
+        }
+        h.join()
+    });
+    match out {
+        Ok(t) => Ok((t, session.finish())),
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }
 
@@ -192,6 +271,25 @@ pub fn profile_with(duration: Duration, opts: ProfileOptions) -> Result<Profile>
 mod tests {
     use super::*;
     use crate::attribution::DomainKind;
+
+    #[test]
+    fn passive_domains_are_counted_not_resolved() {
+        let d = crate::Domain::named("guest2");
+        let s = classify(d.clone(), true, Mode::Passive, || {
+            panic!("a passive domain must not be looked into")
+        });
+        assert_eq!(
+            (s.symbol.function.as_str(), s.class),
+            (PASSIVE, CostClass::Other)
+        );
+        assert!(s.kernel);
+        let s = classify(d, false, Mode::Active, || Symbol {
+            function: "splitnet_net::netfront::Netfront::poll".into(),
+            module: "splitnet".into(),
+        });
+        assert_eq!(s.class, CostClass::Netfront);
+        assert_eq!(s.mode, Mode::Active);
+    }
 
     #[test]
     fn profiles_a_busy_thread_as_hv() {

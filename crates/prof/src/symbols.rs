@@ -105,6 +105,29 @@ impl KernelSymbols {
     }
 }
 
+/// (address, size, demangled name) of every defined function symbol.
+fn text_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.is_definition())
+        .filter_map(|s| Some((s.address(), s.size(), demangle(s.name().ok()?))))
+        .collect()
+}
+
+/// `/usr/lib/debug/.build-id/ab/cdef....debug` for build id `abcdef...`, if present.
+pub fn debug_file(build_id: &[u8]) -> Option<PathBuf> {
+    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+    if hex.len() < 3 {
+        return None;
+    }
+    let p = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &hex[..2],
+        &hex[2..]
+    ));
+    p.is_file().then_some(p)
+}
+
 /// One ELF file's function symbols and loadable segments.
 #[derive(Debug, Default)]
 pub struct ElfSymbols {
@@ -115,7 +138,8 @@ pub struct ElfSymbols {
 }
 
 impl ElfSymbols {
-    /// Parses an ELF image; `.symtab` when present, `.dynsym` otherwise.
+    /// Parses an ELF image: `.symtab` and `.dynsym`, plus the symbols of its
+    /// build-id debug file when one is installed.
     pub fn parse(data: &[u8]) -> Option<ElfSymbols> {
         let file = object::File::parse(data).ok()?;
         let loads = file
@@ -125,12 +149,16 @@ impl ElfSymbols {
                 Some((off, size, s.address())).filter(|_| size > 0)
             })
             .collect();
-        let mut funcs: Vec<(u64, u64, String)> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.is_definition())
-            .filter_map(|s| Some((s.address(), s.size(), demangle(s.name().ok()?))))
-            .collect();
+        let mut funcs = text_symbols(&file);
+        // A stripped library (Debian's libc) keeps its full symbol table in a
+        // separate debug file named by its build id (package libc6-dbg).
+        if let Ok(Some(id)) = file.build_id() {
+            if let Some(debug) = debug_file(id).and_then(|p| std::fs::read(p).ok()) {
+                if let Ok(d) = object::File::parse(&*debug) {
+                    funcs.extend(text_symbols(&d));
+                }
+            }
+        }
         funcs.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         funcs.dedup_by_key(|f| f.0);
         Some(ElfSymbols { loads, funcs })
