@@ -66,6 +66,15 @@ impl Config {
             Config::SplitnetDefault => "splitnet-default",
         }
     }
+
+    /// The user-mode networking tool a peer configuration runs.
+    pub fn tool(self) -> Option<Tool> {
+        match self {
+            Config::Pasta => Some(Tool::Pasta),
+            Config::Slirp4netns => Some(Tool::Slirp4netns),
+            _ => None,
+        }
+    }
 }
 
 /// Direction of the stream.
@@ -322,11 +331,7 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
             Ok(env)
         }
         Config::Pasta | Config::Slirp4netns => {
-            let tool = if cfg == Config::Pasta {
-                Tool::Pasta
-            } else {
-                Tool::Slirp4netns
-            };
+            let tool = cfg.tool().context("a peer configuration without a tool")?;
             let mut env = Env::new(bench_domains(
                 layout,
                 &["guest1", "guest2", "wire", tool.name()],
@@ -515,12 +520,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     let mut skipped = Vec::new();
     let mut configs = Vec::new();
     for cfg in CONFIGS {
-        let tool = match cfg {
-            Config::Pasta => Some(Tool::Pasta),
-            Config::Slirp4netns => Some(Tool::Slirp4netns),
-            _ => None,
-        };
-        match tool {
+        match cfg.tool() {
             Some(t) if !t.installed() => skipped.push(format!(
                 "{}: not installed (Debian package {})",
                 t.name(),
@@ -645,6 +645,13 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
 }
 
 impl BaselineReport {
+    /// The records (one per run) behind a summary row.
+    fn runs_of<'a>(&'a self, m: &'a Summary) -> impl Iterator<Item = &'a Record> {
+        self.records.iter().filter(move |r| {
+            r.config == m.config && r.workload == m.workload && r.direction == m.direction
+        })
+    }
+
     /// A Markdown table of the medians.
     pub fn table(&self) -> String {
         let mut s = String::from(
@@ -682,13 +689,7 @@ impl BaselineReport {
             "| config | direction | workload | cycles/packet by domain |\n|---|---|---|---|\n",
         );
         for m in &self.summary {
-            let rs: Vec<&Record> = self
-                .records
-                .iter()
-                .filter(|r| {
-                    r.config == m.config && r.workload == m.workload && r.direction == m.direction
-                })
-                .collect();
+            let rs: Vec<&Record> = self.runs_of(m).collect();
             let mut doms: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
             for r in rs {
                 for (k, v) in &r.cycles_per_packet {
@@ -733,14 +734,8 @@ impl BaselineReport {
                 .join(", ")
         };
         for m in &self.summary {
-            let ps: Vec<&prof::ProfileSummary> = self
-                .records
-                .iter()
-                .filter(|r| {
-                    r.config == m.config && r.workload == m.workload && r.direction == m.direction
-                })
-                .filter_map(|r| r.profile.as_ref())
-                .collect();
+            let ps: Vec<&prof::ProfileSummary> =
+                self.runs_of(m).filter_map(|r| r.profile.as_ref()).collect();
             if ps.is_empty() {
                 continue;
             }

@@ -202,6 +202,41 @@ fn write_file(path: &std::path::Path, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// Runs `cmd` to its end when one is given (returning its status), else
+/// waits `limit`; calls `tick` with what it is waiting for every `every`.
+fn run_or_wait(
+    cmd: &[String],
+    limit: std::time::Duration,
+    every: std::time::Duration,
+    mut tick: impl FnMut(&str),
+) -> Result<Option<std::process::ExitStatus>> {
+    use anyhow::Context;
+    let start = std::time::Instant::now();
+    match cmd.split_first() {
+        Some((prog, args)) => {
+            let mut child = std::process::Command::new(prog)
+                .args(args)
+                .spawn()
+                .with_context(|| format!("running {prog}"))?;
+            loop {
+                if let Some(s) = child.try_wait()? {
+                    return Ok(Some(s));
+                }
+                tick("command running");
+                std::thread::sleep(every);
+            }
+        }
+        None => {
+            let what = format!("of {} s", limit.as_secs_f64());
+            while start.elapsed() < limit {
+                tick(&what);
+                std::thread::sleep(limit.saturating_sub(start.elapsed()).min(every));
+            }
+            Ok(None)
+        }
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
     let rd = cli.run_dir;
     match cli.cmd {

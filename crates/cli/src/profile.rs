@@ -2,13 +2,12 @@
 //! and cost classes (Menon 2005, Xenoprof). This command is the session's
 //! initiator; the domains it names take part as active or passive.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use hv::daemon::socket_path;
 use hv::Toolstack;
-use prof::{ProfileOptions, Roles, Session};
+use prof::{ProfileOptions, Roles};
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What `splitnet profile` was asked for.
 pub struct ProfileArgs<'a> {
@@ -68,34 +67,13 @@ pub fn run(rd: &Path, args: &ProfileArgs<'_>) -> Result<()> {
         initiator: "splitnet profile".into(),
         ..Default::default()
     };
-    let mut session = Session::start(opts).map_err(|e| anyhow!("starting the profiler: {e}"))?;
-    eprintln!(
-        "splitnet profile: sampling every CPU ({} clock)",
-        session.clock()
-    );
+    eprintln!("splitnet profile: sampling every CPU");
     let limit = Duration::from_secs_f64(args.duration.max(0.1));
-    let start = Instant::now();
-    let mut child = match args.cmd.split_first() {
-        Some((prog, rest)) => Some(
-            Command::new(prog)
-                .args(rest)
-                .spawn()
-                .with_context(|| format!("running {prog}"))?,
-        ),
-        None => None,
-    };
-    loop {
-        session.poll();
-        if let Some(c) = child.as_mut() {
-            if c.try_wait()?.is_some() {
-                break;
-            }
-        } else if start.elapsed() >= limit {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let p = session.finish();
+    let (ran, p) = prof::profile_while(opts, || {
+        crate::run_or_wait(args.cmd, limit, Duration::from_millis(50), |_| {})
+    })
+    .map_err(|e| anyhow!("starting the profiler: {e}"))?;
+    ran?;
     println!("{}", p.to_text());
     if let Some(path) = args.json {
         crate::write_file(path, &p.to_json())?;

@@ -2,13 +2,12 @@
 //! spirit of xentrace (Zhang & Dong §2.3.1, §4.1). Two snapshots of hv's and
 //! the domains' trace counters ([`hv::trace`]), and their difference.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use hv::trace::{bucket_range, EventRow, RecordedBy, TraceDelta, BUCKETS};
 use hv::Toolstack;
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Width of the histogram bars.
@@ -321,36 +320,18 @@ pub fn run(rd: &Path, duration: Option<f64>, json: Option<&Path>, cmd: &[String]
         tty: std::io::stderr().is_terminal(),
         start: Instant::now(),
     };
-    let code = match cmd.split_first() {
-        Some((prog, args)) => {
-            eprintln!("splitnet trace: tracing while `{}` runs", cmd.join(" "));
-            let mut child = Command::new(prog)
-                .args(args)
-                .spawn()
-                .with_context(|| format!("running {prog}"))?;
-            let status = loop {
-                if let Some(s) = child.try_wait()? {
-                    break s;
-                }
-                p.tick("command running");
-                std::thread::sleep(Duration::from_millis(100));
-            };
-            p.done();
-            Some(status)
-        }
-        None => {
-            eprintln!("splitnet trace: tracing for {secs} s");
-            let limit = Duration::from_secs_f64(secs);
-            while p.start.elapsed() < limit {
-                p.tick(&format!("of {secs} s"));
-                std::thread::sleep(
-                    (limit.saturating_sub(p.start.elapsed())).min(Duration::from_millis(200)),
-                );
-            }
-            p.done();
-            None
-        }
-    };
+    if cmd.is_empty() {
+        eprintln!("splitnet trace: tracing for {secs} s");
+    } else {
+        eprintln!("splitnet trace: tracing while `{}` runs", cmd.join(" "));
+    }
+    let code = crate::run_or_wait(
+        cmd,
+        Duration::from_secs_f64(secs),
+        Duration::from_millis(200),
+        |what| p.tick(what),
+    )?;
+    p.done();
     let after = snapshot(&mut ts)?;
     let r = report(&after.since(&before), cmd, code.and_then(|s| s.code()));
     print!("{}", to_text(&r));

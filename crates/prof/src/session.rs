@@ -230,14 +230,9 @@ pub fn profile_while<T: Send>(
 ) -> Result<(T, Profile)> {
     let interval = opts.drain_interval;
     let mut session = Session::start(opts)?;
-    let done = std::sync::atomic::AtomicBool::new(false);
     let out = std::thread::scope(|sc| {
-        let h = sc.spawn(|| {
-            let r = work();
-            done.store(true, std::sync::atomic::Ordering::Release);
-            r
-        });
-        while !done.load(std::sync::atomic::Ordering::Acquire) && !h.is_finished() {
+        let h = sc.spawn(work);
+        while !h.is_finished() {
             std::thread::sleep(interval);
             session.poll();
         }
