@@ -106,6 +106,7 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "mac": read(format!("{be}/mac")),
             "rx_mode": read(format!("{be}/splitnet-rx-mode")),
             "tx_mode": read(format!("{be}/splitnet-tx-mode")),
+            "grants": read(format!("{be}/splitnet-grants")),
             "offload": read(format!("{be}/splitnet-offload")) == "1",
             "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
             "features": features,
@@ -250,12 +251,13 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
                 .unwrap_or_else(|| "-".into())
         };
         println!(
-            "  {} <-> {} ({}): frontend {}, backend {}; rx {}, tx {}, offload {}",
+            "  {} <-> {} ({}): frontend {}, backend {}; grants {}, rx {}, tx {}, offload {}",
             v["guest"].as_str().unwrap_or("?"),
             v["backend"].as_str().unwrap_or("?"),
             v["mac"].as_str().unwrap_or("?"),
             v["frontend_state"].as_str().unwrap_or("?"),
             v["backend_state"].as_str().unwrap_or("?"),
+            v["grants"].as_str().unwrap_or("?"),
             v["rx_mode"].as_str().unwrap_or("?"),
             v["tx_mode"].as_str().unwrap_or("?"),
             if v["offload"] == true { "on" } else { "off" },

@@ -245,6 +245,7 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         ("online", "1"),
         ("splitnet-rx-mode", v.rx_mode.as_str()),
         ("splitnet-tx-mode", v.tx_mode.as_str()),
+        ("splitnet-grants", v.grants.as_str()),
         ("splitnet-offload", if v.offload { "1" } else { "0" }),
         ("splitnet-index", index.as_str()),
         ("state", state.as_str()),

@@ -71,6 +71,9 @@ pub struct DomainConfig {
     /// Guests: how transmitted packets reach the driver domain.
     #[serde(default)]
     pub tx_mode: TxMode,
+    /// Guests: the grant mechanism (Ram thesis ch. 4).
+    #[serde(default)]
+    pub grants: Grants,
     /// Guests: the high-level virtual interface (checksum offload, TSO,
     /// scatter-gather; Menon 2006 §3). Off in the seed baseline.
     #[serde(default = "yes")]
@@ -100,11 +103,51 @@ pub enum RxMode {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum TxMode {
-    /// Grant copy out of the guest's buffers.
+    /// Menon 2006 §4.1 (the I/O channel): netback copies only the headers
+    /// and the port gathers the payload straight from the guest's buffers.
+    /// Needs `grants = "ngm"`.
     #[default]
+    Gather,
+    /// The whole packet is copied out of the guest's buffers (by hv under
+    /// `hv-copy`, by netback through the mapped pool under `ngm`).
     Copy,
     /// Xen 2.0: netback maps each packet's page and unmaps it after sending.
     Map,
+}
+
+/// How guest buffers reach the driver domain.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Grants {
+    /// Ram thesis ch. 4, the new grant mechanism: hv validates a grant once,
+    /// at creation, into a translation table the driver domain reads; the
+    /// driver domain maps the guest's I/O pool once and uses no hypercall
+    /// per packet.
+    #[default]
+    Ngm,
+    /// Xen's grant table v1 (the thesis's "Orig"): every packet's buffers are
+    /// granted and revoked, and hv copies, maps or transfers each one.
+    HvCopy,
+}
+
+impl Grants {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Grants::Ngm => "ngm",
+            Grants::HvCopy => "hv-copy",
+        }
+    }
+}
+
+impl std::str::FromStr for Grants {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ngm" => Ok(Grants::Ngm),
+            "hv-copy" => Ok(Grants::HvCopy),
+            _ => Err(format!("unknown grant mechanism {s:?}: use \"ngm\" or \"hv-copy\"")),
+        }
+    }
 }
 
 impl RxMode {
@@ -119,6 +162,7 @@ impl RxMode {
 impl TxMode {
     pub fn as_str(self) -> &'static str {
         match self {
+            TxMode::Gather => "gather",
             TxMode::Copy => "copy",
             TxMode::Map => "map",
         }
@@ -128,8 +172,12 @@ impl TxMode {
 /// Named vif configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
-    /// splitnet's default: RX copy, TX copy, offloads on.
+    /// splitnet's fast path: the new grant mechanism, TX gather, RX with
+    /// one copy, offloads on.
     Default,
+    /// Xen's grant-copy path (the Ram thesis's "Orig"): hv copies every
+    /// packet, offloads on.
+    HvCopy,
     /// The seed papers' Xen 2.0 baseline: RX page flip, TX map, no offloads.
     Baseline,
 }
@@ -138,6 +186,7 @@ impl Preset {
     pub fn as_str(self) -> &'static str {
         match self {
             Preset::Default => "default",
+            Preset::HvCopy => "hv-copy",
             Preset::Baseline => "baseline",
         }
     }
@@ -148,8 +197,9 @@ impl std::str::FromStr for Preset {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "default" => Ok(Preset::Default),
+            "hv-copy" => Ok(Preset::HvCopy),
             "baseline" => Ok(Preset::Baseline),
-            _ => Err(format!("unknown preset {s:?}: use \"default\" (copy+copy, offloads) or \"baseline\" (flip+map, no offloads)")),
+            _ => Err(format!("unknown preset {s:?}: use \"default\" (ngm, TX gather, RX copy, offloads), \"hv-copy\" (hv copies both ways, offloads) or \"baseline\" (flip+map, no offloads)")),
         }
     }
 }
@@ -162,6 +212,7 @@ pub struct VifConfig {
     pub mac: String,
     pub rx_mode: RxMode,
     pub tx_mode: TxMode,
+    pub grants: Grants,
     pub offload: bool,
     /// Index of this vif among its driver domain's vifs.
     pub index: usize,
@@ -245,6 +296,21 @@ fn check_name(what: &str, n: &str) -> Result<(), String> {
     }
 }
 
+/// Which transfer modes each grant mechanism can carry.
+fn check_modes(d: &DomainConfig) -> Result<(), String> {
+    match (d.grants, d.tx_mode, d.rx_mode) {
+        (Grants::Ngm, TxMode::Map, _) | (Grants::Ngm, _, RxMode::Flip) => Err(format!(
+            "domain {:?}: grants = \"ngm\" maps the guest's I/O pool once; tx_mode = \"map\" and rx_mode = \"flip\" need grants = \"hv-copy\"",
+            d.name
+        )),
+        (Grants::HvCopy, TxMode::Gather, _) => Err(format!(
+            "domain {:?}: tx_mode = \"gather\" reads the guest's buffers in place and needs grants = \"ngm\" (or use tx_mode = \"copy\")",
+            d.name
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Topology {
     /// The embedded default.
     pub fn default_topology() -> Topology {
@@ -304,6 +370,7 @@ impl Topology {
             if let Some(m) = &d.mac {
                 parse_mac(m).map_err(|e| format!("domain {:?} mac: {e}", d.name))?;
             }
+            check_modes(d)?;
             if d.kind == DomainKind::Driver
                 && (d.backend.is_some()
                     || d.mac.is_some()
@@ -403,6 +470,7 @@ impl Topology {
                 backend,
                 rx_mode: d.rx_mode,
                 tx_mode: d.tx_mode,
+                grants: d.grants,
                 offload: d.offload,
                 index,
             });
@@ -417,12 +485,14 @@ impl Topology {
             .iter_mut()
             .filter(|d| d.kind == DomainKind::Guest)
         {
-            let (rx, tx, off) = match p {
-                Preset::Default => (RxMode::Copy, TxMode::Copy, true),
-                Preset::Baseline => (RxMode::Flip, TxMode::Map, false),
+            let (rx, tx, g, off) = match p {
+                Preset::Default => (RxMode::Copy, TxMode::Gather, Grants::Ngm, true),
+                Preset::HvCopy => (RxMode::Copy, TxMode::Copy, Grants::HvCopy, true),
+                Preset::Baseline => (RxMode::Flip, TxMode::Map, Grants::HvCopy, false),
             };
             d.rx_mode = rx;
             d.tx_mode = tx;
+            d.grants = g;
             d.offload = off;
         }
     }
@@ -467,8 +537,14 @@ mod tests {
         );
         assert_eq!(v[1].mac, "00:16:3e:5e:00:02");
         assert_eq!(
-            (v[1].rx_mode, v[1].tx_mode, v[1].offload),
-            (RxMode::Copy, TxMode::Copy, true)
+            (v[1].rx_mode, v[1].tx_mode, v[1].grants, v[1].offload),
+            (RxMode::Copy, TxMode::Gather, Grants::Ngm, true)
+        );
+        let mut h = t.clone();
+        h.apply_preset(Preset::HvCopy);
+        assert_eq!(
+            (h.vifs()[0].tx_mode, h.vifs()[0].grants),
+            (TxMode::Copy, Grants::HvCopy)
         );
         let mut b = t.clone();
         b.apply_preset(Preset::Baseline);
@@ -521,6 +597,14 @@ mod tests {
             "names no domain",
         );
         bad("name = \"x\"\n", "no [[domain]]");
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\ntx_mode = \"map\"\n",
+            "need grants = \"hv-copy\"",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\ngrants = \"hv-copy\"\n",
+            "tx_mode = \"gather\" reads",
+        );
         bad(
             "[[domain]]\nname = \"a\"\nkind = \"guest\"\nhugepages = true\nmemory_frames = 100\n",
             "multiple of 512",

@@ -144,6 +144,7 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
             mac: format!("00:16:3e:00:00:{:02x}", i + 1),
             rx_mode: RxMode::Copy,
             tx_mode: TxMode::Copy,
+            grants: hv::topology::Grants::HvCopy,
             offload: true,
             index: i,
         };

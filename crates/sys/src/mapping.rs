@@ -126,6 +126,47 @@ impl Mapping {
         self.atomic_u64(off).fetch_max(v, Ordering::Relaxed)
     }
 
+    /// Sequentially consistent 64-bit load (`off` 8-aligned): one word a
+    /// peer publishes whole, such as a translation-table entry.
+    pub fn load_u64_seqcst(&self, off: usize) -> u64 {
+        self.atomic_u64(off).load(Ordering::SeqCst)
+    }
+
+    /// Sequentially consistent 64-bit store (`off` 8-aligned).
+    pub fn store_u64_seqcst(&self, off: usize, v: u64) {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u64(off).store(v, Ordering::SeqCst)
+    }
+
+    /// Sequentially consistent 32-bit add, wrapping (`off` 4-aligned): a use
+    /// count that another process checks before it revokes.
+    pub fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u32(off).fetch_add(v, Ordering::SeqCst)
+    }
+
+    /// Sequentially consistent 32-bit subtract, wrapping (`off` 4-aligned).
+    pub fn fetch_sub_u32(&self, off: usize, v: u32) -> u32 {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u32(off).fetch_sub(v, Ordering::SeqCst)
+    }
+
+    /// Sequentially consistent 32-bit load (`off` 4-aligned).
+    pub fn load_u32_seqcst(&self, off: usize) -> u32 {
+        self.atomic_u32(off).load(Ordering::SeqCst)
+    }
+
+    /// The address of `len` bytes at `off`, bounds-checked (and checked
+    /// writable when `write`), for building I/O vectors the kernel reads or
+    /// fills. The memory stays valid while `self` lives.
+    pub(crate) fn io_range(&self, off: usize, len: usize, write: bool) -> *mut u8 {
+        if write {
+            self.check_write(off, len)
+        } else {
+            self.check(off, len)
+        }
+    }
+
     fn atomic_u16(&self, off: usize) -> &AtomicU16 {
         assert_eq!(off % 2, 0, "unaligned atomic u16 at {off}");
         let p = self.check(off, 2);
