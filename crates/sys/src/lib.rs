@@ -12,6 +12,7 @@
 //!   domain's "physical NIC", both speaking `virtio_net_hdr` for offloads.
 
 mod doorbell;
+mod iov;
 mod mapping;
 mod memfd;
 mod packet;
@@ -21,9 +22,10 @@ mod seqpacket;
 mod tap;
 
 pub use doorbell::{poll_readable, Doorbell};
+pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
 pub use memfd::{Memfd, PAGE_SIZE};
-pub use packet::{get_mac, ifindex, set_mac, PacketSocket};
+pub use packet::{get_mac, ifindex, set_mac, PacketSocket, RecvBatch, RECV_BATCH, SEND_BATCH};
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
 pub use process::{close_inherited_fds, kill, rdtsc, set_inheritable, take_inherited_fd};
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};

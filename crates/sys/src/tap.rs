@@ -4,6 +4,7 @@
 //! rx ring into the TAP, and reads the guest kernel's transmissions out of it.
 
 use crate::cvt;
+use crate::iov::{self, IoPart, IoPartMut, MAX_IO_PARTS};
 use std::io;
 use std::mem::zeroed;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -206,6 +207,48 @@ impl Tap {
         })
     }
 
+    /// Reads one frame (the vnet header first, when enabled) scattered
+    /// over `parts`, which may point into shared memory; `Ok(None)` when
+    /// nothing is queued. A frame longer than the parts is cut short by the
+    /// kernel, so they should cover the largest frame the offloads allow.
+    pub fn readv(&self, parts: &mut [IoPartMut<'_>]) -> io::Result<Option<usize>> {
+        let mut iov = iov::iovecs();
+        let n = iov::scatter(parts, &mut iov).map_err(|e| self.ctx(e))?;
+        loop {
+            // SAFETY: every iovec was checked against a live private buffer or
+            // a writable mapping that `parts` borrows for this call.
+            let r = unsafe { libc::readv(self.fd.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
+            if r >= 0 {
+                return Ok(Some(r as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(None),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(self.ctx(io::Error::new(e.kind(), format!("readv: {e}")))),
+            }
+        }
+    }
+
+    /// Writes one frame gathered from `parts`, which may point into shared
+    /// memory. Returns the bytes written.
+    pub fn writev(&self, parts: &[IoPart<'_>]) -> io::Result<usize> {
+        let mut iov = iov::iovecs();
+        let n = iov::gather(parts, &mut iov).map_err(|e| self.ctx(e))?;
+        loop {
+            // SAFETY: every iovec was checked against a live slice or mapping
+            // that `parts` borrows for this call; the kernel only reads.
+            let r = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(self.ctx(io::Error::new(e.kind(), format!("writev: {e}"))));
+            }
+        }
+    }
+
     fn ctx(&self, e: io::Error) -> io::Error {
         io::Error::new(e.kind(), format!("tap {}: {e}", self.name))
     }
@@ -217,25 +260,19 @@ impl AsFd for Tap {
     }
 }
 
-/// Most parts one scatter-gather frame may have.
-pub(crate) const MAX_PARTS: usize = 16;
-
 /// Runs `f` over iovecs describing `parts`, built on the stack, for
 /// writev/sendmsg. The kernel only reads through them.
 pub(crate) fn with_iovecs<R>(
     parts: &[&[u8]],
     f: impl FnOnce(&[libc::iovec]) -> io::Result<R>,
 ) -> io::Result<R> {
-    if parts.len() > MAX_PARTS {
+    if parts.len() > MAX_IO_PARTS {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("frame in {} parts, at most {MAX_PARTS}", parts.len()),
+            format!("frame in {} parts, at most {MAX_IO_PARTS}", parts.len()),
         ));
     }
-    let mut iov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; MAX_PARTS];
+    let mut iov = iov::iovecs();
     for (v, p) in iov.iter_mut().zip(parts) {
         v.iov_base = p.as_ptr() as *mut libc::c_void;
         v.iov_len = p.len();
