@@ -518,6 +518,65 @@ impl HvClient {
         self.chan.done(&Request::GrantUnmap { handle })
     }
 
+    /// New grant mechanism (Ram thesis 4.5.1): the table for this guest and
+    /// `backend`. Returns its handle and size.
+    pub fn ngm_setup(&mut self, backend: DomId) -> HvResult<(u32, u32)> {
+        match self.chan.call(&Request::NgmSetup { backend })?.0 {
+            Reply::NgmTable { handle, entries } => Ok((handle, entries)),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+
+    /// Grants own `frame` to `backend` under `gref` (thesis 4.6.1).
+    pub fn ngm_grant(&mut self, backend: DomId, gref: u32, frame: u32, writable: bool) -> HvResult<()> {
+        self.chan.done(&Request::NgmGrant {
+            backend,
+            gref,
+            frame,
+            writable,
+        })
+    }
+
+    /// Revokes `gref`; `InUse` while the backend uses it (thesis 4.6.3).
+    pub fn ngm_revoke(&mut self, backend: DomId, gref: u32) -> HvResult<()> {
+        self.chan.done(&Request::NgmRevoke { backend, gref })
+    }
+
+    /// Driver domain: maps `guest`'s table and I/O pool once (thesis 4.5.2).
+    pub fn ngm_attach(&mut self, guest: DomId) -> HvResult<crate::ngm_client::NgmView> {
+        let (reply, fds) = self.chan.call(&Request::NgmAttach { guest })?;
+        let Reply::NgmAttached {
+            handle,
+            entries,
+            pool_frames,
+        } = reply
+        else {
+            return err(ErrorKind::Internal, "unexpected reply to ngm_attach");
+        };
+        if entries != crate::ngm::NGM_ENTRIES {
+            return err(
+                ErrorKind::Internal,
+                format!("hv's table has {entries} entries, this build expects {}", crate::ngm::NGM_ENTRIES),
+            );
+        }
+        let [t, s, p] = take_fds::<3>(fds)?;
+        let map = |fd: &OwnedFd, len: usize, w: bool, what: &str| {
+            io(what, Mapping::new(fd.as_fd(), 0, len, w))
+        };
+        let maps = [
+            map(&t, crate::ngm::TRANSLATION_PAGES * PAGE_SIZE, false, "mapping the translation table")?,
+            map(&s, crate::ngm::STATUS_PAGES * PAGE_SIZE, true, "mapping the status table")?,
+            map(&p, pool_frames as usize * PAGE_SIZE, true, "mapping the guest's pool")?,
+        ];
+        Ok(crate::ngm_client::NgmView::new(
+            handle,
+            guest,
+            self.domid(),
+            pool_frames,
+            maps,
+        ))
+    }
+
     /// GNTTABOP_transfer of own `frame` to `dest` via its accept-transfer grant.
     /// Returns the frame it landed in at the destination.
     pub fn transfer(&mut self, frame: u32, dest: DomId, gref: u32) -> HvResult<u32> {

@@ -9,10 +9,11 @@ use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::evtchn::{Channel, MAX_PORTS, STATE_BOUND};
 use crate::grant::{self, Memories, Pins};
 use crate::memory::{DomainMemory, MemorySpec, BATCH_PAGES};
+use crate::ngm::{NgmTable, NGM_ENTRIES};
 use crate::proto::{
     self, DomId, Port, Reply, Request, Response, WatchFired, Welcome, DOMID_TOOLSTACK,
 };
-use crate::status::{Counters, DomainStatus, SystemStatus};
+use crate::status::{Counters, DomainStatus, NgmTableStatus, SystemStatus};
 use crate::trace::{self, DomainTrace, HvEvent, HvTrace, TraceSnapshot};
 use abi::SharedMemory;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -88,6 +89,9 @@ struct State {
     channels: HashMap<u64, Channel>,
     next_chan: u64,
     next_domid: DomId,
+    /// New-grant-mechanism tables by (guest, driver domain).
+    ngm: BTreeMap<(DomId, DomId), NgmTable>,
+    next_ngm: u32,
     counters: Counters,
     info: BTreeMap<String, String>,
     /// Shutdown was requested: no new domains.
@@ -146,6 +150,8 @@ impl Hypervisor {
                 channels: HashMap::new(),
                 next_chan: 1,
                 next_domid: 1,
+                ngm: BTreeMap::new(),
+                next_ngm: 1,
                 counters: Counters::default(),
                 info: BTreeMap::new(),
                 shutting_down: false,
@@ -319,6 +325,17 @@ impl Hypervisor {
                 st.unpin(&m);
             }
             st.pins.retain(|(granter, _), _| *granter != domid);
+            // Its grants under the new mechanism vanish from every driver
+            // domain's view; a dead driver domain holds no uses.
+            st.ngm.retain(|&(guest, backend), t| {
+                if backend == domid {
+                    t.reset_status();
+                }
+                if guest == domid {
+                    t.invalidate_all();
+                }
+                guest != domid
+            });
             for (_, chan) in std::mem::take(&mut d.ports) {
                 drop_end(st, chan, domid);
             }
@@ -400,6 +417,18 @@ impl Hypervisor {
             counters: st.counters.clone(),
             store_nodes: st.store.counters().nodes.get() as usize,
             info: st.info.clone(),
+            ngm_tables: st
+                .ngm
+                .values()
+                .map(|t| NgmTableStatus {
+                    handle: t.handle,
+                    guest: t.guest,
+                    backend: t.backend,
+                    created: t.created,
+                    revoked: t.revoked,
+                    refused: t.refused,
+                })
+                .collect(),
         }
     }
 
@@ -939,10 +968,83 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
             let landing = landing?;
             Ok(ok(Reply::Value(landing.to_le_bytes().to_vec())))
         }
+        Request::NgmSetup { backend } => {
+            if backend == caller || !st.doms.0.contains_key(&backend) {
+                return err(
+                    ErrorKind::BadDomain,
+                    format!("domain {backend} is not another existing domain"),
+                );
+            }
+            let next = st.next_ngm;
+            let t = match st.ngm.entry((caller, backend)) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(NgmTable::new(next, caller, backend)?)
+                }
+            };
+            let handle = t.handle;
+            if handle == next {
+                st.next_ngm = next.wrapping_add(1).max(1);
+            }
+            Ok(ok(Reply::NgmTable {
+                handle,
+                entries: NGM_ENTRIES,
+            }))
+        }
+        Request::NgmGrant {
+            backend,
+            gref,
+            frame,
+            writable,
+        } => {
+            let frames = domain(st, caller)?.mem.spec.pool_frames;
+            ngm_table(st, caller, backend)?.grant(gref, frame, writable, frames)?;
+            Ok(ok(Reply::Done))
+        }
+        Request::NgmRevoke { backend, gref } => {
+            ngm_table(st, caller, backend)?.revoke(gref)?;
+            Ok(ok(Reply::Done))
+        }
+        Request::NgmAttach { guest } => {
+            let pool = st
+                .doms
+                .0
+                .get(&guest)
+                .map(|d| d.mem.clone())
+                .ok_or_else(|| {
+                    HvError::new(ErrorKind::BadDomain, format!("domain {guest} does not exist"))
+                })?;
+            let t = st.ngm.get(&(guest, caller)).ok_or_else(|| {
+                HvError::new(
+                    ErrorKind::PermissionDenied,
+                    format!("domain {guest} set up no grant table for domain {caller}"),
+                )
+            })?;
+            let [trans, status] = t.backend_fds()?;
+            let fds = vec![trans, status, pool.pool_fd_for_peer(true)?];
+            Ok((
+                Ok(Reply::NgmAttached {
+                    handle: t.handle,
+                    entries: NGM_ENTRIES,
+                    pool_frames: pool.spec.pool_frames,
+                }),
+                fds,
+            ))
+        }
         Request::Status | Request::Shutdown | Request::DestroyDomain { .. } | Request::Trace => {
             err(ErrorKind::Invalid, "handled elsewhere")
         }
     }
+}
+
+/// The caller's table for `backend`.
+fn ngm_table(st: &mut State, guest: DomId, backend: DomId) -> HvResult<&mut NgmTable> {
+    st.ngm.get_mut(&(guest, backend)).ok_or_else(|| {
+        HvError::new(
+            ErrorKind::BadDomain,
+            format!("domain {guest} has no grant table for domain {backend}; set one up first"),
+        )
+    })
 }
 
 /// Records a grant operation `caller` asked for (its trace lives with it).

@@ -4,6 +4,8 @@
 //! - [`core::Hypervisor`]: domains, hypercall dispatch, cleanup of dead domains;
 //! - [`memory`]: each domain's grantable pool, grant table, batch page and trace area;
 //! - [`grant`]: grant validation, copy, map/unmap, transfer;
+//! - [`ngm`]: the new grant mechanism's tables (Ram thesis ch. 4), and
+//!   [`ngm_client`] the guest's track table and the driver domain's view;
 //! - [`evtchn`]: event channels (eventfd doorbells, pending/mask bits);
 //! - [`batch`]: the shared-memory path for grant-copy batches;
 //! - [`trace`]: xentrace-style event counts and cost histograms;
@@ -19,6 +21,8 @@ pub mod evtchn;
 pub mod grant;
 pub mod host;
 pub mod memory;
+pub mod ngm;
+pub mod ngm_client;
 pub mod proto;
 pub mod status;
 pub mod topology;

@@ -103,6 +103,29 @@ pub enum Request {
     },
     /// Toolstack: every trace counter, hv's and each domain's (see [`crate::trace`]).
     Trace,
+    /// New grant mechanism (Ram thesis 4.5.1), from a guest: creates (or
+    /// finds) the grant table for the pair (caller, `backend`).
+    NgmSetup {
+        backend: DomId,
+    },
+    /// From a guest: validates own `frame` once and grants it to `backend`
+    /// under reference `gref` (thesis 4.6.1).
+    NgmGrant {
+        backend: DomId,
+        gref: u32,
+        frame: u32,
+        writable: bool,
+    },
+    /// From a guest: revokes `gref`, refused while the backend uses it (4.6.3).
+    NgmRevoke {
+        backend: DomId,
+        gref: u32,
+    },
+    /// From a driver domain: maps the pair's table and the guest's I/O pool
+    /// (thesis 4.5.2).
+    NgmAttach {
+        guest: DomId,
+    },
 }
 
 impl Request {
@@ -115,7 +138,7 @@ impl Request {
     }
 
     /// Every request's name, in [`Request::index`] order (counter and trace names).
-    pub const NAMES: [&'static str; 23] = [
+    pub const NAMES: [&'static str; 27] = [
         "hello",
         "nop",
         "store_read",
@@ -139,6 +162,10 @@ impl Request {
         "shutdown",
         "destroy_domain",
         "trace",
+        "ngm_setup",
+        "ngm_grant",
+        "ngm_revoke",
+        "ngm_attach",
     ];
 
     /// A dense number per kind of request, below `NAMES.len()`.
@@ -167,6 +194,10 @@ impl Request {
             Request::Shutdown => 20,
             Request::DestroyDomain { .. } => 21,
             Request::Trace => 22,
+            Request::NgmSetup { .. } => 23,
+            Request::NgmGrant { .. } => 24,
+            Request::NgmRevoke { .. } => 25,
+            Request::NgmAttach { .. } => 26,
         }
     }
 
@@ -215,6 +246,18 @@ pub enum Reply {
     },
     Status(Box<crate::status::SystemStatus>),
     Trace(Box<crate::trace::TraceSnapshot>),
+    /// A new-grant-mechanism table: its handle and size.
+    NgmTable {
+        handle: u32,
+        entries: u32,
+    },
+    /// The table attached; the translation sub-table (read-only), the
+    /// status sub-table and the guest's pool travel with the message.
+    NgmAttached {
+        handle: u32,
+        entries: u32,
+        pool_frames: u32,
+    },
 }
 
 /// A reply or an error, as sent on the wire.

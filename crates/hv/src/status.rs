@@ -57,4 +57,20 @@ pub struct SystemStatus {
     pub store_nodes: usize,
     /// Extra facts the daemon adds (topology name, wire host, ...).
     pub info: BTreeMap<String, String>,
+    /// Tables of the new grant mechanism, one per (guest, driver domain).
+    #[serde(default)]
+    pub ngm_tables: Vec<NgmTableStatus>,
+}
+
+/// One table of the new grant mechanism (Ram thesis ch. 4).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NgmTableStatus {
+    pub handle: u32,
+    pub guest: u16,
+    pub backend: u16,
+    /// Grants created (each a hypercall that validated a frame once).
+    pub created: u64,
+    pub revoked: u64,
+    /// Revocations refused because the driver domain was using the grant.
+    pub refused: u64,
 }

@@ -1,7 +1,58 @@
 //! Per-vif counters, named for what an operator asks (STYLE.md, Firecracker).
+//!
+//! Counting never allocates on the data path: a reason is a `&'static str`,
+//! and each distinct reason takes one slot the first time it is seen.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+
+/// Counts by reason (drops, refusals, grant operations).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReasonCounts(Vec<(Cow<'static, str>, u64)>);
+
+impl ReasonCounts {
+    /// Adds `n` to `reason`.
+    pub fn add(&mut self, reason: &'static str, n: u64) {
+        match self.0.iter_mut().find(|(k, _)| k == reason) {
+            Some((_, v)) => *v += n,
+            None => self.0.push((Cow::Borrowed(reason), n)),
+        }
+    }
+
+    /// The count of `reason` (0 if never seen).
+    pub fn get(&self, reason: &str) -> u64 {
+        self.0
+            .iter()
+            .find(|(k, _)| k == reason)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// The sum over every reason.
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(|(_, v)| v).sum()
+    }
+
+    /// Every reason and its count, in alphabetical order.
+    pub fn sorted(&self) -> BTreeMap<&str, u64> {
+        self.0.iter().map(|(k, v)| (k.as_ref(), *v)).collect()
+    }
+}
+
+impl Serialize for ReasonCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.sorted().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ReasonCounts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m = BTreeMap::<String, u64>::deserialize(d)?;
+        Ok(ReasonCounts(
+            m.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect(),
+        ))
+    }
+}
 
 /// What one end of a virtual NIC has done. TX is guest → network, RX is
 /// network → guest, from either end's point of view.
@@ -12,29 +63,52 @@ pub struct VifCounters {
     pub rx_packets: u64,
     pub rx_bytes: u64,
     /// Packets dropped, by reason.
-    pub drops: BTreeMap<String, u64>,
+    pub drops: ReasonCounts,
     /// Requests refused as malformed or hostile, by reason.
-    pub rejected: BTreeMap<String, u64>,
+    pub rejected: ReasonCounts,
     pub notifications_sent: u64,
     pub notifications_received: u64,
     /// Grant operations by kind (copy, map, unmap, transfer, grant, revoke).
-    pub grant_ops: BTreeMap<String, u64>,
+    pub grant_ops: ReasonCounts,
     /// Ring batches processed (one wake-up may handle many packets).
     pub batches: u64,
 }
 
 impl VifCounters {
-    pub fn drop(&mut self, reason: &str) {
-        *self.drops.entry(reason.to_string()).or_default() += 1;
+    pub fn drop(&mut self, reason: &'static str) {
+        self.drops.add(reason, 1);
     }
-    pub fn reject(&mut self, reason: &str) {
-        *self.rejected.entry(reason.to_string()).or_default() += 1;
+    pub fn reject(&mut self, reason: &'static str) {
+        self.rejected.add(reason, 1);
     }
-    pub fn grant(&mut self, kind: &str, n: u64) {
-        *self.grant_ops.entry(kind.to_string()).or_default() += n;
+    pub fn grant(&mut self, kind: &'static str, n: u64) {
+        self.grant_ops.add(kind, n);
     }
     /// Total refused requests.
     pub fn rejected_total(&self) -> u64 {
-        self.rejected.values().sum()
+        self.rejected.total()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_by_reason_and_round_trips_as_a_json_map() {
+        let mut c = VifCounters::default();
+        c.drop("b");
+        c.drop("a");
+        c.drop("b");
+        c.reject("x");
+        c.grant("copy", 5);
+        assert_eq!(c.drops.get("b"), 2);
+        assert_eq!(c.drops.get("none"), 0);
+        assert_eq!(c.rejected_total(), 1);
+        let j = serde_json::to_value(&c).unwrap();
+        assert_eq!(j["drops"], serde_json::json!({"a": 1, "b": 2}));
+        let back: VifCounters = serde_json::from_value(j).unwrap();
+        assert_eq!(back.drops.sorted(), c.drops.sorted());
+        assert_eq!(back.grant_ops.get("copy"), 5);
     }
 }

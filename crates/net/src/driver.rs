@@ -3,7 +3,7 @@
 
 use crate::bridge::{Bridge, PortId, Route};
 use crate::netback::{self, Netback, Pending};
-use crate::packet::Packet;
+use crate::packet::FrameRef;
 use crate::port::{PacketPort, Port};
 use hv::{DomId, HvClient};
 use std::time::{Duration, Instant};
@@ -73,9 +73,10 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             Ok(nb) => {
                 hv.watch(&format!("{}/state", nb.fe), &format!("fe:{}", vifs.len()))?;
                 eprintln!(
-                    "driver: {name} connected (rx {}, tx {}, offload {})",
+                    "driver: {name} connected (grants {}, rx {}, tx {}, offload {})",
+                    if nb.modes.ngm { "ngm" } else { "hv-copy" },
                     if nb.modes.rx_flip { "flip" } else { "copy" },
-                    if nb.modes.tx_map { "map" } else { "copy" },
+                    nb.modes.tx_name(),
                     nb.modes.offload
                 );
                 vifs.push(Vif {
@@ -89,7 +90,6 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
     }
 
     let mut bridge = Bridge::default();
-    let mut rx_batch: Vec<Packet> = Vec::new();
     let mut last_stats = Instant::now();
     loop {
         // Wait for the port, any vif's event channel, or a store watch.
@@ -113,39 +113,19 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         drop(fds);
 
         if watch_ready {
-            while let Some(ev) = hv.next_watch(Duration::ZERO)? {
-                let Some(i) = ev
-                    .token
-                    .strip_prefix("fe:")
-                    .and_then(|i| i.parse::<usize>().ok())
-                else {
-                    continue;
-                };
-                let Some(v) = vifs.get_mut(i) else { continue };
-                let gone = match hv.read_state(&v.nb.fe) {
-                    Ok(s) => matches!(
-                        s,
-                        abi::xenbus::XenbusState::Closing | abi::xenbus::XenbusState::Closed
-                    ),
-                    Err(_) => true,
-                };
-                if gone && v.nb.is_connected() {
-                    v.nb.disconnect(hv, "the frontend went away");
-                }
-            }
+            handle_watches(hv, &mut vifs)?;
         }
 
         // Physical port → bridge.
-        if let Some(p) = phys.as_mut() {
-            rx_batch.clear();
-            if let Err(e) = p.recv_batch(&mut rx_batch, 64) {
+        if let Some(mut p) = phys.take() {
+            let r = p.recv_batch(&mut |f| {
+                forward(&mut bridge, PHYS, f, &mut None, Others::all(&mut vifs));
+            });
+            if let Err(e) = r {
                 // Count it and carry on: one bad read must not stop every guest.
                 eprintln!("driver: port {}: {e}", p.name());
             }
-            for pkt in rx_batch.drain(..) {
-                let route = bridge.route(PHYS, &pkt.data, Instant::now());
-                deliver(route, PHYS, pkt, &mut phys, &mut vifs);
-            }
+            phys = Some(p);
         }
 
         // Each vif's TX ring → bridge.
@@ -159,18 +139,20 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                     .disconnect(hv, "the frontend closed its event channel");
                 continue;
             }
-            let mut out = Vec::new();
-            if let Err(e) = vifs[i].nb.process_tx(hv, &mut out) {
-                vifs[i].nb.disconnect(hv, &format!("TX failed: {e}"));
+            let (before, rest) = vifs.split_at_mut(i);
+            let Some((me, after)) = rest.split_first_mut() else {
                 continue;
-            }
-            for pkt in out {
-                let route = bridge.route(i + 1, &pkt.data, Instant::now());
-                deliver(route, i + 1, pkt, &mut phys, &mut vifs);
+            };
+            let mut others = Others { before, after };
+            let r = me.nb.process_tx(hv, &mut |f| {
+                forward(&mut bridge, i + 1, f, &mut phys, others.reborrow());
+            });
+            if let Err(e) = r {
+                me.nb.disconnect(hv, &format!("TX failed: {e}"));
             }
         }
 
-        // Queued frames → guests' posted buffers.
+        // Responses published, queued frames → guests' posted buffers.
         for v in vifs.iter_mut() {
             if let Err(e) = v.nb.flush_rx(hv) {
                 v.nb.disconnect(hv, &format!("RX failed: {e}"));
@@ -192,40 +174,111 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
     }
 }
 
-/// Sends a frame where the bridge said, never back out of its ingress port.
-fn deliver(
-    route: Route,
+/// A frontend whose state went to Closing or Closed loses its backend.
+fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<(), DriverError> {
+    while let Some(ev) = hv.next_watch(Duration::ZERO)? {
+        let Some(i) = ev
+            .token
+            .strip_prefix("fe:")
+            .and_then(|i| i.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let Some(v) = vifs.get_mut(i) else { continue };
+        let gone = match hv.read_state(&v.nb.fe) {
+            Ok(s) => matches!(
+                s,
+                abi::xenbus::XenbusState::Closing | abi::xenbus::XenbusState::Closed
+            ),
+            Err(_) => true,
+        };
+        if gone && v.nb.is_connected() {
+            v.nb.disconnect(hv, "the frontend went away");
+        }
+    }
+    Ok(())
+}
+
+/// The vifs other than the one whose frame is being forwarded (bridge port
+/// `before.len() + 1` is the ingress, when it is a vif).
+struct Others<'a> {
+    before: &'a mut [Vif],
+    after: &'a mut [Vif],
+}
+
+impl<'a> Others<'a> {
+    /// Every vif (the frame came from the physical port).
+    fn all(vifs: &'a mut [Vif]) -> Others<'a> {
+        Others {
+            before: vifs,
+            after: &mut [],
+        }
+    }
+
+    fn reborrow(&mut self) -> Others<'_> {
+        Others {
+            before: self.before,
+            after: self.after,
+        }
+    }
+
+    /// The vif of bridge port `port` (vif i is port i + 1), unless it is the ingress.
+    fn get(&mut self, port: PortId) -> Option<&mut Vif> {
+        let i = port.checked_sub(1)?;
+        let b = self.before.len();
+        if i < b {
+            self.before.get_mut(i)
+        } else {
+            self.after.get_mut(i.checked_sub(b + 1)?)
+        }
+    }
+
+    /// Bridge ports of the connected vifs here.
+    fn ports(&self) -> impl Iterator<Item = PortId> + '_ {
+        let b = self.before.len();
+        let before = self.before.iter().enumerate().map(|(i, v)| (i + 1, v));
+        let after = self.after.iter().enumerate().map(move |(i, v)| (b + i + 2, v));
+        before
+            .chain(after)
+            .filter(|(_, v)| v.nb.is_connected())
+            .map(|(p, _)| p)
+    }
+}
+
+/// Sends a frame where the bridge says, never back out of its ingress port.
+/// The bridge decides on the frame's first bytes (netback's header copy).
+fn forward(
+    bridge: &mut Bridge,
     ingress: PortId,
-    pkt: Packet,
+    f: &FrameRef<'_>,
     phys: &mut Option<Box<dyn Port>>,
-    vifs: &mut [Vif],
+    mut vifs: Others<'_>,
 ) {
-    let connected: Vec<usize> = (0..vifs.len())
-        .filter(|&i| vifs[i].nb.is_connected())
-        .collect();
-    let mut to_port = |port: PortId, p: Packet| {
+    let mut to_port = |port: PortId, vifs: &mut Others<'_>| {
         if port == PHYS {
             if let Some(ph) = phys.as_mut() {
-                ph.send(p);
+                ph.send(f);
             }
-        } else if let Some(v) = vifs.get_mut(port - 1) {
-            v.nb.enqueue_rx(p);
+        } else if let Some(v) = vifs.get(port) {
+            v.nb.deliver(f);
         }
     };
-    match route {
+    match bridge.route(ingress, f.head, Instant::now()) {
         Route::Drop => {}
-        Route::Port(p) if p != ingress => to_port(p, pkt),
+        Route::Port(p) if p != ingress => to_port(p, &mut vifs),
         Route::Port(_) => {}
         Route::Flood => {
-            let targets: Vec<PortId> = std::iter::once(PHYS)
-                .chain(connected.into_iter().map(|i| i + 1))
-                .filter(|&p| p != ingress)
-                .collect();
-            if let Some((&last, rest)) = targets.split_last() {
-                for &p in rest {
-                    to_port(p, pkt.clone());
+            // At most a handful of vifs: a fixed array, nothing allocated.
+            let mut targets = [0 as PortId; 64];
+            let mut n = 0;
+            for p in std::iter::once(PHYS).chain(vifs.ports()) {
+                if p != ingress && n < targets.len() {
+                    targets[n] = p;
+                    n += 1;
                 }
-                to_port(last, pkt);
+            }
+            for &p in &targets[..n] {
+                to_port(p, &mut vifs);
             }
         }
     }

@@ -178,6 +178,15 @@ pub struct Headers {
 /// hop-by-hop, routing and destination-options extension headers. Fragments
 /// are reported with an `L4::Other` so nobody offloads a partial segment.
 pub fn parse_headers(frame: &[u8]) -> Result<Headers> {
+    parse_headers_of(frame, frame.len())
+}
+
+/// Like [`parse_headers`], for a frame of `len` bytes of which only the first
+/// ones, `head`, are at hand (netback's header copy, Menon 2006 §4.1). The
+/// lengths in the headers are checked against `len`; the headers themselves
+/// must lie within `head`, or the frame is reported truncated.
+pub fn parse_headers_of(head: &[u8], len: usize) -> Result<Headers> {
+    let frame = head;
     let mut ethertype = rd16(frame, 12, "Ethernet header")?;
     let mut l3_off = ETH_HLEN;
     if ethertype == ETHERTYPE_VLAN {
@@ -185,20 +194,34 @@ pub fn parse_headers(frame: &[u8]) -> Result<Headers> {
         l3_off += VLAN_HLEN;
     }
     match ethertype {
-        ETHERTYPE_IPV4 => parse_ipv4(frame, l3_off),
-        ETHERTYPE_IPV6 => parse_ipv6(frame, l3_off),
+        ETHERTYPE_IPV4 => parse_ipv4(frame, len, l3_off),
+        ETHERTYPE_IPV6 => parse_ipv6(frame, len, l3_off),
         other => Ok(Headers {
             l3: L3::Other(other),
             l3_off,
             l4: L4::Absent,
             l4_off: l3_off,
             payload_off: l3_off,
-            end: frame.len(),
+            end: len,
         }),
     }
 }
 
-fn parse_ipv4(frame: &[u8], off: usize) -> Result<Headers> {
+/// Checks that `n` bytes from `at` lie within a frame of `len` bytes.
+fn within(len: usize, at: usize, n: usize, what: &'static str) -> Result<()> {
+    if at.checked_add(n).is_some_and(|e| e <= len) {
+        Ok(())
+    } else {
+        Err(OffloadError::Truncated {
+            what,
+            at,
+            need: n,
+            have: len.saturating_sub(at),
+        })
+    }
+}
+
+fn parse_ipv4(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
     const WHAT: &str = "IPv4 header";
     let h = get(frame, off, IPV4_MIN_HLEN, WHAT)?;
     let version = h[0] >> 4;
@@ -221,7 +244,7 @@ fn parse_ipv4(frame: &[u8], off: usize) -> Result<Headers> {
             format!("total length {total} < header length {ihl}"),
         ));
     }
-    get(frame, off, total, "IPv4 packet")?;
+    within(len, off, total, "IPv4 packet")?;
     let end = off + total;
     let frag = u16::from_be_bytes([h[6], h[7]]);
     let more_fragments = frag & 0x2000 != 0;
@@ -238,7 +261,7 @@ fn parse_ipv4(frame: &[u8], off: usize) -> Result<Headers> {
             end,
         });
     }
-    let (l4, payload_off, end) = parse_l4(&frame[..end], proto, l4_off)?;
+    let (l4, payload_off, end) = parse_l4(&frame[..end.min(frame.len())], end, proto, l4_off)?;
     Ok(Headers {
         l3: L3::Ipv4,
         l3_off: off,
@@ -249,7 +272,7 @@ fn parse_ipv4(frame: &[u8], off: usize) -> Result<Headers> {
     })
 }
 
-fn parse_ipv6(frame: &[u8], off: usize) -> Result<Headers> {
+fn parse_ipv6(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
     const WHAT: &str = "IPv6 header";
     let h = get(frame, off, IPV6_HLEN, WHAT)?;
     let version = h[0] >> 4;
@@ -263,9 +286,9 @@ fn parse_ipv6(frame: &[u8], off: usize) -> Result<Headers> {
     let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
     // A zero payload length with a jumbo option (RFC 2675) is not supported:
     // the walk below then simply finds the packet truncated.
-    get(frame, off, IPV6_HLEN + payload_len, "IPv6 packet")?;
+    within(len, off, IPV6_HLEN + payload_len, "IPv6 packet")?;
     let end = off + IPV6_HLEN + payload_len;
-    let packet = &frame[..end];
+    let packet = &frame[..end.min(frame.len())];
     let mut next = h[6];
     let mut at = off + IPV6_HLEN;
     for i in 0..=MAX_IPV6_EXT_HEADERS {
@@ -300,7 +323,7 @@ fn parse_ipv6(frame: &[u8], off: usize) -> Result<Headers> {
                 })
             }
             proto => {
-                let (l4, payload_off, end) = parse_l4(packet, proto, at)?;
+                let (l4, payload_off, end) = parse_l4(packet, end, proto, at)?;
                 return Ok(Headers {
                     l3: L3::Ipv6,
                     l3_off: off,
@@ -320,8 +343,9 @@ fn parse_ipv6(frame: &[u8], off: usize) -> Result<Headers> {
     ))
 }
 
-/// `packet` ends where the IP length says. Returns (l4, payload_off, end).
-fn parse_l4(packet: &[u8], proto: u8, l4_off: usize) -> Result<(L4, usize, usize)> {
+/// The IP packet ends at `end`; `packet` holds its bytes up to there, or
+/// fewer (a header copy). Returns (l4, payload_off, end).
+fn parse_l4(packet: &[u8], end: usize, proto: u8, l4_off: usize) -> Result<(L4, usize, usize)> {
     match proto {
         PROTO_TCP => {
             let t = get(packet, l4_off, TCP_MIN_HLEN, "TCP header")?;
@@ -334,7 +358,7 @@ fn parse_l4(packet: &[u8], proto: u8, l4_off: usize) -> Result<(L4, usize, usize
                 ));
             }
             get(packet, l4_off, doff, "TCP header with options")?;
-            Ok((L4::Tcp, l4_off + doff, packet.len()))
+            Ok((L4::Tcp, l4_off + doff, end))
         }
         PROTO_UDP => {
             let ulen = usize::from(rd16(packet, l4_off + 4, "UDP header")?);
@@ -346,10 +370,10 @@ fn parse_l4(packet: &[u8], proto: u8, l4_off: usize) -> Result<(L4, usize, usize
                     format!("length {ulen} < 8"),
                 ));
             }
-            get(packet, l4_off, ulen, "UDP datagram")?;
+            within(end, l4_off, ulen, "UDP datagram")?;
             Ok((L4::Udp, l4_off + UDP_HLEN, l4_off + ulen))
         }
-        other => Ok((L4::Other(other), l4_off, packet.len())),
+        other => Ok((L4::Other(other), l4_off, end)),
     }
 }
 
@@ -377,7 +401,12 @@ fn not_tcp_udp(h: &Headers) -> OffloadError {
 /// values a `Csum::Partial` needs. Xen's netif `csum_blank` carries no offsets,
 /// so netback finds them by parsing, as Linux `skb_checksum_setup` does.
 pub fn partial_csum_for(frame: &[u8]) -> Result<(u16, u16)> {
-    let h = parse_headers(frame)?;
+    partial_csum_of(frame, frame.len())
+}
+
+/// [`partial_csum_for`] from a header copy `head` of a `len`-byte frame.
+pub fn partial_csum_of(head: &[u8], len: usize) -> Result<(u16, u16)> {
+    let h = parse_headers_of(head, len)?;
     let offset = l4_csum_offset(&h)?;
     Ok((
         to_u16(h.l4_off, "transport header offset", h.l4_off)?,
@@ -704,6 +733,15 @@ impl Offloads {
                 GsoKind::TcpV4 => self.tso4,
                 GsoKind::TcpV6 => self.tso6,
             }
+    }
+
+    /// Whether [`prepare`] would pass a frame with this offload state
+    /// untouched, so it can go out without being copied into a [`Packet`].
+    pub fn passes_as_is(self, csum: Csum, gso: Option<crate::packet::Gso>) -> bool {
+        match gso {
+            Some(g) => self.accepts_gso(g.kind) && matches!(csum, Csum::Partial { .. }),
+            None => self.csum || !matches!(csum, Csum::Partial { .. }),
+        }
     }
 }
 

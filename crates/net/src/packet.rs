@@ -37,6 +37,46 @@ pub enum Csum {
     Partial { start: u16, offset: u16 },
 }
 
+impl Csum {
+    /// The netif TX flags that describe this state (`netif.h`: csum_blank
+    /// means a partial checksum; data_validated that nobody need check it).
+    pub fn tx_flags(self) -> abi::netif::TxFlags {
+        use abi::netif::TxFlags;
+        match self {
+            Csum::Partial { .. } => TxFlags::CSUM_BLANK | TxFlags::DATA_VALIDATED,
+            Csum::Valid => TxFlags::DATA_VALIDATED,
+            Csum::Unknown => TxFlags::EMPTY,
+        }
+    }
+
+    /// The netif RX flags that describe this state.
+    pub fn rx_flags(self) -> abi::netif::RxFlags {
+        use abi::netif::RxFlags;
+        match self {
+            Csum::Partial { .. } => RxFlags::CSUM_BLANK | RxFlags::DATA_VALIDATED,
+            Csum::Valid => RxFlags::DATA_VALIDATED,
+            Csum::Unknown => RxFlags::EMPTY,
+        }
+    }
+
+    /// The state netif flags describe for a frame starting with `head`: a
+    /// blank checksum becomes a partial one whose position comes from the
+    /// headers (netif carries no csum_start). `head` is the start of a frame
+    /// of `len` bytes. `None` when a blank checksum is claimed for a frame
+    /// that is not TCP or UDP.
+    pub fn from_netif(csum_blank: bool, data_validated: bool, head: &[u8], len: usize) -> Option<Csum> {
+        if csum_blank {
+            crate::offload::partial_csum_of(head, len)
+                .ok()
+                .map(|(start, offset)| Csum::Partial { start, offset })
+        } else if data_validated {
+            Some(Csum::Valid)
+        } else {
+            Some(Csum::Unknown)
+        }
+    }
+}
+
 /// The kind of a large (GSO/TSO) packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GsoKind {
@@ -133,75 +173,7 @@ impl Packet {
     /// `NEEDS_CSUM` or with a zero size, a checksum field outside the frame.
     /// When both flags are set, `NEEDS_CSUM` wins (as in Linux).
     pub fn from_vnet_hdr(hdr: &[u8], data: Vec<u8>) -> Result<Packet, OffloadError> {
-        let h = hdr.get(..VNET_HDR_LEN).ok_or(OffloadError::Truncated {
-            what: WHAT,
-            at: 0,
-            need: VNET_HDR_LEN,
-            have: hdr.len(),
-        })?;
-        let le16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
-        let flags = h[0];
-        let gso_type = h[1];
-        let gso_size = le16(4);
-        let csum_start = le16(6);
-        let csum_offset = le16(8);
-
-        if flags & !(VNET_F_NEEDS_CSUM | VNET_F_DATA_VALID) != 0 {
-            return Err(malformed(0, format!("unknown flag bits {flags:#04x}")));
-        }
-        let csum = if flags & VNET_F_NEEDS_CSUM != 0 {
-            let field = usize::from(csum_start) + usize::from(csum_offset);
-            if field + 2 > data.len() {
-                return Err(OffloadError::Truncated {
-                    what: "partial checksum field",
-                    at: field,
-                    need: 2,
-                    have: data.len().saturating_sub(field),
-                });
-            }
-            Csum::Partial {
-                start: csum_start,
-                offset: csum_offset,
-            }
-        } else if flags & VNET_F_DATA_VALID != 0 {
-            Csum::Valid
-        } else {
-            Csum::Unknown
-        };
-
-        let ecn = gso_type & VNET_GSO_ECN != 0;
-        let kind = match gso_type & !VNET_GSO_ECN {
-            VNET_GSO_NONE if ecn => {
-                return Err(malformed(1, "ECN bit without a GSO type".into()));
-            }
-            VNET_GSO_NONE => None,
-            VNET_GSO_TCPV4 => Some(GsoKind::TcpV4),
-            VNET_GSO_TCPV6 => Some(GsoKind::TcpV6),
-            t @ (VNET_GSO_UDP | VNET_GSO_UDP_L4) => {
-                return Err(OffloadError::Unsupported {
-                    what: WHAT,
-                    at: 1,
-                    detail: format!("UDP GSO (type {t})"),
-                });
-            }
-            t => return Err(malformed(1, format!("unknown GSO type {t}"))),
-        };
-        let gso = match kind {
-            None => None,
-            Some(kind) => {
-                if flags & VNET_F_NEEDS_CSUM == 0 {
-                    return Err(malformed(0, "GSO without NEEDS_CSUM".into()));
-                }
-                if gso_size == 0 {
-                    return Err(malformed(4, "GSO with a zero gso_size".into()));
-                }
-                Some(Gso {
-                    kind,
-                    size: gso_size,
-                    ecn,
-                })
-            }
-        };
+        let (csum, gso) = parse_vnet_hdr(hdr, data.len())?;
         Ok(Packet { data, csum, gso })
     }
 
@@ -211,44 +183,130 @@ impl Packet {
     /// GSO packets are expected to be `Csum::Partial` (see
     /// [`crate::offload::prepare`]); Linux refuses GSO without `NEEDS_CSUM`.
     pub fn vnet_hdr(&self) -> [u8; VNET_HDR_LEN] {
-        let mut h = [0u8; VNET_HDR_LEN];
-        match self.csum {
-            Csum::Unknown => {}
-            Csum::Valid => h[0] = VNET_F_DATA_VALID,
-            Csum::Partial { start, offset } => {
-                h[0] = VNET_F_NEEDS_CSUM;
-                h[6..8].copy_from_slice(&start.to_le_bytes());
-                h[8..10].copy_from_slice(&offset.to_le_bytes());
-            }
-        }
-        if let Some(gso) = self.gso {
-            let kind = match gso.kind {
-                GsoKind::TcpV4 => VNET_GSO_TCPV4,
-                GsoKind::TcpV6 => VNET_GSO_TCPV6,
-            };
-            h[1] = if gso.ecn { kind | VNET_GSO_ECN } else { kind };
-            h[2..4].copy_from_slice(&self.gso_header_len().to_le_bytes());
-            h[4..6].copy_from_slice(&gso.size.to_le_bytes());
-        }
-        h
+        encode_vnet_hdr(self.csum, self.gso, &self.data, self.data.len())
     }
+}
 
-    /// `hdr_len` for a GSO header: Ethernet + IP + TCP headers. If the frame
-    /// does not parse, fall back to the end of the checksum field (what Linux
-    /// TAP would assume), or 0.
-    fn gso_header_len(&self) -> u16 {
-        let from_parse = offload::parse_headers(&self.data)
-            .ok()
-            .map(|h| h.payload_off);
-        let from_csum = match self.csum {
-            Csum::Partial { start, offset } => Some(usize::from(start) + usize::from(offset) + 2),
-            _ => None,
-        };
-        from_parse
-            .or(from_csum)
-            .and_then(|n| u16::try_from(n).ok())
-            .unwrap_or(0)
+/// The offload state in a `virtio_net_hdr` read from a TAP device or a
+/// `PACKET_VNET_HDR` socket, for a frame of `frame_len` bytes that followed it
+/// (see [`Packet::from_vnet_hdr`] for what is refused).
+pub fn parse_vnet_hdr(hdr: &[u8], frame_len: usize) -> Result<(Csum, Option<Gso>), OffloadError> {
+    let h = hdr.get(..VNET_HDR_LEN).ok_or(OffloadError::Truncated {
+        what: WHAT,
+        at: 0,
+        need: VNET_HDR_LEN,
+        have: hdr.len(),
+    })?;
+    let le16 = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
+    let flags = h[0];
+    let gso_type = h[1];
+    let gso_size = le16(4);
+    let csum_start = le16(6);
+    let csum_offset = le16(8);
+
+    if flags & !(VNET_F_NEEDS_CSUM | VNET_F_DATA_VALID) != 0 {
+        return Err(malformed(0, format!("unknown flag bits {flags:#04x}")));
     }
+    let csum = if flags & VNET_F_NEEDS_CSUM != 0 {
+        let field = usize::from(csum_start) + usize::from(csum_offset);
+        if field + 2 > frame_len {
+            return Err(OffloadError::Truncated {
+                what: "partial checksum field",
+                at: field,
+                need: 2,
+                have: frame_len.saturating_sub(field),
+            });
+        }
+        Csum::Partial {
+            start: csum_start,
+            offset: csum_offset,
+        }
+    } else if flags & VNET_F_DATA_VALID != 0 {
+        Csum::Valid
+    } else {
+        Csum::Unknown
+    };
+
+    let ecn = gso_type & VNET_GSO_ECN != 0;
+    let kind = match gso_type & !VNET_GSO_ECN {
+        VNET_GSO_NONE if ecn => {
+            return Err(malformed(1, "ECN bit without a GSO type".into()));
+        }
+        VNET_GSO_NONE => None,
+        VNET_GSO_TCPV4 => Some(GsoKind::TcpV4),
+        VNET_GSO_TCPV6 => Some(GsoKind::TcpV6),
+        t @ (VNET_GSO_UDP | VNET_GSO_UDP_L4) => {
+            return Err(OffloadError::Unsupported {
+                what: WHAT,
+                at: 1,
+                detail: format!("UDP GSO (type {t})"),
+            });
+        }
+        t => return Err(malformed(1, format!("unknown GSO type {t}"))),
+    };
+    let gso = match kind {
+        None => None,
+        Some(kind) => {
+            if flags & VNET_F_NEEDS_CSUM == 0 {
+                return Err(malformed(0, "GSO without NEEDS_CSUM".into()));
+            }
+            if gso_size == 0 {
+                return Err(malformed(4, "GSO with a zero gso_size".into()));
+            }
+            Some(Gso {
+                kind,
+                size: gso_size,
+                ecn,
+            })
+        }
+    };
+    Ok((csum, gso))
+}
+
+/// The `virtio_net_hdr` for a frame with this offload state, whose first
+/// bytes are `head` (enough of them to parse the headers, for `hdr_len`) of
+/// `len` in all.
+///
+/// GSO packets are expected to be `Csum::Partial` (see
+/// [`crate::offload::prepare`]); Linux refuses GSO without `NEEDS_CSUM`.
+pub fn encode_vnet_hdr(csum: Csum, gso: Option<Gso>, head: &[u8], len: usize) -> [u8; VNET_HDR_LEN] {
+    let mut h = [0u8; VNET_HDR_LEN];
+    match csum {
+        Csum::Unknown => {}
+        Csum::Valid => h[0] = VNET_F_DATA_VALID,
+        Csum::Partial { start, offset } => {
+            h[0] = VNET_F_NEEDS_CSUM;
+            h[6..8].copy_from_slice(&start.to_le_bytes());
+            h[8..10].copy_from_slice(&offset.to_le_bytes());
+        }
+    }
+    if let Some(gso) = gso {
+        let kind = match gso.kind {
+            GsoKind::TcpV4 => VNET_GSO_TCPV4,
+            GsoKind::TcpV6 => VNET_GSO_TCPV6,
+        };
+        h[1] = if gso.ecn { kind | VNET_GSO_ECN } else { kind };
+        h[2..4].copy_from_slice(&gso_header_len(csum, head, len).to_le_bytes());
+        h[4..6].copy_from_slice(&gso.size.to_le_bytes());
+    }
+    h
+}
+
+/// `hdr_len` for a GSO header: Ethernet + IP + TCP headers. If the frame
+/// does not parse, fall back to the end of the checksum field (what Linux
+/// TAP would assume), or 0.
+fn gso_header_len(csum: Csum, head: &[u8], len: usize) -> u16 {
+    let from_parse = offload::parse_headers_of(head, len)
+        .ok()
+        .map(|h| h.payload_off);
+    let from_csum = match csum {
+        Csum::Partial { start, offset } => Some(usize::from(start) + usize::from(offset) + 2),
+        _ => None,
+    };
+    from_parse
+        .or(from_csum)
+        .and_then(|n| u16::try_from(n).ok())
+        .unwrap_or(0)
 }
 
 fn malformed(at: usize, detail: String) -> OffloadError {
@@ -465,4 +523,102 @@ mod tests {
         assert!(!p.is_gso() && !p.is_empty());
         assert_eq!(Packet::default().csum, Csum::Unknown);
     }
+}
+
+/// A frame in flight without a private copy of its payload: its first bytes
+/// in private memory (netback's header copy, or a whole frame the port
+/// received) and the rest as ranges of one shared mapping (the sending
+/// guest's TX buffers). Menon 2006 §4.1: the driver domain decides on the
+/// header copy and never reads the payload.
+#[derive(Clone, Copy)]
+pub struct FrameRef<'a> {
+    /// The frame's first bytes, checked and private.
+    pub head: &'a [u8],
+    /// Where the remaining bytes are, if any.
+    pub map: Option<&'a sys::Mapping>,
+    /// `(offset, length)` ranges of `map` holding the bytes after `head`.
+    pub segs: &'a [(usize, usize)],
+    /// Total length of the frame.
+    pub len: usize,
+    pub csum: Csum,
+    pub gso: Option<Gso>,
+}
+
+impl<'a> FrameRef<'a> {
+    /// A frame wholly in private memory.
+    pub fn private(data: &'a [u8], csum: Csum, gso: Option<Gso>) -> FrameRef<'a> {
+        FrameRef {
+            head: data,
+            map: None,
+            segs: &[],
+            len: data.len(),
+            csum,
+            gso,
+        }
+    }
+
+    /// The same frame as a [`Packet`], copied (the slow path: the software
+    /// offload driver needs the bytes).
+    pub fn to_packet(&self) -> Packet {
+        let mut data = vec![0u8; self.len];
+        self.copy_out(0, &mut data);
+        Packet {
+            data,
+            csum: self.csum,
+            gso: self.gso,
+        }
+    }
+
+    /// Copies the frame's bytes from `at` into `dst`.
+    pub fn copy_out(&self, at: usize, dst: &mut [u8]) {
+        self.walk(at, dst.len(), |piece, done| match piece {
+            Piece::Private(b) => dst[done..done + b.len()].copy_from_slice(b),
+            Piece::Shared(m, off, n) => {
+                use abi::SharedMemory;
+                m.read_bytes(off, &mut dst[done..done + n])
+            }
+        });
+    }
+
+    /// Copies `len` bytes of the frame from `at` into `dst` at `dst_off`: the
+    /// one copy of a frame delivered into a guest's posted buffer.
+    pub fn copy_into(&self, at: usize, len: usize, dst: &sys::Mapping, dst_off: usize) {
+        use abi::SharedMemory;
+        self.walk(at, len, |piece, done| match piece {
+            Piece::Private(b) => dst.write_bytes(dst_off + done, b),
+            Piece::Shared(m, off, n) => dst.copy_from(dst_off + done, m, off, n),
+        });
+    }
+
+    /// Visits the pieces covering `len` bytes from `at`, with the bytes done so far.
+    fn walk(&self, at: usize, len: usize, mut f: impl FnMut(Piece<'_>, usize)) {
+        let end = (at + len).min(self.len);
+        let mut pos = 0; // frame offset of the current piece
+        let mut done = 0;
+        let hl = self.head.len();
+        if at < hl {
+            let e = end.min(hl);
+            f(Piece::Private(&self.head[at..e]), 0);
+            done = e - at;
+        }
+        pos += hl;
+        let Some(map) = self.map else { return };
+        for &(off, n) in self.segs {
+            if pos >= end {
+                break;
+            }
+            let s = at.max(pos);
+            let e = end.min(pos + n);
+            if s < e {
+                f(Piece::Shared(map, off + (s - pos), e - s), done);
+                done += e - s;
+            }
+            pos += n;
+        }
+    }
+}
+
+enum Piece<'b> {
+    Private(&'b [u8]),
+    Shared(&'b sys::Mapping, usize, usize),
 }

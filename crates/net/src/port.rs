@@ -4,10 +4,10 @@
 //! comes first; AF_XDP, TAP or VXLAN ports can implement the same trait.
 
 use crate::offload::{self, Offloads};
-use crate::packet::{Packet, VNET_HDR_LEN};
+use crate::packet::{self, FrameRef, Packet, VNET_HDR_LEN};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use sys::PacketSocket;
+use sys::{IoPart, PacketSocket, RecvBatch};
 
 /// Port counters.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -28,13 +28,18 @@ pub trait Port {
     fn fd(&self) -> BorrowedFd<'_>;
     /// What the port can take on transmit.
     fn offloads(&self) -> Offloads;
-    /// Receives up to `max` frames into `out`.
-    fn recv_batch(&mut self, out: &mut Vec<Packet>, max: usize) -> io::Result<()>;
+    /// Receives what is queued, in batches, and hands each frame to `f`.
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&FrameRef<'_>)) -> io::Result<()>;
     /// Sends one frame, shaped for the port's offloads first.
-    fn send(&mut self, pkt: Packet);
+    fn send(&mut self, f: &FrameRef<'_>);
     /// Counters.
     fn counters(&self) -> &PortCounters;
 }
+
+/// Frames per receive batch (one `recvmmsg`).
+const RX_BATCH: usize = 32;
+/// Batches per call, so the port cannot starve the vifs.
+const RX_ROUNDS: usize = 4;
 
 /// AF_PACKET on an interface, with virtio-net headers so GSO and partial
 /// checksums cross in both directions.
@@ -42,7 +47,7 @@ pub struct PacketPort {
     name: String,
     sock: PacketSocket,
     caps: Offloads,
-    buf: Vec<u8>,
+    batch: RecvBatch,
     shaped: Vec<Packet>,
     counters: PortCounters,
 }
@@ -61,10 +66,28 @@ impl PacketPort {
             } else {
                 Offloads::NONE
             },
-            buf: vec![0; VNET_HDR_LEN + 65536 + 64],
+            batch: RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64),
             shaped: Vec::new(),
             counters: PortCounters::default(),
         })
+    }
+
+    fn send_shaped(&mut self, f: &FrameRef<'_>) {
+        self.shaped.clear();
+        if offload::prepare(f.to_packet(), self.caps, &mut self.shaped).is_err() {
+            self.counters.tx_dropped += 1;
+            return;
+        }
+        for p in self.shaped.drain(..) {
+            let hdr = p.vnet_hdr();
+            match self.sock.send(&[&hdr, &p.data]) {
+                Ok(_) => {
+                    self.counters.tx_packets += 1;
+                    self.counters.tx_bytes += p.data.len() as u64;
+                }
+                Err(_) => self.counters.tx_dropped += 1,
+            }
+        }
     }
 }
 
@@ -78,50 +101,62 @@ impl Port for PacketPort {
     fn offloads(&self) -> Offloads {
         self.caps
     }
-    fn recv_batch(&mut self, out: &mut Vec<Packet>, max: usize) -> io::Result<()> {
-        for _ in 0..max {
-            let n = match self.sock.recv(&mut self.buf) {
-                Ok(Some(n)) => n,
-                Ok(None) => break,
-                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&FrameRef<'_>)) -> io::Result<()> {
+        for _ in 0..RX_ROUNDS {
+            let n = self.sock.recv_batch(&mut self.batch)?;
+            for i in 0..n {
+                let Ok(bytes) = self.batch.frame(i) else {
                     self.counters.rx_errors += 1;
                     continue;
+                };
+                let Some((hdr, frame)) = bytes.split_at_checked(VNET_HDR_LEN) else {
+                    self.counters.rx_errors += 1;
+                    continue;
+                };
+                match packet::parse_vnet_hdr(hdr, frame.len()) {
+                    Ok((csum, gso)) => {
+                        self.counters.rx_packets += 1;
+                        self.counters.rx_bytes += frame.len() as u64;
+                        f(&FrameRef::private(frame, csum, gso));
+                    }
+                    Err(_) => self.counters.rx_errors += 1,
                 }
-                Err(e) => return Err(e),
-            };
-            if n < VNET_HDR_LEN {
-                self.counters.rx_errors += 1;
-                continue;
             }
-            match Packet::from_vnet_hdr(
-                &self.buf[..VNET_HDR_LEN],
-                self.buf[VNET_HDR_LEN..n].to_vec(),
-            ) {
-                Ok(p) => {
-                    self.counters.rx_packets += 1;
-                    self.counters.rx_bytes += p.data.len() as u64;
-                    out.push(p);
-                }
-                Err(_) => self.counters.rx_errors += 1,
+            if n < RX_BATCH {
+                break;
             }
         }
         Ok(())
     }
-    fn send(&mut self, pkt: Packet) {
-        self.shaped.clear();
-        if offload::prepare(pkt, self.caps, &mut self.shaped).is_err() {
-            self.counters.tx_dropped += 1;
-            return;
+    /// A frame the port takes as it is goes out in one `sendmsg` gathered
+    /// from the header copy and the guest's buffers (Menon 2006 §4.1); one
+    /// that needs the software offload driver is copied and shaped first.
+    fn send(&mut self, f: &FrameRef<'_>) {
+        if !self.caps.passes_as_is(f.csum, f.gso) {
+            return self.send_shaped(f);
         }
-        for p in self.shaped.drain(..) {
-            let hdr = p.vnet_hdr();
-            match self.sock.send(&[&hdr, &p.data]) {
-                Ok(_) => {
-                    self.counters.tx_packets += 1;
-                    self.counters.tx_bytes += p.data.len() as u64;
+        let hdr = packet::encode_vnet_hdr(f.csum, f.gso, f.head, f.len);
+        let mut parts: [IoPart<'_>; 2 + abi::netif::XEN_NETIF_NR_SLOTS_MIN] =
+            std::array::from_fn(|_| IoPart::Private(&[]));
+        parts[0] = IoPart::Private(&hdr);
+        parts[1] = IoPart::Private(f.head);
+        let mut n = 2;
+        if let Some(map) = f.map {
+            for &(off, len) in f.segs {
+                if n == parts.len() {
+                    self.counters.tx_dropped += 1;
+                    return;
                 }
-                Err(_) => self.counters.tx_dropped += 1,
+                parts[n] = IoPart::Shared { map, off, len };
+                n += 1;
             }
+        }
+        match self.sock.send_parts(&parts[..n]) {
+            Ok(_) => {
+                self.counters.tx_packets += 1;
+                self.counters.tx_bytes += f.len as u64;
+            }
+            Err(_) => self.counters.tx_dropped += 1,
         }
     }
     fn counters(&self) -> &PortCounters {

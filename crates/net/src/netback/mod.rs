@@ -2,30 +2,39 @@
 //! Ram thesis 2.1). It never trusts the frontend: every ring index, grant
 //! reference, offset, size and flag is read once and validated, each consumed
 //! request gets exactly one response, and a frontend that keeps sending
-//! garbage is disconnected. TX moves frames guest → bridge by grant copy (or,
-//! in the Xen 2.0 baseline, by mapping each page); RX moves frames bridge →
-//! guest by grant copy into guest-posted buffers (or by page flip).
+//! garbage is disconnected.
 //!
-//! Driver-domain pool layout per vif `i`: staging frames from
-//! `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
+//! Under the new grant mechanism (Ram thesis ch. 4) netback maps the guest's
+//! I/O pool once, at connect, and checks every grant against the translation
+//! table hv keeps; TX copies only the headers and hands the port the payload
+//! where it lies (Menon 2006 §4.1), RX copies a frame once, into the buffer
+//! the guest posted. Under `hv-copy` hv copies each packet's buffers, and in
+//! the Xen 2.0 baseline netback maps each TX page and flips each RX page.
+//!
+//! - this file: the xenbus side (probe, connect, disconnect) and the refusal policy;
+//! - [`tx`]: guest → bridge: parse, validate, forward, respond;
+//! - `rx`: bridge → guest.
+//!
+//! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
+//! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
+
+mod rx;
+pub mod tx;
 
 use crate::counters::VifCounters;
-use crate::offload::{self, Offloads};
-use crate::packet::{Csum, Gso, Packet};
-use abi::grant::{CopyPtr, GrantCopy, GrantStatus, DOMID_SELF};
-use abi::netif::{
-    ExtraInfo, NetifStatus, RxFlags, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse,
-    XEN_NETIF_NR_SLOTS_MIN,
-};
+use crate::offload::Offloads;
+use crate::packet::{Gso, Packet};
+use abi::grant::GrantStatus;
+use abi::netif::{RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN};
 use abi::ring::BackRing;
 use abi::xenbus::{keys, XenbusState};
-use abi::SharedMemory;
-use hv::trace::{self, DomainEvent, Tracer};
+use hv::ngm_client::NgmView;
+use hv::trace::Tracer;
 use hv::{DomId, EventChannel, HvClient, HvError, MappedGrant};
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
-use sys::{Mapping, PAGE_SIZE};
+use sys::Mapping;
 
 const RING: u32 = 256;
 /// Staging frames per vif (TX + RX).
@@ -49,6 +58,22 @@ pub struct Modes {
     pub rx_flip: bool,
     pub tx_map: bool,
     pub offload: bool,
+    /// The new grant mechanism (Ram thesis ch. 4) instead of hv copies.
+    pub ngm: bool,
+    /// TX sends the payload from the guest's buffers (Menon 2006 §4.1);
+    /// otherwise netback copies the whole packet out first.
+    pub tx_gather: bool,
+}
+
+impl Modes {
+    /// How TX moves data, as the topology names it.
+    pub fn tx_name(&self) -> &'static str {
+        match (self.tx_map, self.tx_gather) {
+            (true, _) => "map",
+            (false, true) => "gather",
+            (false, false) => "copy",
+        }
+    }
 }
 
 /// Errors that stop the backend of one vif (never the driver domain).
@@ -80,6 +105,7 @@ pub struct Pending {
 }
 
 /// One slot of a TX packet being gathered.
+#[derive(Debug, Clone, Copy, Default)]
 struct TxSlot {
     id: u16,
     gref: u32,
@@ -87,14 +113,25 @@ struct TxSlot {
     len: u16,
 }
 
-/// A TX packet: its slots, extras, and whether it was refused.
+/// A TX packet: its slots, extras, and whether it was refused. Its slots
+/// live inline, so parsing a packet allocates nothing.
+#[derive(Clone, Copy)]
 struct TxPacket {
-    slots: Vec<TxSlot>,
+    slots: [TxSlot; XEN_NETIF_NR_SLOTS_MIN],
+    count: usize,
+    /// The whole frame's length (the first request's size).
+    total: usize,
     extras: usize,
     flags: TxFlags,
     gso: Option<Gso>,
     refused: Option<&'static str>,
     first_op: usize,
+}
+
+impl TxPacket {
+    fn slots(&self) -> &[TxSlot] {
+        &self.slots[..self.count]
+    }
 }
 
 /// A connected backend.
@@ -118,6 +155,18 @@ pub struct Netback {
     connected: bool,
     /// Ring batches go to the driver domain's trace area.
     tracer: Tracer,
+    /// The guest's I/O pool and translation table, under the new grant mechanism.
+    ngm: Option<NgmView>,
+    /// The header copy of the TX packet being forwarded (Menon 2006 §4.1).
+    head: [u8; tx::HEAD],
+    /// TX packets of the batch being processed (reused).
+    tx_pkts: Vec<TxPacket>,
+    /// Request ids seen in the current TX batch, one bit each.
+    tx_ids: [u64; 1 << 10],
+    /// RX packets delivered since the responses were last published.
+    rx_unpublished: u64,
+    /// The guest's RX ring overflowed during a delivery (fatal, acted on in flush_rx).
+    rx_overflow: bool,
 }
 
 fn read_flag(hv: &mut HvClient, path: &str) -> bool {
@@ -138,8 +187,23 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     let fe = hv.store_read_str(&format!("{be}/{}", keys::FRONTEND))?;
     let index = read_num(hv, &format!("{be}/splitnet-index"))?;
     let rx_flip = hv.store_read_str(&format!("{be}/splitnet-rx-mode"))? == "flip";
-    let tx_map = hv.store_read_str(&format!("{be}/splitnet-tx-mode"))? == "map";
+    let tx_mode = hv.store_read_str(&format!("{be}/splitnet-tx-mode"))?;
+    let tx_map = tx_mode == "map";
+    let tx_gather = tx_mode == "gather";
     let offload = read_flag(hv, &format!("{be}/splitnet-offload"));
+    let ngm = hv
+        .store_read_str(&format!("{be}/splitnet-grants"))
+        .is_ok_and(|g| g == "ngm");
+    if ngm && (rx_flip || tx_map) {
+        return Err(proto(format!(
+            "{be}: the new grant mechanism carries neither page flips nor TX maps"
+        )));
+    }
+    if tx_gather && !ngm {
+        return Err(proto(format!(
+            "{be}: TX gather reads the guest's buffers in place and needs the new grant mechanism"
+        )));
+    }
     if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
         return Err(proto(format!(
             "vif index {index} does not fit in the driver domain's memory"
@@ -154,6 +218,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         (keys::FEATURE_RX_COPY, if rx_flip { "0" } else { "1" }),
         (keys::FEATURE_RX_FLIP, if rx_flip { "1" } else { "0" }),
         (keys::FEATURE_SPLIT_EVENT_CHANNELS, "1"),
+        (crate::FEATURE_NGM, if ngm { "1" } else { "0" }),
     ] {
         hv.store_write(&format!("{be}/{k}"), v)?;
     }
@@ -170,6 +235,8 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
             rx_flip,
             tx_map,
             offload,
+            ngm,
+            tx_gather,
         },
     })
 }
@@ -241,6 +308,22 @@ impl Netback {
                 return Err(e);
             }
         };
+        let ngm = if p.modes.ngm {
+            match attach_pool(hv, g, &fe) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    for ch in held {
+                        let _ = hv.evtchn_close(ch);
+                    }
+                    for h in [tx.into_memory().handle, rx.into_memory().handle] {
+                        let _ = hv.unmap_handle(h);
+                    }
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         let mut chans = held.into_iter();
         let tx_evt = chans.next();
         let rx_evt = chans.next();
@@ -264,6 +347,12 @@ impl Netback {
             counters: VifCounters::default(),
             connected: true,
             tracer: hv.tracer(),
+            ngm,
+            head: [0; tx::HEAD],
+            tx_pkts: Vec::with_capacity(TX_BUDGET),
+            tx_ids: [0; 1 << 10],
+            rx_unpublished: 0,
+            rx_overflow: false,
         })
     }
 
@@ -329,6 +418,8 @@ impl Netback {
             let _ = hv.evtchn_close(ch);
         }
         self.rx_queue.clear();
+        // The guest's pool is unmapped: nothing of it stays reachable.
+        self.ngm = None;
         // Final counters first, so whoever sees Closed sees why.
         if let Ok(json) = serde_json::to_string(&self.counters) {
             let _ = hv.store_write(&format!("{}/stats", self.be), &json);
@@ -354,602 +445,33 @@ impl Netback {
         self.counters.rejected_total() >= FATAL_LIMIT
     }
 
-    /// Consumes up to a budget of TX packets, validating each, and appends
-    /// the good ones to `out`. Every consumed request gets one response.
-    pub fn process_tx(&mut self, hv: &mut HvClient, out: &mut Vec<Packet>) -> Result<()> {
-        if !self.connected {
-            return Ok(());
-        }
-        let t0 = trace::now();
-        let mut pkts: Vec<TxPacket> = Vec::new();
-        let mut ops: Vec<GrantCopy> = Vec::new();
-        let mut ids = HashSet::new();
-        let mut fatal: Option<&'static str> = None;
-        let mut slots_used = 0usize;
-        'gather: while pkts.len() < TX_BUDGET && slots_used + XEN_NETIF_NR_SLOTS_MIN < SLOT_BUDGET {
-            let Some(tx) = self.tx.as_mut() else { break };
-            let first = match tx.next_request() {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(_) => {
-                    fatal = Some("ring_overflow");
-                    break;
-                }
-            };
-            let mut p = TxPacket {
-                slots: Vec::new(),
-                extras: 0,
-                flags: first.flags,
-                gso: None,
-                refused: None,
-                first_op: ops.len(),
-            };
-            let mut cur = first;
-            if cur.validate().is_err() {
-                p.refused = Some("bad_flags");
-            }
-            p.slots.push(TxSlot {
-                id: cur.id,
-                gref: cur.gref,
-                offset: cur.offset,
-                len: cur.size,
-            });
-            // Extra-info slots follow the first request.
-            let mut more_extra = first.flags.contains(TxFlags::EXTRA_INFO);
-            while more_extra {
-                let Some(tx) = self.tx.as_mut() else {
-                    break 'gather;
-                };
-                let raw = match next_in_chain(tx) {
-                    Ok(r) => r,
-                    Err(reason) => {
-                        fatal = Some(reason);
-                        break 'gather;
-                    }
-                };
-                p.extras += 1;
-                match ExtraInfo::from_tx_slot(&raw) {
-                    Ok(x) => {
-                        more_extra = x.more();
-                        if let Some(g) = Gso::from_extra(&x) {
-                            p.gso = Some(g);
-                        }
-                    }
-                    Err(_) => {
-                        p.refused.get_or_insert("bad_extra_info");
-                        more_extra = false;
-                    }
-                }
-                if p.extras > 4 {
-                    fatal = Some("too_many_extras");
-                    break 'gather;
-                }
-            }
-            while cur.flags.contains(TxFlags::MORE_DATA) {
-                if p.slots.len() >= XEN_NETIF_NR_SLOTS_MIN {
-                    // Xen treats this as fatal: the frontend is broken or hostile.
-                    fatal = Some("too_many_slots");
-                    break 'gather;
-                }
-                let Some(tx) = self.tx.as_mut() else {
-                    break 'gather;
-                };
-                cur = match next_in_chain(tx) {
-                    Ok(r) => r,
-                    Err(reason) => {
-                        fatal = Some(reason);
-                        break 'gather;
-                    }
-                };
-                if cur.validate().is_err() {
-                    p.refused.get_or_insert("bad_flags");
-                }
-                p.slots.push(TxSlot {
-                    id: cur.id,
-                    gref: cur.gref,
-                    offset: cur.offset,
-                    len: cur.size,
-                });
-            }
-            slots_used += p.slots.len() + p.extras;
-            if p.refused.is_none() {
-                p.refused = check_tx_packet(&mut p, &mut ids, self.modes.offload);
-            }
-            if p.refused.is_none() && !self.modes.tx_map {
-                for s in &p.slots {
-                    let frame = self.tx_base + ops.len() as u32;
-                    ops.push(GrantCopy {
-                        source: CopyPtr::Gref {
-                            domid: self.guest,
-                            gref: s.gref,
-                            offset: s.offset,
-                        },
-                        dest: CopyPtr::Frame {
-                            domid: DOMID_SELF,
-                            gmfn: frame as u64,
-                            offset: 0,
-                        },
-                        len: s.len,
-                        status: 0,
-                    });
-                }
-            }
-            pkts.push(p);
-        }
-        if !pkts.is_empty() {
-            self.counters.batches += 1;
-        }
-        let statuses = if ops.is_empty() {
-            Vec::new()
-        } else {
-            hv.grant_copy_batch(&ops)?
-        };
-        self.counters.grant("copy", ops.len() as u64);
-        for p in &mut pkts {
-            if p.refused.is_some() {
-                continue;
-            }
-            let data = if self.modes.tx_map {
-                self.gather_mapped(hv, p)
-            } else {
-                self.gather_copied(p, &statuses)
-            };
-            let data = data.and_then(|d| {
-                if d.len() >= 12 && d[6..12] == self.mac {
-                    Ok(d)
-                } else {
-                    Err("spoofed_mac")
-                }
-            });
-            match data {
-                Ok(data) => {
-                    let csum = if p.flags.contains(TxFlags::CSUM_BLANK) {
-                        match offload::partial_csum_for(&data) {
-                            Ok((start, offset)) => Csum::Partial { start, offset },
-                            Err(_) => {
-                                p.refused = Some("csum_blank_not_tcp_udp");
-                                continue;
-                            }
-                        }
-                    } else if p.flags.contains(TxFlags::DATA_VALIDATED) {
-                        Csum::Valid
-                    } else {
-                        Csum::Unknown
-                    };
-                    self.counters.tx_packets += 1;
-                    self.counters.tx_bytes += data.len() as u64;
-                    out.push(Packet {
-                        data,
-                        csum,
-                        gso: p.gso,
-                    });
-                }
-                Err(reason) => p.refused = Some(reason),
-            }
-        }
-        // Exactly one response per consumed request, in order.
-        for p in &pkts {
-            let status = if p.refused.is_some() {
-                NetifStatus::Error
-            } else {
-                NetifStatus::Okay
-            };
-            if let Some(r) = p.refused {
-                self.refuse(r);
-            }
-            for (i, s) in p.slots.iter().enumerate() {
-                self.respond_tx(TxResponse::new(s.id, status))?;
-                if i == 0 {
-                    for _ in 0..p.extras {
-                        self.respond_tx(TxResponse::new(0, NetifStatus::Null))?;
-                    }
-                }
-            }
-        }
-        if self
-            .tx
-            .as_mut()
-            .is_some_and(|tx| tx.push_responses_and_check_notify())
-        {
-            self.notify(false);
-        }
-        if !pkts.is_empty() {
-            self.tracer
-                .record(DomainEvent::NetbackTx, t0, pkts.len() as u64);
-        }
+    /// The one refusal-and-disconnect policy: a fatal error disconnects at
+    /// once, and so does a frontend past [`FATAL_LIMIT`] refusals.
+    fn enforce(&mut self, hv: &mut HvClient, fatal: Option<&'static str>) {
         if let Some(reason) = fatal {
             self.refuse(reason);
             self.disconnect(hv, &format!("fatal frontend error: {reason}"));
-            return Ok(());
+        } else if self.too_hostile() {
+            let n = self.counters.rejected_total();
+            self.disconnect(hv, &format!("{n} refused requests"));
         }
-        if self.too_hostile() {
-            self.disconnect(
-                hv,
-                &format!("{} refused requests", self.counters.rejected_total()),
-            );
-            return Ok(());
-        }
-        // More work already waiting? The caller polls again; re-arm otherwise.
-        if let Some(tx) = self.tx.as_mut() {
-            if tx.final_check_for_requests().is_err() {
-                self.refuse("ring_overflow");
-                self.disconnect(hv, "fatal frontend error: ring_overflow");
-            }
-        }
-        Ok(())
-    }
-
-    fn respond_tx(&mut self, r: TxResponse) -> Result<()> {
-        if let Some(tx) = self.tx.as_mut() {
-            tx.push_response(&r)?;
-        }
-        Ok(())
-    }
-
-    /// Whether TX work is waiting.
-    pub fn tx_pending(&mut self) -> bool {
-        self.tx
-            .as_mut()
-            .is_some_and(|t| t.unconsumed_requests().map(|n| n > 0).unwrap_or(true))
-    }
-
-    fn gather_copied(
-        &mut self,
-        p: &TxPacket,
-        statuses: &[i16],
-    ) -> std::result::Result<Vec<u8>, &'static str> {
-        let mut data = Vec::with_capacity(p.slots.iter().map(|s| s.len as usize).sum());
-        for (k, s) in p.slots.iter().enumerate() {
-            let op = p.first_op + k;
-            match statuses.get(op).copied() {
-                Some(0) => {}
-                Some(st) => return Err(grant_reason(st)),
-                None => return Err("copy_missing"),
-            }
-            let frame = self.tx_base + op as u32;
-            let at = data.len();
-            data.resize(at + s.len as usize, 0);
-            self.pool
-                .read_bytes(frame as usize * PAGE_SIZE, &mut data[at..]);
-        }
-        Ok(data)
-    }
-
-    /// Xen 2.0 transmit: map each page, copy the data out, unmap.
-    fn gather_mapped(
-        &mut self,
-        hv: &mut HvClient,
-        p: &TxPacket,
-    ) -> std::result::Result<Vec<u8>, &'static str> {
-        let mut data = Vec::new();
-        for s in &p.slots {
-            let m = match hv.map_grant(self.guest, s.gref, false) {
-                Ok(m) => m,
-                Err(e) => return Err(hv_reason(&e)),
-            };
-            self.counters.grant("map", 1);
-            let at = data.len();
-            data.resize(at + s.len as usize, 0);
-            let r = m.read(s.offset as usize, &mut data[at..]);
-            let _ = hv.unmap_grant(m);
-            self.counters.grant("unmap", 1);
-            if r.is_err() {
-                return Err("crosses_page");
-            }
-        }
-        Ok(data)
-    }
-
-    /// Queues a frame for the guest, shaped for what its NIC accepts.
-    pub fn enqueue_rx(&mut self, pkt: Packet) {
-        if !self.connected {
-            return;
-        }
-        let mut shaped = Vec::new();
-        if offload::prepare(pkt, self.guest_caps, &mut shaped).is_err() {
-            self.counters.drop("malformed_for_guest");
-            return;
-        }
-        for p in shaped {
-            if self.rx_queue.len() >= RX_QUEUE {
-                self.counters.drop("rx_queue_full");
-            } else {
-                self.rx_queue.push_back(p);
-            }
-        }
-    }
-
-    /// Moves queued frames into the buffers the guest has posted.
-    pub fn flush_rx(&mut self, hv: &mut HvClient) -> Result<()> {
-        // Bounded: a guest that keeps posting buffers cannot keep us here.
-        for _ in 0..8 {
-            if !self.connected || self.rx_queue.is_empty() {
-                return Ok(());
-            }
-            let (t0, queued) = (trace::now(), self.rx_queue.len());
-            let r = if self.modes.rx_flip {
-                self.flush_rx_flip(hv)
-            } else {
-                self.flush_rx_copy(hv)
-            };
-            if let Err(NetbackError::Ring(_)) = r {
-                self.refuse("ring_overflow");
-                self.disconnect(hv, "fatal frontend error: ring_overflow");
-                return Ok(());
-            }
-            r?;
-            let notify = self
-                .rx
-                .as_mut()
-                .is_some_and(|rx| rx.push_responses_and_check_notify());
-            if notify {
-                self.notify(true);
-            }
-            let moved = queued.saturating_sub(self.rx_queue.len());
-            if moved > 0 {
-                self.tracer.record(DomainEvent::NetbackRx, t0, moved as u64);
-            }
-            if self.rx_queue.is_empty() {
-                return Ok(());
-            }
-            // Ask to be told when the guest posts more buffers; if some
-            // arrived meanwhile, go round again rather than miss them.
-            let posted = match self.rx.as_mut() {
-                Some(rx) => rx.final_check_for_requests()?,
-                None => false,
-            };
-            if !posted || !self.rx_pending() {
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    /// Ring slots the packet at the head of the RX queue needs.
-    fn head_need(&self) -> Option<u32> {
-        let p = self.rx_queue.front()?;
-        if self.modes.rx_flip {
-            return Some(1);
-        }
-        Some(p.data.len().div_ceil(PAGE_SIZE).max(1) as u32 + u32::from(p.gso.is_some()))
-    }
-
-    /// Whether queued frames could go out now: the guest has posted enough
-    /// buffers for the next one (otherwise wait for its notification).
-    pub fn rx_pending(&mut self) -> bool {
-        let Some(need) = self.head_need() else {
-            return false;
-        };
-        self.rx
-            .as_mut()
-            .is_some_and(|r| r.unconsumed_requests().map(|n| n >= need).unwrap_or(true))
-    }
-
-    fn flush_rx_copy(&mut self, hv: &mut HvClient) -> Result<()> {
-        // (request id, length or error, flags) per response, with extras as GSO info.
-        enum Resp {
-            Data {
-                id: u16,
-                op: usize,
-                len: u16,
-                flags: RxFlags,
-            },
-            Extra(ExtraInfo),
-        }
-        let mut ops: Vec<GrantCopy> = Vec::new();
-        let mut resps: Vec<Resp> = Vec::new();
-        let Some(rx) = self.rx.as_mut() else {
-            return Ok(());
-        };
-        let mut avail = rx.unconsumed_requests()? as usize;
-        while let Some(pkt) = self.rx_queue.front() {
-            let chunks = pkt.data.len().div_ceil(PAGE_SIZE).max(1);
-            let need = chunks + usize::from(pkt.gso.is_some());
-            if need > avail || ops.len() + chunks > SLOT_BUDGET {
-                break;
-            }
-            let Some(pkt) = self.rx_queue.pop_front() else {
-                break;
-            };
-            avail -= need;
-            let mut flags = match pkt.csum {
-                Csum::Partial { .. } => RxFlags::CSUM_BLANK | RxFlags::DATA_VALIDATED,
-                Csum::Valid => RxFlags::DATA_VALIDATED,
-                Csum::Unknown => RxFlags::EMPTY,
-            };
-            if pkt.gso.is_some() {
-                flags |= RxFlags::EXTRA_INFO;
-            }
-            for (i, chunk) in pkt.data.chunks(PAGE_SIZE).enumerate() {
-                let Some(req) = rx.next_request()? else {
-                    return Err(proto("RX requests vanished"));
-                };
-                let frame = self.rx_base + ops.len() as u32;
-                self.pool.write_bytes(frame as usize * PAGE_SIZE, chunk);
-                let more = if (i + 1) < chunks {
-                    RxFlags::MORE_DATA
-                } else {
-                    RxFlags::EMPTY
-                };
-                let f = if i == 0 { flags | more } else { more };
-                resps.push(Resp::Data {
-                    id: req.id,
-                    op: ops.len(),
-                    len: chunk.len() as u16,
-                    flags: f,
-                });
-                ops.push(GrantCopy {
-                    source: CopyPtr::Frame {
-                        domid: DOMID_SELF,
-                        gmfn: frame as u64,
-                        offset: 0,
-                    },
-                    dest: CopyPtr::Gref {
-                        domid: self.guest,
-                        gref: req.gref,
-                        offset: 0,
-                    },
-                    len: chunk.len() as u16,
-                    status: 0,
-                });
-                if i == 0 {
-                    if let Some(g) = pkt.gso {
-                        // The extra slot consumes a request too (its buffer goes unused).
-                        let _ = rx.next_request()?;
-                        resps.push(Resp::Extra(g.to_extra()));
-                    }
-                }
-            }
-            self.counters.rx_packets += 1;
-            self.counters.rx_bytes += pkt.data.len() as u64;
-        }
-        if resps.is_empty() {
-            return Ok(());
-        }
-        self.counters.batches += 1;
-        let statuses = hv.grant_copy_batch(&ops)?;
-        self.counters.grant("copy", ops.len() as u64);
-        for r in resps {
-            let rsp = match r {
-                Resp::Data { id, op, len, flags } => match statuses.get(op).copied() {
-                    Some(0) => RxResponse::data(id, 0, flags, len)?,
-                    st => {
-                        self.refuse(st.map_or("copy_missing", grant_reason));
-                        // Keep MORE_DATA / EXTRA_INFO so the guest can still
-                        // walk the chain (and drop the packet).
-                        RxResponse {
-                            flags,
-                            ..RxResponse::failed(id, NetifStatus::Error)
-                        }
-                    }
-                },
-                Resp::Extra(x) => x.to_rx_slot(),
-            };
-            if let Some(rx) = self.rx.as_mut() {
-                rx.push_response(&rsp)?;
-            }
-        }
-        if self.too_hostile() {
-            self.disconnect(
-                hv,
-                &format!("{} refused requests", self.counters.rejected_total()),
-            );
-        }
-        Ok(())
-    }
-
-    /// Xen 2.0 receive: one packet per page, whose ownership moves to the guest.
-    fn flush_rx_flip(&mut self, hv: &mut HvClient) -> Result<()> {
-        let Some(rx) = self.rx.as_mut() else {
-            return Ok(());
-        };
-        let mut avail = rx.unconsumed_requests()?;
-        let mut n = 0u32;
-        while avail > 0 && n < RING {
-            let Some(pkt) = self.rx_queue.pop_front() else {
-                break;
-            };
-            if pkt.data.len() > PAGE_SIZE {
-                self.counters.drop("too_big_for_flip");
-                continue;
-            }
-            let Some(rx) = self.rx.as_mut() else { break };
-            let Some(req) = rx.next_request()? else { break };
-            avail -= 1;
-            let frame = self.rx_base + (n % RING);
-            n += 1;
-            // The whole page leaves the driver domain: nothing but this packet
-            // (zero padding) may be on it (Menon 2006 §4.2).
-            let base = frame as usize * PAGE_SIZE;
-            self.pool.write_bytes(base, &pkt.data);
-            self.pool
-                .fill(base + pkt.data.len(), PAGE_SIZE - pkt.data.len(), 0);
-            let flags = match pkt.csum {
-                Csum::Valid | Csum::Partial { .. } => RxFlags::DATA_VALIDATED,
-                Csum::Unknown => RxFlags::EMPTY,
-            };
-            self.counters.grant("transfer", 1);
-            let rsp = match hv.transfer(frame, self.guest, req.gref) {
-                Ok(_) => {
-                    self.counters.rx_packets += 1;
-                    self.counters.rx_bytes += pkt.data.len() as u64;
-                    RxResponse::data(req.id, 0, flags, pkt.data.len() as u16)?
-                }
-                Err(e) => {
-                    self.refuse(hv_reason(&e));
-                    RxResponse::failed(req.id, NetifStatus::Error)
-                }
-            };
-            if let Some(rx) = self.rx.as_mut() {
-                rx.push_response(&rsp)?;
-            }
-        }
-        if n > 0 {
-            self.counters.batches += 1;
-        }
-        if self.too_hostile() {
-            self.disconnect(
-                hv,
-                &format!("{} refused requests", self.counters.rejected_total()),
-            );
-        }
-        Ok(())
-    }
-
-    /// Packets waiting for guest buffers.
-    pub fn rx_queued(&self) -> usize {
-        self.rx_queue.len()
     }
 }
 
-/// The next slot of a packet already begun: its absence means a truncated
-/// packet, a bad index an overflow; both are fatal.
-fn next_in_chain(
-    tx: &mut BackRing<MappedGrant, TxRequest, TxResponse>,
-) -> std::result::Result<TxRequest, &'static str> {
-    match tx.next_request() {
-        Ok(Some(r)) => Ok(r),
-        Ok(None) => Err("truncated_packet"),
-        Err(_) => Err("ring_overflow"),
+/// Maps the guest's I/O pool and its translation table once (Ram thesis
+/// 4.5.2), after checking that the table the frontend names is the one hv has.
+fn attach_pool(hv: &mut HvClient, guest: DomId, fe: &str) -> Result<NgmView> {
+    let named = read_num(hv, &format!("{fe}/{}", crate::NGM_TABLE))?;
+    let view = hv.ngm_attach(guest)?;
+    if view.handle() != named {
+        return Err(proto(format!(
+            "{fe}/{} = {named}, but hv knows table {} for this guest",
+            crate::NGM_TABLE,
+            view.handle()
+        )));
     }
-}
+    Ok(view)
 
-/// Structural checks of a gathered TX packet (Xen netback's rules): sizes,
-/// page bounds, and request ids not reused within the batch.
-fn check_tx_packet(
-    p: &mut TxPacket,
-    ids: &mut HashSet<u16>,
-    offload: bool,
-) -> Option<&'static str> {
-    let rest: u32 = p.slots[1..].iter().map(|s| s.len as u32).sum();
-    let total = p.slots[0].len as u32;
-    if total < rest + 1 {
-        return Some("size_too_small");
-    }
-    // The first request's size is the whole packet; its slot holds the remainder.
-    p.slots[0].len = (total - rest) as u16;
-    if total < 14 {
-        return Some("runt");
-    }
-    for s in &p.slots {
-        if s.len == 0 {
-            return Some("empty_slot");
-        }
-        if s.offset as usize + s.len as usize > PAGE_SIZE {
-            return Some("crosses_page");
-        }
-        if !ids.insert(s.id) {
-            return Some("duplicate_id");
-        }
-    }
-    if let Some(g) = p.gso {
-        // Not offered, or a segment size that would make the software
-        // offload driver cut one packet into thousands.
-        if !offload || g.size < MIN_GSO_SIZE || g.size as u32 >= total {
-            return Some("bad_gso");
-        }
-    }
-    None
 }
 
 fn grant_reason(status: i16) -> &'static str {

@@ -1,0 +1,256 @@
+//! The new grant mechanism (Ram thesis ch. 4), hv's side.
+//!
+//! hv keeps one grant table per (guest, driver domain) pair, in two parts
+//! (thesis 4.4.2): a translation sub-table that only hv writes and the driver
+//! domain maps read-only, and a status sub-table of use counts that the
+//! driver domain writes. A guest's grant is validated once, when the guest
+//! creates it (thesis 4.6.1); the driver domain then translates grant
+//! references itself, with no hypercall per packet (4.6.2). A revocation is
+//! refused while the driver domain holds a use (4.6.3).
+
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::proto::DomId;
+use abi::SharedMemory;
+use std::os::fd::{AsFd, OwnedFd};
+use sys::{Mapping, Memfd, PAGE_SIZE};
+
+/// Entries per table (a grant reference is an index below this). The guest's
+/// track table has the same size: its first half read-only, the rest read-write.
+pub const NGM_ENTRIES: u32 = 2048;
+/// Bytes of one translation entry: a single word, published atomically.
+pub const NGM_ENTRY_SIZE: usize = 8;
+/// Bytes of one status entry: a use count.
+pub const NGM_STATUS_SIZE: usize = 4;
+/// The entry grants access.
+pub const NGM_VALID: u16 = 1;
+/// The access includes writes.
+pub const NGM_WRITABLE: u16 = 2;
+/// The guest revoked the entry (kept apart from "never granted" for counters).
+pub const NGM_REVOKED: u16 = 4;
+
+/// Pages of the translation sub-table.
+pub const TRANSLATION_PAGES: usize =
+    (NGM_ENTRIES as usize * NGM_ENTRY_SIZE).div_ceil(PAGE_SIZE);
+/// Pages of the status sub-table.
+pub const STATUS_PAGES: usize = (NGM_ENTRIES as usize * NGM_STATUS_SIZE).div_ceil(PAGE_SIZE);
+
+/// One translation entry, decoded: the guest frame it names, its flags, and
+/// the domain it was granted to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NgmEntry {
+    pub frame: u32,
+    pub flags: u16,
+    pub grantee: DomId,
+}
+
+impl NgmEntry {
+    /// The word's layout: bits 0..32 frame, 32..48 flags, 48..64 grantee.
+    pub fn encode(&self) -> u64 {
+        u64::from(self.frame) | u64::from(self.flags) << 32 | u64::from(self.grantee) << 48
+    }
+
+    pub fn decode(w: u64) -> NgmEntry {
+        NgmEntry {
+            frame: w as u32,
+            flags: (w >> 32) as u16,
+            grantee: (w >> 48) as u16,
+        }
+    }
+
+    pub fn valid(&self) -> bool {
+        self.flags & NGM_VALID != 0
+    }
+}
+
+/// One (guest, driver domain) pair's table.
+pub struct NgmTable {
+    pub handle: u32,
+    pub guest: DomId,
+    pub backend: DomId,
+    translation: Memfd,
+    trans_map: Mapping,
+    status: Memfd,
+    status_map: Mapping,
+    /// Grants created, revoked, and revocations refused (in use).
+    pub created: u64,
+    pub revoked: u64,
+    pub refused: u64,
+}
+
+fn memory(name: &str, pages: usize) -> HvResult<(Memfd, Mapping)> {
+    let len = pages * PAGE_SIZE;
+    let fd = Memfd::create(name, len, false).map_err(|e| HvError::internal(name, e))?;
+    let map = Mapping::new(fd.as_fd(), 0, len, true).map_err(|e| HvError::internal(name, e))?;
+    Ok((fd, map))
+}
+
+impl NgmTable {
+    /// A table with every entry invalid (thesis 4.5.1).
+    pub fn new(handle: u32, guest: DomId, backend: DomId) -> HvResult<NgmTable> {
+        let tag = format!("splitnet-ngm-{guest}-{backend}");
+        let (translation, trans_map) = memory(&format!("{tag}-translation"), TRANSLATION_PAGES)?;
+        let (status, status_map) = memory(&format!("{tag}-status"), STATUS_PAGES)?;
+        Ok(NgmTable {
+            handle,
+            guest,
+            backend,
+            translation,
+            trans_map,
+            status,
+            status_map,
+            created: 0,
+            revoked: 0,
+            refused: 0,
+        })
+    }
+
+    fn check_ref(&self, gref: u32) -> HvResult<usize> {
+        if gref >= NGM_ENTRIES {
+            return err(
+                ErrorKind::BadGntref,
+                format!("grant reference {gref} is out of range (the table holds {NGM_ENTRIES})"),
+            );
+        }
+        Ok(gref as usize)
+    }
+
+    fn entry(&self, i: usize) -> NgmEntry {
+        NgmEntry::decode(self.trans_map.load_u64_seqcst(i * NGM_ENTRY_SIZE))
+    }
+
+    fn set(&self, i: usize, e: NgmEntry) {
+        self.trans_map.store_u64_seqcst(i * NGM_ENTRY_SIZE, e.encode());
+    }
+
+    /// GRANT_map (thesis 4.6.1): validates the guest's frame once and
+    /// publishes the translation in one atomic store.
+    pub fn grant(&mut self, gref: u32, frame: u32, writable: bool, pool_frames: u32) -> HvResult<()> {
+        let i = self.check_ref(gref)?;
+        if frame >= pool_frames {
+            return err(
+                ErrorKind::BadPage,
+                format!("frame {frame} is outside the guest's {pool_frames} frames"),
+            );
+        }
+        if self.entry(i).valid() {
+            return err(
+                ErrorKind::InUse,
+                format!("grant reference {gref} already grants a frame; revoke it first"),
+            );
+        }
+        let flags = NGM_VALID | if writable { NGM_WRITABLE } else { 0 };
+        self.set(
+            i,
+            NgmEntry {
+                frame,
+                flags,
+                grantee: self.backend,
+            },
+        );
+        self.created += 1;
+        Ok(())
+    }
+
+    /// GRANT_unmap (thesis 4.6.3), race-free against the driver domain's
+    /// use: the driver raises the use count and then reads the entry; hv
+    /// withdraws the entry and then reads the count (all sequentially
+    /// consistent). Either hv sees the use and restores the entry, or the
+    /// driver sees the entry gone and refuses; never both miss each other.
+    pub fn revoke(&mut self, gref: u32) -> HvResult<()> {
+        let i = self.check_ref(gref)?;
+        let old = self.entry(i);
+        if !old.valid() {
+            return err(
+                ErrorKind::BadGntref,
+                format!("grant reference {gref} grants nothing"),
+            );
+        }
+        self.set(
+            i,
+            NgmEntry {
+                flags: NGM_REVOKED,
+                ..old
+            },
+        );
+        let uses = self.status_map.load_u32_seqcst(i * NGM_STATUS_SIZE);
+        if uses != 0 {
+            self.set(i, old);
+            self.refused += 1;
+            return err(
+                ErrorKind::InUse,
+                format!("grant {gref} is in use by driver domain {} ({uses} uses)", self.backend),
+            );
+        }
+        self.revoked += 1;
+        Ok(())
+    }
+
+    /// The guest is gone: every entry becomes invalid at once, so an
+    /// attached driver domain refuses all of them.
+    pub fn invalidate_all(&self) {
+        for i in 0..NGM_ENTRIES as usize {
+            self.trans_map.store_u64_seqcst(i * NGM_ENTRY_SIZE, 0);
+        }
+    }
+
+    /// The driver domain is gone: it holds no uses any more.
+    pub fn reset_status(&self) {
+        for i in 0..NGM_ENTRIES as usize {
+            self.status_map.store_u32(i * NGM_STATUS_SIZE, 0);
+        }
+    }
+
+    /// The descriptors the driver domain maps (thesis 4.5.2): the
+    /// translation sub-table read-only, the status sub-table read-write.
+    pub fn backend_fds(&self) -> HvResult<[OwnedFd; 2]> {
+        let t = self
+            .translation
+            .reopen_readonly()
+            .map_err(|e| HvError::internal("sharing the translation table", e))?;
+        let s = self
+            .status
+            .dup()
+            .map_err(|e| HvError::internal("sharing the status table", e))?;
+        Ok([t, s])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_one_word() {
+        let e = NgmEntry {
+            frame: 0xdead_beef,
+            flags: NGM_VALID | NGM_WRITABLE,
+            grantee: 0x7fef,
+        };
+        assert_eq!(NgmEntry::decode(e.encode()), e);
+        assert_eq!(e.encode() >> 48, 0x7fef);
+        assert!(!NgmEntry::decode(0).valid());
+    }
+
+    #[test]
+    fn grant_revoke_and_in_use() {
+        let mut t = NgmTable::new(1, 5, 2).unwrap();
+        assert_eq!(t.grant(NGM_ENTRIES, 3, false, 10).unwrap_err().kind, ErrorKind::BadGntref);
+        assert_eq!(t.grant(4, 10, false, 10).unwrap_err().kind, ErrorKind::BadPage);
+        t.grant(4, 3, true, 10).unwrap();
+        assert_eq!(t.grant(4, 5, true, 10).unwrap_err().kind, ErrorKind::InUse);
+        let e = t.entry(4);
+        assert_eq!((e.frame, e.flags, e.grantee), (3, NGM_VALID | NGM_WRITABLE, 2));
+        // A use held by the driver domain blocks the revocation.
+        t.status_map.store_u32(4 * NGM_STATUS_SIZE, 1);
+        assert_eq!(t.revoke(4).unwrap_err().kind, ErrorKind::InUse);
+        assert!(t.entry(4).valid(), "restored after the refusal");
+        t.status_map.store_u32(4 * NGM_STATUS_SIZE, 0);
+        t.revoke(4).unwrap();
+        assert_eq!(t.entry(4).flags, NGM_REVOKED);
+        assert_eq!(t.revoke(4).unwrap_err().kind, ErrorKind::BadGntref);
+        t.grant(4, 7, false, 10).unwrap();
+        assert_eq!((t.created, t.revoked, t.refused), (2, 1, 1));
+        t.invalidate_all();
+        assert!(!t.entry(4).valid());
+    }
+}

@@ -1,0 +1,377 @@
+//! The new grant mechanism (Ram thesis ch. 4), the domains' side: the
+//! guest's grant-track table and the driver domain's view of a guest's pool.
+
+use crate::error::{ErrorKind, HvError, HvResult};
+use crate::ngm::{
+    NgmEntry, NGM_ENTRIES, NGM_ENTRY_SIZE, NGM_REVOKED, NGM_STATUS_SIZE, NGM_WRITABLE,
+};
+use crate::proto::DomId;
+use sys::{Mapping, PAGE_SIZE};
+
+/// Why the driver domain refused a grant reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NgmRefusal {
+    /// Outside the table, or never granted.
+    Absent,
+    /// The guest revoked it.
+    Revoked,
+    /// Granted to another domain.
+    OtherDomain,
+    /// Read-only, and a write was needed.
+    ReadOnly,
+    /// Names a frame outside the guest's pool.
+    BadFrame,
+}
+
+impl NgmRefusal {
+    /// The counter name.
+    pub fn reason(self) -> &'static str {
+        match self {
+            NgmRefusal::Absent => "grant_absent",
+            NgmRefusal::Revoked => "grant_revoked",
+            NgmRefusal::OtherDomain => "grant_other_domain",
+            NgmRefusal::ReadOnly => "grant_read_only",
+            NgmRefusal::BadFrame => "grant_bad_frame",
+        }
+    }
+}
+
+/// The driver domain's view of one guest under the new grant mechanism
+/// (thesis 4.5.2): the guest's I/O pool, mapped once at connect, and the
+/// pair's grant table. Every access goes through [`NgmView::acquire`],
+/// which checks the grant in the translation table hv keeps, with no
+/// hypercall.
+pub struct NgmView {
+    handle: u32,
+    guest: DomId,
+    me: DomId,
+    pool_frames: u32,
+    translation: Mapping,
+    status: Mapping,
+    pool: Mapping,
+}
+
+impl NgmView {
+    pub(crate) fn new(
+        handle: u32,
+        guest: DomId,
+        me: DomId,
+        pool_frames: u32,
+        [translation, status, pool]: [Mapping; 3],
+    ) -> NgmView {
+        NgmView {
+            handle,
+            guest,
+            me,
+            pool_frames,
+            translation,
+            status,
+            pool,
+        }
+    }
+
+    /// The table's handle, as hv named it to the guest.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The guest whose pool this is.
+    pub fn guest(&self) -> DomId {
+        self.guest
+    }
+
+    /// The guest's I/O pool (never its private memory).
+    pub fn pool(&self) -> &Mapping {
+        &self.pool
+    }
+
+    /// Takes a use of grant `gref` for reading (or writing) and returns the
+    /// guest frame it names (thesis 4.6.2). The use must be ended with
+    /// [`NgmView::release`]; while it lasts, hv refuses to revoke the grant.
+    pub fn acquire(&self, gref: u32, write: bool) -> Result<u32, NgmRefusal> {
+        if gref >= NGM_ENTRIES {
+            return Err(NgmRefusal::Absent);
+        }
+        let i = gref as usize;
+        // The use first, then the entry: see `NgmTable::revoke`.
+        self.status.fetch_add_u32(i * NGM_STATUS_SIZE, 1);
+        let e = NgmEntry::decode(self.translation.load_u64_seqcst(i * NGM_ENTRY_SIZE));
+        let refusal = if e.flags & NGM_REVOKED != 0 {
+            Some(NgmRefusal::Revoked)
+        } else if !e.valid() {
+            Some(NgmRefusal::Absent)
+        } else if e.grantee != self.me {
+            Some(NgmRefusal::OtherDomain)
+        } else if write && e.flags & NGM_WRITABLE == 0 {
+            Some(NgmRefusal::ReadOnly)
+        } else if e.frame >= self.pool_frames {
+            Some(NgmRefusal::BadFrame)
+        } else {
+            None
+        };
+        match refusal {
+            Some(r) => {
+                self.release(gref);
+                Err(r)
+            }
+            None => Ok(e.frame),
+        }
+    }
+
+    /// Ends a use taken by [`NgmView::acquire`].
+    pub fn release(&self, gref: u32) {
+        if gref < NGM_ENTRIES {
+            let off = gref as usize * NGM_STATUS_SIZE;
+            if self.status.fetch_sub_u32(off, 1) == 0 {
+                // Never below zero, whatever happened before.
+                self.status.fetch_add_u32(off, 1);
+            }
+        }
+    }
+
+    /// Byte offset of frame `frame` in [`NgmView::pool`].
+    pub fn frame_offset(frame: u32) -> usize {
+        frame as usize * PAGE_SIZE
+    }
+}
+
+/// The two hypercalls the track table makes, so tests can count them.
+pub trait GrantOps {
+    fn grant(&mut self, backend: DomId, gref: u32, frame: u32, writable: bool) -> HvResult<()>;
+    fn revoke(&mut self, backend: DomId, gref: u32) -> HvResult<()>;
+}
+
+impl GrantOps for crate::HvClient {
+    fn grant(&mut self, backend: DomId, gref: u32, frame: u32, writable: bool) -> HvResult<()> {
+        self.ngm_grant(backend, gref, frame, writable)
+    }
+    fn revoke(&mut self, backend: DomId, gref: u32) -> HvResult<()> {
+        self.ngm_revoke(backend, gref)
+    }
+}
+
+/// Why the track table could not give a grant.
+#[derive(Debug, thiserror::Error)]
+pub enum TrackError {
+    /// Every entry of the frame's hash set is in use: the caller falls back
+    /// (drops or retries the packet later). Nothing changed.
+    #[error("every grant of the frame's hash set is in use")]
+    SetFull,
+    #[error("hypercall: {0}")]
+    Hv(#[from] HvError),
+}
+
+/// What the track table has done (thesis 4.8: how many distinct pages
+/// served how many packets).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TrackStats {
+    /// Grants created (hypercalls): the distinct pages granted, counting re-grants after eviction.
+    pub created: u64,
+    /// Uses served by an existing grant, with no hypercall.
+    pub hits: u64,
+    /// Inactive grants revoked to make room.
+    pub evictions: u64,
+    /// Requests refused because a hash set was full of active grants.
+    pub set_full: u64,
+    /// Every use: the packets' buffers served.
+    pub uses: u64,
+}
+
+/// Entries per hash set: one 64-byte cache line of 8-byte entries (thesis 4.4.1).
+const SET: usize = 8;
+
+/// The guest's grant-track hash table (thesis 4.4.1), in its private memory.
+/// A grant reference is an entry's index: the first half tracks read-only
+/// grants, the second half read-write ones. Each entry is one word: the
+/// frame plus one in the high half (zero means empty) and the count of
+/// active uses in the low half.
+pub struct GrantTrack {
+    entries: Vec<u64>,
+    stats: TrackStats,
+}
+
+impl Default for GrantTrack {
+    fn default() -> Self {
+        GrantTrack::new()
+    }
+}
+
+impl GrantTrack {
+    pub fn new() -> GrantTrack {
+        GrantTrack {
+            entries: vec![0; NGM_ENTRIES as usize],
+            stats: TrackStats::default(),
+        }
+    }
+
+    /// The first entry of `frame`'s hash set in the half for `writable`.
+    fn set_of(frame: u32, writable: bool) -> usize {
+        let half = NGM_ENTRIES as usize / 2;
+        let sets = half / SET;
+        // Consecutive frames land in consecutive sets; a multiplicative mix
+        // spreads strided ones.
+        let h = (frame as usize ^ (frame as usize >> 7).wrapping_mul(0x9e37)) % sets;
+        usize::from(writable) * half + h * SET
+    }
+
+    /// Gives a grant of `frame` to `backend` for one use: an existing one
+    /// (no hypercall), else a new one in a free or inactive entry of the
+    /// frame's hash set (thesis 4.6.1).
+    pub fn acquire(
+        &mut self,
+        hv: &mut dyn GrantOps,
+        backend: DomId,
+        frame: u32,
+        writable: bool,
+    ) -> Result<u32, TrackError> {
+        let base = Self::set_of(frame, writable);
+        let want = u64::from(frame) + 1;
+        if let Some(k) = (base..base + SET).find(|&k| self.entries[k] >> 32 == want) {
+            self.entries[k] += 1;
+            self.stats.hits += 1;
+            self.stats.uses += 1;
+            return Ok(k as u32);
+        }
+        // A free entry, else the inactive ones in turn (hv may still refuse
+        // to revoke one the driver domain is using).
+        let mut slot = (base..base + SET).find(|&k| self.entries[k] == 0);
+        if slot.is_none() {
+            for k in base..base + SET {
+                if self.entries[k] & 0xffff_ffff != 0 {
+                    continue;
+                }
+                match hv.revoke(backend, k as u32) {
+                    Ok(()) => {
+                        self.entries[k] = 0;
+                        self.stats.evictions += 1;
+                        slot = Some(k);
+                        break;
+                    }
+                    Err(e) if e.kind == ErrorKind::InUse => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let Some(k) = slot else {
+            self.stats.set_full += 1;
+            return Err(TrackError::SetFull);
+        };
+        hv.grant(backend, k as u32, frame, writable)?;
+        self.entries[k] = want << 32 | 1;
+        self.stats.created += 1;
+        self.stats.uses += 1;
+        Ok(k as u32)
+    }
+
+    /// Ends one use of grant `gref`; the grant stays for the next one.
+    pub fn release(&mut self, gref: u32) {
+        if let Some(e) = self.entries.get_mut(gref as usize) {
+            if *e & 0xffff_ffff != 0 {
+                *e -= 1;
+            }
+        }
+    }
+
+    /// Revokes every inactive grant (teardown); returns how many stay
+    /// because they are still in use.
+    pub fn revoke_all(&mut self, hv: &mut dyn GrantOps, backend: DomId) -> usize {
+        let mut left = 0;
+        for k in 0..self.entries.len() {
+            if self.entries[k] == 0 {
+                continue;
+            }
+            if self.entries[k] & 0xffff_ffff == 0 && hv.revoke(backend, k as u32).is_ok() {
+                self.entries[k] = 0;
+            } else {
+                left += 1;
+            }
+        }
+        left
+    }
+
+    pub fn stats(&self) -> TrackStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts hypercalls; refuses revocations of grefs in `busy`.
+    #[derive(Default)]
+    struct Fake {
+        grants: Vec<(u32, u32, bool)>,
+        revokes: Vec<u32>,
+        busy: Vec<u32>,
+    }
+
+    impl GrantOps for Fake {
+        fn grant(&mut self, _: DomId, gref: u32, frame: u32, w: bool) -> HvResult<()> {
+            self.grants.push((gref, frame, w));
+            Ok(())
+        }
+        fn revoke(&mut self, _: DomId, gref: u32) -> HvResult<()> {
+            if self.busy.contains(&gref) {
+                return Err(HvError::new(ErrorKind::InUse, "busy"));
+            }
+            self.revokes.push(gref);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn hits_need_no_hypercall_and_halves_split_by_access() {
+        let (mut t, mut hv) = (GrantTrack::new(), Fake::default());
+        let g = t.acquire(&mut hv, 1, 100, false).unwrap();
+        assert!(g < NGM_ENTRIES / 2, "read-only half");
+        t.release(g);
+        for _ in 0..1000 {
+            let again = t.acquire(&mut hv, 1, 100, false).unwrap();
+            assert_eq!(again, g);
+            t.release(again);
+        }
+        assert_eq!(hv.grants.len(), 1, "one hypercall for 1001 uses");
+        let w = t.acquire(&mut hv, 1, 100, true).unwrap();
+        assert!(w >= NGM_ENTRIES / 2, "read-write half");
+        let s = t.stats();
+        assert_eq!((s.created, s.hits, s.uses), (2, 1000, 1002));
+    }
+
+    #[test]
+    fn a_flood_evicts_inactive_entries_and_a_full_set_refuses() {
+        let (mut t, mut hv) = (GrantTrack::new(), Fake::default());
+        // Frames that share frame 0's hash set.
+        let base = GrantTrack::set_of(0, false);
+        let same: Vec<u32> = (0..200_000u32)
+            .filter(|&f| GrantTrack::set_of(f, false) == base)
+            .take(3 * SET)
+            .collect();
+        assert_eq!(same.len(), 3 * SET);
+        // Fill the set with active grants: the next one is refused, no hypercall.
+        let held: Vec<u32> = same[..SET]
+            .iter()
+            .map(|&f| t.acquire(&mut hv, 1, f, false).unwrap())
+            .collect();
+        let calls = hv.grants.len();
+        assert!(matches!(
+            t.acquire(&mut hv, 1, same[SET], false),
+            Err(TrackError::SetFull)
+        ));
+        assert_eq!(hv.grants.len(), calls);
+        assert_eq!(t.stats().set_full, 1);
+        // Release them: new frames evict the inactive ones.
+        for g in &held {
+            t.release(*g);
+        }
+        // One is still used by the driver domain: hv refuses, the next goes.
+        hv.busy.push(held[0]);
+        for &f in &same[SET..2 * SET] {
+            let g = t.acquire(&mut hv, 1, f, false).unwrap();
+            t.release(g);
+        }
+        assert_eq!(t.stats().evictions, SET as u64);
+        assert!(!hv.revokes.contains(&held[0]), "the busy grant survived");
+        assert_eq!(t.revoke_all(&mut hv, 1), 1, "only the busy one stays");
+    }
+}

@@ -1,0 +1,498 @@
+//! netback TX, guest → bridge, in four steps per packet: parse the request
+//! chain, validate it, forward the frame, respond to every request.
+//!
+//! Under the new grant mechanism forwarding needs no hypercall: each grant
+//! is checked against hv's translation table, only the headers are copied
+//! (into [`HEAD`] bytes of private memory, where the bridge and the MAC
+//! check look at them), and the payload goes out from the guest's buffers
+//! (Menon 2006 §4.1, the I/O channel optimization). A guest that rewrites
+//! its buffer after the copy can corrupt only its own payload: what is sent
+//! as headers is the checked copy. Under `hv-copy`, hv copies each batch into
+//! staging frames; in the Xen 2.0 baseline each page is mapped and unmapped.
+
+use super::{grant_reason, hv_reason, Netback, Result, TxPacket, TxSlot};
+use super::{MIN_GSO_SIZE, SLOT_BUDGET, TX_BUDGET};
+use crate::packet::{Csum, FrameRef, Gso};
+use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
+use abi::netif::{ExtraInfo, NetifStatus, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN};
+use abi::ring::BackRing;
+use abi::SharedMemory;
+use hv::trace::{self, DomainEvent};
+use hv::{HvClient, MappedGrant};
+use sys::PAGE_SIZE;
+
+/// Bytes of each TX packet netback copies to decide on: enough for Ethernet,
+/// IPv4 or IPv6 with options, and TCP with options.
+pub const HEAD: usize = 256;
+
+/// How a parsed packet ended: more to do, or a fatal ring error.
+type Parsed = std::result::Result<Option<TxPacket>, &'static str>;
+
+impl Netback {
+    /// Consumes up to a budget of TX packets, validates each, hands the good
+    /// ones to `fwd` (the bridge), and answers every consumed request.
+    pub fn process_tx(
+        &mut self,
+        hv: &mut HvClient,
+        fwd: &mut dyn FnMut(&FrameRef<'_>),
+    ) -> Result<()> {
+        if !self.connected {
+            return Ok(());
+        }
+        let t0 = trace::now();
+        self.tx_ids.fill(0);
+        let (n, fatal) = if self.ngm.is_some() {
+            self.tx_ngm(fwd)
+        } else {
+            self.tx_hv(hv, fwd)?
+        };
+        if n > 0 {
+            self.counters.batches += 1;
+            if self
+                .tx
+                .as_mut()
+                .is_some_and(|tx| tx.push_responses_and_check_notify())
+            {
+                self.notify(false);
+            }
+            self.tracer.record(DomainEvent::NetbackTx, t0, n as u64);
+        }
+        self.enforce(hv, fatal);
+        // More work already waiting? The caller polls again; re-arm otherwise.
+        if let Some(tx) = self.tx.as_mut() {
+            if tx.final_check_for_requests().is_err() {
+                self.enforce(hv, Some("ring_overflow"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The new grant mechanism: each packet is forwarded while its grants
+    /// are held, then answered. Returns the packets consumed and any fatal error.
+    fn tx_ngm(&mut self, fwd: &mut dyn FnMut(&FrameRef<'_>)) -> (usize, Option<&'static str>) {
+        let mut n = 0;
+        while n < TX_BUDGET {
+            let mut p = match self.parse_packet(0) {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(reason) => return (n, Some(reason)),
+            };
+            n += 1;
+            if p.refused.is_none() {
+                p.refused = self.validate(&mut p);
+            }
+            if p.refused.is_none() {
+                p.refused = self.forward_ngm(&p, fwd).err();
+            }
+            if self.respond(&p).is_err() {
+                return (n, Some("ring_overflow"));
+            }
+        }
+        (n, None)
+    }
+
+    /// hv-copy and the Xen 2.0 baseline: a batch of packets is gathered, hv
+    /// copies it in one call (or each page is mapped), then each is forwarded.
+    fn tx_hv(
+        &mut self,
+        hv: &mut HvClient,
+        fwd: &mut dyn FnMut(&FrameRef<'_>),
+    ) -> Result<(usize, Option<&'static str>)> {
+        let mut pkts = std::mem::take(&mut self.tx_pkts);
+        pkts.clear();
+        let mut ops: Vec<GrantCopy> = Vec::new();
+        let mut fatal = None;
+        let mut slots_used = 0usize;
+        while pkts.len() < TX_BUDGET && slots_used + XEN_NETIF_NR_SLOTS_MIN < SLOT_BUDGET {
+            let mut p = match self.parse_packet(ops.len()) {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(reason) => {
+                    fatal = Some(reason);
+                    break;
+                }
+            };
+            slots_used += p.count + p.extras;
+            if p.refused.is_none() {
+                p.refused = self.validate(&mut p);
+            }
+            if p.refused.is_none() && !self.modes.tx_map {
+                for s in p.slots() {
+                    ops.push(self.staging_copy(s, ops.len()));
+                }
+            }
+            pkts.push(p);
+        }
+        let statuses = if ops.is_empty() {
+            Vec::new()
+        } else {
+            hv.grant_copy_batch(&ops)?
+        };
+        self.counters.grant("copy", ops.len() as u64);
+        for p in &mut pkts {
+            if p.refused.is_some() {
+                continue;
+            }
+            let data = if self.modes.tx_map {
+                self.gather_mapped(hv, p)
+            } else {
+                self.gather_copied(p, &statuses)
+            };
+            match data.and_then(|d| self.check_frame(&d, p).map(|c| (d, c))) {
+                Ok((data, csum)) => {
+                    self.count_tx(data.len());
+                    fwd(&FrameRef::private(&data, csum, p.gso));
+                }
+                Err(reason) => p.refused = Some(reason),
+            }
+        }
+        let mut overflow = false;
+        for p in &pkts {
+            overflow |= self.respond(p).is_err();
+        }
+        self.tx_pkts = pkts;
+        if overflow {
+            fatal = Some("ring_overflow");
+        }
+        Ok((self.tx_pkts.len(), fatal))
+    }
+
+    /// One grant copy of a slot into this vif's `k`th TX staging frame.
+    fn staging_copy(&self, s: &TxSlot, k: usize) -> GrantCopy {
+        GrantCopy {
+            source: CopyPtr::Gref {
+                domid: self.guest,
+                gref: s.gref,
+                offset: s.offset,
+            },
+            dest: CopyPtr::Frame {
+                domid: DOMID_SELF,
+                gmfn: (self.tx_base + k as u32) as u64,
+                offset: 0,
+            },
+            len: s.len,
+            status: 0,
+        }
+    }
+
+    /// Parse: reads one packet's request chain (data slots and extra-info
+    /// slots). A chain that cannot be read to its end is fatal; a packet
+    /// that reads but is malformed comes back with `refused` set.
+    /// `first_op` numbers its slots' grant copies.
+    fn parse_packet(&mut self, first_op: usize) -> Parsed {
+        let Some(tx) = self.tx.as_mut() else {
+            return Ok(None);
+        };
+        let first = match tx.next_request() {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(None),
+            Err(_) => return Err("ring_overflow"),
+        };
+        let mut p = TxPacket {
+            slots: [TxSlot::default(); XEN_NETIF_NR_SLOTS_MIN],
+            count: 1,
+            total: first.size as usize,
+            extras: 0,
+            flags: first.flags,
+            gso: None,
+            refused: None,
+            first_op,
+        };
+        p.slots[0] = slot_of(&first);
+        if first.validate().is_err() {
+            p.refused = Some("bad_flags");
+        }
+        // Extra-info slots follow the first request.
+        let mut more_extra = first.flags.contains(TxFlags::EXTRA_INFO);
+        while more_extra {
+            let raw = next_in_chain(tx)?;
+            p.extras += 1;
+            match ExtraInfo::from_tx_slot(&raw) {
+                Ok(x) => {
+                    more_extra = x.more();
+                    if let Some(g) = Gso::from_extra(&x) {
+                        p.gso = Some(g);
+                    }
+                }
+                Err(_) => {
+                    p.refused.get_or_insert("bad_extra_info");
+                    more_extra = false;
+                }
+            }
+            if p.extras > 4 {
+                return Err("too_many_extras");
+            }
+        }
+        let mut cur = first;
+        while cur.flags.contains(TxFlags::MORE_DATA) {
+            if p.count >= XEN_NETIF_NR_SLOTS_MIN {
+                // Xen treats this as fatal: the frontend is broken or hostile.
+                return Err("too_many_slots");
+            }
+            cur = next_in_chain(tx)?;
+            if cur.validate().is_err() {
+                p.refused.get_or_insert("bad_flags");
+            }
+            p.slots[p.count] = slot_of(&cur);
+            p.count += 1;
+        }
+        Ok(Some(p))
+    }
+
+    /// Validate: the structural checks of Xen netback (sizes, page bounds,
+    /// GSO, ids not reused within the batch).
+    fn validate(&mut self, p: &mut TxPacket) -> Option<&'static str> {
+        let rest: u32 = p.slots()[1..].iter().map(|s| s.len as u32).sum();
+        let total = p.total as u32;
+        if total < rest + 1 {
+            return Some("size_too_small");
+        }
+        // The first request's size is the whole packet; its slot holds the remainder.
+        p.slots[0].len = (total - rest) as u16;
+        if total < 14 {
+            return Some("runt");
+        }
+        for s in p.slots() {
+            if s.len == 0 {
+                return Some("empty_slot");
+            }
+            if s.offset as usize + s.len as usize > PAGE_SIZE {
+                return Some("crosses_page");
+            }
+            let (word, bit) = (s.id as usize / 64, s.id % 64);
+            if self.tx_ids[word] & (1 << bit) != 0 {
+                return Some("duplicate_id");
+            }
+            self.tx_ids[word] |= 1 << bit;
+        }
+        if let Some(g) = p.gso {
+            // Not offered, or a segment size that would make the software
+            // offload driver cut one packet into thousands.
+            if !self.modes.offload || g.size < MIN_GSO_SIZE || g.size as u32 >= total {
+                return Some("bad_gso");
+            }
+        }
+        None
+    }
+
+    /// The checks on a frame's headers: the source MAC is the vif's own, and
+    /// a blank checksum belongs to TCP or UDP. Returns the checksum state.
+    fn check_frame(&self, head: &[u8], p: &TxPacket) -> std::result::Result<Csum, &'static str> {
+        if head.len() < 12 || head[6..12] != self.mac {
+            return Err("spoofed_mac");
+        }
+        Csum::from_netif(
+            p.flags.contains(TxFlags::CSUM_BLANK),
+            p.flags.contains(TxFlags::DATA_VALIDATED),
+            head,
+            p.total,
+        )
+        .ok_or("csum_blank_not_tcp_udp")
+    }
+
+    fn count_tx(&mut self, len: usize) {
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += len as u64;
+    }
+
+    /// Forward, under the new grant mechanism: takes a use of each grant
+    /// (checked against the translation table), copies the headers, hands
+    /// the frame to `fwd`, and ends the uses.
+    fn forward_ngm(
+        &mut self,
+        p: &TxPacket,
+        fwd: &mut dyn FnMut(&FrameRef<'_>),
+    ) -> std::result::Result<(), &'static str> {
+        let Some(view) = self.ngm.as_ref() else {
+            return Err("grant_absent");
+        };
+        let mut frames = [0u32; XEN_NETIF_NR_SLOTS_MIN];
+        for (k, s) in p.slots().iter().enumerate() {
+            match view.acquire(s.gref, false) {
+                Ok(f) => frames[k] = f,
+                Err(r) => {
+                    for s in &p.slots()[..k] {
+                        view.release(s.gref);
+                    }
+                    return Err(r.reason());
+                }
+            }
+        }
+        // Where each slot's bytes are in the guest's pool.
+        let mut segs = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
+        for (k, s) in p.slots().iter().enumerate() {
+            segs[k] = (frames[k] as usize * PAGE_SIZE + s.offset as usize, s.len as usize);
+        }
+        let segs = &segs[..p.count];
+        let whole = FrameRef {
+            head: &[],
+            map: Some(view.pool()),
+            segs,
+            len: p.total,
+            csum: Csum::Unknown,
+            gso: p.gso,
+        };
+        // The header copy: what the checks and the bridge see, and what is sent.
+        let hl = p.total.min(HEAD);
+        whole.copy_out(0, &mut self.head[..hl]);
+        let r = self.check_frame(&self.head[..hl], p).map(|csum| {
+            let mut rest = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
+            let n = skip(segs, hl, &mut rest);
+            let frame = FrameRef {
+                head: &self.head[..hl],
+                map: Some(view.pool()),
+                segs: &rest[..n],
+                len: p.total,
+                csum,
+                gso: p.gso,
+            };
+            if self.modes.tx_gather {
+                fwd(&frame);
+            } else {
+                // TX copy under the new grant mechanism: the whole packet
+                // is copied out first (the comparison point for gather).
+                let pkt = frame.to_packet();
+                fwd(&FrameRef::private(&pkt.data, pkt.csum, pkt.gso));
+            }
+        });
+        for s in p.slots() {
+            view.release(s.gref);
+        }
+        if r.is_ok() {
+            self.count_tx(p.total);
+        }
+        r
+    }
+
+    /// Respond: exactly one response per consumed request, in order.
+    fn respond(&mut self, p: &TxPacket) -> Result<()> {
+        let status = match p.refused {
+            Some(r) => {
+                self.refuse(r);
+                NetifStatus::Error
+            }
+            None => NetifStatus::Okay,
+        };
+        let Some(tx) = self.tx.as_mut() else {
+            return Ok(());
+        };
+        for (i, s) in p.slots().iter().enumerate() {
+            tx.push_response(&TxResponse::new(s.id, status))?;
+            if i == 0 {
+                for _ in 0..p.extras {
+                    tx.push_response(&TxResponse::new(0, NetifStatus::Null))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether TX work is waiting.
+    pub fn tx_pending(&mut self) -> bool {
+        self.tx
+            .as_mut()
+            .is_some_and(|t| t.unconsumed_requests().map(|n| n > 0).unwrap_or(true))
+    }
+
+    fn gather_copied(
+        &mut self,
+        p: &TxPacket,
+        statuses: &[i16],
+    ) -> std::result::Result<Vec<u8>, &'static str> {
+        let mut data = Vec::with_capacity(p.total);
+        for (k, s) in p.slots().iter().enumerate() {
+            let op = p.first_op + k;
+            match statuses.get(op).copied() {
+                Some(0) => {}
+                Some(st) => return Err(grant_reason(st)),
+                None => return Err("copy_missing"),
+            }
+            let frame = self.tx_base + op as u32;
+            let at = data.len();
+            data.resize(at + s.len as usize, 0);
+            self.pool
+                .read_bytes(frame as usize * PAGE_SIZE, &mut data[at..]);
+        }
+        Ok(data)
+    }
+
+    /// Xen 2.0 transmit: map each page, copy the data out, unmap.
+    fn gather_mapped(
+        &mut self,
+        hv: &mut HvClient,
+        p: &TxPacket,
+    ) -> std::result::Result<Vec<u8>, &'static str> {
+        let mut data = Vec::new();
+        for s in p.slots() {
+            let m = match hv.map_grant(self.guest, s.gref, false) {
+                Ok(m) => m,
+                Err(e) => return Err(hv_reason(&e)),
+            };
+            self.counters.grant("map", 1);
+            let at = data.len();
+            data.resize(at + s.len as usize, 0);
+            let r = m.read(s.offset as usize, &mut data[at..]);
+            let _ = hv.unmap_grant(m);
+            self.counters.grant("unmap", 1);
+            if r.is_err() {
+                return Err("crosses_page");
+            }
+        }
+        Ok(data)
+    }
+}
+
+fn slot_of(r: &TxRequest) -> TxSlot {
+    TxSlot {
+        id: r.id,
+        gref: r.gref,
+        offset: r.offset,
+        len: r.size,
+    }
+}
+
+/// The ranges of `segs` after their first `n` bytes, written to `out`;
+/// returns how many.
+fn skip(segs: &[(usize, usize)], mut n: usize, out: &mut [(usize, usize)]) -> usize {
+    let mut k = 0;
+    for &(off, len) in segs {
+        if n >= len {
+            n -= len;
+            continue;
+        }
+        out[k] = (off + n, len - n);
+        n = 0;
+        k += 1;
+    }
+    k
+}
+
+/// The next slot of a packet already begun: its absence means a truncated
+/// packet, a bad index an overflow; both are fatal.
+fn next_in_chain(
+    tx: &mut BackRing<MappedGrant, TxRequest, TxResponse>,
+) -> std::result::Result<TxRequest, &'static str> {
+    match tx.next_request() {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err("truncated_packet"),
+        Err(_) => Err("ring_overflow"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skip;
+
+    #[test]
+    fn skip_drops_the_header_bytes_from_the_ranges() {
+        let segs = [(100, 50), (4096, 4096), (8192, 10)];
+        let mut out = [(0, 0); 3];
+        assert_eq!(skip(&segs, 0, &mut out), 3);
+        assert_eq!(out, segs);
+        assert_eq!(skip(&segs, 60, &mut out), 2);
+        assert_eq!(out[..2], [(4106, 4086), (8192, 10)]);
+        assert_eq!(skip(&segs, 50, &mut out), 2);
+        assert_eq!(out[..2], [(4096, 4096), (8192, 10)]);
+        assert_eq!(skip(&segs, 5000, &mut out), 0);
+    }
+}
