@@ -53,6 +53,35 @@ pub fn main() -> Result<()> {
     }
 }
 
+/// Publishes netfront's counters (and, under the new grant mechanism, its
+/// grant-track statistics) to `<frontend>/stats` at most once a second and
+/// only when they changed, for `splitnet status`.
+#[derive(Default)]
+struct FrontStats {
+    written: String,
+    at: Option<std::time::Instant>,
+}
+
+impl FrontStats {
+    fn publish(&mut self, hv: &mut HvClient, dev: &str, nic: &TapNetfront) {
+        if self
+            .at
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.at = Some(std::time::Instant::now());
+        let doc = serde_json::json!({
+            "counters": &nic.nf.counters,
+            "grant_track": nic.nf.grant_stats(),
+        })
+        .to_string();
+        if doc != self.written && hv.store_write(&format!("{dev}/stats"), &doc).is_ok() {
+            self.written = doc;
+        }
+    }
+}
+
 /// A guest: netfront for its vif (if it has one), until hv goes away.
 fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     let devs = hv
@@ -79,7 +108,9 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     );
     hv.watch(&format!("{}/state", info.backend), "backend")
         .map_err(|e| anyhow!("{e}"))?;
+    let mut stats = FrontStats::default();
     loop {
+        stats.publish(hv, &dev, &nic);
         let ready = {
             let mut fds = vec![hv.watch_fd()];
             fds.extend(nic.fds());

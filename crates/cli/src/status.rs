@@ -96,6 +96,8 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
         .collect();
         let stats: Value =
             serde_json::from_str(&read(format!("{be}/stats"))).unwrap_or(Value::Null);
+        let fe_stats: Value =
+            serde_json::from_str(&read(format!("{fe}/stats"))).unwrap_or(Value::Null);
         out.push(json!({
             "guest": guest,
             "backend_domain": be.split('/').nth(3),
@@ -112,6 +114,8 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "features": features,
             "disconnect_reason": Some(read(format!("{be}/disconnect-reason"))).filter(|r| !r.is_empty()),
             "counters": stats,
+            "frontend_counters": fe_stats["counters"],
+            "grant_track": fe_stats["grant_track"],
         }));
     }
     out
@@ -239,7 +243,7 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     for v in v["vifs"].as_array().unwrap_or(&empty) {
         let c = &v["counters"];
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
-        let map = |k: &str| {
+        let map = |c: &Value, k: &str| {
             c[k].as_object()
                 .map(|m| {
                     m.iter()
@@ -274,10 +278,30 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         );
         println!(
             "    grant ops: {}; drops: {}; refused: {}",
-            map("grant_ops"),
-            map("drops"),
-            map("rejected")
+            map(c, "grant_ops"),
+            map(c, "drops"),
+            map(c, "rejected")
         );
+        let fc = &v["frontend_counters"];
+        if fc.is_object() {
+            println!(
+                "    frontend: drops: {}; refused: {}",
+                map(fc, "drops"),
+                map(fc, "rejected")
+            );
+        }
+        let g = &v["grant_track"];
+        if g.is_object() {
+            let k = |f: &str| g[f].as_u64().unwrap_or(0);
+            println!(
+                "    grant track: {} pages granted served {} buffer uses ({} hits, {} evictions, {} set-full fallbacks)",
+                k("created"),
+                k("uses"),
+                k("hits"),
+                k("evictions"),
+                k("set_full")
+            );
+        }
         if let Some(r) = v["disconnect_reason"].as_str() {
             println!("    disconnected: {r}");
         }

@@ -136,28 +136,71 @@ fn default_mode_carries_real_applications() {
     let v = vif(&st, "guest1");
     assert_eq!(
         (
+            v["grants"].as_str(),
             v["rx_mode"].as_str(),
             v["tx_mode"].as_str(),
             v["offload"].as_bool()
         ),
-        (Some("copy"), Some("copy"), Some(true))
+        (Some("ngm"), Some("copy"), Some("gather"), Some(true))
     );
     assert_eq!(v["features"]["feature-gso-tcpv4"], true);
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let st = env.status();
-        let c = &vif(&st, "guest1")["counters"];
-        if c["rx_bytes"].as_u64().unwrap_or(0) > 64 << 20 {
+        let v = vif(&st, "guest1");
+        let (c, fc, g) = (&v["counters"], &v["frontend_counters"], &v["grant_track"]);
+        let uses = g["uses"].as_u64().unwrap_or(0);
+        if c["rx_bytes"].as_u64().unwrap_or(0) > 64 << 20
+            && fc["rx_bytes"].as_u64().unwrap_or(0) > 64 << 20
+        {
             assert!(c["tx_packets"].as_u64().unwrap() > 0);
-            assert!(c["grant_ops"]["copy"].as_u64().unwrap() > 0);
             assert!(c["notifications_sent"].as_u64().unwrap() > 0);
+            // Under the new grant mechanism no packet needs a grant hypercall.
+            assert_eq!(c["grant_ops"], serde_json::json!({}), "{c}");
+            let ops = &st["counters"]["ops"];
+            assert_eq!(ops["grant_copy"].as_u64().unwrap_or(0), 0, "{ops}");
+            assert_eq!(ops["ngm_grant"].as_u64().unwrap_or(0), 2 * 512, "{ops}");
+            // A few hundred pages served every packet (Ram thesis 4.8).
+            let pages = g["created"].as_u64().unwrap();
+            assert!(pages <= 512 && uses > 20 * pages, "grant track: {g}");
             assert_eq!(c["rejected"], serde_json::json!({}));
+            assert_eq!(fc["rejected"], serde_json::json!({}), "{fc}");
+            assert_eq!(fc["drops"], serde_json::json!({}), "{fc}");
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "counters never showed the transfer: {c}"
+            "counters never showed the transfer: backend {c}, frontend {fc}"
         );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn hv_copy_preset_carries_real_applications() {
+    let env = Env::new("dp-hvcopy");
+    env.ok(&["up", "--preset", "hv-copy"]);
+    traffic_everywhere(&env);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let st = env.status();
+        let v = vif(&st, "guest1");
+        assert_eq!(
+            (
+                v["grants"].as_str(),
+                v["rx_mode"].as_str(),
+                v["tx_mode"].as_str()
+            ),
+            (Some("hv-copy"), Some("copy"), Some("copy"))
+        );
+        let g = &v["counters"]["grant_ops"];
+        if g["copy"].as_u64().unwrap_or(0) > 0 {
+            assert!(v["grant_track"].is_null(), "no track table under hv-copy");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no grant copies counted: {v}");
         std::thread::sleep(Duration::from_millis(100));
     }
     env.ok(&["down"]);

@@ -528,7 +528,13 @@ impl HvClient {
     }
 
     /// Grants own `frame` to `backend` under `gref` (thesis 4.6.1).
-    pub fn ngm_grant(&mut self, backend: DomId, gref: u32, frame: u32, writable: bool) -> HvResult<()> {
+    pub fn ngm_grant(
+        &mut self,
+        backend: DomId,
+        gref: u32,
+        frame: u32,
+        writable: bool,
+    ) -> HvResult<()> {
         self.chan.done(&Request::NgmGrant {
             backend,
             gref,
@@ -556,7 +562,10 @@ impl HvClient {
         if entries != crate::ngm::NGM_ENTRIES {
             return err(
                 ErrorKind::Internal,
-                format!("hv's table has {entries} entries, this build expects {}", crate::ngm::NGM_ENTRIES),
+                format!(
+                    "hv's table has {entries} entries, this build expects {}",
+                    crate::ngm::NGM_ENTRIES
+                ),
             );
         }
         let [t, s, p] = take_fds::<3>(fds)?;
@@ -564,9 +573,24 @@ impl HvClient {
             io(what, Mapping::new(fd.as_fd(), 0, len, w))
         };
         let maps = [
-            map(&t, crate::ngm::TRANSLATION_PAGES * PAGE_SIZE, false, "mapping the translation table")?,
-            map(&s, crate::ngm::STATUS_PAGES * PAGE_SIZE, true, "mapping the status table")?,
-            map(&p, pool_frames as usize * PAGE_SIZE, true, "mapping the guest's pool")?,
+            map(
+                &t,
+                crate::ngm::TRANSLATION_PAGES * PAGE_SIZE,
+                false,
+                "mapping the translation table",
+            )?,
+            map(
+                &s,
+                crate::ngm::STATUS_PAGES * PAGE_SIZE,
+                true,
+                "mapping the status table",
+            )?,
+            map(
+                &p,
+                pool_frames as usize * PAGE_SIZE,
+                true,
+                "mapping the guest's pool",
+            )?,
         ];
         Ok(crate::ngm_client::NgmView::new(
             handle,

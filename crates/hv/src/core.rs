@@ -1012,7 +1012,10 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 .get(&guest)
                 .map(|d| d.mem.clone())
                 .ok_or_else(|| {
-                    HvError::new(ErrorKind::BadDomain, format!("domain {guest} does not exist"))
+                    HvError::new(
+                        ErrorKind::BadDomain,
+                        format!("domain {guest} does not exist"),
+                    )
                 })?;
             let t = st.ngm.get(&(guest, caller)).ok_or_else(|| {
                 HvError::new(

@@ -29,8 +29,7 @@ pub const NGM_WRITABLE: u16 = 2;
 pub const NGM_REVOKED: u16 = 4;
 
 /// Pages of the translation sub-table.
-pub const TRANSLATION_PAGES: usize =
-    (NGM_ENTRIES as usize * NGM_ENTRY_SIZE).div_ceil(PAGE_SIZE);
+pub const TRANSLATION_PAGES: usize = (NGM_ENTRIES as usize * NGM_ENTRY_SIZE).div_ceil(PAGE_SIZE);
 /// Pages of the status sub-table.
 pub const STATUS_PAGES: usize = (NGM_ENTRIES as usize * NGM_STATUS_SIZE).div_ceil(PAGE_SIZE);
 
@@ -119,12 +118,19 @@ impl NgmTable {
     }
 
     fn set(&self, i: usize, e: NgmEntry) {
-        self.trans_map.store_u64_seqcst(i * NGM_ENTRY_SIZE, e.encode());
+        self.trans_map
+            .store_u64_seqcst(i * NGM_ENTRY_SIZE, e.encode());
     }
 
     /// GRANT_map (thesis 4.6.1): validates the guest's frame once and
     /// publishes the translation in one atomic store.
-    pub fn grant(&mut self, gref: u32, frame: u32, writable: bool, pool_frames: u32) -> HvResult<()> {
+    pub fn grant(
+        &mut self,
+        gref: u32,
+        frame: u32,
+        writable: bool,
+        pool_frames: u32,
+    ) -> HvResult<()> {
         let i = self.check_ref(gref)?;
         if frame >= pool_frames {
             return err(
@@ -178,7 +184,10 @@ impl NgmTable {
             self.refused += 1;
             return err(
                 ErrorKind::InUse,
-                format!("grant {gref} is in use by driver domain {} ({uses} uses)", self.backend),
+                format!(
+                    "grant {gref} is in use by driver domain {} ({uses} uses)",
+                    self.backend
+                ),
             );
         }
         self.revoked += 1;
@@ -234,12 +243,21 @@ mod tests {
     #[test]
     fn grant_revoke_and_in_use() {
         let mut t = NgmTable::new(1, 5, 2).unwrap();
-        assert_eq!(t.grant(NGM_ENTRIES, 3, false, 10).unwrap_err().kind, ErrorKind::BadGntref);
-        assert_eq!(t.grant(4, 10, false, 10).unwrap_err().kind, ErrorKind::BadPage);
+        assert_eq!(
+            t.grant(NGM_ENTRIES, 3, false, 10).unwrap_err().kind,
+            ErrorKind::BadGntref
+        );
+        assert_eq!(
+            t.grant(4, 10, false, 10).unwrap_err().kind,
+            ErrorKind::BadPage
+        );
         t.grant(4, 3, true, 10).unwrap();
         assert_eq!(t.grant(4, 5, true, 10).unwrap_err().kind, ErrorKind::InUse);
         let e = t.entry(4);
-        assert_eq!((e.frame, e.flags, e.grantee), (3, NGM_VALID | NGM_WRITABLE, 2));
+        assert_eq!(
+            (e.frame, e.flags, e.grantee),
+            (3, NGM_VALID | NGM_WRITABLE, 2)
+        );
         // A use held by the driver domain blocks the revocation.
         t.status_map.store_u32(4 * NGM_STATUS_SIZE, 1);
         assert_eq!(t.revoke(4).unwrap_err().kind, ErrorKind::InUse);

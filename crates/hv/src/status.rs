@@ -12,13 +12,14 @@ pub struct Counters {
 
 impl Counters {
     pub fn op(&mut self, name: &str) {
-        *self.ops.entry(name.to_string()).or_default() += 1;
+        self.ops_n(name, 1);
     }
+    /// Adds `n` to operation `name`; only a name's first count allocates.
     pub fn ops_n(&mut self, name: &str, n: u64) {
-        *self.ops.entry(name.to_string()).or_default() += n;
+        bump(&mut self.ops, name, n);
     }
     pub fn error(&mut self, kind: crate::ErrorKind) {
-        *self.errors.entry(kind.name().to_string()).or_default() += 1;
+        bump(&mut self.errors, kind.name(), 1);
     }
     /// Count of one error kind.
     pub fn errors_of(&self, kind: crate::ErrorKind) -> u64 {
@@ -27,6 +28,15 @@ impl Counters {
     /// Count of one operation.
     pub fn ops_of(&self, name: &str) -> u64 {
         self.ops.get(name).copied().unwrap_or(0)
+    }
+}
+
+fn bump(m: &mut BTreeMap<String, u64>, name: &str, n: u64) {
+    match m.get_mut(name) {
+        Some(v) => *v += n,
+        None => {
+            m.insert(name.to_string(), n);
+        }
     }
 }
 

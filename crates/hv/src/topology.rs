@@ -145,7 +145,9 @@ impl std::str::FromStr for Grants {
         match s {
             "ngm" => Ok(Grants::Ngm),
             "hv-copy" => Ok(Grants::HvCopy),
-            _ => Err(format!("unknown grant mechanism {s:?}: use \"ngm\" or \"hv-copy\"")),
+            _ => Err(format!(
+                "unknown grant mechanism {s:?}: use \"ngm\" or \"hv-copy\""
+            )),
         }
     }
 }

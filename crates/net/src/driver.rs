@@ -237,7 +237,11 @@ impl<'a> Others<'a> {
     fn ports(&self) -> impl Iterator<Item = PortId> + '_ {
         let b = self.before.len();
         let before = self.before.iter().enumerate().map(|(i, v)| (i + 1, v));
-        let after = self.after.iter().enumerate().map(move |(i, v)| (b + i + 2, v));
+        let after = self
+            .after
+            .iter()
+            .enumerate()
+            .map(move |(i, v)| (b + i + 2, v));
         before
             .chain(after)
             .filter(|(_, v)| v.nb.is_connected())

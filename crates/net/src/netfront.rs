@@ -141,6 +141,9 @@ pub struct Netfront {
     rx_free: Vec<u16>,
     /// The grant of each RX id posted.
     rx_slots: Vec<Option<u32>>,
+    /// The id posted at each RX ring position: a response answers the
+    /// request in its position (an extra-info slot carries no id of its own).
+    rx_ring_ids: Vec<u16>,
     /// Fragments of received frames not yet delivered (reused, never shrunk).
     rx_frags: Vec<Frag>,
     /// Received frames not yet delivered.
@@ -299,6 +302,7 @@ impl Netfront {
             tx_slots: vec![None; RING as usize],
             rx_free: (0..RING as u16).rev().collect(),
             rx_slots: vec![None; RING as usize],
+            rx_ring_ids: vec![0; RING as usize],
             rx_frags: Vec::with_capacity(2 * RING as usize),
             rx_ready: Vec::with_capacity(RING as usize),
             rx_cur: None,
@@ -420,11 +424,19 @@ impl Netfront {
     }
 
     /// The raw TX ring, for tests that play a hostile frontend.
+    #[doc(hidden)]
     pub fn tx_ring(&mut self) -> &mut FrontRing<Mem, TxRequest, TxResponse> {
         &mut self.tx
     }
 
+    /// The raw RX ring, for tests that play a hostile frontend.
+    #[doc(hidden)]
+    pub fn rx_ring(&mut self) -> &mut FrontRing<Mem, RxRequest, RxResponse> {
+        &mut self.rx
+    }
+
     /// The TX event channel, for tests that play a hostile frontend.
+    #[doc(hidden)]
     pub fn tx_channel(&self) -> &EventChannel {
         &self.tx_evt
     }
@@ -544,10 +556,12 @@ impl Netfront {
     ) -> std::result::Result<u32, &'static str> {
         let backend = self.info.backend_id;
         match &mut self.grants {
-            Grants::Ngm(t) => t.acquire(hv, backend, frame, writable).map_err(|e| match e {
-                TrackError::SetFull => "grant_track_full",
-                _ => "grant_failed",
-            }),
+            Grants::Ngm(t) => t
+                .acquire(hv, backend, frame, writable)
+                .map_err(|e| match e {
+                    TrackError::SetFull => "grant_track_full",
+                    _ => "grant_failed",
+                }),
             Grants::PerPacket => {
                 self.counters.grant("grant", 1);
                 hv.grants()
@@ -622,10 +636,7 @@ impl Netfront {
                 self.counters.grant("grant", 1);
                 hv.grants()
                     .accept_transfer(self.info.backend_id, frame)
-                    .map_err(|e| {
-                        self.rx_free.push(id);
-                        e
-                    })?
+                    .inspect_err(|_| self.rx_free.push(id))?
             } else {
                 match self.grant_buffer(hv, frame, true) {
                     Ok(g) => g,
@@ -637,6 +648,7 @@ impl Netfront {
                 }
             };
             self.rx_slots[id as usize] = Some(gref);
+            self.rx_ring_ids[(self.rx.req_prod_pvt() & (RING - 1)) as usize] = id;
             self.rx.push_request(&RxRequest { id, gref })?;
             posted = true;
         }
@@ -664,8 +676,12 @@ impl Netfront {
     /// Takes RX responses and records the frames they complete in `rx_ready`.
     fn receive(&mut self, hv: &mut HvClient) -> Result<()> {
         loop {
-            while let Some(rsp) = self.rx.next_response()? {
-                self.rx_response(hv, rsp);
+            loop {
+                let posted = self.rx_ring_ids[(self.rx.rsp_cons() & (RING - 1)) as usize];
+                let Some(rsp) = self.rx.next_response()? else {
+                    break;
+                };
+                self.rx_response(hv, posted, rsp);
             }
             if !self.rx.final_check_for_responses()? {
                 return Ok(());
@@ -673,12 +689,14 @@ impl Netfront {
         }
     }
 
-    fn rx_response(&mut self, hv: &mut HvClient, rsp: RxResponse) {
+    /// Takes one RX response; `posted` is the id of the request in its
+    /// ring position.
+    fn rx_response(&mut self, hv: &mut HvClient, posted: u16, rsp: RxResponse) {
         if self.rx_extra_pending {
             // An extra-info slot: its request's buffer comes back unused.
             self.rx_extra_pending = false;
-            if self.rx_grant_done(hv, rsp.id) {
-                self.rx_free.push(rsp.id);
+            if self.rx_grant_done(hv, posted) {
+                self.rx_free.push(posted);
             }
             match ExtraInfo::from_rx_slot(&rsp) {
                 Ok(x) => {
@@ -694,6 +712,11 @@ impl Netfront {
             }
             return;
         }
+        // Responses come in request order; anything else is a backend bug.
+        let in_order = rsp.id == posted;
+        if !in_order {
+            self.counters.reject("rx_response_out_of_order");
+        }
         let landed = self.rx_grant_done(hv, rsp.id);
         let first = self.rx_frags.len();
         let f = self.rx_cur.get_or_insert(RxFrame {
@@ -707,7 +730,7 @@ impl Netfront {
         });
         match (rsp.rx_status(), landed, rsp.check_fits_page()) {
             (Ok(RxStatus::Data(len)), true, Ok(()))
-                if f.len + len as usize <= MAX_FRAME && f.count < MAX_DATA_SLOTS =>
+                if in_order && f.len + len as usize <= MAX_FRAME && f.count < MAX_DATA_SLOTS =>
             {
                 f.len += len as usize;
                 f.count += 1;
@@ -859,7 +882,10 @@ impl Netfront {
 fn warm_grants(hv: &mut HvClient, backend: DomId, dev: &str) -> Result<GrantTrack> {
     let (handle, entries) = hv.ngm_setup(backend)?;
     if entries != hv::ngm::NGM_ENTRIES {
-        return Err(setup(format!("hv offers {entries} grant entries; this build expects {}", hv::ngm::NGM_ENTRIES)));
+        return Err(setup(format!(
+            "hv offers {entries} grant entries; this build expects {}",
+            hv::ngm::NGM_ENTRIES
+        )));
     }
     let mut track = GrantTrack::new();
     for id in 0..RING as u16 {

@@ -64,7 +64,12 @@ impl Csum {
     /// headers (netif carries no csum_start). `head` is the start of a frame
     /// of `len` bytes. `None` when a blank checksum is claimed for a frame
     /// that is not TCP or UDP.
-    pub fn from_netif(csum_blank: bool, data_validated: bool, head: &[u8], len: usize) -> Option<Csum> {
+    pub fn from_netif(
+        csum_blank: bool,
+        data_validated: bool,
+        head: &[u8],
+        len: usize,
+    ) -> Option<Csum> {
         if csum_blank {
             crate::offload::partial_csum_of(head, len)
                 .ok()
@@ -269,7 +274,12 @@ pub fn parse_vnet_hdr(hdr: &[u8], frame_len: usize) -> Result<(Csum, Option<Gso>
 ///
 /// GSO packets are expected to be `Csum::Partial` (see
 /// [`crate::offload::prepare`]); Linux refuses GSO without `NEEDS_CSUM`.
-pub fn encode_vnet_hdr(csum: Csum, gso: Option<Gso>, head: &[u8], len: usize) -> [u8; VNET_HDR_LEN] {
+pub fn encode_vnet_hdr(
+    csum: Csum,
+    gso: Option<Gso>,
+    head: &[u8],
+    len: usize,
+) -> [u8; VNET_HDR_LEN] {
     let mut h = [0u8; VNET_HDR_LEN];
     match csum {
         Csum::Unknown => {}

@@ -1,4 +1,5 @@
 //! Helpers shared by hv's integration tests.
+#![allow(dead_code)]
 
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use splitnet_hv::{DomId, DomainSpec, HvClient, Hypervisor, MemorySpec};

@@ -471,7 +471,6 @@ fn attach_pool(hv: &mut HvClient, guest: DomId, fe: &str) -> Result<NgmView> {
         )));
     }
     Ok(view)
-
 }
 
 fn grant_reason(status: i16) -> &'static str {

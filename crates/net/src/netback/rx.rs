@@ -5,7 +5,9 @@
 //! waits in a bounded queue. Under `hv-copy` hv copies each batch from
 //! staging frames; in the Xen 2.0 baseline each page is flipped.
 
-use super::{grant_reason, hv_reason, proto, Netback, NetbackError, Result, RING, RX_QUEUE, SLOT_BUDGET};
+use super::{
+    grant_reason, hv_reason, proto, Netback, NetbackError, Result, RING, RX_QUEUE, SLOT_BUDGET,
+};
 use crate::offload;
 use crate::packet::{FrameRef, Packet};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
@@ -380,4 +382,3 @@ impl Netback {
         self.rx_queue.len()
     }
 }
-

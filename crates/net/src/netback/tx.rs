@@ -321,7 +321,10 @@ impl Netback {
         // Where each slot's bytes are in the guest's pool.
         let mut segs = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
         for (k, s) in p.slots().iter().enumerate() {
-            segs[k] = (frames[k] as usize * PAGE_SIZE + s.offset as usize, s.len as usize);
+            segs[k] = (
+                frames[k] as usize * PAGE_SIZE + s.offset as usize,
+                s.len as usize,
+            );
         }
         let segs = &segs[..p.count];
         let whole = FrameRef {
