@@ -1,12 +1,13 @@
 //! Suite `baseline`: throughput and CPU cost of moving a TCP or UDP stream
 //! guest→wire (TX), wire→guest (RX) and guest→guest, for native networking,
-//! the kernel's bridge, user-mode networking (pasta, slirp4netns), and
-//! splitnet in its seed-baseline and default modes,
+//! the kernel's bridge, the minimal user-space forwarder (the ceiling of a
+//! TAP-to-AF_PACKET path), user-mode networking (pasta, slirp4netns), and
+//! splitnet in its seed-baseline, hv-copy and default (fast-path) modes,
 //! all measured in the same run (Menon 2006 §5, Ram thesis §2.4: cycles per
 //! 1514-byte packet by domain).
 
 use crate::chart::{self, Bar};
-use crate::netenv::{self, Flow, FlowResult, KernelBridge, Native, Workload};
+use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Native, Workload};
 use crate::stats::{median, tsc_per_us};
 use crate::usernet::{self, Tool, UserNet};
 use anyhow::{bail, Context, Result};
@@ -45,13 +46,19 @@ pub enum Config {
     Native,
     /// veth into a Linux bridge in a "driver" namespace (the kernel baseline).
     LinuxBridge,
+    /// One process forwarding between a TAP and AF_PACKET, nothing else:
+    /// the ceiling of any user-space NIC path (`forwarder.rs`). TX and RX only.
+    MinimalForwarder,
     /// User-mode networking with pasta (passt), as rootless Podman uses.
     Pasta,
     /// User-mode networking with slirp4netns (libslirp).
     Slirp4netns,
     /// splitnet, seed baseline: RX flip, TX map, no offloads.
     SplitnetBaseline,
-    /// splitnet default: RX copy, TX copy, offloads on.
+    /// splitnet with hv's grant copies (the thesis's "Orig"): RX copy, TX copy, offloads on.
+    SplitnetHvCopy,
+    /// splitnet default, the fast path: the new grant mechanism, TX gather,
+    /// RX single copy, offloads on.
     SplitnetDefault,
 }
 
@@ -60,10 +67,20 @@ impl Config {
         match self {
             Config::Native => "native",
             Config::LinuxBridge => "linux-bridge",
+            Config::MinimalForwarder => "minimal-forwarder",
             Config::Pasta => "pasta",
             Config::Slirp4netns => "slirp4netns",
             Config::SplitnetBaseline => "splitnet-baseline",
+            Config::SplitnetHvCopy => "splitnet-hv-copy",
             Config::SplitnetDefault => "splitnet-default",
+        }
+    }
+
+    /// The directions a configuration carries (the forwarder has no second guest).
+    pub fn directions(self) -> &'static [Direction] {
+        match self {
+            Config::MinimalForwarder => &DIRECTIONS[..2],
+            _ => &DIRECTIONS,
         }
     }
 
@@ -111,6 +128,8 @@ pub struct Record {
     pub run: usize,
     pub gbps: f64,
     pub ratio_to_native: Option<f64>,
+    /// Against the minimal forwarder of the same run (TX and RX).
+    pub ratio_to_forwarder: Option<f64>,
     /// CPU time per domain during the flow, kernel time included.
     pub cpu_seconds: BTreeMap<String, f64>,
     /// TSC cycles per 1514-byte frame (or per datagram for UDP): "total" and one per domain.
@@ -132,6 +151,7 @@ pub struct Summary {
     pub min_gbps: f64,
     pub max_gbps: f64,
     pub median_ratio_to_native: Option<f64>,
+    pub median_ratio_to_forwarder: Option<f64>,
     pub median_cycles_per_packet: f64,
 }
 
@@ -149,12 +169,14 @@ pub struct BaselineReport {
 }
 
 const DIRECTIONS: [Direction; 3] = [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
-const CONFIGS: [Config; 6] = [
+const CONFIGS: [Config; 8] = [
     Config::Native,
     Config::LinuxBridge,
+    Config::MinimalForwarder,
     Config::Pasta,
     Config::Slirp4netns,
     Config::SplitnetBaseline,
+    Config::SplitnetHvCopy,
     Config::SplitnetDefault,
 ];
 
@@ -234,6 +256,7 @@ struct Env {
     _native: Option<Native>,
     _kb: Option<KernelBridge>,
     _usernet: Option<UserNet>,
+    _fwd: Option<Forwarded>,
     splitnet: bool,
 }
 
@@ -245,13 +268,14 @@ impl Env {
             _native: None,
             _kb: None,
             _usernet: None,
+            _fwd: None,
             splitnet: false,
         }
     }
 }
 
 /// Names of the cgroups the suite creates (as `bench-<name>`).
-const BENCH_CGROUPS: [&str; 7] = [
+const BENCH_CGROUPS: [&str; 8] = [
     "client",
     "server",
     "guest1",
@@ -259,6 +283,7 @@ const BENCH_CGROUPS: [&str; 7] = [
     "wire",
     "pasta",
     "slirp4netns",
+    "forwarder",
 ];
 
 fn bench_cgroup(layout: &CgroupLayout, name: &str) -> Result<Cgroup> {
@@ -330,6 +355,18 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
             env._kb = Some(kb);
             Ok(env)
         }
+        Config::MinimalForwarder => {
+            let mut env = Env::new(bench_domains(layout, &["guest1", "wire", "forwarder"])?);
+            let fw = Forwarded::new(&opts.exe, env.domains[2].cgroup.as_ref())?;
+            for (d, rev) in [("tx", false), ("rx", true)] {
+                env.flows.insert(
+                    d,
+                    FlowSpec::new(&fw.wire, netenv::FWD_WIRE, &fw.guest, rev).charged(1, 0),
+                );
+            }
+            env._fwd = Some(fw);
+            Ok(env)
+        }
         Config::Pasta | Config::Slirp4netns => {
             let tool = cfg.tool().context("a peer configuration without a tool")?;
             let mut env = Env::new(bench_domains(
@@ -354,11 +391,11 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
             env._usernet = Some(u);
             Ok(env)
         }
-        Config::SplitnetBaseline | Config::SplitnetDefault => {
-            let preset = if cfg == Config::SplitnetBaseline {
-                "baseline"
-            } else {
-                "default"
+        Config::SplitnetBaseline | Config::SplitnetHvCopy | Config::SplitnetDefault => {
+            let preset = match cfg {
+                Config::SplitnetBaseline => "baseline",
+                Config::SplitnetHvCopy => "hv-copy",
+                _ => "default",
             };
             splitnet(opts, &["up", "--preset", preset])?;
             let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
@@ -529,7 +566,8 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
             _ => configs.push(cfg),
         }
     }
-    let total_steps = runs * configs.len() * workloads.len() * DIRECTIONS.len();
+    let total_steps =
+        runs * workloads.len() * configs.iter().map(|c| c.directions().len()).sum::<usize>();
     let mut step = 0;
     let mut records: Vec<Record> = Vec::new();
     for run in 0..runs {
@@ -538,7 +576,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                 .with_context(|| format!("bringing up {}", cfg.name()))?;
             let mut result = Ok(());
             'flows: for &w in &workloads {
-                for dir in DIRECTIONS {
+                for &dir in cfg.directions() {
                     step += 1;
                     if opts.progress {
                         let done = step * 30 / total_steps;
@@ -576,6 +614,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                         run,
                         gbps: m.flow.gbps,
                         ratio_to_native: None,
+                        ratio_to_forwarder: None,
                         cpu_seconds: m.cpu_seconds,
                         cycles_per_packet: m.cycles_per_packet,
                         packets: m.flow.packets,
@@ -590,17 +629,23 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     if opts.progress {
         eprintln!();
     }
-    // Ratios against native of the same run, direction and workload.
-    let natives: Vec<(Direction, Workload, usize, f64)> = records
-        .iter()
-        .filter(|r| r.config == Config::Native)
-        .map(|r| (r.direction, r.workload, r.run, r.gbps))
-        .collect();
-    for r in records.iter_mut() {
-        r.ratio_to_native = natives
+    // Ratios against native and the forwarder of the same run, direction and workload.
+    let of = |cfg: Config| -> Vec<(Direction, Workload, usize, f64)> {
+        records
             .iter()
+            .filter(|r| r.config == cfg)
+            .map(|r| (r.direction, r.workload, r.run, r.gbps))
+            .collect()
+    };
+    let (natives, forwarders) = (of(Config::Native), of(Config::MinimalForwarder));
+    let ratio = |refs: &[(Direction, Workload, usize, f64)], r: &Record| {
+        refs.iter()
             .find(|n| n.0 == r.direction && n.1 == r.workload && n.2 == r.run && n.3 > 0.0)
-            .map(|n| r.gbps / n.3);
+            .map(|n| r.gbps / n.3)
+    };
+    for r in records.iter_mut() {
+        r.ratio_to_native = ratio(&natives, r);
+        r.ratio_to_forwarder = ratio(&forwarders, r);
     }
     let mut summary = Vec::new();
     for &cfg in &configs {
@@ -615,6 +660,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                 }
                 let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
                 let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
+                let fwd: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_forwarder).collect();
                 let cpp: Vec<f64> = rs
                     .iter()
                     .filter_map(|r| r.cycles_per_packet.get("total").copied())
@@ -628,6 +674,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                     min_gbps: g.iter().copied().fold(f64::INFINITY, f64::min),
                     max_gbps: g.iter().copied().fold(0.0, f64::max),
                     median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
+                    median_ratio_to_forwarder: (!fwd.is_empty()).then(|| median(&fwd)),
                     median_cycles_per_packet: median(&cpp),
                 });
             }
@@ -655,12 +702,12 @@ impl BaselineReport {
     /// A Markdown table of the medians.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| config | direction | workload | Gbit/s (median) | min–max | ratio to native | cycles/packet |\n\
-             |---|---|---|---:|---:|---:|---:|\n",
+            "| config | direction | workload | Gbit/s (median) | min–max | ratio to native | ratio to forwarder | cycles/packet |\n\
+             |---|---|---|---:|---:|---:|---:|---:|\n",
         );
         for m in &self.summary {
             s += &format!(
-                "| {} | {} | {} | {:.2} | {:.2}–{:.2} | {} | {:.0} |\n",
+                "| {} | {} | {} | {:.2} | {:.2}–{:.2} | {} | {} | {:.0} |\n",
                 m.config.name(),
                 m.direction.name(),
                 m.workload.name(),
@@ -668,6 +715,8 @@ impl BaselineReport {
                 m.min_gbps,
                 m.max_gbps,
                 m.median_ratio_to_native
+                    .map_or("-".into(), |r| format!("{r:.3}")),
+                m.median_ratio_to_forwarder
                     .map_or("-".into(), |r| format!("{r:.3}")),
                 m.median_cycles_per_packet
             );

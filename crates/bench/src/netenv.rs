@@ -265,3 +265,78 @@ impl Drop for KernelBridge {
         }
     }
 }
+
+/// The minimal forwarder's topology: a guest namespace whose `eth0` is the
+/// forwarder's TAP, a driver namespace where the forwarder runs with its
+/// AF_PACKET socket on `peth0`, and a wire namespace at the other end of
+/// `peth0` (see `forwarder.rs`). Deleted on drop.
+pub struct Forwarded {
+    pub guest: String,
+    pub drv: String,
+    pub wire: String,
+    child: Option<Child>,
+}
+
+/// Addresses in the minimal forwarder's topology.
+pub const FWD_GUEST: &str = "10.81.0.1";
+pub const FWD_WIRE: &str = "10.81.0.254";
+
+impl Forwarded {
+    /// Brings the topology up with `exe forwarder` (placed in `cgroup`) as
+    /// the only thing between guest and wire.
+    pub fn new(exe: &std::path::Path, cgroup: Option<&Cgroup>) -> Result<Forwarded> {
+        let n = |s: &str| host::netns_name(s);
+        let mut f = Forwarded {
+            guest: n("fwd-guest1"),
+            drv: n("fwd-drv"),
+            wire: n("fwd-wire"),
+            child: None,
+        };
+        for ns in [&f.guest, &f.drv, &f.wire] {
+            host::netns_add(ns)?;
+        }
+        host::veth_pair("peth0", &f.drv, "eth0", &f.wire)?;
+        host::addr_add(&f.wire, "eth0", &format!("{FWD_WIRE}/24"))?;
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &f.drv])
+            .arg(exe)
+            .args(["forwarder", "--tap", "fwd0", "--port", "peth0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the minimal forwarder")?;
+        if let Some(cg) = cgroup {
+            cg.add(child.id() as i32)?;
+        }
+        let mut line = String::new();
+        let out = child.stdout.take().context("forwarder stdout")?;
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)?;
+        f.child = Some(child);
+        if line.trim() != "READY" {
+            bail!(
+                "the minimal forwarder did not start (said {:?})",
+                line.trim()
+            );
+        }
+        // The TAP was made in the driver namespace; it becomes the guest's eth0.
+        host::ip_in(&f.drv, &["link", "set", "fwd0", "netns", &f.guest])?;
+        host::ip_in(&f.guest, &["link", "set", "fwd0", "name", "eth0"])?;
+        host::ip_in(&f.guest, &["link", "set", "eth0", "txqueuelen", "4096"])?;
+        host::addr_add(&f.guest, "eth0", &format!("{FWD_GUEST}/24"))?;
+        host::ip_in(&f.guest, &["link", "set", "eth0", "up"])?;
+        Ok(f)
+    }
+}
+
+impl Drop for Forwarded {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in [&self.guest, &self.drv, &self.wire] {
+            host::netns_del(ns);
+        }
+    }
+}

@@ -166,6 +166,17 @@ enum Cmd {
     /// A domain's process (started by hv inside the domain's namespace).
     #[command(hide = true)]
     Domain,
+    /// The minimal TAP <-> AF_PACKET forwarder `bench baseline` measures as
+    /// the ceiling of a user-space NIC path (run in the driver namespace).
+    #[command(hide = true)]
+    Forwarder {
+        /// TAP to create (moved into the guest namespace by the caller).
+        #[arg(long)]
+        tap: String,
+        /// Interface for the AF_PACKET socket.
+        #[arg(long)]
+        port: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -350,6 +361,7 @@ fn run(cli: Cli) -> Result<()> {
             cmd,
         } => trace::run(&rd, duration, json.as_deref(), &cmd),
         Cmd::Hv { config, preset } => lifecycle::run_hv(&rd, &config, preset),
+        Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
         Cmd::Domain => domain::main(),
     }
 }

@@ -31,12 +31,19 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
     for config in [
         "native",
         "linux-bridge",
+        "minimal-forwarder",
         "pasta",
         "slirp4netns",
         "splitnet-baseline",
+        "splitnet-hv-copy",
         "splitnet-default",
     ] {
-        for direction in ["tx", "rx", "guest-to-guest"] {
+        let directions: &[&str] = match config {
+            // The forwarder joins one guest to the wire: no second guest.
+            "minimal-forwarder" => &["tx", "rx"],
+            _ => &["tx", "rx", "guest-to-guest"],
+        };
+        for &direction in directions {
             let r = records
                 .iter()
                 .find(|r| r["config"] == config && r["direction"] == direction)
@@ -46,6 +53,13 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
             assert!(ratio > 0.0, "{r}");
             if config == "native" {
                 assert_eq!(ratio, 1.0);
+            }
+            // TX and RX are also measured against the minimal forwarder.
+            let to_fwd = r["ratio_to_forwarder"].as_f64();
+            match (config, direction) {
+                ("minimal-forwarder", _) => assert_eq!(to_fwd, Some(1.0), "{r}"),
+                (_, "guest-to-guest") => assert!(to_fwd.is_none(), "{r}"),
+                _ => assert!(to_fwd.is_some_and(|x| x > 0.0), "{r}"),
             }
             let cpu = r["cpu_seconds"].as_object().unwrap();
             assert!(!cpu.is_empty(), "{r}");
@@ -64,6 +78,7 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
                 "native" => &["client", "server"],
                 "linux-bridge" => &["guest1", "wire"],
                 "pasta" | "slirp4netns" => &["guest1", "wire", config],
+                "minimal-forwarder" => &["guest1", "wire", "forwarder"],
                 _ => &["hv", "drv", "guest1"],
             };
             for d in charged {
@@ -97,6 +112,9 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
     assert!(std::fs::read_to_string(out.join("results.md"))
         .unwrap()
         .contains("| splitnet-default | tx |"));
+    assert!(std::fs::read_to_string(out.join("results.md"))
+        .unwrap()
+        .contains("| minimal-forwarder | rx |"));
     assert_nothing_left();
 }
 
