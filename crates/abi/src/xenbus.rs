@@ -241,6 +241,23 @@ pub fn validate_path(path: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Parses a vif's `mac` key (`aa:bb:cc:dd:ee:ff`, unicast) into bytes.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let mut mac = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("{s:?} is not a MAC address like 00:16:3e:00:00:01"));
+    }
+    for (b, p) in mac.iter_mut().zip(&parts) {
+        *b = u8::from_str_radix(p, 16)
+            .map_err(|_| format!("{s:?} is not a MAC address like 00:16:3e:00:00:01"))?;
+    }
+    if mac[0] & 1 != 0 {
+        return Err(format!("{s:?} is a multicast address"));
+    }
+    Ok(mac)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

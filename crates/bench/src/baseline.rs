@@ -36,6 +36,10 @@ pub struct BaselineOptions {
     pub profile: bool,
     /// Where each flow's whole profile (JSON and SVG) is written, if anywhere.
     pub profile_dir: Option<PathBuf>,
+    /// Only these configurations (native is always added); empty: all.
+    pub configs: Vec<Config>,
+    /// Only these workloads; empty: the default set.
+    pub workloads: Vec<Workload>,
 }
 
 /// A measured configuration.
@@ -60,6 +64,20 @@ pub enum Config {
     /// splitnet default, the fast path: the new grant mechanism, TX gather,
     /// RX single copy, offloads on.
     SplitnetDefault,
+}
+
+impl std::str::FromStr for Config {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Config> {
+        CONFIGS
+            .iter()
+            .copied()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = CONFIGS.iter().map(|c| c.name()).collect();
+                anyhow::anyhow!("no configuration {s:?}; the suite has {}", names.join(", "))
+            })
+    }
 }
 
 impl Config {
@@ -548,7 +566,9 @@ fn write_profile(dir: &std::path::Path, stem: &str, p: &prof::Profile) -> Result
 pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     let tsc_hz = tsc_per_us() * 1e6;
     let layout = CgroupLayout::detect();
-    let workloads: Vec<Workload> = if opts.quick {
+    let workloads: Vec<Workload> = if !opts.workloads.is_empty() {
+        opts.workloads.clone()
+    } else if opts.quick {
         vec![Workload::TcpZerocopy]
     } else {
         vec![Workload::TcpZerocopy, Workload::TcpCopy, Workload::UdpSmall]
@@ -556,7 +576,9 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     let runs = opts.runs.max(1);
     let mut skipped = Vec::new();
     let mut configs = Vec::new();
-    for cfg in CONFIGS {
+    let wanted =
+        |c: Config| opts.configs.is_empty() || c == Config::Native || opts.configs.contains(&c);
+    for cfg in CONFIGS.into_iter().filter(|&c| wanted(c)) {
         match cfg.tool() {
             Some(t) if !t.installed() => skipped.push(format!(
                 "{}: not installed (Debian package {})",

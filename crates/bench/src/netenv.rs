@@ -29,6 +29,16 @@ pub enum Workload {
     UdpSmall,
 }
 
+impl std::str::FromStr for Workload {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Workload> {
+        let all = [Workload::TcpZerocopy, Workload::TcpCopy, Workload::UdpSmall];
+        all.into_iter().find(|w| w.name() == s).ok_or_else(|| {
+            anyhow::anyhow!("no workload {s:?}; there are tcp-zerocopy, tcp-copy and udp-64")
+        })
+    }
+}
+
 impl Workload {
     pub fn name(self) -> &'static str {
         match self {

@@ -89,6 +89,15 @@ enum Cmd {
         /// baseline: seconds per iperf3 flow (default 5, or 2 with --quick).
         #[arg(long)]
         seconds: Option<u32>,
+        /// baseline: only these configurations (comma-separated, for example
+        /// `minimal-forwarder,splitnet-default`); native is always measured,
+        /// as every ratio's reference. Default: all.
+        #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
+        configs: Vec<String>,
+        /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64).
+        /// Default: all three, or tcp-zerocopy with --quick.
+        #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]
+        workloads: Vec<String>,
         /// Write results.json, results.md and chart.svg into this folder.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -266,6 +275,8 @@ fn run(cli: Cli) -> Result<()> {
             iterations,
             runs,
             seconds,
+            configs,
+            workloads,
             out,
             json,
             svg,
@@ -307,6 +318,14 @@ fn run(cli: Cli) -> Result<()> {
                         progress: true,
                         profile,
                         profile_dir: out.as_ref().map(|d| d.join("profiles")),
+                        configs: configs
+                            .iter()
+                            .map(|c| c.parse())
+                            .collect::<Result<_, _>>()?,
+                        workloads: workloads
+                            .iter()
+                            .map(|w| w.parse())
+                            .collect::<Result<_, _>>()?,
                     };
                     let r = bench::baseline::run(&opts)?;
                     let mut table = format!("{}\n{}", r.table(), r.cycles_table());

@@ -13,22 +13,9 @@ use abi::SharedMemory;
 use std::os::fd::AsFd;
 use sys::{Doorbell, Mapping, Memfd, PAGE_SIZE};
 
-/// Byte offset of end `e`'s pending word.
-pub fn pending_off(end: u8) -> usize {
-    end as usize * 8
-}
-/// Byte offset of end `e`'s mask word.
-pub fn mask_off(end: u8) -> usize {
-    end as usize * 8 + 4
-}
-/// Byte offset of the channel state word.
-pub const STATE_OFF: usize = 16;
-/// Channel state: waiting for the remote end to bind.
-pub const STATE_UNBOUND: u32 = 1;
-/// Channel state: both ends bound.
-pub const STATE_BOUND: u32 = 2;
-/// Channel state: closed by one end or by hv.
-pub const STATE_CLOSED: u32 = 3;
+pub use hypercall::evtchn::{
+    mask_off, pending_off, STATE_BOUND, STATE_CLOSED, STATE_OFF, STATE_UNBOUND,
+};
 
 /// Most ports one domain may hold (each costs hv five descriptors).
 pub const MAX_PORTS: usize = 64;

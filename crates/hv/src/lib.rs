@@ -9,24 +9,20 @@
 //! - [`evtchn`]: event channels (eventfd doorbells, pending/mask bits);
 //! - [`batch`]: the shared-memory path for grant-copy batches;
 //! - [`trace`]: xentrace-style event counts and cost histograms;
-//! - [`client`]: what domains and the toolstack link to call hv;
-//! - the store lives in the `splitnet-store` crate.
+//! - what domains and the toolstack link to call hv is the
+//!   `splitnet-hypercall` crate (re-exported here for hv's own use and the
+//!   toolstack); the store lives in the `splitnet-store` crate.
 
-pub mod batch;
-pub mod client;
 pub mod core;
 pub mod daemon;
-pub mod error;
 pub mod evtchn;
 pub mod grant;
 pub mod host;
 pub mod memory;
 pub mod ngm;
-pub mod ngm_client;
-pub mod proto;
-pub mod status;
 pub mod topology;
-pub mod trace;
+
+pub use hypercall::{batch, client, error, ngm_client, proto, status, trace};
 
 pub use crate::core::{DomainSpec, Hypervisor, Teardown};
 pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};

@@ -370,7 +370,7 @@ impl Topology {
             check_cidr(&format!("domain {:?} address", d.name), &d.address, false)?;
             check_cidr(&format!("domain {:?} ipv6", d.name), &d.ipv6, true)?;
             if let Some(m) = &d.mac {
-                parse_mac(m).map_err(|e| format!("domain {:?} mac: {e}", d.name))?;
+                abi::xenbus::parse_mac(m).map_err(|e| format!("domain {:?} mac: {e}", d.name))?;
             }
             check_modes(d)?;
             if d.kind == DomainKind::Driver
@@ -503,23 +503,6 @@ impl Topology {
     pub fn domain(&self, name: &str) -> Option<&DomainConfig> {
         self.domains.iter().find(|d| d.name == name)
     }
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff` into bytes.
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let mut mac = [0u8; 6];
-    if parts.len() != 6 {
-        return Err(format!("{s:?} is not a MAC address like 00:16:3e:00:00:01"));
-    }
-    for (b, p) in mac.iter_mut().zip(&parts) {
-        *b = u8::from_str_radix(p, 16)
-            .map_err(|_| format!("{s:?} is not a MAC address like 00:16:3e:00:00:01"))?;
-    }
-    if mac[0] & 1 != 0 {
-        return Err(format!("{s:?} is a multicast address"));
-    }
-    Ok(mac)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use crate::bridge::{Bridge, PortId, Route};
 use crate::netback::{self, Netback, Pending};
 use crate::packet::FrameRef;
 use crate::port::{PacketPort, Port};
-use hv::{DomId, HvClient};
+use hypercall::{DomId, HvClient};
 use std::time::{Duration, Instant};
 
 /// Bridge port of the physical NIC.
@@ -17,7 +17,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
     #[error("hypercall: {0}")]
-    Hv(#[from] hv::HvError),
+    Hv(#[from] hypercall::HvError),
     #[error("port: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -24,9 +24,9 @@ use abi::netif::{
 use abi::ring::FrontRing;
 use abi::xenbus::{keys, XenbusState};
 use abi::{SharedMemory, Window};
-use hv::ngm_client::{GrantTrack, TrackError};
-use hv::trace::{self, DomainEvent, Tracer};
-use hv::{DomId, EventChannel, HvClient, HvError};
+use hypercall::ngm_client::{GrantTrack, TrackError};
+use hypercall::trace::{self, DomainEvent, Tracer};
+use hypercall::{DomId, EventChannel, HvClient, HvError};
 use std::sync::Arc;
 use std::time::Duration;
 use sys::{IoPart, IoPartMut, Mapping, Tap, TapOffloads, PAGE_SIZE};
@@ -443,7 +443,7 @@ impl Netfront {
 
     /// Grant statistics of the new grant mechanism: distinct pages granted
     /// and the packets they served (Ram thesis 4.8), if it is in use.
-    pub fn grant_stats(&self) -> Option<hv::ngm_client::TrackStats> {
+    pub fn grant_stats(&self) -> Option<hypercall::ngm_client::TrackStats> {
         match &self.grants {
             Grants::Ngm(t) => Some(t.stats()),
             Grants::PerPacket => None,
@@ -881,10 +881,10 @@ impl Netfront {
 /// data path never needs hv (Ram thesis 4.7: a pool of I/O buffers).
 fn warm_grants(hv: &mut HvClient, backend: DomId, dev: &str) -> Result<GrantTrack> {
     let (handle, entries) = hv.ngm_setup(backend)?;
-    if entries != hv::ngm::NGM_ENTRIES {
+    if entries != hypercall::ngm::NGM_ENTRIES {
         return Err(setup(format!(
             "hv offers {entries} grant entries; this build expects {}",
-            hv::ngm::NGM_ENTRIES
+            hypercall::ngm::NGM_ENTRIES
         )));
     }
     let mut track = GrantTrack::new();

@@ -28,9 +28,9 @@ use abi::grant::GrantStatus;
 use abi::netif::{RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN};
 use abi::ring::BackRing;
 use abi::xenbus::{keys, XenbusState};
-use hv::ngm_client::NgmView;
-use hv::trace::Tracer;
-use hv::{DomId, EventChannel, HvClient, HvError, MappedGrant};
+use hypercall::ngm_client::NgmView;
+use hypercall::trace::Tracer;
+use hypercall::{DomId, EventChannel, HvClient, HvError, MappedGrant};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -224,7 +224,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     }
     hv.switch_state(be, XenbusState::InitWait)?;
     let mac_text = hv.store_read_str(&format!("{be}/{}", keys::MAC))?;
-    let mac = hv::topology::parse_mac(&mac_text).map_err(|e| proto(format!("{be}/mac: {e}")))?;
+    let mac = abi::xenbus::parse_mac(&mac_text).map_err(|e| proto(format!("{be}/mac: {e}")))?;
     Ok(Pending {
         guest,
         be: be.to_string(),
@@ -486,12 +486,12 @@ fn grant_reason(status: i16) -> &'static str {
 
 fn hv_reason(e: &HvError) -> &'static str {
     match e.kind {
-        hv::ErrorKind::BadGntref => "bad_grant_ref",
-        hv::ErrorKind::PermissionDenied => "grant_permission_denied",
-        hv::ErrorKind::BadDomain => "bad_domain",
-        hv::ErrorKind::BadPage => "bad_page",
-        hv::ErrorKind::BadCopyArg => "crosses_page",
-        hv::ErrorKind::DoubleMap => "double_map",
+        hypercall::ErrorKind::BadGntref => "bad_grant_ref",
+        hypercall::ErrorKind::PermissionDenied => "grant_permission_denied",
+        hypercall::ErrorKind::BadDomain => "bad_domain",
+        hypercall::ErrorKind::BadPage => "bad_page",
+        hypercall::ErrorKind::BadCopyArg => "crosses_page",
+        hypercall::ErrorKind::DoubleMap => "double_map",
         _ => "grant_error",
     }
 }

@@ -13,8 +13,8 @@ use crate::packet::{FrameRef, Packet};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::{ExtraInfo, NetifStatus, RxFlags, RxResponse};
 use abi::SharedMemory;
-use hv::trace::{self, DomainEvent};
-use hv::HvClient;
+use hypercall::trace::{self, DomainEvent};
+use hypercall::HvClient;
 use sys::PAGE_SIZE;
 
 impl Netback {

@@ -17,8 +17,8 @@ use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::{ExtraInfo, NetifStatus, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN};
 use abi::ring::BackRing;
 use abi::SharedMemory;
-use hv::trace::{self, DomainEvent};
-use hv::{HvClient, MappedGrant};
+use hypercall::trace::{self, DomainEvent};
+use hypercall::{HvClient, MappedGrant};
 use sys::PAGE_SIZE;
 
 /// Bytes of each TX packet netback copies to decide on: enough for Ethernet,
