@@ -7,10 +7,13 @@
 //! - [`netif`]: `io/netif.h` transmit/receive requests, responses, extra info.
 //! - [`grant`]: `grant_table.h` entries, copy/map/unmap/transfer operations.
 //! - [`xenbus`]: `io/xenbus.h` states, netif store keys, store path rules.
+//! - [`inet`]: the Ethernet, IP, TCP and UDP headers netback and the
+//!   software offload driver read from untrusted frames.
 #![deny(unsafe_code)]
 
 mod error;
 pub mod grant;
+pub mod inet;
 pub mod mem;
 pub mod netif;
 pub mod ring;

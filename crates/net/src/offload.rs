@@ -11,6 +11,7 @@
 //! a panic.
 
 use crate::packet::{Csum, GsoKind, Packet};
+use abi::inet::{EthernetView, Ipv4View, Ipv6ExtView, Ipv6View, TcpView, UdpView, VlanTagView};
 
 /// Why a frame could not be parsed or processed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +75,25 @@ fn get_mut<'a>(buf: &'a mut [u8], at: usize, n: usize, what: &'static str) -> Re
             need: n,
             have,
         })
+}
+
+/// The checked header view (abi's `inet`) at `at` in `buf`, or a
+/// `Truncated` error naming `what`.
+fn view<'a, V>(
+    buf: &'a [u8],
+    at: usize,
+    what: &'static str,
+    new: fn(&'a [u8]) -> std::result::Result<V, abi::Error>,
+) -> Result<V> {
+    new(buf.get(at..).unwrap_or(&[])).map_err(|e| match e {
+        abi::Error::Truncated { need, got, .. } => OffloadError::Truncated {
+            what,
+            at,
+            need,
+            have: got,
+        },
+        other => malformed(what, at, other.to_string()),
+    })
 }
 
 fn rd16(buf: &[u8], at: usize, what: &'static str) -> Result<u16> {
@@ -187,10 +207,11 @@ pub fn parse_headers(frame: &[u8]) -> Result<Headers> {
 /// must lie within `head`, or the frame is reported truncated.
 pub fn parse_headers_of(head: &[u8], len: usize) -> Result<Headers> {
     let frame = head;
-    let mut ethertype = rd16(frame, 12, "Ethernet header")?;
+    let mut ethertype = view(frame, 0, "Ethernet header", EthernetView::new_checked)?.ethertype();
     let mut l3_off = ETH_HLEN;
     if ethertype == ETHERTYPE_VLAN {
-        ethertype = rd16(frame, ETH_HLEN + 2, "802.1Q tag")?;
+        ethertype =
+            view(frame, ETH_HLEN, "802.1Q tag", VlanTagView::new_checked)?.inner_ethertype();
         l3_off += VLAN_HLEN;
     }
     match ethertype {
@@ -223,8 +244,8 @@ fn within(len: usize, at: usize, n: usize, what: &'static str) -> Result<()> {
 
 fn parse_ipv4(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
     const WHAT: &str = "IPv4 header";
-    let h = get(frame, off, IPV4_MIN_HLEN, WHAT)?;
-    let version = h[0] >> 4;
+    let h = view(frame, off, WHAT, Ipv4View::new_checked)?;
+    let version = h.version();
     if version != 4 {
         return Err(malformed(
             WHAT,
@@ -232,11 +253,11 @@ fn parse_ipv4(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
             format!("version {version}, expected 4"),
         ));
     }
-    let ihl = usize::from(h[0] & 0x0f) * 4;
+    let ihl = h.header_len();
     if ihl < IPV4_MIN_HLEN {
         return Err(malformed(WHAT, off, format!("header length {ihl} < 20")));
     }
-    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let total = usize::from(h.total_length());
     if total < ihl {
         return Err(malformed(
             WHAT,
@@ -246,10 +267,8 @@ fn parse_ipv4(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
     }
     within(len, off, total, "IPv4 packet")?;
     let end = off + total;
-    let frag = u16::from_be_bytes([h[6], h[7]]);
-    let more_fragments = frag & 0x2000 != 0;
-    let frag_offset = frag & 0x1fff;
-    let proto = h[9];
+    let (more_fragments, frag_offset) = (h.more_fragments(), h.fragment_offset());
+    let proto = h.protocol();
     let l4_off = off + ihl;
     if more_fragments || frag_offset != 0 {
         return Ok(Headers {
@@ -274,8 +293,8 @@ fn parse_ipv4(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
 
 fn parse_ipv6(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
     const WHAT: &str = "IPv6 header";
-    let h = get(frame, off, IPV6_HLEN, WHAT)?;
-    let version = h[0] >> 4;
+    let h = view(frame, off, WHAT, Ipv6View::new_checked)?;
+    let version = h.version();
     if version != 6 {
         return Err(malformed(
             WHAT,
@@ -283,13 +302,13 @@ fn parse_ipv6(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
             format!("version {version}, expected 6"),
         ));
     }
-    let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+    let payload_len = usize::from(h.payload_length());
     // A zero payload length with a jumbo option (RFC 2675) is not supported:
     // the walk below then simply finds the packet truncated.
     within(len, off, IPV6_HLEN + payload_len, "IPv6 packet")?;
     let end = off + IPV6_HLEN + payload_len;
     let packet = &frame[..end.min(frame.len())];
-    let mut next = h[6];
+    let mut next = h.next_header();
     let mut at = off + IPV6_HLEN;
     for i in 0..=MAX_IPV6_EXT_HEADERS {
         match next {
@@ -306,9 +325,9 @@ fn parse_ipv6(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
                     // RFC 8200 §4.1: hop-by-hop options only right after the IPv6 header.
                     return Err(malformed(EXT, at, "hop-by-hop options not first".into()));
                 }
-                let e = get(packet, at, 8, EXT)?;
-                let len = (usize::from(e[1]) + 1) * 8;
-                next = e[0];
+                let e = view(packet, at, EXT, Ipv6ExtView::new_checked)?;
+                let len = e.header_len();
+                next = e.next_header();
                 get(packet, at, len, EXT)?;
                 at += len;
             }
@@ -348,8 +367,7 @@ fn parse_ipv6(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
 fn parse_l4(packet: &[u8], end: usize, proto: u8, l4_off: usize) -> Result<(L4, usize, usize)> {
     match proto {
         PROTO_TCP => {
-            let t = get(packet, l4_off, TCP_MIN_HLEN, "TCP header")?;
-            let doff = usize::from(t[12] >> 4) * 4;
+            let doff = view(packet, l4_off, "TCP header", TcpView::new_checked)?.header_len();
             if doff < TCP_MIN_HLEN {
                 return Err(malformed(
                     "TCP header",
@@ -361,8 +379,8 @@ fn parse_l4(packet: &[u8], end: usize, proto: u8, l4_off: usize) -> Result<(L4, 
             Ok((L4::Tcp, l4_off + doff, end))
         }
         PROTO_UDP => {
-            let ulen = usize::from(rd16(packet, l4_off + 4, "UDP header")?);
-            get(packet, l4_off, UDP_HLEN, "UDP header")?;
+            let ulen =
+                usize::from(view(packet, l4_off, "UDP header", UdpView::new_checked)?.length());
             if ulen < UDP_HLEN {
                 return Err(malformed(
                     "UDP header",
