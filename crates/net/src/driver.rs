@@ -3,7 +3,7 @@
 
 use crate::bridge::{Bridge, PortId, Route};
 use crate::netback::{self, Netback, Pending};
-use crate::packet::FrameRef;
+use crate::packet::{Csum, FrameRef};
 use crate::port::{PacketPort, Port};
 use hypercall::{DomId, HvClient};
 use std::time::{Duration, Instant};
@@ -119,7 +119,13 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         // Physical port → bridge.
         if let Some(mut p) = phys.take() {
             let r = p.recv_batch(&mut |f| {
-                forward(&mut bridge, PHYS, f, &mut None, Others::all(&mut vifs));
+                forward(
+                    &mut bridge,
+                    PHYS,
+                    std::slice::from_ref(f),
+                    &mut None,
+                    Others::all(&mut vifs),
+                );
             });
             if let Err(e) = r {
                 // Count it and carry on: one bad read must not stop every guest.
@@ -144,8 +150,8 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                 continue;
             };
             let mut others = Others { before, after };
-            let r = me.nb.process_tx(hv, &mut |f| {
-                forward(&mut bridge, i + 1, f, &mut phys, others.reborrow());
+            let r = me.nb.process_tx(hv, &mut |frames| {
+                forward(&mut bridge, i + 1, frames, &mut phys, others.reborrow());
             });
             if let Err(e) = r {
                 me.nb.disconnect(hv, &format!("TX failed: {e}"));
@@ -249,43 +255,78 @@ impl<'a> Others<'a> {
     }
 }
 
-/// Sends a frame where the bridge says, never back out of its ingress port.
-/// The bridge decides on the frame's first bytes (netback's header copy).
+/// Frames to the physical port sent in one batch, at most.
+const PORT_BATCH: usize = 64;
+
+/// Sends each frame where the bridge says, never back out of its ingress
+/// port: to other guests at once, to the physical port together at the end
+/// (one `sendmmsg` for a TX batch). The bridge decides on each frame's first
+/// bytes (netback's header copy).
 fn forward(
     bridge: &mut Bridge,
     ingress: PortId,
-    f: &FrameRef<'_>,
+    frames: &[FrameRef<'_>],
     phys: &mut Option<Box<dyn Port>>,
     mut vifs: Others<'_>,
 ) {
-    let mut to_port = |port: PortId, vifs: &mut Others<'_>| {
-        if port == PHYS {
-            if let Some(ph) = phys.as_mut() {
-                ph.send(f);
+    let now = Instant::now();
+    let none = FrameRef::private(&[], Csum::Unknown, None);
+    let mut to_phys: [&FrameRef<'_>; PORT_BATCH] = [&none; PORT_BATCH];
+    let mut n = 0;
+    for f in frames {
+        let (targets, t) = route(bridge, ingress, f, now, &vifs);
+        for &p in &targets[..t] {
+            if p != PHYS {
+                if let Some(v) = vifs.get(p) {
+                    v.nb.deliver(f);
+                }
+                continue;
             }
-        } else if let Some(v) = vifs.get(port) {
-            v.nb.deliver(f);
+            if n == PORT_BATCH {
+                if let Some(ph) = phys.as_mut() {
+                    ph.send_batch(&to_phys);
+                }
+                n = 0;
+            }
+            to_phys[n] = f;
+            n += 1;
         }
-    };
-    match bridge.route(ingress, f.head, Instant::now()) {
+    }
+    if n > 0 {
+        if let Some(ph) = phys.as_mut() {
+            ph.send_batch(&to_phys[..n]);
+        }
+    }
+}
+
+/// The bridge ports `f` goes to (never its ingress): a fixed array,
+/// nothing allocated.
+fn route(
+    bridge: &mut Bridge,
+    ingress: PortId,
+    f: &FrameRef<'_>,
+    now: Instant,
+    vifs: &Others<'_>,
+) -> ([PortId; 64], usize) {
+    let mut targets = [0 as PortId; 64];
+    let mut n = 0;
+    match bridge.route(ingress, f.head, now) {
         Route::Drop => {}
-        Route::Port(p) if p != ingress => to_port(p, &mut vifs),
+        Route::Port(p) if p != ingress => {
+            targets[0] = p;
+            n = 1;
+        }
         Route::Port(_) => {}
         Route::Flood => {
-            // At most a handful of vifs: a fixed array, nothing allocated.
-            let mut targets = [0 as PortId; 64];
-            let mut n = 0;
             for p in std::iter::once(PHYS).chain(vifs.ports()) {
                 if p != ingress && n < targets.len() {
                     targets[n] = p;
                     n += 1;
                 }
             }
-            for &p in &targets[..n] {
-                to_port(p, &mut vifs);
-            }
         }
     }
+    (targets, n)
 }
 
 /// Writes each vif's counters to `<backend>/stats` when they changed, for `splitnet status`.

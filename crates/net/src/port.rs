@@ -7,7 +7,7 @@ use crate::offload::{self, Offloads};
 use crate::packet::{self, FrameRef, Packet, VNET_HDR_LEN};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use sys::{IoPart, PacketSocket, RecvBatch};
+use sys::{IoPart, PacketSocket, RecvBatch, SEND_BATCH, SEND_BATCH_PARTS};
 
 /// Port counters.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -30,8 +30,9 @@ pub trait Port {
     fn offloads(&self) -> Offloads;
     /// Receives what is queued, in batches, and hands each frame to `f`.
     fn recv_batch(&mut self, f: &mut dyn FnMut(&FrameRef<'_>)) -> io::Result<()>;
-    /// Sends one frame, shaped for the port's offloads first.
-    fn send(&mut self, f: &FrameRef<'_>);
+    /// Sends frames in order, each shaped for the port's offloads first
+    /// where it needs to be.
+    fn send_batch(&mut self, frames: &[&FrameRef<'_>]);
     /// Counters.
     fn counters(&self) -> &PortCounters;
 }
@@ -91,6 +92,56 @@ impl PacketPort {
     }
 }
 
+/// Parts of one gathered frame: its vnet header, its header copy, and at
+/// most one range per ring slot.
+const FRAME_PARTS: usize = 2 + abi::netif::XEN_NETIF_NR_SLOTS_MIN;
+
+impl PacketPort {
+    /// Sends a run of frames that go as they are in as few `sendmmsg` calls
+    /// as the kernel takes.
+    fn send_run(&mut self, run: &[&FrameRef<'_>]) {
+        let mut hdrs = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
+        for (h, f) in hdrs.iter_mut().zip(run) {
+            *h = packet::encode_vnet_hdr(f.csum, f.gso, f.head, f.len);
+        }
+        let mut parts: [[IoPart<'_>; FRAME_PARTS]; SEND_BATCH] =
+            std::array::from_fn(|_| std::array::from_fn(|_| IoPart::Private(&[])));
+        let mut counts = [0usize; SEND_BATCH];
+        for (k, f) in run.iter().enumerate() {
+            let p = &mut parts[k];
+            p[0] = IoPart::Private(&hdrs[k]);
+            p[1] = IoPart::Private(f.head);
+            let mut n = 2;
+            if let Some(map) = f.map {
+                // `send_batch` put only frames of at most FRAME_PARTS parts here.
+                for &(off, len) in f.segs.iter().take(FRAME_PARTS - 2) {
+                    p[n] = IoPart::Shared { map, off, len };
+                    n += 1;
+                }
+            }
+            counts[k] = n;
+        }
+        let frames: [&[IoPart<'_>]; SEND_BATCH] = std::array::from_fn(|k| &parts[k][..counts[k]]);
+        let mut sent = 0;
+        while sent < run.len() {
+            match self.sock.send_batch(&frames[sent..run.len()]) {
+                Ok(k) if k > 0 => {
+                    for f in &run[sent..sent + k] {
+                        self.counters.tx_packets += 1;
+                        self.counters.tx_bytes += f.len as u64;
+                    }
+                    sent += k;
+                }
+                _ => {
+                    // The first frame of the rest was refused: drop it, go on.
+                    self.counters.tx_dropped += 1;
+                    sent += 1;
+                }
+            }
+        }
+    }
+}
+
 impl Port for PacketPort {
     fn name(&self) -> &str {
         &self.name
@@ -128,35 +179,41 @@ impl Port for PacketPort {
         }
         Ok(())
     }
-    /// A frame the port takes as it is goes out in one `sendmsg` gathered
-    /// from the header copy and the guest's buffers (Menon 2006 §4.1); one
-    /// that needs the software offload driver is copied and shaped first.
-    fn send(&mut self, f: &FrameRef<'_>) {
-        if !self.caps.passes_as_is(f.csum, f.gso) {
-            return self.send_shaped(f);
-        }
-        let hdr = packet::encode_vnet_hdr(f.csum, f.gso, f.head, f.len);
-        let mut parts: [IoPart<'_>; 2 + abi::netif::XEN_NETIF_NR_SLOTS_MIN] =
-            std::array::from_fn(|_| IoPart::Private(&[]));
-        parts[0] = IoPart::Private(&hdr);
-        parts[1] = IoPart::Private(f.head);
-        let mut n = 2;
-        if let Some(map) = f.map {
-            for &(off, len) in f.segs {
-                if n == parts.len() {
-                    self.counters.tx_dropped += 1;
-                    return;
+    /// Frames the port takes as they are go out in `sendmmsg` batches, each
+    /// gathered from its vnet header, netback's header copy and the guest's
+    /// buffers (Menon 2006 §4.1); one that needs the software offload driver
+    /// is copied and shaped first, in its place in the order.
+    fn send_batch(&mut self, frames: &[&FrameRef<'_>]) {
+        let mut i = 0;
+        while i < frames.len() {
+            let f = frames[i];
+            if !self.caps.passes_as_is(f.csum, f.gso) {
+                self.send_shaped(f);
+                i += 1;
+                continue;
+            }
+            // A run of frames that go as they are, within one sendmmsg's limits.
+            let (mut j, mut parts) = (i, 0);
+            while j < frames.len() && j - i < SEND_BATCH {
+                let g = frames[j];
+                let need = 2 + g.segs.len();
+                if !self.caps.passes_as_is(g.csum, g.gso)
+                    || need > FRAME_PARTS
+                    || parts + need > SEND_BATCH_PARTS
+                {
+                    break;
                 }
-                parts[n] = IoPart::Shared { map, off, len };
-                n += 1;
+                parts += need;
+                j += 1;
             }
-        }
-        match self.sock.send_parts(&parts[..n]) {
-            Ok(_) => {
-                self.counters.tx_packets += 1;
-                self.counters.tx_bytes += f.len as u64;
+            if j == i {
+                // More parts than a frame may have: never from a well-formed ring.
+                self.counters.tx_dropped += 1;
+                i += 1;
+                continue;
             }
-            Err(_) => self.counters.tx_dropped += 1,
+            self.send_run(&frames[i..j]);
+            i = j;
         }
     }
     fn counters(&self) -> &PortCounters {

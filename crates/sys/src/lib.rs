@@ -25,7 +25,9 @@ pub use doorbell::{poll_readable, Doorbell};
 pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
 pub use memfd::{Memfd, PAGE_SIZE};
-pub use packet::{get_mac, ifindex, set_mac, PacketSocket, RecvBatch, RECV_BATCH, SEND_BATCH};
+pub use packet::{
+    get_mac, ifindex, set_mac, PacketSocket, RecvBatch, RECV_BATCH, SEND_BATCH, SEND_BATCH_PARTS,
+};
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
 pub use process::{close_inherited_fds, kill, rdtsc, set_inheritable, take_inherited_fd};
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};

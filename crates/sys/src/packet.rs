@@ -371,7 +371,8 @@ impl PacketSocket {
 /// Most frames per [`PacketSocket::send_batch`].
 pub const SEND_BATCH: usize = 32;
 /// Most parts over all frames of one [`PacketSocket::send_batch`].
-const SEND_BATCH_PARTS: usize = 4 * MAX_IO_PARTS;
+/// Most parts (iovecs) one [`PacketSocket::send_batch`] takes in all.
+pub const SEND_BATCH_PARTS: usize = 4 * MAX_IO_PARTS;
 /// Most frames per [`PacketSocket::recv_batch`].
 pub const RECV_BATCH: usize = 64;
 

@@ -23,7 +23,7 @@ pub mod tx;
 
 use crate::counters::VifCounters;
 use crate::offload::Offloads;
-use crate::packet::{Gso, Packet};
+use crate::packet::{Csum, Gso, Packet};
 use abi::grant::GrantStatus;
 use abi::netif::{RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN};
 use abi::ring::BackRing;
@@ -134,6 +134,30 @@ impl TxPacket {
     }
 }
 
+/// A TX packet held for forwarding under the new grant mechanism, its
+/// grants in use until it is answered: the header copy netback checked
+/// (Menon 2006 §4.1) and where the rest of the frame is in the guest's pool.
+#[derive(Clone, Copy)]
+struct Held {
+    head: [u8; tx::HEAD],
+    head_len: usize,
+    csum: Csum,
+    rest: [(usize, usize); XEN_NETIF_NR_SLOTS_MIN],
+    rest_count: usize,
+}
+
+impl Default for Held {
+    fn default() -> Held {
+        Held {
+            head: [0; tx::HEAD],
+            head_len: 0,
+            csum: Csum::Unknown,
+            rest: [(0, 0); XEN_NETIF_NR_SLOTS_MIN],
+            rest_count: 0,
+        }
+    }
+}
+
 /// A connected backend.
 pub struct Netback {
     pub guest: DomId,
@@ -157,8 +181,9 @@ pub struct Netback {
     tracer: Tracer,
     /// The guest's I/O pool and translation table, under the new grant mechanism.
     ngm: Option<NgmView>,
-    /// The header copy of the TX packet being forwarded (Menon 2006 §4.1).
-    head: [u8; tx::HEAD],
+    /// The TX packets of the batch held for forwarding under the new grant
+    /// mechanism, by position in `tx_pkts` (reused, never shrunk).
+    tx_held: Vec<Held>,
     /// TX packets of the batch being processed (reused).
     tx_pkts: Vec<TxPacket>,
     /// Request ids seen in the current TX batch, one bit each.
@@ -348,7 +373,7 @@ impl Netback {
             connected: true,
             tracer: hv.tracer(),
             ngm,
-            head: [0; tx::HEAD],
+            tx_held: vec![Held::default(); TX_BUDGET],
             tx_pkts: Vec::with_capacity(TX_BUDGET),
             tx_ids: [0; 1 << 10],
             rx_unpublished: 0,

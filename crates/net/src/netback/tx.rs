@@ -30,11 +30,13 @@ type Parsed = std::result::Result<Option<TxPacket>, &'static str>;
 
 impl Netback {
     /// Consumes up to a budget of TX packets, validates each, hands the good
-    /// ones to `fwd` (the bridge), and answers every consumed request.
+    /// ones to `fwd` (the bridge; under the new grant mechanism the whole
+    /// batch at once, so the port can send it in one `sendmmsg`), and answers
+    /// every consumed request once its frame has gone.
     pub fn process_tx(
         &mut self,
         hv: &mut HvClient,
-        fwd: &mut dyn FnMut(&FrameRef<'_>),
+        fwd: &mut dyn FnMut(&[FrameRef<'_>]),
     ) -> Result<()> {
         if !self.connected {
             return Ok(());
@@ -67,28 +69,47 @@ impl Netback {
         Ok(())
     }
 
-    /// The new grant mechanism: each packet is forwarded while its grants
-    /// are held, then answered. Returns the packets consumed and any fatal error.
-    fn tx_ngm(&mut self, fwd: &mut dyn FnMut(&FrameRef<'_>)) -> (usize, Option<&'static str>) {
-        let mut n = 0;
-        while n < TX_BUDGET {
+    /// The new grant mechanism, in three passes over a batch: parse,
+    /// validate and hold each packet (its grants in use, its headers copied
+    /// and checked); forward the held ones together; then end the uses and
+    /// answer every request in order. Returns the packets consumed and any
+    /// fatal error.
+    fn tx_ngm(&mut self, fwd: &mut dyn FnMut(&[FrameRef<'_>])) -> (usize, Option<&'static str>) {
+        let mut pkts = std::mem::take(&mut self.tx_pkts);
+        pkts.clear();
+        let mut fatal = None;
+        while pkts.len() < TX_BUDGET {
             let mut p = match self.parse_packet(0) {
                 Ok(Some(p)) => p,
                 Ok(None) => break,
-                Err(reason) => return (n, Some(reason)),
+                Err(reason) => {
+                    fatal = Some(reason);
+                    break;
+                }
             };
-            n += 1;
             if p.refused.is_none() {
                 p.refused = self.validate(&mut p);
             }
             if p.refused.is_none() {
-                p.refused = self.forward_ngm(&p, fwd).err();
+                p.refused = self.hold_ngm(&p, pkts.len()).err();
             }
-            if self.respond(&p).is_err() {
-                return (n, Some("ring_overflow"));
-            }
+            pkts.push(p);
         }
-        (n, None)
+        self.forward_held(&pkts, fwd);
+        let mut overflow = false;
+        for p in &pkts {
+            if p.refused.is_none() {
+                self.release_ngm(p);
+                self.count_tx(p.total);
+            }
+            overflow |= self.respond(p).is_err();
+        }
+        let n = pkts.len();
+        self.tx_pkts = pkts;
+        if overflow {
+            fatal = Some("ring_overflow");
+        }
+        (n, fatal)
     }
 
     /// hv-copy and the Xen 2.0 baseline: a batch of packets is gathered, hv
@@ -96,7 +117,7 @@ impl Netback {
     fn tx_hv(
         &mut self,
         hv: &mut HvClient,
-        fwd: &mut dyn FnMut(&FrameRef<'_>),
+        fwd: &mut dyn FnMut(&[FrameRef<'_>]),
     ) -> Result<(usize, Option<&'static str>)> {
         let mut pkts = std::mem::take(&mut self.tx_pkts);
         pkts.clear();
@@ -141,7 +162,7 @@ impl Netback {
             match data.and_then(|d| self.check_frame(&d, p).map(|c| (d, c))) {
                 Ok((data, csum)) => {
                     self.count_tx(data.len());
-                    fwd(&FrameRef::private(&data, csum, p.gso));
+                    fwd(std::slice::from_ref(&FrameRef::private(&data, csum, p.gso)));
                 }
                 Err(reason) => p.refused = Some(reason),
             }
@@ -295,23 +316,19 @@ impl Netback {
         self.counters.tx_bytes += len as u64;
     }
 
-    /// Forward, under the new grant mechanism: takes a use of each grant
-    /// (checked against the translation table), copies the headers, hands
-    /// the frame to `fwd`, and ends the uses.
-    fn forward_ngm(
-        &mut self,
-        p: &TxPacket,
-        fwd: &mut dyn FnMut(&FrameRef<'_>),
-    ) -> std::result::Result<(), &'static str> {
+    /// Hold, under the new grant mechanism: takes a use of each grant
+    /// (checked against the translation table), copies the headers into
+    /// held packet `k` and checks them. On a refusal the uses are ended.
+    fn hold_ngm(&mut self, p: &TxPacket, k: usize) -> std::result::Result<(), &'static str> {
         let Some(view) = self.ngm.as_ref() else {
             return Err("grant_absent");
         };
         let mut frames = [0u32; XEN_NETIF_NR_SLOTS_MIN];
-        for (k, s) in p.slots().iter().enumerate() {
+        for (i, s) in p.slots().iter().enumerate() {
             match view.acquire(s.gref, false) {
-                Ok(f) => frames[k] = f,
+                Ok(f) => frames[i] = f,
                 Err(r) => {
-                    for s in &p.slots()[..k] {
+                    for s in &p.slots()[..i] {
                         view.release(s.gref);
                     }
                     return Err(r.reason());
@@ -320,9 +337,9 @@ impl Netback {
         }
         // Where each slot's bytes are in the guest's pool.
         let mut segs = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
-        for (k, s) in p.slots().iter().enumerate() {
-            segs[k] = (
-                frames[k] as usize * PAGE_SIZE + s.offset as usize,
+        for (i, s) in p.slots().iter().enumerate() {
+            segs[i] = (
+                frames[i] as usize * PAGE_SIZE + s.offset as usize,
                 s.len as usize,
             );
         }
@@ -337,34 +354,68 @@ impl Netback {
         };
         // The header copy: what the checks and the bridge see, and what is sent.
         let hl = p.total.min(HEAD);
-        whole.copy_out(0, &mut self.head[..hl]);
-        let r = self.check_frame(&self.head[..hl], p).map(|csum| {
-            let mut rest = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
-            let n = skip(segs, hl, &mut rest);
+        let held = &mut self.tx_held[k];
+        whole.copy_out(0, &mut held.head[..hl]);
+        held.head_len = hl;
+        held.rest_count = skip(segs, hl, &mut held.rest);
+        match self.check_frame(&self.tx_held[k].head[..hl], p) {
+            Ok(csum) => {
+                self.tx_held[k].csum = csum;
+                Ok(())
+            }
+            Err(r) => {
+                self.release_ngm(p);
+                Err(r)
+            }
+        }
+    }
+
+    /// Ends the uses [`Netback::hold_ngm`] took.
+    fn release_ngm(&self, p: &TxPacket) {
+        if let Some(view) = self.ngm.as_ref() {
+            for s in p.slots() {
+                view.release(s.gref);
+            }
+        }
+    }
+
+    /// Forward: hands every held packet of the batch to `fwd` at once, each
+    /// as its checked header copy and the rest of its bytes in the guest's
+    /// pool (TX gather). Under TX copy each packet is first copied out
+    /// whole (the comparison point for gather).
+    fn forward_held(&self, pkts: &[TxPacket], fwd: &mut dyn FnMut(&[FrameRef<'_>])) {
+        let Some(view) = self.ngm.as_ref() else {
+            return;
+        };
+        let mut refs: [FrameRef<'_>; TX_BUDGET] =
+            std::array::from_fn(|_| FrameRef::private(&[], Csum::Unknown, None));
+        let mut m = 0;
+        for (k, p) in pkts.iter().enumerate() {
+            if p.refused.is_some() {
+                continue;
+            }
+            let h = &self.tx_held[k];
             let frame = FrameRef {
-                head: &self.head[..hl],
+                head: &h.head[..h.head_len],
                 map: Some(view.pool()),
-                segs: &rest[..n],
+                segs: &h.rest[..h.rest_count],
                 len: p.total,
-                csum,
+                csum: h.csum,
                 gso: p.gso,
             };
             if self.modes.tx_gather {
-                fwd(&frame);
+                refs[m] = frame;
+                m += 1;
             } else {
-                // TX copy under the new grant mechanism: the whole packet
-                // is copied out first (the comparison point for gather).
                 let pkt = frame.to_packet();
-                fwd(&FrameRef::private(&pkt.data, pkt.csum, pkt.gso));
+                fwd(std::slice::from_ref(&FrameRef::private(
+                    &pkt.data, pkt.csum, pkt.gso,
+                )));
             }
-        });
-        for s in p.slots() {
-            view.release(s.gref);
         }
-        if r.is_ok() {
-            self.count_tx(p.total);
+        if m > 0 {
+            fwd(&refs[..m]);
         }
-        r
     }
 
     /// Respond: exactly one response per consumed request, in order.
