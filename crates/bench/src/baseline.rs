@@ -40,6 +40,9 @@ pub struct BaselineOptions {
     pub configs: Vec<Config>,
     /// Only these workloads; empty: the default set.
     pub workloads: Vec<Workload>,
+    /// splitnet's domains spin this many microseconds before sleeping
+    /// (`splitnet up --spin-us`); `None` keeps the topology's setting (none).
+    pub spin_us: Option<u32>,
 }
 
 /// A measured configuration.
@@ -180,6 +183,8 @@ pub struct BaselineReport {
     pub tsc_mhz: f64,
     pub runs: usize,
     pub seconds_per_flow: u32,
+    /// splitnet's spin before sleeping, if one was set (`--spin-us`).
+    pub spin_us: Option<u32>,
     pub records: Vec<Record>,
     pub summary: Vec<Summary>,
     /// Peers that were not measured, and why.
@@ -415,7 +420,12 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
                 Config::SplitnetHvCopy => "hv-copy",
                 _ => "default",
             };
-            splitnet(opts, &["up", "--preset", preset])?;
+            let spin = opts.spin_us.map(|us| us.to_string());
+            let mut up = vec!["up", "--preset", preset];
+            if let Some(us) = &spin {
+                up.extend(["--spin-us", us.as_str()]);
+            }
+            splitnet(opts, &up)?;
             let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
                 .ok()
                 .and_then(|s| s.trim().parse().ok());
@@ -707,6 +717,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         tsc_mhz: tsc_hz / 1e6,
         runs,
         seconds_per_flow: opts.secs,
+        spin_us: opts.spin_us,
         records,
         summary,
         skipped,
@@ -748,6 +759,9 @@ impl BaselineReport {
              × TSC rate ÷ 1514-byte frames (TCP payload / 1448) or UDP datagrams.\n",
             self.runs, self.seconds_per_flow, self.tsc_mhz
         );
+        if let Some(us) = self.spin_us {
+            s += &format!("splitnet's domains spun {us} µs before sleeping (`--spin-us`).\n");
+        }
         for k in &self.skipped {
             s += &format!("\nNot measured: {k}.");
         }

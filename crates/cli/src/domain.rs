@@ -5,6 +5,7 @@
 use anyhow::{anyhow, Context, Result};
 use hv::daemon::ENV_HV_FD;
 use hv::HvClient;
+use net::idle::Idle;
 use net::netfront::{Netfront, TapNetfront};
 use std::time::Duration;
 
@@ -108,14 +109,18 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     );
     hv.watch(&format!("{}/state", info.backend), "backend")
         .map_err(|e| anyhow!("{e}"))?;
+    let mut idle = Idle::for_domain(hv, "netfront", Duration::from_millis(200));
     let mut stats = FrontStats::default();
     loop {
         stats.publish(hv, &dev, &nic);
         let ready = {
             let mut fds = vec![hv.watch_fd()];
             fds.extend(nic.fds());
-            sys::poll_readable(&fds, Some(Duration::from_millis(200)))?
+            sys::poll_readable(&fds, Some(idle.timeout(false)))?
         };
+        if ready.iter().any(|&r| r) {
+            idle.worked();
+        }
         if ready[0] {
             while let Some(_ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
                 let gone = match hv.read_state(&info.backend) {

@@ -28,8 +28,40 @@ fn log_tail(path: &Path, lines: usize) -> String {
     v[v.len().saturating_sub(lines)..].join("\n")
 }
 
+/// What `up` (and hv, which it starts) change in a topology before starting it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tuning {
+    /// Every vif's modes.
+    pub preset: Option<Preset>,
+    /// Every domain's spin before sleeping, in microseconds.
+    pub spin_us: Option<u32>,
+}
+
+impl Tuning {
+    fn apply(&self, topo: &mut Topology) {
+        if let Some(p) = self.preset {
+            topo.apply_preset(p);
+        }
+        if let Some(us) = self.spin_us {
+            topo.apply_spin(us);
+        }
+    }
+
+    /// The same tuning as arguments of `splitnet hv`.
+    fn args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(p) = self.preset {
+            v.extend(["--preset".to_string(), p.as_str().to_string()]);
+        }
+        if let Some(us) = self.spin_us {
+            v.extend(["--spin-us".to_string(), us.to_string()]);
+        }
+        v
+    }
+}
+
 /// `splitnet up`.
-pub fn up(rd: &Path, config: Option<&Path>, timeout: u64, preset: Option<Preset>) -> Result<()> {
+pub fn up(rd: &Path, config: Option<&Path>, timeout: u64, tuning: Tuning) -> Result<()> {
     require_root()?;
     if Toolstack::connect(&socket_path(rd)).is_ok() {
         bail!(
@@ -47,9 +79,7 @@ pub fn up(rd: &Path, config: Option<&Path>, timeout: u64, preset: Option<Preset>
             hv::topology::DEFAULT_TOML.to_string(),
         ),
     };
-    if let Some(p) = preset {
-        topo.apply_preset(p);
-    }
+    tuning.apply(&mut topo);
     if !host::our_netns().is_empty() {
         eprintln!("splitnet: removing leftovers of an earlier run");
         sweep(rd);
@@ -65,12 +95,7 @@ pub fn up(rd: &Path, config: Option<&Path>, timeout: u64, preset: Option<Preset>
         .arg("hv")
         .arg("--config")
         .arg(&topo_path)
-        .args(
-            preset
-                .map(|p| ["--preset".to_string(), p.as_str().to_string()])
-                .into_iter()
-                .flatten(),
-        )
+        .args(tuning.args())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -203,12 +228,10 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
 }
 
 /// `splitnet hv`: the daemon in the foreground.
-pub fn run_hv(rd: &Path, config: &Path, preset: Option<Preset>) -> Result<()> {
+pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning) -> Result<()> {
     require_root()?;
     let mut topology = Topology::load(config)?;
-    if let Some(p) = preset {
-        topology.apply_preset(p);
-    }
+    tuning.apply(&mut topology);
     let exe = std::env::current_exe()?;
     daemon::run(DaemonConfig {
         topology,

@@ -42,10 +42,16 @@ enum Cmd {
         /// Seconds to wait for every domain and vif to connect.
         #[arg(long, default_value_t = 30)]
         timeout: u64,
-        /// Set every vif's modes: "default" (RX copy, TX copy, offloads on) or
+        /// Set every vif's modes: "default" (the new grant mechanism, TX gather,
+        /// RX copy, offloads on), "hv-copy" (hv copies both ways, offloads on) or
         /// "baseline" (the seed papers' Xen 2.0: RX page flip, TX map, no offloads).
         #[arg(long)]
         preset: Option<Preset>,
+        /// Every domain keeps polling its event channels for this many
+        /// microseconds after its last work before it sleeps (at most 10000;
+        /// 0, the default, sleeps at once). Costs CPU; see docs/RESULTS.md.
+        #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+        spin_us: Option<u32>,
     },
     /// Show domains, namespaces, addresses, ports and counters.
     Status {
@@ -66,7 +72,8 @@ enum Cmd {
     /// The main job: bring up the default topology, run ping and iperf3
     /// through it, compare with native veth in the same run, tear down.
     Demo {
-        /// Vif modes: "default" or "baseline" (the seed's Xen 2.0).
+        /// Vif modes: "default", "hv-copy" or "baseline" (the seed's Xen 2.0);
+        /// see `up --help`.
         #[arg(long)]
         preset: Option<Preset>,
         /// Seconds per iperf3 run.
@@ -98,6 +105,10 @@ enum Cmd {
         /// Default: all three, or tcp-zerocopy with --quick.
         #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]
         workloads: Vec<String>,
+        /// baseline: splitnet's domains keep polling for this many
+        /// microseconds after their last work before sleeping (`up --spin-us`).
+        #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+        spin_us: Option<u32>,
         /// Write results.json, results.md and chart.svg into this folder.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -171,6 +182,8 @@ enum Cmd {
         config: PathBuf,
         #[arg(long)]
         preset: Option<Preset>,
+        #[arg(long)]
+        spin_us: Option<u32>,
     },
     /// A domain's process (started by hv inside the domain's namespace).
     #[command(hide = true)]
@@ -192,8 +205,9 @@ enum Cmd {
 enum Suite {
     /// Costs of hv primitives: event channels, hypercalls, grant copy, grant map.
     Hv,
-    /// Throughput and cycles per packet, TX / RX / guest-to-guest, for native,
-    /// the Linux bridge, and splitnet's seed-baseline and default modes.
+    /// Throughput and cycles per packet, TX / RX / guest-to-guest, for native
+    /// veth, the Linux bridge, the minimal forwarder, pasta, slirp4netns and
+    /// splitnet's three presets (baseline, hv-copy, default).
     Baseline,
 }
 
@@ -264,7 +278,13 @@ fn run(cli: Cli) -> Result<()> {
             config,
             timeout,
             preset,
-        } => lifecycle::up(&rd, config.as_deref(), timeout, preset),
+            spin_us,
+        } => lifecycle::up(
+            &rd,
+            config.as_deref(),
+            timeout,
+            lifecycle::Tuning { preset, spin_us },
+        ),
         Cmd::Status { json } => status::show(&rd, json),
         Cmd::Exec { domain, cmd } => match lifecycle::exec(&rd, &domain, &cmd)? {},
         Cmd::Down => lifecycle::down(&rd),
@@ -277,6 +297,7 @@ fn run(cli: Cli) -> Result<()> {
             seconds,
             configs,
             workloads,
+            spin_us,
             out,
             json,
             svg,
@@ -326,6 +347,7 @@ fn run(cli: Cli) -> Result<()> {
                             .iter()
                             .map(|w| w.parse())
                             .collect::<Result<_, _>>()?,
+                        spin_us,
                     };
                     let r = bench::baseline::run(&opts)?;
                     let mut table = format!("{}\n{}", r.table(), r.cycles_table());
@@ -379,7 +401,11 @@ fn run(cli: Cli) -> Result<()> {
             json,
             cmd,
         } => trace::run(&rd, duration, json.as_deref(), &cmd),
-        Cmd::Hv { config, preset } => lifecycle::run_hv(&rd, &config, preset),
+        Cmd::Hv {
+            config,
+            preset,
+            spin_us,
+        } => lifecycle::run_hv(&rd, &config, lifecycle::Tuning { preset, spin_us }),
         Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
         Cmd::Domain => domain::main(),
     }

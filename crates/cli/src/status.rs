@@ -131,6 +131,15 @@ pub fn collect(rd: &Path) -> Result<Value> {
         .iter()
         .map(|d| {
             let ifs = d.netns.as_deref().map(interfaces).unwrap_or_default();
+            let spin_us: u64 = ts
+                .store_read(&format!(
+                    "/local/domain/{}/splitnet/{}",
+                    d.id,
+                    net::idle::SPIN_KEY
+                ))
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
             json!({
                 "id": d.id,
                 "name": d.name,
@@ -147,6 +156,7 @@ pub fn collect(rd: &Path) -> Result<Value> {
                 "addresses": addresses(&ifs),
                 "interfaces": ifs,
                 "counters": d.counters,
+                "spin_us": spin_us,
             })
         })
         .collect();
@@ -228,6 +238,16 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
                 addrs.join(" ")
             }
         );
+    }
+    let spinning: Vec<String> = domains
+        .iter()
+        .filter_map(|d| {
+            let us = d["spin_us"].as_u64().filter(|&us| us > 0)?;
+            Some(format!("{} {us} µs", d["name"].as_str().unwrap_or("?")))
+        })
+        .collect();
+    if !spinning.is_empty() {
+        println!("\nspin before sleeping: {}", spinning.join(", "));
     }
     println!("\nPORTS");
     for p in v["ports"].as_array().unwrap_or(&empty) {

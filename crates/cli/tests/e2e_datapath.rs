@@ -181,7 +181,12 @@ fn default_mode_carries_real_applications() {
 #[test]
 fn hv_copy_preset_carries_real_applications() {
     let env = Env::new("dp-hvcopy");
-    env.ok(&["up", "--preset", "hv-copy"]);
+    // The bounded spin before sleeping rides along: traffic must flow the same.
+    env.ok(&["up", "--preset", "hv-copy", "--spin-us", "50"]);
+    let st = env.status();
+    for d in ["drv", "guest1", "guest2"] {
+        assert_eq!(domain(&st, d)["spin_us"], 50, "{d}");
+    }
     traffic_everywhere(&env);
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {

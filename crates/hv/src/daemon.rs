@@ -164,6 +164,7 @@ fn build(hv: &Arc<Hypervisor>, cfg: &DaemonConfig, layout: &CgroupLayout) -> Res
             &format!("{home}/port-offload"),
             if d.port_offload { "1" } else { "0" },
         )?;
+        ts.write(&format!("{home}/spin-us"), &d.spin_us.to_string())?;
     }
     for v in topo.vifs() {
         let g = id_of(&v.guest).ok_or("no guest")?;

@@ -82,7 +82,15 @@ pub struct DomainConfig {
     /// (PACKET_VNET_HDR); off means the software offload driver does it all.
     #[serde(default = "yes")]
     pub port_offload: bool,
+    /// Microseconds the domain keeps polling its event channels without
+    /// blocking after its last work, before it sleeps; 0 (the default)
+    /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
+    #[serde(default)]
+    pub spin_us: u32,
 }
+
+/// The longest spin before sleeping a topology may ask for (10 ms).
+pub const MAX_SPIN_US: u32 = 10_000;
 
 fn yes() -> bool {
     true
@@ -367,6 +375,12 @@ impl Topology {
             if d.grant_frames == 0 || d.grant_frames > 64 {
                 return Err(format!("domain {:?}: grant_frames must be 1..=64", d.name));
             }
+            if d.spin_us > MAX_SPIN_US {
+                return Err(format!(
+                    "domain {:?}: spin_us must be 0..={MAX_SPIN_US}",
+                    d.name
+                ));
+            }
             check_cidr(&format!("domain {:?} address", d.name), &d.address, false)?;
             check_cidr(&format!("domain {:?} ipv6", d.name), &d.ipv6, true)?;
             if let Some(m) = &d.mac {
@@ -499,6 +513,13 @@ impl Topology {
         }
     }
 
+    /// Sets every domain's spin before sleeping (`DomainConfig::spin_us`).
+    pub fn apply_spin(&mut self, us: u32) {
+        for d in &mut self.domains {
+            d.spin_us = us;
+        }
+    }
+
     /// Looks up a domain by name.
     pub fn domain(&self, name: &str) -> Option<&DomainConfig> {
         self.domains.iter().find(|d| d.name == name)
@@ -594,5 +615,21 @@ mod tests {
             "[[domain]]\nname = \"a\"\nkind = \"guest\"\nhugepages = true\nmemory_frames = 100\n",
             "multiple of 512",
         );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\nspin_us = 20000\n",
+            "spin_us must be 0..=10000",
+        );
+    }
+
+    #[test]
+    fn spin_is_read_per_domain_and_set_for_all() {
+        let mut t = Topology::parse(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\nspin_us = 50\n[[domain]]\nname = \"b\"\nkind = \"driver\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!((t.domains[0].spin_us, t.domains[1].spin_us), (50, 0));
+        t.apply_spin(20);
+        assert!(t.domains.iter().all(|d| d.spin_us == 20));
     }
 }

@@ -2,6 +2,7 @@
 //! vif, driven by one poll loop (Menon 2006 Fig. 1; Ram thesis Fig. 2.1).
 
 use crate::bridge::{Bridge, PortId, Route};
+use crate::idle::Idle;
 use crate::netback::{self, Netback, Pending};
 use crate::packet::{Csum, FrameRef};
 use crate::port::{PacketPort, Port};
@@ -89,6 +90,7 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         }
     }
 
+    let mut idle = Idle::for_domain(hv, "driver", Duration::from_millis(200));
     let mut bridge = Bridge::default();
     let mut last_stats = Instant::now();
     loop {
@@ -103,12 +105,10 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         for v in &vifs {
             fds.extend(v.nb.fds());
         }
-        let timeout = if busy {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(200)
-        };
-        let ready = sys::poll_readable(&fds, Some(timeout))?;
+        let ready = sys::poll_readable(&fds, Some(idle.timeout(busy)))?;
+        if busy || ready.iter().any(|&r| r) {
+            idle.worked();
+        }
         let watch_ready = ready[0];
         drop(fds);
 

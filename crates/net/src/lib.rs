@@ -5,6 +5,7 @@
 pub mod bridge;
 pub mod counters;
 pub mod driver;
+pub mod idle;
 pub mod netback;
 pub mod netfront;
 pub mod offload;
