@@ -95,6 +95,30 @@ fn spawn_in(ns: &str, args: &[&str], cg: Option<&Cgroup>, piped: bool) -> Result
     Ok(child)
 }
 
+/// Waits until a TCP socket listens on `port` in namespace `ns` (iperf3's
+/// control connection is TCP for every workload), or fails if the server
+/// exits or takes over 10 s.
+fn wait_listening(ns: &str, port: u16, srv: &mut Child) -> Result<()> {
+    let filter = format!("sport = :{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-Hltn", &filter])
+            .output()
+            .context("running ss (iproute2)")?;
+        if o.status.success() && !o.stdout.trim_ascii().is_empty() {
+            return Ok(());
+        }
+        if let Some(st) = srv.try_wait()? {
+            bail!("the iperf3 server in {ns} exited before listening ({st})");
+        }
+        if Instant::now() > deadline {
+            bail!("the iperf3 server in {ns} was not listening on port {port} after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Runs one flow and reads iperf3's verdict.
 pub fn run(f: &Flow<'_>) -> Result<FlowResult> {
     let port = f.port.to_string();
@@ -115,27 +139,25 @@ pub fn run(f: &Flow<'_>) -> Result<FlowResult> {
     if f.reverse {
         args.push("-R");
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let report = loop {
-        let client = spawn_in(f.client_ns, &args, f.client_cgroup, true)?;
-        let o = client.wait_with_output().context("running iperf3")?;
-        // iperf3 -J exits 0 even when it could not connect: read its verdict.
-        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-        if o.status.success() && v["error"].is_null() && !v["end"].is_null() {
-            break v;
-        }
-        if Instant::now() > deadline {
-            let _ = srv.kill();
-            let _ = srv.wait();
-            bail!(
-                "iperf3 {} -> {} failed: {}",
-                f.client_ns,
-                f.server_ip,
-                v["error"]
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200)); // server still starting
-    };
+    if let Err(e) = wait_listening(f.server_ns, f.port, &mut srv) {
+        let _ = srv.kill();
+        let _ = srv.wait();
+        return Err(e);
+    }
+    let client = spawn_in(f.client_ns, &args, f.client_cgroup, true)?;
+    let o = client.wait_with_output().context("running iperf3")?;
+    // iperf3 -J exits 0 even when it could not connect: read its verdict.
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    if !o.status.success() || !report["error"].is_null() || report["end"].is_null() {
+        let _ = srv.kill();
+        let _ = srv.wait();
+        bail!(
+            "iperf3 {} -> {} failed: {}",
+            f.client_ns,
+            f.server_ip,
+            report["error"]
+        );
+    }
     // The one-shot server exits after its test; never wait on it for long.
     let deadline = Instant::now() + Duration::from_secs(5);
     while srv.try_wait()?.is_none() {

@@ -123,7 +123,6 @@ fn profile_attributes_samples_to_domains_while_iperf3_runs() {
     let env = Env::new("profile");
     env.ok(&["up"]);
     let _stream = env.stream_to_wire("guest1", 8);
-    std::thread::sleep(std::time::Duration::from_secs(1));
     let json = env.run_dir.join("prof.json");
     let svg = env.run_dir.join("prof.svg");
     // Participants are checked against the running domains.
@@ -151,7 +150,16 @@ fn profile_attributes_samples_to_domains_while_iperf3_runs() {
         "--svg",
         svg.to_str().unwrap(),
     ]);
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The session holds the lock once its pid is in the lock file.
+    let holder = format!("initiator pid {}", session.0.id());
+    wait_until(
+        "the profiling session to take the lock",
+        std::time::Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(prof::roles::default_lock_path())
+                .is_ok_and(|t| t.starts_with(&holder))
+        },
+    );
     // Only one initiator at a time.
     let second = env.splitnet(&["profile", "--duration", "1"]);
     let err = String::from_utf8_lossy(&second.stderr);

@@ -247,9 +247,20 @@ fn killing_a_guest_mid_transfer_spares_the_driver_and_the_other_guest() {
     env.ok(&["up"]);
     let st = env.status();
     let pid = domain(&st, "guest1")["pid"].as_i64().unwrap();
-    // guest1 streams to the wire host; kill it in the middle.
+    // guest1 streams to the wire host (returns once the wire host has
+    // received data from it); kill it in the middle.
     let stream = env.stream_to_wire("guest1", 10);
-    std::thread::sleep(Duration::from_millis(1500));
+    // netback's own counters (published twice a second) show it too.
+    wait_until(
+        "netback to count guest1's stream",
+        Duration::from_secs(5),
+        || {
+            vif(&env.status(), "guest1")["counters"]["tx_bytes"]
+                .as_u64()
+                .unwrap_or(0)
+                > 4 << 20
+        },
+    );
     kill9(pid);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -202,9 +202,50 @@ impl Env {
     }
 }
 
+/// Polls `fact` every 20 ms until it holds; panics naming `what` after `limit`.
+pub fn wait_until(what: &str, limit: std::time::Duration, mut fact: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !fact() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Runs `cmd` inside the namespace of `domain` and returns its stdout.
+fn in_netns(domain: &str, cmd: &[&str]) -> String {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &hv::host::netns_name(domain)])
+        .args(cmd)
+        .output()
+        .expect("ip netns exec");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Whether a TCP socket listens on `port` in `domain`'s namespace.
+pub fn listening(domain: &str, port: u16) -> bool {
+    let filter = format!("sport = :{port}");
+    !in_netns(domain, &["ss", "-Hltn", &filter])
+        .trim()
+        .is_empty()
+}
+
+/// Bytes received so far by `domain`'s interface `ifname`.
+pub fn rx_bytes(domain: &str, ifname: &str) -> u64 {
+    let path = format!("/sys/class/net/{ifname}/statistics/rx_bytes");
+    in_netns(domain, &["cat", &path])
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
 impl Env {
     /// Starts an iperf3 TCP stream of `secs` seconds from `client` to the wire
-    /// host, in the background; both ends are killed when dropped.
+    /// host, in the background, and returns once data is flowing: the server
+    /// is listening before the client starts, and the wire host has received
+    /// another 4 MiB. Both ends are killed when dropped.
     pub fn stream_to_wire(&self, client: &str, secs: u32) -> (Background, Background) {
         let srv = self.spawn(&[
             "exec",
@@ -216,7 +257,11 @@ impl Env {
             "-B",
             "10.77.0.254",
         ]);
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let limit = std::time::Duration::from_secs(10);
+        wait_until("iperf3 to listen in wire", limit, || {
+            listening("wire", 5201)
+        });
+        let before = rx_bytes("wire", "eth0");
         let t = secs.to_string();
         let cl = self.spawn(&[
             "exec",
@@ -228,6 +273,9 @@ impl Env {
             "-t",
             &t,
         ]);
+        wait_until("the stream to reach the wire host", limit, || {
+            rx_bytes("wire", "eth0") > before + (4 << 20)
+        });
         (srv, cl)
     }
 }
