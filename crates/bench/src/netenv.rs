@@ -95,18 +95,23 @@ fn spawn_in(ns: &str, args: &[&str], cg: Option<&Cgroup>, piped: bool) -> Result
     Ok(child)
 }
 
+/// Whether a TCP socket listens on `port` in network namespace `ns`.
+pub fn listening(ns: &str, port: u16) -> Result<bool> {
+    let filter = format!("sport = :{port}");
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-Hltn", &filter])
+        .output()
+        .context("running ss (iproute2)")?;
+    Ok(o.status.success() && !o.stdout.trim_ascii().is_empty())
+}
+
 /// Waits until a TCP socket listens on `port` in namespace `ns` (iperf3's
 /// control connection is TCP for every workload), or fails if the server
 /// exits or takes over 10 s.
 fn wait_listening(ns: &str, port: u16, srv: &mut Child) -> Result<()> {
-    let filter = format!("sport = :{port}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let o = Command::new("ip")
-            .args(["netns", "exec", ns, "ss", "-Hltn", &filter])
-            .output()
-            .context("running ss (iproute2)")?;
-        if o.status.success() && !o.stdout.trim_ascii().is_empty() {
+        if listening(ns, port)? {
             return Ok(());
         }
         if let Some(st) = srv.try_wait()? {

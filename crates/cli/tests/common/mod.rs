@@ -226,10 +226,7 @@ fn in_netns(domain: &str, cmd: &[&str]) -> String {
 
 /// Whether a TCP socket listens on `port` in `domain`'s namespace.
 pub fn listening(domain: &str, port: u16) -> bool {
-    let filter = format!("sport = :{port}");
-    !in_netns(domain, &["ss", "-Hltn", &filter])
-        .trim()
-        .is_empty()
+    bench::netenv::listening(&hv::host::netns_name(domain), port).unwrap_or(false)
 }
 
 /// Bytes received so far by `domain`'s interface `ifname`.
