@@ -356,9 +356,28 @@ impl Netfront {
     /// received packets to `out` (copied out of the RX buffers), and reposts
     /// buffers.
     pub fn poll(&mut self, hv: &mut HvClient, out: &mut Vec<Packet>) -> Result<()> {
-        if !self.ack() {
+        if !self.connected || !self.ack() {
             return Ok(());
         }
+        let r = self.poll_rings(hv, out);
+        self.contain(r)
+    }
+
+    /// A ring the backend broke (a response producer index running ahead of
+    /// the requests, or past the ring) is counted and takes this vif's link
+    /// down; the guest carries on. Every other error is returned.
+    fn contain(&mut self, r: Result<()>) -> Result<()> {
+        match r {
+            Err(NetfrontError::Ring(e)) => {
+                self.counters.reject("ring_overflow");
+                self.disconnect(&format!("the backend broke a ring: {e}"));
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn poll_rings(&mut self, hv: &mut HvClient, out: &mut Vec<Packet>) -> Result<()> {
         self.complete_tx(hv)?;
         if !self.can_send() {
             self.arm_tx_completions(hv)?;
@@ -701,8 +720,18 @@ impl Netfront {
             match ExtraInfo::from_rx_slot(&rsp) {
                 Ok(x) => {
                     self.rx_extra_pending = x.more();
-                    if let (Some(g), Some(f)) = (Gso::from_extra(&x), self.rx_cur.as_mut()) {
-                        f.gso = Some(g);
+                    match Gso::from_extra(&x) {
+                        // GSO only if this frontend advertised it.
+                        Some(_) if !self.info.offload => {
+                            self.counters.reject("rx_gso_not_negotiated");
+                            self.mark_bad();
+                        }
+                        Some(g) => {
+                            if let Some(f) = self.rx_cur.as_mut() {
+                                f.gso = Some(g);
+                            }
+                        }
+                        None => {}
                     }
                 }
                 Err(_) => self.mark_bad(),
@@ -757,6 +786,12 @@ impl Netfront {
             self.rx_extra_pending = true;
         }
         if rsp.flags.contains(RxFlags::MORE_DATA) {
+            // A frame over several buffers needs scatter-gather, which
+            // this frontend advertises only with offloads.
+            if !self.info.offload {
+                self.counters.reject("rx_sg_not_negotiated");
+                self.mark_bad();
+            }
             return;
         }
         self.rx_data_done = true;
@@ -959,13 +994,23 @@ impl TapNetfront {
         v
     }
 
-    /// One round: ring → guest, guest → ring.
+    /// One round: ring → guest, guest → ring. A ring the backend broke
+    /// takes the link down (see [`Netfront::poll`]).
     pub fn poll_once(&mut self, hv: &mut HvClient) -> Result<()> {
-        let nf = &mut self.nf;
-        if !nf.ack() {
+        if !self.nf.is_connected() || !self.nf.ack() {
             let _ = self.tap.set_carrier(false);
             return Ok(());
         }
+        let r = self.poll_rings(hv);
+        self.nf.contain(r)?;
+        if !self.nf.is_connected() {
+            let _ = self.tap.set_carrier(false);
+        }
+        Ok(())
+    }
+
+    fn poll_rings(&mut self, hv: &mut HvClient) -> Result<()> {
+        let nf = &mut self.nf;
         nf.complete_tx(hv)?;
         let t0 = trace::now();
         nf.receive(hv)?;
