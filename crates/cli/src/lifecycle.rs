@@ -178,19 +178,29 @@ pub fn down(rd: &Path) -> Result<()> {
     let mut was_up = false;
     if let Ok(mut ts) = Toolstack::connect(&socket_path(rd)) {
         was_up = true;
-        ts.shutdown()
-            .map_err(|e| anyhow!("asking hv to shut down: {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while pid.is_some_and(host::pid_alive) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        match ts.shutdown() {
+            Ok(()) => {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while pid.is_some_and(host::pid_alive) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            // hv died half-way (or was dying): clean up after it below.
+            Err(e) => eprintln!("splitnet: hv did not answer ({e}); cleaning up after it"),
         }
     }
     if let Some(p) = pid.filter(|p| host::pid_alive(*p)) {
         was_up = true;
         eprintln!("splitnet: hv (pid {p}) did not stop; killing it");
         let _ = sys::kill(p, 9);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while host::pid_alive(p) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     let leftovers = host::our_netns();
+    // Every process left in a domain's cgroup or namespace (the domains',
+    // and what users started there with `exec`) is killed and waited for.
     sweep(rd);
     if was_up || !leftovers.is_empty() {
         println!("splitnet is down");
@@ -217,6 +227,12 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
             "no domain or host named {domain:?}; known: {}",
             names.join(", ")
         );
+    }
+    // A domain's applications belong to it: they are charged to its cgroup,
+    // and die with it (hv destroys the cgroup) or at `down`.
+    if let Some(cg) = host::Cgroup::open(&host::CgroupLayout::detect(), domain) {
+        cg.add(std::process::id() as i32)
+            .with_context(|| format!("joining {domain}'s cgroup"))?;
     }
     // Become the command (through `ip netns exec`), so signals and the exit
     // code are the command's own.

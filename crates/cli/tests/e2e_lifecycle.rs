@@ -86,12 +86,64 @@ fn up_status_exec_down_leaves_nothing_behind() {
         "a second `up` must refuse"
     );
 
+    // What a user starts in a domain is the domain's: charged to its cgroup,
+    // and stopped by `down`.
+    let mut app = env.spawn(&["exec", "guest1", "--", "sleep", "1000"]);
+    let app_pid = app.0.id().to_string();
+    let cg = domain(&st, "guest1")["cgroup"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(
+        "the application to join guest1's cgroup",
+        Duration::from_secs(5),
+        || {
+            std::fs::read_to_string(format!("{cg}/cgroup.procs"))
+                .is_ok_and(|p| p.lines().any(|l| l == app_pid))
+        },
+    );
+
     let out = env.ok(&["down"]);
+    assert!(
+        app.wait_exit(Duration::from_secs(1)),
+        "`down` left an application started with exec running"
+    );
     assert!(out.contains("splitnet is down"), "{out}");
     assert_nothing_left();
     let o = env.splitnet(&["status"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("is splitnet up?"));
+}
+
+#[test]
+fn down_after_hv_crashed_cleans_up() {
+    let env = Env::new("hvcrash");
+    env.ok(&["up"]);
+    let hv_pid: i64 = std::fs::read_to_string(env.run_dir.join("hv.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _app = env.spawn(&["exec", "guest2", "--", "sleep", "1000"]);
+    kill9(hv_pid);
+    wait_until("hv to die", Duration::from_secs(5), || {
+        !Path::new(&format!("/proc/{hv_pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{hv_pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+    });
+    // The run directory is stale and nobody answers on hv's socket.
+    let out = env.ok(&["down"]);
+    assert!(out.contains("splitnet is down"), "{out}");
+    assert_nothing_left();
+    // And a fresh `up` works.
+    env.ok(&["up"]);
+    env.ok(&["down"]);
+    assert_nothing_left();
 }
 
 #[test]
