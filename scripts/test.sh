@@ -12,3 +12,5 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 # End-to-end tests share the host's namespaces and /run/splitnet: one at a time.
 cargo test --workspace -- --test-threads=1
+echo "== fuzz (each target for a bounded time; the corpora were replayed above)"
+./scripts/fuzz.sh 15

@@ -36,13 +36,12 @@ pub struct Submitted {
 pub fn read_batch(page: &dyn SharedMemory, pages: u32) -> Result<Submitted, (u32, String)> {
     let seq = page.load_u32(SEQ_OFF);
     let count = page.read_u32(COUNT_OFF) as usize;
-    if count > max_ops(pages) {
+    // What `pages` can hold, and never more than the memory at hand.
+    let room = max_ops(pages).min(page.len().saturating_sub(OPS_OFF) / GrantCopy::SIZE);
+    if count > room {
         return Err((
             seq,
-            format!(
-                "batch of {count} grant copies exceeds the {} that fit",
-                max_ops(pages)
-            ),
+            format!("batch of {count} grant copies exceeds the {room} that fit"),
         ));
     }
     let mut ops = vec![0u8; count * GrantCopy::SIZE];
