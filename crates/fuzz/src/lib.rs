@@ -22,6 +22,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("abi_netif", abi_netif),
     ("abi_grant", abi_grant),
     ("abi_inet", abi_inet),
+    ("abi_xenbus", abi_xenbus),
     ("ring", ring),
     ("hv_proto", hv_proto),
     ("hv_batch", hv_batch),
@@ -85,6 +86,23 @@ pub fn abi_inet(data: &[u8]) {
         let _ = Ipv6View::new_checked(b).map(|v| v.next_header());
         let _ = TcpView::new_checked(b).map(|v| v.data_offset_byte());
         let _ = UdpView::new_checked(b).map(|v| v.length());
+    }
+}
+
+/// Store paths, XenbusState values and MAC addresses as a peer writes them
+/// into the store: a value that parses must print back to itself.
+pub fn abi_xenbus(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for line in text.lines().take(100) {
+        let _ = abi::xenbus::validate_path(line);
+        let _ = store::SpecialPath::parse(line);
+        if let Ok(mac) = abi::xenbus::parse_mac(line) {
+            let printed = mac.map(|b| format!("{b:02x}")).join(":");
+            assert_eq!(abi::xenbus::parse_mac(&printed), Ok(mac));
+        }
+        if let Ok(st) = line.parse::<abi::xenbus::XenbusState>() {
+            assert_eq!(abi::xenbus::XenbusState::from_u32(st.as_u32()), Some(st));
+        }
     }
 }
 
