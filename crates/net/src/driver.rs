@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 /// Bridge port of the physical NIC.
 const PHYS: PortId = 0;
-/// How long to wait for each frontend at start.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long netback waits for a frontend it already saw Connected.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Errors that stop the driver domain.
 #[derive(Debug, thiserror::Error)]
@@ -67,28 +67,13 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             }
         }
     }
-    let mut vifs: Vec<Vif> = Vec::new();
-    for p in pending {
-        let name = format!("vif{}.0", p.guest);
-        match Netback::connect(hv, p, CONNECT_TIMEOUT) {
-            Ok(nb) => {
-                hv.watch(&format!("{}/state", nb.fe), &format!("fe:{}", vifs.len()))?;
-                eprintln!(
-                    "driver: {name} connected (grants {}, rx {}, tx {}, offload {})",
-                    if nb.modes.ngm { "ngm" } else { "hv-copy" },
-                    if nb.modes.rx_flip { "flip" } else { "copy" },
-                    nb.modes.tx_name(),
-                    nb.modes.offload
-                );
-                vifs.push(Vif {
-                    nb,
-                    stats_written: String::new(),
-                    forgotten: false,
-                });
-            }
-            Err(e) => eprintln!("driver: {name}: could not connect: {e}"),
-        }
+    // Every vif connects as soon as its own frontend is ready, in any order:
+    // one guest that never comes delays no other.
+    for p in &pending {
+        hv.watch(&format!("{}/state", p.fe), PENDING)?;
     }
+    let mut vifs: Vec<Vif> = Vec::new();
+    connect_ready(hv, &mut pending, &mut vifs)?;
 
     let mut idle = Idle::for_domain(hv, "driver", Duration::from_millis(200));
     let mut bridge = Bridge::default();
@@ -112,8 +97,8 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         let watch_ready = ready[0];
         drop(fds);
 
-        if watch_ready {
-            handle_watches(hv, &mut vifs)?;
+        if watch_ready && handle_watches(hv, &mut vifs)? {
+            connect_ready(hv, &mut pending, &mut vifs)?;
         }
 
         // Physical port → bridge.
@@ -180,9 +165,60 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
     }
 }
 
+/// Watch token of the frontends not connected yet.
+const PENDING: &str = "pending";
+
+/// Connects every pending vif whose frontend has published its rings; the
+/// others stay pending, watched.
+fn connect_ready(
+    hv: &mut HvClient,
+    pending: &mut Vec<Pending>,
+    vifs: &mut Vec<Vif>,
+) -> Result<(), DriverError> {
+    let mut i = 0;
+    while i < pending.len() {
+        let ready = matches!(
+            hv.read_state(&pending[i].fe),
+            Ok(abi::xenbus::XenbusState::Connected)
+        );
+        if !ready {
+            i += 1;
+            continue;
+        }
+        let p = pending.swap_remove(i);
+        let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
+        let name = format!("vif{}.0", p.guest);
+        match Netback::connect(hv, p, CONNECT_TIMEOUT) {
+            Ok(nb) => {
+                hv.watch(&format!("{}/state", nb.fe), &format!("fe:{}", vifs.len()))?;
+                eprintln!(
+                    "driver: {name} connected (grants {}, rx {}, tx {}, offload {})",
+                    if nb.modes.ngm { "ngm" } else { "hv-copy" },
+                    if nb.modes.rx_flip { "flip" } else { "copy" },
+                    nb.modes.tx_name(),
+                    nb.modes.offload
+                );
+                vifs.push(Vif {
+                    nb,
+                    stats_written: String::new(),
+                    forgotten: false,
+                });
+            }
+            Err(e) => eprintln!("driver: {name}: could not connect: {e}"),
+        }
+    }
+    Ok(())
+}
+
 /// A frontend whose state went to Closing or Closed loses its backend.
-fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<(), DriverError> {
+/// Returns whether a pending frontend's state changed.
+fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<bool, DriverError> {
+    let mut pending_changed = false;
     while let Some(ev) = hv.next_watch(Duration::ZERO)? {
+        if ev.token == PENDING {
+            pending_changed = true;
+            continue;
+        }
         let Some(i) = ev
             .token
             .strip_prefix("fe:")
@@ -202,7 +238,7 @@ fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<(), DriverError
             v.nb.disconnect(hv, "the frontend went away");
         }
     }
-    Ok(())
+    Ok(pending_changed)
 }
 
 /// The vifs other than the one whose frame is being forwarded (bridge port

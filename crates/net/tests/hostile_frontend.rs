@@ -6,7 +6,10 @@
 //! the good guests' traffic.
 
 mod common;
-use common::{backend_state, good_traffic_flows, push, stats, store_read, wait_for, world, World};
+use common::{
+    backend_state, good_traffic_flows, push, stats, store_read, wait_for, world, world_connecting,
+    World,
+};
 
 use abi::netif::{Extra, ExtraFlags, ExtraInfo, GsoType, TxFlags, TxRequest};
 use abi::SharedMemory;
@@ -153,4 +156,28 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
 
     hv.shutdown();
     driver.join().unwrap();
+}
+
+#[test]
+fn a_guest_that_never_connects_delays_no_other() {
+    // "silent" is probed first and never runs its frontend; the others
+    // connect (within world's 20 s) and exchange frames regardless.
+    let World {
+        hv,
+        drv_id,
+        ids,
+        mut guests,
+        ..
+    } = world_connecting(
+        &["silent", "good1", "good2"],
+        Grants::Ngm,
+        TxMode::Gather,
+        |n| n != "silent",
+    );
+    let mut good2 = guests.pop().unwrap();
+    let mut good1 = guests.pop().unwrap();
+    good_traffic_flows(&mut good1, &mut good2, 50, 0);
+    good_traffic_flows(&mut good2, &mut good1, 50, 100);
+    // The silent vif waits in InitWait (2), without a backend connection.
+    assert_eq!(backend_state(&hv, drv_id, ids[0]), "2");
 }
