@@ -171,6 +171,14 @@ fn hv_pid(rd: &Path) -> Option<i32> {
         .ok()
 }
 
+/// Waits up to `limit` for process `pid` to be gone.
+fn wait_gone(pid: i32, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while host::pid_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// `splitnet down`.
 pub fn down(rd: &Path) -> Result<()> {
     require_root()?;
@@ -180,9 +188,8 @@ pub fn down(rd: &Path) -> Result<()> {
         was_up = true;
         match ts.shutdown() {
             Ok(()) => {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while pid.is_some_and(host::pid_alive) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
+                if let Some(p) = pid {
+                    wait_gone(p, Duration::from_secs(20));
                 }
             }
             // hv died half-way (or was dying): clean up after it below.
@@ -193,10 +200,7 @@ pub fn down(rd: &Path) -> Result<()> {
         was_up = true;
         eprintln!("splitnet: hv (pid {p}) did not stop; killing it");
         let _ = sys::kill(p, 9);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while host::pid_alive(p) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_gone(p, Duration::from_secs(5));
     }
     let leftovers = host::our_netns();
     // Every process left in a domain's cgroup or namespace (the domains',

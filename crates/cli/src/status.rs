@@ -132,11 +132,7 @@ pub fn collect(rd: &Path) -> Result<Value> {
         .map(|d| {
             let ifs = d.netns.as_deref().map(interfaces).unwrap_or_default();
             let spin_us: u64 = ts
-                .store_read(&format!(
-                    "/local/domain/{}/splitnet/{}",
-                    d.id,
-                    net::idle::SPIN_KEY
-                ))
+                .store_read(&net::idle::spin_path(d.id))
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0);

@@ -127,14 +127,7 @@ fn down_after_hv_crashed_cleans_up() {
     let _app = env.spawn(&["exec", "guest2", "--", "sleep", "1000"]);
     kill9(hv_pid);
     wait_until("hv to die", Duration::from_secs(5), || {
-        !Path::new(&format!("/proc/{hv_pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{hv_pid}/stat")).is_ok_and(|s| {
-                s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
+        !hv::host::pid_alive(hv_pid as i32)
     });
     // The run directory is stale and nobody answers on hv's socket.
     let out = env.ok(&["down"]);

@@ -15,6 +15,11 @@ use std::time::{Duration, Instant};
 /// budget in microseconds; absent or 0 means no spin.
 pub const SPIN_KEY: &str = "spin-us";
 
+/// Where domain `domid`'s spin budget is in the store.
+pub fn spin_path(domid: hypercall::DomId) -> String {
+    format!("/local/domain/{domid}/splitnet/{SPIN_KEY}")
+}
+
 /// The longest spin a store value may ask for: the value comes from the
 /// toolstack, but a domain still refuses to burn a CPU for seconds.
 pub const MAX_SPIN: Duration = Duration::from_millis(10);
@@ -43,7 +48,7 @@ impl Idle {
     /// [`SPIN_KEY`]), blocking for up to `block`; `who` names the loop in
     /// the log line that says it spins.
     pub fn for_domain(hv: &mut HvClient, who: &str, block: Duration) -> Idle {
-        let key = format!("/local/domain/{}/splitnet/{SPIN_KEY}", hv.domid());
+        let key = spin_path(hv.domid());
         let spin = Idle::spin_from_store(hv.store_read_str(&key).ok().as_deref());
         if !spin.is_zero() {
             eprintln!("{who}: spinning {} µs before sleeping", spin.as_micros());

@@ -1025,8 +1025,7 @@ impl TapNetfront {
             nf.tracer.record(DomainEvent::NetfrontRx, t0, got as u64);
         }
         if !nf.is_connected() {
-            let _ = self.tap.set_carrier(false);
-            return Ok(());
+            return Ok(()); // poll_once takes the carrier down
         }
         let mut queued = false;
         while nf.can_send() {
