@@ -64,7 +64,7 @@ struct FrontStats {
 }
 
 impl FrontStats {
-    fn publish(&mut self, hv: &mut HvClient, dev: &str, nic: &TapNetfront) {
+    fn publish(&mut self, hv: &mut HvClient, dev: &str, nf: &Netfront) {
         if self
             .at
             .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
@@ -73,8 +73,8 @@ impl FrontStats {
         }
         self.at = Some(std::time::Instant::now());
         let doc = serde_json::json!({
-            "counters": &nic.nf.counters,
-            "grant_track": nic.nf.grant_stats(),
+            "counters": &nf.counters,
+            "grant_track": nf.grant_stats(),
         })
         .to_string();
         if doc != self.written && hv.store_write(&format!("{dev}/stats"), &doc).is_ok() {
@@ -83,60 +83,203 @@ impl FrontStats {
     }
 }
 
-/// A guest: netfront for its vif (if it has one), until hv goes away.
-fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
-    let devs = hv
-        .store_directory(&format!("{home}/device/vif"))
-        .unwrap_or_default();
-    let Some(dev) = devs.first() else {
-        // No NIC: just live until destroyed.
-        loop {
-            hv.next_watch(Duration::from_secs(3600))
-                .map_err(|e| anyhow!("{e}"))?;
+/// Watch token of the guest's `device/vif` directory.
+const VIFS: &str = "vifs";
+/// How long netfront waits for a backend it saw in InitWait to connect.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// One of the guest's vifs: its store directory, its TAP (once it first
+/// connected), and the backend it follows.
+struct GuestVif {
+    handle: String,
+    dev: String,
+    /// The backend directory whose state is watched ("" before the first).
+    backend: String,
+    nic: Option<TapNetfront>,
+    stats: FrontStats,
+}
+
+impl GuestVif {
+    fn token(&self) -> String {
+        format!("be:{}", self.handle)
+    }
+
+    /// Follows `<dev>/backend`: a driver domain that restarted comes back
+    /// under a new domain id, and the toolstack points the frontend at it.
+    fn follow_backend(&mut self, hv: &mut HvClient) {
+        let Ok(be) = hv.store_read_str(&format!("{}/backend", self.dev)) else {
+            return;
+        };
+        if be == self.backend {
+            return;
         }
-    };
-    let dev = format!("{home}/device/vif/{dev}");
-    let nf = Netfront::connect(hv, &dev, Duration::from_secs(30))
-        .map_err(|e| anyhow!("netfront: {e}"))?;
-    let mut nic = TapNetfront::attach(hv, nf, "eth0").map_err(|e| anyhow!("netfront: {e}"))?;
-    let info = nic.nf.info.clone();
-    eprintln!(
-        "netfront {dev}: connected to {} (rx {}, offload {}, split event channels {})",
-        info.backend,
-        if info.copy_rx { "copy" } else { "flip" },
-        info.offload,
-        info.split_evtchn
-    );
-    hv.watch(&format!("{}/state", info.backend), "backend")
-        .map_err(|e| anyhow!("{e}"))?;
+        if !self.backend.is_empty() {
+            let _ = hv.unwatch(&format!("{}/state", self.backend), &self.token());
+        }
+        if self.nic_held() {
+            // The old backend is no longer ours, whatever its state says.
+            if let Some(nic) = self.nic.as_mut() {
+                nic.release(hv, "the toolstack moved the vif to a new backend");
+            }
+        }
+        self.backend = be;
+        if let Err(e) = hv.watch(&format!("{}/state", self.backend), &self.token()) {
+            eprintln!("netfront {}: watching {}: {e}", self.dev, self.backend);
+        }
+    }
+
+    /// Acts on the backend's state: lets go of a backend that closed or
+    /// vanished (carrier off, channel released, own state Closed), and
+    /// connects to one waiting for its frontend (InitWait).
+    fn backend_changed(&mut self, hv: &mut HvClient) {
+        use abi::xenbus::XenbusState as S;
+        let state = hv.read_state(&self.backend).ok();
+        let connected = self.nic.as_ref().is_some_and(TapNetfront::is_connected);
+        match state {
+            None | Some(S::Closing | S::Closed) if connected || self.nic_held() => {
+                if let Some(nic) = self.nic.as_mut() {
+                    nic.release(hv, "the backend is closing");
+                }
+                let _ = hv.switch_state(&self.dev, S::Closed);
+            }
+            Some(S::InitWait) if !connected => self.connect(hv),
+            _ => {}
+        }
+    }
+
+    /// Whether a released-but-not-reconnected channel still holds resources.
+    fn nic_held(&self) -> bool {
+        self.nic.as_ref().is_some_and(|n| n.nf().is_some())
+    }
+
+    fn connect(&mut self, hv: &mut HvClient) {
+        let nf = match Netfront::connect(hv, &self.dev, HANDSHAKE) {
+            Ok(nf) => nf,
+            Err(e) => {
+                eprintln!("netfront {}: could not connect: {e}", self.dev);
+                let _ = hv.switch_state(&self.dev, abi::xenbus::XenbusState::Closed);
+                return;
+            }
+        };
+        let info = nf.info.clone();
+        let r = match self.nic.as_mut() {
+            Some(nic) => nic.reconnect(hv, nf),
+            None => TapNetfront::attach(hv, nf, &format!("eth{}", self.handle)).map(|n| {
+                self.nic = Some(n);
+            }),
+        };
+        match r {
+            Ok(()) => eprintln!(
+                "netfront {}: connected to {} (rx {}, offload {}, split event channels {})",
+                self.dev,
+                info.backend,
+                if info.copy_rx { "copy" } else { "flip" },
+                info.offload,
+                info.split_evtchn
+            ),
+            Err(e) => eprintln!("netfront {}: {e}", self.dev),
+        }
+    }
+
+    /// The toolstack removed the device: the channel is given back and the
+    /// TAP goes with it.
+    fn remove(mut self, hv: &mut HvClient) {
+        if let Some(nic) = self.nic.as_mut() {
+            nic.release(hv, "the device was detached");
+        }
+        if !self.backend.is_empty() {
+            let _ = hv.unwatch(&format!("{}/state", self.backend), &self.token());
+        }
+        eprintln!("netfront {}: removed", self.dev);
+    }
+}
+
+/// Brings the guest's vifs in line with `<home>/device/vif`: a device whose
+/// directory is complete (the toolstack writes `state` last) is taken up,
+/// one whose directory is gone is removed, and each follows its backend.
+fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>) {
+    let listed = hv.store_directory(dir).unwrap_or_default();
+    let mut i = 0;
+    while i < vifs.len() {
+        if listed.contains(&vifs[i].handle) {
+            i += 1;
+        } else {
+            vifs.swap_remove(i).remove(hv);
+        }
+    }
+    for h in listed {
+        if vifs.iter().any(|v| v.handle == h) {
+            continue;
+        }
+        let dev = format!("{dir}/{h}");
+        if hv.store_read_str(&format!("{dev}/state")).is_err() {
+            continue; // still being written
+        }
+        vifs.push(GuestVif {
+            handle: h,
+            dev,
+            backend: String::new(),
+            nic: None,
+            stats: FrontStats::default(),
+        });
+    }
+    for v in vifs.iter_mut() {
+        let before = v.backend.clone();
+        v.follow_backend(hv);
+        if v.backend != before {
+            v.backend_changed(hv);
+        }
+    }
+}
+
+/// A guest: netfront for each of its vifs, until hv goes away. vifs come
+/// and go (`network-attach`/`-detach`), and each follows its driver
+/// domain through restarts.
+fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
+    let dir = format!("{home}/device/vif");
+    hv.watch(&dir, VIFS).map_err(|e| anyhow!("{e}"))?;
+    let mut vifs: Vec<GuestVif> = Vec::new();
+    sync_vifs(hv, &dir, &mut vifs);
     let mut idle = Idle::for_domain(hv, "netfront", Duration::from_millis(200));
-    let mut stats = FrontStats::default();
     loop {
-        stats.publish(hv, &dev, &nic);
+        for v in vifs.iter_mut() {
+            if let Some(nf) = v.nic.as_ref().and_then(TapNetfront::nf) {
+                v.stats.publish(hv, &v.dev, nf);
+            }
+        }
         let ready = {
             let mut fds = vec![hv.watch_fd()];
-            fds.extend(nic.fds());
-            sys::poll_readable(&fds, Some(idle.timeout(false)))?
+            for v in &vifs {
+                fds.extend(v.nic.iter().flat_map(TapNetfront::fds));
+            }
+            let timeout = if hv.watch_backlog() {
+                Duration::ZERO
+            } else {
+                idle.timeout(false)
+            };
+            sys::poll_readable(&fds, Some(timeout))?
         };
         if ready.iter().any(|&r| r) {
             idle.worked();
         }
-        if ready[0] {
-            while let Some(_ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
-                let gone = match hv.read_state(&info.backend) {
-                    Ok(s) => matches!(
-                        s,
-                        abi::xenbus::XenbusState::Closing | abi::xenbus::XenbusState::Closed
-                    ),
-                    Err(_) => true,
-                };
-                if gone {
-                    nic.disconnect("the backend is closing");
+        if ready[0] || hv.watch_backlog() {
+            let mut resync = false;
+            while let Some(ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
+                if ev.token == VIFS {
+                    // Only the toolstack's writes matter here, not our own.
+                    resync |= !ev.path.ends_with("/stats");
+                } else if let Some(v) = vifs.iter_mut().find(|v| v.token() == ev.token) {
+                    v.backend_changed(hv);
                 }
             }
+            if resync {
+                sync_vifs(hv, &dir, &mut vifs);
+            }
         }
-        if nic.nf.is_connected() {
-            nic.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
+        for v in vifs.iter_mut() {
+            if let Some(nic) = v.nic.as_mut() {
+                nic.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
+            }
         }
     }
 }

@@ -76,9 +76,10 @@ fn state_name(v: &str) -> String {
 fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
     let mut out = Vec::new();
     for (k, v) in &s.info {
-        let Some(guest) = k.strip_prefix("vif.") else {
+        let Some(name) = k.strip_prefix("vif.") else {
             continue;
         };
+        let (guest, handle) = name.split_once('/').unwrap_or((name, "0"));
         let Some((fe, be)) = v.split_once('|') else {
             continue;
         };
@@ -100,6 +101,7 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             serde_json::from_str(&read(format!("{fe}/stats"))).unwrap_or(Value::Null);
         out.push(json!({
             "guest": guest,
+            "handle": handle.parse::<u32>().unwrap_or(0),
             "backend_domain": be.split('/').nth(3),
             "frontend": fe,
             "backend": be,
@@ -178,6 +180,11 @@ pub fn collect(rd: &Path) -> Result<Value> {
         "vifs": vif_list,
         "ports": ports,
         "store_nodes": s.store_nodes,
+        "restarts_after_crash": s
+            .info
+            .get("restarts.on-crash")
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0),
         "counters": s.counters,
     }))
 }
@@ -190,10 +197,11 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         return Ok(());
     }
     println!(
-        "hv pid {}, topology {}, {} store nodes",
+        "hv pid {}, topology {}, {} store nodes, {} restarts after a crash",
         v["hv_pid"],
         v["topology"].as_str().unwrap_or("?"),
-        v["store_nodes"]
+        v["store_nodes"],
+        v["restarts_after_crash"]
     );
     println!(
         "\n{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>8}  ADDRESSES",

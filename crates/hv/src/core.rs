@@ -98,6 +98,8 @@ struct State {
     shutting_down: bool,
     /// Every domain is gone.
     stopped: bool,
+    /// Domains whose teardown is running (outside the lock).
+    tearing_down: HashSet<DomId>,
 }
 
 impl State {
@@ -113,8 +115,19 @@ impl State {
     }
 }
 
+/// The daemon's part of the toolstack: what needs processes, namespaces and
+/// the topology (restart, vif hotplug). Called without hv's lock held.
+pub trait Supervisor: Send + Sync {
+    /// Serves a `RestartDomain`, `NetworkAttach` or `NetworkDetach`.
+    fn toolstack(&self, req: Request) -> HvResult<Reply>;
+    /// The toolstack is about to destroy domain `name`: it must not come back.
+    fn destroying(&self, name: &str);
+}
+
 /// The hypervisor. Shared by its serving threads through an `Arc`.
 pub struct Hypervisor {
+    /// Set by the daemon once it has built the topology.
+    supervisor: Mutex<Option<Arc<dyn Supervisor>>>,
     state: Mutex<State>,
     done: Condvar,
     /// Log domain lifecycle events on stderr (the daemon does; benches don't).
@@ -143,6 +156,7 @@ impl Hypervisor {
     /// A hypervisor with no domains.
     pub fn new() -> Arc<Hypervisor> {
         Arc::new(Hypervisor {
+            supervisor: Mutex::new(None),
             state: Mutex::new(State {
                 doms: Doms(BTreeMap::new()),
                 pins: Pins::new(),
@@ -156,12 +170,23 @@ impl Hypervisor {
                 info: BTreeMap::new(),
                 shutting_down: false,
                 stopped: false,
+                tearing_down: HashSet::new(),
             }),
             done: Condvar::new(),
             verbose: std::sync::atomic::AtomicBool::new(false),
             toolstack_trace: Arc::new(HvTrace::default()),
             started: std::time::Instant::now(),
         })
+    }
+
+    /// Installs the daemon's supervisor (see [`Supervisor`]).
+    pub fn set_supervisor(&self, sup: Arc<dyn Supervisor>) {
+        *self.supervisor.lock().unwrap_or_else(|p| p.into_inner()) = Some(sup);
+    }
+
+    /// Removes a fact shown in `status`.
+    pub fn remove_info(&self, key: &str) {
+        self.lock().info.remove(key);
     }
 
     /// Turns lifecycle logging on stderr on or off.
@@ -314,27 +339,31 @@ impl Hypervisor {
     /// Destroys a domain: revokes what it held, closes its channels, removes its
     /// store subtree, frees its memory, then runs its teardown.
     /// Returns false when it did not exist.
+    /// When another thread is destroying it, waits until its teardown is
+    /// done, so that the caller may reuse its name, cgroup and namespace.
     pub fn destroy_domain(&self, domid: DomId, reason: &str) -> bool {
         let teardown = {
             let mut st = self.lock();
             let Some(mut d) = st.doms.0.remove(&domid) else {
+                while st.tearing_down.contains(&domid) {
+                    st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
                 return false;
             };
+            st.tearing_down.insert(domid);
             let st = &mut *st;
             for (_, m) in d.maps.drain() {
                 st.unpin(&m);
             }
             st.pins.retain(|(granter, _), _| *granter != domid);
             // Its grants under the new mechanism vanish from every driver
-            // domain's view; a dead driver domain holds no uses.
+            // domain's view; a dead driver domain's tables go too (a guest
+            // that reconnects to its successor sets up a new one).
             st.ngm.retain(|&(guest, backend), t| {
-                if backend == domid {
-                    t.reset_status();
-                }
                 if guest == domid {
                     t.invalidate_all();
                 }
-                guest != domid
+                guest != domid && backend != domid
             });
             for (_, chan) in std::mem::take(&mut d.ports) {
                 drop_end(st, chan, domid);
@@ -357,6 +386,7 @@ impl Hypervisor {
         if let Some(t) = teardown {
             t();
         }
+        self.lock().tearing_down.remove(&domid);
         self.done.notify_all();
         true
     }
@@ -416,6 +446,8 @@ impl Hypervisor {
             domains,
             counters: st.counters.clone(),
             store_nodes: st.store.counters().nodes.get() as usize,
+            grant_pins: st.pins.len(),
+            watches: st.store.counters().watches.get(),
             info: st.info.clone(),
             ngm_tables: st
                 .ngm
@@ -540,9 +572,39 @@ impl Hypervisor {
                 std::thread::spawn(move || hv.shutdown());
                 return ok(Reply::Done);
             }
+            Request::RestartDomain { .. }
+            | Request::NetworkAttach { .. }
+            | Request::NetworkDetach { .. } => {
+                let sup = self
+                    .supervisor
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                let Some(sup) = sup else {
+                    return (
+                        Err(HvError::new(
+                            ErrorKind::Invalid,
+                            "this hv runs no supervisor (not started by `splitnet up`)",
+                        )),
+                        vec![],
+                    );
+                };
+                return match sup.toolstack(req) {
+                    Ok(r) => ok(r),
+                    Err(e) => (Err(e), vec![]),
+                };
+            }
             Request::DestroyDomain { name } => {
                 return match self.domid_of(&name) {
                     Some(id) => {
+                        let sup = self
+                            .supervisor
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .clone();
+                        if let Some(sup) = sup {
+                            sup.destroying(&name);
+                        }
                         self.destroy_domain(id, "destroyed by the toolstack");
                         ok(Reply::Done)
                     }
@@ -1034,9 +1096,9 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 fds,
             ))
         }
-        Request::Status | Request::Shutdown | Request::DestroyDomain { .. } | Request::Trace => {
-            err(ErrorKind::Invalid, "handled elsewhere")
-        }
+        // The toolstack's requests (`Request::privileged`) are served by
+        // `Hypervisor::handle` before the lock is taken.
+        _ => err(ErrorKind::Invalid, "handled elsewhere"),
     }
 }
 

@@ -1,19 +1,16 @@
 //! The `hv` daemon: builds a topology out of processes, namespaces and
 //! cgroups, supervises the domains and serves the toolstack socket.
 
-use crate::core::{DomainSpec, Hypervisor};
-use crate::host::{self, Cgroup, CgroupLayout};
-use crate::memory::MemorySpec;
+use crate::core::Hypervisor;
+use crate::host::{self, CgroupLayout};
 use crate::proto::{DomId, Request};
+use crate::supervisor::Supervisor;
 use crate::topology::Topology;
 use crate::topology::VifConfig;
 use abi::xenbus::{self, XenbusState};
 use std::fs;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 use sys::{SeqPacket, SeqPacketListener};
 
 /// Where hv keeps its socket, pid file and logs by default.
@@ -61,11 +58,19 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     hv.set_verbose(true);
     hv.set_info("topology", &cfg.topology.name);
     let layout = CgroupLayout::detect();
-    let result = build(&hv, &cfg, &layout);
+    let sup = Supervisor::new(
+        &hv,
+        cfg.topology.clone(),
+        cfg.run_dir.clone(),
+        cfg.exe.clone(),
+        layout.clone(),
+    );
+    let result = sup.build();
     if let Err(e) = &result {
         eprintln!("hv: bringing up the topology failed: {e}");
         hv.shutdown();
     } else {
+        hv.set_supervisor(sup);
         let hv2 = hv.clone();
         std::thread::spawn(move || accept_loop(hv2, listener));
         eprintln!("hv: topology {:?} is up", cfg.topology.name);
@@ -107,85 +112,6 @@ fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
     }
 }
 
-fn build(hv: &Arc<Hypervisor>, cfg: &DaemonConfig, layout: &CgroupLayout) -> Result<(), String> {
-    let topo = &cfg.topology;
-    for d in &topo.domains {
-        host::netns_add(&host::netns_name(&d.name)).map_err(|e| e.to_string())?;
-    }
-    if let Some(w) = &topo.wire {
-        let wns = host::netns_name(&w.name);
-        host::netns_add(&wns).map_err(|e| e.to_string())?;
-        host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
-            .map_err(|e| e.to_string())?;
-        for a in [&w.address, &w.ipv6].into_iter().flatten() {
-            host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
-        }
-        hv.set_info("wire", &w.name);
-        hv.set_info("wire.netns", &wns);
-        hv.set_info("wire.driver", &w.driver);
-        hv.set_info(
-            "wire.port",
-            &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
-        );
-    }
-    // Create every domain first, so that each finds its whole configuration
-    // in the store when its process starts.
-    let mut created = Vec::new();
-    for d in &topo.domains {
-        let spec = DomainSpec {
-            name: d.name.clone(),
-            kind: d.kind.as_str().to_string(),
-            memory: MemorySpec {
-                pool_frames: d.memory_frames,
-                grant_frames: d.grant_frames,
-                hugepages: d.hugepages,
-            },
-        };
-        let cg = Cgroup::create(layout, &d.name).map_err(|e| e.to_string())?;
-        let (domid, sock) = hv
-            .create_domain(spec)
-            .map_err(|e| format!("creating domain {}: {e}", d.name))?;
-        created.push((d, domid, sock, cg));
-    }
-    let id_of = |name: &str| created.iter().find(|c| c.0.name == name).map(|c| c.1);
-    let mut ts = Store { hv };
-    for d in &topo.domains {
-        let id = id_of(&d.name).ok_or("domain vanished")?;
-        let home = format!("/local/domain/{id}/splitnet");
-        for (k, v) in [("ipv4", &d.address), ("ipv6", &d.ipv6)] {
-            if let Some(v) = v {
-                ts.write(&format!("{home}/{k}"), v)?;
-            }
-        }
-        if topo.wire.as_ref().is_some_and(|w| w.driver == d.name) {
-            ts.write(&format!("{home}/port"), PHYS_PORT)?;
-        }
-        ts.write(
-            &format!("{home}/port-offload"),
-            if d.port_offload { "1" } else { "0" },
-        )?;
-        ts.write(&format!("{home}/spin-us"), &d.spin_us.to_string())?;
-    }
-    for v in topo.vifs() {
-        let g = id_of(&v.guest).ok_or("no guest")?;
-        let b = id_of(&v.backend).ok_or("no backend")?;
-        setup_vif(&mut ts, &v, g, b)?;
-        hv.set_info(
-            &format!("vif.{}", v.guest),
-            &format!(
-                "{}|{}",
-                xenbus::frontend_path(g, 0),
-                xenbus::backend_path(b, g, 0)
-            ),
-        );
-    }
-    for (d, domid, sock, cg) in created {
-        launch(hv, cfg, d.name.clone(), domid, sock, cg)
-            .map_err(|e| format!("starting domain {}: {e}", d.name))?;
-    }
-    Ok(())
-}
-
 /// The toolstack's own store writes (as domain 0).
 pub struct Store<'a> {
     hv: &'a Arc<Hypervisor>,
@@ -210,28 +136,53 @@ impl<'a> Store<'a> {
             value: value.as_bytes().to_vec(),
         })
     }
+    /// Removes `path` and everything under it.
+    pub fn rm(&mut self, path: &str) -> Result<(), String> {
+        self.call(Request::StoreRm { path: path.into() })
+    }
+    /// Creates directory `path` (or keeps it) with `perms`, and gives every
+    /// node already in it the same: a frontend directory re-pointed at a
+    /// restarted driver domain must be readable by the new one.
     fn dir(&mut self, path: &str, perms: [String; 2]) -> Result<(), String> {
         self.call(Request::StoreMkdir { path: path.into() })?;
-        self.call(Request::StoreSetPerms {
+        let set = |path: &str| Request::StoreSetPerms {
             path: path.into(),
             perms: perms.to_vec(),
-        })
+        };
+        self.call(set(path))?;
+        let children = match self
+            .hv
+            .handle(
+                crate::proto::DOMID_TOOLSTACK,
+                Request::StoreDirectory { path: path.into() },
+            )
+            .0
+        {
+            Ok(crate::proto::Reply::List(l)) => l,
+            _ => Vec::new(),
+        };
+        for c in children {
+            self.call(set(&format!("{path}/{c}")))?;
+        }
+        Ok(())
     }
 }
 
 /// Writes a vif's frontend and backend directories, as Xen's toolstack does:
 /// each end owns its directory and may read the other's.
 pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Result<(), String> {
-    let fe = xenbus::frontend_path(g, 0);
-    let be = xenbus::backend_path(b, g, 0);
+    let fe = xenbus::frontend_path(g, v.handle);
+    let be = xenbus::backend_path(b, g, v.handle);
     ts.dir(&fe, [format!("n{g}"), format!("r{b}")])?;
     ts.dir(&be, [format!("n{b}"), format!("r{g}")])?;
     let state = (XenbusState::Initialising as u32).to_string();
-    let (bs, gs) = (b.to_string(), g.to_string());
+    let (bs, gs, handle) = (b.to_string(), g.to_string(), v.handle.to_string());
+    // `backend` after `backend-id`: a frontend following its backend reads
+    // both when `backend` changes; `state` last marks the directory complete.
     for (k, val) in [
-        ("backend", be.as_str()),
         ("backend-id", bs.as_str()),
-        ("handle", "0"),
+        ("backend", be.as_str()),
+        ("handle", handle.as_str()),
         ("mac", v.mac.as_str()),
         ("state", state.as_str()),
     ] {
@@ -241,7 +192,7 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
     for (k, val) in [
         ("frontend", fe.as_str()),
         ("frontend-id", gs.as_str()),
-        ("handle", "0"),
+        ("handle", handle.as_str()),
         ("mac", v.mac.as_str()),
         ("online", "1"),
         ("splitnet-rx-mode", v.rx_mode.as_str()),
@@ -253,66 +204,5 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
     ] {
         ts.write(&format!("{be}/{k}"), val)?;
     }
-    Ok(())
-}
-
-/// Starts the process of domain `domid` in its namespace and cgroup.
-fn launch(
-    hv: &Arc<Hypervisor>,
-    cfg: &DaemonConfig,
-    name: String,
-    domid: DomId,
-    sock: SeqPacket,
-    cg: Cgroup,
-) -> Result<(), String> {
-    let ns = host::netns_name(&name);
-    let log =
-        fs::File::create(cfg.run_dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
-    let log2 = log.try_clone().map_err(|e| e.to_string())?;
-    let child = {
-        let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&sock.as_fd());
-        let r = Command::new("ip")
-            .args(["netns", "exec", &ns])
-            .arg(&cfg.exe)
-            .arg("domain")
-            .env(ENV_HV_FD, fd.to_string())
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn();
-        drop(sock); // the child holds the only other copy now
-        r.map_err(|e| format!("spawning `ip netns exec {ns} ...`: {e}"))?
-    };
-    let pid = child.id() as i32;
-    if let Err(e) = cg.add(pid) {
-        eprintln!("hv: {e}");
-    }
-    let cg2 = cg.clone();
-    let ns2 = ns.clone();
-    hv.set_launch_info(
-        domid,
-        Some(pid),
-        Some(ns.clone()),
-        cg.dirs.first().map(|p| p.display().to_string()),
-        Some(Box::new(move || {
-            cg2.destroy(Duration::from_secs(2));
-            host::netns_del(&ns2);
-        })),
-    );
-    let hv2 = hv.clone();
-    std::thread::Builder::new()
-        .name(format!("reap-{name}"))
-        .spawn(move || {
-            let mut child = child;
-            let status = child
-                .wait()
-                .map(|s| s.to_string())
-                .unwrap_or_else(|e| e.to_string());
-            hv2.destroy_domain(domid, &format!("its process exited ({status})"));
-        })
-        .map_err(|e| e.to_string())?;
-    eprintln!("hv: domain {domid} ({name}) started as pid {pid} in {ns}");
     Ok(())
 }

@@ -20,6 +20,7 @@ pub mod grant;
 pub mod host;
 pub mod memory;
 pub mod ngm;
+pub mod supervisor;
 pub mod topology;
 
 pub use hypercall::{batch, client, error, ngm_client, proto, status, trace};

@@ -10,7 +10,6 @@
 
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::proto::DomId;
-use abi::SharedMemory;
 use std::os::fd::{AsFd, OwnedFd};
 use sys::{Mapping, Memfd, PAGE_SIZE};
 
@@ -157,13 +156,6 @@ impl NgmTable {
         }
     }
 
-    /// The driver domain is gone: it holds no uses any more.
-    pub fn reset_status(&self) {
-        for i in 0..NGM_ENTRIES as usize {
-            self.status_map.store_u32(i * NGM_STATUS_SIZE, 0);
-        }
-    }
-
     /// The descriptors the driver domain maps (thesis 4.5.2): the
     /// translation sub-table read-only, the status sub-table read-write.
     pub fn backend_fds(&self) -> HvResult<[OwnedFd; 2]> {
@@ -182,6 +174,7 @@ impl NgmTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use abi::SharedMemory;
 
     #[test]
     fn an_entry_is_one_word() {

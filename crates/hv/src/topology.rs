@@ -87,6 +87,45 @@ pub struct DomainConfig {
     /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
     #[serde(default)]
     pub spin_us: u32,
+    /// What hv does when the domain's process exits (`never`, `on-crash`,
+    /// `always`); by default driver domains restart after a crash and
+    /// guests do not.
+    pub restart: Option<Restart>,
+}
+
+impl DomainConfig {
+    /// The restart policy in force: the configured one, else `on-crash` for
+    /// a driver domain (Xen's answer to a failed driver domain is to reboot
+    /// it) and `never` for a guest.
+    pub fn restart_policy(&self) -> Restart {
+        self.restart.unwrap_or(match self.kind {
+            DomainKind::Driver => Restart::OnCrash,
+            DomainKind::Guest => Restart::Never,
+        })
+    }
+}
+
+/// When hv restarts a domain whose process exited on its own.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Restart {
+    /// Never: the domain is destroyed.
+    Never,
+    /// When it died of a signal or exited with a failure status.
+    OnCrash,
+    /// Whenever it exits.
+    Always,
+}
+
+impl Restart {
+    /// Whether a process that ended with `status` comes back.
+    pub fn applies(self, status: std::process::ExitStatus) -> bool {
+        match self {
+            Restart::Never => false,
+            Restart::OnCrash => !status.success(),
+            Restart::Always => true,
+        }
+    }
 }
 
 /// The longest spin before sleeping a topology may ask for (10 ms).
@@ -218,6 +257,8 @@ impl std::str::FromStr for Preset {
 #[derive(Debug, Clone, PartialEq)]
 pub struct VifConfig {
     pub guest: String,
+    /// The device's number within its guest (`device/vif/<handle>`).
+    pub handle: u32,
     pub backend: String,
     pub mac: String,
     pub rx_mode: RxMode,
@@ -479,6 +520,7 @@ impl Topology {
             let index = out.iter().filter(|v| v.backend == backend).count();
             out.push(VifConfig {
                 guest: d.name.clone(),
+                handle: 0,
                 mac: d
                     .mac
                     .clone()

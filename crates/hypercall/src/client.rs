@@ -102,6 +102,40 @@ impl Toolstack {
             name: name.to_string(),
         })
     }
+    /// Restarts a domain by hand: its process and everything it held go,
+    /// and it comes back under a new domain id with its configuration.
+    pub fn restart(&mut self, name: &str) -> HvResult<()> {
+        self.0.done(&Request::RestartDomain {
+            name: name.to_string(),
+        })
+    }
+    /// Adds a vif to a running guest; returns its handle once both ends
+    /// are Connected.
+    pub fn network_attach(
+        &mut self,
+        guest: &str,
+        mac: Option<&str>,
+        backend: Option<&str>,
+    ) -> HvResult<u32> {
+        let req = Request::NetworkAttach {
+            guest: guest.to_string(),
+            mac: mac.map(str::to_string),
+            backend: backend.map(str::to_string),
+        };
+        match self.0.call(&req)?.0 {
+            Reply::Value(v) => String::from_utf8_lossy(&v)
+                .parse()
+                .map_err(|_| HvError::new(ErrorKind::Internal, "bad vif handle in reply")),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    /// Removes vif `handle` from a running guest, after both ends closed.
+    pub fn network_detach(&mut self, guest: &str, handle: u32) -> HvResult<()> {
+        self.0.done(&Request::NetworkDetach {
+            guest: guest.to_string(),
+            handle,
+        })
+    }
     /// Any request (for tests of the privilege checks).
     pub fn call(&mut self, req: &Request) -> HvResult<Reply> {
         self.0.call(req).map(|r| r.0)
@@ -123,6 +157,9 @@ pub struct HvClient {
     pool: std::sync::Arc<Mapping>,
     grants: GrantTable,
     watch: SeqPacket,
+    /// Watch events that fired while [`HvClient::wait_state`] waited on
+    /// another; [`HvClient::next_watch`] returns them first.
+    stash: std::collections::VecDeque<WatchFired>,
     batch: Mapping,
     batch_kick: Doorbell,
     batch_done: Doorbell,
@@ -169,6 +206,7 @@ impl HvClient {
             welcome,
             pool: std::sync::Arc::new(pool),
             watch: SeqPacket::from_fd(watch),
+            stash: std::collections::VecDeque::new(),
             batch,
             batch_kick: Doorbell::from_fd(kick),
             batch_done: Doorbell::from_fd(done),
@@ -271,8 +309,19 @@ impl HvClient {
     pub fn watch_fd(&self) -> BorrowedFd<'_> {
         self.watch.as_fd()
     }
+    /// Whether watch events are waiting that the watch descriptor no longer
+    /// shows (see [`HvClient::wait_state`]): poll with no timeout then.
+    pub fn watch_backlog(&self) -> bool {
+        !self.stash.is_empty()
+    }
     /// Next fired watch, waiting up to `timeout`.
     pub fn next_watch(&mut self, timeout: Duration) -> HvResult<Option<WatchFired>> {
+        if let Some(ev) = self.stash.pop_front() {
+            return Ok(Some(ev));
+        }
+        self.next_watch_raw(timeout)
+    }
+    fn next_watch_raw(&mut self, timeout: Duration) -> HvResult<Option<WatchFired>> {
         let ready = io(
             "poll",
             sys::poll_readable(&[self.watch.as_fd()], Some(timeout)),
@@ -299,7 +348,8 @@ impl HvClient {
         s.parse()
             .map_err(|e| HvError::new(ErrorKind::Invalid, format!("{path}: {e}")))
     }
-    /// Waits (through a watch) until `<dev>/state` satisfies `want`.
+    /// Waits (through a watch) until `<dev>/state` satisfies `want`. Other
+    /// watches that fire meanwhile are kept for [`HvClient::next_watch`].
     pub fn wait_state(
         &mut self,
         dev: &str,
@@ -322,7 +372,13 @@ impl HvClient {
                     format!("timed out waiting on {dev}/state"),
                 );
             }
-            self.next_watch(left)?;
+            match self.next_watch_raw(left)? {
+                // Bounded: a flood of events beyond a socketful is dropped.
+                Some(ev) if ev.token != token && self.stash.len() < 4096 => {
+                    self.stash.push_back(ev)
+                }
+                _ => {}
+            }
         };
         let _ = self.unwatch(&format!("{dev}/state"), &token);
         result

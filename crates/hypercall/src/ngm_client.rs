@@ -188,6 +188,9 @@ const SET: usize = 8;
 pub struct GrantTrack {
     entries: Vec<u64>,
     stats: TrackStats,
+    /// The hash sets of each half this track uses: `first..first + sets`.
+    first: usize,
+    sets: usize,
 }
 
 impl Default for GrantTrack {
@@ -198,20 +201,30 @@ impl Default for GrantTrack {
 
 impl GrantTrack {
     pub fn new() -> GrantTrack {
+        GrantTrack::partition(0, 1)
+    }
+
+    /// A track over part `index` of `count` equal parts of the pair's
+    /// table, so that several vifs of one guest towards one driver domain
+    /// share its table without sharing entries.
+    pub fn partition(index: u32, count: u32) -> GrantTrack {
+        let per_half = NGM_ENTRIES as usize / 2 / SET;
+        let sets = per_half / count.max(1) as usize;
         GrantTrack {
             entries: vec![0; NGM_ENTRIES as usize],
             stats: TrackStats::default(),
+            first: (index as usize * sets).min(per_half - sets),
+            sets,
         }
     }
 
     /// The first entry of `frame`'s hash set in the half for `writable`.
-    fn set_of(frame: u32, writable: bool) -> usize {
+    fn set_of(&self, frame: u32, writable: bool) -> usize {
         let half = NGM_ENTRIES as usize / 2;
-        let sets = half / SET;
         // Consecutive frames land in consecutive sets; a multiplicative mix
         // spreads strided ones.
-        let h = (frame as usize ^ (frame as usize >> 7).wrapping_mul(0x9e37)) % sets;
-        usize::from(writable) * half + h * SET
+        let h = (frame as usize ^ (frame as usize >> 7).wrapping_mul(0x9e37)) % self.sets;
+        usize::from(writable) * half + (self.first + h) * SET
     }
 
     /// Gives a grant of `frame` to `backend` for one use: an existing one
@@ -224,7 +237,7 @@ impl GrantTrack {
         frame: u32,
         writable: bool,
     ) -> Result<u32, TrackError> {
-        let base = Self::set_of(frame, writable);
+        let base = self.set_of(frame, writable);
         let want = u64::from(frame) + 1;
         if let Some(k) = (base..base + SET).find(|&k| self.entries[k] >> 32 == want) {
             self.entries[k] += 1;
@@ -280,10 +293,18 @@ impl GrantTrack {
             if self.entries[k] == 0 {
                 continue;
             }
-            if self.entries[k] & 0xffff_ffff == 0 && hv.revoke(backend, k as u32).is_ok() {
-                self.entries[k] = 0;
-            } else {
+            if self.entries[k] & 0xffff_ffff != 0 {
                 left += 1;
+                continue;
+            }
+            match hv.revoke(backend, k as u32) {
+                Ok(()) => self.entries[k] = 0,
+                // The pair's table is gone with its backend: nothing is left.
+                Err(e) if e.kind == ErrorKind::BadDomain => {
+                    self.entries.iter_mut().for_each(|e| *e = 0);
+                    return 0;
+                }
+                Err(_) => left += 1,
             }
         }
         left
@@ -339,12 +360,25 @@ mod tests {
     }
 
     #[test]
+    fn partitions_of_one_table_never_share_an_entry() {
+        let mut hv = Fake::default();
+        let (mut a, mut b) = (GrantTrack::partition(0, 2), GrantTrack::partition(1, 2));
+        let mut seen = std::collections::HashSet::new();
+        for f in 0..256 {
+            for w in [false, true] {
+                assert!(seen.insert(a.acquire(&mut hv, 1, f, w).unwrap()));
+                assert!(seen.insert(b.acquire(&mut hv, 1, 514 + f, w).unwrap()));
+            }
+        }
+    }
+
+    #[test]
     fn a_flood_evicts_inactive_entries_and_a_full_set_refuses() {
         let (mut t, mut hv) = (GrantTrack::new(), Fake::default());
         // Frames that share frame 0's hash set.
-        let base = GrantTrack::set_of(0, false);
+        let base = t.set_of(0, false);
         let same: Vec<u32> = (0..200_000u32)
-            .filter(|&f| GrantTrack::set_of(f, false) == base)
+            .filter(|&f| t.set_of(f, false) == base)
             .take(3 * SET)
             .collect();
         assert_eq!(same.len(), 3 * SET);

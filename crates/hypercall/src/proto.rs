@@ -126,6 +126,22 @@ pub enum Request {
     NgmAttach {
         guest: DomId,
     },
+    /// Toolstack: restarts a domain by hand (`splitnet restart`).
+    RestartDomain {
+        name: String,
+    },
+    /// Toolstack: adds a vif to a running guest (`xl network-attach`).
+    /// Replies with the new vif's handle as a `Value`.
+    NetworkAttach {
+        guest: String,
+        mac: Option<String>,
+        backend: Option<String>,
+    },
+    /// Toolstack: removes vif `handle` from a running guest (`xl network-detach`).
+    NetworkDetach {
+        guest: String,
+        handle: u32,
+    },
 }
 
 impl Request {
@@ -133,12 +149,18 @@ impl Request {
     pub fn privileged(&self) -> bool {
         matches!(
             self,
-            Request::Status | Request::Shutdown | Request::DestroyDomain { .. } | Request::Trace
+            Request::Status
+                | Request::Shutdown
+                | Request::DestroyDomain { .. }
+                | Request::Trace
+                | Request::RestartDomain { .. }
+                | Request::NetworkAttach { .. }
+                | Request::NetworkDetach { .. }
         )
     }
 
     /// Every request's name, in [`Request::index`] order (counter and trace names).
-    pub const NAMES: [&'static str; 27] = [
+    pub const NAMES: [&'static str; 30] = [
         "hello",
         "nop",
         "store_read",
@@ -166,6 +188,9 @@ impl Request {
         "ngm_grant",
         "ngm_revoke",
         "ngm_attach",
+        "restart_domain",
+        "network_attach",
+        "network_detach",
     ];
 
     /// A dense number per kind of request, below `NAMES.len()`.
@@ -198,6 +223,9 @@ impl Request {
             Request::NgmGrant { .. } => 24,
             Request::NgmRevoke { .. } => 25,
             Request::NgmAttach { .. } => 26,
+            Request::RestartDomain { .. } => 27,
+            Request::NetworkAttach { .. } => 28,
+            Request::NetworkDetach { .. } => 29,
         }
     }
 

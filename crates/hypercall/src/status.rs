@@ -70,6 +70,12 @@ pub struct SystemStatus {
     /// Tables of the new grant mechanism, one per (guest, driver domain).
     #[serde(default)]
     pub ngm_tables: Vec<NgmTableStatus>,
+    /// Grant entries hv holds pinned for mappings.
+    #[serde(default)]
+    pub grant_pins: usize,
+    /// Store watches registered.
+    #[serde(default)]
+    pub watches: u64,
 }
 
 /// One table of the new grant mechanism (Ram thesis ch. 4).

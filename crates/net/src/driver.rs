@@ -28,6 +28,9 @@ struct Vif {
     stats_written: String,
     /// The bridge has dropped this vif's MACs (after it disconnected).
     forgotten: bool,
+    /// Its backend directory is gone (the guest died or the vif was
+    /// detached): the slot, and its bridge port, may be reused.
+    gone: bool,
 }
 
 /// Runs the driver domain until hv goes away.
@@ -50,29 +53,15 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         Err(_) => None,
     };
 
-    // Probe every vif first (InitWait), then connect each as its frontend comes.
+    // Probe every vif (InitWait), then connect each as its frontend comes,
+    // in any order: one guest that never comes delays no other. vifs the
+    // toolstack adds or removes later (hotplug, a guest's restart) show up
+    // under the same directory.
     let mut pending: Vec<Pending> = Vec::new();
-    let base = format!("/local/domain/{me}/backend/vif");
-    for g in hv.store_directory(&base).unwrap_or_default() {
-        let Ok(guest) = g.parse::<DomId>() else {
-            continue;
-        };
-        for dev in hv
-            .store_directory(&format!("{base}/{g}"))
-            .unwrap_or_default()
-        {
-            match netback::probe(hv, guest, &format!("{base}/{g}/{dev}")) {
-                Ok(p) => pending.push(p),
-                Err(e) => eprintln!("driver: vif{g}.{dev}: {e}"),
-            }
-        }
-    }
-    // Every vif connects as soon as its own frontend is ready, in any order:
-    // one guest that never comes delays no other.
-    for p in &pending {
-        hv.watch(&format!("{}/state", p.fe), PENDING)?;
-    }
     let mut vifs: Vec<Vif> = Vec::new();
+    let base = format!("/local/domain/{me}/backend/vif");
+    hv.watch(&base, BACKENDS)?;
+    rescan(hv, &base, &mut pending, &mut vifs)?;
     connect_ready(hv, &mut pending, &mut vifs)?;
 
     let mut idle = Idle::for_domain(hv, "driver", Duration::from_millis(200));
@@ -90,15 +79,22 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         for v in &vifs {
             fds.extend(v.nb.fds());
         }
+        let busy = busy || hv.watch_backlog();
         let ready = sys::poll_readable(&fds, Some(idle.timeout(busy)))?;
         if busy || ready.iter().any(|&r| r) {
             idle.worked();
         }
-        let watch_ready = ready[0];
+        let watch_ready = ready[0] || hv.watch_backlog();
         drop(fds);
 
-        if watch_ready && handle_watches(hv, &mut vifs)? {
-            connect_ready(hv, &mut pending, &mut vifs)?;
+        if watch_ready {
+            let w = handle_watches(hv, &mut vifs)?;
+            if w.rescan {
+                rescan(hv, &base, &mut pending, &mut vifs)?;
+            }
+            if w.pending || w.rescan {
+                connect_ready(hv, &mut pending, &mut vifs)?;
+            }
         }
 
         // Physical port → bridge.
@@ -167,6 +163,70 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
 
 /// Watch token of the frontends not connected yet.
 const PENDING: &str = "pending";
+/// Watch token of the driver domain's `backend/vif` directory.
+const BACKENDS: &str = "backends";
+
+/// Brings the vifs in line with the backend directories the toolstack
+/// wrote: a vif whose directory went away or was set offline
+/// (`network-detach`) is disconnected and its slot freed; a new directory,
+/// complete once the toolstack wrote its `state` (last), is probed.
+fn rescan(
+    hv: &mut HvClient,
+    base: &str,
+    pending: &mut Vec<Pending>,
+    vifs: &mut [Vif],
+) -> Result<(), DriverError> {
+    let wanted = |hv: &mut HvClient, be: &str| {
+        hv.read_state(be).is_ok()
+            && hv
+                .store_read_str(&format!("{be}/online"))
+                .map_or(true, |v| v != "0")
+    };
+    for (i, v) in vifs.iter_mut().enumerate().filter(|(_, v)| !v.gone) {
+        if !wanted(hv, &v.nb.be) {
+            v.nb.disconnect(hv, "the toolstack removed the vif");
+            let _ = hv.unwatch(&format!("{}/state", v.nb.fe), &format!("fe:{i}"));
+            v.gone = true;
+        }
+    }
+    let mut i = 0;
+    while i < pending.len() {
+        if wanted(hv, &pending[i].be) {
+            i += 1;
+        } else {
+            let p = pending.swap_remove(i);
+            let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
+        }
+    }
+    for g in hv.store_directory(base).unwrap_or_default() {
+        let Ok(guest) = g.parse::<DomId>() else {
+            continue;
+        };
+        for dev in hv
+            .store_directory(&format!("{base}/{g}"))
+            .unwrap_or_default()
+        {
+            let be = format!("{base}/{g}/{dev}");
+            let known =
+                pending.iter().any(|p| p.be == be) || vifs.iter().any(|v| !v.gone && v.nb.be == be);
+            let fresh = matches!(
+                hv.read_state(&be),
+                Ok(abi::xenbus::XenbusState::Initialising)
+            );
+            if known || !fresh || !wanted(hv, &be) {
+                continue;
+            }
+            match netback::probe(hv, guest, &be) {
+                Ok(p) => {
+                    hv.watch(&format!("{}/state", p.fe), PENDING)?;
+                    pending.push(p);
+                }
+                Err(e) => eprintln!("driver: vif{g}.{dev}: {e}"),
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Connects every pending vif whose frontend has published its rings; the
 /// others stay pending, watched.
@@ -175,6 +235,7 @@ fn connect_ready(
     pending: &mut Vec<Pending>,
     vifs: &mut Vec<Vif>,
 ) -> Result<(), DriverError> {
+    let mut retry = Vec::new();
     let mut i = 0;
     while i < pending.len() {
         let ready = matches!(
@@ -187,10 +248,13 @@ fn connect_ready(
         }
         let p = pending.swap_remove(i);
         let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
-        let name = format!("vif{}.0", p.guest);
+        let name = crate::vif_name(&p.be);
+        let (guest, be) = (p.guest, p.be.clone());
         match Netback::connect(hv, p, CONNECT_TIMEOUT) {
             Ok(nb) => {
-                hv.watch(&format!("{}/state", nb.fe), &format!("fe:{}", vifs.len()))?;
+                // A freed slot (and its bridge port) is reused.
+                let slot = vifs.iter().position(|v| v.gone).unwrap_or(vifs.len());
+                hv.watch(&format!("{}/state", nb.fe), &format!("fe:{slot}"))?;
                 eprintln!(
                     "driver: {name} connected (grants {}, rx {}, tx {}, offload {})",
                     if nb.modes.ngm { "ngm" } else { "hv-copy" },
@@ -198,25 +262,56 @@ fn connect_ready(
                     nb.modes.tx_name(),
                     nb.modes.offload
                 );
-                vifs.push(Vif {
+                let v = Vif {
                     nb,
                     stats_written: String::new(),
                     forgotten: false,
-                });
+                    gone: false,
+                };
+                if slot == vifs.len() {
+                    vifs.push(v);
+                } else {
+                    vifs[slot] = v;
+                }
             }
-            Err(e) => eprintln!("driver: {name}: could not connect: {e}"),
+            Err(e) => {
+                // A frontend state left over from an earlier backend, or a
+                // frontend that broke the handshake: wait for its next
+                // state change.
+                eprintln!("driver: {name}: could not connect: {e}");
+                retry.push((guest, be));
+            }
+        }
+    }
+    for (guest, be) in retry {
+        if let Ok(p) = netback::probe(hv, guest, &be) {
+            pending.push(p);
+            hv.watch(&format!("{}/state", pending[pending.len() - 1].fe), PENDING)?;
         }
     }
     Ok(())
 }
 
+/// What the watches that fired call for.
+#[derive(Default)]
+struct Fired {
+    /// A pending frontend's state changed.
+    pending: bool,
+    /// The toolstack changed the backend directories.
+    rescan: bool,
+}
+
 /// A frontend whose state went to Closing or Closed loses its backend.
-/// Returns whether a pending frontend's state changed.
-fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<bool, DriverError> {
-    let mut pending_changed = false;
+fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fired, DriverError> {
+    let mut fired = Fired::default();
     while let Some(ev) = hv.next_watch(Duration::ZERO)? {
         if ev.token == PENDING {
-            pending_changed = true;
+            fired.pending = true;
+            continue;
+        }
+        if ev.token == BACKENDS {
+            // Our own counters are written there twice a second.
+            fired.rescan |= !ev.path.ends_with("/stats");
             continue;
         }
         let Some(i) = ev
@@ -226,7 +321,9 @@ fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<bool, DriverErr
         else {
             continue;
         };
-        let Some(v) = vifs.get_mut(i) else { continue };
+        let Some(v) = vifs.get_mut(i).filter(|v| !v.gone) else {
+            continue;
+        };
         let gone = match hv.read_state(&v.nb.fe) {
             Ok(s) => matches!(
                 s,
@@ -238,7 +335,7 @@ fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<bool, DriverErr
             v.nb.disconnect(hv, "the frontend went away");
         }
     }
-    Ok(pending_changed)
+    Ok(fired)
 }
 
 /// The vifs other than the one whose frame is being forwarded (bridge port
@@ -367,7 +464,7 @@ fn route(
 
 /// Writes each vif's counters to `<backend>/stats` when they changed, for `splitnet status`.
 fn publish_stats(hv: &mut HvClient, vifs: &mut [Vif], phys: Option<&dyn Port>, bridge: &Bridge) {
-    for v in vifs.iter_mut() {
+    for v in vifs.iter_mut().filter(|v| !v.gone) {
         let json = serde_json::to_string(&v.nb.counters).unwrap_or_default();
         if json != v.stats_written && hv.store_write(&format!("{}/stats", v.nb.be), &json).is_ok() {
             v.stats_written = json;

@@ -11,8 +11,9 @@
 //! The buffers are a fixed, recycled set (Ram thesis 4.7, the I/O buffer
 //! pool), so under the new grant mechanism each keeps its grant for good.
 //!
-//! Guest pool layout: frame 0 TX ring, frame 1 RX ring, frames 2..258 TX
-//! buffers (one per request id), frames 258..514 RX buffers (one per id).
+//! Guest pool layout, per vif: frame 0 TX ring, frame 1 RX ring, frames
+//! 2..258 TX buffers (one per request id), frames 258..514 RX buffers (one
+//! per id); vif *h* (the device's handle) starts at frame `h * VIF_FRAMES`.
 
 use crate::counters::VifCounters;
 use crate::offload;
@@ -40,6 +41,11 @@ pub const TX_BUF_BASE: u32 = 2;
 /// First RX buffer frame (request id i uses frame RX_BUF_BASE + i).
 pub const RX_BUF_BASE: u32 = TX_BUF_BASE + RING;
 const RING: u32 = 256;
+/// Pool frames one vif uses (its rings and buffers).
+pub const VIF_FRAMES: u32 = RX_BUF_BASE + RING;
+/// Most vifs one guest may have: the new grant mechanism's table for a
+/// (guest, driver domain) pair is split between them.
+pub const MAX_VIFS: u32 = 2;
 /// Data slots of the largest frame (64 KiB and an Ethernet header, in pages).
 const MAX_DATA_SLOTS: usize = 17;
 /// Most slots one packet may take: its data and one GSO extra-info slot.
@@ -158,6 +164,10 @@ pub struct Netfront {
     tracer: Tracer,
     /// The TX batch being queued: when it started, and packets so far.
     tx_batch: Option<(u64, u64)>,
+    /// First pool frame of this vif's rings and buffers.
+    base: u32,
+    /// The ring pages' grants.
+    ring_refs: [u32; 2],
 }
 
 fn flag(hv: &mut HvClient, path: &str) -> bool {
@@ -183,14 +193,6 @@ fn run_ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn tx_frame(id: u16) -> u32 {
-    TX_BUF_BASE + u32::from(id)
-}
-
-fn rx_frame(id: u16) -> u32 {
-    RX_BUF_BASE + u32::from(id)
-}
-
 fn frame_off(frame: u32) -> usize {
     frame as usize * PAGE_SIZE
 }
@@ -210,10 +212,17 @@ impl Netfront {
             .parse()
             .map_err(|_| setup(format!("{dev}/backend-id is not a domain id")))?;
         let mac = hv.store_read_str(&format!("{dev}/{}", keys::MAC))?;
-        if hv.welcome().pool_frames < RX_BUF_BASE + RING {
+        let handle: u32 = dev
+            .rsplit('/')
+            .next()
+            .and_then(|h| h.parse().ok())
+            .filter(|&h| h < MAX_VIFS)
+            .ok_or_else(|| setup(format!("{dev}: a vif handle below {MAX_VIFS}")))?;
+        let base = handle * VIF_FRAMES;
+        if hv.welcome().pool_frames < base + VIF_FRAMES {
             return Err(setup(format!(
-                "the pool needs at least {} frames",
-                RX_BUF_BASE + RING
+                "vif {handle} needs a pool of at least {} frames",
+                base + VIF_FRAMES
             )));
         }
         hv.switch_state(dev, XenbusState::Initialising)?;
@@ -252,10 +261,14 @@ impl Netfront {
 
         // Rings in two granted pages, event channels, then publish it all.
         let pool = hv.pool_shared();
-        let tx = FrontRing::init(window(&pool, TX_RING_FRAME)?)?;
-        let rx = FrontRing::init(window(&pool, RX_RING_FRAME)?)?;
-        let tx_ref = hv.grants().grant_access(backend_id, TX_RING_FRAME, false)?;
-        let rx_ref = hv.grants().grant_access(backend_id, RX_RING_FRAME, false)?;
+        let tx = FrontRing::init(window(&pool, base + TX_RING_FRAME)?)?;
+        let rx = FrontRing::init(window(&pool, base + RX_RING_FRAME)?)?;
+        let tx_ref = hv
+            .grants()
+            .grant_access(backend_id, base + TX_RING_FRAME, false)?;
+        let rx_ref = hv
+            .grants()
+            .grant_access(backend_id, base + RX_RING_FRAME, false)?;
         let tx_evt = hv.evtchn_alloc_unbound(backend_id)?;
         let rx_evt = if split_evtchn {
             Some(hv.evtchn_alloc_unbound(backend_id)?)
@@ -263,7 +276,7 @@ impl Netfront {
             None
         };
         let grants = if ngm {
-            Grants::Ngm(Box::new(warm_grants(hv, backend_id, dev)?))
+            Grants::Ngm(Box::new(warm_grants(hv, backend_id, dev, handle)?))
         } else {
             Grants::PerPacket
         };
@@ -312,9 +325,63 @@ impl Netfront {
             connected: true,
             tracer: hv.tracer(),
             tx_batch: None,
+            base,
+            ring_refs: [tx_ref, rx_ref],
         };
         nf.refill_rx(hv)?;
         Ok(nf)
+    }
+
+    fn tx_frame(&self, id: u16) -> u32 {
+        self.base + TX_BUF_BASE + u32::from(id)
+    }
+
+    fn rx_frame(&self, id: u16) -> u32 {
+        self.base + RX_BUF_BASE + u32::from(id)
+    }
+
+    /// Gives back everything the channel held, after its backend went away:
+    /// the event channels, the ring and buffer grants (per-packet ones
+    /// revoked, the new grant mechanism's revoked as a whole) so that a new
+    /// backend can be given fresh ones. Grants the old backend still has
+    /// mapped stay (hv refuses to end them) and are counted.
+    pub fn release(mut self, hv: &mut HvClient) {
+        self.disconnect("released");
+        for ch in [Some(self.tx_evt), self.rx_evt].into_iter().flatten() {
+            let _ = hv.evtchn_close(ch);
+        }
+        let mut kept = 0;
+        for gref in self.ring_refs {
+            kept += usize::from(hv.grants().end_access(gref).is_err());
+        }
+        let slots = self.tx_slots.iter().chain(self.rx_slots.iter()).flatten();
+        if self.info.copy_rx {
+            if let Grants::PerPacket = self.grants {
+                for &gref in slots {
+                    kept += usize::from(hv.grants().end_access(gref).is_err());
+                }
+            }
+        } else {
+            for &gref in self.rx_slots.iter().flatten() {
+                let _ = hv.grants().end_transfer(gref);
+            }
+            if let Grants::PerPacket = self.grants {
+                for &gref in self.tx_slots.iter().flatten() {
+                    kept += usize::from(hv.grants().end_access(gref).is_err());
+                }
+            }
+        }
+        if let Grants::Ngm(t) = &mut self.grants {
+            // hv discards the pair's table when the backend dies; with a
+            // live backend (a detach) this vif's part is revoked.
+            t.revoke_all(hv, self.info.backend_id);
+        }
+        if kept > 0 {
+            eprintln!(
+                "netfront {}: {kept} grants stay, still in use by the old backend",
+                self.info.dev
+            );
+        }
     }
 
     /// Event-channel descriptors to poll.
@@ -496,7 +563,7 @@ impl Netfront {
             for (i, chunk) in p.data.chunks(PAGE_SIZE).enumerate() {
                 let id = self.tx_free.pop().unwrap_or_default();
                 ids[i] = id;
-                self.pool.write_bytes(frame_off(tx_frame(id)), chunk);
+                self.pool.write_bytes(frame_off(self.tx_frame(id)), chunk);
             }
             self.queue_frames(hv, &ids[..n], p.data.len(), p.csum, p.gso)?;
         }
@@ -515,7 +582,7 @@ impl Netfront {
     ) -> Result<()> {
         let mut grefs = [0u32; MAX_DATA_SLOTS];
         for (k, &id) in ids.iter().enumerate() {
-            match self.grant_buffer(hv, tx_frame(id), false) {
+            match self.grant_buffer(hv, self.tx_frame(id), false) {
                 Ok(g) => grefs[k] = g,
                 Err(reason) => {
                     for (&id, &g) in ids[..k].iter().zip(&grefs) {
@@ -650,7 +717,7 @@ impl Netfront {
         let mut posted = false;
         while self.rx.free_requests() > 0 {
             let Some(id) = self.rx_free.pop() else { break };
-            let frame = rx_frame(id);
+            let frame = self.rx_frame(id);
             let gref = if !self.info.copy_rx {
                 self.counters.grant("grant", 1);
                 hv.grants()
@@ -687,7 +754,8 @@ impl Netfront {
         };
         if !self.info.copy_rx {
             self.counters.grant("transfer_done", 1);
-            return matches!(hv.grants().end_transfer(gref), Ok(Some(f)) if f == rx_frame(id));
+            let want = self.rx_frame(id);
+            return matches!(hv.grants().end_transfer(gref), Ok(Some(f)) if f == want);
         }
         self.end_grant(hv, gref)
     }
@@ -824,7 +892,7 @@ impl Netfront {
             }
             let n = (fr.len as usize).min(HEAD - at);
             self.pool.read_bytes(
-                frame_off(rx_frame(fr.id)) + fr.off as usize,
+                frame_off(self.rx_frame(fr.id)) + fr.off as usize,
                 &mut buf[at..at + n],
             );
             at += n;
@@ -856,7 +924,7 @@ impl Netfront {
         for fr in &self.rx_frags[f.first..f.first + f.count] {
             let n = fr.len as usize;
             self.pool.read_bytes(
-                frame_off(rx_frame(fr.id)) + fr.off as usize,
+                frame_off(self.rx_frame(fr.id)) + fr.off as usize,
                 &mut data[at..at + n],
             );
             at += n;
@@ -884,7 +952,7 @@ impl Netfront {
         for (k, fr) in self.rx_frags[f.first..f.first + f.count].iter().enumerate() {
             parts[k + 1] = IoPart::Shared {
                 map: &self.pool,
-                off: frame_off(rx_frame(fr.id)) + fr.off as usize,
+                off: frame_off(self.rx_frame(fr.id)) + fr.off as usize,
                 len: fr.len as usize,
             };
         }
@@ -914,47 +982,61 @@ impl Netfront {
 
 /// Grants every buffer of the pool once, through the track table, so the
 /// data path never needs hv (Ram thesis 4.7: a pool of I/O buffers).
-fn warm_grants(hv: &mut HvClient, backend: DomId, dev: &str) -> Result<GrantTrack> {
-    let (handle, entries) = hv.ngm_setup(backend)?;
+/// The TAP's offloads: what the channel negotiated.
+fn set_offloads(tap: &Tap, nf: &Netfront) -> Result<()> {
+    let on = nf.info.offload;
+    tap.set_offloads(TapOffloads {
+        csum: on,
+        tso4: on,
+        tso6: on,
+    })?;
+    Ok(())
+}
+
+fn warm_grants(hv: &mut HvClient, backend: DomId, dev: &str, vif: u32) -> Result<GrantTrack> {
+    let (table, entries) = hv.ngm_setup(backend)?;
     if entries != hypercall::ngm::NGM_ENTRIES {
         return Err(setup(format!(
             "hv offers {entries} grant entries; this build expects {}",
             hypercall::ngm::NGM_ENTRIES
         )));
     }
-    let mut track = GrantTrack::new();
+    let mut track = GrantTrack::partition(vif, MAX_VIFS);
+    let base = vif * VIF_FRAMES;
     for id in 0..RING as u16 {
-        for (frame, writable) in [(tx_frame(id), false), (rx_frame(id), true)] {
+        let (tx, rx) = (
+            base + TX_BUF_BASE + u32::from(id),
+            base + RX_BUF_BASE + u32::from(id),
+        );
+        for (frame, writable) in [(tx, false), (rx, true)] {
             let g = track
                 .acquire(hv, backend, frame, writable)
                 .map_err(|e| setup(format!("granting buffer frame {frame}: {e}")))?;
             track.release(g);
         }
     }
-    hv.store_write(&format!("{dev}/{}", crate::NGM_TABLE), &handle.to_string())?;
+    hv.store_write(&format!("{dev}/{}", crate::NGM_TABLE), &table.to_string())?;
     Ok(track)
 }
 
 /// A frontend attached to a TAP in the guest's namespace: the guest kernel's
 /// NIC. Frames the guest sends are read from the TAP (with their virtio-net
 /// header) straight into TX buffers; received ones are written to it
-/// straight from the RX buffers.
+/// straight from the RX buffers. The TAP outlives its backend: when a
+/// driver domain dies the channel is released and the link's carrier goes
+/// off; a new backend's channel is attached to the same TAP, so the
+/// guest's addresses, routes and TCP connections stay.
 pub struct TapNetfront {
-    pub nf: Netfront,
+    nf: Option<Netfront>,
     tap: Tap,
 }
 
 impl TapNetfront {
-    /// Creates TAP `ifname` with the vif's MAC, the negotiated offloads and
-    /// the topology's addresses, and brings it up.
+    /// Creates TAP `ifname` with the vif's MAC and the negotiated offloads,
+    /// gives the guest's first vif the topology's addresses, and brings it up.
     pub fn attach(hv: &mut HvClient, nf: Netfront, ifname: &str) -> Result<TapNetfront> {
         let tap = Tap::create(ifname, true)?;
-        let on = nf.info.offload;
-        tap.set_offloads(TapOffloads {
-            csum: on,
-            tso4: on,
-            tso6: on,
-        })?;
+        set_offloads(&tap, &nf)?;
         let (gso, qlen) = (GUEST_GSO_MAX.to_string(), GUEST_TXQUEUELEN.to_string());
         run_ip(&[
             "link",
@@ -972,23 +1054,60 @@ impl TapNetfront {
         run_ip(&["link", "set", ifname, "up"])?;
         let home = format!("/local/domain/{}/splitnet", hv.domid());
         for key in ["ipv4", "ipv6"] {
-            if let Ok(addr) = hv.store_read_str(&format!("{home}/{key}")) {
-                let mut args = vec!["addr", "add", addr.as_str(), "dev", ifname];
-                if key == "ipv6" {
-                    args.push("nodad");
-                }
-                run_ip(&args)?;
+            let Ok(addr) = hv.store_read_str(&format!("{home}/{key}")) else {
+                continue;
+            };
+            if nf.base != 0 {
+                break; // only the first vif has the topology's addresses
             }
+            let mut args = vec!["addr", "add", addr.as_str(), "dev", ifname];
+            if key == "ipv6" {
+                args.push("nodad");
+            }
+            run_ip(&args)?;
         }
-        Ok(TapNetfront { nf, tap })
+        Ok(TapNetfront { nf: Some(nf), tap })
+    }
+
+    /// The connected channel, if any.
+    pub fn nf(&self) -> Option<&Netfront> {
+        self.nf.as_ref()
+    }
+
+    /// Whether a channel is attached and up.
+    pub fn is_connected(&self) -> bool {
+        self.nf.as_ref().is_some_and(Netfront::is_connected)
+    }
+
+    /// Takes the link down and gives back the channel's resources (see
+    /// [`Netfront::release`]); the TAP and its addresses stay.
+    pub fn release(&mut self, hv: &mut HvClient, why: &str) {
+        let _ = self.tap.set_carrier(false);
+        if let Some(mut nf) = self.nf.take() {
+            nf.disconnect(why);
+            nf.release(hv);
+        }
+    }
+
+    /// Attaches a new backend's channel to the same TAP and brings the
+    /// carrier back.
+    pub fn reconnect(&mut self, hv: &mut HvClient, nf: Netfront) -> Result<()> {
+        self.release(hv, "replaced");
+        set_offloads(&self.tap, &nf)?;
+        self.nf = Some(nf);
+        self.tap.set_carrier(true)?;
+        Ok(())
     }
 
     /// Descriptors to poll: the event channel(s), and the TAP while the TX
     /// ring has room (otherwise a readable TAP would only make us spin).
     pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
-        let mut v = self.nf.fds();
-        if self.nf.can_send() {
+        let Some(nf) = self.nf.as_ref().filter(|n| n.is_connected()) else {
+            return Vec::new();
+        };
+        let mut v = nf.fds();
+        if nf.can_send() {
             v.push(self.tap.as_fd());
         }
         v
@@ -997,27 +1116,29 @@ impl TapNetfront {
     /// One round: ring → guest, guest → ring. A ring the backend broke
     /// takes the link down (see [`Netfront::poll`]).
     pub fn poll_once(&mut self, hv: &mut HvClient) -> Result<()> {
-        if !self.nf.is_connected() || !self.nf.ack() {
+        let Some(nf) = self.nf.as_mut() else {
+            return Ok(());
+        };
+        if !nf.is_connected() || !nf.ack() {
             let _ = self.tap.set_carrier(false);
             return Ok(());
         }
-        let r = self.poll_rings(hv);
-        self.nf.contain(r)?;
-        if !self.nf.is_connected() {
+        let r = Self::poll_rings(nf, &self.tap, hv);
+        nf.contain(r)?;
+        if !nf.is_connected() {
             let _ = self.tap.set_carrier(false);
         }
         Ok(())
     }
 
-    fn poll_rings(&mut self, hv: &mut HvClient) -> Result<()> {
-        let nf = &mut self.nf;
+    fn poll_rings(nf: &mut Netfront, tap: &Tap, hv: &mut HvClient) -> Result<()> {
         nf.complete_tx(hv)?;
         let t0 = trace::now();
         nf.receive(hv)?;
         let got = nf.rx_ready.len();
         for i in 0..got {
             let f = nf.rx_ready[i];
-            nf.frame_to_tap(&f, &self.tap);
+            nf.frame_to_tap(&f, tap);
         }
         nf.release_received();
         nf.refill_rx(hv)?;
@@ -1029,7 +1150,7 @@ impl TapNetfront {
         }
         let mut queued = false;
         while nf.can_send() {
-            if !Self::read_one(nf, hv, &self.tap)? {
+            if !Self::read_one(nf, hv, tap)? {
                 break;
             }
             queued = true;
@@ -1059,7 +1180,7 @@ impl TapNetfront {
             for (k, &id) in ids.iter().enumerate() {
                 parts[k + 1] = IoPartMut::Shared {
                     map: pool,
-                    off: frame_off(tx_frame(id)),
+                    off: frame_off(nf.tx_frame(id)),
                     len: PAGE_SIZE,
                 };
             }
@@ -1109,17 +1230,11 @@ impl TapNetfront {
             // here, on a private copy (never the case with offloads on).
             let mut data = vec![0u8; len];
             for (k, chunk) in data.chunks_mut(PAGE_SIZE).enumerate() {
-                nf.pool.read_bytes(frame_off(tx_frame(ids[k])), chunk);
+                nf.pool.read_bytes(frame_off(nf.tx_frame(ids[k])), chunk);
             }
             nf.tx_free.extend_from_slice(ids);
             nf.queue_tx(hv, Packet { data, csum, gso })?;
         }
         Ok(true)
-    }
-
-    /// The backend is gone: the guest sees its link go down (carrier off).
-    pub fn disconnect(&mut self, why: &str) {
-        self.nf.disconnect(why);
-        let _ = self.tap.set_carrier(false);
     }
 }

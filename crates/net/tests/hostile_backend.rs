@@ -39,6 +39,7 @@ fn evil(offload: bool) -> Evil {
     let (drv_id, mut drv) = domain(&hv, "drv", "driver", 2048 + 512);
     let (g, mut c) = domain(&hv, "guest1", "guest", 600);
     let v = VifConfig {
+        handle: 0,
         guest: "guest1".into(),
         backend: "drv".into(),
         mac: "00:16:3e:00:00:01".into(),

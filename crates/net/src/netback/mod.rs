@@ -426,7 +426,7 @@ impl Netback {
             return;
         }
         self.connected = false;
-        eprintln!("netback vif{}.0: disconnected: {why}", self.guest);
+        eprintln!("netback {}: disconnected: {why}", crate::vif_name(&self.be));
         for ring in [
             self.tx.take().map(|r| r.into_memory().handle),
             self.rx.take().map(|r| r.into_memory().handle),
@@ -445,6 +445,9 @@ impl Netback {
         self.rx_queue.clear();
         // The guest's pool is unmapped: nothing of it stays reachable.
         self.ngm = None;
+        if hv.read_state(&self.be).is_err() {
+            return; // the toolstack removed the directory: nothing to tell
+        }
         // Final counters first, so whoever sees Closed sees why.
         if let Ok(json) = serde_json::to_string(&self.counters) {
             let _ = hv.store_write(&format!("{}/stats", self.be), &json);
@@ -459,8 +462,8 @@ impl Netback {
         let n = self.counters.rejected_total();
         if n <= 8 || n.is_power_of_two() {
             eprintln!(
-                "netback vif{}.0: refused a request ({reason}); {n} refused so far",
-                self.guest
+                "netback {}: refused a request ({reason}); {n} refused so far",
+                crate::vif_name(&self.be)
             );
         }
     }

@@ -155,6 +155,7 @@ pub fn world_connecting(
     let mut ts = Store::new(&hv);
     for (i, (&g, n)) in ids.iter().zip(names.iter()).enumerate() {
         let v = VifConfig {
+            handle: 0,
             guest: n.to_string(),
             backend: "drv".into(),
             mac: format!("00:16:3e:00:00:{:02x}", i + 1),

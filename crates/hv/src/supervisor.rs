@@ -1,0 +1,682 @@
+//! hv's supervision of domain processes: building the topology, restarting
+//! a domain whose process died (per its `restart` policy) or by hand, and
+//! adding and removing vifs on running guests (`xl network-attach` and
+//! `network-detach`).
+//!
+//! A restarted domain is a new domain (a new id, fresh memory, grants and
+//! event channels, as when Xen reboots one) in the same network namespace:
+//! the namespace is its hardware, so a driver domain keeps its physical
+//! port. Its vifs are re-plumbed through the store: a driver domain gets
+//! fresh backend directories and each of its guests' frontends is pointed
+//! at them; a guest gets fresh frontend and backend directories. The peers
+//! follow through the XenbusState handshake.
+
+use crate::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
+use crate::daemon::{setup_vif, Store, ENV_HV_FD, PHYS_PORT, WIRE_IF};
+use crate::error::{ErrorKind, HvError, HvResult};
+use crate::host::{self, Cgroup, CgroupLayout};
+use crate::memory::MemorySpec;
+use crate::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
+use crate::topology::{DomainConfig, DomainKind, Restart, Topology, VifConfig};
+use abi::xenbus::{self, XenbusState};
+use std::collections::HashMap;
+use std::fs;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+use sys::SeqPacket;
+
+/// How long `restart` and `network-attach` wait for the domain and its vifs
+/// to come back, and `network-detach` for both ends to close.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+/// Most vifs a guest may have (netfront's pool layout, `MAX_VIFS` there).
+const MAX_GUEST_VIFS: u32 = 2;
+/// Frames a driver domain keeps before its per-vif staging areas, and per vif.
+const DRIVER_BASE_FRAMES: u32 = 16;
+
+/// Why a domain is going away, when the toolstack decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Intent {
+    Restart,
+    Destroy,
+}
+
+#[derive(Default)]
+struct State {
+    /// Every vif, with its guest and backend by name.
+    vifs: Vec<VifConfig>,
+    intents: HashMap<String, Intent>,
+    /// Starts of each domain so far (1 after the topology came up).
+    starts: HashMap<String, u64>,
+    /// Restarts hv did on its own, after a crash.
+    crash_restarts: u64,
+    /// MACs handed to hot-plugged vifs so far.
+    macs_given: u32,
+}
+
+/// The daemon's supervisor; hv calls it for the toolstack requests that
+/// need processes (see [`crate::core::Supervisor`]).
+pub struct Supervisor {
+    hv: Weak<Hypervisor>,
+    topology: Topology,
+    run_dir: PathBuf,
+    exe: PathBuf,
+    layout: CgroupLayout,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+fn fail(kind: ErrorKind, msg: impl Into<String>) -> HvError {
+    HvError::new(kind, msg)
+}
+
+impl Supervisor {
+    pub fn new(
+        hv: &Arc<Hypervisor>,
+        topology: Topology,
+        run_dir: PathBuf,
+        exe: PathBuf,
+        layout: CgroupLayout,
+    ) -> Arc<Supervisor> {
+        let vifs = topology.vifs();
+        Arc::new(Supervisor {
+            hv: Arc::downgrade(hv),
+            topology,
+            run_dir,
+            exe,
+            layout,
+            state: Mutex::new(State {
+                vifs,
+                ..State::default()
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hv(&self) -> HvResult<Arc<Hypervisor>> {
+        self.hv
+            .upgrade()
+            .ok_or_else(|| fail(ErrorKind::Invalid, "hv is shutting down"))
+    }
+
+    fn config(&self, name: &str) -> HvResult<&DomainConfig> {
+        self.topology
+            .domains
+            .iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| fail(ErrorKind::BadDomain, format!("no domain named {name:?}")))
+    }
+
+    fn domid(hv: &Hypervisor, name: &str) -> HvResult<DomId> {
+        hv.domid_of(name).ok_or_else(|| {
+            fail(
+                ErrorKind::BadDomain,
+                format!("domain {name:?} is not running"),
+            )
+        })
+    }
+
+    /// Builds the whole topology: namespaces, the wire, every domain, its
+    /// vifs, then each domain's process.
+    pub fn build(self: &Arc<Self>) -> Result<(), String> {
+        let hv = self.hv().map_err(|e| e.to_string())?;
+        for d in &self.topology.domains {
+            host::netns_add(&host::netns_name(&d.name)).map_err(|e| e.to_string())?;
+        }
+        if let Some(w) = &self.topology.wire {
+            let wns = host::netns_name(&w.name);
+            host::netns_add(&wns).map_err(|e| e.to_string())?;
+            host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
+                .map_err(|e| e.to_string())?;
+            for a in [&w.address, &w.ipv6].into_iter().flatten() {
+                host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
+            }
+            hv.set_info("wire", &w.name);
+            hv.set_info("wire.netns", &wns);
+            hv.set_info("wire.driver", &w.driver);
+            hv.set_info(
+                "wire.port",
+                &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
+            );
+        }
+        // Create every domain first, so that each finds its whole
+        // configuration in the store when its process starts.
+        let mut created = Vec::new();
+        for d in &self.topology.domains {
+            let (domid, sock, cg) = self.create(&hv, d)?;
+            created.push((d, domid, sock, cg));
+        }
+        let vifs = self.lock().vifs.clone();
+        for v in &vifs {
+            self.plumb(&hv, v)?;
+        }
+        for (d, domid, sock, cg) in created {
+            self.launch(&hv, d, domid, sock, cg)
+                .map_err(|e| format!("starting domain {}: {e}", d.name))?;
+        }
+        Ok(())
+    }
+
+    /// Creates domain `d` in hv, with its cgroup and its configuration in
+    /// the store; its process is not started yet.
+    fn create(
+        &self,
+        hv: &Arc<Hypervisor>,
+        d: &DomainConfig,
+    ) -> Result<(DomId, SeqPacket, Cgroup), String> {
+        let spec = DomainSpec {
+            name: d.name.clone(),
+            kind: d.kind.as_str().to_string(),
+            memory: MemorySpec {
+                pool_frames: d.memory_frames,
+                grant_frames: d.grant_frames,
+                hugepages: d.hugepages,
+            },
+        };
+        let cg = Cgroup::create(&self.layout, &d.name).map_err(|e| e.to_string())?;
+        let (id, sock) = hv
+            .create_domain(spec)
+            .map_err(|e| format!("creating domain {}: {e}", d.name))?;
+        let mut ts = Store::new(hv);
+        let home = format!("/local/domain/{id}/splitnet");
+        for (k, v) in [("ipv4", &d.address), ("ipv6", &d.ipv6)] {
+            if let Some(v) = v {
+                ts.write(&format!("{home}/{k}"), v)?;
+            }
+        }
+        if self
+            .topology
+            .wire
+            .as_ref()
+            .is_some_and(|w| w.driver == d.name)
+        {
+            ts.write(&format!("{home}/port"), PHYS_PORT)?;
+        }
+        ts.write(
+            &format!("{home}/port-offload"),
+            if d.port_offload { "1" } else { "0" },
+        )?;
+        ts.write(&format!("{home}/spin-us"), &d.spin_us.to_string())?;
+        Ok((id, sock, cg))
+    }
+
+    /// Writes vif `v`'s two directories for the running domains of its
+    /// guest and backend, and names it in `status`.
+    fn plumb(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> Result<(), String> {
+        let g = Self::domid(hv, &v.guest).map_err(|e| e.to_string())?;
+        let b = Self::domid(hv, &v.backend).map_err(|e| e.to_string())?;
+        setup_vif(&mut Store::new(hv), v, g, b)?;
+        hv.set_info(
+            &vif_info_key(v),
+            &format!(
+                "{}|{}",
+                xenbus::frontend_path(g, v.handle),
+                xenbus::backend_path(b, g, v.handle)
+            ),
+        );
+        Ok(())
+    }
+
+    /// Starts domain `d`'s process in its namespace and cgroup, and a
+    /// thread that reaps it and applies the restart policy.
+    fn launch(
+        self: &Arc<Self>,
+        hv: &Arc<Hypervisor>,
+        d: &DomainConfig,
+        domid: DomId,
+        sock: SeqPacket,
+        cg: Cgroup,
+    ) -> Result<(), String> {
+        let name = d.name.clone();
+        let ns = host::netns_name(&name);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.run_dir.join(format!("{name}.log")))
+            .map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let child = {
+            let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+            sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&sock.as_fd());
+            let r = Command::new("ip")
+                .args(["netns", "exec", &ns])
+                .arg(&self.exe)
+                .arg("domain")
+                .env(ENV_HV_FD, fd.to_string())
+                .stdin(Stdio::null())
+                .stdout(log)
+                .stderr(log2)
+                .spawn();
+            drop(sock); // the child holds the only other copy now
+            r.map_err(|e| format!("spawning `ip netns exec {ns} ...`: {e}"))?
+        };
+        let pid = child.id() as i32;
+        if let Err(e) = cg.add(pid) {
+            eprintln!("hv: {e}");
+        }
+        let me = Arc::downgrade(self);
+        let (cg2, name2) = (cg.clone(), name.clone());
+        hv.set_launch_info(
+            domid,
+            Some(pid),
+            Some(ns.clone()),
+            cg.dirs.first().map(|p| p.display().to_string()),
+            Some(Box::new(move || {
+                cg2.destroy(Duration::from_secs(2));
+                let keep = me.upgrade().is_some_and(|s| s.may_come_back(&name2));
+                if !keep {
+                    host::netns_del(&host::netns_name(&name2));
+                }
+            })),
+        );
+        let (me, name3) = (self.clone(), name.clone());
+        std::thread::Builder::new()
+            .name(format!("reap-{name}"))
+            .spawn(move || {
+                let mut child = child;
+                let status = child.wait();
+                me.reaped(domid, &name3, status);
+            })
+            .map_err(|e| e.to_string())?;
+        *self.lock().starts.entry(d.name.clone()).or_default() += 1;
+        self.changed.notify_all();
+        eprintln!("hv: domain {domid} ({name}) started as pid {pid} in {ns}");
+        Ok(())
+    }
+
+    /// Whether domain `name`, being torn down, may start again (so its
+    /// namespace stays until that is decided).
+    fn may_come_back(&self, name: &str) -> bool {
+        let shutting_down = self.hv.upgrade().is_none_or(|h| h.is_shutting_down());
+        let intent = self.lock().intents.get(name).copied();
+        let policy = self.config(name).map(DomainConfig::restart_policy);
+        !shutting_down
+            && match intent {
+                Some(Intent::Restart) => true,
+                Some(Intent::Destroy) => false,
+                None => policy.is_ok_and(|p| p != Restart::Never),
+            }
+    }
+
+    /// Domain `name`'s process ended: the domain is destroyed, and started
+    /// again if the toolstack asked for a restart or its policy says so.
+    fn reaped(self: &Arc<Self>, domid: DomId, name: &str, status: std::io::Result<ExitStatus>) {
+        let Ok(hv) = self.hv() else { return };
+        let text = match &status {
+            Ok(s) => s.to_string(),
+            Err(e) => e.to_string(),
+        };
+        let kept = self.may_come_back(name);
+        hv.destroy_domain(domid, &format!("its process exited ({text})"));
+        self.forget_guest_backends(&hv, name, domid);
+        let intent = self.lock().intents.remove(name);
+        let policy = self
+            .config(name)
+            .map(DomainConfig::restart_policy)
+            .unwrap_or(Restart::Never);
+        let again = !hv.is_shutting_down()
+            && match intent {
+                Some(Intent::Restart) => true,
+                Some(Intent::Destroy) => false,
+                None => status.as_ref().is_ok_and(|s| policy.applies(*s)),
+            };
+        if !again {
+            if kept {
+                host::netns_del(&host::netns_name(name));
+            }
+            self.changed.notify_all();
+            return;
+        }
+        if intent.is_none() {
+            self.lock().crash_restarts += 1;
+            hv.set_info("restarts.on-crash", &self.lock().crash_restarts.to_string());
+        }
+        if let Err(e) = self.start_again(&hv, name) {
+            eprintln!("hv: restarting domain {name} failed: {e}");
+            host::netns_del(&host::netns_name(name));
+        }
+        self.changed.notify_all();
+    }
+
+    /// A dead guest's backend directories are the toolstack's to remove
+    /// (as xl does): its driver domain then frees the vif's slot.
+    fn forget_guest_backends(&self, hv: &Arc<Hypervisor>, name: &str, domid: DomId) {
+        let vifs: Vec<VifConfig> = self
+            .lock()
+            .vifs
+            .iter()
+            .filter(|v| v.guest == name)
+            .cloned()
+            .collect();
+        let mut ts = Store::new(hv);
+        for v in vifs {
+            if let Some(b) = hv.domid_of(&v.backend) {
+                let _ = ts.rm(&xenbus::backend_path(b, domid, v.handle));
+                let _ = ts.rm(&format!("/local/domain/{b}/backend/vif/{domid}"));
+            }
+        }
+    }
+
+    /// Starts domain `name` again under a new id in its namespace, and
+    /// re-plumbs its vifs.
+    fn start_again(self: &Arc<Self>, hv: &Arc<Hypervisor>, name: &str) -> Result<(), String> {
+        let d = self.config(name).map_err(|e| e.to_string())?.clone();
+        let ns = host::netns_name(name);
+        if !host::our_netns().contains(&ns) {
+            return Err(format!("its namespace {ns} is gone"));
+        }
+        let (domid, sock, cg) = self.create(hv, &d)?;
+        // A vif whose other end is not running waits for it.
+        for v in self.running_vifs(hv, name) {
+            self.plumb(hv, &v)?;
+        }
+        self.launch(hv, &d, domid, sock, cg)?;
+        eprintln!(
+            "hv: domain {name} restarted as domain {domid}{}",
+            if d.kind == DomainKind::Driver {
+                "; its guests reconnect"
+            } else {
+                ""
+            }
+        );
+        Ok(())
+    }
+
+    /// The vifs of domain `name`, as guest or backend, whose two ends both
+    /// run.
+    fn running_vifs(&self, hv: &Hypervisor, name: &str) -> Vec<VifConfig> {
+        let vifs: Vec<VifConfig> = self
+            .lock()
+            .vifs
+            .iter()
+            .filter(|v| v.guest == name || v.backend == name)
+            .cloned()
+            .collect();
+        vifs.into_iter()
+            .filter(|v| hv.domid_of(&v.guest).is_some() && hv.domid_of(&v.backend).is_some())
+            .collect()
+    }
+
+    /// `splitnet restart NAME`: destroys the domain and waits until it is
+    /// running again and its vifs are connected.
+    fn restart(&self, name: &str) -> HvResult<()> {
+        let hv = self.hv()?;
+        self.config(name)?;
+        let old = Self::domid(&hv, name)?;
+        let starts = self.lock().starts.get(name).copied().unwrap_or(0);
+        self.lock()
+            .intents
+            .insert(name.to_string(), Intent::Restart);
+        hv.destroy_domain(old, "restarted by the toolstack");
+        let deadline = Instant::now() + HANDSHAKE;
+        let mut st = self.lock();
+        while st.starts.get(name).copied().unwrap_or(0) == starts {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || hv.is_shutting_down() {
+                return Err(fail(
+                    ErrorKind::Internal,
+                    format!("domain {name} did not come back (see its log)"),
+                ));
+            }
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(st);
+        for v in self.running_vifs(&hv, name) {
+            self.wait_connected(&hv, &v)?;
+        }
+        Ok(())
+    }
+
+    /// `splitnet network-attach`: a new vif on a running guest, connected
+    /// when this returns. Returns its handle.
+    fn attach(&self, guest: &str, mac: Option<String>, backend: Option<String>) -> HvResult<u32> {
+        let hv = self.hv()?;
+        let gcfg = self.config(guest)?.clone();
+        if gcfg.kind != DomainKind::Guest {
+            return Err(fail(
+                ErrorKind::Invalid,
+                format!("{guest} is a driver domain; vifs belong to guests"),
+            ));
+        }
+        let backend = match backend {
+            Some(b) => b,
+            None => self.default_backend(guest)?,
+        };
+        if self.config(&backend)?.kind != DomainKind::Driver {
+            return Err(fail(
+                ErrorKind::Invalid,
+                format!("{backend} is not a driver domain"),
+            ));
+        }
+        if let Some(m) = &mac {
+            xenbus::parse_mac(m)
+                .map_err(|e| fail(ErrorKind::Invalid, format!("--mac {m}: {e}")))?;
+        }
+        Self::domid(&hv, guest)?;
+        Self::domid(&hv, &backend)?;
+        let v = {
+            let mut st = self.lock();
+            let handle = (0..MAX_GUEST_VIFS)
+                .find(|h| !st.vifs.iter().any(|v| v.guest == guest && v.handle == *h))
+                .ok_or_else(|| {
+                    fail(
+                        ErrorKind::Quota,
+                        format!(
+                            "{guest} has {MAX_GUEST_VIFS} vifs already, the most a guest may have"
+                        ),
+                    )
+                })?;
+            let staging = self.config(&backend)?.memory_frames;
+            let index = (0..)
+                .find(|i| {
+                    !st.vifs
+                        .iter()
+                        .any(|v| v.backend == backend && v.index == *i)
+                })
+                .unwrap_or(0);
+            let need =
+                DRIVER_BASE_FRAMES + crate::topology::DRIVER_FRAMES_PER_VIF * (index as u32 + 1);
+            if need > staging {
+                return Err(fail(
+                    ErrorKind::Quota,
+                    format!("{backend} has memory for no more vifs (memory_frames = {staging})"),
+                ));
+            }
+            let mac = match mac {
+                Some(m) => m,
+                None => {
+                    st.macs_given += 1;
+                    let n = st.macs_given;
+                    format!("00:16:3e:5f:{:02x}:{:02x}", (n >> 8) & 0xff, n & 0xff)
+                }
+            };
+            if st.vifs.iter().any(|v| v.mac.eq_ignore_ascii_case(&mac)) {
+                return Err(fail(ErrorKind::Invalid, format!("MAC {mac} is in use")));
+            }
+            let v = VifConfig {
+                guest: guest.to_string(),
+                handle,
+                backend: backend.clone(),
+                mac,
+                rx_mode: gcfg.rx_mode,
+                tx_mode: gcfg.tx_mode,
+                grants: gcfg.grants,
+                offload: gcfg.offload,
+                index,
+            };
+            st.vifs.push(v.clone());
+            v
+        };
+        let r = self
+            .plumb(&hv, &v)
+            .map_err(|e| fail(ErrorKind::Internal, e));
+        let r = r.and_then(|()| self.wait_connected(&hv, &v));
+        if let Err(e) = r {
+            let _ = self.detach(guest, v.handle);
+            return Err(e);
+        }
+        Ok(v.handle)
+    }
+
+    /// The driver domain of the guest's first vif, else the only one.
+    fn default_backend(&self, guest: &str) -> HvResult<String> {
+        if let Some(v) = self.lock().vifs.iter().find(|v| v.guest == guest) {
+            return Ok(v.backend.clone());
+        }
+        let drivers: Vec<&DomainConfig> = self
+            .topology
+            .domains
+            .iter()
+            .filter(|d| d.kind == DomainKind::Driver)
+            .collect();
+        match drivers.as_slice() {
+            [only] => Ok(only.name.clone()),
+            [] => Err(fail(
+                ErrorKind::Invalid,
+                "the topology has no driver domain",
+            )),
+            _ => Err(fail(
+                ErrorKind::Invalid,
+                "several driver domains exist; name one with --backend",
+            )),
+        }
+    }
+
+    /// The vif's two store directories, by the domains running now.
+    fn paths(hv: &Hypervisor, v: &VifConfig) -> HvResult<(String, String)> {
+        let g = Self::domid(hv, &v.guest)?;
+        let b = Self::domid(hv, &v.backend)?;
+        Ok((
+            xenbus::frontend_path(g, v.handle),
+            xenbus::backend_path(b, g, v.handle),
+        ))
+    }
+
+    /// Waits until both ends of `v` are Connected.
+    fn wait_connected(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> HvResult<()> {
+        let (fe, be) = Self::paths(hv, v)?;
+        let connected = |p: &str| state_of(hv, p) == Some(XenbusState::Connected);
+        if wait_until(HANDSHAKE, || connected(&fe) && connected(&be)) {
+            return Ok(());
+        }
+        Err(fail(
+            ErrorKind::Internal,
+            format!(
+                "vif {} of {} did not connect within {HANDSHAKE:?} (frontend {:?}, backend {:?})",
+                v.handle,
+                v.guest,
+                state_of(hv, &fe),
+                state_of(hv, &be)
+            ),
+        ))
+    }
+
+    /// `splitnet network-detach`: the backend is told to let go (`online`
+    /// 0), both ends close, then both directories are removed. A peer that
+    /// does not close in time loses its directory anyway.
+    fn detach(&self, guest: &str, handle: u32) -> HvResult<()> {
+        let hv = self.hv()?;
+        let v = self
+            .lock()
+            .vifs
+            .iter()
+            .find(|v| v.guest == guest && v.handle == handle)
+            .cloned()
+            .ok_or_else(|| fail(ErrorKind::BadDomain, format!("{guest} has no vif {handle}")))?;
+        if let Ok((fe, be)) = Self::paths(&hv, &v) {
+            let mut ts = Store::new(&hv);
+            let _ = ts.write(&format!("{be}/online"), "0");
+            let closed = |p: &str| {
+                matches!(
+                    state_of(&hv, p),
+                    None | Some(XenbusState::Closed) | Some(XenbusState::Initialising)
+                )
+            };
+            let clean = wait_until(HANDSHAKE, || closed(&be) && closed(&fe));
+            if !clean {
+                eprintln!("hv: vif {handle} of {guest}: the handshake did not finish; removing it");
+            }
+            let _ = ts.rm(&fe);
+            let _ = ts.rm(&be);
+        }
+        hv.remove_info(&vif_info_key(&v));
+        self.lock()
+            .vifs
+            .retain(|x| !(x.guest == guest && x.handle == handle));
+        Ok(())
+    }
+}
+
+/// The `status` fact naming a vif's directories.
+fn vif_info_key(v: &VifConfig) -> String {
+    format!("vif.{}/{}", v.guest, v.handle)
+}
+
+/// A store node's XenbusState as the toolstack reads it; None when absent
+/// or not a state.
+fn state_of(hv: &Arc<Hypervisor>, dev: &str) -> Option<XenbusState> {
+    let (r, _) = hv.handle(
+        DOMID_TOOLSTACK,
+        Request::StoreRead {
+            path: format!("{dev}/state"),
+        },
+    );
+    match r {
+        Ok(Reply::Value(v)) => std::str::from_utf8(&v).ok()?.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Checks `done` until it holds or `limit` passes. The store has no watch
+/// for the toolstack's own thread, so this looks every few milliseconds.
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+impl SupervisorHook for Supervisor {
+    fn toolstack(&self, req: Request) -> HvResult<Reply> {
+        match req {
+            Request::RestartDomain { name } => self.restart(&name).map(|()| Reply::Done),
+            Request::NetworkAttach {
+                guest,
+                mac,
+                backend,
+            } => self
+                .attach(&guest, mac, backend)
+                .map(|h| Reply::Value(h.to_string().into_bytes())),
+            Request::NetworkDetach { guest, handle } => {
+                self.detach(&guest, handle).map(|()| Reply::Done)
+            }
+            other => Err(fail(
+                ErrorKind::Invalid,
+                format!("{} is not the supervisor's", other.name()),
+            )),
+        }
+    }
+
+    fn destroying(&self, name: &str) {
+        self.lock()
+            .intents
+            .insert(name.to_string(), Intent::Destroy);
+    }
+}
