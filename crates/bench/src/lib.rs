@@ -5,6 +5,7 @@
 
 pub mod baseline;
 pub mod chart;
+pub mod faults;
 pub mod forwarder;
 pub mod hv;
 pub mod netenv;
