@@ -81,6 +81,8 @@ pub struct Http {
 #[derive(Debug, Serialize, Clone, PartialEq)]
 pub struct Resources {
     pub grant_pins: usize,
+    /// Grants live in the new grant mechanism's tables (created − revoked).
+    pub ngm_grants: u64,
     pub event_channels: usize,
     pub grant_maps: usize,
     pub store_nodes: usize,
@@ -283,7 +285,9 @@ fn kills(opts: &FaultsOptions) -> Result<Vec<Kill>> {
             if_bytes(srv, "eth0", false).unwrap_or(0) > start + (16 << 20)
         })?;
         let (t0, old) = kill_driver(&mut ts)?;
-        let dead = if_bytes(srv, "eth0", false).unwrap_or(0);
+        // Traffic is the stream's data, not the few small frames (neighbour
+        // discovery, multicast reports) a link that comes back sends.
+        let dead = if_bytes(srv, "eth0", false).unwrap_or(0) + (64 << 10);
         let mut reconnected = None;
         let back = wait_for("traffic to resume", Duration::from_secs(10), || {
             if reconnected.is_none() && vif_connected(&mut ts, old) {
@@ -430,6 +434,11 @@ fn resources(ts: &mut Toolstack) -> Result<Resources> {
         .unwrap_or(0);
     Ok(Resources {
         grant_pins: s.grant_pins,
+        ngm_grants: s
+            .ngm_tables
+            .iter()
+            .map(|t| t.created.saturating_sub(t.revoked))
+            .sum(),
         event_channels: s.domains.iter().map(|d| d.event_channels).sum(),
         grant_maps: s.domains.iter().map(|d| d.grant_maps).sum(),
         store_nodes: s.store_nodes,
@@ -437,6 +446,24 @@ fn resources(ts: &mut Toolstack) -> Result<Resources> {
         hv_fds,
         hv_rss_kib,
     })
+}
+
+/// Whether both ends of every vif of the default topology, and the driver
+/// domain, have published their counters in the store.
+fn counters_published(ts: &mut Toolstack) -> bool {
+    let Ok(s) = ts.status() else { return false };
+    let Some((b, _)) = domain_pid(&s, "drv") else {
+        return false;
+    };
+    let mut paths = vec![format!("/local/domain/{b}/splitnet/stats")];
+    for g in ["guest1", "guest2"] {
+        let Some((g, _)) = domain_pid(&s, g) else {
+            return false;
+        };
+        paths.push(format!("{}/stats", abi::xenbus::frontend_path(g, 0)));
+        paths.push(format!("{}/stats", abi::xenbus::backend_path(b, g, 0)));
+    }
+    paths.iter().all(|p| ts.store_read(p).is_ok())
 }
 
 /// Warm-up cycles before the "before" reading: the allocator's and the
@@ -463,6 +490,11 @@ fn hotplug(opts: &FaultsOptions) -> Result<Hotplug> {
     for _ in 0..WARM_UP {
         cycle(&mut ts)?;
     }
+    // Every end publishes its counters within a second of connecting: the
+    // reference point is once they have.
+    wait_for("every vif's counters", Duration::from_secs(5), || {
+        counters_published(&mut ts)
+    })?;
     let before = resources(&mut ts)?;
     let (mut attach, mut detach) = (Vec::new(), Vec::new());
     let every = (opts.cycles / 10).max(1);
@@ -474,6 +506,17 @@ fn hotplug(opts: &FaultsOptions) -> Result<Hotplug> {
             say(opts, &format!("hotplug: {}/{} cycles", i + 1, opts.cycles));
         }
     }
+    // The guest takes the last vif down after detach returns: give what
+    // is still in flight time to settle; a leak does not.
+    let same = |r: &Resources| {
+        Resources {
+            hv_rss_kib: before.hv_rss_kib,
+            ..r.clone()
+        } == before
+    };
+    let _ = wait_for("hv's resources to settle", Duration::from_secs(5), || {
+        resources(&mut ts).is_ok_and(|r| same(&r))
+    });
     let after = resources(&mut ts)?;
     Ok(Hotplug {
         cycles: opts.cycles,
@@ -603,6 +646,7 @@ impl Hotplug {
         let (b, a) = (&self.before, &self.after);
         vec![
             ("grant pins", b.grant_pins as u64, a.grant_pins as u64),
+            ("live grants (new mechanism)", b.ngm_grants, a.ngm_grants),
             (
                 "event channels",
                 b.event_channels as u64,

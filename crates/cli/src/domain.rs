@@ -87,6 +87,11 @@ impl FrontStats {
 const VIFS: &str = "vifs";
 /// How long netfront waits for a backend it saw in InitWait to connect.
 const HANDSHAKE: Duration = Duration::from_secs(10);
+/// How long a vif whose backend went away keeps its carrier, for a new
+/// backend (a restarted driver domain) to come: Linux flushes a link's
+/// neighbour entries when its carrier drops, and relearning them would
+/// cost the guest's connections a second of ARP retries.
+const CARRIER_GRACE: Duration = Duration::from_secs(2);
 
 /// One of the guest's vifs: its store directory, its TAP (once it first
 /// connected), and the backend it follows.
@@ -97,6 +102,10 @@ struct GuestVif {
     backend: String,
     nic: Option<TapNetfront>,
     stats: FrontStats,
+    /// Since when the channel is down.
+    down_since: Option<std::time::Instant>,
+    /// The carrier went off after [`CARRIER_GRACE`] (a reconnect brings it back).
+    carrier_dropped: bool,
 }
 
 impl GuestVif {
@@ -153,6 +162,11 @@ impl GuestVif {
     }
 
     fn connect(&mut self, hv: &mut HvClient) {
+        // What an earlier channel holds must be given back first: the new
+        // one grants the same buffers.
+        if let Some(nic) = self.nic.as_mut() {
+            nic.release(hv, "reconnecting");
+        }
         let nf = match Netfront::connect(hv, &self.dev, HANDSHAKE) {
             Ok(nf) => nf,
             Err(e) => {
@@ -168,6 +182,12 @@ impl GuestVif {
                 self.nic = Some(n);
             }),
         };
+        if r.is_ok() {
+            if let Some(nic) = self.nic.as_ref() {
+                nic.set_carrier(true);
+            }
+            (self.down_since, self.carrier_dropped) = (None, false);
+        }
         match r {
             Ok(()) => eprintln!(
                 "netfront {}: connected to {} (rx {}, offload {}, split event channels {})",
@@ -179,6 +199,27 @@ impl GuestVif {
             ),
             Err(e) => eprintln!("netfront {}: {e}", self.dev),
         }
+    }
+
+    /// A channel that went down keeps the carrier for [`CARRIER_GRACE`];
+    /// then the guest sees its link down. Returns how long until the
+    /// carrier is due to drop, if it still is.
+    fn watch_carrier(&mut self) -> Option<Duration> {
+        let nic = self.nic.as_ref()?;
+        if nic.is_connected() {
+            return None;
+        }
+        let since = *self.down_since.get_or_insert_with(std::time::Instant::now);
+        if self.carrier_dropped {
+            return None;
+        }
+        let left = CARRIER_GRACE.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            nic.set_carrier(false);
+            self.carrier_dropped = true;
+            return None;
+        }
+        Some(left)
     }
 
     /// The toolstack removed the device: the channel is given back and the
@@ -221,6 +262,8 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>) {
             backend: String::new(),
             nic: None,
             stats: FrontStats::default(),
+            down_since: None,
+            carrier_dropped: false,
         });
     }
     for v in vifs.iter_mut() {
@@ -247,6 +290,7 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
                 v.stats.publish(hv, &v.dev, nf);
             }
         }
+        let carrier_due = vifs.iter_mut().filter_map(GuestVif::watch_carrier).min();
         let ready = {
             let mut fds = vec![hv.watch_fd()];
             for v in &vifs {
@@ -255,7 +299,8 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
             let timeout = if hv.watch_backlog() {
                 Duration::ZERO
             } else {
-                idle.timeout(false)
+                let t = idle.timeout(false);
+                carrier_due.map_or(t, |d| t.min(d))
             };
             sys::poll_readable(&fds, Some(timeout))?
         };

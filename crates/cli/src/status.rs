@@ -180,6 +180,9 @@ pub fn collect(rd: &Path) -> Result<Value> {
         "vifs": vif_list,
         "ports": ports,
         "store_nodes": s.store_nodes,
+        "grant_pins": s.grant_pins,
+        "watches": s.watches,
+        "ngm_tables": s.ngm_tables,
         "restarts_after_crash": s
             .info
             .get("restarts.on-crash")

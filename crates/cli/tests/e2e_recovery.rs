@@ -121,6 +121,14 @@ fn a_restarted_guest_comes_back_with_its_addresses_and_others_see_nothing() {
 fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
     let env = Env::new("rec-hotplug");
     env.ok(&["up"]);
+    // Both ends publish their counters within a second of connecting;
+    // the reference point is after that.
+    wait_until("every vif's counters", Duration::from_secs(5), || {
+        let st = env.status();
+        ["guest1", "guest2"].iter().all(|g| {
+            !vif(&st, g)["counters"].is_null() && !vif(&st, g)["frontend_counters"].is_null()
+        })
+    });
     let before = env.status();
     let out = env.ok(&["network-attach", "guest1"]);
     assert!(out.contains("vif 1 connected as eth1"), "{out}");
@@ -185,6 +193,19 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
             assert_eq!(domain(&after, d)[k], domain(&before, d)[k], "{d} {k}");
         }
     }
+    for k in ["store_nodes", "grant_pins", "watches"] {
+        assert_eq!(after[k], before[k], "{k}");
+    }
+    // Every grant the detached vifs made under the new mechanism is revoked.
+    let live = |st: &Value| -> u64 {
+        st["ngm_tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["created"].as_u64().unwrap() - t["revoked"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(live(&after), live(&before), "live grants");
     ping(&env, "guest1", "10.77.0.2");
     env.ok(&["down"]);
     assert_nothing_left();

@@ -261,7 +261,7 @@ fn a_dead_guest_leaves_no_usable_grant() {
 }
 
 #[test]
-fn a_dead_driver_domain_holds_no_uses() {
+fn a_dead_driver_domains_tables_go_with_it() {
     let mut w = world();
     let (g1, d) = (w.g1.domid(), w.drv.domid());
     let view = w.drv.ngm_attach(g1).unwrap();
@@ -277,6 +277,11 @@ fn a_dead_driver_domain_holds_no_uses() {
         domain(&w.hv, "drv2", "driver"),
     ));
     wait_gone(&w, d);
-    w.g1.ngm_revoke(d, 5).unwrap();
-    w.g1.ngm_revoke(d, 6).unwrap();
+    // No use outlives it, and neither does the pair's table: a guest that
+    // reconnects to a new driver domain sets up a new one.
+    assert!(w.hv.status().ngm_tables.iter().all(|t| t.backend != d));
+    assert_eq!(
+        w.g1.ngm_revoke(d, 5).err().map(|e| e.kind),
+        Some(ErrorKind::BadDomain)
+    );
 }

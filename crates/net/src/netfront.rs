@@ -266,43 +266,37 @@ impl Netfront {
         let tx_ref = hv
             .grants()
             .grant_access(backend_id, base + TX_RING_FRAME, false)?;
-        let rx_ref = hv
+        let rx_ref = match hv
             .grants()
-            .grant_access(backend_id, base + RX_RING_FRAME, false)?;
-        let tx_evt = hv.evtchn_alloc_unbound(backend_id)?;
-        let rx_evt = if split_evtchn {
-            Some(hv.evtchn_alloc_unbound(backend_id)?)
-        } else {
-            None
-        };
-        let grants = if ngm {
-            Grants::Ngm(Box::new(warm_grants(hv, backend_id, dev, handle)?))
-        } else {
-            Grants::PerPacket
-        };
-        let w = |k: &str| format!("{dev}/{k}");
-        hv.store_write(&w(keys::TX_RING_REF), &tx_ref.to_string())?;
-        hv.store_write(&w(keys::RX_RING_REF), &rx_ref.to_string())?;
-        match &rx_evt {
-            Some(r) => {
-                hv.store_write(&w(keys::EVENT_CHANNEL_TX), &tx_evt.port.to_string())?;
-                hv.store_write(&w(keys::EVENT_CHANNEL_RX), &r.port.to_string())?;
+            .grant_access(backend_id, base + RX_RING_FRAME, false)
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = hv.grants().end_access(tx_ref);
+                return Err(e.into());
             }
-            None => hv.store_write(&w(keys::EVENT_CHANNEL), &tx_evt.port.to_string())?,
-        }
-        hv.store_write(&w(keys::REQUEST_RX_COPY), if copy_rx { "1" } else { "0" })?;
-        hv.store_write(&w(keys::FEATURE_RX_NOTIFY), "1")?;
-        let off = if offload { "1" } else { "0" };
-        hv.store_write(&w(keys::FEATURE_SG), off)?;
-        hv.store_write(&w(keys::FEATURE_GSO_TCPV4), off)?;
-        hv.store_write(&w(keys::FEATURE_GSO_TCPV6), off)?;
-        hv.store_write(
-            &w(keys::FEATURE_NO_CSUM_OFFLOAD),
-            if offload { "0" } else { "1" },
-        )?;
-        hv.switch_state(dev, XenbusState::Connected)?;
-        hv.wait_state(&backend, timeout, |s| s == XenbusState::Connected)?;
-
+        };
+        let evts = hv.evtchn_alloc_unbound(backend_id).and_then(|tx| {
+            if !split_evtchn {
+                return Ok((tx, None));
+            }
+            match hv.evtchn_alloc_unbound(backend_id) {
+                Ok(rx) => Ok((tx, Some(rx))),
+                Err(e) => {
+                    let _ = hv.evtchn_close(tx);
+                    Err(e)
+                }
+            }
+        });
+        let (tx_evt, rx_evt) = match evts {
+            Ok(e) => e,
+            Err(e) => {
+                for r in [tx_ref, rx_ref] {
+                    let _ = hv.grants().end_access(r);
+                }
+                return Err(e.into());
+            }
+        };
         let mut nf = Netfront {
             info,
             tx,
@@ -310,7 +304,8 @@ impl Netfront {
             tx_evt,
             rx_evt,
             pool,
-            grants,
+            // The new grant mechanism's track comes next, in `publish`.
+            grants: Grants::PerPacket,
             tx_free: (0..RING as u16).rev().collect(),
             tx_slots: vec![None; RING as usize],
             rx_free: (0..RING as u16).rev().collect(),
@@ -328,8 +323,56 @@ impl Netfront {
             base,
             ring_refs: [tx_ref, rx_ref],
         };
-        nf.refill_rx(hv)?;
-        Ok(nf)
+        // Whatever fails from here gives back all the channel holds.
+        match nf.publish(hv, handle, ngm, timeout) {
+            Ok(()) => Ok(nf),
+            Err(e) => {
+                nf.release(hv);
+                Err(e)
+            }
+        }
+    }
+
+    /// The rest of the handshake: the buffers' grants under the new
+    /// mechanism, the channel's keys in the store, Connected on both ends,
+    /// and the RX buffers posted.
+    fn publish(
+        &mut self,
+        hv: &mut HvClient,
+        handle: u32,
+        ngm: bool,
+        timeout: Duration,
+    ) -> Result<()> {
+        let (dev, backend_id) = (self.info.dev.clone(), self.info.backend_id);
+        if ngm {
+            self.grants = Grants::Ngm(Box::new(warm_grants(hv, backend_id, &dev, handle)?));
+        }
+        let w = |k: &str| format!("{dev}/{k}");
+        let [tx_ref, rx_ref] = self.ring_refs;
+        hv.store_write(&w(keys::TX_RING_REF), &tx_ref.to_string())?;
+        hv.store_write(&w(keys::RX_RING_REF), &rx_ref.to_string())?;
+        match &self.rx_evt {
+            Some(r) => {
+                hv.store_write(&w(keys::EVENT_CHANNEL_TX), &self.tx_evt.port.to_string())?;
+                hv.store_write(&w(keys::EVENT_CHANNEL_RX), &r.port.to_string())?;
+            }
+            None => hv.store_write(&w(keys::EVENT_CHANNEL), &self.tx_evt.port.to_string())?,
+        }
+        let (copy_rx, offload) = (self.info.copy_rx, self.info.offload);
+        hv.store_write(&w(keys::REQUEST_RX_COPY), if copy_rx { "1" } else { "0" })?;
+        hv.store_write(&w(keys::FEATURE_RX_NOTIFY), "1")?;
+        let off = if offload { "1" } else { "0" };
+        hv.store_write(&w(keys::FEATURE_SG), off)?;
+        hv.store_write(&w(keys::FEATURE_GSO_TCPV4), off)?;
+        hv.store_write(&w(keys::FEATURE_GSO_TCPV6), off)?;
+        hv.store_write(
+            &w(keys::FEATURE_NO_CSUM_OFFLOAD),
+            if offload { "0" } else { "1" },
+        )?;
+        hv.switch_state(&dev, XenbusState::Connected)?;
+        let backend = self.info.backend.clone();
+        hv.wait_state(&backend, timeout, |s| s == XenbusState::Connected)?;
+        self.refill_rx(hv)
     }
 
     fn tx_frame(&self, id: u16) -> u32 {
@@ -372,9 +415,13 @@ impl Netfront {
             }
         }
         if let Grants::Ngm(t) = &mut self.grants {
-            // hv discards the pair's table when the backend dies; with a
-            // live backend (a detach) this vif's part is revoked.
-            t.revoke_all(hv, self.info.backend_id);
+            // The buffers in flight are ours again; then hv discards the
+            // pair's table when the backend died, and with a live backend
+            // (a detach) this vif's part is revoked.
+            for &gref in self.tx_slots.iter().chain(self.rx_slots.iter()).flatten() {
+                t.release(gref);
+            }
+            kept += t.revoke_all(hv, self.info.backend_id);
         }
         if kept > 0 {
             eprintln!(
@@ -1009,13 +1056,19 @@ fn warm_grants(hv: &mut HvClient, backend: DomId, dev: &str, vif: u32) -> Result
             base + RX_BUF_BASE + u32::from(id),
         );
         for (frame, writable) in [(tx, false), (rx, true)] {
-            let g = track
-                .acquire(hv, backend, frame, writable)
-                .map_err(|e| setup(format!("granting buffer frame {frame}: {e}")))?;
-            track.release(g);
+            match track.acquire(hv, backend, frame, writable) {
+                Ok(g) => track.release(g),
+                Err(e) => {
+                    track.revoke_all(hv, backend);
+                    return Err(setup(format!("granting buffer frame {frame}: {e}")));
+                }
+            }
         }
     }
-    hv.store_write(&format!("{dev}/{}", crate::NGM_TABLE), &table.to_string())?;
+    if let Err(e) = hv.store_write(&format!("{dev}/{}", crate::NGM_TABLE), &table.to_string()) {
+        track.revoke_all(hv, backend);
+        return Err(e.into());
+    }
     Ok(track)
 }
 
@@ -1029,6 +1082,8 @@ fn warm_grants(hv: &mut HvClient, backend: DomId, dev: &str, vif: u32) -> Result
 pub struct TapNetfront {
     nf: Option<Netfront>,
     tap: Tap,
+    /// The TAP's MAC: the vif's, as the toolstack gave it.
+    mac: String,
 }
 
 impl TapNetfront {
@@ -1066,7 +1121,12 @@ impl TapNetfront {
             }
             run_ip(&args)?;
         }
-        Ok(TapNetfront { nf: Some(nf), tap })
+        let mac = nf.info.mac.clone();
+        Ok(TapNetfront {
+            nf: Some(nf),
+            tap,
+            mac,
+        })
     }
 
     /// The connected channel, if any.
@@ -1079,10 +1139,9 @@ impl TapNetfront {
         self.nf.as_ref().is_some_and(Netfront::is_connected)
     }
 
-    /// Takes the link down and gives back the channel's resources (see
-    /// [`Netfront::release`]); the TAP and its addresses stay.
+    /// Gives back the channel's resources (see [`Netfront::release`]); the
+    /// TAP, its addresses and its carrier stay (see [`TapNetfront::set_carrier`]).
     pub fn release(&mut self, hv: &mut HvClient, why: &str) {
-        let _ = self.tap.set_carrier(false);
         if let Some(mut nf) = self.nf.take() {
             nf.disconnect(why);
             nf.release(hv);
@@ -1094,9 +1153,23 @@ impl TapNetfront {
     pub fn reconnect(&mut self, hv: &mut HvClient, nf: Netfront) -> Result<()> {
         self.release(hv, "replaced");
         set_offloads(&self.tap, &nf)?;
+        if nf.info.mac != self.mac {
+            // A device the toolstack replaced under the same handle.
+            let name = self.tap.name().to_string();
+            run_ip(&["link", "set", &name, "address", &nf.info.mac])?;
+            self.mac = nf.info.mac.clone();
+        }
         self.nf = Some(nf);
         self.tap.set_carrier(true)?;
         Ok(())
+    }
+
+    /// The link's carrier as the guest sees it. The owner decides: a
+    /// backend that went away may come back (a driver domain's restart),
+    /// and while the carrier stays on the guest's kernel keeps its
+    /// neighbour entries (it flushes them when the carrier drops).
+    pub fn set_carrier(&self, up: bool) {
+        let _ = self.tap.set_carrier(up);
     }
 
     /// Descriptors to poll: the event channel(s), and the TAP while the TX
@@ -1114,21 +1187,17 @@ impl TapNetfront {
     }
 
     /// One round: ring → guest, guest → ring. A ring the backend broke
-    /// takes the link down (see [`Netfront::poll`]).
+    /// disconnects the channel (see [`Netfront::poll`]); the owner sees it
+    /// in [`TapNetfront::is_connected`].
     pub fn poll_once(&mut self, hv: &mut HvClient) -> Result<()> {
         let Some(nf) = self.nf.as_mut() else {
             return Ok(());
         };
         if !nf.is_connected() || !nf.ack() {
-            let _ = self.tap.set_carrier(false);
             return Ok(());
         }
         let r = Self::poll_rings(nf, &self.tap, hv);
-        nf.contain(r)?;
-        if !nf.is_connected() {
-            let _ = self.tap.set_carrier(false);
-        }
-        Ok(())
+        nf.contain(r)
     }
 
     fn poll_rings(nf: &mut Netfront, tap: &Tap, hv: &mut HvClient) -> Result<()> {
@@ -1146,7 +1215,7 @@ impl TapNetfront {
             nf.tracer.record(DomainEvent::NetfrontRx, t0, got as u64);
         }
         if !nf.is_connected() {
-            return Ok(()); // poll_once takes the carrier down
+            return Ok(());
         }
         let mut queued = false;
         while nf.can_send() {
