@@ -62,6 +62,26 @@ impl Input<'_> {
     }
 }
 
+/// Threads of this process.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+/// Threads hv runs for a world: a control and a batch thread per domain.
+const HV_THREADS: usize = 4;
+
+/// Drops a world and waits until the threads hv ran for it have ended, so
+/// that what they free is freed before libFuzzer looks for leaks (worlds of
+/// other configurations may be alive meanwhile, with their own threads).
+fn bury<W>(world: W) {
+    let target = threads().saturating_sub(HV_THREADS);
+    drop(world);
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while threads() > target && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 fn domain(hv: &Arc<Hypervisor>, name: &str, kind: &str, frames: u32) -> (DomId, HvClient) {
     let spec = DomainSpec {
         name: name.into(),
@@ -757,6 +777,8 @@ pub fn netback_requests(data: &[u8]) {
     }
     if w.nb.is_connected() && settle(&mut w, &mut tally) {
         NB_WORLDS.with(|ws| ws.borrow_mut()[which] = Some(w));
+    } else {
+        bury(w);
     }
 }
 
@@ -1178,5 +1200,7 @@ pub fn netfront_responses(data: &[u8]) {
     w.poll();
     if w.nf.is_connected() && w.settle() {
         NF_WORLDS.with(|ws| ws.borrow_mut()[which] = Some(w));
+    } else {
+        bury(w);
     }
 }
