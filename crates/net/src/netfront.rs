@@ -552,7 +552,7 @@ impl Netfront {
         };
         let mut seen = [[0u8; RING as usize]; 2];
         let mut see = |ring: usize, id: u16, n: &mut usize| {
-            seen[ring][id as usize] += 1;
+            seen[ring][id as usize] = seen[ring][id as usize].saturating_add(1);
             *n += 1;
         };
         for &id in &self.tx_free {
