@@ -29,7 +29,12 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("store", store),
     ("offload", offload),
     ("topology", topology),
+    ("netback_requests", netback_requests),
+    ("netfront_responses", netfront_responses),
 ];
+
+mod vif;
+pub use vif::{netback_requests, netfront_responses};
 
 /// Netif requests and responses as netback and netfront decode them from a
 /// ring slot, with their checks; what decodes must re-encode identically.

@@ -18,7 +18,10 @@ fn every_corpus_input_passes_its_target() {
         assert!(!entries.is_empty(), "{} is empty", dir.display());
         for e in entries {
             let data = std::fs::read(e.path()).unwrap();
-            target(&data);
+            let run = std::panic::AssertUnwindSafe(|| target(&data));
+            if std::panic::catch_unwind(run).is_err() {
+                panic!("{} fails its target", e.path().display());
+            }
             total += 1;
         }
     }

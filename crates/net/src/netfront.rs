@@ -130,6 +130,20 @@ struct RxFrame {
     bad: bool,
 }
 
+/// How many buffer ids are in each place (see [`Netfront::buffer_ids`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BufferIds {
+    pub tx_free: usize,
+    pub tx_in_flight: usize,
+    pub rx_free: usize,
+    pub rx_posted: usize,
+    /// Held by received frames not yet delivered.
+    pub rx_held: usize,
+    /// A frame is half received (more data or extra-info slots to come).
+    pub rx_assembling: bool,
+}
+
 /// A connected frontend.
 pub struct Netfront {
     pub info: FrontendInfo,
@@ -572,6 +586,56 @@ impl Netfront {
     #[doc(hidden)]
     pub fn tx_channel(&self) -> &EventChannel {
         &self.tx_evt
+    }
+
+    /// Where every buffer id is, for the fuzz targets that play a hostile
+    /// backend (`crates/fuzz`): an error names an id found in two places;
+    /// otherwise the count in each. Not part of the API.
+    #[doc(hidden)]
+    pub fn buffer_ids(&self) -> std::result::Result<BufferIds, String> {
+        let mut ids = BufferIds {
+            rx_assembling: self.rx_cur.is_some() || self.rx_extra_pending,
+            ..BufferIds::default()
+        };
+        let mut seen = [[0u8; RING as usize]; 2];
+        let mut see = |ring: usize, id: u16, n: &mut usize| {
+            seen[ring][id as usize] = seen[ring][id as usize].saturating_add(1);
+            *n += 1;
+        };
+        for &id in &self.tx_free {
+            see(0, id, &mut ids.tx_free);
+        }
+        for (id, _) in self
+            .tx_slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some())
+        {
+            see(0, id as u16, &mut ids.tx_in_flight);
+        }
+        for &id in &self.rx_free {
+            see(1, id, &mut ids.rx_free);
+        }
+        for (id, _) in self
+            .rx_slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some())
+        {
+            see(1, id as u16, &mut ids.rx_posted);
+        }
+        for f in &self.rx_frags {
+            see(1, f.id, &mut ids.rx_held);
+        }
+        for (ring, name) in [(0, "TX"), (1, "RX")] {
+            if let Some(id) = seen[ring].iter().position(|&n| n > 1) {
+                return Err(format!(
+                    "{name} buffer id {id} is in {} places",
+                    seen[ring][id]
+                ));
+            }
+        }
+        Ok(ids)
     }
 
     /// Grant statistics of the new grant mechanism: distinct pages granted
