@@ -573,6 +573,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn restart_policies_default_by_kind_and_parse() {
+        let t = Topology::default_topology();
+        let policy = |n: &str| {
+            t.domains
+                .iter()
+                .find(|d| d.name == n)
+                .unwrap()
+                .restart_policy()
+        };
+        assert_eq!(policy("drv"), Restart::OnCrash);
+        assert_eq!(policy("guest1"), Restart::Never);
+        let t = Topology::parse(
+            "[[domain]]\nname = \"g\"\nkind = \"guest\"\nrestart = \"always\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(t.domains[0].restart_policy(), Restart::Always);
+        let e = Topology::parse(
+            "[[domain]]\nname = \"g\"\nkind = \"guest\"\nrestart = \"sometimes\"\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("on-crash"), "{e}");
+        use std::os::unix::process::ExitStatusExt;
+        let (ok, failed, killed) = (
+            std::process::ExitStatus::from_raw(0),
+            std::process::ExitStatus::from_raw(1 << 8),
+            std::process::ExitStatus::from_raw(9),
+        );
+        assert!(!Restart::OnCrash.applies(ok));
+        assert!(Restart::OnCrash.applies(failed) && Restart::OnCrash.applies(killed));
+        assert!(Restart::Always.applies(ok) && !Restart::Never.applies(killed));
+    }
+
+    #[test]
     fn default_topology_is_valid() {
         let t = Topology::default_topology();
         assert_eq!(t.domains.len(), 3);
