@@ -210,3 +210,38 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
     env.ok(&["down"]);
     assert_nothing_left();
 }
+
+#[test]
+fn a_driver_domain_in_a_crash_loop_is_not_restarted_forever() {
+    let env = Env::new("rec-loop");
+    env.ok(&["up"]);
+    // Ten crashes within ten seconds: the tenth is not restarted.
+    for k in 1..=10 {
+        let st = env.status();
+        let pid = domain(&st, "drv")["pid"].as_i64().unwrap();
+        kill9(pid);
+        wait_until(
+            "drv to be restarted or given up",
+            Duration::from_secs(10),
+            || {
+                let st = env.status();
+                let d = domain(&st, "drv");
+                if k < 10 {
+                    !d.is_null() && d["pid"].as_i64() != Some(pid)
+                } else {
+                    d.is_null()
+                }
+            },
+        );
+    }
+    // hv says why, and the namespace goes (just after the domain).
+    wait_until("hv to give up on drv", Duration::from_secs(5), || {
+        std::fs::read_to_string(env.run_dir.join("hv.log"))
+            .unwrap()
+            .contains("drv crashed 10 times within 10s; not restarting it again")
+            && !netns().contains(&"splitnet-drv".to_string())
+    });
+    assert_eq!(env.status()["restarts_after_crash"], 9);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

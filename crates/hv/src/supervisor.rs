@@ -33,8 +33,12 @@ use sys::SeqPacket;
 const HANDSHAKE: Duration = Duration::from_secs(10);
 /// Most vifs a guest may have (netfront's pool layout, `MAX_VIFS` there).
 const MAX_GUEST_VIFS: u32 = 2;
-/// Frames a driver domain keeps before its per-vif staging areas, and per vif.
+/// Frames a driver domain keeps before its per-vif staging areas.
 const DRIVER_BASE_FRAMES: u32 = 16;
+/// A domain that crashed this many times within [`CRASH_WINDOW`] is not
+/// restarted again: it would only crash once more.
+const CRASH_LOOP: usize = 10;
+const CRASH_WINDOW: Duration = Duration::from_secs(10);
 
 /// Why a domain is going away, when the toolstack decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +56,9 @@ struct State {
     starts: HashMap<String, u64>,
     /// Restarts hv did on its own, after a crash.
     crash_restarts: u64,
+    /// When each domain last crashed, most recent last (at most
+    /// `CRASH_LOOP` entries).
+    crashes: HashMap<String, Vec<Instant>>,
     /// MACs handed to hot-plugged vifs so far.
     macs_given: u32,
 }
@@ -335,6 +342,16 @@ impl Supervisor {
             return;
         }
         if intent.is_none() {
+            if self.crash_loop(name) {
+                eprintln!(
+                    "hv: domain {name} crashed {CRASH_LOOP} times within {CRASH_WINDOW:?}; not restarting it again"
+                );
+                if kept {
+                    host::netns_del(&host::netns_name(name));
+                }
+                self.changed.notify_all();
+                return;
+            }
             self.lock().crash_restarts += 1;
             hv.set_info("restarts.on-crash", &self.lock().crash_restarts.to_string());
         }
@@ -343,6 +360,17 @@ impl Supervisor {
             host::netns_del(&host::netns_name(name));
         }
         self.changed.notify_all();
+    }
+
+    /// Records a crash of `name`; whether it is the last of [`CRASH_LOOP`]
+    /// within [`CRASH_WINDOW`].
+    fn crash_loop(&self, name: &str) -> bool {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let times = st.crashes.entry(name.to_string()).or_default();
+        times.retain(|t| now.duration_since(*t) < CRASH_WINDOW);
+        times.push(now);
+        times.len() >= CRASH_LOOP
     }
 
     /// A dead guest's backend directories are the toolstack's to remove
