@@ -109,27 +109,9 @@ fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
 
 fn build(hv: &Arc<Hypervisor>, cfg: &DaemonConfig, layout: &CgroupLayout) -> Result<(), String> {
     let topo = &cfg.topology;
-    for d in &topo.domains {
-        host::netns_add(&host::netns_name(&d.name)).map_err(|e| e.to_string())?;
-    }
-    if let Some(w) = &topo.wire {
-        let wns = host::netns_name(&w.name);
-        host::netns_add(&wns).map_err(|e| e.to_string())?;
-        host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
-            .map_err(|e| e.to_string())?;
-        for a in [&w.address, &w.ipv6].into_iter().flatten() {
-            host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
-        }
-        hv.set_info("wire", &w.name);
-        hv.set_info("wire.netns", &wns);
-        hv.set_info("wire.driver", &w.driver);
-        hv.set_info(
-            "wire.port",
-            &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
-        );
-    }
     // Create every domain first, so that each finds its whole configuration
-    // in the store when its process starts.
+    // in the store when its process starts, and its namespaces are made for
+    // its id (crate::jail: its uid on the host).
     let mut created = Vec::new();
     for d in &topo.domains {
         let spec = DomainSpec {
@@ -146,6 +128,25 @@ fn build(hv: &Arc<Hypervisor>, cfg: &DaemonConfig, layout: &CgroupLayout) -> Res
             .create_domain(spec)
             .map_err(|e| format!("creating domain {}: {e}", d.name))?;
         created.push((d, domid, sock, cg));
+    }
+    for (d, domid, _, _) in &created {
+        crate::jail::netns_add(&host::netns_name(&d.name), *domid).map_err(|e| e.to_string())?;
+    }
+    if let Some(w) = &topo.wire {
+        let wns = host::netns_name(&w.name);
+        host::netns_add(&wns).map_err(|e| e.to_string())?;
+        host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
+            .map_err(|e| e.to_string())?;
+        for a in [&w.address, &w.ipv6].into_iter().flatten() {
+            host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
+        }
+        hv.set_info("wire", &w.name);
+        hv.set_info("wire.netns", &wns);
+        hv.set_info("wire.driver", &w.driver);
+        hv.set_info(
+            "wire.port",
+            &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
+        );
     }
     let id_of = |name: &str| created.iter().find(|c| c.0.name == name).map(|c| c.1);
     let mut ts = Store { hv };
