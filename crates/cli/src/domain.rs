@@ -30,7 +30,7 @@ pub fn main() -> Result<()> {
     let id = hv.domid();
     // Confined before reading a byte from a peer (hv::jail).
     hv::jail::Role::of_kind(&hv.welcome().kind)
-        .and_then(|role| hv::jail::enter(role, id))
+        .and_then(hv::jail::enter)
         .map_err(|e| anyhow!("domain {id}: {e}"))?;
     let home = format!("/local/domain/{id}");
     hv.store_write(&format!("{home}/pid"), &std::process::id().to_string())

@@ -118,7 +118,7 @@ pub fn netns_add(ns: &str, domid: DomId) -> io::Result<()> {
 /// escape tests, which must run exactly what a domain runs): confines the
 /// calling process for good. It must be single-threaded, root on the host,
 /// in the network namespace hv made for it ([`netns_add`]).
-pub fn enter(role: Role, domid: DomId) -> Result<(), JailError> {
+pub fn enter(role: Role) -> Result<(), JailError> {
     match sys::jail::thread_count() {
         Ok(1) => {}
         Ok(n) => {
@@ -153,11 +153,16 @@ pub fn enter(role: Role, domid: DomId) -> Result<(), JailError> {
     sys::jail::private_mounts().map_err(|x| JailError::new("making a mount namespace", x))?;
     if role == Role::Guest {
         // Like the jailer's /dev/net/tun in its chroot: a node of our own,
-        // since the host's may be root's alone.
-        let uid = domain_uid(domid);
+        // since the host's may be root's alone. Only this mount namespace
+        // (the domain and its children) sees it, so it may be 0666, and it
+        // does not depend on which uid the namespace maps.
         sys::jail::mount_tmpfs("/dev/net", "mode=0755,size=4k")
-            .and_then(|_| sys::jail::mknod_char("/dev/net/tun", 10, 200, 0o600))
-            .and_then(|_| std::os::unix::fs::chown("/dev/net/tun", Some(uid), Some(uid)))
+            .and_then(|_| sys::jail::mknod_char("/dev/net/tun", 10, 200, 0o666))
+            .and_then(|_| {
+                use std::os::unix::fs::PermissionsExt;
+                // mknod's mode passed through the umask.
+                std::fs::set_permissions("/dev/net/tun", std::fs::Permissions::from_mode(0o666))
+            })
             .map_err(|x| JailError::new("making /dev/net/tun", x))?;
     }
     sys::jail::all_mounts_read_only()

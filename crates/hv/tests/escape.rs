@@ -341,7 +341,7 @@ mod hostile {
         let sock = sys::take_inherited_fd(fd).expect("inherited hv socket");
         let mut hv = HvClient::connect(sys::SeqPacket::from_fd(sock)).expect("hello");
         let role = hv::jail::Role::of_kind(&hv.welcome().kind).expect("role");
-        if let Err(e) = hv::jail::enter(role, hv.domid()) {
+        if let Err(e) = hv::jail::enter(role) {
             eprintln!("{e}");
             return 2;
         }
