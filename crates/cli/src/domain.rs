@@ -28,6 +28,10 @@ pub fn main() -> Result<()> {
     let mut hv =
         HvClient::connect(sys::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("hello: {e}"))?;
     let id = hv.domid();
+    // Confined before reading a byte from a peer (hv::jail).
+    hv::jail::Role::of_kind(&hv.welcome().kind)
+        .and_then(hv::jail::enter)
+        .map_err(|e| anyhow!("domain {id}: {e}"))?;
     let home = format!("/local/domain/{id}");
     hv.store_write(&format!("{home}/pid"), &std::process::id().to_string())
         .map_err(|e| anyhow!("{e}"))?;

@@ -87,7 +87,9 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     result
 }
 
-fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
+/// Serves toolstack connections on `listener`, for root in hv's own
+/// network namespace only (the escape tests run it too).
+pub fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
     loop {
         let conn = match listener.accept() {
             Ok(c) => c,

@@ -8,6 +8,7 @@
 //!   [`ngm_client`] the guest's track table and the driver domain's view;
 //! - [`evtchn`]: event channels (eventfd doorbells, pending/mask bits);
 //! - [`batch`]: the shared-memory path for grant-copy batches;
+//! - [`jail`]: the privilege model of a domain process (after Firecracker's jailer);
 //! - [`trace`]: xentrace-style event counts and cost histograms;
 //! - what domains and the toolstack link to call hv is the
 //!   `splitnet-hypercall` crate (re-exported here for hv's own use and the
@@ -18,6 +19,7 @@ pub mod daemon;
 pub mod evtchn;
 pub mod grant;
 pub mod host;
+pub mod jail;
 pub mod memory;
 pub mod ngm;
 pub mod supervisor;

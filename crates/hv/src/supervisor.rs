@@ -6,7 +6,8 @@
 //! A restarted domain is a new domain (a new id, fresh memory, grants and
 //! event channels, as when Xen reboots one) in the same network namespace:
 //! the namespace is its hardware, so a driver domain keeps its physical
-//! port. Its vifs are re-plumbed through the store: a driver domain gets
+//! port, and its process joins the same user namespace (`crate::jail`),
+//! keeping the uid of its first id. Its vifs are re-plumbed through the store: a driver domain gets
 //! fresh backend directories and each of its guests' frontends is pointed
 //! at them; a guest gets fresh frontend and backend directories. The peers
 //! follow through the XenbusState handshake.
@@ -133,8 +134,17 @@ impl Supervisor {
     /// vifs, then each domain's process.
     pub fn build(self: &Arc<Self>) -> Result<(), String> {
         let hv = self.hv().map_err(|e| e.to_string())?;
+        // Create every domain first, so that each finds its whole
+        // configuration in the store when its process starts, and its
+        // namespaces are made for its id (crate::jail: its uid on the host).
+        let mut created = Vec::new();
         for d in &self.topology.domains {
-            host::netns_add(&host::netns_name(&d.name)).map_err(|e| e.to_string())?;
+            let (domid, sock, cg) = self.create(&hv, d)?;
+            created.push((d, domid, sock, cg));
+        }
+        for (d, domid, _, _) in &created {
+            crate::jail::netns_add(&host::netns_name(&d.name), *domid)
+                .map_err(|e| e.to_string())?;
         }
         if let Some(w) = &self.topology.wire {
             let wns = host::netns_name(&w.name);
@@ -151,13 +161,6 @@ impl Supervisor {
                 "wire.port",
                 &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
             );
-        }
-        // Create every domain first, so that each finds its whole
-        // configuration in the store when its process starts.
-        let mut created = Vec::new();
-        for d in &self.topology.domains {
-            let (domid, sock, cg) = self.create(&hv, d)?;
-            created.push((d, domid, sock, cg));
         }
         let vifs = self.lock().vifs.clone();
         for v in &vifs {

@@ -9,15 +9,19 @@
 //!   pair, so a peer can never make ringing block);
 //! - [`SeqPacket`]: message sockets that carry file descriptors (SCM_RIGHTS);
 //! - [`Tap`] and [`PacketSocket`]: a guest's virtual NIC and the driver
-//!   domain's "physical NIC", both speaking `virtio_net_hdr` for offloads.
+//!   domain's "physical NIC", both speaking `virtio_net_hdr` for offloads;
+//! - [`jail`] and [`SyscallFilter`]: namespaces, credentials, capabilities
+//!   and the seccomp filter that confine a domain process.
 
 mod doorbell;
 mod iov;
+pub mod jail;
 mod mapping;
 mod memfd;
 mod packet;
 mod perf;
 mod process;
+mod seccomp;
 mod seqpacket;
 mod tap;
 
@@ -30,6 +34,7 @@ pub use packet::{
 };
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
 pub use process::{close_inherited_fds, kill, rdtsc, set_inheritable, take_inherited_fd};
+pub use seccomp::{CompiledFilter, SyscallFilter};
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};
 pub use tap::{Tap, TapOffloads, VNET_HDR_LEN};
 

@@ -45,6 +45,14 @@ impl Memfd {
                 e
             }
         })?;
+        // Owner root, mode 0600: a domain (another uid) holding a read-only
+        // descriptor cannot reopen it writable through /proc/self/fd/N.
+        // memfd_create makes the file 0777.
+        // SAFETY: plain syscall on a descriptor we own.
+        cvt(
+            unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } as libc::c_long,
+            "fchmod(memfd)",
+        )?;
         // No peer may ever shrink or grow it: a shrink would turn accesses into SIGBUS.
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
         // SAFETY: plain fcntl on a descriptor we own.
