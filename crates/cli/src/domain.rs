@@ -129,11 +129,9 @@ impl GuestVif {
         if !self.backend.is_empty() {
             let _ = hv.unwatch(&format!("{}/state", self.backend), &self.token());
         }
-        if self.nic_held() {
-            // The old backend is no longer ours, whatever its state says.
-            if let Some(nic) = self.nic.as_mut() {
-                nic.release(hv, "the toolstack moved the vif to a new backend");
-            }
+        // The old backend is no longer ours, whatever its state says.
+        if let Some(nic) = self.nic.as_mut() {
+            nic.release(hv, "the toolstack moved the vif to a new backend");
         }
         self.backend = be;
         if let Err(e) = hv.watch(&format!("{}/state", self.backend), &self.token()) {
@@ -149,7 +147,7 @@ impl GuestVif {
         let state = hv.read_state(&self.backend).ok();
         let connected = self.nic.as_ref().is_some_and(TapNetfront::is_connected);
         match state {
-            None | Some(S::Closing | S::Closed) if connected || self.nic_held() => {
+            None | Some(S::Closing | S::Closed) if self.nic_held() => {
                 if let Some(nic) = self.nic.as_mut() {
                     nic.release(hv, "the backend is closing");
                 }
@@ -187,9 +185,7 @@ impl GuestVif {
             }),
         };
         if r.is_ok() {
-            if let Some(nic) = self.nic.as_ref() {
-                nic.set_carrier(true);
-            }
+            // A new TAP starts with its carrier on; `reconnect` turns it back on.
             (self.down_since, self.carrier_dropped) = (None, false);
         }
         match r {

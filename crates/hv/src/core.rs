@@ -184,6 +184,13 @@ impl Hypervisor {
         *self.supervisor.lock().unwrap_or_else(|p| p.into_inner()) = Some(sup);
     }
 
+    fn supervisor(&self) -> Option<Arc<dyn Supervisor>> {
+        self.supervisor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Removes a fact shown in `status`.
     pub fn remove_info(&self, key: &str) {
         self.lock().info.remove(key);
@@ -575,12 +582,7 @@ impl Hypervisor {
             Request::RestartDomain { .. }
             | Request::NetworkAttach { .. }
             | Request::NetworkDetach { .. } => {
-                let sup = self
-                    .supervisor
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                let Some(sup) = sup else {
+                let Some(sup) = self.supervisor() else {
                     return (
                         Err(HvError::new(
                             ErrorKind::Invalid,
@@ -597,12 +599,7 @@ impl Hypervisor {
             Request::DestroyDomain { name } => {
                 return match self.domid_of(&name) {
                     Some(id) => {
-                        let sup = self
-                            .supervisor
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .clone();
-                        if let Some(sup) = sup {
+                        if let Some(sup) = self.supervisor() {
                             sup.destroying(&name);
                         }
                         self.destroy_domain(id, "destroyed by the toolstack");

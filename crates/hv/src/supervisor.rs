@@ -18,7 +18,10 @@ use crate::error::{ErrorKind, HvError, HvResult};
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::memory::MemorySpec;
 use crate::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
-use crate::topology::{DomainConfig, DomainKind, Restart, Topology, VifConfig};
+use crate::topology::{
+    DomainConfig, DomainKind, Restart, Topology, VifConfig, DRIVER_BASE_FRAMES,
+    DRIVER_FRAMES_PER_VIF,
+};
 use abi::xenbus::{self, XenbusState};
 use std::collections::HashMap;
 use std::fs;
@@ -34,8 +37,6 @@ use sys::SeqPacket;
 const HANDSHAKE: Duration = Duration::from_secs(10);
 /// Most vifs a guest may have (netfront's pool layout, `MAX_VIFS` there).
 const MAX_GUEST_VIFS: u32 = 2;
-/// Frames a driver domain keeps before its per-vif staging areas.
-const DRIVER_BASE_FRAMES: u32 = 16;
 /// A domain that crashed this many times within [`CRASH_WINDOW`] is not
 /// restarted again: it would only crash once more.
 const CRASH_LOOP: usize = 10;
@@ -130,8 +131,8 @@ impl Supervisor {
         })
     }
 
-    /// Builds the whole topology: namespaces, the wire, every domain, its
-    /// vifs, then each domain's process.
+    /// Builds the whole topology: every domain, its namespaces, the wire,
+    /// the vifs, then each domain's process.
     pub fn build(self: &Arc<Self>) -> Result<(), String> {
         let hv = self.hv().map_err(|e| e.to_string())?;
         // Create every domain first, so that each finds its whole
@@ -516,8 +517,7 @@ impl Supervisor {
                         .any(|v| v.backend == backend && v.index == *i)
                 })
                 .unwrap_or(0);
-            let need =
-                DRIVER_BASE_FRAMES + crate::topology::DRIVER_FRAMES_PER_VIF * (index as u32 + 1);
+            let need = DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * (index as u32 + 1);
             if need > staging {
                 return Err(fail(
                     ErrorKind::Quota,

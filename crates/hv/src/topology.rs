@@ -271,8 +271,10 @@ pub struct VifConfig {
 
 /// Frames a guest needs: 2 ring pages, 256 TX and 256 RX buffers.
 pub const GUEST_MIN_FRAMES: u32 = 2 + 2 * 256;
+/// Frames a driver domain keeps before its per-vif staging areas.
+pub const DRIVER_BASE_FRAMES: u32 = 16;
 /// Frames a driver domain needs per vif (staging for 256 TX and 256 RX slots),
-/// after its first 16.
+/// after its first [`DRIVER_BASE_FRAMES`].
 pub const DRIVER_FRAMES_PER_VIF: u32 = 512;
 
 fn default_frames() -> u32 {
@@ -443,11 +445,13 @@ impl Topology {
         let vifs = self.vifs_unchecked()?;
         for d in &self.domains {
             let n = vifs.iter().filter(|v| v.backend == d.name).count() as u32;
-            if d.kind == DomainKind::Driver && d.memory_frames < 16 + DRIVER_FRAMES_PER_VIF * n {
+            if d.kind == DomainKind::Driver
+                && d.memory_frames < DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
+            {
                 return Err(format!(
                     "domain {:?} serves {n} vifs and needs memory_frames >= {}",
                     d.name,
-                    16 + DRIVER_FRAMES_PER_VIF * n
+                    DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
                 ));
             }
             if vifs.iter().any(|v| v.guest == d.name) && d.memory_frames < GUEST_MIN_FRAMES {

@@ -176,12 +176,11 @@ fn rescan(
     pending: &mut Vec<Pending>,
     vifs: &mut [Vif],
 ) -> Result<(), DriverError> {
-    let wanted = |hv: &mut HvClient, be: &str| {
-        hv.read_state(be).is_ok()
-            && hv
-                .store_read_str(&format!("{be}/online"))
-                .map_or(true, |v| v != "0")
+    let online = |hv: &mut HvClient, be: &str| {
+        hv.store_read_str(&format!("{be}/online"))
+            .map_or(true, |v| v != "0")
     };
+    let wanted = |hv: &mut HvClient, be: &str| hv.read_state(be).is_ok() && online(hv, be);
     for (i, v) in vifs.iter_mut().enumerate().filter(|(_, v)| !v.gone) {
         if !wanted(hv, &v.nb.be) {
             v.nb.disconnect(hv, "the toolstack removed the vif");
@@ -209,19 +208,15 @@ fn rescan(
             let be = format!("{base}/{g}/{dev}");
             let known =
                 pending.iter().any(|p| p.be == be) || vifs.iter().any(|v| !v.gone && v.nb.be == be);
+            if known {
+                continue;
+            }
             let fresh = matches!(
                 hv.read_state(&be),
                 Ok(abi::xenbus::XenbusState::Initialising)
             );
-            if known || !fresh || !wanted(hv, &be) {
-                continue;
-            }
-            match netback::probe(hv, guest, &be) {
-                Ok(p) => {
-                    hv.watch(&format!("{}/state", p.fe), PENDING)?;
-                    pending.push(p);
-                }
-                Err(e) => eprintln!("driver: vif{g}.{dev}: {e}"),
+            if fresh && online(hv, &be) {
+                pend(hv, guest, &be, pending)?;
             }
         }
     }
@@ -284,10 +279,25 @@ fn connect_ready(
         }
     }
     for (guest, be) in retry {
-        if let Ok(p) = netback::probe(hv, guest, &be) {
+        pend(hv, guest, &be, pending)?;
+    }
+    Ok(())
+}
+
+/// Probes the vif of backend directory `be` (InitWait) and waits for its
+/// frontend, watched; a directory that does not probe is logged and left.
+fn pend(
+    hv: &mut HvClient,
+    guest: DomId,
+    be: &str,
+    pending: &mut Vec<Pending>,
+) -> Result<(), DriverError> {
+    match netback::probe(hv, guest, be) {
+        Ok(p) => {
+            hv.watch(&format!("{}/state", p.fe), PENDING)?;
             pending.push(p);
-            hv.watch(&format!("{}/state", pending[pending.len() - 1].fe), PENDING)?;
         }
+        Err(e) => eprintln!("driver: {}: {e}", crate::vif_name(be)),
     }
     Ok(())
 }

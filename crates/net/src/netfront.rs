@@ -357,9 +357,9 @@ impl Netfront {
         ngm: bool,
         timeout: Duration,
     ) -> Result<()> {
-        let (dev, backend_id) = (self.info.dev.clone(), self.info.backend_id);
+        let dev = self.info.dev.clone();
         if ngm {
-            self.grants = Grants::Ngm(Box::new(warm_grants(hv, backend_id, &dev, handle)?));
+            self.grants = Grants::Ngm(Box::new(self.warm_grants(hv, handle)?));
         }
         let w = |k: &str| format!("{dev}/{k}");
         let [tx_ref, rx_ref] = self.ring_refs;
@@ -389,6 +389,37 @@ impl Netfront {
         self.refill_rx(hv)
     }
 
+    /// Grants every buffer of vif `vif`'s part of the pool once, through
+    /// the track table, so the data path never needs hv (Ram thesis 4.7: a
+    /// pool of I/O buffers). What it granted is revoked if it fails.
+    fn warm_grants(&self, hv: &mut HvClient, vif: u32) -> Result<GrantTrack> {
+        let (backend, dev) = (self.info.backend_id, &self.info.dev);
+        let (table, entries) = hv.ngm_setup(backend)?;
+        if entries != hypercall::ngm::NGM_ENTRIES {
+            return Err(setup(format!(
+                "hv offers {entries} grant entries; this build expects {}",
+                hypercall::ngm::NGM_ENTRIES
+            )));
+        }
+        let mut track = GrantTrack::partition(vif, MAX_VIFS);
+        for id in 0..RING as u16 {
+            for (frame, writable) in [(self.tx_frame(id), false), (self.rx_frame(id), true)] {
+                match track.acquire(hv, backend, frame, writable) {
+                    Ok(g) => track.release(g),
+                    Err(e) => {
+                        track.revoke_all(hv, backend);
+                        return Err(setup(format!("granting buffer frame {frame}: {e}")));
+                    }
+                }
+            }
+        }
+        if let Err(e) = hv.store_write(&format!("{dev}/{}", crate::NGM_TABLE), &table.to_string()) {
+            track.revoke_all(hv, backend);
+            return Err(e.into());
+        }
+        Ok(track)
+    }
+
     fn tx_frame(&self, id: u16) -> u32 {
         self.base + TX_BUF_BASE + u32::from(id)
     }
@@ -404,38 +435,30 @@ impl Netfront {
     /// mapped stay (hv refuses to end them) and are counted.
     pub fn release(mut self, hv: &mut HvClient) {
         self.disconnect("released");
-        for ch in [Some(self.tx_evt), self.rx_evt].into_iter().flatten() {
-            let _ = hv.evtchn_close(ch);
-        }
         let mut kept = 0;
         for gref in self.ring_refs {
             kept += usize::from(hv.grants().end_access(gref).is_err());
         }
-        let slots = self.tx_slots.iter().chain(self.rx_slots.iter()).flatten();
-        if self.info.copy_rx {
-            if let Grants::PerPacket = self.grants {
-                for &gref in slots {
-                    kept += usize::from(hv.grants().end_access(gref).is_err());
-                }
-            }
-        } else {
-            for &gref in self.rx_slots.iter().flatten() {
+        // The buffers in flight are ours again (under the new mechanism a
+        // track release, else a revocation), a page flip's slot ends its
+        // transfer.
+        for gref in std::mem::take(&mut self.tx_slots).into_iter().flatten() {
+            kept += usize::from(!self.end_grant(hv, gref));
+        }
+        for gref in std::mem::take(&mut self.rx_slots).into_iter().flatten() {
+            if self.info.copy_rx {
+                kept += usize::from(!self.end_grant(hv, gref));
+            } else {
                 let _ = hv.grants().end_transfer(gref);
-            }
-            if let Grants::PerPacket = self.grants {
-                for &gref in self.tx_slots.iter().flatten() {
-                    kept += usize::from(hv.grants().end_access(gref).is_err());
-                }
             }
         }
         if let Grants::Ngm(t) = &mut self.grants {
-            // The buffers in flight are ours again; then hv discards the
-            // pair's table when the backend died, and with a live backend
-            // (a detach) this vif's part is revoked.
-            for &gref in self.tx_slots.iter().chain(self.rx_slots.iter()).flatten() {
-                t.release(gref);
-            }
+            // hv discards the pair's table when the backend died; with a
+            // live backend (a detach) this vif's part is revoked.
             kept += t.revoke_all(hv, self.info.backend_id);
+        }
+        for ch in [Some(self.tx_evt), self.rx_evt].into_iter().flatten() {
+            let _ = hv.evtchn_close(ch);
         }
         if kept > 0 {
             eprintln!(
@@ -1091,8 +1114,6 @@ impl Netfront {
     }
 }
 
-/// Grants every buffer of the pool once, through the track table, so the
-/// data path never needs hv (Ram thesis 4.7: a pool of I/O buffers).
 /// The TAP's offloads: what the channel negotiated.
 fn set_offloads(tap: &Tap, nf: &Netfront) -> Result<()> {
     let on = nf.info.offload;
@@ -1102,38 +1123,6 @@ fn set_offloads(tap: &Tap, nf: &Netfront) -> Result<()> {
         tso6: on,
     })?;
     Ok(())
-}
-
-fn warm_grants(hv: &mut HvClient, backend: DomId, dev: &str, vif: u32) -> Result<GrantTrack> {
-    let (table, entries) = hv.ngm_setup(backend)?;
-    if entries != hypercall::ngm::NGM_ENTRIES {
-        return Err(setup(format!(
-            "hv offers {entries} grant entries; this build expects {}",
-            hypercall::ngm::NGM_ENTRIES
-        )));
-    }
-    let mut track = GrantTrack::partition(vif, MAX_VIFS);
-    let base = vif * VIF_FRAMES;
-    for id in 0..RING as u16 {
-        let (tx, rx) = (
-            base + TX_BUF_BASE + u32::from(id),
-            base + RX_BUF_BASE + u32::from(id),
-        );
-        for (frame, writable) in [(tx, false), (rx, true)] {
-            match track.acquire(hv, backend, frame, writable) {
-                Ok(g) => track.release(g),
-                Err(e) => {
-                    track.revoke_all(hv, backend);
-                    return Err(setup(format!("granting buffer frame {frame}: {e}")));
-                }
-            }
-        }
-    }
-    if let Err(e) = hv.store_write(&format!("{dev}/{}", crate::NGM_TABLE), &table.to_string()) {
-        track.revoke_all(hv, backend);
-        return Err(e.into());
-    }
-    Ok(track)
 }
 
 /// A frontend attached to a TAP in the guest's namespace: the guest kernel's
