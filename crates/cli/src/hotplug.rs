@@ -45,7 +45,7 @@ pub fn detach(rd: &Path, guest: &str, vif: &str) -> Result<()> {
 }
 
 /// A vif's handle from `N`, `ethN` or `vifD.N`.
-fn parse_vif(s: &str) -> Result<u32> {
+pub(crate) fn parse_vif(s: &str) -> Result<u32> {
     let n = s
         .strip_prefix("eth")
         .or_else(|| {

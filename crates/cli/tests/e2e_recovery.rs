@@ -9,14 +9,6 @@ use common::*;
 use serde_json::Value;
 use std::time::Duration;
 
-/// `ping -c 3` from `domain` to `to` succeeds with no loss.
-fn ping(env: &Env, domain: &str, to: &str) {
-    let out = env.ok(&[
-        "exec", domain, "--", "ping", "-c", "3", "-i", "0.2", "-W", "2", to,
-    ]);
-    assert!(out.contains(" 0% packet loss"), "{domain} -> {to}:\n{out}");
-}
-
 /// The interface index of `ifname` in `domain`: the same index means the
 /// same device (a TAP that was not recreated).
 fn ifindex(domain: &str, ifname: &str) -> String {
@@ -71,11 +63,11 @@ fn a_killed_driver_domain_is_restarted_and_a_tcp_stream_survives_it() {
     assert_eq!(ifindex("guest1", "eth0"), tap);
     let st = env.status();
     assert_eq!(st["restarts_after_crash"], 1, "{st:#}");
-    ping(&env, "guest1", "10.77.0.254");
-    ping(&env, "guest2", "10.77.0.1");
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest2", "10.77.0.1", 3);
     // A restart by hand too.
     env.ok(&["restart", "drv"]);
-    ping(&env, "guest2", "10.77.0.254");
+    env.ping("guest2", "10.77.0.254", 3);
     env.ok(&["down"]);
     assert_nothing_left();
 }
@@ -107,8 +99,8 @@ fn a_restarted_guest_comes_back_with_its_addresses_and_others_see_nothing() {
     assert_ne!(domain(&st, "guest1")["id"], before, "a new domain id");
     let addrs = env.ok(&["exec", "guest1", "--", "ip", "-br", "addr", "show", "eth0"]);
     assert!(addrs.contains("10.77.0.1/24"), "{addrs}");
-    ping(&env, "guest1", "10.77.0.254");
-    ping(&env, "guest1", "10.77.0.2");
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest1", "10.77.0.2", 3);
     // A domain that does not exist is a clear error.
     let o = env.splitnet(&["restart", "nosuch"]);
     assert!(!o.status.success());
@@ -170,7 +162,7 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
         "dev",
         "eth1",
     ]);
-    ping(&env, "guest1", "10.78.0.2");
+    env.ping("guest1", "10.78.0.2", 3);
     // A third vif is refused, clearly.
     let o = env.splitnet(&["network-attach", "guest1"]);
     assert!(!o.status.success());
@@ -206,7 +198,7 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
             .sum()
     };
     assert_eq!(live(&after), live(&before), "live grants");
-    ping(&env, "guest1", "10.77.0.2");
+    env.ping("guest1", "10.77.0.2", 3);
     env.ok(&["down"]);
     assert_nothing_left();
 }

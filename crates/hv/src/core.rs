@@ -28,6 +28,10 @@ pub const MAX_COPY_OPS: usize = 512;
 
 /// Highest domain id hv hands out (Xen reserves ids from DOMID_FIRST_RESERVED 0x7FF0).
 const MAX_DOMID: DomId = 0x7fef;
+/// Capture channels a domain may leave uncollected.
+const MAX_PENDING_CAPTURES: usize = 8;
+/// Bytes of captured packets that may queue towards a reader.
+const CAPTURE_BUFFER: usize = 8 << 20;
 
 /// What to create.
 #[derive(Debug, Clone)]
@@ -92,6 +96,10 @@ struct State {
     /// New-grant-mechanism tables by (guest, driver domain).
     ngm: BTreeMap<(DomId, DomId), NgmTable>,
     next_ngm: u32,
+    /// Capture channels opened by the toolstack whose domain has not
+    /// collected its end yet: id → (domain, its end).
+    captures: BTreeMap<u32, (DomId, OwnedFd)>,
+    next_capture: u32,
     counters: Counters,
     info: BTreeMap<String, String>,
     /// Shutdown was requested: no new domains.
@@ -166,6 +174,8 @@ impl Hypervisor {
                 next_domid: 1,
                 ngm: BTreeMap::new(),
                 next_ngm: 1,
+                captures: BTreeMap::new(),
+                next_capture: 1,
                 counters: Counters::default(),
                 info: BTreeMap::new(),
                 shutting_down: false,
@@ -363,6 +373,7 @@ impl Hypervisor {
                 st.unpin(&m);
             }
             st.pins.retain(|(granter, _), _| *granter != domid);
+            st.captures.retain(|_, (d, _)| *d != domid);
             // Its grants under the new mechanism vanish from every driver
             // domain's view; a dead driver domain's tables go too (a guest
             // that reconnects to its successor sets up a new one).
@@ -559,6 +570,46 @@ impl Hypervisor {
         }
     }
 
+    /// Opens a capture channel to domain `name` (see
+    /// [`Request::CaptureOpen`]): one end waits here for the domain, the
+    /// other goes to the toolstack.
+    fn capture_open(&self, name: &str, spec: &str) -> HvResult<(Reply, OwnedFd)> {
+        let domid = self.domid_of(name).ok_or_else(|| {
+            HvError::new(ErrorKind::BadDomain, format!("no domain named {name:?}"))
+        })?;
+        let mut st = self.lock();
+        let st = &mut *st;
+        if st.captures.values().filter(|(d, _)| *d == domid).count() >= MAX_PENDING_CAPTURES {
+            return err(
+                ErrorKind::Quota,
+                format!("domain {name} has {MAX_PENDING_CAPTURES} capture channels it has not collected"),
+            );
+        }
+        let (theirs, ours) = os("capture socket", SeqPacket::pair())?;
+        // A capture drops what the reader cannot keep up with; this is how
+        // much may queue before it does.
+        os("capture buffer", theirs.set_send_buffer(CAPTURE_BUFFER))?;
+        let id = st.next_capture;
+        st.next_capture = id.wrapping_add(1).max(1);
+        let path = format!("/local/domain/{domid}/splitnet/capture/{id}");
+        // The domain owns the node, so that it can remove it when the
+        // reader goes away.
+        let owner = store::Perms::parse_entries(DOMID_TOOLSTACK, [format!("n{domid}").as_str()])
+            .map_err(store_err)?;
+        let mut events = st
+            .store
+            .write(DOMID_TOOLSTACK, &path, spec.as_bytes())
+            .map_err(store_err)?;
+        events.extend(
+            st.store
+                .set_perms(DOMID_TOOLSTACK, &path, owner)
+                .map_err(store_err)?,
+        );
+        st.captures.insert(id, (domid, theirs.into()));
+        deliver(st, events);
+        Ok((Reply::Channel { id, domid }, ours.into()))
+    }
+
     /// Runs one hypercall for `caller`.
     pub fn handle(self: &Arc<Self>, caller: DomId, req: Request) -> Outcome {
         if req.privileged() && caller != DOMID_TOOLSTACK {
@@ -593,6 +644,12 @@ impl Hypervisor {
                 };
                 return match sup.toolstack(req) {
                     Ok(r) => ok(r),
+                    Err(e) => (Err(e), vec![]),
+                };
+            }
+            Request::CaptureOpen { domain, spec } => {
+                return match self.capture_open(&domain, &spec) {
+                    Ok((reply, fd)) => (Ok(reply), vec![fd]),
                     Err(e) => (Err(e), vec![]),
                 };
             }
@@ -1093,6 +1150,16 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 fds,
             ))
         }
+        Request::CaptureAttach { id } => match st.captures.get(&id) {
+            Some((d, _)) if *d == caller => {
+                let (_, fd) = st.captures.remove(&id).expect("present");
+                Ok((Ok(Reply::Done), vec![fd]))
+            }
+            _ => err(
+                ErrorKind::BadDomain,
+                format!("no capture channel {id} waits for domain {caller}"),
+            ),
+        },
         // The toolstack's requests (`Request::privileged`) are served by
         // `Hypervisor::handle` before the lock is taken.
         _ => err(ErrorKind::Invalid, "handled elsewhere"),

@@ -583,3 +583,68 @@ fn a_guest_that_never_drains_its_doorbell_cannot_stall_hv_or_the_driver() {
     assert!(b.is_closed());
     healthy(&mut w);
 }
+
+/// The toolstack's `capture_open` (hv's view of `splitnet capture`).
+fn open_capture(w: &World, spec: &str) -> hv::HvResult<(u32, std::os::fd::OwnedFd)> {
+    let (r, fds) = w.hv.handle(
+        hv::proto::DOMID_TOOLSTACK,
+        Request::CaptureOpen {
+            domain: "drv".into(),
+            spec: spec.into(),
+        },
+    );
+    match r? {
+        hv::proto::Reply::Channel { id, domid } => {
+            assert_eq!(domid, w.drv.domid());
+            Ok((id, fds.into_iter().next().expect("the toolstack's end")))
+        }
+        r => panic!("unexpected reply {r:?}"),
+    }
+}
+
+#[test]
+fn a_capture_channel_reaches_only_the_domain_it_was_opened_for() {
+    let mut w = world();
+    // Only the toolstack opens one.
+    let e =
+        w.g1.call(&Request::CaptureOpen {
+            domain: "drv".into(),
+            spec: "bridge in 100".into(),
+        })
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotPrivileged);
+    let (id, ours) = open_capture(&w, "bridge in 100").unwrap();
+    let node = format!("/local/domain/{}/splitnet/capture/{id}", w.drv.domid());
+    // The driver domain reads its spec; a guest can neither read it nor
+    // take the channel.
+    assert_eq!(w.drv.store_read_str(&node).unwrap(), "bridge in 100");
+    assert!(w.g1.store_read_str(&node).is_err());
+    assert!(w.g1.capture_attach(id).is_err());
+    let theirs = w.drv.capture_attach(id).unwrap();
+    // Once collected, it is gone from hv.
+    assert!(w.drv.capture_attach(id).is_err());
+    assert!(theirs.try_send(b"frame", &[]).unwrap());
+    let ours = sys::SeqPacket::from_fd(ours);
+    let mut b = [0u8; 16];
+    assert_eq!(ours.recv(&mut b).unwrap().0, 5);
+    // The driver domain owns the node: it removes it when the reader goes.
+    w.drv.store_rm(&node).unwrap();
+    assert!(w.drv.store_read_str(&node).is_err());
+}
+
+#[test]
+fn uncollected_capture_channels_are_bounded_and_die_with_their_domain() {
+    let w = world();
+    let mut ends = Vec::new();
+    for _ in 0..8 {
+        ends.push(open_capture(&w, "bridge in 100").unwrap());
+    }
+    let e = open_capture(&w, "bridge in 100").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Quota);
+    w.hv.destroy_domain(w.drv.domid(), "test");
+    // Our ends see the domain's ends close.
+    for (_, fd) in ends {
+        let s = sys::SeqPacket::from_fd(fd);
+        assert!(s.peer_closed());
+    }
+}

@@ -136,6 +136,22 @@ impl Toolstack {
             handle,
         })
     }
+    /// Opens a capture channel to domain `domain`, asking it for `spec`
+    /// (see [`Request::CaptureOpen`]); returns the channel's id, the
+    /// domain's id and the toolstack's end.
+    pub fn capture_open(&mut self, domain: &str, spec: &str) -> HvResult<(u32, DomId, SeqPacket)> {
+        let req = Request::CaptureOpen {
+            domain: domain.to_string(),
+            spec: spec.to_string(),
+        };
+        match self.0.call(&req)? {
+            (Reply::Channel { id, domid }, fds) => {
+                let [fd] = take_fds::<1>(fds)?;
+                Ok((id, domid, SeqPacket::from_fd(fd)))
+            }
+            (r, _) => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
     /// Any request (for tests of the privilege checks).
     pub fn call(&mut self, req: &Request) -> HvResult<Reply> {
         self.0.call(req).map(|r| r.0)
@@ -283,6 +299,17 @@ impl HvClient {
         {
             Reply::List(v) => Ok(v),
             r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    /// Collects this domain's end of capture channel `id` (see
+    /// [`Request::CaptureOpen`]).
+    pub fn capture_attach(&mut self, id: u32) -> HvResult<SeqPacket> {
+        match self.chan.call(&Request::CaptureAttach { id })? {
+            (Reply::Done, fds) => {
+                let [fd] = take_fds::<1>(fds)?;
+                Ok(SeqPacket::from_fd(fd))
+            }
+            (r, _) => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
         }
     }
     /// Sets permissions in xenstore's text form (`["b3", "r1"]`).

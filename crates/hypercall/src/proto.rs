@@ -142,6 +142,20 @@ pub enum Request {
         guest: String,
         handle: u32,
     },
+    /// Toolstack: opens a message channel to domain `domain` (by name) for
+    /// packet capture (`splitnet capture`). hv writes `spec` to the domain's
+    /// `splitnet/capture/<id>` (owned by the domain, which removes it when
+    /// the reader goes) and replies [`Reply::Channel`] with the toolstack's
+    /// end attached; the domain collects its end with
+    /// [`Request::CaptureAttach`].
+    CaptureOpen {
+        domain: String,
+        spec: String,
+    },
+    /// From a domain: collects its end of capture channel `id` (once).
+    CaptureAttach {
+        id: u32,
+    },
 }
 
 impl Request {
@@ -156,11 +170,12 @@ impl Request {
                 | Request::RestartDomain { .. }
                 | Request::NetworkAttach { .. }
                 | Request::NetworkDetach { .. }
+                | Request::CaptureOpen { .. }
         )
     }
 
     /// Every request's name, in [`Request::index`] order (counter and trace names).
-    pub const NAMES: [&'static str; 30] = [
+    pub const NAMES: [&'static str; 32] = [
         "hello",
         "nop",
         "store_read",
@@ -191,6 +206,8 @@ impl Request {
         "restart_domain",
         "network_attach",
         "network_detach",
+        "capture_open",
+        "capture_attach",
     ];
 
     /// A dense number per kind of request, below `NAMES.len()`.
@@ -226,6 +243,8 @@ impl Request {
             Request::RestartDomain { .. } => 27,
             Request::NetworkAttach { .. } => 28,
             Request::NetworkDetach { .. } => 29,
+            Request::CaptureOpen { .. } => 30,
+            Request::CaptureAttach { .. } => 31,
         }
     }
 
@@ -285,6 +304,11 @@ pub enum Reply {
         handle: u32,
         entries: u32,
         pool_frames: u32,
+    },
+    /// A capture channel to domain `domid`; one end travels with the message.
+    Channel {
+        id: u32,
+        domid: DomId,
     },
 }
 

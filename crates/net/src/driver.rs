@@ -2,6 +2,7 @@
 //! vif, driven by one poll loop (Menon 2006 Fig. 1; Ram thesis Fig. 2.1).
 
 use crate::bridge::{Bridge, PortId, Route};
+use crate::capture::{Taps, Target};
 use crate::idle::Idle;
 use crate::netback::{self, Netback, Pending};
 use crate::packet::{Csum, FrameRef};
@@ -64,6 +65,12 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
     rescan(hv, &base, &mut pending, &mut vifs)?;
     connect_ready(hv, &mut pending, &mut vifs)?;
 
+    let captures = format!("{home}/capture");
+    hv.watch(&captures, CAPTURES)?;
+    let mut taps = Taps::default();
+    taps.sync(hv, &captures);
+    let port_name = phys.as_ref().map(|p| p.name().to_string());
+
     let mut idle = Idle::for_domain(hv, "driver", Duration::from_millis(200));
     let mut bridge = Bridge::default();
     let mut last_stats = Instant::now();
@@ -95,6 +102,12 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             if w.pending || w.rescan {
                 connect_ready(hv, &mut pending, &mut vifs)?;
             }
+            if w.captures {
+                taps.sync(hv, &captures);
+            }
+            if w.captures || w.pending || w.rescan {
+                taps.resolve(|t| port_of(t, &vifs, &base, port_name.as_deref()));
+            }
         }
 
         // Physical port → bridge.
@@ -106,6 +119,7 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                     std::slice::from_ref(f),
                     &mut None,
                     Others::all(&mut vifs),
+                    &mut taps,
                 );
             });
             if let Err(e) = r {
@@ -132,7 +146,14 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             };
             let mut others = Others { before, after };
             let r = me.nb.process_tx(hv, &mut |frames| {
-                forward(&mut bridge, i + 1, frames, &mut phys, others.reborrow());
+                forward(
+                    &mut bridge,
+                    i + 1,
+                    frames,
+                    &mut phys,
+                    others.reborrow(),
+                    &mut taps,
+                );
             });
             if let Err(e) = r {
                 me.nb.disconnect(hv, &format!("TX failed: {e}"));
@@ -157,7 +178,21 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         if last_stats.elapsed() >= Duration::from_millis(500) {
             last_stats = Instant::now();
             publish_stats(hv, &mut vifs, phys.as_deref(), &bridge);
+            taps.reap(hv, &captures);
         }
+    }
+}
+
+/// The bridge port a capture target is on now, if any.
+fn port_of(t: &Target, vifs: &[Vif], base: &str, phys: Option<&str>) -> Option<PortId> {
+    match t {
+        Target::Vif { guest, handle } => {
+            let be = format!("{base}/{guest}/{handle}");
+            let i = vifs.iter().position(|v| !v.gone && v.nb.be == be)?;
+            Some(i + 1)
+        }
+        Target::Port(name) => (phys == Some(name.as_str())).then_some(PHYS),
+        Target::Bridge => None,
     }
 }
 
@@ -165,6 +200,8 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
 const PENDING: &str = "pending";
 /// Watch token of the driver domain's `backend/vif` directory.
 const BACKENDS: &str = "backends";
+/// Watch token of the capture channels the toolstack opens.
+const CAPTURES: &str = "captures";
 
 /// Brings the vifs in line with the backend directories the toolstack
 /// wrote: a vif whose directory went away or was set offline
@@ -309,6 +346,8 @@ struct Fired {
     pending: bool,
     /// The toolstack changed the backend directories.
     rescan: bool,
+    /// A capture channel was opened or ended.
+    captures: bool,
 }
 
 /// A frontend whose state went to Closing or Closed loses its backend.
@@ -317,6 +356,10 @@ fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fired, DriverEr
     while let Some(ev) = hv.next_watch(Duration::ZERO)? {
         if ev.token == PENDING {
             fired.pending = true;
+            continue;
+        }
+        if ev.token == CAPTURES {
+            fired.captures = true;
             continue;
         }
         if ev.token == BACKENDS {
@@ -404,20 +447,29 @@ const PORT_BATCH: usize = 64;
 /// Sends each frame where the bridge says, never back out of its ingress
 /// port: to other guests at once, to the physical port together at the end
 /// (one `sendmmsg` for a TX batch). The bridge decides on each frame's first
-/// bytes (netback's header copy).
+/// bytes (netback's header copy). Capture taps see each frame enter and
+/// leave; with none, this costs one branch.
 fn forward(
     bridge: &mut Bridge,
     ingress: PortId,
     frames: &[FrameRef<'_>],
     phys: &mut Option<Box<dyn Port>>,
     mut vifs: Others<'_>,
+    taps: &mut Taps,
 ) {
     let now = Instant::now();
     let none = FrameRef::private(&[], Csum::Unknown, None);
     let mut to_phys: [&FrameRef<'_>; PORT_BATCH] = [&none; PORT_BATCH];
     let mut n = 0;
+    let tapping = !taps.is_empty();
     for f in frames {
         let (targets, t) = route(bridge, ingress, f, now, &vifs);
+        if tapping {
+            taps.frame(ingress, false, f);
+            for &p in &targets[..t] {
+                taps.frame(p, true, f);
+            }
+        }
         for &p in &targets[..t] {
             if p != PHYS {
                 if let Some(v) = vifs.get(p) {

@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 pub mod bridge;
+pub mod capture;
 pub mod counters;
 pub mod driver;
 pub mod idle;

@@ -33,7 +33,10 @@ pub use packet::{
     get_mac, ifindex, set_mac, PacketSocket, RecvBatch, RECV_BATCH, SEND_BATCH, SEND_BATCH_PARTS,
 };
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
-pub use process::{close_inherited_fds, kill, rdtsc, set_inheritable, take_inherited_fd};
+pub use process::{
+    catch_interrupts, close_inherited_fds, interrupted, kill, rdtsc, set_inheritable,
+    take_inherited_fd,
+};
 pub use seccomp::{CompiledFilter, SyscallFilter};
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};
 pub use tap::{Tap, TapOffloads, VNET_HDR_LEN};

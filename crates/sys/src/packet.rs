@@ -45,7 +45,12 @@ fn setsockopt<T>(fd: BorrowedFd<'_>, level: i32, opt: i32, v: &T) -> io::Result<
 /// Sets a socket buffer size, past the rmem_max/wmem_max limit when we hold
 /// CAP_NET_ADMIN over the host (the FORCE variant), within it otherwise (a
 /// jailed driver domain: hv::jail).
-fn set_buffer(fd: BorrowedFd<'_>, force: i32, plain: i32, size: libc::c_int) -> io::Result<()> {
+pub(crate) fn set_buffer(
+    fd: BorrowedFd<'_>,
+    force: i32,
+    plain: i32,
+    size: libc::c_int,
+) -> io::Result<()> {
     match setsockopt_int(fd, libc::SOL_SOCKET, force, size) {
         // `cvt` wraps the OS error with context, so match on its kind.
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {

@@ -87,3 +87,32 @@ pub fn close_inherited_fds(keep: &[i32]) {
         }
     }
 }
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn note_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Makes SIGINT and SIGTERM set a flag ([`interrupted`]) instead of ending
+/// the process, so a long-running command can stop cleanly (flush its
+/// output, report counts). Blocking calls made afterwards may be cut short.
+pub fn catch_interrupts() -> io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: sigaction is plain old data; all-zero is a valid start.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: installs a handler that only stores to an atomic
+        // (async-signal-safe); `sa` lives for the call.
+        cvt(
+            unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } as libc::c_long,
+            "sigaction",
+        )?;
+    }
+    Ok(())
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`catch_interrupts`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}

@@ -280,10 +280,36 @@ impl SeqPacket {
         })
     }
 
+    /// Sets the send buffer to `bytes` (beyond `wmem_max` when the caller
+    /// may): how much a sender that uses [`SeqPacket::try_send`] can have
+    /// queued before messages are dropped.
+    pub fn set_send_buffer(&self, bytes: usize) -> io::Result<()> {
+        let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        crate::packet::set_buffer(self.as_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, size)
+    }
+
+    /// Whether the peer has closed its end (a non-blocking check).
+    pub fn peer_closed(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, no wait.
+        let rc = unsafe { libc::poll(&mut p, 1, 0) };
+        rc > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
+    }
+
     /// Shuts down both directions, waking a peer blocked in `recv`.
     pub fn shutdown(&self) {
         // SAFETY: plain syscall on a descriptor we hold.
         unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+}
+
+impl From<SeqPacket> for OwnedFd {
+    fn from(s: SeqPacket) -> OwnedFd {
+        s.fd
     }
 }
 

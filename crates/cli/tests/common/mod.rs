@@ -239,11 +239,18 @@ pub fn rx_bytes(domain: &str, ifname: &str) -> u64 {
 }
 
 impl Env {
-    /// Starts an iperf3 TCP stream of `secs` seconds from `client` to the wire
-    /// host, in the background, and returns once data is flowing: the server
-    /// is listening before the client starts, and the wire host has received
-    /// another 4 MiB. Both ends are killed when dropped.
-    pub fn stream_to_wire(&self, client: &str, secs: u32) -> (Background, Background) {
+    /// `ping -c N` from `from` to `to` succeeds with no loss.
+    pub fn ping(&self, from: &str, to: &str, n: u32) {
+        let n = n.to_string();
+        let out = self.ok(&[
+            "exec", from, "--", "ping", "-c", &n, "-i", "0.2", "-W", "2", to,
+        ]);
+        assert!(out.contains(" 0% packet loss"), "{from} -> {to}:\n{out}");
+    }
+
+    /// Starts a one-shot iperf3 server on the wire host and returns once
+    /// it listens; killed when dropped.
+    pub fn iperf3_server_on_wire(&self) -> Background {
         let srv = self.spawn(&[
             "exec",
             "wire",
@@ -254,10 +261,21 @@ impl Env {
             "-B",
             "10.77.0.254",
         ]);
+        wait_until(
+            "iperf3 to listen in wire",
+            std::time::Duration::from_secs(10),
+            || listening("wire", 5201),
+        );
+        srv
+    }
+
+    /// Starts an iperf3 TCP stream of `secs` seconds from `client` to the wire
+    /// host, in the background, and returns once data is flowing: the server
+    /// is listening before the client starts, and the wire host has received
+    /// another 4 MiB. Both ends are killed when dropped.
+    pub fn stream_to_wire(&self, client: &str, secs: u32) -> (Background, Background) {
+        let srv = self.iperf3_server_on_wire();
         let limit = std::time::Duration::from_secs(10);
-        wait_until("iperf3 to listen in wire", limit, || {
-            listening("wire", 5201)
-        });
         let before = rx_bytes("wire", "eth0");
         let t = secs.to_string();
         let cl = self.spawn(&[
