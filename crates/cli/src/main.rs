@@ -4,6 +4,8 @@
 mod domain;
 mod hotplug;
 mod lifecycle;
+mod listen;
+mod metrics;
 mod profile;
 mod status;
 mod trace;
@@ -53,12 +55,22 @@ enum Cmd {
         /// 0, the default, sleeps at once). Costs CPU; see docs/RESULTS.md.
         #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
         spin_us: Option<u32>,
+        /// hv serves every counter in the Prometheus text format at
+        /// http://ADDR/metrics (what `status --prometheus` prints). ADDR is
+        /// PORT (on 127.0.0.1) or HOST:PORT; use 0.0.0.0:PORT only on a
+        /// trusted network.
+        #[arg(long, value_name = "ADDR", value_parser = listen::parse_addr)]
+        listen: Option<std::net::SocketAddr>,
     },
     /// Show domains, namespaces, addresses, ports and counters.
     Status {
         /// Machine-readable output.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "prometheus")]
         json: bool,
+        /// Every counter in the Prometheus text format (what `up --listen`
+        /// serves on /metrics); names and labels in docs/ARCHITECTURE.md.
+        #[arg(long)]
+        prometheus: bool,
     },
     /// Run a command in a domain's (or the wire host's) network namespace.
     Exec {
@@ -214,6 +226,8 @@ enum Cmd {
         preset: Option<Preset>,
         #[arg(long)]
         spin_us: Option<u32>,
+        #[arg(long, value_parser = listen::parse_addr)]
+        listen: Option<std::net::SocketAddr>,
     },
     /// A domain's process (started by hv inside the domain's namespace).
     #[command(hide = true)]
@@ -314,13 +328,22 @@ fn run(cli: Cli) -> Result<()> {
             timeout,
             preset,
             spin_us,
+            listen,
         } => lifecycle::up(
             &rd,
             config.as_deref(),
             timeout,
             lifecycle::Tuning { preset, spin_us },
+            listen,
         ),
-        Cmd::Status { json } => status::show(&rd, json),
+        Cmd::Status {
+            json: _,
+            prometheus: true,
+        } => {
+            print!("{}", metrics::render(&status::collect_with(&rd, false)?));
+            Ok(())
+        }
+        Cmd::Status { json, .. } => status::show(&rd, json),
         Cmd::Exec { domain, cmd } => match lifecycle::exec(&rd, &domain, &cmd)? {},
         Cmd::Down => lifecycle::down(&rd),
         Cmd::Restart { domain } => hotplug::restart(&rd, &domain),
@@ -459,7 +482,8 @@ fn run(cli: Cli) -> Result<()> {
             config,
             preset,
             spin_us,
-        } => lifecycle::run_hv(&rd, &config, lifecycle::Tuning { preset, spin_us }),
+            listen,
+        } => lifecycle::run_hv(&rd, &config, lifecycle::Tuning { preset, spin_us }, listen),
         Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
         Cmd::Domain => domain::main(),
     }
