@@ -8,6 +8,7 @@ mod listen;
 mod metrics;
 mod profile;
 mod status;
+mod top;
 mod trace;
 
 use anyhow::Result;
@@ -71,6 +72,35 @@ enum Cmd {
         /// serves on /metrics); names and labels in docs/ARCHITECTURE.md.
         #[arg(long)]
         prometheus: bool,
+    },
+    /// A live view in the manner of xentop: per domain its CPU share (from
+    /// its cgroup) and memory; per vif and port, packets and bytes per
+    /// second each way, ring occupancy, drops and refusals by reason.
+    #[command(
+        long_about = "A live view in the manner of xentop, refreshed every --delay seconds.\n\n\
+        Domains: CPU seconds and CPU share (100% is one core) of the processes in each \
+        domain's cgroup, memory, grant entries and maps, event channels.\n\n\
+        Links (each vif, then each driver domain's port): packets and bytes per second \
+        received (RX) and sent (TX), where TX on a vif is guest -> network and on a port \
+        is driver domain -> wire; TX_RING is the TX requests the guest has published and \
+        netback not yet answered, over the ring's slots; RX_POSTED the RX buffers the guest \
+        has posted and netback not yet filled; RX_QUEUED the packets netback holds waiting \
+        for buffers; DROPS and REFUSED count by reason since the vif connected (fe: the \
+        frontend's). Rates need two samples: the first frame shows `-`.\n\n\
+        Keys: q or Esc quits. With --batch, prints plain-text frames instead (a header \
+        line, the domain table and the link table, whole numbers), as `xentop -b` does.\n\n\
+        Example: splitnet top --batch --iterations 3 --delay 1"
+    )]
+    Top {
+        /// Seconds between refreshes (at least 0.1).
+        #[arg(long, short = 'd', default_value_t = 1.0, value_name = "SECS")]
+        delay: f64,
+        /// Print plain-text frames to stdout instead of the interactive view.
+        #[arg(long, short = 'b')]
+        batch: bool,
+        /// Stop after this many frames (default: run until q, or forever with --batch).
+        #[arg(long, short = 'i', value_name = "N")]
+        iterations: Option<u64>,
     },
     /// Run a command in a domain's (or the wire host's) network namespace.
     Exec {
@@ -344,6 +374,18 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Status { json, .. } => status::show(&rd, json),
+        Cmd::Top {
+            delay,
+            batch,
+            iterations,
+        } => top::run(
+            &rd,
+            &top::TopArgs {
+                delay,
+                batch,
+                iterations,
+            },
+        ),
         Cmd::Exec { domain, cmd } => match lifecycle::exec(&rd, &domain, &cmd)? {},
         Cmd::Down => lifecycle::down(&rd),
         Cmd::Restart { domain } => hotplug::restart(&rd, &domain),
