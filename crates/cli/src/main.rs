@@ -73,9 +73,8 @@ enum Cmd {
         #[arg(long)]
         prometheus: bool,
     },
-    /// A live view in the manner of xentop: per domain its CPU share (from
-    /// its cgroup) and memory; per vif and port, packets and bytes per
-    /// second each way, ring occupancy, drops and refusals by reason.
+    /// A live view like xentop: CPU and memory per domain; rates, ring
+    /// occupancy, drops and refusals per vif and port.
     #[command(
         long_about = "A live view in the manner of xentop, refreshed every --delay seconds.\n\n\
         Domains: CPU seconds and CPU share (100% is one core) of the processes in each \
