@@ -77,9 +77,17 @@ impl Exposition {
     }
 
     /// Counters of an object of numbers: the keys in `known` under their
-    /// names, help and extra labels; any other number as
-    /// `<prefix>_<key>_total`, so a counter added later is not missed.
-    fn fields(&mut self, prefix: &str, obj: &Value, labels: &Labels<'_>, known: &[Field]) {
+    /// names, help and extra labels. With `others` (only for what a trusted
+    /// domain wrote: a guest does not get to name metrics), any other
+    /// number as `<prefix>_<key>_total`, so a counter added later is not missed.
+    fn fields(
+        &mut self,
+        prefix: &str,
+        obj: &Value,
+        labels: &Labels<'_>,
+        known: &[Field],
+        others: bool,
+    ) {
         for (k, v) in obj.as_object().into_iter().flatten() {
             if !v.is_number() {
                 continue;
@@ -90,6 +98,7 @@ impl Exposition {
                     l.extend_from_slice(f.labels);
                     self.counter(f.name, f.help, &l, v);
                 }
+                None if !others => {}
                 None => self.counter(
                     &format!("{prefix}_{k}_total"),
                     &format!("The {k} counter of {}.", prefix.replace('_', " ")),
@@ -476,7 +485,7 @@ pub fn render(st: &Value) -> String {
                 continue;
             }
             let sl: &Labels<'_> = &[("domain", guest), ("vif", vif), ("side", side)];
-            e.fields("splitnet_vif", c, sl, VIF_FIELDS);
+            e.fields("splitnet_vif", c, sl, VIF_FIELDS, side == "backend");
             e.by_key(
                 "splitnet_vif_grant_ops_total",
                 "Grant operations of a vif's end, by operation.",
@@ -499,11 +508,13 @@ pub fn render(st: &Value) -> String {
                 &c["rejected"],
             );
         }
+        // Written by the guest.
         e.fields(
             "splitnet_vif_grant_track",
             &v["grant_track"],
             vl,
             TRACK_FIELDS,
+            false,
         );
         for (k, name, help) in RING_FIELDS {
             e.gauge(name, help, vl, &v["ring"][*k]);
@@ -520,6 +531,7 @@ pub fn render(st: &Value) -> String {
             &p["counters"],
             &[("domain", d), ("port", n)],
             PORT_FIELDS,
+            true,
         );
     }
     for b in st["bridges"].as_array().unwrap_or(&empty) {
@@ -530,7 +542,7 @@ pub fn render(st: &Value) -> String {
             bl,
             &b["macs"],
         );
-        e.fields("splitnet_bridge", &b["counters"], bl, BRIDGE_FIELDS);
+        e.fields("splitnet_bridge", &b["counters"], bl, BRIDGE_FIELDS, true);
     }
 
     let tables = st["ngm_tables"].as_array().unwrap_or(&empty);
@@ -724,7 +736,8 @@ mod tests {
                              "grant_ops": {"copy": 3}, "new_counter": 5},
                 "ring": {"size": 256, "tx_outstanding": 0, "rx_posted": 255, "rx_queued": 0},
                 "frontend_counters": {"tx_packets": 7, "tx_bytes": 642, "rx_packets": 11,
-                                      "rx_bytes": 1018, "drops": {}, "rejected": {}, "grant_ops": {}},
+                                      "rx_bytes": 1018, "drops": {}, "rejected": {}, "grant_ops": {},
+                                      "guest_named": 1},
                 "grant_track": {"created": 512, "hits": 274, "evictions": 0, "set_full": 0, "uses": 786}
             }],
             "ports": [{"domain": "drv", "name": "peth0", "counters":
@@ -755,6 +768,7 @@ mod tests {
             value(&text, "splitnet_vif_new_counter_total", &vif),
             Some(5.0)
         );
+        assert!(!text.contains("guest_named"), "a guest names no metric");
         assert_eq!(
             value(&text, "splitnet_vif_ring_rx_posted", &vif[..2]),
             Some(255.0)

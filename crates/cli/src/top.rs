@@ -248,6 +248,24 @@ pub fn view(prev: Option<&Sample>, cur: &Sample, human: bool) -> View {
         ]);
     }
 
+    // Reasons come from the guests: no control characters or spaces reach
+    // the terminal or break a batch line's one token per cell.
+    for r in domains.rows.iter_mut().chain(links.rows.iter_mut()) {
+        for c in r.iter_mut() {
+            if c.chars().any(|ch| ch.is_control() || ch.is_whitespace()) {
+                *c = c
+                    .chars()
+                    .map(|ch| {
+                        if ch.is_control() || ch.is_whitespace() {
+                            '_'
+                        } else {
+                            ch
+                        }
+                    })
+                    .collect();
+            }
+        }
+    }
     let secs = cur
         .wall
         .duration_since(UNIX_EPOCH)
@@ -461,7 +479,7 @@ mod tests {
                           "counters": {"tx_packets": tx_bytes / 1000, "tx_bytes": tx_bytes,
                                        "rx_packets": 5, "rx_bytes": 500, "drops": {"rx_queue_full": drops},
                                        "rejected": {}},
-                          "frontend_counters": {"drops": {}, "rejected": {"bad_ref": 1}},
+                          "frontend_counters": {"drops": {"a b\u{1b}[2J": 1}, "rejected": {"bad_ref": 1}},
                           "ring": {"size": 256, "tx_outstanding": 3, "rx_posted": 250, "rx_queued": 0}}],
                 "ports": [{"domain": "drv", "name": "peth0", "counters":
                     {"tx_packets": 1, "tx_bytes": 100, "rx_packets": 0, "rx_bytes": 0,
@@ -492,7 +510,7 @@ mod tests {
         assert_eq!(cell(&v.links, 0, "RX_B/s"), "0");
         assert_eq!(cell(&v.links, 0, "TX_RING"), "3/256");
         assert_eq!(cell(&v.links, 0, "RX_POSTED"), "250");
-        assert_eq!(cell(&v.links, 0, "DROPS"), "rx_queue_full=3");
+        assert_eq!(cell(&v.links, 0, "DROPS"), "rx_queue_full=3,fe:a_b_[2J=1");
         assert_eq!(cell(&v.links, 0, "REFUSED"), "fe:bad_ref=1");
         assert_eq!(cell(&v.links, 1, "LINK"), "peth0");
         assert_eq!(cell(&v.links, 1, "DROPS"), "rx_errors=2");
