@@ -6,7 +6,7 @@
 # name libc's functions, and a Rust toolchain.
 set -euo pipefail
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 tcpdump ethtool gcc curl python3 passt slirp4netns libc6-dbg; do
+for p in iproute2 iputils-ping libxen-dev iperf3 tcpdump ethtool gcc curl python3 passt slirp4netns libc6-dbg prometheus; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

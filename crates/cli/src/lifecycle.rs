@@ -6,6 +6,7 @@ use hv::host;
 use hv::topology::{Preset, Topology};
 use hv::Toolstack;
 use std::fs;
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -60,14 +61,24 @@ impl Tuning {
     }
 }
 
-/// `splitnet up`.
-pub fn up(rd: &Path, config: Option<&Path>, timeout: u64, tuning: Tuning) -> Result<()> {
+/// `splitnet up`; with `listen`, hv serves `/metrics` there.
+pub fn up(
+    rd: &Path,
+    config: Option<&Path>,
+    timeout: u64,
+    tuning: Tuning,
+    listen: Option<SocketAddr>,
+) -> Result<()> {
     require_root()?;
     if Toolstack::connect(&socket_path(rd)).is_ok() {
         bail!(
             "splitnet is already up (hv at {}); run `splitnet down` first",
             socket_path(rd).display()
         );
+    }
+    if let Some(a) = listen {
+        // Said now, not in hv's log: the address is taken or not ours.
+        drop(TcpListener::bind(a).with_context(|| format!("--listen {a}: cannot bind"))?);
     }
     let (mut topo, text) = match config {
         Some(p) => {
@@ -96,6 +107,11 @@ pub fn up(rd: &Path, config: Option<&Path>, timeout: u64, tuning: Tuning) -> Res
         .arg("--config")
         .arg(&topo_path)
         .args(tuning.args())
+        .args(
+            listen
+                .iter()
+                .flat_map(|a| ["--listen".to_string(), a.to_string()]),
+        )
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -136,6 +152,9 @@ pub fn up(rd: &Path, config: Option<&Path>, timeout: u64, tuning: Tuning) -> Res
                         .unwrap_or_default(),
                     v["hv_pid"]
                 );
+                if let Some(a) = listen {
+                    println!("metrics: http://{a}/metrics");
+                }
                 return Ok(());
             }
         }
@@ -247,11 +266,16 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
     Err(err).with_context(|| format!("running {:?} in {domain}", cmd[0]))
 }
 
-/// `splitnet hv`: the daemon in the foreground.
-pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning) -> Result<()> {
+/// `splitnet hv`: the daemon in the foreground; with `listen`, it serves
+/// `/metrics` there too.
+pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAddr>) -> Result<()> {
     require_root()?;
     let mut topology = Topology::load(config)?;
     tuning.apply(&mut topology);
+    if let Some(a) = listen {
+        let bound = crate::listen::spawn(rd, a)?;
+        eprintln!("hv: serving metrics at http://{bound}/metrics");
+    }
     let exe = std::env::current_exe()?;
     daemon::run(DaemonConfig {
         topology,

@@ -5,8 +5,11 @@ mod capture;
 mod domain;
 mod hotplug;
 mod lifecycle;
+mod listen;
+mod metrics;
 mod profile;
 mod status;
+mod top;
 mod trace;
 
 use anyhow::Result;
@@ -54,12 +57,50 @@ enum Cmd {
         /// 0, the default, sleeps at once). Costs CPU; see docs/RESULTS.md.
         #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
         spin_us: Option<u32>,
+        /// hv serves every counter in the Prometheus text format at
+        /// http://ADDR/metrics (what `status --prometheus` prints). ADDR is
+        /// PORT (on 127.0.0.1) or HOST:PORT; use 0.0.0.0:PORT only on a
+        /// trusted network.
+        #[arg(long, value_name = "ADDR", value_parser = listen::parse_addr)]
+        listen: Option<std::net::SocketAddr>,
     },
     /// Show domains, namespaces, addresses, ports and counters.
     Status {
         /// Machine-readable output.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "prometheus")]
         json: bool,
+        /// Every counter in the Prometheus text format (what `up --listen`
+        /// serves on /metrics); names and labels in docs/ARCHITECTURE.md.
+        #[arg(long)]
+        prometheus: bool,
+    },
+    /// A live view like xentop: CPU and memory per domain; rates, ring
+    /// occupancy, drops and refusals per vif and port.
+    #[command(
+        long_about = "A live view in the manner of xentop, refreshed every --delay seconds.\n\n\
+        Domains: CPU seconds and CPU share (100% is one core) of the processes in each \
+        domain's cgroup, memory, grant entries and maps, event channels.\n\n\
+        Links (each vif, then each driver domain's port): packets and bytes per second \
+        received (RX) and sent (TX), where TX on a vif is guest -> network and on a port \
+        is driver domain -> wire; TX_RING is the TX requests the guest has published and \
+        netback not yet answered, over the ring's slots; RX_POSTED the RX buffers the guest \
+        has posted and netback not yet filled; RX_QUEUED the packets netback holds waiting \
+        for buffers; DROPS and REFUSED count by reason since the vif connected (fe: the \
+        frontend's). Rates need two samples: the first frame shows `-`.\n\n\
+        Keys: q or Esc quits. With --batch, prints plain-text frames instead (a header \
+        line, the domain table and the link table, whole numbers), as `xentop -b` does.\n\n\
+        Example: splitnet top --batch --iterations 3 --delay 1"
+    )]
+    Top {
+        /// Seconds between refreshes (at least 0.1).
+        #[arg(long, short = 'd', default_value_t = 1.0, value_name = "SECS")]
+        delay: f64,
+        /// Print plain-text frames to stdout instead of the interactive view.
+        #[arg(long, short = 'b')]
+        batch: bool,
+        /// Stop after this many frames (default: run until q, or forever with --batch).
+        #[arg(long, short = 'i', value_name = "N")]
+        iterations: Option<u64>,
     },
     /// Run a command in a domain's (or the wire host's) network namespace.
     Exec {
@@ -254,6 +295,8 @@ enum Cmd {
         preset: Option<Preset>,
         #[arg(long)]
         spin_us: Option<u32>,
+        #[arg(long, value_parser = listen::parse_addr)]
+        listen: Option<std::net::SocketAddr>,
     },
     /// A domain's process (started by hv inside the domain's namespace).
     #[command(hide = true)]
@@ -374,13 +417,34 @@ fn run(cli: Cli) -> Result<()> {
             timeout,
             preset,
             spin_us,
+            listen,
         } => lifecycle::up(
             &rd,
             config.as_deref(),
             timeout,
             lifecycle::Tuning { preset, spin_us },
+            listen,
         ),
-        Cmd::Status { json } => status::show(&rd, json),
+        Cmd::Status {
+            json: _,
+            prometheus: true,
+        } => {
+            print!("{}", metrics::render(&status::collect_with(&rd, false)?));
+            Ok(())
+        }
+        Cmd::Status { json, .. } => status::show(&rd, json),
+        Cmd::Top {
+            delay,
+            batch,
+            iterations,
+        } => top::run(
+            &rd,
+            &top::TopArgs {
+                delay,
+                batch,
+                iterations,
+            },
+        ),
         Cmd::Exec { domain, cmd } => match lifecycle::exec(&rd, &domain, &cmd)? {},
         Cmd::Down => lifecycle::down(&rd),
         Cmd::Restart { domain } => hotplug::restart(&rd, &domain),
@@ -537,7 +601,8 @@ fn run(cli: Cli) -> Result<()> {
             config,
             preset,
             spin_us,
-        } => lifecycle::run_hv(&rd, &config, lifecycle::Tuning { preset, spin_us }),
+            listen,
+        } => lifecycle::run_hv(&rd, &config, lifecycle::Tuning { preset, spin_us }, listen),
         Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
         Cmd::Domain => domain::main(),
     }

@@ -95,14 +95,24 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
         .iter()
         .map(|f| (f.to_string(), Value::Bool(read(format!("{be}/{f}")) == "1")))
         .collect();
-        let stats: Value =
+        let mut stats: Value =
             serde_json::from_str(&read(format!("{be}/stats"))).unwrap_or(Value::Null);
+        let ring = stats
+            .as_object_mut()
+            .and_then(|m| m.remove("ring"))
+            .unwrap_or(Value::Null);
         let fe_stats: Value =
             serde_json::from_str(&read(format!("{fe}/stats"))).unwrap_or(Value::Null);
         out.push(json!({
             "guest": guest,
             "handle": handle.parse::<u32>().unwrap_or(0),
+            "vif": net::vif_name(be),
             "backend_domain": be.split('/').nth(3),
+            "backend_name": be
+                .split('/')
+                .nth(3)
+                .and_then(|id| s.domains.iter().find(|d| d.id.to_string() == id))
+                .map(|d| d.name.as_str()),
             "frontend": fe,
             "backend": be,
             "frontend_state": state_name(&read(format!("{fe}/state"))),
@@ -116,6 +126,7 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "features": features,
             "disconnect_reason": Some(read(format!("{be}/disconnect-reason"))).filter(|r| !r.is_empty()),
             "counters": stats,
+            "ring": ring,
             "frontend_counters": fe_stats["counters"],
             "grant_track": fe_stats["grant_track"],
         }));
@@ -123,8 +134,31 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
     out
 }
 
+/// CPU time, kernel time included, of the processes in a domain's cgroup
+/// (its directory as hv reports it, in whichever hierarchy it is).
+fn cpu_seconds(cgroup: Option<&str>) -> Option<f64> {
+    let cg = host::Cgroup {
+        dirs: vec![cgroup?.into()],
+    };
+    Some(cg.cpu_usage()?.as_secs_f64())
+}
+
 /// Builds the JSON document `status --json` prints.
 pub fn collect(rd: &Path) -> Result<Value> {
+    collect_with(rd, true)
+}
+
+/// The same document; without `interfaces`, the domains' and hosts'
+/// interfaces and addresses are left empty (saves an `ip` run per
+/// namespace when only counters are wanted).
+pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
+    let ifs_of = |ns: &str| {
+        if interfaces {
+            self::interfaces(ns)
+        } else {
+            Vec::new()
+        }
+    };
     let mut ts = Toolstack::connect(&socket_path(rd)).map_err(|e| anyhow!("{e}"))?;
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
     let vif_list = vifs(&mut ts, &s);
@@ -132,7 +166,7 @@ pub fn collect(rd: &Path) -> Result<Value> {
         .domains
         .iter()
         .map(|d| {
-            let ifs = d.netns.as_deref().map(interfaces).unwrap_or_default();
+            let ifs = d.netns.as_deref().map(ifs_of).unwrap_or_default();
             let spin_us: u64 = ts
                 .store_read(&net::idle::spin_path(d.id))
                 .ok()
@@ -154,6 +188,7 @@ pub fn collect(rd: &Path) -> Result<Value> {
                 "addresses": addresses(&ifs),
                 "interfaces": ifs,
                 "counters": d.counters,
+                "cpu_seconds": cpu_seconds(d.cgroup.as_deref()),
                 "spin_us": spin_us,
             })
         })
@@ -161,7 +196,7 @@ pub fn collect(rd: &Path) -> Result<Value> {
     let mut hosts = Vec::new();
     let mut ports = Vec::new();
     if let (Some(w), Some(ns)) = (s.info.get("wire"), s.info.get("wire.netns")) {
-        let ifs = interfaces(ns);
+        let ifs = ifs_of(ns);
         hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "addresses": addresses(&ifs), "interfaces": ifs}));
         if let Some(drv) = s.info.get("wire.driver") {
             ports.push(json!({
@@ -172,6 +207,33 @@ pub fn collect(rd: &Path) -> Result<Value> {
             }));
         }
     }
+    let mut bridges = Vec::new();
+    for d in s.domains.iter().filter(|d| d.kind == "driver") {
+        let path = format!("/local/domain/{}/splitnet/stats", d.id);
+        let Some(doc) = ts
+            .store_read(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        else {
+            continue;
+        };
+        bridges.push(json!({
+            "domain": d.name,
+            "macs": doc["bridge"]["macs"],
+            "counters": doc["bridge"]["counters"],
+        }));
+        let Some(name) = doc["port"]["name"].as_str() else {
+            continue;
+        };
+        let counters = doc["port"]["counters"].clone();
+        match ports
+            .iter_mut()
+            .find(|p| p["domain"] == d.name.as_str() && p["name"] == name)
+        {
+            Some(p) => p["counters"] = counters,
+            None => ports.push(json!({"domain": d.name, "name": name, "counters": counters})),
+        }
+    }
     Ok(json!({
         "hv_pid": s.hv_pid,
         "topology": s.info.get("topology"),
@@ -179,6 +241,7 @@ pub fn collect(rd: &Path) -> Result<Value> {
         "hosts": hosts,
         "vifs": vif_list,
         "ports": ports,
+        "bridges": bridges,
         "store_nodes": s.store_nodes,
         "grant_pins": s.grant_pins,
         "watches": s.watches,

@@ -529,7 +529,7 @@ fn publish_stats(hv: &mut HvClient, vifs: &mut [Vif], phys: Option<&dyn Port>, b
     // A disconnected vif wrote its final counters as it closed; writing
     // again could recreate a directory the toolstack has since removed.
     for v in vifs.iter_mut().filter(|v| v.nb.is_connected()) {
-        let json = serde_json::to_string(&v.nb.counters).unwrap_or_default();
+        let json = serde_json::to_string(&v.nb.stats()).unwrap_or_default();
         if json != v.stats_written && hv.store_write(&format!("{}/stats", v.nb.be), &json).is_ok() {
             v.stats_written = json;
         }

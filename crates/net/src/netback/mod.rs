@@ -486,6 +486,52 @@ impl Netback {
     }
 }
 
+/// How full a vif's rings are at one moment, read from the indexes netback
+/// already keeps when it publishes its counters (for `splitnet top`).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct RingOccupancy {
+    /// Slots in each ring.
+    pub size: u32,
+    /// TX requests the guest has published and netback not yet answered.
+    pub tx_outstanding: u32,
+    /// RX buffers the guest has posted and netback not yet filled.
+    pub rx_posted: u32,
+    /// Packets waiting in netback for RX buffers.
+    pub rx_queued: u32,
+}
+
+/// What netback publishes at `<backend>/stats`: its counters, and its
+/// rings' occupancy as `ring`.
+#[derive(serde::Serialize)]
+pub struct BackendStats<'a> {
+    #[serde(flatten)]
+    pub counters: &'a VifCounters,
+    pub ring: RingOccupancy,
+}
+
+impl Netback {
+    /// The counters and the rings' occupancy, as published. A request
+    /// index out of bounds counts as an empty ring here; the data path
+    /// deals with it.
+    pub fn stats(&mut self) -> BackendStats<'_> {
+        let mut ring = RingOccupancy {
+            rx_queued: self.rx_queue.len() as u32,
+            ..RingOccupancy::default()
+        };
+        if let Some(tx) = self.tx.as_mut() {
+            ring.size = tx.size();
+            ring.tx_outstanding = tx.unconsumed_requests().unwrap_or(0) + tx.pending_responses();
+        }
+        if let Some(rx) = self.rx.as_mut() {
+            ring.rx_posted = rx.unconsumed_requests().unwrap_or(0);
+        }
+        BackendStats {
+            counters: &self.counters,
+            ring,
+        }
+    }
+}
+
 /// Maps the guest's I/O pool and its translation table once (Ram thesis
 /// 4.5.2), after checking that the table the frontend names is the one hv has.
 fn attach_pool(hv: &mut HvClient, guest: DomId, fe: &str) -> Result<NgmView> {
