@@ -28,6 +28,17 @@ impl<F: FnMut(&[u8])> FrameSink for F {
     }
 }
 
+/// A sink that keeps every frame, for tests and tools (it allocates per
+/// frame, so it is not for the data path).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FrameLog(pub Vec<Vec<u8>>);
+
+impl FrameSink for FrameLog {
+    fn send_frame(&mut self, frame: &[u8]) {
+        self.0.push(frame.to_vec());
+    }
+}
+
 /// Static configuration of one NIC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PcnetConfig {

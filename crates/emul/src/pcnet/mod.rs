@@ -18,7 +18,9 @@
 mod device;
 pub mod regs;
 
-pub use device::{FrameSink, NicStats, Pcnet, PcnetConfig, Ring, RxDrop, RxOutcome, TX_BUFFER};
+pub use device::{
+    FrameLog, FrameSink, NicStats, Pcnet, PcnetConfig, Ring, RxDrop, RxOutcome, TX_BUFFER,
+};
 
 #[cfg(test)]
 mod tests;

@@ -9,17 +9,8 @@ use crate::pio::IoWidth::{Byte, Dword, Word};
 use abi::HeapMemory;
 use std::sync::Arc;
 
-#[derive(Default)]
-struct Collect(Vec<Vec<u8>>);
-
-impl FrameSink for Collect {
-    fn send_frame(&mut self, f: &[u8]) {
-        self.0.push(f.to_vec());
-    }
-}
-
 type Mem = Arc<HeapMemory>;
-type Nic = Pcnet<Mem, Collect>;
+type Nic = Pcnet<Mem, FrameLog>;
 
 const MAC: [u8; 6] = [0x02, 0x00, 0x00, 0xaa, 0xbb, 0xcc];
 const INIT_AT: u64 = 0x100;
@@ -29,7 +20,7 @@ const BUFS: u64 = 0x1000;
 
 fn new_nic(cfg: PcnetConfig) -> (Nic, GuestMemory<Mem>) {
     let g = GuestMemory::new(Arc::new(HeapMemory::new(64 * 1024)));
-    (Pcnet::new(g.clone(), Collect::default(), cfg), g)
+    (Pcnet::new(g.clone(), FrameLog::default(), cfg), g)
 }
 
 fn nic() -> (Nic, GuestMemory<Mem>) {
