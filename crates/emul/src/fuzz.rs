@@ -64,6 +64,12 @@ fn width(b: u8) -> IoWidth {
 
 /// Runs `data` as a sequence of guest and wire operations.
 pub fn nic_ports(data: &[u8]) {
+    run(data);
+}
+
+/// As [`nic_ports`], returning the NIC's counters at the end (to check that
+/// a corpus reaches the data path).
+pub fn run(data: &[u8]) -> crate::NicStats {
     let mem = Arc::new(HeapMemory::new(MEMORY));
     let gmem = GuestMemory::new(mem.clone());
     let nic = Pcnet::new(gmem.clone(), Sink { frames: 0 }, PcnetConfig::default());
@@ -77,6 +83,7 @@ pub fn nic_ports(data: &[u8]) {
             break;
         }
     }
+    m.nic.stats()
 }
 
 fn step(
