@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| splitnet_emul::fuzz::nic_ports(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| splitnet_fuzz::nic_ports(data));

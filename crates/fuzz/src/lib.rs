@@ -31,7 +31,15 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("topology", topology),
     ("netback_requests", netback_requests),
     ("netfront_responses", netfront_responses),
+    ("nic_ports", nic_ports),
 ];
+
+/// The emulated Am79C970A, 8259A pair and guest memory against port
+/// accesses and frame arrivals a hostile guest and wire choose
+/// (`emul::fuzz`).
+pub fn nic_ports(data: &[u8]) {
+    emul::fuzz::nic_ports(data);
+}
 
 mod vif;
 pub use vif::{netback_requests, netfront_responses};
