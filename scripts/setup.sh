@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
+# Usage: scripts/setup.sh [--no-build]
 # Installs what splitnet needs on a fresh Debian/Ubuntu machine (run as root):
 # iproute2 for namespaces and veth, libxen-dev for the ABI conformance test,
 # iperf3/tcpdump/ethtool for the data-path tests, passt (pasta) and
 # slirp4netns as peer baselines for `splitnet bench`, libc6-dbg so profiles
-# name libc's functions, and a Rust toolchain new enough for the workspace's
+# name libc's functions, man-db and bash-completion for splitnet's man pages
+# and completions, and a Rust toolchain new enough for the workspace's
 # rust-version: the one installed (rustup's too) if it is, else Debian 12's
 # rustc-web/cargo-web, the distribution's rustc/cargo or Ubuntu's newest
 # rustc-1.NN, whichever apt offers new enough (with its rustfmt and clippy);
-# if none is, it says what to install and stops.
+# if none is, it says what to install and stops. Then it builds the release
+# binary and installs its completions and man pages; --no-build stops before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -26,7 +29,7 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 tcpdump ethtool gcc curl python3 passt slirp4netns libc6-dbg; do
+for p in iproute2 iputils-ping libxen-dev iperf3 tcpdump ethtool gcc curl python3 passt slirp4netns libc6-dbg man-db bash-completion; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -138,3 +141,20 @@ fi
 install_lints
 echo "setup: Rust toolchain: $(rustc --version) at $(command -v rustc), $(cargo --version)"
 
+[ "${1:-}" != "--no-build" ] || exit 0
+echo "setup: building splitnet (cargo build --release)"
+cargo build --release --quiet
+bin=target/release/splitnet
+bash_dir=/usr/share/bash-completion/completions
+zsh_dir=/usr/share/zsh/vendor-completions
+fish_dir=/usr/share/fish/vendor_completions.d
+man_dir=/usr/local/share/man/man1
+mkdir -p "$bash_dir" "$zsh_dir" "$fish_dir" "$man_dir"
+"$bin" completions bash >"$bash_dir/splitnet"
+"$bin" completions zsh >"$zsh_dir/_splitnet"
+"$bin" completions fish >"$fish_dir/splitnet.fish"
+rm -f "$man_dir/splitnet.1" "$man_dir"/splitnet-*.1
+"$bin" man --out "$man_dir" 2>/dev/null
+if command -v mandb >/dev/null 2>&1; then mandb -q 2>/dev/null || true; fi
+echo "setup: installed completions ($bash_dir/splitnet, $zsh_dir/_splitnet, $fish_dir/splitnet.fish)" \
+    "and $(find "$man_dir" -maxdepth 1 -name 'splitnet*.1' | wc -l) man pages ($man_dir/splitnet*.1)"
