@@ -278,9 +278,13 @@ mod tests {
             );
             let shown = render(&page);
             for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
-                let flag = match arg.get_long() {
-                    Some(long) => format!("--{long}"),
-                    None => arg.get_id().to_string().to_uppercase(),
+                let flag = match (arg.get_long(), arg.get_short()) {
+                    (Some(long), _) => format!("--{long}"),
+                    (None, Some(short)) => format!("-{short}"),
+                    (None, None) => match arg.get_value_names() {
+                        Some([name, ..]) => name.to_string(),
+                        _ => arg.get_id().to_string().to_uppercase(),
+                    },
                 };
                 assert!(
                     shown.contains(&flag),
