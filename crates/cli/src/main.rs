@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 mod capture;
+mod docs;
 mod domain;
 mod hotplug;
 mod lifecycle;
@@ -285,6 +286,30 @@ enum Cmd {
         /// Trace while this command runs (after `--`).
         #[arg(last = true)]
         cmd: Vec<String>,
+    },
+    /// Print a shell completion script to stdout.
+    #[command(long_about = "Print a shell completion script for SHELL to stdout. \
+        scripts/setup.sh installs them for bash, zsh and fish.\n\n\
+        Examples:\n  \
+        source <(splitnet completions bash)\n  \
+        splitnet completions zsh > ~/.zfunc/_splitnet\n  \
+        splitnet completions fish > ~/.config/fish/completions/splitnet.fish")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages: splitnet(1) and one per subcommand.
+    #[command(long_about = "Write the man pages: splitnet.1 and one page per \
+        subcommand (splitnet-up.1, splitnet-status.1, ...) into --out, or splitnet.1 alone \
+        to stdout. scripts/setup.sh installs them into /usr/local/share/man/man1.\n\n\
+        Examples:\n  \
+        splitnet man | man -l -\n  \
+        splitnet man --out /usr/local/share/man/man1")]
+    Man {
+        /// Write every page into this folder (created if needed) instead of
+        /// splitnet.1 to stdout.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
     },
     /// Run the hypervisor daemon in the foreground (`up` starts it for you).
     #[command(hide = true)]
@@ -597,6 +622,13 @@ fn run(cli: Cli) -> Result<()> {
             json,
             cmd,
         } => trace::run(&rd, duration, json.as_deref(), &cmd),
+        Cmd::Completions { shell } => docs::print(&docs::completions(shell)),
+        Cmd::Man { out: None } => docs::print(&docs::man_page()?),
+        Cmd::Man { out: Some(dir) } => {
+            let pages = docs::man_pages(&dir)?;
+            eprintln!("wrote {} man pages into {}", pages.len(), dir.display());
+            Ok(())
+        }
         Cmd::Hv {
             config,
             preset,
