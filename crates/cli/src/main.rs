@@ -58,6 +58,11 @@ enum Cmd {
         /// 0, the default, sleeps at once). Costs CPU; see docs/RESULTS.md.
         #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
         spin_us: Option<u32>,
+        /// Shape the link between the driver domain and the wire host to
+        /// this rate, both ways (tc tbf), e.g. 100mbit for the seed papers'
+        /// 100 Mb/s Ethernet. Overrides the topology's `[wire] rate`.
+        #[arg(long, value_name = "RATE")]
+        link_rate: Option<hv::topology::LinkRate>,
         /// hv serves every counter in the Prometheus text format at
         /// http://ADDR/metrics (what `status --prometheus` prints). ADDR is
         /// PORT (on 127.0.0.1) or HOST:PORT; use 0.0.0.0:PORT only on a
@@ -320,6 +325,8 @@ enum Cmd {
         preset: Option<Preset>,
         #[arg(long)]
         spin_us: Option<u32>,
+        #[arg(long)]
+        link_rate: Option<hv::topology::LinkRate>,
         #[arg(long, value_parser = listen::parse_addr)]
         listen: Option<std::net::SocketAddr>,
     },
@@ -442,12 +449,17 @@ fn run(cli: Cli) -> Result<()> {
             timeout,
             preset,
             spin_us,
+            link_rate,
             listen,
         } => lifecycle::up(
             &rd,
             config.as_deref(),
             timeout,
-            lifecycle::Tuning { preset, spin_us },
+            lifecycle::Tuning {
+                preset,
+                spin_us,
+                link_rate,
+            },
             listen,
         ),
         Cmd::Status {
@@ -633,8 +645,18 @@ fn run(cli: Cli) -> Result<()> {
             config,
             preset,
             spin_us,
+            link_rate,
             listen,
-        } => lifecycle::run_hv(&rd, &config, lifecycle::Tuning { preset, spin_us }, listen),
+        } => lifecycle::run_hv(
+            &rd,
+            &config,
+            lifecycle::Tuning {
+                preset,
+                spin_us,
+                link_rate,
+            },
+            listen,
+        ),
         Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
         Cmd::Domain => domain::main(),
     }
