@@ -83,17 +83,7 @@ fn tcpdump(file: &std::path::Path, filter: &str) -> String {
 
 /// iperf3 sends `bytes` from guest1 to the wire host's one-shot server.
 fn send_to_wire(env: &Env, bytes: &str) {
-    let _srv = env.iperf3_server_on_wire();
-    let out = env.ok(&[
-        "exec",
-        "guest1",
-        "--",
-        "iperf3",
-        "-c",
-        "10.77.0.254",
-        "-n",
-        bytes,
-    ]);
+    let out = env.iperf3_guest1_to_wire(&["-n", bytes]);
     assert!(out.contains("receiver"), "{out}");
 }
 

@@ -282,18 +282,7 @@ fn the_wire_link_is_shaped_to_the_rate_asked_for_both_ways() {
     }
     // And traffic obeys it: iperf3 guest1 -> wire stays near 20 Mbit/s
     // (far below the unshaped Gbit/s), with nothing lost.
-    let _srv = env.iperf3_server_on_wire();
-    let out = env.ok(&[
-        "exec",
-        "guest1",
-        "--",
-        "iperf3",
-        "-c",
-        "10.77.0.254",
-        "-t",
-        "2",
-        "-J",
-    ]);
+    let out = env.iperf3_guest1_to_wire(&["-t", "2", "-J"]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 -J");
     let bps = v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
