@@ -139,15 +139,15 @@ pub fn vmapp(
     let mac = abi::xenbus::parse_mac(mac).map_err(|e| anyhow!("--mac: {e}"))?;
     let vmnet = Tap::create(tap, false)?;
     run_ip(&["link", "set", tap, "mtu", "1500", "up"])?;
-    // Confined before reading a byte from the guest.
-    hv::jail::enter(hv::jail::Role::VmApp).map_err(|e| anyhow!("VMApp of {guest}: {e}"))?;
     let cfg = VmAppConfig {
         ports_in_vmm,
         irq_bitvector,
         mac,
     };
-    let mut app = VmApp::new(chan, mem, vmnet, cfg);
-    app.start_vmnet(irq_bitvector)?;
+    let mut app = VmApp::new(chan, mem, vmnet, cfg)?;
+    // Confined before reading a byte from the guest.
+    hv::jail::enter(hv::jail::Role::VmApp).map_err(|e| anyhow!("VMApp of {guest}: {e}"))?;
+    app.start_vmnet()?;
     eprintln!(
         "vmapp {guest}: serving on {tap} (NIC model {}, {} on every switch)",
         if ports_in_vmm { "in the VMM" } else { "here" },

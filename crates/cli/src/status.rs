@@ -234,6 +234,16 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
             "macs": doc["bridge"]["macs"],
             "counters": doc["bridge"]["counters"],
         }));
+        for x in doc["extra_ports"].as_array().into_iter().flatten() {
+            ports.push(json!({
+                "domain": d.name,
+                "name": x["name"],
+                "driver": "tap",
+                "peer": "VMApp (VMNet)",
+                "open": x["open"],
+                "counters": x["counters"],
+            }));
+        }
         let Some(name) = doc["port"]["name"].as_str() else {
             continue;
         };

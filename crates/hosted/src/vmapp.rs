@@ -65,6 +65,8 @@ impl emul::FrameSink for VmNetSink {
 struct BitVector {
     bits: Arc<AtomicU64>,
     rearm: Doorbell,
+    /// The notifier's end, until its thread starts.
+    waiter: Option<Doorbell>,
 }
 
 /// The VMApp for one VM.
@@ -80,7 +82,17 @@ pub struct VmApp<M: SharedMemory> {
 impl<M: SharedMemory> VmApp<M> {
     /// A VMApp serving `chan` over guest memory `mem`, with VMNet on `tap`.
     /// No thread yet: [`VmApp::start_vmnet`] comes after the jail.
-    pub fn new(chan: Channel, mem: M, tap: Tap, cfg: VmAppConfig) -> VmApp<M> {
+    pub fn new(chan: Channel, mem: M, tap: Tap, cfg: VmAppConfig) -> io::Result<VmApp<M>> {
+        let bitvector = if cfg.irq_bitvector {
+            let (waiter, rearm) = Doorbell::pair()?;
+            Some(BitVector {
+                bits: Arc::new(AtomicU64::new(0)),
+                rearm,
+                waiter: Some(waiter),
+            })
+        } else {
+            None
+        };
         let tap = Arc::new(tap);
         let nic = (!cfg.ports_in_vmm).then(|| {
             let sink = VmNetSink {
@@ -97,24 +109,25 @@ impl<M: SharedMemory> VmApp<M> {
                 },
             )
         });
-        VmApp {
+        Ok(VmApp {
             chan,
             tap,
             nic,
-            bitvector: None,
+            bitvector,
             counters: AppCounters::default(),
             scratch: vec![0u8; crate::channel::MAX_FRAME + 64].into_boxed_slice(),
-        }
+        })
     }
 
     /// Starts the VMNet side's notification thread (with `irq_bitvector`).
-    pub fn start_vmnet(&mut self, irq_bitvector: bool) -> io::Result<()> {
-        if !irq_bitvector {
+    pub fn start_vmnet(&mut self) -> io::Result<()> {
+        let Some(bv) = self.bitvector.as_mut() else {
             return Ok(());
-        }
-        let bits = Arc::new(AtomicU64::new(0));
-        let (wait, rearm) = Doorbell::pair()?;
-        let (tap, b) = (self.tap.clone(), bits.clone());
+        };
+        let Some(wait) = bv.waiter.take() else {
+            return Ok(());
+        };
+        let (tap, b) = (self.tap.clone(), bv.bits.clone());
         std::thread::Builder::new()
             .name("vmnet".into())
             .spawn(move || loop {
@@ -129,7 +142,6 @@ impl<M: SharedMemory> VmApp<M> {
                     return;
                 }
             })?;
-        self.bitvector = Some(BitVector { bits, rearm });
         Ok(())
     }
 
