@@ -11,6 +11,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 use sys::{Mapping, SeqPacket, Tap};
 
+/// Empty world switches timed at start-up.
+const CALIBRATION_SWITCHES: u32 = 1000;
+
 /// The descriptor numbers listed in environment variable `var`.
 pub fn env_fds(var: &str) -> Vec<i32> {
     std::env::var(var)
@@ -89,6 +92,7 @@ pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     }
     let mem = emul::GuestMemory::new(hv.pool_shared());
     let mut vmm = Vmm::new(chan, mem.clone(), cfg);
+    vmm.calibrate(CALIBRATION_SWITCHES);
     eprintln!(
         "hosted: VM up (ports in VMM {}, send combining {})",
         cfg.ports_in_vmm, cfg.send_combining

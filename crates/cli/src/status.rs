@@ -295,6 +295,10 @@ fn hosted_info(info: &str, stats: Option<Value>) -> Value {
         let switches = vm["world_switches"].as_u64().unwrap_or(0);
         v["world_switches"] = vm["world_switches"].clone();
         v["switch_mean_cycles"] = s["world"]["switch_mean_cycles"].clone();
+        v["service_mean_cycles"] = s["world"]["service_mean_cycles"].clone();
+        v["switch_overhead_mean_cycles"] = s["world"]["switch_overhead_mean_cycles"].clone();
+        v["null_switch_min_cycles"] = vm["null_switch_min_cycles"].clone();
+        v["null_switch_mean_cycles"] = vm["null_switch_mean_cycles"].clone();
         v["switches_per_packet"] = json!(if tx + rx > 0 {
             switches as f64 / (tx + rx) as f64
         } else {
@@ -385,7 +389,7 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         }
         let n = |k: &str| h[k].as_u64().unwrap_or(0);
         println!(
-            "\nhosted NIC {} (VMApp pid {}, VMNet {}:{}; {}): {} world switches, mean {} cycles, {:.2} per packet; \
+            "\nhosted NIC {} (VMApp pid {}, VMNet {}:{}; {}): {} world switches, mean {} cycles ({} in the VMApp; empty: {}), {:.2} per packet; \
              NIC accesses {} in the VMM, {} switched; {} IRQs, {} PIC accesses; {} packets out, {} in; {} combined sends",
             d["name"].as_str().unwrap_or("?"),
             n("vmapp_pid"),
@@ -394,6 +398,8 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
             h["options"].as_str().unwrap_or("?"),
             n("world_switches"),
             n("switch_mean_cycles"),
+            n("service_mean_cycles"),
+            n("null_switch_mean_cycles"),
             h["switches_per_packet"].as_f64().unwrap_or(0.0),
             n("nic_accesses_in_vmm"),
             n("nic_accesses_switched"),

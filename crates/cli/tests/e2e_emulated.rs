@@ -161,10 +161,14 @@ fn hosted(env: &Env) -> Value {
 
 fn report(what: &str, h: &Value) {
     eprintln!(
-        "{what}: {} world switches, mean {} cycles, {:.2} per packet; NIC accesses {} in VMM, {} switched; \
+        "{what}: {} world switches, mean {} cycles ({} of them in the VMApp; an empty one {} min, {} mean), \
+         {:.2} per packet; NIC accesses {} in VMM, {} switched; \
          {} IRQs, {} PIC accesses; {} packets out, {} in; {} combined sends ({} frames); vmapp {}",
         h["world_switches"],
         h["switch_mean_cycles"],
+        h["service_mean_cycles"],
+        h["null_switch_min_cycles"],
+        h["null_switch_mean_cycles"],
         h["switches_per_packet"].as_f64().unwrap_or(0.0),
         h["nic_accesses_in_vmm"],
         h["nic_accesses_switched"],
@@ -333,6 +337,7 @@ fn a_hostile_hosted_guest_harms_nobody_else() {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    report("hostile", &hosted(&env));
     // The VMApp is alive, and everyone else carries on.
     assert!(
         std::path::Path::new(&format!("/proc/{vmapp}")).exists(),

@@ -41,8 +41,8 @@ const R_IRQ: usize = 36;
 const R_RX_COUNT: usize = 40;
 const TX_LEN: usize = 64;
 const RX_LEN: usize = TX_LEN + 4 * SLOTS;
-/// The VMApp's counters ([`AppCounters`], u64 each), refreshed on every
-/// answer to a halt or a sync.
+/// The VMApp's counters ([`AppCounters`], u64 each), refreshed with every
+/// answer.
 const APP_COUNTERS: usize = 256;
 
 /// Doorbell bytes: a request, a wake-up of a halted VMApp, an answer.
@@ -136,10 +136,13 @@ pub struct AppCounters {
     /// Requests refused as malformed (unknown op, bad width or length, a
     /// port outside the NIC).
     pub bad_requests: u64,
+    /// TSC cycles from a request's arrival to its answer, halts excluded:
+    /// the work done in the host world, as opposed to the switch itself.
+    pub service_cycles: u64,
 }
 
 impl AppCounters {
-    fn fields(&mut self) -> [&mut u64; 10] {
+    fn fields(&mut self) -> [&mut u64; 11] {
         [
             &mut self.requests,
             &mut self.port_accesses,
@@ -151,6 +154,7 @@ impl AppCounters {
             &mut self.bitvector_hits,
             &mut self.halts,
             &mut self.bad_requests,
+            &mut self.service_cycles,
         ]
     }
 }

@@ -77,6 +77,10 @@ pub struct VmCounters {
     pub frames_out: u64,
     /// Frames received from the VMApp.
     pub frames_in: u64,
+    /// The cheapest and mean round trip of an empty request (a sync with
+    /// nothing to send and no room for input), measured at start-up.
+    pub null_switch_min_cycles: u64,
+    pub null_switch_mean_cycles: u64,
     /// Switches that carried more than one frame (send combining).
     pub combined_sends: u64,
     /// Frames sent in those.
@@ -161,7 +165,7 @@ impl emul::FrameSink for Uplink {
 
 enum Nic<M: SharedMemory> {
     /// The model is the VMApp's: every access switches.
-    Remote(Switch, VmCounters),
+    Remote(Box<Switch>, Box<VmCounters>),
     /// The model is here.
     Local(Box<Pcnet<M, Uplink>>),
 }
@@ -202,7 +206,7 @@ impl<M: SharedMemory> Vmm<M> {
                 },
             )))
         } else {
-            Nic::Remote(sw, VmCounters::default())
+            Nic::Remote(Box::new(sw), Box::default())
         };
         Vmm {
             pic: DualPic::new(),
@@ -217,10 +221,34 @@ impl<M: SharedMemory> Vmm<M> {
         }
     }
 
+    /// Times `n` empty world switches (a sync with nothing to send and no
+    /// room for input): the round trip with the least host-world work.
+    pub fn calibrate(&mut self, n: u32) {
+        let (sw, c) = match &mut self.nic {
+            Nic::Remote(sw, c) => (&mut **sw, &mut **c),
+            Nic::Local(nic) => {
+                let up = nic.sink_mut();
+                (&mut up.sw, &mut up.counters)
+            }
+        };
+        let mut probe = VmCounters::default();
+        let mut min = u64::MAX;
+        for _ in 0..n {
+            let before = probe.switch_cycles;
+            sw.chan.set_request(Op::Sync, 0, 0, 0, 0, 0);
+            if sw.call(&mut probe).is_none() {
+                return;
+            }
+            min = min.min(probe.switch_cycles - before);
+        }
+        c.null_switch_min_cycles = min;
+        c.null_switch_mean_cycles = probe.switch_cycles / u64::from(n.max(1));
+    }
+
     /// The counters so far.
     pub fn counters(&self) -> VmCounters {
         let mut c = match &self.nic {
-            Nic::Remote(_, c) => *c,
+            Nic::Remote(_, c) => **c,
             Nic::Local(n) => n.sink().counters,
         };
         c.ports = self.ports;
@@ -385,7 +413,7 @@ impl<M: SharedMemory> VmWorld for Vmm<M> {
             }
             Nic::Remote(sw, c) => {
                 c.halts += 1;
-                (&*sw, 0, 0)
+                (&**sw, 0, 0)
             }
         };
         if chan.failed.is_some() {
@@ -441,11 +469,17 @@ impl<M: SharedMemory> VmWorld for Vmm<M> {
 
     fn stats(&self) -> serde_json::Value {
         let c = self.counters();
+        let app = self.channel().app_counters();
         let mean = c.switch_cycles.checked_div(c.world_switches).unwrap_or(0);
+        // The VMApp's requests include the calibration's and the halts.
+        let served = app.requests.saturating_sub(app.halts).max(1);
+        let service = app.service_cycles / served;
         serde_json::json!({
             "vm": c,
             "switch_mean_cycles": mean,
-            "vmapp": self.channel().app_counters(),
+            "service_mean_cycles": service,
+            "switch_overhead_mean_cycles": mean.saturating_sub(service),
+            "vmapp": app,
         })
     }
 }

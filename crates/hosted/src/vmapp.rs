@@ -158,6 +158,7 @@ impl<M: SharedMemory> VmApp<M> {
     /// Serves the VM until it goes away.
     pub fn run(&mut self) -> io::Result<()> {
         while let Some(req) = self.chan.next_request()? {
+            let t0 = sys::rdtsc();
             self.counters.requests += 1;
             let mut a = self.serve(req);
             if req.op == Some(Op::Halt) {
@@ -165,10 +166,10 @@ impl<M: SharedMemory> VmApp<M> {
                 if !self.halt(req, &mut a)? {
                     return Ok(());
                 }
+            } else {
+                self.counters.service_cycles += sys::rdtsc().wrapping_sub(t0);
             }
-            if matches!(req.op, Some(Op::Halt | Op::Sync)) {
-                self.chan.publish(&self.counters());
-            }
+            self.chan.publish(&self.counters());
             self.chan.answer(a)?;
         }
         Ok(())
