@@ -40,14 +40,7 @@ pub fn close_stray_fds() {
 }
 
 fn run_ip(args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new("ip").args(args).output()?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    hv::host::run("ip", args)?;
     Ok(())
 }
 

@@ -9,7 +9,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::process::Command;
 use std::time::Duration;
 
 fn topology(optimized: bool) -> String {
@@ -50,105 +49,6 @@ fn up(env: &Env, optimized: bool) {
     env.ok(&["up", "--config", path.to_str().unwrap()]);
 }
 
-fn ping(env: &Env, from: &str, to: &str) {
-    let mut args = vec![
-        "exec", from, "--", "ping", "-c", "3", "-W", "2", "-i", "0.2",
-    ];
-    if to.contains(':') {
-        args.insert(4, "-6");
-    }
-    args.push(to);
-    let out = env.ok(&args);
-    assert!(out.contains(" 0% packet loss"), "{from} -> {to}:\n{out}");
-}
-
-/// iperf3 TCP from `client` to `server_ip` for `secs`; Mbit/s.
-fn iperf(server: &str, server_ip: &str, client: &str, reverse: bool, secs: u32) -> f64 {
-    let (sns, cns) = (hv::host::netns_name(server), hv::host::netns_name(client));
-    let r = bench::netenv::run(&bench::netenv::Flow {
-        server_ns: &sns,
-        server_ip,
-        server_bind: None,
-        port: bench::netenv::DEFAULT_PORT,
-        client_ns: &cns,
-        reverse,
-        secs,
-        workload: bench::netenv::Workload::TcpCopy,
-        server_cgroup: None,
-        client_cgroup: None,
-    })
-    .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
-    assert!(
-        r.bytes > 1e5,
-        "iperf3 {client} -> {server_ip}: {} bytes",
-        r.bytes
-    );
-    r.gbps * 1000.0
-}
-
-fn sha256(path: &std::path::Path) -> String {
-    let o = Command::new("sha256sum").arg(path).output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_string()
-}
-
-/// A 64 MiB file from the wire host's HTTP server arrives intact in guest1.
-fn http_fetch_64mib(env: &Env) -> f64 {
-    let dir = env.run_dir.join("www");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("blob");
-    let st = Command::new("dd")
-        .args([
-            "if=/dev/urandom",
-            &format!("of={}", file.display()),
-            "bs=1M",
-            "count=64",
-            "status=none",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let _server = env.spawn(&[
-        "exec",
-        "wire",
-        "--",
-        "python3",
-        "-m",
-        "http.server",
-        "8080",
-        "--bind",
-        "10.77.0.254",
-        "--directory",
-        dir.to_str().unwrap(),
-    ]);
-    wait_until("the HTTP server to listen", Duration::from_secs(10), || {
-        listening("wire", 8080)
-    });
-    let got = env.run_dir.join("got");
-    let t0 = std::time::Instant::now();
-    env.ok(&[
-        "exec",
-        "guest1",
-        "--",
-        "curl",
-        "-sS",
-        "--fail",
-        "--max-time",
-        "300",
-        "-o",
-        got.to_str().unwrap(),
-        "http://10.77.0.254:8080/blob",
-    ]);
-    let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(std::fs::metadata(&got).unwrap().len(), 64 << 20);
-    assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
-    let _ = std::fs::remove_file(&got);
-    64.0 * 8.0 / secs
-}
-
 /// guest1's hosted-NIC entry in `status --json`, once its counters are in.
 fn hosted(env: &Env) -> Value {
     let mut h = Value::Null;
@@ -184,19 +84,19 @@ fn report(what: &str, h: &Value) {
 
 fn everything(env: &Env, optimized: bool) {
     up(env, optimized);
-    ping(env, "guest1", "10.77.0.254");
-    ping(env, "wire", "10.77.0.1");
-    ping(env, "guest1", "10.77.0.2");
-    ping(env, "guest2", "10.77.0.1");
-    ping(env, "guest1", "fd77::fe");
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("wire", "10.77.0.1", 3);
+    env.ping("guest1", "10.77.0.2", 3);
+    env.ping("guest2", "10.77.0.1", 3);
+    env.ping("guest1", "fd77::fe", 3);
     let before = hosted(env);
-    let tx = iperf("wire", "10.77.0.254", "guest1", false, 3);
-    let rx = iperf("wire", "10.77.0.254", "guest1", true, 3);
+    let tx = iperf(env, "wire", "10.77.0.254", "guest1", false, 3) * 1000.0;
+    let rx = iperf(env, "wire", "10.77.0.254", "guest1", true, 3) * 1000.0;
     let after_iperf = hosted(env);
     let http = http_fetch_64mib(env);
     // guest2 is unaffected: its vif still carries traffic at full speed.
-    ping(env, "guest2", "10.77.0.254");
-    let g2 = iperf("wire", "10.77.0.254", "guest2", false, 2);
+    env.ping("guest2", "10.77.0.254", 3);
+    let g2 = iperf(env, "wire", "10.77.0.254", "guest2", false, 2) * 1000.0;
     let h = hosted(env);
     let label = if optimized {
         "optimized"
@@ -297,7 +197,7 @@ fn a_hostile_hosted_guest_harms_nobody_else() {
     use abi::SharedMemory;
     let env = Env::new("hosted-hostile");
     up(&env, false);
-    ping(&env, "guest1", "10.77.0.254");
+    env.ping("guest1", "10.77.0.254", 3);
     let h = hosted(&env);
     let vmapp = h["vmapp_pid"].as_u64().expect("the VMApp's pid");
     let pool = mapping_of(vmapp, "splitnet-guest1-pool");
@@ -344,8 +244,8 @@ fn a_hostile_hosted_guest_harms_nobody_else() {
         "the VMApp died:\n{}",
         std::fs::read_to_string(env.run_dir.join("guest1-vmapp.log")).unwrap_or_default()
     );
-    ping(&env, "guest2", "10.77.0.254");
-    ping(&env, "wire", "10.77.0.2");
+    env.ping("guest2", "10.77.0.254", 3);
+    env.ping("wire", "10.77.0.2", 3);
     let st = env.status();
     assert_eq!(domain(&st, "guest2")["connected"], true);
     assert_eq!(domain(&st, "drv")["connected"], true);
