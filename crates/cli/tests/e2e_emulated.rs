@@ -253,3 +253,27 @@ fn a_hostile_hosted_guest_harms_nobody_else() {
     env.ok(&["down"]);
     assert_nothing_left();
 }
+
+/// The driver domain restarts (its new process bridges VMNet's interface
+/// again from the store) and the hosted guest restarts (a new VM, a new
+/// VMApp, the same interface name): guest1 reaches the wire after each.
+#[test]
+fn a_hosted_guest_survives_restarts() {
+    let env = Env::new("hosted-restart");
+    up(&env, true);
+    env.ping("guest1", "10.77.0.254", 3);
+    let old = hosted(&env)["vmapp_pid"].as_u64();
+    env.ok(&["restart", "drv"]);
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest1", "10.77.0.2", 3);
+    env.ok(&["restart", "guest1"]);
+    let mut new = None;
+    wait_until("a new VMApp", Duration::from_secs(10), || {
+        new = hosted(&env)["vmapp_pid"].as_u64();
+        new.is_some() && new != old
+    });
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest2", "10.77.0.1", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
