@@ -364,3 +364,83 @@ impl Channel {
         self.ring(ANSWER)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn pair() -> (Channel, Channel) {
+        let fd = sys::Memfd::create("hosted-test-channel", CHANNEL_SIZE, false).unwrap();
+        let map = |w| Mapping::new(fd.as_fd(), 0, CHANNEL_SIZE, w).unwrap();
+        let (a, b) = SeqPacket::pair().unwrap();
+        (
+            Channel::new(map(true), a).unwrap(),
+            Channel::new(map(true), b).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_switch_is_a_request_and_its_answer() {
+        let (vm, app) = pair();
+        let t = std::thread::spawn(move || {
+            let r = app.next_request().unwrap().unwrap();
+            assert_eq!(r.op, Some(Op::In));
+            assert_eq!((r.port, r.width), (0xc012, 2));
+            app.answer(Answer {
+                value: 0x1234,
+                irq: true,
+                rx_count: 0,
+            })
+            .unwrap();
+            app
+        });
+        vm.set_request(Op::In, 0xc012, 2, 0, 0, 0);
+        let a = vm.call().unwrap();
+        assert_eq!((a.value, a.irq), (0x1234, true));
+        let app = t.join().unwrap();
+        // The VM goes away: the VMApp sees it at once.
+        drop(vm);
+        assert_eq!(app.next_request().unwrap(), None);
+    }
+
+    #[test]
+    fn hostile_counts_and_lengths_are_bounded() {
+        let (vm, app) = pair();
+        vm.mem.write_u32(TX_COUNT, u32::MAX);
+        vm.mem.write_u32(RX_ROOM, u32::MAX);
+        vm.mem.write_u32(OP, 99);
+        vm.mem.write_u32(TX_LEN, u32::MAX);
+        vm.mem.write_u32(TX_LEN + 4, 3);
+        vm.ring(RING).unwrap();
+        let r = app.next_request().unwrap().unwrap();
+        assert_eq!(r.op, None);
+        assert_eq!(r.rx_room, SLOTS);
+        assert_eq!(app.tx_frame(0), None);
+        assert_eq!(app.tx_frame(1), None);
+        assert_eq!(app.tx_frame(SLOTS), None);
+        // An answer claiming more frames than there are slots is bounded too.
+        app.mem.write_u32(R_RX_COUNT, 1000);
+        app.ring(ANSWER).unwrap();
+        assert_eq!(vm.wait_answer().unwrap().rx_count, SLOTS);
+        let mut buf = [0u8; 16];
+        app.set_rx_len(0, 1 << 30);
+        assert_eq!(vm.take_rx(0, &mut buf), 16);
+    }
+
+    #[test]
+    fn a_stale_wake_up_is_not_a_request() {
+        let (vm, app) = pair();
+        // The VM halted and woke its VMApp just as the VMApp answered.
+        vm.set_request(Op::Halt, 0, 0, 0, 0, 0);
+        vm.post().unwrap();
+        assert!(app.next_request().unwrap().is_some());
+        app.answer(Answer::default()).unwrap();
+        vm.ring(WAKE).unwrap();
+        vm.wait_answer().unwrap();
+        // The wake-up is skipped; the next request is what the VMApp sees.
+        vm.set_request(Op::Sync, 0, 0, 0, 0, 0);
+        vm.ring(RING).unwrap();
+        assert_eq!(app.next_request().unwrap().unwrap().op, Some(Op::Sync));
+    }
+}
