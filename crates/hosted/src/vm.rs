@@ -423,10 +423,11 @@ impl<M: SharedMemory> VmWorld for Vmm<M> {
         ch.set_request(Op::Halt, 0, 0, 0, staged, room);
         let answer = (|| {
             ch.post()?;
-            let mut all = vec![ch.fd()];
-            all.extend_from_slice(fds);
-            let r = sys::poll_readable(&all, Some(timeout))?;
-            if r[0] {
+            let mut all = [ch.fd(); sys::POLL_FEW];
+            let n = 1 + fds.len().min(sys::POLL_FEW - 1);
+            all[1..n].copy_from_slice(&fds[..n - 1]);
+            let r = sys::poll_readable_few(&all[..n], Some(timeout))?;
+            if r & 1 != 0 {
                 ch.wait_answer()
             } else {
                 ch.wake()

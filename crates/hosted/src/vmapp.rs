@@ -252,9 +252,7 @@ impl<M: SharedMemory> VmApp<M> {
             return hit;
         }
         self.counters.selects += 1;
-        sys::poll_readable(&[self.tap.as_fd()], Some(Duration::ZERO))
-            .map(|r| r[0])
-            .unwrap_or(false)
+        sys::poll_readable_few(&[self.tap.as_fd()], Some(Duration::ZERO)).is_ok_and(|r| r & 1 != 0)
     }
 
     /// Reads VMNet input: into the model (guest memory) when it runs here,
@@ -322,12 +320,12 @@ impl<M: SharedMemory> VmApp<M> {
             // wait for the VM alone rather than spin on a readable TAP.
             let room = self.nic.is_some() || req.rx_room > 0;
             let fds = [self.chan.fd(), self.tap.as_fd()];
-            let r = sys::poll_readable(&fds[..if room { 2 } else { 1 }], None)?;
-            if room && r[1] {
+            let r = sys::poll_readable_few(&fds[..if room { 2 } else { 1 }], None)?;
+            if room && r & 2 != 0 {
                 self.receive(req.rx_room, a);
                 a.irq = self.nic.as_ref().is_some_and(|n| n.irq_level());
             }
-            if r[0] {
+            if r & 1 != 0 {
                 return Ok(self.chan.take_wake()?.is_some());
             }
         }
