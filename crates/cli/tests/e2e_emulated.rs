@@ -130,6 +130,11 @@ fn everything(env: &Env, optimized: bool) {
     }
     let plain = env.ok(&["status"]);
     assert!(plain.contains("hosted NIC guest1"), "{plain}");
+    let prom = env.ok(&["status", "--prometheus"]);
+    assert!(
+        prom.contains("splitnet_hosted_world_switches_total{domain=\"guest1\"}"),
+        "{prom}"
+    );
 }
 
 /// The numeric fields of `b` minus those of `a` (the top-level counters).
@@ -200,6 +205,18 @@ fn a_hostile_hosted_guest_harms_nobody_else() {
     env.ping("guest1", "10.77.0.254", 3);
     let h = hosted(&env);
     let vmapp = h["vmapp_pid"].as_u64().expect("the VMApp's pid");
+    // The VMApp is jailed: seccomp, no capability, not root on the host.
+    let status = std::fs::read_to_string(format!("/proc/{vmapp}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_ne!(field("Uid:"), "0", "{status}");
     let pool = mapping_of(vmapp, "splitnet-guest1-pool");
     let chan = mapping_of(vmapp, "splitnet-hosted-guest1");
     let _flood = env.spawn(&[
@@ -229,15 +246,23 @@ fn a_hostile_hosted_guest_harms_nobody_else() {
             };
             pool.store_u32(off, v);
         }
-        for _ in 0..64 {
+        // The request's words (op, port, width, value, counts) and the
+        // slots' lengths, racing the VM's own writes.
+        for _ in 0..2048 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            chan.store_u32((x as usize % 256) & !3, (x >> 32) as u32);
+            let off = if x & 1 == 0 {
+                x as usize % 24
+            } else {
+                64 + x as usize % 128
+            };
+            chan.store_u32(off & !3, (x >> 32) as u32);
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(1));
     }
-    report("hostile", &hosted(&env));
+    let h = hosted(&env);
+    report("hostile", &h);
     // The VMApp is alive, and everyone else carries on.
     assert!(
         std::path::Path::new(&format!("/proc/{vmapp}")).exists(),

@@ -340,6 +340,9 @@ pub struct VifConfig {
 
 /// Frames a guest needs: 2 ring pages, 256 TX and 256 RX buffers.
 pub const GUEST_MIN_FRAMES: u32 = 2 + 2 * 256;
+/// Frames a guest with a hosted NIC needs: the guest driver's init block,
+/// rings and buffers from guest-physical 64 KiB (about 140 KiB in all).
+pub const HOSTED_MIN_FRAMES: u32 = 64;
 /// Frames a driver domain keeps before its per-vif staging areas.
 pub const DRIVER_BASE_FRAMES: u32 = 16;
 /// Frames a driver domain needs per vif (staging for 256 TX and 256 RX slots),
@@ -548,6 +551,15 @@ impl Topology {
                     DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
                 ));
             }
+            if d.kind == DomainKind::Guest
+                && d.nic == Nic::Hosted
+                && d.memory_frames < HOSTED_MIN_FRAMES
+            {
+                return Err(format!(
+                    "domain {:?} has a hosted NIC (its driver's rings and buffers in its memory) and needs memory_frames >= {HOSTED_MIN_FRAMES}",
+                    d.name
+                ));
+            }
             if vifs.iter().any(|v| v.guest == d.name) && d.memory_frames < GUEST_MIN_FRAMES {
                 return Err(format!(
                     "domain {:?} has a virtual NIC and needs memory_frames >= {GUEST_MIN_FRAMES}",
@@ -702,6 +714,65 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const DRV: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n";
+
+    #[test]
+    fn a_hosted_guest_has_no_vif_and_keeps_its_mac() {
+        let t = Topology::parse(
+            &format!(
+                "{DRV}[[domain]]\nname = \"g1\"\nkind = \"guest\"\nnic = \"hosted\"\nhosted_irq_bitvector = false\n\
+                 [[domain]]\nname = \"g2\"\nkind = \"guest\"\n"
+            ),
+            "t",
+        )
+        .unwrap();
+        let vifs = t.vifs();
+        assert_eq!(vifs.len(), 1);
+        assert_eq!(
+            (vifs[0].guest.as_str(), vifs[0].mac.as_str()),
+            ("g2", "00:16:3e:5e:00:02")
+        );
+        let e = t.emulated_nics();
+        assert_eq!(e.len(), 1);
+        assert_eq!((e[0].guest.as_str(), e[0].backend.as_str()), ("g1", "drv"));
+        assert_eq!(e[0].mac, "00:16:3e:5e:00:01");
+        assert!(e[0].ports_in_vmm && e[0].send_combining && !e[0].irq_bitvector);
+        assert_eq!(e[0].host_ifname(), "vn-g1");
+    }
+
+    #[test]
+    fn emulated_nic_settings_are_checked() {
+        let guest = |extra: &str| {
+            Topology::parse(
+                &format!("{DRV}[[domain]]\nname = \"g\"\nkind = \"guest\"\n{extra}"),
+                "t.toml",
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        assert!(guest("nic = \"hosted\"\n").is_ok());
+        let e = guest("nic = \"hosted\"\nhosted_ports_in_vmm = false\n").unwrap_err();
+        assert!(
+            e.contains("hosted_send_combining") && e.contains("t.toml"),
+            "{e}"
+        );
+        assert!(guest(
+            "nic = \"hosted\"\nhosted_ports_in_vmm = false\nhosted_send_combining = false\n"
+        )
+        .is_ok());
+        let e = guest("hosted_irq_bitvector = false\n").unwrap_err();
+        assert!(
+            e.contains("nic = \\\"hosted\\\" only") || e.contains("only"),
+            "{e}"
+        );
+        let e = guest("nic = \"hvm\"\n").unwrap_err();
+        assert!(e.contains("hvm"), "{e}");
+        let e = guest("nic = \"lance\"\n").unwrap_err();
+        assert!(e.contains("hosted"), "{e}");
+        let e = guest("nic = \"hosted\"\nmemory_frames = 16\n").unwrap_err();
+        assert!(e.contains("memory_frames >= 64"), "{e}");
+    }
 
     #[test]
     fn restart_policies_default_by_kind_and_parse() {
