@@ -83,7 +83,6 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
     hv.watch(&captures, CAPTURES)?;
     let mut taps = Taps::default();
     taps.sync(hv, &captures);
-    let port_name = ports.phys.as_ref().map(|p| p.name().to_string());
 
     let mut idle = Idle::for_domain(hv, "driver", Duration::from_millis(200));
     let mut bridge = Bridge::default();
@@ -134,8 +133,8 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             if w.ports {
                 ports.sync(hv, &ports_dir);
             }
-            if w.captures || w.pending || w.rescan {
-                taps.resolve(|t| port_of(t, &vifs, &base, port_name.as_deref()));
+            if w.captures || w.pending || w.rescan || w.ports {
+                taps.resolve(|t| port_of(t, &vifs, &base, &ports));
             }
         }
 
@@ -232,7 +231,9 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             }
         }
 
-        ports.reopen();
+        if ports.reopen() {
+            taps.resolve(|t| port_of(t, &vifs, &base, &ports));
+        }
         if last_stats.elapsed() >= Duration::from_millis(500) {
             last_stats = Instant::now();
             publish_stats(hv, &mut vifs, &ports, &bridge);
@@ -242,14 +243,23 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
 }
 
 /// The bridge port a capture target is on now, if any.
-fn port_of(t: &Target, vifs: &[Vif], base: &str, phys: Option<&str>) -> Option<PortId> {
+fn port_of(t: &Target, vifs: &[Vif], base: &str, ports: &Ports) -> Option<PortId> {
     match t {
         Target::Vif { guest, handle } => {
             let be = format!("{base}/{guest}/{handle}");
             let i = vifs.iter().position(|v| !v.gone && v.nb.be == be)?;
             Some(i + 1)
         }
-        Target::Port(name) => (phys == Some(name.as_str())).then_some(PHYS),
+        Target::Port(name) => {
+            if ports.phys.as_ref().is_some_and(|p| p.name() == name) {
+                return Some(PHYS);
+            }
+            let j = ports
+                .extra
+                .iter()
+                .position(|e| e.port.is_some() && e.name == *name)?;
+            Some(EXTRA_BASE + j)
+        }
         Target::Bridge => None,
     }
 }
@@ -308,9 +318,10 @@ impl Ports {
         self.reopen();
     }
 
-    /// Opens the extra ports that are due a try.
-    fn reopen(&mut self) {
+    /// Opens the extra ports that are due a try; whether one opened.
+    fn reopen(&mut self) -> bool {
         let now = Instant::now();
+        let mut opened = false;
         for e in self.extra.iter_mut() {
             if e.port.is_some() || e.name.is_empty() || now < e.retry_at {
                 continue;
@@ -319,10 +330,12 @@ impl Ports {
                 Ok(p) => {
                     eprintln!("driver: extra port {} bridged", e.name);
                     e.port = Some(Box::new(p));
+                    opened = true;
                 }
                 Err(_) => e.retry_at = now + EXTRA_RETRY,
             }
         }
+        opened
     }
 
     /// The port behind bridge port `id` (not a vif), if open.
