@@ -154,12 +154,18 @@ pub fn up(
                 running && bridged
             });
             if domains_ready && vifs_ready && nics_ready {
+                let nics = topo.emulated_nics().len();
                 println!(
-                    "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}; hv pid {}",
+                    "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}{}; hv pid {}",
                     topo.name,
                     doms.len(),
                     want.join(", "),
                     vifs.len(),
+                    if nics > 0 {
+                        format!(", {nics} hosted NIC{} bridged", if nics == 1 { "" } else { "s" })
+                    } else {
+                        String::new()
+                    },
                     topo.wire
                         .as_ref()
                         .map(|w| format!(", external host {}", w.name))
