@@ -314,6 +314,7 @@ fn hosted_info(info: &str, stats: Option<Value>) -> Value {
         v["combined_sends"] = vm["combined_sends"].clone();
         v["combined_frames"] = vm["combined_frames"].clone();
         v["halts"] = vm["halts"].clone();
+        v["halt_cycles"] = vm["halt_cycles"].clone();
         v["vmapp"] = s["world"]["vmapp"].clone();
         v["guest"] = s["guest"].clone();
         v["driver"] = s["driver"].clone();

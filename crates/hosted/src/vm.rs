@@ -63,6 +63,8 @@ pub struct VmCounters {
     pub frame_switches: u64,
     /// Halts (the guest idle; the VMApp waits on VMNet).
     pub halts: u64,
+    /// TSC cycles the guest spent halted (idle time, Sugerman Table 3).
+    pub halt_cycles: u64,
     /// NIC port accesses served in the VMM.
     pub nic_in_vmm: u64,
     /// NIC port accesses that switched.
@@ -420,6 +422,7 @@ impl<M: SharedMemory> VmWorld for Vmm<M> {
             return Ok(());
         }
         let ch = &chan.chan;
+        let t0 = sys::rdtsc();
         ch.set_request(Op::Halt, 0, 0, 0, staged, room);
         let answer = (|| {
             ch.post()?;
@@ -433,6 +436,11 @@ impl<M: SharedMemory> VmWorld for Vmm<M> {
                 ch.wake()
             }
         })();
+        let idle = sys::rdtsc().wrapping_sub(t0);
+        match &mut self.nic {
+            Nic::Local(nic) => nic.sink_mut().counters.halt_cycles += idle,
+            Nic::Remote(_, c) => c.halt_cycles += idle,
+        }
         let a = match answer {
             Ok(a) => a,
             Err(e) => {
