@@ -390,6 +390,17 @@ fn resolve(ts: &mut Toolstack, target: &str) -> Result<Resolved> {
         .filter(|d| d.kind == "driver")
         .map(|d| d.name.as_str())
         .collect();
+    // Extra bridge ports: a hosted guest's VMNet interface (`nic.<guest>`
+    // is `kind|driver|interface|...`).
+    let extras: Vec<(String, String)> = s
+        .info
+        .iter()
+        .filter(|(k, _)| k.starts_with("nic."))
+        .filter_map(|(_, v)| {
+            let f: Vec<&str> = v.split('|').collect();
+            Some((f.get(1)?.to_string(), f.get(2)?.to_string()))
+        })
+        .collect();
     let choices = || {
         let mut c: Vec<String> = vifs
             .iter()
@@ -399,6 +410,7 @@ fn resolve(ts: &mut Toolstack, target: &str) -> Result<Resolved> {
             c.push(format!("{d}/{}", hv::daemon::PHYS_PORT));
             c.push(format!("{d}/bridge"));
         }
+        c.extend(extras.iter().map(|(d, p)| format!("{d}/{p}")));
         c.join(", ")
     };
     let vif = |guest: &str, handle: u32| -> Result<Resolved> {
@@ -424,7 +436,8 @@ fn resolve(ts: &mut Toolstack, target: &str) -> Result<Resolved> {
     let driver_target = |drv: &str, what: &str| -> Result<Resolved> {
         let target = if what == "bridge" {
             Target::Bridge
-        } else if what == hv::daemon::PHYS_PORT {
+        } else if what == hv::daemon::PHYS_PORT || extras.iter().any(|(d, p)| d == drv && p == what)
+        {
             Target::Port(what.to_string())
         } else {
             bail!(

@@ -11,11 +11,12 @@ use std::time::Duration;
 
 /// Closes everything but the inherited hv socket.
 pub fn close_stray_fds() {
-    let keep: Vec<i32> = std::env::var(ENV_HV_FD)
+    let mut keep: Vec<i32> = std::env::var(ENV_HV_FD)
         .ok()
         .and_then(|v| v.parse().ok())
         .into_iter()
         .collect();
+    keep.extend(crate::hosted::env_fds(hv::daemon::ENV_HOSTED_FDS));
     sys::close_inherited_fds(&keep);
 }
 
@@ -45,6 +46,7 @@ pub fn main() -> Result<()> {
     );
     let r = match w.kind.as_str() {
         "driver" => net::driver::run(&mut hv).map_err(|e| anyhow!("driver domain: {e}")),
+        _ if crate::hosted::is_hosted(&mut hv) => crate::hosted::guest(&mut hv, &home),
         _ => guest(&mut hv, &home),
     };
     match r {

@@ -148,13 +148,33 @@ pub fn up(
                 && vifs.iter().all(|x| {
                     x["frontend_state"] == "Connected" && x["backend_state"] == "Connected"
                 });
-            if domains_ready && vifs_ready {
+            // An emulated NIC is up once its guest runs its driver (its
+            // counters are in) and its driver domain bridges its VMNet port.
+            let ports = v["ports"].as_array().cloned().unwrap_or_default();
+            let nics_ready = topo.emulated_nics().iter().all(|e| {
+                let running = doms.iter().any(|d| {
+                    d["name"] == e.guest.as_str() && d["emulated_nic"]["world_switches"].is_u64()
+                });
+                let bridged = ports.iter().any(|p| {
+                    p["domain"] == e.backend.as_str()
+                        && p["name"] == e.host_ifname().as_str()
+                        && p["open"] == true
+                });
+                running && bridged
+            });
+            if domains_ready && vifs_ready && nics_ready {
+                let nics = topo.emulated_nics().len();
                 println!(
-                    "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}; hv pid {}",
+                    "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}{}; hv pid {}",
                     topo.name,
                     doms.len(),
                     want.join(", "),
                     vifs.len(),
+                    if nics > 0 {
+                        format!(", {nics} hosted NIC{} bridged", if nics == 1 { "" } else { "s" })
+                    } else {
+                        String::new()
+                    },
                     topo.wire
                         .as_ref()
                         .map(|w| format!(", external host {}", w.name))

@@ -4,6 +4,7 @@
 mod capture;
 mod docs;
 mod domain;
+mod hosted;
 mod hotplug;
 mod lifecycle;
 mod listen;
@@ -333,6 +334,26 @@ enum Cmd {
     /// A domain's process (started by hv inside the domain's namespace).
     #[command(hide = true)]
     Domain,
+    /// The VMApp of a guest with a hosted NIC (started by hv inside its
+    /// driver domain's namespace).
+    #[command(hide = true)]
+    Vmapp {
+        /// The guest it serves.
+        #[arg(long)]
+        guest: String,
+        /// VMNet's TAP to create in this namespace.
+        #[arg(long)]
+        tap: String,
+        /// The NIC's station address.
+        #[arg(long)]
+        mac: String,
+        /// 1: the VMM serves the NIC's ports and only frames come here.
+        #[arg(long)]
+        ports_in_vmm: u8,
+        /// 1: learn of VMNet input from the shared bit vector.
+        #[arg(long)]
+        irq_bitvector: u8,
+    },
     /// The minimal TAP <-> AF_PACKET forwarder `bench baseline` measures as
     /// the ceiling of a user-space NIC path (run in the driver namespace).
     #[command(hide = true)]
@@ -387,6 +408,7 @@ fn main() {
     match cli.cmd {
         Cmd::Hv { .. } => sys::close_inherited_fds(&[]),
         Cmd::Domain => domain::close_stray_fds(),
+        Cmd::Vmapp { .. } => hosted::close_stray_fds(),
         _ => {}
     }
     if let Err(e) = run(cli) {
@@ -659,5 +681,12 @@ fn run(cli: Cli) -> Result<()> {
         ),
         Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
         Cmd::Domain => domain::main(),
+        Cmd::Vmapp {
+            guest,
+            tap,
+            mac,
+            ports_in_vmm,
+            irq_bitvector,
+        } => hosted::vmapp(&guest, &tap, &mac, ports_in_vmm == 1, irq_bitvector == 1),
     }
 }

@@ -303,6 +303,78 @@ const RING_FIELDS: &[(&str, &str, &str)] = &[
 ];
 
 /// The whole status document as Prometheus text.
+/// A hosted NIC's counters (Sugerman 2001), as the guest publishes them.
+fn hosted_nic(e: &mut Exposition, dl: &Labels<'_>, h: &Value) {
+    if h.is_null() {
+        return;
+    }
+    for (k, metric, help) in [
+        (
+            "world_switches",
+            "splitnet_hosted_world_switches_total",
+            "World switches from the VM to its VMApp and back (halts not included).",
+        ),
+        (
+            "irqs",
+            "splitnet_hosted_irqs_total",
+            "Virtual interrupts delivered to the guest.",
+        ),
+        (
+            "pic_accesses",
+            "splitnet_hosted_pic_accesses_total",
+            "Guest accesses to its virtual PIC (served in the VMM).",
+        ),
+        (
+            "combined_sends",
+            "splitnet_hosted_combined_sends_total",
+            "World switches that carried more than one frame (send combining).",
+        ),
+        (
+            "halts",
+            "splitnet_hosted_halts_total",
+            "Halts: the guest idle, its VMApp waiting on VMNet.",
+        ),
+    ] {
+        e.counter(metric, help, dl, &h[k]);
+    }
+    e.gauge(
+        "splitnet_hosted_switch_mean_cycles",
+        "Mean TSC cycles of a world switch as the VM sees it.",
+        dl,
+        &h["switch_mean_cycles"],
+    );
+    e.by_key(
+        "splitnet_hosted_port_accesses_total",
+        "Guest port accesses, by port.",
+        dl,
+        "port",
+        &h["port_accesses"],
+    );
+    for (k, place) in [
+        ("nic_accesses_in_vmm", "vmm"),
+        ("nic_accesses_switched", "vmapp"),
+    ] {
+        let mut l = dl.to_vec();
+        l.push(("served", place));
+        e.counter(
+            "splitnet_hosted_nic_accesses_total",
+            "NIC port accesses, by where they were served.",
+            &l,
+            &h[k],
+        );
+    }
+    for (k, dir) in [("tx_packets", "tx"), ("rx_packets", "rx")] {
+        let mut l = dl.to_vec();
+        l.push(("direction", dir));
+        e.counter(
+            "splitnet_hosted_packets_total",
+            "Packets through the hosted NIC.",
+            &l,
+            &h[k],
+        );
+    }
+}
+
 pub fn render(st: &Value) -> String {
     let mut e = Exposition::default();
     let none: &Labels<'_> = &[];
@@ -432,6 +504,7 @@ pub fn render(st: &Value) -> String {
             "reason",
             &d["counters"]["errors"],
         );
+        hosted_nic(&mut e, dl, &d["emulated_nic"]);
     }
 
     for v in st["vifs"].as_array().unwrap_or(&empty) {

@@ -172,9 +172,21 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0);
+            let nic = ts
+                .store_read(&format!("/local/domain/{}/splitnet/nic", d.id))
+                .ok()
+                .filter(|n| !n.is_empty());
+            let nic_stats = nic.as_ref().and_then(|_| {
+                ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            });
+            let emulated = s.info.get(&format!("nic.{}", d.name)).cloned();
             json!({
                 "id": d.id,
                 "name": d.name,
+                "nic": nic.as_deref().unwrap_or(if d.kind == "guest" { "vif" } else { "-" }),
+                "emulated_nic": emulated.map(|e| hosted_info(&e, nic_stats)),
                 "kind": d.kind,
                 "netns": d.netns,
                 "pid": d.pid,
@@ -222,6 +234,16 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
             "macs": doc["bridge"]["macs"],
             "counters": doc["bridge"]["counters"],
         }));
+        for x in doc["extra_ports"].as_array().into_iter().flatten() {
+            ports.push(json!({
+                "domain": d.name,
+                "name": x["name"],
+                "driver": "tap",
+                "peer": "VMApp (VMNet)",
+                "open": x["open"],
+                "counters": x["counters"],
+            }));
+        }
         let Some(name) = doc["port"]["name"].as_str() else {
             continue;
         };
@@ -253,6 +275,51 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
             .unwrap_or(0),
         "counters": s.counters,
     }))
+}
+
+/// A hosted NIC's entry: hv's facts (`nic.<guest>`: kind, driver domain,
+/// VMNet interface, VMApp pid, switches) and the VM's counters.
+fn hosted_info(info: &str, stats: Option<Value>) -> Value {
+    let f: Vec<&str> = info.split('|').collect();
+    let mut v = json!({
+        "kind": f.first(),
+        "backend": f.get(1),
+        "vmnet": f.get(2),
+        "vmapp_pid": f.get(3).and_then(|p| p.parse::<u64>().ok()),
+        "options": f.get(4),
+    });
+    if let Some(s) = stats {
+        let vm = &s["world"]["vm"];
+        let tx = s["driver"]["tx_packets"].as_u64().unwrap_or(0);
+        let rx = s["driver"]["rx_packets"].as_u64().unwrap_or(0);
+        let switches = vm["world_switches"].as_u64().unwrap_or(0);
+        v["world_switches"] = vm["world_switches"].clone();
+        v["switch_mean_cycles"] = s["world"]["switch_mean_cycles"].clone();
+        v["service_mean_cycles"] = s["world"]["service_mean_cycles"].clone();
+        v["switch_overhead_mean_cycles"] = s["world"]["switch_overhead_mean_cycles"].clone();
+        v["null_switch_min_cycles"] = vm["null_switch_min_cycles"].clone();
+        v["null_switch_mean_cycles"] = vm["null_switch_mean_cycles"].clone();
+        v["switches_per_packet"] = json!(if tx + rx > 0 {
+            switches as f64 / (tx + rx) as f64
+        } else {
+            0.0
+        });
+        v["port_accesses"] = vm["ports"].clone();
+        v["nic_accesses_in_vmm"] = vm["nic_in_vmm"].clone();
+        v["nic_accesses_switched"] = vm["nic_switched"].clone();
+        v["irqs"] = vm["irqs"].clone();
+        v["pic_accesses"] = vm["pic_accesses"].clone();
+        v["tx_packets"] = json!(tx);
+        v["rx_packets"] = json!(rx);
+        v["combined_sends"] = vm["combined_sends"].clone();
+        v["combined_frames"] = vm["combined_frames"].clone();
+        v["halts"] = vm["halts"].clone();
+        v["halt_cycles"] = vm["halt_cycles"].clone();
+        v["vmapp"] = s["world"]["vmapp"].clone();
+        v["guest"] = s["guest"].clone();
+        v["driver"] = s["driver"].clone();
+    }
+    v
 }
 
 /// `splitnet status [--json]`.
@@ -316,6 +383,34 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
             Some(format!("{} {us} µs", d["name"].as_str().unwrap_or("?")))
         })
         .collect();
+    for d in domains {
+        let h = &d["emulated_nic"];
+        if h.is_null() {
+            continue;
+        }
+        let n = |k: &str| h[k].as_u64().unwrap_or(0);
+        println!(
+            "\nhosted NIC {} (VMApp pid {}, VMNet {}:{}; {}): {} world switches, mean {} cycles ({} in the VMApp; empty: {}), {:.2} per packet; \
+             NIC accesses {} in the VMM, {} switched; {} IRQs, {} PIC accesses; {} packets out, {} in; {} combined sends",
+            d["name"].as_str().unwrap_or("?"),
+            n("vmapp_pid"),
+            h["backend"].as_str().unwrap_or("?"),
+            h["vmnet"].as_str().unwrap_or("?"),
+            h["options"].as_str().unwrap_or("?"),
+            n("world_switches"),
+            n("switch_mean_cycles"),
+            n("service_mean_cycles"),
+            n("null_switch_mean_cycles"),
+            h["switches_per_packet"].as_f64().unwrap_or(0.0),
+            n("nic_accesses_in_vmm"),
+            n("nic_accesses_switched"),
+            n("irqs"),
+            n("pic_accesses"),
+            n("tx_packets"),
+            n("rx_packets"),
+            n("combined_sends"),
+        );
+    }
     if !spinning.is_empty() {
         println!("\nspin before sleeping: {}", spinning.join(", "));
     }

@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn ping(env: &Env, from: &str, to: &str) {
@@ -18,92 +17,6 @@ fn ping(env: &Env, from: &str, to: &str) {
     }
     args.push(to);
     env.ok(&args);
-}
-
-/// iperf3 TCP for `secs` seconds from `client` to `server_ip` (served in
-/// `server`); with `reverse`, data flows server → client. Returns Gbit/s.
-/// Runs through the same code as `splitnet bench` (`bench::netenv`).
-fn iperf(_env: &Env, server: &str, server_ip: &str, client: &str, reverse: bool, secs: u32) -> f64 {
-    let (sns, cns) = (hv::host::netns_name(server), hv::host::netns_name(client));
-    let r = bench::netenv::run(&bench::netenv::Flow {
-        server_ns: &sns,
-        server_ip,
-        server_bind: None,
-        port: bench::netenv::DEFAULT_PORT,
-        client_ns: &cns,
-        reverse,
-        secs,
-        workload: bench::netenv::Workload::TcpCopy,
-        server_cgroup: None,
-        client_cgroup: None,
-    })
-    .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
-    assert!(
-        r.bytes > 1e6 && r.gbps > 1e-3,
-        "iperf3 {client} -> {server_ip}: too little arrived: {} bytes",
-        r.bytes
-    );
-    r.gbps
-}
-
-fn sha256(path: &std::path::Path) -> String {
-    let o = Command::new("sha256sum").arg(path).output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_string()
-}
-
-/// A 64 MiB file served over HTTP from the wire host arrives intact in guest1.
-fn http_fetch_64mib(env: &Env) {
-    let dir = env.run_dir.join("www");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("blob");
-    let st = Command::new("dd")
-        .args([
-            "if=/dev/urandom",
-            &format!("of={}", file.display()),
-            "bs=1M",
-            "count=64",
-            "status=none",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let dir_s = dir.to_str().unwrap();
-    let _server = env.spawn(&[
-        "exec",
-        "wire",
-        "--",
-        "python3",
-        "-m",
-        "http.server",
-        "8080",
-        "--bind",
-        "10.77.0.254",
-        "--directory",
-        dir_s,
-    ]);
-    let got = env.run_dir.join("got");
-    env.ok(&[
-        "exec",
-        "guest1",
-        "--",
-        "curl",
-        "-sS",
-        "--fail",
-        "--retry",
-        "20",
-        "--retry-connrefused",
-        "--retry-delay",
-        "1",
-        "-o",
-        got.to_str().unwrap(),
-        "http://10.77.0.254:8080/blob",
-    ]);
-    assert_eq!(std::fs::metadata(&got).unwrap().len(), 64 << 20);
-    assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
 }
 
 fn traffic_everywhere(env: &Env) {

@@ -343,6 +343,20 @@ impl Hypervisor {
         self.lock().info.insert(key.to_string(), value.to_string());
     }
 
+    /// A read-write descriptor of domain `domid`'s pool for a device model
+    /// hv starts for it (the VMApp, qemu-dm's role): the emulated NIC's DMA
+    /// reaches the guest's memory, and only that.
+    pub fn pool_fd_for_device_model(&self, domid: DomId) -> HvResult<std::os::fd::OwnedFd> {
+        let st = self.lock();
+        let d = st.doms.0.get(&domid).ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadDomain,
+                format!("domain {domid} does not exist"),
+            )
+        })?;
+        d.mem.pool_fd_for_peer(true)
+    }
+
     /// Looks up a domain id by name.
     pub fn domid_of(&self, name: &str) -> Option<DomId> {
         self.lock()

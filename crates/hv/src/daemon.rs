@@ -17,6 +17,12 @@ use sys::{SeqPacket, SeqPacketListener};
 pub const DEFAULT_RUN_DIR: &str = "/run/splitnet";
 /// Environment variable through which a domain process finds its hv socket.
 pub const ENV_HV_FD: &str = "SPLITNET_HV_FD";
+/// Environment variable naming the descriptors a guest with a hosted NIC
+/// inherits: `CHANNEL_MEMFD,DOORBELL` (the world-switch channel to its VMApp).
+pub const ENV_HOSTED_FDS: &str = "SPLITNET_HOSTED_FDS";
+/// Environment variable naming the descriptors a VMApp inherits:
+/// `GUEST_POOL,CHANNEL_MEMFD,DOORBELL`.
+pub const ENV_VMAPP_FDS: &str = "SPLITNET_VMAPP_FDS";
 /// Name of the physical port in the driver domain's namespace.
 pub const PHYS_PORT: &str = "peth0";
 /// Name of the wire host's interface.

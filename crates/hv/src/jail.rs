@@ -40,6 +40,11 @@ pub enum Role {
     /// (CAP_NET_RAW). Nothing it does needs CAP_NET_ADMIN (socket buffers
     /// past rmem_max would need it over the host, which no domain has).
     Driver,
+    /// A hosted guest's VMApp, in its driver domain's namespaces: it made
+    /// VMNet's TAP and mapped the guest's memory before the jail, and keeps
+    /// no capability; it only reads and writes descriptors it holds, and
+    /// starts one thread (VMNet's notifier).
+    VmApp,
 }
 
 impl Role {
@@ -60,6 +65,7 @@ impl Role {
         match self {
             Role::Guest => Caps::of(&[CAP_NET_ADMIN]),
             Role::Driver => Caps::of(&[CAP_NET_RAW]),
+            Role::VmApp => Caps::of(&[]),
         }
     }
 }
@@ -193,6 +199,9 @@ pub fn syscalls(role: Role) -> SyscallFilter {
     if role == Role::Guest {
         f.allow_all(GUEST_RUNS_IP);
     }
+    if role == Role::VmApp {
+        f.allow_all(VMAPP_THREAD);
+    }
     // Threads and processes, without new namespaces (clone3 hides its flags
     // in memory, so it looks absent and glibc falls back to clone).
     let ns = (libc::CLONE_NEWNS
@@ -218,6 +227,7 @@ pub fn syscalls(role: Role) -> SyscallFilter {
             libc::AF_INET6,
             libc::AF_PACKET,
         ],
+        Role::VmApp => &[libc::AF_UNIX],
     };
     let families: Vec<u64> = families.iter().map(|&a| a as u64).collect();
     f.allow_arg_in(libc::SYS_socket, 0, &families)
@@ -267,6 +277,14 @@ const DOMAIN: &[libc::c_long] = &[
     libc::SYS_recvmmsg,
     libc::SYS_recvfrom,
     libc::SYS_exit_group,
+];
+
+/// What starting a thread adds (glibc's pthread_create: the guard page,
+/// then the new thread registers itself).
+const VMAPP_THREAD: &[libc::c_long] = &[
+    libc::SYS_mprotect,
+    libc::SYS_set_robust_list,
+    libc::SYS_rseq,
 ];
 
 /// A guest runs `ip` (Rust's `Command`, then `ip` itself: the dynamic

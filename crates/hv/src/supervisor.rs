@@ -13,13 +13,15 @@
 //! follow through the XenbusState handshake.
 
 use crate::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
-use crate::daemon::{setup_vif, Store, ENV_HV_FD, PHYS_PORT, WIRE_IF};
+use crate::daemon::{
+    setup_vif, Store, ENV_HOSTED_FDS, ENV_HV_FD, ENV_VMAPP_FDS, PHYS_PORT, WIRE_IF,
+};
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::memory::MemorySpec;
 use crate::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
 use crate::topology::{
-    DomainConfig, DomainKind, Restart, Topology, VifConfig, DRIVER_BASE_FRAMES,
+    DomainConfig, DomainKind, EmulatedNic, Nic, Restart, Topology, VifConfig, DRIVER_BASE_FRAMES,
     DRIVER_FRAMES_PER_VIF,
 };
 use abi::xenbus::{self, XenbusState};
@@ -222,6 +224,25 @@ impl Supervisor {
             if d.port_offload { "1" } else { "0" },
         )?;
         ts.write(&format!("{home}/spin-us"), &d.spin_us.to_string())?;
+        let bit = |b: bool| if b { "1" } else { "0" };
+        for e in self.topology.emulated_nics() {
+            if e.guest == d.name {
+                for (k, v) in [
+                    ("nic", e.kind.as_str()),
+                    ("nic-mac", e.mac.as_str()),
+                    ("hosted-ports-in-vmm", bit(e.ports_in_vmm)),
+                    ("hosted-send-combining", bit(e.send_combining)),
+                    ("hosted-irq-bitvector", bit(e.irq_bitvector)),
+                ] {
+                    ts.write(&format!("{home}/{k}"), v)?;
+                }
+            }
+            // The driver domain bridges the device model's host interface
+            // as an extra port (its restarts read this again).
+            if e.backend == d.name {
+                ts.write(&format!("{home}/ports/{}", e.host_ifname()), &e.guest)?;
+            }
+        }
         Ok((id, sock, cg))
     }
 
@@ -260,25 +281,48 @@ impl Supervisor {
             .open(self.run_dir.join(format!("{name}.log")))
             .map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let emulated = self
+            .topology
+            .emulated_nics()
+            .into_iter()
+            .find(|e| e.guest == d.name && e.kind == Nic::Hosted);
+        let link = emulated
+            .as_ref()
+            .map(|_| HostedLink::new(&name))
+            .transpose()?;
         let child = {
             let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
             sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
             let fd = std::os::fd::AsRawFd::as_raw_fd(&sock.as_fd());
-            let r = Command::new("ip")
-                .args(["netns", "exec", &ns])
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &ns])
                 .arg(&self.exe)
                 .arg("domain")
                 .env(ENV_HV_FD, fd.to_string())
                 .stdin(Stdio::null())
                 .stdout(log)
-                .stderr(log2)
-                .spawn();
+                .stderr(log2);
+            if let Some(l) = &link {
+                let fds = [l.memfd.as_fd(), l.vm.as_fd()];
+                cmd.env(ENV_HOSTED_FDS, inherit(&fds)?);
+            }
+            let r = cmd.spawn();
             drop(sock); // the child holds the only other copy now
+            if let Some(l) = &link {
+                // The guest has its copies; the VMApp must not inherit them.
+                for fd in [l.memfd.as_fd(), l.vm.as_fd()] {
+                    sys::set_inheritable(fd, false).map_err(|e| e.to_string())?;
+                }
+            }
             r.map_err(|e| format!("spawning `ip netns exec {ns} ...`: {e}"))?
         };
         let pid = child.id() as i32;
         if let Err(e) = cg.add(pid) {
             eprintln!("hv: {e}");
+        }
+        if let (Some(e), Some(l)) = (&emulated, link) {
+            self.launch_vmapp(hv, e, domid, l, &cg)
+                .map_err(|x| format!("starting the VMApp of {name}: {x}"))?;
         }
         let me = Arc::downgrade(self);
         let (cg2, name2) = (cg.clone(), name.clone());
@@ -307,6 +351,81 @@ impl Supervisor {
         *self.lock().starts.entry(d.name.clone()).or_default() += 1;
         self.changed.notify_all();
         eprintln!("hv: domain {domid} ({name}) started as pid {pid} in {ns}");
+        Ok(())
+    }
+
+    /// Starts the VMApp of hosted guest `e` (domain `domid`) in its driver
+    /// domain's namespace, with the guest's pool, the channel and VMNet's
+    /// interface name; it joins the guest's cgroup, so it goes with the
+    /// guest, and exits by itself when the guest's end of the channel closes.
+    fn launch_vmapp(
+        &self,
+        hv: &Arc<Hypervisor>,
+        e: &EmulatedNic,
+        domid: DomId,
+        link: HostedLink,
+        cg: &Cgroup,
+    ) -> Result<(), String> {
+        let pool = hv
+            .pool_fd_for_device_model(domid)
+            .map_err(|x| x.to_string())?;
+        let ns = host::netns_name(&e.backend);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.run_dir.join(format!("{}-vmapp.log", e.guest)))
+            .map_err(|x| x.to_string())?;
+        let log2 = log.try_clone().map_err(|x| x.to_string())?;
+        let bit = |b: bool| if b { "1" } else { "0" };
+        let mut child = {
+            let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+            let fds = [pool.as_fd(), link.memfd.as_fd(), link.app.as_fd()];
+            let r = Command::new("ip")
+                .args(["netns", "exec", &ns])
+                .arg(&self.exe)
+                .arg("vmapp")
+                .args([
+                    "--guest",
+                    &e.guest,
+                    "--tap",
+                    &e.host_ifname(),
+                    "--mac",
+                    &e.mac,
+                ])
+                .args(["--ports-in-vmm", bit(e.ports_in_vmm)])
+                .args(["--irq-bitvector", bit(e.irq_bitvector)])
+                .env(ENV_VMAPP_FDS, inherit(&fds)?)
+                .stdin(Stdio::null())
+                .stdout(log)
+                .stderr(log2)
+                .spawn();
+            drop((pool, link));
+            r.map_err(|x| format!("spawning `ip netns exec {ns} splitnet vmapp`: {x}"))?
+        };
+        let pid = child.id() as i32;
+        if let Err(x) = cg.add(pid) {
+            eprintln!("hv: {x}");
+        }
+        hv.set_info(
+            &format!("nic.{}", e.guest),
+            &format!(
+                "hosted|{}|{}|{pid}|ports_in_vmm={} send_combining={} irq_bitvector={}",
+                e.backend,
+                e.host_ifname(),
+                e.ports_in_vmm,
+                e.send_combining,
+                e.irq_bitvector
+            ),
+        );
+        let guest = e.guest.clone();
+        std::thread::Builder::new()
+            .name(format!("reap-vmapp-{guest}"))
+            .spawn(move || {
+                let status = child.wait();
+                eprintln!("hv: the VMApp of {guest} (pid {pid}) exited: {status:?}");
+            })
+            .map_err(|x| x.to_string())?;
+        eprintln!("hv: VMApp of {} started as pid {pid} in {ns}", e.guest);
         Ok(())
     }
 
@@ -658,6 +777,37 @@ impl Supervisor {
 }
 
 /// The `status` fact naming a vif's directories.
+/// The world-switch channel of a hosted guest, before its two ends are
+/// handed out: the shared region and the doorbell pair.
+struct HostedLink {
+    memfd: sys::Memfd,
+    vm: SeqPacket,
+    app: SeqPacket,
+}
+
+impl HostedLink {
+    fn new(guest: &str) -> Result<HostedLink, String> {
+        // 4 KiB of request and answer, then 16 frame slots each way.
+        const SIZE: usize = 4096 + 2 * 16 * 2048;
+        let memfd = sys::Memfd::create(&format!("splitnet-hosted-{guest}"), SIZE, false)
+            .map_err(|e| format!("world-switch channel of {guest}: {e}"))?;
+        let (vm, app) =
+            SeqPacket::pair().map_err(|e| format!("world-switch doorbell of {guest}: {e}"))?;
+        Ok(HostedLink { memfd, vm, app })
+    }
+}
+
+/// Marks `fds` inheritable (the caller holds `host::SPAWN` and drops its
+/// copies after the spawn) and names them for the child's environment.
+fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
+    let mut names = Vec::new();
+    for fd in fds {
+        sys::set_inheritable(*fd, true).map_err(|e| e.to_string())?;
+        names.push(std::os::fd::AsRawFd::as_raw_fd(fd).to_string());
+    }
+    Ok(names.join(","))
+}
+
 fn vif_info_key(v: &VifConfig) -> String {
     format!("vif.{}/{}", v.guest, v.handle)
 }

@@ -91,6 +91,75 @@ pub struct DomainConfig {
     /// `always`); by default driver domains restart after a crash and
     /// guests do not.
     pub restart: Option<Restart>,
+    /// Guests: the kind of virtual NIC (`vif`, `hosted` or `hvm`).
+    #[serde(default)]
+    pub nic: Nic,
+    /// Hosted NIC (Sugerman §3.3): the VMM serves the Lance's ports itself
+    /// (its register file lives in the guest's process) and only frame I/O
+    /// switches to the VMApp. Off: every NIC port access is a world switch.
+    #[serde(default = "yes")]
+    pub hosted_ports_in_vmm: bool,
+    /// Hosted NIC: up to 3 packets (Sugerman §3.3) wait in the Lance's ring
+    /// and leave in one world switch, never past a timer tick. Needs
+    /// `hosted_ports_in_vmm`.
+    #[serde(default = "yes")]
+    pub hosted_send_combining: bool,
+    /// Hosted NIC: the VMApp learns of VMNet input from a shared bit vector
+    /// the VMNet side sets, instead of a `select()` on every world switch.
+    #[serde(default = "yes")]
+    pub hosted_irq_bitvector: bool,
+}
+
+/// A guest's kind of virtual NIC.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Nic {
+    /// The paravirtual split driver: netfront, rings, grants, netback.
+    #[default]
+    Vif,
+    /// An emulated Am79C970A behind a hosted VMM and its VMApp (Sugerman 2001).
+    Hosted,
+    /// An emulated Am79C970A behind hv's I/O-request relay and a device model
+    /// (Zhang & Dong).
+    Hvm,
+}
+
+impl Nic {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Nic::Vif => "vif",
+            Nic::Hosted => "hosted",
+            Nic::Hvm => "hvm",
+        }
+    }
+}
+
+/// Guest number `i`'s MAC: the configured one or 00:16:3e:5e:00:<i+1>.
+fn guest_mac(d: &DomainConfig, i: usize) -> String {
+    d.mac
+        .clone()
+        .unwrap_or_else(|| format!("00:16:3e:5e:00:{:02x}", i + 1))
+}
+
+/// A guest with an emulated NIC: what hv needs to start its device side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmulatedNic {
+    pub guest: String,
+    pub kind: Nic,
+    /// The driver domain whose namespace the device side runs in and whose
+    /// bridge its host interface joins.
+    pub backend: String,
+    pub mac: String,
+    pub ports_in_vmm: bool,
+    pub send_combining: bool,
+    pub irq_bitvector: bool,
+}
+
+impl EmulatedNic {
+    /// The host interface (VMNet's TAP) in the driver domain's namespace.
+    pub fn host_ifname(&self) -> String {
+        format!("vn-{}", self.guest)
+    }
 }
 
 impl DomainConfig {
@@ -271,6 +340,9 @@ pub struct VifConfig {
 
 /// Frames a guest needs: 2 ring pages, 256 TX and 256 RX buffers.
 pub const GUEST_MIN_FRAMES: u32 = 2 + 2 * 256;
+/// Frames a guest with a hosted NIC needs: the guest driver's init block,
+/// rings and buffers from guest-physical 64 KiB (about 140 KiB in all).
+pub const HOSTED_MIN_FRAMES: u32 = 64;
 /// Frames a driver domain keeps before its per-vif staging areas.
 pub const DRIVER_BASE_FRAMES: u32 = 16;
 /// Frames a driver domain needs per vif (staging for 256 TX and 256 RX slots),
@@ -419,6 +491,30 @@ fn check_modes(d: &DomainConfig) -> Result<(), String> {
     }
 }
 
+fn check_nic(d: &DomainConfig) -> Result<(), String> {
+    let hosted_keys = !d.hosted_ports_in_vmm || !d.hosted_send_combining || !d.hosted_irq_bitvector;
+    match d.nic {
+        Nic::Vif | Nic::Hvm if hosted_keys => Err(format!(
+            "domain {:?}: the hosted_* keys apply to nic = \"hosted\" only",
+            d.name
+        )),
+        _ if d.kind == DomainKind::Driver && d.nic != Nic::Vif => Err(format!(
+            "domain {:?} is a driver domain: nic is a guest setting",
+            d.name
+        )),
+        Nic::Hosted if d.hosted_send_combining && !d.hosted_ports_in_vmm => Err(format!(
+            "domain {:?}: hosted_send_combining leaves packets in the Lance's ring held by the VMM, \
+             so it needs hosted_ports_in_vmm = true (or set hosted_send_combining = false)",
+            d.name
+        )),
+        Nic::Hvm => Err(format!(
+            "domain {:?}: nic = \"hvm\" (the HVM device model) is not in this build yet; use \"vif\" or \"hosted\"",
+            d.name
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Topology {
     /// The embedded default.
     pub fn default_topology() -> Topology {
@@ -485,6 +581,7 @@ impl Topology {
                 abi::xenbus::parse_mac(m).map_err(|e| format!("domain {:?} mac: {e}", d.name))?;
             }
             check_modes(d)?;
+            check_nic(d)?;
             if d.kind == DomainKind::Driver
                 && (d.backend.is_some()
                     || d.mac.is_some()
@@ -507,6 +604,15 @@ impl Topology {
                     "domain {:?} serves {n} vifs and needs memory_frames >= {}",
                     d.name,
                     DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
+                ));
+            }
+            if d.kind == DomainKind::Guest
+                && d.nic == Nic::Hosted
+                && d.memory_frames < HOSTED_MIN_FRAMES
+            {
+                return Err(format!(
+                    "domain {:?} has a hosted NIC (its driver's rings and buffers in its memory) and needs memory_frames >= {HOSTED_MIN_FRAMES}",
+                    d.name
                 ));
             }
             if vifs.iter().any(|v| v.guest == d.name) && d.memory_frames < GUEST_MIN_FRAMES {
@@ -545,13 +651,59 @@ impl Topology {
         self.vifs_unchecked().unwrap_or_default()
     }
 
-    fn vifs_unchecked(&self) -> Result<Vec<VifConfig>, String> {
+    /// Every guest with an emulated NIC (`nic = "hosted"` or `"hvm"`).
+    pub fn emulated_nics(&self) -> Vec<EmulatedNic> {
+        let mut out = Vec::new();
+        for (i, d) in self
+            .domains
+            .iter()
+            .filter(|d| d.kind == DomainKind::Guest)
+            .enumerate()
+        {
+            if d.nic == Nic::Vif {
+                continue;
+            }
+            let Ok(backend) = self.backend_of(d) else {
+                continue;
+            };
+            out.push(EmulatedNic {
+                guest: d.name.clone(),
+                kind: d.nic,
+                backend,
+                mac: guest_mac(d, i),
+                ports_in_vmm: d.hosted_ports_in_vmm,
+                send_combining: d.hosted_send_combining,
+                irq_bitvector: d.hosted_irq_bitvector,
+            });
+        }
+        out
+    }
+
+    /// The driver domain serving guest `d`.
+    fn backend_of(&self, d: &DomainConfig) -> Result<String, String> {
         let drivers: Vec<&str> = self
             .domains
             .iter()
             .filter(|d| d.kind == DomainKind::Driver)
             .map(|d| d.name.as_str())
             .collect();
+        match (&d.backend, drivers.as_slice()) {
+            (Some(b), _) if drivers.contains(&b.as_str()) => Ok(b.clone()),
+            (Some(b), _) => Err(format!(
+                "domain {:?}: backend = {b:?} is not a driver domain",
+                d.name
+            )),
+            (None, [only]) => Ok(only.to_string()),
+            (None, []) => Err(format!("domain {:?}: no driver domain", d.name)),
+            (None, _) => Err(format!(
+                "domain {:?}: several driver domains exist; name one with backend = ...",
+                d.name
+            )),
+        }
+    }
+
+    fn vifs_unchecked(&self) -> Result<Vec<VifConfig>, String> {
+        let any_driver = self.domains.iter().any(|d| d.kind == DomainKind::Driver);
         let mut out: Vec<VifConfig> = Vec::new();
         for (i, d) in self
             .domains
@@ -559,31 +711,18 @@ impl Topology {
             .filter(|d| d.kind == DomainKind::Guest)
             .enumerate()
         {
-            let backend = match (&d.backend, drivers.as_slice()) {
-                (Some(b), _) if drivers.contains(&b.as_str()) => b.clone(),
-                (Some(b), _) => {
-                    return Err(format!(
-                        "domain {:?}: backend = {b:?} is not a driver domain",
-                        d.name
-                    ))
-                }
-                (None, [only]) => only.to_string(),
-                (None, []) => continue,
-                (None, _) => {
-                    return Err(format!(
-                        "domain {:?}: several driver domains exist; name one with backend = ...",
-                        d.name
-                    ))
-                }
-            };
+            if !any_driver && d.backend.is_none() {
+                continue;
+            }
+            let backend = self.backend_of(d)?;
+            if d.nic != Nic::Vif {
+                continue;
+            }
             let index = out.iter().filter(|v| v.backend == backend).count();
             out.push(VifConfig {
                 guest: d.name.clone(),
                 handle: 0,
-                mac: d
-                    .mac
-                    .clone()
-                    .unwrap_or_else(|| format!("00:16:3e:5e:00:{:02x}", i + 1)),
+                mac: guest_mac(d, i),
                 backend,
                 rx_mode: d.rx_mode,
                 tx_mode: d.tx_mode,
@@ -673,6 +812,65 @@ mod tests {
     }
 
     use super::*;
+
+    const DRV: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n";
+
+    #[test]
+    fn a_hosted_guest_has_no_vif_and_keeps_its_mac() {
+        let t = Topology::parse(
+            &format!(
+                "{DRV}[[domain]]\nname = \"g1\"\nkind = \"guest\"\nnic = \"hosted\"\nhosted_irq_bitvector = false\n\
+                 [[domain]]\nname = \"g2\"\nkind = \"guest\"\n"
+            ),
+            "t",
+        )
+        .unwrap();
+        let vifs = t.vifs();
+        assert_eq!(vifs.len(), 1);
+        assert_eq!(
+            (vifs[0].guest.as_str(), vifs[0].mac.as_str()),
+            ("g2", "00:16:3e:5e:00:02")
+        );
+        let e = t.emulated_nics();
+        assert_eq!(e.len(), 1);
+        assert_eq!((e[0].guest.as_str(), e[0].backend.as_str()), ("g1", "drv"));
+        assert_eq!(e[0].mac, "00:16:3e:5e:00:01");
+        assert!(e[0].ports_in_vmm && e[0].send_combining && !e[0].irq_bitvector);
+        assert_eq!(e[0].host_ifname(), "vn-g1");
+    }
+
+    #[test]
+    fn emulated_nic_settings_are_checked() {
+        let guest = |extra: &str| {
+            Topology::parse(
+                &format!("{DRV}[[domain]]\nname = \"g\"\nkind = \"guest\"\n{extra}"),
+                "t.toml",
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        assert!(guest("nic = \"hosted\"\n").is_ok());
+        let e = guest("nic = \"hosted\"\nhosted_ports_in_vmm = false\n").unwrap_err();
+        assert!(
+            e.contains("hosted_send_combining") && e.contains("t.toml"),
+            "{e}"
+        );
+        assert!(guest(
+            "nic = \"hosted\"\nhosted_ports_in_vmm = false\nhosted_send_combining = false\n"
+        )
+        .is_ok());
+        let e = guest("hosted_irq_bitvector = false\n").unwrap_err();
+        assert!(
+            e.contains("nic = \\\"hosted\\\" only") || e.contains("only"),
+            "{e}"
+        );
+        let e = guest("nic = \"hvm\"\n").unwrap_err();
+        assert!(e.contains("hvm"), "{e}");
+        let e = guest("nic = \"lance\"\n").unwrap_err();
+        assert!(e.contains("hosted"), "{e}");
+        let e = guest("nic = \"hosted\"\nmemory_frames = 16\n").unwrap_err();
+        assert!(e.contains("memory_frames >= 64"), "{e}");
+    }
 
     #[test]
     fn restart_policies_default_by_kind_and_parse() {

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 
 /// Bridge port of the physical NIC.
 const PHYS: PortId = 0;
+/// Bridge port of the first extra port (`<home>/ports`); vif i is port i + 1.
+const EXTRA_BASE: PortId = 1 << 20;
+/// How often an extra port that is missing or failed is opened again.
+const EXTRA_RETRY: Duration = Duration::from_millis(250);
 /// How long netback waits for a frontend it already saw Connected.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -42,7 +46,7 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         .store_read_str(&format!("{home}/port-offload"))
         .map(|v| v == "1")
         .unwrap_or(true);
-    let mut phys: Option<Box<dyn Port>> = match hv.store_read_str(&format!("{home}/port")) {
+    let phys: Option<Box<dyn Port>> = match hv.store_read_str(&format!("{home}/port")) {
         Ok(ifname) => {
             let p = PacketPort::open(&ifname, port_offload)?;
             eprintln!(
@@ -53,6 +57,16 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
         }
         Err(_) => None,
     };
+    // Extra ports the toolstack names (a hosted guest's VMNet interface):
+    // bridged like the physical port, opened again whenever they vanish.
+    let ports_dir = format!("{home}/ports");
+    hv.watch(&ports_dir, PORTS)?;
+    let mut ports = Ports {
+        phys,
+        extra: Vec::new(),
+        offload: port_offload,
+    };
+    ports.sync(hv, &ports_dir);
 
     // Probe every vif (InitWait), then connect each as its frontend comes,
     // in any order: one guest that never comes delays no other. vifs the
@@ -69,7 +83,6 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
     hv.watch(&captures, CAPTURES)?;
     let mut taps = Taps::default();
     taps.sync(hv, &captures);
-    let port_name = phys.as_ref().map(|p| p.name().to_string());
 
     let mut idle = Idle::for_domain(hv, "driver", Duration::from_millis(200));
     let mut bridge = Bridge::default();
@@ -80,18 +93,30 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             .iter_mut()
             .any(|v| v.nb.tx_pending() || v.nb.rx_pending());
         let mut fds = vec![hv.watch_fd()];
-        if let Some(p) = &phys {
+        if let Some(p) = &ports.phys {
             fds.push(p.fd());
         }
+        let extra_at = fds.len();
+        fds.extend(
+            ports
+                .extra
+                .iter()
+                .filter_map(|e| e.port.as_ref().map(|p| p.fd())),
+        );
         for v in &vifs {
             fds.extend(v.nb.fds());
         }
         let busy = busy || hv.watch_backlog();
-        let ready = sys::poll_readable(&fds, Some(idle.timeout(busy)))?;
+        let mut timeout = idle.timeout(busy);
+        if ports.extra.iter().any(|e| e.port.is_none()) {
+            timeout = timeout.min(EXTRA_RETRY);
+        }
+        let ready = sys::poll_readable(&fds, Some(timeout))?;
         if busy || ready.iter().any(|&r| r) {
             idle.worked();
         }
         let watch_ready = ready[0] || hv.watch_backlog();
+        let extra_ready = ready[extra_at..].iter().any(|&r| r);
         drop(fds);
 
         if watch_ready {
@@ -105,19 +130,22 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             if w.captures {
                 taps.sync(hv, &captures);
             }
-            if w.captures || w.pending || w.rescan {
-                taps.resolve(|t| port_of(t, &vifs, &base, port_name.as_deref()));
+            if w.ports {
+                ports.sync(hv, &ports_dir);
+            }
+            if w.captures || w.pending || w.rescan || w.ports {
+                taps.resolve(|t| port_of(t, &vifs, &base, &ports));
             }
         }
 
         // Physical port → bridge.
-        if let Some(mut p) = phys.take() {
+        if let Some(mut p) = ports.phys.take() {
             let r = p.recv_batch(&mut |f| {
                 forward(
                     &mut bridge,
                     PHYS,
                     std::slice::from_ref(f),
-                    &mut None,
+                    &mut ports,
                     Others::all(&mut vifs),
                     &mut taps,
                 );
@@ -126,7 +154,35 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                 // Count it and carry on: one bad read must not stop every guest.
                 eprintln!("driver: port {}: {e}", p.name());
             }
-            phys = Some(p);
+            ports.phys = Some(p);
+        }
+        // Extra ports → bridge. One that fails (its interface went away
+        // with its VMApp) is closed and opened again later.
+        for j in 0..ports.extra.len() {
+            if !extra_ready {
+                break;
+            }
+            let Some(mut p) = ports.extra[j].port.take() else {
+                continue;
+            };
+            let r = p.recv_batch(&mut |f| {
+                forward(
+                    &mut bridge,
+                    EXTRA_BASE + j,
+                    std::slice::from_ref(f),
+                    &mut ports,
+                    Others::all(&mut vifs),
+                    &mut taps,
+                );
+            });
+            match r {
+                Ok(()) => ports.extra[j].port = Some(p),
+                Err(e) => {
+                    eprintln!("driver: port {}: {e}; closing it", p.name());
+                    bridge.forget_port(EXTRA_BASE + j);
+                    ports.extra[j].retry_at = Instant::now() + EXTRA_RETRY;
+                }
+            }
         }
 
         // Each vif's TX ring → bridge.
@@ -150,7 +206,7 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                     &mut bridge,
                     i + 1,
                     frames,
-                    &mut phys,
+                    &mut ports,
                     others.reborrow(),
                     &mut taps,
                 );
@@ -175,24 +231,36 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             }
         }
 
+        if ports.reopen() {
+            taps.resolve(|t| port_of(t, &vifs, &base, &ports));
+        }
         if last_stats.elapsed() >= Duration::from_millis(500) {
             last_stats = Instant::now();
-            publish_stats(hv, &mut vifs, phys.as_deref(), &bridge);
+            publish_stats(hv, &mut vifs, &ports, &bridge);
             taps.reap(hv, &captures);
-            taps.resolve(|t| port_of(t, &vifs, &base, port_name.as_deref()));
+            taps.resolve(|t| port_of(t, &vifs, &base, &ports));
         }
     }
 }
 
 /// The bridge port a capture target is on now, if any.
-fn port_of(t: &Target, vifs: &[Vif], base: &str, phys: Option<&str>) -> Option<PortId> {
+fn port_of(t: &Target, vifs: &[Vif], base: &str, ports: &Ports) -> Option<PortId> {
     match t {
         Target::Vif { guest, handle } => {
             let be = format!("{base}/{guest}/{handle}");
             let i = vifs.iter().position(|v| !v.gone && v.nb.be == be)?;
             Some(i + 1)
         }
-        Target::Port(name) => (phys == Some(name.as_str())).then_some(PHYS),
+        Target::Port(name) => {
+            if ports.phys.as_ref().is_some_and(|p| p.name() == name) {
+                return Some(PHYS);
+            }
+            let j = ports
+                .extra
+                .iter()
+                .position(|e| e.port.is_some() && e.name == *name)?;
+            Some(EXTRA_BASE + j)
+        }
         Target::Bridge => None,
     }
 }
@@ -203,6 +271,94 @@ const PENDING: &str = "pending";
 const BACKENDS: &str = "backends";
 /// Watch token of the capture channels the toolstack opens.
 const CAPTURES: &str = "captures";
+/// Watch token of the extra ports the toolstack names.
+const PORTS: &str = "ports";
+
+/// One extra bridge port: an interface named under `<home>/ports`.
+struct Extra {
+    name: String,
+    port: Option<Box<dyn Port>>,
+    /// When to try opening it again, while it is closed.
+    retry_at: Instant,
+}
+
+/// The driver domain's ports: the physical one and the extras.
+struct Ports {
+    phys: Option<Box<dyn Port>>,
+    extra: Vec<Extra>,
+    offload: bool,
+}
+
+impl Ports {
+    /// Follows `<home>/ports`: new names are added (opened at once if
+    /// their interface exists), removed ones closed. A slot (and its bridge
+    /// port) stays in place so the others keep their numbers.
+    fn sync(&mut self, hv: &mut HvClient, dir: &str) {
+        let names = hv.store_directory(dir).unwrap_or_default();
+        for e in self.extra.iter_mut() {
+            if !names.contains(&e.name) && !e.name.is_empty() {
+                eprintln!("driver: port {} removed", e.name);
+                e.port = None;
+                e.name.clear();
+            }
+        }
+        for n in names {
+            if self.extra.iter().any(|e| e.name == n) {
+                continue;
+            }
+            let e = Extra {
+                name: n,
+                port: None,
+                retry_at: Instant::now(),
+            };
+            match self.extra.iter().position(|e| e.name.is_empty()) {
+                Some(i) => self.extra[i] = e,
+                None => self.extra.push(e),
+            }
+        }
+        self.reopen();
+    }
+
+    /// Opens the extra ports that are due a try; whether one opened.
+    fn reopen(&mut self) -> bool {
+        let now = Instant::now();
+        let mut opened = false;
+        for e in self.extra.iter_mut() {
+            if e.port.is_some() || e.name.is_empty() || now < e.retry_at {
+                continue;
+            }
+            match PacketPort::open(&e.name, self.offload) {
+                Ok(p) => {
+                    eprintln!("driver: extra port {} bridged", e.name);
+                    e.port = Some(Box::new(p));
+                    opened = true;
+                }
+                Err(_) => e.retry_at = now + EXTRA_RETRY,
+            }
+        }
+        opened
+    }
+
+    /// The port behind bridge port `id` (not a vif), if open.
+    fn get(&mut self, id: PortId) -> Option<&mut Box<dyn Port>> {
+        if id == PHYS {
+            return self.phys.as_mut();
+        }
+        self.extra
+            .get_mut(id.checked_sub(EXTRA_BASE)?)?
+            .port
+            .as_mut()
+    }
+
+    /// Bridge ports of the open extras.
+    fn extra_ids(&self) -> impl Iterator<Item = PortId> + '_ {
+        self.extra
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.port.is_some())
+            .map(|(j, _)| EXTRA_BASE + j)
+    }
+}
 
 /// Brings the vifs in line with the backend directories the toolstack
 /// wrote: a vif whose directory went away or was set offline
@@ -349,6 +505,8 @@ struct Fired {
     rescan: bool,
     /// A capture channel was opened or ended.
     captures: bool,
+    /// The extra ports changed.
+    ports: bool,
 }
 
 /// A frontend whose state went to Closing or Closed loses its backend.
@@ -361,6 +519,10 @@ fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fired, DriverEr
         }
         if ev.token == CAPTURES {
             fired.captures = true;
+            continue;
+        }
+        if ev.token == PORTS {
+            fired.ports = true;
             continue;
         }
         if ev.token == BACKENDS {
@@ -454,7 +616,7 @@ fn forward(
     bridge: &mut Bridge,
     ingress: PortId,
     frames: &[FrameRef<'_>],
-    phys: &mut Option<Box<dyn Port>>,
+    ports: &mut Ports,
     mut vifs: Others<'_>,
     taps: &mut Taps,
 ) {
@@ -464,7 +626,7 @@ fn forward(
     let mut n = 0;
     let tapping = !taps.is_empty();
     for f in frames {
-        let (targets, t) = route(bridge, ingress, f, now, &vifs);
+        let (targets, t) = route(bridge, ingress, f, now, &vifs, ports);
         if tapping {
             taps.frame(ingress, false, f);
             for &p in &targets[..t] {
@@ -472,6 +634,12 @@ fn forward(
             }
         }
         for &p in &targets[..t] {
+            if p >= EXTRA_BASE {
+                if let Some(x) = ports.get(p) {
+                    x.send_batch(std::slice::from_ref(&f));
+                }
+                continue;
+            }
             if p != PHYS {
                 if let Some(v) = vifs.get(p) {
                     v.nb.deliver(f);
@@ -479,7 +647,7 @@ fn forward(
                 continue;
             }
             if n == PORT_BATCH {
-                if let Some(ph) = phys.as_mut() {
+                if let Some(ph) = ports.phys.as_mut() {
                     ph.send_batch(&to_phys);
                 }
                 n = 0;
@@ -489,7 +657,7 @@ fn forward(
         }
     }
     if n > 0 {
-        if let Some(ph) = phys.as_mut() {
+        if let Some(ph) = ports.phys.as_mut() {
             ph.send_batch(&to_phys[..n]);
         }
     }
@@ -503,6 +671,7 @@ fn route(
     f: &FrameRef<'_>,
     now: Instant,
     vifs: &Others<'_>,
+    ports: &Ports,
 ) -> ([PortId; 64], usize) {
     let mut targets = [0 as PortId; 64];
     let mut n = 0;
@@ -514,7 +683,10 @@ fn route(
         }
         Route::Port(_) => {}
         Route::Flood => {
-            for p in std::iter::once(PHYS).chain(vifs.ports()) {
+            for p in std::iter::once(PHYS)
+                .chain(ports.extra_ids())
+                .chain(vifs.ports())
+            {
                 if p != ingress && n < targets.len() {
                     targets[n] = p;
                     n += 1;
@@ -526,7 +698,8 @@ fn route(
 }
 
 /// Writes each vif's counters to `<backend>/stats` when they changed, for `splitnet status`.
-fn publish_stats(hv: &mut HvClient, vifs: &mut [Vif], phys: Option<&dyn Port>, bridge: &Bridge) {
+fn publish_stats(hv: &mut HvClient, vifs: &mut [Vif], ports: &Ports, bridge: &Bridge) {
+    let phys = ports.phys.as_deref();
     // A disconnected vif wrote its final counters as it closed; writing
     // again could recreate a directory the toolstack has since removed.
     for v in vifs.iter_mut().filter(|v| v.nb.is_connected()) {
@@ -539,6 +712,11 @@ fn publish_stats(hv: &mut HvClient, vifs: &mut [Vif], phys: Option<&dyn Port>, b
     let doc = serde_json::json!({
         "port": phys.map(|p| serde_json::json!({"name": p.name(), "counters": p.counters()})),
         "bridge": {"macs": bridge.len(), "counters": &bridge.counters},
+        "extra_ports": ports.extra.iter().filter(|e| !e.name.is_empty()).map(|e| serde_json::json!({
+            "name": e.name,
+            "open": e.port.is_some(),
+            "counters": e.port.as_ref().map(|p| p.counters()),
+        })).collect::<Vec<_>>(),
     });
     let _ = hv.store_write(
         &format!("/local/domain/{me}/splitnet/stats"),

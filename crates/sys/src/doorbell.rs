@@ -124,27 +124,60 @@ impl AsFd for Doorbell {
 /// Waits until any of `fds` is readable (or hung up). Returns one flag per fd;
 /// all false on timeout. `None` waits forever. EINTR is retried.
 pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
-    let mut pfds: Vec<libc::pollfd> = fds
+    let mut pfds: Vec<libc::pollfd> = fds.iter().map(pollfd).collect();
+    poll_raw(&mut pfds, timeout)?;
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
+/// Most descriptors [`poll_readable_few`] takes.
+pub const POLL_FEW: usize = 8;
+
+/// [`poll_readable`] without allocating, for a path that polls per packet:
+/// at most [`POLL_FEW`] descriptors; bit i of the result is set when
+/// `fds[i]` is readable (or hung up).
+pub fn poll_readable_few(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<u32> {
+    if fds.len() > POLL_FEW {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("poll: {} descriptors, at most {POLL_FEW}", fds.len()),
+        ));
+    }
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; POLL_FEW];
+    for (p, fd) in pfds.iter_mut().zip(fds) {
+        *p = pollfd(fd);
+    }
+    poll_raw(&mut pfds[..fds.len()], timeout)?;
+    Ok(pfds[..fds.len()]
         .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+        .enumerate()
+        .fold(0, |m, (i, p)| m | (u32::from(p.revents != 0) << i)))
+}
+
+fn pollfd(fd: &BorrowedFd<'_>) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+fn poll_raw(pfds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
     let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
     loop {
         // SAFETY: `pfds` is a live, correctly sized array of pollfd.
         let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
         if rc >= 0 {
-            break;
+            return Ok(());
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(io::Error::new(e.kind(), format!("poll: {e}")));
         }
     }
-    Ok(pfds.iter().map(|p| p.revents != 0).collect())
 }
 
 #[cfg(test)]

@@ -239,12 +239,16 @@ pub fn rx_bytes(domain: &str, ifname: &str) -> u64 {
 }
 
 impl Env {
-    /// `ping -c N` from `from` to `to` succeeds with no loss.
+    /// `ping -c N` from `from` to `to` (IPv4 or IPv6) succeeds with no loss.
     pub fn ping(&self, from: &str, to: &str, n: u32) {
         let n = n.to_string();
-        let out = self.ok(&[
+        let mut args = vec![
             "exec", from, "--", "ping", "-c", &n, "-i", "0.2", "-W", "2", to,
-        ]);
+        ];
+        if to.contains(':') {
+            args.insert(4, "-6");
+        }
+        let out = self.ok(&args);
         assert!(out.contains(" 0% packet loss"), "{from} -> {to}:\n{out}");
     }
 
@@ -321,4 +325,109 @@ pub fn vif<'a>(st: &'a Value, guest: &str) -> &'a Value {
         .iter()
         .find(|v| v["guest"] == guest)
         .unwrap_or(&Value::Null)
+}
+
+/// iperf3 TCP for `secs` seconds from `client` to `server_ip` (served in
+/// `server`); with `reverse`, data flows server → client. Returns Gbit/s.
+/// Runs through the same code as `splitnet bench` (`bench::netenv`).
+pub fn iperf(
+    _env: &Env,
+    server: &str,
+    server_ip: &str,
+    client: &str,
+    reverse: bool,
+    secs: u32,
+) -> f64 {
+    let (sns, cns) = (hv::host::netns_name(server), hv::host::netns_name(client));
+    let r = bench::netenv::run(&bench::netenv::Flow {
+        server_ns: &sns,
+        server_ip,
+        server_bind: None,
+        port: bench::netenv::DEFAULT_PORT,
+        client_ns: &cns,
+        reverse,
+        secs,
+        workload: bench::netenv::Workload::TcpCopy,
+        server_cgroup: None,
+        client_cgroup: None,
+    })
+    .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
+    assert!(
+        r.bytes > 1e6 && r.gbps > 1e-3,
+        "iperf3 {client} -> {server_ip}: too little arrived: {} bytes",
+        r.bytes
+    );
+    r.gbps
+}
+
+/// The SHA-256 of a file, as `sha256sum` prints it.
+pub fn sha256(path: &std::path::Path) -> String {
+    let o = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A 64 MiB file served over HTTP from the wire host arrives intact in
+/// guest1 (python3's http.server, curl). Returns Mbit/s.
+pub fn http_fetch_64mib(env: &Env) -> f64 {
+    let dir = env.run_dir.join("www");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("blob");
+    let st = Command::new("dd")
+        .args([
+            "if=/dev/urandom",
+            &format!("of={}", file.display()),
+            "bs=1M",
+            "count=64",
+            "status=none",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let _server = env.spawn(&[
+        "exec",
+        "wire",
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        "8080",
+        "--bind",
+        "10.77.0.254",
+        "--directory",
+        dir.to_str().unwrap(),
+    ]);
+    wait_until(
+        "the HTTP server to listen",
+        std::time::Duration::from_secs(10),
+        || listening("wire", 8080),
+    );
+    let got = env.run_dir.join("got");
+    let t0 = std::time::Instant::now();
+    env.ok(&[
+        "exec",
+        "guest1",
+        "--",
+        "curl",
+        "-sS",
+        "--fail",
+        "--retry",
+        "20",
+        "--retry-connrefused",
+        "--retry-delay",
+        "1",
+        "--max-time",
+        "300",
+        "-o",
+        got.to_str().unwrap(),
+        "http://10.77.0.254:8080/blob",
+    ]);
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(std::fs::metadata(&got).unwrap().len(), 64 << 20);
+    assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
+    let _ = std::fs::remove_file(&got);
+    64.0 * 8.0 / secs
 }

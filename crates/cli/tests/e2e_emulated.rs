@@ -1,0 +1,304 @@
+//! The hosted NIC (Sugerman 2001) end to end: guest1 runs the pcnet32-like
+//! driver behind its VMM and a VMApp in the driver domain's namespace,
+//! guest2 a paravirtual vif. Real applications (ping, iperf3, curl against
+//! python's HTTP server) with the optimizations off and on, and a hostile
+//! guest that scribbles over its rings and the world-switch channel. Needs
+//! root and iperf3, curl, python3 and ping.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+fn topology(optimized: bool) -> String {
+    let on = if optimized { "true" } else { "false" };
+    format!(
+        r#"name = "hosted"
+[[domain]]
+name = "drv"
+kind = "driver"
+memory_frames = 4096
+[[domain]]
+name = "guest1"
+kind = "guest"
+address = "10.77.0.1/24"
+ipv6 = "fd77::1/64"
+nic = "hosted"
+hosted_ports_in_vmm = {on}
+hosted_send_combining = {on}
+hosted_irq_bitvector = {on}
+[[domain]]
+name = "guest2"
+kind = "guest"
+address = "10.77.0.2/24"
+ipv6 = "fd77::2/64"
+[wire]
+name = "wire"
+driver = "drv"
+address = "10.77.0.254/24"
+ipv6 = "fd77::fe/64"
+"#
+    )
+}
+
+fn up(env: &Env, optimized: bool) {
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let path = env.run_dir.join("hosted.toml");
+    std::fs::write(&path, topology(optimized)).unwrap();
+    env.ok(&["up", "--config", path.to_str().unwrap()]);
+}
+
+/// guest1's hosted-NIC entry in `status --json`, once its counters are in.
+fn hosted(env: &Env) -> Value {
+    let mut h = Value::Null;
+    wait_until("the hosted NIC's counters", Duration::from_secs(5), || {
+        h = domain(&env.status(), "guest1")["emulated_nic"].clone();
+        h["world_switches"].as_u64().is_some()
+    });
+    h
+}
+
+fn report(what: &str, h: &Value) {
+    eprintln!(
+        "{what}: {} world switches, mean {} cycles ({} of them in the VMApp; an empty one {} min, {} mean), \
+         {:.2} per packet; NIC accesses {} in VMM, {} switched; \
+         {} IRQs, {} PIC accesses; {} packets out, {} in; {} combined sends ({} frames); vmapp {}",
+        h["world_switches"],
+        h["switch_mean_cycles"],
+        h["service_mean_cycles"],
+        h["null_switch_min_cycles"],
+        h["null_switch_mean_cycles"],
+        h["switches_per_packet"].as_f64().unwrap_or(0.0),
+        h["nic_accesses_in_vmm"],
+        h["nic_accesses_switched"],
+        h["irqs"],
+        h["pic_accesses"],
+        h["tx_packets"],
+        h["rx_packets"],
+        h["combined_sends"],
+        h["combined_frames"],
+        h["vmapp"],
+    );
+}
+
+fn everything(env: &Env, optimized: bool) {
+    up(env, optimized);
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("wire", "10.77.0.1", 3);
+    env.ping("guest1", "10.77.0.2", 3);
+    env.ping("guest2", "10.77.0.1", 3);
+    env.ping("guest1", "fd77::fe", 3);
+    let before = hosted(env);
+    let tx = iperf(env, "wire", "10.77.0.254", "guest1", false, 3) * 1000.0;
+    let rx = iperf(env, "wire", "10.77.0.254", "guest1", true, 3) * 1000.0;
+    let after_iperf = hosted(env);
+    let http = http_fetch_64mib(env);
+    // guest2 is unaffected: its vif still carries traffic at full speed.
+    env.ping("guest2", "10.77.0.254", 3);
+    let g2 = iperf(env, "wire", "10.77.0.254", "guest2", false, 2) * 1000.0;
+    let h = hosted(env);
+    let label = if optimized {
+        "optimized"
+    } else {
+        "unoptimized"
+    };
+    eprintln!(
+        "{label}: iperf3 guest1->wire {tx:.1} Mbit/s, wire->guest1 {rx:.1}; 64 MiB HTTP {http:.1} Mbit/s; guest2->wire {g2:.1}"
+    );
+    report(
+        &format!("{label} (iperf3 only)"),
+        &diff(&before, &after_iperf),
+    );
+    report(label, &h);
+    assert!(h["world_switches"].as_u64().unwrap() > 0);
+    assert!(h["irqs"].as_u64().unwrap() > 0);
+    assert!(h["pic_accesses"].as_u64().unwrap() >= 4 * h["irqs"].as_u64().unwrap());
+    if optimized {
+        assert!(h["nic_accesses_in_vmm"].as_u64().unwrap() > 0);
+        assert_eq!(h["nic_accesses_switched"].as_u64(), Some(0));
+        assert!(
+            h["combined_sends"].as_u64().unwrap() > 0,
+            "no send was combined"
+        );
+        assert!(h["vmapp"]["bitvector_checks"].as_u64().unwrap() > 0);
+    } else {
+        assert_eq!(h["nic_accesses_in_vmm"].as_u64(), Some(0));
+        assert!(h["nic_accesses_switched"].as_u64().unwrap() > 0);
+        assert!(h["vmapp"]["selects"].as_u64().unwrap() > 0);
+        assert_eq!(h["combined_sends"].as_u64(), Some(0));
+    }
+    let plain = env.ok(&["status"]);
+    assert!(plain.contains("hosted NIC guest1"), "{plain}");
+    let prom = env.ok(&["status", "--prometheus"]);
+    assert!(
+        prom.contains("splitnet_hosted_world_switches_total{domain=\"guest1\"}"),
+        "{prom}"
+    );
+}
+
+/// The numeric fields of `b` minus those of `a` (the top-level counters).
+fn diff(a: &Value, b: &Value) -> Value {
+    let mut out = b.clone();
+    for k in [
+        "world_switches",
+        "nic_accesses_in_vmm",
+        "nic_accesses_switched",
+        "irqs",
+        "pic_accesses",
+        "tx_packets",
+        "rx_packets",
+        "combined_sends",
+        "combined_frames",
+    ] {
+        out[k] = (b[k].as_u64().unwrap_or(0) - a[k].as_u64().unwrap_or(0)).into();
+    }
+    let pk = out["tx_packets"].as_u64().unwrap_or(0) + out["rx_packets"].as_u64().unwrap_or(0);
+    out["switches_per_packet"] =
+        (out["world_switches"].as_u64().unwrap_or(0) as f64 / pk.max(1) as f64).into();
+    out
+}
+
+#[test]
+fn hosted_guest_unoptimized_carries_real_applications() {
+    let env = Env::new("hosted-unopt");
+    everything(&env, false);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn hosted_guest_optimized_carries_real_applications() {
+    let env = Env::new("hosted-opt");
+    everything(&env, true);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// Maps the shared-memory region `name` that process `pid` maps (root
+/// reads it through /proc/PID/map_files).
+fn mapping_of(pid: u64, name: &str) -> sys::Mapping {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.contains(name))
+        .unwrap_or_else(|| panic!("process {pid} maps no {name}"));
+    let range = line.split_whitespace().next().unwrap();
+    let (a, b) = range.split_once('-').unwrap();
+    let len = (u64::from_str_radix(b, 16).unwrap() - u64::from_str_radix(a, 16).unwrap()) as usize;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/map_files/{range}"))
+        .unwrap();
+    sys::Mapping::new(std::os::fd::AsFd::as_fd(&f), 0, len, true).unwrap()
+}
+
+/// A hostile guest: its rings and buffers, and the world-switch channel,
+/// overwritten with garbage while it sends. The VMApp (which holds the NIC
+/// model here) survives, guest2 and hv are undisturbed.
+#[test]
+fn a_hostile_hosted_guest_harms_nobody_else() {
+    use abi::SharedMemory;
+    let env = Env::new("hosted-hostile");
+    up(&env, false);
+    env.ping("guest1", "10.77.0.254", 3);
+    let h = hosted(&env);
+    let vmapp = h["vmapp_pid"].as_u64().expect("the VMApp's pid");
+    // The VMApp is jailed: seccomp, no capability, not root on the host.
+    let status = std::fs::read_to_string(format!("/proc/{vmapp}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_ne!(field("Uid:"), "0", "{status}");
+    let pool = mapping_of(vmapp, "splitnet-guest1-pool");
+    let chan = mapping_of(vmapp, "splitnet-hosted-guest1");
+    let _flood = env.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "ping",
+        "-f",
+        "-w",
+        "4",
+        "10.77.0.254",
+    ]);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        for _ in 0..4096 {
+            // xorshift: garbage, reproducible.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // The driver's area (init block, rings, buffers) and beyond.
+            let off = (0x10000 + (x as usize % 0x30000)) & !3;
+            let v = match x >> 60 {
+                0..=3 => 0x8000_0000 | (x as u32 & 0xffff), // OWN with a length
+                4..=7 => 0xffff_fff0,                       // an address outside
+                _ => (x >> 32) as u32,
+            };
+            pool.store_u32(off, v);
+        }
+        // The request's words (op, port, width, value, counts) and the
+        // slots' lengths, racing the VM's own writes.
+        for _ in 0..2048 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let off = if x & 1 == 0 {
+                x as usize % 24
+            } else {
+                64 + x as usize % 128
+            };
+            chan.store_u32(off & !3, (x >> 32) as u32);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let h = hosted(&env);
+    report("hostile", &h);
+    // The VMApp is alive, and everyone else carries on.
+    assert!(
+        std::path::Path::new(&format!("/proc/{vmapp}")).exists(),
+        "the VMApp died:\n{}",
+        std::fs::read_to_string(env.run_dir.join("guest1-vmapp.log")).unwrap_or_default()
+    );
+    env.ping("guest2", "10.77.0.254", 3);
+    env.ping("wire", "10.77.0.2", 3);
+    let st = env.status();
+    assert_eq!(domain(&st, "guest2")["connected"], true);
+    assert_eq!(domain(&st, "drv")["connected"], true);
+    drop((pool, chan));
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// The driver domain restarts (its new process bridges VMNet's interface
+/// again from the store) and the hosted guest restarts (a new VM, a new
+/// VMApp, the same interface name): guest1 reaches the wire after each.
+#[test]
+fn a_hosted_guest_survives_restarts() {
+    let env = Env::new("hosted-restart");
+    up(&env, true);
+    env.ping("guest1", "10.77.0.254", 3);
+    let old = hosted(&env)["vmapp_pid"].as_u64();
+    env.ok(&["restart", "drv"]);
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest1", "10.77.0.2", 3);
+    env.ok(&["restart", "guest1"]);
+    let mut new = None;
+    wait_until("a new VMApp", Duration::from_secs(10), || {
+        new = hosted(&env)["vmapp_pid"].as_u64();
+        new.is_some() && new != old
+    });
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest2", "10.77.0.1", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
