@@ -147,6 +147,62 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::R
     Ok(pfds.iter().map(|p| p.revents != 0).collect())
 }
 
+/// Most descriptors [`poll_any`] takes.
+pub const POLL_ANY_MAX: usize = 4;
+
+/// Like [`poll_readable`] without allocating (for per-request paths): waits
+/// until any of `fds` (at most [`POLL_ANY_MAX`]) is readable or hung up, or
+/// the timeout passes, and sets `ready[i]` per descriptor. Returns how many
+/// are ready (0 on timeout). `None` waits forever; EINTR is retried with the
+/// same timeout.
+pub fn poll_any(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+    ready: &mut [bool],
+) -> io::Result<usize> {
+    let n = fds.len();
+    if n > POLL_ANY_MAX || ready.len() < n {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "poll_any: {n} descriptors (at most {POLL_ANY_MAX}), {} flags",
+                ready.len()
+            ),
+        ));
+    }
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; POLL_ANY_MAX];
+    for (p, fd) in pfds.iter_mut().zip(fds) {
+        p.fd = fd.as_raw_fd();
+        p.events = libc::POLLIN;
+    }
+    // Round up so a sub-millisecond timeout still sleeps instead of spinning.
+    let ms = timeout.map_or(-1, |t| {
+        let us = t.as_micros();
+        us.div_ceil(1000).min(i32::MAX as u128) as i32
+    });
+    loop {
+        // SAFETY: `pfds` is a live array of at least `n` pollfd.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
+        if rc >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(io::Error::new(e.kind(), format!("poll: {e}")));
+        }
+    }
+    let mut count = 0;
+    for (r, p) in ready.iter_mut().zip(&pfds[..n]) {
+        *r = p.revents != 0;
+        count += usize::from(*r);
+    }
+    Ok(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +232,22 @@ mod tests {
         assert!(w.drain().unwrap() > 0);
         drop(w);
         r.ring().unwrap();
+    }
+
+    #[test]
+    fn poll_any_reports_which_is_ready() {
+        let (w1, r1) = Doorbell::pair().unwrap();
+        let (w2, r2) = Doorbell::pair().unwrap();
+        let mut ready = [false; 2];
+        let fds = [w1.as_fd(), w2.as_fd()];
+        let t = Some(Duration::from_micros(300));
+        assert_eq!(poll_any(&fds, t, &mut ready).unwrap(), 0);
+        r2.ring().unwrap();
+        assert_eq!(poll_any(&fds, t, &mut ready).unwrap(), 1);
+        assert_eq!(ready, [false, true]);
+        r1.ring().unwrap();
+        assert_eq!(poll_any(&fds, None, &mut ready).unwrap(), 2);
+        let five = [w1.as_fd(), w1.as_fd(), w1.as_fd(), w1.as_fd(), w1.as_fd()];
+        assert!(poll_any(&five, t, &mut [false; 5]).is_err());
     }
 }

@@ -25,7 +25,7 @@ mod seccomp;
 mod seqpacket;
 mod tap;
 
-pub use doorbell::{poll_readable, Doorbell};
+pub use doorbell::{poll_any, poll_readable, Doorbell, POLL_ANY_MAX};
 pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
 pub use memfd::{Memfd, PAGE_SIZE};
