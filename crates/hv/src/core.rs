@@ -144,6 +144,8 @@ pub struct Hypervisor {
     toolstack_trace: Arc<HvTrace>,
     /// The clock trace snapshots are stamped with.
     started: std::time::Instant,
+    /// HVM guests' I/O paths (`hvm.rs`).
+    pub(crate) hvm: crate::hvm::HvmGuests,
 }
 
 type Outcome = (Response, Vec<OwnedFd>);
@@ -186,6 +188,7 @@ impl Hypervisor {
             verbose: std::sync::atomic::AtomicBool::new(false),
             toolstack_trace: Arc::new(HvTrace::default()),
             started: std::time::Instant::now(),
+            hvm: Default::default(),
         })
     }
 
@@ -343,6 +346,11 @@ impl Hypervisor {
         self.lock().info.insert(key.to_string(), value.to_string());
     }
 
+    /// A domain's name, if it exists.
+    pub(crate) fn domain_name(&self, domid: DomId) -> Option<String> {
+        self.lock().doms.0.get(&domid).map(|d| d.name.clone())
+    }
+
     /// Looks up a domain id by name.
     pub fn domid_of(&self, name: &str) -> Option<DomId> {
         self.lock()
@@ -401,6 +409,7 @@ impl Hypervisor {
             ));
             d.teardown.take()
         };
+        self.hvm.detach(domid);
         if let Some(t) = teardown {
             t();
         }
@@ -485,17 +494,25 @@ impl Hypervisor {
     /// Every trace counter: hv's for the toolstack and for each domain, and
     /// what each domain recorded in its trace area.
     pub fn trace(&self) -> TraceSnapshot {
+        let mut hvm = self.hvm.snapshots();
         let st = self.lock();
         let domains = st
             .doms
             .0
             .iter()
-            .map(|(id, d)| DomainTrace {
-                id: *id,
-                name: d.name.clone(),
-                kind: d.kind.clone(),
-                hv: d.trace.snapshot(),
-                domain: trace::read_area(&d.mem.trace_map),
+            .map(|(id, d)| {
+                let mut hv = d.trace.snapshot();
+                // An HVM guest's exits, per reason (`hvm.rs`).
+                for (reason, stats) in hvm.remove(id).map(|s| s.reasons).unwrap_or_default() {
+                    hv.insert(format!("hvm:{reason}"), stats);
+                }
+                DomainTrace {
+                    id: *id,
+                    name: d.name.clone(),
+                    kind: d.kind.clone(),
+                    hv,
+                    domain: trace::read_area(&d.mem.trace_map),
+                }
             })
             .collect();
         TraceSnapshot {
