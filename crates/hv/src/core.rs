@@ -502,9 +502,9 @@ impl Hypervisor {
             .iter()
             .map(|(id, d)| {
                 let mut hv = d.trace.snapshot();
-                // An HVM guest's exits, per reason (`hvm.rs`).
-                for (reason, stats) in hvm.remove(id).map(|s| s.reasons).unwrap_or_default() {
-                    hv.insert(format!("hvm:{reason}"), stats);
+                // An HVM guest's exits per reason, and per stage (`hvm.rs`).
+                if let Some(s) = hvm.remove(id) {
+                    crate::hvm::trace_rows(&s, &mut hv);
                 }
                 DomainTrace {
                     id: *id,

@@ -182,6 +182,9 @@ impl HvmGuest {
         };
         let (vcpu_page, vcpu_map) = page("vcpu0")?;
         let (dm_page, dm_map) = page("ioreq")?;
+        if cfg.placement == Placement::Dm {
+            dm_map.store_u32(dm::CONFIG, dm::CONFIG_PIC_IN_DM);
+        }
         let (hv_ends, ends) = Bells::pairs()?;
         let acc = Shared::default();
         let relay = Relay {
@@ -618,6 +621,32 @@ impl Relay {
         let _ = self.b.g_irq.ring();
         lock(&self.acc).counters.injections += 1;
         true
+    }
+}
+
+/// An HVM guest's rows in hv's trace of it: `hvm:<reason>` per exit reason,
+/// and `hvm_stage<N>:<name>` per stage of forwarded exits (count and
+/// cycles; no histogram).
+pub(crate) fn trace_rows(s: &HvmSnapshot, rows: &mut BTreeMap<String, EventStats>) {
+    for (reason, stats) in &s.reasons {
+        rows.insert(format!("hvm:{reason}"), stats.clone());
+    }
+    let st = &s.stages;
+    for (i, name) in hypercall::ioreq::STAGES.iter().enumerate() {
+        if st.count == 0 {
+            break;
+        }
+        let stats = EventStats {
+            count: st.count,
+            cycles: st.cycles[i],
+            max_cycles: st.max_cycles[i],
+            items: 0,
+            buckets: Vec::new(),
+        };
+        rows.insert(
+            format!("hvm_stage{}:{}", i + 1, name.replace(' ', "_")),
+            stats,
+        );
     }
 }
 

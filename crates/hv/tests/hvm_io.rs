@@ -176,7 +176,7 @@ fn print_stages(title: &str, s: &HvmSnapshot, hz: f64) {
 
 #[test]
 fn a_dummy_port_io_breaks_into_the_five_stages_which_sum_to_the_round_trip() {
-    let (_hv, g) = hv_with("hvm-dummy", Placement::Hv, Duration::from_secs(1));
+    let (hv, g) = hv_with("hvm-dummy", Placement::Hv, Duration::from_secs(1));
     let dm = DmThread::spawn(g.dm_fds().unwrap(), DmConfig::default(), Dummy, None);
     let mut cpu = HvmVcpu::new(g.vcpu_fds().unwrap()).unwrap();
     const N: u64 = 3000;
@@ -215,6 +215,11 @@ fn a_dummy_port_io_breaks_into_the_five_stages_which_sum_to_the_round_trip() {
     assert_eq!(s.counters.forwarded, N + 200);
     assert_eq!(dm_stats.requests, N + 200);
     assert_eq!(cpu.stats().errors, 0);
+    // The stages are rows of hv's trace too (`splitnet trace`).
+    let t = hv.trace();
+    let rows = &t.domains[0].hv;
+    assert_eq!(rows["hvm_stage2:domain_switch_to_dom0"].count, st.count);
+    assert_eq!(rows["hvm_stage4:device_model"].cycles, st.cycles[3]);
     print_stages("Dummy I/O, Zhang & Dong §4.2 Table 3", &s, hz);
 }
 
@@ -318,7 +323,7 @@ impl World {
         };
         let dm = DmThread::spawn(
             g.dm_fds().unwrap(),
-            DmConfig { placement, rx },
+            DmConfig { rx },
             handler,
             Some(backend_fd),
         );
@@ -770,10 +775,7 @@ fn never_acknowledged(placement: Placement, name: &str) {
     let fd: OwnedFd = dm_end.try_clone().unwrap().into();
     let dm = DmThread::spawn(
         g.dm_fds().unwrap(),
-        DmConfig {
-            placement,
-            rx: RxMode::EventDriven,
-        },
+        DmConfig::default(),
         Line {
             backend: dm_end,
             level: false,
@@ -838,15 +840,7 @@ fn pic_accesses_cost_far_less_in_hv_than_in_the_device_model() {
         (Placement::Dm, "hvm-cost-dm"),
     ] {
         let (_hv, g) = hv_with(name, placement, Duration::from_secs(1));
-        let dm = DmThread::spawn(
-            g.dm_fds().unwrap(),
-            DmConfig {
-                placement,
-                rx: RxMode::EventDriven,
-            },
-            Dummy,
-            None,
-        );
+        let dm = DmThread::spawn(g.dm_fds().unwrap(), DmConfig::default(), Dummy, None);
         let mut cpu = HvmVcpu::new(g.vcpu_fds().unwrap()).unwrap();
         let _pic = GuestPic::init(&mut cpu);
         let before = cpu.stats();

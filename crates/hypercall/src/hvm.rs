@@ -98,8 +98,12 @@ impl HvmVcpu {
     /// Maps the vcpu page and takes the doorbells.
     pub fn new(fds: VcpuFds) -> io::Result<HvmVcpu> {
         let page = Mapping::new(fds.page.as_fd(), 0, ioreq::PAGE_LEN, true)?;
+        // A vcpu (re)starting takes nothing injected before it: it
+        // acknowledges it, so hv's next injection is not held back.
+        let taken = page.load_u32(vcpu::INJECT) >> 8 & SEQ24;
+        page.store_u32(vcpu::INJECT_ACK, taken);
         Ok(HvmVcpu {
-            taken: page.load_u32(vcpu::INJECT) >> 8 & SEQ24,
+            taken,
             page,
             kick: Doorbell::from_fd(fds.kick),
             done: Doorbell::from_fd(fds.done),
@@ -274,13 +278,12 @@ pub trait DeviceHandler {
     }
 }
 
-/// How the device model runs.
+/// How the device model runs. Where the PIC pair lives is hv's choice,
+/// read from the ioreq page: with [`Placement::Dm`] this device model
+/// emulates it and raises vectors; with [`Placement::Hv`] it only drives
+/// wires.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DmConfig {
-    /// Where the PIC pair lives: with [`Placement::Dm`] this device model
-    /// emulates it and raises vectors; with [`Placement::Hv`] it only drives
-    /// wires.
-    pub placement: Placement,
     /// How the backend is watched.
     pub rx: RxMode,
 }
@@ -311,6 +314,7 @@ pub struct DeviceModel {
     kick: Doorbell,
     done: Doorbell,
     cfg: DmConfig,
+    placement: Placement,
     pic: DualPic,
     lines: u16,
     vec_seq: u32,
@@ -321,7 +325,13 @@ impl DeviceModel {
     /// Maps the ioreq page and takes the doorbells.
     pub fn new(fds: DmFds, cfg: DmConfig) -> io::Result<DeviceModel> {
         let page = Mapping::new(fds.page.as_fd(), 0, ioreq::PAGE_LEN, true)?;
+        let placement = if page.load_u32(dm::CONFIG) & dm::CONFIG_PIC_IN_DM != 0 {
+            Placement::Dm
+        } else {
+            Placement::Hv
+        };
         Ok(DeviceModel {
+            placement,
             vec_seq: page.load_u32(dm::VECTOR) >> 8 & SEQ24,
             page,
             kick: Doorbell::from_fd(fds.kick),
@@ -336,6 +346,11 @@ impl DeviceModel {
     /// Counters so far.
     pub fn stats(&self) -> DmStats {
         self.stats
+    }
+
+    /// Where hv placed the PIC pair.
+    pub fn placement(&self) -> Placement {
+        self.placement
     }
 
     /// The PIC pair (meaningful with [`Placement::Dm`]).
@@ -369,7 +384,7 @@ impl DeviceModel {
         };
         ioreq::set_state(p, dm::SLOT, STATE_IOREQ_INPROCESS);
         let t7 = rdtsc(); // probe 7: the handler starts
-        let pic_port = self.cfg.placement == Placement::Dm
+        let pic_port = self.placement == Placement::Dm
             && access.width == IoWidth::Byte
             && DualPic::claims(access.port);
         let mut data = 0;
@@ -409,7 +424,7 @@ impl DeviceModel {
         let lines = h.irq_lines();
         let changed = lines ^ self.lines;
         self.lines = lines;
-        match self.cfg.placement {
+        match self.placement {
             Placement::Hv => {
                 if changed != 0 {
                     self.page.store_u32(dm::WIRES, u32::from(lines));

@@ -72,6 +72,11 @@ pub mod dm {
     pub const VECTOR: usize = 84;
     /// hv: the seq of the last vector it took.
     pub const VECTOR_ACK: usize = 88;
+    /// hv, once at creation: [`CONFIG_PIC_IN_DM`] when the device model
+    /// emulates the PIC pair (hv's placement is the one that counts).
+    pub const CONFIG: usize = 92;
+    /// In [`CONFIG`]: the PIC pair is the device model's.
+    pub const CONFIG_PIC_IN_DM: u32 = 1;
 }
 
 /// Mask of the 24-bit sequence numbers in `INJECT` and `VECTOR`.
