@@ -242,6 +242,12 @@ impl HvmGuest {
         })
     }
 
+    /// Stops the relay thread: later exits time out in the guest. Dropping
+    /// the last handle stops it too.
+    pub fn stop(&self) {
+        let _ = self.ends.stop.ring();
+    }
+
     /// The accounting so far.
     pub fn snapshot(&self) -> HvmSnapshot {
         lock(&self.acc).snapshot(self.cfg.placement)
@@ -661,8 +667,9 @@ impl HvmGuests {
 
     /// Removes (and, once unused, stops) a domain's I/O path.
     pub(crate) fn detach(&self, domid: DomId) {
-        let g = self.map().remove(&domid);
-        drop(g);
+        if let Some(g) = self.map().remove(&domid) {
+            g.stop(); // even while someone else still holds a handle
+        }
     }
 
     /// Every guest's accounting.

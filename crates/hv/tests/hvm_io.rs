@@ -874,7 +874,6 @@ fn hv_reports_hvm_exits_in_its_trace_and_drops_the_path_with_the_domain() {
         hv.hvm_attach(domid, HvmConfig::default()).is_err(),
         "attached once only"
     );
-    drop(g);
     assert!(hv.destroy_domain(domid, "test"));
     assert!(hv.hvm_guest(domid).is_none());
     // The relay is gone: the guest's exit times out instead of hanging.
@@ -883,4 +882,9 @@ fn hv_reports_hvm_exits_in_its_trace_and_drops_the_path_with_the_domain() {
         cpu.exit(0x21, IoWidth::Byte, false, 0),
         Err(ExitError::HvTimeout(_))
     ));
+    assert_eq!(
+        g.snapshot().reasons["io_pic_hv"].count,
+        1,
+        "the handle still reads"
+    );
 }
