@@ -670,6 +670,47 @@ fn a_device_model_that_never_answers_fails_the_exit_and_stalls_no_one_else() {
 }
 
 #[test]
+fn a_device_model_lying_in_its_answer_changes_only_the_data() {
+    let (_hv, g) = hv_with("hvm-liar", Placement::Hv, Duration::from_secs(1));
+    let fds = g.dm_fds().unwrap();
+    let page = Mapping::new(fds.page.as_fd(), 0, ioreq::PAGE_LEN, true).unwrap();
+    let (kick, done) = (Doorbell::from_fd(fds.kick), Doorbell::from_fd(fds.done));
+    let mut cpu = HvmVcpu::new(g.vcpu_fds().unwrap()).unwrap();
+    let guest = std::thread::spawn(move || {
+        let r = cpu.exit(DUMMY_PORT, IoWidth::Word, false, 0);
+        (cpu, r)
+    });
+    assert!(kick.wait(Some(Duration::from_secs(2))).unwrap() > 0);
+    // Every field rewritten, probes out of order and out of range.
+    Ioreq {
+        addr: 0x9999,
+        data: 0xdead_beef_cafe,
+        count: 77,
+        size: 8,
+        ty: 5,
+        data_is_ptr: true,
+        state: xen::STATE_IORESP_READY,
+        ..Ioreq::default()
+    }
+    .store(&page, 0);
+    for (off, v) in [(48, u64::MAX), (56, 0), (64, 5), (72, u64::MAX / 2)] {
+        ioreq::put_u64(&page, off, v);
+    }
+    done.ring().unwrap();
+    let (mut cpu, r) = guest.join().unwrap();
+    assert_eq!(r, Ok(0xcafe), "the answer's data, cut to the access's size");
+    // The next exit accounts the previous one: its stages still add up.
+    let dm = DmThread::spawn(g.dm_fds().unwrap(), DmConfig::default(), Dummy, None);
+    drop((kick, done));
+    assert_eq!(cpu.inb(0x21), 0xff); // the IMR at power-on, from hv's PIC
+    let s = g.snapshot();
+    assert_eq!(s.stages.count, 1);
+    assert_eq!(s.stages.cycles.iter().sum::<u64>(), s.stages.round_trip);
+    assert!(s.stages.round_trip <= cpu.stats().round_trip_cycles);
+    assert_eq!(dm.finish().requests, 0);
+}
+
+#[test]
 fn a_device_model_that_never_picks_a_request_up_loses_it_cleanly() {
     // No device model at all: hv takes the READY request back on timeout,
     // so every exit times out and none finds the slot busy.
