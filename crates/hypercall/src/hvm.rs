@@ -452,9 +452,10 @@ impl DeviceModel {
         }
     }
 
-    /// Runs until `stop` is readable or `max_wakeups` wake-ups passed (then
-    /// returns `Ok(false)`): requests as they come, the backend per
-    /// [`DmConfig::rx`].
+    /// Serves requests as they come and the backend per [`DmConfig::rx`]
+    /// until `stop` is readable (returns `Ok(true)`) or `max_wakeups`
+    /// wake-ups passed (`Ok(false)`). Without a backend only requests wake
+    /// it (and ticks, when polling).
     pub fn run<H: DeviceHandler>(
         &mut self,
         h: &mut H,
