@@ -346,6 +346,19 @@ impl Hypervisor {
         self.lock().info.insert(key.to_string(), value.to_string());
     }
 
+    /// A read-write descriptor of a domain's memory pool (for an HVM
+    /// guest's device model).
+    pub(crate) fn pool_fd(&self, domid: DomId) -> HvResult<OwnedFd> {
+        let st = self.lock();
+        let d = st.doms.0.get(&domid).ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadDomain,
+                format!("domain {domid} does not exist"),
+            )
+        })?;
+        d.mem.pool_fd_for_peer(true)
+    }
+
     /// A domain's name, if it exists.
     pub(crate) fn domain_name(&self, domid: DomId) -> Option<String> {
         self.lock().doms.0.get(&domid).map(|d| d.name.clone())
@@ -667,6 +680,12 @@ impl Hypervisor {
             Request::CaptureOpen { domain, spec } => {
                 return match self.capture_open(&domain, &spec) {
                     Ok((reply, fd)) => (Ok(reply), vec![fd]),
+                    Err(e) => (Err(e), vec![]),
+                };
+            }
+            Request::HvmVcpu | Request::HvmDeviceModel { .. } => {
+                return match self.hvm_fds(caller, &req) {
+                    Ok(fds) => (Ok(Reply::Done), fds),
                     Err(e) => (Err(e), vec![]),
                 };
             }

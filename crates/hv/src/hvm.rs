@@ -44,6 +44,11 @@ pub struct HvmConfig {
     /// How long hv waits for the device model's answer before it fails the
     /// exit (the guest reads all ones) and goes on.
     pub dm_timeout: Duration,
+    /// The domain that may take the device model's side and the guest's
+    /// memory with [`hypercall::proto::Request::HvmDeviceModel`] (the driver
+    /// domain; Xen's dom0). None: only hv's own callers, through
+    /// [`HvmGuest::dm_fds`].
+    pub device_model: Option<DomId>,
 }
 
 impl Default for HvmConfig {
@@ -53,6 +58,7 @@ impl Default for HvmConfig {
             nic_base: emul::NIC_IO_BASE,
             nic_len: emul::pcnet::regs::port::SIZE,
             dm_timeout: Duration::from_secs(1),
+            device_model: None,
         }
     }
 }
@@ -708,6 +714,42 @@ impl Hypervisor {
             );
         }
         Ok(g)
+    }
+
+    /// Serves `HvmVcpu` (the guest itself) and `HvmDeviceModel` (only the
+    /// domain named as the guest's device model): the descriptors to send.
+    pub(crate) fn hvm_fds(
+        &self,
+        caller: DomId,
+        req: &hypercall::proto::Request,
+    ) -> HvResult<Vec<std::os::fd::OwnedFd>> {
+        use hypercall::proto::Request;
+        let not_hvm = |d: DomId| {
+            HvError::new(
+                ErrorKind::Invalid,
+                format!("domain {d} is not an HVM guest"),
+            )
+        };
+        match *req {
+            Request::HvmVcpu => {
+                let g = self.hvm_guest(caller).ok_or_else(|| not_hvm(caller))?;
+                let f = g.vcpu_fds()?;
+                Ok(vec![f.page, f.kick, f.done, f.irq])
+            }
+            Request::HvmDeviceModel { guest } => {
+                let g = self.hvm_guest(guest).ok_or_else(|| not_hvm(guest))?;
+                if g.cfg.device_model != Some(caller) {
+                    return err(
+                        ErrorKind::PermissionDenied,
+                        format!("domain {caller} is not the device model of domain {guest}"),
+                    );
+                }
+                let f = g.dm_fds()?;
+                let pool = self.pool_fd(guest)?;
+                Ok(vec![f.page, f.kick, f.done, pool])
+            }
+            _ => err(ErrorKind::Invalid, "not an HVM request"),
+        }
     }
 
     /// Domain `domid`'s I/O path, if it is an HVM guest.

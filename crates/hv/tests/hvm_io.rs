@@ -937,3 +937,61 @@ fn hv_reports_hvm_exits_in_its_trace_and_drops_the_path_with_the_domain() {
         "the handle still reads"
     );
 }
+
+fn kind<T>(r: Result<T, hypercall::HvError>) -> Option<hypercall::ErrorKind> {
+    r.err().map(|e| e.kind)
+}
+
+fn connect(hv: &Arc<Hypervisor>, name: &str) -> hypercall::HvClient {
+    let spec = DomainSpec {
+        name: name.into(),
+        kind: "guest".into(),
+        memory: MemorySpec {
+            pool_frames: 32,
+            grant_frames: 1,
+            hugepages: false,
+        },
+    };
+    let (_, sock) = hv.create_domain(spec).expect("create domain");
+    hypercall::HvClient::connect(sock).expect("hello")
+}
+
+#[test]
+fn guest_and_device_model_take_their_descriptors_by_hypercall() {
+    let hv = Hypervisor::new();
+    let mut guest = connect(&hv, "hvm-g");
+    let mut drv = connect(&hv, "hvm-drv");
+    let mut other = connect(&hv, "hvm-other");
+    assert_eq!(
+        kind(guest.hvm_vcpu()),
+        Some(hypercall::ErrorKind::Invalid),
+        "not HVM yet"
+    );
+    let cfg = HvmConfig {
+        device_model: Some(drv.domid()),
+        ..HvmConfig::default()
+    };
+    hv.hvm_attach(guest.domid(), cfg).unwrap();
+    let g = guest.domid();
+    assert_eq!(
+        kind(other.hvm_device_model(g)),
+        Some(hypercall::ErrorKind::PermissionDenied)
+    );
+    assert_eq!(
+        kind(guest.hvm_device_model(g)),
+        Some(hypercall::ErrorKind::PermissionDenied),
+        "a guest is not its own device model"
+    );
+    assert_eq!(kind(other.hvm_vcpu()), Some(hypercall::ErrorKind::Invalid));
+    let (dm_fds, ram) = drv.hvm_device_model(g).unwrap();
+    assert_eq!(ram.len(), 32 * 4096, "the guest's pool");
+    // What the device model writes in guest memory, the guest sees.
+    ram.write_bytes(100, b"dma");
+    let mut b = [0u8; 3];
+    guest.pool().read_bytes(100, &mut b);
+    assert_eq!(&b, b"dma");
+    let dm = DmThread::spawn(dm_fds, DmConfig::default(), Dummy, None);
+    let mut cpu = HvmVcpu::new(guest.hvm_vcpu().unwrap()).unwrap();
+    assert_eq!(cpu.inb(DUMMY_PORT), 0xff);
+    assert_eq!(dm.finish().requests, 1);
+}
