@@ -460,6 +460,7 @@ impl Hypervisor {
 
     /// A snapshot of every domain and counter.
     pub fn status(&self) -> SystemStatus {
+        let mut hvm = self.hvm.snapshots();
         let st = self.lock();
         let domains = st
             .doms
@@ -479,6 +480,7 @@ impl Hypervisor {
                 event_channels: d.ports.len(),
                 grant_maps: d.maps.len(),
                 counters: d.counters.clone(),
+                hvm: hvm.remove(id),
             })
             .collect();
         SystemStatus {

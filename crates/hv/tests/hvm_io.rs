@@ -919,6 +919,9 @@ fn hv_reports_hvm_exits_in_its_trace_and_drops_the_path_with_the_domain() {
     let d = t.domains.iter().find(|d| d.name == "hvm-trace").unwrap();
     assert_eq!(d.hv["hvm:io_pic_hv"].count, 1);
     let domid = d.id;
+    let status = hv.status();
+    let d = status.domains.iter().find(|d| d.id == domid).unwrap();
+    assert_eq!(d.hvm.as_ref().unwrap().counters.exits, 1, "in status too");
     assert!(
         hv.hvm_attach(domid, HvmConfig::default()).is_err(),
         "attached once only"
