@@ -673,7 +673,8 @@ impl HvmGuests {
 
     /// Removes (and, once unused, stops) a domain's I/O path.
     pub(crate) fn detach(&self, domid: DomId) {
-        if let Some(g) = self.map().remove(&domid) {
+        let g = self.map().remove(&domid); // the map's lock ends here
+        if let Some(g) = g {
             g.stop(); // even while someone else still holds a handle
         }
     }
