@@ -9,14 +9,13 @@ use abi::ioreq::{self as xen, Ioreq};
 use abi::SharedMemory;
 use emul::driver::{DriverConfig, GuestPic, Pcnet32};
 use emul::pcnet::regs::port;
-use emul::{
-    CountingIo, FrameSink, GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ,
+use emul::{CountingIo, GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ};
+use hypercall::hvm::{
+    DeviceHandler, DeviceModel, DmConfig, DmFds, DmStats, ExitError, HvmVcpu, NicDevice,
 };
-use hypercall::hvm::{DeviceHandler, DeviceModel, DmConfig, DmFds, DmStats, ExitError, HvmVcpu};
 use hypercall::ioreq::{self, vcpu, ExitResult, HvmSnapshot, Placement, RxMode, STAGES};
 use splitnet_hv::hvm::{HvmConfig, HvmGuest};
 use splitnet_hv::{DomainSpec, Hypervisor, MemorySpec};
-use std::io::ErrorKind;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::{mpsc, Arc};
@@ -223,48 +222,6 @@ fn a_dummy_port_io_breaks_into_the_five_stages_which_sum_to_the_round_trip() {
     print_stages("Dummy I/O, Zhang & Dong §4.2 Table 3", &s, hz);
 }
 
-/// The NIC model in the device model: the real `Pcnet` over the guest's
-/// memory, frames out to a channel, in from a datagram socket (the TAP's
-/// stand-in, its fd watched or polled).
-struct NicDm<S> {
-    nic: Pcnet<Arc<Mapping>, S>,
-    backend: UnixDatagram,
-    buf: Box<[u8]>,
-}
-
-impl<S: FrameSink> DeviceHandler for NicDm<S> {
-    fn io_read(&mut self, port: u16, width: IoWidth) -> u32 {
-        match port.checked_sub(NIC_IO_BASE).filter(|o| *o < port::SIZE) {
-            Some(o) => self.nic.io_read(o, width),
-            None => width.all_ones(),
-        }
-    }
-    fn io_write(&mut self, port: u16, width: IoWidth, value: u32) {
-        if let Some(o) = port.checked_sub(NIC_IO_BASE).filter(|o| *o < port::SIZE) {
-            self.nic.io_write(o, width, value);
-        }
-    }
-    fn irq_lines(&self) -> u16 {
-        if self.nic.irq_level() {
-            1 << NIC_IRQ
-        } else {
-            0
-        }
-    }
-    fn backend(&mut self) -> bool {
-        for _ in 0..64 {
-            match self.backend.recv(&mut self.buf) {
-                Ok(n) => {
-                    self.nic.receive(&self.buf[..n]);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(_) => return false,
-            }
-        }
-        true
-    }
-}
-
 const MAC: [u8; 6] = [0x02, 0x00, 0x5e, 0x10, 0x00, 0x01];
 
 /// Frame `i`: to `dst` from the guest's MAC, 60 to 1514 bytes, its index
@@ -316,11 +273,7 @@ impl World {
                 transmit_on_demand: true,
             },
         );
-        let handler = NicDm {
-            nic,
-            backend: dm_end,
-            buf: vec![0u8; 2048].into_boxed_slice(),
-        };
+        let handler = NicDevice::new(nic, NIC_IO_BASE, NIC_IRQ, dm_end);
         let dm = DmThread::spawn(
             g.dm_fds().unwrap(),
             DmConfig { rx },

@@ -278,6 +278,92 @@ pub trait DeviceHandler {
     }
 }
 
+/// Where a device model's NIC gets frames from the outside: a TAP (without
+/// vnet headers), or anything else that reads one frame without blocking.
+pub trait FrameSource {
+    /// One frame into `buf`; `Ok(None)` when nothing is queued.
+    fn recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+}
+
+impl FrameSource for sys::Tap {
+    fn recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.recv(buf)
+    }
+}
+
+impl FrameSource for std::os::unix::net::UnixDatagram {
+    /// The socket must be non-blocking.
+    fn recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match self.recv(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Frames one backend wake-up takes at most, so a flooding wire cannot keep
+/// the device model from its requests.
+pub const BACKEND_BATCH: usize = 64;
+
+/// The PCnet as a device model serves it: `emul::Pcnet` at I/O `base`, its
+/// INTA output on line `irq`, frames from `source` (transmitted frames go
+/// to the NIC's own sink).
+pub struct NicDevice<M, S, R> {
+    pub nic: emul::Pcnet<M, S>,
+    base: u16,
+    irq: u8,
+    source: R,
+    buf: Box<[u8]>,
+}
+
+impl<M: SharedMemory, S: emul::FrameSink, R: FrameSource> NicDevice<M, S, R> {
+    /// Wires `nic` at `base` on IRQ `irq` (0..=15), fed by `source`.
+    pub fn new(nic: emul::Pcnet<M, S>, base: u16, irq: u8, source: R) -> Self {
+        NicDevice {
+            nic,
+            base,
+            irq: irq & 15,
+            source,
+            buf: vec![0u8; 2048].into_boxed_slice(),
+        }
+    }
+
+    fn offset(&self, port: u16) -> Option<u16> {
+        let off = port.wrapping_sub(self.base);
+        (off < emul::pcnet::regs::port::SIZE).then_some(off)
+    }
+}
+
+impl<M: SharedMemory, S: emul::FrameSink, R: FrameSource> DeviceHandler for NicDevice<M, S, R> {
+    fn io_read(&mut self, port: u16, width: IoWidth) -> u32 {
+        match self.offset(port) {
+            Some(o) => self.nic.io_read(o, width),
+            None => width.all_ones(), // nothing there: the bus floats high
+        }
+    }
+    fn io_write(&mut self, port: u16, width: IoWidth, value: u32) {
+        if let Some(o) = self.offset(port) {
+            self.nic.io_write(o, width, value);
+        }
+    }
+    fn irq_lines(&self) -> u16 {
+        u16::from(self.nic.irq_level()) << self.irq
+    }
+    fn backend(&mut self) -> bool {
+        for _ in 0..BACKEND_BATCH {
+            match self.source.recv_frame(&mut self.buf) {
+                Ok(Some(n)) => {
+                    self.nic.receive(&self.buf[..n.min(self.buf.len())]);
+                }
+                Ok(None) => break,
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
 /// How the device model runs. Where the PIC pair lives is hv's choice,
 /// read from the ioreq page: with [`Placement::Dm`] this device model
 /// emulates it and raises vectors; with [`Placement::Hv`] it only drives
