@@ -7,6 +7,7 @@
 //! - [`netif`]: `io/netif.h` transmit/receive requests, responses, extra info.
 //! - [`grant`]: `grant_table.h` entries, copy/map/unmap/transfer operations.
 //! - [`xenbus`]: `io/xenbus.h` states, netif store keys, store path rules.
+//! - [`ioreq`]: `hvm/ioreq.h`, an HVM guest's I/O request to its device model.
 //! - [`inet`]: the Ethernet, IP, TCP and UDP headers netback and the
 //!   software offload driver read from untrusted frames.
 #![deny(unsafe_code)]
@@ -14,6 +15,7 @@
 mod error;
 pub mod grant;
 pub mod inet;
+pub mod ioreq;
 pub mod mem;
 pub mod netif;
 pub mod ring;

@@ -602,6 +602,100 @@ fn facts() -> Facts {
     f.int("XENSTORE_ABS_PATH_MAX", xenbus::XENSTORE_ABS_PATH_MAX);
     f.int("XENSTORE_REL_PATH_MAX", xenbus::XENSTORE_REL_PATH_MAX);
     f.int("XENSTORE_RING_SIZE", xenbus::XENSTORE_RING_SIZE);
+
+    // ---- hvm/ioreq.h
+    {
+        use abi::ioreq::{self as io, Ioreq};
+        f.int("sizeof(ioreq_t)", io::SIZE);
+        f.int("sizeof(shared_iopage_t)", io::SIZE);
+        for (field, off, w) in [
+            ("addr", io::ADDR, 8),
+            ("data", io::DATA, 8),
+            ("count", io::COUNT, 4),
+            ("size", io::SIZE_OFF, 4),
+            ("vp_eport", io::VP_EPORT, 4),
+            ("_pad0", io::CTRL_WORD, 2),
+            ("type", io::TYPE, 1),
+        ] {
+            f.int(&format!("offsetof(ioreq_t, {field})"), off);
+            f.int(&format!("sizeof(((ioreq_t *)0)->{field})"), w);
+        }
+        // Bit fields have no offsetof: set one in C and read the byte it lands in.
+        let one = |set: &str| {
+            format!(
+                "({{ ioreq_t r; memset(&r, 0, sizeof r); r.{set}; ((unsigned char *)&r)[{}]; }})",
+                io::FLAGS_BYTE
+            )
+        };
+        let flags = |r: Ioreq| r.flags();
+        for (name, set, rust) in [
+            (
+                "state=3",
+                "state = 3",
+                flags(Ioreq {
+                    state: 3,
+                    ..Ioreq::default()
+                }),
+            ),
+            (
+                "state=15",
+                "state = 15",
+                flags(Ioreq {
+                    state: 15,
+                    ..Ioreq::default()
+                }),
+            ),
+            (
+                "data_is_ptr",
+                "data_is_ptr = 1",
+                flags(Ioreq {
+                    data_is_ptr: true,
+                    ..Ioreq::default()
+                }),
+            ),
+            (
+                "dir",
+                "dir = 1",
+                flags(Ioreq {
+                    dir: 1,
+                    ..Ioreq::default()
+                }),
+            ),
+            (
+                "df",
+                "df = 1",
+                flags(Ioreq {
+                    df: true,
+                    ..Ioreq::default()
+                }),
+            ),
+            (
+                "_pad1",
+                "_pad1 = 1",
+                flags(Ioreq {
+                    pad1: true,
+                    ..Ioreq::default()
+                }),
+            ),
+        ] {
+            f.named(&format!("ioreq_t flags byte with {name}"), &one(set), rust);
+        }
+        for (n, v) in [
+            ("IOREQ_READ", io::IOREQ_READ),
+            ("IOREQ_WRITE", io::IOREQ_WRITE),
+            ("STATE_IOREQ_NONE", io::STATE_IOREQ_NONE),
+            ("STATE_IOREQ_READY", io::STATE_IOREQ_READY),
+            ("STATE_IOREQ_INPROCESS", io::STATE_IOREQ_INPROCESS),
+            ("STATE_IORESP_READY", io::STATE_IORESP_READY),
+            ("IOREQ_TYPE_PIO", io::IOREQ_TYPE_PIO),
+            ("IOREQ_TYPE_COPY", io::IOREQ_TYPE_COPY),
+            ("IOREQ_TYPE_PCI_CONFIG", io::IOREQ_TYPE_PCI_CONFIG),
+            ("IOREQ_TYPE_TIMEOFFSET", io::IOREQ_TYPE_TIMEOFFSET),
+            ("IOREQ_TYPE_INVALIDATE", io::IOREQ_TYPE_INVALIDATE),
+        ] {
+            f.int(n, v);
+        }
+    }
     f
 }
 
@@ -615,7 +709,7 @@ fn c_program(facts: &Facts) -> String {
          #define __XEN_TOOLS__ 1\n\
          #include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n\
          #include <xen/xen.h>\n#include <xen/io/ring.h>\n#include <xen/io/netif.h>\n\
-         #include <xen/grant_table.h>\n#include <xen/io/xenbus.h>\n#include <xen/io/xs_wire.h>\n\n\
+         #include <xen/grant_table.h>\n#include <xen/io/xenbus.h>\n#include <xen/io/xs_wire.h>\n#include <xen/hvm/ioreq.h>\n\n\
          static const char *gnttab_msgs[] = GNTTABOP_error_msgs;\n\n\
          int main(void) {\n",
     );

@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("netback_requests", netback_requests),
     ("netfront_responses", netfront_responses),
     ("nic_ports", nic_ports),
+    ("hvm_ioreq", hvm_ioreq),
 ];
 
 /// The emulated Am79C970A, 8259A pair and guest memory against port
@@ -39,6 +40,32 @@ pub const TARGETS: &[(&str, Target)] = &[
 /// (`emul::fuzz`).
 pub fn nic_ports(data: &[u8]) {
     emul::fuzz::nic_ports(data);
+}
+
+/// HVM I/O exits as hv reads them from a slot a hostile guest wrote
+/// (`abi::ioreq`, `hypercall::ioreq::validate`): the slot decodes and
+/// re-encodes identically, an exit that validates lies inside the port
+/// space with its value cut to its size, and survives the trip to the device
+/// model unchanged.
+pub fn hvm_ioreq(data: &[u8]) {
+    use abi::ioreq::{Ioreq, STATE_IOREQ_READY};
+    use hypercall::ioreq::{to_ioreq, validate, ExitResult};
+    let page = HeapMemory::new(64);
+    for chunk in data.chunks(36) {
+        let mut b = [0u8; 36];
+        b[..chunk.len()].copy_from_slice(chunk);
+        page.write_bytes(0, &b[..32]);
+        let r = Ioreq::load(&page, 0);
+        assert_eq!(Ioreq::state_of(r.ctrl_word()), r.state);
+        r.store(&page, 32);
+        assert_eq!(Ioreq::load(&page, 32), r);
+        if let Ok(a) = validate(&r) {
+            assert!(usize::from(a.port) + a.width.bytes() <= 0x1_0000);
+            assert_eq!(a.value & !a.width.all_ones(), 0);
+            assert_eq!(validate(&to_ioreq(&a, STATE_IOREQ_READY)), Ok(a));
+        }
+        let _ = ExitResult::from_code(u32::from_le_bytes([b[32], b[33], b[34], b[35]]));
+    }
 }
 
 mod vif;

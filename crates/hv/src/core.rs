@@ -144,6 +144,8 @@ pub struct Hypervisor {
     toolstack_trace: Arc<HvTrace>,
     /// The clock trace snapshots are stamped with.
     started: std::time::Instant,
+    /// HVM guests' I/O paths (`hvm.rs`).
+    pub(crate) hvm: crate::hvm::HvmGuests,
 }
 
 type Outcome = (Response, Vec<OwnedFd>);
@@ -186,6 +188,7 @@ impl Hypervisor {
             verbose: std::sync::atomic::AtomicBool::new(false),
             toolstack_trace: Arc::new(HvTrace::default()),
             started: std::time::Instant::now(),
+            hvm: Default::default(),
         })
     }
 
@@ -343,10 +346,10 @@ impl Hypervisor {
         self.lock().info.insert(key.to_string(), value.to_string());
     }
 
-    /// A read-write descriptor of domain `domid`'s pool for a device model
-    /// hv starts for it (the VMApp, qemu-dm's role): the emulated NIC's DMA
-    /// reaches the guest's memory, and only that.
-    pub fn pool_fd_for_device_model(&self, domid: DomId) -> HvResult<std::os::fd::OwnedFd> {
+    /// A read-write descriptor of domain `domid`'s pool for its device
+    /// model (the hosted VMApp, or an HVM guest's qemu-dm): the emulated
+    /// NIC's DMA reaches the guest's memory, and only that.
+    pub fn pool_fd_for_device_model(&self, domid: DomId) -> HvResult<OwnedFd> {
         let st = self.lock();
         let d = st.doms.0.get(&domid).ok_or_else(|| {
             HvError::new(
@@ -355,6 +358,11 @@ impl Hypervisor {
             )
         })?;
         d.mem.pool_fd_for_peer(true)
+    }
+
+    /// A domain's name, if it exists.
+    pub(crate) fn domain_name(&self, domid: DomId) -> Option<String> {
+        self.lock().doms.0.get(&domid).map(|d| d.name.clone())
     }
 
     /// Looks up a domain id by name.
@@ -415,6 +423,7 @@ impl Hypervisor {
             ));
             d.teardown.take()
         };
+        self.hvm.detach(domid);
         if let Some(t) = teardown {
             t();
         }
@@ -452,6 +461,7 @@ impl Hypervisor {
 
     /// A snapshot of every domain and counter.
     pub fn status(&self) -> SystemStatus {
+        let mut hvm = self.hvm.snapshots();
         let st = self.lock();
         let domains = st
             .doms
@@ -471,6 +481,7 @@ impl Hypervisor {
                 event_channels: d.ports.len(),
                 grant_maps: d.maps.len(),
                 counters: d.counters.clone(),
+                hvm: hvm.remove(id),
             })
             .collect();
         SystemStatus {
@@ -499,17 +510,25 @@ impl Hypervisor {
     /// Every trace counter: hv's for the toolstack and for each domain, and
     /// what each domain recorded in its trace area.
     pub fn trace(&self) -> TraceSnapshot {
+        let mut hvm = self.hvm.snapshots();
         let st = self.lock();
         let domains = st
             .doms
             .0
             .iter()
-            .map(|(id, d)| DomainTrace {
-                id: *id,
-                name: d.name.clone(),
-                kind: d.kind.clone(),
-                hv: d.trace.snapshot(),
-                domain: trace::read_area(&d.mem.trace_map),
+            .map(|(id, d)| {
+                let mut hv = d.trace.snapshot();
+                // An HVM guest's exits per reason, and per stage (`hvm.rs`).
+                if let Some(s) = hvm.remove(id) {
+                    crate::hvm::trace_rows(&s, &mut hv);
+                }
+                DomainTrace {
+                    id: *id,
+                    name: d.name.clone(),
+                    kind: d.kind.clone(),
+                    hv,
+                    domain: trace::read_area(&d.mem.trace_map),
+                }
             })
             .collect();
         TraceSnapshot {
@@ -664,6 +683,12 @@ impl Hypervisor {
             Request::CaptureOpen { domain, spec } => {
                 return match self.capture_open(&domain, &spec) {
                     Ok((reply, fd)) => (Ok(reply), vec![fd]),
+                    Err(e) => (Err(e), vec![]),
+                };
+            }
+            Request::HvmVcpu | Request::HvmDeviceModel { .. } => {
+                return match self.hvm_fds(caller, &req) {
+                    Ok(fds) => (Ok(Reply::Done), fds),
                     Err(e) => (Err(e), vec![]),
                 };
             }

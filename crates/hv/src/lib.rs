@@ -8,6 +8,8 @@
 //!   [`ngm_client`] the guest's track table and the driver domain's view;
 //! - [`evtchn`]: event channels (eventfd doorbells, pending/mask bits);
 //! - [`batch`]: the shared-memory path for grant-copy batches;
+//! - [`hvm`]: HVM guests' I/O exits, the vPIC and the relay to their device
+//!   model (Zhang & Dong);
 //! - [`jail`]: the privilege model of a domain process (after Firecracker's jailer);
 //! - [`trace`]: xentrace-style event counts and cost histograms;
 //! - what domains and the toolstack link to call hv is the
@@ -19,13 +21,16 @@ pub mod daemon;
 pub mod evtchn;
 pub mod grant;
 pub mod host;
+pub mod hvm;
 pub mod jail;
 pub mod memory;
 pub mod ngm;
 pub mod supervisor;
 pub mod topology;
 
-pub use hypercall::{batch, client, error, ngm_client, proto, status, trace};
+pub use hypercall::{
+    batch, client, error, hvm as hvm_client, ioreq, ngm_client, proto, status, trace,
+};
 
 pub use crate::core::{DomainSpec, Hypervisor, Teardown};
 pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};

@@ -260,6 +260,33 @@ impl HvClient {
     pub fn call(&mut self, req: &Request) -> HvResult<(Reply, Vec<OwnedFd>)> {
         self.chan.call(req)
     }
+    /// This HVM guest's vcpu I/O path, for [`crate::hvm::HvmVcpu::new`].
+    pub fn hvm_vcpu(&mut self) -> HvResult<crate::hvm::VcpuFds> {
+        let (_, fds) = self.chan.call(&Request::HvmVcpu)?;
+        let [page, kick, done, irq] = take_fds(fds)?;
+        Ok(crate::hvm::VcpuFds {
+            page,
+            kick,
+            done,
+            irq,
+        })
+    }
+
+    /// HVM guest `guest`'s device-model side, for
+    /// [`crate::hvm::DeviceModel::new`], and the guest's memory (its pool,
+    /// mapped read-write, for the device's DMA).
+    pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::hvm::DmFds, Mapping)> {
+        let (_, fds) = self.chan.call(&Request::HvmDeviceModel { guest })?;
+        let [page, kick, done, pool] = take_fds(fds)?;
+        let file = std::fs::File::from(pool);
+        let len = io("sizing the guest's pool", file.metadata())?.len() as usize;
+        let mem = io(
+            "mapping the guest's pool",
+            Mapping::new(file.as_fd(), 0, len, true),
+        )?;
+        Ok((crate::hvm::DmFds { page, kick, done }, mem))
+    }
+
     /// The cheapest hypercall.
     pub fn nop(&mut self) -> HvResult<()> {
         self.chan.done(&Request::Nop)

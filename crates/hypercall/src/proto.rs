@@ -156,6 +156,17 @@ pub enum Request {
     CaptureAttach {
         id: u32,
     },
+    /// From an HVM guest: its vcpu's I/O path (`crate::hvm::VcpuFds`).
+    /// Replies `Done` with the vcpu page, then the kick, done and irq
+    /// doorbells.
+    HvmVcpu,
+    /// From the domain the toolstack named as HVM guest `guest`'s device
+    /// model: its side of the I/O path (`crate::hvm::DmFds`) and the guest's
+    /// memory pool for the device's DMA. Replies `Done` with the ioreq page,
+    /// the kick and done doorbells, then the pool (read-write).
+    HvmDeviceModel {
+        guest: DomId,
+    },
 }
 
 impl Request {
@@ -175,7 +186,7 @@ impl Request {
     }
 
     /// Every request's name, in [`Request::index`] order (counter and trace names).
-    pub const NAMES: [&'static str; 32] = [
+    pub const NAMES: [&'static str; 34] = [
         "hello",
         "nop",
         "store_read",
@@ -208,6 +219,8 @@ impl Request {
         "network_detach",
         "capture_open",
         "capture_attach",
+        "hvm_vcpu",
+        "hvm_device_model",
     ];
 
     /// A dense number per kind of request, below `NAMES.len()`.
@@ -245,6 +258,8 @@ impl Request {
             Request::NetworkDetach { .. } => 29,
             Request::CaptureOpen { .. } => 30,
             Request::CaptureAttach { .. } => 31,
+            Request::HvmVcpu => 32,
+            Request::HvmDeviceModel { .. } => 33,
         }
     }
 

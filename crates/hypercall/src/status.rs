@@ -56,6 +56,9 @@ pub struct DomainStatus {
     pub event_channels: usize,
     pub grant_maps: usize,
     pub counters: Counters,
+    /// An HVM guest's I/O path: exits by reason, stages, counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hvm: Option<crate::ioreq::HvmSnapshot>,
 }
 
 /// The whole system.

@@ -166,7 +166,10 @@ fn pollfd(fd: &BorrowedFd<'_>) -> libc::pollfd {
 }
 
 fn poll_raw(pfds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
-    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+    // Round up, so that a sub-millisecond timeout sleeps instead of spinning.
+    let ms = timeout.map_or(-1, |t| {
+        t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+    });
     loop {
         // SAFETY: `pfds` is a live, correctly sized array of pollfd.
         let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
@@ -209,5 +212,21 @@ mod tests {
         assert!(w.drain().unwrap() > 0);
         drop(w);
         r.ring().unwrap();
+    }
+
+    #[test]
+    fn poll_readable_few_reports_which_is_ready() {
+        let (w1, r1) = Doorbell::pair().unwrap();
+        let (w2, r2) = Doorbell::pair().unwrap();
+        let fds = [w1.as_fd(), w2.as_fd()];
+        // A sub-millisecond timeout sleeps (rounded up), then reports none.
+        let t = Some(Duration::from_micros(300));
+        assert_eq!(poll_readable_few(&fds, t).unwrap(), 0);
+        r2.ring().unwrap();
+        assert_eq!(poll_readable_few(&fds, t).unwrap(), 0b10);
+        r1.ring().unwrap();
+        assert_eq!(poll_readable_few(&fds, None).unwrap(), 0b11);
+        let nine = [w1.as_fd(); POLL_FEW + 1];
+        assert!(poll_readable_few(&nine, t).is_err());
     }
 }
