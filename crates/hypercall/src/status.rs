@@ -56,8 +56,9 @@ pub struct DomainStatus {
     pub event_channels: usize,
     pub grant_maps: usize,
     pub counters: Counters,
-    /// An HVM guest's I/O path: exits by reason, stages, counters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// An HVM guest's I/O path: exits by reason, stages, counters. (Every
+    /// field is always encoded: bincode cannot skip one.)
+    #[serde(default)]
     pub hvm: Option<crate::ioreq::HvmSnapshot>,
 }
 
@@ -92,4 +93,56 @@ pub struct NgmTableStatus {
     pub revoked: u64,
     /// Revocations refused because the driver domain was using the grant.
     pub refused: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{decode, encode, Reply, Response};
+
+    fn domain(hvm: Option<crate::ioreq::HvmSnapshot>) -> DomainStatus {
+        DomainStatus {
+            id: 1,
+            name: "d".into(),
+            kind: "guest".into(),
+            pid: None,
+            netns: None,
+            cgroup: None,
+            connected: true,
+            pool_frames: 1,
+            hugepages: false,
+            grant_entries: 1,
+            event_channels: 0,
+            grant_maps: 0,
+            counters: Counters::default(),
+            hvm,
+        }
+    }
+
+    /// The status crosses hv's socket as bincode, which has no field names:
+    /// every field must be encoded, present or not.
+    #[test]
+    fn a_status_with_and_without_an_hvm_guest_crosses_the_wire() {
+        let s = SystemStatus {
+            hv_pid: 7,
+            domains: vec![
+                domain(None),
+                domain(Some(crate::ioreq::HvmSnapshot::default())),
+            ],
+            counters: Counters::default(),
+            store_nodes: 3,
+            info: BTreeMap::new(),
+            ngm_tables: Vec::new(),
+            grant_pins: 0,
+            watches: 0,
+        };
+        let r: Response = Ok(Reply::Status(Box::new(s)));
+        let back: Response = decode(&encode(&r).unwrap()).unwrap();
+        let Ok(Reply::Status(back)) = back else {
+            panic!("{back:?}")
+        };
+        assert_eq!(back.domains.len(), 2);
+        assert!(back.domains[0].hvm.is_none() && back.domains[1].hvm.is_some());
+        assert_eq!(back.store_nodes, 3);
+    }
 }
