@@ -36,16 +36,22 @@ pub struct Tuning {
     pub preset: Option<Preset>,
     /// Every domain's spin before sleeping, in microseconds.
     pub spin_us: Option<u32>,
+    /// The wire link's rate.
+    pub link_rate: Option<hv::topology::LinkRate>,
 }
 
 impl Tuning {
-    fn apply(&self, topo: &mut Topology) {
+    fn apply(&self, topo: &mut Topology) -> Result<()> {
         if let Some(p) = self.preset {
             topo.apply_preset(p);
         }
         if let Some(us) = self.spin_us {
             topo.apply_spin(us);
         }
+        if let Some(r) = self.link_rate {
+            topo.apply_link_rate(r).map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
     }
 
     /// The same tuning as arguments of `splitnet hv`.
@@ -56,6 +62,9 @@ impl Tuning {
         }
         if let Some(us) = self.spin_us {
             v.extend(["--spin-us".to_string(), us.to_string()]);
+        }
+        if let Some(r) = self.link_rate {
+            v.extend(["--link-rate".to_string(), r.to_string()]);
         }
         v
     }
@@ -90,7 +99,7 @@ pub fn up(
             hv::topology::DEFAULT_TOML.to_string(),
         ),
     };
-    tuning.apply(&mut topo);
+    tuning.apply(&mut topo)?;
     if !host::our_netns().is_empty() {
         eprintln!("splitnet: removing leftovers of an earlier run");
         sweep(rd);
@@ -291,7 +300,7 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
 pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAddr>) -> Result<()> {
     require_root()?;
     let mut topology = Topology::load(config)?;
-    tuning.apply(&mut topology);
+    tuning.apply(&mut topology)?;
     if let Some(a) = listen {
         let bound = crate::listen::spawn(rd, a)?;
         eprintln!("hv: serving metrics at http://{bound}/metrics");

@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 mod capture;
+mod docs;
 mod domain;
 mod hosted;
 mod hotplug;
@@ -58,6 +59,11 @@ enum Cmd {
         /// 0, the default, sleeps at once). Costs CPU; see docs/RESULTS.md.
         #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
         spin_us: Option<u32>,
+        /// Shape the link between the driver domain and the wire host to
+        /// this rate, both ways (tc tbf), e.g. 100mbit for the seed papers'
+        /// 100 Mb/s Ethernet. Overrides the topology's `[wire] rate`.
+        #[arg(long, value_name = "RATE")]
+        link_rate: Option<hv::topology::LinkRate>,
         /// hv serves every counter in the Prometheus text format at
         /// http://ADDR/metrics (what `status --prometheus` prints). ADDR is
         /// PORT (on 127.0.0.1) or HOST:PORT; use 0.0.0.0:PORT only on a
@@ -287,6 +293,30 @@ enum Cmd {
         #[arg(last = true)]
         cmd: Vec<String>,
     },
+    /// Print a shell completion script to stdout.
+    #[command(long_about = "Print a shell completion script for SHELL to stdout. \
+        scripts/setup.sh installs them for bash, zsh and fish.\n\n\
+        Examples:\n  \
+        source <(splitnet completions bash)\n  \
+        splitnet completions zsh > ~/.zfunc/_splitnet\n  \
+        splitnet completions fish > ~/.config/fish/completions/splitnet.fish")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages: splitnet(1) and one per subcommand.
+    #[command(long_about = "Write the man pages: splitnet.1 and one page per \
+        subcommand (splitnet-up.1, splitnet-status.1, ...) into --out, or splitnet.1 alone \
+        to stdout. scripts/setup.sh installs them into /usr/local/share/man/man1.\n\n\
+        Examples:\n  \
+        splitnet man | man -l -\n  \
+        splitnet man --out /usr/local/share/man/man1")]
+    Man {
+        /// Write every page into this folder (created if needed) instead of
+        /// splitnet.1 to stdout.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Run the hypervisor daemon in the foreground (`up` starts it for you).
     #[command(hide = true)]
     Hv {
@@ -296,6 +326,8 @@ enum Cmd {
         preset: Option<Preset>,
         #[arg(long)]
         spin_us: Option<u32>,
+        #[arg(long)]
+        link_rate: Option<hv::topology::LinkRate>,
         #[arg(long, value_parser = listen::parse_addr)]
         listen: Option<std::net::SocketAddr>,
     },
@@ -439,12 +471,17 @@ fn run(cli: Cli) -> Result<()> {
             timeout,
             preset,
             spin_us,
+            link_rate,
             listen,
         } => lifecycle::up(
             &rd,
             config.as_deref(),
             timeout,
-            lifecycle::Tuning { preset, spin_us },
+            lifecycle::Tuning {
+                preset,
+                spin_us,
+                link_rate,
+            },
             listen,
         ),
         Cmd::Status {
@@ -619,12 +656,29 @@ fn run(cli: Cli) -> Result<()> {
             json,
             cmd,
         } => trace::run(&rd, duration, json.as_deref(), &cmd),
+        Cmd::Completions { shell } => docs::print(&docs::completions(shell)),
+        Cmd::Man { out: None } => docs::print(&docs::man_page()?),
+        Cmd::Man { out: Some(dir) } => {
+            let pages = docs::man_pages(&dir)?;
+            eprintln!("wrote {} man pages into {}", pages.len(), dir.display());
+            Ok(())
+        }
         Cmd::Hv {
             config,
             preset,
             spin_us,
+            link_rate,
             listen,
-        } => lifecycle::run_hv(&rd, &config, lifecycle::Tuning { preset, spin_us }, listen),
+        } => lifecycle::run_hv(
+            &rd,
+            &config,
+            lifecycle::Tuning {
+                preset,
+                spin_us,
+                link_rate,
+            },
+            listen,
+        ),
         Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
         Cmd::Domain => domain::main(),
         Cmd::Vmapp {

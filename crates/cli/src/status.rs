@@ -209,7 +209,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     let mut ports = Vec::new();
     if let (Some(w), Some(ns)) = (s.info.get("wire"), s.info.get("wire.netns")) {
         let ifs = ifs_of(ns);
-        hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "addresses": addresses(&ifs), "interfaces": ifs}));
+        hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "link_rate": s.info.get("wire.rate"), "addresses": addresses(&ifs), "interfaces": ifs}));
         if let Some(drv) = s.info.get("wire.driver") {
             ports.push(json!({
                 "domain": drv,

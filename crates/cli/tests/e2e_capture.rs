@@ -83,17 +83,7 @@ fn tcpdump(file: &std::path::Path, filter: &str) -> String {
 
 /// iperf3 sends `bytes` from guest1 to the wire host's one-shot server.
 fn send_to_wire(env: &Env, bytes: &str) {
-    let _srv = env.iperf3_server_on_wire();
-    let out = env.ok(&[
-        "exec",
-        "guest1",
-        "--",
-        "iperf3",
-        "-c",
-        "10.77.0.254",
-        "-n",
-        bytes,
-    ]);
+    let out = env.iperf3_guest1_to_wire(&["-n", bytes]);
     assert!(out.contains("receiver"), "{out}");
 }
 
@@ -143,6 +133,17 @@ fn captured_pings_parse_with_tcpdump_with_their_directions_on_vif_and_port() {
     ];
     env.ping("guest1", "10.77.0.254", 3);
     env.ping("guest2", "10.77.0.1", 2);
+    // The driver domain serves 8 taps at once; a ninth is refused, clearly.
+    let more: Vec<Capture> = (0..4)
+        .map(|_| Capture::start(&env, &["guest2", "-w", "/dev/null"], Stdio::null()))
+        .collect();
+    let o = env.splitnet(&["capture", "guest2", "-c", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("drv refused the capture on vif"),
+        "{err}"
+    );
+    drop(more);
     for c in caps {
         let (n, dropped) = totals(&c.stop());
         assert!(n > 0 && dropped == 0, "{n} captured, {dropped} dropped");

@@ -249,3 +249,44 @@ fn demo_runs_start_to_finish() {
     }
     assert_nothing_left();
 }
+
+#[test]
+fn the_wire_link_is_shaped_to_the_rate_asked_for_both_ways() {
+    let env = Env::new("shape");
+    let o = env.splitnet(&["up", "--link-rate", "fast"]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("needs a unit"),
+        "{o:?}"
+    );
+    env.ok(&["up", "--link-rate", "20mbit"]);
+    let st = env.status();
+    assert_eq!(st["hosts"][0]["link_rate"], "20mbit", "{st}");
+    // A token bucket on both ends of the link.
+    for (domain, dev) in [("drv", "peth0"), ("wire", "eth0")] {
+        let o = std::process::Command::new("tc")
+            .args([
+                "-n",
+                &hv::host::netns_name(domain),
+                "qdisc",
+                "show",
+                "dev",
+                dev,
+            ])
+            .output()
+            .unwrap();
+        let q = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            q.contains("tbf") && q.contains("rate 20Mbit"),
+            "{domain}:{dev}: {q}"
+        );
+    }
+    // And traffic obeys it: iperf3 guest1 -> wire stays near 20 Mbit/s
+    // (far below the unshaped Gbit/s), with nothing lost.
+    let out = env.iperf3_guest1_to_wire(&["-t", "2", "-J"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 -J");
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
+    assert!(bps > 1e6 && bps < 30e6, "{bps} bit/s through a 20mbit link");
+    env.ok(&["down"]);
+}

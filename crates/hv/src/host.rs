@@ -98,6 +98,22 @@ pub fn veth_pair(a: &str, ns_a: &str, b: &str, ns_b: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Shapes what `dev` in `ns` sends to `bits_per_s` with a token bucket
+/// (tc tbf): a burst of 10 ms at that rate, at least 64 KiB so that one
+/// segmentation-offload frame fits, and at most 50 ms of queue.
+pub fn shape(ns: &str, dev: &str, bits_per_s: u64) -> io::Result<()> {
+    let rate = format!("{bits_per_s}bit");
+    let burst = (bits_per_s / 8 / 100).max(64 << 10).to_string();
+    run(
+        "tc",
+        &[
+            "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst",
+            &burst, "latency", "50ms",
+        ],
+    )
+    .map(|_| ())
+}
+
 /// Adds an address (CIDR) to `dev` in `ns`.
 pub fn addr_add(ns: &str, dev: &str, cidr: &str) -> io::Result<()> {
     let mut args = vec!["addr", "add", cidr, "dev", dev];

@@ -157,6 +157,14 @@ impl Supervisor {
             for a in [&w.address, &w.ipv6].into_iter().flatten() {
                 host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
             }
+            if let Some(rate) = w.rate {
+                // Both directions: what the driver domain sends to the wire,
+                // and what the wire host sends back.
+                host::shape(&host::netns_name(&w.driver), PHYS_PORT, rate.0)
+                    .and_then(|()| host::shape(&wns, WIRE_IF, rate.0))
+                    .map_err(|e| format!("shaping the wire link to {rate}: {e}"))?;
+                hv.set_info("wire.rate", &rate.to_string());
+            }
             hv.set_info("wire", &w.name);
             hv.set_info("wire.netns", &wns);
             hv.set_info("wire.driver", &w.driver);

@@ -365,10 +365,65 @@ pub struct WireConfig {
     pub driver: String,
     pub address: Option<String>,
     pub ipv6: Option<String>,
+    /// Shape the link to this rate in both directions (`tc` tbf on both
+    /// ends), e.g. "100mbit" for the seed papers' 100 Mb/s Ethernet.
+    pub rate: Option<LinkRate>,
 }
 
 fn default_wire() -> String {
     "wire".into()
+}
+
+/// A link rate in bits per second, written as tc does: `100mbit`, `1gbit`,
+/// `512kbit`, `2000000bit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkRate(pub u64);
+
+impl<'de> Deserialize<'de> for LinkRate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl LinkRate {
+    /// Slowest and fastest rates accepted.
+    const RANGE: std::ops::RangeInclusive<u64> = 8_000..=400_000_000_000;
+}
+
+impl std::str::FromStr for LinkRate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LinkRate, String> {
+        let t = s.trim().to_ascii_lowercase();
+        let (num, scale) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
+            .into_iter()
+            .find_map(|(u, k)| t.strip_suffix(u).map(|n| (n.trim().to_string(), k)))
+            .ok_or_else(|| {
+                format!("link rate {s:?} needs a unit: bit, kbit, mbit or gbit (e.g. \"100mbit\")")
+            })?;
+        let n: f64 = num
+            .parse()
+            .ok()
+            .filter(|n: &f64| n.is_finite() && *n > 0.0)
+            .ok_or_else(|| format!("link rate {s:?} is not a positive number"))?;
+        let bps = (n * scale).round() as u64;
+        if !LinkRate::RANGE.contains(&bps) {
+            return Err(format!("link rate {s:?} is outside 8kbit..400gbit"));
+        }
+        Ok(LinkRate(bps))
+    }
+}
+
+impl std::fmt::Display for LinkRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            b if b % 1_000_000_000 == 0 => write!(f, "{}gbit", b / 1_000_000_000),
+            b if b % 1_000_000 == 0 => write!(f, "{}mbit", b / 1_000_000),
+            b if b % 1_000 == 0 => write!(f, "{}kbit", b / 1_000),
+            b => write!(f, "{b}bit"),
+        }
+    }
 }
 
 /// A configuration that cannot be used, with where and how to fix it.
@@ -705,6 +760,18 @@ impl Topology {
         }
     }
 
+    /// Shapes the wire link to `rate` (`up --link-rate`).
+    pub fn apply_link_rate(&mut self, rate: LinkRate) -> Result<(), String> {
+        let w = self.wire.as_mut().ok_or_else(|| {
+            format!(
+                "topology {:?} has no wire host whose link could be shaped",
+                self.name
+            )
+        })?;
+        w.rate = Some(rate);
+        Ok(())
+    }
+
     /// Looks up a domain by name.
     pub fn domain(&self, name: &str) -> Option<&DomainConfig> {
         self.domains.iter().find(|d| d.name == name)
@@ -713,6 +780,37 @@ impl Topology {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn link_rates_read_as_tc_writes_them() {
+        for (text, bps, shown) in [
+            ("100mbit", 100_000_000, "100mbit"),
+            ("1gbit", 1_000_000_000, "1gbit"),
+            ("1.5Mbit", 1_500_000, "1500kbit"),
+            ("64kbit", 64_000, "64kbit"),
+            ("2000001bit", 2_000_001, "2000001bit"),
+        ] {
+            let r: LinkRate = text.parse().unwrap();
+            assert_eq!((r.0, r.to_string()), (bps, shown.to_string()), "{text}");
+        }
+        for bad in [
+            "100", "mbit", "-1mbit", "0mbit", "1kbit", "1tbit", "fastmbit", "500gbit",
+        ] {
+            assert!(bad.parse::<LinkRate>().is_err(), "{bad} accepted");
+        }
+        let t = Topology::parse(
+            "[[domain]]\nname = \"d\"\nkind = \"driver\"\n[wire]\ndriver = \"d\"\nrate = \"100mbit\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(t.wire.unwrap().rate, Some(LinkRate(100_000_000)));
+        let e = Topology::parse(
+            "[[domain]]\nname = \"d\"\nkind = \"driver\"\n[wire]\ndriver = \"d\"\nrate = \"fast\"\n",
+            "t.toml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("needs a unit"), "{e}");
+    }
+
     use super::*;
 
     const DRV: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n";

@@ -207,6 +207,16 @@ impl Taps {
                 continue;
             }
             let node = format!("{dir}/{id}");
+            // Collect the channel first, so that a refusal reaches the
+            // reader as the channel closing, not as silence.
+            let sock = match hv.capture_attach(id) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("driver: capture {id}: {e}");
+                    let _ = hv.store_rm(&node);
+                    continue;
+                }
+            };
             let spec = match hv.store_read_str(&node) {
                 Ok(s) => Spec::parse(&s),
                 Err(e) => Err(e.to_string()),
@@ -215,7 +225,6 @@ impl Taps {
                 if self.taps.len() >= MAX_TAPS {
                     return Err(format!("already {MAX_TAPS} captures running"));
                 }
-                let sock = hv.capture_attach(id).map_err(|e| e.to_string())?;
                 sock.try_send(LIVE, &[]).map_err(|e| e.to_string())?;
                 Ok(Tap {
                     id,

@@ -273,6 +273,15 @@ impl Env {
         srv
     }
 
+    /// Runs the iperf3 client in guest1 against a fresh one-shot server on
+    /// the wire host, with `args` after `-c`; returns its output.
+    pub fn iperf3_guest1_to_wire(&self, args: &[&str]) -> String {
+        let _srv = self.iperf3_server_on_wire();
+        let mut a = vec!["exec", "guest1", "--", "iperf3", "-c", "10.77.0.254"];
+        a.extend_from_slice(args);
+        self.ok(&a)
+    }
+
     /// Starts an iperf3 TCP stream of `secs` seconds from `client` to the wire
     /// host, in the background, and returns once data is flowing: the server
     /// is listening before the client starts, and the wire host has received
