@@ -238,7 +238,7 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             last_stats = Instant::now();
             publish_stats(hv, &mut vifs, &ports, &bridge);
             taps.reap(hv, &captures);
-            taps.resolve(|t| port_of(t, &vifs, &base, port_name.as_deref()));
+            taps.resolve(|t| port_of(t, &vifs, &base, &ports));
         }
     }
 }
