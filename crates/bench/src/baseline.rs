@@ -10,13 +10,12 @@ use crate::chart::{self, Bar};
 use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Native, Workload};
 use crate::stats::{median, tsc_per_us};
 use crate::usernet::{self, Tool, UserNet};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use hv::host::{self, Cgroup, CgroupLayout};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 /// Options for the suite.
@@ -72,14 +71,7 @@ pub enum Config {
 impl std::str::FromStr for Config {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Config> {
-        CONFIGS
-            .iter()
-            .copied()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = CONFIGS.iter().map(|c| c.name()).collect();
-                anyhow::anyhow!("no configuration {s:?}; the suite has {}", names.join(", "))
-            })
+        crate::by_name(&CONFIGS, Config::name, s)
     }
 }
 
@@ -214,7 +206,7 @@ struct Domain {
 /// Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on Linux x86).
 const USER_HZ: f64 = 100.0;
 
-fn proc_cpu(pid: i32) -> Option<Duration> {
+pub(crate) fn proc_cpu(pid: i32) -> Option<Duration> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = s.rsplit(')').next()?;
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -309,7 +301,7 @@ const BENCH_CGROUPS: [&str; 8] = [
     "forwarder",
 ];
 
-fn bench_cgroup(layout: &CgroupLayout, name: &str) -> Result<Cgroup> {
+pub(crate) fn bench_cgroup(layout: &CgroupLayout, name: &str) -> Result<Cgroup> {
     Ok(Cgroup::create(layout, &format!("bench-{name}"))?)
 }
 
@@ -328,20 +320,7 @@ fn bench_domains(layout: &CgroupLayout, names: &[&str]) -> Result<Vec<Domain>> {
 }
 
 fn splitnet(opts: &BaselineOptions, args: &[&str]) -> Result<()> {
-    let o = Command::new(&opts.exe)
-        .arg("--run-dir")
-        .arg(&opts.run_dir)
-        .args(args)
-        .output()
-        .with_context(|| format!("running splitnet {}", args.join(" ")))?;
-    if !o.status.success() {
-        bail!(
-            "splitnet {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-    }
-    Ok(())
+    crate::splitnet(&opts.exe, &opts.run_dir, args).map(drop)
 }
 
 fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {

@@ -135,15 +135,7 @@ impl<'a> Up<'a> {
     }
 
     fn cli(&self, args: &[&str]) -> Result<String> {
-        let o = self.cmd(args).output()?;
-        if !o.status.success() {
-            bail!(
-                "splitnet {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+        crate::splitnet(&self.opts.exe, &self.opts.run_dir, args)
     }
 
     /// Starts a command in a domain's namespace; returns its pid (the

@@ -126,6 +126,11 @@ fn wait_listening(ns: &str, port: u16, srv: &mut Child) -> Result<()> {
 
 /// Runs one flow and reads iperf3's verdict.
 pub fn run(f: &Flow<'_>) -> Result<FlowResult> {
+    run_with(f, &[])
+}
+
+/// Runs one flow with more client options (`-l 4096`, a send size).
+pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
     let port = f.port.to_string();
     let bind = f.server_bind.unwrap_or(f.server_ip);
     let mut srv = spawn_in(
@@ -144,6 +149,7 @@ pub fn run(f: &Flow<'_>) -> Result<FlowResult> {
     if f.reverse {
         args.push("-R");
     }
+    args.extend_from_slice(client_args);
     if let Err(e) = wait_listening(f.server_ns, f.port, &mut srv) {
         let _ = srv.kill();
         let _ = srv.wait();

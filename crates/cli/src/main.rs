@@ -211,12 +211,14 @@ enum Cmd {
         /// Independent runs, each from a fresh start (default 3, or 1 with --quick).
         #[arg(long)]
         runs: Option<usize>,
-        /// baseline: seconds per iperf3 flow (default 5, or 2 with --quick).
+        /// baseline: seconds per iperf3 flow (default 5, or 2 with --quick);
+        /// hosted: at least 3 (default 5, or 3 with --quick).
         #[arg(long)]
         seconds: Option<u32>,
         /// baseline: only these configurations (comma-separated, for example
-        /// `minimal-forwarder,splitnet-default`); native is always measured,
-        /// as every ratio's reference. Default: all.
+        /// `minimal-forwarder,splitnet-default`); hosted: of unoptimized,
+        /// ports-in-vmm, no-irq-notification, optimized. Native is always
+        /// measured, as every ratio's reference. Default: all.
         #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
         configs: Vec<String>,
         /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64).
@@ -227,7 +229,12 @@ enum Cmd {
         /// microseconds after their last work before sleeping (`up --spin-us`).
         #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
         spin_us: Option<u32>,
-        /// Write results.json, results.md and chart.svg into this folder.
+        /// hosted: iperf3 send sizes in bytes for Figure 6 (comma-separated;
+        /// default 512 to 65536 by powers of two, or 512,4096,65536 with --quick).
+        #[arg(long, value_delimiter = ',', value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+        sizes: Vec<u32>,
+        /// Write results.json, results.md and chart.svg into this folder
+        /// (hosted: also figure5.svg, figure6-unshaped.svg, tables1-2.svg, table3.svg).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Also write the results as JSON to this file.
@@ -400,6 +407,12 @@ enum Suite {
     /// (SHA-256 checked), and network-attach/detach cycles with hv's
     /// resources before and after (--quick: 3 kills, 200 cycles).
     Faults,
+    /// The hosted NIC against Sugerman 2001: Figure 5 (the path of a
+    /// transmitting OUT), Tables 1 and 2 (time by category), Figure 6 (TCP
+    /// transmit throughput against send size, native and hosted, wire at
+    /// 100 Mbit/s and unshaped), Table 3 (idle time), port and PIC accesses
+    /// per packet (--quick: 3 send sizes, 3 s flows).
+    Hosted,
 }
 
 fn main() {
@@ -541,6 +554,7 @@ fn run(cli: Cli) -> Result<()> {
             configs,
             workloads,
             spin_us,
+            sizes,
             out,
             json,
             svg,
@@ -548,6 +562,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let runs = runs.unwrap_or(if quick { 1 } else { 3 });
             let mut whole_profile = None;
+            let mut charts: Vec<(String, String)> = Vec::new();
             let (json_text, table, chart) = match suite {
                 Suite::Hv => {
                     let iterations = iterations.unwrap_or(if quick { 200 } else { 2000 });
@@ -611,6 +626,27 @@ fn run(cli: Cli) -> Result<()> {
                     }
                     (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
                 }
+                Suite::Hosted => {
+                    let mut opts = bench::hosted::HostedOptions::new(
+                        std::env::current_exe()?,
+                        rd.join("bench"),
+                        quick,
+                        runs,
+                    );
+                    if let Some(s) = seconds {
+                        opts.secs = s.max(3);
+                    }
+                    if !sizes.is_empty() {
+                        opts.sizes = sizes;
+                    }
+                    opts.configs = configs
+                        .iter()
+                        .map(|c| c.parse())
+                        .collect::<Result<_, _>>()?;
+                    let r = bench::hosted::run(&opts)?;
+                    charts = r.charts();
+                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
+                }
             };
             println!("{table}");
             if let Some(p) = json {
@@ -626,6 +662,9 @@ fn run(cli: Cli) -> Result<()> {
                 write_file(&dir.join("results.json"), &json_text)?;
                 write_file(&dir.join("results.md"), &table)?;
                 write_file(&dir.join("chart.svg"), &chart)?;
+                for (name, svg) in &charts {
+                    write_file(&dir.join(name), svg)?;
+                }
                 if let Some(p) = &whole_profile {
                     write_file(&dir.join("profile.json"), &p.to_json())?;
                     write_file(&dir.join("profile.svg"), &p.to_svg())?;

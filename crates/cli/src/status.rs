@@ -316,6 +316,9 @@ fn hosted_info(info: &str, stats: Option<Value>) -> Value {
         v["halts"] = vm["halts"].clone();
         v["halt_cycles"] = vm["halt_cycles"].clone();
         v["vmapp"] = s["world"]["vmapp"].clone();
+        // Every VM counter, and the guest's TSC when it read them.
+        v["vm"] = vm.clone();
+        v["stats_tsc"] = s["world"]["tsc"].clone();
         v["guest"] = s["guest"].clone();
         v["driver"] = s["driver"].clone();
     }

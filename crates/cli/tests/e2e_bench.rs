@@ -209,3 +209,84 @@ fn profile_attributes_samples_to_domains_while_iperf3_runs() {
     env.ok(&["down"]);
     assert_nothing_left();
 }
+
+#[test]
+fn bench_hosted_reports_figures_and_tables_against_native() {
+    let env = Env::new("bench-hosted");
+    let out = env.run_dir.join("out");
+    let json = env.run_dir.join("h.json");
+    // The shortest run: one size, the optimized NIC and native, both wires.
+    env.ok(&[
+        "bench",
+        "hosted",
+        "--quick",
+        "--configs",
+        "optimized",
+        "--sizes",
+        "4096",
+        "--seconds",
+        "3",
+        "--json",
+        json.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["table_size"], 4096);
+    let records = v["records"].as_array().unwrap();
+    for config in ["native", "optimized"] {
+        for link in ["100mbit", "unshaped"] {
+            let r = records
+                .iter()
+                .find(|r| r["config"] == config && r["link"] == link)
+                .unwrap_or_else(|| panic!("no record for {config} {link}"));
+            assert!(r["mbps"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["ratio_to_native"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(!r["cpu_percent"].as_object().unwrap().is_empty(), "{r}");
+            if config == "optimized" {
+                // The NIC's counters advanced over the window.
+                let w = &r["counters"];
+                assert!(w["cycles"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(w["frames_out"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(w["irqs"].as_f64().unwrap() > 0.0, "{r}");
+            }
+        }
+    }
+    assert!(
+        !records.iter().any(|r| r["config"] == "unoptimized"),
+        "--configs left out the others"
+    );
+    let b = v["breakdowns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["config"] == "optimized" && b["link"] == "100mbit")
+        .expect("a breakdown for the optimized NIC");
+    let shares: f64 = b["shares"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_f64().unwrap())
+        .sum();
+    assert!(
+        (shares - 100.0).abs() < 0.5,
+        "shares add up to {shares}: {b}"
+    );
+    assert!(b["pic_accesses_per_irq"].as_f64().unwrap() >= 4.0, "{b}");
+    for f in [
+        "results.json",
+        "results.md",
+        "chart.svg",
+        "figure5.svg",
+        "figure6-unshaped.svg",
+        "tables1-2.svg",
+        "table3.svg",
+    ] {
+        assert!(out.join(f).exists(), "--out lacks {f}");
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    for heading in ["Figure 5", "Figure 6", "Tables 1 and 2", "Table 3"] {
+        assert!(md.contains(heading), "results.md lacks {heading}");
+    }
+    assert_nothing_left();
+}

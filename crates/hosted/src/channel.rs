@@ -35,10 +35,16 @@ const WIDTH: usize = 8;
 const VALUE: usize = 12;
 const TX_COUNT: usize = 16;
 const RX_ROOM: usize = 20;
+/// The VM's TSC when it rang (u64; the transmit path's timing, Figure 5).
+const STAMP: usize = 24;
 // Answer (VMApp → VM).
 const R_VALUE: usize = 32;
 const R_IRQ: usize = 36;
 const R_RX_COUNT: usize = 40;
+/// Frames the request wrote to VMNet.
+const R_TX: usize = 44;
+/// The VMApp's TSC when it answered (u64).
+const R_STAMP: usize = 48;
 const TX_LEN: usize = 64;
 const RX_LEN: usize = TX_LEN + 4 * SLOTS;
 /// The VMApp's counters ([`AppCounters`], u64 each), refreshed with every
@@ -139,10 +145,25 @@ pub struct AppCounters {
     /// TSC cycles from a request's arrival to its answer, halts excluded:
     /// the work done in the host world, as opposed to the switch itself.
     pub service_cycles: u64,
+    /// TSC cycles in VMNet writes and reads (the host's network I/O).
+    pub vmnet_tx_cycles: u64,
+    pub vmnet_rx_cycles: u64,
+    /// Of those, the ones inside requests (halts excluded): the part of
+    /// `service_cycles` that is host network I/O.
+    pub service_vmnet_cycles: u64,
+    /// Requests (halts excluded) that wrote frames to VMNet, and their
+    /// path in TSC cycles (Sugerman Figure 5): from the VM's ring to their
+    /// arrival here, from there to the first VMNet write, the writes, and
+    /// from the last write to the answer.
+    pub tx_requests: u64,
+    pub tx_arrive_cycles: u64,
+    pub tx_emulate_cycles: u64,
+    pub tx_write_cycles: u64,
+    pub tx_finish_cycles: u64,
 }
 
 impl AppCounters {
-    fn fields(&mut self) -> [&mut u64; 11] {
+    fn fields(&mut self) -> [&mut u64; 19] {
         [
             &mut self.requests,
             &mut self.port_accesses,
@@ -155,6 +176,14 @@ impl AppCounters {
             &mut self.halts,
             &mut self.bad_requests,
             &mut self.service_cycles,
+            &mut self.vmnet_tx_cycles,
+            &mut self.vmnet_rx_cycles,
+            &mut self.service_vmnet_cycles,
+            &mut self.tx_requests,
+            &mut self.tx_arrive_cycles,
+            &mut self.tx_emulate_cycles,
+            &mut self.tx_write_cycles,
+            &mut self.tx_finish_cycles,
         ]
     }
 }
@@ -242,6 +271,7 @@ impl Channel {
     /// Rings and blocks until the answer: the world switch. Errors when the
     /// VMApp has gone.
     pub fn call(&self) -> io::Result<Answer> {
+        self.mem.store_u64_seqcst(STAMP, sys::rdtsc());
         self.ring(RING)?;
         self.wait_answer()
     }
@@ -278,6 +308,12 @@ impl Channel {
             irq: m.read_u32(R_IRQ) != 0,
             rx_count: (m.read_u32(R_RX_COUNT) as usize).min(SLOTS),
         })
+    }
+
+    /// Of the last answer: the frames its request wrote to VMNet, and the
+    /// VMApp's TSC when it answered (the VMApp's claims, for counters only).
+    pub fn answer_tx(&self) -> (u32, u64) {
+        (self.mem.read_u32(R_TX), self.mem.load_u64(R_STAMP))
     }
 
     /// Copies RX slot `i`'s frame into `buf`; its length (bounded by both).
@@ -330,6 +366,11 @@ impl Channel {
         }
     }
 
+    /// The VM's TSC when it rang for the current request (its own claim).
+    pub fn request_stamp(&self) -> u64 {
+        self.mem.load_u64(STAMP)
+    }
+
     /// TX slot `i`'s frame as (offset, length) in [`Channel::region`], if
     /// its length is sane.
     pub fn tx_frame(&self, i: usize) -> Option<(usize, usize)> {
@@ -355,12 +396,18 @@ impl Channel {
         }
     }
 
+    /// Sets the frames the current request wrote to VMNet, for the answer.
+    pub fn set_answer_tx(&self, frames: u32) {
+        self.mem.write_u32(R_TX, frames);
+    }
+
     /// Answers the request and hands the CPU back.
     pub fn answer(&self, a: Answer) -> io::Result<()> {
         let m = &self.mem;
         m.write_u32(R_VALUE, a.value);
         m.write_u32(R_IRQ, u32::from(a.irq));
         m.write_u32(R_RX_COUNT, a.rx_count as u32);
+        m.store_u64_seqcst(R_STAMP, sys::rdtsc());
         self.ring(ANSWER)
     }
 }

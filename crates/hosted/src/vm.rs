@@ -87,6 +87,16 @@ pub struct VmCounters {
     pub combined_sends: u64,
     /// Frames sent in those.
     pub combined_frames: u64,
+    /// Switches whose request wrote frames to VMNet, their round trips,
+    /// and the way back (the VMApp's answer until the VM runs again), in
+    /// TSC cycles (Sugerman Figure 5).
+    pub tx_switches: u64,
+    pub tx_switch_cycles: u64,
+    pub tx_back_cycles: u64,
+    /// OUTs during which such a switch happened, from the trap to the
+    /// guest's next access (Figure 5's whole path).
+    pub tx_outs: u64,
+    pub tx_out_cycles: u64,
 }
 
 /// The channel with its clock: every switch is timed.
@@ -102,10 +112,20 @@ impl Switch {
         }
         let t0 = sys::rdtsc();
         let r = self.chan.call();
-        c.switch_cycles += sys::rdtsc().wrapping_sub(t0);
+        let t1 = sys::rdtsc();
+        c.switch_cycles += t1.wrapping_sub(t0);
         c.world_switches += 1;
         match r {
-            Ok(a) => Some(a),
+            Ok(a) => {
+                let (frames, answered) = self.chan.answer_tx();
+                let back = t1.wrapping_sub(answered);
+                if frames > 0 && back < 1 << 32 {
+                    c.tx_switches += 1;
+                    c.tx_switch_cycles += t1.wrapping_sub(t0);
+                    c.tx_back_cycles += back;
+                }
+                Some(a)
+            }
             Err(e) => {
                 self.failed = Some(e.to_string());
                 None
@@ -361,6 +381,33 @@ impl<M: SharedMemory> PortIo for Vmm<M> {
     }
 
     fn port_out(&mut self, port: u16, width: IoWidth, value: u32) {
+        let t0 = sys::rdtsc();
+        let before = self.tx_switches();
+        self.port_out_untimed(port, width, value);
+        if self.tx_switches() != before {
+            let c = self.switch_counters();
+            c.tx_outs += 1;
+            c.tx_out_cycles += sys::rdtsc().wrapping_sub(t0);
+        }
+    }
+}
+
+impl<M: SharedMemory> Vmm<M> {
+    fn tx_switches(&self) -> u64 {
+        match &self.nic {
+            Nic::Remote(_, c) => c.tx_switches,
+            Nic::Local(n) => n.sink().counters.tx_switches,
+        }
+    }
+
+    fn switch_counters(&mut self) -> &mut VmCounters {
+        match &mut self.nic {
+            Nic::Remote(_, c) => c,
+            Nic::Local(n) => &mut n.sink_mut().counters,
+        }
+    }
+
+    fn port_out_untimed(&mut self, port: u16, width: IoWidth, value: u32) {
         let Some(off) = self.count(port) else {
             if width == IoWidth::Byte && self.pic.write_port(port, value as u8) {
                 self.pic_accesses += 1;
@@ -488,6 +535,8 @@ impl<M: SharedMemory> VmWorld for Vmm<M> {
             "switch_mean_cycles": mean,
             "service_mean_cycles": service,
             "switch_overhead_mean_cycles": mean.saturating_sub(service),
+            // When these counters were read (spans between two readings).
+            "tsc": sys::rdtsc(),
             "vmapp": app,
         })
     }

@@ -50,11 +50,38 @@ struct VmNetSink {
     tap: Arc<Tap>,
     sent: u64,
     drops: u64,
+    writes: Writes,
+}
+
+/// The VMNet writes of the current request, timed (Figure 5's host I/O).
+#[derive(Default, Clone, Copy)]
+struct Writes {
+    frames: u32,
+    first_start: u64,
+    last_end: u64,
+    cycles: u64,
+}
+
+impl Writes {
+    /// Times one write.
+    fn time<T>(&mut self, write: impl FnOnce() -> T) -> T {
+        let t0 = sys::rdtsc();
+        let r = write();
+        let t1 = sys::rdtsc();
+        if self.frames == 0 {
+            self.first_start = t0;
+        }
+        self.frames += 1;
+        self.last_end = t1;
+        self.cycles = self.cycles.wrapping_add(t1.wrapping_sub(t0));
+        r
+    }
 }
 
 impl emul::FrameSink for VmNetSink {
     fn send_frame(&mut self, frame: &[u8]) {
-        match self.tap.send(&[frame]) {
+        let tap = &self.tap;
+        match self.writes.time(|| tap.send(&[frame])) {
             Ok(_) => self.sent += 1,
             Err(_) => self.drops += 1,
         }
@@ -77,6 +104,8 @@ pub struct VmApp<M: SharedMemory> {
     bitvector: Option<BitVector>,
     counters: AppCounters,
     scratch: Box<[u8]>,
+    /// The VMNet writes of the current request (frame I/O).
+    writes: Writes,
 }
 
 impl<M: SharedMemory> VmApp<M> {
@@ -99,6 +128,7 @@ impl<M: SharedMemory> VmApp<M> {
                 tap: tap.clone(),
                 sent: 0,
                 drops: 0,
+                writes: Writes::default(),
             };
             Pcnet::new(
                 GuestMemory::new(mem),
@@ -116,6 +146,7 @@ impl<M: SharedMemory> VmApp<M> {
             bitvector,
             counters: AppCounters::default(),
             scratch: vec![0u8; crate::channel::MAX_FRAME + 64].into_boxed_slice(),
+            writes: Writes::default(),
         })
     }
 
@@ -160,7 +191,10 @@ impl<M: SharedMemory> VmApp<M> {
         while let Some(req) = self.chan.next_request()? {
             let t0 = sys::rdtsc();
             self.counters.requests += 1;
+            let rx_before = self.counters.vmnet_rx_cycles;
             let mut a = self.serve(req);
+            let w = self.take_writes();
+            let rx = self.counters.vmnet_rx_cycles.wrapping_sub(rx_before);
             if req.op == Some(Op::Halt) {
                 self.counters.halts += 1;
                 if !self.halt(req, &mut a)? {
@@ -168,11 +202,53 @@ impl<M: SharedMemory> VmApp<M> {
                 }
             } else {
                 self.counters.service_cycles += sys::rdtsc().wrapping_sub(t0);
+                self.counters.service_vmnet_cycles = self
+                    .counters
+                    .service_vmnet_cycles
+                    .wrapping_add(w.cycles.wrapping_add(rx));
+                self.count_tx_path(t0, w);
             }
+            self.chan.set_answer_tx(w.frames);
             self.chan.publish(&self.counters());
             self.chan.answer(a)?;
         }
         Ok(())
+    }
+
+    /// The current request's VMNet writes, from either path; resets them.
+    fn take_writes(&mut self) -> Writes {
+        let mut w = std::mem::take(&mut self.writes);
+        if let Some(s) = self.nic.as_mut().map(|n| n.sink_mut()) {
+            let m = std::mem::take(&mut s.writes);
+            if w.frames == 0 {
+                w = m;
+            }
+        }
+        self.counters.vmnet_tx_cycles = self.counters.vmnet_tx_cycles.wrapping_add(w.cycles);
+        w
+    }
+
+    /// Times the path of a request that transmitted (Figure 5): the VM's
+    /// ring stamp is its own claim, so an implausible one is left out.
+    fn count_tx_path(&mut self, arrived: u64, w: Writes) {
+        if w.frames == 0 {
+            return;
+        }
+        let c = &mut self.counters;
+        c.tx_requests += 1;
+        let arrive = arrived.wrapping_sub(self.chan.request_stamp());
+        if arrive < 1 << 32 {
+            c.tx_arrive_cycles = c.tx_arrive_cycles.wrapping_add(arrive);
+        }
+        c.tx_emulate_cycles = c
+            .tx_emulate_cycles
+            .wrapping_add(w.first_start.wrapping_sub(arrived));
+        c.tx_write_cycles = c
+            .tx_write_cycles
+            .wrapping_add(w.last_end.wrapping_sub(w.first_start));
+        c.tx_finish_cycles = c
+            .tx_finish_cycles
+            .wrapping_add(sys::rdtsc().wrapping_sub(w.last_end));
     }
 
     /// Serves one request and looks for VMNet input.
@@ -236,7 +312,8 @@ impl<M: SharedMemory> VmApp<M> {
                 off,
                 len,
             };
-            match self.tap.writev(&[part]) {
+            let tap = &self.tap;
+            match self.writes.time(|| tap.writev(&[part])) {
                 Ok(_) => self.counters.vmnet_tx += 1,
                 Err(_) => self.counters.drops += 1,
             }
@@ -259,6 +336,15 @@ impl<M: SharedMemory> VmApp<M> {
     /// else into at most `room` RX slots. Re-arms the bit vector once the
     /// TAP is drained.
     fn receive(&mut self, room: usize, a: &mut Answer) {
+        let t0 = sys::rdtsc();
+        self.receive_untimed(room, a);
+        self.counters.vmnet_rx_cycles = self
+            .counters
+            .vmnet_rx_cycles
+            .wrapping_add(sys::rdtsc().wrapping_sub(t0));
+    }
+
+    fn receive_untimed(&mut self, room: usize, a: &mut Answer) {
         let mut drained = false;
         if let Some(nic) = self.nic.as_mut() {
             for _ in 0..RX_PER_SWITCH {
