@@ -8,6 +8,7 @@ pub mod chart;
 pub mod faults;
 pub mod forwarder;
 pub mod hv;
+pub mod hvm;
 pub mod netenv;
 pub mod stats;
 pub mod usernet;
