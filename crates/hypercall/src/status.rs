@@ -56,8 +56,10 @@ pub struct DomainStatus {
     pub event_channels: usize,
     pub grant_maps: usize,
     pub counters: Counters,
-    /// An HVM guest's I/O path: exits by reason, stages, counters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// An HVM guest's I/O path: exits by reason, stages, counters. Always
+    /// serialized: hv's protocol (bincode) is positional, so a field left
+    /// out shifts every byte after it.
+    #[serde(default)]
     pub hvm: Option<crate::ioreq::HvmSnapshot>,
 }
 
@@ -92,4 +94,53 @@ pub struct NgmTableStatus {
     pub revoked: u64,
     /// Revocations refused because the driver domain was using the grant.
     pub refused: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain(id: u16, hvm: Option<crate::ioreq::HvmSnapshot>) -> DomainStatus {
+        DomainStatus {
+            id,
+            name: format!("d{id}"),
+            kind: "guest".into(),
+            pid: Some(1),
+            netns: None,
+            cgroup: None,
+            connected: true,
+            pool_frames: 16,
+            hugepages: false,
+            grant_entries: 0,
+            event_channels: 0,
+            grant_maps: 0,
+            counters: Counters::default(),
+            hvm,
+        }
+    }
+
+    /// The status reply crosses hv's protocol intact with and without an
+    /// HVM guest among the domains.
+    #[test]
+    fn status_survives_the_protocol() {
+        let st = SystemStatus {
+            hv_pid: 7,
+            domains: vec![
+                domain(1, None),
+                domain(2, Some(Default::default())),
+                domain(3, None),
+            ],
+            counters: Counters::default(),
+            store_nodes: 3,
+            info: BTreeMap::new(),
+            ngm_tables: Vec::new(),
+            grant_pins: 4,
+            watches: 5,
+        };
+        let b = crate::proto::encode(&st).unwrap();
+        let back: SystemStatus = crate::proto::decode(&b).unwrap();
+        assert_eq!(back.domains.len(), 3);
+        assert!(back.domains[1].hvm.is_some() && back.domains[2].hvm.is_none());
+        assert_eq!((back.grant_pins, back.watches), (4, 5));
+    }
 }
