@@ -501,3 +501,38 @@ impl Garbage {
         }
     }
 }
+
+/// guest1 floods the wire host with pings while `scribble` runs about every
+/// millisecond for 3 s (a hostile guest at work).
+pub fn while_guest1_floods(env: &Env, mut scribble: impl FnMut()) {
+    let _flood = env.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "ping",
+        "-f",
+        "-w",
+        "4",
+        "10.77.0.254",
+    ]);
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(3) {
+        scribble();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// After a hostile guest1: its device side `what` (pid `pid`, log `log` in
+/// the run directory) is alive, and guest2 and the driver domain carry on.
+pub fn assert_others_carry_on(env: &Env, what: &str, pid: u64, log: &str) {
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the {what} died:\n{}",
+        std::fs::read_to_string(env.run_dir.join(log)).unwrap_or_default()
+    );
+    env.ping("guest2", "10.77.0.254", 3);
+    env.ping("wire", "10.77.0.2", 3);
+    let st = env.status();
+    assert_eq!(domain(&st, "guest2")["connected"], true);
+    assert_eq!(domain(&st, "drv")["connected"], true);
+}
