@@ -112,35 +112,44 @@ pub struct FaultsReport {
 }
 
 /// A topology brought up for one experiment; down when dropped.
-struct Up<'a> {
-    opts: &'a FaultsOptions,
+pub(crate) struct Up<'a> {
+    exe: &'a Path,
+    run_dir: &'a Path,
     children: Vec<Child>,
 }
 
 impl<'a> Up<'a> {
     fn new(opts: &'a FaultsOptions) -> Result<Up<'a>> {
+        Up::with(&opts.exe, &opts.run_dir, &[])
+    }
+
+    /// `splitnet up` with `args` (after a `down`) from `exe` in `run_dir`.
+    pub(crate) fn with(exe: &'a Path, run_dir: &'a Path, args: &[&str]) -> Result<Up<'a>> {
         let up = Up {
-            opts,
+            exe,
+            run_dir,
             children: Vec::new(),
         };
         up.cli(&["down"]).ok();
-        up.cli(&["up"])?;
+        let mut a = vec!["up"];
+        a.extend_from_slice(args);
+        up.cli(&a)?;
         Ok(up)
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.opts.exe);
-        c.arg("--run-dir").arg(&self.opts.run_dir).args(args);
+        let mut c = Command::new(self.exe);
+        c.arg("--run-dir").arg(self.run_dir).args(args);
         c
     }
 
-    fn cli(&self, args: &[&str]) -> Result<String> {
-        crate::splitnet(&self.opts.exe, &self.opts.run_dir, args)
+    pub(crate) fn cli(&self, args: &[&str]) -> Result<String> {
+        crate::splitnet(self.exe, self.run_dir, args)
     }
 
     /// Starts a command in a domain's namespace; returns its pid (the
     /// command itself: `exec` replaces the CLI process).
-    fn spawn(&mut self, domain: &str, cmd: &[&str]) -> Result<u32> {
+    pub(crate) fn spawn(&mut self, domain: &str, cmd: &[&str]) -> Result<u32> {
         let mut args = vec!["exec", domain, "--"];
         args.extend_from_slice(cmd);
         let child = self
@@ -154,7 +163,7 @@ impl<'a> Up<'a> {
     }
 
     /// Waits for the child `pid` to exit; whether it exited 0.
-    fn wait_child(&mut self, pid: u32, limit: Duration) -> Result<bool> {
+    pub(crate) fn wait_child(&mut self, pid: u32, limit: Duration) -> Result<bool> {
         let i = self
             .children
             .iter()
@@ -174,8 +183,8 @@ impl<'a> Up<'a> {
         }
     }
 
-    fn toolstack(&self) -> Result<Toolstack> {
-        Toolstack::connect(&socket_path(&self.opts.run_dir)).map_err(|e| anyhow!("{e}"))
+    pub(crate) fn toolstack(&self) -> Result<Toolstack> {
+        Toolstack::connect(&socket_path(self.run_dir)).map_err(|e| anyhow!("{e}"))
     }
 }
 
@@ -201,7 +210,11 @@ fn if_bytes(pid: u32, ifname: &str, tx: bool) -> Option<u64> {
 }
 
 /// Polls `fact` every millisecond until it holds or `limit` passes.
-fn wait_for(what: &str, limit: Duration, mut fact: impl FnMut() -> bool) -> Result<Instant> {
+pub(crate) fn wait_for(
+    what: &str,
+    limit: Duration,
+    mut fact: impl FnMut() -> bool,
+) -> Result<Instant> {
     let deadline = Instant::now() + limit;
     loop {
         if fact() {
@@ -315,7 +328,7 @@ fn kills(opts: &FaultsOptions) -> Result<Vec<Kill>> {
     Ok(out)
 }
 
-fn sha256(path: &Path) -> Result<String> {
+pub(crate) fn sha256(path: &Path) -> Result<String> {
     let o = Command::new("sha256sum").arg(path).output()?;
     let text = String::from_utf8_lossy(&o.stdout);
     text.split_whitespace()
@@ -324,20 +337,23 @@ fn sha256(path: &Path) -> Result<String> {
         .ok_or_else(|| anyhow!("sha256sum {}: no digest", path.display()))
 }
 
-/// A download of `http_mib` MiB from the wire host with driver kills.
-fn http(opts: &FaultsOptions) -> Result<Http> {
-    let dir = opts.run_dir.join("faults-www");
-    std::fs::create_dir_all(&dir)?;
+/// `dir/blob`, `mib` MiB of random bytes.
+pub(crate) fn random_file(dir: &Path, mib: u64) -> Result<PathBuf> {
     let file = dir.join("blob");
     let st = Command::new("dd")
         .args(["if=/dev/urandom", "bs=1M", "status=none"])
         .arg(format!("of={}", file.display()))
-        .arg(format!("count={}", opts.http_mib))
+        .arg(format!("count={mib}"))
         .status()?;
     if !st.success() {
         bail!("could not write {}", file.display());
     }
-    let mut up = Up::new(opts)?;
+    Ok(file)
+}
+
+/// Serves `dir` over HTTP from the wire host (10.77.0.254:8080) until `up`
+/// goes; returns the server's pid once it listens.
+pub(crate) fn serve_http(up: &mut Up<'_>, dir: &Path) -> Result<u32> {
     let dir_s = dir.to_str().context("path")?.to_string();
     let srv = up.spawn(
         "wire",
@@ -355,6 +371,16 @@ fn http(opts: &FaultsOptions) -> Result<Http> {
     wait_for("the HTTP server to listen", Duration::from_secs(10), || {
         crate::netenv::listening(&hv::host::netns_name("wire"), 8080).unwrap_or(false)
     })?;
+    Ok(srv)
+}
+
+/// A download of `http_mib` MiB from the wire host with driver kills.
+fn http(opts: &FaultsOptions) -> Result<Http> {
+    let dir = opts.run_dir.join("faults-www");
+    std::fs::create_dir_all(&dir)?;
+    let file = random_file(&dir, opts.http_mib)?;
+    let mut up = Up::new(opts)?;
+    let srv = serve_http(&mut up, &dir)?;
     // ~10 s for the whole file, so that the kills land in the middle.
     let rate = format!("{}M", (opts.http_mib / 10).max(1));
     let got = opts.run_dir.join("faults-got");

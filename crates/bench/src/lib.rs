@@ -9,6 +9,7 @@ pub mod faults;
 pub mod forwarder;
 pub mod hosted;
 pub mod hv;
+pub mod hvm;
 pub mod netenv;
 pub mod stats;
 pub mod usernet;

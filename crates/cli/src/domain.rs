@@ -46,8 +46,11 @@ pub fn main() -> Result<()> {
     );
     let r = match w.kind.as_str() {
         "driver" => net::driver::run(&mut hv).map_err(|e| anyhow!("driver domain: {e}")),
-        _ if crate::hosted::is_hosted(&mut hv) => crate::hosted::guest(&mut hv, &home),
-        _ => guest(&mut hv, &home),
+        _ => match crate::hosted::nic_kind(&mut hv).as_str() {
+            "hosted" => crate::hosted::guest(&mut hv, &home),
+            "hvm" => crate::hvm::guest(&mut hv, &home),
+            _ => guest(&mut hv, &home),
+        },
     };
     match r {
         Ok(()) => Ok(()),

@@ -24,7 +24,7 @@ pub fn env_fds(var: &str) -> Vec<i32> {
 }
 
 /// Takes the `n` descriptors hv listed in `var`.
-fn take_fds(var: &str, n: usize) -> Result<Vec<OwnedFd>> {
+pub fn take_fds(var: &str, n: usize) -> Result<Vec<OwnedFd>> {
     let fds = env_fds(var);
     if fds.len() != n {
         bail!("{var} must list {n} descriptors (this process is started by hv, not by hand)");
@@ -39,7 +39,7 @@ pub fn close_stray_fds() {
     sys::close_inherited_fds(&env_fds(hv::daemon::ENV_VMAPP_FDS));
 }
 
-fn run_ip(args: &[&str]) -> Result<()> {
+pub fn run_ip(args: &[&str]) -> Result<()> {
     hv::host::run("ip", args)?;
     Ok(())
 }
@@ -49,31 +49,21 @@ fn channel(memfd: OwnedFd, sock: OwnedFd) -> Result<Channel> {
     Ok(Channel::new(map, SeqPacket::from_fd(sock))?)
 }
 
-/// Whether this guest's NIC is the hosted kind.
-pub fn is_hosted(hv: &mut HvClient) -> bool {
+/// This guest's kind of NIC (`vif`, `hosted`, `hvm`), from the store.
+pub fn nic_kind(hv: &mut HvClient) -> String {
     let home = format!("/local/domain/{}/splitnet", hv.domid());
     hv.store_read_str(&format!("{home}/nic"))
-        .is_ok_and(|k| k == "hosted")
+        .unwrap_or_else(|_| "vif".into())
 }
 
-/// A guest with a hosted NIC: the pcnet32-like driver behind the VMM,
-/// serving TAP `eth0`, until hv or the VMApp goes away.
-pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
+/// The guest's TAP `eth0` for its emulated NIC: the NIC's MAC (from the
+/// store, also returned), MTU 1500, the guest's addresses.
+pub fn guest_eth0(hv: &mut HvClient, home: &str) -> Result<(Tap, [u8; 6])> {
     let cfg_home = format!("{home}/splitnet");
     let mut key = |k: &str| hv.store_read_str(&format!("{cfg_home}/{k}")).ok();
-    let on = |v: Option<String>| v.is_some_and(|v| v == "1");
     let mac_text = key("nic-mac").ok_or_else(|| anyhow!("no nic-mac in the store"))?;
     let mac = abi::xenbus::parse_mac(&mac_text).map_err(|e| anyhow!("nic-mac: {e}"))?;
-    let cfg = VmConfig {
-        ports_in_vmm: on(key("hosted-ports-in-vmm")),
-        send_combining: on(key("hosted-send-combining")),
-        mac,
-    };
     let (ipv4, ipv6) = (key("ipv4"), key("ipv6"));
-    let mut fds = take_fds(hv::daemon::ENV_HOSTED_FDS, 2)?.into_iter();
-    let (memfd, sock) = (fds.next().expect("two"), fds.next().expect("two"));
-    let chan = channel(memfd, sock)?;
-
     let tap = Tap::create("eth0", false)?;
     run_ip(&["link", "set", "eth0", "address", &mac_text, "mtu", "1500"])?;
     run_ip(&["link", "set", "eth0", "up"])?;
@@ -83,17 +73,22 @@ pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     if let Some(a) = &ipv6 {
         run_ip(&["addr", "add", a, "dev", "eth0", "nodad"])?;
     }
-    let mem = emul::GuestMemory::new(hv.pool_shared());
-    let mut vmm = Vmm::new(chan, mem.clone(), cfg);
-    vmm.calibrate(CALIBRATION_SWITCHES);
-    eprintln!(
-        "hosted: VM up (ports in VMM {}, send combining {})",
-        cfg.ports_in_vmm, cfg.send_combining
-    );
+    Ok((tap, mac))
+}
+
+/// Runs the guest's side of an emulated NIC over `world` until hv or the
+/// device side goes away, publishing its counters to `<home>/nic/stats`.
+pub fn run_guest<W: hosted::guest::VmWorld>(
+    hv: &mut HvClient,
+    home: &str,
+    world: &mut W,
+    mem: &emul::GuestMemory<std::sync::Arc<Mapping>>,
+    tap: &Tap,
+) -> Result<(), hosted::guest::GuestError> {
     let watch = hv.watch_fd().try_clone_to_owned()?;
     let stats = format!("{home}/nic/stats");
     let mut written = String::new();
-    let r = hosted::guest::run(&mut vmm, &mem, &tap, watch.as_fd(), &mut |doc| {
+    hosted::guest::run(world, mem, tap, watch.as_fd(), &mut |doc| {
         // hv closing our connection is how a domain is shut down.
         while hv
             .next_watch(Duration::ZERO)
@@ -106,8 +101,36 @@ pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
             written = text;
         }
         Ok(())
-    });
-    r.map_err(|e| anyhow!("hosted NIC: {e}"))
+    })
+}
+
+/// A guest with a hosted NIC: the pcnet32-like driver behind the VMM,
+/// serving TAP `eth0`, until hv or the VMApp goes away.
+pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
+    let cfg_home = format!("{home}/splitnet");
+    let mut key = |k: &str| hv.store_read_str(&format!("{cfg_home}/{k}")).ok();
+    let on = |v: Option<String>| v.is_some_and(|v| v == "1");
+    let (ports_in_vmm, send_combining) = (
+        on(key("hosted-ports-in-vmm")),
+        on(key("hosted-send-combining")),
+    );
+    let mut fds = take_fds(hv::daemon::ENV_HOSTED_FDS, 2)?.into_iter();
+    let (memfd, sock) = (fds.next().expect("two"), fds.next().expect("two"));
+    let chan = channel(memfd, sock)?;
+    let (tap, mac) = guest_eth0(hv, home)?;
+    let cfg = VmConfig {
+        ports_in_vmm,
+        send_combining,
+        mac,
+    };
+    let mem = emul::GuestMemory::new(hv.pool_shared());
+    let mut vmm = Vmm::new(chan, mem.clone(), cfg);
+    vmm.calibrate(CALIBRATION_SWITCHES);
+    eprintln!(
+        "hosted: VM up (ports in VMM {}, send combining {})",
+        cfg.ports_in_vmm, cfg.send_combining
+    );
+    run_guest(hv, home, &mut vmm, &mem, &tap).map_err(|e| anyhow!("hosted NIC: {e}"))
 }
 
 /// The VMApp: maps the guest's memory and the channel, creates VMNet's TAP

@@ -153,7 +153,7 @@ pub fn up(
             let ports = v["ports"].as_array().cloned().unwrap_or_default();
             let nics_ready = topo.emulated_nics().iter().all(|e| {
                 let running = doms.iter().any(|d| {
-                    d["name"] == e.guest.as_str() && d["emulated_nic"]["world_switches"].is_u64()
+                    d["name"] == e.guest.as_str() && d["emulated_nic"]["guest"].is_object()
                 });
                 let bridged = ports.iter().any(|p| {
                     p["domain"] == e.backend.as_str()
@@ -171,7 +171,7 @@ pub fn up(
                     want.join(", "),
                     vifs.len(),
                     if nics > 0 {
-                        format!(", {nics} hosted NIC{} bridged", if nics == 1 { "" } else { "s" })
+                        format!(", {nics} emulated NIC{} bridged", if nics == 1 { "" } else { "s" })
                     } else {
                         String::new()
                     },

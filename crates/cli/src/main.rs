@@ -6,6 +6,7 @@ mod docs;
 mod domain;
 mod hosted;
 mod hotplug;
+mod hvm;
 mod lifecycle;
 mod listen;
 mod metrics;
@@ -361,6 +362,26 @@ enum Cmd {
         #[arg(long)]
         irq_bitvector: u8,
     },
+    /// The device model of a guest with an HVM NIC (qemu-dm's role; started
+    /// by hv inside its driver domain's namespace).
+    #[command(hide = true)]
+    HvmDm {
+        /// The guest it serves.
+        #[arg(long)]
+        guest: String,
+        /// The guest's domain id, for `HvmDeviceModel`.
+        #[arg(long)]
+        guest_id: u16,
+        /// The TAP to create in this namespace (bridged by the driver domain).
+        #[arg(long)]
+        tap: String,
+        /// The NIC's station address.
+        #[arg(long)]
+        mac: String,
+        /// 0: event-driven receive; otherwise the polling period in µs.
+        #[arg(long)]
+        poll_us: u32,
+    },
     /// The minimal TAP <-> AF_PACKET forwarder `bench baseline` measures as
     /// the ceiling of a user-space NIC path (run in the driver namespace).
     #[command(hide = true)]
@@ -413,6 +434,11 @@ enum Suite {
     /// 100 Mbit/s and unshaped), Table 3 (idle time), port and PIC accesses
     /// per packet (--quick: 3 send sizes, 3 s flows).
     Hosted,
+    /// The HVM device model (Zhang & Dong): a dummy port I/O by stage, a PIC
+    /// access with the vPIC in hv and in the device model, and an `nic =
+    /// "hvm"` guest's iperf3 and file copy with event-driven and polling
+    /// receive, exits by reason; beside the paper's numbers.
+    Hvm,
 }
 
 fn main() {
@@ -422,6 +448,7 @@ fn main() {
         Cmd::Hv { .. } => sys::close_inherited_fds(&[]),
         Cmd::Domain => domain::close_stray_fds(),
         Cmd::Vmapp { .. } => hosted::close_stray_fds(),
+        Cmd::HvmDm { .. } => hvm::close_stray_fds(),
         _ => {}
     }
     if let Err(e) = run(cli) {
@@ -647,6 +674,19 @@ fn run(cli: Cli) -> Result<()> {
                     charts = r.charts();
                     (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
                 }
+                Suite::Hvm => {
+                    let opts = bench::hvm::HvmOptions::new(
+                        std::env::current_exe()?,
+                        rd.join("bench"),
+                        quick,
+                        runs,
+                    );
+                    let r = bench::hvm::run(&opts)?;
+                    if let Some(dir) = &out {
+                        write_file(&dir.join("stages.svg"), &r.stages_svg())?;
+                    }
+                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
+                }
             };
             println!("{table}");
             if let Some(p) = json {
@@ -727,5 +767,12 @@ fn run(cli: Cli) -> Result<()> {
             ports_in_vmm,
             irq_bitvector,
         } => hosted::vmapp(&guest, &tap, &mac, ports_in_vmm == 1, irq_bitvector == 1),
+        Cmd::HvmDm {
+            guest,
+            guest_id,
+            tap,
+            mac,
+            poll_us,
+        } => hvm::device_model(&guest, guest_id, &tap, &mac, poll_us),
     }
 }

@@ -375,6 +375,56 @@ fn hosted_nic(e: &mut Exposition, dl: &Labels<'_>, h: &Value) {
     }
 }
 
+/// An HVM NIC's counters (Zhang & Dong): hv's exit accounting per reason
+/// and per stage, and the guest's packets.
+fn hvm_nic(e: &mut Exposition, dl: &Labels<'_>, h: &Value) {
+    let empty = serde_json::Map::new();
+    for (reason, x) in h["exit_reasons"].as_object().unwrap_or(&empty) {
+        let mut l = dl.to_vec();
+        l.push(("reason", reason.as_str()));
+        e.counter(
+            "splitnet_hvm_exits_total",
+            "I/O exits and injections hv handled for an HVM guest, by reason.",
+            &l,
+            &x["count"],
+        );
+        e.counter(
+            "splitnet_hvm_exit_cycles_total",
+            "TSC cycles from hv's wake-up to the guest's resume, by exit reason.",
+            &l,
+            &x["cycles"],
+        );
+    }
+    for (stage, m) in h["stage_mean_cycles"].as_object().unwrap_or(&empty) {
+        let mut l = dl.to_vec();
+        l.push(("stage", stage.as_str()));
+        e.gauge(
+            "splitnet_hvm_stage_mean_cycles",
+            "Mean TSC cycles of each stage of an exit forwarded to the device model.",
+            &l,
+            m,
+        );
+    }
+    let mut l = dl.to_vec();
+    l.push(("pic", h["pic"].as_str().unwrap_or("?")));
+    e.gauge(
+        "splitnet_hvm_round_trip_mean_cycles",
+        "Mean TSC cycles of a forwarded exit, from the guest's access to its resume.",
+        &l,
+        &h["round_trip_mean_cycles"],
+    );
+    for (k, dir) in [("tx_packets", "tx"), ("rx_packets", "rx")] {
+        let mut l = dl.to_vec();
+        l.push(("direction", dir));
+        e.counter(
+            "splitnet_hvm_packets_total",
+            "Packets through the HVM guest's emulated NIC.",
+            &l,
+            &h[k],
+        );
+    }
+}
+
 pub fn render(st: &Value) -> String {
     let mut e = Exposition::default();
     let none: &Labels<'_> = &[];
@@ -504,7 +554,11 @@ pub fn render(st: &Value) -> String {
             "reason",
             &d["counters"]["errors"],
         );
-        hosted_nic(&mut e, dl, &d["emulated_nic"]);
+        if d["emulated_nic"]["kind"] == "hvm" {
+            hvm_nic(&mut e, dl, &d["emulated_nic"]);
+        } else {
+            hosted_nic(&mut e, dl, &d["emulated_nic"]);
+        }
     }
 
     for v in st["vifs"].as_array().unwrap_or(&empty) {

@@ -3,6 +3,7 @@
 use anyhow::{anyhow, Result};
 use hv::daemon::socket_path;
 use hv::host;
+use hv::ioreq::{HvmSnapshot, STAGES};
 use hv::Toolstack;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -186,7 +187,8 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
                 "id": d.id,
                 "name": d.name,
                 "nic": nic.as_deref().unwrap_or(if d.kind == "guest" { "vif" } else { "-" }),
-                "emulated_nic": emulated.map(|e| hosted_info(&e, nic_stats)),
+                "emulated_nic": emulated.map(|e| emulated_info(&e, nic_stats, d.hvm.as_ref())),
+                "hvm": d.hvm,
                 "kind": d.kind,
                 "netns": d.netns,
                 "pid": d.pid,
@@ -239,7 +241,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
                 "domain": d.name,
                 "name": x["name"],
                 "driver": "tap",
-                "peer": "VMApp (VMNet)",
+                "peer": "emulated NIC (VMApp or device model)",
                 "open": x["open"],
                 "counters": x["counters"],
             }));
@@ -277,17 +279,23 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     }))
 }
 
-/// A hosted NIC's entry: hv's facts (`nic.<guest>`: kind, driver domain,
-/// VMNet interface, VMApp pid, switches) and the VM's counters.
-fn hosted_info(info: &str, stats: Option<Value>) -> Value {
+/// An emulated NIC's entry: hv's facts (`nic.<guest>`: kind, driver
+/// domain, host interface, the pid of its VMApp or device model, options)
+/// and the guest's counters; for an HVM guest, hv's I/O-path snapshot too.
+fn emulated_info(info: &str, stats: Option<Value>, hvm: Option<&HvmSnapshot>) -> Value {
     let f: Vec<&str> = info.split('|').collect();
+    let pid = f.get(3).and_then(|p| p.parse::<u64>().ok());
     let mut v = json!({
         "kind": f.first(),
         "backend": f.get(1),
         "vmnet": f.get(2),
-        "vmapp_pid": f.get(3).and_then(|p| p.parse::<u64>().ok()),
         "options": f.get(4),
     });
+    if f.first() == Some(&"hvm") {
+        v["dm_pid"] = json!(pid);
+        return hvm_info(v, stats, hvm);
+    }
+    v["vmapp_pid"] = json!(pid);
     if let Some(s) = stats {
         let vm = &s["world"]["vm"];
         let tx = s["driver"]["tx_packets"].as_u64().unwrap_or(0);
@@ -321,6 +329,59 @@ fn hosted_info(info: &str, stats: Option<Value>) -> Value {
         v["stats_tsc"] = s["world"]["tsc"].clone();
         v["guest"] = s["guest"].clone();
         v["driver"] = s["driver"].clone();
+    }
+    v
+}
+
+/// An HVM NIC's entry: the guest's counters (exits it made, their mean
+/// round trip, interrupts, halts) and hv's accounting: exits per reason
+/// with their mean cost and share of handling time, the five stages'
+/// means, and the vPIC's placement.
+fn hvm_info(mut v: Value, stats: Option<Value>, hvm: Option<&HvmSnapshot>) -> Value {
+    if let Some(s) = stats {
+        let cpu = &s["world"]["vcpu"];
+        v["tx_packets"] = s["driver"]["tx_packets"].clone();
+        v["rx_packets"] = s["driver"]["rx_packets"].clone();
+        v["exits"] = cpu["exits"].clone();
+        v["failed_exits"] = cpu["failed_exits"].clone();
+        v["exit_mean_cycles"] = cpu["round_trip_mean_cycles"].clone();
+        v["irqs"] = cpu["interrupts"].clone();
+        v["halts"] = cpu["halts"].clone();
+        v["halt_cycles"] = cpu["halt_cycles"].clone();
+        v["guest"] = s["guest"].clone();
+        v["driver"] = s["driver"].clone();
+    }
+    if let Some(h) = hvm {
+        let shares = h.shares();
+        let reasons: serde_json::Map<String, Value> = h
+            .reasons
+            .iter()
+            .map(|(k, r)| {
+                (
+                    k.clone(),
+                    json!({
+                        "count": r.count,
+                        "cycles": r.cycles,
+                        "mean_cycles": r.cycles.checked_div(r.count).unwrap_or(0),
+                        "max_cycles": r.max_cycles,
+                        "failed": r.items,
+                        "share": shares.get(k).copied().unwrap_or(0.0),
+                    }),
+                )
+            })
+            .collect();
+        let stages: serde_json::Map<String, Value> = STAGES
+            .iter()
+            .zip(h.stages.mean().unwrap_or([0.0; 5]))
+            .map(|(name, m)| (name.to_string(), json!(m.round())))
+            .collect();
+        v["pic"] = json!(h.placement);
+        v["exit_reasons"] = Value::Object(reasons);
+        v["forwarded_exits"] = json!(h.stages.count);
+        v["stage_mean_cycles"] = Value::Object(stages);
+        v["round_trip_mean_cycles"] =
+            json!(h.stages.round_trip.checked_div(h.stages.count).unwrap_or(0));
+        v["hv_counters"] = json!(h.counters);
     }
     v
 }
@@ -388,6 +449,10 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         .collect();
     for d in domains {
         let h = &d["emulated_nic"];
+        if h["kind"] == "hvm" {
+            print_hvm(d);
+            continue;
+        }
         if h.is_null() {
             continue;
         }
@@ -505,4 +570,47 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         println!("  errors: {}", line.join(" "));
     }
     Ok(())
+}
+
+/// Plain `status`'s lines for an HVM NIC.
+fn print_hvm(d: &Value) {
+    let h = &d["emulated_nic"];
+    let n = |k: &str| h[k].as_u64().unwrap_or(0);
+    println!(
+        "\nhvm NIC {} (device model pid {}, {}:{}; {}): {} exits, mean {} cycles as the guest sees them; \
+         {} forwarded to the device model; {} IRQs; {} packets out, {} in",
+        d["name"].as_str().unwrap_or("?"),
+        n("dm_pid"),
+        h["backend"].as_str().unwrap_or("?"),
+        h["vmnet"].as_str().unwrap_or("?"),
+        h["options"].as_str().unwrap_or("?"),
+        n("exits"),
+        n("exit_mean_cycles"),
+        n("forwarded_exits"),
+        n("irqs"),
+        n("tx_packets"),
+        n("rx_packets"),
+    );
+    if let Some(r) = h["exit_reasons"].as_object() {
+        let parts: Vec<String> = r
+            .iter()
+            .map(|(k, x)| {
+                format!(
+                    "{k} {} (mean {} cycles, {:.1}%)",
+                    x["count"],
+                    x["mean_cycles"],
+                    x["share"].as_f64().unwrap_or(0.0) * 100.0
+                )
+            })
+            .collect();
+        println!("  exits by reason: {}", parts.join(", "));
+    }
+    if let Some(st) = h["stage_mean_cycles"].as_object() {
+        let parts: Vec<String> = st.iter().map(|(k, m)| format!("{k} {m}")).collect();
+        println!(
+            "  stages (mean cycles, PIC in {}): {}",
+            h["pic"].as_str().unwrap_or("?"),
+            parts.join(", ")
+        );
+    }
 }

@@ -248,6 +248,34 @@ pub fn view(prev: Option<&Sample>, cur: &Sample, human: bool) -> View {
         ]);
     }
 
+    // An HVM guest's NIC: its packet rates, exits per second and where its
+    // vPIC lives (hv's accounting, from `status`).
+    for d in st["domains"].as_array().unwrap_or(&empty) {
+        let h = &d["emulated_nic"];
+        if h["kind"] != "hvm" {
+            continue;
+        }
+        let before = prev_domains
+            .iter()
+            .find(|p| p["name"] == d["name"] && p["id"] == d["id"]);
+        let nic = |k: &'static str| move |v: &Value| v["emulated_nic"][k].as_f64();
+        let exits = rate(before, d, &nic("exits"));
+        links.rows.push(vec![
+            format!("hvm:{}", text(&d["name"])),
+            text(&d["name"]),
+            format!("pic={},exits/s={}", text(&h["pic"]), fmt_rate(exits)),
+            fmt_rate(rate(before, d, &nic("rx_packets"))),
+            "-".into(),
+            fmt_rate(rate(before, d, &nic("tx_packets"))),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ]);
+    }
+
     // Reasons come from the guests: no control characters or spaces reach
     // the terminal or break a batch line's one token per cell.
     for r in domains.rows.iter_mut().chain(links.rows.iter_mut()) {

@@ -545,6 +545,42 @@ impl Hypervisor {
     }
 
     fn serve(self: &Arc<Self>, caller: DomId, sock: SeqPacket) {
+        self.serve_requests(caller, &sock, |_| true);
+        if caller != DOMID_TOOLSTACK {
+            self.destroy_domain(caller, "its control connection closed");
+        }
+    }
+
+    /// A second control connection of domain `dm` for a device-model
+    /// process it hosts (an HVM guest's qemu-dm): it may only take the
+    /// device-model side of the HVM guests `dm` serves
+    /// ([`Request::HvmDeviceModel`], checked as for `dm` itself), and its
+    /// closing leaves the domain alone.
+    pub fn device_model_connection(self: &Arc<Self>, dm: DomId) -> HvResult<SeqPacket> {
+        if self.domain_name(dm).is_none() {
+            return err(ErrorKind::BadDomain, format!("domain {dm} does not exist"));
+        }
+        let (hv_end, dm_end) = os("control socket", SeqPacket::pair())?;
+        let hv = self.clone();
+        std::thread::Builder::new()
+            .name(format!("hv-dm-{dm}"))
+            .spawn(move || {
+                hv.serve_requests(dm, &hv_end, |r| {
+                    matches!(r, Request::HvmDeviceModel { .. } | Request::Nop)
+                })
+            })
+            .map_err(|e| HvError::internal("thread", e))?;
+        Ok(dm_end)
+    }
+
+    /// Answers `caller`'s requests on `sock` until it hangs up; those
+    /// `allowed` refuses are answered `NotPrivileged`.
+    fn serve_requests(
+        self: &Arc<Self>,
+        caller: DomId,
+        sock: &SeqPacket,
+        allowed: impl Fn(&Request) -> bool,
+    ) {
         let mut buf = vec![0u8; proto::MAX_MESSAGE];
         let tr = if caller == DOMID_TOOLSTACK {
             self.toolstack_trace.clone()
@@ -570,6 +606,13 @@ impl Hypervisor {
             };
             let t0 = trace::now();
             let (reply, fds) = match proto::decode::<Request>(&buf[..n]) {
+                Ok(req) if !allowed(&req) => (
+                    Err(HvError::new(
+                        ErrorKind::NotPrivileged,
+                        format!("a device model's connection may not use {req:?}"),
+                    )),
+                    Vec::new(),
+                ),
                 Ok(req) => {
                     let kind = req.index();
                     let r = self.handle(caller, req);
@@ -589,9 +632,6 @@ impl Hypervisor {
             if sock.send(&bytes, &borrowed).is_err() {
                 break;
             }
-        }
-        if caller != DOMID_TOOLSTACK {
-            self.destroy_domain(caller, "its control connection closed");
         }
     }
 

@@ -23,6 +23,10 @@ pub const ENV_HOSTED_FDS: &str = "SPLITNET_HOSTED_FDS";
 /// Environment variable naming the descriptors a VMApp inherits:
 /// `GUEST_POOL,CHANNEL_MEMFD,DOORBELL`.
 pub const ENV_VMAPP_FDS: &str = "SPLITNET_VMAPP_FDS";
+/// Environment variable naming the descriptor an HVM guest's device model
+/// inherits: `CONTROL_SOCKET`, its connection to hv as its driver domain
+/// (`Hypervisor::device_model_connection`).
+pub const ENV_HVM_DM_FD: &str = "SPLITNET_HVM_DM_FD";
 /// Name of the physical port in the driver domain's namespace.
 pub const PHYS_PORT: &str = "peth0";
 /// Name of the wire host's interface.

@@ -14,17 +14,18 @@
 
 use crate::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
 use crate::daemon::{
-    setup_vif, Store, ENV_HOSTED_FDS, ENV_HV_FD, ENV_VMAPP_FDS, PHYS_PORT, WIRE_IF,
+    setup_vif, Store, ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS, PHYS_PORT, WIRE_IF,
 };
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::memory::MemorySpec;
 use crate::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
 use crate::topology::{
-    DomainConfig, DomainKind, EmulatedNic, Nic, Restart, Topology, VifConfig, DRIVER_BASE_FRAMES,
-    DRIVER_FRAMES_PER_VIF,
+    DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig,
+    DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF,
 };
 use abi::xenbus::{self, XenbusState};
+use hypercall::ioreq::Placement;
 use std::collections::HashMap;
 use std::fs;
 use std::os::fd::AsFd;
@@ -285,11 +286,16 @@ impl Supervisor {
             .topology
             .emulated_nics()
             .into_iter()
-            .find(|e| e.guest == d.name && e.kind == Nic::Hosted);
+            .find(|e| e.guest == d.name);
         let link = emulated
             .as_ref()
+            .filter(|e| e.kind == Nic::Hosted)
             .map(|_| HostedLink::new(&name))
             .transpose()?;
+        // An HVM guest's I/O path exists before its process asks for it.
+        if let Some(e) = emulated.as_ref().filter(|e| e.kind == Nic::Hvm) {
+            self.hvm_attach(hv, e, domid)?;
+        }
         let child = {
             let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
             sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
@@ -320,9 +326,13 @@ impl Supervisor {
         if let Err(e) = cg.add(pid) {
             eprintln!("hv: {e}");
         }
-        if let (Some(e), Some(l)) = (&emulated, link) {
-            self.launch_vmapp(hv, e, domid, l, &cg)
-                .map_err(|x| format!("starting the VMApp of {name}: {x}"))?;
+        if let Some(e) = &emulated {
+            let side = match link {
+                Some(l) => DeviceSide::VmApp(l),
+                None => DeviceSide::DeviceModel,
+            };
+            self.launch_device_side(hv, e, domid, side, &cg)
+                .map_err(|x| format!("starting the device side of {name}'s NIC: {x}"))?;
         }
         let me = Arc::downgrade(self);
         let (cg2, name2) = (cg.clone(), name.clone());
@@ -354,78 +364,129 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Starts the VMApp of hosted guest `e` (domain `domid`) in its driver
-    /// domain's namespace, with the guest's pool, the channel and VMNet's
-    /// interface name; it joins the guest's cgroup, so it goes with the
-    /// guest, and exits by itself when the guest's end of the channel closes.
-    fn launch_vmapp(
+    /// Makes HVM guest `e` (domain `domid`) an HVM guest in hv, with its
+    /// driver domain as the device model (Xen's dom0 running qemu-dm).
+    fn hvm_attach(
         &self,
         hv: &Arc<Hypervisor>,
         e: &EmulatedNic,
         domid: DomId,
-        link: HostedLink,
+    ) -> Result<(), String> {
+        let dm = Self::domid(hv, &e.backend)
+            .map_err(|x| format!("the device model's domain {}: {x}", e.backend))?;
+        let cfg = crate::hvm::HvmConfig {
+            placement: match e.hvm_pic {
+                HvmPic::Hv => Placement::Hv,
+                HvmPic::Dm => Placement::Dm,
+            },
+            device_model: Some(dm),
+            ..Default::default()
+        };
+        hv.hvm_attach(domid, cfg)
+            .map(|_| ())
+            .map_err(|x| format!("the HVM I/O path of {}: {x}", e.guest))
+    }
+
+    /// Starts the device side of guest `e`'s emulated NIC (domain `domid`)
+    /// in its driver domain's namespace: the VMApp of a hosted NIC, with the
+    /// guest's pool, the channel and VMNet's interface name; or the device
+    /// model of an HVM guest, with a connection to hv as the driver domain
+    /// on which it takes the ioreq page and the guest's pool
+    /// (`HvmDeviceModel`). Either joins the guest's cgroup, so it goes with
+    /// the guest; the VMApp also exits when the guest's end of the channel
+    /// closes, the device model when hv closes its connection.
+    fn launch_device_side(
+        &self,
+        hv: &Arc<Hypervisor>,
+        e: &EmulatedNic,
+        domid: DomId,
+        side: DeviceSide,
         cg: &Cgroup,
     ) -> Result<(), String> {
-        let pool = hv
-            .pool_fd_for_device_model(domid)
-            .map_err(|x| x.to_string())?;
+        let what = match side {
+            DeviceSide::VmApp(_) => "VMApp",
+            DeviceSide::DeviceModel => "device model",
+        };
         let ns = host::netns_name(&e.backend);
+        let log_name = match side {
+            DeviceSide::VmApp(_) => format!("{}-vmapp.log", e.guest),
+            DeviceSide::DeviceModel => format!("{}-dm.log", e.guest),
+        };
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.run_dir.join(format!("{}-vmapp.log", e.guest)))
+            .open(self.run_dir.join(log_name))
             .map_err(|x| x.to_string())?;
         let log2 = log.try_clone().map_err(|x| x.to_string())?;
         let bit = |b: bool| if b { "1" } else { "0" };
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns])
+            .arg(&self.exe)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
         let mut child = {
             let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-            let fds = [pool.as_fd(), link.memfd.as_fd(), link.app.as_fd()];
-            let r = Command::new("ip")
-                .args(["netns", "exec", &ns])
-                .arg(&self.exe)
-                .arg("vmapp")
-                .args([
-                    "--guest",
-                    &e.guest,
-                    "--tap",
-                    &e.host_ifname(),
-                    "--mac",
-                    &e.mac,
-                ])
-                .args(["--ports-in-vmm", bit(e.ports_in_vmm)])
-                .args(["--irq-bitvector", bit(e.irq_bitvector)])
-                .env(ENV_VMAPP_FDS, inherit(&fds)?)
-                .stdin(Stdio::null())
-                .stdout(log)
-                .stderr(log2)
-                .spawn();
-            drop((pool, link));
-            r.map_err(|x| format!("spawning `ip netns exec {ns} splitnet vmapp`: {x}"))?
+            let r = match side {
+                DeviceSide::VmApp(link) => {
+                    let pool = hv
+                        .pool_fd_for_device_model(domid)
+                        .map_err(|x| x.to_string())?;
+                    let fds = [pool.as_fd(), link.memfd.as_fd(), link.app.as_fd()];
+                    cmd.arg("vmapp")
+                        .args(["--guest", &e.guest, "--tap", &e.host_ifname()])
+                        .args(["--mac", &e.mac])
+                        .args(["--ports-in-vmm", bit(e.ports_in_vmm)])
+                        .args(["--irq-bitvector", bit(e.irq_bitvector)])
+                        .env(ENV_VMAPP_FDS, inherit(&fds)?);
+                    let r = cmd.spawn();
+                    drop((pool, link));
+                    r
+                }
+                DeviceSide::DeviceModel => {
+                    let dm = Self::domid(hv, &e.backend).map_err(|x| x.to_string())?;
+                    let sock = hv.device_model_connection(dm).map_err(|x| x.to_string())?;
+                    cmd.arg("hvm-dm")
+                        .args(["--guest", &e.guest, "--guest-id", &domid.to_string()])
+                        .args(["--tap", &e.host_ifname(), "--mac", &e.mac])
+                        .args(["--poll-us", &e.hvm_poll_us.unwrap_or(0).to_string()])
+                        .env(ENV_HVM_DM_FD, inherit(&[sock.as_fd()])?);
+                    let r = cmd.spawn();
+                    drop(sock);
+                    r
+                }
+            };
+            r.map_err(|x| format!("spawning `ip netns exec {ns} splitnet` ({what}): {x}"))?
         };
         let pid = child.id() as i32;
         if let Err(x) = cg.add(pid) {
             eprintln!("hv: {x}");
         }
+        let options = match e.kind {
+            Nic::Hvm => e.hvm_options(),
+            _ => format!(
+                "ports_in_vmm={} send_combining={} irq_bitvector={}",
+                e.ports_in_vmm, e.send_combining, e.irq_bitvector
+            ),
+        };
         hv.set_info(
             &format!("nic.{}", e.guest),
             &format!(
-                "hosted|{}|{}|{pid}|ports_in_vmm={} send_combining={} irq_bitvector={}",
+                "{}|{}|{}|{pid}|{options}",
+                e.kind.as_str(),
                 e.backend,
-                e.host_ifname(),
-                e.ports_in_vmm,
-                e.send_combining,
-                e.irq_bitvector
+                e.host_ifname()
             ),
         );
         let guest = e.guest.clone();
         std::thread::Builder::new()
-            .name(format!("reap-vmapp-{guest}"))
+            .name(format!("reap-dm-{guest}"))
             .spawn(move || {
                 let status = child.wait();
-                eprintln!("hv: the VMApp of {guest} (pid {pid}) exited: {status:?}");
+                eprintln!("hv: the {what} of {guest} (pid {pid}) exited: {status:?}");
             })
             .map_err(|x| x.to_string())?;
-        eprintln!("hv: VMApp of {} started as pid {pid} in {ns}", e.guest);
+        eprintln!("hv: {what} of {} started as pid {pid} in {ns}", e.guest);
         Ok(())
     }
 
@@ -777,6 +838,14 @@ impl Supervisor {
 }
 
 /// The `status` fact naming a vif's directories.
+/// What runs in the driver domain for an emulated NIC.
+enum DeviceSide {
+    /// A hosted NIC's VMApp, with its end of the world-switch channel.
+    VmApp(HostedLink),
+    /// An HVM guest's device model (qemu-dm's role).
+    DeviceModel,
+}
+
 /// The world-switch channel of a hosted guest, before its two ends are
 /// handed out: the shared region and the doorbell pair.
 struct HostedLink {

@@ -108,7 +108,48 @@ pub struct DomainConfig {
     /// the VMNet side sets, instead of a `select()` on every world switch.
     #[serde(default = "yes")]
     pub hosted_irq_bitvector: bool,
+    /// HVM NIC (Zhang & Dong §5.1): where the guest's 8259A pair is
+    /// emulated, `hv` (the default) or `dm` (the device model, as qemu-dm).
+    pub hvm_pic: Option<HvmPic>,
+    /// HVM NIC (§5.3): how the device model learns of received frames,
+    /// `event` (it sleeps on its TAP; the default) or `poll` (a timer).
+    pub hvm_rx: Option<HvmRx>,
+    /// HVM NIC with `hvm_rx = "poll"`: the polling period in µs (default
+    /// 5000, the paper's 5 ms).
+    pub hvm_poll_us: Option<u32>,
 }
+
+/// Where an HVM guest's virtual PIC pair lives (`hvm_pic`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HvmPic {
+    #[default]
+    Hv,
+    Dm,
+}
+
+impl HvmPic {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HvmPic::Hv => "hv",
+            HvmPic::Dm => "dm",
+        }
+    }
+}
+
+/// How an HVM guest's device model watches its TAP (`hvm_rx`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HvmRx {
+    #[default]
+    Event,
+    Poll,
+}
+
+/// The paper's polling period (§5.3), the default of `hvm_poll_us`.
+pub const DEFAULT_HVM_POLL_US: u32 = 5000;
+/// The range `hvm_poll_us` accepts.
+pub const HVM_POLL_US: std::ops::RangeInclusive<u32> = 100..=1_000_000;
 
 /// A guest's kind of virtual NIC.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -153,12 +194,25 @@ pub struct EmulatedNic {
     pub ports_in_vmm: bool,
     pub send_combining: bool,
     pub irq_bitvector: bool,
+    /// HVM: where the PIC pair lives.
+    pub hvm_pic: HvmPic,
+    /// HVM: the device model's polling period in µs; None: event-driven.
+    pub hvm_poll_us: Option<u32>,
 }
 
 impl EmulatedNic {
-    /// The host interface (VMNet's TAP) in the driver domain's namespace.
+    /// The host interface in the driver domain's namespace: VMNet's TAP
+    /// (hosted) or the device model's (hvm).
     pub fn host_ifname(&self) -> String {
         format!("vn-{}", self.guest)
+    }
+
+    /// The HVM options in one line (for `status`).
+    pub fn hvm_options(&self) -> String {
+        match self.hvm_poll_us {
+            Some(us) => format!("pic={} rx=poll poll_us={us}", self.hvm_pic.as_str()),
+            None => format!("pic={} rx=event", self.hvm_pic.as_str()),
+        }
     }
 }
 
@@ -340,8 +394,9 @@ pub struct VifConfig {
 
 /// Frames a guest needs: 2 ring pages, 256 TX and 256 RX buffers.
 pub const GUEST_MIN_FRAMES: u32 = 2 + 2 * 256;
-/// Frames a guest with a hosted NIC needs: the guest driver's init block,
-/// rings and buffers from guest-physical 64 KiB (about 140 KiB in all).
+/// Frames a guest with an emulated NIC (hosted or hvm) needs: the guest
+/// driver's init block, rings and buffers from guest-physical 64 KiB (about
+/// 140 KiB in all).
 pub const HOSTED_MIN_FRAMES: u32 = 64;
 /// Frames a driver domain keeps before its per-vif staging areas.
 pub const DRIVER_BASE_FRAMES: u32 = 16;
@@ -493,9 +548,14 @@ fn check_modes(d: &DomainConfig) -> Result<(), String> {
 
 fn check_nic(d: &DomainConfig) -> Result<(), String> {
     let hosted_keys = !d.hosted_ports_in_vmm || !d.hosted_send_combining || !d.hosted_irq_bitvector;
+    let hvm_keys = d.hvm_pic.is_some() || d.hvm_rx.is_some() || d.hvm_poll_us.is_some();
     match d.nic {
         Nic::Vif | Nic::Hvm if hosted_keys => Err(format!(
             "domain {:?}: the hosted_* keys apply to nic = \"hosted\" only",
+            d.name
+        )),
+        Nic::Vif | Nic::Hosted if hvm_keys => Err(format!(
+            "domain {:?}: the hvm_* keys apply to nic = \"hvm\" only",
             d.name
         )),
         _ if d.kind == DomainKind::Driver && d.nic != Nic::Vif => Err(format!(
@@ -507,9 +567,15 @@ fn check_nic(d: &DomainConfig) -> Result<(), String> {
              so it needs hosted_ports_in_vmm = true (or set hosted_send_combining = false)",
             d.name
         )),
-        Nic::Hvm => Err(format!(
-            "domain {:?}: nic = \"hvm\" (the HVM device model) is not in this build yet; use \"vif\" or \"hosted\"",
+        Nic::Hvm if d.hvm_poll_us.is_some() && d.hvm_rx != Some(HvmRx::Poll) => Err(format!(
+            "domain {:?}: hvm_poll_us is the polling period of hvm_rx = \"poll\" (set it, or drop hvm_poll_us)",
             d.name
+        )),
+        Nic::Hvm if d.hvm_poll_us.is_some_and(|us| !HVM_POLL_US.contains(&us)) => Err(format!(
+            "domain {:?}: hvm_poll_us must be {}..={}",
+            d.name,
+            HVM_POLL_US.start(),
+            HVM_POLL_US.end()
         )),
         _ => Ok(()),
     }
@@ -607,11 +673,11 @@ impl Topology {
                 ));
             }
             if d.kind == DomainKind::Guest
-                && d.nic == Nic::Hosted
+                && d.nic != Nic::Vif
                 && d.memory_frames < HOSTED_MIN_FRAMES
             {
                 return Err(format!(
-                    "domain {:?} has a hosted NIC (its driver's rings and buffers in its memory) and needs memory_frames >= {HOSTED_MIN_FRAMES}",
+                    "domain {:?} has an emulated NIC (its driver's rings and buffers in its memory) and needs memory_frames >= {HOSTED_MIN_FRAMES}",
                     d.name
                 ));
             }
@@ -674,6 +740,9 @@ impl Topology {
                 ports_in_vmm: d.hosted_ports_in_vmm,
                 send_combining: d.hosted_send_combining,
                 irq_bitvector: d.hosted_irq_bitvector,
+                hvm_pic: d.hvm_pic.unwrap_or_default(),
+                hvm_poll_us: (d.hvm_rx == Some(HvmRx::Poll))
+                    .then(|| d.hvm_poll_us.unwrap_or(DEFAULT_HVM_POLL_US)),
             });
         }
         out
@@ -864,8 +933,19 @@ mod tests {
             e.contains("nic = \\\"hosted\\\" only") || e.contains("only"),
             "{e}"
         );
-        let e = guest("nic = \"hvm\"\n").unwrap_err();
-        assert!(e.contains("hvm"), "{e}");
+        assert!(guest("nic = \"hvm\"\n").is_ok());
+        assert!(
+            guest("nic = \"hvm\"\nhvm_pic = \"dm\"\nhvm_rx = \"poll\"\nhvm_poll_us = 2000\n")
+                .is_ok()
+        );
+        let e = guest("nic = \"hvm\"\nhvm_poll_us = 2000\n").unwrap_err();
+        assert!(e.contains("polling period"), "{e}");
+        let e = guest("nic = \"hvm\"\nhvm_rx = \"poll\"\nhvm_poll_us = 5\n").unwrap_err();
+        assert!(e.contains("hvm_poll_us must be 100..=1000000"), "{e}");
+        let e = guest("nic = \"hosted\"\nhvm_pic = \"dm\"\n").unwrap_err();
+        assert!(e.contains("hvm_* keys"), "{e}");
+        let e = guest("nic = \"hvm\"\nhvm_pic = \"qemu\"\n").unwrap_err();
+        assert!(e.contains("hvm_pic"), "{e}");
         let e = guest("nic = \"lance\"\n").unwrap_err();
         assert!(e.contains("hosted"), "{e}");
         let e = guest("nic = \"hosted\"\nmemory_frames = 16\n").unwrap_err();

@@ -61,6 +61,26 @@ impl Channel {
     fn done(&mut self, req: &Request) -> HvResult<()> {
         self.call(req).map(|_| ())
     }
+
+    /// `HvmDeviceModel`: HVM guest `guest`'s device-model side and its
+    /// memory (mapped read-write, for the device's DMA), on a domain's
+    /// connection or a device model's own (`device_model_connection`).
+    pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::hvm::DmFds, Mapping)> {
+        let (_, fds) = self.call(&Request::HvmDeviceModel { guest })?;
+        let [page, kick, done, pool] = take_fds(fds)?;
+        let file = std::fs::File::from(pool);
+        let len = io("sizing the guest's pool", file.metadata())?.len() as usize;
+        let mem = io(
+            "mapping the guest's pool",
+            Mapping::new(file.as_fd(), 0, len, true),
+        )?;
+        Ok((crate::hvm::DmFds { page, kick, done }, mem))
+    }
+
+    /// The socket, for a caller that waits for hv to hang up.
+    pub fn socket(&self) -> &SeqPacket {
+        &self.sock
+    }
 }
 
 /// The toolstack's connection (the `splitnet` CLI): status and lifecycle.
@@ -276,15 +296,7 @@ impl HvClient {
     /// [`crate::hvm::DeviceModel::new`], and the guest's memory (its pool,
     /// mapped read-write, for the device's DMA).
     pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::hvm::DmFds, Mapping)> {
-        let (_, fds) = self.chan.call(&Request::HvmDeviceModel { guest })?;
-        let [page, kick, done, pool] = take_fds(fds)?;
-        let file = std::fs::File::from(pool);
-        let len = io("sizing the guest's pool", file.metadata())?.len() as usize;
-        let mem = io(
-            "mapping the guest's pool",
-            Mapping::new(file.as_fd(), 0, len, true),
-        )?;
-        Ok((crate::hvm::DmFds { page, kick, done }, mem))
+        self.chan.hvm_device_model(guest)
     }
 
     /// The cheapest hypercall.

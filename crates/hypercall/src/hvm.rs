@@ -232,6 +232,12 @@ impl HvmVcpu {
         self.irq.as_fd()
     }
 
+    /// Clears [`HvmVcpu::irq_fd`]'s readiness once the event loop woke on it
+    /// (the interrupt itself stays for [`HvmVcpu::take_interrupt`]).
+    pub fn drain_irq(&self) {
+        let _ = self.irq.drain();
+    }
+
     /// The vcpu page, for tests that play a hostile guest.
     pub fn raw_page(&self) -> &Mapping {
         &self.page
@@ -283,6 +289,12 @@ pub trait FrameSource {
 }
 
 impl FrameSource for sys::Tap {
+    fn recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.recv(buf)
+    }
+}
+
+impl FrameSource for std::sync::Arc<sys::Tap> {
     fn recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         self.recv(buf)
     }

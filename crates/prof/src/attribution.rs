@@ -92,6 +92,23 @@ pub fn domain_from_cgroup(contents: &str) -> Option<String> {
     None
 }
 
+/// The device side of an emulated NIC a process is, from its command line
+/// (`splitnet vmapp ...` or `splitnet hvm-dm ...`): `vmapp` or `dm`. These
+/// run in their guest's cgroup but the driver domain's namespace; a profile
+/// names them `<guest>/vmapp` and `<guest>/dm`.
+pub fn device_side_from_cmdline(cmdline: &[u8]) -> Option<&'static str> {
+    let mut args = cmdline.split(|&b| b == 0);
+    let exe = args.next()?;
+    if !exe.ends_with(b"splitnet") {
+        return None;
+    }
+    match args.next()? {
+        b"vmapp" => Some("vmapp"),
+        b"hvm-dm" => Some("dm"),
+        _ => None,
+    }
+}
+
 /// Maps pids to domains, caching each answer (a process does not change
 /// cgroup while a profile runs; one that exits keeps its last answer).
 #[derive(Debug, Default)]
@@ -169,9 +186,19 @@ impl Attributor {
                 let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
                 self.netns.get(link.to_str()?).cloned()
             };
-            match by_cgroup.or_else(by_netns) {
-                Some(n) => Domain::named(&n),
-                None => Domain::host(),
+            let side = || {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                device_side_from_cmdline(&cmdline)
+            };
+            match by_cgroup {
+                Some(n) => match side() {
+                    Some(s) => Domain::named(&format!("{n}/{s}")),
+                    None => Domain::named(&n),
+                },
+                None => match by_netns() {
+                    Some(n) => Domain::named(&n),
+                    None => Domain::host(),
+                },
             }
         };
         self.cache.insert(pid, d.clone());
@@ -195,6 +222,16 @@ mod tests {
         );
         assert_eq!(domain_from_cgroup("0::/system.slice/ssh.service\n"), None);
         assert_eq!(domain_from_cgroup("0::/splitnet\n"), None);
+    }
+
+    #[test]
+    fn device_sides_by_command_line() {
+        let side = |c: &str| device_side_from_cmdline(c.replace(' ', "\0").as_bytes());
+        assert_eq!(side("/x/splitnet vmapp --guest g1"), Some("vmapp"));
+        assert_eq!(side("/x/splitnet hvm-dm --guest g1"), Some("dm"));
+        assert_eq!(side("/x/splitnet domain"), None);
+        assert_eq!(side("/usr/bin/iperf3 vmapp"), None);
+        assert_eq!(side(""), None);
     }
 
     #[test]

@@ -60,8 +60,11 @@ impl Roles {
         if d.kind != DomainKind::Domain {
             return Mode::Active;
         }
-        let active = self.active.as_ref().is_none_or(|a| a.contains(&d.name));
-        if active && !self.passive.contains(&d.name) {
+        // An emulated NIC's device side (`guest1/dm`) goes with its guest.
+        let owner = d.name.split('/').next().unwrap_or(&d.name);
+        let named = |set: &BTreeSet<String>| set.contains(&d.name) || set.contains(owner);
+        let active = self.active.as_ref().is_none_or(named);
+        if active && !named(&self.passive) {
             Mode::Active
         } else {
             Mode::Passive

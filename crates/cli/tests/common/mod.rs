@@ -373,6 +373,12 @@ pub fn sha256(path: &std::path::Path) -> String {
 /// A 64 MiB file served over HTTP from the wire host arrives intact in
 /// guest1 (python3's http.server, curl). Returns Mbit/s.
 pub fn http_fetch_64mib(env: &Env) -> f64 {
+    http_fetch_mib(env, 64)
+}
+
+/// A file of `mib` MiB served over HTTP from the wire host arrives intact
+/// in guest1 (python3's http.server, curl). Returns Mbit/s.
+pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
     let dir = env.run_dir.join("www");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("blob");
@@ -381,7 +387,7 @@ pub fn http_fetch_64mib(env: &Env) -> f64 {
             "if=/dev/urandom",
             &format!("of={}", file.display()),
             "bs=1M",
-            "count=64",
+            &format!("count={mib}"),
             "status=none",
         ])
         .status()
@@ -426,8 +432,107 @@ pub fn http_fetch_64mib(env: &Env) -> f64 {
         "http://10.77.0.254:8080/blob",
     ]);
     let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(std::fs::metadata(&got).unwrap().len(), 64 << 20);
+    assert_eq!(std::fs::metadata(&got).unwrap().len(), u64::from(mib) << 20);
     assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
     let _ = std::fs::remove_file(&got);
-    64.0 * 8.0 / secs
+    f64::from(mib) * 8.0 / secs
+}
+
+/// Maps the shared-memory region `name` that process `pid` maps (root
+/// reads it through /proc/PID/map_files).
+pub fn mapping_of(pid: u64, name: &str) -> sys::Mapping {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.contains(name))
+        .unwrap_or_else(|| panic!("process {pid} maps no {name}"));
+    let range = line.split_whitespace().next().unwrap();
+    let (a, b) = range.split_once('-').unwrap();
+    let len = (u64::from_str_radix(b, 16).unwrap() - u64::from_str_radix(a, 16).unwrap()) as usize;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/map_files/{range}"))
+        .unwrap();
+    sys::Mapping::new(std::os::fd::AsFd::as_fd(&f), 0, len, true).unwrap()
+}
+
+/// Process `pid` is jailed: seccomp on, no effective capability, not root.
+pub fn assert_jailed(pid: u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_ne!(field("Uid:"), "0", "{status}");
+}
+
+/// Reproducible garbage (xorshift).
+pub struct Garbage(pub u64);
+
+impl Garbage {
+    pub fn next(&mut self) -> u64 {
+        let x = &mut self.0;
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    /// 4096 words of garbage over an emulated NIC guest's driver area (init
+    /// block, rings, buffers, from guest-physical 64 KiB) and beyond:
+    /// descriptors given to the device with lengths, addresses outside.
+    pub fn scribble_driver_area(&mut self, pool: &sys::Mapping) {
+        use abi::SharedMemory;
+        for _ in 0..4096 {
+            let x = self.next();
+            let off = (0x10000 + (x as usize % 0x30000)) & !3;
+            let v = match x >> 60 {
+                0..=3 => 0x8000_0000 | (x as u32 & 0xffff), // OWN with a length
+                4..=7 => 0xffff_fff0,                       // an address outside
+                _ => (x >> 32) as u32,
+            };
+            pool.store_u32(off, v);
+        }
+    }
+}
+
+/// guest1 floods the wire host with pings while `scribble` runs about every
+/// millisecond for 3 s (a hostile guest at work).
+pub fn while_guest1_floods(env: &Env, mut scribble: impl FnMut()) {
+    let _flood = env.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "ping",
+        "-f",
+        "-w",
+        "4",
+        "10.77.0.254",
+    ]);
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(3) {
+        scribble();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// After a hostile guest1: its device side `what` (pid `pid`, log `log` in
+/// the run directory) is alive, and guest2 and the driver domain carry on.
+pub fn assert_others_carry_on(env: &Env, what: &str, pid: u64, log: &str) {
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the {what} died:\n{}",
+        std::fs::read_to_string(env.run_dir.join(log)).unwrap_or_default()
+    );
+    env.ping("guest2", "10.77.0.254", 3);
+    env.ping("wire", "10.77.0.2", 3);
+    let st = env.status();
+    assert_eq!(domain(&st, "guest2")["connected"], true);
+    assert_eq!(domain(&st, "drv")["connected"], true);
 }

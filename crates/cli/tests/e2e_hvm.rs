@@ -1,0 +1,250 @@
+//! The HVM NIC (Zhang & Dong) end to end: guest1's port accesses are I/O
+//! exits through hv to a device-model process in the driver domain's
+//! namespace, guest2 has a paravirtual vif. Real applications (ping, iperf3,
+//! curl against python's HTTP server) with the vPIC in hv and in the device
+//! model, event-driven and polling receive; a hostile guest; restarts.
+//! Needs root and iperf3, curl, python3 and ping.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+/// The topology, with guest1's `hvm_*` keys.
+fn topology(hvm_keys: &str) -> String {
+    format!(
+        r#"name = "hvm"
+[[domain]]
+name = "drv"
+kind = "driver"
+memory_frames = 4096
+[[domain]]
+name = "guest1"
+kind = "guest"
+address = "10.77.0.1/24"
+ipv6 = "fd77::1/64"
+nic = "hvm"
+{hvm_keys}
+[[domain]]
+name = "guest2"
+kind = "guest"
+address = "10.77.0.2/24"
+ipv6 = "fd77::2/64"
+[wire]
+name = "wire"
+driver = "drv"
+address = "10.77.0.254/24"
+ipv6 = "fd77::fe/64"
+"#
+    )
+}
+
+fn up(env: &Env, hvm_keys: &str) {
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let path = env.run_dir.join("hvm.toml");
+    std::fs::write(&path, topology(hvm_keys)).unwrap();
+    env.ok(&["up", "--config", path.to_str().unwrap()]);
+}
+
+/// guest1's HVM-NIC entry in `status --json`, once hv's accounting is in.
+fn hvm(env: &Env) -> Value {
+    let mut h = Value::Null;
+    wait_until("the HVM NIC's counters", Duration::from_secs(5), || {
+        h = domain(&env.status(), "guest1")["emulated_nic"].clone();
+        h["exits"].as_u64().is_some() && h["exit_reasons"].is_object()
+    });
+    h
+}
+
+fn report(what: &str, h: &Value) {
+    eprintln!(
+        "{what}: PIC in {}, {} exits (mean {} cycles as the guest sees them), {} forwarded \
+         (round trip {} cycles, stages {}); by reason {}; {} IRQs; {} packets out, {} in",
+        h["pic"],
+        h["exits"],
+        h["exit_mean_cycles"],
+        h["forwarded_exits"],
+        h["round_trip_mean_cycles"],
+        h["stage_mean_cycles"],
+        h["exit_reasons"],
+        h["irqs"],
+        h["tx_packets"],
+        h["rx_packets"],
+    );
+}
+
+/// Pings both ways and over IPv6, iperf3 both ways for `secs`, the HTTP
+/// download of `mib` MiB (SHA-256 checked), guest2 meanwhile.
+fn everything(env: &Env, hvm_keys: &str, label: &str, secs: u32, mib: u32) -> Value {
+    up(env, hvm_keys);
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("wire", "10.77.0.1", 3);
+    env.ping("guest1", "10.77.0.2", 3);
+    env.ping("guest2", "10.77.0.1", 3);
+    env.ping("guest1", "fd77::fe", 3);
+    let tx = iperf(env, "wire", "10.77.0.254", "guest1", false, secs) * 1000.0;
+    let rx = iperf(env, "wire", "10.77.0.254", "guest1", true, secs) * 1000.0;
+    let http = http_fetch_mib(env, mib);
+    // guest2 is unaffected: its vif still carries traffic at full speed.
+    env.ping("guest2", "10.77.0.254", 3);
+    let g2 = iperf(env, "wire", "10.77.0.254", "guest2", false, 2) * 1000.0;
+    let h = hvm(env);
+    eprintln!(
+        "{label}: iperf3 guest1->wire {tx:.1} Mbit/s, wire->guest1 {rx:.1}; {mib} MiB HTTP {http:.1} Mbit/s; guest2->wire {g2:.1}"
+    );
+    report(label, &h);
+    let reasons = &h["exit_reasons"];
+    assert!(reasons["io_nic"]["count"].as_u64().unwrap() > 0, "{h}");
+    assert!(
+        reasons["interrupt"]["count"].as_u64().unwrap_or(0) > 0 || h["irqs"].as_u64().unwrap() > 0,
+        "{h}"
+    );
+    assert!(h["forwarded_exits"].as_u64().unwrap() > 0, "{h}");
+    let plain = env.ok(&["status"]);
+    assert!(plain.contains("hvm NIC guest1"), "{plain}");
+    let prom = env.ok(&["status", "--prometheus"]);
+    assert!(
+        prom.contains("splitnet_hvm_exits_total{domain=\"guest1\",reason=\"io_nic\"}"),
+        "{prom}"
+    );
+    // trace counts what happens while it runs: give it exits to see.
+    let _pings = env.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "ping",
+        "-c",
+        "20",
+        "-i",
+        "0.05",
+        "10.77.0.254",
+    ]);
+    let trace = env.ok(&["trace", "--duration", "1"]);
+    assert!(trace.contains("hvm:io_nic"), "{trace}");
+    h
+}
+
+#[test]
+fn hvm_guest_pic_in_hv_event_driven_carries_real_applications() {
+    let env = Env::new("hvm-hv-event");
+    let h = everything(
+        &env,
+        "hvm_pic = \"hv\"\nhvm_rx = \"event\"",
+        "PIC in hv, event",
+        3,
+        64,
+    );
+    assert_eq!(h["pic"], "hv");
+    assert!(h["exit_reasons"]["io_pic_hv"]["count"].as_u64().unwrap() > 0);
+    assert!(h["exit_reasons"]["io_pic_dm"].is_null(), "{h}");
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn hvm_guest_pic_in_dm_event_driven_carries_real_applications() {
+    let env = Env::new("hvm-dm-event");
+    let h = everything(&env, "hvm_pic = \"dm\"", "PIC in the DM, event", 3, 64);
+    assert_eq!(h["pic"], "dm");
+    assert!(h["exit_reasons"]["io_pic_dm"]["count"].as_u64().unwrap() > 0);
+    assert!(h["exit_reasons"]["io_pic_hv"].is_null(), "{h}");
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// Polling receive is slow (frames wait for the next tick): little traffic.
+#[test]
+fn hvm_guest_polling_carries_real_applications() {
+    let env = Env::new("hvm-poll");
+    everything(
+        &env,
+        "hvm_rx = \"poll\"\nhvm_poll_us = 5000",
+        "PIC in hv, polling 5 ms",
+        2,
+        2,
+    );
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn hvm_guest_pic_in_dm_polling_carries_real_applications() {
+    let env = Env::new("hvm-dm-poll");
+    everything(
+        &env,
+        "hvm_pic = \"dm\"\nhvm_rx = \"poll\"\nhvm_poll_us = 5000",
+        "PIC in the DM, polling 5 ms",
+        2,
+        2,
+    );
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// A hostile HVM guest: its rings and buffers and its exit slot (the vcpu
+/// page) overwritten with garbage while it floods pings, and the device
+/// model's ioreq page scribbled too. The device model and hv live, guest2
+/// and the driver domain carry on.
+#[test]
+fn a_hostile_hvm_guest_harms_nobody_else() {
+    use abi::SharedMemory;
+    let env = Env::new("hvm-hostile");
+    up(&env, "hvm_pic = \"dm\"");
+    env.ping("guest1", "10.77.0.254", 3);
+    let h = hvm(&env);
+    let dm = h["dm_pid"].as_u64().expect("the device model's pid");
+    let guest_pid = domain(&env.status(), "guest1")["pid"]
+        .as_u64()
+        .expect("guest1's pid");
+    // The device model is jailed: seccomp, no capability, not root on the host.
+    assert_jailed(dm);
+    let pool = mapping_of(dm, "splitnet-guest1-pool");
+    let ioreq = mapping_of(dm, "splitnet-guest1-ioreq");
+    let vcpu = mapping_of(guest_pid, "splitnet-guest1-vcpu0");
+    let mut g = Garbage(0x9e37_79b9_7f4a_7c15);
+    while_guest1_floods(&env, || {
+        g.scribble_driver_area(&pool);
+        // The exit slot and the ioreq slot's words, racing their writers.
+        for _ in 0..256 {
+            let x = g.next();
+            let off = (x as usize % 256) & !3;
+            if x & 1 == 0 {
+                vcpu.store_u32(off, (x >> 32) as u32);
+            } else {
+                ioreq.store_u32(off, (x >> 32) as u32);
+            }
+        }
+    });
+    // The device model and hv are alive, and everyone else carries on.
+    assert_others_carry_on(&env, "device model", dm, "guest1-dm.log");
+    report("hostile", &domain(&env.status(), "guest1")["emulated_nic"]);
+    drop((pool, ioreq, vcpu));
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// The driver domain restarts (the device model lives on in its namespace,
+/// and the new driver process bridges its TAP again from the store) and the
+/// HVM guest restarts (a new I/O path in hv, a new device model, the same
+/// interface name): guest1 reaches the wire after each.
+#[test]
+fn an_hvm_guest_survives_restarts() {
+    let env = Env::new("hvm-restart");
+    up(&env, "");
+    env.ping("guest1", "10.77.0.254", 3);
+    let old = hvm(&env)["dm_pid"].as_u64();
+    env.ok(&["restart", "drv"]);
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest1", "10.77.0.2", 3);
+    env.ok(&["restart", "guest1"]);
+    let mut new = None;
+    wait_until("a new device model", Duration::from_secs(10), || {
+        new = hvm(&env)["dm_pid"].as_u64();
+        new.is_some() && new != old
+    });
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest2", "10.77.0.1", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
