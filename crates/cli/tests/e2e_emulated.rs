@@ -9,54 +9,20 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::time::Duration;
-
-fn topology(optimized: bool) -> String {
-    let on = if optimized { "true" } else { "false" };
-    format!(
-        r#"name = "hosted"
-[[domain]]
-name = "drv"
-kind = "driver"
-memory_frames = 4096
-[[domain]]
-name = "guest1"
-kind = "guest"
-address = "10.77.0.1/24"
-ipv6 = "fd77::1/64"
-nic = "hosted"
-hosted_ports_in_vmm = {on}
-hosted_send_combining = {on}
-hosted_irq_bitvector = {on}
-[[domain]]
-name = "guest2"
-kind = "guest"
-address = "10.77.0.2/24"
-ipv6 = "fd77::2/64"
-[wire]
-name = "wire"
-driver = "drv"
-address = "10.77.0.254/24"
-ipv6 = "fd77::fe/64"
-"#
-    )
-}
 
 fn up(env: &Env, optimized: bool) {
-    std::fs::create_dir_all(&env.run_dir).unwrap();
-    let path = env.run_dir.join("hosted.toml");
-    std::fs::write(&path, topology(optimized)).unwrap();
-    env.ok(&["up", "--config", path.to_str().unwrap()]);
+    let on = if optimized { "true" } else { "false" };
+    env.up_emulated(
+        "hosted",
+        &format!(
+            "nic = \"hosted\"\nhosted_ports_in_vmm = {on}\nhosted_send_combining = {on}\nhosted_irq_bitvector = {on}"
+        ),
+    );
 }
 
 /// guest1's hosted-NIC entry in `status --json`, once its counters are in.
 fn hosted(env: &Env) -> Value {
-    let mut h = Value::Null;
-    wait_until("the hosted NIC's counters", Duration::from_secs(5), || {
-        h = domain(&env.status(), "guest1")["emulated_nic"].clone();
-        h["world_switches"].as_u64().is_some()
-    });
-    h
+    env.emulated_nic(|h| h["world_switches"].as_u64().is_some())
 }
 
 fn report(what: &str, h: &Value) {
@@ -84,19 +50,13 @@ fn report(what: &str, h: &Value) {
 
 fn everything(env: &Env, optimized: bool) {
     up(env, optimized);
-    env.ping("guest1", "10.77.0.254", 3);
-    env.ping("wire", "10.77.0.1", 3);
-    env.ping("guest1", "10.77.0.2", 3);
-    env.ping("guest2", "10.77.0.1", 3);
-    env.ping("guest1", "fd77::fe", 3);
+    env.ping_guest1_all_ways();
     let before = hosted(env);
     let tx = iperf(env, "wire", "10.77.0.254", "guest1", false, 3) * 1000.0;
     let rx = iperf(env, "wire", "10.77.0.254", "guest1", true, 3) * 1000.0;
     let after_iperf = hosted(env);
     let http = http_fetch_64mib(env);
-    // guest2 is unaffected: its vif still carries traffic at full speed.
-    env.ping("guest2", "10.77.0.254", 3);
-    let g2 = iperf(env, "wire", "10.77.0.254", "guest2", false, 2) * 1000.0;
+    let g2 = env.guest2_unaffected();
     let h = hosted(env);
     let label = if optimized {
         "optimized"
@@ -221,19 +181,5 @@ fn a_hostile_hosted_guest_harms_nobody_else() {
 fn a_hosted_guest_survives_restarts() {
     let env = Env::new("hosted-restart");
     up(&env, true);
-    env.ping("guest1", "10.77.0.254", 3);
-    let old = hosted(&env)["vmapp_pid"].as_u64();
-    env.ok(&["restart", "drv"]);
-    env.ping("guest1", "10.77.0.254", 3);
-    env.ping("guest1", "10.77.0.2", 3);
-    env.ok(&["restart", "guest1"]);
-    let mut new = None;
-    wait_until("a new VMApp", Duration::from_secs(10), || {
-        new = hosted(&env)["vmapp_pid"].as_u64();
-        new.is_some() && new != old
-    });
-    env.ping("guest1", "10.77.0.254", 3);
-    env.ping("guest2", "10.77.0.1", 3);
-    env.ok(&["down"]);
-    assert_nothing_left();
+    env.guest1_survives_restarts("a new VMApp", |e| hosted(e)["vmapp_pid"].as_u64());
 }

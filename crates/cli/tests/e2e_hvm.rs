@@ -9,52 +9,14 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::time::Duration;
-
-/// The topology, with guest1's `hvm_*` keys.
-fn topology(hvm_keys: &str) -> String {
-    format!(
-        r#"name = "hvm"
-[[domain]]
-name = "drv"
-kind = "driver"
-memory_frames = 4096
-[[domain]]
-name = "guest1"
-kind = "guest"
-address = "10.77.0.1/24"
-ipv6 = "fd77::1/64"
-nic = "hvm"
-{hvm_keys}
-[[domain]]
-name = "guest2"
-kind = "guest"
-address = "10.77.0.2/24"
-ipv6 = "fd77::2/64"
-[wire]
-name = "wire"
-driver = "drv"
-address = "10.77.0.254/24"
-ipv6 = "fd77::fe/64"
-"#
-    )
-}
 
 fn up(env: &Env, hvm_keys: &str) {
-    std::fs::create_dir_all(&env.run_dir).unwrap();
-    let path = env.run_dir.join("hvm.toml");
-    std::fs::write(&path, topology(hvm_keys)).unwrap();
-    env.ok(&["up", "--config", path.to_str().unwrap()]);
+    env.up_emulated("hvm", &format!("nic = \"hvm\"\n{hvm_keys}"));
 }
 
 /// guest1's HVM-NIC entry in `status --json`, once hv's accounting is in.
 fn hvm(env: &Env) -> Value {
-    let mut h = Value::Null;
-    wait_until("the HVM NIC's counters", Duration::from_secs(5), || {
-        h = domain(&env.status(), "guest1")["emulated_nic"].clone();
-        h["exits"].as_u64().is_some() && h["exit_reasons"].is_object()
-    });
-    h
+    env.emulated_nic(|h| h["exits"].as_u64().is_some() && h["exit_reasons"].is_object())
 }
 
 fn report(what: &str, h: &Value) {
@@ -78,17 +40,11 @@ fn report(what: &str, h: &Value) {
 /// download of `mib` MiB (SHA-256 checked), guest2 meanwhile.
 fn everything(env: &Env, hvm_keys: &str, label: &str, secs: u32, mib: u32) -> Value {
     up(env, hvm_keys);
-    env.ping("guest1", "10.77.0.254", 3);
-    env.ping("wire", "10.77.0.1", 3);
-    env.ping("guest1", "10.77.0.2", 3);
-    env.ping("guest2", "10.77.0.1", 3);
-    env.ping("guest1", "fd77::fe", 3);
+    env.ping_guest1_all_ways();
     let tx = iperf(env, "wire", "10.77.0.254", "guest1", false, secs) * 1000.0;
     let rx = iperf(env, "wire", "10.77.0.254", "guest1", true, secs) * 1000.0;
     let http = http_fetch_mib(env, mib);
-    // guest2 is unaffected: its vif still carries traffic at full speed.
-    env.ping("guest2", "10.77.0.254", 3);
-    let g2 = iperf(env, "wire", "10.77.0.254", "guest2", false, 2) * 1000.0;
+    let g2 = env.guest2_unaffected();
     let h = hvm(env);
     eprintln!(
         "{label}: iperf3 guest1->wire {tx:.1} Mbit/s, wire->guest1 {rx:.1}; {mib} MiB HTTP {http:.1} Mbit/s; guest2->wire {g2:.1}"
@@ -232,19 +188,5 @@ fn a_hostile_hvm_guest_harms_nobody_else() {
 fn an_hvm_guest_survives_restarts() {
     let env = Env::new("hvm-restart");
     up(&env, "");
-    env.ping("guest1", "10.77.0.254", 3);
-    let old = hvm(&env)["dm_pid"].as_u64();
-    env.ok(&["restart", "drv"]);
-    env.ping("guest1", "10.77.0.254", 3);
-    env.ping("guest1", "10.77.0.2", 3);
-    env.ok(&["restart", "guest1"]);
-    let mut new = None;
-    wait_until("a new device model", Duration::from_secs(10), || {
-        new = hvm(&env)["dm_pid"].as_u64();
-        new.is_some() && new != old
-    });
-    env.ping("guest1", "10.77.0.254", 3);
-    env.ping("guest2", "10.77.0.1", 3);
-    env.ok(&["down"]);
-    assert_nothing_left();
+    env.guest1_survives_restarts("a new device model", |e| hvm(e)["dm_pid"].as_u64());
 }
