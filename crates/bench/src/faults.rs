@@ -374,6 +374,16 @@ pub(crate) fn serve_http(up: &mut Up<'_>, dir: &Path) -> Result<u32> {
     Ok(srv)
 }
 
+/// Starts guest1's download of `blob` from [`serve_http`]'s server into
+/// `got` (curl, with `extra` options); returns curl's pid.
+pub(crate) fn start_download(up: &mut Up<'_>, got: &Path, extra: &[&str]) -> Result<u32> {
+    let got = got.to_str().context("path")?;
+    let mut args = vec!["curl", "-sS", "--fail"];
+    args.extend_from_slice(extra);
+    args.extend(["-o", got, "http://10.77.0.254:8080/blob"]);
+    up.spawn("guest1", &args)
+}
+
 /// A download of `http_mib` MiB from the wire host with driver kills.
 fn http(opts: &FaultsOptions) -> Result<Http> {
     let dir = opts.run_dir.join("faults-www");
@@ -384,21 +394,8 @@ fn http(opts: &FaultsOptions) -> Result<Http> {
     // ~10 s for the whole file, so that the kills land in the middle.
     let rate = format!("{}M", (opts.http_mib / 10).max(1));
     let got = opts.run_dir.join("faults-got");
-    let got_s = got.to_str().context("path")?.to_string();
     let t0 = Instant::now();
-    let curl = up.spawn(
-        "guest1",
-        &[
-            "curl",
-            "-sS",
-            "--fail",
-            "--limit-rate",
-            &rate,
-            "-o",
-            &got_s,
-            "http://10.77.0.254:8080/blob",
-        ],
-    )?;
+    let curl = start_download(&mut up, &got, &["--limit-rate", &rate])?;
     let mut ts = up.toolstack()?;
     let step = (opts.http_mib << 20) / (opts.http_kills as u64 + 2);
     let mut kills = 0;

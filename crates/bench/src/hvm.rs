@@ -16,7 +16,7 @@
 //!   with their share of handling time (Tables 1, 2 and 4).
 
 use crate::chart::{self, Bar};
-use crate::faults::{random_file, serve_http, sha256, Up};
+use crate::faults::{random_file, serve_http, sha256, start_download, Up};
 use crate::netenv::{self, Flow, Workload};
 use crate::stats::{median, tsc_per_us};
 use anyhow::{anyhow, Context, Result};
@@ -339,21 +339,8 @@ fn copy(up: &mut Up<'_>, opts: &HvmOptions, mib: u32) -> Result<(f64, bool)> {
     let file = random_file(&dir, u64::from(mib))?;
     serve_http(up, &dir)?;
     let got = opts.run_dir.join("hvm-got");
-    let got_s = got.to_str().context("path")?.to_string();
     let t0 = Instant::now();
-    let curl = up.spawn(
-        "guest1",
-        &[
-            "curl",
-            "-sS",
-            "--fail",
-            "--max-time",
-            "240",
-            "-o",
-            &got_s,
-            "http://10.77.0.254:8080/blob",
-        ],
-    )?;
+    let curl = start_download(up, &got, &["--max-time", "240"])?;
     let ok = up.wait_child(curl, Duration::from_secs(250))?;
     let secs = t0.elapsed().as_secs_f64();
     let sha_ok = ok && sha256(&got)? == sha256(&file)?;
