@@ -126,6 +126,7 @@ pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     let mem = emul::GuestMemory::new(hv.pool_shared());
     let mut vmm = Vmm::new(chan, mem.clone(), cfg);
     vmm.calibrate(CALIBRATION_SWITCHES);
+    vmm.set_tracer(hv.tracer());
     eprintln!(
         "hosted: VM up (ports in VMM {}, send combining {})",
         cfg.ports_in_vmm, cfg.send_combining

@@ -95,6 +95,12 @@ fn everything(env: &Env, optimized: bool) {
         prom.contains("splitnet_hosted_world_switches_total{domain=\"guest1\"}"),
         "{prom}"
     );
+    // guest1's world switches and halts are trace events too.
+    let trace = env.trace_while_guest1_pings();
+    assert!(
+        trace.contains("world_switch:hosted") && trace.contains("halt:hosted"),
+        "{trace}"
+    );
 }
 
 /// The numeric fields of `b` minus those of `a` (the top-level counters).

@@ -65,18 +65,7 @@ fn everything(env: &Env, hvm_keys: &str, label: &str, secs: u32, mib: u32) -> Va
         "{prom}"
     );
     // trace counts what happens while it runs: give it exits to see.
-    let _pings = env.spawn(&[
-        "exec",
-        "guest1",
-        "--",
-        "ping",
-        "-c",
-        "20",
-        "-i",
-        "0.05",
-        "10.77.0.254",
-    ]);
-    let trace = env.ok(&["trace", "--duration", "1"]);
+    let trace = env.trace_while_guest1_pings();
     assert!(trace.contains("hvm:io_nic"), "{trace}");
     h
 }

@@ -21,6 +21,7 @@ use crate::guest::VmWorld;
 use abi::SharedMemory;
 use emul::pcnet::regs::{csr0, port};
 use emul::{DualPic, GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ};
+use hypercall::trace::{DomainEvent, Tracer};
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
@@ -99,10 +100,12 @@ pub struct VmCounters {
     pub tx_out_cycles: u64,
 }
 
-/// The channel with its clock: every switch is timed.
+/// The channel with its clock: every switch is timed, and recorded in the
+/// domain's trace area (`splitnet trace`).
 struct Switch {
     chan: Channel,
     failed: Option<String>,
+    tracer: Tracer,
 }
 
 impl Switch {
@@ -118,6 +121,8 @@ impl Switch {
         match r {
             Ok(a) => {
                 let (frames, answered) = self.chan.answer_tx();
+                self.tracer
+                    .record(DomainEvent::WorldSwitch, t0, u64::from(frames));
                 let back = t1.wrapping_sub(answered);
                 if frames > 0 && back < 1 << 32 {
                     c.tx_switches += 1;
@@ -209,9 +214,21 @@ pub struct Vmm<M: SharedMemory> {
 }
 
 impl<M: SharedMemory> Vmm<M> {
+    /// Records every world switch and halt in the domain's trace area.
+    pub fn set_tracer(&mut self, tracer: Tracer) {
+        match &mut self.nic {
+            Nic::Local(nic) => nic.sink_mut().sw.tracer = tracer,
+            Nic::Remote(sw, _) => sw.tracer = tracer,
+        }
+    }
+
     /// The VMM over guest memory `mem` and the channel to its VMApp.
     pub fn new(chan: Channel, mem: GuestMemory<M>, cfg: VmConfig) -> Vmm<M> {
-        let sw = Switch { chan, failed: None };
+        let sw = Switch {
+            chan,
+            failed: None,
+            tracer: Tracer::disabled(),
+        };
         let nic = if cfg.ports_in_vmm {
             let up = Uplink {
                 sw,
@@ -484,6 +501,7 @@ impl<M: SharedMemory> VmWorld for Vmm<M> {
             }
         })();
         let idle = sys::rdtsc().wrapping_sub(t0);
+        chan.tracer.record(DomainEvent::Halt, t0, 0);
         match &mut self.nic {
             Nic::Local(nic) => nic.sink_mut().counters.halt_cycles += idle,
             Nic::Remote(_, c) => c.halt_cycles += idle,

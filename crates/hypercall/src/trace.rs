@@ -76,11 +76,17 @@ pub enum DomainEvent {
     NetfrontTx,
     /// netfront: one RX pass over responses and reposting; items = packets.
     NetfrontRx,
+    /// A hosted guest's world switch to its VMApp and back (Sugerman §3.2);
+    /// items = frames it carried out.
+    WorldSwitch,
+    /// A hosted guest's halt: the VM idles until the VMApp has something
+    /// for it (Sugerman Table 3's idle time).
+    Halt,
 }
 
 impl DomainEvent {
     /// Every domain event, in trace-area slot order.
-    pub const ALL: [DomainEvent; 7] = [
+    pub const ALL: [DomainEvent; 9] = [
         DomainEvent::Notify,
         DomainEvent::Call,
         DomainEvent::GrantBatch,
@@ -88,6 +94,8 @@ impl DomainEvent {
         DomainEvent::NetbackRx,
         DomainEvent::NetfrontTx,
         DomainEvent::NetfrontRx,
+        DomainEvent::WorldSwitch,
+        DomainEvent::Halt,
     ];
 
     /// The name in snapshots and reports.
@@ -100,6 +108,8 @@ impl DomainEvent {
             DomainEvent::NetbackRx => "ring_batch_rx:netback",
             DomainEvent::NetfrontTx => "ring_batch_tx:netfront",
             DomainEvent::NetfrontRx => "ring_batch_rx:netfront",
+            DomainEvent::WorldSwitch => "world_switch:hosted",
+            DomainEvent::Halt => "halt:hosted",
         }
     }
 }

@@ -601,6 +601,22 @@ impl Env {
         self.ping("guest1", "fd77::fe", 3);
     }
 
+    /// `splitnet trace` for a second while guest1 pings the wire host.
+    pub fn trace_while_guest1_pings(&self) -> String {
+        let _pings = self.spawn(&[
+            "exec",
+            "guest1",
+            "--",
+            "ping",
+            "-c",
+            "20",
+            "-i",
+            "0.05",
+            "10.77.0.254",
+        ]);
+        self.ok(&["trace", "--duration", "1"])
+    }
+
     /// guest2's vif is unaffected: it still pings and carries iperf3
     /// (returns its Mbit/s).
     pub fn guest2_unaffected(&self) -> f64 {
