@@ -23,7 +23,7 @@ use anyhow::{anyhow, Context, Result};
 use hv::hvm::{HvmConfig, HvmGuest};
 use hv::hvm_client::{DeviceHandler, DeviceModel, DmConfig, HvmVcpu};
 use hv::ioreq::{HvmSnapshot, Placement, STAGES};
-use hv::{DomainSpec, Hypervisor, MemorySpec};
+use hv::{DomainSpec, Hypervisor};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -173,15 +173,7 @@ struct Rig {
 impl Rig {
     fn new(name: &str, placement: Placement) -> Result<Rig> {
         let hv = Hypervisor::new();
-        let spec = DomainSpec {
-            name: name.into(),
-            kind: "guest".into(),
-            memory: MemorySpec {
-                pool_frames: 16,
-                grant_frames: 1,
-                hugepages: false,
-            },
-        };
+        let spec = DomainSpec::new(name, "guest", 16, 1);
         let (domid, sock) = hv.create_domain(spec).map_err(|e| anyhow!("{e}"))?;
         // The domain lives as long as its control socket: for the rig's life.
         std::mem::forget(sock);

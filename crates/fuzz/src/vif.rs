@@ -17,7 +17,7 @@ use abi::ring::{layout, BackRing, FrontRing, RingEntry};
 use abi::{SharedMemory, Window};
 use hv::daemon::{setup_vif, Store};
 use hv::topology::{Grants, RxMode, TxMode, VifConfig};
-use hv::{DomId, DomainSpec, HvClient, Hypervisor, MappedGrant, MemorySpec};
+use hv::{DomId, DomainSpec, HvClient, Hypervisor, MappedGrant};
 use net::counters::VifCounters;
 use net::netback::{self, Netback};
 use net::netfront::{self, Netfront};
@@ -83,15 +83,7 @@ fn bury<W>(world: W) {
 }
 
 fn domain(hv: &Arc<Hypervisor>, name: &str, kind: &str, frames: u32) -> (DomId, HvClient) {
-    let spec = DomainSpec {
-        name: name.into(),
-        kind: kind.into(),
-        memory: MemorySpec {
-            pool_frames: frames,
-            grant_frames: 2,
-            hugepages: false,
-        },
-    };
+    let spec = DomainSpec::new(name, kind, frames, 2);
     let (id, sock) = hv.create_domain(spec).expect("hv creates a domain");
     (id, HvClient::connect(sock).expect("the domain says hello"))
 }

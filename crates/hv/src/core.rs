@@ -42,6 +42,23 @@ pub struct DomainSpec {
     pub memory: MemorySpec,
 }
 
+impl DomainSpec {
+    /// A domain of `pool_frames` frames of memory and `grant_frames` of
+    /// grant table, without huge pages (hv's in-process uses: tests,
+    /// benchmarks, fuzzing).
+    pub fn new(name: &str, kind: &str, pool_frames: u32, grant_frames: u32) -> DomainSpec {
+        DomainSpec {
+            name: name.into(),
+            kind: kind.into(),
+            memory: MemorySpec {
+                pool_frames,
+                grant_frames,
+                hugepages: false,
+            },
+        }
+    }
+}
+
 /// Called once when a domain is destroyed, outside hv's lock (kills the
 /// process, removes the namespace and cgroup).
 pub type Teardown = Box<dyn FnOnce() + Send>;

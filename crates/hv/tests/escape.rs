@@ -17,7 +17,7 @@
 use splitnet_hv as hv;
 
 use hv::proto::{Reply, Request};
-use hv::{DomId, DomainSpec, HvClient, Hypervisor, MemorySpec};
+use hv::{DomId, DomainSpec, HvClient, Hypervisor};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -111,15 +111,7 @@ struct World {
 }
 
 fn spec(name: &str) -> DomainSpec {
-    DomainSpec {
-        name: name.into(),
-        kind: "guest".into(),
-        memory: MemorySpec {
-            pool_frames: 64,
-            grant_frames: 1,
-            hugepages: false,
-        },
-    }
+    DomainSpec::new(name, "guest", 64, 1)
 }
 
 impl World {

@@ -15,7 +15,7 @@ use hypercall::hvm::{
 };
 use hypercall::ioreq::{self, vcpu, ExitResult, HvmSnapshot, Placement, RxMode, STAGES};
 use splitnet_hv::hvm::{HvmConfig, HvmGuest};
-use splitnet_hv::{DomainSpec, Hypervisor, MemorySpec};
+use splitnet_hv::{DomainSpec, Hypervisor};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::{mpsc, Arc};
@@ -42,15 +42,7 @@ fn attach(
     placement: Placement,
     dm_timeout: Duration,
 ) -> Arc<HvmGuest> {
-    let spec = DomainSpec {
-        name: name.into(),
-        kind: "guest".into(),
-        memory: MemorySpec {
-            pool_frames: 16,
-            grant_frames: 1,
-            hugepages: false,
-        },
-    };
+    let spec = DomainSpec::new(name, "guest", 16, 1);
     let (domid, sock) = hv.create_domain(spec).expect("create domain");
     std::mem::forget(sock); // the domain's control socket stays open for the test's life
     let cfg = HvmConfig {
@@ -899,15 +891,7 @@ fn kind<T>(r: Result<T, hypercall::HvError>) -> Option<hypercall::ErrorKind> {
 }
 
 fn connect(hv: &Arc<Hypervisor>, name: &str) -> hypercall::HvClient {
-    let spec = DomainSpec {
-        name: name.into(),
-        kind: "guest".into(),
-        memory: MemorySpec {
-            pool_frames: 32,
-            grant_frames: 1,
-            hugepages: false,
-        },
-    };
+    let spec = DomainSpec::new(name, "guest", 32, 1);
     let (_, sock) = hv.create_domain(spec).expect("create domain");
     hypercall::HvClient::connect(sock).expect("hello")
 }

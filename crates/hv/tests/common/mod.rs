@@ -2,20 +2,12 @@
 #![allow(dead_code)]
 
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
-use splitnet_hv::{DomId, DomainSpec, HvClient, Hypervisor, MemorySpec};
+use splitnet_hv::{DomId, DomainSpec, HvClient, Hypervisor};
 use std::sync::Arc;
 
 /// Creates an in-process domain of 64 frames and says hello as it.
 pub fn domain(hv: &Arc<Hypervisor>, name: &str, kind: &str) -> HvClient {
-    let spec = DomainSpec {
-        name: name.into(),
-        kind: kind.into(),
-        memory: MemorySpec {
-            pool_frames: 64,
-            grant_frames: 1,
-            hugepages: false,
-        },
-    };
+    let spec = DomainSpec::new(name, kind, 64, 1);
     let (_, sock) = hv.create_domain(spec).expect("create domain");
     HvClient::connect(sock).expect("hello")
 }

@@ -6,7 +6,7 @@ use abi::netif::TxRequest;
 use hv::daemon::{setup_vif, Store};
 use hv::proto::{Reply, Request, DOMID_TOOLSTACK};
 use hv::topology::{Grants, RxMode, TxMode, VifConfig};
-use hv::{DomId, DomainSpec, HvClient, Hypervisor, MemorySpec};
+use hv::{DomId, DomainSpec, HvClient, Hypervisor};
 use net::netfront::Netfront;
 use net::packet::Packet;
 use serde_json::Value;
@@ -22,15 +22,7 @@ pub struct Guest {
 }
 
 pub fn domain(hv: &Arc<Hypervisor>, name: &str, kind: &str, frames: u32) -> (DomId, HvClient) {
-    let spec = DomainSpec {
-        name: name.into(),
-        kind: kind.into(),
-        memory: MemorySpec {
-            pool_frames: frames,
-            grant_frames: 2,
-            hugepages: false,
-        },
-    };
+    let spec = DomainSpec::new(name, kind, frames, 2);
     let (id, sock) = hv.create_domain(spec).unwrap();
     (id, HvClient::connect(sock).unwrap())
 }
