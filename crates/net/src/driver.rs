@@ -103,6 +103,7 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
                 .iter()
                 .filter_map(|e| e.port.as_ref().map(|p| p.fd())),
         );
+        let extra_end = fds.len();
         for v in &vifs {
             fds.extend(v.nb.fds());
         }
@@ -116,7 +117,8 @@ pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
             idle.worked();
         }
         let watch_ready = ready[0] || hv.watch_backlog();
-        let extra_ready = ready[extra_at..].iter().any(|&r| r);
+        // Only the extra ports' own descriptors, not the vifs' after them.
+        let extra_ready = ready[extra_at..extra_end].iter().any(|&r| r);
         drop(fds);
 
         if watch_ready {
