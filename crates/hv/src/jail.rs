@@ -251,7 +251,8 @@ pub fn syscalls(role: Role) -> SyscallFilter {
 }
 
 /// What the domain process calls: its control and watch sockets, doorbells,
-/// shared memory, the TAP or the packet socket, `poll`.
+/// shared memory, the TAP or the packet socket, `poll` and the event
+/// manager's epoll set.
 const DOMAIN: &[libc::c_long] = &[
     libc::SYS_read,
     libc::SYS_readv,
@@ -262,6 +263,9 @@ const DOMAIN: &[libc::c_long] = &[
     libc::SYS_statx,
     libc::SYS_ioctl,
     libc::SYS_poll,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_wait,
     libc::SYS_mmap,
     libc::SYS_munmap,
     libc::SYS_brk,

@@ -8,6 +8,7 @@ use crate::netback::{self, Netback, Pending};
 use crate::packet::{Csum, FrameRef};
 use crate::port::{PacketPort, Port};
 use hypercall::{DomId, HvClient};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// Bridge port of the physical NIC.
@@ -36,214 +37,493 @@ struct Vif {
     /// Its backend directory is gone (the guest died or the vif was
     /// detached): the slot, and its bridge port, may be reused.
     gone: bool,
+    /// The loop's own handles on the vif's doorbells, registered with the
+    /// event manager while it is connected (see [`Events::watch_vif`]).
+    bells: Vec<OwnedFd>,
 }
 
 /// Runs the driver domain until hv goes away.
 pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
-    let me = hv.domid();
-    let home = format!("/local/domain/{me}/splitnet");
-    let port_offload = hv
-        .store_read_str(&format!("{home}/port-offload"))
-        .map(|v| v == "1")
-        .unwrap_or(true);
-    let phys: Option<Box<dyn Port>> = match hv.store_read_str(&format!("{home}/port")) {
-        Ok(ifname) => {
-            let p = PacketPort::open(&ifname, port_offload)?;
-            eprintln!(
-                "driver: physical port {ifname} (offloads {})",
-                if port_offload { "on" } else { "off" }
-            );
-            Some(Box::new(p))
-        }
-        Err(_) => None,
-    };
-    // Extra ports the toolstack names (a hosted guest's VMNet interface):
-    // bridged like the physical port, opened again whenever they vanish.
-    let ports_dir = format!("{home}/ports");
-    hv.watch(&ports_dir, PORTS)?;
-    let mut ports = Ports {
-        phys,
-        extra: Vec::new(),
-        offload: port_offload,
-    };
-    ports.sync(hv, &ports_dir);
-
-    // Probe every vif (InitWait), then connect each as its frontend comes,
-    // in any order: one guest that never comes delays no other. vifs the
-    // toolstack adds or removes later (hotplug, a guest's restart) show up
-    // under the same directory.
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut vifs: Vec<Vif> = Vec::new();
-    let base = format!("/local/domain/{me}/backend/vif");
-    hv.watch(&base, BACKENDS)?;
-    rescan(hv, &base, &mut pending, &mut vifs)?;
-    connect_ready(hv, &mut pending, &mut vifs)?;
-
-    let captures = format!("{home}/capture");
-    hv.watch(&captures, CAPTURES)?;
-    let mut taps = Taps::default();
-    taps.sync(hv, &captures);
-
-    let mut idle = Idle::for_domain(hv, "driver", Duration::from_millis(200));
-    let mut bridge = Bridge::default();
-    let mut last_stats = Instant::now();
+    let mut d = Driver::new(hv)?;
     loop {
-        // Wait for the port, any vif's event channel, or a store watch.
-        let busy = vifs
-            .iter_mut()
-            .any(|v| v.nb.tx_pending() || v.nb.rx_pending());
-        let mut fds = vec![hv.watch_fd()];
-        if let Some(p) = &ports.phys {
-            fds.push(p.fd());
+        d.turn(hv)?;
+    }
+}
+
+/// What one turn of the loop did, for tests and counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Turn {
+    /// Sources the wait found ready.
+    pub ready: usize,
+    /// Control-plane work ran (store watches, periodic counters, reopened
+    /// ports): it may allocate, unlike the data path.
+    pub housekeeping: bool,
+}
+
+/// The driver domain's state between turns of its loop: ports, bridge,
+/// vifs and the event manager they are registered with.
+pub struct Driver {
+    home: String,
+    base: String,
+    ports_dir: String,
+    captures: String,
+    ports: Ports,
+    pending: Vec<Pending>,
+    vifs: Vec<Vif>,
+    taps: Taps,
+    idle: Idle,
+    bridge: Bridge,
+    events: Events,
+    last_stats: Instant,
+    stats: LoopCounters,
+}
+
+impl Driver {
+    /// Opens the ports, probes the vifs the toolstack set up, and registers
+    /// every source with the event manager.
+    pub fn new(hv: &mut HvClient) -> Result<Driver, DriverError> {
+        let me = hv.domid();
+        let home = format!("/local/domain/{me}/splitnet");
+        let port_offload = hv
+            .store_read_str(&format!("{home}/port-offload"))
+            .map(|v| v == "1")
+            .unwrap_or(true);
+        let phys: Option<Box<dyn Port>> = match hv.store_read_str(&format!("{home}/port")) {
+            Ok(ifname) => {
+                let p = PacketPort::open(&ifname, port_offload)?;
+                eprintln!(
+                    "driver: physical port {ifname} (offloads {})",
+                    if port_offload { "on" } else { "off" }
+                );
+                Some(Box::new(p))
+            }
+            Err(_) => None,
+        };
+        let events = Events::new()?;
+        events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
+        if let Some(p) = &phys {
+            events.epoll.add(p.fd(), Source::Phys.token())?;
         }
-        let extra_at = fds.len();
-        fds.extend(
-            ports
-                .extra
-                .iter()
-                .filter_map(|e| e.port.as_ref().map(|p| p.fd())),
-        );
-        let extra_end = fds.len();
-        for v in &vifs {
-            fds.extend(v.nb.fds());
-        }
-        let busy = busy || hv.watch_backlog();
-        let mut timeout = idle.timeout(busy);
-        if ports.extra.iter().any(|e| e.port.is_none()) {
+        let mut d = Driver {
+            ports_dir: format!("{home}/ports"),
+            captures: format!("{home}/capture"),
+            base: format!("/local/domain/{me}/backend/vif"),
+            home,
+            ports: Ports {
+                phys,
+                extra: Vec::new(),
+                offload: port_offload,
+            },
+            pending: Vec::new(),
+            vifs: Vec::new(),
+            taps: Taps::default(),
+            idle: Idle::for_domain(hv, "driver", Duration::from_millis(200)),
+            bridge: Bridge::default(),
+            events,
+            last_stats: Instant::now(),
+            stats: LoopCounters::default(),
+        };
+        // Extra ports the toolstack names (a hosted guest's VMNet interface):
+        // bridged like the physical port, opened again whenever they vanish.
+        hv.watch(&d.ports_dir, PORTS)?;
+        d.ports.sync(hv, &d.ports_dir, &d.events);
+        // Probe every vif (InitWait), then connect each as its frontend
+        // comes, in any order: one guest that never comes delays no other.
+        // vifs the toolstack adds or removes later (hotplug, a guest's
+        // restart) show up under the same directory.
+        hv.watch(&d.base, BACKENDS)?;
+        rescan(hv, &d.base, &mut d.pending, &mut d.vifs)?;
+        connect_ready(hv, &mut d.pending, &mut d.vifs, &mut d.events)?;
+        hv.watch(&d.captures, CAPTURES)?;
+        d.taps.sync(hv, &d.captures);
+        Ok(d)
+    }
+
+    /// One wake-up: waits for a ready source (or carried-over work) and
+    /// services only what is ready. An idle vif costs nothing here: no
+    /// system call, no look at its rings.
+    pub fn turn(&mut self, hv: &mut HvClient) -> Result<Turn, DriverError> {
+        let carried = !self.events.ready.is_empty();
+        let mut timeout = self.idle.timeout(carried || hv.watch_backlog());
+        if self
+            .ports
+            .extra
+            .iter()
+            .any(|e| e.port.is_none() && !e.name.is_empty())
+        {
             timeout = timeout.min(EXTRA_RETRY);
         }
-        let ready = sys::poll_readable(&fds, Some(timeout))?;
-        if busy || ready.iter().any(|&r| r) {
-            idle.worked();
-        }
-        let watch_ready = ready[0] || hv.watch_backlog();
-        // Only the extra ports' own descriptors, not the vifs' after them.
-        let extra_ready = ready[extra_at..extra_end].iter().any(|&r| r);
-        drop(fds);
-
-        if watch_ready {
-            let w = handle_watches(hv, &mut vifs)?;
-            if w.rescan {
-                rescan(hv, &base, &mut pending, &mut vifs)?;
-            }
-            if w.pending || w.rescan {
-                connect_ready(hv, &mut pending, &mut vifs)?;
-            }
-            if w.captures {
-                taps.sync(hv, &captures);
-            }
-            if w.ports {
-                ports.sync(hv, &ports_dir);
-            }
-            if w.captures || w.pending || w.rescan || w.ports {
-                taps.resolve(|t| port_of(t, &vifs, &base, &ports));
-            }
-        }
-
-        // Physical port → bridge.
-        if let Some(mut p) = ports.phys.take() {
-            let r = p.recv_batch(&mut |f| {
-                forward(
-                    &mut bridge,
-                    PHYS,
-                    std::slice::from_ref(f),
-                    &mut ports,
-                    Others::all(&mut vifs),
-                    &mut taps,
-                );
-            });
-            if let Err(e) = r {
-                // Count it and carry on: one bad read must not stop every guest.
-                eprintln!("driver: port {}: {e}", p.name());
-            }
-            ports.phys = Some(p);
-        }
-        // Extra ports → bridge. One that fails (its interface went away
-        // with its VMApp) is closed and opened again later.
-        for j in 0..ports.extra.len() {
-            if !extra_ready {
+        let n = self.events.epoll.wait(Some(timeout))?;
+        self.stats.wakeups += 1;
+        let mut turn = Turn {
+            ready: n,
+            housekeeping: false,
+        };
+        let (mut watch, mut phys) = (hv.watch_backlog(), false);
+        self.events.extra_ready = 0;
+        for i in 0..n {
+            let Some(ev) = self.events.epoll.event(i) else {
                 break;
+            };
+            match Source::of(ev.token) {
+                Some(Source::Watch) => watch = true,
+                Some(Source::Phys) => phys = true,
+                Some(Source::Extra(j)) => self.events.extra_ready |= 1u64 << (j % 64),
+                Some(Source::Vif(v)) => self.events.ready.insert(v),
+                None => {}
             }
-            let Some(mut p) = ports.extra[j].port.take() else {
+        }
+        if n > 0 || carried {
+            self.idle.worked();
+        }
+        if watch {
+            turn.housekeeping = true;
+            self.on_watches(hv)?;
+        }
+        if phys {
+            self.phys_to_bridge();
+        }
+        if self.events.extra_ready != 0 {
+            self.extras_to_bridge();
+        }
+        self.service_vifs(hv);
+        if self.ports.reopen(&self.events) {
+            turn.housekeeping = true;
+            let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
+            self.taps.resolve(|t| port_of(t, vifs, base, ports));
+        }
+        if self.last_stats.elapsed() >= STATS_EVERY {
+            turn.housekeeping = true;
+            self.housekeep(hv);
+        }
+        Ok(turn)
+    }
+
+    /// Store watches: vifs come and go, captures open, ports change.
+    fn on_watches(&mut self, hv: &mut HvClient) -> Result<(), DriverError> {
+        let w = handle_watches(hv, &mut self.vifs)?;
+        if w.rescan {
+            rescan(hv, &self.base, &mut self.pending, &mut self.vifs)?;
+        }
+        if w.pending || w.rescan {
+            connect_ready(hv, &mut self.pending, &mut self.vifs, &mut self.events)?;
+        }
+        if w.captures {
+            self.taps.sync(hv, &self.captures);
+        }
+        if w.ports {
+            self.ports.sync(hv, &self.ports_dir, &self.events);
+        }
+        if w.captures || w.pending || w.rescan || w.ports {
+            let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
+            self.taps.resolve(|t| port_of(t, vifs, base, ports));
+        }
+        if w.vifs_changed || w.rescan {
+            // A vif may have gone down without a word on its doorbell.
+            for i in 0..self.vifs.len() {
+                self.retire_if_down(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Physical port → bridge (it said it has frames).
+    fn phys_to_bridge(&mut self) {
+        let Some(mut p) = self.ports.phys.take() else {
+            return;
+        };
+        let r = p.recv_batch(&mut |f| {
+            forward(
+                &mut self.bridge,
+                PHYS,
+                std::slice::from_ref(f),
+                &mut self.ports,
+                Others::all(&mut self.vifs, &mut self.events.dirty),
+                &mut self.taps,
+            );
+        });
+        if let Err(e) = r {
+            // Count it and carry on: one bad read must not stop every guest.
+            self.stats.port_errors += 1;
+            eprintln!("driver: port {}: {e}", p.name());
+        }
+        self.ports.phys = Some(p);
+    }
+
+    /// Extra ports that said they have frames → bridge. One that fails
+    /// (its interface went away with its VMApp) is closed and opened again
+    /// later.
+    fn extras_to_bridge(&mut self) {
+        for j in 0..self.ports.extra.len() {
+            if self.events.extra_ready & (1u64 << (j % 64)) == 0 {
+                continue;
+            }
+            let Some(mut p) = self.ports.extra[j].port.take() else {
                 continue;
             };
             let r = p.recv_batch(&mut |f| {
                 forward(
-                    &mut bridge,
+                    &mut self.bridge,
                     EXTRA_BASE + j,
                     std::slice::from_ref(f),
-                    &mut ports,
-                    Others::all(&mut vifs),
-                    &mut taps,
+                    &mut self.ports,
+                    Others::all(&mut self.vifs, &mut self.events.dirty),
+                    &mut self.taps,
                 );
             });
             match r {
-                Ok(()) => ports.extra[j].port = Some(p),
+                Ok(()) => self.ports.extra[j].port = Some(p),
                 Err(e) => {
+                    self.stats.port_errors += 1;
                     eprintln!("driver: port {}: {e}; closing it", p.name());
-                    bridge.forget_port(EXTRA_BASE + j);
-                    ports.extra[j].retry_at = Instant::now() + EXTRA_RETRY;
+                    let _ = self.events.epoll.remove(p.fd());
+                    self.bridge.forget_port(EXTRA_BASE + j);
+                    self.ports.extra[j].retry_at = Instant::now() + EXTRA_RETRY;
                 }
             }
         }
+    }
 
-        // Each vif's TX ring → bridge.
-        for i in 0..vifs.len() {
-            if !vifs[i].nb.is_connected() {
-                continue;
-            }
-            if !vifs[i].nb.ack() {
-                vifs[i]
-                    .nb
-                    .disconnect(hv, "the frontend closed its event channel");
-                continue;
-            }
-            let (before, rest) = vifs.split_at_mut(i);
-            let Some((me, after)) = rest.split_first_mut() else {
+    /// The ready vifs' TX rings → bridge; then every vif that is ready or
+    /// got frames publishes its RX responses and takes queued frames. A vif
+    /// left with work (a TX ring past its budget, queued frames and posted
+    /// buffers) is carried into the next turn, which then does not block.
+    fn service_vifs(&mut self, hv: &mut HvClient) {
+        let ready = self.events.ready.take();
+        for &i in &ready {
+            self.tx_one(hv, i);
+        }
+        for &i in &ready {
+            self.events.dirty.insert(i);
+        }
+        self.events.ready.give_back(ready);
+        let dirty = self.events.dirty.take();
+        for &i in &dirty {
+            let Some(v) = self.vifs.get_mut(i) else {
                 continue;
             };
-            let mut others = Others { before, after };
-            let r = me.nb.process_tx(hv, &mut |frames| {
-                forward(
-                    &mut bridge,
-                    i + 1,
-                    frames,
-                    &mut ports,
-                    others.reborrow(),
-                    &mut taps,
-                );
-            });
-            if let Err(e) = r {
-                me.nb.disconnect(hv, &format!("TX failed: {e}"));
-            }
-        }
-
-        // Responses published, queued frames → guests' posted buffers.
-        for v in vifs.iter_mut() {
             if let Err(e) = v.nb.flush_rx(hv) {
                 v.nb.disconnect(hv, &format!("RX failed: {e}"));
             }
-        }
-
-        // However a vif went down, its MACs leave the bridge.
-        for (i, v) in vifs.iter_mut().enumerate() {
-            if !v.nb.is_connected() && !v.forgotten {
-                bridge.forget_port(i + 1);
-                v.forgotten = true;
+            self.events.touched.insert(i);
+            if !self.retire_if_down(i) && (v_busy(&mut self.vifs[i].nb)) {
+                self.events.ready.insert(i);
             }
         }
+        self.events.dirty.give_back(dirty);
+    }
 
-        if ports.reopen() {
-            taps.resolve(|t| port_of(t, &vifs, &base, &ports));
+    /// Takes vif `i`'s notifications and forwards its TX ring.
+    fn tx_one(&mut self, hv: &mut HvClient, i: usize) {
+        if !self.vifs.get(i).is_some_and(|v| v.nb.is_connected()) {
+            return;
         }
-        if last_stats.elapsed() >= Duration::from_millis(500) {
-            last_stats = Instant::now();
-            publish_stats(hv, &mut vifs, &ports, &bridge);
-            taps.reap(hv, &captures);
-            taps.resolve(|t| port_of(t, &vifs, &base, &ports));
+        if !self.vifs[i].nb.ack() {
+            self.vifs[i]
+                .nb
+                .disconnect(hv, "the frontend closed its event channel");
+            return;
+        }
+        let (before, rest) = self.vifs.split_at_mut(i);
+        let Some((me, after)) = rest.split_first_mut() else {
+            return;
+        };
+        let (bridge, ports, taps) = (&mut self.bridge, &mut self.ports, &mut self.taps);
+        let mut others = Others {
+            before,
+            after,
+            dirty: &mut self.events.dirty,
+        };
+        let r = me.nb.process_tx(hv, &mut |frames| {
+            forward(bridge, i + 1, frames, ports, others.reborrow(), taps);
+        });
+        if let Err(e) = r {
+            me.nb.disconnect(hv, &format!("TX failed: {e}"));
+        }
+    }
+
+    /// However vif `i` went down, its doorbells leave the event manager and
+    /// its MACs the bridge. True if it is down.
+    fn retire_if_down(&mut self, i: usize) -> bool {
+        let Some(v) = self.vifs.get_mut(i) else {
+            return true;
+        };
+        if v.nb.is_connected() {
+            return false;
+        }
+        for b in v.bells.drain(..) {
+            let _ = self.events.epoll.remove(b.as_fd());
+        }
+        if !v.forgotten {
+            self.bridge.forget_port(i + 1);
+            v.forgotten = true;
+        }
+        true
+    }
+
+    /// Twice a second: counters to the store, captures reaped.
+    fn housekeep(&mut self, hv: &mut HvClient) {
+        self.last_stats = Instant::now();
+        self.stats.syscalls = sys::syscalls();
+        let touched = self.events.touched.take();
+        publish_stats(
+            hv,
+            &mut self.vifs,
+            &touched,
+            &self.ports,
+            &self.bridge,
+            &self.stats,
+        );
+        self.events.touched.give_back(touched);
+        self.taps.reap(hv, &self.captures);
+        let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
+        self.taps.resolve(|t| port_of(t, vifs, base, ports));
+    }
+
+    /// The driver domain's store directory (`/local/domain/<id>/splitnet`).
+    pub fn home(&self) -> &str {
+        &self.home
+    }
+}
+
+/// Whether a vif has work left that no notification will announce.
+fn v_busy(nb: &mut Netback) -> bool {
+    nb.is_connected() && (nb.tx_pending() || nb.rx_pending())
+}
+
+/// How often counters go to the store.
+const STATS_EVERY: Duration = Duration::from_millis(500);
+
+/// The loop's own counters, published with the domain's (`loop` in
+/// `<home>/stats`), so wake-ups and system calls per frame are measured.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct LoopCounters {
+    /// Returns from the event manager's wait.
+    pub wakeups: u64,
+    /// System calls the process made through `sys` (at the last publish).
+    pub syscalls: u64,
+    /// Failed reads of a port.
+    pub port_errors: u64,
+}
+
+/// What a registered descriptor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The store watch (the hv connection).
+    Watch,
+    /// The physical port.
+    Phys,
+    /// Extra port `j`.
+    Extra(usize),
+    /// Either doorbell of vif `i`.
+    Vif(usize),
+}
+
+impl Source {
+    fn token(self) -> u64 {
+        match self {
+            Source::Watch => 0,
+            Source::Phys => 1,
+            Source::Extra(j) => 2 << 32 | j as u64,
+            Source::Vif(i) => 3 << 32 | i as u64,
+        }
+    }
+    fn of(token: u64) -> Option<Source> {
+        let i = (token & 0xffff_ffff) as usize;
+        match token >> 32 {
+            0 if token == 0 => Some(Source::Watch),
+            0 if token == 1 => Some(Source::Phys),
+            2 => Some(Source::Extra(i)),
+            3 => Some(Source::Vif(i)),
+            _ => None,
         }
     }
 }
+
+/// A set of vif slots, each in it at most once, in insertion order; after
+/// warm-up it never allocates.
+#[derive(Default)]
+struct SlotSet {
+    list: Vec<usize>,
+    member: Vec<bool>,
+}
+
+impl SlotSet {
+    fn insert(&mut self, i: usize) {
+        if i >= self.member.len() {
+            self.member.resize(i + 1, false);
+        }
+        if !self.member[i] {
+            self.member[i] = true;
+            self.list.push(i);
+        }
+    }
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+    /// Empties the set, handing out its members (give the list back with
+    /// [`SlotSet::give_back`] to keep its capacity).
+    fn take(&mut self) -> Vec<usize> {
+        for &i in &self.list {
+            self.member[i] = false;
+        }
+        std::mem::take(&mut self.list)
+    }
+    /// Returns a list [`SlotSet::take`] handed out, keeping what was
+    /// inserted meanwhile.
+    fn give_back(&mut self, mut list: Vec<usize>) {
+        list.clear();
+        list.append(&mut self.list);
+        self.list = list;
+    }
+}
+
+/// The event manager of the driver loop: every source registered once,
+/// and the sets of vifs a turn services.
+struct Events {
+    epoll: sys::Epoll,
+    /// vifs to service: a doorbell rang, or work was carried over.
+    ready: SlotSet,
+    /// vifs frames were delivered to this turn (responses to publish).
+    dirty: SlotSet,
+    /// vifs serviced since the counters were last published.
+    touched: SlotSet,
+    /// Extra ports that are ready (bit j % 64).
+    extra_ready: u64,
+}
+
+impl Events {
+    fn new() -> std::io::Result<Events> {
+        Ok(Events {
+            epoll: sys::Epoll::new(EVENTS_PER_WAIT)?,
+            ready: SlotSet::default(),
+            dirty: SlotSet::default(),
+            touched: SlotSet::default(),
+            extra_ready: 0,
+        })
+    }
+
+    /// Registers a newly connected vif's doorbells (through handles of the
+    /// loop's own, so they can be removed whenever it goes down) and looks
+    /// at it once, in case its frontend rang before.
+    fn watch_vif(&mut self, slot: usize, nb: &Netback) -> Vec<OwnedFd> {
+        let mut bells = Vec::new();
+        for fd in nb.fds() {
+            match fd.try_clone_to_owned() {
+                Ok(own) => match self.epoll.add(own.as_fd(), Source::Vif(slot).token()) {
+                    Ok(()) => bells.push(own),
+                    Err(e) => eprintln!("driver: registering a doorbell: {e}"),
+                },
+                Err(e) => eprintln!("driver: duplicating a doorbell: {e}"),
+            }
+        }
+        self.ready.insert(slot);
+        bells
+    }
+}
+
+/// Most ready sources one wait reports (the rest come with the next).
+const EVENTS_PER_WAIT: usize = 256;
 
 /// The bridge port a capture target is on now, if any.
 fn port_of(t: &Target, vifs: &[Vif], base: &str, ports: &Ports) -> Option<PortId> {
@@ -295,12 +575,14 @@ impl Ports {
     /// Follows `<home>/ports`: new names are added (opened at once if
     /// their interface exists), removed ones closed. A slot (and its bridge
     /// port) stays in place so the others keep their numbers.
-    fn sync(&mut self, hv: &mut HvClient, dir: &str) {
+    fn sync(&mut self, hv: &mut HvClient, dir: &str, events: &Events) {
         let names = hv.store_directory(dir).unwrap_or_default();
         for e in self.extra.iter_mut() {
             if !names.contains(&e.name) && !e.name.is_empty() {
                 eprintln!("driver: port {} removed", e.name);
-                e.port = None;
+                if let Some(p) = e.port.take() {
+                    let _ = events.epoll.remove(p.fd());
+                }
                 e.name.clear();
             }
         }
@@ -318,18 +600,23 @@ impl Ports {
                 None => self.extra.push(e),
             }
         }
-        self.reopen();
+        self.reopen(events);
     }
 
-    /// Opens the extra ports that are due a try; whether one opened.
-    fn reopen(&mut self) -> bool {
+    /// Opens the extra ports that are due a try and registers them; whether
+    /// one opened.
+    fn reopen(&mut self, events: &Events) -> bool {
         let now = Instant::now();
         let mut opened = false;
-        for e in self.extra.iter_mut() {
+        for (j, e) in self.extra.iter_mut().enumerate() {
             if e.port.is_some() || e.name.is_empty() || now < e.retry_at {
                 continue;
             }
-            match PacketPort::open(&e.name, self.offload) {
+            let opened_one = PacketPort::open(&e.name, self.offload).and_then(|p| {
+                events.epoll.add(p.fd(), Source::Extra(j).token())?;
+                Ok(p)
+            });
+            match opened_one {
                 Ok(p) => {
                     eprintln!("driver: extra port {} bridged", e.name);
                     e.port = Some(Box::new(p));
@@ -425,6 +712,7 @@ fn connect_ready(
     hv: &mut HvClient,
     pending: &mut Vec<Pending>,
     vifs: &mut Vec<Vif>,
+    events: &mut Events,
 ) -> Result<(), DriverError> {
     let mut retry = Vec::new();
     let mut i = 0;
@@ -453,11 +741,13 @@ fn connect_ready(
                     nb.modes.tx_name(),
                     nb.modes.offload
                 );
+                let bells = events.watch_vif(slot, &nb);
                 let v = Vif {
                     nb,
                     stats_written: String::new(),
                     forgotten: false,
                     gone: false,
+                    bells,
                 };
                 if slot == vifs.len() {
                     vifs.push(v);
@@ -509,6 +799,8 @@ struct Fired {
     captures: bool,
     /// The extra ports changed.
     ports: bool,
+    /// A connected vif's frontend went away.
+    vifs_changed: bool,
 }
 
 /// A frontend whose state went to Closing or Closed loses its backend.
@@ -551,6 +843,7 @@ fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fired, DriverEr
         };
         if gone && v.nb.is_connected() {
             v.nb.disconnect(hv, "the frontend went away");
+            fired.vifs_changed = true;
         }
     }
     Ok(fired)
@@ -561,14 +854,17 @@ fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fired, DriverEr
 struct Others<'a> {
     before: &'a mut [Vif],
     after: &'a mut [Vif],
+    /// vifs given frames, whose responses the turn then publishes.
+    dirty: &'a mut SlotSet,
 }
 
 impl<'a> Others<'a> {
     /// Every vif (the frame came from the physical port).
-    fn all(vifs: &'a mut [Vif]) -> Others<'a> {
+    fn all(vifs: &'a mut [Vif], dirty: &'a mut SlotSet) -> Others<'a> {
         Others {
             before: vifs,
             after: &mut [],
+            dirty,
         }
     }
 
@@ -576,6 +872,7 @@ impl<'a> Others<'a> {
         Others {
             before: self.before,
             after: self.after,
+            dirty: self.dirty,
         }
     }
 
@@ -645,6 +942,7 @@ fn forward(
             if p != PHYS {
                 if let Some(v) = vifs.get(p) {
                     v.nb.deliver(f);
+                    vifs.dirty.insert(p - 1);
                 }
                 continue;
             }
@@ -700,11 +998,23 @@ fn route(
 }
 
 /// Writes each vif's counters to `<backend>/stats` when they changed, for `splitnet status`.
-fn publish_stats(hv: &mut HvClient, vifs: &mut [Vif], ports: &Ports, bridge: &Bridge) {
+/// Only the vifs serviced since the last time (`touched`) can have new
+/// counters, so idle ones cost nothing here either.
+fn publish_stats(
+    hv: &mut HvClient,
+    vifs: &mut [Vif],
+    touched: &[usize],
+    ports: &Ports,
+    bridge: &Bridge,
+    lc: &LoopCounters,
+) {
     let phys = ports.phys.as_deref();
     // A disconnected vif wrote its final counters as it closed; writing
     // again could recreate a directory the toolstack has since removed.
-    for v in vifs.iter_mut().filter(|v| v.nb.is_connected()) {
+    for &i in touched {
+        let Some(v) = vifs.get_mut(i).filter(|v| v.nb.is_connected()) else {
+            continue;
+        };
         let json = serde_json::to_string(&v.nb.stats()).unwrap_or_default();
         if json != v.stats_written && hv.store_write(&format!("{}/stats", v.nb.be), &json).is_ok() {
             v.stats_written = json;
@@ -714,6 +1024,7 @@ fn publish_stats(hv: &mut HvClient, vifs: &mut [Vif], ports: &Ports, bridge: &Br
     let doc = serde_json::json!({
         "port": phys.map(|p| serde_json::json!({"name": p.name(), "counters": p.counters()})),
         "bridge": {"macs": bridge.len(), "counters": &bridge.counters},
+        "loop": lc,
         "extra_ports": ports.extra.iter().filter(|e| !e.name.is_empty()).map(|e| serde_json::json!({
             "name": e.name,
             "open": e.port.is_some(),

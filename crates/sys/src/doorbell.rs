@@ -53,6 +53,7 @@ impl Doorbell {
     /// and a peer that has gone away has nobody left to wake.
     pub fn ring(&self) -> io::Result<()> {
         let b = [1u8];
+        crate::count_syscall();
         // SAFETY: sends one byte from a live buffer on a descriptor we hold.
         let n = unsafe {
             libc::send(
@@ -80,6 +81,7 @@ impl Doorbell {
         let mut n = 0;
         let mut b = [0u8; 16];
         while n < DRAIN_MAX {
+            crate::count_syscall();
             // SAFETY: receives into a live local buffer of the stated size.
             let r = unsafe {
                 libc::recv(
@@ -171,6 +173,7 @@ fn poll_raw(pfds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<
         t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
     });
     loop {
+        crate::count_syscall();
         // SAFETY: `pfds` is a live, correctly sized array of pollfd.
         let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
         if rc >= 0 {

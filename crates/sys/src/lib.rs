@@ -14,6 +14,7 @@
 //!   and the seccomp filter that confine a domain process.
 
 mod doorbell;
+mod epoll;
 mod iov;
 pub mod jail;
 mod mapping;
@@ -26,6 +27,7 @@ mod seqpacket;
 mod tap;
 
 pub use doorbell::{poll_readable, poll_readable_few, Doorbell, POLL_FEW};
+pub use epoll::{Epoll, Event};
 pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
 pub use memfd::{Memfd, PAGE_SIZE};
@@ -42,6 +44,24 @@ pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};
 pub use tap::{Tap, TapOffloads, VNET_HDR_LEN};
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// System calls made through this crate's I/O paths (doorbells, polls,
+/// packet sockets, TAPs, message sockets), for the per-packet counts that
+/// `splitnet status` reports.
+static SYSCALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one system call about to be made.
+#[inline]
+pub(crate) fn count_syscall() {
+    SYSCALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many system calls this process has made through this crate's I/O
+/// paths so far.
+pub fn syscalls() -> u64 {
+    SYSCALLS.load(Ordering::Relaxed)
+}
 
 /// Converts a libc return value into an `io::Result`, naming the call.
 pub(crate) fn cvt(ret: libc::c_long, op: &'static str) -> io::Result<libc::c_long> {

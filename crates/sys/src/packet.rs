@@ -168,6 +168,7 @@ impl PacketSocket {
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         let n = loop {
+            crate::count_syscall();
             // SAFETY: `msg` points at one live iovec over `buf`; with MSG_TRUNC
             // the kernel still writes at most `buf.len()` bytes and returns the
             // frame's real length.
@@ -203,6 +204,7 @@ impl PacketSocket {
             msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
             msg.msg_iovlen = iov.len();
             loop {
+                crate::count_syscall();
                 // SAFETY: `msg` points at live iovecs over borrowed slices, which
                 // the kernel only reads.
                 let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
@@ -235,6 +237,7 @@ impl PacketSocket {
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = n;
         loop {
+            crate::count_syscall();
             // SAFETY: `msg` points at iovecs checked against memory `parts`
             // borrows for this call; the kernel only reads through them.
             let r = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
@@ -284,6 +287,7 @@ impl PacketSocket {
             at += m.msg_hdr.msg_iovlen;
         }
         loop {
+            crate::count_syscall();
             // SAFETY: `msgs[..count]` point at iovecs checked against memory
             // the frames borrow for this call; the kernel only reads them.
             let r = unsafe {
@@ -324,6 +328,7 @@ impl PacketSocket {
         }
         batch.count = 0;
         let n = loop {
+            crate::count_syscall();
             // SAFETY: each of the first `count` headers points at one iovec
             // over a distinct buffer of `batch`, which lives for this call;
             // with MSG_TRUNC the kernel writes at most the buffer's length and

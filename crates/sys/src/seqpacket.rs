@@ -144,6 +144,7 @@ impl SeqPacket {
             }
         }
         loop {
+            crate::count_syscall();
             // SAFETY: `msg` points at live iovec and control buffers.
             let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | flags) };
             if n >= 0 {
@@ -185,6 +186,7 @@ impl SeqPacket {
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = size_of::<[u64; 8]>() as _;
         let n = loop {
+            crate::count_syscall();
             // SAFETY: `msg` points at live iovec and control buffers of the stated sizes.
             let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
             if n >= 0 {
@@ -295,6 +297,7 @@ impl SeqPacket {
             events: 0,
             revents: 0,
         };
+        crate::count_syscall();
         // SAFETY: one live pollfd, no wait.
         let rc = unsafe { libc::poll(&mut p, 1, 0) };
         rc > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0

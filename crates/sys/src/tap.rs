@@ -174,6 +174,7 @@ impl Tap {
     /// offloads allow (64 KiB plus the header with TSO).
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         loop {
+            crate::count_syscall();
             // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
             let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n >= 0 {
@@ -193,6 +194,7 @@ impl Tap {
     /// written.
     pub fn send(&self, parts: &[&[u8]]) -> io::Result<usize> {
         with_iovecs(parts, |iov| loop {
+            crate::count_syscall();
             // SAFETY: every iovec points at a live, borrowed slice of its length.
             let n = unsafe {
                 libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int)
@@ -215,6 +217,7 @@ impl Tap {
         let mut iov = iov::iovecs();
         let n = iov::scatter(parts, &mut iov).map_err(|e| self.ctx(e))?;
         loop {
+            crate::count_syscall();
             // SAFETY: every iovec was checked against a live private buffer or
             // a writable mapping that `parts` borrows for this call.
             let r = unsafe { libc::readv(self.fd.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
@@ -236,6 +239,7 @@ impl Tap {
         let mut iov = iov::iovecs();
         let n = iov::gather(parts, &mut iov).map_err(|e| self.ctx(e))?;
         loop {
+            crate::count_syscall();
             // SAFETY: every iovec was checked against a live slice or mapping
             // that `parts` borrows for this call; the kernel only reads.
             let r = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
