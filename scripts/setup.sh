@@ -30,7 +30,7 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 tcpdump ethtool gcc curl python3 passt slirp4netns libc6-dbg prometheus man-db bash-completion; do
+for p in iproute2 iputils-ping libxen-dev iperf3 sockperf tcpdump ethtool gcc curl python3 passt slirp4netns libc6-dbg prometheus man-db bash-completion; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -7,7 +7,7 @@
 //! 1514-byte packet by domain).
 
 use crate::chart::{self, Bar};
-use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Native, Workload};
+use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Latency, Native, Workload};
 use crate::stats::{median, tsc_per_us};
 use crate::usernet::{self, Tool, UserNet};
 use anyhow::{Context, Result};
@@ -148,6 +148,9 @@ pub struct Record {
     /// TSC cycles per 1514-byte frame (or per datagram for UDP): "total" and one per domain.
     pub cycles_per_packet: BTreeMap<String, f64>,
     pub packets: f64,
+    /// One-way latency (request-response workloads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
     /// With `--profile`: shares of the samples taken during the flow.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<prof::ProfileSummary>,
@@ -166,6 +169,19 @@ pub struct Summary {
     pub median_ratio_to_native: Option<f64>,
     pub median_ratio_to_forwarder: Option<f64>,
     pub median_cycles_per_packet: f64,
+    /// Request-response workloads: median one-way p50 and p99 (µs), and
+    /// each as a multiple of native's in the same run (lower is better).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencySummary>,
+}
+
+/// Medians of a request-response workload's latency.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LatencySummary {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p50_x_native: Option<f64>,
+    pub p99_x_native: Option<f64>,
 }
 
 /// The suite's results.
@@ -551,6 +567,55 @@ fn write_profile(dir: &std::path::Path, stem: &str, p: &prof::Profile) -> Result
     Ok(())
 }
 
+/// The directions measured for workload `w`: a request-response flow is
+/// the same both ways, so it runs guest→wire and guest→guest only.
+fn directions(cfg: Config, w: Workload) -> &'static [Direction] {
+    match (w.is_latency(), cfg.directions().len()) {
+        (true, 2) => &DIRECTIONS[..1],
+        (true, _) => &[Direction::Tx, Direction::GuestToGuest],
+        _ => cfg.directions(),
+    }
+}
+
+/// Median latency of a row's runs, and against native's of the same run
+/// and direction.
+fn latency_summary(rs: &[&Record], all: &[Record], w: Workload) -> Option<LatencySummary> {
+    if !w.is_latency() {
+        return None;
+    }
+    let lat: Vec<(usize, Latency)> = rs
+        .iter()
+        .filter_map(|r| Some((r.run, r.latency?)))
+        .collect();
+    if lat.is_empty() {
+        return None;
+    }
+    let native = |run: usize, dir: Direction| {
+        all.iter()
+            .find(|n| {
+                n.config == Config::Native && n.workload == w && n.run == run && n.direction == dir
+            })
+            .and_then(|n| n.latency)
+    };
+    let dir = rs.first()?.direction;
+    let times = |pick: fn(&Latency) -> f64| {
+        let v: Vec<f64> = lat
+            .iter()
+            .filter_map(|(run, l)| native(*run, dir).map(|n| pick(l) / pick(&n)))
+            .filter(|x| x.is_finite())
+            .collect();
+        (!v.is_empty()).then(|| median(&v))
+    };
+    let p50: Vec<f64> = lat.iter().map(|(_, l)| l.p50_us).collect();
+    let p99: Vec<f64> = lat.iter().map(|(_, l)| l.p99_us).collect();
+    Some(LatencySummary {
+        p50_us: median(&p50),
+        p99_us: median(&p99),
+        p50_x_native: times(|l| l.p50_us),
+        p99_x_native: times(|l| l.p99_us),
+    })
+}
+
 /// Runs the suite.
 pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     let tsc_hz = tsc_per_us() * 1e6;
@@ -577,8 +642,11 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
             _ => configs.push(cfg),
         }
     }
-    let total_steps =
-        runs * workloads.len() * configs.iter().map(|c| c.directions().len()).sum::<usize>();
+    let total_steps = runs
+        * configs
+            .iter()
+            .flat_map(|&c| workloads.iter().map(move |&w| directions(c, w).len()))
+            .sum::<usize>();
     let mut step = 0;
     let mut records: Vec<Record> = Vec::new();
     for run in 0..runs {
@@ -587,7 +655,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                 .with_context(|| format!("bringing up {}", cfg.name()))?;
             let mut result = Ok(());
             'flows: for &w in &workloads {
-                for &dir in cfg.directions() {
+                for &dir in directions(cfg, w) {
                     step += 1;
                     if opts.progress {
                         let done = step * 30 / total_steps;
@@ -629,6 +697,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                         cpu_seconds: m.cpu_seconds,
                         cycles_per_packet: m.cycles_per_packet,
                         packets: m.flow.packets,
+                        latency: m.flow.latency,
                         profile: m.profile.map(|p| p.summary()),
                     });
                 }
@@ -687,6 +756,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                     median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
                     median_ratio_to_forwarder: (!fwd.is_empty()).then(|| median(&fwd)),
                     median_cycles_per_packet: median(&cpp),
+                    latency: latency_summary(&rs, &records, w),
                 });
             }
         }
@@ -717,7 +787,7 @@ impl BaselineReport {
             "| config | direction | workload | Gbit/s (median) | min–max | ratio to native | ratio to forwarder | cycles/packet |\n\
              |---|---|---|---:|---:|---:|---:|---:|\n",
         );
-        for m in &self.summary {
+        for m in self.summary.iter().filter(|m| m.latency.is_none()) {
             s += &format!(
                 "| {} | {} | {} | {:.2} | {:.2}–{:.2} | {} | {} | {:.0} |\n",
                 m.config.name(),
@@ -733,6 +803,7 @@ impl BaselineReport {
                 m.median_cycles_per_packet
             );
         }
+        s += &self.latency_table();
         s += &format!(
             "\n{} run(s), {} s per flow, TSC {:.0} MHz. Cycles per packet: CPU time of every domain (kernel included) \
              × TSC rate ÷ 1514-byte frames (TCP payload / 1448) or UDP datagrams.\n",
@@ -745,6 +816,37 @@ impl BaselineReport {
             s += &format!("\nNot measured: {k}.");
         }
         s + "\n"
+    }
+
+    /// The request-response rows: one-way latency and its multiple of native's.
+    fn latency_table(&self) -> String {
+        let rows: Vec<(&Summary, &LatencySummary)> = self
+            .summary
+            .iter()
+            .filter_map(|m| Some((m, m.latency.as_ref()?)))
+            .collect();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let mut s = String::from(
+            "\n| config | direction | workload | p50 µs | p99 µs | p50 × native | p99 × native | cycles/message |\n\
+             |---|---|---|---:|---:|---:|---:|---:|\n",
+        );
+        let x = |v: Option<f64>| v.map_or("-".into(), |r| format!("{r:.2}"));
+        for (m, l) in rows {
+            s += &format!(
+                "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {:.0} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                l.p50_us,
+                l.p99_us,
+                x(l.p50_x_native),
+                x(l.p99_x_native),
+                m.median_cycles_per_packet
+            );
+        }
+        s
     }
 
     /// Per-domain cycles per packet of every median run, as a second table.
@@ -828,7 +930,8 @@ impl BaselineReport {
 
     /// Throughput chart of the first workload.
     pub fn svg(&self) -> String {
-        let Some(first) = self.summary.first().map(|m| m.workload) else {
+        let stream = self.summary.iter().find(|m| !m.workload.is_latency());
+        let Some(first) = stream.map(|m| m.workload) else {
             return String::new();
         };
         let bars: Vec<Bar> = self

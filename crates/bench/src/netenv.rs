@@ -27,14 +27,24 @@ pub enum Workload {
     TcpCopy,
     /// UDP with 64-byte datagrams, unlimited rate: packet rate.
     UdpSmall,
+    /// TCP request-response (`sockperf ping-pong --tcp`, 64-byte messages,
+    /// one in flight): one-way latency, where the cost of each wake-up shows.
+    TcpRr,
 }
 
 impl std::str::FromStr for Workload {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Workload> {
-        let all = [Workload::TcpZerocopy, Workload::TcpCopy, Workload::UdpSmall];
+        let all = [
+            Workload::TcpZerocopy,
+            Workload::TcpCopy,
+            Workload::UdpSmall,
+            Workload::TcpRr,
+        ];
         all.into_iter().find(|w| w.name() == s).ok_or_else(|| {
-            anyhow::anyhow!("no workload {s:?}; there are tcp-zerocopy, tcp-copy and udp-64")
+            anyhow::anyhow!(
+                "no workload {s:?}; there are tcp-zerocopy, tcp-copy, udp-64 and tcp-rr"
+            )
         })
     }
 }
@@ -45,7 +55,13 @@ impl Workload {
             Workload::TcpZerocopy => "tcp-zerocopy",
             Workload::TcpCopy => "tcp-copy",
             Workload::UdpSmall => "udp-64",
+            Workload::TcpRr => "tcp-rr",
         }
+    }
+
+    /// Whether it measures latency (request-response) rather than a stream.
+    pub fn is_latency(self) -> bool {
+        self == Workload::TcpRr
     }
 }
 
@@ -78,6 +94,16 @@ pub struct FlowResult {
     /// Packets on the wire: UDP datagrams received, or TCP bytes / 1448.
     pub packets: f64,
     pub seconds: f64,
+    /// One-way latency percentiles of a request-response workload.
+    pub latency: Option<Latency>,
+}
+
+/// One-way latency of a request-response flow (half the round trip, as
+/// sockperf reports it), in microseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Latency {
+    pub p50_us: f64,
+    pub p99_us: f64,
 }
 
 fn spawn_in(ns: &str, args: &[&str], cg: Option<&Cgroup>, piped: bool) -> Result<Child> {
@@ -131,6 +157,9 @@ pub fn run(f: &Flow<'_>) -> Result<FlowResult> {
 
 /// Runs one flow with more client options (`-l 4096`, a send size).
 pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
+    if f.workload.is_latency() {
+        return run_rr(f);
+    }
     let port = f.port.to_string();
     let bind = f.server_bind.unwrap_or(f.server_ip);
     let mut srv = spawn_in(
@@ -145,6 +174,7 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
         Workload::TcpZerocopy => args.push("-Z"),
         Workload::TcpCopy => {}
         Workload::UdpSmall => args.extend(["-u", "-l", "64", "-b", "0"]),
+        Workload::TcpRr => {}
     }
     if f.reverse {
         args.push("-R");
@@ -191,6 +221,7 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
             bytes: packets * 64.0,
             packets,
             seconds: secs,
+            latency: None,
         }
     } else {
         let s = &end["sum_received"];
@@ -200,8 +231,117 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
             bytes,
             packets: bytes / PAYLOAD_PER_FRAME,
             seconds: s["seconds"].as_f64().unwrap_or(f.secs as f64),
+            latency: None,
         }
     })
+}
+
+/// Bytes of each sockperf ping-pong message.
+const RR_MESSAGE: usize = 64;
+
+/// One request-response flow: a sockperf server, and a ping-pong client
+/// for `secs` seconds (its first 0.4 s are warm-up, not counted).
+fn run_rr(f: &Flow<'_>) -> Result<FlowResult> {
+    let port = f.port.to_string();
+    let bind = f.server_bind.unwrap_or(f.server_ip);
+    let mut srv = spawn_in(
+        f.server_ns,
+        &["sockperf", "server", "--tcp", "-i", bind, "-p", &port],
+        f.server_cgroup,
+        false,
+    )
+    .context("starting sockperf (Debian package sockperf)")?;
+    let stop = |srv: &mut Child| {
+        let _ = srv.kill();
+        let _ = srv.wait();
+    };
+    if let Err(e) = wait_listening(f.server_ns, f.port, &mut srv) {
+        stop(&mut srv);
+        return Err(e.context("sockperf server"));
+    }
+    let t = f.secs.max(1).to_string();
+    let size = RR_MESSAGE.to_string();
+    let args = [
+        "sockperf",
+        "ping-pong",
+        "--tcp",
+        "-i",
+        f.server_ip,
+        "-p",
+        &port,
+        "-t",
+        &t,
+        "-m",
+        &size,
+    ];
+    let out = spawn_in(f.client_ns, &args, f.client_cgroup, true)
+        .and_then(|c| c.wait_with_output().context("running sockperf"));
+    stop(&mut srv);
+    let o = out?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let parsed = parse_sockperf(&text);
+    match parsed {
+        Some((latency, messages, secs)) if o.status.success() && messages > 0.0 => {
+            let bytes = messages * RR_MESSAGE as f64;
+            Ok(FlowResult {
+                gbps: bytes * 8.0 / secs.max(1e-9) / 1e9,
+                bytes,
+                // Each transaction is a request and a reply.
+                packets: 2.0 * messages,
+                seconds: secs,
+                latency: Some(latency),
+            })
+        }
+        _ => bail!(
+            "sockperf {} -> {} failed ({}): {}",
+            f.client_ns,
+            f.server_ip,
+            o.status,
+            text.lines().rev().take(3).collect::<Vec<_>>().join(" / ")
+        ),
+    }
+}
+
+/// Reads sockperf ping-pong's summary: the 50th and 99th percentiles and
+/// the messages and seconds of its valid (post-warm-up) duration.
+pub fn parse_sockperf(text: &str) -> Option<(Latency, f64, f64)> {
+    let pct = |want: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("percentile {want} =")))
+            .and_then(|l| l.rsplit('=').next())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let valid = text.lines().find(|l| l.contains("[Valid Duration]"))?;
+    let field = |name: &str| {
+        valid
+            .split([';', ' '])
+            .find_map(|kv| kv.trim().strip_prefix(name))
+            .map(|v| v.trim_end_matches(" sec").trim_end_matches("sec"))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let latency = Latency {
+        p50_us: pct("50.000")?,
+        p99_us: pct("99.000")?,
+    };
+    Some((latency, field("ReceivedMessages=")?, field("RunTime=")?))
+}
+
+#[cfg(test)]
+mod rr_tests {
+    use super::*;
+
+    #[test]
+    fn sockperf_summary_is_parsed() {
+        let out = "sockperf: [Valid Duration] RunTime=0.544 sec; SentMessages=35290; ReceivedMessages=35290\n\
+                   sockperf: ---> percentile 99.000 =   44.496\n\
+                   sockperf: ---> percentile 50.000 =    2.179\n";
+        let (l, n, secs) = parse_sockperf(out).unwrap();
+        assert_eq!(
+            (l.p50_us, l.p99_us, n, secs),
+            (2.179, 44.496, 35290.0, 0.544)
+        );
+        assert!(parse_sockperf("sockperf: error").is_none());
+    }
 }
 
 /// One TCP flow without cgroups (the demo). Returns Gbit/s received.
