@@ -326,23 +326,6 @@ pub fn parse_sockperf(text: &str) -> Option<(Latency, f64, f64)> {
     Some((latency, field("ReceivedMessages=")?, field("RunTime=")?))
 }
 
-#[cfg(test)]
-mod rr_tests {
-    use super::*;
-
-    #[test]
-    fn sockperf_summary_is_parsed() {
-        let out = "sockperf: [Valid Duration] RunTime=0.544 sec; SentMessages=35290; ReceivedMessages=35290\n\
-                   sockperf: ---> percentile 99.000 =   44.496\n\
-                   sockperf: ---> percentile 50.000 =    2.179\n";
-        let (l, n, secs) = parse_sockperf(out).unwrap();
-        assert_eq!(
-            (l.p50_us, l.p99_us, n, secs),
-            (2.179, 44.496, 35290.0, 0.544)
-        );
-        assert!(parse_sockperf("sockperf: error").is_none());
-    }
-}
 
 /// One TCP flow without cgroups (the demo). Returns Gbit/s received.
 pub fn tcp(
@@ -521,5 +504,23 @@ impl Drop for Forwarded {
         for ns in [&self.guest, &self.drv, &self.wire] {
             host::netns_del(ns);
         }
+    }
+}
+
+#[cfg(test)]
+mod rr_tests {
+    use super::*;
+
+    #[test]
+    fn sockperf_summary_is_parsed() {
+        let out = "sockperf: [Valid Duration] RunTime=0.544 sec; SentMessages=35290; ReceivedMessages=35290\n\
+                   sockperf: ---> percentile 99.000 =   44.496\n\
+                   sockperf: ---> percentile 50.000 =    2.179\n";
+        let (l, n, secs) = parse_sockperf(out).unwrap();
+        assert_eq!(
+            (l.p50_us, l.p99_us, n, secs),
+            (2.179, 44.496, 35290.0, 0.544)
+        );
+        assert!(parse_sockperf("sockperf: error").is_none());
     }
 }
