@@ -326,7 +326,6 @@ pub fn parse_sockperf(text: &str) -> Option<(Latency, f64, f64)> {
     Some((latency, field("ReceivedMessages=")?, field("RunTime=")?))
 }
 
-
 /// One TCP flow without cgroups (the demo). Returns Gbit/s received.
 pub fn tcp(
     server_ns: &str,

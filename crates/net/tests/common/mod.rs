@@ -135,8 +135,22 @@ pub fn world_connecting(
     tx_mode: TxMode,
     connect: impl Fn(&str) -> bool,
 ) -> World {
+    world_driven(names, grants, tx_mode, connect, |mut drv| {
+        let _ = net::driver::run(&mut drv);
+    })
+}
+
+/// Like [`world_connecting`], with the driver domain's client handed to
+/// `driver` in its own thread (which runs the driver loop its own way).
+pub fn world_driven(
+    names: &[&'static str],
+    grants: Grants,
+    tx_mode: TxMode,
+    connect: impl Fn(&str) -> bool,
+    driver: impl FnOnce(HvClient) + Send + 'static,
+) -> World {
     let hv = Hypervisor::new();
-    let (drv_id, mut drv) = domain(&hv, "drv", "driver", 2048 + 512);
+    let (drv_id, drv) = domain(&hv, "drv", "driver", 2048 + 512);
     let mut ids = Vec::new();
     let mut clients = Vec::new();
     for n in names {
@@ -159,9 +173,7 @@ pub fn world_connecting(
         };
         setup_vif(&mut ts, &v, g, drv_id).unwrap();
     }
-    let driver = std::thread::spawn(move || {
-        let _ = net::driver::run(&mut drv);
-    });
+    let driver = std::thread::spawn(move || driver(drv));
     // Frontends connect concurrently, as separate guests would.
     let handles: Vec<_> = clients
         .into_iter()
