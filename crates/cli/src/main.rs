@@ -222,7 +222,7 @@ enum Cmd {
         /// measured, as every ratio's reference. Default: all.
         #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
         configs: Vec<String>,
-        /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64).
+        /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64, tcp-rr).
         /// Default: all three, or tcp-zerocopy with --quick.
         #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]
         workloads: Vec<String>,

@@ -235,6 +235,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
             "domain": d.name,
             "macs": doc["bridge"]["macs"],
             "counters": doc["bridge"]["counters"],
+            "loop": loop_costs(&doc),
         }));
         for x in doc["extra_ports"].as_array().into_iter().flatten() {
             ports.push(json!({
@@ -277,6 +278,25 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
             .unwrap_or(0),
         "counters": s.counters,
     }))
+}
+
+/// The driver loop's counters (`loop` in its stats) with wake-ups and
+/// system calls per frame the bridge forwarded, measured since it started.
+fn loop_costs(doc: &Value) -> Value {
+    let l = &doc["loop"];
+    let c = &doc["bridge"]["counters"];
+    let frames = c["forwarded"].as_u64().unwrap_or(0) + c["flooded"].as_u64().unwrap_or(0);
+    let per = |k: &str| {
+        let n = l[k].as_u64()?;
+        (frames > 0).then(|| n as f64 / frames as f64)
+    };
+    json!({
+        "wakeups": l["wakeups"],
+        "syscalls": l["syscalls"],
+        "frames": frames,
+        "wakeups_per_frame": per("wakeups"),
+        "syscalls_per_frame": per("syscalls"),
+    })
 }
 
 /// An emulated NIC's entry: hv's facts (`nic.<guest>`: kind, driver
@@ -490,6 +510,19 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
             p["name"].as_str().unwrap_or("?"),
             p["driver"].as_str().unwrap_or("?"),
             p["peer"].as_str().unwrap_or("?")
+        );
+    }
+    for b in v["bridges"].as_array().unwrap_or(&empty) {
+        let l = &b["loop"];
+        let per = |k: &str| l[k].as_f64().map_or("-".into(), |x| format!("{x:.2}"));
+        println!(
+            "  {} loop: {} frames, {} wake-ups ({} per frame), {} system calls ({} per frame)",
+            b["domain"].as_str().unwrap_or("?"),
+            l["frames"],
+            l["wakeups"],
+            per("wakeups_per_frame"),
+            l["syscalls"],
+            per("syscalls_per_frame")
         );
     }
     println!("\nVIFS");
