@@ -7,7 +7,7 @@ use std::path::Path;
 
 #[test]
 fn every_corpus_input_passes_its_target() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../fuzz/corpus");
     let mut total = 0;
     for (name, target) in splitnet_fuzz::TARGETS {
         let dir = root.join(name);

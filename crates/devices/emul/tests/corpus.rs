@@ -5,7 +5,7 @@ use std::path::Path;
 
 #[test]
 fn every_nic_ports_corpus_input_passes() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/nic_ports");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../fuzz/corpus/nic_ports");
     let mut total = splitnet_emul::NicStats::default();
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
