@@ -45,7 +45,7 @@ pub mod fuzz;
 mod machine;
 mod mem;
 pub mod pcnet;
-pub mod pic;
+pub use vpic as pic;
 mod pio;
 
 pub use machine::{Machine, NIC_IO_BASE, NIC_IRQ};

@@ -6,37 +6,7 @@
 //! the VMApp or device model (Sugerman §2.1, Zhang & Dong §2.2), so counting
 //! accesses ([`CountingIo`]) is counting traps.
 
-/// Width of one port access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IoWidth {
-    /// `inb`/`outb`.
-    Byte,
-    /// `inw`/`outw`.
-    Word,
-    /// `inl`/`outl`.
-    Dword,
-}
-
-impl IoWidth {
-    /// Size in bytes.
-    pub fn bytes(self) -> usize {
-        match self {
-            IoWidth::Byte => 1,
-            IoWidth::Word => 2,
-            IoWidth::Dword => 4,
-        }
-    }
-
-    /// All ones at this width: what a read of nothing returns (the ISA/PCI
-    /// bus floats high).
-    pub fn all_ones(self) -> u32 {
-        match self {
-            IoWidth::Byte => 0xff,
-            IoWidth::Word => 0xffff,
-            IoWidth::Dword => 0xffff_ffff,
-        }
-    }
-}
+pub use abi::ioreq::IoWidth;
 
 /// A port-I/O space: the guest side of IN and OUT.
 pub trait PortIo {

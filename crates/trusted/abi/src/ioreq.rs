@@ -21,6 +21,38 @@
 
 use crate::SharedMemory;
 
+/// Width of one port access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IoWidth {
+    /// `inb`/`outb`.
+    Byte,
+    /// `inw`/`outw`.
+    Word,
+    /// `inl`/`outl`.
+    Dword,
+}
+
+impl IoWidth {
+    /// Size in bytes.
+    pub fn bytes(self) -> usize {
+        match self {
+            IoWidth::Byte => 1,
+            IoWidth::Word => 2,
+            IoWidth::Dword => 4,
+        }
+    }
+
+    /// All ones at this width: what a read of nothing returns (the ISA/PCI
+    /// bus floats high).
+    pub fn all_ones(self) -> u32 {
+        match self {
+            IoWidth::Byte => 0xff,
+            IoWidth::Word => 0xffff,
+            IoWidth::Dword => 0xffff_ffff,
+        }
+    }
+}
+
 /// `sizeof(ioreq_t)`.
 pub const SIZE: usize = 32;
 /// `offsetof(ioreq_t, addr)`.

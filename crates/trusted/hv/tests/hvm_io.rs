@@ -935,3 +935,11 @@ fn guest_and_device_model_take_their_descriptors_by_hypercall() {
     assert_eq!(cpu.inb(DUMMY_PORT), 0xff);
     assert_eq!(dm.finish().requests, 1);
 }
+
+/// hv counts exits to the NIC's ports without linking the NIC model: its
+/// default port range is the model's.
+#[test]
+fn hv_default_nic_ports_are_the_models() {
+    let c = HvmConfig::default();
+    assert_eq!((c.nic_base, c.nic_len), (NIC_IO_BASE, port::SIZE));
+}

@@ -22,9 +22,8 @@
 //! `done` and `irq`, hv → device model `kick`, device model → hv `done`.
 
 use crate::trace::EventStats;
-use abi::ioreq::{self, Ioreq};
+use abi::ioreq::{self, IoWidth, Ioreq};
 use abi::SharedMemory;
-use emul::IoWidth;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;

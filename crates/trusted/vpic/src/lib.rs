@@ -14,6 +14,8 @@
 //! before it is acknowledged; automatic EOI; cascade through IR2.
 //! Not modelled: 8080/8085 call sequences (the vector is always the 8086 one),
 //! buffered mode, special fully nested mode.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 /// The ICW1 bit that starts initialization (written to the command port).
 pub const ICW1: u8 = 0x10;
