@@ -2,15 +2,15 @@
 //! whose port accesses are I/O exits to hv (`hosted::guest`'s loop over an
 //! [`HvmVcpu`]), and the device model hv starts in the driver domain's
 //! namespace (qemu-dm's role): the PCnet over the guest's memory and a TAP
-//! the driver domain bridges, served by `hypercall::hvm::DeviceModel`.
+//! the driver domain bridges, served by `hvm::DeviceModel`.
 
 use anyhow::{anyhow, Context, Result};
 use emul::pcnet::regs::port;
 use emul::{GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ};
 use hosted::guest::VmWorld;
-use hv::hvm_client::{DeviceModel, DmConfig, ExitError, HvmVcpu, NicDevice};
 use hv::ioreq::RxMode;
 use hv::{DomId, HvClient};
+use hvm::{DeviceModel, DmConfig, ExitError, HvmVcpu, NicDevice};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;

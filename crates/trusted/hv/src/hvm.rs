@@ -19,10 +19,9 @@ use abi::ioreq::{
     STATE_IORESP_READY,
 };
 use abi::SharedMemory;
-use hypercall::hvm::{DmFds, VcpuFds};
 use hypercall::ioreq::{
-    dm, get_u64, put_u64, set_state, state, to_ioreq, validate, vcpu, ExitReason, ExitResult,
-    HvmCounters, HvmSnapshot, Placement, StageStats, SEQ24,
+    dm, get_u64, put_u64, set_state, state, to_ioreq, validate, vcpu, DmFds, ExitReason,
+    ExitResult, HvmCounters, HvmSnapshot, Placement, StageStats, VcpuFds, SEQ24,
 };
 use hypercall::trace::{bucket_of, EventStats, BUCKETS};
 use std::collections::BTreeMap;
@@ -235,7 +234,7 @@ impl HvmGuest {
         self.cfg
     }
 
-    /// Descriptors for the guest's process (its [`hypercall::hvm::HvmVcpu`]).
+    /// Descriptors for the guest's process (its `splitnet_hvm::HvmVcpu`).
     pub fn vcpu_fds(&self) -> HvResult<VcpuFds> {
         Ok(VcpuFds {
             page: os("vcpu page", self.vcpu_page.dup())?,
@@ -246,7 +245,7 @@ impl HvmGuest {
     }
 
     /// Descriptors for the device model's process (its
-    /// [`hypercall::hvm::DeviceModel`]).
+    /// `splitnet_hvm::DeviceModel`).
     pub fn dm_fds(&self) -> HvResult<DmFds> {
         Ok(DmFds {
             page: os("ioreq page", self.dm_page.dup())?,

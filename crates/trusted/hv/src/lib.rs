@@ -28,9 +28,7 @@ pub mod ngm;
 pub mod supervisor;
 pub mod topology;
 
-pub use hypercall::{
-    batch, client, error, hvm as hvm_client, ioreq, ngm_client, proto, status, trace,
-};
+pub use hypercall::{batch, client, error, ioreq, ngm_client, proto, status, trace};
 
 pub use crate::core::{DomainSpec, Hypervisor, Teardown};
 pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};

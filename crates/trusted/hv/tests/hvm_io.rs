@@ -10,9 +10,7 @@ use abi::SharedMemory;
 use emul::driver::{DriverConfig, GuestPic, Pcnet32};
 use emul::pcnet::regs::port;
 use emul::{CountingIo, GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ};
-use hypercall::hvm::{
-    DeviceHandler, DeviceModel, DmConfig, DmFds, DmStats, ExitError, HvmVcpu, NicDevice,
-};
+use hvm::{DeviceHandler, DeviceModel, DmConfig, DmFds, DmStats, ExitError, HvmVcpu, NicDevice};
 use hypercall::ioreq::{self, vcpu, ExitResult, HvmSnapshot, Placement, RxMode, STAGES};
 use splitnet_hv::hvm::{HvmConfig, HvmGuest};
 use splitnet_hv::{DomainSpec, Hypervisor};

@@ -65,7 +65,7 @@ impl Channel {
     /// `HvmDeviceModel`: HVM guest `guest`'s device-model side and its
     /// memory (mapped read-write, for the device's DMA), on a domain's
     /// connection or a device model's own (`device_model_connection`).
-    pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::hvm::DmFds, Mapping)> {
+    pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::ioreq::DmFds, Mapping)> {
         let (_, fds) = self.call(&Request::HvmDeviceModel { guest })?;
         let [page, kick, done, pool] = take_fds(fds)?;
         let file = std::fs::File::from(pool);
@@ -74,7 +74,7 @@ impl Channel {
             "mapping the guest's pool",
             Mapping::new(file.as_fd(), 0, len, true),
         )?;
-        Ok((crate::hvm::DmFds { page, kick, done }, mem))
+        Ok((crate::ioreq::DmFds { page, kick, done }, mem))
     }
 
     /// The socket, for a caller that waits for hv to hang up.
@@ -281,10 +281,10 @@ impl HvClient {
         self.chan.call(req)
     }
     /// This HVM guest's vcpu I/O path, for [`crate::hvm::HvmVcpu::new`].
-    pub fn hvm_vcpu(&mut self) -> HvResult<crate::hvm::VcpuFds> {
+    pub fn hvm_vcpu(&mut self) -> HvResult<crate::ioreq::VcpuFds> {
         let (_, fds) = self.chan.call(&Request::HvmVcpu)?;
         let [page, kick, done, irq] = take_fds(fds)?;
-        Ok(crate::hvm::VcpuFds {
+        Ok(crate::ioreq::VcpuFds {
             page,
             kick,
             done,
@@ -295,7 +295,7 @@ impl HvClient {
     /// HVM guest `guest`'s device-model side, for
     /// [`crate::hvm::DeviceModel::new`], and the guest's memory (its pool,
     /// mapped read-write, for the device's DMA).
-    pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::hvm::DmFds, Mapping)> {
+    pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::ioreq::DmFds, Mapping)> {
         self.chan.hvm_device_model(guest)
     }
 

@@ -26,10 +26,35 @@ use abi::ioreq::{self, IoWidth, Ioreq};
 use abi::SharedMemory;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use thiserror::Error;
 
 /// Length of each page.
 pub const PAGE_LEN: usize = sys::PAGE_SIZE;
+
+/// What a guest's process needs for one vcpu (hv hands these out).
+#[derive(Debug)]
+pub struct VcpuFds {
+    /// The vcpu page (read-write).
+    pub page: OwnedFd,
+    /// Ringer: the guest's exits.
+    pub kick: OwnedFd,
+    /// Waiter: hv's completions.
+    pub done: OwnedFd,
+    /// Waiter: hv's interrupt injections.
+    pub irq: OwnedFd,
+}
+
+/// What a device-model process needs (hv hands these out).
+#[derive(Debug)]
+pub struct DmFds {
+    /// The ioreq page (read-write).
+    pub page: OwnedFd,
+    /// Waiter: hv's requests.
+    pub kick: OwnedFd,
+    /// Ringer: answers and interrupt changes.
+    pub done: OwnedFd,
+}
 
 /// The vcpu page (guest ↔ hv).
 pub mod vcpu {

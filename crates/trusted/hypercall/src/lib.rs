@@ -11,16 +11,15 @@
 //! - [`ngm_client`]: the new grant mechanism (Ram thesis ch. 4) as domains
 //!   use it: the guest's grant-track table and the driver domain's view;
 //! - [`status`]: what hv reports about itself;
-//! - [`ioreq`] and [`hvm`]: the HVM I/O path (Zhang & Dong): the pages an
-//!   HVM guest and its device model share with hv, the guest's trapping
-//!   port I/O and the device model's request loop.
+//! - [`ioreq`]: the HVM I/O path (Zhang & Dong): the pages an HVM guest and
+//!   its device model share with hv and the descriptors hv hands each; the
+//!   guest's trapping vcpu and the device model's loop are `splitnet-hvm`'s.
 #![deny(unsafe_code)]
 
 pub mod batch;
 pub mod client;
 pub mod error;
 pub mod evtchn;
-pub mod hvm;
 pub mod ioreq;
 pub mod ngm;
 pub mod ngm_client;

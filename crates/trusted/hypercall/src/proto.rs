@@ -156,12 +156,12 @@ pub enum Request {
     CaptureAttach {
         id: u32,
     },
-    /// From an HVM guest: its vcpu's I/O path (`crate::hvm::VcpuFds`).
+    /// From an HVM guest: its vcpu's I/O path (`crate::ioreq::VcpuFds`).
     /// Replies `Done` with the vcpu page, then the kick, done and irq
     /// doorbells.
     HvmVcpu,
     /// From the domain the toolstack named as HVM guest `guest`'s device
-    /// model: its side of the I/O path (`crate::hvm::DmFds`) and the guest's
+    /// model: its side of the I/O path (`crate::ioreq::DmFds`) and the guest's
     /// memory pool for the device's DMA. Replies `Done` with the ioreq page,
     /// the kick and done doorbells, then the pool (read-write).
     HvmDeviceModel {

@@ -1,4 +1,4 @@
-//! The two untrusted ends of the HVM I/O path ([`crate::ioreq`]):
+//! The two untrusted ends of the HVM I/O path ([`hypercall::ioreq`]):
 //!
 //! - [`HvmVcpu`], in the guest's process: a [`PortIo`] whose every access is
 //!   an I/O exit to hv (write the exit, ring hv, block until hv resumes us:
@@ -12,44 +12,23 @@
 //!
 //! Nothing is allocated per request.
 
-use crate::ioreq::{self, dm, put_u64, vcpu, ExitResult, Placement, RxMode, SEQ24};
+#![forbid(unsafe_code)]
+
 use abi::ioreq::{
     Ioreq, STATE_IOREQ_INPROCESS, STATE_IOREQ_NONE, STATE_IOREQ_READY, STATE_IORESP_READY,
 };
 use abi::SharedMemory;
 use emul::{DualPic, IoWidth, PortIo};
+use hypercall::ioreq::{self, dm, put_u64, vcpu, ExitResult, Placement, RxMode, SEQ24};
+pub use hypercall::ioreq::{DmFds, VcpuFds};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 use sys::{poll_readable_few, rdtsc, Doorbell, Mapping};
 use thiserror::Error;
 
 /// How long a guest waits for hv to resume it before giving up on an exit.
 pub const GUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What a guest's process needs for one vcpu (hv hands these out).
-#[derive(Debug)]
-pub struct VcpuFds {
-    /// The vcpu page (read-write).
-    pub page: OwnedFd,
-    /// Ringer: the guest's exits.
-    pub kick: OwnedFd,
-    /// Waiter: hv's completions.
-    pub done: OwnedFd,
-    /// Waiter: hv's interrupt injections.
-    pub irq: OwnedFd,
-}
-
-/// What a device-model process needs (hv hands these out).
-#[derive(Debug)]
-pub struct DmFds {
-    /// The ioreq page (read-write).
-    pub page: OwnedFd,
-    /// Waiter: hv's requests.
-    pub kick: OwnedFd,
-    /// Ringer: answers and interrupt changes.
-    pub done: OwnedFd,
-}
 
 /// Why an exit failed, as the guest sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
