@@ -280,7 +280,7 @@ impl HvClient {
     pub fn call(&mut self, req: &Request) -> HvResult<(Reply, Vec<OwnedFd>)> {
         self.chan.call(req)
     }
-    /// This HVM guest's vcpu I/O path, for [`crate::hvm::HvmVcpu::new`].
+    /// This HVM guest's vcpu I/O path, for `splitnet_hvm::HvmVcpu::new`.
     pub fn hvm_vcpu(&mut self) -> HvResult<crate::ioreq::VcpuFds> {
         let (_, fds) = self.chan.call(&Request::HvmVcpu)?;
         let [page, kick, done, irq] = take_fds(fds)?;
@@ -293,7 +293,7 @@ impl HvClient {
     }
 
     /// HVM guest `guest`'s device-model side, for
-    /// [`crate::hvm::DeviceModel::new`], and the guest's memory (its pool,
+    /// `splitnet_hvm::DeviceModel::new`, and the guest's memory (its pool,
     /// mapped read-write, for the device's DMA).
     pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::ioreq::DmFds, Mapping)> {
         self.chan.hvm_device_model(guest)
