@@ -11,14 +11,7 @@
 use hypercall::HvClient;
 use std::time::{Duration, Instant};
 
-/// Store key (under `/local/domain/<id>/splitnet/`) holding a domain's spin
-/// budget in microseconds; absent or 0 means no spin.
-pub const SPIN_KEY: &str = "spin-us";
-
-/// Where domain `domid`'s spin budget is in the store.
-pub fn spin_path(domid: hypercall::DomId) -> String {
-    format!("/local/domain/{domid}/splitnet/{SPIN_KEY}")
-}
+pub use abi::xenbus::{spin_path, SPIN_KEY};
 
 /// The longest spin a store value may ask for: the value comes from the
 /// toolstack, but a domain still refuses to burn a CPU for seconds.

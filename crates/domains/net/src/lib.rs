@@ -20,11 +20,4 @@ pub const FEATURE_NGM: &str = "feature-splitnet-ngm";
 /// (Ram thesis 4.5.1: the guest passes it to the driver domain).
 pub const NGM_TABLE: &str = "splitnet-ngm-table";
 
-/// Xen's name for a vif, `vif<guest>.<handle>`, from its backend directory
-/// `.../backend/vif/<guest>/<handle>`.
-pub fn vif_name(be: &str) -> String {
-    let mut parts = be.rsplit('/');
-    let handle = parts.next().unwrap_or("?");
-    let guest = parts.next().unwrap_or("?");
-    format!("vif{guest}.{handle}")
-}
+pub use abi::xenbus::vif_name;

@@ -14,8 +14,6 @@ use abi::netif::{RxFlags, RxRequest, RxResponse, TxRequest, TxResponse};
 use abi::ring::{layout, BackRing};
 use abi::xenbus::XenbusState;
 use abi::SharedMemory;
-use hv::daemon::{setup_vif, Store};
-use hv::topology::{Grants, RxMode, TxMode, VifConfig};
 use hv::MappedGrant;
 use hv::{DomId, HvClient, Hypervisor};
 use net::netback;
@@ -24,6 +22,8 @@ use net::packet::{Gso, GsoKind, Packet};
 use splitnet_net as net;
 use std::sync::Arc;
 use std::time::Duration;
+use toolstack::daemon::{setup_vif, Store};
+use toolstack::topology::{Grants, RxMode, TxMode, VifConfig};
 
 /// The guest's frontend, and the rings as the hostile driver domain sees them.
 struct Evil {

@@ -13,8 +13,8 @@ use common::{
 
 use abi::netif::{Extra, ExtraFlags, ExtraInfo, GsoType, TxFlags, TxRequest};
 use abi::SharedMemory;
-use hv::topology::{Grants, TxMode};
 use splitnet_net as net;
+use toolstack::topology::{Grants, TxMode};
 
 #[test]
 fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {

@@ -12,13 +12,13 @@ use common::{backend_state, good_traffic_flows, push, stats, wait_for, world, Gu
 
 use abi::netif::{TxFlags, TxRequest};
 use abi::SharedMemory;
-use hv::topology::{Grants, TxMode};
 use hv::{DomId, ErrorKind};
 use net::packet::Packet;
 use splitnet_net as net;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolstack::topology::{Grants, TxMode};
 
 const PAGE: usize = 4096;
 /// Ethertype of the frames this test sends besides the good traffic.

@@ -11,12 +11,12 @@ use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Native, Wor
 use crate::stats::{median, tsc_per_us};
 use crate::usernet::{self, Tool, UserNet};
 use anyhow::{Context, Result};
-use hv::host::{self, Cgroup, CgroupLayout};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
+use toolstack::host::{self, Cgroup, CgroupLayout};
 
 /// Options for the suite.
 #[derive(Debug, Clone)]

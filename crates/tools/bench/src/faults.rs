@@ -17,13 +17,13 @@
 use crate::chart::{self, Bar};
 use crate::stats::median;
 use anyhow::{anyhow, bail, Context, Result};
-use hv::daemon::socket_path;
 use hv::status::SystemStatus;
 use hv::Toolstack;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use toolstack::daemon::socket_path;
 
 /// What to run.
 pub struct FaultsOptions {
@@ -279,7 +279,7 @@ fn kills(opts: &FaultsOptions) -> Result<Vec<Kill>> {
     let mut up = Up::new(opts)?;
     let srv = up.spawn("wire", &["iperf3", "-s", "-B", "10.77.0.254"])?;
     wait_for("iperf3 to listen", Duration::from_secs(10), || {
-        crate::netenv::listening(&hv::host::netns_name("wire"), 5201).unwrap_or(false)
+        crate::netenv::listening(&toolstack::host::netns_name("wire"), 5201).unwrap_or(false)
     })?;
     let mut ts = up.toolstack()?;
     let mut out = Vec::new();
@@ -369,7 +369,7 @@ pub(crate) fn serve_http(up: &mut Up<'_>, dir: &Path) -> Result<u32> {
         ],
     )?;
     wait_for("the HTTP server to listen", Duration::from_secs(10), || {
-        crate::netenv::listening(&hv::host::netns_name("wire"), 8080).unwrap_or(false)
+        crate::netenv::listening(&toolstack::host::netns_name("wire"), 8080).unwrap_or(false)
     })?;
     Ok(srv)
 }

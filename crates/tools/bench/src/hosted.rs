@@ -23,12 +23,12 @@ use crate::chart::{self, Bar};
 use crate::netenv::{self, Flow, Native, Workload};
 use crate::stats::{median, tsc_per_us};
 use anyhow::{Context, Result};
-use hv::host::{self, Cgroup, CgroupLayout};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use toolstack::host::{self, Cgroup, CgroupLayout};
 
 /// Send sizes of Figure 6 (the paper's: 512 B to 64 KiB by powers of two).
 const SIZES: [u32; 8] = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536];

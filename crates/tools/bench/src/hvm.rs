@@ -307,7 +307,10 @@ fn topology(keys: &str) -> String {
 
 /// iperf3 TCP between guest1 and the wire host, Mbit/s.
 fn iperf(opts: &HvmOptions, reverse: bool) -> Result<f64> {
-    let (sns, cns) = (hv::host::netns_name("wire"), hv::host::netns_name("guest1"));
+    let (sns, cns) = (
+        toolstack::host::netns_name("wire"),
+        toolstack::host::netns_name("guest1"),
+    );
     let r = netenv::run(&Flow {
         server_ns: &sns,
         server_ip: "10.77.0.254",

@@ -5,11 +5,11 @@
 //! topology).
 
 use anyhow::{bail, Context, Result};
-use hv::host::{self, Cgroup};
 use serde::Serialize;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use toolstack::host::{self, Cgroup};
 
 /// TCP payload carried by one 1514-byte Ethernet frame (the thesis's unit).
 pub const PAYLOAD_PER_FRAME: f64 = 1448.0;

@@ -7,12 +7,12 @@
 //! traffic crosses the tool twice, as it does on a real host.
 
 use anyhow::{bail, Context, Result};
-use hv::host::{self, Cgroup};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use toolstack::host::{self, Cgroup};
 
 /// Where the host side's servers listen: the tools deliver connections to
 /// the gateway address there.

@@ -3,11 +3,11 @@
 //! drivers: netfront in a guest, bridge + netback + port in a driver domain.
 
 use anyhow::{anyhow, Context, Result};
-use hv::daemon::ENV_HV_FD;
 use hv::HvClient;
 use net::idle::Idle;
 use net::netfront::{Netfront, TapNetfront};
 use std::time::Duration;
+use toolstack::daemon::ENV_HV_FD;
 
 /// Closes everything but the inherited hv socket.
 pub fn close_stray_fds() {
@@ -16,7 +16,7 @@ pub fn close_stray_fds() {
         .and_then(|v| v.parse().ok())
         .into_iter()
         .collect();
-    keep.extend(crate::hosted::env_fds(hv::daemon::ENV_HOSTED_FDS));
+    keep.extend(crate::hosted::env_fds(toolstack::daemon::ENV_HOSTED_FDS));
     sys::close_inherited_fds(&keep);
 }
 
@@ -29,9 +29,9 @@ pub fn main() -> Result<()> {
     let mut hv =
         HvClient::connect(sys::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("hello: {e}"))?;
     let id = hv.domid();
-    // Confined before reading a byte from a peer (hv::jail).
-    hv::jail::Role::of_kind(&hv.welcome().kind)
-        .and_then(hv::jail::enter)
+    // Confined before reading a byte from a peer (jail).
+    jail::Role::of_kind(&hv.welcome().kind)
+        .and_then(jail::enter)
         .map_err(|e| anyhow!("domain {id}: {e}"))?;
     let home = format!("/local/domain/{id}");
     hv.store_write(&format!("{home}/pid"), &std::process::id().to_string())

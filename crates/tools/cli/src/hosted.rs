@@ -36,11 +36,11 @@ pub fn take_fds(var: &str, n: usize) -> Result<Vec<OwnedFd>> {
 
 /// Closes everything the VMApp did not inherit on purpose.
 pub fn close_stray_fds() {
-    sys::close_inherited_fds(&env_fds(hv::daemon::ENV_VMAPP_FDS));
+    sys::close_inherited_fds(&env_fds(toolstack::daemon::ENV_VMAPP_FDS));
 }
 
 pub fn run_ip(args: &[&str]) -> Result<()> {
-    hv::host::run("ip", args)?;
+    toolstack::host::run("ip", args)?;
     Ok(())
 }
 
@@ -114,7 +114,7 @@ pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
         on(key("hosted-ports-in-vmm")),
         on(key("hosted-send-combining")),
     );
-    let mut fds = take_fds(hv::daemon::ENV_HOSTED_FDS, 2)?.into_iter();
+    let mut fds = take_fds(toolstack::daemon::ENV_HOSTED_FDS, 2)?.into_iter();
     let (memfd, sock) = (fds.next().expect("two"), fds.next().expect("two"));
     let chan = channel(memfd, sock)?;
     let (tap, mac) = guest_eth0(hv, home)?;
@@ -144,7 +144,7 @@ pub fn vmapp(
     ports_in_vmm: bool,
     irq_bitvector: bool,
 ) -> Result<()> {
-    let mut fds = take_fds(hv::daemon::ENV_VMAPP_FDS, 3)?.into_iter();
+    let mut fds = take_fds(toolstack::daemon::ENV_VMAPP_FDS, 3)?.into_iter();
     let (pool, memfd, sock) = (
         fds.next().expect("three"),
         fds.next().expect("three"),
@@ -167,7 +167,7 @@ pub fn vmapp(
     };
     let mut app = VmApp::new(chan, mem, vmnet, cfg)?;
     // Confined before reading a byte from the guest.
-    hv::jail::enter(hv::jail::Role::VmApp).map_err(|e| anyhow!("VMApp of {guest}: {e}"))?;
+    jail::enter(jail::Role::VmApp).map_err(|e| anyhow!("VMApp of {guest}: {e}"))?;
     app.start_vmnet()?;
     eprintln!(
         "vmapp {guest}: serving on {tap} (NIC model {}, {} on every switch)",

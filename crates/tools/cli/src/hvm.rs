@@ -26,7 +26,7 @@ const DM_START_TRIES: u32 = 30;
 
 /// Closes everything the device model did not inherit on purpose.
 pub fn close_stray_fds() {
-    sys::close_inherited_fds(&crate::hosted::env_fds(hv::daemon::ENV_HVM_DM_FD));
+    sys::close_inherited_fds(&crate::hosted::env_fds(toolstack::daemon::ENV_HVM_DM_FD));
 }
 
 /// The guest CPU's world on an HVM vcpu: every port access is an I/O exit
@@ -184,7 +184,7 @@ pub fn device_model(
     mac: &str,
     poll_us: u32,
 ) -> Result<()> {
-    let fd = crate::hosted::take_fds(hv::daemon::ENV_HVM_DM_FD, 1)?
+    let fd = crate::hosted::take_fds(toolstack::daemon::ENV_HVM_DM_FD, 1)?
         .pop()
         .expect("one");
     let mut chan = hv::client::Channel::new(SeqPacket::from_fd(fd));
@@ -215,7 +215,7 @@ pub fn device_model(
     };
     let mut dm = DeviceModel::new(fds, DmConfig { rx }).context("mapping the ioreq page")?;
     // Confined before reading a byte from the guest.
-    hv::jail::enter(hv::jail::Role::VmApp).map_err(|e| anyhow!("device model of {guest}: {e}"))?;
+    jail::enter(jail::Role::VmApp).map_err(|e| anyhow!("device model of {guest}: {e}"))?;
     eprintln!(
         "device model {guest}: serving on {tap} (PIC in {:?}, receive {rx:?})",
         dm.placement()

@@ -1,15 +1,15 @@
 //! up, down, exec, demo, and the daemon entry point.
 
 use anyhow::{anyhow, bail, Context, Result};
-use hv::daemon::{self, socket_path, DaemonConfig};
-use hv::host;
-use hv::topology::{Preset, Topology};
 use hv::Toolstack;
 use std::fs;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use toolstack::daemon::{self, socket_path, DaemonConfig};
+use toolstack::host;
+use toolstack::topology::{Preset, Topology};
 
 fn require_root() -> Result<()> {
     let uid = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
@@ -37,7 +37,7 @@ pub struct Tuning {
     /// Every domain's spin before sleeping, in microseconds.
     pub spin_us: Option<u32>,
     /// The wire link's rate.
-    pub link_rate: Option<hv::topology::LinkRate>,
+    pub link_rate: Option<toolstack::topology::LinkRate>,
 }
 
 impl Tuning {
@@ -96,7 +96,7 @@ pub fn up(
         }
         None => (
             Topology::default_topology(),
-            hv::topology::DEFAULT_TOML.to_string(),
+            toolstack::topology::DEFAULT_TOML.to_string(),
         ),
     };
     tuning.apply(&mut topo)?;
@@ -137,7 +137,7 @@ pub fn up(
             );
         }
         // Up means: every domain said hello and every vif is Connected at both ends.
-        if let Ok(v) = crate::status::collect(rd) {
+        if let Ok(v) = toolstack::status::collect(rd) {
             let doms = v["domains"].as_array().cloned().unwrap_or_default();
             let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
             let domains_ready = want.iter().all(|n| {
@@ -302,7 +302,7 @@ pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAdd
     let mut topology = Topology::load(config)?;
     tuning.apply(&mut topology)?;
     if let Some(a) = listen {
-        let bound = crate::listen::spawn(rd, a)?;
+        let bound = toolstack::listen::spawn(rd, a)?;
         eprintln!("hv: serving metrics at http://{bound}/metrics");
     }
     let exe = std::env::current_exe()?;

@@ -5,20 +5,17 @@ mod capture;
 mod docs;
 mod domain;
 mod hosted;
-mod hotplug;
 mod hvm;
 mod lifecycle;
-mod listen;
-mod metrics;
 mod profile;
-mod status;
 mod top;
 mod trace;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use hv::topology::Preset;
 use std::path::PathBuf;
+use toolstack::topology::Preset;
+use toolstack::{hotplug, listen, metrics, status};
 
 #[derive(Parser)]
 #[command(
@@ -33,7 +30,7 @@ use std::path::PathBuf;
 )]
 struct Cli {
     /// Directory for hv's socket, pid file and logs.
-    #[arg(long, global = true, default_value = hv::daemon::DEFAULT_RUN_DIR, env = "SPLITNET_RUN_DIR")]
+    #[arg(long, global = true, default_value = toolstack::daemon::DEFAULT_RUN_DIR, env = "SPLITNET_RUN_DIR")]
     run_dir: PathBuf,
     #[command(subcommand)]
     cmd: Cmd,
@@ -64,7 +61,7 @@ enum Cmd {
         /// this rate, both ways (tc tbf), e.g. 100mbit for the seed papers'
         /// 100 Mb/s Ethernet. Overrides the topology's `[wire] rate`.
         #[arg(long, value_name = "RATE")]
-        link_rate: Option<hv::topology::LinkRate>,
+        link_rate: Option<toolstack::topology::LinkRate>,
         /// hv serves every counter in the Prometheus text format at
         /// http://ADDR/metrics (what `status --prometheus` prints). ADDR is
         /// PORT (on 127.0.0.1) or HOST:PORT; use 0.0.0.0:PORT only on a
@@ -335,7 +332,7 @@ enum Cmd {
         #[arg(long)]
         spin_us: Option<u32>,
         #[arg(long)]
-        link_rate: Option<hv::topology::LinkRate>,
+        link_rate: Option<toolstack::topology::LinkRate>,
         #[arg(long, value_parser = listen::parse_addr)]
         listen: Option<std::net::SocketAddr>,
     },

@@ -3,11 +3,11 @@
 //! initiator; the domains it names take part as active or passive.
 
 use anyhow::{anyhow, bail, Result};
-use hv::daemon::socket_path;
 use hv::Toolstack;
 use prof::{ProfileOptions, Roles};
 use std::path::Path;
 use std::time::Duration;
+use toolstack::daemon::socket_path;
 
 /// What `splitnet profile` was asked for.
 pub struct ProfileArgs<'a> {

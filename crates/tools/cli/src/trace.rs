@@ -265,7 +265,7 @@ fn to_text(r: &Report) -> String {
 
 /// Connects to hv as the toolstack, or says how to start a system.
 fn connect(rd: &Path) -> Result<Toolstack> {
-    let path = hv::daemon::socket_path(rd);
+    let path = toolstack::daemon::socket_path(rd);
     match sys::SeqPacket::connect(&path) {
         Ok(s) => Ok(Toolstack::from_socket(s)),
         Err(e) => bail!(

@@ -205,7 +205,7 @@ fn killing_a_guest_mid_transfer_spares_the_driver_and_the_other_guest() {
 fn a_driver_domain_that_may_not_restart_takes_guest_links_down_cleanly() {
     let env = Env::new("dp-killdrv");
     // By default hv restarts a driver domain that crashed; this one may not.
-    let topo = hv::topology::DEFAULT_TOML.replace(
+    let topo = toolstack::topology::DEFAULT_TOML.replace(
         "kind = \"driver\"",
         "kind = \"driver\"\nrestart = \"never\"",
     );

@@ -1,4 +1,4 @@
-//! The real domains of `splitnet up` run confined (hv::jail): their own
+//! The real domains of `splitnet up` run confined (jail): their own
 //! uid, only their role's capabilities, no_new_privs, the seccomp filter;
 //! and traffic still flows. The escape attempts themselves are in
 //! crates/hv/tests/escape.rs.

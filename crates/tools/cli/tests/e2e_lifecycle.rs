@@ -127,7 +127,7 @@ fn down_after_hv_crashed_cleans_up() {
     let _app = env.spawn(&["exec", "guest2", "--", "sleep", "1000"]);
     kill9(hv_pid);
     wait_until("hv to die", Duration::from_secs(5), || {
-        !hv::host::pid_alive(hv_pid as i32)
+        !toolstack::host::pid_alive(hv_pid as i32)
     });
     // The run directory is stale and nobody answers on hv's socket.
     let out = env.ok(&["down"]);
@@ -266,7 +266,7 @@ fn the_wire_link_is_shaped_to_the_rate_asked_for_both_ways() {
         let o = std::process::Command::new("tc")
             .args([
                 "-n",
-                &hv::host::netns_name(domain),
+                &toolstack::host::netns_name(domain),
                 "qdisc",
                 "show",
                 "dev",

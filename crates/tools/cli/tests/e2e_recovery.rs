@@ -13,7 +13,7 @@ use std::time::Duration;
 /// same device (a TAP that was not recreated).
 fn ifindex(domain: &str, ifname: &str) -> String {
     let o = std::process::Command::new("ip")
-        .args(["netns", "exec", &hv::host::netns_name(domain)])
+        .args(["netns", "exec", &toolstack::host::netns_name(domain)])
         .args(["cat", &format!("/sys/class/net/{ifname}/ifindex")])
         .output()
         .unwrap();

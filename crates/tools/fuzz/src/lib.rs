@@ -280,7 +280,7 @@ pub fn offload(data: &[u8]) {
 /// A topology file from a user: an error naming the file, or a topology.
 pub fn topology(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        if let Err(e) = hv::topology::Topology::parse(text, "fuzz.toml") {
+        if let Err(e) = toolstack::topology::Topology::parse(text, "fuzz.toml") {
             assert!(e.to_string().starts_with("fuzz.toml"), "{e}");
         }
     }

@@ -15,8 +15,6 @@ use abi::netif::{
 };
 use abi::ring::{layout, BackRing, FrontRing, RingEntry};
 use abi::{SharedMemory, Window};
-use hv::daemon::{setup_vif, Store};
-use hv::topology::{Grants, RxMode, TxMode, VifConfig};
 use hv::{DomId, DomainSpec, HvClient, Hypervisor, MappedGrant};
 use net::counters::VifCounters;
 use net::netback::{self, Netback};
@@ -25,6 +23,8 @@ use net::packet::{Csum, FrameRef, Gso, GsoKind, Packet};
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
+use toolstack::daemon::{setup_vif, Store};
+use toolstack::topology::{Grants, RxMode, TxMode, VifConfig};
 
 const PAGE: usize = 4096;
 const RING: u32 = 256;

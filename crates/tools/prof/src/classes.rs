@@ -281,7 +281,7 @@ mod tests {
                 Hypervisor,
             ),
             (
-                "splitnet_hv::daemon::serve",
+                "splitnet_toolstack::daemon::serve",
                 "splitnet",
                 DomainKind::Hv,
                 Hypervisor,

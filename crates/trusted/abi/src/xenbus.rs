@@ -193,6 +193,24 @@ pub fn backend_path(backend_domid: DomId, frontend_domid: DomId, devid: u32) -> 
     format!("/local/domain/{backend_domid}/backend/vif/{frontend_domid}/{devid}")
 }
 
+/// Xen's name for a vif, `vif<guest>.<handle>`, from its backend directory
+/// `.../backend/vif/<guest>/<handle>`.
+pub fn vif_name(be: &str) -> String {
+    let mut parts = be.rsplit('/');
+    let handle = parts.next().unwrap_or("?");
+    let guest = parts.next().unwrap_or("?");
+    format!("vif{guest}.{handle}")
+}
+
+/// Store key (under `/local/domain/<id>/splitnet/`) holding a domain's spin
+/// budget in microseconds; absent or 0 means no spin.
+pub const SPIN_KEY: &str = "spin-us";
+
+/// Where domain `domid`'s spin budget is in the store.
+pub fn spin_path(domid: DomId) -> String {
+    format!("/local/domain/{domid}/splitnet/{SPIN_KEY}")
+}
+
 /// A domain's home directory: `/local/domain/{domid}`.
 pub fn domain_path(domid: DomId) -> String {
     format!("/local/domain/{domid}")

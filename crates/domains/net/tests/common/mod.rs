@@ -3,9 +3,7 @@
 #![allow(dead_code)]
 
 use abi::netif::TxRequest;
-use hv::daemon::{setup_vif, Store};
 use hv::proto::{Reply, Request, DOMID_TOOLSTACK};
-use hv::topology::{Grants, RxMode, TxMode, VifConfig};
 use hv::{DomId, DomainSpec, HvClient, Hypervisor};
 use net::netfront::Netfront;
 use net::packet::Packet;
@@ -14,6 +12,8 @@ use splitnet_net as net;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use toolstack::daemon::{setup_vif, Store};
+use toolstack::topology::{Grants, RxMode, TxMode, VifConfig};
 
 pub struct Guest {
     pub hv: HvClient,

@@ -217,7 +217,7 @@ pub fn wait_until(what: &str, limit: std::time::Duration, mut fact: impl FnMut()
 /// Runs `cmd` inside the namespace of `domain` and returns its stdout.
 fn in_netns(domain: &str, cmd: &[&str]) -> String {
     let o = Command::new("ip")
-        .args(["netns", "exec", &hv::host::netns_name(domain)])
+        .args(["netns", "exec", &toolstack::host::netns_name(domain)])
         .args(cmd)
         .output()
         .expect("ip netns exec");
@@ -226,7 +226,7 @@ fn in_netns(domain: &str, cmd: &[&str]) -> String {
 
 /// Whether a TCP socket listens on `port` in `domain`'s namespace.
 pub fn listening(domain: &str, port: u16) -> bool {
-    bench::netenv::listening(&hv::host::netns_name(domain), port).unwrap_or(false)
+    bench::netenv::listening(&toolstack::host::netns_name(domain), port).unwrap_or(false)
 }
 
 /// Bytes received so far by `domain`'s interface `ifname`.
@@ -338,7 +338,10 @@ pub fn iperf(
     reverse: bool,
     secs: u32,
 ) -> f64 {
-    let (sns, cns) = (hv::host::netns_name(server), hv::host::netns_name(client));
+    let (sns, cns) = (
+        toolstack::host::netns_name(server),
+        toolstack::host::netns_name(client),
+    );
     let r = bench::netenv::run(&bench::netenv::Flow {
         server_ns: &sns,
         server_ip,

@@ -1,8 +1,8 @@
 //! `splitnet restart`, `network-attach` and `network-detach`: the toolstack
 //! asks hv's supervisor, which does the work and the waiting.
 
+use crate::daemon::socket_path;
 use anyhow::{anyhow, Context, Result};
-use hv::daemon::socket_path;
 use hv::Toolstack;
 use std::path::Path;
 

@@ -1,8 +1,8 @@
 //! `splitnet status`: hv's view plus live interface data from each namespace.
 
+use crate::daemon::socket_path;
+use crate::host;
 use anyhow::{anyhow, Result};
-use hv::daemon::socket_path;
-use hv::host;
 use hv::ioreq::{HvmSnapshot, STAGES};
 use hv::Toolstack;
 use serde_json::{json, Value};
@@ -107,7 +107,7 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
         out.push(json!({
             "guest": guest,
             "handle": handle.parse::<u32>().unwrap_or(0),
-            "vif": net::vif_name(be),
+            "vif": abi::xenbus::vif_name(be),
             "backend_domain": be.split('/').nth(3),
             "backend_name": be
                 .split('/')
@@ -169,7 +169,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
         .map(|d| {
             let ifs = d.netns.as_deref().map(ifs_of).unwrap_or_default();
             let spin_us: u64 = ts
-                .store_read(&net::idle::spin_path(d.id))
+                .store_read(&abi::xenbus::spin_path(d.id))
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0);
@@ -215,9 +215,9 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
         if let Some(drv) = s.info.get("wire.driver") {
             ports.push(json!({
                 "domain": drv,
-                "name": hv::daemon::PHYS_PORT,
+                "name": crate::daemon::PHYS_PORT,
                 "driver": "veth",
-                "peer": format!("{w}:{}", hv::daemon::WIRE_IF),
+                "peer": format!("{w}:{}", crate::daemon::WIRE_IF),
             }));
         }
     }

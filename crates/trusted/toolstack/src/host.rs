@@ -56,6 +56,26 @@ pub fn netns_add(ns: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// The jail's first half (the domain's is `jail::enter`): creates network namespace `ns` for domain `domid`, owned by a
+/// new user namespace whose uid and gid 0 are [`jail::domain_uid`] on the host,
+/// with its loopback up.
+pub fn domain_netns_add(ns: &str, domid: hv::DomId) -> io::Result<()> {
+    let ctx =
+        |what: &str, e: io::Error| io::Error::new(e.kind(), format!("namespace {ns}: {what}: {e}"));
+    let holder = {
+        let _guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        sys::jail::NamespaceHolder::spawn().map_err(|e| ctx("creating", e))?
+    };
+    let id = jail::domain_uid(domid);
+    holder
+        .map_ids(0, id, id)
+        .map_err(|e| ctx("mapping ids", e))?;
+    run("ip", &["netns", "attach", ns, &holder.pid().to_string()]).map_err(|e| ctx("naming", e))?;
+    holder.release().map_err(|e| ctx("releasing", e))?;
+    ip_in(ns, &["link", "set", "lo", "up"])?;
+    Ok(())
+}
+
 /// Deletes namespace `ns` (and every interface in it); absent is fine.
 /// Processes still inside (commands a user started there with `splitnet
 /// exec`) are killed first: deleting a namespace does not stop them.

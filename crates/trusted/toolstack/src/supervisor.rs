@@ -12,19 +12,19 @@
 //! at them; a guest gets fresh frontend and backend directories. The peers
 //! follow through the XenbusState handshake.
 
-use crate::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
 use crate::daemon::{
     setup_vif, Store, ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS, PHYS_PORT, WIRE_IF,
 };
-use crate::error::{ErrorKind, HvError, HvResult};
 use crate::host::{self, Cgroup, CgroupLayout};
-use crate::memory::MemorySpec;
-use crate::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
 use crate::topology::{
     DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig,
     DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF,
 };
 use abi::xenbus::{self, XenbusState};
+use hv::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
+use hv::error::{ErrorKind, HvError, HvResult};
+use hv::memory::MemorySpec;
+use hv::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
 use hypercall::ioreq::Placement;
 use std::collections::HashMap;
 use std::fs;
@@ -147,7 +147,7 @@ impl Supervisor {
             created.push((d, domid, sock, cg));
         }
         for (d, domid, _, _) in &created {
-            crate::jail::netns_add(&host::netns_name(&d.name), *domid)
+            host::domain_netns_add(&host::netns_name(&d.name), *domid)
                 .map_err(|e| e.to_string())?;
         }
         if let Some(w) = &self.topology.wire {
@@ -374,7 +374,7 @@ impl Supervisor {
     ) -> Result<(), String> {
         let dm = Self::domid(hv, &e.backend)
             .map_err(|x| format!("the device model's domain {}: {x}", e.backend))?;
-        let cfg = crate::hvm::HvmConfig {
+        let cfg = hv::hvm::HvmConfig {
             placement: match e.hvm_pic {
                 HvmPic::Hv => Placement::Hv,
                 HvmPic::Dm => Placement::Dm,

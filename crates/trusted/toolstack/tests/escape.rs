@@ -2,9 +2,9 @@
 //! refused.
 //!
 //! The hostile process is this test binary, re-executed the way hv starts a
-//! domain: `ip netns exec` into a namespace made by `hv::jail::netns_add`,
+//! domain: `ip netns exec` into a namespace made by `toolstack::host::domain_netns_add`,
 //! holding a control socket from a real in-process hv, and confined by the
-//! same `hv::jail::enter` a domain calls. It then tries to get out and
+//! same `jail::enter` a domain calls. It then tries to get out and
 //! prints one line per attempt (`REFUSED ...` or `ESCAPED ...`, and `OK ...`
 //! for the controls that show the attempt was real). No hook in the
 //! `splitnet` command is involved.
@@ -14,7 +14,7 @@
 //! brings up `splitnet-esc*` namespaces, so run it under the namespace lock
 //! like the other end-to-end tests.
 
-use splitnet_hv as hv;
+use splitnet_toolstack as toolstack;
 
 use hv::proto::{Reply, Request};
 use hv::{DomId, DomainSpec, HvClient, Hypervisor};
@@ -117,13 +117,14 @@ fn spec(name: &str) -> DomainSpec {
 impl World {
     fn new() -> World {
         for n in [HOSTILE, PEER] {
-            hv::host::netns_del(&hv::host::netns_name(n));
+            toolstack::host::netns_del(&toolstack::host::netns_name(n));
         }
         let hv = Hypervisor::new();
         let (hostile, hostile_sock) = hv.create_domain(spec(HOSTILE)).expect("hostile domain");
         let (peer, peer_sock) = hv.create_domain(spec(PEER)).expect("peer domain");
         for (n, id) in [(HOSTILE, hostile), (PEER, peer)] {
-            hv::jail::netns_add(&hv::host::netns_name(n), id).expect("domain namespace");
+            toolstack::host::domain_netns_add(&toolstack::host::netns_name(n), id)
+                .expect("domain namespace");
         }
         let peer_client = HvClient::connect(peer_sock).expect("peer says hello");
         World {
@@ -151,10 +152,13 @@ impl World {
         let sock = self.hostile_sock.take().expect("one attack per world");
         sys::set_inheritable(sock.as_fd(), true).expect("inheritable");
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &hv::host::netns_name(HOSTILE)])
+            .args(["netns", "exec", &toolstack::host::netns_name(HOSTILE)])
             .arg(std::env::current_exe().expect("own path"))
             .env(ATTACK, attack)
-            .env(hv::daemon::ENV_HV_FD, sock.as_fd().as_raw_fd().to_string())
+            .env(
+                toolstack::daemon::ENV_HV_FD,
+                sock.as_fd().as_raw_fd().to_string(),
+            )
             .env("ESC_DOMID", self.hostile.to_string())
             .env("ESC_PEER", self.peer.to_string())
             .envs(env.iter().map(|(k, v)| (*k, v)))
@@ -198,7 +202,7 @@ impl Drop for World {
     fn drop(&mut self) {
         self.hv.shutdown();
         for n in [HOSTILE, PEER] {
-            hv::host::netns_del(&hv::host::netns_name(n));
+            toolstack::host::netns_del(&toolstack::host::netns_name(n));
         }
     }
 }
@@ -224,7 +228,7 @@ fn jail_credentials_are_the_domains() {
         })
         .collect();
     // From the host: its own uid and gid, no group, CAP_NET_ADMIN alone.
-    let id = hv::jail::domain_uid(w.hostile).to_string();
+    let id = jail::domain_uid(w.hostile).to_string();
     let four = [id.as_str(); 4].join(" ");
     assert_eq!(status["Uid"], four, "{host_view}");
     assert_eq!(status["Gid"], four);
@@ -281,7 +285,7 @@ fn escape_toolstack_socket() {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).expect("chmod");
         }
         let hv = w.hv.clone();
-        std::thread::spawn(move || hv::daemon::accept_loop(hv, l));
+        std::thread::spawn(move || toolstack::daemon::accept_loop(hv, l));
         paths.push(p.display().to_string());
     }
     let lines = w.attack(
@@ -290,7 +294,7 @@ fn escape_toolstack_socket() {
             ("ESC_SOCKS", paths.join(":")),
             (
                 "ESC_REAL",
-                hv::daemon::socket_path(Path::new(hv::daemon::DEFAULT_RUN_DIR))
+                toolstack::daemon::socket_path(Path::new(toolstack::daemon::DEFAULT_RUN_DIR))
                     .display()
                     .to_string(),
             ),
@@ -329,11 +333,11 @@ mod hostile {
     }
 
     pub fn run(attack: &str) -> i32 {
-        let fd: i32 = env(hv::daemon::ENV_HV_FD).parse().expect("fd");
+        let fd: i32 = env(toolstack::daemon::ENV_HV_FD).parse().expect("fd");
         let sock = sys::take_inherited_fd(fd).expect("inherited hv socket");
         let mut hv = HvClient::connect(sys::SeqPacket::from_fd(sock)).expect("hello");
-        let role = hv::jail::Role::of_kind(&hv.welcome().kind).expect("role");
-        if let Err(e) = hv::jail::enter(role) {
+        let role = jail::Role::of_kind(&hv.welcome().kind).expect("role");
+        if let Err(e) = jail::enter(role) {
             eprintln!("{e}");
             return 2;
         }
@@ -418,7 +422,7 @@ mod hostile {
     }
 
     fn setns() {
-        let other = format!("/run/netns/{}", hv::host::netns_name(PEER));
+        let other = format!("/run/netns/{}", toolstack::host::netns_name(PEER));
         for (what, path) in [
             (
                 "setns into another domain's network namespace",

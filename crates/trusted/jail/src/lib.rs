@@ -3,8 +3,8 @@
 //! namespaces, the domain process drops everything else itself as the first
 //! thing it does, before it reads a byte from a peer.
 //!
-//! - hv ([`netns_add`]) gives each domain a user namespace that owns its
-//!   network namespace. The namespace's only uid and gid, 0, are uid and gid
+//! - the toolstack (`toolstack::host::domain_netns_add`) gives each domain
+//!   a user namespace that owns its network namespace. The namespace's only uid and gid, 0, are uid and gid
 //!   [`UID_BASE`] + domid on the host: no file, process or socket of the
 //!   host belongs to them.
 //! - the domain ([`enter`]) joins that user namespace, becomes its uid 0
@@ -14,8 +14,9 @@
 //!   systems read-only, and installs a seccomp filter of the system calls
 //!   it and `ip` make ([`syscalls`]).
 
-use crate::proto::DomId;
-use std::io;
+#![forbid(unsafe_code)]
+
+use hypercall::DomId;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use sys::jail::{Caps, Credentials, CAP_NET_ADMIN, CAP_NET_RAW};
@@ -99,31 +100,10 @@ impl std::fmt::Display for JailError {
 
 impl std::error::Error for JailError {}
 
-/// hv's half: creates network namespace `ns` for domain `domid`, owned by a
-/// new user namespace whose uid and gid 0 are [`domain_uid`] on the host,
-/// with its loopback up.
-pub fn netns_add(ns: &str, domid: DomId) -> io::Result<()> {
-    let ctx =
-        |what: &str, e: io::Error| io::Error::new(e.kind(), format!("namespace {ns}: {what}: {e}"));
-    let holder = {
-        let _guard = crate::host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        sys::jail::NamespaceHolder::spawn().map_err(|e| ctx("creating", e))?
-    };
-    let id = domain_uid(domid);
-    holder
-        .map_ids(0, id, id)
-        .map_err(|e| ctx("mapping ids", e))?;
-    crate::host::run("ip", &["netns", "attach", ns, &holder.pid().to_string()])
-        .map_err(|e| ctx("naming", e))?;
-    holder.release().map_err(|e| ctx("releasing", e))?;
-    crate::host::ip_in(ns, &["link", "set", "lo", "up"])?;
-    Ok(())
-}
-
 /// The domain's half, called first thing by the domain process (and by the
 /// escape tests, which must run exactly what a domain runs): confines the
 /// calling process for good. It must be single-threaded, root on the host,
-/// in the network namespace hv made for it ([`netns_add`]).
+/// in the network namespace hv made for it (`toolstack::host::domain_netns_add`).
 pub fn enter(role: Role) -> Result<(), JailError> {
     match sys::jail::thread_count() {
         Ok(1) => {}

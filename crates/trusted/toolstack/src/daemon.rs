@@ -1,13 +1,13 @@
 //! The `hv` daemon: builds a topology out of processes, namespaces and
 //! cgroups, supervises the domains and serves the toolstack socket.
 
-use crate::core::Hypervisor;
 use crate::host::{self, CgroupLayout};
-use crate::proto::{DomId, Request};
 use crate::supervisor::Supervisor;
 use crate::topology::Topology;
 use crate::topology::VifConfig;
 use abi::xenbus::{self, XenbusState};
+use hv::core::Hypervisor;
+use hv::proto::{DomId, Request};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -136,7 +136,7 @@ impl<'a> Store<'a> {
     }
     fn call(&mut self, req: Request) -> Result<(), String> {
         self.hv
-            .handle(crate::proto::DOMID_TOOLSTACK, req)
+            .handle(hv::proto::DOMID_TOOLSTACK, req)
             .0
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -165,12 +165,12 @@ impl<'a> Store<'a> {
         let children = match self
             .hv
             .handle(
-                crate::proto::DOMID_TOOLSTACK,
+                hv::proto::DOMID_TOOLSTACK,
                 Request::StoreDirectory { path: path.into() },
             )
             .0
         {
-            Ok(crate::proto::Reply::List(l)) => l,
+            Ok(hv::proto::Reply::List(l)) => l,
             _ => Vec::new(),
         };
         for c in children {
