@@ -3,9 +3,6 @@
 
 mod capture;
 mod docs;
-mod domain;
-mod hosted;
-mod hvm;
 mod lifecycle;
 mod profile;
 mod top;
@@ -13,6 +10,7 @@ mod trace;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
+use runtime::{domain, hosted, hvm};
 use std::path::PathBuf;
 use toolstack::topology::Preset;
 use toolstack::{hotplug, listen, metrics, status};

@@ -10,6 +10,7 @@
 //!   grant mechanism's tables, the trace area);
 //! - [`ngm_client`]: the new grant mechanism (Ram thesis ch. 4) as domains
 //!   use it: the guest's grant-track table and the driver domain's view;
+//! - [`launch`]: the environment a domain process starts with;
 //! - [`status`]: what hv reports about itself;
 //! - [`ioreq`]: the HVM I/O path (Zhang & Dong): the pages an HVM guest and
 //!   its device model share with hv and the descriptors hv hands each; the
@@ -21,6 +22,7 @@ pub mod client;
 pub mod error;
 pub mod evtchn;
 pub mod ioreq;
+pub mod launch;
 pub mod ngm;
 pub mod ngm_client;
 pub mod proto;

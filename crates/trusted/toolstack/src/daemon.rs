@@ -15,18 +15,7 @@ use sys::{SeqPacket, SeqPacketListener};
 
 /// Where hv keeps its socket, pid file and logs by default.
 pub const DEFAULT_RUN_DIR: &str = "/run/splitnet";
-/// Environment variable through which a domain process finds its hv socket.
-pub const ENV_HV_FD: &str = "SPLITNET_HV_FD";
-/// Environment variable naming the descriptors a guest with a hosted NIC
-/// inherits: `CHANNEL_MEMFD,DOORBELL` (the world-switch channel to its VMApp).
-pub const ENV_HOSTED_FDS: &str = "SPLITNET_HOSTED_FDS";
-/// Environment variable naming the descriptors a VMApp inherits:
-/// `GUEST_POOL,CHANNEL_MEMFD,DOORBELL`.
-pub const ENV_VMAPP_FDS: &str = "SPLITNET_VMAPP_FDS";
-/// Environment variable naming the descriptor an HVM guest's device model
-/// inherits: `CONTROL_SOCKET`, its connection to hv as its driver domain
-/// (`Hypervisor::device_model_connection`).
-pub const ENV_HVM_DM_FD: &str = "SPLITNET_HVM_DM_FD";
+pub use hypercall::launch::{ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS};
 /// Name of the physical port in the driver domain's namespace.
 pub const PHYS_PORT: &str = "peth0";
 /// Name of the wire host's interface.

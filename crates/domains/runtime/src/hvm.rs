@@ -8,9 +8,9 @@ use anyhow::{anyhow, Context, Result};
 use emul::pcnet::regs::port;
 use emul::{GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ};
 use hosted::guest::VmWorld;
-use hv::ioreq::RxMode;
-use hv::{DomId, HvClient};
 use hvm::{DeviceModel, DmConfig, ExitError, HvmVcpu, NicDevice};
+use hypercall::ioreq::RxMode;
+use hypercall::{DomId, HvClient};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ const DM_START_TRIES: u32 = 30;
 
 /// Closes everything the device model did not inherit on purpose.
 pub fn close_stray_fds() {
-    sys::close_inherited_fds(&crate::hosted::env_fds(toolstack::daemon::ENV_HVM_DM_FD));
+    sys::close_inherited_fds(&crate::hosted::env_fds(hypercall::launch::ENV_HVM_DM_FD));
 }
 
 /// The guest CPU's world on an HVM vcpu: every port access is an I/O exit
@@ -184,10 +184,10 @@ pub fn device_model(
     mac: &str,
     poll_us: u32,
 ) -> Result<()> {
-    let fd = crate::hosted::take_fds(toolstack::daemon::ENV_HVM_DM_FD, 1)?
+    let fd = crate::hosted::take_fds(hypercall::launch::ENV_HVM_DM_FD, 1)?
         .pop()
         .expect("one");
-    let mut chan = hv::client::Channel::new(SeqPacket::from_fd(fd));
+    let mut chan = hypercall::client::Channel::new(SeqPacket::from_fd(fd));
     let (fds, mem) = chan
         .hvm_device_model(guest_id)
         .map_err(|e| anyhow!("HvmDeviceModel for {guest}: {e}"))?;

@@ -3,11 +3,11 @@
 //! drivers: netfront in a guest, bridge + netback + port in a driver domain.
 
 use anyhow::{anyhow, Context, Result};
-use hv::HvClient;
+use hypercall::launch::ENV_HV_FD;
+use hypercall::HvClient;
 use net::idle::Idle;
 use net::netfront::{Netfront, TapNetfront};
 use std::time::Duration;
-use toolstack::daemon::ENV_HV_FD;
 
 /// Closes everything but the inherited hv socket.
 pub fn close_stray_fds() {
@@ -16,7 +16,7 @@ pub fn close_stray_fds() {
         .and_then(|v| v.parse().ok())
         .into_iter()
         .collect();
-    keep.extend(crate::hosted::env_fds(toolstack::daemon::ENV_HOSTED_FDS));
+    keep.extend(crate::hosted::env_fds(hypercall::launch::ENV_HOSTED_FDS));
     sys::close_inherited_fds(&keep);
 }
 

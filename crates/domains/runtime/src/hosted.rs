@@ -1,12 +1,12 @@
 //! The processes of a hosted NIC (Sugerman 2001): the guest domain's VM
-//! world (`crates/hosted` `vm` and `guest`) and the VMApp hv starts in the
-//! driver domain's namespace (`crates/hosted` `vmapp`).
+//! world (`hosted::vm` and `hosted::guest`) and the VMApp hv starts in the
+//! driver domain's namespace (`hosted::vmapp`).
 
 use anyhow::{anyhow, bail, Context, Result};
 use hosted::channel::{Channel, CHANNEL_SIZE};
 use hosted::vm::{VmConfig, Vmm};
 use hosted::vmapp::{VmApp, VmAppConfig};
-use hv::HvClient;
+use hypercall::HvClient;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 use sys::{Mapping, SeqPacket, Tap};
@@ -36,11 +36,22 @@ pub fn take_fds(var: &str, n: usize) -> Result<Vec<OwnedFd>> {
 
 /// Closes everything the VMApp did not inherit on purpose.
 pub fn close_stray_fds() {
-    sys::close_inherited_fds(&env_fds(toolstack::daemon::ENV_VMAPP_FDS));
+    sys::close_inherited_fds(&env_fds(hypercall::launch::ENV_VMAPP_FDS));
 }
 
 pub fn run_ip(args: &[&str]) -> Result<()> {
-    toolstack::host::run("ip", args)?;
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running ip")?;
+    if !out.status.success() {
+        bail!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
     Ok(())
 }
 
@@ -114,7 +125,7 @@ pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
         on(key("hosted-ports-in-vmm")),
         on(key("hosted-send-combining")),
     );
-    let mut fds = take_fds(toolstack::daemon::ENV_HOSTED_FDS, 2)?.into_iter();
+    let mut fds = take_fds(hypercall::launch::ENV_HOSTED_FDS, 2)?.into_iter();
     let (memfd, sock) = (fds.next().expect("two"), fds.next().expect("two"));
     let chan = channel(memfd, sock)?;
     let (tap, mac) = guest_eth0(hv, home)?;
@@ -144,7 +155,7 @@ pub fn vmapp(
     ports_in_vmm: bool,
     irq_bitvector: bool,
 ) -> Result<()> {
-    let mut fds = take_fds(toolstack::daemon::ENV_VMAPP_FDS, 3)?.into_iter();
+    let mut fds = take_fds(hypercall::launch::ENV_VMAPP_FDS, 3)?.into_iter();
     let (pool, memfd, sock) = (
         fds.next().expect("three"),
         fds.next().expect("three"),
