@@ -5,19 +5,16 @@ use hv::Toolstack;
 use std::fs;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use toolstack::daemon::{self, socket_path, DaemonConfig};
+use toolstack::daemon::socket_path;
 use toolstack::host;
 use toolstack::topology::{Preset, Topology};
+pub use toolstack::tuning::Tuning;
 
 fn require_root() -> Result<()> {
-    let uid = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
-        s.lines()
-            .find(|l| l.starts_with("Uid:"))
-            .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
-    });
-    if uid.as_deref() != Some("0") {
+    if !host::is_root() {
         bail!("splitnet needs root (network namespaces, veth, cgroups); run it with sudo");
     }
     Ok(())
@@ -27,47 +24,6 @@ fn log_tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let v: Vec<&str> = text.lines().collect();
     v[v.len().saturating_sub(lines)..].join("\n")
-}
-
-/// What `up` (and hv, which it starts) change in a topology before starting it.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Tuning {
-    /// Every vif's modes.
-    pub preset: Option<Preset>,
-    /// Every domain's spin before sleeping, in microseconds.
-    pub spin_us: Option<u32>,
-    /// The wire link's rate.
-    pub link_rate: Option<toolstack::topology::LinkRate>,
-}
-
-impl Tuning {
-    fn apply(&self, topo: &mut Topology) -> Result<()> {
-        if let Some(p) = self.preset {
-            topo.apply_preset(p);
-        }
-        if let Some(us) = self.spin_us {
-            topo.apply_spin(us);
-        }
-        if let Some(r) = self.link_rate {
-            topo.apply_link_rate(r).map_err(anyhow::Error::msg)?;
-        }
-        Ok(())
-    }
-
-    /// The same tuning as arguments of `splitnet hv`.
-    fn args(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        if let Some(p) = self.preset {
-            v.extend(["--preset".to_string(), p.as_str().to_string()]);
-        }
-        if let Some(us) = self.spin_us {
-            v.extend(["--spin-us".to_string(), us.to_string()]);
-        }
-        if let Some(r) = self.link_rate {
-            v.extend(["--link-rate".to_string(), r.to_string()]);
-        }
-        v
-    }
 }
 
 /// `splitnet up`; with `listen`, hv serves `/metrics` there.
@@ -99,7 +55,7 @@ pub fn up(
             toolstack::topology::DEFAULT_TOML.to_string(),
         ),
     };
-    tuning.apply(&mut topo)?;
+    tuning.apply(&mut topo).map_err(anyhow::Error::msg)?;
     if !host::our_netns().is_empty() {
         eprintln!("splitnet: removing leftovers of an earlier run");
         sweep(rd);
@@ -108,11 +64,12 @@ pub fn up(
     let topo_path = rd.join("topology.toml");
     fs::write(&topo_path, text)?;
     let log = fs::File::create(rd.join("hv.log"))?;
-    let exe = std::env::current_exe().context("locating the splitnet executable")?;
-    let mut child = Command::new(&exe)
+    let (hv, exe) = hv_binary()?;
+    let mut child = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)
-        .arg("hv")
+        .arg("--exe")
+        .arg(&exe)
         .arg("--config")
         .arg(&topo_path)
         .args(tuning.args())
@@ -126,7 +83,7 @@ pub fn up(
         .stderr(log)
         .process_group(0)
         .spawn()
-        .context("starting hv")?;
+        .with_context(|| format!("starting hv ({})", hv.display()))?;
     let deadline = Instant::now() + Duration::from_secs(timeout);
     let want: Vec<&str> = topo.domains.iter().map(|d| d.name.as_str()).collect();
     loop {
@@ -295,23 +252,41 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
     Err(err).with_context(|| format!("running {:?} in {domain}", cmd[0]))
 }
 
-/// `splitnet hv`: the daemon in the foreground; with `listen`, it serves
-/// `/metrics` there too.
+/// The trusted binary `splitnet-hv` (`SPLITNET_HV`, or beside this
+/// executable) and this executable, which hv runs as each domain.
+fn hv_binary() -> Result<(PathBuf, PathBuf)> {
+    let exe = std::env::current_exe().context("locating the splitnet executable")?;
+    let hv = match std::env::var_os("SPLITNET_HV") {
+        Some(p) => PathBuf::from(p),
+        None => exe.with_file_name("splitnet-hv"),
+    };
+    if !hv.is_file() {
+        bail!(
+            "the hypervisor binary {} is missing: build it with `cargo build --workspace` \
+             (or `cargo build --release`), which puts splitnet-hv beside splitnet, \
+             or set SPLITNET_HV to its path",
+            hv.display()
+        );
+    }
+    Ok((hv, exe))
+}
+
+/// `splitnet hv`: the daemon in the foreground, that is `splitnet-hv` run
+/// with the same options (this process becomes it).
 pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAddr>) -> Result<()> {
     require_root()?;
-    let mut topology = Topology::load(config)?;
-    tuning.apply(&mut topology)?;
-    if let Some(a) = listen {
-        let bound = toolstack::listen::spawn(rd, a)?;
-        eprintln!("hv: serving metrics at http://{bound}/metrics");
-    }
-    let exe = std::env::current_exe()?;
-    daemon::run(DaemonConfig {
-        topology,
-        run_dir: rd.to_path_buf(),
-        exe,
-    })
-    .map_err(|e| anyhow!(e))
+    let (hv, exe) = hv_binary()?;
+    let err = Command::new(&hv)
+        .arg("--run-dir")
+        .arg(rd)
+        .arg("--exe")
+        .arg(&exe)
+        .arg("--config")
+        .arg(config)
+        .args(tuning.args())
+        .args(listen.map(|a| format!("--listen={a}")))
+        .exec();
+    Err(err).with_context(|| format!("running {}", hv.display()))
 }
 
 fn step(n: u32, what: &str) {

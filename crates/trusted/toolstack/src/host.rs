@@ -19,6 +19,16 @@ pub fn netns_name(name: &str) -> String {
 /// must not leak into another started at the same moment.
 pub static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Whether this process runs as root (its real uid is 0).
+pub fn is_root() -> bool {
+    let uid = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+    });
+    uid.as_deref() == Some("0")
+}
+
 /// Runs a command to completion; its stderr becomes the error.
 pub fn run(cmd: &str, args: &[&str]) -> io::Result<String> {
     let guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());

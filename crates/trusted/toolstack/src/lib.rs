@@ -4,7 +4,8 @@
 //! domain 0. Its supervisor runs inside the `splitnet-hv` process, so this
 //! crate is part of the trusted computing base.
 //!
-//! - [`topology`]: the topology file, parsed and checked;
+//! - [`topology`]: the topology file, parsed and checked, and [`tuning`]
+//!   what `up`'s options change in it;
 //! - [`daemon`]: the daemon's wiring: hv, the supervisor, the toolstack socket;
 //! - [`supervisor`]: the domains' processes, namespaces, cgroups, restart policy;
 //! - [`host`]: host plumbing (network namespaces, veth, cgroups, `ip`);
@@ -24,3 +25,4 @@ pub mod status;
 pub mod supervisor;
 pub mod top;
 pub mod topology;
+pub mod tuning;
