@@ -36,7 +36,7 @@
 //! Everything the guest controls is hostile: no panic, no unbounded loop, no
 //! access outside guest memory, whatever it writes (see `tests/hostile.rs`
 //! and the `nic_ports` fuzz target).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod crc;

@@ -10,7 +10,7 @@
 //!   shared region with a doorbell.
 //! - [`vmapp`]: the host world: the VMApp, with VMNet on a TAP in the driver
 //!   domain's namespace, and the IRQ-notification bit vector.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod channel;
 pub mod guest;

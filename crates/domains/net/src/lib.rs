@@ -1,6 +1,6 @@
 //! The split-driver network path (Menon 2006 §2, Ram thesis ch. 2):
 //! guest → netfront → I/O channel → netback → bridge → physical port.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod bridge;
 pub mod capture;

@@ -1,5 +1,5 @@
 //! `splitnet`: Xen's driver-domain network architecture on an ordinary Linux host.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod capture;
 mod docs;

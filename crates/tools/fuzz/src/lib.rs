@@ -3,7 +3,7 @@
 //! of bounds, or a broken round trip). `fuzz/` runs them under libFuzzer
 //! (`cargo +nightly fuzz run <target>`); `tests/replay.rs` replays the
 //! checked-in corpora under `cargo test`.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use abi::grant::{
     GrantCopy, GrantCopyView, GrantEntry, GrantEntryView, GrantMap, GrantMapView, GrantTransfer,

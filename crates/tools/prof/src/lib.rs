@@ -7,7 +7,7 @@
 //! aggregates the paper's tables ([`report`]). [`session`] ties them up,
 //! with one initiator and active or passive domains ([`roles`]).
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod attribution;
 pub mod classes;

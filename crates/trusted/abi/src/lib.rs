@@ -10,7 +10,7 @@
 //! - [`ioreq`]: `hvm/ioreq.h`, an HVM guest's I/O request to its device model.
 //! - [`inet`]: the Ethernet, IP, TCP and UDP headers netback and the
 //!   software offload driver read from untrusted frames.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod error;
 pub mod grant;

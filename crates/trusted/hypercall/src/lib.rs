@@ -15,7 +15,7 @@
 //! - [`ioreq`]: the HVM I/O path (Zhang & Dong): the pages an HVM guest and
 //!   its device model share with hv and the descriptors hv hands each; the
 //!   guest's trapping vcpu and the device model's loop are `splitnet-hvm`'s.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod batch;
 pub mod client;

@@ -12,7 +12,7 @@
 //!
 //! Semantics follow Xen's `docs/misc/xenstore.txt` and xenstored's
 //! behaviour; where this crate chooses differently it says so on the item.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod counters;
 mod error;

@@ -20,8 +20,8 @@ impl Doorbell {
     /// A connected pair: `(waiter, ringer)`.
     pub fn pair() -> io::Result<(Doorbell, Doorbell)> {
         let mut fds = [0 as RawFd; 2];
-        // SAFETY: `fds` is a live array of two ints for the kernel to fill.
         cvt(
+            // SAFETY: `fds` is a live array of two ints for the kernel to fill.
             unsafe {
                 libc::socketpair(
                     libc::AF_UNIX,
@@ -204,7 +204,7 @@ mod tests {
         // hostile guest could): ringing still returns at once.
         // SAFETY: plain fcntl on a descriptor we hold.
         unsafe { libc::fcntl(w.as_fd().as_raw_fd(), libc::F_SETFL, 0) };
-        // SAFETY: as above, on the ringer's end.
+        // SAFETY: as for the waiter: F_SETFL on a descriptor we hold, integer flags.
         unsafe { libc::fcntl(r.as_fd().as_raw_fd(), libc::F_SETFL, 0) };
         for _ in 0..100_000 {
             r.ring().unwrap();

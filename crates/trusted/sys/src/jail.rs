@@ -64,8 +64,8 @@ pub fn current_caps() -> io::Result<(Caps, Caps, Caps)> {
         pid: 0,
     };
     let mut data = [CapData::default(); 2];
-    // SAFETY: capget writes two `CapData` records (version 3) into `data`.
     cvt(
+        // SAFETY: capget writes two `CapData` records (version 3) into `data`.
         unsafe { libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()) },
         "capget",
     )?;
@@ -89,8 +89,8 @@ fn set_caps(effective: Caps, permitted: Caps, inheritable: Caps) -> io::Result<(
         permitted: p[k],
         inheritable: i[k],
     });
-    // SAFETY: capset reads the header and two `CapData` records (version 3).
     cvt(
+        // SAFETY: capset reads the header and two `CapData` records (version 3).
         unsafe { libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()) },
         "capset",
     )?;
@@ -98,8 +98,8 @@ fn set_caps(effective: Caps, permitted: Caps, inheritable: Caps) -> io::Result<(
 }
 
 fn prctl(op: libc::c_int, a: u64, what: &'static str) -> io::Result<()> {
-    // SAFETY: the prctl operations used here take integer arguments only.
     cvt(
+        // SAFETY: the prctl operations used here take integer arguments only.
         unsafe {
             libc::prctl(
                 op,
@@ -216,8 +216,8 @@ pub fn netns_owner() -> io::Result<OwnedFd> {
 /// Joins the namespace behind `ns` (of type `nstype`, a `CLONE_NEW*` flag,
 /// or 0 for any).
 pub fn setns(ns: BorrowedFd<'_>, nstype: libc::c_int) -> io::Result<()> {
-    // SAFETY: plain syscall on a borrowed descriptor.
     cvt(
+        // SAFETY: plain syscall on a borrowed descriptor.
         unsafe { libc::setns(ns.as_raw_fd(), nstype) } as libc::c_long,
         "setns",
     )?;
@@ -232,13 +232,13 @@ pub fn enter_userns(userns: impl AsFd) -> io::Result<()> {
 /// Moves the calling process into a mount namespace of its own whose mounts
 /// propagate nowhere.
 pub fn private_mounts() -> io::Result<()> {
-    // SAFETY: plain syscall.
     cvt(
+        // SAFETY: unshare takes a flag word; no memory is passed.
         unsafe { libc::unshare(libc::CLONE_NEWNS) } as libc::c_long,
         "unshare(CLONE_NEWNS)",
     )?;
-    // SAFETY: NULL source, type and data are allowed for a propagation change.
     cvt(
+        // SAFETY: NULL source, type and data are allowed for a propagation change.
         unsafe {
             libc::mount(
                 std::ptr::null(),
@@ -273,8 +273,8 @@ pub fn all_mounts_read_only() -> io::Result<()> {
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: mount_setattr reads one `mount_attr` of the size passed.
     cvt(
+        // SAFETY: mount_setattr reads one `mount_attr` of the size passed.
         unsafe {
             libc::syscall(
                 libc::SYS_mount_setattr,
@@ -297,8 +297,8 @@ fn cpath(path: &str) -> io::Result<CString> {
 /// Mounts a small tmpfs on `dir` (no executables, no set-uid).
 pub fn mount_tmpfs(dir: &str, options: &str) -> io::Result<()> {
     let (d, o) = (cpath(dir)?, cpath(options)?);
-    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
     cvt(
+        // SAFETY: every pointer is a NUL-terminated string that outlives the call.
         unsafe {
             libc::mount(
                 c"tmpfs".as_ptr(),
@@ -317,8 +317,8 @@ pub fn mount_tmpfs(dir: &str, options: &str) -> io::Result<()> {
 /// Creates character device node `path` (`major`:`minor`, permissions `mode`).
 pub fn mknod_char(path: &str, major: u32, minor: u32, mode: u32) -> io::Result<()> {
     let p = cpath(path)?;
-    // SAFETY: `p` is a NUL-terminated path; the other arguments are integers.
     cvt(
+        // SAFETY: `p` is a NUL-terminated path; the other arguments are integers.
         unsafe {
             libc::mknod(
                 p.as_ptr(),
@@ -354,18 +354,18 @@ impl Credentials {
             | SECBIT_NO_SETUID_FIXUP_LOCKED
             | SECBIT_KEEP_CAPS_LOCKED;
         prctl(libc::PR_SET_SECUREBITS, bits, "prctl(PR_SET_SECUREBITS)")?;
-        // SAFETY: a zero-length list is allowed with a NULL pointer.
         cvt(
+            // SAFETY: a zero-length list is allowed with a NULL pointer.
             unsafe { libc::setgroups(0, std::ptr::null()) } as libc::c_long,
             "setgroups([])",
         )?;
-        // SAFETY: plain syscalls with integer arguments.
         cvt(
+            // SAFETY: setresgid takes three integers; no memory is passed.
             unsafe { libc::setresgid(self.gid, self.gid, self.gid) } as libc::c_long,
             "setresgid",
         )?;
-        // SAFETY: as above.
         cvt(
+            // SAFETY: setresuid takes three integers; no memory is passed.
             unsafe { libc::setresuid(self.uid, self.uid, self.uid) } as libc::c_long,
             "setresuid",
         )?;
@@ -386,8 +386,8 @@ impl Credentials {
             )));
         }
         set_caps(eff, perm, self.caps)?;
-        // SAFETY: integer arguments only.
         cvt(
+            // SAFETY: PR_CAP_AMBIENT takes integer arguments only; no memory is passed.
             unsafe {
                 libc::prctl(
                     libc::PR_CAP_AMBIENT,
@@ -401,8 +401,8 @@ impl Credentials {
         )?;
         for cap in 0..64 {
             if self.caps.has(cap) {
-                // SAFETY: integer arguments only.
                 cvt(
+                    // SAFETY: PR_CAP_AMBIENT takes integer arguments only; no memory is passed.
                     unsafe {
                         libc::prctl(
                             libc::PR_CAP_AMBIENT,

@@ -1,6 +1,8 @@
 //! The one place splitnet touches raw shared memory and raw file descriptors.
 //!
-//! Everything above this crate is safe Rust (STYLE.md, rust-vmm vm-memory):
+//! Everything above this crate is safe Rust (as in rust-vmm's vm-memory;
+//! every other crate forbids `unsafe`, and each `unsafe` block here says why
+//! it is sound in a `// SAFETY:` comment):
 //! - [`Memfd`]: a domain's frames, sealed against resizing so a peer can never
 //!   make a mapping fault, with a read-only reopen the kernel enforces;
 //! - [`Mapping`]: an mmap of a memfd, accessed only through copies and atomics,
@@ -12,6 +14,8 @@
 //!   domain's "physical NIC", both speaking `virtio_net_hdr` for offloads;
 //! - [`jail`] and [`SyscallFilter`]: namespaces, credentials, capabilities
 //!   and the seccomp filter that confine a domain process.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod doorbell;
 mod iov;

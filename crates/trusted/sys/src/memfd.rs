@@ -30,8 +30,8 @@ impl Memfd {
         )?;
         // SAFETY: memfd_create returned a fresh descriptor that we now own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        // SAFETY: plain syscall on a descriptor we own.
         cvt(
+            // SAFETY: plain syscall on a descriptor we own.
             unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } as libc::c_long,
             "ftruncate(memfd)",
         )
@@ -45,18 +45,18 @@ impl Memfd {
                 e
             }
         })?;
-        // Owner root, mode 0600: a domain (another uid) holding a read-only
-        // descriptor cannot reopen it writable through /proc/self/fd/N.
-        // memfd_create makes the file 0777.
-        // SAFETY: plain syscall on a descriptor we own.
         cvt(
+            // Owner root, mode 0600: a domain (another uid) holding a read-only
+            // descriptor cannot reopen it writable through /proc/self/fd/N.
+            // memfd_create makes the file 0777.
+            // SAFETY: plain syscall on a descriptor we own.
             unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } as libc::c_long,
             "fchmod(memfd)",
         )?;
         // No peer may ever shrink or grow it: a shrink would turn accesses into SIGBUS.
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: plain fcntl on a descriptor we own.
         cvt(
+            // SAFETY: plain fcntl on a descriptor we own.
             unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } as libc::c_long,
             "fcntl(F_ADD_SEALS)",
         )?;

@@ -111,8 +111,8 @@ impl PacketSocket {
         sll.sll_family = libc::AF_PACKET as libc::c_ushort;
         sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
         sll.sll_ifindex = ifindex as libc::c_int;
-        // SAFETY: `sll` is a valid sockaddr_ll of the stated size.
         cvt(
+            // SAFETY: `sll` is a valid sockaddr_ll of the stated size.
             unsafe {
                 libc::bind(
                     fd.as_raw_fd(),
@@ -462,8 +462,8 @@ pub fn get_mac(ifname: &str) -> io::Result<[u8; 6]> {
     let ctx = |e: io::Error| io::Error::new(e.kind(), format!("interface {ifname}: {e}"));
     let mut ifr = ifreq_named(ifname).map_err(ctx)?;
     let s = ioctl_socket().map_err(ctx)?;
-    // SAFETY: SIOCGIFHWADDR reads and writes one `struct ifreq`, which `ifr` is.
     cvt(
+        // SAFETY: SIOCGIFHWADDR reads and writes one `struct ifreq`, which `ifr` is.
         unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFHWADDR, &mut ifr) } as libc::c_long,
         "ioctl(SIOCGIFHWADDR)",
     )
@@ -491,8 +491,8 @@ pub fn set_mac(ifname: &str, mac: [u8; 6]) -> io::Result<()> {
     }
     ifr.ifr_ifru.ifru_hwaddr = sa;
     let s = ioctl_socket().map_err(ctx)?;
-    // SAFETY: SIOCSIFHWADDR reads one `struct ifreq`, which `ifr` is.
     cvt(
+        // SAFETY: SIOCSIFHWADDR reads one `struct ifreq`, which `ifr` is.
         unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFHWADDR, &ifr) } as libc::c_long,
         "ioctl(SIOCSIFHWADDR)",
     )

@@ -230,8 +230,8 @@ impl PerfSampler {
 
     /// Starts sampling.
     pub fn enable(&self) -> io::Result<()> {
-        // SAFETY: plain ioctl on a perf descriptor we own.
         cvt(
+            // SAFETY: plain ioctl on a perf descriptor we own.
             unsafe { libc::ioctl(self.fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) }
                 as libc::c_long,
             "ioctl(PERF_EVENT_IOC_ENABLE)",
@@ -241,8 +241,8 @@ impl PerfSampler {
 
     /// Stops sampling (records already in the ring can still be drained).
     pub fn disable(&self) -> io::Result<()> {
-        // SAFETY: plain ioctl on a perf descriptor we own.
         cvt(
+            // SAFETY: plain ioctl on a perf descriptor we own.
             unsafe { libc::ioctl(self.fd.as_raw_fd(), PERF_EVENT_IOC_DISABLE as _, 0) }
                 as libc::c_long,
             "ioctl(PERF_EVENT_IOC_DISABLE)",

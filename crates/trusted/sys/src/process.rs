@@ -39,8 +39,8 @@ pub fn set_inheritable(fd: BorrowedFd<'_>, inheritable: bool) -> io::Result<()> 
 /// Takes ownership of an inherited descriptor number (from the environment).
 pub fn take_inherited_fd(fd: i32) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
-    // SAFETY: F_GETFD only checks that the descriptor is open.
     cvt(
+        // SAFETY: F_GETFD only checks that the descriptor is open.
         unsafe { libc::fcntl(fd, libc::F_GETFD) } as libc::c_long,
         "inherited descriptor",
     )?;
@@ -102,9 +102,9 @@ pub fn catch_interrupts() -> io::Result<()> {
         // SAFETY: sigaction is plain old data; all-zero is a valid start.
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         sa.sa_sigaction = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        // SAFETY: installs a handler that only stores to an atomic
-        // (async-signal-safe); `sa` lives for the call.
         cvt(
+            // SAFETY: installs a handler that only stores to an atomic
+            // (async-signal-safe); `sa` lives for the call.
             unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } as libc::c_long,
             "sigaction",
         )?;

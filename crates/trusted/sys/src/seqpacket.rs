@@ -57,8 +57,8 @@ impl SeqPacket {
     /// A connected pair.
     pub fn pair() -> io::Result<(SeqPacket, SeqPacket)> {
         let mut fds = [0 as RawFd; 2];
-        // SAFETY: `fds` is a live array of two ints for the kernel to fill.
         cvt(
+            // SAFETY: `fds` is a live array of two ints for the kernel to fill.
             unsafe {
                 libc::socketpair(
                     libc::AF_UNIX,
@@ -78,8 +78,8 @@ impl SeqPacket {
     pub fn connect(path: &Path) -> io::Result<SeqPacket> {
         let fd = socket()?;
         let (addr, len) = sockaddr(path)?;
-        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
         cvt(
+            // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
             unsafe {
                 libc::connect(
                     fd.as_raw_fd(),
@@ -239,8 +239,8 @@ impl SeqPacket {
                 tv_usec: 0,
             },
         };
-        // SAFETY: passes a live timeval of the right size.
         cvt(
+            // SAFETY: passes a live timeval of the right size.
             unsafe {
                 libc::setsockopt(
                     self.fd.as_raw_fd(),
@@ -260,8 +260,8 @@ impl SeqPacket {
         // SAFETY: ucred is plain old data; all-zero is valid.
         let mut cred: libc::ucred = unsafe { zeroed() };
         let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: passes a live ucred and its length for the kernel to fill.
         cvt(
+            // SAFETY: passes a live ucred and its length for the kernel to fill.
             unsafe {
                 libc::getsockopt(
                     self.fd.as_raw_fd(),
@@ -330,8 +330,8 @@ impl SeqPacketListener {
     pub fn bind(path: &Path) -> io::Result<SeqPacketListener> {
         let fd = socket()?;
         let (addr, len) = sockaddr(path)?;
-        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
         cvt(
+            // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
             unsafe {
                 libc::bind(
                     fd.as_raw_fd(),
@@ -342,8 +342,8 @@ impl SeqPacketListener {
             "bind",
         )
         .map_err(|e| io::Error::new(e.kind(), format!("{e} ({})", path.display())))?;
-        // SAFETY: plain syscall on a descriptor we own.
         cvt(
+            // SAFETY: plain syscall on a descriptor we own.
             unsafe { libc::listen(fd.as_raw_fd(), 64) } as libc::c_long,
             "listen",
         )?;
@@ -363,8 +363,8 @@ impl SeqPacketListener {
                 )
             };
             if fd >= 0 {
-                // SAFETY: accept4 returned a fresh descriptor that we now own.
                 return Ok(SeqPacket {
+                    // SAFETY: accept4 returned a fresh descriptor that we now own.
                     fd: unsafe { OwnedFd::from_raw_fd(fd) },
                 });
             }

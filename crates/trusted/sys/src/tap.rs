@@ -85,8 +85,8 @@ impl Tap {
             flags |= libc::IFF_VNET_HDR;
         }
         ifr.ifr_ifru.ifru_flags = flags as libc::c_short;
-        // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `ifr` is.
         cvt(
+            // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `ifr` is.
             unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) } as libc::c_long,
             "ioctl(TUNSETIFF)",
         )
@@ -101,8 +101,8 @@ impl Tap {
         let name = String::from_utf8_lossy(&raw).into_owned();
         if vnet_hdr {
             let sz: libc::c_int = VNET_HDR_LEN as libc::c_int;
-            // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, a live local.
             cvt(
+                // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, a live local.
                 unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &sz) } as libc::c_long,
                 "ioctl(TUNSETVNETHDRSZ)",
             )
@@ -140,8 +140,8 @@ impl Tap {
         if o.tso6 {
             bits |= libc::TUN_F_TSO6;
         }
-        // SAFETY: TUNSETOFFLOAD takes its flags by value, not through a pointer.
         cvt(
+            // SAFETY: TUNSETOFFLOAD takes its flags by value, not through a pointer.
             unsafe {
                 libc::ioctl(
                     self.fd.as_raw_fd(),
@@ -159,8 +159,8 @@ impl Tap {
     /// Linux 5.0 and later): the guest's `ip link` shows NO-CARRIER while off.
     pub fn set_carrier(&self, up: bool) -> io::Result<()> {
         let v: libc::c_int = up.into();
-        // SAFETY: TUNSETCARRIER reads one int through the pointer, a live local.
         cvt(
+            // SAFETY: TUNSETCARRIER reads one int through the pointer, a live local.
             unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::TUNSETCARRIER, &v) } as libc::c_long,
             "ioctl(TUNSETCARRIER)",
         )
