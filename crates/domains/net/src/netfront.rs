@@ -612,7 +612,7 @@ impl Netfront {
     }
 
     /// Where every buffer id is, for the fuzz targets that play a hostile
-    /// backend (`crates/fuzz`): an error names an id found in two places;
+    /// backend (`crates/tools/fuzz`): an error names an id found in two places;
     /// otherwise the count in each. Not part of the API.
     #[doc(hidden)]
     pub fn buffer_ids(&self) -> std::result::Result<BufferIds, String> {

@@ -1045,7 +1045,7 @@ impl HostedReport {
             );
         }
         s += "\nThe per-transmitted-packet count includes the ACKs' receive work the same interrupts \
-              handle; for one packet alone, crates/hosted/tests/switches.rs counts exactly 12 NIC \
+              handle; for one packet alone, crates/devices/hosted/tests/switches.rs counts exactly 12 NIC \
               accesses per transmitted packet (10 per received one) and 5 PIC accesses per IRQ. Frames \
               per transmitting switch: frames written to VMNet over requests that wrote any (halts \
               carry frames too).\n";

@@ -7,7 +7,7 @@
 //!   and the cost of a PIC access (an IMR read) with the vPIC in hv and in
 //!   the device model (§5.1). In process: hv, the relay, the guest's vcpu
 //!   and the device model on their own threads over the real pages and
-//!   doorbells, as `crates/hv/tests/hvm_io.rs` runs them.
+//!   doorbells, as `crates/trusted/hv/tests/hvm_io.rs` runs them.
 //! - **nic**: `splitnet up` with guest1's `nic = "hvm"` in four
 //!   configurations (event-driven receive with the vPIC in hv and in the
 //!   device model, polling every 5 ms and every 100 ms with the vPIC in hv):

@@ -35,6 +35,7 @@ pub fn up(
     listen: Option<SocketAddr>,
 ) -> Result<()> {
     require_root()?;
+    let (hv, exe) = hv_binary()?;
     if Toolstack::connect(&socket_path(rd)).is_ok() {
         bail!(
             "splitnet is already up (hv at {}); run `splitnet down` first",
@@ -64,7 +65,6 @@ pub fn up(
     let topo_path = rd.join("topology.toml");
     fs::write(&topo_path, text)?;
     let log = fs::File::create(rd.join("hv.log"))?;
-    let (hv, exe) = hv_binary()?;
     let mut child = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)

@@ -1,7 +1,7 @@
 //! The real domains of `splitnet up` run confined (jail): their own
 //! uid, only their role's capabilities, no_new_privs, the seccomp filter;
 //! and traffic still flows. The escape attempts themselves are in
-//! crates/hv/tests/escape.rs.
+//! crates/trusted/toolstack/tests/escape.rs.
 
 mod common;
 use common::Env;
