@@ -1,0 +1,301 @@
+//! Hostile guests against netback under the new grant mechanism (Ram thesis
+//! ch. 4) and TX gather (Menon 2006 §4.1), in process: a real hv, the real
+//! driver-domain loop, good guests that keep exchanging frames, and evil
+//! ones that name absent, revoked and read-only grants, post read-only RX
+//! buffers, rewrite their TX buffers while netback reads them, and flood
+//! the translation table with misses. netback must refuse and count each
+//! case without touching a byte it was not granted, and the good guests
+//! must never notice.
+
+mod common;
+use common::{backend_state, good_traffic_flows, push, stats, wait_for, world, Guest, World};
+
+use abi::netif::{TxFlags, TxRequest};
+use abi::SharedMemory;
+use hv::{DomId, ErrorKind};
+use net::packet::Packet;
+use splitnet_net as net;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolstack::topology::{Grants, TxMode};
+
+const PAGE: usize = 4096;
+/// Ethertype of the frames this test sends besides the good traffic.
+const PROBE: [u8; 2] = [0x88, 0xb6];
+
+fn req(gref: u32, offset: u16, size: u16, id: u16) -> TxRequest {
+    TxRequest {
+        gref,
+        offset,
+        flags: TxFlags::EMPTY,
+        id,
+        size,
+    }
+}
+
+fn rejected(w: &World, g: DomId, reason: &str) -> u64 {
+    stats(&w.hv, w.drv_id, g)["rejected"][reason]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// A grant reference below `below` in the read-only half of `g`'s table
+/// that grants nothing, found from the top (revoking any of netfront's
+/// grants on the way, which only hurts `g` itself).
+fn absent_gref(g: &mut Guest, drv: DomId, below: u32) -> u32 {
+    for gref in (0..below.min(1024)).rev() {
+        match g.hv.ngm_revoke(drv, gref) {
+            Err(e) if e.kind == ErrorKind::BadGntref => return gref,
+            _ => continue,
+        }
+    }
+    panic!("every entry of the read-only half is in use");
+}
+
+/// A probe frame of `len` bytes: dst, src, the probe ethertype, a sequence
+/// number, then a pattern derived from it.
+fn probe(dst: [u8; 6], src: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
+    let mut d = dst.to_vec();
+    d.extend_from_slice(&src);
+    d.extend_from_slice(&PROBE);
+    d.extend_from_slice(&seq.to_be_bytes());
+    d.extend((18..len).map(|i| (i as u32 ^ seq.wrapping_mul(7)) as u8));
+    d
+}
+
+/// Probe frames `g` has received since its last poll.
+fn probes(g: &mut Guest) -> Vec<Vec<u8>> {
+    let mut rx = Vec::new();
+    g.nf.poll(&mut g.hv, &mut rx).unwrap();
+    rx.into_iter()
+        .map(|p| p.data)
+        .filter(|d| d.len() >= 18 && d[12..14] == PROBE)
+        .collect()
+}
+
+#[test]
+fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
+    let mut w = world(&["good1", "good2", "evil"], Grants::Ngm, TxMode::Gather);
+    let mut evil = w.guests.pop().unwrap();
+    let mut good2 = w.guests.pop().unwrap();
+    let mut good1 = w.guests.pop().unwrap();
+    let (drv, e) = (w.drv_id, w.ids[2]);
+    good_traffic_flows(&mut good1, &mut good2, 100, 0);
+    good_traffic_flows(&mut good2, &mut good1, 100, 1000);
+
+    // Three grants of frame 590 (outside netfront's buffers): one absent,
+    // one read-only, one revoked.
+    let g_abs = absent_gref(&mut evil, drv, 1024);
+    let g_ro = absent_gref(&mut evil, drv, g_abs);
+    evil.hv.ngm_grant(drv, g_ro, 590, false).unwrap();
+    let g_rev = absent_gref(&mut evil, drv, g_ro);
+    evil.hv.ngm_grant(drv, g_rev, 590, false).unwrap();
+    evil.hv.ngm_revoke(drv, g_rev).unwrap();
+    // A frame granted read-only may be sent: netback reads it.
+    let f = probe(good2.mac, evil.mac, 77, 300);
+    evil.hv.pool().write_bytes(590 * PAGE, &f);
+
+    let attacks: Vec<(&str, Vec<TxRequest>)> = vec![
+        ("grant_absent", vec![req(99_999, 0, 100, 1)]),
+        ("grant_absent", vec![req(g_abs, 0, 100, 2)]),
+        ("grant_revoked", vec![req(g_rev, 0, 100, 3)]),
+        ("size_too_small", vec![req(g_ro, 0, 0, 4)]),
+        ("crosses_page", vec![req(g_ro, 4000, 200, 5)]),
+        ("crosses_page", vec![req(g_ro, 0, 5000, 6)]),
+    ];
+    for (reason, reqs) in attacks {
+        let before = rejected(&w, e, reason);
+        push(&mut evil, &reqs);
+        wait_for(&format!("netback to count {reason}"), || {
+            rejected(&w, e, reason) > before
+        });
+        good_traffic_flows(&mut good1, &mut good2, 20, 2000);
+    }
+    // The read-only grant itself carries a frame to good2, intact.
+    push(&mut evil, &[req(g_ro, 0, 300, 40)]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if probes(&mut good2).contains(&f) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the read-only grant's frame never arrived: evil {}, good2 {}, good2's frontend {:?}",
+            stats(&w.hv, drv, e),
+            stats(&w.hv, drv, w.ids[1]),
+            good2.nf.counters
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // netback holds no use once it has responded: the revocation goes through.
+    evil.hv.ngm_revoke(drv, g_ro).unwrap();
+
+    // RX: every posted buffer is swapped for the read-only grant. A
+    // broadcast must be refused for evil (netback may not write there)
+    // and still reach good2.
+    evil.hv.ngm_grant(drv, g_ro, 590, false).unwrap();
+    // The next buffer netback takes is the one after the last response.
+    let _ = probes(&mut evil);
+    {
+        let ring = evil.nf.rx_ring();
+        let slot = (ring.rsp_cons() & 255) as usize;
+        ring.memory().store_u32(64 + slot * 8 + 4, g_ro);
+    }
+    let before = evil.hv.pool().load_u64(590 * PAGE);
+    let bcast = probe([0xff; 6], good1.mac, 5, 200);
+    good1
+        .nf
+        .send(&mut good1.hv, Packet::new(bcast.clone()))
+        .unwrap();
+    good1.nf.flush().unwrap();
+    wait_for("netback to refuse the read-only RX buffer", || {
+        rejected(&w, e, "grant_read_only") > 0
+    });
+    assert_eq!(
+        evil.hv.pool().load_u64(590 * PAGE),
+        before,
+        "netback wrote into a read-only grant"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !probes(&mut good2).contains(&bcast) {
+        assert!(Instant::now() < deadline, "good2 missed the broadcast");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // evil's frontend took the refusal, dropped the frame and re-posted
+    // its own buffers: the next broadcast reaches it.
+    let _ = probes(&mut evil);
+    assert!(evil.nf.counters.drops.get("rx_bad_response") > 0);
+    let bcast2 = probe([0xff; 6], good1.mac, 6, 200);
+    good1
+        .nf
+        .send(&mut good1.hv, Packet::new(bcast2.clone()))
+        .unwrap();
+    good1.nf.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !probes(&mut evil).contains(&bcast2) {
+        assert!(
+            Instant::now() < deadline,
+            "evil never recovered its RX buffers"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(backend_state(&w.hv, drv, e), "4", "still below the limit");
+
+    // A flood of translation-table misses crosses the limit: evil is
+    // disconnected, and the good guests keep flowing throughout.
+    for round in 0..8u16 {
+        if evil.nf.tx_ring().free_requests() < 16 {
+            break;
+        }
+        let reqs: Vec<TxRequest> = (0..16u16)
+            .map(|i| req(1_000_000 + u32::from(i), 0, 64, 100 + round * 16 + i))
+            .collect();
+        push(&mut evil, &reqs);
+        good_traffic_flows(&mut good1, &mut good2, 10, 3000 + u32::from(round) * 10);
+    }
+    wait_for("evil to be disconnected", || {
+        backend_state(&w.hv, drv, e) == "6"
+    });
+    good_traffic_flows(&mut good1, &mut good2, 100, 4000);
+    good_traffic_flows(&mut good2, &mut good1, 100, 5000);
+    for g in &w.ids[..2] {
+        let s = stats(&w.hv, drv, *g);
+        assert_eq!(
+            s["rejected"],
+            serde_json::json!({}),
+            "a good guest was refused: {s}"
+        );
+    }
+    w.hv.shutdown();
+    w.driver.join().unwrap();
+}
+
+#[test]
+fn a_guest_rewriting_its_buffer_after_the_check_cannot_change_the_headers_sent() {
+    // evil sends frames longer than netback's header copy while a second
+    // thread keeps flipping their source MAC, in the guest's TX buffers,
+    // between its own and good2's. netback decides on its private copy
+    // and sends that copy: good1 must only ever see evil's own MAC, and
+    // the bridge must never learn good2's MAC on evil's port.
+    let mut w = world(&["good1", "good2", "evil"], Grants::Ngm, TxMode::Gather);
+    let mut evil = w.guests.pop().unwrap();
+    let mut good2 = w.guests.pop().unwrap();
+    let mut good1 = w.guests.pop().unwrap();
+    let (drv, e) = (w.drv_id, w.ids[2]);
+    good_traffic_flows(&mut good1, &mut good2, 50, 0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (pool, stop) = (evil.hv.pool_shared(), stop.clone());
+        let (mine, theirs) = (evil.mac, good2.mac);
+        std::thread::spawn(move || {
+            let mut flips = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let mac = if flips.is_multiple_of(2) {
+                    theirs
+                } else {
+                    mine
+                };
+                // netfront's TX buffers are frames 2..258; only every
+                // other one races, so that frames in the others pass the
+                // check whatever the timing, before netback's refusal
+                // limit can take the vif down.
+                for frame in (2..258).step_by(2) {
+                    pool.write_bytes(frame * PAGE + 6, &mac);
+                }
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let len = 1400;
+    let (to, from) = (good1.mac, evil.mac);
+    let check = |d: &[u8]| {
+        assert_eq!(d[6..12], from, "a header changed after netback checked it");
+        let seq = u32::from_be_bytes([d[14], d[15], d[16], d[17]]);
+        assert_eq!(d, probe(to, from, seq, len), "frame {seq} arrived changed");
+    };
+    let (mut sent, mut seen) = (0u32, 0u32);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sent < 3000 && backend_state(&w.hv, drv, e) == "4" && Instant::now() < deadline {
+        while evil.nf.can_send() && sent < 3000 {
+            let f = probe(good1.mac, evil.mac, sent, len);
+            if evil.nf.send(&mut evil.hv, Packet::new(f)).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        let _ = evil.nf.flush();
+        let _ = probes(&mut evil);
+        for d in probes(&mut good1) {
+            check(&d);
+            seen += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    // Frames still on their way to good1.
+    let passed = stats(&w.hv, drv, e)["tx_packets"].as_u64().unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while u64::from(seen) < passed && Instant::now() < deadline {
+        for d in probes(&mut good1) {
+            check(&d);
+            seen += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let spoofs = rejected(&w, e, "spoofed_mac");
+    assert!(
+        seen > 0 && spoofs > 0,
+        "the race never happened: {seen} frames arrived, {spoofs} refused, {flips} flips; evil {}, good1 {}",
+        stats(&w.hv, drv, e),
+        stats(&w.hv, drv, w.ids[0]),
+    );
+    // The bridge still sends good2's frames to good2.
+    good_traffic_flows(&mut good1, &mut good2, 100, 1000);
+    good_traffic_flows(&mut good2, &mut good1, 100, 2000);
+    w.hv.shutdown();
+    w.driver.join().unwrap();
+}

@@ -1,0 +1,335 @@
+//! The process that is a domain: it connects to hv through the descriptor it
+//! inherited, maps its memory, announces itself in the store, and runs its
+//! drivers: netfront in a guest, bridge + netback + port in a driver domain.
+
+use anyhow::{anyhow, Context, Result};
+use hypercall::launch::ENV_HV_FD;
+use hypercall::HvClient;
+use net::idle::Idle;
+use net::netfront::{Netfront, TapNetfront};
+use std::time::Duration;
+
+/// Closes everything but the inherited hv socket.
+pub fn close_stray_fds() {
+    let mut keep: Vec<i32> = std::env::var(ENV_HV_FD)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .into_iter()
+        .collect();
+    keep.extend(crate::hosted::env_fds(hypercall::launch::ENV_HOSTED_FDS));
+    sys::close_inherited_fds(&keep);
+}
+
+pub fn main() -> Result<()> {
+    let fd: i32 = std::env::var(ENV_HV_FD)
+        .context("`splitnet domain` is started by hv, not by hand")?
+        .parse()
+        .context("bad descriptor number")?;
+    let fd = sys::take_inherited_fd(fd).context("inherited hv socket")?;
+    let mut hv =
+        HvClient::connect(sys::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("hello: {e}"))?;
+    let id = hv.domid();
+    // Confined before reading a byte from a peer (jail).
+    jail::Role::of_kind(&hv.welcome().kind)
+        .and_then(jail::enter)
+        .map_err(|e| anyhow!("domain {id}: {e}"))?;
+    let home = format!("/local/domain/{id}");
+    hv.store_write(&format!("{home}/pid"), &std::process::id().to_string())
+        .map_err(|e| anyhow!("{e}"))?;
+    let w = hv.welcome().clone();
+    eprintln!(
+        "domain {id} ({}, {}) up: {} frames of grantable memory, {} grant references",
+        w.name,
+        w.kind,
+        w.pool_frames,
+        hv.grants().entries()
+    );
+    let r = match w.kind.as_str() {
+        "driver" => net::driver::run(&mut hv).map_err(|e| anyhow!("driver domain: {e}")),
+        _ => match crate::hosted::nic_kind(&mut hv).as_str() {
+            "hosted" => crate::hosted::guest(&mut hv, &home),
+            "hvm" => crate::hvm::guest(&mut hv, &home),
+            _ => guest(&mut hv, &home),
+        },
+    };
+    match r {
+        Ok(()) => Ok(()),
+        // hv closing our channels is how a domain is shut down.
+        Err(e) if hv.nop().is_err() => {
+            eprintln!("domain {id}: hv went away ({e}); exiting");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Publishes netfront's counters (and, under the new grant mechanism, its
+/// grant-track statistics) to `<frontend>/stats` at most once a second and
+/// only when they changed, for `splitnet status`.
+#[derive(Default)]
+struct FrontStats {
+    written: String,
+    at: Option<std::time::Instant>,
+}
+
+impl FrontStats {
+    fn publish(&mut self, hv: &mut HvClient, dev: &str, nf: &Netfront) {
+        if self
+            .at
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.at = Some(std::time::Instant::now());
+        let doc = serde_json::json!({
+            "counters": &nf.counters,
+            "grant_track": nf.grant_stats(),
+        })
+        .to_string();
+        if doc != self.written && hv.store_write(&format!("{dev}/stats"), &doc).is_ok() {
+            self.written = doc;
+        }
+    }
+}
+
+/// Watch token of the guest's `device/vif` directory.
+const VIFS: &str = "vifs";
+/// How long netfront waits for a backend it saw in InitWait to connect.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+/// How long a vif whose backend went away keeps its carrier, for a new
+/// backend (a restarted driver domain) to come: Linux flushes a link's
+/// neighbour entries when its carrier drops, and relearning them would
+/// cost the guest's connections a second of ARP retries.
+const CARRIER_GRACE: Duration = Duration::from_secs(2);
+
+/// One of the guest's vifs: its store directory, its TAP (once it first
+/// connected), and the backend it follows.
+struct GuestVif {
+    handle: String,
+    dev: String,
+    /// The backend directory whose state is watched ("" before the first).
+    backend: String,
+    nic: Option<TapNetfront>,
+    stats: FrontStats,
+    /// Since when the channel is down.
+    down_since: Option<std::time::Instant>,
+    /// The carrier went off after [`CARRIER_GRACE`] (a reconnect brings it back).
+    carrier_dropped: bool,
+}
+
+impl GuestVif {
+    fn token(&self) -> String {
+        format!("be:{}", self.handle)
+    }
+
+    /// Follows `<dev>/backend`: a driver domain that restarted comes back
+    /// under a new domain id, and the toolstack points the frontend at it.
+    fn follow_backend(&mut self, hv: &mut HvClient) {
+        let Ok(be) = hv.store_read_str(&format!("{}/backend", self.dev)) else {
+            return;
+        };
+        if be == self.backend {
+            return;
+        }
+        if !self.backend.is_empty() {
+            let _ = hv.unwatch(&format!("{}/state", self.backend), &self.token());
+        }
+        // The old backend is no longer ours, whatever its state says.
+        if let Some(nic) = self.nic.as_mut() {
+            nic.release(hv, "the toolstack moved the vif to a new backend");
+        }
+        self.backend = be;
+        if let Err(e) = hv.watch(&format!("{}/state", self.backend), &self.token()) {
+            eprintln!("netfront {}: watching {}: {e}", self.dev, self.backend);
+        }
+    }
+
+    /// Acts on the backend's state: lets go of a backend that closed or
+    /// vanished (carrier off, channel released, own state Closed), and
+    /// connects to one waiting for its frontend (InitWait).
+    fn backend_changed(&mut self, hv: &mut HvClient) {
+        use abi::xenbus::XenbusState as S;
+        let state = hv.read_state(&self.backend).ok();
+        let connected = self.nic.as_ref().is_some_and(TapNetfront::is_connected);
+        match state {
+            None | Some(S::Closing | S::Closed) if self.nic_held() => {
+                if let Some(nic) = self.nic.as_mut() {
+                    nic.release(hv, "the backend is closing");
+                }
+                let _ = hv.switch_state(&self.dev, S::Closed);
+            }
+            Some(S::InitWait) if !connected => self.connect(hv),
+            _ => {}
+        }
+    }
+
+    /// Whether a released-but-not-reconnected channel still holds resources.
+    fn nic_held(&self) -> bool {
+        self.nic.as_ref().is_some_and(|n| n.nf().is_some())
+    }
+
+    fn connect(&mut self, hv: &mut HvClient) {
+        // What an earlier channel holds must be given back first: the new
+        // one grants the same buffers.
+        if let Some(nic) = self.nic.as_mut() {
+            nic.release(hv, "reconnecting");
+        }
+        let nf = match Netfront::connect(hv, &self.dev, HANDSHAKE) {
+            Ok(nf) => nf,
+            Err(e) => {
+                eprintln!("netfront {}: could not connect: {e}", self.dev);
+                let _ = hv.switch_state(&self.dev, abi::xenbus::XenbusState::Closed);
+                return;
+            }
+        };
+        let info = nf.info.clone();
+        let r = match self.nic.as_mut() {
+            Some(nic) => nic.reconnect(hv, nf),
+            None => TapNetfront::attach(hv, nf, &format!("eth{}", self.handle)).map(|n| {
+                self.nic = Some(n);
+            }),
+        };
+        if r.is_ok() {
+            // A new TAP starts with its carrier on; `reconnect` turns it back on.
+            (self.down_since, self.carrier_dropped) = (None, false);
+        }
+        match r {
+            Ok(()) => eprintln!(
+                "netfront {}: connected to {} (rx {}, offload {}, split event channels {})",
+                self.dev,
+                info.backend,
+                if info.copy_rx { "copy" } else { "flip" },
+                info.offload,
+                info.split_evtchn
+            ),
+            Err(e) => eprintln!("netfront {}: {e}", self.dev),
+        }
+    }
+
+    /// A channel that went down keeps the carrier for [`CARRIER_GRACE`];
+    /// then the guest sees its link down. Returns how long until the
+    /// carrier is due to drop, if it still is.
+    fn watch_carrier(&mut self) -> Option<Duration> {
+        let nic = self.nic.as_ref()?;
+        if nic.is_connected() {
+            return None;
+        }
+        let since = *self.down_since.get_or_insert_with(std::time::Instant::now);
+        if self.carrier_dropped {
+            return None;
+        }
+        let left = CARRIER_GRACE.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            nic.set_carrier(false);
+            self.carrier_dropped = true;
+            return None;
+        }
+        Some(left)
+    }
+
+    /// The toolstack removed the device: the channel is given back and the
+    /// TAP goes with it.
+    fn remove(mut self, hv: &mut HvClient) {
+        if let Some(nic) = self.nic.as_mut() {
+            nic.release(hv, "the device was detached");
+        }
+        if !self.backend.is_empty() {
+            let _ = hv.unwatch(&format!("{}/state", self.backend), &self.token());
+        }
+        eprintln!("netfront {}: removed", self.dev);
+    }
+}
+
+/// Brings the guest's vifs in line with `<home>/device/vif`: a device whose
+/// directory is complete (the toolstack writes `state` last) is taken up,
+/// one whose directory is gone is removed, and each follows its backend.
+fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>) {
+    let listed = hv.store_directory(dir).unwrap_or_default();
+    let mut i = 0;
+    while i < vifs.len() {
+        if listed.contains(&vifs[i].handle) {
+            i += 1;
+        } else {
+            vifs.swap_remove(i).remove(hv);
+        }
+    }
+    for h in listed {
+        if vifs.iter().any(|v| v.handle == h) {
+            continue;
+        }
+        let dev = format!("{dir}/{h}");
+        if hv.store_read_str(&format!("{dev}/state")).is_err() {
+            continue; // still being written
+        }
+        vifs.push(GuestVif {
+            handle: h,
+            dev,
+            backend: String::new(),
+            nic: None,
+            stats: FrontStats::default(),
+            down_since: None,
+            carrier_dropped: false,
+        });
+    }
+    for v in vifs.iter_mut() {
+        let before = v.backend.clone();
+        v.follow_backend(hv);
+        if v.backend != before {
+            v.backend_changed(hv);
+        }
+    }
+}
+
+/// A guest: netfront for each of its vifs, until hv goes away. vifs come
+/// and go (`network-attach`/`-detach`), and each follows its driver
+/// domain through restarts.
+fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
+    let dir = format!("{home}/device/vif");
+    hv.watch(&dir, VIFS).map_err(|e| anyhow!("{e}"))?;
+    let mut vifs: Vec<GuestVif> = Vec::new();
+    sync_vifs(hv, &dir, &mut vifs);
+    let mut idle = Idle::for_domain(hv, "netfront", Duration::from_millis(200));
+    loop {
+        for v in vifs.iter_mut() {
+            if let Some(nf) = v.nic.as_ref().and_then(TapNetfront::nf) {
+                v.stats.publish(hv, &v.dev, nf);
+            }
+        }
+        let carrier_due = vifs.iter_mut().filter_map(GuestVif::watch_carrier).min();
+        let ready = {
+            let mut fds = vec![hv.watch_fd()];
+            for v in &vifs {
+                fds.extend(v.nic.iter().flat_map(TapNetfront::fds));
+            }
+            let timeout = if hv.watch_backlog() {
+                Duration::ZERO
+            } else {
+                let t = idle.timeout(false);
+                carrier_due.map_or(t, |d| t.min(d))
+            };
+            sys::poll_readable(&fds, Some(timeout))?
+        };
+        if ready.iter().any(|&r| r) {
+            idle.worked();
+        }
+        if ready[0] || hv.watch_backlog() {
+            let mut resync = false;
+            while let Some(ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
+                if ev.token == VIFS {
+                    // Only the toolstack's writes matter here, not our own.
+                    resync |= !ev.path.ends_with("/stats");
+                } else if let Some(v) = vifs.iter_mut().find(|v| v.token() == ev.token) {
+                    v.backend_changed(hv);
+                }
+            }
+            if resync {
+                sync_vifs(hv, &dir, &mut vifs);
+            }
+        }
+        for v in vifs.iter_mut() {
+            if let Some(nic) = v.nic.as_mut() {
+                nic.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
+            }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The processes of an HVM guest's NIC (Zhang & Dong): the guest domain,
+//! whose port accesses are I/O exits to hv (`hosted::guest`'s loop over an
+//! [`HvmVcpu`]), and the device model hv starts in the driver domain's
+//! namespace (qemu-dm's role): the PCnet over the guest's memory and a TAP
+//! the driver domain bridges, served by `hvm::DeviceModel`.
+
+use anyhow::{anyhow, Context, Result};
+use emul::pcnet::regs::port;
+use emul::{GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ};
+use hosted::guest::VmWorld;
+use hvm::{DeviceModel, DmConfig, ExitError, HvmVcpu, NicDevice};
+use hypercall::ioreq::RxMode;
+use hypercall::{DomId, HvClient};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::time::Duration;
+use sys::{rdtsc, SeqPacket, Tap};
+
+/// Consecutive exits the device model may leave unanswered (each waits
+/// hv's `dm_timeout`) before the guest gives up on it.
+const DM_TIMEOUTS_TOLERATED: u32 = 3;
+/// How many times the guest asks before the device model first answers
+/// (it starts after the guest; each unanswered try takes hv's timeout).
+const DM_START_TRIES: u32 = 30;
+
+/// Closes everything the device model did not inherit on purpose.
+pub fn close_stray_fds() {
+    sys::close_inherited_fds(&crate::hosted::env_fds(hypercall::launch::ENV_HVM_DM_FD));
+}
+
+/// The guest CPU's world on an HVM vcpu: every port access is an I/O exit
+/// to hv (which serves the PIC there or forwards it, like the NIC's, to the
+/// device model); interrupts are what hv injects at resume.
+struct HvmWorld {
+    cpu: HvmVcpu,
+    /// Consecutive exits the device model did not answer.
+    unanswered: u32,
+    failure: Option<String>,
+    halts: u64,
+    halt_cycles: u64,
+    failed_exits: u64,
+}
+
+impl HvmWorld {
+    fn new(cpu: HvmVcpu) -> HvmWorld {
+        HvmWorld {
+            cpu,
+            unanswered: 0,
+            failure: None,
+            halts: 0,
+            halt_cycles: 0,
+            failed_exits: 0,
+        }
+    }
+
+    fn exit(&mut self, port: u16, width: IoWidth, write: bool, value: u32) -> u32 {
+        match self.cpu.exit(port, width, write, value) {
+            Ok(v) => {
+                self.unanswered = 0;
+                v
+            }
+            Err(e) => {
+                self.failed_exits += 1;
+                match e {
+                    ExitError::DmTimeout => {
+                        self.unanswered += 1;
+                        if self.unanswered >= DM_TIMEOUTS_TOLERATED {
+                            self.failure = Some(format!(
+                                "the device model left {} exits in a row unanswered",
+                                self.unanswered
+                            ));
+                        }
+                    }
+                    ExitError::HvTimeout(_) | ExitError::Doorbell => {
+                        self.failure = Some(e.to_string());
+                    }
+                    ExitError::Refused | ExitError::DmBusy => {}
+                }
+                // The bus floats high when nothing answered.
+                width.all_ones()
+            }
+        }
+    }
+
+    /// Waits for the device model to answer a first NIC access (it starts
+    /// after the guest), so the driver's probe finds the chip.
+    fn wait_device_model(&mut self) -> Result<()> {
+        for _ in 0..DM_START_TRIES {
+            match self
+                .cpu
+                .exit(NIC_IO_BASE + port::RAP, IoWidth::Word, false, 0)
+            {
+                Ok(_) => return Ok(()),
+                Err(ExitError::DmTimeout) => {}
+                Err(ExitError::DmBusy) => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => return Err(anyhow!("the first exit: {e}")),
+            }
+        }
+        Err(anyhow!(
+            "the device model did not answer after {DM_START_TRIES} tries"
+        ))
+    }
+}
+
+impl PortIo for HvmWorld {
+    fn port_in(&mut self, port: u16, width: IoWidth) -> u32 {
+        self.exit(port, width, false, 0)
+    }
+    fn port_out(&mut self, port: u16, width: IoWidth, value: u32) {
+        self.exit(port, width, true, value);
+    }
+}
+
+impl VmWorld for HvmWorld {
+    fn acknowledge_interrupt(&mut self) -> Option<u8> {
+        self.cpu.take_interrupt()
+    }
+
+    /// HLT: the vcpu sleeps until hv injects an interrupt or the guest
+    /// kernel has a frame (`fds`).
+    fn halt(&mut self, fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<()> {
+        let irq = self.cpu.irq_fd();
+        let mut all = [irq; 8];
+        let n = fds.len().min(all.len() - 1);
+        all[1..=n].copy_from_slice(&fds[..n]);
+        let t0 = rdtsc();
+        let ready = sys::poll_readable_few(&all[..=n], Some(timeout))?;
+        self.halts += 1;
+        self.halt_cycles += rdtsc().saturating_sub(t0);
+        if ready & 1 != 0 {
+            self.cpu.drain_irq();
+        }
+        Ok(())
+    }
+
+    /// Nothing is held back: TDMD transmits in the device model at once.
+    fn flush(&mut self) {}
+
+    fn tick(&mut self) {}
+
+    fn failure(&self) -> Option<String> {
+        self.failure.clone()
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        let s = self.cpu.stats();
+        serde_json::json!({
+            "vcpu": {
+                "exits": s.exits,
+                "failed_exits": self.failed_exits,
+                "round_trip_mean_cycles": s.round_trip_cycles.checked_div(s.exits).unwrap_or(0),
+                "interrupts": s.interrupts,
+                "halts": self.halts,
+                "halt_cycles": self.halt_cycles,
+            }
+        })
+    }
+}
+
+/// A guest with an HVM NIC: the pcnet32-like driver on a vcpu whose port
+/// accesses exit to hv, serving TAP `eth0`, until hv or the device model
+/// goes away.
+pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
+    let fds = hv.hvm_vcpu().map_err(|e| anyhow!("HvmVcpu: {e}"))?;
+    let cpu = HvmVcpu::new(fds).context("mapping the vcpu page")?;
+    let (tap, _mac) = crate::hosted::guest_eth0(hv, home)?;
+    let mem = GuestMemory::new(hv.pool_shared());
+    let mut world = HvmWorld::new(cpu);
+    world.wait_device_model()?;
+    eprintln!("hvm: vcpu up, the device model answers");
+    crate::hosted::run_guest(hv, home, &mut world, &mem, &tap).map_err(|e| anyhow!("HVM NIC: {e}"))
+}
+
+/// The device model of HVM guest `guest` (domain `guest_id`): takes the
+/// ioreq page and the guest's memory from hv on the connection it
+/// inherited, creates its TAP here (the driver domain's namespace), drops
+/// its privileges, and serves the guest's I/O requests until hv hangs up.
+/// `poll_us` 0: event-driven receive; otherwise the polling period.
+pub fn device_model(
+    guest: &str,
+    guest_id: DomId,
+    tap: &str,
+    mac: &str,
+    poll_us: u32,
+) -> Result<()> {
+    let fd = crate::hosted::take_fds(hypercall::launch::ENV_HVM_DM_FD, 1)?
+        .pop()
+        .expect("one");
+    let mut chan = hypercall::client::Channel::new(SeqPacket::from_fd(fd));
+    let (fds, mem) = chan
+        .hvm_device_model(guest_id)
+        .map_err(|e| anyhow!("HvmDeviceModel for {guest}: {e}"))?;
+    let mac = abi::xenbus::parse_mac(mac).map_err(|e| anyhow!("--mac: {e}"))?;
+    let tap_dev = Arc::new(Tap::create(tap, false)?);
+    crate::hosted::run_ip(&["link", "set", tap, "mtu", "1500", "up"])?;
+    let out = tap_dev.clone();
+    let nic = Pcnet::new(
+        GuestMemory::new(mem),
+        move |f: &[u8]| {
+            // A full TAP drops the frame, as a wire would.
+            let _ = out.send(&[f]);
+        },
+        PcnetConfig {
+            mac,
+            transmit_on_demand: true,
+        },
+    );
+    let mut dev = NicDevice::new(nic, NIC_IO_BASE, NIC_IRQ, tap_dev.clone());
+    let rx = match poll_us {
+        0 => RxMode::EventDriven,
+        us => RxMode::Polling {
+            period_us: u64::from(us),
+        },
+    };
+    let mut dm = DeviceModel::new(fds, DmConfig { rx }).context("mapping the ioreq page")?;
+    // Confined before reading a byte from the guest.
+    jail::enter(jail::Role::VmApp).map_err(|e| anyhow!("device model of {guest}: {e}"))?;
+    eprintln!(
+        "device model {guest}: serving on {tap} (PIC in {:?}, receive {rx:?})",
+        dm.placement()
+    );
+    let stop = chan.socket().as_fd();
+    // Bounded runs; hv hanging up (or the guest's cgroup going) ends it.
+    while !dm.run(&mut dev, Some(tap_dev.as_fd()), stop, 1 << 20)? {}
+    eprintln!(
+        "device model {guest}: hv hung up; counters {:?}",
+        dm.stats()
+    );
+    Ok(())
+}

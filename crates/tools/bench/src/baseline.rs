@@ -1,0 +1,973 @@
+//! Suite `baseline`: throughput and CPU cost of moving a TCP or UDP stream
+//! guest→wire (TX), wire→guest (RX) and guest→guest, for native networking,
+//! the kernel's bridge, the minimal user-space forwarder (the ceiling of a
+//! TAP-to-AF_PACKET path), user-mode networking (pasta, slirp4netns), and
+//! splitnet in its seed-baseline, hv-copy and default (fast-path) modes,
+//! all measured in the same run (Menon 2006 §5, Ram thesis §2.4: cycles per
+//! 1514-byte packet by domain).
+
+use crate::chart::{self, Bar};
+use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Latency, Native, Workload};
+use crate::stats::{median, tsc_per_us};
+use crate::usernet::{self, Tool, UserNet};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+use toolstack::host::{self, Cgroup, CgroupLayout};
+
+/// Options for the suite.
+#[derive(Debug, Clone)]
+pub struct BaselineOptions {
+    /// One run, 2 s per flow, TCP zero-copy only: under a minute.
+    pub quick: bool,
+    pub runs: usize,
+    pub secs: u32,
+    /// The `splitnet` executable (to bring splitnet topologies up and down).
+    pub exe: PathBuf,
+    /// Run directory for splitnet's hv.
+    pub run_dir: PathBuf,
+    pub progress: bool,
+    /// Attach a profile to every flow (`bench --profile`); its summary goes
+    /// into the record.
+    pub profile: bool,
+    /// Where each flow's whole profile (JSON and SVG) is written, if anywhere.
+    pub profile_dir: Option<PathBuf>,
+    /// Only these configurations (native is always added); empty: all.
+    pub configs: Vec<Config>,
+    /// Only these workloads; empty: the default set.
+    pub workloads: Vec<Workload>,
+    /// splitnet's domains spin this many microseconds before sleeping
+    /// (`splitnet up --spin-us`); `None` keeps the topology's setting (none).
+    pub spin_us: Option<u32>,
+}
+
+/// A measured configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Config {
+    /// The same application over a plain veth pair between two namespaces.
+    Native,
+    /// veth into a Linux bridge in a "driver" namespace (the kernel baseline).
+    LinuxBridge,
+    /// One process forwarding between a TAP and AF_PACKET, nothing else:
+    /// the ceiling of any user-space NIC path (`forwarder.rs`). TX and RX only.
+    MinimalForwarder,
+    /// User-mode networking with pasta (passt), as rootless Podman uses.
+    Pasta,
+    /// User-mode networking with slirp4netns (libslirp).
+    Slirp4netns,
+    /// splitnet, seed baseline: RX flip, TX map, no offloads.
+    SplitnetBaseline,
+    /// splitnet with hv's grant copies (the thesis's "Orig"): RX copy, TX copy, offloads on.
+    SplitnetHvCopy,
+    /// splitnet default, the fast path: the new grant mechanism, TX gather,
+    /// RX single copy, offloads on.
+    SplitnetDefault,
+}
+
+impl std::str::FromStr for Config {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Config> {
+        crate::by_name(&CONFIGS, Config::name, s)
+    }
+}
+
+impl Config {
+    pub fn name(self) -> &'static str {
+        match self {
+            Config::Native => "native",
+            Config::LinuxBridge => "linux-bridge",
+            Config::MinimalForwarder => "minimal-forwarder",
+            Config::Pasta => "pasta",
+            Config::Slirp4netns => "slirp4netns",
+            Config::SplitnetBaseline => "splitnet-baseline",
+            Config::SplitnetHvCopy => "splitnet-hv-copy",
+            Config::SplitnetDefault => "splitnet-default",
+        }
+    }
+
+    /// The directions a configuration carries (the forwarder has no second guest).
+    pub fn directions(self) -> &'static [Direction] {
+        match self {
+            Config::MinimalForwarder => &DIRECTIONS[..2],
+            _ => &DIRECTIONS,
+        }
+    }
+
+    /// The user-mode networking tool a peer configuration runs.
+    pub fn tool(self) -> Option<Tool> {
+        match self {
+            Config::Pasta => Some(Tool::Pasta),
+            Config::Slirp4netns => Some(Tool::Slirp4netns),
+            _ => None,
+        }
+    }
+}
+
+/// Direction of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// guest → wire.
+    Tx,
+    /// wire → guest.
+    Rx,
+    /// guest → guest.
+    GuestToGuest,
+}
+
+impl Direction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Tx => "tx",
+            Direction::Rx => "rx",
+            Direction::GuestToGuest => "guest-to-guest",
+        }
+    }
+}
+
+/// A value per domain (CPU seconds, cycles per packet).
+pub type PerDomain = BTreeMap<String, f64>;
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub config: Config,
+    pub direction: Direction,
+    pub workload: Workload,
+    pub run: usize,
+    pub gbps: f64,
+    pub ratio_to_native: Option<f64>,
+    /// Against the minimal forwarder of the same run (TX and RX).
+    pub ratio_to_forwarder: Option<f64>,
+    /// CPU time per domain during the flow, kernel time included.
+    pub cpu_seconds: BTreeMap<String, f64>,
+    /// TSC cycles per 1514-byte frame (or per datagram for UDP): "total" and one per domain.
+    pub cycles_per_packet: BTreeMap<String, f64>,
+    pub packets: f64,
+    /// One-way latency (request-response workloads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
+    /// With `--profile`: shares of the samples taken during the flow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<prof::ProfileSummary>,
+}
+
+/// Medians over runs of one (config, direction, workload).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub config: Config,
+    pub direction: Direction,
+    pub workload: Workload,
+    pub runs: usize,
+    pub median_gbps: f64,
+    pub min_gbps: f64,
+    pub max_gbps: f64,
+    pub median_ratio_to_native: Option<f64>,
+    pub median_ratio_to_forwarder: Option<f64>,
+    pub median_cycles_per_packet: f64,
+    /// Request-response workloads: median one-way p50 and p99 (µs), and
+    /// each as a multiple of native's in the same run (lower is better).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencySummary>,
+}
+
+/// Medians of a request-response workload's latency.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LatencySummary {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p50_x_native: Option<f64>,
+    pub p99_x_native: Option<f64>,
+}
+
+/// The suite's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineReport {
+    pub suite: &'static str,
+    pub tsc_mhz: f64,
+    pub runs: usize,
+    pub seconds_per_flow: u32,
+    /// splitnet's spin before sleeping, if one was set (`--spin-us`).
+    pub spin_us: Option<u32>,
+    pub records: Vec<Record>,
+    pub summary: Vec<Summary>,
+    /// Peers that were not measured, and why.
+    pub skipped: Vec<String>,
+}
+
+const DIRECTIONS: [Direction; 3] = [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
+const CONFIGS: [Config; 8] = [
+    Config::Native,
+    Config::LinuxBridge,
+    Config::MinimalForwarder,
+    Config::Pasta,
+    Config::Slirp4netns,
+    Config::SplitnetBaseline,
+    Config::SplitnetHvCopy,
+    Config::SplitnetDefault,
+];
+
+/// A domain whose CPU time is measured.
+struct Domain {
+    name: String,
+    cgroup: Option<Cgroup>,
+    /// A process measured through /proc (hv, which has no cgroup of its own).
+    pid: Option<i32>,
+}
+
+/// Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on Linux x86).
+const USER_HZ: f64 = 100.0;
+
+pub(crate) fn proc_cpu(pid: i32) -> Option<Duration> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.rsplit(')').next()?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let (u, k): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    Some(Duration::from_secs_f64((u + k) / USER_HZ))
+}
+
+impl Domain {
+    fn cpu(&self) -> Duration {
+        if let Some(p) = self.pid {
+            return proc_cpu(p).unwrap_or_default();
+        }
+        self.cgroup
+            .as_ref()
+            .and_then(Cgroup::cpu_usage)
+            .unwrap_or_default()
+    }
+}
+
+/// Where one direction's endpoints are.
+struct FlowSpec {
+    server_ns: String,
+    /// Where the client connects.
+    server_ip: &'static str,
+    /// Where the server listens, if not `server_ip`.
+    server_bind: Option<&'static str>,
+    port: u16,
+    client_ns: String,
+    /// Data flows server → client.
+    reverse: bool,
+    /// Indices into `Env::domains` of the server's and the client's domain.
+    server_dom: usize,
+    client_dom: usize,
+}
+
+impl FlowSpec {
+    fn new(server_ns: &str, server_ip: &'static str, client_ns: &str, reverse: bool) -> FlowSpec {
+        FlowSpec {
+            server_ns: server_ns.to_string(),
+            server_ip,
+            server_bind: None,
+            port: netenv::DEFAULT_PORT,
+            client_ns: client_ns.to_string(),
+            reverse,
+            server_dom: 0,
+            client_dom: 0,
+        }
+    }
+
+    /// Charges the server to domain `server` and the client to `client`.
+    fn charged(mut self, server: usize, client: usize) -> FlowSpec {
+        self.server_dom = server;
+        self.client_dom = client;
+        self
+    }
+}
+
+/// A brought-up configuration: where each direction's endpoints are.
+struct Env {
+    domains: Vec<Domain>,
+    flows: BTreeMap<&'static str, FlowSpec>,
+    _native: Option<Native>,
+    _kb: Option<KernelBridge>,
+    _usernet: Option<UserNet>,
+    _fwd: Option<Forwarded>,
+    splitnet: bool,
+}
+
+impl Env {
+    fn new(domains: Vec<Domain>) -> Env {
+        Env {
+            domains,
+            flows: BTreeMap::new(),
+            _native: None,
+            _kb: None,
+            _usernet: None,
+            _fwd: None,
+            splitnet: false,
+        }
+    }
+}
+
+/// Names of the cgroups the suite creates (as `bench-<name>`).
+const BENCH_CGROUPS: [&str; 8] = [
+    "client",
+    "server",
+    "guest1",
+    "guest2",
+    "wire",
+    "pasta",
+    "slirp4netns",
+    "forwarder",
+];
+
+pub(crate) fn bench_cgroup(layout: &CgroupLayout, name: &str) -> Result<Cgroup> {
+    Ok(Cgroup::create(layout, &format!("bench-{name}"))?)
+}
+
+/// Domains measured through their own fresh cgroups.
+fn bench_domains(layout: &CgroupLayout, names: &[&str]) -> Result<Vec<Domain>> {
+    names
+        .iter()
+        .map(|n| {
+            Ok(Domain {
+                name: n.to_string(),
+                cgroup: Some(bench_cgroup(layout, n)?),
+                pid: None,
+            })
+        })
+        .collect()
+}
+
+fn splitnet(opts: &BaselineOptions, args: &[&str]) -> Result<()> {
+    crate::splitnet(&opts.exe, &opts.run_dir, args).map(drop)
+}
+
+fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {
+    match cfg {
+        Config::Native => {
+            let n = Native::new()?;
+            let mut env = Env::new(bench_domains(layout, &["client", "server"])?);
+            for d in DIRECTIONS {
+                let rev = d == Direction::Rx;
+                env.flows.insert(
+                    d.name(),
+                    FlowSpec::new(&n.b, netenv::NATIVE_B, &n.a, rev).charged(1, 0),
+                );
+            }
+            env._native = Some(n);
+            Ok(env)
+        }
+        Config::LinuxBridge => {
+            let kb = KernelBridge::new()?;
+            let mut env = Env::new(bench_domains(layout, &["guest1", "guest2", "wire"])?);
+            let f = &mut env.flows;
+            f.insert(
+                "tx",
+                FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, false).charged(2, 0),
+            );
+            f.insert(
+                "rx",
+                FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, true).charged(2, 0),
+            );
+            f.insert(
+                "guest-to-guest",
+                FlowSpec::new(&kb.guest2, netenv::KB_GUEST2, &kb.guest1, false).charged(1, 0),
+            );
+            env._kb = Some(kb);
+            Ok(env)
+        }
+        Config::MinimalForwarder => {
+            let mut env = Env::new(bench_domains(layout, &["guest1", "wire", "forwarder"])?);
+            let fw = Forwarded::new(&opts.exe, env.domains[2].cgroup.as_ref())?;
+            for (d, rev) in [("tx", false), ("rx", true)] {
+                env.flows.insert(
+                    d,
+                    FlowSpec::new(&fw.wire, netenv::FWD_WIRE, &fw.guest, rev).charged(1, 0),
+                );
+            }
+            env._fwd = Some(fw);
+            Ok(env)
+        }
+        Config::Pasta | Config::Slirp4netns => {
+            let tool = cfg.tool().context("a peer configuration without a tool")?;
+            let mut env = Env::new(bench_domains(
+                layout,
+                &["guest1", "guest2", "wire", tool.name()],
+            )?);
+            let u = UserNet::new(tool, env.domains[3].cgroup.as_ref(), &opts.run_dir)?;
+            let to_host = |reverse| FlowSpec {
+                server_bind: Some(usernet::HOST_BIND),
+                ..FlowSpec::new(&u.host, tool.gateway(), &u.guest1, reverse).charged(2, 0)
+            };
+            env.flows.insert("tx", to_host(false));
+            env.flows.insert("rx", to_host(true));
+            env.flows.insert(
+                "guest-to-guest",
+                FlowSpec {
+                    server_bind: Some("0.0.0.0"),
+                    port: usernet::GUEST2_PORT,
+                    ..FlowSpec::new(&u.guest2, tool.gateway(), &u.guest1, false).charged(1, 0)
+                },
+            );
+            env._usernet = Some(u);
+            Ok(env)
+        }
+        Config::SplitnetBaseline | Config::SplitnetHvCopy | Config::SplitnetDefault => {
+            let preset = match cfg {
+                Config::SplitnetBaseline => "baseline",
+                Config::SplitnetHvCopy => "hv-copy",
+                _ => "default",
+            };
+            let spin = opts.spin_us.map(|us| us.to_string());
+            let mut up = vec!["up", "--preset", preset];
+            if let Some(us) = &spin {
+                up.extend(["--spin-us", us.as_str()]);
+            }
+            splitnet(opts, &up)?;
+            let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            let mut domains = vec![Domain {
+                name: "hv".into(),
+                cgroup: None,
+                pid: hv_pid,
+            }];
+            for n in ["drv", "guest1", "guest2"] {
+                domains.push(Domain {
+                    name: n.into(),
+                    cgroup: Cgroup::open(layout, n),
+                    pid: None,
+                });
+            }
+            domains.extend(bench_domains(layout, &["wire"])?);
+            let mut env = Env::new(domains);
+            env.splitnet = true;
+            let ns = host::netns_name;
+            let (wire, g1, g2) = (ns("wire"), ns("guest1"), ns("guest2"));
+            // Applications run in their guest's cgroup: the guest pays for its own stack.
+            let f = &mut env.flows;
+            f.insert(
+                "tx",
+                FlowSpec::new(&wire, "10.77.0.254", &g1, false).charged(4, 2),
+            );
+            f.insert(
+                "rx",
+                FlowSpec::new(&wire, "10.77.0.254", &g1, true).charged(4, 2),
+            );
+            f.insert(
+                "guest-to-guest",
+                FlowSpec::new(&g2, "10.77.0.2", &g1, false).charged(3, 2),
+            );
+            Ok(env)
+        }
+    }
+}
+
+fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
+    if env.splitnet {
+        let _ = splitnet(opts, &["down"]);
+    }
+    drop(env);
+    for n in BENCH_CGROUPS {
+        if let Some(cg) = Cgroup::open(layout, &format!("bench-{n}")) {
+            cg.destroy(Duration::from_millis(200));
+        }
+    }
+}
+
+/// What one flow measured.
+struct Measured {
+    flow: FlowResult,
+    cpu_seconds: PerDomain,
+    cycles_per_packet: PerDomain,
+    profile: Option<prof::Profile>,
+}
+
+fn measure(
+    env: &Env,
+    dir: Direction,
+    workload: Workload,
+    secs: u32,
+    tsc_hz: f64,
+    profile: Option<&str>,
+) -> Result<Measured> {
+    let f = env.flows.get(dir.name()).context("no such direction")?;
+    let before: Vec<Duration> = env.domains.iter().map(Domain::cpu).collect();
+    let flow = || {
+        netenv::run(&Flow {
+            server_ns: &f.server_ns,
+            server_ip: f.server_ip,
+            server_bind: f.server_bind,
+            port: f.port,
+            client_ns: &f.client_ns,
+            reverse: f.reverse,
+            secs,
+            workload,
+            server_cgroup: env.domains[f.server_dom].cgroup.as_ref(),
+            client_cgroup: env.domains[f.client_dom].cgroup.as_ref(),
+        })
+    };
+    let (r, profile) = match profile {
+        None => (flow()?, None),
+        Some(initiator) => {
+            let opts = prof::ProfileOptions {
+                hv_pid: env
+                    .domains
+                    .iter()
+                    .find(|d| d.name == "hv")
+                    .and_then(|d| d.pid),
+                initiator: initiator.to_string(),
+                ..Default::default()
+            };
+            let (r, p) = prof::profile_while(opts, flow)
+                .map_err(|e| anyhow::anyhow!("profiling the flow: {e}"))?;
+            (r?, Some(p))
+        }
+    };
+    let cpu: BTreeMap<String, f64> = env
+        .domains
+        .iter()
+        .zip(before)
+        .map(|(d, b)| (d.name.clone(), d.cpu().saturating_sub(b).as_secs_f64()))
+        .collect();
+    let cpp = cycles_per_packet(&cpu, r.packets, tsc_hz);
+    Ok(Measured {
+        flow: r,
+        cpu_seconds: cpu,
+        cycles_per_packet: cpp,
+        profile,
+    })
+}
+
+/// Cycles per packet from CPU seconds per domain: each domain's share and a
+/// "total" (Ram thesis §2.4). Empty when no packet arrived.
+pub fn cycles_per_packet(
+    cpu_seconds: &BTreeMap<String, f64>,
+    packets: f64,
+    tsc_hz: f64,
+) -> BTreeMap<String, f64> {
+    if packets <= 0.0 {
+        return BTreeMap::new();
+    }
+    let mut out: BTreeMap<String, f64> = cpu_seconds
+        .iter()
+        .map(|(d, s)| (d.clone(), s * tsc_hz / packets))
+        .collect();
+    out.insert(
+        "total".into(),
+        cpu_seconds.values().sum::<f64>() * tsc_hz / packets,
+    );
+    out
+}
+
+/// Writes `<dir>/<stem>.json` and `<dir>/<stem>.svg`.
+fn write_profile(dir: &std::path::Path, stem: &str, p: &prof::Profile) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (ext, text) in [("json", p.to_json()), ("svg", p.to_svg())] {
+        let path = dir.join(format!("{stem}.{ext}"));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The directions measured for workload `w`: a request-response flow is
+/// the same both ways, so it runs guest→wire and guest→guest only.
+fn directions(cfg: Config, w: Workload) -> &'static [Direction] {
+    match (w.is_latency(), cfg.directions().len()) {
+        (true, 2) => &DIRECTIONS[..1],
+        (true, _) => &[Direction::Tx, Direction::GuestToGuest],
+        _ => cfg.directions(),
+    }
+}
+
+/// Median latency of a row's runs, and against native's of the same run
+/// and direction.
+fn latency_summary(rs: &[&Record], all: &[Record], w: Workload) -> Option<LatencySummary> {
+    if !w.is_latency() {
+        return None;
+    }
+    let lat: Vec<(usize, Latency)> = rs
+        .iter()
+        .filter_map(|r| Some((r.run, r.latency?)))
+        .collect();
+    if lat.is_empty() {
+        return None;
+    }
+    let native = |run: usize, dir: Direction| {
+        all.iter()
+            .find(|n| {
+                n.config == Config::Native && n.workload == w && n.run == run && n.direction == dir
+            })
+            .and_then(|n| n.latency)
+    };
+    let dir = rs.first()?.direction;
+    let times = |pick: fn(&Latency) -> f64| {
+        let v: Vec<f64> = lat
+            .iter()
+            .filter_map(|(run, l)| native(*run, dir).map(|n| pick(l) / pick(&n)))
+            .filter(|x| x.is_finite())
+            .collect();
+        (!v.is_empty()).then(|| median(&v))
+    };
+    let p50: Vec<f64> = lat.iter().map(|(_, l)| l.p50_us).collect();
+    let p99: Vec<f64> = lat.iter().map(|(_, l)| l.p99_us).collect();
+    Some(LatencySummary {
+        p50_us: median(&p50),
+        p99_us: median(&p99),
+        p50_x_native: times(|l| l.p50_us),
+        p99_x_native: times(|l| l.p99_us),
+    })
+}
+
+/// Runs the suite.
+pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
+    let tsc_hz = tsc_per_us() * 1e6;
+    let layout = CgroupLayout::detect();
+    let workloads: Vec<Workload> = if !opts.workloads.is_empty() {
+        opts.workloads.clone()
+    } else if opts.quick {
+        vec![Workload::TcpZerocopy]
+    } else {
+        vec![Workload::TcpZerocopy, Workload::TcpCopy, Workload::UdpSmall]
+    };
+    let runs = opts.runs.max(1);
+    let mut skipped = Vec::new();
+    let mut configs = Vec::new();
+    let wanted =
+        |c: Config| opts.configs.is_empty() || c == Config::Native || opts.configs.contains(&c);
+    for cfg in CONFIGS.into_iter().filter(|&c| wanted(c)) {
+        match cfg.tool() {
+            Some(t) if !t.installed() => skipped.push(format!(
+                "{}: not installed (Debian package {})",
+                t.name(),
+                t.package()
+            )),
+            _ => configs.push(cfg),
+        }
+    }
+    let total_steps = runs
+        * configs
+            .iter()
+            .flat_map(|&c| workloads.iter().map(move |&w| directions(c, w).len()))
+            .sum::<usize>();
+    let mut step = 0;
+    let mut records: Vec<Record> = Vec::new();
+    for run in 0..runs {
+        for &cfg in &configs {
+            let env = bring_up(cfg, opts, &layout)
+                .with_context(|| format!("bringing up {}", cfg.name()))?;
+            let mut result = Ok(());
+            'flows: for &w in &workloads {
+                for &dir in directions(cfg, w) {
+                    step += 1;
+                    if opts.progress {
+                        let done = step * 30 / total_steps;
+                        eprint!(
+                            "\r[{}{}] {step}/{total_steps} run {} {} {} {}          ",
+                            "#".repeat(done),
+                            ".".repeat(30 - done),
+                            run + 1,
+                            cfg.name(),
+                            dir.name(),
+                            w.name()
+                        );
+                        let _ = std::io::stderr().flush();
+                    }
+                    let initiator = opts.profile.then_some("splitnet bench baseline");
+                    let m = match measure(&env, dir, w, opts.secs, tsc_hz, initiator) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            result = Err(e);
+                            break 'flows;
+                        }
+                    };
+                    if let (Some(p), Some(d)) = (&m.profile, &opts.profile_dir) {
+                        let stem =
+                            format!("{}-{}-{}-run{}", cfg.name(), dir.name(), w.name(), run + 1);
+                        if let Err(e) = write_profile(d, &stem, p) {
+                            result = Err(e);
+                            break 'flows;
+                        }
+                    }
+                    records.push(Record {
+                        config: cfg,
+                        direction: dir,
+                        workload: w,
+                        run,
+                        gbps: m.flow.gbps,
+                        ratio_to_native: None,
+                        ratio_to_forwarder: None,
+                        cpu_seconds: m.cpu_seconds,
+                        cycles_per_packet: m.cycles_per_packet,
+                        packets: m.flow.packets,
+                        latency: m.flow.latency,
+                        profile: m.profile.map(|p| p.summary()),
+                    });
+                }
+            }
+            tear_down(env, opts, &layout);
+            result.with_context(|| format!("measuring {}", cfg.name()))?;
+        }
+    }
+    if opts.progress {
+        eprintln!();
+    }
+    // Ratios against native and the forwarder of the same run, direction and workload.
+    let of = |cfg: Config| -> Vec<(Direction, Workload, usize, f64)> {
+        records
+            .iter()
+            .filter(|r| r.config == cfg)
+            .map(|r| (r.direction, r.workload, r.run, r.gbps))
+            .collect()
+    };
+    let (natives, forwarders) = (of(Config::Native), of(Config::MinimalForwarder));
+    let ratio = |refs: &[(Direction, Workload, usize, f64)], r: &Record| {
+        refs.iter()
+            .find(|n| n.0 == r.direction && n.1 == r.workload && n.2 == r.run && n.3 > 0.0)
+            .map(|n| r.gbps / n.3)
+    };
+    for r in records.iter_mut() {
+        r.ratio_to_native = ratio(&natives, r);
+        r.ratio_to_forwarder = ratio(&forwarders, r);
+    }
+    let mut summary = Vec::new();
+    for &cfg in &configs {
+        for &w in &workloads {
+            for dir in DIRECTIONS {
+                let rs: Vec<&Record> = records
+                    .iter()
+                    .filter(|r| r.config == cfg && r.workload == w && r.direction == dir)
+                    .collect();
+                if rs.is_empty() {
+                    continue;
+                }
+                let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+                let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
+                let fwd: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_forwarder).collect();
+                let cpp: Vec<f64> = rs
+                    .iter()
+                    .filter_map(|r| r.cycles_per_packet.get("total").copied())
+                    .collect();
+                summary.push(Summary {
+                    config: cfg,
+                    direction: dir,
+                    workload: w,
+                    runs: rs.len(),
+                    median_gbps: median(&g),
+                    min_gbps: g.iter().copied().fold(f64::INFINITY, f64::min),
+                    max_gbps: g.iter().copied().fold(0.0, f64::max),
+                    median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
+                    median_ratio_to_forwarder: (!fwd.is_empty()).then(|| median(&fwd)),
+                    median_cycles_per_packet: median(&cpp),
+                    latency: latency_summary(&rs, &records, w),
+                });
+            }
+        }
+    }
+    Ok(BaselineReport {
+        suite: "baseline",
+        tsc_mhz: tsc_hz / 1e6,
+        runs,
+        seconds_per_flow: opts.secs,
+        spin_us: opts.spin_us,
+        records,
+        summary,
+        skipped,
+    })
+}
+
+impl BaselineReport {
+    /// The records (one per run) behind a summary row.
+    fn runs_of<'a>(&'a self, m: &'a Summary) -> impl Iterator<Item = &'a Record> {
+        self.records.iter().filter(move |r| {
+            r.config == m.config && r.workload == m.workload && r.direction == m.direction
+        })
+    }
+
+    /// A Markdown table of the medians.
+    pub fn table(&self) -> String {
+        let mut s = String::from(
+            "| config | direction | workload | Gbit/s (median) | min–max | ratio to native | ratio to forwarder | cycles/packet |\n\
+             |---|---|---|---:|---:|---:|---:|---:|\n",
+        );
+        for m in self.summary.iter().filter(|m| m.latency.is_none()) {
+            s += &format!(
+                "| {} | {} | {} | {:.2} | {:.2}–{:.2} | {} | {} | {:.0} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                m.median_gbps,
+                m.min_gbps,
+                m.max_gbps,
+                m.median_ratio_to_native
+                    .map_or("-".into(), |r| format!("{r:.3}")),
+                m.median_ratio_to_forwarder
+                    .map_or("-".into(), |r| format!("{r:.3}")),
+                m.median_cycles_per_packet
+            );
+        }
+        s += &self.latency_table();
+        s += &format!(
+            "\n{} run(s), {} s per flow, TSC {:.0} MHz. Cycles per packet: CPU time of every domain (kernel included) \
+             × TSC rate ÷ 1514-byte frames (TCP payload / 1448) or UDP datagrams.\n",
+            self.runs, self.seconds_per_flow, self.tsc_mhz
+        );
+        if let Some(us) = self.spin_us {
+            s += &format!("splitnet's domains spun {us} µs before sleeping (`--spin-us`).\n");
+        }
+        for k in &self.skipped {
+            s += &format!("\nNot measured: {k}.");
+        }
+        s + "\n"
+    }
+
+    /// The request-response rows: one-way latency and its multiple of native's.
+    fn latency_table(&self) -> String {
+        let rows: Vec<(&Summary, &LatencySummary)> = self
+            .summary
+            .iter()
+            .filter_map(|m| Some((m, m.latency.as_ref()?)))
+            .collect();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let mut s = String::from(
+            "\n| config | direction | workload | p50 µs | p99 µs | p50 × native | p99 × native | cycles/message |\n\
+             |---|---|---|---:|---:|---:|---:|---:|\n",
+        );
+        let x = |v: Option<f64>| v.map_or("-".into(), |r| format!("{r:.2}"));
+        for (m, l) in rows {
+            s += &format!(
+                "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {:.0} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                l.p50_us,
+                l.p99_us,
+                x(l.p50_x_native),
+                x(l.p99_x_native),
+                m.median_cycles_per_packet
+            );
+        }
+        s
+    }
+
+    /// Per-domain cycles per packet of every median run, as a second table.
+    pub fn cycles_table(&self) -> String {
+        let mut s = String::from(
+            "| config | direction | workload | cycles/packet by domain |\n|---|---|---|---|\n",
+        );
+        for m in &self.summary {
+            let rs: Vec<&Record> = self.runs_of(m).collect();
+            let mut doms: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+            for r in rs {
+                for (k, v) in &r.cycles_per_packet {
+                    if k != "total" {
+                        doms.entry(k).or_default().push(*v);
+                    }
+                }
+            }
+            let parts: Vec<String> = doms
+                .iter()
+                .map(|(k, v)| format!("{k} {:.0}", median(v)))
+                .collect();
+            s += &format!(
+                "| {} | {} | {} | {} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                parts.join(", ")
+            );
+        }
+        s
+    }
+
+    /// With `--profile`: where each configuration's samples went (median
+    /// shares over runs; the three largest domains and classes).
+    pub fn profile_table(&self) -> Option<String> {
+        if self.records.iter().all(|r| r.profile.is_none()) {
+            return None;
+        }
+        let mut s = String::from(
+            "| config | direction | workload | attributed | domains (share of samples) | classes (share of samples) |\n\
+             |---|---|---|---:|---|---|\n",
+        );
+        let top = |shares: BTreeMap<String, Vec<f64>>| {
+            let mut v: Vec<(String, f64)> =
+                shares.into_iter().map(|(k, v)| (k, median(&v))).collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            v.iter()
+                .take(3)
+                .map(|(k, p)| format!("{k} {p:.0}%"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for m in &self.summary {
+            let ps: Vec<&prof::ProfileSummary> =
+                self.runs_of(m).filter_map(|r| r.profile.as_ref()).collect();
+            if ps.is_empty() {
+                continue;
+            }
+            let (mut doms, mut classes) = (BTreeMap::new(), BTreeMap::new());
+            for p in &ps {
+                for (k, v) in &p.domains {
+                    doms.entry(k.clone()).or_insert_with(Vec::new).push(*v);
+                }
+                for (k, v) in &p.classes {
+                    classes.entry(k.clone()).or_insert_with(Vec::new).push(*v);
+                }
+            }
+            let attributed: Vec<f64> = ps.iter().map(|p| p.attributed_fraction).collect();
+            s += &format!(
+                "| {} | {} | {} | {:.1}% | {} | {} |\n",
+                m.config.name(),
+                m.direction.name(),
+                m.workload.name(),
+                median(&attributed) * 100.0,
+                top(doms),
+                top(classes)
+            );
+        }
+        Some(s)
+    }
+
+    /// Throughput chart of the first workload.
+    pub fn svg(&self) -> String {
+        let stream = self.summary.iter().find(|m| !m.workload.is_latency());
+        let Some(first) = stream.map(|m| m.workload) else {
+            return String::new();
+        };
+        let bars: Vec<Bar> = self
+            .summary
+            .iter()
+            .filter(|m| m.workload == first)
+            .map(|m| Bar {
+                label: format!("{} {}", m.config.name(), m.direction.name()),
+                value: m.median_gbps,
+                range: Some((m.min_gbps, m.max_gbps)),
+            })
+            .collect();
+        chart::bars(
+            &format!("splitnet bench baseline: {} throughput", first.name()),
+            "Gbit/s",
+            "bars: median; whiskers: min–max over runs",
+            &bars,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycles_per_packet_divides_each_domains_cycles_by_frames() {
+        // 1 Gbit/s of TCP payload for 1 s = 125e6 B = 86326 frames of 1448 B.
+        let packets = 125e6 / netenv::PAYLOAD_PER_FRAME;
+        let cpu: BTreeMap<String, f64> = [("drv".to_string(), 0.5), ("guest1".to_string(), 0.25)]
+            .into_iter()
+            .collect();
+        let c = cycles_per_packet(&cpu, packets, 2.0e9);
+        assert!((c["drv"] - 0.5 * 2.0e9 / packets).abs() < 1e-6);
+        assert!((c["guest1"] - 5792.0).abs() < 1.0, "{c:?}");
+        assert!((c["total"] - (c["drv"] + c["guest1"])).abs() < 1e-6);
+        assert!(cycles_per_packet(&cpu, 0.0, 2.0e9).is_empty());
+    }
+}

@@ -1,0 +1,693 @@
+//! `splitnet bench faults`: recovery and hotplug, measured (issue 9's
+//! targets). Three experiments, each on a fresh default topology:
+//!
+//! - **kills**: an iperf3 stream from guest1 to the wire host; the driver
+//!   domain is killed with SIGKILL in the middle and hv restarts it. The
+//!   outage is the time from the kill until the wire host receives bytes
+//!   again (read from its interface counter every millisecond); the
+//!   reconnect time is until both ends of guest1's vif are Connected.
+//!   Each stream must end without error.
+//! - **http**: a 256 MiB download over HTTP from the wire host, slowed so
+//!   that it lasts ~10 s, survives five driver-domain kills and arrives
+//!   with the right SHA-256.
+//! - **hotplug**: `network-attach` / `network-detach` cycles on guest1;
+//!   hv's grant pins, event channels, store nodes, watches, open
+//!   descriptors and resident memory before and after.
+
+use crate::chart::{self, Bar};
+use crate::stats::median;
+use anyhow::{anyhow, bail, Context, Result};
+use hv::status::SystemStatus;
+use hv::Toolstack;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use toolstack::daemon::socket_path;
+
+/// What to run.
+pub struct FaultsOptions {
+    pub exe: PathBuf,
+    pub run_dir: PathBuf,
+    /// Driver-domain kills during iperf3 streams.
+    pub kills: usize,
+    /// Kills during the HTTP download.
+    pub http_kills: usize,
+    /// Size of the HTTP download, MiB.
+    pub http_mib: u64,
+    /// network-attach/detach cycles.
+    pub cycles: usize,
+    pub progress: bool,
+}
+
+impl FaultsOptions {
+    /// The issue's figures (10 kills, 5 during 256 MiB, 10,000 cycles), or
+    /// fewer kills and cycles with `quick`.
+    pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool) -> FaultsOptions {
+        FaultsOptions {
+            exe,
+            run_dir,
+            kills: if quick { 3 } else { 10 },
+            http_kills: 5,
+            http_mib: 256,
+            cycles: if quick { 200 } else { 10_000 },
+            progress: true,
+        }
+    }
+}
+
+/// One driver-domain kill during a stream.
+#[derive(Debug, Serialize)]
+pub struct Kill {
+    /// From SIGKILL until the wire host received bytes again.
+    pub outage_ms: f64,
+    /// From SIGKILL until both ends of guest1's vif were Connected again.
+    pub reconnect_ms: f64,
+    /// The iperf3 client exited 0.
+    pub stream_ok: bool,
+}
+
+/// The HTTP download with kills in the middle.
+#[derive(Debug, Serialize)]
+pub struct Http {
+    pub mib: u64,
+    pub kills: usize,
+    pub seconds: f64,
+    pub sha256_match: bool,
+    pub curl_ok: bool,
+}
+
+/// hv's resources at one moment.
+#[derive(Debug, Serialize, Clone, PartialEq)]
+pub struct Resources {
+    pub grant_pins: usize,
+    /// Grants live in the new grant mechanism's tables (created − revoked).
+    pub ngm_grants: u64,
+    pub event_channels: usize,
+    pub grant_maps: usize,
+    pub store_nodes: usize,
+    pub watches: u64,
+    pub hv_fds: usize,
+    pub hv_rss_kib: u64,
+}
+
+/// The hotplug cycles.
+#[derive(Debug, Serialize)]
+pub struct Hotplug {
+    pub cycles: usize,
+    pub before: Resources,
+    pub after: Resources,
+    pub attach_ms_median: f64,
+    pub detach_ms_median: f64,
+}
+
+/// Everything the suite measured.
+#[derive(Debug, Serialize)]
+pub struct FaultsReport {
+    pub kills: Vec<Kill>,
+    pub median_outage_ms: f64,
+    pub median_reconnect_ms: f64,
+    pub http: Http,
+    pub hotplug: Hotplug,
+}
+
+/// A topology brought up for one experiment; down when dropped.
+pub(crate) struct Up<'a> {
+    exe: &'a Path,
+    run_dir: &'a Path,
+    children: Vec<Child>,
+}
+
+impl<'a> Up<'a> {
+    fn new(opts: &'a FaultsOptions) -> Result<Up<'a>> {
+        Up::with(&opts.exe, &opts.run_dir, &[])
+    }
+
+    /// `splitnet up` with `args` (after a `down`) from `exe` in `run_dir`.
+    pub(crate) fn with(exe: &'a Path, run_dir: &'a Path, args: &[&str]) -> Result<Up<'a>> {
+        let up = Up {
+            exe,
+            run_dir,
+            children: Vec::new(),
+        };
+        up.cli(&["down"]).ok();
+        let mut a = vec!["up"];
+        a.extend_from_slice(args);
+        up.cli(&a)?;
+        Ok(up)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(self.exe);
+        c.arg("--run-dir").arg(self.run_dir).args(args);
+        c
+    }
+
+    pub(crate) fn cli(&self, args: &[&str]) -> Result<String> {
+        crate::splitnet(self.exe, self.run_dir, args)
+    }
+
+    /// Starts a command in a domain's namespace; returns its pid (the
+    /// command itself: `exec` replaces the CLI process).
+    pub(crate) fn spawn(&mut self, domain: &str, cmd: &[&str]) -> Result<u32> {
+        let mut args = vec!["exec", domain, "--"];
+        args.extend_from_slice(cmd);
+        let child = self
+            .cmd(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let pid = child.id();
+        self.children.push(child);
+        Ok(pid)
+    }
+
+    /// Waits for the child `pid` to exit; whether it exited 0.
+    pub(crate) fn wait_child(&mut self, pid: u32, limit: Duration) -> Result<bool> {
+        let i = self
+            .children
+            .iter()
+            .position(|c| c.id() == pid)
+            .ok_or_else(|| anyhow!("no child {pid}"))?;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.children[i].try_wait()? {
+                // Reaped by try_wait; forget it.
+                let _ = self.children.swap_remove(i).wait();
+                return Ok(s.success());
+            }
+            if Instant::now() > deadline {
+                bail!("a command did not finish within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub(crate) fn toolstack(&self) -> Result<Toolstack> {
+        Toolstack::connect(&socket_path(self.run_dir)).map_err(|e| anyhow!("{e}"))
+    }
+}
+
+impl Drop for Up<'_> {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = self.cli(&["down"]);
+    }
+}
+
+/// Bytes an interface of the namespace process `pid` lives in has sent
+/// (`tx`) or received, from `/proc/<pid>/net/dev`.
+fn if_bytes(pid: u32, ifname: &str, tx: bool) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).ok()?;
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{ifname}:")))?;
+    let fields: Vec<&str> = line.split(':').nth(1)?.split_whitespace().collect();
+    fields.get(if tx { 8 } else { 0 })?.parse().ok()
+}
+
+/// Polls `fact` every millisecond until it holds or `limit` passes.
+pub(crate) fn wait_for(
+    what: &str,
+    limit: Duration,
+    mut fact: impl FnMut() -> bool,
+) -> Result<Instant> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if fact() {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn domain_pid(s: &SystemStatus, name: &str) -> Option<(u16, i32)> {
+    s.domains
+        .iter()
+        .find(|d| d.name == name)
+        .and_then(|d| Some((d.id, d.pid?)))
+}
+
+/// Whether guest1's vif is Connected at both ends, with `drv` not `old`.
+fn vif_connected(ts: &mut Toolstack, old_drv: u16) -> bool {
+    let Ok(s) = ts.status() else { return false };
+    let (Some((g, _)), Some((b, _))) = (domain_pid(&s, "guest1"), domain_pid(&s, "drv")) else {
+        return false;
+    };
+    let fe = abi::xenbus::frontend_path(g, 0);
+    let be = abi::xenbus::backend_path(b, g, 0);
+    let connected = |ts: &mut Toolstack, p: &str| {
+        ts.store_read(&format!("{p}/state"))
+            .is_ok_and(|v| v.trim() == "4")
+    };
+    b != old_drv && connected(ts, &fe) && connected(ts, &be)
+}
+
+/// Kills the driver domain; returns when its process is gone, with the
+/// time of the kill and the old domain id.
+fn kill_driver(ts: &mut Toolstack) -> Result<(Instant, u16)> {
+    let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let (id, pid) = domain_pid(&s, "drv").ok_or_else(|| anyhow!("drv is not running"))?;
+    let t0 = Instant::now();
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()?;
+    if !st.success() {
+        bail!("kill -9 {pid} failed");
+    }
+    let proc = format!("/proc/{pid}/stat");
+    wait_for("drv to die", Duration::from_secs(5), || {
+        std::fs::read_to_string(&proc).map_or(true, |s| s.contains(") Z "))
+    })?;
+    Ok((t0, id))
+}
+
+fn say(opts: &FaultsOptions, msg: &str) {
+    if opts.progress {
+        eprintln!("bench faults: {msg}");
+    }
+}
+
+/// Driver-domain kills during iperf3 streams.
+fn kills(opts: &FaultsOptions) -> Result<Vec<Kill>> {
+    let mut up = Up::new(opts)?;
+    let srv = up.spawn("wire", &["iperf3", "-s", "-B", "10.77.0.254"])?;
+    wait_for("iperf3 to listen", Duration::from_secs(10), || {
+        crate::netenv::listening(&toolstack::host::netns_name("wire"), 5201).unwrap_or(false)
+    })?;
+    let mut ts = up.toolstack()?;
+    let mut out = Vec::new();
+    for k in 0..opts.kills {
+        let start = if_bytes(srv, "eth0", false).unwrap_or(0);
+        let client = up.spawn("guest1", &["iperf3", "-c", "10.77.0.254", "-t", "4"])?;
+        wait_for("the stream to flow", Duration::from_secs(10), || {
+            if_bytes(srv, "eth0", false).unwrap_or(0) > start + (16 << 20)
+        })?;
+        let (t0, old) = kill_driver(&mut ts)?;
+        // Traffic is the stream's data, not the few small frames (neighbour
+        // discovery, multicast reports) a link that comes back sends.
+        let dead = if_bytes(srv, "eth0", false).unwrap_or(0) + (64 << 10);
+        let mut reconnected = None;
+        let back = wait_for("traffic to resume", Duration::from_secs(10), || {
+            if reconnected.is_none() && vif_connected(&mut ts, old) {
+                reconnected = Some(Instant::now());
+            }
+            if_bytes(srv, "eth0", false).unwrap_or(0) > dead
+        })?;
+        let reconnected = match reconnected {
+            Some(t) => t,
+            None => wait_for("the vif to reconnect", Duration::from_secs(10), || {
+                vif_connected(&mut ts, old)
+            })?,
+        };
+        let stream_ok = up.wait_child(client, Duration::from_secs(60))?;
+        let kill = Kill {
+            outage_ms: (back - t0).as_secs_f64() * 1e3,
+            reconnect_ms: (reconnected - t0).as_secs_f64() * 1e3,
+            stream_ok,
+        };
+        say(
+            opts,
+            &format!(
+                "kill {}/{}: outage {:.0} ms, reconnected after {:.0} ms, stream {}",
+                k + 1,
+                opts.kills,
+                kill.outage_ms,
+                kill.reconnect_ms,
+                if stream_ok { "ended cleanly" } else { "FAILED" }
+            ),
+        );
+        out.push(kill);
+    }
+    Ok(out)
+}
+
+pub(crate) fn sha256(path: &Path) -> Result<String> {
+    let o = Command::new("sha256sum").arg(path).output()?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.split_whitespace()
+        .next()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("sha256sum {}: no digest", path.display()))
+}
+
+/// `dir/blob`, `mib` MiB of random bytes.
+pub(crate) fn random_file(dir: &Path, mib: u64) -> Result<PathBuf> {
+    let file = dir.join("blob");
+    let st = Command::new("dd")
+        .args(["if=/dev/urandom", "bs=1M", "status=none"])
+        .arg(format!("of={}", file.display()))
+        .arg(format!("count={mib}"))
+        .status()?;
+    if !st.success() {
+        bail!("could not write {}", file.display());
+    }
+    Ok(file)
+}
+
+/// Serves `dir` over HTTP from the wire host (10.77.0.254:8080) until `up`
+/// goes; returns the server's pid once it listens.
+pub(crate) fn serve_http(up: &mut Up<'_>, dir: &Path) -> Result<u32> {
+    let dir_s = dir.to_str().context("path")?.to_string();
+    let srv = up.spawn(
+        "wire",
+        &[
+            "python3",
+            "-m",
+            "http.server",
+            "8080",
+            "--bind",
+            "10.77.0.254",
+            "--directory",
+            &dir_s,
+        ],
+    )?;
+    wait_for("the HTTP server to listen", Duration::from_secs(10), || {
+        crate::netenv::listening(&toolstack::host::netns_name("wire"), 8080).unwrap_or(false)
+    })?;
+    Ok(srv)
+}
+
+/// Starts guest1's download of `blob` from [`serve_http`]'s server into
+/// `got` (curl, with `extra` options); returns curl's pid.
+pub(crate) fn start_download(up: &mut Up<'_>, got: &Path, extra: &[&str]) -> Result<u32> {
+    let got = got.to_str().context("path")?;
+    let mut args = vec!["curl", "-sS", "--fail"];
+    args.extend_from_slice(extra);
+    args.extend(["-o", got, "http://10.77.0.254:8080/blob"]);
+    up.spawn("guest1", &args)
+}
+
+/// A download of `http_mib` MiB from the wire host with driver kills.
+fn http(opts: &FaultsOptions) -> Result<Http> {
+    let dir = opts.run_dir.join("faults-www");
+    std::fs::create_dir_all(&dir)?;
+    let file = random_file(&dir, opts.http_mib)?;
+    let mut up = Up::new(opts)?;
+    let srv = serve_http(&mut up, &dir)?;
+    // ~10 s for the whole file, so that the kills land in the middle.
+    let rate = format!("{}M", (opts.http_mib / 10).max(1));
+    let got = opts.run_dir.join("faults-got");
+    let t0 = Instant::now();
+    let curl = start_download(&mut up, &got, &["--limit-rate", &rate])?;
+    let mut ts = up.toolstack()?;
+    let step = (opts.http_mib << 20) / (opts.http_kills as u64 + 2);
+    let mut kills = 0;
+    for k in 0..opts.http_kills {
+        let sent = if_bytes(srv, "eth0", true).unwrap_or(0);
+        wait_for("the download to progress", Duration::from_secs(30), || {
+            if_bytes(srv, "eth0", true).unwrap_or(0) > sent + step
+        })?;
+        let (_, old) = kill_driver(&mut ts)?;
+        wait_for("drv to come back", Duration::from_secs(10), || {
+            vif_connected(&mut ts, old)
+        })?;
+        kills += 1;
+        say(
+            opts,
+            &format!("http: kill {}/{} done", k + 1, opts.http_kills),
+        );
+    }
+    let curl_ok = up.wait_child(curl, Duration::from_secs(120))?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let sha256_match = curl_ok && sha256(&got)? == sha256(&file)?;
+    let _ = std::fs::remove_file(&got);
+    let _ = std::fs::remove_dir_all(&dir);
+    say(
+        opts,
+        &format!(
+            "http: {} MiB in {seconds:.1} s through {kills} kills, SHA-256 {}",
+            opts.http_mib,
+            if sha256_match { "matches" } else { "DIFFERS" }
+        ),
+    );
+    Ok(Http {
+        mib: opts.http_mib,
+        kills,
+        seconds,
+        sha256_match,
+        curl_ok,
+    })
+}
+
+fn resources(ts: &mut Toolstack) -> Result<Resources> {
+    let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let pid = s.hv_pid;
+    let hv_fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let hv_rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Ok(Resources {
+        grant_pins: s.grant_pins,
+        ngm_grants: s
+            .ngm_tables
+            .iter()
+            .map(|t| t.created.saturating_sub(t.revoked))
+            .sum(),
+        event_channels: s.domains.iter().map(|d| d.event_channels).sum(),
+        grant_maps: s.domains.iter().map(|d| d.grant_maps).sum(),
+        store_nodes: s.store_nodes,
+        watches: s.watches,
+        hv_fds,
+        hv_rss_kib,
+    })
+}
+
+/// Whether both ends of every vif of the default topology, and the driver
+/// domain, have published their counters in the store.
+fn counters_published(ts: &mut Toolstack) -> bool {
+    let Ok(s) = ts.status() else { return false };
+    let Some((b, _)) = domain_pid(&s, "drv") else {
+        return false;
+    };
+    let mut paths = vec![format!("/local/domain/{b}/splitnet/stats")];
+    for g in ["guest1", "guest2"] {
+        let Some((g, _)) = domain_pid(&s, g) else {
+            return false;
+        };
+        paths.push(format!("{}/stats", abi::xenbus::frontend_path(g, 0)));
+        paths.push(format!("{}/stats", abi::xenbus::backend_path(b, g, 0)));
+    }
+    paths.iter().all(|p| ts.store_read(p).is_ok())
+}
+
+/// Warm-up cycles before the "before" reading: the allocator's and the
+/// threads' first-use growth is not a leak.
+const WARM_UP: usize = 10;
+
+/// `network-attach` / `network-detach` cycles on guest1.
+fn hotplug(opts: &FaultsOptions) -> Result<Hotplug> {
+    let up = Up::new(opts)?;
+    let mut ts = up.toolstack()?;
+    let cycle = |ts: &mut Toolstack| -> Result<(f64, f64)> {
+        let t0 = Instant::now();
+        let h = ts
+            .network_attach("guest1", None, None)
+            .map_err(|e| anyhow!("network-attach: {e}"))?;
+        let t1 = Instant::now();
+        ts.network_detach("guest1", h)
+            .map_err(|e| anyhow!("network-detach: {e}"))?;
+        Ok((
+            (t1 - t0).as_secs_f64() * 1e3,
+            t1.elapsed().as_secs_f64() * 1e3,
+        ))
+    };
+    for _ in 0..WARM_UP {
+        cycle(&mut ts)?;
+    }
+    // Every end publishes its counters within a second of connecting: the
+    // reference point is once they have.
+    wait_for("every vif's counters", Duration::from_secs(5), || {
+        counters_published(&mut ts)
+    })?;
+    let before = resources(&mut ts)?;
+    let (mut attach, mut detach) = (Vec::new(), Vec::new());
+    let every = (opts.cycles / 10).max(1);
+    for i in 0..opts.cycles {
+        let (a, d) = cycle(&mut ts)?;
+        attach.push(a);
+        detach.push(d);
+        if (i + 1) % every == 0 {
+            say(opts, &format!("hotplug: {}/{} cycles", i + 1, opts.cycles));
+        }
+    }
+    // The guest takes the last vif down after detach returns: give what
+    // is still in flight time to settle; a leak does not.
+    let same = |r: &Resources| {
+        Resources {
+            hv_rss_kib: before.hv_rss_kib,
+            ..r.clone()
+        } == before
+    };
+    let _ = wait_for("hv's resources to settle", Duration::from_secs(5), || {
+        resources(&mut ts).is_ok_and(|r| same(&r))
+    });
+    let after = resources(&mut ts)?;
+    Ok(Hotplug {
+        cycles: opts.cycles,
+        before,
+        after,
+        attach_ms_median: median(&attach),
+        detach_ms_median: median(&detach),
+    })
+}
+
+/// Runs the three experiments.
+pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
+    say(
+        opts,
+        &format!("{} driver-domain kills during iperf3 streams", opts.kills),
+    );
+    let kills = kills(opts)?;
+    say(
+        opts,
+        &format!(
+            "a {} MiB HTTP download through {} kills",
+            opts.http_mib, opts.http_kills
+        ),
+    );
+    let http = http(opts)?;
+    say(
+        opts,
+        &format!("{} network-attach/detach cycles", opts.cycles),
+    );
+    let hotplug = hotplug(opts)?;
+    let outages: Vec<f64> = kills.iter().map(|k| k.outage_ms).collect();
+    let reconnects: Vec<f64> = kills.iter().map(|k| k.reconnect_ms).collect();
+    Ok(FaultsReport {
+        median_outage_ms: median(&outages),
+        median_reconnect_ms: median(&reconnects),
+        kills,
+        http,
+        hotplug,
+    })
+}
+
+impl FaultsReport {
+    /// Whether every target of the suite was met.
+    pub fn passed(&self) -> bool {
+        self.median_outage_ms < 1000.0
+            && self.kills.iter().all(|k| k.stream_ok)
+            && self.http.sha256_match
+            && self.http.kills > 0
+            && self.hotplug.leaked().is_empty()
+    }
+
+    /// A Markdown summary.
+    pub fn table(&self) -> String {
+        let mut s = String::from("### Driver-domain kills during an iperf3 stream\n\n");
+        s += "| kill | outage (ms) | vif reconnected (ms) | stream |\n|---|---|---|---|\n";
+        for (i, k) in self.kills.iter().enumerate() {
+            s += &format!(
+                "| {} | {:.0} | {:.0} | {} |\n",
+                i + 1,
+                k.outage_ms,
+                k.reconnect_ms,
+                if k.stream_ok {
+                    "ended without error"
+                } else {
+                    "failed"
+                }
+            );
+        }
+        s += &format!(
+            "\nMedian outage {:.0} ms (target < 1000 ms); median reconnect {:.0} ms.\n\n",
+            self.median_outage_ms, self.median_reconnect_ms
+        );
+        let h = &self.http;
+        s += &format!(
+            "### HTTP download through driver-domain kills\n\n{} MiB in {:.1} s through {} kills: SHA-256 {}.\n\n",
+            h.mib,
+            h.seconds,
+            h.kills,
+            if h.sha256_match { "matches" } else { "differs" }
+        );
+        let p = &self.hotplug;
+        s += &format!(
+            "### {} network-attach/detach cycles\n\nMedian attach {:.1} ms, detach {:.1} ms (each returns once both ends are Connected, or Closed).\n\n",
+            p.cycles, p.attach_ms_median, p.detach_ms_median
+        );
+        s += "| hv resource | before | after |\n|---|---|---|\n";
+        for (name, b, a) in p.rows() {
+            s += &format!("| {name} | {b} | {a} |\n");
+        }
+        s += &format!(
+            "\nResult: {}\n",
+            if self.passed() {
+                "every target met".to_string()
+            } else {
+                format!("NOT MET (leaked: {:?})", p.leaked())
+            }
+        );
+        s
+    }
+
+    /// Outage and reconnect time of each kill.
+    pub fn svg(&self) -> String {
+        let mut bars = Vec::new();
+        for (i, k) in self.kills.iter().enumerate() {
+            bars.push(Bar {
+                label: format!("kill {}: traffic resumes", i + 1),
+                value: k.outage_ms,
+                range: None,
+            });
+            bars.push(Bar {
+                label: format!("kill {}: vif reconnected", i + 1),
+                value: k.reconnect_ms,
+                range: None,
+            });
+        }
+        chart::bars(
+            "Driver domain killed mid-stream: time until recovery",
+            "ms",
+            "SIGKILL to the wire host receiving again, and to both vif ends Connected",
+            &bars,
+        )
+    }
+}
+
+impl Hotplug {
+    fn rows(&self) -> Vec<(&'static str, u64, u64)> {
+        let (b, a) = (&self.before, &self.after);
+        vec![
+            ("grant pins", b.grant_pins as u64, a.grant_pins as u64),
+            ("live grants (new mechanism)", b.ngm_grants, a.ngm_grants),
+            (
+                "event channels",
+                b.event_channels as u64,
+                a.event_channels as u64,
+            ),
+            ("grant maps", b.grant_maps as u64, a.grant_maps as u64),
+            ("store nodes", b.store_nodes as u64, a.store_nodes as u64),
+            ("store watches", b.watches, a.watches),
+            ("open descriptors", b.hv_fds as u64, a.hv_fds as u64),
+            ("resident memory (KiB)", b.hv_rss_kib, a.hv_rss_kib),
+        ]
+    }
+
+    /// Resources that did not come back: counts must be equal; resident
+    /// memory may move by allocator noise (within 1 MiB).
+    pub fn leaked(&self) -> Vec<&'static str> {
+        self.rows()
+            .into_iter()
+            .filter(|(name, b, a)| {
+                if name.starts_with("resident") {
+                    *a > *b + 1024
+                } else {
+                    a != b
+                }
+            })
+            .map(|(n, _, _)| n)
+            .collect()
+    }
+}

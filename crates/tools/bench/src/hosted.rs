@@ -1,0 +1,1281 @@
+//! Suite `hosted`: Sugerman, Venkitachalam and Lim (USENIX 2001), the
+//! hosted NIC, reproduced beside the paper's numbers.
+//!
+//! - **Figure 5**: the path of one transmit-triggering OUT, in µs, from the
+//!   hosted NIC's TSC counters (trap in the VMM, switch to the VMApp, its
+//!   emulation, the VMNet write, the way back).
+//! - **Tables 1 and 2**: where the VM world's time goes during a TCP
+//!   transmit stream (guest and VMM, world switches, VMApp, host network
+//!   I/O, idle), unoptimized and optimized, and each process's CPU time.
+//! - **Figure 6**: TCP transmit throughput (iperf3 guest → wire) against
+//!   the send size, native (a veth pair) against the unoptimized and the
+//!   optimized hosted NIC, with the wire at 100 Mbit/s and unshaped.
+//! - **Table 3**: idle time (cycles halted) per configuration.
+//! - NIC port accesses per packet and PIC accesses per IRQ (the paper's
+//!   12 and 5).
+//!
+//! Every hosted flow reads the NIC's counters twice while the stream runs
+//! (`status --json`, which carries the guest's TSC at each reading), so the
+//! shares are of a steady-state window, not of start-up and tear-down.
+
+use crate::baseline::{bench_cgroup, proc_cpu};
+use crate::chart::{self, Bar};
+use crate::netenv::{self, Flow, Native, Workload};
+use crate::stats::{median, tsc_per_us};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use toolstack::host::{self, Cgroup, CgroupLayout};
+
+/// Send sizes of Figure 6 (the paper's: 512 B to 64 KiB by powers of two).
+const SIZES: [u32; 8] = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536];
+/// With `--quick`.
+const QUICK_SIZES: [u32; 3] = [512, 4096, 65536];
+/// The send size of Tables 1–3 (the paper's nettest used 4 KB writes).
+pub const TABLE_SIZE: u32 = 4096;
+/// The shaped wire: the paper's 100 Mb/s Ethernet.
+pub const LINK_RATE: &str = "100mbit";
+
+/// Options for the suite.
+#[derive(Debug, Clone)]
+pub struct HostedOptions {
+    pub runs: usize,
+    /// Seconds per iperf3 flow (at least 3: the counters are read 1 s in
+    /// and just before the end).
+    pub secs: u32,
+    /// Send sizes for Figure 6.
+    pub sizes: Vec<u32>,
+    /// The `splitnet` executable and its run directory.
+    pub exe: PathBuf,
+    pub run_dir: PathBuf,
+    pub progress: bool,
+    /// Only these configurations (native always runs); empty: all.
+    pub configs: Vec<Config>,
+}
+
+impl HostedOptions {
+    /// Eight sizes, 5 s per flow; or three sizes, 3 s with `quick`.
+    pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> HostedOptions {
+        HostedOptions {
+            runs: runs.max(1),
+            secs: if quick { 3 } else { 5 },
+            sizes: if quick {
+                QUICK_SIZES.to_vec()
+            } else {
+                SIZES.to_vec()
+            },
+            exe,
+            run_dir,
+            progress: true,
+            configs: Vec::new(),
+        }
+    }
+}
+
+/// A measured configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Config {
+    /// iperf3 over a plain veth pair between two namespaces.
+    Native,
+    /// VMware Workstation 2.0: every NIC port access is a world switch.
+    Unoptimized,
+    /// Ports handled in the VMM only (Table 3's "without send combining
+    /// and IRQ notification").
+    PortsInVmm,
+    /// Ports in the VMM and send combining (Table 3's "without IRQ
+    /// notification").
+    NoIrqNotification,
+    /// All three optimizations.
+    Optimized,
+}
+
+impl std::str::FromStr for Config {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Config> {
+        crate::by_name(&CONFIGS, Config::name, s)
+    }
+}
+
+impl Config {
+    pub fn name(self) -> &'static str {
+        match self {
+            Config::Native => "native",
+            Config::Unoptimized => "unoptimized",
+            Config::PortsInVmm => "ports-in-vmm",
+            Config::NoIrqNotification => "no-irq-notification",
+            Config::Optimized => "optimized",
+        }
+    }
+
+    /// The topology switches (ports in VMM, send combining, bit vector).
+    fn switches(self) -> (bool, bool, bool) {
+        match self {
+            Config::Native | Config::Unoptimized => (false, false, false),
+            Config::PortsInVmm => (true, false, false),
+            Config::NoIrqNotification => (true, true, false),
+            Config::Optimized => (true, true, true),
+        }
+    }
+
+    /// The paper's Table 3 idle time for this configuration (PC-733).
+    fn paper_idle(self) -> f64 {
+        match self {
+            Config::Native => 86.0,
+            Config::Unoptimized => 0.0,
+            Config::PortsInVmm => 2.0,
+            Config::NoIrqNotification => 17.9,
+            Config::Optimized => 21.7,
+        }
+    }
+
+    /// Whether Figure 6 sweeps the send sizes for it (the others are
+    /// measured at [`TABLE_SIZE`] only).
+    fn sweeps(self) -> bool {
+        matches!(
+            self,
+            Config::Native | Config::Unoptimized | Config::Optimized
+        )
+    }
+}
+
+const CONFIGS: [Config; 5] = [
+    Config::Native,
+    Config::Unoptimized,
+    Config::PortsInVmm,
+    Config::NoIrqNotification,
+    Config::Optimized,
+];
+
+/// The wire: shaped to [`LINK_RATE`] or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Link {
+    #[serde(rename = "100mbit")]
+    Shaped,
+    Unshaped,
+}
+
+impl Link {
+    pub fn name(self) -> &'static str {
+        match self {
+            Link::Shaped => "100 Mbit/s",
+            Link::Unshaped => "unshaped",
+        }
+    }
+}
+
+const LINKS: [Link; 2] = [Link::Shaped, Link::Unshaped];
+
+/// The hosted NIC's counters over a window of one flow (differences of two
+/// readings), in TSC cycles unless named otherwise.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Window {
+    /// The guest's TSC between the two readings.
+    pub cycles: f64,
+    pub world_switches: f64,
+    pub switch_cycles: f64,
+    pub service_cycles: f64,
+    pub service_vmnet_cycles: f64,
+    pub vmnet_tx_cycles: f64,
+    pub vmnet_rx_cycles: f64,
+    pub halt_cycles: f64,
+    pub halts: f64,
+    pub nic_accesses: f64,
+    pub pic_accesses: f64,
+    pub irqs: f64,
+    pub tx_packets: f64,
+    pub rx_packets: f64,
+    pub frames_out: f64,
+    /// Frames the VMApp wrote to VMNet.
+    pub vmnet_frames: f64,
+    pub combined_frames: f64,
+    pub selects: f64,
+    pub bitvector_checks: f64,
+    // Figure 5.
+    pub tx_outs: f64,
+    pub tx_out_cycles: f64,
+    pub tx_switches: f64,
+    pub tx_switch_cycles: f64,
+    pub tx_back_cycles: f64,
+    pub tx_requests: f64,
+    pub tx_arrive_cycles: f64,
+    pub tx_emulate_cycles: f64,
+    pub tx_write_cycles: f64,
+    pub tx_finish_cycles: f64,
+    /// An empty world switch timed at start-up: the cheapest and the mean
+    /// (not differences; the later reading's).
+    pub null_switch_min_cycles: f64,
+    pub null_switch_mean_cycles: f64,
+}
+
+/// Reads the counters `Window` needs from guest1's `emulated_nic` entry.
+fn counters(h: &Value) -> Option<BTreeMap<&'static str, f64>> {
+    let vm = &h["vm"];
+    let app = &h["vmapp"];
+    let n = |v: &Value| v.as_f64();
+    let ports = &vm["ports"];
+    let nic = ["aprom", "rdp", "rap", "reset", "bdp"]
+        .iter()
+        .map(|p| ports[p].as_f64().unwrap_or(0.0))
+        .sum::<f64>();
+    let mut m = BTreeMap::new();
+    m.insert("cycles", n(&h["stats_tsc"])?);
+    m.insert("nic_accesses", nic);
+    for k in [
+        "world_switches",
+        "switch_cycles",
+        "halt_cycles",
+        "halts",
+        "pic_accesses",
+        "irqs",
+        "frames_out",
+        "combined_frames",
+        "tx_outs",
+        "tx_out_cycles",
+        "tx_switches",
+        "tx_switch_cycles",
+        "tx_back_cycles",
+        "null_switch_min_cycles",
+        "null_switch_mean_cycles",
+    ] {
+        m.insert(k, n(&vm[k])?);
+    }
+    for k in [
+        "service_cycles",
+        "service_vmnet_cycles",
+        "vmnet_tx_cycles",
+        "vmnet_rx_cycles",
+        "selects",
+        "bitvector_checks",
+        "tx_requests",
+        "vmnet_tx",
+        "tx_arrive_cycles",
+        "tx_emulate_cycles",
+        "tx_write_cycles",
+        "tx_finish_cycles",
+    ] {
+        m.insert(k, n(&app[k])?);
+    }
+    m.insert("tx_packets", n(&h["tx_packets"])?);
+    m.insert("rx_packets", n(&h["rx_packets"])?);
+    Some(m)
+}
+
+impl Window {
+    fn between(a: &BTreeMap<&'static str, f64>, b: &BTreeMap<&'static str, f64>) -> Window {
+        let d = |k: &str| {
+            (b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0)).max(0.0)
+        };
+        Window {
+            cycles: d("cycles"),
+            world_switches: d("world_switches"),
+            switch_cycles: d("switch_cycles"),
+            service_cycles: d("service_cycles"),
+            service_vmnet_cycles: d("service_vmnet_cycles"),
+            vmnet_tx_cycles: d("vmnet_tx_cycles"),
+            vmnet_rx_cycles: d("vmnet_rx_cycles"),
+            halt_cycles: d("halt_cycles"),
+            halts: d("halts"),
+            nic_accesses: d("nic_accesses"),
+            pic_accesses: d("pic_accesses"),
+            irqs: d("irqs"),
+            tx_packets: d("tx_packets"),
+            rx_packets: d("rx_packets"),
+            frames_out: d("frames_out"),
+            vmnet_frames: d("vmnet_tx"),
+            combined_frames: d("combined_frames"),
+            selects: d("selects"),
+            bitvector_checks: d("bitvector_checks"),
+            tx_outs: d("tx_outs"),
+            tx_out_cycles: d("tx_out_cycles"),
+            tx_switches: d("tx_switches"),
+            tx_switch_cycles: d("tx_switch_cycles"),
+            tx_back_cycles: d("tx_back_cycles"),
+            tx_requests: d("tx_requests"),
+            tx_arrive_cycles: d("tx_arrive_cycles"),
+            tx_emulate_cycles: d("tx_emulate_cycles"),
+            tx_write_cycles: d("tx_write_cycles"),
+            tx_finish_cycles: d("tx_finish_cycles"),
+            null_switch_min_cycles: b.get("null_switch_min_cycles").copied().unwrap_or(0.0),
+            null_switch_mean_cycles: b.get("null_switch_mean_cycles").copied().unwrap_or(0.0),
+        }
+    }
+
+    /// The VM world's time by category, in percent of the window (Tables 1
+    /// and 2): guest OS and VMM, world switches, the VMApp, host network
+    /// I/O inside switches, and idle (halted).
+    pub fn shares(&self) -> Shares {
+        let t = self.cycles.max(1.0);
+        let host_net = self.service_vmnet_cycles.min(self.service_cycles);
+        let vmapp = self.service_cycles - host_net;
+        let switch = (self.switch_cycles - self.service_cycles).max(0.0);
+        let idle = self.halt_cycles.min(t);
+        let guest = (t - self.switch_cycles - idle).max(0.0);
+        let pct = |x: f64| 100.0 * x / t;
+        Shares {
+            guest_and_vmm: pct(guest),
+            world_switch: pct(switch),
+            vmapp: pct(vmapp),
+            host_network: pct(host_net),
+            idle: pct(idle),
+        }
+    }
+
+    /// Figure 5's stages in TSC cycles per transmitting OUT: trap and resume
+    /// in the VMM, switch to the host, the VMApp until the write, the VMNet
+    /// write(s), and back (the VMApp's answer and the switch to the VM).
+    pub fn path(&self) -> Option<[f64; 5]> {
+        if self.tx_outs < 1.0 || self.tx_switches < 1.0 || self.tx_requests < 1.0 {
+            return None;
+        }
+        let per = |x: f64, n: f64| x / n;
+        let out = per(self.tx_out_cycles, self.tx_outs);
+        let round = per(self.tx_switch_cycles, self.tx_switches);
+        let arrive = per(self.tx_arrive_cycles, self.tx_requests);
+        let emulate = per(self.tx_emulate_cycles, self.tx_requests);
+        let write = per(self.tx_write_cycles, self.tx_requests);
+        let finish = per(self.tx_finish_cycles, self.tx_requests);
+        let back = per(self.tx_back_cycles, self.tx_switches);
+        Some([
+            (out - round).max(0.0),
+            arrive,
+            emulate,
+            write,
+            finish + back,
+        ])
+    }
+}
+
+/// Percent of the VM world's time by category.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Shares {
+    pub guest_and_vmm: f64,
+    pub world_switch: f64,
+    pub vmapp: f64,
+    pub host_network: f64,
+    pub idle: f64,
+}
+
+/// One flow.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub config: Config,
+    pub link: Link,
+    pub send_size: u32,
+    pub run: usize,
+    pub mbps: f64,
+    pub ratio_to_native: Option<f64>,
+    /// CPU time per process group during the window, in percent of one CPU.
+    pub cpu_percent: BTreeMap<String, f64>,
+    /// Seconds of the CPU-time window.
+    pub window_seconds: f64,
+    /// The hosted NIC's counters over the window (hosted configurations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<Window>,
+}
+
+/// Medians over runs of one (config, link, size).
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub config: Config,
+    pub link: Link,
+    pub send_size: u32,
+    pub runs: usize,
+    pub median_mbps: f64,
+    pub min_mbps: f64,
+    pub max_mbps: f64,
+    pub median_ratio_to_native: Option<f64>,
+}
+
+/// Medians over runs at the table size ([`TABLE_SIZE`]) for one hosted configuration and link.
+#[derive(Debug, Clone, Serialize)]
+pub struct Breakdown {
+    pub config: Config,
+    pub link: Link,
+    pub mbps: f64,
+    /// Tables 1 and 2: percent of the VM world's time.
+    pub shares: Shares,
+    /// Table 3: percent of time the guest was halted (native: the part of
+    /// one CPU the sending side did not use).
+    pub idle_percent: f64,
+    pub paper_idle_percent: f64,
+    /// CPU per process group, percent of one CPU.
+    pub cpu_percent: BTreeMap<String, f64>,
+    /// Figure 5, µs: trap and resume in the VMM, switch to host, VMApp,
+    /// VMNet write, back.
+    pub path_us: Option<[f64; 5]>,
+    pub switches_per_packet: f64,
+    pub nic_accesses_per_packet: f64,
+    pub nic_accesses_per_tx_packet: f64,
+    pub pic_accesses_per_irq: f64,
+    pub frames_per_send: f64,
+    pub mean_switch_us: f64,
+    pub mean_vmnet_write_us: f64,
+    /// An empty world switch at start-up, µs: the cheapest and the mean.
+    pub null_switch_min_us: f64,
+    pub null_switch_mean_us: f64,
+}
+
+/// The suite's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostedReport {
+    pub suite: &'static str,
+    pub tsc_mhz: f64,
+    pub runs: usize,
+    pub seconds_per_flow: u32,
+    pub sizes: Vec<u32>,
+    /// The send size of Tables 1–3 and Figure 5.
+    pub table_size: u32,
+    pub records: Vec<Record>,
+    pub figure6: Vec<Point>,
+    pub breakdowns: Vec<Breakdown>,
+}
+
+/// Figure 5 in the paper (PC-733), µs: VMM, switch to host, VMApp, VMNet,
+/// back (31.63 − 23.8).
+pub const PAPER_PATH_US: [f64; 5] = [0.57, 4.45, 1.23, 17.55, 7.83];
+const PATH_STAGES: [&str; 5] = [
+    "VMM: trap the OUT, resume the guest",
+    "world switch to the host",
+    "VMApp: emulate the Lance up to the write",
+    "VMNet write (host network I/O)",
+    "back: VMApp's answer, switch to the VMM",
+];
+
+fn say(opts: &HostedOptions, msg: &str) {
+    if opts.progress {
+        eprintln!("bench hosted: {msg}");
+    }
+}
+
+fn splitnet(opts: &HostedOptions, args: &[&str]) -> Result<String> {
+    crate::splitnet(&opts.exe, &opts.run_dir, args)
+}
+
+/// The topology: guest1 with a hosted NIC, the driver domain, the wire.
+pub fn topology(cfg: Config) -> String {
+    let (p, c, b) = cfg.switches();
+    format!(
+        "name = \"bench-hosted\"\n\
+         [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\
+         [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n\
+         nic = \"hosted\"\nhosted_ports_in_vmm = {p}\nhosted_send_combining = {c}\n\
+         hosted_irq_bitvector = {b}\n\
+         [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n"
+    )
+}
+
+/// A process group whose CPU time is read: its name, and its cgroup or pid.
+type Group = (String, Option<Cgroup>, Option<i32>);
+
+/// Where the flow runs and what is charged.
+struct Env {
+    client_ns: String,
+    server_ns: String,
+    server_ip: &'static str,
+    /// Process groups whose CPU time is read: name → cgroup or pid.
+    groups: Vec<Group>,
+    client_cg: usize,
+    server_cg: usize,
+    hosted: bool,
+    _native: Option<Native>,
+}
+
+impl Env {
+    fn cpu(&self) -> Vec<Duration> {
+        self.groups
+            .iter()
+            .map(|(_, cg, pid)| match (cg, pid) {
+                (_, Some(p)) => proc_cpu(*p).unwrap_or_default(),
+                (Some(c), None) => c.cpu_usage().unwrap_or_default(),
+                _ => Duration::ZERO,
+            })
+            .collect()
+    }
+}
+
+fn guest1(status: &Value) -> Option<&Value> {
+    status["domains"]
+        .as_array()?
+        .iter()
+        .find(|d| d["name"] == "guest1")
+}
+
+fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout) -> Result<Env> {
+    // After `splitnet up`, which starts its cgroup tree afresh.
+    let bench_groups = || -> Result<Vec<Group>> {
+        ["client", "server"]
+            .iter()
+            .map(|n| Ok((n.to_string(), Some(bench_cgroup(layout, n)?), None)))
+            .collect()
+    };
+    if cfg == Config::Native {
+        let groups = bench_groups()?;
+        let n = Native::new()?;
+        if link == Link::Shaped {
+            for ns in [&n.a, &n.b] {
+                host::run(
+                    "tc",
+                    &[
+                        "-n", ns, "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate",
+                        LINK_RATE, "burst", "32kbit", "latency", "50ms",
+                    ],
+                )?;
+            }
+        }
+        return Ok(Env {
+            client_ns: n.a.clone(),
+            server_ns: n.b.clone(),
+            server_ip: netenv::NATIVE_B,
+            groups,
+            client_cg: 0,
+            server_cg: 1,
+            hosted: false,
+            _native: Some(n),
+        });
+    }
+    std::fs::create_dir_all(&opts.run_dir)
+        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
+    let path = opts.run_dir.join("bench-hosted.toml");
+    std::fs::write(&path, topology(cfg)).with_context(|| format!("writing {}", path.display()))?;
+    let _ = splitnet(opts, &["down"]);
+    let p = path.to_string_lossy().into_owned();
+    let mut up = vec!["up", "--config", p.as_str()];
+    if link == Link::Shaped {
+        up.extend(["--link-rate", LINK_RATE]);
+    }
+    splitnet(opts, &up)?;
+    let status: Value = serde_json::from_str(&splitnet(opts, &["status", "--json"])?)
+        .context("reading status --json")?;
+    let g = guest1(&status).context("no guest1 in status")?;
+    let mut groups = bench_groups()?;
+    let pid = |v: &Value| v.as_i64().map(|p| p as i32);
+    groups.push(("VM (guest1's process)".into(), None, pid(&g["pid"])));
+    groups.push(("VMApp".into(), None, pid(&g["emulated_nic"]["vmapp_pid"])));
+    groups.push(("driver domain".into(), Cgroup::open(layout, "drv"), None));
+    let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    groups.push(("hv".into(), None, hv_pid));
+    Ok(Env {
+        client_ns: host::netns_name("guest1"),
+        server_ns: host::netns_name("wire"),
+        server_ip: "10.77.0.254",
+        groups,
+        client_cg: 0,
+        server_cg: 1,
+        hosted: true,
+        _native: None,
+    })
+}
+
+fn tear_down(env: Env, opts: &HostedOptions, layout: &CgroupLayout) {
+    if env.hosted {
+        let _ = splitnet(opts, &["down"]);
+    }
+    drop(env);
+    for n in ["client", "server"] {
+        if let Some(cg) = Cgroup::open(layout, &format!("bench-{n}")) {
+            cg.destroy(Duration::from_millis(200));
+        }
+    }
+}
+
+/// One reading: the NIC's counters (hosted) and every group's CPU time.
+struct Reading {
+    at: Instant,
+    cpu: Vec<Duration>,
+    counters: Option<BTreeMap<&'static str, f64>>,
+}
+
+fn read(env: &Env, opts: &HostedOptions) -> Reading {
+    let counters = env.hosted.then(|| {
+        splitnet(opts, &["status", "--json"])
+            .ok()
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .and_then(|v| guest1(&v).and_then(|g| counters(&g["emulated_nic"])))
+    });
+    Reading {
+        at: Instant::now(),
+        cpu: env.cpu(),
+        counters: counters.flatten(),
+    }
+}
+
+/// Runs one flow at `size`, reading counters 1 s in and near the end.
+fn measure(env: &Env, opts: &HostedOptions, size: u32) -> Result<(f64, Reading, Reading)> {
+    let secs = opts.secs.max(3);
+    let len = size.to_string();
+    std::thread::scope(|s| {
+        let flow = s.spawn(|| {
+            netenv::run_with(
+                &Flow {
+                    server_ns: &env.server_ns,
+                    server_ip: env.server_ip,
+                    server_bind: None,
+                    port: netenv::DEFAULT_PORT,
+                    client_ns: &env.client_ns,
+                    reverse: false,
+                    secs,
+                    workload: Workload::TcpCopy,
+                    server_cgroup: env.groups[env.server_cg].1.as_ref(),
+                    client_cgroup: env.groups[env.client_cg].1.as_ref(),
+                },
+                &["-l", &len],
+            )
+        });
+        // The server takes a moment to listen; the stream then runs `secs`.
+        std::thread::sleep(Duration::from_millis(1300));
+        let a = read(env, opts);
+        std::thread::sleep(Duration::from_millis(u64::from(secs) * 1000 - 1500));
+        let b = read(env, opts);
+        let r = flow
+            .join()
+            .map_err(|_| anyhow::anyhow!("the iperf3 thread panicked"))??;
+        Ok((r.gbps * 1000.0, a, b))
+    })
+}
+
+/// Runs the suite.
+pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
+    let tsc_hz = tsc_per_us() * 1e6;
+    let layout = CgroupLayout::detect();
+    let sizes = if opts.sizes.is_empty() {
+        vec![TABLE_SIZE]
+    } else {
+        opts.sizes.clone()
+    };
+    // Tables 1–3 and Figure 5 are read at 4 KiB sends, or the first size.
+    let table_size = if sizes.contains(&TABLE_SIZE) {
+        TABLE_SIZE
+    } else {
+        sizes[0]
+    };
+    let wanted =
+        |c: &&Config| opts.configs.is_empty() || **c == Config::Native || opts.configs.contains(c);
+    let plan: Vec<(Config, Link, Vec<u32>)> = CONFIGS
+        .iter()
+        .filter(wanted)
+        .flat_map(|&c| LINKS.map(|l| (c, l)))
+        .map(|(c, l)| {
+            let s = if c.sweeps() {
+                sizes.clone()
+            } else {
+                vec![table_size]
+            };
+            (c, l, s)
+        })
+        .collect();
+    let flows: usize = plan.iter().map(|p| p.2.len()).sum::<usize>() * opts.runs;
+    let mut step = 0;
+    let mut records = Vec::new();
+    for run in 0..opts.runs {
+        for (cfg, link, sizes) in &plan {
+            let env = bring_up(*cfg, *link, opts, &layout)
+                .with_context(|| format!("bringing up {} ({})", cfg.name(), link.name()))?;
+            let mut result = Ok(());
+            for &size in sizes {
+                step += 1;
+                say(
+                    opts,
+                    &format!(
+                        "{step}/{flows} run {} {} wire {} send size {size} B",
+                        run + 1,
+                        cfg.name(),
+                        link.name()
+                    ),
+                );
+                match measure(&env, opts, size) {
+                    Ok((mbps, a, b)) => {
+                        let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
+                        let cpu_percent = env
+                            .groups
+                            .iter()
+                            .zip(a.cpu.iter().zip(&b.cpu))
+                            .map(|((n, ..), (x, y))| {
+                                (n.clone(), 100.0 * y.saturating_sub(*x).as_secs_f64() / secs)
+                            })
+                            .collect();
+                        let counters = match (&a.counters, &b.counters) {
+                            (Some(x), Some(y)) => Some(Window::between(x, y)),
+                            _ => None,
+                        };
+                        if env.hosted && counters.as_ref().is_none_or(|w| w.cycles <= 0.0) {
+                            say(
+                                opts,
+                                "  the hosted NIC's counters did not advance in this flow",
+                            );
+                        }
+                        say(opts, &format!("  {mbps:.1} Mbit/s"));
+                        records.push(Record {
+                            config: *cfg,
+                            link: *link,
+                            send_size: size,
+                            run,
+                            mbps,
+                            ratio_to_native: None,
+                            cpu_percent,
+                            window_seconds: secs,
+                            counters,
+                        });
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            tear_down(env, opts, &layout);
+            result.with_context(|| format!("measuring {} ({})", cfg.name(), link.name()))?;
+        }
+    }
+    // Ratios against native of the same run, link and size.
+    let natives: Vec<(Link, u32, usize, f64)> = records
+        .iter()
+        .filter(|r| r.config == Config::Native)
+        .map(|r| (r.link, r.send_size, r.run, r.mbps))
+        .collect();
+    for r in records.iter_mut() {
+        r.ratio_to_native = natives
+            .iter()
+            .find(|n| n.0 == r.link && n.1 == r.send_size && n.2 == r.run && n.3 > 0.0)
+            .map(|n| r.mbps / n.3);
+    }
+    Ok(HostedReport {
+        suite: "hosted",
+        tsc_mhz: tsc_hz / 1e6,
+        runs: opts.runs,
+        seconds_per_flow: opts.secs.max(3),
+        table_size,
+        figure6: figure6(&records),
+        breakdowns: breakdowns(&records, table_size, tsc_hz / 1e6),
+        sizes,
+        records,
+    })
+}
+
+fn figure6(records: &[Record]) -> Vec<Point> {
+    let mut keys: Vec<(Config, Link, u32)> = records
+        .iter()
+        .map(|r| (r.config, r.link, r.send_size))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|(c, l, s)| {
+            let rs: Vec<&Record> = records
+                .iter()
+                .filter(|r| r.config == c && r.link == l && r.send_size == s)
+                .collect();
+            let m: Vec<f64> = rs.iter().map(|r| r.mbps).collect();
+            let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
+            Point {
+                config: c,
+                link: l,
+                send_size: s,
+                runs: rs.len(),
+                median_mbps: median(&m),
+                min_mbps: m.iter().copied().fold(f64::INFINITY, f64::min),
+                max_mbps: m.iter().copied().fold(0.0, f64::max),
+                median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
+            }
+        })
+        .collect()
+}
+
+fn breakdowns(records: &[Record], table_size: u32, tsc_mhz: f64) -> Vec<Breakdown> {
+    let mut out = Vec::new();
+    for link in LINKS {
+        for cfg in CONFIGS {
+            let rs: Vec<&Record> = records
+                .iter()
+                .filter(|r| r.config == cfg && r.link == link && r.send_size == table_size)
+                .collect();
+            if rs.is_empty() {
+                continue;
+            }
+            let med = |f: &dyn Fn(&Record) -> Option<f64>| {
+                let v: Vec<f64> = rs
+                    .iter()
+                    .filter_map(|r| f(r))
+                    .filter(|x| x.is_finite())
+                    .collect();
+                if v.is_empty() {
+                    f64::NAN
+                } else {
+                    median(&v)
+                }
+            };
+            let w = |f: fn(&Window) -> f64| {
+                move |r: &Record| r.counters.as_ref().filter(|w| w.cycles > 0.0).map(f)
+            };
+            let mut cpu = BTreeMap::new();
+            for k in rs[0].cpu_percent.keys() {
+                cpu.insert(k.clone(), med(&|r| r.cpu_percent.get(k).copied()));
+            }
+            let shares = Shares {
+                guest_and_vmm: med(&w(|w| w.shares().guest_and_vmm)),
+                world_switch: med(&w(|w| w.shares().world_switch)),
+                vmapp: med(&w(|w| w.shares().vmapp)),
+                host_network: med(&w(|w| w.shares().host_network)),
+                idle: med(&w(|w| w.shares().idle)),
+            };
+            let idle_percent = if cfg == Config::Native {
+                med(&|r| r.cpu_percent.get("client").map(|c| (100.0 - c).max(0.0)))
+            } else {
+                shares.idle
+            };
+            let path: Vec<[f64; 5]> = rs
+                .iter()
+                .filter_map(|r| r.counters.as_ref().and_then(Window::path))
+                .collect();
+            let path_us = (!path.is_empty()).then(|| {
+                let mut p = [0.0; 5];
+                for (i, x) in p.iter_mut().enumerate() {
+                    let v: Vec<f64> = path.iter().map(|s| s[i]).collect();
+                    *x = median(&v) / tsc_mhz;
+                }
+                p
+            });
+            out.push(Breakdown {
+                config: cfg,
+                link,
+                mbps: med(&|r| Some(r.mbps)),
+                shares,
+                idle_percent,
+                paper_idle_percent: cfg.paper_idle(),
+                cpu_percent: cpu,
+                path_us,
+                switches_per_packet: med(&w(|w| w.world_switches / packets(w))),
+                nic_accesses_per_packet: med(&w(|w| w.nic_accesses / packets(w))),
+                nic_accesses_per_tx_packet: med(&w(|w| w.nic_accesses / w.tx_packets.max(1.0))),
+                pic_accesses_per_irq: med(&w(|w| w.pic_accesses / w.irqs.max(1.0))),
+                frames_per_send: med(&w(|w| w.vmnet_frames / w.tx_requests.max(1.0))),
+                mean_switch_us: med(&w(|w| w.switch_cycles / w.world_switches.max(1.0))) / tsc_mhz,
+                mean_vmnet_write_us: med(&w(|w| w.vmnet_tx_cycles / w.vmnet_frames.max(1.0)))
+                    / tsc_mhz,
+                null_switch_min_us: med(&w(|w| w.null_switch_min_cycles)) / tsc_mhz,
+                null_switch_mean_us: med(&w(|w| w.null_switch_mean_cycles)) / tsc_mhz,
+            });
+        }
+    }
+    out
+}
+
+/// Packets both ways in a window (at least one).
+fn packets(w: &Window) -> f64 {
+    (w.tx_packets + w.rx_packets).max(1.0)
+}
+
+fn f1(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.1}")
+    } else {
+        "-".into()
+    }
+}
+
+impl HostedReport {
+    fn breakdown(&self, cfg: Config, link: Link) -> Option<&Breakdown> {
+        self.breakdowns
+            .iter()
+            .find(|b| b.config == cfg && b.link == link)
+    }
+
+    /// Figure 5 as a table: our µs per stage beside the paper's.
+    pub fn figure5_table(&self) -> String {
+        let mut s = String::from(
+            "### Figure 5: the path of one transmit-triggering OUT (µs)\n\n\
+             | stage | paper (PC-733, Workstation 2.0) |",
+        );
+        let cols: Vec<&Breakdown> = [Config::Unoptimized, Config::PortsInVmm, Config::Optimized]
+            .iter()
+            .filter_map(|&c| self.breakdown(c, Link::Shaped))
+            .filter(|b| b.path_us.is_some())
+            .collect();
+        for b in &cols {
+            s += &format!(" {} |", b.config.name());
+        }
+        s += &format!(
+            " ratio {} / paper |\n|---|---:|",
+            cols.first().map_or("-", |b| b.config.name())
+        );
+        s += &"---:|".repeat(cols.len() + 1);
+        s += "\n";
+        for (i, stage) in PATH_STAGES.iter().enumerate() {
+            s += &format!("| {stage} | {:.2} |", PAPER_PATH_US[i]);
+            for b in &cols {
+                s += &format!(" {:.2} |", b.path_us.map_or(f64::NAN, |p| p[i]));
+            }
+            let r = cols
+                .first()
+                .and_then(|b| b.path_us)
+                .map(|p| p[i] / PAPER_PATH_US[i]);
+            s += &format!(" {} |\n", r.map_or("-".into(), |r| format!("{r:.2}")));
+        }
+        let total = |p: &[f64; 5]| p.iter().sum::<f64>();
+        s += &format!("| **total** | {:.2} |", total(&PAPER_PATH_US));
+        for b in &cols {
+            s += &format!(" {:.2} |", b.path_us.as_ref().map_or(f64::NAN, total));
+        }
+        let r = cols
+            .first()
+            .and_then(|b| b.path_us)
+            .map(|p| total(&p) / total(&PAPER_PATH_US));
+        s += &format!(" {} |\n", r.map_or("-".into(), |r| format!("{r:.2}")));
+        s += &format!(
+            "\nMedians over runs of the means over each flow's window ({} B sends, wire at 100 Mbit/s). \
+             The optimized columns' transmitting switch carries frames the VMM's model already \
+             took from the ring (a frame switch, not the OUT's emulation).\n",
+            self.table_size
+        );
+        s
+    }
+
+    /// Tables 1 and 2: the VM world's time by category.
+    pub fn time_table(&self) -> String {
+        let mut s = format!(
+            "### Tables 1 and 2: where the VM world's time goes (TCP transmit, {} B sends, % of the window)\n\n\
+             | configuration | wire | Mbit/s | guest OS + VMM | world switches | VMApp | host network I/O | idle (halted) |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|\n",
+            self.table_size
+        );
+        s += "| paper Table 1 (Workstation 2.0) | 100 Mb/s | 64 | 77.3 (VMM, with the switches) | incl. | ~10 (the rest) | 9.5 (VMNet send 8.7, receive 0.8) | 0 |\n";
+        s += "| paper Table 2 (optimized) | 100 Mb/s | ~94 | 71.5 − 21.7 idle (VMM, with the switches) | incl. | ~8 | 20.4 (send 17.9, receive 2.5) | 21.7 |\n";
+        for b in self
+            .breakdowns
+            .iter()
+            .filter(|b| b.config != Config::Native)
+        {
+            let sh = &b.shares;
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                b.config.name(),
+                b.link.name(),
+                f1(b.mbps),
+                f1(sh.guest_and_vmm),
+                f1(sh.world_switch),
+                f1(sh.vmapp),
+                f1(sh.host_network),
+                f1(sh.idle)
+            );
+        }
+        s += "\nThe VM world is the guest process's thread (guest driver, VMM, the guest's TAP): \
+              its window splits into running (guest OS + VMM), waiting in world switches (the \
+              switch itself; the VMApp's service; of that, VMNet reads and writes) and halted. \
+              The paper's Tables 1–2 are time-based samples of one CPU.\n\n";
+        let mut groups: Vec<&String> = self
+            .breakdowns
+            .iter()
+            .flat_map(|b| b.cpu_percent.keys())
+            .collect();
+        groups.sort();
+        groups.dedup();
+        s += "CPU time by process during the same window (% of one CPU; client = iperf3 and the guest's \
+              TCP stack, server = the wire host's):\n\n| configuration | wire |";
+        for g in &groups {
+            s += &format!(" {g} |");
+        }
+        s += "\n|---|---|";
+        s += &"---:|".repeat(groups.len());
+        s += "\n";
+        for b in &self.breakdowns {
+            s += &format!("| {} | {} |", b.config.name(), b.link.name());
+            for g in &groups {
+                s += &format!(
+                    " {} |",
+                    b.cpu_percent.get(*g).map_or("-".into(), |v| f1(*v))
+                );
+            }
+            s += "\n";
+        }
+        s
+    }
+
+    /// Table 3 and the per-packet counts.
+    pub fn idle_table(&self) -> String {
+        let mut s = format!(
+            "### Table 3: idle time while transmitting ({} B sends)\n\n\
+             | configuration | paper (PC-733) | ours, 100 Mbit/s | ours, unshaped |\n|---|---:|---:|---:|\n",
+            self.table_size
+        );
+        for cfg in CONFIGS {
+            let v = |l| {
+                self.breakdown(cfg, l)
+                    .map_or("-".into(), |b| format!("{}%", f1(b.idle_percent)))
+            };
+            s += &format!(
+                "| {} | {}% | {} | {} |\n",
+                cfg.name(),
+                cfg.paper_idle(),
+                v(Link::Shaped),
+                v(Link::Unshaped)
+            );
+        }
+        s += "\nHosted: cycles the guest spent halted over the window's TSC cycles. Native: the part of one \
+              CPU the sending namespace (iperf3 and its kernel stack) left unused.\n\n";
+        s += &format!("### Counts per packet ({} B sends)\n\n\
+              | configuration | wire | NIC port accesses per transmitted packet | per packet (tx+rx) | PIC accesses per IRQ | world switches per packet | frames per transmitting switch | mean switch µs | empty switch µs (min / mean) | VMNet write µs per frame |\n\
+              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+              | paper | 100 Mb/s | 12 | - | 5 | ~5 in 2.0 (RAP served in its VMM) | up to 3 | ≥ 16.4 (7.45 in the VMM + 8.90 switch) | 8.90 | 13.8 (2.0), 22.7 (optimized) |\n",
+            self.table_size
+        );
+        for b in self
+            .breakdowns
+            .iter()
+            .filter(|b| b.config != Config::Native)
+        {
+            s += &format!(
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} / {:.2} | {:.2} |\n",
+                b.config.name(),
+                b.link.name(),
+                b.nic_accesses_per_tx_packet,
+                b.nic_accesses_per_packet,
+                b.pic_accesses_per_irq,
+                b.switches_per_packet,
+                b.frames_per_send,
+                b.mean_switch_us,
+                b.null_switch_min_us,
+                b.null_switch_mean_us,
+                b.mean_vmnet_write_us
+            );
+        }
+        s += "\nThe per-transmitted-packet count includes the ACKs' receive work the same interrupts \
+              handle; for one packet alone, crates/devices/hosted/tests/switches.rs counts exactly 12 NIC \
+              accesses per transmitted packet (10 per received one) and 5 PIC accesses per IRQ. Frames \
+              per transmitting switch: frames written to VMNet over requests that wrote any (halts \
+              carry frames too).\n";
+        s
+    }
+
+    /// Figure 6 as a table: Mbit/s per send size, ratios to native.
+    pub fn figure6_table(&self) -> String {
+        let mut s = String::from(
+            "### Figure 6: TCP transmit throughput against send size (Mbit/s, ratio to native)\n\n\
+             Paper (PC-733, 100 Mb/s Ethernet): native saturates the link at every size; \
+             Workstation 2.0 is CPU bound (64 Mb/s at 4 KB); optimized matches native.\n\n\
+             | wire | send size |",
+        );
+        let cfgs = [Config::Native, Config::Unoptimized, Config::Optimized];
+        for c in cfgs {
+            s += &format!(" {} |", c.name());
+        }
+        s += " unoptimized / native | optimized / native |\n|---|---:|---:|---:|---:|---:|---:|\n";
+        for link in LINKS {
+            for &size in &self.sizes {
+                let p = |c: Config| {
+                    self.figure6
+                        .iter()
+                        .find(|p| p.config == c && p.link == link && p.send_size == size)
+                };
+                s += &format!("| {} | {size} |", link.name());
+                for c in cfgs {
+                    s += &format!(" {} |", p(c).map_or("-".into(), |p| f1(p.median_mbps)));
+                }
+                for c in [Config::Unoptimized, Config::Optimized] {
+                    s += &format!(
+                        " {} |",
+                        p(c).and_then(|p| p.median_ratio_to_native)
+                            .map_or("-".into(), |r| format!("{r:.3}"))
+                    );
+                }
+                s += "\n";
+            }
+        }
+        s += &format!(
+            "\n{} run(s), {} s per flow, TSC {:.0} MHz; medians over runs; the ratio is against native \
+             of the same run, wire and size. iperf3 TCP with `-l SIZE`, guest1 → wire.\n",
+            self.runs, self.seconds_per_flow, self.tsc_mhz
+        );
+        s
+    }
+
+    /// Everything, as Markdown.
+    pub fn table(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n{}",
+            self.figure6_table(),
+            self.figure5_table(),
+            self.time_table(),
+            self.idle_table()
+        )
+    }
+
+    /// Figure 6 at 100 Mbit/s (the main chart).
+    pub fn svg(&self) -> String {
+        self.figure6_svg(Link::Shaped)
+    }
+
+    fn figure6_svg(&self, link: Link) -> String {
+        let bars: Vec<Bar> = self
+            .figure6
+            .iter()
+            .filter(|p| p.link == link)
+            .map(|p| Bar {
+                label: format!("{} B {}", p.send_size, p.config.name()),
+                value: p.median_mbps,
+                range: Some((p.min_mbps, p.max_mbps)),
+            })
+            .collect();
+        chart::bars(
+            &format!("Figure 6: TCP transmit throughput, wire {}", link.name()),
+            "Mbit/s",
+            "bars: median; whiskers: min–max over runs",
+            &bars,
+        )
+    }
+
+    /// The other charts: (file name, SVG).
+    pub fn charts(&self) -> Vec<(String, String)> {
+        let mut out = vec![(
+            "figure6-unshaped.svg".to_string(),
+            self.figure6_svg(Link::Unshaped),
+        )];
+        let mut bars = Vec::new();
+        for (i, stage) in PATH_STAGES.iter().enumerate() {
+            bars.push(Bar {
+                label: format!("paper: {stage}"),
+                value: PAPER_PATH_US[i],
+                range: None,
+            });
+            if let Some(p) = self
+                .breakdown(Config::Unoptimized, Link::Shaped)
+                .and_then(|b| b.path_us)
+            {
+                bars.push(Bar {
+                    label: format!("ours: {stage}"),
+                    value: p[i],
+                    range: None,
+                });
+            }
+        }
+        out.push((
+            "figure5.svg".into(),
+            chart::bars(
+                "Figure 5: one transmit-triggering OUT, unoptimized",
+                "µs",
+                "paper: PC-733, 733 MHz; ours: this machine, 100 Mbit/s wire",
+                &bars,
+            ),
+        ));
+        let mut bars = Vec::new();
+        for b in self
+            .breakdowns
+            .iter()
+            .filter(|b| b.config != Config::Native)
+        {
+            let sh = b.shares;
+            for (k, v) in [
+                ("guest OS + VMM", sh.guest_and_vmm),
+                ("world switches", sh.world_switch),
+                ("VMApp", sh.vmapp),
+                ("host network I/O", sh.host_network),
+                ("idle", sh.idle),
+            ] {
+                if matches!(b.config, Config::Unoptimized | Config::Optimized) {
+                    bars.push(Bar {
+                        label: format!("{} {}: {k}", b.config.name(), b.link.name()),
+                        value: if v.is_finite() { v } else { 0.0 },
+                        range: None,
+                    });
+                }
+            }
+        }
+        out.push((
+            "tables1-2.svg".into(),
+            chart::bars(
+                &format!(
+                    "Tables 1 and 2: the VM world's time, {} B TCP transmit",
+                    self.table_size
+                ),
+                "%",
+                "share of the window's TSC cycles",
+                &bars,
+            ),
+        ));
+        let mut bars = Vec::new();
+        for cfg in CONFIGS {
+            bars.push(Bar {
+                label: format!("paper: {}", cfg.name()),
+                value: cfg.paper_idle(),
+                range: None,
+            });
+            for link in LINKS {
+                if let Some(b) = self.breakdown(cfg, link) {
+                    bars.push(Bar {
+                        label: format!("ours {}: {}", link.name(), cfg.name()),
+                        value: if b.idle_percent.is_finite() {
+                            b.idle_percent
+                        } else {
+                            0.0
+                        },
+                        range: None,
+                    });
+                }
+            }
+        }
+        out.push((
+            "table3.svg".into(),
+            chart::bars(
+                "Table 3: idle time while transmitting",
+                "%",
+                &format!("{} B sends", self.table_size),
+                &bars,
+            ),
+        ));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_split_the_window_and_the_path_adds_up() {
+        let w = Window {
+            cycles: 1000.0,
+            switch_cycles: 400.0,
+            service_cycles: 150.0,
+            service_vmnet_cycles: 100.0,
+            halt_cycles: 200.0,
+            tx_outs: 2.0,
+            tx_out_cycles: 220.0,
+            tx_switches: 2.0,
+            tx_switch_cycles: 200.0,
+            tx_back_cycles: 20.0,
+            tx_requests: 2.0,
+            tx_arrive_cycles: 40.0,
+            tx_emulate_cycles: 20.0,
+            tx_write_cycles: 100.0,
+            tx_finish_cycles: 20.0,
+            ..Window::default()
+        };
+        let s = w.shares();
+        assert_eq!(s.idle, 20.0);
+        assert_eq!(s.world_switch, 25.0);
+        assert_eq!(s.vmapp, 5.0);
+        assert_eq!(s.host_network, 10.0);
+        assert_eq!(s.guest_and_vmm, 40.0);
+        let sum = s.idle + s.world_switch + s.vmapp + s.host_network + s.guest_and_vmm;
+        assert!((sum - 100.0).abs() < 1e-9);
+        let p = w.path().unwrap();
+        assert_eq!(p, [10.0, 20.0, 10.0, 50.0, 20.0]);
+        // A round trip is arrive + emulate + write + back.
+        assert_eq!(p[1..].iter().sum::<f64>(), 100.0);
+        assert!(Window::default().path().is_none());
+    }
+
+    #[test]
+    fn topologies_set_the_three_switches() {
+        let t = topology(Config::NoIrqNotification);
+        assert!(t.contains("hosted_ports_in_vmm = true"));
+        assert!(t.contains("hosted_send_combining = true"));
+        assert!(t.contains("hosted_irq_bitvector = false"));
+        assert!(topology(Config::Unoptimized).contains("hosted_ports_in_vmm = false"));
+    }
+}

@@ -1,0 +1,45 @@
+//! Benchmark suites. Each returns a report that prints as a table and
+//! serializes to JSON; timings are medians of many runs, in TSC cycles and
+//! microseconds (the machine has no hardware counters; DESIGN.md "Measuring").
+#![forbid(unsafe_code)]
+
+pub mod baseline;
+pub mod chart;
+pub mod faults;
+pub mod forwarder;
+pub mod hosted;
+pub mod hv;
+pub mod hvm;
+pub mod netenv;
+pub mod stats;
+pub mod usernet;
+
+use anyhow::{bail, Context};
+use std::path::Path;
+
+/// The member of `all` whose `name` is `s`, or an error naming them all.
+pub fn by_name<T: Copy>(all: &[T], name: fn(T) -> &'static str, s: &str) -> anyhow::Result<T> {
+    all.iter().copied().find(|&c| name(c) == s).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|&c| name(c)).collect();
+        anyhow::anyhow!("no configuration {s:?}; the suite has {}", names.join(", "))
+    })
+}
+
+/// Runs `exe --run-dir RUN_DIR ARGS` (splitnet itself); its stdout, or an
+/// error with its stderr.
+pub fn splitnet(exe: &Path, run_dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let o = std::process::Command::new(exe)
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(args)
+        .output()
+        .with_context(|| format!("running splitnet {}", args.join(" ")))?;
+    if !o.status.success() {
+        bail!(
+            "splitnet {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}

@@ -1,0 +1,525 @@
+//! Network environments for experiments: iperf3 flows between namespaces
+//! (with their processes placed in the cgroup of the domain they belong to),
+//! the "native" reference (a veth pair between two namespaces), and the
+//! kernel baseline (veth into a Linux bridge, shaped like splitnet's
+//! topology).
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use toolstack::host::{self, Cgroup};
+
+/// TCP payload carried by one 1514-byte Ethernet frame (the thesis's unit).
+pub const PAYLOAD_PER_FRAME: f64 = 1448.0;
+
+/// iperf3's own default port.
+pub const DEFAULT_PORT: u16 = 5201;
+
+/// What the flow sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// TCP stream with zero-copy sends (`iperf3 -Z`, the papers' sendfile).
+    TcpZerocopy,
+    /// TCP stream with ordinary copying writes.
+    TcpCopy,
+    /// UDP with 64-byte datagrams, unlimited rate: packet rate.
+    UdpSmall,
+    /// TCP request-response (`sockperf ping-pong --tcp`, 64-byte messages,
+    /// one in flight): one-way latency, where the cost of each wake-up shows.
+    TcpRr,
+}
+
+impl std::str::FromStr for Workload {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Workload> {
+        let all = [
+            Workload::TcpZerocopy,
+            Workload::TcpCopy,
+            Workload::UdpSmall,
+            Workload::TcpRr,
+        ];
+        all.into_iter().find(|w| w.name() == s).ok_or_else(|| {
+            anyhow::anyhow!(
+                "no workload {s:?}; there are tcp-zerocopy, tcp-copy, udp-64 and tcp-rr"
+            )
+        })
+    }
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::TcpZerocopy => "tcp-zerocopy",
+            Workload::TcpCopy => "tcp-copy",
+            Workload::UdpSmall => "udp-64",
+            Workload::TcpRr => "tcp-rr",
+        }
+    }
+
+    /// Whether it measures latency (request-response) rather than a stream.
+    pub fn is_latency(self) -> bool {
+        self == Workload::TcpRr
+    }
+}
+
+/// One iperf3 flow.
+pub struct Flow<'a> {
+    pub server_ns: &'a str,
+    /// Where the client connects.
+    pub server_ip: &'a str,
+    /// Where the server listens, when that differs from `server_ip` (behind
+    /// a NAT or port forward); `None` binds `server_ip`.
+    pub server_bind: Option<&'a str>,
+    /// TCP (and UDP) port of the test.
+    pub port: u16,
+    pub client_ns: &'a str,
+    /// Data flows server → client.
+    pub reverse: bool,
+    pub secs: u32,
+    pub workload: Workload,
+    /// Cgroups to charge the server and client processes to.
+    pub server_cgroup: Option<&'a Cgroup>,
+    pub client_cgroup: Option<&'a Cgroup>,
+}
+
+/// What arrived.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FlowResult {
+    pub gbps: f64,
+    /// Payload bytes received.
+    pub bytes: f64,
+    /// Packets on the wire: UDP datagrams received, or TCP bytes / 1448.
+    pub packets: f64,
+    pub seconds: f64,
+    /// One-way latency percentiles of a request-response workload.
+    pub latency: Option<Latency>,
+}
+
+/// One-way latency of a request-response flow (half the round trip, as
+/// sockperf reports it), in microseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Latency {
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+fn spawn_in(ns: &str, args: &[&str], cg: Option<&Cgroup>, piped: bool) -> Result<Child> {
+    let out = if piped { Stdio::piped() } else { Stdio::null() };
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdout(out)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 (is it installed?)")?;
+    if let Some(cg) = cg {
+        cg.add(child.id() as i32)?;
+    }
+    Ok(child)
+}
+
+/// Whether a TCP socket listens on `port` in network namespace `ns`.
+pub fn listening(ns: &str, port: u16) -> Result<bool> {
+    let filter = format!("sport = :{port}");
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-Hltn", &filter])
+        .output()
+        .context("running ss (iproute2)")?;
+    Ok(o.status.success() && !o.stdout.trim_ascii().is_empty())
+}
+
+/// Waits until a TCP socket listens on `port` in namespace `ns` (iperf3's
+/// control connection is TCP for every workload), or fails if the server
+/// exits or takes over 10 s.
+fn wait_listening(ns: &str, port: u16, srv: &mut Child) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if listening(ns, port)? {
+            return Ok(());
+        }
+        if let Some(st) = srv.try_wait()? {
+            bail!("the iperf3 server in {ns} exited before listening ({st})");
+        }
+        if Instant::now() > deadline {
+            bail!("the iperf3 server in {ns} was not listening on port {port} after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs one flow and reads iperf3's verdict.
+pub fn run(f: &Flow<'_>) -> Result<FlowResult> {
+    run_with(f, &[])
+}
+
+/// Runs one flow with more client options (`-l 4096`, a send size).
+pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
+    if f.workload.is_latency() {
+        return run_rr(f);
+    }
+    let port = f.port.to_string();
+    let bind = f.server_bind.unwrap_or(f.server_ip);
+    let mut srv = spawn_in(
+        f.server_ns,
+        &["iperf3", "-s", "-1", "-B", bind, "-p", &port],
+        f.server_cgroup,
+        false,
+    )?;
+    let t = f.secs.to_string();
+    let mut args = vec!["iperf3", "-J", "-c", f.server_ip, "-p", &port, "-t", &t];
+    match f.workload {
+        Workload::TcpZerocopy => args.push("-Z"),
+        Workload::TcpCopy => {}
+        Workload::UdpSmall => args.extend(["-u", "-l", "64", "-b", "0"]),
+        Workload::TcpRr => {}
+    }
+    if f.reverse {
+        args.push("-R");
+    }
+    args.extend_from_slice(client_args);
+    if let Err(e) = wait_listening(f.server_ns, f.port, &mut srv) {
+        let _ = srv.kill();
+        let _ = srv.wait();
+        return Err(e);
+    }
+    let client = spawn_in(f.client_ns, &args, f.client_cgroup, true)?;
+    let o = client.wait_with_output().context("running iperf3")?;
+    // iperf3 -J exits 0 even when it could not connect: read its verdict.
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    if !o.status.success() || !report["error"].is_null() || report["end"].is_null() {
+        let _ = srv.kill();
+        let _ = srv.wait();
+        bail!(
+            "iperf3 {} -> {} failed: {}",
+            f.client_ns,
+            f.server_ip,
+            report["error"]
+        );
+    }
+    // The one-shot server exits after its test; never wait on it for long.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = srv.kill();
+            let _ = srv.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let end = &report["end"];
+    Ok(if f.workload == Workload::UdpSmall {
+        let s = &end["sum"];
+        let sent = s["packets"].as_f64().unwrap_or(0.0);
+        let lost = s["lost_packets"].as_f64().unwrap_or(0.0);
+        let secs = s["seconds"].as_f64().unwrap_or(f.secs as f64).max(1e-9);
+        let packets = (sent - lost).max(0.0);
+        FlowResult {
+            gbps: packets * 64.0 * 8.0 / secs / 1e9,
+            bytes: packets * 64.0,
+            packets,
+            seconds: secs,
+            latency: None,
+        }
+    } else {
+        let s = &end["sum_received"];
+        let bytes = s["bytes"].as_f64().unwrap_or(0.0);
+        FlowResult {
+            gbps: s["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9,
+            bytes,
+            packets: bytes / PAYLOAD_PER_FRAME,
+            seconds: s["seconds"].as_f64().unwrap_or(f.secs as f64),
+            latency: None,
+        }
+    })
+}
+
+/// Bytes of each sockperf ping-pong message.
+const RR_MESSAGE: usize = 64;
+
+/// One request-response flow: a sockperf server, and a ping-pong client
+/// for `secs` seconds (its first 0.4 s are warm-up, not counted).
+fn run_rr(f: &Flow<'_>) -> Result<FlowResult> {
+    let port = f.port.to_string();
+    let bind = f.server_bind.unwrap_or(f.server_ip);
+    let mut srv = spawn_in(
+        f.server_ns,
+        &["sockperf", "server", "--tcp", "-i", bind, "-p", &port],
+        f.server_cgroup,
+        false,
+    )
+    .context("starting sockperf (Debian package sockperf)")?;
+    let stop = |srv: &mut Child| {
+        let _ = srv.kill();
+        let _ = srv.wait();
+    };
+    if let Err(e) = wait_listening(f.server_ns, f.port, &mut srv) {
+        stop(&mut srv);
+        return Err(e.context("sockperf server"));
+    }
+    let t = f.secs.max(1).to_string();
+    let size = RR_MESSAGE.to_string();
+    let args = [
+        "sockperf",
+        "ping-pong",
+        "--tcp",
+        "-i",
+        f.server_ip,
+        "-p",
+        &port,
+        "-t",
+        &t,
+        "-m",
+        &size,
+    ];
+    let out = spawn_in(f.client_ns, &args, f.client_cgroup, true)
+        .and_then(|c| c.wait_with_output().context("running sockperf"));
+    stop(&mut srv);
+    let o = out?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let parsed = parse_sockperf(&text);
+    match parsed {
+        Some((latency, messages, secs)) if o.status.success() && messages > 0.0 => {
+            let bytes = messages * RR_MESSAGE as f64;
+            Ok(FlowResult {
+                gbps: bytes * 8.0 / secs.max(1e-9) / 1e9,
+                bytes,
+                // Each transaction is a request and a reply.
+                packets: 2.0 * messages,
+                seconds: secs,
+                latency: Some(latency),
+            })
+        }
+        _ => bail!(
+            "sockperf {} -> {} failed ({}): {}",
+            f.client_ns,
+            f.server_ip,
+            o.status,
+            text.lines().rev().take(3).collect::<Vec<_>>().join(" / ")
+        ),
+    }
+}
+
+/// Reads sockperf ping-pong's summary: the 50th and 99th percentiles and
+/// the messages and seconds of its valid (post-warm-up) duration.
+pub fn parse_sockperf(text: &str) -> Option<(Latency, f64, f64)> {
+    let pct = |want: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("percentile {want} =")))
+            .and_then(|l| l.rsplit('=').next())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let valid = text.lines().find(|l| l.contains("[Valid Duration]"))?;
+    let field = |name: &str| {
+        valid
+            .split([';', ' '])
+            .find_map(|kv| kv.trim().strip_prefix(name))
+            .map(|v| v.trim_end_matches(" sec").trim_end_matches("sec"))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let latency = Latency {
+        p50_us: pct("50.000")?,
+        p99_us: pct("99.000")?,
+    };
+    Some((latency, field("ReceivedMessages=")?, field("RunTime=")?))
+}
+
+/// One TCP flow without cgroups (the demo). Returns Gbit/s received.
+pub fn tcp(
+    server_ns: &str,
+    server_ip: &str,
+    client_ns: &str,
+    reverse: bool,
+    secs: u32,
+) -> Result<f64> {
+    let f = Flow {
+        server_ns,
+        server_ip,
+        server_bind: None,
+        port: DEFAULT_PORT,
+        client_ns,
+        reverse,
+        secs,
+        workload: Workload::TcpCopy,
+        server_cgroup: None,
+        client_cgroup: None,
+    };
+    Ok(run(&f)?.gbps)
+}
+
+/// Two namespaces joined by a veth pair, deleted on drop.
+pub struct Native {
+    pub a: String,
+    pub b: String,
+}
+
+/// Address of the native pair's first end.
+pub const NATIVE_A: &str = "10.78.0.1";
+/// Address of the native pair's second end.
+pub const NATIVE_B: &str = "10.78.0.2";
+
+impl Native {
+    pub fn new() -> Result<Native> {
+        let n = Native {
+            a: host::netns_name("native-a"),
+            b: host::netns_name("native-b"),
+        };
+        host::netns_add(&n.a)?;
+        host::netns_add(&n.b)?;
+        host::veth_pair("eth0", &n.a, "eth0", &n.b)?;
+        host::addr_add(&n.a, "eth0", &format!("{NATIVE_A}/24"))?;
+        host::addr_add(&n.b, "eth0", &format!("{NATIVE_B}/24"))?;
+        Ok(n)
+    }
+}
+
+impl Drop for Native {
+    fn drop(&mut self) {
+        host::netns_del(&self.a);
+        host::netns_del(&self.b);
+    }
+}
+
+/// The kernel baseline: guests, a "driver" namespace with a Linux bridge,
+/// and a wire host, joined by veth pairs like splitnet's default topology.
+pub struct KernelBridge {
+    pub guest1: String,
+    pub guest2: String,
+    pub drv: String,
+    pub wire: String,
+}
+
+/// Addresses in the kernel-bridge topology.
+pub const KB_GUEST1: &str = "10.79.0.1";
+pub const KB_GUEST2: &str = "10.79.0.2";
+pub const KB_WIRE: &str = "10.79.0.254";
+
+impl KernelBridge {
+    pub fn new() -> Result<KernelBridge> {
+        let n = |s: &str| host::netns_name(s);
+        let kb = KernelBridge {
+            guest1: n("kb-guest1"),
+            guest2: n("kb-guest2"),
+            drv: n("kb-drv"),
+            wire: n("kb-wire"),
+        };
+        for ns in [&kb.guest1, &kb.guest2, &kb.drv, &kb.wire] {
+            host::netns_add(ns)?;
+        }
+        host::ip_in(&kb.drv, &["link", "add", "br0", "type", "bridge"])?;
+        host::ip_in(&kb.drv, &["link", "set", "br0", "up"])?;
+        for (port, ns, addr) in [
+            ("vif1", &kb.guest1, KB_GUEST1),
+            ("vif2", &kb.guest2, KB_GUEST2),
+            ("peth0", &kb.wire, KB_WIRE),
+        ] {
+            host::veth_pair(port, &kb.drv, "eth0", ns)?;
+            host::ip_in(&kb.drv, &["link", "set", port, "master", "br0"])?;
+            host::addr_add(ns, "eth0", &format!("{addr}/24"))?;
+        }
+        Ok(kb)
+    }
+}
+
+impl Drop for KernelBridge {
+    fn drop(&mut self) {
+        for ns in [&self.guest1, &self.guest2, &self.drv, &self.wire] {
+            host::netns_del(ns);
+        }
+    }
+}
+
+/// The minimal forwarder's topology: a guest namespace whose `eth0` is the
+/// forwarder's TAP, a driver namespace where the forwarder runs with its
+/// AF_PACKET socket on `peth0`, and a wire namespace at the other end of
+/// `peth0` (see `forwarder.rs`). Deleted on drop.
+pub struct Forwarded {
+    pub guest: String,
+    pub drv: String,
+    pub wire: String,
+    child: Option<Child>,
+}
+
+/// Addresses in the minimal forwarder's topology.
+pub const FWD_GUEST: &str = "10.81.0.1";
+pub const FWD_WIRE: &str = "10.81.0.254";
+
+impl Forwarded {
+    /// Brings the topology up with `exe forwarder` (placed in `cgroup`) as
+    /// the only thing between guest and wire.
+    pub fn new(exe: &std::path::Path, cgroup: Option<&Cgroup>) -> Result<Forwarded> {
+        let n = |s: &str| host::netns_name(s);
+        let mut f = Forwarded {
+            guest: n("fwd-guest1"),
+            drv: n("fwd-drv"),
+            wire: n("fwd-wire"),
+            child: None,
+        };
+        for ns in [&f.guest, &f.drv, &f.wire] {
+            host::netns_add(ns)?;
+        }
+        host::veth_pair("peth0", &f.drv, "eth0", &f.wire)?;
+        host::addr_add(&f.wire, "eth0", &format!("{FWD_WIRE}/24"))?;
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &f.drv])
+            .arg(exe)
+            .args(["forwarder", "--tap", "fwd0", "--port", "peth0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the minimal forwarder")?;
+        if let Some(cg) = cgroup {
+            cg.add(child.id() as i32)?;
+        }
+        let mut line = String::new();
+        let out = child.stdout.take().context("forwarder stdout")?;
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)?;
+        f.child = Some(child);
+        if line.trim() != "READY" {
+            bail!(
+                "the minimal forwarder did not start (said {:?})",
+                line.trim()
+            );
+        }
+        // The TAP was made in the driver namespace; it becomes the guest's eth0.
+        host::ip_in(&f.drv, &["link", "set", "fwd0", "netns", &f.guest])?;
+        host::ip_in(&f.guest, &["link", "set", "fwd0", "name", "eth0"])?;
+        host::ip_in(&f.guest, &["link", "set", "eth0", "txqueuelen", "4096"])?;
+        host::addr_add(&f.guest, "eth0", &format!("{FWD_GUEST}/24"))?;
+        host::ip_in(&f.guest, &["link", "set", "eth0", "up"])?;
+        Ok(f)
+    }
+}
+
+impl Drop for Forwarded {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in [&self.guest, &self.drv, &self.wire] {
+            host::netns_del(ns);
+        }
+    }
+}
+
+#[cfg(test)]
+mod rr_tests {
+    use super::*;
+
+    #[test]
+    fn sockperf_summary_is_parsed() {
+        let out = "sockperf: [Valid Duration] RunTime=0.544 sec; SentMessages=35290; ReceivedMessages=35290\n\
+                   sockperf: ---> percentile 99.000 =   44.496\n\
+                   sockperf: ---> percentile 50.000 =    2.179\n";
+        let (l, n, secs) = parse_sockperf(out).unwrap();
+        assert_eq!(
+            (l.p50_us, l.p99_us, n, secs),
+            (2.179, 44.496, 35290.0, 0.544)
+        );
+        assert!(parse_sockperf("sockperf: error").is_none());
+    }
+}

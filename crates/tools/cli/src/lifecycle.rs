@@ -1,0 +1,393 @@
+//! up, down, exec, demo, and the daemon entry point.
+
+use anyhow::{anyhow, bail, Context, Result};
+use hv::Toolstack;
+use std::fs;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use toolstack::daemon::socket_path;
+use toolstack::host;
+use toolstack::topology::{Preset, Topology};
+pub use toolstack::tuning::Tuning;
+
+fn require_root() -> Result<()> {
+    if !host::is_root() {
+        bail!("splitnet needs root (network namespaces, veth, cgroups); run it with sudo");
+    }
+    Ok(())
+}
+
+fn log_tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// `splitnet up`; with `listen`, hv serves `/metrics` there.
+pub fn up(
+    rd: &Path,
+    config: Option<&Path>,
+    timeout: u64,
+    tuning: Tuning,
+    listen: Option<SocketAddr>,
+) -> Result<()> {
+    require_root()?;
+    let (hv, exe) = hv_binary()?;
+    if Toolstack::connect(&socket_path(rd)).is_ok() {
+        bail!(
+            "splitnet is already up (hv at {}); run `splitnet down` first",
+            socket_path(rd).display()
+        );
+    }
+    if let Some(a) = listen {
+        // Said now, not in hv's log: the address is taken or not ours.
+        drop(TcpListener::bind(a).with_context(|| format!("--listen {a}: cannot bind"))?);
+    }
+    let (mut topo, text) = match config {
+        Some(p) => {
+            let t = Topology::load(p)?;
+            (t, fs::read_to_string(p)?)
+        }
+        None => (
+            Topology::default_topology(),
+            toolstack::topology::DEFAULT_TOML.to_string(),
+        ),
+    };
+    tuning.apply(&mut topo).map_err(anyhow::Error::msg)?;
+    if !host::our_netns().is_empty() {
+        eprintln!("splitnet: removing leftovers of an earlier run");
+        sweep(rd);
+    }
+    fs::create_dir_all(rd).with_context(|| format!("creating {}", rd.display()))?;
+    let topo_path = rd.join("topology.toml");
+    fs::write(&topo_path, text)?;
+    let log = fs::File::create(rd.join("hv.log"))?;
+    let mut child = Command::new(&hv)
+        .arg("--run-dir")
+        .arg(rd)
+        .arg("--exe")
+        .arg(&exe)
+        .arg("--config")
+        .arg(&topo_path)
+        .args(tuning.args())
+        .args(
+            listen
+                .iter()
+                .flat_map(|a| ["--listen".to_string(), a.to_string()]),
+        )
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting hv ({})", hv.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    let want: Vec<&str> = topo.domains.iter().map(|d| d.name.as_str()).collect();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            bail!(
+                "hv exited during start-up ({st}):\n{}",
+                log_tail(&rd.join("hv.log"), 20)
+            );
+        }
+        // Up means: every domain said hello and every vif is Connected at both ends.
+        if let Ok(v) = toolstack::status::collect(rd) {
+            let doms = v["domains"].as_array().cloned().unwrap_or_default();
+            let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
+            let domains_ready = want.iter().all(|n| {
+                doms.iter()
+                    .any(|d| d["name"] == *n && d["connected"] == true)
+            });
+            let vifs_ready = vifs.len() == topo.vifs().len()
+                && vifs.iter().all(|x| {
+                    x["frontend_state"] == "Connected" && x["backend_state"] == "Connected"
+                });
+            // An emulated NIC is up once its guest runs its driver (its
+            // counters are in) and its driver domain bridges its VMNet port.
+            let ports = v["ports"].as_array().cloned().unwrap_or_default();
+            let nics_ready = topo.emulated_nics().iter().all(|e| {
+                let running = doms.iter().any(|d| {
+                    d["name"] == e.guest.as_str() && d["emulated_nic"]["guest"].is_object()
+                });
+                let bridged = ports.iter().any(|p| {
+                    p["domain"] == e.backend.as_str()
+                        && p["name"] == e.host_ifname().as_str()
+                        && p["open"] == true
+                });
+                running && bridged
+            });
+            if domains_ready && vifs_ready && nics_ready {
+                let nics = topo.emulated_nics().len();
+                println!(
+                    "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}{}; hv pid {}",
+                    topo.name,
+                    doms.len(),
+                    want.join(", "),
+                    vifs.len(),
+                    if nics > 0 {
+                        format!(", {nics} emulated NIC{} bridged", if nics == 1 { "" } else { "s" })
+                    } else {
+                        String::new()
+                    },
+                    topo.wire
+                        .as_ref()
+                        .map(|w| format!(", external host {}", w.name))
+                        .unwrap_or_default(),
+                    v["hv_pid"]
+                );
+                if let Some(a) = listen {
+                    println!("metrics: http://{a}/metrics");
+                }
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = down(rd);
+            bail!(
+                "domains did not connect within {timeout} s:\n{}",
+                log_tail(&rd.join("hv.log"), 20)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+/// Removes everything splitnet may have left: processes in its cgroups,
+/// namespaces (with their interfaces), the socket and pid file.
+fn sweep(rd: &Path) {
+    host::sweep_cgroups(&host::CgroupLayout::detect());
+    for ns in host::our_netns() {
+        host::netns_del(&ns);
+    }
+    let _ = fs::remove_file(socket_path(rd));
+    let _ = fs::remove_file(rd.join("hv.pid"));
+}
+
+fn hv_pid(rd: &Path) -> Option<i32> {
+    fs::read_to_string(rd.join("hv.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Waits up to `limit` for process `pid` to be gone.
+fn wait_gone(pid: i32, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while host::pid_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `splitnet down`.
+pub fn down(rd: &Path) -> Result<()> {
+    require_root()?;
+    let pid = hv_pid(rd);
+    let mut was_up = false;
+    if let Ok(mut ts) = Toolstack::connect(&socket_path(rd)) {
+        was_up = true;
+        match ts.shutdown() {
+            Ok(()) => {
+                if let Some(p) = pid {
+                    wait_gone(p, Duration::from_secs(20));
+                }
+            }
+            // hv died half-way (or was dying): clean up after it below.
+            Err(e) => eprintln!("splitnet: hv did not answer ({e}); cleaning up after it"),
+        }
+    }
+    if let Some(p) = pid.filter(|p| host::pid_alive(*p)) {
+        was_up = true;
+        eprintln!("splitnet: hv (pid {p}) did not stop; killing it");
+        let _ = sys::kill(p, 9);
+        wait_gone(p, Duration::from_secs(5));
+    }
+    let leftovers = host::our_netns();
+    // Every process left in a domain's cgroup or namespace (the domains',
+    // and what users started there with `exec`) is killed and waited for.
+    sweep(rd);
+    if was_up || !leftovers.is_empty() {
+        println!("splitnet is down");
+    } else {
+        println!("splitnet was not running");
+    }
+    Ok(())
+}
+
+/// `splitnet exec DOMAIN -- CMD...`: replaces this process with the command.
+pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::Infallible> {
+    require_root()?;
+    let ns = host::netns_name(domain);
+    let known = host::our_netns();
+    if !known.contains(&ns) {
+        let names: Vec<&str> = known
+            .iter()
+            .map(|n| n.trim_start_matches(host::PREFIX))
+            .collect();
+        if names.is_empty() {
+            bail!("no domain named {domain:?}: splitnet is not up (run `splitnet up`)");
+        }
+        bail!(
+            "no domain or host named {domain:?}; known: {}",
+            names.join(", ")
+        );
+    }
+    // A domain's applications belong to it: they are charged to its cgroup,
+    // and die with it (hv destroys the cgroup) or at `down`.
+    if let Some(cg) = host::Cgroup::open(&host::CgroupLayout::detect(), domain) {
+        cg.add(std::process::id() as i32)
+            .with_context(|| format!("joining {domain}'s cgroup"))?;
+    }
+    // Become the command (through `ip netns exec`), so signals and the exit
+    // code are the command's own.
+    let err = Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .args(cmd)
+        .exec();
+    Err(err).with_context(|| format!("running {:?} in {domain}", cmd[0]))
+}
+
+/// The trusted binary `splitnet-hv` (`SPLITNET_HV`, or beside this
+/// executable) and this executable, which hv runs as each domain.
+fn hv_binary() -> Result<(PathBuf, PathBuf)> {
+    let exe = std::env::current_exe().context("locating the splitnet executable")?;
+    let hv = match std::env::var_os("SPLITNET_HV") {
+        Some(p) => PathBuf::from(p),
+        None => exe.with_file_name("splitnet-hv"),
+    };
+    if !hv.is_file() {
+        bail!(
+            "the hypervisor binary {} is missing: build it with `cargo build --workspace` \
+             (or `cargo build --release`), which puts splitnet-hv beside splitnet, \
+             or set SPLITNET_HV to its path",
+            hv.display()
+        );
+    }
+    Ok((hv, exe))
+}
+
+/// `splitnet hv`: the daemon in the foreground, that is `splitnet-hv` run
+/// with the same options (this process becomes it).
+pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAddr>) -> Result<()> {
+    require_root()?;
+    let (hv, exe) = hv_binary()?;
+    let err = Command::new(&hv)
+        .arg("--run-dir")
+        .arg(rd)
+        .arg("--exe")
+        .arg(&exe)
+        .arg("--config")
+        .arg(config)
+        .args(tuning.args())
+        .args(listen.map(|a| format!("--listen={a}")))
+        .exec();
+    Err(err).with_context(|| format!("running {}", hv.display()))
+}
+
+fn step(n: u32, what: &str) {
+    println!("\n== {n}. {what}");
+}
+
+fn show(cmd: &[&str]) -> Result<()> {
+    println!("$ {}", cmd.join(" "));
+    let st = Command::new(cmd[0]).args(&cmd[1..]).status()?;
+    if !st.success() {
+        bail!("`{}` failed ({st})", cmd.join(" "));
+    }
+    Ok(())
+}
+
+/// `splitnet demo`: the main job.
+pub fn demo(rd: &Path, preset: Option<Preset>, secs: u32) -> Result<()> {
+    require_root()?;
+    let exe = std::env::current_exe()?;
+    let exe = exe
+        .to_str()
+        .ok_or_else(|| anyhow!("executable path is not UTF-8"))?;
+    let rd_s = rd.to_str().ok_or_else(|| anyhow!("run dir is not UTF-8"))?;
+    let run = |args: &[&str]| -> Result<()> {
+        let mut v = vec![exe, "--run-dir", rd_s];
+        v.extend_from_slice(args);
+        show(&v)
+    };
+    let preset = preset.unwrap_or(Preset::Default);
+    println!(
+        "splitnet demo: driver domain drv, guests guest1 and guest2, external host wire; vif preset {:?}",
+        preset.as_str()
+    );
+    step(1, "bring up hv, the domains and their virtual NICs");
+    run(&["up", "--preset", preset.as_str()])?;
+    let result = (|| -> Result<()> {
+        step(2, "what is running");
+        run(&["status"])?;
+        step(
+            3,
+            "ping through netfront -> I/O channel -> netback -> bridge -> port",
+        );
+        for target in ["10.77.0.254", "10.77.0.2"] {
+            run(&[
+                "exec", "guest1", "--", "ping", "-c", "3", "-i", "0.2", target,
+            ])?;
+        }
+        step(
+            4,
+            &format!("iperf3 TCP, {secs} s each way, against native veth measured now"),
+        );
+        let ns = host::netns_name;
+        let mut rows = Vec::new();
+        let dirs = [
+            (
+                "guest1 -> wire",
+                ns("wire"),
+                "10.77.0.254",
+                ns("guest1"),
+                false,
+            ),
+            (
+                "wire -> guest1",
+                ns("wire"),
+                "10.77.0.254",
+                ns("guest1"),
+                true,
+            ),
+            (
+                "guest1 -> guest2",
+                ns("guest2"),
+                "10.77.0.2",
+                ns("guest1"),
+                false,
+            ),
+        ];
+        for (name, sns, sip, cns, rev) in &dirs {
+            let g = bench::netenv::tcp(sns, sip, cns, *rev, secs)?;
+            println!("  splitnet {name:<18} {g:6.2} Gbit/s");
+            rows.push((name.to_string(), g));
+        }
+        let native = bench::netenv::Native::new()?;
+        let mut table = String::from(
+            "\n| direction | splitnet Gbit/s | native Gbit/s | ratio |\n|---|---:|---:|---:|\n",
+        );
+        for (i, (name, g)) in rows.iter().enumerate() {
+            // Native: the same application over a plain veth between namespaces.
+            let rev = i == 1;
+            let n = bench::netenv::tcp(&native.b, bench::netenv::NATIVE_B, &native.a, rev, secs)?;
+            println!("  native   {name:<18} {n:6.2} Gbit/s");
+            table += &format!(
+                "| {name} | {g:.2} | {n:.2} | {:.2} |\n",
+                if n > 0.0 { g / n } else { 0.0 }
+            );
+        }
+        drop(native);
+        step(5, "results");
+        println!("{table}");
+        Ok(())
+    })();
+    step(6, "tear down");
+    run(&["down"])?;
+    result
+}

@@ -1,0 +1,649 @@
+//! Helpers shared by the end-to-end tests: a serialized test environment
+//! around the real `splitnet` binary, and checks that nothing is left behind.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+
+static HOST: Mutex<()> = Mutex::new(());
+
+pub struct Env {
+    pub run_dir: PathBuf,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Env {
+    pub fn new(name: &str) -> Env {
+        let guard = HOST.lock().unwrap_or_else(|p| p.into_inner());
+        let run_dir =
+            std::env::temp_dir().join(format!("splitnet-test-{name}-{}", std::process::id()));
+        let env = Env {
+            run_dir,
+            _guard: guard,
+        };
+        // A previous failed test may have left a topology up.
+        env.splitnet(&["down"]);
+        env
+    }
+
+    pub fn splitnet(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_splitnet"))
+            .arg("--run-dir")
+            .arg(&self.run_dir)
+            .args(args)
+            .output()
+            .expect("run splitnet")
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.splitnet(args);
+        assert!(
+            o.status.success(),
+            "splitnet {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\nhv.log:\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(self.run_dir.join("hv.log")).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    pub fn status(&self) -> Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).expect("status --json is JSON")
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.splitnet(&["down"]);
+        let _ = std::fs::remove_dir_all(&self.run_dir);
+    }
+}
+
+pub fn netns() -> Vec<String> {
+    let o = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("splitnet-"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Processes whose command line mentions our binary, other than the test itself.
+pub fn our_processes() -> Vec<String> {
+    let exe = env!("CARGO_BIN_EXE_splitnet");
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z');
+        if cmd.contains(exe) && pid != std::process::id() && !zombie {
+            v.push(format!("{pid}: {cmd}"));
+        }
+    }
+    v
+}
+
+/// memfds named splitnet-* still open in any process.
+pub fn our_memfds() -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(rd) = std::fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        for fd in rd.flatten() {
+            if let Ok(t) = std::fs::read_link(fd.path()) {
+                let t = t.to_string_lossy().into_owned();
+                if t.contains("memfd:splitnet-") {
+                    v.push(format!("{}: {t}", e.path().display()));
+                }
+            }
+        }
+    }
+    v
+}
+
+pub fn cgroups() -> Vec<PathBuf> {
+    [
+        "/sys/fs/cgroup/splitnet",
+        "/sys/fs/cgroup/unified/splitnet",
+        "/sys/fs/cgroup/cpuacct/splitnet",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .filter(|p| p.exists())
+    .collect()
+}
+
+pub fn assert_nothing_left() {
+    assert_eq!(netns(), Vec::<String>::new(), "namespaces left behind");
+    assert_eq!(
+        our_processes(),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
+    assert_eq!(
+        our_memfds(),
+        Vec::<String>::new(),
+        "shared memory left behind"
+    );
+    assert_eq!(cgroups(), Vec::<PathBuf>::new(), "cgroups left behind");
+    let links = Command::new("ip").args(["-br", "link"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&links.stdout).contains("peth0"),
+        "interfaces left behind"
+    );
+}
+
+pub fn domain<'a>(st: &'a Value, name: &str) -> &'a Value {
+    st["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or(&Value::Null)
+}
+
+/// A `splitnet` command running in the background, output discarded;
+/// killed when dropped.
+pub struct Background(pub Child);
+
+impl Background {
+    /// Waits up to `limit` for the command to exit on its own.
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Env {
+    /// Starts `splitnet ARGS` in the background.
+    pub fn spawn(&self, args: &[&str]) -> Background {
+        Background(
+            Command::new(env!("CARGO_BIN_EXE_splitnet"))
+                .arg("--run-dir")
+                .arg(&self.run_dir)
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("run splitnet"),
+        )
+    }
+}
+
+/// Polls `fact` every 20 ms until it holds; panics naming `what` after `limit`.
+pub fn wait_until(what: &str, limit: std::time::Duration, mut fact: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !fact() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Runs `cmd` inside the namespace of `domain` and returns its stdout.
+fn in_netns(domain: &str, cmd: &[&str]) -> String {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &toolstack::host::netns_name(domain)])
+        .args(cmd)
+        .output()
+        .expect("ip netns exec");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Whether a TCP socket listens on `port` in `domain`'s namespace.
+pub fn listening(domain: &str, port: u16) -> bool {
+    bench::netenv::listening(&toolstack::host::netns_name(domain), port).unwrap_or(false)
+}
+
+/// Bytes received so far by `domain`'s interface `ifname`.
+pub fn rx_bytes(domain: &str, ifname: &str) -> u64 {
+    let path = format!("/sys/class/net/{ifname}/statistics/rx_bytes");
+    in_netns(domain, &["cat", &path])
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+impl Env {
+    /// `ping -c N` from `from` to `to` (IPv4 or IPv6) succeeds with no loss.
+    pub fn ping(&self, from: &str, to: &str, n: u32) {
+        let n = n.to_string();
+        let mut args = vec![
+            "exec", from, "--", "ping", "-c", &n, "-i", "0.2", "-W", "2", to,
+        ];
+        if to.contains(':') {
+            args.insert(4, "-6");
+        }
+        let out = self.ok(&args);
+        assert!(out.contains(" 0% packet loss"), "{from} -> {to}:\n{out}");
+    }
+
+    /// Starts a one-shot iperf3 server on the wire host and returns once
+    /// it listens; killed when dropped.
+    pub fn iperf3_server_on_wire(&self) -> Background {
+        let srv = self.spawn(&[
+            "exec",
+            "wire",
+            "--",
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            "10.77.0.254",
+        ]);
+        wait_until(
+            "iperf3 to listen in wire",
+            std::time::Duration::from_secs(10),
+            || listening("wire", 5201),
+        );
+        srv
+    }
+
+    /// Runs the iperf3 client in guest1 against a fresh one-shot server on
+    /// the wire host, with `args` after `-c`; returns its output.
+    pub fn iperf3_guest1_to_wire(&self, args: &[&str]) -> String {
+        let _srv = self.iperf3_server_on_wire();
+        let mut a = vec!["exec", "guest1", "--", "iperf3", "-c", "10.77.0.254"];
+        a.extend_from_slice(args);
+        self.ok(&a)
+    }
+
+    /// Starts an iperf3 TCP stream of `secs` seconds from `client` to the wire
+    /// host, in the background, and returns once data is flowing: the server
+    /// is listening before the client starts, and the wire host has received
+    /// another 4 MiB. Both ends are killed when dropped.
+    pub fn stream_to_wire(&self, client: &str, secs: u32) -> (Background, Background) {
+        let srv = self.iperf3_server_on_wire();
+        let limit = std::time::Duration::from_secs(10);
+        let before = rx_bytes("wire", "eth0");
+        let t = secs.to_string();
+        let cl = self.spawn(&[
+            "exec",
+            client,
+            "--",
+            "iperf3",
+            "-c",
+            "10.77.0.254",
+            "-t",
+            &t,
+        ]);
+        wait_until("the stream to reach the wire host", limit, || {
+            rx_bytes("wire", "eth0") > before + (4 << 20)
+        });
+        (srv, cl)
+    }
+}
+
+/// Kills process `pid` outright (a domain dying without warning).
+pub fn kill9(pid: i64) {
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -9 {pid} failed");
+}
+
+/// The vif of `guest` in `status --json`.
+pub fn vif<'a>(st: &'a Value, guest: &str) -> &'a Value {
+    st["vifs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["guest"] == guest)
+        .unwrap_or(&Value::Null)
+}
+
+/// iperf3 TCP for `secs` seconds from `client` to `server_ip` (served in
+/// `server`); with `reverse`, data flows server → client. Returns Gbit/s.
+/// Runs through the same code as `splitnet bench` (`bench::netenv`).
+pub fn iperf(
+    _env: &Env,
+    server: &str,
+    server_ip: &str,
+    client: &str,
+    reverse: bool,
+    secs: u32,
+) -> f64 {
+    let (sns, cns) = (
+        toolstack::host::netns_name(server),
+        toolstack::host::netns_name(client),
+    );
+    let r = bench::netenv::run(&bench::netenv::Flow {
+        server_ns: &sns,
+        server_ip,
+        server_bind: None,
+        port: bench::netenv::DEFAULT_PORT,
+        client_ns: &cns,
+        reverse,
+        secs,
+        workload: bench::netenv::Workload::TcpCopy,
+        server_cgroup: None,
+        client_cgroup: None,
+    })
+    .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
+    assert!(
+        r.bytes > 1e6 && r.gbps > 1e-3,
+        "iperf3 {client} -> {server_ip}: too little arrived: {} bytes",
+        r.bytes
+    );
+    r.gbps
+}
+
+/// The SHA-256 of a file, as `sha256sum` prints it.
+pub fn sha256(path: &std::path::Path) -> String {
+    let o = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A 64 MiB file served over HTTP from the wire host arrives intact in
+/// guest1 (python3's http.server, curl). Returns Mbit/s.
+pub fn http_fetch_64mib(env: &Env) -> f64 {
+    http_fetch_mib(env, 64)
+}
+
+/// A file of `mib` MiB served over HTTP from the wire host arrives intact
+/// in guest1 (python3's http.server, curl). Returns Mbit/s.
+pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
+    let dir = env.run_dir.join("www");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("blob");
+    let st = Command::new("dd")
+        .args([
+            "if=/dev/urandom",
+            &format!("of={}", file.display()),
+            "bs=1M",
+            &format!("count={mib}"),
+            "status=none",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let _server = env.spawn(&[
+        "exec",
+        "wire",
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        "8080",
+        "--bind",
+        "10.77.0.254",
+        "--directory",
+        dir.to_str().unwrap(),
+    ]);
+    wait_until(
+        "the HTTP server to listen",
+        std::time::Duration::from_secs(10),
+        || listening("wire", 8080),
+    );
+    let got = env.run_dir.join("got");
+    let t0 = std::time::Instant::now();
+    env.ok(&[
+        "exec",
+        "guest1",
+        "--",
+        "curl",
+        "-sS",
+        "--fail",
+        "--retry",
+        "20",
+        "--retry-connrefused",
+        "--retry-delay",
+        "1",
+        "--max-time",
+        "300",
+        "-o",
+        got.to_str().unwrap(),
+        "http://10.77.0.254:8080/blob",
+    ]);
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(std::fs::metadata(&got).unwrap().len(), u64::from(mib) << 20);
+    assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
+    let _ = std::fs::remove_file(&got);
+    f64::from(mib) * 8.0 / secs
+}
+
+/// Maps the shared-memory region `name` that process `pid` maps (root
+/// reads it through /proc/PID/map_files).
+pub fn mapping_of(pid: u64, name: &str) -> sys::Mapping {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.contains(name))
+        .unwrap_or_else(|| panic!("process {pid} maps no {name}"));
+    let range = line.split_whitespace().next().unwrap();
+    let (a, b) = range.split_once('-').unwrap();
+    let len = (u64::from_str_radix(b, 16).unwrap() - u64::from_str_radix(a, 16).unwrap()) as usize;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/map_files/{range}"))
+        .unwrap();
+    sys::Mapping::new(std::os::fd::AsFd::as_fd(&f), 0, len, true).unwrap()
+}
+
+/// Process `pid` is jailed: seccomp on, no effective capability, not root.
+pub fn assert_jailed(pid: u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_ne!(field("Uid:"), "0", "{status}");
+}
+
+/// Reproducible garbage (xorshift).
+pub struct Garbage(pub u64);
+
+impl Garbage {
+    pub fn next(&mut self) -> u64 {
+        let x = &mut self.0;
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    /// 4096 words of garbage over an emulated NIC guest's driver area (init
+    /// block, rings, buffers, from guest-physical 64 KiB) and beyond:
+    /// descriptors given to the device with lengths, addresses outside.
+    pub fn scribble_driver_area(&mut self, pool: &sys::Mapping) {
+        use abi::SharedMemory;
+        for _ in 0..4096 {
+            let x = self.next();
+            let off = (0x10000 + (x as usize % 0x30000)) & !3;
+            let v = match x >> 60 {
+                0..=3 => 0x8000_0000 | (x as u32 & 0xffff), // OWN with a length
+                4..=7 => 0xffff_fff0,                       // an address outside
+                _ => (x >> 32) as u32,
+            };
+            pool.store_u32(off, v);
+        }
+    }
+}
+
+/// guest1 floods the wire host with pings while `scribble` runs about every
+/// millisecond for 3 s (a hostile guest at work).
+pub fn while_guest1_floods(env: &Env, mut scribble: impl FnMut()) {
+    let _flood = env.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "ping",
+        "-f",
+        "-w",
+        "4",
+        "10.77.0.254",
+    ]);
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(3) {
+        scribble();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// After a hostile guest1: its device side `what` (pid `pid`, log `log` in
+/// the run directory) is alive, and guest2 and the driver domain carry on.
+pub fn assert_others_carry_on(env: &Env, what: &str, pid: u64, log: &str) {
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the {what} died:\n{}",
+        std::fs::read_to_string(env.run_dir.join(log)).unwrap_or_default()
+    );
+    env.ping("guest2", "10.77.0.254", 3);
+    env.ping("wire", "10.77.0.2", 3);
+    let st = env.status();
+    assert_eq!(domain(&st, "guest2")["connected"], true);
+    assert_eq!(domain(&st, "drv")["connected"], true);
+}
+
+/// A topology for the emulated NICs' tests: `drv`, guest1 with the NIC
+/// lines `nic` (its `nic = ...` and options), guest2 with a vif, and the
+/// wire host.
+pub fn emulated_topology(name: &str, nic: &str) -> String {
+    format!(
+        r#"name = "{name}"
+[[domain]]
+name = "drv"
+kind = "driver"
+memory_frames = 4096
+[[domain]]
+name = "guest1"
+kind = "guest"
+address = "10.77.0.1/24"
+ipv6 = "fd77::1/64"
+{nic}
+[[domain]]
+name = "guest2"
+kind = "guest"
+address = "10.77.0.2/24"
+ipv6 = "fd77::2/64"
+[wire]
+name = "wire"
+driver = "drv"
+address = "10.77.0.254/24"
+ipv6 = "fd77::fe/64"
+"#
+    )
+}
+
+impl Env {
+    /// `splitnet up` with [`emulated_topology`].
+    pub fn up_emulated(&self, name: &str, nic: &str) {
+        std::fs::create_dir_all(&self.run_dir).unwrap();
+        let path = self.run_dir.join(format!("{name}.toml"));
+        std::fs::write(&path, emulated_topology(name, nic)).unwrap();
+        self.ok(&["up", "--config", path.to_str().unwrap()]);
+    }
+
+    /// guest1's `emulated_nic` entry in `status --json`, once `ready`
+    /// says its counters are in.
+    pub fn emulated_nic(&self, ready: impl Fn(&Value) -> bool) -> Value {
+        let mut h = Value::Null;
+        wait_until(
+            "the emulated NIC's counters",
+            std::time::Duration::from_secs(5),
+            || {
+                h = domain(&self.status(), "guest1")["emulated_nic"].clone();
+                ready(&h)
+            },
+        );
+        h
+    }
+
+    /// guest1 pings the wire host, guest2 and the wire over IPv6, and is
+    /// pinged back.
+    pub fn ping_guest1_all_ways(&self) {
+        self.ping("guest1", "10.77.0.254", 3);
+        self.ping("wire", "10.77.0.1", 3);
+        self.ping("guest1", "10.77.0.2", 3);
+        self.ping("guest2", "10.77.0.1", 3);
+        self.ping("guest1", "fd77::fe", 3);
+    }
+
+    /// `splitnet trace` for a second while guest1 pings the wire host.
+    pub fn trace_while_guest1_pings(&self) -> String {
+        let _pings = self.spawn(&[
+            "exec",
+            "guest1",
+            "--",
+            "ping",
+            "-c",
+            "20",
+            "-i",
+            "0.05",
+            "10.77.0.254",
+        ]);
+        self.ok(&["trace", "--duration", "1"])
+    }
+
+    /// guest2's vif is unaffected: it still pings and carries iperf3
+    /// (returns its Mbit/s).
+    pub fn guest2_unaffected(&self) -> f64 {
+        self.ping("guest2", "10.77.0.254", 3);
+        iperf(self, "wire", "10.77.0.254", "guest2", false, 2) * 1000.0
+    }
+
+    /// The driver domain restarts, then guest1 (whose device side, named
+    /// `what`, has the pid `pid` reads): guest1 reaches the wire after each,
+    /// with a new device side after its own restart.
+    pub fn guest1_survives_restarts(&self, what: &str, pid: impl Fn(&Env) -> Option<u64>) {
+        self.ping("guest1", "10.77.0.254", 3);
+        let old = pid(self);
+        self.ok(&["restart", "drv"]);
+        self.ping("guest1", "10.77.0.254", 3);
+        self.ping("guest1", "10.77.0.2", 3);
+        self.ok(&["restart", "guest1"]);
+        wait_until(what, std::time::Duration::from_secs(10), || {
+            let new = pid(self);
+            new.is_some() && new != old
+        });
+        self.ping("guest1", "10.77.0.254", 3);
+        self.ping("guest2", "10.77.0.1", 3);
+        self.ok(&["down"]);
+        assert_nothing_left();
+    }
+}

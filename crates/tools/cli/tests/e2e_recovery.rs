@@ -1,0 +1,239 @@
+//! Recovery and hotplug end to end: a driver domain killed mid-stream comes
+//! back and its guests reconnect without losing their TCP connections; a
+//! guest restarts without disturbing the others; vifs are attached to and
+//! detached from running guests. Needs root; run one test at a time.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+/// The interface index of `ifname` in `domain`: the same index means the
+/// same device (a TAP that was not recreated).
+fn ifindex(domain: &str, ifname: &str) -> String {
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", &toolstack::host::netns_name(domain)])
+        .args(["cat", &format!("/sys/class/net/{ifname}/ifindex")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn vifs_of<'a>(st: &'a Value, guest: &str) -> Vec<&'a Value> {
+    st["vifs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["guest"] == guest)
+        .collect()
+}
+
+#[test]
+fn a_killed_driver_domain_is_restarted_and_a_tcp_stream_survives_it() {
+    let env = Env::new("rec-drv");
+    env.ok(&["up"]);
+    let st = env.status();
+    let (drv_pid, drv_id) = (
+        domain(&st, "drv")["pid"].clone(),
+        domain(&st, "drv")["id"].clone(),
+    );
+    let tap = ifindex("guest1", "eth0");
+    // A stream from guest1 to the wire host, flowing before the kill.
+    let (_srv, mut client) = env.stream_to_wire("guest1", 8);
+    kill9(drv_pid.as_i64().unwrap());
+    // hv starts it again under a new id, and guest1's vif reconnects.
+    wait_until("drv to come back", Duration::from_secs(10), || {
+        let st = env.status();
+        let d = domain(&st, "drv");
+        !d.is_null()
+            && d["id"] != drv_id
+            && vif(&st, "guest1")["backend_state"] == "Connected"
+            && vif(&st, "guest1")["frontend_state"] == "Connected"
+    });
+    // The stream ends normally: iperf3 exits 0 only when its connection
+    // carried on to the end.
+    assert!(
+        client.wait_exit(Duration::from_secs(30)),
+        "the iperf3 client did not finish"
+    );
+    let code = client.0.wait().unwrap();
+    assert!(code.success(), "iperf3 failed after the restart: {code}");
+    // The guest's NIC is the same device: its addresses never went away.
+    assert_eq!(ifindex("guest1", "eth0"), tap);
+    let st = env.status();
+    assert_eq!(st["restarts_after_crash"], 1, "{st:#}");
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest2", "10.77.0.1", 3);
+    // A restart by hand too.
+    env.ok(&["restart", "drv"]);
+    env.ping("guest2", "10.77.0.254", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn a_restarted_guest_comes_back_with_its_addresses_and_others_see_nothing() {
+    let env = Env::new("rec-guest");
+    env.ok(&["up"]);
+    let before = domain(&env.status(), "guest1")["id"].clone();
+    // guest2 pings the wire host all through guest1's restart.
+    let mut pinger = env.spawn(&[
+        "exec",
+        "guest2",
+        "--",
+        "ping",
+        "-c",
+        "40",
+        "-i",
+        "0.05",
+        "-W",
+        "1",
+        "10.77.0.254",
+    ]);
+    env.ok(&["restart", "guest1"]);
+    assert!(pinger.wait_exit(Duration::from_secs(30)));
+    let code = pinger.0.wait().unwrap();
+    assert!(code.success(), "guest2 lost packets while guest1 restarted");
+    let st = env.status();
+    assert_ne!(domain(&st, "guest1")["id"], before, "a new domain id");
+    let addrs = env.ok(&["exec", "guest1", "--", "ip", "-br", "addr", "show", "eth0"]);
+    assert!(addrs.contains("10.77.0.1/24"), "{addrs}");
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest1", "10.77.0.2", 3);
+    // A domain that does not exist is a clear error.
+    let o = env.splitnet(&["restart", "nosuch"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no domain named \"nosuch\""));
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
+    let env = Env::new("rec-hotplug");
+    env.ok(&["up"]);
+    // Both ends publish their counters within a second of connecting;
+    // the reference point is after that.
+    wait_until("every vif's counters", Duration::from_secs(5), || {
+        let st = env.status();
+        ["guest1", "guest2"].iter().all(|g| {
+            !vif(&st, g)["counters"].is_null() && !vif(&st, g)["frontend_counters"].is_null()
+        })
+    });
+    let before = env.status();
+    let out = env.ok(&["network-attach", "guest1"]);
+    assert!(out.contains("vif 1 connected as eth1"), "{out}");
+    env.ok(&[
+        "network-attach",
+        "guest2",
+        "--mac",
+        "00:16:3e:00:00:99",
+        "--bridge",
+        "drv",
+    ]);
+    let st = env.status();
+    assert_eq!(vifs_of(&st, "guest1").len(), 2);
+    let g2 = vifs_of(&st, "guest2");
+    assert!(g2.iter().any(|v| v["mac"] == "00:16:3e:00:00:99"
+        && v["handle"] == 1
+        && v["frontend_state"] == "Connected"
+        && v["backend_state"] == "Connected"));
+    // Traffic crosses the new NICs.
+    env.ok(&[
+        "exec",
+        "guest1",
+        "--",
+        "ip",
+        "addr",
+        "add",
+        "10.78.0.1/24",
+        "dev",
+        "eth1",
+    ]);
+    env.ok(&[
+        "exec",
+        "guest2",
+        "--",
+        "ip",
+        "addr",
+        "add",
+        "10.78.0.2/24",
+        "dev",
+        "eth1",
+    ]);
+    env.ping("guest1", "10.78.0.2", 3);
+    // A third vif is refused, clearly.
+    let o = env.splitnet(&["network-attach", "guest1"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the most a guest may have"));
+    // Detach both; the devices go, and so does everything hv held for them.
+    env.ok(&["network-detach", "guest1", "1"]);
+    env.ok(&["network-detach", "guest2", "eth1"]);
+    let links = env.ok(&["exec", "guest1", "--", "ip", "-br", "link"]);
+    assert!(!links.contains("eth1"), "{links}");
+    wait_until("guest2's eth1 to go", Duration::from_secs(5), || {
+        !env.ok(&["exec", "guest2", "--", "ip", "-br", "link"])
+            .contains("eth1")
+    });
+    let o = env.splitnet(&["network-detach", "guest1", "1"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("guest1 has no vif 1"));
+    let after = env.status();
+    assert_eq!(after["vifs"].as_array().unwrap().len(), 2);
+    for d in ["guest1", "guest2", "drv"] {
+        for k in ["event_channels", "grant_maps"] {
+            assert_eq!(domain(&after, d)[k], domain(&before, d)[k], "{d} {k}");
+        }
+    }
+    for k in ["store_nodes", "grant_pins", "watches"] {
+        assert_eq!(after[k], before[k], "{k}");
+    }
+    // Every grant the detached vifs made under the new mechanism is revoked.
+    let live = |st: &Value| -> u64 {
+        st["ngm_tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["created"].as_u64().unwrap() - t["revoked"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(live(&after), live(&before), "live grants");
+    env.ping("guest1", "10.77.0.2", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn a_driver_domain_in_a_crash_loop_is_not_restarted_forever() {
+    let env = Env::new("rec-loop");
+    env.ok(&["up"]);
+    // Ten crashes within ten seconds: the tenth is not restarted.
+    for k in 1..=10 {
+        let st = env.status();
+        let pid = domain(&st, "drv")["pid"].as_i64().unwrap();
+        kill9(pid);
+        wait_until(
+            "drv to be restarted or given up",
+            Duration::from_secs(10),
+            || {
+                let st = env.status();
+                let d = domain(&st, "drv");
+                if k < 10 {
+                    !d.is_null() && d["pid"].as_i64() != Some(pid)
+                } else {
+                    d.is_null()
+                }
+            },
+        );
+    }
+    // hv says why, and the namespace goes (just after the domain).
+    wait_until("hv to give up on drv", Duration::from_secs(5), || {
+        std::fs::read_to_string(env.run_dir.join("hv.log"))
+            .unwrap()
+            .contains("drv crashed 10 times within 10s; not restarting it again")
+            && !netns().contains(&"splitnet-drv".to_string())
+    });
+    assert_eq!(env.status()["restarts_after_crash"], 9);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

@@ -1,0 +1,28 @@
+//! A Xenoprof-style system-wide statistical profiler for splitnet.
+//!
+//! Samples every CPU with perf (hardware cycles, or the software cpu-clock
+//! where there is no PMU), charges each sample to a domain through its pid
+//! and cgroup ([`attribution`]), resolves it to a function and module
+//! ([`symbols`]), puts the function in a cost class ([`classes`]) and
+//! aggregates the paper's tables ([`report`]). [`session`] ties them up,
+//! with one initiator and active or passive domains ([`roles`]).
+
+#![forbid(unsafe_code)]
+
+pub mod attribution;
+pub mod classes;
+pub mod report;
+pub mod roles;
+pub mod session;
+pub mod symbols;
+
+pub use attribution::{Attributor, Domain, DomainKind};
+pub use classes::{cost_class, CostClass};
+pub use report::{
+    ClassShare, ClassifiedSample, DomainReport, FunctionShare, Profile, ProfileMeta, ProfileSummary,
+};
+pub use roles::{Mode, Roles};
+pub use session::{
+    profile, profile_while, profile_with, ProfError, ProfileOptions, Result, Session,
+};
+pub use symbols::{Symbol, Symbolizer};

@@ -1,0 +1,338 @@
+//! The frontend/backend handshake over the store (`io/xenbus.h`,
+//! `io/netif.h` key names, `io/xs_wire.h` limits).
+//!
+//! Each end publishes its `state` key; the other watches it. A netfront
+//! writes its ring references and event channels, then goes Connected once
+//! the backend is Connected (Menon 2006 §2; Xen's netif.h comments). Feature
+//! keys are advertised by one side ("feature-*") and requested by the other
+//! ("request-*").
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::grant::DomId;
+use crate::Error;
+
+/// Largest message payload on the store wire.
+pub const XENSTORE_PAYLOAD_MAX: usize = 4096;
+/// Longest absolute path (starting with `/`).
+pub const XENSTORE_ABS_PATH_MAX: usize = 3072;
+/// Longest relative path (relative to the domain's home).
+pub const XENSTORE_REL_PATH_MAX: usize = 2048;
+/// Size of each direction of the xenstore ring.
+pub const XENSTORE_RING_SIZE: usize = 1024;
+
+/// A device end's progress through setup and teardown (`enum xenbus_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum XenbusState {
+    Unknown = 0,
+    /// Setting up; not yet ready for the peer.
+    Initialising = 1,
+    /// Early setup done; waiting for the peer or hotplug scripts.
+    InitWait = 2,
+    /// Resources published; waiting for the peer to connect.
+    Initialised = 3,
+    /// Running.
+    Connected = 4,
+    /// Being closed, after an error or unplug.
+    Closing = 5,
+    Closed = 6,
+    /// Being reconfigured.
+    Reconfiguring = 7,
+    Reconfigured = 8,
+}
+
+impl XenbusState {
+    /// Every state, in numeric order.
+    pub const ALL: [XenbusState; 9] = [
+        XenbusState::Unknown,
+        XenbusState::Initialising,
+        XenbusState::InitWait,
+        XenbusState::Initialised,
+        XenbusState::Connected,
+        XenbusState::Closing,
+        XenbusState::Closed,
+        XenbusState::Reconfiguring,
+        XenbusState::Reconfigured,
+    ];
+
+    /// The state with this number, if any.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        Self::ALL.get(v as usize).copied()
+    }
+
+    /// The number stored in the `state` key.
+    pub fn as_u32(self) -> u32 {
+        self as u32
+    }
+
+    /// Xen's name without the `XenbusState` prefix.
+    pub fn name(self) -> &'static str {
+        match self {
+            XenbusState::Unknown => "Unknown",
+            XenbusState::Initialising => "Initialising",
+            XenbusState::InitWait => "InitWait",
+            XenbusState::Initialised => "Initialised",
+            XenbusState::Connected => "Connected",
+            XenbusState::Closing => "Closing",
+            XenbusState::Closed => "Closed",
+            XenbusState::Reconfiguring => "Reconfiguring",
+            XenbusState::Reconfigured => "Reconfigured",
+        }
+    }
+}
+
+impl FromStr for XenbusState {
+    type Err = Error;
+    /// Parses the decimal number a peer wrote; anything else is rejected.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || Error::BadState {
+            value: s.chars().take(32).collect(),
+        };
+        if s.is_empty() || s.len() > 10 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        s.parse::<u32>()
+            .ok()
+            .and_then(Self::from_u32)
+            .ok_or_else(bad)
+    }
+}
+
+impl fmt::Display for XenbusState {
+    /// The decimal number, as written to the store.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.as_u32())
+    }
+}
+
+/// Store key names for a vif, under the frontend or backend directory.
+pub mod keys {
+    /// Both ends: the end's [`super::XenbusState`].
+    pub const STATE: &str = "state";
+    /// Frontend: path of its backend directory.
+    pub const BACKEND: &str = "backend";
+    /// Frontend: domain id of the backend.
+    pub const BACKEND_ID: &str = "backend-id";
+    /// Backend: path of its frontend directory.
+    pub const FRONTEND: &str = "frontend";
+    /// Backend: domain id of the frontend.
+    pub const FRONTEND_ID: &str = "frontend-id";
+    /// Backend: device handle (the vif number).
+    pub const HANDLE: &str = "handle";
+    /// Both: the vif's MAC address, `aa:bb:cc:dd:ee:ff`.
+    pub const MAC: &str = "mac";
+    /// Backend: "1" while the toolstack wants the device.
+    pub const ONLINE: &str = "online";
+    /// Backend: hotplug script result ("connected").
+    pub const HOTPLUG_STATUS: &str = "hotplug-status";
+    /// Frontend: grant reference of the tx ring page.
+    pub const TX_RING_REF: &str = "tx-ring-ref";
+    /// Frontend: grant reference of the rx ring page.
+    pub const RX_RING_REF: &str = "rx-ring-ref";
+    /// Frontend: one event channel for both directions.
+    pub const EVENT_CHANNEL: &str = "event-channel";
+    /// Frontend: tx event channel (with split event channels).
+    pub const EVENT_CHANNEL_TX: &str = "event-channel-tx";
+    /// Frontend: rx event channel (with split event channels).
+    pub const EVENT_CHANNEL_RX: &str = "event-channel-rx";
+    /// Frontend: grant reference of the control ring page.
+    pub const CTRL_RING_REF: &str = "ctrl-ring-ref";
+    /// Frontend: control ring event channel.
+    pub const EVENT_CHANNEL_CTRL: &str = "event-channel-ctrl";
+    /// Frontend: wants the backend to copy received packets (not flip pages).
+    pub const REQUEST_RX_COPY: &str = "request-rx-copy";
+    /// Backend: can copy received packets into frontend buffers.
+    pub const FEATURE_RX_COPY: &str = "feature-rx-copy";
+    /// Backend: can flip (transfer) pages on receive, the Xen 2.0 path.
+    pub const FEATURE_RX_FLIP: &str = "feature-rx-flip";
+    /// Frontend: notifies the backend after posting rx requests.
+    pub const FEATURE_RX_NOTIFY: &str = "feature-rx-notify";
+    /// Both: packets may span several slots (scatter-gather).
+    pub const FEATURE_SG: &str = "feature-sg";
+    /// Both: can handle large TCPv4 segments (GSO extra info).
+    pub const FEATURE_GSO_TCPV4: &str = "feature-gso-tcpv4";
+    /// Both: can handle large TCPv6 segments.
+    pub const FEATURE_GSO_TCPV6: &str = "feature-gso-tcpv6";
+    /// Turns IPv4 TCP/UDP checksum offload off ("1"); absent means on.
+    pub const FEATURE_NO_CSUM_OFFLOAD: &str = "feature-no-csum-offload";
+    /// Turns IPv6 TCP/UDP checksum offload on ("1"); absent means off.
+    pub const FEATURE_IPV6_CSUM_OFFLOAD: &str = "feature-ipv6-csum-offload";
+    /// Backend: can filter multicast (sampled when the frontend connects).
+    pub const FEATURE_MULTICAST_CONTROL: &str = "feature-multicast-control";
+    /// Backend: re-samples `request-multicast-control` at any time.
+    pub const FEATURE_DYNAMIC_MULTICAST_CONTROL: &str = "feature-dynamic-multicast-control";
+    /// Frontend: wants multicast filtering.
+    pub const REQUEST_MULTICAST_CONTROL: &str = "request-multicast-control";
+    /// Backend: supports separate tx and rx event channels.
+    pub const FEATURE_SPLIT_EVENT_CHANNELS: &str = "feature-split-event-channels";
+    /// Backend: supports a control ring.
+    pub const FEATURE_CTRL_RING: &str = "feature-ctrl-ring";
+    /// Backend: most queues it supports.
+    pub const MULTI_QUEUE_MAX_QUEUES: &str = "multi-queue-max-queues";
+    /// Frontend: queues it uses (1..=max); with 2 or more, per-queue keys go
+    /// under `queue-N/`.
+    pub const MULTI_QUEUE_NUM_QUEUES: &str = "multi-queue-num-queues";
+    /// Backend: link state, "0" down or "1" up; absent means up.
+    pub const CARRIER: &str = "carrier";
+    /// Toolstack: MTU hint for the frontend; absent means 1500.
+    pub const MTU: &str = "mtu";
+    /// Frontend: "0" means do not trust the backend.
+    pub const TRUSTED: &str = "trusted";
+}
+
+/// A vif frontend's directory: `/local/domain/{domid}/device/vif/{devid}`.
+pub fn frontend_path(domid: DomId, devid: u32) -> String {
+    format!("/local/domain/{domid}/device/vif/{devid}")
+}
+
+/// A vif backend's directory:
+/// `/local/domain/{backend}/backend/vif/{frontend}/{devid}`.
+pub fn backend_path(backend_domid: DomId, frontend_domid: DomId, devid: u32) -> String {
+    format!("/local/domain/{backend_domid}/backend/vif/{frontend_domid}/{devid}")
+}
+
+/// Xen's name for a vif, `vif<guest>.<handle>`, from its backend directory
+/// `.../backend/vif/<guest>/<handle>`.
+pub fn vif_name(be: &str) -> String {
+    let mut parts = be.rsplit('/');
+    let handle = parts.next().unwrap_or("?");
+    let guest = parts.next().unwrap_or("?");
+    format!("vif{guest}.{handle}")
+}
+
+/// Store key (under `/local/domain/<id>/splitnet/`) holding a domain's spin
+/// budget in microseconds; absent or 0 means no spin.
+pub const SPIN_KEY: &str = "spin-us";
+
+/// Where domain `domid`'s spin budget is in the store.
+pub fn spin_path(domid: DomId) -> String {
+    format!("/local/domain/{domid}/splitnet/{SPIN_KEY}")
+}
+
+/// A domain's home directory: `/local/domain/{domid}`.
+pub fn domain_path(domid: DomId) -> String {
+    format!("/local/domain/{domid}")
+}
+
+/// The sub-directory for queue `n` of a multi-queue vif: `{dir}/queue-{n}`.
+pub fn queue_path(dir: &str, n: u32) -> String {
+    format!("{dir}/queue-{n}")
+}
+
+/// Checks a store path against xenstore's rules: characters `A-Za-z0-9-/_@`,
+/// no empty element (`//`), no trailing `/` except the root, and at most
+/// [`XENSTORE_ABS_PATH_MAX`] bytes if absolute or [`XENSTORE_REL_PATH_MAX`]
+/// if relative. Special watch paths such as `@releaseDomain` pass.
+pub fn validate_path(path: &str) -> Result<(), Error> {
+    let bad = |reason: String| Error::BadPath {
+        path: path.chars().take(80).collect(),
+        reason,
+    };
+    if path.is_empty() {
+        return Err(bad("empty path".into()));
+    }
+    let (max, kind) = if path.starts_with('/') {
+        (XENSTORE_ABS_PATH_MAX, "absolute")
+    } else {
+        (XENSTORE_REL_PATH_MAX, "relative")
+    };
+    if path.len() > max {
+        return Err(bad(format!(
+            "{kind} path of {} bytes exceeds {max}",
+            path.len()
+        )));
+    }
+    if let Some((i, c)) = path
+        .char_indices()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '/' | '_' | '@')))
+    {
+        return Err(bad(format!("character {c:?} at byte {i} is not allowed")));
+    }
+    if path.contains("//") {
+        return Err(bad("empty path element (\"//\")".into()));
+    }
+    if path.len() > 1 && path.ends_with('/') {
+        return Err(bad("trailing '/'".into()));
+    }
+    Ok(())
+}
+
+/// Parses a vif's `mac` key (`aa:bb:cc:dd:ee:ff`, unicast) into bytes.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let mut mac = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("{s:?} is not a MAC address like 00:16:3e:00:00:01"));
+    }
+    for (b, p) in mac.iter_mut().zip(&parts) {
+        *b = u8::from_str_radix(p, 16)
+            .map_err(|_| format!("{s:?} is not a MAC address like 00:16:3e:00:00:01"))?;
+    }
+    if mac[0] & 1 != 0 {
+        return Err(format!("{s:?} is a multicast address"));
+    }
+    Ok(mac)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_parse_and_display() {
+        for s in XenbusState::ALL {
+            assert_eq!(s.to_string().parse::<XenbusState>().unwrap(), s);
+        }
+        assert_eq!("4".parse::<XenbusState>().unwrap(), XenbusState::Connected);
+        for bad in [
+            "",
+            "9",
+            "-1",
+            "+4",
+            " 4",
+            "4\n",
+            "Connected",
+            "0x4",
+            "99999999999",
+        ] {
+            assert!(
+                matches!(bad.parse::<XenbusState>(), Err(Error::BadState { .. })),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(XenbusState::InitWait.name(), "InitWait");
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(frontend_path(3, 0), "/local/domain/3/device/vif/0");
+        assert_eq!(backend_path(1, 3, 0), "/local/domain/1/backend/vif/3/0");
+        assert_eq!(
+            queue_path(&frontend_path(1, 0), 1),
+            "/local/domain/1/device/vif/0/queue-1"
+        );
+        for ok in [
+            "/",
+            "/local/domain/1/device/vif/0/feature-gso-tcpv4",
+            "device/vif/0/state",
+            "@releaseDomain",
+            "a_b",
+        ] {
+            validate_path(ok).unwrap();
+        }
+        for bad in ["", "/a//b", "/a/", "a/", "/a b", "/a.b", "/ä", "//"] {
+            assert!(
+                matches!(validate_path(bad), Err(Error::BadPath { .. })),
+                "{bad:?}"
+            );
+        }
+        let long_abs = format!("/{}", "a".repeat(XENSTORE_ABS_PATH_MAX - 1));
+        validate_path(&long_abs).unwrap();
+        assert!(validate_path(&format!("{long_abs}a")).is_err());
+        let long_rel = "a".repeat(XENSTORE_REL_PATH_MAX);
+        validate_path(&long_rel).unwrap();
+        assert!(validate_path(&format!("{long_rel}a")).is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! `splitnet-hv`: the hypervisor daemon, the one trusted process. It runs
+//! hv (`splitnet-hv`'s library) and the toolstack's supervisor, which starts
+//! every domain as `splitnet domain` (the `--exe` given, by default the
+//! `splitnet` beside this binary). `splitnet up` starts it; run by hand:
+//!
+//! ```text
+//! splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--exe SPLITNET]
+//!             [--preset P] [--spin-us N] [--link-rate R] [--listen ADDR]
+//! ```
+//!
+//! Its arguments are parsed by hand: a command-line parser is one more
+//! crate in the trusted computing base, for seven options.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use toolstack::daemon::{self, DaemonConfig, DEFAULT_RUN_DIR};
+use toolstack::topology::Topology;
+use toolstack::tuning::Tuning;
+
+const USAGE: &str = "usage: splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--exe SPLITNET] \
+                     [--preset P] [--spin-us N] [--link-rate R] [--listen ADDR]";
+
+/// What the command line asks.
+#[derive(Debug, Default)]
+struct Args {
+    run_dir: Option<PathBuf>,
+    config: Option<PathBuf>,
+    exe: Option<PathBuf>,
+    tuning: Tuning,
+    listen: Option<SocketAddr>,
+}
+
+fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut a = Args::default();
+    while let Some(opt) = argv.next() {
+        if opt == "--help" || opt == "-h" {
+            return Err(USAGE.to_string());
+        }
+        let (name, inline) = match opt.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (opt.clone(), None),
+        };
+        let value = match inline.or_else(|| argv.next()) {
+            Some(v) => v,
+            None => return Err(format!("{name} needs a value\n{USAGE}")),
+        };
+        let bad = |e: String| format!("{name} {value:?}: {e}");
+        match name.as_str() {
+            "--run-dir" => a.run_dir = Some(value.into()),
+            "--config" => a.config = Some(value.into()),
+            "--exe" => a.exe = Some(value.into()),
+            "--preset" => a.tuning.preset = Some(value.parse().map_err(bad)?),
+            "--spin-us" => a.tuning.spin_us = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+            "--link-rate" => a.tuning.link_rate = Some(value.parse().map_err(bad)?),
+            "--listen" => a.listen = Some(toolstack::listen::parse_addr(&value).map_err(bad)?),
+            _ => return Err(format!("unknown option {name}\n{USAGE}")),
+        }
+    }
+    Ok(a)
+}
+
+fn run(a: Args) -> Result<(), String> {
+    let config = a
+        .config
+        .ok_or_else(|| format!("--config is required\n{USAGE}"))?;
+    let run_dir = a
+        .run_dir
+        .or_else(|| std::env::var_os("SPLITNET_RUN_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR));
+    if !toolstack::host::is_root() {
+        return Err("splitnet-hv needs root (network namespaces, veth, cgroups)".into());
+    }
+    let mut topology = Topology::load(&config).map_err(|e| e.to_string())?;
+    a.tuning.apply(&mut topology)?;
+    let exe = match a.exe {
+        Some(e) => e,
+        None => std::env::current_exe()
+            .map_err(|e| format!("locating splitnet-hv: {e}"))?
+            .with_file_name("splitnet"),
+    };
+    if let Some(addr) = a.listen {
+        let bound = toolstack::listen::spawn(&run_dir, addr).map_err(|e| format!("{e:#}"))?;
+        eprintln!("hv: serving metrics at http://{bound}/metrics");
+    }
+    daemon::run(DaemonConfig {
+        topology,
+        run_dir,
+        exe,
+    })
+}
+
+fn main() {
+    sys::close_inherited_fds(&[]);
+    if let Err(e) = parse(std::env::args().skip(1)).and_then(run) {
+        eprintln!("splitnet-hv: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Result<Args, String> {
+        parse(s.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn parses_what_splitnet_up_passes() {
+        let a = args("--run-dir /r --config /r/t.toml --exe /bin/splitnet --preset baseline --spin-us 50 --link-rate 100mbit --listen=127.0.0.1:9100").unwrap();
+        assert_eq!(a.run_dir, Some("/r".into()));
+        assert_eq!(a.config, Some("/r/t.toml".into()));
+        assert_eq!(a.exe, Some("/bin/splitnet".into()));
+        assert_eq!(a.tuning.spin_us, Some(50));
+        assert!(a.tuning.preset.is_some() && a.tuning.link_rate.is_some());
+        assert_eq!(a.listen, Some("127.0.0.1:9100".parse().unwrap()));
+    }
+
+    #[test]
+    fn refuses_what_it_does_not_know() {
+        assert!(args("--config").unwrap_err().contains("needs a value"));
+        assert!(args("--bogus 1").unwrap_err().contains("unknown option"));
+        assert!(args("--spin-us many").unwrap_err().contains("--spin-us"));
+        assert!(args("--preset nope").is_err());
+        assert!(run(args("").unwrap()).unwrap_err().contains("--config"));
+    }
+}

@@ -1,0 +1,1035 @@
+//! What a domain links to reach hv: hypercalls, its own grant table, mapped
+//! grants, event channels, the batch path, store watches and its trace area.
+
+use crate::batch;
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::evtchn::{mask_off, pending_off, STATE_CLOSED, STATE_OFF};
+use crate::proto::{self, DomId, Port, Reply, Request, Response, WatchFired, Welcome};
+use crate::status::SystemStatus;
+use crate::trace::{self, DomainEvent, TraceSnapshot, Tracer};
+use abi::grant::{
+    GrantCopy, GrantCopyView, GTF_ACCEPT_TRANSFER, GTF_PERMIT_ACCESS, GTF_READING, GTF_READONLY,
+    GTF_TRANSFER_COMMITTED, GTF_TRANSFER_COMPLETED, GTF_WRITING,
+};
+use abi::SharedMemory;
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use sys::{Doorbell, Mapping, SeqPacket, PAGE_SIZE};
+
+fn io<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
+    r.map_err(|e| HvError::internal(what, e))
+}
+
+/// A request/response channel to hv (shared by domains and the toolstack).
+pub struct Channel {
+    sock: SeqPacket,
+    buf: Vec<u8>,
+    tracer: Tracer,
+}
+
+impl Channel {
+    pub fn new(sock: SeqPacket) -> Channel {
+        Channel {
+            sock,
+            buf: vec![0; proto::MAX_MESSAGE],
+            tracer: Tracer::disabled(),
+        }
+    }
+
+    /// One hypercall: send, then wait for the reply and its descriptors.
+    pub fn call(&mut self, req: &Request) -> HvResult<(Reply, Vec<OwnedFd>)> {
+        let t0 = trace::now();
+        let r = self.round_trip(req);
+        self.tracer.record(DomainEvent::Call, t0, 1);
+        r
+    }
+
+    fn round_trip(&mut self, req: &Request) -> HvResult<(Reply, Vec<OwnedFd>)> {
+        let b = proto::encode(req)?;
+        io("sending to hv", self.sock.send(&b, &[]))?;
+        let (n, fds) = io("waiting for hv", self.sock.recv(&mut self.buf))?;
+        if n == 0 {
+            return err(ErrorKind::Internal, "hv closed the connection");
+        }
+        let r: Response = proto::decode(&self.buf[..n])?;
+        r.map(|reply| (reply, fds))
+    }
+
+    fn done(&mut self, req: &Request) -> HvResult<()> {
+        self.call(req).map(|_| ())
+    }
+
+    /// `HvmDeviceModel`: HVM guest `guest`'s device-model side and its
+    /// memory (mapped read-write, for the device's DMA), on a domain's
+    /// connection or a device model's own (`device_model_connection`).
+    pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::ioreq::DmFds, Mapping)> {
+        let (_, fds) = self.call(&Request::HvmDeviceModel { guest })?;
+        let [page, kick, done, pool] = take_fds(fds)?;
+        let file = std::fs::File::from(pool);
+        let len = io("sizing the guest's pool", file.metadata())?.len() as usize;
+        let mem = io(
+            "mapping the guest's pool",
+            Mapping::new(file.as_fd(), 0, len, true),
+        )?;
+        Ok((crate::ioreq::DmFds { page, kick, done }, mem))
+    }
+
+    /// The socket, for a caller that waits for hv to hang up.
+    pub fn socket(&self) -> &SeqPacket {
+        &self.sock
+    }
+}
+
+/// The toolstack's connection (the `splitnet` CLI): status and lifecycle.
+pub struct Toolstack(Channel);
+
+impl Toolstack {
+    /// Connects to hv's control socket.
+    pub fn connect(path: &Path) -> HvResult<Toolstack> {
+        let s = SeqPacket::connect(path).map_err(|e| {
+            HvError::new(
+                ErrorKind::Internal,
+                format!("cannot reach hv ({e}); is splitnet up?"),
+            )
+        })?;
+        Ok(Toolstack(Channel::new(s)))
+    }
+    /// Wraps an already connected socket.
+    pub fn from_socket(s: SeqPacket) -> Toolstack {
+        Toolstack(Channel::new(s))
+    }
+    pub fn status(&mut self) -> HvResult<SystemStatus> {
+        match self.0.call(&Request::Status)?.0 {
+            Reply::Status(s) => Ok(*s),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    /// Every trace counter (`splitnet trace`).
+    pub fn trace(&mut self) -> HvResult<TraceSnapshot> {
+        match self.0.call(&Request::Trace)?.0 {
+            Reply::Trace(t) => Ok(*t),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    pub fn shutdown(&mut self) -> HvResult<()> {
+        self.0.done(&Request::Shutdown)
+    }
+    pub fn destroy(&mut self, name: &str) -> HvResult<()> {
+        self.0.done(&Request::DestroyDomain {
+            name: name.to_string(),
+        })
+    }
+    /// Restarts a domain by hand: its process and everything it held go,
+    /// and it comes back under a new domain id with its configuration.
+    pub fn restart(&mut self, name: &str) -> HvResult<()> {
+        self.0.done(&Request::RestartDomain {
+            name: name.to_string(),
+        })
+    }
+    /// Adds a vif to a running guest; returns its handle once both ends
+    /// are Connected.
+    pub fn network_attach(
+        &mut self,
+        guest: &str,
+        mac: Option<&str>,
+        backend: Option<&str>,
+    ) -> HvResult<u32> {
+        let req = Request::NetworkAttach {
+            guest: guest.to_string(),
+            mac: mac.map(str::to_string),
+            backend: backend.map(str::to_string),
+        };
+        match self.0.call(&req)?.0 {
+            Reply::Value(v) => String::from_utf8_lossy(&v)
+                .parse()
+                .map_err(|_| HvError::new(ErrorKind::Internal, "bad vif handle in reply")),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    /// Removes vif `handle` from a running guest, after both ends closed.
+    pub fn network_detach(&mut self, guest: &str, handle: u32) -> HvResult<()> {
+        self.0.done(&Request::NetworkDetach {
+            guest: guest.to_string(),
+            handle,
+        })
+    }
+    /// Opens a capture channel to domain `domain`, asking it for `spec`
+    /// (see [`Request::CaptureOpen`]); returns the channel's id, the
+    /// domain's id and the toolstack's end.
+    pub fn capture_open(&mut self, domain: &str, spec: &str) -> HvResult<(u32, DomId, SeqPacket)> {
+        let req = Request::CaptureOpen {
+            domain: domain.to_string(),
+            spec: spec.to_string(),
+        };
+        match self.0.call(&req)? {
+            (Reply::Channel { id, domid }, fds) => {
+                let [fd] = take_fds::<1>(fds)?;
+                Ok((id, domid, SeqPacket::from_fd(fd)))
+            }
+            (r, _) => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    /// Any request (for tests of the privilege checks).
+    pub fn call(&mut self, req: &Request) -> HvResult<Reply> {
+        self.0.call(req).map(|r| r.0)
+    }
+    /// Reads a store value as text (the toolstack may read anything).
+    pub fn store_read(&mut self, path: &str) -> HvResult<String> {
+        match self.0.call(&Request::StoreRead { path: path.into() })?.0 {
+            Reply::Value(v) => String::from_utf8(v)
+                .map_err(|_| HvError::new(ErrorKind::Invalid, format!("{path} is not text"))),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+}
+
+/// A domain's connection to hv, with its memory mapped.
+pub struct HvClient {
+    chan: Channel,
+    welcome: Welcome,
+    pool: std::sync::Arc<Mapping>,
+    grants: GrantTable,
+    watch: SeqPacket,
+    /// Watch events that fired while [`HvClient::wait_state`] waited on
+    /// another; [`HvClient::next_watch`] returns them first.
+    stash: std::collections::VecDeque<WatchFired>,
+    batch: Mapping,
+    batch_kick: Doorbell,
+    batch_done: Doorbell,
+    batch_seq: u32,
+    peer_pools: HashMap<(DomId, bool), OwnedFd>,
+    tracer: Tracer,
+}
+
+fn take_fds<const N: usize>(fds: Vec<OwnedFd>) -> HvResult<[OwnedFd; N]> {
+    let n = fds.len();
+    fds.try_into().map_err(|_| {
+        HvError::new(
+            ErrorKind::Internal,
+            format!("hv sent {n} descriptors, expected {N}"),
+        )
+    })
+}
+
+impl HvClient {
+    /// Says hello on the domain's control socket and maps its memory.
+    pub fn connect(sock: SeqPacket) -> HvResult<HvClient> {
+        let mut chan = Channel::new(sock);
+        let (reply, fds) = chan.call(&Request::Hello)?;
+        let Reply::Welcome(welcome) = reply else {
+            return err(ErrorKind::Internal, "hv did not welcome us");
+        };
+        let [pool, gnttab, watch, batch, kick, done, trace_fd] = take_fds::<7>(fds)?;
+        let map = |fd: &OwnedFd, pages: u32, what: &str| {
+            io(
+                what,
+                Mapping::new(fd.as_fd(), 0, pages as usize * PAGE_SIZE, true),
+            )
+        };
+        let pool = map(&pool, welcome.pool_frames, "mapping pool")?;
+        let gnttab = map(&gnttab, welcome.grant_frames, "mapping grant table")?;
+        let batch = map(&batch, welcome.batch_pages, "mapping batch page")?;
+        let tracer = Tracer::new(map(&trace_fd, welcome.trace_pages, "mapping trace area")?);
+        chan.tracer = tracer.clone();
+        let entries = welcome.grant_frames * abi::grant::GRANT_ENTRIES_PER_PAGE as u32;
+        let batch_seq = batch.load_u32(batch::SEQ_OFF);
+        Ok(HvClient {
+            chan,
+            grants: GrantTable::new(gnttab, entries, welcome.pool_frames),
+            welcome,
+            pool: std::sync::Arc::new(pool),
+            watch: SeqPacket::from_fd(watch),
+            stash: std::collections::VecDeque::new(),
+            batch,
+            batch_kick: Doorbell::from_fd(kick),
+            batch_done: Doorbell::from_fd(done),
+            batch_seq,
+            peer_pools: HashMap::new(),
+            tracer,
+        })
+    }
+
+    /// This domain's id.
+    pub fn domid(&self) -> DomId {
+        self.welcome.domid
+    }
+    /// What hv told us at hello.
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+    /// The domain's own grantable memory.
+    pub fn pool(&self) -> &Mapping {
+        &self.pool
+    }
+    /// A shared handle to the pool, for rings that live in it.
+    pub fn pool_shared(&self) -> std::sync::Arc<Mapping> {
+        self.pool.clone()
+    }
+    /// The domain's own grant table.
+    pub fn grants(&self) -> &GrantTable {
+        &self.grants
+    }
+    /// Records this domain's events in its trace area ([`crate::trace`]).
+    pub fn tracer(&self) -> Tracer {
+        self.tracer.clone()
+    }
+    /// Any hypercall.
+    pub fn call(&mut self, req: &Request) -> HvResult<(Reply, Vec<OwnedFd>)> {
+        self.chan.call(req)
+    }
+    /// This HVM guest's vcpu I/O path, for `splitnet_hvm::HvmVcpu::new`.
+    pub fn hvm_vcpu(&mut self) -> HvResult<crate::ioreq::VcpuFds> {
+        let (_, fds) = self.chan.call(&Request::HvmVcpu)?;
+        let [page, kick, done, irq] = take_fds(fds)?;
+        Ok(crate::ioreq::VcpuFds {
+            page,
+            kick,
+            done,
+            irq,
+        })
+    }
+
+    /// HVM guest `guest`'s device-model side, for
+    /// `splitnet_hvm::DeviceModel::new`, and the guest's memory (its pool,
+    /// mapped read-write, for the device's DMA).
+    pub fn hvm_device_model(&mut self, guest: DomId) -> HvResult<(crate::ioreq::DmFds, Mapping)> {
+        self.chan.hvm_device_model(guest)
+    }
+
+    /// The cheapest hypercall.
+    pub fn nop(&mut self) -> HvResult<()> {
+        self.chan.done(&Request::Nop)
+    }
+
+    // -- store --
+
+    pub fn store_read(&mut self, path: &str) -> HvResult<Vec<u8>> {
+        match self.chan.call(&Request::StoreRead { path: path.into() })?.0 {
+            Reply::Value(v) => Ok(v),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    /// Reads a value as UTF-8 text.
+    pub fn store_read_str(&mut self, path: &str) -> HvResult<String> {
+        let v = self.store_read(path)?;
+        String::from_utf8(v)
+            .map_err(|_| HvError::new(ErrorKind::Invalid, format!("{path} is not text")))
+    }
+    pub fn store_write(&mut self, path: &str, value: &str) -> HvResult<()> {
+        self.chan.done(&Request::StoreWrite {
+            path: path.into(),
+            value: value.as_bytes().to_vec(),
+        })
+    }
+    pub fn store_mkdir(&mut self, path: &str) -> HvResult<()> {
+        self.chan.done(&Request::StoreMkdir { path: path.into() })
+    }
+    pub fn store_rm(&mut self, path: &str) -> HvResult<()> {
+        self.chan.done(&Request::StoreRm { path: path.into() })
+    }
+    pub fn store_directory(&mut self, path: &str) -> HvResult<Vec<String>> {
+        match self
+            .chan
+            .call(&Request::StoreDirectory { path: path.into() })?
+            .0
+        {
+            Reply::List(v) => Ok(v),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    /// Collects this domain's end of capture channel `id` (see
+    /// [`Request::CaptureOpen`]).
+    pub fn capture_attach(&mut self, id: u32) -> HvResult<SeqPacket> {
+        match self.chan.call(&Request::CaptureAttach { id })? {
+            (Reply::Done, fds) => {
+                let [fd] = take_fds::<1>(fds)?;
+                Ok(SeqPacket::from_fd(fd))
+            }
+            (r, _) => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+    /// Sets permissions in xenstore's text form (`["b3", "r1"]`).
+    pub fn store_set_perms(&mut self, path: &str, perms: &[&str]) -> HvResult<()> {
+        let perms = perms.iter().map(|s| s.to_string()).collect();
+        self.chan.done(&Request::StoreSetPerms {
+            path: path.into(),
+            perms,
+        })
+    }
+    pub fn watch(&mut self, path: &str, token: &str) -> HvResult<()> {
+        self.chan.done(&Request::Watch {
+            path: path.into(),
+            token: token.into(),
+        })
+    }
+    pub fn unwatch(&mut self, path: &str, token: &str) -> HvResult<()> {
+        self.chan.done(&Request::Unwatch {
+            path: path.into(),
+            token: token.into(),
+        })
+    }
+    /// The descriptor that becomes readable when a watch fires.
+    pub fn watch_fd(&self) -> BorrowedFd<'_> {
+        self.watch.as_fd()
+    }
+    /// Whether watch events are waiting that the watch descriptor no longer
+    /// shows (see [`HvClient::wait_state`]): poll with no timeout then.
+    pub fn watch_backlog(&self) -> bool {
+        !self.stash.is_empty()
+    }
+    /// Next fired watch, waiting up to `timeout`.
+    pub fn next_watch(&mut self, timeout: Duration) -> HvResult<Option<WatchFired>> {
+        if let Some(ev) = self.stash.pop_front() {
+            return Ok(Some(ev));
+        }
+        self.next_watch_raw(timeout)
+    }
+    fn next_watch_raw(&mut self, timeout: Duration) -> HvResult<Option<WatchFired>> {
+        let ready = io(
+            "poll",
+            sys::poll_readable(&[self.watch.as_fd()], Some(timeout)),
+        )?;
+        if !ready[0] {
+            return Ok(None);
+        }
+        let mut buf = [0u8; 8192];
+        let (n, _) = io("watch socket", self.watch.recv(&mut buf))?;
+        if n == 0 {
+            return err(ErrorKind::Internal, "hv closed the watch socket");
+        }
+        proto::decode(&buf[..n]).map(Some)
+    }
+
+    /// Writes `<dev>/state` (the XenbusState handshake).
+    pub fn switch_state(&mut self, dev: &str, state: abi::xenbus::XenbusState) -> HvResult<()> {
+        self.store_write(&format!("{dev}/state"), &(state as u32).to_string())
+    }
+    /// Reads and strictly parses `<dev>/state`.
+    pub fn read_state(&mut self, dev: &str) -> HvResult<abi::xenbus::XenbusState> {
+        let path = format!("{dev}/state");
+        let s = self.store_read_str(&path)?;
+        s.parse()
+            .map_err(|e| HvError::new(ErrorKind::Invalid, format!("{path}: {e}")))
+    }
+    /// Waits (through a watch) until `<dev>/state` satisfies `want`. Other
+    /// watches that fire meanwhile are kept for [`HvClient::next_watch`].
+    pub fn wait_state(
+        &mut self,
+        dev: &str,
+        timeout: Duration,
+        want: impl Fn(abi::xenbus::XenbusState) -> bool,
+    ) -> HvResult<abi::xenbus::XenbusState> {
+        let token = format!("wait-state-{dev}");
+        self.watch(&format!("{dev}/state"), &token)?;
+        let deadline = Instant::now() + timeout;
+        let result = loop {
+            if let Ok(s) = self.read_state(dev) {
+                if want(s) {
+                    break Ok(s);
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break err(
+                    ErrorKind::Internal,
+                    format!("timed out waiting on {dev}/state"),
+                );
+            }
+            match self.next_watch_raw(left)? {
+                // Bounded: a flood of events beyond a socketful is dropped.
+                Some(ev) if ev.token != token && self.stash.len() < 4096 => {
+                    self.stash.push_back(ev)
+                }
+                _ => {}
+            }
+        };
+        let _ = self.unwatch(&format!("{dev}/state"), &token);
+        result
+    }
+
+    // -- event channels --
+
+    fn evtchn(&mut self, req: Request) -> HvResult<EventChannel> {
+        let (reply, fds) = self.chan.call(&req)?;
+        let Reply::Evtchn { port, end } = reply else {
+            return err(
+                ErrorKind::Internal,
+                "unexpected reply to event-channel call",
+            );
+        };
+        let [page, own, own_ring, peer] = take_fds::<4>(fds)?;
+        let page = io(
+            "mapping channel page",
+            Mapping::new(page.as_fd(), 0, PAGE_SIZE, true),
+        )?;
+        Ok(EventChannel {
+            port,
+            end,
+            page,
+            own: Doorbell::from_fd(own),
+            own_ring: Doorbell::from_fd(own_ring),
+            peer: Doorbell::from_fd(peer),
+            tracer: self.tracer.clone(),
+        })
+    }
+    /// EVTCHNOP_alloc_unbound: a port `remote` may bind to.
+    pub fn evtchn_alloc_unbound(&mut self, remote: DomId) -> HvResult<EventChannel> {
+        self.evtchn(Request::EvtchnAllocUnbound { remote })
+    }
+    /// EVTCHNOP_bind_interdomain.
+    pub fn evtchn_bind(&mut self, remote: DomId, remote_port: Port) -> HvResult<EventChannel> {
+        self.evtchn(Request::EvtchnBindInterdomain {
+            remote,
+            remote_port,
+        })
+    }
+    /// EVTCHNOP_send through hv (the slow path).
+    pub fn evtchn_send(&mut self, port: Port) -> HvResult<()> {
+        self.chan.done(&Request::EvtchnSend { port })
+    }
+    /// EVTCHNOP_close.
+    pub fn evtchn_close(&mut self, ch: EventChannel) -> HvResult<()> {
+        self.chan.done(&Request::EvtchnClose { port: ch.port })
+    }
+
+    // -- grants --
+
+    /// GNTTABOP_copy over the control socket.
+    pub fn grant_copy(&mut self, ops: &[GrantCopy]) -> HvResult<Vec<i16>> {
+        let mut raw = vec![0u8; ops.len() * GrantCopy::SIZE];
+        for (op, chunk) in ops.iter().zip(raw.chunks_exact_mut(GrantCopy::SIZE)) {
+            let mut v =
+                GrantCopyView::new_checked(chunk).map_err(|e| HvError::internal("encode", e))?;
+            op.emit(&mut v);
+        }
+        match self.chan.call(&Request::GrantCopy { ops: raw })?.0 {
+            Reply::Statuses(s) => Ok(s),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+
+    /// GNTTABOP_copy through the shared batch page (no message encoding).
+    pub fn grant_copy_batch(&mut self, ops: &[GrantCopy]) -> HvResult<Vec<i16>> {
+        if ops.len() > batch::max_ops(self.welcome.batch_pages) {
+            return err(
+                ErrorKind::Invalid,
+                format!(
+                    "at most {} ops per batch",
+                    batch::max_ops(self.welcome.batch_pages)
+                ),
+            );
+        }
+        let mut rec = [0u8; GrantCopy::SIZE];
+        for (i, op) in ops.iter().enumerate() {
+            let mut v = GrantCopyView::new_checked(&mut rec[..])
+                .map_err(|e| HvError::internal("encode", e))?;
+            op.emit(&mut v);
+            self.batch
+                .write_bytes(batch::OPS_OFF + i * GrantCopy::SIZE, &rec);
+        }
+        self.submit_raw_batch(ops.len() as u32)?;
+        let result = self.batch.read_u32(batch::RESULT_OFF) as i32;
+        if result != 0 {
+            return err(
+                ErrorKind::Invalid,
+                format!("hv refused the batch (errno {})", -result),
+            );
+        }
+        Ok((0..ops.len())
+            .map(|i| {
+                self.batch
+                    .read_u16(batch::OPS_OFF + i * GrantCopy::SIZE + batch::STATUS_IN_OP)
+                    as i16
+            })
+            .collect())
+    }
+
+    /// Publishes a batch of `count` ops already in the page and waits for hv.
+    /// Exposed so tests can submit hostile counts.
+    pub fn submit_raw_batch(&mut self, count: u32) -> HvResult<()> {
+        let t0 = trace::now();
+        let r = self.run_batch(count);
+        self.tracer
+            .record(DomainEvent::GrantBatch, t0, u64::from(count));
+        r
+    }
+
+    fn run_batch(&mut self, count: u32) -> HvResult<()> {
+        self.batch.write_u32(batch::COUNT_OFF, count);
+        self.batch_seq = self.batch_seq.wrapping_add(1);
+        self.batch.store_u32(batch::SEQ_OFF, self.batch_seq);
+        io("batch doorbell", self.batch_kick.ring())?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.batch.load_u32(batch::DONE_OFF) != self.batch_seq {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return err(ErrorKind::Internal, "hv did not complete the batch");
+            }
+            io("batch wait", self.batch_done.wait(Some(left)))?;
+        }
+        Ok(())
+    }
+
+    /// Maps `granter`'s grant `gref` (GNTTABOP_map_grant_ref): one frame,
+    /// read-only unless `writable`, accessed only through [`MappedGrant`]'s
+    /// bounds-checked methods. The kernel-level protection is per pool: the
+    /// descriptor hv passes covers the granter's whole I/O pool (see
+    /// docs/ARCHITECTURE.md, "What is enforced where").
+    pub fn map_grant(
+        &mut self,
+        granter: DomId,
+        gref: u32,
+        writable: bool,
+    ) -> HvResult<MappedGrant> {
+        let (reply, mut fds) = self.chan.call(&Request::GrantMap {
+            granter,
+            gref,
+            writable,
+        })?;
+        let Reply::Mapped {
+            handle,
+            frame,
+            fd_attached,
+            ..
+        } = reply
+        else {
+            return err(ErrorKind::Internal, "unexpected reply to map");
+        };
+        if fd_attached {
+            let fd = fds
+                .pop()
+                .ok_or_else(|| HvError::internal("map", "missing pool descriptor"))?;
+            self.peer_pools.insert((granter, writable), fd);
+        }
+        let Some(fd) = self.peer_pools.get(&(granter, writable)) else {
+            return err(
+                ErrorKind::Internal,
+                "no pool descriptor for the granting domain",
+            );
+        };
+        let map = io(
+            "mapping grant",
+            Mapping::new(
+                fd.as_fd(),
+                frame as u64 * PAGE_SIZE as u64,
+                PAGE_SIZE,
+                writable,
+            ),
+        )?;
+        Ok(MappedGrant {
+            handle,
+            granter,
+            gref,
+            frame,
+            map,
+        })
+    }
+
+    /// GNTTABOP_unmap_grant_ref.
+    pub fn unmap_grant(&mut self, m: MappedGrant) -> HvResult<()> {
+        let handle = m.handle;
+        drop(m);
+        self.unmap_handle(handle)
+    }
+
+    /// Unmaps by raw handle (tests use it to try handles never mapped).
+    pub fn unmap_handle(&mut self, handle: u32) -> HvResult<()> {
+        self.chan.done(&Request::GrantUnmap { handle })
+    }
+
+    /// New grant mechanism (Ram thesis 4.5.1): the table for this guest and
+    /// `backend`. Returns its handle and size.
+    pub fn ngm_setup(&mut self, backend: DomId) -> HvResult<(u32, u32)> {
+        match self.chan.call(&Request::NgmSetup { backend })?.0 {
+            Reply::NgmTable { handle, entries } => Ok((handle, entries)),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+
+    /// Grants own `frame` to `backend` under `gref` (thesis 4.6.1).
+    pub fn ngm_grant(
+        &mut self,
+        backend: DomId,
+        gref: u32,
+        frame: u32,
+        writable: bool,
+    ) -> HvResult<()> {
+        self.chan.done(&Request::NgmGrant {
+            backend,
+            gref,
+            frame,
+            writable,
+        })
+    }
+
+    /// Revokes `gref`; `InUse` while the backend uses it (thesis 4.6.3).
+    pub fn ngm_revoke(&mut self, backend: DomId, gref: u32) -> HvResult<()> {
+        self.chan.done(&Request::NgmRevoke { backend, gref })
+    }
+
+    /// Driver domain: maps `guest`'s table and I/O pool once (thesis 4.5.2).
+    pub fn ngm_attach(&mut self, guest: DomId) -> HvResult<crate::ngm_client::NgmView> {
+        let (reply, fds) = self.chan.call(&Request::NgmAttach { guest })?;
+        let Reply::NgmAttached {
+            handle,
+            entries,
+            pool_frames,
+        } = reply
+        else {
+            return err(ErrorKind::Internal, "unexpected reply to ngm_attach");
+        };
+        if entries != crate::ngm::NGM_ENTRIES {
+            return err(
+                ErrorKind::Internal,
+                format!(
+                    "hv's table has {entries} entries, this build expects {}",
+                    crate::ngm::NGM_ENTRIES
+                ),
+            );
+        }
+        let [t, s, p] = take_fds::<3>(fds)?;
+        let map = |fd: &OwnedFd, len: usize, w: bool, what: &str| {
+            io(what, Mapping::new(fd.as_fd(), 0, len, w))
+        };
+        let maps = [
+            map(
+                &t,
+                crate::ngm::TRANSLATION_PAGES * PAGE_SIZE,
+                false,
+                "mapping the translation table",
+            )?,
+            map(
+                &s,
+                crate::ngm::STATUS_PAGES * PAGE_SIZE,
+                true,
+                "mapping the status table",
+            )?,
+            map(
+                &p,
+                pool_frames as usize * PAGE_SIZE,
+                true,
+                "mapping the guest's pool",
+            )?,
+        ];
+        Ok(crate::ngm_client::NgmView::new(
+            handle,
+            guest,
+            self.domid(),
+            pool_frames,
+            maps,
+        ))
+    }
+
+    /// GNTTABOP_transfer of own `frame` to `dest` via its accept-transfer grant.
+    /// Returns the frame it landed in at the destination.
+    pub fn transfer(&mut self, frame: u32, dest: DomId, gref: u32) -> HvResult<u32> {
+        match self
+            .chan
+            .call(&Request::GrantTransfer { frame, dest, gref })?
+            .0
+        {
+            Reply::Value(v) if v.len() == 4 => Ok(u32::from_le_bytes([v[0], v[1], v[2], v[3]])),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
+}
+
+/// A domain's own grant table: it grants and revokes; hv validates.
+pub struct GrantTable {
+    map: Mapping,
+    entries: u32,
+    frames: u32,
+    free: Mutex<Vec<u32>>,
+}
+
+impl GrantTable {
+    fn new(map: Mapping, entries: u32, frames: u32) -> GrantTable {
+        // Xen reserves the first few references for the toolstack; so do we.
+        let free = (8..entries).rev().collect();
+        GrantTable {
+            map,
+            entries,
+            frames,
+            free: Mutex::new(free),
+        }
+    }
+
+    fn alloc(&self) -> HvResult<u32> {
+        let mut f = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        f.pop().ok_or_else(|| {
+            HvError::new(
+                ErrorKind::Quota,
+                format!("all {} grant references in use", self.entries),
+            )
+        })
+    }
+
+    /// Number of references in the table.
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// gnttab_grant_foreign_access: lets `grantee` access own `frame`.
+    pub fn grant_access(&self, grantee: DomId, frame: u32, readonly: bool) -> HvResult<u32> {
+        if frame >= self.frames {
+            return err(
+                ErrorKind::BadPage,
+                format!(
+                    "frame {frame} is outside this domain's {} frames",
+                    self.frames
+                ),
+            );
+        }
+        let gref = self.alloc()?;
+        self.write_entry(
+            gref,
+            grantee,
+            frame,
+            GTF_PERMIT_ACCESS | if readonly { GTF_READONLY } else { 0 },
+        );
+        Ok(gref)
+    }
+
+    /// gnttab_grant_foreign_transfer: accepts a frame from `from`, landing in own `frame`.
+    pub fn accept_transfer(&self, from: DomId, frame: u32) -> HvResult<u32> {
+        if frame >= self.frames {
+            return err(
+                ErrorKind::BadPage,
+                format!("frame {frame} is outside this domain's memory"),
+            );
+        }
+        let gref = self.alloc()?;
+        self.write_entry(gref, from, frame, GTF_ACCEPT_TRANSFER);
+        Ok(gref)
+    }
+
+    fn write_entry(&self, gref: u32, domid: DomId, frame: u32, flags: u16) {
+        let off = gref as usize * 8;
+        self.map.write_u16(off + 2, domid);
+        self.map.write_u32(off + 4, frame);
+        // Publish flags last, so hv never sees a half-written entry as valid.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        let old = self.map.load_u16(off);
+        let _ = self.map.cmpxchg_u16(off, old, flags);
+    }
+
+    /// gnttab_end_foreign_transfer: closes an accept-transfer grant. Returns
+    /// the frame that received the page when a transfer completed, None when
+    /// none happened (the offer is withdrawn), and `InUse` while one is in
+    /// progress.
+    pub fn end_transfer(&self, gref: u32) -> HvResult<Option<u32>> {
+        if gref >= self.entries {
+            return err(
+                ErrorKind::BadGntref,
+                format!("grant reference {gref} is out of range"),
+            );
+        }
+        let off = gref as usize * 8;
+        let landed = loop {
+            let f = self.map.load_u16(off);
+            if f & GTF_TRANSFER_COMMITTED != 0 && f & GTF_TRANSFER_COMPLETED == 0 {
+                return err(
+                    ErrorKind::InUse,
+                    format!("a transfer into grant {gref} is in progress"),
+                );
+            }
+            if self.map.cmpxchg_u16(off, f, 0).is_ok() {
+                break f & GTF_TRANSFER_COMPLETED != 0;
+            }
+        };
+        let frame = self.map.read_u32(off + 4);
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(gref);
+        Ok(landed.then_some(frame))
+    }
+
+    /// Whether a transfer into `gref` has completed.
+    pub fn transfer_completed(&self, gref: u32) -> bool {
+        gref < self.entries && self.map.load_u16(gref as usize * 8) & GTF_TRANSFER_COMPLETED != 0
+    }
+
+    /// gnttab_end_foreign_access: revokes `gref`. Fails with `InUse` while a
+    /// peer has it mapped or hv is copying through it.
+    pub fn end_access(&self, gref: u32) -> HvResult<()> {
+        if gref >= self.entries {
+            return err(
+                ErrorKind::BadGntref,
+                format!("grant reference {gref} is out of range"),
+            );
+        }
+        let off = gref as usize * 8;
+        loop {
+            let f = self.map.load_u16(off);
+            if f & (GTF_READING | GTF_WRITING) != 0 {
+                return err(
+                    ErrorKind::InUse,
+                    format!("grant {gref} is in use by its grantee; cannot revoke"),
+                );
+            }
+            if self.map.cmpxchg_u16(off, f, 0).is_ok() {
+                break;
+            }
+        }
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(gref);
+        Ok(())
+    }
+
+    /// Raw access for tests that play a hostile guest.
+    pub fn raw(&self) -> &Mapping {
+        &self.map
+    }
+}
+
+/// One frame of another domain, mapped through a validated, pinned grant.
+/// Reads and writes are bounds-checked; a read-only grant refuses writes.
+pub struct MappedGrant {
+    pub handle: u32,
+    pub granter: DomId,
+    pub gref: u32,
+    pub frame: u32,
+    map: Mapping,
+}
+
+impl MappedGrant {
+    fn range(&self, off: usize, len: usize) -> HvResult<()> {
+        if off.checked_add(len).is_none_or(|e| e > PAGE_SIZE) {
+            return err(
+                ErrorKind::BadCopyArg,
+                format!("{off}+{len} crosses the granted page"),
+            );
+        }
+        Ok(())
+    }
+    /// Copies bytes out of the granted page.
+    pub fn read(&self, off: usize, buf: &mut [u8]) -> HvResult<()> {
+        self.range(off, buf.len())?;
+        self.map.read_bytes(off, buf);
+        Ok(())
+    }
+    /// Copies bytes into the granted page (writable grants only).
+    pub fn write(&self, off: usize, buf: &[u8]) -> HvResult<()> {
+        self.range(off, buf.len())?;
+        if !self.map.is_writable() {
+            return err(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "grant {} of domain {} is mapped read-only",
+                    self.gref, self.granter
+                ),
+            );
+        }
+        self.map.write_bytes(off, buf);
+        Ok(())
+    }
+    /// Whether the mapping allows writes.
+    pub fn writable(&self) -> bool {
+        self.map.is_writable()
+    }
+}
+
+/// A mapped grant is shared memory of one page (a ring, for netback). Its
+/// bounds are enforced by the mapping; writes to a read-only one panic, so
+/// callers map rings writable.
+impl SharedMemory for MappedGrant {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        self.map.read_bytes(off, dst)
+    }
+    fn write_bytes(&self, off: usize, src: &[u8]) {
+        self.map.write_bytes(off, src)
+    }
+    fn load_u32(&self, off: usize) -> u32 {
+        self.map.load_u32(off)
+    }
+    fn store_u32(&self, off: usize, v: u32) {
+        self.map.store_u32(off, v)
+    }
+    fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
+        self.map.cmpxchg_u16(off, old, new)
+    }
+    fn load_u16(&self, off: usize) -> u16 {
+        self.map.load_u16(off)
+    }
+}
+
+/// One end of a bound event channel.
+pub struct EventChannel {
+    pub port: Port,
+    end: u8,
+    page: Mapping,
+    /// Where notifications arrive.
+    own: Doorbell,
+    /// Our own doorbell's ringing end, to re-deliver on unmask.
+    own_ring: Doorbell,
+    /// The peer's doorbell.
+    peer: Doorbell,
+    tracer: Tracer,
+}
+
+impl EventChannel {
+    /// notify_remote_via_evtchn: sets the peer's pending bit and rings it unless masked.
+    pub fn notify(&self) -> HvResult<()> {
+        let t0 = trace::now();
+        let peer = 1 - self.end;
+        self.page.store_u32(pending_off(peer), 1);
+        let rang = self.page.load_u32(mask_off(peer)) == 0;
+        let r = if rang { self.peer.ring() } else { Ok(()) };
+        self.tracer.record(DomainEvent::Notify, t0, u64::from(rang));
+        io("evtchn notify", r)
+    }
+    /// Waits for a notification; true when one arrived (pending is cleared).
+    pub fn wait(&self, timeout: Option<Duration>) -> HvResult<bool> {
+        if self.take_pending() {
+            let _ = self.own.drain();
+            return Ok(true);
+        }
+        let got = io("evtchn wait", self.own.wait(timeout))? > 0;
+        Ok(self.take_pending() || got && self.is_closed())
+    }
+    /// Acknowledges a wake-up: drains the doorbell and clears pending.
+    /// True if a notification had arrived.
+    pub fn ack(&self) -> bool {
+        let rang = self.own.drain().map(|n| n > 0).unwrap_or(false);
+        self.take_pending() || rang
+    }
+
+    /// Clears and returns the pending bit.
+    pub fn take_pending(&self) -> bool {
+        let off = pending_off(self.end);
+        if self.page.load_u32(off) == 0 {
+            return false;
+        }
+        self.page.store_u32(off, 0);
+        true
+    }
+    /// Suppresses wake-ups (pending still gets set).
+    pub fn mask(&self) {
+        self.page.store_u32(mask_off(self.end), 1);
+    }
+    /// Re-enables wake-ups, delivering one now if something is pending.
+    pub fn unmask(&self) -> HvResult<()> {
+        self.page.store_u32(mask_off(self.end), 0);
+        if self.page.load_u32(pending_off(self.end)) != 0 {
+            io("evtchn unmask", self.own_ring.ring())?;
+        }
+        Ok(())
+    }
+    /// Whether the peer or hv closed the channel.
+    pub fn is_closed(&self) -> bool {
+        self.page.load_u32(STATE_OFF) == STATE_CLOSED
+    }
+    /// The descriptor to poll for notifications.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.own.as_fd()
+    }
+}

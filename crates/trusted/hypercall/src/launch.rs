@@ -1,0 +1,15 @@
+//! What a domain process finds in its environment when hv starts it: the
+//! variables naming the descriptors it inherits.
+
+/// Environment variable through which a domain process finds its hv socket.
+pub const ENV_HV_FD: &str = "SPLITNET_HV_FD";
+/// Environment variable naming the descriptors a guest with a hosted NIC
+/// inherits: `CHANNEL_MEMFD,DOORBELL` (the world-switch channel to its VMApp).
+pub const ENV_HOSTED_FDS: &str = "SPLITNET_HOSTED_FDS";
+/// Environment variable naming the descriptors a VMApp inherits:
+/// `GUEST_POOL,CHANNEL_MEMFD,DOORBELL`.
+pub const ENV_VMAPP_FDS: &str = "SPLITNET_VMAPP_FDS";
+/// Environment variable naming the descriptor an HVM guest's device model
+/// inherits: `CONTROL_SOCKET`, its connection to hv as its driver domain
+/// (`Hypervisor::device_model_connection`).
+pub const ENV_HVM_DM_FD: &str = "SPLITNET_HVM_DM_FD";

@@ -1,0 +1,354 @@
+//! The hypercall wire protocol on a domain's control socket.
+//!
+//! Slow operations (store, event-channel setup, grant map) are request/response
+//! messages over a SOCK_SEQPACKET socket; descriptors (memory, eventfds) ride
+//! along with SCM_RIGHTS. Frequent grant copies also have a shared-memory batch
+//! path (see [`crate::batch`]).
+
+use crate::error::{HvError, HvResult};
+use serde::{Deserialize, Serialize};
+
+/// A domain identifier. 0 is the toolstack (hv itself and the `splitnet` CLI).
+pub type DomId = u16;
+/// The toolstack's domain id.
+pub const DOMID_TOOLSTACK: DomId = 0;
+/// An event-channel port, local to a domain.
+pub type Port = u32;
+/// Largest message either side sends or accepts.
+pub const MAX_MESSAGE: usize = 256 * 1024;
+
+/// What a domain asks of hv.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// First message: returns [`Welcome`] with the domain's memory descriptors.
+    Hello,
+    /// Does nothing; measures the round trip.
+    Nop,
+    StoreRead {
+        path: String,
+    },
+    StoreWrite {
+        path: String,
+        value: Vec<u8>,
+    },
+    StoreMkdir {
+        path: String,
+    },
+    StoreRm {
+        path: String,
+    },
+    StoreDirectory {
+        path: String,
+    },
+    /// `perms` in xenstore's text form, e.g. `["b2", "r1"]`.
+    StoreSetPerms {
+        path: String,
+        perms: Vec<String>,
+    },
+    StoreGetPerms {
+        path: String,
+    },
+    Watch {
+        path: String,
+        token: String,
+    },
+    Unwatch {
+        path: String,
+        token: String,
+    },
+    /// Allocates a port that `remote` may bind to.
+    EvtchnAllocUnbound {
+        remote: DomId,
+    },
+    /// Binds to `remote`'s unbound port.
+    EvtchnBindInterdomain {
+        remote: DomId,
+        remote_port: Port,
+    },
+    /// Notifies the peer of `port` through hv (the slow path; domains normally
+    /// ring the peer's eventfd directly).
+    EvtchnSend {
+        port: Port,
+    },
+    EvtchnClose {
+        port: Port,
+    },
+    /// Grant copies: each op is a raw `gnttab_copy` (40 bytes). Returns one
+    /// GNTST_* status per op.
+    GrantCopy {
+        ops: Vec<u8>,
+    },
+    /// Maps another domain's granted frame.
+    GrantMap {
+        granter: DomId,
+        gref: u32,
+        writable: bool,
+    },
+    GrantUnmap {
+        handle: u32,
+    },
+    /// GNTTABOP_transfer: gives own frame `frame` to `dest` via its accept-transfer grant `gref`.
+    GrantTransfer {
+        frame: u32,
+        dest: DomId,
+        gref: u32,
+    },
+    /// Toolstack: the whole system's state.
+    Status,
+    /// Toolstack: destroy every domain and exit.
+    Shutdown,
+    /// Toolstack: destroy one domain.
+    DestroyDomain {
+        name: String,
+    },
+    /// Toolstack: every trace counter, hv's and each domain's (see [`crate::trace`]).
+    Trace,
+    /// New grant mechanism (Ram thesis 4.5.1), from a guest: creates (or
+    /// finds) the grant table for the pair (caller, `backend`).
+    NgmSetup {
+        backend: DomId,
+    },
+    /// From a guest: validates own `frame` once and grants it to `backend`
+    /// under reference `gref` (thesis 4.6.1).
+    NgmGrant {
+        backend: DomId,
+        gref: u32,
+        frame: u32,
+        writable: bool,
+    },
+    /// From a guest: revokes `gref`, refused while the backend uses it (4.6.3).
+    NgmRevoke {
+        backend: DomId,
+        gref: u32,
+    },
+    /// From a driver domain: maps the pair's table and the guest's I/O pool
+    /// (thesis 4.5.2).
+    NgmAttach {
+        guest: DomId,
+    },
+    /// Toolstack: restarts a domain by hand (`splitnet restart`).
+    RestartDomain {
+        name: String,
+    },
+    /// Toolstack: adds a vif to a running guest (`xl network-attach`).
+    /// Replies with the new vif's handle as a `Value`.
+    NetworkAttach {
+        guest: String,
+        mac: Option<String>,
+        backend: Option<String>,
+    },
+    /// Toolstack: removes vif `handle` from a running guest (`xl network-detach`).
+    NetworkDetach {
+        guest: String,
+        handle: u32,
+    },
+    /// Toolstack: opens a message channel to domain `domain` (by name) for
+    /// packet capture (`splitnet capture`). hv writes `spec` to the domain's
+    /// `splitnet/capture/<id>` (owned by the domain, which removes it when
+    /// the reader goes) and replies [`Reply::Channel`] with the toolstack's
+    /// end attached; the domain collects its end with
+    /// [`Request::CaptureAttach`].
+    CaptureOpen {
+        domain: String,
+        spec: String,
+    },
+    /// From a domain: collects its end of capture channel `id` (once).
+    CaptureAttach {
+        id: u32,
+    },
+    /// From an HVM guest: its vcpu's I/O path (`crate::ioreq::VcpuFds`).
+    /// Replies `Done` with the vcpu page, then the kick, done and irq
+    /// doorbells.
+    HvmVcpu,
+    /// From the domain the toolstack named as HVM guest `guest`'s device
+    /// model: its side of the I/O path (`crate::ioreq::DmFds`) and the guest's
+    /// memory pool for the device's DMA. Replies `Done` with the ioreq page,
+    /// the kick and done doorbells, then the pool (read-write).
+    HvmDeviceModel {
+        guest: DomId,
+    },
+}
+
+impl Request {
+    /// Whether only the toolstack may send it.
+    pub fn privileged(&self) -> bool {
+        matches!(
+            self,
+            Request::Status
+                | Request::Shutdown
+                | Request::DestroyDomain { .. }
+                | Request::Trace
+                | Request::RestartDomain { .. }
+                | Request::NetworkAttach { .. }
+                | Request::NetworkDetach { .. }
+                | Request::CaptureOpen { .. }
+        )
+    }
+
+    /// Every request's name, in [`Request::index`] order (counter and trace names).
+    pub const NAMES: [&'static str; 34] = [
+        "hello",
+        "nop",
+        "store_read",
+        "store_write",
+        "store_mkdir",
+        "store_rm",
+        "store_directory",
+        "store_set_perms",
+        "store_get_perms",
+        "watch",
+        "unwatch",
+        "evtchn_alloc_unbound",
+        "evtchn_bind_interdomain",
+        "evtchn_send",
+        "evtchn_close",
+        "grant_copy_call",
+        "grant_map",
+        "grant_unmap",
+        "grant_transfer",
+        "status",
+        "shutdown",
+        "destroy_domain",
+        "trace",
+        "ngm_setup",
+        "ngm_grant",
+        "ngm_revoke",
+        "ngm_attach",
+        "restart_domain",
+        "network_attach",
+        "network_detach",
+        "capture_open",
+        "capture_attach",
+        "hvm_vcpu",
+        "hvm_device_model",
+    ];
+
+    /// A dense number per kind of request, below `NAMES.len()`.
+    pub fn index(&self) -> usize {
+        match self {
+            Request::Hello => 0,
+            Request::Nop => 1,
+            Request::StoreRead { .. } => 2,
+            Request::StoreWrite { .. } => 3,
+            Request::StoreMkdir { .. } => 4,
+            Request::StoreRm { .. } => 5,
+            Request::StoreDirectory { .. } => 6,
+            Request::StoreSetPerms { .. } => 7,
+            Request::StoreGetPerms { .. } => 8,
+            Request::Watch { .. } => 9,
+            Request::Unwatch { .. } => 10,
+            Request::EvtchnAllocUnbound { .. } => 11,
+            Request::EvtchnBindInterdomain { .. } => 12,
+            Request::EvtchnSend { .. } => 13,
+            Request::EvtchnClose { .. } => 14,
+            Request::GrantCopy { .. } => 15,
+            Request::GrantMap { .. } => 16,
+            Request::GrantUnmap { .. } => 17,
+            Request::GrantTransfer { .. } => 18,
+            Request::Status => 19,
+            Request::Shutdown => 20,
+            Request::DestroyDomain { .. } => 21,
+            Request::Trace => 22,
+            Request::NgmSetup { .. } => 23,
+            Request::NgmGrant { .. } => 24,
+            Request::NgmRevoke { .. } => 25,
+            Request::NgmAttach { .. } => 26,
+            Request::RestartDomain { .. } => 27,
+            Request::NetworkAttach { .. } => 28,
+            Request::NetworkDetach { .. } => 29,
+            Request::CaptureOpen { .. } => 30,
+            Request::CaptureAttach { .. } => 31,
+            Request::HvmVcpu => 32,
+            Request::HvmDeviceModel { .. } => 33,
+        }
+    }
+
+    /// The request's name, e.g. `store_write`.
+    pub fn name(&self) -> &'static str {
+        Self::NAMES[self.index()]
+    }
+}
+
+/// Sent with the reply to `Hello`, together with these descriptors, in order:
+/// the memory pool (rw), the grant table (rw), the watch socket, the batch page
+/// (rw), the batch doorbell hv waits on, the batch doorbell the domain waits on,
+/// the trace area (rw).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Welcome {
+    pub domid: DomId,
+    pub name: String,
+    pub kind: String,
+    pub pool_frames: u32,
+    pub grant_frames: u32,
+    pub batch_pages: u32,
+    pub trace_pages: u32,
+}
+
+/// A successful reply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Reply {
+    Welcome(Welcome),
+    Done,
+    Value(Vec<u8>),
+    List(Vec<String>),
+    /// An event channel; the descriptors (channel page, own doorbell, peer
+    /// doorbell) travel with the message.
+    Evtchn {
+        port: Port,
+        end: u8,
+    },
+    Statuses(Vec<i16>),
+    /// A grant mapping. When `fd_attached`, the granting domain's pool
+    /// descriptor (read-only unless `writable`) travels with the message.
+    Mapped {
+        handle: u32,
+        frame: u32,
+        writable: bool,
+        fd_attached: bool,
+    },
+    Status(Box<crate::status::SystemStatus>),
+    Trace(Box<crate::trace::TraceSnapshot>),
+    /// A new-grant-mechanism table: its handle and size.
+    NgmTable {
+        handle: u32,
+        entries: u32,
+    },
+    /// The table attached; the translation sub-table (read-only), the
+    /// status sub-table and the guest's pool travel with the message.
+    NgmAttached {
+        handle: u32,
+        entries: u32,
+        pool_frames: u32,
+    },
+    /// A capture channel to domain `domid`; one end travels with the message.
+    Channel {
+        id: u32,
+        domid: DomId,
+    },
+}
+
+/// A reply or an error, as sent on the wire.
+pub type Response = Result<Reply, HvError>;
+
+/// Pushed on the watch socket.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WatchFired {
+    pub path: String,
+    pub token: String,
+}
+
+/// Serializes a message.
+pub fn encode<T: Serialize>(m: &T) -> HvResult<Vec<u8>> {
+    bincode::serialize(m).map_err(|e| HvError::internal("encode", e))
+}
+
+/// Deserializes a message, with a size limit.
+pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> HvResult<T> {
+    use bincode::Options;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(MAX_MESSAGE as u64)
+        .deserialize(b)
+        .map_err(|e| HvError::new(crate::ErrorKind::Invalid, format!("malformed message: {e}")))
+}

@@ -1,0 +1,317 @@
+//! The privilege model of a domain process (docs/ARCHITECTURE.md,
+//! "Privilege model"), after Firecracker's jailer: hv prepares the
+//! namespaces, the domain process drops everything else itself as the first
+//! thing it does, before it reads a byte from a peer.
+//!
+//! - the toolstack (`toolstack::host::domain_netns_add`) gives each domain
+//!   a user namespace that owns its network namespace. The namespace's only uid and gid, 0, are uid and gid
+//!   [`UID_BASE`] + domid on the host: no file, process or socket of the
+//!   host belongs to them.
+//! - the domain ([`enter`]) joins that user namespace, becomes its uid 0
+//!   with no supplementary group, keeps only the capabilities of its
+//!   [`Role`] (in its own namespace; they reach no other), as ambient
+//!   capabilities so the `ip` it runs keeps them, sees the host's file
+//!   systems read-only, and installs a seccomp filter of the system calls
+//!   it and `ip` make ([`syscalls`]).
+
+#![forbid(unsafe_code)]
+
+use hypercall::DomId;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use sys::jail::{Caps, Credentials, CAP_NET_ADMIN, CAP_NET_RAW};
+use sys::SyscallFilter;
+
+/// A domain's uid and gid on the host are `UID_BASE + domid`: far above
+/// login accounts and the usual subordinate-uid ranges, and one per domain,
+/// so no two domains share an owner either.
+pub const UID_BASE: u32 = 1_000_000_000;
+
+/// The host uid (and gid) of domain `domid`.
+pub fn domain_uid(domid: DomId) -> u32 {
+    UID_BASE + u32::from(domid)
+}
+
+/// What a domain process does, and so what it may keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// netfront on a TAP: creates and configures its TAP (CAP_NET_ADMIN).
+    Guest,
+    /// netback, bridge and port: an AF_PACKET socket on the physical port
+    /// (CAP_NET_RAW). Nothing it does needs CAP_NET_ADMIN (socket buffers
+    /// past rmem_max would need it over the host, which no domain has).
+    Driver,
+    /// A hosted guest's VMApp, in its driver domain's namespaces: it made
+    /// VMNet's TAP and mapped the guest's memory before the jail, and keeps
+    /// no capability; it only reads and writes descriptors it holds, and
+    /// starts one thread (VMNet's notifier).
+    VmApp,
+}
+
+impl Role {
+    /// The role of a domain of `kind` (as in the topology).
+    pub fn of_kind(kind: &str) -> Result<Role, JailError> {
+        match kind {
+            "guest" => Ok(Role::Guest),
+            "driver" => Ok(Role::Driver),
+            k => Err(JailError::new(
+                "choosing the jail",
+                format!("unknown domain kind {k:?}"),
+            )),
+        }
+    }
+
+    /// The capabilities the role keeps, over its own network namespace only.
+    pub fn caps(self) -> Caps {
+        match self {
+            Role::Guest => Caps::of(&[CAP_NET_ADMIN]),
+            Role::Driver => Caps::of(&[CAP_NET_RAW]),
+            Role::VmApp => Caps::of(&[]),
+        }
+    }
+}
+
+/// A jail that could not be set up, with the step that failed.
+#[derive(Debug)]
+pub struct JailError {
+    pub step: &'static str,
+    pub detail: String,
+}
+
+impl JailError {
+    fn new(step: &'static str, detail: impl std::fmt::Display) -> JailError {
+        JailError {
+            step,
+            detail: detail.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for JailError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot confine the domain process: {}: {} (domains run unprivileged in a user namespace \
+             hv creates; see docs/ARCHITECTURE.md, \"Privilege model\")",
+            self.step, self.detail
+        )
+    }
+}
+
+impl std::error::Error for JailError {}
+
+/// The domain's half, called first thing by the domain process (and by the
+/// escape tests, which must run exactly what a domain runs): confines the
+/// calling process for good. It must be single-threaded, root on the host,
+/// in the network namespace hv made for it (`toolstack::host::domain_netns_add`).
+pub fn enter(role: Role) -> Result<(), JailError> {
+    match sys::jail::thread_count() {
+        Ok(1) => {}
+        Ok(n) => {
+            return Err(JailError::new(
+                "checking threads",
+                format!("{n} threads; the jail must come before any thread"),
+            ))
+        }
+        Err(x) => return Err(JailError::new("checking threads", x)),
+    }
+    let userns =
+        sys::jail::netns_owner().map_err(|x| JailError::new("finding the user namespace", x))?;
+    let host_userns = std::fs::metadata("/proc/self/ns/user")
+        .map_err(|x| JailError::new("finding the user namespace", x))?;
+    let owner = std::fs::File::from(
+        userns
+            .try_clone()
+            .map_err(|x| JailError::new("finding the user namespace", x))?,
+    )
+    .metadata()
+    .map_err(|x| JailError::new("finding the user namespace", x))?;
+    if owner.ino() == host_userns.ino() {
+        return Err(JailError::new(
+            "finding the user namespace",
+            "the network namespace belongs to the host's user namespace; it must be one hv created (hv::jail::netns_add)",
+        ));
+    }
+    // Everything that allocates or reads files comes before the drop.
+    let filter = syscalls(role)
+        .compile(libc::EPERM)
+        .map_err(|x| JailError::new("compiling the seccomp filter", x))?;
+    sys::jail::private_mounts().map_err(|x| JailError::new("making a mount namespace", x))?;
+    if role == Role::Guest {
+        // Like the jailer's /dev/net/tun in its chroot: a node of our own,
+        // since the host's may be root's alone. Only this mount namespace
+        // (the domain and its children) sees it, so it may be 0666, and it
+        // does not depend on which uid the namespace maps.
+        sys::jail::mount_tmpfs("/dev/net", "mode=0755,size=4k")
+            .and_then(|_| sys::jail::mknod_char("/dev/net/tun", 10, 200, 0o666))
+            .and_then(|_| {
+                use std::os::unix::fs::PermissionsExt;
+                // mknod's mode passed through the umask.
+                std::fs::set_permissions("/dev/net/tun", std::fs::Permissions::from_mode(0o666))
+            })
+            .map_err(|x| JailError::new("making /dev/net/tun", x))?;
+    }
+    sys::jail::all_mounts_read_only()
+        .map_err(|x| JailError::new("making the file systems read-only", x))?;
+    sys::jail::enter_userns(userns.as_fd())
+        .map_err(|x| JailError::new("joining the user namespace", x))?;
+    Credentials {
+        uid: 0,
+        gid: 0,
+        caps: role.caps(),
+    }
+    .apply()
+    .map_err(|x| JailError::new("dropping privileges", x))?;
+    filter.install().map_err(|x| JailError::new("seccomp", x))?;
+    Ok(())
+}
+
+/// The system calls a domain process of `role` may make, and the `ip`
+/// commands a guest runs (they inherit the filter). The set was collected
+/// with `strace -f` over `splitnet up`, ping, iperf3 TCP both ways and UDP,
+/// guest to guest, and `splitnet down`, under each preset (default, hv-copy,
+/// baseline), keeping what the domain and its children call after the jail;
+/// [`RUNTIME`] adds what Rust and glibc call on paths that run rarely
+/// (panics, sleeps, large reallocations). Anything else fails with EPERM.
+pub fn syscalls(role: Role) -> SyscallFilter {
+    let mut f = SyscallFilter::new();
+    f.allow_all(DOMAIN).allow_all(RUNTIME);
+    if role == Role::Guest {
+        f.allow_all(GUEST_RUNS_IP);
+    }
+    if role == Role::VmApp {
+        f.allow_all(VMAPP_THREAD);
+    }
+    // Threads and processes, without new namespaces (clone3 hides its flags
+    // in memory, so it looks absent and glibc falls back to clone).
+    let ns = (libc::CLONE_NEWNS
+        | libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWCGROUP) as u64;
+    f.allow_arg_without(libc::SYS_clone, 0, ns)
+        .expect("a valid condition");
+    f.absent(libc::SYS_clone3);
+    let families: &[i32] = match role {
+        Role::Guest => &[
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_NETLINK,
+        ],
+        Role::Driver => &[
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_PACKET,
+        ],
+        Role::VmApp => &[libc::AF_UNIX],
+    };
+    let families: Vec<u64> = families.iter().map(|&a| a as u64).collect();
+    f.allow_arg_in(libc::SYS_socket, 0, &families)
+        .expect("a valid condition");
+    // libcap (in `ip`) reads the bounding set; threads get names.
+    let prctls: Vec<u64> = [
+        libc::PR_CAPBSET_READ,
+        libc::PR_GET_SECUREBITS,
+        libc::PR_GET_NO_NEW_PRIVS,
+        libc::PR_GET_DUMPABLE,
+        libc::PR_SET_NAME,
+        libc::PR_GET_NAME,
+        libc::PR_SET_VMA,
+    ]
+    .iter()
+    .map(|&p| p as u64)
+    .collect();
+    f.allow_arg_in(libc::SYS_prctl, 0, &prctls)
+        .expect("a valid condition");
+    f
+}
+
+/// What the domain process calls: its control and watch sockets, doorbells,
+/// shared memory, the TAP or the packet socket, `poll` and the event
+/// manager's epoll set.
+const DOMAIN: &[libc::c_long] = &[
+    libc::SYS_read,
+    libc::SYS_readv,
+    libc::SYS_write,
+    libc::SYS_writev,
+    libc::SYS_close,
+    libc::SYS_openat,
+    libc::SYS_statx,
+    libc::SYS_ioctl,
+    libc::SYS_poll,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_wait,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_brk,
+    libc::SYS_futex,
+    libc::SYS_getpid,
+    libc::SYS_capget,
+    libc::SYS_bind,
+    libc::SYS_setsockopt,
+    libc::SYS_sendmsg,
+    libc::SYS_sendmmsg,
+    libc::SYS_sendto,
+    libc::SYS_recvmsg,
+    libc::SYS_recvmmsg,
+    libc::SYS_recvfrom,
+    libc::SYS_exit_group,
+];
+
+/// What starting a thread adds (glibc's pthread_create: the guard page,
+/// then the new thread registers itself).
+const VMAPP_THREAD: &[libc::c_long] = &[
+    libc::SYS_mprotect,
+    libc::SYS_set_robust_list,
+    libc::SYS_rseq,
+];
+
+/// A guest runs `ip` (Rust's `Command`, then `ip` itself: the dynamic
+/// loader, libcap, netlink).
+const GUEST_RUNS_IP: &[libc::c_long] = &[
+    libc::SYS_pipe2,
+    libc::SYS_wait4,
+    libc::SYS_prlimit64,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigaction,
+    libc::SYS_dup2,
+    libc::SYS_execve,
+    libc::SYS_access,
+    libc::SYS_arch_prctl,
+    libc::SYS_set_tid_address,
+    libc::SYS_set_robust_list,
+    libc::SYS_rseq,
+    libc::SYS_mprotect,
+    libc::SYS_newfstatat,
+    libc::SYS_pread64,
+    libc::SYS_getrandom,
+    libc::SYS_getuid,
+    libc::SYS_getsockname,
+];
+
+/// Rare paths of the Rust runtime and glibc: thread exit, signals and
+/// panics, sleeps and clocks, allocator housekeeping, descriptor flags.
+const RUNTIME: &[libc::c_long] = &[
+    libc::SYS_exit,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_restart_syscall,
+    libc::SYS_sigaltstack,
+    libc::SYS_gettid,
+    libc::SYS_tgkill,
+    libc::SYS_sched_yield,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_clock_gettime,
+    libc::SYS_gettimeofday,
+    libc::SYS_madvise,
+    libc::SYS_mremap,
+    libc::SYS_fcntl,
+    libc::SYS_fstat,
+    libc::SYS_lseek,
+    libc::SYS_getsockopt,
+];

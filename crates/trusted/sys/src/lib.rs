@@ -1,0 +1,78 @@
+//! The one place splitnet touches raw shared memory and raw file descriptors.
+//!
+//! Everything above this crate is safe Rust (as in rust-vmm's vm-memory;
+//! every other crate forbids `unsafe`, and each `unsafe` block here says why
+//! it is sound in a `// SAFETY:` comment):
+//! - [`Memfd`]: a domain's frames, sealed against resizing so a peer can never
+//!   make a mapping fault, with a read-only reopen the kernel enforces;
+//! - [`Mapping`]: an mmap of a memfd, accessed only through copies and atomics,
+//!   never as a Rust reference (implements [`abi::SharedMemory`]);
+//! - [`Doorbell`]: the notification behind an event channel (a datagram socket
+//!   pair, so a peer can never make ringing block);
+//! - [`SeqPacket`]: message sockets that carry file descriptors (SCM_RIGHTS);
+//! - [`Tap`] and [`PacketSocket`]: a guest's virtual NIC and the driver
+//!   domain's "physical NIC", both speaking `virtio_net_hdr` for offloads;
+//! - [`jail`] and [`SyscallFilter`]: namespaces, credentials, capabilities
+//!   and the seccomp filter that confine a domain process.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod doorbell;
+mod epoll;
+mod iov;
+pub mod jail;
+mod mapping;
+mod memfd;
+mod packet;
+mod perf;
+mod process;
+mod seccomp;
+mod seqpacket;
+mod tap;
+
+pub use doorbell::{poll_readable, poll_readable_few, Doorbell, POLL_FEW};
+pub use epoll::{Epoll, Event};
+pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
+pub use mapping::Mapping;
+pub use memfd::{Memfd, PAGE_SIZE};
+pub use packet::{
+    get_mac, ifindex, set_mac, PacketSocket, RecvBatch, RECV_BATCH, SEND_BATCH, SEND_BATCH_PARTS,
+};
+pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
+pub use process::{
+    catch_interrupts, close_inherited_fds, interrupted, kill, rdtsc, set_inheritable,
+    take_inherited_fd,
+};
+pub use seccomp::{CompiledFilter, SyscallFilter};
+pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};
+pub use tap::{Tap, TapOffloads, VNET_HDR_LEN};
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// System calls made through this crate's I/O paths (doorbells, polls,
+/// packet sockets, TAPs, message sockets), for the per-packet counts that
+/// `splitnet status` reports.
+static SYSCALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one system call about to be made.
+#[inline]
+pub(crate) fn count_syscall() {
+    SYSCALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many system calls this process has made through this crate's I/O
+/// paths so far.
+pub fn syscalls() -> u64 {
+    SYSCALLS.load(Ordering::Relaxed)
+}
+
+/// Converts a libc return value into an `io::Result`, naming the call.
+pub(crate) fn cvt(ret: libc::c_long, op: &'static str) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        Err(io::Error::new(e.kind(), format!("{op}: {e}")))
+    } else {
+        Ok(ret)
+    }
+}

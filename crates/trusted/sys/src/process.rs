@@ -1,0 +1,118 @@
+use crate::cvt;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// Sends signal `sig` to process `pid`.
+pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
+    if pid <= 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "refusing to signal a process group",
+        ));
+    }
+    // SAFETY: plain syscall; pid > 0 addresses one process.
+    cvt(unsafe { libc::kill(pid, sig) } as libc::c_long, "kill")?;
+    Ok(())
+}
+
+/// Lets `fd` survive exec (clears FD_CLOEXEC), so a child process inherits it.
+pub fn set_inheritable(fd: BorrowedFd<'_>, inheritable: bool) -> io::Result<()> {
+    // SAFETY: plain fcntl calls on a descriptor borrowed for the duration.
+    unsafe {
+        let flags = cvt(
+            libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) as libc::c_long,
+            "fcntl(F_GETFD)",
+        )? as i32;
+        let new = if inheritable {
+            flags & !libc::FD_CLOEXEC
+        } else {
+            flags | libc::FD_CLOEXEC
+        };
+        cvt(
+            libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, new) as libc::c_long,
+            "fcntl(F_SETFD)",
+        )?;
+    }
+    Ok(())
+}
+
+/// Takes ownership of an inherited descriptor number (from the environment).
+pub fn take_inherited_fd(fd: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    cvt(
+        // SAFETY: F_GETFD only checks that the descriptor is open.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) } as libc::c_long,
+        "inherited descriptor",
+    )?;
+    // SAFETY: the descriptor is open and was handed to this process to own.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    set_inheritable(std::os::fd::AsFd::as_fd(&owned), false)?;
+    Ok(owned)
+}
+
+/// Reads the time-stamp counter (cycles at a constant rate on this machine).
+#[inline]
+pub fn rdtsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: RDTSC has no memory effects and exists on every x86-64 CPU.
+    unsafe {
+        core::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    }
+}
+
+/// Closes every descriptor numbered 3 or above except `keep`: a daemon must
+/// not hold on to pipes or sockets its launcher happened to leak to it (a CI
+/// runner waits for its output pipe to close). Call first thing in `main`,
+/// before anything else opens a descriptor.
+pub fn close_inherited_fds(keep: &[i32]) {
+    let fds: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(rd) => rd
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect(),
+        Err(_) => return,
+    };
+    for fd in fds {
+        if fd > 2 && !keep.contains(&fd) {
+            // SAFETY: called before the program opened any descriptor of its own,
+            // so these are inherited ones no Rust object owns. The read_dir handle
+            // is already closed; closing a stale number fails harmlessly with EBADF.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn note_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Makes SIGINT and SIGTERM set a flag ([`interrupted`]) instead of ending
+/// the process, so a long-running command can stop cleanly (flush its
+/// output, report counts). Blocking calls made afterwards may be cut short.
+pub fn catch_interrupts() -> io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: sigaction is plain old data; all-zero is a valid start.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        cvt(
+            // SAFETY: installs a handler that only stores to an atomic
+            // (async-signal-safe); `sa` lives for the call.
+            unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } as libc::c_long,
+            "sigaction",
+        )?;
+    }
+    Ok(())
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`catch_interrupts`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}

@@ -1,0 +1,168 @@
+//! Which driver domain serves a capture target (`splitnet capture TARGET`),
+//! and what to ask it for, from hv's status.
+
+use anyhow::{anyhow, bail, Result};
+use hv::Toolstack;
+
+/// What to capture, as the driver domain's tap understands it (the CLI
+/// turns it into `net::capture::Target`, which the driver domain parses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Vif `handle` of guest `guest` (Xen's `vif<guest>.<handle>`).
+    Vif { guest: u16, handle: u32 },
+    /// A port of the driver domain: the physical one or an extra one.
+    Port(String),
+    /// The bridge: every frame once, as it enters.
+    Bridge,
+}
+
+/// A capture target resolved against the running system.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The driver domain that serves it.
+    pub driver: String,
+    pub target: Target,
+    /// How to call it in messages (`vif3.0 (guest1)`, `drv/peth0`).
+    pub label: String,
+}
+
+/// Finds what TARGET names: `GUEST` (its first vif), `GUEST/vifN`,
+/// `GUEST/ethN`, `GUEST/N`, `vifD.N`, `DRIVER/PORT`, `DRIVER/bridge` or
+/// `bridge` (when there is one driver domain).
+pub fn resolve(ts: &mut Toolstack, target: &str) -> Result<Resolved> {
+    let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let name_of = |id: u16| {
+        s.domains
+            .iter()
+            .find(|d| d.id == id)
+            .map(|d| d.name.clone())
+    };
+    // (guest name, handle, guest id, driver id) of every vif hv knows.
+    let vifs: Vec<(String, u32, u16, u16)> = s
+        .info
+        .iter()
+        .filter_map(|(k, v)| {
+            let (guest, handle) = k.strip_prefix("vif.")?.split_once('/')?;
+            let be = v.split_once('|')?.1;
+            // .../local/domain/<drv>/backend/vif/<guest id>/<handle>
+            let parts: Vec<&str> = be.split('/').collect();
+            let drv = parts.get(3)?.parse().ok()?;
+            let gid = parts.get(6)?.parse().ok()?;
+            Some((guest.to_string(), handle.parse().ok()?, gid, drv))
+        })
+        .collect();
+    let drivers: Vec<&str> = s
+        .domains
+        .iter()
+        .filter(|d| d.kind == "driver")
+        .map(|d| d.name.as_str())
+        .collect();
+    // Extra bridge ports: a hosted guest's VMNet interface (`nic.<guest>`
+    // is `kind|driver|interface|...`).
+    let extras: Vec<(String, String)> = s
+        .info
+        .iter()
+        .filter(|(k, _)| k.starts_with("nic."))
+        .filter_map(|(_, v)| {
+            let f: Vec<&str> = v.split('|').collect();
+            Some((f.get(1)?.to_string(), f.get(2)?.to_string()))
+        })
+        .collect();
+    let choices = || {
+        let mut c: Vec<String> = vifs
+            .iter()
+            .map(|(g, h, gid, _)| format!("{g}/vif{h} (vif{gid}.{h})"))
+            .collect();
+        for d in &drivers {
+            c.push(format!("{d}/{}", crate::daemon::PHYS_PORT));
+            c.push(format!("{d}/bridge"));
+        }
+        c.extend(extras.iter().map(|(d, p)| format!("{d}/{p}")));
+        c.join(", ")
+    };
+    let vif = |guest: &str, handle: u32| -> Result<Resolved> {
+        let (g, h, gid, drv) = vifs
+            .iter()
+            .find(|(g, h, gid, _)| (g == guest || gid.to_string() == guest) && *h == handle)
+            .ok_or_else(|| {
+                anyhow!(
+                    "{target:?}: {guest} has no vif {handle}; targets: {}",
+                    choices()
+                )
+            })?;
+        let driver = name_of(*drv).ok_or_else(|| anyhow!("the driver domain of {g} is gone"))?;
+        Ok(Resolved {
+            driver,
+            target: Target::Vif {
+                guest: *gid,
+                handle: *h,
+            },
+            label: format!("vif{gid}.{h} ({g})"),
+        })
+    };
+    let driver_target = |drv: &str, what: &str| -> Result<Resolved> {
+        let target = if what == "bridge" {
+            Target::Bridge
+        } else if what == crate::daemon::PHYS_PORT
+            || extras.iter().any(|(d, p)| d == drv && p == what)
+        {
+            Target::Port(what.to_string())
+        } else {
+            bail!(
+                "{target:?}: {drv} has no port {what:?}; targets: {}",
+                choices()
+            )
+        };
+        Ok(Resolved {
+            driver: drv.to_string(),
+            target,
+            label: format!("{drv}/{what}"),
+        })
+    };
+    if let Some(rest) = target.strip_prefix("vif").filter(|r| r.contains('.')) {
+        let (g, h) = rest.split_once('.').unwrap_or(("", ""));
+        let h = h
+            .parse()
+            .map_err(|_| anyhow!("{target:?} names no vif: use vifD.N"))?;
+        return vif(g, h);
+    }
+    if target == "bridge" {
+        return match drivers.as_slice() {
+            [d] => driver_target(d, "bridge"),
+            _ => bail!(
+                "there are {} driver domains: say which bridge, e.g. DRIVER/bridge",
+                drivers.len()
+            ),
+        };
+    }
+    let (dom, what) = match target.split_once('/') {
+        Some((d, w)) => (d, Some(w)),
+        None => (target, None),
+    };
+    if drivers.contains(&dom) {
+        return match what {
+            Some(w) => driver_target(dom, w),
+            None => bail!(
+                "{target:?} is a driver domain: capture on {dom}/{} or {dom}/bridge",
+                crate::daemon::PHYS_PORT
+            ),
+        };
+    }
+    match what {
+        None => {
+            let first = vifs
+                .iter()
+                .filter(|(g, ..)| g == dom)
+                .map(|(_, h, ..)| *h)
+                .min()
+                .ok_or_else(|| {
+                    anyhow!("{target:?} is no guest with a vif; targets: {}", choices())
+                })?;
+            vif(dom, first)
+        }
+        Some(w) => {
+            let w = w.strip_prefix("vif").unwrap_or(w);
+            vif(dom, crate::hotplug::parse_vif(w)?)
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! Host plumbing: network namespaces, veth links, cgroups and process
+//! launch, done with iproute2 and the cgroup filesystem.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Prefix of every namespace and cgroup splitnet creates.
+pub const PREFIX: &str = "splitnet-";
+
+/// The namespace name of a domain or host called `name`.
+pub fn netns_name(name: &str) -> String {
+    format!("{PREFIX}{name}")
+}
+
+/// Serializes process creation: a descriptor made inheritable for one child
+/// must not leak into another started at the same moment.
+pub static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether this process runs as root (its real uid is 0).
+pub fn is_root() -> bool {
+    let uid = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+    });
+    uid.as_deref() == Some("0")
+}
+
+/// Runs a command to completion; its stderr becomes the error.
+pub fn run(cmd: &str, args: &[&str]) -> io::Result<String> {
+    let guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+    let child = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    drop(guard);
+    let out = child
+        .and_then(|c| c.wait_with_output())
+        .map_err(|e| io::Error::new(e.kind(), format!("{cmd}: {e} (is it installed?)")))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "`{cmd} {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `ip` inside namespace `ns`.
+pub fn ip_in(ns: &str, args: &[&str]) -> io::Result<String> {
+    let mut a = vec!["-n", ns];
+    a.extend_from_slice(args);
+    run("ip", &a)
+}
+
+/// Creates namespace `ns` with its loopback up.
+pub fn netns_add(ns: &str) -> io::Result<()> {
+    run("ip", &["netns", "add", ns])?;
+    ip_in(ns, &["link", "set", "lo", "up"])?;
+    Ok(())
+}
+
+/// The jail's first half (the domain's is `jail::enter`): creates network namespace `ns` for domain `domid`, owned by a
+/// new user namespace whose uid and gid 0 are [`jail::domain_uid`] on the host,
+/// with its loopback up.
+pub fn domain_netns_add(ns: &str, domid: hv::DomId) -> io::Result<()> {
+    let ctx =
+        |what: &str, e: io::Error| io::Error::new(e.kind(), format!("namespace {ns}: {what}: {e}"));
+    let holder = {
+        let _guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        sys::jail::NamespaceHolder::spawn().map_err(|e| ctx("creating", e))?
+    };
+    let id = jail::domain_uid(domid);
+    holder
+        .map_ids(0, id, id)
+        .map_err(|e| ctx("mapping ids", e))?;
+    run("ip", &["netns", "attach", ns, &holder.pid().to_string()]).map_err(|e| ctx("naming", e))?;
+    holder.release().map_err(|e| ctx("releasing", e))?;
+    ip_in(ns, &["link", "set", "lo", "up"])?;
+    Ok(())
+}
+
+/// Deletes namespace `ns` (and every interface in it); absent is fine.
+/// Processes still inside (commands a user started there with `splitnet
+/// exec`) are killed first: deleting a namespace does not stop them.
+pub fn netns_del(ns: &str) {
+    for _ in 0..50 {
+        let pids: Vec<i32> = run("ip", &["netns", "pids", ns])
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        signal_all(&pids, libc::SIGKILL);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = run("ip", &["netns", "del", ns]);
+}
+
+/// Names of existing namespaces that start with [`PREFIX`].
+pub fn our_netns() -> Vec<String> {
+    let out = run("ip", &["netns", "list"]).unwrap_or_default();
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(PREFIX))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Creates a veth pair `a`@`ns_a` <-> `b`@`ns_b`, both up.
+pub fn veth_pair(a: &str, ns_a: &str, b: &str, ns_b: &str) -> io::Result<()> {
+    run(
+        "ip",
+        &[
+            "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b,
+        ],
+    )?;
+    ip_in(ns_a, &["link", "set", a, "up"])?;
+    ip_in(ns_b, &["link", "set", b, "up"])?;
+    Ok(())
+}
+
+/// Shapes what `dev` in `ns` sends to `bits_per_s` with a token bucket
+/// (tc tbf): a burst of 10 ms at that rate, at least 64 KiB so that one
+/// segmentation-offload frame fits, and at most 50 ms of queue.
+pub fn shape(ns: &str, dev: &str, bits_per_s: u64) -> io::Result<()> {
+    let rate = format!("{bits_per_s}bit");
+    let burst = (bits_per_s / 8 / 100).max(64 << 10).to_string();
+    run(
+        "tc",
+        &[
+            "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst",
+            &burst, "latency", "50ms",
+        ],
+    )
+    .map(|_| ())
+}
+
+/// Adds an address (CIDR) to `dev` in `ns`.
+pub fn addr_add(ns: &str, dev: &str, cidr: &str) -> io::Result<()> {
+    let mut args = vec!["addr", "add", cidr, "dev", dev];
+    if cidr.contains(':') {
+        args.push("nodad");
+    }
+    ip_in(ns, &args).map(|_| ())
+}
+
+/// Where this host keeps its cgroups.
+#[derive(Debug, Clone)]
+pub struct CgroupLayout {
+    /// A cgroup2 hierarchy (`/sys/fs/cgroup` on unified hosts, `.../unified` on hybrid ones).
+    pub v2: Option<PathBuf>,
+    /// The v1 cpuacct hierarchy, when mounted.
+    pub v1_cpuacct: Option<PathBuf>,
+}
+
+impl CgroupLayout {
+    /// Finds the layout from what is mounted (DESIGN.md: detect, don't assume).
+    pub fn detect() -> CgroupLayout {
+        let root = Path::new("/sys/fs/cgroup");
+        let v2 = if root.join("cgroup.controllers").exists() {
+            Some(root.to_path_buf())
+        } else if root.join("unified/cgroup.procs").exists() {
+            Some(root.join("unified"))
+        } else {
+            None
+        };
+        let v1 = [root.join("cpuacct"), root.join("cpu,cpuacct")]
+            .into_iter()
+            .find(|p| p.join("cpuacct.usage").exists());
+        CgroupLayout { v2, v1_cpuacct: v1 }
+    }
+
+    /// The directories of cgroup `name` in each hierarchy present.
+    pub fn dirs(&self, name: &str) -> Vec<PathBuf> {
+        let base = "splitnet";
+        [&self.v2, &self.v1_cpuacct]
+            .into_iter()
+            .flatten()
+            .map(|h| h.join(base).join(name))
+            .collect()
+    }
+
+    /// The parent directories splitnet owns.
+    pub fn parents(&self) -> Vec<PathBuf> {
+        [&self.v2, &self.v1_cpuacct]
+            .into_iter()
+            .flatten()
+            .map(|h| h.join("splitnet"))
+            .collect()
+    }
+}
+
+/// A domain's cgroup, in every hierarchy present.
+#[derive(Debug, Clone)]
+pub struct Cgroup {
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Cgroup {
+    /// Creates (or reuses) cgroup `name`.
+    pub fn create(layout: &CgroupLayout, name: &str) -> io::Result<Cgroup> {
+        let dirs = layout.dirs(name);
+        if dirs.is_empty() {
+            return Err(io::Error::other(
+                "no cgroup hierarchy is mounted under /sys/fs/cgroup",
+            ));
+        }
+        for d in &dirs {
+            fs::create_dir_all(d).map_err(|e| {
+                io::Error::new(e.kind(), format!("creating cgroup {}: {e}", d.display()))
+            })?;
+        }
+        Ok(Cgroup { dirs })
+    }
+
+    /// Moves process `pid` (all its threads) into the cgroup.
+    pub fn add(&self, pid: i32) -> io::Result<()> {
+        for d in &self.dirs {
+            fs::write(d.join("cgroup.procs"), pid.to_string()).map_err(|e| {
+                io::Error::new(e.kind(), format!("moving {pid} into {}: {e}", d.display()))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// An existing cgroup `name` (e.g. a domain's, made by hv).
+    pub fn open(layout: &CgroupLayout, name: &str) -> Option<Cgroup> {
+        let dirs: Vec<PathBuf> = layout
+            .dirs(name)
+            .into_iter()
+            .filter(|d| d.exists())
+            .collect();
+        (!dirs.is_empty()).then_some(Cgroup { dirs })
+    }
+
+    /// CPU time used by the cgroup's processes, kernel time included
+    /// (cgroup2 `cpu.stat` usage_usec, or v1 `cpuacct.usage`).
+    pub fn cpu_usage(&self) -> Option<Duration> {
+        for d in &self.dirs {
+            if let Ok(s) = fs::read_to_string(d.join("cpu.stat")) {
+                let usec = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse().ok());
+                if let Some(us) = usec {
+                    return Some(Duration::from_micros(us));
+                }
+            }
+            if let Ok(s) = fs::read_to_string(d.join("cpuacct.usage")) {
+                if let Ok(ns) = s.trim().parse() {
+                    return Some(Duration::from_nanos(ns));
+                }
+            }
+        }
+        None
+    }
+
+    /// Pids currently in the cgroup.
+    pub fn pids(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self
+            .dirs
+            .iter()
+            .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
+            .flat_map(|s| {
+                s.lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Kills every process in the cgroup and removes it. Waits up to `grace`
+    /// after SIGTERM before SIGKILL.
+    pub fn destroy(&self, grace: Duration) {
+        signal_all(&self.pids(), libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while !self.pids().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for d in &self.dirs {
+            let _ = fs::write(d.join("cgroup.kill"), "1");
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = self.pids();
+            if left.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            signal_all(&left, libc::SIGKILL);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for d in &self.dirs {
+            let _ = fs::remove_dir(d);
+        }
+    }
+}
+
+/// Sends `sig` to each pid.
+pub fn signal_all(pids: &[i32], sig: i32) {
+    for &p in pids {
+        if p > 1 {
+            let _ = sys::kill(p, sig);
+        }
+    }
+}
+
+/// Removes every cgroup splitnet left behind (killing what is inside).
+pub fn sweep_cgroups(layout: &CgroupLayout) {
+    for parent in layout.parents() {
+        let Ok(rd) = fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.path().is_dir() {
+                Cgroup {
+                    dirs: vec![e.path()],
+                }
+                .destroy(Duration::from_millis(200));
+            }
+        }
+        let _ = fs::remove_dir(&parent);
+    }
+}
+
+/// Whether process `pid` exists.
+pub fn pid_alive(pid: i32) -> bool {
+    pid > 0
+        && Path::new(&format!("/proc/{pid}")).exists()
+        && fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(false)
+}

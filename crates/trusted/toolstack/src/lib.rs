@@ -1,0 +1,28 @@
+//! The toolstack (Xen's xl and its libraries): what turns a topology file
+//! into running domains and what answers the user about them. It is not
+//! the hypervisor: it acts on hv only through hv's toolstack requests, as
+//! domain 0. Its supervisor runs inside the `splitnet-hv` process, so this
+//! crate is part of the trusted computing base.
+//!
+//! - [`topology`]: the topology file, parsed and checked, and [`tuning`]
+//!   what `up`'s options change in it;
+//! - [`daemon`]: the daemon's wiring: hv, the supervisor, the toolstack socket;
+//! - [`supervisor`]: the domains' processes, namespaces, cgroups, restart policy;
+//! - [`host`]: host plumbing (network namespaces, veth, cgroups, `ip`);
+//! - [`status`], [`metrics`], [`listen`], [`top`]: what the user is told
+//!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables);
+//! - [`capture`]: which driver domain serves a capture target;
+//! - [`hotplug`]: restart, network-attach and network-detach.
+#![forbid(unsafe_code)]
+
+pub mod capture;
+pub mod daemon;
+pub mod host;
+pub mod hotplug;
+pub mod listen;
+pub mod metrics;
+pub mod status;
+pub mod supervisor;
+pub mod top;
+pub mod topology;
+pub mod tuning;

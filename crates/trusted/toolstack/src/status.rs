@@ -1,0 +1,649 @@
+//! `splitnet status`: hv's view plus live interface data from each namespace.
+
+use crate::daemon::socket_path;
+use crate::host;
+use anyhow::{anyhow, Result};
+use hv::ioreq::{HvmSnapshot, STAGES};
+use hv::Toolstack;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// Interfaces of namespace `ns`: `[{name, state, mac, addresses: [...]}]`.
+fn interfaces(ns: &str) -> Vec<Value> {
+    let Ok(out) = host::ip_in(ns, &["-j", "addr", "show"]) else {
+        return Vec::new();
+    };
+    let Ok(Value::Array(links)) = serde_json::from_str::<Value>(&out) else {
+        return Vec::new();
+    };
+    links
+        .iter()
+        .map(|l| {
+            let addrs: Vec<String> = l["addr_info"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| {
+                            Some(format!(
+                                "{}/{}",
+                                x["local"].as_str()?,
+                                x["prefixlen"].as_u64()?
+                            ))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            json!({
+                "name": l["ifname"],
+                "state": l["operstate"],
+                "mac": l["address"],
+                "mtu": l["mtu"],
+                "addresses": addrs,
+            })
+        })
+        .collect()
+}
+
+fn addresses(ifs: &[Value]) -> Vec<String> {
+    ifs.iter()
+        .filter(|i| i["name"] != "lo")
+        .flat_map(|i| {
+            let name = i["name"].as_str().unwrap_or("?").to_string();
+            i["addresses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(move |a| a.as_str().map(|a| format!("{name}:{a}")))
+        })
+        .collect()
+}
+
+/// Xen's name for a XenbusState number.
+fn state_name(v: &str) -> String {
+    v.trim()
+        .parse::<abi::xenbus::XenbusState>()
+        .map(|s| s.name().to_string())
+        .unwrap_or_else(|_| {
+            if v.is_empty() {
+                "gone".into()
+            } else {
+                format!("invalid({v})")
+            }
+        })
+}
+
+/// Every vif hv knows of, with both ends' state, features and counters.
+fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (k, v) in &s.info {
+        let Some(name) = k.strip_prefix("vif.") else {
+            continue;
+        };
+        let (guest, handle) = name.split_once('/').unwrap_or((name, "0"));
+        let Some((fe, be)) = v.split_once('|') else {
+            continue;
+        };
+        let mut read = |p: String| ts.store_read(&p).unwrap_or_default();
+        let features: serde_json::Map<String, Value> = [
+            "feature-sg",
+            "feature-gso-tcpv4",
+            "feature-gso-tcpv6",
+            "feature-rx-copy",
+            "feature-rx-flip",
+            "feature-split-event-channels",
+        ]
+        .iter()
+        .map(|f| (f.to_string(), Value::Bool(read(format!("{be}/{f}")) == "1")))
+        .collect();
+        let mut stats: Value =
+            serde_json::from_str(&read(format!("{be}/stats"))).unwrap_or(Value::Null);
+        let ring = stats
+            .as_object_mut()
+            .and_then(|m| m.remove("ring"))
+            .unwrap_or(Value::Null);
+        let fe_stats: Value =
+            serde_json::from_str(&read(format!("{fe}/stats"))).unwrap_or(Value::Null);
+        out.push(json!({
+            "guest": guest,
+            "handle": handle.parse::<u32>().unwrap_or(0),
+            "vif": abi::xenbus::vif_name(be),
+            "backend_domain": be.split('/').nth(3),
+            "backend_name": be
+                .split('/')
+                .nth(3)
+                .and_then(|id| s.domains.iter().find(|d| d.id.to_string() == id))
+                .map(|d| d.name.as_str()),
+            "frontend": fe,
+            "backend": be,
+            "frontend_state": state_name(&read(format!("{fe}/state"))),
+            "backend_state": state_name(&read(format!("{be}/state"))),
+            "mac": read(format!("{be}/mac")),
+            "rx_mode": read(format!("{be}/splitnet-rx-mode")),
+            "tx_mode": read(format!("{be}/splitnet-tx-mode")),
+            "grants": read(format!("{be}/splitnet-grants")),
+            "offload": read(format!("{be}/splitnet-offload")) == "1",
+            "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
+            "features": features,
+            "disconnect_reason": Some(read(format!("{be}/disconnect-reason"))).filter(|r| !r.is_empty()),
+            "counters": stats,
+            "ring": ring,
+            "frontend_counters": fe_stats["counters"],
+            "grant_track": fe_stats["grant_track"],
+        }));
+    }
+    out
+}
+
+/// CPU time, kernel time included, of the processes in a domain's cgroup
+/// (its directory as hv reports it, in whichever hierarchy it is).
+fn cpu_seconds(cgroup: Option<&str>) -> Option<f64> {
+    let cg = host::Cgroup {
+        dirs: vec![cgroup?.into()],
+    };
+    Some(cg.cpu_usage()?.as_secs_f64())
+}
+
+/// Builds the JSON document `status --json` prints.
+pub fn collect(rd: &Path) -> Result<Value> {
+    collect_with(rd, true)
+}
+
+/// The same document; without `interfaces`, the domains' and hosts'
+/// interfaces and addresses are left empty (saves an `ip` run per
+/// namespace when only counters are wanted).
+pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
+    let ifs_of = |ns: &str| {
+        if interfaces {
+            self::interfaces(ns)
+        } else {
+            Vec::new()
+        }
+    };
+    let mut ts = Toolstack::connect(&socket_path(rd)).map_err(|e| anyhow!("{e}"))?;
+    let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let vif_list = vifs(&mut ts, &s);
+    let domains: Vec<Value> = s
+        .domains
+        .iter()
+        .map(|d| {
+            let ifs = d.netns.as_deref().map(ifs_of).unwrap_or_default();
+            let spin_us: u64 = ts
+                .store_read(&abi::xenbus::spin_path(d.id))
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            let nic = ts
+                .store_read(&format!("/local/domain/{}/splitnet/nic", d.id))
+                .ok()
+                .filter(|n| !n.is_empty());
+            let nic_stats = nic.as_ref().and_then(|_| {
+                ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            });
+            let emulated = s.info.get(&format!("nic.{}", d.name)).cloned();
+            json!({
+                "id": d.id,
+                "name": d.name,
+                "nic": nic.as_deref().unwrap_or(if d.kind == "guest" { "vif" } else { "-" }),
+                "emulated_nic": emulated.map(|e| emulated_info(&e, nic_stats, d.hvm.as_ref())),
+                "hvm": d.hvm,
+                "kind": d.kind,
+                "netns": d.netns,
+                "pid": d.pid,
+                "cgroup": d.cgroup,
+                "connected": d.connected,
+                "memory_frames": d.pool_frames,
+                "hugepages": d.hugepages,
+                "grant_entries": d.grant_entries,
+                "event_channels": d.event_channels,
+                "grant_maps": d.grant_maps,
+                "addresses": addresses(&ifs),
+                "interfaces": ifs,
+                "counters": d.counters,
+                "cpu_seconds": cpu_seconds(d.cgroup.as_deref()),
+                "spin_us": spin_us,
+            })
+        })
+        .collect();
+    let mut hosts = Vec::new();
+    let mut ports = Vec::new();
+    if let (Some(w), Some(ns)) = (s.info.get("wire"), s.info.get("wire.netns")) {
+        let ifs = ifs_of(ns);
+        hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "link_rate": s.info.get("wire.rate"), "addresses": addresses(&ifs), "interfaces": ifs}));
+        if let Some(drv) = s.info.get("wire.driver") {
+            ports.push(json!({
+                "domain": drv,
+                "name": crate::daemon::PHYS_PORT,
+                "driver": "veth",
+                "peer": format!("{w}:{}", crate::daemon::WIRE_IF),
+            }));
+        }
+    }
+    let mut bridges = Vec::new();
+    for d in s.domains.iter().filter(|d| d.kind == "driver") {
+        let path = format!("/local/domain/{}/splitnet/stats", d.id);
+        let Some(doc) = ts
+            .store_read(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        else {
+            continue;
+        };
+        bridges.push(json!({
+            "domain": d.name,
+            "macs": doc["bridge"]["macs"],
+            "counters": doc["bridge"]["counters"],
+            "loop": loop_costs(&doc),
+        }));
+        for x in doc["extra_ports"].as_array().into_iter().flatten() {
+            ports.push(json!({
+                "domain": d.name,
+                "name": x["name"],
+                "driver": "tap",
+                "peer": "emulated NIC (VMApp or device model)",
+                "open": x["open"],
+                "counters": x["counters"],
+            }));
+        }
+        let Some(name) = doc["port"]["name"].as_str() else {
+            continue;
+        };
+        let counters = doc["port"]["counters"].clone();
+        match ports
+            .iter_mut()
+            .find(|p| p["domain"] == d.name.as_str() && p["name"] == name)
+        {
+            Some(p) => p["counters"] = counters,
+            None => ports.push(json!({"domain": d.name, "name": name, "counters": counters})),
+        }
+    }
+    Ok(json!({
+        "hv_pid": s.hv_pid,
+        "topology": s.info.get("topology"),
+        "domains": domains,
+        "hosts": hosts,
+        "vifs": vif_list,
+        "ports": ports,
+        "bridges": bridges,
+        "store_nodes": s.store_nodes,
+        "grant_pins": s.grant_pins,
+        "watches": s.watches,
+        "ngm_tables": s.ngm_tables,
+        "restarts_after_crash": s
+            .info
+            .get("restarts.on-crash")
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0),
+        "counters": s.counters,
+    }))
+}
+
+/// The driver loop's counters (`loop` in its stats) with wake-ups and
+/// system calls per frame the bridge forwarded, measured since it started.
+fn loop_costs(doc: &Value) -> Value {
+    let l = &doc["loop"];
+    let c = &doc["bridge"]["counters"];
+    let frames = c["forwarded"].as_u64().unwrap_or(0) + c["flooded"].as_u64().unwrap_or(0);
+    let per = |k: &str| {
+        let n = l[k].as_u64()?;
+        (frames > 0).then(|| n as f64 / frames as f64)
+    };
+    json!({
+        "wakeups": l["wakeups"],
+        "syscalls": l["syscalls"],
+        "frames": frames,
+        "wakeups_per_frame": per("wakeups"),
+        "syscalls_per_frame": per("syscalls"),
+    })
+}
+
+/// An emulated NIC's entry: hv's facts (`nic.<guest>`: kind, driver
+/// domain, host interface, the pid of its VMApp or device model, options)
+/// and the guest's counters; for an HVM guest, hv's I/O-path snapshot too.
+fn emulated_info(info: &str, stats: Option<Value>, hvm: Option<&HvmSnapshot>) -> Value {
+    let f: Vec<&str> = info.split('|').collect();
+    let pid = f.get(3).and_then(|p| p.parse::<u64>().ok());
+    let mut v = json!({
+        "kind": f.first(),
+        "backend": f.get(1),
+        "vmnet": f.get(2),
+        "options": f.get(4),
+    });
+    if f.first() == Some(&"hvm") {
+        v["dm_pid"] = json!(pid);
+        return hvm_info(v, stats, hvm);
+    }
+    v["vmapp_pid"] = json!(pid);
+    if let Some(s) = stats {
+        let vm = &s["world"]["vm"];
+        let tx = s["driver"]["tx_packets"].as_u64().unwrap_or(0);
+        let rx = s["driver"]["rx_packets"].as_u64().unwrap_or(0);
+        let switches = vm["world_switches"].as_u64().unwrap_or(0);
+        v["world_switches"] = vm["world_switches"].clone();
+        v["switch_mean_cycles"] = s["world"]["switch_mean_cycles"].clone();
+        v["service_mean_cycles"] = s["world"]["service_mean_cycles"].clone();
+        v["switch_overhead_mean_cycles"] = s["world"]["switch_overhead_mean_cycles"].clone();
+        v["null_switch_min_cycles"] = vm["null_switch_min_cycles"].clone();
+        v["null_switch_mean_cycles"] = vm["null_switch_mean_cycles"].clone();
+        v["switches_per_packet"] = json!(if tx + rx > 0 {
+            switches as f64 / (tx + rx) as f64
+        } else {
+            0.0
+        });
+        v["port_accesses"] = vm["ports"].clone();
+        v["nic_accesses_in_vmm"] = vm["nic_in_vmm"].clone();
+        v["nic_accesses_switched"] = vm["nic_switched"].clone();
+        v["irqs"] = vm["irqs"].clone();
+        v["pic_accesses"] = vm["pic_accesses"].clone();
+        v["tx_packets"] = json!(tx);
+        v["rx_packets"] = json!(rx);
+        v["combined_sends"] = vm["combined_sends"].clone();
+        v["combined_frames"] = vm["combined_frames"].clone();
+        v["halts"] = vm["halts"].clone();
+        v["halt_cycles"] = vm["halt_cycles"].clone();
+        v["vmapp"] = s["world"]["vmapp"].clone();
+        // Every VM counter, and the guest's TSC when it read them.
+        v["vm"] = vm.clone();
+        v["stats_tsc"] = s["world"]["tsc"].clone();
+        v["guest"] = s["guest"].clone();
+        v["driver"] = s["driver"].clone();
+    }
+    v
+}
+
+/// An HVM NIC's entry: the guest's counters (exits it made, their mean
+/// round trip, interrupts, halts) and hv's accounting: exits per reason
+/// with their mean cost and share of handling time, the five stages'
+/// means, and the vPIC's placement.
+fn hvm_info(mut v: Value, stats: Option<Value>, hvm: Option<&HvmSnapshot>) -> Value {
+    if let Some(s) = stats {
+        let cpu = &s["world"]["vcpu"];
+        v["tx_packets"] = s["driver"]["tx_packets"].clone();
+        v["rx_packets"] = s["driver"]["rx_packets"].clone();
+        v["exits"] = cpu["exits"].clone();
+        v["failed_exits"] = cpu["failed_exits"].clone();
+        v["exit_mean_cycles"] = cpu["round_trip_mean_cycles"].clone();
+        v["irqs"] = cpu["interrupts"].clone();
+        v["halts"] = cpu["halts"].clone();
+        v["halt_cycles"] = cpu["halt_cycles"].clone();
+        v["guest"] = s["guest"].clone();
+        v["driver"] = s["driver"].clone();
+    }
+    if let Some(h) = hvm {
+        let shares = h.shares();
+        let reasons: serde_json::Map<String, Value> = h
+            .reasons
+            .iter()
+            .map(|(k, r)| {
+                (
+                    k.clone(),
+                    json!({
+                        "count": r.count,
+                        "cycles": r.cycles,
+                        "mean_cycles": r.cycles.checked_div(r.count).unwrap_or(0),
+                        "max_cycles": r.max_cycles,
+                        "failed": r.items,
+                        "share": shares.get(k).copied().unwrap_or(0.0),
+                    }),
+                )
+            })
+            .collect();
+        let stages: serde_json::Map<String, Value> = STAGES
+            .iter()
+            .zip(h.stages.mean().unwrap_or([0.0; 5]))
+            .map(|(name, m)| (name.to_string(), json!(m.round())))
+            .collect();
+        v["pic"] = json!(h.placement);
+        v["exit_reasons"] = Value::Object(reasons);
+        v["forwarded_exits"] = json!(h.stages.count);
+        v["stage_mean_cycles"] = Value::Object(stages);
+        v["round_trip_mean_cycles"] =
+            json!(h.stages.round_trip.checked_div(h.stages.count).unwrap_or(0));
+        v["hv_counters"] = json!(h.counters);
+    }
+    v
+}
+
+/// `splitnet status [--json]`.
+pub fn show(rd: &Path, as_json: bool) -> Result<()> {
+    let v = collect(rd)?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "hv pid {}, topology {}, {} store nodes, {} restarts after a crash",
+        v["hv_pid"],
+        v["topology"].as_str().unwrap_or("?"),
+        v["store_nodes"],
+        v["restarts_after_crash"]
+    );
+    println!(
+        "\n{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>8}  ADDRESSES",
+        "DOMAIN", "ID", "KIND", "PID", "NAMESPACE", "CONN", "MEMORY"
+    );
+    let empty = Vec::new();
+    let domains = v["domains"].as_array().unwrap_or(&empty);
+    let hosts = v["hosts"].as_array().unwrap_or(&empty);
+    for d in domains.iter().chain(hosts) {
+        let text = |k: &str| match &d[k] {
+            Value::Null => "-".to_string(),
+            Value::String(s) => s.clone(),
+            Value::Bool(b) => if *b { "yes" } else { "no" }.to_string(),
+            other => other.to_string(),
+        };
+        let memory = match d["memory_frames"].as_u64() {
+            Some(f) => format!("{} MiB", f * 4096 / (1 << 20)),
+            None => "-".into(),
+        };
+        let addrs: Vec<&str> = d["addresses"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        println!(
+            "{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>8}  {}",
+            text("name"),
+            text("id"),
+            text("kind"),
+            text("pid"),
+            text("netns"),
+            text("connected"),
+            memory,
+            if addrs.is_empty() {
+                "-".to_string()
+            } else {
+                addrs.join(" ")
+            }
+        );
+    }
+    let spinning: Vec<String> = domains
+        .iter()
+        .filter_map(|d| {
+            let us = d["spin_us"].as_u64().filter(|&us| us > 0)?;
+            Some(format!("{} {us} µs", d["name"].as_str().unwrap_or("?")))
+        })
+        .collect();
+    for d in domains {
+        let h = &d["emulated_nic"];
+        if h["kind"] == "hvm" {
+            print_hvm(d);
+            continue;
+        }
+        if h.is_null() {
+            continue;
+        }
+        let n = |k: &str| h[k].as_u64().unwrap_or(0);
+        println!(
+            "\nhosted NIC {} (VMApp pid {}, VMNet {}:{}; {}): {} world switches, mean {} cycles ({} in the VMApp; empty: {}), {:.2} per packet; \
+             NIC accesses {} in the VMM, {} switched; {} IRQs, {} PIC accesses; {} packets out, {} in; {} combined sends",
+            d["name"].as_str().unwrap_or("?"),
+            n("vmapp_pid"),
+            h["backend"].as_str().unwrap_or("?"),
+            h["vmnet"].as_str().unwrap_or("?"),
+            h["options"].as_str().unwrap_or("?"),
+            n("world_switches"),
+            n("switch_mean_cycles"),
+            n("service_mean_cycles"),
+            n("null_switch_mean_cycles"),
+            h["switches_per_packet"].as_f64().unwrap_or(0.0),
+            n("nic_accesses_in_vmm"),
+            n("nic_accesses_switched"),
+            n("irqs"),
+            n("pic_accesses"),
+            n("tx_packets"),
+            n("rx_packets"),
+            n("combined_sends"),
+        );
+    }
+    if !spinning.is_empty() {
+        println!("\nspin before sleeping: {}", spinning.join(", "));
+    }
+    println!("\nPORTS");
+    for p in v["ports"].as_array().unwrap_or(&empty) {
+        println!(
+            "  {}:{} ({}) <-> {}",
+            p["domain"].as_str().unwrap_or("?"),
+            p["name"].as_str().unwrap_or("?"),
+            p["driver"].as_str().unwrap_or("?"),
+            p["peer"].as_str().unwrap_or("?")
+        );
+    }
+    for b in v["bridges"].as_array().unwrap_or(&empty) {
+        let l = &b["loop"];
+        let per = |k: &str| l[k].as_f64().map_or("-".into(), |x| format!("{x:.2}"));
+        println!(
+            "  {} loop: {} frames, {} wake-ups ({} per frame), {} system calls ({} per frame)",
+            b["domain"].as_str().unwrap_or("?"),
+            l["frames"],
+            l["wakeups"],
+            per("wakeups_per_frame"),
+            l["syscalls"],
+            per("syscalls_per_frame")
+        );
+    }
+    println!("\nVIFS");
+    for v in v["vifs"].as_array().unwrap_or(&empty) {
+        let c = &v["counters"];
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        let map = |c: &Value, k: &str| {
+            c[k].as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "  {} <-> {} ({}): frontend {}, backend {}; grants {}, rx {}, tx {}, offload {}",
+            v["guest"].as_str().unwrap_or("?"),
+            v["backend"].as_str().unwrap_or("?"),
+            v["mac"].as_str().unwrap_or("?"),
+            v["frontend_state"].as_str().unwrap_or("?"),
+            v["backend_state"].as_str().unwrap_or("?"),
+            v["grants"].as_str().unwrap_or("?"),
+            v["rx_mode"].as_str().unwrap_or("?"),
+            v["tx_mode"].as_str().unwrap_or("?"),
+            if v["offload"] == true { "on" } else { "off" },
+        );
+        println!(
+            "    tx {} pkts {} B, rx {} pkts {} B; notifications sent {} received {}; batches {}",
+            n("tx_packets"),
+            n("tx_bytes"),
+            n("rx_packets"),
+            n("rx_bytes"),
+            n("notifications_sent"),
+            n("notifications_received"),
+            n("batches")
+        );
+        println!(
+            "    grant ops: {}; drops: {}; refused: {}",
+            map(c, "grant_ops"),
+            map(c, "drops"),
+            map(c, "rejected")
+        );
+        let fc = &v["frontend_counters"];
+        if fc.is_object() {
+            println!(
+                "    frontend: drops: {}; refused: {}",
+                map(fc, "drops"),
+                map(fc, "rejected")
+            );
+        }
+        let g = &v["grant_track"];
+        if g.is_object() {
+            let k = |f: &str| g[f].as_u64().unwrap_or(0);
+            println!(
+                "    grant track: {} pages granted served {} buffer uses ({} hits, {} evictions, {} set-full fallbacks)",
+                k("created"),
+                k("uses"),
+                k("hits"),
+                k("evictions"),
+                k("set_full")
+            );
+        }
+        if let Some(r) = v["disconnect_reason"].as_str() {
+            println!("    disconnected: {r}");
+        }
+    }
+    println!("\nHYPERCALLS");
+    let c = &v["counters"];
+    if let Some(ops) = c["ops"].as_object() {
+        let line: Vec<String> = ops.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        println!("  {}", line.join(" "));
+    }
+    if let Some(errs) = c["errors"].as_object().filter(|e| !e.is_empty()) {
+        let line: Vec<String> = errs.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        println!("  errors: {}", line.join(" "));
+    }
+    Ok(())
+}
+
+/// Plain `status`'s lines for an HVM NIC.
+fn print_hvm(d: &Value) {
+    let h = &d["emulated_nic"];
+    let n = |k: &str| h[k].as_u64().unwrap_or(0);
+    println!(
+        "\nhvm NIC {} (device model pid {}, {}:{}; {}): {} exits, mean {} cycles as the guest sees them; \
+         {} forwarded to the device model; {} IRQs; {} packets out, {} in",
+        d["name"].as_str().unwrap_or("?"),
+        n("dm_pid"),
+        h["backend"].as_str().unwrap_or("?"),
+        h["vmnet"].as_str().unwrap_or("?"),
+        h["options"].as_str().unwrap_or("?"),
+        n("exits"),
+        n("exit_mean_cycles"),
+        n("forwarded_exits"),
+        n("irqs"),
+        n("tx_packets"),
+        n("rx_packets"),
+    );
+    if let Some(r) = h["exit_reasons"].as_object() {
+        let parts: Vec<String> = r
+            .iter()
+            .map(|(k, x)| {
+                format!(
+                    "{k} {} (mean {} cycles, {:.1}%)",
+                    x["count"],
+                    x["mean_cycles"],
+                    x["share"].as_f64().unwrap_or(0.0) * 100.0
+                )
+            })
+            .collect();
+        println!("  exits by reason: {}", parts.join(", "));
+    }
+    if let Some(st) = h["stage_mean_cycles"].as_object() {
+        let parts: Vec<String> = st.iter().map(|(k, m)| format!("{k} {m}")).collect();
+        println!(
+            "  stages (mean cycles, PIC in {}): {}",
+            h["pic"].as_str().unwrap_or("?"),
+            parts.join(", ")
+        );
+    }
+}

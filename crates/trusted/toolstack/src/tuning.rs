@@ -1,0 +1,46 @@
+//! What `splitnet up` (and `splitnet-hv`, which it starts) change in a
+//! topology before starting it.
+
+use crate::topology::{LinkRate, Preset, Topology};
+
+/// What `up` (and hv, which it starts) change in a topology before starting it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tuning {
+    /// Every vif's modes.
+    pub preset: Option<Preset>,
+    /// Every domain's spin before sleeping, in microseconds.
+    pub spin_us: Option<u32>,
+    /// The wire link's rate.
+    pub link_rate: Option<LinkRate>,
+}
+
+impl Tuning {
+    /// Applies the tuning to `topo`.
+    pub fn apply(&self, topo: &mut Topology) -> Result<(), String> {
+        if let Some(p) = self.preset {
+            topo.apply_preset(p);
+        }
+        if let Some(us) = self.spin_us {
+            topo.apply_spin(us);
+        }
+        if let Some(r) = self.link_rate {
+            topo.apply_link_rate(r)?;
+        }
+        Ok(())
+    }
+
+    /// The same tuning as arguments of `splitnet-hv`.
+    pub fn args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(p) = self.preset {
+            v.extend(["--preset".to_string(), p.as_str().to_string()]);
+        }
+        if let Some(us) = self.spin_us {
+            v.extend(["--spin-us".to_string(), us.to_string()]);
+        }
+        if let Some(r) = self.link_rate {
+            v.extend(["--link-rate".to_string(), r.to_string()]);
+        }
+        v
+    }
+}
