@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use hv::topology::{Grants, TxMode};
+use toolstack::topology::{Grants, TxMode};
 use net::driver::Driver;
 use splitnet_net as net;
 use std::sync::atomic::{AtomicBool, Ordering};
