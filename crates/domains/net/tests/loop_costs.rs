@@ -5,12 +5,12 @@
 mod common;
 
 use common::*;
-use toolstack::topology::{Grants, TxMode};
 use net::driver::Driver;
 use splitnet_net as net;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
+use toolstack::topology::{Grants, TxMode};
 
 /// Turns measured after the warm-up.
 const TURNS: usize = 10_000;

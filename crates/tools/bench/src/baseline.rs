@@ -66,6 +66,9 @@ pub enum Config {
     /// splitnet default, the fast path: the new grant mechanism, TX gather,
     /// RX single copy, offloads on.
     SplitnetDefault,
+    /// The default preset with 24 guests of which 22 stay idle: what idle
+    /// vifs cost the busy ones.
+    SplitnetIdle24,
 }
 
 impl std::str::FromStr for Config {
@@ -86,6 +89,7 @@ impl Config {
             Config::SplitnetBaseline => "splitnet-baseline",
             Config::SplitnetHvCopy => "splitnet-hv-copy",
             Config::SplitnetDefault => "splitnet-default",
+            Config::SplitnetIdle24 => "splitnet-24-guests",
         }
     }
 
@@ -200,7 +204,7 @@ pub struct BaselineReport {
 }
 
 const DIRECTIONS: [Direction; 3] = [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
-const CONFIGS: [Config; 8] = [
+const CONFIGS: [Config; 9] = [
     Config::Native,
     Config::LinuxBridge,
     Config::MinimalForwarder,
@@ -209,6 +213,7 @@ const CONFIGS: [Config; 8] = [
     Config::SplitnetBaseline,
     Config::SplitnetHvCopy,
     Config::SplitnetDefault,
+    Config::SplitnetIdle24,
 ];
 
 /// A domain whose CPU time is measured.
@@ -409,14 +414,25 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
             env._usernet = Some(u);
             Ok(env)
         }
-        Config::SplitnetBaseline | Config::SplitnetHvCopy | Config::SplitnetDefault => {
+        Config::SplitnetBaseline
+        | Config::SplitnetHvCopy
+        | Config::SplitnetDefault
+        | Config::SplitnetIdle24 => {
             let preset = match cfg {
                 Config::SplitnetBaseline => "baseline",
                 Config::SplitnetHvCopy => "hv-copy",
                 _ => "default",
             };
             let spin = opts.spin_us.map(|us| us.to_string());
+            let topo = opts.run_dir.join("bench-24-guests.toml");
+            let topo_arg = topo.to_string_lossy().into_owned();
             let mut up = vec!["up", "--preset", preset];
+            if cfg == Config::SplitnetIdle24 {
+                std::fs::create_dir_all(&opts.run_dir)?;
+                std::fs::write(&topo, many_guests_topology(24))
+                    .with_context(|| format!("writing {}", topo.display()))?;
+                up.extend(["--config", topo_arg.as_str()]);
+            }
             if let Some(us) = &spin {
                 up.extend(["--spin-us", us.as_str()]);
             }
@@ -565,6 +581,24 @@ fn write_profile(dir: &std::path::Path, stem: &str, p: &prof::Profile) -> Result
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The default topology with `guests` guests (guest1 and guest2 as in the
+/// default; the others idle, each with its own address).
+pub fn many_guests_topology(guests: usize) -> String {
+    let mut t = String::from(
+        "# bench baseline: the default topology with idle guests beside guest1 and guest2.\n\
+         name = \"many-guests\"\n\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\n",
+    );
+    t += &format!("memory_frames = {}\n", 4096 + 512 * guests);
+    for g in 1..=guests {
+        t += &format!(
+            "\n[[domain]]\nname = \"guest{g}\"\nkind = \"guest\"\naddress = \"10.77.{}.{}/16\"\n",
+            g / 250,
+            g % 250
+        );
+    }
+    t + "\n[wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/16\"\n"
 }
 
 /// The directions measured for workload `w`: a request-response flow is
@@ -956,6 +990,18 @@ impl BaselineReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_many_guests_topology_parses_with_every_guest() {
+        let t = toolstack::topology::Topology::parse(&many_guests_topology(24), "24.toml")
+            .expect("the generated topology is valid");
+        let guests = t
+            .domains
+            .iter()
+            .filter(|d| d.name.starts_with("guest"))
+            .count();
+        assert_eq!(guests, 24);
+    }
 
     #[test]
     fn cycles_per_packet_divides_each_domains_cycles_by_frames() {
