@@ -960,6 +960,24 @@ impl SharedMemory for MappedGrant {
     fn load_u16(&self, off: usize) -> u16 {
         self.map.load_u16(off)
     }
+    fn swap_u32(&self, off: usize, v: u32) -> u32 {
+        self.map.swap_u32(off, v)
+    }
+    fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32> {
+        self.map.cmpxchg_u32(off, old, new)
+    }
+    fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
+        self.map.fetch_add_u32(off, v)
+    }
+    fn load_u64_seqcst(&self, off: usize) -> u64 {
+        self.map.load_u64_seqcst(off)
+    }
+    fn store_u64_seqcst(&self, off: usize, v: u64) {
+        self.map.store_u64_seqcst(off, v)
+    }
+    fn fence_seqcst(&self) {
+        self.map.fence_seqcst()
+    }
 }
 
 /// One end of a bound event channel.
