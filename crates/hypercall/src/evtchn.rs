@@ -32,9 +32,11 @@ pub const STATE_CLOSED: u32 = 3;
 
 /// The shared-memory step of a send (`EVTCHNOP_send`,
 /// `notify_remote_via_evtchn`): sets end `peer`'s pending word; true if
-/// `peer` is unmasked, so the sender must ring its doorbell.
+/// `peer` is unmasked, so the sender must ring its doorbell. The set is a
+/// swap, like Xen's `test_and_set_bit`: every write to a pending word is a
+/// read-modify-write, so none lands inside [`take_pending`]'s.
 pub fn set_pending<M: SharedMemory + ?Sized>(page: &M, peer: u8) -> bool {
-    page.store_u32(pending_off(peer), 1);
+    page.swap_u32(pending_off(peer), 1);
     page.fence_seqcst();
     page.load_u32(mask_off(peer)) == 0
 }
