@@ -4,7 +4,7 @@
 //! `splitnet-hv`.
 //!
 //! The steps are generic over [`SharedMemory`] so that the model checker
-//! (`crates/model`) runs this very code on its own memory. A notifier stores
+//! (`crates/model`) runs this very code on its own memory. A notifier sets
 //! `pending` and then loads `mask`; an unmasker stores `mask` and then loads
 //! `pending`. Each side must see the other's store, or both skip the
 //! doorbell and the notification waits forever: a Dekker handshake, so both
