@@ -53,6 +53,24 @@ impl SharedMemory for Stubborn {
     fn load_u16(&self, off: usize) -> u16 {
         self.mem.load_u16(off)
     }
+    fn swap_u32(&self, off: usize, v: u32) -> u32 {
+        self.mem.swap_u32(off, v)
+    }
+    fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32> {
+        self.mem.cmpxchg_u32(off, old, new)
+    }
+    fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
+        self.mem.fetch_add_u32(off, v)
+    }
+    fn load_u64_seqcst(&self, off: usize) -> u64 {
+        self.mem.load_u64_seqcst(off)
+    }
+    fn store_u64_seqcst(&self, off: usize, v: u64) {
+        self.mem.store_u64_seqcst(off, v)
+    }
+    fn fence_seqcst(&self) {
+        self.mem.fence_seqcst()
+    }
 }
 
 type Mem = Arc<Stubborn>;

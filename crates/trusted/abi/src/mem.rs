@@ -6,7 +6,7 @@
 //! validated afterwards. Offsets are the caller's (trusted) arithmetic; an
 //! out-of-range offset is a bug in splitnet, not guest input, and panics.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Byte-addressed memory that a peer may read and write concurrently.
 ///
@@ -42,6 +42,24 @@ pub trait SharedMemory {
     fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16>;
     /// Atomic 16-bit load, sequentially consistent (`off` 2-aligned).
     fn load_u16(&self, off: usize) -> u16;
+    /// Atomic 32-bit swap, sequentially consistent (`off` 4-aligned): reads
+    /// and replaces a word in one step, so no store in between is lost.
+    fn swap_u32(&self, off: usize, v: u32) -> u32;
+    /// Atomic 32-bit compare-and-swap, sequentially consistent (`off` 4-aligned).
+    /// Returns the previous value: `Ok(old)` on success, `Err(actual)` otherwise.
+    fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32>;
+    /// Atomic 32-bit add, wrapping, sequentially consistent (`off` 4-aligned).
+    fn fetch_add_u32(&self, off: usize, v: u32) -> u32;
+    /// Atomic 64-bit load, sequentially consistent (`off` 8-aligned): one
+    /// word a peer publishes whole, such as a translation-table entry.
+    fn load_u64_seqcst(&self, off: usize) -> u64;
+    /// Atomic 64-bit store, sequentially consistent (`off` 8-aligned).
+    fn store_u64_seqcst(&self, off: usize, v: u64);
+    /// A full fence (`fence(SeqCst)`) between a store to one word and a load
+    /// of another, on both sides of a Dekker-style handshake (ring event
+    /// indices, event-channel pending/mask, NGM use counts). A method, not a
+    /// free function, so a model checker's memory can supply its own.
+    fn fence_seqcst(&self);
 
     /// Reads a native-endian u16 without atomicity guarantees.
     fn read_u16(&self, off: usize) -> u16 {
@@ -95,6 +113,24 @@ macro_rules! forward_shared_memory {
             fn load_u16(&self, off: usize) -> u16 {
                 (**self).load_u16(off)
             }
+            fn swap_u32(&self, off: usize, v: u32) -> u32 {
+                (**self).swap_u32(off, v)
+            }
+            fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32> {
+                (**self).cmpxchg_u32(off, old, new)
+            }
+            fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
+                (**self).fetch_add_u32(off, v)
+            }
+            fn load_u64_seqcst(&self, off: usize) -> u64 {
+                (**self).load_u64_seqcst(off)
+            }
+            fn store_u64_seqcst(&self, off: usize, v: u64) {
+                (**self).store_u64_seqcst(off, v)
+            }
+            fn fence_seqcst(&self) {
+                (**self).fence_seqcst()
+            }
         }
     )*};
 }
@@ -102,49 +138,68 @@ macro_rules! forward_shared_memory {
 forward_shared_memory!(&M, std::sync::Arc<M>);
 
 /// Process-local memory with the same semantics, for tests and in-process peers.
-/// Built from atomic words, so it needs no `unsafe`.
+/// Built from atomic 64-bit words, so it needs no `unsafe`; smaller accesses
+/// work on their lane of a word.
 pub struct HeapMemory {
-    words: Box<[AtomicU32]>,
+    words: Box<[AtomicU64]>,
     len: usize,
 }
 
 impl HeapMemory {
     /// Zeroed memory of `len` bytes.
     pub fn new(len: usize) -> Self {
-        let words = (0..len.div_ceil(4)).map(|_| AtomicU32::new(0)).collect();
+        let words = (0..len.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
         HeapMemory { words, len }
     }
 
-    fn check(&self, off: usize, n: usize) {
+    /// The word holding the naturally aligned `size` bytes at `off`, and
+    /// the shift and mask of their lane in it (native-endian).
+    fn lane(&self, off: usize, size: usize) -> (&AtomicU64, u32, u64) {
         assert!(
-            off.checked_add(n).is_some_and(|end| end <= self.len),
-            "HeapMemory access {off}+{n} outside {} bytes",
+            off.checked_add(size).is_some_and(|end| end <= self.len),
+            "HeapMemory access {off}+{size} outside {} bytes",
             self.len
         );
-    }
-
-    fn byte(&self, i: usize) -> u8 {
-        self.words[i / 4].load(Ordering::Relaxed).to_ne_bytes()[i % 4]
-    }
-
-    fn set_byte(&self, i: usize, b: u8) {
-        let w = &self.words[i / 4];
-        let _ = w.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-            let mut bytes = v.to_ne_bytes();
-            bytes[i % 4] = b;
-            Some(u32::from_ne_bytes(bytes))
-        });
-    }
-
-    fn half_shift(off: usize) -> u32 {
-        let lane = (off % 4) / 2;
-        // The lane's bit position within the native-endian word.
-        let probe = u32::from_ne_bytes(if lane == 0 {
-            [1, 0, 0, 0]
+        assert_eq!(off % size, 0, "unaligned {size}-byte atomic at {off}");
+        let byte = if cfg!(target_endian = "little") {
+            off % 8
         } else {
-            [0, 0, 1, 0]
-        });
-        probe.trailing_zeros()
+            8 - off % 8 - size
+        };
+        let mask = u64::MAX >> (64 - 8 * size);
+        (&self.words[off / 8], 8 * byte as u32, mask << (8 * byte))
+    }
+
+    fn get(&self, off: usize, size: usize, order: Ordering) -> u64 {
+        let (w, shift, mask) = self.lane(off, size);
+        (w.load(order) & mask) >> shift
+    }
+
+    /// Replaces the lane by `f(lane)` unless `f` says no; the lane's old
+    /// value, `Ok` if replaced.
+    fn update(
+        &self,
+        off: usize,
+        size: usize,
+        order: Ordering,
+        f: impl Fn(u64) -> Option<u64>,
+    ) -> Result<u64, u64> {
+        let (w, shift, mask) = self.lane(off, size);
+        let fail = if order == Ordering::SeqCst {
+            Ordering::SeqCst
+        } else {
+            Ordering::Relaxed
+        };
+        w.fetch_update(order, fail, |word| {
+            f((word & mask) >> shift).map(|v| (word & !mask) | ((v << shift) & mask))
+        })
+        .map(|word| (word & mask) >> shift)
+        .map_err(|word| (word & mask) >> shift)
+    }
+
+    fn set(&self, off: usize, size: usize, order: Ordering, v: u64) -> u64 {
+        let old = self.update(off, size, order, |_| Some(v));
+        old.unwrap_or_else(|o| o)
     }
 }
 
@@ -153,51 +208,53 @@ impl SharedMemory for HeapMemory {
         self.len
     }
     fn read_bytes(&self, off: usize, dst: &mut [u8]) {
-        self.check(off, dst.len());
         for (i, d) in dst.iter_mut().enumerate() {
-            *d = self.byte(off + i);
+            *d = self.get(off + i, 1, Ordering::Relaxed) as u8;
         }
     }
     fn write_bytes(&self, off: usize, src: &[u8]) {
-        self.check(off, src.len());
         for (i, s) in src.iter().enumerate() {
-            self.set_byte(off + i, *s);
+            self.set(off + i, 1, Ordering::Relaxed, u64::from(*s));
         }
     }
     fn load_u32(&self, off: usize) -> u32 {
-        self.check(off, 4);
-        assert_eq!(off % 4, 0, "unaligned atomic u32 at {off}");
-        self.words[off / 4].load(Ordering::Acquire)
+        self.get(off, 4, Ordering::Acquire) as u32
     }
     fn store_u32(&self, off: usize, v: u32) {
-        self.check(off, 4);
-        assert_eq!(off % 4, 0, "unaligned atomic u32 at {off}");
-        self.words[off / 4].store(v, Ordering::Release)
+        self.set(off, 4, Ordering::Release, u64::from(v));
     }
     fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
-        self.check(off, 2);
-        assert_eq!(off % 2, 0, "unaligned atomic u16 at {off}");
-        let shift = Self::half_shift(off);
-        let mask = 0xffffu32 << shift;
-        let w = &self.words[off / 4];
-        let mut cur = w.load(Ordering::SeqCst);
-        loop {
-            let actual = ((cur & mask) >> shift) as u16;
-            if actual != old {
-                return Err(actual);
-            }
-            let next = (cur & !mask) | ((new as u32) << shift);
-            match w.compare_exchange(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return Ok(old),
-                Err(v) => cur = v,
-            }
-        }
+        let r = self.update(off, 2, Ordering::SeqCst, |cur| {
+            (cur == u64::from(old)).then_some(u64::from(new))
+        });
+        r.map(|v| v as u16).map_err(|v| v as u16)
     }
     fn load_u16(&self, off: usize) -> u16 {
-        self.check(off, 2);
-        assert_eq!(off % 2, 0, "unaligned atomic u16 at {off}");
-        let shift = Self::half_shift(off);
-        (self.words[off / 4].load(Ordering::SeqCst) >> shift) as u16
+        self.get(off, 2, Ordering::SeqCst) as u16
+    }
+    fn swap_u32(&self, off: usize, v: u32) -> u32 {
+        self.set(off, 4, Ordering::SeqCst, u64::from(v)) as u32
+    }
+    fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32> {
+        let r = self.update(off, 4, Ordering::SeqCst, |cur| {
+            (cur == u64::from(old)).then_some(u64::from(new))
+        });
+        r.map(|v| v as u32).map_err(|v| v as u32)
+    }
+    fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
+        let r = self.update(off, 4, Ordering::SeqCst, |cur| {
+            Some(u64::from((cur as u32).wrapping_add(v)))
+        });
+        r.unwrap_or_else(|o| o) as u32
+    }
+    fn load_u64_seqcst(&self, off: usize) -> u64 {
+        self.get(off, 8, Ordering::SeqCst)
+    }
+    fn store_u64_seqcst(&self, off: usize, v: u64) {
+        self.set(off, 8, Ordering::SeqCst, v);
+    }
+    fn fence_seqcst(&self) {
+        fence(Ordering::SeqCst)
     }
 }
 
@@ -221,6 +278,25 @@ mod tests {
         assert_eq!(m.cmpxchg_u16(6, 7, 1), Err(9));
         assert_eq!(m.read_u16(6), 9);
         assert_eq!(m.read_u16(4), 0xbeef);
+    }
+
+    #[test]
+    fn heap_memory_words_stay_in_their_lane() {
+        let m = HeapMemory::new(16);
+        m.store_u32(0, 1);
+        assert_eq!(m.swap_u32(4, 7), 0);
+        assert_eq!(m.swap_u32(4, 0), 7);
+        assert_eq!(m.cmpxchg_u32(4, 1, 2), Err(0));
+        assert_eq!(m.cmpxchg_u32(4, 0, u32::MAX), Ok(0));
+        assert_eq!(m.fetch_add_u32(4, 2), u32::MAX);
+        assert_eq!(
+            (m.load_u32(0), m.load_u32(4)),
+            (1, 1),
+            "the add wrapped in its lane"
+        );
+        m.store_u64_seqcst(8, 0x0102_0304_0506_0708);
+        assert_eq!(m.load_u64_seqcst(8), 0x0102_0304_0506_0708);
+        assert_eq!(m.load_u64_seqcst(0), 1 | 1 << 32);
     }
 
     #[test]
@@ -279,6 +355,24 @@ impl<M: SharedMemory> SharedMemory for Window<M> {
     }
     fn load_u16(&self, off: usize) -> u16 {
         self.mem.load_u16(self.at(off, 2))
+    }
+    fn swap_u32(&self, off: usize, v: u32) -> u32 {
+        self.mem.swap_u32(self.at(off, 4), v)
+    }
+    fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32> {
+        self.mem.cmpxchg_u32(self.at(off, 4), old, new)
+    }
+    fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
+        self.mem.fetch_add_u32(self.at(off, 4), v)
+    }
+    fn load_u64_seqcst(&self, off: usize) -> u64 {
+        self.mem.load_u64_seqcst(self.at(off, 8))
+    }
+    fn store_u64_seqcst(&self, off: usize, v: u64) {
+        self.mem.store_u64_seqcst(self.at(off, 8), v)
+    }
+    fn fence_seqcst(&self) {
+        self.mem.fence_seqcst()
     }
 }
 

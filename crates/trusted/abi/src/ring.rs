@@ -13,7 +13,6 @@
 //! never a long loop.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{fence, Ordering};
 
 use crate::mem::SharedMemory;
 use crate::wire::wire_view;
@@ -205,10 +204,21 @@ fn publish_and_check<M: SharedMemory>(
 ) -> bool {
     // Release store: the peer sees the entries before the index.
     mem.store_u32(prod_off, new);
-    // Full barrier: the peer sees the new index before we read its event index.
-    fence(Ordering::SeqCst);
+    // Full fence: the index is visible before we read the consumer's event
+    // index; pairs with the fence in `ask_for_event` (Xen's `mb()`).
+    mem.fence_seqcst();
     let event = mem.load_u32(event_off);
     new.wrapping_sub(event) < new.wrapping_sub(old)
+}
+
+/// The consumer's half of `RING_FINAL_CHECK_FOR_*`: asks for a notification
+/// when the producer's index passes `cons`, then fences so that the caller's
+/// re-read of the producer's index cannot come before this store is visible;
+/// pairs with the fence in `publish_and_check`. Without both fences each side
+/// may read the other's old index and neither notifies (a lost wake-up).
+fn ask_for_event<M: SharedMemory>(mem: &M, event_off: usize, cons: RingIdx) {
+    mem.store_u32(event_off, cons.wrapping_add(1));
+    mem.fence_seqcst();
 }
 
 fn write_initial_header<M: SharedMemory>(mem: &M, start: RingIdx) {
@@ -364,9 +374,7 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> FrontRing<M, Req, Rsp> {
         if self.unconsumed_responses()? > 0 {
             return Ok(true);
         }
-        self.mem
-            .store_u32(layout::RSP_EVENT, self.rsp_cons.wrapping_add(1));
-        fence(Ordering::SeqCst);
+        ask_for_event(&self.mem, layout::RSP_EVENT, self.rsp_cons);
         Ok(self.unconsumed_responses()? > 0)
     }
 }
@@ -497,9 +505,7 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
         if self.unconsumed_requests()? > 0 {
             return Ok(true);
         }
-        self.mem
-            .store_u32(layout::REQ_EVENT, self.req_cons.wrapping_add(1));
-        fence(Ordering::SeqCst);
+        ask_for_event(&self.mem, layout::REQ_EVENT, self.req_cons);
         Ok(self.unconsumed_requests()? > 0)
     }
 }

@@ -63,8 +63,7 @@ impl Channel {
         if self.map.load_u32(STATE_OFF) != STATE_BOUND {
             return err(ErrorKind::BadPort, "event channel is not bound");
         }
-        self.map.store_u32(pending_off(peer), 1);
-        if self.map.load_u32(mask_off(peer)) == 0 {
+        if hypercall::evtchn::set_pending(&self.map, peer) {
             self.bells[peer as usize]
                 .1
                 .ring()

@@ -10,6 +10,7 @@
 
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::proto::DomId;
+use abi::SharedMemory;
 use std::os::fd::{AsFd, OwnedFd};
 use sys::{Mapping, Memfd, PAGE_SIZE};
 
@@ -112,10 +113,10 @@ impl NgmTable {
     }
 
     /// GRANT_unmap (thesis 4.6.3), race-free against the driver domain's
-    /// use: the driver raises the use count and then reads the entry; hv
-    /// withdraws the entry and then reads the count (all sequentially
-    /// consistent). Either hv sees the use and restores the entry, or the
-    /// driver sees the entry gone and refuses; never both miss each other.
+    /// use ([`withdraw`]): the driver raises the use count and then reads the
+    /// entry; hv withdraws the entry and then reads the count, each with a
+    /// full fence in between. Either hv sees the use and restores the entry,
+    /// or the driver sees the entry gone and refuses; never both miss.
     pub fn revoke(&mut self, gref: u32) -> HvResult<()> {
         let i = self.check_ref(gref)?;
         let old = self.entry(i);
@@ -125,16 +126,7 @@ impl NgmTable {
                 format!("grant reference {gref} grants nothing"),
             );
         }
-        self.set(
-            i,
-            NgmEntry {
-                flags: NGM_REVOKED,
-                ..old
-            },
-        );
-        let uses = self.status_map.load_u32_seqcst(i * NGM_STATUS_SIZE);
-        if uses != 0 {
-            self.set(i, old);
+        if let Err(uses) = withdraw(&self.trans_map, &self.status_map, gref, old) {
             self.refused += 1;
             return err(
                 ErrorKind::InUse,

@@ -3,7 +3,7 @@
 
 use crate::batch;
 use crate::error::{err, ErrorKind, HvError, HvResult};
-use crate::evtchn::{mask_off, pending_off, STATE_CLOSED, STATE_OFF};
+use crate::evtchn::{self, STATE_CLOSED, STATE_OFF};
 use crate::proto::{self, DomId, Port, Reply, Request, Response, WatchFired, Welcome};
 use crate::status::SystemStatus;
 use crate::trace::{self, DomainEvent, TraceSnapshot, Tracer};
@@ -960,6 +960,24 @@ impl SharedMemory for MappedGrant {
     fn load_u16(&self, off: usize) -> u16 {
         self.map.load_u16(off)
     }
+    fn swap_u32(&self, off: usize, v: u32) -> u32 {
+        self.map.swap_u32(off, v)
+    }
+    fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32> {
+        self.map.cmpxchg_u32(off, old, new)
+    }
+    fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
+        self.map.fetch_add_u32(off, v)
+    }
+    fn load_u64_seqcst(&self, off: usize) -> u64 {
+        self.map.load_u64_seqcst(off)
+    }
+    fn store_u64_seqcst(&self, off: usize, v: u64) {
+        self.map.store_u64_seqcst(off, v)
+    }
+    fn fence_seqcst(&self) {
+        self.map.fence_seqcst()
+    }
 }
 
 /// One end of a bound event channel.
@@ -980,9 +998,7 @@ impl EventChannel {
     /// notify_remote_via_evtchn: sets the peer's pending bit and rings it unless masked.
     pub fn notify(&self) -> HvResult<()> {
         let t0 = trace::now();
-        let peer = 1 - self.end;
-        self.page.store_u32(pending_off(peer), 1);
-        let rang = self.page.load_u32(mask_off(peer)) == 0;
+        let rang = evtchn::set_pending(&self.page, 1 - self.end);
         let r = if rang { self.peer.ring() } else { Ok(()) };
         self.tracer.record(DomainEvent::Notify, t0, u64::from(rang));
         io("evtchn notify", r)
@@ -1005,21 +1021,15 @@ impl EventChannel {
 
     /// Clears and returns the pending bit.
     pub fn take_pending(&self) -> bool {
-        let off = pending_off(self.end);
-        if self.page.load_u32(off) == 0 {
-            return false;
-        }
-        self.page.store_u32(off, 0);
-        true
+        evtchn::take_pending(&self.page, self.end)
     }
     /// Suppresses wake-ups (pending still gets set).
     pub fn mask(&self) {
-        self.page.store_u32(mask_off(self.end), 1);
+        evtchn::mask(&self.page, self.end)
     }
     /// Re-enables wake-ups, delivering one now if something is pending.
     pub fn unmask(&self) -> HvResult<()> {
-        self.page.store_u32(mask_off(self.end), 0);
-        if self.page.load_u32(pending_off(self.end)) != 0 {
+        if evtchn::unmask(&self.page, self.end) {
             io("evtchn unmask", self.own_ring.ring())?;
         }
         Ok(())

@@ -2,8 +2,16 @@
 //! translation word per grant reference, written only by hv, and one use
 //! count per reference, written by the driver domain. hv's side (creating,
 //! validating and revoking grants) is `splitnet-hv`'s `ngm` module.
+//!
+//! The use-count handshake (thesis 4.4: a revocation is refused while a use
+//! is in flight) is here, generic over [`SharedMemory`] so that the model
+//! checker (`crates/model`) runs this very code: the driver domain raises
+//! the count and then reads the entry ([`take_use`]); hv withdraws the entry
+//! and then reads the count ([`withdraw`]). Each puts a full fence between
+//! its store and its load, so at least one of them sees the other.
 
 use crate::proto::DomId;
+use abi::SharedMemory;
 use sys::PAGE_SIZE;
 
 /// Entries per table (a grant reference is an index below this). The guest's
@@ -51,4 +59,57 @@ impl NgmEntry {
     pub fn valid(&self) -> bool {
         self.flags & NGM_VALID != 0
     }
+}
+
+/// The driver domain's half (thesis 4.6.2): takes a use of `gref` (below
+/// [`NGM_ENTRIES`]), then reads its translation entry. The use must be ended
+/// with [`end_use`] whatever the entry says.
+pub fn take_use<T, S>(translation: &T, status: &S, gref: u32) -> NgmEntry
+where
+    T: SharedMemory + ?Sized,
+    S: SharedMemory + ?Sized,
+{
+    let i = gref as usize;
+    status.fetch_add_u32(i * NGM_STATUS_SIZE, 1);
+    status.fence_seqcst();
+    NgmEntry::decode(translation.load_u64_seqcst(i * NGM_ENTRY_SIZE))
+}
+
+/// Ends a use taken by [`take_use`]. A compare-and-swap loop, so the count
+/// never goes below zero, not even for a moment: a count that wrapped would
+/// let a concurrent [`take_use`] bring it back to zero and [`withdraw`]
+/// succeed under that use. False if there was no use to end.
+pub fn end_use<S: SharedMemory + ?Sized>(status: &S, gref: u32) -> bool {
+    let off = gref as usize * NGM_STATUS_SIZE;
+    let mut uses = status.load_u32(off);
+    while uses != 0 {
+        match status.cmpxchg_u32(off, uses, uses - 1) {
+            Ok(_) => return true,
+            Err(now) => uses = now,
+        }
+    }
+    false
+}
+
+/// hv's half (thesis 4.6.3): withdraws `gref`'s entry `old` (marks it
+/// revoked), then reads the use count. If a use is in flight, puts `old`
+/// back and returns the count; otherwise the revocation stands.
+pub fn withdraw<T, S>(translation: &T, status: &S, gref: u32, old: NgmEntry) -> Result<(), u32>
+where
+    T: SharedMemory + ?Sized,
+    S: SharedMemory + ?Sized,
+{
+    let i = gref as usize;
+    let revoked = NgmEntry {
+        flags: NGM_REVOKED,
+        ..old
+    };
+    translation.store_u64_seqcst(i * NGM_ENTRY_SIZE, revoked.encode());
+    translation.fence_seqcst();
+    let uses = status.load_u32(i * NGM_STATUS_SIZE);
+    if uses != 0 {
+        translation.store_u64_seqcst(i * NGM_ENTRY_SIZE, old.encode());
+        return Err(uses);
+    }
+    Ok(())
 }

@@ -2,10 +2,9 @@
 //! guest's grant-track table and the driver domain's view of a guest's pool.
 
 use crate::error::{ErrorKind, HvError, HvResult};
-use crate::ngm::{
-    NgmEntry, NGM_ENTRIES, NGM_ENTRY_SIZE, NGM_REVOKED, NGM_STATUS_SIZE, NGM_WRITABLE,
-};
+use crate::ngm::{self, NGM_ENTRIES, NGM_REVOKED, NGM_WRITABLE};
 use crate::proto::DomId;
+use abi::SharedMemory;
 use sys::{Mapping, PAGE_SIZE};
 
 /// Why the driver domain refused a grant reference.
@@ -89,43 +88,17 @@ impl NgmView {
     /// guest frame it names (thesis 4.6.2). The use must be ended with
     /// [`NgmView::release`]; while it lasts, hv refuses to revoke the grant.
     pub fn acquire(&self, gref: u32, write: bool) -> Result<u32, NgmRefusal> {
-        if gref >= NGM_ENTRIES {
-            return Err(NgmRefusal::Absent);
-        }
-        let i = gref as usize;
-        // The use first, then the entry: see `NgmTable::revoke`.
-        self.status.fetch_add_u32(i * NGM_STATUS_SIZE, 1);
-        let e = NgmEntry::decode(self.translation.load_u64_seqcst(i * NGM_ENTRY_SIZE));
-        let refusal = if e.flags & NGM_REVOKED != 0 {
-            Some(NgmRefusal::Revoked)
-        } else if !e.valid() {
-            Some(NgmRefusal::Absent)
-        } else if e.grantee != self.me {
-            Some(NgmRefusal::OtherDomain)
-        } else if write && e.flags & NGM_WRITABLE == 0 {
-            Some(NgmRefusal::ReadOnly)
-        } else if e.frame >= self.pool_frames {
-            Some(NgmRefusal::BadFrame)
-        } else {
-            None
+        let grantee = Grantee {
+            me: self.me,
+            pool_frames: self.pool_frames,
         };
-        match refusal {
-            Some(r) => {
-                self.release(gref);
-                Err(r)
-            }
-            None => Ok(e.frame),
-        }
+        acquire_use(&self.translation, &self.status, grantee, gref, write)
     }
 
-    /// Ends a use taken by [`NgmView::acquire`].
+    /// Ends a use taken by [`NgmView::acquire`] (never below zero).
     pub fn release(&self, gref: u32) {
         if gref < NGM_ENTRIES {
-            let off = gref as usize * NGM_STATUS_SIZE;
-            if self.status.fetch_sub_u32(off, 1) == 0 {
-                // Never below zero, whatever happened before.
-                self.status.fetch_add_u32(off, 1);
-            }
+            ngm::end_use(&self.status, gref);
         }
     }
 
@@ -133,6 +106,49 @@ impl NgmView {
     pub fn frame_offset(frame: u32) -> usize {
         frame as usize * PAGE_SIZE
     }
+}
+
+/// Who takes uses of a guest's grants: the driver domain, and the size of
+/// the guest's pool its grants must name frames in.
+#[derive(Debug, Clone, Copy)]
+pub struct Grantee {
+    pub me: DomId,
+    pub pool_frames: u32,
+}
+
+/// [`NgmView::acquire`] over any memory holding the two sub-tables (the
+/// model checker's too): takes a use of `gref` ([`ngm::take_use`]), checks
+/// the entry, and ends the use again when it refuses.
+pub fn acquire_use<T, S>(
+    translation: &T,
+    status: &S,
+    grantee: Grantee,
+    gref: u32,
+    write: bool,
+) -> Result<u32, NgmRefusal>
+where
+    T: SharedMemory + ?Sized,
+    S: SharedMemory + ?Sized,
+{
+    if gref >= NGM_ENTRIES {
+        return Err(NgmRefusal::Absent);
+    }
+    let e = ngm::take_use(translation, status, gref);
+    let refusal = if e.flags & NGM_REVOKED != 0 {
+        NgmRefusal::Revoked
+    } else if !e.valid() {
+        NgmRefusal::Absent
+    } else if e.grantee != grantee.me {
+        NgmRefusal::OtherDomain
+    } else if write && e.flags & NGM_WRITABLE == 0 {
+        NgmRefusal::ReadOnly
+    } else if e.frame >= grantee.pool_frames {
+        NgmRefusal::BadFrame
+    } else {
+        return Ok(e.frame);
+    };
+    ngm::end_use(status, gref);
+    Err(refusal)
 }
 
 /// The two hypercalls the track table makes, so tests can count them.

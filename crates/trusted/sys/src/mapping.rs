@@ -3,7 +3,7 @@ use abi::SharedMemory;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 /// A shared mapping of (part of) a memory file.
 ///
@@ -126,36 +126,6 @@ impl Mapping {
         self.atomic_u64(off).fetch_max(v, Ordering::Relaxed)
     }
 
-    /// Sequentially consistent 64-bit load (`off` 8-aligned): one word a
-    /// peer publishes whole, such as a translation-table entry.
-    pub fn load_u64_seqcst(&self, off: usize) -> u64 {
-        self.atomic_u64(off).load(Ordering::SeqCst)
-    }
-
-    /// Sequentially consistent 64-bit store (`off` 8-aligned).
-    pub fn store_u64_seqcst(&self, off: usize, v: u64) {
-        assert!(self.writable, "store into a read-only mapping");
-        self.atomic_u64(off).store(v, Ordering::SeqCst)
-    }
-
-    /// Sequentially consistent 32-bit add, wrapping (`off` 4-aligned): a use
-    /// count that another process checks before it revokes.
-    pub fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
-        assert!(self.writable, "store into a read-only mapping");
-        self.atomic_u32(off).fetch_add(v, Ordering::SeqCst)
-    }
-
-    /// Sequentially consistent 32-bit subtract, wrapping (`off` 4-aligned).
-    pub fn fetch_sub_u32(&self, off: usize, v: u32) -> u32 {
-        assert!(self.writable, "store into a read-only mapping");
-        self.atomic_u32(off).fetch_sub(v, Ordering::SeqCst)
-    }
-
-    /// Sequentially consistent 32-bit load (`off` 4-aligned).
-    pub fn load_u32_seqcst(&self, off: usize) -> u32 {
-        self.atomic_u32(off).load(Ordering::SeqCst)
-    }
-
     /// The address of `len` bytes at `off`, bounds-checked (and checked
     /// writable when `write`), for building I/O vectors the kernel reads or
     /// fills. The memory stays valid while `self` lives.
@@ -217,6 +187,35 @@ impl SharedMemory for Mapping {
     fn load_u16(&self, off: usize) -> u16 {
         self.atomic_u16(off).load(Ordering::SeqCst)
     }
+
+    fn swap_u32(&self, off: usize, v: u32) -> u32 {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u32(off).swap(v, Ordering::SeqCst)
+    }
+
+    fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32> {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u32(off)
+            .compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
+    }
+
+    fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u32(off).fetch_add(v, Ordering::SeqCst)
+    }
+
+    fn load_u64_seqcst(&self, off: usize) -> u64 {
+        self.atomic_u64(off).load(Ordering::SeqCst)
+    }
+
+    fn store_u64_seqcst(&self, off: usize, v: u64) {
+        assert!(self.writable, "store into a read-only mapping");
+        self.atomic_u64(off).store(v, Ordering::SeqCst)
+    }
+
+    fn fence_seqcst(&self) {
+        fence(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Mapping {
@@ -243,6 +242,10 @@ mod tests {
         assert_eq!(&out, b"hello");
         b.store_u32(100, 42);
         assert_eq!(a.load_u32(4196), 42);
+        assert_eq!(a.swap_u32(4196, 0), 42);
+        assert_eq!(b.cmpxchg_u32(100, 0, 5), Ok(0));
+        assert_eq!(b.fetch_add_u32(100, 1), 5);
+        assert_eq!(a.load_u32(4196), 6);
         a.copy_from(0, &b, 10, 5);
         a.read_bytes(0, &mut out);
         assert_eq!(&out, b"hello");
