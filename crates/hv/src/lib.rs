@@ -32,7 +32,7 @@ pub use hypercall::{
     batch, client, error, hvm as hvm_client, ioreq, ngm_client, proto, status, trace,
 };
 
-pub use crate::core::{DomainSpec, Hypervisor, Teardown};
+pub use crate::core::{DomainSpec, Hypervisor, Quotas, Teardown};
 pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};
 pub use error::{ErrorKind, HvError, HvResult};
 pub use memory::MemorySpec;
