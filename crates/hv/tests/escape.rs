@@ -14,6 +14,8 @@
 //! brings up `splitnet-esc*` namespaces, so run it under the namespace lock
 //! like the other end-to-end tests.
 
+mod common;
+
 use splitnet_hv as hv;
 
 use hv::proto::{Reply, Request};
@@ -70,10 +72,11 @@ fn main() {
         .iter()
         .filter(|(n, _)| filter.is_none_or(|f| n.contains(f.as_str())))
         .collect();
-    // SAFETY: getuid has no side effects.
-    if unsafe { libc::getuid() } != 0 {
-        println!("escape tests need root (namespaces); skipped");
-        println!("0 passed, 0 failed");
+    if !common::root_or_skip("network namespaces, a jailed process") {
+        println!(
+            "\ntest result: ok. 0 passed; 0 failed; {} SKIPPED (not root)\n",
+            chosen.len()
+        );
         return;
     }
     println!("\nrunning {} tests", chosen.len());
