@@ -1,12 +1,12 @@
 //! `hv`: the trusted supervisor that plays Xen's hypervisor and the dom0
-//! toolstack back end (DESIGN.md concept map).
+//! toolstack back end (docs/SEED_MAP.md maps Xen's parts to splitnet's).
 //!
 //! - [`core::Hypervisor`]: domains, hypercall dispatch, cleanup of dead domains;
 //! - [`memory`]: each domain's grantable pool, grant table, batch page and trace area;
 //! - [`grant`]: grant validation, copy, map/unmap, transfer;
 //! - [`ngm`]: the new grant mechanism's tables (Ram thesis ch. 4), and
 //!   [`ngm_client`] the guest's track table and the driver domain's view;
-//! - [`evtchn`]: event channels (eventfd doorbells, pending/mask bits);
+//! - [`evtchn`]: event channels (datagram doorbells, pending/mask bits);
 //! - [`batch`]: the shared-memory path for grant-copy batches;
 //! - [`hvm`]: HVM guests' I/O exits, the vPIC and the relay to their device
 //!   model (Zhang & Dong);

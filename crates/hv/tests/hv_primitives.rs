@@ -1,4 +1,4 @@
-//! hv's primitives end to end over real sockets, memfds and eventfds, with
+//! hv's primitives end to end over real sockets, memfds and doorbells, with
 //! in-process domains: grants, event channels, the store, the batch path,
 //! hostile input and domain death.
 

@@ -1,6 +1,8 @@
 //! The one place splitnet touches raw shared memory and raw file descriptors.
 //!
-//! Everything above this crate is safe Rust (STYLE.md, rust-vmm vm-memory):
+//! Everything above this crate is safe Rust and, as with rust-vmm's vm-memory,
+//! reaches shared memory only through copies and atomics, never references.
+//! This crate holds:
 //! - [`Memfd`]: a domain's frames, sealed against resizing so a peer can never
 //!   make a mapping fault, with a read-only reopen the kernel enforces;
 //! - [`Mapping`]: an mmap of a memfd, accessed only through copies and atomics,
