@@ -1,4 +1,4 @@
-//! Per-vif counters, named for what an operator asks (STYLE.md, Firecracker).
+//! Per-vif counters, named for what an operator asks, as Firecracker's are.
 //!
 //! Counting never allocates on the data path: a reason is a `&'static str`,
 //! and each distinct reason takes one slot the first time it is seen.

@@ -755,6 +755,10 @@ fn connect_ready(
                     vifs[slot] = v;
                 }
             }
+            Err(e) if e.is_quota() => {
+                eprintln!("driver: {name}: could not connect: {e}; giving it up");
+                netback::give_up(hv, &be, &e);
+            }
             Err(e) => {
                 // A frontend state left over from an earlier backend, or a
                 // frontend that broke the handshake: wait for its next
@@ -783,7 +787,12 @@ fn pend(
             hv.watch(&format!("{}/state", p.fe), PENDING)?;
             pending.push(p);
         }
-        Err(e) => eprintln!("driver: {}: {e}", crate::vif_name(be)),
+        Err(e) => {
+            eprintln!("driver: {}: {e}", crate::vif_name(be));
+            if e.is_quota() {
+                netback::give_up(hv, be, &e);
+            }
+        }
     }
     Ok(())
 }

@@ -385,7 +385,20 @@ impl Netfront {
         )?;
         hv.switch_state(&dev, XenbusState::Connected)?;
         let backend = self.info.backend.clone();
-        hv.wait_state(&backend, timeout, |s| s == XenbusState::Connected)?;
+        let s = hv.wait_state(&backend, timeout, |s| {
+            matches!(
+                s,
+                XenbusState::Connected | XenbusState::Closing | XenbusState::Closed
+            )
+        })?;
+        if s != XenbusState::Connected {
+            // It gave the vif up (a quota ran out): waiting longer cannot help.
+            let why = hv.store_read_str(&format!("{backend}/disconnect-reason"));
+            return Err(NetfrontError::Setup(format!(
+                "the backend closed instead of connecting: {}",
+                why.unwrap_or_default()
+            )));
+        }
         self.refill_rx(hv)
     }
 

@@ -3,7 +3,7 @@
 //! the kernel's bridge, the minimal user-space forwarder (the ceiling of a
 //! TAP-to-AF_PACKET path), user-mode networking (pasta, slirp4netns), and
 //! splitnet in its seed-baseline, hv-copy and default (fast-path) modes,
-//! all measured in the same run (Menon 2006 §5, Ram thesis §2.4: cycles per
+//! all measured in the same run (Menon 2006 §6, Ram thesis §2.4: cycles per
 //! 1514-byte packet by domain).
 
 use crate::chart::{self, Bar};

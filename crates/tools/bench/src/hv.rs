@@ -1,8 +1,8 @@
 //! Suite `hv`: the cost of the hypervisor primitives the seed papers discuss
-//! (Menon 2005 §4, Ram thesis Table 2.1 "hypervisor" and "grant" classes).
+//! (Menon 2005 §6, Ram thesis Table 2.1 "hypervisor" and "grant" classes).
 //!
 //! Two in-process domains talk to a real `Hypervisor` over its real sockets,
-//! eventfds and shared memory; no namespaces are needed.
+//! doorbells and shared memory; no namespaces are needed.
 
 use crate::chart::{self, Bar};
 use crate::stats::{tsc_per_us, Summary};

@@ -1,6 +1,7 @@
 //! Benchmark suites. Each returns a report that prints as a table and
 //! serializes to JSON; timings are medians of many runs, in TSC cycles and
-//! microseconds (the machine has no hardware counters; DESIGN.md "Measuring").
+//! microseconds (the machine has no hardware counters; docs/ARCHITECTURE.md,
+//! "Rules the code keeps").
 #![forbid(unsafe_code)]
 
 pub mod baseline;

@@ -94,65 +94,114 @@ pub fn up(
             );
         }
         // Up means: every domain said hello and every vif is Connected at both ends.
-        if let Ok(v) = toolstack::status::collect(rd) {
+        let status = toolstack::status::collect(rd);
+        let waiting = match status.as_ref().map(|v| waiting_for(&topo, v)) {
+            Ok(Ok(w)) => w,
+            Ok(Err(failed)) => {
+                let _ = down(rd);
+                bail!("{failed}");
+            }
+            Err(e) => vec![format!("hv's status ({e})")],
+        };
+        if let (Ok(v), true) = (&status, waiting.is_empty()) {
             let doms = v["domains"].as_array().cloned().unwrap_or_default();
             let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
-            let domains_ready = want.iter().all(|n| {
-                doms.iter()
-                    .any(|d| d["name"] == *n && d["connected"] == true)
-            });
-            let vifs_ready = vifs.len() == topo.vifs().len()
-                && vifs.iter().all(|x| {
-                    x["frontend_state"] == "Connected" && x["backend_state"] == "Connected"
-                });
-            // An emulated NIC is up once its guest runs its driver (its
-            // counters are in) and its driver domain bridges its VMNet port.
-            let ports = v["ports"].as_array().cloned().unwrap_or_default();
-            let nics_ready = topo.emulated_nics().iter().all(|e| {
-                let running = doms.iter().any(|d| {
-                    d["name"] == e.guest.as_str() && d["emulated_nic"]["guest"].is_object()
-                });
-                let bridged = ports.iter().any(|p| {
-                    p["domain"] == e.backend.as_str()
-                        && p["name"] == e.host_ifname().as_str()
-                        && p["open"] == true
-                });
-                running && bridged
-            });
-            if domains_ready && vifs_ready && nics_ready {
-                let nics = topo.emulated_nics().len();
-                println!(
-                    "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}{}; hv pid {}",
-                    topo.name,
-                    doms.len(),
-                    want.join(", "),
-                    vifs.len(),
-                    if nics > 0 {
-                        format!(", {nics} emulated NIC{} bridged", if nics == 1 { "" } else { "s" })
-                    } else {
-                        String::new()
-                    },
-                    topo.wire
-                        .as_ref()
-                        .map(|w| format!(", external host {}", w.name))
-                        .unwrap_or_default(),
-                    v["hv_pid"]
-                );
-                if let Some(a) = listen {
-                    println!("metrics: http://{a}/metrics");
-                }
-                return Ok(());
+            let nics = topo.emulated_nics().len();
+            println!(
+                "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}{}; hv pid {}",
+                topo.name,
+                doms.len(),
+                want.join(", "),
+                vifs.len(),
+                if nics > 0 {
+                    format!(
+                        ", {nics} emulated NIC{} bridged",
+                        if nics == 1 { "" } else { "s" }
+                    )
+                } else {
+                    String::new()
+                },
+                topo.wire
+                    .as_ref()
+                    .map(|w| format!(", external host {}", w.name))
+                    .unwrap_or_default(),
+                v["hv_pid"]
+            );
+            if let Some(a) = listen {
+                println!("metrics: http://{a}/metrics");
             }
+            return Ok(());
         }
         if Instant::now() > deadline {
             let _ = down(rd);
             bail!(
-                "domains did not connect within {timeout} s:\n{}",
+                "not connected within {timeout} s: {}\n{}",
+                waiting.join(", "),
                 log_tail(&rd.join("hv.log"), 20)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// What of `topo` is not up yet in status `v`: domains that have not said
+/// hello, vifs not Connected at both ends, emulated NICs not running or not
+/// bridged. An error names a vif whose driver domain gave it up (a quota
+/// ran out): it will not connect however long `up` waits.
+fn waiting_for(topo: &Topology, v: &serde_json::Value) -> Result<Vec<String>, String> {
+    let doms = v["domains"].as_array().cloned().unwrap_or_default();
+    let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
+    let mut out: Vec<String> = topo
+        .domains
+        .iter()
+        .filter(|d| {
+            !doms
+                .iter()
+                .any(|x| x["name"] == d.name.as_str() && x["connected"] == true)
+        })
+        .map(|d| format!("domain {}", d.name))
+        .collect();
+    for want in topo.vifs() {
+        let found = vifs.iter().find(|x| {
+            x["guest"] == want.guest.as_str()
+                && x["handle"] == want.handle
+                && x["backend_name"] == want.backend.as_str()
+        });
+        let name = format!("vif {} of {} on {}", want.handle, want.guest, want.backend);
+        let Some(x) = found else {
+            out.push(format!("{name} (not set up)"));
+            continue;
+        };
+        let (fe, be) = (&x["frontend_state"], &x["backend_state"]);
+        if let (Some(why), "Closed") = (x["disconnect_reason"].as_str(), be.as_str().unwrap_or(""))
+        {
+            return Err(format!("{name}: {} gave it up: {why}", want.backend));
+        }
+        if fe != "Connected" || be != "Connected" {
+            out.push(format!(
+                "{name} (frontend {}, backend {})",
+                fe.as_str().unwrap_or("?"),
+                be.as_str().unwrap_or("?")
+            ));
+        }
+    }
+    // An emulated NIC is up once its guest runs its driver (its counters
+    // are in) and its driver domain bridges its VMNet port.
+    let ports = v["ports"].as_array().cloned().unwrap_or_default();
+    for e in topo.emulated_nics() {
+        let running = doms
+            .iter()
+            .any(|d| d["name"] == e.guest.as_str() && d["emulated_nic"]["guest"].is_object());
+        let bridged = ports.iter().any(|p| {
+            p["domain"] == e.backend.as_str()
+                && p["name"] == e.host_ifname().as_str()
+                && p["open"] == true
+        });
+        if !(running && bridged) {
+            out.push(format!("the {} NIC of {}", e.kind.as_str(), e.guest));
+        }
+    }
+    Ok(out)
 }
 
 use std::os::unix::process::CommandExt;
@@ -390,4 +439,46 @@ pub fn demo(rd: &Path, preset: Option<Preset>, secs: u32) -> Result<()> {
     step(6, "tear down");
     run(&["down"])?;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn up_names_what_it_waits_for_and_stops_on_a_vif_given_up() {
+        let t = Topology::default_topology();
+        let vif = |guest: &str, be: &str, reason: Option<&str>| {
+            json!({"guest": guest, "handle": 0, "backend_name": "drv",
+                   "frontend_state": "Connected", "backend_state": be,
+                   "disconnect_reason": reason})
+        };
+        let dom = |name: &str, up: bool| json!({"name": name, "connected": up});
+        let v = json!({
+            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", false)],
+            "vifs": [vif("guest1", "InitWait", None)],
+        });
+        assert_eq!(
+            waiting_for(&t, &v).unwrap(),
+            [
+                "domain guest2",
+                "vif 0 of guest1 on drv (frontend Connected, backend InitWait)",
+                "vif 0 of guest2 on drv (not set up)",
+            ]
+        );
+        let v = json!({
+            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
+            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Closed", Some("quota: x"))],
+        });
+        assert_eq!(
+            waiting_for(&t, &v).unwrap_err(),
+            "vif 0 of guest2 on drv: drv gave it up: quota: x"
+        );
+        let v = json!({
+            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
+            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Connected", None)],
+        });
+        assert!(waiting_for(&t, &v).unwrap().is_empty());
+    }
 }

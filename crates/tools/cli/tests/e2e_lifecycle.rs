@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn up_status_exec_down_leaves_nothing_behind() {
-    let env = Env::new("lifecycle");
+    let Some(env) = Env::new("lifecycle") else {
+        return;
+    };
     let out = env.ok(&["up"]);
     assert!(out.contains("splitnet is up"), "{out}");
     let st = env.status();
@@ -117,7 +119,9 @@ fn up_status_exec_down_leaves_nothing_behind() {
 
 #[test]
 fn down_after_hv_crashed_cleans_up() {
-    let env = Env::new("hvcrash");
+    let Some(env) = Env::new("hvcrash") else {
+        return;
+    };
     env.ok(&["up"]);
     let hv_pid: i64 = std::fs::read_to_string(env.run_dir.join("hv.pid"))
         .unwrap()
@@ -141,7 +145,9 @@ fn down_after_hv_crashed_cleans_up() {
 
 #[test]
 fn a_killed_domain_is_reclaimed_and_the_others_keep_running() {
-    let env = Env::new("kill");
+    let Some(env) = Env::new("kill") else {
+        return;
+    };
     env.ok(&["up"]);
     let st = env.status();
     let pid = domain(&st, "guest1")["pid"].as_i64().unwrap() as i32;
@@ -175,7 +181,9 @@ fn a_killed_domain_is_reclaimed_and_the_others_keep_running() {
 
 #[test]
 fn a_malformed_configuration_is_refused_with_a_clear_error() {
-    let env = Env::new("badconfig");
+    let Some(env) = Env::new("badconfig") else {
+        return;
+    };
     std::fs::create_dir_all(&env.run_dir).unwrap();
     let cases = [
         (
@@ -214,7 +222,9 @@ fn a_malformed_configuration_is_refused_with_a_clear_error() {
 
 #[test]
 fn a_custom_topology_comes_up() {
-    let env = Env::new("custom");
+    let Some(env) = Env::new("custom") else {
+        return;
+    };
     std::fs::create_dir_all(&env.run_dir).unwrap();
     let path = env.run_dir.join("t.toml");
     std::fs::write(
@@ -235,7 +245,9 @@ fn a_custom_topology_comes_up() {
 
 #[test]
 fn demo_runs_start_to_finish() {
-    let env = Env::new("demo");
+    let Some(env) = Env::new("demo") else {
+        return;
+    };
     let out = env.ok(&["demo", "--seconds", "1"]);
     for needle in [
         "splitnet is up",
@@ -252,7 +264,9 @@ fn demo_runs_start_to_finish() {
 
 #[test]
 fn the_wire_link_is_shaped_to_the_rate_asked_for_both_ways() {
-    let env = Env::new("shape");
+    let Some(env) = Env::new("shape") else {
+        return;
+    };
     let o = env.splitnet(&["up", "--link-rate", "fast"]);
     assert!(
         !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("needs a unit"),

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A table of a `top --batch` frame: header cells, then rows of cells.
 struct Table {
@@ -158,7 +158,9 @@ fn guest1_tx_bytes(st: &Value) -> f64 {
 
 #[test]
 fn top_metrics_and_the_http_listener_show_a_running_stream() {
-    let env = Env::new("observe");
+    let Some(env) = Env::new("observe") else {
+        return;
+    };
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let up = env.ok(&["up", "--listen", &listen]);
@@ -287,21 +289,25 @@ fn top_metrics_and_the_http_listener_show_a_running_stream() {
     );
     assert_eq!(http(port, b"\x00\x01\xff garbage\r\n\r\n").0, 400);
     assert_eq!(http(port, b"GET /metrics HTTP/9\r\n\r\n").0, 400);
-    let _ = http(port, &[b'a'; 64 << 10]); // answered or reset: either is fine
-                                           // A client that connects and says nothing holds up no one, and is dropped.
+    // Answered or reset: either is fine.
+    let _ = http(port, &[b'a'; 64 << 10]);
+    // A client that connects and says nothing holds up no one, and is dropped.
     let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let t0 = Instant::now();
     assert_eq!(get(port, "/metrics").0, 200);
-    assert!(
-        t0.elapsed() < Duration::from_secs(4),
-        "a silent client delayed others"
+    // Served while the silent client is still connected: it held no one up.
+    idle.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(
+        idle.read(&mut b).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "the silent client was dropped before another was served"
     );
-    idle.set_read_timeout(Some(Duration::from_secs(15)))
+    idle.set_nonblocking(false).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let mut rest = Vec::new();
-    let _ = idle.read_to_end(&mut rest);
     assert!(
-        t0.elapsed() < Duration::from_secs(12),
+        idle.read_to_end(&mut rest).is_ok(),
         "the silent client was never dropped"
     );
     assert_eq!(env.status()["hv_pid"], hv_pid, "hv survived");
@@ -316,7 +322,9 @@ fn top_metrics_and_the_http_listener_show_a_running_stream() {
 
 #[test]
 fn bad_listen_addresses_and_no_system_are_clear_errors() {
-    let env = Env::new("observe-errors");
+    let Some(env) = Env::new("observe-errors") else {
+        return;
+    };
     for bad in ["nonsense", "127.0.0.1", "99999", "1.2.3.4:x"] {
         let o = env.splitnet(&["up", "--listen", bad]);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -34,7 +34,9 @@ fn count(e: &Value) -> u64 {
 
 #[test]
 fn trace_needs_a_system_and_counts_the_data_path() {
-    let env = Env::new("trace");
+    let Some(env) = Env::new("trace") else {
+        return;
+    };
 
     // Nothing is running: a clear error that says what to do.
     let o = env.splitnet(&["trace", "--duration", "0.2"]);

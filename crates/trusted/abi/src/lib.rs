@@ -1,7 +1,7 @@
 //! Xen's shared-memory wire formats, byte-compatible with its public headers.
 //!
 //! Each format has a zero-copy checked view over bytes and a validated owned
-//! representation (STYLE.md, smoltcp). Nothing in this crate does I/O.
+//! representation, as in smoltcp. Nothing in this crate does I/O.
 //!
 //! - [`ring`]: `io/ring.h` shared rings (the I/O channel) and their two ends.
 //! - [`netif`]: `io/netif.h` transmit/receive requests, responses, extra info.

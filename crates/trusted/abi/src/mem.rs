@@ -1,7 +1,7 @@
 //! The memory contract between wire formats and the pages they live in.
 //!
 //! Shared pages may be written by another, untrusted domain at any moment
-//! (DESIGN.md "Trust and failure"). So nothing here hands out `&T` or `&[u8]`
+//! (docs/ARCHITECTURE.md, "Rules the code keeps"). So nothing here hands out `&T` or `&[u8]`
 //! into shared memory: values are copied out with volatile or atomic loads and
 //! validated afterwards. Offsets are the caller's (trusted) arithmetic; an
 //! out-of-range offset is a bug in splitnet, not guest input, and panics.

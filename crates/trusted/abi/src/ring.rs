@@ -7,7 +7,8 @@
 //! indices (`req_event`, `rsp_event`) let the consumer say when it next wants
 //! a notification, so the producer can suppress needless ones.
 //!
-//! Both ends treat the other as hostile (DESIGN.md "Trust and failure"): a
+//! Both ends treat the other as hostile (docs/ARCHITECTURE.md, "Rules the
+//! code keeps"): a
 //! peer's producer index is read once, checked against the ring size and the
 //! entries actually outstanding, and a bad value is an [`Error::Overflow`],
 //! never a long loop.

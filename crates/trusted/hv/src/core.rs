@@ -59,6 +59,30 @@ impl DomainSpec {
     }
 }
 
+/// What one domain may hold, enforced by hv. The toolstack sizes them from
+/// the topology ([`Hypervisor::set_quotas`]); a domain it does not size gets
+/// [`Quotas::default`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Event channels (Xen's `max_event_channels`).
+    pub event_channels: usize,
+    /// Store nodes it may own (xenstored's `quota-nodes`).
+    pub store_nodes: usize,
+    /// Store watches over all its connections.
+    pub store_watches: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Quotas {
+        let store = store::StoreLimits::default();
+        Quotas {
+            event_channels: MAX_PORTS,
+            store_nodes: store.max_nodes_per_domain,
+            store_watches: store.max_watches_per_domain,
+        }
+    }
+}
+
 /// Called once when a domain is destroyed, outside hv's lock (kills the
 /// process, removes the namespace and cgroup).
 pub type Teardown = Box<dyn FnOnce() + Send>;
@@ -86,6 +110,7 @@ struct Domain {
     next_handle: u32,
     fds_given: HashSet<(DomId, bool)>,
     ports: BTreeMap<Port, u64>,
+    quotas: Quotas,
     counters: Counters,
     /// What hv recorded serving this domain.
     trace: Arc<HvTrace>,
@@ -175,8 +200,13 @@ fn os<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
     r.map_err(|e| HvError::internal(what, e))
 }
 
+/// A store quota is a quota like any other hv enforces: retrying cannot help.
 fn store_err(e: store::StoreError) -> HvError {
-    HvError::new(ErrorKind::Store, e.to_string())
+    let kind = match e {
+        store::StoreError::Quota { .. } => ErrorKind::Quota,
+        _ => ErrorKind::Store,
+    };
+    HvError::new(kind, e.to_string())
 }
 
 impl Hypervisor {
@@ -299,6 +329,7 @@ impl Hypervisor {
                 next_handle: 1,
                 fds_given: HashSet::new(),
                 ports: BTreeMap::new(),
+                quotas: Quotas::default(),
                 counters: Counters::default(),
                 trace: trace.clone(),
                 pid: None,
@@ -328,6 +359,16 @@ impl Hypervisor {
             .spawn(move || hv.run_batches(domid, mem, trace, kick_wait, done_ring, stop_wait))
             .map_err(|e| HvError::internal("thread", e))?;
         Ok((domid, dom_end))
+    }
+
+    /// Sets what domain `domid` may hold; the toolstack calls it before the
+    /// domain runs.
+    pub fn set_quotas(&self, domid: DomId, q: Quotas) -> HvResult<()> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        domain(st, domid)?.quotas = q;
+        st.store.set_quota(domid, q.store_nodes, q.store_watches);
+        Ok(())
     }
 
     /// Records how a domain runs, and what to do when it is destroyed.
@@ -896,11 +937,16 @@ fn dup(fd: &impl AsFd) -> HvResult<OwnedFd> {
     os("dup", fd.as_fd().try_clone_to_owned())
 }
 
-fn alloc_port(d: &Domain) -> HvResult<Port> {
-    if d.ports.len() >= MAX_PORTS {
+fn alloc_port(st: &mut State, id: DomId) -> HvResult<Port> {
+    let d = domain(st, id)?;
+    let quota = d.quotas.event_channels;
+    if d.ports.len() >= quota {
         return err(
             ErrorKind::Quota,
-            format!("domain holds the maximum of {MAX_PORTS} event channels"),
+            format!(
+                "domain {id} ({}) holds its quota of {quota} event channels; each vif takes 2: raise max_event_channels of {} in the topology",
+                d.name, d.name
+            ),
         );
     }
     Ok((1..).find(|p| !d.ports.contains_key(p)).unwrap_or(1))
@@ -990,8 +1036,7 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                     format!("cannot offer a channel to domain {remote}"),
                 );
             }
-            let d = domain(st, caller)?;
-            let port = alloc_port(d)?;
+            let port = alloc_port(st, caller)?;
             let chan = Channel::new(caller, port, remote)?;
             // Own waiting end, own ringing end (to re-deliver on unmask), peer's ringing end.
             let fds = vec![
@@ -1017,7 +1062,7 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                     format!("domain {remote} has no port {remote_port}"),
                 );
             };
-            let port = alloc_port(domain(st, caller)?)?;
+            let port = alloc_port(st, caller)?;
             let c = st
                 .channels
                 .get_mut(&id)

@@ -17,7 +17,8 @@ pub use hypercall::evtchn::{
     mask_off, pending_off, STATE_BOUND, STATE_CLOSED, STATE_OFF, STATE_UNBOUND,
 };
 
-/// Most ports one domain may hold (each costs hv five descriptors).
+/// Ports a domain may hold unless the toolstack sizes its quota (each costs
+/// hv five descriptors).
 pub const MAX_PORTS: usize = 64;
 
 /// One channel, as hv owns it.

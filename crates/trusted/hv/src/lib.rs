@@ -26,7 +26,7 @@ pub mod ngm;
 
 pub use hypercall::{batch, client, error, ioreq, ngm_client, proto, status, trace};
 
-pub use crate::core::{DomainSpec, Hypervisor, Teardown};
+pub use crate::core::{DomainSpec, Hypervisor, Quotas, Teardown};
 pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};
 pub use error::{ErrorKind, HvError, HvResult};
 pub use memory::MemorySpec;

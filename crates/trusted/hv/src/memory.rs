@@ -17,7 +17,7 @@ pub struct MemorySpec {
     pub pool_frames: u32,
     /// Pages of grant table (512 v1 entries each).
     pub grant_frames: u32,
-    /// Back the pool with 2 MiB hugetlb pages (prepares superpages, Menon 2006 §4.3).
+    /// Back the pool with 2 MiB hugetlb pages (prepares superpages, Menon 2006 §5.3).
     pub hugepages: bool,
 }
 

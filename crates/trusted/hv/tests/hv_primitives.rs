@@ -1,4 +1,4 @@
-//! hv's primitives end to end over real sockets, memfds and eventfds, with
+//! hv's primitives end to end over real sockets, memfds and doorbells, with
 //! in-process domains: grants, event channels, the store, the batch path,
 //! hostile input and domain death.
 
@@ -515,6 +515,9 @@ fn reserve_hugepages(n: u64) -> u64 {
 
 #[test]
 fn a_hugepage_backed_pool_serves_grants() {
+    if !common::root_or_skip("reserving huge pages") {
+        return;
+    }
     let old = reserve_hugepages(2);
     let hv = Hypervisor::new();
     let spec = DomainSpec {

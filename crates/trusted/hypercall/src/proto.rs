@@ -1,7 +1,7 @@
 //! The hypercall wire protocol on a domain's control socket.
 //!
 //! Slow operations (store, event-channel setup, grant map) are request/response
-//! messages over a SOCK_SEQPACKET socket; descriptors (memory, eventfds) ride
+//! messages over a SOCK_SEQPACKET socket; descriptors (memory, doorbells) ride
 //! along with SCM_RIGHTS. Frequent grant copies also have a shared-memory batch
 //! path (see [`crate::batch`]).
 
@@ -66,7 +66,7 @@ pub enum Request {
         remote_port: Port,
     },
     /// Notifies the peer of `port` through hv (the slow path; domains normally
-    /// ring the peer's eventfd directly).
+    /// ring the peer's doorbell directly).
     EvtchnSend {
         port: Port,
     },

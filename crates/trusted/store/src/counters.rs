@@ -1,5 +1,5 @@
-//! Lock-free counters named for what an operator asks (STYLE.md,
-//! Firecracker metrics).
+//! Lock-free counters named for what an operator asks, as Firecracker's
+//! metrics are.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

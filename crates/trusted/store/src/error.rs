@@ -83,7 +83,8 @@ pub enum StoreError {
     /// The domain has used up its quota of nodes or watches.
     #[error(
         "domain {domid} has reached its quota of {limit} {resource}; \
-         remove some before adding more, or raise StoreLimits"
+         remove some before adding more (the toolstack sizes the quota \
+         to the vifs the domain serves)"
     )]
     Quota {
         domid: DomId,

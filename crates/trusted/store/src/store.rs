@@ -138,6 +138,8 @@ pub struct Store {
     watch_use: HashMap<DomId, usize>,
     introduced: BTreeSet<DomId>,
     limits: StoreLimits,
+    /// Node and watch quotas set for one domain, over `limits`' defaults.
+    quotas: HashMap<DomId, (usize, usize)>,
     counters: StoreCounters,
 }
 
@@ -165,6 +167,7 @@ impl Store {
             watch_use: HashMap::new(),
             introduced: BTreeSet::new(),
             limits,
+            quotas: HashMap::new(),
             counters: StoreCounters::default(),
         };
         for path in ["/", "/local", "/local/domain"] {
@@ -175,6 +178,21 @@ impl Store {
 
     pub fn limits(&self) -> &StoreLimits {
         &self.limits
+    }
+
+    /// Sets how many nodes and watches `domid` may hold, in place of the
+    /// defaults in [`StoreLimits`] (the toolstack sizes them to what the
+    /// domain serves). Released with the domain.
+    pub fn set_quota(&mut self, domid: DomId, nodes: usize, watches: usize) {
+        self.quotas.insert(domid, (nodes, watches));
+    }
+
+    /// The (nodes, watches) `domid` may hold.
+    pub fn quota(&self, domid: DomId) -> (usize, usize) {
+        self.quotas.get(&domid).copied().unwrap_or((
+            self.limits.max_nodes_per_domain,
+            self.limits.max_watches_per_domain,
+        ))
     }
 
     pub fn counters(&self) -> &StoreCounters {
@@ -253,6 +271,7 @@ impl Store {
             node.perms.acl.retain(|(d, _)| *d != domid);
         }
         self.owned_nodes.remove(&domid);
+        self.quotas.remove(&domid);
         if moved > 0 {
             *self.owned_nodes.entry(DOM0).or_default() += moved;
         }
@@ -644,7 +663,7 @@ impl Store {
                 what: format!("watch on {} with token {:?}", shown(path), shown(token)),
             });
         }
-        let limit = self.limits.max_watches_per_domain;
+        let limit = self.quota(caller).1;
         if caller != DOM0 && self.watch_usage(caller) >= limit {
             return Err(StoreError::Quota {
                 domid: caller,
@@ -811,7 +830,7 @@ impl Store {
         let mut perms = ancestor.perms.clone();
         if caller != DOM0 {
             perms.owner = caller;
-            let limit = self.limits.max_nodes_per_domain;
+            let limit = self.quota(caller).0;
             if self.node_usage(caller) + missing.len() > limit {
                 return Err(StoreError::Quota {
                     domid: caller,

@@ -15,6 +15,36 @@ pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// This process's effective user id (0: root).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit
+/// (children inherit it) and returns the limit now in force.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    cvt(rc as libc::c_long, "getrlimit(RLIMIT_NOFILE)")?;
+    if lim.rlim_cur < lim.rlim_max {
+        let want = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit from a struct we own; raising
+        // the soft limit up to the hard one needs no privilege.
+        let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) };
+        cvt(rc as libc::c_long, "setrlimit(RLIMIT_NOFILE)")?;
+        lim.rlim_cur = lim.rlim_max;
+    }
+    Ok(lim.rlim_cur)
+}
+
 /// Lets `fd` survive exec (clears FD_CLOEXEC), so a child process inherits it.
 pub fn set_inheritable(fd: BorrowedFd<'_>, inheritable: bool) -> io::Result<()> {
     // SAFETY: plain fcntl calls on a descriptor borrowed for the duration.

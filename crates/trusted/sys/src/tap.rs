@@ -325,6 +325,9 @@ mod tests {
     /// sent on the interface come out of the TAP, with and without headers.
     #[test]
     fn frames_cross_a_tap_both_ways() {
+        if !root_or_skip("TAP devices") {
+            return;
+        }
         for (i, vnet) in [false, true].into_iter().enumerate() {
             let (tap, _guard) = tap_up(&format!("t{i}"), vnet);
             let sock = PacketSocket::bind(tap.name(), false).unwrap();
@@ -352,6 +355,9 @@ mod tests {
 
     #[test]
     fn offloads_and_carrier() {
+        if !root_or_skip("TAP devices") {
+            return;
+        }
         let (tap, _guard) = tap_up("o", true);
         let all = TapOffloads {
             csum: true,
@@ -381,6 +387,9 @@ mod tests {
     /// MSS-sized segments with checksums done when it accepted nothing.
     #[test]
     fn tap_offloads_decide_segmentation() {
+        if !root_or_skip("TAP devices") {
+            return;
+        }
         let (tap, _guard) = tap_up("s", true);
         let sock = PacketSocket::bind(tap.name(), true).unwrap();
         let (h, f) = crate::packet::tests::gso_tcp4(20000, 1448);

@@ -49,6 +49,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
         return Err(format!("hv is already running ({})", sock.display()));
     }
     let _ = fs::remove_file(&sock);
+    check_fd_limit(&cfg.topology)?;
     let listener = SeqPacketListener::bind(&sock).map_err(|e| e.to_string())?;
     fs::write(cfg.run_dir.join("hv.pid"), std::process::id().to_string())
         .map_err(|e| e.to_string())?;
@@ -167,6 +168,20 @@ impl<'a> Store<'a> {
         }
         Ok(())
     }
+}
+
+/// Raises hv's descriptor limit to the hard limit and checks that it holds
+/// what the topology needs (its domains inherit the same limit).
+fn check_fd_limit(t: &Topology) -> Result<(), String> {
+    let have = sys::raise_fd_limit().map_err(|e| e.to_string())?;
+    let need = t.descriptors_needed();
+    if have < need {
+        return Err(format!(
+            "quota: hv may open {have} descriptors (the hard RLIMIT_NOFILE), and topology {:?} needs about {need}: raise the hard limit (ulimit -Hn {need} as root, or LimitNOFILE= in a service)",
+            t.name
+        ));
+    }
+    Ok(())
 }
 
 /// Writes a vif's frontend and backend directories, as Xen's toolstack does:

@@ -163,7 +163,7 @@ pub struct CgroupLayout {
 }
 
 impl CgroupLayout {
-    /// Finds the layout from what is mounted (DESIGN.md: detect, don't assume).
+    /// Finds the layout from what is mounted: detected, not assumed.
     pub fn detect() -> CgroupLayout {
         let root = Path::new("/sys/fs/cgroup");
         let v2 = if root.join("cgroup.controllers").exists() {

@@ -18,7 +18,7 @@ use crate::daemon::{
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::topology::{
     DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig,
-    DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF,
+    DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF, MAX_GUEST_VIFS,
 };
 use abi::xenbus::{self, XenbusState};
 use hv::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
@@ -38,8 +38,6 @@ use sys::SeqPacket;
 /// How long `restart` and `network-attach` wait for the domain and its vifs
 /// to come back, and `network-detach` for both ends to close.
 const HANDSHAKE: Duration = Duration::from_secs(10);
-/// Most vifs a guest may have (netfront's pool layout, `MAX_VIFS` there).
-const MAX_GUEST_VIFS: u32 = 2;
 /// A domain that crashed this many times within [`CRASH_WINDOW`] is not
 /// restarted again: it would only crash once more.
 const CRASH_LOOP: usize = 10;
@@ -204,6 +202,8 @@ impl Supervisor {
         let cg = Cgroup::create(&self.layout, &d.name).map_err(|e| e.to_string())?;
         let (id, sock) = hv
             .create_domain(spec)
+            .map_err(|e| format!("creating domain {}: {e}", d.name))?;
+        hv.set_quotas(id, d.quotas())
             .map_err(|e| format!("creating domain {}: {e}", d.name))?;
         let mut ts = Store::new(hv);
         let home = format!("/local/domain/{id}/splitnet");
@@ -786,7 +786,26 @@ impl Supervisor {
     fn wait_connected(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> HvResult<()> {
         let (fe, be) = Self::paths(hv, v)?;
         let connected = |p: &str| state_of(hv, p) == Some(XenbusState::Connected);
-        if wait_until(HANDSHAKE, || connected(&fe) && connected(&be)) {
+        let mut why = None;
+        let up = wait_until(HANDSHAKE, || {
+            why = given_up(hv, &be);
+            why.is_some() || (connected(&fe) && connected(&be))
+        });
+        if let Some(why) = why {
+            let kind = if why.contains("quota") {
+                ErrorKind::Quota
+            } else {
+                ErrorKind::Internal
+            };
+            return Err(fail(
+                kind,
+                format!(
+                    "vif {} of {}: {} gave it up: {why}",
+                    v.handle, v.guest, v.backend
+                ),
+            ));
+        }
+        if up {
             return Ok(());
         }
         Err(fail(
@@ -884,16 +903,23 @@ fn vif_info_key(v: &VifConfig) -> String {
 /// A store node's XenbusState as the toolstack reads it; None when absent
 /// or not a state.
 fn state_of(hv: &Arc<Hypervisor>, dev: &str) -> Option<XenbusState> {
-    let (r, _) = hv.handle(
-        DOMID_TOOLSTACK,
-        Request::StoreRead {
-            path: format!("{dev}/state"),
-        },
-    );
+    read_node(hv, &format!("{dev}/state"))?.trim().parse().ok()
+}
+
+fn read_node(hv: &Arc<Hypervisor>, path: &str) -> Option<String> {
+    let (r, _) = hv.handle(DOMID_TOOLSTACK, Request::StoreRead { path: path.into() });
     match r {
-        Ok(Reply::Value(v)) => std::str::from_utf8(&v).ok()?.trim().parse().ok(),
+        Ok(Reply::Value(v)) => String::from_utf8(v).ok(),
         _ => None,
     }
+}
+
+/// Why the backend `be` gave its vif up (closed with a reason), if it did.
+fn given_up(hv: &Arc<Hypervisor>, be: &str) -> Option<String> {
+    (state_of(hv, be) == Some(XenbusState::Closed))
+        .then(|| read_node(hv, &format!("{be}/disconnect-reason")))
+        .flatten()
+        .filter(|r| !r.is_empty())
 }
 
 /// Checks `done` until it holds or `limit` passes. The store has no watch

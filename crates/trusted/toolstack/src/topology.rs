@@ -117,6 +117,9 @@ pub struct DomainConfig {
     /// HVM NIC with `hvm_rx = "poll"`: the polling period in µs (default
     /// 5000, the paper's 5 ms).
     pub hvm_poll_us: Option<u32>,
+    /// Event channels the domain may hold (Xen's `max_event_channels`);
+    /// by default enough for every vif it can hold ([`DomainConfig::quotas`]).
+    pub max_event_channels: Option<u32>,
 }
 
 /// Where an HVM guest's virtual PIC pair lives (`hvm_pic`).
@@ -175,11 +178,12 @@ impl Nic {
     }
 }
 
-/// Guest number `i`'s MAC: the configured one or 00:16:3e:5e:00:<i+1>.
+/// Guest number `i`'s MAC: the configured one or 00:16:3e:5e:<i+1 as two bytes>.
 fn guest_mac(d: &DomainConfig, i: usize) -> String {
+    let n = i + 1;
     d.mac
         .clone()
-        .unwrap_or_else(|| format!("00:16:3e:5e:00:{:02x}", i + 1))
+        .unwrap_or_else(|| format!("00:16:3e:5e:{:02x}:{:02x}", (n >> 8) & 0xff, n & 0xff))
 }
 
 /// A guest with an emulated NIC: what hv needs to start its device side.
@@ -404,6 +408,46 @@ pub const DRIVER_BASE_FRAMES: u32 = 16;
 /// after its first [`DRIVER_BASE_FRAMES`].
 pub const DRIVER_FRAMES_PER_VIF: u32 = 512;
 
+/// Most vifs a guest may have (netfront's pool layout, `MAX_VIFS` there).
+pub const MAX_GUEST_VIFS: u32 = 2;
+/// Event channels a vif takes at each end (split TX and RX channels).
+pub const EVENT_CHANNELS_PER_VIF: u32 = 2;
+/// Largest `max_event_channels` (Xen's FIFO event-channel ABI's limit).
+const MAX_EVENT_CHANNELS: u32 = 131_072;
+/// Store nodes and watches a domain may use per vif it can hold, over the
+/// defaults (a backend directory holds about 25 nodes).
+const STORE_NODES_PER_VIF: usize = 64;
+const STORE_WATCHES_PER_VIF: usize = 4;
+
+impl DomainConfig {
+    /// The most vifs the domain can hold: a driver domain as many as its
+    /// memory has staging areas for, a guest [`MAX_GUEST_VIFS`].
+    pub fn vif_capacity(&self) -> u32 {
+        match self.kind {
+            DomainKind::Driver => {
+                self.memory_frames.saturating_sub(DRIVER_BASE_FRAMES) / DRIVER_FRAMES_PER_VIF
+            }
+            DomainKind::Guest => MAX_GUEST_VIFS,
+        }
+    }
+
+    /// What hv lets the domain hold: the defaults, plus room for every vif
+    /// it can hold, so that its memory, not a quota, bounds how many it
+    /// serves. `max_event_channels` overrides the event channels.
+    pub fn quotas(&self) -> hv::Quotas {
+        let base = hv::Quotas::default();
+        let vifs = self.vif_capacity() as usize;
+        hv::Quotas {
+            event_channels: self.max_event_channels.map_or(
+                base.event_channels + EVENT_CHANNELS_PER_VIF as usize * vifs,
+                |n| n as usize,
+            ),
+            store_nodes: base.store_nodes + STORE_NODES_PER_VIF * vifs,
+            store_watches: base.store_watches + STORE_WATCHES_PER_VIF * vifs,
+        }
+    }
+}
+
 fn default_frames() -> u32 {
     2048
 }
@@ -532,6 +576,28 @@ fn check_name(what: &str, n: &str) -> Result<(), String> {
 }
 
 /// Which transfer modes each grant mechanism can carry.
+/// `max_event_channels`, if set, must hold the channels of the domain's
+/// `vifs` (those it serves or owns).
+fn check_event_channels(d: &DomainConfig, vifs: u32) -> Result<(), String> {
+    let Some(max) = d.max_event_channels else {
+        return Ok(());
+    };
+    if max == 0 || max > MAX_EVENT_CHANNELS {
+        return Err(format!(
+            "domain {:?}: max_event_channels must be 1..={MAX_EVENT_CHANNELS}",
+            d.name
+        ));
+    }
+    let need = vifs * EVENT_CHANNELS_PER_VIF;
+    if max < need {
+        return Err(format!(
+            "domain {:?} has {vifs} vifs, which take {need} event channels, but max_event_channels = {max}: raise it to at least {need}, or leave it out to fit every vif the domain can hold",
+            d.name
+        ));
+    }
+    Ok(())
+}
+
 fn check_modes(d: &DomainConfig) -> Result<(), String> {
     match (d.grants, d.tx_mode, d.rx_mode) {
         (Grants::Ngm, TxMode::Map, _) | (Grants::Ngm, _, RxMode::Flip) => Err(format!(
@@ -663,6 +729,10 @@ impl Topology {
         let vifs = self.vifs_unchecked()?;
         for d in &self.domains {
             let n = vifs.iter().filter(|v| v.backend == d.name).count() as u32;
+            check_event_channels(
+                d,
+                n + vifs.iter().filter(|v| v.guest == d.name).count() as u32,
+            )?;
             if d.kind == DomainKind::Driver
                 && d.memory_frames < DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
             {
@@ -710,6 +780,13 @@ impl Topology {
             check_cidr("wire ipv6", &w.ipv6, true)?;
         }
         Ok(())
+    }
+
+    /// Descriptors hv holds for this topology, with room to spare: about
+    /// 15 per domain (control socket, doorbells, memory) and 10 per vif
+    /// (two event channels of 5); 25 per guest measured with 256 guests.
+    pub fn descriptors_needed(&self) -> u64 {
+        64 + 16 * self.domains.len() as u64 + 10 * self.vifs().len() as u64
     }
 
     /// Every guest's virtual NIC.
@@ -1019,6 +1096,54 @@ mod tests {
                 b.vifs()[0].offload
             ),
             (RxMode::Flip, TxMode::Map, false)
+        );
+    }
+
+    /// A driver domain `drv` with memory for `n` vifs, serving `n` guests.
+    fn guests(n: usize, drv_extra: &str) -> String {
+        let mut t = format!(
+            "[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = {}\n{drv_extra}",
+            DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n as u32
+        );
+        for i in 1..=n {
+            t += &format!("[[domain]]\nname = \"g{i}\"\nkind = \"guest\"\n");
+        }
+        t
+    }
+
+    #[test]
+    fn quotas_grow_with_the_vifs_a_domain_can_hold() {
+        let t = Topology::parse(&guests(256, ""), "t.toml").unwrap();
+        let drv = t.domain("drv").unwrap();
+        assert_eq!(drv.vif_capacity(), 256);
+        let q = drv.quotas();
+        let base = hv::Quotas::default();
+        assert_eq!(q.event_channels, base.event_channels + 2 * 256);
+        assert!(q.store_nodes >= base.store_nodes + 25 * 256);
+        assert!(q.store_watches > base.store_watches + 256);
+        // A guest's quotas hold its most vifs.
+        let g = t.domain("g1").unwrap().quotas();
+        assert!(g.event_channels >= (EVENT_CHANNELS_PER_VIF * MAX_GUEST_VIFS) as usize);
+        // 256 guests get 256 distinct, well-formed MACs.
+        let macs: HashSet<String> = t.vifs().into_iter().map(|v| v.mac).collect();
+        assert_eq!(macs.len(), 256);
+        assert!(macs.iter().all(|m| abi::xenbus::parse_mac(m).is_ok()));
+        assert!(macs.contains("00:16:3e:5e:01:00"));
+        // hv's descriptors: at least the 25 per guest measured.
+        assert!(t.descriptors_needed() >= 25 * 256);
+    }
+
+    #[test]
+    fn max_event_channels_is_checked_against_the_vifs() {
+        let t = Topology::parse(&guests(2, "max_event_channels = 4\n"), "t.toml").unwrap();
+        assert_eq!(t.domain("drv").unwrap().quotas().event_channels, 4);
+        bad(
+            &guests(2, "max_event_channels = 3\n"),
+            "domain \"drv\" has 2 vifs, which take 4 event channels, but max_event_channels = 3: raise it to at least 4",
+        );
+        bad(
+            &guests(1, "max_event_channels = 0\n"),
+            "max_event_channels must be 1..=131072",
         );
     }
 

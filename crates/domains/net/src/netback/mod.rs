@@ -89,6 +89,22 @@ pub enum NetbackError {
 
 type Result<T> = std::result::Result<T, NetbackError>;
 
+impl NetbackError {
+    /// hv refused for a quota (event channels, store nodes): trying again
+    /// cannot help, so the vif is given up ([`give_up`]).
+    pub fn is_quota(&self) -> bool {
+        matches!(self, NetbackError::Hv(e) if e.kind == hypercall::ErrorKind::Quota)
+    }
+}
+
+/// Gives up the vif of backend directory `be` for good, as Xen's
+/// `xenbus_dev_fatal`: the reason goes to `disconnect-reason`, where the
+/// toolstack reports it, and the backend closes.
+pub fn give_up(hv: &mut HvClient, be: &str, e: &NetbackError) {
+    let _ = hv.store_write(&format!("{be}/disconnect-reason"), &e.to_string());
+    let _ = hv.switch_state(be, XenbusState::Closed);
+}
+
 fn proto(msg: impl Into<String>) -> NetbackError {
     NetbackError::Protocol(msg.into())
 }

@@ -274,6 +274,31 @@ fn node_quota_stops_one_guest_and_not_the_others() {
 }
 
 #[test]
+fn a_domains_own_quota_replaces_the_default_until_it_is_released() {
+    let mut s = Store::with_limits(StoreLimits {
+        max_nodes_per_domain: 2,
+        max_watches_per_domain: 1,
+        ..StoreLimits::default()
+    });
+    s.introduce_domain(1).unwrap();
+    s.introduce_domain(2).unwrap();
+    s.set_quota(1, 4, 2);
+    assert_eq!(s.quota(1), (4, 2));
+    // Home counts as one; three more fit for domain 1, one for domain 2.
+    s.write(1, "a/b/c", b"1").unwrap();
+    assert_eq!(errno(s.write(1, "d", b"1")), "EQUOTA");
+    s.write(2, "a", b"1").unwrap();
+    assert_eq!(errno(s.write(2, "b", b"1")), "EQUOTA");
+    s.watch(1, 10, "a", "t1").unwrap();
+    s.watch(1, 10, "a", "t2").unwrap();
+    assert_eq!(errno(s.watch(1, 10, "a", "t3")), "EQUOTA");
+    // A later domain with the same id starts from the defaults.
+    s.release_domain(1);
+    s.introduce_domain(1).unwrap();
+    assert_eq!(s.quota(1), (2, 1));
+}
+
+#[test]
 fn watch_quota_and_duplicates() {
     let mut s = Store::with_limits(StoreLimits {
         max_watches_per_domain: 2,
