@@ -1238,18 +1238,19 @@ impl TapNetfront {
         let _ = self.tap.set_carrier(up);
     }
 
-    /// Descriptors to poll: the event channel(s), and the TAP while the TX
-    /// ring has room (otherwise a readable TAP would only make us spin).
-    pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+    /// The TAP's descriptor (it outlives every channel attached to it).
+    pub fn tap_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
-        let Some(nf) = self.nf.as_ref().filter(|n| n.is_connected()) else {
-            return Vec::new();
-        };
-        let mut v = nf.fds();
-        if nf.can_send() {
-            v.push(self.tap.as_fd());
-        }
-        v
+        self.tap.as_fd()
+    }
+
+    /// Whether frames the guest writes to the TAP can be taken now: a
+    /// channel is up and its TX ring has room (otherwise the backend's
+    /// completions wake the loop, not the TAP).
+    pub fn wants_tap_input(&self) -> bool {
+        self.nf
+            .as_ref()
+            .is_some_and(|n| n.is_connected() && n.can_send())
     }
 
     /// One round: ring → guest, guest → ring. A ring the backend broke

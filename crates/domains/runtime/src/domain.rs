@@ -7,6 +7,7 @@ use hypercall::launch::ENV_HV_FD;
 use hypercall::HvClient;
 use net::idle::Idle;
 use net::netfront::{Netfront, TapNetfront};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 /// Closes everything but the inherited hv socket.
@@ -115,9 +116,104 @@ struct GuestVif {
     down_since: Option<std::time::Instant>,
     /// The carrier went off after [`CARRIER_GRACE`] (a reconnect brings it back).
     carrier_dropped: bool,
+    /// Names this vif's sources in the event manager (stable while the
+    /// list of vifs changes).
+    slot: u32,
+    /// The loop's own handles on the channel's doorbells, registered while
+    /// it is up (removed before the channel's own descriptors close).
+    bells: Vec<OwnedFd>,
+    /// The loop's handle on the TAP, registered once it exists.
+    tap: Option<OwnedFd>,
+    /// Whether the TAP may wake the loop (its TX ring has room).
+    tap_armed: bool,
+}
+
+/// Event-manager token of the store watch.
+const WATCH_TOKEN: u64 = 0;
+/// Token of vif `slot`'s doorbells.
+fn bell_token(slot: u32) -> u64 {
+    1 << 32 | u64::from(slot)
+}
+/// Token of vif `slot`'s TAP.
+fn tap_token(slot: u32) -> u64 {
+    2 << 32 | u64::from(slot)
+}
+/// The vif a token names, if any.
+fn slot_of(token: u64) -> Option<u32> {
+    matches!(token >> 32, 1 | 2).then_some(token as u32)
 }
 
 impl GuestVif {
+    /// Registers what the vif has now: its TAP (once), and the doorbells of
+    /// the channel that is up, replacing an earlier channel's.
+    fn register(&mut self, ep: &sys::Epoll) {
+        self.unregister_bells(ep);
+        let Some(nic) = self.nic.as_ref() else {
+            return;
+        };
+        if self.tap.is_none() {
+            match nic.tap_fd().try_clone_to_owned() {
+                Ok(own) => match ep.add(own.as_fd(), tap_token(self.slot)) {
+                    Ok(()) => (self.tap, self.tap_armed) = (Some(own), true),
+                    Err(e) => eprintln!("netfront {}: registering the TAP: {e}", self.dev),
+                },
+                Err(e) => eprintln!("netfront {}: duplicating the TAP: {e}", self.dev),
+            }
+        }
+        if let Some(nf) = nic.nf().filter(|n| n.is_connected()) {
+            for fd in nf.fds() {
+                let own = fd.try_clone_to_owned();
+                match own.and_then(|o| ep.add(o.as_fd(), bell_token(self.slot)).map(|()| o)) {
+                    Ok(o) => self.bells.push(o),
+                    Err(e) => eprintln!("netfront {}: registering a doorbell: {e}", self.dev),
+                }
+            }
+        }
+        self.arm_tap(ep);
+    }
+
+    fn unregister_bells(&mut self, ep: &sys::Epoll) {
+        for b in self.bells.drain(..) {
+            let _ = ep.remove(b.as_fd());
+        }
+    }
+
+    /// Lets the TAP wake the loop only while its frames can be taken; a
+    /// full TX ring waits for the backend's completions instead.
+    fn arm_tap(&mut self, ep: &sys::Epoll) {
+        let want = self.nic.as_ref().is_some_and(TapNetfront::wants_tap_input);
+        if let Some(t) = self.tap.as_ref().filter(|_| want != self.tap_armed) {
+            if ep
+                .set_interest(t.as_fd(), tap_token(self.slot), want)
+                .is_ok()
+            {
+                self.tap_armed = want;
+            }
+        }
+    }
+
+    /// Leaves the event manager whole (the vif is going away: a handle of
+    /// ours must not keep its TAP alive).
+    fn unregister(&mut self, ep: &sys::Epoll) {
+        self.unregister_bells(ep);
+        if let Some(t) = self.tap.take() {
+            let _ = ep.remove(t.as_fd());
+        }
+    }
+
+    /// One round of the vif's rings; a channel that went down leaves the
+    /// event manager, so its doorbells cannot keep waking the loop.
+    fn service(&mut self, hv: &mut HvClient, ep: &sys::Epoll) -> Result<()> {
+        if let Some(nic) = self.nic.as_mut() {
+            nic.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
+        }
+        if !self.bells.is_empty() && !self.nic.as_ref().is_some_and(TapNetfront::is_connected) {
+            self.unregister_bells(ep);
+        }
+        self.arm_tap(ep);
+        Ok(())
+    }
+
     fn token(&self) -> String {
         format!("be:{}", self.handle)
     }
@@ -243,14 +339,16 @@ impl GuestVif {
 /// Brings the guest's vifs in line with `<home>/device/vif`: a device whose
 /// directory is complete (the toolstack writes `state` last) is taken up,
 /// one whose directory is gone is removed, and each follows its backend.
-fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>) {
+fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>, ep: &sys::Epoll) {
     let listed = hv.store_directory(dir).unwrap_or_default();
     let mut i = 0;
     while i < vifs.len() {
         if listed.contains(&vifs[i].handle) {
             i += 1;
         } else {
-            vifs.swap_remove(i).remove(hv);
+            let mut gone = vifs.swap_remove(i);
+            gone.unregister(ep);
+            gone.remove(hv);
         }
     }
     for h in listed {
@@ -269,6 +367,10 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>) {
             stats: FrontStats::default(),
             down_since: None,
             carrier_dropped: false,
+            slot: vifs.iter().map(|v| v.slot + 1).max().unwrap_or(0),
+            bells: Vec::new(),
+            tap: None,
+            tap_armed: false,
         });
     }
     for v in vifs.iter_mut() {
@@ -282,13 +384,22 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>) {
 
 /// A guest: netfront for each of its vifs, until hv goes away. vifs come
 /// and go (`network-attach`/`-detach`), and each follows its driver
-/// domain through restarts.
+/// domain through restarts. One event manager holds the store watch and
+/// each vif's doorbells and TAP; a wake-up services only the vifs whose
+/// sources are ready (every vif after a timeout or a store change).
 fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     let dir = format!("{home}/device/vif");
     hv.watch(&dir, VIFS).map_err(|e| anyhow!("{e}"))?;
+    let mut ep = sys::Epoll::new(GUEST_EVENTS).context("the guest's event manager")?;
+    ep.add(hv.watch_fd(), WATCH_TOKEN)
+        .context("registering the store watch")?;
     let mut vifs: Vec<GuestVif> = Vec::new();
-    sync_vifs(hv, &dir, &mut vifs);
+    sync_vifs(hv, &dir, &mut vifs, &ep);
+    for v in vifs.iter_mut() {
+        v.register(&ep);
+    }
     let mut idle = Idle::for_domain(hv, "netfront", Duration::from_millis(200));
+    let mut ready: Vec<u32> = Vec::with_capacity(GUEST_EVENTS);
     loop {
         for v in vifs.iter_mut() {
             if let Some(nf) = v.nic.as_ref().and_then(TapNetfront::nf) {
@@ -296,40 +407,60 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
             }
         }
         let carrier_due = vifs.iter_mut().filter_map(GuestVif::watch_carrier).min();
-        let ready = {
-            let mut fds = vec![hv.watch_fd()];
-            for v in &vifs {
-                fds.extend(v.nic.iter().flat_map(TapNetfront::fds));
-            }
-            let timeout = if hv.watch_backlog() {
-                Duration::ZERO
-            } else {
-                let t = idle.timeout(false);
-                carrier_due.map_or(t, |d| t.min(d))
-            };
-            sys::poll_readable(&fds, Some(timeout))?
+        let timeout = if hv.watch_backlog() {
+            Duration::ZERO
+        } else {
+            let t = idle.timeout(false);
+            carrier_due.map_or(t, |d| t.min(d))
         };
-        if ready.iter().any(|&r| r) {
+        let n = ep.wait(Some(timeout))?;
+        if n > 0 {
             idle.worked();
         }
-        if ready[0] || hv.watch_backlog() {
-            let mut resync = false;
-            while let Some(ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
-                if ev.token == VIFS {
-                    // Only the toolstack's writes matter here, not our own.
-                    resync |= !ev.path.ends_with("/stats");
-                } else if let Some(v) = vifs.iter_mut().find(|v| v.token() == ev.token) {
-                    v.backend_changed(hv);
-                }
-            }
-            if resync {
-                sync_vifs(hv, &dir, &mut vifs);
+        let mut watch = hv.watch_backlog();
+        ready.clear();
+        for i in 0..n {
+            let Some(e) = ep.event(i) else { break };
+            match slot_of(e.token) {
+                Some(slot) => ready.push(slot),
+                None => watch |= e.token == WATCH_TOKEN,
             }
         }
-        for v in vifs.iter_mut() {
-            if let Some(nic) = v.nic.as_mut() {
-                nic.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
+        if watch && on_watches(hv, &dir, &mut vifs, &ep)? {
+            for v in vifs.iter_mut() {
+                v.register(&ep);
             }
+        }
+        let all = n == 0 || watch;
+        for v in vifs.iter_mut().filter(|v| all || ready.contains(&v.slot)) {
+            v.service(hv, &ep)?;
         }
     }
+}
+
+/// Most ready sources one wait of the guest loop reports.
+const GUEST_EVENTS: usize = 16;
+
+/// Store watches: vifs added or removed, backends that changed state.
+/// True if any vif's channel may have changed.
+fn on_watches(
+    hv: &mut HvClient,
+    dir: &str,
+    vifs: &mut Vec<GuestVif>,
+    ep: &sys::Epoll,
+) -> Result<bool> {
+    let (mut resync, mut changed) = (false, false);
+    while let Some(ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
+        if ev.token == VIFS {
+            // Only the toolstack's writes matter here, not our own.
+            resync |= !ev.path.ends_with("/stats");
+        } else if let Some(v) = vifs.iter_mut().find(|v| v.token() == ev.token) {
+            v.backend_changed(hv);
+            changed = true;
+        }
+    }
+    if resync {
+        sync_vifs(hv, dir, vifs, ep);
+    }
+    Ok(resync || changed)
 }
