@@ -153,6 +153,7 @@ impl Driver {
         {
             timeout = timeout.min(EXTRA_RETRY);
         }
+        self.idle.pause();
         let n = self.events.epoll.wait(Some(timeout))?;
         self.stats.wakeups += 1;
         let mut turn = Turn {

@@ -413,6 +413,7 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
             let t = idle.timeout(false);
             carrier_due.map_or(t, |d| t.min(d))
         };
+        idle.pause();
         let n = ep.wait(Some(timeout))?;
         if n > 0 {
             idle.worked();
