@@ -153,6 +153,9 @@ impl Driver {
         {
             timeout = timeout.min(EXTRA_RETRY);
         }
+        if let Some(at) = self.events.phys_paused {
+            timeout = timeout.min(at.saturating_duration_since(Instant::now()));
+        }
         self.idle.pause();
         let n = self.events.epoll.wait(Some(timeout))?;
         self.stats.wakeups += 1;
@@ -180,6 +183,9 @@ impl Driver {
         if watch {
             turn.housekeeping = true;
             self.on_watches(hv)?;
+        }
+        if self.resume_phys() {
+            phys = true;
         }
         if phys {
             self.phys_to_bridge();
@@ -245,10 +251,32 @@ impl Driver {
         });
         if let Err(e) = r {
             // Count it and carry on: one bad read must not stop every guest.
+            // The port leaves the event manager for a while, so a port that
+            // keeps failing (its interface went down) cannot keep the loop
+            // spinning; it is looked at again after EXTRA_RETRY.
             self.stats.port_errors += 1;
-            eprintln!("driver: port {}: {e}", p.name());
+            eprintln!(
+                "driver: port {}: {e}; reading it again in {EXTRA_RETRY:?}",
+                p.name()
+            );
+            if self.events.epoll.remove(p.fd()).is_ok() {
+                self.events.phys_paused = Some(Instant::now() + EXTRA_RETRY);
+            }
         }
         self.ports.phys = Some(p);
+    }
+
+    /// Puts a failed physical port back in the event manager once its pause
+    /// is over; true when it did (the port is then read at once).
+    fn resume_phys(&mut self) -> bool {
+        let Some(at) = self.events.phys_paused else {
+            return false;
+        };
+        let Some(p) = self.ports.phys.as_ref().filter(|_| Instant::now() >= at) else {
+            return false;
+        };
+        self.events.phys_paused = None;
+        self.events.epoll.add(p.fd(), Source::Phys.token()).is_ok()
     }
 
     /// Extra ports that said they have frames → bridge. One that fails
@@ -491,6 +519,8 @@ struct Events {
     touched: SlotSet,
     /// Extra ports that are ready (bit j % 64).
     extra_ready: u64,
+    /// The physical port failed and is out of the set until then.
+    phys_paused: Option<Instant>,
 }
 
 impl Events {
@@ -501,6 +531,7 @@ impl Events {
             dirty: SlotSet::default(),
             touched: SlotSet::default(),
             extra_ready: 0,
+            phys_paused: None,
         })
     }
 
