@@ -417,63 +417,68 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
         Config::SplitnetBaseline
         | Config::SplitnetHvCopy
         | Config::SplitnetDefault
-        | Config::SplitnetIdle24 => {
-            let preset = match cfg {
-                Config::SplitnetBaseline => "baseline",
-                Config::SplitnetHvCopy => "hv-copy",
-                _ => "default",
-            };
-            let spin = opts.spin_us.map(|us| us.to_string());
-            let topo = opts.run_dir.join("bench-24-guests.toml");
-            let topo_arg = topo.to_string_lossy().into_owned();
-            let mut up = vec!["up", "--preset", preset];
-            if cfg == Config::SplitnetIdle24 {
-                std::fs::create_dir_all(&opts.run_dir)?;
-                std::fs::write(&topo, many_guests_topology(24))
-                    .with_context(|| format!("writing {}", topo.display()))?;
-                up.extend(["--config", topo_arg.as_str()]);
-            }
-            if let Some(us) = &spin {
-                up.extend(["--spin-us", us.as_str()]);
-            }
-            splitnet(opts, &up)?;
-            let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok());
-            let mut domains = vec![Domain {
-                name: "hv".into(),
-                cgroup: None,
-                pid: hv_pid,
-            }];
-            for n in ["drv", "guest1", "guest2"] {
-                domains.push(Domain {
-                    name: n.into(),
-                    cgroup: Cgroup::open(layout, n),
-                    pid: None,
-                });
-            }
-            domains.extend(bench_domains(layout, &["wire"])?);
-            let mut env = Env::new(domains);
-            env.splitnet = true;
-            let ns = host::netns_name;
-            let (wire, g1, g2) = (ns("wire"), ns("guest1"), ns("guest2"));
-            // Applications run in their guest's cgroup: the guest pays for its own stack.
-            let f = &mut env.flows;
-            f.insert(
-                "tx",
-                FlowSpec::new(&wire, "10.77.0.254", &g1, false).charged(4, 2),
-            );
-            f.insert(
-                "rx",
-                FlowSpec::new(&wire, "10.77.0.254", &g1, true).charged(4, 2),
-            );
-            f.insert(
-                "guest-to-guest",
-                FlowSpec::new(&g2, "10.77.0.2", &g1, false).charged(3, 2),
-            );
-            Ok(env)
-        }
+        | Config::SplitnetIdle24 => bring_up_splitnet(cfg, opts, layout),
     }
+}
+
+/// A splitnet configuration: `splitnet up` with its preset (and for the
+/// 24-guest one, a generated topology); its domains are measured through
+/// their own cgroups and hv through its process.
+fn bring_up_splitnet(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {
+    let preset = match cfg {
+        Config::SplitnetBaseline => "baseline",
+        Config::SplitnetHvCopy => "hv-copy",
+        _ => "default",
+    };
+    let spin = opts.spin_us.map(|us| us.to_string());
+    let topo = opts.run_dir.join("bench-24-guests.toml");
+    let topo_arg = topo.to_string_lossy().into_owned();
+    let mut up = vec!["up", "--preset", preset];
+    if cfg == Config::SplitnetIdle24 {
+        std::fs::create_dir_all(&opts.run_dir)?;
+        std::fs::write(&topo, many_guests_topology(24))
+            .with_context(|| format!("writing {}", topo.display()))?;
+        up.extend(["--config", topo_arg.as_str()]);
+    }
+    if let Some(us) = &spin {
+        up.extend(["--spin-us", us.as_str()]);
+    }
+    splitnet(opts, &up)?;
+    let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    let mut domains = vec![Domain {
+        name: "hv".into(),
+        cgroup: None,
+        pid: hv_pid,
+    }];
+    for n in ["drv", "guest1", "guest2"] {
+        domains.push(Domain {
+            name: n.into(),
+            cgroup: Cgroup::open(layout, n),
+            pid: None,
+        });
+    }
+    domains.extend(bench_domains(layout, &["wire"])?);
+    let mut env = Env::new(domains);
+    env.splitnet = true;
+    let ns = host::netns_name;
+    let (wire, g1, g2) = (ns("wire"), ns("guest1"), ns("guest2"));
+    // Applications run in their guest's cgroup: the guest pays for its own stack.
+    let f = &mut env.flows;
+    f.insert(
+        "tx",
+        FlowSpec::new(&wire, "10.77.0.254", &g1, false).charged(4, 2),
+    );
+    f.insert(
+        "rx",
+        FlowSpec::new(&wire, "10.77.0.254", &g1, true).charged(4, 2),
+    );
+    f.insert(
+        "guest-to-guest",
+        FlowSpec::new(&g2, "10.77.0.2", &g1, false).charged(3, 2),
+    );
+    Ok(env)
 }
 
 fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
@@ -650,20 +655,26 @@ fn latency_summary(rs: &[&Record], all: &[Record], w: Workload) -> Option<Latenc
     })
 }
 
-/// Runs the suite.
-pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
-    let tsc_hz = tsc_per_us() * 1e6;
-    let layout = CgroupLayout::detect();
-    let workloads: Vec<Workload> = if !opts.workloads.is_empty() {
+/// The workloads a run measures: those asked for, or the default set.
+fn chosen_workloads(opts: &BaselineOptions) -> Vec<Workload> {
+    if !opts.workloads.is_empty() {
         opts.workloads.clone()
     } else if opts.quick {
         vec![Workload::TcpZerocopy]
     } else {
-        vec![Workload::TcpZerocopy, Workload::TcpCopy, Workload::UdpSmall]
-    };
-    let runs = opts.runs.max(1);
-    let mut skipped = Vec::new();
-    let mut configs = Vec::new();
+        vec![
+            Workload::TcpZerocopy,
+            Workload::TcpCopy,
+            Workload::UdpSmall,
+            Workload::TcpRr,
+        ]
+    }
+}
+
+/// The configurations a run measures (native always), and the peers left
+/// out because their tool is not installed.
+fn chosen_configs(opts: &BaselineOptions) -> (Vec<Config>, Vec<String>) {
+    let (mut configs, mut skipped) = (Vec::new(), Vec::new());
     let wanted =
         |c: Config| opts.configs.is_empty() || c == Config::Native || opts.configs.contains(&c);
     for cfg in CONFIGS.into_iter().filter(|&c| wanted(c)) {
@@ -676,74 +687,85 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
             _ => configs.push(cfg),
         }
     }
-    let total_steps = runs
-        * configs
-            .iter()
-            .flat_map(|&c| workloads.iter().map(move |&w| directions(c, w).len()))
-            .sum::<usize>();
-    let mut step = 0;
-    let mut records: Vec<Record> = Vec::new();
-    for run in 0..runs {
-        for &cfg in &configs {
-            let env = bring_up(cfg, opts, &layout)
-                .with_context(|| format!("bringing up {}", cfg.name()))?;
-            let mut result = Ok(());
-            'flows: for &w in &workloads {
-                for &dir in directions(cfg, w) {
-                    step += 1;
-                    if opts.progress {
-                        let done = step * 30 / total_steps;
-                        eprint!(
-                            "\r[{}{}] {step}/{total_steps} run {} {} {} {}          ",
-                            "#".repeat(done),
-                            ".".repeat(30 - done),
-                            run + 1,
-                            cfg.name(),
-                            dir.name(),
-                            w.name()
-                        );
-                        let _ = std::io::stderr().flush();
-                    }
-                    let initiator = opts.profile.then_some("splitnet bench baseline");
-                    let m = match measure(&env, dir, w, opts.secs, tsc_hz, initiator) {
-                        Ok(m) => m,
-                        Err(e) => {
-                            result = Err(e);
-                            break 'flows;
-                        }
-                    };
-                    if let (Some(p), Some(d)) = (&m.profile, &opts.profile_dir) {
-                        let stem =
-                            format!("{}-{}-{}-run{}", cfg.name(), dir.name(), w.name(), run + 1);
-                        if let Err(e) = write_profile(d, &stem, p) {
-                            result = Err(e);
-                            break 'flows;
-                        }
-                    }
-                    records.push(Record {
-                        config: cfg,
-                        direction: dir,
-                        workload: w,
-                        run,
-                        gbps: m.flow.gbps,
-                        ratio_to_native: None,
-                        ratio_to_forwarder: None,
-                        cpu_seconds: m.cpu_seconds,
-                        cycles_per_packet: m.cycles_per_packet,
-                        packets: m.flow.packets,
-                        latency: m.flow.latency,
-                        profile: m.profile.map(|p| p.summary()),
-                    });
-                }
+    (configs, skipped)
+}
+
+/// A progress bar on stderr, one step per flow.
+struct Progress {
+    on: bool,
+    step: usize,
+    total: usize,
+}
+
+impl Progress {
+    fn show(&mut self, run: usize, cfg: Config, dir: Direction, w: Workload) {
+        self.step += 1;
+        if !self.on {
+            return;
+        }
+        let done = self.step * 30 / self.total.max(1);
+        eprint!(
+            "\r[{}{}] {}/{} run {} {} {} {}          ",
+            "#".repeat(done),
+            ".".repeat(30usize.saturating_sub(done)),
+            self.step,
+            self.total,
+            run + 1,
+            cfg.name(),
+            dir.name(),
+            w.name()
+        );
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// What one run of one configuration is measured with.
+struct RunCtx<'a> {
+    opts: &'a BaselineOptions,
+    workloads: &'a [Workload],
+    tsc_hz: f64,
+}
+
+/// Every flow of one configuration in one run, appended to `records`.
+fn measure_config(
+    ctx: &RunCtx<'_>,
+    env: &Env,
+    cfg: Config,
+    run: usize,
+    progress: &mut Progress,
+    records: &mut Vec<Record>,
+) -> Result<()> {
+    let opts = ctx.opts;
+    for &w in ctx.workloads {
+        for &dir in directions(cfg, w) {
+            progress.show(run, cfg, dir, w);
+            let initiator = opts.profile.then_some("splitnet bench baseline");
+            let m = measure(env, dir, w, opts.secs, ctx.tsc_hz, initiator)?;
+            if let (Some(p), Some(d)) = (&m.profile, &opts.profile_dir) {
+                let stem = format!("{}-{}-{}-run{}", cfg.name(), dir.name(), w.name(), run + 1);
+                write_profile(d, &stem, p)?;
             }
-            tear_down(env, opts, &layout);
-            result.with_context(|| format!("measuring {}", cfg.name()))?;
+            records.push(Record {
+                config: cfg,
+                direction: dir,
+                workload: w,
+                run,
+                gbps: m.flow.gbps,
+                ratio_to_native: None,
+                ratio_to_forwarder: None,
+                cpu_seconds: m.cpu_seconds,
+                cycles_per_packet: m.cycles_per_packet,
+                packets: m.flow.packets,
+                latency: m.flow.latency,
+                profile: m.profile.map(|p| p.summary()),
+            });
         }
     }
-    if opts.progress {
-        eprintln!();
-    }
-    // Ratios against native and the forwarder of the same run, direction and workload.
+    Ok(())
+}
+
+/// Ratios against native and the forwarder of the same run, direction and workload.
+fn add_ratios(records: &mut [Record]) {
     let of = |cfg: Config| -> Vec<(Direction, Workload, usize, f64)> {
         records
             .iter()
@@ -761,9 +783,13 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         r.ratio_to_native = ratio(&natives, r);
         r.ratio_to_forwarder = ratio(&forwarders, r);
     }
+}
+
+/// Medians over runs, one row per (configuration, workload, direction).
+fn summarize(records: &[Record], configs: &[Config], workloads: &[Workload]) -> Vec<Summary> {
     let mut summary = Vec::new();
-    for &cfg in &configs {
-        for &w in &workloads {
+    for &cfg in configs {
+        for &w in workloads {
             for dir in DIRECTIONS {
                 let rs: Vec<&Record> = records
                     .iter()
@@ -790,11 +816,50 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
                     median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
                     median_ratio_to_forwarder: (!fwd.is_empty()).then(|| median(&fwd)),
                     median_cycles_per_packet: median(&cpp),
-                    latency: latency_summary(&rs, &records, w),
+                    latency: latency_summary(&rs, records, w),
                 });
             }
         }
     }
+    summary
+}
+
+/// Runs the suite.
+pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
+    let tsc_hz = tsc_per_us() * 1e6;
+    let layout = CgroupLayout::detect();
+    let workloads = chosen_workloads(opts);
+    let runs = opts.runs.max(1);
+    let (configs, skipped) = chosen_configs(opts);
+    let per_run: usize = configs
+        .iter()
+        .flat_map(|&c| workloads.iter().map(move |&w| directions(c, w).len()))
+        .sum();
+    let mut progress = Progress {
+        on: opts.progress,
+        step: 0,
+        total: runs * per_run,
+    };
+    let ctx = RunCtx {
+        opts,
+        workloads: &workloads,
+        tsc_hz,
+    };
+    let mut records: Vec<Record> = Vec::new();
+    for run in 0..runs {
+        for &cfg in &configs {
+            let env = bring_up(cfg, opts, &layout)
+                .with_context(|| format!("bringing up {}", cfg.name()))?;
+            let result = measure_config(&ctx, &env, cfg, run, &mut progress, &mut records);
+            tear_down(env, opts, &layout);
+            result.with_context(|| format!("measuring {}", cfg.name()))?;
+        }
+    }
+    if opts.progress {
+        eprintln!();
+    }
+    add_ratios(&mut records);
+    let summary = summarize(&records, &configs, &workloads);
     Ok(BaselineReport {
         suite: "baseline",
         tsc_mhz: tsc_hz / 1e6,

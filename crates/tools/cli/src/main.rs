@@ -218,7 +218,7 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
         configs: Vec<String>,
         /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64, tcp-rr).
-        /// Default: all three, or tcp-zerocopy with --quick.
+        /// Default: all four, or tcp-zerocopy with --quick.
         #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]
         workloads: Vec<String>,
         /// baseline: splitnet's domains keep polling for this many
