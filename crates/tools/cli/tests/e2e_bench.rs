@@ -39,6 +39,7 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
         "splitnet-baseline",
         "splitnet-hv-copy",
         "splitnet-default",
+        "splitnet-24-guests",
     ] {
         let directions: &[&str] = match config {
             // The forwarder joins one guest to the wire: no second guest.
@@ -211,6 +212,66 @@ fn profile_attributes_samples_to_domains_while_iperf3_runs() {
     }
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn bench_baseline_tcp_rr_reports_latency_against_native() {
+    let Some(env) = Env::new("bench-rr") else {
+        return;
+    };
+    let json = env.run_dir.join("rr.json");
+    let out = env.ok(&[
+        "bench",
+        "baseline",
+        "--quick",
+        "--seconds",
+        "1",
+        "--configs",
+        "splitnet-default",
+        "--workloads",
+        "tcp-rr",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for config in ["native", "splitnet-default"] {
+        for direction in ["tx", "guest-to-guest"] {
+            let r = v["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["config"] == config && r["direction"] == direction)
+                .unwrap_or_else(|| panic!("no tcp-rr record for {config} {direction}"));
+            let (p50, p99) = (
+                r["latency"]["p50_us"].as_f64().unwrap(),
+                r["latency"]["p99_us"].as_f64().unwrap(),
+            );
+            assert!(p50 > 0.0 && p99 >= p50, "{r}");
+            assert!(r["packets"].as_f64().unwrap() > 0.0, "{r}");
+            let s = v["summary"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["config"] == config && s["direction"] == direction)
+                .unwrap();
+            let x = s["latency"]["p50_x_native"].as_f64().unwrap();
+            assert!(x > 0.0, "{s}");
+            if config == "native" {
+                assert_eq!(x, 1.0);
+            }
+        }
+        // A request-response flow is the same both ways: no rx row.
+        assert!(!v["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["config"] == config && r["direction"] == "rx"));
+    }
+    assert!(
+        out.contains("p50 µs"),
+        "the latency table is printed:\n{out}"
+    );
     assert_nothing_left();
 }
 
