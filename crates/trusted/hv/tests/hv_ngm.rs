@@ -169,31 +169,36 @@ fn revocation_racing_uses_never_leaves_a_revoked_grant_in_use() {
     let view = Arc::new(w.drv.ngm_attach(w.g1.domid()).unwrap());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let uses = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let user = {
-        let (view, stop, held) = (view.clone(), stop.clone(), held.clone());
+        let (view, stop, held, uses) = (view.clone(), stop.clone(), held.clone(), uses.clone());
         std::thread::spawn(move || {
-            let mut uses = 0u64;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 if view.acquire(5, true).is_ok() {
                     held.store(true, std::sync::atomic::Ordering::SeqCst);
-                    uses += 1;
+                    uses.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     std::hint::spin_loop();
                     held.store(false, std::sync::atomic::Ordering::SeqCst);
                     view.release(5);
                 }
             }
-            uses
         })
     };
-    // At least 300 tries, and until both outcomes happened: how often each
-    // does depends on the scheduler (on 2 busy cores, 300 tries were all
-    // refused now and then).
+    // At least 300 tries, and until a revocation succeeded and the user
+    // took a use: how often each happens depends on the scheduler (on 2
+    // busy cores, 300 tries were all refused now and then, or all done
+    // before the user thread first ran).
     let (mut revoked, mut refused) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while revoked + refused < 300 || revoked == 0 {
+    let used = || uses.load(std::sync::atomic::Ordering::SeqCst) > 0;
+    while revoked + refused < 300 || revoked == 0 || !used() {
+        if !used() {
+            std::thread::yield_now();
+        }
         assert!(
             Instant::now() < deadline,
-            "revoked {revoked}, refused {refused}"
+            "revoked {revoked}, refused {refused}, the user took a use: {}",
+            used()
         );
         match w.g1.ngm_revoke(d, 5) {
             Ok(()) => {
@@ -210,7 +215,8 @@ fn revocation_racing_uses_never_leaves_a_revoked_grant_in_use() {
         }
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let uses = user.join().unwrap();
+    user.join().unwrap();
+    let uses = uses.load(std::sync::atomic::Ordering::SeqCst);
     assert!(
         uses > 0 && revoked > 0,
         "uses {uses}, revoked {revoked}, refused {refused}"
