@@ -130,6 +130,7 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "ring": ring,
             "frontend_counters": fe_stats["counters"],
             "grant_track": fe_stats["grant_track"],
+            "guest_loop": guest_loop(&fe_stats),
         }));
     }
     out
@@ -280,12 +281,29 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     }))
 }
 
-/// The driver loop's counters (`loop` in its stats) with wake-ups and
-/// system calls per frame the bridge forwarded, measured since it started.
-fn loop_costs(doc: &Value) -> Value {
-    let l = &doc["loop"];
-    let c = &doc["bridge"]["counters"];
-    let frames = c["forwarded"].as_u64().unwrap_or(0) + c["flooded"].as_u64().unwrap_or(0);
+/// One line of a domain loop's counters.
+fn print_loop(who: &str, l: &Value) {
+    let per = |k: &str| l[k].as_f64().map_or("-".into(), |x| format!("{x:.2}"));
+    println!(
+        "  {who} loop: {} frames, {} wake-ups ({} per frame), {} system calls ({} per frame)",
+        l["frames"],
+        l["wakeups"],
+        per("wakeups_per_frame"),
+        l["syscalls"],
+        per("syscalls_per_frame")
+    );
+}
+
+/// The guest loop's counters as its netfront last published them, with
+/// wake-ups and system calls per frame netfront moved (both directions).
+fn guest_loop(fe_stats: &Value) -> Value {
+    let c = &fe_stats["counters"];
+    let frames = c["tx_packets"].as_u64().unwrap_or(0) + c["rx_packets"].as_u64().unwrap_or(0);
+    per_frame(&fe_stats["loop"], frames)
+}
+
+/// Loop counters with each per frame, when frames moved.
+fn per_frame(l: &Value, frames: u64) -> Value {
     let per = |k: &str| {
         let n = l[k].as_u64()?;
         (frames > 0).then(|| n as f64 / frames as f64)
@@ -297,6 +315,14 @@ fn loop_costs(doc: &Value) -> Value {
         "wakeups_per_frame": per("wakeups"),
         "syscalls_per_frame": per("syscalls"),
     })
+}
+
+/// The driver loop's counters (`loop` in its stats) with wake-ups and
+/// system calls per frame the bridge forwarded, measured since it started.
+fn loop_costs(doc: &Value) -> Value {
+    let c = &doc["bridge"]["counters"];
+    let frames = c["forwarded"].as_u64().unwrap_or(0) + c["flooded"].as_u64().unwrap_or(0);
+    per_frame(&doc["loop"], frames)
 }
 
 /// An emulated NIC's entry: hv's facts (`nic.<guest>`: kind, driver
@@ -513,17 +539,7 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         );
     }
     for b in v["bridges"].as_array().unwrap_or(&empty) {
-        let l = &b["loop"];
-        let per = |k: &str| l[k].as_f64().map_or("-".into(), |x| format!("{x:.2}"));
-        println!(
-            "  {} loop: {} frames, {} wake-ups ({} per frame), {} system calls ({} per frame)",
-            b["domain"].as_str().unwrap_or("?"),
-            l["frames"],
-            l["wakeups"],
-            per("wakeups_per_frame"),
-            l["syscalls"],
-            per("syscalls_per_frame")
-        );
+        print_loop(b["domain"].as_str().unwrap_or("?"), &b["loop"]);
     }
     println!("\nVIFS");
     for v in v["vifs"].as_array().unwrap_or(&empty) {
@@ -562,6 +578,9 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
             n("notifications_received"),
             n("batches")
         );
+        if v["guest_loop"]["wakeups"].is_u64() {
+            print_loop("    guest", &v["guest_loop"]);
+        }
         println!(
             "    grant ops: {}; drops: {}; refused: {}",
             map(c, "grant_ops"),
