@@ -68,6 +68,7 @@ pub enum Config {
     SplitnetDefault,
     /// The default preset with 24 guests of which 22 stay idle: what idle
     /// vifs cost the busy ones.
+    #[serde(rename = "splitnet-24-guests")]
     SplitnetIdle24,
 }
 
@@ -1055,6 +1056,13 @@ impl BaselineReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_configuration_serializes_as_it_is_named() {
+        for c in CONFIGS {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name(), "{c:?}");
+        }
+    }
 
     #[test]
     fn the_many_guests_topology_parses_with_every_guest() {
