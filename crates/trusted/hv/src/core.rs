@@ -1197,7 +1197,7 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
             Ok((
                 Ok(Reply::Mapped {
                     handle,
-                    frame,
+                    frame: frame.raw(),
                     writable,
                     fd_attached,
                 }),
