@@ -579,7 +579,10 @@ impl<'a> FrameRef<'a> {
         }
     }
 
-    /// Copies the frame's bytes from `at` into `dst`.
+    /// Copies the frame's bytes from `at` into `dst`. The shared ranges
+    /// were checked against `map` when the frame was held (netback's
+    /// `hold_ngm` makes each from a checked frame and offset), so this
+    /// read cannot leave the mapping.
     pub fn copy_out(&self, at: usize, dst: &mut [u8]) {
         self.walk(at, dst.len(), |piece, done| match piece {
             Piece::Private(b) => dst[done..done + b.len()].copy_from_slice(b),
@@ -591,13 +594,27 @@ impl<'a> FrameRef<'a> {
     }
 
     /// Copies `len` bytes of the frame from `at` into `dst` at `dst_off`: the
-    /// one copy of a frame delivered into a guest's posted buffer.
-    pub fn copy_into(&self, at: usize, len: usize, dst: &sys::Mapping, dst_off: usize) {
+    /// one copy of a frame delivered into a guest's posted buffer. `dst_off`
+    /// comes from the guest's grant, so a range outside `dst` (or `dst`
+    /// read-only) is an error, and the copy stops there.
+    pub fn copy_into(
+        &self,
+        at: usize,
+        len: usize,
+        dst: &sys::Mapping,
+        dst_off: usize,
+    ) -> Result<(), abi::MemError> {
         use abi::SharedMemory;
-        self.walk(at, len, |piece, done| match piece {
-            Piece::Private(b) => dst.write_bytes(dst_off + done, b),
-            Piece::Shared(m, off, n) => dst.copy_from(dst_off + done, m, off, n),
+        let mut r = Ok(());
+        self.walk(at, len, |piece, done| {
+            if r.is_ok() {
+                r = match piece {
+                    Piece::Private(b) => dst.try_write_bytes(dst_off + done, b),
+                    Piece::Shared(m, off, n) => dst.try_copy_from(dst_off + done, m, off, n),
+                };
+            }
         });
+        r
     }
 
     /// Visits the pieces covering `len` bytes from `at`, with the bytes done so far.
@@ -631,4 +648,47 @@ impl<'a> FrameRef<'a> {
 enum Piece<'b> {
     Private(&'b [u8]),
     Shared(&'b sys::Mapping, usize, usize),
+}
+
+#[cfg(test)]
+mod frame_ref_tests {
+    use super::*;
+    use abi::{MemError, SharedMemory};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn delivery_to_an_offset_outside_the_guests_buffer_is_an_error() {
+        let fd = sys::Memfd::create("t-frameref", 8192, false).unwrap();
+        let src = sys::Mapping::new(fd.as_fd(), 0, 8192, true).unwrap();
+        let dst = sys::Mapping::new(fd.as_fd(), 4096, 4096, true).unwrap();
+        src.write_bytes(100, b"payload");
+        let segs = [(100, 7)];
+        let f = FrameRef {
+            head: b"head",
+            map: Some(&src),
+            segs: &segs,
+            len: 11,
+            csum: Csum::Unknown,
+            gso: None,
+        };
+        // The guest's grant put its buffer at the mapping's last bytes.
+        assert_eq!(
+            f.copy_into(0, 11, &dst, 4090),
+            Err(MemError::OutOfBounds {
+                off: 4094,
+                len: 7,
+                size: 4096
+            })
+        );
+        assert!(f.copy_into(0, 11, &dst, usize::MAX).is_err());
+        let ro = sys::Mapping::new(fd.as_fd(), 0, 4096, false).unwrap();
+        assert_eq!(
+            f.copy_into(0, 4, &ro, 0),
+            Err(MemError::ReadOnly { off: 0 })
+        );
+        f.copy_into(0, 11, &dst, 4085).unwrap();
+        let mut b = [0u8; 11];
+        dst.read_bytes(4085, &mut b);
+        assert_eq!(&b, b"headpayload");
+    }
 }

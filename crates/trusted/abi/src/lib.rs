@@ -23,4 +23,4 @@ mod wire;
 pub mod xenbus;
 
 pub use error::Error;
-pub use mem::{HeapMemory, SharedMemory, Window};
+pub use mem::{FrameRange, HeapMemory, MemError, Pfn, SharedMemory, Window};

@@ -3,10 +3,159 @@
 //! Shared pages may be written by another, untrusted domain at any moment
 //! (docs/ARCHITECTURE.md, "Rules the code keeps"). So nothing here hands out `&T` or `&[u8]`
 //! into shared memory: values are copied out with volatile or atomic loads and
-//! validated afterwards. Offsets are the caller's (trusted) arithmetic; an
-//! out-of-range offset is a bug in splitnet, not guest input, and panics.
+//! validated afterwards.
+//!
+//! Two kinds of accessor, in the manner of rust-vmm's vm-memory:
+//! - the checked ones (`try_read_bytes`, `try_write_bytes`, `try_fill`, and
+//!   `sys::Mapping::try_copy_from`) return a [`MemError`] for an access out
+//!   of bounds, into a read-only region or unaligned. Every offset derived
+//!   from a peer's value (a grant's frame, a request's offset) goes through
+//!   them, or through a [`Pfn`] and [`FrameRange`] checked when made, and an
+//!   error becomes a refusal, never a panic;
+//! - the infallible ones (`read_bytes`, `load_u32`, ...) are for offsets
+//!   fixed by a layout splitnet chose (a ring's indices inside its page, a
+//!   counter's slot, a table entry whose index was checked against the
+//!   table's size). An out-of-range offset there is a bug in splitnet, and
+//!   panics.
 
+use crate::ring::PAGE_SIZE;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// Why an access to shared memory was refused. `Copy` and allocation-free,
+/// so the data path can return it per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MemError {
+    /// `len` bytes at `off` do not fit in a region of `size` bytes.
+    #[error("access {off}+{len} outside a {size}-byte region")]
+    OutOfBounds { off: usize, len: usize, size: usize },
+    /// A store into a region mapped read-only.
+    #[error("store at {off} into a read-only region")]
+    ReadOnly { off: usize },
+    /// An atomic access not naturally aligned.
+    #[error("unaligned {align}-byte atomic at {off}")]
+    Unaligned { off: usize, align: usize },
+    /// A frame number outside the pool it should name a frame of.
+    #[error("frame {frame} outside a pool of {frames} frames")]
+    BadFrame { frame: u64, frames: u32 },
+}
+
+impl MemError {
+    /// The counter name of a refusal for this reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            MemError::OutOfBounds { .. } => "mem_out_of_bounds",
+            MemError::ReadOnly { .. } => "mem_read_only",
+            MemError::Unaligned { .. } => "mem_unaligned",
+            MemError::BadFrame { .. } => "bad_frame",
+        }
+    }
+}
+
+/// `Ok` when `len` bytes at `off` lie within `size` bytes (no overflow).
+#[inline]
+pub fn check_range(off: usize, len: usize, size: usize) -> Result<(), MemError> {
+    match off.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(MemError::OutOfBounds { off, len, size }),
+    }
+}
+
+/// A frame number within one domain's pool (Xen's pfn or gmfn): an index
+/// of 4 KiB pages, never a byte offset. One comes from a peer (a grant
+/// entry, an NGM translation, a copy op) as a raw integer and becomes a
+/// `Pfn` only through [`Pfn::checked`] against the pool's size; splitnet's
+/// own frame arithmetic uses [`Pfn::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Pfn(u32);
+
+impl Pfn {
+    /// Frame `raw` of a pool splitnet laid out itself (its own buffers).
+    pub const fn new(raw: u32) -> Pfn {
+        Pfn(raw)
+    }
+
+    /// Frame `raw`, as a peer named it, if it lies in a pool of `frames`.
+    #[inline]
+    pub fn checked(raw: u64, frames: u32) -> Result<Pfn, MemError> {
+        if raw < u64::from(frames) {
+            Ok(Pfn(raw as u32))
+        } else {
+            Err(MemError::BadFrame { frame: raw, frames })
+        }
+    }
+
+    /// The frame number.
+    pub const fn raw(self) -> u32 {
+        self.0
+    }
+
+    /// The byte offset of the frame's first byte in its pool.
+    pub const fn base(self) -> usize {
+        self.0 as usize * PAGE_SIZE
+    }
+
+    /// The same, as a file offset (to map the frame alone).
+    pub const fn file_offset(self) -> u64 {
+        self.0 as u64 * PAGE_SIZE as u64
+    }
+}
+
+impl std::fmt::Display for Pfn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "frame {}", self.0)
+    }
+}
+
+/// A byte range inside one frame: `offset + len <= PAGE_SIZE`, checked
+/// when made, so [`FrameRange::pool_offset`] stays inside the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRange {
+    pfn: Pfn,
+    offset: u16,
+    len: u16,
+}
+
+impl FrameRange {
+    /// `len` bytes at `offset` in frame `pfn`; refused when they leave the page.
+    #[inline]
+    pub fn new(pfn: Pfn, offset: usize, len: usize) -> Result<FrameRange, MemError> {
+        check_range(offset, len, PAGE_SIZE)?;
+        Ok(FrameRange {
+            pfn,
+            offset: offset as u16,
+            len: len as u16,
+        })
+    }
+
+    /// The whole frame.
+    pub const fn whole(pfn: Pfn) -> FrameRange {
+        FrameRange {
+            pfn,
+            offset: 0,
+            len: PAGE_SIZE as u16,
+        }
+    }
+
+    /// The frame.
+    pub const fn pfn(self) -> Pfn {
+        self.pfn
+    }
+
+    /// The byte offset of the range in its pool.
+    pub const fn pool_offset(self) -> usize {
+        self.pfn.base() + self.offset as usize
+    }
+
+    /// Its length in bytes.
+    pub const fn len(self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether it holds no byte.
+    pub const fn is_empty(self) -> bool {
+        self.len == 0
+    }
+}
 
 /// Byte-addressed memory that a peer may read and write concurrently.
 ///
@@ -32,6 +181,42 @@ pub trait SharedMemory {
             self.write_bytes(off + done, &chunk[..n]);
             done += n;
         }
+    }
+    /// Whether stores are allowed; a read-only mapping says no.
+    fn is_writable(&self) -> bool {
+        true
+    }
+    /// `Ok` when `len` bytes at `off` lie inside the region.
+    #[inline]
+    fn check_range(&self, off: usize, len: usize) -> Result<(), MemError> {
+        check_range(off, len, self.len())
+    }
+    /// `Ok` when `len` bytes at `off` lie inside the region and it is writable.
+    #[inline]
+    fn check_store(&self, off: usize, len: usize) -> Result<(), MemError> {
+        if !self.is_writable() {
+            return Err(MemError::ReadOnly { off });
+        }
+        self.check_range(off, len)
+    }
+    /// [`SharedMemory::read_bytes`], refused with an error instead of a
+    /// panic: for an offset derived from a peer's value.
+    fn try_read_bytes(&self, off: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        self.check_range(off, dst.len())?;
+        self.read_bytes(off, dst);
+        Ok(())
+    }
+    /// [`SharedMemory::write_bytes`], refused with an error instead of a panic.
+    fn try_write_bytes(&self, off: usize, src: &[u8]) -> Result<(), MemError> {
+        self.check_store(off, src.len())?;
+        self.write_bytes(off, src);
+        Ok(())
+    }
+    /// [`SharedMemory::fill`], refused with an error instead of a panic.
+    fn try_fill(&self, off: usize, len: usize, byte: u8) -> Result<(), MemError> {
+        self.check_store(off, len)?;
+        self.fill(off, len, byte);
+        Ok(())
     }
     /// Atomic 32-bit load with acquire ordering (`off` 4-aligned).
     fn load_u32(&self, off: usize) -> u32;
@@ -100,6 +285,24 @@ macro_rules! forward_shared_memory {
             }
             fn fill(&self, off: usize, len: usize, byte: u8) {
                 (**self).fill(off, len, byte)
+            }
+            fn is_writable(&self) -> bool {
+                (**self).is_writable()
+            }
+            fn check_range(&self, off: usize, len: usize) -> Result<(), MemError> {
+                (**self).check_range(off, len)
+            }
+            fn check_store(&self, off: usize, len: usize) -> Result<(), MemError> {
+                (**self).check_store(off, len)
+            }
+            fn try_read_bytes(&self, off: usize, dst: &mut [u8]) -> Result<(), MemError> {
+                (**self).try_read_bytes(off, dst)
+            }
+            fn try_write_bytes(&self, off: usize, src: &[u8]) -> Result<(), MemError> {
+                (**self).try_write_bytes(off, src)
+            }
+            fn try_fill(&self, off: usize, len: usize, byte: u8) -> Result<(), MemError> {
+                (**self).try_fill(off, len, byte)
             }
             fn load_u32(&self, off: usize) -> u32 {
                 (**self).load_u32(off)
@@ -335,6 +538,21 @@ impl<M: SharedMemory> SharedMemory for Window<M> {
     fn len(&self) -> usize {
         self.len
     }
+    fn is_writable(&self) -> bool {
+        self.mem.is_writable()
+    }
+    fn try_read_bytes(&self, off: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        self.check_range(off, dst.len())?;
+        self.mem.try_read_bytes(self.base + off, dst)
+    }
+    fn try_write_bytes(&self, off: usize, src: &[u8]) -> Result<(), MemError> {
+        self.check_range(off, src.len())?;
+        self.mem.try_write_bytes(self.base + off, src)
+    }
+    fn try_fill(&self, off: usize, len: usize, byte: u8) -> Result<(), MemError> {
+        self.check_range(off, len)?;
+        self.mem.try_fill(self.base + off, len, byte)
+    }
     fn read_bytes(&self, off: usize, dst: &mut [u8]) {
         self.mem.read_bytes(self.at(off, dst.len()), dst)
     }
@@ -388,6 +606,45 @@ mod window_tests {
         w.store_u32(4, 7);
         assert_eq!(m.load_u32(20), 7);
         assert_eq!(w.len(), 16);
+    }
+
+    #[test]
+    fn window_checked_accessors_refuse_instead_of_panicking() {
+        let m = HeapMemory::new(64);
+        let w = Window::new(&m, 16, 16).unwrap();
+        let mut b = [0u8; 4];
+        assert_eq!(
+            w.try_read_bytes(14, &mut b),
+            Err(MemError::OutOfBounds {
+                off: 14,
+                len: 4,
+                size: 16
+            })
+        );
+        assert!(w.try_write_bytes(usize::MAX, &b).is_err(), "no overflow");
+        assert!(w.try_fill(10, 7, 0).is_err());
+        w.try_write_bytes(12, &[1, 2, 3, 4]).unwrap();
+        m.try_read_bytes(28, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn frame_numbers_from_a_peer_are_checked_against_the_pool() {
+        assert_eq!(Pfn::checked(3, 4).map(Pfn::base), Ok(3 * PAGE_SIZE));
+        assert_eq!(
+            Pfn::checked(4, 4),
+            Err(MemError::BadFrame {
+                frame: 4,
+                frames: 4
+            })
+        );
+        assert!(Pfn::checked(u64::from(u32::MAX) + 5, u32::MAX).is_err());
+        let r = FrameRange::new(Pfn::new(2), 100, 3996).unwrap();
+        assert_eq!((r.pool_offset(), r.len()), (2 * PAGE_SIZE + 100, 3996));
+        assert!(FrameRange::new(Pfn::new(2), 100, 3997).is_err());
+        assert!(FrameRange::new(Pfn::new(2), usize::MAX, 2).is_err());
+        assert_eq!(FrameRange::whole(Pfn::new(1)).len(), PAGE_SIZE);
+        assert_eq!(MemError::ReadOnly { off: 0 }.reason(), "mem_read_only");
     }
 
     #[test]

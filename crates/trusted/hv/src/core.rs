@@ -192,6 +192,25 @@ pub struct Hypervisor {
 
 type Outcome = (Response, Vec<OwnedFd>);
 
+/// Runs the body of thread `thread`, catching a panic: logged on stderr
+/// with the thread's name and message. Returns false when it panicked, so
+/// the caller can tear down what the thread served. For the threads of the hv
+/// process that have no [`Hypervisor`] to hand (the metrics listener);
+/// the others use [`Hypervisor::spawn_guarded`].
+pub fn catch_panic(thread: &str, body: impl FnOnce()) -> bool {
+    let payload = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(()) => return true,
+        Err(p) => p,
+    };
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    eprintln!("hv: thread {thread} panicked: {msg}");
+    false
+}
+
 fn ok(r: Reply) -> Outcome {
     (Ok(r), Vec::new())
 }
@@ -342,23 +361,58 @@ impl Hypervisor {
             domid
         };
         let hv = self.clone();
+        self.spawn_guarded(format!("hv-ctl-{domid}"), Some(domid), move || {
+            hv.serve(domid, hv_end)
+        })?;
+        let hv = self.clone();
+        self.spawn_guarded(format!("hv-batch-{domid}"), Some(domid), move || {
+            hv.run_batches(domid, mem, trace, kick_wait, done_ring, stop_wait)
+        })?;
+        Ok((domid, dom_end))
+    }
+
+    /// Starts one of hv's threads, `name`, running `body`, so that no panic
+    /// takes hv down. Hostile input is refused with errors, so a panic is a
+    /// bug in hv; it is caught, logged with the thread's name, counted
+    /// (`thread_panics` in `status`), and `domain`, the one the thread
+    /// serves, is destroyed (its supervisor may restart it). hv and every
+    /// other domain carry on. A thread serving no one domain passes None.
+    /// hv's lock survives the panic (see `lock`).
+    pub fn spawn_guarded(
+        self: &Arc<Self>,
+        name: String,
+        domain: Option<DomId>,
+        body: impl FnOnce() + Send + 'static,
+    ) -> HvResult<std::thread::JoinHandle<()>> {
+        let hv = self.clone();
+        let thread = name.clone();
         std::thread::Builder::new()
-            .name(format!("hv-ctl-{domid}"))
+            .name(name)
             .spawn(move || {
-                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    hv.serve(domid, hv_end)
-                }));
-                if served.is_err() {
-                    hv.destroy_domain(domid, "hv bug: its serving thread panicked");
+                if !catch_panic(&thread, body) {
+                    hv.thread_panicked(&thread, domain);
                 }
             })
-            .map_err(|e| HvError::internal("thread", e))?;
+            .map_err(|e| HvError::internal("thread", e))
+    }
+
+    fn thread_panicked(self: &Arc<Self>, thread: &str, domain: Option<DomId>) {
+        self.lock().counters.op("thread_panics");
+        let Some(d) = domain else { return };
+        eprintln!("hv: destroying domain {d}, whose thread {thread} panicked");
+        let reason = format!("hv bug: its thread {thread} panicked");
+        // From a thread of its own: a domain's teardown may join the thread
+        // that panicked (an HVM guest's relay).
         let hv = self.clone();
-        std::thread::Builder::new()
-            .name(format!("hv-batch-{domid}"))
-            .spawn(move || hv.run_batches(domid, mem, trace, kick_wait, done_ring, stop_wait))
-            .map_err(|e| HvError::internal("thread", e))?;
-        Ok((domid, dom_end))
+        let reap = move || {
+            hv.destroy_domain(d, &reason);
+        };
+        if self
+            .spawn_guarded(format!("hv-reap-{d}"), None, reap)
+            .is_err()
+        {
+            self.destroy_domain(d, "hv bug: a thread of it panicked");
+        }
     }
 
     /// Sets what domain `domid` may hold; the toolstack calls it before the
@@ -620,14 +674,11 @@ impl Hypervisor {
         }
         let (hv_end, dm_end) = os("control socket", SeqPacket::pair())?;
         let hv = self.clone();
-        std::thread::Builder::new()
-            .name(format!("hv-dm-{dm}"))
-            .spawn(move || {
-                hv.serve_requests(dm, &hv_end, |r| {
-                    matches!(r, Request::HvmDeviceModel { .. } | Request::Nop)
-                })
+        self.spawn_guarded(format!("hv-dm-{dm}"), Some(dm), move || {
+            hv.serve_requests(dm, &hv_end, |r| {
+                matches!(r, Request::HvmDeviceModel { .. } | Request::Nop)
             })
-            .map_err(|e| HvError::internal("thread", e))?;
+        })?;
         Ok(dm_end)
     }
 
@@ -758,8 +809,10 @@ impl Hypervisor {
             Request::Shutdown => {
                 let hv = self.clone();
                 // Reply first; tear down from another thread.
-                std::thread::spawn(move || hv.shutdown());
-                return ok(Reply::Done);
+                return match self.spawn_guarded("hv-shutdown".into(), None, move || hv.shutdown()) {
+                    Ok(_) => ok(Reply::Done),
+                    Err(e) => (Err(e), vec![]),
+                };
             }
             Request::RestartDomain { .. }
             | Request::NetworkAttach { .. }
@@ -1197,7 +1250,7 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
             Ok((
                 Ok(Reply::Mapped {
                     handle,
-                    frame,
+                    frame: frame.raw(),
                     writable,
                     fd_attached,
                 }),

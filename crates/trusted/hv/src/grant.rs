@@ -14,7 +14,7 @@ use abi::grant::{
     GTF_READING, GTF_READONLY, GTF_TRANSFER_COMMITTED, GTF_TRANSFER_COMPLETED, GTF_TYPE_MASK,
     GTF_WRITING,
 };
-use abi::SharedMemory;
+use abi::{FrameRange, Pfn, SharedMemory};
 use std::collections::HashMap;
 use sys::{Mapping, PAGE_SIZE};
 
@@ -46,6 +46,12 @@ fn entry_off(mem: &DomainMemory, granter: DomId, gref: u32) -> HvResult<usize> {
     Ok(gref as usize * ENTRY)
 }
 
+/// The frame a grant entry (or copy op) names, as a [`Pfn`] of `mem`'s pool.
+fn entry_frame(mem: &DomainMemory, granter: DomId, what: &str, raw: u64) -> HvResult<Pfn> {
+    mem.frame(raw)
+        .map_err(|e| crate::HvError::memory(&format!("{what} of domain {granter}"), e))
+}
+
 /// Validates `gref` of `granter` for access by `caller` and pins it.
 /// Returns the granted frame.
 pub fn acquire(
@@ -55,7 +61,7 @@ pub fn acquire(
     caller: DomId,
     gref: u32,
     writable: bool,
-) -> HvResult<u32> {
+) -> HvResult<Pfn> {
     let off = entry_off(mem, granter, gref)?;
     let t = &mem.gnttab_map;
     for _ in 0..PIN_RETRIES {
@@ -79,16 +85,8 @@ pub fn acquire(
                 format!("grant {gref} of domain {granter} is read-only; a write was requested"),
             );
         }
-        let frame = t.read_u32(off + 4);
-        if frame >= mem.spec.pool_frames {
-            return err(
-                ErrorKind::BadPage,
-                format!(
-                    "grant {gref} of domain {granter} names frame {frame}, outside its {} frames",
-                    mem.spec.pool_frames
-                ),
-            );
-        }
+        let what = format!("grant {gref}");
+        let frame = entry_frame(mem, granter, &what, u64::from(t.read_u32(off + 4)))?;
         let set = GTF_READING | if writable { GTF_WRITING } else { 0 };
         if t.cmpxchg_u16(off, flags, flags | set).is_ok() {
             let p = pins.entry((granter, gref)).or_default();
@@ -147,11 +145,10 @@ pub fn release(
     }
 }
 
-/// Where one side of a copy resolved to.
+/// Where one side of a copy resolved to: a range inside one checked frame.
 struct Side {
     domid: DomId,
-    frame: u32,
-    offset: u16,
+    range: FrameRange,
     pinned: Option<u32>,
 }
 
@@ -174,12 +171,12 @@ fn resolve(
             (domid, offset)
         }
     };
-    if offset as usize + len as usize > PAGE_SIZE {
-        return err(
-            ErrorKind::BadCopyArg,
-            format!("{what} offset {offset} + length {len} crosses the {PAGE_SIZE}-byte page"),
-        );
-    }
+    // The range inside its page first (the page is not known yet).
+    let in_page = |pfn| {
+        FrameRange::new(pfn, offset as usize, len as usize)
+            .map_err(|e| crate::HvError::memory(&format!("{what} within its page"), e))
+    };
+    in_page(Pfn::new(0))?;
     let domid = if domid == DOMID_SELF { caller } else { domid };
     let Some(mem) = doms.memory(domid) else {
         return err(
@@ -187,34 +184,17 @@ fn resolve(
             format!("{what} domain {domid} does not exist"),
         );
     };
-    match *ptr {
-        CopyPtr::Gref { gref, .. } => {
-            let frame = if domid == caller {
-                // A domain may copy through its own grant without pinning it.
-                let off = entry_off(mem, domid, gref)?;
-                let f = mem.gnttab_map.read_u32(off + 4);
-                if f >= mem.spec.pool_frames {
-                    return err(
-                        ErrorKind::BadPage,
-                        format!("own grant {gref} names frame {f}"),
-                    );
-                }
-                return Ok(Side {
-                    domid,
-                    frame: f,
-                    offset,
-                    pinned: None,
-                });
-            } else {
-                acquire(pins, mem, domid, caller, gref, dest)?
-            };
-            Ok(Side {
-                domid,
-                frame,
-                offset,
-                pinned: Some(gref),
-            })
+    let (pfn, pinned) = match *ptr {
+        CopyPtr::Gref { gref, .. } if domid == caller => {
+            // A domain may copy through its own grant without pinning it.
+            let off = entry_off(mem, domid, gref)?;
+            let raw = mem.gnttab_map.read_u32(off + 4);
+            (
+                entry_frame(mem, domid, &format!("own grant {gref}"), u64::from(raw))?,
+                None,
+            )
         }
+        CopyPtr::Gref { gref, .. } => (acquire(pins, mem, domid, caller, gref, dest)?, Some(gref)),
         CopyPtr::Frame { gmfn, .. } => {
             if domid != caller {
                 return err(
@@ -222,23 +202,14 @@ fn resolve(
                     format!("{what}: domain {caller} may name frames only of its own memory, not of domain {domid}"),
                 );
             }
-            if gmfn >= mem.spec.pool_frames as u64 {
-                return err(
-                    ErrorKind::BadPage,
-                    format!(
-                        "{what} frame {gmfn} is outside domain {domid}'s {} frames",
-                        mem.spec.pool_frames
-                    ),
-                );
-            }
-            Ok(Side {
-                domid,
-                frame: gmfn as u32,
-                offset,
-                pinned: None,
-            })
+            (entry_frame(mem, domid, what, gmfn)?, None)
         }
-    }
+    };
+    Ok(Side {
+        domid,
+        range: in_page(pfn)?,
+        pinned,
+    })
 }
 
 fn map_of(doms: &dyn Memories, d: DomId) -> Option<&Mapping> {
@@ -261,14 +232,22 @@ pub fn copy_one(
             return Err(e);
         }
     };
-    if let (Some(s), Some(d)) = (map_of(doms, src.domid), map_of(doms, dst.domid)) {
-        let so = src.frame as usize * PAGE_SIZE + src.offset as usize;
-        let d_off = dst.frame as usize * PAGE_SIZE + dst.offset as usize;
-        d.copy_from(d_off, s, so, op.len as usize);
-    }
+    // Both ranges were checked against their pools above; the copy checks
+    // them once more against the mappings and refuses rather than panics.
+    let copied = match (map_of(doms, src.domid), map_of(doms, dst.domid)) {
+        (Some(s), Some(d)) => d
+            .try_copy_from(
+                dst.range.pool_offset(),
+                s,
+                src.range.pool_offset(),
+                src.range.len(),
+            )
+            .map_err(|e| crate::HvError::memory("grant copy", e)),
+        _ => Ok(()),
+    };
     unpin(pins, doms, &src, false);
     unpin(pins, doms, &dst, true);
-    Ok(())
+    copied
 }
 
 fn unpin(pins: &mut Pins, doms: &dyn Memories, s: &Side, writable: bool) {
@@ -329,12 +308,7 @@ pub fn transfer(
             format!("domain {caller} does not exist"),
         );
     };
-    if frame >= src.spec.pool_frames {
-        return err(
-            ErrorKind::BadPage,
-            format!("frame {frame} is outside domain {caller}'s memory"),
-        );
-    }
+    let frame = entry_frame(src, caller, "transferred frame", u64::from(frame))?;
     let Some(dm) = doms.memory(dest) else {
         return err(
             ErrorKind::BadDomain,
@@ -367,13 +341,13 @@ pub fn transfer(
             ),
         );
     }
-    let landing = t.read_u32(off + 4);
-    if landing >= dm.spec.pool_frames {
-        return err(
-            ErrorKind::BadPage,
-            format!("landing frame {landing} is outside domain {dest}'s memory"),
-        );
-    }
+    let landing = entry_frame(dm, dest, "landing frame", u64::from(t.read_u32(off + 4)))?;
+    let (from_page, to_page) = (FrameRange::whole(frame), FrameRange::whole(landing));
+    // Checked before committing, so a refusal leaves the entry as it was.
+    let fits = |m: &Mapping, r: FrameRange| m.check_store(r.pool_offset(), r.len());
+    fits(&src.pool_map, from_page)
+        .and_then(|()| fits(&dm.pool_map, to_page))
+        .map_err(|e| crate::HvError::memory("transfer", e))?;
     if t.cmpxchg_u16(off, flags, flags | GTF_TRANSFER_COMMITTED)
         .is_err()
     {
@@ -382,12 +356,102 @@ pub fn transfer(
             format!("grant {gref} of domain {dest} changed during transfer"),
         );
     }
-    let base = frame as usize * PAGE_SIZE;
-    dm.pool_map
-        .copy_from(landing as usize * PAGE_SIZE, &src.pool_map, base, PAGE_SIZE);
-    src.pool_map.fill(base, PAGE_SIZE, 0);
-    t.write_u32(off + 4, landing);
+    let moved = dm
+        .pool_map
+        .try_copy_from(
+            to_page.pool_offset(),
+            &src.pool_map,
+            from_page.pool_offset(),
+            PAGE_SIZE,
+        )
+        .and_then(|()| src.pool_map.try_fill(from_page.pool_offset(), PAGE_SIZE, 0));
+    moved.map_err(|e| crate::HvError::memory("transfer", e))?;
+    t.write_u32(off + 4, landing.raw());
     let f = t.load_u16(off);
     let _ = t.cmpxchg_u16(off, f, f | GTF_TRANSFER_COMPLETED);
-    Ok(landing)
+    Ok(landing.raw())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemorySpec;
+    use abi::grant::GNTST_BAD_COPY_ARG;
+
+    /// Domains 1 and 2, with 4 frames of pool each.
+    struct Two([DomainMemory; 2]);
+
+    impl Memories for Two {
+        fn memory(&self, d: DomId) -> Option<&DomainMemory> {
+            self.0.get(usize::from(d).checked_sub(1)?)
+        }
+    }
+
+    fn two() -> Two {
+        let spec = MemorySpec {
+            pool_frames: 4,
+            grant_frames: 1,
+            hugepages: false,
+        };
+        let mem = |n| DomainMemory::new(n, spec).unwrap();
+        Two([mem("t-grant-1"), mem("t-grant-2")])
+    }
+
+    fn own_copy(src: u64, offset: u16, dst: u64, len: u16) -> GrantCopy {
+        let own = |gmfn, offset| CopyPtr::Frame {
+            domid: DOMID_SELF,
+            gmfn,
+            offset,
+        };
+        GrantCopy {
+            source: own(src, offset),
+            dest: own(dst, 0),
+            len,
+            status: 0,
+        }
+    }
+
+    #[test]
+    fn hostile_frames_and_offsets_in_a_copy_are_refused() {
+        let doms = two();
+        let mut pins = Pins::new();
+        let kind = |op| copy_one(&mut Pins::new(), &doms, 1, &op).unwrap_err().kind;
+        assert_eq!(kind(own_copy(4, 0, 0, 8)), ErrorKind::BadPage);
+        assert_eq!(kind(own_copy(u64::MAX, 0, 0, 8)), ErrorKind::BadPage);
+        assert_eq!(kind(own_copy(0, 4095, 1, 2)), ErrorKind::BadCopyArg);
+        assert_eq!(
+            kind(own_copy(0, u16::MAX, 1, u16::MAX)),
+            ErrorKind::BadCopyArg
+        );
+        doms.0[0].pool_map.write_bytes(3 * PAGE_SIZE + 10, b"ok");
+        copy_one(&mut pins, &doms, 1, &own_copy(3, 10, 0, 2)).unwrap();
+        let mut b = [0u8; 2];
+        doms.0[0].pool_map.read_bytes(0, &mut b);
+        assert_eq!(&b, b"ok");
+    }
+
+    #[test]
+    fn a_frame_past_the_mapping_is_an_error_even_when_validation_misses_it() {
+        // hv's record of domain 2's size says 8 frames; its pool holds 4.
+        // Validation passes frame 6, and the checked copy still refuses:
+        // what would have been an assertion in hv is a GNTST status.
+        let mut doms = two();
+        doms.0[1].spec.pool_frames = 8;
+        let mut pins = Pins::new();
+        let e = copy_one(&mut pins, &doms, 2, &own_copy(6, 0, 0, 16)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BadCopyArg, "{e}");
+        let mut raw = [0u8; GrantCopy::SIZE];
+        own_copy(0, 0, 6, 16).emit(&mut GrantCopyView::new_checked(&mut raw[..]).unwrap());
+        let (st, errs) = copy_batch(&mut pins, &doms, 2, &mut raw);
+        assert_eq!((st, errs.len()), (vec![GNTST_BAD_COPY_ARG], 1));
+        // Likewise a transfer into a landing frame the pool lacks: refused
+        // before it commits, so the entry is left as the receiver wrote it.
+        let t = &doms.0[1].gnttab_map;
+        t.write_u16(2, 1);
+        t.write_u32(4, 7);
+        t.write_u16(0, GTF_ACCEPT_TRANSFER);
+        let e = transfer(&doms, 1, 0, 2, 0).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BadCopyArg, "{e}");
+        assert_eq!(t.load_u16(0), GTF_ACCEPT_TRANSFER);
+    }
 }

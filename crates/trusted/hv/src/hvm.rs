@@ -180,7 +180,12 @@ fn os<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
 impl HvmGuest {
     /// Allocates the pages (`splitnet-<name>-vcpu0`, `splitnet-<name>-ioreq`)
     /// and starts the relay thread.
-    pub fn create(name: &str, cfg: HvmConfig) -> HvResult<HvmGuest> {
+    /// `spawn` starts the relay thread (hv's guarded spawn, or a plain one).
+    pub fn create(
+        name: &str,
+        cfg: HvmConfig,
+        spawn: impl FnOnce(String, Box<dyn FnOnce() + Send>) -> HvResult<JoinHandle<()>>,
+    ) -> HvResult<HvmGuest> {
         let page = |what: &str| -> HvResult<(Memfd, Mapping)> {
             let fd = os(
                 &format!("allocating the {what} page of {name}"),
@@ -215,10 +220,7 @@ impl HvmGuest {
             prev: None,
             acc: acc.clone(),
         };
-        let thread = std::thread::Builder::new()
-            .name(format!("hv-hvm-{name}"))
-            .spawn(move || relay.run())
-            .map_err(|e| HvError::internal("thread", e))?;
+        let thread = spawn(format!("hv-hvm-{name}"), Box::new(move || relay.run()))?;
         Ok(HvmGuest {
             cfg,
             vcpu_page,
@@ -698,7 +700,7 @@ impl HvmGuests {
 impl Hypervisor {
     /// Makes domain `domid` an HVM guest: creates its I/O path. Its process
     /// takes [`HvmGuest::vcpu_fds`], its device model [`HvmGuest::dm_fds`].
-    pub fn hvm_attach(&self, domid: DomId, cfg: HvmConfig) -> HvResult<Arc<HvmGuest>> {
+    pub fn hvm_attach(self: &Arc<Self>, domid: DomId, cfg: HvmConfig) -> HvResult<Arc<HvmGuest>> {
         let Some(name) = self.domain_name(domid) else {
             return err(
                 ErrorKind::BadDomain,
@@ -711,7 +713,9 @@ impl Hypervisor {
                 format!("domain {domid} is already an HVM guest"),
             );
         }
-        let g = Arc::new(HvmGuest::create(&name, cfg)?);
+        // A panic in the relay destroys this guest only.
+        let spawn = |name, body| self.spawn_guarded(name, Some(domid), body);
+        let g = Arc::new(HvmGuest::create(&name, cfg, spawn)?);
         self.hvm.map().insert(domid, g.clone());
         // Destroyed meanwhile: do not keep its path.
         if self.domain_name(domid).is_none() {

@@ -7,6 +7,7 @@
 
 use crate::error::{HvError, HvResult};
 use abi::grant::GRANT_ENTRIES_PER_PAGE;
+use abi::{MemError, Pfn};
 use std::os::fd::{AsFd, OwnedFd};
 use sys::{Mapping, Memfd, PAGE_SIZE};
 
@@ -97,6 +98,12 @@ impl DomainMemory {
     /// Grant references this domain's table holds.
     pub fn grant_entries(&self) -> u32 {
         self.spec.grant_frames * GRANT_ENTRIES_PER_PAGE as u32
+    }
+
+    /// Frame `raw` of the pool, as a peer named it (a grant entry, a copy
+    /// op, a transfer): refused unless the pool holds it.
+    pub fn frame(&self, raw: u64) -> Result<Pfn, MemError> {
+        Pfn::checked(raw, self.spec.pool_frames)
     }
 
     /// A descriptor for a peer: read-only unless `writable`.

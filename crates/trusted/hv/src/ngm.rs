@@ -87,12 +87,8 @@ impl NgmTable {
         pool_frames: u32,
     ) -> HvResult<()> {
         let i = self.check_ref(gref)?;
-        if frame >= pool_frames {
-            return err(
-                ErrorKind::BadPage,
-                format!("frame {frame} is outside the guest's {pool_frames} frames"),
-            );
-        }
+        let frame = abi::Pfn::checked(u64::from(frame), pool_frames)
+            .map_err(|e| HvError::memory("the guest's grant", e))?;
         if self.entry(i).valid() {
             return err(
                 ErrorKind::InUse,
@@ -103,7 +99,7 @@ impl NgmTable {
         self.set(
             i,
             NgmEntry {
-                frame,
+                frame: frame.raw(),
                 flags,
                 grantee: self.backend,
             },

@@ -7,7 +7,7 @@
 mod common;
 use common::domain;
 
-use abi::SharedMemory;
+use abi::{Pfn, SharedMemory};
 
 use hv::ngm::{NgmTable, NGM_ENTRIES, TRANSLATION_PAGES};
 use hv::ngm_client::{NgmRefusal, NgmView};
@@ -63,10 +63,10 @@ fn uses_are_checked_against_the_table_without_hv() {
     assert_eq!(view.guest(), w.g1.domid());
     let before = hypercalls(&w, "drv");
     for _ in 0..1000 {
-        assert_eq!(view.acquire(5, true), Ok(10));
+        assert_eq!(view.acquire(5, true), Ok(Pfn::new(10)));
         view.release(5);
     }
-    assert_eq!(view.acquire(6, false), Ok(11));
+    assert_eq!(view.acquire(6, false), Ok(Pfn::new(11)));
     view.release(6);
     assert_eq!(view.acquire(6, true), Err(NgmRefusal::ReadOnly));
     assert_eq!(view.acquire(7, false), Err(NgmRefusal::Absent));
@@ -80,10 +80,10 @@ fn uses_are_checked_against_the_table_without_hv() {
     // The driver domain sees the guest's granted frame, and writes into it.
     w.g1.pool().write_bytes(10 * PAGE, b"from the guest");
     let mut b = [0u8; 14];
-    view.pool().read_bytes(NgmView::frame_offset(10), &mut b);
+    view.pool().read_bytes(Pfn::new(10).base(), &mut b);
     assert_eq!(&b, b"from the guest");
     view.pool()
-        .write_bytes(NgmView::frame_offset(10) + 100, b"from netback");
+        .write_bytes(Pfn::new(10).base() + 100, b"from netback");
     let mut b = [0u8; 12];
     w.g1.pool().read_bytes(10 * PAGE + 100, &mut b);
     assert_eq!(&b, b"from netback");
@@ -127,7 +127,7 @@ fn hv_validates_each_grant_once_at_creation() {
     );
     // The refused requests changed nothing.
     let view = w.drv.ngm_attach(w.g1.domid()).unwrap();
-    assert_eq!(view.acquire(5, true), Ok(10));
+    assert_eq!(view.acquire(5, true), Ok(Pfn::new(10)));
     view.release(5);
     assert_eq!(view.acquire(7, false), Err(NgmRefusal::Absent));
 }
@@ -137,11 +137,11 @@ fn revocation_is_refused_while_the_driver_domain_uses_the_grant() {
     let mut w = world();
     let d = w.drv.domid();
     let view = w.drv.ngm_attach(w.g1.domid()).unwrap();
-    assert_eq!(view.acquire(5, true), Ok(10));
+    assert_eq!(view.acquire(5, true), Ok(Pfn::new(10)));
     let e = w.g1.ngm_revoke(d, 5).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InUse);
     // The refused revocation left the grant usable.
-    assert_eq!(view.acquire(5, false), Ok(10));
+    assert_eq!(view.acquire(5, false), Ok(Pfn::new(10)));
     view.release(5);
     view.release(5);
     w.g1.ngm_revoke(d, 5).unwrap();
@@ -151,7 +151,7 @@ fn revocation_is_refused_while_the_driver_domain_uses_the_grant() {
     view.release(5);
     // The reference can be granted again, to another frame.
     w.g1.ngm_grant(d, 5, 12, false).unwrap();
-    assert_eq!(view.acquire(5, false), Ok(12));
+    assert_eq!(view.acquire(5, false), Ok(Pfn::new(12)));
     view.release(5);
     w.g1.ngm_revoke(d, 5).unwrap();
     let t = &w.hv.status().ngm_tables[0];
@@ -255,7 +255,7 @@ fn a_dead_guest_leaves_no_usable_grant() {
     let mut w = world();
     let g1 = w.g1.domid();
     let view = w.drv.ngm_attach(g1).unwrap();
-    assert_eq!(view.acquire(5, true), Ok(10));
+    assert_eq!(view.acquire(5, true), Ok(Pfn::new(10)));
     view.release(5);
     drop(std::mem::replace(
         &mut w.g1,
@@ -265,8 +265,7 @@ fn a_dead_guest_leaves_no_usable_grant() {
     assert_eq!(view.acquire(5, true), Err(NgmRefusal::Absent));
     assert_eq!(view.acquire(6, false), Err(NgmRefusal::Absent));
     // The old mapping of the pool stays safe to touch.
-    view.pool()
-        .write_bytes(NgmView::frame_offset(10), b"late write");
+    view.pool().write_bytes(Pfn::new(10).base(), b"late write");
     assert!(w.hv.status().ngm_tables.is_empty());
     assert_eq!(
         w.drv.ngm_attach(g1).err().map(|e| e.kind),
@@ -279,7 +278,7 @@ fn a_dead_driver_domains_tables_go_with_it() {
     let mut w = world();
     let (g1, d) = (w.g1.domid(), w.drv.domid());
     let view = w.drv.ngm_attach(g1).unwrap();
-    assert_eq!(view.acquire(5, true), Ok(10));
+    assert_eq!(view.acquire(5, true), Ok(Pfn::new(10)));
     assert_eq!(
         w.g1.ngm_revoke(d, 5).err().map(|e| e.kind),
         Some(ErrorKind::InUse)

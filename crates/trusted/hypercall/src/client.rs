@@ -614,7 +614,7 @@ impl HvClient {
             "mapping grant",
             Mapping::new(
                 fd.as_fd(),
-                frame as u64 * PAGE_SIZE as u64,
+                abi::Pfn::new(frame).file_offset(),
                 PAGE_SIZE,
                 writable,
             ),
@@ -899,35 +899,21 @@ pub struct MappedGrant {
 }
 
 impl MappedGrant {
-    fn range(&self, off: usize, len: usize) -> HvResult<()> {
-        if off.checked_add(len).is_none_or(|e| e > PAGE_SIZE) {
-            return err(
-                ErrorKind::BadCopyArg,
-                format!("{off}+{len} crosses the granted page"),
-            );
-        }
-        Ok(())
-    }
     /// Copies bytes out of the granted page.
     pub fn read(&self, off: usize, buf: &mut [u8]) -> HvResult<()> {
-        self.range(off, buf.len())?;
-        self.map.read_bytes(off, buf);
-        Ok(())
+        self.map
+            .try_read_bytes(off, buf)
+            .map_err(|e| self.refused(e))
     }
     /// Copies bytes into the granted page (writable grants only).
     pub fn write(&self, off: usize, buf: &[u8]) -> HvResult<()> {
-        self.range(off, buf.len())?;
-        if !self.map.is_writable() {
-            return err(
-                ErrorKind::PermissionDenied,
-                format!(
-                    "grant {} of domain {} is mapped read-only",
-                    self.gref, self.granter
-                ),
-            );
-        }
-        self.map.write_bytes(off, buf);
-        Ok(())
+        self.map
+            .try_write_bytes(off, buf)
+            .map_err(|e| self.refused(e))
+    }
+    fn refused(&self, e: abi::MemError) -> HvError {
+        let what = format!("mapped grant {} of domain {}", self.gref, self.granter);
+        HvError::memory(&what, e)
     }
     /// Whether the mapping allows writes.
     pub fn writable(&self) -> bool {
@@ -936,11 +922,24 @@ impl MappedGrant {
 }
 
 /// A mapped grant is shared memory of one page (a ring, for netback). Its
-/// bounds are enforced by the mapping; writes to a read-only one panic, so
-/// callers map rings writable.
+/// bounds are enforced by the mapping: the checked accessors refuse, the
+/// infallible ones (a ring's fixed layout) panic on a write to a read-only
+/// one, so callers map rings writable.
 impl SharedMemory for MappedGrant {
     fn len(&self) -> usize {
         self.map.len()
+    }
+    fn is_writable(&self) -> bool {
+        self.map.is_writable()
+    }
+    fn try_read_bytes(&self, off: usize, dst: &mut [u8]) -> Result<(), abi::MemError> {
+        self.map.try_read_bytes(off, dst)
+    }
+    fn try_write_bytes(&self, off: usize, src: &[u8]) -> Result<(), abi::MemError> {
+        self.map.try_write_bytes(off, src)
+    }
+    fn try_fill(&self, off: usize, len: usize, byte: u8) -> Result<(), abi::MemError> {
+        self.map.try_fill(off, len, byte)
     }
     fn read_bytes(&self, off: usize, dst: &mut [u8]) {
         self.map.read_bytes(off, dst)

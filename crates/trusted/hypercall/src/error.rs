@@ -115,6 +115,19 @@ impl HvError {
     pub fn internal(context: &str, e: impl fmt::Display) -> Self {
         HvError::new(ErrorKind::Internal, format!("{context}: {e}"))
     }
+    /// A refused access to shared memory, as the hypercall error a peer
+    /// sees: a frame outside the pool is `BadPage`, a range outside its
+    /// page or memory `BadCopyArg`, a store into read-only memory
+    /// `PermissionDenied`.
+    pub fn memory(context: &str, e: abi::MemError) -> Self {
+        let kind = match e {
+            abi::MemError::BadFrame { .. } => ErrorKind::BadPage,
+            abi::MemError::OutOfBounds { .. } => ErrorKind::BadCopyArg,
+            abi::MemError::ReadOnly { .. } => ErrorKind::PermissionDenied,
+            abi::MemError::Unaligned { .. } => ErrorKind::Invalid,
+        };
+        HvError::new(kind, format!("{context}: {e}"))
+    }
 }
 
 /// Result of a hypercall.
@@ -123,4 +136,30 @@ pub type HvResult<T> = Result<T, HvError>;
 /// Shorthand for building an error.
 pub fn err<T>(kind: ErrorKind, message: impl Into<String>) -> HvResult<T> {
     Err(HvError::new(kind, message))
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn memory_errors_map_to_the_gntst_a_peer_expects() {
+        use abi::MemError as M;
+        let k = |e| HvError::memory("t", e).kind;
+        assert_eq!(
+            k(M::BadFrame {
+                frame: 9,
+                frames: 4
+            }),
+            ErrorKind::BadPage
+        );
+        let oob = M::OutOfBounds {
+            off: 1,
+            len: 2,
+            size: 2,
+        };
+        assert_eq!(k(oob), ErrorKind::BadCopyArg);
+        assert_eq!(k(M::ReadOnly { off: 0 }), ErrorKind::PermissionDenied);
+        assert_eq!(k(M::Unaligned { off: 1, align: 4 }), ErrorKind::Invalid);
+    }
 }

@@ -4,8 +4,8 @@
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::ngm::{self, NGM_ENTRIES, NGM_REVOKED, NGM_WRITABLE};
 use crate::proto::DomId;
-use abi::SharedMemory;
-use sys::{Mapping, PAGE_SIZE};
+use abi::{Pfn, SharedMemory};
+use sys::Mapping;
 
 /// Why the driver domain refused a grant reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,9 +85,10 @@ impl NgmView {
     }
 
     /// Takes a use of grant `gref` for reading (or writing) and returns the
-    /// guest frame it names (thesis 4.6.2). The use must be ended with
-    /// [`NgmView::release`]; while it lasts, hv refuses to revoke the grant.
-    pub fn acquire(&self, gref: u32, write: bool) -> Result<u32, NgmRefusal> {
+    /// guest frame it names (thesis 4.6.2), checked against the guest's
+    /// pool. The use must be ended with [`NgmView::release`]; while it
+    /// lasts, hv refuses to revoke the grant.
+    pub fn acquire(&self, gref: u32, write: bool) -> Result<Pfn, NgmRefusal> {
         let grantee = Grantee {
             me: self.me,
             pool_frames: self.pool_frames,
@@ -100,11 +101,6 @@ impl NgmView {
         if gref < NGM_ENTRIES {
             ngm::end_use(&self.status, gref);
         }
-    }
-
-    /// Byte offset of frame `frame` in [`NgmView::pool`].
-    pub fn frame_offset(frame: u32) -> usize {
-        frame as usize * PAGE_SIZE
     }
 }
 
@@ -125,7 +121,7 @@ pub fn acquire_use<T, S>(
     grantee: Grantee,
     gref: u32,
     write: bool,
-) -> Result<u32, NgmRefusal>
+) -> Result<Pfn, NgmRefusal>
 where
     T: SharedMemory + ?Sized,
     S: SharedMemory + ?Sized,
@@ -142,10 +138,11 @@ where
         NgmRefusal::OtherDomain
     } else if write && e.flags & NGM_WRITABLE == 0 {
         NgmRefusal::ReadOnly
-    } else if e.frame >= grantee.pool_frames {
-        NgmRefusal::BadFrame
     } else {
-        return Ok(e.frame);
+        match Pfn::checked(u64::from(e.frame), grantee.pool_frames) {
+            Ok(pfn) => return Ok(pfn),
+            Err(_) => NgmRefusal::BadFrame,
+        }
     };
     ngm::end_use(status, gref);
     Err(refusal)
@@ -355,6 +352,31 @@ mod tests {
             self.revokes.push(gref);
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_translation_naming_a_frame_outside_the_pool_is_refused() {
+        use crate::ngm::{NgmEntry, NGM_ENTRY_SIZE, NGM_STATUS_SIZE, NGM_VALID};
+        let t = abi::HeapMemory::new(NGM_ENTRIES as usize * NGM_ENTRY_SIZE);
+        let s = abi::HeapMemory::new(NGM_ENTRIES as usize * NGM_STATUS_SIZE);
+        let me = Grantee {
+            me: 2,
+            pool_frames: 16,
+        };
+        for (gref, frame) in [(1, 15), (2, 16), (3, u32::MAX)] {
+            let e = NgmEntry {
+                frame,
+                flags: NGM_VALID,
+                grantee: 2,
+            };
+            t.store_u64_seqcst(gref as usize * NGM_ENTRY_SIZE, e.encode());
+        }
+        assert_eq!(acquire_use(&t, &s, me, 1, false), Ok(Pfn::new(15)));
+        assert_eq!(acquire_use(&t, &s, me, 2, false), Err(NgmRefusal::BadFrame));
+        assert_eq!(acquire_use(&t, &s, me, 3, false), Err(NgmRefusal::BadFrame));
+        // A refusal leaves no use behind; the good one holds one.
+        let uses = |g: usize| s.load_u32(g * NGM_STATUS_SIZE);
+        assert_eq!((uses(1), uses(2), uses(3)), (1, 0, 0));
     }
 
     #[test]

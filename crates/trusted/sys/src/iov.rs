@@ -11,7 +11,6 @@
 //! taken, and a scatter into a read-only mapping is refused.
 
 use crate::Mapping;
-use abi::SharedMemory;
 use std::io;
 
 /// Most parts one frame may have: a vnet header, a header copy, and the
@@ -53,18 +52,11 @@ fn too_many(n: usize) -> io::Error {
     invalid(format!("frame in {n} parts, at most {MAX_IO_PARTS}"))
 }
 
-/// Checks a shared range and returns its address.
+/// Checks a shared range and returns its address (an out-of-range or
+/// read-only range is an `InvalidInput` error naming it, never a panic).
 fn shared(map: &Mapping, off: usize, len: usize, write: bool) -> io::Result<*mut u8> {
-    if off.checked_add(len).is_none_or(|e| e > map.len()) {
-        return Err(invalid(format!(
-            "range {off}+{len} outside a {}-byte mapping",
-            map.len()
-        )));
-    }
-    if write && !map.is_writable() {
-        return Err(invalid("a scatter read into a read-only mapping".into()));
-    }
-    Ok(map.io_range(off, len, write))
+    map.io_range(off, len, write)
+        .map_err(|e| invalid(format!("an I/O vector over shared memory: {e}")))
 }
 
 /// Fills `iov` for a gather list (the kernel only reads through it).

@@ -1,5 +1,5 @@
 use crate::cvt;
-use abi::SharedMemory;
+use abi::{MemError, SharedMemory};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
@@ -9,8 +9,11 @@ use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
 ///
 /// Another process may write it at any time, so it is only ever accessed
 /// through byte copies and atomics; no `&[u8]` into it is ever created.
-/// Accessors check bounds and panic on an out-of-range offset: offsets are
-/// splitnet's own arithmetic, validated before they get here.
+/// Every access is checked once against the bounds (and, for a store,
+/// against `writable`). The checked accessors (`try_*`, and
+/// [`Mapping::try_copy_from`]) return a [`MemError`]: they are for offsets
+/// derived from a peer's values. The infallible ones panic instead, and
+/// are for offsets a layout fixed (see `abi::mem`).
 #[derive(Debug)]
 pub struct Mapping {
     ptr: NonNull<u8>,
@@ -64,47 +67,75 @@ impl Mapping {
         self.writable
     }
 
-    fn check(&self, off: usize, n: usize) -> *mut u8 {
-        assert!(
-            off.checked_add(n).is_some_and(|end| end <= self.len),
-            "shared memory access {off}+{n} outside a {}-byte mapping",
-            self.len
-        );
-        // SAFETY: off + n <= len, so the offset stays inside the mapping.
-        unsafe { self.ptr.as_ptr().add(off) }
+    /// The address of `n` bytes at `off`, checked once against the bounds.
+    #[inline]
+    fn range(&self, off: usize, n: usize) -> Result<*mut u8, MemError> {
+        abi::mem::check_range(off, n, self.len)?;
+        // SAFETY: off + n <= len (checked just above), so the offset stays
+        // inside the mapping.
+        let p = unsafe { self.ptr.as_ptr().add(off) };
+        Ok(p)
     }
 
-    fn check_write(&self, off: usize, n: usize) -> *mut u8 {
-        assert!(self.writable, "store into a read-only mapping");
-        self.check(off, n)
+    /// As [`Mapping::range`], for a store: refused on a read-only mapping.
+    #[inline]
+    fn range_mut(&self, off: usize, n: usize) -> Result<*mut u8, MemError> {
+        if !self.writable {
+            return Err(MemError::ReadOnly { off });
+        }
+        self.range(off, n)
     }
 
-    /// Copies `len` bytes from `src` at `src_off` into this mapping at `dst_off`
-    /// (the grant-copy primitive). Both ranges are bounds-checked.
-    pub fn copy_from(&self, dst_off: usize, src: &Mapping, src_off: usize, len: usize) {
-        let d = self.check_write(dst_off, len);
-        let s = src.check(src_off, len);
+    /// Copies `len` bytes from `src` at `src_off` into this mapping at
+    /// `dst_off` (the grant-copy primitive). Both ranges are checked; an
+    /// error (out of bounds, or this mapping read-only) copies nothing.
+    pub fn try_copy_from(
+        &self,
+        dst_off: usize,
+        src: &Mapping,
+        src_off: usize,
+        len: usize,
+    ) -> Result<(), MemError> {
+        let d = self.range_mut(dst_off, len)?;
+        let s = src.range(src_off, len)?;
         // SAFETY: both ranges were bounds-checked against live mappings. memcpy is
         // an opaque call, so concurrent writes by a peer can only yield torn bytes
         // (validated by the consumer), never miscompiled Rust. Ranges of the same
         // mapping may overlap, so use memmove.
         unsafe { libc::memmove(d.cast(), s.cast(), len) };
+        Ok(())
+    }
+
+    /// An atomic `T` of `size` bytes at `off`: in bounds and naturally aligned.
+    #[inline]
+    fn atomic_ptr(&self, off: usize, size: usize) -> Result<*mut u8, MemError> {
+        if !off.is_multiple_of(size) {
+            return Err(MemError::Unaligned { off, align: size });
+        }
+        self.range(off, size)
     }
 
     fn atomic_u32(&self, off: usize) -> &AtomicU32 {
-        assert_eq!(off % 4, 0, "unaligned atomic u32 at {off}");
-        let p = self.check(off, 4);
-        // SAFETY: in bounds, 4-aligned (mappings are page-aligned), and the memory
-        // lives as long as `self`; AtomicU32 tolerates concurrent access.
+        let p = expect(self.atomic_ptr(off, 4));
+        // SAFETY: in bounds and 4-aligned (the mapping is page-aligned, the
+        // offset checked), and the memory lives as long as `self`; AtomicU32
+        // tolerates concurrent access.
         unsafe { AtomicU32::from_ptr(p.cast()) }
     }
 
     fn atomic_u64(&self, off: usize) -> &AtomicU64 {
-        assert_eq!(off % 8, 0, "unaligned atomic u64 at {off}");
-        let p = self.check(off, 8);
-        // SAFETY: in bounds, 8-aligned (mappings are page-aligned), lives as long
-        // as `self`; AtomicU64 tolerates concurrent access.
+        let p = expect(self.atomic_ptr(off, 8));
+        // SAFETY: in bounds, 8-aligned (mapping page-aligned, offset checked),
+        // lives as long as `self`; AtomicU64 tolerates concurrent access.
         unsafe { AtomicU64::from_ptr(p.cast()) }
+    }
+
+    /// Panics unless stores are allowed (the infallible accessors' check).
+    #[track_caller]
+    fn assert_writable(&self, off: usize) {
+        if !self.writable {
+            expect::<()>(Err(MemError::ReadOnly { off }));
+        }
     }
 
     /// Relaxed atomic 64-bit load (`off` 8-aligned): a counter another
@@ -116,32 +147,47 @@ impl Mapping {
     /// Relaxed atomic 64-bit add, wrapping (`off` 8-aligned): a statistics
     /// counter, ordered with nothing else.
     pub fn fetch_add_u64(&self, off: usize, v: u64) -> u64 {
-        assert!(self.writable, "store into a read-only mapping");
+        self.assert_writable(off);
         self.atomic_u64(off).fetch_add(v, Ordering::Relaxed)
     }
 
     /// Relaxed atomic 64-bit maximum (`off` 8-aligned).
     pub fn fetch_max_u64(&self, off: usize, v: u64) -> u64 {
-        assert!(self.writable, "store into a read-only mapping");
+        self.assert_writable(off);
         self.atomic_u64(off).fetch_max(v, Ordering::Relaxed)
     }
 
     /// The address of `len` bytes at `off`, bounds-checked (and checked
     /// writable when `write`), for building I/O vectors the kernel reads or
     /// fills. The memory stays valid while `self` lives.
-    pub(crate) fn io_range(&self, off: usize, len: usize, write: bool) -> *mut u8 {
+    pub(crate) fn io_range(
+        &self,
+        off: usize,
+        len: usize,
+        write: bool,
+    ) -> Result<*mut u8, MemError> {
         if write {
-            self.check_write(off, len)
+            self.range_mut(off, len)
         } else {
-            self.check(off, len)
+            self.range(off, len)
         }
     }
 
     fn atomic_u16(&self, off: usize) -> &AtomicU16 {
-        assert_eq!(off % 2, 0, "unaligned atomic u16 at {off}");
-        let p = self.check(off, 2);
+        let p = expect(self.atomic_ptr(off, 2));
         // SAFETY: in bounds, 2-aligned, lives as long as `self`; atomic access only.
         unsafe { AtomicU16::from_ptr(p.cast()) }
+    }
+}
+
+/// The infallible accessors' verdict: their offsets come from a layout
+/// splitnet fixed, so an error is a bug in splitnet and panics, naming it.
+#[track_caller]
+#[inline]
+fn expect<T>(r: Result<T, MemError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("shared memory: {e} (a fixed-layout access; a bug in splitnet)"),
     }
 }
 
@@ -150,23 +196,42 @@ impl SharedMemory for Mapping {
         self.len
     }
 
+    fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     fn read_bytes(&self, off: usize, dst: &mut [u8]) {
-        let s = self.check(off, dst.len());
-        // SAFETY: source range bounds-checked; `dst` is a private buffer that cannot
-        // overlap shared memory we never borrow. memcpy is opaque to the optimizer.
-        unsafe { libc::memcpy(dst.as_mut_ptr().cast(), s.cast(), dst.len()) };
+        expect(self.try_read_bytes(off, dst))
     }
 
     fn write_bytes(&self, off: usize, src: &[u8]) {
-        let d = self.check_write(off, src.len());
-        // SAFETY: destination bounds-checked and writable; `src` is private memory.
-        unsafe { libc::memcpy(d.cast(), src.as_ptr().cast(), src.len()) };
+        expect(self.try_write_bytes(off, src))
     }
 
     fn fill(&self, off: usize, len: usize, byte: u8) {
-        let d = self.check_write(off, len);
+        expect(self.try_fill(off, len, byte))
+    }
+
+    fn try_read_bytes(&self, off: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        let s = self.range(off, dst.len())?;
+        // SAFETY: source range bounds-checked; `dst` is a private buffer that cannot
+        // overlap shared memory we never borrow. memcpy is opaque to the optimizer.
+        unsafe { libc::memcpy(dst.as_mut_ptr().cast(), s.cast(), dst.len()) };
+        Ok(())
+    }
+
+    fn try_write_bytes(&self, off: usize, src: &[u8]) -> Result<(), MemError> {
+        let d = self.range_mut(off, src.len())?;
+        // SAFETY: destination bounds-checked and writable; `src` is private memory.
+        unsafe { libc::memcpy(d.cast(), src.as_ptr().cast(), src.len()) };
+        Ok(())
+    }
+
+    fn try_fill(&self, off: usize, len: usize, byte: u8) -> Result<(), MemError> {
+        let d = self.range_mut(off, len)?;
         // SAFETY: destination bounds-checked and writable.
         unsafe { libc::memset(d.cast(), byte as i32, len) };
+        Ok(())
     }
 
     fn load_u32(&self, off: usize) -> u32 {
@@ -174,12 +239,12 @@ impl SharedMemory for Mapping {
     }
 
     fn store_u32(&self, off: usize, v: u32) {
-        assert!(self.writable, "store into a read-only mapping");
+        self.assert_writable(off);
         self.atomic_u32(off).store(v, Ordering::Release)
     }
 
     fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
-        assert!(self.writable, "store into a read-only mapping");
+        self.assert_writable(off);
         self.atomic_u16(off)
             .compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
     }
@@ -189,18 +254,18 @@ impl SharedMemory for Mapping {
     }
 
     fn swap_u32(&self, off: usize, v: u32) -> u32 {
-        assert!(self.writable, "store into a read-only mapping");
+        self.assert_writable(off);
         self.atomic_u32(off).swap(v, Ordering::SeqCst)
     }
 
     fn cmpxchg_u32(&self, off: usize, old: u32, new: u32) -> Result<u32, u32> {
-        assert!(self.writable, "store into a read-only mapping");
+        self.assert_writable(off);
         self.atomic_u32(off)
             .compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
     }
 
     fn fetch_add_u32(&self, off: usize, v: u32) -> u32 {
-        assert!(self.writable, "store into a read-only mapping");
+        self.assert_writable(off);
         self.atomic_u32(off).fetch_add(v, Ordering::SeqCst)
     }
 
@@ -209,7 +274,7 @@ impl SharedMemory for Mapping {
     }
 
     fn store_u64_seqcst(&self, off: usize, v: u64) {
-        assert!(self.writable, "store into a read-only mapping");
+        self.assert_writable(off);
         self.atomic_u64(off).store(v, Ordering::SeqCst)
     }
 
@@ -246,7 +311,7 @@ mod tests {
         assert_eq!(b.cmpxchg_u32(100, 0, 5), Ok(0));
         assert_eq!(b.fetch_add_u32(100, 1), 5);
         assert_eq!(a.load_u32(4196), 6);
-        a.copy_from(0, &b, 10, 5);
+        a.try_copy_from(0, &b, 10, 5).unwrap();
         a.read_bytes(0, &mut out);
         assert_eq!(&out, b"hello");
     }
@@ -280,6 +345,52 @@ mod tests {
         // SAFETY: plain syscall on a valid descriptor.
         let rc = unsafe { libc::ftruncate(m.as_fd().as_raw_fd(), 0) };
         assert_eq!(rc, -1);
+    }
+
+    #[test]
+    fn out_of_bounds_accesses_are_errors() {
+        let m = Memfd::create("t", 8192, false).unwrap();
+        let a = Mapping::new(m.as_fd(), 0, 8192, true).unwrap();
+        let b = Mapping::new(m.as_fd(), 0, 4096, true).unwrap();
+        let mut buf = [0u8; 8];
+        let oob = |off, len, size| Err(MemError::OutOfBounds { off, len, size });
+        assert_eq!(a.try_read_bytes(8188, &mut buf), oob(8188, 8, 8192));
+        assert_eq!(a.try_write_bytes(8189, &buf), oob(8189, 8, 8192));
+        assert_eq!(a.try_fill(usize::MAX, 2, 0), oob(usize::MAX, 2, 8192));
+        assert_eq!(a.try_copy_from(0, &b, 4095, 2), oob(4095, 2, 4096));
+        assert_eq!(b.try_copy_from(4000, &a, 0, 97), oob(4000, 97, 4096));
+        assert_eq!(
+            a.io_range(8192, 1, false).unwrap_err(),
+            oob(8192, 1, 8192).unwrap_err()
+        );
+        assert_eq!(
+            a.atomic_ptr(6, 4),
+            Err(MemError::Unaligned { off: 6, align: 4 })
+        );
+        assert_eq!(
+            a.atomic_ptr(8192, 8).unwrap_err(),
+            oob(8192, 8, 8192).unwrap_err()
+        );
+        // At the edge, the same accesses succeed.
+        a.try_read_bytes(8184, &mut buf).unwrap();
+        a.try_copy_from(4096, &b, 0, 4096).unwrap();
+    }
+
+    #[test]
+    fn stores_to_a_readonly_mapping_are_errors() {
+        let m = Memfd::create("t", 4096, false).unwrap();
+        let r = Mapping::new(m.as_fd(), 0, 4096, false).unwrap();
+        let w = Mapping::new(m.as_fd(), 0, 4096, true).unwrap();
+        let ro = Err(MemError::ReadOnly { off: 8 });
+        assert!(!r.is_writable());
+        assert_eq!(r.try_write_bytes(8, b"x"), ro);
+        assert_eq!(r.try_fill(8, 1, 0), ro);
+        assert_eq!(r.try_copy_from(8, &w, 0, 1), ro);
+        assert_eq!(r.io_range(8, 1, true), Err(MemError::ReadOnly { off: 8 }));
+        assert_eq!(r.check_store(8, 1), ro);
+        let mut b = [0u8; 1];
+        r.try_read_bytes(8, &mut b).unwrap();
+        w.try_copy_from(8, &r, 0, 1).unwrap();
     }
 
     #[test]

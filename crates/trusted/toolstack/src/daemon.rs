@@ -72,7 +72,11 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     } else {
         hv.set_supervisor(sup);
         let hv2 = hv.clone();
-        std::thread::spawn(move || accept_loop(hv2, listener));
+        let accepting =
+            hv.spawn_guarded("hv-accept".into(), None, move || accept_loop(hv2, listener));
+        if let Err(e) = accepting {
+            eprintln!("hv: cannot serve the toolstack: {e}");
+        }
         eprintln!("hv: topology {:?} is up", cfg.topology.name);
         hv.wait_shutdown();
     }
@@ -102,8 +106,13 @@ pub fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
         // Only the host's root may act as the toolstack.
         match conn.peer_cred() {
             Ok(c) if c.uid == 0 && same_netns(c.pid) => {
-                let hv = hv.clone();
-                std::thread::spawn(move || hv.serve_toolstack(conn));
+                let hv2 = hv.clone();
+                let served = hv.spawn_guarded("hv-toolstack".into(), None, move || {
+                    hv2.serve_toolstack(conn)
+                });
+                if let Err(e) = served {
+                    eprintln!("hv: refused a toolstack connection: {e}");
+                }
             }
             Ok(c) => eprintln!(
                 "hv: refused a toolstack connection from pid {} uid {}",

@@ -47,7 +47,9 @@ pub fn spawn(rd: &Path, addr: SocketAddr) -> Result<SocketAddr> {
     let rd = rd.to_path_buf();
     std::thread::Builder::new()
         .name("metrics-http".into())
-        .spawn(move || accept_loop(listener, rd))
+        .spawn(move || {
+            let _ = hv::core::catch_panic("metrics-http", || accept_loop(listener, rd));
+        })
         .context("starting the metrics listener")?;
     Ok(bound)
 }
@@ -68,7 +70,9 @@ fn accept_loop(listener: TcpListener, rd: PathBuf) {
         let started = std::thread::Builder::new()
             .name("metrics-client".into())
             .spawn(move || {
-                let _ = serve(conn, &rd);
+                let _ = hv::core::catch_panic("metrics-client", || {
+                    let _ = serve(conn, &rd);
+                });
                 busy2.fetch_sub(1, Ordering::SeqCst);
             });
         if started.is_err() {

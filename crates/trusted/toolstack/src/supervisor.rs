@@ -350,14 +350,12 @@ impl Supervisor {
             })),
         );
         let (me, name3) = (self.clone(), name.clone());
-        std::thread::Builder::new()
-            .name(format!("reap-{name}"))
-            .spawn(move || {
-                let mut child = child;
-                let status = child.wait();
-                me.reaped(domid, &name3, status);
-            })
-            .map_err(|e| e.to_string())?;
+        hv.spawn_guarded(format!("reap-{name}"), Some(domid), move || {
+            let mut child = child;
+            let status = child.wait();
+            me.reaped(domid, &name3, status);
+        })
+        .map_err(|e| e.to_string())?;
         *self.lock().starts.entry(d.name.clone()).or_default() += 1;
         self.changed.notify_all();
         eprintln!("hv: domain {domid} ({name}) started as pid {pid} in {ns}");
@@ -479,13 +477,11 @@ impl Supervisor {
             ),
         );
         let guest = e.guest.clone();
-        std::thread::Builder::new()
-            .name(format!("reap-dm-{guest}"))
-            .spawn(move || {
-                let status = child.wait();
-                eprintln!("hv: the {what} of {guest} (pid {pid}) exited: {status:?}");
-            })
-            .map_err(|x| x.to_string())?;
+        hv.spawn_guarded(format!("reap-dm-{guest}"), None, move || {
+            let status = child.wait();
+            eprintln!("hv: the {what} of {guest} (pid {pid}) exited: {status:?}");
+        })
+        .map_err(|x| x.to_string())?;
         eprintln!("hv: {what} of {} started as pid {pid} in {ns}", e.guest);
         Ok(())
     }

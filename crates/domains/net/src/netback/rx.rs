@@ -12,7 +12,7 @@ use crate::offload;
 use crate::packet::{FrameRef, Packet};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::{ExtraInfo, NetifStatus, RxFlags, RxResponse};
-use abi::SharedMemory;
+use abi::{Pfn, SharedMemory};
 use hypercall::trace::{self, DomainEvent};
 use hypercall::HvClient;
 use sys::PAGE_SIZE;
@@ -75,9 +75,18 @@ impl Netback {
             let fl = if i == 0 { flags | more } else { more };
             let rsp = match view.acquire(req.gref, true) {
                 Ok(frame) => {
-                    f.copy_into(i * PAGE_SIZE, len, view.pool(), frame as usize * PAGE_SIZE);
+                    let copied = f.copy_into(i * PAGE_SIZE, len, view.pool(), frame.base());
                     view.release(req.gref);
-                    RxResponse::data(req.id, 0, fl, len as u16)?
+                    match copied {
+                        Ok(()) => RxResponse::data(req.id, 0, fl, len as u16)?,
+                        Err(e) => {
+                            refused = Some(e.reason());
+                            RxResponse {
+                                flags: fl,
+                                ..RxResponse::failed(req.id, NetifStatus::Error)
+                            }
+                        }
+                    }
                 }
                 Err(r) => {
                     refused = Some(r.reason());
@@ -260,8 +269,10 @@ impl Netback {
                 let Some(req) = rx.next_request()? else {
                     return Err(proto("RX requests vanished"));
                 };
+                // One of this vif's own staging frames (rx_base + at most
+                // SLOT_BUDGET), inside its pool by construction.
                 let frame = self.rx_base + ops.len() as u32;
-                self.pool.write_bytes(frame as usize * PAGE_SIZE, chunk);
+                self.pool.write_bytes(Pfn::new(frame).base(), chunk);
                 let more = if (i + 1) < chunks {
                     RxFlags::MORE_DATA
                 } else {
@@ -350,7 +361,8 @@ impl Netback {
             n += 1;
             // The whole page leaves the driver domain: nothing but this packet
             // (zero padding) may be on it (Menon 2006 §4.2).
-            let base = frame as usize * PAGE_SIZE;
+            // Its own staging frame, inside its pool by construction.
+            let base = Pfn::new(frame).base();
             self.pool.write_bytes(base, &pkt.data);
             self.pool
                 .fill(base + pkt.data.len(), PAGE_SIZE - pkt.data.len(), 0);

@@ -16,7 +16,8 @@ use crate::packet::{Csum, FrameRef, Gso};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::{ExtraInfo, NetifStatus, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN};
 use abi::ring::BackRing;
-use abi::SharedMemory;
+use abi::{FrameRange, Pfn, SharedMemory};
+use hypercall::ngm_client::NgmView;
 use hypercall::trace::{self, DomainEvent};
 use hypercall::{HvClient, MappedGrant};
 use sys::PAGE_SIZE;
@@ -333,25 +334,20 @@ impl Netback {
         let Some(view) = self.ngm.as_ref() else {
             return Err("grant_absent");
         };
-        let mut frames = [0u32; XEN_NETIF_NR_SLOTS_MIN];
+        // Where each slot's bytes are in the guest's pool: a frame checked
+        // against the pool, a range checked against its page and the
+        // mapping, so the copies below cannot leave it.
+        let mut segs = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
         for (i, s) in p.slots().iter().enumerate() {
-            match view.acquire(s.gref, false) {
-                Ok(f) => frames[i] = f,
-                Err(r) => {
+            match ngm_seg(view, s) {
+                Ok(seg) => segs[i] = seg,
+                Err(reason) => {
                     for s in &p.slots()[..i] {
                         view.release(s.gref);
                     }
-                    return Err(r.reason());
+                    return Err(reason);
                 }
             }
-        }
-        // Where each slot's bytes are in the guest's pool.
-        let mut segs = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
-        for (i, s) in p.slots().iter().enumerate() {
-            segs[i] = (
-                frames[i] as usize * PAGE_SIZE + s.offset as usize,
-                s.len as usize,
-            );
         }
         let segs = &segs[..p.count];
         let whole = FrameRef {
@@ -471,11 +467,11 @@ impl Netback {
                 Some(st) => return Err(grant_reason(st)),
                 None => return Err("copy_missing"),
             }
-            let frame = self.tx_base + op as u32;
+            // One of this vif's own staging frames, inside its pool by construction.
+            let frame = Pfn::new(self.tx_base + op as u32);
             let at = data.len();
             data.resize(at + s.len as usize, 0);
-            self.pool
-                .read_bytes(frame as usize * PAGE_SIZE, &mut data[at..]);
+            self.pool.read_bytes(frame.base(), &mut data[at..]);
         }
         Ok(data)
     }
@@ -540,6 +536,25 @@ fn next_in_chain(
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err("truncated_packet"),
         Err(_) => Err("ring_overflow"),
+    }
+}
+
+/// Takes a use of slot `s`'s grant and returns where its bytes are in the
+/// guest's pool: the frame checked against the pool (by the view), the
+/// range against its page and the mapping. On a refusal no use is left.
+fn ngm_seg(view: &NgmView, s: &TxSlot) -> std::result::Result<(usize, usize), &'static str> {
+    let pfn = view.acquire(s.gref, false).map_err(|r| r.reason())?;
+    let range = FrameRange::new(pfn, s.offset as usize, s.len as usize).and_then(|r| {
+        view.pool()
+            .check_range(r.pool_offset(), r.len())
+            .map(|()| r)
+    });
+    match range {
+        Ok(r) => Ok((r.pool_offset(), r.len())),
+        Err(e) => {
+            view.release(s.gref);
+            Err(e.reason())
+        }
     }
 }
 
