@@ -134,17 +134,17 @@ pub fn listening(ns: &str, port: u16) -> Result<bool> {
 /// Waits until a TCP socket listens on `port` in namespace `ns` (iperf3's
 /// control connection is TCP for every workload), or fails if the server
 /// exits or takes over 10 s.
-fn wait_listening(ns: &str, port: u16, srv: &mut Child) -> Result<()> {
+fn wait_listening(tool: &str, ns: &str, port: u16, srv: &mut Child) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if listening(ns, port)? {
             return Ok(());
         }
         if let Some(st) = srv.try_wait()? {
-            bail!("the iperf3 server in {ns} exited before listening ({st})");
+            bail!("the {tool} server in {ns} exited before listening on port {port} ({st})");
         }
         if Instant::now() > deadline {
-            bail!("the iperf3 server in {ns} was not listening on port {port} after 10 s");
+            bail!("the {tool} server in {ns} was not listening on port {port} after 10 s");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -180,7 +180,7 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
         args.push("-R");
     }
     args.extend_from_slice(client_args);
-    if let Err(e) = wait_listening(f.server_ns, f.port, &mut srv) {
+    if let Err(e) = wait_listening("iperf3", f.server_ns, f.port, &mut srv) {
         let _ = srv.kill();
         let _ = srv.wait();
         return Err(e);
@@ -246,7 +246,18 @@ fn run_rr(f: &Flow<'_>) -> Result<FlowResult> {
     let bind = f.server_bind.unwrap_or(f.server_ip);
     let mut srv = spawn_in(
         f.server_ns,
-        &["sockperf", "server", "--tcp", "-i", bind, "-p", &port],
+        // Reuse the address: the stream flows before it leave the same
+        // port in TIME_WAIT.
+        &[
+            "sockperf",
+            "server",
+            "--tcp",
+            "--uc-reuseaddr",
+            "-i",
+            bind,
+            "-p",
+            &port,
+        ],
         f.server_cgroup,
         false,
     )
@@ -255,9 +266,9 @@ fn run_rr(f: &Flow<'_>) -> Result<FlowResult> {
         let _ = srv.kill();
         let _ = srv.wait();
     };
-    if let Err(e) = wait_listening(f.server_ns, f.port, &mut srv) {
+    if let Err(e) = wait_listening("sockperf", f.server_ns, f.port, &mut srv) {
         stop(&mut srv);
-        return Err(e.context("sockperf server"));
+        return Err(e);
     }
     let t = f.secs.max(1).to_string();
     let size = RR_MESSAGE.to_string();
