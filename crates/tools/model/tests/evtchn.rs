@@ -15,15 +15,18 @@ use std::sync::Arc;
 /// The receiving end.
 const END: u8 = 1;
 
-/// One send against one mask/take/unmask round of the receiver, with
-/// `pending` already set (an earlier send) or not.
+/// One send against one round of the receiver (drain its doorbell, mask,
+/// take pending, unmask), with `pending` already set by an earlier send
+/// (which rang, as an unmasked receiver's sends do) or not. A send that
+/// finds pending set rings nothing: the receiver drains before it takes.
 fn model(flavor: Flavor, pending: bool) -> usize {
     check(move || {
         let page = Arc::new(LoomMemory::words(64, 24, flavor));
+        let bell = Arc::new(Bell::new());
         if pending {
             page.store_u32(pending_off(END), 1);
+            bell.ring();
         }
-        let bell = Arc::new(Bell::new());
         // What the sender published before notifying (a ring index, say).
         let work = Arc::new(AtomicU32::new(0));
         let sender = {
@@ -35,6 +38,7 @@ fn model(flavor: Flavor, pending: bool) -> usize {
                 }
             })
         };
+        bell.drain();
         evtchn::mask(&*page, END);
         let seen = evtchn::take_pending(&*page, END) && work.load(Ordering::Relaxed) == 1;
         if evtchn::unmask(&*page, END) {

@@ -1003,9 +1003,13 @@ impl EventChannel {
         io("evtchn notify", r)
     }
     /// Waits for a notification; true when one arrived (pending is cleared).
+    /// The doorbell is drained before pending is taken, never after: a send
+    /// that finds pending set rings nothing (`evtchn::set_pending`), so a
+    /// ring drained after the take could belong to a send whose pending
+    /// would then wait with no ring behind it.
     pub fn wait(&self, timeout: Option<Duration>) -> HvResult<bool> {
+        let _ = self.own.drain();
         if self.take_pending() {
-            let _ = self.own.drain();
             return Ok(true);
         }
         let got = io("evtchn wait", self.own.wait(timeout))? > 0;

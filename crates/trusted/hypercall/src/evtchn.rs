@@ -31,12 +31,20 @@ pub const STATE_BOUND: u32 = 2;
 pub const STATE_CLOSED: u32 = 3;
 
 /// The shared-memory step of a send (`EVTCHNOP_send`,
-/// `notify_remote_via_evtchn`): sets end `peer`'s pending word; true if
-/// `peer` is unmasked, so the sender must ring its doorbell. The set is a
-/// swap, like Xen's `test_and_set_bit`: every write to a pending word is a
-/// read-modify-write, so none lands inside [`take_pending`]'s.
+/// `notify_remote_via_evtchn`): sets end `peer`'s pending word; true if it
+/// was clear and `peer` is unmasked, so the sender must ring its doorbell.
+/// The set is a swap, like Xen's `test_and_set_bit`: every write to a
+/// pending word is a read-modify-write, so none lands inside
+/// [`take_pending`]'s. A send that finds the word already set rings
+/// nothing, as Xen's `evtchn_set_pending` does: the earlier send's ring (or,
+/// if it was masked, the receiver's [`unmask`]) still stands, and the
+/// receiver takes pending only after draining its doorbell. So a peer that
+/// notifies a million times a second costs its receiver one ring per
+/// wake-up, not a million datagrams.
 pub fn set_pending<M: SharedMemory + ?Sized>(page: &M, peer: u8) -> bool {
-    page.swap_u32(pending_off(peer), 1);
+    if page.swap_u32(pending_off(peer), 1) != 0 {
+        return false;
+    }
     page.fence_seqcst();
     page.load_u32(mask_off(peer)) == 0
 }
