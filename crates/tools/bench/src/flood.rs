@@ -7,6 +7,7 @@
 //! sleeps out the rest of each millisecond, so what it costs the others is
 //! what it makes the driver domain do, not a CPU it spins on.
 
+use crate::baseline::stat_cpu;
 use crate::stats::median;
 use anyhow::{bail, Context, Result};
 use hv::proto::{Reply, Request, DOMID_TOOLSTACK};
@@ -42,6 +43,52 @@ pub struct FloodResult {
     pub flooded_wakeups_per_s: f64,
     /// The flooder's vif was still connected at the end.
     pub flooder_connected: bool,
+    /// Share of one CPU each thread used, quiet and flooded: the driver
+    /// domain's loop, the good pair (one thread), the flooder.
+    pub cpu_quiet: Threads,
+    pub cpu_flooded: Threads,
+}
+
+/// A share of one CPU per thread.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Threads {
+    pub driver: f64,
+    pub good_pair: f64,
+    pub flooder: f64,
+}
+
+/// The calling thread's id, from `/proc/thread-self` (`<pid>/task/<tid>`).
+fn tid() -> Option<String> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
+}
+
+/// CPU time so far of thread `tid` of this process.
+fn thread_cpu(tid: &Option<String>) -> Duration {
+    tid.as_ref()
+        .and_then(|t| stat_cpu(&format!("/proc/self/task/{t}/stat")))
+        .unwrap_or_default()
+}
+
+/// CPU of the driver, good-pair and flooder threads at one moment.
+#[derive(Clone, Copy)]
+struct Cpu([Duration; 3], Instant);
+
+impl Cpu {
+    fn now(tids: &[Option<String>; 3]) -> Cpu {
+        Cpu(tids.each_ref().map(thread_cpu), Instant::now())
+    }
+
+    /// Shares of one CPU from `self` to `later`.
+    fn to(self, later: Cpu) -> Threads {
+        let dt = later.1.duration_since(self.1).as_secs_f64().max(1e-9);
+        let d = |i: usize| later.0[i].saturating_sub(self.0[i]).as_secs_f64() / dt;
+        Threads {
+            driver: d(0),
+            good_pair: d(1),
+            flooder: d(2),
+        }
+    }
 }
 
 struct Guest {
@@ -55,6 +102,7 @@ struct World {
     drv: DomId,
     ids: Vec<DomId>,
     driver: std::thread::JoinHandle<()>,
+    driver_tid: Option<String>,
 }
 
 impl World {
@@ -108,9 +156,12 @@ fn world() -> Result<(World, Vec<Guest>)> {
         setup_vif(&mut ts, &v, id, drv).map_err(anyhow::Error::msg)?;
         clients.push((id, c));
     }
+    let (tx, rx) = std::sync::mpsc::channel();
     let driver = std::thread::spawn(move || {
+        let _ = tx.send(tid());
         let _ = net::driver::run(&mut drv_client);
     });
+    let driver_tid = rx.recv().ok().flatten();
     let ids = clients.iter().map(|(id, _)| *id).collect();
     let mut guests = Vec::new();
     for (i, (id, mut c)) in clients.into_iter().enumerate() {
@@ -126,6 +177,7 @@ fn world() -> Result<(World, Vec<Guest>)> {
             drv,
             ids,
             driver,
+            driver_tid,
         },
         guests,
     ))
@@ -162,7 +214,12 @@ fn pump(a: &mut Guest, b: &mut Guest, secs: f64) -> Result<u64> {
 }
 
 /// Rings `f`'s doorbell at [`RINGS_PER_SECOND`] until `stop`; the rings made.
-fn flood(f: Guest, stop: Arc<AtomicBool>) -> (u64, Guest) {
+fn flood(
+    f: Guest,
+    stop: Arc<AtomicBool>,
+    me: std::sync::mpsc::Sender<Option<String>>,
+) -> (u64, Guest) {
+    let _ = me.send(tid());
     let (t0, mut rings) = (Instant::now(), 0u64);
     while !stop.load(Ordering::Relaxed) {
         for _ in 0..1000 {
@@ -191,14 +248,20 @@ pub fn run(secs: f64) -> Result<FloodResult> {
     pump(a, b, 0.2)?; // warm-up
     let wake = |w: &World| (w.wakeups(), Instant::now());
     let (w0, t0) = wake(&w);
+    let mut tids = [w.driver_tid.clone(), tid(), None];
+    let c0 = Cpu::now(&tids);
     let quiet = pump(a, b, secs)? as f64 / secs;
+    let cpu_quiet = c0.to(Cpu::now(&tids));
     std::thread::sleep(Duration::from_millis(600)); // counters published
     let (w1, t1) = wake(&w);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    let ft = std::thread::spawn(move || flood(flooder, flag));
-    let started = Instant::now();
+    let (me, its) = std::sync::mpsc::channel();
+    let ft = std::thread::spawn(move || flood(flooder, flag, me));
+    tids[2] = its.recv().ok().flatten();
+    let (started, c1) = (Instant::now(), Cpu::now(&tids));
     let flooded = pump(a, b, secs)? as f64 / secs;
+    let cpu_flooded = c1.to(Cpu::now(&tids));
     stop.store(true, Ordering::Relaxed);
     let (rings, _flooder) = ft.join().map_err(|_| anyhow::anyhow!("flooder panicked"))?;
     let flood_secs = started.elapsed().as_secs_f64();
@@ -217,6 +280,8 @@ pub fn run(secs: f64) -> Result<FloodResult> {
         quiet_wakeups_per_s: rate(w0, w1, t1 - t0),
         flooded_wakeups_per_s: rate(w1, w2, t2 - t1),
         flooder_connected: connected,
+        cpu_quiet,
+        cpu_flooded,
     })
 }
 
@@ -232,12 +297,12 @@ pub fn table(rs: &[FloodResult]) -> String {
     }
     let mut s = String::from(
         "\nDoorbell flood (in process: one guest rings its doorbell while another pair exchanges 1 KiB frames):\n\n\
-         | run | quiet frames/s | flooded frames/s | ratio | rings/s | notifications taken | drv wake-ups/s quiet | flooded | flooder connected |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+         | run | quiet frames/s | flooded frames/s | ratio | rings/s | notifications taken | drv wake-ups/s quiet | flooded | CPU quiet: drv / pair | flooded: drv / pair / flooder | flooder connected |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for (i, r) in rs.iter().enumerate() {
         s += &format!(
-            "| {} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {} |\n",
+            "| {} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {:.0} | {:.0} | {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {} |\n",
             i + 1,
             r.quiet_frames_per_s,
             r.flooded_frames_per_s,
@@ -246,6 +311,11 @@ pub fn table(rs: &[FloodResult]) -> String {
             r.flooder_notifications_received,
             r.quiet_wakeups_per_s,
             r.flooded_wakeups_per_s,
+            r.cpu_quiet.driver,
+            r.cpu_quiet.good_pair,
+            r.cpu_flooded.driver,
+            r.cpu_flooded.good_pair,
+            r.cpu_flooded.flooder,
             if r.flooder_connected { "yes" } else { "no" }
         );
     }
