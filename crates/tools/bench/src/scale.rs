@@ -94,6 +94,9 @@ pub struct Record {
     pub drv_idle_wakeups_per_s: f64,
     /// hv's CPU meanwhile, ms per second (USER_HZ resolution).
     pub hv_idle_cpu_ms_per_s: f64,
+    /// Frames the guests' kernels sent and received meanwhile, per second
+    /// (their own chatter: neighbour discovery, ARP), summed over guests.
+    pub idle_guest_frames_per_s: f64,
 }
 
 /// Medians over runs of one guest count, and their ratios to the first
@@ -113,6 +116,7 @@ pub struct Summary {
     pub drv_idle_cpu_ms_per_s: f64,
     pub drv_idle_wakeups_per_s: f64,
     pub hv_idle_cpu_ms_per_s: f64,
+    pub idle_guest_frames_per_s: f64,
     pub p50_ratio: f64,
     pub p99_ratio: f64,
     pub tcp_ratio: f64,
@@ -235,26 +239,50 @@ fn guest1_flows(secs: u32) -> Result<(netenv::Latency, f64)> {
     Ok((latency, tcp.gbps))
 }
 
-/// The driver domain's (and hv's) CPU and wake-ups per second over `secs`
-/// with every guest idle.
-fn idle_cost(layout: &CgroupLayout, hv: Option<i32>, secs: f64) -> Result<(f64, f64, f64)> {
+/// Packets guest `g`'s `eth0` has sent and received so far.
+fn guest_frames(g: &str) -> u64 {
+    let ns = host::netns_name(g);
+    let Ok(o) = Command::new("ip")
+        .args(["-n", &ns, "-s", "-j", "link", "show", "dev", "eth0"])
+        .output()
+    else {
+        return 0;
+    };
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let st = &v[0]["stats64"];
+    ["rx", "tx"]
+        .iter()
+        .filter_map(|d| st[d]["packets"].as_u64())
+        .sum()
+}
+
+fn all_guest_frames(n: usize) -> u64 {
+    (1..=n).map(|g| guest_frames(&format!("guest{g}"))).sum()
+}
+
+/// What the driver domain (and hv) cost per second over `secs` with every
+/// guest idle: CPU ms, wake-ups, hv's CPU ms; and the guests' own frames.
+fn idle_cost(layout: &CgroupLayout, hv: Option<i32>, n: usize, secs: f64) -> Result<[f64; 4]> {
     let drv = Cgroup::open(layout, "drv").context("the driver domain has no cgroup")?;
     let switches = |cg: &Cgroup| cg.pids().into_iter().map(ctxt_switches).sum::<u64>();
     let hv_cpu = || hv.and_then(proc_cpu).unwrap_or_default();
     // Let the flows' last frames and the ARP timers settle first.
     std::thread::sleep(Duration::from_millis(500));
+    let f0 = all_guest_frames(n);
     let (c0, s0, h0, t0) = (drv.cpu_usage(), switches(&drv), hv_cpu(), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(secs));
     let (c1, s1, h1) = (drv.cpu_usage(), switches(&drv), hv_cpu());
     let dt = t0.elapsed().as_secs_f64();
+    let frames = all_guest_frames(n).saturating_sub(f0);
     let (Some(c0), Some(c1)) = (c0, c1) else {
         bail!("the driver domain's cgroup reports no CPU usage");
     };
-    Ok((
+    Ok([
         c1.saturating_sub(c0).as_secs_f64() * 1e3 / dt,
         s1.saturating_sub(s0) as f64 / dt,
         h1.saturating_sub(h0).as_secs_f64() * 1e3 / dt,
-    ))
+        frames as f64 / dt,
+    ])
 }
 
 fn splitnet(opts: &ScaleOptions, args: &[&str]) -> Result<String> {
@@ -290,7 +318,7 @@ fn measure_up(
     let failed = ping_all(n)?;
     let ping_all_seconds = t.elapsed().as_secs_f64();
     let (lat, tcp_gbps) = guest1_flows(opts.secs)?;
-    let (drv_cpu, drv_wakeups, hv_cpu) = idle_cost(layout, hv, opts.idle_secs)?;
+    let [drv_cpu, drv_wakeups, hv_cpu, chatter] = idle_cost(layout, hv, n, opts.idle_secs)?;
     Ok(Record {
         guests: n,
         run,
@@ -306,6 +334,7 @@ fn measure_up(
         drv_idle_cpu_ms_per_s: drv_cpu,
         drv_idle_wakeups_per_s: drv_wakeups,
         hv_idle_cpu_ms_per_s: hv_cpu,
+        idle_guest_frames_per_s: chatter,
     })
 }
 
@@ -380,6 +409,7 @@ fn summarize(guests: &[usize], records: &[Record]) -> Vec<Summary> {
             drv_idle_cpu_ms_per_s: med(|r| r.drv_idle_cpu_ms_per_s),
             drv_idle_wakeups_per_s: med(|r| r.drv_idle_wakeups_per_s),
             hv_idle_cpu_ms_per_s: med(|r| r.hv_idle_cpu_ms_per_s),
+            idle_guest_frames_per_s: med(|r| r.idle_guest_frames_per_s),
             p50_ratio: 1.0,
             p99_ratio: 1.0,
             tcp_ratio: 1.0,
@@ -398,12 +428,12 @@ impl ScaleReport {
     /// A Markdown table of the medians, the flood, and the issue's targets.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| guests | up s (max) | MiB/guest | pinged wire | guest1 p50 µs | ×2g | p99 µs | ×2g | TCP Gbit/s | ×2g | drv idle ms CPU/s | drv idle wake-ups/s | hv idle ms CPU/s |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| guests | up s (max) | MiB/guest | pinged wire | guest1 p50 µs | ×2g | p99 µs | ×2g | TCP Gbit/s | ×2g | drv idle ms CPU/s | drv idle wake-ups/s | hv idle ms CPU/s | guests' own frames/s |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for m in &self.summary {
             s += &format!(
-                "| {} | {:.2} ({:.2}) | {:.2} | {}/{} | {:.1} | {:.2} | {:.1} | {:.2} | {:.2} | {:.3} | {:.2} | {:.1} | {:.1} |\n",
+                "| {} | {:.2} ({:.2}) | {:.2} | {}/{} | {:.1} | {:.2} | {:.1} | {:.2} | {:.2} | {:.3} | {:.2} | {:.1} | {:.1} | {:.1} |\n",
                 m.guests,
                 m.up_seconds,
                 m.up_seconds_max,
@@ -418,14 +448,16 @@ impl ScaleReport {
                 m.tcp_ratio,
                 m.drv_idle_cpu_ms_per_s,
                 m.drv_idle_wakeups_per_s,
-                m.hv_idle_cpu_ms_per_s
+                m.hv_idle_cpu_ms_per_s,
+                m.idle_guest_frames_per_s
             );
         }
         s += &format!(
             "\n{} run(s); medians; ×2g: against the {}-guest case of the same suite. guest1 → wire: sockperf ping-pong \
              over TCP (one-way latency) and iperf3 TCP zero-copy, {} s each, every other guest idle. Memory: PSS of hv \
              and every domain process (smaps_rollup) ÷ guests. Idle: {} s with no traffic, the driver domain's cgroup \
-             CPU and its context switches.\n",
+             CPU and its context switches, and the frames the guests' kernels sent or received meanwhile (each one \
+             crosses the driver domain).\n",
             self.runs,
             self.summary.first().map_or(0, |m| m.guests),
             self.seconds_per_flow,
@@ -460,10 +492,14 @@ impl ScaleReport {
                 m.pinged_min == g,
             );
             row(
-                format!("{g} guests: idle ones cost the driver domain no CPU"),
+                format!("{g} guests: idle ones cost the driver domain no CPU (at most 1 ms/s more than {})", base.guests),
                 format!(
-                    "{:.2} ms/s against {:.2} with {}",
-                    m.drv_idle_cpu_ms_per_s, base.drv_idle_cpu_ms_per_s, base.guests
+                    "{:.2} ms/s ({:.0} wake-ups/s, guests' own frames {:.0}/s) against {:.2} with {}",
+                    m.drv_idle_cpu_ms_per_s,
+                    m.drv_idle_wakeups_per_s,
+                    m.idle_guest_frames_per_s,
+                    base.drv_idle_cpu_ms_per_s,
+                    base.guests
                 ),
                 m.drv_idle_cpu_ms_per_s <= base.drv_idle_cpu_ms_per_s + 1.0,
             );
@@ -583,6 +619,7 @@ mod tests {
             drv_idle_cpu_ms_per_s: 0.0,
             drv_idle_wakeups_per_s: 5.0,
             hv_idle_cpu_ms_per_s: 0.0,
+            idle_guest_frames_per_s: 0.0,
         }
     }
 
