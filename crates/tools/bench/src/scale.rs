@@ -67,22 +67,13 @@ impl ScaleOptions {
     }
 }
 
-/// One guest count in one run.
-#[derive(Debug, Clone, Serialize)]
-pub struct Record {
-    pub guests: usize,
-    pub run: usize,
+/// What one bring-up measured, or the medians of several.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Figures {
     /// `splitnet up --config` from start to return (every vif connected).
     pub up_seconds: f64,
-    /// PSS of hv and of every domain's processes, summed, in MiB.
-    pub pss_mib_total: f64,
+    /// PSS of hv and of every domain's processes, summed, ÷ guests, MiB.
     pub pss_mib_per_guest: f64,
-    /// Guests whose ping reached the wire (of `guests`).
-    pub pinged: usize,
-    /// The first few that did not.
-    pub ping_failures: Vec<String>,
-    /// Every guest's ping, in parallel (bounded), start to last answer.
-    pub ping_all_seconds: f64,
     /// guest1 → wire, sockperf ping-pong over TCP, one-way µs.
     pub rr_p50_us: f64,
     pub rr_p99_us: f64,
@@ -99,24 +90,74 @@ pub struct Record {
     pub idle_guest_frames_per_s: f64,
 }
 
+impl Figures {
+    fn to_array(self) -> [f64; 9] {
+        [
+            self.up_seconds,
+            self.pss_mib_per_guest,
+            self.rr_p50_us,
+            self.rr_p99_us,
+            self.tcp_gbps,
+            self.drv_idle_cpu_ms_per_s,
+            self.drv_idle_wakeups_per_s,
+            self.hv_idle_cpu_ms_per_s,
+            self.idle_guest_frames_per_s,
+        ]
+    }
+
+    fn from_array(a: [f64; 9]) -> Figures {
+        let [up_seconds, pss_mib_per_guest, rr_p50_us, rr_p99_us, tcp_gbps, drv_idle_cpu_ms_per_s, drv_idle_wakeups_per_s, hv_idle_cpu_ms_per_s, idle_guest_frames_per_s] =
+            a;
+        Figures {
+            up_seconds,
+            pss_mib_per_guest,
+            rr_p50_us,
+            rr_p99_us,
+            tcp_gbps,
+            drv_idle_cpu_ms_per_s,
+            drv_idle_wakeups_per_s,
+            hv_idle_cpu_ms_per_s,
+            idle_guest_frames_per_s,
+        }
+    }
+
+    /// The median of each figure over `all`.
+    fn median(all: &[Figures]) -> Figures {
+        let rows: Vec<[f64; 9]> = all.iter().map(|f| f.to_array()).collect();
+        Figures::from_array(std::array::from_fn(|i| {
+            median(&rows.iter().map(|r| r[i]).collect::<Vec<_>>())
+        }))
+    }
+}
+
+/// One guest count in one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub guests: usize,
+    pub run: usize,
+    #[serde(flatten)]
+    pub figures: Figures,
+    /// PSS of hv and of every domain's processes, summed, in MiB.
+    pub pss_mib_total: f64,
+    /// Guests whose ping reached the wire (of `guests`).
+    pub pinged: usize,
+    /// The first few that did not.
+    pub ping_failures: Vec<String>,
+    /// Every guest's ping, in parallel (bounded), start to last answer.
+    pub ping_all_seconds: f64,
+}
+
 /// Medians over runs of one guest count, and their ratios to the first
 /// guest count's medians.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub guests: usize,
     pub runs: usize,
-    pub up_seconds: f64,
+    #[serde(flatten)]
+    pub median: Figures,
     pub up_seconds_max: f64,
-    pub pss_mib_per_guest: f64,
     /// The fewest guests that reached the wire in any run.
     pub pinged_min: usize,
-    pub rr_p50_us: f64,
-    pub rr_p99_us: f64,
-    pub tcp_gbps: f64,
-    pub drv_idle_cpu_ms_per_s: f64,
-    pub drv_idle_wakeups_per_s: f64,
-    pub hv_idle_cpu_ms_per_s: f64,
-    pub idle_guest_frames_per_s: f64,
     pub p50_ratio: f64,
     pub p99_ratio: f64,
     pub tcp_ratio: f64,
@@ -322,19 +363,21 @@ fn measure_up(
     Ok(Record {
         guests: n,
         run,
-        up_seconds,
+        figures: Figures {
+            up_seconds,
+            pss_mib_per_guest: pss / n as f64,
+            rr_p50_us: lat.p50_us,
+            rr_p99_us: lat.p99_us,
+            tcp_gbps,
+            drv_idle_cpu_ms_per_s: drv_cpu,
+            drv_idle_wakeups_per_s: drv_wakeups,
+            hv_idle_cpu_ms_per_s: hv_cpu,
+            idle_guest_frames_per_s: chatter,
+        },
         pss_mib_total: pss,
-        pss_mib_per_guest: pss / n as f64,
         pinged: n - failed.len(),
         ping_failures: failed.into_iter().take(8).collect(),
         ping_all_seconds,
-        rr_p50_us: lat.p50_us,
-        rr_p99_us: lat.p99_us,
-        tcp_gbps,
-        drv_idle_cpu_ms_per_s: drv_cpu,
-        drv_idle_wakeups_per_s: drv_wakeups,
-        hv_idle_cpu_ms_per_s: hv_cpu,
-        idle_guest_frames_per_s: chatter,
     })
 }
 
@@ -395,31 +438,19 @@ fn summarize(guests: &[usize], records: &[Record]) -> Vec<Summary> {
         if rs.is_empty() {
             continue;
         }
-        let med = |f: fn(&Record) -> f64| median(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
-        let mut s = Summary {
+        let figures: Vec<Figures> = rs.iter().map(|r| r.figures).collect();
+        let m = Figures::median(&figures);
+        let base = out.first().map_or(m, |b| b.median);
+        out.push(Summary {
             guests: n,
             runs: rs.len(),
-            up_seconds: med(|r| r.up_seconds),
-            up_seconds_max: rs.iter().map(|r| r.up_seconds).fold(0.0, f64::max),
-            pss_mib_per_guest: med(|r| r.pss_mib_per_guest),
+            median: m,
+            up_seconds_max: figures.iter().map(|f| f.up_seconds).fold(0.0, f64::max),
             pinged_min: rs.iter().map(|r| r.pinged).min().unwrap_or(0),
-            rr_p50_us: med(|r| r.rr_p50_us),
-            rr_p99_us: med(|r| r.rr_p99_us),
-            tcp_gbps: med(|r| r.tcp_gbps),
-            drv_idle_cpu_ms_per_s: med(|r| r.drv_idle_cpu_ms_per_s),
-            drv_idle_wakeups_per_s: med(|r| r.drv_idle_wakeups_per_s),
-            hv_idle_cpu_ms_per_s: med(|r| r.hv_idle_cpu_ms_per_s),
-            idle_guest_frames_per_s: med(|r| r.idle_guest_frames_per_s),
-            p50_ratio: 1.0,
-            p99_ratio: 1.0,
-            tcp_ratio: 1.0,
-        };
-        if let Some(base) = out.first() {
-            s.p50_ratio = s.rr_p50_us / base.rr_p50_us;
-            s.p99_ratio = s.rr_p99_us / base.rr_p99_us;
-            s.tcp_ratio = s.tcp_gbps / base.tcp_gbps;
-        }
-        out.push(s);
+            p50_ratio: m.rr_p50_us / base.rr_p50_us,
+            p99_ratio: m.rr_p99_us / base.rr_p99_us,
+            tcp_ratio: m.tcp_gbps / base.tcp_gbps,
+        });
     }
     out
 }
@@ -435,21 +466,21 @@ impl ScaleReport {
             s += &format!(
                 "| {} | {:.2} ({:.2}) | {:.2} | {}/{} | {:.1} | {:.2} | {:.1} | {:.2} | {:.2} | {:.3} | {:.2} | {:.1} | {:.1} | {:.1} |\n",
                 m.guests,
-                m.up_seconds,
+                m.median.up_seconds,
                 m.up_seconds_max,
-                m.pss_mib_per_guest,
+                m.median.pss_mib_per_guest,
                 m.pinged_min,
                 m.guests,
-                m.rr_p50_us,
+                m.median.rr_p50_us,
                 m.p50_ratio,
-                m.rr_p99_us,
+                m.median.rr_p99_us,
                 m.p99_ratio,
-                m.tcp_gbps,
+                m.median.tcp_gbps,
                 m.tcp_ratio,
-                m.drv_idle_cpu_ms_per_s,
-                m.drv_idle_wakeups_per_s,
-                m.hv_idle_cpu_ms_per_s,
-                m.idle_guest_frames_per_s
+                m.median.drv_idle_cpu_ms_per_s,
+                m.median.drv_idle_wakeups_per_s,
+                m.median.hv_idle_cpu_ms_per_s,
+                m.median.idle_guest_frames_per_s
             );
         }
         s += &format!(
@@ -482,7 +513,7 @@ impl ScaleReport {
             if g >= 256 {
                 row(
                     format!("{g} guests up in under 20 s"),
-                    format!("{:.2} s (max {:.2})", m.up_seconds, m.up_seconds_max),
+                    format!("{:.2} s (max {:.2})", m.median.up_seconds, m.up_seconds_max),
                     m.up_seconds_max < 20.0,
                 );
             }
@@ -495,13 +526,13 @@ impl ScaleReport {
                 format!("{g} guests: idle ones cost the driver domain no CPU (at most 1 ms/s more than {})", base.guests),
                 format!(
                     "{:.2} ms/s ({:.0} wake-ups/s, guests' own frames {:.0}/s) against {:.2} with {}",
-                    m.drv_idle_cpu_ms_per_s,
-                    m.drv_idle_wakeups_per_s,
-                    m.idle_guest_frames_per_s,
-                    base.drv_idle_cpu_ms_per_s,
+                    m.median.drv_idle_cpu_ms_per_s,
+                    m.median.drv_idle_wakeups_per_s,
+                    m.median.idle_guest_frames_per_s,
+                    base.median.drv_idle_cpu_ms_per_s,
                     base.guests
                 ),
-                m.drv_idle_cpu_ms_per_s <= base.drv_idle_cpu_ms_per_s + 1.0,
+                m.median.drv_idle_cpu_ms_per_s <= base.median.drv_idle_cpu_ms_per_s + 1.0,
             );
             row(
                 format!("{g} guests: guest1's p50 within 10%"),
@@ -551,7 +582,7 @@ impl ScaleReport {
             "splitnet bench scale: guest1 → wire p50 (sockperf, TCP), others idle",
             "µs",
             "bars: median; whiskers: min–max over runs",
-            &bars(|r| r.rr_p50_us),
+            &bars(|r| r.figures.rr_p50_us),
         )
     }
 
@@ -574,7 +605,7 @@ impl ScaleReport {
                     "splitnet up: seconds to connect every vif",
                     "s",
                     "median over runs",
-                    &by(|m| m.up_seconds),
+                    &by(|m| m.median.up_seconds),
                 ),
             ),
             (
@@ -583,7 +614,7 @@ impl ScaleReport {
                     "PSS per guest (hv and every domain process ÷ guests)",
                     "MiB",
                     "median over runs",
-                    &by(|m| m.pss_mib_per_guest),
+                    &by(|m| m.median.pss_mib_per_guest),
                 ),
             ),
             (
@@ -592,7 +623,7 @@ impl ScaleReport {
                     "driver domain CPU with every guest idle",
                     "ms/s",
                     "median over runs",
-                    &by(|m| m.drv_idle_cpu_ms_per_s),
+                    &by(|m| m.median.drv_idle_cpu_ms_per_s),
                 ),
             ),
         ]
@@ -607,19 +638,19 @@ mod tests {
         Record {
             guests,
             run: 0,
-            up_seconds: 1.0,
+            figures: Figures {
+                up_seconds: 1.0,
+                pss_mib_per_guest: 10.0 / guests as f64,
+                rr_p50_us: p50,
+                rr_p99_us: 2.0 * p50,
+                tcp_gbps: tcp,
+                drv_idle_wakeups_per_s: 5.0,
+                ..Figures::default()
+            },
             pss_mib_total: 10.0,
-            pss_mib_per_guest: 10.0 / guests as f64,
             pinged: guests,
             ping_failures: Vec::new(),
             ping_all_seconds: 0.1,
-            rr_p50_us: p50,
-            rr_p99_us: 2.0 * p50,
-            tcp_gbps: tcp,
-            drv_idle_cpu_ms_per_s: 0.0,
-            drv_idle_wakeups_per_s: 5.0,
-            hv_idle_cpu_ms_per_s: 0.0,
-            idle_guest_frames_per_s: 0.0,
         }
     }
 
@@ -641,7 +672,7 @@ mod tests {
         ];
         let s = summarize(&[2, 32], &rs);
         assert_eq!(s.len(), 2);
-        assert_eq!(s[0].rr_p50_us, 50.0);
+        assert_eq!(s[0].median.rr_p50_us, 50.0);
         assert_eq!(s[0].p50_ratio, 1.0);
         assert!((s[1].p50_ratio - 1.1).abs() < 1e-9);
         assert!((s[1].tcp_ratio - 0.9).abs() < 1e-9);
