@@ -25,6 +25,8 @@ use toolstack::host::{self, Cgroup, CgroupLayout};
 const WIRE: &str = "10.77.0.254";
 /// Pings in flight at once (each is an `ip netns exec ping` process).
 const PING_PARALLEL: usize = 32;
+/// The longest wait for the guests to fall quiet before the idle window.
+const SETTLE_MAX: Duration = Duration::from_secs(30);
 /// Attempts per guest before it counts as not reaching the wire.
 const PING_TRIES: usize = 3;
 
@@ -307,9 +309,18 @@ fn idle_cost(layout: &CgroupLayout, hv: Option<i32>, n: usize, secs: f64) -> Res
     let drv = Cgroup::open(layout, "drv").context("the driver domain has no cgroup")?;
     let switches = |cg: &Cgroup| cg.pids().into_iter().map(ctxt_switches).sum::<u64>();
     let hv_cpu = || hv.and_then(proc_cpu).unwrap_or_default();
-    // Let the flows' last frames and the ARP timers settle first.
-    std::thread::sleep(Duration::from_millis(500));
-    let f0 = all_guest_frames(n);
+    // Idle means no frame: wait out the guests' start-up chatter (IPv6
+    // duplicate address detection, router solicitations, MLD reports).
+    let quiet_from = Instant::now();
+    let mut f0 = all_guest_frames(n);
+    while quiet_from.elapsed() < SETTLE_MAX {
+        std::thread::sleep(Duration::from_secs(1));
+        let f = all_guest_frames(n);
+        if f == f0 {
+            break;
+        }
+        f0 = f;
+    }
     let (c0, s0, h0, t0) = (drv.cpu_usage(), switches(&drv), hv_cpu(), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(secs));
     let (c1, s1, h1) = (drv.cpu_usage(), switches(&drv), hv_cpu());
@@ -459,12 +470,20 @@ impl ScaleReport {
     /// A Markdown table of the medians, the flood, and the issue's targets.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| guests | up s (max) | MiB/guest | pinged wire | guest1 p50 µs | ×2g | p99 µs | ×2g | TCP Gbit/s | ×2g | drv idle ms CPU/s | drv idle wake-ups/s | hv idle ms CPU/s | guests' own frames/s |\n\
+            "| guests | up s (max) | MiB/guest | pinged wire | guest1 p50 µs (min–max) | ×2g | p99 µs | ×2g | TCP Gbit/s | ×2g | drv idle ms CPU/s | drv idle wake-ups/s | hv idle ms CPU/s | guests' own frames/s |\n\
              |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for m in &self.summary {
+            let p50: Vec<f64> = self
+                .records
+                .iter()
+                .filter(|r| r.guests == m.guests)
+                .map(|r| r.figures.rr_p50_us)
+                .collect();
+            let lo = p50.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = p50.iter().copied().fold(0.0, f64::max);
             s += &format!(
-                "| {} | {:.2} ({:.2}) | {:.2} | {}/{} | {:.1} | {:.2} | {:.1} | {:.2} | {:.2} | {:.3} | {:.2} | {:.1} | {:.1} | {:.1} |\n",
+                "| {} | {:.2} ({:.2}) | {:.2} | {}/{} | {:.1} ({lo:.1}–{hi:.1}) | {:.2} | {:.1} | {:.2} | {:.2} | {:.3} | {:.2} | {:.1} | {:.1} | {:.1} |\n",
                 m.guests,
                 m.median.up_seconds,
                 m.up_seconds_max,
@@ -486,7 +505,7 @@ impl ScaleReport {
         s += &format!(
             "\n{} run(s); medians; ×2g: against the {}-guest case of the same suite. guest1 → wire: sockperf ping-pong \
              over TCP (one-way latency) and iperf3 TCP zero-copy, {} s each, every other guest idle. Memory: PSS of hv \
-             and every domain process (smaps_rollup) ÷ guests. Idle: {} s with no traffic, the driver domain's cgroup \
+             and every domain process (smaps_rollup) ÷ guests. Idle: {} s once the guests' frame counters stood still for 1 s (at most 30 s), the driver domain's cgroup \
              CPU and its context switches, and the frames the guests' kernels sent or received meanwhile (each one \
              crosses the driver domain).\n",
             self.runs,
