@@ -229,7 +229,13 @@ struct Domain {
 const USER_HZ: f64 = 100.0;
 
 pub(crate) fn proc_cpu(pid: i32) -> Option<Duration> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu(&format!("/proc/{pid}/stat"))
+}
+
+/// User and system CPU time from a `stat` file of /proc (a process's, or
+/// a thread's under `/proc/<pid>/task/`).
+pub(crate) fn stat_cpu(path: &str) -> Option<Duration> {
+    let s = std::fs::read_to_string(path).ok()?;
     let rest = s.rsplit(')').next()?;
     let f: Vec<&str> = rest.split_whitespace().collect();
     let (u, k): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);

@@ -7,11 +7,13 @@
 pub mod baseline;
 pub mod chart;
 pub mod faults;
+pub mod flood;
 pub mod forwarder;
 pub mod hosted;
 pub mod hv;
 pub mod hvm;
 pub mod netenv;
+pub mod scale;
 pub mod stats;
 pub mod usernet;
 

@@ -208,7 +208,8 @@ enum Cmd {
         #[arg(long)]
         runs: Option<usize>,
         /// baseline: seconds per iperf3 flow (default 5, or 2 with --quick);
-        /// hosted: at least 3 (default 5, or 3 with --quick).
+        /// hosted: at least 3 (default 5, or 3 with --quick); scale: seconds
+        /// of guest1's sockperf and iperf3 flows (default 5, or 2 with --quick).
         #[arg(long)]
         seconds: Option<u32>,
         /// baseline: only these configurations (comma-separated, for example
@@ -434,6 +435,12 @@ enum Suite {
     /// "hvm"` guest's iperf3 and file copy with event-driven and polling
     /// receive, exits by reason; beside the paper's numbers.
     Hvm,
+    /// One driver domain serving 2, 32, 128 and 256 guests (--quick: 2 and
+    /// 32): up time, memory per guest, every guest's ping to the wire,
+    /// guest1's latency and TCP with the others idle, the driver domain's
+    /// CPU with every guest idle, each against 2 guests; and a doorbell
+    /// flood's cost to another pair of guests.
+    Scale,
 }
 
 fn main() {
@@ -666,6 +673,20 @@ fn run(cli: Cli) -> Result<()> {
                         .map(|c| c.parse())
                         .collect::<Result<_, _>>()?;
                     let r = bench::hosted::run(&opts)?;
+                    charts = r.charts();
+                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
+                }
+                Suite::Scale => {
+                    let mut opts = bench::scale::ScaleOptions::new(
+                        std::env::current_exe()?,
+                        rd.join("bench"),
+                        quick,
+                        runs,
+                    );
+                    if let Some(s) = seconds {
+                        opts.secs = s.max(1);
+                    }
+                    let r = bench::scale::run(&opts)?;
                     charts = r.charts();
                     (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
                 }

@@ -1,6 +1,7 @@
 //! `splitnet bench baseline --quick` end to end: every configuration and
 //! direction is measured and reported with the fields the issue names, and
-//! nothing is left behind. Needs root and iperf3.
+//! nothing is left behind; and `bench hosted` and `bench scale` likewise.
+//! Needs root, iperf3 and sockperf.
 
 mod common;
 
@@ -354,6 +355,58 @@ fn bench_hosted_reports_figures_and_tables_against_native() {
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
     for heading in ["Figure 5", "Figure 6", "Tables 1 and 2", "Table 3"] {
         assert!(md.contains(heading), "results.md lacks {heading}");
+    }
+    assert_nothing_left();
+}
+
+#[test]
+fn bench_scale_quick_reports_every_guest_count_and_the_flood() {
+    let Some(env) = Env::new("bench-scale") else {
+        return;
+    };
+    let out = env.run_dir.join("out");
+    env.ok(&[
+        "bench",
+        "scale",
+        "--quick",
+        "--seconds",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    for n in [2, 32] {
+        let r = v["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["guests"] == n)
+            .unwrap_or_else(|| panic!("no record for {n} guests"));
+        // Every guest reached the wire, and each figure was measured.
+        assert_eq!(r["pinged"], n, "{r}");
+        for k in ["up_seconds", "pss_mib_per_guest", "rr_p50_us", "tcp_gbps"] {
+            assert!(r[k].as_f64().unwrap() > 0.0, "{k}: {r}");
+        }
+        assert!(r["drv_idle_cpu_ms_per_s"].as_f64().is_some(), "{r}");
+    }
+    let s = &v["summary"].as_array().unwrap()[1];
+    assert_eq!(s["guests"], 32);
+    assert!(s["p50_ratio"].as_f64().unwrap() > 0.0, "{s}");
+    // The flood ran: the flooder rang, the driver took some, it stayed up.
+    let f = &v["flood"][0];
+    assert!(f["rings_per_s"].as_f64().unwrap() > 0.0, "{f}");
+    assert!(
+        f["flooder_notifications_received"].as_u64().unwrap() > 0,
+        "{f}"
+    );
+    assert_eq!(f["flooder_connected"], true, "{f}");
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("| 32 |") && md.contains("| target |"), "{md}");
+    for svg in ["chart.svg", "up-time.svg", "memory.svg", "idle-cpu.svg"] {
+        assert!(std::fs::read_to_string(out.join(svg))
+            .unwrap()
+            .starts_with("<svg"));
     }
     assert_nothing_left();
 }

@@ -515,7 +515,7 @@ fn reserve_hugepages(n: u64) -> u64 {
 
 #[test]
 fn a_hugepage_backed_pool_serves_grants() {
-    if !common::root_or_skip("reserving huge pages") {
+    if !testutil::root_or_skip("reserving huge pages") {
         return;
     }
     let old = reserve_hugepages(2);

@@ -516,22 +516,7 @@ pub(crate) mod testutil {
     /// Local experimental ethertype (IEEE 802): the host stack ignores it.
     pub const ETHERTYPE: u16 = 0x88b5;
 
-    /// Whether this root-only test can run (`why`: what it needs root for).
-    /// If not, it says SKIPPED on stderr past libtest's capture, so a skip
-    /// never passes silently; with `SPLITNET_REQUIRE_ROOT=1` a skip fails.
-    pub fn root_or_skip(why: &str) -> bool {
-        use std::io::Write;
-        if crate::euid() == 0 {
-            return true;
-        }
-        let test = std::thread::current().name().unwrap_or("test").to_string();
-        assert!(
-            std::env::var("SPLITNET_REQUIRE_ROOT").as_deref() != Ok("1"),
-            "{test} needs root ({why}), and SPLITNET_REQUIRE_ROOT=1"
-        );
-        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs root ({why})");
-        false
-    }
+    pub use ::testutil::root_or_skip;
 
     /// A unique interface name for this test process: `sntst<pid>` + `suffix`.
     pub fn ifname(suffix: &str) -> String {

@@ -30,24 +30,3 @@ pub fn copy_from(granter: DomId, gref: u32, offset: u16, frame: u64, len: u16) -
         status: 0,
     }
 }
-
-/// Whether this root-only test can run (`why`: what it needs root for). If
-/// not, it says SKIPPED on stderr past libtest's capture, so a skip never
-/// passes silently; with `SPLITNET_REQUIRE_ROOT=1` a skip is a failure.
-pub fn root_or_skip(why: &str) -> bool {
-    use std::io::Write;
-    if sys::euid() == 0 {
-        return true;
-    }
-    let test = match std::thread::current().name() {
-        Some(t) if t != "main" => t.to_string(),
-        // A custom harness: the test binary.
-        _ => std::env::args().next().unwrap_or_default(),
-    };
-    assert!(
-        std::env::var("SPLITNET_REQUIRE_ROOT").as_deref() != Ok("1"),
-        "{test} needs root ({why}), and SPLITNET_REQUIRE_ROOT=1"
-    );
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs root ({why})");
-    false
-}
