@@ -1008,8 +1008,8 @@ impl EventChannel {
     /// ring drained after the take could belong to a send whose pending
     /// would then wait with no ring behind it.
     pub fn wait(&self, timeout: Option<Duration>) -> HvResult<bool> {
-        let _ = self.own.drain();
-        if self.take_pending() {
+        let rang = self.own.drain().is_ok_and(|n| n > 0);
+        if self.take_pending() || rang && self.is_closed() {
             return Ok(true);
         }
         let got = io("evtchn wait", self.own.wait(timeout))? > 0;
