@@ -214,6 +214,103 @@ fn run_ip(args: &[&str]) -> Result<()> {
 fn frame_off(frame: u32) -> usize {
     abi::Pfn::new(frame).base()
 }
+/// What the backend offers, and what the toolstack chose for this vif:
+/// the frontend's facts, and whether it uses the new grant mechanism.
+fn negotiate(
+    hv: &mut HvClient,
+    dev: &str,
+    backend: &str,
+    backend_id: DomId,
+    mac: &str,
+) -> (FrontendInfo, bool) {
+    let offload = flag(hv, &format!("{backend}/splitnet-offload"))
+        && flag(hv, &format!("{backend}/{}", keys::FEATURE_SG))
+        && flag(hv, &format!("{backend}/{}", keys::FEATURE_GSO_TCPV4));
+    let copy_rx = hv
+        .store_read_str(&format!("{backend}/splitnet-rx-mode"))
+        .map(|m| m == "copy")
+        .unwrap_or(true)
+        && flag(hv, &format!("{backend}/{}", keys::FEATURE_RX_COPY));
+    let split_evtchn = flag(
+        hv,
+        &format!("{backend}/{}", keys::FEATURE_SPLIT_EVENT_CHANNELS),
+    );
+    let ngm = flag(hv, &format!("{backend}/{}", crate::FEATURE_NGM));
+    let info = FrontendInfo {
+        dev: dev.to_string(),
+        backend: backend.to_string(),
+        backend_id,
+        mac: mac.to_string(),
+        copy_rx,
+        offload,
+        split_evtchn,
+        grants: if ngm {
+            GrantMode::Ngm
+        } else {
+            GrantMode::PerPacket
+        },
+    };
+    (info, ngm)
+}
+
+/// The grants of a vif's two ring pages, and its event channels (RX on its
+/// own when the channels are split).
+struct RingChannels {
+    tx_ref: u32,
+    rx_ref: u32,
+    tx_evt: EventChannel,
+    rx_evt: Option<EventChannel>,
+}
+
+/// Grants the backend the ring pages of the vif at `base` and allocates
+/// its event channels; whatever fails half-way is given back.
+fn grant_rings(
+    hv: &mut HvClient,
+    backend_id: DomId,
+    base: u32,
+    split_evtchn: bool,
+) -> Result<RingChannels> {
+    let tx_ref = hv
+        .grants()
+        .grant_access(backend_id, base + TX_RING_FRAME, false)?;
+    let rx_ref = match hv
+        .grants()
+        .grant_access(backend_id, base + RX_RING_FRAME, false)
+    {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = hv.grants().end_access(tx_ref);
+            return Err(e.into());
+        }
+    };
+    let evts = hv.evtchn_alloc_unbound(backend_id).and_then(|tx| {
+        if !split_evtchn {
+            return Ok((tx, None));
+        }
+        match hv.evtchn_alloc_unbound(backend_id) {
+            Ok(rx) => Ok((tx, Some(rx))),
+            Err(e) => {
+                let _ = hv.evtchn_close(tx);
+                Err(e)
+            }
+        }
+    });
+    let (tx_evt, rx_evt) = match evts {
+        Ok(e) => e,
+        Err(e) => {
+            for r in [tx_ref, rx_ref] {
+                let _ = hv.grants().end_access(r);
+            }
+            return Err(e.into());
+        }
+    };
+    Ok(RingChannels {
+        tx_ref,
+        rx_ref,
+        tx_evt,
+        rx_evt,
+    })
+}
 
 impl Netfront {
     /// Runs the frontend half of the XenbusState handshake for device `dev`
@@ -247,80 +344,19 @@ impl Netfront {
         hv.wait_state(&backend, timeout, |s| {
             s == XenbusState::InitWait || s == XenbusState::Connected
         })?;
-
-        // What the backend offers, and what the toolstack chose for this vif.
-        let offload = flag(hv, &format!("{backend}/splitnet-offload"))
-            && flag(hv, &format!("{backend}/{}", keys::FEATURE_SG))
-            && flag(hv, &format!("{backend}/{}", keys::FEATURE_GSO_TCPV4));
-        let copy_rx = hv
-            .store_read_str(&format!("{backend}/splitnet-rx-mode"))
-            .map(|m| m == "copy")
-            .unwrap_or(true)
-            && flag(hv, &format!("{backend}/{}", keys::FEATURE_RX_COPY));
-        let split_evtchn = flag(
-            hv,
-            &format!("{backend}/{}", keys::FEATURE_SPLIT_EVENT_CHANNELS),
-        );
-        let ngm = flag(hv, &format!("{backend}/{}", crate::FEATURE_NGM));
-        let info = FrontendInfo {
-            dev: dev.to_string(),
-            backend: backend.clone(),
-            backend_id,
-            mac: mac.clone(),
-            copy_rx,
-            offload,
-            split_evtchn,
-            grants: if ngm {
-                GrantMode::Ngm
-            } else {
-                GrantMode::PerPacket
-            },
-        };
+        let (info, ngm) = negotiate(hv, dev, &backend, backend_id, &mac);
 
         // Rings in two granted pages, event channels, then publish it all.
         let pool = hv.pool_shared();
         let tx = FrontRing::init(window(&pool, base + TX_RING_FRAME)?)?;
         let rx = FrontRing::init(window(&pool, base + RX_RING_FRAME)?)?;
-        let tx_ref = hv
-            .grants()
-            .grant_access(backend_id, base + TX_RING_FRAME, false)?;
-        let rx_ref = match hv
-            .grants()
-            .grant_access(backend_id, base + RX_RING_FRAME, false)
-        {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = hv.grants().end_access(tx_ref);
-                return Err(e.into());
-            }
-        };
-        let evts = hv.evtchn_alloc_unbound(backend_id).and_then(|tx| {
-            if !split_evtchn {
-                return Ok((tx, None));
-            }
-            match hv.evtchn_alloc_unbound(backend_id) {
-                Ok(rx) => Ok((tx, Some(rx))),
-                Err(e) => {
-                    let _ = hv.evtchn_close(tx);
-                    Err(e)
-                }
-            }
-        });
-        let (tx_evt, rx_evt) = match evts {
-            Ok(e) => e,
-            Err(e) => {
-                for r in [tx_ref, rx_ref] {
-                    let _ = hv.grants().end_access(r);
-                }
-                return Err(e.into());
-            }
-        };
+        let rc = grant_rings(hv, backend_id, base, info.split_evtchn)?;
         let mut nf = Netfront {
             info,
             tx,
             rx,
-            tx_evt,
-            rx_evt,
+            tx_evt: rc.tx_evt,
+            rx_evt: rc.rx_evt,
             pool,
             // The new grant mechanism's track comes next, in `publish`.
             grants: Grants::PerPacket,
@@ -339,7 +375,7 @@ impl Netfront {
             tracer: hv.tracer(),
             tx_batch: None,
             base,
-            ring_refs: [tx_ref, rx_ref],
+            ring_refs: [rc.tx_ref, rc.rx_ref],
         };
         // Whatever fails from here gives back all the channel holds.
         match nf.publish(hv, handle, ngm, timeout) {

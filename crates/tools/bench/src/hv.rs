@@ -10,7 +10,7 @@ use crate::stats::{tsc_per_us, Summary};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::SharedMemory;
 use anyhow::{anyhow, Result};
-use hv::{DomainSpec, HvClient, Hypervisor, MemorySpec};
+use hv::{DomId, DomainSpec, HvClient, Hypervisor, MemorySpec};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -159,73 +159,18 @@ fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
     };
 
     say("event-channel notification and wake-up");
-    let ch_g = guest
-        .evtchn_alloc_unbound(did)
-        .map_err(|e| anyhow!("{e}"))?;
-    let ch_d = drv
-        .evtchn_bind(gid, ch_g.port)
-        .map_err(|e| anyhow!("{e}"))?;
-    let echo = std::thread::spawn(move || -> Result<()> {
-        loop {
-            if !ch_d
-                .wait(Some(Duration::from_secs(5)))
-                .map_err(|e| anyhow!("{e}"))?
-            {
-                return Ok(());
-            }
-            if ch_d.is_closed() {
-                return Ok(());
-            }
-            ch_d.notify().map_err(|e| anyhow!("{e}"))?;
-        }
-    });
-    let rtt = timed(n, || {
-        ch_g.notify().map_err(|e| anyhow!("{e}"))?;
-        if !ch_g
-            .wait(Some(Duration::from_secs(5)))
-            .map_err(|e| anyhow!("{e}"))?
-        {
-            return Err(anyhow!("event channel echo timed out"));
-        }
-        Ok(())
-    })?;
-    let one_way: Vec<f64> = rtt.iter().map(|c| c / 2.0).collect();
+    let one_way = evtchn_one_way(&mut guest, &mut drv, gid, did, n)?;
     results.push((
         "event-channel notify + wake-up (one way, half a ping-pong)",
         one_way,
     ));
-    guest.evtchn_close(ch_g).map_err(|e| anyhow!("{e}"))?;
-    echo.join().map_err(|_| anyhow!("echo thread panicked"))??;
 
     say("control hypercall round trip");
     let v = timed(n, || guest.nop().map_err(|e| anyhow!("{e}")))?;
     results.push(("control hypercall round trip (nop)", v));
 
     say("grant copies");
-    let mut ops = Vec::with_capacity(BATCH);
-    for i in 0..BATCH as u32 {
-        guest
-            .pool()
-            .fill(i as usize * 4096, FRAME_LEN as usize, i as u8);
-        let gref = guest
-            .grants()
-            .grant_access(did, i, true)
-            .map_err(|e| anyhow!("{e}"))?;
-        ops.push(GrantCopy {
-            source: CopyPtr::Gref {
-                domid: gid,
-                gref,
-                offset: 0,
-            },
-            dest: CopyPtr::Frame {
-                domid: DOMID_SELF,
-                gmfn: i as u64,
-                offset: 0,
-            },
-            len: FRAME_LEN,
-            status: 0,
-        });
-    }
+    let ops = grant_copy_ops(&mut guest, gid, did)?;
     let check = |st: Vec<i16>| -> Result<()> {
         if st.iter().all(|s| *s == 0) {
             Ok(())
@@ -264,4 +209,79 @@ fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
     drop(drv);
     hv.shutdown();
     Ok(results)
+}
+
+/// Event-channel notification and wake-up, one way: the guest pings a
+/// channel the driver domain echoes from a thread; half of each round trip.
+fn evtchn_one_way(
+    guest: &mut HvClient,
+    drv: &mut HvClient,
+    gid: DomId,
+    did: DomId,
+    n: usize,
+) -> Result<Vec<f64>> {
+    let ch_g = guest
+        .evtchn_alloc_unbound(did)
+        .map_err(|e| anyhow!("{e}"))?;
+    let ch_d = drv
+        .evtchn_bind(gid, ch_g.port)
+        .map_err(|e| anyhow!("{e}"))?;
+    let echo = std::thread::spawn(move || -> Result<()> {
+        loop {
+            if !ch_d
+                .wait(Some(Duration::from_secs(5)))
+                .map_err(|e| anyhow!("{e}"))?
+            {
+                return Ok(());
+            }
+            if ch_d.is_closed() {
+                return Ok(());
+            }
+            ch_d.notify().map_err(|e| anyhow!("{e}"))?;
+        }
+    });
+    let rtt = timed(n, || {
+        ch_g.notify().map_err(|e| anyhow!("{e}"))?;
+        if !ch_g
+            .wait(Some(Duration::from_secs(5)))
+            .map_err(|e| anyhow!("{e}"))?
+        {
+            return Err(anyhow!("event channel echo timed out"));
+        }
+        Ok(())
+    })?;
+    let one_way: Vec<f64> = rtt.iter().map(|c| c / 2.0).collect();
+    guest.evtchn_close(ch_g).map_err(|e| anyhow!("{e}"))?;
+    echo.join().map_err(|_| anyhow!("echo thread panicked"))??;
+    Ok(one_way)
+}
+
+/// A batch of `BATCH` grant copies of a full frame each, from frames the
+/// guest fills and grants to the driver domain into the driver's own.
+fn grant_copy_ops(guest: &mut HvClient, gid: DomId, did: DomId) -> Result<Vec<GrantCopy>> {
+    let mut ops = Vec::with_capacity(BATCH);
+    for i in 0..BATCH as u32 {
+        guest
+            .pool()
+            .fill(i as usize * 4096, FRAME_LEN as usize, i as u8);
+        let gref = guest
+            .grants()
+            .grant_access(did, i, true)
+            .map_err(|e| anyhow!("{e}"))?;
+        ops.push(GrantCopy {
+            source: CopyPtr::Gref {
+                domid: gid,
+                gref,
+                offset: 0,
+            },
+            dest: CopyPtr::Frame {
+                domid: DOMID_SELF,
+                gmfn: i as u64,
+                offset: 0,
+            },
+            len: FRAME_LEN,
+            status: 0,
+        });
+    }
+    Ok(ops)
 }

@@ -6,7 +6,7 @@ use std::fs;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use toolstack::daemon::socket_path;
 use toolstack::host;
@@ -65,7 +65,7 @@ pub fn up(
     let topo_path = rd.join("topology.toml");
     fs::write(&topo_path, text)?;
     let log = fs::File::create(rd.join("hv.log"))?;
-    let mut child = Command::new(&hv)
+    let child = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)
         .arg("--exe")
@@ -84,8 +84,20 @@ pub fn up(
         .process_group(0)
         .spawn()
         .with_context(|| format!("starting hv ({})", hv.display()))?;
+    wait_until_up(rd, &topo, child, timeout, listen)
+}
+
+/// Polls hv's status until every domain said hello and every vif is
+/// Connected at both ends, then says so; fails (and takes the system down)
+/// when hv exits, a vif is given up, or `timeout` seconds pass.
+fn wait_until_up(
+    rd: &Path,
+    topo: &Topology,
+    mut child: Child,
+    timeout: u64,
+    listen: Option<SocketAddr>,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(timeout);
-    let want: Vec<&str> = topo.domains.iter().map(|d| d.name.as_str()).collect();
     loop {
         if let Some(st) = child.try_wait()? {
             bail!(
@@ -95,7 +107,7 @@ pub fn up(
         }
         // Up means: every domain said hello and every vif is Connected at both ends.
         let status = toolstack::status::collect(rd);
-        let waiting = match status.as_ref().map(|v| waiting_for(&topo, v)) {
+        let waiting = match status.as_ref().map(|v| waiting_for(topo, v)) {
             Ok(Ok(w)) => w,
             Ok(Err(failed)) => {
                 let _ = down(rd);
@@ -104,32 +116,7 @@ pub fn up(
             Err(e) => vec![format!("hv's status ({e})")],
         };
         if let (Ok(v), true) = (&status, waiting.is_empty()) {
-            let doms = v["domains"].as_array().cloned().unwrap_or_default();
-            let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
-            let nics = topo.emulated_nics().len();
-            println!(
-                "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}{}; hv pid {}",
-                topo.name,
-                doms.len(),
-                want.join(", "),
-                vifs.len(),
-                if nics > 0 {
-                    format!(
-                        ", {nics} emulated NIC{} bridged",
-                        if nics == 1 { "" } else { "s" }
-                    )
-                } else {
-                    String::new()
-                },
-                topo.wire
-                    .as_ref()
-                    .map(|w| format!(", external host {}", w.name))
-                    .unwrap_or_default(),
-                v["hv_pid"]
-            );
-            if let Some(a) = listen {
-                println!("metrics: http://{a}/metrics");
-            }
+            print_up(topo, v, listen);
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -141,6 +128,38 @@ pub fn up(
             );
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `up`'s closing line: the topology, its domains, vifs, emulated NICs and
+/// external host, hv's pid, and where the metrics are served.
+fn print_up(topo: &Topology, v: &serde_json::Value, listen: Option<SocketAddr>) {
+    let want: Vec<&str> = topo.domains.iter().map(|d| d.name.as_str()).collect();
+    let doms = v["domains"].as_array().cloned().unwrap_or_default();
+    let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
+    let nics = topo.emulated_nics().len();
+    println!(
+        "splitnet is up: topology {:?}, {} domains ({}), {} vifs connected{}{}; hv pid {}",
+        topo.name,
+        doms.len(),
+        want.join(", "),
+        vifs.len(),
+        if nics > 0 {
+            format!(
+                ", {nics} emulated NIC{} bridged",
+                if nics == 1 { "" } else { "s" }
+            )
+        } else {
+            String::new()
+        },
+        topo.wire
+            .as_ref()
+            .map(|w| format!(", external host {}", w.name))
+            .unwrap_or_default(),
+        v["hv_pid"]
+    );
+    if let Some(a) = listen {
+        println!("metrics: http://{a}/metrics");
     }
 }
 

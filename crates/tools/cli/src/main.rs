@@ -195,57 +195,7 @@ enum Cmd {
         seconds: u32,
     },
     /// Run a benchmark suite.
-    Bench {
-        /// Which suite.
-        suite: Suite,
-        /// Fewer samples, for a quick look.
-        #[arg(long)]
-        quick: bool,
-        /// hv: samples per measurement in each run (default 2000, or 200 with --quick).
-        #[arg(long)]
-        iterations: Option<usize>,
-        /// Independent runs, each from a fresh start (default 3, or 1 with --quick).
-        #[arg(long)]
-        runs: Option<usize>,
-        /// baseline: seconds per iperf3 flow (default 5, or 2 with --quick);
-        /// hosted: at least 3 (default 5, or 3 with --quick); scale: seconds
-        /// of guest1's sockperf and iperf3 flows (default 5, or 2 with --quick).
-        #[arg(long)]
-        seconds: Option<u32>,
-        /// baseline: only these configurations (comma-separated, for example
-        /// `minimal-forwarder,splitnet-default`); hosted: of unoptimized,
-        /// ports-in-vmm, no-irq-notification, optimized. Native is always
-        /// measured, as every ratio's reference. Default: all.
-        #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
-        configs: Vec<String>,
-        /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64, tcp-rr).
-        /// Default: all four, or tcp-zerocopy with --quick.
-        #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]
-        workloads: Vec<String>,
-        /// baseline: splitnet's domains keep polling for this many
-        /// microseconds after their last work before sleeping (`up --spin-us`).
-        #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
-        spin_us: Option<u32>,
-        /// hosted: iperf3 send sizes in bytes for Figure 6 (comma-separated;
-        /// default 512 to 65536 by powers of two, or 512,4096,65536 with --quick).
-        #[arg(long, value_delimiter = ',', value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
-        sizes: Vec<u32>,
-        /// Write results.json, results.md and chart.svg into this folder
-        /// (hosted: also figure5.svg, figure6-unshaped.svg, tables1-2.svg, table3.svg).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Also write the results as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Also write a bar chart as SVG to this file.
-        #[arg(long)]
-        svg: Option<PathBuf>,
-        /// Attach a Xenoprof-style profile: baseline profiles every flow
-        /// (shares in each JSON record; whole profiles in OUT/profiles/),
-        /// hv profiles the whole run (OUT/profile.json and .svg).
-        #[arg(long)]
-        profile: bool,
-    },
+    Bench(BenchArgs),
     /// Sample every CPU and attribute each sample to a domain, function and
     /// cost class (Xenoprof-style).
     Profile {
@@ -526,26 +476,11 @@ fn run(cli: Cli) -> Result<()> {
             },
             listen,
         ),
-        Cmd::Status {
-            json: _,
-            prometheus: true,
-        } => {
-            print!("{}", metrics::render(&status::collect_with(&rd, false)?));
-            Ok(())
-        }
-        Cmd::Status { json, .. } => status::show(&rd, json),
-        Cmd::Top {
-            delay,
-            batch,
-            iterations,
-        } => top::run(
-            &rd,
-            &top::TopArgs {
-                delay,
-                batch,
-                iterations,
-            },
-        ),
+        cmd @ (Cmd::Status { .. }
+        | Cmd::Top { .. }
+        | Cmd::Capture { .. }
+        | Cmd::Profile { .. }
+        | Cmd::Trace { .. }) => observe(&rd, cmd),
         Cmd::Exec { domain, cmd } => match lifecycle::exec(&rd, &domain, &cmd)? {},
         Cmd::Down => lifecycle::down(&rd),
         Cmd::Restart { domain } => hotplug::restart(&rd, &domain),
@@ -555,6 +490,47 @@ fn run(cli: Cli) -> Result<()> {
             bridge,
         } => hotplug::attach(&rd, &domain, mac.as_deref(), bridge.as_deref()),
         Cmd::NetworkDetach { domain, vif } => hotplug::detach(&rd, &domain, &vif),
+        Cmd::Demo { preset, seconds } => lifecycle::demo(&rd, preset, seconds),
+        Cmd::Bench(args) => bench(&rd, args),
+        Cmd::Completions { shell } => docs::print(&docs::completions(shell)),
+        Cmd::Man { out: None } => docs::print(&docs::man_page()?),
+        Cmd::Man { out: Some(dir) } => {
+            let pages = docs::man_pages(&dir)?;
+            eprintln!("wrote {} man pages into {}", pages.len(), dir.display());
+            Ok(())
+        }
+        cmd @ (Cmd::Hv { .. }
+        | Cmd::Forwarder { .. }
+        | Cmd::Domain
+        | Cmd::Vmapp { .. }
+        | Cmd::HvmDm { .. }) => run_internal(&rd, cmd),
+    }
+}
+
+/// The commands that look at a running system: `status`, `top`,
+/// `capture`, `profile` and `trace`.
+fn observe(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
+    match cmd {
+        Cmd::Status {
+            json: _,
+            prometheus: true,
+        } => {
+            print!("{}", metrics::render(&status::collect_with(rd, false)?));
+            Ok(())
+        }
+        Cmd::Status { json, .. } => status::show(rd, json),
+        Cmd::Top {
+            delay,
+            batch,
+            iterations,
+        } => top::run(
+            rd,
+            &top::TopArgs {
+                delay,
+                batch,
+                iterations,
+            },
+        ),
         Cmd::Capture {
             target,
             write,
@@ -563,7 +539,7 @@ fn run(cli: Cli) -> Result<()> {
             snaplen,
             direction,
         } => capture::run(
-            &rd,
+            rd,
             &capture::Options {
                 target,
                 write,
@@ -573,161 +549,6 @@ fn run(cli: Cli) -> Result<()> {
                 duration,
             },
         ),
-        Cmd::Demo { preset, seconds } => lifecycle::demo(&rd, preset, seconds),
-        Cmd::Bench {
-            suite,
-            quick,
-            iterations,
-            runs,
-            seconds,
-            configs,
-            workloads,
-            spin_us,
-            sizes,
-            out,
-            json,
-            svg,
-            profile,
-        } => {
-            let runs = runs.unwrap_or(if quick { 1 } else { 3 });
-            let mut whole_profile = None;
-            let mut charts: Vec<(String, String)> = Vec::new();
-            let (json_text, table, chart) = match suite {
-                Suite::Hv => {
-                    let iterations = iterations.unwrap_or(if quick { 200 } else { 2000 });
-                    let opts = bench::hv::HvBenchOptions {
-                        iterations,
-                        runs,
-                        progress: true,
-                    };
-                    let r = if profile {
-                        // hv runs inside this process here.
-                        let popts = prof::ProfileOptions {
-                            hv_pid: Some(std::process::id() as i32),
-                            initiator: "splitnet bench hv".into(),
-                            ..Default::default()
-                        };
-                        let (r, p) = prof::profile_while(popts, || bench::hv::run(&opts))
-                            .map_err(|e| anyhow::anyhow!("starting the profiler: {e}"))?;
-                        whole_profile = Some(p);
-                        r?
-                    } else {
-                        bench::hv::run(&opts)?
-                    };
-                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
-                }
-                Suite::Baseline => {
-                    let opts = bench::baseline::BaselineOptions {
-                        quick,
-                        runs,
-                        secs: seconds.unwrap_or(if quick { 2 } else { 5 }),
-                        exe: std::env::current_exe()?,
-                        run_dir: rd.join("bench"),
-                        progress: true,
-                        profile,
-                        profile_dir: out.as_ref().map(|d| d.join("profiles")),
-                        configs: configs
-                            .iter()
-                            .map(|c| c.parse())
-                            .collect::<Result<_, _>>()?,
-                        workloads: workloads
-                            .iter()
-                            .map(|w| w.parse())
-                            .collect::<Result<_, _>>()?,
-                        spin_us,
-                    };
-                    let r = bench::baseline::run(&opts)?;
-                    let mut table = format!("{}\n{}", r.table(), r.cycles_table());
-                    if let Some(p) = r.profile_table() {
-                        table = format!("{table}\n{p}");
-                    }
-                    (serde_json::to_string_pretty(&r)?, table, r.svg())
-                }
-                Suite::Faults => {
-                    let opts = bench::faults::FaultsOptions::new(
-                        std::env::current_exe()?,
-                        rd.clone(),
-                        quick,
-                    );
-                    let r = bench::faults::run(&opts)?;
-                    if !r.passed() {
-                        eprintln!("bench faults: a target was not met (see the table)");
-                    }
-                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
-                }
-                Suite::Hosted => {
-                    let mut opts = bench::hosted::HostedOptions::new(
-                        std::env::current_exe()?,
-                        rd.join("bench"),
-                        quick,
-                        runs,
-                    );
-                    if let Some(s) = seconds {
-                        opts.secs = s.max(3);
-                    }
-                    if !sizes.is_empty() {
-                        opts.sizes = sizes;
-                    }
-                    opts.configs = configs
-                        .iter()
-                        .map(|c| c.parse())
-                        .collect::<Result<_, _>>()?;
-                    let r = bench::hosted::run(&opts)?;
-                    charts = r.charts();
-                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
-                }
-                Suite::Scale => {
-                    let mut opts = bench::scale::ScaleOptions::new(
-                        std::env::current_exe()?,
-                        rd.join("bench"),
-                        quick,
-                        runs,
-                    );
-                    if let Some(s) = seconds {
-                        opts.secs = s.max(1);
-                    }
-                    let r = bench::scale::run(&opts)?;
-                    charts = r.charts();
-                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
-                }
-                Suite::Hvm => {
-                    let opts = bench::hvm::HvmOptions::new(
-                        std::env::current_exe()?,
-                        rd.join("bench"),
-                        quick,
-                        runs,
-                    );
-                    let r = bench::hvm::run(&opts)?;
-                    if let Some(dir) = &out {
-                        write_file(&dir.join("stages.svg"), &r.stages_svg())?;
-                    }
-                    (serde_json::to_string_pretty(&r)?, r.table(), r.svg())
-                }
-            };
-            println!("{table}");
-            if let Some(p) = json {
-                write_file(&p, &json_text)?;
-            }
-            if let Some(p) = svg {
-                write_file(&p, &chart)?;
-            }
-            if let Some(p) = &whole_profile {
-                println!("{}", p.to_text());
-            }
-            if let Some(dir) = out {
-                write_file(&dir.join("results.json"), &json_text)?;
-                write_file(&dir.join("results.md"), &table)?;
-                write_file(&dir.join("chart.svg"), &chart)?;
-                for (name, svg) in &charts {
-                    write_file(&dir.join(name), svg)?;
-                }
-                if let Some(p) = &whole_profile {
-                    write_file(&dir.join("profile.json"), &p.to_json())?;
-                    write_file(&dir.join("profile.svg"), &p.to_svg())?;
-                }
-            }
-            Ok(())
-        }
         Cmd::Profile {
             duration,
             json,
@@ -736,7 +557,7 @@ fn run(cli: Cli) -> Result<()> {
             passive,
             cmd,
         } => profile::run(
-            &rd,
+            rd,
             &profile::ProfileArgs {
                 duration,
                 json: json.as_deref(),
@@ -750,14 +571,15 @@ fn run(cli: Cli) -> Result<()> {
             duration,
             json,
             cmd,
-        } => trace::run(&rd, duration, json.as_deref(), &cmd),
-        Cmd::Completions { shell } => docs::print(&docs::completions(shell)),
-        Cmd::Man { out: None } => docs::print(&docs::man_page()?),
-        Cmd::Man { out: Some(dir) } => {
-            let pages = docs::man_pages(&dir)?;
-            eprintln!("wrote {} man pages into {}", pages.len(), dir.display());
-            Ok(())
-        }
+        } => trace::run(rd, duration, json.as_deref(), &cmd),
+        _ => unreachable!("run sends only the observation commands here"),
+    }
+}
+
+/// The commands splitnet starts itself, not a user: hv, the minimal
+/// forwarder, a domain, a VMApp and an HVM device model.
+fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::Hv {
             config,
             preset,
@@ -765,7 +587,7 @@ fn run(cli: Cli) -> Result<()> {
             link_rate,
             listen,
         } => lifecycle::run_hv(
-            &rd,
+            rd,
             &config,
             lifecycle::Tuning {
                 preset,
@@ -790,5 +612,261 @@ fn run(cli: Cli) -> Result<()> {
             mac,
             poll_us,
         } => hvm::device_model(&guest, guest_id, &tap, &mac, poll_us),
+        _ => unreachable!("run sends only the internal commands here"),
     }
+}
+
+/// `splitnet bench`'s arguments, as the command line gave them.
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Which suite.
+    suite: Suite,
+    /// Fewer samples, for a quick look.
+    #[arg(long)]
+    quick: bool,
+    /// hv: samples per measurement in each run (default 2000, or 200 with --quick).
+    #[arg(long)]
+    iterations: Option<usize>,
+    /// Independent runs, each from a fresh start (default 3, or 1 with --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// baseline: seconds per iperf3 flow (default 5, or 2 with --quick);
+    /// hosted: at least 3 (default 5, or 3 with --quick); scale: seconds
+    /// of guest1's sockperf and iperf3 flows (default 5, or 2 with --quick).
+    #[arg(long)]
+    seconds: Option<u32>,
+    /// baseline: only these configurations (comma-separated, for example
+    /// `minimal-forwarder,splitnet-default`); hosted: of unoptimized,
+    /// ports-in-vmm, no-irq-notification, optimized. Native is always
+    /// measured, as every ratio's reference. Default: all.
+    #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
+    configs: Vec<String>,
+    /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64, tcp-rr).
+    /// Default: all four, or tcp-zerocopy with --quick.
+    #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]
+    workloads: Vec<String>,
+    /// baseline: splitnet's domains keep polling for this many
+    /// microseconds after their last work before sleeping (`up --spin-us`).
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    spin_us: Option<u32>,
+    /// hosted: iperf3 send sizes in bytes for Figure 6 (comma-separated;
+    /// default 512 to 65536 by powers of two, or 512,4096,65536 with --quick).
+    #[arg(long, value_delimiter = ',', value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    sizes: Vec<u32>,
+    /// Write results.json, results.md and chart.svg into this folder
+    /// (hosted: also figure5.svg, figure6-unshaped.svg, tables1-2.svg, table3.svg).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also write a bar chart as SVG to this file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Attach a Xenoprof-style profile: baseline profiles every flow
+    /// (shares in each JSON record; whole profiles in OUT/profiles/),
+    /// hv profiles the whole run (OUT/profile.json and .svg).
+    #[arg(long)]
+    profile: bool,
+}
+
+/// What a suite produced: its JSON, its table, its main chart, any further
+/// charts by file name, and the profile of the whole run when asked for.
+struct BenchReport {
+    json: String,
+    table: String,
+    chart: String,
+    charts: Vec<(String, String)>,
+    profile: Option<prof::Profile>,
+}
+
+impl BenchReport {
+    /// A report with no further charts and no profile.
+    fn new(json: String, table: String, chart: String) -> Self {
+        BenchReport {
+            json,
+            table,
+            chart,
+            charts: Vec::new(),
+            profile: None,
+        }
+    }
+}
+
+/// `splitnet bench`: runs the suite, prints its table (and profile), and
+/// writes the files `--json`, `--svg` and `--out` ask for.
+fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
+    let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
+    let r = run_suite(rd, &a, runs)?;
+    println!("{}", r.table);
+    if let Some(p) = a.json {
+        write_file(&p, &r.json)?;
+    }
+    if let Some(p) = a.svg {
+        write_file(&p, &r.chart)?;
+    }
+    if let Some(p) = &r.profile {
+        println!("{}", p.to_text());
+    }
+    if let Some(dir) = a.out {
+        write_file(&dir.join("results.json"), &r.json)?;
+        write_file(&dir.join("results.md"), &r.table)?;
+        write_file(&dir.join("chart.svg"), &r.chart)?;
+        for (name, svg) in &r.charts {
+            write_file(&dir.join(name), svg)?;
+        }
+        if let Some(p) = &r.profile {
+            write_file(&dir.join("profile.json"), &p.to_json())?;
+            write_file(&dir.join("profile.svg"), &p.to_svg())?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the suite `a` names with its options (`runs` already defaulted).
+fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
+    let quick = a.quick;
+    match a.suite {
+        Suite::Hv => bench_hv(a, runs),
+        Suite::Baseline => bench_baseline(rd, a, runs),
+        Suite::Faults => {
+            let opts = bench::faults::FaultsOptions::new(
+                std::env::current_exe()?,
+                rd.to_path_buf(),
+                quick,
+            );
+            let r = bench::faults::run(&opts)?;
+            if !r.passed() {
+                eprintln!("bench faults: a target was not met (see the table)");
+            }
+            Ok(BenchReport::new(
+                serde_json::to_string_pretty(&r)?,
+                r.table(),
+                r.svg(),
+            ))
+        }
+        Suite::Hosted => {
+            let mut opts = bench::hosted::HostedOptions::new(
+                std::env::current_exe()?,
+                rd.join("bench"),
+                quick,
+                runs,
+            );
+            if let Some(s) = a.seconds {
+                opts.secs = s.max(3);
+            }
+            if !a.sizes.is_empty() {
+                opts.sizes = a.sizes.clone();
+            }
+            opts.configs = a
+                .configs
+                .iter()
+                .map(|c| c.parse())
+                .collect::<Result<_, _>>()?;
+            let r = bench::hosted::run(&opts)?;
+            let mut report =
+                BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
+            report.charts = r.charts();
+            Ok(report)
+        }
+        Suite::Scale => {
+            let mut opts = bench::scale::ScaleOptions::new(
+                std::env::current_exe()?,
+                rd.join("bench"),
+                quick,
+                runs,
+            );
+            if let Some(s) = a.seconds {
+                opts.secs = s.max(1);
+            }
+            let r = bench::scale::run(&opts)?;
+            let mut report =
+                BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
+            report.charts = r.charts();
+            Ok(report)
+        }
+        Suite::Hvm => {
+            let opts = bench::hvm::HvmOptions::new(
+                std::env::current_exe()?,
+                rd.join("bench"),
+                quick,
+                runs,
+            );
+            let r = bench::hvm::run(&opts)?;
+            if let Some(dir) = &a.out {
+                write_file(&dir.join("stages.svg"), &r.stages_svg())?;
+            }
+            Ok(BenchReport::new(
+                serde_json::to_string_pretty(&r)?,
+                r.table(),
+                r.svg(),
+            ))
+        }
+    }
+}
+
+/// `bench hv`: hv's primitives, run inside this process, under the
+/// profiler when `--profile` asks.
+fn bench_hv(a: &BenchArgs, runs: usize) -> Result<BenchReport> {
+    let iterations = a.iterations.unwrap_or(if a.quick { 200 } else { 2000 });
+    let opts = bench::hv::HvBenchOptions {
+        iterations,
+        runs,
+        progress: true,
+    };
+    let mut whole_profile = None;
+    let r = if a.profile {
+        // hv runs inside this process here.
+        let popts = prof::ProfileOptions {
+            hv_pid: Some(std::process::id() as i32),
+            initiator: "splitnet bench hv".into(),
+            ..Default::default()
+        };
+        let (r, p) = prof::profile_while(popts, || bench::hv::run(&opts))
+            .map_err(|e| anyhow::anyhow!("starting the profiler: {e}"))?;
+        whole_profile = Some(p);
+        r?
+    } else {
+        bench::hv::run(&opts)?
+    };
+    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
+    report.profile = whole_profile;
+    Ok(report)
+}
+
+/// `bench baseline`: throughput and cycles per packet for each
+/// configuration and workload, with the profile table when profiled.
+fn bench_baseline(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
+    let quick = a.quick;
+    let opts = bench::baseline::BaselineOptions {
+        quick,
+        runs,
+        secs: a.seconds.unwrap_or(if quick { 2 } else { 5 }),
+        exe: std::env::current_exe()?,
+        run_dir: rd.join("bench"),
+        progress: true,
+        profile: a.profile,
+        profile_dir: a.out.as_ref().map(|d| d.join("profiles")),
+        configs: a
+            .configs
+            .iter()
+            .map(|c| c.parse())
+            .collect::<Result<_, _>>()?,
+        workloads: a
+            .workloads
+            .iter()
+            .map(|w| w.parse())
+            .collect::<Result<_, _>>()?,
+        spin_us: a.spin_us,
+    };
+    let r = bench::baseline::run(&opts)?;
+    let mut table = format!("{}\n{}", r.table(), r.cycles_table());
+    if let Some(p) = r.profile_table() {
+        table = format!("{table}\n{p}");
+    }
+    Ok(BenchReport::new(
+        serde_json::to_string_pretty(&r)?,
+        table,
+        r.svg(),
+    ))
 }

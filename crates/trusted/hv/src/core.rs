@@ -1005,7 +1005,127 @@ fn alloc_port(st: &mut State, id: DomId) -> HvResult<Port> {
     Ok((1..).find(|p| !d.ports.contains_key(p)).unwrap_or(1))
 }
 
+/// Serves one domain request: matches the request and hands each family
+/// (hello, store, event channels, grants, NGM, capture) to its own function.
 fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
+    match req {
+        Request::Hello => hello(st, caller),
+        Request::Nop => Ok(ok(Reply::Done)),
+        req @ (Request::StoreRead { .. }
+        | Request::StoreWrite { .. }
+        | Request::StoreMkdir { .. }
+        | Request::StoreRm { .. }
+        | Request::StoreDirectory { .. }
+        | Request::StoreSetPerms { .. }
+        | Request::StoreGetPerms { .. }
+        | Request::Watch { .. }
+        | Request::Unwatch { .. }) => store_request(st, caller, req),
+        Request::EvtchnAllocUnbound { remote } => evtchn_alloc_unbound(st, caller, remote),
+        Request::EvtchnBindInterdomain {
+            remote,
+            remote_port,
+        } => evtchn_bind_interdomain(st, caller, remote, remote_port),
+        Request::EvtchnSend { port } => {
+            let id = port_chan(st, caller, port)?;
+            let c = &st.channels[&id];
+            let end = c
+                .end_of(caller, port)
+                .ok_or_else(|| HvError::new(ErrorKind::BadPort, "port not bound"))?;
+            c.send_from(end)?;
+            Ok(ok(Reply::Done))
+        }
+        Request::EvtchnClose { port } => {
+            let id = port_chan(st, caller, port)?;
+            domain(st, caller)?.ports.remove(&port);
+            drop_end(st, id, caller);
+            Ok(ok(Reply::Done))
+        }
+        Request::GrantCopy { ops } => grant_copy(st, caller, ops),
+        Request::GrantMap {
+            granter,
+            gref,
+            writable,
+        } => grant_map(st, caller, granter, gref, writable),
+        Request::GrantUnmap { handle } => grant_unmap(st, caller, handle),
+        Request::GrantTransfer { frame, dest, gref } => {
+            let t0 = trace::now();
+            let landing = grant::transfer(&st.doms, caller, frame, dest, gref);
+            record(st, caller, HvEvent::GrantTransfer, t0, 1);
+            let landing = landing?;
+            Ok(ok(Reply::Value(landing.to_le_bytes().to_vec())))
+        }
+        Request::NgmSetup { backend } => ngm_setup(st, caller, backend),
+        Request::NgmGrant {
+            backend,
+            gref,
+            frame,
+            writable,
+        } => {
+            let frames = domain(st, caller)?.mem.spec.pool_frames;
+            ngm_table(st, caller, backend)?.grant(gref, frame, writable, frames)?;
+            Ok(ok(Reply::Done))
+        }
+        Request::NgmRevoke { backend, gref } => {
+            ngm_table(st, caller, backend)?.revoke(gref)?;
+            Ok(ok(Reply::Done))
+        }
+        Request::NgmAttach { guest } => ngm_attach(st, caller, guest),
+        Request::CaptureAttach { id } => match st.captures.get(&id) {
+            Some((d, _)) if *d == caller => {
+                let (_, fd) = st.captures.remove(&id).expect("present");
+                Ok((Ok(Reply::Done), vec![fd]))
+            }
+            _ => err(
+                ErrorKind::BadDomain,
+                format!("no capture channel {id} waits for domain {caller}"),
+            ),
+        },
+        // The toolstack's requests (`Request::privileged`) are served by
+        // `Hypervisor::handle` before the lock is taken.
+        _ => handled_elsewhere(),
+    }
+}
+
+/// The answer to a request `dispatch` does not serve: the toolstack's
+/// requests are served by `Hypervisor::handle` before the lock is taken.
+fn handled_elsewhere() -> HvResult<Outcome> {
+    err(ErrorKind::Invalid, "handled elsewhere")
+}
+
+/// `Hello`: the first message of a domain, answered once with its
+/// [`Welcome`] and the descriptors of its memory, watch socket and doorbells.
+fn hello(st: &mut State, caller: DomId) -> HvResult<Outcome> {
+    let d = domain(st, caller)?;
+    if d.said_hello {
+        return err(ErrorKind::Invalid, "Hello may be sent only once");
+    }
+    let (ours, theirs) = os("watch socket", SeqPacket::pair())?;
+    d.watch_tx = Some(ours);
+    d.said_hello = true;
+    let w = Welcome {
+        domid: caller,
+        name: d.name.clone(),
+        kind: d.kind.clone(),
+        pool_frames: d.mem.spec.pool_frames,
+        grant_frames: d.mem.spec.grant_frames,
+        batch_pages: BATCH_PAGES,
+        trace_pages: trace::TRACE_PAGES,
+    };
+    let fds = vec![
+        os("pool", d.mem.pool.dup())?,
+        os("gnttab", d.mem.gnttab.dup())?,
+        dup(&theirs)?,
+        os("batch", d.mem.batch.dup())?,
+        dup(&d.kick)?,
+        dup(&d.done)?,
+        os("trace", d.mem.trace.dup())?,
+    ];
+    Ok((Ok(Reply::Welcome(w)), fds))
+}
+
+/// The store family (read, write, mkdir, rm, directory, permissions,
+/// watches): each change delivers the watch events it fired.
+fn store_request(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
     let store =
         |r: Result<Vec<store::WatchEvent>, store::StoreError>, st: &State| -> HvResult<Outcome> {
             let events = r.map_err(store_err)?;
@@ -1013,35 +1133,6 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
             Ok(ok(Reply::Done))
         };
     match req {
-        Request::Hello => {
-            let d = domain(st, caller)?;
-            if d.said_hello {
-                return err(ErrorKind::Invalid, "Hello may be sent only once");
-            }
-            let (ours, theirs) = os("watch socket", SeqPacket::pair())?;
-            d.watch_tx = Some(ours);
-            d.said_hello = true;
-            let w = Welcome {
-                domid: caller,
-                name: d.name.clone(),
-                kind: d.kind.clone(),
-                pool_frames: d.mem.spec.pool_frames,
-                grant_frames: d.mem.spec.grant_frames,
-                batch_pages: BATCH_PAGES,
-                trace_pages: trace::TRACE_PAGES,
-            };
-            let fds = vec![
-                os("pool", d.mem.pool.dup())?,
-                os("gnttab", d.mem.gnttab.dup())?,
-                dup(&theirs)?,
-                os("batch", d.mem.batch.dup())?,
-                dup(&d.kick)?,
-                dup(&d.done)?,
-                os("trace", d.mem.trace.dup())?,
-            ];
-            Ok((Ok(Reply::Welcome(w)), fds))
-        }
-        Request::Nop => Ok(ok(Reply::Done)),
         Request::StoreRead { path } => {
             let v = st.store.read(caller, &path).map_err(store_err)?;
             Ok(ok(Reply::Value(v)))
@@ -1082,282 +1173,258 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
                 .map_err(store_err)?;
             Ok(ok(Reply::Done))
         }
-        Request::EvtchnAllocUnbound { remote } => {
-            if remote == caller || !st.doms.0.contains_key(&remote) {
-                return err(
-                    ErrorKind::BadDomain,
-                    format!("cannot offer a channel to domain {remote}"),
-                );
-            }
-            let port = alloc_port(st, caller)?;
-            let chan = Channel::new(caller, port, remote)?;
-            // Own waiting end, own ringing end (to re-deliver on unmask), peer's ringing end.
-            let fds = vec![
-                dup(&chan.page)?,
-                dup(&chan.bells[0].0)?,
-                dup(&chan.bells[0].1)?,
-                dup(&chan.bells[1].1)?,
-            ];
-            let id = st.next_chan;
-            st.next_chan += 1;
-            st.channels.insert(id, chan);
-            domain(st, caller)?.ports.insert(port, id);
-            Ok((Ok(Reply::Evtchn { port, end: 0 }), fds))
-        }
-        Request::EvtchnBindInterdomain {
-            remote,
-            remote_port,
-        } => {
-            let rd = domain(st, remote)?;
-            let Some(&id) = rd.ports.get(&remote_port) else {
-                return err(
-                    ErrorKind::BadPort,
-                    format!("domain {remote} has no port {remote_port}"),
-                );
-            };
-            let port = alloc_port(st, caller)?;
-            let c = st
-                .channels
-                .get_mut(&id)
-                .ok_or_else(|| HvError::new(ErrorKind::BadPort, "channel gone"))?;
-            let unbound = c.map.load_u32(crate::evtchn::STATE_OFF) == crate::evtchn::STATE_UNBOUND;
-            if !unbound
-                || c.remote != caller
-                || c.ends[1].is_some()
-                || c.ends[0] != Some((remote, remote_port))
-            {
-                return err(
-                    ErrorKind::BadPort,
-                    format!(
-                        "port {remote_port} of domain {remote} is not offered to domain {caller}"
-                    ),
-                );
-            }
-            c.ends[1] = Some((caller, port));
-            c.map.store_u32(crate::evtchn::STATE_OFF, STATE_BOUND);
-            let fds = vec![
-                dup(&c.page)?,
-                dup(&c.bells[1].0)?,
-                dup(&c.bells[1].1)?,
-                dup(&c.bells[0].1)?,
-            ];
-            domain(st, caller)?.ports.insert(port, id);
-            Ok((Ok(Reply::Evtchn { port, end: 1 }), fds))
-        }
-        Request::EvtchnSend { port } => {
-            let id = port_chan(st, caller, port)?;
-            let c = &st.channels[&id];
-            let end = c
-                .end_of(caller, port)
-                .ok_or_else(|| HvError::new(ErrorKind::BadPort, "port not bound"))?;
-            c.send_from(end)?;
-            Ok(ok(Reply::Done))
-        }
-        Request::EvtchnClose { port } => {
-            let id = port_chan(st, caller, port)?;
-            domain(st, caller)?.ports.remove(&port);
-            drop_end(st, id, caller);
-            Ok(ok(Reply::Done))
-        }
-        Request::GrantCopy { mut ops } => {
-            if ops.len() % abi::grant::GrantCopy::SIZE != 0 {
-                return err(
-                    ErrorKind::Invalid,
-                    "grant copy ops must be whole 40-byte records",
-                );
-            }
-            if ops.len() / abi::grant::GrantCopy::SIZE > MAX_COPY_OPS {
-                return err(
-                    ErrorKind::Invalid,
-                    format!("at most {MAX_COPY_OPS} grant copies per call"),
-                );
-            }
-            let n = (ops.len() / abi::grant::GrantCopy::SIZE) as u64;
-            let t0 = trace::now();
-            let (statuses, errors) = grant::copy_batch(&mut st.pins, &st.doms, caller, &mut ops);
-            record(st, caller, HvEvent::GrantCopy, t0, n);
-            st.counters.ops_n("grant_copy", n);
-            for e in &errors {
-                st.counters.error(e.kind);
-            }
-            let d = domain(st, caller)?;
-            d.counters.ops_n("grant_copy", n);
-            for e in &errors {
-                d.counters.error(e.kind);
-            }
-            Ok(ok(Reply::Statuses(statuses)))
-        }
-        Request::GrantMap {
+        // `dispatch` sends only the store family here.
+        _ => handled_elsewhere(),
+    }
+}
+
+/// `EvtchnAllocUnbound`: opens a channel on a fresh port of the caller,
+/// offered to `remote`, and hands the caller its end's descriptors.
+fn evtchn_alloc_unbound(st: &mut State, caller: DomId, remote: DomId) -> HvResult<Outcome> {
+    if remote == caller || !st.doms.0.contains_key(&remote) {
+        return err(
+            ErrorKind::BadDomain,
+            format!("cannot offer a channel to domain {remote}"),
+        );
+    }
+    let port = alloc_port(st, caller)?;
+    let chan = Channel::new(caller, port, remote)?;
+    // Own waiting end, own ringing end (to re-deliver on unmask), peer's ringing end.
+    let fds = vec![
+        dup(&chan.page)?,
+        dup(&chan.bells[0].0)?,
+        dup(&chan.bells[0].1)?,
+        dup(&chan.bells[1].1)?,
+    ];
+    let id = st.next_chan;
+    st.next_chan += 1;
+    st.channels.insert(id, chan);
+    domain(st, caller)?.ports.insert(port, id);
+    Ok((Ok(Reply::Evtchn { port, end: 0 }), fds))
+}
+
+/// `EvtchnBindInterdomain`: binds the caller to a port `remote` offered it,
+/// checking the offer, and hands the caller the second end's descriptors.
+fn evtchn_bind_interdomain(
+    st: &mut State,
+    caller: DomId,
+    remote: DomId,
+    remote_port: Port,
+) -> HvResult<Outcome> {
+    let rd = domain(st, remote)?;
+    let Some(&id) = rd.ports.get(&remote_port) else {
+        return err(
+            ErrorKind::BadPort,
+            format!("domain {remote} has no port {remote_port}"),
+        );
+    };
+    let port = alloc_port(st, caller)?;
+    let c = st
+        .channels
+        .get_mut(&id)
+        .ok_or_else(|| HvError::new(ErrorKind::BadPort, "channel gone"))?;
+    let unbound = c.map.load_u32(crate::evtchn::STATE_OFF) == crate::evtchn::STATE_UNBOUND;
+    if !unbound
+        || c.remote != caller
+        || c.ends[1].is_some()
+        || c.ends[0] != Some((remote, remote_port))
+    {
+        return err(
+            ErrorKind::BadPort,
+            format!("port {remote_port} of domain {remote} is not offered to domain {caller}"),
+        );
+    }
+    c.ends[1] = Some((caller, port));
+    c.map.store_u32(crate::evtchn::STATE_OFF, STATE_BOUND);
+    let fds = vec![
+        dup(&c.page)?,
+        dup(&c.bells[1].0)?,
+        dup(&c.bells[1].1)?,
+        dup(&c.bells[0].1)?,
+    ];
+    domain(st, caller)?.ports.insert(port, id);
+    Ok((Ok(Reply::Evtchn { port, end: 1 }), fds))
+}
+
+/// `GrantCopy`: checks the batch's shape, runs the copies and counts them
+/// and their errors, globally and for the caller.
+fn grant_copy(st: &mut State, caller: DomId, mut ops: Vec<u8>) -> HvResult<Outcome> {
+    if !ops.len().is_multiple_of(abi::grant::GrantCopy::SIZE) {
+        return err(
+            ErrorKind::Invalid,
+            "grant copy ops must be whole 40-byte records",
+        );
+    }
+    if ops.len() / abi::grant::GrantCopy::SIZE > MAX_COPY_OPS {
+        return err(
+            ErrorKind::Invalid,
+            format!("at most {MAX_COPY_OPS} grant copies per call"),
+        );
+    }
+    let n = (ops.len() / abi::grant::GrantCopy::SIZE) as u64;
+    let t0 = trace::now();
+    let (statuses, errors) = grant::copy_batch(&mut st.pins, &st.doms, caller, &mut ops);
+    record(st, caller, HvEvent::GrantCopy, t0, n);
+    st.counters.ops_n("grant_copy", n);
+    for e in &errors {
+        st.counters.error(e.kind);
+    }
+    let d = domain(st, caller)?;
+    d.counters.ops_n("grant_copy", n);
+    for e in &errors {
+        d.counters.error(e.kind);
+    }
+    Ok(ok(Reply::Statuses(statuses)))
+}
+
+/// `GrantMap`: pins `granter`'s granted frame for the caller, records the
+/// mapping under a fresh handle, and sends the pool descriptor the first
+/// time the caller maps from that granter with that access.
+fn grant_map(
+    st: &mut State,
+    caller: DomId,
+    granter: DomId,
+    gref: u32,
+    writable: bool,
+) -> HvResult<Outcome> {
+    if granter == caller {
+        return err(ErrorKind::BadDomain, "a domain cannot map its own grant");
+    }
+    let (already, need_fd) = {
+        let d = domain(st, caller)?;
+        (
+            d.mapped.contains(&(granter, gref)),
+            !d.fds_given.contains(&(granter, writable)),
+        )
+    };
+    if already {
+        return err(
+            ErrorKind::DoubleMap,
+            format!("grant {gref} of domain {granter} is already mapped"),
+        );
+    }
+    let gm = st
+        .doms
+        .0
+        .get(&granter)
+        .map(|d| d.mem.clone())
+        .ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadDomain,
+                format!("domain {granter} does not exist"),
+            )
+        })?;
+    let t0 = trace::now();
+    let frame = grant::acquire(&mut st.pins, &gm, granter, caller, gref, writable);
+    record(st, caller, HvEvent::GrantMap, t0, 1);
+    let frame = frame?;
+    let fds = if need_fd {
+        vec![gm.pool_fd_for_peer(writable)?]
+    } else {
+        Vec::new()
+    };
+    let d = domain(st, caller)?;
+    let mut handle = d.next_handle;
+    while handle == 0 || d.maps.contains_key(&handle) {
+        handle = handle.wrapping_add(1);
+    }
+    d.next_handle = handle.wrapping_add(1);
+    d.maps.insert(
+        handle,
+        MapRecord {
             granter,
             gref,
             writable,
-        } => {
-            if granter == caller {
-                return err(ErrorKind::BadDomain, "a domain cannot map its own grant");
-            }
-            let (already, need_fd) = {
-                let d = domain(st, caller)?;
-                (
-                    d.mapped.contains(&(granter, gref)),
-                    !d.fds_given.contains(&(granter, writable)),
-                )
-            };
-            if already {
-                return err(
-                    ErrorKind::DoubleMap,
-                    format!("grant {gref} of domain {granter} is already mapped"),
-                );
-            }
-            let gm = st
-                .doms
-                .0
-                .get(&granter)
-                .map(|d| d.mem.clone())
-                .ok_or_else(|| {
-                    HvError::new(
-                        ErrorKind::BadDomain,
-                        format!("domain {granter} does not exist"),
-                    )
-                })?;
-            let t0 = trace::now();
-            let frame = grant::acquire(&mut st.pins, &gm, granter, caller, gref, writable);
-            record(st, caller, HvEvent::GrantMap, t0, 1);
-            let frame = frame?;
-            let fds = if need_fd {
-                vec![gm.pool_fd_for_peer(writable)?]
-            } else {
-                Vec::new()
-            };
-            let d = domain(st, caller)?;
-            let mut handle = d.next_handle;
-            while handle == 0 || d.maps.contains_key(&handle) {
-                handle = handle.wrapping_add(1);
-            }
-            d.next_handle = handle.wrapping_add(1);
-            d.maps.insert(
-                handle,
-                MapRecord {
-                    granter,
-                    gref,
-                    writable,
-                },
-            );
-            d.mapped.insert((granter, gref));
-            if need_fd {
-                d.fds_given.insert((granter, writable));
-            }
-            let fd_attached = need_fd;
-            Ok((
-                Ok(Reply::Mapped {
-                    handle,
-                    frame: frame.raw(),
-                    writable,
-                    fd_attached,
-                }),
-                fds,
-            ))
-        }
-        Request::GrantUnmap { handle } => {
-            let d = domain(st, caller)?;
-            let Some(m) = d.maps.remove(&handle) else {
-                return err(
-                    ErrorKind::BadHandle,
-                    format!("handle {handle} is not mapped by domain {caller}"),
-                );
-            };
-            d.mapped.remove(&(m.granter, m.gref));
-            let t0 = trace::now();
-            st.unpin(&m);
-            record(st, caller, HvEvent::GrantUnmap, t0, 1);
-            Ok(ok(Reply::Done))
-        }
-        Request::GrantTransfer { frame, dest, gref } => {
-            let t0 = trace::now();
-            let landing = grant::transfer(&st.doms, caller, frame, dest, gref);
-            record(st, caller, HvEvent::GrantTransfer, t0, 1);
-            let landing = landing?;
-            Ok(ok(Reply::Value(landing.to_le_bytes().to_vec())))
-        }
-        Request::NgmSetup { backend } => {
-            if backend == caller || !st.doms.0.contains_key(&backend) {
-                return err(
-                    ErrorKind::BadDomain,
-                    format!("domain {backend} is not another existing domain"),
-                );
-            }
-            let next = st.next_ngm;
-            let t = match st.ngm.entry((caller, backend)) {
-                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    e.insert(NgmTable::new(next, caller, backend)?)
-                }
-            };
-            let handle = t.handle;
-            if handle == next {
-                st.next_ngm = next.wrapping_add(1).max(1);
-            }
-            Ok(ok(Reply::NgmTable {
-                handle,
-                entries: NGM_ENTRIES,
-            }))
-        }
-        Request::NgmGrant {
-            backend,
-            gref,
-            frame,
-            writable,
-        } => {
-            let frames = domain(st, caller)?.mem.spec.pool_frames;
-            ngm_table(st, caller, backend)?.grant(gref, frame, writable, frames)?;
-            Ok(ok(Reply::Done))
-        }
-        Request::NgmRevoke { backend, gref } => {
-            ngm_table(st, caller, backend)?.revoke(gref)?;
-            Ok(ok(Reply::Done))
-        }
-        Request::NgmAttach { guest } => {
-            let pool = st
-                .doms
-                .0
-                .get(&guest)
-                .map(|d| d.mem.clone())
-                .ok_or_else(|| {
-                    HvError::new(
-                        ErrorKind::BadDomain,
-                        format!("domain {guest} does not exist"),
-                    )
-                })?;
-            let t = st.ngm.get(&(guest, caller)).ok_or_else(|| {
-                HvError::new(
-                    ErrorKind::PermissionDenied,
-                    format!("domain {guest} set up no grant table for domain {caller}"),
-                )
-            })?;
-            let [trans, status] = t.backend_fds()?;
-            let fds = vec![trans, status, pool.pool_fd_for_peer(true)?];
-            Ok((
-                Ok(Reply::NgmAttached {
-                    handle: t.handle,
-                    entries: NGM_ENTRIES,
-                    pool_frames: pool.spec.pool_frames,
-                }),
-                fds,
-            ))
-        }
-        Request::CaptureAttach { id } => match st.captures.get(&id) {
-            Some((d, _)) if *d == caller => {
-                let (_, fd) = st.captures.remove(&id).expect("present");
-                Ok((Ok(Reply::Done), vec![fd]))
-            }
-            _ => err(
-                ErrorKind::BadDomain,
-                format!("no capture channel {id} waits for domain {caller}"),
-            ),
         },
-        // The toolstack's requests (`Request::privileged`) are served by
-        // `Hypervisor::handle` before the lock is taken.
-        _ => err(ErrorKind::Invalid, "handled elsewhere"),
+    );
+    d.mapped.insert((granter, gref));
+    if need_fd {
+        d.fds_given.insert((granter, writable));
     }
+    let fd_attached = need_fd;
+    Ok((
+        Ok(Reply::Mapped {
+            handle,
+            frame: frame.raw(),
+            writable,
+            fd_attached,
+        }),
+        fds,
+    ))
+}
+
+/// `GrantUnmap`: forgets the caller's mapping `handle` and unpins its frame.
+fn grant_unmap(st: &mut State, caller: DomId, handle: u32) -> HvResult<Outcome> {
+    let d = domain(st, caller)?;
+    let Some(m) = d.maps.remove(&handle) else {
+        return err(
+            ErrorKind::BadHandle,
+            format!("handle {handle} is not mapped by domain {caller}"),
+        );
+    };
+    d.mapped.remove(&(m.granter, m.gref));
+    let t0 = trace::now();
+    st.unpin(&m);
+    record(st, caller, HvEvent::GrantUnmap, t0, 1);
+    Ok(ok(Reply::Done))
+}
+
+/// `NgmSetup`: the caller's NGM grant table for `backend`, created on first
+/// use under a fresh handle.
+fn ngm_setup(st: &mut State, caller: DomId, backend: DomId) -> HvResult<Outcome> {
+    if backend == caller || !st.doms.0.contains_key(&backend) {
+        return err(
+            ErrorKind::BadDomain,
+            format!("domain {backend} is not another existing domain"),
+        );
+    }
+    let next = st.next_ngm;
+    let t = match st.ngm.entry((caller, backend)) {
+        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            e.insert(NgmTable::new(next, caller, backend)?)
+        }
+    };
+    let handle = t.handle;
+    if handle == next {
+        st.next_ngm = next.wrapping_add(1).max(1);
+    }
+    Ok(ok(Reply::NgmTable {
+        handle,
+        entries: NGM_ENTRIES,
+    }))
+}
+
+/// `NgmAttach`: a backend attaches to the table `guest` set up for it and
+/// gets the table's descriptors and the guest's pool.
+fn ngm_attach(st: &mut State, caller: DomId, guest: DomId) -> HvResult<Outcome> {
+    let pool = st
+        .doms
+        .0
+        .get(&guest)
+        .map(|d| d.mem.clone())
+        .ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadDomain,
+                format!("domain {guest} does not exist"),
+            )
+        })?;
+    let t = st.ngm.get(&(guest, caller)).ok_or_else(|| {
+        HvError::new(
+            ErrorKind::PermissionDenied,
+            format!("domain {guest} set up no grant table for domain {caller}"),
+        )
+    })?;
+    let [trans, status] = t.backend_fds()?;
+    let fds = vec![trans, status, pool.pool_fd_for_peer(true)?];
+    Ok((
+        Ok(Reply::NgmAttached {
+            handle: t.handle,
+            entries: NGM_ENTRIES,
+            pool_frames: pool.spec.pool_frames,
+        }),
+        fds,
+    ))
 }
 
 /// The caller's table for `backend`.

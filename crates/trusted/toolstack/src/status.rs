@@ -167,49 +167,89 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     let domains: Vec<Value> = s
         .domains
         .iter()
-        .map(|d| {
-            let ifs = d.netns.as_deref().map(ifs_of).unwrap_or_default();
-            let spin_us: u64 = ts
-                .store_read(&abi::xenbus::spin_path(d.id))
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            let nic = ts
-                .store_read(&format!("/local/domain/{}/splitnet/nic", d.id))
-                .ok()
-                .filter(|n| !n.is_empty());
-            let nic_stats = nic.as_ref().and_then(|_| {
-                ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            });
-            let emulated = s.info.get(&format!("nic.{}", d.name)).cloned();
-            json!({
-                "id": d.id,
-                "name": d.name,
-                "nic": nic.as_deref().unwrap_or(if d.kind == "guest" { "vif" } else { "-" }),
-                "emulated_nic": emulated.map(|e| emulated_info(&e, nic_stats, d.hvm.as_ref())),
-                "hvm": d.hvm,
-                "kind": d.kind,
-                "netns": d.netns,
-                "pid": d.pid,
-                "cgroup": d.cgroup,
-                "connected": d.connected,
-                "memory_frames": d.pool_frames,
-                "hugepages": d.hugepages,
-                "grant_entries": d.grant_entries,
-                "event_channels": d.event_channels,
-                "grant_maps": d.grant_maps,
-                "addresses": addresses(&ifs),
-                "interfaces": ifs,
-                "counters": d.counters,
-                "cpu_seconds": cpu_seconds(d.cgroup.as_deref()),
-                "spin_us": spin_us,
-            })
-        })
+        .map(|d| domain_entry(&mut ts, &s, d, &ifs_of))
         .collect();
     let mut hosts = Vec::new();
     let mut ports = Vec::new();
+    wire_host(&s, &ifs_of, &mut hosts, &mut ports);
+    let bridges = driver_bridges(&mut ts, &s, &mut ports);
+    Ok(json!({
+        "hv_pid": s.hv_pid,
+        "topology": s.info.get("topology"),
+        "domains": domains,
+        "hosts": hosts,
+        "vifs": vif_list,
+        "ports": ports,
+        "bridges": bridges,
+        "store_nodes": s.store_nodes,
+        "grant_pins": s.grant_pins,
+        "watches": s.watches,
+        "ngm_tables": s.ngm_tables,
+        "restarts_after_crash": s
+            .info
+            .get("restarts.on-crash")
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0),
+        "counters": s.counters,
+    }))
+}
+
+/// One domain's entry: hv's facts about it, its spin budget, NIC and
+/// emulated-NIC counters from the store, and its interfaces (`ifs_of`).
+fn domain_entry(
+    ts: &mut Toolstack,
+    s: &hv::status::SystemStatus,
+    d: &hv::status::DomainStatus,
+    ifs_of: &impl Fn(&str) -> Vec<Value>,
+) -> Value {
+    let ifs = d.netns.as_deref().map(ifs_of).unwrap_or_default();
+    let spin_us: u64 = ts
+        .store_read(&abi::xenbus::spin_path(d.id))
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let nic = ts
+        .store_read(&format!("/local/domain/{}/splitnet/nic", d.id))
+        .ok()
+        .filter(|n| !n.is_empty());
+    let nic_stats = nic.as_ref().and_then(|_| {
+        ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    });
+    let emulated = s.info.get(&format!("nic.{}", d.name)).cloned();
+    json!({
+        "id": d.id,
+        "name": d.name,
+        "nic": nic.as_deref().unwrap_or(if d.kind == "guest" { "vif" } else { "-" }),
+        "emulated_nic": emulated.map(|e| emulated_info(&e, nic_stats, d.hvm.as_ref())),
+        "hvm": d.hvm,
+        "kind": d.kind,
+        "netns": d.netns,
+        "pid": d.pid,
+        "cgroup": d.cgroup,
+        "connected": d.connected,
+        "memory_frames": d.pool_frames,
+        "hugepages": d.hugepages,
+        "grant_entries": d.grant_entries,
+        "event_channels": d.event_channels,
+        "grant_maps": d.grant_maps,
+        "addresses": addresses(&ifs),
+        "interfaces": ifs,
+        "counters": d.counters,
+        "cpu_seconds": cpu_seconds(d.cgroup.as_deref()),
+        "spin_us": spin_us,
+    })
+}
+
+/// The wire host, when the topology has one, and the driver domain's
+/// physical port that joins it.
+fn wire_host(
+    s: &hv::status::SystemStatus,
+    ifs_of: &impl Fn(&str) -> Vec<Value>,
+    hosts: &mut Vec<Value>,
+    ports: &mut Vec<Value>,
+) {
     if let (Some(w), Some(ns)) = (s.info.get("wire"), s.info.get("wire.netns")) {
         let ifs = ifs_of(ns);
         hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "link_rate": s.info.get("wire.rate"), "addresses": addresses(&ifs), "interfaces": ifs}));
@@ -222,6 +262,16 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
             }));
         }
     }
+}
+
+/// Each driver domain's bridge and loop counters from its published
+/// stats; its extra ports are added to `ports`, and its port's counters
+/// merged into the entry already there.
+fn driver_bridges(
+    ts: &mut Toolstack,
+    s: &hv::status::SystemStatus,
+    ports: &mut Vec<Value>,
+) -> Vec<Value> {
     let mut bridges = Vec::new();
     for d in s.domains.iter().filter(|d| d.kind == "driver") {
         let path = format!("/local/domain/{}/splitnet/stats", d.id);
@@ -260,25 +310,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
             None => ports.push(json!({"domain": d.name, "name": name, "counters": counters})),
         }
     }
-    Ok(json!({
-        "hv_pid": s.hv_pid,
-        "topology": s.info.get("topology"),
-        "domains": domains,
-        "hosts": hosts,
-        "vifs": vif_list,
-        "ports": ports,
-        "bridges": bridges,
-        "store_nodes": s.store_nodes,
-        "grant_pins": s.grant_pins,
-        "watches": s.watches,
-        "ngm_tables": s.ngm_tables,
-        "restarts_after_crash": s
-            .info
-            .get("restarts.on-crash")
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0),
-        "counters": s.counters,
-    }))
+    bridges
 }
 
 /// One line of a domain loop's counters.
@@ -446,13 +478,25 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         v["store_nodes"],
         v["restarts_after_crash"]
     );
+    let empty = Vec::new();
+    let domains = v["domains"].as_array().unwrap_or(&empty);
+    let hosts = v["hosts"].as_array().unwrap_or(&empty);
+    print_domains(domains, hosts);
+    print_emulated_nics(domains);
+    print_ports(&v);
+    print_vifs(v["vifs"].as_array().unwrap_or(&empty));
+    print_hypercalls(&v["counters"]);
+    Ok(())
+}
+
+/// Plain `status`'s table of domains and hosts: id, kind, pid, namespace,
+/// connection, memory and addresses.
+fn print_domains(domains: &[Value], hosts: &[Value]) {
     println!(
         "\n{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>8}  ADDRESSES",
         "DOMAIN", "ID", "KIND", "PID", "NAMESPACE", "CONN", "MEMORY"
     );
     let empty = Vec::new();
-    let domains = v["domains"].as_array().unwrap_or(&empty);
-    let hosts = v["hosts"].as_array().unwrap_or(&empty);
     for d in domains.iter().chain(hosts) {
         let text = |k: &str| match &d[k] {
             Value::Null => "-".to_string(),
@@ -486,6 +530,11 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
             }
         );
     }
+}
+
+/// Plain `status`'s lines for each domain's emulated NIC (hosted or HVM),
+/// then the domains that spin before sleeping.
+fn print_emulated_nics(domains: &[Value]) {
     let spinning: Vec<String> = domains
         .iter()
         .filter_map(|d| {
@@ -528,6 +577,11 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     if !spinning.is_empty() {
         println!("\nspin before sleeping: {}", spinning.join(", "));
     }
+}
+
+/// Plain `status`'s PORTS section, then each bridge's loop counters.
+fn print_ports(v: &Value) {
+    let empty = Vec::new();
     println!("\nPORTS");
     for p in v["ports"].as_array().unwrap_or(&empty) {
         println!(
@@ -541,8 +595,13 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     for b in v["bridges"].as_array().unwrap_or(&empty) {
         print_loop(b["domain"].as_str().unwrap_or("?"), &b["loop"]);
     }
+}
+
+/// Plain `status`'s VIFS section: per vif its ends' states and modes,
+/// counters, guest loop, grant ops, drops and grant tracking.
+fn print_vifs(vifs: &[Value]) {
     println!("\nVIFS");
-    for v in v["vifs"].as_array().unwrap_or(&empty) {
+    for v in vifs {
         let c = &v["counters"];
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
         let map = |c: &Value, k: &str| {
@@ -611,8 +670,11 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
             println!("    disconnected: {r}");
         }
     }
+}
+
+/// Plain `status`'s HYPERCALLS section: hv's operation and error counts.
+fn print_hypercalls(c: &Value) {
     println!("\nHYPERCALLS");
-    let c = &v["counters"];
     if let Some(ops) = c["ops"].as_object() {
         let line: Vec<String> = ops.iter().map(|(k, n)| format!("{k}={n}")).collect();
         println!("  {}", line.join(" "));
@@ -621,7 +683,6 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         let line: Vec<String> = errs.iter().map(|(k, n)| format!("{k}={n}")).collect();
         println!("  errors: {}", line.join(" "));
     }
-    Ok(())
 }
 
 /// Plain `status`'s lines for an HVM NIC.

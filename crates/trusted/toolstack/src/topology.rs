@@ -598,6 +598,82 @@ fn check_event_channels(d: &DomainConfig, vifs: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// One domain's own settings, each in its range: memory, hugepages, grant
+/// frames, spin, addresses, MAC, modes and NIC, and no guest settings on a
+/// driver domain.
+fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
+    if d.memory_frames == 0 || d.memory_frames > 1 << 20 {
+        return Err(format!(
+            "domain {:?}: memory_frames must be 1..=1048576 (4 KiB each)",
+            d.name
+        ));
+    }
+    if d.hugepages && !d.memory_frames.is_multiple_of(512) {
+        return Err(format!(
+            "domain {:?}: with hugepages = true, memory_frames must be a multiple of 512 (2 MiB)",
+            d.name
+        ));
+    }
+    if d.grant_frames == 0 || d.grant_frames > 64 {
+        return Err(format!("domain {:?}: grant_frames must be 1..=64", d.name));
+    }
+    if d.spin_us > MAX_SPIN_US {
+        return Err(format!(
+            "domain {:?}: spin_us must be 0..={MAX_SPIN_US}",
+            d.name
+        ));
+    }
+    check_cidr(&format!("domain {:?} address", d.name), &d.address, false)?;
+    check_cidr(&format!("domain {:?} ipv6", d.name), &d.ipv6, true)?;
+    if let Some(m) = &d.mac {
+        abi::xenbus::parse_mac(m).map_err(|e| format!("domain {:?} mac: {e}", d.name))?;
+    }
+    check_modes(d)?;
+    check_nic(d)?;
+    if d.kind == DomainKind::Driver
+        && (d.backend.is_some() || d.mac.is_some() || d.address.is_some() || d.ipv6.is_some())
+    {
+        return Err(format!(
+            "domain {:?} is a driver domain: backend, mac, address and ipv6 are guest settings",
+            d.name
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a domain's quotas and memory hold what the topology's `vifs`
+/// ask of it: event channels for the vifs it serves or owns, and memory
+/// for a driver domain's vifs, an emulated NIC or a virtual NIC.
+fn check_domain_sizes(d: &DomainConfig, vifs: &[VifConfig]) -> Result<(), String> {
+    let n = vifs.iter().filter(|v| v.backend == d.name).count() as u32;
+    check_event_channels(
+        d,
+        n + vifs.iter().filter(|v| v.guest == d.name).count() as u32,
+    )?;
+    if d.kind == DomainKind::Driver
+        && d.memory_frames < DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
+    {
+        return Err(format!(
+            "domain {:?} serves {n} vifs and needs memory_frames >= {}",
+            d.name,
+            DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
+        ));
+    }
+    if d.kind == DomainKind::Guest && d.nic != Nic::Vif && d.memory_frames < HOSTED_MIN_FRAMES {
+        return Err(format!(
+            "domain {:?} has an emulated NIC (its driver's rings and buffers in its memory) and needs memory_frames >= {HOSTED_MIN_FRAMES}",
+            d.name
+        ));
+    }
+    if vifs.iter().any(|v| v.guest == d.name) && d.memory_frames < GUEST_MIN_FRAMES {
+        return Err(format!(
+            "domain {:?} has a virtual NIC and needs memory_frames >= {GUEST_MIN_FRAMES}",
+            d.name
+        ));
+    }
+    Ok(())
+}
+
 fn check_modes(d: &DomainConfig) -> Result<(), String> {
     match (d.grants, d.tx_mode, d.rx_mode) {
         (Grants::Ngm, TxMode::Map, _) | (Grants::Ngm, _, RxMode::Flip) => Err(format!(
@@ -686,99 +762,40 @@ impl Topology {
             if !seen.insert(d.name.as_str()) {
                 return Err(format!("domain name {:?} is used twice", d.name));
             }
-            if d.memory_frames == 0 || d.memory_frames > 1 << 20 {
-                return Err(format!(
-                    "domain {:?}: memory_frames must be 1..=1048576 (4 KiB each)",
-                    d.name
-                ));
-            }
-            if d.hugepages && !d.memory_frames.is_multiple_of(512) {
-                return Err(format!(
-                    "domain {:?}: with hugepages = true, memory_frames must be a multiple of 512 (2 MiB)",
-                    d.name
-                ));
-            }
-            if d.grant_frames == 0 || d.grant_frames > 64 {
-                return Err(format!("domain {:?}: grant_frames must be 1..=64", d.name));
-            }
-            if d.spin_us > MAX_SPIN_US {
-                return Err(format!(
-                    "domain {:?}: spin_us must be 0..={MAX_SPIN_US}",
-                    d.name
-                ));
-            }
-            check_cidr(&format!("domain {:?} address", d.name), &d.address, false)?;
-            check_cidr(&format!("domain {:?} ipv6", d.name), &d.ipv6, true)?;
-            if let Some(m) = &d.mac {
-                abi::xenbus::parse_mac(m).map_err(|e| format!("domain {:?} mac: {e}", d.name))?;
-            }
-            check_modes(d)?;
-            check_nic(d)?;
-            if d.kind == DomainKind::Driver
-                && (d.backend.is_some()
-                    || d.mac.is_some()
-                    || d.address.is_some()
-                    || d.ipv6.is_some())
-            {
-                return Err(format!(
-                    "domain {:?} is a driver domain: backend, mac, address and ipv6 are guest settings",
-                    d.name
-                ));
-            }
+            check_domain_settings(d)?;
         }
         let vifs = self.vifs_unchecked()?;
         for d in &self.domains {
-            let n = vifs.iter().filter(|v| v.backend == d.name).count() as u32;
-            check_event_channels(
-                d,
-                n + vifs.iter().filter(|v| v.guest == d.name).count() as u32,
-            )?;
-            if d.kind == DomainKind::Driver
-                && d.memory_frames < DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
-            {
-                return Err(format!(
-                    "domain {:?} serves {n} vifs and needs memory_frames >= {}",
-                    d.name,
-                    DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
-                ));
-            }
-            if d.kind == DomainKind::Guest
-                && d.nic != Nic::Vif
-                && d.memory_frames < HOSTED_MIN_FRAMES
-            {
-                return Err(format!(
-                    "domain {:?} has an emulated NIC (its driver's rings and buffers in its memory) and needs memory_frames >= {HOSTED_MIN_FRAMES}",
-                    d.name
-                ));
-            }
-            if vifs.iter().any(|v| v.guest == d.name) && d.memory_frames < GUEST_MIN_FRAMES {
-                return Err(format!(
-                    "domain {:?} has a virtual NIC and needs memory_frames >= {GUEST_MIN_FRAMES}",
-                    d.name
-                ));
-            }
+            check_domain_sizes(d, &vifs)?;
         }
         if let Some(w) = &self.wire {
-            check_name("wire", &w.name)?;
-            if seen.contains(w.name.as_str()) {
-                return Err(format!(
-                    "wire host {:?} has the same name as a domain",
-                    w.name
-                ));
-            }
-            match self.domains.iter().find(|d| d.name == w.driver) {
-                Some(d) if d.kind == DomainKind::Driver => {}
-                Some(_) => {
-                    return Err(format!(
-                        "wire.driver = {:?} is not a driver domain",
-                        w.driver
-                    ))
-                }
-                None => return Err(format!("wire.driver = {:?} names no domain", w.driver)),
-            }
-            check_cidr("wire address", &w.address, false)?;
-            check_cidr("wire ipv6", &w.ipv6, true)?;
+            self.check_wire(w, &seen)?;
         }
+        Ok(())
+    }
+
+    /// The wire host: a name of its own, a driver domain that exists and is
+    /// one, and well-formed addresses.
+    fn check_wire(&self, w: &WireConfig, domain_names: &HashSet<&str>) -> Result<(), String> {
+        check_name("wire", &w.name)?;
+        if domain_names.contains(w.name.as_str()) {
+            return Err(format!(
+                "wire host {:?} has the same name as a domain",
+                w.name
+            ));
+        }
+        match self.domains.iter().find(|d| d.name == w.driver) {
+            Some(d) if d.kind == DomainKind::Driver => {}
+            Some(_) => {
+                return Err(format!(
+                    "wire.driver = {:?} is not a driver domain",
+                    w.driver
+                ))
+            }
+            None => return Err(format!("wire.driver = {:?} names no domain", w.driver)),
+        }
+        check_cidr("wire address", &w.address, false)?;
+        check_cidr("wire ipv6", &w.ipv6, true)?;
         Ok(())
     }
 

@@ -222,6 +222,94 @@ fn read_num(hv: &mut HvClient, path: &str) -> Result<u32> {
         .parse()
         .map_err(|_| proto(format!("{path} = {v:?} is not a number")))
 }
+/// What a connected frontend published for its vif: its rings' grants,
+/// its event channels (one, or TX and RX apart) and what its NIC accepts.
+struct FrontendRings {
+    tx_ref: u32,
+    rx_ref: u32,
+    tx_port: u32,
+    rx_port: Option<u32>,
+    guest_caps: Offloads,
+}
+
+/// Reads what the frontend `fe` published, refusing an RX mode other than
+/// the vif's, and derives the offloads its NIC accepts.
+fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendRings> {
+    let tx_ref = read_num(hv, &format!("{fe}/{}", keys::TX_RING_REF))?;
+    let rx_ref = read_num(hv, &format!("{fe}/{}", keys::RX_RING_REF))?;
+    let (tx_port, rx_port) = match hv.store_read_str(&format!("{fe}/{}", keys::EVENT_CHANNEL_TX)) {
+        Ok(_) => (
+            read_num(hv, &format!("{fe}/{}", keys::EVENT_CHANNEL_TX))?,
+            Some(read_num(hv, &format!("{fe}/{}", keys::EVENT_CHANNEL_RX))?),
+        ),
+        Err(_) => (
+            read_num(hv, &format!("{fe}/{}", keys::EVENT_CHANNEL))?,
+            None,
+        ),
+    };
+    let wants_copy = read_flag(hv, &format!("{fe}/{}", keys::REQUEST_RX_COPY));
+    if wants_copy == modes.rx_flip {
+        return Err(proto(format!(
+            "the frontend asked for RX {} but this vif is configured for {}",
+            if wants_copy { "copy" } else { "flip" },
+            if modes.rx_flip { "flip" } else { "copy" }
+        )));
+    }
+    let sg = read_flag(hv, &format!("{fe}/{}", keys::FEATURE_SG));
+    let guest_caps = Offloads {
+        csum: !read_flag(hv, &format!("{fe}/{}", keys::FEATURE_NO_CSUM_OFFLOAD)) && !modes.rx_flip,
+        tso4: sg && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV4)) && !modes.rx_flip,
+        tso6: sg && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV6)) && !modes.rx_flip,
+    };
+    Ok(FrontendRings {
+        tx_ref,
+        rx_ref,
+        tx_port,
+        rx_port,
+        guest_caps,
+    })
+}
+
+/// The TX and RX rings netback serves, in pages the guest granted, and the
+/// event channels bound to the frontend's (TX first).
+type MappedRings = (
+    BackRing<MappedGrant, TxRequest, TxResponse>,
+    BackRing<MappedGrant, RxRequest, RxResponse>,
+    Vec<EventChannel>,
+);
+
+/// Maps the guest's ring pages and binds its event channels. The rings
+/// stay mapped while connected; whatever fails half-way is undone, so no
+/// grant stays pinned.
+fn map_rings(hv: &mut HvClient, g: DomId, f: &FrontendRings) -> Result<MappedRings> {
+    let txm = hv.map_grant(g, f.tx_ref, true)?;
+    let th = txm.handle;
+    let mut held: Vec<EventChannel> = Vec::new();
+    let mut rh = None;
+    let r = (|| -> Result<_> {
+        let rxm = hv.map_grant(g, f.rx_ref, true)?;
+        rh = Some(rxm.handle);
+        let tx = BackRing::attach(txm)?;
+        let rx = BackRing::attach(rxm)?;
+        held.push(hv.evtchn_bind(g, f.tx_port)?);
+        if let Some(port) = f.rx_port {
+            held.push(hv.evtchn_bind(g, port)?);
+        }
+        Ok((tx, rx))
+    })();
+    match r {
+        Ok((tx, rx)) => Ok((tx, rx, held)),
+        Err(e) => {
+            for ch in held {
+                let _ = hv.evtchn_close(ch);
+            }
+            for h in std::iter::once(th).chain(rh) {
+                let _ = hv.unmap_handle(h);
+            }
+            Err(e)
+        }
+    }
+}
 
 /// Writes the backend's features and moves to InitWait (netback's probe).
 pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
@@ -288,67 +376,8 @@ impl Netback {
         let fe = p.fe.clone();
         hv.wait_state(&fe, timeout, |s| s == XenbusState::Connected)?;
         let g = p.guest;
-        let tx_ref = read_num(hv, &format!("{fe}/{}", keys::TX_RING_REF))?;
-        let rx_ref = read_num(hv, &format!("{fe}/{}", keys::RX_RING_REF))?;
-        let (tx_port, rx_port) =
-            match hv.store_read_str(&format!("{fe}/{}", keys::EVENT_CHANNEL_TX)) {
-                Ok(_) => (
-                    read_num(hv, &format!("{fe}/{}", keys::EVENT_CHANNEL_TX))?,
-                    Some(read_num(hv, &format!("{fe}/{}", keys::EVENT_CHANNEL_RX))?),
-                ),
-                Err(_) => (
-                    read_num(hv, &format!("{fe}/{}", keys::EVENT_CHANNEL))?,
-                    None,
-                ),
-            };
-        let wants_copy = read_flag(hv, &format!("{fe}/{}", keys::REQUEST_RX_COPY));
-        if wants_copy == p.modes.rx_flip {
-            return Err(proto(format!(
-                "the frontend asked for RX {} but this vif is configured for {}",
-                if wants_copy { "copy" } else { "flip" },
-                if p.modes.rx_flip { "flip" } else { "copy" }
-            )));
-        }
-        let sg = read_flag(hv, &format!("{fe}/{}", keys::FEATURE_SG));
-        let guest_caps = Offloads {
-            csum: !read_flag(hv, &format!("{fe}/{}", keys::FEATURE_NO_CSUM_OFFLOAD))
-                && !p.modes.rx_flip,
-            tso4: sg
-                && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV4))
-                && !p.modes.rx_flip,
-            tso6: sg
-                && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV6))
-                && !p.modes.rx_flip,
-        };
-        // The rings live in pages the guest granted; they stay mapped while
-        // connected. Whatever fails half-way is undone, so no grant stays pinned.
-        let txm = hv.map_grant(g, tx_ref, true)?;
-        let th = txm.handle;
-        let mut held: Vec<EventChannel> = Vec::new();
-        let mut rh = None;
-        let r = (|| -> Result<_> {
-            let rxm = hv.map_grant(g, rx_ref, true)?;
-            rh = Some(rxm.handle);
-            let tx = BackRing::attach(txm)?;
-            let rx = BackRing::attach(rxm)?;
-            held.push(hv.evtchn_bind(g, tx_port)?);
-            if let Some(port) = rx_port {
-                held.push(hv.evtchn_bind(g, port)?);
-            }
-            Ok((tx, rx))
-        })();
-        let (tx, rx) = match r {
-            Ok(rings) => rings,
-            Err(e) => {
-                for ch in held {
-                    let _ = hv.evtchn_close(ch);
-                }
-                for h in std::iter::once(th).chain(rh) {
-                    let _ = hv.unmap_handle(h);
-                }
-                return Err(e);
-            }
-        };
+        let f = read_frontend(hv, &fe, &p.modes)?;
+        let (tx, rx, held) = map_rings(hv, g, &f)?;
         let ngm = if p.modes.ngm {
             match attach_pool(hv, g, &fe) {
                 Ok(v) => Some(v),
@@ -380,7 +409,7 @@ impl Netback {
             rx: Some(rx),
             tx_evt,
             rx_evt,
-            guest_caps,
+            guest_caps: f.guest_caps,
             pool: hv.pool_shared(),
             tx_base,
             rx_base: tx_base + RING,

@@ -17,6 +17,18 @@ use hypercall::trace::{self, DomainEvent};
 use hypercall::HvClient;
 use sys::PAGE_SIZE;
 
+/// One RX response of a copy batch: (request id, copy op, length, flags)
+/// per data slot, with extras as GSO info.
+enum CopyResp {
+    Data {
+        id: u16,
+        op: usize,
+        len: u16,
+        flags: RxFlags,
+    },
+    Extra(ExtraInfo),
+}
+
 impl Netback {
     /// Delivers a frame to the guest: at once into its posted buffers under
     /// the new grant mechanism when its NIC takes the frame as it is, through
@@ -235,18 +247,8 @@ impl Netback {
     }
 
     fn flush_rx_copy(&mut self, hv: &mut HvClient) -> Result<()> {
-        // (request id, length or error, flags) per response, with extras as GSO info.
-        enum Resp {
-            Data {
-                id: u16,
-                op: usize,
-                len: u16,
-                flags: RxFlags,
-            },
-            Extra(ExtraInfo),
-        }
         let mut ops: Vec<GrantCopy> = Vec::new();
-        let mut resps: Vec<Resp> = Vec::new();
+        let mut resps: Vec<CopyResp> = Vec::new();
         let Some(rx) = self.rx.as_mut() else {
             return Ok(());
         };
@@ -279,7 +281,7 @@ impl Netback {
                     RxFlags::EMPTY
                 };
                 let f = if i == 0 { flags | more } else { more };
-                resps.push(Resp::Data {
+                resps.push(CopyResp::Data {
                     id: req.id,
                     op: ops.len(),
                     len: chunk.len() as u16,
@@ -303,7 +305,7 @@ impl Netback {
                     if let Some(g) = pkt.gso {
                         // The extra slot consumes a request too (its buffer goes unused).
                         let _ = rx.next_request()?;
-                        resps.push(Resp::Extra(g.to_extra()));
+                        resps.push(CopyResp::Extra(g.to_extra()));
                     }
                 }
             }
@@ -316,9 +318,15 @@ impl Netback {
         self.counters.batches += 1;
         let statuses = hv.grant_copy_batch(&ops)?;
         self.counters.grant("copy", ops.len() as u64);
+        self.answer_rx_copies(resps, &statuses)
+    }
+
+    /// Pushes the RX responses of a copy batch: each data slot succeeds or
+    /// fails with its copy's status, extras carry their GSO info.
+    fn answer_rx_copies(&mut self, resps: Vec<CopyResp>, statuses: &[i16]) -> Result<()> {
         for r in resps {
             let rsp = match r {
-                Resp::Data { id, op, len, flags } => match statuses.get(op).copied() {
+                CopyResp::Data { id, op, len, flags } => match statuses.get(op).copied() {
                     Some(0) => RxResponse::data(id, 0, flags, len)?,
                     st => {
                         self.refuse(st.map_or("copy_missing", grant_reason));
@@ -330,7 +338,7 @@ impl Netback {
                         }
                     }
                 },
-                Resp::Extra(x) => x.to_rx_slot(),
+                CopyResp::Extra(x) => x.to_rx_slot(),
             };
             if let Some(rx) = self.rx.as_mut() {
                 rx.push_response(&rsp)?;
