@@ -8,12 +8,14 @@
 mod common;
 use common::{
     backend_state, good_traffic_flows, push, stats, store_read, wait_for, world, world_connecting,
-    World,
+    Guest, World,
 };
 
 use abi::netif::{Extra, ExtraFlags, ExtraInfo, GsoType, TxFlags, TxRequest};
 use abi::SharedMemory;
+use hv::{DomId, Hypervisor};
 use splitnet_net as net;
+use std::sync::Arc;
 use toolstack::topology::{Grants, TxMode};
 
 #[test]
@@ -39,98 +41,11 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
     good_traffic_flows(&mut good2, &mut good1, 100, 1000);
 
     // evil1: one of each malformed request, then a flood of them.
-    // One valid buffer, outside netfront's TX and RX buffers (frames 2..514).
-    let gref_ok = evil1.hv.grants().grant_access(drv_id, 590, true).unwrap();
-    let req = |gref, offset, size, id| TxRequest {
-        gref,
-        offset,
-        flags: TxFlags::EMPTY,
-        id,
-        size,
-    };
-    // A frame that claims to come from good2: netback must not let evil1
-    // take over good2's MAC in the bridge.
-    let mut spoof = good2.mac.to_vec();
-    spoof.extend_from_slice(&good2.mac);
-    spoof.extend_from_slice(&[0x88, 0xb5, 0, 0, 0, 0]);
-    spoof.resize(60, 0);
-    evil1.hv.pool().write_bytes(590 * 4096, &spoof);
-    let gso_extra = ExtraInfo {
-        flags: ExtraFlags::EMPTY,
-        extra: Extra::Gso {
-            size: 1,
-            gso_type: GsoType::TcpV4,
-            features: 0,
-        },
-    };
-    let attacks: Vec<(&str, Vec<TxRequest>)> = vec![
-        ("bad_grant_ref", vec![req(99_999, 0, 100, 1)]),
-        ("bad_grant_ref", vec![req(gref_ok + 1, 0, 100, 2)]),
-        ("size_too_small", vec![req(gref_ok, 0, 0, 3)]),
-        ("crosses_page", vec![req(gref_ok, 4000, 200, 4)]),
-        ("crosses_page", vec![req(gref_ok, 0, 5000, 5)]),
-        (
-            "duplicate_id",
-            vec![req(gref_ok, 0, 100, 6), req(gref_ok, 0, 100, 6)],
-        ),
-        ("spoofed_mac", vec![req(gref_ok, 0, 60, 7)]),
-        (
-            "bad_gso",
-            vec![
-                TxRequest {
-                    flags: TxFlags::EXTRA_INFO,
-                    ..req(gref_ok, 0, 200, 8)
-                },
-                gso_extra.to_tx_slot(),
-            ],
-        ),
-    ];
-    for (reason, reqs) in attacks {
-        let before = stats(&hv, drv_id, e1)["rejected"][reason]
-            .as_u64()
-            .unwrap_or(0);
-        push(&mut evil1, &reqs);
-        wait_for(&format!("netback to count {reason}"), || {
-            stats(&hv, drv_id, e1)["rejected"][reason]
-                .as_u64()
-                .unwrap_or(0)
-                > before
-        });
-        good_traffic_flows(&mut good1, &mut good2, 20, 2000);
-    }
-    // Every consumed request got exactly one response.
-    let mut ignore = Vec::new();
-    evil1.nf.poll(&mut evil1.hv, &mut ignore).unwrap();
-    assert_eq!(
-        backend_state(&hv, drv_id, e1),
-        "4",
-        "still connected below the threshold"
-    );
+    let attacks = malformed_requests(&mut evil1, good2.mac, drv_id);
+    refuse_each(&hv, drv_id, e1, &mut evil1, &mut good1, &mut good2, attacks);
 
     // A flood of bad requests crosses the threshold: evil1 is disconnected.
-    for round in 0..8u16 {
-        let reqs: Vec<TxRequest> = (0..16u16)
-            .map(|i| req(50_000 + i as u32, 0, 64, round * 16 + i))
-            .collect();
-        if evil1.nf.tx_ring().free_requests() < 16 {
-            break;
-        }
-        push(&mut evil1, &reqs);
-        good_traffic_flows(&mut good1, &mut good2, 10, 3000 + round as u32 * 10);
-    }
-    wait_for("evil1's vif to be disconnected", || {
-        backend_state(&hv, drv_id, e1) == "6"
-    });
-    let s = stats(&hv, drv_id, e1);
-    assert!(
-        s["rejected"]["bad_grant_ref"].as_u64().unwrap_or(0) >= net::netback::FATAL_LIMIT - 5,
-        "the flood was counted: {s}"
-    );
-    let reason = store_read(
-        &hv,
-        &format!("/local/domain/{drv_id}/backend/vif/{e1}/0/disconnect-reason"),
-    );
-    assert!(reason.unwrap_or_default().contains("refused requests"));
+    flood_disconnects(&hv, drv_id, e1, &mut evil1, &mut good1, &mut good2);
 
     // evil2: a producer index far ahead of the consumer is fatal at once.
     good_traffic_flows(&mut good2, &mut good1, 50, 5000);
@@ -156,6 +71,135 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
 
     hv.shutdown();
     driver.join().unwrap();
+}
+
+fn req(gref: u32, offset: u16, size: u16, id: u16) -> TxRequest {
+    TxRequest {
+        gref,
+        offset,
+        flags: TxFlags::EMPTY,
+        id,
+        size,
+    }
+}
+
+/// One of each malformed request, each with the reason netback counts it
+/// under. Some point into evil1's frame 590, which holds a frame claiming
+/// to come from good2 (`good2_mac`).
+fn malformed_requests(
+    evil1: &mut Guest,
+    good2_mac: [u8; 6],
+    drv_id: DomId,
+) -> Vec<(&'static str, Vec<TxRequest>)> {
+    // One valid buffer, outside netfront's TX and RX buffers (frames 2..514).
+    let gref_ok = evil1.hv.grants().grant_access(drv_id, 590, true).unwrap();
+    // A frame that claims to come from good2: netback must not let evil1
+    // take over good2's MAC in the bridge.
+    let mut spoof = good2_mac.to_vec();
+    spoof.extend_from_slice(&good2_mac);
+    spoof.extend_from_slice(&[0x88, 0xb5, 0, 0, 0, 0]);
+    spoof.resize(60, 0);
+    evil1.hv.pool().write_bytes(590 * 4096, &spoof);
+    let gso_extra = ExtraInfo {
+        flags: ExtraFlags::EMPTY,
+        extra: Extra::Gso {
+            size: 1,
+            gso_type: GsoType::TcpV4,
+            features: 0,
+        },
+    };
+    vec![
+        ("bad_grant_ref", vec![req(99_999, 0, 100, 1)]),
+        ("bad_grant_ref", vec![req(gref_ok + 1, 0, 100, 2)]),
+        ("size_too_small", vec![req(gref_ok, 0, 0, 3)]),
+        ("crosses_page", vec![req(gref_ok, 4000, 200, 4)]),
+        ("crosses_page", vec![req(gref_ok, 0, 5000, 5)]),
+        (
+            "duplicate_id",
+            vec![req(gref_ok, 0, 100, 6), req(gref_ok, 0, 100, 6)],
+        ),
+        ("spoofed_mac", vec![req(gref_ok, 0, 60, 7)]),
+        (
+            "bad_gso",
+            vec![
+                TxRequest {
+                    flags: TxFlags::EXTRA_INFO,
+                    ..req(gref_ok, 0, 200, 8)
+                },
+                gso_extra.to_tx_slot(),
+            ],
+        ),
+    ]
+}
+
+/// evil1 sends each attack in turn: netback counts each under its reason,
+/// answers every request it consumed and keeps evil1 connected, while good1
+/// and good2 keep flowing.
+fn refuse_each(
+    hv: &Arc<Hypervisor>,
+    drv_id: DomId,
+    e1: DomId,
+    evil1: &mut Guest,
+    good1: &mut Guest,
+    good2: &mut Guest,
+    attacks: Vec<(&str, Vec<TxRequest>)>,
+) {
+    for (reason, reqs) in attacks {
+        let before = stats(hv, drv_id, e1)["rejected"][reason]
+            .as_u64()
+            .unwrap_or(0);
+        push(evil1, &reqs);
+        wait_for(&format!("netback to count {reason}"), || {
+            stats(hv, drv_id, e1)["rejected"][reason]
+                .as_u64()
+                .unwrap_or(0)
+                > before
+        });
+        good_traffic_flows(good1, good2, 20, 2000);
+    }
+    // Every consumed request got exactly one response.
+    let mut ignore = Vec::new();
+    evil1.nf.poll(&mut evil1.hv, &mut ignore).unwrap();
+    assert_eq!(
+        backend_state(hv, drv_id, e1),
+        "4",
+        "still connected below the threshold"
+    );
+}
+
+/// A flood of bad requests from evil1 crosses the threshold: evil1 is
+/// disconnected, with the flood counted and the reason published.
+fn flood_disconnects(
+    hv: &Arc<Hypervisor>,
+    drv_id: DomId,
+    e1: DomId,
+    evil1: &mut Guest,
+    good1: &mut Guest,
+    good2: &mut Guest,
+) {
+    for round in 0..8u16 {
+        let reqs: Vec<TxRequest> = (0..16u16)
+            .map(|i| req(50_000 + i as u32, 0, 64, round * 16 + i))
+            .collect();
+        if evil1.nf.tx_ring().free_requests() < 16 {
+            break;
+        }
+        push(evil1, &reqs);
+        good_traffic_flows(good1, good2, 10, 3000 + round as u32 * 10);
+    }
+    wait_for("evil1's vif to be disconnected", || {
+        backend_state(hv, drv_id, e1) == "6"
+    });
+    let s = stats(hv, drv_id, e1);
+    assert!(
+        s["rejected"]["bad_grant_ref"].as_u64().unwrap_or(0) >= net::netback::FATAL_LIMIT - 5,
+        "the flood was counted: {s}"
+    );
+    let reason = store_read(
+        hv,
+        &format!("/local/domain/{drv_id}/backend/vif/{e1}/0/disconnect-reason"),
+    );
+    assert!(reason.unwrap_or_default().contains("refused requests"));
 }
 
 #[test]

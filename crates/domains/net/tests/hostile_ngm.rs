@@ -113,10 +113,45 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
         good_traffic_flows(&mut good1, &mut good2, 20, 2000);
     }
     // The read-only grant itself carries a frame to good2, intact.
-    push(&mut evil, &[req(g_ro, 0, 300, 40)]);
+    read_only_tx_arrives(&w, e, &mut evil, &mut good2, g_ro, &f);
+
+    // RX: every posted buffer is swapped for the read-only grant. A
+    // broadcast must be refused for evil (netback may not write there)
+    // and still reach good2.
+    read_only_rx_is_refused(&w, e, &mut evil, &mut good1, &mut good2, g_ro);
+
+    // A flood of translation-table misses crosses the limit: evil is
+    // disconnected, and the good guests keep flowing throughout.
+    flood_disconnects(&w, e, &mut evil, &mut good1, &mut good2);
+    good_traffic_flows(&mut good1, &mut good2, 100, 4000);
+    good_traffic_flows(&mut good2, &mut good1, 100, 5000);
+    for g in &w.ids[..2] {
+        let s = stats(&w.hv, drv, *g);
+        assert_eq!(
+            s["rejected"],
+            serde_json::json!({}),
+            "a good guest was refused: {s}"
+        );
+    }
+    w.hv.shutdown();
+    w.driver.join().unwrap();
+}
+
+/// evil sends a frame through the read-only grant `g_ro`; good2 receives it
+/// intact (`f`), and once netback has responded evil can revoke the grant.
+fn read_only_tx_arrives(
+    w: &World,
+    e: DomId,
+    evil: &mut Guest,
+    good2: &mut Guest,
+    g_ro: u32,
+    f: &[u8],
+) {
+    let drv = w.drv_id;
+    push(evil, &[req(g_ro, 0, 300, 40)]);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if probes(&mut good2).contains(&f) {
+        if probes(good2).iter().any(|p| p.as_slice() == f) {
             break;
         }
         assert!(
@@ -130,13 +165,23 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
     }
     // netback holds no use once it has responded: the revocation goes through.
     evil.hv.ngm_revoke(drv, g_ro).unwrap();
+}
 
-    // RX: every posted buffer is swapped for the read-only grant. A
-    // broadcast must be refused for evil (netback may not write there)
-    // and still reach good2.
+/// evil's posted RX buffer is swapped for the read-only grant `g_ro`: a
+/// broadcast from good1 is refused for evil (netback writes nothing there)
+/// and still reaches good2; evil then recovers its buffers.
+fn read_only_rx_is_refused(
+    w: &World,
+    e: DomId,
+    evil: &mut Guest,
+    good1: &mut Guest,
+    good2: &mut Guest,
+    g_ro: u32,
+) {
+    let drv = w.drv_id;
     evil.hv.ngm_grant(drv, g_ro, 590, false).unwrap();
     // The next buffer netback takes is the one after the last response.
-    let _ = probes(&mut evil);
+    let _ = probes(evil);
     {
         let ring = evil.nf.rx_ring();
         let slot = (ring.rsp_cons() & 255) as usize;
@@ -150,7 +195,7 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
         .unwrap();
     good1.nf.flush().unwrap();
     wait_for("netback to refuse the read-only RX buffer", || {
-        rejected(&w, e, "grant_read_only") > 0
+        rejected(w, e, "grant_read_only") > 0
     });
     assert_eq!(
         evil.hv.pool().load_u64(590 * PAGE),
@@ -158,13 +203,13 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
         "netback wrote into a read-only grant"
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !probes(&mut good2).contains(&bcast) {
+    while !probes(good2).contains(&bcast) {
         assert!(Instant::now() < deadline, "good2 missed the broadcast");
         std::thread::sleep(Duration::from_millis(2));
     }
     // evil's frontend took the refusal, dropped the frame and re-posted
     // its own buffers: the next broadcast reaches it.
-    let _ = probes(&mut evil);
+    let _ = probes(evil);
     assert!(evil.nf.counters.drops.get("rx_bad_response") > 0);
     let bcast2 = probe([0xff; 6], good1.mac, 6, 200);
     good1
@@ -173,7 +218,7 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
         .unwrap();
     good1.nf.flush().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !probes(&mut evil).contains(&bcast2) {
+    while !probes(evil).contains(&bcast2) {
         assert!(
             Instant::now() < deadline,
             "evil never recovered its RX buffers"
@@ -181,9 +226,12 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_eq!(backend_state(&w.hv, drv, e), "4", "still below the limit");
+}
 
-    // A flood of translation-table misses crosses the limit: evil is
-    // disconnected, and the good guests keep flowing throughout.
+/// A flood of translation-table misses from evil crosses the limit: evil is
+/// disconnected while good1 and good2 keep flowing.
+fn flood_disconnects(w: &World, e: DomId, evil: &mut Guest, good1: &mut Guest, good2: &mut Guest) {
+    let drv = w.drv_id;
     for round in 0..8u16 {
         if evil.nf.tx_ring().free_requests() < 16 {
             break;
@@ -191,24 +239,12 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
         let reqs: Vec<TxRequest> = (0..16u16)
             .map(|i| req(1_000_000 + u32::from(i), 0, 64, 100 + round * 16 + i))
             .collect();
-        push(&mut evil, &reqs);
-        good_traffic_flows(&mut good1, &mut good2, 10, 3000 + u32::from(round) * 10);
+        push(evil, &reqs);
+        good_traffic_flows(good1, good2, 10, 3000 + u32::from(round) * 10);
     }
     wait_for("evil to be disconnected", || {
         backend_state(&w.hv, drv, e) == "6"
     });
-    good_traffic_flows(&mut good1, &mut good2, 100, 4000);
-    good_traffic_flows(&mut good2, &mut good1, 100, 5000);
-    for g in &w.ids[..2] {
-        let s = stats(&w.hv, drv, *g);
-        assert_eq!(
-            s["rejected"],
-            serde_json::json!({}),
-            "a good guest was refused: {s}"
-        );
-    }
-    w.hv.shutdown();
-    w.driver.join().unwrap();
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use std::path::Path;
 
 #[test]
 fn bench_baseline_quick_reports_every_config_and_direction() {
@@ -52,62 +53,8 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
                 .iter()
                 .find(|r| r["config"] == config && r["direction"] == direction)
                 .unwrap_or_else(|| panic!("no record for {config} {direction}"));
-            assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
-            let ratio = r["ratio_to_native"].as_f64().unwrap();
-            assert!(ratio > 0.0, "{r}");
-            if config == "native" {
-                assert_eq!(ratio, 1.0);
-            }
-            // TX and RX are also measured against the minimal forwarder.
-            let to_fwd = r["ratio_to_forwarder"].as_f64();
-            match (config, direction) {
-                ("minimal-forwarder", _) => assert_eq!(to_fwd, Some(1.0), "{r}"),
-                (_, "guest-to-guest") => assert!(to_fwd.is_none(), "{r}"),
-                _ => assert!(to_fwd.is_some_and(|x| x > 0.0), "{r}"),
-            }
-            let cpu = r["cpu_seconds"].as_object().unwrap();
-            assert!(!cpu.is_empty(), "{r}");
-            let cpp = r["cycles_per_packet"].as_object().unwrap();
-            let total = cpp["total"].as_f64().unwrap();
-            let sum: f64 = cpp
-                .iter()
-                .filter(|(k, _)| *k != "total")
-                .map(|(_, v)| v.as_f64().unwrap())
-                .sum();
-            assert!(
-                total > 0.0 && (total - sum).abs() <= 1e-6 * total.max(1.0),
-                "{r}"
-            );
-            let charged: &[&str] = match config {
-                "native" => &["client", "server"],
-                "linux-bridge" => &["guest1", "wire"],
-                "pasta" | "slirp4netns" => &["guest1", "wire", config],
-                "minimal-forwarder" => &["guest1", "wire", "forwarder"],
-                _ => &["hv", "drv", "guest1"],
-            };
-            for d in charged {
-                assert!(cpp.contains_key(*d), "{config}: no cycles for {d}: {r}");
-            }
-            // --profile attached a profile to the flow, whole files included.
-            let p = &r["profile"];
-            let f = p["attributed_fraction"].as_f64().unwrap();
-            assert!(
-                p["samples"].as_u64().unwrap() > 0 && (0.0..=1.0).contains(&f),
-                "{r}"
-            );
-            let classes: f64 = p["classes"]
-                .as_object()
-                .unwrap()
-                .values()
-                .map(|v| v.as_f64().unwrap())
-                .sum();
-            assert!((classes - 100.0).abs() < 0.01, "{r}");
-            for ext in ["json", "svg"] {
-                let file = out.join(format!(
-                    "profiles/{config}-{direction}-tcp-zerocopy-run1.{ext}"
-                ));
-                assert!(file.exists(), "no {}", file.display());
-            }
+            check_record(r, config, direction);
+            check_profile(r, &out, config, direction);
         }
     }
     for f in ["results.json", "results.md", "chart.svg"] {
@@ -120,6 +67,70 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
         .unwrap()
         .contains("| minimal-forwarder | rx |"));
     assert_nothing_left();
+}
+
+/// One flow's record: its throughput, its ratios to native and to the
+/// forwarder, and its CPU and cycles charged to the right parties.
+fn check_record(r: &Value, config: &str, direction: &str) {
+    assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+    let ratio = r["ratio_to_native"].as_f64().unwrap();
+    assert!(ratio > 0.0, "{r}");
+    if config == "native" {
+        assert_eq!(ratio, 1.0);
+    }
+    // TX and RX are also measured against the minimal forwarder.
+    let to_fwd = r["ratio_to_forwarder"].as_f64();
+    match (config, direction) {
+        ("minimal-forwarder", _) => assert_eq!(to_fwd, Some(1.0), "{r}"),
+        (_, "guest-to-guest") => assert!(to_fwd.is_none(), "{r}"),
+        _ => assert!(to_fwd.is_some_and(|x| x > 0.0), "{r}"),
+    }
+    let cpu = r["cpu_seconds"].as_object().unwrap();
+    assert!(!cpu.is_empty(), "{r}");
+    let cpp = r["cycles_per_packet"].as_object().unwrap();
+    let total = cpp["total"].as_f64().unwrap();
+    let sum: f64 = cpp
+        .iter()
+        .filter(|(k, _)| *k != "total")
+        .map(|(_, v)| v.as_f64().unwrap())
+        .sum();
+    assert!(
+        total > 0.0 && (total - sum).abs() <= 1e-6 * total.max(1.0),
+        "{r}"
+    );
+    let charged: &[&str] = match config {
+        "native" => &["client", "server"],
+        "linux-bridge" => &["guest1", "wire"],
+        "pasta" | "slirp4netns" => &["guest1", "wire", config],
+        "minimal-forwarder" => &["guest1", "wire", "forwarder"],
+        _ => &["hv", "drv", "guest1"],
+    };
+    for d in charged {
+        assert!(cpp.contains_key(*d), "{config}: no cycles for {d}: {r}");
+    }
+}
+
+/// --profile attached a profile to the flow, whole files included.
+fn check_profile(r: &Value, out: &Path, config: &str, direction: &str) {
+    let p = &r["profile"];
+    let f = p["attributed_fraction"].as_f64().unwrap();
+    assert!(
+        p["samples"].as_u64().unwrap() > 0 && (0.0..=1.0).contains(&f),
+        "{r}"
+    );
+    let classes: f64 = p["classes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!((classes - 100.0).abs() < 0.01, "{r}");
+    for ext in ["json", "svg"] {
+        let file = out.join(format!(
+            "profiles/{config}-{direction}-tcp-zerocopy-run1.{ext}"
+        ));
+        assert!(file.exists(), "no {}", file.display());
+    }
 }
 
 #[test]

@@ -18,8 +18,45 @@ fn up_status_exec_down_leaves_nothing_behind() {
     let out = env.ok(&["up"]);
     assert!(out.contains("splitnet is up"), "{out}");
     let st = env.status();
+    check_domains_run_apart(&st);
+    check_wire_and_port(&st);
+
+    check_exec(&env);
+
+    // What a user starts in a domain is the domain's: charged to its cgroup,
+    // and stopped by `down`.
+    let mut app = env.spawn(&["exec", "guest1", "--", "sleep", "1000"]);
+    let app_pid = app.0.id().to_string();
+    let cg = domain(&st, "guest1")["cgroup"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(
+        "the application to join guest1's cgroup",
+        Duration::from_secs(5),
+        || {
+            std::fs::read_to_string(format!("{cg}/cgroup.procs"))
+                .is_ok_and(|p| p.lines().any(|l| l == app_pid))
+        },
+    );
+
+    let out = env.ok(&["down"]);
+    assert!(
+        app.wait_exit(Duration::from_secs(1)),
+        "`down` left an application started with exec running"
+    );
+    assert!(out.contains("splitnet is down"), "{out}");
+    assert_nothing_left();
+    let o = env.splitnet(&["status"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is splitnet up?"));
+}
+
+/// Each domain of the default topology is connected and runs in its own
+/// namespace and cgroup.
+fn check_domains_run_apart(st: &serde_json::Value) {
     for (name, kind) in [("drv", "driver"), ("guest1", "guest"), ("guest2", "guest")] {
-        let d = domain(&st, name);
+        let d = domain(st, name);
         assert_eq!(d["kind"], kind, "{st:#}");
         assert_eq!(d["connected"], true, "{name} not connected: {st:#}");
         assert_eq!(d["netns"], format!("splitnet-{name}"));
@@ -42,6 +79,10 @@ fn up_status_exec_down_leaves_nothing_behind() {
             "{name} is not in {cg}"
         );
     }
+}
+
+/// The wire host has its address and the driver domain its physical port.
+fn check_wire_and_port(st: &serde_json::Value) {
     let wire = &st["hosts"][0];
     assert_eq!(wire["name"], "wire");
     assert!(
@@ -53,7 +94,11 @@ fn up_status_exec_down_leaves_nothing_behind() {
         "{wire:#}"
     );
     assert_eq!(st["ports"][0]["name"], "peth0");
+}
 
+/// `exec` runs in a domain's namespace, returns the command's exit code and
+/// does not let a domain act as the toolstack; a second `up` is refused.
+fn check_exec(env: &Env) {
     // exec runs in the domain's namespace and returns the command's exit code.
     let links = env.ok(&["exec", "guest1", "--", "ip", "-br", "link"]);
     assert!(links.starts_with("lo "), "{links}");
@@ -87,34 +132,6 @@ fn up_status_exec_down_leaves_nothing_behind() {
         env.splitnet(&["up"]).status.code() == Some(1),
         "a second `up` must refuse"
     );
-
-    // What a user starts in a domain is the domain's: charged to its cgroup,
-    // and stopped by `down`.
-    let mut app = env.spawn(&["exec", "guest1", "--", "sleep", "1000"]);
-    let app_pid = app.0.id().to_string();
-    let cg = domain(&st, "guest1")["cgroup"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    wait_until(
-        "the application to join guest1's cgroup",
-        Duration::from_secs(5),
-        || {
-            std::fs::read_to_string(format!("{cg}/cgroup.procs"))
-                .is_ok_and(|p| p.lines().any(|l| l == app_pid))
-        },
-    );
-
-    let out = env.ok(&["down"]);
-    assert!(
-        app.wait_exit(Duration::from_secs(1)),
-        "`down` left an application started with exec running"
-    );
-    assert!(out.contains("splitnet is down"), "{out}");
-    assert_nothing_left();
-    let o = env.splitnet(&["status"]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("is splitnet up?"));
 }
 
 #[test]

@@ -182,21 +182,48 @@ fn top_metrics_and_the_http_listener_show_a_running_stream() {
     // top, during a guest1 -> wire stream.
     let (_srv, _cl) = env.stream_to_wire("guest1", 8);
     let out = env.ok(&["top", "--batch", "--iterations", "3", "--delay", "1"]);
-    let f = frames(&out);
+    check_top_frames(&out, &vif1);
+
+    // status --prometheus: lint-clean, parses, and agrees with status --json.
+    let before = env.status();
+    let text = env.ok(&["status", "--prometheus"]);
+    let after = env.status();
+    check_prometheus(&text, &before, &after, &vif1);
+
+    // GET /metrics serves the same families.
+    check_metrics_endpoint(port, &text);
+
+    // Other paths, other methods and garbage get errors; hv stays up.
+    let hv_pid = after["hv_pid"].clone();
+    check_bad_requests(port);
+    assert_eq!(env.status()["hv_pid"], hv_pid, "hv survived");
+
+    env.ok(&["down"]);
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the listener went with hv"
+    );
+    assert_nothing_left();
+}
+
+/// Every frame shows the domains, guest1's vif and the port; the last one
+/// sees guest1's stream go out through the port.
+fn check_top_frames(out: &str, vif1: &str) {
+    let f = frames(out);
     assert_eq!(f.len(), 3, "three frames:\n{out}");
     for (header, domains, links) in &f {
         assert!(header.contains("topology default"), "{header}");
         for d in ["drv", "guest1", "guest2"] {
             assert!(domains.row("DOMAIN", d).is_some(), "{d} missing:\n{out}");
         }
-        assert!(links.row("LINK", &vif1).is_some(), "{vif1} missing:\n{out}");
+        assert!(links.row("LINK", vif1).is_some(), "{vif1} missing:\n{out}");
         assert!(
             links.row("LINK", "peth0").is_some(),
             "peth0 missing:\n{out}"
         );
     }
     let (_, domains, links) = &f[2];
-    let g1 = links.row("LINK", &vif1).unwrap();
+    let g1 = links.row("LINK", vif1).unwrap();
     assert_eq!(g1[links.col("DOMAIN")], "guest1");
     let (tx, rx) = (links.num(g1, "TX_B/s"), links.num(g1, "RX_B/s"));
     assert!(
@@ -211,33 +238,33 @@ fn top_metrics_and_the_http_listener_show_a_running_stream() {
         domains.num(drv, "CPU(%)") > 0.0,
         "the driver domain works:\n{out}"
     );
+}
 
-    // status --prometheus: lint-clean, parses, and agrees with status --json.
-    let before = env.status();
-    let text = env.ok(&["status", "--prometheus"]);
-    let after = env.status();
-    promtool(&text).unwrap_or_else(|e| panic!("promtool: {e}\n{text}"));
-    let s = scrape(&text);
+/// status --prometheus is lint-clean, parses, and agrees with status --json
+/// taken just before and just after.
+fn check_prometheus(text: &str, before: &Value, after: &Value, vif1: &str) {
+    promtool(text).unwrap_or_else(|e| panic!("promtool: {e}\n{text}"));
+    let s = scrape(text);
     let tx_bytes = value(
         &s,
         "splitnet_vif_bytes_total",
         &[
             ("domain", "guest1"),
-            ("vif", &vif1),
+            ("vif", vif1),
             ("side", "backend"),
             ("direction", "tx"),
         ],
     );
     assert!(
-        guest1_tx_bytes(&before) <= tx_bytes && tx_bytes <= guest1_tx_bytes(&after),
+        guest1_tx_bytes(before) <= tx_bytes && tx_bytes <= guest1_tx_bytes(after),
         "TX bytes {tx_bytes} outside [{}, {}]",
-        guest1_tx_bytes(&before),
-        guest1_tx_bytes(&after)
+        guest1_tx_bytes(before),
+        guest1_tx_bytes(after)
     );
     assert!(tx_bytes > 4e6);
     assert_eq!(
         value(&s, "splitnet_domain_memory_frames", &[("domain", "drv")]),
-        domain(&after, "drv")["memory_frames"].as_f64().unwrap()
+        domain(after, "drv")["memory_frames"].as_f64().unwrap()
     );
     assert!(
         value(
@@ -258,12 +285,14 @@ fn top_metrics_and_the_http_listener_show_a_running_stream() {
         value(
             &s,
             "splitnet_vif_state",
-            &[("vif", &vif1), ("side", "backend"), ("state", "Connected")]
+            &[("vif", vif1), ("side", "backend"), ("state", "Connected")]
         ),
         1.0
     );
+}
 
-    // GET /metrics serves the same families.
+/// GET /metrics serves the same families as status --prometheus (`text`).
+fn check_metrics_endpoint(port: u16, text: &str) {
     let (code, head, body) = get(port, "/metrics");
     assert_eq!(code, 200, "{head}");
     assert!(
@@ -272,15 +301,17 @@ fn top_metrics_and_the_http_listener_show_a_running_stream() {
     );
     promtool(&body).unwrap_or_else(|e| panic!("promtool on /metrics: {e}"));
     scrape(&body);
-    let (cli, served) = (families(&text), families(&body));
+    let (cli, served) = (families(text), families(&body));
     assert!(
         cli.is_subset(&served),
         "missing from /metrics: {:?}",
         cli.difference(&served).collect::<Vec<_>>()
     );
+}
 
-    // Other paths, other methods and garbage get errors; hv stays up.
-    let hv_pid = after["hv_pid"].clone();
+/// Other paths, other methods and garbage get errors, and a silent client
+/// holds up no one and is dropped.
+fn check_bad_requests(port: u16) {
     assert_eq!(get(port, "/").0, 404);
     assert_eq!(get(port, "/metrics/x").0, 404);
     assert_eq!(
@@ -310,14 +341,6 @@ fn top_metrics_and_the_http_listener_show_a_running_stream() {
         idle.read_to_end(&mut rest).is_ok(),
         "the silent client was never dropped"
     );
-    assert_eq!(env.status()["hv_pid"], hv_pid, "hv survived");
-
-    env.ok(&["down"]);
-    assert!(
-        TcpStream::connect(("127.0.0.1", port)).is_err(),
-        "the listener went with hv"
-    );
-    assert_nothing_left();
 }
 
 #[test]

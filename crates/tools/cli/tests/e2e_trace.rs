@@ -87,27 +87,48 @@ fn trace_needs_a_system_and_counts_the_data_path() {
     assert!(r["seconds"].as_f64().unwrap() > 0.5, "{r:#}");
     assert!(r["tsc_hz"].as_f64().unwrap() > 1e8, "{r:#}");
 
+    check_data_path(&r);
+    check_hv_histograms(&r);
+
+    // Duration mode, and a failing command still gets its report.
+    let o = env.splitnet(&["trace", "--duration", "0.5"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("splitnet trace: 0.5"));
+    let o = env.splitnet(&["trace", "--", "false"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("drv (driver"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the traced command failed"));
+
+    // The trace areas go with their domains.
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// What the ping did on the data path, as the trace counted it.
+fn check_data_path(r: &Value) {
     // The driver domain moved the echo requests (TX) and replies (RX) in ring
     // batches, at least one packet each, and notified guest1.
     for name in ["ring_batch_tx:netback", "ring_batch_rx:netback"] {
-        let e = event(&r, "drv", name, "domain");
+        let e = event(r, "drv", name, "domain");
         assert!(count(&e) >= 1, "{name}: {e:#}");
         assert!(e["items"].as_u64().unwrap() >= count(&e), "{name}: {e:#}");
         assert!(e["avg_cycles"].as_f64().unwrap() > 0.0, "{e:#}");
         assert!(e["per_second"].as_f64().unwrap() > 0.0, "{e:#}");
     }
-    let notify = |dom| count(&event(&r, dom, "notify", "domain"));
+    let notify = |dom| count(&event(r, dom, "notify", "domain"));
     assert!(notify("drv") >= 1 && notify("guest1") >= 1, "{r:#}");
-    let tx = event(&r, "guest1", "ring_batch_tx:netfront", "domain");
+    let tx = event(r, "guest1", "ring_batch_tx:netfront", "domain");
     assert!(count(&tx) >= 1, "{tx:#}");
     // Under the new grant mechanism (the default) hv is off the per-packet
     // path: no batch and no grant copy for any packet.
     for name in ["batch", "grant_copy"] {
-        let e = event(&r, "drv", name, "hv");
+        let e = event(r, "drv", name, "hv");
         assert_eq!(count(&e), 0, "{name}: {e:#}");
     }
+}
 
-    // hv's own histograms account for every event.
+/// hv's own histograms account for every event.
+fn check_hv_histograms(r: &Value) {
     for d in r["domains"].as_array().unwrap() {
         for e in d["events"].as_array().unwrap() {
             if e["recorded_by"] != "hv" {
@@ -122,17 +143,4 @@ fn trace_needs_a_system_and_counts_the_data_path() {
             assert_eq!(hist, count(e), "{e:#}");
         }
     }
-
-    // Duration mode, and a failing command still gets its report.
-    let o = env.splitnet(&["trace", "--duration", "0.5"]);
-    assert!(o.status.success(), "{o:?}");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("splitnet trace: 0.5"));
-    let o = env.splitnet(&["trace", "--", "false"]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("drv (driver"));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("the traced command failed"));
-
-    // The trace areas go with their domains.
-    env.ok(&["down"]);
-    assert_nothing_left();
 }

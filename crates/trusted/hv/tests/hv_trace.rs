@@ -39,6 +39,14 @@ fn ev(d: &DomainDelta, by: RecordedBy, name: &str) -> EventDelta {
         .unwrap_or_default()
 }
 
+/// Nop hypercalls guest1 makes.
+const NOPS: u64 = 37;
+
+/// How many times the event happened.
+fn count(x: &DomainDelta, by: RecordedBy, name: &str) -> u64 {
+    ev(x, by, name).count
+}
+
 #[test]
 fn trace_counts_match_the_operations_performed() {
     let hv = Hypervisor::new();
@@ -49,7 +57,6 @@ fn trace_counts_match_the_operations_performed() {
     let before = ts.trace().unwrap();
 
     // 37 Nop hypercalls from guest1.
-    const NOPS: u64 = 37;
     for _ in 0..NOPS {
         g1.nop().unwrap();
     }
@@ -114,8 +121,19 @@ fn trace_counts_match_the_operations_performed() {
     assert!(d.gone.is_empty());
     let (g, r) = (dom(&d, "guest1"), dom(&d, "drv"));
     assert!(!g.new && !r.new);
-    let count = |x: &DomainDelta, by, name| ev(x, by, name).count;
+    check_guest1(g, r);
+    check_drv(r);
 
+    // The toolstack: the first Trace call (the second was still running).
+    assert_eq!(d.toolstack.len(), 1, "{:?}", d.toolstack);
+    assert_eq!(d.toolstack[0].event, "hypercall:trace");
+    assert_eq!(d.toolstack[0].delta.count, 1);
+
+    check_histograms(&d);
+}
+
+/// hv's and guest1's own view of guest1, and drv's notifications back.
+fn check_guest1(g: &DomainDelta, r: &DomainDelta) {
     // hv's view of guest1: the Nops and one event-channel allocation.
     let nop = ev(g, RecordedBy::Hv, "hypercall:nop");
     assert_eq!(nop.count, NOPS);
@@ -136,7 +154,10 @@ fn trace_counts_match_the_operations_performed() {
         "coalesced and masked notifications ring no doorbell"
     );
     assert_eq!(count(r, RecordedBy::Domain, "notify"), 4);
+}
 
+/// hv's and drv's own view of drv.
+fn check_drv(r: &DomainDelta) {
     // hv's view of drv: batches, grant operations, and the hypercalls.
     let batch = ev(r, RecordedBy::Hv, "batch");
     assert_eq!((batch.count, batch.items), (5, 15));
@@ -156,13 +177,10 @@ fn trace_counts_match_the_operations_performed() {
     let rt = ev(r, RecordedBy::Domain, "grant_batch_round_trip");
     assert_eq!((rt.count, rt.items), (5, 15));
     assert_eq!(count(r, RecordedBy::Domain, "hypercall_round_trip"), 11);
+}
 
-    // The toolstack: the first Trace call (the second was still running).
-    assert_eq!(d.toolstack.len(), 1, "{:?}", d.toolstack);
-    assert_eq!(d.toolstack[0].event, "hypercall:trace");
-    assert_eq!(d.toolstack[0].delta.count, 1);
-
-    // Every histogram accounts for every event, and the maximum fits the top bucket.
+/// Every histogram accounts for every event, and the maximum fits the top bucket.
+fn check_histograms(d: &TraceDelta) {
     for x in d.domains.iter() {
         for row in &x.events {
             let e = &row.delta;

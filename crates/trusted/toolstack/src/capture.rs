@@ -30,105 +30,18 @@ pub struct Resolved {
 /// `GUEST/ethN`, `GUEST/N`, `vifD.N`, `DRIVER/PORT`, `DRIVER/bridge` or
 /// `bridge` (when there is one driver domain).
 pub fn resolve(ts: &mut Toolstack, target: &str) -> Result<Resolved> {
-    let s = ts.status().map_err(|e| anyhow!("{e}"))?;
-    let name_of = |id: u16| {
-        s.domains
-            .iter()
-            .find(|d| d.id == id)
-            .map(|d| d.name.clone())
-    };
-    // (guest name, handle, guest id, driver id) of every vif hv knows.
-    let vifs: Vec<(String, u32, u16, u16)> = s
-        .info
-        .iter()
-        .filter_map(|(k, v)| {
-            let (guest, handle) = k.strip_prefix("vif.")?.split_once('/')?;
-            let be = v.split_once('|')?.1;
-            // .../local/domain/<drv>/backend/vif/<guest id>/<handle>
-            let parts: Vec<&str> = be.split('/').collect();
-            let drv = parts.get(3)?.parse().ok()?;
-            let gid = parts.get(6)?.parse().ok()?;
-            Some((guest.to_string(), handle.parse().ok()?, gid, drv))
-        })
-        .collect();
-    let drivers: Vec<&str> = s
-        .domains
-        .iter()
-        .filter(|d| d.kind == "driver")
-        .map(|d| d.name.as_str())
-        .collect();
-    // Extra bridge ports: a hosted guest's VMNet interface (`nic.<guest>`
-    // is `kind|driver|interface|...`).
-    let extras: Vec<(String, String)> = s
-        .info
-        .iter()
-        .filter(|(k, _)| k.starts_with("nic."))
-        .filter_map(|(_, v)| {
-            let f: Vec<&str> = v.split('|').collect();
-            Some((f.get(1)?.to_string(), f.get(2)?.to_string()))
-        })
-        .collect();
-    let choices = || {
-        let mut c: Vec<String> = vifs
-            .iter()
-            .map(|(g, h, gid, _)| format!("{g}/vif{h} (vif{gid}.{h})"))
-            .collect();
-        for d in &drivers {
-            c.push(format!("{d}/{}", crate::daemon::PHYS_PORT));
-            c.push(format!("{d}/bridge"));
-        }
-        c.extend(extras.iter().map(|(d, p)| format!("{d}/{p}")));
-        c.join(", ")
-    };
-    let vif = |guest: &str, handle: u32| -> Result<Resolved> {
-        let (g, h, gid, drv) = vifs
-            .iter()
-            .find(|(g, h, gid, _)| (g == guest || gid.to_string() == guest) && *h == handle)
-            .ok_or_else(|| {
-                anyhow!(
-                    "{target:?}: {guest} has no vif {handle}; targets: {}",
-                    choices()
-                )
-            })?;
-        let driver = name_of(*drv).ok_or_else(|| anyhow!("the driver domain of {g} is gone"))?;
-        Ok(Resolved {
-            driver,
-            target: Target::Vif {
-                guest: *gid,
-                handle: *h,
-            },
-            label: format!("vif{gid}.{h} ({g})"),
-        })
-    };
-    let driver_target = |drv: &str, what: &str| -> Result<Resolved> {
-        let target = if what == "bridge" {
-            Target::Bridge
-        } else if what == crate::daemon::PHYS_PORT
-            || extras.iter().any(|(d, p)| d == drv && p == what)
-        {
-            Target::Port(what.to_string())
-        } else {
-            bail!(
-                "{target:?}: {drv} has no port {what:?}; targets: {}",
-                choices()
-            )
-        };
-        Ok(Resolved {
-            driver: drv.to_string(),
-            target,
-            label: format!("{drv}/{what}"),
-        })
-    };
+    let t = Targets::read(ts)?;
+    let drivers = &t.drivers;
     if let Some(rest) = target.strip_prefix("vif").filter(|r| r.contains('.')) {
         let (g, h) = rest.split_once('.').unwrap_or(("", ""));
         let h = h
             .parse()
             .map_err(|_| anyhow!("{target:?} names no vif: use vifD.N"))?;
-        return vif(g, h);
+        return t.vif(target, g, h);
     }
     if target == "bridge" {
         return match drivers.as_slice() {
-            [d] => driver_target(d, "bridge"),
+            [d] => t.driver_target(target, d, "bridge"),
             _ => bail!(
                 "there are {} driver domains: say which bridge, e.g. DRIVER/bridge",
                 drivers.len()
@@ -139,9 +52,9 @@ pub fn resolve(ts: &mut Toolstack, target: &str) -> Result<Resolved> {
         Some((d, w)) => (d, Some(w)),
         None => (target, None),
     };
-    if drivers.contains(&dom) {
+    if drivers.iter().any(|d| d == dom) {
         return match what {
-            Some(w) => driver_target(dom, w),
+            Some(w) => t.driver_target(target, dom, w),
             None => bail!(
                 "{target:?} is a driver domain: capture on {dom}/{} or {dom}/bridge",
                 crate::daemon::PHYS_PORT
@@ -150,19 +63,147 @@ pub fn resolve(ts: &mut Toolstack, target: &str) -> Result<Resolved> {
     }
     match what {
         None => {
-            let first = vifs
+            let first = t
+                .vifs
                 .iter()
                 .filter(|(g, ..)| g == dom)
                 .map(|(_, h, ..)| *h)
                 .min()
                 .ok_or_else(|| {
-                    anyhow!("{target:?} is no guest with a vif; targets: {}", choices())
+                    anyhow!(
+                        "{target:?} is no guest with a vif; targets: {}",
+                        t.choices()
+                    )
                 })?;
-            vif(dom, first)
+            t.vif(target, dom, first)
         }
         Some(w) => {
             let w = w.strip_prefix("vif").unwrap_or(w);
-            vif(dom, crate::hotplug::parse_vif(w)?)
+            t.vif(target, dom, crate::hotplug::parse_vif(w)?)
         }
+    }
+}
+
+/// What can be captured on, from hv's status.
+struct Targets {
+    /// (id, name) of every domain.
+    names: Vec<(u16, String)>,
+    /// (guest name, handle, guest id, driver id) of every vif hv knows.
+    vifs: Vec<(String, u32, u16, u16)>,
+    /// The driver domains' names.
+    drivers: Vec<String>,
+    /// Extra bridge ports: (driver, interface).
+    extras: Vec<(String, String)>,
+}
+
+impl Targets {
+    fn read(ts: &mut Toolstack) -> Result<Targets> {
+        let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+        let names = s.domains.iter().map(|d| (d.id, d.name.clone())).collect();
+        // (guest name, handle, guest id, driver id) of every vif hv knows.
+        let vifs = s
+            .info
+            .iter()
+            .filter_map(|(k, v)| {
+                let (guest, handle) = k.strip_prefix("vif.")?.split_once('/')?;
+                let be = v.split_once('|')?.1;
+                // .../local/domain/<drv>/backend/vif/<guest id>/<handle>
+                let parts: Vec<&str> = be.split('/').collect();
+                let drv = parts.get(3)?.parse().ok()?;
+                let gid = parts.get(6)?.parse().ok()?;
+                Some((guest.to_string(), handle.parse().ok()?, gid, drv))
+            })
+            .collect();
+        let drivers = s
+            .domains
+            .iter()
+            .filter(|d| d.kind == "driver")
+            .map(|d| d.name.clone())
+            .collect();
+        // Extra bridge ports: a hosted guest's VMNet interface (`nic.<guest>`
+        // is `kind|driver|interface|...`).
+        let extras = s
+            .info
+            .iter()
+            .filter(|(k, _)| k.starts_with("nic."))
+            .filter_map(|(_, v)| {
+                let f: Vec<&str> = v.split('|').collect();
+                Some((f.get(1)?.to_string(), f.get(2)?.to_string()))
+            })
+            .collect();
+        Ok(Targets {
+            names,
+            vifs,
+            drivers,
+            extras,
+        })
+    }
+
+    fn name_of(&self, id: u16) -> Option<String> {
+        self.names
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, n)| n.clone())
+    }
+
+    /// Every target, for messages.
+    fn choices(&self) -> String {
+        let mut c: Vec<String> = self
+            .vifs
+            .iter()
+            .map(|(g, h, gid, _)| format!("{g}/vif{h} (vif{gid}.{h})"))
+            .collect();
+        for d in &self.drivers {
+            c.push(format!("{d}/{}", crate::daemon::PHYS_PORT));
+            c.push(format!("{d}/bridge"));
+        }
+        c.extend(self.extras.iter().map(|(d, p)| format!("{d}/{p}")));
+        c.join(", ")
+    }
+
+    /// Vif `handle` of `guest` (a name or an id), for TARGET `target`.
+    fn vif(&self, target: &str, guest: &str, handle: u32) -> Result<Resolved> {
+        let (g, h, gid, drv) = self
+            .vifs
+            .iter()
+            .find(|(g, h, gid, _)| (g == guest || gid.to_string() == guest) && *h == handle)
+            .ok_or_else(|| {
+                anyhow!(
+                    "{target:?}: {guest} has no vif {handle}; targets: {}",
+                    self.choices()
+                )
+            })?;
+        let driver = self
+            .name_of(*drv)
+            .ok_or_else(|| anyhow!("the driver domain of {g} is gone"))?;
+        Ok(Resolved {
+            driver,
+            target: Target::Vif {
+                guest: *gid,
+                handle: *h,
+            },
+            label: format!("vif{gid}.{h} ({g})"),
+        })
+    }
+
+    /// Port or bridge `what` of driver domain `drv`, for TARGET `target`.
+    fn driver_target(&self, target: &str, drv: &str, what: &str) -> Result<Resolved> {
+        let port = if what == "bridge" {
+            Target::Bridge
+        } else if what == crate::daemon::PHYS_PORT
+            || self.extras.iter().any(|(d, p)| d == drv && p == what)
+        {
+            Target::Port(what.to_string())
+        } else {
+            bail!(
+                "{target:?}: {drv} has no port {what:?}; targets: {}",
+                self.choices()
+            )
+        };
+        Ok(Resolved {
+            driver: drv.to_string(),
+            target: port,
+            label: format!("{drv}/{what}"),
+        })
     }
 }

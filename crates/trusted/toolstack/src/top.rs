@@ -112,156 +112,21 @@ const LINK_HEAD: [&str; 12] = [
 pub fn view(prev: Option<&Sample>, cur: &Sample, human: bool) -> View {
     let st = &cur.st;
     let dt = prev.map(|p| cur.at.duration_since(p.at).as_secs_f64());
-    let empty = Vec::new();
-    let list = |s: &Value, k: &str| -> Vec<Value> { s[k].as_array().cloned().unwrap_or_default() };
-    let fmt_rate = |r: Option<f64>| match r {
-        None => "-".to_string(),
-        Some(r) if human => si(r),
-        Some(r) => format!("{}", r.round() as u64),
-    };
-    // The rate of counter `get` between the previous sample's matching item and this one.
-    let rate = |before: Option<&Value>, now: &Value, get: &dyn Fn(&Value) -> Option<f64>| {
-        let (b, dt) = (get(before?)?, dt?);
-        let n = get(now)?;
-        (n >= b && dt > 0.0).then(|| (n - b) / dt)
-    };
+    let rates = Rates { dt, human };
+    let prev_domains = previous(prev, "domains");
 
     let mut domains = Table {
         head: DOMAIN_HEAD.to_vec(),
-        rows: Vec::new(),
+        rows: domain_rows(st, &prev_domains, rates),
     };
-    let prev_domains = prev.map(|p| list(&p.st, "domains")).unwrap_or_default();
-    for d in st["domains"].as_array().unwrap_or(&empty) {
-        // A restarted domain has a new id and a new cgroup: no rate across.
-        let before = prev_domains
-            .iter()
-            .find(|p| p["name"] == d["name"] && p["id"] == d["id"]);
-        let cpu = rate(before, d, &|v| v["cpu_seconds"].as_f64());
-        let mem = d["memory_frames"].as_u64().map(|f| f * 4096 / (1 << 20));
-        domains.rows.push(vec![
-            text(&d["name"]),
-            text(&d["id"]),
-            text(&d["kind"]),
-            (if d["connected"] == true { "yes" } else { "no" }).into(),
-            d["cpu_seconds"]
-                .as_f64()
-                .map_or("-".into(), |s| format!("{s:.2}")),
-            cpu.map_or("-".into(), |c| format!("{:.1}", c * 100.0)),
-            mem.map_or("-".into(), |m| m.to_string()),
-            text(&d["grant_entries"]),
-            text(&d["grant_maps"]),
-            text(&d["event_channels"]),
-        ]);
-    }
-
     let mut links = Table {
         head: LINK_HEAD.to_vec(),
-        rows: Vec::new(),
+        rows: vif_rows(st, &previous(prev, "vifs"), rates),
     };
-    let counter = |k: &'static str| move |v: &Value| v["counters"][k].as_f64();
-    let prev_vifs = prev.map(|p| list(&p.st, "vifs")).unwrap_or_default();
-    for v in st["vifs"].as_array().unwrap_or(&empty) {
-        let before = prev_vifs
-            .iter()
-            .find(|p| p["vif"] == v["vif"] && p["guest"] == v["guest"]);
-        let state = match (text(&v["frontend_state"]), text(&v["backend_state"])) {
-            (f, b) if f == b => f,
-            (f, b) => format!("{f}/{b}"),
-        };
-        let ring = &v["ring"];
-        let tx_ring = match (ring["tx_outstanding"].as_u64(), ring["size"].as_u64()) {
-            (Some(n), Some(size)) => format!("{n}/{size}"),
-            _ => "-".into(),
-        };
-        let side = |c: &Value, k: &str, prefix: &str| -> Vec<String> {
-            c[k].as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
-                .map(|(r, n)| format!("{prefix}{r}={n}"))
-                .collect()
-        };
-        let reasons = |k: &str| {
-            let mut v2 = side(&v["counters"], k, "");
-            v2.extend(side(&v["frontend_counters"], k, "fe:"));
-            if v2.is_empty() {
-                "-".to_string()
-            } else {
-                v2.join(",")
-            }
-        };
-        links.rows.push(vec![
-            text(&v["vif"]),
-            text(&v["guest"]),
-            state,
-            fmt_rate(rate(before, v, &counter("rx_packets"))),
-            fmt_rate(rate(before, v, &counter("rx_bytes"))),
-            fmt_rate(rate(before, v, &counter("tx_packets"))),
-            fmt_rate(rate(before, v, &counter("tx_bytes"))),
-            tx_ring,
-            text(&ring["rx_posted"]),
-            text(&ring["rx_queued"]),
-            reasons("drops"),
-            reasons("rejected"),
-        ]);
-    }
-    let prev_ports = prev.map(|p| list(&p.st, "ports")).unwrap_or_default();
-    for p in st["ports"].as_array().unwrap_or(&empty) {
-        let before = prev_ports
-            .iter()
-            .find(|q| q["domain"] == p["domain"] && q["name"] == p["name"]);
-        let c = &p["counters"];
-        let drops: Vec<String> = ["tx_dropped", "rx_errors"]
-            .iter()
-            .filter_map(|k| Some(format!("{k}={}", c[*k].as_u64().filter(|&n| n > 0)?)))
-            .collect();
-        links.rows.push(vec![
-            text(&p["name"]),
-            text(&p["domain"]),
-            (if c.is_object() { "up" } else { "-" }).into(),
-            fmt_rate(rate(before, p, &counter("rx_packets"))),
-            fmt_rate(rate(before, p, &counter("rx_bytes"))),
-            fmt_rate(rate(before, p, &counter("tx_packets"))),
-            fmt_rate(rate(before, p, &counter("tx_bytes"))),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            if drops.is_empty() {
-                "-".into()
-            } else {
-                drops.join(",")
-            },
-            "-".into(),
-        ]);
-    }
-
-    // An HVM guest's NIC: its packet rates, exits per second and where its
-    // vPIC lives (hv's accounting, from `status`).
-    for d in st["domains"].as_array().unwrap_or(&empty) {
-        let h = &d["emulated_nic"];
-        if h["kind"] != "hvm" {
-            continue;
-        }
-        let before = prev_domains
-            .iter()
-            .find(|p| p["name"] == d["name"] && p["id"] == d["id"]);
-        let nic = |k: &'static str| move |v: &Value| v["emulated_nic"][k].as_f64();
-        let exits = rate(before, d, &nic("exits"));
-        links.rows.push(vec![
-            format!("hvm:{}", text(&d["name"])),
-            text(&d["name"]),
-            format!("pic={},exits/s={}", text(&h["pic"]), fmt_rate(exits)),
-            fmt_rate(rate(before, d, &nic("rx_packets"))),
-            "-".into(),
-            fmt_rate(rate(before, d, &nic("tx_packets"))),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-        ]);
-    }
+    links
+        .rows
+        .extend(port_rows(st, &previous(prev, "ports"), rates));
+    links.rows.extend(hvm_nic_rows(st, &prev_domains, rates));
 
     // Reasons come from the guests: no control characters or spaces reach
     // the terminal or break a batch line's one token per cell.
@@ -281,28 +146,233 @@ pub fn view(prev: Option<&Sample>, cur: &Sample, human: bool) -> View {
             }
         }
     }
+    let header = header(cur, domains.rows.len(), dt);
+    View {
+        header,
+        domains,
+        links,
+    }
+}
+
+/// How counters become rates: the interval since the previous sample, if
+/// any, and whether rates are printed in k/M/G.
+#[derive(Clone, Copy)]
+struct Rates {
+    dt: Option<f64>,
+    human: bool,
+}
+
+impl Rates {
+    /// The rate of counter `get` between the previous sample's matching item
+    /// and this one.
+    fn of(
+        self,
+        before: Option<&Value>,
+        now: &Value,
+        get: &dyn Fn(&Value) -> Option<f64>,
+    ) -> Option<f64> {
+        let (b, dt) = (get(before?)?, self.dt?);
+        let n = get(now)?;
+        (n >= b && dt > 0.0).then(|| (n - b) / dt)
+    }
+
+    fn fmt(self, r: Option<f64>) -> String {
+        match r {
+            None => "-".to_string(),
+            Some(r) if self.human => si(r),
+            Some(r) => format!("{}", r.round() as u64),
+        }
+    }
+}
+
+/// The previous sample's list `k` (empty without a previous sample).
+fn previous(prev: Option<&Sample>, k: &str) -> Vec<Value> {
+    prev.map(|p| p.st[k].as_array().cloned().unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// Reads counter `k` of an item's `counters`.
+fn counter(k: &'static str) -> impl Fn(&Value) -> Option<f64> {
+    move |v: &Value| v["counters"][k].as_f64()
+}
+
+/// The status document's list `k`, empty if absent.
+fn items<'a>(st: &'a Value, k: &str) -> &'a [Value] {
+    st[k].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// The previous sample's entry for domain `d`: a restarted domain has a new
+/// id and a new cgroup, so no rate across.
+fn same_domain<'a>(prev_domains: &'a [Value], d: &Value) -> Option<&'a Value> {
+    prev_domains
+        .iter()
+        .find(|p| p["name"] == d["name"] && p["id"] == d["id"])
+}
+
+/// One row per domain.
+fn domain_rows(st: &Value, prev_domains: &[Value], rates: Rates) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for d in items(st, "domains") {
+        let before = same_domain(prev_domains, d);
+        let cpu = rates.of(before, d, &|v| v["cpu_seconds"].as_f64());
+        let mem = d["memory_frames"].as_u64().map(|f| f * 4096 / (1 << 20));
+        rows.push(vec![
+            text(&d["name"]),
+            text(&d["id"]),
+            text(&d["kind"]),
+            (if d["connected"] == true { "yes" } else { "no" }).into(),
+            d["cpu_seconds"]
+                .as_f64()
+                .map_or("-".into(), |s| format!("{s:.2}")),
+            cpu.map_or("-".into(), |c| format!("{:.1}", c * 100.0)),
+            mem.map_or("-".into(), |m| m.to_string()),
+            text(&d["grant_entries"]),
+            text(&d["grant_maps"]),
+            text(&d["event_channels"]),
+        ]);
+    }
+    rows
+}
+
+/// A vif's nonzero reasons under `k` (`drops`, `rejected`), the backend's
+/// then the frontend's (`fe:`), or `-`.
+fn reasons(v: &Value, k: &str) -> String {
+    let side = |c: &Value, prefix: &str| -> Vec<String> {
+        c[k].as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
+            .map(|(r, n)| format!("{prefix}{r}={n}"))
+            .collect()
+    };
+    let mut v2 = side(&v["counters"], "");
+    v2.extend(side(&v["frontend_counters"], "fe:"));
+    if v2.is_empty() {
+        "-".to_string()
+    } else {
+        v2.join(",")
+    }
+}
+
+/// One row per vif.
+fn vif_rows(st: &Value, prev_vifs: &[Value], rates: Rates) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for v in items(st, "vifs") {
+        let before = prev_vifs
+            .iter()
+            .find(|p| p["vif"] == v["vif"] && p["guest"] == v["guest"]);
+        let state = match (text(&v["frontend_state"]), text(&v["backend_state"])) {
+            (f, b) if f == b => f,
+            (f, b) => format!("{f}/{b}"),
+        };
+        let ring = &v["ring"];
+        let tx_ring = match (ring["tx_outstanding"].as_u64(), ring["size"].as_u64()) {
+            (Some(n), Some(size)) => format!("{n}/{size}"),
+            _ => "-".into(),
+        };
+        rows.push(vec![
+            text(&v["vif"]),
+            text(&v["guest"]),
+            state,
+            rates.fmt(rates.of(before, v, &counter("rx_packets"))),
+            rates.fmt(rates.of(before, v, &counter("rx_bytes"))),
+            rates.fmt(rates.of(before, v, &counter("tx_packets"))),
+            rates.fmt(rates.of(before, v, &counter("tx_bytes"))),
+            tx_ring,
+            text(&ring["rx_posted"]),
+            text(&ring["rx_queued"]),
+            reasons(v, "drops"),
+            reasons(v, "rejected"),
+        ]);
+    }
+    rows
+}
+
+/// One row per port of a driver domain's network stack.
+fn port_rows(st: &Value, prev_ports: &[Value], rates: Rates) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for p in items(st, "ports") {
+        let before = prev_ports
+            .iter()
+            .find(|q| q["domain"] == p["domain"] && q["name"] == p["name"]);
+        let c = &p["counters"];
+        let drops: Vec<String> = ["tx_dropped", "rx_errors"]
+            .iter()
+            .filter_map(|k| Some(format!("{k}={}", c[*k].as_u64().filter(|&n| n > 0)?)))
+            .collect();
+        rows.push(vec![
+            text(&p["name"]),
+            text(&p["domain"]),
+            (if c.is_object() { "up" } else { "-" }).into(),
+            rates.fmt(rates.of(before, p, &counter("rx_packets"))),
+            rates.fmt(rates.of(before, p, &counter("rx_bytes"))),
+            rates.fmt(rates.of(before, p, &counter("tx_packets"))),
+            rates.fmt(rates.of(before, p, &counter("tx_bytes"))),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            if drops.is_empty() {
+                "-".into()
+            } else {
+                drops.join(",")
+            },
+            "-".into(),
+        ]);
+    }
+    rows
+}
+
+/// An HVM guest's NIC: its packet rates, exits per second and where its
+/// vPIC lives (hv's accounting, from `status`).
+fn hvm_nic_rows(st: &Value, prev_domains: &[Value], rates: Rates) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for d in items(st, "domains") {
+        let h = &d["emulated_nic"];
+        if h["kind"] != "hvm" {
+            continue;
+        }
+        let before = same_domain(prev_domains, d);
+        let nic = |k: &'static str| move |v: &Value| v["emulated_nic"][k].as_f64();
+        let exits = rates.of(before, d, &nic("exits"));
+        rows.push(vec![
+            format!("hvm:{}", text(&d["name"])),
+            text(&d["name"]),
+            format!("pic={},exits/s={}", text(&h["pic"]), rates.fmt(exits)),
+            rates.fmt(rates.of(before, d, &nic("rx_packets"))),
+            "-".into(),
+            rates.fmt(rates.of(before, d, &nic("tx_packets"))),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ]);
+    }
+    rows
+}
+
+/// The frame's first line: the time, the topology, hv's pid, the counts and
+/// the interval.
+fn header(cur: &Sample, n_domains: usize, dt: Option<f64>) -> String {
+    let st = &cur.st;
     let secs = cur
         .wall
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let header = format!(
+    format!(
         "splitnet top - {:02}:{:02}:{:02} UTC  topology {}  hv pid {}  {}, {}, {}{}",
         secs / 3600 % 24,
         secs / 60 % 60,
         secs % 60,
         st["topology"].as_str().unwrap_or("?"),
         st["hv_pid"],
-        count(domains.rows.len(), "domain"),
+        count(n_domains, "domain"),
         count(st["vifs"].as_array().map_or(0, Vec::len), "vif"),
         count(st["ports"].as_array().map_or(0, Vec::len), "port"),
         dt.map(|d| format!("  interval {d:.2} s"))
             .unwrap_or_default(),
-    );
-    View {
-        header,
-        domains,
-        links,
-    }
+    )
 }
 
 /// `1 port`, `2 ports`.
