@@ -23,7 +23,7 @@ use splitnet_net as net;
 use std::sync::Arc;
 use std::time::Duration;
 use toolstack::daemon::{setup_vif, Store};
-use toolstack::topology::{Grants, RxMode, TxMode, VifConfig};
+use toolstack::topology::VifConfig;
 
 /// The guest's frontend, and the rings as the hostile driver domain sees them.
 struct Evil {
@@ -39,15 +39,8 @@ fn evil(offload: bool) -> Evil {
     let (drv_id, mut drv) = domain(&hv, "drv", "driver", 2048 + 512);
     let (g, mut c) = domain(&hv, "guest1", "guest", 600);
     let v = VifConfig {
-        handle: 0,
-        guest: "guest1".into(),
-        backend: "drv".into(),
-        mac: "00:16:3e:00:00:01".into(),
-        rx_mode: RxMode::Copy,
-        tx_mode: TxMode::Gather,
-        grants: Grants::Ngm,
         offload,
-        index: 0,
+        ..VifConfig::fast_path("guest1", "drv", 0)
     };
     setup_vif(&mut Store::new(&hv), &v, g, drv_id).unwrap();
     // The real probe publishes the backend's features; the rest of the

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolstack::daemon::{setup_vif, Store};
-use toolstack::topology::{Grants, RxMode, TxMode, VifConfig};
+use toolstack::topology::VifConfig;
 
 /// Rings per second the flooder aims at.
 pub const RINGS_PER_SECOND: u64 = 1_000_000;
@@ -142,17 +142,7 @@ fn world() -> Result<(World, Vec<Guest>)> {
     let mut clients = Vec::new();
     for (i, name) in ["sender", "receiver", "flooder"].into_iter().enumerate() {
         let (id, c) = dom(name, "guest", 600)?;
-        let v = VifConfig {
-            handle: 0,
-            guest: name.into(),
-            backend: "drv".into(),
-            mac: format!("00:16:3e:00:00:{:02x}", i + 1),
-            rx_mode: RxMode::Copy,
-            tx_mode: TxMode::Gather,
-            grants: Grants::Ngm,
-            offload: true,
-            index: i,
-        };
+        let v = VifConfig::fast_path(name, "drv", i);
         setup_vif(&mut ts, &v, id, drv).map_err(anyhow::Error::msg)?;
         clients.push((id, c));
     }

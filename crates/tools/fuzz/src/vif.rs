@@ -24,7 +24,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 use toolstack::daemon::{setup_vif, Store};
-use toolstack::topology::{Grants, RxMode, TxMode, VifConfig};
+use toolstack::topology::{Grants, TxMode, VifConfig};
 
 const PAGE: usize = 4096;
 const RING: u32 = 256;
@@ -95,15 +95,10 @@ fn domains(grants: Grants, tx_mode: TxMode, offload: bool) -> (Arc<Hypervisor>, 
     let (drv_id, drv) = domain(&hv, "drv", "driver", 2048 + 512);
     let (g, guest) = domain(&hv, "guest", "guest", GUEST_FRAMES);
     let v = VifConfig {
-        handle: 0,
-        guest: "guest".into(),
-        backend: "drv".into(),
-        mac: "00:16:3e:00:00:01".into(),
-        rx_mode: RxMode::Copy,
         tx_mode,
         grants,
         offload,
-        index: 0,
+        ..VifConfig::fast_path("guest", "drv", 0)
     };
     setup_vif(&mut Store::new(&hv), &v, g, drv_id).expect("the toolstack sets up the vif");
     let ends = Ends {

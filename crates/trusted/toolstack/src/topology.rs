@@ -396,6 +396,26 @@ pub struct VifConfig {
     pub index: usize,
 }
 
+impl VifConfig {
+    /// A vif on the default fast path (the new grant mechanism, TX gather,
+    /// RX copy, offloads on): `guest`'s first, the `index`th of driver
+    /// domain `backend`, with a locally administered MAC numbered from it.
+    pub fn fast_path(guest: &str, backend: &str, index: usize) -> VifConfig {
+        let n = index + 1;
+        VifConfig {
+            guest: guest.into(),
+            handle: 0,
+            backend: backend.into(),
+            mac: format!("00:16:3e:00:{:02x}:{:02x}", (n >> 8) & 0xff, n & 0xff),
+            rx_mode: RxMode::Copy,
+            tx_mode: TxMode::Gather,
+            grants: Grants::Ngm,
+            offload: true,
+            index,
+        }
+    }
+}
+
 /// Frames a guest needs: 2 ring pages, 256 TX and 256 RX buffers.
 pub const GUEST_MIN_FRAMES: u32 = 2 + 2 * 256;
 /// Frames a guest with an emulated NIC (hosted or hvm) needs: the guest

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use toolstack::daemon::{setup_vif, Store};
-use toolstack::topology::{Grants, RxMode, TxMode, VifConfig};
+use toolstack::topology::{Grants, TxMode, VifConfig};
 
 pub struct Guest {
     pub hv: HvClient,
@@ -161,15 +161,9 @@ pub fn world_driven(
     let mut ts = Store::new(&hv);
     for (i, (&g, n)) in ids.iter().zip(names.iter()).enumerate() {
         let v = VifConfig {
-            handle: 0,
-            guest: n.to_string(),
-            backend: "drv".into(),
-            mac: format!("00:16:3e:00:00:{:02x}", i + 1),
-            rx_mode: RxMode::Copy,
             tx_mode,
             grants,
-            offload: true,
-            index: i,
+            ..VifConfig::fast_path(n, "drv", i)
         };
         setup_vif(&mut ts, &v, g, drv_id).unwrap();
     }
