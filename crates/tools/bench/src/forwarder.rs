@@ -7,9 +7,10 @@
 //! by a loop that drains each side until it is empty. TX reads each frame
 //! from the TAP and sends a batch with one `sendmmsg`; RX takes a batch with
 //! one `recvmmsg` and writes each frame to the TAP. Two user-space copies
-//! per frame, as in the reference forwarder in `../shared/ceiling/` (its
-//! batched single-process variant). The vnet headers of both sides have the
-//! same layout, so they pass through untouched.
+//! per frame, the least any TAP-to-packet-socket path can make (see
+//! docs/ARCHITECTURE.md, "Copies, system calls and wake-ups per packet").
+//! The vnet headers of both sides have the same layout, so they pass
+//! through untouched.
 
 use anyhow::{Context, Result};
 use std::io::Write;

@@ -168,11 +168,27 @@ impl SharedMemory for LoomMemory {
     fn store_u32(&self, off: usize, v: u32) {
         self.u32_at(off).store(v, Ordering::Release)
     }
-    fn cmpxchg_u16(&self, _: usize, _: u16, _: u16) -> Result<u16, u16> {
-        unimplemented!("no modelled protocol uses 16-bit words")
+    /// A 16-bit compare-and-swap inside its 32-bit word (SeqCst, as
+    /// `Mapping`'s), by a compare-and-swap loop on the whole word.
+    fn cmpxchg_u16(&self, off: usize, old: u16, new: u16) -> Result<u16, u16> {
+        assert_eq!(off % 2, 0, "unaligned 16-bit access at {off}");
+        let (word, shift) = (self.u32_at(off & !3), (off % 4) * 8);
+        let mut w = word.load(Ordering::SeqCst);
+        loop {
+            let cur = (w >> shift) as u16;
+            if cur != old {
+                return Err(cur);
+            }
+            let next = (w & !(0xffff << shift)) | (u32::from(new) << shift);
+            match word.compare_exchange(w, next, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Ok(old),
+                Err(seen) => w = seen,
+            }
+        }
     }
-    fn load_u16(&self, _: usize) -> u16 {
-        unimplemented!("no modelled protocol uses 16-bit words")
+    fn load_u16(&self, off: usize) -> u16 {
+        assert_eq!(off % 2, 0, "unaligned 16-bit access at {off}");
+        (self.u32_at(off & !3).load(Ordering::SeqCst) >> ((off % 4) * 8)) as u16
     }
     fn swap_u32(&self, off: usize, v: u32) -> u32 {
         let w = self.u32_at(off);
