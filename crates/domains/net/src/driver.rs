@@ -541,12 +541,9 @@ impl Events {
     fn watch_vif(&mut self, slot: usize, nb: &Netback) -> Vec<OwnedFd> {
         let mut bells = Vec::new();
         for fd in nb.fds() {
-            match fd.try_clone_to_owned() {
-                Ok(own) => match self.epoll.add(own.as_fd(), Source::Vif(slot).token()) {
-                    Ok(()) => bells.push(own),
-                    Err(e) => eprintln!("driver: registering a doorbell: {e}"),
-                },
-                Err(e) => eprintln!("driver: duplicating a doorbell: {e}"),
+            match self.epoll.add_own(fd, Source::Vif(slot).token()) {
+                Ok(own) => bells.push(own),
+                Err(e) => eprintln!("driver: registering a doorbell: {e}"),
             }
         }
         self.ready.insert(slot);

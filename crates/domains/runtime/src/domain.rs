@@ -162,18 +162,14 @@ impl GuestVif {
             return;
         };
         if self.tap.is_none() {
-            match nic.tap_fd().try_clone_to_owned() {
-                Ok(own) => match ep.add(own.as_fd(), tap_token(self.slot)) {
-                    Ok(()) => (self.tap, self.tap_armed) = (Some(own), true),
-                    Err(e) => eprintln!("netfront {}: registering the TAP: {e}", self.dev),
-                },
-                Err(e) => eprintln!("netfront {}: duplicating the TAP: {e}", self.dev),
+            match ep.add_own(nic.tap_fd(), tap_token(self.slot)) {
+                Ok(own) => (self.tap, self.tap_armed) = (Some(own), true),
+                Err(e) => eprintln!("netfront {}: registering the TAP: {e}", self.dev),
             }
         }
         if let Some(nf) = nic.nf().filter(|n| n.is_connected()) {
             for fd in nf.fds() {
-                let own = fd.try_clone_to_owned();
-                match own.and_then(|o| ep.add(o.as_fd(), bell_token(self.slot)).map(|()| o)) {
+                match ep.add_own(fd, bell_token(self.slot)) {
                     Ok(o) => self.bells.push(o),
                     Err(e) => eprintln!("netfront {}: registering a doorbell: {e}", self.dev),
                 }

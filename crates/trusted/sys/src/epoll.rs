@@ -5,7 +5,7 @@
 
 use crate::{count_syscall, cvt};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 /// What a wait found ready on one source.
@@ -62,6 +62,17 @@ impl Epoll {
     /// Registers `fd` for input under `token`.
     pub fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, "epoll_ctl(add)")
+    }
+
+    /// Registers a handle of the caller's own on `fd`'s open file under
+    /// `token` and returns it: the source then stays registered only as
+    /// long as the caller keeps that handle, and [`Epoll::remove`] works on
+    /// it whenever the owner of `fd` has closed its own (another process,
+    /// or a peer's channel teardown, may hold the same file).
+    pub fn add_own(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<OwnedFd> {
+        let own = fd.try_clone_to_owned()?;
+        self.add(own.as_fd(), token)?;
+        Ok(own)
     }
 
     /// Turns input interest for a registered `fd` on or off, keeping it
@@ -141,7 +152,6 @@ impl Epoll {
 mod tests {
     use super::*;
     use crate::Doorbell;
-    use std::os::fd::AsFd;
 
     #[test]
     fn reports_only_the_ready_sources_by_token() {
@@ -171,6 +181,19 @@ mod tests {
         // A removed source is no longer reported.
         ep.remove(bells[2].0.as_fd()).unwrap();
         bells[2].1.ring().unwrap();
+        assert_eq!(ep.wait(Some(Duration::ZERO)).unwrap(), 0);
+    }
+
+    #[test]
+    fn an_own_handle_keeps_the_source_removable_after_its_owner_closed_it() {
+        let mut ep = Epoll::new(2).unwrap();
+        let (w, r) = Doorbell::pair().unwrap();
+        let own = ep.add_own(w.as_fd(), 9).unwrap();
+        drop(w);
+        r.ring().unwrap();
+        assert_eq!(ep.wait(Some(Duration::from_millis(100))).unwrap(), 1);
+        assert_eq!(ep.event(0).unwrap().token, 9);
+        ep.remove(own.as_fd()).unwrap();
         assert_eq!(ep.wait(Some(Duration::ZERO)).unwrap(), 0);
     }
 
