@@ -180,7 +180,26 @@ pub mod keys {
     pub const MTU: &str = "mtu";
     /// Frontend: "0" means do not trust the backend.
     pub const TRUSTED: &str = "trusted";
+    /// Backend (toolstack): the bridge the vif joins in its driver domain
+    /// (xl's `bridge=`); absent means [`DEFAULT_BRIDGE`](super::DEFAULT_BRIDGE).
+    pub const BRIDGE: &str = "bridge";
+    /// Backend (toolstack): the addresses the guest may send from, separated
+    /// by spaces (xl's `ip=`); absent means no check by address.
+    pub const IP: &str = "ip";
+    /// Backend (toolstack): the transmit credit, `<bytes>,<usec>` (bytes per
+    /// interval, as libxl writes xl's `rate=`); absent means unlimited.
+    pub const RATE: &str = "rate";
+    /// Backend (toolstack): the vif's access VLAN, 1..=4094 (xl's `vlan=`,
+    /// done by splitnet's own bridge); absent means untagged.
+    pub const VLAN: &str = "splitnet-vlan";
+    /// Backend (toolstack): the hotplug script (xl's `script=`).
+    pub const SCRIPT: &str = "script";
+    /// Backend (toolstack): the vif's name in the driver domain (xl's `vifname=`).
+    pub const VIFNAME: &str = "vifname";
 }
+
+/// The bridge a vif or an uplink joins when it names none (xl's default).
+pub const DEFAULT_BRIDGE: &str = "xenbr0";
 
 /// A vif frontend's directory: `/local/domain/{domid}/device/vif/{devid}`.
 pub fn frontend_path(domid: DomId, devid: u32) -> String {

@@ -4,7 +4,7 @@
 use crate::host::{self, CgroupLayout};
 use crate::supervisor::Supervisor;
 use crate::topology::Topology;
-use crate::topology::VifConfig;
+use crate::topology::{VifConfig, VifOptions};
 use abi::xenbus::{self, XenbusState};
 use hv::core::Hypervisor;
 use hv::proto::{DomId, Request};
@@ -213,6 +213,7 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
     ] {
         ts.write(&format!("{fe}/{k}"), val)?;
     }
+    write_vif_options(ts, &be, &v.opts)?;
     let index = v.index.to_string();
     for (k, val) in [
         ("frontend", fe.as_str()),
@@ -228,6 +229,38 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         ("state", state.as_str()),
     ] {
         ts.write(&format!("{be}/{k}"), val)?;
+    }
+    Ok(())
+}
+
+/// Writes vif options to backend directory `be` (before its `state`), under Xen's key names where Xen has one.
+fn write_vif_options(ts: &mut Store<'_>, be: &str, o: &VifOptions) -> Result<(), String> {
+    use abi::xenbus::keys;
+    let ips: Vec<String> = o.ip.iter().map(|a| a.to_string()).collect();
+    let pairs = [
+        (
+            keys::BRIDGE,
+            Some(
+                o.bridge
+                    .as_deref()
+                    .unwrap_or(abi::xenbus::DEFAULT_BRIDGE)
+                    .to_string(),
+            ),
+        ),
+        (keys::MTU, Some(o.mtu.unwrap_or(1500).to_string())),
+        (keys::IP, (!ips.is_empty()).then(|| ips.join(" "))),
+        (
+            keys::RATE,
+            o.rate.map(|r| format!("{},{}", r.bytes, r.usec)),
+        ),
+        (keys::VLAN, o.vlan.map(|v| v.to_string())),
+        (keys::SCRIPT, o.script.clone()),
+        (keys::VIFNAME, o.vifname.clone()),
+    ];
+    for (k, val) in pairs {
+        if let Some(val) = val {
+            ts.write(&format!("{be}/{k}"), &val)?;
+        }
     }
     Ok(())
 }

@@ -729,6 +729,7 @@ impl Supervisor {
                 grants: gcfg.grants,
                 offload: gcfg.offload,
                 index,
+                opts: Default::default(),
             };
             st.vifs.push(v.clone());
             v

@@ -394,6 +394,36 @@ pub struct VifConfig {
     pub offload: bool,
     /// Index of this vif among its driver domain's vifs.
     pub index: usize,
+    /// Xen's per-vif options (xl's vifspec keys).
+    pub opts: VifOptions,
+}
+
+/// A vif's options as xl's vifspec gives them (xl-network-configuration(5));
+/// the toolstack writes them to the backend directory (`setup_vif`), where
+/// the driver domain reads them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VifOptions {
+    /// The bridge the vif joins; None: [`abi::xenbus::DEFAULT_BRIDGE`].
+    pub bridge: Option<String>,
+    /// Addresses the guest may send from (anti-spoofing); empty: no check.
+    pub ip: Vec<IpAddr>,
+    /// Transmit credit; None: unlimited.
+    pub rate: Option<CreditRate>,
+    /// Access VLAN (1..=4094); None: untagged.
+    pub vlan: Option<u16>,
+    /// MTU; None: 1500.
+    pub mtu: Option<u16>,
+    /// Hotplug script run in the driver domain on attach and detach.
+    pub script: Option<String>,
+    /// The vif's name in the driver domain; None: `vif<domid>.<handle>`.
+    pub vifname: Option<String>,
+}
+
+/// Xen netback's credit: `bytes` may be sent per `usec` microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreditRate {
+    pub bytes: u64,
+    pub usec: u64,
 }
 
 impl VifConfig {
@@ -412,6 +442,7 @@ impl VifConfig {
             grants: Grants::Ngm,
             offload: true,
             index,
+            opts: VifOptions::default(),
         }
     }
 }
@@ -912,6 +943,7 @@ impl Topology {
                 grants: d.grants,
                 offload: d.offload,
                 index,
+                opts: VifOptions::default(),
             });
         }
         Ok(out)
