@@ -70,6 +70,10 @@ pub enum Config {
     /// vifs cost the busy ones.
     #[serde(rename = "splitnet-24-guests")]
     SplitnetIdle24,
+    /// The default preset with Xen's `ip=` anti-spoofing and a `rate=`
+    /// credit far above the link's speed on both guests' vifs: what checking
+    /// them costs a frame.
+    SplitnetVifOptions,
 }
 
 impl std::str::FromStr for Config {
@@ -91,6 +95,7 @@ impl Config {
             Config::SplitnetHvCopy => "splitnet-hv-copy",
             Config::SplitnetDefault => "splitnet-default",
             Config::SplitnetIdle24 => "splitnet-24-guests",
+            Config::SplitnetVifOptions => "splitnet-vif-options",
         }
     }
 
@@ -205,7 +210,7 @@ pub struct BaselineReport {
 }
 
 const DIRECTIONS: [Direction; 3] = [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
-const CONFIGS: [Config; 9] = [
+const CONFIGS: [Config; 10] = [
     Config::Native,
     Config::LinuxBridge,
     Config::MinimalForwarder,
@@ -215,6 +220,7 @@ const CONFIGS: [Config; 9] = [
     Config::SplitnetHvCopy,
     Config::SplitnetDefault,
     Config::SplitnetIdle24,
+    Config::SplitnetVifOptions,
 ];
 
 /// A domain whose CPU time is measured.
@@ -424,7 +430,8 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
         Config::SplitnetBaseline
         | Config::SplitnetHvCopy
         | Config::SplitnetDefault
-        | Config::SplitnetIdle24 => bring_up_splitnet(cfg, opts, layout),
+        | Config::SplitnetIdle24
+        | Config::SplitnetVifOptions => bring_up_splitnet(cfg, opts, layout),
     }
 }
 
@@ -438,13 +445,17 @@ fn bring_up_splitnet(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout)
         _ => "default",
     };
     let spin = opts.spin_us.map(|us| us.to_string());
-    let topo = opts.run_dir.join("bench-24-guests.toml");
+    let topo = opts.run_dir.join(format!("bench-{}.toml", cfg.name()));
     let topo_arg = topo.to_string_lossy().into_owned();
     let mut up = vec!["up", "--preset", preset];
-    if cfg == Config::SplitnetIdle24 {
+    let generated = match cfg {
+        Config::SplitnetIdle24 => Some(many_guests_topology(24)),
+        Config::SplitnetVifOptions => Some(vif_options_topology()),
+        _ => None,
+    };
+    if let Some(t) = generated {
         std::fs::create_dir_all(&opts.run_dir)?;
-        std::fs::write(&topo, many_guests_topology(24))
-            .with_context(|| format!("writing {}", topo.display()))?;
+        std::fs::write(&topo, t).with_context(|| format!("writing {}", topo.display()))?;
         up.extend(["--config", topo_arg.as_str()]);
     }
     if let Some(us) = &spin {
@@ -611,6 +622,23 @@ pub fn many_guests_topology(guests: usize) -> String {
         );
     }
     t + "\n[wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/16\"\n"
+}
+
+/// The default topology with `ip=` (each guest's own IPv4 and IPv6
+/// addresses) and `rate=` (10 GB/s, above what any path here carries) on
+/// both guests' vifs.
+pub fn vif_options_topology() -> String {
+    let mut t = String::from(
+        "# bench baseline: the default topology with ip= and rate= on both guests' vifs.\n\
+         name = \"vif-options\"\n\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n",
+    );
+    for g in 1..=2 {
+        t += &format!(
+            "\n[[domain]]\nname = \"guest{g}\"\nkind = \"guest\"\naddress = \"10.77.0.{g}/24\"\n\
+             ipv6 = \"fd77::{g}/64\"\nvif = [\"ip=10.77.0.{g} fd77::{g},rate=10GB/s\"]\n"
+        );
+    }
+    t + "\n[wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\nipv6 = \"fd77::fe/64\"\n"
 }
 
 /// The directions measured for workload `w`: a request-response flow is
@@ -1080,6 +1108,18 @@ mod tests {
             .filter(|d| d.name.starts_with("guest"))
             .count();
         assert_eq!(guests, 24);
+    }
+
+    #[test]
+    fn the_vif_options_topology_sets_ip_and_rate_on_both_guests() {
+        let t = toolstack::topology::Topology::parse(&vif_options_topology(), "vif-options.toml")
+            .expect("the generated topology is valid");
+        let vifs = t.vifs();
+        assert_eq!(vifs.len(), 2);
+        for v in vifs {
+            assert_eq!(v.opts.ip.len(), 2, "{v:?}");
+            assert!(v.opts.rate.is_some(), "{v:?}");
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod netenv;
 pub mod scale;
 pub mod stats;
 pub mod usernet;
+pub mod vifopts;
 
 use anyhow::{bail, Context};
 use std::path::Path;

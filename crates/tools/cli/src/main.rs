@@ -391,6 +391,10 @@ enum Suite {
     /// CPU with every guest idle, each against 2 guests; and a doorbell
     /// flood's cost to another pair of guests.
     Scale,
+    /// Xen's vif options: a vif with `rate=100Mb/s` against its 90-105
+    /// Mbit/s band, and UDP throughput per datagram size with MTU 1500 and
+    /// 9000 on the vif and the wire link (--quick: 3 s flows).
+    VifOptions,
 }
 
 fn main() {
@@ -784,6 +788,20 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
                 BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
             report.charts = r.charts();
             Ok(report)
+        }
+        Suite::VifOptions => {
+            let opts = bench::vifopts::VifOptionsOptions::new(
+                std::env::current_exe()?,
+                rd.join("bench"),
+                quick,
+                runs,
+            );
+            let r = bench::vifopts::run(&opts)?;
+            Ok(BenchReport::new(
+                serde_json::to_string_pretty(&r)?,
+                r.table(),
+                r.svg(),
+            ))
         }
         Suite::Hvm => {
             let opts = bench::hvm::HvmOptions::new(

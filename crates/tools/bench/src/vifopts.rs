@@ -1,0 +1,260 @@
+//! Xen's vif options on the data path (`splitnet bench vif-options`):
+//! whether `rate=` holds a guest to its rate (Xen netback's credit
+//! scheduler), and what jumbo frames (`mtu=9000` on the vif and the
+//! uplink) do to UDP throughput per datagram size, against MTU 1500 in the
+//! same run. The options' cost at full speed is a configuration of `bench
+//! baseline` (`splitnet-vif-options`).
+
+use crate::netenv::{self, Flow, Workload};
+use crate::stats::median;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use toolstack::host;
+
+/// The rate `rate=` is checked at, in Mbit/s, and its target band.
+pub const RATE_MBIT: f64 = 100.0;
+const RATE_BAND: (f64, f64) = (90.0, 105.0);
+/// UDP datagram sizes measured at each MTU.
+pub const DATAGRAMS: [usize; 4] = [1024, 1472, 4096, 8000];
+/// The jumbo MTU.
+pub const JUMBO: u16 = 9000;
+
+/// What the suite runs.
+#[derive(Debug, Clone)]
+pub struct VifOptionsOptions {
+    pub exe: PathBuf,
+    pub run_dir: PathBuf,
+    pub runs: usize,
+    pub secs: u32,
+    pub progress: bool,
+}
+
+impl VifOptionsOptions {
+    pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> VifOptionsOptions {
+        VifOptionsOptions {
+            exe,
+            run_dir,
+            runs: runs.max(1),
+            secs: if quick { 3 } else { 8 },
+            progress: true,
+        }
+    }
+}
+
+/// UDP through guest1 → wire with one datagram size at one MTU.
+#[derive(Debug, Clone, Serialize)]
+pub struct UdpPoint {
+    pub mtu: u16,
+    pub datagram: usize,
+    /// Medians over the runs.
+    pub mbit_s: f64,
+    pub datagrams_per_s: f64,
+    pub runs_mbit_s: Vec<f64>,
+}
+
+/// The suite's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct VifOptionsReport {
+    pub suite: &'static str,
+    pub runs: usize,
+    pub seconds_per_flow: u32,
+    /// guest1 → wire TCP with `rate=100Mb/s`, each run's Mbit/s.
+    pub rate_runs_mbit_s: Vec<f64>,
+    pub rate_median_mbit_s: f64,
+    pub rate_in_band: bool,
+    pub udp: Vec<UdpPoint>,
+}
+
+/// The default topology with guest1's vif given `spec` (an xl vifspec), and
+/// the wire link's MTU set to `mtu`.
+pub fn topology(spec: &str, mtu: u16) -> String {
+    format!(
+        "# bench vif-options: guest1's vif is \"{spec}\", the wire link MTU {mtu}.\n\
+         name = \"vif-options\"\n\n\
+         [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\n\
+         [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n\
+         vif = [\"{spec}\"]\n\n\
+         [[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.77.0.2/24\"\n\n\
+         [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\nmtu = {mtu}\n"
+    )
+}
+
+fn progress(opts: &VifOptionsOptions, what: &str) {
+    if opts.progress {
+        eprint!("\rvif-options: {what}                              ");
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// Brings splitnet up with `toml`, runs `f`, and always takes it down.
+fn with_topology<T>(
+    opts: &VifOptionsOptions,
+    toml: &str,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    std::fs::create_dir_all(&opts.run_dir)?;
+    let path = opts.run_dir.join("bench-vif-options.toml");
+    std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
+    let p = path.to_string_lossy().into_owned();
+    crate::splitnet(&opts.exe, &opts.run_dir, &["up", "--config", &p])?;
+    let r = f();
+    let _ = crate::splitnet(&opts.exe, &opts.run_dir, &["down"]);
+    r
+}
+
+/// guest1 → wire, one flow of `workload` with extra iperf3 client options.
+fn guest1_flow(secs: u32, workload: Workload, extra: &[&str]) -> Result<netenv::FlowResult> {
+    let (wire, g1) = (host::netns_name("wire"), host::netns_name("guest1"));
+    let flow = Flow {
+        server_ns: &wire,
+        server_ip: "10.77.0.254",
+        server_bind: None,
+        port: netenv::DEFAULT_PORT,
+        client_ns: &g1,
+        reverse: false,
+        secs,
+        workload,
+        server_cgroup: None,
+        client_cgroup: None,
+    };
+    netenv::run_with(&flow, extra)
+}
+
+/// UDP at each datagram size (iperf3's later `-l` overrides the workload's 64).
+fn udp_sweep(secs: u32) -> Result<Vec<(usize, f64, f64)>> {
+    let mut out = Vec::new();
+    for size in DATAGRAMS {
+        let l = size.to_string();
+        let r = guest1_flow(secs, Workload::UdpSmall, &["-l", &l])?;
+        let per_s = r.packets / r.seconds.max(1e-9);
+        out.push((size, per_s * size as f64 * 8.0 / 1e6, per_s));
+    }
+    Ok(out)
+}
+
+/// Runs the suite.
+pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
+    let mut rate_runs = Vec::new();
+    let mut udp: Vec<(u16, usize, Vec<(f64, f64)>)> = Vec::new();
+    for run in 0..opts.runs {
+        progress(opts, &format!("run {} rate=100Mb/s", run + 1));
+        let spec = format!("rate={RATE_MBIT}Mb/s");
+        let r = with_topology(opts, &topology(&spec, 1500), || {
+            guest1_flow(opts.secs, Workload::TcpCopy, &[])
+        })
+        .context("the rate limit")?;
+        rate_runs.push(r.gbps * 1e3);
+        for mtu in [1500, JUMBO] {
+            progress(opts, &format!("run {} UDP at MTU {mtu}", run + 1));
+            let spec = format!("mtu={mtu}");
+            let points = with_topology(opts, &topology(&spec, mtu), || udp_sweep(opts.secs))
+                .with_context(|| format!("UDP at MTU {mtu}"))?;
+            for (size, mbit, per_s) in points {
+                match udp.iter_mut().find(|(m, s, _)| *m == mtu && *s == size) {
+                    Some(e) => e.2.push((mbit, per_s)),
+                    None => udp.push((mtu, size, vec![(mbit, per_s)])),
+                }
+            }
+        }
+    }
+    if opts.progress {
+        eprintln!();
+    }
+    let rate = median(&rate_runs);
+    Ok(VifOptionsReport {
+        suite: "vif-options",
+        runs: opts.runs,
+        seconds_per_flow: opts.secs,
+        rate_in_band: (RATE_BAND.0..=RATE_BAND.1).contains(&rate),
+        rate_median_mbit_s: rate,
+        rate_runs_mbit_s: rate_runs,
+        udp: udp
+            .into_iter()
+            .map(|(mtu, datagram, v)| {
+                let mbit: Vec<f64> = v.iter().map(|p| p.0).collect();
+                let per_s: Vec<f64> = v.iter().map(|p| p.1).collect();
+                UdpPoint {
+                    mtu,
+                    datagram,
+                    mbit_s: median(&mbit),
+                    datagrams_per_s: median(&per_s),
+                    runs_mbit_s: mbit,
+                }
+            })
+            .collect(),
+    })
+}
+
+impl VifOptionsReport {
+    /// Markdown tables: the rate limit against its band, then UDP per
+    /// datagram size at both MTUs.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "### rate=100Mb/s on guest1's vif (guest1 → wire TCP, {} runs of {} s)\n\n\
+             | median Mbit/s | runs | target | met |\n|---:|---|---|---|\n| {:.1} | {} | {}–{} | {} |\n\n",
+            self.runs,
+            self.seconds_per_flow,
+            self.rate_median_mbit_s,
+            self.rate_runs_mbit_s
+                .iter()
+                .map(|v| format!("{v:.1}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            RATE_BAND.0,
+            RATE_BAND.1,
+            if self.rate_in_band { "yes" } else { "no" },
+        );
+        s += "### UDP guest1 → wire by datagram size, MTU 1500 and 9000 (medians)\n\n\
+              | datagram (bytes) | MTU 1500 Mbit/s | MTU 9000 Mbit/s | 9000 / 1500 | MTU 1500 datagrams/s | MTU 9000 datagrams/s |\n\
+              |---:|---:|---:|---:|---:|---:|\n";
+        for size in DATAGRAMS {
+            let at = |mtu| self.udp.iter().find(|p| p.mtu == mtu && p.datagram == size);
+            if let (Some(a), Some(b)) = (at(1500), at(JUMBO)) {
+                s += &format!(
+                    "| {size} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |\n",
+                    a.mbit_s,
+                    b.mbit_s,
+                    b.mbit_s / a.mbit_s.max(1e-9),
+                    a.datagrams_per_s,
+                    b.datagrams_per_s
+                );
+            }
+        }
+        s
+    }
+
+    /// Bars of UDP Mbit/s per datagram size and MTU.
+    pub fn svg(&self) -> String {
+        let bars: Vec<crate::chart::Bar> = self
+            .udp
+            .iter()
+            .map(|p| crate::chart::Bar {
+                label: format!("{} B datagrams, MTU {}", p.datagram, p.mtu),
+                value: p.mbit_s,
+                range: None,
+            })
+            .collect();
+        crate::chart::bars(
+            "UDP guest1 → wire by datagram size and MTU",
+            "Mbit/s",
+            "median of the runs",
+            &bars,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use toolstack::topology::Topology;
+
+    #[test]
+    fn the_topologies_are_valid_and_give_guest1_its_options() {
+        for (spec, mtu) in [("rate=100Mb/s", 1500), ("mtu=9000", super::JUMBO)] {
+            let t = Topology::parse(&super::topology(spec, mtu), "bench").unwrap();
+            let v = t.vifs().into_iter().find(|v| v.guest == "guest1").unwrap();
+            assert!(v.opts.rate.is_some() || v.opts.mtu == Some(9000), "{spec}");
+        }
+    }
+}
