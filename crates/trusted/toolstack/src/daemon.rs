@@ -5,6 +5,7 @@ use crate::host::{self, CgroupLayout};
 use crate::supervisor::Supervisor;
 use crate::topology::Topology;
 use crate::topology::{VifConfig, VifOptions};
+use crate::uplink::Uplinks;
 use abi::xenbus::{self, XenbusState};
 use hv::core::Hypervisor;
 use hv::proto::{DomId, Request};
@@ -58,12 +59,14 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     hv.set_verbose(true);
     hv.set_info("topology", &cfg.topology.name);
     let layout = CgroupLayout::detect();
+    let uplinks = Uplinks::start(&cfg.run_dir, &cfg.topology)?;
     let sup = Supervisor::new(
         &hv,
         cfg.topology.clone(),
         cfg.run_dir.clone(),
         cfg.exe.clone(),
         layout.clone(),
+        uplinks.clone(),
     );
     let result = sup.build();
     if let Err(e) = &result {
@@ -81,6 +84,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
         hv.wait_shutdown();
     }
     // Domains are gone; remove what belongs to the topology as a whole.
+    uplinks.finish();
     if let Some(w) = &cfg.topology.wire {
         host::netns_del(&host::netns_name(&w.name));
     }

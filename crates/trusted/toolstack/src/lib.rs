@@ -26,3 +26,4 @@ pub mod supervisor;
 pub mod top;
 pub mod topology;
 pub mod tuning;
+pub mod uplink;

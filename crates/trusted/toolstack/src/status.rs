@@ -173,7 +173,9 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     let mut ports = Vec::new();
     wire_host(&s, &ifs_of, &mut hosts, &mut ports);
     let bridges = driver_bridges(&mut ts, &s, &mut ports);
+    let uplinks = uplinks(&s);
     Ok(json!({
+        "uplinks": uplinks,
         "hv_pid": s.hv_pid,
         "topology": s.info.get("topology"),
         "domains": domains,
@@ -262,6 +264,29 @@ fn wire_host(
             }));
         }
     }
+}
+
+/// The driver domains' uplinks (`[[port]]`, and `[wire]`'s port), from
+/// hv's `uplink.<driver>/<ifname>` facts.
+fn uplinks(s: &hv::status::SystemStatus) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (k, v) in &s.info {
+        let Some((drv, ifname)) = k.strip_prefix("uplink.").and_then(|r| r.split_once('/')) else {
+            continue;
+        };
+        let f: Vec<&str> = v.split('|').collect();
+        let field = |i: usize| f.get(i).filter(|x| !x.is_empty()).map(|x| x.to_string());
+        out.push(json!({
+            "domain": drv,
+            "name": ifname,
+            "kind": field(0),
+            "iface": field(1),
+            "bridge": field(2),
+            "vlan": field(3).and_then(|x| x.parse::<u16>().ok()),
+            "host_end": field(4),
+        }));
+    }
+    out
 }
 
 /// Each driver domain's bridge and loop counters from its published
@@ -590,6 +615,25 @@ fn print_ports(v: &Value) {
             p["name"].as_str().unwrap_or("?"),
             p["driver"].as_str().unwrap_or("?"),
             p["peer"].as_str().unwrap_or("?")
+        );
+    }
+    for u in v["uplinks"].as_array().unwrap_or(&empty) {
+        let s = |k: &str| u[k].as_str().unwrap_or("-").to_string();
+        println!(
+            "  uplink {}:{} kind {} iface {} bridge {}{}{}",
+            s("domain"),
+            s("name"),
+            s("kind"),
+            s("iface"),
+            s("bridge"),
+            u["vlan"]
+                .as_u64()
+                .map(|v| format!(" vlan {v}"))
+                .unwrap_or_default(),
+            u["host_end"]
+                .as_str()
+                .map(|h| format!(" host end {h}"))
+                .unwrap_or_default(),
         );
     }
     for b in v["bridges"].as_array().unwrap_or(&empty) {
