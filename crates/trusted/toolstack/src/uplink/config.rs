@@ -321,3 +321,128 @@ fn wire_port(driver: &str) -> PortConfig {
         mac: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n[[domain]]\nname = \"g\"\nkind = \"guest\"\naddress = \"10.80.0.5/24\"\n";
+
+    fn parse(ports: &str) -> Result<Topology, String> {
+        Topology::parse(&format!("{BASE}{ports}"), "t").map_err(|e| e.to_string())
+    }
+
+    fn bad(ports: &str, needle: &str) {
+        let e = parse(ports).unwrap_err();
+        assert!(e.contains(needle), "{ports:?}: {e:?} lacks {needle:?}");
+    }
+
+    #[test]
+    fn ports_resolve_to_uplinks_with_their_names_and_store_values() {
+        let t = parse(
+            "[wire]\ndriver = \"drv\"\n\
+             [[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"eth1\"\nmtu = 9000\n\
+             [[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1/24\"\nbridge = \"xenbr1\"\nvlan = 10\n\
+             [[port]]\ndriver = \"drv\"\nkind = \"route\"\n",
+        )
+        .unwrap();
+        let u = t.uplinks();
+        let names: Vec<(&str, &str)> = u
+            .iter()
+            .map(|u| (u.kind.as_str(), u.ifname.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("wire", "peth0"),
+                ("host", "eth1"),
+                ("nat", "upl2"),
+                ("route", "upl3")
+            ]
+        );
+        assert_eq!(u[1].mtu, Some(9000));
+        assert_eq!(u[2].store_value(), "bridge=xenbr1,vlan=10");
+        assert_eq!(u[2].host_end.as_deref(), Some("sn2-drv"));
+        assert_eq!(u[2].subnet, Some(("10.78.0.1".parse().unwrap(), 24)));
+        assert_eq!(u[3].routes, ["10.80.0.5".parse::<IpAddr>().unwrap()]);
+        assert_eq!(u[0].store_value(), "bridge=xenbr0");
+        // A macvlan takes the first guest's MAC unless given one.
+        let t =
+            parse("[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\niface = \"eth1\"\n").unwrap();
+        assert_eq!(t.uplinks()[0].mac.as_deref(), Some("00:16:3e:5e:00:01"));
+    }
+
+    #[test]
+    fn bad_ports_get_clear_errors() {
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"host\"\n",
+            "needs iface",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\n",
+            "needs iface",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"nat\"\n",
+            "needs subnet",
+        );
+        bad(
+            "[[port]]\ndriver = \"g\"\nkind = \"route\"\n",
+            "is not a driver domain",
+        );
+        bad(
+            "[[port]]\ndriver = \"x\"\nkind = \"route\"\n",
+            "names no domain",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"bogus\"\n",
+            "unknown variant",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\ncolour = 1\n",
+            "unknown field",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\niface = \"eth1\"\n",
+            "iface is for kinds host and macvlan",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"lo\"\n",
+            "not a usable interface name",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"a/b\"\n",
+            "not a usable interface name",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nmtu = 9001\n",
+            "outside 68..=9000",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nvlan = 4095\n",
+            "outside 1..=4094",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.0/24\"\n",
+            "host address",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1\"\n",
+            "prefix of 8..=30",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nsubnet = \"10.78.0.1/24\"\n",
+            "for kind nat only",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"wire\"\n",
+            "needs a [wire] section",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nbridge = \"a bridge\"\n",
+            "not a valid bridge name",
+        );
+        bad("[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"eth1\"\n[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\niface = \"eth1\"\n", "iface of two");
+        bad("[wire]\ndriver = \"drv\"\n[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"peth0\"\n", "two uplinks named \"peth0\"");
+    }
+}
