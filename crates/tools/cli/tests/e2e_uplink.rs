@@ -220,6 +220,22 @@ fn host_dnsmasq() -> Vec<String> {
     v
 }
 
+/// The pid of hv's dnsmasq (the host namespace's), if one runs.
+fn dnsmasq_pid_opt() -> Option<u32> {
+    let out = Command::new("pgrep")
+        .args(["-f", "^dnsmasq .*--interface=sn"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+}
+
+fn dnsmasq_pid() -> u32 {
+    dnsmasq_pid_opt().expect("hv's dnsmasq runs")
+}
+
 /// A topology file for this test.
 fn topology(name: &str, text: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("sntest-uplink-{}-{name}.toml", std::process::id()));
@@ -487,10 +503,17 @@ fn a_nat_uplink_masquerades_and_serves_dhcp_and_dns() {
         "via",
         "10.78.0.1",
     ]);
+    // The LAN has no route to 10.78.0.0/24: its answers reach the guest
+    // only because the host masquerades the guest's traffic.
     traffic(&env, &lan, "nat");
-    // The LAN saw the host's address, not the guest's.
     dhcp_lease(&env, "10.78.0.");
-    let dns = env.ok(&[
+    // hv restarts a dnsmasq that dies.
+    let old = dnsmasq_pid();
+    kill9(old as i64);
+    wait_until("a new dnsmasq", Duration::from_secs(10), || {
+        dnsmasq_pid_opt().is_some_and(|p| p != old)
+    });
+    let lookup = [
         "exec",
         "guest1",
         "--",
@@ -498,7 +521,11 @@ fn a_nat_uplink_masquerades_and_serves_dhcp_and_dns() {
         "nslookup",
         "gateway.splitnet",
         "10.78.0.1",
-    ]);
+    ];
+    wait_until("the new dnsmasq to answer", Duration::from_secs(10), || {
+        env.splitnet(&lookup).status.success()
+    });
+    let dns = env.ok(&lookup);
     assert!(dns.contains("Address: 10.78.0.1"), "{dns}");
     env.ok(&["down"]);
     assert_eq!(host_state(), before, "down left the host changed");
