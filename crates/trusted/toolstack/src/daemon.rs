@@ -51,6 +51,9 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     }
     let _ = fs::remove_file(&sock);
     check_fd_limit(&cfg.topology)?;
+    // Before anything else is made: what an earlier hv left is undone, and
+    // the keeper watches this one.
+    let uplinks = Uplinks::start(&cfg.run_dir, &cfg.topology)?;
     let listener = SeqPacketListener::bind(&sock).map_err(|e| e.to_string())?;
     fs::write(cfg.run_dir.join("hv.pid"), std::process::id().to_string())
         .map_err(|e| e.to_string())?;
@@ -59,7 +62,6 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     hv.set_verbose(true);
     hv.set_info("topology", &cfg.topology.name);
     let layout = CgroupLayout::detect();
-    let uplinks = Uplinks::start(&cfg.run_dir, &cfg.topology)?;
     let sup = Supervisor::new(
         &hv,
         cfg.topology.clone(),

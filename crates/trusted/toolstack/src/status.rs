@@ -172,8 +172,8 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     let mut hosts = Vec::new();
     let mut ports = Vec::new();
     wire_host(&s, &ifs_of, &mut hosts, &mut ports);
+    let uplinks = uplinks(&s, &mut ports);
     let bridges = driver_bridges(&mut ts, &s, &mut ports);
-    let uplinks = uplinks(&s);
     Ok(json!({
         "uplinks": uplinks,
         "hv_pid": s.hv_pid,
@@ -267,8 +267,9 @@ fn wire_host(
 }
 
 /// The driver domains' uplinks (`[[port]]`, and `[wire]`'s port), from
-/// hv's `uplink.<driver>/<ifname>` facts.
-fn uplinks(s: &hv::status::SystemStatus) -> Vec<Value> {
+/// hv's `uplink.<driver>/<ifname>` facts; each but the wire's is added to
+/// `ports` with what it is joined to on the host.
+fn uplinks(s: &hv::status::SystemStatus, ports: &mut Vec<Value>) -> Vec<Value> {
     let mut out = Vec::new();
     for (k, v) in &s.info {
         let Some((drv, ifname)) = k.strip_prefix("uplink.").and_then(|r| r.split_once('/')) else {
@@ -276,6 +277,20 @@ fn uplinks(s: &hv::status::SystemStatus) -> Vec<Value> {
         };
         let f: Vec<&str> = v.split('|').collect();
         let field = |i: usize| f.get(i).filter(|x| !x.is_empty()).map(|x| x.to_string());
+        let (kind, iface, he) = (
+            f[0],
+            field(1).unwrap_or_default(),
+            field(4).unwrap_or_default(),
+        );
+        let joined = match kind {
+            "host" => Some(("host NIC", format!("host:{iface} (lent)"))),
+            "macvlan" => Some(("macvlan", format!("host:{iface}"))),
+            "nat" | "route" => Some(("veth", format!("host:{he} ({kind})"))),
+            _ => None,
+        };
+        if let Some((driver, peer)) = joined {
+            ports.push(json!({"domain": drv, "name": ifname, "driver": driver, "peer": peer}));
+        }
         out.push(json!({
             "domain": drv,
             "name": ifname,
