@@ -654,3 +654,23 @@ fn bad_uplinks_are_refused_clearly_and_leave_nothing() {
     );
     assert_eq!(netns(), Vec::<String>::new());
 }
+
+#[test]
+fn a_wire_port_keeps_the_wire_and_sets_its_mtu() {
+    let Some(env) = Env::new("uplink-wire") else {
+        return;
+    };
+    let topo = format!(
+        "{}[wire]\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n",
+        one_guest("10.77.0.1/24", "kind = \"wire\"\nmtu = 9000\nvlan = 7")
+    );
+    up(&env, "wire", &topo);
+    for (ns, dev) in [("splitnet-drv", "peth0"), ("splitnet-wire", "eth0")] {
+        let l = sh("ip", &["-n", ns, "link", "show", "dev", dev]);
+        assert!(l.contains("mtu 9000"), "{ns}:{dev}: {l}");
+    }
+    let st = env.status();
+    assert_eq!(st["uplinks"][0]["kind"], "wire");
+    assert_eq!(st["uplinks"][0]["vlan"], 7);
+    env.ok(&["down"]);
+}

@@ -17,10 +17,10 @@ use crate::daemon::{
 };
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::topology::{
-    DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig,
+    DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig, WireConfig,
     DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF, MAX_GUEST_VIFS,
 };
-use crate::uplink::Uplinks;
+use crate::uplink::{UplinkKind, Uplinks};
 use abi::xenbus::{self, XenbusState};
 use hv::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
 use hv::error::{ErrorKind, HvError, HvResult};
@@ -153,28 +153,7 @@ impl Supervisor {
                 .map_err(|e| e.to_string())?;
         }
         if let Some(w) = &self.topology.wire {
-            let wns = host::netns_name(&w.name);
-            host::netns_add(&wns).map_err(|e| e.to_string())?;
-            host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
-                .map_err(|e| e.to_string())?;
-            for a in [&w.address, &w.ipv6].into_iter().flatten() {
-                host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
-            }
-            if let Some(rate) = w.rate {
-                // Both directions: what the driver domain sends to the wire,
-                // and what the wire host sends back.
-                host::shape(&host::netns_name(&w.driver), PHYS_PORT, rate.0)
-                    .and_then(|()| host::shape(&wns, WIRE_IF, rate.0))
-                    .map_err(|e| format!("shaping the wire link to {rate}: {e}"))?;
-                hv.set_info("wire.rate", &rate.to_string());
-            }
-            hv.set_info("wire", &w.name);
-            hv.set_info("wire.netns", &wns);
-            hv.set_info("wire.driver", &w.driver);
-            hv.set_info(
-                "wire.port",
-                &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
-            );
+            self.build_wire(&hv, w)?;
         }
         for (d, _, _, _) in created.iter().filter(|c| c.0.kind == DomainKind::Driver) {
             self.uplinks.attach(&d.name)?;
@@ -190,6 +169,48 @@ impl Supervisor {
             self.launch(&hv, d, domid, sock, cg)
                 .map_err(|e| format!("starting domain {}: {e}", d.name))?;
         }
+        Ok(())
+    }
+
+    /// The wire host's namespace and its veth to the driver domain's
+    /// physical port, addressed, shaped and sized as the topology says.
+    fn build_wire(&self, hv: &Arc<Hypervisor>, w: &WireConfig) -> Result<(), String> {
+        let wns = host::netns_name(&w.name);
+        host::netns_add(&wns).map_err(|e| e.to_string())?;
+        host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
+            .map_err(|e| e.to_string())?;
+        for a in [&w.address, &w.ipv6].into_iter().flatten() {
+            host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
+        }
+        // `[[port]] kind = "wire"` with `mtu`: both ends of the link.
+        let wire_port = self.topology.uplinks_of(&w.driver).into_iter();
+        if let Some(m) = wire_port
+            .filter(|u| u.kind == UplinkKind::Wire)
+            .find_map(|u| u.mtu)
+        {
+            let m = m.to_string();
+            host::ip_in(
+                &host::netns_name(&w.driver),
+                &["link", "set", PHYS_PORT, "mtu", &m],
+            )
+            .and_then(|_| host::ip_in(&wns, &["link", "set", WIRE_IF, "mtu", &m]))
+            .map_err(|e| format!("the wire link's mtu {m}: {e}"))?;
+        }
+        if let Some(rate) = w.rate {
+            // Both directions: what the driver domain sends to the wire,
+            // and what the wire host sends back.
+            host::shape(&host::netns_name(&w.driver), PHYS_PORT, rate.0)
+                .and_then(|()| host::shape(&wns, WIRE_IF, rate.0))
+                .map_err(|e| format!("shaping the wire link to {rate}: {e}"))?;
+            hv.set_info("wire.rate", &rate.to_string());
+        }
+        hv.set_info("wire", &w.name);
+        hv.set_info("wire.netns", &wns);
+        hv.set_info("wire.driver", &w.driver);
+        hv.set_info(
+            "wire.port",
+            &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
+        );
         Ok(())
     }
 
