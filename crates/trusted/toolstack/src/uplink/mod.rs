@@ -51,7 +51,7 @@ impl Uplinks {
     /// The uplinks of `t`; undoes what an earlier hv left in the journal,
     /// and starts the keeper if any uplink changes the host.
     pub fn start(run_dir: &Path, t: &Topology) -> Result<Arc<Uplinks>, String> {
-        for e in journal::replay_all(run_dir) {
+        for e in clean_up(run_dir) {
             eprintln!("hv: undoing an earlier run's uplinks: {e}");
         }
         let uplinks = t.uplinks();
@@ -143,7 +143,7 @@ impl Uplinks {
 
     /// Undoes everything (hv is stopping) and lets the keeper go.
     pub fn finish(&self) {
-        let drivers: Vec<String> = self.uplinks.iter().map(|u| u.driver.clone()).collect();
+        let drivers: HashSet<String> = self.uplinks.iter().map(|u| u.driver.clone()).collect();
         for d in drivers {
             self.teardown(&d);
         }
