@@ -122,7 +122,9 @@ fn dnsmasq_args(run_dir: &Path, he: &str, addr: Ipv4Addr, len: u8) -> Vec<String
         "--keep-in-foreground".into(),
         "--conf-file=/dev/null".into(),
         "--log-facility=-".into(),
-        "--user=root".into(),
+        // Root only to bind its ports; it serves as nobody.
+        "--user=nobody".into(),
+        "--group=nogroup".into(),
         "--bind-interfaces".into(),
         format!("--interface={he}"),
         "--except-interface=lo".into(),
