@@ -2,7 +2,8 @@
 # Usage: scripts/setup.sh [--no-build]
 # Installs what splitnet needs on a fresh Debian/Ubuntu machine (run as root):
 # iproute2 for namespaces and veth, libxen-dev for the ABI conformance test,
-# iperf3/tcpdump/ethtool for the data-path tests, passt (pasta) and
+# iperf3/tcpdump/ethtool for the data-path tests, nftables, dnsmasq-base and
+# busybox for the nat uplink and the uplink tests (udhcpc, httpd), passt (pasta) and
 # slirp4netns as peer baselines for `splitnet bench`, libc6-dbg so profiles
 # name libc's functions, prometheus for promtool (the metrics test lints
 # `status --prometheus` with it), man-db and bash-completion for splitnet's man pages
@@ -30,7 +31,7 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 sockperf tcpdump ethtool gcc curl python3 passt slirp4netns libc6-dbg prometheus man-db bash-completion; do
+for p in iproute2 iputils-ping libxen-dev iperf3 sockperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base busybox passt slirp4netns libc6-dbg prometheus man-db bash-completion; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

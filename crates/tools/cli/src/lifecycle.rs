@@ -57,6 +57,7 @@ pub fn up(
         ),
     };
     tuning.apply(&mut topo).map_err(anyhow::Error::msg)?;
+    undo_uplinks(rd);
     if !host::our_netns().is_empty() {
         eprintln!("splitnet: removing leftovers of an earlier run");
         sweep(rd);
@@ -100,6 +101,8 @@ fn wait_until_up(
     let deadline = Instant::now() + Duration::from_secs(timeout);
     loop {
         if let Some(st) = child.try_wait()? {
+            // Nothing half set up stays: what hv made before it failed.
+            sweep(rd);
             bail!(
                 "hv exited during start-up ({st}):\n{}",
                 log_tail(&rd.join("hv.log"), 20)
@@ -225,9 +228,19 @@ fn waiting_for(topo: &Topology, v: &serde_json::Value) -> Result<Vec<String>, St
 
 use std::os::unix::process::CommandExt;
 
+/// Undoes what a dead hv's uplinks left on the host (host interfaces lent
+/// to driver domains, nftables tables, dnsmasq, sysctls): before any
+/// namespace is deleted, which would destroy a lent interface.
+fn undo_uplinks(rd: &Path) {
+    for e in toolstack::uplink::clean_up(rd) {
+        eprintln!("splitnet: undoing uplinks: {e}");
+    }
+}
+
 /// Removes everything splitnet may have left: processes in its cgroups,
 /// namespaces (with their interfaces), the socket and pid file.
 fn sweep(rd: &Path) {
+    undo_uplinks(rd);
     host::sweep_cgroups(&host::CgroupLayout::detect());
     for ns in host::our_netns() {
         host::netns_del(&ns);

@@ -92,6 +92,14 @@ fn run(a: Args) -> Result<(), String> {
 
 fn main() {
     sys::close_inherited_fds(&[]);
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if let [k, dir] = argv.as_slice() {
+        if k == toolstack::uplink::KEEPER_ARG {
+            // hv's uplink keeper: undoes the uplinks' journal when hv exits.
+            toolstack::uplink::keep(std::path::Path::new(dir));
+            return;
+        }
+    }
     if let Err(e) = parse(std::env::args().skip(1)).and_then(run) {
         eprintln!("splitnet-hv: {e}");
         std::process::exit(1);

@@ -5,6 +5,7 @@ use crate::host::{self, CgroupLayout};
 use crate::supervisor::Supervisor;
 use crate::topology::Topology;
 use crate::topology::{VifConfig, VifOptions};
+use crate::uplink::Uplinks;
 use abi::xenbus::{self, XenbusState};
 use hv::core::Hypervisor;
 use hv::proto::{DomId, Request};
@@ -50,6 +51,9 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     }
     let _ = fs::remove_file(&sock);
     check_fd_limit(&cfg.topology)?;
+    // Before anything else is made: what an earlier hv left is undone, and
+    // the keeper watches this one.
+    let uplinks = Uplinks::start(&cfg.run_dir, &cfg.topology)?;
     let listener = SeqPacketListener::bind(&sock).map_err(|e| e.to_string())?;
     fs::write(cfg.run_dir.join("hv.pid"), std::process::id().to_string())
         .map_err(|e| e.to_string())?;
@@ -64,6 +68,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
         cfg.run_dir.clone(),
         cfg.exe.clone(),
         layout.clone(),
+        uplinks.clone(),
     );
     let result = sup.build();
     if let Err(e) = &result {
@@ -81,6 +86,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
         hv.wait_shutdown();
     }
     // Domains are gone; remove what belongs to the topology as a whole.
+    uplinks.finish();
     if let Some(w) = &cfg.topology.wire {
         host::netns_del(&host::netns_name(&w.name));
     }

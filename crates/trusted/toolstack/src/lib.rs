@@ -9,6 +9,8 @@
 //! - [`daemon`]: the daemon's wiring: hv, the supervisor, the toolstack socket;
 //! - [`supervisor`]: the domains' processes, namespaces, cgroups, restart policy;
 //! - [`host`]: host plumbing (network namespaces, veth, cgroups, `ip`);
+//! - [`uplink`]: driver domains' uplinks (`[[port]]`: host NIC, macvlan,
+//!   nat, route), their undo journal and keeper;
 //! - [`status`], [`metrics`], [`listen`], [`top`]: what the user is told
 //!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables);
 //! - [`capture`]: which driver domain serves a capture target;
@@ -26,3 +28,4 @@ pub mod supervisor;
 pub mod top;
 pub mod topology;
 pub mod tuning;
+pub mod uplink;

@@ -172,8 +172,10 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     let mut hosts = Vec::new();
     let mut ports = Vec::new();
     wire_host(&s, &ifs_of, &mut hosts, &mut ports);
+    let uplinks = uplinks(&s, &mut ports);
     let bridges = driver_bridges(&mut ts, &s, &mut ports);
     Ok(json!({
+        "uplinks": uplinks,
         "hv_pid": s.hv_pid,
         "topology": s.info.get("topology"),
         "domains": domains,
@@ -262,6 +264,44 @@ fn wire_host(
             }));
         }
     }
+}
+
+/// The driver domains' uplinks (`[[port]]`, and `[wire]`'s port), from
+/// hv's `uplink.<driver>/<ifname>` facts; each but the wire's is added to
+/// `ports` with what it is joined to on the host.
+fn uplinks(s: &hv::status::SystemStatus, ports: &mut Vec<Value>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (k, v) in &s.info {
+        let Some((drv, ifname)) = k.strip_prefix("uplink.").and_then(|r| r.split_once('/')) else {
+            continue;
+        };
+        let f: Vec<&str> = v.split('|').collect();
+        let field = |i: usize| f.get(i).filter(|x| !x.is_empty()).map(|x| x.to_string());
+        let (kind, iface, he) = (
+            f[0],
+            field(1).unwrap_or_default(),
+            field(4).unwrap_or_default(),
+        );
+        let joined = match kind {
+            "host" => Some(("host NIC", format!("host:{iface} (lent)"))),
+            "macvlan" => Some(("macvlan", format!("host:{iface}"))),
+            "nat" | "route" => Some(("veth", format!("host:{he} ({kind})"))),
+            _ => None,
+        };
+        if let Some((driver, peer)) = joined {
+            ports.push(json!({"domain": drv, "name": ifname, "driver": driver, "peer": peer}));
+        }
+        out.push(json!({
+            "domain": drv,
+            "name": ifname,
+            "kind": field(0),
+            "iface": field(1),
+            "bridge": field(2),
+            "vlan": field(3).and_then(|x| x.parse::<u16>().ok()),
+            "host_end": field(4),
+        }));
+    }
+    out
 }
 
 /// Each driver domain's bridge and loop counters from its published
@@ -590,6 +630,25 @@ fn print_ports(v: &Value) {
             p["name"].as_str().unwrap_or("?"),
             p["driver"].as_str().unwrap_or("?"),
             p["peer"].as_str().unwrap_or("?")
+        );
+    }
+    for u in v["uplinks"].as_array().unwrap_or(&empty) {
+        let s = |k: &str| u[k].as_str().unwrap_or("-").to_string();
+        println!(
+            "  uplink {}:{} kind {} iface {} bridge {}{}{}",
+            s("domain"),
+            s("name"),
+            s("kind"),
+            s("iface"),
+            s("bridge"),
+            u["vlan"]
+                .as_u64()
+                .map(|v| format!(" vlan {v}"))
+                .unwrap_or_default(),
+            u["host_end"]
+                .as_str()
+                .map(|h| format!(" host end {h}"))
+                .unwrap_or_default(),
         );
     }
     for b in v["bridges"].as_array().unwrap_or(&empty) {

@@ -17,9 +17,10 @@ use crate::daemon::{
 };
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::topology::{
-    DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig,
+    DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig, WireConfig,
     DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF, MAX_GUEST_VIFS,
 };
+use crate::uplink::{UplinkKind, Uplinks};
 use abi::xenbus::{self, XenbusState};
 use hv::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
 use hv::error::{ErrorKind, HvError, HvResult};
@@ -74,6 +75,7 @@ pub struct Supervisor {
     run_dir: PathBuf,
     exe: PathBuf,
     layout: CgroupLayout,
+    uplinks: Arc<Uplinks>,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -89,6 +91,7 @@ impl Supervisor {
         run_dir: PathBuf,
         exe: PathBuf,
         layout: CgroupLayout,
+        uplinks: Arc<Uplinks>,
     ) -> Arc<Supervisor> {
         let vifs = topology.vifs();
         Arc::new(Supervisor {
@@ -97,6 +100,7 @@ impl Supervisor {
             run_dir,
             exe,
             layout,
+            uplinks,
             state: Mutex::new(State {
                 vifs,
                 ..State::default()
@@ -149,28 +153,13 @@ impl Supervisor {
                 .map_err(|e| e.to_string())?;
         }
         if let Some(w) = &self.topology.wire {
-            let wns = host::netns_name(&w.name);
-            host::netns_add(&wns).map_err(|e| e.to_string())?;
-            host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
-                .map_err(|e| e.to_string())?;
-            for a in [&w.address, &w.ipv6].into_iter().flatten() {
-                host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
-            }
-            if let Some(rate) = w.rate {
-                // Both directions: what the driver domain sends to the wire,
-                // and what the wire host sends back.
-                host::shape(&host::netns_name(&w.driver), PHYS_PORT, rate.0)
-                    .and_then(|()| host::shape(&wns, WIRE_IF, rate.0))
-                    .map_err(|e| format!("shaping the wire link to {rate}: {e}"))?;
-                hv.set_info("wire.rate", &rate.to_string());
-            }
-            hv.set_info("wire", &w.name);
-            hv.set_info("wire.netns", &wns);
-            hv.set_info("wire.driver", &w.driver);
-            hv.set_info(
-                "wire.port",
-                &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
-            );
+            self.build_wire(&hv, w)?;
+        }
+        for (d, _, _, _) in created.iter().filter(|c| c.0.kind == DomainKind::Driver) {
+            self.uplinks.attach(&d.name)?;
+        }
+        for u in self.uplinks.all() {
+            hv.set_info(&u.info_key(), &u.info_value());
         }
         let vifs = self.lock().vifs.clone();
         for v in &vifs {
@@ -180,6 +169,48 @@ impl Supervisor {
             self.launch(&hv, d, domid, sock, cg)
                 .map_err(|e| format!("starting domain {}: {e}", d.name))?;
         }
+        Ok(())
+    }
+
+    /// The wire host's namespace and its veth to the driver domain's
+    /// physical port, addressed, shaped and sized as the topology says.
+    fn build_wire(&self, hv: &Arc<Hypervisor>, w: &WireConfig) -> Result<(), String> {
+        let wns = host::netns_name(&w.name);
+        host::netns_add(&wns).map_err(|e| e.to_string())?;
+        host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
+            .map_err(|e| e.to_string())?;
+        for a in [&w.address, &w.ipv6].into_iter().flatten() {
+            host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
+        }
+        // `[[port]] kind = "wire"` with `mtu`: both ends of the link.
+        let wire_port = self.topology.uplinks_of(&w.driver).into_iter();
+        if let Some(m) = wire_port
+            .filter(|u| u.kind == UplinkKind::Wire)
+            .find_map(|u| u.mtu)
+        {
+            let m = m.to_string();
+            host::ip_in(
+                &host::netns_name(&w.driver),
+                &["link", "set", PHYS_PORT, "mtu", &m],
+            )
+            .and_then(|_| host::ip_in(&wns, &["link", "set", WIRE_IF, "mtu", &m]))
+            .map_err(|e| format!("the wire link's mtu {m}: {e}"))?;
+        }
+        if let Some(rate) = w.rate {
+            // Both directions: what the driver domain sends to the wire,
+            // and what the wire host sends back.
+            host::shape(&host::netns_name(&w.driver), PHYS_PORT, rate.0)
+                .and_then(|()| host::shape(&wns, WIRE_IF, rate.0))
+                .map_err(|e| format!("shaping the wire link to {rate}: {e}"))?;
+            hv.set_info("wire.rate", &rate.to_string());
+        }
+        hv.set_info("wire", &w.name);
+        hv.set_info("wire.netns", &wns);
+        hv.set_info("wire.driver", &w.driver);
+        hv.set_info(
+            "wire.port",
+            &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
+        );
         Ok(())
     }
 
@@ -212,13 +243,8 @@ impl Supervisor {
                 ts.write(&format!("{home}/{k}"), v)?;
             }
         }
-        if self
-            .topology
-            .wire
-            .as_ref()
-            .is_some_and(|w| w.driver == d.name)
-        {
-            ts.write(&format!("{home}/port"), PHYS_PORT)?;
+        if d.kind == DomainKind::Driver {
+            crate::uplink::write_store(&mut ts, &home, &self.topology.uplinks_of(&d.name))?;
         }
         ts.write(
             &format!("{home}/port-offload"),
@@ -335,7 +361,7 @@ impl Supervisor {
                 .map_err(|x| format!("starting the device side of {name}'s NIC: {x}"))?;
         }
         let me = Arc::downgrade(self);
-        let (cg2, name2) = (cg.clone(), name.clone());
+        let (cg2, name2, uplinks) = (cg.clone(), name.clone(), self.uplinks.clone());
         hv.set_launch_info(
             domid,
             Some(pid),
@@ -343,9 +369,11 @@ impl Supervisor {
             cg.dirs.first().map(|p| p.display().to_string()),
             Some(Box::new(move || {
                 cg2.destroy(Duration::from_secs(2));
+                // A host interface never stays in a stopped driver domain.
+                uplinks.lend_back(&name2);
                 let keep = me.upgrade().is_some_and(|s| s.may_come_back(&name2));
                 if !keep {
-                    host::netns_del(&host::netns_name(&name2));
+                    drop_netns(&uplinks, &name2);
                 }
             })),
         );
@@ -524,7 +552,7 @@ impl Supervisor {
             };
         if !again {
             if kept {
-                host::netns_del(&host::netns_name(name));
+                drop_netns(&self.uplinks, name);
             }
             self.changed.notify_all();
             return;
@@ -535,7 +563,7 @@ impl Supervisor {
                     "hv: domain {name} crashed {CRASH_LOOP} times within {CRASH_WINDOW:?}; not restarting it again"
                 );
                 if kept {
-                    host::netns_del(&host::netns_name(name));
+                    drop_netns(&self.uplinks, name);
                 }
                 self.changed.notify_all();
                 return;
@@ -545,7 +573,7 @@ impl Supervisor {
         }
         if let Err(e) = self.start_again(&hv, name) {
             eprintln!("hv: restarting domain {name} failed: {e}");
-            host::netns_del(&host::netns_name(name));
+            drop_netns(&self.uplinks, name);
         }
         self.changed.notify_all();
     }
@@ -592,6 +620,9 @@ impl Supervisor {
         // A vif whose other end is not running waits for it.
         for v in self.running_vifs(hv, name) {
             self.plumb(hv, &v)?;
+        }
+        if d.kind == DomainKind::Driver {
+            self.uplinks.attach(name)?;
         }
         self.launch(hv, &d, domid, sock, cg)?;
         eprintln!(
@@ -891,6 +922,13 @@ fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
         names.push(std::os::fd::AsRawFd::as_raw_fd(fd).to_string());
     }
     Ok(names.join(","))
+}
+
+/// Deletes domain `name`'s namespace, its uplinks taken down first (a
+/// host interface inside would go with the namespace).
+fn drop_netns(uplinks: &Uplinks, name: &str) {
+    uplinks.teardown(name);
+    host::netns_del(&host::netns_name(name));
 }
 
 fn vif_info_key(v: &VifConfig) -> String {

@@ -21,6 +21,10 @@ pub struct Topology {
     #[serde(rename = "domain", default)]
     pub domains: Vec<DomainConfig>,
     pub wire: Option<WireConfig>,
+    /// Driver domains' uplinks (`[[port]]`); `[wire]` is the shorthand
+    /// for one of kind `wire`.
+    #[serde(rename = "port", default)]
+    pub ports: Vec<crate::uplink::PortConfig>,
 }
 
 fn default_name() -> String {
@@ -822,6 +826,7 @@ impl Topology {
         if let Some(w) = &self.wire {
             self.check_wire(w, &seen)?;
         }
+        self.check_ports()?;
         Ok(())
     }
 

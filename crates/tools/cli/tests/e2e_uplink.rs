@@ -1,0 +1,676 @@
+//! Uplinks end to end: each kind (host, macvlan, nat, route) carries a
+//! guest's ping, a 64 MiB download (SHA-256 checked) and an iperf3 run to
+//! a "LAN" the test builds: a namespace `sntest-lan` joined to the host by
+//! a veth pair (`sntest-h0` on the host), with its own dnsmasq, an HTTP
+//! server and iperf3. No traffic leaves the machine. After `down`, and
+//! after a SIGKILL of hv, the host's addresses, routes, nftables rules,
+//! dnsmasq processes and forwarding sysctls are as before `up`. Needs root;
+//! run one test at a time.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const LAN_NS: &str = "sntest-lan";
+/// The LAN's end on the host: the "host NIC" of the host and macvlan kinds.
+const HOST_IF: &str = "sntest-h0";
+const HOST_IP: &str = "10.79.0.1/24";
+const LAN_IP: &str = "10.79.0.2";
+const FILE_MIB: usize = 64;
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let o = Command::new(cmd).args(args).output().expect(cmd);
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn in_lan(args: &[&str]) -> String {
+    let mut a = vec!["netns", "exec", LAN_NS];
+    a.extend_from_slice(args);
+    sh("ip", &a)
+}
+
+fn sha256(path: &Path) -> String {
+    sh("sha256sum", &[path.to_str().unwrap()])
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Whether a TCP socket listens on `port` in the LAN.
+fn lan_listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    in_lan(&["cat", "/proc/net/tcp"])
+        .lines()
+        .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
+}
+
+/// The LAN beyond the host; taken down (even on failure) when dropped.
+struct Lan {
+    dir: PathBuf,
+    sha: String,
+    servers: Vec<Child>,
+}
+
+impl Lan {
+    fn new() -> Lan {
+        Lan::remove();
+        let dir = std::env::temp_dir().join(format!("sntest-lan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        sh("ip", &["netns", "add", LAN_NS]);
+        sh(
+            "ip",
+            &[
+                "link", "add", HOST_IF, "type", "veth", "peer", "name", "eth0", "netns", LAN_NS,
+            ],
+        );
+        sh("ip", &["addr", "add", HOST_IP, "dev", HOST_IF]);
+        sh("ip", &["link", "set", HOST_IF, "up"]);
+        in_lan(&["ip", "addr", "add", &format!("{LAN_IP}/24"), "dev", "eth0"]);
+        // Jumbo-capable: the host kind's uplink is tested at MTU 9000.
+        in_lan(&["ip", "link", "set", "eth0", "mtu", "9000", "up"]);
+        in_lan(&["ip", "link", "set", "lo", "up"]);
+        let file = dir.join("big.bin");
+        let mut data = vec![0u8; FILE_MIB << 20];
+        let mut f = std::fs::File::open("/dev/urandom").unwrap();
+        std::io::Read::read_exact(&mut f, &mut data).unwrap();
+        std::fs::write(&file, data).unwrap();
+        let sha = sha256(&file);
+        let mut lan = Lan {
+            dir,
+            sha,
+            servers: Vec::new(),
+        };
+        let d = lan.dir.to_str().unwrap().to_string();
+        let http = ["busybox", "httpd", "-f", "-p", "10.79.0.2:8000", "-h", &d];
+        let iperf = ["iperf3", "-s", "-B", LAN_IP];
+        let dhcp = [
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--bind-interfaces",
+            "--interface=eth0",
+            "--dhcp-range=10.79.0.100,10.79.0.199,1h",
+            "--dhcp-leasefile=/dev/null",
+            "--pid-file=",
+            "--user=root",
+        ];
+        for args in [&http[..], &iperf[..], &dhcp[..]] {
+            lan.servers.push(
+                Command::new("ip")
+                    .args(["netns", "exec", LAN_NS])
+                    .args(args)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        wait_until("the LAN's servers", Duration::from_secs(10), || {
+            lan_listening(8000) && lan_listening(5201) && lan_listening(53)
+        });
+        lan
+    }
+
+    fn remove() {
+        let _ = Command::new("ip")
+            .args(["netns", "del", LAN_NS])
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new("ip")
+            .args(["link", "del", HOST_IF])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for c in &mut self.servers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        Lan::remove();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What `up` may change on the host, and `down` must put back: interfaces
+/// with their MTU, state and addresses; routes; nftables rules; dnsmasq
+/// processes (the LAN's aside); forwarding sysctls.
+fn host_state() -> Value {
+    let addr: Value = serde_json::from_str(&sh("ip", &["-j", "addr"])).unwrap();
+    let mut ifs: Vec<String> = addr
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let mut a: Vec<String> = l["addr_info"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+                .collect();
+            a.sort();
+            let up = l["flags"].as_array().unwrap().iter().any(|f| f == "UP");
+            format!("{} mtu {} up {up} {a:?}", l["ifname"], l["mtu"])
+        })
+        .collect();
+    ifs.sort();
+    let mut routes = Vec::new();
+    for v in ["-4", "-6"] {
+        let r: Value = serde_json::from_str(&sh("ip", &["-j", v, "route"])).unwrap();
+        routes.extend(
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|r| format!("{} {} {}", r["dst"], r["dev"], r["gateway"])),
+        );
+    }
+    routes.sort();
+    let nft: Value = serde_json::from_str(&sh("nft", &["-j", "list", "ruleset"])).unwrap();
+    let rules: Vec<&Value> = nft["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x.get("metainfo").is_none())
+        .collect();
+    let sysctls: Vec<String> = ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"]
+        .iter()
+        .map(|p| std::fs::read_to_string(Path::new("/proc/sys").join(p)).unwrap())
+        .collect();
+    serde_json::json!({
+        "interfaces": ifs,
+        "routes": routes,
+        "nftables": rules,
+        "dnsmasq": host_dnsmasq(),
+        "sysctls": sysctls,
+    })
+}
+
+/// Live dnsmasq processes outside the LAN's namespace.
+fn host_dnsmasq() -> Vec<String> {
+    let mine = std::fs::read_link("/proc/self/ns/net").ok();
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z');
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let ns = std::fs::read_link(e.path().join("ns/net")).ok();
+        if cmd.starts_with("dnsmasq") && !zombie && ns == mine {
+            v.push(cmd);
+        }
+    }
+    v.sort();
+    v
+}
+
+/// The pid of hv's dnsmasq (the host namespace's), if one runs.
+fn dnsmasq_pid_opt() -> Option<u32> {
+    let out = Command::new("pgrep")
+        .args(["-f", "^dnsmasq .*--interface=sn"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+}
+
+fn dnsmasq_pid() -> u32 {
+    dnsmasq_pid_opt().expect("hv's dnsmasq runs")
+}
+
+/// A topology file for this test.
+fn topology(name: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("sntest-uplink-{}-{name}.toml", std::process::id()));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// One driver domain `drv`, guest `guest1` at `addr`, and `port`.
+fn one_guest(addr: &str, port: &str) -> String {
+    format!(
+        "name = \"uplink\"\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
+         [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"{addr}\"\n\
+         [[port]]\ndriver = \"drv\"\n{port}\n"
+    )
+}
+
+fn up(env: &Env, name: &str, text: &str) {
+    let p = topology(name, text);
+    env.ok(&["up", "--config", p.to_str().unwrap()]);
+    let _ = std::fs::remove_file(p);
+}
+
+/// Ping, the 64 MiB download with its SHA-256, and iperf3 from guest1 to
+/// the LAN.
+fn traffic(env: &Env, lan: &Lan, kind: &str) {
+    env.ping("guest1", LAN_IP, 3);
+    let out = env.run_dir.join("big.bin");
+    env.ok(&[
+        "exec",
+        "guest1",
+        "--",
+        "curl",
+        "-sS",
+        "--max-time",
+        "120",
+        "-o",
+        out.to_str().unwrap(),
+        &format!("http://{LAN_IP}:8000/big.bin"),
+    ]);
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().len(),
+        (FILE_MIB << 20) as u64
+    );
+    assert_eq!(
+        sha256(&out),
+        lan.sha,
+        "the download through {kind} is corrupt"
+    );
+    let _ = std::fs::remove_file(&out);
+    let j = env.ok(&[
+        "exec", "guest1", "--", "iperf3", "-c", LAN_IP, "-t", "2", "-J",
+    ]);
+    let v: Value = serde_json::from_str(&j).expect("iperf3 -J");
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
+    eprintln!("uplink {kind}: guest1 -> LAN TCP {:.2} Gbit/s", bps / 1e9);
+    assert!(bps > 1e6, "iperf3 through {kind} carried {bps} bit/s");
+}
+
+/// guest1 gets a DHCP lease in `prefix` from the server behind its uplink
+/// (`-B`: the offer is broadcast, as to a client without an address).
+fn dhcp_lease(env: &Env, prefix: &str) {
+    let o = env.splitnet(&[
+        "exec",
+        "guest1",
+        "--",
+        "busybox",
+        "udhcpc",
+        "-B",
+        "-i",
+        "eth0",
+        "-n",
+        "-q",
+        "-t",
+        "5",
+        "-T",
+        "1",
+        "-s",
+        "/bin/true",
+    ]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.status.success() && text.contains(&format!("lease of {prefix}")),
+        "no DHCP lease in {prefix}:\n{text}"
+    );
+}
+
+fn host_if_in_host() -> bool {
+    Command::new("ip")
+        .args(["link", "show", "dev", HOST_IF])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Waits until hv's keeper (after hv was killed) has exited.
+fn wait_keeper(env: &Env) {
+    let pid: i32 = std::fs::read_to_string(env.run_dir.join("keeper.pid"))
+        .expect("hv started a keeper")
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until(
+        "the keeper to undo the uplinks",
+        Duration::from_secs(20),
+        || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| {
+                        s.rsplit(')')
+                            .next()
+                            .unwrap_or("")
+                            .trim_start()
+                            .starts_with('Z')
+                    })
+                    .unwrap_or(true)
+        },
+    );
+}
+
+fn kill_hv(env: &Env) {
+    let st = env.status();
+    kill9(st["hv_pid"].as_i64().unwrap());
+    wait_keeper(env);
+}
+
+/// Where host interface `HOST_IF` is: on the host with its address, or not.
+fn assert_host_if_home() {
+    assert!(host_if_in_host(), "{HOST_IF} is not back on the host");
+    let a = sh("ip", &["-br", "addr", "show", "dev", HOST_IF]);
+    assert!(
+        a.contains(HOST_IP),
+        "{HOST_IF} came back without its address: {a}"
+    );
+}
+
+#[test]
+fn a_host_interface_is_lent_to_the_driver_domain_and_always_comes_back() {
+    let lan = Lan::new();
+    let before = host_state();
+    let Some(env) = Env::new("uplink-host") else {
+        return;
+    };
+    let topo = one_guest(
+        "10.79.0.50/24",
+        &format!("kind = \"host\"\niface = \"{HOST_IF}\"\nmtu = 9000"),
+    );
+    up(&env, "host", &topo);
+    assert!(!host_if_in_host(), "{HOST_IF} is still on the host");
+    let inside = sh(
+        "ip",
+        &["-n", "splitnet-drv", "link", "show", "dev", HOST_IF],
+    );
+    assert!(inside.contains("mtu 9000"), "{inside}");
+    let st = env.status();
+    let u = &st["uplinks"][0];
+    assert_eq!(
+        (
+            u["kind"].as_str(),
+            u["iface"].as_str(),
+            u["bridge"].as_str()
+        ),
+        (Some("host"), Some(HOST_IF), Some("xenbr0"))
+    );
+    traffic(&env, &lan, "host");
+    dhcp_lease(&env, "10.79.0.");
+    // The driver domain crashes: the interface comes back to the host, and
+    // is handed over again when hv restarts the domain.
+    let pid = domain(&st, "drv")["pid"].as_i64().unwrap();
+    kill9(pid);
+    wait_until("drv to come back", Duration::from_secs(15), || {
+        let st = env.status();
+        let d = domain(&st, "drv");
+        !d.is_null()
+            && d["pid"].as_i64() != Some(pid)
+            && vif(&st, "guest1")["backend_state"] == "Connected"
+    });
+    assert!(!host_if_in_host(), "{HOST_IF} was not handed over again");
+    env.ping("guest1", LAN_IP, 3);
+    env.ok(&["down"]);
+    assert_host_if_home();
+    assert_eq!(host_state(), before, "down left the host changed");
+    // hv is killed: its keeper gives the interface back.
+    up(&env, "host", &topo);
+    kill_hv(&env);
+    assert_host_if_home();
+    assert_eq!(
+        host_state(),
+        before,
+        "a SIGKILL of hv left the host changed"
+    );
+    env.ok(&["down"]);
+    // A driver domain that is not restarted gives it back for good.
+    up(
+        &env,
+        "host-never",
+        &topo.replace(
+            "kind = \"driver\"",
+            "kind = \"driver\"\nrestart = \"never\"",
+        ),
+    );
+    kill9(domain(&env.status(), "drv")["pid"].as_i64().unwrap());
+    // (Moved first, then its settings restored: wait for the address.)
+    wait_until(
+        "drv's interface to come back",
+        Duration::from_secs(10),
+        || {
+            host_if_in_host()
+                && sh("ip", &["-br", "addr", "show", "dev", HOST_IF]).contains(HOST_IP)
+        },
+    );
+    assert_host_if_home();
+    env.ok(&["down"]);
+    assert_eq!(host_state(), before);
+    drop(env);
+    assert_eq!(netns(), Vec::<String>::new(), "namespaces left behind");
+}
+
+#[test]
+fn a_macvlan_uplink_leaves_the_host_its_interface() {
+    let lan = Lan::new();
+    let before = host_state();
+    let Some(env) = Env::new("uplink-macvlan") else {
+        return;
+    };
+    up(
+        &env,
+        "macvlan",
+        &one_guest(
+            "10.79.0.51/24",
+            &format!("kind = \"macvlan\"\niface = \"{HOST_IF}\""),
+        ),
+    );
+    assert!(host_if_in_host());
+    traffic(&env, &lan, "macvlan");
+    env.ok(&["down"]);
+    assert_eq!(host_state(), before, "down left the host changed");
+}
+
+#[test]
+fn a_nat_uplink_masquerades_and_serves_dhcp_and_dns() {
+    let lan = Lan::new();
+    let before = host_state();
+    let Some(env) = Env::new("uplink-nat") else {
+        return;
+    };
+    let topo = one_guest("10.78.0.5/24", "kind = \"nat\"\nsubnet = \"10.78.0.1/24\"");
+    up(&env, "nat", &topo);
+    assert!(sh("nft", &["list", "ruleset"]).contains("masquerade"));
+    env.ok(&[
+        "exec",
+        "guest1",
+        "--",
+        "ip",
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.78.0.1",
+    ]);
+    // The LAN has no route to 10.78.0.0/24: its answers reach the guest
+    // only because the host masquerades the guest's traffic.
+    traffic(&env, &lan, "nat");
+    dhcp_lease(&env, "10.78.0.");
+    // hv restarts a dnsmasq that dies.
+    let old = dnsmasq_pid();
+    kill9(old as i64);
+    wait_until("a new dnsmasq", Duration::from_secs(10), || {
+        dnsmasq_pid_opt().is_some_and(|p| p != old)
+    });
+    let lookup = [
+        "exec",
+        "guest1",
+        "--",
+        "busybox",
+        "nslookup",
+        "gateway.splitnet",
+        "10.78.0.1",
+    ];
+    wait_until("the new dnsmasq to answer", Duration::from_secs(10), || {
+        env.splitnet(&lookup).status.success()
+    });
+    let dns = env.ok(&lookup);
+    assert!(dns.contains("Address: 10.78.0.1"), "{dns}");
+    env.ok(&["down"]);
+    assert_eq!(host_state(), before, "down left the host changed");
+    up(&env, "nat", &topo);
+    kill_hv(&env);
+    assert_eq!(
+        host_state(),
+        before,
+        "a SIGKILL of hv left the host changed"
+    );
+    env.ok(&["down"]);
+}
+
+#[test]
+fn a_route_uplink_routes_each_guest_address() {
+    let lan = Lan::new();
+    let before = host_state();
+    let Some(env) = Env::new("uplink-route") else {
+        return;
+    };
+    in_lan(&["ip", "route", "add", "10.80.0.0/24", "via", "10.79.0.1"]);
+    up(
+        &env,
+        "route",
+        &one_guest("10.80.0.5/24", "kind = \"route\""),
+    );
+    assert!(sh("ip", &["route"]).contains("10.80.0.5 dev sn0-drv"));
+    env.ok(&[
+        "exec", "guest1", "--", "ip", "route", "add", "default", "dev", "eth0",
+    ]);
+    traffic(&env, &lan, "route");
+    env.ok(&["down"]);
+    assert_eq!(host_state(), before, "down left the host changed");
+}
+
+/// `up` fails with `needle` in its error, and nothing is half set up.
+fn refused(env: &Env, name: &str, text: &str, needle: &str, before: &Value) {
+    let p = topology(name, text);
+    let o = env.splitnet(&["up", "--config", p.to_str().unwrap()]);
+    let _ = std::fs::remove_file(p);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{name}: up succeeded");
+    assert!(err.contains(needle), "{name}: no {needle:?} in:\n{err}");
+    assert_eq!(&host_state(), before, "{name}: the host was left changed");
+    assert_eq!(netns(), Vec::<String>::new(), "{name}: namespaces left");
+}
+
+#[test]
+fn bad_uplinks_are_refused_clearly_and_leave_nothing() {
+    let _lan = Lan::new();
+    let before = host_state();
+    let Some(env) = Env::new("uplink-bad") else {
+        return;
+    };
+    let host = |iface: &str| {
+        one_guest(
+            "10.79.0.50/24",
+            &format!("kind = \"host\"\niface = \"{iface}\""),
+        )
+    };
+    refused(
+        &env,
+        "absent",
+        &host("sntest-none"),
+        "host interface sntest-none does not exist",
+        &before,
+    );
+    // Enslaved to a bridge: in use.
+    sh("ip", &["link", "add", "sntest-br", "type", "bridge"]);
+    sh("ip", &["link", "set", HOST_IF, "master", "sntest-br"]);
+    let p = topology("enslaved", &host(HOST_IF));
+    let o = env.splitnet(&["up", "--config", p.to_str().unwrap()]);
+    sh("ip", &["link", "del", "sntest-br"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("is in use: it is enslaved to sntest-br"),
+        "{err}"
+    );
+    // Two ports on one interface: the topology is refused.
+    let two = format!(
+        "{}\n[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\niface = \"{HOST_IF}\"\n",
+        host(HOST_IF)
+    );
+    refused(
+        &env,
+        "twice",
+        &two,
+        "is the iface of two [[port]]s",
+        &before,
+    );
+    refused(
+        &env,
+        "no-iface",
+        &one_guest("10.79.0.50/24", "kind = \"host\""),
+        "needs iface",
+        &before,
+    );
+    // A kernel without nf_tables NAT: nft refuses the table (here an nft
+    // that answers as such a kernel does, first on PATH).
+    let fake = env.run_dir.with_extension("bin");
+    std::fs::create_dir_all(&fake).unwrap();
+    std::fs::write(fake.join("nft"), "#!/bin/sh\ncat >/dev/null\necho 'Error: Could not process rule: No such file or directory' >&2\nexit 1\n").unwrap();
+    sh("chmod", &["+x", fake.join("nft").to_str().unwrap()]);
+    let p = topology(
+        "nonat",
+        &one_guest("10.78.0.5/24", "kind = \"nat\"\nsubnet = \"10.78.0.1/24\""),
+    );
+    let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap());
+    let o = Command::new(env!("CARGO_BIN_EXE_splitnet"))
+        .arg("--run-dir")
+        .arg(&env.run_dir)
+        .args(["up", "--config", p.to_str().unwrap()])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("nftables refused drv's NAT table"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&fake);
+    assert_eq!(
+        host_state(),
+        before,
+        "a refused nat uplink left the host changed"
+    );
+    assert_eq!(netns(), Vec::<String>::new());
+}
+
+#[test]
+fn a_wire_port_keeps_the_wire_and_sets_its_mtu() {
+    let Some(env) = Env::new("uplink-wire") else {
+        return;
+    };
+    let topo = format!(
+        "{}[wire]\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n",
+        one_guest("10.77.0.1/24", "kind = \"wire\"\nmtu = 9000\nvlan = 7")
+    );
+    up(&env, "wire", &topo);
+    for (ns, dev) in [("splitnet-drv", "peth0"), ("splitnet-wire", "eth0")] {
+        let l = sh("ip", &["-n", ns, "link", "show", "dev", dev]);
+        assert!(l.contains("mtu 9000"), "{ns}:{dev}: {l}");
+    }
+    let st = env.status();
+    assert_eq!(st["uplinks"][0]["kind"], "wire");
+    assert_eq!(st["uplinks"][0]["vlan"], 7);
+    env.ok(&["down"]);
+}

@@ -1,0 +1,448 @@
+//! `[[port]]`: a driver domain's uplinks as the topology file gives them,
+//! checked, and resolved into what hv sets up ([`Uplink`]).
+
+use crate::daemon::PHYS_PORT;
+use crate::topology::{DomainKind, Topology};
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Largest MTU an uplink may have (jumbo frames).
+pub const MAX_MTU: u32 = 9000;
+/// Smallest MTU an IPv4 interface may have (RFC 791).
+pub const MIN_MTU: u32 = 68;
+
+/// What a driver domain's port is joined to on the host.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UplinkKind {
+    /// A veth to the synthetic `wire` host (`[wire]`).
+    Wire,
+    /// A host interface moved into the driver domain's namespace.
+    Host,
+    /// A macvlan (mode bridge) on a host interface.
+    Macvlan,
+    /// A veth to the host, masqueraded by nftables, with dnsmasq (vif-nat).
+    Nat,
+    /// A veth to the host, with host routes and proxy ARP (vif-route).
+    Route,
+}
+
+impl UplinkKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UplinkKind::Wire => "wire",
+            UplinkKind::Host => "host",
+            UplinkKind::Macvlan => "macvlan",
+            UplinkKind::Nat => "nat",
+            UplinkKind::Route => "route",
+        }
+    }
+}
+
+/// One `[[port]]` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    /// The driver domain whose port this is.
+    pub driver: String,
+    /// The driver domain's bridge the port joins (default
+    /// [`abi::xenbus::DEFAULT_BRIDGE`]).
+    pub bridge: Option<String>,
+    pub kind: UplinkKind,
+    /// `host` and `macvlan`: the host interface.
+    pub iface: Option<String>,
+    /// The uplink interface's MTU ([`MIN_MTU`]..=[`MAX_MTU`]).
+    pub mtu: Option<u32>,
+    /// The port is an access port of this VLAN (1..=4094); else a trunk.
+    pub vlan: Option<u16>,
+    /// `nat`: the host side's address with the guests' prefix, e.g.
+    /// "10.78.0.1/24"; dnsmasq leases the upper half of it.
+    pub subnet: Option<String>,
+    /// `macvlan`: the macvlan's MAC (default: the first guest's on the
+    /// bridge; a bridge-mode macvlan receives unicast for its own MAC only).
+    pub mac: Option<String>,
+}
+
+/// An uplink as hv sets it up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Uplink {
+    pub driver: String,
+    pub bridge: String,
+    pub kind: UplinkKind,
+    /// `host`, `macvlan`: the host interface.
+    pub iface: Option<String>,
+    /// The interface's name in the driver domain's namespace.
+    pub ifname: String,
+    /// `nat`, `route`: the host end of the veth.
+    pub host_end: Option<String>,
+    pub mtu: Option<u32>,
+    pub vlan: Option<u16>,
+    /// `nat`: the host end's address and prefix.
+    pub subnet: Option<(Ipv4Addr, u8)>,
+    /// `macvlan`: its MAC.
+    pub mac: Option<String>,
+    /// `route`: the guests' addresses the host routes to the port.
+    pub routes: Vec<IpAddr>,
+}
+
+impl Uplink {
+    /// The store value of `uplinks/<ifname>` (`bridge=..[,vlan=..]`).
+    pub fn store_value(&self) -> String {
+        match self.vlan {
+            Some(v) => format!("bridge={},vlan={v}", self.bridge),
+            None => format!("bridge={}", self.bridge),
+        }
+    }
+
+    /// Whether it sets up anything on the host that must be undone.
+    pub fn touches_host(&self) -> bool {
+        self.kind != UplinkKind::Wire
+    }
+}
+
+/// Whether `n` is a usable Linux interface name (dev_valid_name).
+pub fn valid_ifname(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() < 16
+        && n != "."
+        && n != ".."
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@' | '+'))
+}
+
+fn parse_subnet(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    let bad = || {
+        format!("port subnet = {s:?} must be an IPv4 address with a prefix of 8..=30, like \"10.78.0.1/24\"")
+    };
+    let (a, l) = s.split_once('/').ok_or_else(bad)?;
+    let a: Ipv4Addr = a.parse().map_err(|_| bad())?;
+    let l: u8 = l.parse().map_err(|_| bad())?;
+    if !(8..=30).contains(&l) {
+        return Err(bad());
+    }
+    let host = u32::from(a) & (u32::MAX >> l);
+    if host == 0 || host == u32::MAX >> l {
+        return Err(format!(
+            "port subnet = {s:?}: the host side needs a host address, not the network or broadcast one"
+        ));
+    }
+    Ok((a, l))
+}
+
+/// Checks one `[[port]]` on its own.
+fn check_port(p: &PortConfig, t: &Topology) -> Result<(), String> {
+    let who = format!("[[port]] of {:?}", p.driver);
+    match t.domain(&p.driver) {
+        Some(d) if d.kind == DomainKind::Driver => {}
+        Some(_) => return Err(format!("{who}: {:?} is not a driver domain", p.driver)),
+        None => return Err(format!("{who}: driver = {:?} names no domain", p.driver)),
+    }
+    if let Some(b) = &p.bridge {
+        if !valid_ifname(b) {
+            return Err(format!("{who}: bridge = {b:?} is not a valid bridge name"));
+        }
+    }
+    let needs_iface = matches!(p.kind, UplinkKind::Host | UplinkKind::Macvlan);
+    match (&p.iface, needs_iface) {
+        (None, true) => {
+            return Err(format!(
+                "{who}: kind = {:?} needs iface = \"<host interface>\"",
+                p.kind.as_str()
+            ))
+        }
+        (Some(_), false) => {
+            return Err(format!(
+                "{who}: iface is for kinds host and macvlan, not {:?}",
+                p.kind.as_str()
+            ))
+        }
+        (Some(i), true) if !valid_ifname(i) || i == "lo" => {
+            return Err(format!(
+                "{who}: iface = {i:?} is not a usable interface name"
+            ))
+        }
+        _ => {}
+    }
+    if let Some(m) = p.mtu.filter(|m| !(MIN_MTU..=MAX_MTU).contains(m)) {
+        return Err(format!("{who}: mtu = {m} is outside {MIN_MTU}..={MAX_MTU}"));
+    }
+    if let Some(v) = p.vlan.filter(|v| !(1..=4094).contains(v)) {
+        return Err(format!("{who}: vlan = {v} is outside 1..=4094"));
+    }
+    match (&p.subnet, p.kind) {
+        (None, UplinkKind::Nat) => {
+            return Err(format!(
+                "{who}: kind = \"nat\" needs subnet = \"10.78.0.1/24\" (the host side's address)"
+            ))
+        }
+        (Some(s), UplinkKind::Nat) => drop(parse_subnet(s)?),
+        (Some(_), _) => return Err(format!("{who}: subnet is for kind nat only")),
+        (None, _) => {}
+    }
+    match (&p.mac, p.kind) {
+        (Some(m), UplinkKind::Macvlan) => {
+            abi::xenbus::parse_mac(m).map_err(|e| format!("{who}: mac = {m:?}: {e}"))?;
+        }
+        (Some(_), _) => return Err(format!("{who}: mac is for kind macvlan only")),
+        (None, _) => {}
+    }
+    if p.kind == UplinkKind::Wire && t.wire.as_ref().is_none_or(|w| w.driver != p.driver) {
+        return Err(format!(
+            "{who}: kind = \"wire\" needs a [wire] section with driver = {:?}",
+            p.driver
+        ));
+    }
+    Ok(())
+}
+
+impl Topology {
+    /// Checks the `[[port]]` sections, each and together: one port per
+    /// host interface, distinct interface names within a driver domain.
+    pub(crate) fn check_ports(&self) -> Result<(), String> {
+        for p in &self.ports {
+            check_port(p, self)?;
+        }
+        let mut ifaces = HashSet::new();
+        for p in &self.ports {
+            if let Some(i) = &p.iface {
+                if !ifaces.insert(i.as_str()) {
+                    return Err(format!(
+                        "host interface {i:?} is the iface of two [[port]]s; each needs its own"
+                    ));
+                }
+            }
+        }
+        let mut names = HashSet::new();
+        for u in self.uplinks() {
+            if !names.insert((u.driver.clone(), u.ifname.clone())) {
+                return Err(format!(
+                    "driver domain {:?} would have two uplinks named {:?} (a [wire] port and a [[port]] kind = \"wire\", or a host interface with that name)",
+                    u.driver, u.ifname
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every uplink: the `[[port]]`s, and the `[wire]` port unless a
+    /// `[[port]] kind = "wire"` already names it.
+    pub fn uplinks(&self) -> Vec<Uplink> {
+        let mut ports = self.ports.clone();
+        if let Some(w) = &self.wire {
+            let named = ports
+                .iter()
+                .any(|p| p.kind == UplinkKind::Wire && p.driver == w.driver);
+            if !named {
+                ports.insert(0, wire_port(&w.driver));
+            }
+        }
+        let mut out: Vec<Uplink> = Vec::new();
+        for p in &ports {
+            let n = out.iter().filter(|u| u.driver == p.driver).count();
+            out.push(self.resolve(p, n));
+        }
+        out
+    }
+
+    /// The uplinks of driver domain `driver`.
+    pub fn uplinks_of(&self, driver: &str) -> Vec<Uplink> {
+        let mut v = self.uplinks();
+        v.retain(|u| u.driver == driver);
+        v
+    }
+
+    /// Port `p`, the `n`th of its driver domain, with its interface names.
+    fn resolve(&self, p: &PortConfig, n: usize) -> Uplink {
+        let bridge = p
+            .bridge
+            .clone()
+            .unwrap_or_else(|| abi::xenbus::DEFAULT_BRIDGE.to_string());
+        let ifname = match p.kind {
+            UplinkKind::Wire => PHYS_PORT.to_string(),
+            UplinkKind::Host => p.iface.clone().unwrap_or_default(),
+            _ => format!("upl{n}"),
+        };
+        let host_end = matches!(p.kind, UplinkKind::Nat | UplinkKind::Route)
+            .then(|| format!("sn{n}-{}", p.driver));
+        let behind = self.vifs().into_iter().filter(|v| {
+            v.backend == p.driver
+                && v.opts
+                    .bridge
+                    .as_deref()
+                    .unwrap_or(abi::xenbus::DEFAULT_BRIDGE)
+                    == bridge
+        });
+        let mut routes = Vec::new();
+        let mut first_mac = None;
+        for v in behind {
+            first_mac.get_or_insert(v.mac.clone());
+            if v.handle != 0 {
+                continue;
+            }
+            let d = self.domain(&v.guest);
+            for a in d.into_iter().flat_map(|d| [&d.address, &d.ipv6]).flatten() {
+                if let Some(ip) = a.split('/').next().and_then(|s| s.parse().ok()) {
+                    routes.push(ip);
+                }
+            }
+        }
+        Uplink {
+            driver: p.driver.clone(),
+            bridge,
+            kind: p.kind,
+            iface: p.iface.clone(),
+            ifname,
+            host_end,
+            mtu: p.mtu,
+            vlan: p.vlan,
+            subnet: p.subnet.as_deref().and_then(|s| parse_subnet(s).ok()),
+            mac: (p.kind == UplinkKind::Macvlan)
+                .then(|| p.mac.clone().or(first_mac))
+                .flatten(),
+            routes: if p.kind == UplinkKind::Route {
+                routes
+            } else {
+                Vec::new()
+            },
+        }
+    }
+}
+
+fn wire_port(driver: &str) -> PortConfig {
+    PortConfig {
+        driver: driver.to_string(),
+        bridge: None,
+        kind: UplinkKind::Wire,
+        iface: None,
+        mtu: None,
+        vlan: None,
+        subnet: None,
+        mac: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n[[domain]]\nname = \"g\"\nkind = \"guest\"\naddress = \"10.80.0.5/24\"\n";
+
+    fn parse(ports: &str) -> Result<Topology, String> {
+        Topology::parse(&format!("{BASE}{ports}"), "t").map_err(|e| e.to_string())
+    }
+
+    fn bad(ports: &str, needle: &str) {
+        let e = parse(ports).unwrap_err();
+        assert!(e.contains(needle), "{ports:?}: {e:?} lacks {needle:?}");
+    }
+
+    #[test]
+    fn ports_resolve_to_uplinks_with_their_names_and_store_values() {
+        let t = parse(
+            "[wire]\ndriver = \"drv\"\n\
+             [[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"eth1\"\nmtu = 9000\n\
+             [[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1/24\"\nbridge = \"xenbr1\"\nvlan = 10\n\
+             [[port]]\ndriver = \"drv\"\nkind = \"route\"\n",
+        )
+        .unwrap();
+        let u = t.uplinks();
+        let names: Vec<(&str, &str)> = u
+            .iter()
+            .map(|u| (u.kind.as_str(), u.ifname.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("wire", "peth0"),
+                ("host", "eth1"),
+                ("nat", "upl2"),
+                ("route", "upl3")
+            ]
+        );
+        assert_eq!(u[1].mtu, Some(9000));
+        assert_eq!(u[2].store_value(), "bridge=xenbr1,vlan=10");
+        assert_eq!(u[2].host_end.as_deref(), Some("sn2-drv"));
+        assert_eq!(u[2].subnet, Some(("10.78.0.1".parse().unwrap(), 24)));
+        assert_eq!(u[3].routes, ["10.80.0.5".parse::<IpAddr>().unwrap()]);
+        assert_eq!(u[0].store_value(), "bridge=xenbr0");
+        // A macvlan takes the first guest's MAC unless given one.
+        let t =
+            parse("[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\niface = \"eth1\"\n").unwrap();
+        assert_eq!(t.uplinks()[0].mac.as_deref(), Some("00:16:3e:5e:00:01"));
+    }
+
+    #[test]
+    fn bad_ports_get_clear_errors() {
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"host\"\n",
+            "needs iface",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\n",
+            "needs iface",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"nat\"\n",
+            "needs subnet",
+        );
+        bad(
+            "[[port]]\ndriver = \"g\"\nkind = \"route\"\n",
+            "is not a driver domain",
+        );
+        bad(
+            "[[port]]\ndriver = \"x\"\nkind = \"route\"\n",
+            "names no domain",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"bogus\"\n",
+            "unknown variant",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\ncolour = 1\n",
+            "unknown field",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\niface = \"eth1\"\n",
+            "iface is for kinds host and macvlan",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"lo\"\n",
+            "not a usable interface name",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"a/b\"\n",
+            "not a usable interface name",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nmtu = 9001\n",
+            "outside 68..=9000",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nvlan = 4095\n",
+            "outside 1..=4094",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.0/24\"\n",
+            "host address",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1\"\n",
+            "prefix of 8..=30",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nsubnet = \"10.78.0.1/24\"\n",
+            "for kind nat only",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"wire\"\n",
+            "needs a [wire] section",
+        );
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nbridge = \"a bridge\"\n",
+            "not a valid bridge name",
+        );
+        bad("[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"eth1\"\n[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\niface = \"eth1\"\n", "iface of two");
+        bad("[wire]\ndriver = \"drv\"\n[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"peth0\"\n", "two uplinks named \"peth0\"");
+    }
+}

@@ -1,0 +1,275 @@
+//! The undo journal: what hv changed on the host for the uplinks, written
+//! down BEFORE each change, so that whoever comes after a crash (the
+//! keeper, `splitnet down`, the next `up`) can put the host back. One JSON
+//! object a line in `<run dir>/uplinks.journal`; every undo is idempotent
+//! (undoing what is already undone succeeds), and the file is locked
+//! (flock) while it is read or rewritten.
+
+use crate::host::{self, ip_in, run};
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+/// Owner of the changes made for the whole topology (not one domain).
+pub const TOPOLOGY: &str = "";
+
+/// One change to undo.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "undo", rename_all = "kebab-case")]
+pub enum Undo {
+    /// A host interface lent to namespace `ns`: it goes back to the host
+    /// with its MTU, its addresses (`ip addr add` arguments) and up-state.
+    Lend {
+        ns: String,
+        iface: String,
+        mtu: u32,
+        up: bool,
+        addrs: Vec<Vec<String>>,
+    },
+    /// A link splitnet created, in namespace `ns` or the host's (None).
+    Link { ns: Option<String>, ifname: String },
+    /// An nftables table of splitnet's own.
+    Table { family: String, name: String },
+    /// A sysctl (path under /proc/sys) and its value before.
+    Sysctl { path: String, old: String },
+    /// A process splitnet started, by pid and start time (so that a reused
+    /// pid is never killed).
+    Process { pid: i32, start: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Entry {
+    owner: String,
+    #[serde(flatten)]
+    undo: Undo,
+}
+
+/// The journal file of run directory `run_dir`.
+pub fn path(run_dir: &Path) -> PathBuf {
+    run_dir.join("uplinks.journal")
+}
+
+/// Opens (creating) and locks the journal.
+fn open_locked(run_dir: &Path, create: bool) -> std::io::Result<Option<File>> {
+    let p = path(run_dir);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .append(create)
+        .create(create)
+        .open(&p);
+    let f = match f {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    f.lock()?;
+    Ok(Some(f))
+}
+
+/// Writes down `undo`, owned by `owner` (a driver domain, or
+/// [`TOPOLOGY`]), before the change it undoes is made.
+pub fn record(run_dir: &Path, owner: &str, undo: Undo) -> Result<(), String> {
+    let what = || format!("the undo journal {}", path(run_dir).display());
+    let mut f = open_locked(run_dir, true)
+        .map_err(|e| format!("{}: {e}", what()))?
+        .ok_or_else(what)?;
+    let mut line = serde_json::to_string(&Entry {
+        owner: owner.to_string(),
+        undo,
+    })
+    .map_err(|e| e.to_string())?;
+    line.push('\n');
+    f.write_all(line.as_bytes())
+        .and_then(|()| f.sync_data())
+        .map_err(|e| format!("{}: {e}", what()))
+}
+
+/// Undoes, newest first, the entries whose owner `pick` accepts, and
+/// keeps the rest; returns what failed. Without a journal, nothing to do.
+pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String> {
+    let mut f = match open_locked(run_dir, false) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Vec::new(),
+        Err(e) => return vec![format!("the undo journal: {e}")],
+    };
+    let mut text = String::new();
+    if let Err(e) = f.read_to_string(&mut text) {
+        return vec![format!("reading the undo journal: {e}")];
+    }
+    let entries: Vec<Entry> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let (now, keep): (Vec<Entry>, Vec<Entry>) =
+        entries.into_iter().partition(|e| pick(&e.owner, &e.undo));
+    let mut errors = Vec::new();
+    for e in now.iter().rev() {
+        if let Err(x) = undo(&e.undo) {
+            errors.push(x);
+        }
+    }
+    let rest: String = keep
+        .iter()
+        .filter_map(|e| serde_json::to_string(e).ok())
+        .map(|l| l + "\n")
+        .collect();
+    let rewrite = f
+        .set_len(0)
+        .and_then(|()| f.rewind())
+        .and_then(|()| f.write_all(rest.as_bytes()))
+        .and_then(|()| f.sync_data());
+    if let Err(e) = rewrite {
+        errors.push(format!("rewriting the undo journal: {e}"));
+    }
+    if keep.is_empty() {
+        let _ = fs::remove_file(path(run_dir));
+    }
+    errors
+}
+
+/// Undoes everything in the journal (hv's exit, the keeper, `down`, `up`).
+pub fn replay_all(run_dir: &Path) -> Vec<String> {
+    replay(run_dir, |_, _| true)
+}
+
+/// The host namespace, as this process sees it: where lent interfaces go
+/// back to (`ip -n NS` runs in NS, so it cannot name the host by itself).
+fn host_netns() -> String {
+    format!("/proc/{}/ns/net", std::process::id())
+}
+
+fn exists(ns: Option<&str>, ifname: &str) -> bool {
+    let args = ["link", "show", "dev", ifname];
+    match ns {
+        Some(ns) => ip_in(ns, &args).is_ok(),
+        None => run("ip", &args).is_ok(),
+    }
+}
+
+/// Undoes one change; what is already undone is fine.
+fn undo(u: &Undo) -> Result<(), String> {
+    let e = |x: std::io::Error| x.to_string();
+    match u {
+        Undo::Lend {
+            ns,
+            iface,
+            mtu,
+            up,
+            addrs,
+        } => give_back(ns, iface, *mtu, *up, addrs),
+        Undo::Link { ns, ifname } => {
+            if exists(ns.as_deref(), ifname) {
+                let args = ["link", "del", "dev", ifname.as_str()];
+                match ns {
+                    Some(ns) => ip_in(ns, &args).map(drop).map_err(e)?,
+                    None => run("ip", &args).map(drop).map_err(e)?,
+                }
+            }
+            Ok(())
+        }
+        Undo::Table { family, name } => {
+            if run("nft", &["list", "table", family, name]).is_ok() {
+                run("nft", &["delete", "table", family, name]).map_err(e)?;
+            }
+            Ok(())
+        }
+        Undo::Sysctl { path, old } => fs::write(Path::new("/proc/sys").join(path), old)
+            .map_err(|x| format!("restoring /proc/sys/{path} to {old}: {x}")),
+        Undo::Process { pid, start } => {
+            if start_time(*pid) == Some(*start) {
+                host::signal_all(&[*pid], libc::SIGTERM);
+                wait_gone(*pid);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Moves `iface` from `ns` back to the host and restores its settings.
+fn give_back(
+    ns: &str,
+    iface: &str,
+    mtu: u32,
+    up: bool,
+    addrs: &[Vec<String>],
+) -> Result<(), String> {
+    let e = |x: std::io::Error| format!("giving {iface} back to the host: {x}");
+    if exists(Some(ns), iface) {
+        ip_in(ns, &["link", "set", "dev", iface, "down"]).map_err(e)?;
+        ip_in(ns, &["link", "set", "dev", iface, "netns", &host_netns()]).map_err(e)?;
+    }
+    if !exists(None, iface) {
+        return Err(format!(
+            "host interface {iface} is neither in {ns} nor on the host"
+        ));
+    }
+    run(
+        "ip",
+        &["link", "set", "dev", iface, "mtu", &mtu.to_string()],
+    )
+    .map_err(e)?;
+    for a in addrs {
+        let mut args = vec!["addr", "replace"];
+        args.extend(a.iter().map(String::as_str));
+        args.extend(["dev", iface]);
+        run("ip", &args).map_err(e)?;
+    }
+    if up {
+        run("ip", &["link", "set", "dev", iface, "up"]).map_err(e)?;
+    }
+    Ok(())
+}
+
+/// A process's start time (field 22 of /proc/PID/stat), if it runs.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = s.rsplit_once(')')?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    if f.first() == Some(&"Z") {
+        return None;
+    }
+    f.get(19)?.parse().ok()
+}
+
+/// Waits for `pid` to exit: SIGKILL after 5 s, given up after 10 s.
+fn wait_gone(pid: i32) {
+    let start = std::time::Instant::now();
+    while host::pid_alive(pid) && start.elapsed() < std::time::Duration::from_secs(10) {
+        if start.elapsed() > std::time::Duration::from_secs(5) {
+            host::signal_all(&[pid], libc::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process entry whose start time matches no process: undoing it is
+    /// a no-op, so the journal's bookkeeping can be tested without root.
+    fn gone(pid: i32) -> Undo {
+        Undo::Process {
+            pid,
+            start: u64::MAX,
+        }
+    }
+
+    #[test]
+    fn replay_undoes_what_it_picks_and_keeps_the_rest() {
+        let dir = std::env::temp_dir().join(format!("splitnet-journal-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        record(&dir, "a", gone(1)).unwrap();
+        record(&dir, "b", gone(2)).unwrap();
+        record(&dir, TOPOLOGY, gone(3)).unwrap();
+        assert!(replay(&dir, |owner, _| owner == "a").is_empty());
+        let left = fs::read_to_string(path(&dir)).unwrap();
+        assert_eq!(left.lines().count(), 2, "{left}");
+        assert!(!left.contains("\"pid\":1,"));
+        assert!(replay_all(&dir).is_empty());
+        assert!(!path(&dir).exists(), "an empty journal is removed");
+        assert!(replay_all(&dir).is_empty(), "no journal, nothing to do");
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,199 @@
+//! A driver domain's uplinks, the analog of what Xen's dom0 does for a
+//! driver domain's physical side (xl-network-configuration(5) and the
+//! hotplug scripts vif-bridge, vif-nat and vif-route):
+//! - `wire`: a veth to the synthetic `wire` host (set up by the supervisor);
+//! - `host`: a host interface moved into the driver domain's namespace, as
+//!   a NIC handed to it; it goes back, with its name, MTU, addresses and
+//!   up-state, whenever the driver domain stops, crashes or restarts;
+//! - `macvlan`: a bridge-mode macvlan on a host interface;
+//! - `nat`: a veth to the host, masqueraded by an nftables table of
+//!   splitnet's own, with a dnsmasq serving DHCP and DNS on the host end;
+//! - `route`: a veth to the host, a host route to each guest address behind
+//!   it, and proxy ARP on the host end.
+//!
+//! Everything done on the host is written to the undo [`journal`] first;
+//! a keeper process ([`Keeper`]) replays it if hv dies.
+
+pub mod config;
+pub mod journal;
+mod kinds;
+mod procs;
+
+pub use config::{PortConfig, Uplink, UplinkKind};
+pub use procs::{clean_up, keep, Keeper};
+
+use crate::topology::Topology;
+use journal::{record, Undo};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The argument that makes `splitnet-hv` the keeper.
+pub const KEEPER_ARG: &str = "--uplink-keeper";
+
+/// A dnsmasq that exits this many times within a minute is not started again.
+const DNSMASQ_RESTARTS: usize = 5;
+
+/// hv's uplinks: sets them up for a driver domain and takes them down.
+pub struct Uplinks {
+    run_dir: PathBuf,
+    uplinks: Vec<Uplink>,
+    /// Driver domains whose namespace-lasting uplinks (macvlan, nat,
+    /// route) are set up; `host` interfaces are lent on every start.
+    built: Mutex<HashSet<String>>,
+    /// Per driver domain, the stop flags of its dnsmasq supervisors.
+    dnsmasq: Mutex<HashMap<String, Vec<Arc<AtomicBool>>>>,
+    keeper: Mutex<Option<Keeper>>,
+}
+
+impl Uplinks {
+    /// The uplinks of `t`; undoes what an earlier hv left in the journal,
+    /// and starts the keeper if any uplink changes the host.
+    pub fn start(run_dir: &Path, t: &Topology) -> Result<Arc<Uplinks>, String> {
+        for e in clean_up(run_dir) {
+            eprintln!("hv: undoing an earlier run's uplinks: {e}");
+        }
+        let uplinks = t.uplinks();
+        let keeper = if uplinks.iter().any(Uplink::touches_host) {
+            Some(Keeper::start(run_dir)?)
+        } else {
+            None
+        };
+        Ok(Arc::new(Uplinks {
+            run_dir: run_dir.to_path_buf(),
+            uplinks,
+            built: Mutex::default(),
+            dnsmasq: Mutex::default(),
+            keeper: Mutex::new(keeper),
+        }))
+    }
+
+    /// Every uplink.
+    pub fn all(&self) -> &[Uplink] {
+        &self.uplinks
+    }
+
+    fn of<'a>(&'a self, driver: &'a str) -> impl Iterator<Item = &'a Uplink> + 'a {
+        self.uplinks.iter().filter(move |u| u.driver == driver)
+    }
+
+    /// Sets up driver domain `driver`'s uplinks (its namespace exists):
+    /// lends its host interfaces, and builds the others the first time.
+    /// On an error, what it did for `driver` is undone.
+    pub fn attach(&self, driver: &str) -> Result<(), String> {
+        let first = !self
+            .built
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(driver);
+        let r = self.of(driver).try_for_each(|u| match u.kind {
+            UplinkKind::Wire => Ok(()),
+            UplinkKind::Host => self.lend(u),
+            _ if !first => Ok(()),
+            UplinkKind::Macvlan => self.macvlan(u),
+            UplinkKind::Nat => self.nat(u),
+            UplinkKind::Route => self.route(u),
+        });
+        match r {
+            Ok(()) => {
+                self.built
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(driver.to_string());
+                Ok(())
+            }
+            Err(e) => {
+                self.teardown(driver);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives driver domain `driver`'s host interfaces back to the host (it
+    /// stopped; [`Uplinks::attach`] lends them again when it restarts).
+    pub fn lend_back(&self, driver: &str) {
+        let errors = journal::replay(&self.run_dir, |owner, u| {
+            owner == driver && matches!(u, Undo::Lend { .. })
+        });
+        for e in errors {
+            eprintln!("hv: {driver}'s uplinks: {e}");
+        }
+    }
+
+    /// Undoes everything done for driver domain `driver` (before its
+    /// namespace goes).
+    pub fn teardown(&self, driver: &str) {
+        let flags = self
+            .dnsmasq
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(driver);
+        for f in flags.into_iter().flatten() {
+            f.store(true, Ordering::SeqCst);
+        }
+        for e in journal::replay(&self.run_dir, |owner, _| owner == driver) {
+            eprintln!("hv: taking down {driver}'s uplinks: {e}");
+        }
+        self.built
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(driver);
+    }
+
+    /// Undoes everything (hv is stopping) and lets the keeper go.
+    pub fn finish(&self) {
+        let drivers: HashSet<String> = self.uplinks.iter().map(|u| u.driver.clone()).collect();
+        for d in drivers {
+            self.teardown(&d);
+        }
+        for e in journal::replay_all(&self.run_dir) {
+            eprintln!("hv: taking down the uplinks: {e}");
+        }
+        if let Some(k) = self.keeper.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            k.stop();
+        }
+    }
+
+    fn note(&self, u: &Uplink, undo: Undo) -> Result<(), String> {
+        record(&self.run_dir, &u.driver, undo)
+    }
+}
+
+/// Writes driver domain home `home`'s uplinks: `uplinks/<ifname>` for
+/// each, and the legacy `port` for the first when it is on the default
+/// bridge without a VLAN (what a driver that knows only `port` reads).
+pub fn write_store(
+    ts: &mut crate::daemon::Store<'_>,
+    home: &str,
+    uplinks: &[Uplink],
+) -> Result<(), String> {
+    for u in uplinks {
+        ts.write(&format!("{home}/uplinks/{}", u.ifname), &u.store_value())?;
+    }
+    if let Some(u) = uplinks.first() {
+        if u.bridge == abi::xenbus::DEFAULT_BRIDGE && u.vlan.is_none() {
+            ts.write(&format!("{home}/port"), &u.ifname)?;
+        }
+    }
+    Ok(())
+}
+
+impl Uplink {
+    /// The `status` fact naming this uplink.
+    pub fn info_key(&self) -> String {
+        format!("uplink.{}/{}", self.driver, self.ifname)
+    }
+
+    /// The `status` fact's value: `kind|iface|bridge|vlan|host end`.
+    pub fn info_value(&self) -> String {
+        format!(
+            "{}|{}|{}|{}|{}",
+            self.kind.as_str(),
+            self.iface.as_deref().unwrap_or(""),
+            self.bridge,
+            self.vlan.map(|v| v.to_string()).unwrap_or_default(),
+            self.host_end.as_deref().unwrap_or("")
+        )
+    }
+}

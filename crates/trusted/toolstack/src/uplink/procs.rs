@@ -1,0 +1,261 @@
+//! The processes of the uplinks: each `nat` uplink's dnsmasq, started and
+//! restarted by hv, and the keeper that undoes the journal if hv dies.
+
+use super::journal::{self, record, start_time, Undo};
+use super::{Uplink, Uplinks, DNSMASQ_RESTARTS, KEEPER_ARG};
+use crate::host;
+use std::fs;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long dnsmasq may take to listen.
+const DNSMASQ_READY: Duration = Duration::from_secs(5);
+
+/// One dnsmasq as hv runs it.
+struct Dnsmasq {
+    owner: String,
+    args: Vec<String>,
+    log: PathBuf,
+    run_dir: PathBuf,
+    listen: Ipv4Addr,
+}
+
+impl Dnsmasq {
+    /// Starts it, journals it, and waits until it answers DNS on its
+    /// address (its UDP port 53 is bound); an early exit is an error.
+    fn spawn(&self) -> Result<Child, String> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let child = {
+            let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+            Command::new("dnsmasq")
+                .args(&self.args)
+                .stdin(Stdio::null())
+                .stdout(log)
+                .stderr(log2)
+                .spawn()
+        };
+        let mut child = child.map_err(|e| format!("dnsmasq: {e} (is dnsmasq-base installed?)"))?;
+        let pid = child.id() as i32;
+        let start = start_time(pid).unwrap_or(0);
+        record(&self.run_dir, &self.owner, Undo::Process { pid, start })?;
+        let deadline = Instant::now() + DNSMASQ_READY;
+        while !udp_bound(self.listen, 53) {
+            if let Ok(Some(st)) = child.try_wait() {
+                let tail = fs::read_to_string(&self.log).unwrap_or_default();
+                let last = tail.lines().last().unwrap_or("").to_string();
+                return Err(format!("dnsmasq exited at start ({st}): {last}"));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "dnsmasq did not listen on {}:53 within {DNSMASQ_READY:?}",
+                    self.listen
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(child)
+    }
+
+    /// Waits on `child`; restarts dnsmasq when it exits unless `stop` is
+    /// set, at most [`DNSMASQ_RESTARTS`] times a minute.
+    fn supervise(self, mut child: Child, stop: Arc<AtomicBool>) {
+        let mut exits: Vec<Instant> = Vec::new();
+        loop {
+            let st = child.wait();
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            exits.retain(|t| t.elapsed() < Duration::from_secs(60));
+            exits.push(Instant::now());
+            eprintln!("hv: {}'s dnsmasq exited ({st:?})", self.owner);
+            if exits.len() > DNSMASQ_RESTARTS {
+                eprintln!(
+                    "hv: {}'s dnsmasq keeps exiting; not starting it again",
+                    self.owner
+                );
+                return;
+            }
+            match self.spawn() {
+                Ok(c) => child = c,
+                Err(e) => {
+                    eprintln!("hv: restarting {}'s dnsmasq: {e}", self.owner);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Whether a UDP socket is bound to `ip`:`port` in this namespace.
+fn udp_bound(ip: Ipv4Addr, port: u16) -> bool {
+    let want = format!("{:08X}:{port:04X}", u32::from_le_bytes(ip.octets()));
+    fs::read_to_string("/proc/net/udp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// dnsmasq's command line for a `nat` uplink whose host end `he` has
+/// `addr`/`len`: DHCP over the upper half of the subnet, DNS, both bound
+/// to the host end only; no configuration file is read.
+fn dnsmasq_args(run_dir: &Path, he: &str, addr: Ipv4Addr, len: u8) -> Vec<String> {
+    let size = 1u32 << (32 - len);
+    let net = u32::from(addr) & !(size - 1);
+    let first = Ipv4Addr::from(net + size / 2);
+    let last = Ipv4Addr::from(net + size - 2);
+    let mask = Ipv4Addr::from(!(size - 1));
+    vec![
+        "--keep-in-foreground".into(),
+        "--conf-file=/dev/null".into(),
+        "--log-facility=-".into(),
+        // Root only to bind its ports; it serves as nobody.
+        "--user=nobody".into(),
+        "--group=nogroup".into(),
+        "--bind-interfaces".into(),
+        format!("--interface={he}"),
+        "--except-interface=lo".into(),
+        format!("--listen-address={addr}"),
+        format!("--dhcp-range={first},{last},{mask},1h"),
+        format!("--dhcp-option=option:router,{addr}"),
+        "--dhcp-authoritative".into(),
+        format!(
+            "--dhcp-leasefile={}",
+            run_dir.join(format!("dnsmasq-{he}.leases")).display()
+        ),
+        "--domain=splitnet".into(),
+        "--local=/splitnet/".into(),
+        format!("--host-record=gateway.splitnet,{addr}"),
+        "--pid-file=".into(),
+    ]
+}
+
+impl Uplinks {
+    /// Starts the `nat` uplink's dnsmasq and a thread that restarts it.
+    pub(super) fn dnsmasq(
+        &self,
+        u: &Uplink,
+        he: &str,
+        addr: Ipv4Addr,
+        len: u8,
+    ) -> Result<(), String> {
+        let d = Dnsmasq {
+            owner: u.driver.clone(),
+            args: dnsmasq_args(&self.run_dir, he, addr, len),
+            log: self.run_dir.join(format!("dnsmasq-{he}.log")),
+            run_dir: self.run_dir.clone(),
+            listen: addr,
+        };
+        let child = d.spawn()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        self.dnsmasq
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(u.driver.clone())
+            .or_default()
+            .push(stop.clone());
+        std::thread::Builder::new()
+            .name(format!("dnsmasq-{he}"))
+            .spawn(move || d.supervise(child, stop))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The keeper: a process of hv's own (`splitnet-hv --uplink-keeper DIR`)
+/// that waits on a pipe from hv, and when it reads end-of-file (hv exited,
+/// however it died) undoes whatever is left in the journal.
+pub struct Keeper {
+    child: Child,
+    pipe: Option<ChildStdin>,
+    run_dir: PathBuf,
+}
+
+fn keeper_pid_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("keeper.pid")
+}
+
+impl Keeper {
+    pub(super) fn start(run_dir: &Path) -> Result<Keeper, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("locating splitnet-hv: {e}"))?;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(run_dir.join("keeper.log"))
+            .map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let mut child = {
+            let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+            Command::new(&exe)
+                .arg(KEEPER_ARG)
+                .arg(run_dir)
+                .stdin(Stdio::piped())
+                .stdout(log)
+                .stderr(log2)
+                // Not in hv's process group: what kills hv's group spares it.
+                .process_group(0)
+                .spawn()
+                .map_err(|e| format!("starting the uplink keeper ({}): {e}", exe.display()))?
+        };
+        let pipe = child.stdin.take();
+        fs::write(keeper_pid_file(run_dir), child.id().to_string()).map_err(|e| e.to_string())?;
+        Ok(Keeper {
+            child,
+            pipe,
+            run_dir: run_dir.to_path_buf(),
+        })
+    }
+
+    /// Lets the keeper go (the journal is empty by now) and reaps it.
+    pub(super) fn stop(mut self) {
+        drop(self.pipe.take());
+        let _ = self.child.wait();
+        let _ = fs::remove_file(keeper_pid_file(&self.run_dir));
+    }
+}
+
+/// The keeper's body: returns when hv is gone and the journal undone.
+pub fn keep(run_dir: &Path) {
+    let mut buf = [0u8; 64];
+    let mut stdin = std::io::stdin();
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    for e in journal::replay_all(run_dir) {
+        eprintln!("uplink keeper: {e}");
+    }
+}
+
+/// For `down` and `up`: waits for a keeper still undoing (its hv died),
+/// then undoes whatever the journal still holds. Returns what failed.
+pub fn clean_up(run_dir: &Path) -> Vec<String> {
+    let pid = fs::read_to_string(keeper_pid_file(run_dir))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    if let Some(pid) = pid {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while host::pid_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = fs::remove_file(keeper_pid_file(run_dir));
+    }
+    journal::replay_all(run_dir)
+}
