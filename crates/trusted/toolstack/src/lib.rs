@@ -12,7 +12,8 @@
 //! - [`status`], [`metrics`], [`listen`], [`top`]: what the user is told
 //!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables);
 //! - [`capture`]: which driver domain serves a capture target;
-//! - [`hotplug`]: restart, network-attach and network-detach.
+//! - [`hotplug`]: restart, network-attach, network-detach and network-list;
+//! - [`vifspec`]: xl's vif syntax, for the topology and network-attach.
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -26,3 +27,4 @@ pub mod supervisor;
 pub mod top;
 pub mod topology;
 pub mod tuning;
+pub mod vifspec;
