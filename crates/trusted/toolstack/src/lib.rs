@@ -13,7 +13,8 @@
 //!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables);
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
-//! - [`vifspec`]: xl's vif syntax, for the topology and network-attach.
+//! - [`vifspec`]: xl's vif syntax, for the topology and network-attach;
+//! - [`vifscript`]: a vif's hotplug script (`script=`), run in its driver domain.
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -27,4 +28,5 @@ pub mod supervisor;
 pub mod top;
 pub mod topology;
 pub mod tuning;
+pub mod vifscript;
 pub mod vifspec;
