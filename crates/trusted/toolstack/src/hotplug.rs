@@ -160,11 +160,28 @@ pub fn list(rd: &Path, guest: &str, json: bool) -> Result<()> {
 }
 
 fn table(rows: &[VifRow]) -> String {
-    let dash = |s: &str| if s.is_empty() { "-".to_string() } else { s.to_string() };
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
     let mut out = format!(
         "{:<3} {:<3} {:<17} {:<6} {:<5} {:<7} {:<15} {:<32} {:<8} {:<6} {:<5} {:<14} {}\n",
-        "Idx", "BE", "Mac Addr.", "handle", "state", "evt-ch", "tx-/rx-ring-ref", "BE-path",
-        "bridge", "mtu", "vlan", "rate", "ip"
+        "Idx",
+        "BE",
+        "Mac Addr.",
+        "handle",
+        "state",
+        "evt-ch",
+        "tx-/rx-ring-ref",
+        "BE-path",
+        "bridge",
+        "mtu",
+        "vlan",
+        "rate",
+        "ip"
     );
     for r in rows {
         out += &format!(

@@ -69,11 +69,21 @@ pub fn run(call: &ScriptCall<'_>, scratch: &Path) -> Result<(), String> {
     let spawned = {
         let _guard = crate::host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
         Command::new("ip")
-            .args(["netns", "exec", call.netns, "timeout", "--kill-after=1", &secs])
+            .args([
+                "netns",
+                "exec",
+                call.netns,
+                "timeout",
+                "--kill-after=1",
+                &secs,
+            ])
             .arg(&file)
             .arg(call.command)
             .env_clear()
-            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
             .env("vif", call.vif)
             .env("XENBUS_PATH", call.xenbus_path)
             .env("XENBUS_TYPE", "vif")
