@@ -180,6 +180,13 @@ fn a_vifspec_attaches_lists_and_detaches_by_mac() {
     let rows = network_list(&env, "guest1");
     let r = rows.iter().find(|r| r["handle"] == 1).unwrap();
     assert_eq!(r["vifname"], "web1");
+    // vifname names the vif in status (and so in top and the metrics).
+    let st = env.status();
+    assert!(st["vifs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["guest"] == "guest1" && v["handle"] == 1 && v["vif"] == "web1"));
     assert_eq!(r["bridge"], "xenbr0");
     assert!(r["backend_path"].as_str().unwrap().ends_with("/1"));
     assert_ne!(r["tx_ring_ref"], "-1");

@@ -21,6 +21,10 @@ pub struct VifSpec {
 
 /// xl's credit interval when `rate` names none (xl-network-configuration(5)).
 pub const DEFAULT_RATE_INTERVAL_US: u64 = 50_000;
+/// The longest credit interval accepted (1 s): a longer one would let a
+/// vif burst for longer than a second, and some credits it gives could not
+/// be written back as a whole RATE per second.
+pub const MAX_RATE_INTERVAL_US: u64 = 1_000_000;
 /// The MTUs a vif accepts: IPv4's minimum up to jumbo frames.
 pub const MTU_RANGE: std::ops::RangeInclusive<u16> = 68..=9000;
 /// The access VLANs a vif accepts (IEEE 802.1Q's usable ids).
@@ -196,8 +200,8 @@ fn parse_script(v: &str) -> Result<String, String> {
 
 /// `rate`: `RATE/s` or `RATE/s@INTERVAL`. RATE is bytes with an optional
 /// unit, GB, MB, KB or B (bytes) or Gb, Mb, Kb or b (bits), in powers of
-/// 1000; INTERVAL is microseconds with an optional unit s, ms or us,
-/// 50ms by default. As libxl does, the credit is the bytes RATE allows in
+/// 1000; INTERVAL is microseconds with an optional unit s, ms or us, up
+/// to 1 s, 50ms by default. As libxl does, the credit is the bytes RATE allows in
 /// one INTERVAL ("1MB/s@20ms": 20000 bytes every 20000 us).
 pub fn parse_rate(v: &str) -> Result<CreditRate, String> {
     let form = "give RATE/s or RATE/s@INTERVAL, e.g. 10Mb/s, 250KB/s or 1MB/s@20ms (units B KB MB GB, b Kb Mb Gb; s ms us)";
@@ -232,8 +236,8 @@ pub fn parse_rate(v: &str) -> Result<CreditRate, String> {
             num.parse::<u64>()
                 .ok()
                 .and_then(|n| n.checked_mul(scale))
-                .filter(|us| (1..=u64::from(u32::MAX)).contains(us))
-                .ok_or_else(|| bad("INTERVAL is not 1us..4294s"))?
+                .filter(|us| (1..=MAX_RATE_INTERVAL_US).contains(us))
+                .ok_or_else(|| bad("INTERVAL is not 1us..1s"))?
         }
     };
     let bytes = (u128::from(bits_per_s) * u128::from(usec) / 8 / 1_000_000) as u64;
@@ -359,7 +363,7 @@ mod tests {
         assert_eq!(r("1000/s@1000us"), Ok((1, 1_000)));
         assert_eq!(r("1Gb/s@500"), Ok((62_500, 500)));
         assert_eq!(r("2GB/s@1ms"), Ok((2_000_000, 1_000)));
-        assert_eq!(r("100Kb/s@2s"), Ok((25_000, 2_000_000)));
+        assert_eq!(r("100Kb/s@1s"), Ok((12_500, 1_000_000)));
         for bad in [
             "10Mb",
             "10Mb/h",
