@@ -220,6 +220,71 @@ pub(crate) fn parse_vif(s: &str) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn network_list_prints_xls_columns_then_the_options() {
+        let row = super::VifRow {
+            handle: 1,
+            backend_id: "1".into(),
+            mac: "00:16:3e:00:00:42".into(),
+            state: "4".into(),
+            evtchn: "3/4".into(),
+            tx_ring_ref: "10".into(),
+            rx_ring_ref: "11".into(),
+            backend_path: "/local/domain/1/backend/vif/2/1".into(),
+            frontend_path: "/local/domain/2/device/vif/1".into(),
+            bridge: "xenbr0".into(),
+            ip: "10.78.0.1 fd00::1".into(),
+            rate: "25000,20000".into(),
+            mtu: "9000".into(),
+            vlan: String::new(),
+            vifname: String::new(),
+            script: String::new(),
+            hotplug_status: String::new(),
+        };
+        let t = super::table(&[row]);
+        let mut lines = t.lines();
+        let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            head,
+            [
+                "Idx",
+                "BE",
+                "Mac",
+                "Addr.",
+                "handle",
+                "state",
+                "evt-ch",
+                "tx-/rx-ring-ref",
+                "BE-path",
+                "bridge",
+                "mtu",
+                "vlan",
+                "rate",
+                "ip"
+            ]
+        );
+        let cols: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            cols,
+            [
+                "1",
+                "1",
+                "00:16:3e:00:00:42",
+                "1",
+                "4",
+                "3/4",
+                "10/11",
+                "/local/domain/1/backend/vif/2/1",
+                "xenbr0",
+                "9000",
+                "-",
+                "25000,20000",
+                "10.78.0.1",
+                "fd00::1"
+            ]
+        );
+    }
+
+    #[test]
     fn a_vif_is_named_by_handle_interface_or_xen_name() {
         for (s, h) in [("1", 1), ("eth1", 1), ("vif7.1", 1), ("0", 0)] {
             assert_eq!(super::parse_vif(s).unwrap(), h, "{s}");

@@ -721,7 +721,7 @@ fn check_cidr(field: &str, v: &Option<String>, v6: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn check_name(what: &str, n: &str) -> Result<(), String> {
+pub(crate) fn check_name(what: &str, n: &str) -> Result<(), String> {
     let ok = !n.is_empty()
         && n.len() <= MAX_NAME
         && n.chars()
@@ -792,10 +792,14 @@ fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     check_modes(d)?;
     check_nic(d)?;
     if d.kind == DomainKind::Driver
-        && (d.backend.is_some() || d.mac.is_some() || d.address.is_some() || d.ipv6.is_some())
+        && (d.backend.is_some()
+            || d.mac.is_some()
+            || d.address.is_some()
+            || d.ipv6.is_some()
+            || !d.vif.is_empty())
     {
         return Err(format!(
-            "domain {:?} is a driver domain: backend, mac, address and ipv6 are guest settings",
+            "domain {:?} is a driver domain: backend, mac, vif, address and ipv6 are guest settings",
             d.name
         ));
     }
@@ -1606,6 +1610,10 @@ mod vif_list_tests {
                 "emulated one",
             ),
             ("memory_frames = 0\n", "memory_frames must be 1..=1048576"),
+            (
+                "backend = \"drv\"\n[[domain]]\nname = \"d3\"\nkind = \"driver\"\nvif = [\"\"]\n",
+                "mac, vif, address and ipv6 are guest settings",
+            ),
         ] {
             let e = topo(guest).unwrap_err();
             assert!(e.contains(needle), "{guest}: {e:?} lacks {needle:?}");

@@ -116,19 +116,9 @@ fn parse_mac(v: &str) -> Result<String, String> {
 }
 
 fn parse_domain(v: &str) -> Result<String, String> {
-    let ok = !v.is_empty()
-        && v.len() <= crate::topology::MAX_NAME
-        && v.starts_with(|c: char| c.is_ascii_lowercase())
-        && v.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if ok {
-        Ok(v.to_string())
-    } else {
-        Err(format!(
-            "vif option `backend` = {v:?}: give a driver domain's name (1-{} characters of a-z, 0-9, '-')",
-            crate::topology::MAX_NAME
-        ))
-    }
+    crate::topology::check_name("driver domain", v)
+        .map_err(|e| format!("vif option `backend`: {e}"))?;
+    Ok(v.to_string())
 }
 
 fn parse_devid(v: &str) -> Result<u32, String> {
