@@ -177,7 +177,6 @@ impl Supervisor {
         let vifs = self.lock().vifs.clone();
         for v in &vifs {
             self.plumb(&hv, v)?;
-            self.hotplug(&hv, v, "online")?;
         }
         for (d, domid, sock, cg) in created {
             self.launch(&hv, d, domid, sock, cg)
@@ -252,19 +251,17 @@ impl Supervisor {
 
     /// Writes vif `v`'s two directories for the running domains of its
     /// guest and backend, and names it in `status`.
+    /// Then runs its hotplug script, if any, with `online`.
     fn plumb(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> Result<(), String> {
         let g = Self::domid(hv, &v.guest).map_err(|e| e.to_string())?;
         let b = Self::domid(hv, &v.backend).map_err(|e| e.to_string())?;
         setup_vif(&mut Store::new(hv), v, g, b)?;
+        let be = xenbus::backend_path(b, g, v.handle);
         hv.set_info(
             &vif_info_key(v),
-            &format!(
-                "{}|{}",
-                xenbus::frontend_path(g, v.handle),
-                xenbus::backend_path(b, g, v.handle)
-            ),
+            &format!("{}|{be}", xenbus::frontend_path(g, v.handle)),
         );
-        Ok(())
+        self.hotplug(hv, v, &be, "online")
     }
 
     /// Starts domain `d`'s process in its namespace and cgroup, and a
@@ -565,7 +562,8 @@ impl Supervisor {
     }
 
     /// A dead guest's backend directories are the toolstack's to remove
-    /// (as xl does): its driver domain then frees the vif's slot.
+    /// (as xl does), after its vifs' hotplug scripts ran `offline`: its
+    /// driver domain then frees the vif's slot.
     fn forget_guest_backends(&self, hv: &Arc<Hypervisor>, name: &str, domid: DomId) {
         let vifs: Vec<VifConfig> = self
             .lock()
@@ -577,7 +575,11 @@ impl Supervisor {
         let mut ts = Store::new(hv);
         for v in vifs {
             if let Some(b) = hv.domid_of(&v.backend) {
-                let _ = ts.rm(&xenbus::backend_path(b, domid, v.handle));
+                let be = xenbus::backend_path(b, domid, v.handle);
+                if let Err(e) = self.hotplug(hv, &v, &be, "offline") {
+                    eprintln!("hv: {e}");
+                }
+                let _ = ts.rm(&be);
                 let _ = ts.rm(&format!("/local/domain/{b}/backend/vif/{domid}"));
             }
         }
@@ -689,12 +691,13 @@ impl Supervisor {
             }
         }
         let v = self.new_vif(&hv, guest, vs)?;
-        let r = self
-            .plumb(&hv, &v)
-            .and_then(|()| self.hotplug(&hv, &v, "online"))
-            .map_err(|e| fail(ErrorKind::Internal, e));
-        let r = r.and_then(|()| self.wait_connected(&hv, &v));
-        if let Err(e) = r {
+        // A vif whose hotplug script failed never came online: it goes
+        // without the closing handshake (nor an `offline` run).
+        if let Err(e) = self.plumb(&hv, &v) {
+            self.forget(&hv, &v);
+            return Err(fail(ErrorKind::Internal, e));
+        }
+        if let Err(e) = self.wait_connected(&hv, &v) {
             let _ = self.detach(guest, v.handle);
             return Err(e);
         }
@@ -777,23 +780,29 @@ impl Supervisor {
 
     /// Runs vif `v`'s hotplug script, if it has one, with `command`
     /// (`online` or `offline`); after `online` the backend directory says
-    /// `hotplug-status` = `connected`, as Xen's scripts leave it.
-    fn hotplug(&self, hv: &Arc<Hypervisor>, v: &VifConfig, command: &str) -> Result<(), String> {
+    /// `hotplug-status` = `connected`, as Xen's scripts leave it, and the
+    /// vif comes online (`setup_vif` left it offline for the script).
+    fn hotplug(
+        &self,
+        hv: &Arc<Hypervisor>,
+        v: &VifConfig,
+        be: &str,
+        command: &str,
+    ) -> Result<(), String> {
         let Some(script) = &v.opts.script else {
             return Ok(());
         };
-        let (_, be) = Self::paths(hv, v).map_err(|e| e.to_string())?;
         let vif = v
             .opts
             .vifname
             .clone()
-            .unwrap_or_else(|| xenbus::vif_name(&be));
+            .unwrap_or_else(|| xenbus::vif_name(be));
         let call = ScriptCall {
             netns: &host::netns_name(&v.backend),
             script,
             command,
             vif: &vif,
-            xenbus_path: &be,
+            xenbus_path: be,
         };
         let scratch = self
             .run_dir
@@ -801,10 +810,12 @@ impl Supervisor {
         vifscript::run(&call, &scratch)
             .map_err(|e| format!("vif {} of {} ({vif}): {e}", v.handle, v.guest))?;
         if command == "online" {
-            Store::new(hv).write(
+            let mut ts = Store::new(hv);
+            ts.write(
                 &format!("{be}/{}", xenbus::keys::HOTPLUG_STATUS),
                 "connected",
             )?;
+            ts.write(&format!("{be}/{}", xenbus::keys::ONLINE), "1")?;
         }
         Ok(())
     }
@@ -894,8 +905,7 @@ impl Supervisor {
             .cloned()
             .ok_or_else(|| fail(ErrorKind::BadDomain, format!("{guest} has no vif {handle}")))?;
         if let Ok((fe, be)) = Self::paths(&hv, &v) {
-            let mut ts = Store::new(&hv);
-            let _ = ts.write(&format!("{be}/online"), "0");
+            let _ = Store::new(&hv).write(&format!("{be}/online"), "0");
             let closed = |p: &str| {
                 matches!(
                     state_of(&hv, p),
@@ -906,17 +916,26 @@ impl Supervisor {
             if !clean {
                 eprintln!("hv: vif {handle} of {guest}: the handshake did not finish; removing it");
             }
-            if let Err(e) = self.hotplug(&hv, &v, "offline") {
+            if let Err(e) = self.hotplug(&hv, &v, &be, "offline") {
                 eprintln!("hv: {e}");
             }
+        }
+        self.forget(&hv, &v);
+        Ok(())
+    }
+
+    /// Removes vif `v`'s directories (its peers let go of a device whose
+    /// directory vanished), its `status` entry and its record.
+    fn forget(&self, hv: &Arc<Hypervisor>, v: &VifConfig) {
+        if let Ok((fe, be)) = Self::paths(hv, v) {
+            let mut ts = Store::new(hv);
             let _ = ts.rm(&fe);
             let _ = ts.rm(&be);
         }
-        hv.remove_info(&vif_info_key(&v));
+        hv.remove_info(&vif_info_key(v));
         self.lock()
             .vifs
-            .retain(|x| !(x.guest == guest && x.handle == handle));
-        Ok(())
+            .retain(|x| !(x.guest == v.guest && x.handle == v.handle));
     }
 }
 
