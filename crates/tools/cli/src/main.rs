@@ -147,9 +147,10 @@ enum Cmd {
         #[arg(long)]
         mac: Option<String>,
         /// The driver domain serving the vif (default: the one serving the
-        /// guest's first vif); or backend= in VIFSPEC.
-        #[arg(long, alias = "backend", value_name = "DRIVER")]
-        bridge: Option<String>,
+        /// guest's first vif); or backend= in VIFSPEC. `--bridge` is its
+        /// older name (the vifspec's bridge= names a bridge in the driver domain).
+        #[arg(long, alias = "bridge", value_name = "DRIVER")]
+        backend: Option<String>,
     },
     /// Remove a virtual NIC from a running guest, as `xl network-detach`
     /// does: both ends close, its hotplug script runs `offline`, then the
@@ -514,12 +515,12 @@ fn run(cli: Cli) -> Result<()> {
             domain,
             vifspec,
             mac,
-            bridge,
+            backend,
         } => hotplug::attach(
             &rd,
             &domain,
             mac.as_deref(),
-            bridge.as_deref(),
+            backend.as_deref(),
             vifspec.as_deref(),
         ),
         Cmd::NetworkList { domain, json } => hotplug::list(&rd, &domain, json),
@@ -903,4 +904,16 @@ fn bench_baseline(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<Be
         table,
         r.svg(),
     ))
+}
+
+#[cfg(test)]
+mod vif_layout {
+    /// The toolstack sizes a guest's memory and its vif count by netfront's
+    /// pool layout; the two must agree.
+    #[test]
+    fn the_toolstack_and_netfront_agree_on_a_guests_vifs() {
+        use toolstack::topology::{GUEST_MIN_FRAMES, MAX_GUEST_VIFS};
+        assert_eq!(net::netfront::MAX_VIFS, MAX_GUEST_VIFS);
+        assert_eq!(net::netfront::VIF_FRAMES, GUEST_MIN_FRAMES);
+    }
 }
