@@ -65,6 +65,9 @@ impl VifSpec {
         let mut seen: Vec<&str> = Vec::new();
         for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (key, value) = item.split_once('=').ok_or_else(|| {
+                if UNSUPPORTED.iter().any(|(k, _)| *k == item) {
+                    return unknown_key(item); // a flag xl takes, e.g. `untrusted`
+                }
                 format!("vifspec item {item:?} is not key=value (e.g. mac=00:16:3e:00:00:01)")
             })?;
             let (key, value) = (key.trim(), value.trim());
@@ -406,6 +409,7 @@ mod tests {
             ("script=", "`script`"),
             ("mtu=1500,mtu=9000", "given twice"),
             ("mac", "not key=value"),
+            ("mtu=1500,untrusted", "`untrusted` is not supported by splitnet"),
             ("colour=blue", "unknown vif option `colour`"),
         ] {
             let e = err(text);
