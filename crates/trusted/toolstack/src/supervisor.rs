@@ -250,8 +250,8 @@ impl Supervisor {
     }
 
     /// Writes vif `v`'s two directories for the running domains of its
-    /// guest and backend, and names it in `status`.
-    /// Then runs its hotplug script, if any, with `online`.
+    /// guest and backend, names it in `status`, then runs its hotplug
+    /// script, if any, with `online`.
     fn plumb(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> Result<(), String> {
         let g = Self::domid(hv, &v.guest).map_err(|e| e.to_string())?;
         let b = Self::domid(hv, &v.backend).map_err(|e| e.to_string())?;
