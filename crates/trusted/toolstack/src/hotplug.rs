@@ -160,15 +160,25 @@ pub fn list(rd: &Path, guest: &str, json: bool) -> Result<()> {
 }
 
 fn table(rows: &[VifRow]) -> String {
+    /// Column widths; the last column (ip) runs to the end of the line.
+    const WIDTHS: [usize; 12] = [3, 3, 17, 6, 5, 7, 15, 32, 8, 6, 5, 14];
+    let line = |cells: [String; 13]| {
+        let mut l: String = cells
+            .iter()
+            .zip(WIDTHS)
+            .map(|(c, w)| format!("{c:<w$} "))
+            .collect();
+        l += &cells[12];
+        l + "\n"
+    };
     let dash = |s: &str| {
         if s.is_empty() {
-            "-".to_string()
+            "-".into()
         } else {
             s.to_string()
         }
     };
-    let mut out = format!(
-        "{:<3} {:<3} {:<17} {:<6} {:<5} {:<7} {:<15} {:<32} {:<8} {:<6} {:<5} {:<14} {}\n",
+    let head = [
         "Idx",
         "BE",
         "Mac Addr.",
@@ -181,25 +191,25 @@ fn table(rows: &[VifRow]) -> String {
         "mtu",
         "vlan",
         "rate",
-        "ip"
-    );
+        "ip",
+    ];
+    let mut out = line(head.map(String::from));
     for r in rows {
-        out += &format!(
-            "{:<3} {:<3} {:<17} {:<6} {:<5} {:<7} {:<15} {:<32} {:<8} {:<6} {:<5} {:<14} {}\n",
-            r.handle,
-            r.backend_id,
-            r.mac,
-            r.handle,
+        out += &line([
+            r.handle.to_string(),
+            r.backend_id.clone(),
+            r.mac.clone(),
+            r.handle.to_string(),
             dash(&r.state),
-            r.evtchn,
+            r.evtchn.clone(),
             format!("{}/{}", r.tx_ring_ref, r.rx_ring_ref),
-            r.backend_path,
+            r.backend_path.clone(),
             dash(&r.bridge),
             dash(&r.mtu),
             dash(&r.vlan),
             dash(&r.rate),
             dash(&r.ip),
-        );
+        ]);
     }
     out
 }

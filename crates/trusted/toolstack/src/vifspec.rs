@@ -409,7 +409,10 @@ mod tests {
             ("script=", "`script`"),
             ("mtu=1500,mtu=9000", "given twice"),
             ("mac", "not key=value"),
-            ("mtu=1500,untrusted", "`untrusted` is not supported by splitnet"),
+            (
+                "mtu=1500,untrusted",
+                "`untrusted` is not supported by splitnet",
+            ),
             ("colour=blue", "unknown vif option `colour`"),
         ] {
             let e = err(text);
