@@ -44,8 +44,9 @@ const RING: u32 = 256;
 /// Pool frames one vif uses (its rings and buffers).
 pub const VIF_FRAMES: u32 = RX_BUF_BASE + RING;
 /// Most vifs one guest may have: the new grant mechanism's table for a
-/// (guest, driver domain) pair is split between them.
-pub const MAX_VIFS: u32 = 2;
+/// (guest, driver domain) pair is split between them (the toolstack's
+/// `MAX_GUEST_VIFS`). Each takes [`VIF_FRAMES`] of the pool (about 2 MiB).
+pub const MAX_VIFS: u32 = 8;
 /// Data slots of the largest frame (64 KiB and an Ethernet header, in pages).
 const MAX_DATA_SLOTS: usize = 17;
 /// Most slots one packet may take: its data and one GSO extra-info slot.

@@ -125,24 +125,51 @@ enum Cmd {
     },
     /// Add a virtual NIC to a running guest, as `xl network-attach` does;
     /// returns once both ends are connected. It appears in the guest as ethN.
+    #[command(
+        long_about = "Add a virtual NIC to a running guest, as `xl network-attach` does; \
+        returns once both ends are connected (and its hotplug script, if any, succeeded). \
+        It appears in the guest as ethN.\n\n\
+        VIFSPEC is xl's (xl-network-configuration(5)): comma-separated key=value pairs, \
+        keys mac, bridge, backend, vifname, devid, ip (addresses separated by spaces), \
+        rate (RATE/s[@INTERVAL], e.g. 10Mb/s@20ms), vlan (1..4094), mtu (68..9000) and \
+        script (a hotplug script run in the driver domain with `online` and `offline`). \
+        An unknown or malformed key is refused.\n\n\
+        Examples:\n  splitnet network-attach guest1\n  \
+        splitnet network-attach guest1 'mac=00:16:3e:00:00:42,ip=10.77.0.42,mtu=9000'\n  \
+        splitnet network-attach guest1 'bridge=xenbr1,vlan=20,rate=100Mb/s'"
+    )]
     NetworkAttach {
         /// The guest.
         domain: String,
-        /// The vif's MAC (default: a fresh 00:16:3e:5f:xx:xx).
+        /// The vif's options as an xl vifspec, e.g. 'mac=00:16:3e:00:00:42,mtu=9000'.
+        vifspec: Option<String>,
+        /// The vif's MAC (default: a fresh 00:16:3e:5f:xx:xx); or mac= in VIFSPEC.
         #[arg(long)]
         mac: Option<String>,
-        /// The driver domain whose bridge the vif joins (default: the one
-        /// serving the guest's first vif).
-        #[arg(long, alias = "backend", value_name = "DRIVER")]
-        bridge: Option<String>,
+        /// The driver domain serving the vif (default: the one serving the
+        /// guest's first vif); or backend= in VIFSPEC. `--bridge` is its
+        /// older name (the vifspec's bridge= names a bridge in the driver domain).
+        #[arg(long, alias = "bridge", value_name = "DRIVER")]
+        backend: Option<String>,
     },
     /// Remove a virtual NIC from a running guest, as `xl network-detach`
-    /// does: both ends close, then the device is gone.
+    /// does: both ends close, its hotplug script runs `offline`, then the
+    /// device is gone.
     NetworkDetach {
         /// The guest.
         domain: String,
-        /// The vif: its handle (as network-attach printed), ethN or vifD.N.
+        /// The vif: its handle (as network-attach printed), ethN, vifD.N or its MAC.
         vif: String,
+    },
+    /// List a guest's virtual NICs, as `xl network-list` does: index,
+    /// backend domain, MAC, handle, backend state, event channels, ring
+    /// references and backend path, then bridge, MTU, VLAN, rate and IPs.
+    NetworkList {
+        /// The guest.
+        domain: String,
+        /// Machine-readable output (every field, one object per vif).
+        #[arg(long)]
+        json: bool,
     },
     /// Capture the packets of a vif, a port or the bridge, as pcap (what
     /// `tcpdump -i vif3.0` shows in Xen's dom0).
@@ -490,9 +517,17 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Restart { domain } => hotplug::restart(&rd, &domain),
         Cmd::NetworkAttach {
             domain,
+            vifspec,
             mac,
-            bridge,
-        } => hotplug::attach(&rd, &domain, mac.as_deref(), bridge.as_deref()),
+            backend,
+        } => hotplug::attach(
+            &rd,
+            &domain,
+            mac.as_deref(),
+            backend.as_deref(),
+            vifspec.as_deref(),
+        ),
+        Cmd::NetworkList { domain, json } => hotplug::list(&rd, &domain, json),
         Cmd::NetworkDetach { domain, vif } => hotplug::detach(&rd, &domain, &vif),
         Cmd::Demo { preset, seconds } => lifecycle::demo(&rd, preset, seconds),
         Cmd::Bench(args) => bench(&rd, args),
@@ -887,4 +922,16 @@ fn bench_baseline(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<Be
         table,
         r.svg(),
     ))
+}
+
+#[cfg(test)]
+mod vif_layout {
+    /// The toolstack sizes a guest's memory and its vif count by netfront's
+    /// pool layout; the two must agree.
+    #[test]
+    fn the_toolstack_and_netfront_agree_on_a_guests_vifs() {
+        use toolstack::topology::{GUEST_MIN_FRAMES, MAX_GUEST_VIFS};
+        assert_eq!(net::netfront::MAX_VIFS, MAX_GUEST_VIFS);
+        assert_eq!(net::netfront::VIF_FRAMES, GUEST_MIN_FRAMES);
+    }
 }

@@ -169,10 +169,14 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
         "eth1",
     ]);
     env.ping("guest1", "10.78.0.2", 3);
-    // A third vif is refused, clearly.
+    // A third vif fits guest1's 2048 frames; a fourth is refused, clearly.
+    env.ok(&["network-attach", "guest1"]);
     let o = env.splitnet(&["network-attach", "guest1"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("the most a guest may have"));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("holds vifs eth0..eth2 only"), "{e}");
+    assert!(e.contains("raise its memory_frames to 2056"), "{e}");
+    env.ok(&["network-detach", "guest1", "eth2"]);
     // Detach both; the devices go, and so does everything hv held for them.
     env.ok(&["network-detach", "guest1", "1"]);
     env.ok(&["network-detach", "guest2", "eth1"]);

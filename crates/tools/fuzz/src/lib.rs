@@ -29,6 +29,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("store", store),
     ("offload", offload),
     ("topology", topology),
+    ("vifspec", vifspec),
     ("netback_requests", netback_requests),
     ("netfront_responses", netfront_responses),
     ("nic_ports", nic_ports),
@@ -275,6 +276,23 @@ pub fn offload(data: &[u8]) {
         data.len(),
         "completing a checksum resized the frame"
     );
+}
+
+/// An xl vifspec from a user (`network-attach GUEST 'VIFSPEC'`, a
+/// topology's `vif = [...]`): an error naming what is wrong, or a vif
+/// whose canonical form parses back to itself.
+pub fn vifspec(data: &[u8]) {
+    use toolstack::vifspec::VifSpec;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match VifSpec::parse(text) {
+        Ok(spec) => {
+            let again = VifSpec::parse(&spec.to_string());
+            assert_eq!(again.as_ref(), Ok(&spec), "{text:?} -> {spec}");
+        }
+        Err(e) => assert!(e.contains("vif"), "{e}"),
+    }
 }
 
 /// A topology file from a user: an error naming the file, or a topology.

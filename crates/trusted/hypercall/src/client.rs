@@ -137,10 +137,22 @@ impl Toolstack {
         mac: Option<&str>,
         backend: Option<&str>,
     ) -> HvResult<u32> {
+        self.network_attach_spec(guest, mac, backend, None)
+    }
+    /// [`Toolstack::network_attach`] with an xl vifspec giving the vif's
+    /// options (`network-attach GUEST 'VIFSPEC'`).
+    pub fn network_attach_spec(
+        &mut self,
+        guest: &str,
+        mac: Option<&str>,
+        backend: Option<&str>,
+        spec: Option<&str>,
+    ) -> HvResult<u32> {
         let req = Request::NetworkAttach {
             guest: guest.to_string(),
             mac: mac.map(str::to_string),
             backend: backend.map(str::to_string),
+            spec: spec.map(str::to_string),
         };
         match self.0.call(&req)?.0 {
             Reply::Value(v) => String::from_utf8_lossy(&v)

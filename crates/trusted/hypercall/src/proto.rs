@@ -136,6 +136,10 @@ pub enum Request {
         guest: String,
         mac: Option<String>,
         backend: Option<String>,
+        /// An xl vifspec (xl-network-configuration(5)) with the vif's
+        /// options; None: every default. `mac` and `backend` may not
+        /// repeat its keys.
+        spec: Option<String>,
     },
     /// Toolstack: removes vif `handle` from a running guest (`xl network-detach`).
     NetworkDetach {

@@ -221,12 +221,16 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
     }
     write_vif_options(ts, &be, &v.opts)?;
     let index = v.index.to_string();
+    // A vif with a hotplug script stays offline until the script succeeded
+    // (the supervisor then writes `online` = 1), as Xen's netback waits for
+    // `hotplug-status`: a failed script leaves the driver domain nothing to undo.
+    let online = if v.opts.script.is_some() { "0" } else { "1" };
     for (k, val) in [
         ("frontend", fe.as_str()),
         ("frontend-id", gs.as_str()),
         ("handle", handle.as_str()),
         ("mac", v.mac.as_str()),
-        ("online", "1"),
+        ("online", online),
         ("splitnet-rx-mode", v.rx_mode.as_str()),
         ("splitnet-tx-mode", v.tx_mode.as_str()),
         ("splitnet-grants", v.grants.as_str()),

@@ -1,8 +1,10 @@
-//! `splitnet restart`, `network-attach` and `network-detach`: the toolstack
-//! asks hv's supervisor, which does the work and the waiting.
+//! `splitnet restart`, `network-attach`, `network-detach` and
+//! `network-list`: the toolstack asks hv's supervisor, which does the work
+//! and the waiting, and reads the vifs' store directories.
 
 use crate::daemon::socket_path;
-use anyhow::{anyhow, Context, Result};
+use crate::vifspec::VifSpec;
+use anyhow::{anyhow, bail, Context, Result};
 use hv::Toolstack;
 use std::path::Path;
 
@@ -25,23 +27,191 @@ pub fn restart(rd: &Path, domain: &str) -> Result<()> {
     Ok(())
 }
 
-/// Adds a vif to a running guest and prints its handle and interface.
-pub fn attach(rd: &Path, guest: &str, mac: Option<&str>, backend: Option<&str>) -> Result<()> {
+/// Adds a vif to a running guest, with the options of xl vifspec `spec`
+/// if given, and prints its handle and interface.
+pub fn attach(
+    rd: &Path,
+    guest: &str,
+    mac: Option<&str>,
+    backend: Option<&str>,
+    spec: Option<&str>,
+) -> Result<()> {
+    if let Some(t) = spec {
+        // Refused here with the same words hv would use, before connecting.
+        VifSpec::parse(t).map_err(|e| anyhow!("vifspec {t:?}: {e}"))?;
+    }
     let h = toolstack(rd)?
-        .network_attach(guest, mac, backend)
+        .network_attach_spec(guest, mac, backend, spec)
         .map_err(|e| anyhow!("attaching a vif to {guest}: {e}"))?;
     println!("{guest}: vif {h} connected as eth{h}");
     Ok(())
 }
 
-/// Removes vif `vif` (its handle, `ethN` or `vifD.N`) from a running guest.
+/// Removes vif `vif` (its handle, `ethN`, `vifD.N` or its MAC) from a
+/// running guest.
 pub fn detach(rd: &Path, guest: &str, vif: &str) -> Result<()> {
-    let h = parse_vif(vif)?;
-    toolstack(rd)?
-        .network_detach(guest, h)
+    let mut ts = toolstack(rd)?;
+    let h = match abi::xenbus::parse_mac(vif) {
+        Ok(_) => vifs_of(&mut ts, guest)?
+            .iter()
+            .find(|v| v.mac.eq_ignore_ascii_case(vif))
+            .map(|v| v.handle)
+            .ok_or_else(|| anyhow!("{guest} has no vif with MAC {vif}"))?,
+        Err(_) => parse_vif(vif)?,
+    };
+    ts.network_detach(guest, h)
         .map_err(|e| anyhow!("detaching vif {h} from {guest}: {e}"))?;
     println!("{guest}: vif {h} detached");
     Ok(())
+}
+
+/// One vif as `network-list` shows it: xl's columns, then its options.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VifRow {
+    /// The device number (xl's Idx and handle).
+    pub handle: u32,
+    pub backend_id: String,
+    pub mac: String,
+    /// The backend's XenbusState, as a number (xl prints it so).
+    pub state: String,
+    /// The event channel, or `tx/rx` with split channels; -1: none yet.
+    pub evtchn: String,
+    pub tx_ring_ref: String,
+    pub rx_ring_ref: String,
+    pub backend_path: String,
+    pub frontend_path: String,
+    pub bridge: String,
+    pub ip: String,
+    /// Xen's `<bytes>,<usec>` credit; empty: unlimited.
+    pub rate: String,
+    pub mtu: String,
+    pub vlan: String,
+    pub vifname: String,
+    pub script: String,
+    pub hotplug_status: String,
+}
+
+/// The vifs of `guest`, by handle, as the store describes them.
+fn vifs_of(ts: &mut Toolstack, guest: &str) -> Result<Vec<VifRow>> {
+    let st = ts.status().map_err(|e| anyhow!("{e}"))?;
+    if !st.domains.iter().any(|d| d.name == guest) {
+        bail!("no domain named {guest:?} is running");
+    }
+    let mut rows = Vec::new();
+    for (k, v) in &st.info {
+        let Some((g, h)) = k.strip_prefix("vif.").and_then(|n| n.split_once('/')) else {
+            continue;
+        };
+        let (Some((fe, be)), Ok(handle)) = (v.split_once('|'), h.parse()) else {
+            continue;
+        };
+        if g == guest {
+            rows.push(read_row(ts, handle, fe, be));
+        }
+    }
+    rows.sort_by_key(|r| r.handle);
+    Ok(rows)
+}
+
+fn read_row(ts: &mut Toolstack, handle: u32, fe: &str, be: &str) -> VifRow {
+    use abi::xenbus::keys;
+    let mut read = |dir: &str, k: &str| ts.store_read(&format!("{dir}/{k}")).unwrap_or_default();
+    let evtchn = match (
+        read(fe, keys::EVENT_CHANNEL_TX),
+        read(fe, keys::EVENT_CHANNEL_RX),
+        read(fe, keys::EVENT_CHANNEL),
+    ) {
+        (tx, rx, _) if !tx.is_empty() && !rx.is_empty() => format!("{tx}/{rx}"),
+        (_, _, one) if !one.is_empty() => one,
+        _ => "-1".into(),
+    };
+    let or_none = |v: String| if v.is_empty() { "-1".to_string() } else { v };
+    VifRow {
+        handle,
+        backend_id: be.split('/').nth(3).unwrap_or("?").to_string(),
+        mac: read(be, keys::MAC),
+        state: read(be, keys::STATE),
+        evtchn,
+        tx_ring_ref: or_none(read(fe, keys::TX_RING_REF)),
+        rx_ring_ref: or_none(read(fe, keys::RX_RING_REF)),
+        backend_path: be.to_string(),
+        frontend_path: fe.to_string(),
+        bridge: read(be, keys::BRIDGE),
+        ip: read(be, keys::IP),
+        rate: read(be, keys::RATE),
+        mtu: read(be, keys::MTU),
+        vlan: read(be, keys::VLAN),
+        vifname: read(be, keys::VIFNAME),
+        script: read(be, keys::SCRIPT),
+        hotplug_status: read(be, keys::HOTPLUG_STATUS),
+    }
+}
+
+/// `splitnet network-list GUEST`: the guest's vifs as `xl network-list`
+/// prints them, with their options; `--json` prints the rows as JSON.
+pub fn list(rd: &Path, guest: &str, json: bool) -> Result<()> {
+    let rows = vifs_of(&mut toolstack(rd)?, guest)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    print!("{}", table(&rows));
+    Ok(())
+}
+
+fn table(rows: &[VifRow]) -> String {
+    /// Column widths; the last column (ip) runs to the end of the line.
+    const WIDTHS: [usize; 12] = [3, 3, 17, 6, 5, 7, 15, 32, 8, 6, 5, 14];
+    let line = |cells: [String; 13]| {
+        let mut l: String = cells
+            .iter()
+            .zip(WIDTHS)
+            .map(|(c, w)| format!("{c:<w$} "))
+            .collect();
+        l += &cells[12];
+        l + "\n"
+    };
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "-".into()
+        } else {
+            s.to_string()
+        }
+    };
+    let head = [
+        "Idx",
+        "BE",
+        "Mac Addr.",
+        "handle",
+        "state",
+        "evt-ch",
+        "tx-/rx-ring-ref",
+        "BE-path",
+        "bridge",
+        "mtu",
+        "vlan",
+        "rate",
+        "ip",
+    ];
+    let mut out = line(head.map(String::from));
+    for r in rows {
+        out += &line([
+            r.handle.to_string(),
+            r.backend_id.clone(),
+            r.mac.clone(),
+            r.handle.to_string(),
+            dash(&r.state),
+            r.evtchn.clone(),
+            format!("{}/{}", r.tx_ring_ref, r.rx_ring_ref),
+            r.backend_path.clone(),
+            dash(&r.bridge),
+            dash(&r.mtu),
+            dash(&r.vlan),
+            dash(&r.rate),
+            dash(&r.ip),
+        ]);
+    }
+    out
 }
 
 /// A vif's handle from `N`, `ethN` or `vifD.N`.
@@ -54,11 +224,76 @@ pub(crate) fn parse_vif(s: &str) -> Result<u32> {
         })
         .unwrap_or(s);
     n.parse()
-        .map_err(|_| anyhow!("{s:?} names no vif: give its handle (0, 1), ethN or vifD.N"))
+        .map_err(|_| anyhow!("{s:?} names no vif: give its handle (0, 1), ethN, vifD.N or its MAC"))
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn network_list_prints_xls_columns_then_the_options() {
+        let row = super::VifRow {
+            handle: 1,
+            backend_id: "1".into(),
+            mac: "00:16:3e:00:00:42".into(),
+            state: "4".into(),
+            evtchn: "3/4".into(),
+            tx_ring_ref: "10".into(),
+            rx_ring_ref: "11".into(),
+            backend_path: "/local/domain/1/backend/vif/2/1".into(),
+            frontend_path: "/local/domain/2/device/vif/1".into(),
+            bridge: "xenbr0".into(),
+            ip: "10.78.0.1 fd00::1".into(),
+            rate: "25000,20000".into(),
+            mtu: "9000".into(),
+            vlan: String::new(),
+            vifname: String::new(),
+            script: String::new(),
+            hotplug_status: String::new(),
+        };
+        let t = super::table(&[row]);
+        let mut lines = t.lines();
+        let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            head,
+            [
+                "Idx",
+                "BE",
+                "Mac",
+                "Addr.",
+                "handle",
+                "state",
+                "evt-ch",
+                "tx-/rx-ring-ref",
+                "BE-path",
+                "bridge",
+                "mtu",
+                "vlan",
+                "rate",
+                "ip"
+            ]
+        );
+        let cols: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            cols,
+            [
+                "1",
+                "1",
+                "00:16:3e:00:00:42",
+                "1",
+                "4",
+                "3/4",
+                "10/11",
+                "/local/domain/1/backend/vif/2/1",
+                "xenbr0",
+                "9000",
+                "-",
+                "25000,20000",
+                "10.78.0.1",
+                "fd00::1"
+            ]
+        );
+    }
+
     #[test]
     fn a_vif_is_named_by_handle_interface_or_xen_name() {
         for (s, h) in [("1", 1), ("eth1", 1), ("vif7.1", 1), ("0", 0)] {

@@ -14,7 +14,9 @@
 //! - [`status`], [`metrics`], [`listen`], [`top`]: what the user is told
 //!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables);
 //! - [`capture`]: which driver domain serves a capture target;
-//! - [`hotplug`]: restart, network-attach and network-detach.
+//! - [`hotplug`]: restart, network-attach, network-detach and network-list;
+//! - [`vifspec`]: xl's vif syntax, for the topology and network-attach;
+//! - [`vifscript`]: a vif's hotplug script (`script=`), run in its driver domain.
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -29,3 +31,5 @@ pub mod top;
 pub mod topology;
 pub mod tuning;
 pub mod uplink;
+pub mod vifscript;
+pub mod vifspec;

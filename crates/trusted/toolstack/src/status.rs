@@ -107,7 +107,9 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
         out.push(json!({
             "guest": guest,
             "handle": handle.parse::<u32>().unwrap_or(0),
-            "vif": abi::xenbus::vif_name(be),
+            "vif": Some(read(format!("{be}/{}", abi::xenbus::keys::VIFNAME)))
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| abi::xenbus::vif_name(be)),
             "backend_domain": be.split('/').nth(3),
             "backend_name": be
                 .split('/')

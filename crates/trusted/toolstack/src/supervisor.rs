@@ -18,9 +18,11 @@ use crate::daemon::{
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::topology::{
     DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig, WireConfig,
-    DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF, MAX_GUEST_VIFS,
+    DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF, GUEST_MIN_FRAMES, MAX_GUEST_VIFS,
 };
 use crate::uplink::{UplinkKind, Uplinks};
+use crate::vifscript::{self, ScriptCall};
+use crate::vifspec::VifSpec;
 use abi::xenbus::{self, XenbusState};
 use hv::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
 use hv::error::{ErrorKind, HvError, HvResult};
@@ -274,20 +276,18 @@ impl Supervisor {
     }
 
     /// Writes vif `v`'s two directories for the running domains of its
-    /// guest and backend, and names it in `status`.
+    /// guest and backend, names it in `status`, then runs its hotplug
+    /// script, if any, with `online`.
     fn plumb(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> Result<(), String> {
         let g = Self::domid(hv, &v.guest).map_err(|e| e.to_string())?;
         let b = Self::domid(hv, &v.backend).map_err(|e| e.to_string())?;
         setup_vif(&mut Store::new(hv), v, g, b)?;
+        let be = xenbus::backend_path(b, g, v.handle);
         hv.set_info(
             &vif_info_key(v),
-            &format!(
-                "{}|{}",
-                xenbus::frontend_path(g, v.handle),
-                xenbus::backend_path(b, g, v.handle)
-            ),
+            &format!("{}|{be}", xenbus::frontend_path(g, v.handle)),
         );
-        Ok(())
+        self.hotplug(hv, v, &be, "online")
     }
 
     /// Starts domain `d`'s process in its namespace and cgroup, and a
@@ -590,7 +590,8 @@ impl Supervisor {
     }
 
     /// A dead guest's backend directories are the toolstack's to remove
-    /// (as xl does): its driver domain then frees the vif's slot.
+    /// (as xl does), after its vifs' hotplug scripts ran `offline`: its
+    /// driver domain then frees the vif's slot.
     fn forget_guest_backends(&self, hv: &Arc<Hypervisor>, name: &str, domid: DomId) {
         let vifs: Vec<VifConfig> = self
             .lock()
@@ -602,7 +603,11 @@ impl Supervisor {
         let mut ts = Store::new(hv);
         for v in vifs {
             if let Some(b) = hv.domid_of(&v.backend) {
-                let _ = ts.rm(&xenbus::backend_path(b, domid, v.handle));
+                let be = xenbus::backend_path(b, domid, v.handle);
+                if let Err(e) = self.hotplug(hv, &v, &be, "offline") {
+                    eprintln!("hv: {e}");
+                }
+                let _ = ts.rm(&be);
                 let _ = ts.rm(&format!("/local/domain/{b}/backend/vif/{domid}"));
             }
         }
@@ -686,9 +691,54 @@ impl Supervisor {
     }
 
     /// `splitnet network-attach`: a new vif on a running guest, connected
-    /// when this returns. Returns its handle.
-    fn attach(&self, guest: &str, mac: Option<String>, backend: Option<String>) -> HvResult<u32> {
+    /// (and its hotplug script run) when this returns. `spec` is an xl
+    /// vifspec; `mac` and `backend` are the older flags, and may not repeat
+    /// its keys. Returns its handle.
+    fn attach(
+        &self,
+        guest: &str,
+        mac: Option<String>,
+        backend: Option<String>,
+        spec: Option<String>,
+    ) -> HvResult<u32> {
         let hv = self.hv()?;
+        let mut vs = match spec.as_deref() {
+            Some(t) => VifSpec::parse(t)
+                .map_err(|e| fail(ErrorKind::Invalid, format!("vifspec {t:?}: {e}")))?,
+            None => VifSpec::default(),
+        };
+        for (flag, key, given, slot) in [
+            ("--mac", "mac", mac, &mut vs.mac),
+            ("--backend", "backend", backend, &mut vs.backend),
+        ] {
+            if let Some(g) = given {
+                if slot.is_some() {
+                    return Err(fail(
+                        ErrorKind::Invalid,
+                        format!("{flag} and the vifspec's {key}= both name it; give one"),
+                    ));
+                }
+                *slot = Some(g);
+            }
+        }
+        let v = self.new_vif(&hv, guest, vs)?;
+        // A vif whose hotplug script failed never came online: it goes
+        // without the closing handshake (nor an `offline` run).
+        if let Err(e) = self.plumb(&hv, &v) {
+            self.forget(&hv, &v);
+            return Err(fail(ErrorKind::Internal, e));
+        }
+        if let Err(e) = self.wait_connected(&hv, &v) {
+            let _ = self.detach(guest, v.handle);
+            return Err(e);
+        }
+        Ok(v.handle)
+    }
+
+    /// Checks what `vs` asks for guest `guest` (a driver domain, a free
+    /// handle within the guest's memory, room in the driver domain, a MAC
+    /// nobody uses) and records the new vif.
+    fn new_vif(&self, hv: &Arc<Hypervisor>, guest: &str, vs: VifSpec) -> HvResult<VifConfig> {
         let gcfg = self.config(guest)?.clone();
         if gcfg.kind != DomainKind::Guest {
             return Err(fail(
@@ -696,7 +746,7 @@ impl Supervisor {
                 format!("{guest} is a driver domain; vifs belong to guests"),
             ));
         }
-        let backend = match backend {
+        let backend = match vs.backend {
             Some(b) => b,
             None => self.default_backend(guest)?,
         };
@@ -706,74 +756,99 @@ impl Supervisor {
                 format!("{backend} is not a driver domain"),
             ));
         }
-        if let Some(m) = &mac {
+        if let Some(m) = &vs.mac {
             xenbus::parse_mac(m)
                 .map_err(|e| fail(ErrorKind::Invalid, format!("--mac {m}: {e}")))?;
         }
-        Self::domid(&hv, guest)?;
-        Self::domid(&hv, &backend)?;
-        let v = {
-            let mut st = self.lock();
-            let handle = (0..MAX_GUEST_VIFS)
-                .find(|h| !st.vifs.iter().any(|v| v.guest == guest && v.handle == *h))
-                .ok_or_else(|| {
-                    fail(
-                        ErrorKind::Quota,
-                        format!(
-                            "{guest} has {MAX_GUEST_VIFS} vifs already, the most a guest may have"
-                        ),
-                    )
-                })?;
-            let staging = self.config(&backend)?.memory_frames;
-            let index = (0..)
-                .find(|i| {
-                    !st.vifs
-                        .iter()
-                        .any(|v| v.backend == backend && v.index == *i)
-                })
-                .unwrap_or(0);
-            let need = DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * (index as u32 + 1);
-            if need > staging {
-                return Err(fail(
-                    ErrorKind::Quota,
-                    format!("{backend} has memory for no more vifs (memory_frames = {staging})"),
-                ));
+        Self::domid(hv, guest)?;
+        Self::domid(hv, &backend)?;
+        let mut st = self.lock();
+        let handle = free_handle(&st.vifs, &gcfg, vs.devid)?;
+        let index = self.driver_room(&st.vifs, &backend)?;
+        let mac = match vs.mac {
+            Some(m) => m,
+            None => {
+                st.macs_given += 1;
+                let n = st.macs_given;
+                format!("00:16:3e:5f:{:02x}:{:02x}", (n >> 8) & 0xff, n & 0xff)
             }
-            let mac = match mac {
-                Some(m) => m,
-                None => {
-                    st.macs_given += 1;
-                    let n = st.macs_given;
-                    format!("00:16:3e:5f:{:02x}:{:02x}", (n >> 8) & 0xff, n & 0xff)
-                }
-            };
-            if st.vifs.iter().any(|v| v.mac.eq_ignore_ascii_case(&mac)) {
-                return Err(fail(ErrorKind::Invalid, format!("MAC {mac} is in use")));
-            }
-            let v = VifConfig {
-                guest: guest.to_string(),
-                handle,
-                backend: backend.clone(),
-                mac,
-                rx_mode: gcfg.rx_mode,
-                tx_mode: gcfg.tx_mode,
-                grants: gcfg.grants,
-                offload: gcfg.offload,
-                index,
-                opts: Default::default(),
-            };
-            st.vifs.push(v.clone());
-            v
         };
-        let r = self
-            .plumb(&hv, &v)
-            .map_err(|e| fail(ErrorKind::Internal, e));
-        let r = r.and_then(|()| self.wait_connected(&hv, &v));
-        if let Err(e) = r {
-            let _ = self.detach(guest, v.handle);
-            return Err(e);
+        if st.vifs.iter().any(|v| v.mac.eq_ignore_ascii_case(&mac)) {
+            return Err(fail(ErrorKind::Invalid, format!("MAC {mac} is in use")));
         }
-        Ok(v.handle)
+        let v = VifConfig {
+            guest: guest.to_string(),
+            handle,
+            backend,
+            mac,
+            rx_mode: gcfg.rx_mode,
+            tx_mode: gcfg.tx_mode,
+            grants: gcfg.grants,
+            offload: gcfg.offload,
+            index,
+            opts: vs.opts,
+        };
+        st.vifs.push(v.clone());
+        Ok(v)
+    }
+
+    /// The lowest free index among `backend`'s vifs, if its memory has a
+    /// staging area for one more.
+    fn driver_room(&self, vifs: &[VifConfig], backend: &str) -> HvResult<usize> {
+        let staging = self.config(backend)?.memory_frames;
+        let index = (0..)
+            .find(|i| !vifs.iter().any(|v| v.backend == backend && v.index == *i))
+            .unwrap_or(0);
+        let need = DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * (index as u32 + 1);
+        if need > staging {
+            return Err(fail(
+                ErrorKind::Quota,
+                format!("{backend} has memory for no more vifs (memory_frames = {staging})"),
+            ));
+        }
+        Ok(index)
+    }
+
+    /// Runs vif `v`'s hotplug script, if it has one, with `command`
+    /// (`online` or `offline`); after `online` the backend directory says
+    /// `hotplug-status` = `connected`, as Xen's scripts leave it, and the
+    /// vif comes online (`setup_vif` left it offline for the script).
+    fn hotplug(
+        &self,
+        hv: &Arc<Hypervisor>,
+        v: &VifConfig,
+        be: &str,
+        command: &str,
+    ) -> Result<(), String> {
+        let Some(script) = &v.opts.script else {
+            return Ok(());
+        };
+        let vif = v
+            .opts
+            .vifname
+            .clone()
+            .unwrap_or_else(|| xenbus::vif_name(be));
+        let call = ScriptCall {
+            netns: &host::netns_name(&v.backend),
+            script,
+            command,
+            vif: &vif,
+            xenbus_path: be,
+        };
+        let scratch = self
+            .run_dir
+            .join(format!("hotplug-{}-{}.stderr", v.guest, v.handle));
+        vifscript::run(&call, &scratch)
+            .map_err(|e| format!("vif {} of {} ({vif}): {e}", v.handle, v.guest))?;
+        if command == "online" {
+            let mut ts = Store::new(hv);
+            ts.write(
+                &format!("{be}/{}", xenbus::keys::HOTPLUG_STATUS),
+                "connected",
+            )?;
+            ts.write(&format!("{be}/{}", xenbus::keys::ONLINE), "1")?;
+        }
+        Ok(())
     }
 
     /// The driver domain of the guest's first vif, else the only one.
@@ -861,8 +936,7 @@ impl Supervisor {
             .cloned()
             .ok_or_else(|| fail(ErrorKind::BadDomain, format!("{guest} has no vif {handle}")))?;
         if let Ok((fe, be)) = Self::paths(&hv, &v) {
-            let mut ts = Store::new(&hv);
-            let _ = ts.write(&format!("{be}/online"), "0");
+            let _ = Store::new(&hv).write(&format!("{be}/online"), "0");
             let closed = |p: &str| {
                 matches!(
                     state_of(&hv, p),
@@ -873,14 +947,26 @@ impl Supervisor {
             if !clean {
                 eprintln!("hv: vif {handle} of {guest}: the handshake did not finish; removing it");
             }
+            if let Err(e) = self.hotplug(&hv, &v, &be, "offline") {
+                eprintln!("hv: {e}");
+            }
+        }
+        self.forget(&hv, &v);
+        Ok(())
+    }
+
+    /// Removes vif `v`'s directories (its peers let go of a device whose
+    /// directory vanished), its `status` entry and its record.
+    fn forget(&self, hv: &Arc<Hypervisor>, v: &VifConfig) {
+        if let Ok((fe, be)) = Self::paths(hv, v) {
+            let mut ts = Store::new(hv);
             let _ = ts.rm(&fe);
             let _ = ts.rm(&be);
         }
-        hv.remove_info(&vif_info_key(&v));
+        hv.remove_info(&vif_info_key(v));
         self.lock()
             .vifs
-            .retain(|x| !(x.guest == guest && x.handle == handle));
-        Ok(())
+            .retain(|x| !(x.guest == v.guest && x.handle == v.handle));
     }
 }
 
@@ -929,6 +1015,44 @@ fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
 fn drop_netns(uplinks: &Uplinks, name: &str) {
     uplinks.teardown(name);
     host::netns_del(&host::netns_name(name));
+}
+
+/// The handle for a new vif of guest `g`: `devid` if free, else the lowest
+/// free one; either must fit the guest's pool ([`GUEST_MIN_FRAMES`] each).
+fn free_handle(vifs: &[VifConfig], g: &DomainConfig, devid: Option<u32>) -> HvResult<u32> {
+    let used = |h: u32| vifs.iter().any(|v| v.guest == g.name && v.handle == h);
+    let room = g.guest_vif_room();
+    let handle = match devid {
+        Some(h) if used(h) => {
+            return Err(fail(
+                ErrorKind::Invalid,
+                format!("{} has a vif devid={h} (eth{h}) already", g.name),
+            ))
+        }
+        Some(h) => h,
+        None => (0..MAX_GUEST_VIFS).find(|h| !used(*h)).ok_or_else(|| {
+            fail(
+                ErrorKind::Quota,
+                format!(
+                    "{} has {MAX_GUEST_VIFS} vifs already, the most a guest may have",
+                    g.name
+                ),
+            )
+        })?,
+    };
+    if handle >= room {
+        return Err(fail(
+            ErrorKind::Quota,
+            format!(
+                "{}'s memory (memory_frames = {}) holds vifs eth0..eth{} only ({GUEST_MIN_FRAMES} frames each); raise its memory_frames to {} for eth{handle}",
+                g.name,
+                g.memory_frames,
+                room.saturating_sub(1),
+                (handle + 1) * GUEST_MIN_FRAMES
+            ),
+        ));
+    }
+    Ok(handle)
 }
 
 fn vif_info_key(v: &VifConfig) -> String {
@@ -980,8 +1104,9 @@ impl SupervisorHook for Supervisor {
                 guest,
                 mac,
                 backend,
+                spec,
             } => self
-                .attach(&guest, mac, backend)
+                .attach(&guest, mac, backend, spec)
                 .map(|h| Reply::Value(h.to_string().into_bytes())),
             Request::NetworkDetach { guest, handle } => {
                 self.detach(&guest, handle).map(|()| Reply::Done)

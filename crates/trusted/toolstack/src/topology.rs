@@ -6,6 +6,8 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::path::Path;
 
+use crate::vifspec::VifSpec;
+
 /// The embedded default topology (`splitnet up` without `--config`).
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
@@ -52,8 +54,9 @@ impl DomainKind {
 pub struct DomainConfig {
     pub name: String,
     pub kind: DomainKind,
-    /// Frames (4 KiB) in the grantable pool.
-    #[serde(default = "default_frames")]
+    /// Frames (4 KiB) in the grantable pool; by default enough for the
+    /// domain's vifs ([`Topology::parse`] fills it in).
+    #[serde(default, deserialize_with = "frames")]
     pub memory_frames: u32,
     /// Pages of grant table (512 entries each).
     #[serde(default = "default_grant_frames")]
@@ -69,6 +72,11 @@ pub struct DomainConfig {
     pub backend: Option<String>,
     /// Guests: the virtual NIC's MAC (default 00:16:3e:5e:00:NN).
     pub mac: Option<String>,
+    /// Guests: the virtual NICs as xl's vifspecs (xl-network-configuration(5)),
+    /// eth0 first; `address`, `ipv6`, `mac` and `backend` apply to the first.
+    /// Absent: one vif with every default.
+    #[serde(default)]
+    pub vif: Vec<String>,
     /// Guests: how received packets reach the guest.
     #[serde(default)]
     pub rx_mode: RxMode,
@@ -188,6 +196,87 @@ fn guest_mac(d: &DomainConfig, i: usize) -> String {
     d.mac
         .clone()
         .unwrap_or_else(|| format!("00:16:3e:5e:{:02x}:{:02x}", (n >> 8) & 0xff, n & 0xff))
+}
+
+/// Guest number `i`'s MAC for its vif `devid` past the first:
+/// 00:16:3e:<0x60 + devid>:<i+1 as two bytes>.
+fn extra_mac(i: usize, devid: u32) -> String {
+    let n = i + 1;
+    format!(
+        "00:16:3e:{:02x}:{:02x}:{:02x}",
+        0x60 + devid,
+        (n >> 8) & 0xff,
+        n & 0xff
+    )
+}
+
+/// Guest `d`'s vifspecs, parsed, each with its device number: a `devid`
+/// given, else the lowest one free, in list order. The first is eth0, so
+/// its devid is 0; `mac` and `backend` may not be set both on the guest
+/// and in a vifspec.
+fn guest_specs(d: &DomainConfig) -> Result<Vec<(u32, VifSpec)>, String> {
+    let specs: Vec<VifSpec> = if d.vif.is_empty() {
+        vec![VifSpec::default()]
+    } else {
+        d.vif
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                VifSpec::parse(t).map_err(|e| format!("domain {:?} vif[{k}] {t:?}: {e}", d.name))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if specs.len() > MAX_GUEST_VIFS as usize {
+        return Err(format!(
+            "domain {:?} lists {} vifs; a guest may have at most {MAX_GUEST_VIFS}",
+            d.name,
+            specs.len()
+        ));
+    }
+    let conflict = |k: usize, key: &str| {
+        format!(
+            "domain {:?}: vif[{k}] sets {key}= and the domain sets {key} = ...; give it in one place",
+            d.name
+        )
+    };
+    if d.mac.is_some() && specs[0].mac.is_some() {
+        return Err(conflict(0, "mac"));
+    }
+    if let Some(k) = specs.iter().position(|s| s.backend.is_some()) {
+        if d.backend.is_some() {
+            return Err(conflict(k, "backend"));
+        }
+    }
+    let mut taken: Vec<u32> = specs.iter().filter_map(|s| s.devid).collect();
+    if let Some(dup) = taken
+        .iter()
+        .enumerate()
+        .find(|(k, x)| taken[..*k].contains(x))
+    {
+        return Err(format!(
+            "domain {:?}: devid={} is given twice",
+            d.name, dup.1
+        ));
+    }
+    if specs[0].devid.is_some_and(|x| x != 0) {
+        return Err(format!(
+            "domain {:?}: vif[0] is eth0 and carries the domain's address: its devid must be 0",
+            d.name
+        ));
+    }
+    let mut out = Vec::new();
+    for s in specs {
+        let devid = match s.devid {
+            Some(x) => x,
+            None => {
+                let x = (0..).find(|x| !taken.contains(x)).unwrap_or(0);
+                taken.push(x);
+                x
+            }
+        };
+        out.push((devid, s));
+    }
+    Ok(out)
 }
 
 /// A guest with an emulated NIC: what hv needs to start its device side.
@@ -451,7 +540,8 @@ impl VifConfig {
     }
 }
 
-/// Frames a guest needs: 2 ring pages, 256 TX and 256 RX buffers.
+/// Frames a guest needs per vif (netfront's `VIF_FRAMES`): 2 ring pages,
+/// 256 TX and 256 RX buffers, about 2 MiB.
 pub const GUEST_MIN_FRAMES: u32 = 2 + 2 * 256;
 /// Frames a guest with an emulated NIC (hosted or hvm) needs: the guest
 /// driver's init block, rings and buffers from guest-physical 64 KiB (about
@@ -464,7 +554,9 @@ pub const DRIVER_BASE_FRAMES: u32 = 16;
 pub const DRIVER_FRAMES_PER_VIF: u32 = 512;
 
 /// Most vifs a guest may have (netfront's pool layout, `MAX_VIFS` there).
-pub const MAX_GUEST_VIFS: u32 = 2;
+/// Each takes [`GUEST_MIN_FRAMES`] of its pool: vif *h* lives at frame
+/// `h * GUEST_MIN_FRAMES`, so a guest holds the handles its memory reaches.
+pub const MAX_GUEST_VIFS: u32 = 8;
 /// Event channels a vif takes at each end (split TX and RX channels).
 pub const EVENT_CHANNELS_PER_VIF: u32 = 2;
 /// Largest `max_event_channels` (Xen's FIFO event-channel ABI's limit).
@@ -503,8 +595,26 @@ impl DomainConfig {
     }
 }
 
-fn default_frames() -> u32 {
-    2048
+/// The pool a domain gets without `memory_frames`: 2048 frames (8 MiB),
+/// or more when its vifs need more.
+const DEFAULT_FRAMES: u32 = 2048;
+
+/// `memory_frames` as written: 0 is refused here, since 0 stands for
+/// "unset" until [`Topology::parse`] fills the default in.
+fn frames<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(serde::de::Error::custom(
+            "memory_frames must be 1..=1048576 (4 KiB each)",
+        )),
+        n => Ok(n),
+    }
+}
+
+impl DomainConfig {
+    /// The most vif handles a guest's pool holds, up to [`MAX_GUEST_VIFS`].
+    pub fn guest_vif_room(&self) -> u32 {
+        (self.memory_frames / GUEST_MIN_FRAMES).min(MAX_GUEST_VIFS)
+    }
 }
 fn default_grant_frames() -> u32 {
     4
@@ -615,7 +725,7 @@ fn check_cidr(field: &str, v: &Option<String>, v6: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn check_name(what: &str, n: &str) -> Result<(), String> {
+pub(crate) fn check_name(what: &str, n: &str) -> Result<(), String> {
     let ok = !n.is_empty()
         && n.len() <= MAX_NAME
         && n.chars()
@@ -686,10 +796,14 @@ fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     check_modes(d)?;
     check_nic(d)?;
     if d.kind == DomainKind::Driver
-        && (d.backend.is_some() || d.mac.is_some() || d.address.is_some() || d.ipv6.is_some())
+        && (d.backend.is_some()
+            || d.mac.is_some()
+            || d.address.is_some()
+            || d.ipv6.is_some()
+            || !d.vif.is_empty())
     {
         return Err(format!(
-            "domain {:?} is a driver domain: backend, mac, address and ipv6 are guest settings",
+            "domain {:?} is a driver domain: backend, mac, vif, address and ipv6 are guest settings",
             d.name
         ));
     }
@@ -720,10 +834,18 @@ fn check_domain_sizes(d: &DomainConfig, vifs: &[VifConfig]) -> Result<(), String
             d.name
         ));
     }
-    if vifs.iter().any(|v| v.guest == d.name) && d.memory_frames < GUEST_MIN_FRAMES {
+    let handles = vifs
+        .iter()
+        .filter(|v| v.guest == d.name)
+        .map(|v| v.handle + 1)
+        .max()
+        .unwrap_or(0);
+    if d.memory_frames < handles * GUEST_MIN_FRAMES {
         return Err(format!(
-            "domain {:?} has a virtual NIC and needs memory_frames >= {GUEST_MIN_FRAMES}",
-            d.name
+            "domain {:?} has virtual NICs up to eth{} and needs memory_frames >= {} ({GUEST_MIN_FRAMES} per vif)",
+            d.name,
+            handles - 1,
+            handles * GUEST_MIN_FRAMES
         ));
     }
     Ok(())
@@ -796,10 +918,11 @@ impl Topology {
 
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Topology, TopologyError> {
-        let t: Topology = toml::from_str(text).map_err(|e| TopologyError::Syntax {
+        let mut t: Topology = toml::from_str(text).map_err(|e| TopologyError::Syntax {
             origin: origin.into(),
             message: e.to_string().trim_end().into(),
         })?;
+        t.fill_memory();
         t.validate().map_err(|message| TopologyError::Invalid {
             origin: origin.into(),
             message,
@@ -822,6 +945,15 @@ impl Topology {
         let vifs = self.vifs_unchecked()?;
         for d in &self.domains {
             check_domain_sizes(d, &vifs)?;
+        }
+        let mut macs = HashSet::new();
+        for v in &vifs {
+            if !macs.insert(v.mac.to_ascii_lowercase()) {
+                return Err(format!(
+                    "MAC {} is used twice (again by vif {} of {:?})",
+                    v.mac, v.handle, v.guest
+                ));
+            }
         }
         if let Some(w) = &self.wire {
             self.check_wire(w, &seen)?;
@@ -933,25 +1065,82 @@ impl Topology {
             if !any_driver && d.backend.is_none() {
                 continue;
             }
-            let backend = self.backend_of(d)?;
             if d.nic != Nic::Vif {
+                self.backend_of(d)?;
+                if !d.vif.is_empty() {
+                    return Err(format!(
+                        "domain {:?}: vif = [...] lists virtual NICs; nic = {:?} has an emulated one",
+                        d.name,
+                        d.nic.as_str()
+                    ));
+                }
                 continue;
             }
-            let index = out.iter().filter(|v| v.backend == backend).count();
-            out.push(VifConfig {
-                guest: d.name.clone(),
-                handle: 0,
-                mac: guest_mac(d, i),
-                backend,
-                rx_mode: d.rx_mode,
-                tx_mode: d.tx_mode,
-                grants: d.grants,
-                offload: d.offload,
-                index,
-                opts: VifOptions::default(),
-            });
+            for (pos, (devid, spec)) in guest_specs(d)?.into_iter().enumerate() {
+                let backend = match spec.backend {
+                    Some(b) => self.driver_named(d, &b)?,
+                    None => self.backend_of(d)?,
+                };
+                let mac = match (spec.mac, pos) {
+                    (Some(m), _) => m,
+                    (None, 0) => guest_mac(d, i),
+                    (None, _) => extra_mac(i, devid),
+                };
+                let index = out.iter().filter(|v| v.backend == backend).count();
+                out.push(VifConfig {
+                    guest: d.name.clone(),
+                    handle: devid,
+                    mac,
+                    backend,
+                    rx_mode: d.rx_mode,
+                    tx_mode: d.tx_mode,
+                    grants: d.grants,
+                    offload: d.offload,
+                    index,
+                    opts: spec.opts,
+                });
+            }
         }
         Ok(out)
+    }
+
+    /// Driver domain `name`, named by a vifspec's `backend` on guest `d`.
+    fn driver_named(&self, d: &DomainConfig, name: &str) -> Result<String, String> {
+        match self.domain(name) {
+            Some(x) if x.kind == DomainKind::Driver => Ok(name.to_string()),
+            _ => Err(format!(
+                "domain {:?}: vif backend={name} is not a driver domain",
+                d.name
+            )),
+        }
+    }
+
+    /// Fills in the `memory_frames` left out: 2048 frames, or what the
+    /// domain's vifs need (a guest [`GUEST_MIN_FRAMES`] per handle up to
+    /// its highest, a driver domain its staging per vif served).
+    fn fill_memory(&mut self) {
+        let vifs = self.vifs_unchecked().unwrap_or_default();
+        for d in self.domains.iter_mut().filter(|d| d.memory_frames == 0) {
+            let need = match d.kind {
+                DomainKind::Guest => {
+                    let top = vifs
+                        .iter()
+                        .filter(|v| v.guest == d.name)
+                        .map(|v| v.handle + 1);
+                    top.max().unwrap_or(0) * GUEST_MIN_FRAMES
+                }
+                DomainKind::Driver => {
+                    let n = vifs.iter().filter(|v| v.backend == d.name).count() as u32;
+                    DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
+                }
+            };
+            let frames = need.max(DEFAULT_FRAMES);
+            d.memory_frames = if d.hugepages {
+                frames.next_multiple_of(512)
+            } else {
+                frames
+            };
+        }
     }
 
     /// Sets every vif to a preset's modes.
@@ -1288,5 +1477,158 @@ mod tests {
         assert_eq!((t.domains[0].spin_us, t.domains[1].spin_us), (50, 0));
         t.apply_spin(20);
         assert!(t.domains.iter().all(|d| d.spin_us == 20));
+    }
+}
+
+#[cfg(test)]
+mod vif_list_tests {
+    use super::*;
+
+    fn topo(guest: &str) -> Result<Topology, String> {
+        Topology::parse(
+            &format!(
+                "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
+                 [[domain]]\nname = \"drv2\"\nkind = \"driver\"\n\
+                 [[domain]]\nname = \"g\"\nkind = \"guest\"\n{guest}"
+            ),
+            "t.toml",
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_guest_lists_eight_vifs_and_memory_follows() {
+        let specs: Vec<String> = (0..8)
+            .map(|k| format!("\"mac=00:16:3e:77:00:0{k},mtu={}\"", 1500 + k))
+            .collect();
+        let t = topo(&format!(
+            "backend = \"drv\"\nvif = [{}]\n",
+            specs.join(", ")
+        ))
+        .unwrap();
+        let v = t.vifs();
+        assert_eq!(v.len(), 8);
+        assert_eq!(
+            v.iter().map(|v| v.handle).collect::<Vec<_>>(),
+            (0..8).collect::<Vec<_>>()
+        );
+        assert_eq!(v[3].mac, "00:16:3e:77:00:03");
+        assert_eq!(v[7].opts.mtu, Some(1507));
+        assert_eq!(v[7].index, 7);
+        // Without memory_frames, each domain gets what its vifs need.
+        assert_eq!(t.domain("g").unwrap().memory_frames, 8 * GUEST_MIN_FRAMES);
+        assert_eq!(
+            t.domain("drv").unwrap().memory_frames,
+            DRIVER_BASE_FRAMES + 8 * DRIVER_FRAMES_PER_VIF
+        );
+        assert_eq!(t.domain("drv2").unwrap().memory_frames, DEFAULT_FRAMES);
+        assert_eq!(t.domain("g").unwrap().guest_vif_room(), 8);
+        // Given memory is checked against every vif.
+        let e = topo(&format!(
+            "backend = \"drv\"\nmemory_frames = 2048\nvif = [{}]\n",
+            specs.join(", ")
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("needs memory_frames >= 4112 (514 per vif)"),
+            "{e}"
+        );
+        let e = Topology::parse(
+            &format!(
+                "[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 2048\n\
+                 [[domain]]\nname = \"g\"\nkind = \"guest\"\nvif = [{}]\n",
+                specs.join(", ")
+            ),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("serves 8 vifs and needs memory_frames >= 4112"),
+            "{e}"
+        );
+        let nine = format!("backend = \"drv\"\nvif = [{}, \"\"]\n", specs.join(", "));
+        assert!(topo(&nine).unwrap_err().contains("at most 8"));
+    }
+
+    #[test]
+    fn vifspecs_pick_devids_macs_and_backends() {
+        let t = topo(
+            "vif = [\"backend=drv\", \"devid=5,backend=drv2,bridge=xenbr1\", \"backend=drv,vlan=7\"]\n",
+        )
+        .unwrap();
+        let v = t.vifs();
+        assert_eq!(
+            v.iter()
+                .map(|v| (v.handle, v.backend.as_str()))
+                .collect::<Vec<_>>(),
+            [(0, "drv"), (5, "drv2"), (1, "drv")]
+        );
+        assert_eq!(v[0].mac, "00:16:3e:5e:00:01");
+        assert_eq!(v[1].mac, "00:16:3e:65:00:01");
+        assert_eq!((v[1].index, v[2].index), (0, 1));
+        assert_eq!(v[1].opts.bridge.as_deref(), Some("xenbr1"));
+        assert_eq!(v[2].opts.vlan, Some(7));
+        assert_eq!(t.domain("g").unwrap().memory_frames, 6 * GUEST_MIN_FRAMES);
+        // Without vif: today's one default vif.
+        let t = topo("backend = \"drv\"\n").unwrap();
+        assert_eq!(t.vifs().len(), 1);
+        assert_eq!(t.vifs()[0].opts, VifOptions::default());
+        assert_eq!(t.domain("g").unwrap().memory_frames, DEFAULT_FRAMES);
+    }
+
+    #[test]
+    fn bad_vif_lists_are_refused_clearly() {
+        for (guest, needle) in [
+            (
+                "vif = [\"mtu=9001\"]\n",
+                "vif[0] \"mtu=9001\": vif option `mtu`",
+            ),
+            (
+                "vif = [\"\", \"model=e1000\"]\n",
+                "vif[1] \"model=e1000\": vif option `model` is not supported by splitnet",
+            ),
+            ("vif = [\"speed=1\"]\n", "unknown vif option `speed`"),
+            (
+                "mac = \"00:16:3e:00:00:01\"\nvif = [\"mac=00:16:3e:00:00:02\"]\n",
+                "vif[0] sets mac=",
+            ),
+            (
+                "backend = \"drv\"\nvif = [\"\", \"backend=drv2\"]\n",
+                "vif[1] sets backend=",
+            ),
+            (
+                "vif = [\"backend=drv\", \"\"]\n",
+                "several driver domains exist",
+            ),
+            (
+                "vif = [\"\", \"devid=3\", \"devid=3\"]\n",
+                "devid=3 is given twice",
+            ),
+            ("vif = [\"devid=2\"]\n", "its devid must be 0"),
+            (
+                "backend = \"drv\"\nvif = [\"mac=00:16:3e:00:00:01\", \"mac=00:16:3E:00:00:01\"]\n",
+                "used twice",
+            ),
+            (
+                "backend = \"drv\"\nnic = \"hosted\"\nvif = [\"\"]\n",
+                "emulated one",
+            ),
+            ("memory_frames = 0\n", "memory_frames must be 1..=1048576"),
+            (
+                "backend = \"drv\"\n[[domain]]\nname = \"d3\"\nkind = \"driver\"\nvif = [\"\"]\n",
+                "mac, vif, address and ipv6 are guest settings",
+            ),
+        ] {
+            let e = topo(guest).unwrap_err();
+            assert!(e.contains(needle), "{guest}: {e:?} lacks {needle:?}");
+        }
+        let e = Topology::parse(
+            "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n[[domain]]\nname = \"g\"\nkind = \"guest\"\nvif = [\"backend=g\"]\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("vif backend=g is not a driver domain"), "{e}");
     }
 }
