@@ -77,7 +77,8 @@ pub fn topology(spec: &str, mtu: u16) -> String {
          [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n\
          vif = [\"{spec}\"]\n\n\
          [[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.77.0.2/24\"\n\n\
-         [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\nmtu = {mtu}\n"
+         [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n\n\
+         [[port]]\ndriver = \"drv\"\nkind = \"wire\"\nmtu = {mtu}\n"
     )
 }
 
