@@ -630,6 +630,9 @@ pub struct BackendStats<'a> {
     #[serde(flatten)]
     pub counters: &'a VifCounters,
     pub ring: RingOccupancy,
+    /// Groups in the multicast filter; None while the frontend has not
+    /// asked for filtering (every group goes to it).
+    pub mcast_groups: Option<u32>,
 }
 
 impl Netback {
@@ -651,6 +654,7 @@ impl Netback {
         BackendStats {
             counters: &self.counters,
             ring,
+            mcast_groups: self.mcast.enabled().then_some(self.mcast.len() as u32),
         }
     }
 }
