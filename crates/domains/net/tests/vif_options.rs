@@ -128,7 +128,7 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
     for (p, _) in frames.iter().cloned() {
         send(&mut a, p);
     }
-    let (good, bad) = (4, 4);
+    let (good, bad) = (4usize, 4u64);
     let mut got = Vec::new();
     wait_for("the good frames, and the spoofed ones counted", || {
         got.extend(
@@ -149,7 +149,7 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
         );
     }
     assert_eq!(got.len(), good);
-    assert_eq!(counter(&hv, drv_id, ids[0], "spoofed"), bad as u64);
+    assert_eq!(counter(&hv, drv_id, ids[0], "spoofed"), bad);
     // Drops are not the frontend's fault: nothing refused, still connected.
     assert_eq!(
         stats(&hv, drv_id, ids[0])["rejected"],
