@@ -510,6 +510,11 @@ impl Netback {
         if p.refused.is_some() {
             return;
         }
+        if p.count > 1 {
+            // A control request carries no frame (Xen's dummy request).
+            p.refused = Some("control_with_data");
+            return;
+        }
         if !add {
             self.mcast.del(group);
             p.answer = Some(NetifStatus::Okay);
