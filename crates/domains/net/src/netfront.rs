@@ -59,7 +59,7 @@ const GUEST_GSO_MAX: u32 = 65000;
 /// The TAP's queue towards netfront: a TCP window of full-size frames.
 const GUEST_TXQUEUELEN: u32 = 4096;
 /// How often the guest's multicast groups are looked at.
-const UPKEEP_EVERY: Duration = Duration::from_secs(1);
+const UPKEEP_EVERY: Duration = Duration::from_millis(500);
 /// Header bytes netfront reads to describe a received frame's offloads.
 const HEAD: usize = 256;
 
@@ -1354,6 +1354,8 @@ pub struct TapNetfront {
     mac: String,
     /// When [`TapNetfront::housekeep`] last looked at the groups.
     upkeep_at: Option<std::time::Instant>,
+    /// Upkeep rounds since the channel was attached.
+    upkeep_rounds: u32,
 }
 
 impl TapNetfront {
@@ -1397,15 +1399,18 @@ impl TapNetfront {
             tap,
             mac,
             upkeep_at: None,
+            upkeep_rounds: 0,
         };
         t.housekeep(hv)?;
         Ok(t)
     }
 
-    /// Control-plane upkeep, at most once a second whatever the caller's
-    /// pace (never per packet): tells the backend which link-layer
+    /// Control-plane upkeep, at most every [`UPKEEP_EVERY`] whatever the
+    /// caller's pace (never per packet): tells the backend which link-layer
     /// multicast groups the guest's kernel has joined on the TAP
-    /// (`/proc/net/dev_mcast`).
+    /// (`/proc/net/dev_mcast`). Filtering is asked for from the second
+    /// round on: the kernel joins some groups (an address's solicited-node
+    /// group) a little after the address is added.
     pub fn housekeep(&mut self, hv: &mut HvClient) -> Result<()> {
         if self.upkeep_at.is_some_and(|t| t.elapsed() < UPKEEP_EVERY) {
             return Ok(());
@@ -1421,7 +1426,11 @@ impl TapNetfront {
         let table = std::fs::read_to_string("/proc/net/dev_mcast")?;
         let groups = dev_mcast_groups(&table, self.tap.name());
         nf.set_multicast(hv, &groups)?;
-        nf.request_multicast_control(hv)
+        self.upkeep_rounds = self.upkeep_rounds.saturating_add(1);
+        if self.upkeep_rounds >= 2 {
+            nf.request_multicast_control(hv)?;
+        }
+        Ok(())
     }
 
     /// The connected channel, if any.
@@ -1457,7 +1466,7 @@ impl TapNetfront {
         run_ip(&["link", "set", &name, "mtu", &nf.info.mtu.to_string()])?;
         self.nf = Some(nf);
         self.tap.set_carrier(true)?;
-        self.upkeep_at = None;
+        (self.upkeep_at, self.upkeep_rounds) = (None, 0);
         self.housekeep(hv)
     }
 
