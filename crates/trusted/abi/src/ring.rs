@@ -596,6 +596,24 @@ mod tests {
     }
 
     #[test]
+    fn peeking_a_request_does_not_consume_it() {
+        let m = HeapMemory::new(4096);
+        let mut f = Front::init(&m).unwrap();
+        let mut b = Back::attach(&m).unwrap();
+        assert_eq!(b.peek_request().unwrap(), None);
+        f.push_request(&e(1)).unwrap();
+        f.push_request(&e(2)).unwrap();
+        f.push_requests_and_check_notify();
+        assert_eq!(b.peek_request().unwrap(), Some(e(1)));
+        assert_eq!(b.peek_request().unwrap(), Some(e(1)));
+        assert_eq!(b.pending_responses(), 0);
+        assert_eq!(b.next_request().unwrap(), Some(e(1)));
+        assert_eq!(b.peek_request().unwrap(), Some(e(2)));
+        assert_eq!(b.next_request().unwrap(), Some(e(2)));
+        assert_eq!(b.peek_request().unwrap(), None);
+    }
+
+    #[test]
     fn full_and_empty_across_the_wrap() {
         let m = HeapMemory::new(4096);
         let start = u32::MAX - 100;
