@@ -57,6 +57,7 @@ impl<'de> Deserialize<'de> for ReasonCounts {
 /// What one end of a virtual NIC has done. TX is guest → network, RX is
 /// network → guest, from either end's point of view.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct VifCounters {
     pub tx_packets: u64,
     pub tx_bytes: u64,
@@ -72,6 +73,14 @@ pub struct VifCounters {
     pub grant_ops: ReasonCounts,
     /// Ring batches processed (one wake-up may handle many packets).
     pub batches: u64,
+    /// Frames dropped for a source address not the vif's (`ip=`).
+    pub spoofed: u64,
+    /// Frames dropped for being longer than the vif's MTU allows.
+    pub oversize: u64,
+    /// Times the vif had to wait for transmit credit (`rate=`).
+    pub credit_waits: u64,
+    /// Multicast groups refused (the filter was full, or not a group).
+    pub mcast_refused: u64,
 }
 
 impl VifCounters {

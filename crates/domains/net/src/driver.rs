@@ -143,8 +143,12 @@ impl Driver {
     /// services only what is ready. An idle vif costs nothing here: no
     /// system call, no look at its rings.
     pub fn turn(&mut self, hv: &mut HvClient) -> Result<Turn, DriverError> {
+        let credit_due = self.credit_due();
         let carried = !self.events.ready.is_empty();
         let mut timeout = self.idle.timeout(carried || hv.watch_backlog());
+        if let Some(d) = credit_due {
+            timeout = timeout.min(d);
+        }
         if self
             .ports
             .extra
@@ -204,6 +208,31 @@ impl Driver {
             self.housekeep(hv);
         }
         Ok(turn)
+    }
+
+    /// vifs waiting for transmit credit (`rate=`) whose replenish is due go
+    /// back to the ready set; for the others, how long until the first is
+    /// due, so the loop sleeps until then instead of polling.
+    fn credit_due(&mut self) -> Option<Duration> {
+        if self.events.credit.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        let mut soonest: Option<Duration> = None;
+        let waiting = self.events.credit.take();
+        for &i in &waiting {
+            match self.vifs.get(i).and_then(|v| v.nb.credit_wait()) {
+                Some(at) if at > now => {
+                    let d = at - now;
+                    soonest = Some(soonest.map_or(d, |s| s.min(d)));
+                    self.events.credit.insert(i);
+                }
+                Some(_) => self.events.ready.insert(i),
+                None => {}
+            }
+        }
+        self.events.credit.give_back(waiting);
+        soonest
     }
 
     /// Store watches: vifs come and go, captures open, ports change.
@@ -335,8 +364,13 @@ impl Driver {
                 v.nb.disconnect(hv, &format!("RX failed: {e}"));
             }
             self.events.touched.insert(i);
-            if !self.retire_if_down(i) && (v_busy(&mut self.vifs[i].nb)) {
-                self.events.ready.insert(i);
+            if !self.retire_if_down(i) {
+                let nb = &mut self.vifs[i].nb;
+                if v_busy(nb) {
+                    self.events.ready.insert(i);
+                } else if nb.credit_wait().is_some() {
+                    self.events.credit.insert(i);
+                }
             }
         }
         self.events.dirty.give_back(dirty);
@@ -517,6 +551,8 @@ struct Events {
     dirty: SlotSet,
     /// vifs serviced since the counters were last published.
     touched: SlotSet,
+    /// vifs waiting for transmit credit (`rate=`).
+    credit: SlotSet,
     /// Extra ports that are ready (bit j % 64).
     extra_ready: u64,
     /// The physical port failed and is out of the set until then.
@@ -530,6 +566,7 @@ impl Events {
             ready: SlotSet::default(),
             dirty: SlotSet::default(),
             touched: SlotSet::default(),
+            credit: SlotSet::default(),
             extra_ready: 0,
             phys_paused: None,
         })
@@ -697,6 +734,7 @@ fn rescan(
         if !wanted(hv, &v.nb.be) {
             v.nb.disconnect(hv, "the toolstack removed the vif");
             let _ = hv.unwatch(&format!("{}/state", v.nb.fe), &format!("fe:{i}"));
+            let _ = hv.unwatch(&multicast_node(&v.nb.fe), &format!("fe:{i}"));
             v.gone = true;
         }
     }
@@ -763,6 +801,7 @@ fn connect_ready(
                 // A freed slot (and its bridge port) is reused.
                 let slot = vifs.iter().position(|v| v.gone).unwrap_or(vifs.len());
                 hv.watch(&format!("{}/state", nb.fe), &format!("fe:{slot}"))?;
+                hv.watch(&multicast_node(&nb.fe), &format!("fe:{slot}"))?;
                 eprintln!(
                     "driver: {name} connected (grants {}, rx {}, tx {}, offload {})",
                     if nb.modes.ngm { "ngm" } else { "hv-copy" },
@@ -818,12 +857,17 @@ fn pend(
         }
         Err(e) => {
             eprintln!("driver: {}: {e}", crate::vif_name(be));
-            if e.is_quota() {
+            if e.gives_up() {
                 netback::give_up(hv, be, &e);
             }
         }
     }
     Ok(())
+}
+
+/// The frontend node Xen's dynamic multicast control re-reads.
+fn multicast_node(fe: &str) -> String {
+    format!("{fe}/{}", abi::xenbus::keys::REQUEST_MULTICAST_CONTROL)
 }
 
 /// What the watches that fired call for.
@@ -872,6 +916,10 @@ fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fired, DriverEr
         let Some(v) = vifs.get_mut(i).filter(|v| !v.gone) else {
             continue;
         };
+        if ev.path == multicast_node(&v.nb.fe) {
+            v.nb.resample_multicast(hv);
+            continue;
+        }
         let gone = match hv.read_state(&v.nb.fe) {
             Ok(s) => matches!(
                 s,
@@ -923,6 +971,21 @@ impl<'a> Others<'a> {
         } else {
             self.after.get_mut(i.checked_sub(b + 1)?)
         }
+    }
+
+    /// Whether the vif of bridge port `port` takes a frame flooded to
+    /// `dst` (its multicast filter; broadcast and unicast always).
+    fn wants(&self, port: PortId, dst: &[u8; 6]) -> bool {
+        let Some(i) = port.checked_sub(1) else {
+            return true;
+        };
+        let b = self.before.len();
+        let v = if i < b {
+            self.before.get(i)
+        } else {
+            i.checked_sub(b + 1).and_then(|j| self.after.get(j))
+        };
+        v.is_none_or(|v| v.nb.wants_multicast(dst))
     }
 
     /// Bridge ports of the connected vifs here.
@@ -1021,9 +1084,10 @@ fn route(
         }
         Route::Port(_) => {}
         Route::Flood => {
+            let dst = f.head.first_chunk::<6>().copied().unwrap_or([0; 6]);
             for p in std::iter::once(PHYS)
                 .chain(ports.extra_ids())
-                .chain(vifs.ports())
+                .chain(vifs.ports().filter(|&p| vifs.wants(p, &dst)))
             {
                 if p != ingress && n < targets.len() {
                     targets[n] = p;

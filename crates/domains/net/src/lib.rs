@@ -2,11 +2,14 @@
 //! guest → netfront → I/O channel → netback → bridge → physical port.
 #![forbid(unsafe_code)]
 
+pub mod antispoof;
 pub mod bridge;
 pub mod capture;
 pub mod counters;
+pub mod credit;
 pub mod driver;
 pub mod idle;
+pub mod mcast;
 pub mod netback;
 pub mod netfront;
 pub mod offload;

@@ -19,8 +19,8 @@ use crate::counters::VifCounters;
 use crate::offload;
 use crate::packet::{self, Csum, Gso, Packet, VNET_HDR_LEN};
 use abi::netif::{
-    ExtraInfo, RxFlags, RxRequest, RxResponse, RxStatus, TxFlags, TxRequest, TxResponse,
-    NETIF_RSP_NULL, NETIF_RSP_OKAY,
+    Extra, ExtraFlags, ExtraInfo, RxFlags, RxRequest, RxResponse, RxStatus, TxFlags, TxRequest,
+    TxResponse, NETIF_RSP_NULL, NETIF_RSP_OKAY,
 };
 use abi::ring::FrontRing;
 use abi::xenbus::{keys, XenbusState};
@@ -59,6 +59,8 @@ const MAX_FRAME: usize = u16::MAX as usize;
 const GUEST_GSO_MAX: u32 = 65000;
 /// The TAP's queue towards netfront: a TCP window of full-size frames.
 const GUEST_TXQUEUELEN: u32 = 4096;
+/// How often the guest's multicast groups are looked at.
+const UPKEEP_EVERY: Duration = Duration::from_millis(500);
 /// Header bytes netfront reads to describe a received frame's offloads.
 const HEAD: usize = 256;
 
@@ -103,6 +105,12 @@ pub struct FrontendInfo {
     pub offload: bool,
     pub split_evtchn: bool,
     pub grants: GrantMode,
+    /// The link's MTU: the backend's `mtu` node (default 1500), capped at
+    /// one slot's worth without scatter-gather.
+    pub mtu: u16,
+    /// The backend filters multicast (`feature-multicast-control`): this
+    /// frontend asks for it and says which groups the guest joined.
+    pub multicast: bool,
 }
 
 /// The buffer grants of one vif, under either mechanism.
@@ -183,6 +191,10 @@ pub struct Netfront {
     base: u32,
     /// The ring pages' grants.
     ring_refs: [u32; 2],
+    /// The multicast groups the backend was told the guest joined.
+    mcast_joined: Vec<[u8; 6]>,
+    /// `request-multicast-control` was written.
+    mcast_requested: bool,
 }
 
 fn flag(hv: &mut HvClient, path: &str) -> bool {
@@ -223,7 +235,8 @@ fn negotiate(
     backend: &str,
     backend_id: DomId,
     mac: &str,
-) -> (FrontendInfo, bool) {
+) -> Result<(FrontendInfo, bool)> {
+    let mtu = link_mtu(hv, backend)?;
     let offload = flag(hv, &format!("{backend}/splitnet-offload"))
         && flag(hv, &format!("{backend}/{}", keys::FEATURE_SG))
         && flag(hv, &format!("{backend}/{}", keys::FEATURE_GSO_TCPV4));
@@ -237,6 +250,10 @@ fn negotiate(
         &format!("{backend}/{}", keys::FEATURE_SPLIT_EVENT_CHANNELS),
     );
     let ngm = flag(hv, &format!("{backend}/{}", crate::FEATURE_NGM));
+    let multicast = flag(
+        hv,
+        &format!("{backend}/{}", keys::FEATURE_MULTICAST_CONTROL),
+    );
     let info = FrontendInfo {
         dev: dev.to_string(),
         backend: backend.to_string(),
@@ -250,8 +267,34 @@ fn negotiate(
         } else {
             GrantMode::PerPacket
         },
+        // Without scatter-gather (offloads off) a frame takes one slot.
+        mtu: if offload { mtu } else { one_slot_mtu(dev, mtu) },
+        multicast,
     };
-    (info, ngm)
+    Ok((info, ngm))
+}
+
+/// The backend's `mtu` node: 1500 when absent; a value outside
+/// 68..=9000 refuses the vif.
+fn link_mtu(hv: &mut HvClient, backend: &str) -> Result<u16> {
+    let Ok(v) = hv.store_read_str(&format!("{backend}/{}", keys::MTU)) else {
+        return Ok(crate::netback::opts::DEFAULT_MTU);
+    };
+    crate::netback::opts::parse_mtu(&v)
+        .map_err(|e| setup(format!("{backend}/{} = {v:?}: {e}", keys::MTU)))
+}
+
+/// An MTU capped at what one slot holds, with a word when it is.
+fn one_slot_mtu(dev: &str, mtu: u16) -> u16 {
+    let most = (PAGE_SIZE - 14) as u16;
+    if mtu <= most {
+        return mtu;
+    }
+    eprintln!(
+        "netfront {dev}: MTU {mtu} needs several slots per frame, but scatter-gather is off \
+         (feature-sg): capped at {most}"
+    );
+    most
 }
 
 /// The grants of a vif's two ring pages, and its event channels (RX on its
@@ -345,7 +388,7 @@ impl Netfront {
         hv.wait_state(&backend, timeout, |s| {
             s == XenbusState::InitWait || s == XenbusState::Connected
         })?;
-        let (info, ngm) = negotiate(hv, dev, &backend, backend_id, &mac);
+        let (info, ngm) = negotiate(hv, dev, &backend, backend_id, &mac)?;
 
         // Rings in two granted pages, event channels, then publish it all.
         let pool = hv.pool_shared();
@@ -377,6 +420,8 @@ impl Netfront {
             tx_batch: None,
             base,
             ring_refs: [rc.tx_ref, rc.rx_ref],
+            mcast_joined: Vec::new(),
+            mcast_requested: false,
         };
         // Whatever fails from here gives back all the channel holds.
         match nf.publish(hv, handle, ngm, timeout) {
@@ -717,6 +762,96 @@ impl Netfront {
 
     /// Grant statistics of the new grant mechanism: distinct pages granted
     /// and the packets they served (Ram thesis 4.8), if it is in use.
+    /// Tells the backend the multicast groups the guest has joined now
+    /// (`feature-multicast-control`): an MCAST_DEL extra for each group
+    /// left, an MCAST_ADD for each joined, each on a request of its own
+    /// that carries no frame. A request that finds no room waits for the
+    /// next call. Nothing happens if the backend does not filter.
+    pub fn set_multicast(&mut self, hv: &mut HvClient, groups: &[[u8; 6]]) -> Result<()> {
+        if !self.info.multicast || !self.connected {
+            return Ok(());
+        }
+        let mut sent = false;
+        let mut i = 0;
+        while i < self.mcast_joined.len() {
+            let g = self.mcast_joined[i];
+            if groups.contains(&g) {
+                i += 1;
+            } else if self.queue_control(hv, Extra::McastDel { addr: g })? {
+                self.mcast_joined.swap_remove(i);
+                sent = true;
+            } else {
+                break;
+            }
+        }
+        for &g in groups {
+            if self.mcast_joined.contains(&g) {
+                continue;
+            }
+            if !self.queue_control(hv, Extra::McastAdd { addr: g })? {
+                break;
+            }
+            self.mcast_joined.push(g);
+            sent = true;
+        }
+        if sent {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Asks the backend to filter multicast (`request-multicast-control`,
+    /// which a backend with `feature-dynamic-multicast-control` takes at
+    /// any time). Asked once the groups are known, so a group the guest
+    /// joined is never filtered out on the way.
+    pub fn request_multicast_control(&mut self, hv: &mut HvClient) -> Result<()> {
+        if !self.info.multicast || self.mcast_requested {
+            return Ok(());
+        }
+        let node = format!("{}/{}", self.info.dev, keys::REQUEST_MULTICAST_CONTROL);
+        hv.store_write(&node, "1")?;
+        self.mcast_requested = true;
+        Ok(())
+    }
+
+    /// The groups the backend was told of.
+    pub fn multicast_groups(&self) -> &[[u8; 6]] {
+        &self.mcast_joined
+    }
+
+    /// Queues a control request: an empty request with `extra` after it.
+    /// False when there is no room now.
+    fn queue_control(&mut self, hv: &mut HvClient, extra: Extra) -> Result<bool> {
+        if self.tx.free_requests() < 2 {
+            return Ok(false);
+        }
+        let Some(id) = self.tx_free.pop() else {
+            return Ok(false);
+        };
+        let gref = match self.grant_buffer(hv, self.tx_frame(id), false) {
+            Ok(g) => g,
+            Err(reason) => {
+                self.tx_free.push(id);
+                self.counters.drop(reason);
+                return Ok(false);
+            }
+        };
+        self.tx_slots[id as usize] = Some(gref);
+        self.tx.push_request(&TxRequest {
+            gref,
+            offset: 0,
+            flags: TxFlags::EXTRA_INFO,
+            id,
+            size: 0,
+        })?;
+        let x = ExtraInfo {
+            flags: ExtraFlags::EMPTY,
+            extra,
+        };
+        self.tx.push_request(&x.to_tx_slot())?;
+        Ok(true)
+    }
+
     pub fn grant_stats(&self) -> Option<hypercall::ngm_client::TrackStats> {
         match &self.grants {
             Grants::Ngm(t) => Some(t.stats()),
@@ -1168,6 +1303,33 @@ impl Netfront {
     }
 }
 
+/// The link-layer groups interface `ifname` has joined, from the text of
+/// `/proc/net/dev_mcast` (index, name, users, global use, address in hex),
+/// at most [`crate::mcast::MCAST_MAX`] of them.
+pub fn dev_mcast_groups(table: &str, ifname: &str) -> Vec<[u8; 6]> {
+    let mut out = Vec::new();
+    for line in table.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(name), Some(hex)) = (f.nth(1), f.nth(2)) else {
+            continue;
+        };
+        if name != ifname || hex.len() != 12 {
+            continue;
+        }
+        let mut a = [0u8; 6];
+        let ok = a.iter_mut().enumerate().all(|(i, b)| {
+            hex.get(2 * i..2 * i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .map(|v| *b = v)
+                .is_some()
+        });
+        if ok && !out.contains(&a) && out.len() < crate::mcast::MCAST_MAX {
+            out.push(a);
+        }
+    }
+    out
+}
+
 /// The TAP's offloads: what the channel negotiated.
 fn set_offloads(tap: &Tap, nf: &Netfront) -> Result<()> {
     let on = nf.info.offload;
@@ -1191,6 +1353,10 @@ pub struct TapNetfront {
     tap: Tap,
     /// The TAP's MAC: the vif's, as the toolstack gave it.
     mac: String,
+    /// When [`TapNetfront::housekeep`] last looked at the groups.
+    upkeep_at: Option<std::time::Instant>,
+    /// Upkeep rounds since the channel was attached.
+    upkeep_rounds: u32,
 }
 
 impl TapNetfront {
@@ -1207,7 +1373,7 @@ impl TapNetfront {
             "address",
             &nf.info.mac,
             "mtu",
-            "1500",
+            &nf.info.mtu.to_string(),
             "gso_max_size",
             &gso,
             "txqueuelen",
@@ -1229,11 +1395,43 @@ impl TapNetfront {
             run_ip(&args)?;
         }
         let mac = nf.info.mac.clone();
-        Ok(TapNetfront {
+        let mut t = TapNetfront {
             nf: Some(nf),
             tap,
             mac,
-        })
+            upkeep_at: None,
+            upkeep_rounds: 0,
+        };
+        t.housekeep(hv)?;
+        Ok(t)
+    }
+
+    /// Control-plane upkeep, at most every [`UPKEEP_EVERY`] whatever the
+    /// caller's pace (never per packet): tells the backend which link-layer
+    /// multicast groups the guest's kernel has joined on the TAP
+    /// (`/proc/net/dev_mcast`). Filtering is asked for from the second
+    /// round on: the kernel joins some groups (an address's solicited-node
+    /// group) a little after the address is added.
+    pub fn housekeep(&mut self, hv: &mut HvClient) -> Result<()> {
+        if self.upkeep_at.is_some_and(|t| t.elapsed() < UPKEEP_EVERY) {
+            return Ok(());
+        }
+        self.upkeep_at = Some(std::time::Instant::now());
+        let Some(nf) = self
+            .nf
+            .as_mut()
+            .filter(|n| n.is_connected() && n.info.multicast)
+        else {
+            return Ok(());
+        };
+        let table = std::fs::read_to_string("/proc/net/dev_mcast")?;
+        let groups = dev_mcast_groups(&table, self.tap.name());
+        nf.set_multicast(hv, &groups)?;
+        self.upkeep_rounds = self.upkeep_rounds.saturating_add(1);
+        if self.upkeep_rounds >= 2 {
+            nf.request_multicast_control(hv)?;
+        }
+        Ok(())
     }
 
     /// The connected channel, if any.
@@ -1260,15 +1458,17 @@ impl TapNetfront {
     pub fn reconnect(&mut self, hv: &mut HvClient, nf: Netfront) -> Result<()> {
         self.release(hv, "replaced");
         set_offloads(&self.tap, &nf)?;
+        let name = self.tap.name().to_string();
         if nf.info.mac != self.mac {
             // A device the toolstack replaced under the same handle.
-            let name = self.tap.name().to_string();
             run_ip(&["link", "set", &name, "address", &nf.info.mac])?;
             self.mac = nf.info.mac.clone();
         }
+        run_ip(&["link", "set", &name, "mtu", &nf.info.mtu.to_string()])?;
         self.nf = Some(nf);
         self.tap.set_carrier(true)?;
-        Ok(())
+        (self.upkeep_at, self.upkeep_rounds) = (None, 0);
+        self.housekeep(hv)
     }
 
     /// The link's carrier as the guest sees it. The owner decides: a
@@ -1413,5 +1613,25 @@ impl TapNetfront {
             nf.queue_tx(hv, Packet { data, csum, gso })?;
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dev_mcast_groups;
+
+    #[test]
+    fn reads_the_taps_groups_from_dev_mcast() {
+        let table = "2    ifb0            1     0     333300000001\n\
+                     4    eth0            1     0     333300000001\n\
+                     4    eth0            1     0     01005e000001\n\
+                     4    eth0            1     0     01005e00zz01\n\
+                     4    eth0            1     0     01005e\n\
+                     garbage\n";
+        assert_eq!(
+            dev_mcast_groups(table, "eth0"),
+            vec![[0x33, 0x33, 0, 0, 0, 1], [0x01, 0x00, 0x5e, 0, 0, 1]]
+        );
+        assert!(dev_mcast_groups(table, "eth1").is_empty());
     }
 }

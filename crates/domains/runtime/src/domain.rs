@@ -412,6 +412,9 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
             if let Some(nf) = v.nic.as_ref().and_then(TapNetfront::nf) {
                 v.stats.publish(hv, &v.dev, nf, wakeups);
             }
+            if let Some(Err(e)) = v.nic.as_mut().map(|n| n.housekeep(hv)) {
+                eprintln!("netfront {}: multicast groups: {e}", v.dev);
+            }
         }
         let carrier_due = vifs.iter_mut().filter_map(GuestVif::watch_carrier).min();
         let timeout = if hv.watch_backlog() {

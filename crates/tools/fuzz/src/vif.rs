@@ -10,8 +10,8 @@
 //! next input builds a fresh one.
 
 use abi::netif::{
-    ExtraInfo, RxFlags, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, NETIF_RSP_DROPPED,
-    NETIF_RSP_ERROR, NETIF_RSP_NULL, NETIF_RSP_OKAY,
+    Extra, ExtraFlags, ExtraInfo, RxFlags, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse,
+    NETIF_RSP_DROPPED, NETIF_RSP_ERROR, NETIF_RSP_NULL, NETIF_RSP_OKAY,
 };
 use abi::ring::{layout, BackRing, FrontRing, RingEntry};
 use abi::{SharedMemory, Window};
@@ -31,6 +31,10 @@ const RING: u32 = 256;
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// The vif's MAC, which netback requires as the source of every TX frame.
 const MAC: [u8; 6] = [0x00, 0x16, 0x3e, 0x00, 0x00, 0x01];
+/// The vif's `ip=`: the template frames' sources.
+const ALLOWED_IPS: [&str; 2] = ["10.77.0.1", "fd77::1"];
+/// The vif's `mtu`.
+const MTU: u16 = 9000;
 /// Frames of the guest's pool (netfront needs 514).
 const GUEST_FRAMES: u32 = 600;
 
@@ -94,12 +98,17 @@ fn domains(grants: Grants, tx_mode: TxMode, offload: bool) -> (Arc<Hypervisor>, 
     let hv = Hypervisor::new();
     let (drv_id, drv) = domain(&hv, "drv", "driver", 2048 + 512);
     let (g, guest) = domain(&hv, "guest", "guest", GUEST_FRAMES);
-    let v = VifConfig {
+    let mut v = VifConfig {
         tx_mode,
         grants,
         offload,
         ..VifConfig::fast_path("guest", "drv", 0)
     };
+    // The vif options on the data path: anti-spoofing with the templates'
+    // own addresses, and jumbo frames. (No `rate=`: a credit limit would
+    // tie what an input does to the clock.)
+    v.opts.ip = ALLOWED_IPS.iter().map(|a| a.parse().unwrap()).collect();
+    v.opts.mtu = Some(MTU);
     setup_vif(&mut Store::new(&hv), &v, g, drv_id).expect("the toolstack sets up the vif");
     let ends = Ends {
         drv,
@@ -564,7 +573,21 @@ fn check_forwarded(f: &FrameRef<'_>) {
     assert_eq!(p.data[6..12], MAC, "forwarded a frame from another MAC");
     if let Some(g) = f.gso {
         assert!(g.size >= 88 && (g.size as usize) < f.len, "forwarded {g:?}");
+    } else {
+        let limit = usize::from(MTU) + 14 + 4;
+        assert!(
+            f.len <= limit,
+            "forwarded {} bytes over an MTU of {MTU}",
+            f.len
+        );
     }
+    let ips = net::antispoof::IpFilter::parse(&ALLOWED_IPS.join(" ")).unwrap();
+    assert_eq!(ips.check(f.head), Ok(()), "forwarded a spoofed frame");
+    assert_eq!(
+        ips.check(&p.data),
+        Ok(()),
+        "the header copy and the frame differ"
+    );
 }
 
 /// A frame for the guest, as the bridge would deliver it: its checksum
@@ -645,18 +668,23 @@ pub fn netback_requests(data: &[u8]) {
                 };
                 let _ = w.tx.push_request(&r);
             }
-            // A GSO extra-info slot.
+            // A GSO or multicast-control extra-info slot.
             2 => {
-                let x = Gso {
-                    kind: if inp.u8() & 1 == 0 {
-                        GsoKind::TcpV4
-                    } else {
-                        GsoKind::TcpV6
-                    },
-                    size: inp.u16(),
-                    ecn: false,
-                }
-                .to_extra();
+                let sel = inp.u8();
+                let x = match sel & 6 {
+                    2 => mcast_extra(true, &mut inp),
+                    4 => mcast_extra(false, &mut inp),
+                    _ => Gso {
+                        kind: if sel & 1 == 0 {
+                            GsoKind::TcpV4
+                        } else {
+                            GsoKind::TcpV6
+                        },
+                        size: inp.u16(),
+                        ecn: false,
+                    }
+                    .to_extra(),
+                };
                 let _ = w.tx.push_request(&x.to_tx_slot());
             }
             // A slot of raw bytes.
@@ -748,6 +776,15 @@ pub fn netback_requests(data: &[u8]) {
     w.run_rx(&mut tally);
     w.check_memory(true);
     let refused = w.nb.counters.rejected_total();
+    // A multicast group past the filter's bound is answered with an error
+    // but is no refusal: the frontend did nothing wrong.
+    let mcast = w.nb.counters.mcast_refused;
+    assert!(
+        mcast <= tally.errors,
+        "{mcast} groups refused, {} errors",
+        tally.errors
+    );
+    tally.errors -= mcast;
     if w.nb.is_connected() {
         assert!(
             refused <= tally.errors,
@@ -766,6 +803,22 @@ pub fn netback_requests(data: &[u8]) {
         NB_WORLDS.with(|ws| ws.borrow_mut()[which] = Some(w));
     } else {
         bury(w);
+    }
+}
+
+/// An MCAST_ADD or MCAST_DEL extra for a group the input picks: one of a
+/// few hundred, so a long input fills the filter past its bound.
+fn mcast_extra(add: bool, inp: &mut Input<'_>) -> ExtraInfo {
+    let n = inp.u16() % 300;
+    let addr = [0x01, 0x00, 0x5e, 0x00, (n >> 8) as u8, n as u8];
+    let extra = if add {
+        Extra::McastAdd { addr }
+    } else {
+        Extra::McastDel { addr }
+    };
+    ExtraInfo {
+        flags: ExtraFlags::EMPTY,
+        extra,
     }
 }
 

@@ -469,12 +469,20 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
     /// Copies out the next request and consumes it. Reads only up to the last
     /// validated snapshot of `req_prod`, taking a new one when that runs out.
     pub fn next_request(&mut self) -> Result<Option<Req>, Error> {
+        let req = self.peek_request()?;
+        if req.is_some() {
+            self.req_cons = self.req_cons.wrapping_add(1);
+        }
+        Ok(req)
+    }
+
+    /// Copies out the next request without consuming it (the next
+    /// [`BackRing::next_request`] reads the same slot again).
+    pub fn peek_request(&mut self) -> Result<Option<Req>, Error> {
         if self.req_cons == self.req_limit && self.unconsumed_requests()? == 0 {
             return Ok(None);
         }
-        let req = self.geo.read(&self.mem, self.req_cons);
-        self.req_cons = self.req_cons.wrapping_add(1);
-        Ok(Some(req))
+        Ok(Some(self.geo.read(&self.mem, self.req_cons)))
     }
 
     /// Writes `rsp` into the next slot without publishing it. Exactly one
@@ -585,6 +593,24 @@ mod tests {
         assert_eq!(f.size(), 256);
         assert_eq!(m.load_u32(layout::REQ_EVENT), 1);
         assert_eq!(m.load_u32(layout::RSP_EVENT), 1);
+    }
+
+    #[test]
+    fn peeking_a_request_does_not_consume_it() {
+        let m = HeapMemory::new(4096);
+        let mut f = Front::init(&m).unwrap();
+        let mut b = Back::attach(&m).unwrap();
+        assert_eq!(b.peek_request().unwrap(), None);
+        f.push_request(&e(1)).unwrap();
+        f.push_request(&e(2)).unwrap();
+        f.push_requests_and_check_notify();
+        assert_eq!(b.peek_request().unwrap(), Some(e(1)));
+        assert_eq!(b.peek_request().unwrap(), Some(e(1)));
+        assert_eq!(b.pending_responses(), 0);
+        assert_eq!(b.next_request().unwrap(), Some(e(1)));
+        assert_eq!(b.peek_request().unwrap(), Some(e(2)));
+        assert_eq!(b.next_request().unwrap(), Some(e(2)));
+        assert_eq!(b.peek_request().unwrap(), None);
     }
 
     #[test]

@@ -127,6 +127,7 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "offload": read(format!("{be}/splitnet-offload")) == "1",
             "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
             "features": features,
+            "options": vif_options(&mut read, be),
             "disconnect_reason": Some(read(format!("{be}/disconnect-reason"))).filter(|r| !r.is_empty()),
             "counters": stats,
             "ring": ring,
@@ -136,6 +137,14 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
         }));
     }
     out
+}
+
+/// The vif's data-path options as the toolstack wrote them (`ip`, `rate`,
+/// `mtu`; null when absent).
+fn vif_options(read: &mut impl FnMut(String) -> String, be: &str) -> Value {
+    let mut get = |k: &str| Some(read(format!("{be}/{k}"))).filter(|v| !v.is_empty());
+    use abi::xenbus::keys;
+    json!({"ip": get(keys::IP), "rate": get(keys::RATE), "mtu": get(keys::MTU)})
 }
 
 /// CPU time, kernel time included, of the processes in a domain's cgroup
@@ -701,6 +710,21 @@ fn print_vifs(vifs: &[Value]) {
         if v["guest_loop"]["wakeups"].is_u64() {
             print_loop("    guest", &v["guest_loop"]);
         }
+        let o = &v["options"];
+        let opt = |k: &str| o[k].as_str().unwrap_or("-").to_string();
+        println!(
+            "    options: ip {}, rate {}, mtu {}; spoofed {}, oversize {}, credit waits {}, multicast groups {} ({} refused)",
+            opt("ip"),
+            opt("rate"),
+            opt("mtu"),
+            n("spoofed"),
+            n("oversize"),
+            n("credit_waits"),
+            c["mcast_groups"]
+                .as_u64()
+                .map_or("unfiltered".into(), |g| g.to_string()),
+            n("mcast_refused"),
+        );
         println!(
             "    grant ops: {}; drops: {}; refused: {}",
             map(c, "grant_ops"),

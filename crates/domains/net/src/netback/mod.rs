@@ -13,19 +13,26 @@
 //!
 //! - this file: the xenbus side (probe, connect, disconnect) and the refusal policy;
 //! - [`tx`]: guest → bridge: parse, validate, forward, respond;
-//! - `rx`: bridge → guest.
+//! - `rx`: bridge → guest;
+//! - [`opts`]: the vif's options (`ip`, `rate`, `mtu`), read at probe.
 //!
 //! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
+pub mod opts;
 mod rx;
 pub mod tx;
 
+use crate::antispoof::IpFilter;
 use crate::counters::VifCounters;
+use crate::credit::Credit;
+use crate::mcast::McastFilter;
 use crate::offload::Offloads;
 use crate::packet::{Csum, Gso, Packet};
 use abi::grant::GrantStatus;
-use abi::netif::{RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN};
+use abi::netif::{
+    NetifStatus, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
+};
 use abi::ring::BackRing;
 use abi::xenbus::{keys, XenbusState};
 use hypercall::ngm_client::NgmView;
@@ -33,8 +40,8 @@ use hypercall::trace::Tracer;
 use hypercall::{DomId, EventChannel, HvClient, HvError, MappedGrant};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
-use sys::Mapping;
+use std::time::{Duration, Instant};
+use sys::{Mapping, PAGE_SIZE};
 
 const RING: u32 = 256;
 /// Staging frames per vif (TX + RX).
@@ -85,6 +92,9 @@ pub enum NetbackError {
     Ring(#[from] abi::Error),
     #[error("{0}")]
     Protocol(String),
+    /// A vif option the toolstack wrote is malformed: the vif is refused.
+    #[error("bad vif option: {0}")]
+    Config(String),
 }
 
 type Result<T> = std::result::Result<T, NetbackError>;
@@ -95,12 +105,25 @@ impl NetbackError {
     pub fn is_quota(&self) -> bool {
         matches!(self, NetbackError::Hv(e) if e.kind == hypercall::ErrorKind::Quota)
     }
+
+    /// Trying again cannot help (a quota, or a bad vif option): the vif
+    /// is given up ([`give_up`]).
+    pub fn gives_up(&self) -> bool {
+        self.is_quota() || matches!(self, NetbackError::Config(_))
+    }
 }
 
 /// Gives up the vif of backend directory `be` for good, as Xen's
 /// `xenbus_dev_fatal`: the reason goes to `disconnect-reason`, where the
 /// toolstack reports it, and the backend closes.
 pub fn give_up(hv: &mut HvClient, be: &str, e: &NetbackError) {
+    if matches!(e, NetbackError::Config(_)) {
+        let mut c = VifCounters::default();
+        c.reject("bad_vif_option");
+        if let Ok(json) = serde_json::to_string(&c) {
+            let _ = hv.store_write(&format!("{be}/stats"), &json);
+        }
+    }
     let _ = hv.store_write(&format!("{be}/disconnect-reason"), &e.to_string());
     let _ = hv.switch_state(be, XenbusState::Closed);
 }
@@ -118,6 +141,8 @@ pub struct Pending {
     pub modes: Modes,
     /// The vif's MAC: frames from the guest must carry it as their source.
     pub mac: [u8; 6],
+    /// The vif's options (`ip`, `rate`, `mtu`).
+    pub opts: opts::VifOpts,
 }
 
 /// One slot of a TX packet being gathered.
@@ -141,12 +166,32 @@ struct TxPacket {
     flags: TxFlags,
     gso: Option<Gso>,
     refused: Option<&'static str>,
+    /// Dropped by a vif option (not the frontend's fault: not refused).
+    dropped: Option<Dropped>,
+    /// A multicast-control request: (add, group); it carries no frame.
+    mcast: Option<(bool, [u8; 6])>,
+    /// The answer to a control request.
+    answer: Option<NetifStatus>,
     first_op: usize,
+}
+
+/// Why a vif option dropped a frame the guest sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dropped {
+    /// `ip=`: the source is not the vif's (the detail says which check).
+    Spoofed(&'static str),
+    /// Longer than the MTU allows.
+    Oversize,
 }
 
 impl TxPacket {
     fn slots(&self) -> &[TxSlot] {
         &self.slots[..self.count]
+    }
+
+    /// Whether the packet still goes to the bridge.
+    fn forwardable(&self) -> bool {
+        self.refused.is_none() && self.dropped.is_none() && self.answer.is_none()
     }
 }
 
@@ -208,6 +253,16 @@ pub struct Netback {
     rx_unpublished: u64,
     /// The guest's RX ring overflowed during a delivery (fatal, acted on in flush_rx).
     rx_overflow: bool,
+    /// `ip=`: the addresses the guest may send from.
+    ip: Option<IpFilter>,
+    /// `rate=`: the transmit credit.
+    credit: Option<Credit>,
+    /// When the TX batch being processed started (read only under `rate=`).
+    now: Instant,
+    /// The longest frame the guest may send: MTU plus Ethernet header.
+    max_frame: usize,
+    /// The groups the guest joined (`feature-multicast-control`).
+    mcast: McastFilter,
 }
 
 fn read_flag(hv: &mut HvClient, path: &str) -> bool {
@@ -230,6 +285,10 @@ struct FrontendRings {
     tx_port: u32,
     rx_port: Option<u32>,
     guest_caps: Offloads,
+    /// The frontend takes frames over several slots.
+    sg: bool,
+    /// It asked for multicast filtering.
+    mcast: bool,
 }
 
 /// Reads what the frontend `fe` published, refusing an RX mode other than
@@ -256,6 +315,7 @@ fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendR
         )));
     }
     let sg = read_flag(hv, &format!("{fe}/{}", keys::FEATURE_SG));
+    let mcast = read_flag(hv, &format!("{fe}/{}", keys::REQUEST_MULTICAST_CONTROL));
     let guest_caps = Offloads {
         csum: !read_flag(hv, &format!("{fe}/{}", keys::FEATURE_NO_CSUM_OFFLOAD)) && !modes.rx_flip,
         tso4: sg && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV4)) && !modes.rx_flip,
@@ -267,6 +327,8 @@ fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendR
         tx_port,
         rx_port,
         guest_caps,
+        sg,
+        mcast,
     })
 }
 
@@ -333,6 +395,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
             "{be}: TX gather reads the guest's buffers in place and needs the new grant mechanism"
         )));
     }
+    let opts = opts::read(hv, be)?;
     if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
         return Err(proto(format!(
             "vif index {index} does not fit in the driver domain's memory"
@@ -347,6 +410,8 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         (keys::FEATURE_RX_COPY, if rx_flip { "0" } else { "1" }),
         (keys::FEATURE_RX_FLIP, if rx_flip { "1" } else { "0" }),
         (keys::FEATURE_SPLIT_EVENT_CHANNELS, "1"),
+        (keys::FEATURE_MULTICAST_CONTROL, "1"),
+        (keys::FEATURE_DYNAMIC_MULTICAST_CONTROL, "1"),
         (crate::FEATURE_NGM, if ngm { "1" } else { "0" }),
     ] {
         hv.store_write(&format!("{be}/{k}"), v)?;
@@ -360,6 +425,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         fe,
         index,
         mac,
+        opts,
         modes: Modes {
             rx_flip,
             tx_map,
@@ -399,6 +465,10 @@ impl Netback {
         let rx_evt = chans.next();
         hv.switch_state(&p.be, XenbusState::Connected)?;
         let tx_base = STAGING_BASE + FRAMES_PER_VIF * p.index;
+        let max_frame = frame_limit(&p.be, p.opts.mtu, f.sg);
+        let mut mcast = McastFilter::default();
+        mcast.set_enabled(f.mcast);
+        let now = Instant::now();
         Ok(Netback {
             guest: g,
             be: p.be,
@@ -423,6 +493,14 @@ impl Netback {
             tx_ids: [0; 1 << 10],
             rx_unpublished: 0,
             rx_overflow: false,
+            ip: p.opts.ip,
+            credit: p
+                .opts
+                .rate
+                .map(|(bytes, usec)| Credit::new(bytes, usec, now)),
+            now,
+            max_frame,
+            mcast,
         })
     }
 
@@ -552,6 +630,9 @@ pub struct BackendStats<'a> {
     #[serde(flatten)]
     pub counters: &'a VifCounters,
     pub ring: RingOccupancy,
+    /// Groups in the multicast filter; None while the frontend has not
+    /// asked for filtering (every group goes to it).
+    pub mcast_groups: Option<u32>,
 }
 
 impl Netback {
@@ -573,6 +654,7 @@ impl Netback {
         BackendStats {
             counters: &self.counters,
             ring,
+            mcast_groups: self.mcast.enabled().then_some(self.mcast.len() as u32),
         }
     }
 }
@@ -612,5 +694,55 @@ fn hv_reason(e: &HvError) -> &'static str {
         hypercall::ErrorKind::BadCopyArg => "crosses_page",
         hypercall::ErrorKind::DoubleMap => "double_map",
         _ => "grant_error",
+    }
+}
+
+/// The longest frame a guest may send: its MTU plus the Ethernet header.
+/// A frontend without scatter-gather takes a frame in one slot only, so
+/// its MTU is capped at what one page holds (as Linux netback caps it).
+fn frame_limit(be: &str, mtu: u16, sg: bool) -> usize {
+    let want = usize::from(mtu) + ETH_HLEN;
+    if sg || want <= PAGE_SIZE {
+        return want;
+    }
+    eprintln!(
+        "netback {}: MTU {mtu} needs several slots per frame, but the frontend has no \
+         scatter-gather (feature-sg): capped at {}",
+        crate::vif_name(be),
+        PAGE_SIZE - ETH_HLEN
+    );
+    PAGE_SIZE
+}
+
+/// Ethernet header length.
+const ETH_HLEN: usize = 14;
+
+impl Netback {
+    /// Whether a frame to `dst` goes to this vif: true when its frontend
+    /// did not ask for multicast control, for broadcast, and for the groups
+    /// it joined with MCAST_ADD extras.
+    pub fn wants_multicast(&self, dst: &[u8; 6]) -> bool {
+        self.mcast.wants(dst)
+    }
+
+    /// Re-reads the frontend's `request-multicast-control` (Xen's
+    /// `feature-dynamic-multicast-control`: it may change at any time).
+    pub fn resample_multicast(&mut self, hv: &mut HvClient) {
+        let on = read_flag(
+            hv,
+            &format!("{}/{}", self.fe, keys::REQUEST_MULTICAST_CONTROL),
+        );
+        self.mcast.set_enabled(on);
+    }
+
+    /// While the vif waits for transmit credit (`rate=`), when it may send
+    /// again; the driver loop sleeps until then instead of polling.
+    pub fn credit_wait(&self) -> Option<Instant> {
+        self.credit.as_ref().and_then(Credit::wait_until)
+    }
+
+    /// The vif's MTU-derived frame limit (MTU plus Ethernet header).
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
     }
 }

@@ -10,11 +10,13 @@
 //! as headers is the checked copy. Under `hv-copy`, hv copies each batch into
 //! staging frames; in the Xen 2.0 baseline each page is mapped and unmapped.
 
-use super::{grant_reason, hv_reason, Netback, Result, TxPacket, TxSlot};
+use super::{grant_reason, hv_reason, Dropped, Netback, Result, TxPacket, TxSlot};
 use super::{MIN_GSO_SIZE, SLOT_BUDGET, TX_BUDGET};
 use crate::packet::{Csum, FrameRef, Gso};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
-use abi::netif::{ExtraInfo, NetifStatus, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN};
+use abi::netif::{
+    Extra, ExtraInfo, NetifStatus, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
+};
 use abi::ring::BackRing;
 use abi::{FrameRange, Pfn, SharedMemory};
 use hypercall::ngm_client::NgmView;
@@ -43,6 +45,9 @@ impl Netback {
             return Ok(());
         }
         let t0 = trace::now();
+        if self.credit.is_some() {
+            self.now = std::time::Instant::now();
+        }
         self.clear_tx_ids();
         let (n, fatal) = if self.ngm.is_some() {
             self.tx_ngm(fwd)
@@ -88,18 +93,26 @@ impl Netback {
                     break;
                 }
             };
-            if p.refused.is_none() {
+            self.control(&mut p);
+            if p.forwardable() {
                 p.refused = self.validate(&mut p);
             }
-            if p.refused.is_none() {
+            if p.forwardable() {
                 p.refused = self.hold_ngm(&p, pkts.len()).err();
+            }
+            if p.forwardable() {
+                let h = &self.tx_held[pkts.len()];
+                p.dropped = self.filter_frame(&h.head[..h.head_len], &p);
+                if p.dropped.is_some() {
+                    self.release_ngm(&p);
+                }
             }
             pkts.push(p);
         }
         self.forward_held(&pkts, fwd);
         let mut overflow = false;
         for p in &pkts {
-            if p.refused.is_none() {
+            if p.forwardable() {
                 self.release_ngm(p);
                 self.count_tx(p.total);
             }
@@ -135,10 +148,11 @@ impl Netback {
                 }
             };
             slots_used += p.count + p.extras;
-            if p.refused.is_none() {
+            self.control(&mut p);
+            if p.forwardable() {
                 p.refused = self.validate(&mut p);
             }
-            if p.refused.is_none() && !self.modes.tx_map {
+            if p.forwardable() && !self.modes.tx_map {
                 for s in p.slots() {
                     ops.push(self.staging_copy(s, ops.len()));
                 }
@@ -152,7 +166,7 @@ impl Netback {
         };
         self.counters.grant("copy", ops.len() as u64);
         for p in &mut pkts {
-            if p.refused.is_some() {
+            if !p.forwardable() {
                 continue;
             }
             let data = if self.modes.tx_map {
@@ -162,8 +176,11 @@ impl Netback {
             };
             match data.and_then(|d| self.check_frame(&d, p).map(|c| (d, c))) {
                 Ok((data, csum)) => {
-                    self.count_tx(data.len());
-                    fwd(std::slice::from_ref(&FrameRef::private(&data, csum, p.gso)));
+                    p.dropped = self.filter_frame(&data, p);
+                    if p.dropped.is_none() {
+                        self.count_tx(data.len());
+                        fwd(std::slice::from_ref(&FrameRef::private(&data, csum, p.gso)));
+                    }
                 }
                 Err(reason) => p.refused = Some(reason),
             }
@@ -205,11 +222,23 @@ impl Netback {
         let Some(tx) = self.tx.as_mut() else {
             return Ok(None);
         };
-        let first = match tx.next_request() {
+        let first = match tx.peek_request() {
             Ok(Some(r)) => r,
             Ok(None) => return Ok(None),
             Err(_) => return Err("ring_overflow"),
         };
+        // `rate=`: a packet over the credit stays on the ring until the
+        // next replenish (charged for the size read here, once).
+        if let Some(c) = self.credit.as_mut() {
+            let was_waiting = c.wait_until().is_some();
+            if !c.admit(u64::from(first.size), self.now) {
+                if !was_waiting {
+                    self.counters.credit_waits += 1;
+                }
+                return Ok(None);
+            }
+        }
+        let _ = tx.next_request(); // consumes the request just read
         let mut p = TxPacket {
             slots: [TxSlot::default(); XEN_NETIF_NR_SLOTS_MIN],
             count: 1,
@@ -218,6 +247,9 @@ impl Netback {
             flags: first.flags,
             gso: None,
             refused: None,
+            dropped: None,
+            mcast: None,
+            answer: None,
             first_op,
         };
         p.slots[0] = slot_of(&first);
@@ -234,6 +266,11 @@ impl Netback {
                     more_extra = x.more();
                     if let Some(g) = Gso::from_extra(&x) {
                         p.gso = Some(g);
+                    }
+                    match x.extra {
+                        Extra::McastAdd { addr } => p.mcast = Some((true, addr)),
+                        Extra::McastDel { addr } => p.mcast = Some((false, addr)),
+                        _ => {}
                     }
                 }
                 Err(_) => {
@@ -397,7 +434,7 @@ impl Netback {
             std::array::from_fn(|_| FrameRef::private(&[], Csum::Unknown, None));
         let mut m = 0;
         for (k, p) in pkts.iter().enumerate() {
-            if p.refused.is_some() {
+            if !p.forwardable() {
                 continue;
             }
             let h = &self.tx_held[k];
@@ -426,12 +463,14 @@ impl Netback {
 
     /// Respond: exactly one response per consumed request, in order.
     fn respond(&mut self, p: &TxPacket) -> Result<()> {
-        let status = match p.refused {
-            Some(r) => {
-                self.refuse(r);
-                NetifStatus::Error
-            }
-            None => NetifStatus::Okay,
+        let status = if let Some(r) = p.refused {
+            self.refuse(r);
+            NetifStatus::Error
+        } else if let Some(d) = p.dropped {
+            self.count_dropped(d);
+            NetifStatus::Dropped
+        } else {
+            p.answer.unwrap_or(NetifStatus::Okay)
         };
         let Some(tx) = self.tx.as_mut() else {
             return Ok(());
@@ -447,11 +486,99 @@ impl Netback {
         Ok(())
     }
 
-    /// Whether TX work is waiting.
+    /// Whether TX work is waiting that can be done now (a vif waiting for
+    /// credit has none until [`Netback::credit_wait`]).
     pub fn tx_pending(&mut self) -> bool {
+        if let Some(c) = self.credit.as_ref() {
+            if c.wait_until().is_some() && c.waiting(std::time::Instant::now()) {
+                return false;
+            }
+        }
         self.tx
             .as_mut()
             .is_some_and(|t| t.unconsumed_requests().map(|n| n > 0).unwrap_or(true))
+    }
+
+    /// A multicast-control request (a request carrying an MCAST_ADD or
+    /// MCAST_DEL extra, as Linux netback takes them): the filter changes
+    /// and the request is answered; it carries no frame. A group past the
+    /// filter's bound is refused in the answer and counted.
+    fn control(&mut self, p: &mut TxPacket) {
+        let Some((add, group)) = p.mcast else {
+            return;
+        };
+        if p.refused.is_some() {
+            return;
+        }
+        if p.count > 1 {
+            // A control request carries no frame (Xen's dummy request).
+            p.refused = Some("control_with_data");
+            return;
+        }
+        if !add {
+            self.mcast.del(group);
+            p.answer = Some(NetifStatus::Okay);
+            return;
+        }
+        p.answer = Some(match self.mcast.add(group) {
+            Ok(()) => NetifStatus::Okay,
+            Err(why) => {
+                self.counters.mcast_refused += 1;
+                let n = self.counters.mcast_refused;
+                if n <= 8 || n.is_power_of_two() {
+                    eprintln!(
+                        "netback {}: refused multicast group {group:02x?} ({why:?}); {n} refused so far",
+                        crate::vif_name(&self.be)
+                    );
+                }
+                NetifStatus::Error
+            }
+        });
+    }
+
+    /// The checks of the vif's options on a frame's headers: its length
+    /// against the MTU (a GSO packet by the segments it will be cut into)
+    /// and, under `ip=`, its source addresses.
+    fn filter_frame(&self, head: &[u8], p: &TxPacket) -> Option<Dropped> {
+        // One 802.1Q tag may come on top (a trunk).
+        let tagged = head.get(12..14) == Some(&[0x81, 0x00]);
+        let limit = self.max_frame + if tagged { 4 } else { 0 };
+        let len = match p.gso {
+            Some(g) => crate::offload::parse_headers_of(head, p.total)
+                .map_or(super::ETH_HLEN, |h| h.payload_off)
+                .saturating_add(usize::from(g.size)),
+            None => p.total,
+        };
+        if len > limit {
+            return Some(Dropped::Oversize);
+        }
+        let ip = self.ip.as_ref()?;
+        ip.check(head).err().map(Dropped::Spoofed)
+    }
+
+    /// Counts a frame a vif option dropped, with a log line now and then.
+    fn count_dropped(&mut self, d: Dropped) {
+        let (n, what) = match d {
+            Dropped::Spoofed(why) => {
+                self.counters.spoofed += 1;
+                (self.counters.spoofed, why)
+            }
+            Dropped::Oversize => {
+                self.counters.oversize += 1;
+                (self.counters.oversize, "over the MTU")
+            }
+        };
+        if n <= 8 || n.is_power_of_two() {
+            let kind = if matches!(d, Dropped::Spoofed(_)) {
+                "spoofed"
+            } else {
+                "oversize"
+            };
+            eprintln!(
+                "netback {}: dropped a {kind} frame ({what}); {n} so far",
+                crate::vif_name(&self.be)
+            );
+        }
     }
 
     fn gather_copied(

@@ -149,6 +149,19 @@ pub fn world_driven(
     connect: impl Fn(&str) -> bool,
     driver: impl FnOnce(HvClient) + Send + 'static,
 ) -> World {
+    world_configured(names, grants, tx_mode, connect, driver, |_, _| {})
+}
+
+/// Like [`world_driven`], with each vif's configuration (its index, its
+/// [`VifConfig`]) adjusted by `configure` before the toolstack writes it.
+pub fn world_configured(
+    names: &[&'static str],
+    grants: Grants,
+    tx_mode: TxMode,
+    connect: impl Fn(&str) -> bool,
+    driver: impl FnOnce(HvClient) + Send + 'static,
+    configure: impl Fn(usize, &mut VifConfig),
+) -> World {
     let hv = Hypervisor::new();
     let (drv_id, drv) = domain(&hv, "drv", "driver", 2048 + 512);
     let mut ids = Vec::new();
@@ -160,11 +173,12 @@ pub fn world_driven(
     }
     let mut ts = Store::new(&hv);
     for (i, (&g, n)) in ids.iter().zip(names.iter()).enumerate() {
-        let v = VifConfig {
+        let mut v = VifConfig {
             tx_mode,
             grants,
             ..VifConfig::fast_path(n, "drv", i)
         };
+        configure(i, &mut v);
         setup_vif(&mut ts, &v, g, drv_id).unwrap();
     }
     let driver = std::thread::spawn(move || driver(drv));
