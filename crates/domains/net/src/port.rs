@@ -92,9 +92,14 @@ impl PacketPort {
     }
 }
 
-/// Parts of one gathered frame: its vnet header, its header copy, and at
-/// most one range per ring slot.
-const FRAME_PARTS: usize = 2 + abi::netif::XEN_NETIF_NR_SLOTS_MIN;
+/// Parts of one gathered frame: its vnet header, its header copy, the
+/// private rest of a rewritten frame, and at most one range per ring slot.
+const FRAME_PARTS: usize = 3 + abi::netif::XEN_NETIF_NR_SLOTS_MIN;
+
+/// The parts a frame is sent in, besides its vnet header.
+fn parts_of(f: &FrameRef<'_>) -> usize {
+    1 + usize::from(!f.body.is_empty()) + f.segs.len()
+}
 
 impl PacketPort {
     /// Sends a run of frames that go as they are in as few `sendmmsg` calls
@@ -112,9 +117,13 @@ impl PacketPort {
             p[0] = IoPart::Private(&hdrs[k]);
             p[1] = IoPart::Private(f.head);
             let mut n = 2;
+            if !f.body.is_empty() {
+                p[n] = IoPart::Private(f.body);
+                n += 1;
+            }
             if let Some(map) = f.map {
                 // `send_batch` put only frames of at most FRAME_PARTS parts here.
-                for &(off, len) in f.segs.iter().take(FRAME_PARTS - 2) {
+                for &(off, len) in f.segs.iter().take(FRAME_PARTS - n) {
                     p[n] = IoPart::Shared { map, off, len };
                     n += 1;
                 }
@@ -196,7 +205,7 @@ impl Port for PacketPort {
             let (mut j, mut parts) = (i, 0);
             while j < frames.len() && j - i < SEND_BATCH {
                 let g = frames[j];
-                let need = 2 + g.segs.len();
+                let need = 1 + parts_of(g);
                 if !self.caps.passes_as_is(g.csum, g.gso)
                     || need > FRAME_PARTS
                     || parts + need > SEND_BATCH_PARTS

@@ -431,6 +431,11 @@ impl Netback {
         self.connected
     }
 
+    /// Whether a multicast frame to `dst` is for this vif.
+    pub fn wants_multicast(&self, _dst: &[u8; 6]) -> bool {
+        true // replaced by the multicast filter
+    }
+
     /// Event-channel descriptors to poll.
     pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
         self.tx_evt
