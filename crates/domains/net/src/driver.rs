@@ -1127,8 +1127,8 @@ fn forward(
                 None
             } else {
                 let made = *alt.get_or_insert_with(|| {
-                    let vid = (!inr.tagged).then_some(inr.seg.vlan);
-                    match vlan::retag(f, vid, &mut fx.scratch.bufs[used]) {
+                    let tag = (!inr.tagged).then_some(vlan::tag_of(inr.seg.vlan));
+                    match vlan::retag(f, tag, &mut fx.scratch.bufs[used]) {
                         Ok(r) => {
                             fx.scratch.made[used] = r;
                             used += 1;

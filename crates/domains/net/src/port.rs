@@ -5,6 +5,7 @@
 
 use crate::offload::{self, Offloads};
 use crate::packet::{self, FrameRef, Packet, VNET_HDR_LEN};
+use crate::vlan::{self, RETAG_HEAD};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use sys::{IoPart, PacketSocket, RecvBatch, SEND_BATCH, SEND_BATCH_PARTS};
@@ -49,6 +50,8 @@ pub struct PacketPort {
     sock: PacketSocket,
     caps: Offloads,
     batch: RecvBatch,
+    /// Where a received frame's VLAN tag is put back (see [`vlan::retag`]).
+    retag: Box<[u8; RETAG_HEAD]>,
     shaped: Vec<Packet>,
     counters: PortCounters,
 }
@@ -68,6 +71,7 @@ impl PacketPort {
                 Offloads::NONE
             },
             batch: RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64),
+            retag: Box::new([0; RETAG_HEAD]),
             shaped: Vec::new(),
             counters: PortCounters::default(),
         })
@@ -173,14 +177,30 @@ impl Port for PacketPort {
                     self.counters.rx_errors += 1;
                     continue;
                 };
-                match packet::parse_vnet_hdr(hdr, frame.len()) {
-                    Ok((csum, gso)) => {
-                        self.counters.rx_packets += 1;
-                        self.counters.rx_bytes += frame.len() as u64;
-                        f(&FrameRef::private(frame, csum, gso));
-                    }
-                    Err(_) => self.counters.rx_errors += 1,
-                }
+                let Ok((csum, gso)) = packet::parse_vnet_hdr(hdr, frame.len()) else {
+                    self.counters.rx_errors += 1;
+                    continue;
+                };
+                let whole = FrameRef::private(frame, csum, gso);
+                // The kernel took the VLAN tag off; the bridge sees the
+                // frame as it was on the wire.
+                let tagged = match self.batch.tag(i) {
+                    None => None,
+                    Some(tag) => match vlan::retag(&whole, Some(tag), &mut self.retag) {
+                        Ok(r) => Some(r),
+                        Err(_) => {
+                            self.counters.rx_errors += 1;
+                            continue;
+                        }
+                    },
+                };
+                let frame = match &tagged {
+                    Some(r) => r.frame(&whole, &self.retag[..]),
+                    None => whole,
+                };
+                self.counters.rx_packets += 1;
+                self.counters.rx_bytes += frame.len as u64;
+                f(&frame);
             }
             if n < RX_BATCH {
                 break;

@@ -10,6 +10,7 @@
 //! payload stays where it is.
 
 use crate::packet::{Csum, FrameRef};
+pub use sys::VlanTag;
 
 /// 802.1Q's tag protocol identifier (the EtherType of a tagged frame).
 pub const TPID: u16 = 0x8100;
@@ -144,8 +145,16 @@ impl Retagged {
     }
 }
 
-/// Writes into `buf` the first bytes of `f` with an 802.1Q tag of VLAN
-/// `vid` inserted after the MACs (`Some`) or its tag removed (`None`). A
+/// The 802.1Q tag of VLAN `vid` (priority 0).
+pub fn tag_of(vid: u16) -> VlanTag {
+    VlanTag {
+        tpid: TPID,
+        tci: vid & 0x0fff,
+    }
+}
+
+/// Writes into `buf` the first bytes of `f` with `tag` inserted after the
+/// MACs (`Some`) or its 802.1Q tag removed (`None`). A
 /// partial checksum's start moves with the bytes after the MACs; GSO stays
 /// as it is (the segment size does not count the link header). Nothing is
 /// allocated. Refused: a frame too short for its link header (`runt`), a
@@ -154,22 +163,22 @@ impl Retagged {
 /// rewritten.
 pub fn retag(
     f: &FrameRef<'_>,
-    vid: Option<u16>,
+    tag: Option<VlanTag>,
     buf: &mut [u8; RETAG_HEAD],
 ) -> Result<Retagged, &'static str> {
     let h = f.head;
     if !f.body.is_empty() {
         return Err("retagged_twice");
     }
-    let (head_len, from, len, shift) = match vid {
-        Some(vid) => {
+    let (head_len, from, len, shift) = match tag {
+        Some(tag) => {
             if h.len() < MACS + 2 {
                 return Err("runt");
             }
             let keep = h.len().min(RETAG_HEAD - TAG_LEN);
             buf[..MACS].copy_from_slice(&h[..MACS]);
-            buf[MACS..MACS + 2].copy_from_slice(&TPID.to_be_bytes());
-            buf[MACS + 2..MACS + TAG_LEN].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
+            buf[MACS..MACS + 2].copy_from_slice(&tag.tpid.to_be_bytes());
+            buf[MACS + 2..MACS + TAG_LEN].copy_from_slice(&tag.tci.to_be_bytes());
             buf[MACS + TAG_LEN..keep + TAG_LEN].copy_from_slice(&h[MACS..keep]);
             (keep + TAG_LEN, keep, f.len + TAG_LEN, TAG_LEN as i32)
         }
@@ -343,7 +352,7 @@ mod tests {
         };
         let f = FrameRef::private(&p.data, p.csum, None);
         let mut buf = [0u8; RETAG_HEAD];
-        let r = retag(&f, Some(10), &mut buf).unwrap();
+        let r = retag(&f, Some(tag_of(10)), &mut buf).unwrap();
         let t = r.frame(&f, &buf);
         assert_eq!(t.len, f.len + 4);
         assert_eq!(bytes(&t), tagged(&p.data, 10));
@@ -368,7 +377,7 @@ mod tests {
         assert_eq!(bytes(&u), p.data);
         assert_eq!(u.csum, p.csum);
         // A rewritten frame is not rewritten again.
-        assert_eq!(retag(&u, Some(3), &mut buf), Err("retagged_twice"));
+        assert_eq!(retag(&u, Some(tag_of(3)), &mut buf), Err("retagged_twice"));
     }
 
     #[test]
@@ -400,7 +409,7 @@ mod tests {
             gso,
         };
         let mut buf = [0u8; RETAG_HEAD];
-        let t = retag(&f, Some(4094), &mut buf).unwrap();
+        let t = retag(&f, Some(tag_of(4094)), &mut buf).unwrap();
         let t = t.frame(&f, &buf);
         assert_eq!(t.head.len(), hl + 4);
         assert!(t.body.is_empty());
@@ -425,7 +434,7 @@ mod tests {
             let g = FrameRef::private(&t[..n], Csum::Unknown, None);
             let r = retag(&g, None, &mut buf);
             assert_eq!(r.is_ok(), n >= 18, "strip of {n} bytes: {r:?}");
-            let r = retag(&g, Some(7), &mut buf);
+            let r = retag(&g, Some(tag_of(7)), &mut buf);
             assert_eq!(r.is_ok(), n >= 14, "insert into {n} bytes: {r:?}");
         }
         let g = FrameRef::private(&f, Csum::Unknown, None);
@@ -442,7 +451,7 @@ mod tests {
             offset: 0,
         };
         let g = FrameRef::private(&f, far, None);
-        assert_eq!(retag(&g, Some(1), &mut buf), Err("csum_start"));
+        assert_eq!(retag(&g, Some(tag_of(1)), &mut buf), Err("csum_start"));
         // A length below the head's (never from a well-formed source).
         let g = FrameRef {
             len: 4,
@@ -460,7 +469,7 @@ mod tests {
             let g = FrameRef::private(&junk, Csum::Unknown, None);
             let _ = trunk().classify(&junk);
             let _ = retag(&g, None, &mut buf).map(|r| bytes(&r.frame(&g, &buf)));
-            let _ = retag(&g, Some(x as u16), &mut buf).map(|r| bytes(&r.frame(&g, &buf)));
+            let _ = retag(&g, Some(tag_of(x as u16)), &mut buf).map(|r| bytes(&r.frame(&g, &buf)));
         }
     }
 
