@@ -1034,6 +1034,8 @@ const PORT_BATCH: usize = 64;
 struct Scratch {
     bufs: Box<[[u8; RETAG_HEAD]]>,
     made: [Retagged; PORT_BATCH],
+    /// Frames waiting to be sent to ports, in order.
+    queued: [Queued; PORT_BATCH],
 }
 
 impl Scratch {
@@ -1041,6 +1043,7 @@ impl Scratch {
         Scratch {
             bufs: vec![[0; RETAG_HEAD]; PORT_BATCH].into_boxed_slice(),
             made: [Retagged::default(); PORT_BATCH],
+            queued: [Queued::default(); PORT_BATCH],
         }
     }
 
@@ -1086,7 +1089,6 @@ fn forward(
     mut vifs: Others<'_>,
 ) -> u64 {
     let now = Instant::now();
-    let mut queued = [Queued::default(); PORT_BATCH];
     let (mut n, mut used, mut tagged) = (0, 0, 0);
     let tapping = !fx.taps.is_empty();
     for (k, f) in frames.iter().enumerate() {
@@ -1110,7 +1112,7 @@ fn forward(
         }
         let (targets, t) = route(fx.bridge, ingress, inr.seg, f, now, &vifs, fx.ports);
         if n + t > PORT_BATCH || used == PORT_BATCH {
-            flush(fx.ports, fx.scratch, frames, &queued[..n]);
+            flush(fx.ports, fx.scratch, frames, n);
             (n, used) = (0, 0);
         }
         // Not rewritten yet (None), rewritten into a slot, or refused.
@@ -1150,7 +1152,7 @@ fn forward(
                 fx.taps.frame(p, true, &g);
             }
             if p >= PORT_BASE {
-                queued[n] = Queued {
+                fx.scratch.queued[n] = Queued {
                     port: p,
                     k,
                     alt: slot,
@@ -1162,12 +1164,17 @@ fn forward(
             }
         }
     }
-    flush(fx.ports, fx.scratch, frames, &queued[..n]);
+    flush(fx.ports, fx.scratch, frames, n);
     tagged
 }
 
-/// Sends the queued frames, one batch per port, each port's in order.
-fn flush(ports: &mut Ports, scratch: &Scratch, frames: &[FrameRef<'_>], queued: &[Queued]) {
+/// Sends the first `n` queued frames, one batch per port, each port's in
+/// order.
+fn flush(ports: &mut Ports, scratch: &Scratch, frames: &[FrameRef<'_>], n: usize) {
+    if n == 0 {
+        return;
+    }
+    let queued = &scratch.queued[..n];
     let mut sent = [false; PORT_BATCH];
     let none = FrameRef::private(&[], crate::packet::Csum::Unknown, None);
     let mut batch = [none; PORT_BATCH];
