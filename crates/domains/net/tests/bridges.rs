@@ -169,3 +169,61 @@ fn a_bad_vlan_node_gives_the_vif_up_and_spares_the_others() {
             .is_some_and(|d| d["loop"]["config_errors"] == 1)
     });
 }
+
+#[test]
+fn uplinks_follow_the_store_and_bad_values_are_counted_and_ignored() {
+    use hv::proto::{Request, DOMID_TOOLSTACK};
+    let names = ["g1", "g2"];
+    let opts = [VifOptions::default(), VifOptions::default()];
+    let mut w = world_with(&names, &opts, |_| true);
+    let (hv, drv) = (w.hv.clone(), w.drv_id);
+    let home = format!("/local/domain/{drv}/splitnet");
+    let write = |path: String, value: &str| {
+        let r = hv.handle(
+            DOMID_TOOLSTACK,
+            Request::StoreWrite {
+                path,
+                value: value.as_bytes().to_vec(),
+            },
+        );
+        assert!(r.0.is_ok(), "{r:?}");
+    };
+    let doc = || {
+        store_read(&hv, &format!("{home}/stats"))
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .unwrap_or_default()
+    };
+    let uplinks = || {
+        doc()["uplinks"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|u| format!("{}:{}:{}", u["name"], u["bridge"], u["vlan"]))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    // The legacy port is an uplink (a trunk on the default bridge) while
+    // uplinks/ is empty; its interface is missing, so it stays closed.
+    write(format!("{home}/port"), "nosuch0");
+    write(format!("{home}/ports/nosuch9"), "hosted");
+    wait_for("the legacy port as an uplink", || {
+        uplinks() == [r#""nosuch0":"xenbr0":"trunk""#]
+    });
+    // Entries under uplinks/ replace it; bad ones are counted and ignored.
+    write(format!("{home}/uplinks/nosuch1"), "bridge=xenbr1,vlan=7");
+    write(format!("{home}/uplinks/nosuch2"), "bridge=xenbr1,vlan=4095");
+    write(format!("{home}/uplinks/nosuch3"), "vlan=7");
+    write(format!("{home}/uplinks/nameoversixteenbytes"), "bridge=xenbr0");
+    wait_for("the uplinks from uplinks/", || {
+        uplinks() == [r#""nosuch1":"xenbr1":7"#]
+    });
+    wait_for("the refusals counted", || {
+        doc()["loop"]["config_errors"] == 3
+    });
+    assert_eq!(doc()["extra_ports"][0]["name"], "nosuch9");
+    assert_eq!(doc()["uplinks"][0]["open"], false);
+    // Guests are not disturbed.
+    let (a, b) = w.guests.split_at_mut(1);
+    good_traffic_flows(&mut a[0], &mut b[0], 8, 0);
+}
