@@ -110,8 +110,12 @@ impl Driver {
         // The uplinks (`uplinks/`, or the legacy `port`) and the extra
         // ports the toolstack names (a hosted guest's VMNet interface):
         // opened again whenever they vanish.
-        for dir in [&d.ports.uplinks_dir, &d.ports.extras_dir] {
-            hv.watch(dir, PORTS)?;
+        for path in [
+            &d.ports.uplinks_dir,
+            &d.ports.legacy_port,
+            &d.ports.extras_dir,
+        ] {
+            hv.watch(path, PORTS)?;
         }
         d.ports
             .sync(hv, &mut d.bridge, &d.events, &mut d.stats.config_errors);

@@ -206,15 +206,18 @@ fn uplinks_follow_the_store_and_bad_values_are_counted_and_ignored() {
     // The legacy port is an uplink (a trunk on the default bridge) while
     // uplinks/ is empty; its interface is missing, so it stays closed.
     write(format!("{home}/port"), "nosuch0");
-    write(format!("{home}/ports/nosuch9"), "hosted");
     wait_for("the legacy port as an uplink", || {
         uplinks() == [r#""nosuch0":"xenbr0":"trunk""#]
     });
+    write(format!("{home}/ports/nosuch9"), "hosted");
     // Entries under uplinks/ replace it; bad ones are counted and ignored.
     write(format!("{home}/uplinks/nosuch1"), "bridge=xenbr1,vlan=7");
     write(format!("{home}/uplinks/nosuch2"), "bridge=xenbr1,vlan=4095");
     write(format!("{home}/uplinks/nosuch3"), "vlan=7");
-    write(format!("{home}/uplinks/nameoversixteenbytes"), "bridge=xenbr0");
+    write(
+        format!("{home}/uplinks/nameoversixteenbytes"),
+        "bridge=xenbr0",
+    );
     wait_for("the uplinks from uplinks/", || {
         uplinks() == [r#""nosuch1":"xenbr1":7"#]
     });
