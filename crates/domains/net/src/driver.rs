@@ -1483,9 +1483,13 @@ mod tests {
         let got = only(&out, A20);
         assert_eq!(got[0].0, tcp(BCAST, N).data);
         assert_eq!(got[0].1, p.csum);
-        // Untagged on the trunk: "no VLAN", the untagged port only.
+        // Untagged on the trunk: "no VLAN", the untagged port only; so is a
+        // priority-tagged frame (VID 0), whose tag comes off.
         let out = r.send(T0, &[FrameRef::private(&p.data, p.csum, None)]);
         assert_eq!(only(&out, X0)[0].0, p.data);
+        let prio = tagged(&p.data, 0x6000);
+        let out = r.send(T0, &[FrameRef::private(&prio, moved, None)]);
+        assert_eq!(only(&out, X0)[0], (p.data.clone(), p.csum));
         // Known unicast: M was learned on A10 in VLAN 10, so the trunk's
         // VLAN 10 frame to M goes there, untagged; the same MAC is unknown
         // in VLAN 20 (flooded to A20 only).
