@@ -1,22 +1,22 @@
-//! The driver domain: a physical port, a bridge, and one netback per guest
+//! The driver domain: its uplinks, its bridges, and one netback per guest
 //! vif, driven by one poll loop (Menon 2006 Fig. 1; Ram thesis Fig. 2.1).
 
-use crate::bridge::{Bridge, PortId, Route};
+use crate::bridge::{Bridge, PortId, Route, DEFAULT_BRIDGE};
 use crate::capture::{Taps, Target};
 use crate::idle::Idle;
-use crate::netback::{self, Netback, Pending};
-use crate::packet::{Csum, FrameRef};
+use crate::netback::{self, Netback, NetbackError, Pending};
+use crate::packet::FrameRef;
 use crate::port::{PacketPort, Port};
+use crate::vlan::{self, Attach, Mode, Retagged, Segment, RETAG_HEAD};
 use hypercall::{DomId, HvClient};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-/// Bridge port of the physical NIC.
-const PHYS: PortId = 0;
-/// Bridge port of the first extra port (`<home>/ports`); vif i is port i + 1.
-const EXTRA_BASE: PortId = 1 << 20;
-/// How often an extra port that is missing or failed is opened again.
-const EXTRA_RETRY: Duration = Duration::from_millis(250);
+/// Bridge port of the first uplink or extra port ([`Ports`]); vif i is
+/// port i + 1.
+const PORT_BASE: PortId = 1 << 20;
+/// How often a port that is missing or failed is opened again.
+const PORT_RETRY: Duration = Duration::from_millis(250);
 /// How long netback waits for a frontend it already saw Connected.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -40,6 +40,8 @@ struct Vif {
     /// The loop's own handles on the vif's doorbells, registered with the
     /// event manager while it is connected (see [`Events::watch_vif`]).
     bells: Vec<OwnedFd>,
+    /// Its bridge and access VLAN (backend nodes `bridge`, `splitnet-vlan`).
+    attach: Attach,
 }
 
 /// Runs the driver domain until hv goes away.
@@ -65,7 +67,6 @@ pub struct Turn {
 pub struct Driver {
     home: String,
     base: String,
-    ports_dir: String,
     captures: String,
     ports: Ports,
     pending: Vec<Pending>,
@@ -73,6 +74,7 @@ pub struct Driver {
     taps: Taps,
     idle: Idle,
     bridge: Bridge,
+    scratch: Scratch,
     events: Events,
     last_stats: Instant,
     stats: LoopCounters,
@@ -88,52 +90,42 @@ impl Driver {
             .store_read_str(&format!("{home}/port-offload"))
             .map(|v| v == "1")
             .unwrap_or(true);
-        let phys: Option<Box<dyn Port>> = match hv.store_read_str(&format!("{home}/port")) {
-            Ok(ifname) => {
-                let p = PacketPort::open(&ifname, port_offload)?;
-                eprintln!(
-                    "driver: physical port {ifname} (offloads {})",
-                    if port_offload { "on" } else { "off" }
-                );
-                Some(Box::new(p))
-            }
-            Err(_) => None,
-        };
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
-        if let Some(p) = &phys {
-            events.epoll.add(p.fd(), Source::Phys.token())?;
-        }
         let mut d = Driver {
-            ports_dir: format!("{home}/ports"),
             captures: format!("{home}/capture"),
             base: format!("/local/domain/{me}/backend/vif"),
+            ports: Ports::new(&home, port_offload),
             home,
-            ports: Ports {
-                phys,
-                extra: Vec::new(),
-                offload: port_offload,
-            },
             pending: Vec::new(),
             vifs: Vec::new(),
             taps: Taps::default(),
             idle: Idle::for_domain(hv, "driver", Duration::from_millis(200)),
             bridge: Bridge::default(),
+            scratch: Scratch::new(),
             events,
             last_stats: Instant::now(),
             stats: LoopCounters::default(),
         };
-        // Extra ports the toolstack names (a hosted guest's VMNet interface):
-        // bridged like the physical port, opened again whenever they vanish.
-        hv.watch(&d.ports_dir, PORTS)?;
-        d.ports.sync(hv, &d.ports_dir, &d.events);
+        // The uplinks (`uplinks/`, or the legacy `port`) and the extra
+        // ports the toolstack names (a hosted guest's VMNet interface):
+        // opened again whenever they vanish.
+        for path in [
+            &d.ports.uplinks_dir,
+            &d.ports.legacy_port,
+            &d.ports.extras_dir,
+        ] {
+            hv.watch(path, PORTS)?;
+        }
+        d.ports
+            .sync(hv, &mut d.bridge, &d.events, &mut d.stats.config_errors);
         // Probe every vif (InitWait), then connect each as its frontend
         // comes, in any order: one guest that never comes delays no other.
         // vifs the toolstack adds or removes later (hotplug, a guest's
         // restart) show up under the same directory.
         hv.watch(&d.base, BACKENDS)?;
         rescan(hv, &d.base, &mut d.pending, &mut d.vifs)?;
-        connect_ready(hv, &mut d.pending, &mut d.vifs, &mut d.events)?;
+        d.connect_ready(hv)?;
         hv.watch(&d.captures, CAPTURES)?;
         d.taps.sync(hv, &d.captures);
         Ok(d)
@@ -149,16 +141,8 @@ impl Driver {
         if let Some(d) = credit_due {
             timeout = timeout.min(d);
         }
-        if self
-            .ports
-            .extra
-            .iter()
-            .any(|e| e.port.is_none() && !e.name.is_empty())
-        {
-            timeout = timeout.min(EXTRA_RETRY);
-        }
-        if let Some(at) = self.events.phys_paused {
-            timeout = timeout.min(at.saturating_duration_since(Instant::now()));
+        if self.ports.any_closed() {
+            timeout = timeout.min(PORT_RETRY);
         }
         self.idle.pause();
         let n = self.events.epoll.wait(Some(timeout))?;
@@ -167,16 +151,15 @@ impl Driver {
             ready: n,
             housekeeping: false,
         };
-        let (mut watch, mut phys) = (hv.watch_backlog(), false);
-        self.events.extra_ready = 0;
+        let mut watch = hv.watch_backlog();
+        self.events.port_ready = 0;
         for i in 0..n {
             let Some(ev) = self.events.epoll.event(i) else {
                 break;
             };
             match Source::of(ev.token) {
                 Some(Source::Watch) => watch = true,
-                Some(Source::Phys) => phys = true,
-                Some(Source::Extra(j)) => self.events.extra_ready |= 1u64 << (j % 64),
+                Some(Source::Port(j)) => self.events.port_ready |= 1u64 << (j % 64),
                 Some(Source::Vif(v)) => self.events.ready.insert(v),
                 None => {}
             }
@@ -188,14 +171,8 @@ impl Driver {
             turn.housekeeping = true;
             self.on_watches(hv)?;
         }
-        if self.resume_phys() {
-            phys = true;
-        }
-        if phys {
-            self.phys_to_bridge();
-        }
-        if self.events.extra_ready != 0 {
-            self.extras_to_bridge();
+        if self.events.port_ready != 0 {
+            self.ports_to_bridge();
         }
         self.service_vifs(hv);
         if self.ports.reopen(&self.events) {
@@ -242,13 +219,14 @@ impl Driver {
             rescan(hv, &self.base, &mut self.pending, &mut self.vifs)?;
         }
         if w.pending || w.rescan {
-            connect_ready(hv, &mut self.pending, &mut self.vifs, &mut self.events)?;
+            self.connect_ready(hv)?;
         }
         if w.captures {
             self.taps.sync(hv, &self.captures);
         }
         if w.ports {
-            self.ports.sync(hv, &self.ports_dir, &self.events);
+            let errors = &mut self.stats.config_errors;
+            self.ports.sync(hv, &mut self.bridge, &self.events, errors);
         }
         if w.captures || w.pending || w.rescan || w.ports {
             let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
@@ -263,80 +241,40 @@ impl Driver {
         Ok(())
     }
 
-    /// Physical port → bridge (it said it has frames).
-    fn phys_to_bridge(&mut self) {
-        let Some(mut p) = self.ports.phys.take() else {
-            return;
-        };
-        let r = p.recv_batch(&mut |f| {
-            forward(
-                &mut self.bridge,
-                PHYS,
-                std::slice::from_ref(f),
-                &mut self.ports,
-                Others::all(&mut self.vifs, &mut self.events.dirty),
-                &mut self.taps,
-            );
-        });
-        if let Err(e) = r {
-            // Count it and carry on: one bad read must not stop every guest.
-            // The port leaves the event manager for a while, so a port that
-            // keeps failing (its interface went down) cannot keep the loop
-            // spinning; it is looked at again after EXTRA_RETRY.
-            self.stats.port_errors += 1;
-            eprintln!(
-                "driver: port {}: {e}; reading it again in {EXTRA_RETRY:?}",
-                p.name()
-            );
-            if self.events.epoll.remove(p.fd()).is_ok() {
-                self.events.phys_paused = Some(Instant::now() + EXTRA_RETRY);
-            }
-        }
-        self.ports.phys = Some(p);
-    }
-
-    /// Puts a failed physical port back in the event manager once its pause
-    /// is over; true when it did (the port is then read at once).
-    fn resume_phys(&mut self) -> bool {
-        let Some(at) = self.events.phys_paused else {
-            return false;
-        };
-        let Some(p) = self.ports.phys.as_ref().filter(|_| Instant::now() >= at) else {
-            return false;
-        };
-        self.events.phys_paused = None;
-        self.events.epoll.add(p.fd(), Source::Phys.token()).is_ok()
-    }
-
-    /// Extra ports that said they have frames → bridge. One that fails
-    /// (its interface went away with its VMApp) is closed and opened again
-    /// later.
-    fn extras_to_bridge(&mut self) {
-        for j in 0..self.ports.extra.len() {
-            if self.events.extra_ready & (1u64 << (j % 64)) == 0 {
+    /// Ports that said they have frames → bridge. One that fails (its
+    /// interface went down or away) is counted, closed and opened again
+    /// after [`PORT_RETRY`], so it cannot keep the loop spinning nor stop
+    /// the guests.
+    fn ports_to_bridge(&mut self) {
+        for j in 0..self.ports.list.len() {
+            if self.events.port_ready & (1u64 << (j % 64)) == 0 {
                 continue;
             }
-            let Some(mut p) = self.ports.extra[j].port.take() else {
+            let Some(mut p) = self.ports.list[j].port.take() else {
                 continue;
             };
+            let from = self.ports.list[j].attach;
+            let mut fx = Fwd {
+                bridge: &mut self.bridge,
+                ports: &mut self.ports,
+                taps: &mut self.taps,
+                scratch: &mut self.scratch,
+            };
             let r = p.recv_batch(&mut |f| {
-                forward(
-                    &mut self.bridge,
-                    EXTRA_BASE + j,
-                    std::slice::from_ref(f),
-                    &mut self.ports,
-                    Others::all(&mut self.vifs, &mut self.events.dirty),
-                    &mut self.taps,
-                );
+                let vifs = Others::all(&mut self.vifs, &mut self.events.dirty);
+                forward(&mut fx, PORT_BASE + j, from, std::slice::from_ref(f), vifs);
             });
             match r {
-                Ok(()) => self.ports.extra[j].port = Some(p),
+                Ok(()) => self.ports.list[j].port = Some(p),
                 Err(e) => {
                     self.stats.port_errors += 1;
-                    eprintln!("driver: port {}: {e}; closing it", p.name());
+                    eprintln!(
+                        "driver: port {}: {e}; opening it again in {PORT_RETRY:?}",
+                        p.name()
+                    );
                     let _ = self.events.epoll.remove(p.fd());
-                    self.bridge.forget_port(EXTRA_BASE + j);
-                    self.ports.extra[j].retry_at = Instant::now() + EXTRA_RETRY;
+                    self.bridge.forget_port(PORT_BASE + j);
+                    self.ports.list[j].retry_at = Instant::now() + PORT_RETRY;
                 }
             }
         }
@@ -391,15 +329,24 @@ impl Driver {
         let Some((me, after)) = rest.split_first_mut() else {
             return;
         };
-        let (bridge, ports, taps) = (&mut self.bridge, &mut self.ports, &mut self.taps);
+        let mut fx = Fwd {
+            bridge: &mut self.bridge,
+            ports: &mut self.ports,
+            taps: &mut self.taps,
+            scratch: &mut self.scratch,
+        };
         let mut others = Others {
             before,
             after,
             dirty: &mut self.events.dirty,
         };
+        let (from, mut tagged) = (me.attach, 0);
         let r = me.nb.process_tx(hv, &mut |frames| {
-            forward(bridge, i + 1, frames, ports, others.reborrow(), taps);
+            tagged += forward(&mut fx, i + 1, from, frames, others.reborrow());
         });
+        if tagged > 0 {
+            me.nb.counters.drops.add("vlan_tagged", tagged);
+        }
         if let Err(e) = r {
             me.nb.disconnect(hv, &format!("TX failed: {e}"));
         }
@@ -467,6 +414,9 @@ pub struct LoopCounters {
     pub syscalls: u64,
     /// Failed reads of a port.
     pub port_errors: u64,
+    /// Store values the driver refused (an uplink's, a vif's bridge or
+    /// VLAN): each is logged and its uplink ignored or its vif given up.
+    pub config_errors: u64,
 }
 
 /// What a registered descriptor is.
@@ -474,10 +424,8 @@ pub struct LoopCounters {
 enum Source {
     /// The store watch (the hv connection).
     Watch,
-    /// The physical port.
-    Phys,
-    /// Extra port `j`.
-    Extra(usize),
+    /// Port `j` of [`Ports`].
+    Port(usize),
     /// Either doorbell of vif `i`.
     Vif(usize),
 }
@@ -486,8 +434,7 @@ impl Source {
     fn token(self) -> u64 {
         match self {
             Source::Watch => 0,
-            Source::Phys => 1,
-            Source::Extra(j) => 2 << 32 | j as u64,
+            Source::Port(j) => 2 << 32 | j as u64,
             Source::Vif(i) => 3 << 32 | i as u64,
         }
     }
@@ -495,8 +442,7 @@ impl Source {
         let i = (token & 0xffff_ffff) as usize;
         match token >> 32 {
             0 if token == 0 => Some(Source::Watch),
-            0 if token == 1 => Some(Source::Phys),
-            2 => Some(Source::Extra(i)),
+            2 => Some(Source::Port(i)),
             3 => Some(Source::Vif(i)),
             _ => None,
         }
@@ -553,10 +499,8 @@ struct Events {
     touched: SlotSet,
     /// vifs waiting for transmit credit (`rate=`).
     credit: SlotSet,
-    /// Extra ports that are ready (bit j % 64).
-    extra_ready: u64,
-    /// The physical port failed and is out of the set until then.
-    phys_paused: Option<Instant>,
+    /// Ports that are ready (bit j % 64).
+    port_ready: u64,
 }
 
 impl Events {
@@ -567,8 +511,7 @@ impl Events {
             dirty: SlotSet::default(),
             touched: SlotSet::default(),
             credit: SlotSet::default(),
-            extra_ready: 0,
-            phys_paused: None,
+            port_ready: 0,
         })
     }
 
@@ -600,14 +543,11 @@ fn port_of(t: &Target, vifs: &[Vif], base: &str, ports: &Ports) -> Option<PortId
             Some(i + 1)
         }
         Target::Port(name) => {
-            if ports.phys.as_ref().is_some_and(|p| p.name() == name) {
-                return Some(PHYS);
-            }
             let j = ports
-                .extra
+                .list
                 .iter()
                 .position(|e| e.port.is_some() && e.name == *name)?;
-            Some(EXTRA_BASE + j)
+            Some(PORT_BASE + j)
         }
         Target::Bridge => None,
     }
@@ -622,97 +562,227 @@ const CAPTURES: &str = "captures";
 /// Watch token of the extra ports the toolstack names.
 const PORTS: &str = "ports";
 
-/// One extra bridge port: an interface named under `<home>/ports`.
-struct Extra {
+/// What made a port a bridge port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PortKind {
+    /// An uplink (`<home>/uplinks/<ifname>`, or the legacy `<home>/port`).
+    Uplink,
+    /// An extra port (`<home>/ports/<ifname>`): a hosted guest's emulated NIC.
+    Extra,
+}
+
+/// One bridge port that is an interface.
+struct PortSlot {
+    /// Interface name; empty for a free slot.
     name: String,
+    kind: PortKind,
+    attach: Attach,
     port: Option<Box<dyn Port>>,
     /// When to try opening it again, while it is closed.
     retry_at: Instant,
 }
 
-/// The driver domain's ports: the physical one and the extras.
+/// The driver domain's interface ports: its uplinks and its extra ports.
+/// Slot j is bridge port `PORT_BASE + j` and event source `Port(j)`; a slot
+/// stays in place while its port lives, so the others keep their numbers.
 struct Ports {
-    phys: Option<Box<dyn Port>>,
-    extra: Vec<Extra>,
+    list: Vec<PortSlot>,
     offload: bool,
+    uplinks_dir: String,
+    legacy_port: String,
+    extras_dir: String,
+    /// Refused store values already logged (`ifname=value`), so a watch
+    /// that fires again does not count them again.
+    refused: Vec<String>,
 }
 
 impl Ports {
-    /// Follows `<home>/ports`: new names are added (opened at once if
-    /// their interface exists), removed ones closed. A slot (and its bridge
-    /// port) stays in place so the others keep their numbers.
-    fn sync(&mut self, hv: &mut HvClient, dir: &str, events: &Events) {
-        let names = hv.store_directory(dir).unwrap_or_default();
-        for e in self.extra.iter_mut() {
-            if !names.contains(&e.name) && !e.name.is_empty() {
+    fn new(home: &str, offload: bool) -> Ports {
+        Ports {
+            list: Vec::new(),
+            offload,
+            uplinks_dir: format!("{home}/uplinks"),
+            legacy_port: format!("{home}/port"),
+            extras_dir: format!("{home}/ports"),
+            refused: Vec::new(),
+        }
+    }
+
+    /// The ports the store asks for: the valid entries of `uplinks/` (or
+    /// the legacy `port` when it has none) and the extra ports, on the
+    /// default bridge. A bad value is logged and counted once, and its
+    /// uplink left out.
+    fn wanted(
+        &mut self,
+        hv: &mut HvClient,
+        bridge: &mut Bridge,
+        errors: &mut u64,
+    ) -> Vec<(String, PortKind, Attach)> {
+        let mut want = Vec::new();
+        let names = hv.store_directory(&self.uplinks_dir).unwrap_or_default();
+        for n in &names {
+            let value = hv
+                .store_read_str(&format!("{}/{n}", self.uplinks_dir))
+                .unwrap_or_default();
+            let attach = vlan::check_ifname(n)
+                .and_then(|_| vlan::parse_uplink(&value))
+                .and_then(|(b, v)| uplink_attach(bridge, &b, v));
+            match attach {
+                Ok(a) => want.push((n.clone(), PortKind::Uplink, a)),
+                Err(e) => {
+                    let key = format!("{n}={value}");
+                    if !self.refused.contains(&key) {
+                        eprintln!("driver: uplink {n} = {value:?} refused: {e}");
+                        *errors += 1;
+                        self.refused.push(key);
+                    }
+                }
+            }
+        }
+        if names.is_empty() {
+            if let Ok(n) = hv.store_read_str(&self.legacy_port) {
+                let trunk = Attach {
+                    bridge: DEFAULT_BRIDGE,
+                    mode: Mode::Trunk,
+                };
+                want.push((n, PortKind::Uplink, trunk));
+            }
+        }
+        let untagged = Attach {
+            bridge: DEFAULT_BRIDGE,
+            mode: Mode::Access(0),
+        };
+        for n in hv.store_directory(&self.extras_dir).unwrap_or_default() {
+            if !want.iter().any(|(w, _, _)| *w == n) {
+                want.push((n, PortKind::Extra, untagged));
+            }
+        }
+        want
+    }
+
+    /// Follows the store: new ports are added (opened at once if their
+    /// interface exists), removed or changed ones closed and their MACs
+    /// forgotten.
+    fn sync(&mut self, hv: &mut HvClient, bridge: &mut Bridge, events: &Events, errors: &mut u64) {
+        let want = self.wanted(hv, bridge, errors);
+        for (j, e) in self.list.iter_mut().enumerate() {
+            let kept = want
+                .iter()
+                .any(|(n, k, a)| *n == e.name && *k == e.kind && *a == e.attach);
+            if !kept && !e.name.is_empty() {
                 eprintln!("driver: port {} removed", e.name);
                 if let Some(p) = e.port.take() {
                     let _ = events.epoll.remove(p.fd());
                 }
+                bridge.forget_port(PORT_BASE + j);
                 e.name.clear();
             }
         }
-        for n in names {
-            if self.extra.iter().any(|e| e.name == n) {
+        for (name, kind, attach) in want {
+            if self.list.iter().any(|e| e.name == name) {
                 continue;
             }
-            let e = Extra {
-                name: n,
+            let e = PortSlot {
+                name,
+                kind,
+                attach,
                 port: None,
                 retry_at: Instant::now(),
             };
-            match self.extra.iter().position(|e| e.name.is_empty()) {
-                Some(i) => self.extra[i] = e,
-                None => self.extra.push(e),
+            match self.list.iter().position(|e| e.name.is_empty()) {
+                Some(i) => self.list[i] = e,
+                None => self.list.push(e),
             }
         }
         self.reopen(events);
     }
 
-    /// Opens the extra ports that are due a try and registers them; whether
-    /// one opened.
+    /// Opens the ports that are due a try and registers them; whether one
+    /// opened.
     fn reopen(&mut self, events: &Events) -> bool {
         let now = Instant::now();
         let mut opened = false;
-        for (j, e) in self.extra.iter_mut().enumerate() {
+        for (j, e) in self.list.iter_mut().enumerate() {
             if e.port.is_some() || e.name.is_empty() || now < e.retry_at {
                 continue;
             }
             let opened_one = PacketPort::open(&e.name, self.offload).and_then(|p| {
-                events.epoll.add(p.fd(), Source::Extra(j).token())?;
+                events.epoll.add(p.fd(), Source::Port(j).token())?;
                 Ok(p)
             });
             match opened_one {
                 Ok(p) => {
-                    eprintln!("driver: extra port {} bridged", e.name);
+                    eprintln!(
+                        "driver: {:?} port {} bridged ({:?}; offloads {})",
+                        e.kind,
+                        e.name,
+                        e.attach,
+                        if self.offload { "on" } else { "off" }
+                    );
                     e.port = Some(Box::new(p));
                     opened = true;
                 }
-                Err(_) => e.retry_at = now + EXTRA_RETRY,
+                Err(_) => e.retry_at = now + PORT_RETRY,
             }
         }
         opened
     }
 
-    /// The port behind bridge port `id` (not a vif), if open.
-    fn get(&mut self, id: PortId) -> Option<&mut Box<dyn Port>> {
-        if id == PHYS {
-            return self.phys.as_mut();
-        }
-        self.extra
-            .get_mut(id.checked_sub(EXTRA_BASE)?)?
-            .port
-            .as_mut()
+    /// Whether a named port is closed (it is then tried again soon).
+    fn any_closed(&self) -> bool {
+        self.list
+            .iter()
+            .any(|e| e.port.is_none() && !e.name.is_empty())
     }
 
-    /// Bridge ports of the open extras.
-    fn extra_ids(&self) -> impl Iterator<Item = PortId> + '_ {
-        self.extra
+    /// The open port behind bridge port `id`.
+    fn get(&mut self, id: PortId) -> Option<&mut Box<dyn Port>> {
+        self.list.get_mut(id.checked_sub(PORT_BASE)?)?.port.as_mut()
+    }
+
+    /// The attachment of the open port behind bridge port `id`.
+    fn attach_of(&self, id: PortId) -> Option<Attach> {
+        let e = self.list.get(id.checked_sub(PORT_BASE)?)?;
+        e.port.as_ref().map(|_| e.attach)
+    }
+
+    /// Bridge ports of the open ports in segment `seg`.
+    fn members(&self, seg: Segment) -> impl Iterator<Item = PortId> + '_ {
+        self.list
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.port.is_some())
-            .map(|(j, _)| EXTRA_BASE + j)
+            .filter(move |(_, e)| e.port.is_some() && e.attach.member(seg))
+            .map(|(j, _)| PORT_BASE + j)
     }
+}
+
+/// An uplink's attachment: bridge `name`, and access VLAN `vlan` or a trunk.
+fn uplink_attach(bridge: &mut Bridge, name: &str, vlan: Option<u16>) -> Result<Attach, String> {
+    let bridge = bridge
+        .bridge_id(name)
+        .ok_or_else(|| format!("more than {} bridges", crate::bridge::MAX_BRIDGES))?;
+    Ok(Attach {
+        bridge,
+        mode: vlan.map_or(Mode::Trunk, Mode::Access),
+    })
+}
+
+/// A vif's attachment, from its backend nodes `bridge` (absent: the
+/// default bridge) and `splitnet-vlan` (absent: no VLAN).
+fn vif_attach(hv: &mut HvClient, be: &str, bridge: &mut Bridge) -> Result<Attach, String> {
+    use abi::xenbus::keys;
+    let name = hv
+        .store_read_str(&format!("{be}/{}", keys::BRIDGE))
+        .unwrap_or_else(|_| abi::xenbus::DEFAULT_BRIDGE.to_string());
+    let vlan = match hv.store_read_str(&format!("{be}/{}", keys::VLAN)) {
+        Ok(v) => Some(vlan::parse_vid(&v)?),
+        Err(_) => None,
+    };
+    let a = uplink_attach(bridge, vlan::check_ifname(&name)?, vlan)?;
+    Ok(Attach {
+        mode: Mode::Access(vlan.unwrap_or(0)),
+        ..a
+    })
 }
 
 /// Brings the vifs in line with the backend directories the toolstack
@@ -773,73 +843,94 @@ fn rescan(
     Ok(())
 }
 
-/// Connects every pending vif whose frontend has published its rings; the
-/// others stay pending, watched.
-fn connect_ready(
-    hv: &mut HvClient,
-    pending: &mut Vec<Pending>,
-    vifs: &mut Vec<Vif>,
-    events: &mut Events,
-) -> Result<(), DriverError> {
-    let mut retry = Vec::new();
-    let mut i = 0;
-    while i < pending.len() {
-        let ready = matches!(
-            hv.read_state(&pending[i].fe),
-            Ok(abi::xenbus::XenbusState::Connected)
-        );
-        if !ready {
-            i += 1;
-            continue;
-        }
-        let p = pending.swap_remove(i);
-        let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
-        let name = crate::vif_name(&p.be);
-        let (guest, be) = (p.guest, p.be.clone());
-        match Netback::connect(hv, p, CONNECT_TIMEOUT) {
-            Ok(nb) => {
-                // A freed slot (and its bridge port) is reused.
-                let slot = vifs.iter().position(|v| v.gone).unwrap_or(vifs.len());
-                hv.watch(&format!("{}/state", nb.fe), &format!("fe:{slot}"))?;
-                hv.watch(&multicast_node(&nb.fe), &format!("fe:{slot}"))?;
-                eprintln!(
-                    "driver: {name} connected (grants {}, rx {}, tx {}, offload {})",
-                    if nb.modes.ngm { "ngm" } else { "hv-copy" },
-                    if nb.modes.rx_flip { "flip" } else { "copy" },
-                    nb.modes.tx_name(),
-                    nb.modes.offload
-                );
-                let bells = events.watch_vif(slot, &nb);
-                let v = Vif {
-                    nb,
-                    stats_written: String::new(),
-                    forgotten: false,
-                    gone: false,
-                    bells,
-                };
-                if slot == vifs.len() {
-                    vifs.push(v);
-                } else {
-                    vifs[slot] = v;
+impl Driver {
+    /// Connects every pending vif whose frontend has published its rings;
+    /// the others stay pending, watched. A vif whose bridge or VLAN node is
+    /// bad is given up (logged, counted, its backend Closed with the reason).
+    fn connect_ready(&mut self, hv: &mut HvClient) -> Result<(), DriverError> {
+        let mut retry = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let ready = matches!(
+                hv.read_state(&self.pending[i].fe),
+                Ok(abi::xenbus::XenbusState::Connected)
+            );
+            if !ready {
+                i += 1;
+                continue;
+            }
+            let p = self.pending.swap_remove(i);
+            let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
+            let name = crate::vif_name(&p.be);
+            let (guest, be) = (p.guest, p.be.clone());
+            let attach = match vif_attach(hv, &be, &mut self.bridge) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("driver: {name}: {e}; giving it up");
+                    self.stats.config_errors += 1;
+                    netback::give_up(hv, &be, &NetbackError::Protocol(e));
+                    continue;
+                }
+            };
+            match Netback::connect(hv, p, CONNECT_TIMEOUT) {
+                Ok(nb) => self.add_vif(hv, nb, attach)?,
+                Err(e) if e.is_quota() => {
+                    eprintln!("driver: {name}: could not connect: {e}; giving it up");
+                    netback::give_up(hv, &be, &e);
+                }
+                Err(e) => {
+                    // A frontend state left over from an earlier backend, or a
+                    // frontend that broke the handshake: wait for its next
+                    // state change.
+                    eprintln!("driver: {name}: could not connect: {e}");
+                    retry.push((guest, be));
                 }
             }
-            Err(e) if e.is_quota() => {
-                eprintln!("driver: {name}: could not connect: {e}; giving it up");
-                netback::give_up(hv, &be, &e);
-            }
-            Err(e) => {
-                // A frontend state left over from an earlier backend, or a
-                // frontend that broke the handshake: wait for its next
-                // state change.
-                eprintln!("driver: {name}: could not connect: {e}");
-                retry.push((guest, be));
-            }
         }
+        for (guest, be) in retry {
+            pend(hv, guest, &be, &mut self.pending)?;
+        }
+        Ok(())
     }
-    for (guest, be) in retry {
-        pend(hv, guest, &be, pending)?;
+
+    /// Puts a connected vif in a slot (a freed one, and its bridge port, is
+    /// reused) and registers its doorbells.
+    fn add_vif(
+        &mut self,
+        hv: &mut HvClient,
+        nb: Netback,
+        attach: Attach,
+    ) -> Result<(), DriverError> {
+        let vifs = &mut self.vifs;
+        let slot = vifs.iter().position(|v| v.gone).unwrap_or(vifs.len());
+        hv.watch(&format!("{}/state", nb.fe), &format!("fe:{slot}"))?;
+        hv.watch(&multicast_node(&nb.fe), &format!("fe:{slot}"))?;
+        eprintln!(
+            "driver: {} connected on {} {:?} (grants {}, rx {}, tx {}, offload {})",
+            crate::vif_name(&nb.be),
+            self.bridge.name(attach.bridge),
+            attach.mode,
+            if nb.modes.ngm { "ngm" } else { "hv-copy" },
+            if nb.modes.rx_flip { "flip" } else { "copy" },
+            nb.modes.tx_name(),
+            nb.modes.offload
+        );
+        let bells = self.events.watch_vif(slot, &nb);
+        let v = Vif {
+            nb,
+            stats_written: String::new(),
+            forgotten: false,
+            gone: false,
+            bells,
+            attach,
+        };
+        if slot == vifs.len() {
+            vifs.push(v);
+        } else {
+            vifs[slot] = v;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Probes the vif of backend directory `be` (InitWait) and waits for its
@@ -973,23 +1064,8 @@ impl<'a> Others<'a> {
         }
     }
 
-    /// Whether the vif of bridge port `port` takes a frame flooded to
-    /// `dst` (its multicast filter; broadcast and unicast always).
-    fn wants(&self, port: PortId, dst: &[u8; 6]) -> bool {
-        let Some(i) = port.checked_sub(1) else {
-            return true;
-        };
-        let b = self.before.len();
-        let v = if i < b {
-            self.before.get(i)
-        } else {
-            i.checked_sub(b + 1).and_then(|j| self.after.get(j))
-        };
-        v.is_none_or(|v| v.nb.wants_multicast(dst))
-    }
-
-    /// Bridge ports of the connected vifs here.
-    fn ports(&self) -> impl Iterator<Item = PortId> + '_ {
+    /// The connected vifs here, with their bridge ports.
+    fn connected(&self) -> impl Iterator<Item = (PortId, &Vif)> + '_ {
         let b = self.before.len();
         let before = self.before.iter().enumerate().map(|(i, v)| (i + 1, v));
         let after = self
@@ -997,78 +1073,190 @@ impl<'a> Others<'a> {
             .iter()
             .enumerate()
             .map(move |(i, v)| (b + i + 2, v));
-        before
-            .chain(after)
-            .filter(|(_, v)| v.nb.is_connected())
-            .map(|(p, _)| p)
+        before.chain(after).filter(|(_, v)| v.nb.is_connected())
     }
 }
 
-/// Frames to the physical port sent in one batch, at most.
+/// Frames to the ports sent in one batch, at most.
 const PORT_BATCH: usize = 64;
 
-/// Sends each frame where the bridge says, never back out of its ingress
-/// port: to other guests at once, to the physical port together at the end
-/// (one `sendmmsg` for a TX batch). The bridge decides on each frame's first
-/// bytes (netback's header copy). Capture taps see each frame enter and
-/// leave; with none, this costs one branch.
-fn forward(
-    bridge: &mut Bridge,
-    ingress: PortId,
-    frames: &[FrameRef<'_>],
-    ports: &mut Ports,
-    mut vifs: Others<'_>,
-    taps: &mut Taps,
-) {
-    let now = Instant::now();
-    let none = FrameRef::private(&[], Csum::Unknown, None);
-    let mut to_phys: [&FrameRef<'_>; PORT_BATCH] = [&none; PORT_BATCH];
-    let mut n = 0;
-    let tapping = !taps.is_empty();
-    for f in frames {
-        let (targets, t) = route(bridge, ingress, f, now, &vifs, ports);
-        if tapping {
-            taps.frame(ingress, false, f);
-            for &p in &targets[..t] {
-                taps.frame(p, true, f);
-            }
-        }
-        for &p in &targets[..t] {
-            if p >= EXTRA_BASE {
-                if let Some(x) = ports.get(p) {
-                    x.send_batch(std::slice::from_ref(&f));
-                }
-                continue;
-            }
-            if p != PHYS {
-                if let Some(v) = vifs.get(p) {
-                    v.nb.deliver(f);
-                    vifs.dirty.insert(p - 1);
-                }
-                continue;
-            }
-            if n == PORT_BATCH {
-                if let Some(ph) = ports.phys.as_mut() {
-                    ph.send_batch(&to_phys);
-                }
-                n = 0;
-            }
-            to_phys[n] = f;
-            n += 1;
+/// Fixed scratch for the first bytes of frames whose 802.1Q tag is added
+/// or removed on the way ([`vlan::retag`]), one slot per frame of a batch:
+/// allocated once, so retagging allocates nothing per frame.
+struct Scratch {
+    bufs: Box<[[u8; RETAG_HEAD]]>,
+    made: [Retagged; PORT_BATCH],
+    /// Frames waiting to be sent to ports, in order.
+    queued: [Queued; PORT_BATCH],
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            bufs: vec![[0; RETAG_HEAD]; PORT_BATCH].into_boxed_slice(),
+            made: [Retagged::default(); PORT_BATCH],
+            queued: [Queued::default(); PORT_BATCH],
         }
     }
-    if n > 0 {
-        if let Some(ph) = ports.phys.as_mut() {
-            ph.send_batch(&to_phys[..n]);
+
+    /// Frame `f` as scratch slot `alt` rewrote it, or as it is.
+    fn frame<'a>(&'a self, f: &FrameRef<'a>, alt: Option<usize>) -> FrameRef<'a> {
+        match alt {
+            Some(s) => self.made[s].frame(f, &self.bufs[s]),
+            None => *f,
         }
     }
 }
 
-/// The bridge ports `f` goes to (never its ingress): a fixed array,
-/// nothing allocated.
+/// What forwarding a batch of frames touches besides the vifs.
+struct Fwd<'a> {
+    bridge: &'a mut Bridge,
+    ports: &'a mut Ports,
+    taps: &'a mut Taps,
+    scratch: &'a mut Scratch,
+}
+
+/// A frame waiting to be sent to a port: frame `k` of the batch, as
+/// scratch slot `alt` rewrote it.
+#[derive(Clone, Copy, Default)]
+struct Queued {
+    port: PortId,
+    k: usize,
+    alt: Option<usize>,
+}
+
+/// Sends each frame where the bridge says, within its segment and never
+/// back out of its ingress port (`from` classifies it): to guests at once,
+/// to ports together at the end (one `sendmmsg` per port for a TX batch).
+/// A frame that leaves with a tag it came without, or without the one it
+/// came with, is rewritten into scratch once, its payload left in place.
+/// The bridge decides on each frame's first bytes (netback's header copy).
+/// Capture taps see each frame enter and leave; with none, this costs one
+/// branch. Returns how many frames a vif sent tagged (dropped).
+fn forward(
+    fx: &mut Fwd<'_>,
+    ingress: PortId,
+    from: Attach,
+    frames: &[FrameRef<'_>],
+    mut vifs: Others<'_>,
+) -> u64 {
+    let now = Instant::now();
+    let (mut n, mut used, mut tagged) = (0, 0, 0);
+    let tapping = !fx.taps.is_empty();
+    for (k, f) in frames.iter().enumerate() {
+        let inr = match from.classify(f.head) {
+            Ok(i) => i,
+            Err("runt") => {
+                fx.bridge.counters.malformed += 1;
+                continue;
+            }
+            Err(_) if ingress < PORT_BASE => {
+                tagged += 1;
+                continue;
+            }
+            Err(_) => {
+                fx.bridge.counters.vlan_dropped += 1;
+                continue;
+            }
+        };
+        if tapping {
+            fx.taps.frame(ingress, false, f);
+        }
+        let (targets, t) = route(fx.bridge, ingress, inr.seg, f, now, &vifs, fx.ports);
+        if n + t > PORT_BATCH || used == PORT_BATCH {
+            flush(fx.ports, fx.scratch, frames, n);
+            (n, used) = (0, 0);
+        }
+        // Not rewritten yet (None), rewritten into a slot, or refused.
+        let mut alt: Option<Option<usize>> = None;
+        for &p in &targets[..t] {
+            let to = match p >= PORT_BASE {
+                true => fx.ports.attach_of(p),
+                false => vifs.get(p).map(|v| v.attach),
+            };
+            let Some(to) = to.filter(|a| a.member(inr.seg)) else {
+                continue;
+            };
+            let slot = if to.tags(inr.seg) == inr.tagged {
+                None
+            } else {
+                let made = *alt.get_or_insert_with(|| {
+                    let tag = (!inr.tagged).then_some(vlan::tag_of(inr.seg.vlan));
+                    match vlan::retag(f, tag, &mut fx.scratch.bufs[used]) {
+                        Ok(r) => {
+                            fx.scratch.made[used] = r;
+                            used += 1;
+                            Some(used - 1)
+                        }
+                        Err(_) => {
+                            fx.bridge.counters.vlan_dropped += 1;
+                            None
+                        }
+                    }
+                });
+                match made {
+                    Some(s) => Some(s),
+                    None => continue,
+                }
+            };
+            let g = fx.scratch.frame(f, slot);
+            if tapping {
+                fx.taps.frame(p, true, &g);
+            }
+            if p >= PORT_BASE {
+                fx.scratch.queued[n] = Queued {
+                    port: p,
+                    k,
+                    alt: slot,
+                };
+                n += 1;
+            } else if let Some(v) = vifs.get(p) {
+                v.nb.deliver(&g);
+                vifs.dirty.insert(p - 1);
+            }
+        }
+    }
+    flush(fx.ports, fx.scratch, frames, n);
+    tagged
+}
+
+/// Sends the first `n` queued frames, one batch per port, each port's in
+/// order.
+fn flush(ports: &mut Ports, scratch: &Scratch, frames: &[FrameRef<'_>], n: usize) {
+    if n == 0 {
+        return;
+    }
+    let queued = &scratch.queued[..n];
+    let mut sent = [false; PORT_BATCH];
+    let none = FrameRef::private(&[], crate::packet::Csum::Unknown, None);
+    let mut batch = [none; PORT_BATCH];
+    for i in 0..queued.len() {
+        if sent[i] {
+            continue;
+        }
+        let port = queued[i].port;
+        let mut m = 0;
+        for (q, s) in queued.iter().zip(sent.iter_mut()).skip(i) {
+            if q.port == port {
+                batch[m] = scratch.frame(&frames[q.k], q.alt);
+                m += 1;
+                *s = true;
+            }
+        }
+        let refs: [&FrameRef<'_>; PORT_BATCH] = std::array::from_fn(|x| &batch[x]);
+        if let Some(p) = ports.get(port) {
+            p.send_batch(&refs[..m]);
+        }
+    }
+}
+
+/// The bridge ports `f` (of segment `seg`) goes to, never its ingress: a
+/// fixed array, nothing allocated. Unknown and broadcast destinations
+/// flood the segment only.
 fn route(
     bridge: &mut Bridge,
     ingress: PortId,
+    seg: Segment,
     f: &FrameRef<'_>,
     now: Instant,
     vifs: &Others<'_>,
@@ -1076,7 +1264,7 @@ fn route(
 ) -> ([PortId; 64], usize) {
     let mut targets = [0 as PortId; 64];
     let mut n = 0;
-    match bridge.route(ingress, f.head, now) {
+    match bridge.route(ingress, seg, f.head, now) {
         Route::Drop => {}
         Route::Port(p) if p != ingress => {
             targets[0] = p;
@@ -1084,11 +1272,16 @@ fn route(
         }
         Route::Port(_) => {}
         Route::Flood => {
-            let dst = f.head.first_chunk::<6>().copied().unwrap_or([0; 6]);
-            for p in std::iter::once(PHYS)
-                .chain(ports.extra_ids())
-                .chain(vifs.ports().filter(|&p| vifs.wants(p, &dst)))
-            {
+            let mut dst = [0u8; 6];
+            dst.copy_from_slice(&f.head[..6]);
+            let multicast = dst[0] & 1 != 0;
+            let vifs = vifs
+                .connected()
+                .filter(|(_, v)| v.attach.member(seg))
+                // Multicast goes only to the vifs that asked for it.
+                .filter(|(_, v)| !multicast || v.nb.wants_multicast(&dst))
+                .map(|(p, _)| p);
+            for p in ports.members(seg).chain(vifs) {
                 if p != ingress && n < targets.len() {
                     targets[n] = p;
                     n += 1;
@@ -1110,7 +1303,6 @@ fn publish_stats(
     bridge: &Bridge,
     lc: &LoopCounters,
 ) {
-    let phys = ports.phys.as_deref();
     // A disconnected vif wrote its final counters as it closed; writing
     // again could recreate a directory the toolstack has since removed.
     for &i in touched {
@@ -1123,18 +1315,290 @@ fn publish_stats(
         }
     }
     let me = hv.domid();
-    let doc = serde_json::json!({
-        "port": phys.map(|p| serde_json::json!({"name": p.name(), "counters": p.counters()})),
-        "bridge": {"macs": bridge.len(), "counters": &bridge.counters},
-        "loop": lc,
-        "extra_ports": ports.extra.iter().filter(|e| !e.name.is_empty()).map(|e| serde_json::json!({
+    let named = || ports.list.iter().filter(|e| !e.name.is_empty());
+    let port_json = |e: &PortSlot| {
+        let vlan = match e.attach.mode {
+            Mode::Access(0) => serde_json::Value::Null,
+            Mode::Access(v) => v.into(),
+            Mode::Trunk => "trunk".into(),
+        };
+        serde_json::json!({
             "name": e.name,
+            "bridge": bridge.name(e.attach.bridge),
+            "vlan": vlan,
             "open": e.port.is_some(),
             "counters": e.port.as_ref().map(|p| p.counters()),
-        })).collect::<Vec<_>>(),
+        })
+    };
+    let doc = serde_json::json!({
+        "bridge": {"macs": bridge.len(), "counters": &bridge.counters},
+        "bridges": bridges_json(vifs, ports, bridge),
+        "loop": lc,
+        "uplinks": named().filter(|e| e.kind == PortKind::Uplink).map(port_json).collect::<Vec<_>>(),
+        "extra_ports": named().filter(|e| e.kind == PortKind::Extra).map(port_json).collect::<Vec<_>>(),
     });
     let _ = hv.store_write(
         &format!("/local/domain/{me}/splitnet/stats"),
         &doc.to_string(),
     );
+}
+
+/// Each bridge in use: its name, its ports (interfaces and vifs) and the
+/// MACs it learned.
+fn bridges_json(vifs: &[Vif], ports: &Ports, bridge: &Bridge) -> Vec<serde_json::Value> {
+    bridge
+        .bridges()
+        .filter_map(|(id, name, macs)| {
+            let mut members: Vec<String> = ports
+                .list
+                .iter()
+                .filter(|e| !e.name.is_empty() && e.attach.bridge == id)
+                .map(|e| e.name.clone())
+                .collect();
+            members.extend(
+                vifs.iter()
+                    .filter(|v| v.nb.is_connected() && v.attach.bridge == id)
+                    .map(|v| crate::vif_name(&v.nb.be)),
+            );
+            (!members.is_empty() || macs > 0)
+                .then(|| serde_json::json!({"name": name, "ports": members, "macs": macs}))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::offload::{checksum_setup, tests::tcp4, Offloads};
+    use crate::packet::{Csum, Packet};
+    use crate::port::PortCounters;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    type Sent = Rc<RefCell<Vec<(Vec<u8>, Csum)>>>;
+
+    /// A port that keeps what it is sent.
+    struct Fake {
+        name: String,
+        fd: std::fs::File,
+        sent: Sent,
+        counters: PortCounters,
+    }
+
+    impl Port for Fake {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            self.fd.as_fd()
+        }
+        fn offloads(&self) -> Offloads {
+            Offloads::ALL
+        }
+        fn recv_batch(&mut self, _: &mut dyn FnMut(&FrameRef<'_>)) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn send_batch(&mut self, frames: &[&FrameRef<'_>]) {
+            for f in frames {
+                let mut v = vec![0; f.len];
+                f.copy_out(0, &mut v);
+                self.sent.borrow_mut().push((v, f.csum));
+            }
+        }
+        fn counters(&self) -> &PortCounters {
+            &self.counters
+        }
+    }
+
+    struct Rig {
+        bridge: Bridge,
+        ports: Ports,
+        taps: Taps,
+        scratch: Scratch,
+        sent: Vec<Sent>,
+    }
+
+    const T0: usize = 0;
+    const A10: usize = 1;
+    const A20: usize = 2;
+    const X0: usize = 3;
+    const T1: usize = 4;
+
+    /// Ports: a trunk, access VLAN 10, access VLAN 20 and an untagged port
+    /// on xenbr0, and a trunk on xenbr1.
+    fn rig() -> Rig {
+        let mut bridge = Bridge::default();
+        let b1 = bridge.bridge_id("xenbr1").unwrap();
+        let modes = [
+            (DEFAULT_BRIDGE, Mode::Trunk),
+            (DEFAULT_BRIDGE, Mode::Access(10)),
+            (DEFAULT_BRIDGE, Mode::Access(20)),
+            (DEFAULT_BRIDGE, Mode::Access(0)),
+            (b1, Mode::Trunk),
+        ];
+        let mut ports = Ports::new("/t", true);
+        let mut sent = Vec::new();
+        for (j, (bridge, mode)) in modes.into_iter().enumerate() {
+            let s = Sent::default();
+            sent.push(s.clone());
+            ports.list.push(PortSlot {
+                name: format!("p{j}"),
+                kind: PortKind::Uplink,
+                attach: Attach { bridge, mode },
+                port: Some(Box::new(Fake {
+                    name: format!("p{j}"),
+                    fd: std::fs::File::open("/dev/null").unwrap(),
+                    sent: s,
+                    counters: PortCounters::default(),
+                })),
+                retry_at: Instant::now(),
+            });
+        }
+        Rig {
+            bridge,
+            ports,
+            taps: Taps::default(),
+            scratch: Scratch::new(),
+            sent,
+        }
+    }
+
+    impl Rig {
+        /// Forwards `frames` arriving on port `j`; what each port was sent.
+        fn send(&mut self, j: usize, frames: &[FrameRef<'_>]) -> Vec<Vec<(Vec<u8>, Csum)>> {
+            let from = self.ports.list[j].attach;
+            let mut fx = Fwd {
+                bridge: &mut self.bridge,
+                ports: &mut self.ports,
+                taps: &mut self.taps,
+                scratch: &mut self.scratch,
+            };
+            let mut dirty = SlotSet::default();
+            let vifs = Others::all(&mut [], &mut dirty);
+            assert_eq!(forward(&mut fx, PORT_BASE + j, from, frames, vifs), 0);
+            self.sent.iter().map(|s| s.take()).collect()
+        }
+    }
+
+    fn tagged(f: &[u8], tci: u16) -> Vec<u8> {
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&vlan::TPID.to_be_bytes());
+        t.extend_from_slice(&tci.to_be_bytes());
+        t.extend_from_slice(&f[12..]);
+        t
+    }
+
+    /// A TCP frame from `src` to `dst` with a partial checksum.
+    fn tcp(dst: [u8; 6], src: [u8; 6]) -> Packet {
+        let mut p = Packet::new(tcp4(&[5; 300]));
+        p.data[..6].copy_from_slice(&dst);
+        p.data[6..12].copy_from_slice(&src);
+        checksum_setup(&mut p, true).unwrap();
+        p
+    }
+
+    const M: [u8; 6] = [0, 0x16, 0x3e, 0, 0, 1];
+    const N: [u8; 6] = [0, 0x16, 0x3e, 0, 0, 2];
+    const BCAST: [u8; 6] = [0xff; 6];
+
+    fn only(out: &[Vec<(Vec<u8>, Csum)>], j: usize) -> &[(Vec<u8>, Csum)] {
+        for (i, o) in out.iter().enumerate() {
+            assert!(i == j || o.is_empty(), "port {i} got {} frames", o.len());
+        }
+        &out[j]
+    }
+
+    #[test]
+    fn access_frames_leave_trunks_tagged_and_trunk_frames_reach_their_vlan_untagged() {
+        let mut r = rig();
+        let p = tcp(BCAST, M);
+        let Csum::Partial { start, offset } = p.csum else {
+            panic!("partial")
+        };
+        // VLAN 10's broadcast: tagged on xenbr0's trunk, nowhere else.
+        let out = r.send(A10, &[FrameRef::private(&p.data, p.csum, None)]);
+        let got = only(&out, T0);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, tagged(&p.data, 10));
+        let moved = Csum::Partial {
+            start: start + 4,
+            offset,
+        };
+        assert_eq!(got[0].1, moved);
+        // VLAN 20 from the trunk: untagged, to the VLAN 20 port only.
+        let t = tagged(&tcp(BCAST, N).data, 20);
+        let out = r.send(T0, &[FrameRef::private(&t, moved, None)]);
+        let got = only(&out, A20);
+        assert_eq!(got[0].0, tcp(BCAST, N).data);
+        assert_eq!(got[0].1, p.csum);
+        // Untagged on the trunk: "no VLAN", the untagged port only; so is a
+        // priority-tagged frame (VID 0), whose tag comes off.
+        let out = r.send(T0, &[FrameRef::private(&p.data, p.csum, None)]);
+        assert_eq!(only(&out, X0)[0].0, p.data);
+        let prio = tagged(&p.data, 0x6000);
+        let out = r.send(T0, &[FrameRef::private(&prio, moved, None)]);
+        assert_eq!(only(&out, X0)[0], (p.data.clone(), p.csum));
+        // Known unicast: M was learned on A10 in VLAN 10, so the trunk's
+        // VLAN 10 frame to M goes there, untagged; the same MAC is unknown
+        // in VLAN 20 (flooded to A20 only).
+        let to_m = tagged(&tcp(M, N).data, 10);
+        let out = r.send(T0, &[FrameRef::private(&to_m, Csum::Unknown, None)]);
+        assert_eq!(only(&out, A10)[0].0, tcp(M, N).data);
+        let to_m = tagged(&tcp(M, N).data, 20);
+        let out = r.send(T0, &[FrameRef::private(&to_m, Csum::Unknown, None)]);
+        assert_eq!(only(&out, A20).len(), 1);
+        assert_eq!(r.bridge.counters.vlan_dropped, 0);
+    }
+
+    #[test]
+    fn bad_tags_are_dropped_and_counted_and_nothing_crosses_bridges() {
+        let mut r = rig();
+        let p = tcp(BCAST, M);
+        for (j, tci) in [(A10, 10), (X0, 5), (T0, 0x0fff)] {
+            let t = tagged(&p.data, tci);
+            let out = r.send(j, &[FrameRef::private(&t, Csum::Unknown, None)]);
+            assert!(out.iter().all(Vec::is_empty), "from port {j}");
+        }
+        assert_eq!(r.bridge.counters.vlan_dropped, 3);
+        // A partial checksum that would start inside the link header once
+        // the tag is gone: refused, counted.
+        let bad = Csum::Partial {
+            start: 15,
+            offset: 0,
+        };
+        let t = tagged(&p.data, 20);
+        let out = r.send(T0, &[FrameRef::private(&t, bad, None)]);
+        assert!(out.iter().all(Vec::is_empty));
+        assert_eq!(r.bridge.counters.vlan_dropped, 4);
+        // xenbr1's trunk reaches nothing on xenbr0, tagged or not.
+        for f in [p.data.clone(), tagged(&p.data, 10)] {
+            let out = r.send(T1, &[FrameRef::private(&f, Csum::Unknown, None)]);
+            assert!(out.iter().all(Vec::is_empty));
+        }
+        let out = r.send(T1, &[FrameRef::private(&[0; 13], Csum::Unknown, None)]);
+        assert!(out.iter().all(Vec::is_empty));
+        assert_eq!(r.bridge.counters.malformed, 1);
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_scratch_arrives_whole_and_in_order() {
+        let mut r = rig();
+        let frames: Vec<Packet> = (0..150u8)
+            .map(|i| {
+                let mut p = tcp(BCAST, M);
+                p.data[60] = i;
+                p
+            })
+            .collect();
+        let refs: Vec<FrameRef<'_>> = frames
+            .iter()
+            .map(|p| FrameRef::private(&p.data, p.csum, None))
+            .collect();
+        let out = r.send(A10, &refs);
+        let got = only(&out, T0);
+        assert_eq!(got.len(), 150);
+        for (g, p) in got.iter().zip(&frames) {
+            assert_eq!(g.0, tagged(&p.data, 10));
+        }
+    }
 }

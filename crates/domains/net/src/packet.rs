@@ -544,9 +544,13 @@ mod tests {
 pub struct FrameRef<'a> {
     /// The frame's first bytes, checked and private.
     pub head: &'a [u8],
+    /// Private bytes right after `head`: the unchanged rest of a frame
+    /// whose first bytes were rewritten (an 802.1Q tag added or removed,
+    /// see [`crate::vlan`]); empty otherwise.
+    pub body: &'a [u8],
     /// Where the remaining bytes are, if any.
     pub map: Option<&'a sys::Mapping>,
-    /// `(offset, length)` ranges of `map` holding the bytes after `head`.
+    /// `(offset, length)` ranges of `map` holding the bytes after `body`.
     pub segs: &'a [(usize, usize)],
     /// Total length of the frame.
     pub len: usize,
@@ -559,6 +563,7 @@ impl<'a> FrameRef<'a> {
     pub fn private(data: &'a [u8], csum: Csum, gso: Option<Gso>) -> FrameRef<'a> {
         FrameRef {
             head: data,
+            body: &[],
             map: None,
             segs: &[],
             len: data.len(),
@@ -622,13 +627,15 @@ impl<'a> FrameRef<'a> {
         let end = (at + len).min(self.len);
         let mut pos = 0; // frame offset of the current piece
         let mut done = 0;
-        let hl = self.head.len();
-        if at < hl {
-            let e = end.min(hl);
-            f(Piece::Private(&self.head[at..e]), 0);
-            done = e - at;
+        for part in [self.head, self.body] {
+            let s = at.max(pos);
+            let e = end.min(pos + part.len());
+            if s < e {
+                f(Piece::Private(&part[s - pos..e - pos]), done);
+                done += e - s;
+            }
+            pos += part.len();
         }
-        pos += hl;
         let Some(map) = self.map else { return };
         for &(off, n) in self.segs {
             if pos >= end {
@@ -665,6 +672,7 @@ mod frame_ref_tests {
         let segs = [(100, 7)];
         let f = FrameRef {
             head: b"head",
+            body: &[],
             map: Some(&src),
             segs: &segs,
             len: 11,

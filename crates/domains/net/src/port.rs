@@ -5,6 +5,7 @@
 
 use crate::offload::{self, Offloads};
 use crate::packet::{self, FrameRef, Packet, VNET_HDR_LEN};
+use crate::vlan::{self, RETAG_HEAD};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use sys::{IoPart, PacketSocket, RecvBatch, SEND_BATCH, SEND_BATCH_PARTS};
@@ -49,6 +50,8 @@ pub struct PacketPort {
     sock: PacketSocket,
     caps: Offloads,
     batch: RecvBatch,
+    /// Where a received frame's VLAN tag is put back (see [`vlan::retag`]).
+    retag: Box<[u8; RETAG_HEAD]>,
     shaped: Vec<Packet>,
     counters: PortCounters,
 }
@@ -68,6 +71,7 @@ impl PacketPort {
                 Offloads::NONE
             },
             batch: RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64),
+            retag: Box::new([0; RETAG_HEAD]),
             shaped: Vec::new(),
             counters: PortCounters::default(),
         })
@@ -92,9 +96,14 @@ impl PacketPort {
     }
 }
 
-/// Parts of one gathered frame: its vnet header, its header copy, and at
-/// most one range per ring slot.
-const FRAME_PARTS: usize = 2 + abi::netif::XEN_NETIF_NR_SLOTS_MIN;
+/// Parts of one gathered frame: its vnet header, its header copy, the
+/// private rest of a rewritten frame, and at most one range per ring slot.
+const FRAME_PARTS: usize = 3 + abi::netif::XEN_NETIF_NR_SLOTS_MIN;
+
+/// The parts a frame is sent in, besides its vnet header.
+fn parts_of(f: &FrameRef<'_>) -> usize {
+    1 + usize::from(!f.body.is_empty()) + f.segs.len()
+}
 
 impl PacketPort {
     /// Sends a run of frames that go as they are in as few `sendmmsg` calls
@@ -112,9 +121,13 @@ impl PacketPort {
             p[0] = IoPart::Private(&hdrs[k]);
             p[1] = IoPart::Private(f.head);
             let mut n = 2;
+            if !f.body.is_empty() {
+                p[n] = IoPart::Private(f.body);
+                n += 1;
+            }
             if let Some(map) = f.map {
                 // `send_batch` put only frames of at most FRAME_PARTS parts here.
-                for &(off, len) in f.segs.iter().take(FRAME_PARTS - 2) {
+                for &(off, len) in f.segs.iter().take(FRAME_PARTS - n) {
                     p[n] = IoPart::Shared { map, off, len };
                     n += 1;
                 }
@@ -164,14 +177,30 @@ impl Port for PacketPort {
                     self.counters.rx_errors += 1;
                     continue;
                 };
-                match packet::parse_vnet_hdr(hdr, frame.len()) {
-                    Ok((csum, gso)) => {
-                        self.counters.rx_packets += 1;
-                        self.counters.rx_bytes += frame.len() as u64;
-                        f(&FrameRef::private(frame, csum, gso));
-                    }
-                    Err(_) => self.counters.rx_errors += 1,
-                }
+                let Ok((csum, gso)) = packet::parse_vnet_hdr(hdr, frame.len()) else {
+                    self.counters.rx_errors += 1;
+                    continue;
+                };
+                let whole = FrameRef::private(frame, csum, gso);
+                // The kernel took the VLAN tag off; the bridge sees the
+                // frame as it was on the wire.
+                let tagged = match self.batch.tag(i) {
+                    None => None,
+                    Some(tag) => match vlan::retag(&whole, Some(tag), &mut self.retag) {
+                        Ok(r) => Some(r),
+                        Err(_) => {
+                            self.counters.rx_errors += 1;
+                            continue;
+                        }
+                    },
+                };
+                let frame = match &tagged {
+                    Some(r) => r.frame(&whole, &self.retag[..]),
+                    None => whole,
+                };
+                self.counters.rx_packets += 1;
+                self.counters.rx_bytes += frame.len as u64;
+                f(&frame);
             }
             if n < RX_BATCH {
                 break;
@@ -196,7 +225,7 @@ impl Port for PacketPort {
             let (mut j, mut parts) = (i, 0);
             while j < frames.len() && j - i < SEND_BATCH {
                 let g = frames[j];
-                let need = 2 + g.segs.len();
+                let need = 1 + parts_of(g);
                 if !self.caps.passes_as_is(g.csum, g.gso)
                     || need > FRAME_PARTS
                     || parts + need > SEND_BATCH_PARTS

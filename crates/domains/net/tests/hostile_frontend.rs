@@ -26,6 +26,7 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
         ids,
         mut guests,
         driver,
+        ..
     } = world(
         &["good1", "good2", "evil1", "evil2"],
         Grants::HvCopy,

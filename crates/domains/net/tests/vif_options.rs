@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolstack::topology::{CreditRate, Grants, TxMode, VifConfig};
 
-fn world_with(names: &[&'static str], configure: impl Fn(usize, &mut VifConfig)) -> World {
+fn world_set(names: &[&'static str], configure: impl Fn(usize, &mut VifConfig)) -> World {
     world_configured(
         names,
         Grants::Ngm,
@@ -106,7 +106,8 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
         ids,
         mut guests,
         driver,
-    } = world_with(&["a", "b"], |i, v| {
+        ..
+    } = world_set(&["a", "b"], |i, v| {
         if i == 0 {
             v.opts.ip = vec!["10.0.0.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
         }
@@ -206,7 +207,8 @@ fn rate_holds_a_vif_to_its_credit_without_dropping_or_spinning() {
         ids,
         mut guests,
         driver,
-    } = world_with(&["a", "b", "c"], |i, v| {
+        ..
+    } = world_set(&["a", "b", "c"], |i, v| {
         if i == 0 {
             v.opts.rate = Some(CreditRate { bytes, usec });
         }
@@ -286,7 +288,8 @@ fn jumbo_frames_cross_the_ring_both_ways_and_longer_ones_are_dropped() {
         ids,
         mut guests,
         driver,
-    } = world_with(&["a", "b"], |_, v| v.opts.mtu = Some(9000));
+        ..
+    } = world_set(&["a", "b"], |_, v| v.opts.mtu = Some(9000));
     let mut b = guests.pop().unwrap();
     let mut a = guests.pop().unwrap();
     assert_eq!(a.nf.info.mtu, 9000);
@@ -313,7 +316,8 @@ fn without_scatter_gather_the_mtu_is_capped_at_one_slot() {
         ids,
         mut guests,
         driver,
-    } = world_with(&["a", "b"], |_, v| {
+        ..
+    } = world_set(&["a", "b"], |_, v| {
         v.opts.mtu = Some(9000);
         v.offload = false;
     });
@@ -346,7 +350,8 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
         ids,
         mut guests,
         driver,
-    } = world_with(&["sender", "member", "other"], |_, _| {});
+        ..
+    } = world_set(&["sender", "member", "other"], |_, _| {});
     let mut other = guests.pop().unwrap();
     let mut member = guests.pop().unwrap();
     let mut sender = guests.pop().unwrap();
@@ -450,7 +455,8 @@ fn a_flood_of_mcast_add_extras_is_bounded_and_counted() {
         ids,
         mut guests,
         driver,
-    } = world_with(&["good1", "good2", "evil"], |_, _| {});
+        ..
+    } = world_set(&["good1", "good2", "evil"], |_, _| {});
     let mut evil = guests.pop().unwrap();
     let mut good2 = guests.pop().unwrap();
     let mut good1 = guests.pop().unwrap();
@@ -487,6 +493,7 @@ fn a_bad_option_node_refuses_the_vif_with_a_reason_and_others_flow() {
         ids,
         mut guests,
         driver,
+        ..
     } = world_configured(
         &["good1", "good2", "bad"],
         Grants::Ngm,

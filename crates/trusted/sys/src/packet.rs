@@ -94,6 +94,10 @@ impl PacketSocket {
             setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)
                 .map_err(|e| ctx(io::Error::new(e.kind(), format!("PACKET_VNET_HDR: {e}"))))?;
         }
+        // The kernel takes a received frame's VLAN tag off its bytes; the
+        // tag comes back as auxiliary data (see `VlanTag`).
+        setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_AUXDATA, 1)
+            .map_err(|e| ctx(io::Error::new(e.kind(), format!("PACKET_AUXDATA: {e}"))))?;
         // Linux 4.20 and later; without it every transmission would come back.
         setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1).map_err(|e| {
             ctx(io::Error::new(
@@ -159,14 +163,23 @@ impl PacketSocket {
     /// when nothing is queued. A frame that does not fit in `buf` is consumed
     /// and reported as an `InvalidData` error rather than silently cut.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        Ok(self.recv_tagged(buf)?.map(|(n, _)| n))
+    }
+
+    /// Like [`PacketSocket::recv`], with the VLAN tag the kernel took off
+    /// the frame, if it had one.
+    pub fn recv_tagged(&self, buf: &mut [u8]) -> io::Result<Option<(usize, Option<VlanTag>)>> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
         };
+        let mut ctrl = AuxSpace::default();
         // SAFETY: msghdr is plain old data; all-zero is valid.
         let mut msg: libc::msghdr = unsafe { zeroed() };
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
+        msg.msg_control = ctrl.0.as_mut_ptr().cast();
+        msg.msg_controllen = size_of::<AuxSpace>() as _;
         let n = loop {
             crate::count_syscall();
             // SAFETY: `msg` points at one live iovec over `buf`; with MSG_TRUNC
@@ -189,7 +202,7 @@ impl PacketSocket {
                 format!("dropped a {n}-byte frame: buffer holds {}", buf.len()),
             )));
         }
-        Ok(Some(n))
+        Ok(Some((n, aux_tag(&msg))))
     }
 
     /// Transmits one frame gathered from `parts` (with the vnet header first,
@@ -322,9 +335,11 @@ impl PacketSocket {
         }
         // SAFETY: mmsghdr is plain old data; all-zero is valid.
         let mut msgs: [libc::mmsghdr; RECV_BATCH] = unsafe { zeroed() };
-        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        for ((m, v), c) in msgs.iter_mut().zip(iov.iter_mut()).zip(&mut batch.ctrl) {
             m.msg_hdr.msg_iov = v;
             m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = c.0.as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = size_of::<AuxSpace>() as _;
         }
         batch.count = 0;
         let n = loop {
@@ -356,6 +371,7 @@ impl PacketSocket {
             let len = m.msg_len as usize;
             let cut = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > batch.bufs[i].len();
             batch.lens[i] = if cut { Err(len) } else { Ok(len) };
+            batch.tags[i] = aux_tag(&m.msg_hdr);
         }
         batch.count = n;
         Ok(n)
@@ -380,6 +396,61 @@ impl PacketSocket {
     }
 }
 
+/// A VLAN tag the kernel took off a received frame: Linux keeps a tag
+/// apart from the frame's bytes once it is received (`skb_vlan_untag`) and
+/// reports it to a packet socket as `PACKET_AUXDATA` (packet(7)); a bridge
+/// puts it back to see the frame as it was on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VlanTag {
+    /// The tag protocol identifier (0x8100 for 802.1Q, 0x88a8 for 802.1ad).
+    pub tpid: u16,
+    /// Priority, drop eligibility and VLAN ID.
+    pub tci: u16,
+}
+
+/// Control space for one `PACKET_AUXDATA` message, aligned for `cmsghdr`
+/// (`CMSG_SPACE` of a `tpacket_auxdata` is 40 bytes on 64-bit Linux).
+#[derive(Default)]
+struct AuxSpace([u64; 8]);
+
+/// The VLAN tag in the auxiliary data of a received message, if any.
+fn aux_tag(msg: &libc::msghdr) -> Option<VlanTag> {
+    // SAFETY: CMSG_LEN is arithmetic on its argument.
+    let want = unsafe { libc::CMSG_LEN(size_of::<libc::tpacket_auxdata>() as u32) } as usize;
+    // SAFETY: `msg` is a header the kernel filled, its control pointer and
+    // length describing a live `AuxSpace` (or null and 0); CMSG_FIRSTHDR and
+    // CMSG_NXTHDR stay within `msg_controllen` and return null past it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(msg) };
+    while !c.is_null() {
+        // SAFETY: `c` is a non-null header inside the control buffer.
+        let h = unsafe { &*c };
+        if h.cmsg_level == libc::SOL_PACKET
+            && h.cmsg_type == libc::PACKET_AUXDATA
+            && h.cmsg_len as usize >= want
+        {
+            // SAFETY: the header's length covers a whole tpacket_auxdata
+            // (checked above), which is plain old data; it may be unaligned.
+            let aux: libc::tpacket_auxdata =
+                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+            if aux.tp_status & libc::TP_STATUS_VLAN_VALID == 0 {
+                return None;
+            }
+            let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                aux.tp_vlan_tpid
+            } else {
+                0x8100
+            };
+            return Some(VlanTag {
+                tpid,
+                tci: aux.tp_vlan_tci,
+            });
+        }
+        // SAFETY: as for CMSG_FIRSTHDR; `c` is a header of `msg`.
+        c = unsafe { libc::CMSG_NXTHDR(msg, c) };
+    }
+    None
+}
+
 /// Most frames per [`PacketSocket::send_batch`].
 pub const SEND_BATCH: usize = 32;
 /// Most parts over all frames of one [`PacketSocket::send_batch`].
@@ -393,6 +464,8 @@ pub const RECV_BATCH: usize = 64;
 pub struct RecvBatch {
     bufs: Vec<Vec<u8>>,
     lens: Vec<Result<usize, usize>>,
+    ctrl: Vec<AuxSpace>,
+    tags: Vec<Option<VlanTag>>,
     count: usize,
 }
 
@@ -404,6 +477,8 @@ impl RecvBatch {
         RecvBatch {
             bufs: (0..frames).map(|_| vec![0; frame_size]).collect(),
             lens: vec![Ok(0); frames],
+            ctrl: (0..frames).map(|_| AuxSpace::default()).collect(),
+            tags: vec![None; frames],
             count: 0,
         }
     }
@@ -416,6 +491,15 @@ impl RecvBatch {
     /// Whether the last batch was empty.
     pub fn is_empty(&self) -> bool {
         self.count == 0
+    }
+
+    /// The VLAN tag the kernel took off frame `i` of the last batch.
+    pub fn tag(&self, i: usize) -> Option<VlanTag> {
+        self.tags
+            .get(i)
+            .copied()
+            .flatten()
+            .filter(|_| i < self.count)
     }
 
     /// Frame `i` of the last batch, or `Err(real length)` when it was longer

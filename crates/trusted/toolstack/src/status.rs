@@ -316,8 +316,9 @@ fn uplinks(s: &hv::status::SystemStatus, ports: &mut Vec<Value>) -> Vec<Value> {
 }
 
 /// Each driver domain's bridge and loop counters from its published
-/// stats; its extra ports are added to `ports`, and its port's counters
-/// merged into the entry already there.
+/// stats, with its bridges (name, ports, MACs learned); its uplinks and
+/// extra ports are added to `ports`, an uplink's counters merged into the
+/// entry already there (the wire's).
 fn driver_bridges(
     ts: &mut Toolstack,
     s: &hv::status::SystemStatus,
@@ -337,6 +338,7 @@ fn driver_bridges(
             "domain": d.name,
             "macs": doc["bridge"]["macs"],
             "counters": doc["bridge"]["counters"],
+            "bridges": doc["bridges"],
             "loop": loop_costs(&doc),
         }));
         for x in doc["extra_ports"].as_array().into_iter().flatten() {
@@ -345,20 +347,28 @@ fn driver_bridges(
                 "name": x["name"],
                 "driver": "tap",
                 "peer": "emulated NIC (VMApp or device model)",
+                "bridge": x["bridge"],
                 "open": x["open"],
                 "counters": x["counters"],
             }));
         }
-        let Some(name) = doc["port"]["name"].as_str() else {
-            continue;
-        };
-        let counters = doc["port"]["counters"].clone();
-        match ports
-            .iter_mut()
-            .find(|p| p["domain"] == d.name.as_str() && p["name"] == name)
-        {
-            Some(p) => p["counters"] = counters,
-            None => ports.push(json!({"domain": d.name, "name": name, "counters": counters})),
+        for x in doc["uplinks"].as_array().into_iter().flatten() {
+            let Some(name) = x["name"].as_str() else {
+                continue;
+            };
+            let p = match ports
+                .iter_mut()
+                .position(|p| p["domain"] == d.name.as_str() && p["name"] == name)
+            {
+                Some(i) => &mut ports[i],
+                None => {
+                    ports.push(json!({"domain": d.name, "name": name, "driver": "packet", "peer": "uplink"}));
+                    ports.last_mut().expect("just pushed")
+                }
+            };
+            for k in ["bridge", "vlan", "open", "counters"] {
+                p[k] = x[k].clone();
+            }
         }
     }
     bridges
@@ -635,8 +645,14 @@ fn print_ports(v: &Value) {
     let empty = Vec::new();
     println!("\nPORTS");
     for p in v["ports"].as_array().unwrap_or(&empty) {
+        let on = match (p["bridge"].as_str(), &p["vlan"]) {
+            (None, _) => String::new(),
+            (Some(b), Value::Null) => format!(" on {b}"),
+            (Some(b), Value::String(t)) => format!(" on {b} ({t})"),
+            (Some(b), v) => format!(" on {b} (vlan {v})"),
+        };
         println!(
-            "  {}:{} ({}) <-> {}",
+            "  {}:{} ({}) <-> {}{on}",
             p["domain"].as_str().unwrap_or("?"),
             p["name"].as_str().unwrap_or("?"),
             p["driver"].as_str().unwrap_or("?"),
@@ -663,7 +679,22 @@ fn print_ports(v: &Value) {
         );
     }
     for b in v["bridges"].as_array().unwrap_or(&empty) {
-        print_loop(b["domain"].as_str().unwrap_or("?"), &b["loop"]);
+        let domain = b["domain"].as_str().unwrap_or("?");
+        for br in b["bridges"].as_array().unwrap_or(&empty) {
+            let members: Vec<&str> = br["ports"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            println!(
+                "  {domain}:{}: {} ({} MACs)",
+                br["name"].as_str().unwrap_or("?"),
+                members.join(" "),
+                br["macs"]
+            );
+        }
+        print_loop(domain, &b["loop"]);
     }
 }
 

@@ -389,6 +389,7 @@ impl Netback {
         let segs = &segs[..p.count];
         let whole = FrameRef {
             head: &[],
+            body: &[],
             map: Some(view.pool()),
             segs,
             len: p.total,
@@ -440,6 +441,7 @@ impl Netback {
             let h = &self.tx_held[k];
             let frame = FrameRef {
                 head: &h.head[..h.head_len],
+                body: &[],
                 map: Some(view.pool()),
                 segs: &h.rest[..h.rest_count],
                 len: p.total,

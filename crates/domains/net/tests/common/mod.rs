@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use toolstack::daemon::{setup_vif, Store};
-use toolstack::topology::{Grants, TxMode, VifConfig};
+use toolstack::topology::{Grants, TxMode, VifConfig, VifOptions};
 
 pub struct Guest {
     pub hv: HvClient,
@@ -120,6 +120,8 @@ pub struct World {
     pub drv_id: DomId,
     pub ids: Vec<DomId>,
     pub guests: Vec<Guest>,
+    /// The clients of the guests whose frontend was not run, by index.
+    pub unconnected: Vec<(usize, HvClient)>,
     pub driver: JoinHandle<()>,
 }
 
@@ -152,6 +154,26 @@ pub fn world_driven(
     world_configured(names, grants, tx_mode, connect, driver, |_, _| {})
 }
 
+/// Like [`world_connecting`], each guest's vif with its options (bridge,
+/// VLAN, ...).
+pub fn world_with(
+    names: &[&'static str],
+    opts: &[VifOptions],
+    connect: impl Fn(&str) -> bool,
+) -> World {
+    let opts = opts.to_vec();
+    world_configured(
+        names,
+        Grants::Ngm,
+        TxMode::Gather,
+        connect,
+        |mut drv| {
+            let _ = net::driver::run(&mut drv);
+        },
+        move |i, v| v.opts = opts[i].clone(),
+    )
+}
+
 /// Like [`world_driven`], with each vif's configuration (its index, its
 /// [`VifConfig`]) adjusted by `configure` before the toolstack writes it.
 pub fn world_configured(
@@ -163,7 +185,9 @@ pub fn world_configured(
     configure: impl Fn(usize, &mut VifConfig),
 ) -> World {
     let hv = Hypervisor::new();
-    let (drv_id, drv) = domain(&hv, "drv", "driver", 2048 + 512);
+    // Staging for four vifs or more (512 frames each), and some spare.
+    let frames = 512 * names.len().max(4) as u32 + 512;
+    let (drv_id, drv) = domain(&hv, "drv", "driver", frames);
     let mut ids = Vec::new();
     let mut clients = Vec::new();
     for n in names {
@@ -183,11 +207,14 @@ pub fn world_configured(
     }
     let driver = std::thread::spawn(move || driver(drv));
     // Frontends connect concurrently, as separate guests would.
-    let handles: Vec<_> = clients
+    let (run, unconnected): (Vec<_>, Vec<_>) = clients
         .into_iter()
         .zip(ids.clone())
         .enumerate()
-        .filter(|(i, _)| connect(names[*i]))
+        .partition(|(i, _)| connect(names[*i]));
+    let unconnected = unconnected.into_iter().map(|(i, (c, _))| (i, c)).collect();
+    let handles: Vec<_> = run
+        .into_iter()
         .map(|(i, (mut c, g))| {
             std::thread::spawn(move || {
                 let nf = Netfront::connect(
@@ -210,6 +237,7 @@ pub fn world_configured(
         drv_id,
         ids,
         guests,
+        unconnected,
         driver,
     }
 }
