@@ -107,14 +107,10 @@ impl Driver {
             last_stats: Instant::now(),
             stats: LoopCounters::default(),
         };
-        // The uplinks (`uplinks/`, or the legacy `port`) and the extra
-        // ports the toolstack names (a hosted guest's VMNet interface):
-        // opened again whenever they vanish.
-        for path in [
-            &d.ports.uplinks_dir,
-            &d.ports.legacy_port,
-            &d.ports.extras_dir,
-        ] {
+        // The uplinks (`uplinks/`) and the extra ports the toolstack names
+        // (a hosted guest's VMNet interface): opened again whenever they
+        // vanish.
+        for path in [&d.ports.uplinks_dir, &d.ports.extras_dir] {
             hv.watch(path, PORTS)?;
         }
         d.ports
@@ -565,7 +561,7 @@ const PORTS: &str = "ports";
 /// What made a port a bridge port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PortKind {
-    /// An uplink (`<home>/uplinks/<ifname>`, or the legacy `<home>/port`).
+    /// An uplink (`<home>/uplinks/<ifname>`).
     Uplink,
     /// An extra port (`<home>/ports/<ifname>`): a hosted guest's emulated NIC.
     Extra,
@@ -589,7 +585,6 @@ struct Ports {
     list: Vec<PortSlot>,
     offload: bool,
     uplinks_dir: String,
-    legacy_port: String,
     extras_dir: String,
     /// Refused store values already logged (`ifname=value`), so a watch
     /// that fires again does not count them again.
@@ -602,15 +597,13 @@ impl Ports {
             list: Vec::new(),
             offload,
             uplinks_dir: format!("{home}/uplinks"),
-            legacy_port: format!("{home}/port"),
             extras_dir: format!("{home}/ports"),
             refused: Vec::new(),
         }
     }
 
-    /// The ports the store asks for: the valid entries of `uplinks/` (or
-    /// the legacy `port` when it has none) and the extra ports, on the
-    /// default bridge. A bad value is logged and counted once, and its
+    /// The ports the store asks for: the valid entries of `uplinks/` and
+    /// the extra ports, on the default bridge. A bad value is logged and counted once, and its
     /// uplink left out.
     fn wanted(
         &mut self,
@@ -637,15 +630,6 @@ impl Ports {
                         self.refused.push(key);
                     }
                 }
-            }
-        }
-        if names.is_empty() {
-            if let Ok(n) = hv.store_read_str(&self.legacy_port) {
-                let trunk = Attach {
-                    bridge: DEFAULT_BRIDGE,
-                    mode: Mode::Trunk,
-                };
-                want.push((n, PortKind::Uplink, trunk));
             }
         }
         let untagged = Attach {

@@ -203,14 +203,14 @@ fn uplinks_follow_the_store_and_bad_values_are_counted_and_ignored() {
             })
             .unwrap_or_default()
     };
-    // The legacy port is an uplink (a trunk on the default bridge) while
-    // uplinks/ is empty; its interface is missing, so it stays closed.
-    write(format!("{home}/port"), "nosuch0");
-    wait_for("the legacy port as an uplink", || {
+    // An uplink without a VLAN is a trunk on its bridge; its interface is
+    // missing, so it stays closed.
+    write(format!("{home}/uplinks/nosuch0"), "bridge=xenbr0");
+    wait_for("an uplink from uplinks/", || {
         uplinks() == [r#""nosuch0":"xenbr0":"trunk""#]
     });
     write(format!("{home}/ports/nosuch9"), "hosted");
-    // Entries under uplinks/ replace it; bad ones are counted and ignored.
+    // More entries; bad ones are counted and ignored.
     write(format!("{home}/uplinks/nosuch1"), "bridge=xenbr1,vlan=7");
     write(format!("{home}/uplinks/nosuch2"), "bridge=xenbr1,vlan=4095");
     write(format!("{home}/uplinks/nosuch3"), "vlan=7");
@@ -219,7 +219,7 @@ fn uplinks_follow_the_store_and_bad_values_are_counted_and_ignored() {
         "bridge=xenbr0",
     );
     wait_for("the uplinks from uplinks/", || {
-        uplinks() == [r#""nosuch1":"xenbr1":7"#]
+        uplinks() == [r#""nosuch0":"xenbr0":"trunk""#, r#""nosuch1":"xenbr1":7"#]
     });
     wait_for("the refusals counted", || {
         doc()["loop"]["config_errors"] == 3

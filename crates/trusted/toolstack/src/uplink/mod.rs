@@ -160,9 +160,8 @@ impl Uplinks {
     }
 }
 
-/// Writes driver domain home `home`'s uplinks: `uplinks/<ifname>` for
-/// each, and the legacy `port` for the first when it is on the default
-/// bridge without a VLAN (what a driver that knows only `port` reads).
+/// Writes driver domain home `home`'s uplinks: `uplinks/<ifname>` =
+/// `bridge=<name>[,vlan=<vid>]` for each.
 pub fn write_store(
     ts: &mut crate::daemon::Store<'_>,
     home: &str,
@@ -170,11 +169,6 @@ pub fn write_store(
 ) -> Result<(), String> {
     for u in uplinks {
         ts.write(&format!("{home}/uplinks/{}", u.ifname), &u.store_value())?;
-    }
-    if let Some(u) = uplinks.first() {
-        if u.bridge == abi::xenbus::DEFAULT_BRIDGE && u.vlan.is_none() {
-            ts.write(&format!("{home}/port"), &u.ifname)?;
-        }
     }
     Ok(())
 }
