@@ -91,21 +91,10 @@ impl RouteEvents {
     /// Joins `group` too. A kernel that lacks the group refuses it
     /// (EINVAL): probe optional groups this way.
     pub fn join(&self, group: RouteGroup) -> io::Result<()> {
-        let n = group.number();
-        cvt(
-            // SAFETY: `n` is a live u32 of the length passed.
-            unsafe {
-                libc::setsockopt(
-                    self.fd.as_raw_fd(),
-                    libc::SOL_NETLINK,
-                    libc::NETLINK_ADD_MEMBERSHIP,
-                    (&n as *const u32).cast(),
-                    std::mem::size_of::<u32>() as libc::socklen_t,
-                )
-            } as libc::c_long,
-            "setsockopt(NETLINK_ADD_MEMBERSHIP)",
-        )
-        .map(|_| ())
+        let (level, opt) = (libc::SOL_NETLINK, libc::NETLINK_ADD_MEMBERSHIP);
+        crate::packet::setsockopt(self.fd.as_fd(), level, opt, &group.number()).map_err(|e| {
+            io::Error::new(e.kind(), format!("joining rtnetlink group {group:?}: {e}"))
+        })
     }
 
     /// Takes the pending notifications without blocking, into a fixed
