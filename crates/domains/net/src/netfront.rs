@@ -63,10 +63,11 @@ const GUEST_TXQUEUELEN: u32 = 4096;
 /// safety net, since the owner calls [`TapNetfront::groups_changed`] when
 /// the kernel reports a change.
 const UPKEEP_EVERY: Duration = Duration::from_secs(2);
-/// When the kernel reports addresses but not group joins, how soon after a
-/// report the groups are looked at again: Linux's addrconf sends a
+/// How soon the groups are looked at again when a look may have missed
+/// something: the TX ring had no room for every change, or the kernel
+/// reports addresses but not group joins (Linux's addrconf sends a
 /// tentative address's notice before the DAD work it schedules joins the
-/// address's solicited-node group.
+/// address's solicited-node group).
 const RECHECK_AFTER: Duration = Duration::from_millis(50);
 /// Header bytes netfront reads to describe a received frame's offloads.
 const HEAD: usize = 256;
@@ -1362,8 +1363,7 @@ pub struct TapNetfront {
     mac: String,
     /// When the groups were last looked at.
     upkeep_at: Option<Instant>,
-    /// When they are to be looked at again after a report (see
-    /// [`RECHECK_AFTER`]).
+    /// When they are to be looked at again soon (see [`RECHECK_AFTER`]).
     recheck_at: Option<Instant>,
     /// Upkeep rounds since the channel was attached.
     upkeep_rounds: u32,
@@ -1464,6 +1464,11 @@ impl TapNetfront {
         let table = std::fs::read_to_string("/proc/net/dev_mcast")?;
         let groups = dev_mcast_groups(&table, self.tap.name());
         nf.set_multicast(hv, &groups)?;
+        let told = nf.multicast_groups();
+        if told.len() != groups.len() || !groups.iter().all(|g| told.contains(g)) {
+            // The TX ring had no room for every change: soon, not in 2 s.
+            self.recheck_at = Some(Instant::now() + RECHECK_AFTER);
+        }
         self.upkeep_rounds = self.upkeep_rounds.saturating_add(1);
         if self.upkeep_rounds >= 2 {
             nf.request_multicast_control(hv)?;
