@@ -29,7 +29,7 @@ use hypercall::ngm_client::{GrantTrack, TrackError};
 use hypercall::trace::{self, DomainEvent, Tracer};
 use hypercall::{DomId, EventChannel, HvClient, HvError};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use sys::{IoPart, IoPartMut, Mapping, Tap, TapOffloads, PAGE_SIZE};
 
 /// Frame of the TX ring.
@@ -59,8 +59,16 @@ const MAX_FRAME: usize = u16::MAX as usize;
 const GUEST_GSO_MAX: u32 = 65000;
 /// The TAP's queue towards netfront: a TCP window of full-size frames.
 const GUEST_TXQUEUELEN: u32 = 4096;
-/// How often the guest's multicast groups are looked at.
-const UPKEEP_EVERY: Duration = Duration::from_millis(500);
+/// How often the guest's multicast groups are looked at unprompted: a
+/// safety net, since the owner calls [`TapNetfront::groups_changed`] when
+/// the kernel reports a change.
+const UPKEEP_EVERY: Duration = Duration::from_secs(2);
+/// How soon the groups are looked at again when a look may have missed
+/// something: the TX ring had no room for every change, or the kernel
+/// reports addresses but not group joins (Linux's addrconf sends a
+/// tentative address's notice before the DAD work it schedules joins the
+/// address's solicited-node group).
+const RECHECK_AFTER: Duration = Duration::from_millis(50);
 /// Header bytes netfront reads to describe a received frame's offloads.
 const HEAD: usize = 256;
 
@@ -1353,8 +1361,10 @@ pub struct TapNetfront {
     tap: Tap,
     /// The TAP's MAC: the vif's, as the toolstack gave it.
     mac: String,
-    /// When [`TapNetfront::housekeep`] last looked at the groups.
-    upkeep_at: Option<std::time::Instant>,
+    /// When the groups were last looked at.
+    upkeep_at: Option<Instant>,
+    /// When they are to be looked at again soon (see [`RECHECK_AFTER`]).
+    recheck_at: Option<Instant>,
     /// Upkeep rounds since the channel was attached.
     upkeep_rounds: u32,
 }
@@ -1400,23 +1410,50 @@ impl TapNetfront {
             tap,
             mac,
             upkeep_at: None,
+            recheck_at: None,
             upkeep_rounds: 0,
         };
-        t.housekeep(hv)?;
+        t.upkeep(hv)?;
         Ok(t)
     }
 
-    /// Control-plane upkeep, at most every [`UPKEEP_EVERY`] whatever the
-    /// caller's pace (never per packet): tells the backend which link-layer
-    /// multicast groups the guest's kernel has joined on the TAP
-    /// (`/proc/net/dev_mcast`). Filtering is asked for from the second
-    /// round on: the kernel joins some groups (an address's solicited-node
-    /// group) a little after the address is added.
+    /// Control-plane upkeep whatever the caller's pace (never per packet):
+    /// the multicast groups are looked at every [`UPKEEP_EVERY`], and when
+    /// a recheck asked for by [`TapNetfront::groups_changed`] is due.
     pub fn housekeep(&mut self, hv: &mut HvClient) -> Result<()> {
-        if self.upkeep_at.is_some_and(|t| t.elapsed() < UPKEEP_EVERY) {
+        let now = Instant::now();
+        let periodic = self.upkeep_at.is_none_or(|t| now - t >= UPKEEP_EVERY);
+        let recheck = self.recheck_at.is_some_and(|t| t <= now);
+        if !periodic && !recheck {
             return Ok(());
         }
-        self.upkeep_at = Some(std::time::Instant::now());
+        self.recheck_at = None;
+        self.upkeep(hv)
+    }
+
+    /// The kernel reported a change of links, addresses or groups: the
+    /// groups are looked at now, and with `recheck` (the kernel does not
+    /// report group joins themselves) once more [`RECHECK_AFTER`] later.
+    pub fn groups_changed(&mut self, hv: &mut HvClient, recheck: bool) -> Result<()> {
+        if recheck {
+            self.recheck_at = Some(Instant::now() + RECHECK_AFTER);
+        }
+        self.upkeep(hv)
+    }
+
+    /// How long until a recheck is due, if one is pending.
+    pub fn recheck_due(&self) -> Option<Duration> {
+        self.recheck_at
+            .map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
+    /// Tells the backend which link-layer multicast groups the guest's
+    /// kernel has joined on the TAP (`/proc/net/dev_mcast`). Filtering is
+    /// asked for from the second round on, so that the groups the kernel
+    /// joins as the TAP comes up (an address's solicited-node group, a
+    /// little after the address) are known before anything is filtered.
+    fn upkeep(&mut self, hv: &mut HvClient) -> Result<()> {
+        self.upkeep_at = Some(Instant::now());
         let Some(nf) = self
             .nf
             .as_mut()
@@ -1427,6 +1464,11 @@ impl TapNetfront {
         let table = std::fs::read_to_string("/proc/net/dev_mcast")?;
         let groups = dev_mcast_groups(&table, self.tap.name());
         nf.set_multicast(hv, &groups)?;
+        let told = nf.multicast_groups();
+        if told.len() != groups.len() || !groups.iter().all(|g| told.contains(g)) {
+            // The TX ring had no room for every change: soon, not in 2 s.
+            self.recheck_at = Some(Instant::now() + RECHECK_AFTER);
+        }
         self.upkeep_rounds = self.upkeep_rounds.saturating_add(1);
         if self.upkeep_rounds >= 2 {
             nf.request_multicast_control(hv)?;
@@ -1468,7 +1510,7 @@ impl TapNetfront {
         self.nf = Some(nf);
         self.tap.set_carrier(true)?;
         (self.upkeep_at, self.upkeep_rounds) = (None, 0);
-        self.housekeep(hv)
+        self.upkeep(hv)
     }
 
     /// The link's carrier as the guest sees it. The owner decides: a

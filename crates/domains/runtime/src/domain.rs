@@ -9,6 +9,7 @@ use net::idle::Idle;
 use net::netfront::{Netfront, TapNetfront};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
+use sys::netlink::{RouteEvents, RouteGroup};
 
 /// Closes everything but the inherited hv socket.
 pub fn close_stray_fds() {
@@ -148,6 +149,8 @@ fn bell_token(slot: u32) -> u64 {
 fn tap_token(slot: u32) -> u64 {
     2 << 32 | u64::from(slot)
 }
+/// Token of the namespace's rtnetlink notifications ([`GroupWatch`]).
+const ROUTE_TOKEN: u64 = 3 << 32;
 /// The vif a token names, if any.
 fn slot_of(token: u64) -> Option<u32> {
     matches!(token >> 32, 1 | 2).then_some(token as u32)
@@ -342,6 +345,66 @@ impl GuestVif {
     }
 }
 
+/// The guest kernel's reports of changes to its links, addresses and
+/// multicast groups (rtnetlink), so that netfront tells the backend of a
+/// group as soon as the kernel joins it: a group the filter lacks loses
+/// the frames sent to it, such as the neighbour solicitations for an
+/// address just added. Idle unless the configuration changes.
+struct GroupWatch {
+    events: RouteEvents,
+    /// The kernel reports group joins themselves (newer Linux 6.x kernels),
+    /// each after the link-layer address is in the TAP's list; otherwise
+    /// an address's report may precede its group, and netfront looks again.
+    joins_reported: bool,
+}
+
+impl GroupWatch {
+    /// Subscribes and registers with the event manager; None (said on
+    /// stderr) if that fails: the periodic upkeep is then all there is.
+    fn open(ep: &sys::Epoll) -> Option<GroupWatch> {
+        let opened =
+            RouteEvents::open(&[RouteGroup::Link, RouteGroup::Ipv4Addr, RouteGroup::Ipv6Addr])
+                .and_then(|events| ep.add(events.as_fd(), ROUTE_TOKEN).map(|()| events));
+        let events = match opened {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!(
+                    "netfront: no rtnetlink notifications ({e}); multicast groups are polled"
+                );
+                return None;
+            }
+        };
+        let joins_reported = [RouteGroup::Ipv4Mcast, RouteGroup::Ipv6Mcast]
+            .into_iter()
+            .all(|g| events.join(g).is_ok());
+        Some(GroupWatch {
+            events,
+            joins_reported,
+        })
+    }
+
+    /// Takes the pending reports and has every vif look at its groups.
+    /// False if the socket failed (it is then to be dropped, so that it
+    /// cannot keep waking the loop).
+    fn changed(&self, hv: &mut HvClient, vifs: &mut [GuestVif], ep: &sys::Epoll) -> bool {
+        if let Err(e) = self.events.drain() {
+            eprintln!("netfront: rtnetlink notifications: {e}; multicast groups are polled");
+            let _ = ep.remove(self.events.as_fd());
+            return false;
+        }
+        for v in vifs.iter_mut() {
+            if let Some(Err(e)) = v
+                .nic
+                .as_mut()
+                .map(|n| n.groups_changed(hv, !self.joins_reported))
+            {
+                eprintln!("netfront {}: multicast groups: {e}", v.dev);
+            }
+        }
+        true
+    }
+}
+
 /// Brings the guest's vifs in line with `<home>/device/vif`: a device whose
 /// directory is complete (the toolstack writes `state` last) is taken up,
 /// one whose directory is gone is removed, and each follows its backend.
@@ -399,6 +462,8 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     let mut ep = sys::Epoll::new(GUEST_EVENTS).context("the guest's event manager")?;
     ep.add(hv.watch_fd(), WATCH_TOKEN)
         .context("registering the store watch")?;
+    // Before the first TAP exists, so no change to it goes unreported.
+    let mut groups = GroupWatch::open(&ep);
     let mut vifs: Vec<GuestVif> = Vec::new();
     sync_vifs(hv, &dir, &mut vifs, &ep);
     for v in vifs.iter_mut() {
@@ -417,11 +482,18 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
             }
         }
         let carrier_due = vifs.iter_mut().filter_map(GuestVif::watch_carrier).min();
+        let recheck_due = vifs
+            .iter()
+            .filter_map(|v| v.nic.as_ref().and_then(TapNetfront::recheck_due))
+            .min();
         let timeout = if hv.watch_backlog() {
             Duration::ZERO
         } else {
             let t = idle.timeout(false);
-            carrier_due.map_or(t, |d| t.min(d))
+            carrier_due
+                .into_iter()
+                .chain(recheck_due)
+                .fold(t, Duration::min)
         };
         idle.pause();
         let n = ep.wait(Some(timeout))?;
@@ -429,14 +501,24 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
         if n > 0 {
             idle.worked();
         }
-        let mut watch = hv.watch_backlog();
+        let (mut watch, mut changed) = (hv.watch_backlog(), false);
         ready.clear();
         for i in 0..n {
             let Some(e) = ep.event(i) else { break };
             match slot_of(e.token) {
                 Some(slot) => ready.push(slot),
-                None => watch |= e.token == WATCH_TOKEN,
+                None => {
+                    watch |= e.token == WATCH_TOKEN;
+                    changed |= e.token == ROUTE_TOKEN;
+                }
             }
+        }
+        if changed
+            && !groups
+                .as_ref()
+                .is_some_and(|g| g.changed(hv, &mut vifs, &ep))
+        {
+            groups = None;
         }
         if watch && on_watches(hv, &dir, &mut vifs, &ep)? {
             for v in vifs.iter_mut() {

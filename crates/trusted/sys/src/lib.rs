@@ -12,6 +12,8 @@
 //! - [`SeqPacket`]: message sockets that carry file descriptors (SCM_RIGHTS);
 //! - [`Tap`] and [`PacketSocket`]: a guest's virtual NIC and the driver
 //!   domain's "physical NIC", both speaking `virtio_net_hdr` for offloads;
+//! - [`netlink::RouteEvents`]: notice of a namespace's link, address and
+//!   multicast-group changes;
 //! - [`jail`] and [`SyscallFilter`]: namespaces, credentials, capabilities
 //!   and the seccomp filter that confine a domain process.
 
@@ -23,6 +25,7 @@ mod iov;
 pub mod jail;
 mod mapping;
 mod memfd;
+pub mod netlink;
 mod packet;
 mod perf;
 mod process;

@@ -27,7 +27,8 @@ fn setsockopt_int(fd: BorrowedFd<'_>, level: i32, opt: i32, v: libc::c_int) -> i
     setsockopt(fd, level, opt, &v)
 }
 
-fn setsockopt<T>(fd: BorrowedFd<'_>, level: i32, opt: i32, v: &T) -> io::Result<()> {
+/// Sets socket option `opt` of `level` to `v`.
+pub(crate) fn setsockopt<T>(fd: BorrowedFd<'_>, level: i32, opt: i32, v: &T) -> io::Result<()> {
     // SAFETY: the kernel reads size_of::<T>() bytes from a live reference.
     let rc = unsafe {
         libc::setsockopt(
