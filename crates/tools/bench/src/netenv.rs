@@ -211,18 +211,7 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
     }
     let end = &report["end"];
     Ok(if f.workload == Workload::UdpSmall {
-        let s = &end["sum"];
-        let sent = s["packets"].as_f64().unwrap_or(0.0);
-        let lost = s["lost_packets"].as_f64().unwrap_or(0.0);
-        let secs = s["seconds"].as_f64().unwrap_or(f.secs as f64).max(1e-9);
-        let packets = (sent - lost).max(0.0);
-        FlowResult {
-            gbps: packets * 64.0 * 8.0 / secs / 1e9,
-            bytes: packets * 64.0,
-            packets,
-            seconds: secs,
-            latency: None,
-        }
+        udp_received(end, f.secs)
     } else {
         let s = &end["sum_received"];
         let bytes = s["bytes"].as_f64().unwrap_or(0.0);
@@ -234,6 +223,27 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
             latency: None,
         }
     })
+}
+
+/// What a UDP flow delivered, from iperf3's receiver side (`sum_received`,
+/// iperf3 3.12 and later), else the sender's count less the datagrams the
+/// receiver reported lost. `packets` counts 64-byte datagrams; with
+/// another size (`-l`), use `bytes`.
+fn udp_received(end: &Value, secs: u32) -> FlowResult {
+    let (s, r) = (&end["sum"], &end["sum_received"]);
+    let seconds = s["seconds"].as_f64().unwrap_or(secs as f64).max(1e-9);
+    let bytes = r["bytes"].as_f64().unwrap_or_else(|| {
+        let sent = s["packets"].as_f64().unwrap_or(0.0);
+        let lost = s["lost_packets"].as_f64().unwrap_or(0.0);
+        (sent - lost).max(0.0) * 64.0
+    });
+    FlowResult {
+        gbps: bytes * 8.0 / seconds / 1e9,
+        bytes,
+        packets: bytes / 64.0,
+        seconds,
+        latency: None,
+    }
 }
 
 /// Bytes of each sockperf ping-pong message.
@@ -532,5 +542,28 @@ mod rr_tests {
             (2.179, 44.496, 35290.0, 0.544)
         );
         assert!(parse_sockperf("sockperf: error").is_none());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn udp_counts_what_the_receiver_got() {
+        // iperf3 3.12: the sender's sum counts what it sent; sum_received
+        // what arrived (here most fragmented datagrams were lost).
+        let end = json!({
+            "sum": {"seconds": 2.0, "packets": 1000, "lost_packets": 10},
+            "sum_received": {"bytes": 4096.0 * 50.0},
+        });
+        let r = super::udp_received(&end, 3);
+        assert_eq!(r.bytes, 4096.0 * 50.0);
+        assert!((r.gbps - 4096.0 * 50.0 * 8.0 / 2.0 / 1e9).abs() < 1e-12);
+        // Older iperf3: sent less lost, 64-byte datagrams.
+        let old = json!({"sum": {"seconds": 1.0, "packets": 1000, "lost_packets": 10}});
+        let r = super::udp_received(&old, 1);
+        assert_eq!(r.packets, 990.0);
+        assert_eq!(r.bytes, 990.0 * 64.0);
     }
 }
