@@ -243,6 +243,32 @@ pub fn rx_bytes(domain: &str, ifname: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `domain`'s kernel UDP counters `(InDatagrams, InCsumErrors)` from its
+/// `/proc/net/snmp` (what `nstat` reads): a datagram whose checksum arrived
+/// neither complete nor marked partial counts as a checksum error.
+pub fn udp_in(domain: &str) -> (u64, u64) {
+    let snmp = in_netns(domain, &["cat", "/proc/net/snmp"]);
+    let mut rows = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (Some(names), Some(values)) = (rows.next(), rows.next()) else {
+        panic!("no Udp rows in {domain}'s /proc/net/snmp:\n{snmp}");
+    };
+    let get = |key: &str| {
+        let i = names.split_whitespace().position(|n| n == key);
+        let v = i.and_then(|i| values.split_whitespace().nth(i));
+        v.and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no Udp {key} in {domain}'s /proc/net/snmp"))
+    };
+    (get("InDatagrams"), get("InCsumErrors"))
+}
+
+/// UDP reached `domain`'s sockets since `before` (from [`udp_in`]) and
+/// none of it had a bad checksum.
+pub fn assert_udp_checksums_good(domain: &str, before: (u64, u64), what: &str) {
+    let (got, bad) = udp_in(domain);
+    assert_eq!(bad, before.1, "{what}: UDP checksum errors in {domain}");
+    assert!(got > before.0, "{what}: no UDP datagram reached {domain}");
+}
+
 impl Env {
     /// `ping -c N` from `from` to `to` (IPv4 or IPv6) succeeds with no loss.
     pub fn ping(&self, from: &str, to: &str, n: u32) {
