@@ -45,22 +45,14 @@ fn traffic_everywhere(env: &Env) {
 /// kernel complete or marked partial, never as a checksum error.
 fn udp_wire_to_guest1() {
     let before = udp_in("guest1");
-    let (sns, cns) = (
-        toolstack::host::netns_name("wire"),
-        toolstack::host::netns_name("guest1"),
+    let r = flow(
+        "wire",
+        "10.77.0.254",
+        "guest1",
+        true,
+        1,
+        bench::netenv::Workload::UdpSmall,
     );
-    let r = bench::netenv::run(&bench::netenv::Flow {
-        server_ns: &sns,
-        server_ip: "10.77.0.254",
-        server_bind: None,
-        port: bench::netenv::DEFAULT_PORT,
-        client_ns: &cns,
-        reverse: true,
-        secs: 1,
-        workload: bench::netenv::Workload::UdpSmall,
-        server_cgroup: None,
-        client_cgroup: None,
-    });
     // The counters first: they say why iperf3 failed, if it did.
     assert_udp_checksums_good("guest1", before, "iperf3 -u wire -> guest1");
     let r = r.unwrap_or_else(|e| panic!("iperf3 -u wire -> guest1: {e:#}"));

@@ -479,6 +479,7 @@ fn a_macvlan_uplink_leaves_the_host_its_interface() {
     );
     assert!(host_if_in_host());
     traffic(&env, &lan, "macvlan");
+    dhcp_lease(&env, "10.79.0.");
     env.ok(&["down"]);
     assert_eq!(host_state(), before, "down left the host changed");
 }

@@ -2,6 +2,7 @@
 //! around the real `splitnet` binary, and checks that nothing is left behind.
 #![allow(dead_code)]
 
+use bench::netenv::{FlowResult, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -369,11 +370,32 @@ pub fn iperf(
     reverse: bool,
     secs: u32,
 ) -> f64 {
+    let r = flow(server, server_ip, client, reverse, secs, Workload::TcpCopy)
+        .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
+    assert!(
+        r.bytes > 1e6 && r.gbps > 1e-3,
+        "iperf3 {client} -> {server_ip}: too little arrived: {} bytes",
+        r.bytes
+    );
+    r.gbps
+}
+
+/// One iperf3 `workload` run for `secs` seconds from `client` to
+/// `server_ip` (served in `server`); with `reverse`, data flows server →
+/// client.
+pub fn flow(
+    server: &str,
+    server_ip: &str,
+    client: &str,
+    reverse: bool,
+    secs: u32,
+    workload: Workload,
+) -> anyhow::Result<FlowResult> {
     let (sns, cns) = (
         toolstack::host::netns_name(server),
         toolstack::host::netns_name(client),
     );
-    let r = bench::netenv::run(&bench::netenv::Flow {
+    bench::netenv::run(&bench::netenv::Flow {
         server_ns: &sns,
         server_ip,
         server_bind: None,
@@ -381,17 +403,10 @@ pub fn iperf(
         client_ns: &cns,
         reverse,
         secs,
-        workload: bench::netenv::Workload::TcpCopy,
+        workload,
         server_cgroup: None,
         client_cgroup: None,
     })
-    .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
-    assert!(
-        r.bytes > 1e6 && r.gbps > 1e-3,
-        "iperf3 {client} -> {server_ip}: too little arrived: {} bytes",
-        r.bytes
-    );
-    r.gbps
 }
 
 /// The SHA-256 of a file, as `sha256sum` prints it.
