@@ -533,6 +533,67 @@ mod tests {
         assert!(!p.is_gso() && !p.is_empty());
         assert_eq!(Packet::default().csum, Csum::Unknown);
     }
+
+    /// The state a frame carries from the port to the guest's TAP: the
+    /// port's `virtio_net_hdr`, netback's netif RX flags for the guest's
+    /// NIC, netfront's reading of them, the header written to the TAP.
+    fn port_to_tap(from_port: &Packet, guest: Offloads) -> Packet {
+        let mut out = Vec::new();
+        prepare(from_port.clone(), guest, &mut out).unwrap();
+        let [to_guest] = &out[..] else {
+            panic!("one frame in, {} out", out.len())
+        };
+        let rx = to_guest.csum.rx_flags();
+        let (blank, valid) = (
+            rx.contains(abi::netif::RxFlags::CSUM_BLANK),
+            rx.contains(abi::netif::RxFlags::DATA_VALIDATED),
+        );
+        let (data, len) = (&to_guest.data, to_guest.len());
+        let at_tap = Csum::from_netif(blank, valid, data, len).expect("TCP or UDP");
+        Packet::from_vnet_hdr(&encode_vnet_hdr(at_tap, None, data, len), data.clone()).unwrap()
+    }
+
+    /// A datagram the kernel hands the port with a partial checksum (UDP
+    /// from a socket over a veth, no GSO, as a DHCP offer or DNS answer)
+    /// reaches the guest's TAP marked partial at the kernel's offsets, or,
+    /// for a guest NIC without checksum offload, computed: never as a
+    /// finished frame whose field still holds the pseudo-header sum.
+    #[test]
+    fn a_partial_checksum_from_the_port_reaches_the_tap_partial_or_computed() {
+        use crate::offload::tests::udp_seg;
+        use crate::offload::{complete_checksum, verify_l4_checksum};
+        let frames = [
+            frame(&v4(), 17, udp_seg(&[7; 300]), false),
+            frame(&v6(), 17, udp_seg(&[7; 51]), false),
+            tcp4(&[1; 100]),
+        ];
+        let csum_only = Offloads {
+            csum: true,
+            ..Offloads::NONE
+        };
+        for f in frames {
+            // The kernel's skb: the field holds the pseudo-header sum.
+            let mut kernel = Packet::new(f);
+            checksum_setup(&mut kernel, true).unwrap();
+            let Csum::Partial { start, offset } = kernel.csum else {
+                unreachable!()
+            };
+            let port_hdr = hdr(VNET_F_NEEDS_CSUM, 0, 0, 0, start, offset);
+            let from_port = Packet::from_vnet_hdr(&port_hdr, kernel.data.clone()).unwrap();
+            assert_eq!(from_port.csum, kernel.csum);
+            for guest in [Offloads::ALL, csum_only, Offloads::NONE] {
+                let mut tap = port_to_tap(&from_port, guest);
+                if guest.csum {
+                    assert_eq!(tap.csum, kernel.csum, "for {guest:?}");
+                } else {
+                    assert_eq!(tap.csum, Csum::Valid, "for {guest:?}");
+                }
+                // What the guest's kernel finishes (tun: NEEDS_CSUM).
+                complete_checksum(&mut tap).unwrap();
+                assert!(verify_l4_checksum(&tap.data).unwrap(), "for {guest:?}");
+            }
+        }
+    }
 }
 
 /// A frame in flight without a private copy of its payload: its first bytes

@@ -2,6 +2,7 @@
 //! around the real `splitnet` binary, and checks that nothing is left behind.
 #![allow(dead_code)]
 
+use bench::netenv::{FlowResult, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -243,6 +244,32 @@ pub fn rx_bytes(domain: &str, ifname: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `domain`'s kernel UDP counters `(InDatagrams, InCsumErrors)` from its
+/// `/proc/net/snmp` (what `nstat` reads): a datagram whose checksum arrived
+/// neither complete nor marked partial counts as a checksum error.
+pub fn udp_in(domain: &str) -> (u64, u64) {
+    let snmp = in_netns(domain, &["cat", "/proc/net/snmp"]);
+    let mut rows = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (Some(names), Some(values)) = (rows.next(), rows.next()) else {
+        panic!("no Udp rows in {domain}'s /proc/net/snmp:\n{snmp}");
+    };
+    let get = |key: &str| {
+        let i = names.split_whitespace().position(|n| n == key);
+        let v = i.and_then(|i| values.split_whitespace().nth(i));
+        v.and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no Udp {key} in {domain}'s /proc/net/snmp"))
+    };
+    (get("InDatagrams"), get("InCsumErrors"))
+}
+
+/// UDP reached `domain`'s sockets since `before` (from [`udp_in`]) and
+/// none of it had a bad checksum.
+pub fn assert_udp_checksums_good(domain: &str, before: (u64, u64), what: &str) {
+    let (got, bad) = udp_in(domain);
+    assert_eq!(bad, before.1, "{what}: UDP checksum errors in {domain}");
+    assert!(got > before.0, "{what}: no UDP datagram reached {domain}");
+}
+
 impl Env {
     /// `ping -c N` from `from` to `to` (IPv4 or IPv6) succeeds with no loss.
     pub fn ping(&self, from: &str, to: &str, n: u32) {
@@ -343,11 +370,32 @@ pub fn iperf(
     reverse: bool,
     secs: u32,
 ) -> f64 {
+    let r = flow(server, server_ip, client, reverse, secs, Workload::TcpCopy)
+        .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
+    assert!(
+        r.bytes > 1e6 && r.gbps > 1e-3,
+        "iperf3 {client} -> {server_ip}: too little arrived: {} bytes",
+        r.bytes
+    );
+    r.gbps
+}
+
+/// One iperf3 `workload` run for `secs` seconds from `client` to
+/// `server_ip` (served in `server`); with `reverse`, data flows server →
+/// client.
+pub fn flow(
+    server: &str,
+    server_ip: &str,
+    client: &str,
+    reverse: bool,
+    secs: u32,
+    workload: Workload,
+) -> anyhow::Result<FlowResult> {
     let (sns, cns) = (
         toolstack::host::netns_name(server),
         toolstack::host::netns_name(client),
     );
-    let r = bench::netenv::run(&bench::netenv::Flow {
+    bench::netenv::run(&bench::netenv::Flow {
         server_ns: &sns,
         server_ip,
         server_bind: None,
@@ -355,17 +403,10 @@ pub fn iperf(
         client_ns: &cns,
         reverse,
         secs,
-        workload: bench::netenv::Workload::TcpCopy,
+        workload,
         server_cgroup: None,
         client_cgroup: None,
     })
-    .unwrap_or_else(|e| panic!("iperf3 {client} -> {server_ip}: {e:#}"));
-    assert!(
-        r.bytes > 1e6 && r.gbps > 1e-3,
-        "iperf3 {client} -> {server_ip}: too little arrived: {} bytes",
-        r.bytes
-    );
-    r.gbps
 }
 
 /// The SHA-256 of a file, as `sha256sum` prints it.
