@@ -355,11 +355,17 @@ impl Netback {
         let mut avail = rx.unconsumed_requests()?;
         let mut n = 0u32;
         while avail > 0 && n < RING {
-            let Some(pkt) = self.rx_queue.pop_front() else {
+            let Some(mut pkt) = self.rx_queue.pop_front() else {
                 break;
             };
             if pkt.data.len() > PAGE_SIZE {
                 self.counters.drop("too_big_for_flip");
+                continue;
+            }
+            // A flipped page carries no partial checksum: the guest has no
+            // offloads in this mode, so one left partial is completed here.
+            if crate::offload::complete_checksum(&mut pkt).is_err() {
+                self.counters.drop("bad_partial_checksum");
                 continue;
             }
             let Some(rx) = self.rx.as_mut() else { break };
@@ -374,7 +380,6 @@ impl Netback {
             self.pool.write_bytes(base, &pkt.data);
             self.pool
                 .fill(base + pkt.data.len(), PAGE_SIZE - pkt.data.len(), 0);
-            // A flipped page carries no partial checksums (no offloads).
             let flags = if pkt.csum.rx_flags().contains(RxFlags::DATA_VALIDATED) {
                 RxFlags::DATA_VALIDATED
             } else {
