@@ -393,8 +393,10 @@ enum Suite {
     /// Costs of hv primitives: event channels, hypercalls, grant copy, grant map.
     Hv,
     /// Throughput and cycles per packet, TX / RX / guest-to-guest, for native
-    /// veth, the Linux bridge, the minimal forwarder, pasta, slirp4netns and
-    /// splitnet's three presets (baseline, hv-copy, default).
+    /// veth, the Linux bridge, the minimal forwarder, pasta, slirp4netns,
+    /// splitnet's three presets (baseline, hv-copy, default), the default
+    /// with 22 idle guests beside, and the default with ip= and rate= on
+    /// its vifs.
     Baseline,
     /// Recovery and hotplug: driver-domain kills during iperf3 streams
     /// (median outage), a 256 MiB HTTP download through five kills
