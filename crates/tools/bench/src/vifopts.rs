@@ -2,7 +2,7 @@
 //! whether `rate=` holds a guest to its rate (Xen netback's credit
 //! scheduler), and what jumbo frames (`mtu=9000` on the vif and the
 //! uplink) do to UDP throughput per datagram size, against MTU 1500 in the
-//! same run. The options' cost at full speed is a configuration of `bench
+//! same run, beside a native veth pair at the same MTUs. The options' cost at full speed is a configuration of `bench
 //! baseline` (`splitnet-vif-options`).
 
 use crate::netenv::{self, Flow, Workload};
@@ -43,9 +43,12 @@ impl VifOptionsOptions {
     }
 }
 
-/// UDP through guest1 → wire with one datagram size at one MTU.
+/// UDP with one datagram size at one MTU: through splitnet (guest1 →
+/// wire) or between the two ends of a native veth pair.
 #[derive(Debug, Clone, Serialize)]
 pub struct UdpPoint {
+    /// `splitnet` or `native`.
+    pub config: &'static str,
     pub mtu: u16,
     pub datagram: usize,
     /// Medians over the runs.
@@ -105,15 +108,20 @@ fn with_topology<T>(
     r
 }
 
-/// guest1 → wire, one flow of `workload` with extra iperf3 client options.
-fn guest1_flow(secs: u32, workload: Workload, extra: &[&str]) -> Result<netenv::FlowResult> {
-    let (wire, g1) = (host::netns_name("wire"), host::netns_name("guest1"));
+/// One flow of `workload` from `client_ns` to `server_ip` in `server_ns`,
+/// with extra iperf3 client options.
+fn flow(
+    (server_ns, server_ip, client_ns): (&str, &str, &str),
+    secs: u32,
+    workload: Workload,
+    extra: &[&str],
+) -> Result<netenv::FlowResult> {
     let flow = Flow {
-        server_ns: &wire,
-        server_ip: "10.77.0.254",
+        server_ns,
+        server_ip,
         server_bind: None,
         port: netenv::DEFAULT_PORT,
-        client_ns: &g1,
+        client_ns,
         reverse: false,
         secs,
         workload,
@@ -123,12 +131,22 @@ fn guest1_flow(secs: u32, workload: Workload, extra: &[&str]) -> Result<netenv::
     netenv::run_with(&flow, extra)
 }
 
-/// UDP at each datagram size (iperf3's later `-l` overrides the workload's 64).
-fn udp_sweep(secs: u32) -> Result<Vec<(usize, f64, f64)>> {
+/// guest1 → wire.
+fn guest1_to_wire() -> (String, &'static str, String) {
+    (
+        host::netns_name("wire"),
+        "10.77.0.254",
+        host::netns_name("guest1"),
+    )
+}
+
+/// UDP from `client_ns` to `server_ip` at each datagram size (iperf3's
+/// later `-l` overrides the workload's 64).
+fn udp_sweep(ends: (&str, &str, &str), secs: u32) -> Result<Vec<(usize, f64, f64)>> {
     let mut out = Vec::new();
     for size in DATAGRAMS {
         let l = size.to_string();
-        let r = guest1_flow(secs, Workload::UdpSmall, &["-l", &l])?;
+        let r = flow(ends, secs, Workload::UdpSmall, &["-l", &l])?;
         // What the receiver got: a datagram that lost a fragment is lost.
         let per_s = r.bytes / size as f64 / r.seconds.max(1e-9);
         out.push((size, r.gbps * 1e3, per_s));
@@ -139,28 +157,48 @@ fn udp_sweep(secs: u32) -> Result<Vec<(usize, f64, f64)>> {
 /// One run's UDP figures: Mbit/s and datagrams per second.
 type Sample = (f64, f64);
 
+/// UDP over a native veth pair whose ends have MTU `mtu`.
+fn native_udp(mtu: u16, secs: u32) -> Result<Vec<(usize, f64, f64)>> {
+    let n = netenv::Native::new()?;
+    for ns in [&n.a, &n.b] {
+        host::ip_in(ns, &["link", "set", "dev", "eth0", "mtu", &mtu.to_string()])?;
+    }
+    udp_sweep((&n.a, netenv::NATIVE_A, &n.b), secs)
+}
+
 /// Runs the suite.
 pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
     let mut rate_runs = Vec::new();
-    // (MTU, datagram size, each run's (Mbit/s, datagrams/s)).
-    let mut udp: Vec<(u16, usize, Vec<Sample>)> = Vec::new();
+    // (configuration, MTU, datagram size, each run's (Mbit/s, datagrams/s)).
+    let mut udp: Vec<(&'static str, u16, usize, Vec<Sample>)> = Vec::new();
     for run in 0..opts.runs {
         progress(opts, &format!("run {} rate=100Mb/s", run + 1));
         let spec = format!("rate={RATE_MBIT}Mb/s");
+        let (w, ip, g) = guest1_to_wire();
         let r = with_topology(opts, &topology(&spec, 1500), || {
-            guest1_flow(opts.secs, Workload::TcpCopy, &[])
+            flow((&w, ip, &g), opts.secs, Workload::TcpCopy, &[])
         })
         .context("the rate limit")?;
         rate_runs.push(r.gbps * 1e3);
         for mtu in [1500, JUMBO] {
             progress(opts, &format!("run {} UDP at MTU {mtu}", run + 1));
             let spec = format!("mtu={mtu}");
-            let points = with_topology(opts, &topology(&spec, mtu), || udp_sweep(opts.secs))
-                .with_context(|| format!("UDP at MTU {mtu}"))?;
-            for (size, mbit, per_s) in points {
-                match udp.iter_mut().find(|(m, s, _)| *m == mtu && *s == size) {
-                    Some(e) => e.2.push((mbit, per_s)),
-                    None => udp.push((mtu, size, vec![(mbit, per_s)])),
+            let (w, ip, g) = guest1_to_wire();
+            let points = with_topology(opts, &topology(&spec, mtu), || {
+                udp_sweep((&w, ip, &g), opts.secs)
+            })
+            .with_context(|| format!("UDP at MTU {mtu}"))?;
+            let native =
+                native_udp(mtu, opts.secs).with_context(|| format!("native UDP at MTU {mtu}"))?;
+            for (config, points) in [("splitnet", points), ("native", native)] {
+                for (size, mbit, per_s) in points {
+                    let key = |e: &&mut (&str, u16, usize, Vec<Sample>)| {
+                        e.0 == config && e.1 == mtu && e.2 == size
+                    };
+                    match udp.iter_mut().find(key) {
+                        Some(e) => e.3.push((mbit, per_s)),
+                        None => udp.push((config, mtu, size, vec![(mbit, per_s)])),
+                    }
                 }
             }
         }
@@ -178,10 +216,11 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
         rate_runs_mbit_s: rate_runs,
         udp: udp
             .into_iter()
-            .map(|(mtu, datagram, v)| {
+            .map(|(config, mtu, datagram, v)| {
                 let mbit: Vec<f64> = v.iter().map(|p| p.0).collect();
                 let per_s: Vec<f64> = v.iter().map(|p| p.1).collect();
                 UdpPoint {
+                    config,
                     mtu,
                     datagram,
                     mbit_s: median(&mbit),
@@ -212,42 +251,57 @@ impl VifOptionsReport {
             RATE_BAND.1,
             if self.rate_in_band { "yes" } else { "no" },
         );
-        s += "### UDP guest1 → wire by datagram size, MTU 1500 and 9000 (medians)\n\n\
-              | datagram (bytes) | MTU 1500 Mbit/s | MTU 9000 Mbit/s | 9000 / 1500 | MTU 1500 datagrams/s | MTU 9000 datagrams/s |\n\
-              |---:|---:|---:|---:|---:|---:|\n";
+        s += "### UDP by datagram size at MTU 1500 and 9000: splitnet guest1 → wire and a native veth pair (Mbit/s received, medians)\n\n\
+              | datagram (bytes) | native 1500 | splitnet 1500 | native 9000 | splitnet 9000 | splitnet 9000 / 1500 | splitnet / native at 9000 |\n\
+              |---:|---:|---:|---:|---:|---:|---:|\n";
         for size in DATAGRAMS {
-            let at = |mtu| self.udp.iter().find(|p| p.mtu == mtu && p.datagram == size);
-            if let (Some(a), Some(b)) = (at(1500), at(JUMBO)) {
-                s += &format!(
-                    "| {size} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |\n",
-                    a.mbit_s,
-                    b.mbit_s,
-                    b.mbit_s / a.mbit_s.max(1e-9),
-                    a.datagrams_per_s,
-                    b.datagrams_per_s
-                );
-            }
+            let at = |config, mtu| {
+                self.udp
+                    .iter()
+                    .find(|p| p.config == config && p.mtu == mtu && p.datagram == size)
+                    .map_or(f64::NAN, |p| p.mbit_s)
+            };
+            let (n1, s1, n9, s9) = (
+                at("native", 1500),
+                at("splitnet", 1500),
+                at("native", JUMBO),
+                at("splitnet", JUMBO),
+            );
+            s += &format!(
+                "| {size} | {n1:.0} | {s1:.0} | {n9:.0} | {s9:.0} | {} | {} |\n",
+                ratio(s9, s1),
+                ratio(s9, n9)
+            );
         }
         s
     }
 
-    /// Bars of UDP Mbit/s per datagram size and MTU.
+    /// Bars of UDP Mbit/s per configuration, datagram size and MTU.
     pub fn svg(&self) -> String {
         let bars: Vec<crate::chart::Bar> = self
             .udp
             .iter()
             .map(|p| crate::chart::Bar {
-                label: format!("{} B datagrams, MTU {}", p.datagram, p.mtu),
+                label: format!("{} {} B datagrams, MTU {}", p.config, p.datagram, p.mtu),
                 value: p.mbit_s,
                 range: None,
             })
             .collect();
         crate::chart::bars(
-            "UDP guest1 → wire by datagram size and MTU",
+            "UDP received by datagram size and MTU",
             "Mbit/s",
             "median of the runs",
             &bars,
         )
+    }
+}
+
+/// `a / b` to two places, or "-" when `b` carried nothing.
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 && a.is_finite() {
+        format!("{:.2}", a / b)
+    } else {
+        "-".into()
     }
 }
 
