@@ -532,6 +532,30 @@ fn listed_members(env: &Env) -> Vec<(String, String)> {
     v
 }
 
+/// A counter of member `m` of drv's uplink upl0 in the driver domain's
+/// stats: `group_dropped`, or (`counters`) the frames it received.
+fn member_stat(env: &Env, m: &str, what: &str) -> u64 {
+    let st = env.status();
+    let upl0 = st["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["domain"] == "drv" && p["name"] == "upl0")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let member = upl0["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|x| x["name"] == m)
+        .cloned()
+        .unwrap_or(Value::Null);
+    match what {
+        "counters" => member["counters"]["rx_packets"].as_u64().unwrap_or(0),
+        k => member[k].as_u64().unwrap_or(0),
+    }
+}
+
 /// A guest's vif MAC, as status has it.
 fn mac_of(env: &Env, guest: &str) -> String {
     vif(&env.status(), guest)["mac"]
@@ -572,9 +596,19 @@ fn a_macvlan_uplink_serves_every_guest_and_leaves_the_host_its_interface() {
     // Both guests reach the LAN and the LAN both guests, one reply each.
     for (g, ip) in [("guest1", "10.79.0.51"), ("guest2", "10.79.0.52")] {
         three_replies_once(&guest_ping3(&env, g, LAN_IP), &format!("{g} -> LAN"));
+        // The LAN asks for the guest's MAC by broadcast again.
+        in_lan(&["ip", "neigh", "flush", "dev", "eth0"]);
         let out = lan_ping3(ip);
         three_replies_once(&out, &format!("LAN -> {g}"));
         download(&env, &lan, g, "macvlan");
+    }
+    // Each member got its copy of the LAN's broadcasts, and dropped it.
+    for m in ["upl0v0", "upl0v1"] {
+        wait_until(
+            &format!("{m} to drop a broadcast"),
+            Duration::from_secs(5),
+            || member_stat(&env, m, "group_dropped") > 0,
+        );
     }
     traffic(&env, &lan, "macvlan");
     attach_gets_a_member(&env);
@@ -611,25 +645,8 @@ fn attach_gets_a_member(env: &Env) {
     env.ok(&["exec", "guest1", "--", "ip", "link", "set", "eth1", "up"]);
     let out = guest_ping3(env, "guest1", "10.79.1.2");
     three_replies_once(&out, "guest1 eth1 -> LAN");
-    let rx = |env: &Env| {
-        let st = env.status();
-        let p = st["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["domain"] == "drv" && p["name"] == "upl0")
-            .cloned()
-            .unwrap_or(Value::Null);
-        p["members"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|m| m["name"] == "upl0v2")
-            .and_then(|m| m["counters"]["rx_packets"].as_u64())
-            .unwrap_or(0)
-    };
     wait_until("the member's counters", Duration::from_secs(5), || {
-        rx(env) >= 3
+        member_stat(env, "upl0v2", "counters") >= 3
     });
     env.ok(&["network-detach", "guest1", "1"]);
     wait_until("the member to go", Duration::from_secs(5), || {
