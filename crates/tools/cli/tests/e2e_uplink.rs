@@ -611,6 +611,25 @@ fn a_macvlan_uplink_serves_every_guest_and_leaves_the_host_its_interface() {
         );
     }
     traffic(&env, &lan, "macvlan");
+    // The driver domain crashes and comes back: the group is still one
+    // port, and both guests still reach the LAN.
+    let pid = domain(&env.status(), "drv")["pid"].as_i64().unwrap();
+    kill9(pid);
+    wait_until("drv to come back", Duration::from_secs(15), || {
+        let st = env.status();
+        let d = domain(&st, "drv");
+        !d.is_null()
+            && d["pid"].as_i64() != Some(pid)
+            && ["guest1", "guest2"]
+                .iter()
+                .all(|g| vif(&st, g)["backend_state"] == "Connected")
+    });
+    for g in ["guest1", "guest2"] {
+        three_replies_once(
+            &guest_ping3(&env, g, LAN_IP),
+            &format!("{g} -> LAN after drv's restart"),
+        );
+    }
     attach_gets_a_member(&env);
     env.ok(&["down"]);
     assert_eq!(host_state(), before, "down left the host changed");
