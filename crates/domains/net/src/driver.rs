@@ -1652,6 +1652,16 @@ mod tests {
         assert!(r.read(G, &[&reply]).iter().all(Vec::is_empty));
         assert_eq!(r.ports.list[G].group_dropped, 3);
         r.ports.list[T1].port = primary;
+        // A group naming itself, another member, or no uplink has no
+        // primary: its frames go nowhere either.
+        for g in ["p5", "p9", ""] {
+            r.ports.list[G].group = Some(g.into());
+            assert!(r.read(G, &[&reply]).iter().all(Vec::is_empty), "{g:?}");
+        }
+        r.ports.list[U1].group = Some("p4".into());
+        r.ports.list[G].group = Some("p6".into());
+        assert!(r.read(G, &[&reply]).iter().all(Vec::is_empty));
+        assert_eq!(r.ports.list[G].group_dropped, 7);
         assert_eq!(r.bridge.counters.vlan_dropped, 0);
     }
 
