@@ -249,17 +249,19 @@ impl Driver {
             let Some(mut p) = self.ports.list[j].port.take() else {
                 continue;
             };
-            let from = self.ports.list[j].attach;
             let mut fx = Fwd {
                 bridge: &mut self.bridge,
                 ports: &mut self.ports,
                 taps: &mut self.taps,
                 scratch: &mut self.scratch,
             };
-            let r = p.recv_batch(&mut |f| {
-                let vifs = Others::all(&mut self.vifs, &mut self.events.dirty);
-                forward(&mut fx, PORT_BASE + j, from, std::slice::from_ref(f), vifs);
-            });
+            let r = read_port(
+                &mut fx,
+                p.as_mut(),
+                j,
+                &mut self.vifs,
+                &mut self.events.dirty,
+            );
             match r {
                 Ok(()) => self.ports.list[j].port = Some(p),
                 Err(e) => {
@@ -390,6 +392,37 @@ impl Driver {
     pub fn home(&self) -> &str {
         &self.home
     }
+}
+
+/// Reads port slot `j`'s queued frames (its port `p` is out of the slot)
+/// into the bridge. A member of a macvlan group enters as its primary's
+/// bridge port, and only with unicast: the kernel's macvlan gave it the
+/// frames for its guest's MAC, and a copy of every wire broadcast and
+/// multicast, which the primary also got. Those copies, and whatever a
+/// member reads while its primary is closed, are dropped and counted.
+fn read_port(
+    fx: &mut Fwd<'_>,
+    p: &mut dyn Port,
+    j: usize,
+    vifs: &mut [Vif],
+    dirty: &mut SlotSet,
+) -> std::io::Result<()> {
+    let (ingress, from, member) = match fx.ports.ingress_of(j) {
+        Some((i, a, m)) => (Some(i), a, m),
+        None => (None, fx.ports.list[j].attach, true),
+    };
+    let mut dropped = 0;
+    let r = p.recv_batch(&mut |f| {
+        let group_copy = member && f.head.first().is_some_and(|b| b & 1 != 0);
+        let Some(ingress) = ingress.filter(|_| !group_copy) else {
+            dropped += 1;
+            return;
+        };
+        let vifs = Others::all(vifs, dirty);
+        forward(fx, ingress, from, std::slice::from_ref(f), vifs);
+    });
+    fx.ports.list[j].group_dropped += dropped;
+    r
 }
 
 /// Whether a vif has work left that no notification will announce.
@@ -542,7 +575,7 @@ fn port_of(t: &Target, vifs: &[Vif], base: &str, ports: &Ports) -> Option<PortId
             let j = ports
                 .list
                 .iter()
-                .position(|e| e.port.is_some() && e.name == *name)?;
+                .position(|e| e.port.is_some() && e.group.is_none() && e.name == *name)?;
             Some(PORT_BASE + j)
         }
         Target::Bridge => None,
@@ -576,6 +609,19 @@ struct PortSlot {
     port: Option<Box<dyn Port>>,
     /// When to try opening it again, while it is closed.
     retry_at: Instant,
+    /// A member of a macvlan group: the name of its primary uplink, whose
+    /// bridge port it is (see [`read_port`]); it only receives.
+    group: Option<String>,
+    /// Frames this member read that the group does not take.
+    group_dropped: u64,
+}
+
+/// A port the store asks for.
+struct Wanted {
+    name: String,
+    kind: PortKind,
+    attach: Attach,
+    group: Option<String>,
 }
 
 /// The driver domain's interface ports: its uplinks and its extra ports.
@@ -605,23 +651,23 @@ impl Ports {
     /// The ports the store asks for: the valid entries of `uplinks/` and
     /// the extra ports, on the default bridge. A bad value is logged and counted once, and its
     /// uplink left out.
-    fn wanted(
-        &mut self,
-        hv: &mut HvClient,
-        bridge: &mut Bridge,
-        errors: &mut u64,
-    ) -> Vec<(String, PortKind, Attach)> {
+    fn wanted(&mut self, hv: &mut HvClient, bridge: &mut Bridge, errors: &mut u64) -> Vec<Wanted> {
         let mut want = Vec::new();
         let names = hv.store_directory(&self.uplinks_dir).unwrap_or_default();
         for n in &names {
             let value = hv
                 .store_read_str(&format!("{}/{n}", self.uplinks_dir))
                 .unwrap_or_default();
-            let attach = vlan::check_ifname(n)
-                .and_then(|_| vlan::parse_uplink(&value))
-                .and_then(|(b, v)| uplink_attach(bridge, &b, v));
+            let spec = vlan::check_ifname(n).and_then(|_| vlan::parse_uplink(&value));
+            let attach =
+                spec.and_then(|s| Ok((uplink_attach(bridge, &s.bridge, s.vlan)?, s.group)));
             match attach {
-                Ok(a) => want.push((n.clone(), PortKind::Uplink, a)),
+                Ok((attach, group)) => want.push(Wanted {
+                    name: n.clone(),
+                    kind: PortKind::Uplink,
+                    attach,
+                    group,
+                }),
                 Err(e) => {
                     let key = format!("{n}={value}");
                     if !self.refused.contains(&key) {
@@ -637,8 +683,13 @@ impl Ports {
             mode: Mode::Access(0),
         };
         for n in hv.store_directory(&self.extras_dir).unwrap_or_default() {
-            if !want.iter().any(|(w, _, _)| *w == n) {
-                want.push((n, PortKind::Extra, untagged));
+            if !want.iter().any(|w| w.name == n) {
+                want.push(Wanted {
+                    name: n,
+                    kind: PortKind::Extra,
+                    attach: untagged,
+                    group: None,
+                });
             }
         }
         want
@@ -650,9 +701,9 @@ impl Ports {
     fn sync(&mut self, hv: &mut HvClient, bridge: &mut Bridge, events: &Events, errors: &mut u64) {
         let want = self.wanted(hv, bridge, errors);
         for (j, e) in self.list.iter_mut().enumerate() {
-            let kept = want
-                .iter()
-                .any(|(n, k, a)| *n == e.name && *k == e.kind && *a == e.attach);
+            let kept = want.iter().any(|w| {
+                w.name == e.name && w.kind == e.kind && w.attach == e.attach && w.group == e.group
+            });
             if !kept && !e.name.is_empty() {
                 eprintln!("driver: port {} removed", e.name);
                 if let Some(p) = e.port.take() {
@@ -662,16 +713,18 @@ impl Ports {
                 e.name.clear();
             }
         }
-        for (name, kind, attach) in want {
-            if self.list.iter().any(|e| e.name == name) {
+        for w in want {
+            if self.list.iter().any(|e| e.name == w.name) {
                 continue;
             }
             let e = PortSlot {
-                name,
-                kind,
-                attach,
+                name: w.name,
+                kind: w.kind,
+                attach: w.attach,
                 port: None,
                 retry_at: Instant::now(),
+                group: w.group,
+                group_dropped: 0,
             };
             match self.list.iter().position(|e| e.name.is_empty()) {
                 Some(i) => self.list[i] = e,
@@ -730,13 +783,29 @@ impl Ports {
         e.port.as_ref().map(|_| e.attach)
     }
 
-    /// Bridge ports of the open ports in segment `seg`.
+    /// Bridge ports of the open ports in segment `seg` (a macvlan group's
+    /// members are not: frames leave a group through its primary).
     fn members(&self, seg: Segment) -> impl Iterator<Item = PortId> + '_ {
         self.list
             .iter()
             .enumerate()
-            .filter(move |(_, e)| e.port.is_some() && e.attach.member(seg))
+            .filter(move |(_, e)| e.port.is_some() && e.group.is_none() && e.attach.member(seg))
             .map(|(j, _)| PORT_BASE + j)
+    }
+
+    /// The bridge port and attachment frames read from slot `j` enter as,
+    /// and whether it is a group member: its own, or its group's primary
+    /// (an uplink, itself no member, open); None for a member whose
+    /// primary is not.
+    fn ingress_of(&self, j: usize) -> Option<(PortId, Attach, bool)> {
+        let e = self.list.get(j)?;
+        let Some(g) = &e.group else {
+            return Some((PORT_BASE + j, e.attach, false));
+        };
+        let k = self.list.iter().position(|p| {
+            p.name == *g && p.kind == PortKind::Uplink && p.group.is_none() && p.port.is_some()
+        })?;
+        Some((PORT_BASE + k, self.list[k].attach, true))
     }
 }
 
@@ -1299,32 +1368,54 @@ fn publish_stats(
         }
     }
     let me = hv.domid();
-    let named = || ports.list.iter().filter(|e| !e.name.is_empty());
-    let port_json = |e: &PortSlot| {
-        let vlan = match e.attach.mode {
-            Mode::Access(0) => serde_json::Value::Null,
-            Mode::Access(v) => v.into(),
-            Mode::Trunk => "trunk".into(),
-        };
-        serde_json::json!({
-            "name": e.name,
-            "bridge": bridge.name(e.attach.bridge),
-            "vlan": vlan,
-            "open": e.port.is_some(),
-            "counters": e.port.as_ref().map(|p| p.counters()),
-        })
+    let named = || {
+        ports
+            .list
+            .iter()
+            .filter(|e| !e.name.is_empty() && e.group.is_none())
     };
     let doc = serde_json::json!({
         "bridge": {"macs": bridge.len(), "counters": &bridge.counters},
         "bridges": bridges_json(vifs, ports, bridge),
         "loop": lc,
-        "uplinks": named().filter(|e| e.kind == PortKind::Uplink).map(port_json).collect::<Vec<_>>(),
-        "extra_ports": named().filter(|e| e.kind == PortKind::Extra).map(port_json).collect::<Vec<_>>(),
+        "uplinks": named().filter(|e| e.kind == PortKind::Uplink).map(|e| port_json(e, ports, bridge)).collect::<Vec<_>>(),
+        "extra_ports": named().filter(|e| e.kind == PortKind::Extra).map(|e| port_json(e, ports, bridge)).collect::<Vec<_>>(),
     });
     let _ = hv.store_write(
         &format!("/local/domain/{me}/splitnet/stats"),
         &doc.to_string(),
     );
+}
+
+/// An interface port's entry in the stats: where it is, whether it is
+/// open, its counters, and a macvlan group's members.
+fn port_json(e: &PortSlot, ports: &Ports, bridge: &Bridge) -> serde_json::Value {
+    let vlan = match e.attach.mode {
+        Mode::Access(0) => serde_json::Value::Null,
+        Mode::Access(v) => v.into(),
+        Mode::Trunk => "trunk".into(),
+    };
+    let members: Vec<serde_json::Value> = ports
+        .list
+        .iter()
+        .filter(|m| m.group.as_deref() == Some(e.name.as_str()))
+        .map(|m| {
+            serde_json::json!({
+                "name": m.name,
+                "open": m.port.is_some(),
+                "counters": m.port.as_ref().map(|p| p.counters()),
+                "group_dropped": m.group_dropped,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "name": e.name,
+        "bridge": bridge.name(e.attach.bridge),
+        "vlan": vlan,
+        "open": e.port.is_some(),
+        "counters": e.port.as_ref().map(|p| p.counters()),
+        "members": members,
+    })
 }
 
 /// Each bridge in use: its name, its ports (interfaces and vifs) and the
@@ -1336,7 +1427,7 @@ fn bridges_json(vifs: &[Vif], ports: &Ports, bridge: &Bridge) -> Vec<serde_json:
             let mut members: Vec<String> = ports
                 .list
                 .iter()
-                .filter(|e| !e.name.is_empty() && e.attach.bridge == id)
+                .filter(|e| !e.name.is_empty() && e.group.is_none() && e.attach.bridge == id)
                 .map(|e| e.name.clone())
                 .collect();
             members.extend(
@@ -1367,6 +1458,8 @@ mod tests {
         fd: std::fs::File,
         sent: Sent,
         counters: PortCounters,
+        /// Frames the next `recv_batch` hands out.
+        rx: Vec<Vec<u8>>,
     }
 
     impl Port for Fake {
@@ -1379,7 +1472,10 @@ mod tests {
         fn offloads(&self) -> Offloads {
             Offloads::ALL
         }
-        fn recv_batch(&mut self, _: &mut dyn FnMut(&FrameRef<'_>)) -> std::io::Result<()> {
+        fn recv_batch(&mut self, f: &mut dyn FnMut(&FrameRef<'_>)) -> std::io::Result<()> {
+            for b in self.rx.drain(..) {
+                f(&FrameRef::private(&b, Csum::Unknown, None));
+            }
             Ok(())
         }
         fn send_batch(&mut self, frames: &[&FrameRef<'_>]) {
@@ -1434,8 +1530,11 @@ mod tests {
                     fd: std::fs::File::open("/dev/null").unwrap(),
                     sent: s,
                     counters: PortCounters::default(),
+                    rx: Vec::new(),
                 })),
                 retry_at: Instant::now(),
+                group: None,
+                group_dropped: 0,
             });
         }
         Rig {
@@ -1462,6 +1561,108 @@ mod tests {
             assert_eq!(forward(&mut fx, PORT_BASE + j, from, frames, vifs), 0);
             self.sent.iter().map(|s| s.take()).collect()
         }
+    }
+
+    impl Rig {
+        /// Adds slot 5, a member of the macvlan group of trunk `T1`
+        /// (xenbr1), and slot 6, an untagged port on xenbr1.
+        fn with_group(mut self) -> Rig {
+            let b1 = self.ports.list[T1].attach.bridge;
+            for (name, mode, group) in [
+                ("p5", Mode::Trunk, Some("p4")),
+                ("p6", Mode::Access(0), None),
+            ] {
+                let s = Sent::default();
+                self.sent.push(s.clone());
+                self.ports.list.push(PortSlot {
+                    name: name.into(),
+                    kind: PortKind::Uplink,
+                    attach: Attach { bridge: b1, mode },
+                    port: Some(Box::new(Fake {
+                        name: name.into(),
+                        fd: std::fs::File::open("/dev/null").unwrap(),
+                        sent: s,
+                        counters: PortCounters::default(),
+                        rx: Vec::new(),
+                    })),
+                    retry_at: Instant::now(),
+                    group: group.map(String::from),
+                    group_dropped: 0,
+                });
+            }
+            self
+        }
+
+        /// Port slot `j` reads `frames` (as the loop does); what each port
+        /// was sent.
+        fn read(&mut self, j: usize, frames: &[&[u8]]) -> Vec<Vec<(Vec<u8>, Csum)>> {
+            // Out of its slot while it is read, as in the loop.
+            let p = self.ports.list[j].port.take().unwrap();
+            let mut fx = Fwd {
+                bridge: &mut self.bridge,
+                ports: &mut self.ports,
+                taps: &mut self.taps,
+                scratch: &mut self.scratch,
+            };
+            let mut dirty = SlotSet::default();
+            let mut fake = Fake {
+                name: String::new(),
+                fd: std::fs::File::open("/dev/null").unwrap(),
+                sent: Sent::default(),
+                counters: PortCounters::default(),
+                rx: frames.iter().map(|f| f.to_vec()).collect(),
+            };
+            read_port(&mut fx, &mut fake, j, &mut [], &mut dirty).unwrap();
+            self.ports.list[j].port = Some(p);
+            self.sent.iter().map(|s| s.take()).collect()
+        }
+    }
+
+    const G: usize = 5;
+    const U1: usize = 6;
+
+    #[test]
+    fn a_macvlan_group_is_one_bridge_port_that_takes_broadcast_from_its_primary_only() {
+        let mut r = rig().with_group();
+        let lan: [u8; 6] = [0, 0x16, 0x3e, 9, 9, 9];
+        // Wire broadcast reaches the primary and every member: the
+        // primary's copy is bridged, the member's dropped and counted.
+        let arp = tcp(BCAST, lan).data;
+        assert_eq!(only(&r.read(T1, &[&arp]), U1).len(), 1);
+        assert!(r.read(G, &[&arp]).iter().all(Vec::is_empty));
+        let mcast = tcp([0x33, 0x33, 0, 0, 0, 1], lan).data;
+        assert!(r.read(G, &[&mcast]).iter().all(Vec::is_empty));
+        assert_eq!(r.ports.list[G].group_dropped, 2);
+        // Unicast the kernel gave the member (a guest's MAC) is bridged as
+        // the primary's: the LAN's MAC is learned there, so what goes back
+        // to it leaves through the primary, never through the member.
+        let reply = tcp(M, lan).data;
+        assert_eq!(only(&r.read(G, &[&reply]), U1)[0].0, reply);
+        let to_lan = tcp(lan, M).data;
+        let out = r.send(U1, &[FrameRef::private(&to_lan, Csum::Unknown, None)]);
+        assert_eq!(only(&out, T1)[0].0, to_lan);
+        // Flooding never sends through a member either.
+        let out = r.send(
+            U1,
+            &[FrameRef::private(&tcp(BCAST, N).data, Csum::Unknown, None)],
+        );
+        assert_eq!(only(&out, T1).len(), 1);
+        // Without its primary open, a member's frames go nowhere.
+        let primary = r.ports.list[T1].port.take();
+        assert!(r.read(G, &[&reply]).iter().all(Vec::is_empty));
+        assert_eq!(r.ports.list[G].group_dropped, 3);
+        r.ports.list[T1].port = primary;
+        // A group naming itself, another member, or no uplink has no
+        // primary: its frames go nowhere either.
+        for g in ["p5", "p9", ""] {
+            r.ports.list[G].group = Some(g.into());
+            assert!(r.read(G, &[&reply]).iter().all(Vec::is_empty), "{g:?}");
+        }
+        r.ports.list[U1].group = Some("p4".into());
+        r.ports.list[G].group = Some("p6".into());
+        assert!(r.read(G, &[&reply]).iter().all(Vec::is_empty));
+        assert_eq!(r.ports.list[G].group_dropped, 7);
+        assert_eq!(r.bridge.counters.vlan_dropped, 0);
     }
 
     fn tagged(f: &[u8], tci: u16) -> Vec<u8> {

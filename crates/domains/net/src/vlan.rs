@@ -240,10 +240,20 @@ pub fn check_ifname(s: &str) -> Result<&str, String> {
     }
 }
 
-/// An uplink's store value, `bridge=<name>[,vlan=<vid>]`: its bridge, and
-/// its access VLAN (none: a trunk).
-pub fn parse_uplink(value: &str) -> Result<(String, Option<u16>), String> {
-    let (mut bridge, mut vlan) = (None, None);
+/// An uplink as its store value names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UplinkSpec {
+    pub bridge: String,
+    /// Its access VLAN; None: a trunk.
+    pub vlan: Option<u16>,
+    /// The primary of the macvlan group it is a member of (it only
+    /// receives, as that uplink's bridge port).
+    pub group: Option<String>,
+}
+
+/// An uplink's store value, `bridge=<name>[,vlan=<vid>][,group=<ifname>]`.
+pub fn parse_uplink(value: &str) -> Result<UplinkSpec, String> {
+    let (mut bridge, mut vlan, mut group) = (None, None, None);
     for kv in value.trim().split(',') {
         let Some((k, v)) = kv.split_once('=') else {
             return Err(format!("{kv:?} is not key=value"));
@@ -253,14 +263,19 @@ pub fn parse_uplink(value: &str) -> Result<(String, Option<u16>), String> {
                 .replace(check_ifname(v.trim())?.to_string())
                 .is_some(),
             "vlan" => vlan.replace(parse_vid(v)?).is_some(),
-            other => return Err(format!("unknown key {other:?} (bridge, vlan)")),
+            "group" => group.replace(check_ifname(v.trim())?.to_string()).is_some(),
+            other => return Err(format!("unknown key {other:?} (bridge, vlan, group)")),
         };
         if slot_taken {
             return Err(format!("{k:?} given twice"));
         }
     }
     let bridge = bridge.ok_or_else(|| "bridge= is missing".to_string())?;
-    Ok((bridge, vlan))
+    Ok(UplinkSpec {
+        bridge,
+        vlan,
+        group,
+    })
 }
 
 #[cfg(test)]
@@ -475,14 +490,25 @@ mod tests {
 
     #[test]
     fn store_values_are_validated() {
-        assert_eq!(parse_uplink("bridge=xenbr1"), Ok(("xenbr1".into(), None)));
+        let spec = |b: &str, v, g: Option<&str>| {
+            Ok(UplinkSpec {
+                bridge: b.into(),
+                vlan: v,
+                group: g.map(String::from),
+            })
+        };
+        assert_eq!(parse_uplink("bridge=xenbr1"), spec("xenbr1", None, None));
         assert_eq!(
             parse_uplink("bridge=xenbr1,vlan=10"),
-            Ok(("xenbr1".into(), Some(10)))
+            spec("xenbr1", Some(10), None)
         );
         assert_eq!(
             parse_uplink(" vlan=4094 , bridge=b"),
-            Ok(("b".into(), Some(4094)))
+            spec("b", Some(4094), None)
+        );
+        assert_eq!(
+            parse_uplink("bridge=b,group=upl0"),
+            spec("b", None, Some("upl0"))
         );
         for bad in [
             "",
@@ -496,6 +522,10 @@ mod tests {
             "bridge=x,vlan=ten",
             "bridge=x,mtu=9000",
             "bridge=x,bridge=y",
+            "bridge=x,group=",
+            "bridge=x,group=a/b",
+            "bridge=x,group=0123456789abcdef",
+            "bridge=x,group=a,group=b",
         ] {
             assert!(parse_uplink(bad).is_err(), "{bad:?} accepted");
         }

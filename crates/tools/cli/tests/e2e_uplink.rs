@@ -262,10 +262,24 @@ fn up(env: &Env, name: &str, text: &str) {
 /// the LAN.
 fn traffic(env: &Env, lan: &Lan, kind: &str) {
     env.ping("guest1", LAN_IP, 3);
-    let out = env.run_dir.join("big.bin");
+    download(env, lan, "guest1", kind);
+    let j = env.ok(&[
+        "exec", "guest1", "--", "iperf3", "-c", LAN_IP, "-t", "2", "-J",
+    ]);
+    let v: Value = serde_json::from_str(&j).expect("iperf3 -J");
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
+    eprintln!("uplink {kind}: guest1 -> LAN TCP {:.2} Gbit/s", bps / 1e9);
+    assert!(bps > 1e6, "iperf3 through {kind} carried {bps} bit/s");
+}
+
+/// `guest` downloads the LAN's 64 MiB file intact.
+fn download(env: &Env, lan: &Lan, guest: &str, kind: &str) {
+    let out = env.run_dir.join(format!("big-{guest}.bin"));
     env.ok(&[
         "exec",
-        "guest1",
+        guest,
         "--",
         "curl",
         "-sS",
@@ -282,18 +296,30 @@ fn traffic(env: &Env, lan: &Lan, kind: &str) {
     assert_eq!(
         sha256(&out),
         lan.sha,
-        "the download through {kind} is corrupt"
+        "{guest}'s download through {kind} is corrupt"
     );
     let _ = std::fs::remove_file(&out);
-    let j = env.ok(&[
-        "exec", "guest1", "--", "iperf3", "-c", LAN_IP, "-t", "2", "-J",
-    ]);
-    let v: Value = serde_json::from_str(&j).expect("iperf3 -J");
-    let bps = v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0);
-    eprintln!("uplink {kind}: guest1 -> LAN TCP {:.2} Gbit/s", bps / 1e9);
-    assert!(bps > 1e6, "iperf3 through {kind} carried {bps} bit/s");
+}
+
+/// `ping -c 3` output: three replies, none twice.
+fn three_replies_once(out: &str, what: &str) {
+    let got = out.contains("3 received") || out.contains("3 packets received");
+    assert!(
+        got && !out.contains("DUP!") && !out.contains("duplicates"),
+        "{what}:\n{out}"
+    );
+}
+
+/// `ping -c 3` from `guest` to `to`.
+fn guest_ping3(env: &Env, guest: &str, to: &str) -> String {
+    env.ok(&[
+        "exec", guest, "--", "ping", "-c", "3", "-i", "0.2", "-W", "2", to,
+    ])
+}
+
+/// `ping -c 3` from the LAN to `to`.
+fn lan_ping3(to: &str) -> String {
+    in_lan(&["ping", "-c", "3", "-i", "0.2", "-W", "2", to])
 }
 
 /// guest1 gets a DHCP lease in `prefix` from the server behind its uplink.
@@ -462,26 +488,195 @@ fn a_host_interface_is_lent_to_the_driver_domain_and_always_comes_back() {
     assert_eq!(netns(), Vec::<String>::new(), "namespaces left behind");
 }
 
+/// The links in driver domain drv's namespace, `ip -d` JSON.
+fn drv_links() -> Vec<Value> {
+    let out = sh("ip", &["-n", "splitnet-drv", "-j", "-d", "link", "show"]);
+    serde_json::from_str::<Value>(&out)
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// drv's macvlan named `name`: its MAC and mode.
+fn macvlan(name: &str) -> Option<(String, String)> {
+    drv_links()
+        .into_iter()
+        .find(|l| l["ifname"] == name)
+        .map(|l| {
+            (
+                l["address"].as_str().unwrap_or("").to_string(),
+                l["linkinfo"]["info_data"]["mode"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+}
+
+/// The members status lists under drv's macvlan uplink: (name, MAC).
+fn listed_members(env: &Env) -> Vec<(String, String)> {
+    let st = env.status();
+    let mut v: Vec<(String, String)> = st["uplinks"][0]["members"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().into(),
+                m["mac"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A counter of member `m` of drv's uplink upl0 in the driver domain's
+/// stats: `group_dropped`, or (`counters`) the frames it received.
+fn member_stat(env: &Env, m: &str, what: &str) -> u64 {
+    let st = env.status();
+    let upl0 = st["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["domain"] == "drv" && p["name"] == "upl0")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let member = upl0["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|x| x["name"] == m)
+        .cloned()
+        .unwrap_or(Value::Null);
+    match what {
+        "counters" => member["counters"]["rx_packets"].as_u64().unwrap_or(0),
+        k => member[k].as_u64().unwrap_or(0),
+    }
+}
+
+/// A guest's vif MAC, as status has it.
+fn mac_of(env: &Env, guest: &str) -> String {
+    vif(&env.status(), guest)["mac"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 #[test]
-fn a_macvlan_uplink_leaves_the_host_its_interface() {
+fn a_macvlan_uplink_serves_every_guest_and_leaves_the_host_its_interface() {
     let lan = Lan::new();
     let before = host_state();
     let Some(env) = Env::new("uplink-macvlan") else {
         return;
     };
-    up(
-        &env,
-        "macvlan",
-        &one_guest(
+    let topo = format!(
+        "{}[[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.79.0.52/24\"\n",
+        one_guest(
             "10.79.0.51/24",
             &format!("kind = \"macvlan\"\niface = \"{HOST_IF}\""),
-        ),
+        )
     );
+    up(&env, "macvlan", &topo);
     assert!(host_if_in_host());
+    // The primary has a MAC of its own; each guest's MAC has its member,
+    // all in private mode, and status lists the members.
+    let (m1, m2) = (mac_of(&env, "guest1"), mac_of(&env, "guest2"));
+    let (pmac, mode) = macvlan("upl0").expect("the primary macvlan");
+    assert_eq!(mode, "private");
+    assert!(pmac != m1 && pmac != m2, "the primary took a guest's MAC");
+    for (m, mac) in [("upl0v0", &m1), ("upl0v1", &m2)] {
+        assert_eq!(macvlan(m), Some((mac.clone(), "private".into())), "{m}");
+    }
+    assert_eq!(
+        listed_members(&env),
+        [("upl0v0".into(), m1.clone()), ("upl0v1".into(), m2.clone())]
+    );
+    // Both guests reach the LAN and the LAN both guests, one reply each.
+    for (g, ip) in [("guest1", "10.79.0.51"), ("guest2", "10.79.0.52")] {
+        three_replies_once(&guest_ping3(&env, g, LAN_IP), &format!("{g} -> LAN"));
+        // The LAN asks for the guest's MAC by broadcast again.
+        in_lan(&["ip", "neigh", "flush", "dev", "eth0"]);
+        let out = lan_ping3(ip);
+        three_replies_once(&out, &format!("LAN -> {g}"));
+        download(&env, &lan, g, "macvlan");
+    }
+    // Each member got its copy of the LAN's broadcasts, and dropped it.
+    for m in ["upl0v0", "upl0v1"] {
+        wait_until(
+            &format!("{m} to drop a broadcast"),
+            Duration::from_secs(5),
+            || member_stat(&env, m, "group_dropped") > 0,
+        );
+    }
     traffic(&env, &lan, "macvlan");
     dhcp_lease(&env, "10.79.0.");
+    // The driver domain crashes and comes back: the group is still one
+    // port, and both guests still reach the LAN.
+    let pid = domain(&env.status(), "drv")["pid"].as_i64().unwrap();
+    kill9(pid);
+    wait_until("drv to come back", Duration::from_secs(15), || {
+        let st = env.status();
+        let d = domain(&st, "drv");
+        !d.is_null()
+            && d["pid"].as_i64() != Some(pid)
+            && ["guest1", "guest2"]
+                .iter()
+                .all(|g| vif(&st, g)["backend_state"] == "Connected")
+    });
+    for g in ["guest1", "guest2"] {
+        three_replies_once(
+            &guest_ping3(&env, g, LAN_IP),
+            &format!("{g} -> LAN after drv's restart"),
+        );
+    }
+    attach_gets_a_member(&env);
     env.ok(&["down"]);
     assert_eq!(host_state(), before, "down left the host changed");
+}
+
+/// A vif attached on the macvlan's bridge gets its member, carries
+/// traffic through it, and takes it along when detached.
+fn attach_gets_a_member(env: &Env) {
+    let mac = "00:16:3e:5f:00:aa";
+    let out = env.ok(&[
+        "network-attach",
+        "guest1",
+        &format!("mac={mac},ip=10.79.1.61"),
+    ]);
+    assert!(out.contains("vif 1 connected as eth1"), "{out}");
+    assert_eq!(macvlan("upl0v2"), Some((mac.into(), "private".into())));
+    assert!(listed_members(env).contains(&("upl0v2".into(), mac.into())));
+    // Its own subnet, so that its frames leave through eth1 and the LAN's
+    // replies come to eth1's MAC, on the member.
+    in_lan(&["ip", "addr", "add", "10.79.1.2/24", "dev", "eth0"]);
+    env.ok(&[
+        "exec",
+        "guest1",
+        "--",
+        "ip",
+        "addr",
+        "add",
+        "10.79.1.61/24",
+        "dev",
+        "eth1",
+    ]);
+    env.ok(&["exec", "guest1", "--", "ip", "link", "set", "eth1", "up"]);
+    let out = guest_ping3(env, "guest1", "10.79.1.2");
+    three_replies_once(&out, "guest1 eth1 -> LAN");
+    wait_until("the member's counters", Duration::from_secs(5), || {
+        member_stat(env, "upl0v2", "counters") >= 3
+    });
+    env.ok(&["network-detach", "guest1", "1"]);
+    wait_until("the member to go", Duration::from_secs(5), || {
+        macvlan("upl0v2").is_none()
+    });
+    assert!(!listed_members(env).iter().any(|(n, _)| n == "upl0v2"));
+    // The others are untouched.
+    assert!(macvlan("upl0v0").is_some() && macvlan("upl0v1").is_some());
+    env.ping("guest1", LAN_IP, 2);
 }
 
 #[test]

@@ -302,6 +302,13 @@ fn uplinks(s: &hv::status::SystemStatus, ports: &mut Vec<Value>) -> Vec<Value> {
         if let Some((driver, peer)) = joined {
             ports.push(json!({"domain": drv, "name": ifname, "driver": driver, "peer": peer}));
         }
+        // A macvlan's group: `name=mac` of each member, `;`-separated.
+        let members: Vec<Value> = field(6)
+            .unwrap_or_default()
+            .split(';')
+            .filter_map(|m| m.split_once('='))
+            .map(|(name, mac)| json!({"name": name, "mac": mac}))
+            .collect();
         out.push(json!({
             "domain": drv,
             "name": ifname,
@@ -310,6 +317,8 @@ fn uplinks(s: &hv::status::SystemStatus, ports: &mut Vec<Value>) -> Vec<Value> {
             "bridge": field(2),
             "vlan": field(3).and_then(|x| x.parse::<u16>().ok()),
             "host_end": field(4),
+            "mac": field(5),
+            "members": members,
         }));
     }
     out
@@ -366,7 +375,7 @@ fn driver_bridges(
                     ports.last_mut().expect("just pushed")
                 }
             };
-            for k in ["bridge", "vlan", "open", "counters"] {
+            for k in ["bridge", "vlan", "open", "counters", "members"] {
                 p[k] = x[k].clone();
             }
         }
@@ -677,6 +686,13 @@ fn print_ports(v: &Value) {
                 .map(|h| format!(" host end {h}"))
                 .unwrap_or_default(),
         );
+        for m in u["members"].as_array().unwrap_or(&empty) {
+            println!(
+                "    member {} for {}",
+                m["name"].as_str().unwrap_or("?"),
+                m["mac"].as_str().unwrap_or("?")
+            );
+        }
     }
     for b in v["bridges"].as_array().unwrap_or(&empty) {
         let domain = b["domain"].as_str().unwrap_or("?");

@@ -160,13 +160,11 @@ impl Supervisor {
         for (d, _, _, _) in created.iter().filter(|c| c.0.kind == DomainKind::Driver) {
             self.uplinks.attach(&d.name)?;
         }
-        for u in self.uplinks.all() {
-            hv.set_info(&u.info_key(), &u.info_value());
-        }
         let vifs = self.lock().vifs.clone();
         for v in &vifs {
             self.plumb(&hv, v)?;
         }
+        self.show_uplinks(&hv);
         for (d, domid, sock, cg) in created {
             self.launch(&hv, d, domid, sock, cg)
                 .map_err(|e| format!("starting domain {}: {e}", d.name))?;
@@ -239,7 +237,7 @@ impl Supervisor {
         hv.set_quotas(id, d.quotas())
             .map_err(|e| format!("creating domain {}: {e}", d.name))?;
         let mut ts = Store::new(hv);
-        let home = format!("/local/domain/{id}/splitnet");
+        let home = home_of(id);
         for (k, v) in [("ipv4", &d.address), ("ipv6", &d.ipv6)] {
             if let Some(v) = v {
                 ts.write(&format!("{home}/{k}"), v)?;
@@ -281,13 +279,31 @@ impl Supervisor {
     fn plumb(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> Result<(), String> {
         let g = Self::domid(hv, &v.guest).map_err(|e| e.to_string())?;
         let b = Self::domid(hv, &v.backend).map_err(|e| e.to_string())?;
-        setup_vif(&mut Store::new(hv), v, g, b)?;
+        let mut ts = Store::new(hv);
+        setup_vif(&mut ts, v, g, b)?;
+        // The vif's MAC gets its member of each macvlan uplink it reaches.
+        self.uplinks.join(&mut ts, &home_of(b), v)?;
+        self.show_uplinks(hv);
         let be = xenbus::backend_path(b, g, v.handle);
         hv.set_info(
             &vif_info_key(v),
             &format!("{}|{be}", xenbus::frontend_path(g, v.handle)),
         );
         self.hotplug(hv, v, &be, "online")
+    }
+
+    /// Names every uplink in `status`, with a macvlan's members now.
+    fn show_uplinks(&self, hv: &Hypervisor) {
+        for u in self.uplinks.all() {
+            hv.set_info(&u.info_key(), &u.info_value(&self.uplinks.members_of(u)));
+        }
+    }
+
+    /// Vif `v` is going: its members of macvlan uplinks go too.
+    fn leave_uplinks(&self, hv: &Arc<Hypervisor>, v: &VifConfig) {
+        let home = hv.domid_of(&v.backend).map(home_of);
+        self.uplinks.leave(&mut Store::new(hv), home.as_deref(), v);
+        self.show_uplinks(hv);
     }
 
     /// Starts domain `d`'s process in its namespace and cgroup, and a
@@ -610,6 +626,7 @@ impl Supervisor {
                 let _ = ts.rm(&be);
                 let _ = ts.rm(&format!("/local/domain/{b}/backend/vif/{domid}"));
             }
+            self.leave_uplinks(hv, &v);
         }
     }
 
@@ -963,6 +980,7 @@ impl Supervisor {
             let _ = ts.rm(&fe);
             let _ = ts.rm(&be);
         }
+        self.leave_uplinks(hv, v);
         hv.remove_info(&vif_info_key(v));
         self.lock()
             .vifs
@@ -1053,6 +1071,11 @@ fn free_handle(vifs: &[VifConfig], g: &DomainConfig, devid: Option<u32>) -> HvRe
         ));
     }
     Ok(handle)
+}
+
+/// Domain `b`'s home in the store.
+fn home_of(b: DomId) -> String {
+    format!("/local/domain/{b}/splitnet")
 }
 
 fn vif_info_key(v: &VifConfig) -> String {

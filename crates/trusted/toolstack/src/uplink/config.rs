@@ -20,7 +20,7 @@ pub enum UplinkKind {
     Wire,
     /// A host interface moved into the driver domain's namespace.
     Host,
-    /// A macvlan (mode bridge) on a host interface.
+    /// A macvlan on a host interface, with one member per guest MAC.
     Macvlan,
     /// A veth to the host, masqueraded by nftables, with dnsmasq (vif-nat).
     Nat,
@@ -59,8 +59,8 @@ pub struct PortConfig {
     /// `nat`: the host side's address with the guests' prefix, e.g.
     /// "10.78.0.1/24"; dnsmasq leases the upper half of it.
     pub subnet: Option<String>,
-    /// `macvlan`: the macvlan's MAC (default: the first guest's on the
-    /// bridge; a bridge-mode macvlan receives unicast for its own MAC only).
+    /// `macvlan`: the primary macvlan's own MAC (default: a locally
+    /// administered one derived from the driver domain and `iface`).
     pub mac: Option<String>,
 }
 
@@ -80,7 +80,7 @@ pub struct Uplink {
     pub vlan: Option<u16>,
     /// `nat`: the host end's address and prefix.
     pub subnet: Option<(Ipv4Addr, u8)>,
-    /// `macvlan`: its MAC.
+    /// `macvlan`: the primary's MAC.
     pub mac: Option<String>,
     /// `route`: the guests' addresses the host routes to the port.
     pub routes: Vec<IpAddr>,
@@ -274,9 +274,7 @@ impl Topology {
                     == bridge
         });
         let mut routes = Vec::new();
-        let mut first_mac = None;
         for v in behind {
-            first_mac.get_or_insert(v.mac.clone());
             if v.handle != 0 {
                 continue;
             }
@@ -297,9 +295,11 @@ impl Topology {
             mtu: p.mtu,
             vlan: p.vlan,
             subnet: p.subnet.as_deref().and_then(|s| parse_subnet(s).ok()),
-            mac: (p.kind == UplinkKind::Macvlan)
-                .then(|| p.mac.clone().or(first_mac))
-                .flatten(),
+            mac: (p.kind == UplinkKind::Macvlan).then(|| {
+                p.mac
+                    .clone()
+                    .unwrap_or_else(|| primary_mac(&p.driver, p.iface.as_deref().unwrap_or("")))
+            }),
             routes: if p.kind == UplinkKind::Route {
                 routes
             } else {
@@ -307,6 +307,22 @@ impl Topology {
             },
         }
     }
+}
+
+/// A macvlan primary's default MAC: locally administered (IEEE 802's
+/// U/L bit set, unicast), from an FNV-1a hash of the driver domain and the
+/// host interface, so it is the same on every run and differs between
+/// uplinks.
+fn primary_mac(driver: &str, iface: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in driver.bytes().chain([b'/']).chain(iface.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let b = h.to_be_bytes();
+    format!(
+        "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        b[0], b[1], b[2], b[3], b[4]
+    )
 }
 
 fn wire_port(driver: &str) -> PortConfig {
@@ -366,10 +382,40 @@ mod tests {
         assert_eq!(u[2].subnet, Some(("10.78.0.1".parse().unwrap(), 24)));
         assert_eq!(u[3].routes, ["10.80.0.5".parse::<IpAddr>().unwrap()]);
         assert_eq!(u[0].store_value(), "bridge=xenbr0");
-        // A macvlan takes the first guest's MAC unless given one.
+        // A macvlan's primary has a locally administered MAC of its own
+        // unless given one; the guest behind it gets a member with its MAC.
         let t =
             parse("[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\niface = \"eth1\"\n").unwrap();
-        assert_eq!(t.uplinks()[0].mac.as_deref(), Some("00:16:3e:5e:00:01"));
+        let u = &t.uplinks()[0];
+        let mac = u.mac.clone().unwrap();
+        let parsed = abi::xenbus::parse_mac(&mac).unwrap();
+        assert_eq!(
+            parsed[0] & 3,
+            2,
+            "{mac} is not locally administered unicast"
+        );
+        assert_eq!(mac, primary_mac("drv", "eth1"));
+        assert_ne!(mac, primary_mac("drv", "eth2"));
+        let v = &t.vifs()[0];
+        let m = u.member_for(v).unwrap();
+        assert_eq!(
+            (m.name.as_str(), m.mac.as_str()),
+            ("upl0v0", "00:16:3e:5e:00:01")
+        );
+        assert_eq!(u.member_value(), "bridge=xenbr0,group=upl0");
+        // Another bridge, another VLAN, or the primary's own MAC: no member.
+        let mut other = v.clone();
+        other.opts.bridge = Some("xenbr1".into());
+        assert!(u.member_for(&other).is_none());
+        let mut access = u.clone();
+        access.vlan = Some(10);
+        assert!(access.member_for(v).is_none());
+        other = v.clone();
+        other.opts.vlan = Some(10);
+        assert!(access.member_for(&other).is_some());
+        let mut same = u.clone();
+        same.mac = Some(v.mac.to_uppercase());
+        assert!(same.member_for(v).is_none());
     }
 
     #[test]

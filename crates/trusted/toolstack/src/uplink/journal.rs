@@ -140,7 +140,7 @@ fn host_netns() -> String {
     format!("/proc/{}/ns/net", std::process::id())
 }
 
-fn exists(ns: Option<&str>, ifname: &str) -> bool {
+pub(super) fn exists(ns: Option<&str>, ifname: &str) -> bool {
     let args = ["link", "show", "dev", ifname];
     match ns {
         Some(ns) => ip_in(ns, &args).is_ok(),

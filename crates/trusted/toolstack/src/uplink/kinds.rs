@@ -129,8 +129,10 @@ impl Uplinks {
         Ok(())
     }
 
-    /// `macvlan`: a bridge-mode macvlan on the host interface, made in the
-    /// driver domain's namespace.
+    /// `macvlan`: the group's primary, a private-mode macvlan on the host
+    /// interface with a MAC of its own, receiving every multicast
+    /// (`allmulticast`), made in the driver domain's namespace; its
+    /// members come with the vifs ([`super::group`]).
     pub(super) fn macvlan(&self, u: &Uplink) -> Result<(), String> {
         let iface = u.iface.as_deref().unwrap_or_default();
         let ns = netns_name(&u.driver);
@@ -152,11 +154,15 @@ impl Uplinks {
         if let Some(m) = &u.mac {
             args.extend(["address", m]);
         }
-        args.extend(["type", "macvlan", "mode", "bridge"]);
+        args.extend(["type", "macvlan", "mode", "private"]);
         run("ip", &args).map_err(|e| {
             format!("the kernel refused a macvlan on {iface} (is the macvlan module available? `modprobe macvlan`): {e}")
         })?;
-        ip_in(&ns, &["link", "set", "dev", &u.ifname, "up"]).map_err(err)?;
+        ip_in(
+            &ns,
+            &["link", "set", "dev", &u.ifname, "allmulticast", "on", "up"],
+        )
+        .map_err(err)?;
         Ok(())
     }
 

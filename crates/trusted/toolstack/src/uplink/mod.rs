@@ -5,7 +5,8 @@
 //! - `host`: a host interface moved into the driver domain's namespace, as
 //!   a NIC handed to it; it goes back, with its name, MTU, addresses and
 //!   up-state, whenever the driver domain stops, crashes or restarts;
-//! - `macvlan`: a bridge-mode macvlan on a host interface;
+//! - `macvlan`: a private-mode macvlan on a host interface, and one member
+//!   macvlan per guest MAC behind it ([`group`]);
 //! - `nat`: a veth to the host, masqueraded by an nftables table of
 //!   splitnet's own, with a dnsmasq serving DHCP and DNS on the host end;
 //! - `route`: a veth to the host, a host route to each guest address behind
@@ -15,6 +16,7 @@
 //! a keeper process ([`Keeper`]) replays it if hv dies.
 
 pub mod config;
+pub mod group;
 pub mod journal;
 mod kinds;
 mod procs;
@@ -42,6 +44,8 @@ pub struct Uplinks {
     /// Driver domains whose namespace-lasting uplinks (macvlan, nat,
     /// route) are set up; `host` interfaces are lent on every start.
     built: Mutex<HashSet<String>>,
+    /// Each macvlan uplink's members (by its `status` key).
+    groups: Mutex<HashMap<String, Vec<group::Member>>>,
     /// Per driver domain, the stop flags of its dnsmasq supervisors.
     dnsmasq: Mutex<HashMap<String, Vec<Arc<AtomicBool>>>>,
     keeper: Mutex<Option<Keeper>>,
@@ -64,6 +68,7 @@ impl Uplinks {
             run_dir: run_dir.to_path_buf(),
             uplinks,
             built: Mutex::default(),
+            groups: Mutex::default(),
             dnsmasq: Mutex::default(),
             keeper: Mutex::new(keeper),
         }))
@@ -135,6 +140,11 @@ impl Uplinks {
         for e in journal::replay(&self.run_dir, |owner, _| owner == driver) {
             eprintln!("hv: taking down {driver}'s uplinks: {e}");
         }
+        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        for u in self.of(driver) {
+            groups.remove(&u.info_key());
+        }
+        drop(groups);
         self.built
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -179,15 +189,22 @@ impl Uplink {
         format!("uplink.{}/{}", self.driver, self.ifname)
     }
 
-    /// The `status` fact's value: `kind|iface|bridge|vlan|host end`.
-    pub fn info_value(&self) -> String {
+    /// The `status` fact's value: `kind|iface|bridge|vlan|host end|mac|
+    /// members`, the members (a macvlan's) as `name=mac` joined by `;`.
+    pub fn info_value(&self, members: &[group::Member]) -> String {
+        let members: Vec<String> = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.mac))
+            .collect();
         format!(
-            "{}|{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}|{}|{}",
             self.kind.as_str(),
             self.iface.as_deref().unwrap_or(""),
             self.bridge,
             self.vlan.map(|v| v.to_string()).unwrap_or_default(),
-            self.host_end.as_deref().unwrap_or("")
+            self.host_end.as_deref().unwrap_or(""),
+            self.mac.as_deref().unwrap_or(""),
+            members.join(";")
         )
     }
 }
