@@ -63,7 +63,7 @@ fn no_ping(env: &Env, from: &str, args: &[&str], to: &str) {
     let o = env.splitnet(&a);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        !o.status.success() && (out.contains("100% packet loss") || out.is_empty()),
+        !o.status.success() && out.contains("100% packet loss"),
         "{from} {args:?} -> {to} should get no reply:\n{out}{}",
         String::from_utf8_lossy(&o.stderr)
     );
@@ -274,6 +274,7 @@ fn rate_limits_one_vif_and_not_its_neighbour() {
         counter(&env, "guest1", "credit_waits")
     });
     let free = iperf(&env, "wire", "10.77.0.254", "guest2", false, 3) * 1000.0;
+    eprintln!("rate=20Mb/s: guest1 {limited:.1} Mbit/s, guest2 (no rate) {free:.1} Mbit/s");
     assert!(
         free > 5.0 * 20.0,
         "guest2 without rate= sent only {free:.1} Mbit/s"
@@ -326,10 +327,10 @@ fn mtu_9000_carries_jumbo_frames_and_a_1500_vif_refuses_them() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    let mbps = http_fetch_64mib(&env);
-    assert!(mbps > 1.0, "{mbps}");
-    let jumbo = iperf(&env, "wire", "10.77.0.254", "guest1", false, 2);
-    assert!(jumbo > 0.0);
+    // 64 MiB in, intact (SHA-256), and an iperf3 stream out.
+    http_fetch_64mib(&env);
+    iperf(&env, "wire", "10.77.0.254", "guest1", false, 2);
+    assert_eq!(counter(&env, "guest1", "oversize"), 0);
     // A guest at the default MTU shares the jumbo wire.
     env.ping("guest2", "10.77.0.254", 2);
     assert!(ping_df("guest2", "1472").status.success());
