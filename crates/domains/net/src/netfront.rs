@@ -1389,6 +1389,12 @@ impl TapNetfront {
             "txqueuelen",
             &qlen,
         ])?;
+        // The link-local address the kernel makes on up is the EUI-64 one
+        // of the MAC (not a stable-privacy one, RFC 7217, whatever the
+        // namespace's defaults): netback's `ip=` check allows that one.
+        // Without IPv6 on the device there is none to make, so a refusal
+        // here is no error.
+        let _ = run_ip(&["link", "set", ifname, "addrgenmode", "eui64"]);
         run_ip(&["link", "set", ifname, "up"])?;
         let home = format!("/local/domain/{}/splitnet", hv.domid());
         for key in ["ipv4", "ipv6"] {

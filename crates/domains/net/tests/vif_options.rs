@@ -68,15 +68,15 @@ fn arp(g: &Guest, ip: [u8; 4], tag: u8) -> Packet {
     Packet::new(eth([0xff; 6], g.mac, 0x0806, &a))
 }
 
-/// A (solicited, so unicast) neighbour advertisement to `dst` from a
-/// link-local address claiming `target`.
+/// A (solicited, so unicast) neighbour advertisement to `dst` from `g`'s
+/// own (EUI-64) link-local address claiming `target`.
 fn na(g: &Guest, dst: [u8; 6], target: std::net::Ipv6Addr, tag: u8) -> Packet {
     let mut icmp = vec![136, tag, 0, 0, 0x20, 0, 0, 0];
     icmp.extend_from_slice(&target.octets());
     let mut ip = vec![0x60, 0, 0, 0];
     ip.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
     ip.extend_from_slice(&[58, 255]);
-    ip.extend_from_slice(&"fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    ip.extend_from_slice(&net::antispoof::eui64_link_local(g.mac));
     ip.extend_from_slice(&"ff02::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
     ip.extend_from_slice(&icmp);
     Packet::new(eth(dst, g.mac, 0x86dd, &ip))
@@ -115,6 +115,8 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
     let mut b = guests.pop().unwrap();
     let mut a = guests.pop().unwrap();
     let v6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+    let a_link_local = net::antispoof::eui64_link_local(a.mac);
+    let b_link_local = net::antispoof::eui64_link_local(b.mac);
     // Tags: good frames even, spoofed ones odd.
     let frames = [
         (udp4(&a, b.mac, [10, 0, 0, 1], false, 0), true),
@@ -125,11 +127,14 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
         (arp(&a, [10, 0, 0, 2], 5), false),
         (na(&a, b.mac, v6("2001:db8::1"), 6), true),
         (na(&a, b.mac, v6("2001:db8::2"), 7), false),
+        // b's link-local address is b's to claim.
+        (na(&a, b.mac, b_link_local.into(), 9), false),
+        (na(&a, b.mac, a_link_local.into(), 10), true),
     ];
     for (p, _) in frames.iter().cloned() {
         send(&mut a, p);
     }
-    let (good, bad) = (4usize, 4u64);
+    let (good, bad) = (5usize, 5u64);
     let mut got = Vec::new();
     wait_for("the good frames, and the spoofed ones counted", || {
         got.extend(
