@@ -366,7 +366,7 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
     assert!(member.nf.info.multicast);
     member.nf.set_multicast(&mut member.hv, &[GROUP]).unwrap();
     for g in [&mut member, &mut other] {
-        g.nf.request_multicast_control(&mut g.hv).unwrap();
+        g.nf.request_multicast_control(&mut g.hv, true).unwrap();
     }
     for &g in &ids[1..] {
         let fe = format!("/local/domain/{g}/device/vif/0/request-multicast-control");
@@ -430,6 +430,121 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
         std::thread::sleep(Duration::from_millis(20));
         receive(&mut member).is_empty()
     });
+    assert_eq!(counter(&hv, drv_id, ids[1], "mcast_refused"), 0);
+    hv.shutdown();
+    driver.join().unwrap();
+}
+
+/// Sends `n` frames to `group`, then a broadcast marker, from `sender`: how
+/// many of the group's frames `g` got before the marker (frames from one
+/// vif arrive in order, so none of them is still on the way).
+fn group_frames_before_marker(sender: &mut Guest, g: &mut Guest, group: [u8; 6], n: u8) -> usize {
+    let smac = sender.mac;
+    for t in 0..n {
+        send(sender, Packet::new(eth(group, smac, 0x88b5, &[t; 60])));
+    }
+    let marker = eth([0xff; 6], smac, 0x88b5, &[0xcc; 60]);
+    send(sender, Packet::new(marker.clone()));
+    let mut got = Vec::new();
+    wait_for("the broadcast marker", || {
+        let _ = receive(sender);
+        got.extend(receive(g));
+        got.iter().any(|p| p.data == marker)
+    });
+    let end = got.iter().position(|p| p.data == marker).unwrap();
+    got[..end].iter().filter(|p| p.data[..6] == group).count()
+}
+
+/// Waits until the backend filters `g`'s multicast (`Some` groups) or not.
+fn wait_filtering(
+    hv: &Arc<Hypervisor>,
+    drv: DomId,
+    id: DomId,
+    sender: &mut Guest,
+    g: &mut Guest,
+    on: bool,
+) {
+    let smac = sender.mac;
+    wait_for("the backend to take request-multicast-control", || {
+        // Broadcasts touch every vif, so its filter shows in its stats.
+        send(
+            sender,
+            Packet::new(eth([0xff; 6], smac, 0x88b5, &[0xaa; 60])),
+        );
+        let _ = receive(sender);
+        let _ = receive(g);
+        stats(hv, drv, id)["mcast_groups"].is_u64() == on
+    });
+}
+
+#[test]
+fn more_groups_than_the_filter_holds_turn_filtering_off_until_fewer() {
+    let World {
+        hv,
+        drv_id,
+        ids,
+        mut guests,
+        driver,
+        ..
+    } = world_set(&["sender", "member"], |_, _| {});
+    let mut member = guests.pop().unwrap();
+    let mut sender = guests.pop().unwrap();
+    let node = format!(
+        "/local/domain/{}/device/vif/0/request-multicast-control",
+        ids[1]
+    );
+    // One group: told first, filtering asked for on the next round.
+    assert!(member
+        .nf
+        .sync_multicast(&mut member.hv, &[GROUP], true)
+        .unwrap());
+    assert_eq!(store_read(&hv, &node), None);
+    assert!(member
+        .nf
+        .sync_multicast(&mut member.hv, &[GROUP], true)
+        .unwrap());
+    assert_eq!(store_read(&hv, &node).as_deref(), Some("1"));
+    wait_filtering(&hv, drv_id, ids[1], &mut sender, &mut member, true);
+    let past: [u8; 6] = [0x01, 0x00, 0x5e, 0x7f, 0, 0x40];
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, past, 5),
+        0
+    );
+    // 65 groups, the 65th `past`: no filtering, so its frames come.
+    let many: Vec<[u8; 6]> = (0..=net::mcast::MCAST_MAX as u8)
+        .map(|i| [0x01, 0x00, 0x5e, 0x7f, 0, i])
+        .collect();
+    assert_eq!(many.len(), net::mcast::MCAST_MAX + 1);
+    assert!(member
+        .nf
+        .sync_multicast(&mut member.hv, &many, true)
+        .unwrap());
+    assert_eq!(store_read(&hv, &node).as_deref(), Some("0"));
+    wait_filtering(&hv, drv_id, ids[1], &mut sender, &mut member, false);
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, past, 5),
+        5
+    );
+    // Back under the limit: filtering again, once the groups are told.
+    while !member
+        .nf
+        .sync_multicast(&mut member.hv, &[GROUP], true)
+        .unwrap()
+    {}
+    member
+        .nf
+        .sync_multicast(&mut member.hv, &[GROUP], true)
+        .unwrap();
+    assert_eq!(store_read(&hv, &node).as_deref(), Some("1"));
+    wait_filtering(&hv, drv_id, ids[1], &mut sender, &mut member, true);
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, past, 5),
+        0
+    );
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, GROUP, 5),
+        5
+    );
     assert_eq!(counter(&hv, drv_id, ids[1], "mcast_refused"), 0);
     hv.shutdown();
     driver.join().unwrap();
