@@ -8,12 +8,17 @@
 //!   for UDP 68 → 67;
 //! - ARP: the sender protocol address (`0.0.0.0`, an address probe of
 //!   RFC 5227, claims nothing and is allowed);
-//! - IPv6: the source address; `::` (duplicate address detection) and the
-//!   link-local prefix fe80::/10 are allowed, so neighbour discovery works;
+//! - IPv6: the source address, one of `ip` or the vif's own link-local
+//!   address, the EUI-64 one its MAC gives (RFC 4291 §2.5.1, appendix A);
+//!   `::` only for ICMPv6 (duplicate address detection's solicitations and
+//!   MLD reports, RFC 4862 §5.4 and RFC 3810 §5.2.13);
 //! - neighbour discovery: the target of an advertisement, and of a
 //!   solicitation sent from `::` (a DAD probe claims its target), must be
-//!   the vif's or link-local. A solicitation from an address asks about
+//!   the vif's likewise. A solicitation from an address asks about
 //!   someone else's target and claims nothing about it.
+//!
+//! A guest whose kernel makes other link-local addresses (stable-privacy
+//! ones, RFC 7217) must list them in `ip`.
 //!
 //! Other ethertypes carry no address and pass. Up to two 802.1Q tags are
 //! looked through. A header cut short (by the frame or by the header copy)
@@ -44,6 +49,8 @@ pub type Spoof = &'static str;
 pub struct IpFilter {
     v4: Vec<[u8; 4]>,
     v6: Vec<[u8; 16]>,
+    /// The vif's EUI-64 link-local address ([`IpFilter::with_mac`]).
+    link_local: Option<[u8; 16]>,
 }
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
@@ -54,8 +61,17 @@ fn arr<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
     b.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
-fn link_local(a: &[u8; 16]) -> bool {
-    a[0] == 0xfe && a[1] & 0xc0 == 0x80
+/// The link-local address a MAC gives by EUI-64 (RFC 4291 appendix A):
+/// fe80::/64, then the MAC with its universal/local bit flipped and
+/// ff:fe between its halves.
+pub fn eui64_link_local(mac: [u8; 6]) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..2].copy_from_slice(&[0xfe, 0x80]);
+    a[8..11].copy_from_slice(&mac[..3]);
+    a[8] ^= 0x02;
+    a[11..13].copy_from_slice(&[0xff, 0xfe]);
+    a[13..].copy_from_slice(&mac[3..]);
+    a
 }
 
 impl IpFilter {
@@ -84,8 +100,17 @@ impl IpFilter {
         self.v4.contains(a)
     }
 
+    /// The same filter, allowing also the link-local address `mac` gives
+    /// ([`eui64_link_local`]): the vif's MAC, from its backend `mac` node.
+    pub fn with_mac(self, mac: [u8; 6]) -> IpFilter {
+        IpFilter {
+            link_local: Some(eui64_link_local(mac)),
+            ..self
+        }
+    }
+
     fn has6(&self, a: &[u8; 16]) -> bool {
-        self.v6.contains(a)
+        self.v6.contains(a) || self.link_local.as_ref() == Some(a)
     }
 
     /// Checks one frame (its first bytes at least: netback's header copy).
@@ -148,14 +173,17 @@ impl IpFilter {
     fn check_ipv6(&self, ip: &[u8]) -> Result<(), Spoof> {
         let src: [u8; 16] = arr(ip, 8).ok_or("truncated_ipv6")?;
         let unspecified = src == [0; 16];
-        if !(unspecified || link_local(&src) || self.has6(&src)) {
+        if !(unspecified || self.has6(&src)) {
             return Err("ipv6_source");
         }
         let Some((proto, at)) = upper_layer(ip) else {
             return Err("truncated_ipv6");
         };
         if proto != IPPROTO_ICMPV6 {
-            return Ok(());
+            return match unspecified {
+                true => Err("ipv6_unspecified_source"),
+                false => Ok(()),
+            };
         }
         let Some(&kind) = ip.get(at) else {
             return Err("truncated_icmpv6");
@@ -165,7 +193,7 @@ impl IpFilter {
             return Ok(());
         }
         let target: [u8; 16] = arr(ip, at + 8).ok_or("truncated_nd")?;
-        if link_local(&target) || self.has6(&target) {
+        if self.has6(&target) {
             Ok(())
         } else {
             Err("nd_target")
@@ -256,8 +284,13 @@ mod tests {
         m
     }
 
+    /// The link-local address EUI-64 makes of `MAC`.
+    const OWN_LL: &str = "fe80::216:3eff:fe00:1";
+
     fn filter() -> IpFilter {
-        IpFilter::parse("10.0.0.5 2001:db8::5").unwrap()
+        IpFilter::parse("10.0.0.5 2001:db8::5")
+            .unwrap()
+            .with_mac(MAC)
     }
 
     #[test]
@@ -308,8 +341,23 @@ mod tests {
     fn ipv6_source_own_link_local_or_unspecified() {
         let f = filter();
         assert_eq!(f.check(&ipv6("2001:db8::5", 6, &[0; 20])), Ok(()));
-        assert_eq!(f.check(&ipv6("fe80::1", 6, &[0; 20])), Ok(()));
-        assert_eq!(f.check(&ipv6("::", 17, &[0; 8])), Ok(()));
+        assert_eq!(f.check(&ipv6(OWN_LL, 6, &[0; 20])), Ok(()));
+        assert_eq!(v6(OWN_LL), eui64_link_local(MAC));
+        // Another guest's link-local, or any without the vif's MAC.
+        let other = "fe80::216:3eff:fe00:2";
+        assert_eq!(f.check(&ipv6(other, 6, &[0; 20])), Err("ipv6_source"));
+        let no_mac = IpFilter::parse("2001:db8::5").unwrap();
+        assert_eq!(no_mac.check(&ipv6(OWN_LL, 6, &[0; 20])), Err("ipv6_source"));
+        // One listed in `ip` is the vif's.
+        let listed = IpFilter::parse(other).unwrap();
+        assert_eq!(listed.check(&ipv6(other, 6, &[0; 20])), Ok(()));
+        // `::`: ICMPv6 (a DAD probe for an own address) only.
+        assert_eq!(
+            f.check(&ipv6("::", 17, &[0; 8])),
+            Err("ipv6_unspecified_source")
+        );
+        let dad = ipv6("::", IPPROTO_ICMPV6, &nd(ND_SOLICIT, OWN_LL));
+        assert_eq!(f.check(&dad), Ok(()));
         assert_eq!(
             f.check(&ipv6("2001:db8::6", 6, &[0; 20])),
             Err("ipv6_source")
@@ -319,9 +367,12 @@ mod tests {
     #[test]
     fn neighbour_advertisements_may_claim_only_own_or_link_local_targets() {
         let f = filter();
-        let na = |t| ipv6("fe80::1", IPPROTO_ICMPV6, &nd(ND_ADVERT, t));
+        let na = |t| ipv6(OWN_LL, IPPROTO_ICMPV6, &nd(ND_ADVERT, t));
         assert_eq!(f.check(&na("2001:db8::5")), Ok(()));
-        assert_eq!(f.check(&na("fe80::1")), Ok(()));
+        assert_eq!(f.check(&na(OWN_LL)), Ok(()));
+        assert_eq!(f.check(&na("fe80::216:3eff:fe00:2")), Err("nd_target"));
+        let dad = ipv6("::", IPPROTO_ICMPV6, &nd(ND_SOLICIT, "fe80::2"));
+        assert_eq!(f.check(&dad), Err("nd_target"));
         assert_eq!(f.check(&na("2001:db8::6")), Err("nd_target"));
         // A DAD probe claims its target; a solicitation from an address asks.
         let dad = ipv6("::", IPPROTO_ICMPV6, &nd(ND_SOLICIT, "2001:db8::6"));
@@ -339,10 +390,10 @@ mod tests {
         let f = filter();
         let mut p = vec![IPPROTO_ICMPV6, 0, 1, 4, 0, 0, 0, 0]; // hop-by-hop, 8 bytes
         p.extend(nd(ND_ADVERT, "2001:db8::6"));
-        assert_eq!(f.check(&ipv6("fe80::1", 0, &p)), Err("nd_target"));
+        assert_eq!(f.check(&ipv6(OWN_LL, 0, &p)), Err("nd_target"));
         // A hop-by-hop header claiming more bytes than there are.
         let long = [IPPROTO_ICMPV6, 200, 0, 0, 0, 0, 0, 0];
-        assert_eq!(f.check(&ipv6("fe80::1", 0, &long)), Err("truncated_icmpv6"));
+        assert_eq!(f.check(&ipv6(OWN_LL, 0, &long)), Err("truncated_icmpv6"));
     }
 
     #[test]
@@ -367,7 +418,7 @@ mod tests {
             ipv4([10, 0, 0, 5], 6, &[0; 20]),
             ipv4([0; 4], 17, &[0, 68, 0, 67, 0, 0, 0, 0]),
             arp([10, 0, 0, 5]),
-            ipv6("fe80::1", IPPROTO_ICMPV6, &nd(ND_ADVERT, "fe80::1")),
+            ipv6(OWN_LL, IPPROTO_ICMPV6, &nd(ND_ADVERT, OWN_LL)),
         ];
         for full in &frames {
             assert_eq!(f.check(full), Ok(()));

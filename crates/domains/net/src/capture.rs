@@ -288,13 +288,13 @@ impl Taps {
 impl Tap {
     /// Sends one record without blocking; a full queue drops it (counted).
     fn record(&mut self, out: bool, f: &FrameRef<'_>) {
-        let caplen = f.len.min(self.spec.snaplen);
+        let caplen = f.wire_len().min(self.spec.snaplen);
         let ts_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let hdr = RecordHeader {
             ts_ns,
-            orig_len: u32::try_from(f.len).unwrap_or(u32::MAX),
+            orig_len: u32::try_from(f.wire_len()).unwrap_or(u32::MAX),
             out,
             dropped: self.dropped,
         };
@@ -302,7 +302,7 @@ impl Tap {
         if let Ok(h) = <&mut [u8; RECORD_HEADER]>::try_from(h) {
             hdr.encode(h);
         }
-        f.copy_out(0, &mut data[..caplen]);
+        f.copy_wire(&mut data[..caplen]);
         match self.sock.try_send(&self.buf[..RECORD_HEADER + caplen], &[]) {
             Ok(true) => {}
             Ok(false) => self.dropped += 1,

@@ -1152,11 +1152,12 @@ impl Scratch {
         }
     }
 
-    /// Frame `f` as scratch slot `alt` rewrote it, or as it is.
+    /// Frame `f` as scratch slot `alt` rewrote it, or as it is (a tag the
+    /// kernel took off stays off: it leaves untagged).
     fn frame<'a>(&'a self, f: &FrameRef<'a>, alt: Option<usize>) -> FrameRef<'a> {
         match alt {
             Some(s) => self.made[s].frame(f, &self.bufs[s]),
-            None => *f,
+            None => FrameRef { vlan: None, ..*f },
         }
     }
 }
@@ -1197,7 +1198,7 @@ fn forward(
     let (mut n, mut used, mut tagged) = (0, 0, 0);
     let tapping = !fx.taps.is_empty();
     for (k, f) in frames.iter().enumerate() {
-        let inr = match from.classify(f.head) {
+        let inr = match from.classify_frame(f) {
             Ok(i) => i,
             Err("runt") => {
                 fx.bridge.counters.malformed += 1;
@@ -1230,26 +1231,26 @@ fn forward(
             let Some(to) = to.filter(|a| a.member(inr.seg)) else {
                 continue;
             };
-            let slot = if to.tags(inr.seg) == inr.tagged {
-                None
-            } else {
-                let made = *alt.get_or_insert_with(|| {
-                    let tag = (!inr.tagged).then_some(vlan::tag_of(inr.seg.vlan));
-                    match vlan::retag(f, tag, &mut fx.scratch.bufs[used]) {
-                        Ok(r) => {
-                            fx.scratch.made[used] = r;
-                            used += 1;
-                            Some(used - 1)
+            let slot = match to.rewrite(f, inr) {
+                None => None,
+                Some(tag) => {
+                    let made = *alt.get_or_insert_with(|| {
+                        match vlan::retag(f, tag, &mut fx.scratch.bufs[used]) {
+                            Ok(r) => {
+                                fx.scratch.made[used] = r;
+                                used += 1;
+                                Some(used - 1)
+                            }
+                            Err(_) => {
+                                fx.bridge.counters.vlan_dropped += 1;
+                                None
+                            }
                         }
-                        Err(_) => {
-                            fx.bridge.counters.vlan_dropped += 1;
-                            None
-                        }
+                    });
+                    match made {
+                        Some(s) => Some(s),
+                        None => continue,
                     }
-                });
-                match made {
-                    Some(s) => Some(s),
-                    None => continue,
                 }
             };
             let g = fx.scratch.frame(f, slot);
@@ -1516,15 +1517,29 @@ mod tests {
             (DEFAULT_BRIDGE, Mode::Access(0)),
             (b1, Mode::Trunk),
         ];
-        let mut ports = Ports::new("/t", true);
-        let mut sent = Vec::new();
-        for (j, (bridge, mode)) in modes.into_iter().enumerate() {
+        let mut r = Rig {
+            bridge,
+            ports: Ports::new("/t", true),
+            taps: Taps::default(),
+            scratch: Scratch::new(),
+            sent: Vec::new(),
+        };
+        for (bridge, mode) in modes {
+            r.add(Attach { bridge, mode });
+        }
+        r
+    }
+
+    impl Rig {
+        /// Adds a port that keeps what it is sent.
+        fn add(&mut self, attach: Attach) {
+            let j = self.sent.len();
             let s = Sent::default();
-            sent.push(s.clone());
-            ports.list.push(PortSlot {
+            self.sent.push(s.clone());
+            self.ports.list.push(PortSlot {
                 name: format!("p{j}"),
                 kind: PortKind::Uplink,
-                attach: Attach { bridge, mode },
+                attach,
                 port: Some(Box::new(Fake {
                     name: format!("p{j}"),
                     fd: std::fs::File::open("/dev/null").unwrap(),
@@ -1537,16 +1552,7 @@ mod tests {
                 group_dropped: 0,
             });
         }
-        Rig {
-            bridge,
-            ports,
-            taps: Taps::default(),
-            scratch: Scratch::new(),
-            sent,
-        }
-    }
 
-    impl Rig {
         /// Forwards `frames` arriving on port `j`; what each port was sent.
         fn send(&mut self, j: usize, frames: &[FrameRef<'_>]) -> Vec<Vec<(Vec<u8>, Csum)>> {
             let from = self.ports.list[j].attach;
@@ -1732,6 +1738,60 @@ mod tests {
         let to_m = tagged(&tcp(M, N).data, 20);
         let out = r.send(T0, &[FrameRef::private(&to_m, Csum::Unknown, None)]);
         assert_eq!(only(&out, A20).len(), 1);
+        assert_eq!(r.bridge.counters.vlan_dropped, 0);
+    }
+
+    #[test]
+    fn full_size_frames_whose_tag_the_kernel_took_off_reach_their_vlan() {
+        let mut r = rig();
+        let mut p = Packet::new(tcp4(&[5; 1500]));
+        p.data[..6].copy_from_slice(&BCAST);
+        p.data[6..12].copy_from_slice(&N);
+        checksum_setup(&mut p, true).unwrap();
+        let mut gso = Packet::new(tcp4(&[6; 30000]));
+        gso.data[..6].copy_from_slice(&BCAST);
+        gso.data[6..12].copy_from_slice(&N);
+        checksum_setup(&mut gso, true).unwrap();
+        let tso = Some(crate::packet::Gso {
+            kind: crate::packet::GsoKind::TcpV4,
+            size: 1448,
+            ecn: false,
+        });
+        fn kernel(f: &Packet, gso: Option<crate::packet::Gso>, tci: u16) -> FrameRef<'_> {
+            FrameRef {
+                vlan: Some(vlan::VlanTag {
+                    tpid: vlan::TPID,
+                    tci,
+                }),
+                ..FrameRef::private(&f.data, f.csum, gso)
+            }
+        }
+        // To an access port: as the kernel gave it, nothing rewritten; a
+        // priority-tagged frame (VID 0) to the untagged port likewise.
+        for (f, g, tci, to) in [
+            (&p, None, 20, A20),
+            (&p, None, 0xa000 | 20, A20),
+            (&gso, tso, 20, A20),
+            (&p, None, 0x6000, X0),
+        ] {
+            let out = r.send(T0, &[kernel(f, g, tci)]);
+            assert_eq!(only(&out, to), [(f.data.clone(), f.csum)], "tci {tci:#x}");
+        }
+        // Trunk to trunk: the tag goes back in once, priority and all.
+        r.add(Attach {
+            bridge: DEFAULT_BRIDGE,
+            mode: Mode::Trunk,
+        });
+        let Csum::Partial { start, offset } = p.csum else {
+            panic!("partial")
+        };
+        let moved = Csum::Partial {
+            start: start + 4,
+            offset,
+        };
+        let out = r.send(T0, &[kernel(&p, None, 0xa000 | 10)]);
+        assert_eq!(out[A10], [(p.data.clone(), p.csum)]);
+        assert_eq!(out[5], [(tagged(&p.data, 0xa000 | 10), moved)]);
         assert_eq!(r.bridge.counters.vlan_dropped, 0);
     }
 

@@ -201,7 +201,7 @@ pub struct Netfront {
     ring_refs: [u32; 2],
     /// The multicast groups the backend was told the guest joined.
     mcast_joined: Vec<[u8; 6]>,
-    /// `request-multicast-control` was written.
+    /// `request-multicast-control` was written 1 (and not 0 since).
     mcast_requested: bool,
 }
 
@@ -774,10 +774,11 @@ impl Netfront {
     /// (`feature-multicast-control`): an MCAST_DEL extra for each group
     /// left, an MCAST_ADD for each joined, each on a request of its own
     /// that carries no frame. A request that finds no room waits for the
-    /// next call. Nothing happens if the backend does not filter.
-    pub fn set_multicast(&mut self, hv: &mut HvClient, groups: &[[u8; 6]]) -> Result<()> {
+    /// next call. Nothing happens if the backend does not filter. Whether
+    /// a change was sent.
+    pub fn set_multicast(&mut self, hv: &mut HvClient, groups: &[[u8; 6]]) -> Result<bool> {
         if !self.info.multicast || !self.connected {
-            return Ok(());
+            return Ok(false);
         }
         let mut sent = false;
         let mut i = 0;
@@ -805,21 +806,49 @@ impl Netfront {
         if sent {
             self.flush()?;
         }
-        Ok(())
+        Ok(sent)
     }
 
-    /// Asks the backend to filter multicast (`request-multicast-control`,
-    /// which a backend with `feature-dynamic-multicast-control` takes at
-    /// any time). Asked once the groups are known, so a group the guest
-    /// joined is never filtered out on the way.
-    pub fn request_multicast_control(&mut self, hv: &mut HvClient) -> Result<()> {
-        if !self.info.multicast || self.mcast_requested {
+    /// Asks the backend to filter multicast, or (`on` false) to stop
+    /// (`request-multicast-control`, which a backend with
+    /// `feature-dynamic-multicast-control` takes at any time). Asked once
+    /// the groups are known, so a group the guest joined is never
+    /// filtered out on the way. Written only when it changes.
+    pub fn request_multicast_control(&mut self, hv: &mut HvClient, on: bool) -> Result<()> {
+        if !self.info.multicast || self.mcast_requested == on {
             return Ok(());
         }
         let node = format!("{}/{}", self.info.dev, keys::REQUEST_MULTICAST_CONTROL);
-        hv.store_write(&node, "1")?;
-        self.mcast_requested = true;
+        hv.store_write(&node, if on { "1" } else { "0" })?;
+        self.mcast_requested = on;
         Ok(())
+    }
+
+    /// Brings the backend's filter in line with the guest's `groups`
+    /// ([`Netfront::set_multicast`]) and, with `may_filter`, asks for
+    /// filtering once every group is told in an earlier call (so the
+    /// backend has taken them before it filters). More groups than the backend's
+    /// filter holds ([`crate::mcast::MCAST_MAX`], as Linux netback's)
+    /// turn filtering off, so every multicast frame comes, until they are
+    /// fewer again. Whether the backend knows every group (or filtering
+    /// is off for good reason).
+    pub fn sync_multicast(
+        &mut self,
+        hv: &mut HvClient,
+        groups: &[[u8; 6]],
+        may_filter: bool,
+    ) -> Result<bool> {
+        if groups.len() > crate::mcast::MCAST_MAX {
+            self.request_multicast_control(hv, false)?;
+            return Ok(true);
+        }
+        let sent = self.set_multicast(hv, groups)?;
+        let told = &self.mcast_joined;
+        let all = told.len() == groups.len() && groups.iter().all(|g| told.contains(g));
+        if may_filter && all && !sent {
+            self.request_multicast_control(hv, true)?;
+        }
+        Ok(all)
     }
 
     /// The groups the backend was told of.
@@ -1313,7 +1342,8 @@ impl Netfront {
 
 /// The link-layer groups interface `ifname` has joined, from the text of
 /// `/proc/net/dev_mcast` (index, name, users, global use, address in hex),
-/// at most [`crate::mcast::MCAST_MAX`] of them.
+/// all of them (past [`crate::mcast::MCAST_MAX`], the guest takes every
+/// multicast frame: [`Netfront::sync_multicast`]).
 pub fn dev_mcast_groups(table: &str, ifname: &str) -> Vec<[u8; 6]> {
     let mut out = Vec::new();
     for line in table.lines() {
@@ -1331,7 +1361,7 @@ pub fn dev_mcast_groups(table: &str, ifname: &str) -> Vec<[u8; 6]> {
                 .map(|v| *b = v)
                 .is_some()
         });
-        if ok && !out.contains(&a) && out.len() < crate::mcast::MCAST_MAX {
+        if ok && !out.contains(&a) {
             out.push(a);
         }
     }
@@ -1389,6 +1419,12 @@ impl TapNetfront {
             "txqueuelen",
             &qlen,
         ])?;
+        // The link-local address the kernel makes on up is the EUI-64 one
+        // of the MAC (not a stable-privacy one, RFC 7217, whatever the
+        // namespace's defaults): netback's `ip=` check allows that one.
+        // Without IPv6 on the device there is none to make, so a refusal
+        // here is no error.
+        let _ = run_ip(&["link", "set", ifname, "addrgenmode", "eui64"]);
         run_ip(&["link", "set", ifname, "up"])?;
         let home = format!("/local/domain/{}/splitnet", hv.domid());
         for key in ["ipv4", "ipv6"] {
@@ -1463,15 +1499,10 @@ impl TapNetfront {
         };
         let table = std::fs::read_to_string("/proc/net/dev_mcast")?;
         let groups = dev_mcast_groups(&table, self.tap.name());
-        nf.set_multicast(hv, &groups)?;
-        let told = nf.multicast_groups();
-        if told.len() != groups.len() || !groups.iter().all(|g| told.contains(g)) {
+        self.upkeep_rounds = self.upkeep_rounds.saturating_add(1);
+        if !nf.sync_multicast(hv, &groups, self.upkeep_rounds >= 2)? {
             // The TX ring had no room for every change: soon, not in 2 s.
             self.recheck_at = Some(Instant::now() + RECHECK_AFTER);
-        }
-        self.upkeep_rounds = self.upkeep_rounds.saturating_add(1);
-        if self.upkeep_rounds >= 2 {
-            nf.request_multicast_control(hv)?;
         }
         Ok(())
     }
@@ -1675,5 +1706,11 @@ mod tests {
             vec![[0x33, 0x33, 0, 0, 0, 1], [0x01, 0x00, 0x5e, 0, 0, 1]]
         );
         assert!(dev_mcast_groups(table, "eth1").is_empty());
+        // Past the backend's filter size every group still counts: the
+        // frontend then turns filtering off.
+        let many: String = (0..100)
+            .map(|i| format!("4 eth0 1 0 01005e0000{i:02x}\n"))
+            .collect();
+        assert_eq!(dev_mcast_groups(&many, "eth0").len(), 100);
     }
 }

@@ -617,6 +617,11 @@ pub struct FrameRef<'a> {
     pub len: usize,
     pub csum: Csum,
     pub gso: Option<Gso>,
+    /// The 802.1Q tag the frame had on the wire, which the receiving
+    /// kernel took off and reported apart (`PACKET_AUXDATA`, packet(7)): it
+    /// is not in the bytes above. The bridge classifies by it and puts it
+    /// back only where the frame leaves tagged ([`crate::vlan`]).
+    pub vlan: Option<sys::VlanTag>,
 }
 
 impl<'a> FrameRef<'a> {
@@ -630,6 +635,7 @@ impl<'a> FrameRef<'a> {
             len: data.len(),
             csum,
             gso,
+            vlan: None,
         }
     }
 
@@ -657,6 +663,29 @@ impl<'a> FrameRef<'a> {
                 m.read_bytes(off, &mut dst[done..done + n])
             }
         });
+    }
+
+    /// The frame's length on the wire: with a tag the kernel took off.
+    pub fn wire_len(&self) -> usize {
+        self.len + if self.vlan.is_some() { 4 } else { 0 }
+    }
+
+    /// Copies the frame's first `dst.len()` bytes as they were on the wire
+    /// (a tag the kernel took off back after the MACs) into `dst`.
+    pub fn copy_wire(&self, dst: &mut [u8]) {
+        let Some(tag) = self.vlan else {
+            return self.copy_out(0, dst);
+        };
+        let macs = dst.len().min(12);
+        self.copy_out(0, &mut dst[..macs]);
+        let mut t = [0u8; 4];
+        t[..2].copy_from_slice(&tag.tpid.to_be_bytes());
+        t[2..].copy_from_slice(&tag.tci.to_be_bytes());
+        let n = (dst.len() - macs).min(4);
+        dst[macs..macs + n].copy_from_slice(&t[..n]);
+        if dst.len() > 16 {
+            self.copy_out(12, &mut dst[16..]);
+        }
     }
 
     /// Copies `len` bytes of the frame from `at` into `dst` at `dst_off`: the
@@ -739,6 +768,7 @@ mod frame_ref_tests {
             len: 11,
             csum: Csum::Unknown,
             gso: None,
+            vlan: None,
         };
         // The guest's grant put its buffer at the mapping's last bytes.
         assert_eq!(

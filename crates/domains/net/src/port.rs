@@ -182,21 +182,26 @@ impl Port for PacketPort {
                     continue;
                 };
                 let whole = FrameRef::private(frame, csum, gso);
-                // The kernel took the VLAN tag off; the bridge sees the
-                // frame as it was on the wire.
-                let tagged = match self.batch.tag(i) {
-                    None => None,
-                    Some(tag) => match vlan::retag(&whole, Some(tag), &mut self.retag) {
-                        Ok(r) => Some(r),
-                        Err(_) => {
-                            self.counters.rx_errors += 1;
-                            continue;
+                // The kernel took the VLAN tag off: an 802.1Q tag travels
+                // beside the frame (the bridge puts it back only where the
+                // frame leaves tagged); any other is put back now, so the
+                // bridge sees that frame as it was on the wire.
+                let tag = self.batch.tag(i);
+                let tagged = match tag {
+                    Some(t) if t.tpid != vlan::TPID => {
+                        match vlan::retag(&whole, Some(t), &mut self.retag) {
+                            Ok(r) => Some(r),
+                            Err(_) => {
+                                self.counters.rx_errors += 1;
+                                continue;
+                            }
                         }
-                    },
+                    }
+                    _ => None,
                 };
                 let frame = match &tagged {
                     Some(r) => r.frame(&whole, &self.retag[..]),
-                    None => whole,
+                    None => FrameRef { vlan: tag, ..whole },
                 };
                 self.counters.rx_packets += 1;
                 self.counters.rx_bytes += frame.len as u64;

@@ -60,6 +60,16 @@ pub struct Ingress {
 }
 
 impl Attach {
+    /// The segment of frame `f` arriving here, by the tag the kernel took
+    /// off it (`f.vlan`) or else by its bytes ([`Attach::classify`]).
+    pub fn classify_frame(&self, f: &FrameRef<'_>) -> Result<Ingress, &'static str> {
+        match f.vlan {
+            None => self.classify(f.head),
+            Some(_) if f.head.len() < MACS + 2 => Err("runt"),
+            Some(tag) => self.tagged(tag.tci),
+        }
+    }
+
     /// The segment of a frame whose first bytes are `head`, arriving here;
     /// the reason it is dropped otherwise: a tagged frame on an access port
     /// (`vlan_tagged`), the reserved VID 4095 (`vlan_reserved`), or a tag
@@ -72,25 +82,34 @@ impl Attach {
         let Some(ethertype) = be16(MACS) else {
             return Err("runt");
         };
-        let untagged = |vlan| Ingress {
-            seg: Segment {
-                bridge: self.bridge,
-                vlan,
-            },
-            tagged: false,
-        };
         if ethertype != TPID {
-            return Ok(untagged(match self.mode {
+            let vlan = match self.mode {
                 Mode::Access(v) => v,
                 Mode::Trunk => 0,
-            }));
+            };
+            return Ok(Ingress {
+                seg: Segment {
+                    bridge: self.bridge,
+                    vlan,
+                },
+                tagged: false,
+            });
         }
+        let (Some(tci), true) = (be16(MACS + 2), head.len() >= MACS + TAG_LEN + 2) else {
+            return Err(if self.mode == Mode::Trunk {
+                "runt"
+            } else {
+                "vlan_tagged"
+            });
+        };
+        self.tagged(tci)
+    }
+
+    /// The segment of a frame tagged `tci` arriving here.
+    fn tagged(&self, tci: u16) -> Result<Ingress, &'static str> {
         if self.mode != Mode::Trunk {
             return Err("vlan_tagged");
         }
-        let (Some(tci), true) = (be16(MACS + 2), head.len() >= MACS + TAG_LEN + 2) else {
-            return Err("runt");
-        };
         let vlan = tci & 0x0fff;
         if vlan > VID_MAX {
             return Err("vlan_reserved");
@@ -102,6 +121,18 @@ impl Attach {
             },
             tagged: true,
         })
+    }
+
+    /// How frame `f` (`inr` as classified) must be rewritten to leave
+    /// through this port: `None`, not at all; `Some(tag)`, by [`retag`]
+    /// with `tag`. A tag the kernel took off is put back only here, where
+    /// the frame leaves tagged, and with its priority bits.
+    pub fn rewrite(&self, f: &FrameRef<'_>, inr: Ingress) -> Option<Option<VlanTag>> {
+        let in_bytes = inr.tagged && f.vlan.is_none();
+        if self.tags(inr.seg) == in_bytes {
+            return None;
+        }
+        Some((!in_bytes).then(|| f.vlan.unwrap_or(tag_of(inr.seg.vlan))))
     }
 
     /// Whether frames of `s` may leave through this port.
@@ -141,6 +172,7 @@ impl Retagged {
             len: self.len,
             csum: self.csum,
             gso: f.gso,
+            vlan: None,
         }
     }
 }
@@ -297,6 +329,35 @@ mod tests {
             mode: Mode::Access(v),
         }
     }
+    #[test]
+    fn a_tag_the_kernel_took_off_classifies_and_goes_back_only_to_trunks() {
+        let f = tcp4(&[3; 1500]);
+        let prio = VlanTag {
+            tpid: TPID,
+            tci: 0xa000 | 10,
+        };
+        let k = FrameRef {
+            vlan: Some(prio),
+            ..FrameRef::private(&f, Csum::Unknown, None)
+        };
+        let inr = trunk().classify_frame(&k).unwrap();
+        assert_eq!((inr.seg, inr.tagged), (seg(10), true));
+        assert_eq!(access(10).rewrite(&k, inr), None);
+        assert_eq!(trunk().rewrite(&k, inr), Some(Some(prio)));
+        assert_eq!(access(10).classify_frame(&k), Err("vlan_tagged"));
+        // The same frame with its tag in its bytes: stripped for access.
+        let t = tagged(&f, 10);
+        let b = FrameRef::private(&t, Csum::Unknown, None);
+        let inr = trunk().classify_frame(&b).unwrap();
+        assert_eq!(access(10).rewrite(&b, inr), Some(None));
+        assert_eq!(trunk().rewrite(&b, inr), None);
+        let short = FrameRef {
+            vlan: Some(prio),
+            ..FrameRef::private(&f[..13], Csum::Unknown, None)
+        };
+        assert_eq!(trunk().classify_frame(&short), Err("runt"));
+    }
+
     fn seg(vlan: u16) -> Segment {
         Segment { bridge: BR, vlan }
     }
@@ -422,6 +483,7 @@ mod tests {
             len: data.len(),
             csum,
             gso,
+            vlan: None,
         };
         let mut buf = [0u8; RETAG_HEAD];
         let t = retag(&f, Some(tag_of(4094)), &mut buf).unwrap();

@@ -68,15 +68,15 @@ fn arp(g: &Guest, ip: [u8; 4], tag: u8) -> Packet {
     Packet::new(eth([0xff; 6], g.mac, 0x0806, &a))
 }
 
-/// A (solicited, so unicast) neighbour advertisement to `dst` from a
-/// link-local address claiming `target`.
+/// A (solicited, so unicast) neighbour advertisement to `dst` from `g`'s
+/// own (EUI-64) link-local address claiming `target`.
 fn na(g: &Guest, dst: [u8; 6], target: std::net::Ipv6Addr, tag: u8) -> Packet {
     let mut icmp = vec![136, tag, 0, 0, 0x20, 0, 0, 0];
     icmp.extend_from_slice(&target.octets());
     let mut ip = vec![0x60, 0, 0, 0];
     ip.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
     ip.extend_from_slice(&[58, 255]);
-    ip.extend_from_slice(&"fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    ip.extend_from_slice(&net::antispoof::eui64_link_local(g.mac));
     ip.extend_from_slice(&"ff02::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
     ip.extend_from_slice(&icmp);
     Packet::new(eth(dst, g.mac, 0x86dd, &ip))
@@ -115,6 +115,8 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
     let mut b = guests.pop().unwrap();
     let mut a = guests.pop().unwrap();
     let v6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+    let a_link_local = net::antispoof::eui64_link_local(a.mac);
+    let b_link_local = net::antispoof::eui64_link_local(b.mac);
     // Tags: good frames even, spoofed ones odd.
     let frames = [
         (udp4(&a, b.mac, [10, 0, 0, 1], false, 0), true),
@@ -125,11 +127,14 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
         (arp(&a, [10, 0, 0, 2], 5), false),
         (na(&a, b.mac, v6("2001:db8::1"), 6), true),
         (na(&a, b.mac, v6("2001:db8::2"), 7), false),
+        // b's link-local address is b's to claim.
+        (na(&a, b.mac, b_link_local.into(), 9), false),
+        (na(&a, b.mac, a_link_local.into(), 10), true),
     ];
     for (p, _) in frames.iter().cloned() {
         send(&mut a, p);
     }
-    let (good, bad) = (4usize, 4u64);
+    let (good, bad) = (5usize, 5u64);
     let mut got = Vec::new();
     wait_for("the good frames, and the spoofed ones counted", || {
         got.extend(
@@ -361,7 +366,7 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
     assert!(member.nf.info.multicast);
     member.nf.set_multicast(&mut member.hv, &[GROUP]).unwrap();
     for g in [&mut member, &mut other] {
-        g.nf.request_multicast_control(&mut g.hv).unwrap();
+        g.nf.request_multicast_control(&mut g.hv, true).unwrap();
     }
     for &g in &ids[1..] {
         let fe = format!("/local/domain/{g}/device/vif/0/request-multicast-control");
@@ -416,15 +421,136 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
         at_other.iter().all(|p| p.data[..6] != GROUP),
         "a vif that did not join got the group's frames"
     );
-    // Leaving the group stops it.
+    // Leaving the group stops it: the leave goes out on member's TX ring,
+    // which the backend serves before member's next frame, a broadcast;
+    // once that is through, none of 20 group frames sent after it arrives.
     member.nf.set_multicast(&mut member.hv, &[]).unwrap();
-    wait_for("the leave taken", || {
+    let mmac = member.mac;
+    let after_leave = eth([0xff; 6], mmac, 0x88b5, &[0xdd; 60]);
+    send(&mut member, Packet::new(after_leave.clone()));
+    wait_for("member's broadcast after the leave", || {
         let _ = receive(&mut member);
-        send(&mut sender, Packet::new(eth(GROUP, smac, 0x88b5, &[1; 60])));
-        let _ = receive(&mut sender);
-        std::thread::sleep(Duration::from_millis(20));
-        receive(&mut member).is_empty()
+        receive(&mut sender).iter().any(|p| p.data == after_leave)
     });
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, GROUP, 20),
+        0
+    );
+    assert_eq!(counter(&hv, drv_id, ids[1], "mcast_refused"), 0);
+    hv.shutdown();
+    driver.join().unwrap();
+}
+
+/// Sends `n` frames to `group`, then a broadcast marker, from `sender`: how
+/// many of the group's frames `g` got before the marker (frames from one
+/// vif arrive in order, so none of them is still on the way).
+fn group_frames_before_marker(sender: &mut Guest, g: &mut Guest, group: [u8; 6], n: u8) -> usize {
+    let smac = sender.mac;
+    for t in 0..n {
+        send(sender, Packet::new(eth(group, smac, 0x88b5, &[t; 60])));
+    }
+    let marker = eth([0xff; 6], smac, 0x88b5, &[0xcc; 60]);
+    send(sender, Packet::new(marker.clone()));
+    let mut got = Vec::new();
+    wait_for("the broadcast marker", || {
+        let _ = receive(sender);
+        got.extend(receive(g));
+        got.iter().any(|p| p.data == marker)
+    });
+    let end = got.iter().position(|p| p.data == marker).unwrap();
+    got[..end].iter().filter(|p| p.data[..6] == group).count()
+}
+
+/// Waits until the backend filters `g`'s multicast (`Some` groups) or not.
+fn wait_filtering(
+    hv: &Arc<Hypervisor>,
+    drv: DomId,
+    id: DomId,
+    sender: &mut Guest,
+    g: &mut Guest,
+    on: bool,
+) {
+    let smac = sender.mac;
+    wait_for("the backend to take request-multicast-control", || {
+        // Broadcasts touch every vif, so its filter shows in its stats.
+        send(
+            sender,
+            Packet::new(eth([0xff; 6], smac, 0x88b5, &[0xaa; 60])),
+        );
+        let _ = receive(sender);
+        let _ = receive(g);
+        stats(hv, drv, id)["mcast_groups"].is_u64() == on
+    });
+}
+
+#[test]
+fn more_groups_than_the_filter_holds_turn_filtering_off_until_fewer() {
+    let World {
+        hv,
+        drv_id,
+        ids,
+        mut guests,
+        driver,
+        ..
+    } = world_set(&["sender", "member"], |_, _| {});
+    let mut member = guests.pop().unwrap();
+    let mut sender = guests.pop().unwrap();
+    let node = format!(
+        "/local/domain/{}/device/vif/0/request-multicast-control",
+        ids[1]
+    );
+    // One group: told first, filtering asked for on the next round.
+    assert!(member
+        .nf
+        .sync_multicast(&mut member.hv, &[GROUP], true)
+        .unwrap());
+    assert_eq!(store_read(&hv, &node), None);
+    assert!(member
+        .nf
+        .sync_multicast(&mut member.hv, &[GROUP], true)
+        .unwrap());
+    assert_eq!(store_read(&hv, &node).as_deref(), Some("1"));
+    wait_filtering(&hv, drv_id, ids[1], &mut sender, &mut member, true);
+    let past: [u8; 6] = [0x01, 0x00, 0x5e, 0x7f, 0, 0x40];
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, past, 5),
+        0
+    );
+    // 65 groups, the 65th `past`: no filtering, so its frames come.
+    let many: Vec<[u8; 6]> = (0..=net::mcast::MCAST_MAX as u8)
+        .map(|i| [0x01, 0x00, 0x5e, 0x7f, 0, i])
+        .collect();
+    assert_eq!(many.len(), net::mcast::MCAST_MAX + 1);
+    assert!(member
+        .nf
+        .sync_multicast(&mut member.hv, &many, true)
+        .unwrap());
+    assert_eq!(store_read(&hv, &node).as_deref(), Some("0"));
+    wait_filtering(&hv, drv_id, ids[1], &mut sender, &mut member, false);
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, past, 5),
+        5
+    );
+    // Back under the limit: filtering again, once the groups are told.
+    while !member
+        .nf
+        .sync_multicast(&mut member.hv, &[GROUP], true)
+        .unwrap()
+    {}
+    member
+        .nf
+        .sync_multicast(&mut member.hv, &[GROUP], true)
+        .unwrap();
+    assert_eq!(store_read(&hv, &node).as_deref(), Some("1"));
+    wait_filtering(&hv, drv_id, ids[1], &mut sender, &mut member, true);
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, past, 5),
+        0
+    );
+    assert_eq!(
+        group_frames_before_marker(&mut sender, &mut member, GROUP, 5),
+        5
+    );
     assert_eq!(counter(&hv, drv_id, ids[1], "mcast_refused"), 0);
     hv.shutdown();
     driver.join().unwrap();

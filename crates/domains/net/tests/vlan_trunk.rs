@@ -2,7 +2,8 @@
 //! of its own, `snvl<pid>a`/`b`, in the test's network namespace), with a
 //! real hv, the driver loop and real frontends in process: a VLAN's frames
 //! leave the trunk tagged, GSO and partial checksums included, and tagged
-//! frames from the wire reach their VLAN's guests untagged, nobody else.
+//! frames from the wire reach their VLAN's guests untagged, nobody else,
+//! full-size and GSO ones whole.
 
 mod common;
 
@@ -208,4 +209,57 @@ fn a_trunk_uplink_tags_and_untags_each_vlan() {
             "guest {g}"
         );
     }
+    inbound_full_size(&mut w, &b, &wire);
+    assert_eq!(
+        stats()["bridge"]["counters"]["vlan_dropped"],
+        0,
+        "{}",
+        stats()
+    );
+}
+
+/// Full-size frames from the wire (the kernel takes their tag off) reach
+/// their VLAN's guest whole: a 1500-byte IP packet to VLAN 20, the same
+/// priority-tagged (VID 0) to the untagged guest, and a TCP GSO packet
+/// (through a `PACKET_VNET_HDR` socket) to VLAN 20.
+fn inbound_full_size(w: &mut World, b: &str, wire: &PacketSocket) {
+    let mut p = Packet::new(tcp4(WIRE, 1460));
+    checksum_setup(&mut p, false).unwrap();
+    for (vid, g) in [(20, 2), (0x6000, 0)] {
+        wire.send(&[&tagged(&p.data, vid)]).unwrap();
+        assert_eq!(payload_at(&mut w.guests[g], 1460), p.data[54..], "{vid:#x}");
+    }
+    let mut gso = Packet::new(tcp4(WIRE, 20000));
+    checksum_setup(&mut gso, true).unwrap();
+    let net::packet::Csum::Partial { start, offset } = gso.csum else {
+        panic!("partial")
+    };
+    let on_wire = Packet {
+        data: tagged(&gso.data, 20),
+        csum: net::packet::Csum::Partial {
+            start: start + 4,
+            offset,
+        },
+        gso: Some(Gso {
+            kind: GsoKind::TcpV4,
+            size: 1448,
+            ecn: false,
+        }),
+    };
+    let vnet = PacketSocket::bind(b, true).expect("bind a vnet socket on the wire end");
+    vnet.send(&[&on_wire.vnet_hdr(), &on_wire.data]).unwrap();
+    assert_eq!(payload_at(&mut w.guests[2], 20000), gso.data[54..]);
+}
+
+/// The TCP payload (after a 54-byte header) of what `g` receives from
+/// the wire, packet after packet, until there are `n` bytes.
+fn payload_at(g: &mut Guest, n: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    wait_for("the wire's frames at the guest", || {
+        for p in received_from(g, WIRE) {
+            got.extend_from_slice(&p.data[54.min(p.data.len())..]);
+        }
+        got.len() >= n
+    });
+    got
 }

@@ -395,7 +395,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
             "{be}: TX gather reads the guest's buffers in place and needs the new grant mechanism"
         )));
     }
-    let opts = opts::read(hv, be)?;
+    let mut opts = opts::read(hv, be)?;
     if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
         return Err(proto(format!(
             "vif index {index} does not fit in the driver domain's memory"
@@ -419,6 +419,8 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     hv.switch_state(be, XenbusState::InitWait)?;
     let mac_text = hv.store_read_str(&format!("{be}/{}", keys::MAC))?;
     let mac = abi::xenbus::parse_mac(&mac_text).map_err(|e| proto(format!("{be}/mac: {e}")))?;
+    // The guest's own link-local address is the one its MAC gives.
+    opts.ip = opts.ip.map(|f| f.with_mac(mac));
     Ok(Pending {
         guest,
         be: be.to_string(),

@@ -395,6 +395,7 @@ impl Netback {
             len: p.total,
             csum: Csum::Unknown,
             gso: p.gso,
+            vlan: None,
         };
         // The header copy: what the checks and the bridge see, and what is sent.
         let hl = p.total.min(HEAD);
@@ -447,6 +448,7 @@ impl Netback {
                 len: p.total,
                 csum: h.csum,
                 gso: p.gso,
+                vlan: None,
             };
             if self.modes.tx_gather {
                 refs[m] = frame;
