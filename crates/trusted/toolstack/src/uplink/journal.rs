@@ -86,33 +86,46 @@ pub fn record(run_dir: &Path, owner: &str, undo: Undo) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", what()))
 }
 
+/// The journal's entries, from its locked file.
+fn read_entries(f: &mut File) -> std::io::Result<Vec<Entry>> {
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
 /// Undoes, newest first, the entries whose owner `pick` accepts, and
-/// keeps the rest; returns what failed. Without a journal, nothing to do.
+/// keeps the rest, and those whose undo failed (so that a later replay
+/// tries again, e.g. an interface that could not be given back); returns
+/// what failed. Without a journal, nothing to do.
 pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String> {
     let mut f = match open_locked(run_dir, false) {
         Ok(Some(f)) => f,
         Ok(None) => return Vec::new(),
         Err(e) => return vec![format!("the undo journal: {e}")],
     };
-    let mut text = String::new();
-    if let Err(e) = f.read_to_string(&mut text) {
-        return vec![format!("reading the undo journal: {e}")];
-    }
-    let entries: Vec<Entry> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let (now, keep): (Vec<Entry>, Vec<Entry>) =
-        entries.into_iter().partition(|e| pick(&e.owner, &e.undo));
+    let entries = match read_entries(&mut f) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("reading the undo journal: {e}")],
+    };
+    let mut keep = vec![true; entries.len()];
     let mut errors = Vec::new();
-    for e in now.iter().rev() {
-        if let Err(x) = undo(&e.undo) {
-            errors.push(x);
+    for (i, e) in entries.iter().enumerate().rev() {
+        if !pick(&e.owner, &e.undo) {
+            continue;
+        }
+        match undo(&e.undo) {
+            Ok(()) => keep[i] = false,
+            Err(x) => errors.push(format!("{x} (kept in the undo journal, tried again later)")),
         }
     }
-    let rest: String = keep
+    let rest: String = entries
         .iter()
-        .filter_map(|e| serde_json::to_string(e).ok())
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .filter_map(|(e, _)| serde_json::to_string(e).ok())
         .map(|l| l + "\n")
         .collect();
     let rewrite = f
@@ -123,7 +136,7 @@ pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String>
     if let Err(e) = rewrite {
         errors.push(format!("rewriting the undo journal: {e}"));
     }
-    if keep.is_empty() {
+    if rest.is_empty() {
         let _ = fs::remove_file(path(run_dir));
     }
     errors
@@ -254,6 +267,35 @@ mod tests {
             pid,
             start: u64::MAX,
         }
+    }
+
+    /// An entry whose undo fails without harm: a sysctl that does not exist.
+    fn failing() -> Undo {
+        Undo::Sysctl {
+            path: "splitnet-no-such/sysctl".into(),
+            old: "0".into(),
+        }
+    }
+
+    #[test]
+    fn an_undo_that_fails_stays_in_the_journal_and_is_reported() {
+        let dir = std::env::temp_dir().join(format!("splitnet-journal-f-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        record(&dir, "a", gone(1)).unwrap();
+        record(&dir, "a", failing()).unwrap();
+        record(&dir, "b", gone(2)).unwrap();
+        let errors = replay(&dir, |owner, _| owner == "a");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("splitnet-no-such/sysctl"), "{errors:?}");
+        let left = fs::read_to_string(path(&dir)).unwrap();
+        let lines: Vec<&str> = left.lines().collect();
+        assert_eq!(lines.len(), 2, "{left}");
+        assert!(lines[0].contains("splitnet-no-such"), "{left}");
+        assert!(lines[1].contains("\"pid\":2,"), "{left}");
+        // Tried again by every later replay, and kept while it fails.
+        assert_eq!(replay_all(&dir).len(), 1);
+        assert_eq!(fs::read_to_string(path(&dir)).unwrap().lines().count(), 1);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
