@@ -142,6 +142,24 @@ pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String>
     errors
 }
 
+/// The host interfaces the journal says were lent to namespace `ns` and
+/// are still in it.
+pub fn still_lent(run_dir: &Path, ns: &str) -> Result<Vec<String>, String> {
+    let entries = match open_locked(run_dir, false) {
+        Ok(Some(mut f)) => read_entries(&mut f),
+        Ok(None) => return Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| format!("reading the undo journal: {e}"))?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|e| match e.undo {
+            Undo::Lend { ns: n, iface, .. } if n == ns && exists(Some(ns), &iface) => Some(iface),
+            _ => None,
+        })
+        .collect())
+}
+
 /// Undoes everything in the journal (hv's exit, the keeper, `down`, `up`).
 pub fn replay_all(run_dir: &Path) -> Vec<String> {
     replay(run_dir, |_, _| true)
@@ -153,7 +171,7 @@ fn host_netns() -> String {
     format!("/proc/{}/ns/net", std::process::id())
 }
 
-fn exists(ns: Option<&str>, ifname: &str) -> bool {
+pub(super) fn exists(ns: Option<&str>, ifname: &str) -> bool {
     let args = ["link", "show", "dev", ifname];
     match ns {
         Some(ns) => ip_in(ns, &args).is_ok(),

@@ -20,7 +20,7 @@ mod kinds;
 mod procs;
 
 pub use config::{PortConfig, Uplink, UplinkKind};
-pub use procs::{clean_up, keep, Keeper};
+pub use procs::{bring_home, clean_up, keep, Keeper};
 
 use crate::topology::Topology;
 use journal::{record, Undo};
@@ -139,6 +139,11 @@ impl Uplinks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(driver);
+    }
+
+    /// Whether namespace `ns` may be deleted: [`bring_home`].
+    pub fn bring_home(&self, ns: &str) -> Result<(), String> {
+        bring_home(&self.run_dir, ns)
     }
 
     /// Undoes everything (hv is stopping) and lets the keeper go.

@@ -244,6 +244,37 @@ pub fn keep(run_dir: &Path) {
     }
 }
 
+/// How many times [`bring_home`] tries to give a lent interface back.
+const BRING_HOME_TRIES: u32 = 3;
+
+/// Before namespace `ns` is deleted: gives back to the host every
+/// interface the journal says was lent to it and is still there, trying
+/// again on failure. An error names those still inside: `ns` must then
+/// stay (deleting it would destroy a veth, and hand a NIC back stripped of
+/// its settings) for `splitnet down` to try again.
+pub fn bring_home(run_dir: &Path, ns: &str) -> Result<(), String> {
+    let lent_here = |_: &str, u: &Undo| matches!(u, Undo::Lend { ns: n, .. } if n == ns);
+    let mut errors = Vec::new();
+    for attempt in 0..=BRING_HOME_TRIES {
+        let left = journal::still_lent(run_dir, ns)?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if attempt == BRING_HOME_TRIES {
+            return Err(format!(
+                "host interface {} cannot leave namespace {ns}: {}",
+                left.join(", "),
+                errors.join("; ")
+            ));
+        }
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        errors = journal::replay(run_dir, lent_here);
+    }
+    Ok(())
+}
+
 /// For `down` and `up`: waits for a keeper still undoing (its hv died),
 /// then undoes whatever the journal still holds. Returns what failed.
 pub fn clean_up(run_dir: &Path) -> Vec<String> {
