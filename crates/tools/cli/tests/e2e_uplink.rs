@@ -378,11 +378,40 @@ fn assert_host_if_home() {
         a.contains(HOST_IP),
         "{HOST_IF} came back without its address: {a}"
     );
+    assert!(
+        static_routes_home(),
+        "{HOST_IF} came back without its static routes"
+    );
+}
+
+/// Static routes given to `HOST_IF` before it is lent (IPv4 and IPv6).
+const STATIC_ROUTES: [(&str, &str); 2] =
+    [("-4", "10.81.0.0/24 via 10.79.0.2"), ("-6", "fd00:81::/64")];
+
+fn add_static_routes() {
+    for (family, route) in STATIC_ROUTES {
+        let mut args = vec![family, "route", "add"];
+        args.extend(route.split(' '));
+        args.extend(["dev", HOST_IF]);
+        sh("ip", &args);
+    }
+}
+
+/// Whether `HOST_IF` has its [`STATIC_ROUTES`].
+fn static_routes_home() -> bool {
+    STATIC_ROUTES.iter().all(|(family, route)| {
+        let dst = route.split(' ').next().unwrap();
+        !sh("ip", &[family, "route", "show", dst, "dev", HOST_IF])
+            .trim()
+            .is_empty()
+    })
 }
 
 #[test]
 fn a_host_interface_is_lent_to_the_driver_domain_and_always_comes_back() {
     let lan = Lan::new();
+    // Its routes come back with it, not only the kernel's.
+    add_static_routes();
     let before = host_state();
     let Some(env) = Env::new("uplink-host") else {
         return;
@@ -453,6 +482,7 @@ fn a_host_interface_is_lent_to_the_driver_domain_and_always_comes_back() {
         || {
             host_if_in_host()
                 && sh("ip", &["-br", "addr", "show", "dev", HOST_IF]).contains(HOST_IP)
+                && static_routes_home()
         },
     );
     assert_host_if_home();

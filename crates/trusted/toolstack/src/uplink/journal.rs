@@ -19,13 +19,17 @@ pub const TOPOLOGY: &str = "";
 #[serde(tag = "undo", rename_all = "kebab-case")]
 pub enum Undo {
     /// A host interface lent to namespace `ns`: it goes back to the host
-    /// with its MTU, its addresses (`ip addr add` arguments) and up-state.
+    /// with its MTU, its addresses (`ip addr add` arguments), up-state and
+    /// routes (`ip -4|-6 route add` arguments: family, destination, the
+    /// rest).
     Lend {
         ns: String,
         iface: String,
         mtu: u32,
         up: bool,
         addrs: Vec<Vec<String>>,
+        #[serde(default)]
+        routes: Vec<Vec<String>>,
     },
     /// A link splitnet created, in namespace `ns` or the host's (None).
     Link { ns: Option<String>, ifname: String },
@@ -189,7 +193,8 @@ fn undo(u: &Undo) -> Result<(), String> {
             mtu,
             up,
             addrs,
-        } => give_back(ns, iface, *mtu, *up, addrs),
+            routes,
+        } => give_back(ns, iface, *mtu, (*up).then_some(routes.as_slice()), addrs),
         Undo::Link { ns, ifname } => {
             if exists(ns.as_deref(), ifname) {
                 let args = ["link", "del", "dev", ifname.as_str()];
@@ -218,12 +223,13 @@ fn undo(u: &Undo) -> Result<(), String> {
     }
 }
 
-/// Moves `iface` from `ns` back to the host and restores its settings.
+/// Moves `iface` from `ns` back to the host and restores its settings;
+/// `up`: it was up, with these routes (a down link has none).
 fn give_back(
     ns: &str,
     iface: &str,
     mtu: u32,
-    up: bool,
+    up: Option<&[Vec<String>]>,
     addrs: &[Vec<String>],
 ) -> Result<(), String> {
     let e = |x: std::io::Error| format!("giving {iface} back to the host: {x}");
@@ -247,10 +253,29 @@ fn give_back(
         args.extend(["dev", iface]);
         run("ip", &args).map_err(e)?;
     }
-    if up {
+    if let Some(routes) = up {
         run("ip", &["link", "set", "dev", iface, "up"]).map_err(e)?;
+        for r in routes {
+            restore_route(iface, r).map_err(e)?;
+        }
     }
     Ok(())
+}
+
+/// Adds route `r` (family, destination, the rest) through `iface` again,
+/// unless it is there already (an earlier replay did it).
+fn restore_route(iface: &str, r: &[String]) -> std::io::Result<()> {
+    let [family, dst, rest @ ..] = r else {
+        return Ok(());
+    };
+    let shown = run("ip", &[family, "route", "show", dst, "dev", iface])?;
+    if !shown.trim().is_empty() {
+        return Ok(());
+    }
+    let mut args = vec![family.as_str(), "route", "add", dst.as_str()];
+    args.extend(rest.iter().map(String::as_str));
+    args.extend(["dev", iface]);
+    run("ip", &args).map(drop)
 }
 
 /// A process's start time (field 22 of /proc/PID/stat), if it runs.

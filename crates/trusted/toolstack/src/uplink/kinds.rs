@@ -83,6 +83,55 @@ fn addresses_of(iface: &str) -> Result<Vec<Vec<String>>, String> {
     Ok(addrs)
 }
 
+/// Host interface `iface`'s routes in the main table, IPv4 and IPv6, as
+/// [`Undo::Lend`] keeps them ([`route_args`]).
+fn routes_of(iface: &str) -> Result<Vec<Vec<String>>, String> {
+    let mut routes = Vec::new();
+    for family in ["-4", "-6"] {
+        let out = run("ip", &["-j", family, "route", "show", "dev", iface]).map_err(err)?;
+        let v: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j route: {e}"))?;
+        let all = v.as_array().into_iter().flatten();
+        routes.extend(all.filter_map(|r| route_args(family, r)));
+    }
+    Ok(routes)
+}
+
+/// One route of `ip -j route show dev IFACE` as `ip FAMILY route add`
+/// arguments: family, destination, the rest (without `dev`). None for the
+/// kernel's own (the connected routes of the addresses, made again with
+/// them), those a daemon keeps (router advertisements, DHCP: dynamic
+/// addresses are not kept either), multipath routes and other types than
+/// unicast.
+fn route_args(family: &str, r: &Value) -> Option<Vec<String>> {
+    let dst = r["dst"].as_str()?;
+    let proto = r["protocol"].as_str().unwrap_or("boot");
+    let unicast = r["type"].as_str().is_none_or(|t| t == "unicast");
+    let simple = r.get("nexthops").is_none() && r.get("nhid").is_none();
+    if matches!(proto, "kernel" | "ra" | "dhcp") || !unicast || !simple {
+        return None;
+    }
+    let mut args = vec![family.to_string(), dst.to_string()];
+    for (key, word) in [
+        ("gateway", "via"),
+        ("protocol", "proto"),
+        ("scope", "scope"),
+        ("metric", "metric"),
+        ("prefsrc", "src"),
+        ("pref", "pref"),
+    ] {
+        match &r[key] {
+            Value::String(x) => args.extend([word.to_string(), x.clone()]),
+            Value::Number(n) => args.extend([word.to_string(), n.to_string()]),
+            _ => {}
+        }
+    }
+    let flags = r["flags"].as_array();
+    if flags.is_some_and(|f| f.iter().any(|x| x == "onlink")) {
+        args.push("onlink".into());
+    }
+    Some(args)
+}
+
 /// Sets `/proc/sys/<path>` to `value`, journaling its old value (owned by
 /// the topology: several uplinks may need it) if it changes.
 fn sysctl(run_dir: &Path, path: &str, value: &str) -> Result<(), String> {
@@ -118,6 +167,7 @@ impl Uplinks {
                 mtu: link["mtu"].as_u64().unwrap_or(1500) as u32,
                 up: flags.iter().any(|f| f == "UP"),
                 addrs: addresses_of(iface)?,
+                routes: routes_of(iface)?,
             },
         )?;
         run("ip", &["link", "set", "dev", iface, "netns", &ns])
@@ -258,5 +308,61 @@ fn nft_script(rules: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lent_interface_keeps_its_static_routes_not_the_kernels() {
+        let v4: Value = serde_json::from_str(
+            r#"[{"dst":"10.9.0.0/24","protocol":"kernel","scope":"link","prefsrc":"10.9.0.1","flags":[]},
+                {"dst":"10.81.0.0/24","gateway":"10.9.0.2","flags":[]},
+                {"dst":"10.82.0.0/16","scope":"link","metric":5,"flags":[]},
+                {"dst":"default","gateway":"10.9.0.254","protocol":"dhcp","prefsrc":"10.9.0.7","metric":100,"flags":[]},
+                {"dst":"10.83.0.0/24","gateway":"10.8.0.1","flags":["onlink"]},
+                {"dst":"10.84.0.0/24","nexthops":[{"gateway":"10.9.0.2","dev":"d0"}]}]"#,
+        )
+        .unwrap();
+        let got: Vec<Vec<String>> = v4
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| route_args("-4", r))
+            .collect();
+        let want: Vec<Vec<String>> = vec![
+            vec!["-4", "10.81.0.0/24", "via", "10.9.0.2"],
+            vec!["-4", "10.82.0.0/16", "scope", "link", "metric", "5"],
+            vec!["-4", "10.83.0.0/24", "via", "10.8.0.1", "onlink"],
+        ]
+        .into_iter()
+        .map(|r| r.into_iter().map(String::from).collect())
+        .collect();
+        assert_eq!(got, want);
+        let v6: Value = serde_json::from_str(
+            r#"[{"dst":"fd00:81::/64","metric":1024,"flags":[],"pref":"medium"},
+                {"dst":"fe80::/64","protocol":"kernel","metric":256,"flags":[],"pref":"medium"},
+                {"dst":"default","gateway":"fe80::1","protocol":"ra","metric":1024,"expires":1799,"flags":[],"pref":"medium"}]"#,
+        )
+        .unwrap();
+        let got: Vec<Vec<String>> = v6
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| route_args("-6", r))
+            .collect();
+        assert_eq!(
+            got,
+            vec![vec![
+                "-6",
+                "fd00:81::/64",
+                "metric",
+                "1024",
+                "pref",
+                "medium"
+            ]]
+        );
     }
 }

@@ -3,8 +3,9 @@
 //! hotplug scripts vif-bridge, vif-nat and vif-route):
 //! - `wire`: a veth to the synthetic `wire` host (set up by the supervisor);
 //! - `host`: a host interface moved into the driver domain's namespace, as
-//!   a NIC handed to it; it goes back, with its name, MTU, addresses and
-//!   up-state, whenever the driver domain stops, crashes or restarts;
+//!   a NIC handed to it; it goes back, with its name, MTU, addresses,
+//!   up-state and routes, whenever the driver domain stops, crashes or
+//!   restarts;
 //! - `macvlan`: a bridge-mode macvlan on a host interface;
 //! - `nat`: a veth to the host, masqueraded by an nftables table of
 //!   splitnet's own, with a dnsmasq serving DHCP and DNS on the host end;
