@@ -132,6 +132,20 @@ fn route_args(family: &str, r: &Value) -> Option<Vec<String>> {
     Some(args)
 }
 
+/// Refuses a link name `ifname` that is already taken in `ns` (the host's:
+/// None): splitnet creates its links under names of its own, and the undo
+/// journal deletes them by name, so an existing one must never be mistaken
+/// for one of them.
+fn refuse_taken(ns: Option<&str>, ifname: &str) -> Result<(), String> {
+    if !super::journal::exists(ns, ifname) {
+        return Ok(());
+    }
+    Err(format!(
+        "an interface named {ifname} already exists {}; splitnet will not take it over: remove or rename it",
+        ns.map_or("on the host".to_string(), |n| format!("in namespace {n}"))
+    ))
+}
+
 /// Sets `/proc/sys/<path>` to `value`, journaling its old value (owned by
 /// the topology: several uplinks may need it) if it changes.
 fn sysctl(run_dir: &Path, path: &str, value: &str) -> Result<(), String> {
@@ -184,6 +198,7 @@ impl Uplinks {
     pub(super) fn macvlan(&self, u: &Uplink) -> Result<(), String> {
         let iface = u.iface.as_deref().unwrap_or_default();
         let ns = netns_name(&u.driver);
+        refuse_taken(Some(&ns), &u.ifname)?;
         free_host_iface(iface, &u.driver)?;
         self.note(
             u,
@@ -215,6 +230,7 @@ impl Uplinks {
     fn veth(&self, u: &Uplink) -> Result<String, String> {
         let he = u.host_end.clone().unwrap_or_default();
         let ns = netns_name(&u.driver);
+        refuse_taken(None, &he)?;
         self.note(
             u,
             Undo::Link {
