@@ -688,6 +688,46 @@ fn bad_uplinks_are_refused_clearly_and_leave_nothing() {
         "a refused nat uplink left the host changed"
     );
     assert_eq!(netns(), Vec::<String>::new());
+    taken_names_and_routes_are_left_alone(&env, &before);
+}
+
+/// A route uplink whose host end's name is taken, or whose guest address
+/// the host routes already, is refused; what was there stays.
+fn taken_names_and_routes_are_left_alone(env: &Env, before: &Value) {
+    let route = one_guest("10.80.0.5/24", "kind = \"route\"");
+    sh(
+        "ip",
+        &[
+            "link",
+            "add",
+            "sn0-drv",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "sntest-p1",
+        ],
+    );
+    let with_link = host_state();
+    refused(
+        env,
+        "name-taken",
+        &route,
+        "an interface named sn0-drv already exists on the host",
+        &with_link,
+    );
+    sh("ip", &["link", "del", "sn0-drv"]);
+    sh("ip", &["route", "add", "10.80.0.5/32", "via", LAN_IP]);
+    let with_route = host_state();
+    refused(
+        env,
+        "route-taken",
+        &route,
+        "the host has a route to 10.80.0.5/32 already",
+        &with_route,
+    );
+    sh("ip", &["route", "del", "10.80.0.5/32"]);
+    assert_eq!(&host_state(), before);
 }
 
 #[test]

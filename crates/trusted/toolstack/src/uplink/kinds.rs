@@ -297,10 +297,27 @@ impl Uplinks {
             } else {
                 format!("{ip}/32")
             };
-            run("ip", &["route", "replace", &dst, "dev", &he]).map_err(err)?;
+            host_route(&dst, &he)?;
         }
         Ok(())
     }
+}
+
+/// Adds the host route to `dst` through `he`, refused if the host has a
+/// route to `dst` already (splitnet never replaces one: it would be lost
+/// when the uplink goes). The route goes with `he`, so it is not journaled.
+fn host_route(dst: &str, he: &str) -> Result<(), String> {
+    let family = if dst.contains(':') { "-6" } else { "-4" };
+    let existing = run("ip", &[family, "route", "show", dst]).map_err(err)?;
+    if !existing.trim().is_empty() {
+        return Err(format!(
+            "the host has a route to {dst} already ({}); a route uplink will not replace it: remove it, or route that guest another way",
+            existing.trim()
+        ));
+    }
+    run("ip", &[family, "route", "add", dst, "dev", he])
+        .map(drop)
+        .map_err(|e| format!("the host route to {dst}: {e}"))
 }
 
 /// Runs an nftables script in one transaction (all or nothing).
