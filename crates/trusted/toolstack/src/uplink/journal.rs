@@ -40,6 +40,11 @@ pub enum Undo {
     /// A process splitnet started, by pid and start time (so that a reused
     /// pid is never killed).
     Process { pid: i32, start: u64 },
+    /// A daemon splitnet starts with `--pid-file=<pid_file>`, journaled
+    /// before it is started (so a crash right after leaves it known): the
+    /// process that has that argument and started no earlier than `after`
+    /// (its starter's own start time) is stopped; no other is touched.
+    Daemon { pid_file: String, after: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -215,12 +220,43 @@ fn undo(u: &Undo) -> Result<(), String> {
             .map_err(|x| format!("restoring /proc/sys/{path} to {old}: {x}")),
         Undo::Process { pid, start } => {
             if start_time(*pid) == Some(*start) {
-                host::signal_all(&[*pid], libc::SIGTERM);
-                wait_gone(*pid);
+                stop(*pid);
             }
             Ok(())
         }
+        Undo::Daemon { pid_file, after } => {
+            daemon_pids(pid_file, *after).into_iter().for_each(stop);
+            let _ = fs::remove_file(pid_file);
+            Ok(())
+        }
     }
+}
+
+/// SIGTERM to `pid`, and waits for it to go.
+fn stop(pid: i32) {
+    host::signal_all(&[pid], libc::SIGTERM);
+    wait_gone(pid);
+}
+
+/// The daemon of [`Undo::Daemon`]: the pid in its pid file if that is it;
+/// else (it has not written the file yet) any process that is it.
+fn daemon_pids(pid_file: &str, after: u64) -> Vec<i32> {
+    let arg = format!("--pid-file={pid_file}");
+    let is_it = |pid: i32| {
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let has_arg = cmdline.split(|b| *b == 0).any(|a| a == arg.as_bytes());
+        has_arg && start_time(pid).is_some_and(|t| t >= after)
+    };
+    let listed = fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    if let Some(pid) = listed.filter(|p| is_it(*p)) {
+        return vec![pid];
+    }
+    let all = fs::read_dir("/proc").into_iter().flatten().flatten();
+    all.filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| is_it(*p))
+        .collect()
 }
 
 /// Moves `iface` from `ns` back to the host and restores its settings;
@@ -338,6 +374,52 @@ mod tests {
         // Tried again by every later replay, and kept while it fails.
         assert_eq!(replay_all(&dir).len(), 1);
         assert_eq!(fs::read_to_string(path(&dir)).unwrap().lines().count(), 1);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_daemon_is_found_by_its_pid_file_argument_and_start_time() {
+        let dir = std::env::temp_dir().join(format!("splitnet-journal-d-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("d.pid").display().to_string();
+        let after = start_time(std::process::id() as i32).unwrap();
+        // A stand-in daemon: a shell with the argument in its command line,
+        // waiting on its stdin (it forks nothing).
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x", &format!("--pid-file={pid_file}")])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let t0 = std::time::Instant::now();
+        while !fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sh\0"))
+            && t0.elapsed() < std::time::Duration::from_secs(5)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5)); // until it has exec'd
+        }
+        // Not written yet: found by its command line; a stale or foreign
+        // pid in the file is not taken.
+        fs::write(&pid_file, "1\n").unwrap();
+        assert_eq!(daemon_pids(&pid_file, after), vec![pid]);
+        fs::write(&pid_file, format!("{pid}\n")).unwrap();
+        assert_eq!(daemon_pids(&pid_file, after), vec![pid]);
+        // Started before its starter: a reused pid, left alone.
+        assert!(daemon_pids(&pid_file, u64::MAX).is_empty());
+        record(
+            &dir,
+            "a",
+            Undo::Daemon {
+                pid_file: pid_file.clone(),
+                after,
+            },
+        )
+        .unwrap();
+        assert!(replay_all(&dir).is_empty());
+        assert!(
+            child.try_wait().unwrap().is_some(),
+            "the daemon was stopped"
+        );
+        assert!(!Path::new(&pid_file).exists());
         let _ = fs::remove_dir_all(&dir);
     }
 
