@@ -188,6 +188,7 @@ fn parse_script(v: &str) -> Result<String, String> {
             "vif option `script` = {v:?}: give a script name or path, without spaces"
         ));
     }
+    crate::vifscript::syntax(v).map_err(|e| format!("vif option `script`: {e}"))?;
     Ok(v.to_string())
 }
 
