@@ -289,6 +289,7 @@ impl Uplinks {
         sysctl(&self.run_dir, "net/ipv4/ip_forward", "1")?;
         if u.routes.iter().any(IpAddr::is_ipv6) {
             fs::write(Path::new("/proc/sys").join(conf("ipv6", "proxy_ndp")), "1").map_err(err)?;
+            warn_ra_stops(&u.driver);
             sysctl(&self.run_dir, "net/ipv6/conf/all/forwarding", "1")?;
         }
         for ip in &u.routes {
@@ -300,6 +301,33 @@ impl Uplinks {
             host_route(&dst, &he)?;
         }
         Ok(())
+    }
+}
+
+/// Says which host interfaces stop taking router advertisements when IPv6
+/// forwarding goes on (ip-sysctl: `accept_ra` = 1 accepts them only while
+/// the host does not forward; 2 accepts them anyway): their SLAAC
+/// addresses and default routes lapse while the route uplink is up.
+fn warn_ra_stops(driver: &str) {
+    let conf = Path::new("/proc/sys/net/ipv6/conf");
+    let read = |p: std::path::PathBuf| fs::read_to_string(p).unwrap_or_default();
+    if read(conf.join("all/forwarding")).trim() == "1" {
+        return;
+    }
+    let mut names: Vec<String> = fs::read_dir(conf)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| read(e.path().join("accept_ra")).trim() == "1")
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !matches!(n.as_str(), "all" | "default" | "lo"))
+        .collect();
+    names.sort();
+    if !names.is_empty() {
+        eprintln!(
+            "hv: {driver}'s route uplink turns IPv6 forwarding on: {} (accept_ra=1) stop taking router advertisements until it goes; set accept_ra=2 on them to keep SLAAC",
+            names.join(", ")
+        );
     }
 }
 
