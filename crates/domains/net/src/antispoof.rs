@@ -27,8 +27,8 @@
 
 use std::net::IpAddr;
 
-/// Most addresses one vif may be given.
-pub const MAX_ADDRS: usize = 64;
+/// Most addresses one vif may be given (the toolstack checks the same).
+pub const MAX_ADDRS: usize = abi::xenbus::MAX_VIF_ADDRS;
 
 const ETH_HLEN: usize = 14;
 const ETHERTYPE_IPV4: u16 = 0x0800;

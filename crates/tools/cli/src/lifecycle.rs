@@ -60,7 +60,7 @@ pub fn up(
     undo_uplinks(rd);
     if !host::our_netns().is_empty() {
         eprintln!("splitnet: removing leftovers of an earlier run");
-        sweep(rd);
+        sweep(rd)?;
     }
     fs::create_dir_all(rd).with_context(|| format!("creating {}", rd.display()))?;
     let topo_path = rd.join("topology.toml");
@@ -102,7 +102,9 @@ fn wait_until_up(
     loop {
         if let Some(st) = child.try_wait()? {
             // Nothing half set up stays: what hv made before it failed.
-            sweep(rd);
+            if let Err(e) = sweep(rd) {
+                eprintln!("splitnet: {e}");
+            }
             bail!(
                 "hv exited during start-up ({st}):\n{}",
                 log_tail(&rd.join("hv.log"), 20)
@@ -238,15 +240,29 @@ fn undo_uplinks(rd: &Path) {
 }
 
 /// Removes everything splitnet may have left: processes in its cgroups,
-/// namespaces (with their interfaces), the socket and pid file.
-fn sweep(rd: &Path) {
+/// namespaces (with their interfaces), the socket and pid file. A
+/// namespace still holding a host interface that cannot be given back is
+/// kept (deleting it would destroy the interface or strip it): an error
+/// names it.
+fn sweep(rd: &Path) -> Result<()> {
     undo_uplinks(rd);
     host::sweep_cgroups(&host::CgroupLayout::detect());
+    let mut kept = Vec::new();
     for ns in host::our_netns() {
-        host::netns_del(&ns);
+        match toolstack::uplink::bring_home(rd, &ns) {
+            Ok(()) => host::netns_del(&ns),
+            Err(e) => kept.push(e),
+        }
     }
     let _ = fs::remove_file(socket_path(rd));
     let _ = fs::remove_file(rd.join("hv.pid"));
+    if !kept.is_empty() {
+        bail!(
+            "namespaces kept because a host interface in them could not be given back (fix it, then run `splitnet down` again): {}",
+            kept.join("; ")
+        );
+    }
+    Ok(())
 }
 
 fn hv_pid(rd: &Path) -> Option<i32> {
@@ -291,7 +307,7 @@ pub fn down(rd: &Path) -> Result<()> {
     let leftovers = host::our_netns();
     // Every process left in a domain's cgroup or namespace (the domains',
     // and what users started there with `exec`) is killed and waited for.
-    sweep(rd);
+    sweep(rd)?;
     if was_up || !leftovers.is_empty() {
         println!("splitnet is down");
     } else {

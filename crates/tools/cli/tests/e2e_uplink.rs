@@ -404,11 +404,40 @@ fn assert_host_if_home() {
         a.contains(HOST_IP),
         "{HOST_IF} came back without its address: {a}"
     );
+    assert!(
+        static_routes_home(),
+        "{HOST_IF} came back without its static routes"
+    );
+}
+
+/// Static routes given to `HOST_IF` before it is lent (IPv4 and IPv6).
+const STATIC_ROUTES: [(&str, &str); 2] =
+    [("-4", "10.81.0.0/24 via 10.79.0.2"), ("-6", "fd00:81::/64")];
+
+fn add_static_routes() {
+    for (family, route) in STATIC_ROUTES {
+        let mut args = vec![family, "route", "add"];
+        args.extend(route.split(' '));
+        args.extend(["dev", HOST_IF]);
+        sh("ip", &args);
+    }
+}
+
+/// Whether `HOST_IF` has its [`STATIC_ROUTES`].
+fn static_routes_home() -> bool {
+    STATIC_ROUTES.iter().all(|(family, route)| {
+        let dst = route.split(' ').next().unwrap();
+        !sh("ip", &[family, "route", "show", dst, "dev", HOST_IF])
+            .trim()
+            .is_empty()
+    })
 }
 
 #[test]
 fn a_host_interface_is_lent_to_the_driver_domain_and_always_comes_back() {
     let lan = Lan::new();
+    // Its routes come back with it, not only the kernel's.
+    add_static_routes();
     let before = host_state();
     let Some(env) = Env::new("uplink-host") else {
         return;
@@ -479,6 +508,7 @@ fn a_host_interface_is_lent_to_the_driver_domain_and_always_comes_back() {
         || {
             host_if_in_host()
                 && sh("ip", &["-br", "addr", "show", "dev", HOST_IF]).contains(HOST_IP)
+                && static_routes_home()
         },
     );
     assert_host_if_home();
@@ -853,6 +883,46 @@ fn bad_uplinks_are_refused_clearly_and_leave_nothing() {
         "a refused nat uplink left the host changed"
     );
     assert_eq!(netns(), Vec::<String>::new());
+    taken_names_and_routes_are_left_alone(&env, &before);
+}
+
+/// A route uplink whose host end's name is taken, or whose guest address
+/// the host routes already, is refused; what was there stays.
+fn taken_names_and_routes_are_left_alone(env: &Env, before: &Value) {
+    let route = one_guest("10.80.0.5/24", "kind = \"route\"");
+    sh(
+        "ip",
+        &[
+            "link",
+            "add",
+            "sn0-drv",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "sntest-p1",
+        ],
+    );
+    let with_link = host_state();
+    refused(
+        env,
+        "name-taken",
+        &route,
+        "an interface named sn0-drv already exists on the host",
+        &with_link,
+    );
+    sh("ip", &["link", "del", "sn0-drv"]);
+    sh("ip", &["route", "add", "10.80.0.5/32", "via", LAN_IP]);
+    let with_route = host_state();
+    refused(
+        env,
+        "route-taken",
+        &route,
+        "the host has a route to 10.80.0.5/32 already",
+        &with_route,
+    );
+    sh("ip", &["route", "del", "10.80.0.5/32"]);
+    assert_eq!(&host_state(), before);
 }
 
 #[test]

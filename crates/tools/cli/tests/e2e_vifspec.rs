@@ -236,6 +236,8 @@ fn malformed_vifspecs_are_refused_at_up_and_at_attach() {
         ("vlan=5000", "1..=4094"),
         ("type=ioemu", "`type` is not supported by splitnet"),
         ("mac=00:16:3e:00:00:01,mac=00:16:3e:00:00:02", "given twice"),
+        ("script=./vif-up", "a relative path is refused"),
+        ("script=../vif-up", "`..` and `.` are refused"),
     ] {
         fails_with(&env.splitnet(&["network-attach", "guest1", spec]), needle);
     }
@@ -297,6 +299,10 @@ fn hotplug_scripts_run_with_xens_environment_and_their_failures_fail_the_attach(
     let o = env.splitnet(&["network-attach", "guest1", "script=vif-fail"]);
     fails_with(&o, "failed (exit status 3): vif-fail: no bridge for vif");
     assert_eq!(network_list(&env, "guest1").len(), 1);
+    // A name not in the script directory is refused, never run from PATH.
+    let o = env.splitnet(&["network-attach", "guest1", "script=rm"]);
+    fails_with(&o, "hotplug script \"rm\" is not in the script directory");
+    assert_eq!(network_list(&env, "guest1").len(), 1);
     assert!(!links(&env, "guest1").contains("eth1"));
     // A hanging script is killed, with its children, after the timeout.
     let t0 = Instant::now();
@@ -326,7 +332,7 @@ fn hotplug_scripts_run_with_xens_environment_and_their_failures_fail_the_attach(
     );
     env.ping("guest1", "10.77.0.254", 2);
     // The next vif takes the freed handle. A name resolves in the script
-    // directory; the script gets Xen's environment, in the driver domain's
+    // directory (only there); the script gets Xen's environment, in the driver domain's
     // namespace.
     let out = env.ok(&["network-attach", "guest1", "script=vif-mark,vifname=mk0"]);
     assert!(out.contains("vif 1 connected as eth1"), "{out}");

@@ -21,6 +21,9 @@ pub const XENSTORE_ABS_PATH_MAX: usize = 3072;
 pub const XENSTORE_REL_PATH_MAX: usize = 2048;
 /// Size of each direction of the xenstore ring.
 pub const XENSTORE_RING_SIZE: usize = 1024;
+/// Most addresses a vif's `ip` node may list: netback refuses a vif with
+/// more, and the toolstack refuses such a vifspec before writing it.
+pub const MAX_VIF_ADDRS: usize = 64;
 
 /// A device end's progress through setup and teardown (`enum xenbus_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

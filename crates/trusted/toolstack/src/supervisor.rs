@@ -1029,10 +1029,15 @@ fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
 }
 
 /// Deletes domain `name`'s namespace, its uplinks taken down first (a
-/// host interface inside would go with the namespace).
+/// host interface inside would go with the namespace); a namespace that
+/// still holds a lent interface is left for `splitnet down`.
 fn drop_netns(uplinks: &Uplinks, name: &str) {
     uplinks.teardown(name);
-    host::netns_del(&host::netns_name(name));
+    let ns = host::netns_name(name);
+    match uplinks.bring_home(&ns) {
+        Ok(()) => host::netns_del(&ns),
+        Err(e) => eprintln!("hv: NOT deleting namespace {ns}: {e}; `splitnet down` tries again"),
+    }
 }
 
 /// The handle for a new vif of guest `g`: `devid` if free, else the lowest

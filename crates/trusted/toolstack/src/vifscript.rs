@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where a script named without a `/` is looked for first (then it is run
-/// as given, through `PATH`); `SPLITNET_SCRIPT_DIR` in hv's environment
-/// overrides it.
+/// Where a script named without a `/` is looked for (only there: never
+/// through `PATH`); `SPLITNET_SCRIPT_DIR` in hv's environment overrides it.
 pub const SCRIPT_DIR: &str = "/etc/splitnet/scripts";
 /// How long a script may run before it is killed and its vif refused;
 /// `SPLITNET_HOTPLUG_TIMEOUT_MS` in hv's environment overrides it.
@@ -35,19 +34,49 @@ pub struct ScriptCall<'a> {
     pub xenbus_path: &'a str,
 }
 
-/// The script file: a name with a `/` as given, else the one in the script
-/// directory if there is one, else the name (found through `PATH`).
-pub fn resolve(script: &str) -> PathBuf {
-    if script.contains('/') {
-        return PathBuf::from(script);
-    }
+/// The script file: an absolute path as given, or a plain name (no `/`)
+/// found in the script directory. hv runs it as root, so nothing else is
+/// taken: no `PATH` lookup (`script=rm` must not run `rm`), no path
+/// relative to hv's working directory, no `..`.
+pub fn resolve(script: &str) -> Result<PathBuf, String> {
     let dir = std::env::var_os("SPLITNET_SCRIPT_DIR").unwrap_or_else(|| SCRIPT_DIR.into());
-    let in_dir = Path::new(&dir).join(script);
-    if in_dir.is_file() {
-        in_dir
-    } else {
+    resolve_in(script, Path::new(&dir))
+}
+
+fn resolve_in(script: &str, dir: &Path) -> Result<PathBuf, String> {
+    syntax(script)?;
+    let file = if script.starts_with('/') {
         PathBuf::from(script)
+    } else {
+        dir.join(script)
+    };
+    if file.is_file() {
+        Ok(file)
+    } else if script.starts_with('/') {
+        Err(format!("hotplug script {script} is not a file"))
+    } else {
+        Err(format!(
+            "hotplug script {script:?} is not in the script directory {} (give a name found there, or an absolute path; PATH is not searched)",
+            dir.display()
+        ))
     }
+}
+
+/// What `script=` may be, before any file is looked at: an absolute path
+/// without `..`, or a name without `/` (not `.` or `..`).
+pub fn syntax(script: &str) -> Result<(), String> {
+    let dots = script.split('/').any(|c| c == "..") || script == ".";
+    if dots {
+        return Err(format!(
+            "script {script:?}: `..` and `.` are refused; give a name in the script directory or an absolute path"
+        ));
+    }
+    if script.contains('/') && !script.starts_with('/') {
+        return Err(format!(
+            "script {script:?}: a relative path is refused; give a name in the script directory (no `/`) or an absolute path"
+        ));
+    }
+    Ok(())
 }
 
 fn timeout() -> Duration {
@@ -63,7 +92,7 @@ fn timeout() -> Duration {
 /// group when the time is up.
 pub fn run(call: &ScriptCall<'_>, scratch: &Path) -> Result<(), String> {
     let limit = timeout();
-    let file = resolve(call.script);
+    let file = resolve(call.script)?;
     let err_file = fs::File::create(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
     let secs = format!("{:.3}", limit.as_secs_f64());
     let spawned = {
@@ -140,13 +169,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_resolve_in_the_script_dir_then_as_given() {
-        assert_eq!(resolve("/opt/x/vif-up"), PathBuf::from("/opt/x/vif-up"));
-        assert_eq!(resolve("./vif-up"), PathBuf::from("./vif-up"));
-        assert_eq!(
-            resolve("splitnet-no-such-script"),
-            PathBuf::from("splitnet-no-such-script")
-        );
+    fn a_script_is_an_absolute_path_or_a_name_in_the_script_dir_only() {
+        let dir = std::env::temp_dir().join(format!("splitnet-scripts-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("vif-up"), "#!/bin/sh\n").unwrap();
+        assert_eq!(resolve_in("vif-up", &dir), Ok(dir.join("vif-up")));
+        let abs = dir.join("vif-up").display().to_string();
+        assert_eq!(resolve_in(&abs, &dir), Ok(dir.join("vif-up")));
+        // Never through PATH, never relative to hv's working directory.
+        let e = resolve_in("rm", &dir).unwrap_err();
+        assert!(e.contains("is not in the script directory"), "{e}");
+        for bad in [
+            "./vif-up",
+            "sub/vif-up",
+            "..",
+            ".",
+            "../vif-up",
+            "/etc/../bin/rm",
+        ] {
+            let e = resolve_in(bad, &dir).unwrap_err();
+            assert!(e.contains("refused"), "{bad}: {e}");
+        }
+        let e = resolve_in("/splitnet/no/such", &dir).unwrap_err();
+        assert!(e.contains("is not a file"), "{e}");
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -166,6 +166,13 @@ fn parse_ips(v: &str) -> Result<Vec<IpAddr>, String> {
             "vif option `ip` is empty: give one address or several separated by spaces".into(),
         );
     }
+    let max = abi::xenbus::MAX_VIF_ADDRS;
+    if ips.len() > max {
+        return Err(format!(
+            "vif option `ip` lists {} addresses; a vif takes at most {max} (netback's limit)",
+            ips.len()
+        ));
+    }
     Ok(ips)
 }
 
@@ -188,6 +195,7 @@ fn parse_script(v: &str) -> Result<String, String> {
             "vif option `script` = {v:?}: give a script name or path, without spaces"
         ));
     }
+    crate::vifscript::syntax(v).map_err(|e| format!("vif option `script`: {e}"))?;
     Ok(v.to_string())
 }
 
@@ -407,6 +415,8 @@ mod tests {
             ("mtu=67", "68..=9000"),
             ("mtu=9001", "68..=9000"),
             ("script=", "`script`"),
+            ("script=./vif-up", "a relative path is refused"),
+            ("script=/etc/../bin/rm", "`..` and `.` are refused"),
             ("mtu=1500,mtu=9000", "given twice"),
             ("mac", "not key=value"),
             (
@@ -418,6 +428,23 @@ mod tests {
             let e = err(text);
             assert!(e.contains(needle), "{text}: {e:?} lacks {needle:?}");
         }
+    }
+
+    #[test]
+    fn ip_takes_as_many_addresses_as_netback_does() {
+        let ips = |n: usize| {
+            let v: Vec<String> = (0..n)
+                .map(|i| format!("10.0.{}.{}", i / 250, i % 250 + 1))
+                .collect();
+            format!("ip={}", v.join(" "))
+        };
+        let max = abi::xenbus::MAX_VIF_ADDRS;
+        assert_eq!(VifSpec::parse(&ips(max)).unwrap().opts.ip.len(), max);
+        let e = err(&ips(max + 1));
+        assert!(
+            e.contains("lists 65 addresses; a vif takes at most 64"),
+            "{e}"
+        );
     }
 
     #[test]

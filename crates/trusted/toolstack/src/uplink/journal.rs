@@ -19,13 +19,17 @@ pub const TOPOLOGY: &str = "";
 #[serde(tag = "undo", rename_all = "kebab-case")]
 pub enum Undo {
     /// A host interface lent to namespace `ns`: it goes back to the host
-    /// with its MTU, its addresses (`ip addr add` arguments) and up-state.
+    /// with its MTU, its addresses (`ip addr add` arguments), up-state and
+    /// routes (`ip -4|-6 route add` arguments: family, destination, the
+    /// rest).
     Lend {
         ns: String,
         iface: String,
         mtu: u32,
         up: bool,
         addrs: Vec<Vec<String>>,
+        #[serde(default)]
+        routes: Vec<Vec<String>>,
     },
     /// A link splitnet created, in namespace `ns` or the host's (None).
     Link { ns: Option<String>, ifname: String },
@@ -36,6 +40,11 @@ pub enum Undo {
     /// A process splitnet started, by pid and start time (so that a reused
     /// pid is never killed).
     Process { pid: i32, start: u64 },
+    /// A daemon splitnet starts with `--pid-file=<pid_file>`, journaled
+    /// before it is started (so a crash right after leaves it known): the
+    /// process that has that argument and started no earlier than `after`
+    /// (its starter's own start time) is stopped; no other is touched.
+    Daemon { pid_file: String, after: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,33 +95,46 @@ pub fn record(run_dir: &Path, owner: &str, undo: Undo) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", what()))
 }
 
+/// The journal's entries, from its locked file.
+fn read_entries(f: &mut File) -> std::io::Result<Vec<Entry>> {
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
 /// Undoes, newest first, the entries whose owner `pick` accepts, and
-/// keeps the rest; returns what failed. Without a journal, nothing to do.
+/// keeps the rest, and those whose undo failed (so that a later replay
+/// tries again, e.g. an interface that could not be given back); returns
+/// what failed. Without a journal, nothing to do.
 pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String> {
     let mut f = match open_locked(run_dir, false) {
         Ok(Some(f)) => f,
         Ok(None) => return Vec::new(),
         Err(e) => return vec![format!("the undo journal: {e}")],
     };
-    let mut text = String::new();
-    if let Err(e) = f.read_to_string(&mut text) {
-        return vec![format!("reading the undo journal: {e}")];
-    }
-    let entries: Vec<Entry> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let (now, keep): (Vec<Entry>, Vec<Entry>) =
-        entries.into_iter().partition(|e| pick(&e.owner, &e.undo));
+    let entries = match read_entries(&mut f) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("reading the undo journal: {e}")],
+    };
+    let mut keep = vec![true; entries.len()];
     let mut errors = Vec::new();
-    for e in now.iter().rev() {
-        if let Err(x) = undo(&e.undo) {
-            errors.push(x);
+    for (i, e) in entries.iter().enumerate().rev() {
+        if !pick(&e.owner, &e.undo) {
+            continue;
+        }
+        match undo(&e.undo) {
+            Ok(()) => keep[i] = false,
+            Err(x) => errors.push(format!("{x} (kept in the undo journal, tried again later)")),
         }
     }
-    let rest: String = keep
+    let rest: String = entries
         .iter()
-        .filter_map(|e| serde_json::to_string(e).ok())
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .filter_map(|(e, _)| serde_json::to_string(e).ok())
         .map(|l| l + "\n")
         .collect();
     let rewrite = f
@@ -123,10 +145,28 @@ pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String>
     if let Err(e) = rewrite {
         errors.push(format!("rewriting the undo journal: {e}"));
     }
-    if keep.is_empty() {
+    if rest.is_empty() {
         let _ = fs::remove_file(path(run_dir));
     }
     errors
+}
+
+/// The host interfaces the journal says were lent to namespace `ns` and
+/// are still in it.
+pub fn still_lent(run_dir: &Path, ns: &str) -> Result<Vec<String>, String> {
+    let entries = match open_locked(run_dir, false) {
+        Ok(Some(mut f)) => read_entries(&mut f),
+        Ok(None) => return Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| format!("reading the undo journal: {e}"))?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|e| match e.undo {
+            Undo::Lend { ns: n, iface, .. } if n == ns && exists(Some(ns), &iface) => Some(iface),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Undoes everything in the journal (hv's exit, the keeper, `down`, `up`).
@@ -158,7 +198,8 @@ fn undo(u: &Undo) -> Result<(), String> {
             mtu,
             up,
             addrs,
-        } => give_back(ns, iface, *mtu, *up, addrs),
+            routes,
+        } => give_back(ns, iface, *mtu, (*up).then_some(routes.as_slice()), addrs),
         Undo::Link { ns, ifname } => {
             if exists(ns.as_deref(), ifname) {
                 let args = ["link", "del", "dev", ifname.as_str()];
@@ -179,20 +220,52 @@ fn undo(u: &Undo) -> Result<(), String> {
             .map_err(|x| format!("restoring /proc/sys/{path} to {old}: {x}")),
         Undo::Process { pid, start } => {
             if start_time(*pid) == Some(*start) {
-                host::signal_all(&[*pid], libc::SIGTERM);
-                wait_gone(*pid);
+                stop(*pid);
             }
+            Ok(())
+        }
+        Undo::Daemon { pid_file, after } => {
+            daemon_pids(pid_file, *after).into_iter().for_each(stop);
+            let _ = fs::remove_file(pid_file);
             Ok(())
         }
     }
 }
 
-/// Moves `iface` from `ns` back to the host and restores its settings.
+/// SIGTERM to `pid`, and waits for it to go.
+fn stop(pid: i32) {
+    host::signal_all(&[pid], libc::SIGTERM);
+    wait_gone(pid);
+}
+
+/// The daemon of [`Undo::Daemon`]: the pid in its pid file if that is it;
+/// else (it has not written the file yet) any process that is it.
+fn daemon_pids(pid_file: &str, after: u64) -> Vec<i32> {
+    let arg = format!("--pid-file={pid_file}");
+    let is_it = |pid: i32| {
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let has_arg = cmdline.split(|b| *b == 0).any(|a| a == arg.as_bytes());
+        has_arg && start_time(pid).is_some_and(|t| t >= after)
+    };
+    let listed = fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    if let Some(pid) = listed.filter(|p| is_it(*p)) {
+        return vec![pid];
+    }
+    let all = fs::read_dir("/proc").into_iter().flatten().flatten();
+    all.filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| is_it(*p))
+        .collect()
+}
+
+/// Moves `iface` from `ns` back to the host and restores its settings;
+/// `up`: it was up, with these routes (a down link has none).
 fn give_back(
     ns: &str,
     iface: &str,
     mtu: u32,
-    up: bool,
+    up: Option<&[Vec<String>]>,
     addrs: &[Vec<String>],
 ) -> Result<(), String> {
     let e = |x: std::io::Error| format!("giving {iface} back to the host: {x}");
@@ -216,10 +289,29 @@ fn give_back(
         args.extend(["dev", iface]);
         run("ip", &args).map_err(e)?;
     }
-    if up {
+    if let Some(routes) = up {
         run("ip", &["link", "set", "dev", iface, "up"]).map_err(e)?;
+        for r in routes {
+            restore_route(iface, r).map_err(e)?;
+        }
     }
     Ok(())
+}
+
+/// Adds route `r` (family, destination, the rest) through `iface` again,
+/// unless it is there already (an earlier replay did it).
+fn restore_route(iface: &str, r: &[String]) -> std::io::Result<()> {
+    let [family, dst, rest @ ..] = r else {
+        return Ok(());
+    };
+    let shown = run("ip", &[family, "route", "show", dst, "dev", iface])?;
+    if !shown.trim().is_empty() {
+        return Ok(());
+    }
+    let mut args = vec![family.as_str(), "route", "add", dst.as_str()];
+    args.extend(rest.iter().map(String::as_str));
+    args.extend(["dev", iface]);
+    run("ip", &args).map(drop)
 }
 
 /// A process's start time (field 22 of /proc/PID/stat), if it runs.
@@ -254,6 +346,81 @@ mod tests {
             pid,
             start: u64::MAX,
         }
+    }
+
+    /// An entry whose undo fails without harm: a sysctl that does not exist.
+    fn failing() -> Undo {
+        Undo::Sysctl {
+            path: "splitnet-no-such/sysctl".into(),
+            old: "0".into(),
+        }
+    }
+
+    #[test]
+    fn an_undo_that_fails_stays_in_the_journal_and_is_reported() {
+        let dir = std::env::temp_dir().join(format!("splitnet-journal-f-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        record(&dir, "a", gone(1)).unwrap();
+        record(&dir, "a", failing()).unwrap();
+        record(&dir, "b", gone(2)).unwrap();
+        let errors = replay(&dir, |owner, _| owner == "a");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("splitnet-no-such/sysctl"), "{errors:?}");
+        let left = fs::read_to_string(path(&dir)).unwrap();
+        let lines: Vec<&str> = left.lines().collect();
+        assert_eq!(lines.len(), 2, "{left}");
+        assert!(lines[0].contains("splitnet-no-such"), "{left}");
+        assert!(lines[1].contains("\"pid\":2,"), "{left}");
+        // Tried again by every later replay, and kept while it fails.
+        assert_eq!(replay_all(&dir).len(), 1);
+        assert_eq!(fs::read_to_string(path(&dir)).unwrap().lines().count(), 1);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_daemon_is_found_by_its_pid_file_argument_and_start_time() {
+        let dir = std::env::temp_dir().join(format!("splitnet-journal-d-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("d.pid").display().to_string();
+        let after = start_time(std::process::id() as i32).unwrap();
+        // A stand-in daemon: a shell with the argument in its command line,
+        // waiting on its stdin (it forks nothing).
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x", &format!("--pid-file={pid_file}")])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let t0 = std::time::Instant::now();
+        while !fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sh\0"))
+            && t0.elapsed() < std::time::Duration::from_secs(5)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5)); // until it has exec'd
+        }
+        // Not written yet: found by its command line; a stale or foreign
+        // pid in the file is not taken.
+        fs::write(&pid_file, "1\n").unwrap();
+        assert_eq!(daemon_pids(&pid_file, after), vec![pid]);
+        fs::write(&pid_file, format!("{pid}\n")).unwrap();
+        assert_eq!(daemon_pids(&pid_file, after), vec![pid]);
+        // Started before its starter: a reused pid, left alone.
+        assert!(daemon_pids(&pid_file, u64::MAX).is_empty());
+        record(
+            &dir,
+            "a",
+            Undo::Daemon {
+                pid_file: pid_file.clone(),
+                after,
+            },
+        )
+        .unwrap();
+        assert!(replay_all(&dir).is_empty());
+        assert!(
+            child.try_wait().unwrap().is_some(),
+            "the daemon was stopped"
+        );
+        assert!(!Path::new(&pid_file).exists());
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -83,6 +83,69 @@ fn addresses_of(iface: &str) -> Result<Vec<Vec<String>>, String> {
     Ok(addrs)
 }
 
+/// Host interface `iface`'s routes in the main table, IPv4 and IPv6, as
+/// [`Undo::Lend`] keeps them ([`route_args`]).
+fn routes_of(iface: &str) -> Result<Vec<Vec<String>>, String> {
+    let mut routes = Vec::new();
+    for family in ["-4", "-6"] {
+        let out = run("ip", &["-j", family, "route", "show", "dev", iface]).map_err(err)?;
+        let v: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j route: {e}"))?;
+        let all = v.as_array().into_iter().flatten();
+        routes.extend(all.filter_map(|r| route_args(family, r)));
+    }
+    Ok(routes)
+}
+
+/// One route of `ip -j route show dev IFACE` as `ip FAMILY route add`
+/// arguments: family, destination, the rest (without `dev`). None for the
+/// kernel's own (the connected routes of the addresses, made again with
+/// them), those a daemon keeps (router advertisements, DHCP: dynamic
+/// addresses are not kept either), multipath routes and other types than
+/// unicast.
+fn route_args(family: &str, r: &Value) -> Option<Vec<String>> {
+    let dst = r["dst"].as_str()?;
+    let proto = r["protocol"].as_str().unwrap_or("boot");
+    let unicast = r["type"].as_str().is_none_or(|t| t == "unicast");
+    let simple = r.get("nexthops").is_none() && r.get("nhid").is_none();
+    if matches!(proto, "kernel" | "ra" | "dhcp") || !unicast || !simple {
+        return None;
+    }
+    let mut args = vec![family.to_string(), dst.to_string()];
+    for (key, word) in [
+        ("gateway", "via"),
+        ("protocol", "proto"),
+        ("scope", "scope"),
+        ("metric", "metric"),
+        ("prefsrc", "src"),
+        ("pref", "pref"),
+    ] {
+        match &r[key] {
+            Value::String(x) => args.extend([word.to_string(), x.clone()]),
+            Value::Number(n) => args.extend([word.to_string(), n.to_string()]),
+            _ => {}
+        }
+    }
+    let flags = r["flags"].as_array();
+    if flags.is_some_and(|f| f.iter().any(|x| x == "onlink")) {
+        args.push("onlink".into());
+    }
+    Some(args)
+}
+
+/// Refuses a link name `ifname` that is already taken in `ns` (the host's:
+/// None): splitnet creates its links under names of its own, and the undo
+/// journal deletes them by name, so an existing one must never be mistaken
+/// for one of them.
+fn refuse_taken(ns: Option<&str>, ifname: &str) -> Result<(), String> {
+    if !super::journal::exists(ns, ifname) {
+        return Ok(());
+    }
+    Err(format!(
+        "an interface named {ifname} already exists {}; splitnet will not take it over: remove or rename it",
+        ns.map_or("on the host".to_string(), |n| format!("in namespace {n}"))
+    ))
+}
+
 /// Sets `/proc/sys/<path>` to `value`, journaling its old value (owned by
 /// the topology: several uplinks may need it) if it changes.
 fn sysctl(run_dir: &Path, path: &str, value: &str) -> Result<(), String> {
@@ -118,6 +181,7 @@ impl Uplinks {
                 mtu: link["mtu"].as_u64().unwrap_or(1500) as u32,
                 up: flags.iter().any(|f| f == "UP"),
                 addrs: addresses_of(iface)?,
+                routes: routes_of(iface)?,
             },
         )?;
         run("ip", &["link", "set", "dev", iface, "netns", &ns])
@@ -136,6 +200,7 @@ impl Uplinks {
     pub(super) fn macvlan(&self, u: &Uplink) -> Result<(), String> {
         let iface = u.iface.as_deref().unwrap_or_default();
         let ns = netns_name(&u.driver);
+        refuse_taken(Some(&ns), &u.ifname)?;
         free_host_iface(iface, &u.driver)?;
         self.note(
             u,
@@ -171,6 +236,7 @@ impl Uplinks {
     fn veth(&self, u: &Uplink) -> Result<String, String> {
         let he = u.host_end.clone().unwrap_or_default();
         let ns = netns_name(&u.driver);
+        refuse_taken(None, &he)?;
         self.note(
             u,
             Undo::Link {
@@ -229,6 +295,7 @@ impl Uplinks {
         sysctl(&self.run_dir, "net/ipv4/ip_forward", "1")?;
         if u.routes.iter().any(IpAddr::is_ipv6) {
             fs::write(Path::new("/proc/sys").join(conf("ipv6", "proxy_ndp")), "1").map_err(err)?;
+            warn_ra_stops(&u.driver);
             sysctl(&self.run_dir, "net/ipv6/conf/all/forwarding", "1")?;
         }
         for ip in &u.routes {
@@ -237,10 +304,54 @@ impl Uplinks {
             } else {
                 format!("{ip}/32")
             };
-            run("ip", &["route", "replace", &dst, "dev", &he]).map_err(err)?;
+            host_route(&dst, &he)?;
         }
         Ok(())
     }
+}
+
+/// Says which host interfaces stop taking router advertisements when IPv6
+/// forwarding goes on (ip-sysctl: `accept_ra` = 1 accepts them only while
+/// the host does not forward; 2 accepts them anyway): their SLAAC
+/// addresses and default routes lapse while the route uplink is up.
+fn warn_ra_stops(driver: &str) {
+    let conf = Path::new("/proc/sys/net/ipv6/conf");
+    let read = |p: std::path::PathBuf| fs::read_to_string(p).unwrap_or_default();
+    if read(conf.join("all/forwarding")).trim() == "1" {
+        return;
+    }
+    let mut names: Vec<String> = fs::read_dir(conf)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| read(e.path().join("accept_ra")).trim() == "1")
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !matches!(n.as_str(), "all" | "default" | "lo"))
+        .collect();
+    names.sort();
+    if !names.is_empty() {
+        eprintln!(
+            "hv: {driver}'s route uplink turns IPv6 forwarding on: {} (accept_ra=1) stop taking router advertisements until it goes; set accept_ra=2 on them to keep SLAAC",
+            names.join(", ")
+        );
+    }
+}
+
+/// Adds the host route to `dst` through `he`, refused if the host has a
+/// route to `dst` already (splitnet never replaces one: it would be lost
+/// when the uplink goes). The route goes with `he`, so it is not journaled.
+fn host_route(dst: &str, he: &str) -> Result<(), String> {
+    let family = if dst.contains(':') { "-6" } else { "-4" };
+    let existing = run("ip", &[family, "route", "show", dst]).map_err(err)?;
+    if !existing.trim().is_empty() {
+        return Err(format!(
+            "the host has a route to {dst} already ({}); a route uplink will not replace it: remove it, or route that guest another way",
+            existing.trim()
+        ));
+    }
+    run("ip", &[family, "route", "add", dst, "dev", he])
+        .map(drop)
+        .map_err(|e| format!("the host route to {dst}: {e}"))
 }
 
 /// Runs an nftables script in one transaction (all or nothing).
@@ -264,5 +375,61 @@ fn nft_script(rules: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lent_interface_keeps_its_static_routes_not_the_kernels() {
+        let v4: Value = serde_json::from_str(
+            r#"[{"dst":"10.9.0.0/24","protocol":"kernel","scope":"link","prefsrc":"10.9.0.1","flags":[]},
+                {"dst":"10.81.0.0/24","gateway":"10.9.0.2","flags":[]},
+                {"dst":"10.82.0.0/16","scope":"link","metric":5,"flags":[]},
+                {"dst":"default","gateway":"10.9.0.254","protocol":"dhcp","prefsrc":"10.9.0.7","metric":100,"flags":[]},
+                {"dst":"10.83.0.0/24","gateway":"10.8.0.1","flags":["onlink"]},
+                {"dst":"10.84.0.0/24","nexthops":[{"gateway":"10.9.0.2","dev":"d0"}]}]"#,
+        )
+        .unwrap();
+        let got: Vec<Vec<String>> = v4
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| route_args("-4", r))
+            .collect();
+        let want: Vec<Vec<String>> = vec![
+            vec!["-4", "10.81.0.0/24", "via", "10.9.0.2"],
+            vec!["-4", "10.82.0.0/16", "scope", "link", "metric", "5"],
+            vec!["-4", "10.83.0.0/24", "via", "10.8.0.1", "onlink"],
+        ]
+        .into_iter()
+        .map(|r| r.into_iter().map(String::from).collect())
+        .collect();
+        assert_eq!(got, want);
+        let v6: Value = serde_json::from_str(
+            r#"[{"dst":"fd00:81::/64","metric":1024,"flags":[],"pref":"medium"},
+                {"dst":"fe80::/64","protocol":"kernel","metric":256,"flags":[],"pref":"medium"},
+                {"dst":"default","gateway":"fe80::1","protocol":"ra","metric":1024,"expires":1799,"flags":[],"pref":"medium"}]"#,
+        )
+        .unwrap();
+        let got: Vec<Vec<String>> = v6
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| route_args("-6", r))
+            .collect();
+        assert_eq!(
+            got,
+            vec![vec![
+                "-6",
+                "fd00:81::/64",
+                "metric",
+                "1024",
+                "pref",
+                "medium"
+            ]]
+        );
     }
 }

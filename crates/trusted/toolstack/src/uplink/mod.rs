@@ -3,8 +3,9 @@
 //! hotplug scripts vif-bridge, vif-nat and vif-route):
 //! - `wire`: a veth to the synthetic `wire` host (set up by the supervisor);
 //! - `host`: a host interface moved into the driver domain's namespace, as
-//!   a NIC handed to it; it goes back, with its name, MTU, addresses and
-//!   up-state, whenever the driver domain stops, crashes or restarts;
+//!   a NIC handed to it; it goes back, with its name, MTU, addresses,
+//!   up-state and routes, whenever the driver domain stops, crashes or
+//!   restarts;
 //! - `macvlan`: a private-mode macvlan on a host interface, and one member
 //!   macvlan per guest MAC behind it ([`group`]);
 //! - `nat`: a veth to the host, masqueraded by an nftables table of
@@ -22,7 +23,7 @@ mod kinds;
 mod procs;
 
 pub use config::{PortConfig, Uplink, UplinkKind};
-pub use procs::{clean_up, keep, Keeper};
+pub use procs::{bring_home, clean_up, keep, Keeper};
 
 use crate::topology::Topology;
 use journal::{record, Undo};
@@ -149,6 +150,11 @@ impl Uplinks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(driver);
+    }
+
+    /// Whether namespace `ns` may be deleted: [`bring_home`].
+    pub fn bring_home(&self, ns: &str) -> Result<(), String> {
+        bring_home(&self.run_dir, ns)
     }
 
     /// Undoes everything (hv is stopping) and lets the keeper go.

@@ -21,15 +21,21 @@ const DNSMASQ_READY: Duration = Duration::from_secs(5);
 struct Dnsmasq {
     owner: String,
     args: Vec<String>,
+    /// Its `--pid-file`, which also tells it apart from every other process.
+    pid_file: PathBuf,
     log: PathBuf,
     run_dir: PathBuf,
     listen: Ipv4Addr,
 }
 
 impl Dnsmasq {
-    /// Starts it, journals it, and waits until it answers DNS on its
+    /// Journals it, starts it, and waits until it answers DNS on its
     /// address (its UDP port 53 is bound); an early exit is an error.
     fn spawn(&self) -> Result<Child, String> {
+        let pid_file = self.pid_file.display().to_string();
+        let after = start_time(std::process::id() as i32).unwrap_or(0);
+        record(&self.run_dir, &self.owner, Undo::Daemon { pid_file, after })?;
+        let _ = fs::remove_file(&self.pid_file);
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -46,9 +52,6 @@ impl Dnsmasq {
                 .spawn()
         };
         let mut child = child.map_err(|e| format!("dnsmasq: {e} (is dnsmasq-base installed?)"))?;
-        let pid = child.id() as i32;
-        let start = start_time(pid).unwrap_or(0);
-        record(&self.run_dir, &self.owner, Undo::Process { pid, start })?;
         let deadline = Instant::now() + DNSMASQ_READY;
         while !udp_bound(self.listen, 53) {
             if let Ok(Some(st)) = child.try_wait() {
@@ -89,6 +92,13 @@ impl Dnsmasq {
                 return;
             }
             match self.spawn() {
+                // Taken down while it started: the journal may be replayed
+                // already, so this one is stopped here.
+                Ok(mut c) if stop.load(Ordering::SeqCst) => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    return;
+                }
                 Ok(c) => child = c,
                 Err(e) => {
                     eprintln!("hv: restarting {}'s dnsmasq: {e}", self.owner);
@@ -113,6 +123,12 @@ fn udp_bound(ip: Ipv4Addr, port: u16) -> bool {
 /// `addr`/`len`: DHCP over the upper half of the subnet, DNS, both bound
 /// to the host end only; no configuration file is read.
 fn dnsmasq_args(run_dir: &Path, he: &str, addr: Ipv4Addr, len: u8) -> Vec<String> {
+    let file = |ext: &str| {
+        run_dir
+            .join(format!("dnsmasq-{he}.{ext}"))
+            .display()
+            .to_string()
+    };
     let size = 1u32 << (32 - len);
     let net = u32::from(addr) & !(size - 1);
     let first = Ipv4Addr::from(net + size / 2);
@@ -132,14 +148,11 @@ fn dnsmasq_args(run_dir: &Path, he: &str, addr: Ipv4Addr, len: u8) -> Vec<String
         format!("--dhcp-range={first},{last},{mask},1h"),
         format!("--dhcp-option=option:router,{addr}"),
         "--dhcp-authoritative".into(),
-        format!(
-            "--dhcp-leasefile={}",
-            run_dir.join(format!("dnsmasq-{he}.leases")).display()
-        ),
+        format!("--dhcp-leasefile={}", file("leases")),
         "--domain=splitnet".into(),
         "--local=/splitnet/".into(),
         format!("--host-record=gateway.splitnet,{addr}"),
-        "--pid-file=".into(),
+        format!("--pid-file={}", file("pid")),
     ]
 }
 
@@ -155,6 +168,7 @@ impl Uplinks {
         let d = Dnsmasq {
             owner: u.driver.clone(),
             args: dnsmasq_args(&self.run_dir, he, addr, len),
+            pid_file: self.run_dir.join(format!("dnsmasq-{he}.pid")),
             log: self.run_dir.join(format!("dnsmasq-{he}.log")),
             run_dir: self.run_dir.clone(),
             listen: addr,
@@ -242,6 +256,37 @@ pub fn keep(run_dir: &Path) {
     for e in journal::replay_all(run_dir) {
         eprintln!("uplink keeper: {e}");
     }
+}
+
+/// How many times [`bring_home`] tries to give a lent interface back.
+const BRING_HOME_TRIES: u32 = 3;
+
+/// Before namespace `ns` is deleted: gives back to the host every
+/// interface the journal says was lent to it and is still there, trying
+/// again on failure. An error names those still inside: `ns` must then
+/// stay (deleting it would destroy a veth, and hand a NIC back stripped of
+/// its settings) for `splitnet down` to try again.
+pub fn bring_home(run_dir: &Path, ns: &str) -> Result<(), String> {
+    let lent_here = |_: &str, u: &Undo| matches!(u, Undo::Lend { ns: n, .. } if n == ns);
+    let mut errors = Vec::new();
+    for attempt in 0..=BRING_HOME_TRIES {
+        let left = journal::still_lent(run_dir, ns)?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if attempt == BRING_HOME_TRIES {
+            return Err(format!(
+                "host interface {} cannot leave namespace {ns}: {}",
+                left.join(", "),
+                errors.join("; ")
+            ));
+        }
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        errors = journal::replay(run_dir, lent_here);
+    }
+    Ok(())
 }
 
 /// For `down` and `up`: waits for a keeper still undoing (its hv died),
