@@ -185,31 +185,7 @@ fn ip_lets_a_guest_send_only_from_its_own_addresses() {
     wait_rises("guest1's spoofed counter", spoofed, || {
         counter(&env, "guest1", "spoofed")
     });
-    // A gratuitous ARP claiming guest2's address changes nothing on the wire.
-    env.ping("wire", "10.77.0.2", 2);
-    let g2 = hex_mac(mac_of(&env, "guest2", "eth0"));
-    assert_eq!(wire_neigh("10.77.0.2"), g2);
-    // No lock time: an unfiltered gratuitous ARP would take effect at once.
-    let o = sh("wire", &["sysctl", "-w", "net.ipv4.neigh.eth0.locktime=0"]);
-    assert!(o.status.success(), "{o:?}");
-    let spoofed = counter(&env, "guest1", "spoofed");
-    let g1 = mac_of(&env, "guest1", "eth0");
-    for op in [1, 2] {
-        send_raw(
-            &env,
-            "guest1",
-            &arp_frame(g1, None, op, [10, 77, 0, 2], [10, 77, 0, 2]),
-        );
-    }
-    wait_until("the six ARPs to be counted", LIMIT, || {
-        counter(&env, "guest1", "spoofed") >= spoofed + 6
-    });
-    assert_eq!(
-        wire_neigh("10.77.0.2"),
-        g2,
-        "guest1 took over guest2's address"
-    );
-    env.ping("wire", "10.77.0.2", 2);
+    gratuitous_arp_for_guest2_changes_nothing(&env);
     // IPv6: an address outside ip= gets nothing through either.
     env.ok(&[
         "exec",
@@ -248,6 +224,36 @@ fn ip_lets_a_guest_send_only_from_its_own_addresses() {
     assert_eq!(counter(&env, "guest2", "spoofed"), 0);
     env.ok(&["down"]);
     assert_nothing_left();
+}
+
+/// guest1 (with `ip=`) claims guest2's address with gratuitous ARP requests
+/// and replies: each is counted as spoofed, and the wire keeps guest2's MAC.
+fn gratuitous_arp_for_guest2_changes_nothing(env: &Env) {
+    // A gratuitous ARP claiming guest2's address changes nothing on the wire.
+    env.ping("wire", "10.77.0.2", 2);
+    let g2 = hex_mac(mac_of(env, "guest2", "eth0"));
+    assert_eq!(wire_neigh("10.77.0.2"), g2);
+    // No lock time: an unfiltered gratuitous ARP would take effect at once.
+    let o = sh("wire", &["sysctl", "-w", "net.ipv4.neigh.eth0.locktime=0"]);
+    assert!(o.status.success(), "{o:?}");
+    let spoofed = counter(env, "guest1", "spoofed");
+    let g1 = mac_of(env, "guest1", "eth0");
+    for op in [1, 2] {
+        send_raw(
+            env,
+            "guest1",
+            &arp_frame(g1, None, op, [10, 77, 0, 2], [10, 77, 0, 2]),
+        );
+    }
+    wait_until("the six ARPs to be counted", LIMIT, || {
+        counter(env, "guest1", "spoofed") >= spoofed + 6
+    });
+    assert_eq!(
+        wire_neigh("10.77.0.2"),
+        g2,
+        "guest1 took over guest2's address"
+    );
+    env.ping("wire", "10.77.0.2", 2);
 }
 
 #[test]

@@ -279,6 +279,15 @@ fn hotplug_scripts_run_with_xens_environment_and_their_failures_fail_the_attach(
             ("SPLITNET_HOTPLUG_TIMEOUT_MS", "1500"),
         ],
     );
+    failing_scripts_leave_nothing(&env, &hang);
+    scripts_run_online_and_offline(&env, &marker);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// A failing, a refused and a hanging script each fail the attach with a
+/// clear message, and what the failed vifs held is given back.
+fn failing_scripts_leave_nothing(env: &Env, hang: &std::path::Path) {
     // A failing script fails the attach with its message; nothing stays.
     let held = |st: &Value| {
         let mut v = vec![st["store_nodes"].clone(), st["watches"].clone()];
@@ -298,12 +307,12 @@ fn hotplug_scripts_run_with_xens_environment_and_their_failures_fail_the_attach(
     let before = held(&env.status());
     let o = env.splitnet(&["network-attach", "guest1", "script=vif-fail"]);
     fails_with(&o, "failed (exit status 3): vif-fail: no bridge for vif");
-    assert_eq!(network_list(&env, "guest1").len(), 1);
+    assert_eq!(network_list(env, "guest1").len(), 1);
     // A name not in the script directory is refused, never run from PATH.
     let o = env.splitnet(&["network-attach", "guest1", "script=rm"]);
     fails_with(&o, "hotplug script \"rm\" is not in the script directory");
-    assert_eq!(network_list(&env, "guest1").len(), 1);
-    assert!(!links(&env, "guest1").contains("eth1"));
+    assert_eq!(network_list(env, "guest1").len(), 1);
+    assert!(!links(env, "guest1").contains("eth1"));
     // A hanging script is killed, with its children, after the timeout.
     let t0 = Instant::now();
     let o = env.splitnet(&[
@@ -324,19 +333,25 @@ fn hotplug_scripts_run_with_xens_environment_and_their_failures_fail_the_attach(
                 .success()
         },
     );
-    assert_eq!(network_list(&env, "guest1").len(), 1);
+    assert_eq!(network_list(env, "guest1").len(), 1);
     wait_until(
         "what the failed vifs held to go",
         Duration::from_secs(5),
         || held(&env.status()) == before,
     );
     env.ping("guest1", "10.77.0.254", 2);
+}
+
+/// A script named in the script directory runs with Xen's environment in
+/// the driver domain's namespace: online on attach and on the guest's
+/// restart, offline before the restart and on detach.
+fn scripts_run_online_and_offline(env: &Env, marker: &std::path::Path) {
     // The next vif takes the freed handle. A name resolves in the script
     // directory (only there); the script gets Xen's environment, in the driver domain's
     // namespace.
     let out = env.ok(&["network-attach", "guest1", "script=vif-mark,vifname=mk0"]);
     assert!(out.contains("vif 1 connected as eth1"), "{out}");
-    let m = std::fs::read_to_string(&marker).unwrap();
+    let m = std::fs::read_to_string(marker).unwrap();
     let drv = domain(&env.status(), "drv")["id"].as_u64().unwrap();
     let g1 = domain(&env.status(), "guest1")["id"].as_u64().unwrap();
     let be = format!("/local/domain/{drv}/backend/vif/{g1}/1");
@@ -344,7 +359,7 @@ fn hotplug_scripts_run_with_xens_environment_and_their_failures_fail_the_attach(
         m.trim(),
         format!("online vif=mk0 XENBUS_PATH={be} XENBUS_TYPE=vif netns=splitnet-drv")
     );
-    let rows = network_list(&env, "guest1");
+    let rows = network_list(env, "guest1");
     assert_eq!(rows[1]["hotplug_status"], "connected");
     assert_eq!(rows[1]["script"], "vif-mark");
     // A guest's restart takes the vif offline and brings it online again
@@ -353,7 +368,7 @@ fn hotplug_scripts_run_with_xens_environment_and_their_failures_fail_the_attach(
     let g1 = domain(&env.status(), "guest1")["id"].as_u64().unwrap();
     let be2 = format!("/local/domain/{drv}/backend/vif/{g1}/1");
     env.ok(&["network-detach", "guest1", "eth1"]);
-    let m = std::fs::read_to_string(&marker).unwrap();
+    let m = std::fs::read_to_string(marker).unwrap();
     let lines: Vec<&str> = m.lines().collect();
     assert_eq!(lines.len(), 4, "{m}");
     for (line, want) in lines[1..].iter().zip([
@@ -363,6 +378,4 @@ fn hotplug_scripts_run_with_xens_environment_and_their_failures_fail_the_attach(
     ]) {
         assert!(line.starts_with(&want), "{m}");
     }
-    env.ok(&["down"]);
-    assert_nothing_left();
 }

@@ -651,122 +651,7 @@ pub fn netback_requests(data: &[u8]) {
     let mut steps = 0;
     while inp.more() && steps < 256 && w.nb.is_connected() {
         steps += 1;
-        match inp.u8() % 12 {
-            // A data request.
-            0 | 1 => {
-                let flags = TxFlags::from_bits_retain(u16::from(inp.u8()) & 0x0f);
-                let gref = w.gref(&mut inp);
-                let offset = inp.u16() % 4200;
-                let size = inp.u16();
-                let id = u16::from(inp.u8());
-                let r = TxRequest {
-                    gref,
-                    offset,
-                    flags,
-                    id,
-                    size,
-                };
-                let _ = w.tx.push_request(&r);
-            }
-            // A GSO or multicast-control extra-info slot.
-            2 => {
-                let sel = inp.u8();
-                let x = match sel & 6 {
-                    2 => mcast_extra(true, &mut inp),
-                    4 => mcast_extra(false, &mut inp),
-                    _ => Gso {
-                        kind: if sel & 1 == 0 {
-                            GsoKind::TcpV4
-                        } else {
-                            GsoKind::TcpV6
-                        },
-                        size: inp.u16(),
-                        ecn: false,
-                    }
-                    .to_extra(),
-                };
-                let _ = w.tx.push_request(&x.to_tx_slot());
-            }
-            // A slot of raw bytes.
-            3 => {
-                let b: [u8; 12] = inp.bytes();
-                let _ = w.tx.push_request(&TxRequest::decode(&b));
-            }
-            // Publish, perhaps notify, and let netback run.
-            4 => {
-                let how = inp.u8();
-                w.tx.push_requests_and_check_notify();
-                if how & 1 != 0 {
-                    let _ = w.nf.tx_channel().notify();
-                }
-                w.run_tx(&mut tally);
-            }
-            // The TX producer index moved by hand.
-            5 => {
-                let d = inp.u8();
-                let mem = w.tx_mem();
-                let prod = mem.load_u32(layout::REQ_PROD);
-                let new = if d & 0x80 == 0 {
-                    prod.wrapping_add(u32::from(d))
-                } else {
-                    prod.wrapping_add(inp.u32())
-                };
-                mem.store_u32(layout::REQ_PROD, new);
-                w.run_tx(&mut tally);
-            }
-            // An RX request.
-            6 => {
-                let id = inp.u16() % 300;
-                let gref = w.gref(&mut inp);
-                w.post_rx(id, gref);
-            }
-            // Publish RX requests.
-            7 => {
-                w.rx.push_requests_and_check_notify();
-            }
-            // The bridge delivers frames to the guest.
-            8 => {
-                let n = 1 + inp.u8() % 4;
-                for _ in 0..n {
-                    let p = rx_frame(&mut inp);
-                    w.nb.deliver(&FrameRef::private(&p.data, p.csum, p.gso));
-                }
-            }
-            // netback's RX flush.
-            9 => w.run_rx(&mut tally),
-            // The RX producer index moved by hand: netback reads whatever
-            // the slots held.
-            10 => {
-                let d = inp.u8();
-                let mem = w.rx_mem();
-                let prod = mem.load_u32(layout::REQ_PROD);
-                let new = if d & 0x80 == 0 {
-                    prod.wrapping_add(u32::from(d))
-                } else {
-                    prod.wrapping_add(inp.u32())
-                };
-                if new.wrapping_sub(prod) <= RING {
-                    for i in prod..new {
-                        w.rx_ids[(i & (RING - 1)) as usize] =
-                            slot::<RxRequest>(&mem, RX_SLOT, i).id;
-                    }
-                }
-                mem.store_u32(layout::REQ_PROD, new);
-                w.run_rx(&mut tally);
-            }
-            // The frontend writes into a template frame (its own buffer).
-            _ => {
-                let k = inp.u8() as usize % TEMPLATES.len();
-                let off = inp.u16() as usize % PAGE;
-                let bytes: [u8; 16] = inp.bytes();
-                let n = bytes.len().min(PAGE - off);
-                let at = k * PAGE + off;
-                w.templates[at..at + n].copy_from_slice(&bytes[..n]);
-                w.guest
-                    .pool()
-                    .write_bytes((TEMPLATES.start as usize + k) * PAGE + off, &bytes[..n]);
-            }
-        }
+        nb_step(&mut w, &mut inp, &mut tally);
         w.check_memory(false);
     }
     // Whatever is still published is taken now.
@@ -775,9 +660,149 @@ pub fn netback_requests(data: &[u8]) {
     w.rx.push_requests_and_check_notify();
     w.run_rx(&mut tally);
     w.check_memory(true);
+    check_refusals(&w, &mut tally);
+    if w.nb.is_connected() && settle(&mut w, &mut tally) {
+        NB_WORLDS.with(|ws| ws.borrow_mut()[which] = Some(w));
+    } else {
+        bury(w);
+    }
+}
+
+/// One step of the hostile frontend, as the input picks it: a request or
+/// an extra, raw slot bytes, an index moved by hand, RX buffers, frames from
+/// the bridge, or netback's turn.
+fn nb_step(w: &mut NbWorld, inp: &mut Input<'_>, tally: &mut NbTally) {
+    match inp.u8() % 12 {
+        // A data request.
+        0 | 1 => {
+            let flags = TxFlags::from_bits_retain(u16::from(inp.u8()) & 0x0f);
+            let gref = w.gref(inp);
+            let offset = inp.u16() % 4200;
+            let size = inp.u16();
+            let id = u16::from(inp.u8());
+            let r = TxRequest {
+                gref,
+                offset,
+                flags,
+                id,
+                size,
+            };
+            let _ = w.tx.push_request(&r);
+        }
+        // A GSO or multicast-control extra-info slot.
+        2 => {
+            let sel = inp.u8();
+            let x = match sel & 6 {
+                2 => mcast_extra(true, inp),
+                4 => mcast_extra(false, inp),
+                _ => Gso {
+                    kind: if sel & 1 == 0 {
+                        GsoKind::TcpV4
+                    } else {
+                        GsoKind::TcpV6
+                    },
+                    size: inp.u16(),
+                    ecn: false,
+                }
+                .to_extra(),
+            };
+            let _ = w.tx.push_request(&x.to_tx_slot());
+        }
+        // A slot of raw bytes.
+        3 => {
+            let b: [u8; 12] = inp.bytes();
+            let _ = w.tx.push_request(&TxRequest::decode(&b));
+        }
+        // Publish, perhaps notify, and let netback run.
+        4 => {
+            let how = inp.u8();
+            w.tx.push_requests_and_check_notify();
+            if how & 1 != 0 {
+                let _ = w.nf.tx_channel().notify();
+            }
+            w.run_tx(tally);
+        }
+        // The TX producer index moved by hand.
+        5 => {
+            let d = inp.u8();
+            let mem = w.tx_mem();
+            let prod = mem.load_u32(layout::REQ_PROD);
+            let new = if d & 0x80 == 0 {
+                prod.wrapping_add(u32::from(d))
+            } else {
+                prod.wrapping_add(inp.u32())
+            };
+            mem.store_u32(layout::REQ_PROD, new);
+            w.run_tx(tally);
+        }
+        op @ 6..=10 => nb_rx_step(w, op, inp, tally),
+        // The frontend writes into a template frame (its own buffer).
+        _ => {
+            let k = inp.u8() as usize % TEMPLATES.len();
+            let off = inp.u16() as usize % PAGE;
+            let bytes: [u8; 16] = inp.bytes();
+            let n = bytes.len().min(PAGE - off);
+            let at = k * PAGE + off;
+            w.templates[at..at + n].copy_from_slice(&bytes[..n]);
+            w.guest
+                .pool()
+                .write_bytes((TEMPLATES.start as usize + k) * PAGE + off, &bytes[..n]);
+        }
+    }
+}
+
+/// The RX side of [`nb_step`]: buffers posted, published or moved by hand,
+/// frames from the bridge, and netback's RX flush.
+fn nb_rx_step(w: &mut NbWorld, op: u8, inp: &mut Input<'_>, tally: &mut NbTally) {
+    match op {
+        // An RX request.
+        6 => {
+            let id = inp.u16() % 300;
+            let gref = w.gref(inp);
+            w.post_rx(id, gref);
+        }
+        // Publish RX requests.
+        7 => {
+            w.rx.push_requests_and_check_notify();
+        }
+        // The bridge delivers frames to the guest.
+        8 => {
+            let n = 1 + inp.u8() % 4;
+            for _ in 0..n {
+                let p = rx_frame(inp);
+                w.nb.deliver(&FrameRef::private(&p.data, p.csum, p.gso));
+            }
+        }
+        // netback's RX flush.
+        9 => w.run_rx(tally),
+        // The RX producer index moved by hand: netback reads whatever
+        // the slots held.
+        _ => {
+            let d = inp.u8();
+            let mem = w.rx_mem();
+            let prod = mem.load_u32(layout::REQ_PROD);
+            let new = if d & 0x80 == 0 {
+                prod.wrapping_add(u32::from(d))
+            } else {
+                prod.wrapping_add(inp.u32())
+            };
+            if new.wrapping_sub(prod) <= RING {
+                for i in prod..new {
+                    w.rx_ids[(i & (RING - 1)) as usize] = slot::<RxRequest>(&mem, RX_SLOT, i).id;
+                }
+            }
+            mem.store_u32(layout::REQ_PROD, new);
+            w.run_rx(tally);
+        }
+    }
+}
+
+/// What netback counted against the error responses the frontend saw:
+/// refusals never outnumber errors, errors always count a refusal, and a
+/// vif that went down counted why. A multicast group past the filter's
+/// bound is answered with an error but is no refusal.
+fn check_refusals(w: &NbWorld, tally: &mut NbTally) {
     let refused = w.nb.counters.rejected_total();
-    // A multicast group past the filter's bound is answered with an error
-    // but is no refusal: the frontend did nothing wrong.
     let mcast = w.nb.counters.mcast_refused;
     assert!(
         mcast <= tally.errors,
@@ -798,11 +823,6 @@ pub fn netback_requests(data: &[u8]) {
         assert!(refused < netback::FATAL_LIMIT);
     } else {
         assert!(refused > 0, "the vif went down with no refusal counted");
-    }
-    if w.nb.is_connected() && settle(&mut w, &mut tally) {
-        NB_WORLDS.with(|ws| ws.borrow_mut()[which] = Some(w));
-    } else {
-        bury(w);
     }
 }
 
