@@ -15,7 +15,7 @@
 use super::journal::{self, Undo};
 use super::{Uplink, UplinkKind, Uplinks};
 use crate::daemon::Store;
-use crate::host::{ip_in, netns_name, run};
+use crate::host::{ip_in, netns_name};
 use crate::topology::VifConfig;
 
 /// Member `name` of a group, with its guest's MAC.
@@ -112,23 +112,7 @@ impl Uplinks {
     /// driver domain's stack must not answer for the guest's link-local
     /// address), up.
     fn member_link(&self, u: &Uplink, m: &Member, ns: &str) -> Result<(), String> {
-        let iface = u.iface.as_deref().unwrap_or_default();
-        self.note(
-            u,
-            Undo::Link {
-                ns: Some(ns.to_string()),
-                ifname: m.name.clone(),
-            },
-        )?;
-        let mut args = vec![
-            "link", "add", "link", iface, "name", &m.name, "netns", ns, "address", &m.mac,
-        ];
-        let mtu = u.mtu.map(|x| x.to_string());
-        if let Some(x) = &mtu {
-            args.extend(["mtu", x]);
-        }
-        args.extend(["type", "macvlan", "mode", "private"]);
-        run("ip", &args).map_err(|e| e.to_string())?;
+        self.private_macvlan(u, &m.name, ns, Some(&m.mac))?;
         // Best effort: without IPv6 in the namespace there is nothing to turn off.
         let _ = ip_in(ns, &["link", "set", "dev", &m.name, "addrgenmode", "none"]);
         ip_in(ns, &["link", "set", "dev", &m.name, "up"]).map_err(|e| e.to_string())?;

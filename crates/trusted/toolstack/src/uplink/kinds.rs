@@ -202,32 +202,45 @@ impl Uplinks {
         let ns = netns_name(&u.driver);
         refuse_taken(Some(&ns), &u.ifname)?;
         free_host_iface(iface, &u.driver)?;
+        self.private_macvlan(u, &u.ifname, &ns, u.mac.as_deref())?;
+        ip_in(
+            &ns,
+            &["link", "set", "dev", &u.ifname, "allmulticast", "on", "up"],
+        )
+        .map_err(err)?;
+        Ok(())
+    }
+
+    /// Journals, then creates, macvlan `name` on `u`'s host interface in
+    /// namespace `ns`: private mode (its frames never reach another macvlan
+    /// of the interface here), `u`'s MTU, and MAC `mac` if given. Down.
+    pub(super) fn private_macvlan(
+        &self,
+        u: &Uplink,
+        name: &str,
+        ns: &str,
+        mac: Option<&str>,
+    ) -> Result<(), String> {
+        let iface = u.iface.as_deref().unwrap_or_default();
         self.note(
             u,
             Undo::Link {
-                ns: Some(ns.clone()),
-                ifname: u.ifname.clone(),
+                ns: Some(ns.to_string()),
+                ifname: name.to_string(),
             },
         )?;
-        let mut args = vec![
-            "link", "add", "link", iface, "name", &u.ifname, "netns", &ns,
-        ];
+        let mut args = vec!["link", "add", "link", iface, "name", name, "netns", ns];
         let mtu = u.mtu.map(|m| m.to_string());
         if let Some(m) = &mtu {
             args.extend(["mtu", m]);
         }
-        if let Some(m) = &u.mac {
+        if let Some(m) = mac {
             args.extend(["address", m]);
         }
         args.extend(["type", "macvlan", "mode", "private"]);
         run("ip", &args).map_err(|e| {
             format!("the kernel refused a macvlan on {iface} (is the macvlan module available? `modprobe macvlan`): {e}")
         })?;
-        ip_in(
-            &ns,
-            &["link", "set", "dev", &u.ifname, "allmulticast", "on", "up"],
-        )
-        .map_err(err)?;
         Ok(())
     }
 
