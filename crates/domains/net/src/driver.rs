@@ -1573,29 +1573,17 @@ mod tests {
         /// Adds slot 5, a member of the macvlan group of trunk `T1`
         /// (xenbr1), and slot 6, an untagged port on xenbr1.
         fn with_group(mut self) -> Rig {
-            let b1 = self.ports.list[T1].attach.bridge;
-            for (name, mode, group) in [
-                ("p5", Mode::Trunk, Some("p4")),
-                ("p6", Mode::Access(0), None),
-            ] {
-                let s = Sent::default();
-                self.sent.push(s.clone());
-                self.ports.list.push(PortSlot {
-                    name: name.into(),
-                    kind: PortKind::Uplink,
-                    attach: Attach { bridge: b1, mode },
-                    port: Some(Box::new(Fake {
-                        name: name.into(),
-                        fd: std::fs::File::open("/dev/null").unwrap(),
-                        sent: s,
-                        counters: PortCounters::default(),
-                        rx: Vec::new(),
-                    })),
-                    retry_at: Instant::now(),
-                    group: group.map(String::from),
-                    group_dropped: 0,
-                });
-            }
+            assert_eq!(self.ports.list.len(), 5, "the group takes slots 5 and 6");
+            let bridge = self.ports.list[T1].attach.bridge;
+            self.add(Attach {
+                bridge,
+                mode: Mode::Trunk,
+            });
+            self.ports.list[5].group = Some("p4".into());
+            self.add(Attach {
+                bridge,
+                mode: Mode::Access(0),
+            });
             self
         }
 
