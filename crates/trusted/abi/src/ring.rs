@@ -485,6 +485,17 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
         Ok(Some(self.geo.read(&self.mem, self.req_cons)))
     }
 
+    /// Consumes the request [`BackRing::peek_request`] just returned,
+    /// without reading its slot again; with none peeked (the validated
+    /// snapshot of `req_prod` is used up), it does nothing and says so.
+    pub fn consume_peeked(&mut self) -> bool {
+        if self.req_cons == self.req_limit {
+            return false;
+        }
+        self.req_cons = self.req_cons.wrapping_add(1);
+        true
+    }
+
     /// Writes `rsp` into the next slot without publishing it. Exactly one
     /// response per consumed request: answering more is an error.
     pub fn push_response(&mut self, rsp: &Rsp) -> Result<(), Error> {
@@ -610,6 +621,15 @@ mod tests {
         assert_eq!(b.next_request().unwrap(), Some(e(1)));
         assert_eq!(b.peek_request().unwrap(), Some(e(2)));
         assert_eq!(b.next_request().unwrap(), Some(e(2)));
+        assert_eq!(b.peek_request().unwrap(), None);
+        // A peeked request is consumed without a second read; nothing past
+        // the validated producer index is.
+        f.push_request(&e(3)).unwrap();
+        f.push_requests_and_check_notify();
+        assert_eq!(b.peek_request().unwrap(), Some(e(3)));
+        assert!(b.consume_peeked());
+        assert!(!b.consume_peeked());
+        assert_eq!(b.pending_responses(), 3);
         assert_eq!(b.peek_request().unwrap(), None);
     }
 

@@ -238,7 +238,7 @@ impl Netback {
                 return Ok(None);
             }
         }
-        let _ = tx.next_request(); // consumes the request just read
+        tx.consume_peeked(); // the request just read, not read again
         let mut p = TxPacket {
             slots: [TxSlot::default(); XEN_NETIF_NR_SLOTS_MIN],
             count: 1,
