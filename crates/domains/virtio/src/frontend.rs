@@ -1,0 +1,1 @@
+//! The vhost-user frontend and virtio-net driver a `nic = "virtio"` guest runs.
