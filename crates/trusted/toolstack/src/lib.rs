@@ -16,7 +16,9 @@
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
 //! - [`vifspec`]: xl's vif syntax, for the topology and network-attach;
-//! - [`vifscript`]: a vif's hotplug script (`script=`), run in its driver domain.
+//! - [`vifscript`]: a vif's hotplug script (`script=`), run in its driver domain;
+//! - [`vm`]: vhost-user vifs (`kind = "vm"`, `nic = "virtio"`): their
+//!   sockets, store entries and the VMM arguments that reach them.
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -33,3 +35,4 @@ pub mod tuning;
 pub mod uplink;
 pub mod vifscript;
 pub mod vifspec;
+pub mod vm;
