@@ -166,6 +166,13 @@ fn print_up(topo: &Topology, v: &serde_json::Value, listen: Option<SocketAddr>) 
     if let Some(a) = listen {
         println!("metrics: http://{a}/metrics");
     }
+    let vms = topo.vms();
+    if !vms.is_empty() {
+        println!("VMs connect over vhost-user (again: splitnet vm-args NAME):");
+    }
+    for v in vms {
+        print!("{}", v.vmm_args_text());
+    }
 }
 
 /// What of `topo` is not up yet in status `v`: domains that have not said
