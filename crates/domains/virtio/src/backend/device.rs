@@ -375,8 +375,8 @@ impl Device {
     /// Writes one frame into the RX ring: its header (`vnet` is the
     /// `virtio_net_hdr`'s first 10 bytes) and `parts`, `len` bytes in all.
     /// Buffers are only taken once the whole frame fits. Call
-    /// [`Device::rx_done`] after a batch.
-    pub fn rx(&mut self, vnet: &[u8; 10], parts: &[&[u8]], len: usize) {
+    /// [`Device::rx_done`] after a batch. Whether the frame went.
+    pub fn rx(&mut self, vnet: &[u8; 10], parts: &[&[u8]], len: usize) -> bool {
         let hdr_len = self.hdr_len();
         let mrg = self.has(bit(virtio_net::VIRTIO_NET_F_MRG_RXBUF));
         let Device {
@@ -392,7 +392,7 @@ impl Device {
             .filter(|_| ring.queue.ready() && broken.is_none())
         else {
             counters.drops.no_rx_buffer += 1;
-            return;
+            return false;
         };
         let mut hdr = [0u8; HDR_LEN];
         hdr[..10].copy_from_slice(vnet);
@@ -408,16 +408,17 @@ impl Device {
                         .is_err()
                 {
                     *broken = Some(Violation::BadDescriptor);
-                    return;
+                    return false;
                 }
                 for &(head, l) in &used[..n] {
                     if ring.queue.add_used(mem, head, l).is_err() {
                         *broken = Some(Violation::BadUsedRing);
-                        return;
+                        return false;
                     }
                 }
                 counters.rx_packets += 1;
                 counters.rx_bytes += len as u64;
+                true
             }
             Err(e) => {
                 ring.queue.set_next_avail(saved);
@@ -429,6 +430,7 @@ impl Device {
                         *broken = Some(v);
                     }
                 }
+                false
             }
         }
     }

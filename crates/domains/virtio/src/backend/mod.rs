@@ -327,9 +327,10 @@ pub struct Rx<'a> {
 
 impl Rx<'_> {
     /// Writes one frame: `vnet` is its `virtio_net_hdr`'s first 10 bytes,
-    /// `parts` its bytes, `len` in all.
-    pub fn push(&mut self, vnet: &[u8; 10], parts: &[&[u8]], len: usize) {
-        self.dev.rx(vnet, parts, len);
+    /// `parts` its bytes, `len` in all. Whether it went (a drop is
+    /// counted in the device's status).
+    pub fn push(&mut self, vnet: &[u8; 10], parts: &[&[u8]], len: usize) -> bool {
+        self.dev.rx(vnet, parts, len)
     }
 
     /// What the VM takes on receive.
