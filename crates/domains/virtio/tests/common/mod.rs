@@ -158,7 +158,15 @@ pub struct Vm {
 impl Vm {
     /// Connects to `path` and has `b` accept.
     pub fn connect(b: &mut Backend, path: &PathBuf) -> Vm {
-        let fe = Frontend::from_stream(UnixStream::connect(path).unwrap(), 2);
+        let vm = Vm::from_stream(UnixStream::connect(path).unwrap());
+        b.poll(&mut |_, _| true).unwrap();
+        poll_until(b, "the connection", |b| b.connected());
+        vm
+    }
+
+    /// A VM on a connection the backend has accepted (or will).
+    pub fn from_stream(stream: UnixStream) -> Vm {
+        let fe = Frontend::from_stream(stream, 2);
         let memfd = sys::Memfd::create("vm", MEM, false).unwrap();
         let file = File::from(memfd.dup().unwrap());
         let region = MmapRegion::from_file(FileOffset::new(file, 0), MEM).unwrap();
@@ -167,17 +175,14 @@ impl Vm {
                 GuestRegionMmap::new(region, GuestAddress(0)).unwrap()
             ])
             .unwrap();
-        let vm = Vm {
+        Vm {
             fe,
             mem,
             memfd,
             kick: [0, 1].map(|_| EventFd::new(EFD_NONBLOCK).unwrap()),
             call: [0, 1].map(|_| EventFd::new(EFD_NONBLOCK).unwrap()),
             rings: [DriverRing::new(0), DriverRing::new(1)],
-        };
-        b.poll(&mut |_, _| true).unwrap();
-        poll_until(b, "the connection", |b| b.connected());
-        vm
+        }
     }
 
     /// Negotiates `features` (with PROTOCOL_FEATURES: REPLY_ACK and CONFIG).
