@@ -34,6 +34,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("netfront_responses", netfront_responses),
     ("nic_ports", nic_ports),
     ("hvm_ioreq", hvm_ioreq),
+    ("vhost_ring", vhost_ring),
+    ("vhost_messages", vhost_messages),
 ];
 
 /// The emulated Am79C970A, 8259A pair and guest memory against port
@@ -69,7 +71,9 @@ pub fn hvm_ioreq(data: &[u8]) {
     }
 }
 
+mod vhost;
 mod vif;
+pub use vhost::{vhost_messages, vhost_ring};
 pub use vif::{netback_requests, netfront_responses};
 
 /// Netif requests and responses as netback and netfront decode them from a
