@@ -165,3 +165,33 @@ fn a_vm_without_checksum_offload_gets_finished_frames() {
     assert_eq!(p.counters().tx_dropped, 1);
     assert_eq!(p.status().unwrap()["drops"]["no_rx_buffer"], 1);
 }
+
+/// Once warm, moving frames either way allocates nothing: the VM's TX
+/// frames are copied into the port's one buffer, frames to it straight
+/// into its buffers.
+#[test]
+fn the_data_path_allocates_nothing_per_frame() {
+    let (mut p, path) = port("vp-alloc");
+    let mut vm = vm(&mut p, &path, ALL);
+    let f = tcp4(&[9; 1000]);
+    let mut wire = vec![1, 0, 0, 0, 0, 0, 34, 0, 16, 0, 1, 0];
+    wire.extend_from_slice(&f.data);
+    let fr = FrameRef::private(&f.data, f.csum, None);
+    for round in 0..3 {
+        for k in 0..32u64 {
+            vm.send(BUFS + k * 0x1000, &wire, 4096);
+            vm.rings[RX].post(&vm.mem, &[(BUFS + 0x40000 + k * 0x1000, 2048)], true);
+        }
+        let mut n = 0;
+        let got = allocation_counter::measure(|| {
+            p.recv_batch(&mut |_| n += 1).unwrap();
+            p.send_batch(&[&fr; 32]);
+        });
+        assert_eq!(n, 32);
+        vm.rings[TX].take_used(&vm.mem);
+        assert_eq!(vm.rings[RX].take_used(&vm.mem).len(), 32);
+        if round > 0 {
+            assert_eq!(got.count_total, 0, "allocations in round {round}");
+        }
+    }
+}
