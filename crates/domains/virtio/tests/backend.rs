@@ -104,6 +104,7 @@ fn frames_cross_both_ways_intact_and_the_vm_is_told() {
         .any(|n| n == "MRG_RXBUF"));
     assert_eq!(s["rings"][1]["next_avail"], 2);
     assert_eq!(s["rings"][0]["size"], QSIZE);
+    assert_eq!(s["memory_sealed"], true, "a splitnet memfd is sealed");
 
     // No buffer left for a frame: dropped and counted.
     let big = vec![0u8; 3000];
@@ -414,4 +415,33 @@ fn a_disconnect_mid_frame_leaves_the_backend_serving() {
     let mut vm = Vm::up(&mut b, &path, ALL);
     vm.send(BUFS, &tx_frame(64, 2), 4096);
     drain(&mut b, 1);
+}
+
+/// A memfd that allows sealing is sealed against shrinking before it is
+/// mapped; a file that cannot be (a plain file here, DPDK's memory in
+/// practice) is mapped and shown unsealed.
+#[test]
+fn memory_is_sealed_against_shrinking_where_it_can_be() {
+    use std::os::fd::AsFd;
+    use virtio::backend::control::map_table;
+    use virtio::backend::device::Region;
+    let r = Region {
+        guest: 0,
+        size: 1 << 20,
+        user: USER,
+    };
+    let memfd = sys::Memfd::create("sealed", 1 << 20, false).unwrap();
+    let f = std::fs::File::from(memfd.as_fd().try_clone_to_owned().unwrap());
+    assert!(map_table(&[(r, 0)], vec![f]).unwrap().sealed);
+    let path = std::env::temp_dir().join(format!("splitnet-vu-plain-{}", std::process::id()));
+    let plain = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    plain.set_len(1 << 20).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(!map_table(&[(r, 0)], vec![plain]).unwrap().sealed);
 }

@@ -37,7 +37,7 @@ pub use doorbell::{poll_readable, poll_readable_few, Doorbell, POLL_FEW};
 pub use epoll::{Epoll, Event};
 pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
-pub use memfd::{Memfd, PAGE_SIZE};
+pub use memfd::{seal_shrink, Memfd, PAGE_SIZE};
 pub use packet::{
     get_mac, ifindex, set_mac, PacketSocket, RecvBatch, VlanTag, RECV_BATCH, SEND_BATCH,
     SEND_BATCH_PARTS,

@@ -93,6 +93,27 @@ impl Memfd {
     }
 }
 
+/// Makes sure the file behind `fd` (a peer's memory, about to be mapped)
+/// can no longer shrink: adds `F_SEAL_SHRINK` if it is a memfd that allows
+/// it. Whether the file is now sealed against shrinking; false for a file
+/// that cannot be sealed (not a memfd, or sealing closed without it). A
+/// mapping of a file that shrinks turns accesses past its new end into
+/// SIGBUS.
+pub fn seal_shrink(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: plain fcntl calls on a descriptor borrowed for the duration.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    crate::count_syscall();
+    if seals < 0 {
+        return false;
+    }
+    if seals & libc::F_SEAL_SHRINK != 0 {
+        return true;
+    }
+    crate::count_syscall();
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) == 0 }
+}
+
 impl AsFd for Memfd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

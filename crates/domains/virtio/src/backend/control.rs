@@ -145,10 +145,14 @@ impl Handler {
 /// overflows, regions overlapping in guest-physical or frontend
 /// addresses, descriptors shorter than their region (a mapping past a
 /// file's end faults on access) or that cannot be mapped shared.
-pub fn map_table(
-    regions: &[(Region, u64)],
-    files: Vec<File>,
-) -> Result<(GuestMemoryMmap, Vec<Region>), &'static str> {
+///
+/// Each file is sealed against shrinking where it can be (a memfd that
+/// allows sealing, as QEMU's `memory-backend-memfd` makes by default): a
+/// frontend that shrinks a mapped file afterwards would turn the driver's
+/// accesses into SIGBUS. A file that cannot be sealed (DPDK's, a
+/// hugetlbfs file) is still taken, and [`Table::sealed`] says so (status
+/// shows it).
+pub fn map_table(regions: &[(Region, u64)], files: Vec<File>) -> Result<Table, &'static str> {
     if regions.is_empty() || regions.len() > MAX_REGIONS || files.len() != regions.len() {
         return Err("bad_memory_table");
     }
@@ -171,7 +175,9 @@ pub fn map_table(
         }
     }
     let mut mapped = Vec::with_capacity(regions.len());
+    let mut sealed = true;
     for ((r, off), file) in regions.iter().zip(files) {
+        sealed &= sys::seal_shrink(std::os::fd::AsFd::as_fd(&file));
         let meta = file.metadata().map_err(|_| "bad_memory_fd")?;
         if !meta.file_type().is_file() || meta.len() < off + r.size {
             return Err("bad_memory_fd");
@@ -183,7 +189,19 @@ pub fn map_table(
     }
     mapped.sort_by_key(vm_memory::GuestMemoryRegion::start_addr);
     let mem = GuestMemoryMmap::from_regions(mapped).map_err(|_| "bad_memory_table")?;
-    Ok((mem, regions.iter().map(|(r, _)| *r).collect()))
+    Ok(Table {
+        mem,
+        regions: regions.iter().map(|(r, _)| *r).collect(),
+        sealed,
+    })
+}
+
+/// A mapped memory table.
+pub struct Table {
+    pub mem: GuestMemoryMmap,
+    pub regions: Vec<Region>,
+    /// Every file is sealed against shrinking.
+    pub sealed: bool,
 }
 
 /// The virtio-net config space (virtio 1.x §5.1.4): MAC, status.
@@ -244,13 +262,14 @@ impl VhostUserBackendReqHandlerMut for Handler {
             .collect();
         // Mapped before the device is locked: the driver loop never waits
         // for the frontend's memory.
-        let (mem, table) = match map_table(&regions, files) {
-            Ok(m) => m,
+        let t = match map_table(&regions, files) {
+            Ok(t) => t,
             Err(r) => return self.refuse(r),
         };
         let mut d = self.dev()?;
-        d.mem = Some(mem);
-        d.table = table;
+        d.mem = Some(t.mem);
+        d.table = t.regions;
+        d.memory_sealed = Some(t.sealed);
         drop(d);
         for i in [RX, TX] {
             self.rearm(i)?;

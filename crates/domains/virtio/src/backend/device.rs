@@ -176,6 +176,9 @@ pub struct Device {
     pub protocol_features: u64,
     pub mem: Option<GuestMemoryMmap>,
     pub table: Vec<Region>,
+    /// Whether the memory's files are sealed against shrinking (None: no
+    /// table yet).
+    pub memory_sealed: Option<bool>,
     pub rings: [Ring; 2],
     /// Set when the TX kick registration must be looked at again.
     pub kick_changed: bool,
@@ -198,6 +201,7 @@ impl Device {
             protocol_features: 0,
             mem: None,
             table: Vec::new(),
+            memory_sealed: None,
             rings: [Ring::new(), Ring::new()],
             kick_changed: true,
             broken: None,
@@ -213,6 +217,7 @@ impl Device {
         self.protocol_features = 0;
         self.mem = None;
         self.table.clear();
+        self.memory_sealed = None;
         self.rings = [Ring::new(), Ring::new()];
         self.kick_changed = true;
         self.broken = None;

@@ -297,6 +297,7 @@ impl Backend {
             "feature_names": names,
             "protocol_features": format!("{:#x}", d.protocol_features),
             "rings": rings,
+            "memory_sealed": d.memory_sealed,
             "rx_packets": c.rx_packets,
             "rx_bytes": c.rx_bytes,
             "tx_packets": c.tx_packets,
