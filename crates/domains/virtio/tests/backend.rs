@@ -445,3 +445,30 @@ fn memory_is_sealed_against_shrinking_where_it_can_be() {
     let _ = std::fs::remove_file(&path);
     assert!(!map_table(&[(r, 0)], vec![plain]).unwrap().sealed);
 }
+
+/// QEMU's order: SET_VRING_ENABLE for its rings before SET_FEATURES (the
+/// vhost crate refuses those, PROTOCOL_FEATURES not being acked yet), and
+/// none after. The connection stays up, and the rings run.
+#[test]
+fn rings_enabled_before_the_features_are_set_run_as_qemu_expects() {
+    let (mut b, path) = backend("qemu-order");
+    let mut vm = Vm::connect(&mut b, &path);
+    vm.fe.set_owner().unwrap();
+    vm.fe.get_features().unwrap();
+    for q in 0..2u32 {
+        let mut m = Vec::new();
+        for v in [18u32, 1, 8, q, 1] {
+            m.extend_from_slice(&v.to_le_bytes());
+        }
+        vm.raw.write_all(&m).unwrap();
+    }
+    vm.fe.set_features(ALL).unwrap();
+    vm.fe.set_mem_table(&[vm.region()]).unwrap();
+    vm.start_rings_with(0, false).unwrap();
+    vm.send(BUFS, &tx_frame(64, 4), 4096);
+    drain(&mut b, 1);
+    let s = b.status();
+    assert_eq!(s["ignored_messages"], 2);
+    assert_eq!(s["refused"], serde_json::json!({}));
+    assert_eq!(s["rings"][1]["enabled"], true);
+}

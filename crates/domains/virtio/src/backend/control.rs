@@ -51,8 +51,17 @@ pub fn serve(stream: UnixStream, dev: Arc<Mutex<Device>>, conn: u64, wake: impl 
     }));
     let mut req = BackendReqHandler::from_stream(stream, handler.clone());
     let err = loop {
-        if let Err(e) = req.handle_request() {
-            break e;
+        match req.handle_request() {
+            Ok(()) => {}
+            // QEMU (7.2) sends its SET_VRING_ENABLEs before SET_FEATURES,
+            // which the vhost crate refuses (PROTOCOL_FEATURES not acked
+            // yet; its only InactiveFeature) after reading the whole
+            // message: the connection is still in step, so it goes on, and
+            // rings count as enabled until disabled ([`device::Ring`]).
+            Err(VhostError::InactiveFeature(_)) if lock(&handler).reason.is_none() => {
+                lock(&dev).ignored += 1;
+            }
+            Err(e) => break e,
         }
     };
     let mut h = lock(&handler);

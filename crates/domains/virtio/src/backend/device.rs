@@ -138,6 +138,8 @@ pub struct Ring {
     pub kick: Option<File>,
     pub call: Option<File>,
     /// SET_VRING_ENABLE (with PROTOCOL_FEATURES; enabled otherwise).
+    /// Enabled until disabled: QEMU enables its rings before it sets the
+    /// features, when the vhost crate does not pass the message on.
     pub enabled: bool,
     /// Between SET_VRING_KICK and GET_VRING_BASE (vhost-user "started").
     pub started: bool,
@@ -150,7 +152,7 @@ impl Ring {
             addr: None,
             kick: None,
             call: None,
-            enabled: false,
+            enabled: true,
             started: false,
         }
     }
@@ -189,6 +191,9 @@ pub struct Device {
     pub refused: std::collections::BTreeMap<String, u64>,
     /// Connections the frontend closed.
     pub disconnects: u64,
+    /// Messages refused without closing the connection (see
+    /// [`super::control::serve`]).
+    pub ignored: u64,
 }
 
 impl Device {
@@ -208,6 +213,7 @@ impl Device {
             counters: Counters::default(),
             refused: Default::default(),
             disconnects: 0,
+            ignored: 0,
         }
     }
 

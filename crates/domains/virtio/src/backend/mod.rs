@@ -307,6 +307,7 @@ impl Backend {
             "drops": c.drops,
             "refused": d.refused,
             "disconnects": d.disconnects,
+            "ignored_messages": d.ignored,
         })
     }
 }

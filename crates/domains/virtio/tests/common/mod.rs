@@ -148,6 +148,8 @@ impl DriverRing {
 /// A VM: the frontend connection, its memory and its rings.
 pub struct Vm {
     pub fe: Frontend,
+    /// The same connection, for messages the frontend would not send.
+    pub raw: UnixStream,
     pub mem: GuestMemoryMmap,
     pub memfd: sys::Memfd,
     pub kick: [EventFd; 2],
@@ -166,6 +168,7 @@ impl Vm {
 
     /// A VM on a connection the backend has accepted (or will).
     pub fn from_stream(stream: UnixStream) -> Vm {
+        let raw = stream.try_clone().unwrap();
         let fe = Frontend::from_stream(stream, 2);
         let memfd = sys::Memfd::create("vm", MEM, false).unwrap();
         let file = File::from(memfd.dup().unwrap());
@@ -177,6 +180,7 @@ impl Vm {
             .unwrap();
         Vm {
             fe,
+            raw,
             mem,
             memfd,
             kick: [0, 1].map(|_| EventFd::new(EFD_NONBLOCK).unwrap()),
@@ -221,19 +225,23 @@ impl Vm {
     pub fn reconnect(self, b: &mut Backend, path: &PathBuf) -> Vm {
         let Vm {
             fe,
+            raw,
             mem,
             memfd,
             kick,
             call,
             rings,
         } = self;
-        drop(fe);
+        drop((fe, raw));
         poll_until(b, "the disconnect", |b| !b.connected());
-        let fe = Frontend::from_stream(UnixStream::connect(path).unwrap(), 2);
+        let stream = UnixStream::connect(path).unwrap();
+        let raw = stream.try_clone().unwrap();
+        let fe = Frontend::from_stream(stream, 2);
         b.poll(&mut |_, _| true).unwrap();
         poll_until(b, "the connection", |b| b.connected());
         Vm {
             fe,
+            raw,
             mem,
             memfd,
             kick,
@@ -244,6 +252,11 @@ impl Vm {
 
     /// Sets up both rings from `base` and starts them.
     pub fn start_rings(&mut self, base: u16) -> vhost::Result<()> {
+        self.start_rings_with(base, true)
+    }
+
+    /// As [`Vm::start_rings`], enabling the rings only with `enable`.
+    pub fn start_rings_with(&mut self, base: u16, enable: bool) -> vhost::Result<()> {
         for q in 0..2 {
             let r = &self.rings[q];
             self.fe.set_vring_num(q, QSIZE)?;
@@ -262,7 +275,9 @@ impl Vm {
             )?;
             self.fe.set_vring_call(q, &self.call[q])?;
             self.fe.set_vring_kick(q, &self.kick[q])?;
-            self.fe.set_vring_enable(q, true)?;
+            if enable {
+                self.fe.set_vring_enable(q, true)?;
+            }
         }
         Ok(())
     }
