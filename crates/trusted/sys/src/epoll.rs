@@ -49,10 +49,18 @@ impl Epoll {
     }
 
     fn ctl(&self, op: i32, fd: BorrowedFd<'_>, token: u64, what: &'static str) -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: token,
-        };
+        self.ctl_events(op, fd, token, libc::EPOLLIN as u32, what)
+    }
+
+    fn ctl_events(
+        &self,
+        op: i32,
+        fd: BorrowedFd<'_>,
+        token: u64,
+        events: u32,
+        what: &'static str,
+    ) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
         count_syscall();
         // SAFETY: `ev` is a live event for the call; both descriptors are open.
         let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };
@@ -62,6 +70,15 @@ impl Epoll {
     /// Registers `fd` for input under `token`.
     pub fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, "epoll_ctl(add)")
+    }
+
+    /// Registers `fd` for input under `token`, edge-triggered: a wait
+    /// reports it once per time it becomes ready (each write to an
+    /// eventfd), and nobody need read it. For a peer's eventfd, whose
+    /// O_NONBLOCK the peer controls, this means never reading it at all.
+    pub fn add_edge(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        let events = (libc::EPOLLIN | libc::EPOLLET) as u32;
+        self.ctl_events(libc::EPOLL_CTL_ADD, fd, token, events, "epoll_ctl(add)")
     }
 
     /// Registers a handle of the caller's own on `fd`'s open file under
