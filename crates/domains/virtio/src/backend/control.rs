@@ -327,9 +327,9 @@ impl VhostUserBackendReqHandlerMut for Handler {
         let r = &mut d.rings[i];
         r.started = false;
         r.kick = None;
-        r.call = None;
         r.queue.set_ready(false);
         let base = r.queue.next_avail();
+        lock(&d.calls)[i] = None;
         d.kick_changed = true;
         drop(d);
         self.wake.wake();
@@ -354,13 +354,16 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VhostResult<()> {
         let i = self.ring_index(u32::from(index))?;
+        // Non-blocking for the caller thread's sake; a VM that clears it
+        // again can stall only that thread.
         if fd
             .as_ref()
             .is_some_and(|f| sys::set_nonblocking(f).is_err())
         {
             return self.refuse("bad_call_fd");
         }
-        self.dev()?.rings[i].call = fd;
+        let d = self.dev()?;
+        lock(&d.calls)[i] = fd.map(Arc::new);
         Ok(())
     }
     fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VhostResult<()> {

@@ -8,7 +8,7 @@
 //! the frame dropped and counted, or the connection closed.
 
 use std::fs::File;
-use std::io::Write;
+use std::sync::{Arc, Mutex};
 use virtio_bindings::bindings::{virtio_config, virtio_net, virtio_ring};
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
@@ -136,7 +136,6 @@ pub struct Ring {
     /// descriptor table, the used ring and the available ring.
     pub addr: Option<[u64; 3]>,
     pub kick: Option<File>,
-    pub call: Option<File>,
     /// SET_VRING_ENABLE (with PROTOCOL_FEATURES; enabled otherwise).
     /// Enabled until disabled: QEMU enables its rings before it sets the
     /// features, when the vhost crate does not pass the message on.
@@ -151,7 +150,6 @@ impl Ring {
             queue: Queue::new(QUEUE_MAX).expect("QUEUE_MAX is a power of two"),
             addr: None,
             kick: None,
-            call: None,
             enabled: true,
             started: false,
         }
@@ -166,6 +164,10 @@ pub struct Region {
     pub size: u64,
     pub user: u64,
 }
+
+/// The rings' call eventfds, shared with the thread that writes them
+/// ([`super::Backend`]): the driver loop never writes a VM's eventfd itself.
+pub type Calls = Arc<Mutex<[Option<Arc<File>>; 2]>>;
 
 /// One VM's device state, shared by its control thread and the driver loop.
 pub struct Device {
@@ -182,6 +184,9 @@ pub struct Device {
     /// table yet).
     pub memory_sealed: Option<bool>,
     pub rings: [Ring; 2],
+    pub calls: Calls,
+    /// Rings (bit per ring) whose VM asked to be told of used entries.
+    pub to_call: u8,
     /// Set when the TX kick registration must be looked at again.
     pub kick_changed: bool,
     /// A violation seen by the data path: the driver closes the connection.
@@ -208,6 +213,8 @@ impl Device {
             table: Vec::new(),
             memory_sealed: None,
             rings: [Ring::new(), Ring::new()],
+            calls: Calls::default(),
+            to_call: 0,
             kick_changed: true,
             broken: None,
             counters: Counters::default(),
@@ -225,6 +232,8 @@ impl Device {
         self.table.clear();
         self.memory_sealed = None;
         self.rings = [Ring::new(), Ring::new()];
+        *self.calls.lock().unwrap_or_else(|p| p.into_inner()) = [None, None];
+        self.to_call = 0;
         self.kick_changed = true;
         self.broken = None;
     }
@@ -320,6 +329,7 @@ impl Device {
             rings,
             counters,
             broken,
+            to_call,
             ..
         } = self;
         let (Some(mem), ring) = (mem.as_ref(), &mut rings[TX]) else {
@@ -377,8 +387,8 @@ impl Device {
             }
             done += 1;
         };
-        if done > 0 {
-            notify(mem, ring, counters);
+        if done > 0 && needs_call(mem, ring, counters) {
+            *to_call |= 1 << TX;
         }
         more
     }
@@ -446,29 +456,29 @@ impl Device {
         }
     }
 
-    /// Tells the VM about the frames [`Device::rx`] wrote, if it asked.
+    /// Marks the RX ring for a call if the VM asked to hear about the
+    /// frames [`Device::rx`] wrote.
     pub fn rx_done(&mut self) {
         if let Some(mem) = self.mem.as_ref() {
-            if self.rings[RX].queue.ready() {
-                notify(mem, &mut self.rings[RX], &mut self.counters);
+            let ring = &mut self.rings[RX];
+            if ring.queue.ready() && needs_call(mem, ring, &mut self.counters) {
+                self.to_call |= 1 << RX;
             }
         }
     }
+
+    /// The rings to call now (bit per ring), which are then cleared.
+    pub fn take_calls(&mut self) -> u8 {
+        std::mem::take(&mut self.to_call)
+    }
 }
 
-/// Writes to the ring's call eventfd if the driver wants to hear about the
-/// used entries just added (EVENT_IDX's `used_event`, or the
-/// NO_INTERRUPT flag).
-fn notify(mem: &GuestMemoryMmap, ring: &mut Ring, c: &mut Counters) {
-    if !ring.queue.needs_notification(mem).unwrap_or(true) {
-        return;
-    }
-    if let Some(call) = &ring.call {
-        // The descriptor is non-blocking (set when it came); a full
-        // counter means the VM has a notification pending already.
-        let _ = (&*call).write(&1u64.to_ne_bytes());
-        c.calls += 1;
-    }
+/// Whether the driver wants to hear about the used entries just added
+/// (EVENT_IDX's `used_event`, or the NO_INTERRUPT flag).
+fn needs_call(mem: &GuestMemoryMmap, ring: &mut Ring, c: &mut Counters) -> bool {
+    let yes = ring.queue.needs_notification(mem).unwrap_or(true);
+    c.calls += u64::from(yes);
+    yes
 }
 
 enum Gather {

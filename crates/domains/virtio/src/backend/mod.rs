@@ -28,9 +28,10 @@ pub mod device;
 
 use device::{Device, GuestOffloads, FEATURE_NAMES, FRAME_MAX, HDR_LEN, TX};
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use virtio_queue::QueueT;
@@ -52,6 +53,64 @@ impl control::Wake for Bell {
     }
 }
 
+/// Writes the VM's call eventfds for the driver loop, in a thread of its
+/// own: an eventfd write blocks when its counter is full and O_NONBLOCK is
+/// off, and the VM shares (and can clear) that flag, so only this thread
+/// may wait on it. The loop hands it rings to call through a doorbell,
+/// which never blocks.
+struct Caller {
+    bell: sys::Doorbell,
+    pending: Arc<AtomicU8>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Caller {
+    fn start(name: &str, calls: device::Calls) -> io::Result<Caller> {
+        let (waiter, bell) = sys::Doorbell::pair()?;
+        let pending = Arc::new(AtomicU8::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (pending.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name(format!("vhost-call-{name}"))
+            .spawn(move || call_loop(&waiter, &p, &s, &calls))?;
+        Ok(Caller {
+            bell,
+            pending,
+            stop,
+        })
+    }
+
+    /// Has rings `bits` called.
+    fn call(&self, bits: u8) {
+        if bits != 0 {
+            self.pending.fetch_or(bits, Ordering::Release);
+            let _ = self.bell.ring();
+        }
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.bell.ring();
+    }
+}
+
+/// The caller thread: each ring of the doorbell, writes the call eventfd
+/// of each ring asked for.
+fn call_loop(waiter: &sys::Doorbell, pending: &AtomicU8, stop: &AtomicBool, calls: &device::Calls) {
+    while waiter.wait(None).is_ok() && !stop.load(Ordering::Acquire) {
+        let bits = pending.swap(0, Ordering::AcqRel);
+        // Handles taken under the lock, written without it.
+        let files = calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for (q, f) in files.iter().enumerate() {
+            if let Some(f) = f.as_ref().filter(|_| bits & (1 << q) != 0) {
+                let _ = (&**f).write(&1u64.to_ne_bytes());
+            }
+        }
+    }
+}
+
 /// The live connection: a handle on its socket, to close it.
 struct Conn {
     stream: UnixStream,
@@ -68,6 +127,7 @@ pub struct Backend {
     wake_tx: sys::Doorbell,
     dev: Arc<Mutex<Device>>,
     conn: Option<Conn>,
+    caller: Caller,
     /// The loop's own handle on the TX kick registered with `epoll`.
     kick: Option<File>,
     buf: Box<[u8]>,
@@ -87,14 +147,17 @@ impl Backend {
         let (wake_rx, wake_tx) = sys::Doorbell::pair()?;
         epoll.add(listener.as_fd(), LISTENER)?;
         epoll.add(wake_rx.as_fd(), WAKE)?;
+        let dev = Device::new(mac);
+        let caller = Caller::start(name, dev.calls.clone())?;
         Ok(Backend {
             name: name.to_string(),
             listener,
             epoll,
             wake_rx,
             wake_tx,
-            dev: Arc::new(Mutex::new(Device::new(mac))),
+            dev: Arc::new(Mutex::new(dev)),
             conn: None,
+            caller,
             kick: None,
             buf: vec![0u8; FRAME_MAX + HDR_LEN].into_boxed_slice(),
         })
@@ -152,7 +215,9 @@ impl Backend {
         let mut d = lock(&self.dev);
         let more = d.tx(buf, TX_BUDGET, f);
         let broken = d.broken;
+        let calls = d.take_calls();
         drop(d);
+        self.caller.call(calls);
         if let Some(v) = broken {
             self.close(v.reason());
         } else if more {
@@ -167,6 +232,7 @@ impl Backend {
         Rx {
             dev: lock(&self.dev),
             wake: &self.wake_tx,
+            caller: &self.caller,
         }
     }
 
@@ -313,6 +379,7 @@ impl Drop for Backend {
 pub struct Rx<'a> {
     dev: MutexGuard<'a, Device>,
     wake: &'a sys::Doorbell,
+    caller: &'a Caller,
 }
 
 impl Rx<'_> {
@@ -332,6 +399,7 @@ impl Rx<'_> {
 impl Drop for Rx<'_> {
     fn drop(&mut self) {
         self.dev.rx_done();
+        self.caller.call(self.dev.take_calls());
         if self.dev.broken.is_some() {
             // The loop closes the connection when it polls the backend.
             let _ = self.wake.ring();

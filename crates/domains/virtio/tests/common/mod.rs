@@ -51,6 +51,18 @@ pub fn poll_until(b: &mut Backend, what: &str, mut cond: impl FnMut(&mut Backend
     }
 }
 
+/// Waits for the backend's caller thread to write `call`; its count.
+pub fn wait_call(call: &EventFd) -> u64 {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        match call.read() {
+            Ok(n) => return n,
+            Err(_) if Instant::now() < end => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) => panic!("the VM was never called: {e}"),
+        }
+    }
+}
+
 /// The count of refusals for `reason` in `b`'s status.
 pub fn refused(b: &Backend, reason: &str) -> u64 {
     b.status()["refused"][reason].as_u64().unwrap_or(0)
