@@ -562,7 +562,10 @@ mod tests {
                 "type=vhost-user,socket=/run/x.sock,mac=01:00:5e:00:00:01".into(),
                 "multicast",
             ),
-            ("type=ioemu".into(), "`type` is not supported by splitnet as \"ioemu\""),
+            (
+                "type=ioemu".into(),
+                "`type` is not supported by splitnet as \"ioemu\"",
+            ),
             ("type=virtio".into(), "give vif or vhost-user"),
         ] {
             let e = err(&text);
