@@ -114,6 +114,10 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
         text.contains("VM VIFS (vhost-user)") && text.contains("vm1 (vm) <-> drv"),
         "{text}"
     );
+    fails_with(
+        &env.splitnet(&["restart", "vm1"]),
+        "vm1 is a VM: hv runs nothing for it",
+    );
     let q = env.ok(&["vm-args", "vm1", "--qemu"]);
     assert!(
         q.starts_with("-m 512M ") && q.contains(&format!("path={}", vm1.display())),
