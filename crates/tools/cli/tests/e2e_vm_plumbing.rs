@@ -114,6 +114,10 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
         text.contains("VM VIFS (vhost-user)") && text.contains("vm1 (vm) <-> drv"),
         "{text}"
     );
+    fails_with(
+        &env.splitnet(&["restart", "vm1"]),
+        "vm1 is a VM: hv runs nothing for it",
+    );
     let q = env.ok(&["vm-args", "vm1", "--qemu"]);
     assert!(
         q.starts_with("-m 512M ") && q.contains(&format!("path={}", vm1.display())),
@@ -221,4 +225,48 @@ fn up_refuses_a_vm_socket_someone_listens_on_and_leaves_nothing() {
     UnixStream::connect(&vm1).expect("hv listens now");
     env.ok(&["down"]);
     assert!(!vm1.exists());
+}
+
+#[test]
+fn a_virtio_guest_is_told_its_nic_and_gets_a_socket_in_the_run_directory() {
+    let Some(env) = Env::new("vm-virtio") else {
+        return;
+    };
+    let o = up(
+        &env,
+        "name = \"virtio\"\n\
+         [[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
+         [[domain]]\nname = \"g1\"\nkind = \"guest\"\nnic = \"virtio\"\naddress = \"10.77.0.1/24\"\n",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sock = env.run_dir.join("vhost/g1.sock");
+    assert!(is_socket(&sock), "{}", sock.display());
+    assert_eq!(
+        store_node(&env, "g1"),
+        "mac=00:16:3e:5e:00:01,bridge=xenbr0"
+    );
+    let st = env.status();
+    let g1 = domain(&st, "g1")["id"].as_u64().unwrap();
+    let mut ts = hv::Toolstack::connect(&env.run_dir.join("hv.sock")).unwrap();
+    let mut key = |k: &str| {
+        ts.store_read(&format!("/local/domain/{g1}/splitnet/{k}"))
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        (key("nic"), key("nic-mac"), key("ipv4")),
+        (
+            "virtio".into(),
+            "00:16:3e:5e:00:01".into(),
+            "10.77.0.1/24".into()
+        )
+    );
+    assert_eq!(st["vhost_vifs"][0]["kind"], "guest");
+    fails_with(
+        &env.splitnet(&["network-detach", "g1", "0"]),
+        "it goes with the guest",
+    );
+    fails_with(&env.splitnet(&["vm-args", "g1"]), "runs in the guest");
+    env.ok(&["down"]);
+    assert!(!sock.exists());
+    assert_nothing_left();
 }

@@ -109,14 +109,10 @@ fn clear_path(path: &Path) -> HvResult<()> {
             ),
         );
     }
-    match UnixStream::connect(path) {
-        Ok(_) => err(
-            ErrorKind::InUse,
-            format!(
-                "{} is in use: something listens on it; stop it or choose another socket path",
-                path.display()
-            ),
-        ),
+    // A probe that never waits: a full backlog is a listener too.
+    match sys::connect_stream_nonblocking(path) {
+        Ok(_) => in_use(path),
+        Err(e) if e.kind() == IoKind::WouldBlock => in_use(path),
         Err(e) if e.kind() == IoKind::ConnectionRefused => std::fs::remove_file(path)
             .map_err(|e| invalid(format!("removing stale socket {}: {e}", path.display()))),
         Err(e) => err(
@@ -124,6 +120,16 @@ fn clear_path(path: &Path) -> HvResult<()> {
             format!("{}: cannot tell whether it is in use: {e}", path.display()),
         ),
     }
+}
+
+fn in_use(path: &Path) -> HvResult<()> {
+    err(
+        ErrorKind::InUse,
+        format!(
+            "{} is in use: something listens on it; stop it or choose another socket path",
+            path.display()
+        ),
+    )
 }
 
 fn listen(spec: VhostSpec) -> HvResult<Listener> {
@@ -148,7 +154,18 @@ impl Hypervisor {
     /// until [`Hypervisor::vhost_remove`]. A path in use or that is not a
     /// socket is refused; a stale socket file is replaced.
     pub fn vhost_add(&self, spec: VhostSpec) -> HvResult<()> {
-        let mut all = self.vhost.lock();
+        self.vhost_free(&spec)?;
+        // The path is probed and bound without the lock; a vif that took
+        // the name meanwhile wins, and this listener goes with its file.
+        let l = listen(spec)?;
+        self.vhost_free(&l.spec)?;
+        self.vhost.lock().insert(l.spec.name.clone(), l);
+        Ok(())
+    }
+
+    /// Refuses `spec` if its name or its socket is a vif's already.
+    fn vhost_free(&self, spec: &VhostSpec) -> HvResult<()> {
+        let all = self.vhost.lock();
         if all.contains_key(&spec.name) {
             return err(
                 ErrorKind::InUse,
@@ -165,9 +182,6 @@ impl Hypervisor {
                 ),
             );
         }
-        let name = spec.name.clone();
-        let l = listen(spec)?;
-        all.insert(name, l);
         Ok(())
     }
 
@@ -210,9 +224,9 @@ impl Hypervisor {
     }
 
     /// `VhostConnect`: a new connection to the caller's own vif (a `nic =
-    /// "virtio"` guest's), blocking. The connect runs outside hv's locks: a
-    /// full backlog (a driver domain that accepts nothing) stalls only the
-    /// caller's own control thread.
+    /// "virtio"` guest's), handed over blocking. hv never waits for it: a
+    /// full backlog (a driver domain that accepts nothing) is an error the
+    /// guest may retry.
     pub(crate) fn vhost_connect(&self, caller: DomId) -> HvResult<OwnedFd> {
         let me = self.caller_name(caller)?;
         let path = self
@@ -227,12 +241,16 @@ impl Hypervisor {
                     format!("domain {caller} ({me}) has no vhost-user vif (it is not a nic = \"virtio\" guest)"),
                 )
             })?;
-        let s = UnixStream::connect(&path).map_err(|e| {
-            HvError::new(
-                ErrorKind::Internal,
-                format!("connecting to {}: {e}", path.display()),
-            )
+        let fd = sys::connect_stream_nonblocking(&path).map_err(|e| {
+            let kind = match e.kind() {
+                IoKind::WouldBlock => ErrorKind::Quota,
+                _ => ErrorKind::Internal,
+            };
+            HvError::new(kind, format!("connecting to {}: {e}", path.display()))
         })?;
+        let s = UnixStream::from(fd);
+        s.set_nonblocking(false)
+            .map_err(|e| HvError::internal("vhost connection", e))?;
         Ok(OwnedFd::from(s))
     }
 

@@ -103,7 +103,7 @@ fn detach_vm(ts: &mut Toolstack, v: &VhostVif, vif: &str) -> Result<()> {
 /// running guest.
 pub fn detach(rd: &Path, guest: &str, vif: &str) -> Result<()> {
     let mut ts = toolstack(rd)?;
-    if let Some(v) = vhost_vif(&mut ts, guest)?.filter(|v| !v.guest) {
+    if let Some(v) = vhost_vif(&mut ts, guest)? {
         return detach_vm(&mut ts, &v, vif);
     }
     let h = match abi::xenbus::parse_mac(vif) {
@@ -206,7 +206,7 @@ fn read_row(ts: &mut Toolstack, handle: u32, fe: &str, be: &str) -> VifRow {
 /// prints them, with their options; `--json` prints the rows as JSON.
 pub fn list(rd: &Path, guest: &str, json: bool) -> Result<()> {
     let mut ts = toolstack(rd)?;
-    if let Some(v) = vhost_vif(&mut ts, guest)?.filter(|v| !v.guest) {
+    if let Some(v) = vhost_vif(&mut ts, guest)? {
         return list_vm(&v, json);
     }
     let rows = vifs_of(&mut ts, guest)?;

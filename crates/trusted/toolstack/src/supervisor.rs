@@ -699,7 +699,12 @@ impl Supervisor {
     /// running again and its vifs are connected.
     fn restart(&self, name: &str) -> HvResult<()> {
         let hv = self.hv()?;
-        self.config(name)?;
+        if self.config(name)?.kind == DomainKind::Vm {
+            return Err(fail(
+                ErrorKind::Invalid,
+                format!("{name} is a VM: hv runs nothing for it (restart its VMM; it reconnects)"),
+            ));
+        }
         let old = Self::domid(&hv, name)?;
         let starts = self.lock().starts.get(name).copied().unwrap_or(0);
         self.lock()

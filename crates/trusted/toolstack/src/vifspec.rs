@@ -156,7 +156,7 @@ fn parse_type(v: &str) -> Result<bool, String> {
     match v {
         "vif" => Ok(false),
         "vhost-user" => Ok(true),
-        "ioemu" => Err("vif option `type` = \"ioemu\" is not supported by splitnet (emulated NICs are chosen with the guest's `nic` key)".into()),
+        "ioemu" => Err("vif option `type` is not supported by splitnet as \"ioemu\" (emulated NICs are chosen with the guest's `nic` key; type=vhost-user declares a VM's vif)".into()),
         _ => Err(format!("vif option `type` = {v:?}: give vif or vhost-user")),
     }
 }
@@ -562,7 +562,10 @@ mod tests {
                 "type=vhost-user,socket=/run/x.sock,mac=01:00:5e:00:00:01".into(),
                 "multicast",
             ),
-            ("type=ioemu".into(), "`type` = \"ioemu\" is not supported"),
+            (
+                "type=ioemu".into(),
+                "`type` is not supported by splitnet as \"ioemu\"",
+            ),
             ("type=virtio".into(), "give vif or vhost-user"),
         ] {
             let e = err(&text);
