@@ -80,6 +80,21 @@ pub fn take_inherited_fd(fd: i32) -> io::Result<std::os::fd::OwnedFd> {
     Ok(owned)
 }
 
+/// A descriptor of our own for the open file behind `fd`
+/// (F_DUPFD_CLOEXEC), for a library type that exposes only `AsRawFd`
+/// (rust-vmm's `EventFd`) but must also sit in an event manager.
+pub fn dup_fd(fd: &impl AsRawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let new = cvt(
+        // SAFETY: fcntl takes no pointers; on a number that is no open
+        // descriptor it fails with EBADF.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) } as libc::c_long,
+        "fcntl(F_DUPFD_CLOEXEC)",
+    )?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a fresh descriptor that we now own.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(new as i32) })
+}
+
 /// Reads the time-stamp counter (cycles at a constant rate on this machine).
 #[inline]
 pub fn rdtsc() -> u64 {
