@@ -294,9 +294,11 @@ const VHOST_BACKEND: &[libc::c_long] = &[libc::SYS_accept4, libc::SYS_eventfd2];
 /// A `nic = "virtio"` guest's vhost-user frontend: its RAM is a memfd it
 /// sizes and maps shared (the backend maps the same pages), and each ring
 /// has a kick and a call eventfd. hv makes the connection, so no `connect`.
+/// (`sys::Memfd` also makes the memfd its owner's alone, with `fchmod`.)
 const VIRTIO_FRONTEND: &[libc::c_long] = &[
     libc::SYS_memfd_create,
     libc::SYS_ftruncate,
+    libc::SYS_fchmod,
     libc::SYS_eventfd2,
 ];
 
