@@ -7,6 +7,7 @@ use crate::idle::Idle;
 use crate::netback::{self, Netback, NetbackError, Pending};
 use crate::packet::FrameRef;
 use crate::port::{PacketPort, Port};
+use crate::vhost_port::{self, VhostPort};
 use crate::vlan::{self, Attach, Mode, Retagged, Segment, RETAG_HEAD};
 use hypercall::{DomId, HvClient};
 use std::os::fd::{AsFd, OwnedFd};
@@ -110,7 +111,12 @@ impl Driver {
         // The uplinks (`uplinks/`) and the extra ports the toolstack names
         // (a hosted guest's VMNet interface): opened again whenever they
         // vanish.
-        for path in [&d.ports.uplinks_dir, &d.ports.extras_dir] {
+        // And the VMs' vhost-user vifs (`vhost/`), served while listed.
+        for path in [
+            &d.ports.uplinks_dir,
+            &d.ports.extras_dir,
+            &d.ports.vhost_dir,
+        ] {
             hv.watch(path, PORTS)?;
         }
         d.ports
@@ -171,7 +177,7 @@ impl Driver {
             self.ports_to_bridge();
         }
         self.service_vifs(hv);
-        if self.ports.reopen(&self.events) {
+        if self.ports.reopen(hv, &self.events) {
             turn.housekeeping = true;
             let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
             self.taps.resolve(|t| port_of(t, vifs, base, ports));
@@ -598,6 +604,8 @@ enum PortKind {
     Uplink,
     /// An extra port (`<home>/ports/<ifname>`): a hosted guest's emulated NIC.
     Extra,
+    /// A VM's vhost-user vif (`<home>/vhost/<name>`), with its MAC.
+    Vhost { mac: [u8; 6] },
 }
 
 /// One bridge port that is an interface.
@@ -632,6 +640,7 @@ struct Ports {
     offload: bool,
     uplinks_dir: String,
     extras_dir: String,
+    vhost_dir: String,
     /// Refused store values already logged (`ifname=value`), so a watch
     /// that fires again does not count them again.
     refused: Vec<String>,
@@ -644,6 +653,7 @@ impl Ports {
             offload,
             uplinks_dir: format!("{home}/uplinks"),
             extras_dir: format!("{home}/ports"),
+            vhost_dir: format!("{home}/vhost"),
             refused: Vec::new(),
         }
     }
@@ -668,14 +678,7 @@ impl Ports {
                     attach,
                     group,
                 }),
-                Err(e) => {
-                    let key = format!("{n}={value}");
-                    if !self.refused.contains(&key) {
-                        eprintln!("driver: uplink {n} = {value:?} refused: {e}");
-                        *errors += 1;
-                        self.refused.push(key);
-                    }
-                }
+                Err(e) => self.refuse(n, &value, &e, errors),
             }
         }
         let untagged = Attach {
@@ -692,7 +695,53 @@ impl Ports {
                 });
             }
         }
+        self.wanted_vms(hv, bridge, errors, &mut want);
         want
+    }
+
+    /// The VM vifs of `vhost/`, each an access port of its bridge; a bad
+    /// value is logged and counted once, and its vif left out.
+    fn wanted_vms(
+        &mut self,
+        hv: &mut HvClient,
+        bridge: &mut Bridge,
+        errors: &mut u64,
+        want: &mut Vec<Wanted>,
+    ) {
+        for n in hv.store_directory(&self.vhost_dir).unwrap_or_default() {
+            let value = hv
+                .store_read_str(&format!("{}/{n}", self.vhost_dir))
+                .unwrap_or_default();
+            let spec = vlan::check_ifname(&n).and_then(|_| vhost_port::parse_spec(&value));
+            let port = spec.and_then(|s| {
+                let a = uplink_attach(bridge, &s.bridge, s.vlan)?;
+                let attach = Attach {
+                    mode: Mode::Access(s.vlan.unwrap_or(0)),
+                    ..a
+                };
+                Ok((attach, s.mac))
+            });
+            match port {
+                Ok((attach, mac)) if !want.iter().any(|w| w.name == n) => want.push(Wanted {
+                    name: n,
+                    kind: PortKind::Vhost { mac },
+                    attach,
+                    group: None,
+                }),
+                Ok(_) => self.refuse(&n, &value, "the name is an uplink's too", errors),
+                Err(e) => self.refuse(&n, &value, &e, errors),
+            }
+        }
+    }
+
+    /// Logs and counts a refused store value once.
+    fn refuse(&mut self, name: &str, value: &str, why: &str, errors: &mut u64) {
+        let key = format!("{name}={value}");
+        if !self.refused.contains(&key) {
+            eprintln!("driver: port {name} = {value:?} refused: {why}");
+            *errors += 1;
+            self.refused.push(key);
+        }
     }
 
     /// Follows the store: new ports are added (opened at once if their
@@ -731,19 +780,19 @@ impl Ports {
                 None => self.list.push(e),
             }
         }
-        self.reopen(events);
+        self.reopen(hv, events);
     }
 
     /// Opens the ports that are due a try and registers them; whether one
     /// opened.
-    fn reopen(&mut self, events: &Events) -> bool {
+    fn reopen(&mut self, hv: &mut HvClient, events: &Events) -> bool {
         let now = Instant::now();
         let mut opened = false;
         for (j, e) in self.list.iter_mut().enumerate() {
             if e.port.is_some() || e.name.is_empty() || now < e.retry_at {
                 continue;
             }
-            let opened_one = PacketPort::open(&e.name, self.offload).and_then(|p| {
+            let opened_one = open_port(hv, &e.name, e.kind, self.offload).and_then(|p| {
                 events.epoll.add(p.fd(), Source::Port(j).token())?;
                 Ok(p)
             });
@@ -756,7 +805,7 @@ impl Ports {
                         e.attach,
                         if self.offload { "on" } else { "off" }
                     );
-                    e.port = Some(Box::new(p));
+                    e.port = Some(p);
                     opened = true;
                 }
                 Err(_) => e.retry_at = now + PORT_RETRY,
@@ -807,6 +856,28 @@ impl Ports {
         })?;
         Some((PORT_BASE + k, self.list[k].attach, true))
     }
+}
+
+/// Opens the port of slot kind `kind`: an interface's AF_PACKET socket,
+/// or a VM vif's backend on the listener hv keeps for it.
+fn open_port(
+    hv: &mut HvClient,
+    name: &str,
+    kind: PortKind,
+    offload: bool,
+) -> std::io::Result<Box<dyn Port>> {
+    Ok(match kind {
+        PortKind::Uplink | PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
+        PortKind::Vhost { mac } => Box::new(VhostPort::open(name, mac, vhost_listener(hv, name)?)?),
+    })
+}
+
+/// The listening socket of VM vif `name`, a duplicate of the one hv keeps
+/// for the vif's lifetime (so a restarted driver domain listens on the
+/// same socket, and QEMU's `reconnect=1` finds it).
+fn vhost_listener(hv: &mut HvClient, name: &str) -> std::io::Result<OwnedFd> {
+    hv.vhost_listener(name)
+        .map_err(|e| std::io::Error::other(format!("vhost listener {name}: {e}")))
 }
 
 /// An uplink's attachment: bridge `name`, and access VLAN `vlan` or a trunk.
@@ -1381,6 +1452,7 @@ fn publish_stats(
         "loop": lc,
         "uplinks": named().filter(|e| e.kind == PortKind::Uplink).map(|e| port_json(e, ports, bridge)).collect::<Vec<_>>(),
         "extra_ports": named().filter(|e| e.kind == PortKind::Extra).map(|e| port_json(e, ports, bridge)).collect::<Vec<_>>(),
+        "vhost": named().filter_map(|e| vhost_json(e, bridge)).collect::<Vec<_>>(),
     });
     let _ = hv.store_write(
         &format!("/local/domain/{me}/splitnet/stats"),
@@ -1417,6 +1489,29 @@ fn port_json(e: &PortSlot, ports: &Ports, bridge: &Bridge) -> serde_json::Value 
         "counters": e.port.as_ref().map(|p| p.counters()),
         "members": members,
     })
+}
+
+/// A VM vif's entry in the stats (`"vhost"`): its device's status, where
+/// it is bridged, and whether it listens (hv gave it its socket).
+fn vhost_json(e: &PortSlot, bridge: &Bridge) -> Option<serde_json::Value> {
+    let PortKind::Vhost { mac } = e.kind else {
+        return None;
+    };
+    let mut v = match e.port.as_ref().and_then(|p| p.status()) {
+        Some(v) => v,
+        None => serde_json::json!({
+            "name": e.name,
+            "mac": mac.map(|b| format!("{b:02x}")).join(":"),
+            "connected": false,
+        }),
+    };
+    v["bridge"] = bridge.name(e.attach.bridge).into();
+    v["vlan"] = match e.attach.mode {
+        Mode::Access(0) | Mode::Trunk => serde_json::Value::Null,
+        Mode::Access(n) => n.into(),
+    };
+    v["listening"] = e.port.is_some().into();
+    Some(v)
 }
 
 /// Each bridge in use: its name, its ports (interfaces and vifs) and the

@@ -15,6 +15,7 @@ pub mod netfront;
 pub mod offload;
 pub mod packet;
 pub mod port;
+pub mod vhost_port;
 pub mod vlan;
 
 /// Backend key: the backend offers the new grant mechanism (Ram thesis ch. 4).

@@ -36,6 +36,11 @@ pub trait Port {
     fn send_batch(&mut self, frames: &[&FrameRef<'_>]);
     /// Counters.
     fn counters(&self) -> &PortCounters;
+    /// What the port has to show beyond its counters (a VM vif: its
+    /// device's features, rings, drops and refusals), if anything.
+    fn status(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Frames per receive batch (one `recvmmsg`).

@@ -289,7 +289,15 @@ const THREADS: &[libc::c_long] = &[
 /// the listener hv gave it, and its control thread waits on an eventfd of
 /// its own beside the connection (the rust-vmm crates' exit event). The
 /// VM's memory arrives as descriptors it maps with `mmap`, already allowed.
-const VHOST_BACKEND: &[libc::c_long] = &[libc::SYS_accept4, libc::SYS_eventfd2];
+/// A connection that is replaced (or refused) is shut down, so its
+/// control thread, maybe blocked mid-message, ends; each vif's backend
+/// wakes the loop through a doorbell (a socket pair) of its own.
+const VHOST_BACKEND: &[libc::c_long] = &[
+    libc::SYS_accept4,
+    libc::SYS_eventfd2,
+    libc::SYS_shutdown,
+    libc::SYS_socketpair,
+];
 
 /// A `nic = "virtio"` guest's vhost-user frontend: its RAM is a memfd it
 /// sizes and maps shared (the backend maps the same pages), and each ring

@@ -148,6 +148,14 @@ impl Epoll {
     }
 }
 
+/// The set itself is pollable: readable while a source in it is ready, so
+/// a set can stand for several sources in another loop's set.
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

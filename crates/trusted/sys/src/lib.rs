@@ -45,7 +45,7 @@ pub use packet::{
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
 pub use process::{
     catch_interrupts, close_inherited_fds, dup_fd, euid, interrupted, kill, raise_fd_limit, rdtsc,
-    set_inheritable, take_inherited_fd,
+    set_inheritable, set_nonblocking, take_inherited_fd,
 };
 pub use seccomp::{CompiledFilter, SyscallFilter};
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};

@@ -1,6 +1,6 @@
 use crate::cvt;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 /// Sends signal `sig` to process `pid`.
 pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
@@ -61,6 +61,24 @@ pub fn set_inheritable(fd: BorrowedFd<'_>, inheritable: bool) -> io::Result<()> 
         cvt(
             libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, new) as libc::c_long,
             "fcntl(F_SETFD)",
+        )?;
+    }
+    Ok(())
+}
+
+/// Sets O_NONBLOCK on `fd`'s open file (a descriptor a peer sent, such as
+/// a vhost-user kick or call eventfd, which the loop must never block on).
+pub fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
+    let fd = fd.as_fd();
+    // SAFETY: plain fcntl calls on a descriptor borrowed for the duration.
+    unsafe {
+        let flags = cvt(
+            libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) as libc::c_long,
+            "fcntl(F_GETFL)",
+        )? as i32;
+        cvt(
+            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) as libc::c_long,
+            "fcntl(F_SETFL)",
         )?;
     }
     Ok(())

@@ -1,1 +1,0 @@
-//! The vhost-user net backend the driver domain runs for each VM vif.

@@ -1,0 +1,608 @@
+//! One VM's virtio-net device as the backend sees it: the memory table,
+//! the two split rings, the negotiated features and the counters. The
+//! control thread of the VM's connection writes it (vhost-user messages);
+//! the driver loop takes it once per batch to move frames. Rings and
+//! descriptor chains are virtio-queue's (which bounds chains by the ring
+//! size and refuses an `avail` index that runs ahead); splitnet adds the
+//! copy in and out of guest memory, the header, and what a violation costs:
+//! the frame dropped and counted, or the connection closed.
+
+use std::fs::File;
+use std::io::Write;
+use virtio_bindings::bindings::{virtio_config, virtio_net, virtio_ring};
+use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
+
+/// The receive queue (frames to the VM).
+pub const RX: usize = 0;
+/// The transmit queue (frames from the VM).
+pub const TX: usize = 1;
+/// Largest ring the backend takes (virtio 1.x §2.7: at most 32768).
+pub const QUEUE_MAX: u16 = 32768;
+/// Largest frame either way: a 64 KiB GSO packet and its headers.
+pub const FRAME_MAX: usize = 65536 + 64;
+/// `virtio_net_hdr` with `num_buffers` (virtio 1.x, or MRG_RXBUF).
+pub const HDR_LEN: usize = 12;
+/// Most buffers one received frame may take with MRG_RXBUF.
+const RX_BUFS_MAX: usize = 256;
+
+const fn bit(b: u32) -> u64 {
+    1 << b
+}
+
+/// `VHOST_USER_F_PROTOCOL_FEATURES` (vhost-user spec): bit 30.
+pub const F_PROTOCOL_FEATURES: u64 = 1 << 30;
+
+/// The virtio features the backend offers (virtio 1.x §5.1.3).
+pub const OFFERED: u64 = bit(virtio_config::VIRTIO_F_VERSION_1)
+    | bit(virtio_net::VIRTIO_NET_F_MRG_RXBUF)
+    | bit(virtio_net::VIRTIO_NET_F_CSUM)
+    | bit(virtio_net::VIRTIO_NET_F_GUEST_CSUM)
+    | bit(virtio_net::VIRTIO_NET_F_HOST_TSO4)
+    | bit(virtio_net::VIRTIO_NET_F_HOST_TSO6)
+    | bit(virtio_net::VIRTIO_NET_F_GUEST_TSO4)
+    | bit(virtio_net::VIRTIO_NET_F_GUEST_TSO6)
+    | bit(virtio_ring::VIRTIO_RING_F_EVENT_IDX)
+    | bit(virtio_net::VIRTIO_NET_F_MAC)
+    | bit(virtio_net::VIRTIO_NET_F_STATUS)
+    | F_PROTOCOL_FEATURES;
+
+/// Names of the feature bits, for status.
+pub const FEATURE_NAMES: [(u64, &str); 12] = [
+    (bit(virtio_config::VIRTIO_F_VERSION_1), "VERSION_1"),
+    (bit(virtio_net::VIRTIO_NET_F_MRG_RXBUF), "MRG_RXBUF"),
+    (bit(virtio_net::VIRTIO_NET_F_CSUM), "CSUM"),
+    (bit(virtio_net::VIRTIO_NET_F_GUEST_CSUM), "GUEST_CSUM"),
+    (bit(virtio_net::VIRTIO_NET_F_HOST_TSO4), "HOST_TSO4"),
+    (bit(virtio_net::VIRTIO_NET_F_HOST_TSO6), "HOST_TSO6"),
+    (bit(virtio_net::VIRTIO_NET_F_GUEST_TSO4), "GUEST_TSO4"),
+    (bit(virtio_net::VIRTIO_NET_F_GUEST_TSO6), "GUEST_TSO6"),
+    (bit(virtio_ring::VIRTIO_RING_F_EVENT_IDX), "EVENT_IDX"),
+    (bit(virtio_net::VIRTIO_NET_F_MAC), "MAC"),
+    (bit(virtio_net::VIRTIO_NET_F_STATUS), "STATUS"),
+    (F_PROTOCOL_FEATURES, "PROTOCOL_FEATURES"),
+];
+
+/// What the VM's driver takes on receive (its negotiated GUEST_* features).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GuestOffloads {
+    pub csum: bool,
+    pub tso4: bool,
+    pub tso6: bool,
+}
+
+/// Frames dropped, by reason.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Drops {
+    /// A frame for the VM found no buffer posted (or its ring not running).
+    pub no_rx_buffer: u64,
+    /// A descriptor outside the memory table, or of the wrong direction.
+    pub bad_descriptor: u64,
+    /// A chain that loops, runs past the ring, or names a slot outside it.
+    pub bad_chain: u64,
+    /// An `avail` index more than a ring ahead of the backend's.
+    pub bad_avail_index: u64,
+    /// A frame larger than [`FRAME_MAX`], or than the VM's buffers.
+    pub oversize: u64,
+    /// A frame from the VM shorter than its header, or whose header the
+    /// port refused.
+    pub bad_header: u64,
+}
+
+/// The device's counters (virtio's directions: RX is to the VM).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Counters {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub kicks: u64,
+    pub calls: u64,
+    pub drops: Drops,
+}
+
+/// A data-plane violation that ends the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    BadDescriptor,
+    BadChain,
+    BadAvailIndex,
+    BadUsedRing,
+}
+
+impl Violation {
+    /// The reason counted when the connection is closed for it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Violation::BadDescriptor => "bad_descriptor",
+            Violation::BadChain => "bad_chain",
+            Violation::BadAvailIndex => "bad_avail_index",
+            Violation::BadUsedRing => "bad_used_ring",
+        }
+    }
+    fn count(self, d: &mut Drops) {
+        match self {
+            Violation::BadDescriptor | Violation::BadUsedRing => d.bad_descriptor += 1,
+            Violation::BadChain => d.bad_chain += 1,
+            Violation::BadAvailIndex => d.bad_avail_index += 1,
+        }
+    }
+}
+
+/// One split virtqueue and what the frontend told about it.
+pub struct Ring {
+    pub queue: Queue,
+    /// The frontend's addresses (its own virtual addresses) of the
+    /// descriptor table, the used ring and the available ring.
+    pub addr: Option<[u64; 3]>,
+    pub kick: Option<File>,
+    pub call: Option<File>,
+    /// SET_VRING_ENABLE (with PROTOCOL_FEATURES; enabled otherwise).
+    pub enabled: bool,
+    /// Between SET_VRING_KICK and GET_VRING_BASE (vhost-user "started").
+    pub started: bool,
+}
+
+impl Ring {
+    fn new() -> Ring {
+        Ring {
+            queue: Queue::new(QUEUE_MAX).expect("QUEUE_MAX is a power of two"),
+            addr: None,
+            kick: None,
+            call: None,
+            enabled: false,
+            started: false,
+        }
+    }
+}
+
+/// A region of the memory table: where the frontend has it and where the
+/// guest does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    pub guest: u64,
+    pub size: u64,
+    pub user: u64,
+}
+
+/// One VM's device state, shared by its control thread and the driver loop.
+pub struct Device {
+    pub mac: [u8; 6],
+    /// The connection that owns the state; a control thread of an older
+    /// one is refused.
+    pub conn: u64,
+    pub connected: bool,
+    pub features: u64,
+    pub protocol_features: u64,
+    pub mem: Option<GuestMemoryMmap>,
+    pub table: Vec<Region>,
+    pub rings: [Ring; 2],
+    /// Set when the TX kick registration must be looked at again.
+    pub kick_changed: bool,
+    /// A violation seen by the data path: the driver closes the connection.
+    pub broken: Option<Violation>,
+    pub counters: Counters,
+    /// Connections closed by the backend, by reason.
+    pub refused: std::collections::BTreeMap<String, u64>,
+    /// Connections the frontend closed.
+    pub disconnects: u64,
+}
+
+impl Device {
+    pub fn new(mac: [u8; 6]) -> Device {
+        Device {
+            mac,
+            conn: 0,
+            connected: false,
+            features: 0,
+            protocol_features: 0,
+            mem: None,
+            table: Vec::new(),
+            rings: [Ring::new(), Ring::new()],
+            kick_changed: true,
+            broken: None,
+            counters: Counters::default(),
+            refused: Default::default(),
+            disconnects: 0,
+        }
+    }
+
+    /// Forgets everything a connection set up (a new one starts from scratch).
+    pub fn reset(&mut self) {
+        self.features = 0;
+        self.protocol_features = 0;
+        self.mem = None;
+        self.table.clear();
+        self.rings = [Ring::new(), Ring::new()];
+        self.kick_changed = true;
+        self.broken = None;
+    }
+
+    /// Counts a refusal of connection `reason`.
+    pub fn refuse(&mut self, reason: &str) {
+        *self.refused.entry(reason.to_string()).or_default() += 1;
+    }
+
+    pub fn has(&self, feature: u64) -> bool {
+        self.features & feature != 0
+    }
+
+    /// Length of the `virtio_net_hdr` the negotiated features imply.
+    pub fn hdr_len(&self) -> usize {
+        if self
+            .has(bit(virtio_config::VIRTIO_F_VERSION_1) | bit(virtio_net::VIRTIO_NET_F_MRG_RXBUF))
+        {
+            HDR_LEN
+        } else {
+            HDR_LEN - 2
+        }
+    }
+
+    /// What the VM takes on receive.
+    pub fn guest_offloads(&self) -> GuestOffloads {
+        GuestOffloads {
+            csum: self.has(bit(virtio_net::VIRTIO_NET_F_GUEST_CSUM)),
+            tso4: self.has(bit(virtio_net::VIRTIO_NET_F_GUEST_TSO4)),
+            tso6: self.has(bit(virtio_net::VIRTIO_NET_F_GUEST_TSO6)),
+        }
+    }
+
+    /// The guest-physical address of the frontend's `user` address range
+    /// of `len` bytes, if one region holds all of it.
+    pub fn translate(&self, user: u64, len: u64) -> Option<u64> {
+        self.table.iter().find_map(|r| {
+            let off = user.checked_sub(r.user)?;
+            (off.checked_add(len)? <= r.size).then_some(r.guest + off)
+        })
+    }
+
+    /// Makes ring `i` run if the frontend has set it up, stops it if not.
+    /// A ring whose addresses are not in the memory table, or whose layout
+    /// does not fit guest memory, is refused.
+    pub fn arm(&mut self, i: usize) -> Result<(), &'static str> {
+        let event_idx = self.has(bit(virtio_ring::VIRTIO_RING_F_EVENT_IDX));
+        let enabled = !self.has(F_PROTOCOL_FEATURES) || self.rings[i].enabled;
+        let ring = &self.rings[i];
+        let (Some(mem), Some([desc, used, avail]), true) = (&self.mem, ring.addr, ring.started)
+        else {
+            self.rings[i].queue.set_ready(false);
+            return Ok(());
+        };
+        let size = u64::from(ring.queue.size());
+        // Split ring sizes (virtio 1.x §2.7): 16 per descriptor; 6 + 2 per
+        // slot for avail; 6 + 8 per slot for used.
+        let gpa = |a: u64, n: u64| {
+            self.translate(a, n)
+                .ok_or("ring address outside the memory table")
+        };
+        let (d, u, a) = (
+            gpa(desc, 16 * size)?,
+            gpa(used, 6 + 8 * size)?,
+            gpa(avail, 6 + 2 * size)?,
+        );
+        let q = &mut self.rings[i].queue;
+        q.try_set_desc_table_address(GuestAddress(d))
+            .and_then(|_| q.try_set_used_ring_address(GuestAddress(u)))
+            .and_then(|_| q.try_set_avail_ring_address(GuestAddress(a)))
+            .map_err(|_| "misaligned ring")?;
+        q.set_event_idx(event_idx);
+        q.set_ready(enabled);
+        if enabled && !q.is_valid(mem) {
+            q.set_ready(false);
+            return Err("ring outside guest memory");
+        }
+        Ok(())
+    }
+
+    /// Moves up to `budget` frames from the TX ring to `f` (the
+    /// `virtio_net_hdr`'s first 10 bytes, the frame; false if refused),
+    /// each copied once into `buf` first. Whether the ring has more.
+    pub fn tx(
+        &mut self,
+        buf: &mut [u8],
+        budget: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> bool {
+        let hdr_len = self.hdr_len();
+        let Device {
+            mem,
+            rings,
+            counters,
+            broken,
+            ..
+        } = self;
+        let (Some(mem), ring) = (mem.as_ref(), &mut rings[TX]) else {
+            return false;
+        };
+        if !ring.queue.ready() || broken.is_some() {
+            return false;
+        }
+        let mut done = 0;
+        let more = loop {
+            if done == budget {
+                break true;
+            }
+            let chain = match ring.queue.iter(mem) {
+                Ok(mut it) => it.next(),
+                Err(_) => {
+                    Violation::BadAvailIndex.count(&mut counters.drops);
+                    *broken = Some(Violation::BadAvailIndex);
+                    break false;
+                }
+            };
+            let Some(chain) = chain else {
+                // Drained: ask for a kick, then look once more (virtio
+                // 1.x §2.7.10: the driver may have added meanwhile).
+                match ring.queue.enable_notification(mem) {
+                    Ok(true) => continue,
+                    Ok(false) => break false,
+                    Err(_) => {
+                        *broken = Some(Violation::BadUsedRing);
+                        break false;
+                    }
+                }
+            };
+            let head = chain.head_index();
+            match gather(mem, chain, buf) {
+                Ok(n) if n >= hdr_len => {
+                    if f(&buf[..HDR_LEN - 2], &buf[hdr_len..n]) {
+                        counters.tx_packets += 1;
+                        counters.tx_bytes += (n - hdr_len) as u64;
+                    } else {
+                        counters.drops.bad_header += 1;
+                    }
+                }
+                Ok(_) => counters.drops.bad_header += 1,
+                Err(Gather::Oversize) => counters.drops.oversize += 1,
+                Err(Gather::Bad(v)) => {
+                    v.count(&mut counters.drops);
+                    *broken = Some(v);
+                    break false;
+                }
+            }
+            if ring.queue.add_used(mem, head, 0).is_err() {
+                *broken = Some(Violation::BadUsedRing);
+                break false;
+            }
+            done += 1;
+        };
+        if done > 0 {
+            notify(mem, ring, counters);
+        }
+        more
+    }
+
+    /// Writes one frame into the RX ring: its header (`vnet` is the
+    /// `virtio_net_hdr`'s first 10 bytes) and `parts`, `len` bytes in all.
+    /// Buffers are only taken once the whole frame fits. Call
+    /// [`Device::rx_done`] after a batch. Whether the frame went.
+    pub fn rx(&mut self, vnet: &[u8; 10], parts: &[&[u8]], len: usize) -> bool {
+        let hdr_len = self.hdr_len();
+        let mrg = self.has(bit(virtio_net::VIRTIO_NET_F_MRG_RXBUF));
+        let Device {
+            mem,
+            rings,
+            counters,
+            broken,
+            ..
+        } = self;
+        let ring = &mut rings[RX];
+        let Some(mem) = mem
+            .as_ref()
+            .filter(|_| ring.queue.ready() && broken.is_none())
+        else {
+            counters.drops.no_rx_buffer += 1;
+            return false;
+        };
+        let mut hdr = [0u8; HDR_LEN];
+        hdr[..10].copy_from_slice(vnet);
+        hdr[10..].copy_from_slice(&1u16.to_le_bytes());
+        let mut src = Source::new(&hdr[..hdr_len], parts);
+        let total = hdr_len + len;
+        let saved = ring.queue.next_avail();
+        match fill(mem, &mut ring.queue, &mut src, total, mrg) {
+            Ok((used, n, first)) => {
+                if n > 1
+                    && mem
+                        .write_obj((n as u16).to_le(), first.unchecked_add(10))
+                        .is_err()
+                {
+                    *broken = Some(Violation::BadDescriptor);
+                    return false;
+                }
+                for &(head, l) in &used[..n] {
+                    if ring.queue.add_used(mem, head, l).is_err() {
+                        *broken = Some(Violation::BadUsedRing);
+                        return false;
+                    }
+                }
+                counters.rx_packets += 1;
+                counters.rx_bytes += len as u64;
+                true
+            }
+            Err(e) => {
+                ring.queue.set_next_avail(saved);
+                match e {
+                    Fill::Empty => counters.drops.no_rx_buffer += 1,
+                    Fill::Oversize => counters.drops.oversize += 1,
+                    Fill::Bad(v) => {
+                        v.count(&mut counters.drops);
+                        *broken = Some(v);
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Tells the VM about the frames [`Device::rx`] wrote, if it asked.
+    pub fn rx_done(&mut self) {
+        if let Some(mem) = self.mem.as_ref() {
+            if self.rings[RX].queue.ready() {
+                notify(mem, &mut self.rings[RX], &mut self.counters);
+            }
+        }
+    }
+}
+
+/// Writes to the ring's call eventfd if the driver wants to hear about the
+/// used entries just added (EVENT_IDX's `used_event`, or the
+/// NO_INTERRUPT flag).
+fn notify(mem: &GuestMemoryMmap, ring: &mut Ring, c: &mut Counters) {
+    if !ring.queue.needs_notification(mem).unwrap_or(true) {
+        return;
+    }
+    if let Some(call) = &ring.call {
+        // The descriptor is non-blocking (set when it came); a full
+        // counter means the VM has a notification pending already.
+        let _ = (&*call).write(&1u64.to_ne_bytes());
+        c.calls += 1;
+    }
+}
+
+enum Gather {
+    Oversize,
+    Bad(Violation),
+}
+
+/// Copies the readable chain into `buf`; its length.
+fn gather(
+    mem: &GuestMemoryMmap,
+    chain: DescriptorChain<&GuestMemoryMmap>,
+    buf: &mut [u8],
+) -> Result<usize, Gather> {
+    let mut n = 0;
+    let mut more = true;
+    for d in chain {
+        if d.is_write_only() {
+            return Err(Gather::Bad(Violation::BadDescriptor));
+        }
+        let end = n + d.len() as usize;
+        if end > buf.len() {
+            return Err(Gather::Oversize);
+        }
+        mem.read_slice(&mut buf[n..end], d.addr())
+            .map_err(|_| Gather::Bad(Violation::BadDescriptor))?;
+        n = end;
+        more = d.has_next();
+    }
+    // virtio-queue ends a chain early when it loops past the ring size,
+    // names a slot outside the ring, or cannot be read.
+    if more {
+        return Err(Gather::Bad(Violation::BadChain));
+    }
+    Ok(n)
+}
+
+/// The bytes of a frame to the VM: its header, then its parts.
+struct Source<'a> {
+    hdr: &'a [u8],
+    parts: &'a [&'a [u8]],
+    /// Part (0 is the header) and offset in it.
+    at: (usize, usize),
+}
+
+impl<'a> Source<'a> {
+    fn new(hdr: &'a [u8], parts: &'a [&'a [u8]]) -> Source<'a> {
+        Source {
+            hdr,
+            parts,
+            at: (0, 0),
+        }
+    }
+
+    fn part(&self, i: usize) -> Option<&'a [u8]> {
+        if i == 0 {
+            Some(self.hdr)
+        } else {
+            self.parts.get(i - 1).copied()
+        }
+    }
+
+    /// Copies the next `n` bytes to guest address `to`.
+    fn copy(&mut self, mem: &GuestMemoryMmap, mut to: GuestAddress, mut n: usize) -> bool {
+        while n > 0 {
+            let Some(p) = self.part(self.at.0) else {
+                return true;
+            };
+            let k = (p.len() - self.at.1).min(n);
+            if mem.write_slice(&p[self.at.1..self.at.1 + k], to).is_err() {
+                return false;
+            }
+            to = to.unchecked_add(k as u64);
+            n -= k;
+            self.at.1 += k;
+            if self.at.1 == p.len() {
+                self.at = (self.at.0 + 1, 0);
+            }
+        }
+        true
+    }
+}
+
+enum Fill {
+    Empty,
+    Oversize,
+    Bad(Violation),
+}
+
+/// Chains taken for one frame: (head, bytes written), how many, and the
+/// guest address of the header.
+type Filled = ([(u16, u32); RX_BUFS_MAX], usize, GuestAddress);
+
+/// Takes RX chains and writes `total` bytes of `src` into their writable
+/// buffers: one chain, or as many as it takes with MRG_RXBUF.
+fn fill(
+    mem: &GuestMemoryMmap,
+    q: &mut Queue,
+    src: &mut Source<'_>,
+    total: usize,
+    mrg: bool,
+) -> Result<Filled, Fill> {
+    if total > FRAME_MAX + HDR_LEN {
+        return Err(Fill::Oversize);
+    }
+    let mut used = [(0u16, 0u32); RX_BUFS_MAX];
+    let (mut n, mut done) = (0, 0);
+    let mut first = GuestAddress(0);
+    while done < total {
+        if n == RX_BUFS_MAX || (n == 1 && !mrg) {
+            return Err(Fill::Oversize);
+        }
+        let chain = match q.iter(mem) {
+            Ok(mut it) => it.next().ok_or(Fill::Empty)?,
+            Err(_) => return Err(Fill::Bad(Violation::BadAvailIndex)),
+        };
+        let head = chain.head_index();
+        let mut wrote = 0usize;
+        let mut more = true;
+        for d in chain {
+            if !d.is_write_only() {
+                return Err(Fill::Bad(Violation::BadDescriptor));
+            }
+            if n == 0 && wrote == 0 {
+                // The header goes whole into the first buffer.
+                if (d.len() as usize) < src.hdr.len() {
+                    return Err(Fill::Bad(Violation::BadDescriptor));
+                }
+                first = d.addr();
+            }
+            let k = (d.len() as usize).min(total - done);
+            if !src.copy(mem, d.addr(), k) {
+                return Err(Fill::Bad(Violation::BadDescriptor));
+            }
+            (wrote, done) = (wrote + k, done + k);
+            more = d.has_next();
+            if done == total {
+                more = false;
+                break;
+            }
+        }
+        if more {
+            return Err(Fill::Bad(Violation::BadChain));
+        }
+        used[n] = (head, wrote as u32);
+        n += 1;
+    }
+    Ok((used, n, first))
+}
