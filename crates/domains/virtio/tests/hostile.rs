@@ -92,6 +92,13 @@ impl Hostile {
         let len = len.unwrap_or((12 + frame.len()) as u32);
         self.put_used(0, &[(u32::from(id), len)], 0);
     }
+
+    /// Delivers the rest of a frame (no header) into the next offered buffer.
+    fn deliver_rest(&mut self, data: &[u8]) {
+        let (id, off) = self.next_offered(0);
+        self.mem().write_bytes(off, data);
+        self.put_used(0, &[(u32::from(id), data.len() as u32)], 0);
+    }
 }
 
 fn unsupported<T>() -> Result<T> {
@@ -321,10 +328,23 @@ fn a_hostile_backend_is_refused_and_counted() {
     wait_for("rx_bad_num_buffers", || {
         drops(&mut front, "rx_bad_num_buffers") == 1
     });
-    // A frame said to span two buffers, only one of which is there.
-    b.lock().unwrap().deliver(hdr(0, 0, 2), &frame(), None);
-    wait_for("rx_missing_buffers", || {
-        drops(&mut front, "rx_missing_buffers") == 1
+    // A frame in two buffers, published one at a time: it waits for the
+    // second (the first stays in the used ring), then crosses whole.
+    let seen = |front: &mut Front| front.status()["rings"][0]["next_used"].clone();
+    let before = seen(&mut front);
+    b.lock()
+        .unwrap()
+        .deliver(hdr(0, 0, 2), &frame()[..30], None);
+    b.lock().unwrap().deliver_rest(&frame()[30..]);
+    wait_for("the two-buffer frame on the TAP", || {
+        counter(&front.status(), "rx_packets") == 2
+    });
+    assert_eq!(seen(&mut front), before.as_u64().unwrap() + 2);
+    assert_eq!(counter(&front.status(), "rx_bytes"), 60 + 60);
+    // A frame said to span more buffers than the device holds.
+    b.lock().unwrap().deliver(hdr(0, 0, 300), &frame(), None);
+    wait_for("rx_bad_num_buffers", || {
+        drops(&mut front, "rx_bad_num_buffers") == 2
     });
     // TCP segmentation the driver never agreed to.
     b.lock().unwrap().deliver(hdr(1, 1, 1), &frame(), None);
@@ -333,7 +353,7 @@ fn a_hostile_backend_is_refused_and_counted() {
     });
     let st = front.status();
     assert_eq!(st["connected"], true, "drops keep the connection: {st}");
-    assert_eq!(counter(&st, "rx_packets"), 1, "{st}");
+    assert_eq!(counter(&st, "rx_packets"), 2, "{st}");
 
     // A used id out of range breaks the ring: the connection ends.
     b.lock().unwrap().put_used(0, &[(999, 60)], 0);
@@ -362,7 +382,7 @@ fn a_hostile_backend_is_refused_and_counted() {
         .unwrap()
         .deliver(hdr(0, 0, 1), &frame(), None);
     wait_for("a frame on the fourth connection", || {
-        counter(&front.status(), "rx_packets") == 3
+        counter(&front.status(), "rx_packets") == 4
     });
     let _ = std::fs::remove_file(&sock);
 }

@@ -233,11 +233,17 @@ fn domain_entry(
             .and_then(|t| serde_json::from_str::<Value>(&t).ok())
     });
     let emulated = s.info.get(&format!("nic.{}", d.name)).cloned();
+    // A nic = "virtio" guest's frontend publishes its own view of its vif.
+    let virtio_nic = nic
+        .as_deref()
+        .filter(|n| *n == "virtio")
+        .and(nic_stats.clone());
     json!({
         "id": d.id,
         "name": d.name,
         "nic": nic.as_deref().unwrap_or(if d.kind == "guest" { "vif" } else { "-" }),
         "emulated_nic": emulated.map(|e| emulated_info(&e, nic_stats, d.hvm.as_ref())),
+        "virtio_nic": virtio_nic,
         "hvm": d.hvm,
         "kind": d.kind,
         "netns": d.netns,

@@ -88,16 +88,40 @@ impl Session {
 
     /// Moves up to [`BATCH`] frames from the receive queue to the TAP,
     /// offers the buffers again and kicks if the device asked. Returns
-    /// whether more may be waiting.
+    /// whether more may be waiting. A frame whose last buffers the device
+    /// has not published yet stays until they come (a device may publish
+    /// the buffers of one frame one by one).
     pub fn rx_to_tap(&mut self, tap: &Tap, c: &mut Counters) -> Result<bool, UsedError> {
         let mut more = false;
+        let mut waiting = 0;
         for _ in 0..BATCH {
-            let Some((id, len)) = self.rings[RX].pop_used(&self.mem)? else {
+            let ready = self.rings[RX].ready(&self.mem)?;
+            if ready == 0 {
                 break;
+            }
+            let (id, len) = self.rings[RX].peek_used(&self.mem)?;
+            // A frame longer than the buffers the device holds never completes.
+            let held = usize::from(self.rings[RX].held_count());
+            let count = match self.rx_buffers(id, len) {
+                Ok(n) if n > held => Err(Reason::RxBadNumBuffers),
+                r => r,
             };
-            self.rx_frame(tap, c, id, len)?;
+            let count = match count {
+                Ok(n) if n > usize::from(ready) => {
+                    waiting = ready;
+                    break;
+                }
+                Ok(n) => n,
+                Err(reason) => {
+                    self.rings[RX].pop_used(&self.mem)?;
+                    c.drop(reason);
+                    continue;
+                }
+            };
+            self.rx_frame(tap, c, count)?;
             more = true;
         }
+        self.rings[RX].set_waiting(waiting);
         if self.refill_rx() {
             self.kick(RX);
             c.kicks += 1;
@@ -105,53 +129,41 @@ impl Session {
         Ok(more)
     }
 
-    /// One received frame starting in buffer `id` (`len` bytes written, by
-    /// the device's word), spanning `num_buffers` buffers with MRG_RXBUF.
-    fn rx_frame(
-        &mut self,
-        tap: &Tap,
-        c: &mut Counters,
-        id: u16,
-        len: u32,
-    ) -> Result<(), UsedError> {
-        let cap = self.lay.rx_buf_len;
-        let len = len as usize;
-        if !(HDR_LEN..=cap).contains(&len) {
-            c.drop(Reason::RxBadLen);
-            return Ok(());
+    /// How many buffers the frame starting in buffer `id` spans (`len`
+    /// bytes written, by the device's word): its header's `num_buffers`
+    /// with MRG_RXBUF, else one.
+    fn rx_buffers(&self, id: u16, len: u32) -> Result<usize, Reason> {
+        if !(HDR_LEN..=self.lay.rx_buf_len).contains(&(len as usize)) {
+            return Err(Reason::RxBadLen);
         }
-        let off = self.lay.buf(RX, id);
+        if !self.features.mrg_rxbuf() {
+            return Ok(1);
+        }
         let mut h = [0u8; HDR_LEN];
-        self.mem.read_bytes(off, &mut h);
-        let hdr = NetHdr::parse(&h);
-        let count = if self.features.mrg_rxbuf() {
-            usize::from(hdr.num_buffers)
-        } else {
-            1
-        };
-        if count == 0 || count > MAX_IO_PARTS {
-            c.drop(Reason::RxBadNumBuffers);
-            return Ok(());
+        self.mem.read_bytes(self.lay.buf(RX, id), &mut h);
+        match usize::from(NetHdr::parse(&h).num_buffers) {
+            n @ 1..=MAX_IO_PARTS => Ok(n),
+            _ => Err(Reason::RxBadNumBuffers),
         }
+    }
+
+    /// One received frame over the next `count` used entries (all
+    /// published), written to the TAP unless a part or its header is bad.
+    fn rx_frame(&mut self, tap: &Tap, c: &mut Counters, count: usize) -> Result<(), UsedError> {
+        let cap = self.lay.rx_buf_len;
         let mut parts = [IoPart::Private(&[]); MAX_IO_PARTS];
-        parts[0] = IoPart::Shared {
-            map: &self.mem,
-            off,
-            len,
-        };
-        let mut total = len;
-        let mut bad = None;
-        for part in parts.iter_mut().take(count).skip(1) {
-            // The rest of the frame must already be there (as Linux's
-            // virtio_net expects): a device publishes a frame whole.
-            let Some((id, len)) = self.rings[RX].pop_used(&self.mem)? else {
-                bad = Some(Reason::RxMissingBuffers);
-                break;
-            };
+        let (mut total, mut bad, mut first) = (0, None, 0);
+        for (k, part) in parts.iter_mut().take(count).enumerate() {
+            let (id, len) = self.rings[RX]
+                .pop_used(&self.mem)?
+                .expect("the entries were published");
             let len = len as usize;
             if len > cap {
                 bad = Some(Reason::RxBadLen);
                 continue;
+            }
+            if k == 0 {
+                first = id;
             }
             *part = IoPart::Shared {
                 map: &self.mem,
@@ -160,7 +172,12 @@ impl Session {
             };
             total += len;
         }
-        let bad = bad.or((!self.features.allows_rx(&hdr)).then_some(Reason::RxOffloadMismatch));
+        let mut h = [0u8; HDR_LEN];
+        self.mem.read_bytes(self.lay.buf(RX, first), &mut h);
+        let bad =
+            bad.or(
+                (!self.features.allows_rx(&NetHdr::parse(&h))).then_some(Reason::RxOffloadMismatch)
+            );
         if let Some(reason) = bad {
             c.drop(reason);
             return Ok(());

@@ -149,9 +149,13 @@ impl VirtioNet {
                     Ok(m) => m && s.rings[TX].free_count() > 0,
                     Err(e) => return Err(Stop::Tap(e)),
                 };
-                if !rx_more && !tx_more && !s.rings[RX].enable_notify(&s.mem) {
-                    s.arm_tx_notify();
-                    return Ok(false);
+                if !rx_more && !tx_more {
+                    // Entries that came in while notifications were off
+                    // may bring no call: look again before sleeping.
+                    let rx_again = s.rings[RX].enable_notify(&s.mem);
+                    if !rx_again && !s.arm_tx_notify() {
+                        return Ok(false);
+                    }
                 }
             }
             Ok(true)
@@ -213,13 +217,15 @@ impl From<ring::UsedError> for Stop {
 
 impl Session {
     /// Transmit completions matter only while the ring is full (the TAP
-    /// waits for room); otherwise they are reclaimed in passing.
-    fn arm_tx_notify(&mut self) {
+    /// waits for room); otherwise they are reclaimed in passing. True if
+    /// the ring is full and completions came in meanwhile.
+    fn arm_tx_notify(&mut self) -> bool {
         let r = &self.rings[TX];
         if r.free_count() == 0 {
-            r.enable_notify(&self.mem);
+            r.enable_notify(&self.mem)
         } else {
             r.disable_notify(&self.mem);
+            false
         }
     }
 }

@@ -108,6 +108,8 @@ pub struct DriverRing {
     free: Vec<u16>,
     /// Which buffers the device holds.
     held: Vec<bool>,
+    /// Published entries set aside until more come ([`DriverRing::set_waiting`]).
+    waiting: u16,
 }
 
 impl DriverRing {
@@ -127,6 +129,7 @@ impl DriverRing {
             // Popped from the end: buffer 0 first.
             free: (0..lay.size).rev().collect(),
             held: vec![false; n],
+            waiting: 0,
         }
     }
 
@@ -200,19 +203,21 @@ impl DriverRing {
         }
     }
 
-    /// The next used entry: `(id, len)`, the buffer given back to the
-    /// driver. `len` is the device's word, for the caller to check against
-    /// the buffer. An id the device does not hold is an error.
-    pub fn pop_used(&mut self, mem: &Mapping) -> Result<Option<(u16, u32)>, UsedError> {
+    /// How many used entries the device has published and the driver not
+    /// yet taken; more than the device holds buffers is an error.
+    pub fn ready(&self, mem: &Mapping) -> Result<u16, UsedError> {
         let used = u16::from_le(mem.load_u16_acquire(self.lay.used_idx()));
         let ahead = used.wrapping_sub(self.last_used);
-        if ahead == 0 {
-            return Ok(None);
-        }
         let held = self.held_count();
         if ahead > held {
             return Err(UsedError::IdxAhead { ahead, held });
         }
+        Ok(ahead)
+    }
+
+    /// The next used entry, checked but not taken: `(id, len)`. Only
+    /// after [`DriverRing::ready`] said there is one.
+    pub fn peek_used(&self, mem: &Mapping) -> Result<(u16, u32), UsedError> {
         let e = self.lay.used_elem(self.last_used);
         let id = u32::from_le(mem.load_u32(e));
         let len = u32::from_le(mem.load_u32(e + 4));
@@ -222,28 +227,49 @@ impl DriverRing {
                 size: self.lay.size,
             });
         }
-        let i = id as usize;
-        if !self.held[i] {
+        if !self.held[id as usize] {
             return Err(UsedError::NotHeld { id });
         }
-        self.held[i] = false;
-        self.free.push(id as u16);
+        Ok((id as u16, len))
+    }
+
+    /// The next used entry: `(id, len)`, the buffer given back to the
+    /// driver. `len` is the device's word, for the caller to check against
+    /// the buffer. An id the device does not hold is an error.
+    pub fn pop_used(&mut self, mem: &Mapping) -> Result<Option<(u16, u32)>, UsedError> {
+        if self.ready(mem)? == 0 {
+            return Ok(None);
+        }
+        let (id, len) = self.peek_used(mem)?;
+        self.held[usize::from(id)] = false;
+        self.free.push(id);
         self.last_used = self.last_used.wrapping_add(1);
-        Ok(Some((id as u16, len)))
+        Ok(Some((id, len)))
     }
 
-    /// Whether used entries are waiting (a peek: the next pop checks them).
+    /// Says that the next `n` published entries are to stay until more
+    /// come (the first buffers of a frame whose last ones the device has
+    /// not published yet): a notification is then asked for past them.
+    pub fn set_waiting(&mut self, n: u16) {
+        self.waiting = n;
+    }
+
+    /// Whether used entries are waiting beyond those set aside (a peek:
+    /// the next pop checks them).
     pub fn has_used(&self, mem: &Mapping) -> bool {
-        u16::from_le(mem.load_u16_acquire(self.lay.used_idx())) != self.last_used
+        let used = u16::from_le(mem.load_u16_acquire(self.lay.used_idx()));
+        used.wrapping_sub(self.last_used) > self.waiting
     }
 
-    /// Asks the device to notify the driver at its next used entry
-    /// (`used_event` with EVENT_IDX, else clearing NO_INTERRUPT). Returns
+    /// Asks the device to notify the driver at its next used entry past
+    /// those set aside (`used_event` with EVENT_IDX, else clearing
+    /// NO_INTERRUPT). Returns
     /// whether entries arrived meanwhile (then no notification may come:
     /// the caller looks again).
     pub fn enable_notify(&self, mem: &Mapping) -> bool {
         if self.event_idx {
-            mem.write_bytes(self.lay.used_event(), &self.last_used.to_le_bytes());
+            let event = self.last_used.wrapping_add(self.waiting);
+            mem.write_bytes(self.lay.used_event(), &event.to_le_bytes());
         } else {
             mem.write_bytes(self.lay.avail, &0u16.to_le_bytes());
         }
@@ -417,6 +443,38 @@ mod tests {
         assert_eq!(map.read_u16(lay.avail), AVAIL_F_NO_INTERRUPT);
         assert!(!r.enable_notify(&map));
         assert_eq!(map.read_u16(lay.avail), 0);
+    }
+
+    /// Entries set aside (the first buffers of a frame not yet whole)
+    /// move the notification request past them, and do not count as new.
+    #[test]
+    fn waiting_entries_move_the_notification_point() {
+        let (_m, map) = mem(64 * 1024);
+        let (lay, _) = QueueLayout::at(0, 8);
+        let mut r = DriverRing::new(&map, lay, true);
+        let mut dev = Device {
+            mem: &map,
+            lay,
+            last_avail: 0,
+            used: 0,
+        };
+        for _ in 0..3 {
+            let id = r.take_free().unwrap();
+            r.offer(&map, id);
+        }
+        r.publish(&map);
+        let id = dev.take().unwrap();
+        dev.put(u32::from(id), 12);
+        assert_eq!(r.ready(&map), Ok(1));
+        assert_eq!(r.peek_used(&map), Ok((id, 12)));
+        r.set_waiting(1);
+        assert!(!r.enable_notify(&map), "the one entry is set aside");
+        assert_eq!(map.read_u16(lay.used_event()), 1, "notify at the second");
+        let id2 = dev.take().unwrap();
+        dev.put(u32::from(id2), 20);
+        assert!(r.has_used(&map));
+        assert_eq!(r.pop_used(&map), Ok(Some((id, 12))));
+        assert_eq!(r.pop_used(&map), Ok(Some((id2, 20))));
     }
 
     /// A hostile device: ids out of range, ids it does not hold, the same

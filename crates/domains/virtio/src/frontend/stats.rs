@@ -15,10 +15,8 @@ pub struct Drops {
     pub tx_offload_mismatch: u64,
     /// A used length shorter than the header or longer than the buffer.
     pub rx_bad_len: u64,
-    /// A `num_buffers` of 0 or more than a frame may have.
+    /// A `num_buffers` of 0, or more than a frame may have or the device holds.
     pub rx_bad_num_buffers: u64,
-    /// A frame whose later buffers were not in the used ring.
-    pub rx_missing_buffers: u64,
     /// A header with offloads the driver did not agree to.
     pub rx_offload_mismatch: u64,
     /// A frame the TAP refused.
@@ -61,7 +59,6 @@ pub enum Reason {
     TxOffloadMismatch,
     RxBadLen,
     RxBadNumBuffers,
-    RxMissingBuffers,
     RxOffloadMismatch,
     RxTapRefused,
 }
@@ -75,7 +72,6 @@ impl Counters {
             Reason::TxOffloadMismatch => &mut d.tx_offload_mismatch,
             Reason::RxBadLen => &mut d.rx_bad_len,
             Reason::RxBadNumBuffers => &mut d.rx_bad_num_buffers,
-            Reason::RxMissingBuffers => &mut d.rx_missing_buffers,
             Reason::RxOffloadMismatch => &mut d.rx_offload_mismatch,
             Reason::RxTapRefused => &mut d.rx_tap_refused,
         } += 1;
