@@ -7,14 +7,13 @@
 
 mod front_common;
 
-use front_common::{counter, Front};
+use front_common::{counter, nic_on_tap, Front};
 use splitnet_virtio::backend::Backend;
-use splitnet_virtio::frontend::VirtioNet;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use sys::{PacketSocket, Tap, VNET_HDR_LEN};
+use sys::{PacketSocket, VNET_HDR_LEN};
 
 /// The backend, sending back what it gets, until `stop`.
 fn loopback(sock: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
@@ -118,14 +117,7 @@ fn frames_cross_the_driver_domains_backend_intact() {
     let sock = format!("/tmp/vtback-{}.sock", std::process::id());
     let stop = Arc::new(AtomicBool::new(false));
     let backend = loopback(&sock, stop.clone());
-    let tap_name = format!("vtb{}", std::process::id() % 100_000);
-    let tap = Tap::create(&tap_name, true).unwrap();
-    let up = std::process::Command::new("ip")
-        .args(["link", "set", &tap_name, "up"])
-        .status()
-        .unwrap();
-    assert!(up.success());
-    let nic = VirtioNet::new(tap).unwrap();
+    let (nic, tap_name) = nic_on_tap("vtb", true);
     let mut front = Front::start(nic, &sock);
     let st = front.wait_connected(1);
     let names: Vec<String> = serde_json::from_value(st["feature_names"].clone()).unwrap();

@@ -8,8 +8,7 @@
 mod front_common;
 
 use abi::SharedMemory;
-use front_common::{counter, wait_for, Front};
-use splitnet_virtio::frontend::VirtioNet;
+use front_common::{counter, nic_on_tap, wait_for, Front};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -284,15 +283,7 @@ fn a_hostile_backend_is_refused_and_counted() {
     let slot = Arc::new(Mutex::new(None));
     let s2 = slot.clone();
     std::thread::spawn(move || serve(listener, s2));
-    let tap_name = format!("vth{}", std::process::id() % 100_000);
-    let tap = sys::Tap::create(&tap_name, true).unwrap();
-    // A TAP that is down refuses frames written into it.
-    let up = std::process::Command::new("ip")
-        .args(["link", "set", &tap_name, "up"])
-        .status()
-        .unwrap();
-    assert!(up.success());
-    let nic = VirtioNet::new(tap).unwrap();
+    let (nic, _tap) = nic_on_tap("vth", true);
     let mut front = Front::start(nic, &sock);
     // The backend's state once both rings are set up (without REPLY_ACK,
     // the frontend may be done before the backend has read every message).

@@ -8,8 +8,7 @@
 
 mod front_common;
 
-use front_common::{counter, wait_for, Front};
-use splitnet_virtio::frontend::VirtioNet;
+use front_common::{counter, nic_on_tap, wait_for, Front};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -181,6 +180,24 @@ fn usable() -> bool {
     true
 }
 
+fn pmd_sock(ns: &Netns) -> String {
+    format!("/tmp/{}.sock", ns.0)
+}
+
+fn pmd_prefix(ns: &Netns) -> String {
+    ns.0.replace('-', "")
+}
+
+/// testpmd, the frontend's TAP in a namespace of its own, and the frontend
+/// connected to testpmd; `tag` (one letter) tells tests apart.
+fn rig(tag: &str) -> (Testpmd, Netns, Front) {
+    let (nic, tap) = nic_on_tap(&format!("vt{tag}"), false);
+    let ns = namespace(&format!("{}{tag}", std::process::id()), &tap);
+    let pmd = Testpmd::start(&pmd_sock(&ns), &pmd_prefix(&ns));
+    let front = Front::start(nic, &pmd_sock(&ns));
+    (pmd, ns, front)
+}
+
 /// Frames cross both ways through testpmd, counted alike on both sides,
 /// bytes intact (ping checks its pattern), small and fragmented.
 #[test]
@@ -188,14 +205,7 @@ fn frames_cross_testpmd_both_ways() {
     if !usable() {
         return;
     }
-    let tag = format!("{}", std::process::id());
-    let sock = format!("/tmp/vtpmd-{tag}.sock");
-    let tap_name = format!("vtp{}", std::process::id() % 100_000);
-    let mut pmd = Testpmd::start(&sock, &format!("vtpmd{tag}"));
-    let tap = sys::Tap::create(&tap_name, true).unwrap();
-    let nic = VirtioNet::new(tap).unwrap();
-    let ns = namespace(&tag, &tap_name);
-    let mut front = Front::start(nic, &sock);
+    let (mut pmd, ns, mut front) = rig("p");
     let st = front.wait_connected(1);
     assert!(
         st["feature_names"]
@@ -243,14 +253,7 @@ fn the_frontend_reconnects_to_a_restarted_backend() {
     if !usable() {
         return;
     }
-    let tag = format!("{}r", std::process::id());
-    let sock = format!("/tmp/vtpmd-{tag}.sock");
-    let tap_name = format!("vtr{}", std::process::id() % 100_000);
-    let prefix = format!("vtpmd{tag}");
-    let mut pmd = Testpmd::start(&sock, &prefix);
-    let nic = VirtioNet::new(sys::Tap::create(&tap_name, true).unwrap()).unwrap();
-    let ns = namespace(&tag, &tap_name);
-    let mut front = Front::start(nic, &sock);
+    let (mut pmd, ns, mut front) = rig("r");
     front.wait_connected(1);
     wait_for("a first reply through testpmd", || ping(&ns.0, 1, 56) == 1);
     pmd.kill();
@@ -258,7 +261,7 @@ fn the_frontend_reconnects_to_a_restarted_backend() {
         front.status()["connected"] == false
     });
     drop(pmd);
-    let _pmd = Testpmd::start(&sock, &prefix);
+    let _pmd = Testpmd::start(&pmd_sock(&ns), &pmd_prefix(&ns));
     let st = front.wait_connected(2);
     assert_eq!(counter(&st, "disconnects"), 1, "{st}");
     wait_for("a reply through the new testpmd", || {

@@ -6,6 +6,8 @@ use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
     VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_MRG_RXBUF,
+    VIRTIO_NET_HDR_F_DATA_VALID, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE,
+    VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6,
 };
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 
@@ -115,13 +117,11 @@ fn bit(b: u32) -> u64 {
 
 /// Length of virtio 1.x's `virtio_net_hdr` (with `num_buffers`, §5.1.6).
 pub const HDR_LEN: usize = 12;
-/// `VIRTIO_NET_HDR_F_NEEDS_CSUM` and `_DATA_VALID`.
-const F_NEEDS_CSUM: u8 = 1;
-const F_DATA_VALID: u8 = 2;
-/// `VIRTIO_NET_HDR_GSO_*`.
-const GSO_NONE: u8 = 0;
-const GSO_TCPV4: u8 = 1;
-const GSO_TCPV6: u8 = 4;
+const F_NEEDS_CSUM: u8 = VIRTIO_NET_HDR_F_NEEDS_CSUM as u8;
+const F_DATA_VALID: u8 = VIRTIO_NET_HDR_F_DATA_VALID as u8;
+const GSO_NONE: u8 = VIRTIO_NET_HDR_GSO_NONE as u8;
+const GSO_TCPV4: u8 = VIRTIO_NET_HDR_GSO_TCPV4 as u8;
+const GSO_TCPV6: u8 = VIRTIO_NET_HDR_GSO_TCPV6 as u8;
 
 /// The fields of a `virtio_net_hdr` the driver checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,13 +10,16 @@
 
 use abi::SharedMemory;
 use sys::Mapping;
+use virtio_bindings::virtio_ring::{
+    VRING_AVAIL_F_NO_INTERRUPT, VRING_DESC_F_WRITE, VRING_USED_F_NO_NOTIFY,
+};
 
-/// `VRING_DESC_F_WRITE`: the device writes this buffer (a receive buffer).
-pub const DESC_F_WRITE: u16 = 2;
-/// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks not to be notified.
-const AVAIL_F_NO_INTERRUPT: u16 = 1;
-/// `VRING_USED_F_NO_NOTIFY`: the device asks not to be kicked.
-const USED_F_NO_NOTIFY: u16 = 1;
+/// The device writes this buffer (a receive buffer).
+pub const DESC_F_WRITE: u16 = VRING_DESC_F_WRITE as u16;
+/// The driver asks not to be notified.
+const AVAIL_F_NO_INTERRUPT: u16 = VRING_AVAIL_F_NO_INTERRUPT as u16;
+/// The device asks not to be kicked.
+const USED_F_NO_NOTIFY: u16 = VRING_USED_F_NO_NOTIFY as u16;
 /// Bytes of one descriptor: addr u64, len u32, flags u16, next u16.
 const DESC_SIZE: usize = 16;
 /// Bytes of one used element: id u32, len u32.
@@ -317,6 +320,14 @@ mod tests {
     }
 
     impl Device<'_> {
+        fn new(mem: &Mapping, lay: QueueLayout) -> Device<'_> {
+            Device {
+                mem,
+                lay,
+                last_avail: 0,
+                used: 0,
+            }
+        }
         fn take(&mut self) -> Option<u16> {
             let idx = self.mem.load_u16(self.lay.avail_idx());
             if idx == self.last_avail {
@@ -365,12 +376,7 @@ mod tests {
         let (_m, map) = mem(64 * 1024);
         let (lay, _) = QueueLayout::at(0, 8);
         let mut r = DriverRing::new(&map, lay, false);
-        let mut dev = Device {
-            mem: &map,
-            lay,
-            last_avail: 0,
-            used: 0,
-        };
+        let mut dev = Device::new(&map, lay);
         // Many rounds, so the 16-bit indices wrap.
         for round in 0..20_000u32 {
             let n = 1 + round % 8;
@@ -403,12 +409,7 @@ mod tests {
         let (_m, map) = mem(64 * 1024);
         let (lay, _) = QueueLayout::at(0, 8);
         let mut r = DriverRing::new(&map, lay, true);
-        let dev = Device {
-            mem: &map,
-            lay,
-            last_avail: 0,
-            used: 0,
-        };
+        let dev = Device::new(&map, lay);
         // The device wants a kick when entry 2 appears (avail.idx passes 2).
         dev.set_avail_event(2);
         let offer = |r: &mut DriverRing| {
@@ -452,12 +453,7 @@ mod tests {
         let (_m, map) = mem(64 * 1024);
         let (lay, _) = QueueLayout::at(0, 8);
         let mut r = DriverRing::new(&map, lay, true);
-        let mut dev = Device {
-            mem: &map,
-            lay,
-            last_avail: 0,
-            used: 0,
-        };
+        let mut dev = Device::new(&map, lay);
         for _ in 0..3 {
             let id = r.take_free().unwrap();
             r.offer(&map, id);
@@ -485,12 +481,7 @@ mod tests {
         let (_m, map) = mem(64 * 1024);
         let (lay, _) = QueueLayout::at(0, 8);
         let mut r = DriverRing::new(&map, lay, false);
-        let mut dev = Device {
-            mem: &map,
-            lay,
-            last_avail: 0,
-            used: 0,
-        };
+        let mut dev = Device::new(&map, lay);
         for _ in 0..2 {
             let id = r.take_free().unwrap();
             r.offer(&map, id);

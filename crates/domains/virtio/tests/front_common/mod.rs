@@ -112,3 +112,19 @@ impl Drop for Front {
 pub fn counter(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"))
 }
+
+/// A virtio NIC on a new TAP `name` (prefixed with the process id's last
+/// digits, so tests in parallel do not collide), up when `up` (a TAP that
+/// is down refuses frames written into it). Returns it and the TAP's name.
+pub fn nic_on_tap(prefix: &str, up: bool) -> (VirtioNet, String) {
+    let name = format!("{prefix}{}", std::process::id() % 100_000);
+    let tap = sys::Tap::create(&name, true).unwrap();
+    if up {
+        let ok = std::process::Command::new("ip")
+            .args(["link", "set", &name, "up"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    (VirtioNet::new(tap).unwrap(), name)
+}
