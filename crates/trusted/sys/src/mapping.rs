@@ -329,6 +329,8 @@ mod tests {
         a.try_copy_from(0, &b, 10, 5).unwrap();
         a.read_bytes(0, &mut out);
         assert_eq!(&out, b"hello");
+        b.store_u16(202, 0xbeef);
+        assert_eq!(a.load_u16_acquire(4096 + 202), 0xbeef);
     }
 
     #[test]

@@ -179,3 +179,22 @@ pub fn catch_interrupts() -> io::Result<()> {
 pub fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duplicate_is_the_same_open_file() {
+        use std::io::{Read, Write};
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let d = dup_fd(&a).unwrap();
+        assert_ne!(d.as_raw_fd(), a.as_raw_fd());
+        std::os::unix::net::UnixStream::from(d)
+            .write_all(b"x")
+            .unwrap();
+        let mut got = [0u8; 1];
+        (&b).read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"x");
+    }
+}
