@@ -70,6 +70,11 @@ fn a_virtio_guest_carries_real_traffic_and_survives_a_driver_kill() {
     let drops = v["drops"].as_object().unwrap();
     assert!(drops.values().all(|d| d == 0), "{v}");
     assert_eq!(n(&v, "connects"), 1, "{v}");
+    let plain = env.ok(&["status"]);
+    assert!(
+        plain.contains("virtio NIC guest1 (frontend): connected"),
+        "{plain}"
+    );
 
     // The driver domain dies in the middle of a TCP stream from guest1.
     let st = env.status();
