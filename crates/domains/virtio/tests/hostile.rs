@@ -377,3 +377,35 @@ fn a_hostile_backend_is_refused_and_counted() {
     });
     let _ = std::fs::remove_file(&sock);
 }
+
+/// A backend that accepts and never answers: each handshake times out,
+/// counted as a failed connection, and the frontend keeps trying without
+/// hanging (its loop still ticks).
+#[test]
+fn a_silent_backend_times_out_and_is_tried_again() {
+    if !testutil::root_or_skip("TAP devices") {
+        return;
+    }
+    let sock = format!("/tmp/vtsilent-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).unwrap();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h2 = held.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            h2.lock().unwrap().push(s);
+        }
+    });
+    let (nic, _tap) = nic_on_tap("vts", false);
+    let mut front = Front::start(nic, &sock);
+    let mut st = serde_json::Value::Null;
+    wait_for("a handshake to time out", || {
+        st = front.status();
+        st["connect_failures"].as_u64().unwrap_or(0) >= 1 && st["connected"] == false
+    });
+    wait_for("another handshake", || held.lock().unwrap().len() >= 2);
+    let st = front.status();
+    let err = st["last_error"].as_str().unwrap_or("");
+    assert!(err.contains("did not finish the handshake"), "{st}");
+    let _ = std::fs::remove_file(&sock);
+}

@@ -39,6 +39,8 @@ pub enum FrontError {
     NoVersion1 { offered: u64 },
     #[error("{0}: {1}")]
     Io(&'static str, io::Error),
+    #[error("the backend did not finish the handshake within {0:?}")]
+    HandshakeTimeout(std::time::Duration),
 }
 
 impl FrontError {

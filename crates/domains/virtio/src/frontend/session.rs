@@ -11,6 +11,7 @@ use super::ring::{DriverRing, QueueLayout, DESC_F_WRITE};
 use super::FrontError;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use sys::{Mapping, Memfd, PAGE_SIZE};
 use vhost::vhost_user::message::VhostUserHeaderFlag;
@@ -29,8 +30,8 @@ pub const TX: usize = 1;
 /// given). Any value works; one unlike the guest-physical addresses (which
 /// start at 0) shows a backend mixing the two up at once.
 const USER_BASE: u64 = 0x1000_0000_0000;
-/// How long a backend may take to answer one message.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a backend may take for the whole handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest frame with TCP segmentation offload: 64 KiB of IP packet,
 /// an Ethernet header with a VLAN tag, and the virtio header.
 const TSO_FRAME: usize = 65_536 + 18 + HDR_LEN;
@@ -102,6 +103,50 @@ impl MemLayout {
     }
 }
 
+/// Ends a handshake that runs out of time: the `vhost` crate's receive
+/// blocks until a whole reply comes (it retries a receive timeout), so a
+/// backend that never answers is cut off by shutting the socket down from
+/// a thread of the watchdog's own, which the receive then sees as a short
+/// message.
+struct Watchdog {
+    state: Arc<(Mutex<bool>, Condvar)>,
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl Watchdog {
+    fn arm(stream: &UnixStream, limit: Duration) -> Result<Watchdog, FrontError> {
+        let sock = stream
+            .try_clone()
+            .map_err(|e| FrontError::io("dup(socket)", e))?;
+        let state = Arc::new((Mutex::new(false), Condvar::new()));
+        let s2 = state.clone();
+        let thread = std::thread::Builder::new()
+            .name("vhost-handshake".into())
+            .spawn(move || {
+                let (done, cv) = &*s2;
+                let guard = done.lock().unwrap_or_else(|p| p.into_inner());
+                let (guard, _) = cv
+                    .wait_timeout_while(guard, limit, |d| !*d)
+                    .unwrap_or_else(|p| p.into_inner());
+                let fired = !*guard;
+                if fired {
+                    let _ = sock.shutdown(std::net::Shutdown::Both);
+                }
+                fired
+            })
+            .map_err(|e| FrontError::io("the handshake's watchdog", e))?;
+        Ok(Watchdog { state, thread })
+    }
+
+    /// Stops the watchdog; true if it had already cut the handshake off.
+    fn disarm(self) -> bool {
+        let (done, cv) = &*self.state;
+        *done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_one();
+        self.thread.join().unwrap_or(true)
+    }
+}
+
 /// One virtqueue's notifications: the kick the driver writes, the call the
 /// backend writes, and the loop's own handle on the call.
 pub struct Notifiers {
@@ -141,14 +186,21 @@ pub struct Session {
 impl Session {
     /// Negotiates a device over `stream` (connected to the backend) and
     /// starts both queues with every receive buffer offered.
+    /// A backend has [`HANDSHAKE_TIMEOUT`] for all of it.
     pub fn start(stream: OwnedFd) -> Result<Session, FrontError> {
         let sock = stream
             .try_clone()
             .map_err(|e| FrontError::io("dup(socket)", e))?;
         let stream = UnixStream::from(stream);
-        stream
-            .set_read_timeout(Some(REPLY_TIMEOUT))
-            .map_err(|e| FrontError::io("SO_RCVTIMEO", e))?;
+        let dog = Watchdog::arm(&stream, HANDSHAKE_TIMEOUT)?;
+        let r = Session::negotiate(stream, sock);
+        if dog.disarm() {
+            return Err(FrontError::HandshakeTimeout(HANDSHAKE_TIMEOUT));
+        }
+        r
+    }
+
+    fn negotiate(stream: UnixStream, sock: OwnedFd) -> Result<Session, FrontError> {
         let mut conn = Frontend::from_stream(stream, 2);
         let step = |what: &'static str| move |e| FrontError::Protocol(what, e);
         conn.set_owner().map_err(step("SET_OWNER"))?;
