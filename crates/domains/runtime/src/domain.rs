@@ -56,6 +56,7 @@ pub fn main() -> Result<()> {
         _ => match crate::hosted::nic_kind(&mut hv).as_str() {
             "hosted" => crate::hosted::guest(&mut hv, &home),
             "hvm" => crate::hvm::guest(&mut hv, &home),
+            "virtio" => crate::virtio::guest(&mut hv, &home),
             _ => guest(&mut hv, &home),
         },
     };

@@ -70,12 +70,18 @@ pub fn nic_kind(hv: &mut HvClient) -> String {
 /// The guest's TAP `eth0` for its emulated NIC: the NIC's MAC (from the
 /// store, also returned), MTU 1500, the guest's addresses.
 pub fn guest_eth0(hv: &mut HvClient, home: &str) -> Result<(Tap, [u8; 6])> {
+    guest_tap(hv, home, false)
+}
+
+/// As [`guest_eth0`], the TAP with a vnet header in front of every frame
+/// when `vnet_hdr` (a NIC that passes offloads through: virtio).
+pub fn guest_tap(hv: &mut HvClient, home: &str, vnet_hdr: bool) -> Result<(Tap, [u8; 6])> {
     let cfg_home = format!("{home}/splitnet");
     let mut key = |k: &str| hv.store_read_str(&format!("{cfg_home}/{k}")).ok();
     let mac_text = key("nic-mac").ok_or_else(|| anyhow!("no nic-mac in the store"))?;
     let mac = abi::xenbus::parse_mac(&mac_text).map_err(|e| anyhow!("nic-mac: {e}"))?;
     let (ipv4, ipv6) = (key("ipv4"), key("ipv6"));
-    let tap = Tap::create("eth0", false)?;
+    let tap = Tap::create("eth0", vnet_hdr)?;
     run_ip(&["link", "set", "eth0", "address", &mac_text, "mtu", "1500"])?;
     run_ip(&["link", "set", "eth0", "up"])?;
     if let Some(a) = &ipv4 {

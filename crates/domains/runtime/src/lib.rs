@@ -7,9 +7,12 @@
 //! - [`hosted`]: a guest with a hosted NIC (the VMM world) and its VMApp in
 //!   the driver domain (Sugerman 2001);
 //! - [`hvm`]: a guest with an HVM NIC (its trapping vcpu) and its device
-//!   model in the driver domain (Zhang & Dong).
+//!   model in the driver domain (Zhang & Dong);
+//! - [`virtio`]: a guest with `nic = "virtio"`: its own vhost-user frontend
+//!   and virtio-net driver, served by the driver domain's vhost-user backend.
 #![forbid(unsafe_code)]
 
 pub mod domain;
 pub mod hosted;
 pub mod hvm;
+pub mod virtio;

@@ -302,9 +302,14 @@ const VHOST_BACKEND: &[libc::c_long] = &[
 /// A `nic = "virtio"` guest's vhost-user frontend: its RAM is a memfd it
 /// sizes and maps shared (the backend maps the same pages), and each ring
 /// has a kick and a call eventfd. hv makes the connection, so no `connect`.
+/// (`sys::Memfd` also makes the memfd its owner's alone, with `fchmod`.) A
+/// watchdog thread cuts off a handshake that runs out of time with
+/// `shutdown` (a thread needs nothing the guest's `ip` does not).
 const VIRTIO_FRONTEND: &[libc::c_long] = &[
     libc::SYS_memfd_create,
     libc::SYS_ftruncate,
+    libc::SYS_fchmod,
+    libc::SYS_shutdown,
     libc::SYS_eventfd2,
 ];
 

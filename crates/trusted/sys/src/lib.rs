@@ -44,7 +44,7 @@ pub use packet::{
 };
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
 pub use process::{
-    catch_interrupts, close_inherited_fds, euid, interrupted, kill, raise_fd_limit, rdtsc,
+    catch_interrupts, close_inherited_fds, dup_fd, euid, interrupted, kill, raise_fd_limit, rdtsc,
     set_inheritable, set_nonblocking, take_inherited_fd,
 };
 pub use seccomp::{CompiledFilter, SyscallFilter};

@@ -173,6 +173,21 @@ impl Mapping {
         }
     }
 
+    /// Atomic 16-bit store with release ordering (`off` 2-aligned): an
+    /// index that publishes the entries written before it (a virtqueue's
+    /// `avail.idx`, virtio 1.x §2.7.13).
+    pub fn store_u16(&self, off: usize, v: u16) {
+        self.assert_writable(off);
+        self.atomic_u16(off).store(v, Ordering::Release)
+    }
+
+    /// Atomic 16-bit load with acquire ordering (`off` 2-aligned): an index
+    /// a peer publishes (a virtqueue's `used.idx`), after which the entries
+    /// it covers may be read.
+    pub fn load_u16_acquire(&self, off: usize) -> u16 {
+        self.atomic_u16(off).load(Ordering::Acquire)
+    }
+
     fn atomic_u16(&self, off: usize) -> &AtomicU16 {
         let p = expect(self.atomic_ptr(off, 2));
         // SAFETY: in bounds, 2-aligned, lives as long as `self`; atomic access only.
@@ -314,6 +329,8 @@ mod tests {
         a.try_copy_from(0, &b, 10, 5).unwrap();
         a.read_bytes(0, &mut out);
         assert_eq!(&out, b"hello");
+        b.store_u16(202, 0xbeef);
+        assert_eq!(a.load_u16_acquire(4096 + 202), 0xbeef);
     }
 
     #[test]

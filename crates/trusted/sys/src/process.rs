@@ -98,6 +98,21 @@ pub fn take_inherited_fd(fd: i32) -> io::Result<std::os::fd::OwnedFd> {
     Ok(owned)
 }
 
+/// A descriptor of our own for the open file behind `fd`
+/// (F_DUPFD_CLOEXEC), for a library type that exposes only `AsRawFd`
+/// (rust-vmm's `EventFd`) but must also sit in an event manager.
+pub fn dup_fd(fd: &impl AsRawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let new = cvt(
+        // SAFETY: fcntl takes no pointers; on a number that is no open
+        // descriptor it fails with EBADF.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) } as libc::c_long,
+        "fcntl(F_DUPFD_CLOEXEC)",
+    )?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a fresh descriptor that we now own.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(new as i32) })
+}
+
 /// Reads the time-stamp counter (cycles at a constant rate on this machine).
 #[inline]
 pub fn rdtsc() -> u64 {
@@ -163,4 +178,23 @@ pub fn catch_interrupts() -> io::Result<()> {
 /// Whether SIGINT or SIGTERM arrived since [`catch_interrupts`].
 pub fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duplicate_is_the_same_open_file() {
+        use std::io::{Read, Write};
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let d = dup_fd(&a).unwrap();
+        assert_ne!(d.as_raw_fd(), a.as_raw_fd());
+        std::os::unix::net::UnixStream::from(d)
+            .write_all(b"x")
+            .unwrap();
+        let mut got = [0u8; 1];
+        (&b).read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"x");
+    }
 }

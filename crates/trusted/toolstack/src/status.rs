@@ -233,11 +233,17 @@ fn domain_entry(
             .and_then(|t| serde_json::from_str::<Value>(&t).ok())
     });
     let emulated = s.info.get(&format!("nic.{}", d.name)).cloned();
+    // A nic = "virtio" guest's frontend publishes its own view of its vif.
+    let virtio_nic = nic
+        .as_deref()
+        .filter(|n| *n == "virtio")
+        .and(nic_stats.clone());
     json!({
         "id": d.id,
         "name": d.name,
         "nic": nic.as_deref().unwrap_or(if d.kind == "guest" { "vif" } else { "-" }),
         "emulated_nic": emulated.map(|e| emulated_info(&e, nic_stats, d.hvm.as_ref())),
+        "virtio_nic": virtio_nic,
         "hvm": d.hvm,
         "kind": d.kind,
         "netns": d.netns,
@@ -605,6 +611,58 @@ fn print_domains(domains: &[Value], hosts: &[Value]) {
     }
 }
 
+/// A `nic = "virtio"` guest's frontend in one line: connection, traffic,
+/// notifications, and the drops and broken rings that are not zero.
+fn print_virtio(d: &Value) {
+    let v = &d["virtio_nic"];
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    let nonzero = |o: &Value| -> String {
+        let parts: Vec<String> = o
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, c)| c.as_u64().unwrap_or(0) > 0)
+            .map(|(k, c)| format!("{k}={c}"))
+            .collect();
+        if parts.is_empty() {
+            "-".into()
+        } else {
+            parts.join(" ")
+        }
+    };
+    let names: Vec<&str> = v["feature_names"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    println!(
+        "\nvirtio NIC {} (frontend): {}, features {}; {} connects, {} disconnects; \
+         tx {} pkts {} B, rx {} pkts {} B; kicks {}, calls {}; drops: {}; broken: {}",
+        d["name"].as_str().unwrap_or("?"),
+        if v["connected"] == true {
+            "connected"
+        } else {
+            "not connected"
+        },
+        if names.is_empty() {
+            "-".into()
+        } else {
+            names.join(" ")
+        },
+        n("connects"),
+        n("disconnects"),
+        n("tx_packets"),
+        n("tx_bytes"),
+        n("rx_packets"),
+        n("rx_bytes"),
+        n("kicks"),
+        n("calls"),
+        nonzero(&v["drops"]),
+        nonzero(&v["broken"]),
+    );
+}
+
 /// Plain `status`'s lines for each domain's emulated NIC (hosted or HVM),
 /// then the domains that spin before sleeping.
 fn print_emulated_nics(domains: &[Value]) {
@@ -616,6 +674,9 @@ fn print_emulated_nics(domains: &[Value]) {
         })
         .collect();
     for d in domains {
+        if d["virtio_nic"].is_object() {
+            print_virtio(d);
+        }
         let h = &d["emulated_nic"];
         if h["kind"] == "hvm" {
             print_hvm(d);

@@ -1,1 +1,0 @@
-//! The vhost-user frontend and virtio-net driver a `nic = "virtio"` guest runs.

@@ -1,0 +1,271 @@
+//! The frontend against a backend nobody here wrote: DPDK's vhost PMD in
+//! testpmd, in `5tswap` forwarding (every frame goes back out the port it
+//! came in by, with its MAC and IP addresses and ports swapped). A ping
+//! from the namespace behind the frontend's TAP then comes back as a
+//! request from the peer, which the guest kernel answers, and the answer
+//! comes back as the reply ping waits for: four frames per ping, each
+//! counted by testpmd, the frontend and the TAP alike.
+
+mod front_common;
+
+use front_common::{counter, nic_on_tap, wait_for, Front};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PEER_MAC: &str = "02:00:00:77:00:02";
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// testpmd with one vhost-user port serving `sock`, driven through its
+/// interactive prompt.
+struct Testpmd {
+    child: Child,
+    stdin: ChildStdin,
+    out: Arc<Mutex<String>>,
+}
+
+impl Testpmd {
+    fn start(sock: &str, prefix: &str) -> Testpmd {
+        let _ = std::fs::remove_file(sock);
+        let vdev = format!("net_vhost0,iface={sock}");
+        // Line-buffered: testpmd's stdio would otherwise hold its answers
+        // until it exits (its output is a pipe, not a terminal).
+        let mut child = Command::new("stdbuf")
+            .args([
+                "-oL",
+                "dpdk-testpmd",
+                "--no-huge",
+                "-m",
+                "1024",
+                "--lcores",
+                "0@0,1@0",
+                "--no-pci",
+            ])
+            .args(["--file-prefix", prefix, "--vdev", &vdev, "--"])
+            .args(["-i", "--forward-mode=5tswap"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("dpdk-testpmd");
+        let stdin = child.stdin.take().unwrap();
+        let out = Arc::new(Mutex::new(String::new()));
+        let sink = out.clone();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut t = Testpmd { child, stdin, out };
+        t.command("start");
+        wait_for("testpmd's socket", || std::path::Path::new(sock).exists());
+        t
+    }
+
+    fn command(&mut self, c: &str) {
+        writeln!(self.stdin, "{c}").expect("testpmd's prompt");
+    }
+
+    /// RX and TX packets of port 0, from `show port stats 0`.
+    fn stats(&mut self) -> (u64, u64) {
+        let mark = self.out.lock().unwrap().len();
+        self.command("show port stats 0");
+        let mut found = None;
+        wait_for("testpmd's port statistics", || {
+            let out = self.out.lock().unwrap();
+            let text = &out[mark..];
+            let field = |name: &str| -> Option<u64> {
+                let at = text.find(name)? + name.len();
+                text[at..].split_whitespace().next()?.parse().ok()
+            };
+            found = field("RX-packets:").zip(field("TX-packets:"));
+            found.is_some()
+        });
+        found.unwrap()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        // Already gone if it was killed.
+        let _ = writeln!(self.stdin, "quit");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+    }
+}
+
+/// A network namespace, deleted when dropped.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Pings the peer `n` times from the namespace; returns how many replies came.
+fn ping(ns: &str, n: u32, size: u32) -> u32 {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "ping", "-q", "-n", "-i", "0.01", "-W", "2",
+        ])
+        .args(["-c", &n.to_string(), "-s", &size.to_string(), "-p", "a55a"])
+        .arg("10.77.0.2")
+        .output()
+        .expect("ping");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let received = text
+        .split(',')
+        .find_map(|f| f.trim().strip_suffix(" received"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(!text.contains("wrong data"), "{text}");
+    received
+}
+
+/// The namespace with the TAP: address, the peer's MAC fixed (no ARP), no
+/// IPv6 (so nothing but the test's frames crosses).
+fn namespace(tag: &str, tap: &str) -> Netns {
+    let ns = Netns(format!("vtpmd-{tag}"));
+    let _ = Command::new("ip")
+        .args(["netns", "del", &ns.0])
+        .stderr(Stdio::null())
+        .status();
+    run("ip", &["netns", "add", &ns.0]);
+    let sysctl = |k: &str| run("ip", &["netns", "exec", &ns.0, "sysctl", "-qw", k]);
+    sysctl("net.ipv6.conf.all.disable_ipv6=1");
+    sysctl("net.ipv6.conf.default.disable_ipv6=1");
+    run("ip", &["link", "set", tap, "netns", &ns.0]);
+    let ipn = |args: &[&str]| run("ip", &[&["-n", &ns.0], args].concat());
+    ipn(&["addr", "add", "10.77.0.1/24", "dev", tap]);
+    ipn(&["link", "set", tap, "up"]);
+    ipn(&["neigh", "add", "10.77.0.2", "lladdr", PEER_MAC, "dev", tap]);
+    ns
+}
+
+fn usable() -> bool {
+    if !testutil::root_or_skip("TAP devices and namespaces") {
+        return false;
+    }
+    let found = Command::new("dpdk-testpmd")
+        .arg("--version")
+        .output()
+        .is_ok();
+    assert!(found, "dpdk-testpmd (Debian's dpdk) is needed");
+    true
+}
+
+fn pmd_sock(ns: &Netns) -> String {
+    format!("/tmp/{}.sock", ns.0)
+}
+
+fn pmd_prefix(ns: &Netns) -> String {
+    ns.0.replace('-', "")
+}
+
+/// testpmd, the frontend's TAP in a namespace of its own, and the frontend
+/// connected to testpmd; `tag` (one letter) tells tests apart.
+fn rig(tag: &str) -> (Testpmd, Netns, Front) {
+    let (nic, tap) = nic_on_tap(&format!("vt{tag}"), false);
+    let ns = namespace(&format!("{}{tag}", std::process::id()), &tap);
+    let pmd = Testpmd::start(&pmd_sock(&ns), &pmd_prefix(&ns));
+    let front = Front::start(nic, &pmd_sock(&ns));
+    (pmd, ns, front)
+}
+
+/// Frames cross both ways through testpmd, counted alike on both sides,
+/// bytes intact (ping checks its pattern), small and fragmented.
+#[test]
+fn frames_cross_testpmd_both_ways() {
+    if !usable() {
+        return;
+    }
+    let (mut pmd, ns, mut front) = rig("p");
+    let st = front.wait_connected(1);
+    assert!(
+        st["feature_names"]
+            .as_array()
+            .unwrap()
+            .contains(&"VERSION_1".into()),
+        "{st}"
+    );
+    wait_for("a first reply through testpmd", || ping(&ns.0, 1, 56) == 1);
+    let (pmd_rx0, pmd_tx0) = pmd.stats();
+    let st0 = front.status();
+    assert_eq!(ping(&ns.0, 200, 56), 200);
+    // 8000 bytes: six fragments each way, reassembled by the guest kernel.
+    assert_eq!(ping(&ns.0, 20, 8000), 20);
+    let (pmd_rx, pmd_tx) = pmd.stats();
+    let st = front.status();
+    let sent = counter(&st, "tx_packets") - counter(&st0, "tx_packets");
+    let got = counter(&st, "rx_packets") - counter(&st0, "rx_packets");
+    // A request and its answer each way per ping; six fragments at 8000 B.
+    let expect = 2 * 200 + 2 * 20 * 6;
+    assert_eq!(sent, expect, "{st}");
+    assert_eq!(got, expect, "{st}");
+    assert_eq!(
+        pmd_rx - pmd_rx0,
+        sent,
+        "testpmd received what the frontend sent"
+    );
+    assert_eq!(
+        pmd_tx - pmd_tx0,
+        got,
+        "the frontend received what testpmd sent"
+    );
+    assert_eq!(st["drops"], st0["drops"], "{st}");
+    assert!(
+        counter(&st, "kicks") > 0 && counter(&st, "calls") > 0,
+        "{st}"
+    );
+    eprintln!("testpmd {pmd_rx} rx / {pmd_tx} tx; frontend {st}");
+}
+
+/// testpmd killed and started again on the same socket: the frontend
+/// connects anew, and the same TAP carries traffic again.
+#[test]
+fn the_frontend_reconnects_to_a_restarted_backend() {
+    if !usable() {
+        return;
+    }
+    let (mut pmd, ns, mut front) = rig("r");
+    front.wait_connected(1);
+    wait_for("a first reply through testpmd", || ping(&ns.0, 1, 56) == 1);
+    pmd.kill();
+    wait_for("the frontend to see the backend go", || {
+        front.status()["connected"] == false
+    });
+    drop(pmd);
+    let _pmd = Testpmd::start(&pmd_sock(&ns), &pmd_prefix(&ns));
+    let st = front.wait_connected(2);
+    assert_eq!(counter(&st, "disconnects"), 1, "{st}");
+    wait_for("a reply through the new testpmd", || {
+        ping(&ns.0, 1, 56) == 1
+    });
+    assert_eq!(ping(&ns.0, 50, 56), 50);
+}
