@@ -267,3 +267,195 @@ fn finish_fetch(vm: &mut Vm, id: u32) -> String {
     assert_eq!(r.rc, 0, "the fetch failed in the VM:\n{}", r.out);
     r.out.split_whitespace().next().unwrap_or("").to_string()
 }
+
+/// A topology with a driver domain, VM `vm1` on vhost-user socket `sock`
+/// (MAC [`VM_MAC`]), netfront guest `guest2`, the wire host, and `extra`
+/// (more domains).
+fn vm_topology(name: &str, sock: &Path, extra: &str) -> String {
+    format!(
+        r#"name = "{name}"
+[[domain]]
+name = "drv"
+kind = "driver"
+[[domain]]
+name = "vm1"
+kind = "vm"
+socket = "{}"
+mac = "{VM_MAC}"
+[[domain]]
+name = "guest2"
+kind = "guest"
+address = "10.77.0.2/24"
+{extra}
+[wire]
+name = "wire"
+driver = "drv"
+address = "10.77.0.254/24"
+"#,
+        sock.display()
+    )
+}
+
+/// `splitnet up` with [`vm_topology`]; returns vm1's socket.
+fn up_with_vm(env: &Env, name: &str, extra: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let sock = env.run_dir.join("vm1.sock");
+    let path = env.run_dir.join(format!("{name}.toml"));
+    std::fs::write(&path, vm_topology(name, &sock, extra)).unwrap();
+    let out = env.ok(&["up", "--config", path.to_str().unwrap()]);
+    assert!(
+        out.contains("reconnect=1"),
+        "up prints no QEMU arguments:\n{out}"
+    );
+    sock
+}
+
+/// vhost-user vif `name` in `status --json`.
+fn vhost_vif(st: &serde_json::Value, name: &str) -> serde_json::Value {
+    st["vhost_vifs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["name"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("status shows no vhost-user vif {name}:\n{st:#}"))
+}
+
+/// Waits until the driver domain reports vif `name` connected, and returns
+/// its status entry.
+fn connected(env: &Env, name: &str) -> serde_json::Value {
+    let mut v = serde_json::Value::Null;
+    wait_until(
+        &format!("{name}'s vhost-user vif to be connected"),
+        Duration::from_secs(30),
+        || {
+            v = vhost_vif(&env.status(), name);
+            v["connected"] == true
+        },
+    );
+    v
+}
+
+#[test]
+fn testpmd_exchanges_traffic_with_the_wire_host_through_the_driver_domain() {
+    let Some(env) = Env::new("vhost-testpmd") else {
+        return;
+    };
+    if !tools_for_testpmd() {
+        return;
+    }
+    let sock = up_with_vm(&env, "vhost-testpmd", "");
+    let mut tp = testpmd_frontend(
+        &sock,
+        "10.77.0.50",
+        "10.77.0.254",
+        &env.run_dir.join("testpmd.log"),
+    );
+    let before = connected(&env, "vm1");
+    testpmd_both_ways(&mut tp, &Wire::new("wire", "eth0"), "10.77.0.50");
+    // A netfront guest on the same bridge reaches it too.
+    tp.cmd("set fwd icmpecho");
+    tp.cmd("start");
+    env.ping("guest2", "10.77.0.50", 3);
+    tp.cmd("stop");
+    // The driver domain counted what passed, both ways.
+    let after = vhost_vif(&env.status(), "vm1");
+    let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+    assert!(
+        moved("rx_packets") >= 22_000 && moved("tx_packets") >= 2_000,
+        "{before:#}\n{after:#}"
+    );
+    drop(tp);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn a_qemu_vm_pings_fetches_and_survives_a_driver_domain_kill() {
+    let Some(env) = Env::new("vhost-qemu") else {
+        return;
+    };
+    if !tools_for_qemu() {
+        return;
+    }
+    let Some(image) = vhost::vm_image() else {
+        return;
+    };
+    let sock = up_with_vm(&env, "vhost-qemu", "");
+    let mut vm = Vm::boot(
+        &image,
+        &sock,
+        VM_MAC,
+        "10.77.0.10/24",
+        &env.run_dir.join("vm.log"),
+    );
+    connected(&env, "vm1");
+    vm.ping("10.77.0.254", 3);
+    vm.ping("10.77.0.2", 3);
+    env.ping("wire", "10.77.0.10", 3);
+    env.ping("guest2", "10.77.0.10", 3);
+    let (_srv, file) = serve_blob_on_wire(&env, 64);
+    let want = sha256(&file);
+    let url = "http://10.77.0.254:8080/blob";
+    assert_eq!(
+        fetch_sha256(&mut vm, url),
+        want,
+        "the file arrived corrupted"
+    );
+
+    // Again, with the driver domain killed a quarter of the way through.
+    let sent = if_stat("wire", "eth0", "tx_bytes");
+    let id = vm.start(&format!("wget -q -O - {url} | sha256sum"));
+    wait_until(
+        "16 MiB of the file to leave the wire host",
+        Duration::from_secs(300),
+        || if_stat("wire", "eth0", "tx_bytes") > sent + (16 << 20),
+    );
+    let st = env.status();
+    let drv_id = domain(&st, "drv")["id"].clone();
+    kill9(domain(&st, "drv")["pid"].as_i64().unwrap());
+    assert!(
+        !vm.console.text().contains(&format!("@@END {id} ")),
+        "the transfer ended before the kill: make the file larger"
+    );
+    wait_until("drv to come back", Duration::from_secs(30), || {
+        domain(&env.status(), "drv")["id"] != drv_id
+    });
+    connected(&env, "vm1");
+    assert_eq!(
+        finish_fetch(&mut vm, id),
+        want,
+        "the file arrived corrupted"
+    );
+    assert_eq!(env.status()["restarts_after_crash"], 1);
+    vm.ping("10.77.0.254", 3);
+    drop(vm);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+#[ignore = "needs the nic = \"virtio\" guest frontend (issue 18, FRONTEND)"]
+fn a_virtio_guest_reaches_the_wire_host_and_a_netfront_guest() {
+    let Some(env) = Env::new("vhost-guest") else {
+        return;
+    };
+    up_with_vm(
+        &env,
+        "vhost-guest",
+        "[[domain]]\nname = \"guest1\"\nkind = \"guest\"\nnic = \"virtio\"\naddress = \"10.77.0.1/24\"",
+    );
+    let v = connected(&env, "guest1");
+    assert_eq!(v["kind"], "guest", "{v:#}");
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ping("guest1", "10.77.0.2", 3);
+    env.ping("wire", "10.77.0.1", 3);
+    env.ping("guest2", "10.77.0.1", 3);
+    for reverse in [false, true] {
+        iperf(&env, "wire", "10.77.0.254", "guest1", reverse, 2);
+        iperf(&env, "guest2", "10.77.0.2", "guest1", reverse, 2);
+    }
+    let after = vhost_vif(&env.status(), "guest1");
+    assert!(after["rx_packets"].as_u64() > Some(1000), "{after:#}");
+    assert!(after["tx_packets"].as_u64() > Some(1000), "{after:#}");
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
