@@ -296,6 +296,24 @@ address = "10.77.0.254/24"
     )
 }
 
+/// On a failing test, prints `splitnet status` and the driver domain's log
+/// (the run directory goes with the test).
+struct ShowOnFailure<'a>(&'a Env);
+
+impl Drop for ShowOnFailure<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let st = self.0.splitnet(&["status"]);
+            let log = std::fs::read_to_string(self.0.run_dir.join("drv.log"));
+            eprintln!(
+                "status:\n{}\ndrv.log:\n{}",
+                String::from_utf8_lossy(&st.stdout),
+                log.unwrap_or_default()
+            );
+        }
+    }
+}
+
 /// `splitnet up` with [`vm_topology`]; returns vm1's socket.
 fn up_with_vm(env: &Env, name: &str, extra: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&env.run_dir).unwrap();
@@ -343,6 +361,7 @@ fn testpmd_exchanges_traffic_with_the_wire_host_through_the_driver_domain() {
         return;
     }
     let sock = up_with_vm(&env, "vhost-testpmd", "");
+    let _show = ShowOnFailure(&env);
     let mut tp = testpmd_frontend(
         &sock,
         "10.77.0.50",
@@ -381,6 +400,7 @@ fn a_qemu_vm_pings_fetches_and_survives_a_driver_domain_kill() {
         return;
     };
     let sock = up_with_vm(&env, "vhost-qemu", "");
+    let _show = ShowOnFailure(&env);
     let mut vm = Vm::boot(
         &image,
         &sock,
@@ -444,6 +464,7 @@ fn a_virtio_guest_reaches_the_wire_host_and_a_netfront_guest() {
         "vhost-guest",
         "[[domain]]\nname = \"guest1\"\nkind = \"guest\"\nnic = \"virtio\"\naddress = \"10.77.0.1/24\"",
     );
+    let _show = ShowOnFailure(&env);
     let v = connected(&env, "guest1");
     assert_eq!(v["kind"], "guest", "{v:#}");
     env.ping("guest1", "10.77.0.254", 3);

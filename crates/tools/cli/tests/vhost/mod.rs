@@ -359,7 +359,7 @@ impl Vm {
             next: 0,
         };
         vm.console
-            .wait_for(0, "@@READY@@", Duration::from_secs(240));
+            .wait_for(0, "@@READY@@", Duration::from_secs(120));
         assert!(
             !vm.console.text().contains("@@MODULE-FAILED")
                 && !vm.console.text().contains("@@NO-ETH0@@"),
