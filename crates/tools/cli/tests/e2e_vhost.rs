@@ -217,10 +217,19 @@ fn harness_qemu_vm_against_dpdks_vhost_backend() {
     let _ns = Netns::new("standin");
     let sock = env.run_dir.join("standin.sock");
     let _backend = dpdk_backend("standin", &sock, &env.run_dir.join("backend.log"));
+    // The arguments splitnet prints for a VM, on DPDK's socket.
+    let vif = toolstack::vm::VhostVif {
+        name: "standin".into(),
+        backend: "testpmd".into(),
+        socket: sock,
+        mac: VM_MAC.into(),
+        bridge: None,
+        vlan: None,
+        guest: false,
+    };
     let mut vm = Vm::boot(
         &image,
-        &sock,
-        VM_MAC,
+        &vif.qemu_args(),
         "10.99.0.2/24",
         &env.run_dir.join("vm.log"),
     );
@@ -399,15 +408,12 @@ fn a_qemu_vm_pings_fetches_and_survives_a_driver_domain_kill() {
     let Some(image) = vhost::vm_image() else {
         return;
     };
-    let sock = up_with_vm(&env, "vhost-qemu", "");
+    up_with_vm(&env, "vhost-qemu", "");
     let _show = ShowOnFailure(&env);
-    let mut vm = Vm::boot(
-        &image,
-        &sock,
-        VM_MAC,
-        "10.77.0.10/24",
-        &env.run_dir.join("vm.log"),
-    );
+    // The QEMU arguments splitnet prints for vm1.
+    let args = env.ok(&["vm-args", "vm1", "--qemu"]);
+    let args: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+    let mut vm = Vm::boot(&image, &args, "10.77.0.10/24", &env.run_dir.join("vm.log"));
     connected(&env, "vm1");
     vm.ping("10.77.0.254", 3);
     vm.ping("10.77.0.2", 3);

@@ -318,34 +318,14 @@ pub struct Ran {
     pub out: String,
 }
 
-/// The QEMU arguments that put a VM's virtio-net device on vhost-user
-/// socket `sock` with MAC `mac`: guest RAM from a shared memfd (the backend
-/// maps it), `reconnect=1` (QEMU reconnects to a restarted backend), and
-/// `vectors=0` (no MSI-X: QEMU 7.2 under TCG crashes in its MSI-X path when
-/// a vhost-user device's driver sets DRIVER_OK).
-pub fn vhost_user_args(sock: &Path, mac: &str, mem_mib: u32) -> Vec<String> {
-    vec![
-        "-object".into(),
-        format!("memory-backend-memfd,id=mem,size={mem_mib}M,share=on"),
-        "-numa".into(),
-        "node,memdev=mem".into(),
-        "-chardev".into(),
-        format!("socket,id=vu0,path={},reconnect=1", sock.display()),
-        "-netdev".into(),
-        "vhost-user,id=net0,chardev=vu0".into(),
-        "-device".into(),
-        format!("virtio-net-pci,netdev=net0,mac={mac},vectors=0"),
-    ]
-}
-
 impl Vm {
-    /// Boots a VM on `sock` with MAC `mac` and eth0 address `addr`
-    /// (ADDR/LEN) and waits for its command loop.
-    pub fn boot(image: &VmImage, sock: &Path, mac: &str, addr: &str, log: &Path) -> Vm {
-        const MEM_MIB: u32 = 384;
+    /// Boots a VM with eth0 address `addr` (ADDR/LEN) on the vhost-user
+    /// vif that QEMU arguments `vif_args` give it (as `splitnet vm-args
+    /// --qemu` prints them), and waits for its command loop.
+    pub fn boot(image: &VmImage, vif_args: &[String], addr: &str, log: &Path) -> Vm {
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args(["-nodefaults", "-no-user-config", "-display", "none"])
-            .args(["-accel", "tcg", "-m", &MEM_MIB.to_string(), "-no-reboot"])
+            .args(["-accel", "tcg", "-no-reboot"])
             .arg("-kernel")
             .arg(&image.kernel)
             .arg("-initrd")
@@ -353,7 +333,7 @@ impl Vm {
             .arg("-append")
             .arg(format!("console=ttyS0 quiet panic=-1 splitnet.ip={addr}"))
             .args(["-serial", "stdio"])
-            .args(vhost_user_args(sock, mac, MEM_MIB));
+            .args(vif_args);
         let mut vm = Vm {
             console: Console::spawn(cmd, log),
             next: 0,
