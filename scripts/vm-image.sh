@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 say() { [ -n "$print" ] || echo "vm-image: $*" >&2; }
-# The modules eth0 needs, in load order (each after what it depends on).
+# The modules eth0 needs (each is loaded after those it depends on).
 modules=(virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net)
 
 mkdir -p "$out/debs"
@@ -51,7 +51,7 @@ fetch() {
     deb=$(find "$out/debs" -name "${1}_*.deb" | head -n 1)
     if [ -z "$deb" ]; then
         say "downloading $1"
-        (cd "$out/debs" && apt-get download -qq "$1" >&2) || {
+        (cd "$out/debs" && apt-get download -qq -o APT::Sandbox::User=root "$1" >&2) || {
             echo "vm-image: apt-get download $1 failed (is the Debian mirror reachable? try apt-get update)" >&2
             exit 1
         }
@@ -74,7 +74,7 @@ if [ ! -f "$out/kernel/boot/vmlinuz-$kver" ]; then
     rm -rf "$out/kernel"
     dpkg-deb -x "$deb" "$out/kernel"
 fi
-cp -u "$out/kernel/boot/vmlinuz-$kver" "$out/vmlinuz"
+cmp -s "$out/kernel/boot/vmlinuz-$kver" "$out/vmlinuz" || cp "$out/kernel/boot/vmlinuz-$kver" "$out/vmlinuz"
 
 if [ ! -x "$out/busybox/bin/busybox" ]; then
     deb=$(fetch busybox-static)
