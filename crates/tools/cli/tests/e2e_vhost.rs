@@ -274,7 +274,9 @@ fn fetch_sha256(vm: &mut Vm, url: &str) -> String {
 fn finish_fetch(vm: &mut Vm, id: u32) -> String {
     let r = vm.wait(id, Duration::from_secs(600));
     assert_eq!(r.rc, 0, "the fetch failed in the VM:\n{}", r.out);
-    r.out.split_whitespace().next().unwrap_or("").to_string()
+    let sum = r.out.split_whitespace().next().unwrap_or("");
+    assert_eq!(sum.len(), 64, "sha256sum printed no sum:\n{}", r.out);
+    sum.to_string()
 }
 
 /// A topology with a driver domain, VM `vm1` on vhost-user socket `sock`

@@ -72,13 +72,15 @@ pub fn vm_image() -> Option<VmImage> {
     }
 }
 
-/// A process whose stdout and stderr are collected (and copied to a log
-/// file) and whose stdin the test writes: testpmd's prompt, a VM's serial
-/// console. Killed when dropped.
+/// A process whose stdout is collected and whose stdin the test writes:
+/// testpmd's prompt, a VM's serial console. Its stderr is kept apart (QEMU's
+/// warnings must not land in the middle of a command's output); both are
+/// copied to a log file. Killed when dropped.
 pub struct Console {
     child: Child,
     stdin: ChildStdin,
     out: Arc<Mutex<String>>,
+    err: Arc<Mutex<String>>,
     pub log: PathBuf,
 }
 
@@ -90,16 +92,17 @@ impl Console {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
-        let out = Arc::new(Mutex::new(String::new()));
+        let (out, err): (Arc<Mutex<String>>, Arc<Mutex<String>>) = Default::default();
         let file = Arc::new(Mutex::new(std::fs::File::create(log).expect("log file")));
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
         collect(stdout, out.clone(), file.clone());
-        collect(stderr, out.clone(), file);
+        collect(stderr, err.clone(), file);
         Console {
             stdin: child.stdin.take().unwrap(),
             child,
             out,
+            err,
             log: log.to_path_buf(),
         }
     }
@@ -135,13 +138,15 @@ impl Console {
         }
     }
 
+    /// The last 4000 bytes of the output, and what went to stderr.
     pub fn tail(&self) -> String {
         let t = self.text();
         let start = t.len().saturating_sub(4000);
         let start = (start..t.len())
             .find(|&i| t.is_char_boundary(i))
             .unwrap_or(0);
-        t[start..].to_string()
+        let err = self.err.lock().unwrap();
+        format!("{}\nstderr:\n{err}", &t[start..])
     }
 
     pub fn pid(&self) -> u32 {
