@@ -138,9 +138,11 @@ impl Drop for Netns {
 /// namespace `ns` (domain name) forwarding between a vhost-user port
 /// listening on `sock` and a TAP `sntap0` there at 10.99.0.1/24.
 fn dpdk_backend(ns: &str, sock: &Path, log: &Path) -> Testpmd {
+    // On the last CPU, apart from the frontend's testpmd on CPU 0.
+    let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
     let mut b = Testpmd::start(
         Some(ns),
-        "0@1,1@1",
+        &format!("0@{cpu},1@{cpu}"),
         &[
             format!("net_vhost0,iface={}", sock.display()),
             "net_tap0,iface=sntap0".into(),
