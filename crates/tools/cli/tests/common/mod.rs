@@ -237,7 +237,13 @@ pub fn listening(domain: &str, port: u16) -> bool {
 
 /// Bytes received so far by `domain`'s interface `ifname`.
 pub fn rx_bytes(domain: &str, ifname: &str) -> u64 {
-    let path = format!("/sys/class/net/{ifname}/statistics/rx_bytes");
+    if_stat(domain, ifname, "rx_bytes")
+}
+
+/// Counter `stat` (rx_packets, tx_bytes, ...) of `domain`'s interface
+/// `ifname`, from sysfs.
+pub fn if_stat(domain: &str, ifname: &str, stat: &str) -> u64 {
+    let path = format!("/sys/class/net/{ifname}/statistics/{stat}");
     in_netns(domain, &["cat", &path])
         .trim()
         .parse()
@@ -248,18 +254,24 @@ pub fn rx_bytes(domain: &str, ifname: &str) -> u64 {
 /// `/proc/net/snmp` (what `nstat` reads): a datagram whose checksum arrived
 /// neither complete nor marked partial counts as a checksum error.
 pub fn udp_in(domain: &str) -> (u64, u64) {
+    let [got, bad] = udp_counters(domain, ["InDatagrams", "InCsumErrors"]);
+    (got, bad)
+}
+
+/// `domain`'s kernel UDP counters named `keys` (InDatagrams, NoPorts, ...)
+/// from its `/proc/net/snmp`.
+pub fn udp_counters<const N: usize>(domain: &str, keys: [&str; N]) -> [u64; N] {
     let snmp = in_netns(domain, &["cat", "/proc/net/snmp"]);
     let mut rows = snmp.lines().filter(|l| l.starts_with("Udp: "));
     let (Some(names), Some(values)) = (rows.next(), rows.next()) else {
         panic!("no Udp rows in {domain}'s /proc/net/snmp:\n{snmp}");
     };
-    let get = |key: &str| {
+    keys.map(|key| {
         let i = names.split_whitespace().position(|n| n == key);
         let v = i.and_then(|i| values.split_whitespace().nth(i));
         v.and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no Udp {key} in {domain}'s /proc/net/snmp"))
-    };
-    (get("InDatagrams"), get("InCsumErrors"))
+    })
 }
 
 /// UDP reached `domain`'s sockets since `before` (from [`udp_in`]) and
@@ -428,38 +440,7 @@ pub fn http_fetch_64mib(env: &Env) -> f64 {
 /// A file of `mib` MiB served over HTTP from the wire host arrives intact
 /// in guest1 (python3's http.server, curl). Returns Mbit/s.
 pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
-    let dir = env.run_dir.join("www");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("blob");
-    let st = Command::new("dd")
-        .args([
-            "if=/dev/urandom",
-            &format!("of={}", file.display()),
-            "bs=1M",
-            &format!("count={mib}"),
-            "status=none",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let _server = env.spawn(&[
-        "exec",
-        "wire",
-        "--",
-        "python3",
-        "-m",
-        "http.server",
-        "8080",
-        "--bind",
-        "10.77.0.254",
-        "--directory",
-        dir.to_str().unwrap(),
-    ]);
-    wait_until(
-        "the HTTP server to listen",
-        std::time::Duration::from_secs(10),
-        || listening("wire", 8080),
-    );
+    let (_server, file) = serve_blob_on_wire(env, mib);
     let got = env.run_dir.join("got");
     let t0 = std::time::Instant::now();
     env.ok(&[
@@ -485,6 +466,45 @@ pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
     assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
     let _ = std::fs::remove_file(&got);
     f64::from(mib) * 8.0 / secs
+}
+
+/// Serves a fresh file of `mib` MiB of random bytes from the wire host at
+/// `http://10.77.0.254:8080/blob` (python3's http.server) and returns once
+/// it listens: the server (killed when dropped) and the file's path.
+pub fn serve_blob_on_wire(env: &Env, mib: u32) -> (Background, PathBuf) {
+    let dir = env.run_dir.join("www");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("blob");
+    let st = Command::new("dd")
+        .args([
+            "if=/dev/urandom",
+            &format!("of={}", file.display()),
+            "bs=1M",
+            &format!("count={mib}"),
+            "status=none",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let server = env.spawn(&[
+        "exec",
+        "wire",
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        "8080",
+        "--bind",
+        "10.77.0.254",
+        "--directory",
+        dir.to_str().unwrap(),
+    ]);
+    wait_until(
+        "the HTTP server to listen",
+        std::time::Duration::from_secs(10),
+        || listening("wire", 8080),
+    );
+    (server, file)
 }
 
 /// Maps the shared-memory region `name` that process `pid` maps (root

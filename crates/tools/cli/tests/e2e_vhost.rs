@@ -1,0 +1,494 @@
+//! vhost-user end to end with real frontends that no one here wrote: DPDK's
+//! testpmd (a `virtio_user` port) and QEMU booting Debian's kernel (the
+//! image `scripts/vm-image.sh` builds). First against DPDK's own vhost
+//! backend (testpmd's `net_vhost` port forwarding to a TAP), which checks the
+//! harness itself; then against the driver domain. Needs root, dpdk-dev
+//! (dpdk-testpmd) and qemu-system-x86; run one test at a time.
+
+mod common;
+mod vhost;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use vhost::{Testpmd, Vm};
+
+/// The MAC of the VM (or testpmd) on the vhost-user vif.
+const VM_MAC: &str = "52:54:00:12:34:56";
+
+/// The far side of a frontend's traffic: a namespace (of a domain, by its
+/// name) and its interface and MAC.
+struct Wire {
+    domain: String,
+    ifname: String,
+    mac: String,
+}
+
+impl Wire {
+    fn new(domain: &str, ifname: &str) -> Wire {
+        let mac = ns_output(
+            domain,
+            &["cat", &format!("/sys/class/net/{ifname}/address")],
+        );
+        Wire {
+            domain: domain.into(),
+            ifname: ifname.into(),
+            mac: mac.trim().to_string(),
+        }
+    }
+
+    fn packets(&self) -> (u64, u64) {
+        (
+            if_stat(&self.domain, &self.ifname, "rx_packets"),
+            if_stat(&self.domain, &self.ifname, "tx_packets"),
+        )
+    }
+
+    /// UDP datagrams the kernel took in, to a socket or to none.
+    fn udp_received(&self) -> u64 {
+        let [got, noport] = udp_counters(&self.domain, ["InDatagrams", "NoPorts"]);
+        got + noport
+    }
+}
+
+/// Runs `cmd` in `domain`'s namespace; panics unless it exits 0.
+fn ns_output(domain: &str, cmd: &[&str]) -> String {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &toolstack::host::netns_name(domain)])
+        .args(cmd)
+        .output()
+        .expect("ip netns exec");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{cmd:?} in {domain}: {}\n{out}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// testpmd (its port 0 on the vif, answering ARP and ping as `tp_ip` in
+/// icmpecho mode) and the wire host exchange traffic both ways, and both
+/// count it: the wire host's flood ping is answered in full, then testpmd's
+/// txonly stream of UDP reaches the wire host's kernel.
+fn testpmd_both_ways(tp: &mut Testpmd, wire: &Wire, tp_ip: &str) {
+    tp.wait_link_up(0, Duration::from_secs(30));
+    tp.cmd("set fwd icmpecho");
+    tp.cmd("start");
+    let (s0, w0) = (tp.stats(0), wire.packets());
+    let out = ns_output(
+        &wire.domain,
+        &["ping", "-f", "-c", "2000", "-w", "60", tp_ip],
+    );
+    assert!(out.contains(" 0% packet loss"), "wire -> testpmd:\n{out}");
+    tp.cmd("stop");
+    let (s1, w1) = (tp.stats(0), wire.packets());
+    assert!(s1.rx_packets - s0.rx_packets >= 2000, "{s0:?} {s1:?}");
+    assert!(s1.tx_packets - s0.tx_packets >= 2000, "{s0:?} {s1:?}");
+    assert!(w1.0 - w0.0 >= 2000 && w1.1 - w0.1 >= 2000, "{w0:?} {w1:?}");
+
+    // testpmd -> wire: 64-byte UDP frames to the wire host's address.
+    tp.cmd("set fwd txonly");
+    tp.cmd(&format!("set eth-peer 0 {}", wire.mac));
+    let (s0, u0, w0) = (tp.stats(0), wire.udp_received(), wire.packets());
+    tp.cmd("start");
+    wait_until(
+        "testpmd's UDP to reach the wire host",
+        Duration::from_secs(60),
+        || wire.udp_received() >= u0 + 20_000,
+    );
+    tp.cmd("stop");
+    let (s1, u1, w1) = (tp.stats(0), wire.udp_received(), wire.packets());
+    let (sent, got) = (s1.tx_packets - s0.tx_packets, u1 - u0);
+    assert!(
+        got >= 20_000 && got <= sent,
+        "testpmd sent {sent}, the wire host's kernel took {got}"
+    );
+    assert!(
+        w1.0 - w0.0 >= got,
+        "{w0:?} {w1:?}: fewer frames than datagrams"
+    );
+}
+
+/// A namespace of the name a domain `name` would have, deleted when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(name: &str) -> Netns {
+        let ns = toolstack::host::netns_name(name);
+        let _ = Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let st = Command::new("ip").args(["netns", "add", &ns]).status();
+        assert!(st.unwrap().success(), "ip netns add {ns}");
+        Netns(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// DPDK's vhost backend standing in for the driver domain: testpmd in
+/// namespace `ns` (domain name) forwarding between a vhost-user port
+/// listening on `sock` and a TAP `sntap0` there at 10.99.0.1/24.
+fn dpdk_backend(ns: &str, sock: &Path, log: &Path) -> Testpmd {
+    // On the last CPU, apart from the frontend's testpmd on CPU 0.
+    let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let mut b = Testpmd::start(
+        Some(ns),
+        &format!("0@{cpu},1@{cpu}"),
+        &[
+            format!("net_vhost0,iface={}", sock.display()),
+            "net_tap0,iface=sntap0".into(),
+        ],
+        &["--forward-mode=io"],
+        log,
+    );
+    ns_output(ns, &["ip", "addr", "add", "10.99.0.1/24", "dev", "sntap0"]);
+    ns_output(ns, &["ip", "link", "set", "sntap0", "up"]);
+    b.cmd("start");
+    b
+}
+
+/// testpmd with a virtio_user port on vhost-user socket `sock`, MAC
+/// [`VM_MAC`], sending UDP from `src` to `dst` in txonly mode.
+fn testpmd_frontend(sock: &Path, src: &str, dst: &str, log: &Path) -> Testpmd {
+    Testpmd::start(
+        None,
+        "0@0,1@0",
+        &[format!(
+            "net_virtio_user0,path={},mac={VM_MAC}",
+            sock.display()
+        )],
+        &[&format!("--tx-ip={src},{dst}")],
+        log,
+    )
+}
+
+fn tools_for_testpmd() -> bool {
+    vhost::have_tools(&[("dpdk-testpmd", "dpdk-dev")])
+}
+
+fn tools_for_qemu() -> bool {
+    vhost::have_tools(&[
+        ("dpdk-testpmd", "dpdk-dev"),
+        ("qemu-system-x86_64", "qemu-system-x86"),
+    ])
+}
+
+#[test]
+fn harness_testpmd_frontend_against_dpdks_vhost_backend() {
+    let Some(env) = Env::new("vhost-standin-tp") else {
+        return;
+    };
+    if !tools_for_testpmd() {
+        return;
+    }
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let _ns = Netns::new("standin");
+    let sock = env.run_dir.join("standin.sock");
+    let _backend = dpdk_backend("standin", &sock, &env.run_dir.join("backend.log"));
+    let mut tp = testpmd_frontend(
+        &sock,
+        "10.99.0.50",
+        "10.99.0.1",
+        &env.run_dir.join("testpmd.log"),
+    );
+    let wire = Wire::new("standin", "sntap0");
+    testpmd_both_ways(&mut tp, &wire, "10.99.0.50");
+}
+
+#[test]
+fn harness_qemu_vm_against_dpdks_vhost_backend() {
+    let Some(env) = Env::new("vhost-standin-vm") else {
+        return;
+    };
+    if !tools_for_qemu() {
+        return;
+    }
+    let Some(image) = vhost::vm_image() else {
+        return;
+    };
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let _ns = Netns::new("standin");
+    let sock = env.run_dir.join("standin.sock");
+    let _backend = dpdk_backend("standin", &sock, &env.run_dir.join("backend.log"));
+    // The arguments splitnet prints for a VM, on DPDK's socket.
+    let vif = toolstack::vm::VhostVif {
+        name: "standin".into(),
+        backend: "testpmd".into(),
+        socket: sock,
+        mac: VM_MAC.into(),
+        bridge: None,
+        vlan: None,
+        guest: false,
+    };
+    let mut vm = Vm::boot(
+        &image,
+        &vif.qemu_args(),
+        "10.99.0.2/24",
+        &env.run_dir.join("vm.log"),
+    );
+    vm.ping("10.99.0.1", 3);
+    // The command loop reports exit codes and output faithfully.
+    let r = vm.run("echo out; echo err >&2; exit 7", Duration::from_secs(30));
+    assert_eq!((r.rc, r.out.as_str()), (7, "out\nerr\n"));
+    // A file from the namespace arrives intact.
+    let dir = env.run_dir.join("www");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("blob"), vec![0x5a; 1 << 20]).unwrap();
+    let _srv = vhost::Console::spawn(
+        http_server("standin", "10.99.0.1", &dir),
+        &env.run_dir.join("http.log"),
+    );
+    wait_until("the HTTP server to listen", Duration::from_secs(10), || {
+        listening("standin", 8080)
+    });
+    let got = fetch_sha256(&mut vm, "http://10.99.0.1:8080/blob");
+    assert_eq!(got, sha256(&dir.join("blob")));
+}
+
+/// python3's http.server in `domain`'s namespace, serving `dir` on
+/// `ip`:8080.
+fn http_server(domain: &str, ip: &str, dir: &Path) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &toolstack::host::netns_name(domain)])
+        .args(["python3", "-m", "http.server", "8080", "--bind", ip])
+        .arg("--directory")
+        .arg(dir);
+    c
+}
+
+/// Fetches `url` in the VM (busybox wget) and returns the SHA-256 of what
+/// arrived.
+fn fetch_sha256(vm: &mut Vm, url: &str) -> String {
+    let id = vm.start(&format!("wget -q -O - {url} | sha256sum"));
+    finish_fetch(vm, id)
+}
+
+/// Waits for fetch `id` ([`fetch_sha256`]) to finish; returns its SHA-256.
+fn finish_fetch(vm: &mut Vm, id: u32) -> String {
+    let r = vm.wait(id, Duration::from_secs(600));
+    assert_eq!(r.rc, 0, "the fetch failed in the VM:\n{}", r.out);
+    let sum = r.out.split_whitespace().next().unwrap_or("");
+    assert_eq!(sum.len(), 64, "sha256sum printed no sum:\n{}", r.out);
+    sum.to_string()
+}
+
+/// A topology with a driver domain, VM `vm1` on vhost-user socket `sock`
+/// (MAC [`VM_MAC`]), netfront guest `guest2`, the wire host, and `extra`
+/// (more domains).
+fn vm_topology(name: &str, sock: &Path, extra: &str) -> String {
+    format!(
+        r#"name = "{name}"
+[[domain]]
+name = "drv"
+kind = "driver"
+[[domain]]
+name = "vm1"
+kind = "vm"
+socket = "{}"
+mac = "{VM_MAC}"
+[[domain]]
+name = "guest2"
+kind = "guest"
+address = "10.77.0.2/24"
+{extra}
+[wire]
+name = "wire"
+driver = "drv"
+address = "10.77.0.254/24"
+"#,
+        sock.display()
+    )
+}
+
+/// On a failing test, prints `splitnet status` and the driver domain's log
+/// (the run directory goes with the test).
+struct ShowOnFailure<'a>(&'a Env);
+
+impl Drop for ShowOnFailure<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let st = self.0.splitnet(&["status"]);
+            let log = std::fs::read_to_string(self.0.run_dir.join("drv.log"));
+            eprintln!(
+                "status:\n{}\ndrv.log:\n{}",
+                String::from_utf8_lossy(&st.stdout),
+                log.unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// `splitnet up` with [`vm_topology`]; returns vm1's socket.
+fn up_with_vm(env: &Env, name: &str, extra: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let sock = env.run_dir.join("vm1.sock");
+    let path = env.run_dir.join(format!("{name}.toml"));
+    std::fs::write(&path, vm_topology(name, &sock, extra)).unwrap();
+    let out = env.ok(&["up", "--config", path.to_str().unwrap()]);
+    assert!(
+        out.contains("reconnect=1"),
+        "up prints no QEMU arguments:\n{out}"
+    );
+    sock
+}
+
+/// vhost-user vif `name` in `status --json`.
+fn vhost_vif(st: &serde_json::Value, name: &str) -> serde_json::Value {
+    st["vhost_vifs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["name"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("status shows no vhost-user vif {name}:\n{st:#}"))
+}
+
+/// Waits until the driver domain reports vif `name` connected, and returns
+/// its status entry.
+fn connected(env: &Env, name: &str) -> serde_json::Value {
+    let mut v = serde_json::Value::Null;
+    wait_until(
+        &format!("{name}'s vhost-user vif to be connected"),
+        Duration::from_secs(30),
+        || {
+            v = vhost_vif(&env.status(), name);
+            v["connected"] == true
+        },
+    );
+    v
+}
+
+#[test]
+fn testpmd_exchanges_traffic_with_the_wire_host_through_the_driver_domain() {
+    let Some(env) = Env::new("vhost-testpmd") else {
+        return;
+    };
+    if !tools_for_testpmd() {
+        return;
+    }
+    let sock = up_with_vm(&env, "vhost-testpmd", "");
+    let _show = ShowOnFailure(&env);
+    let mut tp = testpmd_frontend(
+        &sock,
+        "10.77.0.50",
+        "10.77.0.254",
+        &env.run_dir.join("testpmd.log"),
+    );
+    let before = connected(&env, "vm1");
+    testpmd_both_ways(&mut tp, &Wire::new("wire", "eth0"), "10.77.0.50");
+    // A netfront guest on the same bridge reaches it too.
+    tp.cmd("set fwd icmpecho");
+    tp.cmd("start");
+    env.ping("guest2", "10.77.0.50", 3);
+    tp.cmd("stop");
+    // The driver domain counted what passed, both ways (named as the VM's
+    // rings are: tx is what the VM sent).
+    let after = vhost_vif(&env.status(), "vm1");
+    let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+    assert!(
+        moved("tx_packets") >= 22_000 && moved("rx_packets") >= 2_000,
+        "{before:#}\n{after:#}"
+    );
+    drop(tp);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn a_qemu_vm_pings_fetches_and_survives_a_driver_domain_kill() {
+    let Some(env) = Env::new("vhost-qemu") else {
+        return;
+    };
+    if !tools_for_qemu() {
+        return;
+    }
+    let Some(image) = vhost::vm_image() else {
+        return;
+    };
+    up_with_vm(&env, "vhost-qemu", "");
+    let _show = ShowOnFailure(&env);
+    // The QEMU arguments splitnet prints for vm1.
+    let args = env.ok(&["vm-args", "vm1", "--qemu"]);
+    let args: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+    let mut vm = Vm::boot(&image, &args, "10.77.0.10/24", &env.run_dir.join("vm.log"));
+    connected(&env, "vm1");
+    vm.ping("10.77.0.254", 3);
+    vm.ping("10.77.0.2", 3);
+    env.ping("wire", "10.77.0.10", 3);
+    env.ping("guest2", "10.77.0.10", 3);
+    let (_srv, file) = serve_blob_on_wire(&env, 64);
+    let want = sha256(&file);
+    let url = "http://10.77.0.254:8080/blob";
+    assert_eq!(
+        fetch_sha256(&mut vm, url),
+        want,
+        "the file arrived corrupted"
+    );
+
+    // Again, with the driver domain killed a quarter of the way through.
+    let sent = if_stat("wire", "eth0", "tx_bytes");
+    let id = vm.start(&format!("wget -q -O - {url} | sha256sum"));
+    wait_until(
+        "16 MiB of the file to leave the wire host",
+        Duration::from_secs(300),
+        || if_stat("wire", "eth0", "tx_bytes") > sent + (16 << 20),
+    );
+    let st = env.status();
+    let drv_id = domain(&st, "drv")["id"].clone();
+    kill9(domain(&st, "drv")["pid"].as_i64().unwrap());
+    assert!(
+        !vm.console.text().contains(&format!("@@END {id} ")),
+        "the transfer ended before the kill: make the file larger"
+    );
+    wait_until("drv to come back", Duration::from_secs(30), || {
+        domain(&env.status(), "drv")["id"] != drv_id
+    });
+    connected(&env, "vm1");
+    assert_eq!(
+        finish_fetch(&mut vm, id),
+        want,
+        "the file arrived corrupted"
+    );
+    assert_eq!(env.status()["restarts_after_crash"], 1);
+    vm.ping("10.77.0.254", 3);
+    drop(vm);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// A `nic = "virtio"` guest as the driver domain sees it, and with a
+/// netfront guest: e2e_virtio checks the guest's side (its frontend's
+/// status, ping all ways, iperf3 to the wire host, HTTP, a driver kill);
+/// this adds iperf3 both ways between the two transports on one bridge and
+/// the driver domain's entry for the vif.
+#[test]
+#[ignore = "needs the nic = \"virtio\" guest frontend (issue 18, FRONTEND)"]
+fn a_virtio_guest_and_a_netfront_guest_exchange_tcp_both_ways() {
+    let Some(env) = Env::new("vhost-guest") else {
+        return;
+    };
+    env.up_emulated("vhost-guest", "nic = \"virtio\"");
+    let _show = ShowOnFailure(&env);
+    let before = connected(&env, "guest1");
+    assert_eq!(before["kind"], "guest", "{before:#}");
+    env.ping("guest1", "10.77.0.2", 3);
+    for reverse in [false, true] {
+        iperf(&env, "guest2", "10.77.0.2", "guest1", reverse, 2);
+        iperf(&env, "wire", "10.77.0.254", "guest1", reverse, 2);
+    }
+    let after = vhost_vif(&env.status(), "guest1");
+    let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+    assert!(
+        moved("tx_packets") > 1000 && moved("rx_packets") > 1000,
+        "{before:#}\n{after:#}"
+    );
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
