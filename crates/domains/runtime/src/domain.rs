@@ -31,8 +31,13 @@ pub fn main() -> Result<()> {
     let mut hv =
         HvClient::connect(sys::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("hello: {e}"))?;
     let id = hv.domid();
-    // Confined before reading a byte from a peer (jail).
-    jail::Role::of_kind(&hv.welcome().kind)
+    // Confined before reading a byte from a peer (jail); the NIC kind is
+    // the toolstack's word in the domain's home.
+    let nic = match hv.welcome().kind.as_str() {
+        "guest" => crate::hosted::nic_kind(&mut hv),
+        _ => String::new(),
+    };
+    jail::Role::of_domain(&hv.welcome().kind, &nic)
         .and_then(jail::enter)
         .map_err(|e| anyhow!("domain {id}: {e}"))?;
     let home = format!("/local/domain/{id}");

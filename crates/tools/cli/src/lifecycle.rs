@@ -139,7 +139,7 @@ fn wait_until_up(
 /// `up`'s closing line: the topology, its domains, vifs, emulated NICs and
 /// external host, hv's pid, and where the metrics are served.
 fn print_up(topo: &Topology, v: &serde_json::Value, listen: Option<SocketAddr>) {
-    let want: Vec<&str> = topo.domains.iter().map(|d| d.name.as_str()).collect();
+    let want: Vec<&str> = topo.hv_domains().map(|d| d.name.as_str()).collect();
     let doms = v["domains"].as_array().cloned().unwrap_or_default();
     let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
     let nics = topo.emulated_nics().len();
@@ -166,6 +166,13 @@ fn print_up(topo: &Topology, v: &serde_json::Value, listen: Option<SocketAddr>) 
     if let Some(a) = listen {
         println!("metrics: http://{a}/metrics");
     }
+    let vms = topo.vms();
+    if !vms.is_empty() {
+        println!("VMs connect over vhost-user (again: splitnet vm-args NAME):");
+    }
+    for v in vms {
+        print!("{}", v.vmm_args_text());
+    }
 }
 
 /// What of `topo` is not up yet in status `v`: domains that have not said
@@ -176,8 +183,7 @@ fn waiting_for(topo: &Topology, v: &serde_json::Value) -> Result<Vec<String>, St
     let doms = v["domains"].as_array().cloned().unwrap_or_default();
     let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
     let mut out: Vec<String> = topo
-        .domains
-        .iter()
+        .hv_domains()
         .filter(|d| {
             !doms
                 .iter()

@@ -134,9 +134,15 @@ enum Cmd {
         rate (RATE/s[@INTERVAL], e.g. 10Mb/s@20ms), vlan (1..4094), mtu (68..9000) and \
         script (a hotplug script run in the driver domain with `online` and `offline`). \
         An unknown or malformed key is refused.\n\n\
+        With type=vhost-user, DOMAIN names an external VM (QEMU, Cloud Hypervisor, crosvm) \
+        that its driver domain serves over vhost-user: socket= (absolute; hv listens there) and \
+        mac= are required, bridge=, vlan= and backend= optional, other keys refused. It prints \
+        the VMM arguments that connect to it (see vm-args); network-detach VM removes it and \
+        its socket.\n\n\
         Examples:\n  splitnet network-attach guest1\n  \
         splitnet network-attach guest1 'mac=00:16:3e:00:00:42,ip=10.77.0.42,mtu=9000'\n  \
-        splitnet network-attach guest1 'bridge=xenbr1,vlan=20,rate=100Mb/s'"
+        splitnet network-attach guest1 'bridge=xenbr1,vlan=20,rate=100Mb/s'\n  \
+        splitnet network-attach vm2 'type=vhost-user,socket=/run/splitnet/vm2.sock,mac=52:54:00:12:34:57,bridge=xenbr0'"
     )]
     NetworkAttach {
         /// The guest.
@@ -151,6 +157,28 @@ enum Cmd {
         /// older name (the vifspec's bridge= names a bridge in the driver domain).
         #[arg(long, alias = "bridge", value_name = "DRIVER")]
         backend: Option<String>,
+    },
+    /// Print the QEMU and Cloud Hypervisor arguments that connect a VM to
+    /// its vhost-user vif (as `up` and `network-attach` print them).
+    #[command(
+        long_about = "Print the QEMU and Cloud Hypervisor arguments that connect a VM to its \
+        vhost-user vif, as `up` and `network-attach` print them: the socket as a chardev that \
+        reconnects after a driver-domain restart, a vhost-user netdev, a virtio-net device with \
+        the vif's MAC, and guest RAM shared with the backend (a memfd).\n\n\
+        QEMU's device has vectors=0: under TCG, QEMU 7.2 crashes in its MSI-X path when the \
+        guest sets DRIVER_OK.\n\n\
+        Examples:\n  splitnet vm-args vm1\n  \
+        qemu-system-x86_64 -kernel bzImage -initrd initrd.img $(splitnet vm-args vm1 --qemu)"
+    )]
+    VmArgs {
+        /// The VM (a `kind = "vm"` domain, or a name given to network-attach with type=vhost-user).
+        name: String,
+        /// Print only QEMU's arguments, on one line (for `$(...)`).
+        #[arg(long, conflicts_with = "cloud_hypervisor")]
+        qemu: bool,
+        /// Print only Cloud Hypervisor's arguments, on one line.
+        #[arg(long)]
+        cloud_hypervisor: bool,
     },
     /// Remove a virtual NIC from a running guest, as `xl network-detach`
     /// does: both ends close, its hotplug script runs `offline`, then the
@@ -537,6 +565,11 @@ fn run(cli: Cli) -> Result<()> {
         ),
         Cmd::NetworkList { domain, json } => hotplug::list(&rd, &domain, json),
         Cmd::NetworkDetach { domain, vif } => hotplug::detach(&rd, &domain, &vif),
+        Cmd::VmArgs {
+            name,
+            qemu,
+            cloud_hypervisor,
+        } => hotplug::vm_args(&rd, &name, qemu, cloud_hypervisor),
         Cmd::Demo { preset, seconds } => lifecycle::demo(&rd, preset, seconds),
         Cmd::Bench(args) => bench(&rd, args),
         Cmd::Completions { shell } => docs::print(&docs::completions(shell)),

@@ -188,6 +188,8 @@ pub struct Hypervisor {
     started: std::time::Instant,
     /// HVM guests' I/O paths (`hvm.rs`).
     pub(crate) hvm: crate::hvm::HvmGuests,
+    /// vhost-user vifs' listening sockets (`vhost.rs`).
+    pub(crate) vhost: crate::vhost::VhostListeners,
 }
 
 type Outcome = (Response, Vec<OwnedFd>);
@@ -255,6 +257,7 @@ impl Hypervisor {
             toolstack_trace: Arc::new(HvTrace::default()),
             started: std::time::Instant::now(),
             hvm: Default::default(),
+            vhost: Default::default(),
         })
     }
 
@@ -554,6 +557,8 @@ impl Hypervisor {
         for id in ids {
             self.destroy_domain(id, "shutdown");
         }
+        // No VM is served any more: its socket files go.
+        self.vhost.clear();
         self.lock().stopped = true;
         self.done.notify_all();
     }
@@ -840,6 +845,18 @@ impl Hypervisor {
             Request::HvmVcpu | Request::HvmDeviceModel { .. } => {
                 return match self.hvm_fds(caller, &req) {
                     Ok(fds) => (Ok(Reply::Done), fds),
+                    Err(e) => (Err(e), vec![]),
+                };
+            }
+            Request::VhostListener { name } => {
+                return match self.vhost_listener(caller, &name) {
+                    Ok(fd) => (Ok(Reply::Done), vec![fd]),
+                    Err(e) => (Err(e), vec![]),
+                };
+            }
+            Request::VhostConnect => {
+                return match self.vhost_connect(caller) {
+                    Ok(fd) => (Ok(Reply::Done), vec![fd]),
                     Err(e) => (Err(e), vec![]),
                 };
             }

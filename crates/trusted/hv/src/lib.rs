@@ -11,6 +11,8 @@
 //! - [`batch`]: the shared-memory path for grant-copy batches;
 //! - [`hvm`]: HVM guests' I/O exits, the vPIC (`splitnet-vpic`) and the
 //!   relay to their device model (Zhang & Dong);
+//! - [`vhost`]: vhost-user vifs' listening sockets, which outlive a
+//!   restarted driver domain;
 //! - [`trace`]: xentrace-style event counts and cost histograms;
 //! - what domains and the toolstack link to call hv is the
 //!   `splitnet-hypercall` crate (re-exported here for hv's own use and the
@@ -23,6 +25,7 @@ pub mod grant;
 pub mod hvm;
 pub mod memory;
 pub mod ngm;
+pub mod vhost;
 
 pub use hypercall::{batch, client, error, ioreq, ngm_client, proto, status, trace};
 
@@ -31,3 +34,4 @@ pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};
 pub use error::{ErrorKind, HvError, HvResult};
 pub use memory::MemorySpec;
 pub use proto::{DomId, Port};
+pub use vhost::VhostSpec;

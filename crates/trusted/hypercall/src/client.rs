@@ -355,10 +355,26 @@ impl HvClient {
     /// Collects this domain's end of capture channel `id` (see
     /// [`Request::CaptureOpen`]).
     pub fn capture_attach(&mut self, id: u32) -> HvResult<SeqPacket> {
-        match self.chan.call(&Request::CaptureAttach { id })? {
+        self.one_fd(&Request::CaptureAttach { id })
+            .map(SeqPacket::from_fd)
+    }
+    /// The listening socket of vhost-user vif `name`, which this driver
+    /// domain backs (see [`Request::VhostListener`]).
+    pub fn vhost_listener(&mut self, name: &str) -> HvResult<OwnedFd> {
+        let req = Request::VhostListener { name: name.into() };
+        self.one_fd(&req)
+    }
+    /// A new connection to this `nic = "virtio"` guest's vhost-user vif
+    /// (see [`Request::VhostConnect`]).
+    pub fn vhost_connect(&mut self) -> HvResult<OwnedFd> {
+        self.one_fd(&Request::VhostConnect)
+    }
+    /// A request answered `Done` with one descriptor.
+    fn one_fd(&mut self, req: &Request) -> HvResult<OwnedFd> {
+        match self.chan.call(req)? {
             (Reply::Done, fds) => {
                 let [fd] = take_fds::<1>(fds)?;
-                Ok(SeqPacket::from_fd(fd))
+                Ok(fd)
             }
             (r, _) => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
         }

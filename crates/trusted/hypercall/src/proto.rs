@@ -171,6 +171,19 @@ pub enum Request {
     HvmDeviceModel {
         guest: DomId,
     },
+    /// From a driver domain: its listening socket (`AF_UNIX`, stream,
+    /// non-blocking, listening) for vhost-user vif `name`, which it backs.
+    /// Replies `Done` with a duplicate of hv's listener attached; hv keeps
+    /// the original for the vif's lifetime, so a restarted driver domain
+    /// gets the same listener.
+    VhostListener {
+        name: String,
+    },
+    /// From a `nic = "virtio"` guest: a new connection (blocking) to its own
+    /// vhost-user vif's listener. Replies `Done` with the connected socket
+    /// attached; called again after the backend hung up (a restarted
+    /// driver domain).
+    VhostConnect,
 }
 
 impl Request {
@@ -190,7 +203,7 @@ impl Request {
     }
 
     /// Every request's name, in [`Request::index`] order (counter and trace names).
-    pub const NAMES: [&'static str; 34] = [
+    pub const NAMES: [&'static str; 36] = [
         "hello",
         "nop",
         "store_read",
@@ -225,6 +238,8 @@ impl Request {
         "capture_attach",
         "hvm_vcpu",
         "hvm_device_model",
+        "vhost_listener",
+        "vhost_connect",
     ];
 
     /// A dense number per kind of request, below `NAMES.len()`.
@@ -264,6 +279,8 @@ impl Request {
             Request::CaptureAttach { .. } => 31,
             Request::HvmVcpu => 32,
             Request::HvmDeviceModel { .. } => 33,
+            Request::VhostListener { .. } => 34,
+            Request::VhostConnect => 35,
         }
     }
 

@@ -37,6 +37,10 @@ pub fn domain_uid(domid: DomId) -> u32 {
 pub enum Role {
     /// netfront on a TAP: creates and configures its TAP (CAP_NET_ADMIN).
     Guest,
+    /// A `nic = "virtio"` guest: as [`Role::Guest`], and its vhost-user
+    /// frontend makes its RAM (a memfd it sizes and maps shared, then
+    /// passes to the backend) and its kick and call eventfds.
+    VirtioGuest,
     /// netback, bridge and port: an AF_PACKET socket on the physical port
     /// (CAP_NET_RAW). Nothing it does needs CAP_NET_ADMIN (socket buffers
     /// past rmem_max would need it over the host, which no domain has).
@@ -49,6 +53,15 @@ pub enum Role {
 }
 
 impl Role {
+    /// The role of a domain of `kind` (as in the topology) whose NIC is
+    /// `nic` (its store's `splitnet/nic`; empty for a driver domain).
+    pub fn of_domain(kind: &str, nic: &str) -> Result<Role, JailError> {
+        match (kind, nic) {
+            ("guest", "virtio") => Ok(Role::VirtioGuest),
+            _ => Role::of_kind(kind),
+        }
+    }
+
     /// The role of a domain of `kind` (as in the topology).
     pub fn of_kind(kind: &str) -> Result<Role, JailError> {
         match kind {
@@ -64,7 +77,7 @@ impl Role {
     /// The capabilities the role keeps, over its own network namespace only.
     pub fn caps(self) -> Caps {
         match self {
-            Role::Guest => Caps::of(&[CAP_NET_ADMIN]),
+            Role::Guest | Role::VirtioGuest => Caps::of(&[CAP_NET_ADMIN]),
             Role::Driver => Caps::of(&[CAP_NET_RAW]),
             Role::VmApp => Caps::of(&[]),
         }
@@ -137,7 +150,7 @@ pub fn enter(role: Role) -> Result<(), JailError> {
         .compile(libc::EPERM)
         .map_err(|x| JailError::new("compiling the seccomp filter", x))?;
     sys::jail::private_mounts().map_err(|x| JailError::new("making a mount namespace", x))?;
-    if role == Role::Guest {
+    if matches!(role, Role::Guest | Role::VirtioGuest) {
         // Like the jailer's /dev/net/tun in its chroot: a node of our own,
         // since the host's may be root's alone. Only this mount namespace
         // (the domain and its children) sees it, so it may be 0666, and it
@@ -176,12 +189,12 @@ pub fn enter(role: Role) -> Result<(), JailError> {
 pub fn syscalls(role: Role) -> SyscallFilter {
     let mut f = SyscallFilter::new();
     f.allow_all(DOMAIN).allow_all(RUNTIME);
-    if role == Role::Guest {
-        f.allow_all(GUEST_RUNS_IP);
-    }
-    if role == Role::VmApp {
-        f.allow_all(VMAPP_THREAD);
-    }
+    match role {
+        Role::Guest => f.allow_all(GUEST_RUNS_IP),
+        Role::VirtioGuest => f.allow_all(GUEST_RUNS_IP).allow_all(VIRTIO_FRONTEND),
+        Role::VmApp => f.allow_all(THREADS),
+        Role::Driver => f.allow_all(THREADS).allow_all(VHOST_BACKEND),
+    };
     // Threads and processes, without new namespaces (clone3 hides its flags
     // in memory, so it looks absent and glibc falls back to clone).
     let ns = (libc::CLONE_NEWNS
@@ -195,7 +208,7 @@ pub fn syscalls(role: Role) -> SyscallFilter {
         .expect("a valid condition");
     f.absent(libc::SYS_clone3);
     let families: &[i32] = match role {
-        Role::Guest => &[
+        Role::Guest | Role::VirtioGuest => &[
             libc::AF_UNIX,
             libc::AF_INET,
             libc::AF_INET6,
@@ -264,11 +277,27 @@ const DOMAIN: &[libc::c_long] = &[
 ];
 
 /// What starting a thread adds (glibc's pthread_create: the guard page,
-/// then the new thread registers itself).
-const VMAPP_THREAD: &[libc::c_long] = &[
+/// then the new thread registers itself): a VMApp's notifier, a driver
+/// domain's vhost-user control thread per VM.
+const THREADS: &[libc::c_long] = &[
     libc::SYS_mprotect,
     libc::SYS_set_robust_list,
     libc::SYS_rseq,
+];
+
+/// A driver domain's vhost-user backend: it accepts the VM's connection on
+/// the listener hv gave it, and its control thread waits on an eventfd of
+/// its own beside the connection (the rust-vmm crates' exit event). The
+/// VM's memory arrives as descriptors it maps with `mmap`, already allowed.
+const VHOST_BACKEND: &[libc::c_long] = &[libc::SYS_accept4, libc::SYS_eventfd2];
+
+/// A `nic = "virtio"` guest's vhost-user frontend: its RAM is a memfd it
+/// sizes and maps shared (the backend maps the same pages), and each ring
+/// has a kick and a call eventfd. hv makes the connection, so no `connect`.
+const VIRTIO_FRONTEND: &[libc::c_long] = &[
+    libc::SYS_memfd_create,
+    libc::SYS_ftruncate,
+    libc::SYS_eventfd2,
 ];
 
 /// A guest runs `ip` (Rust's `Command`, then `ip` itself: the dynamic

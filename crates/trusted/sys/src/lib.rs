@@ -48,6 +48,7 @@ pub use process::{
     set_inheritable, take_inherited_fd,
 };
 pub use seccomp::{CompiledFilter, SyscallFilter};
+pub use seqpacket::connect_stream_nonblocking;
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};
 pub use tap::{Tap, TapOffloads, VNET_HDR_LEN};
 

@@ -53,6 +53,39 @@ fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     Ok((addr, len))
 }
 
+/// Connects a new non-blocking `AF_UNIX` `SOCK_STREAM` socket to `path`
+/// and returns it. It never waits: a listener whose backlog is full
+/// answers `WouldBlock` (unix(7): a non-blocking connect fails with
+/// EAGAIN then), one nobody listens on `ConnectionRefused`.
+pub fn connect_stream_nonblocking(path: &Path) -> io::Result<OwnedFd> {
+    let (addr, len) = sockaddr(path)?;
+    // SAFETY: plain syscall returning a fresh descriptor.
+    let fd = cvt(
+        unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        } as libc::c_long,
+        "socket(AF_UNIX, SOCK_STREAM)",
+    )?;
+    // SAFETY: fresh descriptor we now own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
 impl SeqPacket {
     /// A connected pair.
     pub fn pair() -> io::Result<(SeqPacket, SeqPacket)> {

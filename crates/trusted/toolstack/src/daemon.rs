@@ -153,6 +153,13 @@ impl<'a> Store<'a> {
             value: value.as_bytes().to_vec(),
         })
     }
+    /// Sets `path`'s permissions (xenstore's text form, e.g. `["n0", "r3"]`).
+    pub fn set_perms(&mut self, path: &str, perms: &[String]) -> Result<(), String> {
+        self.call(Request::StoreSetPerms {
+            path: path.into(),
+            perms: perms.to_vec(),
+        })
+    }
     /// Removes `path` and everything under it.
     pub fn rm(&mut self, path: &str) -> Result<(), String> {
         self.call(Request::StoreRm { path: path.into() })

@@ -4,6 +4,7 @@
 
 use crate::daemon::socket_path;
 use crate::vifspec::VifSpec;
+use crate::vm::VhostVif;
 use anyhow::{anyhow, bail, Context, Result};
 use hv::Toolstack;
 use std::path::Path;
@@ -36,14 +37,65 @@ pub fn attach(
     backend: Option<&str>,
     spec: Option<&str>,
 ) -> Result<()> {
-    if let Some(t) = spec {
-        // Refused here with the same words hv would use, before connecting.
-        VifSpec::parse(t).map_err(|e| anyhow!("vifspec {t:?}: {e}"))?;
-    }
-    let h = toolstack(rd)?
+    // Refused here with the same words hv would use, before connecting.
+    let parsed = spec
+        .map(|t| VifSpec::parse(t).map_err(|e| anyhow!("vifspec {t:?}: {e}")))
+        .transpose()?;
+    let mut ts = toolstack(rd)?;
+    let h = ts
         .network_attach_spec(guest, mac, backend, spec)
         .map_err(|e| anyhow!("attaching a vif to {guest}: {e}"))?;
+    if parsed.is_some_and(|p| p.vhost_user) {
+        let v = vhost_vif(&mut ts, guest)?
+            .ok_or_else(|| anyhow!("hv lists no vhost-user vif {guest} after attaching it"))?;
+        print!("{guest}: vhost-user vif listening\n{}", v.vmm_args_text());
+        return Ok(());
+    }
     println!("{guest}: vif {h} connected as eth{h}");
+    Ok(())
+}
+
+/// vhost-user vif `name` (a VM's or a `nic = "virtio"` guest's), as hv's
+/// `status` names it; None: there is none.
+fn vhost_vif(ts: &mut Toolstack, name: &str) -> Result<Option<VhostVif>> {
+    let st = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let key = format!("vhost.{name}");
+    Ok(st.info.get(&key).and_then(|v| VhostVif::from_info(&key, v)))
+}
+
+/// `splitnet vm-args NAME`: the QEMU and Cloud Hypervisor arguments that
+/// connect a VM to its vhost-user vif.
+pub fn vm_args(rd: &Path, name: &str, qemu: bool, cloud_hypervisor: bool) -> Result<()> {
+    match vhost_vif(&mut toolstack(rd)?, name)? {
+        Some(v) if v.guest => bail!(
+            "{name} is a nic = \"virtio\" guest: its virtio-net frontend runs in the guest, not in a VMM"
+        ),
+        Some(v) => {
+            match (qemu, cloud_hypervisor) {
+                (true, _) => println!("{}", v.qemu_args().join(" ")),
+                (_, true) => println!("{}", v.cloud_hypervisor_args().join(" ")),
+                _ => print!("{}", v.vmm_args_text()),
+            }
+            Ok(())
+        }
+        None => bail!("{name} has no vhost-user vif (declare it with kind = \"vm\" or `network-attach {name} 'type=vhost-user,socket=..,mac=..'`)"),
+    }
+}
+
+/// `network-detach VM [MAC]`: removes VM `name`'s vhost-user vif; `vif`,
+/// if a MAC, must be its MAC.
+fn detach_vm(ts: &mut Toolstack, v: &VhostVif, vif: &str) -> Result<()> {
+    let name = &v.name;
+    let ok = vif.eq_ignore_ascii_case(&v.mac) || matches!(vif, "0" | "eth0");
+    if !ok {
+        bail!("{name}'s vhost-user vif has MAC {}, not {vif}", v.mac);
+    }
+    ts.network_detach(name, 0)
+        .map_err(|e| anyhow!("detaching {name}'s vhost-user vif: {e}"))?;
+    println!(
+        "{name}: vhost-user vif detached; {} is gone",
+        v.socket.display()
+    );
     Ok(())
 }
 
@@ -51,6 +103,9 @@ pub fn attach(
 /// running guest.
 pub fn detach(rd: &Path, guest: &str, vif: &str) -> Result<()> {
     let mut ts = toolstack(rd)?;
+    if let Some(v) = vhost_vif(&mut ts, guest)? {
+        return detach_vm(&mut ts, &v, vif);
+    }
     let h = match abi::xenbus::parse_mac(vif) {
         Ok(_) => vifs_of(&mut ts, guest)?
             .iter()
@@ -150,12 +205,48 @@ fn read_row(ts: &mut Toolstack, handle: u32, fe: &str, be: &str) -> VifRow {
 /// `splitnet network-list GUEST`: the guest's vifs as `xl network-list`
 /// prints them, with their options; `--json` prints the rows as JSON.
 pub fn list(rd: &Path, guest: &str, json: bool) -> Result<()> {
-    let rows = vifs_of(&mut toolstack(rd)?, guest)?;
+    let mut ts = toolstack(rd)?;
+    if let Some(v) = vhost_vif(&mut ts, guest)? {
+        return list_vm(&v, json);
+    }
+    let rows = vifs_of(&mut ts, guest)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     print!("{}", table(&rows));
+    Ok(())
+}
+
+/// `network-list VM`: its vhost-user vif, one line (or a JSON object in a list).
+fn list_vm(v: &VhostVif, json: bool) -> Result<()> {
+    if json {
+        let row = serde_json::json!([{
+            "handle": 0,
+            "type": "vhost-user",
+            "backend": v.backend,
+            "mac": v.mac,
+            "socket": v.socket.display().to_string(),
+            "bridge": v.bridge(),
+            "vlan": v.vlan,
+        }]);
+        println!("{}", serde_json::to_string_pretty(&row)?);
+        return Ok(());
+    }
+    println!(
+        "{:<3} {:<10} {:<17} {:<10} {:<8} {:<5} SOCKET",
+        "Idx", "BE", "Mac Addr.", "type", "bridge", "vlan"
+    );
+    println!(
+        "{:<3} {:<10} {:<17} {:<10} {:<8} {:<5} {}",
+        0,
+        v.backend,
+        v.mac,
+        "vhost-user",
+        v.bridge(),
+        v.vlan.map_or("-".into(), |n| n.to_string()),
+        v.socket.display()
+    );
     Ok(())
 }
 

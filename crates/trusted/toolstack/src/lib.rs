@@ -12,11 +12,14 @@
 //! - [`uplink`]: driver domains' uplinks (`[[port]]`: host NIC, macvlan,
 //!   nat, route), their undo journal and keeper;
 //! - [`status`], [`metrics`], [`listen`], [`top`]: what the user is told
-//!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables);
+//!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables;
+//!   `vhost_status` its vhost-user vifs);
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
 //! - [`vifspec`]: xl's vif syntax, for the topology and network-attach;
-//! - [`vifscript`]: a vif's hotplug script (`script=`), run in its driver domain.
+//! - [`vifscript`]: a vif's hotplug script (`script=`), run in its driver domain;
+//! - [`vm`]: vhost-user vifs (`kind = "vm"`, `nic = "virtio"`): their
+//!   sockets, store entries and the VMM arguments that reach them.
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -31,5 +34,7 @@ pub mod top;
 pub mod topology;
 pub mod tuning;
 pub mod uplink;
+mod vhost_status;
 pub mod vifscript;
 pub mod vifspec;
+pub mod vm;

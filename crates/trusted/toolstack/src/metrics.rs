@@ -702,7 +702,68 @@ pub fn render(st: &Value) -> String {
             e.counter(name, help, tl, &t[k]);
         }
     }
+    vhost_vifs(&mut e, st);
     e.text()
+}
+
+/// The vhost-user vifs (VMs and `nic = "virtio"` guests): declaration,
+/// connection, traffic, drops and refused connections by reason, as the
+/// driver domain serving each published them.
+fn vhost_vifs(e: &mut Exposition, st: &Value) {
+    for v in st["vhost_vifs"].as_array().into_iter().flatten() {
+        let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
+        let (name, kind, backend, mac, socket) = (
+            text("name"),
+            text("kind"),
+            text("backend_name"),
+            text("mac"),
+            text("socket"),
+        );
+        e.gauge(
+            "splitnet_vhost_vif_info",
+            "A vhost-user vif's kind (vm or guest), driver domain, MAC and socket (always 1).",
+            &[
+                ("vm", &name),
+                ("kind", &kind),
+                ("backend", &backend),
+                ("mac", &mac),
+                ("socket", &socket),
+            ],
+            &Value::from(1),
+        );
+        let l: &Labels<'_> = &[("vm", &name)];
+        e.gauge(
+            "splitnet_vhost_connected",
+            "Whether a frontend is connected to the vhost-user vif (1) or not (0).",
+            l,
+            &v["connected"],
+        );
+        for (k, help) in [
+            (
+                "rx_packets",
+                "Frames the driver domain delivered to the VM.",
+            ),
+            ("rx_bytes", "Bytes the driver domain delivered to the VM."),
+            ("tx_packets", "Frames the VM sent."),
+            ("tx_bytes", "Bytes the VM sent."),
+        ] {
+            e.counter(&format!("splitnet_vhost_{k}_total"), help, l, &v[k]);
+        }
+        e.by_key(
+            "splitnet_vhost_drops_total",
+            "Frames a vhost-user vif dropped, by reason.",
+            l,
+            "reason",
+            &v["drops"],
+        );
+        e.by_key(
+            "splitnet_vhost_refused_total",
+            "Connections a vhost-user vif closed, by reason.",
+            l,
+            "reason",
+            &v["refused"],
+        );
+    }
 }
 
 /// A JSON number (or boolean, as 0 or 1) as a sample value.
@@ -798,6 +859,56 @@ fn samples(text: &str) -> Vec<(String, serde_json::Map<String, Value>, f64)> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn vhost_vifs_render_what_their_driver_domain_published() {
+        let st = json!({"vhost_vifs": [
+            {"name": "vm1", "kind": "vm", "backend_name": "drv", "mac": "52:54:00:12:34:56",
+             "socket": "/run/splitnet/vm1.sock", "connected": true, "rx_packets": 3,
+             "tx_bytes": 400, "drops": {"no_rx_buffer": 2}, "refused": {"unknown_message": 1}},
+            {"name": "vm2", "kind": "vm", "backend_name": "drv", "connected": null},
+        ]});
+        let text = render(&st);
+        let vm1 = [("vm", "vm1")];
+        assert_eq!(value(&text, "splitnet_vhost_connected", &vm1), Some(1.0));
+        assert_eq!(
+            value(&text, "splitnet_vhost_rx_packets_total", &vm1),
+            Some(3.0)
+        );
+        assert_eq!(
+            value(&text, "splitnet_vhost_tx_bytes_total", &vm1),
+            Some(400.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "splitnet_vhost_drops_total",
+                &[("vm", "vm1"), ("reason", "no_rx_buffer")]
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "splitnet_vhost_refused_total",
+                &[("vm", "vm1"), ("reason", "unknown_message")]
+            ),
+            Some(1.0)
+        );
+        // What vm2's driver domain did not publish is absent, not zero.
+        assert_eq!(
+            value(&text, "splitnet_vhost_connected", &[("vm", "vm2")]),
+            None
+        );
+        assert_eq!(
+            value(
+                &text,
+                "splitnet_vhost_vif_info",
+                &[("vm", "vm2"), ("kind", "vm")]
+            ),
+            Some(1.0)
+        );
+    }
 
     #[test]
     fn label_values_are_escaped() {

@@ -175,6 +175,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     let mut ts = Toolstack::connect(&socket_path(rd)).map_err(|e| anyhow!("{e}"))?;
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
     let vif_list = vifs(&mut ts, &s);
+    let vhost_vifs = crate::vhost_status::collect(&mut ts, &s);
     let domains: Vec<Value> = s
         .domains
         .iter()
@@ -192,6 +193,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
         "domains": domains,
         "hosts": hosts,
         "vifs": vif_list,
+        "vhost_vifs": vhost_vifs,
         "ports": ports,
         "bridges": bridges,
         "store_nodes": s.store_nodes,
@@ -555,6 +557,7 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     print_emulated_nics(domains);
     print_ports(&v);
     print_vifs(v["vifs"].as_array().unwrap_or(&empty));
+    crate::vhost_status::print(v["vhost_vifs"].as_array().unwrap_or(&empty));
     print_hypercalls(&v["counters"]);
     Ok(())
 }

@@ -23,6 +23,7 @@ use crate::topology::{
 use crate::uplink::{UplinkKind, Uplinks};
 use crate::vifscript::{self, ScriptCall};
 use crate::vifspec::VifSpec;
+use crate::vm::{check_mac, check_vm_name, VhostVif};
 use abi::xenbus::{self, XenbusState};
 use hv::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
 use hv::error::{ErrorKind, HvError, HvResult};
@@ -67,6 +68,9 @@ struct State {
     crashes: HashMap<String, Vec<Instant>>,
     /// MACs handed to hot-plugged vifs so far.
     macs_given: u32,
+    /// Every vhost-user vif: the topology's VMs and `nic = "virtio"`
+    /// guests, and VMs attached since.
+    vhost: Vec<VhostVif>,
 }
 
 /// The daemon's supervisor; hv calls it for the toolstack requests that
@@ -96,6 +100,7 @@ impl Supervisor {
         uplinks: Arc<Uplinks>,
     ) -> Arc<Supervisor> {
         let vifs = topology.vifs();
+        let vhost = topology.vhost_vifs(&run_dir);
         Arc::new(Supervisor {
             hv: Arc::downgrade(hv),
             topology,
@@ -105,6 +110,7 @@ impl Supervisor {
             uplinks,
             state: Mutex::new(State {
                 vifs,
+                vhost,
                 ..State::default()
             }),
             changed: Condvar::new(),
@@ -146,7 +152,7 @@ impl Supervisor {
         // configuration in the store when its process starts, and its
         // namespaces are made for its id (crate::jail: its uid on the host).
         let mut created = Vec::new();
-        for d in &self.topology.domains {
+        for d in self.topology.hv_domains() {
             let (domid, sock, cg) = self.create(&hv, d)?;
             created.push((d, domid, sock, cg));
         }
@@ -163,6 +169,11 @@ impl Supervisor {
         let vifs = self.lock().vifs.clone();
         for v in &vifs {
             self.plumb(&hv, v)?;
+        }
+        // hv listens before a driver domain asks for a listener.
+        let vhost = self.lock().vhost.clone();
+        for v in &vhost {
+            vhost_listen(&hv, v)?;
         }
         self.show_uplinks(&hv);
         for (d, domid, sock, cg) in created {
@@ -245,6 +256,17 @@ impl Supervisor {
         }
         if d.kind == DomainKind::Driver {
             crate::uplink::write_store(&mut ts, &home, &self.topology.uplinks_of(&d.name))?;
+            let vhost = self.lock().vhost.clone();
+            for v in vhost.iter().filter(|v| v.backend == d.name) {
+                write_vhost(&mut ts, id, v)?;
+            }
+        }
+        if d.nic == Nic::Virtio {
+            let vhost = self.lock().vhost.clone();
+            if let Some(v) = vhost.iter().find(|v| v.guest && v.name == d.name) {
+                ts.write(&format!("{home}/nic"), Nic::Virtio.as_str())?;
+                ts.write(&format!("{home}/nic-mac"), &v.mac)?;
+            }
         }
         ts.write(
             &format!("{home}/port-offload"),
@@ -677,7 +699,12 @@ impl Supervisor {
     /// running again and its vifs are connected.
     fn restart(&self, name: &str) -> HvResult<()> {
         let hv = self.hv()?;
-        self.config(name)?;
+        if self.config(name)?.kind == DomainKind::Vm {
+            return Err(fail(
+                ErrorKind::Invalid,
+                format!("{name} is a VM: hv runs nothing for it (restart its VMM; it reconnects)"),
+            ));
+        }
         let old = Self::domid(&hv, name)?;
         let starts = self.lock().starts.get(name).copied().unwrap_or(0);
         self.lock()
@@ -738,6 +765,9 @@ impl Supervisor {
                 *slot = Some(g);
             }
         }
+        if vs.vhost_user {
+            return self.attach_vm(&hv, guest, vs).map(|()| 0);
+        }
         let v = self.new_vif(&hv, guest, vs)?;
         // A vif whose hotplug script failed never came online: it goes
         // without the closing handshake (nor an `offline` run).
@@ -750,6 +780,84 @@ impl Supervisor {
             return Err(e);
         }
         Ok(v.handle)
+    }
+
+    /// `network-attach NAME 'type=vhost-user,...'`: declares external VM
+    /// `name`'s vhost-user vif: hv listens on its socket and its driver
+    /// domain (if running) learns of it from the store.
+    fn attach_vm(&self, hv: &Arc<Hypervisor>, name: &str, vs: VifSpec) -> HvResult<()> {
+        let bad = |m: String| fail(ErrorKind::Invalid, m);
+        check_vm_name(name).map_err(bad)?;
+        if let Ok(d) = self.config(name) {
+            return Err(bad(format!(
+                "{name} is a {} of the topology; a vhost-user vif is named after its own VM",
+                d.kind.as_str()
+            )));
+        }
+        let backend = match vs.backend {
+            Some(b) => b,
+            None => self.default_backend(name)?,
+        };
+        if self.config(&backend)?.kind != DomainKind::Driver {
+            return Err(bad(format!("{backend} is not a driver domain")));
+        }
+        let mac = check_mac(vs.mac.as_deref().unwrap_or_default()).map_err(bad)?;
+        let v = VhostVif {
+            name: name.to_string(),
+            backend,
+            socket: vs.socket.unwrap_or_default().into(),
+            mac,
+            bridge: vs.opts.bridge,
+            vlan: vs.opts.vlan,
+            guest: false,
+        };
+        let mut st = self.lock();
+        if st.vhost.iter().any(|x| x.name == v.name) {
+            return Err(fail(
+                ErrorKind::InUse,
+                format!("vhost-user vif {name} exists"),
+            ));
+        }
+        let macs = st
+            .vifs
+            .iter()
+            .map(|x| &x.mac)
+            .chain(st.vhost.iter().map(|x| &x.mac));
+        if macs.into_iter().any(|m| m.eq_ignore_ascii_case(&v.mac)) {
+            return Err(bad(format!("MAC {} is in use", v.mac)));
+        }
+        vhost_listen(hv, &v).map_err(bad)?;
+        if let Some(b) = hv.domid_of(&v.backend) {
+            if let Err(e) = write_vhost(&mut Store::new(hv), b, &v) {
+                hv.vhost_remove(&v.name);
+                hv.remove_info(&v.info_key());
+                return Err(fail(ErrorKind::Internal, e));
+            }
+        }
+        st.vhost.push(v);
+        Ok(())
+    }
+
+    /// `network-detach NAME`: VM `name`'s vhost-user vif goes: its store
+    /// node (the driver domain closes its port), then hv's listener and
+    /// its socket file. None: `name` has no such vif.
+    fn detach_vm(&self, hv: &Arc<Hypervisor>, name: &str) -> Option<HvResult<()>> {
+        let mut st = self.lock();
+        let i = st.vhost.iter().position(|v| v.name == name)?;
+        if st.vhost[i].guest {
+            return Some(Err(fail(
+                ErrorKind::Invalid,
+                format!("{name}'s virtio NIC is part of the guest (nic = \"virtio\"); it goes with the guest"),
+            )));
+        }
+        let v = st.vhost.remove(i);
+        drop(st);
+        if let Some(b) = hv.domid_of(&v.backend) {
+            let _ = Store::new(hv).rm(&v.store_path(&home_of(b)));
+        }
+        hv.vhost_remove(&v.name);
+        hv.remove_info(&v.info_key());
+        Some(Ok(()))
     }
 
     /// Checks what `vs` asks for guest `guest` (a driver domain, a free
@@ -1078,6 +1186,23 @@ fn free_handle(vifs: &[VifConfig], g: &DomainConfig, devid: Option<u32>) -> HvRe
     Ok(handle)
 }
 
+/// hv listens for vhost-user vif `v`; `status` names it.
+fn vhost_listen(hv: &Hypervisor, v: &VhostVif) -> Result<(), String> {
+    hv.vhost_add(v.hv_spec())
+        .map_err(|e| format!("vhost-user vif {}: {e}", v.name))?;
+    hv.set_info(&v.info_key(), &v.info_value());
+    Ok(())
+}
+
+/// Writes vhost-user vif `v`'s node in driver domain `b`'s home: the
+/// driver domain may read it, not change it; no guest reads another
+/// domain's home.
+fn write_vhost(ts: &mut Store<'_>, b: DomId, v: &VhostVif) -> Result<(), String> {
+    let path = v.store_path(&home_of(b));
+    ts.write(&path, &v.store_value())?;
+    ts.set_perms(&path, &["n0".to_string(), format!("r{b}")])
+}
+
 /// Domain `b`'s home in the store.
 fn home_of(b: DomId) -> String {
     format!("/local/domain/{b}/splitnet")
@@ -1137,7 +1262,11 @@ impl SupervisorHook for Supervisor {
                 .attach(&guest, mac, backend, spec)
                 .map(|h| Reply::Value(h.to_string().into_bytes())),
             Request::NetworkDetach { guest, handle } => {
-                self.detach(&guest, handle).map(|()| Reply::Done)
+                let hv = self.hv()?;
+                match self.detach_vm(&hv, &guest) {
+                    Some(r) => r.map(|()| Reply::Done),
+                    None => self.detach(&guest, handle).map(|()| Reply::Done),
+                }
             }
             other => Err(fail(
                 ErrorKind::Invalid,

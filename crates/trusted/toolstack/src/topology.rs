@@ -38,6 +38,9 @@ fn default_name() -> String {
 pub enum DomainKind {
     Driver,
     Guest,
+    /// An external VM served over vhost-user (`crate::vm`): hv runs no
+    /// process for it; its driver domain listens on its socket.
+    Vm,
 }
 
 impl DomainKind {
@@ -45,6 +48,7 @@ impl DomainKind {
         match self {
             DomainKind::Driver => "driver",
             DomainKind::Guest => "guest",
+            DomainKind::Vm => "vm",
         }
     }
 }
@@ -132,6 +136,12 @@ pub struct DomainConfig {
     /// Event channels the domain may hold (Xen's `max_event_channels`);
     /// by default enough for every vif it can hold ([`DomainConfig::quotas`]).
     pub max_event_channels: Option<u32>,
+    /// VMs: the vhost-user socket the driver domain listens on (absolute).
+    pub socket: Option<String>,
+    /// VMs: the driver domain's bridge the VM joins (default xenbr0).
+    pub bridge: Option<String>,
+    /// VMs: an access VLAN (1..=4094); none: untagged.
+    pub vlan: Option<u16>,
 }
 
 /// Where an HVM guest's virtual PIC pair lives (`hvm_pic`).
@@ -178,6 +188,9 @@ pub enum Nic {
     /// An emulated Am79C970A behind hv's I/O-request relay and a device model
     /// (Zhang & Dong).
     Hvm,
+    /// virtio-net: the guest runs a vhost-user frontend over its own
+    /// memory, served by its driver domain's vhost-user backend like a VM.
+    Virtio,
 }
 
 impl Nic {
@@ -186,12 +199,13 @@ impl Nic {
             Nic::Vif => "vif",
             Nic::Hosted => "hosted",
             Nic::Hvm => "hvm",
+            Nic::Virtio => "virtio",
         }
     }
 }
 
 /// Guest number `i`'s MAC: the configured one or 00:16:3e:5e:<i+1 as two bytes>.
-fn guest_mac(d: &DomainConfig, i: usize) -> String {
+pub(crate) fn guest_mac(d: &DomainConfig, i: usize) -> String {
     let n = i + 1;
     d.mac
         .clone()
@@ -320,7 +334,7 @@ impl DomainConfig {
     pub fn restart_policy(&self) -> Restart {
         self.restart.unwrap_or(match self.kind {
             DomainKind::Driver => Restart::OnCrash,
-            DomainKind::Guest => Restart::Never,
+            DomainKind::Guest | DomainKind::Vm => Restart::Never,
         })
     }
 }
@@ -575,6 +589,7 @@ impl DomainConfig {
                 self.memory_frames.saturating_sub(DRIVER_BASE_FRAMES) / DRIVER_FRAMES_PER_VIF
             }
             DomainKind::Guest => MAX_GUEST_VIFS,
+            DomainKind::Vm => 0,
         }
     }
 
@@ -922,6 +937,10 @@ impl Topology {
             origin: origin.into(),
             message: e.to_string().trim_end().into(),
         })?;
+        crate::vm::check_vm_keys(text).map_err(|message| TopologyError::Invalid {
+            origin: origin.into(),
+            message,
+        })?;
         t.fill_memory();
         t.validate().map_err(|message| TopologyError::Invalid {
             origin: origin.into(),
@@ -940,6 +959,12 @@ impl Topology {
             if !seen.insert(d.name.as_str()) {
                 return Err(format!("domain name {:?} is used twice", d.name));
             }
+            if d.kind == DomainKind::Vm {
+                crate::vm::check_vm(d)?;
+                self.backend_of(d)?;
+                continue;
+            }
+            crate::vm::check_not_vm(d)?;
             check_domain_settings(d)?;
         }
         let vifs = self.vifs_unchecked()?;
@@ -955,6 +980,7 @@ impl Topology {
                 ));
             }
         }
+        crate::vm::check_unique(self, &mut macs)?;
         if let Some(w) = &self.wire {
             self.check_wire(w, &seen)?;
         }
@@ -1008,7 +1034,7 @@ impl Topology {
             .filter(|d| d.kind == DomainKind::Guest)
             .enumerate()
         {
-            if d.nic == Nic::Vif {
+            if !matches!(d.nic, Nic::Hosted | Nic::Hvm) {
                 continue;
             }
             let Ok(backend) = self.backend_of(d) else {
@@ -1030,8 +1056,8 @@ impl Topology {
         out
     }
 
-    /// The driver domain serving guest `d`.
-    fn backend_of(&self, d: &DomainConfig) -> Result<String, String> {
+    /// The driver domain serving guest (or VM) `d`.
+    pub(crate) fn backend_of(&self, d: &DomainConfig) -> Result<String, String> {
         let drivers: Vec<&str> = self
             .domains
             .iter()
@@ -1069,7 +1095,7 @@ impl Topology {
                 self.backend_of(d)?;
                 if !d.vif.is_empty() {
                     return Err(format!(
-                        "domain {:?}: vif = [...] lists virtual NICs; nic = {:?} has an emulated one",
+                        "domain {:?}: vif = [...] lists virtual NICs; nic = {:?} has one of its own",
                         d.name,
                         d.nic.as_str()
                     ));
@@ -1133,6 +1159,8 @@ impl Topology {
                     let n = vifs.iter().filter(|v| v.backend == d.name).count() as u32;
                     DRIVER_BASE_FRAMES + DRIVER_FRAMES_PER_VIF * n
                 }
+                // hv gives a VM nothing: its memory is its own VMM's.
+                DomainKind::Vm => continue,
             };
             let frames = need.max(DEFAULT_FRAMES);
             d.memory_frames = if d.hugepages {
@@ -1612,7 +1640,7 @@ mod vif_list_tests {
             ),
             (
                 "backend = \"drv\"\nnic = \"hosted\"\nvif = [\"\"]\n",
-                "emulated one",
+                "has one of its own",
             ),
             ("memory_frames = 0\n", "memory_frames must be 1..=1048576"),
             (

@@ -17,7 +17,15 @@ pub struct VifSpec {
     /// The device number (`device/vif/<devid>`); None: the lowest free one.
     pub devid: Option<u32>,
     pub opts: VifOptions,
+    /// `type=vhost-user`: an external VM's vif, served over vhost-user at
+    /// `socket` (`network-attach` only; see `crate::vm`).
+    pub vhost_user: bool,
+    /// `socket=`: where a vhost-user vif's driver domain listens.
+    pub socket: Option<String>,
 }
+
+/// The keys a `type=vhost-user` vifspec takes.
+const VHOST_USER_KEYS: [&str; 6] = ["type", "socket", "mac", "bridge", "vlan", "backend"];
 
 /// xl's credit interval when `rate` names none (xl-network-configuration(5)).
 pub const DEFAULT_RATE_INTERVAL_US: u64 = 50_000;
@@ -34,10 +42,6 @@ const MAX_IFNAME: usize = 15;
 
 /// xl keys splitnet knows and does not implement, with what to use instead.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "type",
-        "emulated NICs are chosen with the guest's `nic` key",
-    ),
     (
         "model",
         "emulated NICs are chosen with the guest's `nic` key",
@@ -77,7 +81,36 @@ impl VifSpec {
             seen.push(key);
             spec.set(key, value)?;
         }
+        spec.check_vhost_user(&seen)?;
         Ok(spec)
+    }
+
+    /// A `type=vhost-user` vif takes a socket and a MAC, and only the
+    /// keys that apply to a VM; `socket=` needs `type=vhost-user`.
+    fn check_vhost_user(&self, keys: &[&str]) -> Result<(), String> {
+        if !self.vhost_user {
+            return match self.socket {
+                Some(_) => Err("vif option `socket` is for a VM's vif: add type=vhost-user".into()),
+                None => Ok(()),
+            };
+        }
+        if let Some(k) = keys.iter().find(|k| !VHOST_USER_KEYS.contains(k)) {
+            return Err(format!(
+                "vif option `{k}` does not apply to type=vhost-user, which takes {}",
+                VHOST_USER_KEYS.join(", ")
+            ));
+        }
+        for (k, given) in [
+            ("socket", self.socket.is_some()),
+            ("mac", self.mac.is_some()),
+        ] {
+            if !given {
+                return Err(format!(
+                    "type=vhost-user needs {k}= (e.g. type=vhost-user,socket=/run/splitnet/vm2.sock,mac=52:54:00:12:34:56)"
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn set(&mut self, key: &str, v: &str) -> Result<(), String> {
@@ -93,6 +126,11 @@ impl VifSpec {
             "vlan" => o.vlan = Some(parse_in_range(key, v, VLAN_RANGE)?),
             "mtu" => o.mtu = Some(parse_in_range(key, v, MTU_RANGE)?),
             "script" => o.script = Some(parse_script(v)?),
+            "type" => self.vhost_user = parse_type(v)?,
+            "socket" => {
+                crate::vm::check_socket(v).map_err(|e| format!("vif option `socket`: {e}"))?;
+                self.socket = Some(v.to_string());
+            }
             _ => return Err(unknown_key(key)),
         }
         Ok(())
@@ -109,8 +147,18 @@ fn unknown_key(key: &str) -> String {
         );
     }
     format!(
-        "unknown vif option `{key}`: splitnet accepts mac, bridge, backend, vifname, devid, ip, rate, vlan, mtu and script"
+        "unknown vif option `{key}`: splitnet accepts mac, bridge, backend, vifname, devid, ip, rate, vlan, mtu, script, and type and socket for a VM's vhost-user vif"
     )
+}
+
+/// `type`: xl's `vif` (the default), or `vhost-user` for a VM.
+fn parse_type(v: &str) -> Result<bool, String> {
+    match v {
+        "vif" => Ok(false),
+        "vhost-user" => Ok(true),
+        "ioemu" => Err("vif option `type` is not supported by splitnet as \"ioemu\" (emulated NICs are chosen with the guest's `nic` key; type=vhost-user declares a VM's vif)".into()),
+        _ => Err(format!("vif option `type` = {v:?}: give vif or vhost-user")),
+    }
 }
 
 fn parse_mac(v: &str) -> Result<String, String> {
@@ -136,7 +184,7 @@ fn parse_devid(v: &str) -> Result<u32, String> {
         })
 }
 
-fn parse_ifname(key: &str, v: &str) -> Result<String, String> {
+pub(crate) fn parse_ifname(key: &str, v: &str) -> Result<String, String> {
     let ok = !v.is_empty()
         && v.len() <= MAX_IFNAME
         && v.chars()
@@ -450,7 +498,6 @@ mod tests {
     #[test]
     fn xl_keys_splitnet_lacks_are_refused_by_name() {
         for key in [
-            "type",
             "model",
             "gatewaydev",
             "netdev",
@@ -464,6 +511,65 @@ mod tests {
                 e.contains(&format!("`{key}` is not supported by splitnet")),
                 "{e}"
             );
+        }
+    }
+
+    #[test]
+    fn a_vhost_user_vif_takes_a_socket_and_a_mac_and_only_a_vms_keys() {
+        let v = VifSpec::parse(
+            "type=vhost-user,socket=/run/splitnet/vm2.sock,mac=52:54:00:AA:00:02,bridge=xenbr1,vlan=20,backend=drv",
+        )
+        .unwrap();
+        assert!(v.vhost_user);
+        assert_eq!(v.socket.as_deref(), Some("/run/splitnet/vm2.sock"));
+        assert_eq!(v.mac.as_deref(), Some("52:54:00:aa:00:02"));
+        assert_eq!(v.opts.bridge.as_deref(), Some("xenbr1"));
+        assert_eq!((v.opts.vlan, v.backend.as_deref()), (Some(20), Some("drv")));
+        assert!(!VifSpec::parse("type=vif,mtu=9000").unwrap().vhost_user);
+        let ok = "type=vhost-user,socket=/run/splitnet/vm2.sock,mac=52:54:00:00:00:02";
+        for (text, needle) in [
+            (
+                format!("{ok},mtu=9000"),
+                "vif option `mtu` does not apply to type=vhost-user",
+            ),
+            (format!("{ok},ip=10.0.0.1"), "`ip` does not apply"),
+            (format!("{ok},devid=1"), "`devid` does not apply"),
+            (
+                "type=vhost-user,mac=52:54:00:00:00:02".into(),
+                "type=vhost-user needs socket=",
+            ),
+            (
+                "type=vhost-user,socket=/run/x.sock".into(),
+                "type=vhost-user needs mac=",
+            ),
+            ("socket=/run/x.sock".into(), "add type=vhost-user"),
+            (
+                "type=vhost-user,socket=vm2.sock,mac=52:54:00:00:00:02".into(),
+                "must be an absolute path",
+            ),
+            (
+                "type=vhost-user,socket=/run/../x.sock,mac=52:54:00:00:00:02".into(),
+                "without `..`",
+            ),
+            (
+                format!(
+                    "type=vhost-user,socket=/{},mac=52:54:00:00:00:02",
+                    "a".repeat(120)
+                ),
+                "holds at most 107",
+            ),
+            (
+                "type=vhost-user,socket=/run/x.sock,mac=01:00:5e:00:00:01".into(),
+                "multicast",
+            ),
+            (
+                "type=ioemu".into(),
+                "`type` is not supported by splitnet as \"ioemu\"",
+            ),
+            ("type=virtio".into(), "give vif or vhost-user"),
+        ] {
+            let e = err(&text);
+            assert!(e.contains(needle), "{text}: {e:?} lacks {needle:?}");
         }
     }
 }

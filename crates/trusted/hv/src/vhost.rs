@@ -1,0 +1,265 @@
+//! vhost-user vifs' listening sockets. A VM (or a `nic = "virtio"` guest)
+//! reaches its driver domain's vhost-user backend through a Unix stream
+//! socket. hv, not the driver domain, owns that socket: it creates the
+//! listener when the vif is declared and keeps it until the vif goes, so a
+//! restarted driver domain takes the same listener again, and QEMU's
+//! `reconnect=1` finds the path it knew. The driver domain gets a duplicate
+//! of the listener ([`Request::VhostListener`]); a `nic = "virtio"` guest
+//! gets a connected client ([`Request::VhostConnect`]), never the path.
+//!
+//! [`Request::VhostListener`]: crate::proto::Request::VhostListener
+//! [`Request::VhostConnect`]: crate::proto::Request::VhostConnect
+
+use crate::core::Hypervisor;
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::proto::DomId;
+use std::collections::BTreeMap;
+use std::io::ErrorKind as IoKind;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// A vhost-user vif as hv needs it: where it listens, and who may use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VhostSpec {
+    /// The vif's name (the VM's or the guest's domain name).
+    pub name: String,
+    /// The socket path the frontend connects to (absolute).
+    pub socket: PathBuf,
+    /// The driver domain (by name) that serves it: it alone gets the listener.
+    pub backend: String,
+    /// The `nic = "virtio"` guest (by name) whose vif this is: it alone may
+    /// connect through hv. None: an external VM, which connects by path.
+    pub guest: Option<String>,
+}
+
+/// One live listener: the socket, and the file's identity, so that only
+/// hv's own socket file is unlinked.
+struct Listener {
+    spec: VhostSpec,
+    sock: UnixListener,
+    dev_ino: (u64, u64),
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // The file is ours only if it is still the inode we bound.
+        let ours = std::fs::symlink_metadata(&self.spec.socket)
+            .is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino);
+        if ours {
+            let _ = std::fs::remove_file(&self.spec.socket);
+        }
+    }
+}
+
+/// Every vhost-user vif's listener, by vif name.
+#[derive(Default)]
+pub(crate) struct VhostListeners(Mutex<BTreeMap<String, Listener>>);
+
+impl VhostListeners {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Listener>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes every listener and removes its socket file.
+    pub(crate) fn clear(&self) {
+        let all = std::mem::take(&mut *self.lock());
+        drop(all);
+    }
+}
+
+fn invalid(msg: String) -> HvError {
+    HvError::new(ErrorKind::Invalid, msg)
+}
+
+/// Makes `path` free for a new socket: a missing parent directory is
+/// created; a stale socket (nobody listens) is removed; a live socket or
+/// anything that is not a socket is refused.
+fn clear_path(path: &Path) -> HvResult<()> {
+    if !path.is_absolute() {
+        return err(
+            ErrorKind::Invalid,
+            format!(
+                "vhost-user socket {} is not an absolute path",
+                path.display()
+            ),
+        );
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            invalid(format!(
+                "creating {} for a vhost-user socket: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
+        Err(e) => return err(ErrorKind::Invalid, format!("{}: {e}", path.display())),
+    };
+    if !meta.file_type().is_socket() {
+        return err(
+            ErrorKind::Invalid,
+            format!(
+                "{} exists and is not a socket; remove it or choose another socket path",
+                path.display()
+            ),
+        );
+    }
+    // A probe that never waits: a full backlog is a listener too.
+    match sys::connect_stream_nonblocking(path) {
+        Ok(_) => in_use(path),
+        Err(e) if e.kind() == IoKind::WouldBlock => in_use(path),
+        Err(e) if e.kind() == IoKind::ConnectionRefused => std::fs::remove_file(path)
+            .map_err(|e| invalid(format!("removing stale socket {}: {e}", path.display()))),
+        Err(e) => err(
+            ErrorKind::Invalid,
+            format!("{}: cannot tell whether it is in use: {e}", path.display()),
+        ),
+    }
+}
+
+fn in_use(path: &Path) -> HvResult<()> {
+    err(
+        ErrorKind::InUse,
+        format!(
+            "{} is in use: something listens on it; stop it or choose another socket path",
+            path.display()
+        ),
+    )
+}
+
+fn listen(spec: VhostSpec) -> HvResult<Listener> {
+    clear_path(&spec.socket)?;
+    let path = spec.socket.display().to_string();
+    let sock = UnixListener::bind(&spec.socket)
+        .map_err(|e| invalid(format!("listening on {path}: {e}")))?;
+    // The driver domain polls it in its main loop.
+    sock.set_nonblocking(true)
+        .map_err(|e| HvError::internal("vhost listener", e))?;
+    let meta = std::fs::symlink_metadata(&spec.socket)
+        .map_err(|e| HvError::internal("vhost listener", e))?;
+    Ok(Listener {
+        spec,
+        sock,
+        dev_ino: (meta.dev(), meta.ino()),
+    })
+}
+
+impl Hypervisor {
+    /// Declares vhost-user vif `spec`: hv listens on its socket from now
+    /// until [`Hypervisor::vhost_remove`]. A path in use or that is not a
+    /// socket is refused; a stale socket file is replaced.
+    pub fn vhost_add(&self, spec: VhostSpec) -> HvResult<()> {
+        self.vhost_free(&spec)?;
+        // The path is probed and bound without the lock; a vif that took
+        // the name meanwhile wins, and this listener goes with its file.
+        let l = listen(spec)?;
+        self.vhost_free(&l.spec)?;
+        self.vhost.lock().insert(l.spec.name.clone(), l);
+        Ok(())
+    }
+
+    /// Refuses `spec` if its name or its socket is a vif's already.
+    fn vhost_free(&self, spec: &VhostSpec) -> HvResult<()> {
+        let all = self.vhost.lock();
+        if all.contains_key(&spec.name) {
+            return err(
+                ErrorKind::InUse,
+                format!("vhost-user vif {} exists already", spec.name),
+            );
+        }
+        if let Some(l) = all.values().find(|l| l.spec.socket == spec.socket) {
+            return err(
+                ErrorKind::InUse,
+                format!(
+                    "{} is in use: vif {} listens on it",
+                    spec.socket.display(),
+                    l.spec.name
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Forgets vhost-user vif `name`: its listener closes and its socket
+    /// file goes. Returns whether it existed.
+    pub fn vhost_remove(&self, name: &str) -> bool {
+        let gone = self.vhost.lock().remove(name);
+        gone.is_some()
+    }
+
+    /// Every vhost-user vif hv listens for.
+    pub fn vhost_vifs(&self) -> Vec<VhostSpec> {
+        self.vhost.lock().values().map(|l| l.spec.clone()).collect()
+    }
+
+    /// `VhostListener`: a duplicate of vif `name`'s listener, for the
+    /// driver domain that backs it and no one else.
+    pub(crate) fn vhost_listener(&self, caller: DomId, name: &str) -> HvResult<OwnedFd> {
+        let me = self.caller_name(caller)?;
+        let all = self.vhost.lock();
+        let l = all.get(name).ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadDomain,
+                format!("no vhost-user vif named {name:?}"),
+            )
+        })?;
+        if l.spec.backend != me {
+            return err(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "domain {caller} ({me}) does not back vhost-user vif {name} ({} does)",
+                    l.spec.backend
+                ),
+            );
+        }
+        l.sock
+            .try_clone()
+            .map(OwnedFd::from)
+            .map_err(|e| HvError::internal("dup of a vhost listener", e))
+    }
+
+    /// `VhostConnect`: a new connection to the caller's own vif (a `nic =
+    /// "virtio"` guest's), handed over blocking. hv never waits for it: a
+    /// full backlog (a driver domain that accepts nothing) is an error the
+    /// guest may retry.
+    pub(crate) fn vhost_connect(&self, caller: DomId) -> HvResult<OwnedFd> {
+        let me = self.caller_name(caller)?;
+        let path = self
+            .vhost
+            .lock()
+            .values()
+            .find(|l| l.spec.guest.as_deref() == Some(me.as_str()))
+            .map(|l| l.spec.socket.clone())
+            .ok_or_else(|| {
+                HvError::new(
+                    ErrorKind::PermissionDenied,
+                    format!("domain {caller} ({me}) has no vhost-user vif (it is not a nic = \"virtio\" guest)"),
+                )
+            })?;
+        let fd = sys::connect_stream_nonblocking(&path).map_err(|e| {
+            let kind = match e.kind() {
+                IoKind::WouldBlock => ErrorKind::Quota,
+                _ => ErrorKind::Internal,
+            };
+            HvError::new(kind, format!("connecting to {}: {e}", path.display()))
+        })?;
+        let s = UnixStream::from(fd);
+        s.set_nonblocking(false)
+            .map_err(|e| HvError::internal("vhost connection", e))?;
+        Ok(OwnedFd::from(s))
+    }
+
+    fn caller_name(&self, caller: DomId) -> HvResult<String> {
+        self.domain_name(caller).ok_or_else(|| {
+            HvError::new(
+                ErrorKind::NotPrivileged,
+                format!("domain {caller} may not use vhost-user sockets"),
+            )
+        })
+    }
+}
