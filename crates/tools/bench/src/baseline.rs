@@ -74,6 +74,10 @@ pub enum Config {
     /// credit far above the link's speed on both guests' vifs: what checking
     /// them costs a frame.
     SplitnetVifOptions,
+    /// The default preset with guest1 on `nic = "virtio"`: virtio split
+    /// rings over vhost-user to the same driver domain, instead of Xen's
+    /// netif rings and grants.
+    SplitnetVirtio,
 }
 
 impl std::str::FromStr for Config {
@@ -96,6 +100,7 @@ impl Config {
             Config::SplitnetDefault => "splitnet-default",
             Config::SplitnetIdle24 => "splitnet-24-guests",
             Config::SplitnetVifOptions => "splitnet-vif-options",
+            Config::SplitnetVirtio => "splitnet-virtio",
         }
     }
 
@@ -210,7 +215,7 @@ pub struct BaselineReport {
 }
 
 const DIRECTIONS: [Direction; 3] = [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
-const CONFIGS: [Config; 10] = [
+const CONFIGS: [Config; 11] = [
     Config::Native,
     Config::LinuxBridge,
     Config::MinimalForwarder,
@@ -221,6 +226,7 @@ const CONFIGS: [Config; 10] = [
     Config::SplitnetDefault,
     Config::SplitnetIdle24,
     Config::SplitnetVifOptions,
+    Config::SplitnetVirtio,
 ];
 
 /// A domain whose CPU time is measured.
@@ -431,7 +437,8 @@ fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Resul
         | Config::SplitnetHvCopy
         | Config::SplitnetDefault
         | Config::SplitnetIdle24
-        | Config::SplitnetVifOptions => bring_up_splitnet(cfg, opts, layout),
+        | Config::SplitnetVifOptions
+        | Config::SplitnetVirtio => bring_up_splitnet(cfg, opts, layout),
     }
 }
 
@@ -451,6 +458,7 @@ fn bring_up_splitnet(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout)
     let generated = match cfg {
         Config::SplitnetIdle24 => Some(many_guests_topology(24)),
         Config::SplitnetVifOptions => Some(vif_options_topology()),
+        Config::SplitnetVirtio => Some(virtio_topology()),
         _ => None,
     };
     if let Some(t) = generated {
@@ -639,6 +647,17 @@ pub fn vif_options_topology() -> String {
         );
     }
     t + "\n[wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\nipv6 = \"fd77::fe/64\"\n"
+}
+
+/// The default topology with guest1 on `nic = "virtio"` (guest2 keeps its
+/// netfront vif).
+pub fn virtio_topology() -> String {
+    "# bench baseline: the default topology with guest1 on a virtio NIC over vhost-user.\n\
+     name = \"virtio\"\n\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\n\
+     [[domain]]\nname = \"guest1\"\nkind = \"guest\"\nnic = \"virtio\"\naddress = \"10.77.0.1/24\"\n\n\
+     [[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.77.0.2/24\"\n\n\
+     [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n"
+        .into()
 }
 
 /// The directions measured for workload `w`: a request-response flow is

@@ -17,6 +17,7 @@ pub mod scale;
 pub mod stats;
 pub mod usernet;
 pub mod vifopts;
+pub mod virtio;
 
 use anyhow::{bail, Context};
 use std::path::Path;

@@ -452,6 +452,12 @@ enum Suite {
     /// Mbit/s band, and UDP throughput per datagram size with MTU 1500 and
     /// 9000 on the vif and the wire link (--quick: 3 s flows).
     VifOptions,
+    /// virtio beside Xen's netif on one driver domain: a `nic = "virtio"`
+    /// guest against a netfront guest, TCP and UDP 64 B both ways, as
+    /// ratios to native and to each other with cycles per frame by domain;
+    /// and DPDK's testpmd as a vhost-user VM sending 64-byte frames to the
+    /// wire (--quick: 1 run of 3 s flows).
+    Virtio,
 }
 
 fn main() {
@@ -867,6 +873,23 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
                 runs,
             );
             let r = bench::vifopts::run(&opts)?;
+            Ok(BenchReport::new(
+                serde_json::to_string_pretty(&r)?,
+                r.table(),
+                r.svg(),
+            ))
+        }
+        Suite::Virtio => {
+            let mut opts = bench::virtio::VirtioOptions::new(
+                std::env::current_exe()?,
+                rd.join("bench"),
+                quick,
+                runs,
+            );
+            if let Some(s) = a.seconds {
+                opts.secs = s.max(2);
+            }
+            let r = bench::virtio::run(&opts)?;
             Ok(BenchReport::new(
                 serde_json::to_string_pretty(&r)?,
                 r.table(),
