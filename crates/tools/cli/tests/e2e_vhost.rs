@@ -469,7 +469,6 @@ fn a_qemu_vm_pings_fetches_and_survives_a_driver_domain_kill() {
 /// this adds iperf3 both ways between the two transports on one bridge and
 /// the driver domain's entry for the vif.
 #[test]
-#[ignore = "needs the nic = \"virtio\" guest frontend (issue 18, FRONTEND)"]
 fn a_virtio_guest_and_a_netfront_guest_exchange_tcp_both_ways() {
     let Some(env) = Env::new("vhost-guest") else {
         return;

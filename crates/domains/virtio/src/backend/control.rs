@@ -317,6 +317,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
         let mut d = self.dev()?;
         d.rings[i].queue.set_next_avail(base);
         d.rings[i].queue.set_next_used(base);
+        d.rings[i].looked_at = std::num::Wrapping(base);
         Ok(())
     }
     /// Stops the ring and hands back where it stopped, so a restarted

@@ -8,6 +8,8 @@
 //! the frame dropped and counted, or the connection closed.
 
 use std::fs::File;
+use std::num::Wrapping;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
 use virtio_bindings::bindings::{virtio_config, virtio_net, virtio_ring};
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
@@ -142,6 +144,9 @@ pub struct Ring {
     pub enabled: bool,
     /// Between SET_VRING_KICK and GET_VRING_BASE (vhost-user "started").
     pub started: bool,
+    /// The used index when the backend last looked whether to call the
+    /// driver (see [`needs_call`]).
+    pub(crate) looked_at: Wrapping<u16>,
 }
 
 impl Ring {
@@ -152,6 +157,7 @@ impl Ring {
             kick: None,
             enabled: true,
             started: false,
+            looked_at: Wrapping(0),
         }
     }
 }
@@ -431,11 +437,9 @@ impl Device {
                     *broken = Some(Violation::BadDescriptor);
                     return false;
                 }
-                for &(head, l) in &used[..n] {
-                    if ring.queue.add_used(mem, head, l).is_err() {
-                        *broken = Some(Violation::BadUsedRing);
-                        return false;
-                    }
+                if publish_used(mem, &mut ring.queue, &used[..n]).is_none() {
+                    *broken = Some(Violation::BadUsedRing);
+                    return false;
                 }
                 counters.rx_packets += 1;
                 counters.rx_bytes += len as u64;
@@ -473,12 +477,60 @@ impl Device {
     }
 }
 
-/// Whether the driver wants to hear about the used entries just added
-/// (EVENT_IDX's `used_event`, or the NO_INTERRUPT flag).
+/// Whether the driver wants to hear about the used entries added since the
+/// last look (EVENT_IDX's `used_event`, virtio 1.x §2.7.10). virtio-queue's
+/// own check counts only entries its `add_used` made, and [`publish_used`]
+/// adds a frame's buffers at once, so the check is made here from the used
+/// index at the last look, as Linux's `vring_need_event` does; the queue's
+/// check still runs, to reset its count.
 fn needs_call(mem: &GuestMemoryMmap, ring: &mut Ring, c: &mut Counters) -> bool {
-    let yes = ring.queue.needs_notification(mem).unwrap_or(true);
+    let by_queue = ring.queue.needs_notification(mem).unwrap_or(true);
+    let new = Wrapping(ring.queue.next_used());
+    let old = std::mem::replace(&mut ring.looked_at, new);
+    let yes = if ring.queue.event_idx_enabled() {
+        used_event(mem, &ring.queue).is_none_or(|e| new - e - Wrapping(1) < new - old)
+    } else {
+        by_queue
+    };
     c.calls += u64::from(yes);
     yes
+}
+
+/// The driver's `used_event` (after the available ring's entries), read
+/// after the used index was published.
+fn used_event(mem: &GuestMemoryMmap, q: &Queue) -> Option<Wrapping<u16>> {
+    fence(Ordering::SeqCst);
+    let at = GuestAddress(q.avail_ring()).checked_add(4 + 2 * u64::from(q.size()))?;
+    mem.load::<u16>(at, Ordering::Relaxed)
+        .ok()
+        .map(|v| Wrapping(u16::from_le(v)))
+}
+
+/// Adds a frame's buffers to the used ring and publishes them with one
+/// store of the used index, so the driver never sees some of a frame's
+/// buffers without the rest: Linux's virtio_net drops a mergeable frame
+/// whose `num_buffers` it cannot find as a length error. One buffer goes
+/// through virtio-queue's `add_used`. None if an entry is out of range.
+fn publish_used(mem: &GuestMemoryMmap, q: &mut Queue, used: &[(u16, u32)]) -> Option<()> {
+    if let [(head, len)] = used {
+        return q.add_used(mem, *head, *len).ok();
+    }
+    let (size, base) = (q.size(), q.next_used());
+    let ring = GuestAddress(q.used_ring());
+    for (k, &(head, len)) in used.iter().enumerate() {
+        if head >= size {
+            return None;
+        }
+        let slot = u64::from(base.wrapping_add(k as u16) % size);
+        let mut elem = [0u8; 8];
+        elem[..4].copy_from_slice(&u32::from(head).to_le_bytes());
+        elem[4..].copy_from_slice(&len.to_le_bytes());
+        mem.write_obj(elem, ring.checked_add(4 + 8 * slot)?).ok()?;
+    }
+    let next = base.wrapping_add(used.len() as u16);
+    q.set_next_used(next);
+    mem.store(next.to_le(), ring.checked_add(2)?, Ordering::Release)
+        .ok()
 }
 
 enum Gather {
