@@ -205,6 +205,8 @@ pub struct Device {
     /// Messages refused without closing the connection (see
     /// [`super::control::serve`]).
     pub ignored: u64,
+    /// The chains one received frame takes, reused frame after frame.
+    rx_used: Box<[(u16, u32); RX_BUFS_MAX]>,
 }
 
 impl Device {
@@ -227,6 +229,7 @@ impl Device {
             refused: Default::default(),
             disconnects: 0,
             ignored: 0,
+            rx_used: Box::new([(0, 0); RX_BUFS_MAX]),
         }
     }
 
@@ -411,6 +414,7 @@ impl Device {
             rings,
             counters,
             broken,
+            rx_used,
             ..
         } = self;
         let ring = &mut rings[RX];
@@ -427,8 +431,8 @@ impl Device {
         let mut src = Source::new(&hdr[..hdr_len], parts);
         let total = hdr_len + len;
         let saved = ring.queue.next_avail();
-        match fill(mem, &mut ring.queue, &mut src, total, mrg) {
-            Ok((used, n, first)) => {
+        match fill(mem, &mut ring.queue, &mut src, total, mrg, rx_used) {
+            Ok((n, first)) => {
                 if n > 1
                     && mem
                         .write_obj((n as u16).to_le(), first.unchecked_add(10))
@@ -437,7 +441,7 @@ impl Device {
                     *broken = Some(Violation::BadDescriptor);
                     return false;
                 }
-                if publish_used(mem, &mut ring.queue, &used[..n]).is_none() {
+                if publish_used(mem, &mut ring.queue, &rx_used[..n]).is_none() {
                     *broken = Some(Violation::BadUsedRing);
                     return false;
                 }
@@ -619,9 +623,9 @@ enum Fill {
     Bad(Violation),
 }
 
-/// Chains taken for one frame: (head, bytes written), how many, and the
-/// guest address of the header.
-type Filled = ([(u16, u32); RX_BUFS_MAX], usize, GuestAddress);
+/// How many chains one frame took (each `(head, bytes written)` in the
+/// caller's `used`), and the guest address of the header.
+type Filled = (usize, GuestAddress);
 
 /// Takes RX chains and writes `total` bytes of `src` into their writable
 /// buffers: one chain, or as many as it takes with MRG_RXBUF.
@@ -631,11 +635,11 @@ fn fill(
     src: &mut Source<'_>,
     total: usize,
     mrg: bool,
+    used: &mut [(u16, u32); RX_BUFS_MAX],
 ) -> Result<Filled, Fill> {
     if total > FRAME_MAX + HDR_LEN {
         return Err(Fill::Oversize);
     }
-    let mut used = [(0u16, 0u32); RX_BUFS_MAX];
     let (mut n, mut done) = (0, 0);
     let mut first = GuestAddress(0);
     while done < total {
@@ -677,5 +681,5 @@ fn fill(
         used[n] = (head, wrote as u32);
         n += 1;
     }
-    Ok((used, n, first))
+    Ok((n, first))
 }
