@@ -1,11 +1,30 @@
 #!/usr/bin/env bash
 # The test command: set up, check formatting and lints, run every test
-# (unit, ABI conformance against Xen's headers, end-to-end over namespaces).
+# (unit, ABI conformance against Xen's headers, end-to-end over namespaces,
+# real vhost-user frontends: DPDK's testpmd and a QEMU VM).
 # A toolchain without rustfmt or clippy skips that check and says so; with
 # SPLITNET_REQUIRE_LINTS=1 (as CI sets it) a missing one is an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --no-build  # the tests build for themselves
+# The vhost-user tests' real frontends: DPDK's testpmd (dpdk-dev, with the
+# virtio_user, vhost and TAP drivers) and QEMU; then their VM image
+# (Debian's kernel and busybox-static, fetched by the script, cached under
+# target/vm-image). Outside CI (SPLITNET_CI=1) a test without them skips
+# and says so.
+need=()
+for p in dpdk-dev librte-net-virtio23 librte-net-vhost23 librte-net-tap23 qemu-system-x86; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "test: installing ${need[*]}"
+    apt-get update -qq
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; then
+        echo "test: apt-get install ${need[*]} failed (see above)" >&2
+        exit 1
+    fi
+fi
+./scripts/vm-image.sh
 # shellcheck source=/dev/null
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 skipped=()
