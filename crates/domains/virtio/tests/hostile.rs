@@ -308,43 +308,7 @@ fn a_hostile_backend_is_refused_and_counted() {
     wait_for("the frame on the TAP", || {
         counter(&front.status(), "rx_packets") == 1
     });
-    let drops = |front: &mut Front, k: &str| front.status()["drops"][k].as_u64().unwrap();
-    // A used length past the buffer (4096 with MRG_RXBUF).
-    b.lock()
-        .unwrap()
-        .deliver(hdr(0, 0, 1), &frame(), Some(5000));
-    wait_for("rx_bad_len", || drops(&mut front, "rx_bad_len") == 1);
-    // A frame said to span no buffer at all.
-    b.lock().unwrap().deliver(hdr(0, 0, 0), &frame(), None);
-    wait_for("rx_bad_num_buffers", || {
-        drops(&mut front, "rx_bad_num_buffers") == 1
-    });
-    // A frame in two buffers, published one at a time: it waits for the
-    // second (the first stays in the used ring), then crosses whole.
-    let seen = |front: &mut Front| front.status()["rings"][0]["next_used"].clone();
-    let before = seen(&mut front);
-    b.lock()
-        .unwrap()
-        .deliver(hdr(0, 0, 2), &frame()[..30], None);
-    b.lock().unwrap().deliver_rest(&frame()[30..]);
-    wait_for("the two-buffer frame on the TAP", || {
-        counter(&front.status(), "rx_packets") == 2
-    });
-    assert_eq!(seen(&mut front), before.as_u64().unwrap() + 2);
-    assert_eq!(counter(&front.status(), "rx_bytes"), 60 + 60);
-    // A frame said to span more buffers than the device holds.
-    b.lock().unwrap().deliver(hdr(0, 0, 300), &frame(), None);
-    wait_for("rx_bad_num_buffers", || {
-        drops(&mut front, "rx_bad_num_buffers") == 2
-    });
-    // TCP segmentation the driver never agreed to.
-    b.lock().unwrap().deliver(hdr(1, 1, 1), &frame(), None);
-    wait_for("rx_offload_mismatch", || {
-        drops(&mut front, "rx_offload_mismatch") == 1
-    });
-    let st = front.status();
-    assert_eq!(st["connected"], true, "drops keep the connection: {st}");
-    assert_eq!(counter(&st, "rx_packets"), 2, "{st}");
+    bad_entries_are_dropped(&mut front, &b);
 
     // A used id out of range breaks the ring: the connection ends.
     b.lock().unwrap().put_used(0, &[(999, 60)], 0);
@@ -376,6 +340,49 @@ fn a_hostile_backend_is_refused_and_counted() {
         counter(&front.status(), "rx_packets") == 4
     });
     let _ = std::fs::remove_file(&sock);
+}
+
+/// Entries the frontend drops and counts, its connection kept: a length
+/// past the buffer, no buffer or too many, a frame whose second buffer
+/// comes late (it waits, then crosses whole), an offload never agreed.
+fn bad_entries_are_dropped(front: &mut Front, b: &Arc<Mutex<Hostile>>) {
+    let drops = |front: &mut Front, k: &str| front.status()["drops"][k].as_u64().unwrap();
+    // A used length past the buffer (4096 with MRG_RXBUF).
+    b.lock()
+        .unwrap()
+        .deliver(hdr(0, 0, 1), &frame(), Some(5000));
+    wait_for("rx_bad_len", || drops(front, "rx_bad_len") == 1);
+    // A frame said to span no buffer at all.
+    b.lock().unwrap().deliver(hdr(0, 0, 0), &frame(), None);
+    wait_for("rx_bad_num_buffers", || {
+        drops(front, "rx_bad_num_buffers") == 1
+    });
+    // A frame in two buffers, published one at a time: it waits for the
+    // second (the first stays in the used ring), then crosses whole.
+    let seen = |front: &mut Front| front.status()["rings"][0]["next_used"].clone();
+    let before = seen(front);
+    b.lock()
+        .unwrap()
+        .deliver(hdr(0, 0, 2), &frame()[..30], None);
+    b.lock().unwrap().deliver_rest(&frame()[30..]);
+    wait_for("the two-buffer frame on the TAP", || {
+        counter(&front.status(), "rx_packets") == 2
+    });
+    assert_eq!(seen(front), before.as_u64().unwrap() + 2);
+    assert_eq!(counter(&front.status(), "rx_bytes"), 60 + 60);
+    // A frame said to span more buffers than the device holds.
+    b.lock().unwrap().deliver(hdr(0, 0, 300), &frame(), None);
+    wait_for("rx_bad_num_buffers", || {
+        drops(front, "rx_bad_num_buffers") == 2
+    });
+    // TCP segmentation the driver never agreed to.
+    b.lock().unwrap().deliver(hdr(1, 1, 1), &frame(), None);
+    wait_for("rx_offload_mismatch", || {
+        drops(front, "rx_offload_mismatch") == 1
+    });
+    let st = front.status();
+    assert_eq!(st["connected"], true, "drops keep the connection: {st}");
+    assert_eq!(counter(&st, "rx_packets"), 2, "{st}");
 }
 
 /// A backend that accepts and never answers: each handshake times out,

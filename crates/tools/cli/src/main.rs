@@ -879,23 +879,7 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
                 r.svg(),
             ))
         }
-        Suite::Virtio => {
-            let mut opts = bench::virtio::VirtioOptions::new(
-                std::env::current_exe()?,
-                rd.join("bench"),
-                quick,
-                runs,
-            );
-            if let Some(s) = a.seconds {
-                opts.secs = s.max(2);
-            }
-            let r = bench::virtio::run(&opts)?;
-            Ok(BenchReport::new(
-                serde_json::to_string_pretty(&r)?,
-                r.table(),
-                r.svg(),
-            ))
-        }
+        Suite::Virtio => bench_virtio(rd, a, runs),
         Suite::Hvm => {
             let opts = bench::hvm::HvmOptions::new(
                 std::env::current_exe()?,
@@ -947,6 +931,25 @@ fn bench_hv(a: &BenchArgs, runs: usize) -> Result<BenchReport> {
 
 /// `bench baseline`: throughput and cycles per packet for each
 /// configuration and workload, with the profile table when profiled.
+/// `bench virtio`: a virtio guest against a netfront guest, and testpmd.
+fn bench_virtio(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
+    let mut opts = bench::virtio::VirtioOptions::new(
+        std::env::current_exe()?,
+        rd.join("bench"),
+        a.quick,
+        runs,
+    );
+    if let Some(s) = a.seconds {
+        opts.secs = s.max(2);
+    }
+    let r = bench::virtio::run(&opts)?;
+    Ok(BenchReport::new(
+        serde_json::to_string_pretty(&r)?,
+        r.table(),
+        r.svg(),
+    ))
+}
+
 fn bench_baseline(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
     let quick = a.quick;
     let opts = bench::baseline::BaselineOptions {

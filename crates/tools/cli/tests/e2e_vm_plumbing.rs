@@ -68,7 +68,28 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
         return;
     };
     let (vm1, vm2) = sockets(&env);
-    let o = up(&env, &topology(&vm1));
+    up_lists_and_serves_the_vm(&env, &vm1);
+    attach_refusals_and_detach(&env, &vm2);
+    // The driver domain restarts; hv's listener (the same socket file) stays,
+    // and the new driver domain's store names the vif again.
+    let ino = std::fs::metadata(&vm1).unwrap().ino();
+    env.ok(&["restart", "drv"]);
+    assert_eq!(std::fs::metadata(&vm1).unwrap().ino(), ino);
+    UnixStream::connect(&vm1).expect("still listening after the restart");
+    assert_eq!(
+        store_node(&env, "vm1"),
+        "mac=52:54:00:12:34:56,bridge=xenbr0"
+    );
+
+    env.ok(&["down"]);
+    assert!(!vm1.exists(), "{} stays after down", vm1.display());
+    assert_nothing_left();
+}
+
+/// `up` prints the VM's arguments, hv listens, status and the store name
+/// its vif, and hv refuses to restart what it does not run.
+fn up_lists_and_serves_the_vm(env: &Env, vm1: &std::path::Path) {
+    let o = up(env, &topology(vm1));
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
         o.status.success(),
@@ -84,8 +105,8 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
         "{out}"
     );
     assert!(out.contains("--net vhost_user=true"), "{out}");
-    assert!(is_socket(&vm1), "hv listens on {}", vm1.display());
-    UnixStream::connect(&vm1).expect("a VMM can connect");
+    assert!(is_socket(vm1), "hv listens on {}", vm1.display());
+    UnixStream::connect(vm1).expect("a VMM can connect");
     // hv runs no process for the VM; status lists its vif.
     let st = env.status();
     let names: Vec<&str> = st["domains"]
@@ -106,7 +127,7 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
     );
     assert_eq!(v["socket"], vm1.display().to_string());
     assert_eq!(
-        store_node(&env, "vm1"),
+        store_node(env, "vm1"),
         "mac=52:54:00:12:34:56,bridge=xenbr0"
     );
     let text = env.ok(&["status"]);
@@ -123,8 +144,11 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
         q.starts_with("-m 512M ") && q.contains(&format!("path={}", vm1.display())),
         "{q}"
     );
+}
 
-    // At run time: a second VM, with a VLAN.
+/// At run time: a second VM, with a VLAN, the attachments refused, and the
+/// detach that removes its socket and store node.
+fn attach_refusals_and_detach(env: &Env, vm2: &std::path::Path) {
     let spec = format!(
         "type=vhost-user,socket={},mac=52:54:00:00:00:02,vlan=20",
         vm2.display()
@@ -134,9 +158,9 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
         out.contains("vhost-user vif listening") && out.contains("id=n-vm2"),
         "{out}"
     );
-    assert!(is_socket(&vm2));
+    assert!(is_socket(vm2));
     assert_eq!(
-        store_node(&env, "vm2"),
+        store_node(env, "vm2"),
         "mac=52:54:00:00:00:02,bridge=xenbr0,vlan=20"
     );
     let list: serde_json::Value =
@@ -185,26 +209,11 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
     );
     env.ok(&["network-detach", "vm2", "52:54:00:00:00:02"]);
     assert!(!vm2.exists(), "{} stays after detach", vm2.display());
-    assert_eq!(store_node(&env, "vm2"), "");
+    assert_eq!(store_node(env, "vm2"), "");
     fails_with(
         &env.splitnet(&["vm-args", "vm2"]),
         "vm2 has no vhost-user vif",
     );
-
-    // The driver domain restarts; hv's listener (the same socket file) stays,
-    // and the new driver domain's store names the vif again.
-    let ino = std::fs::metadata(&vm1).unwrap().ino();
-    env.ok(&["restart", "drv"]);
-    assert_eq!(std::fs::metadata(&vm1).unwrap().ino(), ino);
-    UnixStream::connect(&vm1).expect("still listening after the restart");
-    assert_eq!(
-        store_node(&env, "vm1"),
-        "mac=52:54:00:12:34:56,bridge=xenbr0"
-    );
-
-    env.ok(&["down"]);
-    assert!(!vm1.exists(), "{} stays after down", vm1.display());
-    assert_nothing_left();
 }
 
 #[test]

@@ -843,22 +843,13 @@ impl Hypervisor {
                 };
             }
             Request::HvmVcpu | Request::HvmDeviceModel { .. } => {
-                return match self.hvm_fds(caller, &req) {
-                    Ok(fds) => (Ok(Reply::Done), fds),
-                    Err(e) => (Err(e), vec![]),
-                };
+                return done_with(self.hvm_fds(caller, &req));
             }
             Request::VhostListener { name } => {
-                return match self.vhost_listener(caller, &name) {
-                    Ok(fd) => (Ok(Reply::Done), vec![fd]),
-                    Err(e) => (Err(e), vec![]),
-                };
+                return done_with(self.vhost_listener(caller, &name).map(|fd| vec![fd]));
             }
             Request::VhostConnect => {
-                return match self.vhost_connect(caller) {
-                    Ok(fd) => (Ok(Reply::Done), vec![fd]),
-                    Err(e) => (Err(e), vec![]),
-                };
+                return done_with(self.vhost_connect(caller).map(|fd| vec![fd]))
             }
             Request::DestroyDomain { name } => {
                 return match self.domid_of(&name) {
@@ -1105,6 +1096,14 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
 
 /// The answer to a request `dispatch` does not serve: the toolstack's
 /// requests are served by `Hypervisor::handle` before the lock is taken.
+/// `Done` with descriptors, or the error.
+fn done_with(r: HvResult<Vec<OwnedFd>>) -> Outcome {
+    match r {
+        Ok(fds) => (Ok(Reply::Done), fds),
+        Err(e) => (Err(e), vec![]),
+    }
+}
+
 fn handled_elsewhere() -> HvResult<Outcome> {
     err(ErrorKind::Invalid, "handled elsewhere")
 }
