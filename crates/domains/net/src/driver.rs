@@ -418,14 +418,21 @@ fn read_port(
         None => (None, fx.ports.list[j].attach, true),
     };
     let mut dropped = 0;
-    let r = p.recv_batch(&mut |f| {
-        let group_copy = member && f.head.first().is_some_and(|b| b & 1 != 0);
-        let Some(ingress) = ingress.filter(|_| !group_copy) else {
-            dropped += 1;
+    let r = p.recv_batch(&mut |batch| {
+        let Some(ingress) = ingress else {
+            dropped += batch.len() as u64;
             return;
         };
-        let vifs = Others::all(vifs, dirty);
-        forward(fx, ingress, from, std::slice::from_ref(f), vifs);
+        // A group member forwards its unicast frames only (its primary
+        // takes the group's broadcast): each run between two group
+        // frames goes on at once.
+        let group = |f: &FrameRef<'_>| member && f.head.first().is_some_and(|b| b & 1 != 0);
+        for run in batch.split(group) {
+            if !run.is_empty() {
+                forward(fx, ingress, from, run, Others::all(vifs, dirty));
+            }
+        }
+        dropped += batch.iter().filter(|f| group(f)).count() as u64;
     });
     fx.ports.list[j].group_dropped += dropped;
     r
@@ -1568,9 +1575,14 @@ mod tests {
         fn offloads(&self) -> Offloads {
             Offloads::ALL
         }
-        fn recv_batch(&mut self, f: &mut dyn FnMut(&FrameRef<'_>)) -> std::io::Result<()> {
-            for b in self.rx.drain(..) {
-                f(&FrameRef::private(&b, Csum::Unknown, None));
+        fn recv_batch(&mut self, f: &mut dyn FnMut(&[FrameRef<'_>])) -> std::io::Result<()> {
+            let bufs: Vec<Vec<u8>> = self.rx.drain(..).collect();
+            let frames: Vec<FrameRef<'_>> = bufs
+                .iter()
+                .map(|b| FrameRef::private(b, Csum::Unknown, None))
+                .collect();
+            if !frames.is_empty() {
+                f(&frames);
             }
             Ok(())
         }

@@ -29,8 +29,10 @@ pub trait Port {
     fn fd(&self) -> BorrowedFd<'_>;
     /// What the port can take on transmit.
     fn offloads(&self) -> Offloads;
-    /// Receives what is queued, in batches, and hands each frame to `f`.
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&FrameRef<'_>)) -> io::Result<()>;
+    /// Receives what is queued and hands it to `f` in batches, in order
+    /// (a batch's frames live only for that call), so that the bridge
+    /// forwards a batch at once: one `sendmmsg` per port it goes to.
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[FrameRef<'_>])) -> io::Result<()>;
     /// Sends frames in order, each shaped for the port's offloads first
     /// where it needs to be.
     fn send_batch(&mut self, frames: &[&FrameRef<'_>]);
@@ -170,9 +172,12 @@ impl Port for PacketPort {
     fn offloads(&self) -> Offloads {
         self.caps
     }
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&FrameRef<'_>)) -> io::Result<()> {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[FrameRef<'_>])) -> io::Result<()> {
         for _ in 0..RX_ROUNDS {
             let n = self.sock.recv_batch(&mut self.batch)?;
+            let none = FrameRef::private(&[], packet::Csum::Unknown, None);
+            let mut frames = [none; RX_BATCH];
+            let mut k = 0;
             for i in 0..n {
                 let Ok(bytes) = self.batch.frame(i) else {
                     self.counters.rx_errors += 1;
@@ -189,28 +194,32 @@ impl Port for PacketPort {
                 let whole = FrameRef::private(frame, csum, gso);
                 // The kernel took the VLAN tag off: an 802.1Q tag travels
                 // beside the frame (the bridge puts it back only where the
-                // frame leaves tagged); any other is put back now, so the
-                // bridge sees that frame as it was on the wire.
+                // frame leaves tagged); any other is put back now, in the
+                // one retag buffer, so the bridge sees that frame as it was
+                // on the wire: the frames before it go first, it alone next.
                 let tag = self.batch.tag(i);
-                let tagged = match tag {
-                    Some(t) if t.tpid != vlan::TPID => {
-                        match vlan::retag(&whole, Some(t), &mut self.retag) {
-                            Ok(r) => Some(r),
-                            Err(_) => {
-                                self.counters.rx_errors += 1;
-                                continue;
-                            }
-                        }
+                if let Some(t) = tag.filter(|t| t.tpid != vlan::TPID) {
+                    let Ok(r) = vlan::retag(&whole, Some(t), &mut self.retag) else {
+                        self.counters.rx_errors += 1;
+                        continue;
+                    };
+                    if k > 0 {
+                        f(&frames[..k]);
+                        k = 0;
                     }
-                    _ => None,
-                };
-                let frame = match &tagged {
-                    Some(r) => r.frame(&whole, &self.retag[..]),
-                    None => FrameRef { vlan: tag, ..whole },
-                };
+                    let one = r.frame(&whole, &self.retag[..]);
+                    self.counters.rx_packets += 1;
+                    self.counters.rx_bytes += one.len as u64;
+                    f(&[one]);
+                    continue;
+                }
                 self.counters.rx_packets += 1;
-                self.counters.rx_bytes += frame.len as u64;
-                f(&frame);
+                self.counters.rx_bytes += whole.len as u64;
+                frames[k] = FrameRef { vlan: tag, ..whole };
+                k += 1;
+            }
+            if k > 0 {
+                f(&frames[..k]);
             }
             if n < RX_BATCH {
                 break;

@@ -10,7 +10,7 @@ use crate::port::{Port, PortCounters};
 use crate::vlan::{check_ifname, parse_vid};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use virtio::backend::{device::FRAME_MAX, Backend, Rx};
+use virtio::backend::{device::FRAME_MAX, Backend, Rx, TX_SLOTS};
 
 /// What the toolstack asks for a VM vif (`<home>/vhost/<name>`:
 /// `mac=..,bridge=..[,vlan=..]`).
@@ -105,19 +105,30 @@ impl Port for VhostPort {
             tso6: g.tso6,
         }
     }
-    /// The VM's TX ring: each frame's header is checked as a TAP's would
-    /// be; a frame whose header is refused is dropped and counted.
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&FrameRef<'_>)) -> io::Result<()> {
+    /// The VM's TX ring, in batches: each frame's header is checked as a
+    /// TAP's would be; a frame whose header is refused is dropped and
+    /// counted.
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[FrameRef<'_>])) -> io::Result<()> {
         let c = &mut self.counters;
-        self.backend.poll(&mut |hdr, frame| {
-            let Ok((csum, gso)) = packet::parse_vnet_hdr(hdr, frame.len()) else {
-                c.rx_errors += 1;
-                return false;
-            };
-            c.rx_packets += 1;
-            c.rx_bytes += frame.len() as u64;
-            f(&FrameRef::private(frame, csum, gso));
-            true
+        self.backend.poll_batch(&mut |batch| {
+            let none = FrameRef::private(&[], packet::Csum::Unknown, None);
+            let mut frames = [none; TX_SLOTS];
+            let (mut m, mut refused) = (0, 0u64);
+            for (k, t) in batch.iter().enumerate() {
+                let Ok((csum, gso)) = packet::parse_vnet_hdr(t.hdr, t.frame.len()) else {
+                    c.rx_errors += 1;
+                    refused |= 1 << k;
+                    continue;
+                };
+                c.rx_packets += 1;
+                c.rx_bytes += t.frame.len() as u64;
+                frames[m] = FrameRef::private(t.frame, csum, gso);
+                m += 1;
+            }
+            if m > 0 {
+                f(&frames[..m]);
+            }
+            refused
         })
     }
     /// Into the VM's RX ring, under one take of its device lock; a frame

@@ -25,6 +25,8 @@ pub const QUEUE_MAX: u16 = 32768;
 pub const FRAME_MAX: usize = 65536 + 64;
 /// `virtio_net_hdr` with `num_buffers` (virtio 1.x, or MRG_RXBUF).
 pub const HDR_LEN: usize = 12;
+/// Bytes of one slot [`Device::tx`] copies a frame into.
+pub const TX_SLOT: usize = FRAME_MAX + HDR_LEN;
 /// Most buffers one received frame may take with MRG_RXBUF.
 const RX_BUFS_MAX: usize = 256;
 
@@ -323,15 +325,12 @@ impl Device {
         Ok(())
     }
 
-    /// Moves up to `budget` frames from the TX ring to `f` (the
-    /// `virtio_net_hdr`'s first 10 bytes, the frame; false if refused),
-    /// each copied once into `buf` first. Whether the ring has more.
-    pub fn tx(
-        &mut self,
-        buf: &mut [u8],
-        budget: usize,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> bool {
+    /// Copies up to `lens.len()` frames from the TX ring, frame k into
+    /// the k-th [`TX_SLOT`]-byte slot of `slab`, its length (header
+    /// included) into `lens[k]`; a frame shorter than its header is
+    /// dropped and counted. How many it copied, and whether the ring has
+    /// more.
+    pub fn tx(&mut self, slab: &mut [u8], lens: &mut [usize]) -> (usize, bool) {
         let hdr_len = self.hdr_len();
         let Device {
             mem,
@@ -342,12 +341,14 @@ impl Device {
             ..
         } = self;
         let (Some(mem), ring) = (mem.as_ref(), &mut rings[TX]) else {
-            return false;
+            return (0, false);
         };
         if !ring.queue.ready() || broken.is_some() {
-            return false;
+            return (0, false);
         }
-        let mut done = 0;
+        // Chains taken, good or not: each good one fills a slot.
+        let budget = lens.len().min(slab.len() / TX_SLOT);
+        let (mut done, mut k) = (0, 0);
         let more = loop {
             if done == budget {
                 break true;
@@ -373,14 +374,10 @@ impl Device {
                 }
             };
             let head = chain.head_index();
-            match gather(mem, chain, buf) {
+            match gather(mem, chain, &mut slab[k * TX_SLOT..(k + 1) * TX_SLOT]) {
                 Ok(n) if n >= hdr_len => {
-                    if f(&buf[..HDR_LEN - 2], &buf[hdr_len..n]) {
-                        counters.tx_packets += 1;
-                        counters.tx_bytes += (n - hdr_len) as u64;
-                    } else {
-                        counters.drops.bad_header += 1;
-                    }
+                    lens[k] = n;
+                    k += 1;
                 }
                 Ok(_) => counters.drops.bad_header += 1,
                 Err(Gather::Oversize) => counters.drops.oversize += 1,
@@ -399,7 +396,7 @@ impl Device {
         if done > 0 && needs_call(mem, ring, counters) {
             *to_call |= 1 << TX;
         }
-        more
+        (k, more)
     }
 
     /// Writes one frame into the RX ring: its header (`vnet` is the
