@@ -238,6 +238,15 @@ fn bad_memory_tables_are_refused_and_counted() {
         assert!(vm.fe.set_mem_table(&table(&vm)).is_err(), "{reason}");
         poll_until(&mut b, reason, |b| refused(b, reason) == before + 1);
         assert!(!b.connected());
+        // The socket is shut down, not left open for the VMM to wait on.
+        vm.raw
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut rest = Vec::new();
+        assert!(
+            std::io::Read::read_to_end(&mut vm.raw, &mut rest).is_ok(),
+            "{reason}: the refused connection stays open"
+        );
     }
     // A good one still works.
     let mut vm = Vm::up(&mut b, &path, ALL);

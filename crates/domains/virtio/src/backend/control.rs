@@ -49,6 +49,10 @@ pub fn serve(stream: UnixStream, dev: Arc<Mutex<Device>>, conn: u64, wake: impl 
         reason: None,
         wake: Box::new(wake),
     }));
+    // The driver loop holds a handle on the socket too: shutting it down
+    // when the thread ends is what tells the frontend (a refused message
+    // gets no reply it could wait for forever).
+    let closer = stream.try_clone();
     let mut req = BackendReqHandler::from_stream(stream, handler.clone());
     let err = loop {
         match req.handle_request() {
@@ -66,14 +70,18 @@ pub fn serve(stream: UnixStream, dev: Arc<Mutex<Device>>, conn: u64, wake: impl 
     };
     let mut h = lock(&handler);
     let reason = h.reason.take();
+    if let Ok(c) = closer {
+        let _ = c.shutdown(std::net::Shutdown::Both);
+    }
+    // Counted even when a newer connection has taken the device over.
     let mut d = lock(&dev);
+    match (reason, &err) {
+        (Some(r), _) => d.refuse(r),
+        (None, VhostError::Disconnected | VhostError::PartialMessage) => d.disconnects += 1,
+        (None, VhostError::SocketBroken(_)) => d.disconnects += 1,
+        (None, e) => d.refuse(classify(e)),
+    }
     if d.conn == conn {
-        match (reason, &err) {
-            (Some(r), _) => d.refuse(r),
-            (None, VhostError::Disconnected | VhostError::PartialMessage) => d.disconnects += 1,
-            (None, VhostError::SocketBroken(_)) => d.disconnects += 1,
-            (None, e) => d.refuse(classify(e)),
-        }
         d.connected = false;
         d.reset();
     }
