@@ -10,6 +10,7 @@ pub mod faults;
 pub mod flood;
 pub mod forwarder;
 pub mod hosted;
+pub mod hostile_vm;
 pub mod hv;
 pub mod hvm;
 pub mod netenv;
