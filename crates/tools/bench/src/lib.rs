@@ -13,6 +13,7 @@ pub mod hosted;
 pub mod hostile_vm;
 pub mod hv;
 pub mod hvm;
+pub mod isolation;
 pub mod netenv;
 pub mod scale;
 pub mod stats;
