@@ -35,7 +35,7 @@ const F_PROTOCOL_FEATURES: u64 = 1 << 30;
 /// Split-ring descriptor flags (virtio 1.x §2.7.5).
 const F_NEXT: u16 = 1;
 /// How long the backend may take to close a connection it refused.
-const CLOSE_DEADLINE: Duration = Duration::from_secs(2);
+const CLOSE_DEADLINE: Duration = Duration::from_millis(500);
 
 /// The attacks, in the order the suite runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -159,6 +159,9 @@ impl Hostile<'_> {
     fn connect(&self) -> Result<Frontend> {
         let s = UnixStream::connect(self.socket)
             .with_context(|| format!("connecting to {}", self.socket.display()))?;
+        // A backend that refused a message may stop answering without
+        // closing: a request then fails after this long.
+        s.set_read_timeout(Some(CLOSE_DEADLINE))?;
         Ok(Frontend::from_stream(s, 2))
     }
 
@@ -320,8 +323,8 @@ impl Hostile<'_> {
     }
 }
 
-/// Whether the backend closes the connection within [`CLOSE_DEADLINE`]:
-/// a request then fails.
+/// Whether the backend closes the connection (or stops answering on it)
+/// within [`CLOSE_DEADLINE`]: a request then fails.
 fn closed_soon(fe: &Frontend) -> bool {
     let end = Instant::now() + CLOSE_DEADLINE;
     while Instant::now() < end {

@@ -145,7 +145,7 @@ fn one_attack(
         .arg("hostile-vm")
         .arg("--socket")
         .arg(socket)
-        .args(["--attack", a.name(), "--secs", &format!("{}", secs + 2)])
+        .args(["--attack", a.name(), "--secs", &format!("{}", secs + 1)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
