@@ -159,9 +159,6 @@ impl Hostile<'_> {
     fn connect(&self) -> Result<Frontend> {
         let s = UnixStream::connect(self.socket)
             .with_context(|| format!("connecting to {}", self.socket.display()))?;
-        // A backend that refused a message may stop answering without
-        // closing: a request then fails after this long.
-        s.set_read_timeout(Some(CLOSE_DEADLINE))?;
         Ok(Frontend::from_stream(s, 2))
     }
 
@@ -285,7 +282,9 @@ impl Hostile<'_> {
     /// A memory table whose second region overlaps the first, or one
     /// region of 2^50 bytes; whether the backend refused it.
     fn bad_table(&self, overlap: bool) -> Result<bool> {
-        let mut fe = self.connect()?;
+        let s = UnixStream::connect(self.socket)?;
+        let watch = s.try_clone()?;
+        let mut fe = Frontend::from_stream(s, 2);
         self.negotiate(&mut fe)?;
         let mut r = self.region();
         let table = if overlap {
@@ -297,7 +296,18 @@ impl Hostile<'_> {
             r.memory_size = 1 << 50;
             vec![r]
         };
-        Ok(fe.set_mem_table(&table).is_err() && closed_soon(&fe))
+        // The backend may refuse without answering or closing: the
+        // request is then cut off at the deadline.
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let dog = std::thread::spawn(move || {
+            if wait.recv_timeout(CLOSE_DEADLINE).is_err() {
+                let _ = watch.shutdown(std::net::Shutdown::Both);
+            }
+        });
+        let refused = fe.set_mem_table(&table).is_err();
+        let _ = done.send(());
+        let _ = dog.join();
+        Ok(refused)
     }
 
     /// Half a message header, then a stall of up to a second (the backend
