@@ -8,6 +8,8 @@
 //! rate, both counted where they arrive (the wire's interface).
 
 use crate::baseline::{self, BaselineOptions, BaselineReport, Config, Direction};
+use crate::hostile_vm::Attack;
+use crate::isolation::{self, IsolationReport};
 use crate::netenv::{self, Flow, Workload};
 use crate::stats::median;
 use anyhow::{bail, Context, Result};
@@ -85,6 +87,8 @@ pub struct VirtioReport {
     pub frame_rates: Vec<FrameRate>,
     /// Why testpmd was not measured, if it was not.
     pub testpmd_skipped: Option<String>,
+    /// guest1's TCP while a hostile VM attacks the same driver domain.
+    pub hostile_vm: IsolationReport,
 }
 
 fn progress(opts: &VirtioOptions, what: &str) {
@@ -119,10 +123,14 @@ pub fn run(opts: &VirtioOptions) -> Result<VirtioReport> {
             Some("dpdk-testpmd is not installed (Debian package dpdk)".into()),
         ),
     };
+    progress(opts, "guest1 beside a hostile VM");
+    let hostile_vm = isolation::run(&opts.exe, &opts.run_dir, opts.secs, &Attack::ALL)
+        .context("the hostile-VM phase")?;
     if opts.progress {
         eprintln!();
     }
     Ok(VirtioReport {
+        hostile_vm,
         suite: "virtio",
         runs: opts.runs,
         seconds_per_flow: opts.secs,
@@ -183,9 +191,19 @@ fn testpmd_binary() -> Option<PathBuf> {
 /// The topology testpmd's VM joins: the default one with a `kind = "vm"`
 /// domain on the same driver domain.
 pub fn testpmd_topology(socket: &Path) -> String {
+    vm_topology(
+        "virtio-testpmd",
+        "DPDK's testpmd as a vhost-user VM",
+        socket,
+    )
+}
+
+/// The default topology (drv, guest1, the wire) with VM `vm1` served over
+/// vhost-user at `socket` by the same driver domain.
+pub fn vm_topology(name: &str, what: &str, socket: &Path) -> String {
     format!(
-        "# bench virtio: DPDK's testpmd as a vhost-user VM beside a netfront guest.\n\
-         name = \"virtio-testpmd\"\n\n\
+        "# bench virtio: {what} beside a netfront guest.\n\
+         name = \"{name}\"\n\n\
          [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\n\
          [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n\n\
          [[domain]]\nname = \"{VM}\"\nkind = \"vm\"\nsocket = \"{}\"\nmac = \"{VM_MAC}\"\n\n\
@@ -416,6 +434,8 @@ impl VirtioReport {
                 }
             }
         }
+        s += "\n";
+        s += &self.hostile_vm.table();
         format!(
             "{s}\n### The configurations\n\n{}\n{}",
             self.baseline.table(),

@@ -394,6 +394,19 @@ enum Cmd {
         #[arg(long)]
         port: String,
     },
+    /// A hostile vhost-user VM `bench virtio` runs against a VM vif: one
+    /// attack (kick_storm, avail_ahead, bad_chains, bad_mem_table,
+    /// half_message, mid_frame) for a while; prints a JSON line.
+    #[command(hide = true)]
+    HostileVm {
+        /// The VM vif's socket.
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        attack: String,
+        #[arg(long)]
+        secs: f64,
+    },
 }
 
 /// `--direction` of `splitnet capture`.
@@ -581,6 +594,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         cmd @ (Cmd::Hv { .. }
         | Cmd::Forwarder { .. }
+        | Cmd::HostileVm { .. }
         | Cmd::Domain
         | Cmd::Vmapp { .. }
         | Cmd::HvmDm { .. }) => run_internal(&rd, cmd),
@@ -677,6 +691,11 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             listen,
         ),
         Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
+        Cmd::HostileVm {
+            socket,
+            attack,
+            secs,
+        } => bench::hostile_vm::run(&socket, &attack, secs),
         Cmd::Domain => domain::main(),
         Cmd::Vmapp {
             guest,
