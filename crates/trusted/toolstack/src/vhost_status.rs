@@ -9,8 +9,13 @@ use hv::Toolstack;
 use serde_json::{json, Value};
 
 /// The fields of a driver domain's `vhost` entry carried over as they are.
-const STATS_FIELDS: [&str; 12] = [
+const STATS_FIELDS: [&str; 17] = [
     "connected",
+    "kicks",
+    "calls",
+    "disconnects",
+    "ignored_messages",
+    "memory_sealed",
     "features",
     "feature_names",
     "protocol_features",
@@ -143,6 +148,16 @@ pub(crate) fn lines(v: &Value) -> Vec<String> {
         pairs(&v["drops"]),
         pairs(&v["refused"])
     ));
+    out.push(format!(
+        "    kicks {}, calls {}, disconnects {}, ignored messages {}, memory sealed {}",
+        num(&v["kicks"]),
+        num(&v["calls"]),
+        num(&v["disconnects"]),
+        num(&v["ignored_messages"]),
+        v["memory_sealed"]
+            .as_bool()
+            .map_or("-", |b| if b { "yes" } else { "no" })
+    ));
     out
 }
 
@@ -200,6 +215,7 @@ mod tests {
                       {"index": 1, "size": 256, "enabled": false, "next_avail": 0, "next_used": 0}],
             "rx_packets": 3, "rx_bytes": 300, "tx_packets": 4, "tx_bytes": 400,
             "drops": {"no_rx_buffer": 2}, "refused": {"unknown_message": 1},
+            "kicks": 9, "calls": 8, "disconnects": 1, "ignored_messages": 2, "memory_sealed": true,
         });
         let e = entry(&vm(), Some(1), Some(&published));
         assert_eq!(e["kind"], "vm");
@@ -211,6 +227,7 @@ mod tests {
             "features 0x130000000 (VERSION_1 MRG_RXBUF), protocol features 0x202",
             "rings: 0 size 256 enabled avail 7 used 7; 1 size 256 disabled avail 0 used 0",
             "tx 4 pkts 400 B, rx 3 pkts 300 B; drops: no_rx_buffer=2; refused: unknown_message=1",
+            "kicks 9, calls 8, disconnects 1, ignored messages 2, memory sealed yes",
         ] {
             assert!(l.contains(needle), "{l}\nlacks {needle}");
         }
