@@ -58,7 +58,7 @@ pub fn vhost_ring(data: &[u8]) {
     let mut slab = vec![0u8; 2 * device::TX_SLOT];
     for _ in 0..32 {
         let mut lens = [0usize; 2];
-        let (n, more) = d.tx(&mut slab, &mut lens);
+        let (n, _, more) = d.tx(&mut slab, &mut lens);
         for &len in &lens[..n] {
             assert!((d.hdr_len()..=device::TX_SLOT).contains(&len));
         }

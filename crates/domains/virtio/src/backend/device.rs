@@ -29,6 +29,11 @@ pub const HDR_LEN: usize = 12;
 pub const TX_SLOT: usize = FRAME_MAX + HDR_LEN;
 /// Most buffers one received frame may take with MRG_RXBUF.
 const RX_BUFS_MAX: usize = 256;
+/// Most descriptors one frame may walk, either way (Linux's vhost allows
+/// 1024, `UIO_MAXIOV`): virtio-queue bounds a chain only by the ring's
+/// size, so without this a VM could make one frame cost millions of
+/// descriptor reads (zero-length ones, or 256 chains of 32768).
+const DESCS_MAX: usize = 1024;
 
 const fn bit(b: u32) -> u64 {
     1 << b
@@ -209,6 +214,10 @@ pub struct Device {
     pub ignored: u64,
     /// The chains one received frame takes, reused frame after frame.
     rx_used: Box<[(u16, u32); RX_BUFS_MAX]>,
+    /// Memory that cannot be sealed against shrinking is refused (a
+    /// splitnet guest's: it could truncate the file under the driver
+    /// domain's copies, a SIGBUS).
+    pub require_sealed: bool,
 }
 
 impl Device {
@@ -232,6 +241,7 @@ impl Device {
             disconnects: 0,
             ignored: 0,
             rx_used: Box::new([(0, 0); RX_BUFS_MAX]),
+            require_sealed: false,
         }
     }
 
@@ -325,12 +335,12 @@ impl Device {
         Ok(())
     }
 
-    /// Copies up to `lens.len()` frames from the TX ring, frame k into
-    /// the k-th [`TX_SLOT`]-byte slot of `slab`, its length (header
-    /// included) into `lens[k]`; a frame shorter than its header is
-    /// dropped and counted. How many it copied, and whether the ring has
-    /// more.
-    pub fn tx(&mut self, slab: &mut [u8], lens: &mut [usize]) -> (usize, bool) {
+    /// Takes up to `lens.len()` chains from the TX ring and copies their
+    /// frames, frame k into the k-th [`TX_SLOT`]-byte slot of `slab`, its
+    /// length (header included) into `lens[k]`; a frame shorter than its
+    /// header, or too large, is dropped and counted. How many frames it
+    /// copied, how many chains it took, and whether the ring has more.
+    pub fn tx(&mut self, slab: &mut [u8], lens: &mut [usize]) -> (usize, usize, bool) {
         let hdr_len = self.hdr_len();
         let Device {
             mem,
@@ -341,10 +351,10 @@ impl Device {
             ..
         } = self;
         let (Some(mem), ring) = (mem.as_ref(), &mut rings[TX]) else {
-            return (0, false);
+            return (0, 0, false);
         };
         if !ring.queue.ready() || broken.is_some() {
-            return (0, false);
+            return (0, 0, false);
         }
         // Chains taken, good or not: each good one fills a slot.
         let budget = lens.len().min(slab.len() / TX_SLOT);
@@ -396,7 +406,7 @@ impl Device {
         if done > 0 && needs_call(mem, ring, counters) {
             *to_call |= 1 << TX;
         }
-        (k, more)
+        (k, done, more)
     }
 
     /// Writes one frame into the RX ring: its header (`vnet` is the
@@ -547,7 +557,10 @@ fn gather(
 ) -> Result<usize, Gather> {
     let mut n = 0;
     let mut more = true;
-    for d in chain {
+    for (k, d) in chain.enumerate() {
+        if k == DESCS_MAX {
+            return Err(Gather::Bad(Violation::BadChain));
+        }
         if d.is_write_only() {
             return Err(Gather::Bad(Violation::BadDescriptor));
         }
@@ -637,7 +650,7 @@ fn fill(
     if total > FRAME_MAX + HDR_LEN {
         return Err(Fill::Oversize);
     }
-    let (mut n, mut done) = (0, 0);
+    let (mut n, mut done, mut descs) = (0, 0, 0usize);
     let mut first = GuestAddress(0);
     while done < total {
         if n == RX_BUFS_MAX || (n == 1 && !mrg) {
@@ -651,6 +664,10 @@ fn fill(
         let mut wrote = 0usize;
         let mut more = true;
         for d in chain {
+            descs += 1;
+            if descs > DESCS_MAX {
+                return Err(Fill::Bad(Violation::BadChain));
+            }
             if !d.is_write_only() {
                 return Err(Fill::Bad(Violation::BadDescriptor));
             }

@@ -42,6 +42,8 @@ pub const TX_BUDGET: usize = 256;
 /// Frames handed on together from a VM's TX ring (one `sendmmsg` to a
 /// port), each in a slot of its own: about 1 MiB per VM vif.
 pub const TX_SLOTS: usize = 16;
+/// Connections accepted per wake-up, at most.
+const ACCEPTS_PER_POLL: usize = 4;
 
 /// A frame from a VM's TX ring: the first 10 bytes of its
 /// `virtio_net_hdr`, and the frame.
@@ -153,14 +155,17 @@ fn lock(m: &Mutex<Device>) -> MutexGuard<'_, Device> {
 impl Backend {
     /// Serves vif `name` with MAC `mac` on `listener` (a listening
     /// `AF_UNIX` stream socket, made non-blocking here).
-    pub fn new(name: &str, mac: [u8; 6], listener: OwnedFd) -> io::Result<Backend> {
+    /// A `guest` (a splitnet domain) must hand memory sealed against
+    /// shrinking; a VM's VMM (the host's own process) may not be able to.
+    pub fn new(name: &str, mac: [u8; 6], guest: bool, listener: OwnedFd) -> io::Result<Backend> {
         let listener = UnixListener::from(listener);
         listener.set_nonblocking(true)?;
         let epoll = sys::Epoll::new(8)?;
         let (wake_rx, wake_tx) = sys::Doorbell::pair()?;
         epoll.add(listener.as_fd(), LISTENER)?;
         epoll.add(wake_rx.as_fd(), WAKE)?;
-        let dev = Device::new(mac);
+        let mut dev = Device::new(mac);
+        dev.require_sealed = guest;
         let caller = Caller::start(name, dev.calls.clone())?;
         Ok(Backend {
             name: name.to_string(),
@@ -226,14 +231,15 @@ impl Backend {
             let mut lens = [0usize; TX_SLOTS];
             let (n, hdr_len) = {
                 let mut d = lock(&self.dev);
-                let (n, m) = d.tx(&mut self.slab, &mut lens);
+                let (n, chains, m) = d.tx(&mut self.slab, &mut lens);
                 more = m && d.broken.is_none();
+                // The budget counts chains, refused ones too.
+                taken += chains;
                 (n, d.hdr_len())
             };
             if n == 0 {
-                break;
+                continue;
             }
-            taken += n;
             let empty = TxFrame {
                 hdr: &[],
                 frame: &[],
@@ -310,7 +316,9 @@ impl Backend {
 
     /// Takes the frontends waiting; a new connection replaces the old.
     fn accept(&mut self) {
-        loop {
+        // A few per wake-up: a frontend connecting in a loop costs the
+        // driver loop a bounded share, the rest wait in the backlog.
+        for _ in 0..ACCEPTS_PER_POLL {
             let stream = match self.listener.accept() {
                 Ok((s, _)) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
