@@ -612,7 +612,7 @@ enum PortKind {
     /// An extra port (`<home>/ports/<ifname>`): a hosted guest's emulated NIC.
     Extra,
     /// A VM's vhost-user vif (`<home>/vhost/<name>`), with its MAC.
-    Vhost { mac: [u8; 6] },
+    Vhost { mac: [u8; 6], guest: bool },
 }
 
 /// One bridge port that is an interface.
@@ -726,15 +726,17 @@ impl Ports {
                     mode: Mode::Access(s.vlan.unwrap_or(0)),
                     ..a
                 };
-                Ok((attach, s.mac))
+                Ok((attach, s.mac, s.guest))
             });
             match port {
-                Ok((attach, mac)) if !want.iter().any(|w| w.name == n) => want.push(Wanted {
-                    name: n,
-                    kind: PortKind::Vhost { mac },
-                    attach,
-                    group: None,
-                }),
+                Ok((attach, mac, guest)) if !want.iter().any(|w| w.name == n) => {
+                    want.push(Wanted {
+                        name: n,
+                        kind: PortKind::Vhost { mac, guest },
+                        attach,
+                        group: None,
+                    })
+                }
                 Ok(_) => self.refuse(&n, &value, "the name is an uplink's too", errors),
                 Err(e) => self.refuse(&n, &value, &e, errors),
             }
@@ -875,7 +877,12 @@ fn open_port(
 ) -> std::io::Result<Box<dyn Port>> {
     Ok(match kind {
         PortKind::Uplink | PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
-        PortKind::Vhost { mac } => Box::new(VhostPort::open(name, mac, vhost_listener(hv, name)?)?),
+        PortKind::Vhost { mac, guest } => Box::new(VhostPort::open(
+            name,
+            mac,
+            guest,
+            vhost_listener(hv, name)?,
+        )?),
     })
 }
 
@@ -1501,7 +1508,7 @@ fn port_json(e: &PortSlot, ports: &Ports, bridge: &Bridge) -> serde_json::Value 
 /// A VM vif's entry in the stats (`"vhost"`): its device's status, where
 /// it is bridged, and whether it listens (hv gave it its socket).
 fn vhost_json(e: &PortSlot, bridge: &Bridge) -> Option<serde_json::Value> {
-    let PortKind::Vhost { mac } = e.kind else {
+    let PortKind::Vhost { mac, .. } = e.kind else {
         return None;
     };
     let mut v = match e.port.as_ref().and_then(|p| p.status()) {

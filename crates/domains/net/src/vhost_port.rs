@@ -19,12 +19,14 @@ pub struct VhostSpec {
     pub mac: [u8; 6],
     pub bridge: String,
     pub vlan: Option<u16>,
+    /// A `nic = "virtio"` guest (`guest=1`): its memory must be sealed.
+    pub guest: bool,
 }
 
 /// Parses a `vhost/<name>` value; every key once, `mac` and `bridge`
 /// required.
 pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
-    let (mut mac, mut bridge, mut vlan) = (None, None, None);
+    let (mut mac, mut bridge, mut vlan, mut guest) = (None, None, None, None);
     for kv in value.trim().split(',') {
         let Some((k, v)) = kv.split_once('=') else {
             return Err(format!("{kv:?} is not key=value"));
@@ -34,7 +36,12 @@ pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
             "mac" => mac.replace(abi::xenbus::parse_mac(v)?).is_some(),
             "bridge" => bridge.replace(check_ifname(v)?.to_string()).is_some(),
             "vlan" => vlan.replace(parse_vid(v)?).is_some(),
-            other => return Err(format!("unknown key {other:?} (mac, bridge, vlan)")),
+            "guest" if v == "1" => guest.replace(true).is_some(),
+            other => {
+                return Err(format!(
+                    "unknown key {other:?} (mac, bridge, vlan, guest=1)"
+                ))
+            }
         };
         if taken {
             return Err(format!("{k:?} given twice"));
@@ -44,6 +51,7 @@ pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
         mac: mac.ok_or("mac= is missing")?,
         bridge: bridge.ok_or("bridge= is missing")?,
         vlan,
+        guest: guest.unwrap_or(false),
     })
 }
 
@@ -59,10 +67,11 @@ pub struct VhostPort {
 }
 
 impl VhostPort {
-    /// Serves vif `name` on `listener` (from hv).
-    pub fn open(name: &str, mac: [u8; 6], listener: OwnedFd) -> io::Result<VhostPort> {
+    /// Serves vif `name` on `listener` (from hv); a `guest`'s memory must
+    /// be sealed against shrinking.
+    pub fn open(name: &str, mac: [u8; 6], guest: bool, listener: OwnedFd) -> io::Result<VhostPort> {
         Ok(VhostPort {
-            backend: Backend::new(name, mac, listener)?,
+            backend: Backend::new(name, mac, guest, listener)?,
             counters: PortCounters::default(),
             shaped: Vec::new(),
             bounce: vec![0u8; FRAME_MAX].into_boxed_slice(),

@@ -60,7 +60,7 @@ fn tcp4(payload: &[u8]) -> Packet {
 
 fn port(tag: &str) -> (VhostPort, std::path::PathBuf) {
     let (l, path) = listener(tag);
-    (VhostPort::open(tag, MAC, l.into()).unwrap(), path)
+    (VhostPort::open(tag, MAC, false, l.into()).unwrap(), path)
 }
 
 /// Connects a VM to `p` with `features` and starts its rings.

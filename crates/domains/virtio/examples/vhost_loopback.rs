@@ -16,7 +16,7 @@ fn main() {
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).expect("bind");
     let mac = [0x52, 0x54, 0, 0xab, 0xcd, 0xef];
-    let mut b = Backend::new("loop", mac, listener.into()).expect("backend");
+    let mut b = Backend::new("loop", mac, false, listener.into()).expect("backend");
     let end = Instant::now() + Duration::from_secs(secs);
     let mut last = Instant::now();
     // Frames the VM sent this turn, to go back to it.

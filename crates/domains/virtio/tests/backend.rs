@@ -482,3 +482,36 @@ fn rings_enabled_before_the_features_are_set_run_as_qemu_expects() {
     assert_eq!(s["refused"], serde_json::json!({}));
     assert_eq!(s["rings"][1]["enabled"], true);
 }
+
+/// A splitnet guest's vif (`guest=1`) refuses memory that cannot be
+/// sealed against shrinking: the guest could truncate it under the driver
+/// domain's copies. Its own sealed memfd is taken.
+#[test]
+fn a_guest_vif_refuses_memory_it_cannot_seal() {
+    use std::os::fd::AsRawFd;
+    let (l, path) = listener("guest-seal");
+    let mut b = Backend::new("guest-seal", MAC, true, l.into()).unwrap();
+    let file = std::env::temp_dir().join(format!("splitnet-vu-unsealed-{}", std::process::id()));
+    let plain = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&file)
+        .unwrap();
+    plain.set_len(MEM as u64).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let mut vm = Vm::connect(&mut b, &path);
+    vm.negotiate(ALL);
+    let mut r = vm.region();
+    r.mmap_handle = plain.as_raw_fd();
+    assert!(vm.fe.set_mem_table(&[r]).is_err());
+    poll_until(&mut b, "the refusal", |b| {
+        refused(b, "unsealed_memory") == 1
+    });
+    // The guest's own memory, a sealed memfd, is taken.
+    let mut vm = Vm::up(&mut b, &path, ALL);
+    assert_eq!(b.status()["memory_sealed"], true);
+    vm.send(BUFS, &tx_frame(64, 1), 4096);
+    drain(&mut b, 1);
+}

@@ -21,7 +21,7 @@ fn loopback(sock: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     let listener = UnixListener::bind(sock).unwrap();
     std::thread::spawn(move || {
         let mac = [0x52, 0x54, 0, 0xab, 0xcd, 0xef];
-        let mut b = Backend::new("loop", mac, listener.into()).unwrap();
+        let mut b = Backend::new("loop", mac, true, listener.into()).unwrap();
         let mut held: Vec<([u8; 10], Vec<u8>)> = (0..256).map(|_| ([0; 10], Vec::new())).collect();
         while !stop.load(Ordering::Relaxed) {
             let _ = sys::poll_readable(&[b.fd()], Some(Duration::from_millis(50)));

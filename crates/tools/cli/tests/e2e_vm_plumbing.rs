@@ -252,7 +252,7 @@ fn a_virtio_guest_is_told_its_nic_and_gets_a_socket_in_the_run_directory() {
     assert!(is_socket(&sock), "{}", sock.display());
     assert_eq!(
         store_node(&env, "g1"),
-        "mac=00:16:3e:5e:00:01,bridge=xenbr0"
+        "mac=00:16:3e:5e:00:01,bridge=xenbr0,guest=1"
     );
     let st = env.status();
     let g1 = domain(&st, "g1")["id"].as_u64().unwrap();

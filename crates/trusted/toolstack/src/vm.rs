@@ -46,11 +46,16 @@ impl VhostVif {
         format!("{home}/vhost/{}", self.name)
     }
 
-    /// Its store node's value: `mac=..,bridge=..[,vlan=..]` (the style of `uplinks/<if>`).
+    /// Its store node's value: `mac=..,bridge=..[,vlan=..][,guest=1]` (the
+    /// style of `uplinks/<if>`). `guest=1` marks a `nic = "virtio"` guest,
+    /// an untrusted domain: its memory must be sealed against shrinking.
     pub fn store_value(&self) -> String {
         let mut v = format!("mac={},bridge={}", self.mac, self.bridge());
         if let Some(n) = self.vlan {
             v += &format!(",vlan={n}");
+        }
+        if self.guest {
+            v += ",guest=1";
         }
         v
     }

@@ -283,6 +283,9 @@ impl VhostUserBackendReqHandlerMut for Handler {
             Ok(t) => t,
             Err(r) => return self.refuse(r),
         };
+        if !t.sealed && self.dev()?.require_sealed {
+            return self.refuse("unsealed_memory");
+        }
         let mut d = self.dev()?;
         d.mem = Some(t.mem);
         d.table = t.regions;

@@ -34,7 +34,7 @@ pub fn listener(tag: &str) -> (UnixListener, PathBuf) {
 /// A backend serving a fresh listener.
 pub fn backend(tag: &str) -> (Backend, PathBuf) {
     let (l, path) = listener(tag);
-    (Backend::new(tag, MAC, l.into()).unwrap(), path)
+    (Backend::new(tag, MAC, false, l.into()).unwrap(), path)
 }
 
 /// Polls `b` (dropping what the VM sends) until `cond` holds, or panics.
