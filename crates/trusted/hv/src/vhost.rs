@@ -16,7 +16,7 @@ use crate::proto::DomId;
 use std::collections::BTreeMap;
 use std::io::ErrorKind as IoKind;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -137,6 +137,10 @@ fn listen(spec: VhostSpec) -> HvResult<Listener> {
     let path = spec.socket.display().to_string();
     let sock = UnixListener::bind(&spec.socket)
         .map_err(|e| invalid(format!("listening on {path}: {e}")))?;
+    // Root's alone, whatever hv's umask: whoever connects becomes the VM
+    // on the bridge (a new connection replaces the old).
+    std::fs::set_permissions(&spec.socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| HvError::internal("vhost listener", e))?;
     // The driver domain polls it in its main loop.
     sock.set_nonblocking(true)
         .map_err(|e| HvError::internal("vhost listener", e))?;
@@ -158,14 +162,20 @@ impl Hypervisor {
         // The path is probed and bound without the lock; a vif that took
         // the name meanwhile wins, and this listener goes with its file.
         let l = listen(spec)?;
-        self.vhost_free(&l.spec)?;
-        self.vhost.lock().insert(l.spec.name.clone(), l);
+        // Checked again and inserted under one lock: of two adds of one
+        // name, the second is refused, never put in the first's place.
+        let mut all = self.vhost.lock();
+        Self::free_in(&all, &l.spec)?;
+        all.insert(l.spec.name.clone(), l);
         Ok(())
     }
 
     /// Refuses `spec` if its name or its socket is a vif's already.
     fn vhost_free(&self, spec: &VhostSpec) -> HvResult<()> {
-        let all = self.vhost.lock();
+        Self::free_in(&self.vhost.lock(), spec)
+    }
+
+    fn free_in(all: &BTreeMap<String, Listener>, spec: &VhostSpec) -> HvResult<()> {
         if all.contains_key(&spec.name) {
             return err(
                 ErrorKind::InUse,
