@@ -154,11 +154,12 @@ impl Session {
         let mut parts = [IoPart::Private(&[]); MAX_IO_PARTS];
         let (mut total, mut bad, mut first) = (0, None, 0);
         for (k, part) in parts.iter_mut().take(count).enumerate() {
+            // used.idx is read again: a backend may have moved it back.
             let (id, len) = self.rings[RX]
                 .pop_used(&self.mem)?
-                .expect("the entries were published");
+                .ok_or(UsedError::IdxBack)?;
             let len = len as usize;
-            if len > cap {
+            if len > cap || (k == 0 && len < HDR_LEN) {
                 bad = Some(Reason::RxBadLen);
                 continue;
             }

@@ -94,6 +94,8 @@ pub enum UsedError {
     IdOutOfRange { id: u32, size: u16 },
     #[error("used entry names buffer {id}, which the device does not hold")]
     NotHeld { id: u32 },
+    #[error("used.idx moved back under entries it had published")]
+    IdxBack,
 }
 
 /// The driver's state of one split virtqueue.

@@ -30,6 +30,7 @@ pub struct Broken {
     pub used_idx_ahead: u64,
     pub used_id_out_of_range: u64,
     pub used_id_not_held: u64,
+    pub used_idx_back: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
@@ -84,6 +85,7 @@ impl Counters {
             UsedError::IdxAhead { .. } => &mut b.used_idx_ahead,
             UsedError::IdOutOfRange { .. } => &mut b.used_id_out_of_range,
             UsedError::NotHeld { .. } => &mut b.used_id_not_held,
+            UsedError::IdxBack => &mut b.used_idx_back,
         } += 1;
     }
 }
