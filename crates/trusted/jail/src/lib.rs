@@ -223,6 +223,13 @@ pub fn syscalls(role: Role) -> SyscallFilter {
         Role::VmApp => &[libc::AF_UNIX],
     };
     let families: Vec<u64> = families.iter().map(|&a| a as u64).collect();
+    if role == Role::VirtioGuest {
+        // Its RAM: a sealable memfd of ordinary pages, never MFD_HUGETLB
+        // (the host's huge pages are other domains' too).
+        let flags = (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64;
+        f.allow_arg_in(libc::SYS_memfd_create, 1, &[flags])
+            .expect("a valid condition");
+    }
     f.allow_arg_in(libc::SYS_socket, 0, &families)
         .expect("a valid condition");
     // libcap (in `ip`) reads the bounding set; threads get names.
@@ -306,7 +313,6 @@ const VHOST_BACKEND: &[libc::c_long] = &[
 /// watchdog thread cuts off a handshake that runs out of time with
 /// `shutdown` (a thread needs nothing the guest's `ip` does not).
 const VIRTIO_FRONTEND: &[libc::c_long] = &[
-    libc::SYS_memfd_create,
     libc::SYS_ftruncate,
     libc::SYS_fchmod,
     libc::SYS_shutdown,
