@@ -239,18 +239,27 @@ impl Hypervisor {
     /// guest may retry.
     pub(crate) fn vhost_connect(&self, caller: DomId) -> HvResult<OwnedFd> {
         let me = self.caller_name(caller)?;
-        let path = self
+        let (path, dev_ino) = self
             .vhost
             .lock()
             .values()
             .find(|l| l.spec.guest.as_deref() == Some(me.as_str()))
-            .map(|l| l.spec.socket.clone())
+            .map(|l| (l.spec.socket.clone(), l.dev_ino))
             .ok_or_else(|| {
                 HvError::new(
                     ErrorKind::PermissionDenied,
                     format!("domain {caller} ({me}) has no vhost-user vif (it is not a nic = \"virtio\" guest)"),
                 )
             })?;
+        // The file must still be the socket hv bound, not one put in its
+        // place (hv connects by path; the run directory is root's).
+        let same = std::fs::symlink_metadata(&path).is_ok_and(|m| (m.dev(), m.ino()) == dev_ino);
+        if !same {
+            return err(
+                ErrorKind::Internal,
+                format!("{} is no longer the socket hv listens on", path.display()),
+            );
+        }
         let fd = sys::connect_stream_nonblocking(&path).map_err(|e| {
             let kind = match e.kind() {
                 IoKind::WouldBlock => ErrorKind::Quota,
