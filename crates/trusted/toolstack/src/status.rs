@@ -636,7 +636,7 @@ fn print_virtio(d: &Value) {
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    println!(
+    let line = format!(
         "\nvirtio NIC {} (frontend): {}, features {}; {} connects, {} disconnects; \
          tx {} pkts {} B, rx {} pkts {} B; kicks {}, calls {}; drops: {}; broken: {}",
         d["name"].as_str().unwrap_or("?"),
@@ -661,6 +661,12 @@ fn print_virtio(d: &Value) {
         nonzero(&v["drops"]),
         nonzero(&v["broken"]),
     );
+    // Names come from the guest: no control character reaches the terminal.
+    let clean: String = line
+        .chars()
+        .map(|c| if c.is_control() && c != '\n' { '?' } else { c })
+        .collect();
+    println!("{clean}");
 }
 
 /// Plain `status`'s lines for each domain's emulated NIC (hosted or HVM),

@@ -158,7 +158,15 @@ pub(crate) fn lines(v: &Value) -> Vec<String> {
             .as_bool()
             .map_or("-", |b| if b { "yes" } else { "no" })
     ));
-    out
+    // Names and reasons come from the driver domain: no control character
+    // reaches the terminal.
+    out.into_iter()
+        .map(|l| {
+            l.chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect()
+        })
+        .collect()
 }
 
 fn ring(r: &Value) -> String {
@@ -231,6 +239,12 @@ mod tests {
         ] {
             assert!(l.contains(needle), "{l}\nlacks {needle}");
         }
+        let evil = json!({"name": "vm1", "refused": {"\u{1b}[2J": 1}});
+        let l = lines(&entry(&vm(), Some(1), Some(&evil))).join("\n");
+        assert!(
+            l.contains("refused: ?[2J=1") && !l.contains('\u{1b}'),
+            "{l}"
+        );
     }
 
     #[test]
