@@ -271,6 +271,10 @@ fn a_virtio_guest_is_told_its_nic_and_gets_a_socket_in_the_run_directory() {
     );
     assert_eq!(st["vhost_vifs"][0]["kind"], "guest");
     fails_with(
+        &env.splitnet(&["network-attach", "g1", "bridge=xenbr0"]),
+        "runs no netfront",
+    );
+    fails_with(
         &env.splitnet(&["network-detach", "g1", "0"]),
         "it goes with the guest",
     );

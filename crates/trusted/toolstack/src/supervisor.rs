@@ -871,6 +871,15 @@ impl Supervisor {
                 format!("{guest} is a driver domain; vifs belong to guests"),
             ));
         }
+        if gcfg.nic == crate::topology::Nic::Virtio {
+            return Err(fail(
+                ErrorKind::Invalid,
+                format!(
+                    "{guest} has nic = \"{}\": it runs no netfront, so a netif vif cannot attach to it",
+                    gcfg.nic.as_str()
+                ),
+            ));
+        }
         let backend = match vs.backend {
             Some(b) => b,
             None => self.default_backend(guest)?,
