@@ -224,10 +224,9 @@ pub fn syscalls(role: Role) -> SyscallFilter {
     };
     let families: Vec<u64> = families.iter().map(|&a| a as u64).collect();
     if role == Role::VirtioGuest {
-        // Its RAM: a sealable memfd of ordinary pages, never MFD_HUGETLB
+        // Its RAM: a memfd of ordinary pages, never MFD_HUGETLB
         // (the host's huge pages are other domains' too).
-        let flags = (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64;
-        f.allow_arg_in(libc::SYS_memfd_create, 1, &[flags])
+        f.allow_arg_without(libc::SYS_memfd_create, 1, libc::MFD_HUGETLB as u64)
             .expect("a valid condition");
     }
     f.allow_arg_in(libc::SYS_socket, 0, &families)
