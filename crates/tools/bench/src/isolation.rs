@@ -7,7 +7,7 @@
 //! CPU the attacker and the driver domain spent.
 
 use crate::hostile_vm::{Attack, AttackReport};
-use crate::netenv::{self, Flow, Workload};
+use crate::netenv::Workload;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use toolstack::host;
 
 /// Other vifs keep this share of their throughput under attack.
 pub const TARGET: f64 = 0.80;
@@ -88,20 +87,7 @@ fn measure(
 
 /// guest1 → wire, iperf3 TCP, for `secs`: Gbit/s.
 fn tcp_to_wire(secs: u32) -> Result<f64> {
-    let (wire, g1) = (host::netns_name("wire"), host::netns_name("guest1"));
-    let f = Flow {
-        server_ns: &wire,
-        server_ip: "10.77.0.254",
-        server_bind: None,
-        port: netenv::DEFAULT_PORT,
-        client_ns: &g1,
-        reverse: false,
-        secs,
-        workload: Workload::TcpZerocopy,
-        server_cgroup: None,
-        client_cgroup: None,
-    };
-    Ok(netenv::run(&f)?.gbps)
+    Ok(crate::virtio::guest1_to_wire(secs, Workload::TcpZerocopy)?.gbps)
 }
 
 /// The driver domain's (id, pid) and the VM vif's status entry.

@@ -263,23 +263,28 @@ fn one_run(opts: &VirtioOptions, bin: &Path, socket: &Path) -> Result<(f64, f64)
     });
     child.stop();
     let pmd = pmd?;
-    let g1 = host::netns_name("guest1");
     let nf = rx_rate(&wire, opts.secs, || {
-        let f = Flow {
-            server_ns: &wire,
-            server_ip: "10.77.0.254",
-            server_bind: None,
-            port: netenv::DEFAULT_PORT,
-            client_ns: &g1,
-            reverse: false,
-            secs: opts.secs,
-            workload: Workload::UdpSmall,
-            server_cgroup: None,
-            client_cgroup: None,
-        };
-        netenv::run(&f).map(drop)
+        guest1_to_wire(opts.secs, Workload::UdpSmall).map(drop)
     })?;
     Ok((pmd, nf))
+}
+
+/// One iperf3 flow of `workload` from guest1 to the wire host.
+pub(crate) fn guest1_to_wire(secs: u32, workload: Workload) -> Result<netenv::FlowResult> {
+    let (wire, g1) = (host::netns_name("wire"), host::netns_name("guest1"));
+    let f = Flow {
+        server_ns: &wire,
+        server_ip: "10.77.0.254",
+        server_bind: None,
+        port: netenv::DEFAULT_PORT,
+        client_ns: &g1,
+        reverse: false,
+        secs,
+        workload,
+        server_cgroup: None,
+        client_cgroup: None,
+    };
+    netenv::run(&f)
 }
 
 /// Frames per second the wire's `eth0` received while `during` ran.
