@@ -637,7 +637,7 @@ fn print_virtio(d: &Value) {
         .filter_map(Value::as_str)
         .collect();
     let line = format!(
-        "\nvirtio NIC {} (frontend): {}, features {}; {} connects, {} disconnects; \
+        "virtio NIC {} (frontend): {}, features {}; {} connects, {} disconnects; \
          tx {} pkts {} B, rx {} pkts {} B; kicks {}, calls {}; drops: {}; broken: {}",
         d["name"].as_str().unwrap_or("?"),
         if v["connected"] == true {
@@ -662,11 +662,7 @@ fn print_virtio(d: &Value) {
         nonzero(&v["broken"]),
     );
     // Names come from the guest: no control character reaches the terminal.
-    let clean: String = line
-        .chars()
-        .map(|c| if c.is_control() && c != '\n' { '?' } else { c })
-        .collect();
-    println!("{clean}");
+    println!("\n{}", crate::vhost_status::printable(&line));
 }
 
 /// Plain `status`'s lines for each domain's emulated NIC (hosted or HVM),
@@ -791,17 +787,7 @@ fn print_vifs(vifs: &[Value]) {
     for v in vifs {
         let c = &v["counters"];
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
-        let map = |c: &Value, k: &str| {
-            c[k].as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "-".into())
-        };
+        let map = |c: &Value, k: &str| crate::vhost_status::pairs(&c[k]);
         println!(
             "  {} <-> {} ({}): frontend {}, backend {}; grants {}, rx {}, tx {}, offload {}",
             v["guest"].as_str().unwrap_or("?"),

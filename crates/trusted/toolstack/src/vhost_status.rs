@@ -73,7 +73,7 @@ fn entry(v: &VhostVif, backend_id: Option<u16>, published: Option<&Value>) -> Va
 }
 
 /// `k=v` pairs of a JSON object, or `-`.
-fn pairs(v: &Value) -> String {
+pub(crate) fn pairs(v: &Value) -> String {
     v.as_object()
         .map(|m| {
             m.iter()
@@ -160,12 +160,14 @@ pub(crate) fn lines(v: &Value) -> Vec<String> {
     ));
     // Names and reasons come from the driver domain: no control character
     // reaches the terminal.
-    out.into_iter()
-        .map(|l| {
-            l.chars()
-                .map(|c| if c.is_control() { '?' } else { c })
-                .collect()
-        })
+    out.iter().map(|l| printable(l)).collect()
+}
+
+/// `s` with each control character (what a domain could send a terminal)
+/// shown as `?`.
+pub(crate) fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
         .collect()
 }
 
