@@ -193,6 +193,10 @@ pub struct TrackStats {
 /// Entries per hash set: one 64-byte cache line of 8-byte entries (thesis 4.4.1).
 const SET: usize = 8;
 
+/// An inactive entry granting a frame this track did not grant (frame
+/// `u32::MAX - 1`, which no pool has): it matches no lookup.
+const UNKNOWN_GRANT: u64 = 0xffff_ffff << 32;
+
 /// The guest's grant-track hash table (thesis 4.4.1), in its private memory.
 /// A grant reference is an entry's index: the first half tracks read-only
 /// grants, the second half read-write ones. Each entry is one word: the
@@ -258,35 +262,56 @@ impl GrantTrack {
             self.stats.uses += 1;
             return Ok(k as u32);
         }
-        // A free entry, else the inactive ones in turn (hv may still refuse
-        // to revoke one the driver domain is using).
-        let mut slot = (base..base + SET).find(|&k| self.entries[k] == 0);
-        if slot.is_none() {
-            for k in base..base + SET {
-                if self.entries[k] & 0xffff_ffff != 0 {
-                    continue;
+        // An entry this track found free may still grant a frame in hv: an
+        // earlier track of the same table (a vif detached and attached
+        // again) could not revoke it, the driver domain still counting a
+        // use. It is kept as an inactive grant, to be revoked once hv
+        // lets it go, and the next entry is tried.
+        loop {
+            let Some(k) = self.room(hv, backend, base)? else {
+                self.stats.set_full += 1;
+                return Err(TrackError::SetFull);
+            };
+            match hv.grant(backend, k as u32, frame, writable) {
+                Ok(()) => {
+                    self.entries[k] = want << 32 | 1;
+                    self.stats.created += 1;
+                    self.stats.uses += 1;
+                    return Ok(k as u32);
                 }
-                match hv.revoke(backend, k as u32) {
-                    Ok(()) => {
-                        self.entries[k] = 0;
-                        self.stats.evictions += 1;
-                        slot = Some(k);
-                        break;
-                    }
-                    Err(e) if e.kind == ErrorKind::InUse => continue,
-                    Err(e) => return Err(e.into()),
-                }
+                Err(e) if e.kind == ErrorKind::InUse => self.entries[k] = UNKNOWN_GRANT,
+                Err(e) => return Err(e.into()),
             }
         }
-        let Some(k) = slot else {
-            self.stats.set_full += 1;
-            return Err(TrackError::SetFull);
-        };
-        hv.grant(backend, k as u32, frame, writable)?;
-        self.entries[k] = want << 32 | 1;
-        self.stats.created += 1;
-        self.stats.uses += 1;
-        Ok(k as u32)
+    }
+
+    /// A free entry of the set at `base`, else an inactive one revoked to
+    /// make room (hv may still refuse to revoke one the driver domain is
+    /// using, and the next is tried); None when every one is in use.
+    fn room(
+        &mut self,
+        hv: &mut dyn GrantOps,
+        backend: DomId,
+        base: usize,
+    ) -> Result<Option<usize>, TrackError> {
+        if let Some(k) = (base..base + SET).find(|&k| self.entries[k] == 0) {
+            return Ok(Some(k));
+        }
+        for k in base..base + SET {
+            if self.entries[k] & 0xffff_ffff != 0 {
+                continue;
+            }
+            match hv.revoke(backend, k as u32) {
+                Ok(()) => {
+                    self.entries[k] = 0;
+                    self.stats.evictions += 1;
+                    return Ok(Some(k));
+                }
+                Err(e) if e.kind == ErrorKind::InUse => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(None)
     }
 
     /// Ends one use of grant `gref`; the grant stays for the next one.
@@ -332,16 +357,21 @@ impl GrantTrack {
 mod tests {
     use super::*;
 
-    /// Counts hypercalls; refuses revocations of grefs in `busy`.
+    /// Counts hypercalls; refuses revocations of grefs in `busy`, and
+    /// grants of grefs in `taken` (granted before this track).
     #[derive(Default)]
     struct Fake {
         grants: Vec<(u32, u32, bool)>,
         revokes: Vec<u32>,
         busy: Vec<u32>,
+        taken: Vec<u32>,
     }
 
     impl GrantOps for Fake {
         fn grant(&mut self, _: DomId, gref: u32, frame: u32, w: bool) -> HvResult<()> {
+            if self.taken.contains(&gref) {
+                return Err(HvError::new(ErrorKind::InUse, "already granted"));
+            }
             self.grants.push((gref, frame, w));
             Ok(())
         }
@@ -350,6 +380,7 @@ mod tests {
                 return Err(HvError::new(ErrorKind::InUse, "busy"));
             }
             self.revokes.push(gref);
+            self.taken.retain(|&g| g != gref);
             Ok(())
         }
     }
@@ -450,5 +481,23 @@ mod tests {
         assert_eq!(t.stats().evictions, SET as u64);
         assert!(!hv.revokes.contains(&held[0]), "the busy grant survived");
         assert_eq!(t.revoke_all(&mut hv, 1), 1, "only the busy one stays");
+    }
+
+    #[test]
+    fn entries_an_earlier_track_left_granted_are_skipped_then_reclaimed() {
+        // A vif attached again: its new track finds entries hv still holds
+        // from the last one, two of them still used by the driver domain.
+        let (mut t, mut hv) = (GrantTrack::new(), Fake::default());
+        let base = t.set_of(0, true) as u32;
+        hv.taken = (base..base + 3).collect();
+        hv.busy = vec![base, base + 1];
+        let g = t.acquire(&mut hv, 1, 0, true).unwrap();
+        assert_eq!(g, base + 3, "the first free entry hv agrees is free");
+        t.release(g);
+        assert_eq!(t.revoke_all(&mut hv, 1), 2, "the busy ones stay");
+        assert!(hv.revokes.contains(&(base + 2)), "the idle one is revoked");
+        // Once the driver domain lets go they are reclaimed like any other.
+        hv.busy.clear();
+        assert_eq!(t.revoke_all(&mut hv, 1), 0);
     }
 }
