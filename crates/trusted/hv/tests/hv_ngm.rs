@@ -298,3 +298,98 @@ fn a_dead_driver_domains_tables_go_with_it() {
         Some(ErrorKind::BadDomain)
     );
 }
+
+/// The driver-domain bug the status count has to survive: uses taken and
+/// never ended. The guest cannot revoke those grants (so it never reuses
+/// their frames for anything else while the driver domain may still write
+/// them); its track table keeps the entries, which costs it `set_full`
+/// fallbacks at worst, even after it detaches and attaches again; no other
+/// guest notices; and when the driver domain dies the frames are free again.
+#[test]
+fn a_use_count_left_raised_blocks_only_its_own_grants() {
+    use hv::ngm_client::{GrantTrack, TrackError};
+    let mut w = world();
+    let (d, g2) = (w.drv.domid(), w.g2.domid());
+    w.g2.ngm_setup(d).unwrap();
+    let view = w.drv.ngm_attach(g2).unwrap();
+    // A track of one hash set per half: any nine writable frames compete
+    // for the same eight entries.
+    let one_set = NGM_ENTRIES / 2 / 8;
+    let mut track = GrantTrack::partition(0, one_set);
+    let stuck: Vec<u32> = (1..=8)
+        .map(|f| {
+            let g = track.acquire(&mut w.g2, d, f, true).unwrap();
+            track.release(g);
+            // The bug: a use taken and never ended.
+            assert_eq!(view.acquire(g, true), Ok(Pfn::new(f)));
+            g
+        })
+        .collect();
+    for &g in &stuck {
+        assert_eq!(
+            w.g2.ngm_revoke(d, g).err().map(|e| e.kind),
+            Some(ErrorKind::InUse)
+        );
+    }
+    // The next frame finds the set full of grants hv will not revoke: a
+    // counted fallback, and the guest's frames stay granted as they were.
+    let r = track.acquire(&mut w.g2, d, 9, true);
+    assert!(matches!(r, Err(TrackError::SetFull)), "{r:?}");
+    assert_eq!(track.stats().set_full, 1);
+    for (f, &g) in (1..=8).zip(&stuck) {
+        assert_eq!(view.acquire(g, true), Ok(Pfn::new(f)));
+        view.release(g);
+    }
+    // The read-only half is another set: it still works.
+    let g = track.acquire(&mut w.g2, d, 9, false).unwrap();
+    track.release(g);
+    // A detach keeps what it could not revoke, and the next attach's track
+    // (a fresh one over the same table) works around it.
+    assert_eq!(track.revoke_all(&mut w.g2, d), 8, "the stuck grants stay");
+    let mut again = GrantTrack::partition(0, one_set);
+    assert!(matches!(
+        again.acquire(&mut w.g2, d, 9, true),
+        Err(TrackError::SetFull)
+    ));
+    let g = again.acquire(&mut w.g2, d, 9, false).unwrap();
+    assert_eq!(view.acquire(g, false), Ok(Pfn::new(9)));
+    view.release(g);
+    // guest1's grants with the same driver domain are untouched.
+    let view1 = w.drv.ngm_attach(w.g1.domid()).unwrap();
+    assert_eq!(view1.acquire(5, true), Ok(Pfn::new(10)));
+    view1.release(5);
+    w.g1.ngm_revoke(d, 5).unwrap();
+    w.g1.ngm_revoke(d, 6).unwrap();
+    let refused = |w: &World, g| {
+        let s = w.hv.status();
+        s.ngm_tables
+            .iter()
+            .find(|t| t.guest == g)
+            .map(|t| t.refused)
+    };
+    assert_eq!(
+        refused(&w, g2),
+        Some(8 * 4),
+        "revoke, set_full, revoke_all, set_full"
+    );
+    assert_eq!(refused(&w, w.g1.domid()), Some(0));
+    // The driver domain dies holding the uses: the pair's tables go, and
+    // with its successor every frame can be granted again.
+    drop((view, view1));
+    drop(std::mem::replace(
+        &mut w.drv,
+        domain(&w.hv, "drv2", "driver"),
+    ));
+    wait_gone(&w, d);
+    let d2 = w.drv.domid();
+    w.g2.ngm_setup(d2).unwrap();
+    let view = w.drv.ngm_attach(g2).unwrap();
+    let mut track = GrantTrack::partition(0, one_set);
+    for f in 1..=8 {
+        let g = track.acquire(&mut w.g2, d2, f, true).unwrap();
+        assert_eq!(view.acquire(g, true), Ok(Pfn::new(f)));
+        view.release(g);
+        track.release(g);
+    }
+    assert_eq!(track.revoke_all(&mut w.g2, d2), 0);
+}
