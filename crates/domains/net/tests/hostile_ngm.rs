@@ -335,3 +335,85 @@ fn a_guest_rewriting_its_buffer_after_the_check_cannot_change_the_headers_sent()
     w.hv.shutdown();
     w.driver.join().unwrap();
 }
+
+#[test]
+fn rx_buffers_a_guest_misposts_hurt_only_itself() {
+    // evil rewrites the RX requests it has posted, as a guest whose grant
+    // bookkeeping is corrupt would: a reference out of range, one it granted
+    // to another domain, one it revoked, and one buffer posted many times
+    // over. netback refuses and counts the first three, writes the rest
+    // only into evil's own frame, and good2 gets every frame intact.
+    let mut w = world(&["good1", "good2", "evil"], Grants::Ngm, TxMode::Gather);
+    let mut evil = w.guests.pop().unwrap();
+    let mut good2 = w.guests.pop().unwrap();
+    let mut good1 = w.guests.pop().unwrap();
+    let (drv, e, other) = (w.drv_id, w.ids[2], w.ids[0]);
+    good_traffic_flows(&mut good1, &mut good2, 100, 0);
+
+    evil.hv.ngm_setup(other).unwrap();
+    let g_other = absent_gref(&mut evil, drv, 1024);
+    evil.hv.ngm_grant(other, g_other, 590, true).unwrap();
+    let g_rev = absent_gref(&mut evil, drv, g_other);
+    evil.hv.ngm_grant(drv, g_rev, 590, true).unwrap();
+    evil.hv.ngm_revoke(drv, g_rev).unwrap();
+    let g_dup = absent_gref(&mut evil, drv, g_rev);
+    evil.hv.ngm_grant(drv, g_dup, 591, true).unwrap();
+    let canary = vec![0xa5u8; PAGE];
+    evil.hv.pool().write_bytes(590 * PAGE, &canary);
+
+    let _ = probes(&mut evil);
+    let dups = 20u32;
+    {
+        let ring = evil.nf.rx_ring();
+        let mask = ring.size() - 1;
+        let first = ring.rsp_cons();
+        assert!(ring.req_prod_pvt().wrapping_sub(first) >= 3 + dups);
+        let bad = [99_999, g_other, g_rev];
+        for i in 0..3 + dups {
+            let gref = bad.get(i as usize).copied().unwrap_or(g_dup);
+            let slot = (first.wrapping_add(i) & mask) as usize;
+            ring.memory().store_u32(64 + slot * 8 + 4, gref);
+        }
+    }
+    let before = |r| rejected(&w, e, r);
+    let (absent, revoked) = (before("grant_absent"), before("grant_revoked"));
+    let rx_before = stats(&w.hv, drv, e)["rx_packets"].as_u64().unwrap_or(0);
+    let mut last = Vec::new();
+    for seq in 0..3 + dups {
+        last = probe([0xff; 6], good1.mac, 100 + seq, 300 + seq as usize);
+        good1
+            .nf
+            .send(&mut good1.hv, Packet::new(last.clone()))
+            .unwrap();
+        good1.nf.flush().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !probes(&mut good2).contains(&last) {
+            assert!(Instant::now() < deadline, "good2 missed broadcast {seq}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    wait_for("netback to fill evil's reposted buffer", || {
+        stats(&w.hv, drv, e)["rx_packets"].as_u64().unwrap_or(0) >= rx_before + u64::from(dups)
+    });
+    assert_eq!(rejected(&w, e, "grant_absent"), absent + 2);
+    assert_eq!(rejected(&w, e, "grant_revoked"), revoked + 1);
+    let mut now = vec![0u8; PAGE];
+    evil.hv.pool().read_bytes(590 * PAGE, &mut now);
+    assert!(now == canary, "netback wrote through a refused grant");
+    let mut got = vec![0u8; last.len()];
+    evil.hv.pool().read_bytes(591 * PAGE, &mut got);
+    assert_eq!(
+        got, last,
+        "the buffer posted {dups} times holds the last frame"
+    );
+    // evil's frontend takes back its own buffers; below the limit it stays.
+    let _ = probes(&mut evil);
+    assert_eq!(backend_state(&w.hv, drv, e), "4");
+    good_traffic_flows(&mut good1, &mut good2, 100, 1000);
+    good_traffic_flows(&mut good2, &mut good1, 100, 2000);
+    for g in &w.ids[..2] {
+        assert_eq!(stats(&w.hv, drv, *g)["rejected"], serde_json::json!({}));
+    }
+    w.hv.shutdown();
+    w.driver.join().unwrap();
+}
