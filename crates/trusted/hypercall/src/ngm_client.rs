@@ -386,7 +386,7 @@ mod tests {
     }
 
     #[test]
-    fn a_translation_naming_a_frame_outside_the_pool_is_refused() {
+    fn a_translation_for_another_domain_or_outside_the_pool_is_refused() {
         use crate::ngm::{NgmEntry, NGM_ENTRY_SIZE, NGM_STATUS_SIZE, NGM_VALID};
         let t = abi::HeapMemory::new(NGM_ENTRIES as usize * NGM_ENTRY_SIZE);
         let s = abi::HeapMemory::new(NGM_ENTRIES as usize * NGM_STATUS_SIZE);
@@ -405,9 +405,21 @@ mod tests {
         assert_eq!(acquire_use(&t, &s, me, 1, false), Ok(Pfn::new(15)));
         assert_eq!(acquire_use(&t, &s, me, 2, false), Err(NgmRefusal::BadFrame));
         assert_eq!(acquire_use(&t, &s, me, 3, false), Err(NgmRefusal::BadFrame));
+        // hv writes each pair's table for its own driver domain only; a word
+        // naming another is refused all the same.
+        let theirs = NgmEntry {
+            frame: 1,
+            flags: NGM_VALID,
+            grantee: 3,
+        };
+        t.store_u64_seqcst(4 * NGM_ENTRY_SIZE, theirs.encode());
+        assert_eq!(
+            acquire_use(&t, &s, me, 4, false),
+            Err(NgmRefusal::OtherDomain)
+        );
         // A refusal leaves no use behind; the good one holds one.
         let uses = |g: usize| s.load_u32(g * NGM_STATUS_SIZE);
-        assert_eq!((uses(1), uses(2), uses(3)), (1, 0, 0));
+        assert_eq!((uses(1), uses(2), uses(3), uses(4)), (1, 0, 0, 0));
     }
 
     #[test]
