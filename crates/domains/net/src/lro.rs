@@ -21,6 +21,9 @@
 use crate::offload::{self, Headers, L3, L4};
 use crate::packet::{Csum, FrameRef, Gso, GsoKind};
 
+/// Store key, in the frontend directory (`guest`) or the backend's
+/// (`driver`), that turns LRO on at that end.
+pub const KEY: &str = "splitnet-lro";
 /// Flows held at once; a new flow beyond them flushes the oldest.
 pub const FLOWS: usize = 4;
 /// Largest merged frame: a netif request's and a TAP write's 16-bit size.
@@ -288,7 +291,11 @@ impl Flow {
             && s.payload_off == self.payload_off
             && s.seq == self.next_seq
             && (self.v6 || s.id == self.next_id)
-            && (if s.gso { s.mss == self.mss } else { s.payload <= self.mss })
+            && (if s.gso {
+                s.mss == self.mss
+            } else {
+                s.payload <= self.mss
+            })
             && self.len + s.payload <= MAX_FRAME
             && same_header(&self.buf[..self.payload_off], head, self.v6, self.l4_off)
     }
@@ -359,8 +366,7 @@ fn mergeable(head: &[u8], h: &Headers, f: &FrameRef<'_>) -> Option<Seg> {
     };
     let v6 = h.l3 == L3::Ipv6;
     let fixed = if v6 { ETH_HLEN + 40 } else { ETH_HLEN + 20 };
-    if !csum_ok || f.vlan.is_some() || h.l3_off != ETH_HLEN || h.l4_off != fixed || h.end != f.len
-    {
+    if !csum_ok || f.vlan.is_some() || h.l3_off != ETH_HLEN || h.l4_off != fixed || h.end != f.len {
         return None;
     }
     let id = if v6 {
@@ -441,7 +447,11 @@ mod tests {
                 ..Spec::default()
             };
             let mut p = Packet::new(frame(&spec, 6, l4, true));
-            let segs = if gso { payload.len().div_ceil(self.mss) } else { 1 };
+            let segs = if gso {
+                payload.len().div_ceil(self.mss)
+            } else {
+                1
+            };
             self.seq = self.seq.wrapping_add(payload.len() as u32);
             self.id = self.id.wrapping_add(segs as u16);
             match csum {
@@ -450,7 +460,11 @@ mod tests {
             }
             if gso {
                 p.gso = Some(Gso {
-                    kind: if self.v6 { GsoKind::TcpV6 } else { GsoKind::TcpV4 },
+                    kind: if self.v6 {
+                        GsoKind::TcpV6
+                    } else {
+                        GsoKind::TcpV4
+                    },
                     size: self.mss as u16,
                     ecn: false,
                 });
@@ -470,7 +484,10 @@ mod tests {
         }
     }
 
-    const PARTIAL: Csum = Csum::Partial { start: 0, offset: 0 };
+    const PARTIAL: Csum = Csum::Partial {
+        start: 0,
+        offset: 0,
+    };
 
     /// Runs `batches` through a coalescer; returns what came out, in order.
     fn run(lro: &mut Lro, batches: &[Vec<Packet>]) -> Vec<Packet> {
@@ -536,13 +553,28 @@ mod tests {
         let out = run(&mut lro, &[segs.clone()]);
         assert_eq!(out.len(), 1);
         let m = &out[0];
-        assert_eq!(m.gso.map(|g| (g.kind, g.size)), Some((GsoKind::TcpV4, 1448)));
+        assert_eq!(
+            m.gso.map(|g| (g.kind, g.size)),
+            Some((GsoKind::TcpV4, 1448))
+        );
         assert_eq!(m.len(), 14 + 20 + 32 + 5 * 1448);
         let h = offload::parse_headers(&m.data).unwrap();
-        assert_eq!(usize::from(u16::from_be_bytes([m.data[16], m.data[17]])), m.len() - 14);
+        assert_eq!(
+            usize::from(u16::from_be_bytes([m.data[16], m.data[17]])),
+            m.len() - 14
+        );
         assert_eq!(m.data[h.l4_off + 13], 0x18, "PSH from the last segment");
-        assert_eq!(m.data[h.l4_off + 4..h.l4_off + 8], segs[0].data[h.l4_off + 4..h.l4_off + 8]);
-        assert_eq!(lro.stats, LroStats { merged: 4, flushed: 1 });
+        assert_eq!(
+            m.data[h.l4_off + 4..h.l4_off + 8],
+            segs[0].data[h.l4_off + 4..h.l4_off + 8]
+        );
+        assert_eq!(
+            lro.stats,
+            LroStats {
+                merged: 4,
+                flushed: 1
+            }
+        );
         check_merged(&out);
         assert_eq!(seen(&out), seen(&segs));
     }
@@ -629,7 +661,12 @@ mod tests {
                         let n = 1 + rng.below(5 * s.mss);
                         s.frame(0x10, &rng.bytes(n), PARTIAL, true)
                     }
-                    80..=82 => s.frame([0x11, 0x02, 0x04, 0x30][rng.below(4)], &rng.bytes(3), csum, false),
+                    80..=82 => s.frame(
+                        [0x11, 0x02, 0x04, 0x30][rng.below(4)],
+                        &rng.bytes(3),
+                        csum,
+                        false,
+                    ),
                     83..=85 => s.frame(0x10, &[], csum, false),
                     86..=87 => {
                         if let Some(ts) = s.opts.get_mut(7) {
@@ -675,6 +712,9 @@ mod tests {
             assert_eq!(out.len(), frames.len() - merged, "seed {seed}");
             total += merged;
         }
-        assert!(total > 1000, "the streams merge often enough to mean something: {total}");
+        assert!(
+            total > 1000,
+            "the streams merge often enough to mean something: {total}"
+        );
     }
 }
