@@ -184,7 +184,7 @@ impl Lro {
             }
             self.flush_flow(i, emit);
         }
-        if seg.psh || seg.payload % seg.mss != 0 {
+        if seg.psh || !seg.payload.is_multiple_of(seg.mss) {
             // It would end its frame at once: nothing to merge it with.
             return false;
         }
@@ -256,7 +256,7 @@ impl Lro {
             fl.buf[fl.l4_off + 13] |= TCP_PSH;
         }
         self.stats.merged += 1;
-        if s.psh || s.payload % fl.mss != 0 {
+        if s.psh || !s.payload.is_multiple_of(fl.mss) {
             self.flush_flow(i, emit);
         }
     }
@@ -550,7 +550,7 @@ mod tests {
             })
             .collect();
         let mut lro = Lro::new();
-        let out = run(&mut lro, &[segs.clone()]);
+        let out = run(&mut lro, std::slice::from_ref(&segs));
         assert_eq!(out.len(), 1);
         let m = &out[0];
         assert_eq!(
@@ -610,7 +610,7 @@ mod tests {
             .map(|_| s.frame(0x10, &[9; 1460], PARTIAL, false))
             .collect();
         let mut lro = Lro::new();
-        let out = run(&mut lro, &[segs.clone()]);
+        let out = run(&mut lro, std::slice::from_ref(&segs));
         assert!(out.iter().all(|p| p.len() <= MAX_FRAME));
         assert_eq!(out.len(), 2);
         assert_eq!(lro.stats.merged, 58);
@@ -638,7 +638,7 @@ mod tests {
         let mut total = 0;
         for seed in 1..=200u64 {
             let mut rng = Rng::new(seed);
-            let mut senders = vec![
+            let mut senders = [
                 sender(false, 40010, true, 1 + rng.below(1448)),
                 sender(true, 40011, false, 1 + rng.below(1400)),
                 sender(false, 40012, false, 1 + rng.below(900)),
