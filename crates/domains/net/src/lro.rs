@@ -366,7 +366,13 @@ fn mergeable(head: &[u8], h: &Headers, f: &FrameRef<'_>) -> Option<Seg> {
     };
     let v6 = h.l3 == L3::Ipv6;
     let fixed = if v6 { ETH_HLEN + 40 } else { ETH_HLEN + 20 };
-    if !csum_ok || f.vlan.is_some() || h.l3_off != ETH_HLEN || h.l4_off != fixed || h.end != f.len {
+    if !csum_ok
+        || f.vlan.is_some()
+        || f.len > MAX_FRAME
+        || h.l3_off != ETH_HLEN
+        || h.l4_off != fixed
+        || h.end != f.len
+    {
         return None;
     }
     let id = if v6 {
@@ -600,6 +606,11 @@ mod tests {
         let g = sack.frame(0x10, &[7; 500], Csum::Valid, false);
         let h = sack.frame(0x10, &[8; 500], Csum::Valid, false);
         assert_eq!(run(&mut lro, &[vec![g.clone(), h.clone()]]), vec![g, h]);
+        // A frame longer than a merged frame may be passes as it is.
+        let mut big = sender(false, 40004, false, 1460);
+        let i = big.frame(0x10, &vec![1; 65495], Csum::Valid, false);
+        assert_eq!(i.len(), MAX_FRAME + 14);
+        assert_eq!(run(&mut lro, &[vec![i.clone()]]), vec![i]);
         assert_eq!(lro.stats.merged, 0);
     }
 
