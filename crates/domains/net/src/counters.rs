@@ -81,6 +81,10 @@ pub struct VifCounters {
     pub credit_waits: u64,
     /// Multicast groups refused (the filter was full, or not a group).
     pub mcast_refused: u64,
+    /// Large receive offload: frames folded into a frame held before them.
+    pub lro_merged: u64,
+    /// Large receive offload: frames the coalescer put out.
+    pub lro_flushed: u64,
 }
 
 impl VifCounters {

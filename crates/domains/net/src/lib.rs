@@ -9,6 +9,7 @@ pub mod counters;
 pub mod credit;
 pub mod driver;
 pub mod idle;
+pub mod lro;
 pub mod mcast;
 pub mod netback;
 pub mod netfront;

@@ -16,8 +16,9 @@
 //! per id); vif *h* (the device's handle) starts at frame `h * VIF_FRAMES`.
 
 use crate::counters::VifCounters;
+use crate::lro::{self, Lro};
 use crate::offload;
-use crate::packet::{self, Csum, Gso, Packet, VNET_HDR_LEN};
+use crate::packet::{self, Csum, FrameRef, Gso, Packet, VNET_HDR_LEN};
 use abi::netif::{
     Extra, ExtraFlags, ExtraInfo, RxFlags, RxRequest, RxResponse, RxStatus, TxFlags, TxRequest,
     TxResponse, NETIF_RSP_NULL, NETIF_RSP_OKAY,
@@ -119,6 +120,9 @@ pub struct FrontendInfo {
     /// The backend filters multicast (`feature-multicast-control`): this
     /// frontend asks for it and says which groups the guest joined.
     pub multicast: bool,
+    /// Large receive offload here, in the guest (frontend key
+    /// `splitnet-lro` = `guest`; Ram thesis 5.1).
+    pub lro: bool,
 }
 
 /// The buffer grants of one vif, under either mechanism.
@@ -203,6 +207,9 @@ pub struct Netfront {
     mcast_joined: Vec<[u8; 6]>,
     /// `request-multicast-control` was written 1 (and not 0 since).
     mcast_requested: bool,
+    /// The coalescer of [`FrontendInfo::lro`]: frames of one ring drain
+    /// go to the TAP merged.
+    lro: Option<Lro>,
 }
 
 fn flag(hv: &mut HvClient, path: &str) -> bool {
@@ -278,6 +285,9 @@ fn negotiate(
         // Without scatter-gather (offloads off) a frame takes one slot.
         mtu: if offload { mtu } else { one_slot_mtu(dev, mtu) },
         multicast,
+        lro: hv
+            .store_read_str(&format!("{dev}/{}", lro::KEY))
+            .is_ok_and(|v| v == "guest"),
     };
     Ok((info, ngm))
 }
@@ -430,7 +440,11 @@ impl Netfront {
             ring_refs: [rc.tx_ref, rc.rx_ref],
             mcast_joined: Vec::new(),
             mcast_requested: false,
+            lro: None,
         };
+        if nf.info.lro {
+            nf.lro = Some(Lro::new());
+        }
         // Whatever fails from here gives back all the channel holds.
         match nf.publish(hv, handle, ngm, timeout) {
             Ok(()) => Ok(nf),
@@ -1305,6 +1319,9 @@ impl Netfront {
         let Some(csum) = self.rx_state(f, &hb[..head_len]) else {
             return;
         };
+        if self.lro.is_some() && self.lro_push(f, csum, tap) {
+            return;
+        }
         let hdr = packet::encode_vnet_hdr(csum, f.gso, &hb[..head_len], f.len);
         let mut parts: [IoPart<'_>; MAX_DATA_SLOTS + 1] =
             std::array::from_fn(|_| IoPart::Private(&[]));
@@ -1323,6 +1340,54 @@ impl Netfront {
             }
             Err(_) => self.counters.drop("tap_write_failed"),
         }
+    }
+
+    /// Offers a received frame to LRO; true when it took it (it reaches the
+    /// TAP merged, or alone, by [`Netfront::flush_lro`] at the latest).
+    fn lro_push(&mut self, f: &RxFrame, csum: Csum, tap: &Tap) -> bool {
+        let mut segs = [(0usize, 0usize); MAX_DATA_SLOTS];
+        for (s, fr) in segs
+            .iter_mut()
+            .zip(&self.rx_frags[f.first..f.first + f.count])
+        {
+            *s = (
+                frame_off(self.rx_frame(fr.id)) + fr.off as usize,
+                fr.len as usize,
+            );
+        }
+        let frame = FrameRef {
+            head: &[],
+            body: &[],
+            map: Some(&self.pool),
+            segs: &segs[..f.count],
+            len: f.len,
+            csum,
+            gso: f.gso,
+            vlan: None,
+        };
+        let Some(lro) = self.lro.as_mut() else {
+            return false;
+        };
+        let counters = &mut self.counters;
+        let taken = lro.push(&frame, &mut |g| tap_write(tap, counters, g));
+        if taken {
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += f.len as u64;
+        }
+        taken
+    }
+
+    /// Writes out what LRO holds: the end of a ring drain.
+    fn flush_lro(&mut self, tap: &Tap) {
+        let Some(lro) = self.lro.as_mut() else {
+            return;
+        };
+        let counters = &mut self.counters;
+        if lro.holding() {
+            lro.flush(&mut |g| tap_write(tap, counters, g));
+        }
+        counters.lro_merged = lro.stats.merged;
+        counters.lro_flushed = lro.stats.flushed;
     }
 
     /// Returns the buffers of every delivered frame to the free list.
@@ -1366,6 +1431,17 @@ pub fn dev_mcast_groups(table: &str, ifname: &str) -> Vec<[u8; 6]> {
         }
     }
     out
+}
+
+/// Writes a frame in private memory (one LRO put out) to the TAP.
+fn tap_write(tap: &Tap, counters: &mut VifCounters, g: &FrameRef<'_>) {
+    let hdr = packet::encode_vnet_hdr(g.csum, g.gso, g.head, g.len);
+    if tap
+        .writev(&[IoPart::Private(&hdr), IoPart::Private(g.head)])
+        .is_err()
+    {
+        counters.drop("tap_write_failed");
+    }
 }
 
 /// The TAP's offloads: what the channel negotiated.
@@ -1590,6 +1666,7 @@ impl TapNetfront {
             let f = nf.rx_ready[i];
             nf.frame_to_tap(&f, tap);
         }
+        nf.flush_lro(tap);
         nf.release_received();
         nf.refill_rx(hv)?;
         if got > 0 {

@@ -583,16 +583,21 @@ fn l4_sum(frame: &[u8], h: &Headers) -> Result<u32> {
 /// first overwritten with the pseudo-header sum; without, the field must
 /// already hold it (netif `csum_blank`).
 pub fn checksum_setup(pkt: &mut Packet, recalculate: bool) -> Result<()> {
-    let h = parse_headers(&pkt.data)?;
+    pkt.csum = partial_setup(&mut pkt.data, recalculate)?;
+    Ok(())
+}
+
+/// [`checksum_setup`] on the bytes of a frame: returns its `Csum::Partial`.
+pub fn partial_setup(frame: &mut [u8], recalculate: bool) -> Result<Csum> {
+    let h = parse_headers(frame)?;
     let offset = l4_csum_offset(&h)?;
     let start = to_u16(h.l4_off, "transport header offset", h.l4_off)?;
     if recalculate {
-        let sum = pseudo_header_sum(&pkt.data, &h)?;
+        let sum = pseudo_header_sum(frame, &h)?;
         let field = h.l4_off + usize::from(offset);
-        wr16(&mut pkt.data, field, sum, "transport checksum field")?;
+        wr16(frame, field, sum, "transport checksum field")?;
     }
-    pkt.csum = Csum::Partial { start, offset };
-    Ok(())
+    Ok(Csum::Partial { start, offset })
 }
 
 // ---------------------------------------------------------------------------

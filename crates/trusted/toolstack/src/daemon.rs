@@ -4,7 +4,7 @@
 use crate::host::{self, CgroupLayout};
 use crate::supervisor::Supervisor;
 use crate::topology::Topology;
-use crate::topology::{VifConfig, VifOptions};
+use crate::topology::{LroAt, VifConfig, VifOptions};
 use crate::uplink::Uplinks;
 use abi::xenbus::{self, XenbusState};
 use hv::core::Hypervisor;
@@ -226,6 +226,7 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
     ] {
         ts.write(&format!("{fe}/{k}"), val)?;
     }
+    write_lro(ts, &fe, &be, v.lro)?;
     write_vif_options(ts, &be, &v.opts)?;
     let index = v.index.to_string();
     // A vif with a hotplug script stays offline until the script succeeded
@@ -248,6 +249,16 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         ts.write(&format!("{be}/{k}"), val)?;
     }
     Ok(())
+}
+
+/// Tells the end that runs large receive offload (Ram thesis 5.1) to: the
+/// frontend directory's `splitnet-lro` = `guest`, or the backend's = `driver`.
+fn write_lro(ts: &mut Store<'_>, fe: &str, be: &str, at: LroAt) -> Result<(), String> {
+    match at {
+        LroAt::Off => Ok(()),
+        LroAt::Guest => ts.write(&format!("{fe}/splitnet-lro"), "guest"),
+        LroAt::Driver => ts.write(&format!("{be}/splitnet-lro"), "driver"),
+    }
 }
 
 /// Writes vif options to backend directory `be` (before its `state`), under Xen's key names where Xen has one.

@@ -102,6 +102,18 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             .as_object_mut()
             .and_then(|m| m.remove("ring"))
             .unwrap_or(Value::Null);
+        // Where LRO runs, and (driver) whether netback could turn it on.
+        let lro = match (
+            read(format!("{fe}/splitnet-lro")),
+            read(format!("{be}/splitnet-lro")),
+        ) {
+            (g, _) if g == "guest" => json!({"where": "guest", "on": true}),
+            (_, d) if d == "driver" => stats
+                .as_object_mut()
+                .and_then(|m| m.remove("lro"))
+                .unwrap_or_else(|| json!({"where": "driver"})),
+            _ => Value::Null,
+        };
         let fe_stats: Value =
             serde_json::from_str(&read(format!("{fe}/stats"))).unwrap_or(Value::Null);
         out.push(json!({
@@ -125,6 +137,7 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "tx_mode": read(format!("{be}/splitnet-tx-mode")),
             "grants": read(format!("{be}/splitnet-grants")),
             "offload": read(format!("{be}/splitnet-offload")) == "1",
+            "lro": lro,
             "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
             "features": features,
             "options": vif_options(&mut read, be),

@@ -919,6 +919,7 @@ impl Supervisor {
             tx_mode: gcfg.tx_mode,
             grants: gcfg.grants,
             offload: gcfg.offload,
+            lro: gcfg.lro_at(),
             index,
             opts: vs.opts,
         };

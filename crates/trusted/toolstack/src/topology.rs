@@ -94,6 +94,10 @@ pub struct DomainConfig {
     /// scatter-gather; Menon 2006 §3). Off in the seed baseline.
     #[serde(default = "yes")]
     pub offload: bool,
+    /// Guests: where large receive offload (Ram thesis 5.1) coalesces the
+    /// guest's received TCP segments: `off` (the default), `guest`
+    /// (netfront) or `driver` (netback; needs `offload = true`).
+    pub lro: Option<String>,
     /// Driver domains: let the physical port use the kernel's offloads
     /// (PACKET_VNET_HDR); off means the software offload driver does it all.
     #[serde(default = "yes")]
@@ -411,6 +415,75 @@ pub enum Grants {
     HvCopy,
 }
 
+/// Where large receive offload runs for a guest's vifs (Ram thesis 5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LroAt {
+    #[default]
+    Off,
+    /// netfront coalesces what it writes to the guest's TAP.
+    Guest,
+    /// netback coalesces what it delivers into the guest's buffers.
+    Driver,
+}
+
+impl LroAt {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LroAt::Off => "off",
+            LroAt::Guest => "guest",
+            LroAt::Driver => "driver",
+        }
+    }
+}
+
+impl std::str::FromStr for LroAt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(LroAt::Off),
+            "guest" => Ok(LroAt::Guest),
+            "driver" => Ok(LroAt::Driver),
+            _ => Err(format!("lro = {s:?}: use \"off\", \"guest\" or \"driver\"")),
+        }
+    }
+}
+
+impl DomainConfig {
+    /// Where LRO runs for this guest ([`LroAt::Off`] for a value
+    /// validation refused).
+    pub fn lro_at(&self) -> LroAt {
+        self.lro
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// The `lro` key: a known value, on a guest with a virtual NIC, and
+/// `driver` only where the guest takes GSO frames.
+fn check_lro(d: &DomainConfig) -> Result<(), String> {
+    let Some(v) = d.lro.as_deref() else {
+        return Ok(());
+    };
+    let at: LroAt = v.parse().map_err(|e| format!("domain {:?}: {e}", d.name))?;
+    if at == LroAt::Off {
+        return Ok(());
+    }
+    if d.kind != DomainKind::Guest || d.nic != Nic::Vif {
+        return Err(format!(
+            "domain {:?}: lro applies to guests with nic = \"vif\" only",
+            d.name
+        ));
+    }
+    if at == LroAt::Driver && !d.offload {
+        return Err(format!(
+            "domain {:?}: lro = \"driver\" hands the guest GSO frames and needs offload = true",
+            d.name
+        ));
+    }
+    Ok(())
+}
+
 impl Grants {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -499,6 +572,8 @@ pub struct VifConfig {
     pub tx_mode: TxMode,
     pub grants: Grants,
     pub offload: bool,
+    /// Where large receive offload runs (`lro`).
+    pub lro: LroAt,
     /// Index of this vif among its driver domain's vifs.
     pub index: usize,
     /// Xen's per-vif options (xl's vifspec keys).
@@ -548,6 +623,7 @@ impl VifConfig {
             tx_mode: TxMode::Gather,
             grants: Grants::Ngm,
             offload: true,
+            lro: LroAt::Off,
             index,
             opts: VifOptions::default(),
         }
@@ -810,6 +886,7 @@ fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     }
     check_modes(d)?;
     check_nic(d)?;
+    check_lro(d)?;
     if d.kind == DomainKind::Driver
         && (d.backend.is_some()
             || d.mac.is_some()
@@ -1122,6 +1199,7 @@ impl Topology {
                     tx_mode: d.tx_mode,
                     grants: d.grants,
                     offload: d.offload,
+                    lro: d.lro_at(),
                     index,
                     opts: spec.opts,
                 });
@@ -1522,6 +1600,38 @@ mod vif_list_tests {
             "t.toml",
         )
         .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn lro_is_read_per_guest_and_checked() {
+        for (v, at) in [
+            ("", LroAt::Off),
+            ("lro = \"off\"\n", LroAt::Off),
+            ("lro = \"guest\"\n", LroAt::Guest),
+            ("lro = \"driver\"\n", LroAt::Driver),
+        ] {
+            let t = topo(&format!("backend = \"drv\"\n{v}")).unwrap();
+            let v1 = t.vifs().into_iter().find(|x| x.guest == "g").unwrap();
+            assert_eq!(v1.lro, at, "for {v:?}");
+        }
+        let e = topo("backend = \"drv\"\nlro = \"nic\"\n").unwrap_err();
+        for needle in [
+            "t.toml",
+            "domain \"g\"",
+            "lro = \"nic\"",
+            "\"off\", \"guest\" or \"driver\"",
+        ] {
+            assert!(e.contains(needle), "{e:?} should mention {needle:?}");
+        }
+        let e = topo("backend = \"drv\"\nlro = \"driver\"\noffload = false\n").unwrap_err();
+        assert!(e.contains("needs offload = true"), "{e}");
+        let e = Topology::parse(
+            "[[domain]]\nname = \"a\"\nkind = \"driver\"\nlro = \"guest\"\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("lro applies to guests"), "{e}");
     }
 
     #[test]

@@ -70,6 +70,9 @@ pub struct Modes {
     /// TX sends the payload from the guest's buffers (Menon 2006 §4.1);
     /// otherwise netback copies the whole packet out first.
     pub tx_gather: bool,
+    /// Large receive offload here, in the driver domain (backend key
+    /// `splitnet-lro` = `driver`; Ram thesis 5.1).
+    pub lro: bool,
 }
 
 impl Modes {
@@ -263,6 +266,9 @@ pub struct Netback {
     max_frame: usize,
     /// The groups the guest joined (`feature-multicast-control`).
     mcast: McastFilter,
+    /// Large receive offload for frames bound for this guest, and why it is
+    /// off when asked for (see [`rx`]).
+    lro: rx::LroState,
 }
 
 fn read_flag(hv: &mut HvClient, path: &str) -> bool {
@@ -382,6 +388,9 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     let tx_map = tx_mode == "map";
     let tx_gather = tx_mode == "gather";
     let offload = read_flag(hv, &format!("{be}/splitnet-offload"));
+    let lro = hv
+        .store_read_str(&format!("{be}/{}", crate::lro::KEY))
+        .is_ok_and(|v| v == "driver");
     let ngm = hv
         .store_read_str(&format!("{be}/splitnet-grants"))
         .is_ok_and(|g| g == "ngm");
@@ -434,6 +443,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
             offload,
             ngm,
             tx_gather,
+            lro,
         },
     })
 }
@@ -503,6 +513,7 @@ impl Netback {
             now,
             max_frame,
             mcast,
+            lro: rx::LroState::new(p.modes.lro, f.guest_caps),
         })
     }
 
@@ -635,6 +646,9 @@ pub struct BackendStats<'a> {
     /// Groups in the multicast filter; None while the frontend has not
     /// asked for filtering (every group goes to it).
     pub mcast_groups: Option<u32>,
+    /// Large receive offload, when the topology asked for it here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lro: Option<serde_json::Value>,
 }
 
 impl Netback {
@@ -657,6 +671,7 @@ impl Netback {
             counters: &self.counters,
             ring,
             mcast_groups: self.mcast.enabled().then_some(self.mcast.len() as u32),
+            lro: self.lro.status(),
         }
     }
 }

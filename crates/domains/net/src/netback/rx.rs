@@ -8,8 +8,9 @@
 use super::{
     grant_reason, hv_reason, proto, Netback, NetbackError, Result, RING, RX_QUEUE, SLOT_BUDGET,
 };
-use crate::offload;
-use crate::packet::{FrameRef, Packet};
+use crate::lro::Lro;
+use crate::offload::{self, Offloads};
+use crate::packet::{FrameRef, GsoKind, Packet};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::{ExtraInfo, NetifStatus, RxFlags, RxResponse};
 use abi::{Pfn, SharedMemory};
@@ -29,11 +30,90 @@ enum CopyResp {
     Extra(ExtraInfo),
 }
 
+/// Large receive offload in the driver domain (Ram thesis 5.1): frames for
+/// the guest are coalesced before they are delivered, and what is held goes
+/// out in [`Netback::flush_rx`], at the end of the driver's turn. It needs a
+/// guest that takes GSO: merged frames are GSO frames.
+pub(super) struct LroState {
+    coalescer: Option<Lro>,
+    /// The topology asked for it.
+    asked: bool,
+    /// Why it is off although asked for.
+    off: Option<&'static str>,
+}
+
+impl LroState {
+    pub(super) fn new(asked: bool, guest: Offloads) -> LroState {
+        let takes_gso = guest.accepts_gso(GsoKind::TcpV4) && guest.accepts_gso(GsoKind::TcpV6);
+        let (coalescer, off) = match (asked, takes_gso) {
+            (false, _) => (None, None),
+            (true, true) => (Some(Lro::new()), None),
+            (true, false) => (None, Some("the guest takes no TCP GSO on receive")),
+        };
+        LroState {
+            coalescer,
+            asked,
+            off,
+        }
+    }
+
+    /// For status: where LRO runs and whether it is on, when asked for.
+    pub(super) fn status(&self) -> Option<serde_json::Value> {
+        self.asked.then(|| {
+            serde_json::json!({
+                "where": "driver",
+                "on": self.coalescer.is_some(),
+                "why": self.off,
+            })
+        })
+    }
+}
+
 impl Netback {
+    /// Turns driver-domain LRO off for this vif, with the reason status
+    /// shows (a path that places frames in the guest's buffers without
+    /// netback reading them, such as a dedicated queue, bypasses it).
+    pub fn lro_bypassed(&mut self, why: &'static str) {
+        if self.lro.asked && self.lro.coalescer.is_some() {
+            self.flush_lro();
+            self.lro.coalescer = None;
+            self.lro.off = Some(why);
+        }
+    }
+
+    /// Delivers a frame to the guest, through the LRO coalescer when it is
+    /// on (see [`LroState`]).
+    pub fn deliver(&mut self, f: &FrameRef<'_>) {
+        if !self.connected {
+            return;
+        }
+        if let Some(mut lro) = self.lro.coalescer.take() {
+            let taken = lro.push(f, &mut |g| self.deliver_now(g));
+            self.lro.coalescer = Some(lro);
+            if taken {
+                return;
+            }
+        }
+        self.deliver_now(f);
+    }
+
+    /// Puts out what LRO holds: the end of the driver's batch.
+    fn flush_lro(&mut self) {
+        let Some(mut lro) = self.lro.coalescer.take() else {
+            return;
+        };
+        if lro.holding() {
+            lro.flush(&mut |g| self.deliver_now(g));
+        }
+        self.counters.lro_merged = lro.stats.merged;
+        self.counters.lro_flushed = lro.stats.flushed;
+        self.lro.coalescer = Some(lro);
+    }
+
     /// Delivers a frame to the guest: at once into its posted buffers under
     /// the new grant mechanism when its NIC takes the frame as it is, through
     /// the queue otherwise. Responses are published by [`Netback::flush_rx`].
-    pub fn deliver(&mut self, f: &FrameRef<'_>) {
+    fn deliver_now(&mut self, f: &FrameRef<'_>) {
         if !self.connected {
             return;
         }
@@ -174,6 +254,7 @@ impl Netback {
     /// Publishes what [`Netback::deliver`] wrote and moves queued frames
     /// into the buffers the guest has posted.
     pub fn flush_rx(&mut self, hv: &mut HvClient) -> Result<()> {
+        self.flush_lro();
         if std::mem::take(&mut self.rx_overflow) {
             self.enforce(hv, Some("ring_overflow"));
             return Ok(());
