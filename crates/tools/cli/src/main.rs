@@ -66,6 +66,13 @@ enum Cmd {
         /// trusted network.
         #[arg(long, value_name = "ADDR", value_parser = listen::parse_addr)]
         listen: Option<std::net::SocketAddr>,
+        /// Pin the domains' processes (sched_setaffinity), as the Ram
+        /// thesis's shared-L2 experiment (ch. 6) did: "none" (no pinning),
+        /// "same" (every domain on the first core) or "split" (driver
+        /// domains on the first core, guests round-robin on the others).
+        /// Overrides every domain's `cpu` key; hv pins again at a restart.
+        #[arg(long, value_name = "PLACEMENT")]
+        placement: Option<toolstack::placement::Placement>,
     },
     /// Show domains, namespaces, addresses, ports and counters.
     Status {
@@ -339,6 +346,8 @@ enum Cmd {
         link_rate: Option<toolstack::topology::LinkRate>,
         #[arg(long, value_parser = listen::parse_addr)]
         listen: Option<std::net::SocketAddr>,
+        #[arg(long)]
+        placement: Option<toolstack::placement::Placement>,
     },
     /// A domain's process (started by hv inside the domain's namespace).
     #[command(hide = true)]
@@ -545,6 +554,7 @@ fn run(cli: Cli) -> Result<()> {
             spin_us,
             link_rate,
             listen,
+            placement,
         } => lifecycle::up(
             &rd,
             config.as_deref(),
@@ -553,6 +563,7 @@ fn run(cli: Cli) -> Result<()> {
                 preset,
                 spin_us,
                 link_rate,
+                placement,
             },
             listen,
         ),
@@ -680,6 +691,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             spin_us,
             link_rate,
             listen,
+            placement,
         } => lifecycle::run_hv(
             rd,
             &config,
@@ -687,6 +699,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
                 preset,
                 spin_us,
                 link_rate,
+                placement,
             },
             listen,
         ),
