@@ -218,15 +218,15 @@ impl Case {
     }
 }
 
-/// Pages granted to the driver domain against the packets they carried
+/// Pages granted to the driver domain against the buffer uses they served
 /// (thesis 4.7: 1,114 pages served 2,996,824 packets).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Locality {
-    /// Grants guest1 created in its NGM tables since it started.
+    /// Grants guest1's netfront created (distinct pages, and re-grants).
     pub pages: u64,
-    /// Frames (1514 bytes) the flow delivered to guest1.
-    pub packets: f64,
-    pub packets_per_page: f64,
+    /// Buffers those grants served, RX and TX, since guest1 connected.
+    pub uses: u64,
+    pub uses_per_page: f64,
 }
 
 /// One measurement.
@@ -261,7 +261,7 @@ pub struct RamSummary {
     pub cycles_x_native: Option<Spread>,
     pub by_domain: BTreeMap<String, f64>,
     pub by_class: BTreeMap<String, f64>,
-    pub packets_per_page: Option<f64>,
+    pub uses_per_page: Option<f64>,
     pub pages: Option<f64>,
 }
 
@@ -442,33 +442,30 @@ fn by_class(total: f64, p: Option<&prof::Profile>) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Guest1's NGM grants (pages) against the frames the flow delivered, from
-/// `splitnet status --json`; `None` without an NGM table (Orig, MQ).
-fn locality(ctx: &Ctx<'_>, packets: f64) -> Result<Option<Locality>> {
+/// Guest1's grant track (`splitnet status --json`, its first vif): pages
+/// granted against the buffer uses they served since it connected; `None`
+/// without the new grant mechanism (Orig, MQ).
+fn locality(ctx: &Ctx<'_>) -> Result<Option<Locality>> {
     let text = crate::splitnet(&ctx.opts.exe, &ctx.opts.run_dir, &["status", "--json"])?;
     let st: serde_json::Value = serde_json::from_str(&text).context("status --json")?;
     let empty = Vec::new();
-    let id = st["domains"]
+    let track = st["vifs"]
         .as_array()
         .unwrap_or(&empty)
         .iter()
-        .find(|d| d["name"] == "guest1")
-        .and_then(|d| d["id"].as_u64());
-    let tables: Vec<&serde_json::Value> = st["ngm_tables"]
-        .as_array()
-        .unwrap_or(&empty)
-        .iter()
-        .filter(|t| id.is_some() && t["guest"].as_u64() == id)
-        .collect();
-    if tables.is_empty() {
+        .find(|v| v["guest"] == "guest1" && v["handle"] == 0)
+        .map(|v| &v["grant_track"]);
+    let (Some(pages), Some(uses)) = (
+        track.and_then(|t| t["created"].as_u64()),
+        track.and_then(|t| t["uses"].as_u64()),
+    ) else {
         return Ok(None);
-    }
-    let pages: u64 = tables.iter().filter_map(|t| t["created"].as_u64()).sum();
+    };
     Ok(Some(Locality {
         pages,
-        packets,
-        packets_per_page: if pages > 0 {
-            packets / pages as f64
+        uses,
+        uses_per_page: if pages > 0 {
+            uses as f64 / pages as f64
         } else {
             0.0
         },
@@ -517,7 +514,7 @@ fn measure_cases(
         let total = m.cycles_per_packet.get("total").copied().unwrap_or(0.0);
         let loc = match (cfg, case) {
             (RamConfig::Native, _) => None,
-            (_, Case::Rx) => locality(ctx, m.flow.packets)?,
+            (_, Case::Rx) => locality(ctx)?,
             _ => None,
         };
         ctx.say(&format!(
@@ -528,8 +525,8 @@ fn measure_cases(
             m.flow.gbps,
             total,
             loc.map_or(String::new(), |l| format!(
-                ", {} pages for {:.0} frames",
-                l.pages, l.packets
+                ", {} pages served {} buffer uses",
+                l.pages, l.uses
             ))
         ));
         out.push(RamRecord {
@@ -693,7 +690,7 @@ fn summarize(records: &[RamRecord]) -> Vec<RamSummary> {
                 rs.iter().filter_map(|r| f(r)).collect()
             };
             let total = pick(|r| r.cycles_per_packet.get("total").copied());
-            let ppp = pick(|r| r.locality.map(|l| l.packets_per_page));
+            let ppp = pick(|r| r.locality.map(|l| l.uses_per_page));
             let pages = pick(|r| r.locality.map(|l| l.pages as f64));
             out.push(RamSummary {
                 config: cfg,
@@ -709,7 +706,7 @@ fn summarize(records: &[RamRecord]) -> Vec<RamSummary> {
                 cycles_x_native: Spread::of(&pick(|r| r.cycles_x_native)),
                 by_domain: medians(rs.iter().map(|r| &r.by_domain)),
                 by_class: medians(rs.iter().map(|r| &r.by_class)),
-                packets_per_page: (!ppp.is_empty()).then(|| median(&ppp)),
+                uses_per_page: (!ppp.is_empty()).then(|| median(&ppp)),
                 pages: (!pages.is_empty()).then(|| median(&pages)),
             });
         }
@@ -743,7 +740,7 @@ enum Ours {
     Rates(RamConfig, RamConfig, Case),
     /// One role's cycles per frame over native's total, two configurations.
     Roles(RamConfig, RamConfig, Case, &'static str),
-    /// Packets per granted page.
+    /// Buffer uses per granted page.
     Locality(RamConfig),
 }
 
@@ -974,7 +971,7 @@ impl RamReport {
                 .and_then(|m| {
                     Some(format!(
                         "{:.0} pages, {:.0} per page",
-                        m.pages?, m.packets_per_page?
+                        m.pages?, m.uses_per_page?
                     ))
                 })
                 .unwrap_or_else(|| "n/a".into()),
@@ -1005,7 +1002,7 @@ impl RamReport {
     /// The medians, one row per configuration and case.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| config | case | Gbit/s | × native (min–max) | cycles/frame | × native (min–max) | driver | guest | hv | wire | packets/page |\n\
+            "| config | case | Gbit/s | × native (min–max) | cycles/frame | × native (min–max) | driver | guest | hv | wire | uses/page |\n\
              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for m in &self.summary {
@@ -1024,7 +1021,7 @@ impl RamReport {
                 role("guest"),
                 role("hv"),
                 role("wire"),
-                m.packets_per_page.map_or("-".into(), |p| format!("{p:.0}")),
+                m.uses_per_page.map_or("-".into(), |p| format!("{p:.0}")),
             );
         }
         s += &self.classes_table();
