@@ -160,6 +160,15 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("cpu"), "{e}");
+        // A VM's process is its VMM's, not hv's: nothing to pin.
+        let e = Topology::parse(
+            "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n[[domain]]\nname = \"vm1\"\nkind = \"vm\"\n\
+             socket = \"/run/splitnet/vm1.sock\"\nmac = \"52:54:00:12:34:56\"\ncpu = 0\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("\"vm1\"") && e.contains("`cpu`"), "{e}");
     }
 
     #[test]
