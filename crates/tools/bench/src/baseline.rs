@@ -230,11 +230,11 @@ const CONFIGS: [Config; 11] = [
 ];
 
 /// A domain whose CPU time is measured.
-struct Domain {
-    name: String,
-    cgroup: Option<Cgroup>,
+pub(crate) struct Domain {
+    pub(crate) name: String,
+    pub(crate) cgroup: Option<Cgroup>,
     /// A process measured through /proc (hv, which has no cgroup of its own).
-    pid: Option<i32>,
+    pub(crate) pid: Option<i32>,
 }
 
 /// Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on Linux x86).
@@ -267,7 +267,8 @@ impl Domain {
 }
 
 /// Where one direction's endpoints are.
-struct FlowSpec {
+#[derive(Clone)]
+pub(crate) struct FlowSpec {
     server_ns: String,
     /// Where the client connects.
     server_ip: &'static str,
@@ -283,7 +284,12 @@ struct FlowSpec {
 }
 
 impl FlowSpec {
-    fn new(server_ns: &str, server_ip: &'static str, client_ns: &str, reverse: bool) -> FlowSpec {
+    pub(crate) fn new(
+        server_ns: &str,
+        server_ip: &'static str,
+        client_ns: &str,
+        reverse: bool,
+    ) -> FlowSpec {
         FlowSpec {
             server_ns: server_ns.to_string(),
             server_ip,
@@ -296,8 +302,16 @@ impl FlowSpec {
         }
     }
 
+    /// The same flow on `port` (to run beside this one).
+    pub(crate) fn on_port(&self, port: u16) -> FlowSpec {
+        FlowSpec {
+            port,
+            ..self.clone()
+        }
+    }
+
     /// Charges the server to domain `server` and the client to `client`.
-    fn charged(mut self, server: usize, client: usize) -> FlowSpec {
+    pub(crate) fn charged(mut self, server: usize, client: usize) -> FlowSpec {
         self.server_dom = server;
         self.client_dom = client;
         self
@@ -305,9 +319,9 @@ impl FlowSpec {
 }
 
 /// A brought-up configuration: where each direction's endpoints are.
-struct Env {
-    domains: Vec<Domain>,
-    flows: BTreeMap<&'static str, FlowSpec>,
+pub(crate) struct Env {
+    pub(crate) domains: Vec<Domain>,
+    pub(crate) flows: BTreeMap<&'static str, FlowSpec>,
     _native: Option<Native>,
     _kb: Option<KernelBridge>,
     _usernet: Option<UserNet>,
@@ -363,7 +377,7 @@ fn splitnet(opts: &BaselineOptions, args: &[&str]) -> Result<()> {
     crate::splitnet(&opts.exe, &opts.run_dir, args).map(drop)
 }
 
-fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {
+pub(crate) fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {
     match cfg {
         Config::Native => {
             let n = Native::new()?;
@@ -469,7 +483,19 @@ fn bring_up_splitnet(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout)
     if let Some(us) = &spin {
         up.extend(["--spin-us", us.as_str()]);
     }
-    splitnet(opts, &up)?;
+    splitnet_env(opts, layout, &up)
+}
+
+/// Runs `splitnet UP...` (an `up` command line) and measures its default
+/// domains: hv through its process, drv, guest1 and guest2 through their
+/// cgroups, the wire host through a cgroup of the suite's; flows TX and RX
+/// between guest1 and the wire, guest-to-guest from guest2 to guest1.
+pub(crate) fn splitnet_env(
+    opts: &BaselineOptions,
+    layout: &CgroupLayout,
+    up: &[&str],
+) -> Result<Env> {
+    splitnet(opts, up)?;
     let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
         .ok()
         .and_then(|s| s.trim().parse().ok());
@@ -507,7 +533,7 @@ fn bring_up_splitnet(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout)
     Ok(env)
 }
 
-fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
+pub(crate) fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
     if env.splitnet {
         let _ = splitnet(opts, &["down"]);
     }
@@ -519,12 +545,12 @@ fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
     }
 }
 
-/// What one flow measured.
-struct Measured {
-    flow: FlowResult,
-    cpu_seconds: PerDomain,
-    cycles_per_packet: PerDomain,
-    profile: Option<prof::Profile>,
+/// What one flow (or several at once) measured.
+pub(crate) struct Measured {
+    pub(crate) flow: FlowResult,
+    pub(crate) cpu_seconds: PerDomain,
+    pub(crate) cycles_per_packet: PerDomain,
+    pub(crate) profile: Option<prof::Profile>,
 }
 
 fn measure(
@@ -535,21 +561,65 @@ fn measure(
     tsc_hz: f64,
     profile: Option<&str>,
 ) -> Result<Measured> {
-    let f = env.flows.get(dir.name()).context("no such direction")?;
+    measure_flows(env, &[dir.name()], workload, secs, tsc_hz, profile)
+}
+
+/// One flow of `env`, as named in `Env::flows`.
+fn run_flow(env: &Env, name: &str, workload: Workload, secs: u32) -> Result<FlowResult> {
+    let f = env.flows.get(name).context("no such direction")?;
+    netenv::run(&Flow {
+        server_ns: &f.server_ns,
+        server_ip: f.server_ip,
+        server_bind: f.server_bind,
+        port: f.port,
+        client_ns: &f.client_ns,
+        reverse: f.reverse,
+        secs,
+        workload,
+        server_cgroup: env.domains[f.server_dom].cgroup.as_ref(),
+        client_cgroup: env.domains[f.client_dom].cgroup.as_ref(),
+    })
+}
+
+/// The flows `names` of `env` at once (each on its own port), with every
+/// domain's CPU time over them; throughput and packets are their sums.
+pub(crate) fn measure_flows(
+    env: &Env,
+    names: &[&str],
+    workload: Workload,
+    secs: u32,
+    tsc_hz: f64,
+    profile: Option<&str>,
+) -> Result<Measured> {
     let before: Vec<Duration> = env.domains.iter().map(Domain::cpu).collect();
-    let flow = || {
-        netenv::run(&Flow {
-            server_ns: &f.server_ns,
-            server_ip: f.server_ip,
-            server_bind: f.server_bind,
-            port: f.port,
-            client_ns: &f.client_ns,
-            reverse: f.reverse,
-            secs,
-            workload,
-            server_cgroup: env.domains[f.server_dom].cgroup.as_ref(),
-            client_cgroup: env.domains[f.client_dom].cgroup.as_ref(),
-        })
+    let flow = || -> Result<FlowResult> {
+        let results: Vec<Result<FlowResult>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = names
+                .iter()
+                .map(|n| sc.spawn(move || run_flow(env, n, workload, secs)))
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a flow panicked")))
+                })
+                .collect()
+        });
+        let mut sum: Option<FlowResult> = None;
+        for r in results {
+            let r = r?;
+            sum = Some(match sum {
+                None => r,
+                Some(s) => FlowResult {
+                    gbps: s.gbps + r.gbps,
+                    bytes: s.bytes + r.bytes,
+                    packets: s.packets + r.packets,
+                    seconds: s.seconds.max(r.seconds),
+                    latency: None,
+                },
+            });
+        }
+        sum.context("no flow to measure")
     };
     let (r, profile) = match profile {
         None => (flow()?, None),

@@ -15,6 +15,7 @@ pub mod hv;
 pub mod hvm;
 pub mod isolation;
 pub mod netenv;
+pub mod ram;
 pub mod scale;
 pub mod stats;
 pub mod usernet;

@@ -66,6 +66,13 @@ enum Cmd {
         /// trusted network.
         #[arg(long, value_name = "ADDR", value_parser = listen::parse_addr)]
         listen: Option<std::net::SocketAddr>,
+        /// Pin the domains' processes (sched_setaffinity), as the Ram
+        /// thesis's shared-L2 experiment (ch. 6) did: "none" (no pinning),
+        /// "same" (every domain on the first core) or "split" (driver
+        /// domains on the first core, guests round-robin on the others).
+        /// Overrides every domain's `cpu` key; hv pins again at a restart.
+        #[arg(long, value_name = "PLACEMENT")]
+        placement: Option<toolstack::placement::Placement>,
     },
     /// Show domains, namespaces, addresses, ports and counters.
     Status {
@@ -339,6 +346,8 @@ enum Cmd {
         link_rate: Option<toolstack::topology::LinkRate>,
         #[arg(long, value_parser = listen::parse_addr)]
         listen: Option<std::net::SocketAddr>,
+        #[arg(long)]
+        placement: Option<toolstack::placement::Placement>,
     },
     /// A domain's process (started by hv inside the domain's namespace).
     #[command(hide = true)]
@@ -471,6 +480,15 @@ enum Suite {
     /// and DPDK's testpmd as a vhost-user VM sending 64-byte frames to the
     /// wire (--quick: 1 run of 3 s flows).
     Virtio,
+    /// The Ram thesis re-measured: Orig, MQ, NGM, MQ+NGM, LRO-guest,
+    /// LRO-driver, SPF, HalfPG, All and native; RX and TX TCP throughput,
+    /// cycles per 1514-byte frame by domain and by cost class, buffer uses per
+    /// granted page; two guests receiving at once, and the domains on one
+    /// core or two (ch. 6); ratios to native within each run, medians and
+    /// spread, beside the thesis's numbers. A configuration whose topology
+    /// keys this build lacks is reported as not available (--configs picks
+    /// some; --quick: 1 run of 2 s flows, under 5 minutes).
+    Ram,
 }
 
 fn main() {
@@ -545,6 +563,7 @@ fn run(cli: Cli) -> Result<()> {
             spin_us,
             link_rate,
             listen,
+            placement,
         } => lifecycle::up(
             &rd,
             config.as_deref(),
@@ -553,6 +572,7 @@ fn run(cli: Cli) -> Result<()> {
                 preset,
                 spin_us,
                 link_rate,
+                placement,
             },
             listen,
         ),
@@ -680,6 +700,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             spin_us,
             link_rate,
             listen,
+            placement,
         } => lifecycle::run_hv(
             rd,
             &config,
@@ -687,6 +708,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
                 preset,
                 spin_us,
                 link_rate,
+                placement,
             },
             listen,
         ),
@@ -729,14 +751,15 @@ struct BenchArgs {
     /// Independent runs, each from a fresh start (default 3, or 1 with --quick).
     #[arg(long)]
     runs: Option<usize>,
-    /// baseline: seconds per iperf3 flow (default 5, or 2 with --quick);
+    /// baseline, ram: seconds per iperf3 flow (default 5, or 2 with --quick);
     /// hosted: at least 3 (default 5, or 3 with --quick); scale: seconds
     /// of guest1's sockperf and iperf3 flows (default 5, or 2 with --quick).
     #[arg(long)]
     seconds: Option<u32>,
     /// baseline: only these configurations (comma-separated, for example
     /// `minimal-forwarder,splitnet-default`); hosted: of unoptimized,
-    /// ports-in-vmm, no-irq-notification, optimized. Native is always
+    /// ports-in-vmm, no-irq-notification, optimized; ram: of Orig, MQ, NGM,
+    /// MQ+NGM, LRO-guest, LRO-driver, SPF, HalfPG, All. Native is always
     /// measured, as every ratio's reference. Default: all.
     #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
     configs: Vec<String>,
@@ -899,6 +922,7 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
             ))
         }
         Suite::Virtio => bench_virtio(rd, a, runs),
+        Suite::Ram => bench_ram(rd, a, runs),
         Suite::Hvm => {
             let opts = bench::hvm::HvmOptions::new(
                 std::env::current_exe()?,
@@ -950,6 +974,24 @@ fn bench_hv(a: &BenchArgs, runs: usize) -> Result<BenchReport> {
 
 /// `bench baseline`: throughput and cycles per packet for each
 /// configuration and workload, with the profile table when profiled.
+/// `bench ram`: the Ram thesis's configurations, RX and TX, and chapter 6.
+fn bench_ram(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
+    let mut opts =
+        bench::ram::RamOptions::new(std::env::current_exe()?, rd.join("bench"), a.quick, runs);
+    if let Some(s) = a.seconds {
+        opts.secs = s.max(1);
+    }
+    opts.configs = a
+        .configs
+        .iter()
+        .map(|c| c.parse())
+        .collect::<Result<_, _>>()?;
+    let r = bench::ram::run(&opts)?;
+    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
+    report.charts = r.charts();
+    Ok(report)
+}
+
 /// `bench virtio`: a virtio guest against a netfront guest, and testpmd.
 fn bench_virtio(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
     let mut opts = bench::virtio::VirtioOptions::new(

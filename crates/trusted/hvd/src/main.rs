@@ -5,11 +5,12 @@
 //!
 //! ```text
 //! splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--exe SPLITNET]
-//!             [--preset P] [--spin-us N] [--link-rate R] [--listen ADDR]
+//!             [--preset P] [--spin-us N] [--link-rate R] [--placement P]
+//!             [--listen ADDR]
 //! ```
 //!
 //! Its arguments are parsed by hand: a command-line parser is one more
-//! crate in the trusted computing base, for seven options.
+//! crate in the trusted computing base, for eight options.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -19,7 +20,8 @@ use toolstack::topology::Topology;
 use toolstack::tuning::Tuning;
 
 const USAGE: &str = "usage: splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--exe SPLITNET] \
-                     [--preset P] [--spin-us N] [--link-rate R] [--listen ADDR]";
+                     [--preset P] [--spin-us N] [--link-rate R] [--placement none|same|split] \
+                     [--listen ADDR]";
 
 /// What the command line asks.
 #[derive(Debug, Default)]
@@ -53,6 +55,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             "--preset" => a.tuning.preset = Some(value.parse().map_err(bad)?),
             "--spin-us" => a.tuning.spin_us = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
             "--link-rate" => a.tuning.link_rate = Some(value.parse().map_err(bad)?),
+            "--placement" => a.tuning.placement = Some(value.parse().map_err(bad)?),
             "--listen" => a.listen = Some(toolstack::listen::parse_addr(&value).map_err(bad)?),
             _ => return Err(format!("unknown option {name}\n{USAGE}")),
         }
@@ -116,7 +119,11 @@ mod tests {
 
     #[test]
     fn parses_what_splitnet_up_passes() {
-        let a = args("--run-dir /r --config /r/t.toml --exe /bin/splitnet --preset baseline --spin-us 50 --link-rate 100mbit --listen=127.0.0.1:9100").unwrap();
+        let a = args("--run-dir /r --config /r/t.toml --exe /bin/splitnet --preset baseline --spin-us 50 --link-rate 100mbit --placement split --listen=127.0.0.1:9100").unwrap();
+        assert_eq!(
+            a.tuning.placement,
+            Some(toolstack::placement::Placement::Split)
+        );
         assert_eq!(a.run_dir, Some("/r".into()));
         assert_eq!(a.config, Some("/r/t.toml".into()));
         assert_eq!(a.exe, Some("/bin/splitnet".into()));
@@ -131,6 +138,9 @@ mod tests {
         assert!(args("--bogus 1").unwrap_err().contains("unknown option"));
         assert!(args("--spin-us many").unwrap_err().contains("--spin-us"));
         assert!(args("--preset nope").is_err());
+        assert!(args("--placement apart")
+            .unwrap_err()
+            .contains("--placement"));
         assert!(run(args("").unwrap()).unwrap_err().contains("--config"));
     }
 }

@@ -151,6 +151,53 @@ pub fn close_inherited_fds(keep: &[i32]) {
     }
 }
 
+/// The cores this process may run on (its `sched_getaffinity` mask, which
+/// a cpuset narrows), lowest first.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes at most size_of::<cpu_set_t>() bytes into
+    // the set we own; pid 0 is this thread.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    cvt(rc as libc::c_long, "sched_getaffinity")?;
+    // SAFETY: CPU_ISSET reads one bit of a set we own, below CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Makes the process `cmd` starts run on core `cpu` only: the child sets
+/// its own affinity between fork and exec, so every thread it ever has
+/// inherits the mask (sched_setaffinity(2)). A core outside the kernel's
+/// mask makes the spawn fail with EINVAL.
+pub fn pin_on_exec(cmd: &mut std::process::Command, cpu: usize) -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("core {cpu} is beyond CPU_SETSIZE"),
+        ));
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit, below CPU_SETSIZE (checked above), of
+    // the set we own.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the closure runs in the forked child before exec; it uses a
+    // copy of the set made before the fork (no allocation) and makes one
+    // system call, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 extern "C" fn note_interrupt(_: libc::c_int) {
@@ -196,5 +243,22 @@ mod tests {
         let mut got = [0u8; 1];
         (&b).read_exact(&mut got).unwrap();
         assert_eq!(&got, b"x");
+    }
+
+    #[test]
+    fn a_pinned_child_runs_on_its_core_only() {
+        let cores = allowed_cpus().unwrap();
+        assert!(!cores.is_empty());
+        let last = *cores.last().unwrap();
+        let mut cmd = std::process::Command::new("grep");
+        cmd.args(["Cpus_allowed_list", "/proc/self/status"]);
+        pin_on_exec(&mut cmd, last).unwrap();
+        let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+        assert_eq!(
+            out.split_whitespace().nth(1),
+            Some(last.to_string().as_str())
+        );
+        let mut bad = std::process::Command::new("true");
+        assert!(pin_on_exec(&mut bad, 1 << 20).is_err());
     }
 }

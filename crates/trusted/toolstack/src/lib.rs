@@ -16,6 +16,8 @@
 //!   `vhost_status` its vhost-user vifs);
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
+//! - [`placement`]: which core each domain's process runs on (`cpu`,
+//!   `up --placement`);
 //! - [`vifspec`]: xl's vif syntax, for the topology and network-attach;
 //! - [`vifscript`]: a vif's hotplug script (`script=`), run in its driver domain;
 //! - [`vm`]: vhost-user vifs (`kind = "vm"`, `nic = "virtio"`): their
@@ -28,6 +30,7 @@ pub mod host;
 pub mod hotplug;
 pub mod listen;
 pub mod metrics;
+pub mod placement;
 pub mod status;
 pub mod supervisor;
 pub mod top;

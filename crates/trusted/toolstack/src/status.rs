@@ -261,6 +261,8 @@ fn domain_entry(
         "kind": d.kind,
         "netns": d.netns,
         "pid": d.pid,
+        // The core hv pinned the process to (`cpu`, `up --placement`).
+        "cpu": s.info.get(&format!("cpu.{}", d.name)).and_then(|c| c.parse::<u64>().ok()),
         "cgroup": d.cgroup,
         "connected": d.connected,
         "memory_frames": d.pool_frames,
@@ -581,12 +583,12 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Plain `status`'s table of domains and hosts: id, kind, pid, namespace,
-/// connection, memory and addresses.
+/// Plain `status`'s table of domains and hosts: id, kind, pid, pinned
+/// core, namespace, connection, memory and addresses.
 fn print_domains(domains: &[Value], hosts: &[Value]) {
     println!(
-        "\n{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>8}  ADDRESSES",
-        "DOMAIN", "ID", "KIND", "PID", "NAMESPACE", "CONN", "MEMORY"
+        "\n{:<8} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8}  ADDRESSES",
+        "DOMAIN", "ID", "KIND", "PID", "CPU", "NAMESPACE", "CONN", "MEMORY"
     );
     let empty = Vec::new();
     for d in domains.iter().chain(hosts) {
@@ -607,11 +609,12 @@ fn print_domains(domains: &[Value], hosts: &[Value]) {
             .filter_map(Value::as_str)
             .collect();
         println!(
-            "{:<8} {:>3} {:<7} {:>7} {:<17} {:<5} {:>8}  {}",
+            "{:<8} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8}  {}",
             text("name"),
             text("id"),
             text("kind"),
             text("pid"),
+            text("cpu"),
             text("netns"),
             text("connected"),
             memory,

@@ -376,6 +376,9 @@ impl Supervisor {
                 let fds = [l.memfd.as_fd(), l.vm.as_fd()];
                 cmd.env(ENV_HOSTED_FDS, inherit(&fds)?);
             }
+            if let Some(c) = d.cpu {
+                sys::pin_on_exec(&mut cmd, c).map_err(|e| format!("pinning to core {c}: {e}"))?;
+            }
             let r = cmd.spawn();
             drop(sock); // the child holds the only other copy now
             if let Some(l) = &link {
@@ -389,6 +392,9 @@ impl Supervisor {
         let pid = child.id() as i32;
         if let Err(e) = cg.add(pid) {
             eprintln!("hv: {e}");
+        }
+        if let Some(c) = d.cpu {
+            hv.set_info(&format!("cpu.{name}"), &c.to_string());
         }
         if let Some(e) = &emulated {
             let side = match link {

@@ -146,6 +146,10 @@ pub struct DomainConfig {
     pub bridge: Option<String>,
     /// VMs: an access VLAN (1..=4094); none: untagged.
     pub vlan: Option<u16>,
+    /// The core hv pins the domain's process to (sched_setaffinity), at
+    /// start and at every restart; none: the scheduler's choice. `up
+    /// --placement` overrides it (crate::placement).
+    pub cpu: Option<usize>,
 }
 
 /// Where an HVM guest's virtual PIC pair lives (`hvm_pic`).
@@ -887,6 +891,7 @@ fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     check_modes(d)?;
     check_nic(d)?;
     check_lro(d)?;
+    crate::placement::check_cpu_key(d)?;
     if d.kind == DomainKind::Driver
         && (d.backend.is_some()
             || d.mac.is_some()
@@ -1528,6 +1533,10 @@ mod tests {
         bad(
             "[[domain]]\nname = \"a\"\nkind = \"guest\"\nmemroy = 3\n",
             "unknown field `memroy`",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\ncpu = 4096\n",
+            "cpu = 4096",
         );
         bad(
             "[[domain]]\nname = \"a\"\nkind = \"hyper\"\n",

@@ -1,6 +1,7 @@
 //! What `splitnet up` (and `splitnet-hv`, which it starts) change in a
 //! topology before starting it.
 
+use crate::placement::Placement;
 use crate::topology::{LinkRate, Preset, Topology};
 
 /// What `up` (and hv, which it starts) change in a topology before starting it.
@@ -12,11 +13,19 @@ pub struct Tuning {
     pub spin_us: Option<u32>,
     /// The wire link's rate.
     pub link_rate: Option<LinkRate>,
+    /// Which core each domain runs on (overrides the `cpu` keys).
+    pub placement: Option<Placement>,
 }
 
 impl Tuning {
-    /// Applies the tuning to `topo`.
+    /// Applies the tuning to `topo`, and checks every domain's core against
+    /// the cores this process may use.
     pub fn apply(&self, topo: &mut Topology) -> Result<(), String> {
+        let allowed = sys::allowed_cpus().map_err(|e| format!("reading the allowed cores: {e}"))?;
+        if let Some(p) = self.placement {
+            topo.apply_placement(p, &allowed)?;
+        }
+        topo.check_cpus(&allowed)?;
         if let Some(p) = self.preset {
             topo.apply_preset(p);
         }
@@ -40,6 +49,9 @@ impl Tuning {
         }
         if let Some(r) = self.link_rate {
             v.extend(["--link-rate".to_string(), r.to_string()]);
+        }
+        if let Some(p) = self.placement {
+            v.extend(["--placement".to_string(), p.as_str().to_string()]);
         }
         v
     }
