@@ -13,7 +13,7 @@
 //!
 //! - this file: the xenbus side (probe, connect, disconnect) and the refusal policy;
 //! - [`tx`]: guest → bridge: parse, validate, forward, respond;
-//! - `rx`: bridge → guest;
+//! - `rx`: bridge → guest, and `slab`: the frames waiting for the guest's buffers;
 //! - [`opts`]: the vif's options (`ip`, `rate`, `mtu`), read at probe.
 //!
 //! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
@@ -21,6 +21,7 @@
 
 pub mod opts;
 mod rx;
+mod slab;
 pub mod tx;
 
 use crate::antispoof::IpFilter;
@@ -28,7 +29,7 @@ use crate::counters::VifCounters;
 use crate::credit::Credit;
 use crate::mcast::McastFilter;
 use crate::offload::Offloads;
-use crate::packet::{Csum, Gso, Packet};
+use crate::packet::{Csum, Gso};
 use abi::grant::GrantStatus;
 use abi::netif::{
     NetifStatus, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
@@ -38,7 +39,6 @@ use abi::xenbus::{keys, XenbusState};
 use hypercall::ngm_client::NgmView;
 use hypercall::trace::Tracer;
 use hypercall::{DomId, EventChannel, HvClient, HvError, MappedGrant};
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use sys::{Mapping, PAGE_SIZE};
@@ -54,6 +54,9 @@ const TX_BUDGET: usize = 64;
 const SLOT_BUDGET: usize = 240;
 /// Packets queued for a guest that has posted no buffers.
 const RX_QUEUE: usize = 1024;
+/// Bytes of them: one TX round of a sending guest ([`TX_BUDGET`] frames)
+/// of 64 KiB GSO packets.
+const RX_SLAB_BYTES: usize = TX_BUDGET << 16;
 /// Smallest GSO segment size accepted (Linux's TCP_MIN_MSS).
 const MIN_GSO_SIZE: u16 = 88;
 /// Refused requests after which the vif is disconnected.
@@ -235,7 +238,11 @@ pub struct Netback {
     pool: Arc<Mapping>,
     tx_base: u32,
     rx_base: u32,
-    rx_queue: VecDeque<Packet>,
+    /// Frames waiting for the guest's buffers, in storage allocated at connect.
+    rx_slab: slab::FrameSlab,
+    /// A copy batch's ops and responses under `hv-copy` (reused).
+    rx_ops: Vec<abi::grant::GrantCopy>,
+    rx_resps: Vec<rx::CopyResp>,
     pub counters: VifCounters,
     connected: bool,
     /// Ring batches go to the driver domain's trace area.
@@ -485,7 +492,9 @@ impl Netback {
             pool: hv.pool_shared(),
             tx_base,
             rx_base: tx_base + RING,
-            rx_queue: VecDeque::new(),
+            rx_slab: slab::FrameSlab::new(RX_QUEUE, RX_SLAB_BYTES),
+            rx_ops: Vec::with_capacity(SLOT_BUDGET),
+            rx_resps: Vec::with_capacity(2 * SLOT_BUDGET),
             counters: VifCounters::default(),
             connected: true,
             tracer: hv.tracer(),
@@ -567,7 +576,7 @@ impl Netback {
         {
             let _ = hv.evtchn_close(ch);
         }
-        self.rx_queue.clear();
+        self.rx_slab.clear();
         // The guest's pool is unmapped: nothing of it stays reachable.
         self.ngm = None;
         if hv.read_state(&self.be).is_err() {
@@ -643,7 +652,7 @@ impl Netback {
     /// deals with it.
     pub fn stats(&mut self) -> BackendStats<'_> {
         let mut ring = RingOccupancy {
-            rx_queued: self.rx_queue.len() as u32,
+            rx_queued: self.rx_slab.len() as u32,
             ..RingOccupancy::default()
         };
         if let Some(tx) = self.tx.as_mut() {

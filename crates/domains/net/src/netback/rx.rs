@@ -1,15 +1,16 @@
 //! netback RX, bridge → guest. Under the new grant mechanism a frame is
 //! copied once, straight into the buffer the guest posted, through the
 //! mapping of the guest's pool (and, between two guests, straight from the
-//! sender's TX buffer: one copy in all). A frame that finds no posted buffer
-//! waits in a bounded queue. Under `hv-copy` hv copies each batch from
-//! staging frames; in the Xen 2.0 baseline each page is flipped.
+//! sender's TX buffer: one copy in all). A frame that finds no posted buffer,
+//! or that must be shaped for the guest's NIC, waits in the vif's slab
+//! (`slab`: storage allocated at connect, no allocation per frame). Under
+//! `hv-copy` hv copies each batch from staging frames; in the Xen 2.0
+//! baseline each page is flipped.
 
-use super::{
-    grant_reason, hv_reason, proto, Netback, NetbackError, Result, RING, RX_QUEUE, SLOT_BUDGET,
-};
+use super::slab::FrameSlab;
+use super::{grant_reason, hv_reason, proto, Netback, NetbackError, Result, RING, SLOT_BUDGET};
 use crate::offload;
-use crate::packet::{FrameRef, Packet};
+use crate::packet::FrameRef;
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::{ExtraInfo, NetifStatus, RxFlags, RxResponse};
 use abi::{Pfn, SharedMemory};
@@ -19,7 +20,7 @@ use sys::PAGE_SIZE;
 
 /// One RX response of a copy batch: (request id, copy op, length, flags)
 /// per data slot, with extras as GSO info.
-enum CopyResp {
+pub(super) enum CopyResp {
     Data {
         id: u16,
         op: usize,
@@ -38,7 +39,7 @@ impl Netback {
             return;
         }
         if self.ngm.is_some()
-            && self.rx_queue.is_empty()
+            && self.rx_slab.is_empty()
             && self.guest_caps.passes_as_is(f.csum, f.gso)
         {
             match self.rx_direct(f) {
@@ -50,12 +51,7 @@ impl Netback {
                 }
             }
         }
-        // A guest that takes nothing costs a counter, not a copy.
-        if self.rx_queue.len() >= RX_QUEUE {
-            self.counters.drop("rx_queue_full");
-            return;
-        }
-        self.enqueue_rx(f.to_packet());
+        self.enqueue_rx(f);
     }
 
     /// Copies `f` into the guest's posted RX buffers and queues the
@@ -132,13 +128,25 @@ impl Netback {
 
     /// Moves queued frames into posted buffers with the new grant mechanism.
     fn flush_rx_ngm(&mut self) -> Result<()> {
-        while let Some(p) = self.rx_queue.pop_front() {
-            if !self.rx_direct(&FrameRef::private(&p.data, p.csum, p.gso))? {
-                self.rx_queue.push_front(p);
-                break;
+        self.with_slab(|nb, slab| {
+            while let Some(p) = slab.front() {
+                if !nb.rx_direct(&FrameRef::private(p.data, p.csum, p.gso))? {
+                    break;
+                }
+                slab.pop_front();
             }
-        }
-        Ok(())
+            Ok(())
+        })
+    }
+
+    /// Runs `f` with the slab out of the vif, so that it may hand out a
+    /// frame while the vif's methods run (the slab's storage moves, it is
+    /// not copied).
+    fn with_slab<T>(&mut self, f: impl FnOnce(&mut Self, &mut FrameSlab) -> T) -> T {
+        let mut slab = std::mem::take(&mut self.rx_slab);
+        let r = f(self, &mut slab);
+        self.rx_slab = slab;
+        r
     }
 
     /// Publishes the responses written so far and notifies the guest if it asked.
@@ -152,22 +160,14 @@ impl Netback {
         }
     }
 
-    /// Queues a frame for the guest, shaped for what its NIC accepts.
-    pub fn enqueue_rx(&mut self, pkt: Packet) {
-        if !self.connected {
-            return;
-        }
-        let mut shaped = Vec::new();
-        if offload::prepare(pkt, self.guest_caps, &mut shaped).is_err() {
-            self.counters.drop("malformed_for_guest");
-            return;
-        }
-        for p in shaped {
-            if self.rx_queue.len() >= RX_QUEUE {
-                self.counters.drop("rx_queue_full");
-            } else {
-                self.rx_queue.push_back(p);
-            }
+    /// Queues a frame for the guest in the slab, shaped there for what its
+    /// NIC accepts. A guest that takes nothing costs a counter once the
+    /// slab is full.
+    fn enqueue_rx(&mut self, f: &FrameRef<'_>) {
+        match offload::prepare_frame(f, self.guest_caps, &mut self.rx_slab) {
+            Ok(true) => {}
+            Ok(false) => self.counters.drop("rx_queue_full"),
+            Err(_) => self.counters.drop("malformed_for_guest"),
         }
     }
 
@@ -187,10 +187,10 @@ impl Netback {
         }
         // Bounded: a guest that keeps posting buffers cannot keep us here.
         for _ in 0..8 {
-            if !self.connected || self.rx_queue.is_empty() {
+            if !self.connected || self.rx_slab.is_empty() {
                 break;
             }
-            let (t0, queued) = (trace::now(), self.rx_queue.len());
+            let (t0, queued) = (trace::now(), self.rx_slab.len());
             let r = if self.modes.rx_flip {
                 self.flush_rx_flip(hv)
             } else if self.ngm.is_some() {
@@ -205,11 +205,11 @@ impl Netback {
             r?;
             self.rx_unpublished = 0;
             self.publish_rx();
-            let moved = queued.saturating_sub(self.rx_queue.len());
+            let moved = queued.saturating_sub(self.rx_slab.len());
             if moved > 0 {
                 self.tracer.record(DomainEvent::NetbackRx, t0, moved as u64);
             }
-            if self.rx_queue.is_empty() {
+            if self.rx_slab.is_empty() {
                 return Ok(());
             }
             // Ask to be told when the guest posts more buffers; if some
@@ -228,11 +228,11 @@ impl Netback {
 
     /// Ring slots the packet at the head of the RX queue needs.
     fn head_need(&self) -> Option<u32> {
-        let p = self.rx_queue.front()?;
+        let (len, _, gso) = self.rx_slab.front_meta()?;
         if self.modes.rx_flip {
             return Some(1);
         }
-        Some(p.data.len().div_ceil(PAGE_SIZE).max(1) as u32 + u32::from(p.gso.is_some()))
+        Some(len.div_ceil(PAGE_SIZE).max(1) as u32 + u32::from(gso.is_some()))
     }
 
     /// Whether queued frames could go out now: the guest has posted enough
@@ -246,22 +246,45 @@ impl Netback {
             .is_some_and(|r| r.unconsumed_requests().map(|n| n >= need).unwrap_or(true))
     }
 
+    /// `hv-copy`: stages queued frames in this vif's own frames and has hv
+    /// copy them into the guest's buffers in one batch.
     fn flush_rx_copy(&mut self, hv: &mut HvClient) -> Result<()> {
-        let mut ops: Vec<GrantCopy> = Vec::new();
-        let mut resps: Vec<CopyResp> = Vec::new();
+        let mut ops = std::mem::take(&mut self.rx_ops);
+        let mut resps = std::mem::take(&mut self.rx_resps);
+        ops.clear();
+        resps.clear();
+        let r = self.stage_rx_copies(&mut ops, &mut resps).and_then(|()| {
+            if resps.is_empty() {
+                return Ok(());
+            }
+            self.counters.batches += 1;
+            let statuses = hv.grant_copy_batch(&ops)?;
+            self.counters.grant("copy", ops.len() as u64);
+            self.answer_rx_copies(&resps, &statuses)
+        });
+        self.rx_ops = ops;
+        self.rx_resps = resps;
+        r
+    }
+
+    /// Moves as many queued frames as the posted buffers and one batch take
+    /// into staging frames, with their copy ops and responses.
+    fn stage_rx_copies(
+        &mut self,
+        ops: &mut Vec<GrantCopy>,
+        resps: &mut Vec<CopyResp>,
+    ) -> Result<()> {
         let Some(rx) = self.rx.as_mut() else {
             return Ok(());
         };
         let mut avail = rx.unconsumed_requests()? as usize;
-        while let Some(pkt) = self.rx_queue.front() {
-            let chunks = pkt.data.len().div_ceil(PAGE_SIZE).max(1);
+        while let Some(pkt) = self.rx_slab.front() {
+            let len = pkt.data.len();
+            let chunks = len.div_ceil(PAGE_SIZE).max(1);
             let need = chunks + usize::from(pkt.gso.is_some());
             if need > avail || ops.len() + chunks > SLOT_BUDGET {
                 break;
             }
-            let Some(pkt) = self.rx_queue.pop_front() else {
-                break;
-            };
             avail -= need;
             let mut flags = pkt.csum.rx_flags();
             if pkt.gso.is_some() {
@@ -309,23 +332,18 @@ impl Netback {
                     }
                 }
             }
+            self.rx_slab.pop_front();
             self.counters.rx_packets += 1;
-            self.counters.rx_bytes += pkt.data.len() as u64;
+            self.counters.rx_bytes += len as u64;
         }
-        if resps.is_empty() {
-            return Ok(());
-        }
-        self.counters.batches += 1;
-        let statuses = hv.grant_copy_batch(&ops)?;
-        self.counters.grant("copy", ops.len() as u64);
-        self.answer_rx_copies(resps, &statuses)
+        Ok(())
     }
 
     /// Pushes the RX responses of a copy batch: each data slot succeeds or
     /// fails with its copy's status, extras carry their GSO info.
-    fn answer_rx_copies(&mut self, resps: Vec<CopyResp>, statuses: &[i16]) -> Result<()> {
+    fn answer_rx_copies(&mut self, resps: &[CopyResp], statuses: &[i16]) -> Result<()> {
         for r in resps {
-            let rsp = match r {
+            let rsp = match *r {
                 CopyResp::Data { id, op, len, flags } => match statuses.get(op).copied() {
                     Some(0) => RxResponse::data(id, 0, flags, len)?,
                     st => {
@@ -349,25 +367,31 @@ impl Netback {
 
     /// Xen 2.0 receive: one packet per page, whose ownership moves to the guest.
     fn flush_rx_flip(&mut self, hv: &mut HvClient) -> Result<()> {
+        self.with_slab(|nb, slab| nb.flip_from(slab, hv))
+    }
+
+    fn flip_from(&mut self, slab: &mut FrameSlab, hv: &mut HvClient) -> Result<()> {
         let Some(rx) = self.rx.as_mut() else {
             return Ok(());
         };
         let mut avail = rx.unconsumed_requests()?;
         let mut n = 0u32;
         while avail > 0 && n < RING {
-            let Some(mut pkt) = self.rx_queue.pop_front() else {
+            let Some(pkt) = slab.front() else {
                 break;
             };
             if pkt.data.len() > PAGE_SIZE {
+                slab.pop_front();
                 self.counters.drop("too_big_for_flip");
                 continue;
             }
             // A flipped page carries no partial checksum: the guest has no
             // offloads in this mode, so one left partial is completed here.
-            if crate::offload::complete_checksum(&mut pkt).is_err() {
+            let Ok(csum) = offload::complete_checksum_in(pkt.data, pkt.csum) else {
+                slab.pop_front();
                 self.counters.drop("bad_partial_checksum");
                 continue;
-            }
+            };
             let Some(rx) = self.rx.as_mut() else { break };
             let Some(req) = rx.next_request()? else { break };
             avail -= 1;
@@ -376,11 +400,11 @@ impl Netback {
             // The whole page leaves the driver domain: nothing but this packet
             // (zero padding) may be on it (Menon 2006 §4.2).
             // Its own staging frame, inside its pool by construction.
-            let base = Pfn::new(frame).base();
-            self.pool.write_bytes(base, &pkt.data);
-            self.pool
-                .fill(base + pkt.data.len(), PAGE_SIZE - pkt.data.len(), 0);
-            let flags = if pkt.csum.rx_flags().contains(RxFlags::DATA_VALIDATED) {
+            let (base, len) = (Pfn::new(frame).base(), pkt.data.len());
+            self.pool.write_bytes(base, pkt.data);
+            slab.pop_front();
+            self.pool.fill(base + len, PAGE_SIZE - len, 0);
+            let flags = if csum.rx_flags().contains(RxFlags::DATA_VALIDATED) {
                 RxFlags::DATA_VALIDATED
             } else {
                 RxFlags::EMPTY
@@ -389,8 +413,8 @@ impl Netback {
             let rsp = match hv.transfer(frame, self.guest, req.gref) {
                 Ok(_) => {
                     self.counters.rx_packets += 1;
-                    self.counters.rx_bytes += pkt.data.len() as u64;
-                    RxResponse::data(req.id, 0, flags, pkt.data.len() as u16)?
+                    self.counters.rx_bytes += len as u64;
+                    RxResponse::data(req.id, 0, flags, len as u16)?
                 }
                 Err(e) => {
                     self.refuse(hv_reason(&e));
@@ -409,6 +433,6 @@ impl Netback {
 
     /// Packets waiting for guest buffers.
     pub fn rx_queued(&self) -> usize {
-        self.rx_queue.len()
+        self.rx_slab.len()
     }
 }
