@@ -919,6 +919,8 @@ impl Supervisor {
             tx_mode: gcfg.tx_mode,
             grants: gcfg.grants,
             offload: gcfg.offload,
+            prefetch: gcfg.prefetch,
+            rx_buffer: gcfg.rx_buffer,
             index,
             opts: vs.opts,
         };

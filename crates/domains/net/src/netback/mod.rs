@@ -57,6 +57,8 @@ const RX_QUEUE: usize = 1024;
 /// Bytes of them: one TX round of a sending guest ([`TX_BUDGET`] frames)
 /// of 64 KiB GSO packets.
 const RX_SLAB_BYTES: usize = TX_BUDGET << 16;
+/// A half-page RX buffer (`feature-rx-half-page`).
+const RX_HALF: usize = PAGE_SIZE / 2;
 /// Smallest GSO segment size accepted (Linux's TCP_MIN_MSS).
 const MIN_GSO_SIZE: u16 = 88;
 /// Refused requests after which the vif is disconnected.
@@ -146,6 +148,8 @@ pub struct Pending {
     pub mac: [u8; 6],
     /// The vif's options (`ip`, `rate`, `mtu`).
     pub opts: opts::VifOpts,
+    /// `splitnet-prefetch`: prefetch the next frame's header on RX.
+    pub prefetch: bool,
 }
 
 /// One slot of a TX packet being gathered.
@@ -270,6 +274,10 @@ pub struct Netback {
     max_frame: usize,
     /// The groups the guest joined (`feature-multicast-control`).
     mcast: McastFilter,
+    /// The guest posts half-page RX buffers (`request-rx-half-page`).
+    rx_half: bool,
+    /// Prefetch the next frame's header on RX (Ram thesis 5.2).
+    prefetch: bool,
 }
 
 fn read_flag(hv: &mut HvClient, path: &str) -> bool {
@@ -296,6 +304,8 @@ struct FrontendRings {
     sg: bool,
     /// It asked for multicast filtering.
     mcast: bool,
+    /// It posts two 2 KiB RX buffers per page, offsets in `pad`.
+    rx_half: bool,
 }
 
 /// Reads what the frontend `fe` published, refusing an RX mode other than
@@ -323,6 +333,8 @@ fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendR
     }
     let sg = read_flag(hv, &format!("{fe}/{}", keys::FEATURE_SG));
     let mcast = read_flag(hv, &format!("{fe}/{}", keys::REQUEST_MULTICAST_CONTROL));
+    // Half pages are a copy-mode feature: a flipped page is one buffer.
+    let rx_half = !modes.rx_flip && read_flag(hv, &format!("{fe}/{}", keys::REQUEST_RX_HALF_PAGE));
     let guest_caps = Offloads {
         csum: !read_flag(hv, &format!("{fe}/{}", keys::FEATURE_NO_CSUM_OFFLOAD)) && !modes.rx_flip,
         tso4: sg && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV4)) && !modes.rx_flip,
@@ -336,6 +348,7 @@ fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendR
         guest_caps,
         sg,
         mcast,
+        rx_half,
     })
 }
 
@@ -403,6 +416,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         )));
     }
     let mut opts = opts::read(hv, be)?;
+    let prefetch = read_flag(hv, &format!("{be}/splitnet-prefetch"));
     if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
         return Err(proto(format!(
             "vif index {index} does not fit in the driver domain's memory"
@@ -420,6 +434,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         (keys::FEATURE_MULTICAST_CONTROL, "1"),
         (keys::FEATURE_DYNAMIC_MULTICAST_CONTROL, "1"),
         (crate::FEATURE_NGM, if ngm { "1" } else { "0" }),
+        (keys::FEATURE_RX_HALF_PAGE, if rx_flip { "0" } else { "1" }),
     ] {
         hv.store_write(&format!("{be}/{k}"), v)?;
     }
@@ -435,6 +450,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         index,
         mac,
         opts,
+        prefetch,
         modes: Modes {
             rx_flip,
             tx_map,
@@ -512,7 +528,20 @@ impl Netback {
             now,
             max_frame,
             mcast,
+            rx_half: f.rx_half,
+            prefetch: p.prefetch,
         })
+    }
+
+    /// The size of the guest's RX buffers: a page, or half of one when the
+    /// frontend posts half-page buffers (Ram thesis 5.3). Every path that
+    /// fills RX buffers cuts frames into pieces of this size.
+    pub fn rx_chunk(&self) -> usize {
+        if self.rx_half {
+            RX_HALF
+        } else {
+            PAGE_SIZE
+        }
     }
 
     /// Whether the vif is still connected.

@@ -8,15 +8,67 @@
 //! baseline each page is flipped.
 
 use super::slab::FrameSlab;
-use super::{grant_reason, hv_reason, proto, Netback, NetbackError, Result, RING, SLOT_BUDGET};
+use super::{
+    grant_reason, hv_reason, proto, Netback, NetbackError, Result, RING, RX_HALF, SLOT_BUDGET,
+};
 use crate::offload;
 use crate::packet::FrameRef;
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
-use abi::netif::{ExtraInfo, NetifStatus, RxFlags, RxResponse};
+use abi::netif::{ExtraInfo, NetifStatus, RxFlags, RxRequest, RxResponse};
 use abi::{Pfn, SharedMemory};
+use hypercall::ngm_client::NgmView;
 use hypercall::trace::{self, DomainEvent};
-use hypercall::HvClient;
+use hypercall::{DomId, HvClient};
 use sys::PAGE_SIZE;
+
+/// Where the buffer of RX request `req` starts in its page: 0, or with
+/// half-page buffers negotiated, the offset the guest put in `pad` if it is
+/// 0 or 2048. Anything else is refused (`bad_rx_offset`).
+fn buffer_offset(half: bool, req: &RxRequest) -> std::result::Result<u16, &'static str> {
+    match (half, usize::from(req.offset)) {
+        (false, _) => Ok(0),
+        (true, 0) => Ok(0),
+        (true, RX_HALF) => Ok(req.offset),
+        _ => Err("bad_rx_offset"),
+    }
+}
+
+/// Copies `len` bytes of `f` from `at` into the buffer the guest posted
+/// with `req`, through the guest's pool under the new grant mechanism:
+/// the buffer's offset in its page, or why it was refused.
+fn fill_rx_buffer(
+    view: &NgmView,
+    f: &FrameRef<'_>,
+    at: usize,
+    len: usize,
+    req: &RxRequest,
+    half: bool,
+) -> std::result::Result<u16, &'static str> {
+    let off = buffer_offset(half, req)?;
+    let frame = view.acquire(req.gref, true).map_err(|r| r.reason())?;
+    let copied = f.copy_into(at, len, view.pool(), frame.base() + usize::from(off));
+    view.release(req.gref);
+    copied.map(|()| off).map_err(|e| e.reason())
+}
+
+/// The copy of `len` bytes from staging frame `frame` into the buffer
+/// `guest` posted with `req`, at `off` in its page.
+fn stage_to_guest(frame: u32, guest: DomId, req: &RxRequest, off: u16, len: usize) -> GrantCopy {
+    GrantCopy {
+        source: CopyPtr::Frame {
+            domid: DOMID_SELF,
+            gmfn: frame as u64,
+            offset: 0,
+        },
+        dest: CopyPtr::Gref {
+            domid: guest,
+            gref: req.gref,
+            offset: off,
+        },
+        len: len as u16,
+        status: 0,
+    }
+}
 
 /// One RX response of a copy batch: (request id, copy op, length, flags)
 /// per data slot, with extras as GSO info.
@@ -24,10 +76,18 @@ pub(super) enum CopyResp {
     Data {
         id: u16,
         op: usize,
+        /// The buffer's offset in its page.
+        off: u16,
         len: u16,
         flags: RxFlags,
     },
     Extra(ExtraInfo),
+    /// A slot refused before any copy (a bad offset): answered failed.
+    Refused {
+        id: u16,
+        flags: RxFlags,
+        why: &'static str,
+    },
 }
 
 impl Netback {
@@ -57,10 +117,11 @@ impl Netback {
     /// Copies `f` into the guest's posted RX buffers and queues the
     /// responses. False (nothing consumed) when too few buffers are posted.
     fn rx_direct(&mut self, f: &FrameRef<'_>) -> Result<bool> {
+        let (chunk, half) = (self.rx_chunk(), self.rx_half);
         let (Some(view), Some(rx)) = (self.ngm.as_ref(), self.rx.as_mut()) else {
             return Ok(false);
         };
-        let chunks = f.len.div_ceil(PAGE_SIZE).max(1);
+        let chunks = f.len.div_ceil(chunk).max(1);
         let need = chunks + usize::from(f.gso.is_some());
         if (rx.unconsumed_requests()? as usize) < need {
             return Ok(false);
@@ -74,30 +135,17 @@ impl Netback {
             let Some(req) = rx.next_request()? else {
                 return Err(NetbackError::Protocol("RX requests vanished".into()));
             };
-            let len = (f.len - i * PAGE_SIZE).min(PAGE_SIZE);
+            let len = (f.len - i * chunk).min(chunk);
             let more = if i + 1 < chunks {
                 RxFlags::MORE_DATA
             } else {
                 RxFlags::EMPTY
             };
             let fl = if i == 0 { flags | more } else { more };
-            let rsp = match view.acquire(req.gref, true) {
-                Ok(frame) => {
-                    let copied = f.copy_into(i * PAGE_SIZE, len, view.pool(), frame.base());
-                    view.release(req.gref);
-                    match copied {
-                        Ok(()) => RxResponse::data(req.id, 0, fl, len as u16)?,
-                        Err(e) => {
-                            refused = Some(e.reason());
-                            RxResponse {
-                                flags: fl,
-                                ..RxResponse::failed(req.id, NetifStatus::Error)
-                            }
-                        }
-                    }
-                }
+            let rsp = match fill_rx_buffer(view, f, i * chunk, len, &req, half) {
+                Ok(off) => RxResponse::data(req.id, off, fl, len as u16)?,
                 Err(r) => {
-                    refused = Some(r.reason());
+                    refused = Some(r);
                     // Keep MORE_DATA / EXTRA_INFO so the guest can still
                     // walk the chain (and drop the packet).
                     RxResponse {
@@ -129,7 +177,13 @@ impl Netback {
     /// Moves queued frames into posted buffers with the new grant mechanism.
     fn flush_rx_ngm(&mut self) -> Result<()> {
         self.with_slab(|nb, slab| {
-            while let Some(p) = slab.front() {
+            loop {
+                if nb.prefetch {
+                    slab.prefetch_next();
+                }
+                let Some(p) = slab.front() else {
+                    break;
+                };
                 if !nb.rx_direct(&FrameRef::private(p.data, p.csum, p.gso))? {
                     break;
                 }
@@ -232,7 +286,7 @@ impl Netback {
         if self.modes.rx_flip {
             return Some(1);
         }
-        Some(len.div_ceil(PAGE_SIZE).max(1) as u32 + u32::from(gso.is_some()))
+        Some(len.div_ceil(self.rx_chunk()).max(1) as u32 + u32::from(gso.is_some()))
     }
 
     /// Whether queued frames could go out now: the guest has posted enough
@@ -274,13 +328,20 @@ impl Netback {
         ops: &mut Vec<GrantCopy>,
         resps: &mut Vec<CopyResp>,
     ) -> Result<()> {
+        let (size, half, prefetch) = (self.rx_chunk(), self.rx_half, self.prefetch);
         let Some(rx) = self.rx.as_mut() else {
             return Ok(());
         };
         let mut avail = rx.unconsumed_requests()? as usize;
-        while let Some(pkt) = self.rx_slab.front() {
+        loop {
+            if prefetch {
+                self.rx_slab.prefetch_next();
+            }
+            let Some(pkt) = self.rx_slab.front() else {
+                break;
+            };
             let len = pkt.data.len();
-            let chunks = len.div_ceil(PAGE_SIZE).max(1);
+            let chunks = len.div_ceil(size).max(1);
             let need = chunks + usize::from(pkt.gso.is_some());
             if need > avail || ops.len() + chunks > SLOT_BUDGET {
                 break;
@@ -290,40 +351,37 @@ impl Netback {
             if pkt.gso.is_some() {
                 flags |= RxFlags::EXTRA_INFO;
             }
-            for (i, chunk) in pkt.data.chunks(PAGE_SIZE).enumerate() {
+            for (i, chunk) in pkt.data.chunks(size).enumerate() {
                 let Some(req) = rx.next_request()? else {
                     return Err(proto("RX requests vanished"));
                 };
-                // One of this vif's own staging frames (rx_base + at most
-                // SLOT_BUDGET), inside its pool by construction.
-                let frame = self.rx_base + ops.len() as u32;
-                self.pool.write_bytes(Pfn::new(frame).base(), chunk);
                 let more = if (i + 1) < chunks {
                     RxFlags::MORE_DATA
                 } else {
                     RxFlags::EMPTY
                 };
                 let f = if i == 0 { flags | more } else { more };
-                resps.push(CopyResp::Data {
-                    id: req.id,
-                    op: ops.len(),
-                    len: chunk.len() as u16,
-                    flags: f,
-                });
-                ops.push(GrantCopy {
-                    source: CopyPtr::Frame {
-                        domid: DOMID_SELF,
-                        gmfn: frame as u64,
-                        offset: 0,
-                    },
-                    dest: CopyPtr::Gref {
-                        domid: self.guest,
-                        gref: req.gref,
-                        offset: 0,
-                    },
-                    len: chunk.len() as u16,
-                    status: 0,
-                });
+                match buffer_offset(half, &req) {
+                    Ok(off) => {
+                        // One of this vif's own staging frames (rx_base + at
+                        // most SLOT_BUDGET), inside its pool by construction.
+                        let frame = self.rx_base + ops.len() as u32;
+                        self.pool.write_bytes(Pfn::new(frame).base(), chunk);
+                        resps.push(CopyResp::Data {
+                            id: req.id,
+                            op: ops.len(),
+                            off,
+                            len: chunk.len() as u16,
+                            flags: f,
+                        });
+                        ops.push(stage_to_guest(frame, self.guest, &req, off, chunk.len()));
+                    }
+                    Err(why) => resps.push(CopyResp::Refused {
+                        id: req.id,
+                        flags: f,
+                        why,
+                    }),
+                }
                 if i == 0 {
                     if let Some(g) = pkt.gso {
                         // The extra slot consumes a request too (its buffer goes unused).
@@ -344,8 +402,14 @@ impl Netback {
     fn answer_rx_copies(&mut self, resps: &[CopyResp], statuses: &[i16]) -> Result<()> {
         for r in resps {
             let rsp = match *r {
-                CopyResp::Data { id, op, len, flags } => match statuses.get(op).copied() {
-                    Some(0) => RxResponse::data(id, 0, flags, len)?,
+                CopyResp::Data {
+                    id,
+                    op,
+                    off,
+                    len,
+                    flags,
+                } => match statuses.get(op).copied() {
+                    Some(0) => RxResponse::data(id, off, flags, len)?,
                     st => {
                         self.refuse(st.map_or("copy_missing", grant_reason));
                         // Keep MORE_DATA / EXTRA_INFO so the guest can still
@@ -357,6 +421,13 @@ impl Netback {
                     }
                 },
                 CopyResp::Extra(x) => x.to_rx_slot(),
+                CopyResp::Refused { id, flags, why } => {
+                    self.refuse(why);
+                    RxResponse {
+                        flags,
+                        ..RxResponse::failed(id, NetifStatus::Error)
+                    }
+                }
             };
             if let Some(rx) = self.rx.as_mut() {
                 rx.push_response(&rsp)?;

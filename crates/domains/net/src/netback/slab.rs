@@ -90,6 +90,15 @@ impl FrameSlab {
         })
     }
 
+    /// Prefetches the header of the frame after the oldest (Ram thesis
+    /// 5.2), while the oldest is being handled.
+    pub fn prefetch_next(&self) {
+        if self.count > 1 {
+            let r = self.rec(1);
+            sys::prefetch(&self.bytes[r.off..r.off + r.len]);
+        }
+    }
+
     /// Forgets the oldest frame.
     pub fn pop_front(&mut self) {
         if self.count > 0 {
