@@ -204,3 +204,40 @@ fn snapshot(g: &Guest, at: usize) -> Vec<u8> {
     g.hv.pool().read_bytes(at, &mut b);
     b
 }
+
+/// `prefetch` reaches both ends (netfront reads its node at connect, the
+/// toolstack wrote netback's), and frames flow with it on half pages.
+#[test]
+fn prefetch_is_read_at_connect_and_traffic_flows_with_it() {
+    let mut w = world_configured(
+        &["a", "b"],
+        Grants::Ngm,
+        TxMode::Gather,
+        |_| true,
+        |mut drv| {
+            let _ = net::driver::run(&mut drv);
+        },
+        |i, v| {
+            v.prefetch = i == 0;
+            v.rx_buffer = RxBuffer::Half;
+        },
+    );
+    assert!(w.guests[0].nf.info.prefetch);
+    assert!(!w.guests[1].nf.info.prefetch);
+    let be = |g| {
+        format!(
+            "/local/domain/{}/backend/vif/{g}/0/splitnet-prefetch",
+            w.drv_id
+        )
+    };
+    assert_eq!(
+        common::store_read(&w.hv, &be(w.ids[0])).as_deref(),
+        Some("1")
+    );
+    assert_eq!(common::store_read(&w.hv, &be(w.ids[1])), None);
+    let (a, rest) = w.guests.split_first_mut().unwrap();
+    good_traffic_flows(a, &mut rest[0], 500, 0);
+    good_traffic_flows(&mut rest[0], a, 500, 1000);
+    w.hv.shutdown();
+    w.driver.join().unwrap();
+}
