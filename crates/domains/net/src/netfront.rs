@@ -13,7 +13,9 @@
 //!
 //! Guest pool layout, per vif: frame 0 TX ring, frame 1 RX ring, frames
 //! 2..258 TX buffers (one per request id), frames 258..514 RX buffers (one
-//! per id); vif *h* (the device's handle) starts at frame `h * VIF_FRAMES`.
+//! per id; with half-page buffers, ids 2k and 2k+1 share frame 258 + k and
+//! 258..386 serve all 256); vif *h* (the device's handle) starts at frame
+//! `h * VIF_FRAMES`.
 
 use crate::counters::VifCounters;
 use crate::lro::{self, Lro};
@@ -50,6 +52,9 @@ pub const VIF_FRAMES: u32 = RX_BUF_BASE + RING;
 pub const MAX_VIFS: u32 = 8;
 /// Data slots of the largest frame (64 KiB and an Ethernet header, in pages).
 const MAX_DATA_SLOTS: usize = 17;
+/// Data slots of the largest received frame: twice as many with half-page
+/// buffers.
+const RX_MAX_DATA_SLOTS: usize = 2 * MAX_DATA_SLOTS;
 /// Most slots one packet may take: its data and one GSO extra-info slot.
 const MAX_SLOTS: u32 = MAX_DATA_SLOTS as u32 + 1;
 /// Largest frame netfront accepts from the guest or the backend: a netif
@@ -70,6 +75,8 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(2);
 /// tentative address's notice before the DAD work it schedules joins the
 /// address's solicited-node group).
 const RECHECK_AFTER: Duration = Duration::from_millis(50);
+/// A half-page RX buffer (`feature-rx-half-page`).
+const RX_HALF: u16 = (PAGE_SIZE / 2) as u16;
 /// Header bytes netfront reads to describe a received frame's offloads.
 const HEAD: usize = 256;
 
@@ -123,6 +130,14 @@ pub struct FrontendInfo {
     /// Large receive offload here, in the guest (frontend key
     /// `splitnet-lro` = `guest`; Ram thesis 5.1).
     pub lro: bool,
+    /// Half-page receive buffers (Ram thesis 5.3): the guest asked for them
+    /// (`splitnet-rx-buffer` = `half`) and the backend takes them
+    /// (`feature-rx-half-page`). Buffer id `i` is then the half `i % 2` of
+    /// RX page `i / 2`: the same 256 buffers in half as many pages, so a
+    /// page's grant serves twice the packets.
+    pub rx_half: bool,
+    /// Prefetch the next received frame's header (`splitnet-prefetch`).
+    pub prefetch: bool,
 }
 
 /// The buffer grants of one vif, under either mechanism.
@@ -269,6 +284,8 @@ fn negotiate(
         hv,
         &format!("{backend}/{}", keys::FEATURE_MULTICAST_CONTROL),
     );
+    let rx_half = wants_half_pages(hv, dev, backend, copy_rx && offload);
+    let prefetch = flag(hv, &format!("{dev}/splitnet-prefetch"));
     let info = FrontendInfo {
         dev: dev.to_string(),
         backend: backend.to_string(),
@@ -288,8 +305,34 @@ fn negotiate(
         lro: hv
             .store_read_str(&format!("{dev}/{}", lro::KEY))
             .is_ok_and(|v| v == "guest"),
+        rx_half,
+        prefetch,
     };
     Ok((info, ngm))
+}
+
+/// Whether this vif uses half-page RX buffers: the toolstack asked
+/// (`splitnet-rx-buffer` = `half`), the backend takes them, and frames over
+/// 2 KiB can span buffers (copy mode with scatter-gather, `possible`).
+fn wants_half_pages(hv: &mut HvClient, dev: &str, backend: &str, possible: bool) -> bool {
+    let asked = hv
+        .store_read_str(&format!("{dev}/splitnet-rx-buffer"))
+        .is_ok_and(|v| v.trim() == "half");
+    if !asked {
+        return false;
+    }
+    let offered = flag(hv, &format!("{backend}/{}", keys::FEATURE_RX_HALF_PAGE));
+    if !(offered && possible) {
+        eprintln!(
+            "netfront {dev}: half-page RX buffers asked for, but {}: full pages",
+            if offered {
+                "they need RX copy and scatter-gather"
+            } else {
+                "the backend does not offer feature-rx-half-page"
+            }
+        );
+    }
+    offered && possible
 }
 
 /// The backend's `mtu` node: 1500 when absent; a value outside
@@ -483,6 +526,9 @@ impl Netfront {
         let (copy_rx, offload) = (self.info.copy_rx, self.info.offload);
         hv.store_write(&w(keys::REQUEST_RX_COPY), if copy_rx { "1" } else { "0" })?;
         hv.store_write(&w(keys::FEATURE_RX_NOTIFY), "1")?;
+        if self.info.rx_half {
+            hv.store_write(&w(keys::REQUEST_RX_HALF_PAGE), "1")?;
+        }
         let off = if offload { "1" } else { "0" };
         hv.store_write(&w(keys::FEATURE_SG), off)?;
         hv.store_write(&w(keys::FEATURE_GSO_TCPV4), off)?;
@@ -545,8 +591,73 @@ impl Netfront {
         self.base + TX_BUF_BASE + u32::from(id)
     }
 
+    /// The page of RX buffer `id` (two buffers a page with half pages).
     fn rx_frame(&self, id: u16) -> u32 {
-        self.base + RX_BUF_BASE + u32::from(id)
+        let page = if self.info.rx_half { id / 2 } else { id };
+        self.base + RX_BUF_BASE + u32::from(page)
+    }
+
+    /// Where RX buffer `id` starts in its page.
+    fn rx_buf_off(&self, id: u16) -> u16 {
+        if self.info.rx_half {
+            (id % 2) * RX_HALF
+        } else {
+            0
+        }
+    }
+
+    /// The size of an RX buffer.
+    fn rx_buf_len(&self) -> usize {
+        if self.info.rx_half {
+            usize::from(RX_HALF)
+        } else {
+            PAGE_SIZE
+        }
+    }
+
+    /// Data slots of the largest frame received.
+    fn rx_max_slots(&self) -> usize {
+        if self.info.rx_half {
+            RX_MAX_DATA_SLOTS
+        } else {
+            MAX_DATA_SLOTS
+        }
+    }
+
+    /// Where a received fragment's bytes are in the pool.
+    fn frag_off(&self, fr: &Frag) -> usize {
+        frame_off(self.rx_frame(fr.id)) + fr.off as usize
+    }
+
+    /// Prefetches the header of the received frame after the `i`th (Ram
+    /// thesis 5.2), so that it is in the cache when its turn comes.
+    fn prefetch_after(&self, i: usize) {
+        if !self.info.prefetch {
+            return;
+        }
+        if let Some(fr) = self
+            .rx_ready
+            .get(i + 1)
+            .and_then(|f| self.rx_frags.get(f.first))
+        {
+            self.pool.prefetch(self.frag_off(fr));
+        }
+    }
+
+    /// Whether a data response lies in the buffer its id names: with half
+    /// pages, at that buffer's offset and within its 2 KiB (the page check
+    /// alone would let a backend point a response at the neighbouring
+    /// buffer). A misplaced one is counted.
+    fn rx_placed(&mut self, rsp: &RxResponse) -> bool {
+        if !self.info.rx_half || rsp.status <= 0 {
+            return true;
+        }
+        let placed = rsp.offset == self.rx_buf_off(rsp.id)
+            && usize::from(rsp.status.unsigned_abs()) <= self.rx_buf_len();
+        if !placed {
+            self.counters.reject("rx_bad_offset");
+        }
+        placed
     }
 
     /// Gives back everything the channel held, after its backend went away:
@@ -659,6 +770,7 @@ impl Netfront {
         let got = self.rx_ready.len();
         for i in 0..got {
             let f = self.rx_ready[i];
+            self.prefetch_after(i);
             if let Some(p) = self.frame_to_packet(&f) {
                 out.push(p);
             }
@@ -1109,7 +1221,8 @@ impl Netfront {
             };
             self.rx_slots[id as usize] = Some(gref);
             self.rx_ring_ids[(self.rx.req_prod_pvt() & (RING - 1)) as usize] = id;
-            self.rx.push_request(&RxRequest { id, gref })?;
+            let offset = self.rx_buf_off(id);
+            self.rx.push_request(&RxRequest { id, gref, offset })?;
             posted = true;
         }
         if posted && self.rx.push_requests_and_check_notify() {
@@ -1189,6 +1302,8 @@ impl Netfront {
             self.counters.reject("rx_response_out_of_order");
         }
         let landed = self.rx_grant_done(hv, rsp.id);
+        let placed = self.rx_placed(&rsp);
+        let max_slots = self.rx_max_slots();
         let first = self.rx_frags.len();
         let f = self.rx_cur.get_or_insert(RxFrame {
             first,
@@ -1201,7 +1316,10 @@ impl Netfront {
         });
         match (rsp.rx_status(), landed, rsp.check_fits_page()) {
             (Ok(RxStatus::Data(len)), true, Ok(()))
-                if in_order && f.len + len as usize <= MAX_FRAME && f.count < MAX_DATA_SLOTS =>
+                if in_order
+                    && placed
+                    && f.len + len as usize <= MAX_FRAME
+                    && f.count < max_slots =>
             {
                 f.len += len as usize;
                 f.count += 1;
@@ -1265,10 +1383,8 @@ impl Netfront {
                 break;
             }
             let n = (fr.len as usize).min(HEAD - at);
-            self.pool.read_bytes(
-                frame_off(self.rx_frame(fr.id)) + fr.off as usize,
-                &mut buf[at..at + n],
-            );
+            self.pool
+                .read_bytes(self.frag_off(fr), &mut buf[at..at + n]);
             at += n;
         }
         &buf[..at]
@@ -1297,10 +1413,8 @@ impl Netfront {
         let mut at = 0;
         for fr in &self.rx_frags[f.first..f.first + f.count] {
             let n = fr.len as usize;
-            self.pool.read_bytes(
-                frame_off(self.rx_frame(fr.id)) + fr.off as usize,
-                &mut data[at..at + n],
-            );
+            self.pool
+                .read_bytes(self.frag_off(fr), &mut data[at..at + n]);
             at += n;
         }
         self.counters.rx_packets += 1;
@@ -1323,13 +1437,13 @@ impl Netfront {
             return;
         }
         let hdr = packet::encode_vnet_hdr(csum, f.gso, &hb[..head_len], f.len);
-        let mut parts: [IoPart<'_>; MAX_DATA_SLOTS + 1] =
+        let mut parts: [IoPart<'_>; RX_MAX_DATA_SLOTS + 1] =
             std::array::from_fn(|_| IoPart::Private(&[]));
         parts[0] = IoPart::Private(&hdr);
         for (k, fr) in self.rx_frags[f.first..f.first + f.count].iter().enumerate() {
             parts[k + 1] = IoPart::Shared {
                 map: &self.pool,
-                off: frame_off(self.rx_frame(fr.id)) + fr.off as usize,
+                off: self.frag_off(fr),
                 len: fr.len as usize,
             };
         }
@@ -1345,15 +1459,14 @@ impl Netfront {
     /// Offers a received frame to LRO; true when it took it (it reaches the
     /// TAP merged, or alone, by [`Netfront::flush_lro`] at the latest).
     fn lro_push(&mut self, f: &RxFrame, csum: Csum, tap: &Tap) -> bool {
-        let mut segs = [(0usize, 0usize); MAX_DATA_SLOTS];
+        // A frame over several buffers (2 KiB ones with half pages too) is
+        // one frame to LRO: its segments in order.
+        let mut segs = [(0usize, 0usize); RX_MAX_DATA_SLOTS];
         for (s, fr) in segs
             .iter_mut()
             .zip(&self.rx_frags[f.first..f.first + f.count])
         {
-            *s = (
-                frame_off(self.rx_frame(fr.id)) + fr.off as usize,
-                fr.len as usize,
-            );
+            *s = (self.frag_off(fr), fr.len as usize);
         }
         let frame = FrameRef {
             head: &[],
@@ -1664,6 +1777,7 @@ impl TapNetfront {
         let got = nf.rx_ready.len();
         for i in 0..got {
             let f = nf.rx_ready[i];
+            nf.prefetch_after(i);
             nf.frame_to_tap(&f, tap);
         }
         nf.flush_lro(tap);

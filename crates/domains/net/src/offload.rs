@@ -10,7 +10,7 @@
 //! checked helper; a short or inconsistent frame is an [`OffloadError`], never
 //! a panic.
 
-use crate::packet::{Csum, GsoKind, Packet};
+use crate::packet::{Csum, FrameRef, Gso, GsoKind, Packet};
 use abi::inet::{EthernetView, Ipv4View, Ipv6ExtView, Ipv6View, TcpView, UdpView, VlanTagView};
 
 /// Why a frame could not be parsed or processed.
@@ -528,25 +528,26 @@ fn pseudo_sum(addrs: u32, proto: u8, l4_len: usize) -> u16 {
 /// result is written as 0xffff, which UDP requires and TCP accepts as equal.
 /// The packet then has `Csum::Valid`. Packets in other states are unchanged.
 pub fn complete_checksum(pkt: &mut Packet) -> Result<()> {
-    let Csum::Partial { start, offset } = pkt.csum else {
-        return Ok(());
+    pkt.csum = complete_checksum_in(&mut pkt.data, pkt.csum)?;
+    Ok(())
+}
+
+/// [`complete_checksum`] on the bytes of a frame in state `csum`, wherever
+/// they live: the state the frame is in afterwards.
+pub fn complete_checksum_in(data: &mut [u8], csum: Csum) -> Result<Csum> {
+    let Csum::Partial { start, offset } = csum else {
+        return Ok(csum);
     };
     let start = usize::from(start);
     let field = start + usize::from(offset);
-    get(&pkt.data, field, 2, "partial checksum field")?;
-    let region = get(
-        &pkt.data,
-        start,
-        pkt.data.len() - start,
-        "partial checksum region",
-    )?;
+    get(data, field, 2, "partial checksum field")?;
+    let region = get(data, start, data.len() - start, "partial checksum region")?;
     let c = match !fold(csum_add(0, region)) {
         0 => 0xffff,
         c => c,
     };
-    wr16(&mut pkt.data, field, c, "partial checksum field")?;
-    pkt.csum = Csum::Valid;
-    Ok(())
+    wr16(data, field, c, "partial checksum field")?;
+    Ok(Csum::Valid)
 }
 
 /// Computes the TCP or UDP checksum of `frame` from scratch (pseudo-header plus
@@ -603,6 +604,42 @@ pub fn partial_setup(frame: &mut [u8], recalculate: bool) -> Result<Csum> {
 // ---------------------------------------------------------------------------
 // Software TSO.
 
+/// Where the offload driver puts the frames it makes: a `Vec` of owned
+/// packets (the ports), or storage allocated once (netback's RX slab).
+pub trait FrameSink {
+    /// A buffer of exactly `len` bytes for the next frame, or None when
+    /// the sink is full. The frame counts only once committed.
+    fn begin(&mut self, len: usize) -> Option<&mut [u8]>;
+    /// Keeps the frame last begun, with its offload state.
+    fn commit(&mut self, csum: Csum, gso: Option<Gso>);
+    /// Frames kept so far.
+    fn frames(&self) -> usize;
+    /// Forgets the frames kept after the first `frames`.
+    fn rollback_to(&mut self, frames: usize);
+}
+
+impl FrameSink for Vec<Packet> {
+    fn begin(&mut self, len: usize) -> Option<&mut [u8]> {
+        self.push(Packet::new(vec![0; len]));
+        self.last_mut().map(|p| &mut p.data[..])
+    }
+
+    fn commit(&mut self, csum: Csum, gso: Option<Gso>) {
+        if let Some(p) = self.last_mut() {
+            p.csum = csum;
+            p.gso = gso;
+        }
+    }
+
+    fn frames(&self) -> usize {
+        self.len()
+    }
+
+    fn rollback_to(&mut self, frames: usize) {
+        self.truncate(frames);
+    }
+}
+
 /// Software TSO: splits a TCP GSO packet into frames of at most `gso.size`
 /// payload bytes each and appends them to `out`.
 ///
@@ -613,22 +650,40 @@ pub fn partial_setup(frame: &mut [u8], recalculate: bool) -> Result<Csum> {
 /// A packet without GSO is appended unchanged (cloned). On error nothing is
 /// appended.
 pub fn segment(pkt: &Packet, out: &mut Vec<Packet>) -> Result<()> {
-    let mark = out.len();
-    let r = segment_into(pkt, out);
-    if r.is_err() {
-        out.truncate(mark);
-    }
-    r
-}
-
-fn segment_into(pkt: &Packet, out: &mut Vec<Packet>) -> Result<()> {
-    const WHAT: &str = "GSO packet";
     let Some(gso) = pkt.gso else {
         out.push(pkt.clone());
         return Ok(());
     };
-    let frame = &pkt.data;
-    let h = parse_headers(frame)?;
+    let f = FrameRef::private(&pkt.data, pkt.csum, pkt.gso);
+    segment_frame(&f, gso, out).map(|_| ())
+}
+
+/// Headers of a frame whose first bytes are not all private are copied
+/// here to be parsed (Ethernet, a tag, IPv6 with extensions, TCP).
+const SEG_HEAD: usize = 256;
+
+/// [`segment`] from a frame wherever its bytes lie, into any sink: false
+/// when the sink filled up. On error or a full sink nothing is kept.
+fn segment_frame(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> Result<bool> {
+    let mark = out.frames();
+    let r = segment_frame_into(f, gso, out);
+    if !matches!(r, Ok(true)) {
+        out.rollback_to(mark);
+    }
+    r
+}
+
+fn segment_frame_into(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> Result<bool> {
+    const WHAT: &str = "GSO packet";
+    let mut copy = [0u8; SEG_HEAD];
+    let head: &[u8] = if f.head.len() >= f.len {
+        f.head
+    } else {
+        let n = f.len.min(SEG_HEAD);
+        f.copy_out(0, &mut copy[..n]);
+        &copy[..n]
+    };
+    let h = parse_headers_of(head, f.len)?;
     match (gso.kind, h.l3) {
         (GsoKind::TcpV4, L3::Ipv4) | (GsoKind::TcpV6, L3::Ipv6) => {}
         (kind, l3) => {
@@ -650,74 +705,88 @@ fn segment_into(pkt: &Packet, out: &mut Vec<Packet>) -> Result<()> {
     if mss == 0 {
         return Err(malformed(WHAT, 0, "GSO size (MSS) is 0".into()));
     }
-
-    let headers = get(frame, 0, h.payload_off, "GSO headers")?;
-    let payload = get(frame, h.payload_off, h.end - h.payload_off, "GSO payload")?;
-    let ip_len_base = h.payload_off - h.l3_off; // IP header(s) + TCP header
-    let tcp_hlen = h.payload_off - h.l4_off;
-    let ihl = h.l4_off - h.l3_off; // IPv4 only: no extension headers there
-    let seq0 = rd32(frame, h.l4_off + 4, "TCP sequence number")?;
-    let flags0 = get(frame, h.l4_off + 13, 1, "TCP flags")?[0];
+    let headers = get(head, 0, h.payload_off, "GSO headers")?;
+    let payload_len = h.end - h.payload_off;
+    let seq0 = rd32(head, h.l4_off + 4, "TCP sequence number")?;
+    let flags0 = get(head, h.l4_off + 13, 1, "TCP flags")?[0];
     let id0 = match h.l3 {
-        L3::Ipv4 => rd16(frame, h.l3_off + 4, "IPv4 identification")?,
+        L3::Ipv4 => rd16(head, h.l3_off + 4, "IPv4 identification")?,
         _ => 0,
     };
-    let addrs = pseudo_addr_sum(frame, &h)?;
-
-    let count = payload.len().div_ceil(mss).max(1);
-    out.reserve(count);
-    for i in 0..count {
+    let seg = Segmenting {
+        h,
+        addrs: pseudo_addr_sum(head, &h)?,
+        seq0,
+        flags0,
+        id0,
+        count: payload_len.div_ceil(mss).max(1),
+    };
+    for i in 0..seg.count {
         let lo = i * mss;
-        let hi = (lo + mss).min(payload.len());
-        let chunk = payload
-            .get(lo..hi)
-            .ok_or_else(|| malformed(WHAT, h.payload_off + lo, "segment out of range".into()))?;
-        let mut data = Vec::with_capacity(headers.len() + chunk.len());
-        data.extend_from_slice(headers);
-        data.extend_from_slice(chunk);
+        let n = (lo + mss).min(payload_len) - lo.min(payload_len);
+        let Some(data) = out.begin(headers.len() + n) else {
+            return Ok(false);
+        };
+        data[..headers.len()].copy_from_slice(headers);
+        f.copy_out(h.payload_off + lo, &mut data[headers.len()..]);
+        seg.fix(data, i, lo)?;
+        out.commit(Csum::Valid, None);
+    }
+    Ok(true)
+}
 
+/// What every segment of one GSO packet shares.
+struct Segmenting {
+    h: Headers,
+    addrs: u32,
+    seq0: u32,
+    flags0: u8,
+    id0: u16,
+    count: usize,
+}
+
+impl Segmenting {
+    /// Rewrites segment `i`, whose payload starts `lo` bytes into the GSO
+    /// packet's: lengths, IPv4 ID and header checksum, sequence number,
+    /// flags, and the TCP checksum.
+    fn fix(&self, data: &mut [u8], i: usize, lo: usize) -> Result<()> {
+        let h = &self.h;
+        let chunk = data.len() - h.payload_off;
+        let ip_len_base = h.payload_off - h.l3_off; // IP header(s) + TCP header
         match h.l3 {
             L3::Ipv4 => {
-                let total = to_u16(ip_len_base + chunk.len(), "IPv4 total length", h.l3_off)?;
-                wr16(&mut data, h.l3_off + 2, total, "IPv4 total length")?;
-                let id = id0.wrapping_add(i as u16);
-                wr16(&mut data, h.l3_off + 4, id, "IPv4 identification")?;
-                let c = ipv4_header_checksum(get(&data, h.l3_off, ihl, "IPv4 header")?);
-                wr16(&mut data, h.l3_off + 10, c, "IPv4 header checksum")?;
+                let ihl = h.l4_off - h.l3_off; // no extension headers in IPv4
+                let total = to_u16(ip_len_base + chunk, "IPv4 total length", h.l3_off)?;
+                wr16(data, h.l3_off + 2, total, "IPv4 total length")?;
+                let id = self.id0.wrapping_add(i as u16);
+                wr16(data, h.l3_off + 4, id, "IPv4 identification")?;
+                let c = ipv4_header_checksum(get(data, h.l3_off, ihl, "IPv4 header")?);
+                wr16(data, h.l3_off + 10, c, "IPv4 header checksum")?;
             }
             _ => {
-                let plen = ip_len_base - IPV6_HLEN + chunk.len();
+                let plen = ip_len_base - IPV6_HLEN + chunk;
                 let plen = to_u16(plen, "IPv6 payload length", h.l3_off)?;
-                wr16(&mut data, h.l3_off + 4, plen, "IPv6 payload length")?;
+                wr16(data, h.l3_off + 4, plen, "IPv6 payload length")?;
             }
         }
-
-        let seq = seq0.wrapping_add(lo as u32);
-        wr32(&mut data, h.l4_off + 4, seq, "TCP sequence number")?;
-        let mut flags = flags0;
-        if i + 1 < count {
+        let seq = self.seq0.wrapping_add(lo as u32);
+        wr32(data, h.l4_off + 4, seq, "TCP sequence number")?;
+        let mut flags = self.flags0;
+        if i + 1 < self.count {
             flags &= !(TCP_FIN | TCP_PSH);
         }
         if i > 0 {
             flags &= !TCP_CWR;
         }
-        get_mut(&mut data, h.l4_off + 13, 1, "TCP flags")?[0] = flags;
-
+        get_mut(data, h.l4_off + 13, 1, "TCP flags")?[0] = flags;
         let field = h.l4_off + usize::from(TCP_CSUM_OFF);
-        wr16(&mut data, field, 0, "TCP checksum")?;
-        let seg_len = tcp_hlen + chunk.len();
-        let pseudo = pseudo_sum(addrs, PROTO_TCP, seg_len);
-        let tcp = get(&data, h.l4_off, seg_len, "TCP segment")?;
+        wr16(data, field, 0, "TCP checksum")?;
+        let seg_len = data.len() - h.l4_off;
+        let pseudo = pseudo_sum(self.addrs, PROTO_TCP, seg_len);
+        let tcp = get(data, h.l4_off, seg_len, "TCP segment")?;
         let c = !fold(csum_add(u32::from(pseudo), tcp));
-        wr16(&mut data, field, c, "TCP checksum")?;
-
-        out.push(Packet {
-            data,
-            csum: Csum::Valid,
-            gso: None,
-        });
+        wr16(data, field, c, "TCP checksum")
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -792,10 +861,43 @@ pub fn prepare(mut pkt: Packet, caps: Offloads, out: &mut Vec<Packet>) -> Result
     Ok(())
 }
 
+/// [`prepare`] for a frame wherever its bytes lie, into any sink (netback's
+/// RX slab: no allocation per frame). The frame is copied once into the
+/// sink and shaped there; false when the sink is full. On error or a full
+/// sink nothing is kept.
+pub fn prepare_frame(f: &FrameRef<'_>, caps: Offloads, out: &mut impl FrameSink) -> Result<bool> {
+    if let Some(gso) = f.gso {
+        if !caps.accepts_gso(gso.kind) {
+            return segment_frame(f, gso, out);
+        }
+    }
+    let mark = out.frames();
+    let Some(data) = out.begin(f.len) else {
+        return Ok(false);
+    };
+    f.copy_out(0, data);
+    let csum = match (f.gso, f.csum) {
+        (Some(_), Csum::Partial { .. }) => Ok(f.csum),
+        // A GSO packet handed to hardware must carry the pseudo-header sum.
+        (Some(_), _) => partial_setup(data, true),
+        (None, c) if !caps.csum => complete_checksum_in(data, c),
+        (None, c) => Ok(c),
+    };
+    match csum {
+        Ok(c) => {
+            out.commit(c, f.gso);
+            Ok(true)
+        }
+        Err(e) => {
+            out.rollback_to(mark);
+            Err(e)
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::packet::Gso;
 
     // ---- Independent reference helpers (deliberately naive). ----
 
@@ -1370,7 +1472,7 @@ pub(crate) mod tests {
 
     // ---- Segmentation. ----
 
-    fn gso_packet(spec: &Spec, payload: &[u8], flags: u8, mss: u16) -> Packet {
+    pub(crate) fn gso_packet(spec: &Spec, payload: &[u8], flags: u8, mss: u16) -> Packet {
         let kind = if spec.v6 {
             GsoKind::TcpV6
         } else {

@@ -123,6 +123,45 @@ fn default_mode_carries_real_applications() {
     assert_nothing_left();
 }
 
+/// guest1 on half-page RX buffers with prefetch (Ram thesis 5.2, 5.3):
+/// real applications, including 64 KiB GSO frames over 2 KiB buffers, and
+/// its 256 RX buffers in 128 granted pages.
+#[test]
+fn half_page_buffers_and_prefetch_carry_real_applications() {
+    let Some(env) = Env::new("dp-halfpg") else {
+        return;
+    };
+    let topo = toolstack::topology::DEFAULT_TOML.replace(
+        "address = \"10.77.0.1/24\"",
+        "address = \"10.77.0.1/24\"\nrx_buffer = \"half\"\nprefetch = true",
+    );
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let path = env.run_dir.join("halfpg.toml");
+    std::fs::write(&path, topo).unwrap();
+    env.ok(&["up", "--config", path.to_str().unwrap()]);
+    traffic_everywhere(&env);
+    http_fetch_64mib(&env);
+    let st = env.status();
+    let (v1, v2) = (vif(&st, "guest1"), vif(&st, "guest2"));
+    let (g1, g2) = (&v1["grant_track"], &v2["grant_track"]);
+    // 256 TX pages and 128 RX pages against 256 and 256.
+    assert_eq!(g1["created"].as_u64(), Some(256 + 128), "{g1}");
+    assert_eq!(g2["created"].as_u64(), Some(512), "{g2}");
+    assert!(g1["uses"].as_u64().unwrap() > 20 * 384, "{g1}");
+    for v in [&v1, &v2] {
+        assert_eq!(v["counters"]["rejected"], serde_json::json!({}), "{v}");
+        assert_eq!(
+            v["frontend_counters"]["rejected"],
+            serde_json::json!({}),
+            "{v}"
+        );
+    }
+    let text = env.ok(&["status"]);
+    assert!(text.contains("384 pages granted served"), "{text}");
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
 #[test]
 fn hv_copy_preset_carries_real_applications() {
     let Some(env) = Env::new("dp-hvcopy") else {

@@ -177,7 +177,14 @@ pub fn ring(data: &[u8]) {
     if let Ok(mut front) = FrontRing::<_, RxRequest, RxResponse>::init(&mem) {
         // Some requests out, then the peer's word on how many are answered.
         for id in 0..(data.first().copied().unwrap_or(0) as u16) {
-            if front.push_request(&RxRequest { id, gref: 0 }).is_err() {
+            if front
+                .push_request(&RxRequest {
+                    id,
+                    gref: 0,
+                    offset: 0,
+                })
+                .is_err()
+            {
                 break;
             }
         }

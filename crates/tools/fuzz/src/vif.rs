@@ -525,7 +525,15 @@ impl NbWorld {
     /// Posts an RX request the harness remembers the id of.
     fn post_rx(&mut self, id: u16, gref: u32) {
         let at = self.rx.req_prod_pvt();
-        if self.rx.push_request(&RxRequest { id, gref }).is_ok() {
+        if self
+            .rx
+            .push_request(&RxRequest {
+                id,
+                gref,
+                offset: 0,
+            })
+            .is_ok()
+        {
             self.rx_ids[(at & (RING - 1)) as usize] = id;
         }
     }

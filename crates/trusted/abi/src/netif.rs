@@ -413,23 +413,30 @@ wire_view! {
 pub struct RxRequest {
     pub id: u16,
     pub gref: GrantRef,
+    /// The buffer's offset in the page, carried in `pad` (splitnet's
+    /// half-page receive buffers, `feature-rx-half-page`). Meaningful only
+    /// when both ends negotiated it; without, frontends write 0 and the
+    /// backend ignores it, as Xen ignores `pad`.
+    pub offset: u16,
 }
 
 impl RxRequest {
     pub const SIZE: usize = rx_request::SIZEOF;
 
-    /// Parses; every bit pattern is structurally valid (`pad` is ignored).
+    /// Parses; every bit pattern is structurally valid (`pad` is read as
+    /// the offset; the backend checks it only when it was negotiated).
     pub fn parse<T: AsRef<[u8]>>(view: &RxRequestView<T>) -> Result<Self, Error> {
         Ok(RxRequest {
             id: view.id(),
             gref: view.gref(),
+            offset: view.pad(),
         })
     }
 
-    /// Writes the request with `pad` zeroed.
+    /// Writes the request, the offset in `pad`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, view: &mut RxRequestView<T>) {
         view.set_id(self.id);
-        view.set_pad(0);
+        view.set_pad(self.offset);
         view.set_gref(self.gref);
     }
 }
@@ -440,11 +447,12 @@ impl RingEntry for RxRequest {
         RxRequest {
             id: u16::get(b, rx_request::ID),
             gref: u32::get(b, rx_request::GREF),
+            offset: u16::get(b, rx_request::PAD),
         }
     }
     fn encode(&self, out: &mut [u8]) {
         u16::put(out, rx_request::ID, self.id);
-        u16::put(out, rx_request::PAD, 0);
+        u16::put(out, rx_request::PAD, self.offset);
         u32::put(out, rx_request::GREF, self.gref);
     }
 }
@@ -915,7 +923,11 @@ mod tests {
 
     #[test]
     fn rx_request_round_trip() {
-        let r = RxRequest { id: 9, gref: 77 };
+        let r = RxRequest {
+            id: 9,
+            gref: 77,
+            offset: 0,
+        };
         let mut b = [0xffu8; 8];
         r.emit(&mut RxRequestView::new_checked(&mut b[..]).unwrap());
         assert_eq!(b, [9, 0, 0, 0, 77, 0, 0, 0]);
@@ -924,6 +936,12 @@ mod tests {
             r
         );
         assert_eq!(RxRequest::decode(&b), r);
+        // A half-page buffer's offset rides in pad (bytes 2..4, little-endian).
+        let half = RxRequest { offset: 2048, ..r };
+        let mut e = [0u8; 8];
+        half.encode(&mut e);
+        assert_eq!(e, [9, 0, 0, 8, 77, 0, 0, 0]);
+        assert_eq!(RxRequest::decode(&e), half);
     }
 
     #[test]

@@ -148,6 +148,11 @@ pub mod keys {
     pub const REQUEST_RX_COPY: &str = "request-rx-copy";
     /// Backend: can copy received packets into frontend buffers.
     pub const FEATURE_RX_COPY: &str = "feature-rx-copy";
+    /// Backend: takes half-page (2 KiB) receive buffers, the offset in an RX
+    /// request's `pad` (a splitnet extension; Ram thesis 5.3).
+    pub const FEATURE_RX_HALF_PAGE: &str = "feature-rx-half-page";
+    /// Frontend: posts two half-page buffers per RX page.
+    pub const REQUEST_RX_HALF_PAGE: &str = "request-rx-half-page";
     /// Backend: can flip (transfer) pages on receive, the Xen 2.0 path.
     pub const FEATURE_RX_FLIP: &str = "feature-rx-flip";
     /// Frontend: notifies the backend after posting rx requests.

@@ -28,6 +28,7 @@ mod memfd;
 pub mod netlink;
 mod packet;
 mod perf;
+mod prefetch;
 mod process;
 mod seccomp;
 mod seqpacket;
@@ -43,6 +44,7 @@ pub use packet::{
     SEND_BATCH_PARTS,
 };
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
+pub use prefetch::prefetch;
 pub use process::{
     allowed_cpus, catch_interrupts, close_inherited_fds, dup_fd, euid, interrupted, kill,
     pin_on_exec, raise_fd_limit, rdtsc, set_inheritable, set_nonblocking, take_inherited_fd,

@@ -67,6 +67,15 @@ impl Mapping {
         self.writable
     }
 
+    /// Hints that the byte at `off` will be read soon ([`crate::prefetch`]);
+    /// an offset outside the mapping is ignored.
+    #[inline]
+    pub fn prefetch(&self, off: usize) {
+        if let Ok(p) = self.range(off, 1) {
+            crate::prefetch::prefetch_ptr(p);
+        }
+    }
+
     /// The address of `n` bytes at `off`, checked once against the bounds.
     #[inline]
     fn range(&self, off: usize, n: usize) -> Result<*mut u8, MemError> {

@@ -222,11 +222,12 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         ("backend", be.as_str()),
         ("handle", handle.as_str()),
         ("mac", v.mac.as_str()),
-        ("state", state.as_str()),
     ] {
         ts.write(&format!("{fe}/{k}"), val)?;
     }
     write_lro(ts, &fe, &be, v.lro)?;
+    write_rx_tuning(ts, &fe, &be, v)?;
+    ts.write(&format!("{fe}/state"), &state)?;
     write_vif_options(ts, &be, &v.opts)?;
     let index = v.index.to_string();
     // A vif with a hotplug script stays offline until the script succeeded
@@ -259,6 +260,21 @@ fn write_lro(ts: &mut Store<'_>, fe: &str, be: &str, at: LroAt) -> Result<(), St
         LroAt::Guest => ts.write(&format!("{fe}/splitnet-lro"), "guest"),
         LroAt::Driver => ts.write(&format!("{be}/splitnet-lro"), "driver"),
     }
+}
+
+/// The guest receive optimizations (Ram thesis ch. 5) the vif asks for:
+/// `splitnet-rx-buffer` = `half` for netfront, `splitnet-prefetch` = 1 for
+/// both ends. Each end reads its own at connect.
+fn write_rx_tuning(ts: &mut Store<'_>, fe: &str, be: &str, v: &VifConfig) -> Result<(), String> {
+    if v.rx_buffer == crate::topology::RxBuffer::Half {
+        ts.write(&format!("{fe}/splitnet-rx-buffer"), "half")?;
+    }
+    if v.prefetch {
+        for dir in [fe, be] {
+            ts.write(&format!("{dir}/splitnet-prefetch"), "1")?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes vif options to backend directory `be` (before its `state`), under Xen's key names where Xen has one.

@@ -926,6 +926,8 @@ impl Supervisor {
             grants: gcfg.grants,
             offload: gcfg.offload,
             lro: gcfg.lro_at(),
+            prefetch: gcfg.prefetch,
+            rx_buffer: gcfg.rx_buffer,
             index,
             opts: vs.opts,
         };

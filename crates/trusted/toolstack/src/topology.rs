@@ -107,6 +107,13 @@ pub struct DomainConfig {
     /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
     #[serde(default)]
     pub spin_us: u32,
+    /// Guests: netfront and netback prefetch the next received packet's
+    /// header while handling the current one (Ram thesis 5.2).
+    #[serde(default)]
+    pub prefetch: bool,
+    /// Guests: the size of netfront's receive buffers (Ram thesis 5.3).
+    #[serde(default)]
+    pub rx_buffer: RxBuffer,
     /// What hv does when the domain's process exits (`never`, `on-crash`,
     /// `always`); by default driver domains restart after a crash and
     /// guests do not.
@@ -404,6 +411,19 @@ pub enum TxMode {
     Map,
 }
 
+/// The size of a guest's receive buffers (Ram thesis 5.3).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RxBuffer {
+    /// One buffer per page.
+    #[default]
+    Page,
+    /// Two 2 KiB buffers per page (`feature-rx-half-page`): a page's grant
+    /// serves twice the packets. Needs `rx_mode = "copy"` and `offload`
+    /// (a larger frame spans buffers, which takes scatter-gather).
+    Half,
+}
+
 /// How guest buffers reach the driver domain.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -578,6 +598,10 @@ pub struct VifConfig {
     pub offload: bool,
     /// Where large receive offload runs (`lro`).
     pub lro: LroAt,
+    /// Prefetch the next received packet's header (`prefetch`).
+    pub prefetch: bool,
+    /// Half-page receive buffers (`rx_buffer = "half"`).
+    pub rx_buffer: RxBuffer,
     /// Index of this vif among its driver domain's vifs.
     pub index: usize,
     /// Xen's per-vif options (xl's vifspec keys).
@@ -628,6 +652,8 @@ impl VifConfig {
             grants: Grants::Ngm,
             offload: true,
             lro: LroAt::Off,
+            prefetch: false,
+            rx_buffer: RxBuffer::Page,
             index,
             opts: VifOptions::default(),
         }
@@ -958,6 +984,12 @@ fn check_modes(d: &DomainConfig) -> Result<(), String> {
             "domain {:?}: tx_mode = \"gather\" reads the guest's buffers in place and needs grants = \"ngm\" (or use tx_mode = \"copy\")",
             d.name
         )),
+        _ if d.rx_buffer == RxBuffer::Half && (d.rx_mode == RxMode::Flip || !d.offload) => {
+            Err(format!(
+                "domain {:?}: rx_buffer = \"half\" needs rx_mode = \"copy\" (a flipped page is one buffer) and offload = true (a frame over 2 KiB spans buffers, which takes scatter-gather); rx_buffer is \"page\" or \"half\"",
+                d.name
+            ))
+        }
         _ => Ok(()),
     }
 }
@@ -1205,6 +1237,8 @@ impl Topology {
                     grants: d.grants,
                     offload: d.offload,
                     lro: d.lro_at(),
+                    prefetch: d.prefetch,
+                    rx_buffer: d.rx_buffer,
                     index,
                     opts: spec.opts,
                 });
@@ -1579,6 +1613,40 @@ mod tests {
         bad(
             "[[domain]]\nname = \"a\"\nkind = \"guest\"\nspin_us = 20000\n",
             "spin_us must be 0..=10000",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\nrx_buffer = \"quarter\"\n",
+            "unknown variant `quarter`, expected `page` or `half`",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\nrx_buffer = \"half\"\noffload = false\n",
+            "domain \"a\": rx_buffer = \"half\" needs",
+        );
+        bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\nprefetch = \"yes\"\n",
+            "prefetch",
+        );
+    }
+
+    #[test]
+    fn rx_buffer_and_prefetch_reach_each_vif() {
+        let t = Topology::parse(
+            "[[domain]]\nname = \"d\"\nkind = \"driver\"\n[[domain]]\nname = \"a\"\nkind = \"guest\"\nrx_buffer = \"half\"\nprefetch = true\nvif = [\"\", \"\"]\n[[domain]]\nname = \"b\"\nkind = \"guest\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let v = t.vifs();
+        let got: Vec<_> = v
+            .iter()
+            .map(|v| (v.guest.as_str(), v.prefetch, v.rx_buffer))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", true, RxBuffer::Half),
+                ("a", true, RxBuffer::Half),
+                ("b", false, RxBuffer::Page)
+            ]
         );
     }
 

@@ -13,7 +13,7 @@
 //!
 //! - this file: the xenbus side (probe, connect, disconnect) and the refusal policy;
 //! - [`tx`]: guest → bridge: parse, validate, forward, respond;
-//! - `rx`: bridge → guest;
+//! - `rx`: bridge → guest, and `slab`: the frames waiting for the guest's buffers;
 //! - [`opts`]: the vif's options (`ip`, `rate`, `mtu`), read at probe.
 //!
 //! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
@@ -21,6 +21,7 @@
 
 pub mod opts;
 mod rx;
+mod slab;
 pub mod tx;
 
 use crate::antispoof::IpFilter;
@@ -28,7 +29,7 @@ use crate::counters::VifCounters;
 use crate::credit::Credit;
 use crate::mcast::McastFilter;
 use crate::offload::Offloads;
-use crate::packet::{Csum, Gso, Packet};
+use crate::packet::{Csum, Gso};
 use abi::grant::GrantStatus;
 use abi::netif::{
     NetifStatus, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
@@ -38,7 +39,6 @@ use abi::xenbus::{keys, XenbusState};
 use hypercall::ngm_client::NgmView;
 use hypercall::trace::Tracer;
 use hypercall::{DomId, EventChannel, HvClient, HvError, MappedGrant};
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use sys::{Mapping, PAGE_SIZE};
@@ -54,6 +54,11 @@ const TX_BUDGET: usize = 64;
 const SLOT_BUDGET: usize = 240;
 /// Packets queued for a guest that has posted no buffers.
 const RX_QUEUE: usize = 1024;
+/// Bytes of them: one TX round of a sending guest ([`TX_BUDGET`] frames)
+/// of 64 KiB GSO packets.
+const RX_SLAB_BYTES: usize = TX_BUDGET << 16;
+/// A half-page RX buffer (`feature-rx-half-page`).
+const RX_HALF: usize = PAGE_SIZE / 2;
 /// Smallest GSO segment size accepted (Linux's TCP_MIN_MSS).
 const MIN_GSO_SIZE: u16 = 88;
 /// Refused requests after which the vif is disconnected.
@@ -146,6 +151,8 @@ pub struct Pending {
     pub mac: [u8; 6],
     /// The vif's options (`ip`, `rate`, `mtu`).
     pub opts: opts::VifOpts,
+    /// `splitnet-prefetch`: prefetch the next frame's header on RX.
+    pub prefetch: bool,
 }
 
 /// One slot of a TX packet being gathered.
@@ -238,7 +245,11 @@ pub struct Netback {
     pool: Arc<Mapping>,
     tx_base: u32,
     rx_base: u32,
-    rx_queue: VecDeque<Packet>,
+    /// Frames waiting for the guest's buffers, in storage allocated at connect.
+    rx_slab: slab::FrameSlab,
+    /// A copy batch's ops and responses under `hv-copy` (reused).
+    rx_ops: Vec<abi::grant::GrantCopy>,
+    rx_resps: Vec<rx::CopyResp>,
     pub counters: VifCounters,
     connected: bool,
     /// Ring batches go to the driver domain's trace area.
@@ -269,6 +280,10 @@ pub struct Netback {
     /// Large receive offload for frames bound for this guest, and why it is
     /// off when asked for (see [`rx`]).
     lro: rx::LroState,
+    /// The guest posts half-page RX buffers (`request-rx-half-page`).
+    rx_half: bool,
+    /// Prefetch the next frame's header on RX (Ram thesis 5.2).
+    prefetch: bool,
 }
 
 fn read_flag(hv: &mut HvClient, path: &str) -> bool {
@@ -295,6 +310,8 @@ struct FrontendRings {
     sg: bool,
     /// It asked for multicast filtering.
     mcast: bool,
+    /// It posts two 2 KiB RX buffers per page, offsets in `pad`.
+    rx_half: bool,
 }
 
 /// Reads what the frontend `fe` published, refusing an RX mode other than
@@ -322,6 +339,8 @@ fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendR
     }
     let sg = read_flag(hv, &format!("{fe}/{}", keys::FEATURE_SG));
     let mcast = read_flag(hv, &format!("{fe}/{}", keys::REQUEST_MULTICAST_CONTROL));
+    // Half pages are a copy-mode feature: a flipped page is one buffer.
+    let rx_half = !modes.rx_flip && read_flag(hv, &format!("{fe}/{}", keys::REQUEST_RX_HALF_PAGE));
     let guest_caps = Offloads {
         csum: !read_flag(hv, &format!("{fe}/{}", keys::FEATURE_NO_CSUM_OFFLOAD)) && !modes.rx_flip,
         tso4: sg && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV4)) && !modes.rx_flip,
@@ -335,6 +354,7 @@ fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendR
         guest_caps,
         sg,
         mcast,
+        rx_half,
     })
 }
 
@@ -405,6 +425,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         )));
     }
     let mut opts = opts::read(hv, be)?;
+    let prefetch = read_flag(hv, &format!("{be}/splitnet-prefetch"));
     if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
         return Err(proto(format!(
             "vif index {index} does not fit in the driver domain's memory"
@@ -422,6 +443,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         (keys::FEATURE_MULTICAST_CONTROL, "1"),
         (keys::FEATURE_DYNAMIC_MULTICAST_CONTROL, "1"),
         (crate::FEATURE_NGM, if ngm { "1" } else { "0" }),
+        (keys::FEATURE_RX_HALF_PAGE, if rx_flip { "0" } else { "1" }),
     ] {
         hv.store_write(&format!("{be}/{k}"), v)?;
     }
@@ -437,6 +459,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         index,
         mac,
         opts,
+        prefetch,
         modes: Modes {
             rx_flip,
             tx_map,
@@ -495,7 +518,9 @@ impl Netback {
             pool: hv.pool_shared(),
             tx_base,
             rx_base: tx_base + RING,
-            rx_queue: VecDeque::new(),
+            rx_slab: slab::FrameSlab::new(RX_QUEUE, RX_SLAB_BYTES),
+            rx_ops: Vec::with_capacity(SLOT_BUDGET),
+            rx_resps: Vec::with_capacity(2 * SLOT_BUDGET),
             counters: VifCounters::default(),
             connected: true,
             tracer: hv.tracer(),
@@ -514,7 +539,20 @@ impl Netback {
             max_frame,
             mcast,
             lro: rx::LroState::new(p.modes.lro, f.guest_caps),
+            rx_half: f.rx_half,
+            prefetch: p.prefetch,
         })
+    }
+
+    /// The size of the guest's RX buffers: a page, or half of one when the
+    /// frontend posts half-page buffers (Ram thesis 5.3). Every path that
+    /// fills RX buffers cuts frames into pieces of this size.
+    pub fn rx_chunk(&self) -> usize {
+        if self.rx_half {
+            RX_HALF
+        } else {
+            PAGE_SIZE
+        }
     }
 
     /// Whether the vif is still connected.
@@ -578,7 +616,7 @@ impl Netback {
         {
             let _ = hv.evtchn_close(ch);
         }
-        self.rx_queue.clear();
+        self.rx_slab.clear();
         // The guest's pool is unmapped: nothing of it stays reachable.
         self.ngm = None;
         if hv.read_state(&self.be).is_err() {
@@ -657,7 +695,7 @@ impl Netback {
     /// deals with it.
     pub fn stats(&mut self) -> BackendStats<'_> {
         let mut ring = RingOccupancy {
-            rx_queued: self.rx_queue.len() as u32,
+            rx_queued: self.rx_slab.len() as u32,
             ..RingOccupancy::default()
         };
         if let Some(tx) = self.tx.as_mut() {
