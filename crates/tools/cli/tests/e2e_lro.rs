@@ -11,14 +11,15 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-/// drv, guest1 with `lro` and the `extra` lines, and the wire host.
-fn topology(lro: &str, extra: &str) -> String {
+/// drv, guest1 with `lro` and the `extra` lines, the wire host, and the
+/// `ports` lines after it.
+fn topology(lro: &str, extra: &str, ports: &str) -> String {
     format!(
         "name = \"lro\"\n\
          [[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
          [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n\
          ipv6 = \"fd77::1/64\"\nlro = \"{lro}\"\n{extra}\n\
-         [wire]\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\nipv6 = \"fd77::fe/64\"\n"
+         [wire]\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\nipv6 = \"fd77::fe/64\"\n{ports}"
     )
 }
 
@@ -33,17 +34,24 @@ fn tcp_in_csum_errors(env: &Env, domain: &str) -> u64 {
         .unwrap_or_else(|| panic!("no TcpInCsumErrors in nstat's output:\n{out}"))
 }
 
-/// Brings up the topology with `lro`, moves TCP from the wire to guest1,
-/// and checks what a user would: data intact, no checksum error, the
-/// coalescer's counters moved at the end that runs it (`counters`: the
-/// vif's netback counters or netfront's), and not at the other.
-fn receives_through_lro(name: &str, lro: &str, extra: &str, counters: &str, other: &str) {
-    let Some(env) = Env::new(name) else {
-        return;
-    };
+/// Brings up the topology with `lro` (`extra` lines in guest1, `ports`
+/// after the wire), moves TCP from the wire to guest1, and checks what a
+/// user would: data intact, no checksum error, the coalescer's counters
+/// moved at the end that runs it (`counters`: the vif's netback counters or
+/// netfront's), and not at the other. Returns the environment, still up,
+/// for further checks (None: skipped).
+fn receives_through_lro(
+    name: &str,
+    lro: &str,
+    extra: &str,
+    ports: &str,
+    counters: &str,
+    other: &str,
+) -> Option<Env> {
+    let env = Env::new(name)?;
     std::fs::create_dir_all(&env.run_dir).unwrap();
     let path = env.run_dir.join("lro.toml");
-    std::fs::write(&path, topology(lro, extra)).unwrap();
+    std::fs::write(&path, topology(lro, extra, ports)).unwrap();
     env.ok(&["up", "--config", path.to_str().unwrap()]);
     // The wire sends MTU-size segments, as a physical NIC receives them
     // (over veth its TSO would hand the driver domain 64 KiB frames that
@@ -89,11 +97,19 @@ fn receives_through_lro(name: &str, lro: &str, extra: &str, counters: &str, othe
         Some(0),
         "the other end ran no LRO"
     );
+    Some(env)
 }
 
 #[test]
 fn lro_in_the_guest_delivers_intact_gso_frames() {
-    receives_through_lro("lro-guest", "guest", "", "frontend_counters", "counters");
+    receives_through_lro(
+        "lro-guest",
+        "guest",
+        "",
+        "",
+        "frontend_counters",
+        "counters",
+    );
 }
 
 /// Without the high-level interface the channel carries MTU frames with
@@ -105,6 +121,7 @@ fn lro_in_the_guest_without_offloads_delivers_intact_gso_frames() {
         "lro-guest-nooff",
         "guest",
         "offload = false",
+        "",
         "frontend_counters",
         "counters",
     );
@@ -112,5 +129,39 @@ fn lro_in_the_guest_without_offloads_delivers_intact_gso_frames() {
 
 #[test]
 fn lro_in_the_driver_domain_delivers_intact_gso_frames() {
-    receives_through_lro("lro-driver", "driver", "", "counters", "frontend_counters");
+    receives_through_lro(
+        "lro-driver",
+        "driver",
+        "",
+        "",
+        "counters",
+        "frontend_counters",
+    );
+}
+
+/// LRO in the guest over half-page RX buffers with prefetch (Ram thesis
+/// 5.1-5.3 together). A 4000-byte MTU on the wire and the vif makes every
+/// segment span two 2 KiB buffers, which LRO takes as one frame; the
+/// buffers are half pages (256 TX pages and 128 RX pages granted), none
+/// refused.
+#[test]
+fn lro_in_the_guest_over_half_page_buffers_with_prefetch() {
+    let Some(env) = receives_through_lro(
+        "lro-guest-halfpg",
+        "guest",
+        "rx_buffer = \"half\"\nprefetch = true\nvif = [\"mtu=4000\"]",
+        "[[port]]\ndriver = \"drv\"\nkind = \"wire\"\nmtu = 4000\n",
+        "frontend_counters",
+        "counters",
+    ) else {
+        return;
+    };
+    let link = env.ok(&["exec", "guest1", "--", "ip", "link", "show", "dev", "eth0"]);
+    assert!(link.contains("mtu 4000"), "{link}");
+    let st = env.status();
+    let v = vif(&st, "guest1");
+    assert_eq!(v["grant_track"]["created"].as_u64(), Some(256 + 128), "{v}");
+    for at in ["counters", "frontend_counters"] {
+        assert_eq!(v[at]["rejected"], serde_json::json!({}), "{at}: {v}");
+    }
 }
