@@ -302,6 +302,15 @@ impl FlowSpec {
         }
     }
 
+    /// The namespaces the data leaves and reaches: (sender, receiver).
+    pub(crate) fn sender_and_receiver(&self) -> (&str, &str) {
+        if self.reverse {
+            (&self.server_ns, &self.client_ns)
+        } else {
+            (&self.client_ns, &self.server_ns)
+        }
+    }
+
     /// The same flow on `port` (to run beside this one).
     pub(crate) fn on_port(&self, port: u16) -> FlowSpec {
         FlowSpec {

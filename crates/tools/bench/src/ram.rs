@@ -394,6 +394,44 @@ fn bring_up(
     }
 }
 
+/// RX arrives as a NIC delivers it: the thesis counts cycles per
+/// 1514-byte frame, so the RX sender's `eth0` gets TSO and GSO off and
+/// sends MTU-sized frames (over veth they would otherwise cross as 64 KiB
+/// GSO frames, which no physical wire carries). Native's receiver turns
+/// GRO on, as the thesis's Linux ran LRO in its NIC driver; splitnet's
+/// driver-domain port keeps it off, as Xen's driver did (thesis 5.1), so
+/// the LRO configurations are what coalesce there.
+fn segments_like_a_nic(env: &Env, native: bool) -> Result<()> {
+    for name in ["rx", "rx2"] {
+        let Some(flow) = env.flows.get(name) else {
+            continue;
+        };
+        let (sender, receiver) = flow.sender_and_receiver();
+        ethtool(sender, &["tso", "off", "gso", "off"])?;
+        if native {
+            ethtool(receiver, &["gro", "on"])?;
+        }
+    }
+    Ok(())
+}
+
+/// `ethtool -K eth0 ARGS` in namespace `ns`.
+fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "ethtool", "-K", "eth0"])
+        .args(args)
+        .output()
+        .with_context(|| format!("running ethtool in {ns} (is ethtool installed?)"))?;
+    if !out.status.success() {
+        bail!(
+            "ethtool -K eth0 {} in {ns}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// One case's flows, profiled while the profiler can start.
 fn measure(ctx: &Ctx<'_>, env: &Env, case: Case) -> Result<Measured> {
     let (w, secs, tsc) = (Workload::TcpZerocopy, ctx.opts.secs, ctx.tsc_hz);
@@ -495,6 +533,10 @@ fn one_config(
             return Ok(false);
         }
     };
+    if let Err(e) = segments_like_a_nic(&env, cfg == RamConfig::Native) {
+        baseline::tear_down(env, &ctx.base, &ctx.layout);
+        return Err(e.context(format!("setting up {}'s RX sender", cfg.name())));
+    }
     let result = measure_cases(ctx, &env, cfg, cases, run, out);
     baseline::tear_down(env, &ctx.base, &ctx.layout);
     result.with_context(|| format!("measuring {}", cfg.name()))?;
