@@ -61,6 +61,10 @@ pub struct PacketPort {
     retag: Box<[u8; RETAG_HEAD]>,
     shaped: Vec<Packet>,
     counters: PortCounters,
+    /// Its dedicated queues (Ram thesis ch. 3; see [`crate::vmq`]).
+    pub(crate) queues: crate::vmq::QueueTable,
+    /// The rtnetlink socket the queues are made with, once one is.
+    pub(crate) rtnl: Option<sys::rtnl::Rtnl>,
 }
 
 impl PacketPort {
@@ -81,7 +85,14 @@ impl PacketPort {
             retag: Box::new([0; RETAG_HEAD]),
             shaped: Vec::new(),
             counters: PortCounters::default(),
+            queues: crate::vmq::QueueTable::new(0),
+            rtnl: None,
         })
+    }
+
+    /// The raw socket (the queues' filter goes on it).
+    pub(crate) fn socket(&self) -> &PacketSocket {
+        &self.sock
     }
 
     fn send_shaped(&mut self, f: &FrameRef<'_>) {

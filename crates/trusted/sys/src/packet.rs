@@ -495,6 +495,13 @@ impl PacketSocket {
         }
     }
 
+    /// Sets the receive buffer (how much the kernel queues before it drops).
+    pub fn set_rcvbuf(&self, bytes: usize) -> io::Result<()> {
+        let size = bytes.min(libc::c_int::MAX as usize / 2) as libc::c_int;
+        set_buffer(self.fd.as_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, size)
+            .map_err(|e| self.ctx(io::Error::new(e.kind(), format!("SO_RCVBUF: {e}"))))
+    }
+
     /// The bound interface's name.
     pub fn name(&self) -> &str {
         &self.name

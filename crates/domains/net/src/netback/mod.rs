@@ -19,6 +19,7 @@
 //! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
+mod mq;
 pub mod opts;
 mod rx;
 pub mod tx;
@@ -263,6 +264,8 @@ pub struct Netback {
     max_frame: usize,
     /// The groups the guest joined (`feature-multicast-control`).
     mcast: McastFilter,
+    /// Its dedicated queue's state, while it has one (see [`mq`]).
+    mq: Option<Box<mq::MqState>>,
 }
 
 fn read_flag(hv: &mut HvClient, path: &str) -> bool {
@@ -503,6 +506,7 @@ impl Netback {
             now,
             max_frame,
             mcast,
+            mq: None,
         })
     }
 

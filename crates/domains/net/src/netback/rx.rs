@@ -19,7 +19,7 @@ use sys::PAGE_SIZE;
 
 /// One RX response of a copy batch: (request id, copy op, length, flags)
 /// per data slot, with extras as GSO info.
-enum CopyResp {
+pub(super) enum CopyResp {
     Data {
         id: u16,
         op: usize,
@@ -178,6 +178,7 @@ impl Netback {
             self.enforce(hv, Some("ring_overflow"));
             return Ok(());
         }
+        self.flush_queue_copies(hv)?;
         if self.rx_unpublished > 0 {
             let n = std::mem::take(&mut self.rx_unpublished);
             let t0 = trace::now();
@@ -323,7 +324,11 @@ impl Netback {
 
     /// Pushes the RX responses of a copy batch: each data slot succeeds or
     /// fails with its copy's status, extras carry their GSO info.
-    fn answer_rx_copies(&mut self, resps: Vec<CopyResp>, statuses: &[i16]) -> Result<()> {
+    pub(super) fn answer_rx_copies(
+        &mut self,
+        resps: impl IntoIterator<Item = CopyResp>,
+        statuses: &[i16],
+    ) -> Result<()> {
         for r in resps {
             let rsp = match r {
                 CopyResp::Data { id, op, len, flags } => match statuses.get(op).copied() {
