@@ -43,6 +43,10 @@ pub trait Port {
     fn status(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Its dedicated queues (Ram thesis ch. 3), if it has any to offer.
+    fn vmq(&mut self) -> Option<&mut dyn crate::vmq::Vmq> {
+        None
+    }
 }
 
 /// Frames per receive batch (one `recvmmsg`).
@@ -277,5 +281,8 @@ impl Port for PacketPort {
     }
     fn counters(&self) -> &PortCounters {
         &self.counters
+    }
+    fn vmq(&mut self) -> Option<&mut dyn crate::vmq::Vmq> {
+        Some(self)
     }
 }

@@ -199,6 +199,9 @@ pub mod keys {
     pub const SCRIPT: &str = "script";
     /// Backend (toolstack): the vif's name in the driver domain (xl's `vifname=`).
     pub const VIFNAME: &str = "vifname";
+    /// Backend (toolstack): the uplink the vif takes a dedicated receive
+    /// queue on (the Ram thesis's `pdev=`); absent: the shared queue.
+    pub const PDEV: &str = "splitnet-pdev";
 }
 
 /// The bridge a vif or an uplink joins when it names none (xl's default).

@@ -90,6 +90,10 @@ pub struct DomainConfig {
     /// Guests: the grant mechanism (Ram thesis ch. 4).
     #[serde(default)]
     pub grants: Grants,
+    /// Guests: each vif takes a dedicated receive queue on the uplink of
+    /// its bridge (multi-queue with direct placement, Ram thesis ch. 3).
+    #[serde(default)]
+    pub mq: bool,
     /// Guests: the high-level virtual interface (checksum offload, TSO,
     /// scatter-gather; Menon 2006 §3). Off in the seed baseline.
     #[serde(default = "yes")]
@@ -524,6 +528,9 @@ pub struct VifOptions {
     pub script: Option<String>,
     /// The vif's name in the driver domain; None: `vif<domid>.<handle>`.
     pub vifname: Option<String>,
+    /// The uplink the vif takes a dedicated receive queue on (the Ram
+    /// thesis's `pdev=`, ch. 3); None: the shared queue, through the bridge.
+    pub pdev: Option<String>,
 }
 
 /// Xen netback's credit: `bytes` may be sent per `usec` microseconds.
@@ -647,6 +654,8 @@ pub struct WireConfig {
     /// Shape the link to this rate in both directions (`tc` tbf on both
     /// ends), e.g. "100mbit" for the seed papers' 100 Mb/s Ethernet.
     pub rate: Option<LinkRate>,
+    /// Dedicated receive queues its port offers (0..=64; default 8).
+    pub queues: Option<u16>,
 }
 
 fn default_wire() -> String {
@@ -1008,6 +1017,12 @@ impl Topology {
             }
             None => return Err(format!("wire.driver = {:?} names no domain", w.driver)),
         }
+        if let Some(q) = w.queues.filter(|q| *q > crate::uplink::MAX_QUEUES) {
+            return Err(format!(
+                "[wire]: queues = {q} is outside 0..={}",
+                crate::uplink::MAX_QUEUES
+            ));
+        }
         check_cidr("wire address", &w.address, false)?;
         check_cidr("wire ipv6", &w.ipv6, true)?;
         Ok(())
@@ -1054,6 +1069,25 @@ impl Topology {
             });
         }
         out
+    }
+
+    /// The uplink `mq = true` gives a vif of guest `d` on `backend`: the
+    /// one on the vif's bridge. A vif with a VLAN, or on a bridge with no
+    /// uplink, cannot have one (the queue's frames would skip the bridge).
+    fn mq_pdev(&self, d: &DomainConfig, backend: &str, o: &VifOptions) -> Result<String, String> {
+        let bridge = o.bridge.as_deref().unwrap_or(abi::xenbus::DEFAULT_BRIDGE);
+        if o.vlan.is_some() {
+            return Err(format!(
+                "domain {:?}: mq = true gives each vif a queue of its own, which a vif with vlan= cannot have (it needs the bridge to tag its frames)",
+                d.name
+            ));
+        }
+        self.uplink_ifname_on(backend, bridge).ok_or_else(|| {
+            format!(
+                "domain {:?}: mq = true needs an uplink on bridge {bridge:?} of driver domain {backend:?} (a [wire] or [[port]])",
+                d.name
+            )
+        })
     }
 
     /// The driver domain serving guest (or VM) `d`.
@@ -1113,6 +1147,10 @@ impl Topology {
                     (None, _) => extra_mac(i, devid),
                 };
                 let index = out.iter().filter(|v| v.backend == backend).count();
+                let mut opts = spec.opts;
+                if d.mq && opts.pdev.is_none() {
+                    opts.pdev = Some(self.mq_pdev(d, &backend, &opts)?);
+                }
                 out.push(VifConfig {
                     guest: d.name.clone(),
                     handle: devid,
@@ -1123,7 +1161,7 @@ impl Topology {
                     grants: d.grants,
                     offload: d.offload,
                     index,
-                    opts: spec.opts,
+                    opts,
                 });
             }
         }

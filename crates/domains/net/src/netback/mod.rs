@@ -220,6 +220,9 @@ impl Default for Held {
     }
 }
 
+/// The RX ring netback serves.
+type RxRing = BackRing<MappedGrant, RxRequest, RxResponse>;
+
 /// A connected backend.
 pub struct Netback {
     pub guest: DomId,
@@ -228,7 +231,7 @@ pub struct Netback {
     pub modes: Modes,
     mac: [u8; 6],
     tx: Option<BackRing<MappedGrant, TxRequest, TxResponse>>,
-    rx: Option<BackRing<MappedGrant, RxRequest, RxResponse>>,
+    rx: Option<RxRing>,
     tx_evt: Option<EventChannel>,
     rx_evt: Option<EventChannel>,
     /// What the guest's NIC accepts on receive.

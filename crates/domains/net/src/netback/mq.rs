@@ -108,6 +108,35 @@ impl Netback {
             .map_or((0, 0), |m| (m.rx_direct_packets, m.rx_fallback_packets))
     }
 
+    /// The vif's MAC (its queue takes the frames to it).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Whether the queue could arm buffers now; if not, the guest is asked
+    /// to notify when it posts more (the loop listens to the queue again
+    /// then). While frames wait on the shared path, they go first.
+    pub fn queue_can_arm(&mut self) -> bool {
+        let need = self.armed_need();
+        if !self.connected || !self.rx_queue.is_empty() {
+            return false;
+        }
+        let staged = self.mq.as_ref().map_or(0, |m| m.staged);
+        if self.ngm.is_none() && staged + need > SLOT_BUDGET {
+            return false;
+        }
+        let Some(rx) = self.rx.as_mut() else {
+            return false;
+        };
+        let enough =
+            |rx: &mut super::RxRing| rx.unconsumed_requests().is_ok_and(|n| n as usize >= need);
+        if enough(rx) {
+            return true;
+        }
+        let _ = rx.final_check_for_requests();
+        enough(rx)
+    }
+
     /// Requests one armed frame takes at most: its data and the extra slot.
     fn armed_need(&self) -> usize {
         MAX_FRAME.div_ceil(self.rx_chunk()) + 1
