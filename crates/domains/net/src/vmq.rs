@@ -63,6 +63,8 @@ pub enum Refusal {
     Unsupported(String),
     #[error("MAC {0} already has a queue on this port (vif index {1})")]
     MacInUse(String, u32),
+    #[error("MAC {0} is the port's own")]
+    PortMac(String),
     #[error("the queue is enabled: its MAC cannot change under it")]
     MacUnderEnabledQueue,
     #[error("the queue has no MAC yet")]
@@ -251,6 +253,8 @@ pub(crate) struct QueueTable {
     pub limit: u16,
     /// Why the port has no queues at all (a macvlan uplink), if so.
     pub unsupported: Option<String>,
+    /// The port interface's own MAC, which no queue may take.
+    pub port_mac: Option<[u8; 6]>,
     pub slots: Vec<QueueSlot>,
     pub counters: VmqCounters,
 }
@@ -323,6 +327,10 @@ impl QueueTable {
             self.counters.mac_changes_refused += 1;
             return Err(Refusal::MacUnderEnabledQueue);
         }
+        if self.port_mac == Some(mac) {
+            self.counters.mac_conflicts += 1;
+            return Err(Refusal::PortMac(mac_text(&mac)));
+        }
         let other = self
             .slots
             .iter()
@@ -360,6 +368,7 @@ impl PacketPort {
             return self;
         }
         let name = self.name().to_string();
+        self.queues.port_mac = sys::get_mac(&name).ok();
         let kind = self.rtnl().ok().and_then(|nl| {
             let links = nl.links().ok()?;
             links.into_iter().find(|l| l.name == name).map(|l| l.kind)
@@ -538,6 +547,13 @@ mod tests {
         let e = t.set_mac(b, A).unwrap_err();
         assert_eq!(e, Refusal::MacInUse("00:16:3e:00:00:01".into(), 1));
         assert_eq!(t.counters.mac_conflicts, 1);
+        t.port_mac = Some(B);
+        assert_eq!(
+            t.set_mac(b, B),
+            Err(Refusal::PortMac("00:16:3e:00:00:02".into()))
+        );
+        assert_eq!(t.counters.mac_conflicts, 2);
+        t.port_mac = None;
         t.set_mac(b, B).unwrap();
         t.slots[a].link = Some(7);
         assert_eq!(t.set_mac(a, B), Err(Refusal::MacUnderEnabledQueue));
