@@ -268,3 +268,22 @@ fn attach_detach_cycles_and_a_killed_driver_leave_no_queue_behind() {
     direct_rises(&env, "guest1", before);
     env.ok(&["down"]);
 }
+
+/// The thesis's "MQ" without the new grant mechanism: the queue fills the
+/// vif's staging frames and hv copies them into the guest's buffers.
+#[test]
+fn under_hv_copy_the_queue_fills_staging_frames_and_data_arrives_intact() {
+    let Some(env) = Env::new("mq-hvcopy") else {
+        return;
+    };
+    up(&env, &topology("mq = true\ngrants = \"hv-copy\"\ntx_mode = \"copy\"", ""));
+    let before = num(&dedicated(&env, "guest1"), "rx_direct_packets");
+    let gbps = iperf(&env, "wire", "10.77.0.254", "guest1", true, 3);
+    let mbps = http_fetch_64mib(&env);
+    eprintln!("mq + hv-copy: wire -> guest1 iperf3 {gbps:.2} Gbit/s, HTTP 64 MiB {mbps:.0} Mbit/s");
+    let q = direct_rises(&env, "guest1", before + 1000);
+    assert_eq!(num(&q, "rx_fallback_packets"), 0, "{q}");
+    let st = env.status();
+    let c = &vif(&st, "guest1")["counters"];
+    assert!(c["rejected"].as_object().is_none_or(|r| r.is_empty()), "{c}");
+}
