@@ -543,6 +543,24 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
         publish_and_check(&self.mem, layout::RSP_PROD, layout::RSP_EVENT, old, new)
     }
 
+    /// True if at least `n` (1 or more) requests are waiting; otherwise asks
+    /// for a notification once the front end has published that many past
+    /// `req_cons` and checks again. (Asking for "the next one" would miss
+    /// it when some are already waiting: the producer's index has passed
+    /// that mark, so the front end would not notify again.)
+    pub fn final_check_for_n_requests(&mut self, n: u32) -> Result<bool, Error> {
+        let n = n.max(1);
+        if self.unconsumed_requests()? >= n {
+            return Ok(true);
+        }
+        ask_for_event(
+            &self.mem,
+            layout::REQ_EVENT,
+            self.req_cons.wrapping_add(n - 1),
+        );
+        Ok(self.unconsumed_requests()? >= n)
+    }
+
     /// True if requests are waiting; otherwise asks for a notification on the
     /// next one and checks again (`RING_FINAL_CHECK_FOR_REQUESTS`).
     pub fn final_check_for_requests(&mut self) -> Result<bool, Error> {
@@ -676,6 +694,16 @@ mod tests {
         assert_eq!(b.peek_nth(0).unwrap(), Some(e(3)));
         assert_eq!(b.next_request().unwrap(), Some(e(3)));
         assert_eq!(b.peek_nth(0).unwrap(), None);
+        // Waiting for 3 more: the front end notifies only when its third
+        // crosses the mark, though one is already there.
+        f.push_request(&e(4)).unwrap();
+        assert!(!f.push_requests_and_check_notify());
+        assert!(!b.final_check_for_n_requests(3).unwrap());
+        f.push_request(&e(5)).unwrap();
+        assert!(!f.push_requests_and_check_notify());
+        f.push_request(&e(6)).unwrap();
+        assert!(f.push_requests_and_check_notify(), "the third notifies");
+        assert!(b.final_check_for_n_requests(3).unwrap());
     }
 
     #[test]

@@ -128,13 +128,7 @@ impl Netback {
         let Some(rx) = self.rx.as_mut() else {
             return false;
         };
-        let enough =
-            |rx: &mut super::RxRing| rx.unconsumed_requests().is_ok_and(|n| n as usize >= need);
-        if enough(rx) {
-            return true;
-        }
-        let _ = rx.final_check_for_requests();
-        enough(rx)
+        rx.final_check_for_n_requests(need as u32).unwrap_or(false)
     }
 
     /// Requests one armed frame takes at most: its data and the extra slot.
