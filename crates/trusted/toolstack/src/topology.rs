@@ -1291,6 +1291,44 @@ mod tests {
     const DRV: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n";
 
     #[test]
+    fn mq_gives_each_vif_its_bridges_uplink_and_refuses_what_cannot_have_one() {
+        let wire = "[wire]\ndriver = \"drv\"\nqueues = 4\n";
+        let g = |extra: &str| {
+            format!("{DRV}[[domain]]\nname = \"g\"\nkind = \"guest\"\nmq = true\n{extra}\n{wire}")
+        };
+        let t = Topology::parse(&g(""), "t.toml").unwrap();
+        assert_eq!(t.vifs()[0].opts.pdev.as_deref(), Some("peth0"));
+        assert_eq!(t.uplinks()[0].store_value(), "bridge=xenbr0,queues=4");
+        // A vifspec's pdev= stays as given; without mq, nothing.
+        let t = Topology::parse(&g("vif = [\"pdev=upl9\"]"), "t.toml").unwrap();
+        assert_eq!(t.vifs()[0].opts.pdev.as_deref(), Some("upl9"));
+        let plain = format!("{DRV}[[domain]]\nname = \"g\"\nkind = \"guest\"\n{wire}");
+        assert_eq!(
+            Topology::parse(&plain, "t").unwrap().vifs()[0].opts.pdev,
+            None
+        );
+        for (extra, needle) in [
+            ("vif = [\"vlan=10\"]", "vlan= cannot have"),
+            (
+                "vif = [\"bridge=xenbr1\"]",
+                "needs an uplink on bridge \"xenbr1\"",
+            ),
+            ("mq = 1", "mq"),
+        ] {
+            let text = g(extra).replace("mq = true\nmq = 1", "mq = 1");
+            let e = Topology::parse(&text, "t.toml").unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("t.toml"), "{extra}: {e}");
+        }
+        let e = Topology::parse(&g("").replace("queues = 4", "queues = 65"), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("queues = 65 is outside 0..=64"), "{e}");
+        let port = format!("{DRV}[[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1/24\"\nqueues = 99\n");
+        let e = Topology::parse(&port, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("queues = 99 is outside 0..=64"), "{e}");
+    }
+
+    #[test]
     fn a_hosted_guest_has_no_vif_and_keeps_its_mac() {
         let t = Topology::parse(
             &format!(

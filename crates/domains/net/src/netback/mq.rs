@@ -245,7 +245,7 @@ impl Netback {
         }
         let in_place = self.guest_caps.passes_as_is(csum, gso) && (gso.is_some() || chunks == 1);
         if !in_place {
-            return self.to_shared_path(len, csum, gso);
+            return self.hand_to_shared_path(len, csum, gso);
         }
         if self.ngm.is_some() {
             self.respond_in_place(len, chunks, csum, gso)
@@ -357,7 +357,7 @@ impl Netback {
     /// A frame the guest cannot take as it is: copied out of the armed
     /// buffers, it takes the shared path (shaped, queued, delivered in
     /// order into the same requests later).
-    fn to_shared_path(&mut self, len: usize, csum: Csum, gso: Option<Gso>) -> Result<()> {
+    fn hand_to_shared_path(&mut self, len: usize, csum: Csum, gso: Option<Gso>) -> Result<()> {
         let Some(mut st) = self.mq.take() else {
             return Ok(());
         };
