@@ -22,10 +22,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use sys::rtnl::Rtnl;
 use sys::{IoPartMut, Mapping, PacketSocket, SocketFilter};
 
-/// Prefix of every queue's interface name: `snq<port ifindex>v<vif index>`,
-/// so a restarted driver domain (or hv, when it dies) finds and deletes
-/// queues left behind.
-pub const QUEUE_PREFIX: &str = "snq";
+pub use abi::xenbus::{is_queue_name, QUEUE_PREFIX};
 /// Queues a port offers unless its uplink says (`queues=`).
 pub const DEFAULT_QUEUES: u16 = 8;
 /// Most queues a port may offer (the MACs its default queue's filter names).
@@ -37,18 +34,6 @@ pub const MAX_ARMED: usize = 40;
 /// The name of the queue of vif index `vif` on the port of index `port`.
 pub fn queue_name(port: u32, vif: u32) -> String {
     format!("{QUEUE_PREFIX}{port}v{vif}")
-}
-
-/// Whether `name` is a queue's name (see [`QUEUE_PREFIX`]).
-pub fn is_queue_name(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix(QUEUE_PREFIX) else {
-        return false;
-    };
-    let Some((p, v)) = rest.split_once('v') else {
-        return false;
-    };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    digits(p) && digits(v)
 }
 
 /// A queue, by its slot in the port's table.

@@ -284,6 +284,23 @@ pub fn validate_path(path: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Prefix of a multi-queue port's queue interfaces in a driver domain
+/// (`snq<port ifindex>v<vif index>`, Ram thesis ch. 3): whoever cleans up
+/// after a driver domain (itself restarted, or hv) finds them by it.
+pub const QUEUE_PREFIX: &str = "snq";
+
+/// Whether interface `name` is a queue's (see [`QUEUE_PREFIX`]).
+pub fn is_queue_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(QUEUE_PREFIX) else {
+        return false;
+    };
+    let Some((p, v)) = rest.split_once('v') else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(p) && digits(v)
+}
+
 /// Parses a vif's `mac` key (`aa:bb:cc:dd:ee:ff`, unicast) into bytes.
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let parts: Vec<&str> = s.split(':').collect();
