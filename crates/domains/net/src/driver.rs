@@ -296,6 +296,7 @@ impl Driver {
                 ports: &mut self.ports,
                 taps: &mut self.taps,
                 scratch: &mut self.scratch,
+                via: None,
             };
             let r = read_port(
                 &mut fx,
@@ -370,11 +371,13 @@ impl Driver {
         let Some((me, after)) = rest.split_first_mut() else {
             return;
         };
+        let via = me.queue.at.as_mut().map(|(j, _, q)| (PORT_BASE + *j, q));
         let mut fx = Fwd {
             bridge: &mut self.bridge,
             ports: &mut self.ports,
             taps: &mut self.taps,
             scratch: &mut self.scratch,
+            via,
         };
         let mut others = Others {
             before,
@@ -1295,9 +1298,9 @@ impl Driver {
 fn queue_json(v: &mut Vif) -> Option<serde_json::Value> {
     let pdev = v.queue.pdev.as_deref()?;
     let (direct, fallback) = v.nb.queue_counts();
-    let (name, drops) = match v.queue.at.as_mut() {
-        Some((_, _, q)) => (Some(q.name().to_string()), q.kernel_drops()),
-        None => (None, 0),
+    let (name, drops, (sent, unsent)) = match v.queue.at.as_mut() {
+        Some((_, _, q)) => (Some(q.name().to_string()), q.kernel_drops(), q.tx_counts()),
+        None => (None, 0, (0, 0)),
     };
     v.queue.kernel_drops = drops;
     Some(serde_json::json!({
@@ -1308,6 +1311,8 @@ fn queue_json(v: &mut Vif) -> Option<serde_json::Value> {
         "rx_direct_packets": direct,
         "rx_fallback_packets": fallback,
         "kernel_drops": drops,
+        "tx_packets": sent,
+        "tx_dropped": unsent,
     }))
 }
 
@@ -1493,6 +1498,9 @@ struct Fwd<'a> {
     ports: &'a mut Ports,
     taps: &'a mut Taps,
     scratch: &'a mut Scratch,
+    /// The ingress vif's dedicated queue and the port it is on: its frames
+    /// to that port leave through the queue.
+    via: Option<(PortId, &'a mut Queue)>,
 }
 
 /// A frame waiting to be sent to a port: frame `k` of the batch, as
@@ -1543,7 +1551,7 @@ fn forward(
         }
         let (targets, t) = route(fx.bridge, ingress, inr.seg, f, now, &vifs, fx.ports);
         if n + t > PORT_BATCH || used == PORT_BATCH {
-            flush(fx.ports, fx.scratch, frames, n);
+            flush(fx.ports, fx.scratch, &mut fx.via, frames, n);
             (n, used) = (0, 0);
         }
         // Not rewritten yet (None), rewritten into a slot, or refused.
@@ -1595,13 +1603,19 @@ fn forward(
             }
         }
     }
-    flush(fx.ports, fx.scratch, frames, n);
+    flush(fx.ports, fx.scratch, &mut fx.via, frames, n);
     tagged
 }
 
 /// Sends the first `n` queued frames, one batch per port, each port's in
-/// order.
-fn flush(ports: &mut Ports, scratch: &Scratch, frames: &[FrameRef<'_>], n: usize) {
+/// order (through `via`'s queue for its port).
+fn flush(
+    ports: &mut Ports,
+    scratch: &Scratch,
+    via: &mut Option<(PortId, &mut Queue)>,
+    frames: &[FrameRef<'_>],
+    n: usize,
+) {
     if n == 0 {
         return;
     }
@@ -1623,8 +1637,13 @@ fn flush(ports: &mut Ports, scratch: &Scratch, frames: &[FrameRef<'_>], n: usize
             }
         }
         let refs: [&FrameRef<'_>; PORT_BATCH] = std::array::from_fn(|x| &batch[x]);
-        if let Some(p) = ports.get(port) {
-            p.send_batch(&refs[..m]);
+        match via.as_mut().filter(|(p, _)| *p == port) {
+            Some((_, q)) => q.send_batch(&refs[..m]),
+            None => {
+                if let Some(p) = ports.get(port) {
+                    p.send_batch(&refs[..m]);
+                }
+            }
         }
     }
 }
@@ -1921,6 +1940,7 @@ mod tests {
                 ports: &mut self.ports,
                 taps: &mut self.taps,
                 scratch: &mut self.scratch,
+                via: None,
             };
             let mut dirty = SlotSet::default();
             let vifs = Others::all(&mut [], &mut dirty);
@@ -1957,6 +1977,7 @@ mod tests {
                 ports: &mut self.ports,
                 taps: &mut self.taps,
                 scratch: &mut self.scratch,
+                via: None,
             };
             let mut dirty = SlotSet::default();
             let mut fake = Fake {

@@ -15,8 +15,10 @@
 //! buffers the guest posted, through the new grant mechanism's mapping of
 //! its pool: one copy, by the kernel, and no bridge.
 
+use crate::offload::Offloads;
 use crate::packet::VNET_HDR_LEN;
-use crate::port::{PacketPort, Port};
+use crate::packet::{FrameRef, Packet};
+use crate::port::{PacketPort, Port, PortCounters, Tx};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use sys::rtnl::Rtnl;
@@ -134,14 +136,38 @@ pub struct Queue {
     sock: PacketSocket,
     /// Kernel drops so far (PACKET_STATISTICS resets on every read).
     kernel_drops: u64,
+    /// What its port takes on transmit as it is.
+    caps: Offloads,
+    shaped: Vec<Packet>,
+    counters: PortCounters,
 }
 
 impl Queue {
-    pub(crate) fn new(sock: PacketSocket) -> Queue {
+    pub(crate) fn new(sock: PacketSocket, caps: Offloads) -> Queue {
         Queue {
             sock,
             kernel_drops: 0,
+            caps,
+            shaped: Vec::new(),
+            counters: PortCounters::default(),
         }
+    }
+
+    /// Sends the vif's frames to the port through the queue, as the port
+    /// would (the thesis's multi-queue NIC transmits from each queue).
+    pub fn send_batch(&mut self, frames: &[&FrameRef<'_>]) {
+        let mut tx = Tx {
+            sock: &self.sock,
+            caps: self.caps,
+            shaped: &mut self.shaped,
+            counters: &mut self.counters,
+        };
+        tx.send_batch(frames);
+    }
+
+    /// Frames sent through the queue, and dropped on the way.
+    pub fn tx_counts(&self) -> (u64, u64) {
+        (self.counters.tx_packets, self.counters.tx_dropped)
     }
 
     /// The queue's interface name.
@@ -197,12 +223,6 @@ impl Queue {
         }
         turn.more = true;
         Ok(turn)
-    }
-
-    /// Transmits a frame gathered from `parts` (its vnet header first)
-    /// through the queue (a vif's frames to the port leave by its queue).
-    pub fn send_parts(&self, parts: &[sys::IoPart<'_>]) -> io::Result<usize> {
-        self.sock.send_parts(parts)
     }
 
     /// Frames the kernel dropped because the queue was full, so far.
@@ -398,7 +418,7 @@ impl PacketPort {
             Ok(s)
         });
         match sock {
-            Ok(s) => Ok((link, Queue::new(s))),
+            Ok(s) => Ok((link, Queue::new(s, self.caps()))),
             Err(e) => {
                 let _ = nl.delete(link);
                 Err(e)

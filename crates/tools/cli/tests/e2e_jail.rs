@@ -36,7 +36,7 @@ fn every_domain_of_a_topology_runs_jailed() {
         let cap = match kind {
             // CAP_NET_RAW, and CAP_NET_ADMIN for its multi-queue macvlans
             "driver" => 1u64 << 13 | 1u64 << 12,
-            _ => 1u64 << 12,        // CAP_NET_ADMIN
+            _ => 1u64 << 12, // CAP_NET_ADMIN
         };
         for k in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
             assert_eq!(field(k), format!("{cap:016x}"), "{k} of {d}");

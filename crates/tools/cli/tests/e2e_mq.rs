@@ -146,7 +146,9 @@ fn frames_land_straight_in_the_guest_and_broadcast_arrives_once() {
         num(&vif(&st, "guest1")["queue"], "rx_direct_packets"),
     );
     let gbps = iperf(&env, "wire", "10.77.0.254", "guest1", true, 3);
+    let tx_gbps = iperf(&env, "wire", "10.77.0.254", "guest1", false, 2);
     let mbps = http_fetch_64mib(&env);
+    eprintln!("mq: guest1 -> wire iperf3 {tx_gbps:.2} Gbit/s (through its queue)");
     eprintln!("mq: wire -> guest1 iperf3 {gbps:.2} Gbit/s, HTTP 64 MiB {mbps:.0} Mbit/s");
     let q = direct_rises(&env, "guest1", direct0 + 1000);
     let st = env.status();
@@ -164,6 +166,10 @@ fn frames_land_straight_in_the_guest_and_broadcast_arrives_once() {
         direct1 - direct0
     );
     assert_eq!(q["state"], "dedicated");
+    assert!(
+        num(&q, "tx_packets") > 1000,
+        "guest1's frames left by its queue: {q}"
+    );
 }
 
 #[test]
