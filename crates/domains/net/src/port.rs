@@ -118,7 +118,7 @@ pub(crate) struct Tx<'a> {
 impl Tx<'_> {
     fn send_shaped(&mut self, f: &FrameRef<'_>) {
         self.shaped.clear();
-        if offload::prepare(f.to_packet(), self.caps, &mut self.shaped).is_err() {
+        if offload::prepare(f.to_packet(), self.caps, self.shaped).is_err() {
             self.counters.tx_dropped += 1;
             return;
         }
