@@ -167,6 +167,8 @@ impl Netback {
             }
             let i = if k == 0 { 0 } else { k - 1 };
             let base = match &self.ngm {
+                // Buffers start at offset 0 of their page: with half-page
+                // buffers negotiated, add the request's validated offset.
                 Some(view) => match view.acquire(req.gref, true) {
                     Ok(frame) => frame.base(),
                     Err(r) => {
