@@ -9,6 +9,7 @@ use crate::packet::FrameRef;
 use crate::port::{PacketPort, Port};
 use crate::vhost_port::{self, VhostPort};
 use crate::vlan::{self, Attach, Mode, Retagged, Segment, RETAG_HEAD};
+use crate::vmq::{self, Queue, QueueId};
 use hypercall::{DomId, HvClient};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -43,7 +44,32 @@ struct Vif {
     bells: Vec<OwnedFd>,
     /// Its bridge and access VLAN (backend nodes `bridge`, `splitnet-vlan`).
     attach: Attach,
+    /// Its index (`splitnet-index`): names its queue.
+    index: u32,
+    /// Its dedicated queue, when it asked for one (`splitnet-pdev`).
+    queue: VifQueue,
 }
+
+/// A vif's dedicated queue (Ram thesis ch. 3): asked for with
+/// `splitnet-pdev`, dedicated when its uplink gave it one, shared (through
+/// the bridge, with the reason) otherwise.
+#[derive(Default)]
+struct VifQueue {
+    /// The uplink it asked for a queue on.
+    pdev: Option<String>,
+    /// The uplink's port slot, the queue there, and the queue itself.
+    at: Option<(usize, QueueId, Queue)>,
+    /// Whether the loop listens to the queue (off while the guest has
+    /// posted too few buffers).
+    interest: bool,
+    /// Why it shares the default queue, when it asked and does.
+    why: Option<String>,
+    kernel_drops: u64,
+}
+
+/// Frames one queue takes per turn, so a flooded queue cannot starve
+/// another's (the rest wait for the next turn).
+const QUEUE_BUDGET: usize = 64;
 
 /// Runs the driver domain until hv goes away.
 pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
@@ -93,6 +119,12 @@ impl Driver {
             .unwrap_or(true);
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
+        // Queues an earlier run of this driver domain left (it died).
+        match vmq::delete_stale_queues() {
+            Ok(0) => {}
+            Ok(n) => eprintln!("driver: deleted {n} queues a previous run left"),
+            Err(e) => eprintln!("driver: looking for queues left behind: {e}"),
+        }
         let mut d = Driver {
             captures: format!("{home}/capture"),
             base: format!("/local/domain/{me}/backend/vif"),
@@ -163,6 +195,7 @@ impl Driver {
                 Some(Source::Watch) => watch = true,
                 Some(Source::Port(j)) => self.events.port_ready |= 1u64 << (j % 64),
                 Some(Source::Vif(v)) => self.events.ready.insert(v),
+                Some(Source::Queue(v)) => self.events.queues.insert(v),
                 None => {}
             }
         }
@@ -175,6 +208,9 @@ impl Driver {
         }
         if self.events.port_ready != 0 {
             self.ports_to_bridge();
+        }
+        if !self.events.queues.is_empty() {
+            self.service_queues();
         }
         self.service_vifs(hv);
         if self.ports.reopen(hv, &self.events) {
@@ -260,6 +296,7 @@ impl Driver {
                 ports: &mut self.ports,
                 taps: &mut self.taps,
                 scratch: &mut self.scratch,
+                via: None,
             };
             let r = read_port(
                 &mut fx,
@@ -307,6 +344,7 @@ impl Driver {
             }
             self.events.touched.insert(i);
             if !self.retire_if_down(i) {
+                self.queue_interest(i);
                 let nb = &mut self.vifs[i].nb;
                 if v_busy(nb) {
                     self.events.ready.insert(i);
@@ -333,11 +371,13 @@ impl Driver {
         let Some((me, after)) = rest.split_first_mut() else {
             return;
         };
+        let via = me.queue.at.as_mut().map(|(j, _, q)| (PORT_BASE + *j, q));
         let mut fx = Fwd {
             bridge: &mut self.bridge,
             ports: &mut self.ports,
             taps: &mut self.taps,
             scratch: &mut self.scratch,
+            via,
         };
         let mut others = Others {
             before,
@@ -372,6 +412,7 @@ impl Driver {
             self.bridge.forget_port(i + 1);
             v.forgotten = true;
         }
+        self.drop_queue(i, None);
         true
     }
 
@@ -470,6 +511,8 @@ enum Source {
     Port(usize),
     /// Either doorbell of vif `i`.
     Vif(usize),
+    /// The dedicated queue of vif `i`.
+    Queue(usize),
 }
 
 impl Source {
@@ -478,6 +521,7 @@ impl Source {
             Source::Watch => 0,
             Source::Port(j) => 2 << 32 | j as u64,
             Source::Vif(i) => 3 << 32 | i as u64,
+            Source::Queue(i) => 4 << 32 | i as u64,
         }
     }
     fn of(token: u64) -> Option<Source> {
@@ -486,6 +530,7 @@ impl Source {
             0 if token == 0 => Some(Source::Watch),
             2 => Some(Source::Port(i)),
             3 => Some(Source::Vif(i)),
+            4 => Some(Source::Queue(i)),
             _ => None,
         }
     }
@@ -541,6 +586,8 @@ struct Events {
     touched: SlotSet,
     /// vifs waiting for transmit credit (`rate=`).
     credit: SlotSet,
+    /// vifs whose dedicated queue is readable.
+    queues: SlotSet,
     /// Ports that are ready (bit j % 64).
     port_ready: u64,
 }
@@ -553,6 +600,7 @@ impl Events {
             dirty: SlotSet::default(),
             touched: SlotSet::default(),
             credit: SlotSet::default(),
+            queues: SlotSet::default(),
             port_ready: 0,
         })
     }
@@ -629,6 +677,8 @@ struct PortSlot {
     group: Option<String>,
     /// Frames this member read that the group does not take.
     group_dropped: u64,
+    /// Dedicated queues an uplink offers (`queues=`).
+    queues: u16,
 }
 
 /// A port the store asks for.
@@ -637,6 +687,7 @@ struct Wanted {
     kind: PortKind,
     attach: Attach,
     group: Option<String>,
+    queues: u16,
 }
 
 /// The driver domain's interface ports: its uplinks and its extra ports.
@@ -676,14 +727,17 @@ impl Ports {
                 .store_read_str(&format!("{}/{n}", self.uplinks_dir))
                 .unwrap_or_default();
             let spec = vlan::check_ifname(n).and_then(|_| vlan::parse_uplink(&value));
-            let attach =
-                spec.and_then(|s| Ok((uplink_attach(bridge, &s.bridge, s.vlan)?, s.group)));
+            let attach = spec.and_then(|s| {
+                let q = s.queues.unwrap_or(vmq::DEFAULT_QUEUES);
+                Ok((uplink_attach(bridge, &s.bridge, s.vlan)?, s.group, q))
+            });
             match attach {
-                Ok((attach, group)) => want.push(Wanted {
+                Ok((attach, group, queues)) => want.push(Wanted {
                     name: n.clone(),
                     kind: PortKind::Uplink,
                     attach,
                     group,
+                    queues,
                 }),
                 Err(e) => self.refuse(n, &value, &e, errors),
             }
@@ -699,6 +753,7 @@ impl Ports {
                     kind: PortKind::Extra,
                     attach: untagged,
                     group: None,
+                    queues: 0,
                 });
             }
         }
@@ -735,6 +790,7 @@ impl Ports {
                         kind: PortKind::Vhost { mac, guest },
                         attach,
                         group: None,
+                        queues: 0,
                     })
                 }
                 Ok(_) => self.refuse(&n, &value, "the name is an uplink's too", errors),
@@ -760,7 +816,11 @@ impl Ports {
         let want = self.wanted(hv, bridge, errors);
         for (j, e) in self.list.iter_mut().enumerate() {
             let kept = want.iter().any(|w| {
-                w.name == e.name && w.kind == e.kind && w.attach == e.attach && w.group == e.group
+                w.name == e.name
+                    && w.kind == e.kind
+                    && w.attach == e.attach
+                    && w.group == e.group
+                    && w.queues == e.queues
             });
             if !kept && !e.name.is_empty() {
                 eprintln!("driver: port {} removed", e.name);
@@ -783,6 +843,7 @@ impl Ports {
                 retry_at: Instant::now(),
                 group: w.group,
                 group_dropped: 0,
+                queues: w.queues,
             };
             match self.list.iter().position(|e| e.name.is_empty()) {
                 Some(i) => self.list[i] = e,
@@ -801,7 +862,8 @@ impl Ports {
             if e.port.is_some() || e.name.is_empty() || now < e.retry_at {
                 continue;
             }
-            let opened_one = open_port(hv, &e.name, e.kind, self.offload).and_then(|p| {
+            let queues = if e.group.is_some() { 0 } else { e.queues };
+            let opened_one = open_port(hv, &e.name, e.kind, self.offload, queues).and_then(|p| {
                 events.epoll.add(p.fd(), Source::Port(j).token())?;
                 Ok(p)
             });
@@ -874,9 +936,11 @@ fn open_port(
     name: &str,
     kind: PortKind,
     offload: bool,
+    queues: u16,
 ) -> std::io::Result<Box<dyn Port>> {
     Ok(match kind {
-        PortKind::Uplink | PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
+        PortKind::Uplink => Box::new(PacketPort::open(name, offload)?.with_queues(queues)),
+        PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
         PortKind::Vhost { mac, guest } => Box::new(VhostPort::open(
             name,
             mac,
@@ -1000,7 +1064,7 @@ impl Driver {
             let p = self.pending.swap_remove(i);
             let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
             let name = crate::vif_name(&p.be);
-            let (guest, be) = (p.guest, p.be.clone());
+            let (guest, be, index) = (p.guest, p.be.clone(), p.index);
             let attach = match vif_attach(hv, &be, &mut self.bridge) {
                 Ok(a) => a,
                 Err(e) => {
@@ -1011,7 +1075,7 @@ impl Driver {
                 }
             };
             match Netback::connect(hv, p, CONNECT_TIMEOUT) {
-                Ok(nb) => self.add_vif(hv, nb, attach)?,
+                Ok(nb) => self.add_vif(hv, nb, attach, index)?,
                 Err(e) if e.is_quota() => {
                     eprintln!("driver: {name}: could not connect: {e}; giving it up");
                     netback::give_up(hv, &be, &e);
@@ -1038,7 +1102,12 @@ impl Driver {
         hv: &mut HvClient,
         nb: Netback,
         attach: Attach,
+        index: u32,
     ) -> Result<(), DriverError> {
+        let pdev = hv
+            .store_read_str(&format!("{}/{}", nb.be, PDEV))
+            .ok()
+            .filter(|p| !p.is_empty());
         let vifs = &mut self.vifs;
         let slot = vifs.iter().position(|v| v.gone).unwrap_or(vifs.len());
         hv.watch(&format!("{}/state", nb.fe), &format!("fe:{slot}"))?;
@@ -1061,14 +1130,190 @@ impl Driver {
             gone: false,
             bells,
             attach,
+            index,
+            queue: VifQueue {
+                pdev,
+                ..VifQueue::default()
+            },
         };
         if slot == vifs.len() {
             vifs.push(v);
         } else {
             vifs[slot] = v;
         }
+        self.attach_queue(slot);
         Ok(())
     }
+}
+
+/// Backend node naming the uplink a vif takes a dedicated queue on (the
+/// thesis's `pdev=` vif option).
+const PDEV: &str = abi::xenbus::keys::PDEV;
+
+/// Gives vif index `index` (MAC `mac`) a queue on uplink `pdev`: its port
+/// slot, the queue's id there, and the queue; or why not.
+fn take_queue(
+    ports: &mut Ports,
+    pdev: &str,
+    index: u32,
+    mac: [u8; 6],
+) -> Result<(usize, QueueId, Queue), String> {
+    let j = ports
+        .list
+        .iter()
+        .position(|e| e.name == pdev && e.kind == PortKind::Uplink && e.group.is_none())
+        .ok_or_else(|| format!("{pdev} is not an uplink of this driver domain"))?;
+    let port = ports.list[j]
+        .port
+        .as_mut()
+        .ok_or_else(|| format!("uplink {pdev} is not open"))?;
+    let vmq = port
+        .vmq()
+        .ok_or_else(|| format!("uplink {pdev} has no queues"))?;
+    let q = vmq.alloc_queue(index).map_err(|e| e.to_string())?;
+    match vmq.set_mac(q, mac).and_then(|_| vmq.enable_queue(q)) {
+        Ok(queue) => Ok((j, q, queue)),
+        Err(e) => {
+            vmq.free_queue(q);
+            Err(e.to_string())
+        }
+    }
+}
+
+impl Driver {
+    /// Gives vif `i` the dedicated queue it asked for, if its uplink has
+    /// one for it; otherwise it shares the default queue, and says why.
+    fn attach_queue(&mut self, i: usize) {
+        let Some(v) = self.vifs.get_mut(i) else {
+            return;
+        };
+        let Some(pdev) = v.queue.pdev.clone() else {
+            return;
+        };
+        let name = crate::vif_name(&v.nb.be);
+        match take_queue(&mut self.ports, &pdev, v.index, v.nb.mac()) {
+            Ok((j, q, queue)) => {
+                if let Err(e) = self
+                    .events
+                    .epoll
+                    .add(queue.as_fd(), Source::Queue(i).token())
+                {
+                    eprintln!("driver: {name}: registering its queue: {e}");
+                }
+                eprintln!("driver: {name}: dedicated queue {} on {pdev}", queue.name());
+                v.nb.start_queue();
+                v.queue.at = Some((j, q, queue));
+                v.queue.interest = true;
+                v.queue.why = None;
+                self.events.queues.insert(i);
+            }
+            Err(why) => {
+                eprintln!("driver: {name}: shares the default queue of {pdev}: {why}");
+                v.queue.why = Some(why);
+            }
+        }
+    }
+
+    /// Takes vif `i`'s dedicated queue away (it went, or its queue failed
+    /// with `lost`): the port frees it, its frames come through the bridge.
+    fn drop_queue(&mut self, i: usize, lost: Option<String>) {
+        let Some(v) = self.vifs.get_mut(i) else {
+            return;
+        };
+        let Some((j, q, queue)) = v.queue.at.take() else {
+            return;
+        };
+        let _ = self.events.epoll.remove(queue.as_fd());
+        v.queue.kernel_drops = 0;
+        v.nb.stop_queue();
+        if let Some(why) = lost {
+            eprintln!("driver: {}: {why}", crate::vif_name(&v.nb.be));
+            v.queue.why = Some(why);
+        }
+        drop(queue);
+        if let Some(vmq) = self
+            .ports
+            .list
+            .get_mut(j)
+            .and_then(|e| e.port.as_mut())
+            .and_then(|p| p.vmq())
+        {
+            vmq.free_queue(q);
+        }
+    }
+
+    /// The readable queues, each up to [`QUEUE_BUDGET`] frames straight
+    /// into its vif's posted buffers. A queue whose guest has too few
+    /// buffers posted stops waking the loop until the guest posts more.
+    fn service_queues(&mut self) {
+        let ready = self.events.queues.take();
+        for &i in &ready {
+            let Some(v) = self.vifs.get_mut(i) else {
+                continue;
+            };
+            let Some((_, _, queue)) = v.queue.at.as_ref() else {
+                continue;
+            };
+            match queue.receive(&mut v.nb, QUEUE_BUDGET) {
+                Ok(t) => {
+                    if t.frames > 0 {
+                        self.events.dirty.insert(i);
+                    }
+                    if t.starved && !v.nb.queue_can_arm() {
+                        let tok = Source::Queue(i).token();
+                        let _ = self.events.epoll.set_interest(queue.as_fd(), tok, false);
+                        v.queue.interest = false;
+                        self.events.dirty.insert(i);
+                    }
+                }
+                Err(e) => self.drop_queue(i, Some(format!("queue lost: {e}"))),
+            }
+        }
+        self.events.queues.give_back(ready);
+    }
+
+    /// Listens to vif `i`'s queue again once its guest has posted enough.
+    fn queue_interest(&mut self, i: usize) {
+        let Some(v) = self.vifs.get_mut(i) else {
+            return;
+        };
+        let Some((_, _, queue)) = v.queue.at.as_ref() else {
+            return;
+        };
+        if !v.queue.interest && v.nb.queue_can_arm() {
+            let tok = Source::Queue(i).token();
+            if self
+                .events
+                .epoll
+                .set_interest(queue.as_fd(), tok, true)
+                .is_ok()
+            {
+                v.queue.interest = true;
+            }
+        }
+    }
+}
+
+/// A vif's `queue` object in its stats, when it asked for a queue.
+fn queue_json(v: &mut Vif) -> Option<serde_json::Value> {
+    let pdev = v.queue.pdev.as_deref()?;
+    let (direct, fallback) = v.nb.queue_counts();
+    let (name, drops, (sent, unsent)) = match v.queue.at.as_mut() {
+        Some((_, _, q)) => (Some(q.name().to_string()), q.kernel_drops(), q.tx_counts()),
+        None => (None, 0, (0, 0)),
+    };
+    v.queue.kernel_drops = drops;
+    Some(serde_json::json!({
+        "port": pdev,
+        "name": name,
+        "state": if name.is_some() { "dedicated" } else { "shared" },
+        "why": v.queue.why,
+        "rx_direct_packets": direct,
+        "rx_fallback_packets": fallback,
+        "kernel_drops": drops,
+        "tx_packets": sent,
+        "tx_dropped": unsent,
+    }))
 }
 
 /// Probes the vif of backend directory `be` (InitWait) and waits for its
@@ -1253,6 +1498,9 @@ struct Fwd<'a> {
     ports: &'a mut Ports,
     taps: &'a mut Taps,
     scratch: &'a mut Scratch,
+    /// The ingress vif's dedicated queue and the port it is on: its frames
+    /// to that port leave through the queue.
+    via: Option<(PortId, &'a mut Queue)>,
 }
 
 /// A frame waiting to be sent to a port: frame `k` of the batch, as
@@ -1303,7 +1551,7 @@ fn forward(
         }
         let (targets, t) = route(fx.bridge, ingress, inr.seg, f, now, &vifs, fx.ports);
         if n + t > PORT_BATCH || used == PORT_BATCH {
-            flush(fx.ports, fx.scratch, frames, n);
+            flush(fx.ports, fx.scratch, &mut fx.via, frames, n);
             (n, used) = (0, 0);
         }
         // Not rewritten yet (None), rewritten into a slot, or refused.
@@ -1355,13 +1603,19 @@ fn forward(
             }
         }
     }
-    flush(fx.ports, fx.scratch, frames, n);
+    flush(fx.ports, fx.scratch, &mut fx.via, frames, n);
     tagged
 }
 
 /// Sends the first `n` queued frames, one batch per port, each port's in
-/// order.
-fn flush(ports: &mut Ports, scratch: &Scratch, frames: &[FrameRef<'_>], n: usize) {
+/// order (through `via`'s queue for its port).
+fn flush(
+    ports: &mut Ports,
+    scratch: &Scratch,
+    via: &mut Option<(PortId, &mut Queue)>,
+    frames: &[FrameRef<'_>],
+    n: usize,
+) {
     if n == 0 {
         return;
     }
@@ -1383,8 +1637,13 @@ fn flush(ports: &mut Ports, scratch: &Scratch, frames: &[FrameRef<'_>], n: usize
             }
         }
         let refs: [&FrameRef<'_>; PORT_BATCH] = std::array::from_fn(|x| &batch[x]);
-        if let Some(p) = ports.get(port) {
-            p.send_batch(&refs[..m]);
+        match via.as_mut().filter(|(p, _)| *p == port) {
+            Some((_, q)) => q.send_batch(&refs[..m]),
+            None => {
+                if let Some(p) = ports.get(port) {
+                    p.send_batch(&refs[..m]);
+                }
+            }
         }
     }
 }
@@ -1448,7 +1707,12 @@ fn publish_stats(
         let Some(v) = vifs.get_mut(i).filter(|v| v.nb.is_connected()) else {
             continue;
         };
-        let json = serde_json::to_string(&v.nb.stats()).unwrap_or_default();
+        let queue = queue_json(v);
+        let mut doc = serde_json::to_value(v.nb.stats()).unwrap_or_default();
+        if let (Some(q), Some(m)) = (queue, doc.as_object_mut()) {
+            m.insert("queue".into(), q);
+        }
+        let json = doc.to_string();
         if json != v.stats_written && hv.store_write(&format!("{}/stats", v.nb.be), &json).is_ok() {
             v.stats_written = json;
         }
@@ -1664,6 +1928,7 @@ mod tests {
                 retry_at: Instant::now(),
                 group: None,
                 group_dropped: 0,
+                queues: 0,
             });
         }
 
@@ -1675,6 +1940,7 @@ mod tests {
                 ports: &mut self.ports,
                 taps: &mut self.taps,
                 scratch: &mut self.scratch,
+                via: None,
             };
             let mut dirty = SlotSet::default();
             let vifs = Others::all(&mut [], &mut dirty);
@@ -1711,6 +1977,7 @@ mod tests {
                 ports: &mut self.ports,
                 taps: &mut self.taps,
                 scratch: &mut self.scratch,
+                via: None,
             };
             let mut dirty = SlotSet::default();
             let mut fake = Fake {

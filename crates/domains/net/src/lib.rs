@@ -18,6 +18,7 @@ pub mod packet;
 pub mod port;
 pub mod vhost_port;
 pub mod vlan;
+pub mod vmq;
 
 /// Backend key: the backend offers the new grant mechanism (Ram thesis ch. 4).
 /// Xen has no such key; splitnet's own keys carry its prefix.

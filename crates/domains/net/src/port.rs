@@ -43,6 +43,10 @@ pub trait Port {
     fn status(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Its dedicated queues (Ram thesis ch. 3), if it has any to offer.
+    fn vmq(&mut self) -> Option<&mut dyn crate::vmq::Vmq> {
+        None
+    }
 }
 
 /// Frames per receive batch (one `recvmmsg`).
@@ -61,6 +65,10 @@ pub struct PacketPort {
     retag: Box<[u8; RETAG_HEAD]>,
     shaped: Vec<Packet>,
     counters: PortCounters,
+    /// Its dedicated queues (Ram thesis ch. 3; see [`crate::vmq`]).
+    pub(crate) queues: crate::vmq::QueueTable,
+    /// The rtnetlink socket the queues are made with, once one is.
+    pub(crate) rtnl: Option<sys::rtnl::Rtnl>,
 }
 
 impl PacketPort {
@@ -81,12 +89,36 @@ impl PacketPort {
             retag: Box::new([0; RETAG_HEAD]),
             shaped: Vec::new(),
             counters: PortCounters::default(),
+            queues: crate::vmq::QueueTable::new(0),
+            rtnl: None,
         })
     }
 
+    /// The raw socket (the queues' filter goes on it).
+    pub(crate) fn socket(&self) -> &PacketSocket {
+        &self.sock
+    }
+
+    /// What it takes on transmit as it is.
+    pub(crate) fn caps(&self) -> Offloads {
+        self.caps
+    }
+}
+
+/// The transmit side of a packet socket: a port's, or a dedicated queue's
+/// (a vif's frames to the port leave by its queue), with its counters.
+pub(crate) struct Tx<'a> {
+    pub sock: &'a PacketSocket,
+    pub caps: Offloads,
+    /// Frames the software offload driver made (reused).
+    pub shaped: &'a mut Vec<Packet>,
+    pub counters: &'a mut PortCounters,
+}
+
+impl Tx<'_> {
     fn send_shaped(&mut self, f: &FrameRef<'_>) {
         self.shaped.clear();
-        if offload::prepare(f.to_packet(), self.caps, &mut self.shaped).is_err() {
+        if offload::prepare(f.to_packet(), self.caps, self.shaped).is_err() {
             self.counters.tx_dropped += 1;
             return;
         }
@@ -112,7 +144,45 @@ fn parts_of(f: &FrameRef<'_>) -> usize {
     1 + usize::from(!f.body.is_empty()) + f.segs.len()
 }
 
-impl PacketPort {
+impl Tx<'_> {
+    /// Frames the port takes as they are go out in `sendmmsg` batches, each
+    /// gathered from its vnet header, netback's header copy and the guest's
+    /// buffers (Menon 2006 §4.1); one that needs the software offload driver
+    /// is copied and shaped first, in its place in the order.
+    pub fn send_batch(&mut self, frames: &[&FrameRef<'_>]) {
+        let mut i = 0;
+        while i < frames.len() {
+            let f = frames[i];
+            if !self.caps.passes_as_is(f.csum, f.gso) {
+                self.send_shaped(f);
+                i += 1;
+                continue;
+            }
+            // A run of frames that go as they are, within one sendmmsg's limits.
+            let (mut j, mut parts) = (i, 0);
+            while j < frames.len() && j - i < SEND_BATCH {
+                let g = frames[j];
+                let need = 1 + parts_of(g);
+                if !self.caps.passes_as_is(g.csum, g.gso)
+                    || need > FRAME_PARTS
+                    || parts + need > SEND_BATCH_PARTS
+                {
+                    break;
+                }
+                parts += need;
+                j += 1;
+            }
+            if j == i {
+                // More parts than a frame may have: never from a well-formed ring.
+                self.counters.tx_dropped += 1;
+                i += 1;
+                continue;
+            }
+            self.send_run(&frames[i..j]);
+            i = j;
+        }
+    }
+
     /// Sends a run of frames that go as they are in as few `sendmmsg` calls
     /// as the kernel takes.
     fn send_run(&mut self, run: &[&FrameRef<'_>]) {
@@ -227,44 +297,19 @@ impl Port for PacketPort {
         }
         Ok(())
     }
-    /// Frames the port takes as they are go out in `sendmmsg` batches, each
-    /// gathered from its vnet header, netback's header copy and the guest's
-    /// buffers (Menon 2006 §4.1); one that needs the software offload driver
-    /// is copied and shaped first, in its place in the order.
     fn send_batch(&mut self, frames: &[&FrameRef<'_>]) {
-        let mut i = 0;
-        while i < frames.len() {
-            let f = frames[i];
-            if !self.caps.passes_as_is(f.csum, f.gso) {
-                self.send_shaped(f);
-                i += 1;
-                continue;
-            }
-            // A run of frames that go as they are, within one sendmmsg's limits.
-            let (mut j, mut parts) = (i, 0);
-            while j < frames.len() && j - i < SEND_BATCH {
-                let g = frames[j];
-                let need = 1 + parts_of(g);
-                if !self.caps.passes_as_is(g.csum, g.gso)
-                    || need > FRAME_PARTS
-                    || parts + need > SEND_BATCH_PARTS
-                {
-                    break;
-                }
-                parts += need;
-                j += 1;
-            }
-            if j == i {
-                // More parts than a frame may have: never from a well-formed ring.
-                self.counters.tx_dropped += 1;
-                i += 1;
-                continue;
-            }
-            self.send_run(&frames[i..j]);
-            i = j;
-        }
+        let mut tx = Tx {
+            sock: &self.sock,
+            caps: self.caps,
+            shaped: &mut self.shaped,
+            counters: &mut self.counters,
+        };
+        tx.send_batch(frames);
     }
     fn counters(&self) -> &PortCounters {
         &self.counters
+    }
+    fn vmq(&mut self) -> Option<&mut dyn crate::vmq::Vmq> {
+        Some(self)
     }
 }

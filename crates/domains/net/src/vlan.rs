@@ -281,11 +281,15 @@ pub struct UplinkSpec {
     /// The primary of the macvlan group it is a member of (it only
     /// receives, as that uplink's bridge port).
     pub group: Option<String>,
+    /// Dedicated queues it offers its vifs (Ram thesis ch. 3); None: the
+    /// default ([`crate::vmq::DEFAULT_QUEUES`]).
+    pub queues: Option<u16>,
 }
 
-/// An uplink's store value, `bridge=<name>[,vlan=<vid>][,group=<ifname>]`.
+/// An uplink's store value,
+/// `bridge=<name>[,vlan=<vid>][,group=<ifname>][,queues=<0..=64>]`.
 pub fn parse_uplink(value: &str) -> Result<UplinkSpec, String> {
-    let (mut bridge, mut vlan, mut group) = (None, None, None);
+    let (mut bridge, mut vlan, mut group, mut queues) = (None, None, None, None);
     for kv in value.trim().split(',') {
         let Some((k, v)) = kv.split_once('=') else {
             return Err(format!("{kv:?} is not key=value"));
@@ -296,7 +300,12 @@ pub fn parse_uplink(value: &str) -> Result<UplinkSpec, String> {
                 .is_some(),
             "vlan" => vlan.replace(parse_vid(v)?).is_some(),
             "group" => group.replace(check_ifname(v.trim())?.to_string()).is_some(),
-            other => return Err(format!("unknown key {other:?} (bridge, vlan, group)")),
+            "queues" => queues.replace(parse_queues(v)?).is_some(),
+            other => {
+                return Err(format!(
+                    "unknown key {other:?} (bridge, vlan, group, queues)"
+                ))
+            }
         };
         if slot_taken {
             return Err(format!("{k:?} given twice"));
@@ -307,7 +316,17 @@ pub fn parse_uplink(value: &str) -> Result<UplinkSpec, String> {
         bridge,
         vlan,
         group,
+        queues,
     })
+}
+
+/// A port's queue count: 0 to [`crate::vmq::MAX_QUEUES`].
+fn parse_queues(v: &str) -> Result<u16, String> {
+    let max = crate::vmq::MAX_QUEUES;
+    match v.trim().parse::<u16>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(format!("queues={v:?}: a number from 0 to {max}")),
+    }
 }
 
 #[cfg(test)]
@@ -557,8 +576,12 @@ mod tests {
                 bridge: b.into(),
                 vlan: v,
                 group: g.map(String::from),
+                queues: None,
             })
         };
+        let q = parse_uplink("bridge=b,queues=64").unwrap();
+        assert_eq!(q.queues, Some(64));
+        assert_eq!(parse_uplink("bridge=b,queues=0").unwrap().queues, Some(0));
         assert_eq!(parse_uplink("bridge=xenbr1"), spec("xenbr1", None, None));
         assert_eq!(
             parse_uplink("bridge=xenbr1,vlan=10"),
@@ -588,6 +611,10 @@ mod tests {
             "bridge=x,group=a/b",
             "bridge=x,group=0123456789abcdef",
             "bridge=x,group=a,group=b",
+            "bridge=x,queues=65",
+            "bridge=x,queues=-1",
+            "bridge=x,queues=",
+            "bridge=x,queues=1,queues=2",
         ] {
             assert!(parse_uplink(bad).is_err(), "{bad:?} accepted");
         }

@@ -485,6 +485,30 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
         Ok(Some(self.geo.read(&self.mem, self.req_cons)))
     }
 
+    /// Copies out the request `k` places after the next one, without
+    /// consuming anything; None when the producer has not published it.
+    /// (A multi-queue port arms the buffers of requests before it knows how
+    /// many a frame takes.)
+    pub fn peek_nth(&mut self, k: u32) -> Result<Option<Req>, Error> {
+        if self.req_limit.wrapping_sub(self.req_cons) <= k && self.unconsumed_requests()? <= k {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.geo.read(&self.mem, self.req_cons.wrapping_add(k)),
+        ))
+    }
+
+    /// Consumes `n` requests already read with [`BackRing::peek_nth`],
+    /// without reading them again; false (nothing consumed) when fewer
+    /// are in the validated snapshot of `req_prod`.
+    pub fn consume(&mut self, n: u32) -> bool {
+        if self.req_limit.wrapping_sub(self.req_cons) < n {
+            return false;
+        }
+        self.req_cons = self.req_cons.wrapping_add(n);
+        true
+    }
+
     /// Consumes the request [`BackRing::peek_request`] just returned,
     /// without reading its slot again; with none peeked (the validated
     /// snapshot of `req_prod` is used up), it does nothing and says so.
@@ -517,6 +541,24 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
         let new = self.rsp_prod_pvt;
         self.rsp_prod = new;
         publish_and_check(&self.mem, layout::RSP_PROD, layout::RSP_EVENT, old, new)
+    }
+
+    /// True if at least `n` (1 or more) requests are waiting; otherwise asks
+    /// for a notification once the front end has published that many past
+    /// `req_cons` and checks again. (Asking for "the next one" would miss
+    /// it when some are already waiting: the producer's index has passed
+    /// that mark, so the front end would not notify again.)
+    pub fn final_check_for_n_requests(&mut self, n: u32) -> Result<bool, Error> {
+        let n = n.max(1);
+        if self.unconsumed_requests()? >= n {
+            return Ok(true);
+        }
+        ask_for_event(
+            &self.mem,
+            layout::REQ_EVENT,
+            self.req_cons.wrapping_add(n - 1),
+        );
+        Ok(self.unconsumed_requests()? >= n)
     }
 
     /// True if requests are waiting; otherwise asks for a notification on the
@@ -631,6 +673,37 @@ mod tests {
         assert!(!b.consume_peeked());
         assert_eq!(b.pending_responses(), 3);
         assert_eq!(b.peek_request().unwrap(), None);
+    }
+
+    #[test]
+    fn requests_are_peeked_ahead_and_consumed_together() {
+        let m = HeapMemory::new(4096);
+        let mut f = Front::init(&m).unwrap();
+        let mut b = Back::attach(&m).unwrap();
+        assert_eq!(b.peek_nth(0).unwrap(), None);
+        for i in 1..=3 {
+            f.push_request(&e(i)).unwrap();
+        }
+        f.push_requests_and_check_notify();
+        assert_eq!(b.peek_nth(2).unwrap(), Some(e(3)));
+        assert_eq!(b.peek_nth(3).unwrap(), None);
+        assert_eq!(b.peek_nth(0).unwrap(), Some(e(1)));
+        assert!(!b.consume(4), "past the published requests");
+        assert!(b.consume(2));
+        assert_eq!(b.pending_responses(), 2);
+        assert_eq!(b.peek_nth(0).unwrap(), Some(e(3)));
+        assert_eq!(b.next_request().unwrap(), Some(e(3)));
+        assert_eq!(b.peek_nth(0).unwrap(), None);
+        // Waiting for 3 more: the front end notifies only when its third
+        // crosses the mark, though one is already there.
+        f.push_request(&e(4)).unwrap();
+        assert!(!f.push_requests_and_check_notify());
+        assert!(!b.final_check_for_n_requests(3).unwrap());
+        f.push_request(&e(5)).unwrap();
+        assert!(!f.push_requests_and_check_notify());
+        f.push_request(&e(6)).unwrap();
+        assert!(f.push_requests_and_check_notify(), "the third notifies");
+        assert!(b.final_check_for_n_requests(3).unwrap());
     }
 
     #[test]

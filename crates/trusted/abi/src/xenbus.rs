@@ -204,6 +204,9 @@ pub mod keys {
     pub const SCRIPT: &str = "script";
     /// Backend (toolstack): the vif's name in the driver domain (xl's `vifname=`).
     pub const VIFNAME: &str = "vifname";
+    /// Backend (toolstack): the uplink the vif takes a dedicated receive
+    /// queue on (the Ram thesis's `pdev=`); absent: the shared queue.
+    pub const PDEV: &str = "splitnet-pdev";
 }
 
 /// The bridge a vif or an uplink joins when it names none (xl's default).
@@ -284,6 +287,23 @@ pub fn validate_path(path: &str) -> Result<(), Error> {
         return Err(bad("trailing '/'".into()));
     }
     Ok(())
+}
+
+/// Prefix of a multi-queue port's queue interfaces in a driver domain
+/// (`snq<port ifindex>v<vif index>`, Ram thesis ch. 3): whoever cleans up
+/// after a driver domain (itself restarted, or hv) finds them by it.
+pub const QUEUE_PREFIX: &str = "snq";
+
+/// Whether interface `name` is a queue's (see [`QUEUE_PREFIX`]).
+pub fn is_queue_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(QUEUE_PREFIX) else {
+        return false;
+    };
+    let Some((p, v)) = rest.split_once('v') else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(p) && digits(v)
 }
 
 /// Parses a vif's `mac` key (`aa:bb:cc:dd:ee:ff`, unicast) into bytes.

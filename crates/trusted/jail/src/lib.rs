@@ -42,8 +42,12 @@ pub enum Role {
     /// passes to the backend) and its kick and call eventfds.
     VirtioGuest,
     /// netback, bridge and port: an AF_PACKET socket on the physical port
-    /// (CAP_NET_RAW). Nothing it does needs CAP_NET_ADMIN (socket buffers
-    /// past rmem_max would need it over the host, which no domain has).
+    /// (CAP_NET_RAW), and the port's multi-queue macvlans, which it creates
+    /// and deletes over rtnetlink (CAP_NET_ADMIN and AF_NETLINK). Both
+    /// capabilities are held in the user namespace that owns the driver
+    /// domain's network namespace, so they reach its own interfaces only
+    /// (socket buffers past rmem_max would need CAP_NET_ADMIN over the
+    /// host, which no domain has).
     Driver,
     /// A hosted guest's VMApp, in its driver domain's namespaces: it made
     /// VMNet's TAP and mapped the guest's memory before the jail, and keeps
@@ -78,7 +82,7 @@ impl Role {
     pub fn caps(self) -> Caps {
         match self {
             Role::Guest | Role::VirtioGuest => Caps::of(&[CAP_NET_ADMIN]),
-            Role::Driver => Caps::of(&[CAP_NET_RAW]),
+            Role::Driver => Caps::of(&[CAP_NET_RAW, CAP_NET_ADMIN]),
             Role::VmApp => Caps::of(&[]),
         }
     }
@@ -219,6 +223,7 @@ pub fn syscalls(role: Role) -> SyscallFilter {
             libc::AF_INET,
             libc::AF_INET6,
             libc::AF_PACKET,
+            libc::AF_NETLINK,
         ],
         Role::VmApp => &[libc::AF_UNIX],
     };

@@ -13,12 +13,14 @@
 //! - [`Tap`] and [`PacketSocket`]: a guest's virtual NIC and the driver
 //!   domain's "physical NIC", both speaking `virtio_net_hdr` for offloads;
 //! - [`netlink::RouteEvents`]: notice of a namespace's link, address and
-//!   multicast-group changes;
+//!   multicast-group changes; [`rtnl::Rtnl`]: macvlans made and deleted;
+//! - [`SocketFilter`]: classic BPF that splits a port's frames by MAC;
 //! - [`jail`] and [`SyscallFilter`]: namespaces, credentials, capabilities
 //!   and the seccomp filter that confine a domain process.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod bpf;
 mod doorbell;
 mod epoll;
 mod iov;
@@ -30,10 +32,12 @@ mod packet;
 mod perf;
 mod prefetch;
 mod process;
+pub mod rtnl;
 mod seccomp;
 mod seqpacket;
 mod tap;
 
+pub use bpf::{SocketFilter, FILTER_MACS};
 pub use doorbell::{poll_readable, poll_readable_few, Doorbell, POLL_FEW};
 pub use epoll::{Epoll, Event};
 pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};

@@ -71,6 +71,17 @@ impl PacketSocket {
     /// which is how checksum and segmentation offload cross the socket.
     /// Non-blocking, close-on-exec.
     pub fn bind(ifname: &str, vnet_hdr: bool) -> io::Result<PacketSocket> {
+        Self::bind_with(ifname, vnet_hdr, true)
+    }
+
+    /// Like [`PacketSocket::bind`], but the interface is left out of
+    /// promiscuous mode: a multi-queue port's dedicated queue (a macvlan
+    /// whose frames are those to its own MAC).
+    pub fn bind_queue(ifname: &str) -> io::Result<PacketSocket> {
+        Self::bind_with(ifname, true, false)
+    }
+
+    fn bind_with(ifname: &str, vnet_hdr: bool, promisc: bool) -> io::Result<PacketSocket> {
         let ctx =
             |e: io::Error| io::Error::new(e.kind(), format!("packet socket on {ifname}: {e}"));
         let ifindex = ifindex(ifname)?;
@@ -129,6 +140,14 @@ impl PacketSocket {
         )
         .map_err(ctx)?;
 
+        if !promisc {
+            return Ok(PacketSocket {
+                fd,
+                name: ifname.to_owned(),
+                ifindex,
+                vnet_hdr,
+            });
+        }
         // A bridge port must hear frames for every MAC behind it.
         // SAFETY: packet_mreq is plain old data; all-zero is a valid value.
         let mut mreq: libc::packet_mreq = unsafe { zeroed() };
@@ -390,6 +409,102 @@ impl PacketSocket {
             ))),
             _ => Some(self.ctx(io::Error::new(e.kind(), format!("send: {e}")))),
         }
+    }
+
+    /// Replaces the socket's filter (SO_ATTACH_FILTER): from now on it
+    /// queues only the frames `f` takes. Frames already queued stay.
+    pub fn set_filter(&self, f: &crate::SocketFilter) -> io::Result<()> {
+        let prog = libc::sock_fprog {
+            len: f.prog.len() as u16,
+            // The kernel copies the program during the call and only reads it.
+            filter: f.prog.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+        };
+        setsockopt(
+            self.fd.as_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &prog,
+        )
+        .map_err(|e| self.ctx(io::Error::new(e.kind(), format!("SO_ATTACH_FILTER: {e}"))))
+    }
+
+    /// Frames received and frames the kernel dropped (its queue was full)
+    /// since the last call (PACKET_STATISTICS reads and resets them).
+    pub fn take_stats(&self) -> io::Result<(u64, u64)> {
+        let mut st = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        cvt(
+            // SAFETY: the kernel writes at most `len` bytes into `st`.
+            unsafe {
+                libc::getsockopt(
+                    self.fd.as_raw_fd(),
+                    libc::SOL_PACKET,
+                    libc::PACKET_STATISTICS,
+                    (&mut st as *mut libc::tpacket_stats).cast(),
+                    &mut len,
+                )
+            } as libc::c_long,
+            "getsockopt(PACKET_STATISTICS)",
+        )
+        .map_err(|e| self.ctx(e))?;
+        Ok((u64::from(st.tp_packets), u64::from(st.tp_drops)))
+    }
+
+    /// Receives one frame scattered over `parts` (a private vnet header,
+    /// then ranges of a writable shared mapping: a guest's posted buffers,
+    /// Ram thesis 3.3), without waiting. `Ok(None)` when nothing is queued;
+    /// `Ok(Some(Err(len)))` when the frame was longer than the parts and so
+    /// was consumed but not kept whole.
+    pub fn recv_scatter(
+        &self,
+        parts: &mut [crate::IoPartMut<'_>],
+    ) -> io::Result<Option<Result<usize, usize>>> {
+        let mut iov = iov::iovecs();
+        let n = iov::scatter(parts, &mut iov).map_err(|e| self.ctx(e))?;
+        let room: usize = iov[..n].iter().map(|v| v.iov_len).sum();
+        // SAFETY: msghdr is plain old data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n;
+        loop {
+            crate::count_syscall();
+            // SAFETY: `msg` points at iovecs checked against memory `parts`
+            // borrows mutably (or a writable mapping) for this call; with
+            // MSG_TRUNC the kernel writes at most their length.
+            let r = unsafe {
+                libc::recvmsg(
+                    self.fd.as_raw_fd(),
+                    &mut msg,
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                )
+            };
+            if r >= 0 {
+                let len = r as usize;
+                let cut = msg.msg_flags & libc::MSG_TRUNC != 0 || len > room;
+                return Ok(Some(if cut { Err(len) } else { Ok(len) }));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(None),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(self.ctx(io::Error::new(e.kind(), format!("recvmsg: {e}")))),
+            }
+        }
+    }
+
+    /// Sets the receive buffer (how much the kernel queues before it drops).
+    pub fn set_rcvbuf(&self, bytes: usize) -> io::Result<()> {
+        let size = bytes.min(libc::c_int::MAX as usize / 2) as libc::c_int;
+        set_buffer(self.fd.as_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, size)
+            .map_err(|e| self.ctx(io::Error::new(e.kind(), format!("SO_RCVBUF: {e}"))))
+    }
+
+    /// The bound interface's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     fn ctx(&self, e: io::Error) -> io::Error {

@@ -300,6 +300,7 @@ fn write_vif_options(ts: &mut Store<'_>, be: &str, o: &VifOptions) -> Result<(),
         (keys::VLAN, o.vlan.map(|v| v.to_string())),
         (keys::SCRIPT, o.script.clone()),
         (keys::VIFNAME, o.vifname.clone()),
+        (keys::PDEV, o.pdev.clone()),
     ];
     for (k, val) in pairs {
         if let Some(val) = val {

@@ -114,6 +114,10 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
                 .unwrap_or_else(|| json!({"where": "driver"})),
             _ => Value::Null,
         };
+        let queue = stats
+            .as_object_mut()
+            .and_then(|m| m.remove("queue"))
+            .unwrap_or(Value::Null);
         let fe_stats: Value =
             serde_json::from_str(&read(format!("{fe}/stats"))).unwrap_or(Value::Null);
         out.push(json!({
@@ -144,6 +148,7 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "disconnect_reason": Some(read(format!("{be}/disconnect-reason"))).filter(|r| !r.is_empty()),
             "counters": stats,
             "ring": ring,
+            "queue": queue,
             "frontend_counters": fe_stats["counters"],
             "grant_track": fe_stats["grant_track"],
             "guest_loop": guest_loop(&fe_stats),
@@ -870,10 +875,33 @@ fn print_vifs(vifs: &[Value]) {
                 k("set_full")
             );
         }
+        print_queue(&v["queue"]);
         if let Some(r) = v["disconnect_reason"].as_str() {
             println!("    disconnected: {r}");
         }
     }
+}
+
+/// A vif's multi-queue line (Ram thesis ch. 3), when it asked for a queue.
+fn print_queue(q: &Value) {
+    if !q.is_object() {
+        return;
+    }
+    let n = |k: &str| q[k].as_u64().unwrap_or(0);
+    let why = q["why"]
+        .as_str()
+        .map_or(String::new(), |w| format!(" ({w})"));
+    println!(
+        "    queue: {} on {}{why}, name {}; rx direct {} pkts, via shared path {}, kernel drops {}; tx {} pkts, {} dropped",
+        q["state"].as_str().unwrap_or("?"),
+        q["port"].as_str().unwrap_or("?"),
+        q["name"].as_str().unwrap_or("-"),
+        n("rx_direct_packets"),
+        n("rx_fallback_packets"),
+        n("kernel_drops"),
+        n("tx_packets"),
+        n("tx_dropped"),
+    );
 }
 
 /// Plain `status`'s HYPERCALLS section: hv's operation and error counts.

@@ -582,6 +582,13 @@ impl Supervisor {
         };
         let kept = self.may_come_back(name);
         hv.destroy_domain(domid, &format!("its process exited ({text})"));
+        if kept
+            && self
+                .config(name)
+                .is_ok_and(|d| d.kind == DomainKind::Driver)
+        {
+            drop_queues(name);
+        }
         self.forget_guest_backends(&hv, name, domid);
         let intent = self.lock().intents.remove(name);
         let policy = self
@@ -1157,6 +1164,27 @@ fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
 /// Deletes domain `name`'s namespace, its uplinks taken down first (a
 /// host interface inside would go with the namespace); a namespace that
 /// still holds a lent interface is left for `splitnet down`.
+/// Deletes the multi-queue macvlans a dead driver domain left in its
+/// namespace, which outlives it while it may come back (a restarted one
+/// deletes them too, before it opens its ports).
+fn drop_queues(name: &str) {
+    let ns = host::netns_name(name);
+    let Ok(out) = host::ip_in(&ns, &["-br", "link", "show", "type", "macvlan"]) else {
+        return;
+    };
+    for l in out.lines() {
+        let dev = l
+            .split_whitespace()
+            .next()
+            .and_then(|d| d.split('@').next());
+        if let Some(dev) = dev.filter(|d| xenbus::is_queue_name(d)) {
+            if let Err(e) = host::ip_in(&ns, &["link", "del", dev]) {
+                eprintln!("hv: deleting queue {dev} of {name}: {e}");
+            }
+        }
+    }
+}
+
 fn drop_netns(uplinks: &Uplinks, name: &str) {
     uplinks.teardown(name);
     let ns = host::netns_name(name);

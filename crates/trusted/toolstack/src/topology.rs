@@ -90,6 +90,10 @@ pub struct DomainConfig {
     /// Guests: the grant mechanism (Ram thesis ch. 4).
     #[serde(default)]
     pub grants: Grants,
+    /// Guests: each vif takes a dedicated receive queue on the uplink of
+    /// its bridge (multi-queue with direct placement, Ram thesis ch. 3).
+    #[serde(default)]
+    pub mq: bool,
     /// Guests: the high-level virtual interface (checksum offload, TSO,
     /// scatter-gather; Menon 2006 §3). Off in the seed baseline.
     #[serde(default = "yes")]
@@ -627,6 +631,9 @@ pub struct VifOptions {
     pub script: Option<String>,
     /// The vif's name in the driver domain; None: `vif<domid>.<handle>`.
     pub vifname: Option<String>,
+    /// The uplink the vif takes a dedicated receive queue on (the Ram
+    /// thesis's `pdev=`, ch. 3); None: the shared queue, through the bridge.
+    pub pdev: Option<String>,
 }
 
 /// Xen netback's credit: `bytes` may be sent per `usec` microseconds.
@@ -753,6 +760,8 @@ pub struct WireConfig {
     /// Shape the link to this rate in both directions (`tc` tbf on both
     /// ends), e.g. "100mbit" for the seed papers' 100 Mb/s Ethernet.
     pub rate: Option<LinkRate>,
+    /// Dedicated receive queues its port offers (0..=64; default 8).
+    pub queues: Option<u16>,
 }
 
 fn default_wire() -> String {
@@ -1122,6 +1131,12 @@ impl Topology {
             }
             None => return Err(format!("wire.driver = {:?} names no domain", w.driver)),
         }
+        if let Some(q) = w.queues.filter(|q| *q > crate::uplink::MAX_QUEUES) {
+            return Err(format!(
+                "[wire]: queues = {q} is outside 0..={}",
+                crate::uplink::MAX_QUEUES
+            ));
+        }
         check_cidr("wire address", &w.address, false)?;
         check_cidr("wire ipv6", &w.ipv6, true)?;
         Ok(())
@@ -1168,6 +1183,25 @@ impl Topology {
             });
         }
         out
+    }
+
+    /// The uplink `mq = true` gives a vif of guest `d` on `backend`: the
+    /// one on the vif's bridge. A vif with a VLAN, or on a bridge with no
+    /// uplink, cannot have one (the queue's frames would skip the bridge).
+    fn mq_pdev(&self, d: &DomainConfig, backend: &str, o: &VifOptions) -> Result<String, String> {
+        let bridge = o.bridge.as_deref().unwrap_or(abi::xenbus::DEFAULT_BRIDGE);
+        if o.vlan.is_some() {
+            return Err(format!(
+                "domain {:?}: mq = true gives each vif a queue of its own, which a vif with vlan= cannot have (it needs the bridge to tag its frames)",
+                d.name
+            ));
+        }
+        self.uplink_ifname_on(backend, bridge).ok_or_else(|| {
+            format!(
+                "domain {:?}: mq = true needs an uplink on bridge {bridge:?} of driver domain {backend:?} (a [wire] or [[port]])",
+                d.name
+            )
+        })
     }
 
     /// The driver domain serving guest (or VM) `d`.
@@ -1227,6 +1261,10 @@ impl Topology {
                     (None, _) => extra_mac(i, devid),
                 };
                 let index = out.iter().filter(|v| v.backend == backend).count();
+                let mut opts = spec.opts;
+                if d.mq && opts.pdev.is_none() {
+                    opts.pdev = Some(self.mq_pdev(d, &backend, &opts)?);
+                }
                 out.push(VifConfig {
                     guest: d.name.clone(),
                     handle: devid,
@@ -1240,7 +1278,7 @@ impl Topology {
                     prefetch: d.prefetch,
                     rx_buffer: d.rx_buffer,
                     index,
-                    opts: spec.opts,
+                    opts,
                 });
             }
         }
@@ -1368,6 +1406,44 @@ mod tests {
     use super::*;
 
     const DRV: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n";
+
+    #[test]
+    fn mq_gives_each_vif_its_bridges_uplink_and_refuses_what_cannot_have_one() {
+        let wire = "[wire]\ndriver = \"drv\"\nqueues = 4\n";
+        let g = |extra: &str| {
+            format!("{DRV}[[domain]]\nname = \"g\"\nkind = \"guest\"\nmq = true\n{extra}\n{wire}")
+        };
+        let t = Topology::parse(&g(""), "t.toml").unwrap();
+        assert_eq!(t.vifs()[0].opts.pdev.as_deref(), Some("peth0"));
+        assert_eq!(t.uplinks()[0].store_value(), "bridge=xenbr0,queues=4");
+        // A vifspec's pdev= stays as given; without mq, nothing.
+        let t = Topology::parse(&g("vif = [\"pdev=upl9\"]"), "t.toml").unwrap();
+        assert_eq!(t.vifs()[0].opts.pdev.as_deref(), Some("upl9"));
+        let plain = format!("{DRV}[[domain]]\nname = \"g\"\nkind = \"guest\"\n{wire}");
+        assert_eq!(
+            Topology::parse(&plain, "t").unwrap().vifs()[0].opts.pdev,
+            None
+        );
+        for (extra, needle) in [
+            ("vif = [\"vlan=10\"]", "vlan= cannot have"),
+            (
+                "vif = [\"bridge=xenbr1\"]",
+                "needs an uplink on bridge \"xenbr1\"",
+            ),
+            ("mq = 1", "mq"),
+        ] {
+            let text = g(extra).replace("mq = true\nmq = 1", "mq = 1");
+            let e = Topology::parse(&text, "t.toml").unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("t.toml"), "{extra}: {e}");
+        }
+        let e = Topology::parse(&g("").replace("queues = 4", "queues = 65"), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("queues = 65 is outside 0..=64"), "{e}");
+        let port = format!("{DRV}[[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1/24\"\nqueues = 99\n");
+        let e = Topology::parse(&port, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("queues = 99 is outside 0..=64"), "{e}");
+    }
 
     #[test]
     fn a_hosted_guest_has_no_vif_and_keeps_its_mac() {

@@ -125,6 +125,7 @@ impl VifSpec {
             "rate" => o.rate = Some(parse_rate(v)?),
             "vlan" => o.vlan = Some(parse_in_range(key, v, VLAN_RANGE)?),
             "mtu" => o.mtu = Some(parse_in_range(key, v, MTU_RANGE)?),
+            "pdev" => o.pdev = Some(parse_ifname(key, v)?),
             "script" => o.script = Some(parse_script(v)?),
             "type" => self.vhost_user = parse_type(v)?,
             "socket" => {
@@ -147,7 +148,7 @@ fn unknown_key(key: &str) -> String {
         );
     }
     format!(
-        "unknown vif option `{key}`: splitnet accepts mac, bridge, backend, vifname, devid, ip, rate, vlan, mtu, script, and type and socket for a VM's vhost-user vif"
+        "unknown vif option `{key}`: splitnet accepts mac, bridge, backend, vifname, devid, ip, rate, vlan, mtu, pdev, script, and type and socket for a VM's vhost-user vif"
     )
 }
 
@@ -327,6 +328,7 @@ impl fmt::Display for VifSpec {
             ("rate", o.rate.as_ref().map(format_rate)),
             ("vlan", o.vlan.map(|v| v.to_string())),
             ("mtu", o.mtu.map(|v| v.to_string())),
+            ("pdev", o.pdev.clone()),
             ("script", o.script.clone()),
         ]
         .into_iter()

@@ -19,6 +19,7 @@
 //! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
+mod mq;
 pub mod opts;
 mod rx;
 mod slab;
@@ -229,6 +230,9 @@ impl Default for Held {
     }
 }
 
+/// The RX ring netback serves.
+type RxRing = BackRing<MappedGrant, RxRequest, RxResponse>;
+
 /// A connected backend.
 pub struct Netback {
     pub guest: DomId,
@@ -237,7 +241,7 @@ pub struct Netback {
     pub modes: Modes,
     mac: [u8; 6],
     tx: Option<BackRing<MappedGrant, TxRequest, TxResponse>>,
-    rx: Option<BackRing<MappedGrant, RxRequest, RxResponse>>,
+    rx: Option<RxRing>,
     tx_evt: Option<EventChannel>,
     rx_evt: Option<EventChannel>,
     /// What the guest's NIC accepts on receive.
@@ -284,6 +288,8 @@ pub struct Netback {
     rx_half: bool,
     /// Prefetch the next frame's header on RX (Ram thesis 5.2).
     prefetch: bool,
+    /// Its dedicated queue's state, while it has one (see [`mq`]).
+    mq: Option<Box<mq::MqState>>,
 }
 
 fn read_flag(hv: &mut HvClient, path: &str) -> bool {
@@ -541,6 +547,7 @@ impl Netback {
             lro: rx::LroState::new(p.modes.lro, f.guest_caps),
             rx_half: f.rx_half,
             prefetch: p.prefetch,
+            mq: None,
         })
     }
 

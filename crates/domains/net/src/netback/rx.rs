@@ -313,6 +313,7 @@ impl Netback {
             self.enforce(hv, Some("ring_overflow"));
             return Ok(());
         }
+        self.flush_queue_copies(hv)?;
         if self.rx_unpublished > 0 {
             let n = std::mem::take(&mut self.rx_unpublished);
             let t0 = trace::now();
@@ -480,7 +481,7 @@ impl Netback {
 
     /// Pushes the RX responses of a copy batch: each data slot succeeds or
     /// fails with its copy's status, extras carry their GSO info.
-    fn answer_rx_copies(&mut self, resps: &[CopyResp], statuses: &[i16]) -> Result<()> {
+    pub(super) fn answer_rx_copies(&mut self, resps: &[CopyResp], statuses: &[i16]) -> Result<()> {
         for r in resps {
             let rsp = match *r {
                 CopyResp::Data {

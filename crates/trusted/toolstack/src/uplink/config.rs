@@ -11,6 +11,8 @@ use std::net::{IpAddr, Ipv4Addr};
 pub const MAX_MTU: u32 = 9000;
 /// Smallest MTU an IPv4 interface may have (RFC 791).
 pub const MIN_MTU: u32 = 68;
+/// Most dedicated receive queues a port offers (Ram thesis ch. 3).
+pub const MAX_QUEUES: u16 = 64;
 
 /// What a driver domain's port is joined to on the host.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -56,6 +58,8 @@ pub struct PortConfig {
     pub mtu: Option<u32>,
     /// The port is an access port of this VLAN (1..=4094); else a trunk.
     pub vlan: Option<u16>,
+    /// Dedicated receive queues it offers (0..=[`MAX_QUEUES`]; default 8).
+    pub queues: Option<u16>,
     /// `nat`: the host side's address with the guests' prefix, e.g.
     /// "10.78.0.1/24"; dnsmasq leases the upper half of it.
     pub subnet: Option<String>,
@@ -84,15 +88,22 @@ pub struct Uplink {
     pub mac: Option<String>,
     /// `route`: the guests' addresses the host routes to the port.
     pub routes: Vec<IpAddr>,
+    /// Dedicated receive queues (`queues`); None: the driver's default.
+    pub queues: Option<u16>,
 }
 
 impl Uplink {
-    /// The store value of `uplinks/<ifname>` (`bridge=..[,vlan=..]`).
+    /// The store value of `uplinks/<ifname>`
+    /// (`bridge=..[,vlan=..][,queues=..]`).
     pub fn store_value(&self) -> String {
-        match self.vlan {
-            Some(v) => format!("bridge={},vlan={v}", self.bridge),
-            None => format!("bridge={}", self.bridge),
+        let mut v = format!("bridge={}", self.bridge);
+        if let Some(vid) = self.vlan {
+            v += &format!(",vlan={vid}");
         }
+        if let Some(q) = self.queues {
+            v += &format!(",queues={q}");
+        }
+        v
     }
 
     /// Whether it sets up anything on the host that must be undone.
@@ -170,6 +181,9 @@ fn check_port(p: &PortConfig, t: &Topology) -> Result<(), String> {
     if let Some(v) = p.vlan.filter(|v| !(1..=4094).contains(v)) {
         return Err(format!("{who}: vlan = {v} is outside 1..=4094"));
     }
+    if let Some(q) = p.queues.filter(|q| *q > MAX_QUEUES) {
+        return Err(format!("{who}: queues = {q} is outside 0..={MAX_QUEUES}"));
+    }
     match (&p.subnet, p.kind) {
         (None, UplinkKind::Nat) => {
             return Err(format!(
@@ -228,21 +242,38 @@ impl Topology {
     /// Every uplink: the `[[port]]`s, and the `[wire]` port unless a
     /// `[[port]] kind = "wire"` already names it.
     pub fn uplinks(&self) -> Vec<Uplink> {
-        let mut ports = self.ports.clone();
-        if let Some(w) = &self.wire {
-            let named = ports
-                .iter()
-                .any(|p| p.kind == UplinkKind::Wire && p.driver == w.driver);
-            if !named {
-                ports.insert(0, wire_port(&w.driver));
-            }
-        }
+        let ports = self.port_list();
         let mut out: Vec<Uplink> = Vec::new();
         for p in &ports {
             let n = out.iter().filter(|u| u.driver == p.driver).count();
             out.push(self.resolve(p, n));
         }
         out
+    }
+
+    /// The `[[port]]`s, and the `[wire]` port first unless one names it.
+    fn port_list(&self) -> Vec<PortConfig> {
+        let mut ports = self.ports.clone();
+        if let Some(w) = &self.wire {
+            let named = ports
+                .iter()
+                .any(|p| p.kind == UplinkKind::Wire && p.driver == w.driver);
+            if !named {
+                ports.insert(0, wire_port(&w.driver, w.queues));
+            }
+        }
+        ports
+    }
+
+    /// The interface name of driver domain `driver`'s uplink on `bridge`
+    /// (what `mq = true` gives a vif as its `pdev`), without resolving the
+    /// rest of the uplink.
+    pub(crate) fn uplink_ifname_on(&self, driver: &str, bridge: &str) -> Option<String> {
+        let ports = self.port_list();
+        let mine = ports.iter().filter(|p| p.driver == driver);
+        mine.enumerate()
+            .find(|(_, p)| p.bridge.as_deref().unwrap_or(abi::xenbus::DEFAULT_BRIDGE) == bridge)
+            .map(|(n, p)| uplink_ifname(p, n))
     }
 
     /// The uplinks of driver domain `driver`.
@@ -258,11 +289,7 @@ impl Topology {
             .bridge
             .clone()
             .unwrap_or_else(|| abi::xenbus::DEFAULT_BRIDGE.to_string());
-        let ifname = match p.kind {
-            UplinkKind::Wire => PHYS_PORT.to_string(),
-            UplinkKind::Host => p.iface.clone().unwrap_or_default(),
-            _ => format!("upl{n}"),
-        };
+        let ifname = uplink_ifname(p, n);
         let host_end = matches!(p.kind, UplinkKind::Nat | UplinkKind::Route)
             .then(|| format!("sn{n}-{}", p.driver));
         let behind = self.vifs().into_iter().filter(|v| {
@@ -305,7 +332,18 @@ impl Topology {
             } else {
                 Vec::new()
             },
+            queues: p.queues,
         }
+    }
+}
+
+/// The interface name in the driver domain of port `p`, the `n`th of its
+/// driver domain.
+fn uplink_ifname(p: &PortConfig, n: usize) -> String {
+    match p.kind {
+        UplinkKind::Wire => PHYS_PORT.to_string(),
+        UplinkKind::Host => p.iface.clone().unwrap_or_default(),
+        _ => format!("upl{n}"),
     }
 }
 
@@ -325,7 +363,7 @@ fn primary_mac(driver: &str, iface: &str) -> String {
     )
 }
 
-fn wire_port(driver: &str) -> PortConfig {
+fn wire_port(driver: &str, queues: Option<u16>) -> PortConfig {
     PortConfig {
         driver: driver.to_string(),
         bridge: None,
@@ -333,6 +371,7 @@ fn wire_port(driver: &str) -> PortConfig {
         iface: None,
         mtu: None,
         vlan: None,
+        queues,
         subnet: None,
         mac: None,
     }

@@ -22,7 +22,7 @@ pub mod journal;
 mod kinds;
 mod procs;
 
-pub use config::{PortConfig, Uplink, UplinkKind};
+pub use config::{PortConfig, Uplink, UplinkKind, MAX_QUEUES};
 pub use procs::{bring_home, clean_up, keep, Keeper};
 
 use crate::topology::Topology;

@@ -1,0 +1,457 @@
+//! netback's side of a dedicated queue (Ram thesis 3.3): the VMQ
+//! virtualization-layer API ([`VmqLayer`]). The queue's socket receives
+//! each frame straight into buffers netback arms from the requests the
+//! guest posted:
+//!
+//! - under the new grant mechanism, the guest's own buffers, through the
+//!   mapping of its pool, each grant acquired writable while armed (hv then
+//!   refuses to revoke it): one copy per packet, by the kernel, none by
+//!   netback, and no bridge;
+//! - under `hv-copy`, the vif's own staging frames, which hv's grant copy
+//!   then moves into the guest's buffers as for any frame: two copies.
+//!
+//! Responses follow the order the guest posted its buffers in (netfront,
+//! like Linux's, checks it). Requests are read ahead without being
+//! consumed; a frame consumes exactly the buffers it filled, and the
+//! second request is kept for the GSO extra-info slot, so its buffer is
+//! never armed for data. A frame the guest cannot take as it is (its
+//! offloads, or data over several buffers without GSO) is copied out and
+//! takes the shared path, whose queue consumes the same requests later.
+
+use super::rx::CopyResp;
+use super::{Netback, Result, SLOT_BUDGET};
+use crate::packet::{self, Csum, FrameRef, Gso, VNET_HDR_LEN};
+use crate::vmq::{Armed, VmqLayer, MAX_ARMED};
+use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
+use abi::netif::{NetifStatus, RxFlags, RxResponse};
+use abi::{Pfn, SharedMemory};
+use hypercall::HvClient;
+
+/// The longest frame a queue delivers: a 64 KiB GSO frame and its headers.
+const MAX_FRAME: usize = 65536 + 64;
+
+/// What netback keeps for a vif with a dedicated queue.
+pub(crate) struct MqState {
+    /// The armed requests, (id, gref), read once: ring positions `req_cons`
+    /// + 0, 1, ... ; position 1 is kept for a GSO extra-info slot.
+    reqs: [(u16, u32); MAX_ARMED],
+    /// The buffer of each data part: positions 0, 2, 3, ...
+    ranges: [(usize, usize); MAX_ARMED],
+    /// Requests armed (0: none).
+    armed: usize,
+    /// Grants acquired for the armed requests (new grant mechanism).
+    acquired: usize,
+    /// hv-copy: staging frames filled and not yet copied, the copies, and
+    /// their responses (reused).
+    staged: usize,
+    ops: Vec<GrantCopy>,
+    resps: Vec<CopyResp>,
+    /// A frame copied out for the shared path (allocated once).
+    private: Vec<u8>,
+    /// Frames the queue put straight where they go.
+    pub rx_direct_packets: u64,
+    /// Frames the queue received that took the shared path.
+    pub rx_fallback_packets: u64,
+}
+
+impl MqState {
+    fn new() -> MqState {
+        MqState {
+            reqs: [(0, 0); MAX_ARMED],
+            ranges: [(0, 0); MAX_ARMED],
+            armed: 0,
+            acquired: 0,
+            staged: 0,
+            ops: Vec::with_capacity(SLOT_BUDGET),
+            resps: Vec::with_capacity(SLOT_BUDGET),
+            private: vec![0; MAX_FRAME],
+            rx_direct_packets: 0,
+            rx_fallback_packets: 0,
+        }
+    }
+}
+
+/// The ring position of data part `i` (position 1 is the extra slot's).
+fn position(i: usize) -> usize {
+    if i == 0 {
+        0
+    } else {
+        i + 1
+    }
+}
+
+impl Netback {
+    /// Starts serving a dedicated queue for this vif (allocates its state).
+    pub fn start_queue(&mut self) {
+        if self.mq.is_none() {
+            self.mq = Some(Box::new(MqState::new()));
+        }
+    }
+
+    /// Stops: whatever is armed goes back unconsumed.
+    pub fn stop_queue(&mut self) {
+        self.free_skb();
+        self.mq = None;
+    }
+
+    /// Frames the queue put straight into the guest's buffers (NGM) or its
+    /// staging frames (hv-copy), and frames it handed the shared path.
+    pub fn queue_counts(&self) -> (u64, u64) {
+        self.mq
+            .as_ref()
+            .map_or((0, 0), |m| (m.rx_direct_packets, m.rx_fallback_packets))
+    }
+
+    /// The vif's MAC (its queue takes the frames to it).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Whether the queue could arm buffers now; if not, the guest is asked
+    /// to notify when it posts more (the loop listens to the queue again
+    /// then). While frames wait on the shared path, they go first.
+    pub fn queue_can_arm(&mut self) -> bool {
+        let need = self.armed_need();
+        if !self.connected || !self.rx_slab.is_empty() {
+            return false;
+        }
+        let staged = self.mq.as_ref().map_or(0, |m| m.staged);
+        if self.ngm.is_none() && staged + need > SLOT_BUDGET {
+            return false;
+        }
+        let Some(rx) = self.rx.as_mut() else {
+            return false;
+        };
+        rx.final_check_for_n_requests(need as u32).unwrap_or(false)
+    }
+
+    /// Requests one armed frame takes at most: its data and the extra slot.
+    fn armed_need(&self) -> usize {
+        MAX_FRAME.div_ceil(self.rx_chunk()) + 1
+    }
+
+    /// Reads the requests ahead and arms their buffers; the number armed
+    /// (0: not enough posted, or a bad grant at the head, answered).
+    fn arm(&mut self) -> usize {
+        let need = self.armed_need().min(MAX_ARMED);
+        let chunk = self.rx_chunk();
+        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+            return 0;
+        };
+        match rx.unconsumed_requests() {
+            Ok(n) if n as usize >= need => {}
+            Ok(_) => return 0,
+            Err(_) => {
+                self.rx_overflow = true;
+                return 0;
+            }
+        }
+        let staging = self.ngm.is_none();
+        if staging && st.staged + need > SLOT_BUDGET {
+            return 0; // the copies pending go first (flush_rx)
+        }
+        let mut bad = None;
+        for k in 0..need {
+            let Ok(Some(req)) = rx.peek_nth(k as u32) else {
+                break;
+            };
+            st.reqs[k] = (req.id, req.gref);
+            if k == 1 {
+                continue; // the extra slot's buffer is never written
+            }
+            let i = if k == 0 { 0 } else { k - 1 };
+            let base = match &self.ngm {
+                // Buffers start at offset 0 of their page: with half-page
+                // buffers negotiated, add the request's validated offset.
+                Some(view) => match view.acquire(req.gref, true) {
+                    Ok(frame) => frame.base(),
+                    Err(r) => {
+                        bad = Some((k, r.reason()));
+                        break;
+                    }
+                },
+                None => Pfn::new(self.rx_base + (st.staged + i) as u32).base(),
+            };
+            st.ranges[i] = (base, chunk);
+            st.armed = k + 1;
+            st.acquired = if staging { 0 } else { i + 1 };
+        }
+        match bad {
+            Some((0, reason)) => {
+                st.armed = 0;
+                self.answer_bad_head(reason);
+                0
+            }
+            Some((k, _)) => {
+                st.armed = k; // the frame may be cut short: counted then
+                k
+            }
+            None => st.armed,
+        }
+    }
+
+    /// The request at the head names a grant netback may not use: it gets
+    /// an error response, as on the shared path, and is refused.
+    fn answer_bad_head(&mut self, reason: &'static str) {
+        let Some(rx) = self.rx.as_mut() else { return };
+        let Some(st) = self.mq.as_ref() else { return };
+        let id = st.reqs[0].0;
+        if rx.consume(1)
+            && rx
+                .push_response(&RxResponse::failed(id, NetifStatus::Error))
+                .is_ok()
+        {
+            self.rx_unpublished += 1;
+        }
+        self.refuse(reason);
+    }
+
+    /// Ends the uses of the armed grants and forgets the armed requests.
+    fn disarm(&mut self) {
+        let Some(st) = self.mq.as_mut() else { return };
+        if let Some(view) = &self.ngm {
+            for i in 0..st.acquired {
+                view.release(st.reqs[position(i)].1);
+            }
+        }
+        st.acquired = 0;
+        st.armed = 0;
+    }
+
+    /// Data parts armed.
+    fn data_parts(st: &MqState) -> usize {
+        st.armed.saturating_sub(1).max(usize::from(st.armed > 0))
+    }
+
+    /// Takes a frame of `len` bytes the queue put in the armed buffers.
+    fn take_frame(&mut self, hdr: &[u8; VNET_HDR_LEN], len: usize) -> Result<()> {
+        let Ok((csum, gso)) = packet::parse_vnet_hdr(hdr, len) else {
+            self.counters.drop("queue_bad_vnet_hdr");
+            return Ok(());
+        };
+        let chunk = self.rx_chunk();
+        let chunks = len.div_ceil(chunk).max(1);
+        let Some(st) = self.mq.as_ref() else {
+            return Ok(());
+        };
+        let fits = chunks <= Self::data_parts(st) && (gso.is_none() || st.armed >= 2);
+        if !fits {
+            self.counters.drop("queue_frame_too_long");
+            return Ok(());
+        }
+        let in_place = self.guest_caps.passes_as_is(csum, gso) && (gso.is_some() || chunks == 1);
+        if !in_place {
+            return self.hand_to_shared_path(len, csum, gso);
+        }
+        if self.ngm.is_some() {
+            self.respond_in_place(len, chunks, csum, gso)
+        } else {
+            self.stage_copies(len, chunks, csum, gso);
+            Ok(())
+        }
+    }
+
+    /// The flags of data part `i` of `chunks`.
+    fn part_flags(i: usize, chunks: usize, csum: Csum, gso: Option<Gso>) -> RxFlags {
+        let mut f = if i == 0 {
+            csum.rx_flags()
+        } else {
+            RxFlags::EMPTY
+        };
+        if i == 0 && gso.is_some() {
+            f |= RxFlags::EXTRA_INFO;
+        }
+        if i + 1 < chunks {
+            f |= RxFlags::MORE_DATA;
+        }
+        f
+    }
+
+    /// New grant mechanism: the frame is in the guest's buffers already;
+    /// consume their requests and answer them in order.
+    fn respond_in_place(
+        &mut self,
+        len: usize,
+        chunks: usize,
+        csum: Csum,
+        gso: Option<Gso>,
+    ) -> Result<()> {
+        let chunk = self.rx_chunk();
+        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+            return Ok(());
+        };
+        let used = chunks + usize::from(gso.is_some());
+        if !rx.consume(used as u32) {
+            return Err(super::proto("RX requests vanished"));
+        }
+        for i in 0..chunks {
+            let part = (len - i * chunk).min(chunk);
+            let id = st.reqs[position(i)].0;
+            let flags = Self::part_flags(i, chunks, csum, gso);
+            rx.push_response(&RxResponse::data(id, 0, flags, part as u16)?)?;
+            if i == 0 {
+                if let Some(g) = gso {
+                    rx.push_response(&g.to_extra().to_rx_slot())?;
+                }
+            }
+        }
+        st.rx_direct_packets += 1;
+        self.rx_unpublished += 1;
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += len as u64;
+        Ok(())
+    }
+
+    /// hv-copy: the frame is in staging frames; consume the requests now,
+    /// and let hv copy at the next flush.
+    fn stage_copies(&mut self, len: usize, chunks: usize, csum: Csum, gso: Option<Gso>) {
+        let chunk = self.rx_chunk();
+        let guest = self.guest;
+        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+            return;
+        };
+        let used = chunks + usize::from(gso.is_some());
+        if !rx.consume(used as u32) {
+            self.rx_overflow = true;
+            return;
+        }
+        for i in 0..chunks {
+            let part = (len - i * chunk).min(chunk);
+            let (id, gref) = st.reqs[position(i)];
+            st.resps.push(CopyResp::Data {
+                id,
+                op: st.ops.len(),
+                off: 0,
+                len: part as u16,
+                flags: Self::part_flags(i, chunks, csum, gso),
+            });
+            st.ops.push(GrantCopy {
+                source: CopyPtr::Frame {
+                    domid: DOMID_SELF,
+                    gmfn: (self.rx_base as usize + st.staged + i) as u64,
+                    offset: 0,
+                },
+                dest: CopyPtr::Gref {
+                    domid: guest,
+                    gref,
+                    offset: 0,
+                },
+                len: part as u16,
+                status: 0,
+            });
+            if i == 0 {
+                if let Some(g) = gso {
+                    st.resps.push(CopyResp::Extra(g.to_extra()));
+                }
+            }
+        }
+        st.staged += chunks;
+        st.rx_direct_packets += 1;
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += len as u64;
+    }
+
+    /// A frame the guest cannot take as it is: copied out of the armed
+    /// buffers, it takes the shared path (shaped, queued, delivered in
+    /// order into the same requests later).
+    fn hand_to_shared_path(&mut self, len: usize, csum: Csum, gso: Option<Gso>) -> Result<()> {
+        let Some(mut st) = self.mq.take() else {
+            return Ok(());
+        };
+        let map = match &self.ngm {
+            Some(v) => v.pool(),
+            None => &self.pool,
+        };
+        let mut at = 0;
+        for i in 0..Self::data_parts(&st) {
+            let (off, n) = st.ranges[i];
+            let n = n.min(len - at);
+            map.read_bytes(off, &mut st.private[at..at + n]);
+            at += n;
+            if at == len {
+                break;
+            }
+        }
+        st.rx_fallback_packets += 1;
+        self.disarm_state(&mut st);
+        self.deliver(&FrameRef::private(&st.private[..len], csum, gso));
+        self.mq = Some(st);
+        Ok(())
+    }
+
+    /// [`Netback::disarm`] for a state taken out of the vif.
+    fn disarm_state(&mut self, st: &mut MqState) {
+        if let Some(view) = &self.ngm {
+            for i in 0..st.acquired {
+                view.release(st.reqs[position(i)].1);
+            }
+        }
+        st.acquired = 0;
+        st.armed = 0;
+    }
+
+    /// hv-copy: has hv copy the frames staged since the last flush and
+    /// answers them (before any other response: they consumed their
+    /// requests first). Called at the start of every RX flush.
+    pub(super) fn flush_queue_copies(&mut self, hv: &mut HvClient) -> Result<()> {
+        let Some(st) = self.mq.as_mut() else {
+            return Ok(());
+        };
+        if st.ops.is_empty() {
+            return Ok(());
+        }
+        st.staged = 0;
+        let statuses = hv.grant_copy_batch(&st.ops);
+        st.ops.clear();
+        let mut resps = std::mem::take(&mut st.resps);
+        let r = statuses.map_err(Into::into).and_then(|s| {
+            self.counters.grant("copy", s.len() as u64);
+            self.counters.batches += 1;
+            self.answer_rx_copies(&resps, &s)
+        });
+        resps.clear();
+        if let Some(st) = self.mq.as_mut() {
+            st.resps = resps;
+        }
+        self.rx_unpublished += 1;
+        r
+    }
+}
+
+impl VmqLayer for Netback {
+    fn alloc_skb(&mut self) -> Option<Armed<'_>> {
+        if !self.connected || !self.rx_slab.is_empty() || self.mq.is_none() {
+            return None;
+        }
+        if self.arm() == 0 {
+            return None;
+        }
+        let st = self.mq.as_ref()?;
+        let map = match &self.ngm {
+            Some(v) => v.pool(),
+            None => &self.pool,
+        };
+        Some(Armed {
+            map,
+            ranges: &st.ranges[..Self::data_parts(st)],
+        })
+    }
+
+    fn free_skb(&mut self) {
+        self.disarm();
+    }
+
+    fn netif_rx(&mut self, hdr: &[u8; VNET_HDR_LEN], len: std::result::Result<usize, usize>) {
+        let r = match len {
+            Ok(n) => self.take_frame(hdr, n),
+            Err(_) => {
+                self.counters.drop("queue_frame_too_long");
+                Ok(())
+            }
+        };
+        self.disarm();
+        if r.is_err() {
+            self.rx_overflow = true;
+        }
+    }
+}
