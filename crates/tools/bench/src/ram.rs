@@ -162,8 +162,11 @@ impl std::str::FromStr for RamConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
-    /// wire → guest1.
+    /// wire → guest1, in MTU-sized frames as a NIC delivers them.
     Rx,
+    /// wire → guest1 as veth carries a local sender's TSO: 64 KiB GSO
+    /// frames (what `bench baseline` measures).
+    RxGso,
     /// guest1 → wire.
     Tx,
     /// wire → guest1 and wire → guest2 at once (native: two flows).
@@ -177,8 +180,9 @@ pub enum Case {
 }
 
 impl Case {
-    pub const ALL: [Case; 7] = [
+    pub const ALL: [Case; 8] = [
         Case::Rx,
+        Case::RxGso,
         Case::Tx,
         Case::RxTwoGuests,
         Case::RxSameCore,
@@ -190,6 +194,7 @@ impl Case {
     pub fn name(self) -> &'static str {
         match self {
             Case::Rx => "rx",
+            Case::RxGso => "rx, GSO frames",
             Case::Tx => "tx",
             Case::RxTwoGuests => "rx, two guests",
             Case::RxSameCore => "rx, same core",
@@ -202,16 +207,22 @@ impl Case {
     /// The flows of `Env::flows` it runs at once.
     fn flows(self) -> &'static [&'static str] {
         match self {
-            Case::Rx | Case::RxSameCore | Case::RxSplitCores => &["rx"],
+            Case::Rx | Case::RxGso | Case::RxSameCore | Case::RxSplitCores => &["rx"],
             Case::Tx | Case::TxSameCore | Case::TxSplitCores => &["tx"],
             Case::RxTwoGuests => &["rx", "rx2"],
         }
+    }
+
+    /// Whether the RX sender sends MTU-sized frames (its TSO and GSO off).
+    fn mtu_frames(self) -> bool {
+        self != Case::RxGso
     }
 
     /// Native's case its ratios are taken against.
     fn native(self) -> Case {
         match self {
             Case::Rx | Case::RxSameCore | Case::RxSplitCores => Case::Rx,
+            Case::RxGso => Case::RxGso,
             Case::Tx | Case::TxSameCore | Case::TxSplitCores => Case::Tx,
             Case::RxTwoGuests => Case::RxTwoGuests,
         }
@@ -394,22 +405,24 @@ fn bring_up(
     }
 }
 
-/// RX arrives as a NIC delivers it: the thesis counts cycles per
-/// 1514-byte frame, so the RX sender's `eth0` gets TSO and GSO off and
-/// sends MTU-sized frames (over veth they would otherwise cross as 64 KiB
-/// GSO frames, which no physical wire carries). Native's receiver turns
-/// GRO on, as the thesis's Linux ran LRO in its NIC driver; splitnet's
-/// driver-domain port keeps it off, as Xen's driver did (thesis 5.1), so
-/// the LRO configurations are what coalesce there.
-fn segments_like_a_nic(env: &Env, native: bool) -> Result<()> {
+/// With `mtu`, RX arrives as a NIC delivers it: the thesis counts cycles
+/// per 1514-byte frame off a 10 GbE wire, so the RX sender's `eth0` gets
+/// TSO and GSO off and sends MTU-sized frames (over veth they otherwise
+/// cross as 64 KiB GSO frames, which no physical wire carries), and
+/// native's receiver turns GRO on, as the thesis's Linux ran LRO in its NIC
+/// driver; splitnet's driver-domain port keeps it off, as Xen's driver did
+/// (thesis 5.1), so the LRO configurations are what coalesce there.
+/// Without, both are as veth has them (the `rx, GSO frames` case).
+fn segments_like_a_nic(env: &Env, native: bool, mtu: bool) -> Result<()> {
+    let (seg, gro) = if mtu { ("off", "on") } else { ("on", "off") };
     for name in ["rx", "rx2"] {
         let Some(flow) = env.flows.get(name) else {
             continue;
         };
         let (sender, receiver) = flow.sender_and_receiver();
-        ethtool(sender, &["tso", "off", "gso", "off"])?;
+        ethtool(sender, &["tso", seg, "gso", seg])?;
         if native {
-            ethtool(receiver, &["gro", "on"])?;
+            ethtool(receiver, &["gro", gro])?;
         }
     }
     Ok(())
@@ -533,10 +546,6 @@ fn one_config(
             return Ok(false);
         }
     };
-    if let Err(e) = segments_like_a_nic(&env, cfg == RamConfig::Native) {
-        baseline::tear_down(env, &ctx.base, &ctx.layout);
-        return Err(e.context(format!("setting up {}'s RX sender", cfg.name())));
-    }
     let result = measure_cases(ctx, &env, cfg, cases, run, out);
     baseline::tear_down(env, &ctx.base, &ctx.layout);
     result.with_context(|| format!("measuring {}", cfg.name()))?;
@@ -552,6 +561,8 @@ fn measure_cases(
     out: &mut Vec<RamRecord>,
 ) -> Result<()> {
     for &case in cases {
+        segments_like_a_nic(env, cfg == RamConfig::Native, case.mtu_frames())
+            .with_context(|| format!("setting up {}'s RX sender", cfg.name()))?;
         let m = measure(ctx, env, case)?;
         let total = m.cycles_per_packet.get("total").copied().unwrap_or(0.0);
         let loc = match (cfg, case) {
@@ -614,9 +625,9 @@ fn one_run(
     let mut available = Vec::new();
     for cfg in chosen(ctx.opts) {
         let cases: &[Case] = if cfg == RamConfig::Native {
-            &[Case::Rx, Case::Tx, Case::RxTwoGuests]
+            &[Case::Rx, Case::RxGso, Case::Tx, Case::RxTwoGuests]
         } else {
-            &[Case::Rx, Case::Tx]
+            &[Case::Rx, Case::RxGso, Case::Tx]
         };
         if one_config(ctx, cfg, None, cases, run, records, unavailable)? {
             available.push(cfg);
