@@ -119,16 +119,20 @@ impl Driver {
             .unwrap_or(true);
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
+        // hv's word (`jail::Role::QueueDriver`): it may make queues.
+        let queue_admin = hv
+            .store_read_str(&format!("{home}/queue-admin"))
+            .is_ok_and(|v| v == "1");
         // Queues an earlier run of this driver domain left (it died).
-        match vmq::delete_stale_queues() {
-            Ok(0) => {}
-            Ok(n) => eprintln!("driver: deleted {n} queues a previous run left"),
-            Err(e) => eprintln!("driver: looking for queues left behind: {e}"),
+        match queue_admin.then(vmq::delete_stale_queues) {
+            None | Some(Ok(0)) => {}
+            Some(Ok(n)) => eprintln!("driver: deleted {n} queues a previous run left"),
+            Some(Err(e)) => eprintln!("driver: looking for queues left behind: {e}"),
         }
         let mut d = Driver {
             captures: format!("{home}/capture"),
             base: format!("/local/domain/{me}/backend/vif"),
-            ports: Ports::new(&home, port_offload),
+            ports: Ports::new(&home, port_offload, queue_admin),
             home,
             pending: Vec::new(),
             vifs: Vec::new(),
@@ -699,16 +703,19 @@ struct Ports {
     uplinks_dir: String,
     extras_dir: String,
     vhost_dir: String,
+    /// hv lets this driver domain make queues (`queue-admin`).
+    queue_admin: bool,
     /// Refused store values already logged (`ifname=value`), so a watch
     /// that fires again does not count them again.
     refused: Vec<String>,
 }
 
 impl Ports {
-    fn new(home: &str, offload: bool) -> Ports {
+    fn new(home: &str, offload: bool, queue_admin: bool) -> Ports {
         Ports {
             list: Vec::new(),
             offload,
+            queue_admin,
             uplinks_dir: format!("{home}/uplinks"),
             extras_dir: format!("{home}/ports"),
             vhost_dir: format!("{home}/vhost"),
@@ -863,10 +870,11 @@ impl Ports {
                 continue;
             }
             let queues = if e.group.is_some() { 0 } else { e.queues };
-            let opened_one = open_port(hv, &e.name, e.kind, self.offload, queues).and_then(|p| {
-                events.epoll.add(p.fd(), Source::Port(j).token())?;
-                Ok(p)
-            });
+            let opened_one = open_port(hv, &e.name, e.kind, self.offload, queues, self.queue_admin)
+                .and_then(|p| {
+                    events.epoll.add(p.fd(), Source::Port(j).token())?;
+                    Ok(p)
+                });
             match opened_one {
                 Ok(p) => {
                     eprintln!(
@@ -937,8 +945,14 @@ fn open_port(
     kind: PortKind,
     offload: bool,
     queues: u16,
+    queue_admin: bool,
 ) -> std::io::Result<Box<dyn Port>> {
     Ok(match kind {
+        PortKind::Uplink if queues > 0 && !queue_admin => Box::new(
+            PacketPort::open(name, offload)?.without_queues(
+                "hv withholds CAP_NET_ADMIN, which queues need, from a driver domain holding a host NIC (a host or macvlan uplink)",
+            ),
+        ),
         PortKind::Uplink => Box::new(PacketPort::open(name, offload)?.with_queues(queues)),
         PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
         PortKind::Vhost { mac, guest } => Box::new(VhostPort::open(
@@ -1897,7 +1911,7 @@ mod tests {
         ];
         let mut r = Rig {
             bridge,
-            ports: Ports::new("/t", true),
+            ports: Ports::new("/t", true, false),
             taps: Taps::default(),
             scratch: Scratch::new(),
             sent: Vec::new(),

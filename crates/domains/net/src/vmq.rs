@@ -374,15 +374,28 @@ impl PacketPort {
         }
         let name = self.name().to_string();
         self.queues.port_mac = sys::get_mac(&name).ok();
-        let kind = self.rtnl().ok().and_then(|nl| {
-            let links = nl.links().ok()?;
-            links.into_iter().find(|l| l.name == name).map(|l| l.kind)
-        });
-        if kind.as_deref() == Some("macvlan") {
-            self.queues.unsupported = Some(format!(
+        let kind = self
+            .rtnl()
+            .and_then(|nl| nl.links())
+            .map(|links| links.into_iter().find(|l| l.name == name).map(|l| l.kind));
+        // Fails closed: a port whose kind cannot be read offers no queue.
+        self.queues.unsupported = match kind {
+            Ok(Some(k)) if k == "macvlan" => Some(format!(
                 "uplink {name} is a macvlan: its queues would bypass it"
-            ));
-        }
+            )),
+            Ok(Some(_)) => None,
+            Ok(None) => Some(format!(
+                "uplink {name} is not among the links rtnetlink lists"
+            )),
+            Err(e) => Some(format!("reading uplink {name} over rtnetlink: {e}")),
+        };
+        self
+    }
+
+    /// Offers no dedicated queue, for `why` (status shows it).
+    pub fn without_queues(mut self, why: &str) -> PacketPort {
+        self.queues = QueueTable::new(1);
+        self.queues.unsupported = Some(why.to_string());
         self
     }
 

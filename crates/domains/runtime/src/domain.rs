@@ -22,6 +22,13 @@ pub fn close_stray_fds() {
     sys::close_inherited_fds(&keep);
 }
 
+/// Whether hv lets this driver domain manage its ports' queues (its home's
+/// `queue-admin`, which hv rewrites at every launch).
+fn queue_admin(hv: &mut HvClient) -> bool {
+    let node = format!("/local/domain/{}/splitnet/queue-admin", hv.domid());
+    hv.store_read_str(&node).is_ok_and(|v| v == "1")
+}
+
 pub fn main() -> Result<()> {
     let fd: i32 = std::env::var(ENV_HV_FD)
         .context("`splitnet domain` is started by hv, not by hand")?
@@ -33,12 +40,12 @@ pub fn main() -> Result<()> {
     let id = hv.domid();
     // Confined before reading a byte from a peer (jail); the NIC kind is
     // the toolstack's word in the domain's home.
-    let nic = match hv.welcome().kind.as_str() {
-        "guest" => crate::hosted::nic_kind(&mut hv),
-        _ => String::new(),
+    let role = match hv.welcome().kind.as_str() {
+        "guest" => jail::Role::of_domain("guest", &crate::hosted::nic_kind(&mut hv)),
+        "driver" => Ok(jail::Role::driver(queue_admin(&mut hv))),
+        k => jail::Role::of_kind(k),
     };
-    jail::Role::of_domain(&hv.welcome().kind, &nic)
-        .and_then(jail::enter)
+    role.and_then(jail::enter)
         .map_err(|e| anyhow!("domain {id}: {e}"))?;
     let home = format!("/local/domain/{id}");
     hv.store_write(&format!("{home}/pid"), &std::process::id().to_string())

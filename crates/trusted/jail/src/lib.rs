@@ -42,13 +42,16 @@ pub enum Role {
     /// passes to the backend) and its kick and call eventfds.
     VirtioGuest,
     /// netback, bridge and port: an AF_PACKET socket on the physical port
-    /// (CAP_NET_RAW), and the port's multi-queue macvlans, which it creates
-    /// and deletes over rtnetlink (CAP_NET_ADMIN and AF_NETLINK). Both
-    /// capabilities are held in the user namespace that owns the driver
-    /// domain's network namespace, so they reach its own interfaces only
-    /// (socket buffers past rmem_max would need CAP_NET_ADMIN over the
-    /// host, which no domain has).
+    /// (CAP_NET_RAW, held in the user namespace that owns the driver
+    /// domain's network namespace, so it reaches its own interfaces only).
     Driver,
+    /// A driver domain whose every interface is a veth hv made (`wire`,
+    /// `nat`, `route` uplinks): as [`Role::Driver`], and it creates and
+    /// deletes its ports' multi-queue macvlans over rtnetlink
+    /// (CAP_NET_ADMIN over its own namespace, AF_NETLINK). hv never gives
+    /// it to a driver domain holding a host NIC (`host`, `macvlan`), whose
+    /// firmware, features and interface names CAP_NET_ADMIN would reach.
+    QueueDriver,
     /// A hosted guest's VMApp, in its driver domain's namespaces: it made
     /// VMNet's TAP and mapped the guest's memory before the jail, and keeps
     /// no capability; it only reads and writes descriptors it holds, and
@@ -63,6 +66,17 @@ impl Role {
         match (kind, nic) {
             ("guest", "virtio") => Ok(Role::VirtioGuest),
             _ => Role::of_kind(kind),
+        }
+    }
+
+    /// A driver domain's role: [`Role::QueueDriver`] when hv wrote
+    /// `queue-admin` = 1 in its home (every interface of it is a veth hv
+    /// made), [`Role::Driver`] otherwise.
+    pub fn driver(queue_admin: bool) -> Role {
+        if queue_admin {
+            Role::QueueDriver
+        } else {
+            Role::Driver
         }
     }
 
@@ -82,7 +96,8 @@ impl Role {
     pub fn caps(self) -> Caps {
         match self {
             Role::Guest | Role::VirtioGuest => Caps::of(&[CAP_NET_ADMIN]),
-            Role::Driver => Caps::of(&[CAP_NET_RAW, CAP_NET_ADMIN]),
+            Role::Driver => Caps::of(&[CAP_NET_RAW]),
+            Role::QueueDriver => Caps::of(&[CAP_NET_RAW, CAP_NET_ADMIN]),
             Role::VmApp => Caps::of(&[]),
         }
     }
@@ -197,7 +212,7 @@ pub fn syscalls(role: Role) -> SyscallFilter {
         Role::Guest => f.allow_all(GUEST_RUNS_IP),
         Role::VirtioGuest => f.allow_all(GUEST_RUNS_IP).allow_all(VIRTIO_FRONTEND),
         Role::VmApp => f.allow_all(THREADS),
-        Role::Driver => f.allow_all(THREADS).allow_all(VHOST_BACKEND),
+        Role::Driver | Role::QueueDriver => f.allow_all(THREADS).allow_all(VHOST_BACKEND),
     };
     // Threads and processes, without new namespaces (clone3 hides its flags
     // in memory, so it looks absent and glibc falls back to clone).
@@ -219,6 +234,12 @@ pub fn syscalls(role: Role) -> SyscallFilter {
             libc::AF_NETLINK,
         ],
         Role::Driver => &[
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_PACKET,
+        ],
+        Role::QueueDriver => &[
             libc::AF_UNIX,
             libc::AF_INET,
             libc::AF_INET6,
@@ -367,3 +388,23 @@ const RUNTIME: &[libc::c_long] = &[
     libc::SYS_lseek,
     libc::SYS_getsockopt,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_driver_domain_of_veths_may_administer_its_namespace() {
+        let plain = Role::driver(false);
+        assert_eq!(plain, Role::Driver);
+        assert!(!plain.caps().has(CAP_NET_ADMIN));
+        assert!(plain.caps().has(CAP_NET_RAW));
+        let queues = Role::driver(true);
+        assert_eq!(queues, Role::QueueDriver);
+        assert!(queues.caps().has(CAP_NET_ADMIN));
+        assert!(queues.caps().has(CAP_NET_RAW));
+        // A guest's kind never yields a driver role, whatever its NIC.
+        assert_eq!(Role::of_domain("guest", "vif").ok(), Some(Role::Guest));
+        assert_eq!(Role::of_kind("driver").ok(), Some(Role::Driver));
+    }
+}

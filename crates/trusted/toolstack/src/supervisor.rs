@@ -255,7 +255,15 @@ impl Supervisor {
             }
         }
         if d.kind == DomainKind::Driver {
-            crate::uplink::write_store(&mut ts, &home, &self.topology.uplinks_of(&d.name))?;
+            let uplinks = self.topology.uplinks_of(&d.name);
+            crate::uplink::write_store(&mut ts, &home, &uplinks)?;
+            // Rewritten at every launch, so nothing a driver domain wrote
+            // in its home before a restart decides its successor's jail.
+            let admin = crate::uplink::all_made_by_hv(&uplinks);
+            ts.write(
+                &format!("{home}/queue-admin"),
+                if admin { "1" } else { "0" },
+            )?;
             let vhost = self.lock().vhost.clone();
             for v in vhost.iter().filter(|v| v.backend == d.name) {
                 write_vhost(&mut ts, id, v)?;
