@@ -300,6 +300,69 @@ fn under_hv_copy_the_queue_fills_staging_frames_and_data_arrives_intact() {
     );
 }
 
+/// A queue's frames in half-page (2 KiB) buffers: each lands in the half
+/// of its page the guest posted, whose offset its response carries; a
+/// frame in the wrong half would fail the file's SHA-256.
+fn half_page_buffers_through_the_queue(env: &Env, extra: &str) {
+    up(
+        env,
+        &topology(
+            &format!("mq = true\nrx_buffer = \"half\"\nprefetch = true\n{extra}"),
+            "",
+        ),
+    );
+    let before = num(&dedicated(env, "guest1"), "rx_direct_packets");
+    let mbps = http_fetch_64mib(env);
+    eprintln!("mq + half-page buffers {extra}: HTTP 64 MiB {mbps:.0} Mbit/s");
+    let q = direct_rises(env, "guest1", before + 1000);
+    assert_eq!(q["state"], "dedicated", "{q}");
+    let st = env.status();
+    let v = vif(&st, "guest1");
+    assert_eq!(v["counters"]["rejected"], serde_json::json!({}), "{v}");
+    assert_eq!(
+        v["frontend_counters"]["rejected"],
+        serde_json::json!({}),
+        "{v}"
+    );
+    env.ok(&["down"]);
+}
+
+#[test]
+fn half_page_buffers_take_queue_frames_at_their_offset() {
+    let Some(env) = Env::new("mq-half") else {
+        return;
+    };
+    half_page_buffers_through_the_queue(&env, "");
+}
+
+#[test]
+fn half_page_buffers_take_staged_queue_frames_at_their_offset() {
+    let Some(env) = Env::new("mq-half-hvcopy") else {
+        return;
+    };
+    half_page_buffers_through_the_queue(&env, "grants = \"hv-copy\"\ntx_mode = \"copy\"");
+}
+
+/// `lro = "driver"` on a vif with a dedicated queue: netback never reads
+/// the queue's frames, so status says LRO is bypassed and why.
+#[test]
+fn driver_domain_lro_says_a_dedicated_queue_bypasses_it() {
+    let Some(env) = Env::new("mq-lro") else {
+        return;
+    };
+    up(&env, &topology("mq = true\nlro = \"driver\"", ""));
+    let before = num(&dedicated(&env, "guest1"), "rx_direct_packets");
+    http_fetch_64mib(&env);
+    direct_rises(&env, "guest1", before + 1000);
+    let st = env.status();
+    let lro = &vif(&st, "guest1")["lro"];
+    assert_eq!(lro["where"], "driver", "{lro}");
+    assert_eq!(lro["on"], false, "{lro}");
+    let why = lro["why"].as_str().unwrap_or_default();
+    assert!(why.contains("dedicated queue"), "{lro}");
+    env.ok(&["down"]);
+}
+
 /// 64-byte UDP datagrams to guest2's discard port as fast as one core
 /// sends them, for 5 seconds (no receiver: nothing in guest2 slows it).
 const FLOOD: &str = "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nd=b'x'*64\nend=time.time()+5\nwhile time.time()<end:\n    for _ in range(1000):\n        s.sendto(d,('10.77.0.2',9))\n";

@@ -18,7 +18,7 @@
 //! offloads, or data over several buffers without GSO) is copied out and
 //! takes the shared path, whose queue consumes the same requests later.
 
-use super::rx::CopyResp;
+use super::rx::{buffer_offset, CopyResp};
 use super::{Netback, Result, SLOT_BUDGET};
 use crate::packet::{self, Csum, FrameRef, Gso, VNET_HDR_LEN};
 use crate::vmq::{Armed, VmqLayer, MAX_ARMED};
@@ -37,6 +37,9 @@ pub(crate) struct MqState {
     reqs: [(u16, u32); MAX_ARMED],
     /// The buffer of each data part: positions 0, 2, 3, ...
     ranges: [(usize, usize); MAX_ARMED],
+    /// The offset in its page of each data part's buffer (0, or 2048 with
+    /// half-page buffers), which its response carries.
+    offs: [u16; MAX_ARMED],
     /// Requests armed (0: none).
     armed: usize,
     /// Grants acquired for the armed requests (new grant mechanism).
@@ -59,6 +62,7 @@ impl MqState {
         MqState {
             reqs: [(0, 0); MAX_ARMED],
             ranges: [(0, 0); MAX_ARMED],
+            offs: [0; MAX_ARMED],
             armed: 0,
             acquired: 0,
             staged: 0,
@@ -80,18 +84,30 @@ fn position(i: usize) -> usize {
     }
 }
 
+/// Why driver-domain LRO is off while a vif has a dedicated queue. The
+/// thesis's "LRO DD" with multi-queue had the NIC's driver coalesce before
+/// it placed frames; here the queue's socket places each frame in the
+/// guest's buffers and netback never reads it, so coalescing would mean
+/// copying every frame out and back: the whole saving of the queue.
+pub(crate) const LRO_QUEUE_BYPASS: &str =
+    "a dedicated queue places the vif's frames in the guest's buffers unread";
+
 impl Netback {
-    /// Starts serving a dedicated queue for this vif (allocates its state).
+    /// Starts serving a dedicated queue for this vif (allocates its state);
+    /// driver-domain LRO no longer sees its frames ([`LRO_QUEUE_BYPASS`]).
     pub fn start_queue(&mut self) {
         if self.mq.is_none() {
             self.mq = Some(Box::new(MqState::new()));
         }
+        self.lro_bypassed(LRO_QUEUE_BYPASS);
     }
 
-    /// Stops: whatever is armed goes back unconsumed.
+    /// Stops: whatever is armed goes back unconsumed, and LRO sees the
+    /// vif's frames again.
     pub fn stop_queue(&mut self) {
         self.free_skb();
         self.mq = None;
+        self.lro_resume(LRO_QUEUE_BYPASS);
     }
 
     /// Frames the queue put straight into the guest's buffers (NGM) or its
@@ -134,7 +150,7 @@ impl Netback {
     /// (0: not enough posted, or a bad grant at the head, answered).
     fn arm(&mut self) -> usize {
         let need = self.armed_need().min(MAX_ARMED);
-        let chunk = self.rx_chunk();
+        let (chunk, half) = (self.rx_chunk(), self.rx_half);
         let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
             return 0;
         };
@@ -160,19 +176,27 @@ impl Netback {
                 continue; // the extra slot's buffer is never written
             }
             let i = if k == 0 { 0 } else { k - 1 };
+            let off = match buffer_offset(half, &req) {
+                Ok(off) => off,
+                Err(r) => {
+                    bad = Some((k, r));
+                    break;
+                }
+            };
             let base = match &self.ngm {
-                // Buffers start at offset 0 of their page: with half-page
-                // buffers negotiated, add the request's validated offset.
                 Some(view) => match view.acquire(req.gref, true) {
-                    Ok(frame) => frame.base(),
+                    Ok(frame) => frame.base() + usize::from(off),
                     Err(r) => {
                         bad = Some((k, r.reason()));
                         break;
                     }
                 },
+                // Staging frames are the vif's own: their copies land at
+                // the buffer's offset in the guest's page.
                 None => Pfn::new(self.rx_base + (st.staged + i) as u32).base(),
             };
             st.ranges[i] = (base, chunk);
+            st.offs[i] = off;
             st.armed = k + 1;
             st.acquired = if staging { 0 } else { i + 1 };
         }
@@ -288,7 +312,7 @@ impl Netback {
             let part = (len - i * chunk).min(chunk);
             let id = st.reqs[position(i)].0;
             let flags = Self::part_flags(i, chunks, csum, gso);
-            rx.push_response(&RxResponse::data(id, 0, flags, part as u16)?)?;
+            rx.push_response(&RxResponse::data(id, st.offs[i], flags, part as u16)?)?;
             if i == 0 {
                 if let Some(g) = gso {
                     rx.push_response(&g.to_extra().to_rx_slot())?;
@@ -321,7 +345,7 @@ impl Netback {
             st.resps.push(CopyResp::Data {
                 id,
                 op: st.ops.len(),
-                off: 0,
+                off: st.offs[i],
                 len: part as u16,
                 flags: Self::part_flags(i, chunks, csum, gso),
             });
@@ -334,7 +358,7 @@ impl Netback {
                 dest: CopyPtr::Gref {
                     domid: guest,
                     gref,
-                    offset: 0,
+                    offset: st.offs[i],
                 },
                 len: part as u16,
                 status: 0,
