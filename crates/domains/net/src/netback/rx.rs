@@ -305,7 +305,7 @@ impl Netback {
     /// Queues a frame for the guest in the slab, shaped there for what its
     /// NIC accepts. A guest that takes nothing costs a counter once the
     /// slab is full.
-    fn enqueue_rx(&mut self, f: &FrameRef<'_>) {
+    pub(super) fn enqueue_rx(&mut self, f: &FrameRef<'_>) {
         match offload::prepare_frame(f, self.guest_caps, &mut self.rx_slab) {
             Ok(true) => {}
             Ok(false) => self.counters.drop("rx_queue_full"),
