@@ -1265,7 +1265,7 @@ impl Driver {
             let Some(v) = self.vifs.get_mut(i) else {
                 continue;
             };
-            let Some((_, _, queue)) = v.queue.at.as_ref() else {
+            let Some((_, _, queue)) = v.queue.at.as_mut() else {
                 continue;
             };
             match queue.receive(&mut v.nb, QUEUE_BUDGET) {
@@ -1311,7 +1311,7 @@ impl Driver {
 /// A vif's `queue` object in its stats, when it asked for a queue.
 fn queue_json(v: &mut Vif) -> Option<serde_json::Value> {
     let pdev = v.queue.pdev.as_deref()?;
-    let (direct, fallback) = v.nb.queue_counts();
+    let (direct, fallback, spilled) = v.nb.queue_counts();
     let (name, drops, (sent, unsent)) = match v.queue.at.as_mut() {
         Some((_, _, q)) => (Some(q.name().to_string()), q.kernel_drops(), q.tx_counts()),
         None => (None, 0, (0, 0)),
@@ -1324,6 +1324,7 @@ fn queue_json(v: &mut Vif) -> Option<serde_json::Value> {
         "why": v.queue.why,
         "rx_direct_packets": direct,
         "rx_fallback_packets": fallback,
+        "rx_spilled_packets": spilled,
         "kernel_drops": drops,
         "tx_packets": sent,
         "tx_dropped": unsent,

@@ -33,6 +33,14 @@ pub const MAX_QUEUES: u16 = sys::FILTER_MACS as u16;
 /// buffers, and its vnet header).
 pub const MAX_ARMED: usize = 40;
 
+/// A received length without its vnet header (`Err`: cut short).
+fn frame_len(r: Result<usize, usize>) -> Result<usize, usize> {
+    match r {
+        Ok(n) => n.checked_sub(VNET_HDR_LEN).ok_or(n),
+        Err(n) => Err(n.saturating_sub(VNET_HDR_LEN)),
+    }
+}
+
 /// The name of the queue of vif index `vif` on the port of index `port`.
 pub fn queue_name(port: u32, vif: u32) -> String {
     format!("{QUEUE_PREFIX}{port}v{vif}")
@@ -98,6 +106,13 @@ pub struct VmqCounters {
     pub mac_changes_refused: u64,
 }
 
+/// Frames one batched receive takes at most.
+pub const RX_BATCH: usize = sys::SCATTER_BATCH;
+/// The longest frame a queue delivers (a 64 KiB GSO frame and its
+/// headers), and so the bytes of a batch slot: a frame's first bytes land
+/// in its armed buffer, the rest in its slot past the buffer's length.
+pub const MAX_FRAME: usize = 65536 + 64;
+
 /// Buffers the virtualization layer armed for the next frame: ranges of
 /// `map` (the guest's pool, or the driver domain's staging frames).
 pub struct Armed<'a> {
@@ -117,6 +132,65 @@ pub trait VmqLayer {
     /// vnet header `hdr`: `Ok(its length)`, or `Err(its length)` when it
     /// was longer than they are (consumed, not kept).
     fn netif_rx(&mut self, hdr: &[u8; VNET_HDR_LEN], len: Result<usize, usize>);
+    /// Arms up to `max` buffers, one per frame, for a batch; None when the
+    /// guest posted none (or frames wait on the slow path).
+    fn alloc_batch(&mut self, max: usize) -> Option<Armed<'_>>;
+    /// A batch arrived: frame k's first bytes in armed buffer k, the rest
+    /// in its slot of `landed`. The armed buffers a frame did not take stay
+    /// posted.
+    fn netif_rx_batch(&mut self, landed: &mut Landed<'_>);
+}
+
+/// What one batched receive put where: per frame its vnet header, its
+/// length after the header (`Err` when longer than its buffer and slot),
+/// and its slot of [`MAX_FRAME`] bytes, whose bytes past the armed buffer's
+/// length are the frame's rest; the layer may write the slot's head to
+/// join a frame in one piece.
+pub struct Landed<'a> {
+    pub hdrs: &'a [[u8; VNET_HDR_LEN]],
+    pub lens: &'a [Result<usize, usize>],
+    scratch: &'a mut [u8],
+}
+
+impl Landed<'_> {
+    /// Frames received.
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    /// Frame k's slot.
+    pub fn slot(&mut self, k: usize) -> &mut [u8] {
+        &mut self.scratch[k * MAX_FRAME..(k + 1) * MAX_FRAME]
+    }
+}
+
+/// A queue's batch receive storage, allocated once with the queue.
+struct BatchStore {
+    hdrs: [[u8; VNET_HDR_LEN]; RX_BATCH],
+    lens: [Result<usize, usize>; RX_BATCH],
+    /// [`RX_BATCH`] slots of [`MAX_FRAME`] bytes (zeroed pages: the kernel maps
+    /// them only once a frame overflows into them).
+    scratch: Vec<u8>,
+}
+
+/// How a queue receives (see [`Queue::receive`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One `recvmmsg` of up to [`RX_BATCH`] frames, one buffer each.
+    Batch,
+    /// One frame per `recvmsg`, scattered over as many buffers as it takes.
+    Scatter,
+}
+
+/// What one receive call did.
+enum Step {
+    Frames(usize),
+    Starved,
+    Empty,
 }
 
 /// What one [`Queue::receive`] did.
@@ -140,6 +214,8 @@ pub struct Queue {
     caps: Offloads,
     shaped: Vec<Packet>,
     counters: PortCounters,
+    mode: Mode,
+    batch: Box<BatchStore>,
 }
 
 impl Queue {
@@ -150,6 +226,12 @@ impl Queue {
             caps,
             shaped: Vec::new(),
             counters: PortCounters::default(),
+            mode: Mode::Batch,
+            batch: Box::new(BatchStore {
+                hdrs: [[0; VNET_HDR_LEN]; RX_BATCH],
+                lens: [Ok(0); RX_BATCH],
+                scratch: vec![0; RX_BATCH * MAX_FRAME],
+            }),
         }
     }
 
@@ -175,54 +257,144 @@ impl Queue {
         self.sock.name()
     }
 
-    /// Receives up to `budget` frames, each straight into the buffers the
-    /// layer arms for it. One frame per system call: a frame's length is
-    /// known only once it arrived, and the guest's responses must follow
-    /// the order it posted its buffers in, so a batch of messages would
-    /// leave holes of unused buffers between frames.
-    pub fn receive(&self, vl: &mut dyn VmqLayer, budget: usize) -> io::Result<QueueTurn> {
+    /// Receives up to `budget` frames straight into the buffers the layer
+    /// arms. The guest's responses must follow the order it posted its
+    /// buffers in, and a frame's length is known only once it arrived, so
+    /// there are two ways:
+    ///
+    /// - batched (MTU frames, what a NIC delivers): one `recvmmsg` of up
+    ///   to [`RX_BATCH`] frames, each into one armed buffer with a private
+    ///   overflow behind it. Frames that fit go out in place; from the
+    ///   first one that does not, the layer copies the rest of the batch
+    ///   out and the buffers they landed in stay posted, so none is
+    ///   skipped;
+    /// - scattered: one frame per `recvmsg` over as many buffers as a
+    ///   64 KiB frame takes, each used in place.
+    ///
+    /// A batch in which most frames overflowed means large frames (GSO
+    /// from the kernel): each would be copied, so the queue scatters until
+    /// a frame that fits one buffer shows MTU frames again.
+    pub fn receive(&mut self, vl: &mut dyn VmqLayer, budget: usize) -> io::Result<QueueTurn> {
         let mut turn = QueueTurn::default();
         while turn.frames < budget {
-            let mut hdr = [0u8; VNET_HDR_LEN];
-            let got = {
-                let Some(armed) = vl.alloc_skb() else {
+            let step = match self.mode {
+                Mode::Batch => self.receive_batch(vl, budget - turn.frames)?,
+                Mode::Scatter => self.receive_one(vl)?,
+            };
+            match step {
+                Step::Frames(n) => turn.frames += n,
+                Step::Starved => {
                     turn.starved = true;
                     return Ok(turn);
-                };
-                let mut parts: [IoPartMut<'_>; MAX_ARMED + 1] =
-                    std::array::from_fn(|_| IoPartMut::Private(&mut []));
-                parts[0] = IoPartMut::Private(&mut hdr);
-                let n = armed.ranges.len().min(MAX_ARMED);
-                for (p, &(off, len)) in parts[1..].iter_mut().zip(&armed.ranges[..n]) {
-                    *p = IoPartMut::Shared {
-                        map: armed.map,
-                        off,
-                        len,
-                    };
                 }
-                self.sock.recv_scatter(&mut parts[..n + 1])
-            };
-            match got {
-                Ok(Some(r)) => {
-                    let len = match r {
-                        Ok(n) => n.checked_sub(VNET_HDR_LEN).ok_or(n),
-                        Err(n) => Err(n.saturating_sub(VNET_HDR_LEN)),
-                    };
-                    vl.netif_rx(&hdr, len);
-                    turn.frames += 1;
-                }
-                Ok(None) => {
-                    vl.free_skb();
-                    return Ok(turn);
-                }
-                Err(e) => {
-                    vl.free_skb();
-                    return Err(e);
-                }
+                Step::Empty => return Ok(turn),
             }
         }
         turn.more = true;
         Ok(turn)
+    }
+
+    /// One frame scattered over the buffers armed for it.
+    fn receive_one(&mut self, vl: &mut dyn VmqLayer) -> io::Result<Step> {
+        let mut hdr = [0u8; VNET_HDR_LEN];
+        let (got, buffer) = {
+            let Some(armed) = vl.alloc_skb() else {
+                return Ok(Step::Starved);
+            };
+            let mut parts: [IoPartMut<'_>; MAX_ARMED + 1] =
+                std::array::from_fn(|_| IoPartMut::Private(&mut []));
+            parts[0] = IoPartMut::Private(&mut hdr);
+            let n = armed.ranges.len().min(MAX_ARMED);
+            for (p, &(off, len)) in parts[1..].iter_mut().zip(&armed.ranges[..n]) {
+                *p = IoPartMut::Shared {
+                    map: armed.map,
+                    off,
+                    len,
+                };
+            }
+            let buffer = armed.ranges.first().map_or(0, |r| r.1);
+            (self.sock.recv_scatter(&mut parts[..n + 1]), buffer)
+        };
+        match got {
+            Ok(Some(r)) => {
+                let len = frame_len(r);
+                if len.is_ok_and(|n| n <= buffer) {
+                    self.mode = Mode::Batch;
+                }
+                vl.netif_rx(&hdr, len);
+                Ok(Step::Frames(1))
+            }
+            Ok(None) => {
+                vl.free_skb();
+                Ok(Step::Empty)
+            }
+            Err(e) => {
+                vl.free_skb();
+                Err(e)
+            }
+        }
+    }
+
+    /// Up to `max` frames in one `recvmmsg`, each into one armed buffer
+    /// and its slot's overflow.
+    fn receive_batch(&mut self, vl: &mut dyn VmqLayer, max: usize) -> io::Result<Step> {
+        let Queue {
+            sock, batch, mode, ..
+        } = &mut *self;
+        let BatchStore {
+            hdrs,
+            lens,
+            scratch,
+        } = &mut **batch;
+        let (got, buffer) = {
+            let Some(armed) = vl.alloc_batch(max.min(RX_BATCH)) else {
+                return Ok(Step::Starved);
+            };
+            let n = armed.ranges.len().min(RX_BATCH);
+            let buffer = armed.ranges.first().map_or(0, |r| r.1);
+            let mut msgs: [[IoPartMut<'_>; 3]; RX_BATCH] =
+                std::array::from_fn(|_| std::array::from_fn(|_| IoPartMut::Private(&mut [])));
+            let slots = scratch.chunks_mut(MAX_FRAME).zip(hdrs.iter_mut());
+            for ((m, (slot, hdr)), &(off, len)) in msgs.iter_mut().zip(slots).zip(armed.ranges) {
+                let rest = slot.get_mut(len..).unwrap_or_default();
+                *m = [
+                    IoPartMut::Private(hdr),
+                    IoPartMut::Shared {
+                        map: armed.map,
+                        off,
+                        len,
+                    },
+                    IoPartMut::Private(rest),
+                ];
+            }
+            (
+                sock.recv_scatter_batch(&mut msgs[..n], &mut lens[..n]),
+                buffer,
+            )
+        };
+        let got = match got {
+            Ok(0) | Err(_) => {
+                vl.free_skb();
+                return got.map(|_| Step::Empty);
+            }
+            Ok(n) => n,
+        };
+        for l in &mut lens[..got] {
+            *l = frame_len(*l);
+        }
+        let over = lens[..got]
+            .iter()
+            .filter(|l| !l.is_ok_and(|n| n <= buffer))
+            .count();
+        if 2 * over > got {
+            *mode = Mode::Scatter;
+        }
+        vl.netif_rx_batch(&mut Landed {
+            hdrs: &hdrs[..got],
+            lens: &lens[..got],
+            scratch: &mut scratch[..],
+        });
+        Ok(Step::Frames(got))
     }
 
     /// Frames the kernel dropped because the queue was full, so far.

@@ -44,8 +44,8 @@ pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
 pub use memfd::{seal_shrink, Memfd, PAGE_SIZE};
 pub use packet::{
-    get_mac, ifindex, set_mac, PacketSocket, RecvBatch, VlanTag, RECV_BATCH, SEND_BATCH,
-    SEND_BATCH_PARTS,
+    get_mac, ifindex, set_mac, PacketSocket, RecvBatch, VlanTag, RECV_BATCH, SCATTER_BATCH,
+    SCATTER_BATCH_PARTS, SEND_BATCH, SEND_BATCH_PARTS,
 };
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
 pub use prefetch::prefetch;

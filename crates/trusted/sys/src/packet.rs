@@ -464,35 +464,110 @@ impl PacketSocket {
     ) -> io::Result<Option<Result<usize, usize>>> {
         let mut iov = iov::iovecs();
         let n = iov::scatter(parts, &mut iov).map_err(|e| self.ctx(e))?;
-        let room: usize = iov[..n].iter().map(|v| v.iov_len).sum();
-        // SAFETY: msghdr is plain old data; all-zero is valid.
-        let mut msg: libc::msghdr = unsafe { zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = n;
-        loop {
+        let room = [iov[..n].iter().map(|v| v.iov_len).sum()];
+        // SAFETY: mmsghdr is plain old data; all-zero is valid.
+        let mut msgs: [libc::mmsghdr; 1] = unsafe { zeroed() };
+        msgs[0].msg_hdr.msg_iov = iov.as_mut_ptr();
+        msgs[0].msg_hdr.msg_iovlen = n;
+        let mut lens = [Ok(0)];
+        // SAFETY: the header points at iovecs `iov::scatter` checked against
+        // memory `parts` borrows mutably (or a writable mapping) for this
+        // call, `room` their total length.
+        let got = unsafe { self.recv_msgs(&mut msgs, &room, &mut lens) }?;
+        Ok((got == 1).then_some(lens[0]))
+    }
+
+    /// Receives up to [`SCATTER_BATCH`] frames in one `recvmmsg`, frame k
+    /// scattered over `msgs[k]` (a private vnet header, a range of a
+    /// writable shared mapping, a private overflow: Ram thesis 3.3's
+    /// placement, batched), without waiting. Returns how many arrived
+    /// (0: none queued); `lens[k]` as for [`PacketSocket::recv_scatter`].
+    pub fn recv_scatter_batch<const P: usize>(
+        &self,
+        msgs: &mut [[crate::IoPartMut<'_>; P]],
+        lens: &mut [Result<usize, usize>],
+    ) -> io::Result<usize> {
+        let count = msgs.len().min(lens.len()).min(SCATTER_BATCH);
+        if P > SCATTER_BATCH_PARTS {
+            return Err(self.ctx(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{P} parts per frame, at most {SCATTER_BATCH_PARTS}"),
+            )));
+        }
+        let mut iov = [[libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; SCATTER_BATCH_PARTS]; SCATTER_BATCH];
+        let mut room = [0usize; SCATTER_BATCH];
+        for k in 0..count {
+            let mut one = iov::iovecs();
+            let n = iov::scatter(&mut msgs[k], &mut one).map_err(|e| self.ctx(e))?;
+            iov[k][..n].copy_from_slice(&one[..n]);
+            room[k] = one[..n].iter().map(|v| v.iov_len).sum();
+        }
+        // SAFETY: mmsghdr is plain old data; all-zero is valid.
+        let mut hdrs: [libc::mmsghdr; SCATTER_BATCH] = unsafe { zeroed() };
+        // Pointers only once `iov` is complete (it no longer moves).
+        for (h, v) in hdrs.iter_mut().zip(iov.iter_mut()).take(count) {
+            h.msg_hdr.msg_iov = v.as_mut_ptr();
+            h.msg_hdr.msg_iovlen = P;
+        }
+        // SAFETY: each of the first `count` headers points at the iovecs
+        // `iov::scatter` checked against the memory of its own message,
+        // which `msgs` borrows mutably (or a writable mapping) for this
+        // call; `room` holds their total lengths.
+        unsafe { self.recv_msgs(&mut hdrs[..count], &room[..count], lens) }
+    }
+
+    /// One `recvmmsg` into `msgs` without waiting (MSG_TRUNC: a frame's real
+    /// length comes back even when it did not fit): how many arrived, each
+    /// one's length in `lens`, `Err` when longer than its `room`.
+    ///
+    /// # Safety
+    /// Every header's iovecs must point at memory writable for the whole
+    /// call, of the lengths they give, that no Rust reference reads or
+    /// writes meanwhile (private buffers borrowed mutably, or ranges of a
+    /// writable shared mapping).
+    unsafe fn recv_msgs(
+        &self,
+        msgs: &mut [libc::mmsghdr],
+        room: &[usize],
+        lens: &mut [Result<usize, usize>],
+    ) -> io::Result<usize> {
+        let count = msgs.len().min(room.len()).min(lens.len());
+        if count == 0 {
+            return Ok(0);
+        }
+        let n = loop {
             crate::count_syscall();
-            // SAFETY: `msg` points at iovecs checked against memory `parts`
-            // borrows mutably (or a writable mapping) for this call; with
-            // MSG_TRUNC the kernel writes at most their length.
+            // SAFETY: the caller's contract: the headers' iovecs point at
+            // writable memory of their lengths; with MSG_TRUNC the kernel
+            // writes at most those lengths.
             let r = unsafe {
-                libc::recvmsg(
+                libc::recvmmsg(
                     self.fd.as_raw_fd(),
-                    &mut msg,
+                    msgs.as_mut_ptr(),
+                    count as libc::c_uint,
                     libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    std::ptr::null_mut(),
                 )
             };
             if r >= 0 {
-                let len = r as usize;
-                let cut = msg.msg_flags & libc::MSG_TRUNC != 0 || len > room;
-                return Ok(Some(if cut { Err(len) } else { Ok(len) }));
+                break r as usize;
             }
             let e = io::Error::last_os_error();
             match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(None),
+                io::ErrorKind::WouldBlock => return Ok(0),
                 io::ErrorKind::Interrupted => continue,
-                _ => return Err(self.ctx(io::Error::new(e.kind(), format!("recvmsg: {e}")))),
+                _ => return Err(self.ctx(io::Error::new(e.kind(), format!("recvmmsg: {e}")))),
             }
+        };
+        for ((m, r), l) in msgs.iter().zip(room).zip(lens.iter_mut()).take(n) {
+            let len = m.msg_len as usize;
+            let cut = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > *r;
+            *l = if cut { Err(len) } else { Ok(len) };
         }
+        Ok(n)
     }
 
     /// Sets the receive buffer (how much the kernel queues before it drops).
@@ -574,6 +649,10 @@ pub const SEND_BATCH: usize = 32;
 pub const SEND_BATCH_PARTS: usize = 4 * MAX_IO_PARTS;
 /// Most frames per [`PacketSocket::recv_batch`].
 pub const RECV_BATCH: usize = 64;
+/// Most frames one [`PacketSocket::recv_scatter_batch`] receives.
+pub const SCATTER_BATCH: usize = 32;
+/// Most parts each frame of a scatter batch has.
+pub const SCATTER_BATCH_PARTS: usize = 4;
 
 /// Buffers for [`PacketSocket::recv_batch`], allocated once and reused for
 /// every batch.

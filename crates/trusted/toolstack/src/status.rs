@@ -892,12 +892,13 @@ fn print_queue(q: &Value) {
         .as_str()
         .map_or(String::new(), |w| format!(" ({w})"));
     println!(
-        "    queue: {} on {}{why}, name {}; rx direct {} pkts, via shared path {}, kernel drops {}; tx {} pkts, {} dropped",
+        "    queue: {} on {}{why}, name {}; rx direct {} pkts, via shared path {} (+{} spilled from batches), kernel drops {}; tx {} pkts, {} dropped",
         q["state"].as_str().unwrap_or("?"),
         q["port"].as_str().unwrap_or("?"),
         q["name"].as_str().unwrap_or("-"),
         n("rx_direct_packets"),
         n("rx_fallback_packets"),
+        n("rx_spilled_packets"),
         n("kernel_drops"),
         n("tx_packets"),
         n("tx_dropped"),

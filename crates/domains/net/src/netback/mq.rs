@@ -18,17 +18,15 @@
 //! offloads, or data over several buffers without GSO) is copied out and
 //! takes the shared path, whose queue consumes the same requests later.
 
-use super::rx::CopyResp;
+use super::rx::{buffer_offset, CopyResp};
 use super::{Netback, Result, SLOT_BUDGET};
 use crate::packet::{self, Csum, FrameRef, Gso, VNET_HDR_LEN};
-use crate::vmq::{Armed, VmqLayer, MAX_ARMED};
+use crate::vmq::{Armed, Landed, VmqLayer, MAX_ARMED, MAX_FRAME};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
-use abi::netif::{NetifStatus, RxFlags, RxResponse};
+use abi::netif::{NetifStatus, RxFlags, RxRequest, RxResponse};
 use abi::{Pfn, SharedMemory};
+use hypercall::ngm_client::NgmView;
 use hypercall::HvClient;
-
-/// The longest frame a queue delivers: a 64 KiB GSO frame and its headers.
-const MAX_FRAME: usize = 65536 + 64;
 
 /// What netback keeps for a vif with a dedicated queue.
 pub(crate) struct MqState {
@@ -37,8 +35,13 @@ pub(crate) struct MqState {
     reqs: [(u16, u32); MAX_ARMED],
     /// The buffer of each data part: positions 0, 2, 3, ...
     ranges: [(usize, usize); MAX_ARMED],
+    /// The offset in its page of each data part's buffer (0, or 2048 with
+    /// half-page buffers), which its response carries.
+    offs: [u16; MAX_ARMED],
     /// Requests armed (0: none).
     armed: usize,
+    /// Armed as a batch: one buffer per frame, at every position.
+    batch: bool,
     /// Grants acquired for the armed requests (new grant mechanism).
     acquired: usize,
     /// hv-copy: staging frames filled and not yet copied, the copies, and
@@ -52,6 +55,10 @@ pub(crate) struct MqState {
     pub rx_direct_packets: u64,
     /// Frames the queue received that took the shared path.
     pub rx_fallback_packets: u64,
+    /// Frames of a batch copied to the shared path behind one that did
+    /// not fit its buffer (or needed an extra slot), so as to answer the
+    /// buffers in order.
+    pub rx_spilled_packets: u64,
 }
 
 impl MqState {
@@ -59,7 +66,9 @@ impl MqState {
         MqState {
             reqs: [(0, 0); MAX_ARMED],
             ranges: [(0, 0); MAX_ARMED],
+            offs: [0; MAX_ARMED],
             armed: 0,
+            batch: false,
             acquired: 0,
             staged: 0,
             ops: Vec::with_capacity(SLOT_BUDGET),
@@ -67,6 +76,7 @@ impl MqState {
             private: vec![0; MAX_FRAME],
             rx_direct_packets: 0,
             rx_fallback_packets: 0,
+            rx_spilled_packets: 0,
         }
     }
 }
@@ -80,26 +90,79 @@ fn position(i: usize) -> usize {
     }
 }
 
+impl MqState {
+    /// The ring position of data part `i` of what is armed.
+    fn req_at(&self, i: usize) -> usize {
+        if self.batch {
+            i
+        } else {
+            position(i)
+        }
+    }
+}
+
+/// Arms the buffer of request `req` as data part `i`: where it is in `map`
+/// (the guest's pool under the new grant mechanism, its grant acquired
+/// writable; otherwise the vif's staging frame `staged + i`) and its
+/// offset in the guest's page, or why it is refused.
+fn arm_buffer(
+    ngm: Option<&NgmView>,
+    rx_base: u32,
+    staged: usize,
+    half: bool,
+    req: &RxRequest,
+    i: usize,
+) -> std::result::Result<(usize, u16), &'static str> {
+    let off = buffer_offset(half, req)?;
+    match ngm {
+        Some(view) => match view.acquire(req.gref, true) {
+            Ok(frame) => Ok((frame.base() + usize::from(off), off)),
+            Err(r) => Err(r.reason()),
+        },
+        // Staging frames are the vif's own: their copies land at the
+        // buffer's offset in the guest's page.
+        None => Ok((Pfn::new(rx_base + (staged + i) as u32).base(), off)),
+    }
+}
+
+/// Why driver-domain LRO is off while a vif has a dedicated queue. The
+/// thesis's "LRO DD" with multi-queue had the NIC's driver coalesce before
+/// it placed frames; here the queue's socket places each frame in the
+/// guest's buffers and netback never reads it, so coalescing would mean
+/// copying every frame out and back: the whole saving of the queue.
+pub(crate) const LRO_QUEUE_BYPASS: &str =
+    "a dedicated queue places the vif's frames in the guest's buffers unread";
+
 impl Netback {
-    /// Starts serving a dedicated queue for this vif (allocates its state).
+    /// Starts serving a dedicated queue for this vif (allocates its state);
+    /// driver-domain LRO no longer sees its frames ([`LRO_QUEUE_BYPASS`]).
     pub fn start_queue(&mut self) {
         if self.mq.is_none() {
             self.mq = Some(Box::new(MqState::new()));
         }
+        self.lro_bypassed(LRO_QUEUE_BYPASS);
     }
 
-    /// Stops: whatever is armed goes back unconsumed.
+    /// Stops: whatever is armed goes back unconsumed, and LRO sees the
+    /// vif's frames again.
     pub fn stop_queue(&mut self) {
         self.free_skb();
         self.mq = None;
+        self.lro_resume(LRO_QUEUE_BYPASS);
     }
 
     /// Frames the queue put straight into the guest's buffers (NGM) or its
-    /// staging frames (hv-copy), and frames it handed the shared path.
-    pub fn queue_counts(&self) -> (u64, u64) {
-        self.mq
-            .as_ref()
-            .map_or((0, 0), |m| (m.rx_direct_packets, m.rx_fallback_packets))
+    /// staging frames (hv-copy), frames it handed the shared path because
+    /// the guest cannot take them as they are, and frames of a batch it
+    /// spilled there.
+    pub fn queue_counts(&self) -> (u64, u64, u64) {
+        self.mq.as_ref().map_or((0, 0, 0), |m| {
+            (
+                m.rx_direct_packets,
+                m.rx_fallback_packets,
+                m.rx_spilled_packets,
+            )
+        })
     }
 
     /// The vif's MAC (its queue takes the frames to it).
@@ -134,7 +197,7 @@ impl Netback {
     /// (0: not enough posted, or a bad grant at the head, answered).
     fn arm(&mut self) -> usize {
         let need = self.armed_need().min(MAX_ARMED);
-        let chunk = self.rx_chunk();
+        let (chunk, half) = (self.rx_chunk(), self.rx_half);
         let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
             return 0;
         };
@@ -150,6 +213,7 @@ impl Netback {
         if staging && st.staged + need > SLOT_BUDGET {
             return 0; // the copies pending go first (flush_rx)
         }
+        st.batch = false;
         let mut bad = None;
         for k in 0..need {
             let Ok(Some(req)) = rx.peek_nth(k as u32) else {
@@ -160,22 +224,71 @@ impl Netback {
                 continue; // the extra slot's buffer is never written
             }
             let i = if k == 0 { 0 } else { k - 1 };
-            let base = match &self.ngm {
-                // Buffers start at offset 0 of their page: with half-page
-                // buffers negotiated, add the request's validated offset.
-                Some(view) => match view.acquire(req.gref, true) {
-                    Ok(frame) => frame.base(),
-                    Err(r) => {
-                        bad = Some((k, r.reason()));
-                        break;
-                    }
-                },
-                None => Pfn::new(self.rx_base + (st.staged + i) as u32).base(),
-            };
-            st.ranges[i] = (base, chunk);
+            match arm_buffer(self.ngm.as_ref(), self.rx_base, st.staged, half, &req, i) {
+                Ok((base, off)) => {
+                    st.ranges[i] = (base, chunk);
+                    st.offs[i] = off;
+                }
+                Err(r) => {
+                    bad = Some((k, r));
+                    break;
+                }
+            }
             st.armed = k + 1;
             st.acquired = if staging { 0 } else { i + 1 };
         }
+        self.armed_or_refused(bad)
+    }
+
+    /// Arms up to `max` posted buffers, one per frame of a batch; the
+    /// number armed (0: none posted, or a bad buffer at the head, answered).
+    fn arm_batch(&mut self, max: usize) -> usize {
+        let (chunk, half) = (self.rx_chunk(), self.rx_half);
+        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+            return 0;
+        };
+        let posted = match rx.unconsumed_requests() {
+            Ok(n) => n as usize,
+            Err(_) => {
+                self.rx_overflow = true;
+                return 0;
+            }
+        };
+        let staging = self.ngm.is_none();
+        let mut n = max.min(posted).min(MAX_ARMED);
+        if staging {
+            n = n.min(SLOT_BUDGET.saturating_sub(st.staged));
+        }
+        st.batch = true;
+        let mut bad = None;
+        for k in 0..n {
+            let Ok(Some(req)) = rx.peek_nth(k as u32) else {
+                break;
+            };
+            st.reqs[k] = (req.id, req.gref);
+            match arm_buffer(self.ngm.as_ref(), self.rx_base, st.staged, half, &req, k) {
+                Ok((base, off)) => {
+                    st.ranges[k] = (base, chunk);
+                    st.offs[k] = off;
+                }
+                Err(r) => {
+                    bad = Some((k, r));
+                    break;
+                }
+            }
+            st.armed = k + 1;
+            st.acquired = if staging { 0 } else { k + 1 };
+        }
+        self.armed_or_refused(bad)
+    }
+
+    /// After arming: the number armed, the first request refused (`bad`
+    /// at ring position 0) answered, or the armed ones cut short before a
+    /// later bad one (which is answered once it reaches the head).
+    fn armed_or_refused(&mut self, bad: Option<(usize, &'static str)>) -> usize {
+        let Some(st) = self.mq.as_mut() else {
+            return 0;
+        };
         match bad {
             Some((0, reason)) => {
                 st.armed = 0;
@@ -208,18 +321,17 @@ impl Netback {
 
     /// Ends the uses of the armed grants and forgets the armed requests.
     fn disarm(&mut self) {
-        let Some(st) = self.mq.as_mut() else { return };
-        if let Some(view) = &self.ngm {
-            for i in 0..st.acquired {
-                view.release(st.reqs[position(i)].1);
-            }
+        if let Some(mut st) = self.mq.take() {
+            self.disarm_state(&mut st);
+            self.mq = Some(st);
         }
-        st.acquired = 0;
-        st.armed = 0;
     }
 
     /// Data parts armed.
     fn data_parts(st: &MqState) -> usize {
+        if st.batch {
+            return st.armed;
+        }
         st.armed.saturating_sub(1).max(usize::from(st.armed > 0))
     }
 
@@ -244,9 +356,9 @@ impl Netback {
             return self.hand_to_shared_path(len, csum, gso);
         }
         if self.ngm.is_some() {
-            self.respond_in_place(len, chunks, csum, gso)
+            self.respond_in_place(len, chunks, csum, gso, 0)
         } else {
-            self.stage_copies(len, chunks, csum, gso);
+            self.stage_copies(len, chunks, csum, gso, 0);
             Ok(())
         }
     }
@@ -267,14 +379,16 @@ impl Netback {
         f
     }
 
-    /// New grant mechanism: the frame is in the guest's buffers already;
-    /// consume their requests and answer them in order.
+    /// New grant mechanism: the frame is in the guest's buffers already,
+    /// from data part `at` on; consume their requests and answer them in
+    /// order.
     fn respond_in_place(
         &mut self,
         len: usize,
         chunks: usize,
         csum: Csum,
         gso: Option<Gso>,
+        at: usize,
     ) -> Result<()> {
         let chunk = self.rx_chunk();
         let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
@@ -286,9 +400,10 @@ impl Netback {
         }
         for i in 0..chunks {
             let part = (len - i * chunk).min(chunk);
-            let id = st.reqs[position(i)].0;
+            let id = st.reqs[st.req_at(at + i)].0;
             let flags = Self::part_flags(i, chunks, csum, gso);
-            rx.push_response(&RxResponse::data(id, 0, flags, part as u16)?)?;
+            let off = st.offs[at + i];
+            rx.push_response(&RxResponse::data(id, off, flags, part as u16)?)?;
             if i == 0 {
                 if let Some(g) = gso {
                     rx.push_response(&g.to_extra().to_rx_slot())?;
@@ -302,9 +417,9 @@ impl Netback {
         Ok(())
     }
 
-    /// hv-copy: the frame is in staging frames; consume the requests now,
-    /// and let hv copy at the next flush.
-    fn stage_copies(&mut self, len: usize, chunks: usize, csum: Csum, gso: Option<Gso>) {
+    /// hv-copy: the frame is in staging frames, from data part `at` on;
+    /// consume the requests now, and let hv copy at the next flush.
+    fn stage_copies(&mut self, len: usize, chunks: usize, csum: Csum, gso: Option<Gso>, at: usize) {
         let chunk = self.rx_chunk();
         let guest = self.guest;
         let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
@@ -317,11 +432,12 @@ impl Netback {
         }
         for i in 0..chunks {
             let part = (len - i * chunk).min(chunk);
-            let (id, gref) = st.reqs[position(i)];
+            let (id, gref) = st.reqs[st.req_at(at + i)];
+            let off = st.offs[at + i];
             st.resps.push(CopyResp::Data {
                 id,
                 op: st.ops.len(),
-                off: 0,
+                off,
                 len: part as u16,
                 flags: Self::part_flags(i, chunks, csum, gso),
             });
@@ -334,7 +450,7 @@ impl Netback {
                 dest: CopyPtr::Gref {
                     domid: guest,
                     gref,
-                    offset: 0,
+                    offset: off,
                 },
                 len: part as u16,
                 status: 0,
@@ -383,7 +499,7 @@ impl Netback {
     fn disarm_state(&mut self, st: &mut MqState) {
         if let Some(view) = &self.ngm {
             for i in 0..st.acquired {
-                view.release(st.reqs[position(i)].1);
+                view.release(st.reqs[st.req_at(i)].1);
             }
         }
         st.acquired = 0;
@@ -418,14 +534,15 @@ impl Netback {
     }
 }
 
-impl VmqLayer for Netback {
-    fn alloc_skb(&mut self) -> Option<Armed<'_>> {
-        if !self.connected || !self.rx_slab.is_empty() || self.mq.is_none() {
-            return None;
-        }
-        if self.arm() == 0 {
-            return None;
-        }
+impl Netback {
+    /// Whether the queue may arm buffers: never past frames waiting on the
+    /// slow path, which take the posted buffers first.
+    fn may_arm(&self) -> bool {
+        self.connected && self.rx_slab.is_empty() && self.mq.is_some()
+    }
+
+    /// What is armed, for the queue.
+    fn armed(&self) -> Option<Armed<'_>> {
         let st = self.mq.as_ref()?;
         let map = match &self.ngm {
             Some(v) => v.pool(),
@@ -435,6 +552,94 @@ impl VmqLayer for Netback {
             map,
             ranges: &st.ranges[..Self::data_parts(st)],
         })
+    }
+
+    /// Batch frame `k` (ring position `k`), if it can be answered in
+    /// place: it fits its buffer, needs no extra slot, and the guest takes
+    /// it as it is. Responded (or staged for hv's copy) then.
+    fn batch_in_place(
+        &mut self,
+        k: usize,
+        hdr: &[u8; VNET_HDR_LEN],
+        len: std::result::Result<usize, usize>,
+    ) -> bool {
+        let Ok(len) = len else { return false };
+        if len > self.rx_chunk() {
+            return false;
+        }
+        let Ok((csum, None)) = packet::parse_vnet_hdr(hdr, len) else {
+            return false;
+        };
+        if !self.guest_caps.passes_as_is(csum, None) {
+            return false;
+        }
+        if self.ngm.is_some() {
+            if self.respond_in_place(len, 1, csum, None, k).is_err() {
+                self.rx_overflow = true;
+            }
+        } else {
+            self.stage_copies(len, 1, csum, None, k);
+        }
+        true
+    }
+
+    /// Batch frame `k`, after one that could not be answered in place:
+    /// joined in its slot (its buffer's bytes copied in front of its
+    /// overflow) and queued on the slow path, whose flush answers the
+    /// buffers it landed in, which stay posted, in order.
+    fn batch_to_slab(&mut self, k: usize, landed: &mut Landed<'_>) {
+        let Ok(len) = landed.lens[k] else {
+            self.counters.drop("queue_frame_too_long");
+            return;
+        };
+        let Ok((csum, gso)) = packet::parse_vnet_hdr(&landed.hdrs[k], len) else {
+            self.counters.drop("queue_bad_vnet_hdr");
+            return;
+        };
+        let Some(st) = self.mq.as_mut() else { return };
+        let (off, n) = st.ranges[k];
+        if self.guest_caps.passes_as_is(csum, gso) {
+            st.rx_spilled_packets += 1;
+        } else {
+            st.rx_fallback_packets += 1;
+        }
+        let map = match &self.ngm {
+            Some(v) => v.pool(),
+            None => &self.pool,
+        };
+        let slot = landed.slot(k);
+        map.read_bytes(off, &mut slot[..len.min(n)]);
+        self.enqueue_rx(&FrameRef::private(&slot[..len], csum, gso));
+    }
+}
+
+impl VmqLayer for Netback {
+    fn alloc_skb(&mut self) -> Option<Armed<'_>> {
+        if !self.may_arm() || self.arm() == 0 {
+            return None;
+        }
+        self.armed()
+    }
+
+    fn alloc_batch(&mut self, max: usize) -> Option<Armed<'_>> {
+        if !self.may_arm() || self.arm_batch(max) == 0 {
+            return None;
+        }
+        self.armed()
+    }
+
+    /// Frames are answered in place, in order, until one cannot be; from
+    /// it on, the rest of the batch waits on the slow path (never in
+    /// place behind it, which would answer buffers out of order).
+    fn netif_rx_batch(&mut self, landed: &mut Landed<'_>) {
+        let mut k = 0;
+        while k < landed.len() && self.batch_in_place(k, &landed.hdrs[k], landed.lens[k]) {
+            k += 1;
+        }
+        for j in k..landed.len() {
+            self.batch_to_slab(j, landed);
+        }
+        self.disarm();
     }
 
     fn free_skb(&mut self) {

@@ -25,7 +25,7 @@ use sys::PAGE_SIZE;
 /// Where the buffer of RX request `req` starts in its page: 0, or with
 /// half-page buffers negotiated, the offset the guest put in `pad` if it is
 /// 0 or 2048. Anything else is refused (`bad_rx_offset`).
-fn buffer_offset(half: bool, req: &RxRequest) -> std::result::Result<u16, &'static str> {
+pub(super) fn buffer_offset(half: bool, req: &RxRequest) -> std::result::Result<u16, &'static str> {
     match (half, usize::from(req.offset)) {
         (false, _) => Ok(0),
         (true, 0) => Ok(0),
@@ -139,6 +139,14 @@ impl Netback {
             self.flush_lro();
             self.lro.coalescer = None;
             self.lro.off = Some(why);
+        }
+    }
+
+    /// Turns driver-domain LRO back on after the bypass `why` ended (the
+    /// vif's queue went and its frames come through the bridge again).
+    pub(super) fn lro_resume(&mut self, why: &'static str) {
+        if self.lro.asked && self.lro.coalescer.is_none() && self.lro.off == Some(why) {
+            self.lro = LroState::new(true, self.guest_caps);
         }
     }
 
@@ -297,7 +305,7 @@ impl Netback {
     /// Queues a frame for the guest in the slab, shaped there for what its
     /// NIC accepts. A guest that takes nothing costs a counter once the
     /// slab is full.
-    fn enqueue_rx(&mut self, f: &FrameRef<'_>) {
+    pub(super) fn enqueue_rx(&mut self, f: &FrameRef<'_>) {
         match offload::prepare_frame(f, self.guest_caps, &mut self.rx_slab) {
             Ok(true) => {}
             Ok(false) => self.counters.drop("rx_queue_full"),
