@@ -1207,16 +1207,19 @@ impl Driver {
         let name = crate::vif_name(&v.nb.be);
         match take_queue(&mut self.ports, &pdev, v.index, v.nb.mac()) {
             Ok((j, q, queue)) => {
-                if let Err(e) = self
+                let added = self
                     .events
                     .epoll
-                    .add(queue.as_fd(), Source::Queue(i).token())
-                {
-                    eprintln!("driver: {name}: registering its queue: {e}");
-                }
-                eprintln!("driver: {name}: dedicated queue {} on {pdev}", queue.name());
+                    .add(queue.as_fd(), Source::Queue(i).token());
                 v.nb.start_queue();
                 v.queue.at = Some((j, q, queue));
+                if let Err(e) = added {
+                    // Never served, its MAC would be lost to the default
+                    // queue too: give it back at once.
+                    self.drop_queue(i, Some(format!("registering its queue: {e}")));
+                    return;
+                }
+                eprintln!("driver: {name}: dedicated queue on {pdev}");
                 v.queue.interest = true;
                 v.queue.why = None;
                 self.events.queues.insert(i);
@@ -1244,7 +1247,8 @@ impl Driver {
             eprintln!("driver: {}: {why}", crate::vif_name(&v.nb.be));
             v.queue.why = Some(why);
         }
-        drop(queue);
+        // Freed first, so the default queue takes the MAC back before the
+        // queue's socket closes and no frame falls between the two.
         if let Some(vmq) = self
             .ports
             .list
@@ -1254,6 +1258,7 @@ impl Driver {
         {
             vmq.free_queue(q);
         }
+        drop(queue);
     }
 
     /// The readable queues, each up to [`QUEUE_BUDGET`] frames straight

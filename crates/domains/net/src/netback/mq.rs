@@ -346,7 +346,10 @@ impl Netback {
         let Some(st) = self.mq.as_ref() else {
             return Ok(());
         };
-        let fits = chunks <= Self::data_parts(st) && (gso.is_none() || st.armed >= 2);
+        // Armed buffers may hold more than MAX_FRAME (17 whole pages), but
+        // no frame netback takes is longer (a BIG TCP uplink's could be).
+        let fits =
+            len <= MAX_FRAME && chunks <= Self::data_parts(st) && (gso.is_none() || st.armed >= 2);
         if !fits {
             self.counters.drop("queue_frame_too_long");
             return Ok(());
