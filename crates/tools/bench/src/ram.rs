@@ -119,19 +119,22 @@ impl RamConfig {
     /// The keys each guest of the default topology gets (issue 22's
     /// contract); `None` for native.
     pub fn keys(self) -> Option<&'static str> {
-        const ORIG: &str = "grants = \"hv-copy\"\ntx_mode = \"copy\"\n";
+        const ORIG: &str = "grants = \"hv-copy\"\ntx_mode = \"copy\"\nlro = \"off\"\n";
         Some(match self {
             RamConfig::Native => return None,
             RamConfig::Orig => ORIG,
-            RamConfig::Mq => "grants = \"hv-copy\"\ntx_mode = \"copy\"\nmq = true\n",
-            RamConfig::Ngm => "grants = \"ngm\"\n",
-            RamConfig::MqNgm => "mq = true\n",
+            RamConfig::Mq => "grants = \"hv-copy\"\ntx_mode = \"copy\"\nlro = \"off\"\nmq = true\n",
+            RamConfig::Ngm => "grants = \"ngm\"\nlro = \"off\"\n",
+            RamConfig::MqNgm => "mq = true\nlro = \"off\"\n",
             RamConfig::LroGuest => "mq = true\nlro = \"guest\"\n",
-            RamConfig::LroDriver => "mq = true\nlro = \"driver\"\n",
+            // Without a queue: a dedicated queue places frames where
+            // netback never reads them, so there is nothing to coalesce.
+            RamConfig::LroDriver => "lro = \"driver\"\n",
             RamConfig::Spf => "mq = true\nlro = \"guest\"\nprefetch = true\n",
-            RamConfig::HalfPg | RamConfig::All => {
+            RamConfig::HalfPg => {
                 "mq = true\nlro = \"guest\"\nprefetch = true\nrx_buffer = \"half\"\n"
             }
+            RamConfig::All => ALL_KEYS,
         })
     }
 
@@ -157,6 +160,10 @@ impl std::str::FromStr for RamConfig {
             })
     }
 }
+
+/// All: every mechanism of the thesis that measured faster here (see
+/// docs/RESULTS.md, "The Ram thesis").
+pub const ALL_KEYS: &str = "mq = true\nlro = \"guest\"\nprefetch = true\nrx_buffer = \"half\"\n";
 
 /// What is measured of a configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -46,8 +46,9 @@ enum Cmd {
         #[arg(long, default_value_t = 30)]
         timeout: u64,
         /// Set every vif's modes: "default" (the new grant mechanism, TX gather,
-        /// RX copy, offloads on), "hv-copy" (hv copies both ways, offloads on) or
-        /// "baseline" (the seed papers' Xen 2.0: RX page flip, TX map, no offloads).
+        /// RX copy, offloads on, LRO in netfront), "hv-copy" (hv copies both
+        /// ways, offloads on, no LRO) or "baseline" (the seed papers' Xen 2.0:
+        /// RX page flip, TX map, no offloads, no LRO).
         #[arg(long)]
         preset: Option<Preset>,
         /// Every domain keeps polling its event channels for this many
