@@ -482,7 +482,7 @@ enum Suite {
     /// wire (--quick: 1 run of 3 s flows).
     Virtio,
     /// The Ram thesis re-measured: Orig, MQ, NGM, MQ+NGM, LRO-guest,
-    /// LRO-driver, SPF, HalfPG, All and native; RX (in MTU-sized frames as a
+    /// LRO-driver, SPF, HalfPG, All, native and the minimal forwarder; RX (in MTU-sized frames as a
     /// NIC delivers them, and in the GSO frames veth carries) and TX TCP
     /// throughput, cycles per 1514-byte frame by domain and by cost class, buffer uses per
     /// granted page; two guests receiving at once, and the domains on one
