@@ -83,7 +83,7 @@ pub enum RamConfig {
     /// SPF with half-page receive buffers (ch. 5.3).
     #[serde(rename = "HalfPG")]
     HalfPg,
-    /// Every guest optimization that helps, and MQ.
+    /// MQ with every guest receive optimization (the thesis's chapter 6).
     All,
     /// Not the thesis's: `bench baseline`'s minimal forwarder (a TAP and a
     /// packet socket, two copies each way), the floor any split driver
@@ -168,8 +168,8 @@ impl std::str::FromStr for RamConfig {
     }
 }
 
-/// All: every mechanism of the thesis that measured faster here (see
-/// docs/RESULTS.md, "The Ram thesis").
+/// All, as the thesis's chapter 6 has it: multi-queue with every guest
+/// receive optimization (LRO in netfront, prefetch, half pages).
 pub const ALL_KEYS: &str = "mq = true\nlro = \"guest\"\nprefetch = true\nrx_buffer = \"half\"\n";
 
 /// What is measured of a configuration.

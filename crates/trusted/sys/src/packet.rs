@@ -362,31 +362,10 @@ impl PacketSocket {
             m.msg_hdr.msg_controllen = size_of::<AuxSpace>() as _;
         }
         batch.count = 0;
-        let n = loop {
-            crate::count_syscall();
-            // SAFETY: each of the first `count` headers points at one iovec
-            // over a distinct buffer of `batch`, which lives for this call;
-            // with MSG_TRUNC the kernel writes at most the buffer's length and
-            // reports the frame's real length.
-            let r = unsafe {
-                libc::recvmmsg(
-                    self.fd.as_raw_fd(),
-                    msgs.as_mut_ptr(),
-                    count as libc::c_uint,
-                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                    std::ptr::null_mut(),
-                )
-            };
-            if r >= 0 {
-                break r as usize;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(0),
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(self.ctx(io::Error::new(e.kind(), format!("recvmmsg: {e}")))),
-            }
-        };
+        // SAFETY: each of the first `count` headers points at one iovec
+        // over a distinct buffer of `batch` (and its control space), which
+        // lives for this call.
+        let n = unsafe { self.recvmmsg_now(&mut msgs[..count])? };
         for (i, m) in msgs.iter().take(n).enumerate() {
             let len = m.msg_len as usize;
             let cut = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > batch.bufs[i].len();
@@ -519,6 +498,40 @@ impl PacketSocket {
         unsafe { self.recv_msgs(&mut hdrs[..count], &room[..count], lens) }
     }
 
+    /// The `recvmmsg` system call over `msgs`, without waiting and with
+    /// MSG_TRUNC (a frame's real length comes back even when it did not
+    /// fit): how many messages arrived, 0 when none was queued.
+    ///
+    /// # Safety
+    /// Every header's iovecs (and control buffer, if any) must point at
+    /// memory writable for the whole call, of the lengths they give, that
+    /// no Rust reference reads or writes meanwhile.
+    unsafe fn recvmmsg_now(&self, msgs: &mut [libc::mmsghdr]) -> io::Result<usize> {
+        loop {
+            crate::count_syscall();
+            // SAFETY: the caller's contract; with MSG_TRUNC the kernel
+            // writes at most each iovec's length.
+            let r = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    msgs.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(0),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(self.ctx(io::Error::new(e.kind(), format!("recvmmsg: {e}")))),
+            }
+        }
+    }
+
     /// One `recvmmsg` into `msgs` without waiting (MSG_TRUNC: a frame's real
     /// length comes back even when it did not fit): how many arrived, each
     /// one's length in `lens`, `Err` when longer than its `room`.
@@ -538,30 +551,8 @@ impl PacketSocket {
         if count == 0 {
             return Ok(0);
         }
-        let n = loop {
-            crate::count_syscall();
-            // SAFETY: the caller's contract: the headers' iovecs point at
-            // writable memory of their lengths; with MSG_TRUNC the kernel
-            // writes at most those lengths.
-            let r = unsafe {
-                libc::recvmmsg(
-                    self.fd.as_raw_fd(),
-                    msgs.as_mut_ptr(),
-                    count as libc::c_uint,
-                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                    std::ptr::null_mut(),
-                )
-            };
-            if r >= 0 {
-                break r as usize;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(0),
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(self.ctx(io::Error::new(e.kind(), format!("recvmmsg: {e}")))),
-            }
-        };
+        // SAFETY: the caller's contract.
+        let n = unsafe { self.recvmmsg_now(&mut msgs[..count])? };
         for ((m, r), l) in msgs.iter().zip(room).zip(lens.iter_mut()).take(n) {
             let len = m.msg_len as usize;
             let cut = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > *r;
