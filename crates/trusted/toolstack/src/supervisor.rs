@@ -336,6 +336,18 @@ impl Supervisor {
         self.show_uplinks(hv);
     }
 
+    /// Domain `name`'s log in the run directory, opened for appending, as
+    /// its stdout and stderr.
+    fn domain_log(&self, name: &str) -> Result<(fs::File, fs::File), String> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.run_dir.join(format!("{name}.log")))
+            .map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        Ok((log, log2))
+    }
+
     /// Starts domain `d`'s process in its namespace and cgroup, and a
     /// thread that reaps it and applies the restart policy.
     fn launch(
@@ -348,12 +360,7 @@ impl Supervisor {
     ) -> Result<(), String> {
         let name = d.name.clone();
         let ns = host::netns_name(&name);
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.run_dir.join(format!("{name}.log")))
-            .map_err(|e| e.to_string())?;
-        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let (log, log2) = self.domain_log(&name)?;
         let emulated = self
             .topology
             .emulated_nics()
