@@ -611,6 +611,21 @@ fn a_macvlan_uplink_serves_every_guest_and_leaves_the_host_its_interface() {
     );
     up(&env, "macvlan", &topo);
     assert!(host_if_in_host());
+    // A driver domain holding a host NIC keeps CAP_NET_RAW alone: no
+    // CAP_NET_ADMIN (which would reach the NIC and its macvlans' modes).
+    let st = env.status();
+    let drv = st["domains"]
+        .as_array()
+        .and_then(|ds| ds.iter().find(|d| d["kind"] == "driver"))
+        .and_then(|d| d["pid"].as_i64())
+        .expect("the driver domain's pid");
+    let proc_status = std::fs::read_to_string(format!("/proc/{drv}/status")).expect("status");
+    let cap_eff = proc_status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(str::trim)
+        .expect("CapEff");
+    assert_eq!(cap_eff, format!("{:016x}", 1u64 << 13), "CAP_NET_RAW only");
     // The primary has a MAC of its own; each guest's MAC has its member,
     // all in private mode, and status lists the members.
     let (m1, m2) = (mac_of(&env, "guest1"), mac_of(&env, "guest2"));
