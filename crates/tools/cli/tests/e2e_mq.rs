@@ -401,13 +401,22 @@ fn tcp_alone_and_flooded(env: &Env) -> (f64, f64, u64) {
     let before = rx();
     let mut together = Vec::new();
     for _ in 0..3 {
+        let start = rx();
         let flood = env.spawn(&["exec", "wire", "--", "python3", "-c", FLOOD]);
-        std::thread::sleep(Duration::from_millis(500));
+        // The flood is under way once guest2's count moves.
+        wait_until("the flood reaching guest2", Duration::from_secs(10), || {
+            rx() > start
+        });
         together.push(tcp_to_guest1(3));
         drop(flood);
     }
-    std::thread::sleep(Duration::from_millis(600)); // the counters' next publication
-    (alone, median(together), rx() - before)
+    // What guest2 took, once the driver domain has published it.
+    wait_until(
+        "guest2's count of the flood",
+        Duration::from_secs(10),
+        || rx().saturating_sub(before) > 10_000,
+    );
+    (alone, median(together), rx().saturating_sub(before))
 }
 
 /// A guest whose queue is flooded (64-byte UDP from the wire, as fast as
