@@ -8,7 +8,9 @@
 //! must never notice.
 
 mod common;
-use common::{backend_state, good_traffic_flows, push, stats, wait_for, world, Guest, World};
+use common::{
+    backend_state, good_traffic_flows, probe, probes, push, stats, wait_for, world, Guest, World,
+};
 
 use abi::netif::{TxFlags, TxRequest};
 use abi::SharedMemory;
@@ -21,8 +23,6 @@ use std::time::{Duration, Instant};
 use toolstack::topology::{Grants, TxMode};
 
 const PAGE: usize = 4096;
-/// Ethertype of the frames this test sends besides the good traffic.
-const PROBE: [u8; 2] = [0x88, 0xb6];
 
 fn req(gref: u32, offset: u16, size: u16, id: u16) -> TxRequest {
     TxRequest {
@@ -51,27 +51,6 @@ fn absent_gref(g: &mut Guest, drv: DomId, below: u32) -> u32 {
         }
     }
     panic!("every entry of the read-only half is in use");
-}
-
-/// A probe frame of `len` bytes: dst, src, the probe ethertype, a sequence
-/// number, then a pattern derived from it.
-fn probe(dst: [u8; 6], src: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
-    let mut d = dst.to_vec();
-    d.extend_from_slice(&src);
-    d.extend_from_slice(&PROBE);
-    d.extend_from_slice(&seq.to_be_bytes());
-    d.extend((18..len).map(|i| (i as u32 ^ seq.wrapping_mul(7)) as u8));
-    d
-}
-
-/// Probe frames `g` has received since its last poll.
-fn probes(g: &mut Guest) -> Vec<Vec<u8>> {
-    let mut rx = Vec::new();
-    g.nf.poll(&mut g.hv, &mut rx).unwrap();
-    rx.into_iter()
-        .map(|p| p.data)
-        .filter(|d| d.len() >= 18 && d[12..14] == PROBE)
-        .collect()
 }
 
 #[test]

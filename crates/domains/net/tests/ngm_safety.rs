@@ -8,7 +8,7 @@
 //! and netback then refuses it and writes nothing into the frame.
 
 mod common;
-use common::{domain, Guest};
+use common::{domain, probe, probes, Guest};
 
 use abi::{Pfn, SharedMemory};
 use hv::{DomId, ErrorKind, HvClient, Hypervisor};
@@ -22,7 +22,6 @@ use toolstack::daemon::{setup_vif, Store};
 use toolstack::topology::VifConfig;
 
 const PAGE: usize = 4096;
-const PROBE: [u8; 2] = [0x88, 0xb6];
 /// A MAC on the far side of the bridge.
 const PEER: [u8; 6] = [0x02, 0, 0, 0, 0, 9];
 
@@ -82,27 +81,6 @@ fn attach(
     // The first poll posts the RX buffers.
     g.nf.poll(&mut g.hv, &mut Vec::new()).unwrap();
     (drv, nb, g)
-}
-
-/// A probe frame: dst, src, the probe ethertype, a sequence number, then a
-/// pattern derived from it.
-fn probe(dst: [u8; 6], src: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
-    let mut d = dst.to_vec();
-    d.extend_from_slice(&src);
-    d.extend_from_slice(&PROBE);
-    d.extend_from_slice(&seq.to_be_bytes());
-    d.extend((18..len).map(|i| (i as u32 ^ seq.wrapping_mul(7)) as u8));
-    d
-}
-
-/// The guest's probe frames received since its last poll.
-fn probes(g: &mut Guest) -> Vec<Vec<u8>> {
-    let mut rx = Vec::new();
-    g.nf.poll(&mut g.hv, &mut rx).unwrap();
-    rx.into_iter()
-        .map(|p| p.data)
-        .filter(|d| d.len() >= 18 && d[12..14] == PROBE)
-        .collect()
 }
 
 /// The frame grant `gref` names, looked up in the driver domain's view.

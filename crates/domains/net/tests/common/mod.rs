@@ -241,3 +241,27 @@ pub fn world_configured(
         driver,
     }
 }
+
+/// Ethertype of the probe frames tests send besides the good traffic.
+pub const PROBE: [u8; 2] = [0x88, 0xb6];
+
+/// A probe frame of `len` bytes: dst, src, the probe ethertype, a sequence
+/// number, then a pattern derived from it.
+pub fn probe(dst: [u8; 6], src: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
+    let mut d = dst.to_vec();
+    d.extend_from_slice(&src);
+    d.extend_from_slice(&PROBE);
+    d.extend_from_slice(&seq.to_be_bytes());
+    d.extend((18..len).map(|i| (i as u32 ^ seq.wrapping_mul(7)) as u8));
+    d
+}
+
+/// Probe frames `g` has received since its last poll.
+pub fn probes(g: &mut Guest) -> Vec<Vec<u8>> {
+    let mut rx = Vec::new();
+    g.nf.poll(&mut g.hv, &mut rx).unwrap();
+    rx.into_iter()
+        .map(|p| p.data)
+        .filter(|d| d.len() >= 18 && d[12..14] == PROBE)
+        .collect()
+}
