@@ -197,7 +197,6 @@ impl Netback {
     /// (0: not enough posted, or a bad grant at the head, answered).
     fn arm(&mut self) -> usize {
         let need = self.armed_need().min(MAX_ARMED);
-        let (chunk, half) = (self.rx_chunk(), self.rx_half);
         let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
             return 0;
         };
@@ -214,36 +213,19 @@ impl Netback {
             return 0; // the copies pending go first (flush_rx)
         }
         st.batch = false;
-        let mut bad = None;
-        for k in 0..need {
-            let Ok(Some(req)) = rx.peek_nth(k as u32) else {
-                break;
-            };
-            st.reqs[k] = (req.id, req.gref);
-            if k == 1 {
-                continue; // the extra slot's buffer is never written
-            }
-            let i = if k == 0 { 0 } else { k - 1 };
-            match arm_buffer(self.ngm.as_ref(), self.rx_base, st.staged, half, &req, i) {
-                Ok((base, off)) => {
-                    st.ranges[i] = (base, chunk);
-                    st.offs[i] = off;
-                }
-                Err(r) => {
-                    bad = Some((k, r));
-                    break;
-                }
-            }
-            st.armed = k + 1;
-            st.acquired = if staging { 0 } else { i + 1 };
-        }
+        // Position 1 is kept for the GSO extra slot, whose buffer is never
+        // written: data part 0 is position 0, part i > 0 position i + 1.
+        let bad = self.arm_window(need, |k| match k {
+            0 => Some(0),
+            1 => None,
+            k => Some(k - 1),
+        });
         self.armed_or_refused(bad)
     }
 
     /// Arms up to `max` posted buffers, one per frame of a batch; the
     /// number armed (0: none posted, or a bad buffer at the head, answered).
     fn arm_batch(&mut self, max: usize) -> usize {
-        let (chunk, half) = (self.rx_chunk(), self.rx_half);
         let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
             return 0;
         };
@@ -260,26 +242,43 @@ impl Netback {
             n = n.min(SLOT_BUDGET.saturating_sub(st.staged));
         }
         st.batch = true;
-        let mut bad = None;
+        let bad = self.arm_window(n, Some);
+        self.armed_or_refused(bad)
+    }
+
+    /// Peeks the first `n` posted requests and arms their buffers, ring
+    /// position `k` as data part `part(k)` (None: a position whose buffer
+    /// is never written). The refusal that cut the window short, if any,
+    /// with its position.
+    fn arm_window(
+        &mut self,
+        n: usize,
+        part: fn(usize) -> Option<usize>,
+    ) -> Option<(usize, &'static str)> {
+        let (chunk, half) = (self.rx_chunk(), self.rx_half);
+        let staging = self.ngm.is_none();
+        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+            return None;
+        };
         for k in 0..n {
             let Ok(Some(req)) = rx.peek_nth(k as u32) else {
                 break;
             };
             st.reqs[k] = (req.id, req.gref);
-            match arm_buffer(self.ngm.as_ref(), self.rx_base, st.staged, half, &req, k) {
+            let Some(i) = part(k) else {
+                continue;
+            };
+            match arm_buffer(self.ngm.as_ref(), self.rx_base, st.staged, half, &req, i) {
                 Ok((base, off)) => {
-                    st.ranges[k] = (base, chunk);
-                    st.offs[k] = off;
+                    st.ranges[i] = (base, chunk);
+                    st.offs[i] = off;
                 }
-                Err(r) => {
-                    bad = Some((k, r));
-                    break;
-                }
+                Err(r) => return Some((k, r)),
             }
             st.armed = k + 1;
-            st.acquired = if staging { 0 } else { k + 1 };
+            st.acquired = if staging { 0 } else { i + 1 };
         }
-        self.armed_or_refused(bad)
+        None
     }
 
     /// After arming: the number armed, the first request refused (`bad`
