@@ -123,12 +123,8 @@ impl Driver {
         let queue_admin = hv
             .store_read_str(&format!("{home}/queue-admin"))
             .is_ok_and(|v| v == "1");
-        // Queues an earlier run of this driver domain left (it died).
-        match queue_admin.then(vmq::delete_stale_queues) {
-            None | Some(Ok(0)) => {}
-            Some(Ok(n)) => eprintln!("driver: deleted {n} queues a previous run left"),
-            Some(Err(e)) => eprintln!("driver: looking for queues left behind: {e}"),
-        }
+        // Queues an earlier run left are gone: hv deletes a dead driver
+        // domain's before it starts another (`supervisor::drop_queues`).
         let mut d = Driver {
             captures: format!("{home}/capture"),
             base: format!("/local/domain/{me}/backend/vif"),

@@ -689,19 +689,6 @@ impl Drop for PacketPort {
     }
 }
 
-/// Deletes the queues a driver domain that died left in its namespace
-/// (macvlans named with [`QUEUE_PREFIX`]); returns how many.
-pub fn delete_stale_queues() -> io::Result<usize> {
-    let mut nl = Rtnl::open()?;
-    let mut n = 0;
-    for l in nl.links()? {
-        if l.kind == "macvlan" && is_queue_name(&l.name) && nl.delete(l.index).is_ok() {
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

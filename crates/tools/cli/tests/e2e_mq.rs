@@ -180,16 +180,32 @@ fn vifs_beyond_the_queue_limit_share_the_default_queue_and_say_why() {
         return;
     };
     up(&env, &topology("mq = true", "queues = 1\n"));
-    let q1 = dedicated(&env, "guest1");
-    wait_until("guest2's queue state", LIMIT, || {
-        queue(&env, "guest2")["state"] == "shared"
+    // The guests connect in no fixed order: the first takes the one queue.
+    let mut owner = "";
+    wait_until("one guest's queue dedicated", LIMIT, || {
+        owner = ["guest1", "guest2"]
+            .into_iter()
+            .find(|g| queue(&env, g)["state"] == "dedicated")
+            .unwrap_or("");
+        !owner.is_empty()
     });
-    let q2 = queue(&env, "guest2");
+    let (q1, other) = (
+        queue(&env, owner),
+        if owner == "guest1" {
+            "guest2"
+        } else {
+            "guest1"
+        },
+    );
+    wait_until("the other guest's queue state", LIMIT, || {
+        queue(&env, other)["state"] == "shared"
+    });
+    let q2 = queue(&env, other);
     let why = q2["why"].as_str().unwrap_or("");
     assert!(why.contains("queues are all in use"), "{q2}");
     assert_eq!(macvlans(), [q1["name"].as_str().unwrap().to_string()]);
     // The shared one still carries traffic, through the bridge.
-    env.ping("guest2", "10.77.0.254", 3);
+    env.ping(other, "10.77.0.254", 3);
     let text = env.ok(&["status"]);
     assert!(
         text.contains("queue: shared on peth0 (the port's 1 queues are all in use)"),
@@ -205,15 +221,15 @@ fn vifs_beyond_the_queue_limit_share_the_default_queue_and_say_why() {
         .nth(2)
         .unwrap()
         .to_string();
-    env.ok(&["network-detach", "guest1", "0"]);
-    wait_until("guest1's queue to go", LIMIT, || macvlans().is_empty());
+    env.ok(&["network-detach", owner, "0"]);
+    wait_until("the dedicated queue to go", LIMIT, || macvlans().is_empty());
     env.ok(&[
         "network-attach",
-        "guest1",
+        owner,
         &format!("mac={port_mac},pdev=peth0"),
     ]);
     wait_until("the port-MAC vif's queue refused", LIMIT, || {
-        vifs_of(&env.status(), "guest1").iter().any(|v| {
+        vifs_of(&env.status(), owner).iter().any(|v| {
             v["queue"]["why"]
                 .as_str()
                 .is_some_and(|w| w.contains("port's own"))

@@ -1180,8 +1180,8 @@ fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
 /// host interface inside would go with the namespace); a namespace that
 /// still holds a lent interface is left for `splitnet down`.
 /// Deletes the multi-queue macvlans a dead driver domain left in its
-/// namespace, which outlives it while it may come back (a restarted one
-/// deletes them too, before it opens its ports).
+/// namespace, which outlives it while it may come back: the one place
+/// they are cleaned up after a crash, before any successor starts.
 fn drop_queues(name: &str) {
     let ns = host::netns_name(name);
     let Ok(out) = host::ip_in(&ns, &["-br", "link", "show", "type", "macvlan"]) else {
