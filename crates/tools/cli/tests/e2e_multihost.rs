@@ -461,10 +461,10 @@ fn forged_mac_is_refused(lab: &Lab) {
             .unwrap_or(0)
             >= before + 3
     });
-    assert_eq!(
-        vtep_of(&lab.tunnel("c"), &guest_mac(2, 1)).as_deref(),
-        Some("10.200.2.3")
-    );
+    // (Waited for, not read once: the routes may still be arriving.)
+    common::wait_until("c to find b's guest1 behind b", LIMIT, || {
+        vtep_of(&lab.tunnel("c"), &guest_mac(2, 1)).as_deref() == Some("10.200.2.3")
+    });
 }
 
 /// guest2's MAC and address move from host c to host a (its vif detached
@@ -504,8 +504,8 @@ fn lost_bgp_session_withdraws_routes(lab: &Lab) {
             .unwrap();
         assert!(o.status.success(), "nft {rules}: {o:?}");
     };
-    nft("add table inet mhtest; add chain inet mhtest fwd { type filter hook forward priority 0; }; \
-         add rule inet mhtest fwd tcp dport 179 drop; add rule inet mhtest fwd tcp sport 179 drop");
+    nft("add table inet mhtest; add chain inet mhtest relay { type filter hook forward priority 0; }; \
+         add rule inet mhtest relay tcp dport 179 drop; add rule inet mhtest relay tcp sport 179 drop");
     lab.wait_bgp(&["a", "b"], 1);
     common::wait_until("c's MACs withdrawn at a", LIMIT, || {
         vtep_of(&lab.tunnel("a"), &guest_mac(3, 1)).is_none()
