@@ -62,7 +62,8 @@ impl Uplink {
 impl Uplinks {
     /// Vif `v`'s directories were written (driver domain `b`, home
     /// `home`): each macvlan uplink it needs a member of gets it (made
-    /// unless it exists, journaled first) and names it in the store.
+    /// unless it exists, journaled first) and names it in the store; each
+    /// evpn port of its bridge publishes its MAC ([`super::vxlan`]).
     pub fn join(&self, ts: &mut Store<'_>, home: &str, v: &VifConfig) -> Result<(), String> {
         for u in self.of(&v.backend) {
             let Some(m) = u.member_for(v) else { continue };
@@ -82,12 +83,13 @@ impl Uplinks {
                 list.push(m);
             }
         }
-        Ok(())
+        self.publish(v)
     }
 
     /// Vif `v` is going (detached, or its guest died): its members leave
-    /// the store and the host.
+    /// the store and the host, its MAC the evpn ports.
     pub fn leave(&self, ts: &mut Store<'_>, home: Option<&str>, v: &VifConfig) {
+        self.unpublish(v);
         for u in self.of(&v.backend) {
             let Some(m) = u.member_for(v) else { continue };
             if let Some(home) = home {
