@@ -13,7 +13,7 @@ use toolstack::host;
 use toolstack::topology::{Preset, Topology};
 pub use toolstack::tuning::Tuning;
 
-fn require_root() -> Result<()> {
+pub(crate) fn require_root() -> Result<()> {
     if !host::is_root() {
         bail!("splitnet needs root (network namespaces, veth, cgroups); run it with sudo");
     }
@@ -66,7 +66,7 @@ pub fn up(
     let topo_path = rd.join("topology.toml");
     fs::write(&topo_path, text)?;
     let log = fs::File::create(rd.join("hv.log"))?;
-    let child = Command::new(&hv)
+    let child = hv_command(&hv)
         .arg("--run-dir")
         .arg(rd)
         .arg("--exe")
@@ -330,7 +330,7 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
     if !known.contains(&ns) {
         let names: Vec<&str> = known
             .iter()
-            .map(|n| n.trim_start_matches(host::PREFIX))
+            .map(|n| n.trim_start_matches(host::prefix().as_str()))
             .collect();
         if names.is_empty() {
             bail!("no domain named {domain:?}: splitnet is not up (run `splitnet up`)");
@@ -353,6 +353,33 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
         .args(cmd)
         .exec();
     Err(err).with_context(|| format!("running {:?} in {domain}", cmd[0]))
+}
+
+/// The command that starts hv. For host NAME (`--host`) this process is
+/// in the host's namespace already ([`enter_host`]), and hv starts there,
+/// told its instance.
+fn hv_command(hv: &Path) -> Command {
+    let mut cmd = Command::new(hv);
+    if let Some(h) = host::instance() {
+        cmd.env(host::HOST_ENV, h);
+    }
+    cmd
+}
+
+/// For host NAME (`--host`): moves this process into the host's namespace
+/// (`splitnet underlay up` makes it), where its hv runs and only its
+/// toolstack is served.
+pub fn enter_host() -> Result<()> {
+    let Some(h) = host::instance() else {
+        return Ok(());
+    };
+    let ns = toolstack::underlay::host_ns(h);
+    let file = fs::File::open(Path::new("/run/netns").join(&ns)).map_err(|e| {
+        anyhow!(
+            "host {h:?} has no namespace {ns} ({e}): make it with `splitnet underlay up {h} ...`"
+        )
+    })?;
+    sys::enter_netns(&file).with_context(|| format!("entering namespace {ns}"))
 }
 
 /// The trusted binary `splitnet-hv` (`SPLITNET_HV`, or beside this
@@ -379,7 +406,7 @@ fn hv_binary() -> Result<(PathBuf, PathBuf)> {
 pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAddr>) -> Result<()> {
     require_root()?;
     let (hv, exe) = hv_binary()?;
-    let err = Command::new(&hv)
+    let err = hv_command(&hv)
         .arg("--run-dir")
         .arg(rd)
         .arg("--exe")

@@ -27,11 +27,40 @@ use toolstack::{hotplug, listen, metrics, status};
         Everything needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)."
 )]
 struct Cli {
-    /// Directory for hv's socket, pid file and logs.
-    #[arg(long, global = true, default_value = toolstack::daemon::DEFAULT_RUN_DIR, env = "SPLITNET_RUN_DIR")]
-    run_dir: PathBuf,
+    /// Directory for hv's socket, pid file and logs [default: /run/splitnet,
+    /// or /run/splitnet/hosts/NAME with --host NAME].
+    #[arg(long, global = true, env = "SPLITNET_RUN_DIR")]
+    run_dir: Option<PathBuf>,
+    /// Act on host NAME of a multi-host setup (`splitnet underlay up`): an
+    /// independent instance with its own hv, run directory and namespaces
+    /// (`splitnet@NAME-*`), its hv running inside the host's namespace.
+    #[arg(long, global = true, env = "SPLITNET_HOST", value_name = "NAME",
+          value_parser = parse_host)]
+    host: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum UnderlayCmd {
+    /// Make the router and a namespace `splitnet@NAME` for each host: host
+    /// i (1-based, in the order given) gets 10.200.i.2/24 on `ul0`, its
+    /// gateway the router at 10.200.i.1; its driver domain's VTEP is
+    /// 10.200.i.3 by convention.
+    Up {
+        /// Host names (1 to 8 lowercase letters and digits each).
+        #[arg(required = true, value_parser = parse_host)]
+        hosts: Vec<String>,
+        /// MTU of every underlay link (1550 or more lets guests keep 1500
+        /// over VXLAN: `mtu_budget = "underlay"`).
+        #[arg(long, default_value_t = 1500)]
+        mtu: u32,
+    },
+    /// Delete the hosts' and the router's namespaces; refused while a host
+    /// is up.
+    Down,
+    /// List the hosts, their addresses and whether each is up.
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -75,6 +104,11 @@ enum Cmd {
         #[arg(long, value_name = "PLACEMENT")]
         placement: Option<toolstack::placement::Placement>,
     },
+    /// A multi-host setup on this machine: one network namespace per host,
+    /// routed to the others through a router namespace (the underlay that
+    /// VXLAN ports tunnel over). Then `splitnet --host NAME up` runs a host.
+    #[command(subcommand)]
+    Underlay(UnderlayCmd),
     /// Show domains, namespaces, addresses, ports and counters.
     Status {
         /// Machine-readable output.
@@ -555,8 +589,37 @@ fn run_or_wait(
     }
 }
 
+fn parse_host(s: &str) -> Result<String, String> {
+    toolstack::host::valid_host_name(s).map(|()| s.to_string())
+}
+
+/// The run directory: as given, else the default one of this instance.
+fn run_dir(given: Option<PathBuf>, host: Option<&str>) -> PathBuf {
+    let base = PathBuf::from(toolstack::daemon::DEFAULT_RUN_DIR);
+    match (given, host) {
+        (Some(d), _) => d,
+        (None, None) => base,
+        (None, Some(h)) => base.join("hosts").join(h),
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
-    let rd = cli.run_dir;
+    toolstack::host::set_instance(cli.host.as_deref()).map_err(anyhow::Error::msg)?;
+    let rd = run_dir(cli.run_dir, cli.host.as_deref());
+    // The toolstack of host NAME works from the host's namespace; the
+    // processes hv starts (domains, device models) are where hv put them.
+    let internal = matches!(
+        cli.cmd,
+        Cmd::Forwarder { .. }
+            | Cmd::HostileVm { .. }
+            | Cmd::Domain
+            | Cmd::Vmapp { .. }
+            | Cmd::HvmDm { .. }
+            | Cmd::Underlay(_)
+    );
+    if !internal {
+        lifecycle::enter_host()?;
+    }
     match cli.cmd {
         Cmd::Up {
             config,
@@ -585,6 +648,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Trace { .. }) => observe(&rd, cmd),
         Cmd::Exec { domain, cmd } => match lifecycle::exec(&rd, &domain, &cmd)? {},
         Cmd::Down => lifecycle::down(&rd),
+        Cmd::Underlay(u) => underlay(u),
         Cmd::Restart { domain } => hotplug::restart(&rd, &domain),
         Cmd::NetworkAttach {
             domain,
@@ -621,6 +685,35 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Vmapp { .. }
         | Cmd::HvmDm { .. }) => run_internal(&rd, cmd),
     }
+}
+
+/// `splitnet underlay ...`.
+fn underlay(cmd: UnderlayCmd) -> Result<()> {
+    use toolstack::underlay;
+    lifecycle::require_root()?;
+    match cmd {
+        UnderlayCmd::Up { hosts, mtu } => {
+            let made = underlay::up(&hosts, mtu).map_err(anyhow::Error::msg)?;
+            print!("{}", underlay::describe(&made));
+            println!(
+                "next: `splitnet --host {} up --config FILE` for each host",
+                made[0].name
+            );
+        }
+        UnderlayCmd::Down => {
+            let gone = underlay::down().map_err(anyhow::Error::msg)?;
+            if gone.is_empty() {
+                println!("no underlay was up");
+            } else {
+                println!(
+                    "underlay down: hosts {} and the router removed",
+                    gone.join(", ")
+                );
+            }
+        }
+        UnderlayCmd::Status => print!("{}", underlay::describe(&underlay::hosts())),
+    }
+    Ok(())
 }
 
 /// The commands that look at a running system: `status`, `top`,

@@ -74,6 +74,7 @@ fn run(a: Args) -> Result<(), String> {
     if !toolstack::host::is_root() {
         return Err("splitnet-hv needs root (network namespaces, veth, cgroups)".into());
     }
+    toolstack::underlay::check_in_host_ns()?;
     let mut topology = Topology::load(&config).map_err(|e| e.to_string())?;
     a.tuning.apply(&mut topology)?;
     let exe = match a.exe {

@@ -50,8 +50,8 @@ pub use packet::{
 pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
 pub use prefetch::prefetch;
 pub use process::{
-    allowed_cpus, catch_interrupts, close_inherited_fds, dup_fd, euid, interrupted, kill,
-    pin_on_exec, raise_fd_limit, rdtsc, set_inheritable, set_nonblocking, take_inherited_fd,
+    allowed_cpus, catch_interrupts, close_inherited_fds, dup_fd, enter_netns, euid, interrupted,
+    kill, pin_on_exec, raise_fd_limit, rdtsc, set_inheritable, set_nonblocking, take_inherited_fd,
 };
 pub use seccomp::{CompiledFilter, SyscallFilter};
 pub use seqpacket::connect_stream_nonblocking;

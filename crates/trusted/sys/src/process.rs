@@ -198,6 +198,13 @@ pub fn pin_on_exec(cmd: &mut std::process::Command, cpu: usize) -> io::Result<()
     Ok(())
 }
 
+/// Moves the calling thread into the network namespace behind `ns` (a
+/// file under `/run/netns`, or `/proc/PID/ns/net`); call it before any
+/// other thread exists, so that all of them and every child are there.
+pub fn enter_netns(ns: &std::fs::File) -> io::Result<()> {
+    crate::jail::setns(ns.as_fd(), libc::CLONE_NEWNET)
+}
+
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 extern "C" fn note_interrupt(_: libc::c_int) {

@@ -7,12 +7,76 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Prefix of every namespace and cgroup splitnet creates.
+/// Prefix of every namespace the default instance creates.
 pub const PREFIX: &str = "splitnet-";
+
+/// The environment variable naming the instance a process belongs to
+/// (`splitnet --host NAME`); hv and every process it starts inherit it.
+pub const HOST_ENV: &str = "SPLITNET_HOST";
+
+/// Prefix of the namespaces that belong to no one instance: each host's
+/// own (`splitnet@NAME`) and the underlay's router ([`crate::underlay`]).
+pub const SHARED_PREFIX: &str = "splitnet@";
+
+static INSTANCE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Checks a host name: 1 to 8 of `a-z` and `0-9`, so that no host's prefix
+/// is another's, and a namespace name stays short.
+pub fn valid_host_name(name: &str) -> Result<(), String> {
+    let ok = (1..=8).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !ok {
+        return Err(format!(
+            "host name {name:?}: use 1 to 8 lowercase letters and digits"
+        ));
+    }
+    if name == crate::underlay::ROUTER {
+        return Err(format!("host name {name:?} is the underlay router's"));
+    }
+    Ok(())
+}
+
+/// Sets this process's instance before anything asks for it: `None` is
+/// the default instance, `Some(name)` host `name` of a multi-host setup.
+/// Fails if it was already settled otherwise.
+pub fn set_instance(name: Option<&str>) -> Result<(), String> {
+    if let Some(n) = name {
+        valid_host_name(n)?;
+    }
+    let want = name.map(str::to_string);
+    let got = INSTANCE.get_or_init(|| want.clone());
+    if *got != want {
+        return Err(format!("this process already belongs to instance {got:?}"));
+    }
+    Ok(())
+}
+
+/// This process's instance: set by [`set_instance`], else taken from
+/// [`HOST_ENV`] (ignored unless it is a valid host name).
+pub fn instance() -> Option<&'static str> {
+    INSTANCE
+        .get_or_init(|| {
+            std::env::var(HOST_ENV)
+                .ok()
+                .filter(|n| valid_host_name(n).is_ok())
+        })
+        .as_deref()
+}
+
+/// Prefix of every namespace this instance creates: [`PREFIX`], or
+/// `splitnet@NAME-` for host `NAME`.
+pub fn prefix() -> String {
+    match instance() {
+        None => PREFIX.to_string(),
+        Some(h) => format!("{SHARED_PREFIX}{h}-"),
+    }
+}
 
 /// The namespace name of a domain or host called `name`.
 pub fn netns_name(name: &str) -> String {
-    format!("{PREFIX}{name}")
+    format!("{}{name}", prefix())
 }
 
 /// Serializes process creation: a descriptor made inheritable for one child
@@ -105,12 +169,20 @@ pub fn netns_del(ns: &str) {
     let _ = run("ip", &["netns", "del", ns]);
 }
 
-/// Names of existing namespaces that start with [`PREFIX`].
+/// Names of existing namespaces that start with this instance's [`prefix`].
 pub fn our_netns() -> Vec<String> {
+    let p = prefix();
+    netns_list()
+        .into_iter()
+        .filter(|n| n.starts_with(&p))
+        .collect()
+}
+
+/// Names of every existing named network namespace.
+pub fn netns_list() -> Vec<String> {
     let out = run("ip", &["netns", "list"]).unwrap_or_default();
     out.lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(PREFIX))
         .map(str::to_string)
         .collect()
 }
@@ -181,20 +253,20 @@ impl CgroupLayout {
 
     /// The directories of cgroup `name` in each hierarchy present.
     pub fn dirs(&self, name: &str) -> Vec<PathBuf> {
-        let base = "splitnet";
-        [&self.v2, &self.v1_cpuacct]
-            .into_iter()
-            .flatten()
-            .map(|h| h.join(base).join(name))
-            .collect()
+        self.parents().into_iter().map(|p| p.join(name)).collect()
     }
 
-    /// The parent directories splitnet owns.
+    /// The parent directories this instance owns: `splitnet`, or
+    /// `splitnet@NAME` for host `NAME`.
     pub fn parents(&self) -> Vec<PathBuf> {
+        let base = match instance() {
+            None => "splitnet".to_string(),
+            Some(h) => format!("{SHARED_PREFIX}{h}"),
+        };
         [&self.v2, &self.v1_cpuacct]
             .into_iter()
             .flatten()
-            .map(|h| h.join("splitnet"))
+            .map(|h| h.join(&base))
             .collect()
     }
 }

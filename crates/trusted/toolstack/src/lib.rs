@@ -36,6 +36,7 @@ pub mod supervisor;
 pub mod top;
 pub mod topology;
 pub mod tuning;
+pub mod underlay;
 pub mod uplink;
 mod vhost_status;
 pub mod vifscript;

@@ -207,6 +207,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     Ok(json!({
         "uplinks": uplinks,
         "hv_pid": s.hv_pid,
+        "host": crate::host::instance(),
         "topology": s.info.get("topology"),
         "domains": domains,
         "hosts": hosts,
@@ -573,6 +574,13 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
+    }
+    if let Some(h) = v["host"].as_str() {
+        println!(
+            "host {h} (hv in namespace {}, domains in {}*)",
+            crate::underlay::host_ns(h),
+            crate::host::prefix()
+        );
     }
     println!(
         "hv pid {}, topology {}, {} store nodes, {} restarts after a crash",

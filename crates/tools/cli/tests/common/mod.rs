@@ -68,7 +68,12 @@ impl Drop for Env {
     }
 }
 
+/// The default instance's namespaces (`splitnet-*`).
 pub fn netns() -> Vec<String> {
+    netns_starting("splitnet-")
+}
+
+fn netns_starting(prefix: &str) -> Vec<String> {
     let o = Command::new("ip")
         .args(["netns", "list"])
         .output()
@@ -76,9 +81,15 @@ pub fn netns() -> Vec<String> {
     String::from_utf8_lossy(&o.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("splitnet-"))
+        .filter(|n| n.starts_with(prefix))
         .map(str::to_string)
         .collect()
+}
+
+/// The namespaces of other instances, hosts and the underlay's router
+/// (`splitnet@*`).
+pub fn shared_netns() -> Vec<String> {
+    netns_starting("splitnet@")
 }
 
 /// Processes whose command line mentions our binary, other than the test itself.
