@@ -595,8 +595,8 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     print_domains(domains, hosts);
     print_emulated_nics(domains);
     print_ports(&v);
-    let host = std::env::var("SPLITNET_HOST").unwrap_or_else(|_| "local".into());
-    crate::vxlan_status::print(&host, v["ports"].as_array().unwrap_or(&empty));
+    let host = crate::host::instance().unwrap_or("local");
+    crate::vxlan_status::print(host, v["ports"].as_array().unwrap_or(&empty));
     print_vifs(v["vifs"].as_array().unwrap_or(&empty));
     crate::vhost_status::print(v["vhost_vifs"].as_array().unwrap_or(&empty));
     print_hypercalls(&v["counters"]);
