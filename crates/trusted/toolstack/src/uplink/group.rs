@@ -26,31 +26,32 @@ pub struct Member {
 }
 
 impl Uplink {
-    /// The member macvlan this uplink needs for vif `v`, if any: a macvlan
-    /// uplink of `v`'s driver domain on `v`'s bridge that carries `v`'s
-    /// VLAN, whose own MAC is not `v`'s (then it receives it itself).
-    pub fn member_for(&self, v: &VifConfig) -> Option<Member> {
+    /// Whether vif `v` is behind this uplink: served by its driver domain,
+    /// on its bridge, in a VLAN it carries.
+    pub fn reaches(&self, v: &VifConfig) -> bool {
         let bridge = v
             .opts
             .bridge
             .as_deref()
             .unwrap_or(abi::xenbus::DEFAULT_BRIDGE);
         let carries = self.vlan.is_none() || self.vlan == v.opts.vlan;
+        self.driver == v.backend && self.bridge == bridge && carries
+    }
+
+    /// The member macvlan this uplink needs for vif `v`, if any: a macvlan
+    /// uplink of `v`'s driver domain on `v`'s bridge that carries `v`'s
+    /// VLAN, whose own MAC is not `v`'s (then it receives it itself).
+    pub fn member_for(&self, v: &VifConfig) -> Option<Member> {
         let own = self
             .mac
             .as_deref()
             .is_some_and(|m| m.eq_ignore_ascii_case(&v.mac));
-        (self.kind == UplinkKind::Macvlan
-            && self.driver == v.backend
-            && self.bridge == bridge
-            && carries
-            && !own)
-            .then(|| Member {
-                // `uplN` + `v` + the vif's index in its driver domain: at
-                // most 3 + 2 + 1 + 4 bytes, within Linux's 15.
-                name: format!("{}v{}", self.ifname, v.index),
-                mac: v.mac.clone(),
-            })
+        (self.kind == UplinkKind::Macvlan && self.reaches(v) && !own).then(|| Member {
+            // `uplN` + `v` + the vif's index in its driver domain: at
+            // most 3 + 2 + 1 + 4 bytes, within Linux's 15.
+            name: format!("{}v{}", self.ifname, v.index),
+            mac: v.mac.clone(),
+        })
     }
 
     /// The store value of member `m`'s `uplinks/<m>`.

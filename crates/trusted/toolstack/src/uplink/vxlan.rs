@@ -577,12 +577,6 @@ impl Uplink {
     /// carries `v`'s VLAN.
     pub fn publishes(&self, v: &VifConfig) -> Option<String> {
         let x = self.vxlan.as_ref().filter(|x| x.mode == Mode::Evpn)?;
-        let bridge = v
-            .opts
-            .bridge
-            .as_deref()
-            .unwrap_or(abi::xenbus::DEFAULT_BRIDGE);
-        let carries = self.vlan.is_none() || self.vlan == v.opts.vlan;
-        (self.driver == v.backend && self.bridge == bridge && carries).then(|| x.kernel_member())
+        self.reaches(v).then(|| x.kernel_member())
     }
 }
