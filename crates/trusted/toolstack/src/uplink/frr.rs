@@ -28,8 +28,13 @@ const DAEMONS: [(&str, &str); 2] = [("zebra", "zserv.api"), ("bgpd", "bgpd.vty")
 
 /// Refuses evpn without FRR's daemons.
 pub(super) fn installed() -> Result<(), String> {
+    installed_in(Path::new(FRR_BIN))
+}
+
+/// Refuses evpn without FRR's daemons in `dir`.
+fn installed_in(dir: &Path) -> Result<(), String> {
     for (d, _) in DAEMONS {
-        let p = Path::new(FRR_BIN).join(d);
+        let p = dir.join(d);
         if !p.exists() {
             return Err(format!(
                 "evpn = true needs FRR's zebra and bgpd, but {} is missing: install Debian's frr",
@@ -182,5 +187,17 @@ mod tests {
             "{c}"
         );
         assert!(zebra_conf("drv").contains("ip nht resolve-via-default\n"));
+    }
+
+    #[test]
+    fn evpn_without_frr_is_refused_with_what_to_install() {
+        let dir = std::env::temp_dir().join(format!("splitnet-nofrr-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("zebra"), "").unwrap();
+        let e = installed_in(&dir).unwrap_err();
+        assert!(e.contains("bgpd is missing: install Debian's frr"), "{e}");
+        fs::write(dir.join("bgpd"), "").unwrap();
+        assert_eq!(installed_in(&dir), Ok(()));
+        let _ = fs::remove_dir_all(&dir);
     }
 }
