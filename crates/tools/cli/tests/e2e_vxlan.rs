@@ -309,6 +309,14 @@ fn evpn_withdraws_a_detached_vif_and_hv_restarts_frr() {
     wait_until("a's guest advertised again", LIMIT, || {
         pair.macs_behind("b", "10.200.1.3").contains(&guest_mac(1))
     });
+    // An attached vif gets the budgeted MTU too.
+    wait_until("the attached vif's MTU", LIMIT, || {
+        let o = pair.on(
+            "a",
+            &["exec", "guest1", "--", "cat", "/sys/class/net/eth0/mtu"],
+        );
+        String::from_utf8_lossy(&o.stdout).trim() == "1450"
+    });
     // bgpd dies: hv starts it again and the session comes back.
     let pid_file = "/var/run/frr/splitnet@a-drv/bgpd.pid";
     let pid = std::fs::read_to_string(pid_file).expect("a's bgpd pid file");
