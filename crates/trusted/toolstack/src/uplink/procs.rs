@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a daemon may take to be ready.
-const DAEMON_READY: Duration = Duration::from_secs(5);
+/// How long a daemon may take to be ready (zebra reads the whole kernel
+/// state first; a loaded machine takes longer).
+const DAEMON_READY: Duration = Duration::from_secs(10);
 
 /// When a daemon hv starts is ready.
 pub(super) enum Ready {
