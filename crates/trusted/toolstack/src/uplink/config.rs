@@ -651,6 +651,21 @@ mod tests {
                 Some("239.1.1.1".parse().unwrap())
             )
         );
+        // The kernel's devices: learning but with evpn, a group on the
+        // underlay, room for the encapsulation unless the underlay pays.
+        let args = |x: &super::super::vxlan::Vxlan| x.device_args().join(" ");
+        assert_eq!(
+            args(&s),
+            "mtu 1450 type vxlan id 100 local 10.200.1.3 dstport 4789"
+        );
+        assert_eq!(
+            args(&e),
+            "mtu 1500 type vxlan id 200 local 10.200.1.3 dstport 4789 nolearning"
+        );
+        assert_eq!(
+            args(&m),
+            "mtu 1450 type vxlan id 300 local 10.200.1.3 dstport 4789 group 239.1.1.1 dev ul0"
+        );
         // The guest on xenbr0 gets 1450 (budget "guests"); on xenbr1
         // ("underlay") the default; a vif's own mtu wins.
         assert_eq!(t.vifs()[0].opts.mtu, Some(1450));

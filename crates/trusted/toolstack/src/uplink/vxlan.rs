@@ -130,6 +130,25 @@ impl Vxlan {
         }
     }
 
+    /// `ip link add vx<vni>`'s arguments after the name: learning for
+    /// static peers and a group (joined on `ul0`), not with evpn (zebra
+    /// installs the remote MACs); an MTU that leaves room for the
+    /// encapsulation on the underlay.
+    pub fn device_args(&self) -> Vec<String> {
+        let mut a = format!(
+            "mtu {} type vxlan id {} local {} dstport {UDP_PORT}",
+            self.guest_mtu(),
+            self.vni,
+            self.local
+        );
+        match (self.mode, self.group) {
+            (Mode::Multicast, Some(g)) => a += &format!(" group {g} dev {UNDERLAY_IF}"),
+            (Mode::Evpn, _) => a += " nolearning",
+            _ => {}
+        }
+        a.split(' ').map(str::to_string).collect()
+    }
+
     /// The `status` fact describing it (JSON).
     pub fn info(&self) -> String {
         serde_json::json!({
@@ -484,17 +503,8 @@ impl Uplinks {
     /// (zebra installs the remote MACs); its MTU leaves room for the
     /// encapsulation on the underlay.
     fn vxlan_device(&self, u: &Uplink, x: &Vxlan, ns: &str) -> Result<(), String> {
-        let (vni, local, port) = (x.vni.to_string(), x.local.to_string(), UDP_PORT.to_string());
-        let mtu = x.guest_mtu().to_string();
-        let group = x.group.map(|g| g.to_string()).unwrap_or_default();
-        let mut args = vec![
-            "mtu", &mtu, "type", "vxlan", "id", &vni, "local", &local, "dstport", &port,
-        ];
-        match x.mode {
-            Mode::Multicast => args.extend(["group", &group, "dev", UNDERLAY_IF]),
-            Mode::Evpn => args.push("nolearning"),
-            Mode::Static => {}
-        }
+        let args = x.device_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.ns_link(u, ns, &x.device(), &args)
             .map_err(|e| format!("the VXLAN device {} of {}: {e}", x.device(), u.driver))
     }
