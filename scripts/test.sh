@@ -11,9 +11,9 @@ cd "$(dirname "$0")/.."
 # virtio_user, vhost and TAP drivers) and QEMU; then their VM image
 # (Debian's kernel and busybox-static, fetched by the script, cached under
 # target/vm-image). Outside CI (SPLITNET_CI=1) a test without them skips
-# and says so. The vxlan port kind's evpn tests run FRR (Debian's frr).
+# and says so.
 need=()
-for p in dpdk-dev librte-net-virtio23 librte-net-vhost23 librte-net-tap23 qemu-system-x86 frr; do
+for p in dpdk-dev librte-net-virtio23 librte-net-vhost23 librte-net-tap23 qemu-system-x86; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -5,66 +5,10 @@
 
 mod common;
 
-use common::Env;
-use std::process::{Command, Output};
-
-/// An underlay of `hosts` and the environment lock; every host is taken
-/// down, then the underlay, when dropped.
-struct Lab {
-    env: Env,
-    hosts: Vec<String>,
-}
+use common::lab::{host_cgroups, Lab};
+use std::process::Command;
 
 impl Lab {
-    fn new(name: &str, hosts: &[&str]) -> Option<Lab> {
-        let env = Env::new(name)?;
-        let lab = Lab {
-            env,
-            hosts: hosts.iter().map(|h| h.to_string()).collect(),
-        };
-        lab.clear();
-        let mut args = vec!["underlay", "up"];
-        args.extend_from_slice(hosts);
-        lab.env.ok(&args);
-        Some(lab)
-    }
-
-    /// What an earlier failed run left: its hosts' instances, then the
-    /// underlay.
-    fn clear(&self) {
-        for h in common::shared_netns()
-            .iter()
-            .filter_map(|n| n.strip_prefix("splitnet@"))
-            .filter(|n| !n.contains('-') && *n != "underlay")
-        {
-            self.on(h, &["down"]);
-        }
-        self.env.splitnet(&["underlay", "down"]);
-    }
-
-    /// `splitnet --host HOST ARGS` with that host's own run directory.
-    fn on(&self, host: &str, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_splitnet"))
-            .args(["--host", host, "--run-dir"])
-            .arg(self.env.run_dir.join(host))
-            .args(args)
-            .output()
-            .expect("run splitnet")
-    }
-
-    fn ok(&self, host: &str, args: &[&str]) -> String {
-        let o = self.on(host, args);
-        assert!(
-            o.status.success(),
-            "splitnet --host {host} {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\nhv.log:\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr),
-            std::fs::read_to_string(self.env.run_dir.join(host).join("hv.log")).unwrap_or_default()
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
     /// `ping -c 3` from `domain` of `host` to `to`, with no loss.
     fn ping(&self, host: &str, domain: &str, to: &str) {
         let out = self.ok(
@@ -80,15 +24,6 @@ impl Lab {
     }
 }
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for h in &self.hosts {
-            self.on(h, &["down"]);
-        }
-        self.env.splitnet(&["underlay", "down"]);
-    }
-}
-
 /// The namespaces of `host`'s instance.
 fn namespaces_of(host: &str) -> Vec<String> {
     let p = format!("splitnet@{host}-");
@@ -100,7 +35,7 @@ fn namespaces_of(host: &str) -> Vec<String> {
 
 #[test]
 fn two_hosts_run_side_by_side_and_each_cleans_only_its_own() {
-    let Some(lab) = Lab::new("mh-two", &["a", "b"]) else {
+    let Some(lab) = Lab::new("mh-two", &["a", "b"], 1500) else {
         return;
     };
     // The underlay routes between hosts: one hop, TTL 64 - 1.
@@ -159,24 +94,9 @@ fn two_hosts_run_side_by_side_and_each_cleans_only_its_own() {
     common::assert_nothing_left();
 }
 
-/// Cgroups of host instances (`splitnet@NAME`) in any hierarchy.
-fn host_cgroups() -> Vec<String> {
-    [
-        "/sys/fs/cgroup",
-        "/sys/fs/cgroup/unified",
-        "/sys/fs/cgroup/cpuacct",
-    ]
-    .iter()
-    .filter_map(|d| std::fs::read_dir(d).ok())
-    .flat_map(|rd| rd.flatten())
-    .map(|e| e.file_name().to_string_lossy().into_owned())
-    .filter(|n| n.starts_with("splitnet@"))
-    .collect()
-}
-
 #[test]
 fn bad_hosts_are_refused_clearly() {
-    let Some(lab) = Lab::new("mh-bad", &["a"]) else {
+    let Some(lab) = Lab::new("mh-bad", &["a"], 1500) else {
         return;
     };
     let o = lab.env.splitnet(&["underlay", "up", "c"]);
@@ -244,21 +164,6 @@ impl Lab {
         }
     }
 
-    fn status(&self, host: &str) -> serde_json::Value {
-        serde_json::from_str(&self.ok(host, &["status", "--json"])).expect("status --json")
-    }
-
-    /// The `vxlan` object of `host`'s tunnel port.
-    fn tunnel(&self, host: &str) -> serde_json::Value {
-        self.status(host)["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["vxlan"].is_object())
-            .map(|p| p["vxlan"].clone())
-            .unwrap_or_default()
-    }
-
     /// Waits until every host's BGP sessions to the others are established.
     fn wait_bgp(&self, hosts: &[&str], peers: usize) {
         for h in hosts {
@@ -294,73 +199,41 @@ impl Lab {
     fn fetch_across(&self) {
         let dir = self.env.run_dir.join("www");
         std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("blob");
-        let st = Command::new("dd")
-            .args(["if=/dev/urandom", &format!("of={}", file.display())])
-            .args(["bs=1M", "count=64", "status=none"])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        let file = common::random_blob(&dir, 64);
         let ip = guest_ip(1, 1);
         let mut server = common::Background(
-            Command::new(env!("CARGO_BIN_EXE_splitnet"))
-                .args(["--host", "a", "--run-dir"])
-                .arg(self.env.run_dir.join("a"))
-                .args(["exec", "guest1", "--", "python3", "-m", "http.server", "8080"])
-                .args(["--bind", &ip, "--directory", dir.to_str().unwrap()])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
+            self.command(
+                "a",
+                &[
+                    "exec",
+                    "guest1",
+                    "--",
+                    "python3",
+                    "-m",
+                    "http.server",
+                    "8080",
+                ],
+            )
+            .args(["--bind", &ip, "--directory", dir.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
         );
         let got = self.env.run_dir.join("got");
-        self.ok(
-            "c",
-            &[
-                "exec", "guest2", "--", "curl", "-sS", "--fail", "--retry", "20",
-                "--retry-connrefused", "--retry-delay", "1", "--max-time", "300", "-o",
-                got.to_str().unwrap(), &format!("http://{ip}:8080/blob"),
-            ],
-        );
+        let url = format!("http://{ip}:8080/blob");
+        let mut args = vec!["exec", "guest2", "--"];
+        args.extend(common::curl(got.to_str().unwrap(), &url));
+        self.ok("c", &args);
         assert_eq!(std::fs::metadata(&got).unwrap().len(), 64 << 20);
         assert_eq!(common::sha256(&got), common::sha256(&file), "corrupted");
         let _ = server.0.kill();
     }
-
-    /// Takes every host down, then the underlay; checks nothing is left.
-    fn down_all(&self) {
-        for h in HOSTS {
-            self.ok(h, &["down"]);
-        }
-        self.env.ok(&["underlay", "down"]);
-        assert_eq!(common::shared_netns(), Vec::<String>::new());
-        assert_eq!(host_cgroups(), Vec::<String>::new(), "cgroups left behind");
-        assert_eq!(frr_left(), Vec::<String>::new(), "FRR left behind");
-        common::assert_nothing_left();
-    }
-}
-
-/// FRR processes and run directories of splitnet's driver domains.
-fn frr_left() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir("/var/run/frr")
-        .into_iter()
-        .flat_map(|rd| rd.flatten())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("splitnet"))
-        .collect();
-    let ps = Command::new("pgrep").args(["-af", "frr/(zebra|bgpd)"]).output().unwrap();
-    v.extend(
-        String::from_utf8_lossy(&ps.stdout)
-            .lines()
-            .filter(|l| l.contains("splitnet"))
-            .map(str::to_string),
-    );
-    v
 }
 
 #[test]
 fn three_hosts_with_static_peers_reach_every_guest() {
-    let Some(lab) = Lab::new("mh-static", &HOSTS) else {
+    let Some(lab) = Lab::new("mh-static", &HOSTS, 1500) else {
         return;
     };
     lab.up_tunnels(false);
@@ -386,7 +259,7 @@ fn three_hosts_with_static_peers_reach_every_guest() {
 
 #[test]
 fn three_hosts_with_evpn_reach_every_guest() {
-    let Some(lab) = Lab::new("mh-evpn", &HOSTS) else {
+    let Some(lab) = Lab::new("mh-evpn", &HOSTS, 1500) else {
         return;
     };
     lab.up_tunnels(true);
@@ -397,7 +270,11 @@ fn three_hosts_with_evpn_reach_every_guest() {
     common::wait_until(
         "a to learn c's guests from BGP",
         std::time::Duration::from_secs(10),
-        || lab.tunnel("a")["peers"].to_string().contains(&guest_mac(3, 1)),
+        || {
+            lab.tunnel("a")["peers"]
+                .to_string()
+                .contains(&guest_mac(3, 1))
+        },
     );
     lab.ping_all();
     lab.fetch_across();
@@ -420,9 +297,12 @@ const LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 impl Lab {
     /// Whether one ping from `domain` of `host` to `to` is answered.
     fn answers(&self, host: &str, domain: &str, to: &str) -> bool {
-        self.on(host, &["exec", domain, "--", "ping", "-c", "1", "-W", "1", to])
-            .status
-            .success()
+        self.on(
+            host,
+            &["exec", domain, "--", "ping", "-c", "1", "-W", "1", to],
+        )
+        .status
+        .success()
     }
 
     /// `host`'s vif of `guest`, from its status.
@@ -449,7 +329,11 @@ fn forged_mac_is_refused(lab: &Lab) {
     lab.ok(
         "a",
         &[
-            "exec", "guest1", "--", "python3", "-c",
+            "exec",
+            "guest1",
+            "--",
+            "python3",
+            "-c",
             "import socket,sys\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n\
              s.bind(('eth0',0))\nfor _ in range(3): s.send(bytes.fromhex(sys.argv[1]))",
             &frame,
@@ -481,7 +365,17 @@ fn mac_moves_from_c_to_a(lab: &Lab) {
         .unwrap_or_else(|| "eth0".into());
     lab.ok(
         "a",
-        &["exec", "guest2", "--", "ip", "addr", "add", &format!("{ip}/24"), "dev", &ifname],
+        &[
+            "exec",
+            "guest2",
+            "--",
+            "ip",
+            "addr",
+            "add",
+            &format!("{ip}/24"),
+            "dev",
+            &ifname,
+        ],
     );
     common::wait_until("the moved MAC behind a's VTEP", LIMIT, || {
         vtep_of(&lab.tunnel("b"), &mac).as_deref() == Some("10.200.1.3")
@@ -525,18 +419,35 @@ fn lost_bgp_session_withdraws_routes(lab: &Lab) {
 fn killed_driver_domain_spares_the_others(lab: &Lab) {
     let server = lab.env.run_dir.join("iperf3-server");
     let _srv = common::Background(
-        Command::new(env!("CARGO_BIN_EXE_splitnet"))
-            .args(["--host", "c", "--run-dir"])
-            .arg(lab.env.run_dir.join("c"))
-            .args(["exec", "guest1", "--", "iperf3", "-s", "-1", "-B", &guest_ip(3, 1)])
-            .arg("--logfile")
-            .arg(&server)
-            .spawn()
-            .unwrap(),
+        lab.command(
+            "c",
+            &[
+                "exec",
+                "guest1",
+                "--",
+                "iperf3",
+                "-s",
+                "-1",
+                "-B",
+                &guest_ip(3, 1),
+            ],
+        )
+        .arg("--logfile")
+        .arg(&server)
+        .spawn()
+        .unwrap(),
     );
     common::wait_until("iperf3 to listen on c", LIMIT, || {
         let o = Command::new("ip")
-            .args(["netns", "exec", "splitnet@c-guest1", "ss", "-ltn", "sport", "= :5201"])
+            .args([
+                "netns",
+                "exec",
+                "splitnet@c-guest1",
+                "ss",
+                "-ltn",
+                "sport",
+                "= :5201",
+            ])
             .output()
             .unwrap();
         String::from_utf8_lossy(&o.stdout).contains("5201")
@@ -545,7 +456,17 @@ fn killed_driver_domain_spares_the_others(lab: &Lab) {
         let c = s.spawn(|| {
             lab.on(
                 "a",
-                &["exec", "guest1", "--", "iperf3", "-c", &guest_ip(3, 1), "-t", "4", "-J"],
+                &[
+                    "exec",
+                    "guest1",
+                    "--",
+                    "iperf3",
+                    "-c",
+                    &guest_ip(3, 1),
+                    "-t",
+                    "4",
+                    "-J",
+                ],
             )
         });
         let drv = |st: serde_json::Value| common::domain(&st, "drv")["pid"].as_u64();
@@ -561,10 +482,17 @@ fn killed_driver_domain_spares_the_others(lab: &Lab) {
     let out = String::from_utf8_lossy(&client.stdout);
     assert!(client.status.success(), "the stream a -> c broke: {out}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 -J");
-    assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0) > 0, "{out}");
+    assert!(
+        v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0) > 0,
+        "{out}"
+    );
     for g in ["guest1", "guest2"] {
         common::wait_until(&format!("a to reach b's {g} again"), LIMIT, || {
-            lab.answers("a", "guest1", &guest_ip(2, if g == "guest1" { 1 } else { 2 }))
+            lab.answers(
+                "a",
+                "guest1",
+                &guest_ip(2, if g == "guest1" { 1 } else { 2 }),
+            )
         });
     }
     assert_eq!(
@@ -575,7 +503,7 @@ fn killed_driver_domain_spares_the_others(lab: &Lab) {
 
 #[test]
 fn evpn_moves_a_mac_and_rides_out_faults() {
-    let Some(lab) = Lab::new("mh-faults", &HOSTS) else {
+    let Some(lab) = Lab::new("mh-faults", &HOSTS, 1500) else {
         return;
     };
     lab.up_tunnels(true);

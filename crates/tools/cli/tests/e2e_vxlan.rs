@@ -11,8 +11,8 @@
 
 mod common;
 
+use common::lab::Lab;
 use common::*;
-use serde_json::Value;
 use std::io::BufRead;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -29,50 +29,7 @@ fn guest_mac(i: usize) -> String {
     format!("00:16:3e:1a:{i:02x}:01")
 }
 
-/// Two hosts on an underlay of MTU `mtu`; every host and the underlay are
-/// taken down when dropped.
-struct Pair {
-    env: Env,
-}
-
-impl Pair {
-    fn new(name: &str, mtu: u32) -> Option<Pair> {
-        let pair = Pair {
-            env: Env::new(name)?,
-        };
-        pair.clear();
-        let mtu = mtu.to_string();
-        pair.env.ok(&["underlay", "up", "a", "b", "--mtu", &mtu]);
-        Some(pair)
-    }
-
-    fn clear(&self) {
-        for h in HOSTS {
-            self.on(h, &["down"]);
-        }
-        self.env.splitnet(&["underlay", "down"]);
-    }
-
-    fn on(&self, host: &str, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_splitnet"))
-            .args(["--host", host, "--run-dir"])
-            .arg(self.env.run_dir.join(host))
-            .args(args)
-            .output()
-            .expect("run splitnet")
-    }
-
-    fn ok(&self, host: &str, args: &[&str]) -> String {
-        let o = self.on(host, args);
-        assert!(
-            o.status.success(),
-            "splitnet --host {host} {args:?} failed:\n{}\nhv.log:\n{}",
-            String::from_utf8_lossy(&o.stderr),
-            std::fs::read_to_string(self.env.run_dir.join(host).join("hv.log")).unwrap_or_default()
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
+impl Lab {
     /// Host `i`'s topology: a driver domain, guest1, and a vxlan port to
     /// the other host with `keys` added; `up` of it, its output.
     fn up(&self, i: usize, keys: &str) -> Output {
@@ -101,26 +58,6 @@ impl Pair {
         }
     }
 
-    /// The `vxlan` object of `host`'s port.
-    fn tunnel(&self, host: &str) -> Value {
-        let st: Value = serde_json::from_str(&self.ok(host, &["status", "--json"])).unwrap();
-        st["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["vxlan"].is_object())
-            .map(|p| p["vxlan"].clone())
-            .unwrap_or_default()
-    }
-
-    /// The MACs `host`'s port puts behind `vtep`.
-    fn macs_behind(&self, host: &str, vtep: &str) -> String {
-        let t = self.tunnel(host);
-        let peers = t["peers"].as_array().cloned().unwrap_or_default();
-        let p = peers.iter().find(|p| p["vtep"] == vtep);
-        p.map(|p| p["macs"].to_string()).unwrap_or_default()
-    }
-
     /// `ping` from `host`'s guest1 with `extra` options; its output.
     fn ping(&self, host: &str, to: &str, extra: &[&str]) -> String {
         let mut a = vec![
@@ -132,45 +69,14 @@ impl Pair {
         assert!(out.contains(" 0% packet loss"), "{host} -> {to}:\n{out}");
         out
     }
-
-    /// Takes both hosts and the underlay down; nothing may be left: no
-    /// namespace, process, FRR or FRR state directory.
-    fn down(&self) {
-        for h in HOSTS {
-            self.ok(h, &["down"]);
-        }
-        self.env.ok(&["underlay", "down"]);
-        assert_eq!(shared_netns(), Vec::<String>::new());
-        let frr: Vec<String> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-            .filter(|c| c.contains("/usr/lib/frr/") && c.contains("splitnet@"))
-            .collect();
-        assert!(frr.is_empty(), "FRR left running: {frr:?}");
-        for h in HOSTS {
-            let dir = format!("/var/run/frr/splitnet@{h}-drv");
-            assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
-        }
-        assert_nothing_left();
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        self.clear();
-    }
 }
 
 /// `splitnet --host a capture drv/<port> -c 2` while a's guest1 pings b's:
 /// the capture holds that ICMP.
-fn capture_on(pair: &Pair, port: &str) {
+fn capture_on(pair: &Lab, port: &str) {
     let file = pair.env.run_dir.join("vx.pcap");
-    let child = Command::new(env!("CARGO_BIN_EXE_splitnet"))
-        .args(["--host", "a", "--run-dir"])
-        .arg(pair.env.run_dir.join("a"))
-        .args(["capture", &format!("drv/{port}"), "-c", "2", "-w"])
+    let child = pair
+        .command("a", &["capture", &format!("drv/{port}"), "-c", "2", "-w"])
         .arg(&file)
         .stderr(Stdio::piped())
         .spawn()
@@ -193,7 +99,7 @@ fn capture_on(pair: &Pair, port: &str) {
 
 #[test]
 fn static_peers_budget_the_guests_mtu_and_show_in_status_and_capture() {
-    let Some(pair) = Pair::new("vx-static", 1500) else {
+    let Some(pair) = Lab::new("vx-static", &HOSTS, 1500) else {
         return;
     };
     pair.up_both("");
@@ -226,12 +132,12 @@ fn static_peers_budget_the_guests_mtu_and_show_in_status_and_capture() {
         "{text}"
     );
     capture_on(&pair, "vx100");
-    pair.down();
+    pair.down_all();
 }
 
 #[test]
 fn the_underlay_budget_needs_a_jumbo_underlay_and_gives_guests_1500() {
-    let Some(pair) = Pair::new("vx-small", 1500) else {
+    let Some(pair) = Lab::new("vx-small", &HOSTS, 1500) else {
         return;
     };
     let o = pair.up(1, "mtu_budget = \"underlay\"\n");
@@ -240,9 +146,9 @@ fn the_underlay_budget_needs_a_jumbo_underlay_and_gives_guests_1500() {
         !o.status.success() && err.contains("needs underlay links of 1550 bytes or more"),
         "{err}"
     );
-    pair.down();
+    pair.down_all();
     drop(pair);
-    let Some(pair) = Pair::new("vx-jumbo", 1550) else {
+    let Some(pair) = Lab::new("vx-jumbo", &HOSTS, 1550) else {
         return;
     };
     pair.up_both("mtu_budget = \"underlay\"\n");
@@ -252,12 +158,12 @@ fn the_underlay_budget_needs_a_jumbo_underlay_and_gives_guests_1500() {
         (Some(1500), Some(1550))
     );
     pair.ping("a", &guest_ip(2), &["-M", "do", "-s", "1472"]);
-    pair.down();
+    pair.down_all();
 }
 
 #[test]
 fn a_peer_the_host_cannot_reach_is_refused_at_up() {
-    let Some(pair) = Pair::new("vx-unreach", 1500) else {
+    let Some(pair) = Lab::new("vx-unreach", &HOSTS, 1500) else {
         return;
     };
     let ip = |args: &[&str]| {
@@ -284,12 +190,12 @@ fn a_peer_the_host_cannot_reach_is_refused_at_up() {
     let links = String::from_utf8_lossy(&links.stdout);
     assert!(!links.contains("sn0-drv"), "{links}");
     ip(&["route", "del", "prohibit", "10.200.2.3/32"]);
-    pair.down();
+    pair.down_all();
 }
 
 #[test]
 fn evpn_withdraws_a_detached_vif_and_hv_restarts_frr() {
-    let Some(pair) = Pair::new("vx-evpn", 1500) else {
+    let Some(pair) = Lab::new("vx-evpn", &HOSTS, 1500) else {
         return;
     };
     pair.up_both("evpn = true\n");
@@ -332,5 +238,5 @@ fn evpn_withdraws_a_detached_vif_and_hv_restarts_frr() {
     );
     let log = std::fs::read_to_string(pair.env.run_dir.join("a").join("hv.log")).unwrap();
     assert!(log.contains("drv's bgpd exited"), "{log}");
-    pair.down();
+    pair.down_all();
 }
