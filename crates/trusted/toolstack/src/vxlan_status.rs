@@ -126,9 +126,10 @@ pub(crate) fn print(host: &str, ports: &[Value]) {
                 .filter_map(Value::as_str)
                 .collect();
             println!(
-                "    peer {}: {} MACs {}",
+                "    peer {}: {} MAC{} {}",
                 peer["vtep"].as_str().unwrap_or("?"),
                 macs.len(),
+                if macs.len() == 1 { "" } else { "s" },
                 macs.join(" ")
             );
         }
