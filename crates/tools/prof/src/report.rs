@@ -703,6 +703,56 @@ mod tests {
     }
 
     #[test]
+    fn idle_is_not_work_and_events_get_columns() {
+        let mut v = recorded();
+        for _ in 0..10 {
+            v.push(s(
+                Domain::named("drv0"),
+                true,
+                "pv_native_safe_halt",
+                "kernel",
+                CostClass::Idle,
+            ));
+            v.push(s(
+                Domain::named("drv0"),
+                false,
+                "main",
+                "x",
+                CostClass::Other,
+            ));
+        }
+        let mut p = Profile::from_samples(meta(), &v, 3);
+        let drv = p.domains.iter().find(|d| d.name == "drv0").unwrap();
+        // 30 recorded + 20 new; 10 idle, 10 other of 40 work.
+        assert_eq!((drv.samples, drv.work_samples), (50, 40));
+        assert!((drv.other_of_work_pct - 25.0).abs() < 1e-9);
+        p.events = vec![
+            EventReport {
+                event: "instructions".into(),
+                period: 1000,
+                measurable: true,
+                note: "3 samples, 0 lost".into(),
+                total: 3000,
+                per_domain: [("drv0".to_string(), 2000), ("hv".to_string(), 1000)].into(),
+            },
+            EventReport {
+                event: "dtlb-misses".into(),
+                period: 1000,
+                measurable: false,
+                note: "not measurable here (No such file or directory (os error 2))".into(),
+                total: 0,
+                per_domain: BTreeMap::new(),
+            },
+        ];
+        let t = p.to_text();
+        let row = t.lines().find(|l| l.starts_with("drv0 ")).unwrap();
+        assert!(row.contains(" 2000 ") && row.contains(" n/a "), "{row}");
+        assert!(t.contains("dtlb-misses: not measurable here"), "{t}");
+        let back: Profile = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
     fn renders_json_text_and_svg() {
         let p = Profile::from_samples(meta(), &recorded(), 3);
         let j: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
