@@ -313,6 +313,20 @@ enum Cmd {
         /// and kernel/user mode, but not resolved to functions.
         #[arg(long, value_delimiter = ',', value_name = "DOMAINS")]
         passive: Vec<String>,
+        /// The sampling interval of the clock, as samples per second per CPU.
+        #[arg(long, default_value_t = 997, value_name = "HZ")]
+        frequency: u64,
+        /// Hardware events to count beside the clock, comma-separated:
+        /// instructions, l2-misses, dtlb-misses, itlb-misses. One this
+        /// machine's perf_event_open lacks is reported as not measurable here.
+        #[arg(long, value_delimiter = ',', value_name = "EVENTS")]
+        events: Vec<String>,
+        /// The sampling interval of --events: one sample every N events.
+        #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+        event_period: u64,
+        /// Class each sample by its leaf function alone (no call chains).
+        #[arg(long)]
+        no_callchains: bool,
         /// Profile while this command runs (after `--`).
         #[arg(last = true)]
         cmd: Vec<String>,
@@ -764,6 +778,10 @@ fn observe(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             svg,
             active,
             passive,
+            frequency,
+            events,
+            event_period,
+            no_callchains,
             cmd,
         } => profile::run(
             rd,
@@ -773,6 +791,12 @@ fn observe(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
                 svg: svg.as_deref(),
                 active: &active,
                 passive: &passive,
+                sampling: profile::Sampling {
+                    frequency,
+                    events: &events,
+                    event_period,
+                    callchains: !no_callchains,
+                },
                 cmd: &cmd,
             },
         ),

@@ -4,7 +4,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use hv::Toolstack;
-use prof::{ProfileOptions, Roles};
+use prof::{HwEvent, ProfileOptions, Roles};
 use std::path::Path;
 use std::time::Duration;
 use toolstack::daemon::socket_path;
@@ -18,7 +18,33 @@ pub struct ProfileArgs<'a> {
     pub active: &'a [String],
     /// These domains are passive (counted in aggregate only).
     pub passive: &'a [String],
+    pub sampling: Sampling<'a>,
     pub cmd: &'a [String],
+}
+
+/// How `splitnet profile` samples.
+pub struct Sampling<'a> {
+    /// Clock samples per second per CPU.
+    pub frequency: u64,
+    /// Hardware events by name.
+    pub events: &'a [String],
+    /// Events per sample.
+    pub event_period: u64,
+    /// Walk call chains.
+    pub callchains: bool,
+}
+
+/// The hardware events named on the command line.
+fn events(names: &[String]) -> Result<Vec<HwEvent>> {
+    names
+        .iter()
+        .map(|n| {
+            HwEvent::parse(n).ok_or_else(|| {
+                let known: Vec<&str> = HwEvent::ALL.iter().map(|e| e.name()).collect();
+                anyhow!("no event named {n:?}; the events are {}", known.join(", "))
+            })
+        })
+        .collect()
 }
 
 /// The running system's hv pid and domain names, if one is up.
@@ -61,10 +87,18 @@ pub fn run(rd: &Path, args: &ProfileArgs<'_>) -> Result<()> {
         eprintln!("splitnet profile: hv is not running; samples go to host processes and idle");
     }
     let roles = roles(args, system.as_ref().map(|s| s.1.as_slice()))?;
+    let s = &args.sampling;
+    if s.frequency == 0 || s.event_period == 0 {
+        bail!("--frequency and --event-period must be at least 1");
+    }
     let opts = ProfileOptions {
         hv_pid: system.as_ref().map(|s| s.0),
         roles,
         initiator: "splitnet profile".into(),
+        frequency_hz: s.frequency,
+        events: events(s.events)?,
+        event_period: s.event_period,
+        callchains: s.callchains,
         ..Default::default()
     };
     eprintln!("splitnet profile: sampling every CPU");

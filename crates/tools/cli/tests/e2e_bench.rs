@@ -133,6 +133,60 @@ fn check_profile(r: &Value, out: &Path, config: &str, direction: &str) {
     }
 }
 
+/// Samples were classed by call chain into the kernel's own classes: the
+/// kernel functions hv, the driver domain and guest1 spend most in are never
+/// `other` (kernel chains are walkable in any build), the idle task is
+/// `idle`, and the D-TLB column is counted or says why not.
+fn check_profile_classes(v: &Value, text: &str) {
+    assert_eq!(v["callchains"], true, "{text}");
+    let classes: Vec<&str> = v["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["class"].as_str())
+        .collect();
+    for c in [
+        "scheduling",
+        "syscall",
+        "softirq",
+        "memory",
+        "idle",
+        "other",
+    ] {
+        assert!(classes.contains(&c), "no class {c}: {classes:?}");
+    }
+    for d in v["domains"].as_array().unwrap() {
+        let share = |class: &str| {
+            d["classes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["class"] == class)
+                .and_then(|c| c["share_pct"].as_f64())
+                .unwrap()
+        };
+        if d["name"] == "idle" && d["samples"].as_u64().unwrap() >= 50 {
+            assert!(share("idle") >= 50.0, "the idle task is not idle: {d}");
+        }
+        if !["hv", "drv", "guest1"].contains(&d["name"].as_str().unwrap()) {
+            continue;
+        }
+        for f in d["top_functions"].as_array().unwrap() {
+            if f["module"] == "kernel" && f["samples"].as_u64().unwrap() >= 10 {
+                assert_ne!(f["class"], "other", "a kernel function in other: {f}");
+            }
+        }
+    }
+    let e = &v["events"][0];
+    assert_eq!(e["event"], "dtlb-misses", "{text}");
+    let note = e["note"].as_str().unwrap();
+    if e["measurable"] == true {
+        assert!(e["total"].as_u64().unwrap() > 0, "{e}");
+    } else {
+        assert!(note.starts_with("not measurable here"), "{e}");
+    }
+}
+
 #[test]
 fn profile_attributes_samples_to_domains_while_iperf3_runs() {
     let Some(env) = Env::new("profile") else {
@@ -162,6 +216,8 @@ fn profile_attributes_samples_to_domains_while_iperf3_runs() {
         "5",
         "--passive",
         "guest2",
+        "--events",
+        "dtlb-misses",
         "--json",
         json.to_str().unwrap(),
         "--svg",
@@ -222,6 +278,7 @@ fn profile_attributes_samples_to_domains_while_iperf3_runs() {
     for d in ["hv", "drv", "guest1"] {
         assert!(domains.contains(&d), "no samples for {d}: {domains:?}");
     }
+    check_profile_classes(&v, &text);
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     env.ok(&["down"]);
     assert_nothing_left();

@@ -1,62 +1,81 @@
-//! Cost classes (Ram's thesis, Table 2.1): where a function's cycles go in
-//! the split driver architecture.
+//! Cost classes (Ram's thesis, Table 2.1, with Xenoprof's kernel and idle
+//! lines): where a sample's cycles go in the split driver architecture.
+//!
+//! A sample is classed by its call chain, walked from the leaf until a frame
+//! falls in a class ([`chain_class`]): libc's `memcpy` called from netback is
+//! netback's, a spin-lock release under `try_to_wake_up` is scheduling.
 
 use crate::attribution::DomainKind;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The class of work a function does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CostClass {
-    /// The hypervisor (the hv daemon), except its copies and grant operations.
-    Hypervisor,
-    /// Copies between domains' memory made by the hypervisor (grant copy).
-    InterDomainCopy,
-    /// The driver: our port to the wire and the kernel's packet/veth/tun drivers.
-    Driver,
-    /// The guest's netfront.
-    Netfront,
-    /// The driver domain's netback.
-    Netback,
-    /// Protocol stacks and bridging, in the kernel and ours.
-    Network,
-    /// Grant table operations: acquire, release, map, unmap, transfer.
-    Grant,
-    /// Copies between the kernel and user space.
-    Usercopy,
-    /// Everything else.
-    Other,
+/// Declares [`CostClass`] and its table from one list: variant, JSON name,
+/// short column heading, chart colour, and the doc line.
+macro_rules! cost_classes {
+    ($($(#[doc = $doc:literal])+ $v:ident = $name:literal, $short:literal, $color:literal;)+) => {
+        /// The class of work a sample does.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum CostClass {
+            $($(#[doc = $doc])+ $v,)+
+        }
+
+        impl CostClass {
+            /// Every class, in table order.
+            pub const ALL: [CostClass; [$($name),+].len()] = [$(CostClass::$v),+];
+
+            /// The name used in tables and JSON.
+            pub fn name(self) -> &'static str {
+                match self { $(CostClass::$v => $name,)+ }
+            }
+
+            /// The column heading in the per-domain table.
+            pub fn short(self) -> &'static str {
+                match self { $(CostClass::$v => $short,)+ }
+            }
+
+            /// The colour of its segment in charts.
+            pub fn color(self) -> &'static str {
+                match self { $(CostClass::$v => $color,)+ }
+            }
+
+            /// What it holds, in one line.
+            pub fn doc(self) -> &'static str {
+                match self { $(CostClass::$v => concat!($($doc),+).trim_ascii(),)+ }
+            }
+        }
+    };
 }
 
-impl CostClass {
-    /// Every class, in table order.
-    pub const ALL: [CostClass; 9] = [
-        CostClass::Hypervisor,
-        CostClass::InterDomainCopy,
-        CostClass::Driver,
-        CostClass::Netfront,
-        CostClass::Netback,
-        CostClass::Network,
-        CostClass::Grant,
-        CostClass::Usercopy,
-        CostClass::Other,
-    ];
-
-    /// The name used in tables and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            CostClass::Hypervisor => "hypervisor",
-            CostClass::InterDomainCopy => "inter_domain_copy",
-            CostClass::Driver => "driver",
-            CostClass::Netfront => "netfront",
-            CostClass::Netback => "netback",
-            CostClass::Network => "network",
-            CostClass::Grant => "grant",
-            CostClass::Usercopy => "usercopy",
-            CostClass::Other => "other",
-        }
-    }
+cost_classes! {
+    /// The hypervisor (the hv daemon), except its copies and grant operations.
+    Hypervisor = "hypervisor", "hv", "#4e79a7";
+    /// Copies between domains' memory made by the hypervisor (grant copy).
+    InterDomainCopy = "inter_domain_copy", "idcopy", "#f28e2b";
+    /// The driver: our port to the wire and the kernel's packet/veth/tun drivers.
+    Driver = "driver", "driver", "#e15759";
+    /// The guest's netfront.
+    Netfront = "netfront", "netfront", "#76b7b2";
+    /// The driver domain's netback, its poll loop and credit scheduler.
+    Netback = "netback", "netback", "#59a14f";
+    /// Protocol stacks and bridging, in the kernel and ours.
+    Network = "network", "network", "#edc948";
+    /// Grant table operations: acquire, release, map, unmap, transfer.
+    Grant = "grant", "grant", "#b07aa1";
+    /// Copies between the kernel and user space, with their checks.
+    Usercopy = "usercopy", "usercopy", "#ff9da7";
+    /// Context switches, wake-ups and waits (the scheduler, futexes, a domain's poll-then-block loop).
+    Scheduling = "scheduling", "sched", "#9c755f";
+    /// System-call entry and exit, and the generic file and poll layers behind them.
+    Syscall = "syscall", "syscall", "#86bcb6";
+    /// Interrupts and softirqs: their entry, exit and dispatch (NAPI polling).
+    Softirq = "softirq", "softirq", "#d37295";
+    /// Memory management: page faults, page and slab allocation, clearing pages.
+    Memory = "memory", "memory", "#8cd17d";
+    /// The idle task and cpuidle: the CPU had nothing to run.
+    Idle = "idle", "idle", "#e8e8e8";
+    /// Everything else.
+    Other = "other", "other", "#bab0ac";
 }
 
 impl fmt::Display for CostClass {
@@ -83,10 +102,12 @@ fn is_memcpy(f: &str) -> bool {
     ) || f.contains("copy_nonoverlapping")
 }
 
-/// Kernel <-> user copies.
-fn is_usercopy(f: &str) -> bool {
-    starts_with_any(
-        f,
+/// Kernel C functions by class, checked in this order (the first list with a
+/// matching prefix wins, so `skb_copy_datagram_iter` is usercopy and
+/// `net_rx_action` softirq before the `skb_`/`net` prefixes of network).
+const KERNEL: &[(CostClass, &[&str])] = &[
+    (
+        CostClass::Usercopy,
         &[
             "copy_user",
             "__copy_user",
@@ -104,24 +125,264 @@ fn is_usercopy(f: &str) -> bool {
             "copy_page_from_iter",
             "copy_to_user",
             "copy_from_user",
+            "__check_object_size",
+            "check_heap_object",
+            "check_stack_object",
+            "__virt_addr_valid",
+            "__get_user_",
+            "__put_user_",
+            "copy_msghdr_from_user",
+            "__copy_msghdr",
+            "iovec_from_user",
+            "import_iovec",
+            "__import_iovec",
+            "fault_in_",
+            "simple_copy_to_iter",
         ],
-    )
-}
-
-fn is_kernel_driver(f: &str, module: &str) -> bool {
-    matches!(module, "veth" | "tun")
-        || starts_with_any(
-            f,
-            &[
-                "packet_",
-                "tpacket_",
-                "__packet_",
-                "veth_",
-                "tun_",
-                "__tun_",
-            ],
-        )
-}
+    ),
+    (
+        CostClass::Driver,
+        &[
+            "packet_",
+            "tpacket_",
+            "__packet_",
+            "veth_",
+            "tun_",
+            "__tun_",
+        ],
+    ),
+    (
+        CostClass::Softirq,
+        &[
+            "__do_softirq",
+            "handle_softirqs",
+            "do_softirq",
+            "__local_bh_enable_ip",
+            "local_bh_enable",
+            "irq_exit",
+            "__irq_exit_rcu",
+            "net_rx_action",
+            "__napi_poll",
+            "napi_poll",
+            "run_ksoftirqd",
+            "asm_sysvec_",
+            "sysvec_",
+            "__sysvec_",
+            "asm_common_interrupt",
+            "common_interrupt",
+            "hrtimer_interrupt",
+            "__hrtimer_run_queues",
+            "tick_sched_",
+            "run_timer_softirq",
+            "rcu_core",
+            "tasklet_",
+            "smpboot_thread_fn",
+            "irq_enter",
+        ],
+    ),
+    (
+        CostClass::Scheduling,
+        &[
+            "__schedule",
+            "schedule",
+            "finish_task_switch",
+            "try_to_wake_up",
+            "wake_up_",
+            "__wake_up",
+            "default_wake_function",
+            "autoremove_wake_function",
+            "woken_wake_function",
+            "pollwake",
+            "ep_poll_callback",
+            "ttwu_",
+            "sched_",
+            "__sched_",
+            "enqueue_task",
+            "dequeue_task",
+            "enqueue_entity",
+            "dequeue_entity",
+            "update_curr",
+            "pick_next_",
+            "__pick_next",
+            "set_next_entity",
+            "put_prev_",
+            "check_preempt",
+            "wakeup_preempt",
+            "resched_curr",
+            "select_task_rq",
+            "context_switch",
+            "__switch_to",
+            "switch_mm",
+            "prepare_task_switch",
+            "psi_",
+            "do_sched_yield",
+            "__x64_sys_sched_yield",
+            "yield",
+            "update_load_avg",
+            "update_rq_clock",
+            "raw_spin_rq_",
+            "activate_task",
+            "newidle_balance",
+            "sched_balance",
+            "load_balance",
+            "futex_",
+            "__futex",
+            "do_futex",
+            "__x64_sys_futex",
+            "preempt_schedule",
+            "__cond_resched",
+            "hrtimer_wakeup",
+            "do_nanosleep",
+            "hrtimer_nanosleep",
+            "schedule_hrtimeout",
+        ],
+    ),
+    (
+        CostClass::Memory,
+        &[
+            "clear_page",
+            "__alloc_pages",
+            "alloc_pages",
+            "__alloc_frozen_pages",
+            "get_page_from_freelist",
+            "rmqueue",
+            "__rmqueue",
+            "free_unref_",
+            "free_pcppages",
+            "__free_pages",
+            "free_pages",
+            "__folio_",
+            "folio_",
+            "kmem_cache_",
+            "__kmem_cache",
+            "kmalloc",
+            "__kmalloc",
+            "kfree",
+            "__slab_",
+            "slab_",
+            "___slab_alloc",
+            "kmalloc_reserve",
+            "exc_page_fault",
+            "asm_exc_page_fault",
+            "do_user_addr_fault",
+            "handle_mm_fault",
+            "__handle_mm_fault",
+            "do_anonymous_page",
+            "do_fault",
+            "do_wp_page",
+            "wp_page_copy",
+            "filemap_",
+            "mm_",
+            "__mm_",
+            "vma_",
+            "find_vma",
+            "lock_vma",
+            "__pte_",
+            "pte_",
+            "unmap_",
+            "zap_",
+            "tlb_",
+            "flush_tlb",
+            "native_flush_tlb",
+            "do_mmap",
+            "mmap_region",
+            "__vm_",
+            "vm_",
+            "__memcg_",
+            "mem_cgroup_",
+            "__mod_memcg",
+            "mod_memcg",
+            "memcg_",
+            "page_counter_",
+            "refill_stock",
+            "obj_cgroup_",
+            "__put_page",
+            "put_page",
+            "release_pages",
+            "lru_",
+            "__lru_",
+            "__page_",
+            "page_",
+            "__get_free_pages",
+            "get_user_pages",
+            "gup_",
+            "pin_user_pages",
+            "follow_page",
+            "damon_",
+            "__damon",
+            "__mod_lruvec",
+            "mod_lruvec",
+            "__count_memcg",
+            "count_memcg",
+            "pfn_to_online_page",
+        ],
+    ),
+    (
+        CostClass::Syscall,
+        &[
+            "entry_SYSCALL_64",
+            "do_syscall_64",
+            "syscall_exit_to_user_mode",
+            "syscall_enter_from_user_mode",
+            "exit_to_user_mode",
+            "__x64_sys_",
+            "__do_sys_",
+            "__se_sys_",
+            "x64_sys_call",
+            "syscall_",
+            "entry_SYSRETQ",
+            "__fdget",
+            "fdget",
+            "fput",
+            "__fget",
+            "ksys_",
+            "do_epoll_",
+            "ep_poll",
+            "ep_item_poll",
+            "ep_send_events",
+            "do_sys_poll",
+            "do_poll",
+            "do_select",
+            "core_sys_select",
+            "__sys_",
+            "vfs_read",
+            "vfs_write",
+            "rw_verify_area",
+            "new_sync_read",
+            "new_sync_write",
+            "do_iter_",
+            "security_",
+            "apparmor_",
+            "bpf_lsm_",
+            "__seccomp_",
+            "seccomp_",
+            "__secure_computing",
+            "entry_",
+        ],
+    ),
+    (
+        CostClass::Idle,
+        &[
+            "default_idle",
+            "pv_native_safe_halt",
+            "native_safe_halt",
+            "cpuidle_",
+            "call_cpuidle",
+            "do_idle",
+            "cpu_startup_entry",
+            "acpi_idle",
+            "intel_idle",
+            "mwait_idle",
+            "haltpoll_",
+            "poll_idle",
+            "arch_cpu_idle",
+            "tick_nohz_idle_",
+            "start_secondary",
+            "rest_init",
+            "cpu_idle_poll",
+        ],
+    ),
+];
 
 fn is_kernel_network(f: &str, module: &str) -> bool {
     matches!(
@@ -142,7 +403,6 @@ fn is_kernel_network(f: &str, module: &str) -> bool {
             "udpv6_",
             "__netif_",
             "netif_",
-            "net_rx_action",
             "napi_",
             "__napi_",
             "br_",
@@ -150,10 +410,19 @@ fn is_kernel_network(f: &str, module: &str) -> bool {
             "__dev_",
             "skb_",
             "__skb_",
+            "kfree_skb",
+            "consume_skb",
+            "__alloc_skb",
+            "__build_skb",
+            "alloc_skb",
+            "__kfree_skb",
             "inet_",
             "sock_",
             "__sock_",
             "sk_",
+            "__sk_",
+            "release_sock",
+            "lock_sock",
             "nf_",
             "neigh_",
             "eth_",
@@ -161,72 +430,129 @@ fn is_kernel_network(f: &str, module: &str) -> bool {
             "validate_xmit",
             "sch_direct_xmit",
             "__qdisc_",
+            "qdisc_",
+            "pfifo_",
             "csum_partial",
+            "__dev_queue_xmit",
+            "raw_v4_",
+            "raw_local_deliver",
+            "icmp_",
+            "fib_",
+            "rt_",
+            "dst_",
+            "__inet",
+            "gro_",
+            "__gro",
+            "inet_gro",
+            "net_",
+            "__net_",
+            "rps_",
+            "enqueue_to_backlog",
+            "__copy_skb",
+            "pskb_",
+            "__pskb_",
         ],
     )
 }
 
-/// The cost class of `function` (demangled) in `module`, sampled in a domain
-/// of kind `kind`. Usercopy is checked before the `skb_` network prefix, so
-/// `skb_copy_datagram_iter` is usercopy.
-pub fn cost_class(function: &str, module: &str, kind: DomainKind) -> CostClass {
+/// The class of a kernel (or libc) C function, if it has one.
+fn kernel_class(f: &str, module: &str) -> Option<CostClass> {
+    if matches!(module, "veth" | "tun") {
+        return Some(CostClass::Driver);
+    }
+    for (class, prefixes) in KERNEL {
+        if starts_with_any(f, prefixes) {
+            return Some(*class);
+        }
+    }
+    is_kernel_network(f, module).then_some(CostClass::Network)
+}
+
+/// Our own Rust code, by module path (also inside trait impls:
+/// `<a::b as T>::f`); None for code of no class (std, core, glue).
+fn rust_class(f: &str) -> Option<CostClass> {
+    const PATHS: &[(&str, CostClass)] = &[
+        // The new grant mechanism's checks, done by the domains themselves.
+        ("splitnet_hypercall::ngm_client", CostClass::Grant),
+        // A domain's calls into hv (its client library), and hv's own code.
+        ("splitnet_hv::", CostClass::Hypervisor),
+        ("splitnet_hypercall::", CostClass::Hypervisor),
+        ("splitnet_net::netfront", CostClass::Netfront),
+        ("splitnet_net::lro", CostClass::Netfront),
+        ("splitnet_net::netback", CostClass::Netback),
+        ("splitnet_net::credit", CostClass::Netback),
+        ("splitnet_net::driver", CostClass::Netback),
+        ("splitnet_net::bridge", CostClass::Network),
+        ("splitnet_net::offload", CostClass::Network),
+        ("splitnet_net::packet", CostClass::Network),
+        ("splitnet_net::vlan", CostClass::Network),
+        ("splitnet_net::mcast", CostClass::Network),
+        ("splitnet_net::antispoof", CostClass::Network),
+        ("splitnet_net::port", CostClass::Driver),
+        ("splitnet_net::vmq", CostClass::Driver),
+        ("splitnet_net::vhost_port", CostClass::Driver),
+        ("splitnet_sys::packet", CostClass::Driver),
+        ("splitnet_sys::tap", CostClass::Driver),
+        ("splitnet_net::idle", CostClass::Scheduling),
+    ];
+    PATHS.iter().find(|(p, _)| f.contains(p)).map(|(_, c)| *c)
+}
+
+/// The class of one frame: `function` (demangled) in `module`, sampled in a
+/// domain of kind `kind`; None when the function belongs to no class, so that
+/// its caller decides.
+pub fn frame_class(function: &str, module: &str, kind: DomainKind) -> Option<CostClass> {
     let f = function;
-    // Our own Rust code, by module path (also inside trait impls: `<a::b as T>::f`).
     if f.contains("splitnet_hv::grant") {
         let last = f.rsplit("::").next().unwrap_or(f);
         if last.starts_with("copy") {
-            return CostClass::InterDomainCopy;
+            return Some(CostClass::InterDomainCopy);
         }
         if starts_with_any(last, &["acquire", "release", "map", "unmap", "transfer"]) {
-            return CostClass::Grant;
+            return Some(CostClass::Grant);
         }
     }
     if kind == DomainKind::Hv {
         if is_memcpy(f) {
-            return CostClass::InterDomainCopy;
+            return Some(CostClass::InterDomainCopy);
         }
         if f.contains("splitnet_hv::grant::") {
-            return CostClass::Grant;
+            return Some(CostClass::Grant);
         }
-        return CostClass::Hypervisor;
-    }
-    // The new grant mechanism's checks, done by the domains themselves.
-    if f.contains("splitnet_hypercall::ngm_client") {
-        return CostClass::Grant;
-    }
-    // A domain's calls into hv (its client library), and hv's own code.
-    if f.contains("splitnet_hv::") || f.contains("splitnet_hypercall::") {
-        return CostClass::Hypervisor;
-    }
-    if f.contains("splitnet_net::netfront") {
-        return CostClass::Netfront;
-    }
-    if f.contains("splitnet_net::netback") {
-        return CostClass::Netback;
-    }
-    if f.contains("splitnet_net::bridge") || f.contains("splitnet_net::offload") {
-        return CostClass::Network;
-    }
-    if f.contains("splitnet_net::port")
-        || f.contains("splitnet_sys::packet")
-        || f.contains("splitnet_sys::tap")
-    {
-        return CostClass::Driver;
     }
     if f.contains("::") {
-        return CostClass::Other;
+        return rust_class(f);
     }
-    // C names: the kernel's (and libc's).
-    if is_usercopy(f) {
-        return CostClass::Usercopy;
+    kernel_class(f, module)
+}
+
+/// The class a sample falls back to when no frame of its chain has one:
+/// hv's code is the hypervisor's, the idle task's is idle.
+pub fn fallback_class(kind: DomainKind) -> CostClass {
+    match kind {
+        DomainKind::Hv => CostClass::Hypervisor,
+        DomainKind::Idle => CostClass::Idle,
+        DomainKind::Domain | DomainKind::Host => CostClass::Other,
     }
-    if is_kernel_driver(f, module) {
-        return CostClass::Driver;
-    }
-    if is_kernel_network(f, module) {
-        return CostClass::Network;
-    }
-    CostClass::Other
+}
+
+/// The class of a single function, with no chain to walk.
+pub fn cost_class(function: &str, module: &str, kind: DomainKind) -> CostClass {
+    frame_class(function, module, kind).unwrap_or_else(|| fallback_class(kind))
+}
+
+/// The class of a sample from its call chain, leaf first, as
+/// (function, module) pairs: the first frame with a class decides. Returns
+/// the class and the index of the deciding frame (None: the fallback).
+pub fn chain_class<'a>(
+    frames: impl IntoIterator<Item = (&'a str, &'a str)>,
+    kind: DomainKind,
+) -> (CostClass, Option<usize>) {
+    frames
+        .into_iter()
+        .enumerate()
+        .find_map(|(i, (f, m))| frame_class(f, m, kind).map(|c| (c, Some(i))))
+        .unwrap_or((fallback_class(kind), None))
 }
 
 #[cfg(test)]
@@ -351,7 +677,10 @@ mod tests {
             ("ipv6_rcv", "kernel", d, Network),
             ("udp_sendmsg", "kernel", d, Network),
             ("__netif_receive_skb_core", "kernel", d, Network),
-            ("net_rx_action", "kernel", d, Network),
+            ("net_rx_action", "kernel", d, Softirq),
+            ("__napi_poll", "kernel", d, Softirq),
+            ("handle_softirqs", "kernel", d, Softirq),
+            ("napi_gro_receive", "kernel", d, Network),
             ("br_handle_frame", "bridge", d, Network),
             ("dev_hard_start_xmit", "kernel", d, Network),
             ("skb_release_data", "kernel", d, Network),
@@ -361,16 +690,114 @@ mod tests {
             ("_copy_from_user", "kernel", d, Usercopy),
             ("rep_movs_alternative", "kernel", d, Usercopy),
             ("_copy_to_iter", "kernel", d, Usercopy),
+            ("__check_object_size", "kernel", d, Usercopy),
             ("memcpy", "libc.so.6", d, Other),
-            ("schedule", "kernel", d, Other),
-            ("do_syscall_64", "kernel", DomainKind::Host, Other),
+            ("schedule", "kernel", d, Scheduling),
+            ("finish_task_switch.isra.0", "kernel", d, Scheduling),
+            ("try_to_wake_up", "kernel", d, Scheduling),
+            ("futex_wait", "kernel", d, Scheduling),
+            (
+                "splitnet_net::idle::Waiter::wait",
+                "splitnet",
+                d,
+                Scheduling,
+            ),
+            ("_raw_spin_unlock_irqrestore", "kernel", d, Other),
+            ("do_syscall_64", "kernel", DomainKind::Host, Syscall),
+            ("entry_SYSCALL_64_after_hwframe", "kernel", d, Syscall),
+            ("syscall_exit_to_user_mode", "kernel", d, Syscall),
+            ("clear_page_erms", "kernel", d, Memory),
+            ("__alloc_pages_noprof", "kernel", d, Memory),
+            ("asm_exc_page_fault", "kernel", d, Memory),
+            ("kmem_cache_alloc_node_noprof", "kernel", d, Memory),
             ("std::io::stdio::_print", "splitnet", d, Other),
             ("[unknown]", "[anon]", d, Other),
-            ("default_idle", "kernel", DomainKind::Idle, Other),
+            ("pv_native_safe_halt", "kernel", DomainKind::Idle, Idle),
+            ("default_idle", "kernel", DomainKind::Idle, Idle),
+            ("core::fmt::write", "splitnet", DomainKind::Idle, Idle),
         ];
         for (f, m, k, want) in cases {
             assert_eq!(cost_class(f, m, *k), *want, "{f} in {m} ({k:?})");
         }
+    }
+
+    /// (function, module) frames, leaf first.
+    fn chain<'a>(frames: &'a [(&'a str, &'a str)]) -> impl Iterator<Item = (&'a str, &'a str)> {
+        frames.iter().copied()
+    }
+
+    #[test]
+    fn a_chain_is_classed_by_its_first_frame_with_a_class() {
+        let d = DomainKind::Domain;
+        // libc's memcpy inside netback is netback's.
+        let memcpy_in_netback = [
+            ("__memmove_avx_unaligned_erms", "libc.so.6"),
+            ("core::ptr::copy_nonoverlapping", "splitnet"),
+            ("splitnet_net::netback::Netback::copy_tx", "splitnet"),
+            ("splitnet_runtime::domain::run", "splitnet"),
+        ];
+        assert_eq!(
+            chain_class(chain(&memcpy_in_netback), d),
+            (Netback, Some(2))
+        );
+        // The lock release under try_to_wake_up is scheduling, under a
+        // socket's wake-up too; under tun's write path it is the driver's.
+        let wakeup = [
+            ("_raw_spin_unlock_irqrestore", "kernel"),
+            ("try_to_wake_up", "kernel"),
+            ("sock_def_readable", "kernel"),
+            ("tcp_rcv_established", "kernel"),
+        ];
+        assert_eq!(chain_class(chain(&wakeup), d), (Scheduling, Some(1)));
+        let tun = [
+            ("_raw_spin_unlock_irqrestore", "kernel"),
+            ("tun_get_user", "tun"),
+            ("entry_SYSCALL_64_after_hwframe", "kernel"),
+        ];
+        assert_eq!(chain_class(chain(&tun), d), (Driver, Some(1)));
+        // A system call whose own code has no class is the system call's.
+        let syscall = [
+            ("_raw_spin_lock", "kernel"),
+            ("__fget_light", "kernel"),
+            ("do_syscall_64", "kernel"),
+            ("splitnet_net::netfront::Netfront::poll", "splitnet"),
+        ];
+        assert_eq!(chain_class(chain(&syscall), d), (Syscall, Some(1)));
+        // Softirq work interrupting the idle task is work, not idle.
+        let softirq_in_idle = [
+            ("handle_softirqs", "kernel"),
+            ("irq_exit_rcu", "kernel"),
+            ("pv_native_safe_halt", "kernel"),
+        ];
+        let idle = DomainKind::Idle;
+        assert_eq!(
+            chain_class(chain(&softirq_in_idle), idle),
+            (Softirq, Some(0))
+        );
+        assert_eq!(
+            chain_class(chain(&softirq_in_idle[2..]), idle),
+            (Idle, Some(0))
+        );
+        // No frame with a class: the domain's fallback.
+        let unknown = [("[unknown]", "[anon]"), ("std::rt::lang_start", "splitnet")];
+        assert_eq!(chain_class(chain(&unknown), d), (Other, None));
+        assert_eq!(
+            chain_class(chain(&unknown), DomainKind::Hv),
+            (Hypervisor, None)
+        );
+        assert_eq!(chain_class(chain(&[]), d), (Other, None));
+    }
+
+    #[test]
+    fn every_class_has_a_doc_line_and_colour() {
+        for c in CostClass::ALL {
+            assert!(!c.doc().is_empty() && !c.doc().contains('\n'), "{c}");
+            assert!(c.color().starts_with('#') && c.short().len() <= 8, "{c}");
+        }
+        assert_eq!(
+            CostClass::Idle.doc(),
+            "The idle task and cpuidle: the CPU had nothing to run."
+        );
     }
 
     #[test]

@@ -17,12 +17,13 @@ pub mod session;
 pub mod symbols;
 
 pub use attribution::{Attributor, Domain, DomainKind};
-pub use classes::{cost_class, CostClass};
+pub use classes::{chain_class, cost_class, frame_class, CostClass};
 pub use report::{
-    ClassShare, ClassifiedSample, DomainReport, FunctionShare, Profile, ProfileMeta, ProfileSummary,
+    ClassShare, ClassifiedSample, DomainReport, EventReport, FunctionShare, Profile, ProfileMeta,
+    ProfileSummary,
 };
 pub use roles::{Mode, Roles};
 pub use session::{
-    profile, profile_while, profile_with, ProfError, ProfileOptions, Result, Session,
+    profile, profile_while, profile_with, HwEvent, ProfError, ProfileOptions, Result, Session,
 };
 pub use symbols::{Symbol, Symbolizer};

@@ -38,6 +38,12 @@ pub struct ProfileMeta {
     pub cpus: Vec<u32>,
     /// Samples the kernel dropped (ring overflow).
     pub lost_samples: u64,
+    /// Samples dropped because their record did not add up.
+    #[serde(default)]
+    pub malformed_samples: u64,
+    /// Samples carried call chains, and were classed by walking them.
+    #[serde(default)]
+    pub callchains: bool,
     /// Who started the session (`splitnet profile`, `splitnet bench`, ...).
     #[serde(default)]
     pub initiator: String,
@@ -92,6 +98,12 @@ pub struct DomainReport {
     pub basis_points: u32,
     /// Its samples by class (adding up to 100% of the domain).
     pub classes: Vec<ClassShare>,
+    /// Its samples not in the class `idle`: the work.
+    #[serde(default)]
+    pub work_samples: u64,
+    /// Percent of the work samples in the class `other`.
+    #[serde(default)]
+    pub other_of_work_pct: f64,
     /// Its hottest functions, most samples first.
     pub top_functions: Vec<FunctionShare>,
 }
@@ -111,6 +123,27 @@ pub struct Profile {
     pub domains: Vec<DomainReport>,
     /// Per class over all samples (adding up to 100%).
     pub classes: Vec<ClassShare>,
+    /// The hardware events counted beside the clock, if any were asked for.
+    #[serde(default)]
+    pub events: Vec<EventReport>,
+}
+
+/// One hardware event's counts (Xenoprof's instructions, cache and TLB
+/// misses), or why this machine has none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventReport {
+    /// `instructions`, `l2-misses`, `dtlb-misses` or `itlb-misses`.
+    pub event: String,
+    /// Events per sample.
+    pub period: u64,
+    /// perf_event_open offered it here.
+    pub measurable: bool,
+    /// How many samples, or "not measurable here" and why.
+    pub note: String,
+    /// Estimated events in all (samples times their period).
+    pub total: u64,
+    /// Estimated events per domain.
+    pub per_domain: BTreeMap<String, u64>,
 }
 
 /// A profile in a few numbers, to attach to a benchmark record.
@@ -226,6 +259,8 @@ impl Profile {
                         share_pct: n as f64 * 100.0 / a.samples as f64,
                     })
                     .collect();
+                let of = |c| a.classes.get(&c).copied().unwrap_or(0);
+                let work = a.samples - of(CostClass::Idle);
                 DomainReport {
                     name,
                     kind,
@@ -235,6 +270,11 @@ impl Profile {
                     share_pct: pct(bp),
                     basis_points: bp,
                     classes: class_table(&a.classes),
+                    work_samples: work,
+                    other_of_work_pct: match work {
+                        0 => 0.0,
+                        w => of(CostClass::Other) as f64 * 100.0 / w as f64,
+                    },
                     top_functions,
                 }
             })
@@ -249,6 +289,7 @@ impl Profile {
             },
             domains,
             classes: class_table(&classes),
+            events: Vec::new(),
         }
     }
 
@@ -275,45 +316,72 @@ impl Profile {
         serde_json::to_string_pretty(self).expect("a profile always serializes")
     }
 
-    /// The paper-style tables as text.
-    pub fn to_text(&self) -> String {
-        let m = &self.meta;
-        let mut o = String::new();
-        let _ = writeln!(
+    /// The table of domains: samples, share, kernel share, the share of its
+    /// work (non-idle) samples in `other`, and one column per hardware event
+    /// ("n/a" where not measurable, with the reason below the table).
+    fn write_domains(&self, o: &mut String) {
+        let _ = write!(
             o,
-            "splitnet profile: {:.2} s, {} at {} Hz on {} CPU(s), {} samples ({} lost), {:.1}% attributed\n",
-            m.duration_s,
-            m.clock,
-            m.frequency_hz,
-            m.cpus.len(),
-            self.total_samples,
-            m.lost_samples,
-            self.attributed_fraction * 100.0
+            "{:<20} {:>9} {:>8} {:>8} {:>8}",
+            "Domain", "Samples", "Share", "Kernel", "Other/w"
         );
-        let _ = writeln!(
-            o,
-            "{:<20} {:>9} {:>8} {:>8}  Mode",
-            "Domain", "Samples", "Share", "Kernel"
-        );
+        for e in &self.events {
+            let _ = write!(o, " {:>14}", e.event);
+        }
+        o.push_str("  Mode\n");
         for d in &self.domains {
             let k = if d.samples == 0 {
                 0.0
             } else {
                 d.kernel_samples as f64 * 100.0 / d.samples as f64
             };
+            let _ = write!(
+                o,
+                "{:<20} {:>9} {:>7.2}% {:>7.1}% {:>7.1}%",
+                d.name, d.samples, d.share_pct, k, d.other_of_work_pct
+            );
+            for e in &self.events {
+                match (e.measurable, e.per_domain.get(&d.name)) {
+                    (false, _) => {
+                        let _ = write!(o, " {:>14}", "n/a");
+                    }
+                    (true, n) => {
+                        let _ = write!(o, " {:>14}", n.copied().unwrap_or(0));
+                    }
+                }
+            }
+            let mode = match d.mode {
+                Mode::Active => "active",
+                Mode::Passive => "passive",
+            };
+            let _ = writeln!(o, "  {mode}");
+        }
+        for e in &self.events {
             let _ = writeln!(
                 o,
-                "{:<20} {:>9} {:>7.2}% {:>7.1}%  {}",
-                d.name,
-                d.samples,
-                d.share_pct,
-                k,
-                match d.mode {
-                    Mode::Active => "active",
-                    Mode::Passive => "passive",
-                }
+                "  {}: {} (one sample every {})",
+                e.event, e.note, e.period
             );
         }
+    }
+
+    /// The paper-style tables as text.
+    pub fn to_text(&self) -> String {
+        let m = &self.meta;
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "splitnet profile: {:.2} s, {} at {} Hz on {} CPU(s), {} samples ({} lost), {:.1}% attributed, {}\n",
+            m.duration_s,
+            m.clock,
+            m.frequency_hz,
+            m.cpus.len(),
+            self.total_samples,
+            m.lost_samples,
+            self.attributed_fraction * 100.0,
+            if m.callchains { "classed by call chain" } else { "classed by leaf function" }
+        );
+        self.write_domains(&mut o);
         let _ = writeln!(o, "\n{:<20} {:>9} {:>8}", "Cost class", "Samples", "Share");
         for c in &self.classes {
             let _ = writeln!(
@@ -335,7 +403,7 @@ impl Profile {
 
         let _ = write!(o, "\nClass share within each domain (%)\n{:<14}", "domain");
         for c in CostClass::ALL {
-            let _ = write!(o, " {:>8}", short(c));
+            let _ = write!(o, " {:>8}", c.short());
         }
         o.push('\n');
         for d in &self.domains {
@@ -415,7 +483,7 @@ impl Profile {
                 let _ = writeln!(
                     o,
                     r#"<rect x="{x:.1}" y="{y:.2}" width="60" height="{seg:.2}" fill="{}"><title>{}: {} {} ({:.2}% of domain)</title></rect>"#,
-                    color(c.class),
+                    c.class.color(),
                     xml(&d.name),
                     c.class.name(),
                     c.samples,
@@ -439,7 +507,7 @@ impl Profile {
             let _ = writeln!(
                 o,
                 r#"<rect x="{lx:.1}" y="{ly:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-                color(*c),
+                c.color(),
                 lx + 18.0,
                 ly + 11.0,
                 c.name()
@@ -447,34 +515,6 @@ impl Profile {
         }
         o.push_str("</svg>\n");
         o
-    }
-}
-
-fn short(c: CostClass) -> &'static str {
-    match c {
-        CostClass::Hypervisor => "hv",
-        CostClass::InterDomainCopy => "idcopy",
-        CostClass::Driver => "driver",
-        CostClass::Netfront => "netfront",
-        CostClass::Netback => "netback",
-        CostClass::Network => "network",
-        CostClass::Grant => "grant",
-        CostClass::Usercopy => "usercopy",
-        CostClass::Other => "other",
-    }
-}
-
-fn color(c: CostClass) -> &'static str {
-    match c {
-        CostClass::Hypervisor => "#4e79a7",
-        CostClass::InterDomainCopy => "#f28e2b",
-        CostClass::Driver => "#e15759",
-        CostClass::Netfront => "#76b7b2",
-        CostClass::Netback => "#59a14f",
-        CostClass::Network => "#edc948",
-        CostClass::Grant => "#b07aa1",
-        CostClass::Usercopy => "#ff9da7",
-        CostClass::Other => "#bab0ac",
     }
 }
 
@@ -598,6 +638,8 @@ mod tests {
             frequency_hz: 997,
             cpus: vec![0, 1],
             lost_samples: 0,
+            malformed_samples: 0,
+            callchains: true,
             initiator: "test".into(),
         }
     }
@@ -658,6 +700,56 @@ mod tests {
         assert!((total - 100.0).abs() < 1e-9, "{total}");
         assert_eq!(apportion(&[1, 1, 1]), vec![3334, 3333, 3333]);
         assert_eq!(apportion(&[0, 0]), vec![0, 0]);
+    }
+
+    #[test]
+    fn idle_is_not_work_and_events_get_columns() {
+        let mut v = recorded();
+        for _ in 0..10 {
+            v.push(s(
+                Domain::named("drv0"),
+                true,
+                "pv_native_safe_halt",
+                "kernel",
+                CostClass::Idle,
+            ));
+            v.push(s(
+                Domain::named("drv0"),
+                false,
+                "main",
+                "x",
+                CostClass::Other,
+            ));
+        }
+        let mut p = Profile::from_samples(meta(), &v, 3);
+        let drv = p.domains.iter().find(|d| d.name == "drv0").unwrap();
+        // 30 recorded + 20 new; 10 idle, 10 other of 40 work.
+        assert_eq!((drv.samples, drv.work_samples), (50, 40));
+        assert!((drv.other_of_work_pct - 25.0).abs() < 1e-9);
+        p.events = vec![
+            EventReport {
+                event: "instructions".into(),
+                period: 1000,
+                measurable: true,
+                note: "3 samples, 0 lost".into(),
+                total: 3000,
+                per_domain: [("drv0".to_string(), 2000), ("hv".to_string(), 1000)].into(),
+            },
+            EventReport {
+                event: "dtlb-misses".into(),
+                period: 1000,
+                measurable: false,
+                note: "not measurable here (No such file or directory (os error 2))".into(),
+                total: 0,
+                per_domain: BTreeMap::new(),
+            },
+        ];
+        let t = p.to_text();
+        let row = t.lines().find(|l| l.starts_with("drv0 ")).unwrap();
+        assert!(row.contains(" 2000 ") && row.contains(" n/a "), "{row}");
+        assert!(t.contains("dtlb-misses: not measurable here"), "{t}");
+        let back: Profile = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(back, p);
     }
 
     #[test]

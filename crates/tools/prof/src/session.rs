@@ -2,14 +2,14 @@
 //! symbols and classes.
 
 use crate::attribution::Attributor;
-use crate::classes::{cost_class, CostClass};
-use crate::report::{ClassifiedSample, Profile, ProfileMeta};
+use crate::classes::{fallback_class, frame_class, CostClass};
+use crate::report::{ClassifiedSample, EventReport, Profile, ProfileMeta};
 use crate::roles::{default_lock_path, Mode, Roles, SessionLock, PASSIVE};
 use crate::symbols::{Symbol, Symbolizer};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use sys::{PerfClock, PerfSampler, Sample};
+use sys::{PerfClock, PerfEvent, PerfSampler, Sample, SampleRate, SamplerConfig};
 
 /// Errors of a session.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,69 @@ pub struct ProfileOptions {
     pub initiator: String,
     /// The session lock; `None` for [`default_lock_path`].
     pub lock_path: Option<PathBuf>,
+    /// Record call chains and class each sample by walking them.
+    pub callchains: bool,
+    /// Hardware events counted beside the clock (Xenoprof's), each sampled
+    /// every `event_period` events; one the machine lacks is reported as not
+    /// measurable here.
+    pub events: Vec<HwEvent>,
+    /// Events per sample for `events`.
+    pub event_period: u64,
+}
+
+/// A hardware event a profile can count beside the clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HwEvent {
+    /// Instructions retired.
+    Instructions,
+    /// Last-level cache read misses (Xenoprof's L2 misses).
+    L2Misses,
+    /// Data-TLB read misses.
+    DtlbMisses,
+    /// Instruction-TLB misses.
+    ItlbMisses,
+}
+
+impl HwEvent {
+    /// Every event, in column order.
+    pub const ALL: [HwEvent; 4] = [
+        HwEvent::Instructions,
+        HwEvent::L2Misses,
+        HwEvent::DtlbMisses,
+        HwEvent::ItlbMisses,
+    ];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            HwEvent::Instructions => "instructions",
+            HwEvent::L2Misses => "l2-misses",
+            HwEvent::DtlbMisses => "dtlb-misses",
+            HwEvent::ItlbMisses => "itlb-misses",
+        }
+    }
+
+    /// The event named `s`, if any.
+    pub fn parse(s: &str) -> Option<HwEvent> {
+        HwEvent::ALL.into_iter().find(|e| e.name() == s)
+    }
+
+    fn perf(self) -> PerfEvent {
+        match self {
+            HwEvent::Instructions => PerfEvent::Instructions,
+            HwEvent::L2Misses => PerfEvent::CacheMisses,
+            HwEvent::DtlbMisses => PerfEvent::DtlbMisses,
+            HwEvent::ItlbMisses => PerfEvent::ItlbMisses,
+        }
+    }
+}
+
+/// One hardware event's samplers, or why there are none.
+#[derive(Debug)]
+struct EventSamplers {
+    event: HwEvent,
+    samplers: std::result::Result<Vec<PerfSampler>, String>,
+    samples: Vec<Sample>,
 }
 
 impl Default for ProfileOptions {
@@ -65,6 +128,9 @@ impl Default for ProfileOptions {
             roles: Roles::default(),
             initiator: "splitnet".into(),
             lock_path: None,
+            callchains: true,
+            events: Vec::new(),
+            event_period: 1_000_000,
         }
     }
 }
@@ -75,6 +141,7 @@ impl Default for ProfileOptions {
 pub struct Session {
     opts: ProfileOptions,
     samplers: Vec<PerfSampler>,
+    events: Vec<EventSamplers>,
     cpus: Vec<u32>,
     samples: Vec<Sample>,
     started: Instant,
@@ -92,23 +159,49 @@ impl Session {
         let lock_path = opts.lock_path.clone().unwrap_or_else(default_lock_path);
         let lock = SessionLock::acquire(&lock_path, &opts.initiator).map_err(ProfError::Session)?;
         let cpus = sys::online_cpus().map_err(ProfError::Cpus)?;
-        let mut samplers = Vec::with_capacity(cpus.len());
-        for &cpu in &cpus {
-            let s = PerfSampler::open(Some(cpu), None, opts.frequency_hz, opts.ring_order)
-                .map_err(|source| ProfError::Perf { cpu, source })?;
-            samplers.push(s);
-        }
+        let clock = SamplerConfig {
+            event: PerfEvent::Clock,
+            rate: SampleRate::Frequency(opts.frequency_hz),
+            callchain: opts.callchains,
+            ring_order: opts.ring_order,
+        };
+        let samplers = open_on(&cpus, &clock)?;
+        let events: Vec<EventSamplers> = opts
+            .events
+            .iter()
+            .map(|&event| {
+                let cfg = SamplerConfig {
+                    event: event.perf(),
+                    rate: SampleRate::Period(opts.event_period),
+                    callchain: false,
+                    ring_order: opts.ring_order,
+                };
+                let samplers = open_on(&cpus, &cfg).map_err(|e| match e {
+                    ProfError::Perf { source, .. } => source.to_string(),
+                    e => e.to_string(),
+                });
+                EventSamplers {
+                    event,
+                    samplers,
+                    samples: Vec::new(),
+                }
+            })
+            .collect();
         let mut attributor = Attributor::new(opts.hv_pid.map(|p| p as u32));
         // Know every process alive now, before any of them can exit.
         attributor.prime();
         let symbolizer = Symbolizer::new();
-        for (s, &cpu) in samplers.iter().zip(&cpus) {
-            s.enable()
-                .map_err(|source| ProfError::Perf { cpu, source })?;
+        let event_samplers = events.iter().filter_map(|e| e.samplers.as_ref().ok());
+        for set in std::iter::once(&samplers).chain(event_samplers) {
+            for (s, &cpu) in set.iter().zip(&cpus) {
+                s.enable()
+                    .map_err(|source| ProfError::Perf { cpu, source })?;
+            }
         }
         Ok(Session {
             opts,
             samplers,
+            events,
             cpus,
             samples: Vec::new(),
             started: Instant::now(),
@@ -133,6 +226,11 @@ impl Session {
         let from = self.samples.len();
         for s in &mut self.samplers {
             s.drain(&mut self.samples);
+        }
+        for e in &mut self.events {
+            for s in e.samplers.iter_mut().flatten() {
+                s.drain(&mut e.samples);
+            }
         }
         for i in from..self.samples.len() {
             let pid = self.samples[i].pid;
@@ -165,6 +263,11 @@ impl Session {
         for s in &self.samplers {
             let _ = s.disable();
         }
+        for e in &self.events {
+            for s in e.samplers.iter().flatten() {
+                let _ = s.disable();
+            }
+        }
         let duration_s = self.started.elapsed().as_secs_f64();
         self.poll();
         let meta = ProfileMeta {
@@ -173,6 +276,8 @@ impl Session {
             frequency_hz: self.opts.frequency_hz,
             cpus: self.cpus.clone(),
             lost_samples: self.samplers.iter().map(|s| s.lost()).sum(),
+            malformed_samples: self.samplers.iter().map(|s| s.malformed()).sum(),
+            callchains: self.opts.callchains,
             initiator: self.opts.initiator.clone(),
         };
         let samples = std::mem::take(&mut self.samples);
@@ -181,29 +286,89 @@ impl Session {
             .map(|s| {
                 let domain = self.attributor.domain_of(s.pid);
                 let mode = self.opts.roles.mode(&domain);
-                classify(domain, s.kernel, mode, || {
-                    self.symbolizer.resolve(s.pid, s.ip, s.kernel)
-                })
+                let sym = &mut self.symbolizer;
+                classify(domain, s.kernel, mode, |i| frame_symbol(sym, s, i))
             })
             .collect();
-        Profile::from_samples(meta, &classified, self.opts.top_n)
+        let mut p = Profile::from_samples(meta, &classified, self.opts.top_n);
+        p.events = self.event_reports();
+        p
+    }
+
+    /// Each hardware event's counts per domain, or why it has none.
+    fn event_reports(&mut self) -> Vec<EventReport> {
+        let period = self.opts.event_period;
+        let mut out = Vec::new();
+        for e in std::mem::take(&mut self.events) {
+            let mut r = EventReport {
+                event: e.event.name().to_string(),
+                period,
+                measurable: e.samplers.is_ok(),
+                note: String::new(),
+                total: 0,
+                per_domain: Default::default(),
+            };
+            match e.samplers {
+                Err(why) => r.note = format!("not measurable here ({why})"),
+                Ok(set) => {
+                    let lost: u64 = set.iter().map(|s| s.lost()).sum();
+                    r.note = format!("{} samples, {lost} lost", e.samples.len());
+                    for s in &e.samples {
+                        let d = self.attributor.domain_of(s.pid);
+                        *r.per_domain.entry(d.name).or_insert(0) += s.period;
+                        r.total += s.period;
+                    }
+                }
+            }
+            out.push(r);
+        }
+        out
     }
 }
 
-/// Files one sample: an active domain's is resolved (by `resolve`) and
-/// classified; a passive domain's is counted under [`PASSIVE`] in the class
-/// `other`, and `resolve` is never called.
+/// Opens one sampler per CPU.
+fn open_on(cpus: &[u32], cfg: &SamplerConfig) -> Result<Vec<PerfSampler>> {
+    cpus.iter()
+        .map(|&cpu| {
+            PerfSampler::open(Some(cpu), None, cfg)
+                .map_err(|source| ProfError::Perf { cpu, source })
+        })
+        .collect()
+}
+
+/// The symbol of frame `i` of a sample (0: the sampled instruction), None
+/// past the end of its chain. Return addresses point after their call, so
+/// the callers' frames are looked up one byte earlier.
+fn frame_symbol(sym: &mut Symbolizer, s: &Sample, i: usize) -> Option<Symbol> {
+    if s.chain.is_empty() {
+        return (i == 0).then(|| sym.resolve(s.pid, s.ip, s.kernel));
+    }
+    let f = s.chain.get(i)?;
+    let ip = if i == 0 { f.ip } else { f.ip.saturating_sub(1) };
+    Some(sym.resolve(s.pid, ip, f.kernel))
+}
+
+/// Files one sample: an active domain's is resolved and classified by its
+/// call chain (`frame(i)`: the i-th frame's symbol, leaf first, None past the
+/// end), the leaf naming its function; a passive domain's is counted under
+/// [`PASSIVE`] in the class `other`, and `frame` is never called.
 pub fn classify(
     domain: crate::Domain,
     kernel: bool,
     mode: Mode,
-    resolve: impl FnOnce() -> Symbol,
+    mut frame: impl FnMut(usize) -> Option<Symbol>,
 ) -> ClassifiedSample {
     let (symbol, class) = match mode {
         Mode::Active => {
-            let symbol = resolve();
-            let class = cost_class(&symbol.function, &symbol.module, domain.kind);
-            (symbol, class)
+            let leaf = frame(0).unwrap_or_else(Symbol::unknown_function);
+            let mut class = frame_class(&leaf.function, &leaf.module, domain.kind);
+            let mut i = 1;
+            while class.is_none() {
+                let Some(f) = frame(i) else { break };
+                class = frame_class(&f.function, &f.module, domain.kind);
+                i += 1;
+            }
+            (leaf, class.unwrap_or_else(|| fallback_class(domain.kind)))
         }
         Mode::Passive => (
             Symbol {
@@ -270,7 +435,7 @@ mod tests {
     #[test]
     fn passive_domains_are_counted_not_resolved() {
         let d = crate::Domain::named("guest2");
-        let s = classify(d.clone(), true, Mode::Passive, || {
+        let s = classify(d.clone(), true, Mode::Passive, |_| {
             panic!("a passive domain must not be looked into")
         });
         assert_eq!(
@@ -278,11 +443,19 @@ mod tests {
             (PASSIVE, CostClass::Other)
         );
         assert!(s.kernel);
-        let s = classify(d, false, Mode::Active, || Symbol {
-            function: "splitnet_net::netfront::Netfront::poll".into(),
-            module: "splitnet".into(),
+        // The leaf names the function; the chain's netfront frame the class.
+        let chain = [
+            ("__memmove_avx_unaligned_erms", "libc.so.6"),
+            ("splitnet_net::netfront::Netfront::poll", "splitnet"),
+        ];
+        let s = classify(d, false, Mode::Active, |i| {
+            chain.get(i).map(|(f, m)| Symbol {
+                function: (*f).into(),
+                module: (*m).into(),
+            })
         });
         assert_eq!(s.class, CostClass::Netfront);
+        assert_eq!(s.symbol.function, chain[0].0);
         assert_eq!(s.mode, Mode::Active);
     }
 

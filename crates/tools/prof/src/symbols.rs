@@ -23,6 +23,11 @@ pub struct Symbol {
 pub const UNKNOWN: &str = "[unknown]";
 
 impl Symbol {
+    /// An unknown function in an unknown module.
+    pub fn unknown_function() -> Symbol {
+        Symbol::unknown(UNKNOWN)
+    }
+
     fn unknown(module: &str) -> Symbol {
         Symbol {
             function: UNKNOWN.into(),

@@ -47,7 +47,9 @@ pub use packet::{
     get_mac, ifindex, set_mac, PacketSocket, RecvBatch, VlanTag, RECV_BATCH, SCATTER_BATCH,
     SCATTER_BATCH_PARTS, SEND_BATCH, SEND_BATCH_PARTS,
 };
-pub use perf::{online_cpus, PerfClock, PerfSampler, Sample};
+pub use perf::{
+    online_cpus, Frame, PerfClock, PerfEvent, PerfSampler, Sample, SampleRate, SamplerConfig,
+};
 pub use prefetch::prefetch;
 pub use process::{
     allowed_cpus, catch_interrupts, close_inherited_fds, dup_fd, enter_netns, euid, interrupted,

@@ -1,10 +1,12 @@
 //! Sampling perf events, one per CPU, read through their mmap'ed ring buffer.
 //!
 //! This is the Xenoprof-style profiler's only contact with the kernel: it asks
-//! for a sample every 1/`freq` seconds of CPU time on one CPU, whatever task
-//! runs there (pid = -1), kernel mode included, and hands back plain
-//! [`Sample`] values. Hardware cycles are used where the machine counts them,
-//! the software cpu-clock otherwise.
+//! for a sample every 1/`freq` seconds of CPU time (or every N events) on one
+//! CPU, whatever task runs there (pid = -1), kernel mode included, and hands
+//! back plain [`Sample`] values, each with its call chain when asked for.
+//! Hardware cycles drive the clock where the machine counts them, the
+//! software cpu-clock otherwise; the other events are Xenoprof's
+//! (instructions, cache and TLB misses) and exist only with a PMU.
 //!
 //! The ABI below is copied by hand from `include/uapi/linux/perf_event.h`,
 //! since the libc crate does not define it.
@@ -19,13 +21,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const PERF_TYPE_HARDWARE: u32 = 0;
 const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_TYPE_HW_CACHE: u32 = 3;
 const PERF_COUNT_HW_CPU_CYCLES: u64 = 0;
+const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+// PERF_TYPE_HW_CACHE config: id | (op << 8) | (result << 16).
+const PERF_COUNT_HW_CACHE_LL: u64 = 2;
+const PERF_COUNT_HW_CACHE_DTLB: u64 = 3;
+const PERF_COUNT_HW_CACHE_ITLB: u64 = 4;
+const PERF_COUNT_HW_CACHE_OP_READ: u64 = 0;
+const PERF_COUNT_HW_CACHE_RESULT_MISS: u64 = 1;
 
 const PERF_SAMPLE_IP: u64 = 1 << 0;
 const PERF_SAMPLE_TID: u64 = 1 << 1;
 const PERF_SAMPLE_TIME: u64 = 1 << 2;
+const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
 const PERF_SAMPLE_CPU: u64 = 1 << 7;
+const PERF_SAMPLE_PERIOD: u64 = 1 << 8;
+
+/// Call-chain entries at or above this are context markers, not addresses.
+const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
+const PERF_CONTEXT_KERNEL: u64 = -128i64 as u64;
+const PERF_CONTEXT_USER: u64 = -512i64 as u64;
+/// The most frames asked for (the kernel's default perf_event_max_stack).
+const MAX_STACK: u16 = 127;
 
 // Bit positions in the attr flags word (the C bitfield after read_format).
 const ATTR_DISABLED: u64 = 1 << 0;
@@ -87,8 +106,74 @@ pub enum PerfClock {
     SoftwareCpuClock,
 }
 
-/// One PERF_RECORD_SAMPLE.
+/// What a sampler counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PerfEvent {
+    /// Time: hardware cycles, or the software cpu-clock without a PMU.
+    Clock,
+    /// Instructions retired.
+    Instructions,
+    /// Last-level cache read misses (Xenoprof's L2 misses on its machines).
+    CacheMisses,
+    /// Data-TLB read misses.
+    DtlbMisses,
+    /// Instruction-TLB misses.
+    ItlbMisses,
+}
+
+impl PerfEvent {
+    /// (type, config) of this event; the clock's is hardware cycles.
+    fn type_config(self) -> (u32, u64) {
+        let miss = |id: u64| {
+            (
+                PERF_TYPE_HW_CACHE,
+                id | (PERF_COUNT_HW_CACHE_OP_READ << 8) | (PERF_COUNT_HW_CACHE_RESULT_MISS << 16),
+            )
+        };
+        match self {
+            PerfEvent::Clock => (PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES),
+            PerfEvent::Instructions => (PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS),
+            PerfEvent::CacheMisses => miss(PERF_COUNT_HW_CACHE_LL),
+            PerfEvent::DtlbMisses => miss(PERF_COUNT_HW_CACHE_DTLB),
+            PerfEvent::ItlbMisses => miss(PERF_COUNT_HW_CACHE_ITLB),
+        }
+    }
+}
+
+/// How often a sampler samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleRate {
+    /// About this many samples per second (the kernel adapts the period).
+    Frequency(u64),
+    /// One sample every this many events.
+    Period(u64),
+}
+
+/// What to open: the event, its rate, whether to record call chains, and a
+/// ring of 2^`ring_order` pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplerConfig {
+    /// The event counted.
+    pub event: PerfEvent,
+    /// The sampling interval.
+    pub rate: SampleRate,
+    /// Record each sample's call chain (kernel and user).
+    pub callchain: bool,
+    /// The ring holds 2^ring_order data pages.
+    pub ring_order: u32,
+}
+
+/// One frame of a call chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// Return address (the first frame: the sampled instruction).
+    pub ip: u64,
+    /// A kernel address.
+    pub kernel: bool,
+}
+
+/// One PERF_RECORD_SAMPLE.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {
     /// Instruction pointer.
     pub ip: u64,
@@ -102,6 +187,10 @@ pub struct Sample {
     pub cpu: u32,
     /// The CPU was in kernel mode.
     pub kernel: bool,
+    /// Events this sample stands for (the period in force when it was taken).
+    pub period: u64,
+    /// The call chain, leaf first, markers removed; empty unless asked for.
+    pub chain: Vec<Frame>,
 }
 
 /// A sampling event on one CPU, with its ring buffer.
@@ -114,7 +203,9 @@ pub struct PerfSampler {
     data_size: usize,
     cpu: i32,
     clock: PerfClock,
+    sample_type: u64,
     lost: u64,
+    malformed: u64,
 }
 
 // SAFETY: the ring is only touched through `&mut self` (drain) or atomics, and
@@ -142,35 +233,49 @@ fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<Owned
 }
 
 impl PerfSampler {
-    /// Opens a disabled sampling event at `freq` samples per second.
+    /// Opens a disabled sampling event as `cfg` says.
     ///
     /// `cpu` = Some(n) with `pid` = None samples every task on CPU n (needs
     /// root or a permissive perf_event_paranoid); `pid` = Some(p) with `cpu`
-    /// = None follows one process on every CPU. The ring buffer holds
-    /// `2^ring_order` pages. Hardware cycles are tried first, then the
-    /// software cpu-clock.
+    /// = None follows one process on every CPU. For [`PerfEvent::Clock`],
+    /// hardware cycles are tried first, then the software cpu-clock; any other
+    /// event fails (ENOENT, EOPNOTSUPP) where the machine has no PMU for it.
     pub fn open(
         cpu: Option<u32>,
         pid: Option<i32>,
-        freq: u64,
-        ring_order: u32,
+        cfg: &SamplerConfig,
     ) -> io::Result<PerfSampler> {
         let cpu = cpu.map_or(-1, |c| c as i32);
         let pid = pid.unwrap_or(-1);
+        let mut sample_type = PERF_SAMPLE_IP
+            | PERF_SAMPLE_TID
+            | PERF_SAMPLE_TIME
+            | PERF_SAMPLE_CPU
+            | PERF_SAMPLE_PERIOD;
+        if cfg.callchain {
+            sample_type |= PERF_SAMPLE_CALLCHAIN;
+        }
+        let (sample_freq, flags) = match cfg.rate {
+            SampleRate::Frequency(f) => (f.max(1), ATTR_DISABLED | ATTR_FREQ),
+            SampleRate::Period(p) => (p.max(1), ATTR_DISABLED),
+        };
+        let (type_, config) = cfg.event.type_config();
         let mut attr = PerfEventAttr {
+            type_,
             size: std::mem::size_of::<PerfEventAttr>() as u32,
-            sample_freq: freq.max(1),
-            sample_type: PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU,
-            // exclude_user, exclude_kernel, exclude_hv all stay 0.
-            flags: ATTR_DISABLED | ATTR_FREQ,
+            config,
+            sample_freq,
+            sample_type,
+            // exclude_user, exclude_kernel, exclude_hv and the
+            // exclude_callchain_* bits all stay 0.
+            flags,
             wakeup_events: 0,
+            sample_max_stack: MAX_STACK,
             ..PerfEventAttr::default()
         };
-        attr.type_ = PERF_TYPE_HARDWARE;
-        attr.config = PERF_COUNT_HW_CPU_CYCLES;
         let (fd, clock) = match perf_event_open(&attr, pid, cpu) {
             Ok(fd) => (fd, PerfClock::HardwareCycles),
-            Err(_) => {
+            Err(_) if cfg.event == PerfEvent::Clock => {
                 attr.type_ = PERF_TYPE_SOFTWARE;
                 attr.config = PERF_COUNT_SW_CPU_CLOCK;
                 (
@@ -178,7 +283,9 @@ impl PerfSampler {
                     PerfClock::SoftwareCpuClock,
                 )
             }
+            Err(e) => return Err(e),
         };
+        let ring_order = cfg.ring_order;
 
         let page = crate::PAGE_SIZE;
         let map_len = page * (1 + (1usize << ring_order.min(16)));
@@ -207,7 +314,9 @@ impl PerfSampler {
             data_size: map_len - page,
             cpu,
             clock,
+            sample_type,
             lost: 0,
+            malformed: 0,
         };
         // Kernels since 4.1 say where the data area is; older ones imply it.
         let off = s.header_u64(MMAP_DATA_OFFSET).load(Ordering::Relaxed) as usize;
@@ -250,7 +359,8 @@ impl PerfSampler {
         Ok(())
     }
 
-    /// The clock the kernel accepted.
+    /// The clock the kernel accepted (any event other than the clock is the
+    /// PMU's: `HardwareCycles`).
     pub fn clock(&self) -> PerfClock {
         self.clock
     }
@@ -263,6 +373,12 @@ impl PerfSampler {
     /// Samples the kernel reported lost (PERF_RECORD_LOST) so far.
     pub fn lost(&self) -> u64 {
         self.lost
+    }
+
+    /// Records dropped because their layout did not add up (a length that
+    /// runs past its record).
+    pub fn malformed(&self) -> u64 {
+        self.malformed
     }
 
     /// Moves every complete record out of the ring, appending samples to
@@ -288,11 +404,12 @@ impl PerfSampler {
             std::ptr::copy_nonoverlapping(data.add(start), buf.as_mut_ptr(), first);
             std::ptr::copy_nonoverlapping(data, buf.as_mut_ptr().add(first), avail - first);
         }
-        let (n, lost) = parse_records(&buf, out);
-        self.lost += lost;
+        let c = parse_records(&buf, self.sample_type, out);
+        self.lost += c.lost;
+        self.malformed += c.malformed;
         self.header_u64(MMAP_DATA_TAIL)
             .store(tail.wrapping_add(avail as u64), Ordering::Release);
-        n
+        c.samples
     }
 }
 
@@ -312,16 +429,100 @@ fn rd_u16(b: &[u8], o: usize) -> u16 {
 fn rd_u32(b: &[u8], o: usize) -> u32 {
     u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
-fn rd_u64(b: &[u8], o: usize) -> u64 {
-    u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+
+/// Reads u64s from one record's body, refusing to run past its end.
+struct Body<'a> {
+    b: &'a [u8],
+    off: usize,
 }
 
-/// Parses a run of perf records (already unwrapped from the ring), as laid
-/// out for sample_type IP|TID|TIME|CPU. Returns (samples appended, lost).
-fn parse_records(buf: &[u8], out: &mut Vec<Sample>) -> (usize, u64) {
+impl Body<'_> {
+    fn u64(&mut self) -> Option<u64> {
+        let v = self.b.get(self.off..self.off.checked_add(8)?)?;
+        self.off += 8;
+        Some(u64::from_ne_bytes(v.try_into().ok()?))
+    }
+    /// Two u32s packed in one u64 slot, in memory order.
+    fn u32_pair(&mut self) -> Option<(u32, u32)> {
+        let v = self.u64()?.to_ne_bytes();
+        Some((
+            u32::from_ne_bytes(v[..4].try_into().ok()?),
+            u32::from_ne_bytes(v[4..].try_into().ok()?),
+        ))
+    }
+}
+
+/// Turns raw call-chain entries into frames: context markers say whether the
+/// addresses after them are kernel or user ones and are dropped.
+fn frames(raw: impl Iterator<Item = u64>, mut kernel: bool, out: &mut Vec<Frame>) {
+    for ip in raw {
+        if ip >= PERF_CONTEXT_MAX {
+            match ip {
+                PERF_CONTEXT_KERNEL => kernel = true,
+                PERF_CONTEXT_USER => kernel = false,
+                // Hypervisor and guest contexts: nothing we resolve.
+                _ => return,
+            }
+            continue;
+        }
+        out.push(Frame { ip, kernel });
+    }
+}
+
+/// One PERF_RECORD_SAMPLE's body, laid out as `sample_type` says (of the
+/// bits [`PerfSampler::open`] sets); None when a field, or a call chain's
+/// `nr` entries, would run past the record.
+fn parse_sample(body: &[u8], misc: u16, sample_type: u64) -> Option<Sample> {
+    let mut r = Body { b: body, off: 0 };
+    let ip = r.u64()?;
+    let (pid, tid) = r.u32_pair()?;
+    let time = r.u64()?;
+    let (cpu, _res) = r.u32_pair()?;
+    let period = match sample_type & PERF_SAMPLE_PERIOD {
+        0 => 1,
+        _ => r.u64()?,
+    };
+    let kernel = misc & PERF_RECORD_MISC_CPUMODE_MASK == PERF_RECORD_MISC_KERNEL;
+    let mut chain = Vec::new();
+    if sample_type & PERF_SAMPLE_CALLCHAIN != 0 {
+        let nr = usize::try_from(r.u64()?).ok()?;
+        let left = (body.len() - r.off) / 8;
+        if nr > left {
+            return None;
+        }
+        let raw = body[r.off..r.off + nr * 8]
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")));
+        chain.reserve(nr);
+        frames(raw, kernel, &mut chain);
+    }
+    Some(Sample {
+        ip,
+        pid,
+        tid,
+        time,
+        cpu,
+        kernel,
+        period,
+        chain,
+    })
+}
+
+/// What [`parse_records`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Parsed {
+    samples: usize,
+    lost: u64,
+    malformed: u64,
+}
+
+/// Parses a run of perf records (already unwrapped from the ring), samples
+/// laid out as `sample_type` says. A record whose header runs past the buffer
+/// ends the run (a torn tail); a sample whose fields do not fit its own
+/// record is counted malformed and skipped.
+fn parse_records(buf: &[u8], sample_type: u64, out: &mut Vec<Sample>) -> Parsed {
     let mut off = 0;
-    let mut n = 0;
-    let mut lost = 0;
+    let mut p = Parsed::default();
     while off + 8 <= buf.len() {
         let ty = rd_u32(buf, off);
         let misc = rd_u16(buf, off + 4);
@@ -329,25 +530,25 @@ fn parse_records(buf: &[u8], out: &mut Vec<Sample>) -> (usize, u64) {
         if size < 8 || off + size > buf.len() {
             break;
         }
-        let body = off + 8;
+        let body = &buf[off + 8..off + size];
         match ty {
-            PERF_RECORD_SAMPLE if size >= 8 + 32 => {
-                out.push(Sample {
-                    ip: rd_u64(buf, body),
-                    pid: rd_u32(buf, body + 8),
-                    tid: rd_u32(buf, body + 12),
-                    time: rd_u64(buf, body + 16),
-                    cpu: rd_u32(buf, body + 24),
-                    kernel: misc & PERF_RECORD_MISC_CPUMODE_MASK == PERF_RECORD_MISC_KERNEL,
-                });
-                n += 1;
+            PERF_RECORD_SAMPLE => match parse_sample(body, misc, sample_type) {
+                Some(s) => {
+                    out.push(s);
+                    p.samples += 1;
+                }
+                None => p.malformed += 1,
+            },
+            PERF_RECORD_LOST => {
+                // { u64 id; u64 lost; }
+                let mut r = Body { b: body, off: 8 };
+                p.lost += r.u64().unwrap_or(0);
             }
-            PERF_RECORD_LOST if size >= 8 + 16 => lost += rd_u64(buf, body + 8),
             _ => {}
         }
         off += size;
     }
-    (n, lost)
+    p
 }
 
 /// The CPUs the kernel lists as online (`/sys/devices/system/cpu/online`,
@@ -383,24 +584,48 @@ mod tests {
         v
     }
 
+    const TYPE: u64 = PERF_SAMPLE_IP
+        | PERF_SAMPLE_TID
+        | PERF_SAMPLE_TIME
+        | PERF_SAMPLE_CPU
+        | PERF_SAMPLE_PERIOD
+        | PERF_SAMPLE_CALLCHAIN;
+
+    /// A sample body with period 3 and the raw chain `chain` (nr = `nr`).
+    fn sample_body(nr: u64, chain: &[u64]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for v in [0xffff_ffff_8100_0000u64, 42 | (43 << 32), 1234, 1, 3, nr] {
+            body.extend_from_slice(&v.to_ne_bytes());
+        }
+        for v in chain {
+            body.extend_from_slice(&v.to_ne_bytes());
+        }
+        body
+    }
+
     #[test]
     fn parses_sample_and_lost_records() {
-        let mut body = Vec::new();
-        body.extend_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
-        body.extend_from_slice(&42u32.to_ne_bytes());
-        body.extend_from_slice(&43u32.to_ne_bytes());
-        body.extend_from_slice(&1234u64.to_ne_bytes());
-        body.extend_from_slice(&1u32.to_ne_bytes());
-        body.extend_from_slice(&0u32.to_ne_bytes());
+        let chain = [
+            PERF_CONTEXT_KERNEL,
+            0xffff_ffff_8100_0000,
+            0xffff_ffff_8100_0100,
+            PERF_CONTEXT_USER,
+            0x5555_0000_1000,
+            0x5555_0000_2000,
+        ];
+        let body = sample_body(chain.len() as u64, &chain);
         let mut buf = record(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_KERNEL, &body);
         let mut lost = Vec::new();
         lost.extend_from_slice(&7u64.to_ne_bytes());
         lost.extend_from_slice(&5u64.to_ne_bytes());
         buf.extend(record(PERF_RECORD_LOST, 0, &lost));
-        buf.extend(record(PERF_RECORD_SAMPLE, 2, &body));
+        buf.extend(record(PERF_RECORD_SAMPLE, 2, &sample_body(0, &[])));
         buf.extend_from_slice(&[0; 5]); // a torn tail is ignored
         let mut out = Vec::new();
-        assert_eq!(parse_records(&buf, &mut out), (2, 5));
+        let p = parse_records(&buf, TYPE, &mut out);
+        assert_eq!((p.samples, p.lost, p.malformed), (2, 5, 0));
+        let k = |ip| Frame { ip, kernel: true };
+        let u = |ip| Frame { ip, kernel: false };
         assert_eq!(
             out[0],
             Sample {
@@ -409,10 +634,75 @@ mod tests {
                 tid: 43,
                 time: 1234,
                 cpu: 1,
-                kernel: true
+                kernel: true,
+                period: 3,
+                chain: vec![
+                    k(0xffff_ffff_8100_0000),
+                    k(0xffff_ffff_8100_0100),
+                    u(0x5555_0000_1000),
+                    u(0x5555_0000_2000)
+                ],
             }
         );
-        assert!(!out[1].kernel);
+        assert!(!out[1].kernel && out[1].chain.is_empty());
+    }
+
+    #[test]
+    fn a_chain_longer_than_its_record_is_refused() {
+        let good = sample_body(1, &[0x1000]);
+        // nr says 1000 frames, the record holds 2; and nr = u64::MAX.
+        for nr in [1000, u64::MAX] {
+            let mut buf = record(PERF_RECORD_SAMPLE, 2, &sample_body(nr, &[0x1000, 0x2000]));
+            buf.extend(record(PERF_RECORD_SAMPLE, 2, &good));
+            let mut out = Vec::new();
+            let p = parse_records(&buf, TYPE, &mut out);
+            assert_eq!((p.samples, p.malformed), (1, 1), "nr {nr}");
+            assert_eq!(
+                out[0].chain,
+                [Frame {
+                    ip: 0x1000,
+                    kernel: false
+                }]
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_records_are_malformed_or_torn() {
+        let body = sample_body(2, &[0x1000, 0x2000]);
+        // Every cut inside the fixed fields or the chain: the record's own
+        // size is consistent, its fields are not.
+        for cut in 0..body.len() {
+            let mut out = Vec::new();
+            let p = parse_records(&record(PERF_RECORD_SAMPLE, 2, &body[..cut]), TYPE, &mut out);
+            assert_eq!((p.samples, p.malformed), (0, 1), "cut at {cut}");
+        }
+        // A header that promises more than the buffer holds ends the run.
+        let mut buf = record(PERF_RECORD_SAMPLE, 2, &body);
+        buf.truncate(buf.len() - 1);
+        let mut out = Vec::new();
+        assert_eq!(parse_records(&buf, TYPE, &mut out), Parsed::default());
+        // Without PERIOD and CALLCHAIN the same bytes parse as the old layout.
+        let old = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
+        let p = parse_records(&record(PERF_RECORD_SAMPLE, 2, &body[..32]), old, &mut out);
+        assert_eq!((p.samples, out[0].period, out[0].chain.len()), (1, 1, 0));
+    }
+
+    #[test]
+    fn hypervisor_and_guest_contexts_end_the_chain() {
+        let mut out = Vec::new();
+        frames(
+            [PERF_CONTEXT_KERNEL, 0x10, -32i64 as u64, 0x20].into_iter(),
+            false,
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            [Frame {
+                ip: 0x10,
+                kernel: true
+            }]
+        );
     }
 
     #[test]
@@ -425,7 +715,13 @@ mod tests {
         let cpus = online_cpus().unwrap();
         let mut samplers = Vec::new();
         for &c in &cpus {
-            match PerfSampler::open(Some(c), None, 997, 1) {
+            let cfg = SamplerConfig {
+                event: PerfEvent::Clock,
+                rate: SampleRate::Frequency(997),
+                callchain: true,
+                ring_order: 1,
+            };
+            match PerfSampler::open(Some(c), None, &cfg) {
                 Ok(s) => samplers.push(s),
                 Err(e) => {
                     eprintln!("skipping: perf_event_open system-wide needs root: {e}");
@@ -471,5 +767,34 @@ mod tests {
             out.len()
         );
         assert!(out.iter().all(|s| cpus.contains(&s.cpu)));
+        // Chains start at the sampled instruction.
+        let chained = out
+            .iter()
+            .filter(|s| s.chain.first().is_some_and(|f| f.ip == s.ip));
+        assert!(chained.count() * 2 > out.len());
+    }
+
+    #[test]
+    fn a_missing_hardware_event_is_an_error_not_a_fallback() {
+        let cfg = SamplerConfig {
+            event: PerfEvent::DtlbMisses,
+            rate: SampleRate::Period(10_000),
+            callchain: false,
+            ring_order: 1,
+        };
+        // pid 0: this process, on any CPU (allowed without root).
+        if let Err(e) = PerfSampler::open(None, Some(0), &cfg) {
+            eprintln!("no D-TLB event here: {e}");
+            use io::ErrorKind::*;
+            // ENOENT, EOPNOTSUPP/ENODEV, EINVAL, EACCES: no such event here.
+            assert!(
+                matches!(
+                    e.kind(),
+                    NotFound | Unsupported | InvalidInput | PermissionDenied
+                ) || e.to_string().contains("No such device"),
+                "{e}"
+            );
+            assert!(e.to_string().starts_with("perf_event_open"), "{e}");
+        }
     }
 }
