@@ -93,6 +93,7 @@ pub fn run(rd: &Path, args: &ProfileArgs<'_>) -> Result<()> {
     }
     let opts = ProfileOptions {
         hv_pid: system.as_ref().map(|s| s.0),
+        netns_prefix: toolstack::host::prefix(),
         roles,
         initiator: "splitnet profile".into(),
         frequency_hz: s.frequency,

@@ -120,8 +120,9 @@ pub struct Attributor {
     netns: HashMap<String, String>,
 }
 
-/// The `net:[inode]` identities of splitnet's named network namespaces.
-fn splitnet_netns() -> HashMap<String, String> {
+/// The `net:[inode]` identities of the named network namespaces that start
+/// with `prefix`, each with the rest of its name (the domain).
+fn splitnet_netns(prefix: &str) -> HashMap<String, String> {
     use std::os::unix::fs::MetadataExt;
     let mut m = HashMap::new();
     let Ok(dir) = std::fs::read_dir("/run/netns") else {
@@ -129,7 +130,7 @@ fn splitnet_netns() -> HashMap<String, String> {
     };
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(short) = name.strip_prefix("splitnet-") else {
+        let Some(short) = name.strip_prefix(prefix) else {
             continue;
         };
         if let Ok(md) = std::fs::metadata(e.path()) {
@@ -140,12 +141,13 @@ fn splitnet_netns() -> HashMap<String, String> {
 }
 
 impl Attributor {
-    /// An attributor that knows the hv daemon's pid, if given.
-    pub fn new(hv_pid: Option<u32>) -> Attributor {
+    /// An attributor that knows the hv daemon's pid, if given, and names
+    /// the domains whose namespaces start with `netns_prefix`.
+    pub fn new(hv_pid: Option<u32>, netns_prefix: &str) -> Attributor {
         Attributor {
             hv_pid,
             cache: HashMap::new(),
-            netns: splitnet_netns(),
+            netns: splitnet_netns(netns_prefix),
         }
     }
 
@@ -236,7 +238,7 @@ mod tests {
 
     #[test]
     fn special_pids() {
-        let mut a = Attributor::new(Some(std::process::id()));
+        let mut a = Attributor::new(Some(std::process::id()), "splitnet-");
         assert_eq!(a.domain_of(0), Domain::idle());
         assert_eq!(a.domain_of(std::process::id()), Domain::hv());
         // A pid that cannot exist is the host.

@@ -46,6 +46,9 @@ pub struct ProfileOptions {
     pub top_n: usize,
     /// The hv daemon's pid.
     pub hv_pid: Option<i32>,
+    /// Prefix of the profiled instance's namespace names: a domain is the
+    /// rest of the name (`splitnet-`, or `splitnet@NAME-` for a host).
+    pub netns_prefix: String,
     /// Active and passive domains (default: every domain active).
     pub roles: Roles,
     /// Who starts the session, for the report and the lock.
@@ -125,6 +128,7 @@ impl Default for ProfileOptions {
             drain_interval: Duration::from_millis(50),
             top_n: 10,
             hv_pid: None,
+            netns_prefix: "splitnet-".into(),
             roles: Roles::default(),
             initiator: "splitnet".into(),
             lock_path: None,
@@ -187,7 +191,7 @@ impl Session {
                 }
             })
             .collect();
-        let mut attributor = Attributor::new(opts.hv_pid.map(|p| p as u32));
+        let mut attributor = Attributor::new(opts.hv_pid.map(|p| p as u32), &opts.netns_prefix);
         // Know every process alive now, before any of them can exit.
         attributor.prime();
         let symbolizer = Symbolizer::new();
