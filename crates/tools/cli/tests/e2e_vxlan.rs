@@ -128,7 +128,7 @@ fn static_peers_budget_the_guests_mtu_and_show_in_status_and_capture() {
     );
     let text = pair.ok("a", &["status"]);
     assert!(
-        text.contains("TUNNELS (host a)") && text.contains("peer 10.200.2.3: 1 MACs"),
+        text.contains("TUNNELS (host a)") && text.contains("peer 10.200.2.3: 1 MAC "),
         "{text}"
     );
     capture_on(&pair, "vx100");
