@@ -45,6 +45,32 @@ pub fn median(v: &[f64]) -> f64 {
     quantile(&s, 0.5)
 }
 
+/// A median and the range of the runs around it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// The median and range of `v`; None when it is empty.
+    pub fn of(v: &[f64]) -> Option<Spread> {
+        (!v.is_empty()).then(|| Spread {
+            median: median(v),
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// "median (min–max)", two decimals.
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
+    }
+}
+
 impl Summary {
     /// Summarizes cycle samples; `per_us` converts to microseconds.
     pub fn of(name: &str, cycles: &[f64], per_us: f64) -> Summary {
