@@ -496,44 +496,68 @@ fn rate(client: &str, server: &str, server_ip: &str, w: Workload, secs: u32) -> 
 }
 
 /// Ping processes, each until its first reply; killed when dropped.
-struct Pings(Vec<(String, String, Child)>);
+struct Pings {
+    to: Vec<(String, String)>,
+    interval: &'static str,
+    deadline: Instant,
+    children: Vec<Child>,
+}
 
 impl Pings {
     /// From each namespace to its address, every `interval` seconds, for
     /// at most `limit`.
-    fn start(to: &[(String, String)], interval: &str, limit: Duration) -> Result<Pings> {
-        let w = limit.as_secs().max(1).to_string();
-        let mut p = Pings(Vec::new());
-        for (ns, ip) in to {
-            let child = Command::new("ip")
-                .args(["netns", "exec", ns, "ping", "-n", "-q", "-c", "1"])
-                .args(["-i", interval, "-w", &w, ip])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("starting ping")?;
-            p.0.push((ns.clone(), ip.clone(), child));
+    fn start(to: &[(String, String)], interval: &'static str, limit: Duration) -> Result<Pings> {
+        let mut p = Pings {
+            to: to.to_vec(),
+            interval,
+            deadline: Instant::now() + limit,
+            children: Vec::new(),
+        };
+        for i in 0..to.len() {
+            let c = p.spawn(i)?;
+            p.children.push(c);
         }
         Ok(p)
     }
 
-    /// Seconds from `t0` until each had its reply; fails if one had none.
+    /// A ping that stops at its first reply, or at an error (ARP gave up:
+    /// "Destination Host Unreachable"), or at the deadline.
+    fn spawn(&self, i: usize) -> Result<Child> {
+        let (ns, ip) = &self.to[i];
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let w = left.as_secs().max(1).to_string();
+        Command::new("ip")
+            .args(["netns", "exec", ns, "ping", "-n", "-q", "-c", "1"])
+            .args(["-i", self.interval, "-w", &w, ip])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting ping")
+    }
+
+    /// Seconds from `t0` until each had its reply; a ping that stopped
+    /// without one starts again until the deadline.
     fn wait(mut self, t0: Instant) -> Result<Vec<f64>> {
-        let mut took = vec![None; self.0.len()];
+        let mut took = vec![None; self.to.len()];
         while took.iter().any(Option::is_none) {
             if sys::interrupted() {
                 bail!("interrupted");
             }
-            for (i, (ns, ip, child)) in self.0.iter_mut().enumerate() {
+            for i in 0..self.to.len() {
                 if took[i].is_some() {
                     continue;
                 }
-                if let Some(st) = child.try_wait()? {
-                    if !st.success() {
-                        bail!("{ns} got no reply from {ip} in time");
-                    }
+                let Some(st) = self.children[i].try_wait()? else {
+                    continue;
+                };
+                if st.success() {
                     took[i] = Some(t0.elapsed().as_secs_f64());
+                } else if Instant::now() < self.deadline {
+                    self.children[i] = self.spawn(i)?;
+                } else {
+                    let (ns, ip) = &self.to[i];
+                    bail!("{ns} got no reply from {ip} in time");
                 }
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -544,7 +568,7 @@ impl Pings {
 
 impl Drop for Pings {
     fn drop(&mut self) {
-        for (_, _, c) in &mut self.0 {
+        for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
         }
