@@ -262,6 +262,34 @@ mod tests {
         assert_eq!(iso_date(20_000), "2024-10-04");
     }
 
+    /// The page of `sub` (under `parent`) and of each visible subcommand
+    /// of it, each checked to show every visible flag; their paths.
+    fn pages_show_their_flags(dir: &Path, parent: &str, sub: &clap::Command) -> Vec<PathBuf> {
+        let name = format!("{parent}-{}", sub.get_name());
+        let page = dir.join(format!("{name}.1"));
+        let shown = render(&page);
+        for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+            let flag = match (arg.get_long(), arg.get_short()) {
+                (Some(long), _) => format!("--{long}"),
+                (None, Some(short)) => format!("-{short}"),
+                (None, None) => match arg.get_value_names() {
+                    Some([name, ..]) => name.to_string(),
+                    _ => arg.get_id().to_string().to_uppercase(),
+                },
+            };
+            assert!(
+                shown.contains(&flag),
+                "{} lacks {flag}:\n{shown}",
+                page.display()
+            );
+        }
+        let mut pages = vec![page];
+        for nested in sub.get_subcommands().filter(|s| !s.is_hide_set()) {
+            pages.extend(pages_show_their_flags(dir, &name, nested));
+        }
+        pages
+    }
+
     #[test]
     fn man_pages_render_and_show_every_flag() {
         let dir = std::env::temp_dir().join(format!("splitnet-man-{}", std::process::id()));
@@ -270,29 +298,12 @@ mod tests {
         assert!(main.contains("--run-dir"), "{main}");
         let mut expected = vec![dir.join("splitnet.1")];
         for sub in cli().get_subcommands().filter(|s| !s.is_hide_set()) {
-            let page = dir.join(format!("splitnet-{}.1", sub.get_name()));
             assert!(
                 main.contains(sub.get_name()),
                 "splitnet.1 lacks {}",
                 sub.get_name()
             );
-            let shown = render(&page);
-            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
-                let flag = match (arg.get_long(), arg.get_short()) {
-                    (Some(long), _) => format!("--{long}"),
-                    (None, Some(short)) => format!("-{short}"),
-                    (None, None) => match arg.get_value_names() {
-                        Some([name, ..]) => name.to_string(),
-                        _ => arg.get_id().to_string().to_uppercase(),
-                    },
-                };
-                assert!(
-                    shown.contains(&flag),
-                    "{} lacks {flag}:\n{shown}",
-                    page.display()
-                );
-            }
-            expected.push(page);
+            expected.extend(pages_show_their_flags(&dir, "splitnet", sub));
         }
         for hidden in ["hv", "domain", "forwarder", "help"] {
             assert!(!dir.join(format!("splitnet-{hidden}.1")).exists());

@@ -92,7 +92,7 @@ struct Targets {
     vifs: Vec<(String, u32, u16, u16)>,
     /// The driver domains' names.
     drivers: Vec<String>,
-    /// Extra bridge ports: (driver, interface).
+    /// Extra bridge ports and uplinks: (driver, interface).
     extras: Vec<(String, String)>,
 }
 
@@ -121,16 +121,21 @@ impl Targets {
             .map(|d| d.name.clone())
             .collect();
         // Extra bridge ports: a hosted guest's VMNet interface (`nic.<guest>`
-        // is `kind|driver|interface|...`).
-        let extras = s
+        // is `kind|driver|interface|...`), and the uplinks (`uplink.<driver>/
+        // <ifname>`) but the wire's, which is named already.
+        let nics = s
             .info
             .iter()
             .filter(|(k, _)| k.starts_with("nic."))
             .filter_map(|(_, v)| {
                 let f: Vec<&str> = v.split('|').collect();
                 Some((f.get(1)?.to_string(), f.get(2)?.to_string()))
-            })
-            .collect();
+            });
+        let uplinks = s.info.keys().filter_map(|k| {
+            let (d, i) = k.strip_prefix("uplink.")?.split_once('/')?;
+            (i != crate::daemon::PHYS_PORT).then(|| (d.to_string(), i.to_string()))
+        });
+        let extras = nics.chain(uplinks).collect();
         Ok(Targets {
             names,
             vifs,

@@ -10,10 +10,10 @@
 //! - [`supervisor`]: the domains' processes, namespaces, cgroups, restart policy;
 //! - [`host`]: host plumbing (network namespaces, veth, cgroups, `ip`);
 //! - [`uplink`]: driver domains' uplinks (`[[port]]`: host NIC, macvlan,
-//!   nat, route), their undo journal and keeper;
+//!   nat, route, vxlan), their undo journal and keeper;
 //! - [`status`], [`metrics`], [`listen`], [`top`]: what the user is told
 //!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables;
-//!   `vhost_status` its vhost-user vifs);
+//!   `vhost_status` its vhost-user vifs, `vxlan_status` its tunnels);
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
 //! - [`placement`]: which core each domain's process runs on (`cpu`,
@@ -42,3 +42,4 @@ mod vhost_status;
 pub mod vifscript;
 pub mod vifspec;
 pub mod vm;
+mod vxlan_status;

@@ -326,10 +326,15 @@ fn uplinks(s: &hv::status::SystemStatus, ports: &mut Vec<Value>) -> Vec<Value> {
             "host" => Some(("host NIC", format!("host:{iface} (lent)"))),
             "macvlan" => Some(("macvlan", format!("host:{iface}"))),
             "nat" | "route" => Some(("veth", format!("host:{he} ({kind})"))),
+            "vxlan" => Some(("vxlan", format!("host:{he} (vxlan underlay)"))),
             _ => None,
         };
         if let Some((driver, peer)) = joined {
-            ports.push(json!({"domain": drv, "name": ifname, "driver": driver, "peer": peer}));
+            let mut p = json!({"domain": drv, "name": ifname, "driver": driver, "peer": peer});
+            if let Some(x) = crate::vxlan_status::collect(s, drv, ifname) {
+                p["vxlan"] = x;
+            }
+            ports.push(p);
         }
         // A macvlan's group: `name=mac` of each member, `;`-separated.
         let members: Vec<Value> = field(6)
@@ -590,6 +595,8 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     print_domains(domains, hosts);
     print_emulated_nics(domains);
     print_ports(&v);
+    let host = crate::host::instance().unwrap_or("local");
+    crate::vxlan_status::print(host, v["ports"].as_array().unwrap_or(&empty));
     print_vifs(v["vifs"].as_array().unwrap_or(&empty));
     crate::vhost_status::print(v["vhost_vifs"].as_array().unwrap_or(&empty));
     print_hypercalls(&v["counters"]);

@@ -326,6 +326,9 @@ impl Supervisor {
     fn show_uplinks(&self, hv: &Hypervisor) {
         for u in self.uplinks.all() {
             hv.set_info(&u.info_key(), &u.info_value(&self.uplinks.members_of(u)));
+            if let Some(x) = &u.vxlan {
+                hv.set_info(&u.vxlan_info_key(), &x.info());
+            }
         }
     }
 
@@ -938,7 +941,7 @@ impl Supervisor {
         if st.vifs.iter().any(|v| v.mac.eq_ignore_ascii_case(&mac)) {
             return Err(fail(ErrorKind::Invalid, format!("MAC {mac} is in use")));
         }
-        let v = VifConfig {
+        let mut v = VifConfig {
             guest: guest.to_string(),
             handle,
             backend,
@@ -953,6 +956,11 @@ impl Supervisor {
             index,
             opts: vs.opts,
         };
+        if v.opts.mtu.is_none() {
+            v.opts.mtu = self
+                .topology
+                .default_vif_mtu(&v.backend, v.opts.bridge.as_deref());
+        }
         st.vifs.push(v.clone());
         Ok(v)
     }

@@ -1269,6 +1269,9 @@ impl Topology {
                 };
                 let index = out.iter().filter(|v| v.backend == backend).count();
                 let mut opts = spec.opts;
+                if opts.mtu.is_none() {
+                    opts.mtu = self.default_vif_mtu(&backend, opts.bridge.as_deref());
+                }
                 if d.mq && opts.pdev.is_none() {
                     opts.pdev = Some(self.mq_pdev(d, &backend, &opts)?);
                 }

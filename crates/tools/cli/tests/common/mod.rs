@@ -2,6 +2,8 @@
 //! around the real `splitnet` binary, and checks that nothing is left behind.
 #![allow(dead_code)]
 
+pub mod lab;
+
 use bench::netenv::{FlowResult, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -454,10 +456,20 @@ pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
     let (_server, file) = serve_blob_on_wire(env, mib);
     let got = env.run_dir.join("got");
     let t0 = std::time::Instant::now();
-    env.ok(&[
-        "exec",
-        "guest1",
-        "--",
+    let mut args = vec!["exec", "guest1", "--"];
+    args.extend(curl(got.to_str().unwrap(), "http://10.77.0.254:8080/blob"));
+    env.ok(&args);
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(std::fs::metadata(&got).unwrap().len(), u64::from(mib) << 20);
+    assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
+    let _ = std::fs::remove_file(&got);
+    f64::from(mib) * 8.0 / secs
+}
+
+/// curl's argv that fetches `url` into `out`, retrying while the server
+/// comes up, failing on an HTTP error.
+pub fn curl<'a>(out: &'a str, url: &'a str) -> Vec<&'a str> {
+    vec![
         "curl",
         "-sS",
         "--fail",
@@ -469,22 +481,13 @@ pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
         "--max-time",
         "300",
         "-o",
-        got.to_str().unwrap(),
-        "http://10.77.0.254:8080/blob",
-    ]);
-    let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(std::fs::metadata(&got).unwrap().len(), u64::from(mib) << 20);
-    assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
-    let _ = std::fs::remove_file(&got);
-    f64::from(mib) * 8.0 / secs
+        out,
+        url,
+    ]
 }
 
-/// Serves a fresh file of `mib` MiB of random bytes from the wire host at
-/// `http://10.77.0.254:8080/blob` (python3's http.server) and returns once
-/// it listens: the server (killed when dropped) and the file's path.
-pub fn serve_blob_on_wire(env: &Env, mib: u32) -> (Background, PathBuf) {
-    let dir = env.run_dir.join("www");
-    std::fs::create_dir_all(&dir).unwrap();
+/// A fresh file `dir/blob` of `mib` MiB of random bytes.
+pub fn random_blob(dir: &std::path::Path, mib: u32) -> PathBuf {
     let file = dir.join("blob");
     let st = Command::new("dd")
         .args([
@@ -497,6 +500,16 @@ pub fn serve_blob_on_wire(env: &Env, mib: u32) -> (Background, PathBuf) {
         .status()
         .unwrap();
     assert!(st.success());
+    file
+}
+
+/// Serves a fresh file of `mib` MiB of random bytes from the wire host at
+/// `http://10.77.0.254:8080/blob` (python3's http.server) and returns once
+/// it listens: the server (killed when dropped) and the file's path.
+pub fn serve_blob_on_wire(env: &Env, mib: u32) -> (Background, PathBuf) {
+    let dir = env.run_dir.join("www");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = random_blob(&dir, mib);
     let server = env.spawn(&[
         "exec",
         "wire",

@@ -28,6 +28,8 @@ pub enum UplinkKind {
     Nat,
     /// A veth to the host, with host routes and proxy ARP (vif-route).
     Route,
+    /// The kernel's VXLAN to other hosts ([`super::vxlan`]).
+    Vxlan,
 }
 
 impl UplinkKind {
@@ -38,6 +40,7 @@ impl UplinkKind {
             UplinkKind::Macvlan => "macvlan",
             UplinkKind::Nat => "nat",
             UplinkKind::Route => "route",
+            UplinkKind::Vxlan => "vxlan",
         }
     }
 }
@@ -66,6 +69,21 @@ pub struct PortConfig {
     /// `macvlan`: the primary macvlan's own MAC (default: a locally
     /// administered one derived from the driver domain and `iface`).
     pub mac: Option<String>,
+    /// `vxlan`: the VNI (1..=16777215), one per bridge.
+    pub vni: Option<u32>,
+    /// `vxlan`: the VTEP's IPv4 address, on the driver domain's `ul0`.
+    pub local: Option<String>,
+    /// `vxlan`: the other VTEPs (head-end replication; with `evpn`, the
+    /// iBGP neighbours).
+    pub peers: Option<Vec<String>>,
+    /// `vxlan`: a multicast group instead of `peers`.
+    pub group: Option<String>,
+    /// `vxlan`: peers and MACs from BGP EVPN (FRR); default false.
+    pub evpn: Option<bool>,
+    /// `vxlan` with `evpn`: the iBGP AS (default 65000).
+    pub asn: Option<u32>,
+    /// `vxlan`: who pays the 50 bytes of encapsulation (default guests).
+    pub mtu_budget: Option<super::vxlan::MtuBudget>,
 }
 
 /// An uplink as hv sets it up.
@@ -90,6 +108,8 @@ pub struct Uplink {
     pub routes: Vec<IpAddr>,
     /// Dedicated receive queues (`queues`); None: the driver's default.
     pub queues: Option<u16>,
+    /// `vxlan`: its settings.
+    pub vxlan: Option<super::vxlan::Vxlan>,
 }
 
 impl Uplink {
@@ -201,6 +221,7 @@ fn check_port(p: &PortConfig, t: &Topology) -> Result<(), String> {
         (Some(_), _) => return Err(format!("{who}: mac is for kind macvlan only")),
         (None, _) => {}
     }
+    super::vxlan::check_keys(p).map_err(|e| format!("{who}: {e}"))?;
     if p.kind == UplinkKind::Wire && t.wire.as_ref().is_none_or(|w| w.driver != p.driver) {
         return Err(format!(
             "{who}: kind = \"wire\" needs a [wire] section with driver = {:?}",
@@ -227,6 +248,7 @@ impl Topology {
                 }
             }
         }
+        super::vxlan::check_together(&self.ports)?;
         let mut names = HashSet::new();
         for u in self.uplinks() {
             if !names.insert((u.driver.clone(), u.ifname.clone())) {
@@ -290,8 +312,11 @@ impl Topology {
             .clone()
             .unwrap_or_else(|| abi::xenbus::DEFAULT_BRIDGE.to_string());
         let ifname = uplink_ifname(p, n);
-        let host_end = matches!(p.kind, UplinkKind::Nat | UplinkKind::Route)
-            .then(|| format!("sn{n}-{}", p.driver));
+        let host_end = match p.kind {
+            UplinkKind::Nat | UplinkKind::Route => Some(format!("sn{n}-{}", p.driver)),
+            UplinkKind::Vxlan => Some(self.underlay_end(&p.driver)),
+            _ => None,
+        };
         let behind = self.vifs().into_iter().filter(|v| {
             v.backend == p.driver
                 && v.opts
@@ -333,7 +358,29 @@ impl Topology {
                 Vec::new()
             },
             queues: p.queues,
+            vxlan: (p.kind == UplinkKind::Vxlan)
+                .then(|| super::vxlan::parse(p).ok())
+                .flatten(),
         }
+    }
+
+    /// The host end of driver domain `driver`'s underlay veth (its vxlan
+    /// ports share it): named after the first of them.
+    fn underlay_end(&self, driver: &str) -> String {
+        let ports = self.port_list();
+        let n = ports
+            .iter()
+            .filter(|p| p.driver == driver)
+            .position(|p| p.kind == UplinkKind::Vxlan)
+            .unwrap_or(0);
+        format!("sn{n}-{driver}")
+    }
+
+    /// The MTU a vif on `bridge` of `driver` gets without `mtu` of its own
+    /// (1450 behind a vxlan port that leaves the budget to the guests).
+    pub(crate) fn default_vif_mtu(&self, driver: &str, bridge: Option<&str>) -> Option<u16> {
+        let bridge = bridge.unwrap_or(abi::xenbus::DEFAULT_BRIDGE);
+        super::vxlan::guest_mtu(&self.ports, driver, bridge)
     }
 }
 
@@ -343,6 +390,10 @@ fn uplink_ifname(p: &PortConfig, n: usize) -> String {
     match p.kind {
         UplinkKind::Wire => PHYS_PORT.to_string(),
         UplinkKind::Host => p.iface.clone().unwrap_or_default(),
+        UplinkKind::Vxlan => match super::vxlan::parse(p) {
+            Ok(x) => x.port_ifname(),
+            Err(_) => format!("upl{n}"),
+        },
         _ => format!("upl{n}"),
     }
 }
@@ -374,6 +425,13 @@ fn wire_port(driver: &str, queues: Option<u16>) -> PortConfig {
         queues,
         subnet: None,
         mac: None,
+        vni: None,
+        local: None,
+        peers: None,
+        group: None,
+        evpn: None,
+        asn: None,
+        mtu_budget: None,
     }
 }
 
@@ -550,5 +608,220 @@ mod tests {
         );
         bad("[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"eth1\"\n[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\niface = \"eth1\"\n", "iface of two");
         bad("[wire]\ndriver = \"drv\"\n[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"peth0\"\n", "two uplinks named \"peth0\"");
+    }
+
+    const VX: &str = "[[port]]\ndriver = \"drv\"\nkind = \"vxlan\"\n";
+
+    #[test]
+    fn vxlan_ports_resolve_and_give_guests_room_for_the_encapsulation() {
+        let t = parse(&format!(
+            "[wire]\ndriver = \"drv\"\n{VX}vni = 100\nlocal = \"10.200.1.3\"\npeers = [\"10.200.2.3\"]\n\
+             {VX}bridge = \"xenbr1\"\nvni = 200\nlocal = \"10.200.1.3\"\npeers = [\"10.200.2.3\"]\nevpn = true\nmtu_budget = \"underlay\"\n\
+             {VX}bridge = \"xenbr2\"\nvni = 300\nlocal = \"10.200.1.3\"\ngroup = \"239.1.1.1\"\n"
+        ))
+        .unwrap();
+        let u = t.uplinks();
+        let names: Vec<&str> = u.iter().map(|u| u.ifname.as_str()).collect();
+        assert_eq!(names, ["peth0", "vx100", "vxp200", "vx300"]);
+        // One underlay per driver domain, named after its first vxlan port.
+        for x in &u[1..] {
+            assert_eq!(x.host_end.as_deref(), Some("sn1-drv"));
+        }
+        let (s, e, m) = (
+            u[1].vxlan.clone().unwrap(),
+            u[2].vxlan.clone().unwrap(),
+            u[3].vxlan.clone().unwrap(),
+        );
+        assert_eq!(
+            (s.mode, s.asn, s.guest_mtu(), s.underlay_mtu()),
+            (super::super::vxlan::Mode::Static, 65000, 1450, 1500)
+        );
+        assert_eq!(
+            (e.mode, e.guest_mtu(), e.underlay_mtu()),
+            (super::super::vxlan::Mode::Evpn, 1500, 1550)
+        );
+        assert_eq!(
+            (e.device(), e.kernel_bridge(), e.kernel_member()),
+            ("vx200".into(), "kbr200".into(), "vxk200".into())
+        );
+        assert_eq!(
+            (m.mode, m.group),
+            (
+                super::super::vxlan::Mode::Multicast,
+                Some("239.1.1.1".parse().unwrap())
+            )
+        );
+        // The kernel's devices: learning but with evpn, a group on the
+        // underlay, room for the encapsulation unless the underlay pays.
+        let args = |x: &super::super::vxlan::Vxlan| x.device_args().join(" ");
+        assert_eq!(
+            args(&s),
+            "mtu 1450 type vxlan id 100 local 10.200.1.3 dstport 4789"
+        );
+        assert_eq!(
+            args(&e),
+            "mtu 1500 type vxlan id 200 local 10.200.1.3 dstport 4789 nolearning"
+        );
+        assert_eq!(
+            args(&m),
+            "mtu 1450 type vxlan id 300 local 10.200.1.3 dstport 4789 group 239.1.1.1 dev ul0"
+        );
+        // The guest on xenbr0 gets 1450 (budget "guests"); on xenbr1
+        // ("underlay") the default; a vif's own mtu wins.
+        assert_eq!(t.vifs()[0].opts.mtu, Some(1450));
+        assert_eq!(t.default_vif_mtu("drv", Some("xenbr1")), None);
+        let own = parse(&format!(
+            "{VX}vni = 100\nlocal = \"10.200.1.3\"\npeers = [\"10.200.2.3\"]\n\
+             [[domain]]\nname = \"g2\"\nkind = \"guest\"\nvif = [\"mtu=1400\"]\n"
+        ))
+        .unwrap();
+        let mtus: Vec<Option<u16>> = own.vifs().iter().map(|v| v.opts.mtu).collect();
+        assert_eq!(mtus, [Some(1450), Some(1400)]);
+        // The evpn port publishes a guest's MAC on its bridge only.
+        let mut v = t.vifs()[0].clone();
+        assert_eq!(u[2].publishes(&v), None);
+        v.opts.bridge = Some("xenbr1".into());
+        assert_eq!(u[2].publishes(&v).as_deref(), Some("vxk200"));
+        assert_eq!(u[1].publishes(&v), None, "a static port publishes nothing");
+    }
+
+    #[test]
+    fn bad_vxlan_ports_get_clear_errors() {
+        let ok = "vni = 100\nlocal = \"10.200.1.3\"\n";
+        let peers = "peers = [\"10.200.2.3\"]\n";
+        for (keys, needle) in [
+            (
+                "local = \"10.200.1.3\"\npeers = [\"10.200.2.3\"]\n",
+                "needs vni",
+            ),
+            (
+                "vni = 0\nlocal = \"10.200.1.3\"\npeers = [\"10.200.2.3\"]\n",
+                "outside 1..=16777215",
+            ),
+            (
+                "vni = 16777216\nlocal = \"10.200.1.3\"\npeers = [\"10.200.2.3\"]\n",
+                "outside 1..=16777215",
+            ),
+            ("vni = 100\npeers = [\"10.200.2.3\"]\n", "needs local"),
+            (
+                "vni = 100\nlocal = \"10.200.1.300\"\npeers = [\"10.200.2.3\"]\n",
+                "not an IPv4 address",
+            ),
+            (
+                "vni = 100\nlocal = \"239.1.1.1\"\npeers = [\"10.200.2.3\"]\n",
+                "not a usable IPv4 unicast",
+            ),
+            (
+                "vni = 100\nlocal = \"0.0.0.0\"\npeers = [\"10.200.2.3\"]\n",
+                "not a usable IPv4 unicast",
+            ),
+            (
+                "vni = 100\nlocal = \"127.0.0.1\"\npeers = [\"10.200.2.3\"]\n",
+                "not a usable IPv4 unicast",
+            ),
+            (
+                "vni = 100\nlocal = \"255.255.255.255\"\npeers = [\"10.200.2.3\"]\n",
+                "not a usable IPv4 unicast",
+            ),
+            (ok, "needs peers = [...] or group"),
+            (&*format!("{ok}{peers}group = \"239.1.1.1\"\n"), "not both"),
+            (
+                &*format!("{ok}group = \"10.1.1.1\"\n"),
+                "not a multicast address",
+            ),
+            (&*format!("{ok}evpn = true\n"), "evpn = true needs peers"),
+            (
+                &*format!("{ok}evpn = true\ngroup = \"239.1.1.1\"\n"),
+                "not a group",
+            ),
+            (
+                &*format!("{ok}{peers}asn = 65001\n"),
+                "asn is for evpn = true only",
+            ),
+            (&*format!("{ok}{peers}evpn = true\nasn = 0\n"), "asn = 0"),
+            (
+                &*format!("{ok}peers = [\"10.200.1.3\"]\n"),
+                "own local address",
+            ),
+            (
+                &*format!("{ok}peers = [\"10.200.2.3\", \"10.200.2.3\"]\n"),
+                "listed twice",
+            ),
+            (
+                &*format!("{ok}peers = [\"224.0.0.5\"]\n"),
+                "a peer = \"224.0.0.5\" is not a usable",
+            ),
+            (&*format!("{ok}{peers}mtu = 1500\n"), "not mtu"),
+            (
+                &*format!("{ok}{peers}mtu_budget = \"jumbo\"\n"),
+                "unknown variant",
+            ),
+            (
+                &*format!("{ok}{peers}iface = \"eth1\"\n"),
+                "iface is for kinds host and macvlan",
+            ),
+        ] {
+            bad(&format!("{VX}{keys}"), needle);
+        }
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nvni = 100\n",
+            "are for kind vxlan, not \"route\"",
+        );
+        let port = |bridge: &str, vni: u32, local: &str| {
+            format!("{VX}bridge = \"{bridge}\"\nvni = {vni}\nlocal = \"{local}\"\n{peers}")
+        };
+        // A VNI on two ports: two bridges of one driver domain, or two
+        // driver domains.
+        bad(
+            &format!(
+                "{}{}",
+                port("xenbr0", 100, "10.200.1.3"),
+                port("xenbr1", 100, "10.200.1.3")
+            ),
+            "vni = 100 is on two vxlan [[port]]s",
+        );
+        let two_drivers = format!(
+            "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n[[domain]]\nname = \"drv2\"\nkind = \"driver\"\n{}{}",
+            port("xenbr0", 100, "10.200.1.3"),
+            port("xenbr0", 100, "10.200.1.4").replace("\"drv\"", "\"drv2\"")
+        );
+        let e = Topology::parse(&two_drivers, "t").unwrap_err().to_string();
+        assert!(e.contains("vni = 100 is on two vxlan [[port]]s"), "{e}");
+        bad(
+            &format!(
+                "{}{}",
+                port("xenbr0", 100, "10.200.1.3"),
+                port("xenbr0", 200, "10.200.1.3")
+            ),
+            "has two vxlan [[port]]s",
+        );
+        bad(
+            &format!(
+                "{}{}",
+                port("xenbr0", 100, "10.200.1.3"),
+                port("xenbr1", 200, "10.200.1.4")
+            ),
+            "one VTEP address",
+        );
+        let evpn = |bridge: &str, vni: u32, asn: u32| {
+            format!(
+                "{}evpn = true\nasn = {asn}\n",
+                port(bridge, vni, "10.200.1.3")
+            )
+        };
+        bad(
+            &format!(
+                "{}{}",
+                evpn("xenbr0", 100, 65000),
+                evpn("xenbr1", 200, 65001)
+            ),
+            "one bgpd serves them",
+        );
+        assert!(parse(&format!(
+            "{}{}",
+            evpn("xenbr0", 100, 65001),
+            evpn("xenbr1", 200, 65001)
+        ))
+        .is_ok());
     }
 }

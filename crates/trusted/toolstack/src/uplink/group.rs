@@ -26,31 +26,32 @@ pub struct Member {
 }
 
 impl Uplink {
-    /// The member macvlan this uplink needs for vif `v`, if any: a macvlan
-    /// uplink of `v`'s driver domain on `v`'s bridge that carries `v`'s
-    /// VLAN, whose own MAC is not `v`'s (then it receives it itself).
-    pub fn member_for(&self, v: &VifConfig) -> Option<Member> {
+    /// Whether vif `v` is behind this uplink: served by its driver domain,
+    /// on its bridge, in a VLAN it carries.
+    pub fn reaches(&self, v: &VifConfig) -> bool {
         let bridge = v
             .opts
             .bridge
             .as_deref()
             .unwrap_or(abi::xenbus::DEFAULT_BRIDGE);
         let carries = self.vlan.is_none() || self.vlan == v.opts.vlan;
+        self.driver == v.backend && self.bridge == bridge && carries
+    }
+
+    /// The member macvlan this uplink needs for vif `v`, if any: a macvlan
+    /// uplink of `v`'s driver domain on `v`'s bridge that carries `v`'s
+    /// VLAN, whose own MAC is not `v`'s (then it receives it itself).
+    pub fn member_for(&self, v: &VifConfig) -> Option<Member> {
         let own = self
             .mac
             .as_deref()
             .is_some_and(|m| m.eq_ignore_ascii_case(&v.mac));
-        (self.kind == UplinkKind::Macvlan
-            && self.driver == v.backend
-            && self.bridge == bridge
-            && carries
-            && !own)
-            .then(|| Member {
-                // `uplN` + `v` + the vif's index in its driver domain: at
-                // most 3 + 2 + 1 + 4 bytes, within Linux's 15.
-                name: format!("{}v{}", self.ifname, v.index),
-                mac: v.mac.clone(),
-            })
+        (self.kind == UplinkKind::Macvlan && self.reaches(v) && !own).then(|| Member {
+            // `uplN` + `v` + the vif's index in its driver domain: at
+            // most 3 + 2 + 1 + 4 bytes, within Linux's 15.
+            name: format!("{}v{}", self.ifname, v.index),
+            mac: v.mac.clone(),
+        })
     }
 
     /// The store value of member `m`'s `uplinks/<m>`.
@@ -62,7 +63,8 @@ impl Uplink {
 impl Uplinks {
     /// Vif `v`'s directories were written (driver domain `b`, home
     /// `home`): each macvlan uplink it needs a member of gets it (made
-    /// unless it exists, journaled first) and names it in the store.
+    /// unless it exists, journaled first) and names it in the store; each
+    /// evpn port of its bridge publishes its MAC ([`super::vxlan`]).
     pub fn join(&self, ts: &mut Store<'_>, home: &str, v: &VifConfig) -> Result<(), String> {
         for u in self.of(&v.backend) {
             let Some(m) = u.member_for(v) else { continue };
@@ -82,12 +84,13 @@ impl Uplinks {
                 list.push(m);
             }
         }
-        Ok(())
+        self.publish(v)
     }
 
     /// Vif `v` is going (detached, or its guest died): its members leave
-    /// the store and the host.
+    /// the store and the host, its MAC the evpn ports.
     pub fn leave(&self, ts: &mut Store<'_>, home: Option<&str>, v: &VifConfig) {
+        self.unpublish(v);
         for u in self.of(&v.backend) {
             let Some(m) = u.member_for(v) else { continue };
             if let Some(home) = home {

@@ -40,11 +40,16 @@ pub enum Undo {
     /// A process splitnet started, by pid and start time (so that a reused
     /// pid is never killed).
     Process { pid: i32, start: u64 },
-    /// A daemon splitnet starts with `--pid-file=<pid_file>`, journaled
-    /// before it is started (so a crash right after leaves it known): the
-    /// process that has that argument and started no earlier than `after`
-    /// (its starter's own start time) is stopped; no other is touched.
+    /// A daemon splitnet starts with `--pid-file=<pid_file>` (or
+    /// `<pid_file>` as an argument of its own, FRR's `-i <pid_file>`),
+    /// journaled before it is started (so a crash right after leaves it
+    /// known): the process that has that argument and started no earlier
+    /// than `after` (its starter's own start time) is stopped; no other is
+    /// touched.
     Daemon { pid_file: String, after: u64 },
+    /// A directory a daemon makes for its sockets (FRR's
+    /// `/var/run/frr/<pathspace>`), removed with what is in it.
+    Dir { path: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -229,6 +234,12 @@ fn undo(u: &Undo) -> Result<(), String> {
             let _ = fs::remove_file(pid_file);
             Ok(())
         }
+        Undo::Dir { path } => match fs::remove_dir_all(path) {
+            Err(x) if x.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("removing {path}: {x}"))
+            }
+            _ => Ok(()),
+        },
     }
 }
 
@@ -244,7 +255,9 @@ fn daemon_pids(pid_file: &str, after: u64) -> Vec<i32> {
     let arg = format!("--pid-file={pid_file}");
     let is_it = |pid: i32| {
         let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let has_arg = cmdline.split(|b| *b == 0).any(|a| a == arg.as_bytes());
+        let has_arg = cmdline
+            .split(|b| *b == 0)
+            .any(|a| a == arg.as_bytes() || a == pid_file.as_bytes());
         has_arg && start_time(pid).is_some_and(|t| t >= after)
     };
     let listed = fs::read_to_string(pid_file)

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-fn err(e: std::io::Error) -> String {
+pub(super) fn err(e: std::io::Error) -> String {
     e.to_string()
 }
 
@@ -136,7 +136,7 @@ fn route_args(family: &str, r: &Value) -> Option<Vec<String>> {
 /// None): splitnet creates its links under names of its own, and the undo
 /// journal deletes them by name, so an existing one must never be mistaken
 /// for one of them.
-fn refuse_taken(ns: Option<&str>, ifname: &str) -> Result<(), String> {
+pub(super) fn refuse_taken(ns: Option<&str>, ifname: &str) -> Result<(), String> {
     if !super::journal::exists(ns, ifname) {
         return Ok(());
     }
@@ -148,7 +148,7 @@ fn refuse_taken(ns: Option<&str>, ifname: &str) -> Result<(), String> {
 
 /// Sets `/proc/sys/<path>` to `value`, journaling its old value (owned by
 /// the topology: several uplinks may need it) if it changes.
-fn sysctl(run_dir: &Path, path: &str, value: &str) -> Result<(), String> {
+pub(super) fn sysctl(run_dir: &Path, path: &str, value: &str) -> Result<(), String> {
     let full = Path::new("/proc/sys").join(path);
     let old = fs::read_to_string(&full).map_err(|e| format!("reading {}: {e}", full.display()))?;
     if old.trim() == value {
@@ -248,30 +248,43 @@ impl Uplinks {
     /// uplink in the driver domain's namespace, both up.
     fn veth(&self, u: &Uplink) -> Result<String, String> {
         let he = u.host_end.clone().unwrap_or_default();
+        self.host_veth(u, &he, &u.ifname, u.mtu)?;
+        Ok(he)
+    }
+
+    /// A veth `he` (in hv's namespace, journaled) to `inner` in the driver
+    /// domain's namespace, both of MTU `mtu` if given, and up.
+    pub(super) fn host_veth(
+        &self,
+        u: &Uplink,
+        he: &str,
+        inner: &str,
+        mtu: Option<u32>,
+    ) -> Result<(), String> {
         let ns = netns_name(&u.driver);
-        refuse_taken(None, &he)?;
+        refuse_taken(None, he)?;
         self.note(
             u,
             Undo::Link {
                 ns: None,
-                ifname: he.clone(),
+                ifname: he.to_string(),
             },
         )?;
         run(
             "ip",
             &[
-                "link", "add", &he, "type", "veth", "peer", "name", &u.ifname, "netns", &ns,
+                "link", "add", he, "type", "veth", "peer", "name", inner, "netns", &ns,
             ],
         )
         .map_err(|e| format!("the veth of {}'s {} uplink: {e}", u.driver, u.kind.as_str()))?;
-        if let Some(m) = u.mtu {
+        if let Some(m) = mtu {
             let m = m.to_string();
-            run("ip", &["link", "set", "dev", &he, "mtu", &m]).map_err(err)?;
-            ip_in(&ns, &["link", "set", "dev", &u.ifname, "mtu", &m]).map_err(err)?;
+            run("ip", &["link", "set", "dev", he, "mtu", &m]).map_err(err)?;
+            ip_in(&ns, &["link", "set", "dev", inner, "mtu", &m]).map_err(err)?;
         }
-        run("ip", &["link", "set", "dev", &he, "up"]).map_err(err)?;
-        ip_in(&ns, &["link", "set", "dev", &u.ifname, "up"]).map_err(err)?;
-        Ok(he)
+        run("ip", &["link", "set", "dev", he, "up"]).map_err(err)?;
+        ip_in(&ns, &["link", "set", "dev", inner, "up"]).map_err(err)?;
+        Ok(())
     }
 
     /// `nat` (vif-nat): the veth, the subnet on its host end, forwarding,
@@ -304,7 +317,7 @@ impl Uplinks {
     pub(super) fn route(&self, u: &Uplink) -> Result<(), String> {
         let he = self.veth(u)?;
         let conf = |v: &str, k: &str| format!("net/{v}/conf/{he}/{k}");
-        fs::write(Path::new("/proc/sys").join(conf("ipv4", "proxy_arp")), "1").map_err(err)?;
+        proxy_arp(&he)?;
         sysctl(&self.run_dir, "net/ipv4/ip_forward", "1")?;
         if u.routes.iter().any(IpAddr::is_ipv6) {
             fs::write(Path::new("/proc/sys").join(conf("ipv6", "proxy_ndp")), "1").map_err(err)?;
@@ -321,6 +334,12 @@ impl Uplinks {
         }
         Ok(())
     }
+}
+
+/// Turns proxy ARP on for host interface `he` (it goes with `he`).
+pub(super) fn proxy_arp(he: &str) -> Result<(), String> {
+    let p = format!("/proc/sys/net/ipv4/conf/{he}/proxy_arp");
+    fs::write(&p, "1").map_err(|e| format!("writing {p}: {e}"))
 }
 
 /// Says which host interfaces stop taking router advertisements when IPv6
@@ -353,7 +372,7 @@ fn warn_ra_stops(driver: &str) {
 /// Adds the host route to `dst` through `he`, refused if the host has a
 /// route to `dst` already (splitnet never replaces one: it would be lost
 /// when the uplink goes). The route goes with `he`, so it is not journaled.
-fn host_route(dst: &str, he: &str) -> Result<(), String> {
+pub(super) fn host_route(dst: &str, he: &str) -> Result<(), String> {
     let family = if dst.contains(':') { "-6" } else { "-4" };
     let existing = run("ip", &[family, "route", "show", dst]).map_err(err)?;
     if !existing.trim().is_empty() {

@@ -11,16 +11,20 @@
 //! - `nat`: a veth to the host, masqueraded by an nftables table of
 //!   splitnet's own, with a dnsmasq serving DHCP and DNS on the host end;
 //! - `route`: a veth to the host, a host route to each guest address behind
-//!   it, and proxy ARP on the host end.
+//!   it, and proxy ARP on the host end;
+//! - `vxlan`: the kernel's VXLAN to other hosts over an underlay veth, with
+//!   static peers, a multicast group, or BGP EVPN from FRR ([`vxlan`]).
 //!
 //! Everything done on the host is written to the undo [`journal`] first;
 //! a keeper process ([`Keeper`]) replays it if hv dies.
 
 pub mod config;
+pub mod frr;
 pub mod group;
 pub mod journal;
 mod kinds;
 mod procs;
+pub mod vxlan;
 
 pub use config::{PortConfig, Uplink, UplinkKind, MAX_QUEUES};
 pub use procs::{bring_home, clean_up, keep, Keeper};
@@ -35,8 +39,9 @@ use std::sync::{Arc, Mutex};
 /// The argument that makes `splitnet-hv` the keeper.
 pub const KEEPER_ARG: &str = "--uplink-keeper";
 
-/// A dnsmasq that exits this many times within a minute is not started again.
-const DNSMASQ_RESTARTS: usize = 5;
+/// A daemon (dnsmasq, zebra, bgpd) that exits this many times within a
+/// minute is not started again.
+const DAEMON_RESTARTS: usize = 5;
 
 /// hv's uplinks: sets them up for a driver domain and takes them down.
 pub struct Uplinks {
@@ -47,8 +52,8 @@ pub struct Uplinks {
     built: Mutex<HashSet<String>>,
     /// Each macvlan uplink's members (by its `status` key).
     groups: Mutex<HashMap<String, Vec<group::Member>>>,
-    /// Per driver domain, the stop flags of its dnsmasq supervisors.
-    dnsmasq: Mutex<HashMap<String, Vec<Arc<AtomicBool>>>>,
+    /// Per driver domain, the stop flags of its daemons' supervisors.
+    daemons: Mutex<HashMap<String, Vec<Arc<AtomicBool>>>>,
     keeper: Mutex<Option<Keeper>>,
 }
 
@@ -60,6 +65,7 @@ impl Uplinks {
             eprintln!("hv: undoing an earlier run's uplinks: {e}");
         }
         let uplinks = t.uplinks();
+        vxlan::preflight(&uplinks)?;
         let keeper = if uplinks.iter().any(Uplink::touches_host) {
             Some(Keeper::start(run_dir)?)
         } else {
@@ -70,7 +76,7 @@ impl Uplinks {
             uplinks,
             built: Mutex::default(),
             groups: Mutex::default(),
-            dnsmasq: Mutex::default(),
+            daemons: Mutex::default(),
             keeper: Mutex::new(keeper),
         }))
     }
@@ -100,7 +106,9 @@ impl Uplinks {
             UplinkKind::Macvlan => self.macvlan(u),
             UplinkKind::Nat => self.nat(u),
             UplinkKind::Route => self.route(u),
+            UplinkKind::Vxlan => self.vxlan(u),
         });
+        let r = r.and_then(|()| if first { self.evpn(driver) } else { Ok(()) });
         match r {
             Ok(()) => {
                 self.built
@@ -131,7 +139,7 @@ impl Uplinks {
     /// namespace goes).
     pub fn teardown(&self, driver: &str) {
         let flags = self
-            .dnsmasq
+            .daemons
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(driver);

@@ -1,8 +1,9 @@
-//! The processes of the uplinks: each `nat` uplink's dnsmasq, started and
-//! restarted by hv, and the keeper that undoes the journal if hv dies.
+//! The processes of the uplinks: each `nat` uplink's dnsmasq and each
+//! evpn driver domain's zebra and bgpd, started and restarted by hv, and
+//! the keeper that undoes the journal if hv dies.
 
 use super::journal::{self, record, start_time, Undo};
-use super::{Uplink, Uplinks, DNSMASQ_RESTARTS, KEEPER_ARG};
+use super::{Uplink, Uplinks, DAEMON_RESTARTS, KEEPER_ARG};
 use crate::host;
 use std::fs;
 use std::io::Read;
@@ -14,28 +15,55 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long dnsmasq may take to listen.
-const DNSMASQ_READY: Duration = Duration::from_secs(5);
+/// How long a daemon may take to be ready (zebra reads the whole kernel
+/// state first; a loaded machine takes longer).
+const DAEMON_READY: Duration = Duration::from_secs(10);
 
-/// One dnsmasq as hv runs it.
-struct Dnsmasq {
-    owner: String,
-    args: Vec<String>,
-    /// Its `--pid-file`, which also tells it apart from every other process.
-    pid_file: PathBuf,
-    log: PathBuf,
-    run_dir: PathBuf,
-    listen: Ipv4Addr,
+/// When a daemon hv starts is ready.
+pub(super) enum Ready {
+    /// A UDP socket is bound to this address and port (in hv's namespace).
+    Udp(Ipv4Addr, u16),
+    /// This path exists (a socket the daemon makes).
+    Path(PathBuf),
 }
 
-impl Dnsmasq {
-    /// Journals it, starts it, and waits until it answers DNS on its
-    /// address (its UDP port 53 is bound); an early exit is an error.
-    fn spawn(&self) -> Result<Child, String> {
+impl Ready {
+    fn is_ready(&self) -> bool {
+        match self {
+            Ready::Udp(ip, port) => udp_bound(*ip, *port),
+            Ready::Path(p) => p.exists(),
+        }
+    }
+}
+
+/// A daemon as hv runs it: dnsmasq, zebra, bgpd.
+pub(super) struct Daemon {
+    /// What it is called in messages.
+    pub name: String,
+    pub owner: String,
+    pub program: String,
+    pub args: Vec<String>,
+    /// Its pid file, named in its arguments, which also tells it apart
+    /// from every other process ([`Undo::Daemon`]).
+    pub pid_file: PathBuf,
+    pub log: PathBuf,
+    pub run_dir: PathBuf,
+    pub ready: Ready,
+    /// What to install when it cannot be started.
+    pub package: &'static str,
+}
+
+impl Daemon {
+    /// Journals it, starts it, and waits until it is ready; an early exit
+    /// is an error.
+    pub(super) fn spawn(&self) -> Result<Child, String> {
         let pid_file = self.pid_file.display().to_string();
         let after = start_time(std::process::id() as i32).unwrap_or(0);
         record(&self.run_dir, &self.owner, Undo::Daemon { pid_file, after })?;
         let _ = fs::remove_file(&self.pid_file);
+        if let Ready::Path(p) = &self.ready {
+            let _ = fs::remove_file(p);
+        }
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -44,27 +72,29 @@ impl Dnsmasq {
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let child = {
             let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-            Command::new("dnsmasq")
+            Command::new(&self.program)
                 .args(&self.args)
                 .stdin(Stdio::null())
                 .stdout(log)
                 .stderr(log2)
                 .spawn()
         };
-        let mut child = child.map_err(|e| format!("dnsmasq: {e} (is dnsmasq-base installed?)"))?;
-        let deadline = Instant::now() + DNSMASQ_READY;
-        while !udp_bound(self.listen, 53) {
+        let mut child =
+            child.map_err(|e| format!("{}: {e} (is {} installed?)", self.name, self.package))?;
+        let deadline = Instant::now() + DAEMON_READY;
+        while !self.ready.is_ready() {
             if let Ok(Some(st)) = child.try_wait() {
                 let tail = fs::read_to_string(&self.log).unwrap_or_default();
                 let last = tail.lines().last().unwrap_or("").to_string();
-                return Err(format!("dnsmasq exited at start ({st}): {last}"));
+                return Err(format!("{} exited at start ({st}): {last}", self.name));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!(
-                    "dnsmasq did not listen on {}:53 within {DNSMASQ_READY:?}",
-                    self.listen
+                    "{} was not ready within {DAEMON_READY:?} (see {})",
+                    self.name,
+                    self.log.display()
                 ));
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -72,8 +102,8 @@ impl Dnsmasq {
         Ok(child)
     }
 
-    /// Waits on `child`; restarts dnsmasq when it exits unless `stop` is
-    /// set, at most [`DNSMASQ_RESTARTS`] times a minute.
+    /// Waits on `child`; restarts the daemon when it exits unless `stop`
+    /// is set, at most [`DAEMON_RESTARTS`] times a minute.
     fn supervise(self, mut child: Child, stop: Arc<AtomicBool>) {
         let mut exits: Vec<Instant> = Vec::new();
         loop {
@@ -83,11 +113,11 @@ impl Dnsmasq {
             }
             exits.retain(|t| t.elapsed() < Duration::from_secs(60));
             exits.push(Instant::now());
-            eprintln!("hv: {}'s dnsmasq exited ({st:?})", self.owner);
-            if exits.len() > DNSMASQ_RESTARTS {
+            eprintln!("hv: {}'s {} exited ({st:?})", self.owner, self.name);
+            if exits.len() > DAEMON_RESTARTS {
                 eprintln!(
-                    "hv: {}'s dnsmasq keeps exiting; not starting it again",
-                    self.owner
+                    "hv: {}'s {} keeps exiting; not starting it again",
+                    self.owner, self.name
                 );
                 return;
             }
@@ -101,7 +131,7 @@ impl Dnsmasq {
                 }
                 Ok(c) => child = c,
                 Err(e) => {
-                    eprintln!("hv: restarting {}'s dnsmasq: {e}", self.owner);
+                    eprintln!("hv: restarting {}'s {}: {e}", self.owner, self.name);
                     return;
                 }
             }
@@ -165,24 +195,33 @@ impl Uplinks {
         addr: Ipv4Addr,
         len: u8,
     ) -> Result<(), String> {
-        let d = Dnsmasq {
+        self.run_daemon(Daemon {
+            name: "dnsmasq".into(),
             owner: u.driver.clone(),
+            program: "dnsmasq".into(),
             args: dnsmasq_args(&self.run_dir, he, addr, len),
             pid_file: self.run_dir.join(format!("dnsmasq-{he}.pid")),
             log: self.run_dir.join(format!("dnsmasq-{he}.log")),
             run_dir: self.run_dir.clone(),
-            listen: addr,
-        };
+            ready: Ready::Udp(addr, 53),
+            package: "dnsmasq-base",
+        })
+    }
+
+    /// Starts daemon `d` and a thread that restarts it until its owner's
+    /// uplinks are taken down.
+    pub(super) fn run_daemon(&self, d: Daemon) -> Result<(), String> {
         let child = d.spawn()?;
         let stop = Arc::new(AtomicBool::new(false));
-        self.dnsmasq
+        self.daemons
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(u.driver.clone())
+            .entry(d.owner.clone())
             .or_default()
             .push(stop.clone());
+        let thread = format!("{}-{}", d.name, d.owner);
         std::thread::Builder::new()
-            .name(format!("dnsmasq-{he}"))
+            .name(thread)
             .spawn(move || d.supervise(child, stop))
             .map(drop)
             .map_err(|e| e.to_string())
