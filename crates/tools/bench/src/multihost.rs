@@ -934,6 +934,33 @@ mod tests {
     }
 
     #[test]
+    fn every_hosts_topology_parses_in_both_modes() {
+        let hosts: Vec<UnderlayHost> = (1..=3u8)
+            .map(|i| UnderlayHost {
+                name: HOSTS[i as usize - 1].into(),
+                index: i,
+                addr: Ipv4Addr::new(10, 200, i, 2),
+                mtu: 1500,
+            })
+            .collect();
+        for mode in Mode::ALL {
+            for i in 0..3 {
+                let text = topology(&hosts, i, mode);
+                let t = toolstack::topology::Topology::parse(&text, "bench").unwrap();
+                let guests = if HOSTS[i] == AWAY.host { 2 } else { 1 };
+                assert_eq!(t.domains.len(), 1 + guests, "{text}");
+                assert!(text.contains(&format!("evpn = {}", mode == Mode::Evpn)));
+            }
+        }
+        let b = topology(&hosts, 1, Mode::Static);
+        assert!(b.contains("local = \"10.200.2.3\""), "{b}");
+        assert!(
+            b.contains("peers = [\"10.200.1.3\", \"10.200.3.3\"]"),
+            "{b}"
+        );
+    }
+
+    #[test]
     fn the_interface_is_read_from_the_attach() {
         assert_eq!(
             attached_ifname("guest2: vif 1 connected as eth1\n").unwrap(),
