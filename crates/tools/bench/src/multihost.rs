@@ -165,6 +165,10 @@ pub struct MoveCase {
     /// reply, each move.
     pub seconds: Vec<f64>,
     pub spread: Option<Spread>,
+    /// From the attach's return until every other host's VXLAN device
+    /// sent the MAC to its new VTEP, each move.
+    pub learned_seconds: Vec<f64>,
+    pub learned: Option<Spread>,
     /// The target applies to EVPN.
     pub target_s: Option<f64>,
     pub met: Option<bool>,
@@ -294,7 +298,7 @@ impl<'a> Lab<'a> {
     }
 
     /// Every host up in `mode`, measured, and down again.
-    fn phase(&mut self, mode: Mode, run: usize, moves: usize) -> Result<(Vec<Record>, Vec<f64>)> {
+    fn phase(&mut self, mode: Mode, run: usize, moves: usize) -> Result<(Vec<Record>, Vec<Move>)> {
         let r = self
             .hosts_up(mode)
             .and_then(|()| self.measure(mode, run, moves));
@@ -333,7 +337,7 @@ impl<'a> Lab<'a> {
 
     /// The hosts are up: every guest1 reaches the next host's, then the
     /// flows, then the moves.
-    fn measure(&self, mode: Mode, run: usize, moves: usize) -> Result<(Vec<Record>, Vec<f64>)> {
+    fn measure(&self, mode: Mode, run: usize, moves: usize) -> Result<(Vec<Record>, Vec<Move>)> {
         let m = mode.name();
         step(
             self.opts,
@@ -385,9 +389,10 @@ impl<'a> Lab<'a> {
         Ok((records, times))
     }
 
-    /// Moves the vif `from` -> `to`: its seconds from the attach's return
-    /// until every guest of another host had a reply.
-    fn move_once(&self, from: Spot, to: Spot) -> Result<f64> {
+    /// Moves the vif `from` -> `to`: the seconds from the attach's return
+    /// until every guest of another host had a reply, and until every
+    /// other host's VXLAN device sent the MAC to its new VTEP.
+    fn move_once(&self, from: Spot, to: Spot) -> Result<Move> {
         self.on(from.host, &["network-detach", from.guest, MOVER_MAC])?;
         let spec = format!("mac={MOVER_MAC},ip={MOVER_IP}");
         let out = self.on(to.host, &["network-attach", to.guest, &spec])?;
@@ -397,10 +402,39 @@ impl<'a> Lab<'a> {
             .filter(|p| p.host != to.host)
             .map(|p| (p.ns(), MOVER_IP.to_string()))
             .collect();
-        let pings = Pings::start(&pingers, MOVE_PING_INTERVAL, MOVE_LIMIT)?;
-        announce(&to.ns(), &attached_ifname(&out)?)?;
-        let took = pings.wait(t0)?;
-        Ok(took.iter().copied().fold(0.0, f64::max))
+        let mut pings = Pings::start(&pingers, MOVE_PING_INTERVAL, MOVE_LIMIT)?;
+        let drivers: Vec<String> = HOSTS
+            .iter()
+            .filter(|h| **h != to.host)
+            .map(|h| {
+                Spot {
+                    host: h,
+                    guest: "drv",
+                }
+                .ns()
+            })
+            .collect();
+        let vtep = self.hosts[host_index(to.host) - 1].vtep().to_string();
+        let (ns, dev) = (to.ns(), attached_ifname(&out)?);
+        std::thread::scope(|s| {
+            let mut announcing = Some(s.spawn(|| announce(&ns, &dev)));
+            let mut w = Watch::new(pingers.len(), drivers.len());
+            while !w.done() && !sys::interrupted() && t0.elapsed() < MOVE_LIMIT {
+                if announcing.as_ref().is_some_and(|a| a.is_finished()) {
+                    if let Some(a) = announcing.take() {
+                        a.join()
+                            .map_err(|_| anyhow::anyhow!("announcing panicked"))??;
+                    }
+                }
+                w.pass(t0, &mut pings, &drivers, &vtep)?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if let Some(a) = announcing {
+                a.join()
+                    .map_err(|_| anyhow::anyhow!("announcing panicked"))??;
+            }
+            w.finish(t0, &mut pings, &drivers, &vtep)
+        })
     }
 
     /// Takes everything down; the first error.
@@ -434,10 +468,99 @@ fn guest1(h: &'static str) -> Spot {
     }
 }
 
+/// One move's timings.
+#[derive(Debug, Clone, Copy)]
+struct Move {
+    /// Until every other host's guest had a ping reply.
+    reached: f64,
+    /// Until every other host's VXLAN device had the MAC at its new VTEP.
+    learned: f64,
+}
+
+/// What a move waits for: each pinger's reply, each other host's FDB.
+struct Watch {
+    replied: Vec<Option<f64>>,
+    learned: Vec<Option<f64>>,
+}
+
+impl Watch {
+    fn new(pingers: usize, drivers: usize) -> Watch {
+        Watch {
+            replied: vec![None; pingers],
+            learned: vec![None; drivers],
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.replied
+            .iter()
+            .chain(&self.learned)
+            .all(Option::is_some)
+    }
+
+    /// One look at the pings and the FDBs, timed from `t0`.
+    fn pass(
+        &mut self,
+        t0: Instant,
+        pings: &mut Pings,
+        drivers: &[String],
+        vtep: &str,
+    ) -> Result<()> {
+        pings.poll(t0, &mut self.replied)?;
+        for (i, ns) in drivers.iter().enumerate() {
+            if self.learned[i].is_none() && fdb_points_at(ns, vtep)? {
+                self.learned[i] = Some(t0.elapsed().as_secs_f64());
+            }
+        }
+        Ok(())
+    }
+
+    /// The move's timings once everything arrived, else what did not.
+    fn finish(
+        mut self,
+        t0: Instant,
+        pings: &mut Pings,
+        drivers: &[String],
+        vtep: &str,
+    ) -> Result<Move> {
+        self.pass(t0, pings, drivers, vtep)?;
+        if sys::interrupted() {
+            bail!("interrupted");
+        }
+        if let Some(i) = self.replied.iter().position(Option::is_none) {
+            let (ns, ip) = &pings.to[i];
+            bail!("{ns} got no reply from {ip} within {MOVE_LIMIT:?} of the attach");
+        }
+        if let Some(i) = self.learned.iter().position(Option::is_none) {
+            bail!(
+                "{}'s VXLAN device did not send {MOVER_MAC} to {vtep} within {MOVE_LIMIT:?} of the attach",
+                drivers[i]
+            );
+        }
+        let max = |v: &[Option<f64>]| v.iter().flatten().copied().fold(0.0, f64::max);
+        Ok(Move {
+            reached: max(&self.replied),
+            learned: max(&self.learned),
+        })
+    }
+}
+
+/// Whether the VXLAN device of driver domain namespace `ns` sends the
+/// moving MAC to `vtep` (an entry learned from traffic, or installed by
+/// zebra from a type-2 route).
+fn fdb_points_at(ns: &str, vtep: &str) -> Result<bool> {
+    let dev = format!("vx{VNI}");
+    let out = host::run("bridge", &["-n", ns, "-j", "fdb", "show", "dev", &dev])?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("bridge fdb's JSON")?;
+    Ok(v.as_array()
+        .is_some_and(|es| es.iter().any(|e| e["mac"] == MOVER_MAC && e["dst"] == vtep)))
+}
+
 /// The moved guest has its address on the new vif and announces it with a
 /// gratuitous ARP, as Xen's netfront does when it reconnects after a
 /// migration (the kernel sends one when the MAC is set with `arp_notify`).
 fn announce(ns: &str, dev: &str) -> Result<()> {
+    wait_up(ns, dev)?;
     host::ip_in(
         ns,
         &["addr", "replace", &format!("{MOVER_IP}/24"), "dev", dev],
@@ -445,6 +568,29 @@ fn announce(ns: &str, dev: &str) -> Result<()> {
     sysctl(ns, &format!("net.ipv4.conf.{dev}.arp_notify"), "1")?;
     host::ip_in(ns, &["link", "set", dev, "address", MOVER_MAC])?;
     Ok(())
+}
+
+/// Waits until interface `dev` of namespace `ns` exists and is up (the
+/// guest makes it after the vif connects), or fails after [`MOVE_LIMIT`].
+fn wait_up(ns: &str, dev: &str) -> Result<()> {
+    let deadline = Instant::now() + MOVE_LIMIT;
+    loop {
+        let up = host::ip_in(ns, &["-j", "link", "show", "dev", dev])
+            .ok()
+            .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok())
+            .is_some_and(|v| {
+                v[0]["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "UP"))
+            });
+        if up {
+            return Ok(());
+        }
+        if Instant::now() > deadline || sys::interrupted() {
+            bail!("{dev} of {ns} was not up within {MOVE_LIMIT:?} of its attach");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// The guest interface `network-attach` said it connected ("vif N
@@ -536,26 +682,36 @@ impl Pings {
             .context("starting ping")
     }
 
-    /// Seconds from `t0` until each had its reply; a ping that stopped
-    /// without one starts again until the deadline.
+    /// Records in `took` the pings that had their reply (seconds from
+    /// `t0`); starts again those that stopped without one, until the
+    /// deadline.
+    fn poll(&mut self, t0: Instant, took: &mut [Option<f64>]) -> Result<()> {
+        for (i, t) in took.iter_mut().enumerate() {
+            if t.is_some() {
+                continue;
+            }
+            let Some(st) = self.children[i].try_wait()? else {
+                continue;
+            };
+            if st.success() {
+                *t = Some(t0.elapsed().as_secs_f64());
+            } else if Instant::now() < self.deadline {
+                self.children[i] = self.spawn(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Seconds from `t0` until each had its reply.
     fn wait(mut self, t0: Instant) -> Result<Vec<f64>> {
         let mut took = vec![None; self.to.len()];
         while took.iter().any(Option::is_none) {
             if sys::interrupted() {
                 bail!("interrupted");
             }
-            for i in 0..self.to.len() {
-                if took[i].is_some() {
-                    continue;
-                }
-                let Some(st) = self.children[i].try_wait()? else {
-                    continue;
-                };
-                if st.success() {
-                    took[i] = Some(t0.elapsed().as_secs_f64());
-                } else if Instant::now() < self.deadline {
-                    self.children[i] = self.spawn(i)?;
-                } else {
+            self.poll(t0, &mut took)?;
+            if let Some(i) = took.iter().position(Option::is_none) {
+                if Instant::now() > self.deadline {
                     let (ns, ip) = &self.to[i];
                     bail!("{ns} got no reply from {ip} in time");
                 }
@@ -701,7 +857,7 @@ impl MultihostReport {
         opts: &MultihostOptions,
         wall_seconds: f64,
         records: Vec<Record>,
-        moves: Vec<(Mode, Vec<f64>)>,
+        moves: Vec<(Mode, Vec<Move>)>,
     ) -> MultihostReport {
         let workloads = [Workload::TcpZerocopy, Workload::UdpSmall];
         let mut flows = Vec::new();
@@ -713,7 +869,9 @@ impl MultihostReport {
         let evpn_hop = workloads.iter().map(|&w| hop_cost(&records, w)).collect();
         let moves = moves
             .into_iter()
-            .map(|(mode, seconds)| {
+            .map(|(mode, m)| {
+                let seconds: Vec<f64> = m.iter().map(|m| m.reached).collect();
+                let learned_seconds: Vec<f64> = m.iter().map(|m| m.learned).collect();
                 let spread = Spread::of(&seconds);
                 let target_s = (mode == Mode::Evpn).then_some(MOVE_TARGET_S);
                 MoveCase {
@@ -722,6 +880,8 @@ impl MultihostReport {
                     target_s,
                     spread,
                     seconds,
+                    learned: Spread::of(&learned_seconds),
+                    learned_seconds,
                 }
             })
             .collect();
@@ -835,15 +995,16 @@ impl MultihostReport {
             s += &format!("| {} | {} |\n", h.workload.name(), cell(h.ratio));
         }
         s += "\n### A moved MAC: detached on one host, attached on another; seconds from the attach until every other host's guest has a reply\n\n\
-              | mode | moves | median (min–max) s | target | met |\n|---|---:|---:|---:|---|\n";
+              | mode | moves | reached: median (min–max) s | target | met | every other host's VXLAN FDB at the new VTEP, s |\n|---|---:|---:|---:|---|---:|\n";
         for m in &self.moves {
             s += &format!(
-                "| {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} |\n",
                 m.mode.name(),
                 m.seconds.len(),
                 cell(m.spread),
                 m.target_s.map_or("-".into(), |t| format!("≤ {t:.1}")),
-                verdict(m.met)
+                verdict(m.met),
+                cell(m.learned)
             );
         }
         s + &format!("\nWall time: {:.0} s.\n", self.wall_seconds)
@@ -944,10 +1105,10 @@ mod tests {
             })
             .collect();
         for mode in Mode::ALL {
-            for i in 0..3 {
+            for (i, h) in HOSTS.into_iter().enumerate() {
                 let text = topology(&hosts, i, mode);
                 let t = toolstack::topology::Topology::parse(&text, "bench").unwrap();
-                let guests = if HOSTS[i] == AWAY.host { 2 } else { 1 };
+                let guests = if h == AWAY.host { 2 } else { 1 };
                 assert_eq!(t.domains.len(), 1 + guests, "{text}");
                 assert!(text.contains(&format!("evpn = {}", mode == Mode::Evpn)));
             }
