@@ -15,7 +15,7 @@
 
 use crate::chart::{self, Bar};
 use crate::netenv::{self, Flow, Workload};
-use crate::stats::Spread;
+use crate::stats::{Series, Spread};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::net::Ipv4Addr;
@@ -140,11 +140,10 @@ pub struct FlowCase {
     pub mode: Mode,
     pub workload: Workload,
     pub unit: &'static str,
-    pub splitnet: Option<Spread>,
-    pub native: Option<Spread>,
+    pub splitnet: Series,
+    pub native: Series,
     /// splitnet ÷ native within each run.
-    pub ratio_runs: Vec<f64>,
-    pub ratio: Option<Spread>,
+    pub ratio: Series,
     pub target: Option<f64>,
     pub met: Option<bool>,
 }
@@ -153,22 +152,19 @@ pub struct FlowCase {
 #[derive(Debug, Clone, Serialize)]
 pub struct HopCost {
     pub workload: Workload,
-    pub ratio_runs: Vec<f64>,
-    pub ratio: Option<Spread>,
+    pub ratio: Series,
 }
 
 /// The MAC moves of one mode.
 #[derive(Debug, Clone, Serialize)]
 pub struct MoveCase {
     pub mode: Mode,
-    /// From the attach's return until every other host's guest had a
-    /// reply, each move.
-    pub seconds: Vec<f64>,
-    pub spread: Option<Spread>,
-    /// From the attach's return until every other host's VXLAN device
-    /// sent the MAC to its new VTEP, each move.
-    pub learned_seconds: Vec<f64>,
-    pub learned: Option<Spread>,
+    /// Seconds from the attach's return until every other host's guest
+    /// had a reply, each move.
+    pub reached: Series,
+    /// Seconds from the attach's return until every other host's VXLAN
+    /// device sent the MAC to its new VTEP, each move.
+    pub learned: Series,
     /// The target applies to EVPN.
     pub target_s: Option<f64>,
     pub met: Option<bool>,
@@ -870,18 +866,14 @@ impl MultihostReport {
         let moves = moves
             .into_iter()
             .map(|(mode, m)| {
-                let seconds: Vec<f64> = m.iter().map(|m| m.reached).collect();
-                let learned_seconds: Vec<f64> = m.iter().map(|m| m.learned).collect();
-                let spread = Spread::of(&seconds);
+                let reached = Series::of(m.iter().map(|m| m.reached).collect());
                 let target_s = (mode == Mode::Evpn).then_some(MOVE_TARGET_S);
                 MoveCase {
                     mode,
-                    met: target_s.zip(spread).map(|(t, s)| s.median <= t),
+                    met: target_s.zip(reached.spread).map(|(t, s)| s.median <= t),
                     target_s,
-                    spread,
-                    seconds,
-                    learned: Spread::of(&learned_seconds),
-                    learned_seconds,
+                    reached,
+                    learned: Series::of(m.iter().map(|m| m.learned).collect()),
                 }
             })
             .collect();
@@ -906,29 +898,28 @@ fn of(records: &[Record], mode: Mode, w: Workload) -> impl Iterator<Item = &Reco
 }
 
 fn flow_case(records: &[Record], mode: Mode, w: Workload) -> FlowCase {
-    let sn: Vec<f64> = of(records, mode, w).map(|r| r.splitnet).collect();
-    let nat: Vec<f64> = of(records, mode, w).map(|r| r.native).collect();
-    let ratio_runs: Vec<f64> = of(records, mode, w)
-        .filter(|r| r.native > 0.0)
-        .map(|r| r.splitnet / r.native)
-        .collect();
-    let ratio = Spread::of(&ratio_runs);
+    let series = |v: fn(&Record) -> f64| Series::of(of(records, mode, w).map(v).collect());
+    let ratio = Series::of(
+        of(records, mode, w)
+            .filter(|r| r.native > 0.0)
+            .map(|r| r.splitnet / r.native)
+            .collect(),
+    );
     let target = (w == Workload::TcpZerocopy).then_some(TCP_TARGET);
     FlowCase {
         mode,
         workload: w,
         unit: unit(w),
-        splitnet: Spread::of(&sn),
-        native: Spread::of(&nat),
-        met: target.zip(ratio).map(|(t, r)| r.median >= t),
+        splitnet: series(|r| r.splitnet),
+        native: series(|r| r.native),
+        met: target.zip(ratio.spread).map(|(t, r)| r.median >= t),
         target,
         ratio,
-        ratio_runs,
     }
 }
 
 fn hop_cost(records: &[Record], w: Workload) -> HopCost {
-    let ratio_runs: Vec<f64> = of(records, Mode::Static, w)
+    let ratio = of(records, Mode::Static, w)
         .filter_map(|s| {
             of(records, Mode::Evpn, w)
                 .find(|e| e.run == s.run && e.splitnet > 0.0)
@@ -937,8 +928,7 @@ fn hop_cost(records: &[Record], w: Workload) -> HopCost {
         .collect();
     HopCost {
         workload: w,
-        ratio: Spread::of(&ratio_runs),
-        ratio_runs,
+        ratio: Series::of(ratio),
     }
 }
 
@@ -982,9 +972,9 @@ impl MultihostReport {
                 "| {} | {} | {} | {} | {} | {} | {} |\n",
                 f.mode.name(),
                 f.workload.name(),
-                amount(f.splitnet, f.unit),
-                amount(f.native, f.unit),
-                cell(f.ratio),
+                amount(f.splitnet.spread, f.unit),
+                amount(f.native.spread, f.unit),
+                cell(f.ratio.spread),
                 f.target.map_or("-".into(), |t| format!("≥ {t:.2}")),
                 verdict(f.met)
             );
@@ -992,7 +982,7 @@ impl MultihostReport {
         s += "\n### EVPN's extra hop (a kernel bridge and a veth): static ÷ evpn, within each run\n\n\
               | workload | static ÷ evpn |\n|---|---:|\n";
         for h in &self.evpn_hop {
-            s += &format!("| {} | {} |\n", h.workload.name(), cell(h.ratio));
+            s += &format!("| {} | {} |\n", h.workload.name(), cell(h.ratio.spread));
         }
         s += "\n### A moved MAC: detached on one host, attached on another; seconds from the attach until every other host's guest has a reply\n\n\
               | mode | moves | reached: median (min–max) s | target | met | every other host's VXLAN FDB at the new VTEP, s |\n|---|---:|---:|---:|---|---:|\n";
@@ -1000,11 +990,11 @@ impl MultihostReport {
             s += &format!(
                 "| {} | {} | {} | {} | {} | {} |\n",
                 m.mode.name(),
-                m.seconds.len(),
-                cell(m.spread),
+                m.reached.values.len(),
+                cell(m.reached.spread),
                 m.target_s.map_or("-".into(), |t| format!("≤ {t:.1}")),
                 verdict(m.met),
-                cell(m.learned)
+                cell(m.learned.spread)
             );
         }
         s + &format!("\nWall time: {:.0} s.\n", self.wall_seconds)
@@ -1016,7 +1006,7 @@ impl MultihostReport {
             .flows
             .iter()
             .filter_map(|f| {
-                f.ratio.map(|r| Bar {
+                f.ratio.spread.map(|r| Bar {
                     label: format!("{} {}", f.mode.name(), f.workload.name()),
                     value: r.median,
                     range: Some((r.min, r.max)),
@@ -1037,8 +1027,8 @@ impl MultihostReport {
             .moves
             .iter()
             .filter_map(|m| {
-                m.spread.map(|s| Bar {
-                    label: format!("{} ({} moves)", m.mode.name(), m.seconds.len()),
+                m.reached.spread.map(|s| Bar {
+                    label: format!("{} ({} moves)", m.mode.name(), m.reached.values.len()),
                     value: s.median,
                     range: Some((s.min, s.max)),
                 })
@@ -1081,13 +1071,13 @@ mod tests {
             record(1, Mode::Evpn, t, 2.0, 4.0),
         ];
         let f = flow_case(&records, Mode::Evpn, t);
-        assert_eq!(f.ratio_runs, vec![0.5, 0.5]);
+        assert_eq!(f.ratio.values, vec![0.5, 0.5]);
         assert_eq!(f.met, Some(false));
         let f = flow_case(&records, Mode::Static, t);
-        assert_eq!(f.ratio_runs, vec![0.6, 0.8]);
+        assert_eq!(f.ratio.values, vec![0.6, 0.8]);
         assert_eq!(f.met, Some(true));
         let h = hop_cost(&records, t);
-        assert_eq!(h.ratio_runs, vec![1.2, 4.0]);
+        assert_eq!(h.ratio.values, vec![1.2, 4.0]);
         assert_eq!(
             flow_case(&records, Mode::Static, Workload::UdpSmall).met,
             None

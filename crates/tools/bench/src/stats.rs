@@ -64,6 +64,24 @@ impl Spread {
     }
 }
 
+/// Values (one per run, or per try) with their median and range.
+#[derive(Debug, Clone, Serialize)]
+pub struct Series {
+    pub values: Vec<f64>,
+    /// None when there are no values.
+    #[serde(flatten)]
+    pub spread: Option<Spread>,
+}
+
+impl Series {
+    pub fn of(values: Vec<f64>) -> Series {
+        Series {
+            spread: Spread::of(&values),
+            values,
+        }
+    }
+}
+
 /// "median (min–max)", two decimals.
 impl std::fmt::Display for Spread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,5 +133,19 @@ mod tests {
         assert_eq!(r.samples, 3);
         assert_eq!(r.median_cycles, 3.0);
         assert_eq!(r.run_medians_us, vec![2.0, 10.0]);
+    }
+
+    #[test]
+    fn a_series_carries_its_values_median_and_range() {
+        let v = serde_json::to_value(Series::of(vec![3.0, 1.0, 2.0])).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"values": [3.0, 1.0, 2.0], "median": 2.0, "min": 1.0, "max": 3.0})
+        );
+        assert_eq!(Series::of(vec![]).spread.map(|s| s.to_string()), None);
+        assert_eq!(
+            Spread::of(&[0.5, 0.7]).unwrap().to_string(),
+            "0.60 (0.50–0.70)"
+        );
     }
 }
