@@ -15,7 +15,7 @@
 use crate::baseline::{self, BaselineOptions, Config, Env, FlowSpec, Measured};
 use crate::chart::{self, Bar};
 use crate::netenv::{self, Workload};
-use crate::stats::{median, tsc_per_us};
+use crate::stats::{median, tsc_per_us, Spread};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::cell::Cell;
@@ -288,24 +288,6 @@ pub struct RamSummary {
     pub by_class: BTreeMap<String, f64>,
     pub uses_per_page: Option<f64>,
     pub pages: Option<f64>,
-}
-
-/// A median and the range of the runs around it.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    fn of(v: &[f64]) -> Option<Spread> {
-        (!v.is_empty()).then(|| Spread {
-            median: median(v),
-            min: v.iter().copied().fold(f64::INFINITY, f64::min),
-            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        })
-    }
 }
 
 /// The suite's report.
@@ -992,9 +974,7 @@ fn ratio(v: Option<f64>) -> String {
 }
 
 fn spread(s: Option<Spread>) -> String {
-    s.map_or("-".into(), |s| {
-        format!("{:.2} ({:.2}–{:.2})", s.median, s.min, s.max)
-    })
+    s.map_or("-".into(), |s| s.to_string())
 }
 
 impl RamReport {

@@ -45,6 +45,50 @@ pub fn median(v: &[f64]) -> f64 {
     quantile(&s, 0.5)
 }
 
+/// A median and the range of the runs around it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// The median and range of `v`; None when it is empty.
+    pub fn of(v: &[f64]) -> Option<Spread> {
+        (!v.is_empty()).then(|| Spread {
+            median: median(v),
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// Values (one per run, or per try) with their median and range.
+#[derive(Debug, Clone, Serialize)]
+pub struct Series {
+    pub values: Vec<f64>,
+    /// None when there are no values.
+    #[serde(flatten)]
+    pub spread: Option<Spread>,
+}
+
+impl Series {
+    pub fn of(values: Vec<f64>) -> Series {
+        Series {
+            spread: Spread::of(&values),
+            values,
+        }
+    }
+}
+
+/// "median (min–max)", two decimals.
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
+    }
+}
+
 impl Summary {
     /// Summarizes cycle samples; `per_us` converts to microseconds.
     pub fn of(name: &str, cycles: &[f64], per_us: f64) -> Summary {
@@ -89,5 +133,19 @@ mod tests {
         assert_eq!(r.samples, 3);
         assert_eq!(r.median_cycles, 3.0);
         assert_eq!(r.run_medians_us, vec![2.0, 10.0]);
+    }
+
+    #[test]
+    fn a_series_carries_its_values_median_and_range() {
+        let v = serde_json::to_value(Series::of(vec![3.0, 1.0, 2.0])).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"values": [3.0, 1.0, 2.0], "median": 2.0, "min": 1.0, "max": 3.0})
+        );
+        assert_eq!(Series::of(vec![]).spread.map(|s| s.to_string()), None);
+        assert_eq!(
+            Spread::of(&[0.5, 0.7]).unwrap().to_string(),
+            "0.60 (0.50–0.70)"
+        );
     }
 }

@@ -523,6 +523,13 @@ enum Suite {
     /// Mbit/s band, and UDP throughput per datagram size with MTU 1500 and
     /// 9000 on the vif and the wire link (--quick: 3 s flows).
     VifOptions,
+    /// Several hosts over VXLAN (`underlay up a b c`, a vxlan port on each
+    /// driver domain, static peers and BGP EVPN): guest-to-guest TCP and
+    /// UDP 64 B across hosts as ratios to a kernel VXLAN between two plain
+    /// namespaces, EVPN's extra hop, and the time a moved MAC takes to be
+    /// reachable from every other host (median of 10 moves; --quick: 3
+    /// moves, 2 s flows).
+    Multihost,
     /// virtio beside Xen's netif on one driver domain: a `nic = "virtio"`
     /// guest against a netfront guest, TCP and UDP 64 B both ways, as
     /// ratios to native and to each other with cycles per frame by domain;
@@ -870,7 +877,7 @@ struct BenchArgs {
     /// Independent runs, each from a fresh start (default 3, or 1 with --quick).
     #[arg(long)]
     runs: Option<usize>,
-    /// baseline, ram: seconds per iperf3 flow (default 5, or 2 with --quick);
+    /// baseline, ram, multihost: seconds per iperf3 flow (default 5, or 2 with --quick);
     /// hosted: at least 3 (default 5, or 3 with --quick); scale: seconds
     /// of guest1's sockperf and iperf3 flows (default 5, or 2 with --quick).
     #[arg(long)]
@@ -1041,6 +1048,7 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
             ))
         }
         Suite::Virtio => bench_virtio(rd, a, runs),
+        Suite::Multihost => bench_multihost(rd, a, runs),
         Suite::Ram => bench_ram(rd, a, runs),
         Suite::Hvm => {
             let opts = bench::hvm::HvmOptions::new(
@@ -1106,6 +1114,24 @@ fn bench_ram(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
         .map(|c| c.parse())
         .collect::<Result<_, _>>()?;
     let r = bench::ram::run(&opts)?;
+    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
+    report.charts = r.charts();
+    Ok(report)
+}
+
+/// `bench multihost`: three hosts over VXLAN, static and EVPN, against
+/// native VXLAN; the moved MAC.
+fn bench_multihost(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
+    let mut opts = bench::multihost::MultihostOptions::new(
+        std::env::current_exe()?,
+        rd.join("bench"),
+        a.quick,
+        runs,
+    );
+    if let Some(s) = a.seconds {
+        opts.secs = s.max(1);
+    }
+    let r = bench::multihost::run(&opts)?;
     let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
     report.charts = r.charts();
     Ok(report)

@@ -1,6 +1,7 @@
 //! `splitnet bench baseline --quick` end to end: every configuration and
 //! direction is measured and reported with the fields the issue names, and
-//! nothing is left behind; and `bench hosted` and `bench scale` likewise.
+//! nothing is left behind; and `bench hosted`, `bench scale` and `bench
+//! multihost` likewise.
 //! Needs root, iperf3 and sockperf.
 
 mod common;
@@ -476,5 +477,66 @@ fn bench_scale_quick_reports_every_guest_count_and_the_flood() {
             .unwrap()
             .starts_with("<svg"));
     }
+    assert_nothing_left();
+}
+
+#[test]
+fn bench_multihost_quick_reports_every_case_and_leaves_nothing_behind() {
+    let Some(env) = Env::new("bench-mh") else {
+        return;
+    };
+    // What an earlier failed run left (the suite refuses to reuse an underlay).
+    common::lab::clear(&env);
+    let out = env.run_dir.join("out");
+    env.ok(&[
+        "bench",
+        "multihost",
+        "--quick",
+        "--runs",
+        "1",
+        "--seconds",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let positive = |x: &Value| x.as_f64().is_some_and(|f| f > 0.0);
+    for mode in ["static", "evpn"] {
+        for w in ["tcp-zerocopy", "udp-small"] {
+            let f = v["flows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["mode"] == mode && f["workload"] == w)
+                .unwrap_or_else(|| panic!("no {mode} {w} case"));
+            for k in ["splitnet", "native", "ratio"] {
+                assert!(positive(&f[k]["median"]), "{mode} {w} {k}: {f}");
+            }
+        }
+        let m = v["moves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mode"] == mode)
+            .unwrap_or_else(|| panic!("no {mode} moves"));
+        for k in ["reached", "learned"] {
+            let secs = m[k]["values"].as_array().unwrap();
+            assert_eq!(secs.len(), 3, "--quick moves three times: {m}");
+            assert!(secs.iter().all(positive), "{m}");
+        }
+    }
+    for h in v["evpn_hop"].as_array().unwrap() {
+        assert!(positive(&h["ratio"]["median"]), "{h}");
+    }
+    assert_eq!(v["evpn_hop"].as_array().unwrap().len(), 2);
+    for f in ["results.json", "results.md", "chart.svg", "moves.svg"] {
+        assert!(out.join(f).exists(), "--out lacks {f}");
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("| evpn | tcp-zerocopy |"), "{md}");
+    assert_eq!(shared_netns(), Vec::<String>::new(), "hosts left behind");
+    assert_eq!(common::lab::host_cgroups(), Vec::<String>::new());
+    assert_eq!(common::lab::frr_left(), Vec::<String>::new(), "FRR left");
     assert_nothing_left();
 }

@@ -22,25 +22,12 @@ impl Lab {
             env,
             hosts: hosts.iter().map(|h| h.to_string()).collect(),
         };
-        lab.clear();
+        clear(&lab.env);
         let mtu = mtu.to_string();
         let mut args = vec!["underlay", "up", "--mtu", &mtu];
         args.extend_from_slice(hosts);
         lab.env.ok(&args);
         Some(lab)
-    }
-
-    /// What an earlier failed run left: its hosts' instances, then the
-    /// underlay.
-    fn clear(&self) {
-        for h in super::shared_netns()
-            .iter()
-            .filter_map(|n| n.strip_prefix("splitnet@"))
-            .filter(|n| !n.contains('-') && *n != "underlay")
-        {
-            self.on(h, &["down"]);
-        }
-        self.env.splitnet(&["underlay", "down"]);
     }
 
     /// `splitnet --host HOST ARGS` with that host's own run directory.
@@ -115,6 +102,24 @@ impl Drop for Lab {
         }
         self.env.splitnet(&["underlay", "down"]);
     }
+}
+
+/// What an earlier failed run left: its hosts' instances, then the
+/// underlay.
+pub fn clear(env: &Env) {
+    for h in super::shared_netns()
+        .iter()
+        .filter_map(|n| n.strip_prefix("splitnet@"))
+        .filter(|n| !n.contains('-') && *n != "underlay")
+    {
+        Command::new(env!("CARGO_BIN_EXE_splitnet"))
+            .args(["--host", h, "--run-dir"])
+            .arg(env.run_dir.join(h))
+            .arg("down")
+            .output()
+            .expect("run splitnet");
+    }
+    env.splitnet(&["underlay", "down"]);
 }
 
 /// Cgroups of host instances (`splitnet@NAME`) in any hierarchy.
