@@ -79,7 +79,7 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
         ("grant_absent", vec![req(99_999, 0, 100, 1)]),
         ("grant_absent", vec![req(g_abs, 0, 100, 2)]),
         ("grant_revoked", vec![req(g_rev, 0, 100, 3)]),
-        ("size_too_small", vec![req(g_ro, 0, 0, 4)]),
+        ("size_mismatch", vec![req(g_ro, 0, 0, 4)]),
         ("crosses_page", vec![req(g_ro, 4000, 200, 5)]),
         ("crosses_page", vec![req(g_ro, 0, 5000, 6)]),
     ];
