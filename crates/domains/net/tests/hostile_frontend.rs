@@ -7,13 +7,11 @@
 
 mod common;
 use common::{
-    backend_state, good_traffic_flows, push, stats, store_read, wait_for, world_configured,
-    world_connecting, Guest, World,
+    backend_state, good_traffic_flows, gso, more, push, stats, store_read, udp_frame, wait_for,
+    world_configured, world_connecting, Guest, World,
 };
 
-use abi::netif::{
-    Extra, ExtraFlags, ExtraInfo, GsoType, TxFlags, TxRequest, XEN_NETIF_NR_SLOTS_MIN,
-};
+use abi::netif::{GsoType, TxFlags, TxRequest, XEN_NETIF_NR_SLOTS_MIN};
 use abi::SharedMemory;
 use hv::{DomId, Hypervisor};
 use splitnet_net as net;
@@ -176,47 +174,6 @@ fn malformed_requests(
             gso(req(gref_udp, 0, 2000, 15), 1000, GsoType::None),
         ),
     ]
-}
-
-/// `r` with more slots to follow.
-fn more(r: TxRequest) -> TxRequest {
-    TxRequest {
-        flags: r.flags | TxFlags::MORE_DATA,
-        ..r
-    }
-}
-
-/// `r` followed by a GSO extra-info slot of segment size `size`.
-fn gso(r: TxRequest, size: u16, gso_type: GsoType) -> Vec<TxRequest> {
-    let extra = ExtraInfo {
-        flags: ExtraFlags::EMPTY,
-        extra: Extra::Gso {
-            size,
-            gso_type,
-            features: 0,
-        },
-    };
-    vec![
-        TxRequest {
-            flags: TxFlags::EXTRA_INFO,
-            ..r
-        },
-        extra.to_tx_slot(),
-    ]
-}
-
-/// A 2000-byte IPv4/UDP frame from `src` to `dst`.
-fn udp_frame(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
-    let mut f = dst.to_vec();
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let ip_len = (2000u16 - 14).to_be_bytes();
-    f.extend_from_slice(&[0x45, 0, ip_len[0], ip_len[1], 0, 0, 0, 0, 64, 17, 0, 0]);
-    f.extend_from_slice(&[10, 0, 0, 3, 10, 0, 0, 2]);
-    let udp_len = (2000u16 - 34).to_be_bytes();
-    f.extend_from_slice(&[0x30, 0x39, 0x30, 0x39, udp_len[0], udp_len[1], 0, 0]);
-    f.resize(2000, 0xab);
-    f
 }
 
 /// Requests of a frontend offered no offloads: a blank checksum, GSO
