@@ -177,7 +177,7 @@ fn malformed_requests(
 }
 
 /// Requests of a frontend offered no offloads: a blank checksum, GSO
-/// metadata, and a chain of two slots (it has no `feature-sg`).
+/// metadata, and a chain of two slots (it was offered no `feature-sg`).
 fn unnegotiated_requests(plain: &mut Guest, drv_id: DomId) -> Vec<(&'static str, Vec<TxRequest>)> {
     let gref = plain.hv.grants().grant_access(drv_id, 590, true).unwrap();
     let f = common::frame(plain.mac, plain.mac, 1).data;

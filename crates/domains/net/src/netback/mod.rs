@@ -281,8 +281,6 @@ pub struct Netback {
     max_frame: usize,
     /// The vif's MTU (`mtu`): the largest GSO segment size accepted.
     mtu: u16,
-    /// The frontend sends frames over several slots (`feature-sg`).
-    sg: bool,
     /// The groups the guest joined (`feature-multicast-control`).
     mcast: McastFilter,
     /// Large receive offload for frames bound for this guest, and why it is
@@ -548,7 +546,6 @@ impl Netback {
             now,
             max_frame,
             mtu: p.opts.mtu,
-            sg: f.sg,
             mcast,
             lro: rx::LroState::new(p.modes.lro, f.guest_caps),
             rx_half: f.rx_half,
@@ -678,7 +675,7 @@ impl Netback {
 /// does not say.
 fn explain(reason: &str) -> &'static str {
     match reason {
-        "chain_too_long" => ": more slots than the frontend may chain",
+        "chain_too_long" => ": more slots than the backend accepts",
         "size_mismatch" => ": the first size is less than its chain's slots hold",
         "gso_not_tcp" => ": GSO metadata on a frame that is not TCP of its IP version",
         "bad_gso_size" => ": a GSO segment size of zero, too small, or above the MTU",

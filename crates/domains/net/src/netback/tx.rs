@@ -319,12 +319,17 @@ impl Netback {
             .or_else(|| self.claim_ids(p))
     }
 
-    /// The chain's length against what the frontend may send (one slot
-    /// without `feature-sg`), and its sizes: the first request's size is
-    /// the whole frame, the first slot holds what the others leave, and
-    /// every slot lies within its page.
+    /// The chain's length against what the backend accepts (one slot
+    /// unless it offered `feature-sg`, which `offload` offers; netif.h),
+    /// and its sizes: the first request's size is the whole frame, the
+    /// first slot holds what the others leave, and every slot lies within
+    /// its page.
     fn check_sizes(&self, p: &mut TxPacket) -> Option<&'static str> {
-        let max_slots = if self.sg { XEN_NETIF_NR_SLOTS_MIN } else { 1 };
+        let max_slots = if self.modes.offload {
+            XEN_NETIF_NR_SLOTS_MIN
+        } else {
+            1
+        };
         if p.count > max_slots {
             return Some("chain_too_long");
         }
