@@ -7,11 +7,11 @@
 
 mod common;
 use common::{
-    backend_state, good_traffic_flows, push, stats, store_read, wait_for, world, world_connecting,
-    Guest, World,
+    backend_state, good_traffic_flows, gso, more, push, stats, store_read, udp_frame, wait_for,
+    world_configured, world_connecting, Guest, World,
 };
 
-use abi::netif::{Extra, ExtraFlags, ExtraInfo, GsoType, TxFlags, TxRequest};
+use abi::netif::{GsoType, TxFlags, TxRequest, XEN_NETIF_NR_SLOTS_MIN};
 use abi::SharedMemory;
 use hv::{DomId, Hypervisor};
 use splitnet_net as net;
@@ -27,11 +27,19 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
         mut guests,
         driver,
         ..
-    } = world(
-        &["good1", "good2", "evil1", "evil2"],
+    } = world_configured(
+        &["good1", "good2", "evil1", "evil2", "plain", "long"],
         Grants::HvCopy,
         TxMode::Copy,
+        |_| true,
+        |mut drv| {
+            let _ = net::driver::run(&mut drv);
+        },
+        // "plain" is offered no offloads (and so no scatter-gather).
+        |i, v| v.offload = i != 4,
     );
+    let mut long = guests.pop().unwrap();
+    let mut plain = guests.pop().unwrap();
     let mut evil2 = guests.pop().unwrap();
     let mut evil1 = guests.pop().unwrap();
     let mut good2 = guests.pop().unwrap();
@@ -44,6 +52,23 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
     // evil1: one of each malformed request, then a flood of them.
     let attacks = malformed_requests(&mut evil1, good2.mac, drv_id);
     refuse_each(&hv, drv_id, e1, &mut evil1, &mut good1, &mut good2, attacks);
+
+    assert_eq!(
+        stats(&hv, drv_id, e1)["tx_packets"],
+        0,
+        "nothing evil1 sent was forwarded"
+    );
+
+    // plain: offloads it was not offered, and a chain without scatter-gather.
+    let attacks = unnegotiated_requests(&mut plain, drv_id);
+    refuse_each(
+        &hv, drv_id, ids[4], &mut plain, &mut good1, &mut good2, attacks,
+    );
+    assert_eq!(stats(&hv, drv_id, ids[4])["tx_packets"], 0);
+
+    // long: a chain past what the ring protocol allows is fatal, as in Xen.
+    long_chain_is_fatal(&hv, drv_id, ids[5], &mut long);
+    good_traffic_flows(&mut good1, &mut good2, 20, 2500);
 
     // A flood of bad requests crosses the threshold: evil1 is disconnected.
     flood_disconnects(&hv, drv_id, e1, &mut evil1, &mut good1, &mut good2);
@@ -101,18 +126,18 @@ fn malformed_requests(
     spoof.extend_from_slice(&[0x88, 0xb5, 0, 0, 0, 0]);
     spoof.resize(60, 0);
     evil1.hv.pool().write_bytes(590 * 4096, &spoof);
-    let gso_extra = ExtraInfo {
-        flags: ExtraFlags::EMPTY,
-        extra: Extra::Gso {
-            size: 1,
-            gso_type: GsoType::TcpV4,
-            features: 0,
-        },
-    };
+    let gref_udp = evil1.hv.grants().grant_access(drv_id, 591, true).unwrap();
+    let udp = udp_frame(good2_mac, evil1.mac);
+    evil1.hv.pool().write_bytes(591 * 4096, &udp);
     vec![
         ("bad_grant_ref", vec![req(99_999, 0, 100, 1)]),
-        ("bad_grant_ref", vec![req(gref_ok + 1, 0, 100, 2)]),
-        ("size_too_small", vec![req(gref_ok, 0, 0, 3)]),
+        ("bad_grant_ref", vec![req(gref_udp + 1, 0, 100, 2)]),
+        ("size_mismatch", vec![req(gref_ok, 0, 0, 3)]),
+        // The first size must cover the rest of the chain.
+        (
+            "size_mismatch",
+            vec![more(req(gref_ok, 0, 100, 9)), req(gref_ok, 0, 200, 10)],
+        ),
         ("crosses_page", vec![req(gref_ok, 4000, 200, 4)]),
         ("crosses_page", vec![req(gref_ok, 0, 5000, 5)]),
         (
@@ -121,16 +146,84 @@ fn malformed_requests(
         ),
         ("spoofed_mac", vec![req(gref_ok, 0, 60, 7)]),
         (
-            "bad_gso",
-            vec![
-                TxRequest {
-                    flags: TxFlags::EXTRA_INFO,
-                    ..req(gref_ok, 0, 200, 8)
-                },
-                gso_extra.to_tx_slot(),
-            ],
+            "bad_gso_size",
+            gso(req(gref_ok, 0, 200, 8), 1, GsoType::TcpV4),
+        ),
+        (
+            "bad_gso_size",
+            gso(req(gref_ok, 0, 200, 11), 0, GsoType::TcpV4),
+        ),
+        // Above the vif's MTU (1500), on a frame long enough for it.
+        (
+            "bad_gso_size",
+            gso(req(gref_ok, 0, 3000, 12), 1501, GsoType::TcpV4),
+        ),
+        // A frame from evil1 itself, well sized, but UDP: refused on its
+        // headers, before anything is forwarded.
+        (
+            "gso_not_tcp",
+            gso(req(gref_udp, 0, 2000, 13), 1000, GsoType::TcpV4),
+        ),
+        // TCPv6 metadata on an IPv4 frame, and metadata naming no type.
+        (
+            "gso_not_tcp",
+            gso(req(gref_udp, 0, 2000, 14), 1000, GsoType::TcpV6),
+        ),
+        (
+            "gso_not_tcp",
+            gso(req(gref_udp, 0, 2000, 15), 1000, GsoType::None),
         ),
     ]
+}
+
+/// Requests of a frontend offered no offloads: a blank checksum, GSO
+/// metadata, and a chain of two slots (it was offered no `feature-sg`).
+fn unnegotiated_requests(plain: &mut Guest, drv_id: DomId) -> Vec<(&'static str, Vec<TxRequest>)> {
+    let gref = plain.hv.grants().grant_access(drv_id, 590, true).unwrap();
+    let f = common::frame(plain.mac, plain.mac, 1).data;
+    plain.hv.pool().write_bytes(590 * 4096, &f);
+    let len = f.len() as u16;
+    vec![
+        (
+            "offload_not_negotiated",
+            vec![TxRequest {
+                flags: TxFlags::CSUM_BLANK,
+                ..req(gref, 0, len, 1)
+            }],
+        ),
+        (
+            "offload_not_negotiated",
+            gso(req(gref, 0, 2000, 2), 1000, GsoType::TcpV4),
+        ),
+        (
+            "chain_too_long",
+            vec![more(req(gref, 0, len + 10, 3)), req(gref, 100, 10, 4)],
+        ),
+    ]
+}
+
+/// `long` chains one slot more than the ring protocol allows: refused,
+/// counted, and its vif disconnected at once.
+fn long_chain_is_fatal(hv: &Arc<Hypervisor>, drv_id: DomId, g: DomId, long: &mut Guest) {
+    let gref = long.hv.grants().grant_access(drv_id, 590, true).unwrap();
+    let n = XEN_NETIF_NR_SLOTS_MIN as u16 + 1;
+    let reqs: Vec<TxRequest> = (0..n)
+        .map(|i| {
+            let r = req(gref, 0, if i == 0 { 64 * n } else { 64 }, i);
+            if i + 1 < n {
+                more(r)
+            } else {
+                r
+            }
+        })
+        .collect();
+    push(long, &reqs);
+    wait_for("long's vif to be disconnected", || {
+        backend_state(hv, drv_id, g) == "6"
+    });
+    let s = stats(hv, drv_id, g);
+    assert_eq!(s["rejected"]["chain_too_long"], 1, "{s}");
+    assert_eq!(s["tx_packets"], 0, "{s}");
 }
 
 /// evil1 sends each attack in turn: netback counts each under its reason,

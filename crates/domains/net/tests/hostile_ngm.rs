@@ -9,10 +9,11 @@
 
 mod common;
 use common::{
-    backend_state, good_traffic_flows, probe, probes, push, stats, wait_for, world, Guest, World,
+    backend_state, good_traffic_flows, gso, probe, probes, push, stats, udp_frame, wait_for, world,
+    Guest, World,
 };
 
-use abi::netif::{TxFlags, TxRequest};
+use abi::netif::{GsoType, TxFlags, TxRequest};
 use abi::SharedMemory;
 use hv::{DomId, ErrorKind};
 use net::packet::Packet;
@@ -74,14 +75,29 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
     // A frame granted read-only may be sent: netback reads it.
     let f = probe(good2.mac, evil.mac, 77, 300);
     evil.hv.pool().write_bytes(590 * PAGE, &f);
+    // A UDP frame from evil itself, for GSO metadata that does not fit it.
+    let g_udp = absent_gref(&mut evil, drv, g_rev);
+    evil.hv.ngm_grant(drv, g_udp, 591, false).unwrap();
+    evil.hv
+        .pool()
+        .write_bytes(591 * PAGE, &udp_frame(good2.mac, evil.mac));
 
     let attacks: Vec<(&str, Vec<TxRequest>)> = vec![
         ("grant_absent", vec![req(99_999, 0, 100, 1)]),
         ("grant_absent", vec![req(g_abs, 0, 100, 2)]),
         ("grant_revoked", vec![req(g_rev, 0, 100, 3)]),
-        ("size_too_small", vec![req(g_ro, 0, 0, 4)]),
+        ("size_mismatch", vec![req(g_ro, 0, 0, 4)]),
         ("crosses_page", vec![req(g_ro, 4000, 200, 5)]),
         ("crosses_page", vec![req(g_ro, 0, 5000, 6)]),
+        // Refused on the header copy, before anything is forwarded.
+        (
+            "gso_not_tcp",
+            gso(req(g_udp, 0, 2000, 7), 1000, GsoType::TcpV4),
+        ),
+        (
+            "bad_gso_size",
+            gso(req(g_udp, 0, 2000, 8), 1501, GsoType::TcpV4),
+        ),
     ];
     for (reason, reqs) in attacks {
         let before = rejected(&w, e, reason);
@@ -91,6 +107,11 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
         });
         good_traffic_flows(&mut good1, &mut good2, 20, 2000);
     }
+    assert_eq!(
+        stats(&w.hv, drv, e)["tx_packets"],
+        0,
+        "nothing was forwarded"
+    );
     // The read-only grant itself carries a frame to good2, intact.
     read_only_tx_arrives(&w, e, &mut evil, &mut good2, g_ro, &f);
 

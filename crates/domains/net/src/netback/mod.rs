@@ -279,6 +279,8 @@ pub struct Netback {
     now: Instant,
     /// The longest frame the guest may send: MTU plus Ethernet header.
     max_frame: usize,
+    /// The vif's MTU (`mtu`): the largest GSO segment size accepted.
+    mtu: u16,
     /// The groups the guest joined (`feature-multicast-control`).
     mcast: McastFilter,
     /// Large receive offload for frames bound for this guest, and why it is
@@ -543,6 +545,7 @@ impl Netback {
                 .map(|(bytes, usec)| Credit::new(bytes, usec, now)),
             now,
             max_frame,
+            mtu: p.opts.mtu,
             mcast,
             lro: rx::LroState::new(p.modes.lro, f.guest_caps),
             rx_half: f.rx_half,
@@ -639,12 +642,13 @@ impl Netback {
 
     fn refuse(&mut self, reason: &'static str) {
         self.counters.reject(reason);
-        // A log line per refusal, but a hostile guest cannot flood the log.
-        let n = self.counters.rejected_total();
-        if n <= 8 || n.is_power_of_two() {
+        // A log line the first time each reason is seen, so a hostile
+        // guest cannot flood the log; the counters say how many since.
+        if self.counters.rejected.get(reason) == 1 {
             eprintln!(
-                "netback {}: refused a request ({reason}); {n} refused so far",
-                crate::vif_name(&self.be)
+                "netback {}: refused a request ({reason}{}); further ones only counted",
+                crate::vif_name(&self.be),
+                explain(reason)
             );
         }
     }
@@ -664,6 +668,19 @@ impl Netback {
             let n = self.counters.rejected_total();
             self.disconnect(hv, &format!("{n} refused requests"));
         }
+    }
+}
+
+/// What a refusal reason means, for the log line, where its name alone
+/// does not say.
+fn explain(reason: &str) -> &'static str {
+    match reason {
+        "chain_too_long" => ": more slots than the backend accepts",
+        "size_mismatch" => ": the first size is less than its chain's slots hold",
+        "gso_not_tcp" => ": GSO metadata on a frame that is not TCP of its IP version",
+        "bad_gso_size" => ": a GSO segment size of zero, too small, or above the MTU",
+        "offload_not_negotiated" => ": checksum or segmentation offload the backend did not offer",
+        _ => "",
     }
 }
 

@@ -12,7 +12,7 @@
 
 use super::{grant_reason, hv_reason, Dropped, Netback, Result, TxPacket, TxSlot};
 use super::{MIN_GSO_SIZE, SLOT_BUDGET, TX_BUDGET};
-use crate::packet::{Csum, FrameRef, Gso};
+use crate::packet::{Csum, FrameRef, Gso, GsoKind};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::{
     Extra, ExtraInfo, NetifStatus, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
@@ -273,8 +273,8 @@ impl Netback {
                         _ => {}
                     }
                 }
-                Err(_) => {
-                    p.refused.get_or_insert("bad_extra_info");
+                Err(e) => {
+                    p.refused.get_or_insert(extra_reason(&e));
                     more_extra = false;
                 }
             }
@@ -285,8 +285,9 @@ impl Netback {
         let mut cur = first;
         while cur.flags.contains(TxFlags::MORE_DATA) {
             if p.count >= XEN_NETIF_NR_SLOTS_MIN {
-                // Xen treats this as fatal: the frontend is broken or hostile.
-                return Err("too_many_slots");
+                // Past what the ring protocol allows the chain cannot be
+                // held to be answered: fatal, as in Xen netback.
+                return Err("chain_too_long");
             }
             cur = next_in_chain(tx)?;
             if cur.validate().is_err() {
@@ -308,15 +309,35 @@ impl Netback {
         }
     }
 
-    /// Validate: the structural checks of Xen netback (sizes, page bounds,
-    /// GSO, ids not reused within the batch).
+    /// Validate, one step over the whole request chain before any byte of
+    /// it is copied: its length and sizes, its offloads, and ids not reused
+    /// within the batch (Xen netback's structural checks, plus the offloads
+    /// this vif negotiated).
     fn validate(&mut self, p: &mut TxPacket) -> Option<&'static str> {
+        self.check_sizes(p)
+            .or_else(|| self.check_offloads(p))
+            .or_else(|| self.claim_ids(p))
+    }
+
+    /// The chain's length against what the backend accepts (one slot
+    /// unless it offered `feature-sg`, which `offload` offers; netif.h),
+    /// and its sizes: the first request's size is the whole frame, the
+    /// first slot holds what the others leave, and every slot lies within
+    /// its page.
+    fn check_sizes(&self, p: &mut TxPacket) -> Option<&'static str> {
+        let max_slots = if self.modes.offload {
+            XEN_NETIF_NR_SLOTS_MIN
+        } else {
+            1
+        };
+        if p.count > max_slots {
+            return Some("chain_too_long");
+        }
         let rest: u32 = p.slots()[1..].iter().map(|s| s.len as u32).sum();
         let total = p.total as u32;
         if total < rest + 1 {
-            return Some("size_too_small");
+            return Some("size_mismatch");
         }
-        // The first request's size is the whole packet; its slot holds the remainder.
         p.slots[0].len = (total - rest) as u16;
         if total < 14 {
             return Some("runt");
@@ -328,27 +349,49 @@ impl Netback {
             if s.offset as usize + s.len as usize > PAGE_SIZE {
                 return Some("crosses_page");
             }
+        }
+        None
+    }
+
+    /// The offloads a request asks for: only those the backend offered
+    /// (`splitnet-offload` offers checksum offload and TCP segmentation
+    /// together), and a segment size that makes sense for the vif's MTU
+    /// and the frame (not so small that one packet is cut into thousands).
+    fn check_offloads(&self, p: &TxPacket) -> Option<&'static str> {
+        let blank = p.flags.contains(TxFlags::CSUM_BLANK);
+        if !self.modes.offload && (blank || p.gso.is_some()) {
+            return Some("offload_not_negotiated");
+        }
+        let g = p.gso?;
+        if g.size < MIN_GSO_SIZE || g.size > self.mtu || usize::from(g.size) >= p.total {
+            return Some("bad_gso_size");
+        }
+        None
+    }
+
+    /// Marks the chain's request ids as used in this batch; a reused one is
+    /// refused (its answer would be ambiguous).
+    fn claim_ids(&mut self, p: &TxPacket) -> Option<&'static str> {
+        for s in p.slots() {
             let (word, bit) = (s.id as usize / 64, s.id % 64);
             if self.tx_ids[word] & (1 << bit) != 0 {
                 return Some("duplicate_id");
             }
             self.tx_ids[word] |= 1 << bit;
         }
-        if let Some(g) = p.gso {
-            // Not offered, or a segment size that would make the software
-            // offload driver cut one packet into thousands.
-            if !self.modes.offload || g.size < MIN_GSO_SIZE || g.size as u32 >= total {
-                return Some("bad_gso");
-            }
-        }
         None
     }
 
-    /// The checks on a frame's headers: the source MAC is the vif's own, and
-    /// a blank checksum belongs to TCP or UDP. Returns the checksum state.
+    /// The checks on a frame's headers, before any of it is forwarded: the
+    /// source MAC is the vif's own, GSO metadata describes a TCP segment of
+    /// the IP version it names, and a blank checksum belongs to TCP or UDP.
+    /// Returns the checksum state.
     fn check_frame(&self, head: &[u8], p: &TxPacket) -> std::result::Result<Csum, &'static str> {
         if head.len() < 12 || head[6..12] != self.mac {
             return Err("spoofed_mac");
+        }
+        if p.gso.is_some_and(|g| !gso_is_tcp(head, p.total, g.kind)) {
+            return Err("gso_not_tcp");
         }
         Csum::from_netif(
             p.flags.contains(TxFlags::CSUM_BLANK),
@@ -631,6 +674,36 @@ impl Netback {
         }
         Ok(data)
     }
+}
+
+/// Why an extra-info slot was refused: a GSO extra with a zero segment
+/// size or naming no TCP type is counted with the GSO refusals, anything
+/// else as malformed.
+fn extra_reason(e: &abi::Error) -> &'static str {
+    match e {
+        abi::Error::BadValue {
+            field: "netif_extra_info.u.gso.size",
+            ..
+        } => "bad_gso_size",
+        abi::Error::BadValue {
+            field: "netif_extra_info.u.gso.type",
+            ..
+        } => "gso_not_tcp",
+        _ => "bad_extra_info",
+    }
+}
+
+/// Whether the frame whose headers are `head` (of `len` bytes in all) is
+/// TCP over the IP version GSO kind `kind` names.
+fn gso_is_tcp(head: &[u8], len: usize, kind: GsoKind) -> bool {
+    use crate::offload::{L3, L4};
+    crate::offload::parse_headers_of(head, len).is_ok_and(|h| {
+        h.l4 == L4::Tcp
+            && matches!(
+                (h.l3, kind),
+                (L3::Ipv4, GsoKind::TcpV4) | (L3::Ipv6, GsoKind::TcpV6)
+            )
+    })
 }
 
 fn slot_of(r: &TxRequest) -> TxSlot {

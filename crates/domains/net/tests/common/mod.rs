@@ -2,7 +2,7 @@
 //! that play well-behaved or hostile guests (shared by the hostile tests).
 #![allow(dead_code)]
 
-use abi::netif::TxRequest;
+use abi::netif::{Extra, ExtraFlags, ExtraInfo, GsoType, TxFlags, TxRequest};
 use hv::proto::{Reply, Request, DOMID_TOOLSTACK};
 use hv::{DomId, DomainSpec, HvClient, Hypervisor};
 use net::netfront::Netfront;
@@ -264,4 +264,45 @@ pub fn probes(g: &mut Guest) -> Vec<Vec<u8>> {
         .map(|p| p.data)
         .filter(|d| d.len() >= 18 && d[12..14] == PROBE)
         .collect()
+}
+
+/// `r` with more slots to follow.
+pub fn more(r: TxRequest) -> TxRequest {
+    TxRequest {
+        flags: r.flags | TxFlags::MORE_DATA,
+        ..r
+    }
+}
+
+/// `r` followed by a GSO extra-info slot of segment size `size`.
+pub fn gso(r: TxRequest, size: u16, gso_type: GsoType) -> Vec<TxRequest> {
+    let extra = ExtraInfo {
+        flags: ExtraFlags::EMPTY,
+        extra: Extra::Gso {
+            size,
+            gso_type,
+            features: 0,
+        },
+    };
+    vec![
+        TxRequest {
+            flags: TxFlags::EXTRA_INFO,
+            ..r
+        },
+        extra.to_tx_slot(),
+    ]
+}
+
+/// A 2000-byte IPv4/UDP frame from `src` to `dst`.
+pub fn udp_frame(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let ip_len = (2000u16 - 14).to_be_bytes();
+    f.extend_from_slice(&[0x45, 0, ip_len[0], ip_len[1], 0, 0, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[10, 0, 0, 3, 10, 0, 0, 2]);
+    let udp_len = (2000u16 - 34).to_be_bytes();
+    f.extend_from_slice(&[0x30, 0x39, 0x30, 0x39, udp_len[0], udp_len[1], 0, 0]);
+    f.resize(2000, 0xab);
+    f
 }
