@@ -626,6 +626,12 @@ fn run_dir(given: Option<PathBuf>, host: Option<&str>) -> PathBuf {
 
 fn run(cli: Cli) -> Result<()> {
     toolstack::host::set_instance(cli.host.as_deref()).map_err(anyhow::Error::msg)?;
+    if let Some(h) = &cli.host {
+        // Every splitnet this one runs (demo's steps, a suite's) acts on
+        // the same host. Single-threaded still: no other thread reads the
+        // environment.
+        std::env::set_var(toolstack::host::HOST_ENV, h);
+    }
     let rd = run_dir(cli.run_dir, cli.host.as_deref());
     // The toolstack of host NAME works from the host's namespace; the
     // processes hv starts (domains, device models) are where hv put them.
