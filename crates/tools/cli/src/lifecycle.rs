@@ -66,7 +66,7 @@ pub fn up(
     let topo_path = rd.join("topology.toml");
     fs::write(&topo_path, text)?;
     let log = fs::File::create(rd.join("hv.log"))?;
-    let child = hv_command(&hv)
+    let child = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)
         .arg("--exe")
@@ -355,26 +355,16 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
     Err(err).with_context(|| format!("running {:?} in {domain}", cmd[0]))
 }
 
-/// The command that starts hv. For host NAME (`--host`) this process is
-/// in the host's namespace already ([`enter_host`]), and hv starts there,
-/// told its instance.
-fn hv_command(hv: &Path) -> Command {
-    let mut cmd = Command::new(hv);
-    if let Some(h) = host::instance() {
-        cmd.env(host::HOST_ENV, h);
-    }
-    cmd
-}
-
 /// For host NAME (`--host`): moves this process into the host's namespace
-/// (`splitnet underlay up` makes it), where its hv runs and only its
-/// toolstack is served.
+/// (`splitnet underlay up` makes it), where its hv starts and only its
+/// toolstack is served; `SPLITNET_HOST`, exported by `main`, tells hv
+/// its instance.
 pub fn enter_host() -> Result<()> {
     let Some(h) = host::instance() else {
         return Ok(());
     };
     let ns = toolstack::underlay::host_ns(h);
-    let file = fs::File::open(Path::new("/run/netns").join(&ns)).map_err(|e| {
+    let file = fs::File::open(toolstack::underlay::host_ns_file(h)).map_err(|e| {
         anyhow!(
             "host {h:?} has no namespace {ns} ({e}): make it with `splitnet underlay up {h} ...`"
         )
@@ -406,7 +396,7 @@ fn hv_binary() -> Result<(PathBuf, PathBuf)> {
 pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAddr>) -> Result<()> {
     require_root()?;
     let (hv, exe) = hv_binary()?;
-    let err = hv_command(&hv)
+    let err = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)
         .arg("--exe")

@@ -31,6 +31,11 @@ pub fn host_ns(name: &str) -> String {
     format!("{SHARED_PREFIX}{name}")
 }
 
+/// The file that names host `name`'s namespace.
+pub fn host_ns_file(name: &str) -> std::path::PathBuf {
+    std::path::Path::new("/run/netns").join(host_ns(name))
+}
+
 /// One host of the underlay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnderlayHost {
@@ -233,7 +238,7 @@ pub fn check_in_host_ns() -> Result<(), String> {
         return Ok(());
     };
     let ns = host_ns(h);
-    let want = std::fs::metadata(format!("/run/netns/{ns}"))
+    let want = std::fs::metadata(host_ns_file(h))
         .map_err(|e| format!("host {h}: no namespace {ns} ({e})"))?;
     let mine = std::fs::metadata("/proc/self/ns/net").map_err(|e| e.to_string())?;
     use std::os::unix::fs::MetadataExt;
