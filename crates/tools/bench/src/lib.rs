@@ -14,6 +14,7 @@ pub mod hostile_vm;
 pub mod hv;
 pub mod hvm;
 pub mod isolation;
+pub mod menon2006;
 pub mod multihost;
 pub mod netenv;
 pub mod ram;

@@ -432,7 +432,7 @@ fn segments_like_a_nic(env: &Env, native: bool, mtu: bool) -> Result<()> {
 }
 
 /// `ethtool -K eth0 ARGS` in namespace `ns`.
-fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns, "ethtool", "-K", "eth0"])
         .args(args)
@@ -466,7 +466,7 @@ fn measure(ctx: &Ctx<'_>, env: &Env, case: Case) -> Result<Measured> {
 }
 
 /// Cycles per frame by role, from `baseline`'s per-domain figures.
-fn by_domain(cpp: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+pub(crate) fn by_domain(cpp: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for (d, v) in cpp {
         let role = match d.as_str() {
@@ -483,7 +483,7 @@ fn by_domain(cpp: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
 }
 
 /// The total split by the profile's class shares (scaled to add up).
-fn by_class(total: f64, p: Option<&prof::Profile>) -> BTreeMap<String, f64> {
+pub(crate) fn by_class(total: f64, p: Option<&prof::Profile>) -> BTreeMap<String, f64> {
     let Some(s) = p.map(prof::Profile::summary) else {
         return BTreeMap::new();
     };
@@ -725,7 +725,7 @@ fn add_ratios(records: &mut [RamRecord]) {
 }
 
 /// Medians of each key over `maps`.
-fn medians<'a>(maps: impl Iterator<Item = &'a BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
+pub(crate) fn medians<'a>(maps: impl Iterator<Item = &'a BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
     let mut all: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for m in maps {
         for (k, v) in m {

@@ -546,6 +546,17 @@ enum Suite {
     /// keys this build lacks is reported as not available (--configs picks
     /// some; --quick: 1 run of 2 s flows, under 5 minutes).
     Ram,
+    /// Menon, Cox and Zwaenepoel 2006 re-measured: Table 1 and Figures 3
+    /// and 4 (Linux, Xen-driver, Xen-driver-opt, Xen-guest, Xen-guest-opt),
+    /// the six Guest-* transmit configurations (Figure 5), the high-level
+    /// interface over ports of each capability (Figure 7), transmit with
+    /// copying writes (Figure 10), Driver-none, Driver-MTU and
+    /// Driver-MTU-SP receiving (Figure 11), the guest receiving by flip,
+    /// copy and copy on superpages (Figure 13), and cycles per frame by
+    /// domain and class (Figures 6 and 8); beside the paper's numbers as
+    /// ratios to native (--configs picks some; --quick: 1 run of 2 s
+    /// flows, under 5 minutes).
+    Menon2006,
 }
 
 fn main() {
@@ -891,7 +902,9 @@ struct BenchArgs {
     /// baseline: only these configurations (comma-separated, for example
     /// `minimal-forwarder,splitnet-default`); hosted: of unoptimized,
     /// ports-in-vmm, no-irq-notification, optimized; ram: of Orig, MQ, NGM,
-    /// MQ+NGM, LRO-guest, LRO-driver, SPF, HalfPG, All. Native is always
+    /// MQ+NGM, LRO-guest, LRO-driver, SPF, HalfPG, All; menon2006: of Xen-driver, Driver-MTU,
+    /// Xen-driver-opt, Guest-none, Guest-sp, Guest-ioc, Guest-high, Guest-high-ioc,
+    /// Guest-high-ioc-sp, Port-none, Port-csum, Port-sg, Port-sg+csum, Guest-copy, Guest-copy-SP. Native is always
     /// measured, as every ratio's reference. Default: all.
     #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
     configs: Vec<String>,
@@ -1056,6 +1069,7 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
         Suite::Virtio => bench_virtio(rd, a, runs),
         Suite::Multihost => bench_multihost(rd, a, runs),
         Suite::Ram => bench_ram(rd, a, runs),
+        Suite::Menon2006 => bench_menon2006(rd, a, runs),
         Suite::Hvm => {
             let opts = bench::hvm::HvmOptions::new(
                 std::env::current_exe()?,
@@ -1123,6 +1137,30 @@ fn bench_ram(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
     let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
     report.charts = r.charts();
     Ok(report)
+}
+
+/// `bench menon2006`: the 2006 paper's configurations and figures.
+fn bench_menon2006(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
+    let mut opts = bench::menon2006::Menon2006Options::new(
+        std::env::current_exe()?,
+        rd.join("bench"),
+        a.quick,
+        runs,
+    );
+    if let Some(s) = a.seconds {
+        opts.secs = s.max(1);
+    }
+    opts.configs = a
+        .configs
+        .iter()
+        .map(|c| c.parse())
+        .collect::<Result<_, _>>()?;
+    let r = bench::menon2006::run(&opts)?;
+    Ok(BenchReport::new(
+        serde_json::to_string_pretty(&r)?,
+        r.table(),
+        r.svg(),
+    ))
 }
 
 /// `bench multihost`: three hosts over VXLAN, static and EVPN, against

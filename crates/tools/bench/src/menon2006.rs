@@ -1,0 +1,1054 @@
+//! Suite `menon2006`: Menon, Cox and Zwaenepoel's "Optimizing Network
+//! Virtualization in Xen" (2006) re-measured, one configuration per bar of
+//! the paper: Table 1 and Figures 3 and 4 (Linux, Xen-driver,
+//! Xen-driver-opt, Xen-guest, Xen-guest-opt), Figure 5 (the six Guest-*
+//! transmit configurations), Figure 7 (the high-level interface over a
+//! port of each capability), Figure 10 (transmit with copying writes),
+//! Figure 11 (the driver domain receiving: Driver-none, Driver-MTU,
+//! Driver-MTU-SP), Figure 13 (the guest receiving: page flip, copy, copy
+//! with superpages) and Figures 6 and 8 (cycles per packet by domain, and
+//! by class where the profiler runs). Figures 9 and 12 count TLB misses,
+//! which need a PMU this machine does not have.
+//!
+//! Transmit is the paper's sendfile (`iperf3 -Z`), receive arrives in
+//! MTU-sized frames as a NIC delivers them (the sender's TSO and GSO off).
+//! Ratios to native are taken within each run; medians over runs. A
+//! configuration whose topology keys this build lacks is reported as not
+//! available, not as a failure.
+
+use crate::baseline::{self, BaselineOptions, Config, Env, FlowSpec, Measured};
+use crate::chart::{self, Bar};
+use crate::netenv::Workload;
+use crate::ram::{by_class, by_domain, ethtool, medians, unknown_key};
+use crate::stats::{tsc_per_us, Spread};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+use toolstack::host::{self, CgroupLayout};
+
+/// What the suite runs.
+#[derive(Debug, Clone)]
+pub struct Menon2006Options {
+    pub exe: PathBuf,
+    pub run_dir: PathBuf,
+    pub runs: usize,
+    pub secs: u32,
+    pub quick: bool,
+    /// Only these configurations (Linux is always measured); empty: all.
+    pub configs: Vec<M6Config>,
+    /// Profile the transmit flows of Figures 6 and 8 for cost classes.
+    pub profile: bool,
+    pub progress: bool,
+}
+
+impl Menon2006Options {
+    pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> Menon2006Options {
+        Menon2006Options {
+            exe,
+            run_dir,
+            runs: runs.max(1),
+            secs: if quick { 2 } else { 5 },
+            quick,
+            configs: Vec::new(),
+            profile: true,
+            progress: true,
+        }
+    }
+}
+
+/// A configuration, named as in the paper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum M6Config {
+    /// Native Linux: two namespaces over a veth pair.
+    Linux,
+    /// The driver domain as the endpoint, unoptimized: every received
+    /// frame in a page of its own (Driver-none, §6.4.1).
+    #[serde(rename = "Xen-driver")]
+    XenDriver,
+    /// The driver domain with MTU-sized receive buffers (Driver-MTU).
+    #[serde(rename = "Driver-MTU")]
+    DriverMtu,
+    /// MTU-sized buffers on superpages (Driver-MTU-SP); the paper's
+    /// Xen-driver-opt added global pages, which have no analog here.
+    #[serde(rename = "Xen-driver-opt")]
+    XenDriverOpt,
+    /// The Xen 2.0 guest (Xen-guest): page flip, per-packet map, no
+    /// offloads.
+    #[serde(rename = "Guest-none")]
+    GuestNone,
+    #[serde(rename = "Guest-sp")]
+    GuestSp,
+    #[serde(rename = "Guest-ioc")]
+    GuestIoc,
+    #[serde(rename = "Guest-high")]
+    GuestHigh,
+    #[serde(rename = "Guest-high-ioc")]
+    GuestHighIoc,
+    /// Every transmit optimization (Xen-guest-opt), receiving by copy.
+    #[serde(rename = "Guest-high-ioc-sp")]
+    GuestHighIocSp,
+    /// Guest-high over a port with no offloads (Figure 7's "None").
+    #[serde(rename = "Port-none")]
+    PortNone,
+    #[serde(rename = "Port-csum")]
+    PortCsum,
+    #[serde(rename = "Port-sg")]
+    PortSg,
+    #[serde(rename = "Port-sg+csum")]
+    PortSgCsum,
+    /// The guest receiving by copy instead of page flip (§4.2).
+    #[serde(rename = "Guest-copy")]
+    GuestCopy,
+    #[serde(rename = "Guest-copy-SP")]
+    GuestCopySp,
+}
+
+/// The Xen 2.0 guest's keys (`up --preset baseline`).
+const GUEST_NONE: &str =
+    "grants = \"hv-copy\"\nrx_mode = \"flip\"\ntx_mode = \"map\"\noffload = false\nlro = \"off\"\n";
+/// The high-level interface (SG, checksum offload, TSO) on the Xen 2.0 guest.
+const GUEST_HIGH: &str =
+    "grants = \"hv-copy\"\nrx_mode = \"flip\"\ntx_mode = \"map\"\noffload = true\nlro = \"off\"\n";
+/// The driver domain's address on its bridge, when it is the endpoint.
+pub const DRV_ADDRESS: &str = "10.77.0.250";
+
+impl M6Config {
+    pub const ALL: [M6Config; 16] = [
+        M6Config::Linux,
+        M6Config::XenDriver,
+        M6Config::DriverMtu,
+        M6Config::XenDriverOpt,
+        M6Config::GuestNone,
+        M6Config::GuestSp,
+        M6Config::GuestIoc,
+        M6Config::GuestHigh,
+        M6Config::GuestHighIoc,
+        M6Config::GuestHighIocSp,
+        M6Config::PortNone,
+        M6Config::PortCsum,
+        M6Config::PortSg,
+        M6Config::PortSgCsum,
+        M6Config::GuestCopy,
+        M6Config::GuestCopySp,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            M6Config::Linux => "Linux",
+            M6Config::XenDriver => "Xen-driver",
+            M6Config::DriverMtu => "Driver-MTU",
+            M6Config::XenDriverOpt => "Xen-driver-opt",
+            M6Config::GuestNone => "Guest-none",
+            M6Config::GuestSp => "Guest-sp",
+            M6Config::GuestIoc => "Guest-ioc",
+            M6Config::GuestHigh => "Guest-high",
+            M6Config::GuestHighIoc => "Guest-high-ioc",
+            M6Config::GuestHighIocSp => "Guest-high-ioc-sp",
+            M6Config::PortNone => "Port-none",
+            M6Config::PortCsum => "Port-csum",
+            M6Config::PortSg => "Port-sg",
+            M6Config::PortSgCsum => "Port-sg+csum",
+            M6Config::GuestCopy => "Guest-copy",
+            M6Config::GuestCopySp => "Guest-copy-SP",
+        }
+    }
+
+    /// Whether the application runs in the driver domain itself.
+    fn driver_endpoint(self) -> bool {
+        matches!(
+            self,
+            M6Config::XenDriver | M6Config::DriverMtu | M6Config::XenDriverOpt
+        )
+    }
+
+    /// Whether superpages back the domains' memory.
+    fn superpages(self) -> bool {
+        matches!(
+            self,
+            M6Config::XenDriverOpt
+                | M6Config::GuestSp
+                | M6Config::GuestHighIocSp
+                | M6Config::GuestCopySp
+        )
+    }
+
+    /// The keys every guest gets; `None` for Linux.
+    fn guest_keys(self) -> Option<String> {
+        let (base, tx_gather) = match self {
+            M6Config::Linux => return None,
+            // The driver domain is the endpoint; its guests idle as Xen's.
+            M6Config::XenDriver | M6Config::DriverMtu | M6Config::XenDriverOpt => {
+                (GUEST_NONE, false)
+            }
+            M6Config::GuestNone | M6Config::GuestSp => (GUEST_NONE, false),
+            M6Config::GuestIoc => (GUEST_NONE, true),
+            M6Config::GuestHigh
+            | M6Config::PortNone
+            | M6Config::PortCsum
+            | M6Config::PortSg
+            | M6Config::PortSgCsum => (GUEST_HIGH, false),
+            M6Config::GuestHighIoc | M6Config::GuestHighIocSp => (GUEST_HIGH, true),
+            M6Config::GuestCopy | M6Config::GuestCopySp => (GUEST_NONE, false),
+        };
+        let mut k = base.to_string();
+        if tx_gather {
+            k = k.replace("tx_mode = \"map\"", "tx_mode = \"gather\"");
+        }
+        if matches!(
+            self,
+            M6Config::GuestHighIocSp | M6Config::GuestCopy | M6Config::GuestCopySp
+        ) {
+            k = k.replace("rx_mode = \"flip\"", "rx_mode = \"copy\"");
+        }
+        if self.superpages() && !self.driver_endpoint() {
+            k += "hugepages = true\n";
+        }
+        Some(k)
+    }
+
+    /// The keys the driver domain gets.
+    fn driver_keys(self) -> String {
+        let mut k = String::new();
+        if self.driver_endpoint() {
+            k += &format!("address = \"{DRV_ADDRESS}/24\"\n");
+            let buf = if self == M6Config::XenDriver {
+                "page"
+            } else {
+                "mtu"
+            };
+            k += &format!("port_buffer = \"{buf}\"\n");
+        }
+        if self.superpages() {
+            k += "hugepages = true\n";
+        }
+        let port = match self {
+            M6Config::PortNone => "none",
+            M6Config::PortCsum => "csum",
+            M6Config::PortSg => "sg",
+            M6Config::PortSgCsum => "sg+csum",
+            _ => return k,
+        };
+        k + &format!("port_offload = \"{port}\"\n")
+    }
+
+    /// The default topology with this configuration's keys; `None` for Linux.
+    pub fn topology(self) -> Option<String> {
+        let guest = self.guest_keys()?;
+        let t = toolstack::topology::DEFAULT_TOML
+            .replace("kind = \"guest\"\n", &format!("kind = \"guest\"\n{guest}"))
+            .replace(
+                "kind = \"driver\"\n",
+                &format!("kind = \"driver\"\n{}", self.driver_keys()),
+            );
+        Some(t)
+    }
+
+    /// What is measured of it.
+    fn cases(self) -> &'static [Case] {
+        use Case::*;
+        match self {
+            M6Config::Linux | M6Config::GuestNone => &[Tx, TxWrites, Rx],
+            M6Config::XenDriver | M6Config::XenDriverOpt => &[Tx, Rx],
+            M6Config::DriverMtu | M6Config::GuestCopy | M6Config::GuestCopySp => &[Rx],
+            M6Config::GuestHighIocSp => &[Tx, TxWrites, Rx],
+            M6Config::GuestSp
+            | M6Config::GuestIoc
+            | M6Config::GuestHigh
+            | M6Config::GuestHighIoc => &[Tx, TxWrites],
+            M6Config::PortNone | M6Config::PortCsum | M6Config::PortSg | M6Config::PortSgCsum => {
+                &[Tx]
+            }
+        }
+    }
+
+    /// Whether its transmit flow is profiled (Figures 6 and 8).
+    fn profiled(self) -> bool {
+        matches!(
+            self,
+            M6Config::GuestNone | M6Config::GuestHigh | M6Config::GuestHighIoc
+        )
+    }
+}
+
+impl std::str::FromStr for M6Config {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        crate::by_name(&M6Config::ALL, M6Config::name, s)
+    }
+}
+
+/// What is measured of a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Case {
+    /// The endpoint sends with sendfile (`iperf3 -Z`).
+    Tx,
+    /// The endpoint sends with copying writes (Figure 10).
+    TxWrites,
+    /// The endpoint receives MTU-sized frames.
+    Rx,
+}
+
+impl Case {
+    pub const ALL: [Case; 3] = [Case::Tx, Case::TxWrites, Case::Rx];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::Tx => "tx",
+            Case::TxWrites => "tx, writes",
+            Case::Rx => "rx",
+        }
+    }
+
+    fn flow(self) -> &'static str {
+        match self {
+            Case::Tx | Case::TxWrites => "tx",
+            Case::Rx => "rx",
+        }
+    }
+
+    fn workload(self) -> Workload {
+        match self {
+            Case::TxWrites => Workload::TcpCopy,
+            _ => Workload::TcpZerocopy,
+        }
+    }
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct M6Record {
+    pub config: M6Config,
+    pub case: Case,
+    pub run: usize,
+    pub gbps: f64,
+    pub ratio_to_native: Option<f64>,
+    /// TSC cycles per 1514-byte frame: "total" and one per measured domain.
+    pub cycles_per_packet: BTreeMap<String, f64>,
+    /// Cycles per frame by role: driver, guest, hv, wire.
+    pub by_domain: BTreeMap<String, f64>,
+    /// Total cycles per frame split by the profile's class shares.
+    pub by_class: BTreeMap<String, f64>,
+    /// Segments the receiver's stack dropped for a bad checksum
+    /// (`TcpInCsumErrors` + `UdpInCsumErrors` over the flow).
+    pub csum_errors: u64,
+    /// Reordering the sender's TCP detected over the flow
+    /// (`TcpExtTCPSACKReorder`, `TCPTSReorder`, `TCPRenoReorder`).
+    pub reorder_events: u64,
+}
+
+/// Counters of one namespace's stack that say a stream arrived damaged
+/// or out of order.
+const CSUM_COUNTERS: [&str; 2] = ["TcpInCsumErrors", "UdpInCsumErrors"];
+const REORDER_COUNTERS: [&str; 3] = ["TcpExtTCPSACKReorder", "TcpExtTCPTSReorder", "TcpExtTCPRenoReorder"];
+
+/// The sum of `names` in `ns`'s kernel counters (`nstat -asz`: absolute,
+/// zeros included, the history file left alone).
+fn nstat_sum(ns: &str, names: &[&str]) -> Result<u64> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "nstat", "-asz"])
+        .output()
+        .context("running nstat (iproute2)")?;
+    if !out.status.success() {
+        bail!("nstat in {ns}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(parse_nstat(&String::from_utf8_lossy(&out.stdout), names))
+}
+
+/// Sums the counters `names` of `nstat`'s text output.
+fn parse_nstat(text: &str, names: &[&str]) -> u64 {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (k, v) = (it.next()?, it.next()?);
+            names.contains(&k).then(|| v.parse::<u64>().ok()).flatten()
+        })
+        .sum()
+}
+
+/// Medians over runs of one (configuration, case).
+#[derive(Debug, Clone, Serialize)]
+pub struct M6Summary {
+    pub config: M6Config,
+    pub case: Case,
+    pub runs: usize,
+    pub gbps: Spread,
+    pub ratio_to_native: Option<Spread>,
+    pub cycles_per_packet: Option<Spread>,
+    pub by_domain: BTreeMap<String, f64>,
+    pub by_class: BTreeMap<String, f64>,
+}
+
+/// The suite's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Menon2006Report {
+    pub suite: &'static str,
+    pub tsc_mhz: f64,
+    pub runs: usize,
+    pub seconds_per_flow: u32,
+    pub wall_seconds: f64,
+    pub records: Vec<M6Record>,
+    pub summary: Vec<M6Summary>,
+    /// Configurations not measured, and why.
+    pub unavailable: Vec<(M6Config, String)>,
+    /// Whether Figures 6 and 8 have cost classes (the profiler started).
+    pub profiled: bool,
+}
+
+/// What every measurement of a run shares.
+struct Ctx<'a> {
+    opts: &'a Menon2006Options,
+    base: BaselineOptions,
+    layout: CgroupLayout,
+    tsc_hz: f64,
+    profile: std::cell::Cell<bool>,
+    started: Instant,
+}
+
+impl Ctx<'_> {
+    fn say(&self, what: &str) {
+        if self.opts.progress {
+            eprintln!(
+                "[menon2006 {:>5.1} s] {what}",
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+fn base_options(opts: &Menon2006Options) -> BaselineOptions {
+    BaselineOptions {
+        quick: opts.quick,
+        runs: opts.runs,
+        secs: opts.secs,
+        exe: opts.exe.clone(),
+        run_dir: opts.run_dir.clone(),
+        progress: false,
+        profile: false,
+        profile_dir: None,
+        configs: Vec::new(),
+        workloads: Vec::new(),
+        spin_us: None,
+    }
+}
+
+/// Brings `cfg` up; `Ok(Err(why))` when this build cannot run it.
+fn bring_up(ctx: &Ctx<'_>, cfg: M6Config) -> Result<Result<Env, String>> {
+    let Some(topo) = cfg.topology() else {
+        return Ok(Ok(baseline::bring_up(
+            Config::Native,
+            &ctx.base,
+            &ctx.layout,
+        )?));
+    };
+    if let Err(e) = toolstack::topology::Topology::parse(&topo, cfg.name()) {
+        let e = e.to_string();
+        let why = match unknown_key(&e) {
+            Some(k) => format!("its topology key `{k}` is unknown"),
+            None => e.lines().last().unwrap_or_default().trim().to_string(),
+        };
+        return Ok(Err(format!("not available in this build ({why})")));
+    }
+    std::fs::create_dir_all(&ctx.opts.run_dir)?;
+    let path = ctx
+        .opts
+        .run_dir
+        .join(format!("menon2006-{}.toml", cfg.name().replace('+', "-")));
+    std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
+    let path = path.to_string_lossy().into_owned();
+    match baseline::splitnet_env(&ctx.base, &ctx.layout, &["up", "--config", &path]) {
+        Ok(mut env) => {
+            if cfg.driver_endpoint() {
+                // The application runs in the driver domain (index 1),
+                // against the wire host (index 4).
+                let (wire, drv) = (host::netns_name("wire"), host::netns_name("drv"));
+                for (name, reverse) in [("tx", false), ("rx", true)] {
+                    let f = FlowSpec::new(&wire, "10.77.0.254", &drv, reverse).charged(4, 1);
+                    env.flows.insert(name, f);
+                }
+            }
+            Ok(Ok(env))
+        }
+        Err(e) => {
+            let e = format!("{e:#}");
+            match unknown_key(&e) {
+                Some(k) => Ok(Err(format!(
+                    "not available in this build (its topology key `{k}` is unknown)"
+                ))),
+                None if cfg.superpages() && e.contains("huge") => Ok(Err(format!(
+                    "superpages could not be set up here: {}",
+                    e.lines().last().unwrap_or(&e)
+                ))),
+                None => Err(anyhow::anyhow!(e)),
+            }
+        }
+    }
+}
+
+/// Receive arrives as a NIC delivers it: MTU-sized frames, so the sender's
+/// TSO and GSO go off (over veth they otherwise cross as 64 KiB frames).
+fn mtu_frames(env: &Env) -> Result<()> {
+    if let Some(f) = env.flows.get("rx") {
+        let (sender, _) = f.sender_and_receiver();
+        ethtool(sender, &["tso", "off", "gso", "off"])?;
+    }
+    Ok(())
+}
+
+fn measure(ctx: &Ctx<'_>, env: &Env, cfg: M6Config, case: Case) -> Result<Measured> {
+    let (secs, tsc) = (ctx.opts.secs, ctx.tsc_hz);
+    let flows = [case.flow()];
+    if ctx.profile.get() && cfg.profiled() && case == Case::Tx {
+        let r = baseline::measure_flows(
+            env,
+            &flows,
+            case.workload(),
+            secs,
+            tsc,
+            Some("splitnet bench menon2006"),
+        );
+        match r {
+            Err(e) if format!("{e}").starts_with("profiling the flow") => {
+                ctx.say(&format!("no cost classes from here on: {e}"));
+                ctx.profile.set(false);
+            }
+            r => return r,
+        }
+    }
+    baseline::measure_flows(env, &flows, case.workload(), secs, tsc, None)
+}
+
+/// Brings `cfg` up and measures its cases; notes it in `unavailable` when
+/// this build cannot run it.
+fn one_config(
+    ctx: &Ctx<'_>,
+    cfg: M6Config,
+    run: usize,
+    out: &mut Vec<M6Record>,
+    unavailable: &mut Vec<(M6Config, String)>,
+) -> Result<()> {
+    let env = match bring_up(ctx, cfg).with_context(|| format!("bringing up {}", cfg.name()))? {
+        Ok(env) => env,
+        Err(why) => {
+            ctx.say(&format!("{}: {why}", cfg.name()));
+            if !unavailable.iter().any(|u| u.0 == cfg) {
+                unavailable.push((cfg, why));
+            }
+            return Ok(());
+        }
+    };
+    let result = measure_cases(ctx, &env, cfg, run, out);
+    baseline::tear_down(env, &ctx.base, &ctx.layout);
+    result.with_context(|| format!("measuring {}", cfg.name()))
+}
+
+fn measure_cases(
+    ctx: &Ctx<'_>,
+    env: &Env,
+    cfg: M6Config,
+    run: usize,
+    out: &mut Vec<M6Record>,
+) -> Result<()> {
+    mtu_frames(env).with_context(|| format!("setting up {}'s RX sender", cfg.name()))?;
+    for &case in cfg.cases() {
+        let flow = env.flows.get(case.flow()).context("the case's flow")?;
+        let (sender, receiver) = flow.sender_and_receiver();
+        let csum0 = nstat_sum(receiver, &CSUM_COUNTERS)?;
+        let reorder0 = nstat_sum(sender, &REORDER_COUNTERS)?;
+        let m = measure(ctx, env, cfg, case)?;
+        let csum_errors = nstat_sum(receiver, &CSUM_COUNTERS)?.saturating_sub(csum0);
+        let reorder_events = nstat_sum(sender, &REORDER_COUNTERS)?.saturating_sub(reorder0);
+        let total = m.cycles_per_packet.get("total").copied().unwrap_or(0.0);
+        ctx.say(&format!(
+            "run {} {} {}: {:.2} Gbit/s, {:.0} cycles/frame",
+            run + 1,
+            cfg.name(),
+            case.name(),
+            m.flow.gbps,
+            total
+        ));
+        out.push(M6Record {
+            config: cfg,
+            case,
+            run,
+            gbps: m.flow.gbps,
+            ratio_to_native: None,
+            by_domain: by_domain(&m.cycles_per_packet),
+            by_class: by_class(total, m.profile.as_ref()),
+            cycles_per_packet: m.cycles_per_packet,
+            csum_errors,
+            reorder_events,
+        });
+    }
+    Ok(())
+}
+
+/// The configurations asked for, Linux first.
+fn chosen(opts: &Menon2006Options) -> Vec<M6Config> {
+    M6Config::ALL
+        .into_iter()
+        .filter(|c| *c == M6Config::Linux || opts.configs.is_empty() || opts.configs.contains(c))
+        .collect()
+}
+
+/// Runs the suite.
+pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
+    if opts.configs == [M6Config::Linux] {
+        bail!("--configs Linux alone measures nothing against it; name a splitnet configuration");
+    }
+    let ctx = Ctx {
+        opts,
+        base: base_options(opts),
+        layout: CgroupLayout::detect(),
+        tsc_hz: tsc_per_us() * 1e6,
+        profile: std::cell::Cell::new(opts.profile),
+        started: Instant::now(),
+    };
+    let (mut records, mut unavailable) = (Vec::new(), Vec::new());
+    for run in 0..opts.runs {
+        for cfg in chosen(opts) {
+            one_config(&ctx, cfg, run, &mut records, &mut unavailable)?;
+        }
+    }
+    add_ratios(&mut records);
+    let summary = summarize(&records);
+    Ok(Menon2006Report {
+        suite: "menon2006",
+        tsc_mhz: ctx.tsc_hz / 1e6,
+        runs: opts.runs,
+        seconds_per_flow: opts.secs,
+        wall_seconds: ctx.started.elapsed().as_secs_f64(),
+        records,
+        summary,
+        unavailable,
+        profiled: ctx.profile.get(),
+    })
+}
+
+/// Each record over Linux's of the same run and case.
+fn add_ratios(records: &mut [M6Record]) {
+    let linux: Vec<(usize, Case, f64)> = records
+        .iter()
+        .filter(|r| r.config == M6Config::Linux)
+        .map(|r| (r.run, r.case, r.gbps))
+        .collect();
+    for r in records.iter_mut() {
+        r.ratio_to_native = linux
+            .iter()
+            .find(|n| n.0 == r.run && n.1 == r.case && n.2 > 0.0)
+            .map(|n| r.gbps / n.2);
+    }
+}
+
+fn summarize(records: &[M6Record]) -> Vec<M6Summary> {
+    let mut out = Vec::new();
+    for cfg in M6Config::ALL {
+        for case in Case::ALL {
+            let rs: Vec<&M6Record> = records
+                .iter()
+                .filter(|r| r.config == cfg && r.case == case)
+                .collect();
+            let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+            let Some(gbps) = Spread::of(&g) else {
+                continue;
+            };
+            let pick = |f: fn(&M6Record) -> Option<f64>| -> Vec<f64> {
+                rs.iter().filter_map(|r| f(r)).collect()
+            };
+            out.push(M6Summary {
+                config: cfg,
+                case,
+                runs: rs.len(),
+                gbps,
+                ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
+                cycles_per_packet: Spread::of(&pick(|r| {
+                    r.cycles_per_packet.get("total").copied()
+                })),
+                by_domain: medians(rs.iter().map(|r| &r.by_domain)),
+                by_class: medians(rs.iter().map(|r| &r.by_class)),
+            });
+        }
+    }
+    out
+}
+
+/// One bar of a paper figure: a configuration and case, and the paper's
+/// Mb/s (with its ratio to the paper's Linux) where the text gives it.
+pub struct PaperBar {
+    pub config: M6Config,
+    pub case: Case,
+    pub paper_mbps: Option<f64>,
+}
+
+/// A throughput figure of the paper: its bars and the paper's Linux.
+pub struct PaperFigure {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub linux_mbps: f64,
+    pub bars: &'static [(M6Config, Case, Option<f64>)],
+}
+
+/// The paper's throughput figures with the numbers its text gives (Mb/s;
+/// Linux: 3760 transmit, 2508 receive).
+pub const FIGURES: [PaperFigure; 7] = {
+    use Case::*;
+    use M6Config::*;
+    [
+        PaperFigure {
+            id: "Figure 3",
+            title: "Transmit throughput in different configurations",
+            linux_mbps: 3760.0,
+            bars: &[
+                (XenDriver, Tx, Some(3760.0)),
+                (XenDriverOpt, Tx, Some(3760.0)),
+                (GuestNone, Tx, Some(750.0)),
+                (GuestHighIocSp, Tx, Some(3310.0)),
+            ],
+        },
+        PaperFigure {
+            id: "Figure 4",
+            title: "Receive throughput in different configurations",
+            linux_mbps: 2508.0,
+            bars: &[
+                (XenDriver, Rx, Some(1738.0)),
+                (XenDriverOpt, Rx, Some(2343.0)),
+                (GuestNone, Rx, Some(820.0)),
+                (GuestHighIocSp, Rx, Some(970.0)),
+            ],
+        },
+        PaperFigure {
+            id: "Figure 5",
+            title: "Contribution of individual transmit optimizations",
+            linux_mbps: 3760.0,
+            bars: &[
+                (GuestNone, Tx, Some(750.0)),
+                (GuestSp, Tx, Some(766.0)),
+                (GuestIoc, Tx, Some(806.0)),
+                (GuestHigh, Tx, Some(2794.0)),
+                (GuestHighIoc, Tx, Some(3230.0)),
+                (GuestHighIocSp, Tx, Some(3310.0)),
+            ],
+        },
+        PaperFigure {
+            id: "Figure 7",
+            title: "The high-level interface over ports of each capability",
+            linux_mbps: 3760.0,
+            bars: &[
+                (GuestNone, Tx, Some(750.0)),
+                (PortNone, Tx, Some(1461.0)),
+                (PortCsum, Tx, None),
+                (PortSg, Tx, None),
+                (PortSgCsum, Tx, Some(2007.0)),
+                (GuestHigh, Tx, Some(2794.0)),
+            ],
+        },
+        PaperFigure {
+            id: "Figure 10",
+            title: "Transmit with copying writes",
+            linux_mbps: 3760.0,
+            bars: &[
+                (GuestNone, TxWrites, None),
+                (GuestSp, TxWrites, None),
+                (GuestIoc, TxWrites, None),
+                (GuestHigh, TxWrites, None),
+                (GuestHighIoc, TxWrites, None),
+                (GuestHighIocSp, TxWrites, Some(1848.0)),
+            ],
+        },
+        PaperFigure {
+            id: "Figure 11",
+            title: "Receive in the driver domain's configurations",
+            linux_mbps: 2508.0,
+            bars: &[
+                (XenDriver, Rx, Some(1738.0)),
+                (DriverMtu, Rx, Some(2033.0)),
+                (XenDriverOpt, Rx, Some(2301.0)),
+            ],
+        },
+        PaperFigure {
+            id: "Figure 13",
+            title: "Receive in the guest: page flip, copy, copy on superpages",
+            linux_mbps: 2508.0,
+            bars: &[
+                (GuestNone, Rx, Some(820.0)),
+                (GuestCopy, Rx, Some(970.0)),
+                (GuestCopySp, Rx, Some(970.0)),
+            ],
+        },
+    ]
+};
+
+/// Names a bar as the paper's figure does.
+pub fn bar_label(id: &str, cfg: M6Config) -> &'static str {
+    match (id, cfg) {
+        ("Figure 3" | "Figure 4", M6Config::XenDriver) => "Xen-driver",
+        ("Figure 3" | "Figure 4", M6Config::GuestNone) => "Xen-guest",
+        ("Figure 3" | "Figure 4", M6Config::GuestHighIocSp) => "Xen-guest-opt",
+        ("Figure 7", M6Config::PortNone) => "None",
+        ("Figure 7", M6Config::PortCsum) => "Csum",
+        ("Figure 7", M6Config::PortSg) => "SG",
+        ("Figure 7", M6Config::PortSgCsum) => "SG+Csum",
+        ("Figure 7", M6Config::GuestHigh) => "TSO",
+        ("Figure 11", M6Config::XenDriver) => "Driver-none",
+        ("Figure 11", M6Config::XenDriverOpt) => "Driver-MTU-SP",
+        ("Figure 13", M6Config::GuestCopy) => "Guest-copy",
+        ("Figure 13", M6Config::GuestCopySp) => "Guest-copy-SP",
+        _ => cfg.name(),
+    }
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |r| format!("{r:.2}"))
+}
+
+impl Menon2006Report {
+    pub fn row(&self, cfg: M6Config, case: Case) -> Option<&M6Summary> {
+        self.summary
+            .iter()
+            .find(|m| m.config == cfg && m.case == case)
+    }
+
+    /// Our ratio to native for a bar (median), if measured.
+    pub fn ours(&self, cfg: M6Config, case: Case) -> Option<f64> {
+        self.row(cfg, case)
+            .and_then(|m| m.ratio_to_native.map(|s| s.median))
+    }
+
+    /// One paper figure as a table: each bar, the paper's Mb/s and ratio to
+    /// its Linux, our Gbit/s and ratio to native.
+    pub fn figure_table(&self, f: &PaperFigure) -> String {
+        let mut s = format!(
+            "**{}: {}**\n\n| bar | paper Mb/s | paper ÷ Linux | ours Gbit/s | ours ÷ native |\n|---|---:|---:|---:|---:|\n",
+            f.id, f.title
+        );
+        let case = f.bars.first().map_or(Case::Tx, |b| b.1);
+        if let Some(l) = self.row(M6Config::Linux, case) {
+            s += &format!(
+                "| Linux | {:.0} | 1.00 | {:.2} | 1.00 |\n",
+                f.linux_mbps, l.gbps.median
+            );
+        }
+        for &(cfg, case, paper) in f.bars {
+            let m = self.row(cfg, case);
+            s += &format!(
+                "| {} | {} | {} | {} | {} |\n",
+                bar_label(f.id, cfg),
+                paper.map_or("-".into(), |p| format!("{p:.0}")),
+                ratio(paper.map(|p| p / f.linux_mbps)),
+                m.map_or("n/a".into(), |m| format!("{:.2}", m.gbps.median)),
+                ratio(self.ours(cfg, case)),
+            );
+        }
+        s
+    }
+
+    /// Table 1: Linux, the driver domain and the guest, both directions.
+    pub fn table1(&self) -> String {
+        let mut s = String::from(
+            "**Table 1: Network performance, unoptimized**\n\n| configuration | paper RX Mb/s (÷ Linux) | paper TX Mb/s (÷ Linux) | ours RX ÷ native | ours TX ÷ native |\n|---|---:|---:|---:|---:|\n",
+        );
+        for (name, cfg, rx, tx) in [
+            ("Linux", M6Config::Linux, 2508.0, 3760.0),
+            ("Xen driver", M6Config::XenDriver, 1738.0, 3760.0),
+            ("Xen guest", M6Config::GuestNone, 820.0, 750.0),
+        ] {
+            s += &format!(
+                "| {name} | {rx:.0} ({:.2}) | {tx:.0} ({:.2}) | {} | {} |\n",
+                rx / 2508.0,
+                tx / 3760.0,
+                ratio(self.ours(cfg, Case::Rx)),
+                ratio(self.ours(cfg, Case::Tx)),
+            );
+        }
+        s
+    }
+
+    /// Figures 6 and 8: cycles per frame by domain (and by class where
+    /// profiled) of the transmit configurations they compare.
+    pub fn breakdown_table(&self) -> String {
+        let mut s = String::from(
+            "**Figures 6 and 8: cycles per 1514-byte frame by domain, transmit**\n\n| configuration | guest | driver | hv | wire | total | by class |\n|---|---:|---:|---:|---:|---:|---|\n",
+        );
+        for cfg in [
+            M6Config::GuestNone,
+            M6Config::GuestHigh,
+            M6Config::GuestHighIoc,
+        ] {
+            let Some(m) = self.row(cfg, Case::Tx) else {
+                continue;
+            };
+            let d = |k: &str| m.by_domain.get(k).map_or("-".into(), |v| format!("{v:.0}"));
+            let mut classes: Vec<(&String, &f64)> =
+                m.by_class.iter().filter(|(_, c)| **c >= 0.5).collect();
+            classes.sort_by(|a, b| b.1.total_cmp(a.1));
+            let classes: Vec<String> = classes
+                .iter()
+                .take(6)
+                .map(|(k, c)| format!("{k} {c:.0}"))
+                .collect();
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                cfg.name(),
+                d("guest"),
+                d("driver"),
+                d("hv"),
+                d("wire"),
+                m.cycles_per_packet
+                    .map_or("-".into(), |c| format!("{:.0}", c.median)),
+                if classes.is_empty() {
+                    "-".into()
+                } else {
+                    classes.join(", ")
+                },
+            );
+        }
+        s += &format!("\n{}\n", self.breakdown_ratios());
+        s
+    }
+
+    /// The paper's factors (§6.3.1, §6.3.2) beside ours.
+    fn breakdown_ratios(&self) -> String {
+        let role = |c, k: &str| {
+            self.row(c, Case::Tx)
+                .and_then(|m| m.by_domain.get(k).copied())
+                .filter(|v| *v > 0.0)
+        };
+        let factor = |k: &str| {
+            role(M6Config::GuestNone, k)
+                .zip(role(M6Config::GuestHigh, k))
+                .map_or("n/a".into(), |(a, b)| format!("{:.1}×", a / b))
+        };
+        let hv_cut = role(M6Config::GuestHigh, "hv")
+            .zip(role(M6Config::GuestHighIoc, "hv"))
+            .map_or("n/a".into(), |(a, b)| format!("{:+.0}%", (b / a - 1.0) * 100.0));
+        format!(
+            "High-level interface, Guest-none ÷ Guest-high per frame: guest {} (paper about 4×), hv {} (paper 1.9×), \
+             driver domain {} (paper 2.1×). I/O channel, hv time of Guest-high-ioc against Guest-high: {hv_cut} (paper −38%).",
+            factor("guest"),
+            factor("hv"),
+            factor("driver"),
+        )
+    }
+
+    /// Every table of the suite, Markdown.
+    pub fn table(&self) -> String {
+        let mut s = self.table1();
+        for f in &FIGURES {
+            s += "\n";
+            s += &self.figure_table(f);
+        }
+        s += "\n";
+        s += &self.breakdown_table();
+        s += "\n**Figures 9 and 12 (TLB misses)**: not measurable here: no hardware performance counters \
+              (`splitnet profile --events` says so); superpages' effect shows only in throughput and cycles.\n";
+        s += &format!(
+            "\n{} run(s), {} s per iperf3 TCP flow, TSC {:.0} MHz, {:.0} s in all. Transmit uses sendfile \
+             (`iperf3 -Z`) except Figure 10; receive arrives in MTU-sized frames. Ratios to native are \
+             taken within each run, then the median.\n",
+            self.runs, self.seconds_per_flow, self.tsc_mhz, self.wall_seconds
+        );
+        s += &self.integrity();
+        for (c, why) in &self.unavailable {
+            s += &format!("{}: {why}.\n", c.name());
+        }
+        s
+    }
+
+    /// Bad checksums and reordering over every flow of the suite.
+    pub fn integrity(&self) -> String {
+        let csum: u64 = self.records.iter().map(|r| r.csum_errors).sum();
+        let reorder: u64 = self.records.iter().map(|r| r.reorder_events).sum();
+        let bad: Vec<String> = self
+            .records
+            .iter()
+            .filter(|r| r.csum_errors + r.reorder_events > 0)
+            .map(|r| format!("{} {}", r.config.name(), r.case.name()))
+            .collect();
+        format!(
+            "Over {} flows: {csum} segments with a bad checksum at the receivers, {reorder} reorderings \
+             detected by the senders{}.\n",
+            self.records.len(),
+            if bad.is_empty() {
+                String::new()
+            } else {
+                format!(" (in {})", bad.join(", "))
+            }
+        )
+    }
+
+    /// Every configuration and case's ratio to native.
+    pub fn svg(&self) -> String {
+        let bars: Vec<Bar> = self
+            .summary
+            .iter()
+            .filter_map(|m| {
+                let r = m.ratio_to_native?;
+                Some(Bar {
+                    label: format!("{} {}", m.config.name(), m.case.name()),
+                    value: r.median,
+                    range: Some((r.min, r.max)),
+                })
+            })
+            .collect();
+        chart::bars(
+            "Menon 2006 re-measured: throughput ÷ native",
+            "× native",
+            "median of the runs; whiskers: min–max",
+            &bars,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_configuration_is_a_valid_topology() {
+        for cfg in M6Config::ALL {
+            let Some(t) = cfg.topology() else {
+                assert_eq!(cfg, M6Config::Linux);
+                continue;
+            };
+            if let Err(e) = toolstack::topology::Topology::parse(&t, cfg.name()) {
+                panic!("{}: {e}", cfg.name());
+            }
+        }
+    }
+
+    #[test]
+    fn configurations_differ_by_the_paper_s_switches() {
+        let g = |c: M6Config| c.guest_keys().unwrap();
+        assert!(g(M6Config::GuestNone).contains("offload = false"));
+        assert!(g(M6Config::GuestHigh).contains("offload = true"));
+        assert!(g(M6Config::GuestIoc).contains("tx_mode = \"gather\""));
+        assert!(g(M6Config::GuestHighIocSp).contains("hugepages = true"));
+        assert!(g(M6Config::GuestCopy).contains("rx_mode = \"copy\""));
+        assert!(M6Config::XenDriver
+            .driver_keys()
+            .contains("port_buffer = \"page\""));
+        assert!(M6Config::PortSgCsum
+            .driver_keys()
+            .contains("port_offload = \"sg+csum\""));
+        assert!(!M6Config::GuestHigh.driver_keys().contains("port_offload"));
+    }
+
+    #[test]
+    fn nstat_counters_sum_by_name() {
+        let text = "#kernel\nTcpInCsumErrors                 3                  0.0\n\
+                    UdpInCsumErrors                 2                  0.0\nTcpExtTCPSACKReorder 7 0.0\n";
+        assert_eq!(parse_nstat(text, &CSUM_COUNTERS), 5);
+        assert_eq!(parse_nstat(text, &REORDER_COUNTERS), 7);
+        assert_eq!(parse_nstat("", &CSUM_COUNTERS), 0);
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for c in M6Config::ALL {
+            assert_eq!(c.name().parse::<M6Config>().unwrap(), c);
+        }
+        assert!("Guest-fast".parse::<M6Config>().is_err());
+    }
+}
