@@ -16,6 +16,7 @@ pub mod hvm;
 pub mod isolation;
 pub mod multihost;
 pub mod netenv;
+pub mod plot;
 pub mod ram;
 pub mod scale;
 pub mod stats;
