@@ -6,8 +6,8 @@
 //! all measured in the same run (Menon 2006 §6, Ram thesis §2.4: cycles per
 //! 1514-byte packet by domain).
 
-use crate::chart::{self, Bar};
 use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Latency, Native, Workload};
+use crate::plot;
 use crate::stats::{median, tsc_per_us};
 use crate::usernet::{self, Tool, UserNet};
 use anyhow::{Context, Result};
@@ -1160,28 +1160,49 @@ impl BaselineReport {
         Some(s)
     }
 
-    /// Throughput chart of the first workload.
+    /// Throughput of the first stream workload: the configurations side by
+    /// side in each direction.
     pub fn svg(&self) -> String {
         let stream = self.summary.iter().find(|m| !m.workload.is_latency());
         let Some(first) = stream.map(|m| m.workload) else {
             return String::new();
         };
-        let bars: Vec<Bar> = self
+        let rows: Vec<&Summary> = self
             .summary
             .iter()
             .filter(|m| m.workload == first)
-            .map(|m| Bar {
-                label: format!("{} {}", m.config.name(), m.direction.name()),
-                value: m.median_gbps,
-                range: Some((m.min_gbps, m.max_gbps)),
-            })
             .collect();
-        chart::bars(
-            &format!("splitnet bench baseline: {} throughput", first.name()),
-            "Gbit/s",
-            "bars: median; whiskers: min–max over runs",
-            &bars,
-        )
+        let dirs: Vec<Direction> = DIRECTIONS
+            .into_iter()
+            .filter(|d| rows.iter().any(|m| m.direction == *d))
+            .collect();
+        let configs: Vec<Config> = CONFIGS
+            .into_iter()
+            .filter(|c| rows.iter().any(|m| m.config == *c))
+            .collect();
+        plot::grouped(&plot::Grouped {
+            title: format!(
+                "splitnet bench baseline: {} throughput (median)",
+                first.name()
+            ),
+            y_label: "Gbit/s".into(),
+            groups: dirs.iter().map(|d| d.name().to_string()).collect(),
+            series: configs.iter().map(|c| c.name().to_string()).collect(),
+            values: configs
+                .iter()
+                .map(|c| {
+                    dirs.iter()
+                        .map(|d| {
+                            rows.iter()
+                                .find(|m| m.config == *c && m.direction == *d)
+                                .map(|m| m.median_gbps)
+                        })
+                        .collect()
+                })
+                .collect(),
+            paper: Vec::new(),
+            reference: None,
+        })
     }
 }
 

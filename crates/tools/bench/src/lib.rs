@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 pub mod baseline;
-pub mod chart;
 pub mod faults;
 pub mod flood;
 pub mod forwarder;

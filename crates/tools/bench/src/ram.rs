@@ -13,8 +13,8 @@
 //! subset of the thesis's mechanisms.
 
 use crate::baseline::{self, BaselineOptions, Config, Env, FlowSpec, Measured};
-use crate::chart::{self, Bar};
 use crate::netenv::{self, Workload};
+use crate::plot;
 use crate::stats::{median, tsc_per_us, Spread};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -1126,59 +1126,82 @@ impl RamReport {
         s
     }
 
-    /// Throughput of every configuration and case.
+    /// Throughput of every configuration, grouped by case.
     pub fn svg(&self) -> String {
-        let bars: Vec<Bar> = self
-            .summary
+        let mut g = plot::Grouped {
+            title: "splitnet bench ram: TCP throughput (median of runs)".into(),
+            y_label: "Gbit/s".into(),
+            groups: Vec::new(),
+            series: Vec::new(),
+            values: Vec::new(),
+            paper: Vec::new(),
+            reference: None,
+        };
+        for m in &self.summary {
+            for (names, v) in [
+                (&mut g.groups, m.case.name()),
+                (&mut g.series, m.config.name()),
+            ] {
+                if !names.iter().any(|n| n == v) {
+                    names.push(v.to_string());
+                }
+            }
+        }
+        g.values = g
+            .series
             .iter()
-            .map(|m| Bar {
-                label: format!("{} {}", m.config.name(), m.case.name()),
-                value: m.gbps.median,
-                range: Some((m.gbps.min, m.gbps.max)),
+            .map(|c| {
+                g.groups
+                    .iter()
+                    .map(|case| {
+                        self.summary
+                            .iter()
+                            .find(|m| m.config.name() == c && m.case.name() == case)
+                            .map(|m| m.gbps.median)
+                    })
+                    .collect()
             })
             .collect();
-        chart::bars(
-            "splitnet bench ram: TCP throughput",
-            "Gbit/s",
-            "bars: median; whiskers: min–max over runs",
-            &bars,
-        )
+        plot::grouped(&g)
     }
 
-    /// Cycles per frame over native's, RX and TX (the thesis's Figures
-    /// 2.4-5.2 as ratios), by file name.
+    /// Cycles per frame by domain, RX and TX, stacked as the thesis's
+    /// Figures 2.4-5.2 draw them, by file name.
     pub fn charts(&self) -> Vec<(String, String)> {
         [(Case::Rx, "rx-cycles.svg"), (Case::Tx, "tx-cycles.svg")]
             .into_iter()
-            .map(|(case, file)| {
-                let bars: Vec<Bar> = self
-                    .summary
-                    .iter()
-                    .filter(|m| m.case == case)
-                    .filter_map(|m| {
-                        let x = m.cycles_x_native?;
-                        Some(Bar {
-                            label: m.config.name().to_string(),
-                            value: x.median,
-                            range: Some((x.min, x.max)),
-                        })
-                    })
-                    .collect();
-                let title = format!(
-                    "splitnet bench ram: {} cycles per frame over native",
-                    case.name()
-                );
-                (
-                    file.to_string(),
-                    chart::bars(
-                        &title,
-                        "× native",
-                        "bars: median; whiskers: min–max over runs",
-                        &bars,
-                    ),
-                )
-            })
+            .map(|(case, file)| (file.to_string(), self.cycles_svg(case)))
             .collect()
+    }
+
+    fn cycles_svg(&self, case: Case) -> String {
+        let rows: Vec<&RamSummary> = self.summary.iter().filter(|m| m.case == case).collect();
+        let mut classes: Vec<String> = Vec::new();
+        for m in &rows {
+            for k in m.by_domain.keys() {
+                if !classes.contains(k) {
+                    classes.push(k.clone());
+                }
+            }
+        }
+        plot::stacked(&plot::Stacked {
+            title: format!(
+                "splitnet bench ram: {} cycles per frame by domain",
+                case.name()
+            ),
+            y_label: "TSC cycles per frame (median)".into(),
+            bars: rows.iter().map(|m| m.config.name().to_string()).collect(),
+            values: rows
+                .iter()
+                .map(|m| {
+                    classes
+                        .iter()
+                        .map(|c| m.by_domain.get(c).copied().unwrap_or(0.0))
+                        .collect()
+                })
+                .collect(),
+            classes,
+        })
     }
 }
 
