@@ -18,6 +18,7 @@ pub mod netenv;
 pub mod plot;
 pub mod ram;
 pub mod scale;
+pub mod seeds;
 pub mod stats;
 pub mod usernet;
 pub mod vifopts;
