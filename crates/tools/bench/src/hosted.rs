@@ -20,8 +20,8 @@
 
 use crate::baseline::{bench_cgroup, proc_cpu};
 use crate::netenv::{self, Flow, Native, Workload};
-use crate::plot;
 use crate::stats::{median, tsc_per_us};
+use crate::{plot, seeds};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::Value;
@@ -1248,6 +1248,76 @@ impl HostedReport {
             ("table3.svg".into(), self.table3_svg()),
         ]
     }
+}
+
+/// Sugerman 2001's figures and tables from a run, for `bench seeds`.
+pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
+    use seeds::{Figure, Kind, Seed::Sugerman};
+    let unopt = r.breakdown(Config::Unoptimized, Link::Shaped);
+    let path = unopt.and_then(|b| b.path_us);
+    let mut fig5 = Figure::new(
+        Sugerman,
+        "Figure 5",
+        Kind::Grouped,
+        r.figure5_table(),
+        r.figure5_svg(),
+    )
+    .missing_if(path.is_none());
+    if let (Some(p), Some(b)) = (path, unopt) {
+        fig5.ours = vec![
+            ("OUT end to end, µs".into(), p.iter().sum()),
+            ("world switch, µs".into(), b.null_switch_mean_us),
+        ];
+    }
+    let no_shares = r.breakdowns.iter().all(|b| b.config == Config::Native);
+    let tables = |id| {
+        Figure::new(Sugerman, id, Kind::Stacked, r.time_table(), r.tables_svg())
+            .missing_if(no_shares)
+    };
+    let ratio = |cfg, size| {
+        r.figure6
+            .iter()
+            .find(|p| p.config == cfg && p.link == Link::Shaped && p.send_size == size)
+            .and_then(|p| p.median_ratio_to_native)
+    };
+    let mut fig6 = Figure::new(
+        Sugerman,
+        "Figure 6",
+        Kind::Lines,
+        r.figure6_table(),
+        r.svg(),
+    )
+    .missing_if(r.figure6.is_empty());
+    for (label, cfg) in [
+        ("unoptimized ÷ native, 4 KB", Config::Unoptimized),
+        ("optimized ÷ native", Config::Optimized),
+    ] {
+        if let Some(v) = ratio(cfg, 4096) {
+            fig6.ours.push((label.into(), v));
+        }
+    }
+    let mut t3 = Figure::new(
+        Sugerman,
+        "Table 3",
+        Kind::Grouped,
+        r.idle_table(),
+        r.table3_svg(),
+    )
+    .missing_if(r.breakdowns.is_empty());
+    for (label, cfg) in [
+        ("native idle %", Config::Native),
+        ("ports in the VMM idle %", Config::PortsInVmm),
+        ("+ send combining idle %", Config::NoIrqNotification),
+        ("+ IRQ notification idle %", Config::Optimized),
+    ] {
+        if let Some(b) = r
+            .breakdown(cfg, Link::Shaped)
+            .filter(|b| b.idle_percent.is_finite())
+        {
+            t3.ours.push((label.into(), b.idle_percent));
+        }
+    }
+    vec![fig5, tables("Table 1"), tables("Table 2"), fig6, t3]
 }
 
 #[cfg(test)]

@@ -17,8 +17,8 @@
 
 use crate::faults::{random_file, serve_http, sha256, start_download, Up};
 use crate::netenv::{self, Flow, Workload};
-use crate::plot;
 use crate::stats::{median, tsc_per_us};
+use crate::{plot, seeds};
 use anyhow::{anyhow, Context, Result};
 use hv::hvm::{HvmConfig, HvmGuest};
 use hv::ioreq::{HvmSnapshot, Placement, STAGES};
@@ -658,4 +658,92 @@ impl HvmReport {
             reference: None,
         })
     }
+}
+
+/// The sections of `md` whose `###` heading names `what` ("Table 3").
+fn sections(md: &str, what: &str) -> String {
+    md.split("### ")
+        .filter(|sec| sec.lines().next().unwrap_or("").contains(what))
+        .map(|sec| format!("### {sec}"))
+        .collect()
+}
+
+/// Zhang & Dong's tables from a run, for `bench seeds`.
+pub fn figures(r: &HvmReport) -> Vec<seeds::Figure> {
+    use seeds::{Figure, Kind, Seed::ZhangDong};
+    let md = r.table();
+    let s = &r.stages;
+    let rt = s.round_trip_cycles.max(1.0);
+    let mut t3 = Figure::new(
+        ZhangDong,
+        "Table 3",
+        Kind::Grouped,
+        sections(&md, "Table 3"),
+        r.stages_svg(),
+    )
+    .missing_if(s.runs == 0);
+    t3.ours = vec![
+        ("round trip, cycles".into(), s.round_trip_cycles),
+        ("hypervisor share %".into(), 100.0 * s.stage_cycles[0] / rt),
+        (
+            "process switch share %".into(),
+            100.0 * s.stage_cycles[2] / rt,
+        ),
+    ];
+    let mut t6 = Figure::new(
+        ZhangDong,
+        "Table 6",
+        Kind::Table,
+        sections(&md, "Table 6"),
+        String::new(),
+    )
+    .missing_if(s.runs == 0);
+    t6.ours = vec![("PIC port cycles after the move".into(), s.pic_in_hv_cycles)];
+    let copy = |poll: u32| {
+        r.nic
+            .iter()
+            .find(|n| n.poll_us == poll && n.pic == "hv")
+            .map(|n| n.copy_kbps)
+    };
+    let mut t9 = Figure::new(
+        ZhangDong,
+        "Table 9",
+        Kind::Grouped,
+        sections(&md, "Table 9"),
+        r.svg(),
+    )
+    .missing_if(r.nic.is_empty());
+    for (label, poll) in [
+        ("to guest, original KB/s", 100_000),
+        ("to guest, event-driven KB/s (low end)", 0),
+    ] {
+        if let Some(v) = copy(poll) {
+            t9.ours.push((label.into(), v));
+        }
+    }
+    let exits = |id| {
+        Figure::new(
+            ZhangDong,
+            id,
+            Kind::Table,
+            sections(&md, "Exits by reason"),
+            String::new(),
+        )
+        .missing_if(r.nic.is_empty())
+    };
+    vec![
+        t3,
+        t6,
+        t9,
+        exits("Table 1"),
+        exits("Table 4"),
+        Figure::new(
+            ZhangDong,
+            "Table 5",
+            Kind::Grouped,
+            sections(&md, "Table 9"),
+            r.svg(),
+        )
+        .missing_if(r.nic.is_empty()),
+    ]
 }

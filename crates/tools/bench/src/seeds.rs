@@ -164,6 +164,17 @@ impl Figure {
             ours: Vec::new(),
         }
     }
+
+    /// Marks the figure missing when the run measured nothing for it
+    /// (`empty`), saying so.
+    pub fn missing_if(mut self, empty: bool) -> Figure {
+        if empty {
+            self.status = Status::Missing;
+            self.reason =
+                "the run measured nothing for it (a configuration or case left out?)".into();
+        }
+        self
+    }
 }
 
 /// A suite that did not produce its figures, and why.
