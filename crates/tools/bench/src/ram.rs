@@ -725,7 +725,9 @@ fn add_ratios(records: &mut [RamRecord]) {
 }
 
 /// Medians of each key over `maps`.
-pub(crate) fn medians<'a>(maps: impl Iterator<Item = &'a BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
+pub(crate) fn medians<'a>(
+    maps: impl Iterator<Item = &'a BTreeMap<String, f64>>,
+) -> BTreeMap<String, f64> {
     let mut all: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for m in maps {
         for (k, v) in m {
