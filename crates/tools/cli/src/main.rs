@@ -904,7 +904,8 @@ struct BenchArgs {
     /// ports-in-vmm, no-irq-notification, optimized; ram: of Orig, MQ, NGM,
     /// MQ+NGM, LRO-guest, LRO-driver, SPF, HalfPG, All; menon2006: of Xen-driver, Driver-MTU,
     /// Xen-driver-opt, Guest-none, Guest-sp, Guest-ioc, Guest-high, Guest-high-ioc,
-    /// Guest-high-ioc-sp, Port-none, Port-csum, Port-sg, Port-sg+csum, Guest-copy, Guest-copy-SP. Native is always
+    /// Guest-high-ioc-sp, Port-none, Port-csum, Port-sg, Port-sg+csum, Guest-copy, Guest-copy-SP,
+    /// splitnet-default. Native is always
     /// measured, as every ratio's reference. Default: all.
     #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
     configs: Vec<String>,
