@@ -5,6 +5,7 @@ use crate::bridge::{Bridge, PortId, Route, DEFAULT_BRIDGE};
 use crate::capture::{Taps, Target};
 use crate::idle::Idle;
 use crate::netback::{self, Netback, NetbackError, Pending};
+use crate::offload::Offloads;
 use crate::packet::FrameRef;
 use crate::port::{PacketPort, Port};
 use crate::vhost_port::{self, VhostPort};
@@ -113,10 +114,7 @@ impl Driver {
     pub fn new(hv: &mut HvClient) -> Result<Driver, DriverError> {
         let me = hv.domid();
         let home = format!("/local/domain/{me}/splitnet");
-        let port_offload = hv
-            .store_read_str(&format!("{home}/port-offload"))
-            .map(|v| v == "1")
-            .unwrap_or(true);
+        let port_offload = port_caps(hv, &home);
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
         // hv's word (`jail::Role::QueueDriver`): it may make queues.
@@ -695,7 +693,8 @@ struct Wanted {
 /// stays in place while its port lives, so the others keep their numbers.
 struct Ports {
     list: Vec<PortSlot>,
-    offload: bool,
+    /// What the interface ports declare they do themselves (Menon 2006 §3.1).
+    offload: Offloads,
     uplinks_dir: String,
     extras_dir: String,
     vhost_dir: String,
@@ -707,7 +706,7 @@ struct Ports {
 }
 
 impl Ports {
-    fn new(home: &str, offload: bool, queue_admin: bool) -> Ports {
+    fn new(home: &str, offload: Offloads, queue_admin: bool) -> Ports {
         Ports {
             list: Vec::new(),
             offload,
@@ -874,11 +873,8 @@ impl Ports {
             match opened_one {
                 Ok(p) => {
                     eprintln!(
-                        "driver: {:?} port {} bridged ({:?}; offloads {})",
-                        e.kind,
-                        e.name,
-                        e.attach,
-                        if self.offload { "on" } else { "off" }
+                        "driver: {:?} port {} bridged ({:?}; offloads {:?})",
+                        e.kind, e.name, e.attach, self.offload
                     );
                     e.port = Some(p);
                     opened = true;
@@ -933,13 +929,29 @@ impl Ports {
     }
 }
 
+/// The capabilities hv declared for this driver domain's interface ports
+/// (`port-offload`, from the topology's `port_offload`; all when absent).
+/// A value hv would not write is refused in favour of none, with a word.
+fn port_caps(hv: &mut HvClient, home: &str) -> Offloads {
+    let Ok(v) = hv.store_read_str(&format!("{home}/port-offload")) else {
+        return Offloads::ALL;
+    };
+    match abi::offloads::Caps::parse(&v) {
+        Ok(c) => Offloads::from(c),
+        Err(e) => {
+            eprintln!("driver: port-offload: {e}; the software offload driver does it all");
+            Offloads::NONE
+        }
+    }
+}
+
 /// Opens the port of slot kind `kind`: an interface's AF_PACKET socket,
 /// or a VM vif's backend on the listener hv keeps for it.
 fn open_port(
     hv: &mut HvClient,
     name: &str,
     kind: PortKind,
-    offload: bool,
+    offload: Offloads,
     queues: u16,
     queue_admin: bool,
 ) -> std::io::Result<Box<dyn Port>> {
@@ -1913,7 +1925,7 @@ mod tests {
         ];
         let mut r = Rig {
             bridge,
-            ports: Ports::new("/t", true, false),
+            ports: Ports::new("/t", Offloads::ALL, false),
             taps: Taps::default(),
             scratch: Scratch::new(),
             sent: Vec::new(),

@@ -276,10 +276,7 @@ impl Supervisor {
                 ts.write(&format!("{home}/nic-mac"), &v.mac)?;
             }
         }
-        ts.write(
-            &format!("{home}/port-offload"),
-            if d.port_offload { "1" } else { "0" },
-        )?;
+        ts.write(&format!("{home}/port-offload"), &d.port_offload.to_string())?;
         ts.write(&format!("{home}/spin-us"), &d.spin_us.to_string())?;
         let bit = |b: bool| if b { "1" } else { "0" };
         for e in self.topology.emulated_nics() {

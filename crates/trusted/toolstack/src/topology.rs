@@ -94,19 +94,23 @@ pub struct DomainConfig {
     /// its bridge (multi-queue with direct placement, Ram thesis ch. 3).
     #[serde(default)]
     pub mq: bool,
-    /// Guests: the high-level virtual interface (checksum offload, TSO,
-    /// scatter-gather; Menon 2006 §3). Off in the seed baseline.
-    #[serde(default = "yes")]
-    pub offload: bool,
+    /// Guests: the high-level virtual interface (Menon 2006 §3), one
+    /// capability at a time: `"none"`, `"csum"`, `"sg"`, `"sg+csum"` or
+    /// `"tso"` (= sg+csum+TSO, also `"all"`); `true` is `"tso"` (the
+    /// default), `false` `"none"` (the seed baseline).
+    #[serde(default = "all_offloads", deserialize_with = "offload_set")]
+    pub offload: Offloads,
     /// Guests: where large receive offload (Ram thesis 5.1) coalesces the
     /// guest's received TCP segments: `guest` (netfront; the default for a
     /// `nic = "vif"` guest receiving by copy, as `bench ram` measured it
-    /// faster), `driver` (netback; needs `offload = true`) or `off`.
+    /// faster), `driver` (netback; needs `offload = "tso"`) or `off`.
     pub lro: Option<String>,
-    /// Driver domains: let the physical port use the kernel's offloads
-    /// (PACKET_VNET_HDR); off means the software offload driver does it all.
-    #[serde(default = "yes")]
-    pub port_offload: bool,
+    /// Driver domains: what the physical port does itself (Menon 2006
+    /// §3.1, Figure 7), as for `offload`: `"none"`, `"csum"`, `"sg"`,
+    /// `"sg+csum"` or `"tso"` (`true`, the default); the software offload
+    /// driver does the rest (segments, checksums, linearizes).
+    #[serde(default = "all_offloads", deserialize_with = "offload_set")]
+    pub port_offload: Offloads,
     /// Microseconds the domain keeps polling its event channels without
     /// blocking after its last work, before it sleeps; 0 (the default)
     /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
@@ -389,6 +393,31 @@ fn yes() -> bool {
     true
 }
 
+/// An offload capability set (see [`abi::offloads::Caps`]).
+pub use abi::offloads::Caps as Offloads;
+
+fn all_offloads() -> Offloads {
+    Offloads::TSO
+}
+
+/// `offload`/`port_offload`: a boolean (the old form) or a set's name.
+fn offload_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Offloads, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Bool(bool),
+        Name(String),
+    }
+    match Form::deserialize(d) {
+        Ok(Form::Bool(b)) => Ok(Offloads::from_bool(b)),
+        Ok(Form::Name(n)) => Offloads::parse(&n).map_err(serde::de::Error::custom),
+        Err(_) => Err(serde::de::Error::custom(format!(
+            "an offload set is one of {}",
+            abi::offloads::VALID
+        ))),
+    }
+}
+
 /// RX transfer mode of a virtual NIC.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -510,9 +539,9 @@ fn check_lro(d: &DomainConfig) -> Result<(), String> {
             d.name
         ));
     }
-    if at == LroAt::Driver && !d.offload {
+    if at == LroAt::Driver && !(d.offload.tso4 && d.offload.tso6) {
         return Err(format!(
-            "domain {:?}: lro = \"driver\" hands the guest GSO frames and needs offload = true",
+            "domain {:?}: lro = \"driver\" hands the guest GSO frames and needs offload = \"tso\" (or true)",
             d.name
         ));
     }
@@ -606,7 +635,8 @@ pub struct VifConfig {
     pub rx_mode: RxMode,
     pub tx_mode: TxMode,
     pub grants: Grants,
-    pub offload: bool,
+    /// The offloads the vif may negotiate (`offload`).
+    pub offload: Offloads,
     /// Where large receive offload runs (`lro`).
     pub lro: LroAt,
     /// Prefetch the next received packet's header (`prefetch`).
@@ -664,7 +694,7 @@ impl VifConfig {
             rx_mode: RxMode::Copy,
             tx_mode: TxMode::Gather,
             grants: Grants::Ngm,
-            offload: true,
+            offload: Offloads::TSO,
             lro: LroAt::Off,
             prefetch: false,
             rx_buffer: RxBuffer::Page,
@@ -1000,9 +1030,9 @@ fn check_modes(d: &DomainConfig) -> Result<(), String> {
             "domain {:?}: tx_mode = \"gather\" reads the guest's buffers in place and needs grants = \"ngm\" (or use tx_mode = \"copy\")",
             d.name
         )),
-        _ if d.rx_buffer == RxBuffer::Half && (d.rx_mode == RxMode::Flip || !d.offload) => {
+        _ if d.rx_buffer == RxBuffer::Half && (d.rx_mode == RxMode::Flip || !d.offload.sg) => {
             Err(format!(
-                "domain {:?}: rx_buffer = \"half\" needs rx_mode = \"copy\" (a flipped page is one buffer) and offload = true (a frame over 2 KiB spans buffers, which takes scatter-gather); rx_buffer is \"page\" or \"half\"",
+                "domain {:?}: rx_buffer = \"half\" needs rx_mode = \"copy\" (a flipped page is one buffer) and scatter-gather (offload = \"sg\", \"sg+csum\" or \"tso\": a frame over 2 KiB spans buffers); rx_buffer is \"page\" or \"half\"",
                 d.name
             ))
         }
@@ -1351,7 +1381,7 @@ impl Topology {
             d.rx_mode = rx;
             d.tx_mode = tx;
             d.grants = g;
-            d.offload = off;
+            d.offload = Offloads::from_bool(off);
             // The default takes LRO in netfront (faster in `bench ram`);
             // the seed configurations had none.
             if d.nic == Nic::Vif {
@@ -1579,7 +1609,7 @@ mod tests {
         assert_eq!(v[1].mac, "00:16:3e:5e:00:02");
         assert_eq!(
             (v[1].rx_mode, v[1].tx_mode, v[1].grants, v[1].offload),
-            (RxMode::Copy, TxMode::Gather, Grants::Ngm, true)
+            (RxMode::Copy, TxMode::Gather, Grants::Ngm, Offloads::TSO)
         );
         let mut h = t.clone();
         h.apply_preset(Preset::HvCopy);
@@ -1595,7 +1625,7 @@ mod tests {
                 b.vifs()[0].tx_mode,
                 b.vifs()[0].offload
             ),
-            (RxMode::Flip, TxMode::Map, false)
+            (RxMode::Flip, TxMode::Map, Offloads::NONE)
         );
         // LRO in netfront is the default preset's, and no seed configuration's.
         assert_eq!(v[0].lro, LroAt::Guest);
@@ -1805,7 +1835,7 @@ mod vif_list_tests {
             assert!(e.contains(needle), "{e:?} should mention {needle:?}");
         }
         let e = topo("backend = \"drv\"\nlro = \"driver\"\noffload = false\n").unwrap_err();
-        assert!(e.contains("needs offload = true"), "{e}");
+        assert!(e.contains("needs offload = \"tso\""), "{e}");
         let e = Topology::parse(
             "[[domain]]\nname = \"a\"\nkind = \"driver\"\nlro = \"guest\"\n",
             "t.toml",
@@ -1813,6 +1843,44 @@ mod vif_list_tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("lro applies to guests"), "{e}");
+    }
+
+    #[test]
+    fn offload_sets_parse_from_names_and_booleans() {
+        for (val, want) in [
+            ("true", Offloads::TSO),
+            ("false", Offloads::NONE),
+            ("\"none\"", Offloads::NONE),
+            ("\"csum\"", Offloads::CSUM),
+            ("\"sg\"", Offloads::SG),
+            ("\"sg+csum\"", Offloads::SG_CSUM),
+            ("\"tso\"", Offloads::TSO),
+            ("\"all\"", Offloads::TSO),
+        ] {
+            let t = topo(&format!(
+                "backend = \"drv\"\nlro = \"off\"\noffload = {val}\n"
+            ))
+            .unwrap_or_else(|e| panic!("offload = {val}: {e}"));
+            let v = t.vifs().into_iter().find(|x| x.guest == "g").unwrap();
+            assert_eq!(v.offload, want, "offload = {val}");
+            let t = Topology::parse(
+                &format!("[[domain]]\nname = \"d\"\nkind = \"driver\"\nport_offload = {val}\n"),
+                "t.toml",
+            )
+            .unwrap();
+            assert_eq!(t.domains[0].port_offload, want, "port_offload = {val}");
+        }
+        let t = topo("backend = \"drv\"\n").unwrap();
+        let g = t.domains.iter().find(|d| d.name == "g").unwrap();
+        assert_eq!(g.offload, Offloads::TSO, "the default");
+        for bad in ["\"gso\"", "3"] {
+            let e = topo(&format!("backend = \"drv\"\noffload = {bad}\n")).unwrap_err();
+            assert!(e.contains("\"sg+csum\""), "{bad}: {e}");
+        }
+        // Half-page buffers need scatter-gather, not TSO.
+        let half = "backend = \"drv\"\nlro = \"off\"\nrx_buffer = \"half\"\noffload = ";
+        assert!(topo(&format!("{half}\"sg\"\n")).is_ok());
+        assert!(topo(&format!("{half}\"csum\"\n")).is_err());
     }
 
     #[test]
