@@ -1792,6 +1792,7 @@ fn port_json(e: &PortSlot, ports: &Ports, bridge: &Bridge) -> serde_json::Value 
         "bridge": bridge.name(e.attach.bridge),
         "vlan": vlan,
         "open": e.port.is_some(),
+        "offloads": e.port.as_ref().map(|p| p.offloads()),
         "counters": e.port.as_ref().map(|p| p.counters()),
         "members": members,
     })

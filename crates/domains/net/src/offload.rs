@@ -793,7 +793,7 @@ impl Segmenting {
 // The offload driver proper.
 
 /// What an egress (a port, a guest's virtual NIC) accepts and does itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Offloads {
     /// Takes a frame in several pieces (gathered); without, the frame is
     /// copied into one contiguous buffer first.

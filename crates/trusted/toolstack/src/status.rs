@@ -431,7 +431,7 @@ fn driver_bridges(
                     ports.last_mut().expect("just pushed")
                 }
             };
-            for k in ["bridge", "vlan", "open", "counters", "members"] {
+            for k in ["bridge", "vlan", "open", "offloads", "counters", "members"] {
                 p[k] = x[k].clone();
             }
         }
@@ -791,6 +791,17 @@ fn print_ports(v: &Value) {
             p["driver"].as_str().unwrap_or("?"),
             p["peer"].as_str().unwrap_or("?")
         );
+        if p["offloads"].is_object() {
+            let c = &p["counters"];
+            let n = |k: &str| c[k].as_u64().unwrap_or(0);
+            println!(
+                "    offloads {}; in software: {} frames segmented or checksummed, {} linearized ({} B copied)",
+                port_offloads_text(&p["offloads"]),
+                n("tx_shaped"),
+                n("tx_linearized"),
+                n("tx_linearized_bytes"),
+            );
+        }
     }
     for u in v["uplinks"].as_array().unwrap_or(&empty) {
         let s = |k: &str| u[k].as_str().unwrap_or("-").to_string();
@@ -836,6 +847,15 @@ fn print_ports(v: &Value) {
         }
         print_loop(domain, &b["loop"]);
     }
+}
+
+/// A port's declared offloads (`sg`, `csum`, `tso4`, `tso6`; checksum
+/// offload covers both IP versions) as a set's name.
+fn port_offloads_text(o: &Value) -> String {
+    let csum = o["csum"] == true;
+    offloads_text(&json!({
+        "sg": o["sg"], "csum": csum, "csum6": csum, "tso4": o["tso4"], "tso6": o["tso6"],
+    }))
 }
 
 /// A vif's negotiated offloads as `sg+csum+csum6+tso4+tso6`, or `none`.
