@@ -13,7 +13,7 @@
 //! follow through the XenbusState handshake.
 
 use crate::daemon::{
-    setup_vif, Store, ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS, PHYS_PORT, WIRE_IF,
+    setup_vif, Store, ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS, WIRE_IF,
 };
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::topology::{
@@ -160,8 +160,12 @@ impl Supervisor {
             host::domain_netns_add(&host::netns_name(&d.name), *domid)
                 .map_err(|e| e.to_string())?;
         }
-        if let Some(w) = &self.topology.wire {
-            self.build_wire(&hv, w)?;
+        for w in &self.topology.wires {
+            let k = self
+                .topology
+                .wires_of(&w.driver)
+                .position(|x| x.name == w.name);
+            self.build_wire(&hv, w, k.unwrap_or(0))?;
         }
         for (d, _, _, _) in created.iter().filter(|c| c.0.kind == DomainKind::Driver) {
             self.uplinks.attach(&d.name)?;
@@ -183,44 +187,41 @@ impl Supervisor {
         Ok(())
     }
 
-    /// The wire host's namespace and its veth to the driver domain's
-    /// physical port, addressed, shaped and sized as the topology says.
-    fn build_wire(&self, hv: &Arc<Hypervisor>, w: &WireConfig) -> Result<(), String> {
+    /// Wire host `w`'s namespace and its veth to port `peth<k>` of its
+    /// driver domain (its `k`th wire), addressed, shaped and sized as the
+    /// topology says.
+    fn build_wire(&self, hv: &Arc<Hypervisor>, w: &WireConfig, k: usize) -> Result<(), String> {
         let wns = host::netns_name(&w.name);
+        let dns = host::netns_name(&w.driver);
+        let port = crate::uplink::config::wire_ifname(k);
         host::netns_add(&wns).map_err(|e| e.to_string())?;
-        host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
-            .map_err(|e| e.to_string())?;
+        host::veth_pair(&port, &dns, WIRE_IF, &wns).map_err(|e| e.to_string())?;
         for a in [&w.address, &w.ipv6].into_iter().flatten() {
             host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
         }
         // `[[port]] kind = "wire"` with `mtu`: both ends of the link.
         let wire_port = self.topology.uplinks_of(&w.driver).into_iter();
         if let Some(m) = wire_port
-            .filter(|u| u.kind == UplinkKind::Wire)
+            .filter(|u| u.kind == UplinkKind::Wire && u.ifname == port)
             .find_map(|u| u.mtu)
         {
             let m = m.to_string();
-            host::ip_in(
-                &host::netns_name(&w.driver),
-                &["link", "set", PHYS_PORT, "mtu", &m],
-            )
-            .and_then(|_| host::ip_in(&wns, &["link", "set", WIRE_IF, "mtu", &m]))
-            .map_err(|e| format!("the wire link's mtu {m}: {e}"))?;
+            host::ip_in(&dns, &["link", "set", &port, "mtu", &m])
+                .and_then(|_| host::ip_in(&wns, &["link", "set", WIRE_IF, "mtu", &m]))
+                .map_err(|e| format!("the link of wire {}: mtu {m}: {e}", w.name))?;
         }
         if let Some(rate) = w.rate {
             // Both directions: what the driver domain sends to the wire,
             // and what the wire host sends back.
-            host::shape(&host::netns_name(&w.driver), PHYS_PORT, rate.0)
+            host::shape(&dns, &port, rate.0)
                 .and_then(|()| host::shape(&wns, WIRE_IF, rate.0))
-                .map_err(|e| format!("shaping the wire link to {rate}: {e}"))?;
-            hv.set_info("wire.rate", &rate.to_string());
+                .map_err(|e| format!("shaping the link of wire {} to {rate}: {e}", w.name))?;
         }
-        hv.set_info("wire", &w.name);
-        hv.set_info("wire.netns", &wns);
-        hv.set_info("wire.driver", &w.driver);
+        // `netns|driver|port|rate`, for status.
+        let rate = w.rate.map(|r| r.to_string()).unwrap_or_default();
         hv.set_info(
-            "wire.port",
-            &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
+            &format!("wirehost.{}", w.name),
+            &format!("{wns}|{}|{port}|{rate}", w.driver),
         );
         Ok(())
     }
