@@ -661,6 +661,9 @@ enum PortKind {
     Extra,
     /// A VM's vhost-user vif (`<home>/vhost/<name>`), with its MAC.
     Vhost { mac: [u8; 6], guest: bool },
+    /// The driver domain's own interface on its bridge (`<home>/endpoint`):
+    /// a TAP the toolstack made ([`crate::tap_port`]).
+    Endpoint,
 }
 
 /// One bridge port that is an interface.
@@ -699,6 +702,8 @@ struct Ports {
     uplinks_dir: String,
     extras_dir: String,
     vhost_dir: String,
+    /// The node naming the driver domain's own TAP, if it has one.
+    endpoint_key: String,
     /// hv lets this driver domain make queues (`queue-admin`).
     queue_admin: bool,
     /// Refused store values already logged (`ifname=value`), so a watch
@@ -715,6 +720,7 @@ impl Ports {
             uplinks_dir: format!("{home}/uplinks"),
             extras_dir: format!("{home}/ports"),
             vhost_dir: format!("{home}/vhost"),
+            endpoint_key: format!("{home}/endpoint"),
             refused: Vec::new(),
         }
     }
@@ -761,6 +767,19 @@ impl Ports {
             }
         }
         self.wanted_vms(hv, bridge, errors, &mut want);
+        if let Ok(n) = hv.store_read_str(&self.endpoint_key) {
+            match vlan::check_ifname(&n) {
+                Ok(_) if !want.iter().any(|w| w.name == n) => want.push(Wanted {
+                    name: n,
+                    kind: PortKind::Endpoint,
+                    attach: untagged,
+                    group: None,
+                    queues: 0,
+                }),
+                Ok(_) => self.refuse(&n, "endpoint", "the name is another port's too", errors),
+                Err(e) => self.refuse(&n, "endpoint", &e, errors),
+            }
+        }
         want
     }
 
@@ -951,6 +970,7 @@ fn open_port(
         ),
         PortKind::Uplink => Box::new(PacketPort::open(name, offload)?.with_queues(queues)),
         PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
+        PortKind::Endpoint => Box::new(crate::tap_port::TapPort::open(name, offload)?),
         PortKind::Vhost { mac, guest } => Box::new(VhostPort::open(
             name,
             mac,

@@ -159,6 +159,9 @@ impl Supervisor {
         for (d, domid, _, _) in &created {
             host::domain_netns_add(&host::netns_name(&d.name), *domid)
                 .map_err(|e| e.to_string())?;
+            if d.kind == DomainKind::Driver && has_endpoint(d) {
+                make_endpoint(d, *domid)?;
+            }
         }
         for w in &self.topology.wires {
             let k = self
@@ -276,6 +279,9 @@ impl Supervisor {
                 ts.write(&format!("{home}/nic"), Nic::Virtio.as_str())?;
                 ts.write(&format!("{home}/nic-mac"), &v.mac)?;
             }
+        }
+        if d.kind == DomainKind::Driver && has_endpoint(d) {
+            ts.write(&format!("{home}/endpoint"), xenbus::DEFAULT_BRIDGE)?;
         }
         ts.write(
             &format!("{home}/port-offload"),
@@ -1350,4 +1356,35 @@ impl SupervisorHook for Supervisor {
             .intents
             .insert(name.to_string(), Intent::Destroy);
     }
+}
+
+/// Whether driver domain `d` has an interface of its own on its bridge
+/// (`address` or `ipv6`).
+fn has_endpoint(d: &DomainConfig) -> bool {
+    d.address.is_some() || d.ipv6.is_some()
+}
+
+/// Driver domain `d`'s own interface on its bridge: a persistent TAP in
+/// its namespace named after the bridge, owned by the uid its user
+/// namespace maps (that of `domid`, its first id, which its restarts keep),
+/// with its addresses, up. The driver attaches to it as a bridge port
+/// (`net::tap_port`); it lasts as long as the namespace, so through every
+/// restart of the domain.
+fn make_endpoint(d: &DomainConfig, domid: DomId) -> Result<(), String> {
+    let ns = host::netns_name(&d.name);
+    let tap = xenbus::DEFAULT_BRIDGE;
+    let uid = jail::domain_uid(domid).to_string();
+    let fail = |e: std::io::Error| format!("the interface {tap} of driver domain {}: {e}", d.name);
+    host::ip_in(
+        &ns,
+        &[
+            "tuntap", "add", "dev", tap, "mode", "tap", "vnet_hdr", "user", &uid, "group", &uid,
+        ],
+    )
+    .map_err(fail)?;
+    for a in [&d.address, &d.ipv6].into_iter().flatten() {
+        host::addr_add(&ns, tap, a).map_err(fail)?;
+    }
+    host::ip_in(&ns, &["link", "set", tap, "up"]).map_err(fail)?;
+    Ok(())
 }

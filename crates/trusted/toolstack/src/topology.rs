@@ -72,9 +72,12 @@ pub struct DomainConfig {
     /// Back the pool with 2 MiB hugetlb pages.
     #[serde(default)]
     pub hugepages: bool,
-    /// IPv4 address with prefix for the guest's virtual NIC.
+    /// IPv4 address with prefix for the guest's virtual NIC; on a driver
+    /// domain, for its own interface on its bridge (a TAP named after the
+    /// bridge, see `net::tap_port`), so that an application in it sends
+    /// and receives through the bridge and the ports.
     pub address: Option<String>,
-    /// IPv6 address with prefix for the guest's virtual NIC.
+    /// IPv6 address with prefix, as `address`.
     pub ipv6: Option<String>,
     /// Guests: the driver domain serving the virtual NIC (default: the only one).
     pub backend: Option<String>,
@@ -958,15 +961,10 @@ fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     check_nic(d)?;
     check_lro(d)?;
     crate::placement::check_cpu_key(d)?;
-    if d.kind == DomainKind::Driver
-        && (d.backend.is_some()
-            || d.mac.is_some()
-            || d.address.is_some()
-            || d.ipv6.is_some()
-            || !d.vif.is_empty())
+    if d.kind == DomainKind::Driver && (d.backend.is_some() || d.mac.is_some() || !d.vif.is_empty())
     {
         return Err(format!(
-            "domain {:?} is a driver domain: backend, mac, vif, address and ipv6 are guest settings",
+            "domain {:?} is a driver domain: backend, mac and vif are guest settings",
             d.name
         ));
     }
@@ -2011,7 +2009,7 @@ mod vif_list_tests {
             ("memory_frames = 0\n", "memory_frames must be 1..=1048576"),
             (
                 "backend = \"drv\"\n[[domain]]\nname = \"d3\"\nkind = \"driver\"\nvif = [\"\"]\n",
-                "mac, vif, address and ipv6 are guest settings",
+                "backend, mac and vif are guest settings",
             ),
         ] {
             let e = topo(guest).unwrap_err();
