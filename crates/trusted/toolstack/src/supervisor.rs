@@ -213,6 +213,14 @@ impl Supervisor {
                 .and_then(|_| host::ip_in(&wns, &["link", "set", WIRE_IF, "mtu", &m]))
                 .map_err(|e| format!("the link of wire {}: mtu {m}: {e}", w.name))?;
         }
+        if self
+            .topology
+            .domain(&w.driver)
+            .is_some_and(|d| d.port_buffer.is_some())
+        {
+            mtu_sized_frames(&dns, &port, &wns)
+                .map_err(|e| format!("the link of wire {} (port_buffer): {e}", w.name))?;
+        }
         if let Some(rate) = w.rate {
             // Both directions: what the driver domain sends to the wire,
             // and what the wire host sends back.
@@ -282,6 +290,9 @@ impl Supervisor {
         }
         if d.kind == DomainKind::Driver && has_endpoint(d) {
             ts.write(&format!("{home}/endpoint"), xenbus::DEFAULT_BRIDGE)?;
+        }
+        if let Some(v) = crate::port_buffer::store_value(&self.topology, d) {
+            ts.write(&format!("{home}/port-buffer"), &v)?;
         }
         ts.write(
             &format!("{home}/port-offload"),
@@ -1387,4 +1398,18 @@ fn make_endpoint(d: &DomainConfig, domid: DomId) -> Result<(), String> {
     }
     host::ip_in(&ns, &["link", "set", tap, "up"]).map_err(fail)?;
     Ok(())
+}
+
+/// Keeps the frames port `port` (in namespace `dns`) receives from the
+/// wire host's `eth0` (in `wns`) MTU-sized, for `port_buffer`: the wire
+/// host segments and checksums before sending (TSO and GSO off), and the
+/// port does not coalesce (GRO off).
+fn mtu_sized_frames(dns: &str, port: &str, wns: &str) -> std::io::Result<()> {
+    let k = |ns: &str, dev: &str, what: &[&str]| {
+        let mut a = vec!["netns", "exec", ns, "ethtool", "-K", dev];
+        a.extend_from_slice(what);
+        host::run("ip", &a).map(|_| ())
+    };
+    k(wns, WIRE_IF, &["tso", "off", "gso", "off"])?;
+    k(dns, port, &["gro", "off"])
 }

@@ -114,6 +114,10 @@ pub struct DomainConfig {
     /// (PACKET_VNET_HDR); off means the software offload driver does it all.
     #[serde(default = "yes")]
     pub port_offload: bool,
+    /// Driver domains: the size of the ports' receive buffers, `"page"`
+    /// (Driver-none) or `"mtu"` (Driver-MTU); none: slots for whole GSO
+    /// frames. See [`crate::port_buffer`].
+    pub port_buffer: Option<crate::port_buffer::PortBuffer>,
     /// Microseconds the domain keeps polling its event channels without
     /// blocking after its last work, before it sleeps; 0 (the default)
     /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
@@ -1138,6 +1142,9 @@ impl Topology {
         }
         self.check_wires_together()?;
         self.check_ports()?;
+        for d in &self.domains {
+            crate::port_buffer::check(self, d)?;
+        }
         Ok(())
     }
 
