@@ -907,7 +907,17 @@ impl Ports {
                     e.port = Some(p);
                     opened = true;
                 }
-                Err(_) => e.retry_at = now + PORT_RETRY,
+                Err(x) => {
+                    e.retry_at = now + PORT_RETRY;
+                    // An interface that is not there yet is waited for in
+                    // silence; the endpoint TAP hv made always is, so say
+                    // once why it cannot be attached.
+                    let key = format!("{}=endpoint", e.name);
+                    if e.kind == PortKind::Endpoint && !self.refused.contains(&key) {
+                        eprintln!("driver: endpoint {} not attached: {x}", e.name);
+                        self.refused.push(key);
+                    }
+                }
             }
         }
         opened

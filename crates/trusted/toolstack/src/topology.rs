@@ -2140,4 +2140,30 @@ mod wire_list_tests {
         let e = parse(&format!("{DRV}[wire]\ndriver = \"drv\"\nrate = \"fast\"\n")).unwrap_err();
         assert!(e.contains("needs a unit"), "{e}");
     }
+
+    #[test]
+    fn a_driver_domain_may_have_addresses_but_no_guest_settings() {
+        let t = parse(&format!(
+            "{DRV}address = \"10.77.0.100/24\"\nipv6 = \"fd77::100/64\"\n{}",
+            wire(None, "10.77.0.254/24")
+        ))
+        .unwrap();
+        let d = t.domain("drv").unwrap();
+        assert_eq!(d.address.as_deref(), Some("10.77.0.100/24"));
+        assert_eq!(d.ipv6.as_deref(), Some("fd77::100/64"));
+        for (key, needle) in [
+            (
+                "mac = \"00:16:3e:00:00:01\"\n",
+                "backend, mac and vif are guest settings",
+            ),
+            ("address = \"10.77.0.100\"\n", "needs a prefix length"),
+            (
+                "address = \"10.77.0.254/24\"\n",
+                "address 10.77.0.254 is given twice",
+            ),
+        ] {
+            let e = parse(&format!("{DRV}{key}{}", wire(None, "10.77.0.254/24"))).unwrap_err();
+            assert!(e.contains(needle), "{key}: {e}");
+        }
+    }
 }
