@@ -344,3 +344,58 @@ impl Port for PacketPort {
         Some(self)
     }
 }
+
+/// Receive buffers of a port (the toolstack's `port_buffer`, Menon 2006
+/// §4.2): without it, [`PacketPort::open`]'s slots hold a whole GSO frame.
+impl PacketPort {
+    /// Receives into `slot`-byte slots laid out from a page boundary: 4096
+    /// gives every frame a page of its own (Driver-none), 2048 packs two
+    /// frames into each page (Driver-MTU). A longer frame is dropped and
+    /// counted (`rx_errors`): the toolstack keeps frames MTU-sized.
+    pub fn with_rx_slots(mut self, slot: usize) -> PacketPort {
+        self.batch = RecvBatch::aligned(RX_BATCH, slot, 4096);
+        self
+    }
+
+    /// The slot size a driver domain's `port-buffer` node asks for
+    /// (`page:4096` or `mtu:<power of two from 2048 to 16384>`).
+    pub fn parse_rx_slots(v: &str) -> Result<usize, String> {
+        let bad =
+            || format!("port-buffer {v:?}: want page:4096 or mtu:<2048..=16384, a power of two>");
+        let (kind, n) = v.split_once(':').ok_or_else(bad)?;
+        let n: usize = n.parse().map_err(|_| bad())?;
+        match kind {
+            "page" if n == 4096 => Ok(n),
+            "mtu" if n.is_power_of_two() && (2048..=16384).contains(&n) => Ok(n),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Bytes each received frame may have.
+    pub fn rx_slot(&self) -> usize {
+        self.batch.slot()
+    }
+}
+
+#[cfg(test)]
+mod rx_slot_tests {
+    use super::PacketPort;
+
+    #[test]
+    fn port_buffer_values_are_checked() {
+        assert_eq!(PacketPort::parse_rx_slots("page:4096"), Ok(4096));
+        assert_eq!(PacketPort::parse_rx_slots("mtu:2048"), Ok(2048));
+        assert_eq!(PacketPort::parse_rx_slots("mtu:16384"), Ok(16384));
+        for bad in [
+            "page:2048",
+            "mtu:3000",
+            "mtu:1024",
+            "mtu:32768",
+            "gso",
+            "mtu:",
+            "",
+        ] {
+            assert!(PacketPort::parse_rx_slots(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -85,9 +85,9 @@ enum Cmd {
         /// 0, the default, sleeps at once). Costs CPU; see docs/RESULTS.md.
         #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
         spin_us: Option<u32>,
-        /// Shape the link between the driver domain and the wire host to
+        /// Shape the link between the driver domain and each wire host to
         /// this rate, both ways (tc tbf), e.g. 100mbit for the seed papers'
-        /// 100 Mb/s Ethernet. Overrides the topology's `[wire] rate`.
+        /// 100 Mb/s Ethernet. Overrides every `[wire]`'s (`[[wire]]`'s) `rate`.
         #[arg(long, value_name = "RATE")]
         link_rate: Option<toolstack::topology::LinkRate>,
         /// hv serves every counter in the Prometheus text format at

@@ -87,7 +87,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     }
     // Domains are gone; remove what belongs to the topology as a whole.
     uplinks.finish();
-    if let Some(w) = &cfg.topology.wire {
+    for w in &cfg.topology.wires {
         host::netns_del(&host::netns_name(&w.name));
     }
     host::sweep_cgroups(&layout);

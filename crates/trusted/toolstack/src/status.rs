@@ -306,25 +306,31 @@ fn domain_entry(
     })
 }
 
-/// The wire host, when the topology has one, and the driver domain's
-/// physical port that joins it.
+/// The wire hosts, from hv's `wirehost.<name>` facts, and the driver
+/// domains' physical ports that join them.
 fn wire_host(
     s: &hv::status::SystemStatus,
     ifs_of: &impl Fn(&str) -> Vec<Value>,
     hosts: &mut Vec<Value>,
     ports: &mut Vec<Value>,
 ) {
-    if let (Some(w), Some(ns)) = (s.info.get("wire"), s.info.get("wire.netns")) {
+    for (k, v) in &s.info {
+        let Some(w) = k.strip_prefix("wirehost.") else {
+            continue;
+        };
+        let f: Vec<&str> = v.split('|').collect();
+        let (Some(ns), Some(drv), Some(port)) = (f.first(), f.get(1), f.get(2)) else {
+            continue;
+        };
+        let rate = f.get(3).filter(|r| !r.is_empty());
         let ifs = ifs_of(ns);
-        hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "link_rate": s.info.get("wire.rate"), "addresses": addresses(&ifs), "interfaces": ifs}));
-        if let Some(drv) = s.info.get("wire.driver") {
-            ports.push(json!({
-                "domain": drv,
-                "name": crate::daemon::PHYS_PORT,
-                "driver": "veth",
-                "peer": format!("{w}:{}", crate::daemon::WIRE_IF),
-            }));
-        }
+        hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "driver": drv, "port": port, "link_rate": rate, "addresses": addresses(&ifs), "interfaces": ifs}));
+        ports.push(json!({
+            "domain": drv,
+            "name": port,
+            "driver": "veth",
+            "peer": format!("{w}:{}", crate::daemon::WIRE_IF),
+        }));
     }
 }
 

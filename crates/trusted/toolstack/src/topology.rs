@@ -1,5 +1,5 @@
 //! Topology files (TOML): which domains exist, their memory and addresses, and
-//! the external `wire` host joined to a driver domain's physical port.
+//! the external `wire` hosts, each joined to a driver domain's physical port.
 
 use serde::Deserialize;
 use std::collections::HashSet;
@@ -22,7 +22,11 @@ pub struct Topology {
     pub name: String,
     #[serde(rename = "domain", default)]
     pub domains: Vec<DomainConfig>,
-    pub wire: Option<WireConfig>,
+    /// The wire hosts: `[wire]` (one) or `[[wire]]` (several, each with a
+    /// name of its own; Menon 2005 Figure 3's one to three NICs). The
+    /// first is [`Topology::wire`].
+    #[serde(rename = "wire", default, deserialize_with = "one_or_many")]
+    pub wires: Vec<WireConfig>,
     /// Driver domains' uplinks (`[[port]]`); `[wire]` is the shorthand
     /// for one of kind `wire`.
     #[serde(rename = "port", default)]
@@ -68,9 +72,12 @@ pub struct DomainConfig {
     /// Back the pool with 2 MiB hugetlb pages.
     #[serde(default)]
     pub hugepages: bool,
-    /// IPv4 address with prefix for the guest's virtual NIC.
+    /// IPv4 address with prefix for the guest's virtual NIC; on a driver
+    /// domain, for its own interface on its bridge (a TAP named after the
+    /// bridge, see `net::tap_port`), so that an application in it sends
+    /// and receives through the bridge and the ports.
     pub address: Option<String>,
-    /// IPv6 address with prefix for the guest's virtual NIC.
+    /// IPv6 address with prefix, as `address`.
     pub ipv6: Option<String>,
     /// Guests: the driver domain serving the virtual NIC (default: the only one).
     pub backend: Option<String>,
@@ -111,6 +118,10 @@ pub struct DomainConfig {
     /// driver does the rest (segments, checksums, linearizes).
     #[serde(default = "all_offloads", deserialize_with = "offload_set")]
     pub port_offload: Offloads,
+    /// Driver domains: the size of the ports' receive buffers, `"page"`
+    /// (Driver-none) or `"mtu"` (Driver-MTU); none: slots for whole GSO
+    /// frames. See [`crate::port_buffer`].
+    pub port_buffer: Option<crate::port_buffer::PortBuffer>,
     /// Microseconds the domain keeps polling its event channels without
     /// blocking after its last work, before it sleeps; 0 (the default)
     /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
@@ -805,6 +816,26 @@ fn default_wire() -> String {
     "wire".into()
 }
 
+/// `wire` as a table (`[wire]`, one host) or an array of tables
+/// (`[[wire]]`), read with each form's own error messages.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<WireConfig>, D::Error> {
+    struct Wires;
+    impl<'de> serde::de::Visitor<'de> for Wires {
+        type Value = Vec<WireConfig>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a [wire] table or [[wire]] tables")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+            let one = WireConfig::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+            Ok(vec![one])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, s: A) -> Result<Self::Value, A::Error> {
+            Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(s))
+        }
+    }
+    d.deserialize_any(Wires)
+}
+
 /// A link rate in bits per second, written as tc does: `100mbit`, `1gbit`,
 /// `512kbit`, `2000000bit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -964,15 +995,10 @@ fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     check_nic(d)?;
     check_lro(d)?;
     crate::placement::check_cpu_key(d)?;
-    if d.kind == DomainKind::Driver
-        && (d.backend.is_some()
-            || d.mac.is_some()
-            || d.address.is_some()
-            || d.ipv6.is_some()
-            || !d.vif.is_empty())
+    if d.kind == DomainKind::Driver && (d.backend.is_some() || d.mac.is_some() || !d.vif.is_empty())
     {
         return Err(format!(
-            "domain {:?} is a driver domain: backend, mac, vif, address and ipv6 are guest settings",
+            "domain {:?} is a driver domain: backend, mac and vif are guest settings",
             d.name
         ));
     }
@@ -1141,10 +1167,14 @@ impl Topology {
             }
         }
         crate::vm::check_unique(self, &mut macs)?;
-        if let Some(w) = &self.wire {
+        for w in &self.wires {
             self.check_wire(w, &seen)?;
         }
+        self.check_wires_together()?;
         self.check_ports()?;
+        for d in &self.domains {
+            crate::port_buffer::check(self, d)?;
+        }
         Ok(())
     }
 
@@ -1177,6 +1207,54 @@ impl Topology {
         check_cidr("wire address", &w.address, false)?;
         check_cidr("wire ipv6", &w.ipv6, true)?;
         Ok(())
+    }
+
+    /// The wires together: distinct names (a second one must be named),
+    /// and no address given twice, to a wire host or a domain.
+    fn check_wires_together(&self) -> Result<(), String> {
+        let mut names = HashSet::new();
+        for w in &self.wires {
+            if !names.insert(w.name.as_str()) {
+                return Err(format!(
+                    "wire name {:?} is used twice: give each [[wire]] a name of its own (e.g. name = \"wire2\")",
+                    w.name
+                ));
+            }
+        }
+        let mut seen: Vec<(IpAddr, String)> = Vec::new();
+        let domains = self
+            .domains
+            .iter()
+            .map(|d| (format!("domain {:?}", d.name), [&d.address, &d.ipv6]));
+        let wires = self
+            .wires
+            .iter()
+            .map(|w| (format!("wire {:?}", w.name), [&w.address, &w.ipv6]));
+        for (who, addrs) in domains.chain(wires) {
+            for a in addrs.into_iter().flatten() {
+                let Some(ip) = a.split('/').next().and_then(|i| i.parse::<IpAddr>().ok()) else {
+                    continue;
+                };
+                if let Some((_, other)) = seen.iter().find(|(x, _)| *x == ip) {
+                    return Err(format!(
+                        "address {ip} is given twice: to {other} and to {who}"
+                    ));
+                }
+                seen.push((ip, who.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first wire host (the `[wire]` of older topologies), if any.
+    pub fn wire(&self) -> Option<&WireConfig> {
+        self.wires.first()
+    }
+
+    /// The wires joined to driver domain `driver`, in order: the `k`th is
+    /// its port `peth<k>`.
+    pub fn wires_of<'a>(&'a self, driver: &'a str) -> impl Iterator<Item = &'a WireConfig> + 'a {
+        self.wires.iter().filter(move |w| w.driver == driver)
     }
 
     /// Descriptors hv holds for this topology, with room to spare: about
@@ -1398,15 +1476,17 @@ impl Topology {
         }
     }
 
-    /// Shapes the wire link to `rate` (`up --link-rate`).
+    /// Shapes every wire link to `rate` (`up --link-rate`).
     pub fn apply_link_rate(&mut self, rate: LinkRate) -> Result<(), String> {
-        let w = self.wire.as_mut().ok_or_else(|| {
-            format!(
+        if self.wires.is_empty() {
+            return Err(format!(
                 "topology {:?} has no wire host whose link could be shaped",
                 self.name
-            )
-        })?;
-        w.rate = Some(rate);
+            ));
+        }
+        for w in &mut self.wires {
+            w.rate = Some(rate);
+        }
         Ok(())
     }
 
@@ -1440,7 +1520,7 @@ mod tests {
             "t.toml",
         )
         .unwrap();
-        assert_eq!(t.wire.unwrap().rate, Some(LinkRate(100_000_000)));
+        assert_eq!(t.wire().unwrap().rate, Some(LinkRate(100_000_000)));
         let e = Topology::parse(
             "[[domain]]\nname = \"d\"\nkind = \"driver\"\n[wire]\ndriver = \"d\"\nrate = \"fast\"\n",
             "t.toml",
@@ -1599,7 +1679,7 @@ mod tests {
     fn default_topology_is_valid() {
         let t = Topology::default_topology();
         assert_eq!(t.domains.len(), 3);
-        assert_eq!(t.wire.as_ref().unwrap().driver, "drv");
+        assert_eq!(t.wire().unwrap().driver, "drv");
         let v = t.vifs();
         assert_eq!(v.len(), 2);
         assert_eq!(
@@ -2004,7 +2084,7 @@ mod vif_list_tests {
             ("memory_frames = 0\n", "memory_frames must be 1..=1048576"),
             (
                 "backend = \"drv\"\n[[domain]]\nname = \"d3\"\nkind = \"driver\"\nvif = [\"\"]\n",
-                "mac, vif, address and ipv6 are guest settings",
+                "backend, mac and vif are guest settings",
             ),
         ] {
             let e = topo(guest).unwrap_err();
@@ -2017,5 +2097,141 @@ mod vif_list_tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("vif backend=g is not a driver domain"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod wire_list_tests {
+    use super::*;
+
+    const DRV: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n";
+
+    fn wire(name: Option<&str>, addr: &str) -> String {
+        let name = name
+            .map(|n| format!("name = \"{n}\"\n"))
+            .unwrap_or_default();
+        format!("[[wire]]\n{name}driver = \"drv\"\naddress = \"{addr}\"\n")
+    }
+
+    fn parse(text: &str) -> Result<Topology, String> {
+        Topology::parse(text, "t.toml").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_array_of_wires_gives_each_its_own_port_and_the_table_still_reads() {
+        let t = parse(&format!(
+            "{DRV}{}{}{}",
+            wire(None, "10.77.0.254/24"),
+            wire(Some("wire2"), "10.77.0.253/24"),
+            wire(Some("wire3"), "10.77.0.252/24").replace("driver", "queues = 2\ndriver")
+        ))
+        .unwrap();
+        let names: Vec<&str> = t.wires.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["wire", "wire2", "wire3"]);
+        assert_eq!(t.wire().unwrap().name, "wire");
+        let ports: Vec<(String, String)> = t
+            .uplinks_of("drv")
+            .into_iter()
+            .map(|u| (u.ifname.clone(), u.store_value()))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("peth0".into(), "bridge=xenbr0".into()),
+                ("peth1".into(), "bridge=xenbr0".into()),
+                ("peth2".into(), "bridge=xenbr0,queues=2".into())
+            ]
+        );
+        // The old table: one wire, named "wire".
+        let one = parse(&format!("{DRV}[wire]\ndriver = \"drv\"\n")).unwrap();
+        assert_eq!(one.wires.len(), 1);
+        assert_eq!(one.uplinks_of("drv")[0].ifname, "peth0");
+        // `up --link-rate` shapes every wire.
+        let mut t = t;
+        t.apply_link_rate(LinkRate(1_000_000)).unwrap();
+        assert!(t.wires.iter().all(|w| w.rate == Some(LinkRate(1_000_000))));
+    }
+
+    #[test]
+    fn a_wire_port_names_the_wire_of_its_rank() {
+        let t = parse(&format!(
+            "{DRV}{}{}[[port]]\ndriver = \"drv\"\nkind = \"wire\"\nmtu = 9000\n[[port]]\ndriver = \"drv\"\nkind = \"wire\"\nmtu = 4000\n",
+            wire(None, "10.77.0.254/24"),
+            wire(Some("wire2"), "10.77.0.253/24"),
+        ))
+        .unwrap();
+        let u = t.uplinks_of("drv");
+        let got: Vec<(&str, Option<u32>)> = u.iter().map(|u| (u.ifname.as_str(), u.mtu)).collect();
+        assert_eq!(got, [("peth0", Some(9000)), ("peth1", Some(4000))]);
+        let e = parse(&format!(
+            "{DRV}{}[[port]]\ndriver = \"drv\"\nkind = \"wire\"\n[[port]]\ndriver = \"drv\"\nkind = \"wire\"\n",
+            wire(None, "10.77.0.254/24"),
+        ))
+        .unwrap_err();
+        assert!(e.contains("one per such [[port]]"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_wire_names_and_addresses_are_refused() {
+        let e = parse(&format!(
+            "{DRV}{}{}",
+            wire(None, "10.77.0.254/24"),
+            wire(None, "10.77.0.253/24")
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("wire name \"wire\" is used twice") && e.contains("name = \"wire2\""),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{DRV}{}{}",
+            wire(None, "10.77.0.254/24"),
+            wire(Some("wire2"), "10.77.0.254/16")
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains(
+                "address 10.77.0.254 is given twice: to wire \"wire\" and to wire \"wire2\""
+            ),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{DRV}[[domain]]\nname = \"g\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n{}",
+            wire(Some("w"), "10.77.0.1/24")
+        ))
+        .unwrap_err();
+        assert!(e.contains("to domain \"g\" and to wire \"w\""), "{e}");
+        let e = parse(&format!("{DRV}{}", wire(Some("drv"), "10.77.0.9/24"))).unwrap_err();
+        assert!(e.contains("same name as a domain"), "{e}");
+        let e = parse(&format!("{DRV}[[wire]]\ndriver = \"drv\"\nspeed = 1\n")).unwrap_err();
+        assert!(e.contains("unknown field `speed`"), "{e}");
+        let e = parse(&format!("{DRV}[wire]\ndriver = \"drv\"\nrate = \"fast\"\n")).unwrap_err();
+        assert!(e.contains("needs a unit"), "{e}");
+    }
+
+    #[test]
+    fn a_driver_domain_may_have_addresses_but_no_guest_settings() {
+        let t = parse(&format!(
+            "{DRV}address = \"10.77.0.100/24\"\nipv6 = \"fd77::100/64\"\n{}",
+            wire(None, "10.77.0.254/24")
+        ))
+        .unwrap();
+        let d = t.domain("drv").unwrap();
+        assert_eq!(d.address.as_deref(), Some("10.77.0.100/24"));
+        assert_eq!(d.ipv6.as_deref(), Some("fd77::100/64"));
+        for (key, needle) in [
+            (
+                "mac = \"00:16:3e:00:00:01\"\n",
+                "backend, mac and vif are guest settings",
+            ),
+            ("address = \"10.77.0.100\"\n", "needs a prefix length"),
+            (
+                "address = \"10.77.0.254/24\"\n",
+                "address 10.77.0.254 is given twice",
+            ),
+        ] {
+            let e = parse(&format!("{DRV}{key}{}", wire(None, "10.77.0.254/24"))).unwrap_err();
+            assert!(e.contains(needle), "{key}: {e}");
+        }
     }
 }
