@@ -190,6 +190,18 @@ fn mtu_sized_receive_buffers_carry_traffic() {
     assert!(gbps > 0.01, "{gbps}");
     fetch_intact(&env, "wire", "10.77.0.254", "guest1", 16);
     for port in ["peth0", "peth1"] {
+        // The driver domain publishes its counters from time to time: wait
+        // for the transfer to show.
+        wait_until(
+            &format!("{port}'s counters to show the transfer"),
+            Duration::from_secs(10),
+            || {
+                port_counters(&env, port)["rx_packets"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    > 1000
+            },
+        );
         let c = port_counters(&env, port);
         let (bytes, pkts) = (
             c["rx_bytes"].as_u64().unwrap(),
