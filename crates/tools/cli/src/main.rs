@@ -546,6 +546,11 @@ enum Suite {
     /// keys this build lacks is reported as not available (--configs picks
     /// some; --quick: 1 run of 2 s flows, under 5 minutes).
     Ram,
+    /// Every seed suite in turn (baseline, ram, hosted, hvm), then one
+    /// report of the five seeds' 58 figures and tables beside the papers:
+    /// OUT/index.html, OUT/README.md, the charts, each suite's JSON and
+    /// figures.json (which `--from` renders again without running).
+    Seeds,
 }
 
 fn main() {
@@ -870,7 +875,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
 }
 
 /// `splitnet bench`'s arguments, as the command line gave them.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 struct BenchArgs {
     /// Which suite.
     suite: Suite,
@@ -917,6 +922,12 @@ struct BenchArgs {
     /// Also write a bar chart as SVG to this file.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// seeds: only these suites (comma-separated; default: every seed suite).
+    #[arg(long, value_delimiter = ',', value_name = "SUITES")]
+    suites: Vec<String>,
+    /// seeds: render the report again from DIR/figures.json, running nothing.
+    #[arg(long, value_name = "DIR")]
+    from: Option<PathBuf>,
     /// Attach a Xenoprof-style profile: baseline profiles every flow
     /// (shares in each JSON record; whole profiles in OUT/profiles/),
     /// hv profiles the whole run (OUT/profile.json and .svg).
@@ -932,6 +943,8 @@ struct BenchReport {
     chart: String,
     charts: Vec<(String, String)>,
     profile: Option<prof::Profile>,
+    /// A seed suite's figures, for `bench seeds`.
+    figures: Vec<bench::seeds::Figure>,
 }
 
 impl BenchReport {
@@ -943,6 +956,7 @@ impl BenchReport {
             chart,
             charts: Vec::new(),
             profile: None,
+            figures: Vec::new(),
         }
     }
 }
@@ -950,6 +964,9 @@ impl BenchReport {
 /// `splitnet bench`: runs the suite, prints its table (and profile), and
 /// writes the files `--json`, `--svg` and `--out` ask for.
 fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
+    if matches!(a.suite, Suite::Seeds) {
+        return bench_seeds(rd, &a);
+    }
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
     let r = run_suite(rd, &a, runs)?;
     println!("{}", r.table);
@@ -1021,6 +1038,7 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
             let mut report =
                 BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
             report.charts = r.charts();
+            report.figures = bench::hosted::figures(&r);
             Ok(report)
         }
         Suite::Scale => {
@@ -1056,6 +1074,7 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
         Suite::Virtio => bench_virtio(rd, a, runs),
         Suite::Multihost => bench_multihost(rd, a, runs),
         Suite::Ram => bench_ram(rd, a, runs),
+        Suite::Seeds => anyhow::bail!("bench seeds runs the other suites; it is not one itself"),
         Suite::Hvm => {
             let opts = bench::hvm::HvmOptions::new(
                 std::env::current_exe()?,
@@ -1067,13 +1086,90 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
             if let Some(dir) = &a.out {
                 write_file(&dir.join("stages.svg"), &r.stages_svg())?;
             }
-            Ok(BenchReport::new(
-                serde_json::to_string_pretty(&r)?,
-                r.table(),
-                r.svg(),
-            ))
+            let mut report =
+                BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
+            report.figures = bench::hvm::figures(&r);
+            Ok(report)
         }
     }
+}
+
+/// The suites `bench seeds` runs, in order.
+const SEED_SUITES: [(&str, Suite); 4] = [
+    ("baseline", Suite::Baseline),
+    ("ram", Suite::Ram),
+    ("hosted", Suite::Hosted),
+    ("hvm", Suite::Hvm),
+];
+
+/// `bench seeds`: runs each seed suite (or reads a saved run with
+/// `--from`) and writes the report into `--out`.
+fn bench_seeds(rd: &std::path::Path, a: &BenchArgs) -> Result<()> {
+    let Some(out) = &a.out else {
+        anyhow::bail!("bench seeds needs --out DIR");
+    };
+    let saved = match &a.from {
+        Some(dir) => bench::seeds::read(dir)?,
+        None => run_seed_suites(rd, a, out)?,
+    };
+    bench::seeds::write(out, &saved)?;
+    let rows = bench::seeds::rows(&saved.figures, &saved.failures);
+    for (status, n) in bench::seeds::counts(&rows) {
+        println!("{:>20}: {n}", status.name());
+    }
+    println!("report: {}", out.join("index.html").display());
+    Ok(())
+}
+
+/// Runs the seed suites `--suites` names (default: all), each with its
+/// own defaults; a suite that fails is recorded, not fatal. Each suite's
+/// JSON goes to OUT/<suite>.json.
+fn run_seed_suites(
+    rd: &std::path::Path,
+    a: &BenchArgs,
+    out: &std::path::Path,
+) -> Result<bench::seeds::Saved> {
+    let mut chosen = Vec::new();
+    for name in &a.suites {
+        match SEED_SUITES.iter().find(|s| s.0 == name) {
+            Some(s) => chosen.push(*s),
+            None => {
+                let all: Vec<&str> = SEED_SUITES.iter().map(|s| s.0).collect();
+                anyhow::bail!("no seed suite {name:?}; there are {}", all.join(", "));
+            }
+        }
+    }
+    if chosen.is_empty() {
+        chosen = SEED_SUITES.to_vec();
+    }
+    let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
+    let mut saved = bench::seeds::Saved::default();
+    for (i, (name, suite)) in chosen.iter().enumerate() {
+        eprintln!("bench seeds: [{}/{}] {name}", i + 1, chosen.len());
+        let started = std::time::Instant::now();
+        let mut sub = a.clone();
+        (sub.suite, sub.out, sub.json, sub.svg) = (*suite, None, None, None);
+        (sub.configs, sub.workloads, sub.sizes) = (Vec::new(), Vec::new(), Vec::new());
+        match run_suite(rd, &sub, runs) {
+            Ok(r) => {
+                write_file(&out.join(format!("{name}.json")), &r.json)?;
+                eprintln!(
+                    "bench seeds: {name} done in {:.0} s, {} figures",
+                    started.elapsed().as_secs_f64(),
+                    r.figures.len()
+                );
+                saved.figures.extend(r.figures);
+            }
+            Err(e) => {
+                eprintln!("bench seeds: {name} failed: {e:#}");
+                saved.failures.push(bench::seeds::Failure {
+                    suite: name.to_string(),
+                    error: format!("{e:#}"),
+                });
+            }
+        }
+    }
+    Ok(saved)
 }
 
 /// `bench hv`: hv's primitives, run inside this process, under the
@@ -1122,6 +1218,7 @@ fn bench_ram(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
     let r = bench::ram::run(&opts)?;
     let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
     report.charts = r.charts();
+    report.figures = bench::ram::figures(&r);
     Ok(report)
 }
 
@@ -1190,11 +1287,9 @@ fn bench_baseline(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<Be
     if let Some(p) = r.profile_table() {
         table = format!("{table}\n{p}");
     }
-    Ok(BenchReport::new(
-        serde_json::to_string_pretty(&r)?,
-        table,
-        r.svg(),
-    ))
+    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, table, r.svg());
+    report.figures = bench::baseline::figures(&r);
+    Ok(report)
 }
 
 #[cfg(test)]
