@@ -1185,7 +1185,7 @@ impl RamReport {
 
     /// The thesis rows of `fig` ("2.4"), as a Markdown table, with the
     /// thesis's ratios and ours as numbers.
-    fn thesis_rows(&self, fig: &str) -> (String, Vec<(String, f64)>, Vec<(String, f64)>) {
+    fn thesis_rows(&self, fig: &str) -> (String, seeds::Numbers, seeds::Numbers) {
         let mut t = String::from(
             "| figure | what | thesis | thesis ÷ native | ours ÷ native |\n|---|---|---:|---:|---:|\n",
         );
@@ -1255,31 +1255,34 @@ fn stacked_cycles(title: String, rows: &[&RamSummary]) -> String {
     })
 }
 
+/// The (configuration, case)s a figure's chart shows.
+type Which = Vec<(RamConfig, Case)>;
+
 /// The thesis's figures from a run, for `bench seeds`: per figure the
 /// thesis's rows beside ours and cycles per frame by domain.
 pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
     use Case::*;
     use RamConfig::*;
     let rx = |cs: &[RamConfig]| cs.iter().map(|&c| (c, Rx)).collect::<Vec<_>>();
-    let figs: [(&str, &[&str], Vec<(RamConfig, Case)>); 12] = [
-        ("2.4", &["2.4"], rx(&[Native, Orig])),
-        ("2.5", &["2.5"], vec![(Native, Tx), (Orig, Tx)]),
-        ("3.4", &["3.4"], rx(&[Native, Orig, Mq])),
-        ("3.5", &["3.5"], rx(&[Native, Orig, Mq])),
-        ("4.10", &["4.10"], rx(&[Native, Orig, Ngm])),
-        ("4.11", &["4.11"], rx(&[Native, Orig, MqNgm])),
-        ("4.12", &["4.12"], rx(&[Orig, Ngm])),
-        ("4.13", &["4.13"], rx(&[Orig, MqNgm])),
-        ("5.1", &["5.1"], rx(&[MqNgm, LroGuest, Spf, HalfPg])),
-        ("5.2", &["5.2"], rx(&[MqNgm, LroGuest, LroDriver])),
+    let figs: [(&str, &str, Which); 12] = [
+        ("2.4", "2.4", rx(&[Native, Orig])),
+        ("2.5", "2.5", vec![(Native, Tx), (Orig, Tx)]),
+        ("3.4", "3.4", rx(&[Native, Orig, Mq])),
+        ("3.5", "3.5", rx(&[Native, Orig, Mq])),
+        ("4.10", "4.10", rx(&[Native, Orig, Ngm])),
+        ("4.11", "4.11", rx(&[Native, Orig, MqNgm])),
+        ("4.12", "4.12", rx(&[Orig, Ngm])),
+        ("4.13", "4.13", rx(&[Orig, MqNgm])),
+        ("5.1", "5.1", rx(&[MqNgm, LroGuest, Spf, HalfPg])),
+        ("5.2", "5.2", rx(&[MqNgm, LroGuest, LroDriver])),
         (
             "6.1",
-            &["6.1"],
+            "6.1",
             vec![(Orig, Rx), (All, Rx), (All, RxTwoGuests)],
         ),
         (
             "6.2",
-            &["ch. 6"],
+            "ch. 6",
             vec![
                 (All, Rx),
                 (All, RxSameCore),
@@ -1292,14 +1295,7 @@ pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
     figs.into_iter()
         .map(|(id, rows, which)| {
             let id = format!("Figure {id}");
-            let mut table = String::new();
-            let (mut paper, mut ours) = (Vec::new(), Vec::new());
-            for fig in rows {
-                let (t, p, o) = r.thesis_rows(fig);
-                table += &t;
-                paper.extend(p);
-                ours.extend(o);
-            }
+            let (table, paper, ours) = r.thesis_rows(rows);
             let measured = which
                 .iter()
                 .any(|&(c, k)| c != Native && r.row(c, k).is_some());

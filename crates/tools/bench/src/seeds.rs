@@ -125,6 +125,9 @@ pub enum Kind {
     Table,
 }
 
+/// Labelled numbers: (what, value).
+pub type Numbers = Vec<(String, f64)>;
+
 /// A figure a suite measured: its table and chart, with the paper's
 /// numbers beside ours.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -139,8 +142,8 @@ pub struct Figure {
     pub svg: String,
     pub status: Status,
     pub reason: String,
-    pub paper: Vec<(String, f64)>,
-    pub ours: Vec<(String, f64)>,
+    pub paper: Numbers,
+    pub ours: Numbers,
 }
 
 impl Figure {
