@@ -17,7 +17,7 @@ use crate::netenv::{self, Workload};
 use crate::stats::{median, tsc_per_us, Spread};
 use crate::{plot, seeds};
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -57,7 +57,7 @@ impl RamOptions {
 }
 
 /// A configuration, named as in the thesis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RamConfig {
     #[serde(rename = "native")]
     Native,
@@ -173,7 +173,7 @@ impl std::str::FromStr for RamConfig {
 pub const ALL_KEYS: &str = "mq = true\nlro = \"guest\"\nprefetch = true\nrx_buffer = \"half\"\n";
 
 /// What is measured of a configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
     /// wire → guest1, in MTU-sized frames as a NIC delivers them.
@@ -245,7 +245,7 @@ impl Case {
 
 /// Pages granted to the driver domain against the buffer uses they served
 /// (thesis 4.7: 1,114 pages served 2,996,824 packets).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Locality {
     /// Grants guest1's netfront created (distinct pages, and re-grants).
     pub pages: u64,
@@ -255,7 +255,7 @@ pub struct Locality {
 }
 
 /// One measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamRecord {
     pub config: RamConfig,
     pub case: Case,
@@ -275,7 +275,7 @@ pub struct RamRecord {
 }
 
 /// Medians over runs of one (configuration, case), with their spread.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamSummary {
     pub config: RamConfig,
     pub case: Case,
@@ -291,8 +291,9 @@ pub struct RamSummary {
 }
 
 /// The suite's report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamReport {
+    #[serde(skip_deserializing)]
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,
@@ -305,6 +306,7 @@ pub struct RamReport {
     /// The configuration chapter 6's cases ran with.
     pub chapter6_config: Option<RamConfig>,
     /// How the two-guest case was set up.
+    #[serde(skip_deserializing)]
     pub two_guests: &'static str,
     /// Whether cost classes come from a profile (the profiler could start).
     pub profiled: bool,

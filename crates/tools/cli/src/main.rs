@@ -548,8 +548,8 @@ enum Suite {
     Ram,
     /// Every seed suite in turn (baseline, ram, hosted, hvm), then one
     /// report of the five seeds' 58 figures and tables beside the papers:
-    /// OUT/index.html, OUT/README.md, the charts, each suite's JSON and
-    /// figures.json (which `--from` renders again without running).
+    /// OUT/index.html, OUT/README.md, the charts and each suite's JSON
+    /// (which `--from` reads again without running anything).
     Seeds,
 }
 
@@ -925,7 +925,9 @@ struct BenchArgs {
     /// seeds: only these suites (comma-separated; default: every seed suite).
     #[arg(long, value_delimiter = ',', value_name = "SUITES")]
     suites: Vec<String>,
-    /// seeds: render the report again from DIR/figures.json, running nothing.
+    /// seeds: run nothing; read the suites' reports from DIR (`<suite>.json`,
+    /// as `bench seeds` saves them, or `<suite>/results.json`, as `bench
+    /// <suite> --out DIR/<suite>` does).
     #[arg(long, value_name = "DIR")]
     from: Option<PathBuf>,
     /// Attach a Xenoprof-style profile: baseline profiles every flow
@@ -943,8 +945,6 @@ struct BenchReport {
     chart: String,
     charts: Vec<(String, String)>,
     profile: Option<prof::Profile>,
-    /// A seed suite's figures, for `bench seeds`.
-    figures: Vec<bench::seeds::Figure>,
 }
 
 impl BenchReport {
@@ -956,7 +956,6 @@ impl BenchReport {
             chart,
             charts: Vec::new(),
             profile: None,
-            figures: Vec::new(),
         }
     }
 }
@@ -1038,7 +1037,6 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
             let mut report =
                 BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
             report.charts = r.charts();
-            report.figures = bench::hosted::figures(&r);
             Ok(report)
         }
         Suite::Scale => {
@@ -1086,30 +1084,23 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
             if let Some(dir) = &a.out {
                 write_file(&dir.join("stages.svg"), &r.stages_svg())?;
             }
-            let mut report =
-                BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
-            report.figures = bench::hvm::figures(&r);
-            Ok(report)
+            Ok(BenchReport::new(
+                serde_json::to_string_pretty(&r)?,
+                r.table(),
+                r.svg(),
+            ))
         }
     }
 }
 
-/// The suites `bench seeds` runs, in order.
-const SEED_SUITES: [(&str, Suite); 4] = [
-    ("baseline", Suite::Baseline),
-    ("ram", Suite::Ram),
-    ("hosted", Suite::Hosted),
-    ("hvm", Suite::Hvm),
-];
-
-/// `bench seeds`: runs each seed suite (or reads a saved run with
+/// `bench seeds`: runs each seed suite (or reads the reports saved in
 /// `--from`) and writes the report into `--out`.
 fn bench_seeds(rd: &std::path::Path, a: &BenchArgs) -> Result<()> {
     let Some(out) = &a.out else {
         anyhow::bail!("bench seeds needs --out DIR");
     };
     let saved = match &a.from {
-        Some(dir) => bench::seeds::read(dir)?,
+        Some(dir) => bench::seeds::load(dir)?,
         None => run_seed_suites(rd, a, out)?,
     };
     bench::seeds::write(out, &saved)?;
@@ -1122,43 +1113,43 @@ fn bench_seeds(rd: &std::path::Path, a: &BenchArgs) -> Result<()> {
 }
 
 /// Runs the seed suites `--suites` names (default: all), each with its
-/// own defaults; a suite that fails is recorded, not fatal. Each suite's
-/// JSON goes to OUT/<suite>.json.
+/// own defaults, saving each report as OUT/<suite>.json; a suite that
+/// fails is recorded, not fatal.
 fn run_seed_suites(
     rd: &std::path::Path,
     a: &BenchArgs,
     out: &std::path::Path,
 ) -> Result<bench::seeds::Saved> {
-    let mut chosen = Vec::new();
+    let mut chosen: Vec<&str> = Vec::new();
     for name in &a.suites {
-        match SEED_SUITES.iter().find(|s| s.0 == name) {
-            Some(s) => chosen.push(*s),
-            None => {
-                let all: Vec<&str> = SEED_SUITES.iter().map(|s| s.0).collect();
-                anyhow::bail!("no seed suite {name:?}; there are {}", all.join(", "));
-            }
+        match bench::seeds::SUITES.iter().find(|s| *s == name) {
+            Some(s) => chosen.push(s),
+            None => anyhow::bail!(
+                "no seed suite {name:?}; there are {}",
+                bench::seeds::SUITES.join(", ")
+            ),
         }
     }
     if chosen.is_empty() {
-        chosen = SEED_SUITES.to_vec();
+        chosen = bench::seeds::SUITES.to_vec();
     }
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
     let mut saved = bench::seeds::Saved::default();
-    for (i, (name, suite)) in chosen.iter().enumerate() {
+    for (i, name) in chosen.iter().enumerate() {
         eprintln!("bench seeds: [{}/{}] {name}", i + 1, chosen.len());
         let started = std::time::Instant::now();
-        let mut sub = a.clone();
-        (sub.suite, sub.out, sub.json, sub.svg) = (*suite, None, None, None);
-        (sub.configs, sub.workloads, sub.sizes) = (Vec::new(), Vec::new(), Vec::new());
-        match run_suite(rd, &sub, runs) {
-            Ok(r) => {
-                write_file(&out.join(format!("{name}.json")), &r.json)?;
+        let res = seed_suite(rd, a, name, runs).and_then(|json| {
+            write_file(&out.join(format!("{name}.json")), &json)?;
+            bench::seeds::figures_from_json(name, &json)
+        });
+        match res {
+            Ok(figs) => {
                 eprintln!(
                     "bench seeds: {name} done in {:.0} s, {} figures",
                     started.elapsed().as_secs_f64(),
-                    r.figures.len()
+                    figs.len()
                 );
-                saved.figures.extend(r.figures);
+                saved.figures.extend(figs);
             }
             Err(e) => {
                 eprintln!("bench seeds: {name} failed: {e:#}");
@@ -1170,6 +1161,16 @@ fn run_seed_suites(
         }
     }
     Ok(saved)
+}
+
+/// Runs the seed suite `name` with its own defaults (the options of
+/// `bench seeds` that every suite shares: --quick, --runs, --seconds); its JSON.
+fn seed_suite(rd: &std::path::Path, a: &BenchArgs, name: &str, runs: usize) -> Result<String> {
+    let mut sub = a.clone();
+    sub.suite = Suite::from_str(name, true).map_err(|e| anyhow::anyhow!(e))?;
+    (sub.out, sub.json, sub.svg, sub.profile) = (None, None, None, false);
+    (sub.configs, sub.workloads, sub.sizes) = (Vec::new(), Vec::new(), Vec::new());
+    Ok(run_suite(rd, &sub, runs)?.json)
 }
 
 /// `bench hv`: hv's primitives, run inside this process, under the
@@ -1218,7 +1219,6 @@ fn bench_ram(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
     let r = bench::ram::run(&opts)?;
     let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
     report.charts = r.charts();
-    report.figures = bench::ram::figures(&r);
     Ok(report)
 }
 
@@ -1287,9 +1287,11 @@ fn bench_baseline(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<Be
     if let Some(p) = r.profile_table() {
         table = format!("{table}\n{p}");
     }
-    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, table, r.svg());
-    report.figures = bench::baseline::figures(&r);
-    Ok(report)
+    Ok(BenchReport::new(
+        serde_json::to_string_pretty(&r)?,
+        table,
+        r.svg(),
+    ))
 }
 
 #[cfg(test)]

@@ -136,16 +136,12 @@ fn headless(exe: &Path, profile: &Path, args: &[String], page: &Path) -> String 
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `bench seeds --from` reads the reports the suites saved (here the
+/// committed runs under docs/results) and renders all 58 entries.
 #[test]
-fn the_report_renders_every_chart_with_no_label_cut_off() {
-    let dir = std::env::temp_dir().join(format!("splitnet-seeds-report-{}", std::process::id()));
-    let (from, out) = (dir.join("from"), dir.join("out"));
-    std::fs::create_dir_all(&from).unwrap();
-    std::fs::write(
-        from.join("figures.json"),
-        serde_json::to_string(&fixture()).unwrap(),
-    )
-    .unwrap();
+fn seeds_from_saved_reports_writes_the_whole_report() {
+    let dir = std::env::temp_dir().join(format!("splitnet-seeds-from-{}", std::process::id()));
+    let results = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../docs/results");
     let run = Command::new(env!("CARGO_BIN_EXE_splitnet"))
         .args([
             "--run-dir",
@@ -153,10 +149,10 @@ fn the_report_renders_every_chart_with_no_label_cut_off() {
             "bench",
             "seeds",
             "--from",
+            results,
+            "--out",
         ])
-        .arg(&from)
-        .arg("--out")
-        .arg(&out)
+        .arg(dir.join("out"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
@@ -165,7 +161,39 @@ fn the_report_renders_every_chart_with_no_label_cut_off() {
         "{stdout}{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    assert!(stdout.contains("out of scope: 4"), "{stdout}");
+    let count = |s: &str| -> usize {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{s}:")))
+            .unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let all: usize = [
+        "reproduced",
+        "partly",
+        "not measurable here",
+        "out of scope",
+        "missing",
+    ]
+    .map(count)
+    .iter()
+    .sum();
+    assert_eq!(all, 58, "{stdout}");
+    assert!(
+        count("reproduced") + count("partly") >= 25,
+        "the committed runs measure the other seeds: {stdout}"
+    );
+    let md = std::fs::read_to_string(dir.join("out/README.md")).unwrap();
+    assert!(!md.contains("failed"), "every committed report reads: {md}");
+    assert!(dir.join("out/sugerman2001-figure-6.svg").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_report_renders_every_chart_with_no_label_cut_off() {
+    let dir = std::env::temp_dir().join(format!("splitnet-seeds-report-{}", std::process::id()));
+    let out = dir.join("out");
+    bench::seeds::write(&out, &fixture()).unwrap();
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert_eq!(html.matches("<svg").count(), 4);
     let md = std::fs::read_to_string(out.join("README.md")).unwrap();
@@ -173,6 +201,7 @@ fn the_report_renders_every_chart_with_no_label_cut_off() {
         md.contains("`splitnet bench menon2005` failed: not run in this test"),
         "{md}"
     );
+    assert!(md.contains("| out of scope | 4 |"), "{md}");
     for svg in [
         "sugerman2001-figure-6.svg",
         "menon2006-figure-5.svg",
