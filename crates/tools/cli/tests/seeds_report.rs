@@ -1,6 +1,6 @@
-//! `splitnet bench seeds --from` renders a report of fixed figures (no
-//! benchmark runs, no namespaces), and headless chromium shows every chart
-//! with no label cut off.
+//! The seeds report without running a benchmark (no namespaces): `splitnet
+//! bench seeds --from` on the committed runs, and a report of fixed figures
+//! that headless chromium shows with every chart whole and no label cut off.
 
 use bench::plot::{self, Bar, Grouped, Series, Stacked, Sweep};
 use bench::seeds::{Failure, Figure, Kind, Saved, Seed};
