@@ -5,7 +5,7 @@
 //! topology).
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ pub const PAYLOAD_PER_FRAME: f64 = 1448.0;
 pub const DEFAULT_PORT: u16 = 5201;
 
 /// What the flow sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// TCP stream with zero-copy sends (`iperf3 -Z`, the papers' sendfile).
@@ -100,7 +100,7 @@ pub struct FlowResult {
 
 /// One-way latency of a request-response flow (half the round trip, as
 /// sockperf reports it), in microseconds.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Latency {
     pub p50_us: f64,
     pub p99_us: f64,
