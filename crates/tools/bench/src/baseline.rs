@@ -11,7 +11,7 @@ use crate::stats::{median, tsc_per_us};
 use crate::usernet::{self, Tool, UserNet};
 use crate::{plot, seeds};
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -45,7 +45,7 @@ pub struct BaselineOptions {
 }
 
 /// A measured configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Config {
     /// The same application over a plain veth pair between two namespaces.
@@ -123,7 +123,7 @@ impl Config {
 }
 
 /// Direction of the stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Direction {
     /// guest → wire.
@@ -148,7 +148,7 @@ impl Direction {
 pub type PerDomain = BTreeMap<String, f64>;
 
 /// One measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     pub config: Config,
     pub direction: Direction,
@@ -168,11 +168,12 @@ pub struct Record {
     pub latency: Option<Latency>,
     /// With `--profile`: shares of the samples taken during the flow.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_deserializing)]
     pub profile: Option<prof::ProfileSummary>,
 }
 
 /// Medians over runs of one (config, direction, workload).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub config: Config,
     pub direction: Direction,
@@ -191,7 +192,7 @@ pub struct Summary {
 }
 
 /// Medians of a request-response workload's latency.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct LatencySummary {
     pub p50_us: f64,
     pub p99_us: f64,
@@ -200,8 +201,9 @@ pub struct LatencySummary {
 }
 
 /// The suite's results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BaselineReport {
+    #[serde(skip_deserializing)]
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,
@@ -1326,6 +1328,15 @@ pub fn figures(r: &BaselineReport) -> Vec<seeds::Figure> {
             f.status = Status::Partly;
             f.reason = why.into();
         }
+        let total = |c| {
+            r.summary
+                .iter()
+                .find(|m| m.config == c && m.direction == dir && !m.workload.is_latency())
+                .map(|m| m.median_cycles_per_packet)
+        };
+        if let (Some(x), Some(n)) = (total(Config::SplitnetBaseline), total(Config::Native)) {
+            f.ours.push(("total ÷ native".into(), x / n));
+        }
         out.push(f);
     }
     let ratio = |d| {
@@ -1334,13 +1345,23 @@ pub fn figures(r: &BaselineReport) -> Vec<seeds::Figure> {
             .find(|x| x.0 == Config::SplitnetBaseline)
             .and_then(|x| x.1)
     };
-    let mut t1 = Figure::new(
-        Seed::Menon2006,
-        "Table 1",
-        Kind::Grouped,
-        r.table(),
-        r.svg(),
-    );
+    let mut t = String::from("| configuration | TX × native | RX × native |\n|---|---:|---:|\n");
+    let (tx, rx) = (seed_rows(r, Direction::Tx), seed_rows(r, Direction::Rx));
+    let cell = |rows: &[(Config, Option<f64>, BTreeMap<String, f64>)], c| {
+        rows.iter()
+            .find(|x| x.0 == c)
+            .and_then(|x| x.1)
+            .map_or("-".to_string(), |v| format!("{v:.2}"))
+    };
+    for c in [
+        Config::Native,
+        Config::SplitnetBaseline,
+        Config::SplitnetHvCopy,
+        Config::SplitnetDefault,
+    ] {
+        t += &format!("| {} | {} | {} |\n", c.name(), cell(&tx, c), cell(&rx, c));
+    }
+    let mut t1 = Figure::new(Seed::Menon2006, "Table 1", Kind::Grouped, t, r.svg());
     t1.status = Status::Partly;
     t1.reason = "bench baseline measures a guest under the seed's Xen 2.0 preset against native; \
                  the driver-domain rows need `splitnet bench menon2006`"

@@ -23,7 +23,7 @@ use crate::netenv::{self, Flow, Native, Workload};
 use crate::stats::{median, tsc_per_us};
 use crate::{plot, seeds};
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -76,7 +76,7 @@ impl HostedOptions {
 }
 
 /// A measured configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Config {
     /// iperf3 over a plain veth pair between two namespaces.
@@ -151,7 +151,7 @@ const CONFIGS: [Config; 5] = [
 ];
 
 /// The wire: shaped to [`LINK_RATE`] or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Link {
     #[serde(rename = "100mbit")]
@@ -172,7 +172,7 @@ const LINKS: [Link; 2] = [Link::Shaped, Link::Unshaped];
 
 /// The hosted NIC's counters over a window of one flow (differences of two
 /// readings), in TSC cycles unless named otherwise.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Window {
     /// The guest's TSC between the two readings.
     pub cycles: f64,
@@ -351,17 +351,22 @@ impl Window {
 }
 
 /// Percent of the VM world's time by category.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Shares {
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub guest_and_vmm: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub world_switch: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub vmapp: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub host_network: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub idle: f64,
 }
 
 /// One flow.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     pub config: Config,
     pub link: Link,
@@ -379,7 +384,7 @@ pub struct Record {
 }
 
 /// Medians over runs of one (config, link, size).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Point {
     pub config: Config,
     pub link: Link,
@@ -392,37 +397,50 @@ pub struct Point {
 }
 
 /// Medians over runs at the table size ([`TABLE_SIZE`]) for one hosted configuration and link.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Breakdown {
     pub config: Config,
     pub link: Link,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub mbps: f64,
     /// Tables 1 and 2: percent of the VM world's time.
     pub shares: Shares,
     /// Table 3: percent of time the guest was halted (native: the part of
     /// one CPU the sending side did not use).
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub idle_percent: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub paper_idle_percent: f64,
     /// CPU per process group, percent of one CPU.
     pub cpu_percent: BTreeMap<String, f64>,
     /// Figure 5, µs: trap and resume in the VMM, switch to host, VMApp,
     /// VMNet write, back.
     pub path_us: Option<[f64; 5]>,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub switches_per_packet: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub nic_accesses_per_packet: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub nic_accesses_per_tx_packet: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub pic_accesses_per_irq: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub frames_per_send: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub mean_switch_us: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub mean_vmnet_write_us: f64,
     /// An empty world switch at start-up, µs: the cheapest and the mean.
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub null_switch_min_us: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub null_switch_mean_us: f64,
 }
 
 /// The suite's results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostedReport {
+    #[serde(skip_deserializing)]
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,

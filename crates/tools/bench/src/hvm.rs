@@ -24,7 +24,7 @@ use hv::hvm::{HvmConfig, HvmGuest};
 use hv::ioreq::{HvmSnapshot, Placement, STAGES};
 use hv::{DomainSpec, Hypervisor};
 use hvm::{DeviceHandler, DeviceModel, DmConfig, HvmVcpu};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,7 +74,7 @@ impl HvmOptions {
 }
 
 /// The dummy port I/O and the PIC access, medians over the runs.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Stages {
     pub tsc_mhz: f64,
     /// Mean cycles per stage (`STAGES` order), the median over the runs.
@@ -92,7 +92,7 @@ pub struct Stages {
 }
 
 /// One exit reason in one configuration.
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, Deserialize, Clone)]
 pub struct Reason {
     pub count: u64,
     pub mean_cycles: f64,
@@ -100,7 +100,7 @@ pub struct Reason {
 }
 
 /// One configuration of the process-level runs.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct NicConfig {
     pub name: String,
     pub pic: String,
@@ -126,7 +126,7 @@ pub struct NicConfig {
 }
 
 /// Everything the suite measured.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct HvmReport {
     pub quick: bool,
     pub runs: usize,

@@ -23,7 +23,7 @@ use crate::ram::{by_class, by_domain, ethtool, medians, unknown_key};
 use crate::seeds;
 use crate::stats::{tsc_per_us, Spread};
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -60,7 +60,7 @@ impl Menon2006Options {
 }
 
 /// A configuration, named as in the paper.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum M6Config {
     /// Native Linux: two namespaces over a veth pair.
     Linux,
@@ -289,7 +289,7 @@ impl std::str::FromStr for M6Config {
 }
 
 /// What is measured of a configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
     /// The endpoint sends with sendfile (`iperf3 -Z`).
@@ -327,7 +327,7 @@ impl Case {
 }
 
 /// One measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct M6Record {
     pub config: M6Config,
     pub case: Case,
@@ -385,7 +385,7 @@ fn parse_nstat(text: &str, names: &[&str]) -> u64 {
 }
 
 /// Medians over runs of one (configuration, case).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct M6Summary {
     pub config: M6Config,
     pub case: Case,
@@ -398,9 +398,9 @@ pub struct M6Summary {
 }
 
 /// The suite's report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Menon2006Report {
-    pub suite: &'static str,
+    pub suite: String,
     pub tsc_mhz: f64,
     pub runs: usize,
     pub seconds_per_flow: u32,
@@ -631,7 +631,7 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
     add_ratios(&mut records);
     let summary = summarize(&records);
     Ok(Menon2006Report {
-        suite: "menon2006",
+        suite: "menon2006".into(),
         tsc_mhz: ctx.tsc_hz / 1e6,
         runs: opts.runs,
         seconds_per_flow: opts.secs,

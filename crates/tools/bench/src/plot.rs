@@ -19,7 +19,7 @@ const TITLE: f64 = 19.0;
 /// capitals and digits stay under it.
 pub const CHAR_EM: f64 = 0.62;
 const MARGIN: u32 = 14;
-const PALETTE: [RGBColor; 10] = [
+const PALETTE: [RGBColor; 14] = [
     RGBColor(0x4c, 0x78, 0xa8),
     RGBColor(0xf5, 0x85, 0x18),
     RGBColor(0x54, 0xa2, 0x4b),
@@ -30,6 +30,10 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(0x9d, 0x75, 0x5d),
     RGBColor(0xba, 0xb0, 0xac),
     RGBColor(0x43, 0x3e, 0x85),
+    RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0xff, 0x9d, 0xa6),
+    RGBColor(0x6b, 0x6e, 0xcf),
 ];
 
 /// The width `s` takes at plotters size `size`, by the estimate above.
@@ -216,6 +220,7 @@ pub fn lines(s: &Sweep) -> String {
             .build_cartesian_2d(x0..x1, 0.0..ymax)?;
         chart
             .configure_mesh()
+            .light_line_style(TRANSPARENT)
             .x_desc(s.x_label.as_str())
             .y_desc(s.y_label.as_str())
             .label_style(style(TEXT))
@@ -298,6 +303,7 @@ pub fn grouped(g: &Grouped) -> String {
             .build_cartesian_2d(0.0..g.groups.len().max(1) as f64, 0.0..ymax)?;
         chart
             .configure_mesh()
+            .light_line_style(TRANSPARENT)
             .disable_x_mesh()
             .x_labels(0)
             .y_desc(g.y_label.as_str())
@@ -372,6 +378,7 @@ pub fn stacked(st: &Stacked) -> String {
             .build_cartesian_2d(0.0..st.bars.len().max(1) as f64, 0.0..ymax)?;
         chart
             .configure_mesh()
+            .light_line_style(TRANSPARENT)
             .disable_x_mesh()
             .x_labels(0)
             .y_desc(st.y_label.as_str())
@@ -447,6 +454,7 @@ pub fn hbars(title: &str, unit: &str, note: &str, bars: &[Bar]) -> String {
             .build_cartesian_2d(0.0..xmax, 0.0..n)?;
         chart
             .configure_mesh()
+            .light_line_style(TRANSPARENT)
             .disable_y_mesh()
             .y_labels(0)
             .x_labels(5)

@@ -17,7 +17,7 @@ use crate::netenv::{self, Workload};
 use crate::stats::{median, tsc_per_us, Spread};
 use crate::{plot, seeds};
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -57,7 +57,7 @@ impl RamOptions {
 }
 
 /// A configuration, named as in the thesis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RamConfig {
     #[serde(rename = "native")]
     Native,
@@ -173,7 +173,7 @@ impl std::str::FromStr for RamConfig {
 pub const ALL_KEYS: &str = "mq = true\nlro = \"guest\"\nprefetch = true\nrx_buffer = \"half\"\n";
 
 /// What is measured of a configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
     /// wire → guest1, in MTU-sized frames as a NIC delivers them.
@@ -245,7 +245,7 @@ impl Case {
 
 /// Pages granted to the driver domain against the buffer uses they served
 /// (thesis 4.7: 1,114 pages served 2,996,824 packets).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Locality {
     /// Grants guest1's netfront created (distinct pages, and re-grants).
     pub pages: u64,
@@ -255,7 +255,7 @@ pub struct Locality {
 }
 
 /// One measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamRecord {
     pub config: RamConfig,
     pub case: Case,
@@ -275,7 +275,7 @@ pub struct RamRecord {
 }
 
 /// Medians over runs of one (configuration, case), with their spread.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamSummary {
     pub config: RamConfig,
     pub case: Case,
@@ -291,8 +291,9 @@ pub struct RamSummary {
 }
 
 /// The suite's report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamReport {
+    #[serde(skip_deserializing)]
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,
@@ -305,6 +306,7 @@ pub struct RamReport {
     /// The configuration chapter 6's cases ran with.
     pub chapter6_config: Option<RamConfig>,
     /// How the two-guest case was set up.
+    #[serde(skip_deserializing)]
     pub two_guests: &'static str,
     /// Whether cost classes come from a profile (the profiler could start).
     pub profiled: bool,
@@ -1187,7 +1189,7 @@ impl RamReport {
 
     /// The thesis rows of `fig` ("2.4"), as a Markdown table, with the
     /// thesis's ratios and ours as numbers.
-    fn thesis_rows(&self, fig: &str) -> (String, Vec<(String, f64)>, Vec<(String, f64)>) {
+    fn thesis_rows(&self, fig: &str) -> (String, seeds::Numbers, seeds::Numbers) {
         let mut t = String::from(
             "| figure | what | thesis | thesis ÷ native | ours ÷ native |\n|---|---|---:|---:|---:|\n",
         );
@@ -1257,31 +1259,34 @@ fn stacked_cycles(title: String, rows: &[&RamSummary]) -> String {
     })
 }
 
+/// The (configuration, case)s a figure's chart shows.
+type Which = Vec<(RamConfig, Case)>;
+
 /// The thesis's figures from a run, for `bench seeds`: per figure the
 /// thesis's rows beside ours and cycles per frame by domain.
 pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
     use Case::*;
     use RamConfig::*;
     let rx = |cs: &[RamConfig]| cs.iter().map(|&c| (c, Rx)).collect::<Vec<_>>();
-    let figs: [(&str, &[&str], Vec<(RamConfig, Case)>); 12] = [
-        ("2.4", &["2.4"], rx(&[Native, Orig])),
-        ("2.5", &["2.5"], vec![(Native, Tx), (Orig, Tx)]),
-        ("3.4", &["3.4"], rx(&[Native, Orig, Mq])),
-        ("3.5", &["3.5"], rx(&[Native, Orig, Mq])),
-        ("4.10", &["4.10"], rx(&[Native, Orig, Ngm])),
-        ("4.11", &["4.11"], rx(&[Native, Orig, MqNgm])),
-        ("4.12", &["4.12"], rx(&[Orig, Ngm])),
-        ("4.13", &["4.13"], rx(&[Orig, MqNgm])),
-        ("5.1", &["5.1"], rx(&[MqNgm, LroGuest, Spf, HalfPg])),
-        ("5.2", &["5.2"], rx(&[MqNgm, LroGuest, LroDriver])),
+    let figs: [(&str, &str, Which); 12] = [
+        ("2.4", "2.4", rx(&[Native, Orig])),
+        ("2.5", "2.5", vec![(Native, Tx), (Orig, Tx)]),
+        ("3.4", "3.4", rx(&[Native, Orig, Mq])),
+        ("3.5", "3.5", rx(&[Native, Orig, Mq])),
+        ("4.10", "4.10", rx(&[Native, Orig, Ngm])),
+        ("4.11", "4.11", rx(&[Native, Orig, MqNgm])),
+        ("4.12", "4.12", rx(&[Orig, Ngm])),
+        ("4.13", "4.13", rx(&[Orig, MqNgm])),
+        ("5.1", "5.1", rx(&[MqNgm, LroGuest, Spf, HalfPg])),
+        ("5.2", "5.2", rx(&[MqNgm, LroGuest, LroDriver])),
         (
             "6.1",
-            &["6.1"],
+            "6.1",
             vec![(Orig, Rx), (All, Rx), (All, RxTwoGuests)],
         ),
         (
             "6.2",
-            &["ch. 6"],
+            "ch. 6",
             vec![
                 (All, Rx),
                 (All, RxSameCore),
@@ -1294,14 +1299,7 @@ pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
     figs.into_iter()
         .map(|(id, rows, which)| {
             let id = format!("Figure {id}");
-            let mut table = String::new();
-            let (mut paper, mut ours) = (Vec::new(), Vec::new());
-            for fig in rows {
-                let (t, p, o) = r.thesis_rows(fig);
-                table += &t;
-                paper.extend(p);
-                ours.extend(o);
-            }
+            let (table, paper, ours) = r.thesis_rows(rows);
             let measured = which
                 .iter()
                 .any(|&(c, k)| c != Native && r.row(c, k).is_some());

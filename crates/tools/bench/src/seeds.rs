@@ -10,7 +10,7 @@ mod render;
 
 use serde::{Deserialize, Serialize};
 
-pub use render::{read, render, write, Page};
+pub use render::{render, write, Page};
 
 /// The five seed documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -125,6 +125,9 @@ pub enum Kind {
     Table,
 }
 
+/// Labelled numbers: (what, value).
+pub type Numbers = Vec<(String, f64)>;
+
 /// A figure a suite measured: its table and chart, with the paper's
 /// numbers beside ours.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -139,8 +142,8 @@ pub struct Figure {
     pub svg: String,
     pub status: Status,
     pub reason: String,
-    pub paper: Vec<(String, f64)>,
-    pub ours: Vec<(String, f64)>,
+    pub paper: Numbers,
+    pub ours: Numbers,
 }
 
 impl Figure {
@@ -200,10 +203,11 @@ pub fn rows<'a>(figures: &'a [Figure], failures: &[Failure]) -> Vec<Row<'a>> {
     catalog()
         .iter()
         .map(|e| {
-            let figs: Vec<&Figure> = figures
+            let mut figs: Vec<&Figure> = figures
                 .iter()
                 .filter(|f| f.seed == e.seed && f.id == e.id)
                 .collect();
+            figs.sort_by_key(|f| f.status);
             let best = figs.iter().min_by_key(|f| f.status);
             let failed = failures.iter().find(|f| f.suite == e.suite);
             let (status, reason) = match (best, failed) {
@@ -232,12 +236,64 @@ pub fn counts(rows: &[Row]) -> Vec<(Status, usize)> {
         .collect()
 }
 
-/// A suite's figures and failures, as `bench seeds` saves them
-/// (`figures.json`) so that `--from` renders again without running.
+/// The figures of a set of runs, and the suites that failed.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Saved {
     pub figures: Vec<Figure>,
     pub failures: Vec<Failure>,
+}
+
+/// The seed suites, in the order `bench seeds` runs them.
+pub const SUITES: [&str; 5] = ["baseline", "menon2006", "ram", "hosted", "hvm"];
+
+/// The seed figures of `suite`'s report, from the JSON the suite wrote.
+pub fn figures_from_json(suite: &str, json: &str) -> anyhow::Result<Vec<Figure>> {
+    use anyhow::Context;
+    let ctx = || format!("reading bench {suite}'s report");
+    Ok(match suite {
+        "baseline" => crate::baseline::figures(&serde_json::from_str(json).with_context(ctx)?),
+        "menon2006" => crate::menon2006::figures(&serde_json::from_str(json).with_context(ctx)?),
+        "ram" => crate::ram::figures(&serde_json::from_str(json).with_context(ctx)?),
+        "hosted" => crate::hosted::figures(&serde_json::from_str(json).with_context(ctx)?),
+        "hvm" => crate::hvm::figures(&serde_json::from_str(json).with_context(ctx)?),
+        _ => anyhow::bail!("no seed suite {suite:?}; there are {}", SUITES.join(", ")),
+    })
+}
+
+/// The figures of the reports saved in `dir`: each suite's `<suite>.json`
+/// (as `bench seeds` writes them) or `<suite>/results.json` (as `bench
+/// <suite> --out` does), and `failures.json`. A suite with neither, or
+/// whose report does not read, is a failure that says so.
+pub fn load(dir: &std::path::Path) -> anyhow::Result<Saved> {
+    let mut saved = Saved::default();
+    let failures = dir.join("failures.json");
+    if failures.exists() {
+        saved.failures = serde_json::from_str(&std::fs::read_to_string(&failures)?)?;
+    }
+    for suite in SUITES {
+        if saved.failures.iter().any(|f| f.suite == suite) {
+            continue;
+        }
+        let paths = [
+            dir.join(format!("{suite}.json")),
+            dir.join(suite).join("results.json"),
+        ];
+        let found = paths.iter().find(|p| p.is_file());
+        let res = match found {
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(anyhow::Error::from)
+                .and_then(|json| figures_from_json(suite, &json)),
+            None => Err(anyhow::anyhow!("no saved report in {}", dir.display())),
+        };
+        match res {
+            Ok(figs) => saved.figures.extend(figs),
+            Err(e) => saved.failures.push(Failure {
+                suite: suite.to_string(),
+                error: format!("{e:#}"),
+            }),
+        }
+    }
+    Ok(saved)
 }
 
 #[cfg(test)]

@@ -20,9 +20,13 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A number as the paper prints it: no more digits than it needs.
+/// A number beside the paper's: ratios to two decimals, counts whole.
 fn num(v: f64) -> String {
-    crate::plot::num(v)
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 /// The chart file of a row's `i`th figure.
@@ -263,7 +267,8 @@ fn figure_html(f: &Figure) -> String {
     s + &md_to_html(&f.table) + "</section>\n"
 }
 
-/// Writes `index.html`, `README.md`, the charts and `figures.json` into `dir`.
+/// Writes `index.html`, `README.md`, the charts and, if any suite failed,
+/// `failures.json` into `dir`.
 pub fn write(dir: &std::path::Path, saved: &Saved) -> anyhow::Result<()> {
     use anyhow::Context;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -277,15 +282,15 @@ pub fn write(dir: &std::path::Path, saved: &Saved) -> anyhow::Result<()> {
     for (name, svg) in &page.svgs {
         put(name, svg)?;
     }
-    put("figures.json", &serde_json::to_string_pretty(saved)?)
-}
-
-/// Reads back what [`write`] saved in `dir`.
-pub fn read(dir: &std::path::Path) -> anyhow::Result<Saved> {
-    use anyhow::Context;
-    let p = dir.join("figures.json");
-    let s = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-    serde_json::from_str(&s).with_context(|| format!("parsing {}", p.display()))
+    if !saved.failures.is_empty() {
+        put(
+            "failures.json",
+            &serde_json::to_string_pretty(&saved.failures)?,
+        )?;
+    } else if dir.join("failures.json").exists() {
+        std::fs::remove_file(dir.join("failures.json"))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
