@@ -113,6 +113,12 @@ impl Driver {
     pub fn new(hv: &mut HvClient) -> Result<Driver, DriverError> {
         let me = hv.domid();
         let home = format!("/local/domain/{me}/splitnet");
+        if hv
+            .store_read_str(&format!("{home}/{}", crate::hugepages::KEY))
+            .is_ok_and(|v| v == "1")
+        {
+            crate::hugepages::enable();
+        }
         let port_offload = hv
             .store_read_str(&format!("{home}/port-offload"))
             .map(|v| v == "1")

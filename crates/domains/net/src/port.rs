@@ -77,6 +77,10 @@ impl PacketPort {
     /// and checksums every frame first, as for a NIC with no offloads.
     pub fn open(ifname: &str, offload: bool) -> io::Result<PacketPort> {
         let sock = PacketSocket::bind(ifname, true)?;
+        let mut batch = RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64);
+        if crate::hugepages::enabled() {
+            crate::hugepages::advised(batch.advise_huge());
+        }
         Ok(PacketPort {
             name: ifname.to_string(),
             sock,
@@ -85,7 +89,7 @@ impl PacketPort {
             } else {
                 Offloads::NONE
             },
-            batch: RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64),
+            batch,
             retag: Box::new([0; RETAG_HEAD]),
             shaped: Vec::new(),
             counters: PortCounters::default(),

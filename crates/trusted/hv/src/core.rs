@@ -302,6 +302,9 @@ impl Hypervisor {
     /// [`Request`]s on it, starting with `Hello`.
     pub fn create_domain(self: &Arc<Self>, spec: DomainSpec) -> HvResult<(DomId, SeqPacket)> {
         let mem = Arc::new(DomainMemory::new(&spec.name, spec.memory)?);
+        if let Some(note) = &mem.backing_note {
+            self.log(format_args!("{note}"));
+        }
         let (hv_end, dom_end) = os("control socket", SeqPacket::pair())?;
         let bell = || os("doorbell", Doorbell::pair());
         // (waiter, ringer) pairs: the domain rings `kick`, hv rings `done`.
@@ -602,6 +605,7 @@ impl Hypervisor {
                 connected: d.said_hello,
                 pool_frames: d.mem.spec.pool_frames,
                 hugepages: d.mem.spec.hugepages,
+                huge_backing: d.mem.backing.as_str().into(),
                 grant_entries: d.mem.grant_entries(),
                 event_channels: d.ports.len(),
                 grant_maps: d.maps.len(),

@@ -536,7 +536,7 @@ fn a_hugepage_backed_pool_serves_grants() {
         .status()
         .domains
         .iter()
-        .any(|d| d.name == "huge" && d.hugepages));
+        .any(|d| d.name == "huge" && d.hugepages && d.huge_backing == "hugetlb"));
     g.pool().fill(511 * PAGE, PAGE, 0x42);
     let gref = g.grants().grant_access(drv.domid(), 511, true).unwrap();
     assert_eq!(

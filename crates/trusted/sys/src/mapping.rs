@@ -62,6 +62,29 @@ impl Mapping {
         Ok(Mapping { ptr, len, writable })
     }
 
+    /// Asks for transparent huge pages under this mapping's whole 2 MiB
+    /// pages (a shared mapping follows `shmem_enabled`, see
+    /// [`crate::huge`]) and faults each in through it, so that the memory
+    /// file holds huge pages before a peer maps it. Returns the bytes
+    /// advised (0 when no whole huge page fits).
+    pub fn advise_huge(&self) -> io::Result<usize> {
+        use crate::huge::{aligned_part, madvise_huge, HUGE_PAGE};
+        let base = self.ptr.as_ptr() as usize;
+        let (start, len) = aligned_part(base, self.len);
+        if len == 0 {
+            return Ok(0);
+        }
+        madvise_huge(start, len)?;
+        if self.writable {
+            for off in (start - base..start - base + len).step_by(HUGE_PAGE) {
+                // A fresh memory file is zero: storing a zero only faults
+                // the page in. Peers map it only later.
+                let _ = self.try_write_bytes(off, &[0]);
+            }
+        }
+        Ok(len)
+    }
+
     /// Whether stores are permitted.
     pub fn is_writable(&self) -> bool {
         self.writable
