@@ -354,6 +354,8 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
     let (g1, e) = (ids[0], ids[2]);
     good_traffic_flows(&mut good1, &mut good2, 200, 0);
     good_traffic_flows(&mut good2, &mut good1, 200, 1000);
+    // Frames past the header copy: their payload comes through the window.
+    common::traffic_flows_sized(&mut good1, &mut good2, 100, 10_000, 1400);
     wait_for("good1's 200 frames counted as held", || {
         stats(&hv, drv_id, g1)["grant_ops"]["hold"]
             .as_u64()

@@ -956,6 +956,9 @@ impl Hypervisor {
                     for e in &errors {
                         self.count_error(domid, e.kind);
                     }
+                    if sub.kind == BatchKind::Hold {
+                        batch::publish_held_frames(page, &sub.ops);
+                    }
                     batch::complete(page, sub.seq, 0, &statuses);
                 }
             }

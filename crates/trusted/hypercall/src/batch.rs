@@ -81,6 +81,15 @@ pub fn read_batch(page: &dyn SharedMemory, pages: u32) -> Result<Submitted, (u32
     Ok(Submitted { seq, kind, ops })
 }
 
+/// Publishes, for a hold batch, the frame hv wrote into each op of `ops`
+/// (its copy of the batch) back into the page, where the domain reads it.
+pub fn publish_held_frames(page: &dyn SharedMemory, ops: &[u8]) {
+    for (i, op) in ops.chunks_exact(GrantCopy::SIZE).enumerate() {
+        let at = HELD_FRAME_IN_OP;
+        page.write_bytes(OPS_OFF + i * GrantCopy::SIZE + at, &op[at..at + 4]);
+    }
+}
+
 /// Publishes the outcome of batch `seq`.
 pub fn complete(page: &dyn SharedMemory, seq: u32, result: i32, statuses: &[i16]) {
     for (i, s) in statuses.iter().enumerate() {
