@@ -69,7 +69,7 @@ impl Holds {
         let (granter, gref, pfn) = grant::hold_one(pins, doms, caller, op)?;
         *self.by_grant.entry((granter, gref)).or_default() += 1;
         self.total += 1;
-        Ok(pfn.raw() as u32)
+        Ok(pfn.raw())
     }
 
     fn release(
