@@ -40,9 +40,12 @@ pub fn advise(buf: &mut [u8]) {
     }
 }
 
-/// Records bytes advised elsewhere (a port's batch).
-pub fn advised(bytes: usize) {
-    ADVISED.fetch_add(bytes as u64, Ordering::Relaxed);
+/// A port's receive batch, on huge pages when they are on.
+pub fn batch(mut b: sys::RecvBatch) -> sys::RecvBatch {
+    if enabled() {
+        ADVISED.fetch_add(b.advise_huge() as u64, Ordering::Relaxed);
+    }
+    b
 }
 
 /// Bytes of buffers advised so far.

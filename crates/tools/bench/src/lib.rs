@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 pub mod baseline;
-pub mod chart;
 pub mod faults;
 pub mod flood;
 pub mod forwarder;
@@ -16,8 +15,10 @@ pub mod hvm;
 pub mod isolation;
 pub mod multihost;
 pub mod netenv;
+pub mod plot;
 pub mod ram;
 pub mod scale;
+pub mod seeds;
 pub mod stats;
 pub mod usernet;
 pub mod vifopts;

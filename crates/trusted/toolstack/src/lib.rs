@@ -32,6 +32,7 @@ pub mod hugepages;
 pub mod listen;
 pub mod metrics;
 pub mod placement;
+pub mod port_buffer;
 pub mod status;
 pub mod supervisor;
 pub mod top;
