@@ -114,6 +114,12 @@ impl Driver {
     pub fn new(hv: &mut HvClient) -> Result<Driver, DriverError> {
         let me = hv.domid();
         let home = format!("/local/domain/{me}/splitnet");
+        if hv
+            .store_read_str(&format!("{home}/{}", crate::hugepages::KEY))
+            .is_ok_and(|v| v == "1")
+        {
+            crate::hugepages::enable();
+        }
         let port_offload = port_caps(hv, &home);
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;

@@ -8,6 +8,7 @@ pub mod capture;
 pub mod counters;
 pub mod credit;
 pub mod driver;
+pub mod hugepages;
 pub mod idle;
 pub mod lro;
 pub mod mcast;

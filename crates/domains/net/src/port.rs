@@ -88,11 +88,12 @@ impl PacketPort {
     /// rest first, as for a NIC without them.
     pub fn open(ifname: &str, caps: Offloads) -> io::Result<PacketPort> {
         let sock = PacketSocket::bind(ifname, true)?;
+        let batch = crate::hugepages::batch(RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64));
         Ok(PacketPort {
             name: ifname.to_string(),
             sock,
             caps,
-            batch: RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64),
+            batch,
             retag: Box::new([0; RETAG_HEAD]),
             shaped: shaping_slab(),
             counters: PortCounters::default(),
@@ -353,7 +354,7 @@ impl PacketPort {
     /// frames into each page (Driver-MTU). A longer frame is dropped and
     /// counted (`rx_errors`): the toolstack keeps frames MTU-sized.
     pub fn with_rx_slots(mut self, slot: usize) -> PacketPort {
-        self.batch = RecvBatch::aligned(RX_BATCH, slot, 4096);
+        self.batch = crate::hugepages::batch(RecvBatch::aligned(RX_BATCH, slot, 4096));
         self
     }
 

@@ -299,12 +299,15 @@ fn refuse_each(
             .as_u64()
             .unwrap_or(0);
         push(evil1, &reqs);
-        wait_for(&format!("netback to count {reason}"), || {
-            stats(hv, drv_id, e1)["rejected"][reason]
-                .as_u64()
-                .unwrap_or(0)
-                > before
-        });
+        wait_for(
+            &format!("netback to count {reason}: {}", stats(hv, drv_id, e1)),
+            || {
+                stats(hv, drv_id, e1)["rejected"][reason]
+                    .as_u64()
+                    .unwrap_or(0)
+                    > before
+            },
+        );
         good_traffic_flows(good1, good2, 20, 2000);
     }
     // Every consumed request got exactly one response.
@@ -374,4 +377,88 @@ fn a_guest_that_never_connects_delays_no_other() {
     good_traffic_flows(&mut good2, &mut good1, 50, 100);
     // The silent vif waits in InitWait (2), without a backend connection.
     assert_eq!(backend_state(&hv, drv_id, ids[0]), "2");
+}
+
+/// TX gather under hv-copy (the I/O-channel optimization without the new
+/// grant mechanism): hv holds each grant while the port reads the payload
+/// through netback's read-only window. A grant the guest forged, revoked
+/// or gave another domain is refused by hv and counted by netback, and
+/// nothing of it is forwarded; the good guests' frames arrive intact, and
+/// their grants are released (netfront ends each one after its response).
+#[test]
+fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
+    let World {
+        hv,
+        drv_id,
+        ids,
+        mut guests,
+        driver,
+        ..
+    } = world_configured(
+        &["good1", "good2", "evil"],
+        Grants::HvCopy,
+        TxMode::Gather,
+        |_| true,
+        |mut drv| {
+            let _ = net::driver::run(&mut drv);
+        },
+        |_, _| {},
+    );
+    let mut evil = guests.pop().unwrap();
+    let mut good2 = guests.pop().unwrap();
+    let mut good1 = guests.pop().unwrap();
+    let (g1, e) = (ids[0], ids[2]);
+    good_traffic_flows(&mut good1, &mut good2, 200, 0);
+    good_traffic_flows(&mut good2, &mut good1, 200, 1000);
+    // Frames past the header copy: their payload comes through the window.
+    common::traffic_flows_sized(&mut good1, &mut good2, 100, 10_000, 1400);
+    wait_for("good1's 200 frames counted as held", || {
+        stats(&hv, drv_id, g1)["grant_ops"]["hold"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 200
+    });
+    let s = stats(&hv, drv_id, g1);
+    assert!(s["tx_packets"].as_u64().unwrap_or(0) >= 200, "{s}");
+    assert_eq!(s["grant_ops"]["hold"], s["grant_ops"]["release"], "{s}");
+
+    // The malformed requests of the hv-copy tests, now through holds.
+    let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    // A frame evil granted and then revoked, and one granted to good1.
+    let f = common::frame(good1.mac, evil.mac, 1).data;
+    evil.hv.pool().write_bytes(592 * 4096, &f);
+    let revoked = evil.hv.grants().grant_access(drv_id, 592, true).unwrap();
+    evil.hv.grants().end_access(revoked).unwrap();
+    let len = f.len() as u16;
+    let attacks = vec![("bad_grant_ref", vec![req(revoked, 0, len, 40)])];
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    let foreign = evil.hv.grants().grant_access(g1, 592, true).unwrap();
+    let head = evil.hv.grants().grant_access(drv_id, 593, true).unwrap();
+    evil.hv.pool().write_bytes(593 * 4096, &f);
+    let attacks = vec![
+        ("grant_permission_denied", vec![req(foreign, 0, len, 41)]),
+        // A forged payload slot behind a good head: the whole packet is
+        // refused, and the head's hold released.
+        (
+            "bad_grant_ref",
+            vec![more(req(head, 0, len + 100, 42)), req(7777, 0, 100, 43)],
+        ),
+    ];
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    let s = stats(&hv, drv_id, e);
+    assert_eq!(
+        s["tx_packets"].as_u64().unwrap_or(0),
+        0,
+        "nothing evil sent was forwarded: {s}"
+    );
+    good_traffic_flows(&mut good1, &mut good2, 50, 3000);
+    // Every hold that succeeded was released, so the guest may end its grants.
+    let g = stats(&hv, drv_id, g1);
+    assert_eq!(g["grant_ops"]["hold"], g["grant_ops"]["release"], "{g}");
+    let freed = evil.hv.grants().end_access(foreign).is_ok();
+    assert!(freed, "a refused grant is left unpinned");
+    assert_eq!(g["rejected"], serde_json::json!({}), "good1: {g}");
+    hv.shutdown();
+    driver.join().unwrap();
 }

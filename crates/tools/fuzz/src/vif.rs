@@ -221,13 +221,16 @@ enum NbMode {
     NgmCopy,
     HvCopy,
     HvMap,
+    /// TX gather under hv-copy: hv holds the grants (Menon 2006 §4).
+    HvGather,
 }
 
-const NB_MODES: [NbMode; 4] = [
+const NB_MODES: [NbMode; 5] = [
     NbMode::NgmGather,
     NbMode::NgmCopy,
     NbMode::HvCopy,
     NbMode::HvMap,
+    NbMode::HvGather,
 ];
 
 struct NbWorld {
@@ -261,6 +264,7 @@ fn nb_world(mode: NbMode) -> NbWorld {
         NbMode::NgmCopy => (Grants::Ngm, TxMode::Copy),
         NbMode::HvCopy => (Grants::HvCopy, TxMode::Copy),
         NbMode::HvMap => (Grants::HvCopy, TxMode::Map),
+        NbMode::HvGather => (Grants::HvCopy, TxMode::Gather),
     };
     let (hv, mut e) = domains(grants, tx_mode, true);
     let fe = e.fe.clone();
@@ -363,7 +367,7 @@ fn nb_world(mode: NbMode) -> NbWorld {
 }
 
 thread_local! {
-    static NB_WORLDS: RefCell<[Option<NbWorld>; 4]> = const { RefCell::new([None, None, None, None]) };
+    static NB_WORLDS: RefCell<[Option<NbWorld>; 5]> = const { RefCell::new([None, None, None, None, None]) };
 }
 
 /// What one input did, for the checks.

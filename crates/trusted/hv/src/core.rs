@@ -8,6 +8,7 @@ use crate::batch;
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::evtchn::{Channel, MAX_PORTS, STATE_BOUND};
 use crate::grant::{self, Memories, Pins};
+use crate::hold::{BatchKind, Holds};
 use crate::memory::{DomainMemory, MemorySpec, BATCH_PAGES};
 use crate::ngm::{NgmTable, NGM_ENTRIES};
 use crate::proto::{
@@ -107,6 +108,8 @@ struct Domain {
     watch_tx: Option<SeqPacket>,
     maps: HashMap<u32, MapRecord>,
     mapped: HashSet<(DomId, u32)>,
+    /// Grants it holds for TX by reference under hv-copy ([`crate::hold`]).
+    holds: Holds,
     next_handle: u32,
     fds_given: HashSet<(DomId, bool)>,
     ports: BTreeMap<Port, u64>,
@@ -299,6 +302,9 @@ impl Hypervisor {
     /// [`Request`]s on it, starting with `Hello`.
     pub fn create_domain(self: &Arc<Self>, spec: DomainSpec) -> HvResult<(DomId, SeqPacket)> {
         let mem = Arc::new(DomainMemory::new(&spec.name, spec.memory)?);
+        if let Some(note) = &mem.backing_note {
+            self.log(format_args!("{note}"));
+        }
         let (hv_end, dom_end) = os("control socket", SeqPacket::pair())?;
         let bell = || os("doorbell", Doorbell::pair());
         // (waiter, ringer) pairs: the domain rings `kick`, hv rings `done`.
@@ -348,6 +354,7 @@ impl Hypervisor {
                 watch_tx: None,
                 maps: HashMap::new(),
                 mapped: HashSet::new(),
+                holds: Holds::default(),
                 next_handle: 1,
                 fds_given: HashSet::new(),
                 ports: BTreeMap::new(),
@@ -509,6 +516,10 @@ impl Hypervisor {
             for (_, m) in d.maps.drain() {
                 st.unpin(&m);
             }
+            d.holds.release_all(&mut st.pins, &st.doms);
+            for other in st.doms.0.values_mut() {
+                other.holds.forget_granter(domid);
+            }
             st.pins.retain(|(granter, _), _| *granter != domid);
             st.captures.retain(|_, (d, _)| *d != domid);
             // Its grants under the new mechanism vanish from every driver
@@ -594,6 +605,7 @@ impl Hypervisor {
                 connected: d.said_hello,
                 pool_frames: d.mem.spec.pool_frames,
                 hugepages: d.mem.spec.hugepages,
+                huge_backing: d.mem.backing.as_str().into(),
                 grant_entries: d.mem.grant_entries(),
                 event_channels: d.ports.len(),
                 grant_maps: d.maps.len(),
@@ -931,18 +943,21 @@ impl Hypervisor {
                         let n = (sub.ops.len() / abi::grant::GrantCopy::SIZE) as u64;
                         ops = n;
                         let t1 = trace::now();
-                        let r = grant::copy_batch(&mut st.pins, &st.doms, domid, &mut sub.ops);
+                        let (r, what) = run_batch(st, domid, sub.kind, &mut sub.ops);
                         tr.record(HvEvent::GrantCopy, t1, n);
                         st.counters.op("batch");
-                        st.counters.ops_n("grant_copy", n);
+                        st.counters.ops_n(what, n);
                         if let Some(d) = st.doms.0.get_mut(&domid) {
                             d.counters.op("batch");
-                            d.counters.ops_n("grant_copy", n);
+                            d.counters.ops_n(what, n);
                         }
                         r
                     };
                     for e in &errors {
                         self.count_error(domid, e.kind);
+                    }
+                    if sub.kind == BatchKind::Hold {
+                        batch::publish_held_frames(page, &sub.ops);
                     }
                     batch::complete(page, sub.seq, 0, &statuses);
                 }
@@ -951,6 +966,36 @@ impl Hypervisor {
             tr.record(HvEvent::Batch, t0, ops);
         }
     }
+}
+
+/// Runs one batch of `domid`'s ops by its kind; returns the statuses, the
+/// failed ops' errors and the counter the ops count under.
+fn run_batch(
+    st: &mut State,
+    domid: DomId,
+    kind: BatchKind,
+    ops: &mut [u8],
+) -> ((Vec<i16>, Vec<HvError>), &'static str) {
+    if kind == BatchKind::Copy {
+        return (
+            grant::copy_batch(&mut st.pins, &st.doms, domid, ops),
+            "grant_copy",
+        );
+    }
+    let Some(d) = st.doms.0.get_mut(&domid) else {
+        return ((Vec::new(), Vec::new()), "grant_hold");
+    };
+    let mut holds = std::mem::take(&mut d.holds);
+    let r = holds.run_batch(kind, &mut st.pins, &st.doms, domid, ops);
+    if let Some(d) = st.doms.0.get_mut(&domid) {
+        d.holds = holds;
+    }
+    let what = if kind == BatchKind::Hold {
+        "grant_hold"
+    } else {
+        "grant_release"
+    };
+    (r, what)
 }
 
 /// Sends watch events to the domains that registered them. A domain that does
@@ -1078,6 +1123,7 @@ fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
             Ok(ok(Reply::Done))
         }
         Request::NgmAttach { guest } => ngm_attach(st, caller, guest),
+        Request::PoolWindow { granter } => pool_window(st, caller, granter),
         Request::CaptureAttach { id } => match st.captures.get(&id) {
             Some((d, _)) if *d == caller => {
                 let (_, fd) = st.captures.remove(&id).expect("present");
@@ -1440,6 +1486,41 @@ fn ngm_attach(st: &mut State, caller: DomId, guest: DomId) -> HvResult<Outcome> 
             pool_frames: pool.spec.pool_frames,
         }),
         fds,
+    ))
+}
+
+/// `PoolWindow`: `granter`'s pool, read-only, for a domain that maps one
+/// of its grants (a backend that attached to its rings). Such a domain
+/// already holds that pool's descriptor from the map (hv hands a peer the
+/// pool alone, never private memory); the window only spares it a mapping
+/// per page, and the kernel refuses any store through it.
+fn pool_window(st: &mut State, caller: DomId, granter: DomId) -> HvResult<Outcome> {
+    let maps_one = domain(st, caller)?
+        .mapped
+        .iter()
+        .any(|&(g, _)| g == granter);
+    if granter == caller || !maps_one {
+        return err(
+            ErrorKind::PermissionDenied,
+            format!("domain {caller} maps no grant of domain {granter}; no window on its pool"),
+        );
+    }
+    let mem = st
+        .doms
+        .0
+        .get(&granter)
+        .map(|d| d.mem.clone())
+        .ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadDomain,
+                format!("domain {granter} does not exist"),
+            )
+        })?;
+    Ok((
+        Ok(Reply::PoolWindow {
+            pool_frames: mem.spec.pool_frames,
+        }),
+        vec![mem.pool_fd_for_peer(false)?],
     ))
 }
 

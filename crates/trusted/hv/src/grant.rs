@@ -225,13 +225,21 @@ pub fn copy_one(
     op: &GrantCopy,
 ) -> HvResult<()> {
     let src = resolve(pins, doms, caller, &op.source, op.len, false)?;
-    let dst = match resolve(pins, doms, caller, &op.dest, op.len, true) {
-        Ok(d) => d,
-        Err(e) => {
-            unpin(pins, doms, &src, false);
-            return Err(e);
-        }
-    };
+    let copied = copy_from(pins, doms, caller, &src, op);
+    unpin(pins, doms, &src, false);
+    copied
+}
+
+/// Resolves `op`'s destination and copies `src` (already resolved and
+/// pinned) into it; the destination's pin ends with the copy.
+fn copy_from(
+    pins: &mut Pins,
+    doms: &dyn Memories,
+    caller: DomId,
+    src: &Side,
+    op: &GrantCopy,
+) -> HvResult<()> {
+    let dst = resolve(pins, doms, caller, &op.dest, op.len, true)?;
     // Both ranges were checked against their pools above; the copy checks
     // them once more against the mappings and refuses rather than panics.
     let copied = match (map_of(doms, src.domid), map_of(doms, dst.domid)) {
@@ -245,9 +253,39 @@ pub fn copy_one(
             .map_err(|e| crate::HvError::memory("grant copy", e)),
         _ => Ok(()),
     };
-    unpin(pins, doms, &src, false);
     unpin(pins, doms, &dst, true);
     copied
+}
+
+/// A hold (the I/O-channel optimization under hv-copy, Menon 2006 §4):
+/// one GNTTABOP_copy of a packet's header part whose source, another
+/// domain's grant, stays pinned after the copy so that the caller may read
+/// the rest of the frame through its read-only window on the granter's
+/// pool. Returns the granter and the frame pinned; [`release`] ends it.
+pub fn hold_one(
+    pins: &mut Pins,
+    doms: &dyn Memories,
+    caller: DomId,
+    op: &GrantCopy,
+) -> HvResult<(DomId, u32, Pfn)> {
+    let CopyPtr::Gref { gref, .. } = op.source else {
+        return err(
+            ErrorKind::BadCopyArg,
+            "a hold names its source by another domain's grant reference",
+        );
+    };
+    let src = resolve(pins, doms, caller, &op.source, op.len, false)?;
+    if src.pinned.is_none() {
+        return err(
+            ErrorKind::BadCopyArg,
+            "a hold takes another domain's grant, not the caller's own",
+        );
+    }
+    if let Err(e) = copy_from(pins, doms, caller, &src, op) {
+        unpin(pins, doms, &src, false);
+        return Err(e);
+    }
+    Ok((src.domid, gref, src.range.pfn()))
 }
 
 fn unpin(pins: &mut Pins, doms: &dyn Memories, s: &Side, writable: bool) {

@@ -5,6 +5,7 @@
 //! - [`core::Hypervisor`]: domains, hypercall dispatch, cleanup of dead domains;
 //! - [`memory`]: each domain's grantable pool, grant table, batch page and trace area;
 //! - [`grant`]: grant validation, copy, map/unmap, transfer;
+//! - [`hold`]: grants held for TX by reference under hv-copy (Menon 2006 §4);
 //! - [`ngm`]: the new grant mechanism's tables (Ram thesis ch. 4), and
 //!   [`ngm_client`] the guest's track table and the driver domain's view;
 //! - [`evtchn`]: event channels (doorbells, pending/mask bits);
@@ -22,6 +23,7 @@
 pub mod core;
 pub mod evtchn;
 pub mod grant;
+pub mod hold;
 pub mod hvm;
 pub mod memory;
 pub mod ngm;

@@ -32,6 +32,29 @@ impl Default for MemorySpec {
     }
 }
 
+/// What backs a domain's pool (Menon 2006 §5.3, superpages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HugeBacking {
+    /// 2 MiB hugetlb pages, reserved up front.
+    Hugetlb,
+    /// Transparent huge pages, advised (`madvise(MADV_HUGEPAGE)`): the
+    /// hugetlb pool was short.
+    Thp,
+    /// 4 KiB pages.
+    None,
+}
+
+impl HugeBacking {
+    /// The name status shows (`huge_backing`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HugeBacking::Hugetlb => "hugetlb",
+            HugeBacking::Thp => "thp",
+            HugeBacking::None => "none",
+        }
+    }
+}
+
 /// Pages in the hypercall batch area.
 pub const BATCH_PAGES: u32 = 4;
 
@@ -39,6 +62,9 @@ pub const BATCH_PAGES: u32 = 4;
 #[derive(Debug)]
 pub struct DomainMemory {
     pub spec: MemorySpec,
+    /// What backs the pool, and why not hugetlb when asked for.
+    pub backing: HugeBacking,
+    pub backing_note: Option<String>,
     pub pool: Memfd,
     pub pool_map: Mapping,
     pub gnttab: Memfd,
@@ -48,6 +74,49 @@ pub struct DomainMemory {
     /// The domain's trace counters ([`crate::trace`]): it writes, hv reads.
     pub trace: Memfd,
     pub trace_map: Mapping,
+}
+
+type Made = (Memfd, Mapping);
+
+/// A pool on huge pages: hugetlb when the pool has room, else transparent
+/// huge pages when the kernel allows them for shared memory, else 4 KiB
+/// pages; the note says which and why.
+fn huge_pool(
+    name: &str,
+    len: usize,
+    mk: &dyn Fn(&str, usize, bool) -> HvResult<Made>,
+) -> HvResult<(Memfd, Mapping, HugeBacking, Option<String>)> {
+    // A hugetlb mapping reserves its pages when made, so a short pool
+    // fails here rather than at a later fault.
+    let short = match mk("pool", len, true) {
+        Ok((fd, map)) => return Ok((fd, map, HugeBacking::Hugetlb, None)),
+        Err(e) => e,
+    };
+    let (fd, map) = mk("pool", len, false)?;
+    let pages = len / sys::huge::HUGE_PAGE;
+    let why = format!(
+        "{name}: the hugetlb pool has not {pages} free 2 MiB pages ({})",
+        short.message
+    );
+    let (thp, setting) = sys::huge::thp_shmem();
+    if !thp.advised_ranges_get_them() {
+        let note = format!(
+            "{why}; transparent huge pages for shared memory are off ({setting}), so the pool is on 4 KiB pages"
+        );
+        return Ok((fd, map, HugeBacking::None, Some(note)));
+    }
+    match map.advise_huge() {
+        Ok(n) if n > 0 => {
+            let note = format!("{why}; the pool is on transparent huge pages ({setting})");
+            Ok((fd, map, HugeBacking::Thp, Some(note)))
+        }
+        r => {
+            let note = format!(
+                "{why}; madvise(MADV_HUGEPAGE) failed ({r:?}), so the pool is on 4 KiB pages"
+            );
+            Ok((fd, map, HugeBacking::None, Some(note)))
+        }
+    }
 }
 
 impl DomainMemory {
@@ -77,13 +146,21 @@ impl DomainMemory {
                 .map_err(|e| HvError::internal(&format!("mapping {what} for {name}"), e))?;
             Ok((fd, map))
         };
-        let (pool, pool_map) = mk("pool", pool_len, spec.hugepages)?;
+        let pool = if spec.hugepages {
+            huge_pool(name, pool_len, &mk)?
+        } else {
+            let (fd, map) = mk("pool", pool_len, false)?;
+            (fd, map, HugeBacking::None, None)
+        };
+        let (pool, pool_map, backing, backing_note) = pool;
         let (gnttab, gnttab_map) = mk("gnttab", spec.grant_frames as usize * PAGE_SIZE, false)?;
         let (batch, batch_map) = mk("batch", BATCH_PAGES as usize * PAGE_SIZE, false)?;
         let trace_len = crate::trace::TRACE_PAGES as usize * PAGE_SIZE;
         let (trace, trace_map) = mk("trace", trace_len, false)?;
         Ok(DomainMemory {
             spec,
+            backing,
+            backing_note,
             pool,
             pool_map,
             gnttab,
@@ -114,5 +191,49 @@ impl DomainMemory {
             self.pool.reopen_readonly()
         };
         r.map_err(|e| HvError::internal("sharing pool", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abi::SharedMemory;
+    use sys::huge::{thp_shmem, HugetlbPool, HUGE_PAGE};
+
+    #[test]
+    fn a_short_hugetlb_pool_falls_back_and_says_why() {
+        // One 2 MiB page more than the hugetlb pool has free: the hugetlb
+        // mapping cannot reserve them, whoever else holds pages.
+        let pages = HugetlbPool::read().unwrap().available() + 1;
+        let spec = MemorySpec {
+            pool_frames: (pages as usize * HUGE_PAGE / PAGE_SIZE) as u32,
+            grant_frames: 1,
+            hugepages: true,
+        };
+        let m = DomainMemory::new("t-huge-short", spec).unwrap();
+        let note = m.backing_note.clone().unwrap();
+        assert!(note.contains("hugetlb pool"), "{note}");
+        let (thp, setting) = thp_shmem();
+        let want = if thp.advised_ranges_get_them() {
+            HugeBacking::Thp
+        } else {
+            assert!(note.contains("4 KiB") && note.contains(&setting), "{note}");
+            HugeBacking::None
+        };
+        assert_eq!(m.backing, want, "{note}");
+        // The pool works all the same.
+        m.pool_map.write_bytes(PAGE_SIZE, b"still a pool");
+        let mut b = [0u8; 12];
+        m.pool_map.read_bytes(PAGE_SIZE, &mut b);
+        assert_eq!(&b, b"still a pool");
+    }
+
+    #[test]
+    fn a_pool_without_hugepages_says_none() {
+        let m = DomainMemory::new("t-small", MemorySpec::default()).unwrap();
+        assert_eq!(
+            (m.backing, m.backing_note.is_none()),
+            (HugeBacking::None, true)
+        );
     }
 }

@@ -536,7 +536,7 @@ fn a_hugepage_backed_pool_serves_grants() {
         .status()
         .domains
         .iter()
-        .any(|d| d.name == "huge" && d.hugepages));
+        .any(|d| d.name == "huge" && d.hugepages && d.huge_backing == "hugetlb"));
     g.pool().fill(511 * PAGE, PAGE, 0x42);
     let gref = g.grants().grant_access(drv.domid(), 511, true).unwrap();
     assert_eq!(
@@ -547,6 +547,21 @@ fn a_hugepage_backed_pool_serves_grants() {
     let mut b = [0u8; 8];
     drv.pool().read_bytes(4088, &mut b);
     assert_eq!(b, [0x42; 8]);
+    // A map of one 4 KiB frame of a pool on 2 MiB pages (its rings):
+    // mapped within its huge page, the frame alone accessible.
+    let m = drv.map_grant(g.domid(), gref, false).unwrap();
+    assert_eq!(m.len(), PAGE);
+    m.read(PAGE - 8, &mut b).unwrap();
+    assert_eq!(b, [0x42; 8]);
+    assert!(
+        m.read(PAGE - 4, &mut b).is_err(),
+        "only the frame is accessible"
+    );
+    g.pool().write_bytes(511 * PAGE, b"shared");
+    let mut w = [0u8; 6];
+    m.read(0, &mut w).unwrap();
+    assert_eq!(&w, b"shared");
+    drv.unmap_grant(m).unwrap();
     // A size that is not whole 2 MiB pages is refused up front.
     let bad = DomainSpec {
         name: "odd".into(),

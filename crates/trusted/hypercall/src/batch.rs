@@ -16,8 +16,36 @@ pub const COUNT_OFF: usize = 4;
 pub const DONE_OFF: usize = 8;
 /// 0, or a negative errno when the batch as a whole was refused.
 pub const RESULT_OFF: usize = 12;
+/// What the batch asks ([`BatchKind`]); 0, a plain copy batch, in a
+/// fresh page.
+pub const KIND_OFF: usize = 16;
 /// Where the ops start.
 pub const OPS_OFF: usize = 64;
+/// Where, inside one op of a hold batch, hv writes the frame it pinned:
+/// the upper half of `source.u`, which a grant reference leaves unused.
+pub const HELD_FRAME_IN_OP: usize = 4;
+
+/// What a batch's ops are for: grant copies (Xen's GNTTABOP_copy), or
+/// the I/O-channel optimization's holds under hv-copy (each a copy of a
+/// header part whose source grant stays pinned) and their releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchKind {
+    Copy = 0,
+    Hold = 1,
+    Release = 2,
+}
+
+impl BatchKind {
+    /// The kind a page names; `None` for an unknown one.
+    pub fn from_raw(raw: u32) -> Option<BatchKind> {
+        match raw {
+            0 => Some(BatchKind::Copy),
+            1 => Some(BatchKind::Hold),
+            2 => Some(BatchKind::Release),
+            _ => None,
+        }
+    }
+}
 /// Offset of the status field inside one `gnttab_copy`.
 pub const STATUS_IN_OP: usize = 36;
 
@@ -29,6 +57,7 @@ pub fn max_ops(pages: u32) -> usize {
 /// A batch as hv reads it: copied out of shared memory once.
 pub struct Submitted {
     pub seq: u32,
+    pub kind: BatchKind,
     pub ops: Vec<u8>,
 }
 
@@ -36,6 +65,9 @@ pub struct Submitted {
 pub fn read_batch(page: &dyn SharedMemory, pages: u32) -> Result<Submitted, (u32, String)> {
     let seq = page.load_u32(SEQ_OFF);
     let count = page.read_u32(COUNT_OFF) as usize;
+    let Some(kind) = BatchKind::from_raw(page.read_u32(KIND_OFF)) else {
+        return Err((seq, "unknown batch kind".to_string()));
+    };
     // What `pages` can hold, and never more than the memory at hand.
     let room = max_ops(pages).min(page.len().saturating_sub(OPS_OFF) / GrantCopy::SIZE);
     if count > room {
@@ -46,7 +78,16 @@ pub fn read_batch(page: &dyn SharedMemory, pages: u32) -> Result<Submitted, (u32
     }
     let mut ops = vec![0u8; count * GrantCopy::SIZE];
     page.read_bytes(OPS_OFF, &mut ops);
-    Ok(Submitted { seq, ops })
+    Ok(Submitted { seq, kind, ops })
+}
+
+/// Publishes, for a hold batch, the frame hv wrote into each op of `ops`
+/// (its copy of the batch) back into the page, where the domain reads it.
+pub fn publish_held_frames(page: &dyn SharedMemory, ops: &[u8]) {
+    for (i, op) in ops.chunks_exact(GrantCopy::SIZE).enumerate() {
+        let at = HELD_FRAME_IN_OP;
+        page.write_bytes(OPS_OFF + i * GrantCopy::SIZE + at, &op[at..at + 4]);
+    }
 }
 
 /// Publishes the outcome of batch `seq`.

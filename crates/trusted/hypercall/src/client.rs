@@ -1,7 +1,7 @@
 //! What a domain links to reach hv: hypercalls, its own grant table, mapped
 //! grants, event channels, the batch path, store watches and its trace area.
 
-use crate::batch;
+use crate::batch::{self, BatchKind};
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::evtchn::{self, STATE_CLOSED, STATE_OFF};
 use crate::proto::{self, DomId, Port, Reply, Request, Response, WatchFired, Welcome};
@@ -573,6 +573,60 @@ impl HvClient {
                     as i16
             })
             .collect())
+    }
+
+    /// Holds a batch of grants (the I/O-channel optimization under hv-copy,
+    /// Menon 2006 §4): each op copies a header part like a grant copy, and
+    /// its source grant stays pinned until [`HvClient::release_batch`].
+    /// Writes each op's status to `statuses` and, for a held one, the
+    /// frame pinned to `frames`.
+    pub fn hold_batch(
+        &mut self,
+        ops: &[GrantCopy],
+        statuses: &mut Vec<i16>,
+        frames: &mut Vec<u32>,
+    ) -> HvResult<()> {
+        self.kind_batch(BatchKind::Hold, ops, statuses)?;
+        frames.clear();
+        frames.extend((0..ops.len()).map(|i| {
+            self.batch
+                .read_u32(batch::OPS_OFF + i * GrantCopy::SIZE + batch::HELD_FRAME_IN_OP)
+        }));
+        Ok(())
+    }
+
+    /// Ends holds taken by [`HvClient::hold_batch`]: each op names a held
+    /// grant by its source (domain and reference).
+    pub fn release_batch(&mut self, ops: &[GrantCopy], statuses: &mut Vec<i16>) -> HvResult<()> {
+        self.kind_batch(BatchKind::Release, ops, statuses)
+    }
+
+    fn kind_batch(
+        &mut self,
+        kind: BatchKind,
+        ops: &[GrantCopy],
+        statuses: &mut Vec<i16>,
+    ) -> HvResult<()> {
+        self.batch.write_u32(batch::KIND_OFF, kind as u32);
+        let r = self.grant_copy_batch(ops);
+        self.batch
+            .write_u32(batch::KIND_OFF, BatchKind::Copy as u32);
+        *statuses = r?;
+        Ok(())
+    }
+
+    /// A read-only window on `granter`'s whole I/O pool (for a domain that
+    /// maps one of its grants): mapped once, read only at frames hv holds.
+    pub fn pool_window(&mut self, granter: DomId) -> HvResult<Mapping> {
+        let (reply, fds) = self.chan.call(&Request::PoolWindow { granter })?;
+        let Reply::PoolWindow { pool_frames } = reply else {
+            return err(ErrorKind::Internal, "unexpected reply to pool_window");
+        };
+        let [fd] = take_fds::<1>(fds)?;
+        io(
+            "mapping the guest's pool read-only",
+            Mapping::new(fd.as_fd(), 0, pool_frames as usize * PAGE_SIZE, false),
+        )
     }
 
     /// Publishes a batch of `count` ops already in the page and waits for hv.

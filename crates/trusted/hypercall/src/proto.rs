@@ -184,6 +184,13 @@ pub enum Request {
     /// attached; called again after the backend hung up (a restarted
     /// driver domain).
     VhostConnect,
+    /// From a driver domain: a read-only window on `granter`'s whole I/O
+    /// pool, for TX by reference under hv-copy (Menon 2006 §4). Only for a
+    /// domain that maps one of `granter`'s grants (its rings). Replies
+    /// `PoolWindow`; the read-only descriptor travels with the message.
+    PoolWindow {
+        granter: DomId,
+    },
 }
 
 impl Request {
@@ -203,7 +210,7 @@ impl Request {
     }
 
     /// Every request's name, in [`Request::index`] order (counter and trace names).
-    pub const NAMES: [&'static str; 36] = [
+    pub const NAMES: [&'static str; 37] = [
         "hello",
         "nop",
         "store_read",
@@ -240,6 +247,7 @@ impl Request {
         "hvm_device_model",
         "vhost_listener",
         "vhost_connect",
+        "pool_window",
     ];
 
     /// A dense number per kind of request, below `NAMES.len()`.
@@ -281,6 +289,7 @@ impl Request {
             Request::HvmDeviceModel { .. } => 33,
             Request::VhostListener { .. } => 34,
             Request::VhostConnect => 35,
+            Request::PoolWindow { .. } => 36,
         }
     }
 
@@ -333,6 +342,10 @@ pub enum Reply {
     NgmTable {
         handle: u32,
         entries: u32,
+    },
+    /// A read-only window on a guest's pool: its size in frames.
+    PoolWindow {
+        pool_frames: u32,
     },
     /// The table attached; the translation sub-table (read-only), the
     /// status sub-table and the guest's pool travel with the message.

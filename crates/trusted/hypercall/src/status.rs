@@ -52,6 +52,9 @@ pub struct DomainStatus {
     pub connected: bool,
     pub pool_frames: u32,
     pub hugepages: bool,
+    /// What backs the pool: "hugetlb", "thp" (the hugetlb pool was short)
+    /// or "none" (Menon 2006 §5.3).
+    pub huge_backing: String,
     pub grant_entries: u32,
     pub event_channels: usize,
     pub grant_maps: usize,
@@ -111,6 +114,7 @@ mod tests {
             connected: true,
             pool_frames: 16,
             hugepages: false,
+            huge_backing: "none".into(),
             grant_entries: 0,
             event_channels: 0,
             grant_maps: 0,

@@ -23,6 +23,7 @@
 mod bpf;
 mod doorbell;
 mod epoll;
+pub mod huge;
 mod iov;
 pub mod jail;
 mod mapping;

@@ -19,6 +19,10 @@ pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
     writable: bool,
+    /// What `munmap` takes: the whole region mapped, which is larger than
+    /// `ptr..ptr + len` when a hugetlb file had to be mapped in whole
+    /// 2 MiB pages.
+    region: (NonNull<u8>, usize),
 }
 
 // SAFETY: the mapping is plain shared memory; all access goes through atomics
@@ -30,6 +34,9 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` starting at `offset` (page-aligned), shared.
     /// A read-only descriptor can only be mapped with `writable == false`.
+    /// A hugetlb file (a pool on 2 MiB pages) maps only in whole huge
+    /// pages: a smaller or unaligned range is mapped within the huge pages
+    /// that hold it, and only the range asked for is accessible.
     pub fn new(fd: BorrowedFd<'_>, offset: u64, len: usize, writable: bool) -> io::Result<Mapping> {
         if len == 0 {
             return Err(io::Error::new(
@@ -37,6 +44,24 @@ impl Mapping {
                 "mmap: zero length",
             ));
         }
+        match Mapping::map(fd, offset, len, writable) {
+            // cvt keeps the kind, not the errno: EINVAL is InvalidInput.
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                let huge = crate::huge::HUGE_PAGE as u64;
+                let start = offset / huge * huge;
+                let end = (offset + len as u64).next_multiple_of(huge);
+                let mut m = Mapping::map(fd, start, (end - start) as usize, writable)?;
+                // SAFETY: offset - start < end - start, inside the region just mapped.
+                let p = unsafe { m.ptr.as_ptr().add((offset - start) as usize) };
+                m.ptr = NonNull::new(p).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+                m.len = len;
+                Ok(m)
+            }
+            r => r,
+        }
+    }
+
+    fn map(fd: BorrowedFd<'_>, offset: u64, len: usize, writable: bool) -> io::Result<Mapping> {
         let prot = if writable {
             libc::PROT_READ | libc::PROT_WRITE
         } else {
@@ -59,7 +84,35 @@ impl Mapping {
         }
         let ptr =
             NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
-        Ok(Mapping { ptr, len, writable })
+        Ok(Mapping {
+            ptr,
+            len,
+            writable,
+            region: (ptr, len),
+        })
+    }
+
+    /// Asks for transparent huge pages under this mapping's whole 2 MiB
+    /// pages (a shared mapping follows `shmem_enabled`, see
+    /// [`crate::huge`]) and faults each in through it, so that the memory
+    /// file holds huge pages before a peer maps it. Returns the bytes
+    /// advised (0 when no whole huge page fits).
+    pub fn advise_huge(&self) -> io::Result<usize> {
+        use crate::huge::{aligned_part, madvise_huge, HUGE_PAGE};
+        let base = self.ptr.as_ptr() as usize;
+        let (start, len) = aligned_part(base, self.len);
+        if len == 0 {
+            return Ok(0);
+        }
+        madvise_huge(start, len)?;
+        if self.writable {
+            for off in (start - base..start - base + len).step_by(HUGE_PAGE) {
+                // A fresh memory file is zero: storing a zero only faults
+                // the page in. Peers map it only later.
+                let _ = self.try_write_bytes(off, &[0]);
+            }
+        }
+        Ok(len)
     }
 
     /// Whether stores are permitted.
@@ -309,8 +362,8 @@ impl SharedMemory for Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: ptr/len describe a mapping created by `new` and not yet unmapped.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        // SAFETY: `region` is the mapping `map` created, not yet unmapped.
+        unsafe { libc::munmap(self.region.0.as_ptr().cast(), self.region.1) };
     }
 }
 

@@ -686,6 +686,19 @@ impl RecvBatch {
         }
     }
 
+    /// Asks for transparent huge pages under the slots (Menon 2006 §5.3;
+    /// best before the first batch touches them). Slots that fit in one
+    /// huge page move into a fresh allocation that holds a whole aligned
+    /// one, so that they sit on it. Returns the bytes advised.
+    pub fn advise_huge(&mut self) -> usize {
+        use crate::huge::HUGE_PAGE;
+        if self.lens.len() * self.slot <= HUGE_PAGE {
+            self.mem = vec![0u8; 2 * HUGE_PAGE];
+            self.base = self.mem.as_ptr().align_offset(HUGE_PAGE);
+        }
+        crate::huge::advise_huge(&mut self.mem[self.base..])
+    }
+
     /// Each frame's slot, in order.
     fn slots_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
         let n = self.lens.len();

@@ -54,6 +54,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     // Before anything else is made: what an earlier hv left is undone, and
     // the keeper watches this one.
     let uplinks = Uplinks::start(&cfg.run_dir, &cfg.topology)?;
+    let huge = crate::hugepages::reserve(&cfg.topology);
     let listener = SeqPacketListener::bind(&sock).map_err(|e| e.to_string())?;
     fs::write(cfg.run_dir.join("hv.pid"), std::process::id().to_string())
         .map_err(|e| e.to_string())?;
@@ -91,6 +92,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
         host::netns_del(&host::netns_name(&w.name));
     }
     host::sweep_cgroups(&layout);
+    huge.release();
     let _ = fs::remove_file(&sock);
     let _ = fs::remove_file(cfg.run_dir.join("hv.pid"));
     eprintln!("hv: stopped");

@@ -28,6 +28,7 @@ pub mod capture;
 pub mod daemon;
 pub mod host;
 pub mod hotplug;
+pub mod hugepages;
 pub mod listen;
 pub mod metrics;
 pub mod placement;

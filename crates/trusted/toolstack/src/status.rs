@@ -295,6 +295,7 @@ fn domain_entry(
         "connected": d.connected,
         "memory_frames": d.pool_frames,
         "hugepages": d.hugepages,
+        "huge_backing": d.huge_backing,
         "grant_entries": d.grant_entries,
         "event_channels": d.event_channels,
         "grant_maps": d.grant_maps,
@@ -635,8 +636,8 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
 /// core, namespace, connection, memory and addresses.
 fn print_domains(domains: &[Value], hosts: &[Value]) {
     println!(
-        "\n{:<8} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8}  ADDRESSES",
-        "DOMAIN", "ID", "KIND", "PID", "CPU", "NAMESPACE", "CONN", "MEMORY"
+        "\n{:<8} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8} {:<7}  ADDRESSES",
+        "DOMAIN", "ID", "KIND", "PID", "CPU", "NAMESPACE", "CONN", "MEMORY", "HUGE"
     );
     let empty = Vec::new();
     for d in domains.iter().chain(hosts) {
@@ -656,8 +657,13 @@ fn print_domains(domains: &[Value], hosts: &[Value]) {
             .iter()
             .filter_map(Value::as_str)
             .collect();
+        // What backs the pool (Menon 2006 §5.3): hugetlb, thp, or none.
+        let huge = match d["huge_backing"].as_str() {
+            Some("none") | None => "-".to_string(),
+            Some(b) => b.to_string(),
+        };
         println!(
-            "{:<8} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8}  {}",
+            "{:<8} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8} {:<7}  {}",
             text("name"),
             text("id"),
             text("kind"),
@@ -666,6 +672,7 @@ fn print_domains(domains: &[Value], hosts: &[Value]) {
             text("netns"),
             text("connected"),
             memory,
+            huge,
             if addrs.is_empty() {
                 "-".to_string()
             } else {

@@ -296,6 +296,11 @@ impl Supervisor {
         }
         ts.write(&format!("{home}/port-offload"), &d.port_offload.to_string())?;
         ts.write(&format!("{home}/spin-us"), &d.spin_us.to_string())?;
+        // A driver domain's own packet buffers follow its pool (net::hugepages).
+        ts.write(
+            &format!("{home}/hugepages"),
+            if d.hugepages { "1" } else { "0" },
+        )?;
         let bit = |b: bool| if b { "1" } else { "0" };
         for e in self.topology.emulated_nics() {
             if e.guest == d.name {

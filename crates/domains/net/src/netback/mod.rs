@@ -19,6 +19,7 @@
 //! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
+mod hold;
 mod mq;
 pub mod opts;
 mod rx;
@@ -266,6 +267,10 @@ pub struct Netback {
     tracer: Tracer,
     /// The guest's I/O pool and translation table, under the new grant mechanism.
     ngm: Option<NgmView>,
+    /// The guest's I/O pool, read-only, under hv-copy TX gather ([`hold`]).
+    window: Option<Mapping>,
+    /// The hold and release batches of hv-copy TX gather (reused).
+    hold: hold::HoldBufs,
     /// The TX packets of the batch held for forwarding under the new grant
     /// mechanism, by position in `tx_pkts` (reused, never shrunk).
     tx_held: Vec<Held>,
@@ -445,11 +450,6 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
             "{be}: the new grant mechanism carries neither page flips nor TX maps"
         )));
     }
-    if tx_gather && !ngm {
-        return Err(proto(format!(
-            "{be}: TX gather reads the guest's buffers in place and needs the new grant mechanism"
-        )));
-    }
     let mut opts = opts::read(hv, be)?;
     let prefetch = read_flag(hv, &format!("{be}/splitnet-prefetch"));
     if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
@@ -500,21 +500,28 @@ impl Netback {
         let g = p.guest;
         let f = read_frontend(hv, &fe, &p.modes)?;
         let (tx, rx, held) = map_rings(hv, g, &f)?;
-        let ngm = if p.modes.ngm {
-            match attach_pool(hv, g, &fe) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    for ch in held {
-                        let _ = hv.evtchn_close(ch);
-                    }
-                    for h in [tx.into_memory().handle, rx.into_memory().handle] {
-                        let _ = hv.unmap_handle(h);
-                    }
-                    return Err(e);
-                }
-            }
+        // The guest's pool, once: under the new grant mechanism with its
+        // table; under hv-copy TX gather as a read-only window (see [`hold`]).
+        let views = if p.modes.ngm {
+            attach_pool(hv, g, &fe).map(|v| (Some(v), None))
+        } else if p.modes.tx_gather {
+            hv.pool_window(g)
+                .map(|w| (None, Some(w)))
+                .map_err(NetbackError::from)
         } else {
-            None
+            Ok((None, None))
+        };
+        let (ngm, window) = match views {
+            Ok(v) => v,
+            Err(e) => {
+                for ch in held {
+                    let _ = hv.evtchn_close(ch);
+                }
+                for h in [tx.into_memory().handle, rx.into_memory().handle] {
+                    let _ = hv.unmap_handle(h);
+                }
+                return Err(e);
+            }
         };
         let mut chans = held.into_iter();
         let tx_evt = chans.next();
@@ -547,6 +554,8 @@ impl Netback {
             connected: true,
             tracer: hv.tracer(),
             ngm,
+            window,
+            hold: hold::HoldBufs::default(),
             tx_held: vec![Held::default(); TX_BUDGET],
             tx_pkts: Vec::with_capacity(TX_BUDGET),
             tx_ids: [0; 1 << 10],

@@ -49,11 +49,13 @@ pub struct SlabFrame<'a> {
 impl FrameSlab {
     /// Room for `frames` frames and `bytes` bytes of them, allocated now.
     pub fn new(frames: usize, bytes: usize) -> FrameSlab {
-        FrameSlab {
+        let mut slab = FrameSlab {
             bytes: vec![0; bytes].into_boxed_slice(),
             recs: vec![Rec::default(); frames].into_boxed_slice(),
             ..FrameSlab::default()
-        }
+        };
+        crate::hugepages::advise(&mut slab.bytes);
+        slab
     }
 
     /// Frames held.

@@ -8,7 +8,9 @@
 //! (Menon 2006 §4.1, the I/O channel optimization). A guest that rewrites
 //! its buffer after the copy can corrupt only its own payload: what is sent
 //! as headers is the checked copy. Under `hv-copy`, hv copies each batch into
-//! staging frames; in the Xen 2.0 baseline each page is mapped and unmapped.
+//! staging frames (or, with TX gather, copies the headers and holds the
+//! grants while the port reads the payload: [`super::hold`]); in the Xen
+//! 2.0 baseline each page is mapped and unmapped.
 
 use super::{grant_reason, hv_reason, Dropped, Netback, Result, TxPacket, TxSlot};
 use super::{MIN_GSO_SIZE, SLOT_BUDGET, TX_BUDGET};
@@ -51,6 +53,8 @@ impl Netback {
         self.clear_tx_ids();
         let (n, fatal) = if self.ngm.is_some() {
             self.tx_ngm(fwd)
+        } else if self.window.is_some() {
+            self.tx_hold(hv, fwd)?
         } else {
             self.tx_hv(hv, fwd)?
         };
@@ -218,7 +222,7 @@ impl Netback {
     /// slots). A chain that cannot be read to its end is fatal; a packet
     /// that reads but is malformed comes back with `refused` set.
     /// `first_op` numbers its slots' grant copies.
-    fn parse_packet(&mut self, first_op: usize) -> Parsed {
+    pub(super) fn parse_packet(&mut self, first_op: usize) -> Parsed {
         let Some(tx) = self.tx.as_mut() else {
             return Ok(None);
         };
@@ -313,7 +317,7 @@ impl Netback {
     /// it is copied: its length and sizes, its offloads, and ids not reused
     /// within the batch (Xen netback's structural checks, plus the offloads
     /// this vif negotiated).
-    fn validate(&mut self, p: &mut TxPacket) -> Option<&'static str> {
+    pub(super) fn validate(&mut self, p: &mut TxPacket) -> Option<&'static str> {
         self.check_sizes(p)
             .or_else(|| self.check_offloads(p))
             .or_else(|| self.claim_ids(p))
@@ -393,7 +397,11 @@ impl Netback {
     /// source MAC is the vif's own, GSO metadata describes a TCP segment of
     /// the IP version it names, and a blank checksum belongs to TCP or UDP.
     /// Returns the checksum state.
-    fn check_frame(&self, head: &[u8], p: &TxPacket) -> std::result::Result<Csum, &'static str> {
+    pub(super) fn check_frame(
+        &self,
+        head: &[u8],
+        p: &TxPacket,
+    ) -> std::result::Result<Csum, &'static str> {
         if head.len() < 12 || head[6..12] != self.mac {
             return Err("spoofed_mac");
         }
@@ -420,7 +428,7 @@ impl Netback {
         .ok_or("csum_blank_not_tcp_udp")
     }
 
-    fn count_tx(&mut self, len: usize) {
+    pub(super) fn count_tx(&mut self, len: usize) {
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
     }
@@ -489,8 +497,9 @@ impl Netback {
     /// as its checked header copy and the rest of its bytes in the guest's
     /// pool (TX gather). Under TX copy each packet is first copied out
     /// whole (the comparison point for gather).
-    fn forward_held(&self, pkts: &[TxPacket], fwd: &mut dyn FnMut(&[FrameRef<'_>])) {
-        let Some(view) = self.ngm.as_ref() else {
+    pub(super) fn forward_held(&self, pkts: &[TxPacket], fwd: &mut dyn FnMut(&[FrameRef<'_>])) {
+        // The guest's pool: the new grant mechanism's view, or hv-copy's window.
+        let Some(pool) = self.ngm.as_ref().map(|v| v.pool()).or(self.window.as_ref()) else {
             return;
         };
         let mut refs: [FrameRef<'_>; TX_BUDGET] =
@@ -504,7 +513,7 @@ impl Netback {
             let frame = FrameRef {
                 head: &h.head[..h.head_len],
                 body: &[],
-                map: Some(view.pool()),
+                map: Some(pool),
                 segs: &h.rest[..h.rest_count],
                 len: p.total,
                 csum: h.csum,
@@ -527,7 +536,7 @@ impl Netback {
     }
 
     /// Respond: exactly one response per consumed request, in order.
-    fn respond(&mut self, p: &TxPacket) -> Result<()> {
+    pub(super) fn respond(&mut self, p: &TxPacket) -> Result<()> {
         let status = if let Some(r) = p.refused {
             self.refuse(r);
             NetifStatus::Error
@@ -568,7 +577,7 @@ impl Netback {
     /// MCAST_DEL extra, as Linux netback takes them): the filter changes
     /// and the request is answered; it carries no frame. A group past the
     /// filter's bound is refused in the answer and counted.
-    fn control(&mut self, p: &mut TxPacket) {
+    pub(super) fn control(&mut self, p: &mut TxPacket) {
         let Some((add, group)) = p.mcast else {
             return;
         };
@@ -604,7 +613,7 @@ impl Netback {
     /// The checks of the vif's options on a frame's headers: its length
     /// against the MTU (a GSO packet by the segments it will be cut into)
     /// and, under `ip=`, its source addresses.
-    fn filter_frame(&self, head: &[u8], p: &TxPacket) -> Option<Dropped> {
+    pub(super) fn filter_frame(&self, head: &[u8], p: &TxPacket) -> Option<Dropped> {
         // One 802.1Q tag may come on top (a trunk).
         let tagged = head.get(12..14) == Some(&[0x81, 0x00]);
         let limit = self.max_frame + if tagged { 4 } else { 0 };
@@ -735,7 +744,7 @@ fn slot_of(r: &TxRequest) -> TxSlot {
 
 /// The ranges of `segs` after their first `n` bytes, written to `out`;
 /// returns how many.
-fn skip(segs: &[(usize, usize)], mut n: usize, out: &mut [(usize, usize)]) -> usize {
+pub(super) fn skip(segs: &[(usize, usize)], mut n: usize, out: &mut [(usize, usize)]) -> usize {
     let mut k = 0;
     for &(off, len) in segs {
         if n >= len {

@@ -57,16 +57,26 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 pub fn frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Packet {
+    frame_sized(dst, src, seq, 200)
+}
+
+/// [`frame`] with `payload` bytes after the sequence number.
+pub fn frame_sized(dst: [u8; 6], src: [u8; 6], seq: u32, payload: u32) -> Packet {
     let mut d = dst.to_vec();
     d.extend_from_slice(&src);
     d.extend_from_slice(&[0x88, 0xb5]); // local experimental ethertype
     d.extend_from_slice(&seq.to_be_bytes());
-    d.extend((0..200u32).map(|i| (i ^ seq) as u8));
+    d.extend((0..payload).map(|i| (i ^ seq) as u8));
     Packet::new(d)
 }
 
 /// guest a sends `n` frames to guest b, which must receive every one intact.
 pub fn good_traffic_flows(a: &mut Guest, b: &mut Guest, n: u32, base: u32) {
+    traffic_flows_sized(a, b, n, base, 200);
+}
+
+/// [`good_traffic_flows`] with frames of `payload` bytes after the header.
+pub fn traffic_flows_sized(a: &mut Guest, b: &mut Guest, n: u32, base: u32, payload: u32) {
     let mut got = std::collections::BTreeSet::new();
     let mut sent = 0;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -78,7 +88,7 @@ pub fn good_traffic_flows(a: &mut Guest, b: &mut Guest, n: u32, base: u32) {
             got.len()
         );
         while sent < n && a.nf.can_send() {
-            a.nf.send(&mut a.hv, frame(b.mac, a.mac, base + sent))
+            a.nf.send(&mut a.hv, frame_sized(b.mac, a.mac, base + sent, payload))
                 .unwrap();
             sent += 1;
         }
@@ -91,7 +101,7 @@ pub fn good_traffic_flows(a: &mut Guest, b: &mut Guest, n: u32, base: u32) {
                 continue; // not from the sender under test
             }
             let seq = u32::from_be_bytes([p.data[14], p.data[15], p.data[16], p.data[17]]);
-            let want = frame(b.mac, a.mac, seq).data;
+            let want = frame_sized(b.mac, a.mac, seq, payload).data;
             assert_eq!(
                 p.data.len(),
                 want.len(),
