@@ -116,8 +116,8 @@ mod tests {
 
     #[test]
     fn the_receivers_line_is_parsed_and_checked() {
-        let r = parse("{\"bytes\":1250000000,\"seconds\":2.0,\"buffer\":4096,\"reads\":9}\n")
-            .unwrap();
+        let r =
+            parse("{\"bytes\":1250000000,\"seconds\":2.0,\"buffer\":4096,\"reads\":9}\n").unwrap();
         assert_eq!((r.bytes, r.buffer, r.reads), (1_250_000_000, 4096, 9));
         assert!((r.gbps() - 5.0).abs() < 1e-9);
         assert!(parse("sink: refused").is_none());

@@ -122,12 +122,29 @@ pub fn parse_httperf(text: &str) -> Option<Httperf> {
 
 /// httperf from namespace `ns` against `ip:port` at `rate` new connections
 /// a second for `secs` seconds, one request each, 1 s timeout.
-pub fn httperf(ns: &str, ip: &str, port: u16, rate: u32, secs: u32, cg: Option<&Cgroup>) -> Result<Httperf> {
+pub fn httperf(
+    ns: &str,
+    ip: &str,
+    port: u16,
+    rate: u32,
+    secs: u32,
+    cg: Option<&Cgroup>,
+) -> Result<Httperf> {
     let conns = (rate as u64 * secs as u64).max(1).to_string();
     let (rate_s, port_s, uri) = (rate.to_string(), port.to_string(), format!("/{FILE}"));
     let child = Command::new("ip")
-        .args(["netns", "exec", ns, "httperf", "--hog", "--server", ip, "--port"])
-        .args([&port_s, "--uri", &uri, "--rate", &rate_s, "--num-conns", &conns])
+        .args([
+            "netns", "exec", ns, "httperf", "--hog", "--server", ip, "--port",
+        ])
+        .args([
+            &port_s,
+            "--uri",
+            &uri,
+            "--rate",
+            &rate_s,
+            "--num-conns",
+            &conns,
+        ])
         .args(["--num-calls", "1", "--timeout", "1"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -168,7 +185,9 @@ Errors: fd-unavail 0 addrunavail 0 ftab-full 0 other 0\n";
         assert_eq!((h.connections, h.replies, h.errors), (2000, 1990, 10));
         assert!((h.reply_rate() - 1990.0 / 2.002).abs() < 1e-9);
         assert!(parse_httperf("httperf: connection refused").is_none());
-        assert!(parse_httperf("Total: connections x requests 1 replies 1 test-duration 1 s").is_none());
+        assert!(
+            parse_httperf("Total: connections x requests 1 replies 1 test-duration 1 s").is_none()
+        );
     }
 
     #[test]
