@@ -517,7 +517,6 @@ fn stop(mut c: Child) {
 
 /// One stream: `splitnet sink` at `to` reading with `buffer`, `splitnet
 /// source` at `from` writing 64 KiB at a time, for `secs`.
-#[allow(clippy::too_many_arguments)]
 fn stream(
     exe: &Path,
     to: (&str, &str, Option<&Cgroup>),

@@ -175,7 +175,7 @@ fn top(p: &Profiled, role: &str, n: usize) -> Vec<(String, f64)> {
             })
         })
         .collect();
-    v.sort_by(|a, b| b.2.cmp(&a.2));
+    v.sort_by_key(|h| std::cmp::Reverse(h.2));
     v.truncate(n);
     v.into_iter().map(|(f, s, _)| (f, s)).collect()
 }
@@ -231,7 +231,7 @@ fn fig_buffers(
     title: &'static str,
     setups: &[Setup],
 ) -> Figure {
-    let mut table = sweep_table(r, Experiment::Buffer, &setups, "Gbit/s");
+    let mut table = sweep_table(r, Experiment::Buffer, setups, "Gbit/s");
     let (status, reason) = match &r.anomaly {
         Some(a) => {
             let _ = writeln!(table, "\nAnomaly: {}.", a.verdict);
