@@ -418,7 +418,24 @@ fn choose_topology(setup: Setup) -> std::result::Result<(String, usize), String>
     Err(format!("not available in this build ({why})"))
 }
 
+/// Brings `setup` up with its senders sending MTU-sized frames, as the
+/// paper's gigabit NICs delivered them (veth otherwise carries a local
+/// sender's 64 KiB TSO frames whole).
 fn bring_up(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, String>> {
+    let bed = match bring_up_bed(ctx, setup)? {
+        Ok(b) => b,
+        Err(why) => return Ok(Err(why)),
+    };
+    for p in &bed.paths {
+        if let Err(e) = crate::ram::ethtool(&p.sender_ns, &["tso", "off", "gso", "off"]) {
+            tear_down(ctx, bed);
+            return Err(e);
+        }
+    }
+    Ok(Ok(bed))
+}
+
+fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, String>> {
     if setup == Setup::Linux {
         let native = MultiNative::new(3)?;
         let mut env = Env::new(baseline::bench_domains(&ctx.layout, &["client", "server"])?);
@@ -743,6 +760,13 @@ fn buffer_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> R
         ));
         push(out, bed, Experiment::Buffer, b as f64, run, &m);
         points.push((b, m.flow.gbps));
+    }
+    // Beside Xen-domain0's 1-NIC profile (the same buffer): where page
+    // buffers' time goes.
+    if run == 0 && bed.setup == Setup::Domain0Page && ctx.opts.profile {
+        let m = bed.measure(ctx, 1, STREAM_BUFFER, false, true)?;
+        out.profiles
+            .extend(profiled(bed.setup, "rx, 1 NIC", 1.0, &m));
     }
     // Tables 1 and 2: the best (A) and worst (B) point of the guest's sweep.
     if run == 0 && bed.setup == Setup::Guest1 && ctx.opts.profile {

@@ -432,7 +432,7 @@ fn segments_like_a_nic(env: &Env, native: bool, mtu: bool) -> Result<()> {
 }
 
 /// `ethtool -K eth0 ARGS` in namespace `ns`.
-fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns, "ethtool", "-K", "eth0"])
         .args(args)
