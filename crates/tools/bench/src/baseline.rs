@@ -45,6 +45,32 @@ pub struct BaselineOptions {
 }
 
 /// A measured configuration.
+impl BaselineOptions {
+    /// The options another suite brings `baseline`'s environments up with:
+    /// no progress, profile or filters of this suite's own.
+    pub fn for_suite(
+        exe: &std::path::Path,
+        run_dir: &std::path::Path,
+        quick: bool,
+        runs: usize,
+        secs: u32,
+    ) -> BaselineOptions {
+        BaselineOptions {
+            quick,
+            runs,
+            secs,
+            exe: exe.to_path_buf(),
+            run_dir: run_dir.to_path_buf(),
+            progress: false,
+            profile: false,
+            profile_dir: None,
+            configs: Vec::new(),
+            workloads: Vec::new(),
+            spin_us: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Config {

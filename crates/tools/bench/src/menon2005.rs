@@ -26,7 +26,7 @@ use crate::baseline::{self, BaselineOptions, Env};
 use crate::chart::{self, Bar};
 use crate::netenv::{self, FlowResult, PAYLOAD_PER_FRAME};
 use crate::sink;
-use crate::stats::{median, tsc_per_us, Spread};
+use crate::stats::{tsc_per_us, Spread};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -947,19 +947,13 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
     check_tools()?;
     let ctx = Ctx {
         opts,
-        base: BaselineOptions {
-            quick: opts.quick,
-            runs: opts.runs,
-            secs: opts.secs,
-            exe: opts.exe.clone(),
-            run_dir: opts.run_dir.clone(),
-            progress: false,
-            profile: false,
-            profile_dir: None,
-            configs: Vec::new(),
-            workloads: Vec::new(),
-            spin_us: None,
-        },
+        base: BaselineOptions::for_suite(
+            &opts.exe,
+            &opts.run_dir,
+            opts.quick,
+            opts.runs,
+            opts.secs,
+        ),
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: AtomicBool::new(opts.profile),
@@ -1026,17 +1020,6 @@ fn add_ratios(records: &mut [Record]) {
     }
 }
 
-/// Medians of each key over `maps`.
-fn medians<'a>(maps: impl Iterator<Item = &'a BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
-    let mut all: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for m in maps {
-        for (k, v) in m {
-            all.entry(k.clone()).or_default().push(*v);
-        }
-    }
-    all.into_iter().map(|(k, v)| (k, median(&v))).collect()
-}
-
 /// One point per (setup, experiment, x), in that order.
 fn summarize(records: &[Record]) -> Vec<Point> {
     let mut keys: Vec<(Setup, Experiment, f64)> = Vec::new();
@@ -1064,7 +1047,7 @@ fn summarize(records: &[Record]) -> Vec<Point> {
                 runs: rs.len(),
                 value: Spread::of(&v)?,
                 ratio_to_native: Spread::of(&ratios),
-                cycles_per_packet: medians(rs.iter().map(|r| &r.cycles_per_packet)),
+                cycles_per_packet: crate::ram::medians(rs.iter().map(|r| &r.cycles_per_packet)),
             })
         })
         .collect()
