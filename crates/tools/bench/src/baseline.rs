@@ -44,7 +44,6 @@ pub struct BaselineOptions {
     pub spin_us: Option<u32>,
 }
 
-/// A measured configuration.
 impl BaselineOptions {
     /// The options another suite brings `baseline`'s environments up with:
     /// no progress, profile or filters of this suite's own.
@@ -71,6 +70,7 @@ impl BaselineOptions {
     }
 }
 
+/// A measured configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Config {
