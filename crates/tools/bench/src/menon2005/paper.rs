@@ -591,13 +591,21 @@ fn tab_top(
                 &rows,
                 paper,
             );
-            let hv: f64 = p
+            let hv = p
                 .domains
                 .iter()
                 .filter(|d| d.role == "hv")
-                .map(|d| d.share_pct)
-                .sum();
-            let _ = writeln!(t, "\nhv: {hv:.1}% of all samples ({} clock; the paper: Xen 14% of cycles in Xen-domain0 with 3 NICs).", p.clock);
+                .fold(0.0, |a, d| a + d.share_pct);
+            let paper = if id == "Table 4" {
+                "; the paper: Xen 14% of cycles"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                t,
+                "\nhv: {hv:.1}% of all samples ({} clock{paper}).",
+                p.clock
+            );
             (t, rows)
         }
         None => (no_profile(&format!("{} {what}", s.name())), Vec::new()),
