@@ -7,7 +7,7 @@
 # slirp4netns as peer baselines for `splitnet bench`, libc6-dbg so profiles
 # name libc's functions, prometheus for promtool (the metrics test lints
 # `status --prometheus` with it), man-db and bash-completion for splitnet's man pages
-# and completions, and a Rust toolchain new enough for the workspace's
+# and completions, chromium (headless) for the seeds report's rendering test, and a Rust toolchain new enough for the workspace's
 # rust-version: the one installed (rustup's too) if it is, else Debian 12's
 # rustc-web/cargo-web, the distribution's rustc/cargo or Ubuntu's newest
 # rustc-1.NN, whichever apt offers new enough (with its rustfmt and clippy);
@@ -31,7 +31,7 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox passt slirp4netns libc6-dbg prometheus man-db bash-completion; do
+for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium; do
     # busybox-static provides busybox (and conflicts with it).
     [ "$p" = busybox ] && dpkg -s busybox-static >/dev/null 2>&1 && continue
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")

@@ -5,6 +5,7 @@ use crate::bridge::{Bridge, PortId, Route, DEFAULT_BRIDGE};
 use crate::capture::{Taps, Target};
 use crate::idle::Idle;
 use crate::netback::{self, Netback, NetbackError, Pending};
+use crate::offload::Offloads;
 use crate::packet::FrameRef;
 use crate::port::{PacketPort, Port};
 use crate::vhost_port::{self, VhostPort};
@@ -113,10 +114,7 @@ impl Driver {
     pub fn new(hv: &mut HvClient) -> Result<Driver, DriverError> {
         let me = hv.domid();
         let home = format!("/local/domain/{me}/splitnet");
-        let port_offload = hv
-            .store_read_str(&format!("{home}/port-offload"))
-            .map(|v| v == "1")
-            .unwrap_or(true);
+        let port_offload = port_caps(hv, &home);
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
         // hv's word (`jail::Role::QueueDriver`): it may make queues.
@@ -140,6 +138,7 @@ impl Driver {
             last_stats: Instant::now(),
             stats: LoopCounters::default(),
         };
+        d.ports.rx_slot = rx_slot(hv, &d.home, &mut d.stats.config_errors);
         // The uplinks (`uplinks/`) and the extra ports the toolstack names
         // (a hosted guest's VMNet interface): opened again whenever they
         // vanish.
@@ -661,6 +660,9 @@ enum PortKind {
     Extra,
     /// A VM's vhost-user vif (`<home>/vhost/<name>`), with its MAC.
     Vhost { mac: [u8; 6], guest: bool },
+    /// The driver domain's own interface on its bridge (`<home>/endpoint`):
+    /// a TAP the toolstack made ([`crate::tap_port`]).
+    Endpoint,
 }
 
 /// One bridge port that is an interface.
@@ -695,10 +697,15 @@ struct Wanted {
 /// stays in place while its port lives, so the others keep their numbers.
 struct Ports {
     list: Vec<PortSlot>,
-    offload: bool,
+    /// What the interface ports declare they do themselves (Menon 2006 §3.1).
+    offload: Offloads,
     uplinks_dir: String,
     extras_dir: String,
     vhost_dir: String,
+    /// The node naming the driver domain's own TAP, if it has one.
+    endpoint_key: String,
+    /// Uplinks' receive slots (`port-buffer`); None: whole GSO frames.
+    rx_slot: Option<usize>,
     /// hv lets this driver domain make queues (`queue-admin`).
     queue_admin: bool,
     /// Refused store values already logged (`ifname=value`), so a watch
@@ -707,7 +714,7 @@ struct Ports {
 }
 
 impl Ports {
-    fn new(home: &str, offload: bool, queue_admin: bool) -> Ports {
+    fn new(home: &str, offload: Offloads, queue_admin: bool) -> Ports {
         Ports {
             list: Vec::new(),
             offload,
@@ -715,6 +722,8 @@ impl Ports {
             uplinks_dir: format!("{home}/uplinks"),
             extras_dir: format!("{home}/ports"),
             vhost_dir: format!("{home}/vhost"),
+            endpoint_key: format!("{home}/endpoint"),
+            rx_slot: None,
             refused: Vec::new(),
         }
     }
@@ -761,6 +770,19 @@ impl Ports {
             }
         }
         self.wanted_vms(hv, bridge, errors, &mut want);
+        if let Ok(n) = hv.store_read_str(&self.endpoint_key) {
+            match vlan::check_ifname(&n) {
+                Ok(_) if !want.iter().any(|w| w.name == n) => want.push(Wanted {
+                    name: n,
+                    kind: PortKind::Endpoint,
+                    attach: untagged,
+                    group: None,
+                    queues: 0,
+                }),
+                Ok(_) => self.refuse(&n, "endpoint", "the name is another port's too", errors),
+                Err(e) => self.refuse(&n, "endpoint", &e, errors),
+            }
+        }
         want
     }
 
@@ -866,24 +888,32 @@ impl Ports {
                 continue;
             }
             let queues = if e.group.is_some() { 0 } else { e.queues };
-            let opened_one = open_port(hv, &e.name, e.kind, self.offload, queues, self.queue_admin)
-                .and_then(|p| {
+            let rx = (self.offload, self.rx_slot);
+            let opened_one =
+                open_port(hv, &e.name, e.kind, rx, queues, self.queue_admin).and_then(|p| {
                     events.epoll.add(p.fd(), Source::Port(j).token())?;
                     Ok(p)
                 });
             match opened_one {
                 Ok(p) => {
                     eprintln!(
-                        "driver: {:?} port {} bridged ({:?}; offloads {})",
-                        e.kind,
-                        e.name,
-                        e.attach,
-                        if self.offload { "on" } else { "off" }
+                        "driver: {:?} port {} bridged ({:?}; offloads {:?})",
+                        e.kind, e.name, e.attach, self.offload
                     );
                     e.port = Some(p);
                     opened = true;
                 }
-                Err(_) => e.retry_at = now + PORT_RETRY,
+                Err(x) => {
+                    e.retry_at = now + PORT_RETRY;
+                    // An interface that is not there yet is waited for in
+                    // silence; the endpoint TAP hv made always is, so say
+                    // once why it cannot be attached.
+                    let key = format!("{}=endpoint", e.name);
+                    if e.kind == PortKind::Endpoint && !self.refused.contains(&key) {
+                        eprintln!("driver: endpoint {} not attached: {x}", e.name);
+                        self.refused.push(key);
+                    }
+                }
             }
         }
         opened
@@ -933,24 +963,66 @@ impl Ports {
     }
 }
 
+/// The capabilities hv declared for this driver domain's interface ports
+/// (`port-offload`, from the topology's `port_offload`; all when absent).
+/// A value hv would not write is refused in favour of none, with a word.
+fn port_caps(hv: &mut HvClient, home: &str) -> Offloads {
+    let Ok(v) = hv.store_read_str(&format!("{home}/port-offload")) else {
+        return Offloads::ALL;
+    };
+    match abi::offloads::Caps::parse(&v) {
+        Ok(c) => Offloads::from(c),
+        Err(e) => {
+            eprintln!("driver: port-offload: {e}; the software offload driver does it all");
+            Offloads::NONE
+        }
+    }
+}
+
+/// The uplinks' receive slot size hv asks for in `<home>/port-buffer`
+/// (`net::port::PacketPort::with_rx_slots`); a bad value is logged,
+/// counted and ignored.
+fn rx_slot(hv: &mut HvClient, home: &str, errors: &mut u64) -> Option<usize> {
+    let v = hv.store_read_str(&format!("{home}/port-buffer")).ok()?;
+    match PacketPort::parse_rx_slots(&v) {
+        Ok(slot) => {
+            eprintln!("driver: ports receive into {slot}-byte slots ({v})");
+            Some(slot)
+        }
+        Err(e) => {
+            eprintln!("driver: {e}; ports keep whole-GSO slots");
+            *errors += 1;
+            None
+        }
+    }
+}
+
 /// Opens the port of slot kind `kind`: an interface's AF_PACKET socket,
 /// or a VM vif's backend on the listener hv keeps for it.
 fn open_port(
     hv: &mut HvClient,
     name: &str,
     kind: PortKind,
-    offload: bool,
+    (offload, rx_slot): (Offloads, Option<usize>),
     queues: u16,
     queue_admin: bool,
 ) -> std::io::Result<Box<dyn Port>> {
+    let uplink = || {
+        let p = PacketPort::open(name, offload)?;
+        std::io::Result::Ok(match rx_slot {
+            Some(slot) => p.with_rx_slots(slot),
+            None => p,
+        })
+    };
     Ok(match kind {
         PortKind::Uplink if queues > 0 && !queue_admin => Box::new(
-            PacketPort::open(name, offload)?.without_queues(
+            uplink()?.without_queues(
                 "hv withholds CAP_NET_ADMIN, which queues need, from a driver domain holding a host NIC (a host or macvlan uplink)",
             ),
         ),
-        PortKind::Uplink => Box::new(PacketPort::open(name, offload)?.with_queues(queues)),
+        PortKind::Uplink => Box::new(uplink()?.with_queues(queues)),
         PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
+        PortKind::Endpoint => Box::new(crate::tap_port::TapPort::open(name, offload)?),
         PortKind::Vhost { mac, guest } => Box::new(VhostPort::open(
             name,
             mac,
@@ -1780,6 +1852,7 @@ fn port_json(e: &PortSlot, ports: &Ports, bridge: &Bridge) -> serde_json::Value 
         "bridge": bridge.name(e.attach.bridge),
         "vlan": vlan,
         "open": e.port.is_some(),
+        "offloads": e.port.as_ref().map(|p| p.offloads()),
         "counters": e.port.as_ref().map(|p| p.counters()),
         "members": members,
     })
@@ -1913,7 +1986,7 @@ mod tests {
         ];
         let mut r = Rig {
             bridge,
-            ports: Ports::new("/t", true, false),
+            ports: Ports::new("/t", Offloads::ALL, false),
             taps: Taps::default(),
             scratch: Scratch::new(),
             sent: Vec::new(),

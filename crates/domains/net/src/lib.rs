@@ -16,6 +16,7 @@ pub mod netfront;
 pub mod offload;
 pub mod packet;
 pub mod port;
+pub mod tap_port;
 pub mod vhost_port;
 pub mod vlan;
 pub mod vmq;

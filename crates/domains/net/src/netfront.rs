@@ -20,11 +20,12 @@
 use crate::counters::VifCounters;
 use crate::lro::{self, Lro};
 use crate::offload;
-use crate::packet::{self, Csum, FrameRef, Gso, Packet, VNET_HDR_LEN};
+use crate::packet::{self, Csum, FrameRef, Gso, GsoKind, Packet, VNET_HDR_LEN};
 use abi::netif::{
     Extra, ExtraFlags, ExtraInfo, RxFlags, RxRequest, RxResponse, RxStatus, TxFlags, TxRequest,
     TxResponse, NETIF_RSP_NULL, NETIF_RSP_OKAY,
 };
+use abi::offloads::Caps;
 use abi::ring::FrontRing;
 use abi::xenbus::{keys, XenbusState};
 use abi::{SharedMemory, Window};
@@ -118,7 +119,10 @@ pub struct FrontendInfo {
     pub backend_id: DomId,
     pub mac: String,
     pub copy_rx: bool,
-    pub offload: bool,
+    /// The offloads negotiated, each on its own (Menon 2006 §3): what the
+    /// toolstack chose for the vif (`splitnet-offload`) and the backend
+    /// offers.
+    pub offload: Caps,
     pub split_evtchn: bool,
     pub grants: GrantMode,
     /// The link's MTU: the backend's `mtu` node (default 1500), capped at
@@ -267,9 +271,7 @@ fn negotiate(
     mac: &str,
 ) -> Result<(FrontendInfo, bool)> {
     let mtu = link_mtu(hv, backend)?;
-    let offload = flag(hv, &format!("{backend}/splitnet-offload"))
-        && flag(hv, &format!("{backend}/{}", keys::FEATURE_SG))
-        && flag(hv, &format!("{backend}/{}", keys::FEATURE_GSO_TCPV4));
+    let offload = negotiate_offloads(hv, dev, backend)?;
     let copy_rx = hv
         .store_read_str(&format!("{backend}/splitnet-rx-mode"))
         .map(|m| m == "copy")
@@ -284,7 +286,7 @@ fn negotiate(
         hv,
         &format!("{backend}/{}", keys::FEATURE_MULTICAST_CONTROL),
     );
-    let rx_half = wants_half_pages(hv, dev, backend, copy_rx && offload);
+    let rx_half = wants_half_pages(hv, dev, backend, copy_rx && offload.sg);
     let prefetch = flag(hv, &format!("{dev}/splitnet-prefetch"));
     let info = FrontendInfo {
         dev: dev.to_string(),
@@ -299,8 +301,12 @@ fn negotiate(
         } else {
             GrantMode::PerPacket
         },
-        // Without scatter-gather (offloads off) a frame takes one slot.
-        mtu: if offload { mtu } else { one_slot_mtu(dev, mtu) },
+        // Without scatter-gather a frame takes one slot.
+        mtu: if offload.sg {
+            mtu
+        } else {
+            one_slot_mtu(dev, mtu)
+        },
         multicast,
         lro: hv
             .store_read_str(&format!("{dev}/{}", lro::KEY))
@@ -309,6 +315,22 @@ fn negotiate(
         prefetch,
     };
     Ok((info, ngm))
+}
+
+/// The offloads this vif uses: those the toolstack chose for it
+/// (`splitnet-offload`, a set's name) that the backend offers, each key on
+/// its own; TSO only beside scatter-gather and checksum offload.
+fn negotiate_offloads(hv: &mut HvClient, dev: &str, backend: &str) -> Result<Caps> {
+    let wanted = match hv.store_read_str(&format!("{backend}/splitnet-offload")) {
+        Ok(v) => Caps::parse(&v).map_err(|e| setup(format!("{backend}/splitnet-offload: {e}")))?,
+        Err(_) => Caps::NONE,
+    };
+    let offer = Caps::from_backend(|k| hv.store_read_str(&format!("{backend}/{k}")).ok());
+    let got = wanted.and(offer);
+    if got != wanted {
+        eprintln!("netfront {dev}: offloads {wanted} wanted, the backend offers {offer}: {got}");
+    }
+    Ok(got)
 }
 
 /// Whether this vif uses half-page RX buffers: the toolstack asked
@@ -529,14 +551,9 @@ impl Netfront {
         if self.info.rx_half {
             hv.store_write(&w(keys::REQUEST_RX_HALF_PAGE), "1")?;
         }
-        let off = if offload { "1" } else { "0" };
-        hv.store_write(&w(keys::FEATURE_SG), off)?;
-        hv.store_write(&w(keys::FEATURE_GSO_TCPV4), off)?;
-        hv.store_write(&w(keys::FEATURE_GSO_TCPV6), off)?;
-        hv.store_write(
-            &w(keys::FEATURE_NO_CSUM_OFFLOAD),
-            if offload { "0" } else { "1" },
-        )?;
+        for (k, v) in offload.frontend_keys() {
+            hv.store_write(&w(k), v)?;
+        }
         hv.switch_state(&dev, XenbusState::Connected)?;
         let backend = self.info.backend.clone();
         let s = hv.wait_state(&backend, timeout, |s| {
@@ -1025,11 +1042,7 @@ impl Netfront {
     /// A packet from private memory: shaped for what the backend takes,
     /// then copied into TX buffers.
     fn queue_tx(&mut self, hv: &mut HvClient, pkt: Packet) -> Result<()> {
-        let caps = if self.info.offload {
-            offload::Offloads::ALL
-        } else {
-            offload::Offloads::NONE
-        };
+        let caps = offload::Offloads::from(self.info.offload);
         let mut out = Vec::new();
         if offload::prepare(pkt, caps, &mut out).is_err() {
             self.counters.drop("malformed_from_guest");
@@ -1232,6 +1245,14 @@ impl Netfront {
         Ok(())
     }
 
+    /// Whether this frontend negotiated GSO of `kind` on receive.
+    fn takes_gso(&self, kind: GsoKind) -> bool {
+        match kind {
+            GsoKind::TcpV4 => self.info.offload.tso4,
+            GsoKind::TcpV6 => self.info.offload.tso6,
+        }
+    }
+
     /// Ends the grant of RX buffer `id` after its response; whether the
     /// buffer holds what the backend put there.
     fn rx_grant_done(&mut self, hv: &mut HvClient, id: u16) -> bool {
@@ -1276,8 +1297,8 @@ impl Netfront {
                 Ok(x) => {
                     self.rx_extra_pending = x.more();
                     match Gso::from_extra(&x) {
-                        // GSO only if this frontend advertised it.
-                        Some(_) if !self.info.offload => {
+                        // GSO only of a kind this frontend advertised.
+                        Some(g) if !self.takes_gso(g.kind) => {
                             self.counters.reject("rx_gso_not_negotiated");
                             self.mark_bad();
                         }
@@ -1346,9 +1367,8 @@ impl Netfront {
             self.rx_extra_pending = true;
         }
         if rsp.flags.contains(RxFlags::MORE_DATA) {
-            // A frame over several buffers needs scatter-gather, which
-            // this frontend advertises only with offloads.
-            if !self.info.offload {
+            // A frame over several buffers needs scatter-gather.
+            if !self.info.offload.sg {
                 self.counters.reject("rx_sg_not_negotiated");
                 self.mark_bad();
             }
@@ -1557,13 +1577,15 @@ fn tap_write(tap: &Tap, counters: &mut VifCounters, g: &FrameRef<'_>) {
     }
 }
 
-/// The TAP's offloads: what the channel negotiated.
+/// The TAP's offloads: what the channel negotiated, so that without
+/// checksum offload or TSO the guest's kernel hands over full checksums
+/// and MTU-sized frames (TUN_F_CSUM covers both IP versions).
 fn set_offloads(tap: &Tap, nf: &Netfront) -> Result<()> {
-    let on = nf.info.offload;
+    let c = offload::Offloads::from(nf.info.offload);
     tap.set_offloads(TapOffloads {
-        csum: on,
-        tso4: on,
-        tso6: on,
+        csum: c.csum,
+        tso4: c.tso4,
+        tso6: c.tso6,
     })?;
     Ok(())
 }
@@ -1859,11 +1881,7 @@ impl TapNetfront {
             return Ok(true);
         };
         nf.count_tx_batch();
-        let caps = if nf.info.offload {
-            offload::Offloads::ALL
-        } else {
-            offload::Offloads::NONE
-        };
+        let caps = offload::Offloads::from(nf.info.offload);
         if caps.passes_as_is(csum, gso) {
             nf.queue_frames(hv, ids, len, csum, gso)?;
         } else {

@@ -793,8 +793,11 @@ impl Segmenting {
 // The offload driver proper.
 
 /// What an egress (a port, a guest's virtual NIC) accepts and does itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Offloads {
+    /// Takes a frame in several pieces (gathered); without, the frame is
+    /// copied into one contiguous buffer first.
+    pub sg: bool,
     /// Takes `Csum::Partial` packets and fills the checksum.
     pub csum: bool,
     /// Takes TCP/IPv4 GSO packets.
@@ -806,21 +809,24 @@ pub struct Offloads {
 impl Offloads {
     /// A plain NIC: everything must be done in software.
     pub const NONE: Offloads = Offloads {
+        sg: false,
         csum: false,
         tso4: false,
         tso6: false,
     };
     /// Takes everything as is.
     pub const ALL: Offloads = Offloads {
+        sg: true,
         csum: true,
         tso4: true,
         tso6: true,
     };
 
-    /// Whether a GSO packet of `kind` may pass. TSO needs checksum offload too
-    /// (as Linux drops TSO from a device without checksum offload).
+    /// Whether a GSO packet of `kind` may pass. TSO needs scatter-gather and
+    /// checksum offload too (as Linux drops TSO from a device without them).
     pub fn accepts_gso(self, kind: GsoKind) -> bool {
-        self.csum
+        self.sg
+            && self.csum
             && match kind {
                 GsoKind::TcpV4 => self.tso4,
                 GsoKind::TcpV6 => self.tso6,
@@ -833,6 +839,21 @@ impl Offloads {
         match gso {
             Some(g) => self.accepts_gso(g.kind) && matches!(csum, Csum::Partial { .. }),
             None => self.csum || !matches!(csum, Csum::Partial { .. }),
+        }
+    }
+}
+
+impl From<abi::offloads::Caps> for Offloads {
+    /// A negotiated or declared capability set. Checksum offload counts only
+    /// when it holds for IPv4 and IPv6 alike (a frame of the other version
+    /// then gets its checksum here, which every receiver takes).
+    fn from(c: abi::offloads::Caps) -> Offloads {
+        let c = c.sound();
+        Offloads {
+            sg: c.sg,
+            csum: c.csum && c.csum6,
+            tso4: c.tso4,
+            tso6: c.tso6,
         }
     }
 }
@@ -1711,6 +1732,7 @@ pub(crate) mod tests {
     fn prepare_with_some_offloads() {
         let payload = Rng::new(11).bytes(4000);
         let only_v4 = Offloads {
+            sg: true,
             csum: true,
             tso4: true,
             tso6: false,
@@ -1734,7 +1756,26 @@ pub(crate) mod tests {
         prepare(g4.clone(), tso_no_csum, &mut out).unwrap();
         assert_eq!(out.len(), 3);
         check_segments(&g4, &out, &payload, 1448);
+        // Nor TSO without scatter-gather.
+        let tso_no_sg = Offloads {
+            sg: false,
+            ..Offloads::ALL
+        };
+        out.clear();
+        prepare(g6.clone(), tso_no_sg, &mut out).unwrap();
+        assert_eq!(out.len(), 3);
+        check_segments(&g6, &out, &payload, 1448);
         assert_eq!(Offloads::default(), Offloads::NONE);
+        // A declared set: "csum" takes partial checksums, no GSO.
+        let c = Offloads::from(abi::offloads::Caps::CSUM);
+        assert!(c.csum && !c.sg && !c.accepts_gso(GsoKind::TcpV4));
+        assert_eq!(Offloads::from(abi::offloads::Caps::TSO), Offloads::ALL);
+        // Checksum offload for IPv4 only is none here (IPv6 is completed).
+        let v4only = abi::offloads::Caps {
+            csum6: false,
+            ..abi::offloads::Caps::SG_CSUM
+        };
+        assert!(!Offloads::from(v4only).csum);
     }
 
     // ---- Hostile input. ----

@@ -3,8 +3,9 @@
 //! (`offload::prepare`) does the rest (Menon 2006 §3.1). AF_PACKET on a veth
 //! comes first; AF_XDP, TAP or VXLAN ports can implement the same trait.
 
+use crate::netback::slab::FrameSlab;
 use crate::offload::{self, Offloads};
-use crate::packet::{self, FrameRef, Packet, VNET_HDR_LEN};
+use crate::packet::{self, FrameRef, VNET_HDR_LEN};
 use crate::vlan::{self, RETAG_HEAD};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -19,6 +20,15 @@ pub struct PortCounters {
     pub tx_bytes: u64,
     pub rx_errors: u64,
     pub tx_dropped: u64,
+    /// Frames the software offload driver segmented or checksummed for a
+    /// port without TSO or checksum offload (the frames it sent count in
+    /// `tx_packets`).
+    pub tx_shaped: u64,
+    /// Gathered frames copied into one contiguous buffer first, for a port
+    /// without scatter-gather (Menon 2006 §3.1: the extra copy), and their
+    /// bytes.
+    pub tx_linearized: u64,
+    pub tx_linearized_bytes: u64,
 }
 
 /// A physical port of the driver domain.
@@ -63,7 +73,7 @@ pub struct PacketPort {
     batch: RecvBatch,
     /// Where a received frame's VLAN tag is put back (see [`vlan::retag`]).
     retag: Box<[u8; RETAG_HEAD]>,
-    shaped: Vec<Packet>,
+    shaped: FrameSlab,
     counters: PortCounters,
     /// Its dedicated queues (Ram thesis ch. 3; see [`crate::vmq`]).
     pub(crate) queues: crate::vmq::QueueTable,
@@ -72,22 +82,19 @@ pub struct PacketPort {
 }
 
 impl PacketPort {
-    /// Binds to `ifname`. With `offload`, the kernel gets GSO and partial
-    /// checksums as they are; without, the software offload driver segments
-    /// and checksums every frame first, as for a NIC with no offloads.
-    pub fn open(ifname: &str, offload: bool) -> io::Result<PacketPort> {
+    /// Binds to `ifname`, declaring the capabilities `caps` (Menon 2006
+    /// §3.1): the kernel gets what they cover as it is (GSO, partial
+    /// checksums, gathered frames); the software offload driver does the
+    /// rest first, as for a NIC without them.
+    pub fn open(ifname: &str, caps: Offloads) -> io::Result<PacketPort> {
         let sock = PacketSocket::bind(ifname, true)?;
         Ok(PacketPort {
             name: ifname.to_string(),
             sock,
-            caps: if offload {
-                Offloads::ALL
-            } else {
-                Offloads::NONE
-            },
+            caps,
             batch: RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64),
             retag: Box::new([0; RETAG_HEAD]),
-            shaped: Vec::new(),
+            shaped: shaping_slab(),
             counters: PortCounters::default(),
             queues: crate::vmq::QueueTable::new(0),
             rtnl: None,
@@ -105,33 +112,60 @@ impl PacketPort {
     }
 }
 
+/// Where the software offload driver puts what it makes of one frame, in
+/// storage allocated once per port or queue: the segments of a 64 KiB GSO
+/// packet at the smallest segment size netback takes, or one linearized
+/// frame.
+pub(crate) fn shaping_slab() -> FrameSlab {
+    FrameSlab::new(256, 2 * 65536 + 256 * 128)
+}
+
 /// The transmit side of a packet socket: a port's, or a dedicated queue's
 /// (a vif's frames to the port leave by its queue), with its counters.
 pub(crate) struct Tx<'a> {
     pub sock: &'a PacketSocket,
     pub caps: Offloads,
-    /// Frames the software offload driver made (reused).
-    pub shaped: &'a mut Vec<Packet>,
+    /// Frames the software offload driver made (reused, allocated once).
+    pub shaped: &'a mut FrameSlab,
     pub counters: &'a mut PortCounters,
 }
 
 impl Tx<'_> {
+    /// Sends a frame the port cannot take as it is: the software offload
+    /// driver copies it into one contiguous buffer, segments it and fills
+    /// its checksums as the port's capabilities need, and the results go
+    /// out one by one.
     fn send_shaped(&mut self, f: &FrameRef<'_>) {
+        let linear_only = self.caps.passes_as_is(f.csum, f.gso);
         self.shaped.clear();
-        if offload::prepare(f.to_packet(), self.caps, self.shaped).is_err() {
+        if !matches!(offload::prepare_frame(f, self.caps, self.shaped), Ok(true)) {
             self.counters.tx_dropped += 1;
             return;
         }
-        for p in self.shaped.drain(..) {
-            let hdr = p.vnet_hdr();
-            match self.sock.send(&[&hdr, &p.data]) {
+        if linear_only {
+            self.counters.tx_linearized += 1;
+            self.counters.tx_linearized_bytes += f.len as u64;
+        } else {
+            self.counters.tx_shaped += 1;
+        }
+        while let Some(p) = self.shaped.front() {
+            let hdr = packet::encode_vnet_hdr(p.csum, p.gso, p.data, p.data.len());
+            let len = p.data.len() as u64;
+            match self.sock.send(&[&hdr, p.data]) {
                 Ok(_) => {
                     self.counters.tx_packets += 1;
-                    self.counters.tx_bytes += p.data.len() as u64;
+                    self.counters.tx_bytes += len;
                 }
                 Err(_) => self.counters.tx_dropped += 1,
             }
+            self.shaped.pop_front();
         }
+    }
+
+    /// Whether frame `f` goes to the port as it is: the port takes its
+    /// offloads, and it is in one piece unless the port gathers.
+    fn as_is(&self, f: &FrameRef<'_>) -> bool {
+        self.caps.passes_as_is(f.csum, f.gso) && (self.caps.sg || parts_of(f) == 1)
     }
 }
 
@@ -153,7 +187,7 @@ impl Tx<'_> {
         let mut i = 0;
         while i < frames.len() {
             let f = frames[i];
-            if !self.caps.passes_as_is(f.csum, f.gso) {
+            if !self.as_is(f) {
                 self.send_shaped(f);
                 i += 1;
                 continue;
@@ -163,10 +197,7 @@ impl Tx<'_> {
             while j < frames.len() && j - i < SEND_BATCH {
                 let g = frames[j];
                 let need = 1 + parts_of(g);
-                if !self.caps.passes_as_is(g.csum, g.gso)
-                    || need > FRAME_PARTS
-                    || parts + need > SEND_BATCH_PARTS
-                {
+                if !self.as_is(g) || need > FRAME_PARTS || parts + need > SEND_BATCH_PARTS {
                     break;
                 }
                 parts += need;
@@ -311,5 +342,60 @@ impl Port for PacketPort {
     }
     fn vmq(&mut self) -> Option<&mut dyn crate::vmq::Vmq> {
         Some(self)
+    }
+}
+
+/// Receive buffers of a port (the toolstack's `port_buffer`, Menon 2006
+/// §4.2): without it, [`PacketPort::open`]'s slots hold a whole GSO frame.
+impl PacketPort {
+    /// Receives into `slot`-byte slots laid out from a page boundary: 4096
+    /// gives every frame a page of its own (Driver-none), 2048 packs two
+    /// frames into each page (Driver-MTU). A longer frame is dropped and
+    /// counted (`rx_errors`): the toolstack keeps frames MTU-sized.
+    pub fn with_rx_slots(mut self, slot: usize) -> PacketPort {
+        self.batch = RecvBatch::aligned(RX_BATCH, slot, 4096);
+        self
+    }
+
+    /// The slot size a driver domain's `port-buffer` node asks for
+    /// (`page:4096` or `mtu:<power of two from 2048 to 16384>`).
+    pub fn parse_rx_slots(v: &str) -> Result<usize, String> {
+        let bad =
+            || format!("port-buffer {v:?}: want page:4096 or mtu:<2048..=16384, a power of two>");
+        let (kind, n) = v.split_once(':').ok_or_else(bad)?;
+        let n: usize = n.parse().map_err(|_| bad())?;
+        match kind {
+            "page" if n == 4096 => Ok(n),
+            "mtu" if n.is_power_of_two() && (2048..=16384).contains(&n) => Ok(n),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Bytes each received frame may have.
+    pub fn rx_slot(&self) -> usize {
+        self.batch.slot()
+    }
+}
+
+#[cfg(test)]
+mod rx_slot_tests {
+    use super::PacketPort;
+
+    #[test]
+    fn port_buffer_values_are_checked() {
+        assert_eq!(PacketPort::parse_rx_slots("page:4096"), Ok(4096));
+        assert_eq!(PacketPort::parse_rx_slots("mtu:2048"), Ok(2048));
+        assert_eq!(PacketPort::parse_rx_slots("mtu:16384"), Ok(16384));
+        for bad in [
+            "page:2048",
+            "mtu:3000",
+            "mtu:1024",
+            "mtu:32768",
+            "gso",
+            "mtu:",
+            "",
+        ] {
+            assert!(PacketPort::parse_rx_slots(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -109,6 +109,8 @@ impl Port for VhostPort {
     fn offloads(&self) -> Offloads {
         let g = self.backend.guest_offloads();
         Offloads {
+            // Received frames go into the VM's buffers by copy, in pieces.
+            sg: true,
             csum: g.csum,
             tso4: g.tso4,
             tso6: g.tso6,
@@ -152,6 +154,8 @@ impl Port for VhostPort {
         let mut rx = backend.receive();
         let g = rx.offloads();
         let caps = Offloads {
+            // Received frames go into the VM's buffers by copy, in pieces.
+            sg: true,
             csum: g.csum,
             tso4: g.tso4,
             tso6: g.tso6,

@@ -16,8 +16,8 @@
 //! its pool: one copy, by the kernel, and no bridge.
 
 use crate::offload::Offloads;
+use crate::packet::FrameRef;
 use crate::packet::VNET_HDR_LEN;
-use crate::packet::{FrameRef, Packet};
 use crate::port::{PacketPort, Port, PortCounters, Tx};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -212,7 +212,7 @@ pub struct Queue {
     kernel_drops: u64,
     /// What its port takes on transmit as it is.
     caps: Offloads,
-    shaped: Vec<Packet>,
+    shaped: crate::netback::slab::FrameSlab,
     counters: PortCounters,
     mode: Mode,
     batch: Box<BatchStore>,
@@ -224,7 +224,7 @@ impl Queue {
             sock,
             kernel_drops: 0,
             caps,
-            shaped: Vec::new(),
+            shaped: crate::port::shaping_slab(),
             counters: PortCounters::default(),
             mode: Mode::Batch,
             batch: Box::new(BatchStore {

@@ -39,7 +39,7 @@ fn evil(offload: bool) -> Evil {
     let (drv_id, mut drv) = domain(&hv, "drv", "driver", 2048 + 512);
     let (g, mut c) = domain(&hv, "guest1", "guest", 600);
     let v = VifConfig {
-        offload,
+        offload: abi::offloads::Caps::from_bool(offload),
         ..VifConfig::fast_path("guest1", "drv", 0)
     };
     setup_vif(&mut Store::new(&hv), &v, g, drv_id).unwrap();

@@ -12,6 +12,7 @@ use common::{
 };
 
 use abi::netif::{GsoType, TxFlags, TxRequest, XEN_NETIF_NR_SLOTS_MIN};
+use abi::offloads::Caps;
 use abi::SharedMemory;
 use hv::{DomId, Hypervisor};
 use splitnet_net as net;
@@ -28,16 +29,30 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
         driver,
         ..
     } = world_configured(
-        &["good1", "good2", "evil1", "evil2", "plain", "long"],
+        &[
+            "good1", "good2", "evil1", "evil2", "plain", "long", "v4only",
+        ],
         Grants::HvCopy,
         TxMode::Copy,
         |_| true,
         |mut drv| {
             let _ = net::driver::run(&mut drv);
         },
-        // "plain" is offered no offloads (and so no scatter-gather).
-        |i, v| v.offload = i != 4,
+        // "plain" is offered no offloads (and so no scatter-gather);
+        // "v4only" checksum offload and TSO for IPv4 only.
+        |i, v| {
+            v.offload = match i {
+                4 => Caps::NONE,
+                6 => Caps {
+                    csum6: false,
+                    tso6: false,
+                    ..Caps::TSO
+                },
+                _ => Caps::TSO,
+            }
+        },
     );
+    let mut v4only = guests.pop().unwrap();
     let mut long = guests.pop().unwrap();
     let mut plain = guests.pop().unwrap();
     let mut evil2 = guests.pop().unwrap();
@@ -65,6 +80,19 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
         &hv, drv_id, ids[4], &mut plain, &mut good1, &mut good2, attacks,
     );
     assert_eq!(stats(&hv, drv_id, ids[4])["tx_packets"], 0);
+
+    // v4only: each capability on its own, the IPv6 ones not negotiated.
+    let attacks = v6_requests(&mut v4only, drv_id);
+    refuse_each(
+        &hv,
+        drv_id,
+        ids[6],
+        &mut v4only,
+        &mut good1,
+        &mut good2,
+        attacks,
+    );
+    assert_eq!(stats(&hv, drv_id, ids[6])["tx_packets"], 0);
 
     // long: a chain past what the ring protocol allows is fatal, as in Xen.
     long_chain_is_fatal(&hv, drv_id, ids[5], &mut long);
@@ -185,19 +213,47 @@ fn unnegotiated_requests(plain: &mut Guest, drv_id: DomId) -> Vec<(&'static str,
     let len = f.len() as u16;
     vec![
         (
-            "offload_not_negotiated",
+            "offload_not_negotiated_csum",
             vec![TxRequest {
                 flags: TxFlags::CSUM_BLANK,
                 ..req(gref, 0, len, 1)
             }],
         ),
         (
-            "offload_not_negotiated",
+            "offload_not_negotiated_tso4",
             gso(req(gref, 0, 2000, 2), 1000, GsoType::TcpV4),
         ),
         (
             "chain_too_long",
             vec![more(req(gref, 0, len + 10, 3)), req(gref, 100, 10, 4)],
+        ),
+    ]
+}
+
+/// Requests of a frontend that negotiated checksum offload and TSO for
+/// IPv4 only: TCPv6 GSO metadata, and a blank checksum on an IPv6 frame.
+fn v6_requests(g: &mut Guest, drv_id: DomId) -> Vec<(&'static str, Vec<TxRequest>)> {
+    let gref = g.hv.grants().grant_access(drv_id, 590, true).unwrap();
+    let mut f = [0x02, 0, 0, 0, 0, 0x99].to_vec();
+    f.extend_from_slice(&g.mac);
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 16, 17, 64]);
+    f.extend_from_slice(&[0xfd; 16]);
+    f.extend_from_slice(&[0xfe; 16]);
+    f.extend_from_slice(&[0x30, 0x39, 0x30, 0x39, 0, 16, 0, 0]);
+    f.extend_from_slice(&[7; 8]);
+    g.hv.pool().write_bytes(590 * 4096, &f);
+    let len = f.len() as u16;
+    vec![
+        (
+            "offload_not_negotiated_tso6",
+            gso(req(gref, 0, 2000, 1), 1000, GsoType::TcpV6),
+        ),
+        (
+            "offload_not_negotiated_csum6",
+            vec![TxRequest {
+                flags: TxFlags::CSUM_BLANK,
+                ..req(gref, 0, len, 2)
+            }],
         ),
     ]
 }

@@ -324,7 +324,7 @@ fn without_scatter_gather_the_mtu_is_capped_at_one_slot() {
         ..
     } = world_set(&["a", "b"], |_, v| {
         v.opts.mtu = Some(9000);
-        v.offload = false;
+        v.offload = abi::offloads::Caps::NONE;
     });
     let mut b = guests.pop().unwrap();
     let mut a = guests.pop().unwrap();

@@ -6,12 +6,12 @@
 //! all measured in the same run (Menon 2006 §6, Ram thesis §2.4: cycles per
 //! 1514-byte packet by domain).
 
-use crate::chart::{self, Bar};
 use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Latency, Native, Workload};
 use crate::stats::{median, tsc_per_us};
 use crate::usernet::{self, Tool, UserNet};
+use crate::{plot, seeds};
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -71,7 +71,7 @@ impl BaselineOptions {
 }
 
 /// A measured configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Config {
     /// The same application over a plain veth pair between two namespaces.
@@ -149,7 +149,7 @@ impl Config {
 }
 
 /// Direction of the stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Direction {
     /// guest → wire.
@@ -174,7 +174,7 @@ impl Direction {
 pub type PerDomain = BTreeMap<String, f64>;
 
 /// One measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     pub config: Config,
     pub direction: Direction,
@@ -194,11 +194,12 @@ pub struct Record {
     pub latency: Option<Latency>,
     /// With `--profile`: shares of the samples taken during the flow.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_deserializing)]
     pub profile: Option<prof::ProfileSummary>,
 }
 
 /// Medians over runs of one (config, direction, workload).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub config: Config,
     pub direction: Direction,
@@ -217,7 +218,7 @@ pub struct Summary {
 }
 
 /// Medians of a request-response workload's latency.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct LatencySummary {
     pub p50_us: f64,
     pub p99_us: f64,
@@ -226,8 +227,9 @@ pub struct LatencySummary {
 }
 
 /// The suite's results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BaselineReport {
+    #[serde(skip_deserializing)]
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,
@@ -1202,29 +1204,221 @@ impl BaselineReport {
         Some(s)
     }
 
-    /// Throughput chart of the first workload.
+    /// Throughput of the first stream workload: the configurations side by
+    /// side in each direction.
     pub fn svg(&self) -> String {
         let stream = self.summary.iter().find(|m| !m.workload.is_latency());
         let Some(first) = stream.map(|m| m.workload) else {
             return String::new();
         };
-        let bars: Vec<Bar> = self
+        let rows: Vec<&Summary> = self
             .summary
             .iter()
             .filter(|m| m.workload == first)
-            .map(|m| Bar {
-                label: format!("{} {}", m.config.name(), m.direction.name()),
-                value: m.median_gbps,
-                range: Some((m.min_gbps, m.max_gbps)),
-            })
             .collect();
-        chart::bars(
-            &format!("splitnet bench baseline: {} throughput", first.name()),
-            "Gbit/s",
-            "bars: median; whiskers: min–max over runs",
-            &bars,
-        )
+        let dirs: Vec<Direction> = DIRECTIONS
+            .into_iter()
+            .filter(|d| rows.iter().any(|m| m.direction == *d))
+            .collect();
+        let configs: Vec<Config> = CONFIGS
+            .into_iter()
+            .filter(|c| rows.iter().any(|m| m.config == *c))
+            .collect();
+        plot::grouped(&plot::Grouped {
+            title: format!(
+                "splitnet bench baseline: {} throughput (median)",
+                first.name()
+            ),
+            y_label: "Gbit/s".into(),
+            groups: dirs.iter().map(|d| d.name().to_string()).collect(),
+            series: configs.iter().map(|c| c.name().to_string()).collect(),
+            values: configs
+                .iter()
+                .map(|c| {
+                    dirs.iter()
+                        .map(|d| {
+                            rows.iter()
+                                .find(|m| m.config == *c && m.direction == *d)
+                                .map(|m| m.median_gbps)
+                        })
+                        .collect()
+                })
+                .collect(),
+            paper: Vec::new(),
+            reference: None,
+        })
     }
+}
+
+/// The seed configurations' medians for one direction of the first stream
+/// workload: throughput over native, and cycles per frame by domain.
+fn seed_rows(
+    r: &BaselineReport,
+    dir: Direction,
+) -> Vec<(Config, Option<f64>, BTreeMap<String, f64>)> {
+    let Some(w) = r
+        .summary
+        .iter()
+        .find(|m| !m.workload.is_latency())
+        .map(|m| m.workload)
+    else {
+        return Vec::new();
+    };
+    let cfgs = [
+        Config::Native,
+        Config::SplitnetBaseline,
+        Config::SplitnetHvCopy,
+        Config::SplitnetDefault,
+    ];
+    cfgs.into_iter()
+        .filter_map(|c| {
+            let m = r
+                .summary
+                .iter()
+                .find(|m| m.config == c && m.direction == dir && m.workload == w)?;
+            let recs: Vec<&Record> = r
+                .records
+                .iter()
+                .filter(|x| x.config == c && x.direction == dir && x.workload == w)
+                .collect();
+            let mut by: BTreeMap<String, f64> = BTreeMap::new();
+            let keys: Vec<&String> = recs
+                .iter()
+                .flat_map(|x| x.cycles_per_packet.keys())
+                .collect();
+            for k in keys.into_iter().filter(|k| k.as_str() != "total") {
+                let v: Vec<f64> = recs
+                    .iter()
+                    .filter_map(|x| x.cycles_per_packet.get(k).copied())
+                    .collect();
+                by.insert(k.clone(), crate::stats::median(&v));
+            }
+            if by.is_empty() {
+                by.insert("total".into(), m.median_cycles_per_packet);
+            }
+            Some((c, m.median_ratio_to_native, by))
+        })
+        .collect()
+}
+
+/// Cycles per frame by domain of the seed configurations, a table and stacked bars.
+fn seed_cycles(r: &BaselineReport, dir: Direction, title: &str) -> (String, String, bool) {
+    let rows = seed_rows(r, dir);
+    let mut classes: Vec<String> = Vec::new();
+    for (_, _, by) in &rows {
+        for k in by.keys() {
+            if !classes.contains(k) {
+                classes.push(k.clone());
+            }
+        }
+    }
+    let mut t = format!(
+        "| configuration | × native (throughput) | {} |\n|---|---:|{}\n",
+        classes.join(" | "),
+        "---:|".repeat(classes.len())
+    );
+    for (c, ratio, by) in &rows {
+        let cells: Vec<String> = classes
+            .iter()
+            .map(|k| by.get(k).map_or("-".into(), |v| format!("{v:.0}")))
+            .collect();
+        t += &format!(
+            "| {} | {} | {} |\n",
+            c.name(),
+            ratio.map_or("-".into(), |v| format!("{v:.2}")),
+            cells.join(" | ")
+        );
+    }
+    let svg = plot::stacked(&plot::Stacked {
+        title: title.to_string(),
+        y_label: "TSC cycles per frame (median)".into(),
+        bars: rows.iter().map(|r| r.0.name().to_string()).collect(),
+        values: rows
+            .iter()
+            .map(|(_, _, by)| {
+                classes
+                    .iter()
+                    .map(|k| by.get(k).copied().unwrap_or(0.0))
+                    .collect()
+            })
+            .collect(),
+        classes,
+    });
+    let measured = rows.iter().any(|r| r.0 != Config::Native);
+    (t, svg, measured)
+}
+
+/// The seeds' figures this suite speaks to, for `bench seeds`: the Ram
+/// thesis's Figures 2.4 and 2.5 with the seed's Xen 2.0 preset, and Menon
+/// 2006's Table 1 for the guest.
+pub fn figures(r: &BaselineReport) -> Vec<seeds::Figure> {
+    use seeds::{Figure, Kind, Seed, Status};
+    let why = "bench baseline: the seed's Xen 2.0 preset and splitnet's presets against native, \
+               in 64 KiB GSO frames (bench ram's Orig is the thesis's own configuration)";
+    let mut out = Vec::new();
+    for (id, dir) in [("Figure 2.4", Direction::Rx), ("Figure 2.5", Direction::Tx)] {
+        let (t, svg, measured) = seed_cycles(
+            r,
+            dir,
+            &format!(
+                "Ram thesis {id}, bench baseline: {} cycles per frame by domain",
+                dir.name()
+            ),
+        );
+        let mut f = Figure::new(Seed::Ram, id, Kind::Stacked, t, svg).missing_if(!measured);
+        if measured {
+            f.status = Status::Partly;
+            f.reason = why.into();
+        }
+        let total = |c| {
+            r.summary
+                .iter()
+                .find(|m| m.config == c && m.direction == dir && !m.workload.is_latency())
+                .map(|m| m.median_cycles_per_packet)
+        };
+        if let (Some(x), Some(n)) = (total(Config::SplitnetBaseline), total(Config::Native)) {
+            f.ours.push(("total ÷ native".into(), x / n));
+        }
+        out.push(f);
+    }
+    let ratio = |d| {
+        seed_rows(r, d)
+            .into_iter()
+            .find(|x| x.0 == Config::SplitnetBaseline)
+            .and_then(|x| x.1)
+    };
+    let mut t = String::from("| configuration | TX × native | RX × native |\n|---|---:|---:|\n");
+    let (tx, rx) = (seed_rows(r, Direction::Tx), seed_rows(r, Direction::Rx));
+    let cell = |rows: &[(Config, Option<f64>, BTreeMap<String, f64>)], c| {
+        rows.iter()
+            .find(|x| x.0 == c)
+            .and_then(|x| x.1)
+            .map_or("-".to_string(), |v| format!("{v:.2}"))
+    };
+    for c in [
+        Config::Native,
+        Config::SplitnetBaseline,
+        Config::SplitnetHvCopy,
+        Config::SplitnetDefault,
+    ] {
+        t += &format!("| {} | {} | {} |\n", c.name(), cell(&tx, c), cell(&rx, c));
+    }
+    let mut t1 = Figure::new(Seed::Menon2006, "Table 1", Kind::Grouped, t, r.svg());
+    t1.status = Status::Partly;
+    t1.reason = "bench baseline measures a guest under the seed's Xen 2.0 preset against native; \
+                 the driver-domain rows need `splitnet bench menon2006`"
+        .into();
+    for (label, d) in [
+        ("guest RX ÷ native", Direction::Rx),
+        ("guest TX ÷ native", Direction::Tx),
+    ] {
+        if let Some(v) = ratio(d) {
+            t1.ours.push((label.into(), v));
+        }
+    }
+    let empty = t1.ours.is_empty();
+    out.push(t1.missing_if(empty));
+    out
 }
 
 #[cfg(test)]

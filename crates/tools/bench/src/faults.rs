@@ -14,7 +14,7 @@
 //!   hv's grant pins, event channels, store nodes, watches, open
 //!   descriptors and resident memory before and after.
 
-use crate::chart::{self, Bar};
+use crate::plot::{self, Bar};
 use crate::stats::median;
 use anyhow::{anyhow, bail, Context, Result};
 use hv::status::SystemStatus;
@@ -647,7 +647,7 @@ impl FaultsReport {
                 range: None,
             });
         }
-        chart::bars(
+        plot::hbars(
             "Driver domain killed mid-stream: time until recovery",
             "ms",
             "SIGKILL to the wire host receiving again, and to both vif ends Connected",

@@ -19,11 +19,11 @@
 //! shares are of a steady-state window, not of start-up and tear-down.
 
 use crate::baseline::{bench_cgroup, proc_cpu};
-use crate::chart::{self, Bar};
 use crate::netenv::{self, Flow, Native, Workload};
 use crate::stats::{median, tsc_per_us};
+use crate::{plot, seeds};
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -76,7 +76,7 @@ impl HostedOptions {
 }
 
 /// A measured configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Config {
     /// iperf3 over a plain veth pair between two namespaces.
@@ -151,7 +151,7 @@ const CONFIGS: [Config; 5] = [
 ];
 
 /// The wire: shaped to [`LINK_RATE`] or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Link {
     #[serde(rename = "100mbit")]
@@ -172,7 +172,7 @@ const LINKS: [Link; 2] = [Link::Shaped, Link::Unshaped];
 
 /// The hosted NIC's counters over a window of one flow (differences of two
 /// readings), in TSC cycles unless named otherwise.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Window {
     /// The guest's TSC between the two readings.
     pub cycles: f64,
@@ -351,17 +351,22 @@ impl Window {
 }
 
 /// Percent of the VM world's time by category.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Shares {
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub guest_and_vmm: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub world_switch: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub vmapp: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub host_network: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub idle: f64,
 }
 
 /// One flow.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     pub config: Config,
     pub link: Link,
@@ -379,7 +384,7 @@ pub struct Record {
 }
 
 /// Medians over runs of one (config, link, size).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Point {
     pub config: Config,
     pub link: Link,
@@ -392,37 +397,50 @@ pub struct Point {
 }
 
 /// Medians over runs at the table size ([`TABLE_SIZE`]) for one hosted configuration and link.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Breakdown {
     pub config: Config,
     pub link: Link,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub mbps: f64,
     /// Tables 1 and 2: percent of the VM world's time.
     pub shares: Shares,
     /// Table 3: percent of time the guest was halted (native: the part of
     /// one CPU the sending side did not use).
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub idle_percent: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub paper_idle_percent: f64,
     /// CPU per process group, percent of one CPU.
     pub cpu_percent: BTreeMap<String, f64>,
     /// Figure 5, µs: trap and resume in the VMM, switch to host, VMApp,
     /// VMNet write, back.
     pub path_us: Option<[f64; 5]>,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub switches_per_packet: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub nic_accesses_per_packet: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub nic_accesses_per_tx_packet: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub pic_accesses_per_irq: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub frames_per_send: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub mean_switch_us: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub mean_vmnet_write_us: f64,
     /// An empty world switch at start-up, µs: the cheapest and the mean.
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub null_switch_min_us: f64,
+    #[serde(deserialize_with = "crate::stats::nan_if_null")]
     pub null_switch_mean_us: f64,
 }
 
 /// The suite's results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostedReport {
+    #[serde(skip_deserializing)]
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,
@@ -1110,125 +1128,214 @@ impl HostedReport {
         self.figure6_svg(Link::Shaped)
     }
 
+    /// Figure 6 as the paper draws it: throughput against send size, one
+    /// line per configuration.
     fn figure6_svg(&self, link: Link) -> String {
-        let bars: Vec<Bar> = self
-            .figure6
+        let mut series: Vec<plot::Series> = Vec::new();
+        for p in self.figure6.iter().filter(|p| p.link == link) {
+            let name = p.config.name();
+            match series.iter_mut().find(|s| s.name == name) {
+                Some(s) => s.points.push((f64::from(p.send_size), p.median_mbps)),
+                None => series.push(plot::Series {
+                    name: name.to_string(),
+                    points: vec![(f64::from(p.send_size), p.median_mbps)],
+                }),
+            }
+        }
+        for s in &mut series {
+            s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        plot::lines(&plot::Sweep {
+            title: format!("Figure 6: TCP transmit throughput, wire {}", link.name()),
+            x_label: "send size (bytes)".into(),
+            y_label: "throughput (Mbit/s), median of runs".into(),
+            log2_x: true,
+            series,
+        })
+    }
+
+    /// Figure 5: the paper's microseconds per stage beside ours.
+    fn figure5_svg(&self) -> String {
+        let ours = self
+            .breakdown(Config::Unoptimized, Link::Shaped)
+            .and_then(|b| b.path_us);
+        let mut series = vec!["paper (733 MHz)".to_string()];
+        let mut values = vec![PAPER_PATH_US.iter().map(|&v| Some(v)).collect::<Vec<_>>()];
+        if let Some(p) = ours {
+            series.push("ours".into());
+            values.push(p.iter().map(|&v| Some(v)).collect());
+        }
+        plot::grouped(&plot::Grouped {
+            title: "Figure 5: one transmit-triggering OUT, unoptimized".into(),
+            y_label: "µs".into(),
+            groups: PATH_STAGES.iter().map(|s| s.to_string()).collect(),
+            series,
+            values,
+            paper: Vec::new(),
+            reference: None,
+        })
+    }
+
+    /// Tables 1 and 2: the VM world's time, stacked by where it went.
+    fn tables_svg(&self) -> String {
+        let mut st = plot::Stacked {
+            title: format!(
+                "Tables 1 and 2: the VM world's time, {} B TCP transmit",
+                self.table_size
+            ),
+            y_label: "share of the window's TSC cycles (%)".into(),
+            bars: Vec::new(),
+            classes: [
+                "guest OS + VMM",
+                "world switches",
+                "VMApp",
+                "host network I/O",
+                "idle",
+            ]
+            .map(String::from)
+            .to_vec(),
+            values: Vec::new(),
+        };
+        let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
+        for b in self
+            .breakdowns
             .iter()
-            .filter(|p| p.link == link)
-            .map(|p| Bar {
-                label: format!("{} B {}", p.send_size, p.config.name()),
-                value: p.median_mbps,
-                range: Some((p.min_mbps, p.max_mbps)),
-            })
-            .collect();
-        chart::bars(
-            &format!("Figure 6: TCP transmit throughput, wire {}", link.name()),
-            "Mbit/s",
-            "bars: median; whiskers: min–max over runs",
-            &bars,
-        )
+            .filter(|b| matches!(b.config, Config::Unoptimized | Config::Optimized))
+        {
+            let sh = b.shares;
+            st.bars
+                .push(format!("{} {}", b.config.name(), b.link.name()));
+            st.values.push(
+                [
+                    sh.guest_and_vmm,
+                    sh.world_switch,
+                    sh.vmapp,
+                    sh.host_network,
+                    sh.idle,
+                ]
+                .map(finite)
+                .to_vec(),
+            );
+        }
+        plot::stacked(&st)
+    }
+
+    /// Table 3: idle time per configuration, the paper's beside ours.
+    fn table3_svg(&self) -> String {
+        let mut series = vec!["paper".to_string()];
+        let mut values = vec![CONFIGS
+            .iter()
+            .map(|c| Some(c.paper_idle()))
+            .collect::<Vec<_>>()];
+        for link in LINKS {
+            series.push(format!("ours, wire {}", link.name()));
+            values.push(
+                CONFIGS
+                    .iter()
+                    .map(|&c| {
+                        self.breakdown(c, link)
+                            .map(|b| b.idle_percent)
+                            .filter(|v| v.is_finite())
+                    })
+                    .collect(),
+            );
+        }
+        plot::grouped(&plot::Grouped {
+            title: format!(
+                "Table 3: idle time while transmitting, {} B sends",
+                self.table_size
+            ),
+            y_label: "idle (%)".into(),
+            groups: CONFIGS.iter().map(|c| c.name().to_string()).collect(),
+            series,
+            values,
+            paper: Vec::new(),
+            reference: None,
+        })
     }
 
     /// The other charts: (file name, SVG).
     pub fn charts(&self) -> Vec<(String, String)> {
-        let mut out = vec![(
-            "figure6-unshaped.svg".to_string(),
-            self.figure6_svg(Link::Unshaped),
-        )];
-        let mut bars = Vec::new();
-        for (i, stage) in PATH_STAGES.iter().enumerate() {
-            bars.push(Bar {
-                label: format!("paper: {stage}"),
-                value: PAPER_PATH_US[i],
-                range: None,
-            });
-            if let Some(p) = self
-                .breakdown(Config::Unoptimized, Link::Shaped)
-                .and_then(|b| b.path_us)
-            {
-                bars.push(Bar {
-                    label: format!("ours: {stage}"),
-                    value: p[i],
-                    range: None,
-                });
-            }
-        }
-        out.push((
-            "figure5.svg".into(),
-            chart::bars(
-                "Figure 5: one transmit-triggering OUT, unoptimized",
-                "µs",
-                "paper: PC-733, 733 MHz; ours: this machine, 100 Mbit/s wire",
-                &bars,
+        vec![
+            (
+                "figure6-unshaped.svg".into(),
+                self.figure6_svg(Link::Unshaped),
             ),
-        ));
-        let mut bars = Vec::new();
-        for b in self
-            .breakdowns
-            .iter()
-            .filter(|b| b.config != Config::Native)
-        {
-            let sh = b.shares;
-            for (k, v) in [
-                ("guest OS + VMM", sh.guest_and_vmm),
-                ("world switches", sh.world_switch),
-                ("VMApp", sh.vmapp),
-                ("host network I/O", sh.host_network),
-                ("idle", sh.idle),
-            ] {
-                if matches!(b.config, Config::Unoptimized | Config::Optimized) {
-                    bars.push(Bar {
-                        label: format!("{} {}: {k}", b.config.name(), b.link.name()),
-                        value: if v.is_finite() { v } else { 0.0 },
-                        range: None,
-                    });
-                }
-            }
-        }
-        out.push((
-            "tables1-2.svg".into(),
-            chart::bars(
-                &format!(
-                    "Tables 1 and 2: the VM world's time, {} B TCP transmit",
-                    self.table_size
-                ),
-                "%",
-                "share of the window's TSC cycles",
-                &bars,
-            ),
-        ));
-        let mut bars = Vec::new();
-        for cfg in CONFIGS {
-            bars.push(Bar {
-                label: format!("paper: {}", cfg.name()),
-                value: cfg.paper_idle(),
-                range: None,
-            });
-            for link in LINKS {
-                if let Some(b) = self.breakdown(cfg, link) {
-                    bars.push(Bar {
-                        label: format!("ours {}: {}", link.name(), cfg.name()),
-                        value: if b.idle_percent.is_finite() {
-                            b.idle_percent
-                        } else {
-                            0.0
-                        },
-                        range: None,
-                    });
-                }
-            }
-        }
-        out.push((
-            "table3.svg".into(),
-            chart::bars(
-                "Table 3: idle time while transmitting",
-                "%",
-                &format!("{} B sends", self.table_size),
-                &bars,
-            ),
-        ));
-        out
+            ("figure5.svg".into(), self.figure5_svg()),
+            ("tables1-2.svg".into(), self.tables_svg()),
+            ("table3.svg".into(), self.table3_svg()),
+        ]
     }
+}
+
+/// Sugerman 2001's figures and tables from a run, for `bench seeds`.
+pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
+    use seeds::{Figure, Kind, Seed::Sugerman};
+    let unopt = r.breakdown(Config::Unoptimized, Link::Shaped);
+    let path = unopt.and_then(|b| b.path_us);
+    let mut fig5 = Figure::new(
+        Sugerman,
+        "Figure 5",
+        Kind::Grouped,
+        r.figure5_table(),
+        r.figure5_svg(),
+    )
+    .missing_if(path.is_none());
+    if let (Some(p), Some(b)) = (path, unopt) {
+        fig5.ours = vec![
+            ("OUT end to end, µs".into(), p.iter().sum()),
+            ("world switch, µs".into(), b.null_switch_mean_us),
+        ];
+    }
+    let no_shares = r.breakdowns.iter().all(|b| b.config == Config::Native);
+    let tables = |id| {
+        Figure::new(Sugerman, id, Kind::Stacked, r.time_table(), r.tables_svg())
+            .missing_if(no_shares)
+    };
+    let ratio = |cfg, size| {
+        r.figure6
+            .iter()
+            .find(|p| p.config == cfg && p.link == Link::Shaped && p.send_size == size)
+            .and_then(|p| p.median_ratio_to_native)
+    };
+    let mut fig6 = Figure::new(
+        Sugerman,
+        "Figure 6",
+        Kind::Lines,
+        r.figure6_table(),
+        r.svg(),
+    )
+    .missing_if(r.figure6.is_empty());
+    for (label, cfg) in [
+        ("unoptimized ÷ native, 4 KB", Config::Unoptimized),
+        ("optimized ÷ native", Config::Optimized),
+    ] {
+        if let Some(v) = ratio(cfg, 4096) {
+            fig6.ours.push((label.into(), v));
+        }
+    }
+    let mut t3 = Figure::new(
+        Sugerman,
+        "Table 3",
+        Kind::Grouped,
+        r.idle_table(),
+        r.table3_svg(),
+    )
+    .missing_if(r.breakdowns.is_empty());
+    for (label, cfg) in [
+        ("native idle %", Config::Native),
+        ("ports in the VMM idle %", Config::PortsInVmm),
+        ("+ send combining idle %", Config::NoIrqNotification),
+        ("+ IRQ notification idle %", Config::Optimized),
+    ] {
+        if let Some(b) = r
+            .breakdown(cfg, Link::Shaped)
+            .filter(|b| b.idle_percent.is_finite())
+        {
+            t3.ours.push((label.into(), b.idle_percent));
+        }
+    }
+    vec![fig5, tables("Table 1"), tables("Table 2"), fig6, t3]
 }
 
 #[cfg(test)]

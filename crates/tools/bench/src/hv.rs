@@ -4,7 +4,7 @@
 //! Two in-process domains talk to a real `Hypervisor` over its real sockets,
 //! doorbells and shared memory; no namespaces are needed.
 
-use crate::chart::{self, Bar};
+use crate::plot::{self, Bar};
 use crate::stats::{tsc_per_us, Summary};
 
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
@@ -72,7 +72,7 @@ impl HvBenchReport {
                 range: Some((r.p10_us, r.p90_us)),
             })
             .collect();
-        chart::bars(
+        plot::hbars(
             "splitnet bench hv: cost of hypervisor primitives",
             "µs",
             "bars: median; whiskers: p10–p90",

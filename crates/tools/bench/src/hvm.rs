@@ -15,16 +15,16 @@
 //!   `scp`-like copy of Table 9, SHA-256 checked), and hv's exits by reason
 //!   with their share of handling time (Tables 1, 2 and 4).
 
-use crate::chart::{self, Bar};
 use crate::faults::{random_file, serve_http, sha256, start_download, Up};
 use crate::netenv::{self, Flow, Workload};
 use crate::stats::{median, tsc_per_us};
+use crate::{plot, seeds};
 use anyhow::{anyhow, Context, Result};
 use hv::hvm::{HvmConfig, HvmGuest};
 use hv::ioreq::{HvmSnapshot, Placement, STAGES};
 use hv::{DomainSpec, Hypervisor};
 use hvm::{DeviceHandler, DeviceModel, DmConfig, HvmVcpu};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,7 +74,7 @@ impl HvmOptions {
 }
 
 /// The dummy port I/O and the PIC access, medians over the runs.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Stages {
     pub tsc_mhz: f64,
     /// Mean cycles per stage (`STAGES` order), the median over the runs.
@@ -92,7 +92,7 @@ pub struct Stages {
 }
 
 /// One exit reason in one configuration.
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, Deserialize, Clone)]
 pub struct Reason {
     pub count: u64,
     pub mean_cycles: f64,
@@ -100,7 +100,7 @@ pub struct Reason {
 }
 
 /// One configuration of the process-level runs.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct NicConfig {
     pub name: String,
     pub pic: String,
@@ -126,7 +126,7 @@ pub struct NicConfig {
 }
 
 /// Everything the suite measured.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct HvmReport {
     pub quick: bool,
     pub runs: usize,
@@ -606,66 +606,144 @@ impl HvmReport {
         t
     }
 
-    /// Throughput per configuration.
+    /// Throughput per configuration, grouped by what was measured.
     pub fn svg(&self) -> String {
-        let mut bars = Vec::new();
-        for n in &self.nic {
-            for (what, v) in [
-                ("iperf3 out", n.tx_mbps),
-                ("iperf3 in", n.rx_mbps),
-                ("copy in", n.copy_kbps * 8.0 * 1024.0 / 1e6),
-            ] {
-                bars.push(Bar {
-                    label: format!("{}: {what}", n.name),
-                    value: v,
-                    range: None,
-                });
-            }
-        }
-        chart::bars(
-            "HVM NIC: event-driven against polling receive, vPIC in hv and in the DM",
-            "Mbit/s",
-            "iperf3 TCP guest1 ↔ wire and an HTTP copy into guest1, medians",
-            &bars,
-        )
+        plot::grouped(&plot::Grouped {
+            title: "HVM NIC: event-driven against polling receive, vPIC in hv and in the DM".into(),
+            y_label: "Mbit/s (median)".into(),
+            groups: ["iperf3 out", "iperf3 in", "HTTP copy in"]
+                .map(String::from)
+                .to_vec(),
+            series: self.nic.iter().map(|n| n.name.to_string()).collect(),
+            values: self
+                .nic
+                .iter()
+                .map(|n| {
+                    vec![
+                        Some(n.tx_mbps),
+                        Some(n.rx_mbps),
+                        Some(n.copy_kbps * 8.0 * 1024.0 / 1e6),
+                    ]
+                })
+                .collect(),
+            paper: Vec::new(),
+            reference: None,
+        })
     }
 
-    /// The stages and the PIC access beside the paper's, in µs.
+    /// The stages of a dummy port I/O and a PIC access, ours beside the
+    /// paper's, in µs (our TSC against the paper's 3.8 GHz).
     pub fn stages_svg(&self) -> String {
         let s = &self.stages;
-        let mut bars = Vec::new();
-        for (i, name) in STAGES.iter().enumerate() {
-            bars.push(Bar {
-                label: format!("{name} (ours)"),
-                value: s.stage_cycles[i] / s.tsc_mhz,
-                range: None,
-            });
-            bars.push(Bar {
-                label: format!("{name} (paper)"),
-                value: PAPER_STAGE_CYCLES[i] / (PAPER_GHZ * 1000.0),
-                range: None,
-            });
-        }
-        bars.push(Bar {
-            label: "IMR read, vPIC in hv (ours)".into(),
-            value: s.pic_in_hv_cycles / s.tsc_mhz,
-            range: None,
-        });
-        bars.push(Bar {
-            label: "IMR read, vPIC in hv (paper)".into(),
-            value: PAPER_PIC_IN_HV_CYCLES / (PAPER_GHZ * 1000.0),
-            range: None,
-        });
-        bars.push(Bar {
-            label: "IMR read, vPIC in the DM (ours)".into(),
-            value: s.pic_in_dm_cycles / s.tsc_mhz,
-            range: None,
-        });
-        chart::bars(
-            "Dummy port I/O by stage, and a PIC access, against Zhang & Dong",
-            "µs",
-            "our TSC against the paper's 3.8 GHz",
-            &bars,
-        )
+        let mut groups: Vec<String> = STAGES.iter().map(|n| n.to_string()).collect();
+        let mut ours: Vec<Option<f64>> =
+            s.stage_cycles.iter().map(|c| Some(c / s.tsc_mhz)).collect();
+        let mut paper: Vec<Option<f64>> = PAPER_STAGE_CYCLES
+            .iter()
+            .map(|c| Some(c / (PAPER_GHZ * 1000.0)))
+            .collect();
+        groups.push("IMR read, vPIC in hv".into());
+        ours.push(Some(s.pic_in_hv_cycles / s.tsc_mhz));
+        paper.push(Some(PAPER_PIC_IN_HV_CYCLES / (PAPER_GHZ * 1000.0)));
+        groups.push("IMR read, vPIC in the DM".into());
+        ours.push(Some(s.pic_in_dm_cycles / s.tsc_mhz));
+        paper.push(None);
+        plot::grouped(&plot::Grouped {
+            title: "Dummy port I/O by stage, and a PIC access, against Zhang & Dong".into(),
+            y_label: "µs".into(),
+            groups,
+            series: vec!["ours".into(), "paper (3.8 GHz)".into()],
+            values: vec![ours, paper],
+            paper: Vec::new(),
+            reference: None,
+        })
     }
+}
+
+/// The sections of `md` whose `###` heading names `what` ("Table 3").
+fn sections(md: &str, what: &str) -> String {
+    md.split("### ")
+        .filter(|sec| sec.lines().next().unwrap_or("").contains(what))
+        .map(|sec| format!("### {sec}"))
+        .collect()
+}
+
+/// Zhang & Dong's tables from a run, for `bench seeds`.
+pub fn figures(r: &HvmReport) -> Vec<seeds::Figure> {
+    use seeds::{Figure, Kind, Seed::ZhangDong};
+    let md = r.table();
+    let s = &r.stages;
+    let rt = s.round_trip_cycles.max(1.0);
+    let mut t3 = Figure::new(
+        ZhangDong,
+        "Table 3",
+        Kind::Grouped,
+        sections(&md, "Table 3"),
+        r.stages_svg(),
+    )
+    .missing_if(s.runs == 0);
+    t3.ours = vec![
+        ("round trip, cycles".into(), s.round_trip_cycles),
+        ("hypervisor share %".into(), 100.0 * s.stage_cycles[0] / rt),
+        (
+            "process switch share %".into(),
+            100.0 * s.stage_cycles[2] / rt,
+        ),
+    ];
+    let mut t6 = Figure::new(
+        ZhangDong,
+        "Table 6",
+        Kind::Table,
+        sections(&md, "Table 6"),
+        String::new(),
+    )
+    .missing_if(s.runs == 0);
+    t6.ours = vec![("PIC port cycles after the move".into(), s.pic_in_hv_cycles)];
+    let copy = |poll: u32| {
+        r.nic
+            .iter()
+            .find(|n| n.poll_us == poll && n.pic == "hv")
+            .map(|n| n.copy_kbps)
+    };
+    let mut t9 = Figure::new(
+        ZhangDong,
+        "Table 9",
+        Kind::Grouped,
+        sections(&md, "Table 9"),
+        r.svg(),
+    )
+    .missing_if(r.nic.is_empty());
+    for (label, poll) in [
+        ("to guest, original KB/s", 100_000),
+        ("to guest, event-driven KB/s (low end)", 0),
+    ] {
+        if let Some(v) = copy(poll) {
+            t9.ours.push((label.into(), v));
+        }
+    }
+    let exits = |id| {
+        Figure::new(
+            ZhangDong,
+            id,
+            Kind::Table,
+            sections(&md, "Exits by reason"),
+            String::new(),
+        )
+        .missing_if(r.nic.is_empty())
+    };
+    vec![
+        t3,
+        t6,
+        t9,
+        exits("Table 1"),
+        exits("Table 4"),
+        Figure::new(
+            ZhangDong,
+            "Table 5",
+            Kind::Grouped,
+            sections(&md, "Table 9"),
+            r.svg(),
+        )
+        .missing_if(r.nic.is_empty()),
+    ]
 }

@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 pub mod baseline;
-pub mod chart;
 pub mod faults;
 pub mod flood;
 pub mod forwarder;
@@ -17,8 +16,10 @@ pub mod isolation;
 pub mod menon2005;
 pub mod multihost;
 pub mod netenv;
+pub mod plot;
 pub mod ram;
 pub mod scale;
+pub mod seeds;
 pub mod sink;
 pub mod stats;
 pub mod usernet;

@@ -23,12 +23,12 @@
 //! available in this build, not as a failure.
 
 use crate::baseline::{self, BaselineOptions, Env};
-use crate::chart::{self, Bar};
 use crate::netenv::{self, FlowResult, PAYLOAD_PER_FRAME};
+use crate::plot::{self, Bar};
 use crate::sink;
 use crate::stats::{tsc_per_us, Spread};
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -85,7 +85,7 @@ impl Menon2005Options {
 }
 
 /// A configuration, named as in the paper.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Setup {
     Linux,
     #[serde(rename = "Xen-domain0")]
@@ -145,7 +145,7 @@ impl Setup {
 }
 
 /// What is measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Experiment {
     /// Receive throughput against the receiver's buffer (Figures 1, 2); x
@@ -178,7 +178,7 @@ const SINK_PORT: u16 = 5301;
 const WEB_PORT: u16 = 8080;
 
 /// One measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     pub setup: Setup,
     pub experiment: Experiment,
@@ -192,7 +192,7 @@ pub struct Record {
 }
 
 /// The medians over runs of one point.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Point {
     pub setup: Setup,
     pub experiment: Experiment,
@@ -204,7 +204,7 @@ pub struct Point {
 }
 
 /// A function's share of a domain's samples.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Hot {
     pub function: String,
     pub module: String,
@@ -214,7 +214,7 @@ pub struct Hot {
 }
 
 /// One domain of a profile, by its role in the paper's tables.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RoleProfile {
     /// The profile's name for it (drv, guest1, hv, bench-wire, ...).
     pub domain: String,
@@ -227,7 +227,7 @@ pub struct RoleProfile {
 }
 
 /// A profiled run: what Tables 1, 2 and 4-8 are read from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Profiled {
     pub setup: Setup,
     /// "rx, 1 NIC", "rx, 3 NICs", "tx", "buffer A" or "buffer B".
@@ -246,7 +246,7 @@ pub struct Profiled {
 }
 
 /// Whether throughput against the receive buffer is erratic.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Anomaly {
     /// Per setup: (coefficient of variation over the sweep, min, max) in Gbit/s.
     pub spread: BTreeMap<String, (f64, f64, f64)>,
@@ -254,8 +254,9 @@ pub struct Anomaly {
 }
 
 /// The suite's report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Menon2005Report {
+    #[serde(skip_deserializing)]
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,
@@ -1134,7 +1135,7 @@ const NO_ANOMALY: &str = "Linux today charges a receive skb by its truesize and 
     tcp_collapse; and splitnet's driver domain hands no 4 KiB page up for a 1500-byte frame \
     unless `port_buffer = \"page\"` asks it to";
 
-pub use paper::{figures, Figure};
+pub use paper::figures;
 
 impl Menon2005Report {
     /// The median of a point.
@@ -1186,7 +1187,7 @@ impl Menon2005Report {
                 range: Some((p.value.min, p.value.max)),
             })
             .collect();
-        chart::bars(
+        plot::hbars(
             "splitnet bench menon2005: receive throughput with 1-3 NICs (Figure 3)",
             "Gbit/s",
             "bars: median; whiskers: min–max over runs",
@@ -1199,7 +1200,7 @@ impl Menon2005Report {
         figures(self)
             .into_iter()
             .filter(|f| !f.svg.is_empty())
-            .map(|f| (f.file_name(), f.svg))
+            .map(|f| (paper::file_name(&f), f.svg))
             .collect()
     }
 }
@@ -1381,14 +1382,17 @@ mod tests {
             events_note: "instructions: not measurable here".into(),
         };
         let f = figures(&r);
-        let mut ids: Vec<&str> = f.iter().map(|f| f.id).collect();
+        let mut ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), 16, "{ids:?}");
         let get = |id| f.iter().find(|f| f.id == id).unwrap();
-        assert_eq!(get("Figure 3").status, paper::Status::Partly);
-        assert_eq!(get("Table 3").status, paper::Status::NotMeasurableHere);
-        assert_eq!(get("Table 5").status, paper::Status::Missing);
+        assert_eq!(get("Figure 3").status, crate::seeds::Status::Partly);
+        assert_eq!(
+            get("Table 3").status,
+            crate::seeds::Status::NotMeasurableHere
+        );
+        assert_eq!(get("Table 5").status, crate::seeds::Status::Missing);
         assert!(
             get("Figure 7")
                 .table
@@ -1407,5 +1411,10 @@ mod tests {
         );
         assert!(r.svg().contains("<svg"));
         assert!(r.charts().iter().any(|(n, _)| n == "figure-3.svg"));
+        // The seeds report reads it back from the JSON the suite writes.
+        let json = serde_json::to_string(&r).unwrap();
+        let back = crate::seeds::figures_from_json("menon2005", &json).unwrap();
+        assert_eq!(back.len(), f.len());
+        assert!(back.iter().all(|f| f.seed == crate::seeds::Seed::Menon2005));
     }
 }

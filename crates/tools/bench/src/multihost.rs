@@ -13,8 +13,8 @@
 //!   another, timed from the attach's return until every other host's
 //!   guest gets a ping reply (in the first run).
 
-use crate::chart::{self, Bar};
 use crate::netenv::{self, Flow, Workload};
+use crate::plot::{self, Bar};
 use crate::stats::{Series, Spread};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -1013,7 +1013,7 @@ impl MultihostReport {
                 })
             })
             .collect();
-        chart::bars(
+        plot::hbars(
             "Guest → guest across hosts ÷ native kernel VXLAN",
             "× native",
             "bars: median; whiskers: min–max over runs; TCP target 0.60",
@@ -1036,7 +1036,7 @@ impl MultihostReport {
             .collect();
         vec![(
             "moves.svg".into(),
-            chart::bars(
+            plot::hbars(
                 "A moved MAC reachable from every other host",
                 "s",
                 "bars: median; whiskers: min–max over moves; EVPN target 2 s",

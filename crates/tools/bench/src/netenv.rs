@@ -5,7 +5,7 @@
 //! topology).
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ pub const PAYLOAD_PER_FRAME: f64 = 1448.0;
 pub const DEFAULT_PORT: u16 = 5201;
 
 /// What the flow sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// TCP stream with zero-copy sends (`iperf3 -Z`, the papers' sendfile).
@@ -100,7 +100,7 @@ pub struct FlowResult {
 
 /// One-way latency of a request-response flow (half the round trip, as
 /// sockperf reports it), in microseconds.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Latency {
     pub p50_us: f64,
     pub p99_us: f64,
@@ -370,6 +370,46 @@ pub fn tcp(
     Ok(run(&f)?.gbps)
 }
 
+/// A wire host of a splitnet topology (`[wire]` or one of `[[wire]]`):
+/// where a suite runs iperf3 against, or from, each of a driver domain's
+/// ports (Menon 2005 Figure 3's one to three NICs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireHost {
+    /// Its name in the topology (`splitnet exec NAME`).
+    pub name: String,
+    /// Its network namespace (`<prefix><name>`).
+    pub netns: String,
+    /// Its IPv4 address, without the prefix, if it has one.
+    pub address: Option<String>,
+    /// The driver domain it is joined to.
+    pub driver: String,
+    /// The driver domain's port to it (`peth<k>`).
+    pub port: String,
+}
+
+impl WireHost {
+    /// Every wire host of `topo`, in the topology's order.
+    pub fn of(topo: &toolstack::topology::Topology) -> Vec<WireHost> {
+        topo.wires
+            .iter()
+            .map(|w| {
+                let k = topo.wires_of(&w.driver).position(|x| x.name == w.name);
+                WireHost {
+                    name: w.name.clone(),
+                    netns: host::netns_name(&w.name),
+                    address: w
+                        .address
+                        .as_deref()
+                        .and_then(|a| a.split('/').next())
+                        .map(str::to_string),
+                    driver: w.driver.clone(),
+                    port: toolstack::uplink::config::wire_ifname(k.unwrap_or(0)),
+                }
+            })
+            .collect()
+    }
+}
+
 /// Two namespaces joined by a veth pair, deleted on drop.
 pub struct Native {
     pub a: String,
@@ -565,5 +605,33 @@ mod tests {
         let r = super::udp_received(&old, 1);
         assert_eq!(r.packets, 990.0);
         assert_eq!(r.bytes, 990.0 * 64.0);
+    }
+}
+
+#[cfg(test)]
+mod wire_host_tests {
+    use super::*;
+
+    #[test]
+    fn each_wire_host_has_its_namespace_address_and_port() {
+        let t = toolstack::topology::Topology::parse(
+            "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
+             [[wire]]\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n\
+             [[wire]]\nname = \"wire2\"\ndriver = \"drv\"\naddress = \"10.77.0.253/24\"\n",
+            "t",
+        )
+        .unwrap();
+        let w = WireHost::of(&t);
+        assert_eq!(w.len(), 2);
+        assert_eq!(
+            (
+                w[1].name.as_str(),
+                w[1].address.as_deref(),
+                w[1].port.as_str()
+            ),
+            ("wire2", Some("10.77.0.253"), "peth1")
+        );
+        assert_eq!(w[1].netns, host::netns_name("wire2"));
+        assert_eq!((w[0].port.as_str(), w[0].driver.as_str()), ("peth0", "drv"));
     }
 }

@@ -13,11 +13,11 @@
 //! subset of the thesis's mechanisms.
 
 use crate::baseline::{self, BaselineOptions, Config, Env, FlowSpec, Measured};
-use crate::chart::{self, Bar};
 use crate::netenv::{self, Workload};
 use crate::stats::{median, tsc_per_us, Spread};
+use crate::{plot, seeds};
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -57,7 +57,7 @@ impl RamOptions {
 }
 
 /// A configuration, named as in the thesis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RamConfig {
     #[serde(rename = "native")]
     Native,
@@ -173,7 +173,7 @@ impl std::str::FromStr for RamConfig {
 pub const ALL_KEYS: &str = "mq = true\nlro = \"guest\"\nprefetch = true\nrx_buffer = \"half\"\n";
 
 /// What is measured of a configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
     /// wire → guest1, in MTU-sized frames as a NIC delivers them.
@@ -245,7 +245,7 @@ impl Case {
 
 /// Pages granted to the driver domain against the buffer uses they served
 /// (thesis 4.7: 1,114 pages served 2,996,824 packets).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Locality {
     /// Grants guest1's netfront created (distinct pages, and re-grants).
     pub pages: u64,
@@ -255,7 +255,7 @@ pub struct Locality {
 }
 
 /// One measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamRecord {
     pub config: RamConfig,
     pub case: Case,
@@ -275,7 +275,7 @@ pub struct RamRecord {
 }
 
 /// Medians over runs of one (configuration, case), with their spread.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamSummary {
     pub config: RamConfig,
     pub case: Case,
@@ -291,8 +291,9 @@ pub struct RamSummary {
 }
 
 /// The suite's report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RamReport {
+    #[serde(skip_deserializing)]
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,
@@ -305,6 +306,7 @@ pub struct RamReport {
     /// The configuration chapter 6's cases ran with.
     pub chapter6_config: Option<RamConfig>,
     /// How the two-guest case was set up.
+    #[serde(skip_deserializing)]
     pub two_guests: &'static str,
     /// Whether cost classes come from a profile (the profiler could start).
     pub profiled: bool,
@@ -1116,60 +1118,192 @@ impl RamReport {
         s
     }
 
-    /// Throughput of every configuration and case.
+    /// Throughput of every configuration, grouped by case.
     pub fn svg(&self) -> String {
-        let bars: Vec<Bar> = self
-            .summary
+        let mut g = plot::Grouped {
+            title: "splitnet bench ram: TCP throughput (median of runs)".into(),
+            y_label: "Gbit/s".into(),
+            groups: Vec::new(),
+            series: Vec::new(),
+            values: Vec::new(),
+            paper: Vec::new(),
+            reference: None,
+        };
+        for m in &self.summary {
+            for (names, v) in [
+                (&mut g.groups, m.case.name()),
+                (&mut g.series, m.config.name()),
+            ] {
+                if !names.iter().any(|n| n == v) {
+                    names.push(v.to_string());
+                }
+            }
+        }
+        g.values = g
+            .series
             .iter()
-            .map(|m| Bar {
-                label: format!("{} {}", m.config.name(), m.case.name()),
-                value: m.gbps.median,
-                range: Some((m.gbps.min, m.gbps.max)),
+            .map(|c| {
+                g.groups
+                    .iter()
+                    .map(|case| {
+                        self.summary
+                            .iter()
+                            .find(|m| m.config.name() == c && m.case.name() == case)
+                            .map(|m| m.gbps.median)
+                    })
+                    .collect()
             })
             .collect();
-        chart::bars(
-            "splitnet bench ram: TCP throughput",
-            "Gbit/s",
-            "bars: median; whiskers: min–max over runs",
-            &bars,
-        )
+        plot::grouped(&g)
     }
 
-    /// Cycles per frame over native's, RX and TX (the thesis's Figures
-    /// 2.4-5.2 as ratios), by file name.
+    /// Cycles per frame by domain, RX and TX, stacked as the thesis's
+    /// Figures 2.4-5.2 draw them, by file name.
     pub fn charts(&self) -> Vec<(String, String)> {
         [(Case::Rx, "rx-cycles.svg"), (Case::Tx, "tx-cycles.svg")]
             .into_iter()
-            .map(|(case, file)| {
-                let bars: Vec<Bar> = self
-                    .summary
-                    .iter()
-                    .filter(|m| m.case == case)
-                    .filter_map(|m| {
-                        let x = m.cycles_x_native?;
-                        Some(Bar {
-                            label: m.config.name().to_string(),
-                            value: x.median,
-                            range: Some((x.min, x.max)),
-                        })
-                    })
-                    .collect();
-                let title = format!(
-                    "splitnet bench ram: {} cycles per frame over native",
-                    case.name()
-                );
-                (
-                    file.to_string(),
-                    chart::bars(
-                        &title,
-                        "× native",
-                        "bars: median; whiskers: min–max over runs",
-                        &bars,
-                    ),
-                )
-            })
+            .map(|(case, file)| (file.to_string(), self.cycles_svg(case)))
             .collect()
     }
+
+    fn cycles_svg(&self, case: Case) -> String {
+        let rows: Vec<&RamSummary> = self.summary.iter().filter(|m| m.case == case).collect();
+        let title = format!(
+            "splitnet bench ram: {} cycles per frame by domain",
+            case.name()
+        );
+        stacked_cycles(title, &rows)
+    }
+
+    /// The thesis rows of `fig` ("2.4"), as a Markdown table, with the
+    /// thesis's ratios and ours as numbers.
+    fn thesis_rows(&self, fig: &str) -> (String, seeds::Numbers, seeds::Numbers) {
+        let mut t = String::from(
+            "| figure | what | thesis | thesis ÷ native | ours ÷ native |\n|---|---|---:|---:|---:|\n",
+        );
+        let (mut paper, mut ours) = (Vec::new(), Vec::new());
+        let times = |s: &str| {
+            s.strip_suffix('×')
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        for r in THESIS
+            .iter()
+            .filter(|r| r.figure.split(", ").any(|f| f == fig))
+        {
+            let o = self.ours(r.ours);
+            t += &format!(
+                "| {} | {} | {} | {} | {o} |\n",
+                r.figure, r.what, r.thesis, r.thesis_x_native
+            );
+            let plain = |s: &str| times(s).or_else(|| s.parse().ok());
+            if let Some(v) = plain(r.thesis_x_native) {
+                paper.push((r.what.trim().to_string(), v));
+            }
+            if let Some(v) = times(&o) {
+                ours.push((r.what.trim().to_string(), v));
+            }
+        }
+        (t, paper, ours)
+    }
+
+    /// Cycles per frame by domain for some (configuration, case)s.
+    fn stacked_for(&self, title: &str, which: &[(RamConfig, Case)]) -> String {
+        let rows: Vec<&RamSummary> = which.iter().filter_map(|&(c, k)| self.row(c, k)).collect();
+        stacked_cycles(title.to_string(), &rows)
+    }
+}
+
+/// Stacked bars of cycles per frame by domain, one bar per row (a row
+/// without domains, native, is one "total" segment).
+fn stacked_cycles(title: String, rows: &[&RamSummary]) -> String {
+    let mut classes: Vec<String> = Vec::new();
+    for m in rows {
+        for k in m.by_domain.keys() {
+            if !classes.contains(k) {
+                classes.push(k.clone());
+            }
+        }
+    }
+    if rows.iter().any(|m| m.by_domain.is_empty()) {
+        classes.push("total (no domains)".into());
+    }
+    let value = |m: &RamSummary, c: &str| match m.by_domain.get(c) {
+        Some(v) => *v,
+        None if m.by_domain.is_empty() && c == "total (no domains)" => m.cycles_per_packet.median,
+        None => 0.0,
+    };
+    plot::stacked(&plot::Stacked {
+        title,
+        y_label: "TSC cycles per frame (median)".into(),
+        bars: rows
+            .iter()
+            .map(|m| format!("{} {}", m.config.name(), m.case.name()))
+            .collect(),
+        values: rows
+            .iter()
+            .map(|m| classes.iter().map(|c| value(m, c)).collect())
+            .collect(),
+        classes,
+    })
+}
+
+/// The (configuration, case)s a figure's chart shows.
+type Which = Vec<(RamConfig, Case)>;
+
+/// The thesis's figures from a run, for `bench seeds`: per figure the
+/// thesis's rows beside ours and cycles per frame by domain.
+pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
+    use Case::*;
+    use RamConfig::*;
+    let rx = |cs: &[RamConfig]| cs.iter().map(|&c| (c, Rx)).collect::<Vec<_>>();
+    let figs: [(&str, &str, Which); 12] = [
+        ("2.4", "2.4", rx(&[Native, Orig])),
+        ("2.5", "2.5", vec![(Native, Tx), (Orig, Tx)]),
+        ("3.4", "3.4", rx(&[Native, Orig, Mq])),
+        ("3.5", "3.5", rx(&[Native, Orig, Mq])),
+        ("4.10", "4.10", rx(&[Native, Orig, Ngm])),
+        ("4.11", "4.11", rx(&[Native, Orig, MqNgm])),
+        ("4.12", "4.12", rx(&[Orig, Ngm])),
+        ("4.13", "4.13", rx(&[Orig, MqNgm])),
+        ("5.1", "5.1", rx(&[MqNgm, LroGuest, Spf, HalfPg])),
+        ("5.2", "5.2", rx(&[MqNgm, LroGuest, LroDriver])),
+        (
+            "6.1",
+            "6.1",
+            vec![(Orig, Rx), (All, Rx), (All, RxTwoGuests)],
+        ),
+        (
+            "6.2",
+            "ch. 6",
+            vec![
+                (All, Rx),
+                (All, RxSameCore),
+                (All, RxSplitCores),
+                (All, TxSameCore),
+                (All, TxSplitCores),
+            ],
+        ),
+    ];
+    figs.into_iter()
+        .map(|(id, rows, which)| {
+            let id = format!("Figure {id}");
+            let (table, paper, ours) = r.thesis_rows(rows);
+            let measured = which
+                .iter()
+                .any(|&(c, k)| c != Native && r.row(c, k).is_some());
+            let svg = r.stacked_for(
+                &format!("Ram thesis {id}: cycles per frame by domain"),
+                &which,
+            );
+            let mut f = seeds::Figure::new(seeds::Seed::Ram, &id, seeds::Kind::Stacked, table, svg)
+                .missing_if(!measured);
+            if !paper.is_empty() {
+                f.paper = paper;
+            }
+            f.ours = ours;
+            f
+        })
+        .collect()
 }
 
 #[cfg(test)]

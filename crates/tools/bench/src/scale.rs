@@ -9,9 +9,9 @@
 //! (`flood.rs`).
 
 use crate::baseline::{many_guests_topology, proc_cpu};
-use crate::chart::{self, Bar};
 use crate::flood::{self, FloodResult};
 use crate::netenv::{self, Flow, Workload};
+use crate::plot::{self, Bar};
 use crate::stats::median;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -597,7 +597,7 @@ impl ScaleReport {
                 })
                 .collect()
         };
-        chart::bars(
+        plot::hbars(
             "splitnet bench scale: guest1 → wire p50 (sockperf, TCP), others idle",
             "µs",
             "bars: median; whiskers: min–max over runs",
@@ -620,7 +620,7 @@ impl ScaleReport {
         vec![
             (
                 "up-time.svg".into(),
-                chart::bars(
+                plot::hbars(
                     "splitnet up: seconds to connect every vif",
                     "s",
                     "median over runs",
@@ -629,7 +629,7 @@ impl ScaleReport {
             ),
             (
                 "memory.svg".into(),
-                chart::bars(
+                plot::hbars(
                     "PSS per guest (hv and every domain process ÷ guests)",
                     "MiB",
                     "median over runs",
@@ -638,7 +638,7 @@ impl ScaleReport {
             ),
             (
                 "idle-cpu.svg".into(),
-                chart::bars(
+                plot::hbars(
                     "driver domain CPU with every guest idle",
                     "ms/s",
                     "median over runs",

@@ -1,6 +1,6 @@
 //! Timing helpers: the TSC rate and order statistics.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// TSC ticks per microsecond, measured against the monotonic clock.
@@ -14,7 +14,7 @@ pub fn tsc_per_us() -> f64 {
 }
 
 /// Summary of many samples of one cost, in cycles.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub name: String,
     pub samples: usize,
@@ -46,7 +46,7 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// A median and the range of the runs around it.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Spread {
     pub median: f64,
     pub min: f64,
@@ -65,7 +65,7 @@ impl Spread {
 }
 
 /// Values (one per run, or per try) with their median and range.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Series {
     pub values: Vec<f64>,
     /// None when there are no values.
@@ -115,6 +115,12 @@ impl Summary {
         s.run_medians_us = runs.iter().map(|r| median(r) / per_us).collect();
         s
     }
+}
+
+/// Reads back a number JSON holds as null (serde_json writes NaN, "not
+/// measured", as null) as NaN.
+pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 #[cfg(test)]

@@ -278,16 +278,16 @@ impl VifOptionsReport {
 
     /// Bars of UDP Mbit/s per configuration, datagram size and MTU.
     pub fn svg(&self) -> String {
-        let bars: Vec<crate::chart::Bar> = self
+        let bars: Vec<crate::plot::Bar> = self
             .udp
             .iter()
-            .map(|p| crate::chart::Bar {
+            .map(|p| crate::plot::Bar {
                 label: format!("{} {} B datagrams, MTU {}", p.config, p.datagram, p.mtu),
                 value: p.mbit_s,
                 range: None,
             })
             .collect();
-        crate::chart::bars(
+        crate::plot::hbars(
             "UDP received by datagram size and MTU",
             "Mbit/s",
             "median of the runs",

@@ -450,16 +450,16 @@ impl VirtioReport {
 
     /// Bars: virtio over netfront per direction and workload.
     pub fn svg(&self) -> String {
-        let bars: Vec<crate::chart::Bar> = self
+        let bars: Vec<crate::plot::Bar> = self
             .ratios
             .iter()
-            .map(|r| crate::chart::Bar {
+            .map(|r| crate::plot::Bar {
                 label: format!("{} {}", r.workload.name(), r.direction.name()),
                 value: r.median,
                 range: None,
             })
             .collect();
-        crate::chart::bars(
+        crate::plot::hbars(
             "guest1 on virtio ÷ guest1 on netfront (same driver domain)",
             "ratio",
             "median of the runs; TCP target 0.90",

@@ -157,10 +157,17 @@ fn print_up(topo: &Topology, v: &serde_json::Value, listen: Option<SocketAddr>) 
         } else {
             String::new()
         },
-        topo.wire
-            .as_ref()
-            .map(|w| format!(", external host {}", w.name))
-            .unwrap_or_default(),
+        match topo.wires.as_slice() {
+            [] => String::new(),
+            [w] => format!(", external host {}", w.name),
+            ws => format!(
+                ", external hosts {}",
+                ws.iter()
+                    .map(|w| w.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
         v["hv_pid"]
     );
     if let Some(a) = listen {

@@ -85,9 +85,9 @@ enum Cmd {
         /// 0, the default, sleeps at once). Costs CPU; see docs/RESULTS.md.
         #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
         spin_us: Option<u32>,
-        /// Shape the link between the driver domain and the wire host to
+        /// Shape the link between the driver domain and each wire host to
         /// this rate, both ways (tc tbf), e.g. 100mbit for the seed papers'
-        /// 100 Mb/s Ethernet. Overrides the topology's `[wire] rate`.
+        /// 100 Mb/s Ethernet. Overrides every `[wire]`'s (`[[wire]]`'s) `rate`.
         #[arg(long, value_name = "RATE")]
         link_rate: Option<toolstack::topology::LinkRate>,
         /// hv serves every counter in the Prometheus text format at
@@ -576,6 +576,11 @@ enum Suite {
     /// events where the machine counts them (--quick: 1 run of 2 s streams,
     /// under 5 minutes).
     Menon2005,
+    /// Every seed suite in turn (baseline, ram, hosted, hvm), then one
+    /// report of the five seeds' 58 figures and tables beside the papers:
+    /// OUT/index.html, OUT/README.md, the charts and each suite's JSON
+    /// (which `--from` reads again without running anything).
+    Seeds,
 }
 
 fn main() {
@@ -910,7 +915,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
 }
 
 /// `splitnet bench`'s arguments, as the command line gave them.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 struct BenchArgs {
     /// Which suite.
     suite: Suite,
@@ -958,6 +963,14 @@ struct BenchArgs {
     /// Also write a bar chart as SVG to this file.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// seeds: only these suites (comma-separated; default: every seed suite).
+    #[arg(long, value_delimiter = ',', value_name = "SUITES")]
+    suites: Vec<String>,
+    /// seeds: run nothing; read the suites' reports from DIR (`<suite>.json`,
+    /// as `bench seeds` saves them, or `<suite>/results.json`, as `bench
+    /// <suite> --out DIR/<suite>` does).
+    #[arg(long, value_name = "DIR")]
+    from: Option<PathBuf>,
     /// Attach a Xenoprof-style profile: baseline profiles every flow
     /// (shares in each JSON record; whole profiles in OUT/profiles/),
     /// hv profiles the whole run (OUT/profile.json and .svg).
@@ -991,6 +1004,9 @@ impl BenchReport {
 /// `splitnet bench`: runs the suite, prints its table (and profile), and
 /// writes the files `--json`, `--svg` and `--out` ask for.
 fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
+    if matches!(a.suite, Suite::Seeds) {
+        return bench_seeds(rd, &a);
+    }
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
     let r = run_suite(rd, &a, runs)?;
     println!("{}", r.table);
@@ -1098,6 +1114,7 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
         Suite::Multihost => bench_multihost(rd, a, runs),
         Suite::Ram => bench_ram(rd, a, runs),
         Suite::Menon2005 => bench_menon2005(rd, a, runs),
+        Suite::Seeds => anyhow::bail!("bench seeds runs the other suites; it is not one itself"),
         Suite::Hvm => {
             let opts = bench::hvm::HvmOptions::new(
                 std::env::current_exe()?,
@@ -1116,6 +1133,86 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
             ))
         }
     }
+}
+
+/// `bench seeds`: runs each seed suite (or reads the reports saved in
+/// `--from`) and writes the report into `--out`.
+fn bench_seeds(rd: &std::path::Path, a: &BenchArgs) -> Result<()> {
+    let Some(out) = &a.out else {
+        anyhow::bail!("bench seeds needs --out DIR");
+    };
+    let saved = match &a.from {
+        Some(dir) => bench::seeds::load(dir)?,
+        None => run_seed_suites(rd, a, out)?,
+    };
+    bench::seeds::write(out, &saved)?;
+    let rows = bench::seeds::rows(&saved.figures, &saved.failures);
+    for (status, n) in bench::seeds::counts(&rows) {
+        println!("{:>20}: {n}", status.name());
+    }
+    println!("report: {}", out.join("index.html").display());
+    Ok(())
+}
+
+/// Runs the seed suites `--suites` names (default: all), each with its
+/// own defaults, saving each report as OUT/<suite>.json; a suite that
+/// fails is recorded, not fatal.
+fn run_seed_suites(
+    rd: &std::path::Path,
+    a: &BenchArgs,
+    out: &std::path::Path,
+) -> Result<bench::seeds::Saved> {
+    let mut chosen: Vec<&str> = Vec::new();
+    for name in &a.suites {
+        match bench::seeds::SUITES.iter().find(|s| *s == name) {
+            Some(s) => chosen.push(s),
+            None => anyhow::bail!(
+                "no seed suite {name:?}; there are {}",
+                bench::seeds::SUITES.join(", ")
+            ),
+        }
+    }
+    if chosen.is_empty() {
+        chosen = bench::seeds::SUITES.to_vec();
+    }
+    let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
+    let mut saved = bench::seeds::Saved::default();
+    for (i, name) in chosen.iter().enumerate() {
+        eprintln!("bench seeds: [{}/{}] {name}", i + 1, chosen.len());
+        let started = std::time::Instant::now();
+        let res = seed_suite(rd, a, name, runs).and_then(|json| {
+            write_file(&out.join(format!("{name}.json")), &json)?;
+            bench::seeds::figures_from_json(name, &json)
+        });
+        match res {
+            Ok(figs) => {
+                eprintln!(
+                    "bench seeds: {name} done in {:.0} s, {} figures",
+                    started.elapsed().as_secs_f64(),
+                    figs.len()
+                );
+                saved.figures.extend(figs);
+            }
+            Err(e) => {
+                eprintln!("bench seeds: {name} failed: {e:#}");
+                saved.failures.push(bench::seeds::Failure {
+                    suite: name.to_string(),
+                    error: format!("{e:#}"),
+                });
+            }
+        }
+    }
+    Ok(saved)
+}
+
+/// Runs the seed suite `name` with its own defaults (the options of
+/// `bench seeds` that every suite shares: --quick, --runs, --seconds); its JSON.
+fn seed_suite(rd: &std::path::Path, a: &BenchArgs, name: &str, runs: usize) -> Result<String> {
+    let mut sub = a.clone();
+    sub.suite = Suite::from_str(name, true).map_err(|e| anyhow::anyhow!(e))?;
+    (sub.out, sub.json, sub.svg, sub.profile) = (None, None, None, false);
+    (sub.configs, sub.workloads, sub.sizes) = (Vec::new(), Vec::new(), Vec::new());
+    Ok(run_suite(rd, &sub, runs)?.json)
 }
 
 /// `bench hv`: hv's primitives, run inside this process, under the

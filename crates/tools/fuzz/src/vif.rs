@@ -101,7 +101,7 @@ fn domains(grants: Grants, tx_mode: TxMode, offload: bool) -> (Arc<Hypervisor>, 
     let mut v = VifConfig {
         tx_mode,
         grants,
-        offload,
+        offload: abi::offloads::Caps::from_bool(offload),
         ..VifConfig::fast_path("guest", "drv", 0)
     };
     // The vif options on the data path: anti-spoofing with the templates'

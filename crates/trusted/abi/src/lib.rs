@@ -7,6 +7,8 @@
 //! - [`netif`]: `io/netif.h` transmit/receive requests, responses, extra info.
 //! - [`grant`]: `grant_table.h` entries, copy/map/unmap/transfer operations.
 //! - [`xenbus`]: `io/xenbus.h` states, netif store keys, store path rules.
+//! - [`offloads`]: a vif's or port's offload capabilities, one switch each,
+//!   and their netif store keys.
 //! - [`ioreq`]: `hvm/ioreq.h`, an HVM guest's I/O request to its device model.
 //! - [`inet`]: the Ethernet, IP, TCP and UDP headers netback and the
 //!   software offload driver read from untrusted frames.
@@ -18,6 +20,7 @@ pub mod inet;
 pub mod ioreq;
 pub mod mem;
 pub mod netif;
+pub mod offloads;
 pub mod ring;
 mod wire;
 pub mod xenbus;

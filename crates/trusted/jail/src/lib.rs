@@ -43,7 +43,8 @@ pub enum Role {
     VirtioGuest,
     /// netback, bridge and port: an AF_PACKET socket on the physical port
     /// (CAP_NET_RAW, held in the user namespace that owns the driver
-    /// domain's network namespace, so it reaches its own interfaces only).
+    /// domain's network namespace, so it reaches its own interfaces only),
+    /// and its endpoint TAP, which the toolstack made for its uid.
     Driver,
     /// A driver domain whose every interface is a veth hv made (`wire`,
     /// `nat`, `route` uplinks): as [`Role::Driver`], and it creates and
@@ -169,11 +170,13 @@ pub fn enter(role: Role) -> Result<(), JailError> {
         .compile(libc::EPERM)
         .map_err(|x| JailError::new("compiling the seccomp filter", x))?;
     sys::jail::private_mounts().map_err(|x| JailError::new("making a mount namespace", x))?;
-    if matches!(role, Role::Guest | Role::VirtioGuest) {
+    if role != Role::VmApp {
         // Like the jailer's /dev/net/tun in its chroot: a node of our own,
         // since the host's may be root's alone. Only this mount namespace
         // (the domain and its children) sees it, so it may be 0666, and it
-        // does not depend on which uid the namespace maps.
+        // does not depend on which uid the namespace maps. A guest makes
+        // its TAP; a driver domain without CAP_NET_ADMIN can only attach
+        // to a TAP the toolstack made for its uid (its endpoint).
         sys::jail::mount_tmpfs("/dev/net", "mode=0755,size=4k")
             .and_then(|_| sys::jail::mknod_char("/dev/net/tun", 10, 200, 0o666))
             .and_then(|_| {

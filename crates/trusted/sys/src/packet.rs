@@ -344,14 +344,15 @@ impl PacketSocket {
     /// Receives up to a batch of frames in one `recvmmsg`, without waiting;
     /// returns how many arrived (0 when none was queued).
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
-        let count = batch.bufs.len().min(RECV_BATCH);
+        let count = batch.lens.len().min(RECV_BATCH);
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
         }; RECV_BATCH];
-        for (v, b) in iov.iter_mut().zip(batch.bufs.iter_mut()) {
+        let slot = batch.slot;
+        for (v, b) in iov.iter_mut().zip(batch.slots_mut()) {
             v.iov_base = b.as_mut_ptr().cast();
-            v.iov_len = b.len();
+            v.iov_len = slot;
         }
         // SAFETY: mmsghdr is plain old data; all-zero is valid.
         let mut msgs: [libc::mmsghdr; RECV_BATCH] = unsafe { zeroed() };
@@ -368,7 +369,7 @@ impl PacketSocket {
         let n = unsafe { self.recvmmsg_now(&mut msgs[..count])? };
         for (i, m) in msgs.iter().take(n).enumerate() {
             let len = m.msg_len as usize;
-            let cut = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > batch.bufs[i].len();
+            let cut = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > batch.slot;
             batch.lens[i] = if cut { Err(len) } else { Ok(len) };
             batch.tags[i] = aux_tag(&m.msg_hdr);
         }
@@ -648,7 +649,10 @@ pub const SCATTER_BATCH_PARTS: usize = 4;
 /// Buffers for [`PacketSocket::recv_batch`], allocated once and reused for
 /// every batch.
 pub struct RecvBatch {
-    bufs: Vec<Vec<u8>>,
+    /// One allocation holding every frame's slot, the first at `base`.
+    mem: Vec<u8>,
+    base: usize,
+    slot: usize,
     lens: Vec<Result<usize, usize>>,
     ctrl: Vec<AuxSpace>,
     tags: Vec<Option<VlanTag>>,
@@ -659,14 +663,43 @@ impl RecvBatch {
     /// Room for `frames` frames (at most [`RECV_BATCH`] are used) of up to
     /// `frame_size` bytes each.
     pub fn new(frames: usize, frame_size: usize) -> RecvBatch {
+        RecvBatch::aligned(frames, frame_size, 1)
+    }
+
+    /// Room for `frames` frames in slots of `slot` bytes laid out one after
+    /// another from an address aligned to `align` (a power of two): with a
+    /// 4 KiB alignment and slot, each frame has a page of its own; with a
+    /// 2 KiB slot, two frames share each page.
+    pub fn aligned(frames: usize, slot: usize, align: usize) -> RecvBatch {
         let frames = frames.clamp(1, RECV_BATCH);
+        let align = align.max(1).next_power_of_two();
+        let mem = vec![0u8; frames * slot + align - 1];
+        let base = mem.as_ptr().align_offset(align);
         RecvBatch {
-            bufs: (0..frames).map(|_| vec![0; frame_size]).collect(),
+            mem,
+            base,
+            slot,
             lens: vec![Ok(0); frames],
             ctrl: (0..frames).map(|_| AuxSpace::default()).collect(),
             tags: vec![None; frames],
             count: 0,
         }
+    }
+
+    /// Each frame's slot, in order.
+    fn slots_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
+        let n = self.lens.len();
+        self.mem[self.base..].chunks_exact_mut(self.slot).take(n)
+    }
+
+    /// Bytes each frame may have (longer ones are dropped, not cut).
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// The address of frame `i`'s slot (for checking a layout).
+    pub fn slot_addr(&self, i: usize) -> usize {
+        self.mem[self.base..].as_ptr() as usize + i * self.slot
     }
 
     /// Frames the last [`PacketSocket::recv_batch`] received.
@@ -695,7 +728,7 @@ impl RecvBatch {
             return Err(0);
         }
         match self.lens[i] {
-            Ok(n) => Ok(&self.bufs[i][..n]),
+            Ok(n) => Ok(&self.mem[self.base + i * self.slot..][..n]),
             Err(n) => Err(n),
         }
     }
@@ -1252,5 +1285,28 @@ pub(crate) mod tests {
         assert_eq!(&got[VNET_HDR_LEN..], &f[..]);
         let got = expect_frame(&plain, 0x0800);
         assert_eq!(got, f, "plain socket sees the super-frame as is");
+    }
+}
+
+#[cfg(test)]
+mod recv_layout_tests {
+    use super::RecvBatch;
+
+    #[test]
+    fn aligned_batches_give_each_frame_a_page_or_half_of_one() {
+        let page = RecvBatch::aligned(8, 4096, 4096);
+        for i in 0..8 {
+            assert_eq!(page.slot_addr(i) % 4096, 0, "slot {i}");
+        }
+        let half = RecvBatch::aligned(8, 2048, 4096);
+        assert_eq!(half.slot(), 2048);
+        assert_eq!(half.slot_addr(0) % 4096, 0);
+        for i in 0..8 {
+            assert_eq!(half.slot_addr(i) / 4096, half.slot_addr(0) / 4096 + i / 2);
+        }
+        // The old constructor: one slot per frame of the size asked.
+        let any = RecvBatch::new(3, 1000);
+        assert_eq!(any.slot_addr(2) - any.slot_addr(0), 2000);
+        assert!(any.is_empty() && any.frame(0).is_err());
     }
 }

@@ -87,7 +87,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     }
     // Domains are gone; remove what belongs to the topology as a whole.
     uplinks.finish();
-    if let Some(w) = &cfg.topology.wire {
+    for w in &cfg.topology.wires {
         host::netns_del(&host::netns_name(&w.name));
     }
     host::sweep_cgroups(&layout);
@@ -234,6 +234,7 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
     // (the supervisor then writes `online` = 1), as Xen's netback waits for
     // `hotplug-status`: a failed script leaves the driver domain nothing to undo.
     let online = if v.opts.script.is_some() { "0" } else { "1" };
+    let offload = v.offload.to_string();
     for (k, val) in [
         ("frontend", fe.as_str()),
         ("frontend-id", gs.as_str()),
@@ -243,7 +244,7 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         ("splitnet-rx-mode", v.rx_mode.as_str()),
         ("splitnet-tx-mode", v.tx_mode.as_str()),
         ("splitnet-grants", v.grants.as_str()),
-        ("splitnet-offload", if v.offload { "1" } else { "0" }),
+        ("splitnet-offload", offload.as_str()),
         ("splitnet-index", index.as_str()),
         ("state", state.as_str()),
     ] {

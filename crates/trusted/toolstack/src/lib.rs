@@ -31,6 +31,7 @@ pub mod hotplug;
 pub mod listen;
 pub mod metrics;
 pub mod placement;
+pub mod port_buffer;
 pub mod status;
 pub mod supervisor;
 pub mod top;

@@ -2,6 +2,7 @@
 
 use crate::daemon::socket_path;
 use crate::host;
+use abi::offloads::Caps;
 use anyhow::{anyhow, Result};
 use hv::ioreq::{HvmSnapshot, STAGES};
 use hv::Toolstack;
@@ -73,6 +74,26 @@ fn state_name(v: &str) -> String {
         })
 }
 
+/// The offloads the toolstack chose for a vif (`splitnet-offload`).
+fn configured_offloads(read: &mut impl FnMut(String) -> String, be: &str) -> Caps {
+    Caps::parse(&read(format!("{be}/splitnet-offload"))).unwrap_or(Caps::NONE)
+}
+
+/// The offloads a vif uses, each as both ends negotiated it (Menon 2006
+/// §3): chosen by the toolstack, offered by the backend and taken by the
+/// frontend. All off until the frontend has published its keys.
+fn negotiated_offloads(read: &mut impl FnMut(String) -> String, fe: &str, be: &str) -> Value {
+    let mut key = |p: String| Some(read(p)).filter(|v| !v.is_empty());
+    let c = if key(format!("{fe}/{}", abi::xenbus::keys::FEATURE_SG)).is_none() {
+        Caps::NONE
+    } else {
+        let offer = Caps::from_backend(|k| key(format!("{be}/{k}")));
+        let taken = Caps::from_frontend(|k| key(format!("{fe}/{k}")));
+        configured_offloads(read, be).and(offer).and(taken)
+    };
+    json!({"sg": c.sg, "csum": c.csum, "csum6": c.csum6, "tso4": c.tso4, "tso6": c.tso6})
+}
+
 /// Every vif hv knows of, with both ends' state, features and counters.
 fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
     let mut out = Vec::new();
@@ -140,7 +161,8 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "rx_mode": read(format!("{be}/splitnet-rx-mode")),
             "tx_mode": read(format!("{be}/splitnet-tx-mode")),
             "grants": read(format!("{be}/splitnet-grants")),
-            "offload": read(format!("{be}/splitnet-offload")) == "1",
+            "offload": configured_offloads(&mut read, be).any(),
+            "offloads": negotiated_offloads(&mut read, fe, be),
             "lro": lro,
             "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
             "features": features,
@@ -284,25 +306,31 @@ fn domain_entry(
     })
 }
 
-/// The wire host, when the topology has one, and the driver domain's
-/// physical port that joins it.
+/// The wire hosts, from hv's `wirehost.<name>` facts, and the driver
+/// domains' physical ports that join them.
 fn wire_host(
     s: &hv::status::SystemStatus,
     ifs_of: &impl Fn(&str) -> Vec<Value>,
     hosts: &mut Vec<Value>,
     ports: &mut Vec<Value>,
 ) {
-    if let (Some(w), Some(ns)) = (s.info.get("wire"), s.info.get("wire.netns")) {
+    for (k, v) in &s.info {
+        let Some(w) = k.strip_prefix("wirehost.") else {
+            continue;
+        };
+        let f: Vec<&str> = v.split('|').collect();
+        let (Some(ns), Some(drv), Some(port)) = (f.first(), f.get(1), f.get(2)) else {
+            continue;
+        };
+        let rate = f.get(3).filter(|r| !r.is_empty());
         let ifs = ifs_of(ns);
-        hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "link_rate": s.info.get("wire.rate"), "addresses": addresses(&ifs), "interfaces": ifs}));
-        if let Some(drv) = s.info.get("wire.driver") {
-            ports.push(json!({
-                "domain": drv,
-                "name": crate::daemon::PHYS_PORT,
-                "driver": "veth",
-                "peer": format!("{w}:{}", crate::daemon::WIRE_IF),
-            }));
-        }
+        hosts.push(json!({"name": w, "kind": "wire", "netns": ns, "driver": drv, "port": port, "link_rate": rate, "addresses": addresses(&ifs), "interfaces": ifs}));
+        ports.push(json!({
+            "domain": drv,
+            "name": port,
+            "driver": "veth",
+            "peer": format!("{w}:{}", crate::daemon::WIRE_IF),
+        }));
     }
 }
 
@@ -409,7 +437,7 @@ fn driver_bridges(
                     ports.last_mut().expect("just pushed")
                 }
             };
-            for k in ["bridge", "vlan", "open", "counters", "members"] {
+            for k in ["bridge", "vlan", "open", "offloads", "counters", "members"] {
                 p[k] = x[k].clone();
             }
         }
@@ -769,6 +797,17 @@ fn print_ports(v: &Value) {
             p["driver"].as_str().unwrap_or("?"),
             p["peer"].as_str().unwrap_or("?")
         );
+        if p["offloads"].is_object() {
+            let c = &p["counters"];
+            let n = |k: &str| c[k].as_u64().unwrap_or(0);
+            println!(
+                "    offloads {}; in software: {} frames segmented or checksummed, {} linearized ({} B copied)",
+                port_offloads_text(&p["offloads"]),
+                n("tx_shaped"),
+                n("tx_linearized"),
+                n("tx_linearized_bytes"),
+            );
+        }
     }
     for u in v["uplinks"].as_array().unwrap_or(&empty) {
         let s = |k: &str| u[k].as_str().unwrap_or("-").to_string();
@@ -816,6 +855,28 @@ fn print_ports(v: &Value) {
     }
 }
 
+/// A port's declared offloads (`sg`, `csum`, `tso4`, `tso6`; checksum
+/// offload covers both IP versions) as a set's name.
+fn port_offloads_text(o: &Value) -> String {
+    let csum = o["csum"] == true;
+    offloads_text(&json!({
+        "sg": o["sg"], "csum": csum, "csum6": csum, "tso4": o["tso4"], "tso6": o["tso6"],
+    }))
+}
+
+/// A vif's negotiated offloads as `sg+csum+csum6+tso4+tso6`, or `none`.
+fn offloads_text(o: &Value) -> String {
+    let on = |k: &str| o[k] == true;
+    Caps {
+        sg: on("sg"),
+        csum: on("csum"),
+        csum6: on("csum6"),
+        tso4: on("tso4"),
+        tso6: on("tso6"),
+    }
+    .to_string()
+}
+
 /// Plain `status`'s VIFS section: per vif its ends' states and modes,
 /// counters, guest loop, grant ops, drops and grant tracking.
 fn print_vifs(vifs: &[Value]) {
@@ -825,7 +886,7 @@ fn print_vifs(vifs: &[Value]) {
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
         let map = |c: &Value, k: &str| crate::vhost_status::pairs(&c[k]);
         println!(
-            "  {} <-> {} ({}): frontend {}, backend {}; grants {}, rx {}, tx {}, offload {}",
+            "  {} <-> {} ({}): frontend {}, backend {}; grants {}, rx {}, tx {}, offloads {}",
             v["guest"].as_str().unwrap_or("?"),
             v["backend"].as_str().unwrap_or("?"),
             v["mac"].as_str().unwrap_or("?"),
@@ -834,7 +895,7 @@ fn print_vifs(vifs: &[Value]) {
             v["grants"].as_str().unwrap_or("?"),
             v["rx_mode"].as_str().unwrap_or("?"),
             v["tx_mode"].as_str().unwrap_or("?"),
-            if v["offload"] == true { "on" } else { "off" },
+            offloads_text(&v["offloads"]),
         );
         println!(
             "    tx {} pkts {} B, rx {} pkts {} B; notifications sent {} received {}; batches {}",

@@ -13,7 +13,7 @@
 //! follow through the XenbusState handshake.
 
 use crate::daemon::{
-    setup_vif, Store, ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS, PHYS_PORT, WIRE_IF,
+    setup_vif, Store, ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS, WIRE_IF,
 };
 use crate::host::{self, Cgroup, CgroupLayout};
 use crate::topology::{
@@ -159,9 +159,16 @@ impl Supervisor {
         for (d, domid, _, _) in &created {
             host::domain_netns_add(&host::netns_name(&d.name), *domid)
                 .map_err(|e| e.to_string())?;
+            if d.kind == DomainKind::Driver && has_endpoint(d) {
+                make_endpoint(d, *domid)?;
+            }
         }
-        if let Some(w) = &self.topology.wire {
-            self.build_wire(&hv, w)?;
+        for w in &self.topology.wires {
+            let k = self
+                .topology
+                .wires_of(&w.driver)
+                .position(|x| x.name == w.name);
+            self.build_wire(&hv, w, k.unwrap_or(0))?;
         }
         for (d, _, _, _) in created.iter().filter(|c| c.0.kind == DomainKind::Driver) {
             self.uplinks.attach(&d.name)?;
@@ -183,44 +190,49 @@ impl Supervisor {
         Ok(())
     }
 
-    /// The wire host's namespace and its veth to the driver domain's
-    /// physical port, addressed, shaped and sized as the topology says.
-    fn build_wire(&self, hv: &Arc<Hypervisor>, w: &WireConfig) -> Result<(), String> {
+    /// Wire host `w`'s namespace and its veth to port `peth<k>` of its
+    /// driver domain (its `k`th wire), addressed, shaped and sized as the
+    /// topology says.
+    fn build_wire(&self, hv: &Arc<Hypervisor>, w: &WireConfig, k: usize) -> Result<(), String> {
         let wns = host::netns_name(&w.name);
+        let dns = host::netns_name(&w.driver);
+        let port = crate::uplink::config::wire_ifname(k);
         host::netns_add(&wns).map_err(|e| e.to_string())?;
-        host::veth_pair(PHYS_PORT, &host::netns_name(&w.driver), WIRE_IF, &wns)
-            .map_err(|e| e.to_string())?;
+        host::veth_pair(&port, &dns, WIRE_IF, &wns).map_err(|e| e.to_string())?;
         for a in [&w.address, &w.ipv6].into_iter().flatten() {
             host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
         }
         // `[[port]] kind = "wire"` with `mtu`: both ends of the link.
         let wire_port = self.topology.uplinks_of(&w.driver).into_iter();
         if let Some(m) = wire_port
-            .filter(|u| u.kind == UplinkKind::Wire)
+            .filter(|u| u.kind == UplinkKind::Wire && u.ifname == port)
             .find_map(|u| u.mtu)
         {
             let m = m.to_string();
-            host::ip_in(
-                &host::netns_name(&w.driver),
-                &["link", "set", PHYS_PORT, "mtu", &m],
-            )
-            .and_then(|_| host::ip_in(&wns, &["link", "set", WIRE_IF, "mtu", &m]))
-            .map_err(|e| format!("the wire link's mtu {m}: {e}"))?;
+            host::ip_in(&dns, &["link", "set", &port, "mtu", &m])
+                .and_then(|_| host::ip_in(&wns, &["link", "set", WIRE_IF, "mtu", &m]))
+                .map_err(|e| format!("the link of wire {}: mtu {m}: {e}", w.name))?;
+        }
+        if self
+            .topology
+            .domain(&w.driver)
+            .is_some_and(|d| d.port_buffer.is_some())
+        {
+            mtu_sized_frames(&dns, &port, &wns)
+                .map_err(|e| format!("the link of wire {} (port_buffer): {e}", w.name))?;
         }
         if let Some(rate) = w.rate {
             // Both directions: what the driver domain sends to the wire,
             // and what the wire host sends back.
-            host::shape(&host::netns_name(&w.driver), PHYS_PORT, rate.0)
+            host::shape(&dns, &port, rate.0)
                 .and_then(|()| host::shape(&wns, WIRE_IF, rate.0))
-                .map_err(|e| format!("shaping the wire link to {rate}: {e}"))?;
-            hv.set_info("wire.rate", &rate.to_string());
+                .map_err(|e| format!("shaping the link of wire {} to {rate}: {e}", w.name))?;
         }
-        hv.set_info("wire", &w.name);
-        hv.set_info("wire.netns", &wns);
-        hv.set_info("wire.driver", &w.driver);
+        // `netns|driver|port|rate`, for status.
+        let rate = w.rate.map(|r| r.to_string()).unwrap_or_default();
         hv.set_info(
-            "wire.port",
-            &format!("{}:{PHYS_PORT} <-> {}:{WIRE_IF}", w.driver, w.name),
+            &format!("wirehost.{}", w.name),
+            &format!("{wns}|{}|{port}|{rate}", w.driver),
         );
         Ok(())
     }
@@ -276,10 +288,13 @@ impl Supervisor {
                 ts.write(&format!("{home}/nic-mac"), &v.mac)?;
             }
         }
-        ts.write(
-            &format!("{home}/port-offload"),
-            if d.port_offload { "1" } else { "0" },
-        )?;
+        if d.kind == DomainKind::Driver && has_endpoint(d) {
+            ts.write(&format!("{home}/endpoint"), xenbus::DEFAULT_BRIDGE)?;
+        }
+        if let Some(v) = crate::port_buffer::store_value(&self.topology, d) {
+            ts.write(&format!("{home}/port-buffer"), &v)?;
+        }
+        ts.write(&format!("{home}/port-offload"), &d.port_offload.to_string())?;
         ts.write(&format!("{home}/spin-us"), &d.spin_us.to_string())?;
         let bit = |b: bool| if b { "1" } else { "0" };
         for e in self.topology.emulated_nics() {
@@ -1349,4 +1364,49 @@ impl SupervisorHook for Supervisor {
             .intents
             .insert(name.to_string(), Intent::Destroy);
     }
+}
+
+/// Whether driver domain `d` has an interface of its own on its bridge
+/// (`address` or `ipv6`).
+fn has_endpoint(d: &DomainConfig) -> bool {
+    d.address.is_some() || d.ipv6.is_some()
+}
+
+/// Driver domain `d`'s own interface on its bridge: a persistent TAP in
+/// its namespace named after the bridge, owned by the uid its user
+/// namespace maps (that of `domid`, its first id, which its restarts keep),
+/// with its addresses, up. The driver attaches to it as a bridge port
+/// (`net::tap_port`); it lasts as long as the namespace, so through every
+/// restart of the domain.
+fn make_endpoint(d: &DomainConfig, domid: DomId) -> Result<(), String> {
+    let ns = host::netns_name(&d.name);
+    let tap = xenbus::DEFAULT_BRIDGE;
+    let uid = jail::domain_uid(domid).to_string();
+    let fail = |e: std::io::Error| format!("the interface {tap} of driver domain {}: {e}", d.name);
+    host::ip_in(
+        &ns,
+        &[
+            "tuntap", "add", "dev", tap, "mode", "tap", "vnet_hdr", "user", &uid, "group", &uid,
+        ],
+    )
+    .map_err(fail)?;
+    for a in [&d.address, &d.ipv6].into_iter().flatten() {
+        host::addr_add(&ns, tap, a).map_err(fail)?;
+    }
+    host::ip_in(&ns, &["link", "set", tap, "up"]).map_err(fail)?;
+    Ok(())
+}
+
+/// Keeps the frames port `port` (in namespace `dns`) receives from the
+/// wire host's `eth0` (in `wns`) MTU-sized, for `port_buffer`: the wire
+/// host segments and checksums before sending (TSO and GSO off), and the
+/// port does not coalesce (GRO off).
+fn mtu_sized_frames(dns: &str, port: &str, wns: &str) -> std::io::Result<()> {
+    let k = |ns: &str, dev: &str, what: &[&str]| {
+        let mut a = vec!["netns", "exec", ns, "ethtool", "-K", dev];
+        a.extend_from_slice(what);
+        host::run("ip", &a).map(|_| ())
+    };
+    k(wns, WIRE_IF, &["tso", "off", "gso", "off"])?;
+    k(dns, port, &["gro", "off"])
 }

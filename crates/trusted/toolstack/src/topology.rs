@@ -1,5 +1,5 @@
 //! Topology files (TOML): which domains exist, their memory and addresses, and
-//! the external `wire` host joined to a driver domain's physical port.
+//! the external `wire` hosts, each joined to a driver domain's physical port.
 
 use serde::Deserialize;
 use std::collections::HashSet;
@@ -22,7 +22,11 @@ pub struct Topology {
     pub name: String,
     #[serde(rename = "domain", default)]
     pub domains: Vec<DomainConfig>,
-    pub wire: Option<WireConfig>,
+    /// The wire hosts: `[wire]` (one) or `[[wire]]` (several, each with a
+    /// name of its own; Menon 2005 Figure 3's one to three NICs). The
+    /// first is [`Topology::wire`].
+    #[serde(rename = "wire", default, deserialize_with = "one_or_many")]
+    pub wires: Vec<WireConfig>,
     /// Driver domains' uplinks (`[[port]]`); `[wire]` is the shorthand
     /// for one of kind `wire`.
     #[serde(rename = "port", default)]
@@ -68,9 +72,12 @@ pub struct DomainConfig {
     /// Back the pool with 2 MiB hugetlb pages.
     #[serde(default)]
     pub hugepages: bool,
-    /// IPv4 address with prefix for the guest's virtual NIC.
+    /// IPv4 address with prefix for the guest's virtual NIC; on a driver
+    /// domain, for its own interface on its bridge (a TAP named after the
+    /// bridge, see `net::tap_port`), so that an application in it sends
+    /// and receives through the bridge and the ports.
     pub address: Option<String>,
-    /// IPv6 address with prefix for the guest's virtual NIC.
+    /// IPv6 address with prefix, as `address`.
     pub ipv6: Option<String>,
     /// Guests: the driver domain serving the virtual NIC (default: the only one).
     pub backend: Option<String>,
@@ -94,19 +101,27 @@ pub struct DomainConfig {
     /// its bridge (multi-queue with direct placement, Ram thesis ch. 3).
     #[serde(default)]
     pub mq: bool,
-    /// Guests: the high-level virtual interface (checksum offload, TSO,
-    /// scatter-gather; Menon 2006 §3). Off in the seed baseline.
-    #[serde(default = "yes")]
-    pub offload: bool,
+    /// Guests: the high-level virtual interface (Menon 2006 §3), one
+    /// capability at a time: `"none"`, `"csum"`, `"sg"`, `"sg+csum"` or
+    /// `"tso"` (= sg+csum+TSO, also `"all"`); `true` is `"tso"` (the
+    /// default), `false` `"none"` (the seed baseline).
+    #[serde(default = "all_offloads", deserialize_with = "offload_set")]
+    pub offload: Offloads,
     /// Guests: where large receive offload (Ram thesis 5.1) coalesces the
     /// guest's received TCP segments: `guest` (netfront; the default for a
     /// `nic = "vif"` guest receiving by copy, as `bench ram` measured it
-    /// faster), `driver` (netback; needs `offload = true`) or `off`.
+    /// faster), `driver` (netback; needs `offload = "tso"`) or `off`.
     pub lro: Option<String>,
-    /// Driver domains: let the physical port use the kernel's offloads
-    /// (PACKET_VNET_HDR); off means the software offload driver does it all.
-    #[serde(default = "yes")]
-    pub port_offload: bool,
+    /// Driver domains: what the physical port does itself (Menon 2006
+    /// §3.1, Figure 7), as for `offload`: `"none"`, `"csum"`, `"sg"`,
+    /// `"sg+csum"` or `"tso"` (`true`, the default); the software offload
+    /// driver does the rest (segments, checksums, linearizes).
+    #[serde(default = "all_offloads", deserialize_with = "offload_set")]
+    pub port_offload: Offloads,
+    /// Driver domains: the size of the ports' receive buffers, `"page"`
+    /// (Driver-none) or `"mtu"` (Driver-MTU); none: slots for whole GSO
+    /// frames. See [`crate::port_buffer`].
+    pub port_buffer: Option<crate::port_buffer::PortBuffer>,
     /// Microseconds the domain keeps polling its event channels without
     /// blocking after its last work, before it sleeps; 0 (the default)
     /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
@@ -389,6 +404,31 @@ fn yes() -> bool {
     true
 }
 
+/// An offload capability set (see [`abi::offloads::Caps`]).
+pub use abi::offloads::Caps as Offloads;
+
+fn all_offloads() -> Offloads {
+    Offloads::TSO
+}
+
+/// `offload`/`port_offload`: a boolean (the old form) or a set's name.
+fn offload_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Offloads, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Bool(bool),
+        Name(String),
+    }
+    match Form::deserialize(d) {
+        Ok(Form::Bool(b)) => Ok(Offloads::from_bool(b)),
+        Ok(Form::Name(n)) => Offloads::parse(&n).map_err(serde::de::Error::custom),
+        Err(_) => Err(serde::de::Error::custom(format!(
+            "an offload set is one of {}",
+            abi::offloads::VALID
+        ))),
+    }
+}
+
 /// RX transfer mode of a virtual NIC.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -510,9 +550,9 @@ fn check_lro(d: &DomainConfig) -> Result<(), String> {
             d.name
         ));
     }
-    if at == LroAt::Driver && !d.offload {
+    if at == LroAt::Driver && !(d.offload.tso4 && d.offload.tso6) {
         return Err(format!(
-            "domain {:?}: lro = \"driver\" hands the guest GSO frames and needs offload = true",
+            "domain {:?}: lro = \"driver\" hands the guest GSO frames and needs offload = \"tso\" (or true)",
             d.name
         ));
     }
@@ -606,7 +646,8 @@ pub struct VifConfig {
     pub rx_mode: RxMode,
     pub tx_mode: TxMode,
     pub grants: Grants,
-    pub offload: bool,
+    /// The offloads the vif may negotiate (`offload`).
+    pub offload: Offloads,
     /// Where large receive offload runs (`lro`).
     pub lro: LroAt,
     /// Prefetch the next received packet's header (`prefetch`).
@@ -664,7 +705,7 @@ impl VifConfig {
             rx_mode: RxMode::Copy,
             tx_mode: TxMode::Gather,
             grants: Grants::Ngm,
-            offload: true,
+            offload: Offloads::TSO,
             lro: LroAt::Off,
             prefetch: false,
             rx_buffer: RxBuffer::Page,
@@ -773,6 +814,26 @@ pub struct WireConfig {
 
 fn default_wire() -> String {
     "wire".into()
+}
+
+/// `wire` as a table (`[wire]`, one host) or an array of tables
+/// (`[[wire]]`), read with each form's own error messages.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<WireConfig>, D::Error> {
+    struct Wires;
+    impl<'de> serde::de::Visitor<'de> for Wires {
+        type Value = Vec<WireConfig>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a [wire] table or [[wire]] tables")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+            let one = WireConfig::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+            Ok(vec![one])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, s: A) -> Result<Self::Value, A::Error> {
+            Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(s))
+        }
+    }
+    d.deserialize_any(Wires)
 }
 
 /// A link rate in bits per second, written as tc does: `100mbit`, `1gbit`,
@@ -934,15 +995,10 @@ fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     check_nic(d)?;
     check_lro(d)?;
     crate::placement::check_cpu_key(d)?;
-    if d.kind == DomainKind::Driver
-        && (d.backend.is_some()
-            || d.mac.is_some()
-            || d.address.is_some()
-            || d.ipv6.is_some()
-            || !d.vif.is_empty())
+    if d.kind == DomainKind::Driver && (d.backend.is_some() || d.mac.is_some() || !d.vif.is_empty())
     {
         return Err(format!(
-            "domain {:?} is a driver domain: backend, mac, vif, address and ipv6 are guest settings",
+            "domain {:?} is a driver domain: backend, mac and vif are guest settings",
             d.name
         ));
     }
@@ -1000,9 +1056,9 @@ fn check_modes(d: &DomainConfig) -> Result<(), String> {
             "domain {:?}: tx_mode = \"gather\" reads the guest's buffers in place and needs grants = \"ngm\" (or use tx_mode = \"copy\")",
             d.name
         )),
-        _ if d.rx_buffer == RxBuffer::Half && (d.rx_mode == RxMode::Flip || !d.offload) => {
+        _ if d.rx_buffer == RxBuffer::Half && (d.rx_mode == RxMode::Flip || !d.offload.sg) => {
             Err(format!(
-                "domain {:?}: rx_buffer = \"half\" needs rx_mode = \"copy\" (a flipped page is one buffer) and offload = true (a frame over 2 KiB spans buffers, which takes scatter-gather); rx_buffer is \"page\" or \"half\"",
+                "domain {:?}: rx_buffer = \"half\" needs rx_mode = \"copy\" (a flipped page is one buffer) and scatter-gather (offload = \"sg\", \"sg+csum\" or \"tso\": a frame over 2 KiB spans buffers); rx_buffer is \"page\" or \"half\"",
                 d.name
             ))
         }
@@ -1111,10 +1167,14 @@ impl Topology {
             }
         }
         crate::vm::check_unique(self, &mut macs)?;
-        if let Some(w) = &self.wire {
+        for w in &self.wires {
             self.check_wire(w, &seen)?;
         }
+        self.check_wires_together()?;
         self.check_ports()?;
+        for d in &self.domains {
+            crate::port_buffer::check(self, d)?;
+        }
         Ok(())
     }
 
@@ -1147,6 +1207,54 @@ impl Topology {
         check_cidr("wire address", &w.address, false)?;
         check_cidr("wire ipv6", &w.ipv6, true)?;
         Ok(())
+    }
+
+    /// The wires together: distinct names (a second one must be named),
+    /// and no address given twice, to a wire host or a domain.
+    fn check_wires_together(&self) -> Result<(), String> {
+        let mut names = HashSet::new();
+        for w in &self.wires {
+            if !names.insert(w.name.as_str()) {
+                return Err(format!(
+                    "wire name {:?} is used twice: give each [[wire]] a name of its own (e.g. name = \"wire2\")",
+                    w.name
+                ));
+            }
+        }
+        let mut seen: Vec<(IpAddr, String)> = Vec::new();
+        let domains = self
+            .domains
+            .iter()
+            .map(|d| (format!("domain {:?}", d.name), [&d.address, &d.ipv6]));
+        let wires = self
+            .wires
+            .iter()
+            .map(|w| (format!("wire {:?}", w.name), [&w.address, &w.ipv6]));
+        for (who, addrs) in domains.chain(wires) {
+            for a in addrs.into_iter().flatten() {
+                let Some(ip) = a.split('/').next().and_then(|i| i.parse::<IpAddr>().ok()) else {
+                    continue;
+                };
+                if let Some((_, other)) = seen.iter().find(|(x, _)| *x == ip) {
+                    return Err(format!(
+                        "address {ip} is given twice: to {other} and to {who}"
+                    ));
+                }
+                seen.push((ip, who.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first wire host (the `[wire]` of older topologies), if any.
+    pub fn wire(&self) -> Option<&WireConfig> {
+        self.wires.first()
+    }
+
+    /// The wires joined to driver domain `driver`, in order: the `k`th is
+    /// its port `peth<k>`.
+    pub fn wires_of<'a>(&'a self, driver: &'a str) -> impl Iterator<Item = &'a WireConfig> + 'a {
+        self.wires.iter().filter(move |w| w.driver == driver)
     }
 
     /// Descriptors hv holds for this topology, with room to spare: about
@@ -1351,7 +1459,7 @@ impl Topology {
             d.rx_mode = rx;
             d.tx_mode = tx;
             d.grants = g;
-            d.offload = off;
+            d.offload = Offloads::from_bool(off);
             // The default takes LRO in netfront (faster in `bench ram`);
             // the seed configurations had none.
             if d.nic == Nic::Vif {
@@ -1368,15 +1476,17 @@ impl Topology {
         }
     }
 
-    /// Shapes the wire link to `rate` (`up --link-rate`).
+    /// Shapes every wire link to `rate` (`up --link-rate`).
     pub fn apply_link_rate(&mut self, rate: LinkRate) -> Result<(), String> {
-        let w = self.wire.as_mut().ok_or_else(|| {
-            format!(
+        if self.wires.is_empty() {
+            return Err(format!(
                 "topology {:?} has no wire host whose link could be shaped",
                 self.name
-            )
-        })?;
-        w.rate = Some(rate);
+            ));
+        }
+        for w in &mut self.wires {
+            w.rate = Some(rate);
+        }
         Ok(())
     }
 
@@ -1410,7 +1520,7 @@ mod tests {
             "t.toml",
         )
         .unwrap();
-        assert_eq!(t.wire.unwrap().rate, Some(LinkRate(100_000_000)));
+        assert_eq!(t.wire().unwrap().rate, Some(LinkRate(100_000_000)));
         let e = Topology::parse(
             "[[domain]]\nname = \"d\"\nkind = \"driver\"\n[wire]\ndriver = \"d\"\nrate = \"fast\"\n",
             "t.toml",
@@ -1569,7 +1679,7 @@ mod tests {
     fn default_topology_is_valid() {
         let t = Topology::default_topology();
         assert_eq!(t.domains.len(), 3);
-        assert_eq!(t.wire.as_ref().unwrap().driver, "drv");
+        assert_eq!(t.wire().unwrap().driver, "drv");
         let v = t.vifs();
         assert_eq!(v.len(), 2);
         assert_eq!(
@@ -1579,7 +1689,7 @@ mod tests {
         assert_eq!(v[1].mac, "00:16:3e:5e:00:02");
         assert_eq!(
             (v[1].rx_mode, v[1].tx_mode, v[1].grants, v[1].offload),
-            (RxMode::Copy, TxMode::Gather, Grants::Ngm, true)
+            (RxMode::Copy, TxMode::Gather, Grants::Ngm, Offloads::TSO)
         );
         let mut h = t.clone();
         h.apply_preset(Preset::HvCopy);
@@ -1595,7 +1705,7 @@ mod tests {
                 b.vifs()[0].tx_mode,
                 b.vifs()[0].offload
             ),
-            (RxMode::Flip, TxMode::Map, false)
+            (RxMode::Flip, TxMode::Map, Offloads::NONE)
         );
         // LRO in netfront is the default preset's, and no seed configuration's.
         assert_eq!(v[0].lro, LroAt::Guest);
@@ -1805,7 +1915,7 @@ mod vif_list_tests {
             assert!(e.contains(needle), "{e:?} should mention {needle:?}");
         }
         let e = topo("backend = \"drv\"\nlro = \"driver\"\noffload = false\n").unwrap_err();
-        assert!(e.contains("needs offload = true"), "{e}");
+        assert!(e.contains("needs offload = \"tso\""), "{e}");
         let e = Topology::parse(
             "[[domain]]\nname = \"a\"\nkind = \"driver\"\nlro = \"guest\"\n",
             "t.toml",
@@ -1813,6 +1923,44 @@ mod vif_list_tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("lro applies to guests"), "{e}");
+    }
+
+    #[test]
+    fn offload_sets_parse_from_names_and_booleans() {
+        for (val, want) in [
+            ("true", Offloads::TSO),
+            ("false", Offloads::NONE),
+            ("\"none\"", Offloads::NONE),
+            ("\"csum\"", Offloads::CSUM),
+            ("\"sg\"", Offloads::SG),
+            ("\"sg+csum\"", Offloads::SG_CSUM),
+            ("\"tso\"", Offloads::TSO),
+            ("\"all\"", Offloads::TSO),
+        ] {
+            let t = topo(&format!(
+                "backend = \"drv\"\nlro = \"off\"\noffload = {val}\n"
+            ))
+            .unwrap_or_else(|e| panic!("offload = {val}: {e}"));
+            let v = t.vifs().into_iter().find(|x| x.guest == "g").unwrap();
+            assert_eq!(v.offload, want, "offload = {val}");
+            let t = Topology::parse(
+                &format!("[[domain]]\nname = \"d\"\nkind = \"driver\"\nport_offload = {val}\n"),
+                "t.toml",
+            )
+            .unwrap();
+            assert_eq!(t.domains[0].port_offload, want, "port_offload = {val}");
+        }
+        let t = topo("backend = \"drv\"\n").unwrap();
+        let g = t.domains.iter().find(|d| d.name == "g").unwrap();
+        assert_eq!(g.offload, Offloads::TSO, "the default");
+        for bad in ["\"gso\"", "3"] {
+            let e = topo(&format!("backend = \"drv\"\noffload = {bad}\n")).unwrap_err();
+            assert!(e.contains("\"sg+csum\""), "{bad}: {e}");
+        }
+        // Half-page buffers need scatter-gather, not TSO.
+        let half = "backend = \"drv\"\nlro = \"off\"\nrx_buffer = \"half\"\noffload = ";
+        assert!(topo(&format!("{half}\"sg\"\n")).is_ok());
+        assert!(topo(&format!("{half}\"csum\"\n")).is_err());
     }
 
     #[test]
@@ -1936,7 +2084,7 @@ mod vif_list_tests {
             ("memory_frames = 0\n", "memory_frames must be 1..=1048576"),
             (
                 "backend = \"drv\"\n[[domain]]\nname = \"d3\"\nkind = \"driver\"\nvif = [\"\"]\n",
-                "mac, vif, address and ipv6 are guest settings",
+                "backend, mac and vif are guest settings",
             ),
         ] {
             let e = topo(guest).unwrap_err();
@@ -1949,5 +2097,141 @@ mod vif_list_tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("vif backend=g is not a driver domain"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod wire_list_tests {
+    use super::*;
+
+    const DRV: &str = "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n";
+
+    fn wire(name: Option<&str>, addr: &str) -> String {
+        let name = name
+            .map(|n| format!("name = \"{n}\"\n"))
+            .unwrap_or_default();
+        format!("[[wire]]\n{name}driver = \"drv\"\naddress = \"{addr}\"\n")
+    }
+
+    fn parse(text: &str) -> Result<Topology, String> {
+        Topology::parse(text, "t.toml").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_array_of_wires_gives_each_its_own_port_and_the_table_still_reads() {
+        let t = parse(&format!(
+            "{DRV}{}{}{}",
+            wire(None, "10.77.0.254/24"),
+            wire(Some("wire2"), "10.77.0.253/24"),
+            wire(Some("wire3"), "10.77.0.252/24").replace("driver", "queues = 2\ndriver")
+        ))
+        .unwrap();
+        let names: Vec<&str> = t.wires.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["wire", "wire2", "wire3"]);
+        assert_eq!(t.wire().unwrap().name, "wire");
+        let ports: Vec<(String, String)> = t
+            .uplinks_of("drv")
+            .into_iter()
+            .map(|u| (u.ifname.clone(), u.store_value()))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("peth0".into(), "bridge=xenbr0".into()),
+                ("peth1".into(), "bridge=xenbr0".into()),
+                ("peth2".into(), "bridge=xenbr0,queues=2".into())
+            ]
+        );
+        // The old table: one wire, named "wire".
+        let one = parse(&format!("{DRV}[wire]\ndriver = \"drv\"\n")).unwrap();
+        assert_eq!(one.wires.len(), 1);
+        assert_eq!(one.uplinks_of("drv")[0].ifname, "peth0");
+        // `up --link-rate` shapes every wire.
+        let mut t = t;
+        t.apply_link_rate(LinkRate(1_000_000)).unwrap();
+        assert!(t.wires.iter().all(|w| w.rate == Some(LinkRate(1_000_000))));
+    }
+
+    #[test]
+    fn a_wire_port_names_the_wire_of_its_rank() {
+        let t = parse(&format!(
+            "{DRV}{}{}[[port]]\ndriver = \"drv\"\nkind = \"wire\"\nmtu = 9000\n[[port]]\ndriver = \"drv\"\nkind = \"wire\"\nmtu = 4000\n",
+            wire(None, "10.77.0.254/24"),
+            wire(Some("wire2"), "10.77.0.253/24"),
+        ))
+        .unwrap();
+        let u = t.uplinks_of("drv");
+        let got: Vec<(&str, Option<u32>)> = u.iter().map(|u| (u.ifname.as_str(), u.mtu)).collect();
+        assert_eq!(got, [("peth0", Some(9000)), ("peth1", Some(4000))]);
+        let e = parse(&format!(
+            "{DRV}{}[[port]]\ndriver = \"drv\"\nkind = \"wire\"\n[[port]]\ndriver = \"drv\"\nkind = \"wire\"\n",
+            wire(None, "10.77.0.254/24"),
+        ))
+        .unwrap_err();
+        assert!(e.contains("one per such [[port]]"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_wire_names_and_addresses_are_refused() {
+        let e = parse(&format!(
+            "{DRV}{}{}",
+            wire(None, "10.77.0.254/24"),
+            wire(None, "10.77.0.253/24")
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("wire name \"wire\" is used twice") && e.contains("name = \"wire2\""),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{DRV}{}{}",
+            wire(None, "10.77.0.254/24"),
+            wire(Some("wire2"), "10.77.0.254/16")
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains(
+                "address 10.77.0.254 is given twice: to wire \"wire\" and to wire \"wire2\""
+            ),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{DRV}[[domain]]\nname = \"g\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n{}",
+            wire(Some("w"), "10.77.0.1/24")
+        ))
+        .unwrap_err();
+        assert!(e.contains("to domain \"g\" and to wire \"w\""), "{e}");
+        let e = parse(&format!("{DRV}{}", wire(Some("drv"), "10.77.0.9/24"))).unwrap_err();
+        assert!(e.contains("same name as a domain"), "{e}");
+        let e = parse(&format!("{DRV}[[wire]]\ndriver = \"drv\"\nspeed = 1\n")).unwrap_err();
+        assert!(e.contains("unknown field `speed`"), "{e}");
+        let e = parse(&format!("{DRV}[wire]\ndriver = \"drv\"\nrate = \"fast\"\n")).unwrap_err();
+        assert!(e.contains("needs a unit"), "{e}");
+    }
+
+    #[test]
+    fn a_driver_domain_may_have_addresses_but_no_guest_settings() {
+        let t = parse(&format!(
+            "{DRV}address = \"10.77.0.100/24\"\nipv6 = \"fd77::100/64\"\n{}",
+            wire(None, "10.77.0.254/24")
+        ))
+        .unwrap();
+        let d = t.domain("drv").unwrap();
+        assert_eq!(d.address.as_deref(), Some("10.77.0.100/24"));
+        assert_eq!(d.ipv6.as_deref(), Some("fd77::100/64"));
+        for (key, needle) in [
+            (
+                "mac = \"00:16:3e:00:00:01\"\n",
+                "backend, mac and vif are guest settings",
+            ),
+            ("address = \"10.77.0.100\"\n", "needs a prefix length"),
+            (
+                "address = \"10.77.0.254/24\"\n",
+                "address 10.77.0.254 is given twice",
+            ),
+        ] {
+            let e = parse(&format!("{DRV}{key}{}", wire(None, "10.77.0.254/24"))).unwrap_err();
+            assert!(e.contains(needle), "{key}: {e}");
+        }
     }
 }

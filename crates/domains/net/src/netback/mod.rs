@@ -22,7 +22,7 @@
 mod mq;
 pub mod opts;
 mod rx;
-mod slab;
+pub(crate) mod slab;
 pub mod tx;
 
 use crate::antispoof::IpFilter;
@@ -35,6 +35,7 @@ use abi::grant::GrantStatus;
 use abi::netif::{
     NetifStatus, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
 };
+use abi::offloads::Caps;
 use abi::ring::BackRing;
 use abi::xenbus::{keys, XenbusState};
 use hypercall::ngm_client::NgmView;
@@ -70,7 +71,9 @@ pub const FATAL_LIMIT: u64 = 32;
 pub struct Modes {
     pub rx_flip: bool,
     pub tx_map: bool,
-    pub offload: bool,
+    /// The offloads the toolstack chose for the vif (`splitnet-offload`),
+    /// which the backend offers (Menon 2006 §3).
+    pub offload: Caps,
     /// The new grant mechanism (Ram thesis ch. 4) instead of hv copies.
     pub ngm: bool,
     /// TX sends the payload from the guest's buffers (Menon 2006 §4.1);
@@ -246,6 +249,9 @@ pub struct Netback {
     rx_evt: Option<EventChannel>,
     /// What the guest's NIC accepts on receive.
     guest_caps: Offloads,
+    /// The offloads both ends negotiated, each on its own: what the
+    /// frontend may ask for on transmit.
+    negotiated: Caps,
     pool: Arc<Mapping>,
     tx_base: u32,
     rx_base: u32,
@@ -314,6 +320,8 @@ struct FrontendRings {
     tx_port: u32,
     rx_port: Option<u32>,
     guest_caps: Offloads,
+    /// The offloads negotiated: offered here and taken by the frontend.
+    negotiated: Caps,
     /// The frontend takes frames over several slots.
     sg: bool,
     /// It asked for multicast filtering.
@@ -345,14 +353,20 @@ fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendR
             if modes.rx_flip { "flip" } else { "copy" }
         )));
     }
-    let sg = read_flag(hv, &format!("{fe}/{}", keys::FEATURE_SG));
+    let taken = Caps::from_frontend(|k| hv.store_read_str(&format!("{fe}/{k}")).ok());
+    let negotiated = modes.offload.and(taken);
+    let sg = negotiated.sg;
     let mcast = read_flag(hv, &format!("{fe}/{}", keys::REQUEST_MULTICAST_CONTROL));
     // Half pages are a copy-mode feature: a flipped page is one buffer.
     let rx_half = !modes.rx_flip && read_flag(hv, &format!("{fe}/{}", keys::REQUEST_RX_HALF_PAGE));
-    let guest_caps = Offloads {
-        csum: !read_flag(hv, &format!("{fe}/{}", keys::FEATURE_NO_CSUM_OFFLOAD)) && !modes.rx_flip,
-        tso4: sg && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV4)) && !modes.rx_flip,
-        tso6: sg && read_flag(hv, &format!("{fe}/{}", keys::FEATURE_GSO_TCPV6)) && !modes.rx_flip,
+    // A flipped page carries a whole frame with its checksums done.
+    let guest_caps = if modes.rx_flip {
+        Offloads {
+            sg,
+            ..Offloads::NONE
+        }
+    } else {
+        Offloads::from(negotiated)
     };
     Ok(FrontendRings {
         tx_ref,
@@ -360,6 +374,7 @@ fn read_frontend(hv: &mut HvClient, fe: &str, modes: &Modes) -> Result<FrontendR
         tx_port,
         rx_port,
         guest_caps,
+        negotiated,
         sg,
         mcast,
         rx_half,
@@ -415,7 +430,10 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     let tx_mode = hv.store_read_str(&format!("{be}/splitnet-tx-mode"))?;
     let tx_map = tx_mode == "map";
     let tx_gather = tx_mode == "gather";
-    let offload = read_flag(hv, &format!("{be}/splitnet-offload"));
+    let offload = hv
+        .store_read_str(&format!("{be}/splitnet-offload"))
+        .map_or(Ok(Caps::NONE), |v| Caps::parse(&v))
+        .map_err(|e| proto(format!("{be}/splitnet-offload: {e}")))?;
     let lro = hv
         .store_read_str(&format!("{be}/{}", crate::lro::KEY))
         .is_ok_and(|v| v == "driver");
@@ -439,12 +457,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
             "vif index {index} does not fit in the driver domain's memory"
         )));
     }
-    let on = if offload { "1" } else { "0" };
-    for (k, v) in [
-        (keys::FEATURE_SG, on),
-        (keys::FEATURE_GSO_TCPV4, on),
-        (keys::FEATURE_GSO_TCPV6, on),
-        (keys::FEATURE_IPV6_CSUM_OFFLOAD, on),
+    for (k, v) in offload.backend_keys().into_iter().chain([
         (keys::FEATURE_RX_COPY, if rx_flip { "0" } else { "1" }),
         (keys::FEATURE_RX_FLIP, if rx_flip { "1" } else { "0" }),
         (keys::FEATURE_SPLIT_EVENT_CHANNELS, "1"),
@@ -452,7 +465,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         (keys::FEATURE_DYNAMIC_MULTICAST_CONTROL, "1"),
         (crate::FEATURE_NGM, if ngm { "1" } else { "0" }),
         (keys::FEATURE_RX_HALF_PAGE, if rx_flip { "0" } else { "1" }),
-    ] {
+    ]) {
         hv.store_write(&format!("{be}/{k}"), v)?;
     }
     hv.switch_state(be, XenbusState::InitWait)?;
@@ -523,6 +536,7 @@ impl Netback {
             tx_evt,
             rx_evt,
             guest_caps: f.guest_caps,
+            negotiated: f.negotiated,
             pool: hv.pool_shared(),
             tx_base,
             rx_base: tx_base + RING,
@@ -679,7 +693,14 @@ fn explain(reason: &str) -> &'static str {
         "size_mismatch" => ": the first size is less than its chain's slots hold",
         "gso_not_tcp" => ": GSO metadata on a frame that is not TCP of its IP version",
         "bad_gso_size" => ": a GSO segment size of zero, too small, or above the MTU",
-        "offload_not_negotiated" => ": checksum or segmentation offload the backend did not offer",
+        "offload_not_negotiated_csum" => {
+            ": a blank IPv4 checksum without checksum offload negotiated"
+        }
+        "offload_not_negotiated_csum6" => {
+            ": a blank IPv6 checksum without feature-ipv6-csum-offload negotiated"
+        }
+        "offload_not_negotiated_tso4" => ": TCPv4 GSO without feature-gso-tcpv4 negotiated",
+        "offload_not_negotiated_tso6" => ": TCPv6 GSO without feature-gso-tcpv6 negotiated",
         _ => "",
     }
 }

@@ -320,12 +320,12 @@ impl Netback {
     }
 
     /// The chain's length against what the backend accepts (one slot
-    /// unless it offered `feature-sg`, which `offload` offers; netif.h),
+    /// unless both ends negotiated `feature-sg`; netif.h),
     /// and its sizes: the first request's size is the whole frame, the
     /// first slot holds what the others leave, and every slot lies within
     /// its page.
     fn check_sizes(&self, p: &mut TxPacket) -> Option<&'static str> {
-        let max_slots = if self.modes.offload {
+        let max_slots = if self.negotiated.sg {
             XEN_NETIF_NR_SLOTS_MIN
         } else {
             1
@@ -353,16 +353,23 @@ impl Netback {
         None
     }
 
-    /// The offloads a request asks for: only those the backend offered
-    /// (`splitnet-offload` offers checksum offload and TCP segmentation
-    /// together), and a segment size that makes sense for the vif's MTU
-    /// and the frame (not so small that one packet is cut into thousands).
+    /// The offloads a request asks for: only those both ends negotiated,
+    /// each on its own (Menon 2006 §3; a blank checksum of an IP version
+    /// whose checksum offload alone is off is caught on the headers, in
+    /// [`Self::check_frame`]), and a segment size that makes sense for the
+    /// vif's MTU and the frame (not so small that one packet is cut into
+    /// thousands).
     fn check_offloads(&self, p: &TxPacket) -> Option<&'static str> {
-        let blank = p.flags.contains(TxFlags::CSUM_BLANK);
-        if !self.modes.offload && (blank || p.gso.is_some()) {
-            return Some("offload_not_negotiated");
+        let n = self.negotiated;
+        if p.flags.contains(TxFlags::CSUM_BLANK) && !n.csum && !n.csum6 {
+            return Some("offload_not_negotiated_csum");
         }
         let g = p.gso?;
+        match g.kind {
+            GsoKind::TcpV4 if !n.tso4 => return Some("offload_not_negotiated_tso4"),
+            GsoKind::TcpV6 if !n.tso6 => return Some("offload_not_negotiated_tso6"),
+            _ => {}
+        }
         if g.size < MIN_GSO_SIZE || g.size > self.mtu || usize::from(g.size) >= p.total {
             return Some("bad_gso_size");
         }
@@ -392,6 +399,17 @@ impl Netback {
         }
         if p.gso.is_some_and(|g| !gso_is_tcp(head, p.total, g.kind)) {
             return Err("gso_not_tcp");
+        }
+        let blank = p.flags.contains(TxFlags::CSUM_BLANK);
+        if blank && self.negotiated.csum != self.negotiated.csum6 {
+            // Checksum offload for one IP version only: this frame's.
+            let v6 = crate::offload::parse_headers_of(head, p.total)
+                .is_ok_and(|h| h.l3 == crate::offload::L3::Ipv6);
+            match (v6, self.negotiated.csum6) {
+                (true, false) => return Err("offload_not_negotiated_csum6"),
+                (false, true) => return Err("offload_not_negotiated_csum"),
+                _ => {}
+            }
         }
         Csum::from_netif(
             p.flags.contains(TxFlags::CSUM_BLANK),

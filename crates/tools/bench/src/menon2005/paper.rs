@@ -2,50 +2,16 @@
 //! `splitnet bench menon2005`, and one [`Figure`] each for the seeds report.
 
 use super::{Experiment, Menon2005Report, Point, Profiled, Setup};
-use crate::chart::{self, Bar};
-use serde::Serialize;
+use crate::plot::{self, Series, Sweep};
+use crate::seeds::{Figure, Kind, Seed, Status};
 use std::fmt::Write;
 
-/// How far a figure or table is reproduced here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Status {
-    Reproduced,
-    Partly,
-    NotMeasurableHere,
-    OutOfScope,
-    Missing,
+/// `figure-3.svg`, `table-1.svg`: where a figure's chart is written.
+pub fn file_name(f: &Figure) -> String {
+    format!("{}.svg", f.id.to_lowercase().replace(' ', "-"))
 }
 
-/// One of the paper's figures or tables as this suite reproduces it (the
-/// seeds report's shape).
-#[derive(Debug, Clone, Serialize)]
-pub struct Figure {
-    pub seed: &'static str,
-    /// "Figure 3", "Table 1".
-    pub id: &'static str,
-    pub title: &'static str,
-    /// How the paper draws it: "lines", "bars", "table".
-    pub kind: &'static str,
-    /// Markdown.
-    pub table: String,
-    /// SVG ("" for a table).
-    pub svg: String,
-    pub status: Status,
-    /// One line: why this status.
-    pub reason: String,
-    pub paper: Vec<(String, f64)>,
-    pub ours: Vec<(String, f64)>,
-}
-
-impl Figure {
-    /// `figure-3.svg`, `table-1.svg`.
-    pub fn file_name(&self) -> String {
-        format!("{}.svg", self.id.to_lowercase().replace(' ', "-"))
-    }
-}
-
-const SEED: &str = "menon2005";
+const SEED: Seed = Seed::Menon2005;
 
 /// The setups of the receive and web figures, in the paper's order.
 const XEN: [Setup; 4] = [Setup::Linux, Setup::Domain0, Setup::Guest0, Setup::Guest1];
@@ -106,7 +72,7 @@ fn sweep_table(r: &Menon2005Report, e: Experiment, setups: &[Setup], unit: &str)
     t
 }
 
-/// A sweep as bars, one per (setup, x).
+/// A sweep as lines, one per setup, against x.
 fn sweep_svg(
     r: &Menon2005Report,
     e: Experiment,
@@ -114,24 +80,33 @@ fn sweep_svg(
     title: &str,
     unit: &str,
 ) -> String {
-    let bars: Vec<Bar> = setups
+    let series: Vec<Series> = setups
         .iter()
-        .flat_map(|s| r.series(*s, e))
-        .map(|p| Bar {
-            label: format!("{} {}", p.setup.name(), fmt_x(e, p.x)),
-            value: p.value.median,
-            range: Some((p.value.min, p.value.max)),
+        .map(|s| Series {
+            name: s.name().to_string(),
+            points: r
+                .series(*s, e)
+                .iter()
+                .map(|p| (p.x, p.value.median))
+                .collect(),
         })
+        .filter(|s| !s.points.is_empty())
         .collect();
-    if bars.is_empty() {
+    if series.is_empty() {
         return String::new();
     }
-    chart::bars(
-        title,
-        unit,
-        "bars: median; whiskers: min–max over runs",
-        &bars,
-    )
+    plot::lines(&Sweep {
+        title: title.to_string(),
+        x_label: match e {
+            Experiment::Buffer => "receive buffer (bytes)".into(),
+            Experiment::Nics => "NICs".into(),
+            Experiment::Web => "requests/s".into(),
+            Experiment::Tx => String::new(),
+        },
+        y_label: unit.to_string(),
+        log2_x: e == Experiment::Buffer,
+        series,
+    })
 }
 
 /// Work samples of a profile by the paper's three parts: the receiving
@@ -272,9 +247,9 @@ fn fig_buffers(
         .collect();
     Figure {
         seed: SEED,
-        id,
-        title,
-        kind: "lines",
+        id: id.into(),
+        title: title.into(),
+        kind: Kind::Lines,
         svg: sweep_svg(
             r,
             Experiment::Buffer,
@@ -366,9 +341,9 @@ fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
     (
         Figure {
             seed: SEED,
-            id: "Table 1",
-            title: "Profile at points A and B: share per domain",
-            kind: "table",
+            id: "Table 1".into(),
+            title: "Profile at points A and B: share per domain".into(),
+            kind: Kind::Table,
             table: t1,
             svg: String::new(),
             status,
@@ -378,9 +353,9 @@ fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
         },
         Figure {
             seed: SEED,
-            id: "Table 2",
-            title: "Profile at points A and B: top functions",
-            kind: "table",
+            id: "Table 2".into(),
+            title: "Profile at points A and B: top functions".into(),
+            kind: Kind::Table,
             table: t2,
             svg: String::new(),
             status,
@@ -444,9 +419,9 @@ fn fig_nics(r: &Menon2005Report) -> Figure {
         .all(|s| r.series(*s, Experiment::Nics).len() == 3);
     Figure {
         seed: SEED,
-        id: "Figure 3",
-        title: "Receive throughput with one to three NICs",
-        kind: "lines",
+        id: "Figure 3".into(),
+        title: "Receive throughput with one to three NICs".into(),
+        kind: Kind::Lines,
         svg: sweep_svg(
             r,
             Experiment::Nics,
@@ -531,11 +506,11 @@ fn fig_events(r: &Menon2005Report) -> Vec<Figure> {
     let reason =
         "perf_event_open offers no hardware events on this machine; cycles by domain given instead"
             .to_string();
-    let mk = |id, title| Figure {
+    let mk = |id: &str, title: &str| Figure {
         seed: SEED,
-        id,
-        title,
-        kind: "bars",
+        id: id.into(),
+        title: title.into(),
+        kind: Kind::Bars,
         table: t.clone(),
         svg: String::new(),
         status,
@@ -610,7 +585,7 @@ fn tab_top(
         }
         None => (no_profile(&format!("{} {what}", s.name())), Vec::new()),
     };
-    Figure { seed: SEED, id, title, kind: "table", table, svg: String::new(), status: if ours.is_empty() { Status::Missing } else { Status::Partly }, reason: "clock samples of our hv, driver domain and the host kernel's paths, not Xen's or XenoLinux's functions".into(), paper: paper.iter().map(|(k, v)| (k.to_string(), *v)).collect(), ours }
+    Figure { seed: SEED, id: id.into(), title: title.into(), kind: Kind::Table, table, svg: String::new(), status: if ours.is_empty() { Status::Missing } else { Status::Partly }, reason: "clock samples of our hv, driver domain and the host kernel's paths, not Xen's or XenoLinux's functions".into(), paper: paper.iter().map(|(k, v)| (k.to_string(), *v)).collect(), ours }
 }
 
 /// Table 5.
@@ -656,9 +631,9 @@ fn tab_samples(r: &Menon2005Report) -> Figure {
     }
     Figure {
         seed: SEED,
-        id: "Table 5",
-        title: "Samples per domain, receive",
-        kind: "table",
+        id: "Table 5".into(),
+        title: "Samples per domain, receive".into(),
+        kind: Kind::Table,
         table: t,
         svg: String::new(),
         status: if ours.is_empty() {
@@ -739,9 +714,9 @@ fn tab_tx(r: &Menon2005Report) -> Figure {
     }
     Figure {
         seed: SEED,
-        id: "Table 8",
-        title: "TCP send functions: guest (Xen-guest0) against the driver domain",
-        kind: "table",
+        id: "Table 8".into(),
+        title: "TCP send functions: guest (Xen-guest0) against the driver domain".into(),
+        kind: Kind::Table,
         table: t,
         svg: String::new(),
         status: if g.is_some() && d.is_some() {
@@ -780,9 +755,9 @@ fn fig_web(r: &Menon2005Report) -> Figure {
     table += " (paper: Xen-domain0 and Xen-guest1 under 0.80, Xen-guest0 about 0.34).\n";
     Figure {
         seed: SEED,
-        id: "Figure 7",
-        title: "Web server throughput under httperf",
-        kind: "lines",
+        id: "Figure 7".into(),
+        title: "Web server throughput under httperf".into(),
+        kind: Kind::Lines,
         svg: sweep_svg(
             r,
             Experiment::Web,
@@ -877,7 +852,7 @@ pub fn tables(r: &Menon2005Report) -> String {
         let (kind, n) = id.split_once(' ').unwrap_or((id, "0"));
         (u8::from(kind == "Table"), n.parse().unwrap_or(0))
     };
-    f.sort_by_key(|x| order(x.id));
+    f.sort_by_key(|x| order(&x.id));
     let mut s = String::new();
     let mut seen: Vec<(&str, String)> = Vec::new();
     for x in &f {
@@ -885,7 +860,7 @@ pub fn tables(r: &Menon2005Report) -> String {
             Some((id, _)) => format!("As {id}: {}.\n", x.reason),
             None => x.table.clone(),
         };
-        seen.push((x.id, x.table.clone()));
+        seen.push((&x.id, x.table.clone()));
         let _ = write!(s, "### {}: {}\n\n{body}\n", x.id, x.title);
     }
     s

@@ -222,11 +222,17 @@ fn check_port(p: &PortConfig, t: &Topology) -> Result<(), String> {
         (None, _) => {}
     }
     super::vxlan::check_keys(p).map_err(|e| format!("{who}: {e}"))?;
-    if p.kind == UplinkKind::Wire && t.wire.as_ref().is_none_or(|w| w.driver != p.driver) {
-        return Err(format!(
-            "{who}: kind = \"wire\" needs a [wire] section with driver = {:?}",
-            p.driver
-        ));
+    if p.kind == UplinkKind::Wire {
+        let ports = t
+            .ports
+            .iter()
+            .filter(|q| q.kind == UplinkKind::Wire && q.driver == p.driver);
+        if ports.count() > t.wires_of(&p.driver).count() {
+            return Err(format!(
+                "{who}: kind = \"wire\" needs a [wire] section with driver = {:?} (one per such [[port]]: the kth names its kth wire)",
+                p.driver
+            ));
+        }
     }
     Ok(())
 }
@@ -266,25 +272,40 @@ impl Topology {
     pub fn uplinks(&self) -> Vec<Uplink> {
         let ports = self.port_list();
         let mut out: Vec<Uplink> = Vec::new();
-        for p in &ports {
+        for (p, k) in &ports {
             let n = out.iter().filter(|u| u.driver == p.driver).count();
-            out.push(self.resolve(p, n));
+            out.push(self.resolve(p, n, *k));
         }
         out
     }
 
-    /// The `[[port]]`s, and the `[wire]` port first unless one names it.
-    fn port_list(&self) -> Vec<PortConfig> {
-        let mut ports = self.ports.clone();
-        if let Some(w) = &self.wire {
-            let named = ports
-                .iter()
-                .any(|p| p.kind == UplinkKind::Wire && p.driver == w.driver);
-            if !named {
-                ports.insert(0, wire_port(&w.driver, w.queues));
+    /// The `[[port]]`s, and first the port of each wire no `[[port]] kind
+    /// = "wire"` names; each with its wire's number among its driver
+    /// domain's wires (the kth `kind = "wire"` port of a driver domain
+    /// names its kth wire), which names it `peth<k>`.
+    fn port_list(&self) -> Vec<(PortConfig, usize)> {
+        let mut named: Vec<(String, usize)> = Vec::new();
+        let mut out: Vec<(PortConfig, usize)> = Vec::new();
+        for p in &self.ports {
+            let k = named.iter().filter(|(d, _)| *d == p.driver).count();
+            if p.kind == UplinkKind::Wire {
+                named.push((p.driver.clone(), k));
             }
+            out.push((p.clone(), k));
         }
-        ports
+        let mut implicit = Vec::new();
+        for (k, w) in self.wires.iter().enumerate() {
+            let nth = self.wires[..k]
+                .iter()
+                .filter(|x| x.driver == w.driver)
+                .count();
+            if named.iter().any(|(d, i)| *d == w.driver && *i == nth) {
+                continue;
+            }
+            implicit.push((wire_port(&w.driver, w.queues), nth));
+        }
+        implicit.extend(out);
+        implicit
     }
 
     /// The interface name of driver domain `driver`'s uplink on `bridge`
@@ -292,10 +313,12 @@ impl Topology {
     /// rest of the uplink.
     pub(crate) fn uplink_ifname_on(&self, driver: &str, bridge: &str) -> Option<String> {
         let ports = self.port_list();
-        let mine = ports.iter().filter(|p| p.driver == driver);
+        let mine = ports.iter().filter(|(p, _)| p.driver == driver);
         mine.enumerate()
-            .find(|(_, p)| p.bridge.as_deref().unwrap_or(abi::xenbus::DEFAULT_BRIDGE) == bridge)
-            .map(|(n, p)| uplink_ifname(p, n))
+            .find(|(_, (p, _))| {
+                p.bridge.as_deref().unwrap_or(abi::xenbus::DEFAULT_BRIDGE) == bridge
+            })
+            .map(|(n, (p, k))| uplink_ifname(p, n, *k))
     }
 
     /// The uplinks of driver domain `driver`.
@@ -305,13 +328,14 @@ impl Topology {
         v
     }
 
-    /// Port `p`, the `n`th of its driver domain, with its interface names.
-    fn resolve(&self, p: &PortConfig, n: usize) -> Uplink {
+    /// Port `p`, the `n`th of its driver domain (and, of kind wire, its
+    /// `wire`th wire port), with its interface names.
+    fn resolve(&self, p: &PortConfig, n: usize, wire: usize) -> Uplink {
         let bridge = p
             .bridge
             .clone()
             .unwrap_or_else(|| abi::xenbus::DEFAULT_BRIDGE.to_string());
-        let ifname = uplink_ifname(p, n);
+        let ifname = uplink_ifname(p, n, wire);
         let host_end = match p.kind {
             UplinkKind::Nat | UplinkKind::Route => Some(format!("sn{n}-{}", p.driver)),
             UplinkKind::Vxlan => Some(self.underlay_end(&p.driver)),
@@ -370,8 +394,8 @@ impl Topology {
         let ports = self.port_list();
         let n = ports
             .iter()
-            .filter(|p| p.driver == driver)
-            .position(|p| p.kind == UplinkKind::Vxlan)
+            .filter(|(p, _)| p.driver == driver)
+            .position(|(p, _)| p.kind == UplinkKind::Vxlan)
             .unwrap_or(0);
         format!("sn{n}-{driver}")
     }
@@ -385,10 +409,10 @@ impl Topology {
 }
 
 /// The interface name in the driver domain of port `p`, the `n`th of its
-/// driver domain.
-fn uplink_ifname(p: &PortConfig, n: usize) -> String {
+/// driver domain (a wire port: of its wires, the `wire`th).
+fn uplink_ifname(p: &PortConfig, n: usize, wire: usize) -> String {
     match p.kind {
-        UplinkKind::Wire => PHYS_PORT.to_string(),
+        UplinkKind::Wire => wire_ifname(wire),
         UplinkKind::Host => p.iface.clone().unwrap_or_default(),
         UplinkKind::Vxlan => match super::vxlan::parse(p) {
             Ok(x) => x.port_ifname(),
@@ -412,6 +436,16 @@ fn primary_mac(driver: &str, iface: &str) -> String {
         "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
         b[0], b[1], b[2], b[3], b[4]
     )
+}
+
+/// The driver domain's end of its `k`th wire: `peth<k>` (the first is
+/// [`PHYS_PORT`]).
+pub fn wire_ifname(k: usize) -> String {
+    if k == 0 {
+        PHYS_PORT.to_string()
+    } else {
+        format!("peth{k}")
+    }
 }
 
 fn wire_port(driver: &str, queues: Option<u16>) -> PortConfig {

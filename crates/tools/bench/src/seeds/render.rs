@@ -1,0 +1,334 @@
+//! The seeds report as files: `index.html` (self-contained, the charts
+//! inline), `README.md` (the same in Markdown, the charts linked) and one
+//! SVG per chart.
+
+use super::{counts, rows, Figure, Row, Saved, Seed, Status};
+use std::fmt::Write as _;
+
+/// The report's files.
+pub struct Page {
+    pub html: String,
+    pub markdown: String,
+    /// (file name, SVG).
+    pub svgs: Vec<(String, String)>,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A number beside the paper's: ratios to two decimals, counts whole.
+fn num(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The chart file of a row's `i`th figure.
+fn svg_name(f: &Figure, i: usize) -> String {
+    let id: String =
+        f.id.to_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+    let n = if i == 0 {
+        String::new()
+    } else {
+        format!("-{}", i + 1)
+    };
+    format!("{}-{id}{n}.svg", f.seed.short())
+}
+
+/// The paper's numbers beside ours, one row per label.
+fn beside(f: &Figure) -> Vec<(String, String, String)> {
+    let mut labels: Vec<&str> = f.paper.iter().map(|p| p.0.as_str()).collect();
+    for (l, _) in &f.ours {
+        if !labels.contains(&l.as_str()) {
+            labels.push(l);
+        }
+    }
+    let get = |v: &[(String, f64)], l: &str| {
+        v.iter()
+            .find(|p| p.0 == l)
+            .map_or("-".to_string(), |p| num(p.1))
+    };
+    labels
+        .into_iter()
+        .map(|l| (l.to_string(), get(&f.paper, l), get(&f.ours, l)))
+        .collect()
+}
+
+/// Renders the report of `saved`'s figures and failures.
+pub fn render(saved: &Saved) -> Page {
+    let rows = rows(&saved.figures, &saved.failures);
+    let mut svgs = Vec::new();
+    for r in &rows {
+        for (i, f) in r.figures.iter().enumerate() {
+            if !f.svg.is_empty() {
+                svgs.push((svg_name(f, i), f.svg.clone()));
+            }
+        }
+    }
+    Page {
+        html: html(&rows),
+        markdown: markdown(&rows),
+        svgs,
+    }
+}
+
+const INTRO: &str = "Every result figure and table of the five seed documents, with how far \
+splitnet reproduces it on this host and why; the paper's numbers beside ours, as ratios to \
+native where the paper gives both.";
+
+fn markdown(rows: &[Row]) -> String {
+    let mut s =
+        format!("# splitnet beside its seeds\n\n{INTRO}\n\n| status | entries |\n|---|---:|\n");
+    for (st, n) in counts(rows) {
+        let _ = writeln!(s, "| {} | {n} |", st.name());
+    }
+    let _ = writeln!(s, "| **all** | {} |", rows.len());
+    for seed in Seed::ALL {
+        let _ = write!(
+            s,
+            "\n## {}\n\n| id | what | status | reason |\n|---|---|---|---|\n",
+            seed.title()
+        );
+        for r in rows.iter().filter(|r| r.entry.seed == seed) {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                r.entry.id,
+                r.entry.title,
+                r.status.name(),
+                r.reason.replace('|', "\\|")
+            );
+        }
+        for r in rows.iter().filter(|r| r.entry.seed == seed) {
+            for (i, f) in r.figures.iter().enumerate() {
+                let _ = write!(
+                    s,
+                    "\n### {} {}: {}\n\n**{}**: {}\n\n",
+                    seed.short(),
+                    f.id,
+                    f.title,
+                    f.status.name(),
+                    f.reason
+                );
+                let b = beside(f);
+                if !b.is_empty() {
+                    s += "| number | paper | ours |\n|---|---:|---:|\n";
+                    for (l, p, o) in b {
+                        let _ = writeln!(s, "| {l} | {p} | {o} |");
+                    }
+                    s += "\n";
+                }
+                if !f.svg.is_empty() {
+                    let _ = write!(s, "![{} {}]({})\n\n", seed.short(), f.id, svg_name(f, i));
+                }
+                s += &f.table;
+                s += "\n";
+            }
+        }
+    }
+    s
+}
+
+/// Markdown of the kind suites write (headings, paragraphs, pipe tables)
+/// as HTML.
+fn md_to_html(md: &str) -> String {
+    let mut out = String::new();
+    let mut table: Vec<Vec<String>> = Vec::new();
+    let flush = |table: &mut Vec<Vec<String>>, out: &mut String| {
+        if table.is_empty() {
+            return;
+        }
+        *out += "<table>\n";
+        for (i, row) in table.iter().enumerate() {
+            let tag = if i == 0 { "th" } else { "td" };
+            *out += "<tr>";
+            for c in row {
+                let _ = write!(out, "<{tag}>{}</{tag}>", esc(c));
+            }
+            *out += "</tr>\n";
+        }
+        *out += "</table>\n";
+        table.clear();
+    };
+    for line in md.lines() {
+        let t = line.trim();
+        if t.starts_with('|') {
+            let cells: Vec<String> = t
+                .trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect();
+            let rule = cells
+                .iter()
+                .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':')));
+            if !rule {
+                table.push(cells);
+            }
+            continue;
+        }
+        flush(&mut table, &mut out);
+        if let Some(h) = t.strip_prefix('#') {
+            let _ = writeln!(out, "<h4>{}</h4>", esc(h.trim_start_matches('#').trim()));
+        } else if !t.is_empty() {
+            let _ = writeln!(out, "<p>{}</p>", esc(t));
+        }
+    }
+    flush(&mut table, &mut out);
+    out
+}
+
+const STYLE: &str = "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}\
+table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}\
+.reproduced{background:#d9f2d9}.partly{background:#fff3c4}.not-measurable-here{background:#e4e4f4}\
+.out-of-scope{background:#eee}.missing{background:#f8d7d7}figure{margin:1em 0;overflow-x:auto}";
+
+fn class(s: Status) -> String {
+    s.name().replace(' ', "-")
+}
+
+fn html(rows: &[Row]) -> String {
+    let mut s = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>splitnet beside its seeds</title><style>{STYLE}</style></head><body>\n\
+         <h1>splitnet beside its seeds</h1>\n<p>{}</p>\n<table id=\"summary\">\
+         <tr><th>status</th><th>entries</th></tr>\n",
+        esc(INTRO)
+    );
+    for (st, n) in counts(rows) {
+        let _ = writeln!(
+            s,
+            "<tr class=\"{}\"><td>{}</td><td>{n}</td></tr>",
+            class(st),
+            st.name()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<tr><td><b>all</b></td><td>{}</td></tr></table>",
+        rows.len()
+    );
+    for seed in Seed::ALL {
+        let _ = write!(
+            s,
+            "<h2>{}</h2>\n<table><tr><th>id</th><th>what</th><th>status</th><th>reason</th></tr>\n",
+            esc(seed.title())
+        );
+        for r in rows.iter().filter(|r| r.entry.seed == seed) {
+            let _ = writeln!(
+                s,
+                "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                class(r.status),
+                esc(r.entry.id),
+                esc(r.entry.title),
+                r.status.name(),
+                esc(&r.reason)
+            );
+        }
+        s += "</table>\n";
+        for r in rows.iter().filter(|r| r.entry.seed == seed) {
+            for f in &r.figures {
+                s += &figure_html(f);
+            }
+        }
+    }
+    s + "</body></html>\n"
+}
+
+fn figure_html(f: &Figure) -> String {
+    let mut s = format!(
+        "<section><h3>{} {}: {}</h3>\n<p class=\"{}\"><b>{}</b>: {}</p>\n",
+        esc(f.seed.short()),
+        esc(&f.id),
+        esc(&f.title),
+        class(f.status),
+        f.status.name(),
+        esc(&f.reason)
+    );
+    let b = beside(f);
+    if !b.is_empty() {
+        s += "<table><tr><th>number</th><th>paper</th><th>ours</th></tr>\n";
+        for (l, p, o) in b {
+            let _ = writeln!(s, "<tr><td>{}</td><td>{p}</td><td>{o}</td></tr>", esc(&l));
+        }
+        s += "</table>\n";
+    }
+    if !f.svg.is_empty() {
+        let _ = writeln!(s, "<figure>{}</figure>", f.svg);
+    }
+    s + &md_to_html(&f.table) + "</section>\n"
+}
+
+/// Writes `index.html`, `README.md`, the charts and, if any suite failed,
+/// `failures.json` into `dir`.
+pub fn write(dir: &std::path::Path, saved: &Saved) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let page = render(saved);
+    let put = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, body).with_context(|| format!("writing {}", p.display()))
+    };
+    put("index.html", &page.html)?;
+    put("README.md", &page.markdown)?;
+    for (name, svg) in &page.svgs {
+        put(name, svg)?;
+    }
+    if !saved.failures.is_empty() {
+        put(
+            "failures.json",
+            &serde_json::to_string_pretty(&saved.failures)?,
+        )?;
+    } else if dir.join("failures.json").exists() {
+        std::fs::remove_file(dir.join("failures.json"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Failure, Kind};
+    use super::*;
+
+    #[test]
+    fn the_page_lists_every_entry_and_inlines_each_chart() {
+        let svg = crate::plot::hbars("t", "", "", &[]);
+        let mut f = Figure::new(
+            Seed::Ram,
+            "Figure 2.4",
+            Kind::Bars,
+            "| a | b |\n|---|---|\n| 1 | <2> |\n".into(),
+            svg,
+        );
+        f.ours.push(("total ÷ native".into(), 4.88));
+        let saved = Saved {
+            figures: vec![f],
+            failures: vec![Failure {
+                suite: "hvm".into(),
+                error: "boom".into(),
+            }],
+        };
+        let page = render(&saved);
+        assert_eq!(page.svgs.len(), 1);
+        assert_eq!(page.svgs[0].0, "ram-figure-2-4.svg");
+        assert_eq!(page.html.matches("<svg").count(), 1);
+        assert!(page.html.contains("<td>&lt;2&gt;</td>"));
+        assert!(
+            page.markdown.contains("| total ÷ native | 4.50 | 4.88 |"),
+            "{}",
+            page.markdown
+        );
+        assert!(page.markdown.contains("`splitnet bench hvm` failed: boom"));
+        for e in crate::seeds::catalog() {
+            assert!(page.markdown.contains(e.title), "{}", e.id);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The driver domain as an endpoint with several NICs, end to end: a
+//! driver domain with an address of its own on its bridge and three wire
+//! hosts, each behind a port of its own; the driver domain reaches every
+//! wire host and the guest, carries TCP both ways with its bytes intact,
+//! keeps its address through restarts, and receives into page or MTU
+//! buffers (`port_buffer`). Needs root; run one test at a time, under the
+//! namespace lock.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::time::Duration;
+
+const DRV_IP: &str = "10.77.0.100";
+const WIRES: [(&str, &str); 3] = [
+    ("wire", "10.77.0.254"),
+    ("wire2", "10.77.0.253"),
+    ("wire3", "10.77.0.252"),
+];
+
+/// A driver domain `drv` at [`DRV_IP`] (and fd77::100) receiving into
+/// `port_buffer` buffers, guest1 at 10.77.0.1, and the three [`WIRES`].
+fn topology(port_buffer: &str) -> String {
+    let mut t = format!(
+        "name = \"endpoint\"\n\
+         [[domain]]\nname = \"drv\"\nkind = \"driver\"\naddress = \"{DRV_IP}/24\"\n\
+         ipv6 = \"fd77::100/64\"\nport_buffer = \"{port_buffer}\"\n\
+         [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n"
+    );
+    for (i, (name, ip)) in WIRES.iter().enumerate() {
+        t += &format!(
+            "[[wire]]\nname = \"{name}\"\ndriver = \"drv\"\naddress = \"{ip}/24\"\nipv6 = \"fd77::{:x}/64\"\n",
+            0xfe - i
+        );
+    }
+    t
+}
+
+fn up(env: &Env, port_buffer: &str) {
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let path = env.run_dir.join("endpoint.toml");
+    std::fs::write(&path, topology(port_buffer)).unwrap();
+    env.ok(&["up", "--config", path.to_str().unwrap()]);
+}
+
+/// A random blob of `mib` MiB served over HTTP from `host` at `ip`; curl in
+/// `client` fetches it, and it arrives whole and unchanged.
+fn fetch_intact(env: &Env, host: &str, ip: &str, client: &str, mib: u32) {
+    let dir = env.run_dir.join(format!("www-{host}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = random_blob(&dir, mib);
+    let _server = env.spawn(&[
+        "exec",
+        host,
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        "8080",
+        "--bind",
+        ip,
+        "--directory",
+        dir.to_str().unwrap(),
+    ]);
+    wait_until(
+        &format!("the HTTP server in {host}"),
+        Duration::from_secs(10),
+        || listening(host, 8080),
+    );
+    let got = env.run_dir.join(format!("got-{client}"));
+    let url = format!("http://{ip}:8080/blob");
+    let mut args = vec!["exec", client, "--"];
+    args.extend(curl(got.to_str().unwrap(), &url));
+    env.ok(&args);
+    assert_eq!(
+        std::fs::metadata(&got).unwrap().len(),
+        u64::from(mib) << 20,
+        "{host} -> {client}: the whole blob"
+    );
+    assert_eq!(
+        sha256(&got),
+        sha256(&file),
+        "{host} -> {client}: the blob arrived changed"
+    );
+    let _ = std::fs::remove_file(&got);
+}
+
+/// The driver domain answers at its address from `from`, within `limit`
+/// (its TAP is attached again after a restart).
+fn wait_answers(env: &Env, from: &str, limit: Duration) {
+    wait_until("the driver domain's address to answer", limit, || {
+        env.splitnet(&["exec", from, "--", "ping", "-c", "1", "-W", "1", DRV_IP])
+            .status
+            .success()
+    });
+}
+
+/// Port `name`'s counters in `status --json`.
+fn port_counters(env: &Env, name: &str) -> serde_json::Value {
+    let st = env.status();
+    st["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name && !p["counters"].is_null())
+        .map(|p| p["counters"].clone())
+        .unwrap_or_else(|| panic!("no port {name} in {st:#}"))
+}
+
+fn log_of(run_dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(run_dir.join(format!("{name}.log"))).unwrap_or_default()
+}
+
+#[test]
+fn the_driver_domain_is_an_endpoint_on_three_wires_and_keeps_its_address() {
+    let Some(env) = Env::new("endpoint") else {
+        return;
+    };
+    up(&env, "page");
+    // Status shows the driver domain's address, on the TAP named after
+    // its bridge, and the three wire hosts behind peth0..peth2.
+    let st = env.status();
+    let addrs = domain(&st, "drv")["addresses"].to_string();
+    assert!(addrs.contains(&format!("xenbr0:{DRV_IP}/24")), "{addrs}");
+    assert!(addrs.contains("xenbr0:fd77::100/64"), "{addrs}");
+    let hosts: Vec<(String, String)> = st["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["name"].to_string(), h["port"].to_string()))
+        .collect();
+    assert_eq!(hosts.len(), 3, "{hosts:?}");
+    assert_eq!(hosts[2], ("\"wire3\"".into(), "\"peth2\"".into()));
+    let text = env.ok(&["status"]);
+    assert!(text.contains(&format!("xenbr0:{DRV_IP}/24")), "{text}");
+
+    for (_, ip) in WIRES {
+        env.ping("drv", ip, 3);
+    }
+    env.ping("drv", "10.77.0.1", 3);
+    env.ping("drv", "fd77::fe", 2);
+    env.ping("guest1", DRV_IP, 2);
+    // TCP both ways through the bridge and the ports, bytes intact.
+    fetch_intact(&env, "drv", DRV_IP, "wire", 32);
+    fetch_intact(&env, "wire2", "10.77.0.253", "drv", 32);
+    // A guest reaches the third wire host.
+    env.ping("guest1", "10.77.0.252", 3);
+    iperf(&env, "wire3", "10.77.0.252", "guest1", false, 2);
+    // Received frames fit the page buffers: none was too long.
+    let c = port_counters(&env, "peth1");
+    assert_eq!(c["rx_errors"], 0, "{c}");
+    assert!(c["rx_packets"].as_u64().unwrap() > 20_000, "{c}");
+    assert!(log_of(&env.run_dir, "drv").contains("4096-byte slots"));
+
+    // A restart by hand: the TAP stays, with its addresses.
+    env.ok(&["restart", "drv"]);
+    wait_answers(&env, "wire", Duration::from_secs(10));
+    env.ping("drv", "10.77.0.254", 3);
+    env.ping("drv", "10.77.0.1", 3);
+    // A crash: hv starts the driver domain again; it answers again.
+    let st = env.status();
+    let (pid, id) = (
+        domain(&st, "drv")["pid"].as_i64().unwrap(),
+        domain(&st, "drv")["id"].clone(),
+    );
+    kill9(pid);
+    wait_until("drv to come back", Duration::from_secs(10), || {
+        let st = env.status();
+        let d = domain(&st, "drv");
+        !d.is_null() && d["id"] != id
+    });
+    wait_answers(&env, "wire2", Duration::from_secs(10));
+    env.ping("drv", "10.77.0.253", 3);
+    fetch_intact(&env, "wire3", "10.77.0.252", "drv", 8);
+
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn mtu_sized_receive_buffers_carry_traffic() {
+    let Some(env) = Env::new("endpoint-mtu") else {
+        return;
+    };
+    up(&env, "mtu");
+    assert!(log_of(&env.run_dir, "drv").contains("2048-byte slots (mtu:2048)"));
+    // Into the driver domain from a wire host, and through it to the guest.
+    let gbps = iperf(&env, "wire2", "10.77.0.253", "drv", true, 2);
+    assert!(gbps > 0.01, "{gbps}");
+    fetch_intact(&env, "wire", "10.77.0.254", "guest1", 16);
+    for port in ["peth0", "peth1"] {
+        // The driver domain publishes its counters from time to time: wait
+        // for the transfer to show.
+        wait_until(
+            &format!("{port}'s counters to show the transfer"),
+            Duration::from_secs(10),
+            || {
+                port_counters(&env, port)["rx_packets"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    > 1000
+            },
+        );
+        let c = port_counters(&env, port);
+        let (bytes, pkts) = (
+            c["rx_bytes"].as_u64().unwrap(),
+            c["rx_packets"].as_u64().unwrap(),
+        );
+        assert_eq!(c["rx_errors"], 0, "{port}: {c}");
+        assert!(pkts > 1000, "{port}: {c}");
+        // MTU-sized frames: none is a coalesced GSO frame.
+        assert!(bytes / pkts <= 1514, "{port}: {c}");
+    }
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

@@ -1,0 +1,293 @@
+//! The high-level virtual interface one capability at a time (Menon 2006
+//! §3) against the port's capabilities (§3.1, Figure 7), end to end. For a
+//! guest `offload` set and a driver domain `port_offload` set, TCP over
+//! IPv4 and IPv6 carries random files intact both ways between guest1 and
+//! the wire host, UDP crosses both ways, no receiver's kernel counts a bad
+//! checksum (`nstat`), guest1's TAP offers its kernel what was negotiated
+//! (`ethtool -k`) with the link's MTU, and status shows the negotiated set
+//! and what the software offload driver did for the port. Needs root,
+//! python3, curl, iperf3, ethtool and nstat; run one test at a time, under
+//! the lock.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// drv with `port_offload`, guest1 with `offload`, and the wire host.
+fn topology(offload: &str, port: &str) -> String {
+    format!(
+        "name = \"offloads\"\n\
+         [[domain]]\nname = \"drv\"\nkind = \"driver\"\nport_offload = \"{port}\"\n\
+         [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n\
+         ipv6 = \"fd77::1/64\"\noffload = \"{offload}\"\n\
+         [wire]\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\nipv6 = \"fd77::fe/64\"\n"
+    )
+}
+
+/// The negotiated set status shows for a guest `offload` set.
+fn negotiated(offload: &str) -> Value {
+    let (sg, csum, tso) = match offload {
+        "none" => (false, false, false),
+        "csum" => (false, true, false),
+        "sg" => (true, false, false),
+        "sg+csum" => (true, true, false),
+        "tso" => (true, true, true),
+        other => panic!("no set {other}"),
+    };
+    json!({"sg": sg, "csum": csum, "csum6": csum, "tso4": tso, "tso6": tso})
+}
+
+/// `domain`'s TCP and UDP checksum errors, as `nstat -az` reports them.
+fn csum_errors(env: &Env, domain: &str) -> [u64; 2] {
+    let keys = ["TcpInCsumErrors", "UdpInCsumErrors"];
+    let out = env.ok(&["exec", domain, "--", "nstat", "-az", keys[0], keys[1]]);
+    keys.map(|k| {
+        out.lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                (f.next() == Some(k)).then(|| f.next()?.parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no {k} in nstat's output in {domain}:\n{out}"))
+    })
+}
+
+/// A fresh random file served over HTTP by `server` at `ip`:`port`
+/// (python3's http.server) arrives intact in `client` (curl).
+fn fetch(env: &Env, server: &str, ip: &str, port: u16, client: &str, mib: u32) {
+    let dir = env.run_dir.join(format!("www-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = random_blob(&dir, mib);
+    let p = port.to_string();
+    let _server = env.spawn(&[
+        "exec",
+        server,
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        &p,
+        "--bind",
+        ip,
+        "--directory",
+        dir.to_str().unwrap(),
+    ]);
+    wait_until(
+        &format!("the HTTP server in {server} to listen"),
+        Duration::from_secs(10),
+        || listening(server, port),
+    );
+    let host = if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    let url = format!("http://{host}:{port}/blob");
+    let got = env.run_dir.join(format!("got-{port}"));
+    let mut args = vec!["exec", client, "--"];
+    args.extend(curl(got.to_str().unwrap(), &url));
+    env.ok(&args);
+    assert_eq!(
+        sha256(&got),
+        sha256(&file),
+        "{server} -> {client} over {ip}: the file arrived corrupted"
+    );
+    let _ = std::fs::remove_file(&got);
+}
+
+/// UDP from `client` to the iperf3 server `server` at `ip` (or back, with
+/// `reverse`) reaches `receiver`'s sockets with good checksums.
+fn udp(server: &str, ip: &str, client: &str, reverse: bool) {
+    let receiver = if reverse { client } else { server };
+    let before = udp_in(receiver);
+    let r = flow(
+        server,
+        ip,
+        client,
+        reverse,
+        1,
+        bench::netenv::Workload::UdpSmall,
+    );
+    let what = format!("iperf3 -u {client} -> {server} (reverse {reverse})");
+    assert_udp_checksums_good(receiver, before, &what);
+    let r = r.unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    assert!(r.packets > 0.0, "{what} carried nothing");
+}
+
+/// What `ethtool -k` says of feature `name` on guest1's eth0.
+fn guest_feature(env: &Env, name: &str) -> bool {
+    let out = env.ok(&["exec", "guest1", "--", "ethtool", "-k", "eth0"]);
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in ethtool -k:\n{out}"));
+    line.split(':')
+        .nth(1)
+        .unwrap_or("")
+        .trim()
+        .starts_with("on")
+}
+
+/// The driver domain's wire port in `status --json`: its declared
+/// offloads and counters.
+fn wire_port(st: &Value) -> Value {
+    st["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["domain"] == "drv" && p["offloads"].is_object())
+        .cloned()
+        .unwrap_or_else(|| panic!("no drv port with offloads in status: {}", st["ports"]))
+}
+
+/// Runs one combination and checks everything the module says.
+fn offloads_hold(name: &str, offload: &str, port: &str) -> Option<(Env, Value)> {
+    let env = Env::new(name)?;
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let path = env.run_dir.join("offloads.toml");
+    std::fs::write(&path, topology(offload, port)).unwrap();
+    env.ok(&["up", "--config", path.to_str().unwrap()]);
+    let want = negotiated(offload);
+    wait_until(
+        "status shows guest1's negotiated offloads",
+        Duration::from_secs(10),
+        || vif(&env.status(), "guest1")["offloads"] == want,
+    );
+    // guest1's kernel is offered what was negotiated, at the link's MTU.
+    assert_eq!(guest_feature(&env, "tx-checksumming"), want["csum"] == true);
+    assert_eq!(
+        guest_feature(&env, "tcp-segmentation-offload"),
+        want["tso4"] == true
+    );
+    let link = env.ok(&["exec", "guest1", "--", "ip", "link", "show", "dev", "eth0"]);
+    assert!(link.contains("mtu 1500"), "{link}");
+
+    let before = [csum_errors(&env, "guest1"), csum_errors(&env, "wire")];
+    fetch(&env, "guest1", "10.77.0.1", 8081, "wire", 16);
+    fetch(&env, "wire", "10.77.0.254", 8082, "guest1", 16);
+    fetch(&env, "guest1", "fd77::1", 8083, "wire", 8);
+    fetch(&env, "wire", "fd77::fe", 8084, "guest1", 8);
+    udp("wire", "10.77.0.254", "guest1", false);
+    udp("wire", "10.77.0.254", "guest1", true);
+    let after = [csum_errors(&env, "guest1"), csum_errors(&env, "wire")];
+    assert_eq!(
+        after, before,
+        "[[Tcp, Udp]InCsumErrors] of [guest1, wire] with offload = {offload}, port_offload = {port}"
+    );
+
+    let st = env.status();
+    let p = wire_port(&st);
+    eprintln!(
+        "offload = {offload}, port_offload = {port}: port {} counters {}",
+        p["offloads"], p["counters"]
+    );
+    assert_eq!(p["counters"]["tx_dropped"], 0, "{p}");
+    Some((env, p))
+}
+
+/// For a port without checksum offload: a capture of what the wire host
+/// receives while guest1 sends it a file shows every TCP checksum correct
+/// (tcpdump checks them; frames the port was left to finish would show
+/// "incorrect").
+fn capture_shows_good_checksums(env: &Env) {
+    let pcap = env.run_dir.join("wire-in.pcap");
+    let file = pcap.to_str().unwrap();
+    let mut dump = env.spawn(&[
+        "exec", "wire", "--", "tcpdump", "-i", "eth0", "-Q", "in", "-U", "-Z", "root", "-c",
+        "2000", "-s", "0", "-w", file, "tcp",
+    ]);
+    wait_until("tcpdump to open its file", Duration::from_secs(10), || {
+        pcap.exists()
+    });
+    fetch(env, "guest1", "10.77.0.1", 8085, "wire", 8);
+    assert!(
+        dump.wait_exit(Duration::from_secs(20)),
+        "tcpdump took fewer than 2000 frames"
+    );
+    let out = std::process::Command::new("tcpdump")
+        .args(["-r", file, "-nn", "-vv"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let correct = text.matches("(correct)").count();
+    let bad: Vec<&str> = text.lines().filter(|l| l.contains("incorrect")).collect();
+    assert!(
+        bad.is_empty(),
+        "{} bad checksums, e.g. {:?}",
+        bad.len(),
+        bad.first()
+    );
+    assert!(
+        correct > 1000,
+        "only {correct} checksums checked:\n{text:.2000}"
+    );
+}
+
+fn shaped(p: &Value) -> u64 {
+    p["counters"]["tx_shaped"].as_u64().unwrap_or(0)
+}
+
+fn linearized(p: &Value) -> u64 {
+    p["counters"]["tx_linearized"].as_u64().unwrap_or(0)
+}
+
+/// A plain NIC: the software offload driver segments and checksums.
+#[test]
+fn tso_guest_over_a_port_with_no_offloads() {
+    let Some((env, p)) = offloads_hold("off-tso-none", "tso", "none") else {
+        return;
+    };
+    capture_shows_good_checksums(&env);
+    assert_eq!(
+        p["offloads"],
+        json!({"sg": false, "csum": false, "tso4": false, "tso6": false})
+    );
+    assert!(shaped(&p) > 0, "{p}");
+}
+
+/// Checksum offload without scatter-gather: GSO is segmented here.
+#[test]
+fn tso_guest_over_a_csum_port() {
+    let Some((_env, p)) = offloads_hold("off-tso-csum", "tso", "csum") else {
+        return;
+    };
+    assert!(shaped(&p) > 0, "{p}");
+}
+
+/// Gathered MTU frames to a port without scatter-gather are copied into
+/// one buffer first, and counted.
+#[test]
+fn sg_csum_guest_over_a_csum_port_linearizes() {
+    let Some((_env, p)) = offloads_hold("off-sgc-csum", "sg+csum", "csum") else {
+        return;
+    };
+    assert!(linearized(&p) > 0, "{p}");
+    assert!(p["counters"]["tx_linearized_bytes"].as_u64().unwrap_or(0) > 0);
+}
+
+/// Scatter-gather without checksum offload: checksums in software.
+#[test]
+fn tso_guest_over_an_sg_port() {
+    let Some((env, p)) = offloads_hold("off-tso-sg", "tso", "sg") else {
+        return;
+    };
+    capture_shows_good_checksums(&env);
+    assert!(shaped(&p) > 0, "{p}");
+    assert_eq!(linearized(&p), 0, "{p}");
+}
+
+/// A guest without offloads: full checksums, MTU frames from its kernel.
+#[test]
+fn no_offload_guest_over_an_sg_csum_port() {
+    offloads_hold("off-none-sgc", "none", "sg+csum");
+}
+
+/// Everything the port takes as it is: nothing linearized.
+#[test]
+fn sg_csum_guest_over_a_tso_port() {
+    let Some((_env, p)) = offloads_hold("off-sgc-tso", "sg+csum", "tso") else {
+        return;
+    };
+    assert_eq!(linearized(&p), 0, "{p}");
+}
