@@ -338,19 +338,7 @@ impl Ctx<'_> {
 
 /// The options `baseline`'s environments are brought up with.
 fn base_options(opts: &RamOptions) -> BaselineOptions {
-    BaselineOptions {
-        quick: opts.quick,
-        runs: opts.runs,
-        secs: opts.secs,
-        exe: opts.exe.clone(),
-        run_dir: opts.run_dir.clone(),
-        progress: false,
-        profile: false,
-        profile_dir: None,
-        configs: Vec::new(),
-        workloads: Vec::new(),
-        spin_us: None,
-    }
+    BaselineOptions::for_suite(&opts.exe, &opts.run_dir, opts.quick, opts.runs, opts.secs)
 }
 
 /// Why `up` refused a topology, when the reason is a key this build does
@@ -434,7 +422,7 @@ fn segments_like_a_nic(env: &Env, native: bool, mtu: bool) -> Result<()> {
 }
 
 /// `ethtool -K eth0 ARGS` in namespace `ns`.
-fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns, "ethtool", "-K", "eth0"])
         .args(args)
@@ -727,7 +715,9 @@ fn add_ratios(records: &mut [RamRecord]) {
 }
 
 /// Medians of each key over `maps`.
-fn medians<'a>(maps: impl Iterator<Item = &'a BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
+pub(crate) fn medians<'a>(
+    maps: impl Iterator<Item = &'a BTreeMap<String, f64>>,
+) -> BTreeMap<String, f64> {
     let mut all: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for m in maps {
         for (k, v) in m {
