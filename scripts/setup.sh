@@ -31,7 +31,7 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 sockperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium; do
+for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium; do
     # busybox-static provides busybox (and conflicts with it).
     [ "$p" = busybox ] && dpkg -s busybox-static >/dev/null 2>&1 && continue
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")

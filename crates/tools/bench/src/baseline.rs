@@ -44,6 +44,32 @@ pub struct BaselineOptions {
     pub spin_us: Option<u32>,
 }
 
+impl BaselineOptions {
+    /// The options another suite brings `baseline`'s environments up with:
+    /// no progress, profile or filters of this suite's own.
+    pub fn for_suite(
+        exe: &std::path::Path,
+        run_dir: &std::path::Path,
+        quick: bool,
+        runs: usize,
+        secs: u32,
+    ) -> BaselineOptions {
+        BaselineOptions {
+            quick,
+            runs,
+            secs,
+            exe: exe.to_path_buf(),
+            run_dir: run_dir.to_path_buf(),
+            progress: false,
+            profile: false,
+            profile_dir: None,
+            configs: Vec::new(),
+            workloads: Vec::new(),
+            spin_us: None,
+        }
+    }
+}
+
 /// A measured configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -341,7 +367,7 @@ pub(crate) struct Env {
 }
 
 impl Env {
-    fn new(domains: Vec<Domain>) -> Env {
+    pub(crate) fn new(domains: Vec<Domain>) -> Env {
         Env {
             domains,
             flows: BTreeMap::new(),
@@ -371,7 +397,7 @@ pub(crate) fn bench_cgroup(layout: &CgroupLayout, name: &str) -> Result<Cgroup> 
 }
 
 /// Domains measured through their own fresh cgroups.
-fn bench_domains(layout: &CgroupLayout, names: &[&str]) -> Result<Vec<Domain>> {
+pub(crate) fn bench_domains(layout: &CgroupLayout, names: &[&str]) -> Result<Vec<Domain>> {
     names
         .iter()
         .map(|n| {
@@ -602,7 +628,6 @@ pub(crate) fn measure_flows(
     tsc_hz: f64,
     profile: Option<&str>,
 ) -> Result<Measured> {
-    let before: Vec<Duration> = env.domains.iter().map(Domain::cpu).collect();
     let flow = || -> Result<FlowResult> {
         let results: Vec<Result<FlowResult>> = std::thread::scope(|sc| {
             let hs: Vec<_> = names
@@ -616,34 +641,51 @@ pub(crate) fn measure_flows(
                 })
                 .collect()
         });
-        let mut sum: Option<FlowResult> = None;
-        for r in results {
-            let r = r?;
-            sum = Some(match sum {
-                None => r,
-                Some(s) => FlowResult {
-                    gbps: s.gbps + r.gbps,
-                    bytes: s.bytes + r.bytes,
-                    packets: s.packets + r.packets,
-                    seconds: s.seconds.max(r.seconds),
-                    latency: None,
-                },
-            });
-        }
-        sum.context("no flow to measure")
+        sum_flows(results)
     };
+    let opts = profile.map(|initiator| prof::ProfileOptions {
+        initiator: initiator.to_string(),
+        ..Default::default()
+    });
+    measure_with(env, tsc_hz, opts, flow)
+}
+
+/// The sum of flows run at once: throughput, bytes and packets add up.
+pub(crate) fn sum_flows(results: Vec<Result<FlowResult>>) -> Result<FlowResult> {
+    let mut sum: Option<FlowResult> = None;
+    for r in results {
+        let r = r?;
+        sum = Some(match sum {
+            None => r,
+            Some(s) => FlowResult {
+                gbps: s.gbps + r.gbps,
+                bytes: s.bytes + r.bytes,
+                packets: s.packets + r.packets,
+                seconds: s.seconds.max(r.seconds),
+                latency: None,
+            },
+        });
+    }
+    sum.context("no flow to measure")
+}
+
+/// Runs `flow` with every domain's CPU time over it, under the profiler
+/// when `profile` is given (hv's pid filled in from `env`).
+pub(crate) fn measure_with(
+    env: &Env,
+    tsc_hz: f64,
+    profile: Option<prof::ProfileOptions>,
+    flow: impl FnOnce() -> Result<FlowResult> + Send,
+) -> Result<Measured> {
+    let before: Vec<Duration> = env.domains.iter().map(Domain::cpu).collect();
     let (r, profile) = match profile {
         None => (flow()?, None),
-        Some(initiator) => {
-            let opts = prof::ProfileOptions {
-                hv_pid: env
-                    .domains
-                    .iter()
-                    .find(|d| d.name == "hv")
-                    .and_then(|d| d.pid),
-                initiator: initiator.to_string(),
-                ..Default::default()
-            };
+        Some(mut opts) => {
+            opts.hv_pid = env
+                .domains
+                .iter()
+                .find(|d| d.name == "hv")
+                .and_then(|d| d.pid);
             let (r, p) = prof::profile_while(opts, flow)
                 .map_err(|e| anyhow::anyhow!("profiling the flow: {e}"))?;
             (r?, Some(p))

@@ -338,19 +338,7 @@ impl Ctx<'_> {
 
 /// The options `baseline`'s environments are brought up with.
 fn base_options(opts: &RamOptions) -> BaselineOptions {
-    BaselineOptions {
-        quick: opts.quick,
-        runs: opts.runs,
-        secs: opts.secs,
-        exe: opts.exe.clone(),
-        run_dir: opts.run_dir.clone(),
-        progress: false,
-        profile: false,
-        profile_dir: None,
-        configs: Vec::new(),
-        workloads: Vec::new(),
-        spin_us: None,
-    }
+    BaselineOptions::for_suite(&opts.exe, &opts.run_dir, opts.quick, opts.runs, opts.secs)
 }
 
 /// Why `up` refused a topology, when the reason is a key this build does

@@ -244,7 +244,7 @@ pub struct Saved {
 }
 
 /// The seed suites, in the order `bench seeds` runs them.
-pub const SUITES: [&str; 5] = ["baseline", "menon2006", "ram", "hosted", "hvm"];
+pub const SUITES: [&str; 6] = ["baseline", "menon2006", "menon2005", "ram", "hosted", "hvm"];
 
 /// The seed figures of `suite`'s report, from the JSON the suite wrote.
 pub fn figures_from_json(suite: &str, json: &str) -> anyhow::Result<Vec<Figure>> {
@@ -256,6 +256,7 @@ pub fn figures_from_json(suite: &str, json: &str) -> anyhow::Result<Vec<Figure>>
         "ram" => crate::ram::figures(&serde_json::from_str(json).with_context(ctx)?),
         "hosted" => crate::hosted::figures(&serde_json::from_str(json).with_context(ctx)?),
         "hvm" => crate::hvm::figures(&serde_json::from_str(json).with_context(ctx)?),
+        "menon2005" => crate::menon2005::figures(&serde_json::from_str(json).with_context(ctx)?),
         _ => anyhow::bail!("no seed suite {suite:?}; there are {}", SUITES.join(", ")),
     })
 }

@@ -452,6 +452,27 @@ enum Cmd {
         #[arg(long)]
         port: String,
     },
+    /// Menon 2005's receiver (`bench menon2005`): takes one TCP connection
+    /// on LISTEN and reads it with a BUFFER-byte user buffer for SECS
+    /// seconds; prints a JSON line of bytes and seconds.
+    #[command(hide = true)]
+    Sink {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        buffer: usize,
+        #[arg(long)]
+        secs: f64,
+    },
+    /// Menon 2005's sender: writes a 64 KiB buffer to CONNECT in a loop
+    /// until the receiver closes (or SECS pass).
+    #[command(hide = true)]
+    Source {
+        #[arg(long)]
+        connect: std::net::SocketAddr,
+        #[arg(long)]
+        secs: f64,
+    },
     /// A hostile vhost-user VM `bench virtio` runs against a VM vif: one
     /// attack (kick_storm, avail_ahead, bad_chains, bad_mem_table,
     /// half_message, mid_frame) for a while; prints a JSON line.
@@ -557,6 +578,15 @@ enum Suite {
     /// ratios to native (--configs picks some; --quick: 1 run of 2 s
     /// flows, under 5 minutes).
     Menon2006,
+    /// Menon 2005 (the Xenoprof paper) re-measured in Linux, Xen-domain0
+    /// (the application in the driver domain), Xen-guest0 (guest and
+    /// driver domain on one core) and Xen-guest1 (on two): receive
+    /// throughput against the receiver's buffer (Figures 1, 2; --sizes sets
+    /// the buffers), with one to three NICs (Figure 3), transmit, nginx
+    /// under httperf (Figure 7), and Tables 1-8 from profiles; hardware
+    /// events where the machine counts them (--quick: 1 run of 2 s streams,
+    /// under 5 minutes).
+    Menon2005,
     /// Every seed suite in turn (baseline, menon2006, menon2005, ram,
     /// hosted, hvm), then one report of the five seeds' 58 figures and
     /// tables beside the papers: OUT/index.html, OUT/README.md, the charts
@@ -655,6 +685,8 @@ fn run(cli: Cli) -> Result<()> {
     let internal = matches!(
         cli.cmd,
         Cmd::Forwarder { .. }
+            | Cmd::Sink { .. }
+            | Cmd::Source { .. }
             | Cmd::HostileVm { .. }
             | Cmd::Domain
             | Cmd::Vmapp { .. }
@@ -724,6 +756,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         cmd @ (Cmd::Hv { .. }
         | Cmd::Forwarder { .. }
+        | Cmd::Sink { .. }
+        | Cmd::Source { .. }
         | Cmd::HostileVm { .. }
         | Cmd::Domain
         | Cmd::Vmapp { .. }
@@ -862,6 +896,12 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             listen,
         ),
         Cmd::Forwarder { tap, port } => bench::forwarder::run(&tap, &port),
+        Cmd::Sink {
+            listen,
+            buffer,
+            secs,
+        } => bench::sink::receive(listen, buffer, secs),
+        Cmd::Source { connect, secs } => bench::sink::send(connect, secs),
         Cmd::HostileVm {
             socket,
             attack,
@@ -923,7 +963,8 @@ struct BenchArgs {
     /// microseconds after their last work before sleeping (`up --spin-us`).
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
     spin_us: Option<u32>,
-    /// hosted: iperf3 send sizes in bytes for Figure 6 (comma-separated;
+    /// hosted: iperf3 send sizes in bytes for Figure 6; menon2005: the
+    /// receiver's buffer sizes for Figures 1 and 2 (comma-separated;
     /// default 512 to 65536 by powers of two, or 512,4096,65536 with --quick).
     #[arg(long, value_delimiter = ',', value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     sizes: Vec<u32>,
@@ -1088,6 +1129,7 @@ fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchRe
         Suite::Multihost => bench_multihost(rd, a, runs),
         Suite::Ram => bench_ram(rd, a, runs),
         Suite::Menon2006 => bench_menon2006(rd, a, runs),
+        Suite::Menon2005 => bench_menon2005(rd, a, runs),
         Suite::Seeds => anyhow::bail!("bench seeds runs the other suites; it is not one itself"),
         Suite::Hvm => {
             let opts = bench::hvm::HvmOptions::new(
@@ -1260,6 +1302,27 @@ fn bench_menon2006(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<B
         r.table(),
         r.svg(),
     ))
+}
+
+/// `bench menon2005`: the Xenoprof paper's receive, send and web-server
+/// experiments and its profiles.
+fn bench_menon2005(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
+    let mut opts = bench::menon2005::Menon2005Options::new(
+        std::env::current_exe()?,
+        rd.join("bench"),
+        a.quick,
+        runs,
+    );
+    if let Some(s) = a.seconds {
+        opts.secs = s.max(1);
+    }
+    if !a.sizes.is_empty() {
+        opts.buffers = a.sizes.iter().map(|&s| s as usize).collect();
+    }
+    let r = bench::menon2005::run(&opts)?;
+    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
+    report.charts = r.charts();
+    Ok(report)
 }
 
 /// `bench multihost`: three hosts over VXLAN, static and EVPN, against

@@ -1,0 +1,867 @@
+//! The paper's figures and tables beside ours: Markdown for RESULTS and
+//! `splitnet bench menon2005`, and one [`Figure`] each for the seeds report.
+
+use super::{Experiment, Menon2005Report, Point, Profiled, Setup};
+use crate::plot::{self, Series, Sweep};
+use crate::seeds::{Figure, Kind, Seed, Status};
+use std::fmt::Write;
+
+/// `figure-3.svg`, `table-1.svg`: where a figure's chart is written.
+pub fn file_name(f: &Figure) -> String {
+    format!("{}.svg", f.id.to_lowercase().replace(' ', "-"))
+}
+
+const SEED: Seed = Seed::Menon2005;
+
+/// The setups of the receive and web figures, in the paper's order.
+const XEN: [Setup; 4] = [Setup::Linux, Setup::Domain0, Setup::Guest0, Setup::Guest1];
+
+fn fmt_x(e: Experiment, x: f64) -> String {
+    match e {
+        Experiment::Buffer if x >= 1024.0 => format!("{} KiB", x / 1024.0),
+        Experiment::Buffer => format!("{x} B"),
+        Experiment::Nics => format!("{x} NIC"),
+        Experiment::Tx => "1 NIC".into(),
+        Experiment::Web => format!("{x} req/s"),
+    }
+}
+
+fn cell(p: Option<&Point>, digits: usize) -> String {
+    match p {
+        None => "-".into(),
+        Some(p) => {
+            let r = p
+                .ratio_to_native
+                .filter(|_| p.setup != Setup::Linux)
+                .map_or(String::new(), |r| format!(" ({:.2}×)", r.median));
+            format!("{:.*}{r}", digits, p.value.median)
+        }
+    }
+}
+
+/// A sweep as a Markdown table: one row per x, one column per setup.
+fn sweep_table(r: &Menon2005Report, e: Experiment, setups: &[Setup], unit: &str) -> String {
+    let setups: Vec<Setup> = setups
+        .iter()
+        .copied()
+        .filter(|s| !r.series(*s, e).is_empty())
+        .collect();
+    let mut xs: Vec<f64> = r
+        .summary
+        .iter()
+        .filter(|p| p.experiment == e)
+        .map(|p| p.x)
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let mut t = format!("| {} |", e.name());
+    for s in &setups {
+        let _ = write!(t, " {} {unit} (× Linux) |", s.name());
+    }
+    t += "\n|---|";
+    t += &"---:|".repeat(setups.len());
+    t += "\n";
+    let digits = if e == Experiment::Web { 0 } else { 2 };
+    for x in xs {
+        let _ = write!(t, "| {} |", fmt_x(e, x));
+        for s in &setups {
+            let _ = write!(t, " {} |", cell(r.point(*s, e, x), digits));
+        }
+        t += "\n";
+    }
+    t
+}
+
+/// A sweep as lines, one per setup, against x.
+fn sweep_svg(
+    r: &Menon2005Report,
+    e: Experiment,
+    setups: &[Setup],
+    title: &str,
+    unit: &str,
+) -> String {
+    let series: Vec<Series> = setups
+        .iter()
+        .map(|s| Series {
+            name: s.name().to_string(),
+            points: r
+                .series(*s, e)
+                .iter()
+                .map(|p| (p.x, p.value.median))
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    if series.is_empty() {
+        return String::new();
+    }
+    plot::lines(&Sweep {
+        title: title.to_string(),
+        x_label: match e {
+            Experiment::Buffer => "receive buffer (bytes)".into(),
+            Experiment::Nics => "NICs".into(),
+            Experiment::Web => "requests/s".into(),
+            Experiment::Tx => String::new(),
+        },
+        y_label: unit.to_string(),
+        log2_x: e == Experiment::Buffer,
+        series,
+    })
+}
+
+/// Work samples of a profile by the paper's three parts: the receiving
+/// domain, the driver domain (when another) and hv, in percent of the three.
+pub fn parts(p: &Profiled) -> Vec<(String, f64)> {
+    let get = |role: &str| -> f64 {
+        p.domains
+            .iter()
+            .filter(|d| d.role == role)
+            .map(|d| d.samples as f64)
+            .sum()
+    };
+    let (app, drv, hv) = if p.setup.in_driver() {
+        (get("driver"), 0.0, get("hv"))
+    } else if p.setup == Setup::Linux {
+        (get("receiver"), 0.0, 0.0)
+    } else {
+        (get("guest"), get("driver"), get("hv"))
+    };
+    let all = (app + drv + hv).max(1.0);
+    vec![
+        ("application's domain".into(), 100.0 * app / all),
+        ("driver domain".into(), 100.0 * drv / all),
+        ("hv".into(), 100.0 * hv / all),
+    ]
+}
+
+/// The top `n` functions of `role` in a profile, as "function share%".
+fn top(p: &Profiled, role: &str, n: usize) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64, u64)> = p
+        .domains
+        .iter()
+        .filter(|d| d.role == role)
+        .flat_map(|d| {
+            d.top.iter().map(move |h| {
+                (
+                    h.function.clone(),
+                    h.share_pct * d.share_pct / 100.0,
+                    h.samples,
+                )
+            })
+        })
+        .collect();
+    v.sort_by_key(|h| std::cmp::Reverse(h.2));
+    v.truncate(n);
+    v.into_iter().map(|(f, s, _)| (f, s)).collect()
+}
+
+/// Samples of `function` in `role`'s domains of a profile (0 when not
+/// among the listed functions).
+fn samples_of(p: &Profiled, role: &str, function: &str) -> u64 {
+    p.domains
+        .iter()
+        .filter(|d| d.role == role)
+        .flat_map(|d| d.top.iter())
+        .filter(|h| h.function == function)
+        .map(|h| h.samples)
+        .sum()
+}
+
+fn role_samples(p: &Profiled, role: &str) -> u64 {
+    p.domains
+        .iter()
+        .filter(|d| d.role == role)
+        .map(|d| d.samples)
+        .sum()
+}
+
+fn top_table(title: &str, rows: &[(String, f64)], paper: &[(&str, f64)]) -> String {
+    let mut t =
+        format!("| {title} | ours % of all samples | paper | paper % |\n|---|---:|---|---:|\n");
+    for i in 0..rows.len().max(paper.len()) {
+        let ours = rows.get(i).map_or(("-".to_string(), String::new()), |r| {
+            (r.0.clone(), format!("{:.2}", r.1))
+        });
+        let theirs = paper.get(i).map_or(("-".to_string(), String::new()), |r| {
+            (r.0.to_string(), format!("{:.2}", r.1))
+        });
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} |",
+            ours.0, ours.1, theirs.0, theirs.1
+        );
+    }
+    t
+}
+
+fn no_profile(what: &str) -> String {
+    format!("No profile of {what}: the configuration is not in this build, or the profiler could not start.\n")
+}
+
+/// Figure 1 (Linux against Xen), or 2 (the driver domain with and
+/// without page-sized buffers).
+fn fig_buffers(
+    r: &Menon2005Report,
+    id: &'static str,
+    title: &'static str,
+    setups: &[Setup],
+) -> Figure {
+    let mut table = sweep_table(r, Experiment::Buffer, setups, "Gbit/s");
+    let (status, reason) = match &r.anomaly {
+        Some(a) => {
+            let _ = writeln!(table, "\nAnomaly: {}.", a.verdict);
+            let shown = |k: &str| setups.iter().any(|s| s.name() == k);
+            for (k, s) in a.spread.iter().filter(|(k, _)| shown(k)) {
+                let _ = writeln!(
+                    table,
+                    "- {k}: {:.2}–{:.2} Gbit/s over the sweep, coefficient of variation {:.2}",
+                    s.1, s.2, s.0
+                );
+            }
+            let found = a.verdict.starts_with("erratic where");
+            (
+                if found {
+                    Status::Reproduced
+                } else {
+                    Status::Partly
+                },
+                if found {
+                    "the anomaly appears with page-sized receive buffers".into()
+                } else {
+                    "the sweep is measured; the anomaly does not occur on a modern kernel (see the verdict)".to_string()
+                },
+            )
+        }
+        None => (Status::Missing, "no buffer sweep was measured".into()),
+    };
+    let ours = r
+        .summary
+        .iter()
+        .filter(|p| p.experiment == Experiment::Buffer && setups.contains(&p.setup))
+        .map(|p| {
+            (
+                format!("{} {}", p.setup.name(), fmt_x(p.experiment, p.x)),
+                p.value.median,
+            )
+        })
+        .collect();
+    Figure {
+        seed: SEED,
+        id: id.into(),
+        title: title.into(),
+        kind: Kind::Lines,
+        svg: sweep_svg(
+            r,
+            Experiment::Buffer,
+            setups,
+            &format!("menon2005: receive throughput against the receive buffer ({id})"),
+            "Gbit/s",
+        ),
+        table,
+        status,
+        reason,
+        paper: Vec::new(),
+        ours,
+    }
+}
+
+/// Tables 1 and 2: points A and B of the guest's sweep.
+fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
+    let (a, b) = (
+        r.profile(Setup::Guest1, "buffer A"),
+        r.profile(Setup::Guest1, "buffer B"),
+    );
+    let paper1 = [
+        ("kernel (A)", 60.0),
+        ("driver (A)", 10.0),
+        ("xen (A)", 30.0),
+        ("kernel (B)", 84.0),
+        ("driver (B)", 5.0),
+        ("xen (B)", 11.0),
+    ];
+    let mut t1 =
+        String::from("| part | ours A | ours B | paper A | paper B |\n|---|---:|---:|---:|---:|\n");
+    let mut t2 = String::new();
+    let mut ours1 = Vec::new();
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let (pa, pb) = (parts(a), parts(b));
+            let paper_rows = [
+                ("XenoLinux kernel", 60, 84),
+                ("network driver", 10, 5),
+                ("xen", 30, 11),
+            ];
+            for ((name, va), ((_, vb), (pn, x, y))) in pa.iter().zip(pb.iter().zip(paper_rows)) {
+                let _ = writeln!(
+                    t1,
+                    "| {name} (paper: {pn}) | {va:.1} | {vb:.1} | {x} | {y} |"
+                );
+                ours1.push((format!("{name} (A)"), *va));
+                ours1.push((format!("{name} (B)"), *vb));
+            }
+            let _ = writeln!(t1, "\nA: {} B buffer, {:.2} Gbit/s; B: {} B buffer, {:.2} Gbit/s (Xen-guest1, profiled runs).", a.x, a.gbps, b.x, b.gbps);
+            t2 += &top_table(
+                &format!("guest at A ({} B)", a.x),
+                &top(a, "guest", 8),
+                &[("skb_copy_bits", 0.15), ("tcp_collapse", 0.05)],
+            );
+            t2 += "\n";
+            t2 += &top_table(
+                &format!("guest at B ({} B)", b.x),
+                &top(b, "guest", 8),
+                &[
+                    ("skb_copy_bits", 28.0),
+                    ("skbuff_ctor", 9.0),
+                    ("tcp_collapse", 3.0),
+                ],
+            );
+            let _ = writeln!(
+                t2,
+                "\ntcp_collapse samples: A {}, B {}; skb_copy_bits: A {}, B {}.",
+                samples_of(a, "guest", "tcp_collapse"),
+                samples_of(b, "guest", "tcp_collapse"),
+                samples_of(a, "guest", "skb_copy_bits"),
+                samples_of(b, "guest", "skb_copy_bits")
+            );
+        }
+        _ => {
+            t1 = no_profile("points A and B");
+            t2 = t1.clone();
+        }
+    }
+    t2 += &page_buffers(r);
+    let status = if ours1.is_empty() {
+        Status::Missing
+    } else {
+        Status::Partly
+    };
+    let reason =
+        "clock samples by domain stand for Xenoprof's; splitnet's guest kernel is the host's"
+            .to_string();
+    (
+        Figure {
+            seed: SEED,
+            id: "Table 1".into(),
+            title: "Profile at points A and B: share per domain".into(),
+            kind: Kind::Table,
+            table: t1,
+            svg: String::new(),
+            status,
+            reason: reason.clone(),
+            paper: paper1.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            ours: ours1,
+        },
+        Figure {
+            seed: SEED,
+            id: "Table 2".into(),
+            title: "Profile at points A and B: top functions".into(),
+            kind: Kind::Table,
+            table: t2,
+            svg: String::new(),
+            status,
+            reason,
+            paper: vec![
+                ("skb_copy_bits (B)".into(), 28.0),
+                ("skbuff_ctor (B)".into(), 9.0),
+                ("tcp_collapse (B)".into(), 3.0),
+            ],
+            ours: Vec::new(),
+        },
+    )
+}
+
+/// The paper's cause of the anomaly: the driver domain receiving into
+/// page-sized buffers, against MTU-sized ones at the same buffer.
+fn page_buffers(r: &Menon2005Report) -> String {
+    let (Some(mtu), Some(page)) = (
+        r.profile(Setup::Domain0, "rx, 1 NIC"),
+        r.profile(Setup::Domain0Page, "rx, 1 NIC"),
+    ) else {
+        return String::new();
+    };
+    let mut t = format!(
+        "\nThe driver domain receiving with a 64 KiB buffer, into MTU-sized buffers ({:.2} Gbit/s) \
+         and into 4 KiB pages (`port_buffer = \"page\"`, {:.2} Gbit/s):\n\n",
+        mtu.gbps, page.gbps
+    );
+    t += &top_table("Xen-domain0, MTU buffers", &top(mtu, "driver", 8), &[]);
+    t += "\n";
+    t += &top_table("Xen-domain0, page buffers", &top(page, "driver", 8), &[]);
+    let _ = writeln!(
+        t,
+        "\ntcp_collapse samples: MTU {}, page {}; skb_copy_bits: MTU {}, page {}.",
+        samples_of(mtu, "driver", "tcp_collapse"),
+        samples_of(page, "driver", "tcp_collapse"),
+        samples_of(mtu, "driver", "skb_copy_bits"),
+        samples_of(page, "driver", "skb_copy_bits")
+    );
+    t
+}
+
+/// Figure 3.
+fn fig_nics(r: &Menon2005Report) -> Figure {
+    let table = sweep_table(r, Experiment::Nics, &XEN, "Gbit/s")
+        + "\nPaper (Mb/s): Linux 2462 with 3 NICs, Xen-domain0 1878 with 2 NICs (0.75 of Linux's best), \
+           Xen-guest0 849 with 1 NIC; Xen-domain0 and Xen-guest1 941 with 1 NIC.\n";
+    let ours: Vec<(String, f64)> = r
+        .summary
+        .iter()
+        .filter(|p| p.experiment == Experiment::Nics)
+        .map(|p| {
+            (
+                format!("{} {}", p.setup.name(), fmt_x(p.experiment, p.x)),
+                p.value.median * 1000.0,
+            )
+        })
+        .collect();
+    let full = XEN
+        .iter()
+        .all(|s| r.series(*s, Experiment::Nics).len() == 3);
+    Figure {
+        seed: SEED,
+        id: "Figure 3".into(),
+        title: "Receive throughput with one to three NICs".into(),
+        kind: Kind::Lines,
+        svg: sweep_svg(
+            r,
+            Experiment::Nics,
+            &XEN,
+            "menon2005: receive throughput with 1-3 NICs (Figure 3)",
+            "Gbit/s",
+        ),
+        table,
+        status: if full {
+            Status::Reproduced
+        } else if ours.is_empty() {
+            Status::Missing
+        } else {
+            Status::Partly
+        },
+        reason: if full {
+            "every configuration with 1-3 NICs".into()
+        } else {
+            "some configurations or NIC counts are not in this build".into()
+        },
+        paper: vec![
+            ("Linux 3 NIC".into(), 2462.0),
+            ("Xen-domain0 2 NIC".into(), 1878.0),
+            ("Xen-guest0 1 NIC".into(), 849.0),
+            ("Xen-domain0 1 NIC".into(), 941.0),
+            ("Xen-guest1 1 NIC".into(), 941.0),
+        ],
+        ours,
+    }
+}
+
+/// Total cycles per packet of a 1-NIC receive (or the transmit) over
+/// Xen-domain0's.
+fn cost_ratio(r: &Menon2005Report, s: Setup, e: Experiment) -> Option<f64> {
+    let c = |s| {
+        r.point(s, e, 1.0)
+            .and_then(|p| p.cycles_per_packet.get("total").copied())
+    };
+    let (a, b) = (c(s)?, c(Setup::Domain0)?);
+    (b > 0.0).then(|| a / b)
+}
+
+/// Figures 4, 5, 6 and 8 and Table 3: hardware events; the cycle cost as
+/// the measurable part.
+fn fig_events(r: &Menon2005Report) -> Vec<Figure> {
+    let note = if r.events_note.is_empty() {
+        "counted".to_string()
+    } else {
+        format!("not measurable here: {}", r.events_note)
+    };
+    let mut t = String::from("| configuration | rx cycles/packet | × Xen-domain0 | paper: instruction cost × Xen-domain0 |\n|---|---:|---:|---:|\n");
+    let mut ours = Vec::new();
+    for (s, paper) in [
+        (Setup::Linux, "0.90"),
+        (Setup::Domain0, "1.00"),
+        (Setup::Guest0, "2.25"),
+        (Setup::Guest1, "2.52"),
+    ] {
+        let c = r
+            .point(s, Experiment::Nics, 1.0)
+            .and_then(|p| p.cycles_per_packet.get("total").copied());
+        let x = cost_ratio(r, s, Experiment::Nics);
+        if let Some(x) = x {
+            ours.push((s.name().to_string(), x));
+        }
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {paper} |",
+            s.name(),
+            c.map_or("-".into(), |c| format!("{c:.0}")),
+            x.map_or("-".into(), |x| format!("{x:.2}"))
+        );
+    }
+    let tx = cost_ratio(r, Setup::Guest0, Experiment::Tx);
+    let _ = writeln!(t, "\nTransmit, Xen-guest0 over Xen-domain0 cycles per packet: {} (paper: instruction cost 8.15×).", tx.map_or("-".into(), |x| format!("{x:.2}×")));
+    let _ = writeln!(t, "\nHardware events (instructions, L2, D-TLB, I-TLB misses): {note}. Cycles per 1448-byte packet are each domain's CPU time × the TSC rate, summed.");
+    let status = if r.events_note.is_empty() && !r.profiles.is_empty() {
+        Status::Partly
+    } else {
+        Status::NotMeasurableHere
+    };
+    let reason =
+        "perf_event_open offers no hardware events on this machine; cycles by domain given instead"
+            .to_string();
+    let mk = |id: &str, title: &str| Figure {
+        seed: SEED,
+        id: id.into(),
+        title: title.into(),
+        kind: Kind::Bars,
+        table: t.clone(),
+        svg: String::new(),
+        status,
+        reason: reason.clone(),
+        paper: Vec::new(),
+        ours: ours.clone(),
+    };
+    let mut v = vec![
+        mk(
+            "Figure 4",
+            "Relative hardware event counts, Xen-domain0 and Linux, receive (3 NICs)",
+        ),
+        mk(
+            "Figure 5",
+            "Relative hardware event counts, Xen-domain0, Xen-guest0, Xen-guest1, receive",
+        ),
+        mk(
+            "Figure 6",
+            "Relative hardware event counts, Xen-domain0 and Xen-guest0, send",
+        ),
+        mk(
+            "Figure 8",
+            "Relative hardware event counts, web server at 5000 requests/s",
+        ),
+        mk(
+            "Table 3",
+            "Data TLB miss distribution in Xen-domain0 (3 NICs)",
+        ),
+    ];
+    v[1].paper = vec![("Xen-guest0".into(), 2.25), ("Xen-guest1".into(), 2.52)];
+    v[2].paper = vec![("Xen-guest0 tx".into(), 8.15)];
+    v[2].ours = tx
+        .map(|x| vec![("Xen-guest0 tx".into(), x)])
+        .unwrap_or_default();
+    v
+}
+
+/// Tables 4, 6 and 7: top functions of one role in one profile.
+fn tab_top(
+    r: &Menon2005Report,
+    id: &'static str,
+    title: &'static str,
+    s: Setup,
+    what: &str,
+    roles: &[&str],
+    paper: &[(&str, f64)],
+) -> Figure {
+    let (table, ours) = match r.profile(s, what) {
+        Some(p) => {
+            let rows: Vec<(String, f64)> = roles.iter().flat_map(|role| top(p, role, 8)).collect();
+            let mut t = top_table(
+                &format!("{} {what}: {}", s.name(), roles.join(" + ")),
+                &rows,
+                paper,
+            );
+            let hv = p
+                .domains
+                .iter()
+                .filter(|d| d.role == "hv")
+                .fold(0.0, |a, d| a + d.share_pct);
+            let paper = if id == "Table 4" {
+                "; the paper: Xen 14% of cycles"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                t,
+                "\nhv: {hv:.1}% of all samples ({} clock{paper}).",
+                p.clock
+            );
+            (t, rows)
+        }
+        None => (no_profile(&format!("{} {what}", s.name())), Vec::new()),
+    };
+    Figure { seed: SEED, id: id.into(), title: title.into(), kind: Kind::Table, table, svg: String::new(), status: if ours.is_empty() { Status::Missing } else { Status::Partly }, reason: "clock samples of our hv, driver domain and the host kernel's paths, not Xen's or XenoLinux's functions".into(), paper: paper.iter().map(|(k, v)| (k.to_string(), *v)).collect(), ours }
+}
+
+/// Table 5.
+fn tab_samples(r: &Menon2005Report) -> Figure {
+    let paper = [
+        ("Guest domain", [None, Some(16453.0), Some(20145.0)]),
+        (
+            "Driver domain",
+            [Some(19104.0), Some(15327.0), Some(18845.0)],
+        ),
+        ("Xen / hv", [Some(1939.0), Some(11733.0), Some(14975.0)]),
+    ];
+    let setups = [Setup::Domain0, Setup::Guest0, Setup::Guest1];
+    let mut t = String::from("| domain | Xen-domain0 ours (paper) | Xen-guest0 ours (paper) | Xen-guest1 ours (paper) |\n|---|---:|---:|---:|\n");
+    let mut ours = Vec::new();
+    for ((name, pv), role) in paper.iter().zip(["guest", "driver", "hv"]) {
+        let _ = write!(t, "| {name} |");
+        for (s, p) in setups.iter().zip(pv) {
+            let o = r.profile(*s, "rx, 1 NIC").map(|pr| role_samples(pr, role));
+            if let Some(o) = o {
+                ours.push((format!("{} {name}", s.name()), o as f64));
+            }
+            let _ = write!(
+                t,
+                " {} ({}) |",
+                o.map_or("-".into(), |o| o.to_string()),
+                p.map_or("N/A".into(), |p| format!("{p:.0}"))
+            );
+        }
+        t += "\n";
+    }
+    t += "\nOurs: clock samples (the profiler's cpu-clock or cycles) over one stream; the paper's: instruction samples.\n";
+    for s in setups {
+        if let Some(p) = r.profile(s, "rx, 1 NIC") {
+            let _ = writeln!(
+                t,
+                "- {}: {:.2} Gbit/s while profiled; work classes: {}",
+                s.name(),
+                p.gbps,
+                classes_line(p)
+            );
+        }
+    }
+    Figure {
+        seed: SEED,
+        id: "Table 5".into(),
+        title: "Samples per domain, receive".into(),
+        kind: Kind::Table,
+        table: t,
+        svg: String::new(),
+        status: if ours.is_empty() {
+            Status::Missing
+        } else {
+            Status::Partly
+        },
+        reason: "clock samples stand for instruction samples".into(),
+        paper: Vec::new(),
+        ours,
+    }
+}
+
+fn classes_line(p: &Profiled) -> String {
+    let mut v: Vec<(&String, &f64)> = p.classes.iter().filter(|(_, s)| **s >= 1.0).collect();
+    v.sort_by(|a, b| b.1.total_cmp(a.1));
+    v.iter()
+        .map(|(k, s)| format!("{k} {s:.0}%"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Table 8 and the transmit throughput of §6.2.
+fn tab_tx(r: &Menon2005Report) -> Figure {
+    let (g, d) = (
+        r.profile(Setup::Guest0, "tx"),
+        r.profile(Setup::Domain0, "tx"),
+    );
+    let mut t = String::from("| function | Xen-guest0 guest ours (paper) | Xen-domain0 ours (paper) |\n|---|---:|---:|\n");
+    let mut ours = Vec::new();
+    for (f, pg, pd) in [
+        ("tcp_write_xmit", 212, 72),
+        ("tcp_transmit_skb", 512, 92),
+        ("ip_queue_xmit", 577, 114),
+        ("__ip_queue_xmit", 577, 114),
+    ] {
+        let og = g.map(|p| samples_of(p, "guest", f));
+        let od = d.map(|p| samples_of(p, "driver", f));
+        ours.extend(og.map(|v| (format!("Xen-guest0 {f}"), v as f64)));
+        ours.extend(od.map(|v| (format!("Xen-domain0 {f}"), v as f64)));
+        let o = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+        let _ = writeln!(t, "| {f} | {} ({pg}) | {} ({pd}) |", o(og), o(od));
+    }
+    let rate = |s| {
+        r.point(s, Experiment::Tx, 1.0).map_or("-".into(), |p| {
+            format!("{:.0} Mb/s", p.value.median * 1000.0)
+        })
+    };
+    let _ = writeln!(t, "\nTransmit over one NIC: Xen-guest0 {}, Xen-domain0 {}, Linux {} (paper: 706, 3764, 3764 Mb/s). \
+        Samples are the functions' own (leaf) samples among each domain's top 40; 0: not among them. The guest has no offloads (`offload = false`), as the paper's.",
+        rate(Setup::Guest0), rate(Setup::Domain0), rate(Setup::Linux));
+    if let (Some(g), Some(d)) = (g, d) {
+        let per = |p: &Profiled, role| role_samples(p, role) as f64 / p.gbps.max(1e-9);
+        let (pg, pd) = (per(g, "guest"), per(d, "driver"));
+        let _ = writeln!(
+            t,
+            "\nThe sending domain's samples per Gbit/s sent: guest {pg:.0}, driver domain {pd:.0}: \
+             {:.1}× (paper: the two domains' instruction counts per byte differ by 2.8×).",
+            pg / pd.max(1e-9)
+        );
+    }
+    for (n, p) in [
+        ("Xen-guest0 guest", g.map(|p| (p, "guest"))),
+        ("Xen-domain0 driver", d.map(|p| (p, "driver"))),
+    ] {
+        if let Some((p, role)) = p {
+            let _ = writeln!(
+                t,
+                "- {n}: {} samples in all; top: {}",
+                role_samples(p, role),
+                top(p, role, 5)
+                    .iter()
+                    .map(|(f, s)| format!("{f} {s:.1}%"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    Figure {
+        seed: SEED,
+        id: "Table 8".into(),
+        title: "TCP send functions: guest (Xen-guest0) against the driver domain".into(),
+        kind: Kind::Table,
+        table: t,
+        svg: String::new(),
+        status: if g.is_some() && d.is_some() {
+            Status::Partly
+        } else {
+            Status::Missing
+        },
+        reason: "clock samples stand for instruction samples".into(),
+        paper: vec![
+            ("tcp_write_xmit guest".into(), 212.0),
+            ("tcp_transmit_skb guest".into(), 512.0),
+            ("ip_queue_xmit guest".into(), 577.0),
+        ],
+        ours,
+    }
+}
+
+/// Figure 7.
+fn fig_web(r: &Menon2005Report) -> Figure {
+    let mut table = sweep_table(r, Experiment::Web, &XEN, "replies/s");
+    let peak = |s| {
+        r.series(s, Experiment::Web)
+            .iter()
+            .map(|p| p.value.median)
+            .fold(0.0, f64::max)
+    };
+    let linux = peak(Setup::Linux);
+    let mut ours = Vec::new();
+    let _ = write!(table, "\nPeak replies/s over Linux's:");
+    for s in XEN {
+        if linux > 0.0 && !r.series(s, Experiment::Web).is_empty() {
+            ours.push((s.name().to_string(), peak(s) / linux));
+            let _ = write!(table, " {} {:.2};", s.name(), peak(s) / linux);
+        }
+    }
+    table += " (paper: Xen-domain0 and Xen-guest1 under 0.80, Xen-guest0 about 0.34).\n";
+    Figure {
+        seed: SEED,
+        id: "Figure 7".into(),
+        title: "Web server throughput under httperf".into(),
+        kind: Kind::Lines,
+        svg: sweep_svg(
+            r,
+            Experiment::Web,
+            &XEN,
+            "menon2005: nginx replies/s against httperf's request rate (Figure 7)",
+            "replies/s",
+        ),
+        table,
+        status: if ours.len() == 4 {
+            Status::Reproduced
+        } else if ours.is_empty() {
+            Status::Missing
+        } else {
+            Status::Partly
+        },
+        reason: "nginx with one worker stands for knot; httperf as in the paper".into(),
+        paper: vec![
+            ("Xen-domain0".into(), 0.8),
+            ("Xen-guest1".into(), 0.8),
+            ("Xen-guest0".into(), 0.34),
+        ],
+        ours,
+    }
+}
+
+/// Every figure and table of the paper as this report has it.
+pub fn figures(r: &Menon2005Report) -> Vec<Figure> {
+    let (t1, t2) = tab_points(r);
+    let mut v = vec![
+        fig_buffers(r, "Figure 1", "Receive throughput against the application's receive buffer", &[Setup::Linux, Setup::Domain0, Setup::Guest1]),
+        fig_buffers(r, "Figure 2", "Receive throughput against the receive buffer in the driver domain, with page-sized receive buffers (the anomaly's cause)", &[Setup::Linux, Setup::Domain0, Setup::Domain0Page]),
+    ];
+    v.push(fig_nics(r));
+    v.push(fig_web(r));
+    v.extend([t1, t2]);
+    v.extend(fig_events(r));
+    v.push(tab_top(
+        r,
+        "Table 4",
+        "Expensive routines in Xen-domain0 (3 NICs)",
+        Setup::Domain0,
+        "rx, 3 NICs",
+        &["driver", "hv"],
+        &[
+            ("skbuff_ctor", 9.15),
+            ("mask_and_ack_irq", 6.01),
+            ("unmask_irq", 2.81),
+        ],
+    ));
+    v.push(tab_samples(r));
+    v.push(tab_top(
+        r,
+        "Table 6",
+        "hv functions, Xen-guest0 receive",
+        Setup::Guest0,
+        "rx, 1 NIC",
+        &["hv"],
+        &[
+            ("_copy_from_user_ll", 3.94),
+            ("do_mmu_update", 3.02),
+            ("_copy_to_user_ll", 2.59),
+            ("mod_l1_entry", 2.50),
+            ("alloc_domheap_pages", 1.67),
+            ("do_extended_command", 1.47),
+            ("free_domheap_pages", 1.43),
+        ],
+    ));
+    v.push(tab_top(
+        r,
+        "Table 7",
+        "Driver-domain functions, Xen-guest0 receive",
+        Setup::Guest0,
+        "rx, 1 NIC",
+        &["driver"],
+        &[
+            ("nf_hook_slow", 5.14),
+            ("nf_iterate", 3.59),
+            ("br_nf_pre_routing", 1.76),
+            ("net_rx_action", 1.17),
+            ("fdb_insert", 1.31),
+            ("br_handle_frame", 1.00),
+        ],
+    ));
+    v.push(tab_tx(r));
+    v
+}
+
+/// Every figure's section, in the paper's order.
+pub fn tables(r: &Menon2005Report) -> String {
+    let mut f = figures(r);
+    let order = |id: &str| -> (u8, u32) {
+        let (kind, n) = id.split_once(' ').unwrap_or((id, "0"));
+        (u8::from(kind == "Table"), n.parse().unwrap_or(0))
+    };
+    f.sort_by_key(|x| order(&x.id));
+    let mut s = String::new();
+    let mut seen: Vec<(&str, String)> = Vec::new();
+    for x in &f {
+        let body = match seen.iter().find(|(_, t)| *t == x.table) {
+            Some((id, _)) => format!("As {id}: {}.\n", x.reason),
+            None => x.table.clone(),
+        };
+        seen.push((&x.id, x.table.clone()));
+        let _ = write!(s, "### {}: {}\n\n{body}\n", x.id, x.title);
+    }
+    s
+}
