@@ -846,14 +846,16 @@ impl Offloads {
 impl From<abi::offloads::Caps> for Offloads {
     /// A negotiated or declared capability set. Checksum offload counts only
     /// when it holds for IPv4 and IPv6 alike (a frame of the other version
-    /// then gets its checksum here, which every receiver takes).
+    /// then gets its checksum here, which every receiver takes); TSO only
+    /// with it, as a TAP and Linux refuse TSO without checksum offload.
     fn from(c: abi::offloads::Caps) -> Offloads {
         let c = c.sound();
+        let csum = c.csum && c.csum6;
         Offloads {
             sg: c.sg,
-            csum: c.csum && c.csum6,
-            tso4: c.tso4,
-            tso6: c.tso6,
+            csum,
+            tso4: csum && c.tso4,
+            tso6: csum && c.tso6,
         }
     }
 }
@@ -913,6 +915,20 @@ pub fn prepare_frame(f: &FrameRef<'_>, caps: Offloads, out: &mut impl FrameSink)
             out.rollback_to(mark);
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod caps_tests {
+    use super::Offloads;
+
+    #[test]
+    fn tso_goes_with_checksum_offload_for_one_ip_version() {
+        let c = abi::offloads::Caps::parse("sg+csum4+tso4").unwrap();
+        let o = Offloads::from(c);
+        assert!(!o.csum && !o.tso4 && !o.tso6 && o.sg, "{o:?}");
+        let all = Offloads::from(abi::offloads::Caps::parse("tso").unwrap());
+        assert!(all.csum && all.tso4 && all.tso6 && all.sg);
     }
 }
 

@@ -118,7 +118,9 @@ impl PacketPort {
 /// packet at the smallest segment size netback takes, or one linearized
 /// frame.
 pub(crate) fn shaping_slab() -> FrameSlab {
-    FrameSlab::new(256, 2 * 65536 + 256 * 128)
+    /// Segments of the largest GSO packet at the smallest segment size.
+    const MOST: usize = 65536 / crate::netback::MIN_GSO_SIZE as usize + 2;
+    FrameSlab::new(MOST, 2 * 65536 + MOST * 128)
 }
 
 /// The transmit side of a packet socket: a port's, or a dedicated queue's

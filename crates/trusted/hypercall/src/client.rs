@@ -541,6 +541,19 @@ impl HvClient {
 
     /// GNTTABOP_copy through the shared batch page (no message encoding).
     pub fn grant_copy_batch(&mut self, ops: &[GrantCopy]) -> HvResult<Vec<i16>> {
+        let mut statuses = Vec::with_capacity(ops.len());
+        self.grant_copy_batch_into(ops, &mut statuses)?;
+        Ok(statuses)
+    }
+
+    /// As [`HvClient::grant_copy_batch`], the statuses written into
+    /// `statuses` (cleared first), which a data path reuses across batches.
+    pub fn grant_copy_batch_into(
+        &mut self,
+        ops: &[GrantCopy],
+        statuses: &mut Vec<i16>,
+    ) -> HvResult<()> {
+        statuses.clear();
         if ops.len() > batch::max_ops(self.welcome.batch_pages) {
             return err(
                 ErrorKind::Invalid,
@@ -566,13 +579,12 @@ impl HvClient {
                 format!("hv refused the batch (errno {})", -result),
             );
         }
-        Ok((0..ops.len())
-            .map(|i| {
-                self.batch
-                    .read_u16(batch::OPS_OFF + i * GrantCopy::SIZE + batch::STATUS_IN_OP)
-                    as i16
-            })
-            .collect())
+        statuses.extend((0..ops.len()).map(|i| {
+            self.batch
+                .read_u16(batch::OPS_OFF + i * GrantCopy::SIZE + batch::STATUS_IN_OP)
+                as i16
+        }));
+        Ok(())
     }
 
     /// Holds a batch of grants (the I/O-channel optimization under hv-copy,
@@ -608,11 +620,10 @@ impl HvClient {
         statuses: &mut Vec<i16>,
     ) -> HvResult<()> {
         self.batch.write_u32(batch::KIND_OFF, kind as u32);
-        let r = self.grant_copy_batch(ops);
+        let r = self.grant_copy_batch_into(ops, statuses);
         self.batch
             .write_u32(batch::KIND_OFF, BatchKind::Copy as u32);
-        *statuses = r?;
-        Ok(())
+        r
     }
 
     /// A read-only window on `granter`'s whole I/O pool (for a domain that

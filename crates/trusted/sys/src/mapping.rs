@@ -31,6 +31,24 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above; there is no interior state besides the memory itself.
 unsafe impl Sync for Mapping {}
 
+/// Whether `fd` is a file of hugetlbfs (a pool on 2 MiB pages), which maps
+/// only in whole huge pages.
+fn is_hugetlb(fd: BorrowedFd<'_>) -> bool {
+    /// `HUGETLBFS_MAGIC` (linux/magic.h).
+    const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs writes a `statfs` into the buffer it is given, which is
+    // one of the right size; the descriptor is borrowed for the call.
+    let r = unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) };
+    // SAFETY: on success the kernel filled the struct (and zeroed() made
+    // every byte initialized in any case).
+    let f_type = unsafe { st.assume_init() }.f_type;
+    // f_type's integer type differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    let f_type = f_type as i64;
+    r == 0 && f_type == HUGETLBFS_MAGIC
+}
+
 impl Mapping {
     /// Maps `len` bytes of `fd` starting at `offset` (page-aligned), shared.
     /// A read-only descriptor can only be mapped with `writable == false`.
@@ -44,12 +62,21 @@ impl Mapping {
                 "mmap: zero length",
             ));
         }
+        let end = offset
+            .checked_add(len as u64)
+            .filter(|_| offset.is_multiple_of(crate::PAGE_SIZE as u64))
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "mmap: offset not page-aligned, or past the end of the address space",
+                )
+            })?;
         match Mapping::map(fd, offset, len, writable) {
             // cvt keeps the kind, not the errno: EINVAL is InvalidInput.
-            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput && is_hugetlb(fd) => {
                 let huge = crate::huge::HUGE_PAGE as u64;
                 let start = offset / huge * huge;
-                let end = (offset + len as u64).next_multiple_of(huge);
+                let end = end.next_multiple_of(huge);
                 let mut m = Mapping::map(fd, start, (end - start) as usize, writable)?;
                 // SAFETY: offset - start < end - start, inside the region just mapped.
                 let p = unsafe { m.ptr.as_ptr().add((offset - start) as usize) };

@@ -54,10 +54,12 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     // Before anything else is made: what an earlier hv left is undone, and
     // the keeper watches this one.
     let uplinks = Uplinks::start(&cfg.run_dir, &cfg.topology)?;
-    let huge = crate::hugepages::reserve(&cfg.topology);
     let listener = SeqPacketListener::bind(&sock).map_err(|e| e.to_string())?;
     fs::write(cfg.run_dir.join("hv.pid"), std::process::id().to_string())
         .map_err(|e| e.to_string())?;
+    // Last before the domains: an early return above leaves nothing to give
+    // back; what a killed hv added is given back by the next one.
+    let huge = crate::hugepages::reserve(&cfg.topology, &cfg.run_dir);
 
     let hv = Hypervisor::new();
     hv.set_verbose(true);

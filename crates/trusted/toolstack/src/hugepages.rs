@@ -6,7 +6,12 @@
 //! `splitnet status` (`huge_backing`) say which.
 
 use crate::topology::Topology;
+use std::path::{Path, PathBuf};
 use sys::huge::{self, HugetlbPool};
+
+/// The file in hv's run directory that records the pages it added, so
+/// that the next hv gives back what a killed one could not.
+const ADDED_FILE: &str = "hugepages-added";
 
 /// 2 MiB pages a pool of `frames` 4 KiB frames takes.
 const FRAMES_PER_HUGE_PAGE: u64 = (huge::HUGE_PAGE / sys::PAGE_SIZE) as u64;
@@ -23,20 +28,41 @@ pub fn pages_needed(t: &Topology) -> u64 {
 #[derive(Debug, Default)]
 pub struct Reservation {
     added: u64,
+    /// Where the count is recorded (none when nothing was added).
+    record: Option<PathBuf>,
 }
 
-/// Makes room in the hugetlb pool for `t`'s pools, logging what it did
-/// or why it could not.
-pub fn reserve(t: &Topology) -> Reservation {
+/// Gives back what an earlier hv with this run directory added and did
+/// not give back (it was killed), then makes room in the hugetlb pool for
+/// `t`'s pools, logging what it did or why it could not. What it adds is
+/// recorded in `run_dir` until [`Reservation::release`].
+pub fn reserve(t: &Topology, run_dir: &Path) -> Reservation {
+    let record = run_dir.join(ADDED_FILE);
+    if let Some(left) = std::fs::read_to_string(&record)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+    {
+        give_back(left, "an earlier hv's");
+        let _ = std::fs::remove_file(&record);
+    }
     let need = pages_needed(t);
     if need == 0 {
         return Reservation::default();
     }
-    match grow(need) {
-        Ok((added, msg)) => {
-            eprintln!("hv: huge pages: {msg}");
-            Reservation { added }
+    let (added, res) = grow(need);
+    let reservation = if added > 0 && std::fs::write(&record, added.to_string()).is_ok() {
+        Reservation {
+            added,
+            record: Some(record),
         }
+    } else {
+        Reservation {
+            added,
+            record: None,
+        }
+    };
+    match res {
+        Ok(msg) => eprintln!("hv: huge pages: {msg}"),
         Err(msg) => {
             let (thp, setting) = huge::thp_shmem();
             let fallback = if thp.advised_ranges_get_them() {
@@ -45,66 +71,87 @@ pub fn reserve(t: &Topology) -> Reservation {
                 format!("pools that do not fit take 4 KiB pages: transparent huge pages for shared memory are off ({setting})")
             };
             eprintln!("hv: huge pages: {msg}; {fallback}");
-            Reservation::default()
         }
     }
+    reservation
 }
 
-/// Grows the pool by what `need` pages lack: the pages added and what
-/// was done, or why not enough could be.
-fn grow(need: u64) -> Result<(u64, String), String> {
-    let pool = HugetlbPool::read().map_err(|e| format!("cannot read /proc/meminfo: {e}"))?;
+/// Grows the pool by what `need` pages lack: the pages added (also when
+/// the kernel gave fewer than asked: those are given back at the end too),
+/// and what was done or why not enough could be.
+fn grow(need: u64) -> (u64, Result<String, String>) {
+    let pool = match HugetlbPool::read() {
+        Ok(p) => p,
+        Err(e) => return (0, Err(format!("cannot read /proc/meminfo: {e}"))),
+    };
     let lacking = need.saturating_sub(pool.available());
     if lacking == 0 {
-        return Ok((
+        return (
             0,
-            format!(
+            Ok(format!(
                 "{need} 2 MiB pages needed, {} free already",
                 pool.available()
-            ),
-        ));
+            )),
+        );
     }
-    let before = huge::nr_hugepages().map_err(|e| format!("cannot read nr_hugepages: {e}"))?;
+    let before = match huge::nr_hugepages() {
+        Ok(n) => n,
+        Err(e) => return (0, Err(format!("cannot read nr_hugepages: {e}"))),
+    };
     let asked = before + lacking;
     let set = huge::set_nr_hugepages(asked);
     let after = huge::nr_hugepages().unwrap_or(before);
     let added = after.saturating_sub(before);
     if let Err(e) = set {
-        return Err(format!(
-            "{need} 2 MiB pages needed, {} free, and raising the pool failed: {e}",
-            pool.available()
-        ));
+        return (
+            added,
+            Err(format!(
+                "{need} 2 MiB pages needed, {} free, and raising the pool failed: {e}",
+                pool.available()
+            )),
+        );
     }
     if added < lacking {
         // Keep what the kernel did give: some pools may still fit.
-        return Err(format!(
-            "{need} 2 MiB pages needed, {} free; nr_hugepages {before} -> {asked} was asked, the kernel gave {after} (memory too fragmented or too small)",
-            pool.available()
-        ));
+        return (
+            added,
+            Err(format!(
+                "{need} 2 MiB pages needed, {} free; nr_hugepages {before} -> {asked} was asked, the kernel gave {after} (memory too fragmented or too small)",
+                pool.available()
+            )),
+        );
     }
-    Ok((
+    (
         added,
-        format!("reserved {added} 2 MiB pages for the pools (nr_hugepages {before} -> {after})"),
-    ))
+        Ok(format!(
+            "reserved {added} 2 MiB pages for the pools (nr_hugepages {before} -> {after})"
+        )),
+    )
+}
+
+/// Lowers the pool by `n` pages `whose` hv added (those still free: a
+/// page some other mapping holds stays until it is freed, as the kernel
+/// does).
+fn give_back(n: u64, whose: &str) {
+    if n == 0 {
+        return;
+    }
+    let Ok(now) = huge::nr_hugepages() else {
+        return;
+    };
+    let to = now.saturating_sub(n);
+    match huge::set_nr_hugepages(to) {
+        Ok(()) => eprintln!("hv: huge pages: gave back {whose} {n} (nr_hugepages {now} -> {to})"),
+        Err(e) => eprintln!("hv: huge pages: could not give back {whose} {n}: {e}"),
+    }
 }
 
 impl Reservation {
-    /// Gives back the pages hv added (those still free: a page some
-    /// other mapping holds stays until it is freed, as the kernel does).
+    /// Gives back the pages hv added, and forgets the record.
     pub fn release(self) {
-        if self.added == 0 {
-            return;
-        }
-        let Ok(now) = huge::nr_hugepages() else {
-            return;
-        };
-        let to = now.saturating_sub(self.added);
-        match huge::set_nr_hugepages(to) {
-            Ok(()) => eprintln!(
-                "hv: huge pages: gave back {} (nr_hugepages {now} -> {to})",
-                self.added
-            ),
-            Err(e) => eprintln!("hv: huge pages: could not give back {}: {e}", self.added),
+        give_back(self.added, "its");
+        if let Some(r) = self.record {
+            let _ = std::fs::remove_file(r);
         }
     }
 }

@@ -71,7 +71,10 @@ impl Netback {
             hv.hold_batch(&b.ops, &mut b.statuses, &mut b.frames)
         };
         self.counters.grant("hold", b.ops.len() as u64);
-        if held.is_err() {
+        // A failed call (hv's answer lost or late) may still have pinned
+        // some: every op is released, and hv refuses those it does not hold.
+        let release_all = held.is_err();
+        if release_all {
             b.statuses.clear();
         }
         for (k, p) in pkts.iter_mut().enumerate() {
@@ -84,7 +87,7 @@ impl Netback {
             }
         }
         self.forward_held(&pkts, fwd);
-        self.release_holds(hv, &mut b);
+        self.release_holds(hv, &mut b, release_all);
         let mut overflow = false;
         for p in &pkts {
             if p.forwardable() {
@@ -162,13 +165,18 @@ impl Netback {
         Ok(())
     }
 
-    /// Releases every hold that succeeded, in one batch. A failure leaves
-    /// pins behind (hv drops them with this domain); it is logged, and the
-    /// requests are answered all the same.
-    fn release_holds(&mut self, hv: &mut HvClient, b: &mut HoldBufs) {
+    /// Releases every hold that succeeded (with `all`, every op: the hold
+    /// call failed, so which were pinned is unknown), in one batch. A
+    /// failure leaves pins behind (hv drops them with this domain); it is
+    /// logged and counted (`release_failed`), and the requests are answered
+    /// all the same.
+    fn release_holds(&mut self, hv: &mut HvClient, b: &mut HoldBufs, all: bool) {
         b.release.clear();
+        if all {
+            b.release.extend_from_slice(&b.ops);
+        }
         for (op, st) in b.ops.iter().zip(&b.statuses) {
-            if *st == 0 {
+            if *st == 0 && !all {
                 b.release.push(*op);
             }
         }
@@ -180,7 +188,9 @@ impl Netback {
         let r = hv.release_batch(&b.release, &mut st);
         let failed = st.iter().filter(|s| **s != 0).count();
         b.statuses = st;
-        if r.is_err() || failed > 0 {
+        if !all && (r.is_err() || failed > 0) {
+            let n = if r.is_err() { b.release.len() } else { failed };
+            self.counters.grant("release_failed", n as u64);
             eprintln!(
                 "netback {}: hv did not release {} of {} held TX grants: {r:?}",
                 crate::vif_name(&self.be),

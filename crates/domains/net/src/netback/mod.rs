@@ -63,7 +63,7 @@ const RX_SLAB_BYTES: usize = TX_BUDGET << 16;
 /// A half-page RX buffer (`feature-rx-half-page`).
 const RX_HALF: usize = PAGE_SIZE / 2;
 /// Smallest GSO segment size accepted (Linux's TCP_MIN_MSS).
-const MIN_GSO_SIZE: u16 = 88;
+pub(crate) const MIN_GSO_SIZE: u16 = 88;
 /// Refused requests after which the vif is disconnected.
 pub const FATAL_LIMIT: u64 = 32;
 
