@@ -458,6 +458,15 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
     assert_eq!(g["grant_ops"]["hold"], g["grant_ops"]["release"], "{g}");
     let freed = evil.hv.grants().end_access(foreign).is_ok();
     assert!(freed, "a refused grant is left unpinned");
+    let ev = stats(&hv, drv_id, e);
+    assert!(
+        ev["grant_ops"]["release_failed"].is_null() && g["grant_ops"]["release_failed"].is_null(),
+        "hv refused no release: {ev} {g}"
+    );
+    assert!(
+        evil.hv.grants().end_access(head).is_ok(),
+        "the forged packet's good head was held and released"
+    );
     assert_eq!(g["rejected"], serde_json::json!({}), "good1: {g}");
     hv.shutdown();
     driver.join().unwrap();

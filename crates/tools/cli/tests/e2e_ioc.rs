@@ -50,6 +50,7 @@ fn tx_gather_under_hv_copy_carries_real_applications() {
         let g = &v["counters"]["grant_ops"];
         let (hold, release) = (g["hold"].as_u64().unwrap_or(0), g["release"].as_u64());
         assert_eq!(v["counters"]["rejected"], serde_json::json!({}), "{v}");
+        assert!(g["release_failed"].is_null(), "hv refused a release: {v}");
         if hold > 1000 && Some(hold) == release {
             assert!(v["grant_track"].is_null(), "no track table under hv-copy");
             break;
