@@ -392,19 +392,16 @@ impl WireHost {
     pub fn of(topo: &toolstack::topology::Topology) -> Vec<WireHost> {
         topo.wires
             .iter()
-            .map(|w| {
-                let k = topo.wires_of(&w.driver).position(|x| x.name == w.name);
-                WireHost {
-                    name: w.name.clone(),
-                    netns: host::netns_name(&w.name),
-                    address: w
-                        .address
-                        .as_deref()
-                        .and_then(|a| a.split('/').next())
-                        .map(str::to_string),
-                    driver: w.driver.clone(),
-                    port: toolstack::uplink::config::wire_ifname(k.unwrap_or(0)),
-                }
+            .map(|w| WireHost {
+                name: w.name.clone(),
+                netns: host::netns_name(&w.name),
+                address: w
+                    .address
+                    .as_deref()
+                    .and_then(|a| a.split('/').next())
+                    .map(str::to_string),
+                driver: w.driver.clone(),
+                port: toolstack::uplink::config::wire_ifname(topo.wire_index(w)),
             })
             .collect()
     }

@@ -176,7 +176,10 @@ pub fn enter(role: Role) -> Result<(), JailError> {
         // (the domain and its children) sees it, so it may be 0666, and it
         // does not depend on which uid the namespace maps. A guest makes
         // its TAP; a driver domain without CAP_NET_ADMIN can only attach
-        // to a TAP the toolstack made for its uid (its endpoint).
+        // to a TAP the toolstack made for its uid (its endpoint). A
+        // QueueDriver, with CAP_NET_ADMIN over its own namespace only,
+        // could also make TAPs there: no more than its macvlans already
+        // give it, and it needs the node for its endpoint.
         sys::jail::mount_tmpfs("/dev/net", "mode=0755,size=4k")
             .and_then(|_| sys::jail::mknod_char("/dev/net/tun", 10, 200, 0o666))
             .and_then(|_| {

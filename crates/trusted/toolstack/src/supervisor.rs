@@ -164,11 +164,7 @@ impl Supervisor {
             }
         }
         for w in &self.topology.wires {
-            let k = self
-                .topology
-                .wires_of(&w.driver)
-                .position(|x| x.name == w.name);
-            self.build_wire(&hv, w, k.unwrap_or(0))?;
+            self.build_wire(&hv, w, self.topology.wire_index(w))?;
         }
         for (d, _, _, _) in created.iter().filter(|c| c.0.kind == DomainKind::Driver) {
             self.uplinks.attach(&d.name)?;

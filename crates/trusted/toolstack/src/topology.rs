@@ -1254,6 +1254,14 @@ impl Topology {
         self.wires.iter().filter(move |w| w.driver == driver)
     }
 
+    /// Wire `w`'s place among its driver domain's wires: its port there is
+    /// [`crate::uplink::config::wire_ifname`] of it (`peth<k>`).
+    pub fn wire_index(&self, w: &WireConfig) -> usize {
+        self.wires_of(&w.driver)
+            .position(|x| x.name == w.name)
+            .unwrap_or(0)
+    }
+
     /// Descriptors hv holds for this topology, with room to spare: about
     /// 15 per domain (control socket, doorbells, memory) and 10 per vif
     /// (two event channels of 5); 25 per guest measured with 256 guests.
