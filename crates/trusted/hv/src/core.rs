@@ -1365,17 +1365,7 @@ fn grant_map(
             format!("grant {gref} of domain {granter} is already mapped"),
         );
     }
-    let gm = st
-        .doms
-        .0
-        .get(&granter)
-        .map(|d| d.mem.clone())
-        .ok_or_else(|| {
-            HvError::new(
-                ErrorKind::BadDomain,
-                format!("domain {granter} does not exist"),
-            )
-        })?;
+    let gm = domain(st, granter)?.mem.clone();
     let t0 = trace::now();
     let frame = grant::acquire(&mut st.pins, &gm, granter, caller, gref, writable);
     record(st, caller, HvEvent::GrantMap, t0, 1);
@@ -1460,17 +1450,7 @@ fn ngm_setup(st: &mut State, caller: DomId, backend: DomId) -> HvResult<Outcome>
 /// `NgmAttach`: a backend attaches to the table `guest` set up for it and
 /// gets the table's descriptors and the guest's pool.
 fn ngm_attach(st: &mut State, caller: DomId, guest: DomId) -> HvResult<Outcome> {
-    let pool = st
-        .doms
-        .0
-        .get(&guest)
-        .map(|d| d.mem.clone())
-        .ok_or_else(|| {
-            HvError::new(
-                ErrorKind::BadDomain,
-                format!("domain {guest} does not exist"),
-            )
-        })?;
+    let pool = domain(st, guest)?.mem.clone();
     let t = st.ngm.get(&(guest, caller)).ok_or_else(|| {
         HvError::new(
             ErrorKind::PermissionDenied,
@@ -1505,17 +1485,7 @@ fn pool_window(st: &mut State, caller: DomId, granter: DomId) -> HvResult<Outcom
             format!("domain {caller} maps no grant of domain {granter}; no window on its pool"),
         );
     }
-    let mem = st
-        .doms
-        .0
-        .get(&granter)
-        .map(|d| d.mem.clone())
-        .ok_or_else(|| {
-            HvError::new(
-                ErrorKind::BadDomain,
-                format!("domain {granter} does not exist"),
-            )
-        })?;
+    let mem = domain(st, granter)?.mem.clone();
     Ok((
         Ok(Reply::PoolWindow {
             pool_frames: mem.spec.pool_frames,

@@ -411,13 +411,14 @@ pub fn transfer(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::memory::MemorySpec;
     use abi::grant::GNTST_BAD_COPY_ARG;
 
-    /// Domains 1 and 2, with 4 frames of pool each.
-    struct Two([DomainMemory; 2]);
+    /// Domains 1 and 2, with 4 frames of pool each (shared with the hold
+    /// tests).
+    pub(crate) struct Two(pub(crate) [DomainMemory; 2]);
 
     impl Memories for Two {
         fn memory(&self, d: DomId) -> Option<&DomainMemory> {
@@ -425,7 +426,7 @@ mod tests {
         }
     }
 
-    fn two() -> Two {
+    pub(crate) fn two() -> Two {
         let spec = MemorySpec {
             pool_frames: 4,
             grant_frames: 1,

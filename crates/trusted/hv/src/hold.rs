@@ -151,29 +151,12 @@ impl Holds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::{DomainMemory, MemorySpec};
     use abi::grant::{DOMID_SELF, GTF_PERMIT_ACCESS, GTF_READING};
     use abi::SharedMemory;
     use sys::PAGE_SIZE;
 
-    /// Domain 1 (a guest) and 2 (a driver), 4 frames each.
-    struct Two([DomainMemory; 2]);
-
-    impl Memories for Two {
-        fn memory(&self, d: DomId) -> Option<&DomainMemory> {
-            self.0.get(usize::from(d).checked_sub(1)?)
-        }
-    }
-
-    fn two() -> Two {
-        let spec = MemorySpec {
-            pool_frames: 4,
-            grant_frames: 1,
-            hugepages: false,
-        };
-        let mem = |n| DomainMemory::new(n, spec).unwrap();
-        Two([mem("t-hold-1"), mem("t-hold-2")])
-    }
+    // Domain 1 (a guest) and 2 (a driver), 4 frames each.
+    use crate::grant::tests::{two, Two};
 
     /// Guest 1 grants frame `frame` to domain 2 read-only as `gref`.
     fn grant(d: &Two, gref: usize, frame: u32) {
