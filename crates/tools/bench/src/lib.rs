@@ -30,6 +30,36 @@ pub mod virtio;
 use anyhow::{bail, Context};
 use std::path::Path;
 
+/// A suite's progress lines on stderr, each stamped with the seconds
+/// since the suite started: `[suite   12.3 s] what`.
+pub(crate) struct Progress {
+    suite: &'static str,
+    on: bool,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    /// Starts the clock; with `on` false, `say` prints nothing.
+    pub(crate) fn start(suite: &'static str, on: bool) -> Progress {
+        Progress {
+            suite,
+            on,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    pub(crate) fn say(&self, what: &str) {
+        if self.on {
+            eprintln!("[{} {:>5.1} s] {what}", self.suite, self.seconds());
+        }
+    }
+
+    /// Seconds since the suite started.
+    pub(crate) fn seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+}
+
 /// The member of `all` whose `name` is `s`, or an error naming them all.
 pub fn by_name<T: Copy>(all: &[T], name: fn(T) -> &'static str, s: &str) -> anyhow::Result<T> {
     all.iter().copied().find(|&c| name(c) == s).ok_or_else(|| {

@@ -279,17 +279,12 @@ struct Ctx<'a> {
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: AtomicBool,
-    started: Instant,
+    progress: crate::Progress,
 }
 
 impl Ctx<'_> {
     fn say(&self, what: &str) {
-        if self.opts.progress {
-            eprintln!(
-                "[menon2005 {:>5.1} s] {what}",
-                self.started.elapsed().as_secs_f64()
-            );
-        }
+        self.progress.say(what);
     }
 }
 
@@ -963,7 +958,7 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: AtomicBool::new(opts.profile),
-        started: Instant::now(),
+        progress: crate::Progress::start("menon2005", opts.progress),
     };
     let (mut records, mut profiles, mut unavailable) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..opts.runs {
@@ -981,7 +976,7 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
         tsc_mhz: ctx.tsc_hz / 1e6,
         runs: opts.runs,
         seconds_per_flow: opts.secs,
-        wall_seconds: ctx.started.elapsed().as_secs_f64(),
+        wall_seconds: ctx.progress.seconds(),
         anomaly: anomaly(&summary, &profiles),
         records,
         summary,

@@ -26,7 +26,6 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Instant;
 use toolstack::host::{self, CgroupLayout};
 
 /// What the suite runs.
@@ -420,17 +419,12 @@ struct Ctx<'a> {
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: std::cell::Cell<bool>,
-    started: Instant,
+    progress: crate::Progress,
 }
 
 impl Ctx<'_> {
     fn say(&self, what: &str) {
-        if self.opts.progress {
-            eprintln!(
-                "[menon2006 {:>5.1} s] {what}",
-                self.started.elapsed().as_secs_f64()
-            );
-        }
+        self.progress.say(what);
     }
 }
 
@@ -608,7 +602,7 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: std::cell::Cell::new(opts.profile),
-        started: Instant::now(),
+        progress: crate::Progress::start("menon2006", opts.progress),
     };
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
     for run in 0..opts.runs {
@@ -623,7 +617,7 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
         tsc_mhz: ctx.tsc_hz / 1e6,
         runs: opts.runs,
         seconds_per_flow: opts.secs,
-        wall_seconds: ctx.started.elapsed().as_secs_f64(),
+        wall_seconds: ctx.progress.seconds(),
         records,
         summary,
         unavailable,

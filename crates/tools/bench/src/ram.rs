@@ -21,7 +21,6 @@ use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Instant;
 use toolstack::host::{self, CgroupLayout};
 use toolstack::placement::Placement;
 
@@ -322,17 +321,12 @@ struct Ctx<'a> {
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: Cell<bool>,
-    started: Instant,
+    progress: crate::Progress,
 }
 
 impl Ctx<'_> {
     fn say(&self, what: &str) {
-        if self.opts.progress {
-            eprintln!(
-                "[ram {:>5.1} s] {what}",
-                self.started.elapsed().as_secs_f64()
-            );
-        }
+        self.progress.say(what);
     }
 }
 
@@ -662,7 +656,7 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: Cell::new(opts.profile),
-        started: Instant::now(),
+        progress: crate::Progress::start("ram", opts.progress),
     };
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
     let mut c6 = None;
@@ -676,7 +670,7 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
         tsc_mhz: ctx.tsc_hz / 1e6,
         runs: opts.runs,
         seconds_per_flow: opts.secs,
-        wall_seconds: ctx.started.elapsed().as_secs_f64(),
+        wall_seconds: ctx.progress.seconds(),
         records,
         summary,
         unavailable,
