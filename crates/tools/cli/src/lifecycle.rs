@@ -35,7 +35,7 @@ pub fn up(
     listen: Option<SocketAddr>,
 ) -> Result<()> {
     require_root()?;
-    let (hv, exe) = hv_binary()?;
+    let (hv, domain) = hv_binary()?;
     if Toolstack::connect(&socket_path(rd)).is_ok() {
         bail!(
             "splitnet is already up (hv at {}); run `splitnet down` first",
@@ -69,8 +69,8 @@ pub fn up(
     let child = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)
-        .arg("--exe")
-        .arg(&exe)
+        .arg("--domain-exe")
+        .arg(&domain)
         .arg("--config")
         .arg(&topo_path)
         .args(tuning.args())
@@ -380,34 +380,41 @@ pub fn enter_host() -> Result<()> {
 }
 
 /// The trusted binary `splitnet-hv` (`SPLITNET_HV`, or beside this
-/// executable) and this executable, which hv runs as each domain.
+/// executable) and the binary hv runs as each domain, `splitnet-domain`
+/// (`SPLITNET_DOMAIN`, or beside `splitnet-hv`).
 fn hv_binary() -> Result<(PathBuf, PathBuf)> {
     let exe = std::env::current_exe().context("locating the splitnet executable")?;
     let hv = match std::env::var_os("SPLITNET_HV") {
         Some(p) => PathBuf::from(p),
         None => exe.with_file_name("splitnet-hv"),
     };
-    if !hv.is_file() {
-        bail!(
-            "the hypervisor binary {} is missing: build it with `cargo build --workspace` \
-             (or `cargo build --release`), which puts splitnet-hv beside splitnet, \
-             or set SPLITNET_HV to its path",
-            hv.display()
-        );
+    let domain = match std::env::var_os("SPLITNET_DOMAIN") {
+        Some(p) => PathBuf::from(p),
+        None => hv.with_file_name("splitnet-domain"),
+    };
+    for (bin, var) in [(&hv, "SPLITNET_HV"), (&domain, "SPLITNET_DOMAIN")] {
+        if !bin.is_file() {
+            bail!(
+                "{} is missing: build it with `cargo build --workspace` \
+                 (or `cargo build --release`), which puts splitnet-hv and splitnet-domain \
+                 beside splitnet, or set {var} to its path",
+                bin.display()
+            );
+        }
     }
-    Ok((hv, exe))
+    Ok((hv, domain))
 }
 
 /// `splitnet hv`: the daemon in the foreground, that is `splitnet-hv` run
 /// with the same options (this process becomes it).
 pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAddr>) -> Result<()> {
     require_root()?;
-    let (hv, exe) = hv_binary()?;
+    let (hv, domain) = hv_binary()?;
     let err = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)
-        .arg("--exe")
-        .arg(&exe)
+        .arg("--domain-exe")
+        .arg(&domain)
         .arg("--config")
         .arg(config)
         .args(tuning.args())
