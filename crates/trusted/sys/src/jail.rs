@@ -98,13 +98,18 @@ fn set_caps(effective: Caps, permitted: Caps, inheritable: Caps) -> io::Result<(
 }
 
 fn prctl(op: libc::c_int, a: u64, what: &'static str) -> io::Result<()> {
+    prctl2(op, a, 0, what)
+}
+
+/// `prctl(op, a, b)` for the operations that take integer arguments.
+fn prctl2(op: libc::c_int, a: u64, b: u64, what: &'static str) -> io::Result<()> {
     cvt(
         // SAFETY: the prctl operations used here take integer arguments only.
         unsafe {
             libc::prctl(
                 op,
                 a as libc::c_ulong,
-                0 as libc::c_ulong,
+                b as libc::c_ulong,
                 0 as libc::c_ulong,
                 0 as libc::c_ulong,
             )
@@ -341,24 +346,6 @@ pub struct Credentials {
     pub caps: Caps,
 }
 
-/// `prctl(PR_CAP_AMBIENT, op, cap)`.
-fn ambient(op: libc::c_int, cap: u32, what: &'static str) -> io::Result<()> {
-    cvt(
-        // SAFETY: PR_CAP_AMBIENT takes integer arguments only; no memory is passed.
-        unsafe {
-            libc::prctl(
-                libc::PR_CAP_AMBIENT,
-                op as libc::c_ulong,
-                cap as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            )
-        } as libc::c_long,
-        what,
-    )?;
-    Ok(())
-}
-
 impl Credentials {
     /// Becomes `uid`:`gid` with no supplementary group and exactly `caps`:
     /// effective, permitted, inheritable and ambient; every other capability
@@ -434,16 +421,20 @@ impl Credentials {
 
     /// Makes the ambient set exactly `caps`, so they survive an exec.
     fn set_ambient(&self) -> io::Result<()> {
-        ambient(
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+        let clear = libc::PR_CAP_AMBIENT_CLEAR_ALL as u64;
+        prctl2(
+            libc::PR_CAP_AMBIENT,
+            clear,
             0,
             "prctl(PR_CAP_AMBIENT_CLEAR_ALL)",
         )?;
         for cap in 0..64 {
             if self.caps.has(cap) {
-                ambient(
-                    libc::PR_CAP_AMBIENT_RAISE,
-                    cap,
+                let raise = libc::PR_CAP_AMBIENT_RAISE as u64;
+                prctl2(
+                    libc::PR_CAP_AMBIENT,
+                    raise,
+                    u64::from(cap),
                     "prctl(PR_CAP_AMBIENT_RAISE)",
                 )?;
             }
