@@ -39,8 +39,10 @@ impl DomainSpec {
 }
 
 /// What one domain may hold, enforced by hv. The toolstack sizes them from
-/// the topology ([`Hypervisor::set_quotas`]); a domain it does not size gets
-/// [`Quotas::default`].
+/// the topology ([`Hypervisor::set_quotas`]); a domain it does not size
+/// gets [`Quotas::default`].
+///
+/// [`Hypervisor::set_quotas`]: crate::Hypervisor::set_quotas
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quotas {
     /// Event channels (Xen's `max_event_channels`).
