@@ -3,9 +3,10 @@
 //! and `<!-- sizes.sh: end -->`, checked here against the workspace.
 //!
 //! - `crates`, the diagram: under each folder's heading (`crates/trusted/`),
-//!   one line per workspace member, `name [deps]  what it holds`, where
-//!   `deps` are the workspace crates it links (normal dependencies, by
-//!   folder name) and the rest is free text. Every member is there, under
+//!   one line per workspace member, `name [deps]`, where `deps` are the
+//!   workspace crates it links (normal dependencies, by folder name); what
+//!   follows on that line, and on the more indented lines under it, is
+//!   free text saying what the crate holds. Every member is there, under
 //!   its folder, with exactly its dependencies.
 //! - `tcb`: for each binary of [`BINARIES`], the splitnet crates in its
 //!   normal dependency tree (`cargo tree -e normal`), their lines of Rust
@@ -16,6 +17,9 @@
 //!   once); then the third-party packages by name.
 //! - `tcb-crates`: the same lines and `unsafe` per crate, with the binaries
 //!   linking it.
+//!
+//! README's `## Layout` table, likewise, has a row for every workspace
+//! member and none for a crate that is not one.
 //!
 //! Counts must match exactly. Lines are written rounded to the hundred and
 //! pass within 3% of the measured count (at least 100), so that everyday
@@ -596,6 +600,38 @@ fn architecture_diagram_and_tcb_tables_match_the_tree() {
         bad.join("\n"),
         print_blocks(&blocks_now(&doc, &members))
     );
+}
+
+/// README's layout table has a row for every workspace member, and no
+/// row for a crate that is not one.
+#[test]
+fn readme_layout_lists_every_crate() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let layout = readme
+        .split("\n## Layout\n")
+        .nth(1)
+        .expect("README.md has a `## Layout` section");
+    let layout = layout.split("\n## ").next().unwrap();
+    let cited: BTreeSet<String> = layout
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .filter_map(|l| l.trim_matches('|').split('|').next())
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2).map(String::from))
+        .collect();
+    let members = members();
+    let mut bad: Vec<String> = members
+        .iter()
+        .filter(|m| !cited.contains(&m.dir))
+        .map(|m| format!("README.md, Layout: no row for `{}`", m.dir))
+        .collect();
+    for c in cited.iter().filter(|c| c.starts_with("crates/")) {
+        if !members.iter().any(|m| &m.dir == c) {
+            bad.push(format!(
+                "README.md, Layout: `{c}` is not a workspace member"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
 /// `scripts/sizes.sh`: prints the blocks as measured now; with

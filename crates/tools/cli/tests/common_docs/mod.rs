@@ -201,22 +201,22 @@ impl Defs {
     /// Checks a qualified symbol (`Type::item`, `crate::module::item`):
     /// some file of its crate, module or type defines the last segment.
     /// A symbol whose first segment names nothing of the workspace is
-    /// someone else's and passes.
-    pub fn qualified(&self, segs: &[String]) -> Result<(), String> {
+    /// someone else's and passes unchecked (`Ok(false)`).
+    pub fn qualified(&self, segs: &[String]) -> Result<bool, String> {
         let (name, quals) = segs.split_last().unwrap();
         if ["Self", "self", "crate", "super", "std", "core", "alloc"].contains(&quals[0].as_str()) {
-            return Ok(());
+            return Ok(false);
         }
         let krate = self.crates.get(&quals[0]);
         let inner = if krate.is_some() { &quals[1..] } else { quals };
         let in_crate = |f: &&File| krate.is_none_or(|k| &f.krate == k);
         let named = |f: &&File| inner.last().is_none_or(|q| f.names.contains(q));
         if krate.is_none() && !self.files.iter().any(|f| f.names.contains(&quals[0])) {
-            return Ok(());
+            return Ok(false);
         }
         let scope: Vec<&File> = self.files.iter().filter(in_crate).filter(named).collect();
         if scope.iter().any(|f| f.defs.contains(name)) {
-            return Ok(());
+            return Ok(true);
         }
         let q = quals.join("::");
         Err(if scope.is_empty() {
