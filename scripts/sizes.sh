@@ -12,5 +12,7 @@ case "${1:-}" in
     --write) export SPLITNET_DOCS_WRITE=1 ;;
     *) echo "usage: scripts/sizes.sh [--write]" >&2; exit 2 ;;
 esac
-exec cargo test -q -p splitnet --test doc_tables -- --ignored --exact \
-    print_architecture_blocks --nocapture
+# The blocks are what the test prints between its own progress lines.
+cargo test -q -p splitnet --test doc_tables -- --ignored --exact \
+    print_architecture_blocks --nocapture |
+    sed -n '/^<!-- sizes.sh: /,/^<!-- sizes.sh: end -->$/p'
