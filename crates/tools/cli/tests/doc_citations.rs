@@ -11,8 +11,8 @@
 //!   link `[text](path)`, from the doc's folder. A short path is looked up
 //!   beside the unit's previous path (its folder, then its crate's `src/`
 //!   and root), or anywhere in the tree when the unit has none before it.
-//! - a symbol beside a path: `` `path` (`a`, `b`) ``, `` `a`, `b` in
-//!   `path` `` and `` `a` (`path`) ``. Each must be defined (fn, type,
+//! - a symbol beside a path: `` `path` (`a`, `b`) ``, `` (`path`, `a`) ``,
+//!   `` `a`, `b` in `path` `` and `` `a` (`path`) ``. Each must be defined (fn, type,
 //!   field, variant, module, re-export) in that file, or under that folder.
 //! - a qualified symbol anywhere, `` `Type::item` `` or `` `crate::mod::item` ``
 //!   (`a::b`/`c` continues `a::`): when its first segment is a workspace
@@ -447,8 +447,8 @@ fn check_unit(tree: &Tree, doc: &str, unit: &Unit, bad: &mut Vec<String>) -> (us
 }
 
 /// The files of the path a symbol span stands beside, if it does: inside
-/// the parentheses after a path, before ` in `path``, or right before
-/// ` (`path`)`.
+/// the parentheses after a path or after it inside its own, before
+/// ` in `path``, or right before ` (`path`)`.
 fn beside_path(unit: &Unit, paths: &[Option<Vec<String>>], i: usize) -> Option<Vec<String>> {
     let sp = &unit.spans;
     let sep = |b: &str| matches!(b, ", " | "/" | ", and " | " and " | " or ");
@@ -457,7 +457,9 @@ fn beside_path(unit: &Unit, paths: &[Option<Vec<String>>], i: usize) -> Option<V
     while j > 0 && sep(&sp[j].before) && paths[j - 1].is_none() {
         j -= 1;
     }
-    if j > 0 && matches!(sp[j].before.as_str(), " (" | ": ") {
+    // Or (`path`, `a`, `b`): a list opened by the path.
+    let opened = |j: usize| sep(&sp[j].before) && sp[j - 1].before.ends_with('(');
+    if j > 0 && (matches!(sp[j].before.as_str(), " (" | ": ") || opened(j)) {
         if let Some(files) = &paths[j - 1] {
             return Some(files.clone());
         }
@@ -556,6 +558,7 @@ fn the_checker_names_each_wrong_citation() {
         ("`crates/trusted/hypercall/src/{ioreq,hvm}.rs`", "`crates/trusted/hypercall/src/hvm.rs` does not exist"),
         ("`Netback::nothing_here` (`netback/rx.rs`)", "`nothing_here` is not defined for `Netback`"),
         ("`crates/trusted/abi/src/ring.rs` (`FrontRing`, `Nope`)", "`Nope` is not defined in"),
+        ("hv (`crates/trusted/abi/src/ring.rs`, `Nope`)", "`Nope` is not defined in"),
         ("`nope`, `read_state` in `crates/trusted/hypercall/src/client.rs`", "`nope` is not defined in"),
         ("`hv::jail::enter`", "no file defines or implements `hv::jail`"),
         ("`sys::Nothing`", "`Nothing` is not defined for `sys`"),
