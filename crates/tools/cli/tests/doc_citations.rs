@@ -8,7 +8,8 @@
 //!   entry of the repository root (`crates/trusted/hv/src/core.rs`,
 //!   `docs/RESULTS.md`), or that ends in `.rs` or `/` (`proto.rs`,
 //!   `hv/src/memory.rs`, `netback/`), `{a,b}` expanded; and a relative
-//!   link `[text](path)`, from the doc's folder. A short path is looked up
+//!   link `[text](path)`, from the doc's folder, whose `#anchor`, if any,
+//!   names a heading of the doc it points to. A short path is looked up
 //!   beside the unit's previous path (its folder, then its crate's `src/`
 //!   and root), or anywhere in the tree when the unit has none before it.
 //! - a symbol beside a path: `` `path` (`a`, `b`) ``, `` (`path`, `a`) ``,
@@ -328,6 +329,33 @@ impl Tree {
     }
 }
 
+/// A heading's anchor as GitHub makes it: lower case, spaces as `-`,
+/// punctuation but `-` and `_` dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Why a link's `#anchor` names no heading of the Markdown file it points
+/// to, if it does not.
+fn anchor(files: &[String], anchor: &str) -> Option<String> {
+    let doc = files.iter().find(|f| f.ends_with(".md"))?;
+    let text = std::fs::read_to_string(repo().join(doc)).ok()?;
+    let found = text
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .any(|h| slug(h.trim_start_matches('#')) == anchor);
+    (!found).then(|| format!("{doc} has no heading `#{anchor}`"))
+}
+
 /// `a/b/../c` as `a/c`.
 fn normalize(p: &Path) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -393,6 +421,9 @@ fn check_unit(tree: &Tree, doc: &str, unit: &Unit, bad: &mut Vec<String>) -> (us
                     }
                     if let Some(item) = item.filter(|i| !tree.defs.defined_in(i, &files)) {
                         let why = format!("`{item}` is not defined in {}", files.join(", "));
+                        bad.push(at(&s.text, why));
+                    }
+                    if let Some(why) = s.text.split_once('#').and_then(|(_, a)| anchor(&files, a)) {
                         bad.push(at(&s.text, why));
                     }
                     files
@@ -551,6 +582,7 @@ fn the_checker_names_each_wrong_citation() {
         `crates/trusted/abi/src/ring.rs` (`FrontRing`, `BackRing`)\n\n\
         `HvClient::switch_state`, `read_state` in `crates/trusted/hypercall/src/client.rs`\n\n\
         `sys/src/huge.rs`, `sys::perf::parse_sample`, [a link](docs/RESULTS.md)\n\n\
+        [a part](docs/ARCHITECTURE.md#crates-and-trust)\n\n\
         `crates/trusted/hypercall/src/client.rs::GrantTable`";
     assert_eq!(check(right), Vec::<String>::new());
     let wrong = [
@@ -563,6 +595,7 @@ fn the_checker_names_each_wrong_citation() {
         ("`hv::jail::enter`", "no file defines or implements `hv::jail`"),
         ("`sys::Nothing`", "`Nothing` is not defined for `sys`"),
         ("[a link](NOPE.md)", "`NOPE.md` does not exist"),
+        ("[a link](docs/ARCHITECTURE.md#no-such-part)", "docs/ARCHITECTURE.md has no heading `#no-such-part`"),
         ("`crates/trusted/hypercall/src/client.rs::Nope`", "`Nope` is not defined in"),
     ];
     for (text, why) in wrong {
