@@ -5,7 +5,7 @@
 //! What counts as a citation (fenced code blocks are skipped; a table row,
 //! heading, list item or paragraph is one unit):
 //! - a path: a backticked span without spaces whose first segment is an
-//!   entry of the repository root (`crates/trusted/hv/src/core.rs`,
+//!   entry of the repository root (`crates/trusted/hv/src/grant.rs`,
 //!   `docs/RESULTS.md`), or that ends in `.rs` or `/` (`proto.rs`,
 //!   `hv/src/memory.rs`, `netback/`), `{a,b}` expanded; and a relative
 //!   link `[text](path)`, from the doc's folder, whose `#anchor`, if any,
@@ -157,7 +157,7 @@ fn expand(path: &str) -> Vec<String> {
 /// Where a path citation starts.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum From {
-    /// At the repository root: `crates/trusted/hv/src/core.rs`.
+    /// At the repository root: `crates/trusted/hv/src/grant.rs`.
     Root,
     /// At the doc's folder: a link.
     Doc,
@@ -577,7 +577,7 @@ fn the_checker_names_each_wrong_citation() {
         }
         bad
     };
-    let right = "`crates/trusted/hv` (`core.rs`, `grant.rs`)\n\n\
+    let right = "`crates/trusted/hv` (`memory.rs`, `grant.rs`)\n\n\
         `GrantTable::end_access` (`hypercall/src/client.rs`)\n\n\
         `crates/trusted/abi/src/ring.rs` (`FrontRing`, `BackRing`)\n\n\
         `HvClient::switch_state`, `read_state` in `crates/trusted/hypercall/src/client.rs`\n\n\
@@ -586,7 +586,7 @@ fn the_checker_names_each_wrong_citation() {
         `crates/trusted/hypercall/src/client.rs::GrantTable`";
     assert_eq!(check(right), Vec::<String>::new());
     let wrong = [
-        ("`crates/trusted/hv` (`core.rs`, `proto.rs`)", "`proto.rs` is not beside `crates/trusted/hv` (there is crates/trusted/hypercall/src/proto.rs)"),
+        ("`crates/trusted/hv` (`memory.rs`, `proto.rs`)", "`proto.rs` is not beside `crates/trusted/hv` (there is crates/trusted/hypercall/src/proto.rs)"),
         ("`crates/trusted/hypercall/src/{ioreq,hvm}.rs`", "`crates/trusted/hypercall/src/hvm.rs` does not exist"),
         ("`GrantTable::nothing_here` (`hypercall/src/client.rs`)", "`nothing_here` is not defined for `GrantTable`"),
         ("`crates/trusted/abi/src/ring.rs` (`FrontRing`, `Nope`)", "`Nope` is not defined in"),

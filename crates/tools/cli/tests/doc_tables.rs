@@ -37,7 +37,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// The binaries whose trusted computing base the doc measures.
-const BINARIES: &[&str] = &["splitnet-hv"];
+const BINARIES: &[&str] = &["splitnet-hv", "splitnet-domain"];
 
 const DOC: &str = "docs/ARCHITECTURE.md";
 
