@@ -1314,7 +1314,12 @@ fn read_node(hv: &Arc<Hypervisor>, path: &str) -> Option<String> {
 /// Why the backend `be` gave its vif up (closed with a reason), if it did.
 fn given_up(hv: &Arc<Hypervisor>, be: &str) -> Option<String> {
     (state_of(hv, be) == Some(XenbusState::Closed))
-        .then(|| read_node(hv, &format!("{be}/disconnect-reason")))
+        .then(|| {
+            read_node(
+                hv,
+                &format!("{be}/{}", abi::xenbus::keys::DISCONNECT_REASON),
+            )
+        })
         .flatten()
         .filter(|r| !r.is_empty())
 }
