@@ -554,9 +554,8 @@ enum Suite {
 fn main() {
     let cli = Cli::parse();
     // The daemon and domains are long-lived: drop descriptors leaked to us.
-    match cli.cmd {
-        Cmd::Hv { .. } => sys::close_inherited_fds(&[]),
-        _ => {}
+    if let Cmd::Hv { .. } = cli.cmd {
+        sys::close_inherited_fds(&[]);
     }
     if let Err(e) = run(cli) {
         eprintln!("splitnet: error: {e:#}");
