@@ -11,9 +11,9 @@
 //! - [`host`]: host plumbing (network namespaces, veth, cgroups, `ip`);
 //! - [`uplink`]: driver domains' uplinks (`[[port]]`: host NIC, macvlan,
 //!   nat, route, vxlan), their undo journal and keeper;
-//! - [`status`], [`metrics`], [`listen`], [`top`]: what the user is told
-//!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables;
-//!   `vhost_status` its vhost-user vifs, `vxlan_status` its tunnels);
+//! - [`status`], [`metrics`], [`listen`]: what the user is told (the status
+//!   document, the Prometheus text, its HTTP endpoint; `vhost_status` its
+//!   vhost-user vifs, `vxlan_status` its tunnels); the CLI prints them;
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
 //! - [`placement`]: which core each domain's process runs on (`cpu`,
@@ -35,7 +35,6 @@ pub mod placement;
 pub mod port_buffer;
 pub mod status;
 pub mod supervisor;
-pub mod top;
 pub mod topology;
 pub mod tuning;
 pub mod underlay;
