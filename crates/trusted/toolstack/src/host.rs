@@ -18,6 +18,11 @@ pub const HOST_ENV: &str = "SPLITNET_HOST";
 /// own (`splitnet@NAME`) and the underlay's router ([`crate::underlay`]).
 pub const SHARED_PREFIX: &str = "splitnet@";
 
+/// Name of the physical port in the driver domain's namespace.
+pub const PHYS_PORT: &str = "peth0";
+/// Name of the wire host's interface.
+pub const WIRE_IF: &str = "eth0";
+
 /// The underlay router's name (its namespace is `splitnet@underlay`): no
 /// host may have it.
 pub const ROUTER: &str = "underlay";

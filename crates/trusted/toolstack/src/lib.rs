@@ -7,6 +7,7 @@
 //! - [`topology`]: the topology file, parsed and checked, and [`tuning`]
 //!   what `up`'s options change in it;
 //! - [`daemon`]: the daemon's wiring: hv, the supervisor, the toolstack socket;
+//!   [`store`] its store writes (a vif's frontend and backend directories);
 //! - [`supervisor`]: the domains' processes, namespaces, cgroups, restart policy;
 //! - [`host`]: host plumbing (network namespaces, veth, cgroups, `ip`);
 //! - [`uplink`]: driver domains' uplinks (`[[port]]`: host NIC, macvlan,
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod placement;
 pub mod port_buffer;
 pub mod status;
+pub mod store;
 pub mod supervisor;
 pub mod topology;
 pub mod tuning;

@@ -12,10 +12,8 @@
 //! at them; a guest gets fresh frontend and backend directories. The peers
 //! follow through the XenbusState handshake.
 
-use crate::daemon::{
-    setup_vif, Store, ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS, WIRE_IF,
-};
-use crate::host::{self, Cgroup, CgroupLayout};
+use crate::host::{self, Cgroup, CgroupLayout, WIRE_IF};
+use crate::store::{setup_vif, Store};
 use crate::topology::{
     DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic, Restart, Topology, VifConfig, WireConfig,
     DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF, GUEST_MIN_FRAMES, MAX_GUEST_VIFS,
@@ -30,6 +28,7 @@ use hv::error::{ErrorKind, HvError, HvResult};
 use hv::memory::MemorySpec;
 use hv::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
 use hypercall::ioreq::Placement;
+use hypercall::launch::{ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS};
 use std::collections::HashMap;
 use std::fs;
 use std::os::fd::AsFd;

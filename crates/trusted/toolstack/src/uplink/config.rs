@@ -1,7 +1,7 @@
 //! `[[port]]`: a driver domain's uplinks as the topology file gives them,
 //! checked, and resolved into what hv sets up ([`Uplink`]).
 
-use crate::daemon::PHYS_PORT;
+use crate::host::PHYS_PORT;
 use crate::topology::{DomainKind, Topology};
 use serde::Deserialize;
 use std::collections::HashSet;

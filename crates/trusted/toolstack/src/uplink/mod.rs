@@ -202,7 +202,7 @@ pub fn all_made_by_hv(uplinks: &[Uplink]) -> bool {
 /// Writes driver domain home `home`'s uplinks: `uplinks/<ifname>` =
 /// `bridge=<name>[,vlan=<vid>]` for each.
 pub fn write_store(
-    ts: &mut crate::daemon::Store<'_>,
+    ts: &mut crate::store::Store<'_>,
     home: &str,
     uplinks: &[Uplink],
 ) -> Result<(), String> {
