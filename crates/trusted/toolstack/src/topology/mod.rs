@@ -7,9 +7,12 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use crate::vifspec::VifSpec;
+use port::{PortBuffer, PortConfig, MAX_QUEUES};
+
+pub mod port;
 
 /// The embedded default topology (`splitnet up` without `--config`).
-pub const DEFAULT_TOML: &str = include_str!("default.toml");
+pub const DEFAULT_TOML: &str = include_str!("../default.toml");
 
 /// Longest domain name: it becomes part of namespace and interface names.
 pub const MAX_NAME: usize = 10;
@@ -30,7 +33,7 @@ pub struct Topology {
     /// Driver domains' uplinks (`[[port]]`); `[wire]` is the shorthand
     /// for one of kind `wire`.
     #[serde(rename = "port", default)]
-    pub ports: Vec<crate::uplink::PortConfig>,
+    pub ports: Vec<PortConfig>,
 }
 
 fn default_name() -> String {
@@ -121,7 +124,7 @@ pub struct DomainConfig {
     /// Driver domains: the size of the ports' receive buffers, `"page"`
     /// (Driver-none) or `"mtu"` (Driver-MTU); none: slots for whole GSO
     /// frames. See [`crate::port_buffer`].
-    pub port_buffer: Option<crate::port_buffer::PortBuffer>,
+    pub port_buffer: Option<PortBuffer>,
     /// Microseconds the domain keeps polling its event channels without
     /// blocking after its last work, before it sleeps; 0 (the default)
     /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
@@ -1195,10 +1198,10 @@ impl Topology {
             }
             None => return Err(format!("wire.driver = {:?} names no domain", w.driver)),
         }
-        if let Some(q) = w.queues.filter(|q| *q > crate::uplink::MAX_QUEUES) {
+        if let Some(q) = w.queues.filter(|q| *q > MAX_QUEUES) {
             return Err(format!(
                 "[wire]: queues = {q} is outside 0..={}",
-                crate::uplink::MAX_QUEUES
+                MAX_QUEUES
             ));
         }
         check_cidr("wire address", &w.address, false)?;
