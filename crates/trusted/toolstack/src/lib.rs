@@ -4,7 +4,8 @@
 //! domain 0. Its supervisor runs inside the `splitnet-hv` process, so this
 //! crate is part of the trusted computing base.
 //!
-//! - [`topology`]: the topology file, parsed and checked, and [`tuning`]
+//! - [`topology`]: the topology file, parsed and checked (each feature's
+//!   checks listed in [`checks`]), and [`tuning`]
 //!   what `up`'s options change in it;
 //! - [`daemon`]: the daemon's wiring: hv, the supervisor, the toolstack socket;
 //!   [`store`] its store writes (a vif's frontend and backend directories);
@@ -26,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capture;
+pub mod checks;
 pub mod daemon;
 pub mod host;
 pub mod hotplug;

@@ -3,7 +3,7 @@
 
 use crate::host::PHYS_PORT;
 pub use crate::topology::port::{PortConfig, UplinkKind, MAX_MTU, MAX_QUEUES, MIN_MTU};
-use crate::topology::{DomainKind, Topology};
+use crate::topology::{Check, DomainKind, Topology};
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -156,6 +156,15 @@ fn check_port(p: &PortConfig, t: &Topology) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The topology's `[[port]]` rules ([`crate::checks`]).
+pub struct PortCheck;
+
+impl Check for PortCheck {
+    fn topology(&self, t: &Topology) -> Result<(), String> {
+        t.check_ports()
+    }
 }
 
 impl Topology {
