@@ -1,5 +1,10 @@
 //! Topology files (TOML): which domains exist, their memory and addresses, and
 //! the external `wire` hosts, each joined to a driver domain's physical port.
+//!
+//! This is the model: a `[[domain]]` ([`domain`]), a resolved vif ([`vif`])
+//! and the port settings ([`port`]). It names no feature; each feature (VMs,
+//! placement, uplinks, port buffers) adds its rules as a [`Check`], and
+//! `crate::checks` lists them for [`Topology::parse`].
 
 use serde::Deserialize;
 use std::collections::HashSet;
