@@ -63,11 +63,8 @@ fn check_cpu_key(d: &DomainConfig) -> Result<(), String> {
 pub struct CpuCheck;
 
 impl Check for CpuCheck {
-    fn domain(&self, d: &DomainConfig) -> Result<(), String> {
-        match d.kind {
-            DomainKind::Vm => Ok(()),
-            _ => check_cpu_key(d),
-        }
+    fn settings(&self, d: &DomainConfig) -> Result<(), String> {
+        check_cpu_key(d)
     }
 }
 

@@ -637,8 +637,7 @@ pub(crate) fn check_name(what: &str, n: &str) -> Result<(), String> {
 }
 
 /// One domain's own settings, each in its range: memory, hugepages, grant
-/// frames, spin, addresses, MAC, modes and NIC, and no guest settings on a
-/// driver domain.
+/// frames, spin, addresses, MAC, modes and NIC.
 pub(super) fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     if d.memory_frames == 0 || d.memory_frames > 1 << 20 {
         return Err(format!(
@@ -668,7 +667,11 @@ pub(super) fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     }
     check_modes(d)?;
     check_nic(d)?;
-    check_lro(d)?;
+    check_lro(d)
+}
+
+/// No guest settings on a driver domain.
+pub(super) fn check_kind_settings(d: &DomainConfig) -> Result<(), String> {
     if d.kind == DomainKind::Driver && (d.backend.is_some() || d.mac.is_some() || !d.vif.is_empty())
     {
         return Err(format!(

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use crate::vifspec::VifSpec;
-use domain::{check_cidr, check_domain_settings};
+use domain::{check_cidr, check_domain_settings, check_kind_settings};
 use port::{PortConfig, MAX_QUEUES};
 
 pub mod domain;
@@ -322,6 +322,11 @@ pub trait Check {
     fn domain(&self, _d: &DomainConfig) -> Result<(), String> {
         Ok(())
     }
+    /// A domain hv runs (not a VM), after the model has checked its
+    /// settings' ranges and before it checks them against its kind.
+    fn settings(&self, _d: &DomainConfig) -> Result<(), String> {
+        Ok(())
+    }
     /// MACs beyond the vifs' (already in `taken`): each must be new.
     fn macs(&self, _t: &Topology, _taken: &mut HashSet<String>) -> Result<(), String> {
         Ok(())
@@ -383,6 +388,10 @@ impl Topology {
                 continue;
             }
             check_domain_settings(d)?;
+            for c in checks {
+                c.settings(d)?;
+            }
+            check_kind_settings(d)?;
         }
         let vifs = self.vifs_unchecked()?;
         for d in &self.domains {
