@@ -5,6 +5,7 @@ mod capture;
 mod docs;
 mod lifecycle;
 mod profile;
+mod status_view;
 mod top;
 mod trace;
 
@@ -751,7 +752,7 @@ fn observe(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             print!("{}", metrics::render(&status::collect_with(rd, false)?));
             Ok(())
         }
-        Cmd::Status { json, .. } => status::show(rd, json),
+        Cmd::Status { json, .. } => status_view::show(rd, json),
         Cmd::Top {
             delay,
             batch,
