@@ -18,9 +18,10 @@
 //! (`status --json`, which carries the guest's TSC at each reading), so the
 //! shares are of a steady-state window, not of start-up and tear-down.
 
-use crate::baseline::{bench_cgroup, proc_cpu};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Flow, Native, Workload};
 use crate::stats::{median, tsc_per_us};
+use crate::testbed::{bench_cgroup, proc_cpu};
 use crate::{plot, seeds};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -42,16 +43,10 @@ pub const LINK_RATE: &str = "100mbit";
 /// Options for the suite.
 #[derive(Debug, Clone)]
 pub struct HostedOptions {
-    pub runs: usize,
-    /// Seconds per iperf3 flow (at least 3: the counters are read 1 s in
-    /// and just before the end).
-    pub secs: u32,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Send sizes for Figure 6.
     pub sizes: Vec<u32>,
-    /// The `splitnet` executable and its run directory.
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub progress: bool,
     /// Only these configurations (native always runs); empty: all.
     pub configs: Vec<Config>,
 }
@@ -60,16 +55,12 @@ impl HostedOptions {
     /// Eight sizes, 5 s per flow; or three sizes, 3 s with `quick`.
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> HostedOptions {
         HostedOptions {
-            runs: runs.max(1),
-            secs: if quick { 3 } else { 5 },
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 3 } else { 5 }),
             sizes: if quick {
                 QUICK_SIZES.to_vec()
             } else {
                 SIZES.to_vec()
             },
-            exe,
-            run_dir,
-            progress: true,
             configs: Vec::new(),
         }
     }
@@ -465,13 +456,13 @@ const PATH_STAGES: [&str; 5] = [
 ];
 
 fn say(opts: &HostedOptions, msg: &str) {
-    if opts.progress {
+    if opts.common.progress {
         eprintln!("bench hosted: {msg}");
     }
 }
 
 fn splitnet(opts: &HostedOptions, args: &[&str]) -> Result<String> {
-    crate::splitnet(&opts.exe, &opts.run_dir, args)
+    crate::splitnet(&opts.common.exe, &opts.common.run_dir, args)
 }
 
 /// The topology: guest1 with a hosted NIC, the driver domain, the wire.
@@ -556,9 +547,9 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
             _native: Some(n),
         });
     }
-    std::fs::create_dir_all(&opts.run_dir)
-        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
-    let path = opts.run_dir.join("bench-hosted.toml");
+    std::fs::create_dir_all(&opts.common.run_dir)
+        .with_context(|| format!("creating {}", opts.common.run_dir.display()))?;
+    let path = opts.common.run_dir.join("bench-hosted.toml");
     std::fs::write(&path, topology(cfg)).with_context(|| format!("writing {}", path.display()))?;
     let _ = splitnet(opts, &["down"]);
     let p = path.to_string_lossy().into_owned();
@@ -575,7 +566,7 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
     groups.push(("VM (guest1's process)".into(), None, pid(&g["pid"])));
     groups.push(("VMApp".into(), None, pid(&g["emulated_nic"]["vmapp_pid"])));
     groups.push(("driver domain".into(), Cgroup::open(layout, "drv"), None));
-    let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
+    let hv_pid = std::fs::read_to_string(opts.common.run_dir.join("hv.pid"))
         .ok()
         .and_then(|s| s.trim().parse().ok());
     groups.push(("hv".into(), None, hv_pid));
@@ -626,7 +617,7 @@ fn read(env: &Env, opts: &HostedOptions) -> Reading {
 
 /// Runs one flow at `size`, reading counters 1 s in and near the end.
 fn measure(env: &Env, opts: &HostedOptions, size: u32) -> Result<(f64, Reading, Reading)> {
-    let secs = opts.secs.max(3);
+    let secs = opts.common.secs.max(3);
     let len = size.to_string();
     std::thread::scope(|s| {
         let flow = s.spawn(|| {
@@ -688,10 +679,10 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
             (c, l, s)
         })
         .collect();
-    let flows: usize = plan.iter().map(|p| p.2.len()).sum::<usize>() * opts.runs;
+    let flows: usize = plan.iter().map(|p| p.2.len()).sum::<usize>() * opts.common.runs;
     let mut step = 0;
     let mut records = Vec::new();
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         for (cfg, link, sizes) in &plan {
             let env = bring_up(*cfg, *link, opts, &layout)
                 .with_context(|| format!("bringing up {} ({})", cfg.name(), link.name()))?;
@@ -766,8 +757,8 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
     Ok(HostedReport {
         suite: "hosted",
         tsc_mhz: tsc_hz / 1e6,
-        runs: opts.runs,
-        seconds_per_flow: opts.secs.max(3),
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs.max(3),
         table_size,
         figure6: figure6(&records),
         breakdowns: breakdowns(&records, table_size, tsc_hz / 1e6),
@@ -1336,6 +1327,30 @@ pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
         }
     }
     vec![fig5, tables("Table 1"), tables("Table 2"), fig6, t3]
+}
+
+/// `splitnet bench hosted`: the hosted NIC against Sugerman 2001.
+pub struct HostedSuite;
+
+impl harness::Suite for HostedSuite {
+    fn name(&self) -> &'static str {
+        "hosted"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = HostedOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 3);
+        if !a.sizes.is_empty() {
+            opts.sizes = a.sizes.clone();
+        }
+        opts.configs = Args::parsed(&a.configs)?;
+        let r = run(&opts)?;
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("hosted", json, figures))
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //!   with their share of handling time (Tables 1, 2 and 4).
 
 use crate::faults::{random_file, serve_http, sha256, start_download, Up};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Flow, Workload};
 use crate::stats::{median, tsc_per_us};
 use crate::{plot, seeds};
@@ -48,27 +49,19 @@ pub const PAPER_SCP: [(&str, f64, f64); 4] = [
 
 /// What to run.
 pub struct HvmOptions {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub quick: bool,
-    pub runs: usize,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Reads per stage measurement.
     pub iterations: usize,
-    /// iperf3 seconds per direction.
-    pub secs: u32,
-    pub progress: bool,
 }
 
 impl HvmOptions {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> HvmOptions {
+        let common = RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 });
         HvmOptions {
-            exe,
-            run_dir,
-            quick,
-            runs,
+            // As many runs as asked, none included.
+            common: RunOptions { runs, ..common },
             iterations: if quick { 1000 } else { 3000 },
-            secs: if quick { 2 } else { 5 },
-            progress: true,
         }
     }
 }
@@ -143,7 +136,7 @@ pub struct HvmReport {
 }
 
 fn say(opts: &HvmOptions, msg: &str) {
-    if opts.progress {
+    if opts.common.progress {
         eprintln!("bench hvm: {msg}");
     }
 }
@@ -248,7 +241,7 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
     let n = opts.iterations;
     let (mut st, mut rt, mut pic_hv, mut pic_hv_h, mut pic_dm) =
         (vec![Vec::new(); 5], vec![], vec![], vec![], vec![]);
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         let mut r = Rig::new(&format!("bench-hvm-{run}"), Placement::Hv)?;
         r.reads(0x22e, n / 10)?; // warm up
         let (_, a, b) = r.reads(0x22e, n)?;
@@ -271,7 +264,7 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
             &format!(
                 "stages run {}/{}: dummy port {:.0} cycles, IMR {:.0} (PIC in hv) / {:.0} (in the device model)",
                 run + 1,
-                opts.runs,
+                opts.common.runs,
                 rt[run],
                 pic_hv[run],
                 pic_dm[run]
@@ -289,7 +282,7 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
         pic_in_hv_cycles: median(&pic_hv),
         pic_in_hv_handling_cycles: median(&pic_hv_h),
         pic_in_dm_cycles: median(&pic_dm),
-        runs: opts.runs,
+        runs: opts.common.runs,
         iterations: n,
     })
 }
@@ -318,7 +311,7 @@ fn iperf(opts: &HvmOptions, reverse: bool) -> Result<f64> {
         port: netenv::DEFAULT_PORT,
         client_ns: &cns,
         reverse,
-        secs: opts.secs,
+        secs: opts.common.secs,
         workload: Workload::TcpCopy,
         server_cgroup: None,
         client_cgroup: None,
@@ -329,11 +322,11 @@ fn iperf(opts: &HvmOptions, reverse: bool) -> Result<f64> {
 /// A file of `mib` MiB copied into guest1 over HTTP: KB/s and whether its
 /// SHA-256 matched.
 fn copy(up: &mut Up<'_>, opts: &HvmOptions, mib: u32) -> Result<(f64, bool)> {
-    let dir = opts.run_dir.join("hvm-www");
+    let dir = opts.common.run_dir.join("hvm-www");
     std::fs::create_dir_all(&dir)?;
     let file = random_file(&dir, u64::from(mib))?;
     serve_http(up, &dir)?;
-    let got = opts.run_dir.join("hvm-got");
+    let got = opts.common.run_dir.join("hvm-got");
     let t0 = Instant::now();
     let curl = start_download(up, &got, &["--max-time", "240"])?;
     let ok = up.wait_child(curl, Duration::from_secs(250))?;
@@ -344,29 +337,33 @@ fn copy(up: &mut Up<'_>, opts: &HvmOptions, mib: u32) -> Result<(f64, bool)> {
     Ok((f64::from(mib) * 1024.0 / secs, sha_ok))
 }
 
-/// One configuration, `opts.runs` times.
+/// One configuration, `opts.common.runs` times.
 fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConfig> {
     let keys = match poll_us {
         0 => format!("hvm_pic = \"{pic}\"\nhvm_rx = \"event\""),
         us => format!("hvm_pic = \"{pic}\"\nhvm_rx = \"poll\"\nhvm_poll_us = {us}"),
     };
     let mib = match poll_us {
-        0 if opts.quick => 16,
+        0 if opts.common.quick => 16,
         0 => 64,
         us if us >= 50_000 => 1,
-        _ if opts.quick => 2,
+        _ if opts.common.quick => 2,
         _ => 4,
     };
-    std::fs::create_dir_all(&opts.run_dir)?;
-    let path = opts.run_dir.join("bench-hvm.toml");
+    std::fs::create_dir_all(&opts.common.run_dir)?;
+    let path = opts.common.run_dir.join("bench-hvm.toml");
     std::fs::write(&path, topology(&keys))?;
     let path_s = path.to_str().context("path")?.to_string();
     let (mut tx, mut rx, mut cp) = (vec![], vec![], vec![]);
     let mut sha_ok = true;
     let mut snap = None;
     let mut packets = 0;
-    for run in 0..opts.runs {
-        let mut up = Up::with(&opts.exe, &opts.run_dir, &["--config", &path_s])?;
+    for run in 0..opts.common.runs {
+        let mut up = Up::with(
+            &opts.common.exe,
+            &opts.common.run_dir,
+            &["--config", &path_s],
+        )?;
         tx.push(iperf(opts, false)?);
         rx.push(iperf(opts, true)?);
         let (k, ok) = copy(&mut up, opts, mib)?;
@@ -392,7 +389,7 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
             &format!(
                 "{name} run {}/{}: iperf3 out {:.1} Mbit/s, in {:.1}; {mib} MiB copy {:.0} KB/s{}",
                 run + 1,
-                opts.runs,
+                opts.common.runs,
                 tx[run],
                 rx[run],
                 cp[run],
@@ -471,8 +468,8 @@ pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
     let wall_seconds = t0.elapsed().as_secs_f64();
     say(opts, &format!("done in {wall_seconds:.0} s"));
     Ok(HvmReport {
-        quick: opts.quick,
-        runs: opts.runs,
+        quick: opts.common.quick,
+        runs: opts.common.runs,
         stages,
         nic: nics,
         event_over_poll_5ms: r5,
@@ -746,4 +743,24 @@ pub fn figures(r: &HvmReport) -> Vec<seeds::Figure> {
         )
         .missing_if(r.nic.is_empty()),
     ]
+}
+
+/// `splitnet bench hvm`: the HVM device model against Zhang & Dong.
+pub struct HvmSuite;
+
+impl harness::Suite for HvmSuite {
+    fn name(&self) -> &'static str {
+        "hvm"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let opts = HvmOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        let r = run(&opts)?;
+        let stages = ("stages.svg".to_string(), r.stages_svg());
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(vec![stages]))
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("hvm", json, figures))
+    }
 }

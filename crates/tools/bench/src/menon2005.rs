@@ -22,11 +22,12 @@
 //! A configuration whose topology keys this build lacks is reported as not
 //! available in this build, not as a failure.
 
-use crate::baseline::{self, BaselineOptions, Env};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, FlowResult, PAYLOAD_PER_FRAME};
 use crate::plot::{self, Bar};
 use crate::sink;
 use crate::stats::{tsc_per_us, Spread};
+use crate::testbed::{self, Env};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -44,18 +45,14 @@ pub use web::{parse_httperf, Httperf};
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct Menon2005Options {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub quick: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// The receiver's user buffer sizes of Figures 1 and 2, in bytes.
     pub buffers: Vec<usize>,
     /// httperf's request rates of Figure 7, per second.
     pub rates: Vec<u32>,
     /// Profile the runs Tables 1, 2 and 4-8 come from.
     pub profile: bool,
-    pub progress: bool,
 }
 
 impl Menon2005Options {
@@ -71,15 +68,10 @@ impl Menon2005Options {
             vec![500, 1000, 2000, 4000, 6000, 8000, 10000, 12000]
         };
         Menon2005Options {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 2 } else { 5 },
-            quick,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
             buffers,
             rates,
             profile: true,
-            progress: true,
         }
     }
 }
@@ -275,7 +267,7 @@ pub struct Menon2005Report {
 /// What every measurement of a run shares.
 struct Ctx<'a> {
     opts: &'a Menon2005Options,
-    base: BaselineOptions,
+    base: RunOptions,
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: AtomicBool,
@@ -434,7 +426,7 @@ fn bring_up(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, Stri
 fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, String>> {
     if setup == Setup::Linux {
         let native = MultiNative::new(3)?;
-        let mut env = Env::new(baseline::bench_domains(&ctx.layout, &["client", "server"])?);
+        let mut env = Env::new(testbed::bench_domains(&ctx.layout, &["client", "server"])?);
         env.domains.shrink_to_fit();
         return Ok(Ok(Bed {
             setup,
@@ -449,9 +441,10 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
         Ok(t) => t,
         Err(why) => return Ok(Err(why)),
     };
-    std::fs::create_dir_all(&ctx.opts.run_dir)?;
+    std::fs::create_dir_all(&ctx.opts.common.run_dir)?;
     let path = ctx
         .opts
+        .common
         .run_dir
         .join(format!("menon2005-{}.toml", setup.name()));
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
@@ -460,7 +453,7 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
     if let Some(p) = setup.placement() {
         up.extend(["--placement", p]);
     }
-    let env = baseline::splitnet_env(&ctx.base, &ctx.layout, &up)?;
+    let env = testbed::splitnet_env(&ctx.base, &ctx.layout, &up)?;
     let (receiver_ns, receiver_ip, app_dom) = if setup.in_driver() {
         (host::netns_name("drv"), DRIVER_ADDRESS, 1)
     } else {
@@ -583,7 +576,7 @@ impl Bed {
     /// (receive) or from it (`tx`), summed.
     fn streams(&self, ctx: &Ctx<'_>, nics: usize, buffer: usize, tx: bool) -> Result<FlowResult> {
         let cg = |i: usize| self.env.domains.get(i).and_then(|d| d.cgroup.as_ref());
-        let (exe, secs) = (&ctx.opts.exe, ctx.opts.secs);
+        let (exe, secs) = (&ctx.opts.common.exe, ctx.opts.common.secs);
         let results = std::thread::scope(|sc| {
             let hs: Vec<_> = self.paths[..nics]
                 .iter()
@@ -630,7 +623,7 @@ impl Bed {
                 })
                 .collect()
         });
-        baseline::sum_flows(results)
+        testbed::sum_flows(results)
     }
 
     /// Measures streams, profiled when `profile` names what for.
@@ -641,7 +634,7 @@ impl Bed {
         buffer: usize,
         tx: bool,
         profile: bool,
-    ) -> Result<baseline::Measured> {
+    ) -> Result<testbed::Measured> {
         let opts = (profile && ctx.profile.load(Ordering::Relaxed)).then(|| prof::ProfileOptions {
             initiator: "splitnet bench menon2005".into(),
             top_n: 40,
@@ -649,11 +642,11 @@ impl Bed {
             ..Default::default()
         });
         let flow = || self.streams(ctx, nics, buffer, tx);
-        match baseline::measure_with(&self.env, ctx.tsc_hz, opts.clone(), flow) {
+        match testbed::measure_with(&self.env, ctx.tsc_hz, opts.clone(), flow) {
             Err(e) if opts.is_some() && format!("{e}").starts_with("profiling the flow") => {
                 ctx.say(&format!("no profiles from here on: {e}"));
                 ctx.profile.store(false, Ordering::Relaxed);
-                baseline::measure_with(&self.env, ctx.tsc_hz, None, || {
+                testbed::measure_with(&self.env, ctx.tsc_hz, None, || {
                     self.streams(ctx, nics, buffer, tx)
                 })
             }
@@ -676,7 +669,7 @@ pub fn role(domain: &str) -> &'static str {
     }
 }
 
-fn profiled(setup: Setup, what: &str, x: f64, m: &baseline::Measured) -> Option<Profiled> {
+fn profiled(setup: Setup, what: &str, x: f64, m: &testbed::Measured) -> Option<Profiled> {
     let p = m.profile.as_ref()?;
     let domains = p
         .domains
@@ -729,14 +722,7 @@ struct RunOut<'a> {
     profiles: &'a mut Vec<Profiled>,
 }
 
-fn push(
-    out: &mut RunOut<'_>,
-    bed: &Bed,
-    e: Experiment,
-    x: f64,
-    run: usize,
-    m: &baseline::Measured,
-) {
+fn push(out: &mut RunOut<'_>, bed: &Bed, e: Experiment, x: f64, run: usize, m: &testbed::Measured) {
     out.records.push(Record {
         setup: bed.setup,
         experiment: e,
@@ -837,7 +823,11 @@ fn transmit(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Resul
 fn web_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Result<()> {
     let p = &bed.paths[0];
     let cg = |i: usize| bed.env.domains.get(i).and_then(|d| d.cgroup.as_ref());
-    let dir = ctx.opts.run_dir.join(format!("web-{}", bed.setup.name()));
+    let dir = ctx
+        .opts
+        .common
+        .run_dir
+        .join(format!("web-{}", bed.setup.name()));
     let server = web::Nginx::start(
         &dir,
         &p.receiver_ns,
@@ -851,7 +841,7 @@ fn web_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Resu
             &p.receiver_ip,
             WEB_PORT,
             rate,
-            ctx.opts.secs,
+            ctx.opts.common.secs,
             cg(bed.peer_dom),
         )?;
         ctx.say(&format!(
@@ -890,7 +880,7 @@ fn measure_bed(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Re
 fn tear_down(ctx: &Ctx<'_>, bed: Bed) {
     let Bed { env, _native, .. } = bed;
     drop(_native);
-    baseline::tear_down(env, &ctx.base, &ctx.layout);
+    testbed::tear_down(env, &ctx.base, &ctx.layout);
 }
 
 /// One run: every setup in turn.
@@ -948,20 +938,17 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
     check_tools()?;
     let ctx = Ctx {
         opts,
-        base: BaselineOptions::for_suite(
-            &opts.exe,
-            &opts.run_dir,
-            opts.quick,
-            opts.runs,
-            opts.secs,
-        ),
+        base: RunOptions {
+            progress: false,
+            ..opts.common.clone()
+        },
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: AtomicBool::new(opts.profile),
-        progress: crate::Progress::start("menon2005", opts.progress),
+        progress: crate::Progress::start("menon2005", opts.common.progress),
     };
     let (mut records, mut profiles, mut unavailable) = (Vec::new(), Vec::new(), Vec::new());
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         let mut out = RunOut {
             records: &mut records,
             profiles: &mut profiles,
@@ -974,8 +961,8 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
     Ok(Menon2005Report {
         suite: "menon2005",
         tsc_mhz: ctx.tsc_hz / 1e6,
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         wall_seconds: ctx.progress.seconds(),
         anomaly: anomaly(&summary, &profiles),
         records,
@@ -1200,6 +1187,30 @@ impl Menon2005Report {
     }
 }
 
+/// `splitnet bench menon2005`: the Xenoprof paper's receive, send and web-server
+/// experiments and its profiles.
+pub struct Menon2005Suite;
+
+impl harness::Suite for Menon2005Suite {
+    fn name(&self) -> &'static str {
+        "menon2005"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = Menon2005Options::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
+        if !a.sizes.is_empty() {
+            opts.buffers = a.sizes.iter().map(|&s| s as usize).collect();
+        }
+        let r = run(&opts)?;
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("menon2005", json, figures))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1408,7 +1419,7 @@ mod tests {
         assert!(r.charts().iter().any(|(n, _)| n == "figure-3.svg"));
         // The seeds report reads it back from the JSON the suite writes.
         let json = serde_json::to_string(&r).unwrap();
-        let back = crate::seeds::figures_from_json("menon2005", &json).unwrap();
+        let back = harness::figures_of("menon2005", &json, figures).unwrap();
         assert_eq!(back.len(), f.len());
         assert!(back.iter().all(|f| f.seed == crate::seeds::Seed::Menon2005));
     }

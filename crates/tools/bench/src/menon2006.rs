@@ -16,12 +16,13 @@
 //! configuration whose topology keys this build lacks is reported as not
 //! available, not as a failure.
 
-use crate::baseline::{self, BaselineOptions, Config, Env, FlowSpec, Measured};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::Workload;
 use crate::plot::{self, Bar};
 use crate::ram::{by_class, by_domain, ethtool, medians, unknown_key};
 use crate::seeds;
 use crate::stats::{tsc_per_us, Spread};
+use crate::testbed::{self, Config, Env, FlowSpec, Measured};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -31,29 +32,20 @@ use toolstack::host::{self, CgroupLayout};
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct Menon2006Options {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub quick: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Only these configurations (Linux is always measured); empty: all.
     pub configs: Vec<M6Config>,
     /// Profile the transmit flows of Figures 6 and 8 for cost classes.
     pub profile: bool,
-    pub progress: bool,
 }
 
 impl Menon2006Options {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> Menon2006Options {
         Menon2006Options {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 2 } else { 5 },
-            quick,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
             configs: Vec::new(),
             profile: true,
-            progress: true,
         }
     }
 }
@@ -415,7 +407,7 @@ pub struct Menon2006Report {
 /// What every measurement of a run shares.
 struct Ctx<'a> {
     opts: &'a Menon2006Options,
-    base: BaselineOptions,
+    base: RunOptions,
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: std::cell::Cell<bool>,
@@ -428,16 +420,13 @@ impl Ctx<'_> {
     }
 }
 
-fn base_options(opts: &Menon2006Options) -> BaselineOptions {
-    BaselineOptions::for_suite(&opts.exe, &opts.run_dir, opts.quick, opts.runs, opts.secs)
-}
-
 /// Brings `cfg` up; `Ok(Err(why))` when this build cannot run it.
 fn bring_up(ctx: &Ctx<'_>, cfg: M6Config) -> Result<Result<Env, String>> {
     let Some(topo) = cfg.topology() else {
-        return Ok(Ok(baseline::bring_up(
+        return Ok(Ok(testbed::bring_up(
             Config::Native,
             &ctx.base,
+            None,
             &ctx.layout,
         )?));
     };
@@ -449,14 +438,15 @@ fn bring_up(ctx: &Ctx<'_>, cfg: M6Config) -> Result<Result<Env, String>> {
         };
         return Ok(Err(format!("not available in this build ({why})")));
     }
-    std::fs::create_dir_all(&ctx.opts.run_dir)?;
+    std::fs::create_dir_all(&ctx.opts.common.run_dir)?;
     let path = ctx
         .opts
+        .common
         .run_dir
         .join(format!("menon2006-{}.toml", cfg.name().replace('+', "-")));
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
     let path = path.to_string_lossy().into_owned();
-    match baseline::splitnet_env(&ctx.base, &ctx.layout, &["up", "--config", &path]) {
+    match testbed::splitnet_env(&ctx.base, &ctx.layout, &["up", "--config", &path]) {
         Ok(mut env) => {
             if cfg.driver_endpoint() {
                 // The application runs in the driver domain (index 1),
@@ -496,10 +486,10 @@ fn mtu_frames(env: &Env) -> Result<()> {
 }
 
 fn measure(ctx: &Ctx<'_>, env: &Env, cfg: M6Config, case: Case) -> Result<Measured> {
-    let (secs, tsc) = (ctx.opts.secs, ctx.tsc_hz);
+    let (secs, tsc) = (ctx.opts.common.secs, ctx.tsc_hz);
     let flows = [case.flow()];
     if ctx.profile.get() && cfg.profiled() && case == Case::Tx {
-        let r = baseline::measure_flows(
+        let r = testbed::measure_flows(
             env,
             &flows,
             case.workload(),
@@ -515,7 +505,7 @@ fn measure(ctx: &Ctx<'_>, env: &Env, cfg: M6Config, case: Case) -> Result<Measur
             r => return r,
         }
     }
-    baseline::measure_flows(env, &flows, case.workload(), secs, tsc, None)
+    testbed::measure_flows(env, &flows, case.workload(), secs, tsc, None)
 }
 
 /// Brings `cfg` up and measures its cases; notes it in `unavailable` when
@@ -538,7 +528,7 @@ fn one_config(
         }
     };
     let result = measure_cases(ctx, &env, cfg, run, out);
-    baseline::tear_down(env, &ctx.base, &ctx.layout);
+    testbed::tear_down(env, &ctx.base, &ctx.layout);
     result.with_context(|| format!("measuring {}", cfg.name()))
 }
 
@@ -598,14 +588,17 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
     }
     let ctx = Ctx {
         opts,
-        base: base_options(opts),
+        base: RunOptions {
+            progress: false,
+            ..opts.common.clone()
+        },
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: std::cell::Cell::new(opts.profile),
-        progress: crate::Progress::start("menon2006", opts.progress),
+        progress: crate::Progress::start("menon2006", opts.common.progress),
     };
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         for cfg in chosen(opts) {
             one_config(&ctx, cfg, run, &mut records, &mut unavailable)?;
         }
@@ -615,8 +608,8 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
     Ok(Menon2006Report {
         suite: "menon2006".into(),
         tsc_mhz: ctx.tsc_hz / 1e6,
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         wall_seconds: ctx.progress.seconds(),
         records,
         summary,
@@ -1194,6 +1187,27 @@ pub fn figures(r: &Menon2006Report) -> Vec<seeds::Figure> {
         out.push(f);
     }
     out
+}
+
+/// `splitnet bench menon2006`: the 2006 paper's configurations and figures.
+pub struct Menon2006Suite;
+
+impl harness::Suite for Menon2006Suite {
+    fn name(&self) -> &'static str {
+        "menon2006"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = Menon2006Options::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
+        opts.configs = Args::parsed(&a.configs)?;
+        let r = run(&opts)?;
+        Output::of(&r, r.table(), r.svg())
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("menon2006", json, figures))
+    }
 }
 
 #[cfg(test)]

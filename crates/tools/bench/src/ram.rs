@@ -12,9 +12,10 @@
 //! reported as not available, not as a failure, so the suite runs on any
 //! subset of the thesis's mechanisms.
 
-use crate::baseline::{self, BaselineOptions, Config, Env, FlowSpec, Measured};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Workload};
 use crate::stats::{median, tsc_per_us, Spread};
+use crate::testbed::{self, Config, Env, FlowSpec, Measured};
 use crate::{plot, seeds};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -27,30 +28,21 @@ use toolstack::placement::Placement;
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct RamOptions {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub quick: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Only these configurations (native is always measured); empty: all.
     pub configs: Vec<RamConfig>,
     /// Profile every flow for the cost classes (falls back to none when
     /// the profiler cannot start).
     pub profile: bool,
-    pub progress: bool,
 }
 
 impl RamOptions {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> RamOptions {
         RamOptions {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 2 } else { 5 },
-            quick,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
             configs: Vec::new(),
             profile: true,
-            progress: true,
         }
     }
 }
@@ -317,7 +309,7 @@ const TWO_GUESTS: &str = "the default topology has one wire host: two iperf3 flo
 /// What every measurement of a run shares.
 struct Ctx<'a> {
     opts: &'a RamOptions,
-    base: BaselineOptions,
+    base: RunOptions,
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: Cell<bool>,
@@ -328,11 +320,6 @@ impl Ctx<'_> {
     fn say(&self, what: &str) {
         self.progress.say(what);
     }
-}
-
-/// The options `baseline`'s environments are brought up with.
-fn base_options(opts: &RamOptions) -> BaselineOptions {
-    BaselineOptions::for_suite(&opts.exe, &opts.run_dir, opts.quick, opts.runs, opts.secs)
 }
 
 /// Why `up` refused a topology, when the reason is a key this build does
@@ -350,22 +337,24 @@ fn bring_up(
     placement: Option<Placement>,
 ) -> Result<Result<Env, String>> {
     if cfg == RamConfig::Forwarder {
-        return Ok(Ok(baseline::bring_up(
+        return Ok(Ok(testbed::bring_up(
             Config::MinimalForwarder,
             &ctx.base,
+            None,
             &ctx.layout,
         )?));
     }
     let Some(topo) = cfg.topology() else {
-        let mut env = baseline::bring_up(Config::Native, &ctx.base, &ctx.layout)?;
+        let mut env = testbed::bring_up(Config::Native, &ctx.base, None, &ctx.layout)?;
         let rx = env.flows.get("rx").context("native has an rx flow")?;
         let second = rx.on_port(netenv::DEFAULT_PORT + 1);
         env.flows.insert("rx2", second);
         return Ok(Ok(env));
     };
-    std::fs::create_dir_all(&ctx.opts.run_dir)?;
+    std::fs::create_dir_all(&ctx.opts.common.run_dir)?;
     let path = ctx
         .opts
+        .common
         .run_dir
         .join(format!("ram-{}.toml", cfg.name().replace('+', "-")));
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
@@ -374,7 +363,7 @@ fn bring_up(
     if let Some(p) = placement {
         up.extend(["--placement", p.as_str()]);
     }
-    match baseline::splitnet_env(&ctx.base, &ctx.layout, &up) {
+    match testbed::splitnet_env(&ctx.base, &ctx.layout, &up) {
         Ok(mut env) => {
             let ns = host::netns_name;
             let second = FlowSpec::new(&ns("wire"), "10.77.0.254", &ns("guest2"), true)
@@ -434,10 +423,9 @@ pub(crate) fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
 
 /// One case's flows, profiled while the profiler can start.
 fn measure(ctx: &Ctx<'_>, env: &Env, case: Case) -> Result<Measured> {
-    let (w, secs, tsc) = (Workload::TcpZerocopy, ctx.opts.secs, ctx.tsc_hz);
+    let (w, secs, tsc) = (Workload::TcpZerocopy, ctx.opts.common.secs, ctx.tsc_hz);
     if ctx.profile.get() {
-        let r =
-            baseline::measure_flows(env, case.flows(), w, secs, tsc, Some("splitnet bench ram"));
+        let r = testbed::measure_flows(env, case.flows(), w, secs, tsc, Some("splitnet bench ram"));
         match r {
             Err(e) if format!("{e}").starts_with("profiling the flow") => {
                 ctx.say(&format!("no cost classes from here on: {e}"));
@@ -446,7 +434,7 @@ fn measure(ctx: &Ctx<'_>, env: &Env, case: Case) -> Result<Measured> {
             r => return r,
         }
     }
-    baseline::measure_flows(env, case.flows(), w, secs, tsc, None)
+    testbed::measure_flows(env, case.flows(), w, secs, tsc, None)
 }
 
 /// Cycles per frame by role, from `baseline`'s per-domain figures.
@@ -485,7 +473,11 @@ pub(crate) fn by_class(total: f64, p: Option<&prof::Profile>) -> BTreeMap<String
 /// granted against the buffer uses they served since it connected; `None`
 /// without the new grant mechanism (Orig, MQ).
 fn locality(ctx: &Ctx<'_>) -> Result<Option<Locality>> {
-    let text = crate::splitnet(&ctx.opts.exe, &ctx.opts.run_dir, &["status", "--json"])?;
+    let text = crate::splitnet(
+        &ctx.opts.common.exe,
+        &ctx.opts.common.run_dir,
+        &["status", "--json"],
+    )?;
     let st: serde_json::Value = serde_json::from_str(&text).context("status --json")?;
     let empty = Vec::new();
     let track = st["vifs"]
@@ -535,7 +527,7 @@ fn one_config(
         }
     };
     let result = measure_cases(ctx, &env, cfg, cases, run, out);
-    baseline::tear_down(env, &ctx.base, &ctx.layout);
+    testbed::tear_down(env, &ctx.base, &ctx.layout);
     result.with_context(|| format!("measuring {}", cfg.name()))?;
     Ok(true)
 }
@@ -652,15 +644,18 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
     }
     let ctx = Ctx {
         opts,
-        base: base_options(opts),
+        base: RunOptions {
+            progress: false,
+            ..opts.common.clone()
+        },
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: Cell::new(opts.profile),
-        progress: crate::Progress::start("ram", opts.progress),
+        progress: crate::Progress::start("ram", opts.common.progress),
     };
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
     let mut c6 = None;
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         c6 = one_run(&ctx, run, &mut records, &mut unavailable)?.or(c6);
     }
     add_ratios(&mut records);
@@ -668,8 +663,8 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
     Ok(RamReport {
         suite: "ram",
         tsc_mhz: ctx.tsc_hz / 1e6,
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         wall_seconds: ctx.progress.seconds(),
         records,
         summary,
@@ -1298,6 +1293,27 @@ pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
             f
         })
         .collect()
+}
+
+/// `splitnet bench ram`: the Ram thesis's configurations, RX and TX, and chapter 6.
+pub struct RamSuite;
+
+impl harness::Suite for RamSuite {
+    fn name(&self) -> &'static str {
+        "ram"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = RamOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
+        opts.configs = Args::parsed(&a.configs)?;
+        let r = run(&opts)?;
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("ram", json, figures))
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! same run, beside a native veth pair at the same MTUs. The options' cost at full speed is a configuration of `bench
 //! baseline` (`splitnet-vif-options`).
 
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Flow, Workload};
 use crate::stats::median;
 use anyhow::{Context, Result};
@@ -24,21 +25,14 @@ pub const JUMBO: u16 = 9000;
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct VifOptionsOptions {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub progress: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
 }
 
 impl VifOptionsOptions {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> VifOptionsOptions {
         VifOptionsOptions {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 3 } else { 8 },
-            progress: true,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 3 } else { 8 }),
         }
     }
 }
@@ -86,7 +80,7 @@ pub fn topology(spec: &str, mtu: u16) -> String {
 }
 
 fn progress(opts: &VifOptionsOptions, what: &str) {
-    if opts.progress {
+    if opts.common.progress {
         eprint!("\rvif-options: {what}                              ");
         let _ = std::io::stderr().flush();
     }
@@ -98,13 +92,17 @@ fn with_topology<T>(
     toml: &str,
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    std::fs::create_dir_all(&opts.run_dir)?;
-    let path = opts.run_dir.join("bench-vif-options.toml");
+    std::fs::create_dir_all(&opts.common.run_dir)?;
+    let path = opts.common.run_dir.join("bench-vif-options.toml");
     std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
     let p = path.to_string_lossy().into_owned();
-    crate::splitnet(&opts.exe, &opts.run_dir, &["up", "--config", &p])?;
+    crate::splitnet(
+        &opts.common.exe,
+        &opts.common.run_dir,
+        &["up", "--config", &p],
+    )?;
     let r = f();
-    let _ = crate::splitnet(&opts.exe, &opts.run_dir, &["down"]);
+    let _ = crate::splitnet(&opts.common.exe, &opts.common.run_dir, &["down"]);
     r
 }
 
@@ -171,12 +169,12 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
     let mut rate_runs = Vec::new();
     // (configuration, MTU, datagram size, each run's (Mbit/s, datagrams/s)).
     let mut udp: Vec<(&'static str, u16, usize, Vec<Sample>)> = Vec::new();
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         progress(opts, &format!("run {} rate=100Mb/s", run + 1));
         let spec = format!("rate={RATE_MBIT}Mb/s");
         let (w, ip, g) = guest1_to_wire();
         let r = with_topology(opts, &topology(&spec, 1500), || {
-            flow((&w, ip, &g), opts.secs, Workload::TcpCopy, &[])
+            flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])
         })
         .context("the rate limit")?;
         rate_runs.push(r.gbps * 1e3);
@@ -185,11 +183,11 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
             let spec = format!("mtu={mtu}");
             let (w, ip, g) = guest1_to_wire();
             let points = with_topology(opts, &topology(&spec, mtu), || {
-                udp_sweep((&w, ip, &g), opts.secs)
+                udp_sweep((&w, ip, &g), opts.common.secs)
             })
             .with_context(|| format!("UDP at MTU {mtu}"))?;
-            let native =
-                native_udp(mtu, opts.secs).with_context(|| format!("native UDP at MTU {mtu}"))?;
+            let native = native_udp(mtu, opts.common.secs)
+                .with_context(|| format!("native UDP at MTU {mtu}"))?;
             for (config, points) in [("splitnet", points), ("native", native)] {
                 for (size, mbit, per_s) in points {
                     let key = |e: &&mut (&str, u16, usize, Vec<Sample>)| {
@@ -203,14 +201,14 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
             }
         }
     }
-    if opts.progress {
+    if opts.common.progress {
         eprintln!();
     }
     let rate = median(&rate_runs);
     Ok(VifOptionsReport {
         suite: "vif-options",
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         rate_in_band: (RATE_BAND.0..=RATE_BAND.1).contains(&rate),
         rate_median_mbit_s: rate,
         rate_runs_mbit_s: rate_runs,
@@ -302,6 +300,21 @@ fn ratio(a: f64, b: f64) -> String {
         format!("{:.2}", a / b)
     } else {
         "-".into()
+    }
+}
+
+/// `splitnet bench vif-options`: Xen's vif options on the data path.
+pub struct VifOptionsSuite;
+
+impl harness::Suite for VifOptionsSuite {
+    fn name(&self) -> &'static str {
+        "vif-options"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let opts = VifOptionsOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        let r = run(&opts)?;
+        Output::of(&r, r.table(), r.svg())
     }
 }
 

@@ -1,0 +1,148 @@
+//! The harness every suite runs under: the options they share, one
+//! ratio-to-reference and grouping path for their summaries, and the
+//! [`Suite`] trait through which `splitnet bench` runs any of them.
+
+use crate::seeds::{self, Figure};
+use anyhow::Context;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// The options every suite that drives `splitnet` shares.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The `splitnet` executable (to bring topologies up and down).
+    pub exe: PathBuf,
+    /// Run directory for splitnet's hv.
+    pub run_dir: PathBuf,
+    /// Fewer samples, for a quick look.
+    pub quick: bool,
+    /// Independent runs, each from a fresh start.
+    pub runs: usize,
+    /// Seconds per flow.
+    pub secs: u32,
+    /// Progress lines on stderr.
+    pub progress: bool,
+}
+
+impl RunOptions {
+    /// `runs` (at least one) of `secs` seconds per flow, with progress lines.
+    pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize, secs: u32) -> RunOptions {
+        RunOptions {
+            exe,
+            run_dir,
+            quick,
+            runs: runs.max(1),
+            secs,
+            progress: true,
+        }
+    }
+}
+
+/// What `splitnet bench` was asked, as every suite reads it: the options
+/// they share and the filters a suite may take up.
+#[derive(Debug, Clone, Default)]
+pub struct Args {
+    /// The `splitnet` executable.
+    pub exe: PathBuf,
+    /// splitnet's run directory (suites bring their topologies up in its
+    /// `bench/` folder).
+    pub run_dir: PathBuf,
+    pub quick: bool,
+    /// Independent runs (default 3, or 1 with `quick`).
+    pub runs: Option<usize>,
+    pub seconds: Option<u32>,
+    pub iterations: Option<usize>,
+    pub configs: Vec<String>,
+    pub workloads: Vec<String>,
+    pub sizes: Vec<u32>,
+    pub spin_us: Option<u32>,
+    pub profile: bool,
+    /// The folder results go into, if any.
+    pub out: Option<PathBuf>,
+}
+
+impl Args {
+    /// The runs asked for, or the default: 3, or 1 with `quick`.
+    pub fn runs(&self) -> usize {
+        self.runs.unwrap_or(if self.quick { 1 } else { 3 })
+    }
+
+    /// Where suites run their splitnet: `bench/` in the run directory.
+    pub fn bench_dir(&self) -> PathBuf {
+        self.run_dir.join("bench")
+    }
+
+    /// `--seconds`, raised to at least `min`, over a suite's default.
+    pub fn seconds_into(&self, common: &mut RunOptions, min: u32) {
+        if let Some(s) = self.seconds {
+            common.secs = s.max(min);
+        }
+    }
+
+    /// Each of `names` parsed (`--configs`, `--workloads`).
+    pub fn parsed<T>(names: &[String]) -> anyhow::Result<Vec<T>>
+    where
+        T: std::str::FromStr<Err = anyhow::Error>,
+    {
+        names.iter().map(|c| c.parse()).collect()
+    }
+}
+
+/// What a suite produced: its JSON, its table, its main chart, any further
+/// charts by file name, and the profile of the whole run when asked for.
+pub struct Output {
+    pub json: String,
+    pub table: String,
+    pub chart: String,
+    pub charts: Vec<(String, String)>,
+    pub profile: Option<prof::Profile>,
+}
+
+impl Output {
+    /// `report` as pretty JSON with its table and chart; no further charts
+    /// and no profile.
+    pub fn of(report: &impl Serialize, table: String, chart: String) -> anyhow::Result<Output> {
+        Ok(Output {
+            json: serde_json::to_string_pretty(report)?,
+            table,
+            chart,
+            charts: Vec::new(),
+            profile: None,
+        })
+    }
+
+    /// The same output with further charts.
+    pub fn with_charts(mut self, charts: Vec<(String, String)>) -> Output {
+        self.charts = charts;
+        self
+    }
+}
+
+/// A benchmark suite: what `splitnet bench NAME` runs. The harness owns
+/// the options, the output files and the seeds report; a suite says what
+/// to run and which seed figures its report holds.
+pub trait Suite: Sync {
+    /// The name `splitnet bench` knows it by.
+    fn name(&self) -> &'static str;
+
+    /// Runs the suite as `args` ask.
+    fn run(&self, args: &Args) -> anyhow::Result<Output>;
+
+    /// How to read the seed figures out of the suite's saved report;
+    /// `None` for a suite that measures no seed figure.
+    fn seeds(&self) -> Option<seeds::Reader> {
+        None
+    }
+}
+
+/// The seed figures `figures` finds in a report read back from `json`.
+pub fn figures_of<R: DeserializeOwned>(
+    suite: &str,
+    json: &str,
+    figures: fn(&R) -> Vec<Figure>,
+) -> anyhow::Result<Vec<Figure>> {
+    let r =
+        serde_json::from_str(json).with_context(|| format!("reading bench {suite}'s report"))?;
+    Ok(figures(&r))
+}
