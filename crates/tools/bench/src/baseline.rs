@@ -104,6 +104,46 @@ pub struct BaselineReport {
     pub summary: Vec<Summary>,
     /// Peers that were not measured, and why.
     pub skipped: Vec<String>,
+    /// splitnet-default's event loops after each run's flows.
+    #[serde(default)]
+    pub loops: Vec<LoopCost>,
+}
+
+/// System calls per frame a loop may make once batches form.
+pub const LOOP_SYSCALLS: f64 = 10.0;
+
+/// A configuration's event loops after a run's flows (`status --json`):
+/// system calls per frame of the driver domain's bridge loop and of
+/// guest1's loop, each under [`LOOP_SYSCALLS`] once batches form.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoopCost {
+    pub config: Config,
+    pub run: usize,
+    pub driver_syscalls_per_frame: Option<f64>,
+    pub guest1_syscalls_per_frame: Option<f64>,
+    pub met: bool,
+}
+
+/// The loops' costs as `status --json` reports them now.
+fn loop_cost(opts: &RunOptions, config: Config, run: usize) -> Result<LoopCost> {
+    let text = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])?;
+    let st: serde_json::Value = serde_json::from_str(&text).context("reading status --json")?;
+    let per = |l: &serde_json::Value| l["syscalls_per_frame"].as_f64();
+    let guest1 = st["vifs"].as_array().and_then(|v| {
+        v.iter()
+            .find(|v| v["guest"] == "guest1")
+            .and_then(|v| per(&v["guest_loop"]))
+    });
+    let (driver, guest1) = (per(&st["bridges"][0]["loop"]), guest1);
+    Ok(LoopCost {
+        config,
+        run,
+        driver_syscalls_per_frame: driver,
+        guest1_syscalls_per_frame: guest1,
+        met: [driver, guest1]
+            .iter()
+            .all(|v| v.is_some_and(|v| v < LOOP_SYSCALLS)),
+    })
 }
 
 /// The directions measured for workload `w`: a request-response flow is
@@ -345,12 +385,15 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         workloads: &workloads,
         tsc_hz,
     };
-    let mut records: Vec<Record> = Vec::new();
+    let (mut records, mut loops) = (Vec::new(), Vec::new());
     for run in 0..runs {
         for &cfg in &configs {
             let env = testbed::bring_up(cfg, &opts.common, opts.spin_us, &layout)
                 .with_context(|| format!("bringing up {}", cfg.name()))?;
-            let result = measure_config(&ctx, &env, cfg, run, &mut progress, &mut records);
+            let mut result = measure_config(&ctx, &env, cfg, run, &mut progress, &mut records);
+            if result.is_ok() && cfg == Config::SplitnetDefault {
+                result = loop_cost(&opts.common, cfg, run).map(|l| loops.push(l));
+            }
             testbed::tear_down(env, &opts.common, &layout);
             result.with_context(|| format!("measuring {}", cfg.name()))?;
         }
@@ -369,6 +412,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         records,
         summary,
         skipped,
+        loops,
     })
 }
 
@@ -476,6 +520,32 @@ impl BaselineReport {
             );
         }
         s
+    }
+
+    /// splitnet-default's loops against [`LOOP_SYSCALLS`], per run; `None`
+    /// when it was not measured.
+    pub fn loops_table(&self) -> Option<String> {
+        let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+        let rows: Vec<String> = self
+            .loops
+            .iter()
+            .map(|l| {
+                let met = if l.met { "yes" } else { "no" };
+                format!(
+                    "| {} | {} | {} | {} | < {LOOP_SYSCALLS} | {met} |\n",
+                    l.config.name(),
+                    l.run + 1,
+                    f(l.driver_syscalls_per_frame),
+                    f(l.guest1_syscalls_per_frame),
+                )
+            })
+            .collect();
+        (!rows.is_empty()).then(|| {
+            "| config | run | driver loop syscalls/frame | guest1 loop syscalls/frame | target | met |\n\
+             |---|---:|---:|---:|---|---|\n"
+                .to_string()
+                + &rows.concat()
+        })
     }
 
     /// With `--profile`: where each configuration's samples went (median
@@ -764,8 +834,8 @@ impl harness::Suite for BaselineSuite {
             spin_us: a.spin_us,
         })?;
         let mut table = format!("{}\n{}", r.table(), r.cycles_table());
-        if let Some(p) = r.profile_table() {
-            table = format!("{table}\n{p}");
+        for t in [r.loops_table(), r.profile_table()].into_iter().flatten() {
+            table = format!("{table}\n{t}");
         }
         Output::of(&r, table, r.svg())
     }

@@ -2,7 +2,9 @@
 //! whether `rate=` holds a guest to its rate (Xen netback's credit
 //! scheduler), and what jumbo frames (`mtu=9000` on the vif and the
 //! uplink) do to UDP throughput per datagram size, against MTU 1500 in the
-//! same run, beside a native veth pair at the same MTUs. The options' cost at full speed is a configuration of `bench
+//! same run, beside a native veth pair at the same MTUs; and, as figures
+//! with targets, that a vif without `rate=` beside a limited one keeps its
+//! speed and that `up --link-rate` holds the wire link to its rate. The options' cost at full speed is a configuration of `bench
 //! baseline` (`splitnet-vif-options`).
 
 use crate::harness::{self, Args, Output, RunOptions};
@@ -17,6 +19,13 @@ use toolstack::host;
 /// The rate `rate=` is checked at, in Mbit/s, and its target band.
 pub const RATE_MBIT: f64 = 100.0;
 const RATE_BAND: (f64, f64) = (90.0, 105.0);
+/// guest2, whose vif has no `rate=`, beside the limited guest1: at least
+/// this many times guest1's rate (netback's credit is per vif).
+const NEIGHBOUR_FACTOR: f64 = 5.0;
+/// `up --link-rate`'s rate in Mbit/s, and the band guest1 → wire TCP must
+/// stay in: near the link's rate, far below the unshaped Gbit/s.
+pub const LINK_MBIT: f64 = 20.0;
+const LINK_BAND: (f64, f64) = (1.0, 30.0);
 /// UDP datagram sizes measured at each MTU.
 pub const DATAGRAMS: [usize; 4] = [1024, 1472, 4096, 8000];
 /// The jumbo MTU.
@@ -61,6 +70,15 @@ pub struct VifOptionsReport {
     pub rate_runs_mbit_s: Vec<f64>,
     pub rate_median_mbit_s: f64,
     pub rate_in_band: bool,
+    /// guest2 → wire TCP beside it, without `rate=`, each run's Mbit/s.
+    pub neighbour_runs_mbit_s: Vec<f64>,
+    pub neighbour_median_mbit_s: f64,
+    /// guest2 kept at least NEIGHBOUR_FACTOR times guest1's rate.
+    pub neighbour_unlimited: bool,
+    /// guest1 → wire TCP over `up --link-rate 20mbit`, each run's Mbit/s.
+    pub link_runs_mbit_s: Vec<f64>,
+    pub link_median_mbit_s: f64,
+    pub link_in_band: bool,
     pub udp: Vec<UdpPoint>,
 }
 
@@ -86,21 +104,19 @@ fn progress(opts: &VifOptionsOptions, what: &str) {
     }
 }
 
-/// Brings splitnet up with `toml`, runs `f`, and always takes it down.
+/// Brings splitnet up with `toml` (and `up`'s further `args`), runs `f`,
+/// and always takes it down.
 fn with_topology<T>(
     opts: &VifOptionsOptions,
-    toml: &str,
+    (toml, args): (&str, &[&str]),
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     std::fs::create_dir_all(&opts.common.run_dir)?;
     let path = opts.common.run_dir.join("bench-vif-options.toml");
     std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
     let p = path.to_string_lossy().into_owned();
-    crate::splitnet(
-        &opts.common.exe,
-        &opts.common.run_dir,
-        &["up", "--config", &p],
-    )?;
+    let up = [&["up", "--config", &p][..], args].concat();
+    crate::splitnet(&opts.common.exe, &opts.common.run_dir, &up)?;
     let r = f();
     let _ = crate::splitnet(&opts.common.exe, &opts.common.run_dir, &["down"]);
     r
@@ -129,12 +145,12 @@ fn flow(
     netenv::run_with(&flow, extra)
 }
 
-/// guest1 → wire.
-fn guest1_to_wire() -> (String, &'static str, String) {
+/// `guest` → wire.
+fn to_wire(guest: &str) -> (String, &'static str, String) {
     (
         host::netns_name("wire"),
         "10.77.0.254",
-        host::netns_name("guest1"),
+        host::netns_name(guest),
     )
 }
 
@@ -166,23 +182,38 @@ fn native_udp(mtu: u16, secs: u32) -> Result<Vec<(usize, f64, f64)>> {
 
 /// Runs the suite.
 pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
-    let mut rate_runs = Vec::new();
+    let (mut rate_runs, mut neighbour_runs, mut link_runs) = (Vec::new(), Vec::new(), Vec::new());
     // (configuration, MTU, datagram size, each run's (Mbit/s, datagrams/s)).
     let mut udp: Vec<(&'static str, u16, usize, Vec<Sample>)> = Vec::new();
     for run in 0..opts.common.runs {
         progress(opts, &format!("run {} rate=100Mb/s", run + 1));
         let spec = format!("rate={RATE_MBIT}Mb/s");
-        let (w, ip, g) = guest1_to_wire();
-        let r = with_topology(opts, &topology(&spec, 1500), || {
-            flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])
+        let (w, ip, g) = to_wire("guest1");
+        let (_, _, g2) = to_wire("guest2");
+        let (r, free) = with_topology(opts, (&topology(&spec, 1500), &[]), || {
+            let r = flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])?;
+            let free = flow((&w, ip, &g2), opts.common.secs, Workload::TcpCopy, &[])?;
+            Ok((r, free))
         })
         .context("the rate limit")?;
         rate_runs.push(r.gbps * 1e3);
+        neighbour_runs.push(free.gbps * 1e3);
+        progress(
+            opts,
+            &format!("run {} --link-rate {LINK_MBIT}mbit", run + 1),
+        );
+        let link = format!("{LINK_MBIT}mbit");
+        let up = ["--link-rate", link.as_str()];
+        let r = with_topology(opts, (&topology("mtu=1500", 1500), &up), || {
+            flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])
+        })
+        .context("the link rate")?;
+        link_runs.push(r.gbps * 1e3);
         for mtu in [1500, JUMBO] {
             progress(opts, &format!("run {} UDP at MTU {mtu}", run + 1));
             let spec = format!("mtu={mtu}");
-            let (w, ip, g) = guest1_to_wire();
-            let points = with_topology(opts, &topology(&spec, mtu), || {
+            let (w, ip, g) = to_wire("guest1");
+            let points = with_topology(opts, (&topology(&spec, mtu), &[]), || {
                 udp_sweep((&w, ip, &g), opts.common.secs)
             })
             .with_context(|| format!("UDP at MTU {mtu}"))?;
@@ -205,6 +236,7 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
         eprintln!();
     }
     let rate = median(&rate_runs);
+    let (free, link) = (median(&neighbour_runs), median(&link_runs));
     Ok(VifOptionsReport {
         suite: "vif-options",
         runs: opts.common.runs,
@@ -212,6 +244,12 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
         rate_in_band: (RATE_BAND.0..=RATE_BAND.1).contains(&rate),
         rate_median_mbit_s: rate,
         rate_runs_mbit_s: rate_runs,
+        neighbour_unlimited: free > NEIGHBOUR_FACTOR * RATE_MBIT,
+        neighbour_median_mbit_s: free,
+        neighbour_runs_mbit_s: neighbour_runs,
+        link_in_band: (LINK_BAND.0..=LINK_BAND.1).contains(&link),
+        link_median_mbit_s: link,
+        link_runs_mbit_s: link_runs,
         udp: udp
             .into_iter()
             .map(|(config, mtu, datagram, v)| {
@@ -249,6 +287,7 @@ impl VifOptionsReport {
             RATE_BAND.1,
             if self.rate_in_band { "yes" } else { "no" },
         );
+        s += &self.beside_table();
         s += "### UDP by datagram size at MTU 1500 and 9000: splitnet guest1 → wire and a native veth pair (Mbit/s received, medians)\n\n\
               | datagram (bytes) | native 1500 | splitnet 1500 | native 9000 | splitnet 9000 | splitnet 9000 / 1500 | splitnet / native at 9000 |\n\
               |---:|---:|---:|---:|---:|---:|---:|\n";
@@ -272,6 +311,28 @@ impl VifOptionsReport {
             );
         }
         s
+    }
+
+    /// guest2 without `rate=` beside the limited guest1, and guest1 over
+    /// `up --link-rate`, each against its target.
+    fn beside_table(&self) -> String {
+        let runs = |v: &[f64]| v.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>();
+        let met = |b: bool| if b { "yes" } else { "no" };
+        format!(
+            "### Beside it: guest2 without rate= (guest2 → wire TCP), and guest1 over `up --link-rate {LINK_MBIT}mbit`\n\n\
+             | flow | median Mbit/s | runs | target | met |\n|---|---:|---|---|---|\n\
+             | guest2, no rate= | {:.1} | {} | > {} | {} |\n\
+             | guest1, link at {LINK_MBIT} Mbit/s | {:.1} | {} | {}–{} | {} |\n\n",
+            self.neighbour_median_mbit_s,
+            runs(&self.neighbour_runs_mbit_s).join(", "),
+            NEIGHBOUR_FACTOR * RATE_MBIT,
+            met(self.neighbour_unlimited),
+            self.link_median_mbit_s,
+            runs(&self.link_runs_mbit_s).join(", "),
+            LINK_BAND.0,
+            LINK_BAND.1,
+            met(self.link_in_band),
+        )
     }
 
     /// Bars of UDP Mbit/s per configuration, datagram size and MTU.
