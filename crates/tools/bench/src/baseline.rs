@@ -306,60 +306,47 @@ fn measure_config(
 
 /// Ratios against native and the forwarder of the same run, direction and workload.
 fn add_ratios(records: &mut [Record]) {
-    let of = |cfg: Config| -> Vec<(Direction, Workload, usize, f64)> {
-        records
-            .iter()
-            .filter(|r| r.config == cfg)
-            .map(|r| (r.direction, r.workload, r.run, r.gbps))
-            .collect()
+    let key = |r: &Record| (r.direction, r.workload, r.run);
+    let over = |cfg: Config| {
+        let is = |r: &Record| (r.config == cfg).then(|| key(r));
+        harness::ratios(records, is, key, |r| Some(r.gbps))
     };
-    let (natives, forwarders) = (of(Config::Native), of(Config::MinimalForwarder));
-    let ratio = |refs: &[(Direction, Workload, usize, f64)], r: &Record| {
-        refs.iter()
-            .find(|n| n.0 == r.direction && n.1 == r.workload && n.2 == r.run && n.3 > 0.0)
-            .map(|n| r.gbps / n.3)
-    };
-    for r in records.iter_mut() {
-        r.ratio_to_native = ratio(&natives, r);
-        r.ratio_to_forwarder = ratio(&forwarders, r);
+    let (natives, forwarders) = (over(Config::Native), over(Config::MinimalForwarder));
+    for ((r, n), f) in records.iter_mut().zip(natives).zip(forwarders) {
+        (r.ratio_to_native, r.ratio_to_forwarder) = (n, f);
     }
 }
 
 /// Medians over runs, one row per (configuration, workload, direction).
 fn summarize(records: &[Record], configs: &[Config], workloads: &[Workload]) -> Vec<Summary> {
+    let keys = configs.iter().flat_map(|&c| {
+        workloads
+            .iter()
+            .flat_map(move |&w| DIRECTIONS.map(|d| (c, w, d)))
+    });
+    let groups = harness::groups(records, keys, |r| (r.config, r.workload, r.direction));
     let mut summary = Vec::new();
-    for &cfg in configs {
-        for &w in workloads {
-            for dir in DIRECTIONS {
-                let rs: Vec<&Record> = records
-                    .iter()
-                    .filter(|r| r.config == cfg && r.workload == w && r.direction == dir)
-                    .collect();
-                if rs.is_empty() {
-                    continue;
-                }
-                let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
-                let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
-                let fwd: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_forwarder).collect();
-                let cpp: Vec<f64> = rs
-                    .iter()
-                    .filter_map(|r| r.cycles_per_packet.get("total").copied())
-                    .collect();
-                summary.push(Summary {
-                    config: cfg,
-                    direction: dir,
-                    workload: w,
-                    runs: rs.len(),
-                    median_gbps: median(&g),
-                    min_gbps: g.iter().copied().fold(f64::INFINITY, f64::min),
-                    max_gbps: g.iter().copied().fold(0.0, f64::max),
-                    median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
-                    median_ratio_to_forwarder: (!fwd.is_empty()).then(|| median(&fwd)),
-                    median_cycles_per_packet: median(&cpp),
-                    latency: latency_summary(&rs, records, w),
-                });
-            }
-        }
+    for ((cfg, w, dir), rs) in groups {
+        let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+        let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
+        let fwd: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_forwarder).collect();
+        let cpp: Vec<f64> = rs
+            .iter()
+            .filter_map(|r| r.cycles_per_packet.get("total").copied())
+            .collect();
+        summary.push(Summary {
+            config: cfg,
+            direction: dir,
+            workload: w,
+            runs: rs.len(),
+            median_gbps: median(&g),
+            min_gbps: g.iter().copied().fold(f64::INFINITY, f64::min),
+            max_gbps: g.iter().copied().fold(0.0, f64::max),
+            median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
+            median_ratio_to_forwarder: (!fwd.is_empty()).then(|| median(&fwd)),
+            median_cycles_per_packet: median(&cpp),
+            latency: latency_summary(&rs, records, w),
+        });
     }
     summary
 }

@@ -146,3 +146,41 @@ pub fn figures_of<R: DeserializeOwned>(
         serde_json::from_str(json).with_context(|| format!("reading bench {suite}'s report"))?;
     Ok(figures(&r))
 }
+
+/// Each record's value over its reference's, the one path every suite's
+/// ratios take (against native or Linux of the same run and case, Menon
+/// 2006 §6): `reference` gives a reference record's key, `wants` the key a
+/// record's reference has; `None` where there is none, or where either
+/// value is missing or the reference's is not positive.
+pub fn ratios<R, K: PartialEq>(
+    records: &[R],
+    reference: impl Fn(&R) -> Option<K>,
+    wants: impl Fn(&R) -> K,
+    value: impl Fn(&R) -> Option<f64>,
+) -> Vec<Option<f64>> {
+    let refs: Vec<(K, Option<f64>)> = records
+        .iter()
+        .filter_map(|r| Some((reference(r)?, value(r))))
+        .collect();
+    records
+        .iter()
+        .map(|r| {
+            let want = wants(r);
+            let n = refs.iter().find(|(k, _)| *k == want)?.1?;
+            (n > 0.0).then_some(value(r)? / n)
+        })
+        .collect()
+}
+
+/// The records of each key in `keys`, in that order, leaving out keys
+/// with none: the rows a summary takes medians over.
+pub fn groups<'a, R, K: PartialEq + Copy>(
+    records: &'a [R],
+    keys: impl IntoIterator<Item = K>,
+    key: impl Fn(&R) -> K,
+) -> Vec<(K, Vec<&'a R>)> {
+    keys.into_iter()
+        .map(|k| (k, records.iter().filter(|r| key(r) == k).collect()))
+        .filter(|(_, rs): &(K, Vec<&R>)| !rs.is_empty())
+        .collect()
+}

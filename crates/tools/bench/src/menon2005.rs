@@ -993,18 +993,11 @@ fn events_note(profiles: &[Profiled]) -> String {
 
 /// Each record over Linux's of the same run, experiment and x.
 fn add_ratios(records: &mut [Record]) {
-    let natives: Vec<(usize, Experiment, f64, f64)> = records
-        .iter()
-        .filter(|r| r.setup == Setup::Linux)
-        .map(|r| (r.run, r.experiment, r.x, r.value))
-        .collect();
-    for r in records.iter_mut() {
-        if let Some(n) = natives
-            .iter()
-            .find(|n| n.0 == r.run && n.1 == r.experiment && n.2 == r.x)
-        {
-            r.ratio_to_native = (n.3 > 0.0).then(|| r.value / n.3);
-        }
+    let key = |r: &Record| (r.run, r.experiment, r.x);
+    let linux = |r: &Record| (r.setup == Setup::Linux).then(|| key(r));
+    let ratios = harness::ratios(records, linux, key, |r| Some(r.value));
+    for (r, x) in records.iter_mut().zip(ratios) {
+        r.ratio_to_native = x;
     }
 }
 
@@ -1020,12 +1013,9 @@ fn summarize(records: &[Record]) -> Vec<Point> {
         }
     }
     keys.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(a.2.total_cmp(&b.2)));
-    keys.into_iter()
-        .filter_map(|(s, e, x)| {
-            let rs: Vec<&Record> = records
-                .iter()
-                .filter(|r| r.setup == s && r.experiment == e && r.x == x)
-                .collect();
+    harness::groups(records, keys, |r| (r.setup, r.experiment, r.x))
+        .into_iter()
+        .filter_map(|((s, e, x), rs)| {
             let v: Vec<f64> = rs.iter().map(|r| r.value).collect();
             let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
             Some(Point {

@@ -620,45 +620,37 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
 
 /// Each record over Linux's of the same run and case.
 fn add_ratios(records: &mut [M6Record]) {
-    let linux: Vec<(usize, Case, f64)> = records
-        .iter()
-        .filter(|r| r.config == M6Config::Linux)
-        .map(|r| (r.run, r.case, r.gbps))
-        .collect();
-    for r in records.iter_mut() {
-        r.ratio_to_native = linux
-            .iter()
-            .find(|n| n.0 == r.run && n.1 == r.case && n.2 > 0.0)
-            .map(|n| r.gbps / n.2);
+    let key = |r: &M6Record| (r.run, r.case);
+    let linux = |r: &M6Record| (r.config == M6Config::Linux).then(|| key(r));
+    let ratios = harness::ratios(records, linux, key, |r| Some(r.gbps));
+    for (r, x) in records.iter_mut().zip(ratios) {
+        r.ratio_to_native = x;
     }
 }
 
 fn summarize(records: &[M6Record]) -> Vec<M6Summary> {
+    let keys = M6Config::ALL
+        .iter()
+        .flat_map(|&c| Case::ALL.map(|k| (c, k)));
     let mut out = Vec::new();
-    for cfg in M6Config::ALL {
-        for case in Case::ALL {
-            let rs: Vec<&M6Record> = records
-                .iter()
-                .filter(|r| r.config == cfg && r.case == case)
-                .collect();
-            let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
-            let Some(gbps) = Spread::of(&g) else {
-                continue;
-            };
-            let pick = |f: fn(&M6Record) -> Option<f64>| -> Vec<f64> {
-                rs.iter().filter_map(|r| f(r)).collect()
-            };
-            out.push(M6Summary {
-                config: cfg,
-                case,
-                runs: rs.len(),
-                gbps,
-                ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
-                cycles_per_packet: Spread::of(&pick(|r| r.cycles_per_packet.get("total").copied())),
-                by_domain: medians(rs.iter().map(|r| &r.by_domain)),
-                by_class: medians(rs.iter().map(|r| &r.by_class)),
-            });
-        }
+    for ((cfg, case), rs) in harness::groups(records, keys, |r| (r.config, r.case)) {
+        let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+        let Some(gbps) = Spread::of(&g) else {
+            continue;
+        };
+        let pick = |f: fn(&M6Record) -> Option<f64>| -> Vec<f64> {
+            rs.iter().filter_map(|r| f(r)).collect()
+        };
+        out.push(M6Summary {
+            config: cfg,
+            case,
+            runs: rs.len(),
+            gbps,
+            ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
+            cycles_per_packet: Spread::of(&pick(|r| r.cycles_per_packet.get("total").copied())),
+            by_domain: medians(rs.iter().map(|r| &r.by_domain)),
+            by_class: medians(rs.iter().map(|r| &r.by_class)),
+        });
     }
     out
 }

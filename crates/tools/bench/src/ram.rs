@@ -677,29 +677,13 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
 
 /// Each record over native's of the same run and (native) case.
 fn add_ratios(records: &mut [RamRecord]) {
-    let natives: Vec<(usize, Case, f64, Option<f64>)> = records
-        .iter()
-        .filter(|r| r.config == RamConfig::Native)
-        .map(|r| {
-            (
-                r.run,
-                r.case,
-                r.gbps,
-                r.cycles_per_packet.get("total").copied(),
-            )
-        })
-        .collect();
-    for r in records.iter_mut() {
-        let Some(n) = natives
-            .iter()
-            .find(|n| n.0 == r.run && n.1 == r.case.native())
-        else {
-            continue;
-        };
-        r.ratio_to_native = (n.2 > 0.0).then(|| r.gbps / n.2);
-        r.cycles_x_native =
-            n.3.filter(|c| *c > 0.0)
-                .and_then(|c| Some(r.cycles_per_packet.get("total")? / c));
+    let native = |r: &RamRecord| (r.config == RamConfig::Native).then_some((r.run, r.case));
+    let wants = |r: &RamRecord| (r.run, r.case.native());
+    let gbps = harness::ratios(records, native, wants, |r| Some(r.gbps));
+    let total = |r: &RamRecord| r.cycles_per_packet.get("total").copied();
+    let cycles = harness::ratios(records, native, wants, total);
+    for ((r, g), c) in records.iter_mut().zip(gbps).zip(cycles) {
+        (r.ratio_to_native, r.cycles_x_native) = (g, c);
     }
 }
 
@@ -718,41 +702,38 @@ pub(crate) fn medians<'a>(
 
 /// One row per (configuration, case) measured, in the suite's order.
 fn summarize(records: &[RamRecord]) -> Vec<RamSummary> {
+    let keys = RamConfig::ALL
+        .iter()
+        .flat_map(|&c| Case::ALL.map(|k| (c, k)));
     let mut out = Vec::new();
-    for cfg in RamConfig::ALL {
-        for case in Case::ALL {
-            let rs: Vec<&RamRecord> = records
-                .iter()
-                .filter(|r| r.config == cfg && r.case == case)
-                .collect();
-            let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
-            let Some(gbps) = Spread::of(&g) else {
-                continue;
-            };
-            let pick = |f: fn(&RamRecord) -> Option<f64>| -> Vec<f64> {
-                rs.iter().filter_map(|r| f(r)).collect()
-            };
-            let total = pick(|r| r.cycles_per_packet.get("total").copied());
-            let ppp = pick(|r| r.locality.map(|l| l.uses_per_page));
-            let pages = pick(|r| r.locality.map(|l| l.pages as f64));
-            out.push(RamSummary {
-                config: cfg,
-                case,
-                runs: rs.len(),
-                gbps,
-                ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
-                cycles_per_packet: Spread::of(&total).unwrap_or(Spread {
-                    median: 0.0,
-                    min: 0.0,
-                    max: 0.0,
-                }),
-                cycles_x_native: Spread::of(&pick(|r| r.cycles_x_native)),
-                by_domain: medians(rs.iter().map(|r| &r.by_domain)),
-                by_class: medians(rs.iter().map(|r| &r.by_class)),
-                uses_per_page: (!ppp.is_empty()).then(|| median(&ppp)),
-                pages: (!pages.is_empty()).then(|| median(&pages)),
-            });
-        }
+    for ((cfg, case), rs) in harness::groups(records, keys, |r| (r.config, r.case)) {
+        let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+        let Some(gbps) = Spread::of(&g) else {
+            continue;
+        };
+        let pick = |f: fn(&RamRecord) -> Option<f64>| -> Vec<f64> {
+            rs.iter().filter_map(|r| f(r)).collect()
+        };
+        let total = pick(|r| r.cycles_per_packet.get("total").copied());
+        let ppp = pick(|r| r.locality.map(|l| l.uses_per_page));
+        let pages = pick(|r| r.locality.map(|l| l.pages as f64));
+        out.push(RamSummary {
+            config: cfg,
+            case,
+            runs: rs.len(),
+            gbps,
+            ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
+            cycles_per_packet: Spread::of(&total).unwrap_or(Spread {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+            }),
+            cycles_x_native: Spread::of(&pick(|r| r.cycles_x_native)),
+            by_domain: medians(rs.iter().map(|r| &r.by_domain)),
+            by_class: medians(rs.iter().map(|r| &r.by_class)),
+            uses_per_page: (!ppp.is_empty()).then(|| median(&ppp)),
+            pages: (!pages.is_empty()).then(|| median(&pages)),
+        });
     }
     out
 }

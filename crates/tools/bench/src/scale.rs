@@ -435,11 +435,7 @@ pub fn run(opts: &ScaleOptions) -> Result<ScaleReport> {
 /// Medians per guest count; ratios against the first count's medians.
 fn summarize(guests: &[usize], records: &[Record]) -> Vec<Summary> {
     let mut out: Vec<Summary> = Vec::new();
-    for &n in guests {
-        let rs: Vec<&Record> = records.iter().filter(|r| r.guests == n).collect();
-        if rs.is_empty() {
-            continue;
-        }
+    for (n, rs) in harness::groups(records, guests.iter().copied(), |r| r.guests) {
         let figures: Vec<Figures> = rs.iter().map(|r| r.figures).collect();
         let m = Figures::median(&figures);
         let base = out.first().map_or(m, |b| b.median);
