@@ -174,11 +174,11 @@ pub fn ratios<R, K: PartialEq>(
 
 /// The records of each key in `keys`, in that order, leaving out keys
 /// with none: the rows a summary takes medians over.
-pub fn groups<'a, R, K: PartialEq + Copy>(
-    records: &'a [R],
+pub fn groups<R, K: PartialEq + Copy>(
+    records: &[R],
     keys: impl IntoIterator<Item = K>,
     key: impl Fn(&R) -> K,
-) -> Vec<(K, Vec<&'a R>)> {
+) -> Vec<(K, Vec<&R>)> {
     keys.into_iter()
         .map(|k| (k, records.iter().filter(|r| key(r) == k).collect()))
         .filter(|(_, rs): &(K, Vec<&R>)| !rs.is_empty())
