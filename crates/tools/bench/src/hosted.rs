@@ -651,16 +651,18 @@ fn measure(env: &Env, opts: &HostedOptions, size: u32) -> Result<(f64, Reading, 
     })
 }
 
-/// Runs the suite.
-pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
-    let tsc_hz = tsc_per_us() * 1e6;
-    let layout = CgroupLayout::detect();
+/// Each configuration and link a run measures, with its send sizes.
+type Plan = Vec<(Config, Link, Vec<u32>)>;
+
+/// What a run measures: each configuration (of those asked for) and link
+/// with its send sizes; the sizes; and the one Tables 1–3 and Figure 5
+/// are read at (4 KiB, or the first size).
+fn plan(opts: &HostedOptions) -> (Plan, Vec<u32>, u32) {
     let sizes = if opts.sizes.is_empty() {
         vec![TABLE_SIZE]
     } else {
         opts.sizes.clone()
     };
-    // Tables 1–3 and Figure 5 are read at 4 KiB sends, or the first size.
     let table_size = if sizes.contains(&TABLE_SIZE) {
         TABLE_SIZE
     } else {
@@ -668,7 +670,7 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
     };
     let wanted =
         |c: &&Config| opts.configs.is_empty() || **c == Config::Native || opts.configs.contains(c);
-    let plan: Vec<(Config, Link, Vec<u32>)> = CONFIGS
+    let plan = CONFIGS
         .iter()
         .filter(wanted)
         .flat_map(|&c| LINKS.map(|l| (c, l)))
@@ -681,12 +683,68 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
             (c, l, s)
         })
         .collect();
+    (plan, sizes, table_size)
+}
+
+/// One flow's record from the readings at its window's start and end.
+fn record(
+    env: &Env,
+    opts: &HostedOptions,
+    (cfg, link, size, run): (Config, Link, u32, usize),
+    (mbps, a, b): (f64, Reading, Reading),
+) -> Record {
+    let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
+    let cpu_percent = env
+        .groups
+        .iter()
+        .zip(a.cpu.iter().zip(&b.cpu))
+        .map(|((n, ..), (x, y))| (n.clone(), 100.0 * y.saturating_sub(*x).as_secs_f64() / secs))
+        .collect();
+    let counters = match (&a.counters, &b.counters) {
+        (Some(x), Some(y)) => Some(Window::between(x, y)),
+        _ => None,
+    };
+    if env.hosted && counters.as_ref().is_none_or(|w| w.cycles <= 0.0) {
+        say(
+            opts,
+            "  the hosted NIC's counters did not advance in this flow",
+        );
+    }
+    say(opts, &format!("  {mbps:.1} Mbit/s"));
+    Record {
+        config: cfg,
+        link,
+        send_size: size,
+        run,
+        mbps,
+        ratio_to_native: None,
+        cpu_percent,
+        window_seconds: secs,
+        counters,
+    }
+}
+
+/// Ratios against native of the same run, link and size.
+fn add_ratios(records: &mut [Record]) {
+    let key = |r: &Record| (r.link, r.send_size, r.run);
+    let native = |r: &Record| (r.config == Config::Native).then(|| key(r));
+    let ratios = harness::ratios(records, native, key, |r| Some(r.mbps));
+    for (r, x) in records.iter_mut().zip(ratios) {
+        r.ratio_to_native = x;
+    }
+}
+
+/// Runs the suite.
+pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
+    let tsc_hz = tsc_per_us() * 1e6;
+    let layout = CgroupLayout::detect();
+    let (plan, sizes, table_size) = plan(opts);
     let flows: usize = plan.iter().map(|p| p.2.len()).sum::<usize>() * opts.common.runs;
     let mut step = 0;
     let mut records = Vec::new();
     for run in 0..opts.common.runs {
-        for (cfg, link, sizes) in &plan {
-            let env = bring_up(*cfg, *link, opts, &layout)
+        for &(cfg, link, ref sizes) in &plan {
+            let env = bring_up(cfg, link, opts, &layout)
                 .with_context(|| format!("bringing up {} ({})", cfg.name(), link.name()))?;
             let mut result = Ok(());
             for &size in sizes {
@@ -701,39 +759,7 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
                     ),
                 );
                 match measure(&env, opts, size) {
-                    Ok((mbps, a, b)) => {
-                        let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
-                        let cpu_percent = env
-                            .groups
-                            .iter()
-                            .zip(a.cpu.iter().zip(&b.cpu))
-                            .map(|((n, ..), (x, y))| {
-                                (n.clone(), 100.0 * y.saturating_sub(*x).as_secs_f64() / secs)
-                            })
-                            .collect();
-                        let counters = match (&a.counters, &b.counters) {
-                            (Some(x), Some(y)) => Some(Window::between(x, y)),
-                            _ => None,
-                        };
-                        if env.hosted && counters.as_ref().is_none_or(|w| w.cycles <= 0.0) {
-                            say(
-                                opts,
-                                "  the hosted NIC's counters did not advance in this flow",
-                            );
-                        }
-                        say(opts, &format!("  {mbps:.1} Mbit/s"));
-                        records.push(Record {
-                            config: *cfg,
-                            link: *link,
-                            send_size: size,
-                            run,
-                            mbps,
-                            ratio_to_native: None,
-                            cpu_percent,
-                            window_seconds: secs,
-                            counters,
-                        });
-                    }
+                    Ok(m) => records.push(record(&env, opts, (cfg, link, size, run), m)),
                     Err(e) => {
                         result = Err(e);
                         break;
@@ -744,18 +770,7 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
             result.with_context(|| format!("measuring {} ({})", cfg.name(), link.name()))?;
         }
     }
-    // Ratios against native of the same run, link and size.
-    let natives: Vec<(Link, u32, usize, f64)> = records
-        .iter()
-        .filter(|r| r.config == Config::Native)
-        .map(|r| (r.link, r.send_size, r.run, r.mbps))
-        .collect();
-    for r in records.iter_mut() {
-        r.ratio_to_native = natives
-            .iter()
-            .find(|n| n.0 == r.link && n.1 == r.send_size && n.2 == r.run && n.3 > 0.0)
-            .map(|n| r.mbps / n.3);
-    }
+    add_ratios(&mut records);
     Ok(HostedReport {
         suite: "hosted",
         tsc_mhz: tsc_hz / 1e6,

@@ -337,6 +337,43 @@ fn copy(up: &mut Up<'_>, opts: &HvmOptions, mib: u32) -> Result<(f64, bool)> {
     Ok((f64::from(mib) * 1024.0 / secs, sha_ok))
 }
 
+/// guest1's HVM accounting in hv, and its packets as the guest's driver
+/// counts them (0 when it has not said).
+fn guest1_accounting(up: &Up) -> Result<(Option<HvmSnapshot>, u64)> {
+    let mut ts = up.toolstack()?;
+    let st = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let g = st.domains.iter().find(|d| d.name == "guest1");
+    let packets = g
+        .and_then(|d| {
+            ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
+                .ok()
+        })
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map_or(0, |v| {
+            let n = |k: &str| v["driver"][k].as_u64().unwrap_or(0);
+            n("tx_packets") + n("rx_packets")
+        });
+    Ok((g.and_then(|d| d.hvm.clone()), packets))
+}
+
+/// The exits by reason: count, mean cycles and share of the handling.
+fn reasons(snap: &HvmSnapshot) -> BTreeMap<String, Reason> {
+    let shares = snap.shares();
+    snap.reasons
+        .iter()
+        .map(|(k, r)| {
+            (
+                k.clone(),
+                Reason {
+                    count: r.count,
+                    mean_cycles: r.cycles as f64 / r.count.max(1) as f64,
+                    share: shares.get(k).copied().unwrap_or(0.0),
+                },
+            )
+        })
+        .collect()
+}
+
 /// One configuration, `opts.common.runs` times.
 fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConfig> {
     let keys = match poll_us {
@@ -369,21 +406,7 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
         let (k, ok) = copy(&mut up, opts, mib)?;
         cp.push(k);
         sha_ok &= ok;
-        let mut ts = up.toolstack()?;
-        let st = ts.status().map_err(|e| anyhow!("{e}"))?;
-        let g = st.domains.iter().find(|d| d.name == "guest1");
-        snap = g.and_then(|d| d.hvm.clone());
-        // The packets, as the guest's driver counts them.
-        packets = g
-            .and_then(|d| {
-                ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
-                    .ok()
-            })
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .map_or(0, |v| {
-                let n = |k: &str| v["driver"][k].as_u64().unwrap_or(0);
-                n("tx_packets") + n("rx_packets")
-            });
+        (snap, packets) = guest1_accounting(&up)?;
         say(
             opts,
             &format!(
@@ -398,21 +421,7 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
         );
     }
     let snap = snap.ok_or_else(|| anyhow!("{name}: hv has no HVM accounting for guest1"))?;
-    let shares = snap.shares();
-    let reasons: BTreeMap<String, Reason> = snap
-        .reasons
-        .iter()
-        .map(|(k, r)| {
-            (
-                k.clone(),
-                Reason {
-                    count: r.count,
-                    mean_cycles: r.cycles as f64 / r.count.max(1) as f64,
-                    share: shares.get(k).copied().unwrap_or(0.0),
-                },
-            )
-        })
-        .collect();
+    let reasons = reasons(&snap);
     let pic_exit_cycles = reasons
         .get(if pic == "dm" {
             "io_pic_dm"

@@ -180,35 +180,43 @@ fn native_udp(mtu: u16, secs: u32) -> Result<Vec<(usize, f64, f64)>> {
     udp_sweep((&n.a, netenv::NATIVE_A, &n.b), secs)
 }
 
+/// One run's Mbit/s guest1 → wire under `rate=`, guest2 → wire beside
+/// it without, and guest1 → wire over `up --link-rate`.
+fn rates(opts: &VifOptionsOptions, run: usize) -> Result<(f64, f64, f64)> {
+    progress(opts, &format!("run {} rate=100Mb/s", run + 1));
+    let spec = format!("rate={RATE_MBIT}Mb/s");
+    let (w, ip, g) = to_wire("guest1");
+    let (_, _, g2) = to_wire("guest2");
+    let (r, free) = with_topology(opts, (&topology(&spec, 1500), &[]), || {
+        let r = flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])?;
+        let free = flow((&w, ip, &g2), opts.common.secs, Workload::TcpCopy, &[])?;
+        Ok((r, free))
+    })
+    .context("the rate limit")?;
+    let (rate, free) = (r.gbps * 1e3, free.gbps * 1e3);
+    progress(
+        opts,
+        &format!("run {} --link-rate {LINK_MBIT}mbit", run + 1),
+    );
+    let link = format!("{LINK_MBIT}mbit");
+    let up = ["--link-rate", link.as_str()];
+    let r = with_topology(opts, (&topology("mtu=1500", 1500), &up), || {
+        flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])
+    })
+    .context("the link rate")?;
+    Ok((rate, free, r.gbps * 1e3))
+}
+
 /// Runs the suite.
 pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
     let (mut rate_runs, mut neighbour_runs, mut link_runs) = (Vec::new(), Vec::new(), Vec::new());
     // (configuration, MTU, datagram size, each run's (Mbit/s, datagrams/s)).
     let mut udp: Vec<(&'static str, u16, usize, Vec<Sample>)> = Vec::new();
     for run in 0..opts.common.runs {
-        progress(opts, &format!("run {} rate=100Mb/s", run + 1));
-        let spec = format!("rate={RATE_MBIT}Mb/s");
-        let (w, ip, g) = to_wire("guest1");
-        let (_, _, g2) = to_wire("guest2");
-        let (r, free) = with_topology(opts, (&topology(&spec, 1500), &[]), || {
-            let r = flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])?;
-            let free = flow((&w, ip, &g2), opts.common.secs, Workload::TcpCopy, &[])?;
-            Ok((r, free))
-        })
-        .context("the rate limit")?;
-        rate_runs.push(r.gbps * 1e3);
-        neighbour_runs.push(free.gbps * 1e3);
-        progress(
-            opts,
-            &format!("run {} --link-rate {LINK_MBIT}mbit", run + 1),
-        );
-        let link = format!("{LINK_MBIT}mbit");
-        let up = ["--link-rate", link.as_str()];
-        let r = with_topology(opts, (&topology("mtu=1500", 1500), &up), || {
-            flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])
-        })
-        .context("the link rate")?;
-        link_runs.push(r.gbps * 1e3);
+        let (rate, free, link) = rates(opts, run)?;
+        rate_runs.push(rate);
+        neighbour_runs.push(free);
+        link_runs.push(link);
         for mtu in [1500, JUMBO] {
             progress(opts, &format!("run {} UDP at MTU {mtu}", run + 1));
             let spec = format!("mtu={mtu}");
