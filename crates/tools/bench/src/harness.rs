@@ -117,6 +117,21 @@ impl Output {
         self.charts = charts;
         self
     }
+    /// The files `--out DIR` holds, by name: results.json, results.md,
+    /// chart.svg, the further charts, and the profile as JSON and SVG.
+    pub fn files(&self) -> Vec<(String, String)> {
+        let mut files = vec![
+            ("results.json".to_string(), self.json.clone()),
+            ("results.md".to_string(), self.table.clone()),
+            ("chart.svg".to_string(), self.chart.clone()),
+        ];
+        files.extend(self.charts.iter().cloned());
+        if let Some(p) = &self.profile {
+            files.push(("profile.json".into(), p.to_json()));
+            files.push(("profile.svg".into(), p.to_svg()));
+        }
+        files
+    }
 }
 
 /// A benchmark suite: what `splitnet bench NAME` runs. The harness owns
@@ -183,4 +198,52 @@ pub fn groups<R, K: PartialEq + Copy>(
         .map(|k| (k, records.iter().filter(|r| key(r) == k).collect()))
         .filter(|(_, rs): &(K, Vec<&R>)| !rs.is_empty())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_is_over_the_reference_of_the_same_key_and_none_without_one() {
+        // (is native, run, Gbit/s)
+        let rs = [
+            (true, 0, 2.0),
+            (false, 0, 1.0),
+            (false, 1, 1.0),
+            (true, 2, 0.0),
+            (false, 2, 1.0),
+        ];
+        let native = |r: &(bool, usize, f64)| r.0.then_some(r.1);
+        let x = ratios(&rs, native, |r| r.1, |r| Some(r.2));
+        assert_eq!(x, [Some(1.0), Some(0.5), None, None, None]);
+    }
+
+    #[test]
+    fn groups_follow_the_keys_order_and_leave_out_empty_ones() {
+        let rs = [(2, 'a'), (1, 'b'), (2, 'c')];
+        let g = groups(&rs, [1, 3, 2], |r| r.0);
+        let got: Vec<(i32, String)> = g
+            .into_iter()
+            .map(|(k, v)| (k, v.iter().map(|r| r.1).collect()))
+            .collect();
+        assert_eq!(got, [(1, "b".to_string()), (2, "ac".to_string())]);
+    }
+
+    #[test]
+    fn out_holds_the_results_the_table_and_every_chart() {
+        let o = Output::of(
+            &serde_json::json!({"suite": "x"}),
+            "| t |".into(),
+            "<svg/>".into(),
+        )
+        .unwrap()
+        .with_charts(vec![("stages.svg".into(), "<svg/>".into())]);
+        let names: Vec<String> = o.files().into_iter().map(|f| f.0).collect();
+        assert_eq!(
+            names,
+            ["results.json", "results.md", "chart.svg", "stages.svg"]
+        );
+        assert_eq!(o.files()[1].1, "| t |");
+    }
 }

@@ -1036,15 +1036,8 @@ fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
         println!("{}", p.to_text());
     }
     if let Some(dir) = a.out {
-        write_file(&dir.join("results.json"), &r.json)?;
-        write_file(&dir.join("results.md"), &r.table)?;
-        write_file(&dir.join("chart.svg"), &r.chart)?;
-        for (name, svg) in &r.charts {
-            write_file(&dir.join(name), svg)?;
-        }
-        if let Some(p) = &r.profile {
-            write_file(&dir.join("profile.json"), &p.to_json())?;
-            write_file(&dir.join("profile.svg"), &p.to_svg())?;
+        for (name, text) in r.files() {
+            write_file(&dir.join(name), &text)?;
         }
     }
     Ok(())
