@@ -124,10 +124,13 @@ pub struct LoopCost {
     pub met: bool,
 }
 
-/// The loops' costs as `status --json` reports them now.
-fn loop_cost(opts: &RunOptions, config: Config, run: usize) -> Result<LoopCost> {
-    let text = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])?;
-    let st: serde_json::Value = serde_json::from_str(&text).context("reading status --json")?;
+/// The loops' costs as `status --json` reports them now; none where it
+/// does not say (the run goes on: this is a figure, not a gate).
+fn loop_cost(opts: &RunOptions, config: Config, run: usize) -> LoopCost {
+    let st: serde_json::Value = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
     let per = |l: &serde_json::Value| l["syscalls_per_frame"].as_f64();
     let guest1 = st["vifs"].as_array().and_then(|v| {
         v.iter()
@@ -135,7 +138,7 @@ fn loop_cost(opts: &RunOptions, config: Config, run: usize) -> Result<LoopCost> 
             .and_then(|v| per(&v["guest_loop"]))
     });
     let (driver, guest1) = (per(&st["bridges"][0]["loop"]), guest1);
-    Ok(LoopCost {
+    LoopCost {
         config,
         run,
         driver_syscalls_per_frame: driver,
@@ -143,7 +146,7 @@ fn loop_cost(opts: &RunOptions, config: Config, run: usize) -> Result<LoopCost> 
         met: [driver, guest1]
             .iter()
             .all(|v| v.is_some_and(|v| v < LOOP_SYSCALLS)),
-    })
+    }
 }
 
 /// The directions measured for workload `w`: a request-response flow is
@@ -377,9 +380,9 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         for &cfg in &configs {
             let env = testbed::bring_up(cfg, &opts.common, opts.spin_us, &layout)
                 .with_context(|| format!("bringing up {}", cfg.name()))?;
-            let mut result = measure_config(&ctx, &env, cfg, run, &mut progress, &mut records);
+            let result = measure_config(&ctx, &env, cfg, run, &mut progress, &mut records);
             if result.is_ok() && cfg == Config::SplitnetDefault {
-                result = loop_cost(&opts.common, cfg, run).map(|l| loops.push(l));
+                loops.push(loop_cost(&opts.common, cfg, run));
             }
             testbed::tear_down(env, &opts.common, &layout);
             result.with_context(|| format!("measuring {}", cfg.name()))?;

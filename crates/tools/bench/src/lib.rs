@@ -1,7 +1,8 @@
 //! Benchmark suites. Each returns a report that prints as a table and
 //! serializes to JSON; timings are medians of many runs, in TSC cycles and
 //! microseconds (the machine has no hardware counters; docs/ARCHITECTURE.md,
-//! "Rules the code keeps").
+//! "Rules the code keeps"). [`harness`] runs any suite [`suites`] lists;
+//! [`testbed`] is what the throughput suites measure on.
 #![forbid(unsafe_code)]
 
 pub mod baseline;
