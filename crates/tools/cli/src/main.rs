@@ -1120,6 +1120,27 @@ fn run_seed_suites(
 }
 
 #[cfg(test)]
+mod bench_suites {
+    use super::*;
+
+    /// Every suite `splitnet bench` offers is one the harness runs.
+    #[test]
+    fn every_bench_suite_on_the_command_line_is_in_the_harness() {
+        for s in Suite::value_variants() {
+            let name = s.to_possible_value().unwrap();
+            if name.get_name() != "seeds" {
+                assert!(
+                    bench::suites::by_name(name.get_name()).is_ok(),
+                    "{}",
+                    name.get_name()
+                );
+            }
+        }
+        assert_eq!(Suite::value_variants().len(), bench::suites::ALL.len() + 1);
+    }
+}
+
+#[cfg(test)]
 mod vif_layout {
     /// The toolstack sizes a guest's memory and its vif count by netfront's
     /// pool layout; the two must agree.
