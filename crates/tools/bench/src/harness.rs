@@ -26,6 +26,22 @@ pub struct RunOptions {
 }
 
 impl RunOptions {
+    /// A progress line on stderr, `bench SUITE: msg`, when asked for.
+    pub fn say(&self, suite: &str, msg: &str) {
+        if self.progress {
+            eprintln!("bench {suite}: {msg}");
+        }
+    }
+
+    /// A progress status on stderr that the next one overwrites, `SUITE:
+    /// what`, when asked for.
+    pub fn status(&self, suite: &str, what: &str) {
+        if self.progress {
+            eprint!("\r{suite}: {what}                              ");
+            let _ = std::io::Write::flush(&mut std::io::stderr());
+        }
+    }
+
     /// `runs` (at least one) of `secs` seconds per flow, with progress lines.
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize, secs: u32) -> RunOptions {
         RunOptions {

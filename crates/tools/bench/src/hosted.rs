@@ -457,12 +457,6 @@ const PATH_STAGES: [&str; 5] = [
     "back: VMApp's answer, switch to the VMM",
 ];
 
-fn say(opts: &HostedOptions, msg: &str) {
-    if opts.common.progress {
-        eprintln!("bench hosted: {msg}");
-    }
-}
-
 fn splitnet(opts: &HostedOptions, args: &[&str]) -> Result<String> {
     crate::splitnet(&opts.common.exe, &opts.common.run_dir, args)
 }
@@ -705,12 +699,12 @@ fn record(
         _ => None,
     };
     if env.hosted && counters.as_ref().is_none_or(|w| w.cycles <= 0.0) {
-        say(
-            opts,
+        opts.common.say(
+            "hosted",
             "  the hosted NIC's counters did not advance in this flow",
         );
     }
-    say(opts, &format!("  {mbps:.1} Mbit/s"));
+    opts.common.say("hosted", &format!("  {mbps:.1} Mbit/s"));
     Record {
         config: cfg,
         link,
@@ -749,8 +743,8 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
             let mut result = Ok(());
             for &size in sizes {
                 step += 1;
-                say(
-                    opts,
+                opts.common.say(
+                    "hosted",
                     &format!(
                         "{step}/{flows} run {} {} wire {} send size {size} B",
                         run + 1,

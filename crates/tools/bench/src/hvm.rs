@@ -135,12 +135,6 @@ pub struct HvmReport {
     pub wall_seconds: f64,
 }
 
-fn say(opts: &HvmOptions, msg: &str) {
-    if opts.common.progress {
-        eprintln!("bench hvm: {msg}");
-    }
-}
-
 /// A device model with nothing behind its ports (the dummy port).
 struct Nothing;
 
@@ -259,9 +253,7 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
         r.reads(0x21, n / 10)?;
         let (m, _, _) = r.reads(0x21, n)?;
         pic_dm.push(m);
-        say(
-            opts,
-            &format!(
+        opts.common.say("hvm", &format!(
                 "stages run {}/{}: dummy port {:.0} cycles, IMR {:.0} (PIC in hv) / {:.0} (in the device model)",
                 run + 1,
                 opts.common.runs,
@@ -407,8 +399,8 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
         cp.push(k);
         sha_ok &= ok;
         (snap, packets) = guest1_accounting(&up)?;
-        say(
-            opts,
+        opts.common.say(
+            "hvm",
             &format!(
                 "{name} run {}/{}: iperf3 out {:.1} Mbit/s, in {:.1}; {mib} MiB copy {:.0} KB/s{}",
                 run + 1,
@@ -457,11 +449,13 @@ pub const CONFIGS: [(&str, &str, u32); 4] = [
 
 pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
     let t0 = Instant::now();
-    say(opts, "the dummy port I/O and the PIC access, in process");
+    opts.common
+        .say("hvm", "the dummy port I/O and the PIC access, in process");
     let stages = stages(opts)?;
     let mut nics = Vec::new();
     for (name, pic, poll_us) in CONFIGS {
-        say(opts, &format!("{name}: up, iperf3 both ways, a file copy"));
+        opts.common
+            .say("hvm", &format!("{name}: up, iperf3 both ways, a file copy"));
         nics.push(nic(opts, name, pic, poll_us)?);
     }
     let by = |us: u32| nics.iter().find(|n| n.poll_us == us && n.pic == "hv");
@@ -475,7 +469,8 @@ pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
         ratio(100_000, |n| n.copy_kbps),
     );
     let wall_seconds = t0.elapsed().as_secs_f64();
-    say(opts, &format!("done in {wall_seconds:.0} s"));
+    opts.common
+        .say("hvm", &format!("done in {wall_seconds:.0} s"));
     Ok(HvmReport {
         quick: opts.common.quick,
         runs: opts.common.runs,

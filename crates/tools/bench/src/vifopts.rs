@@ -12,7 +12,6 @@ use crate::netenv::{self, Flow, Workload};
 use crate::stats::median;
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::io::Write;
 use std::path::PathBuf;
 use toolstack::host;
 
@@ -97,13 +96,6 @@ pub fn topology(spec: &str, mtu: u16) -> String {
     )
 }
 
-fn progress(opts: &VifOptionsOptions, what: &str) {
-    if opts.common.progress {
-        eprint!("\rvif-options: {what}                              ");
-        let _ = std::io::stderr().flush();
-    }
-}
-
 /// Brings splitnet up with `toml` (and `up`'s further `args`), runs `f`,
 /// and always takes it down.
 fn with_topology<T>(
@@ -183,7 +175,8 @@ fn native_udp(mtu: u16, secs: u32) -> Result<Vec<(usize, f64, f64)>> {
 /// One run's Mbit/s guest1 → wire under `rate=`, guest2 → wire beside
 /// it without, and guest1 → wire over `up --link-rate`.
 fn rates(opts: &VifOptionsOptions, run: usize) -> Result<(f64, f64, f64)> {
-    progress(opts, &format!("run {} rate=100Mb/s", run + 1));
+    opts.common
+        .status("vif-options", &format!("run {} rate=100Mb/s", run + 1));
     let spec = format!("rate={RATE_MBIT}Mb/s");
     let (w, ip, g) = to_wire("guest1");
     let (_, _, g2) = to_wire("guest2");
@@ -194,8 +187,8 @@ fn rates(opts: &VifOptionsOptions, run: usize) -> Result<(f64, f64, f64)> {
     })
     .context("the rate limit")?;
     let (rate, free) = (r.gbps * 1e3, free.gbps * 1e3);
-    progress(
-        opts,
+    opts.common.status(
+        "vif-options",
         &format!("run {} --link-rate {LINK_MBIT}mbit", run + 1),
     );
     let link = format!("{LINK_MBIT}mbit");
@@ -218,7 +211,8 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
         neighbour_runs.push(free);
         link_runs.push(link);
         for mtu in [1500, JUMBO] {
-            progress(opts, &format!("run {} UDP at MTU {mtu}", run + 1));
+            opts.common
+                .status("vif-options", &format!("run {} UDP at MTU {mtu}", run + 1));
             let spec = format!("mtu={mtu}");
             let (w, ip, g) = to_wire("guest1");
             let points = with_topology(opts, (&topology(&spec, mtu), &[]), || {

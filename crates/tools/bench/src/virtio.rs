@@ -81,16 +81,10 @@ pub struct VirtioReport {
     pub hostile_vm: IsolationReport,
 }
 
-fn progress(opts: &VirtioOptions, what: &str) {
-    if opts.common.progress {
-        eprint!("\rvirtio: {what}                              ");
-        let _ = std::io::stderr().flush();
-    }
-}
-
 /// Runs the suite.
 pub fn run(opts: &VirtioOptions) -> Result<VirtioReport> {
-    progress(opts, "netfront and virtio guests beside native");
+    opts.common
+        .status("virtio", "netfront and virtio guests beside native");
     let b = baseline::run(&BaselineOptions {
         common: opts.common.clone(),
         profile: false,
@@ -108,7 +102,7 @@ pub fn run(opts: &VirtioOptions) -> Result<VirtioReport> {
             Some("dpdk-testpmd is not installed (Debian package dpdk)".into()),
         ),
     };
-    progress(opts, "guest1 beside a hostile VM");
+    opts.common.status("virtio", "guest1 beside a hostile VM");
     let hostile_vm = isolation::run(
         &opts.common.exe,
         &opts.common.run_dir,
@@ -197,8 +191,8 @@ fn frame_rates(opts: &VirtioOptions, bin: &Path) -> Result<Vec<FrameRate>> {
     std::fs::write(&topo, testpmd_topology(&socket))?;
     let (mut pmd, mut nf) = (Vec::new(), Vec::new());
     for run in 0..opts.common.runs {
-        progress(
-            opts,
+        opts.common.status(
+            "virtio",
             &format!("run {} testpmd and netfront UDP 64 B", run + 1),
         );
         let t = topo.to_string_lossy().into_owned();
