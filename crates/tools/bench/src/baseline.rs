@@ -6,30 +6,23 @@
 //! all measured in the same run (Menon 2006 §6, Ram thesis §2.4: cycles per
 //! 1514-byte packet by domain).
 
-use crate::netenv::{self, Flow, FlowResult, Forwarded, KernelBridge, Latency, Native, Workload};
+use crate::harness::{self, Args, Output, RunOptions};
+use crate::netenv::{Latency, Workload};
 use crate::stats::{median, tsc_per_us};
-use crate::usernet::{self, Tool, UserNet};
+use crate::testbed::{self, Config, Direction, Env, CONFIGS, DIRECTIONS};
 use crate::{plot, seeds};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
-use toolstack::host::{self, Cgroup, CgroupLayout};
+use toolstack::host::CgroupLayout;
 
 /// Options for the suite.
 #[derive(Debug, Clone)]
 pub struct BaselineOptions {
-    /// One run, 2 s per flow, TCP zero-copy only: under a minute.
-    pub quick: bool,
-    pub runs: usize,
-    pub secs: u32,
-    /// The `splitnet` executable (to bring splitnet topologies up and down).
-    pub exe: PathBuf,
-    /// Run directory for splitnet's hv.
-    pub run_dir: PathBuf,
-    pub progress: bool,
+    /// Quick: one run, 2 s per flow, TCP zero-copy only: under a minute.
+    pub common: RunOptions,
     /// Attach a profile to every flow (`bench --profile`); its summary goes
     /// into the record.
     pub profile: bool,
@@ -43,135 +36,6 @@ pub struct BaselineOptions {
     /// (`splitnet up --spin-us`); `None` keeps the topology's setting (none).
     pub spin_us: Option<u32>,
 }
-
-impl BaselineOptions {
-    /// The options another suite brings `baseline`'s environments up with:
-    /// no progress, profile or filters of this suite's own.
-    pub fn for_suite(
-        exe: &std::path::Path,
-        run_dir: &std::path::Path,
-        quick: bool,
-        runs: usize,
-        secs: u32,
-    ) -> BaselineOptions {
-        BaselineOptions {
-            quick,
-            runs,
-            secs,
-            exe: exe.to_path_buf(),
-            run_dir: run_dir.to_path_buf(),
-            progress: false,
-            profile: false,
-            profile_dir: None,
-            configs: Vec::new(),
-            workloads: Vec::new(),
-            spin_us: None,
-        }
-    }
-}
-
-/// A measured configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Config {
-    /// The same application over a plain veth pair between two namespaces.
-    Native,
-    /// veth into a Linux bridge in a "driver" namespace (the kernel baseline).
-    LinuxBridge,
-    /// One process forwarding between a TAP and AF_PACKET, nothing else:
-    /// the ceiling of any user-space NIC path (`forwarder.rs`). TX and RX only.
-    MinimalForwarder,
-    /// User-mode networking with pasta (passt), as rootless Podman uses.
-    Pasta,
-    /// User-mode networking with slirp4netns (libslirp).
-    Slirp4netns,
-    /// splitnet, seed baseline: RX flip, TX map, no offloads.
-    SplitnetBaseline,
-    /// splitnet with hv's grant copies (the thesis's "Orig"): RX copy, TX copy, offloads on.
-    SplitnetHvCopy,
-    /// splitnet default, the fast path: the new grant mechanism, TX gather,
-    /// RX single copy, offloads on.
-    SplitnetDefault,
-    /// The default preset with 24 guests of which 22 stay idle: what idle
-    /// vifs cost the busy ones.
-    #[serde(rename = "splitnet-24-guests")]
-    SplitnetIdle24,
-    /// The default preset with Xen's `ip=` anti-spoofing and a `rate=`
-    /// credit far above the link's speed on both guests' vifs: what checking
-    /// them costs a frame.
-    SplitnetVifOptions,
-    /// The default preset with guest1 on `nic = "virtio"`: virtio split
-    /// rings over vhost-user to the same driver domain, instead of Xen's
-    /// netif rings and grants.
-    SplitnetVirtio,
-}
-
-impl std::str::FromStr for Config {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Config> {
-        crate::by_name(&CONFIGS, Config::name, s)
-    }
-}
-
-impl Config {
-    pub fn name(self) -> &'static str {
-        match self {
-            Config::Native => "native",
-            Config::LinuxBridge => "linux-bridge",
-            Config::MinimalForwarder => "minimal-forwarder",
-            Config::Pasta => "pasta",
-            Config::Slirp4netns => "slirp4netns",
-            Config::SplitnetBaseline => "splitnet-baseline",
-            Config::SplitnetHvCopy => "splitnet-hv-copy",
-            Config::SplitnetDefault => "splitnet-default",
-            Config::SplitnetIdle24 => "splitnet-24-guests",
-            Config::SplitnetVifOptions => "splitnet-vif-options",
-            Config::SplitnetVirtio => "splitnet-virtio",
-        }
-    }
-
-    /// The directions a configuration carries (the forwarder has no second guest).
-    pub fn directions(self) -> &'static [Direction] {
-        match self {
-            Config::MinimalForwarder => &DIRECTIONS[..2],
-            _ => &DIRECTIONS,
-        }
-    }
-
-    /// The user-mode networking tool a peer configuration runs.
-    pub fn tool(self) -> Option<Tool> {
-        match self {
-            Config::Pasta => Some(Tool::Pasta),
-            Config::Slirp4netns => Some(Tool::Slirp4netns),
-            _ => None,
-        }
-    }
-}
-
-/// Direction of the stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Direction {
-    /// guest → wire.
-    Tx,
-    /// wire → guest.
-    Rx,
-    /// guest → guest.
-    GuestToGuest,
-}
-
-impl Direction {
-    pub fn name(self) -> &'static str {
-        match self {
-            Direction::Tx => "tx",
-            Direction::Rx => "rx",
-            Direction::GuestToGuest => "guest-to-guest",
-        }
-    }
-}
-
-/// A value per domain (CPU seconds, cycles per packet).
-pub type PerDomain = BTreeMap<String, f64>;
 
 /// One measurement.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -240,547 +104,49 @@ pub struct BaselineReport {
     pub summary: Vec<Summary>,
     /// Peers that were not measured, and why.
     pub skipped: Vec<String>,
+    /// splitnet-default's event loops after each run's flows.
+    #[serde(default)]
+    pub loops: Vec<LoopCost>,
 }
 
-const DIRECTIONS: [Direction; 3] = [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
-const CONFIGS: [Config; 11] = [
-    Config::Native,
-    Config::LinuxBridge,
-    Config::MinimalForwarder,
-    Config::Pasta,
-    Config::Slirp4netns,
-    Config::SplitnetBaseline,
-    Config::SplitnetHvCopy,
-    Config::SplitnetDefault,
-    Config::SplitnetIdle24,
-    Config::SplitnetVifOptions,
-    Config::SplitnetVirtio,
-];
+/// System calls per frame a loop may make once batches form.
+pub const LOOP_SYSCALLS: f64 = 10.0;
 
-/// A domain whose CPU time is measured.
-pub(crate) struct Domain {
-    pub(crate) name: String,
-    pub(crate) cgroup: Option<Cgroup>,
-    /// A process measured through /proc (hv, which has no cgroup of its own).
-    pub(crate) pid: Option<i32>,
+/// A configuration's event loops after a run's flows (`status --json`):
+/// system calls per frame of the driver domain's bridge loop and of
+/// guest1's loop, each under [`LOOP_SYSCALLS`] once batches form.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoopCost {
+    pub config: Config,
+    pub run: usize,
+    pub driver_syscalls_per_frame: Option<f64>,
+    pub guest1_syscalls_per_frame: Option<f64>,
+    pub met: bool,
 }
 
-/// Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on Linux x86).
-const USER_HZ: f64 = 100.0;
-
-pub(crate) fn proc_cpu(pid: i32) -> Option<Duration> {
-    stat_cpu(&format!("/proc/{pid}/stat"))
-}
-
-/// User and system CPU time from a `stat` file of /proc (a process's, or
-/// a thread's under `/proc/<pid>/task/`).
-pub(crate) fn stat_cpu(path: &str) -> Option<Duration> {
-    let s = std::fs::read_to_string(path).ok()?;
-    let rest = s.rsplit(')').next()?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let (u, k): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
-    Some(Duration::from_secs_f64((u + k) / USER_HZ))
-}
-
-impl Domain {
-    fn cpu(&self) -> Duration {
-        if let Some(p) = self.pid {
-            return proc_cpu(p).unwrap_or_default();
-        }
-        self.cgroup
-            .as_ref()
-            .and_then(Cgroup::cpu_usage)
-            .unwrap_or_default()
-    }
-}
-
-/// Where one direction's endpoints are.
-#[derive(Clone)]
-pub(crate) struct FlowSpec {
-    server_ns: String,
-    /// Where the client connects.
-    server_ip: &'static str,
-    /// Where the server listens, if not `server_ip`.
-    server_bind: Option<&'static str>,
-    port: u16,
-    client_ns: String,
-    /// Data flows server → client.
-    reverse: bool,
-    /// Indices into `Env::domains` of the server's and the client's domain.
-    server_dom: usize,
-    client_dom: usize,
-}
-
-impl FlowSpec {
-    pub(crate) fn new(
-        server_ns: &str,
-        server_ip: &'static str,
-        client_ns: &str,
-        reverse: bool,
-    ) -> FlowSpec {
-        FlowSpec {
-            server_ns: server_ns.to_string(),
-            server_ip,
-            server_bind: None,
-            port: netenv::DEFAULT_PORT,
-            client_ns: client_ns.to_string(),
-            reverse,
-            server_dom: 0,
-            client_dom: 0,
-        }
-    }
-
-    /// The namespaces the data leaves and reaches: (sender, receiver).
-    pub(crate) fn sender_and_receiver(&self) -> (&str, &str) {
-        if self.reverse {
-            (&self.server_ns, &self.client_ns)
-        } else {
-            (&self.client_ns, &self.server_ns)
-        }
-    }
-
-    /// The same flow on `port` (to run beside this one).
-    pub(crate) fn on_port(&self, port: u16) -> FlowSpec {
-        FlowSpec {
-            port,
-            ..self.clone()
-        }
-    }
-
-    /// Charges the server to domain `server` and the client to `client`.
-    pub(crate) fn charged(mut self, server: usize, client: usize) -> FlowSpec {
-        self.server_dom = server;
-        self.client_dom = client;
-        self
-    }
-}
-
-/// A brought-up configuration: where each direction's endpoints are.
-pub(crate) struct Env {
-    pub(crate) domains: Vec<Domain>,
-    pub(crate) flows: BTreeMap<&'static str, FlowSpec>,
-    _native: Option<Native>,
-    _kb: Option<KernelBridge>,
-    _usernet: Option<UserNet>,
-    _fwd: Option<Forwarded>,
-    splitnet: bool,
-}
-
-impl Env {
-    pub(crate) fn new(domains: Vec<Domain>) -> Env {
-        Env {
-            domains,
-            flows: BTreeMap::new(),
-            _native: None,
-            _kb: None,
-            _usernet: None,
-            _fwd: None,
-            splitnet: false,
-        }
-    }
-}
-
-/// Names of the cgroups the suite creates (as `bench-<name>`).
-const BENCH_CGROUPS: [&str; 8] = [
-    "client",
-    "server",
-    "guest1",
-    "guest2",
-    "wire",
-    "pasta",
-    "slirp4netns",
-    "forwarder",
-];
-
-pub(crate) fn bench_cgroup(layout: &CgroupLayout, name: &str) -> Result<Cgroup> {
-    Ok(Cgroup::create(layout, &format!("bench-{name}"))?)
-}
-
-/// Domains measured through their own fresh cgroups.
-pub(crate) fn bench_domains(layout: &CgroupLayout, names: &[&str]) -> Result<Vec<Domain>> {
-    names
-        .iter()
-        .map(|n| {
-            Ok(Domain {
-                name: n.to_string(),
-                cgroup: Some(bench_cgroup(layout, n)?),
-                pid: None,
-            })
-        })
-        .collect()
-}
-
-fn splitnet(opts: &BaselineOptions, args: &[&str]) -> Result<()> {
-    crate::splitnet(&opts.exe, &opts.run_dir, args).map(drop)
-}
-
-pub(crate) fn bring_up(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {
-    match cfg {
-        Config::Native => {
-            let n = Native::new()?;
-            let mut env = Env::new(bench_domains(layout, &["client", "server"])?);
-            for d in DIRECTIONS {
-                let rev = d == Direction::Rx;
-                env.flows.insert(
-                    d.name(),
-                    FlowSpec::new(&n.b, netenv::NATIVE_B, &n.a, rev).charged(1, 0),
-                );
-            }
-            env._native = Some(n);
-            Ok(env)
-        }
-        Config::LinuxBridge => {
-            let kb = KernelBridge::new()?;
-            let mut env = Env::new(bench_domains(layout, &["guest1", "guest2", "wire"])?);
-            let f = &mut env.flows;
-            f.insert(
-                "tx",
-                FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, false).charged(2, 0),
-            );
-            f.insert(
-                "rx",
-                FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, true).charged(2, 0),
-            );
-            f.insert(
-                "guest-to-guest",
-                FlowSpec::new(&kb.guest2, netenv::KB_GUEST2, &kb.guest1, false).charged(1, 0),
-            );
-            env._kb = Some(kb);
-            Ok(env)
-        }
-        Config::MinimalForwarder => {
-            let mut env = Env::new(bench_domains(layout, &["guest1", "wire", "forwarder"])?);
-            let fw = Forwarded::new(&opts.exe, env.domains[2].cgroup.as_ref())?;
-            for (d, rev) in [("tx", false), ("rx", true)] {
-                env.flows.insert(
-                    d,
-                    FlowSpec::new(&fw.wire, netenv::FWD_WIRE, &fw.guest, rev).charged(1, 0),
-                );
-            }
-            env._fwd = Some(fw);
-            Ok(env)
-        }
-        Config::Pasta | Config::Slirp4netns => {
-            let tool = cfg.tool().context("a peer configuration without a tool")?;
-            let mut env = Env::new(bench_domains(
-                layout,
-                &["guest1", "guest2", "wire", tool.name()],
-            )?);
-            let u = UserNet::new(tool, env.domains[3].cgroup.as_ref(), &opts.run_dir)?;
-            let to_host = |reverse| FlowSpec {
-                server_bind: Some(usernet::HOST_BIND),
-                ..FlowSpec::new(&u.host, tool.gateway(), &u.guest1, reverse).charged(2, 0)
-            };
-            env.flows.insert("tx", to_host(false));
-            env.flows.insert("rx", to_host(true));
-            env.flows.insert(
-                "guest-to-guest",
-                FlowSpec {
-                    server_bind: Some("0.0.0.0"),
-                    port: usernet::GUEST2_PORT,
-                    ..FlowSpec::new(&u.guest2, tool.gateway(), &u.guest1, false).charged(1, 0)
-                },
-            );
-            env._usernet = Some(u);
-            Ok(env)
-        }
-        Config::SplitnetBaseline
-        | Config::SplitnetHvCopy
-        | Config::SplitnetDefault
-        | Config::SplitnetIdle24
-        | Config::SplitnetVifOptions
-        | Config::SplitnetVirtio => bring_up_splitnet(cfg, opts, layout),
-    }
-}
-
-/// A splitnet configuration: `splitnet up` with its preset (and for the
-/// 24-guest one, a generated topology); its domains are measured through
-/// their own cgroups and hv through its process.
-fn bring_up_splitnet(cfg: Config, opts: &BaselineOptions, layout: &CgroupLayout) -> Result<Env> {
-    let preset = match cfg {
-        Config::SplitnetBaseline => "baseline",
-        Config::SplitnetHvCopy => "hv-copy",
-        _ => "default",
-    };
-    let spin = opts.spin_us.map(|us| us.to_string());
-    let topo = opts.run_dir.join(format!("bench-{}.toml", cfg.name()));
-    let topo_arg = topo.to_string_lossy().into_owned();
-    let mut up = vec!["up", "--preset", preset];
-    let generated = match cfg {
-        Config::SplitnetIdle24 => Some(many_guests_topology(24)),
-        Config::SplitnetVifOptions => Some(vif_options_topology()),
-        Config::SplitnetVirtio => Some(virtio_topology()),
-        _ => None,
-    };
-    if let Some(t) = generated {
-        std::fs::create_dir_all(&opts.run_dir)?;
-        std::fs::write(&topo, t).with_context(|| format!("writing {}", topo.display()))?;
-        up.extend(["--config", topo_arg.as_str()]);
-    }
-    if let Some(us) = &spin {
-        up.extend(["--spin-us", us.as_str()]);
-    }
-    splitnet_env(opts, layout, &up)
-}
-
-/// Runs `splitnet UP...` (an `up` command line) and measures its default
-/// domains: hv through its process, drv, guest1 and guest2 through their
-/// cgroups, the wire host through a cgroup of the suite's; flows TX and RX
-/// between guest1 and the wire, guest-to-guest from guest2 to guest1.
-pub(crate) fn splitnet_env(
-    opts: &BaselineOptions,
-    layout: &CgroupLayout,
-    up: &[&str],
-) -> Result<Env> {
-    splitnet(opts, up)?;
-    let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
+/// The loops' costs as `status --json` reports them now; none where it
+/// does not say (the run goes on: this is a figure, not a gate).
+fn loop_cost(opts: &RunOptions, config: Config, run: usize) -> LoopCost {
+    let st: serde_json::Value = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])
         .ok()
-        .and_then(|s| s.trim().parse().ok());
-    let mut domains = vec![Domain {
-        name: "hv".into(),
-        cgroup: None,
-        pid: hv_pid,
-    }];
-    for n in ["drv", "guest1", "guest2"] {
-        domains.push(Domain {
-            name: n.into(),
-            cgroup: Cgroup::open(layout, n),
-            pid: None,
-        });
-    }
-    domains.extend(bench_domains(layout, &["wire"])?);
-    let mut env = Env::new(domains);
-    env.splitnet = true;
-    let ns = host::netns_name;
-    let (wire, g1, g2) = (ns("wire"), ns("guest1"), ns("guest2"));
-    // Applications run in their guest's cgroup: the guest pays for its own stack.
-    let f = &mut env.flows;
-    f.insert(
-        "tx",
-        FlowSpec::new(&wire, "10.77.0.254", &g1, false).charged(4, 2),
-    );
-    f.insert(
-        "rx",
-        FlowSpec::new(&wire, "10.77.0.254", &g1, true).charged(4, 2),
-    );
-    f.insert(
-        "guest-to-guest",
-        FlowSpec::new(&g2, "10.77.0.2", &g1, false).charged(3, 2),
-    );
-    Ok(env)
-}
-
-pub(crate) fn tear_down(env: Env, opts: &BaselineOptions, layout: &CgroupLayout) {
-    if env.splitnet {
-        let _ = splitnet(opts, &["down"]);
-    }
-    drop(env);
-    for n in BENCH_CGROUPS {
-        if let Some(cg) = Cgroup::open(layout, &format!("bench-{n}")) {
-            cg.destroy(Duration::from_millis(200));
-        }
-    }
-}
-
-/// What one flow (or several at once) measured.
-pub(crate) struct Measured {
-    pub(crate) flow: FlowResult,
-    pub(crate) cpu_seconds: PerDomain,
-    pub(crate) cycles_per_packet: PerDomain,
-    pub(crate) profile: Option<prof::Profile>,
-}
-
-fn measure(
-    env: &Env,
-    dir: Direction,
-    workload: Workload,
-    secs: u32,
-    tsc_hz: f64,
-    profile: Option<&str>,
-) -> Result<Measured> {
-    measure_flows(env, &[dir.name()], workload, secs, tsc_hz, profile)
-}
-
-/// One flow of `env`, as named in `Env::flows`.
-fn run_flow(env: &Env, name: &str, workload: Workload, secs: u32) -> Result<FlowResult> {
-    let f = env.flows.get(name).context("no such direction")?;
-    netenv::run(&Flow {
-        server_ns: &f.server_ns,
-        server_ip: f.server_ip,
-        server_bind: f.server_bind,
-        port: f.port,
-        client_ns: &f.client_ns,
-        reverse: f.reverse,
-        secs,
-        workload,
-        server_cgroup: env.domains[f.server_dom].cgroup.as_ref(),
-        client_cgroup: env.domains[f.client_dom].cgroup.as_ref(),
-    })
-}
-
-/// The flows `names` of `env` at once (each on its own port), with every
-/// domain's CPU time over them; throughput and packets are their sums.
-pub(crate) fn measure_flows(
-    env: &Env,
-    names: &[&str],
-    workload: Workload,
-    secs: u32,
-    tsc_hz: f64,
-    profile: Option<&str>,
-) -> Result<Measured> {
-    let flow = || -> Result<FlowResult> {
-        let results: Vec<Result<FlowResult>> = std::thread::scope(|sc| {
-            let hs: Vec<_> = names
-                .iter()
-                .map(|n| sc.spawn(move || run_flow(env, n, workload, secs)))
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a flow panicked")))
-                })
-                .collect()
-        });
-        sum_flows(results)
-    };
-    let opts = profile.map(|initiator| prof::ProfileOptions {
-        initiator: initiator.to_string(),
-        ..Default::default()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let per = |l: &serde_json::Value| l["syscalls_per_frame"].as_f64();
+    let guest1 = st["vifs"].as_array().and_then(|v| {
+        v.iter()
+            .find(|v| v["guest"] == "guest1")
+            .and_then(|v| per(&v["guest_loop"]))
     });
-    measure_with(env, tsc_hz, opts, flow)
-}
-
-/// The sum of flows run at once: throughput, bytes and packets add up.
-pub(crate) fn sum_flows(results: Vec<Result<FlowResult>>) -> Result<FlowResult> {
-    let mut sum: Option<FlowResult> = None;
-    for r in results {
-        let r = r?;
-        sum = Some(match sum {
-            None => r,
-            Some(s) => FlowResult {
-                gbps: s.gbps + r.gbps,
-                bytes: s.bytes + r.bytes,
-                packets: s.packets + r.packets,
-                seconds: s.seconds.max(r.seconds),
-                latency: None,
-            },
-        });
+    let (driver, guest1) = (per(&st["bridges"][0]["loop"]), guest1);
+    LoopCost {
+        config,
+        run,
+        driver_syscalls_per_frame: driver,
+        guest1_syscalls_per_frame: guest1,
+        met: [driver, guest1]
+            .iter()
+            .all(|v| v.is_some_and(|v| v < LOOP_SYSCALLS)),
     }
-    sum.context("no flow to measure")
-}
-
-/// Runs `flow` with every domain's CPU time over it, under the profiler
-/// when `profile` is given (hv's pid filled in from `env`).
-pub(crate) fn measure_with(
-    env: &Env,
-    tsc_hz: f64,
-    profile: Option<prof::ProfileOptions>,
-    flow: impl FnOnce() -> Result<FlowResult> + Send,
-) -> Result<Measured> {
-    let before: Vec<Duration> = env.domains.iter().map(Domain::cpu).collect();
-    let (r, profile) = match profile {
-        None => (flow()?, None),
-        Some(mut opts) => {
-            opts.hv_pid = env
-                .domains
-                .iter()
-                .find(|d| d.name == "hv")
-                .and_then(|d| d.pid);
-            let (r, p) = prof::profile_while(opts, flow)
-                .map_err(|e| anyhow::anyhow!("profiling the flow: {e}"))?;
-            (r?, Some(p))
-        }
-    };
-    let cpu: BTreeMap<String, f64> = env
-        .domains
-        .iter()
-        .zip(before)
-        .map(|(d, b)| (d.name.clone(), d.cpu().saturating_sub(b).as_secs_f64()))
-        .collect();
-    let cpp = cycles_per_packet(&cpu, r.packets, tsc_hz);
-    Ok(Measured {
-        flow: r,
-        cpu_seconds: cpu,
-        cycles_per_packet: cpp,
-        profile,
-    })
-}
-
-/// Cycles per packet from CPU seconds per domain: each domain's share and a
-/// "total" (Ram thesis §2.4). Empty when no packet arrived.
-pub fn cycles_per_packet(
-    cpu_seconds: &BTreeMap<String, f64>,
-    packets: f64,
-    tsc_hz: f64,
-) -> BTreeMap<String, f64> {
-    if packets <= 0.0 {
-        return BTreeMap::new();
-    }
-    let mut out: BTreeMap<String, f64> = cpu_seconds
-        .iter()
-        .map(|(d, s)| (d.clone(), s * tsc_hz / packets))
-        .collect();
-    out.insert(
-        "total".into(),
-        cpu_seconds.values().sum::<f64>() * tsc_hz / packets,
-    );
-    out
-}
-
-/// Writes `<dir>/<stem>.json` and `<dir>/<stem>.svg`.
-fn write_profile(dir: &std::path::Path, stem: &str, p: &prof::Profile) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (ext, text) in [("json", p.to_json()), ("svg", p.to_svg())] {
-        let path = dir.join(format!("{stem}.{ext}"));
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
-}
-
-/// The default topology with `guests` guests (guest1 and guest2 as in the
-/// default; the others idle, each with its own address).
-pub fn many_guests_topology(guests: usize) -> String {
-    let mut t = String::from(
-        "# bench baseline: the default topology with idle guests beside guest1 and guest2.\n\
-         name = \"many-guests\"\n\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\n",
-    );
-    t += &format!("memory_frames = {}\n", 4096 + 512 * guests);
-    for g in 1..=guests {
-        t += &format!(
-            "\n[[domain]]\nname = \"guest{g}\"\nkind = \"guest\"\naddress = \"10.77.{}.{}/16\"\n",
-            g / 250,
-            g % 250
-        );
-    }
-    t + "\n[wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/16\"\n"
-}
-
-/// The default topology with `ip=` (each guest's own IPv4 and IPv6
-/// addresses) and `rate=` (10 GB/s, above what any path here carries) on
-/// both guests' vifs.
-pub fn vif_options_topology() -> String {
-    let mut t = String::from(
-        "# bench baseline: the default topology with ip= and rate= on both guests' vifs.\n\
-         name = \"vif-options\"\n\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n",
-    );
-    for g in 1..=2 {
-        t += &format!(
-            "\n[[domain]]\nname = \"guest{g}\"\nkind = \"guest\"\naddress = \"10.77.0.{g}/24\"\n\
-             ipv6 = \"fd77::{g}/64\"\nvif = [\"ip=10.77.0.{g} fd77::{g},rate=10GB/s\"]\n"
-        );
-    }
-    t + "\n[wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\nipv6 = \"fd77::fe/64\"\n"
-}
-
-/// The default topology with guest1 on `nic = "virtio"` (guest2 keeps its
-/// netfront vif).
-pub fn virtio_topology() -> String {
-    "# bench baseline: the default topology with guest1 on a virtio NIC over vhost-user.\n\
-     name = \"virtio\"\n\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\n\
-     [[domain]]\nname = \"guest1\"\nkind = \"guest\"\nnic = \"virtio\"\naddress = \"10.77.0.1/24\"\n\n\
-     [[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.77.0.2/24\"\n\n\
-     [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n"
-        .into()
 }
 
 /// The directions measured for workload `w`: a request-response flow is
@@ -836,7 +202,7 @@ fn latency_summary(rs: &[&Record], all: &[Record], w: Workload) -> Option<Latenc
 fn chosen_workloads(opts: &BaselineOptions) -> Vec<Workload> {
     if !opts.workloads.is_empty() {
         opts.workloads.clone()
-    } else if opts.quick {
+    } else if opts.common.quick {
         vec![Workload::TcpZerocopy]
     } else {
         vec![
@@ -917,10 +283,10 @@ fn measure_config(
         for &dir in directions(cfg, w) {
             progress.show(run, cfg, dir, w);
             let initiator = opts.profile.then_some("splitnet bench baseline");
-            let m = measure(env, dir, w, opts.secs, ctx.tsc_hz, initiator)?;
+            let m = testbed::measure(env, dir, w, opts.common.secs, ctx.tsc_hz, initiator)?;
             if let (Some(p), Some(d)) = (&m.profile, &opts.profile_dir) {
                 let stem = format!("{}-{}-{}-run{}", cfg.name(), dir.name(), w.name(), run + 1);
-                write_profile(d, &stem, p)?;
+                testbed::write_profile(d, &stem, p)?;
             }
             records.push(Record {
                 config: cfg,
@@ -943,60 +309,47 @@ fn measure_config(
 
 /// Ratios against native and the forwarder of the same run, direction and workload.
 fn add_ratios(records: &mut [Record]) {
-    let of = |cfg: Config| -> Vec<(Direction, Workload, usize, f64)> {
-        records
-            .iter()
-            .filter(|r| r.config == cfg)
-            .map(|r| (r.direction, r.workload, r.run, r.gbps))
-            .collect()
+    let key = |r: &Record| (r.direction, r.workload, r.run);
+    let over = |cfg: Config| {
+        let is = |r: &Record| (r.config == cfg).then(|| key(r));
+        harness::ratios(records, is, key, |r| Some(r.gbps))
     };
-    let (natives, forwarders) = (of(Config::Native), of(Config::MinimalForwarder));
-    let ratio = |refs: &[(Direction, Workload, usize, f64)], r: &Record| {
-        refs.iter()
-            .find(|n| n.0 == r.direction && n.1 == r.workload && n.2 == r.run && n.3 > 0.0)
-            .map(|n| r.gbps / n.3)
-    };
-    for r in records.iter_mut() {
-        r.ratio_to_native = ratio(&natives, r);
-        r.ratio_to_forwarder = ratio(&forwarders, r);
+    let (natives, forwarders) = (over(Config::Native), over(Config::MinimalForwarder));
+    for ((r, n), f) in records.iter_mut().zip(natives).zip(forwarders) {
+        (r.ratio_to_native, r.ratio_to_forwarder) = (n, f);
     }
 }
 
 /// Medians over runs, one row per (configuration, workload, direction).
 fn summarize(records: &[Record], configs: &[Config], workloads: &[Workload]) -> Vec<Summary> {
+    let keys = configs.iter().flat_map(|&c| {
+        workloads
+            .iter()
+            .flat_map(move |&w| DIRECTIONS.map(|d| (c, w, d)))
+    });
+    let groups = harness::groups(records, keys, |r| (r.config, r.workload, r.direction));
     let mut summary = Vec::new();
-    for &cfg in configs {
-        for &w in workloads {
-            for dir in DIRECTIONS {
-                let rs: Vec<&Record> = records
-                    .iter()
-                    .filter(|r| r.config == cfg && r.workload == w && r.direction == dir)
-                    .collect();
-                if rs.is_empty() {
-                    continue;
-                }
-                let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
-                let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
-                let fwd: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_forwarder).collect();
-                let cpp: Vec<f64> = rs
-                    .iter()
-                    .filter_map(|r| r.cycles_per_packet.get("total").copied())
-                    .collect();
-                summary.push(Summary {
-                    config: cfg,
-                    direction: dir,
-                    workload: w,
-                    runs: rs.len(),
-                    median_gbps: median(&g),
-                    min_gbps: g.iter().copied().fold(f64::INFINITY, f64::min),
-                    max_gbps: g.iter().copied().fold(0.0, f64::max),
-                    median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
-                    median_ratio_to_forwarder: (!fwd.is_empty()).then(|| median(&fwd)),
-                    median_cycles_per_packet: median(&cpp),
-                    latency: latency_summary(&rs, records, w),
-                });
-            }
-        }
+    for ((cfg, w, dir), rs) in groups {
+        let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+        let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
+        let fwd: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_forwarder).collect();
+        let cpp: Vec<f64> = rs
+            .iter()
+            .filter_map(|r| r.cycles_per_packet.get("total").copied())
+            .collect();
+        summary.push(Summary {
+            config: cfg,
+            direction: dir,
+            workload: w,
+            runs: rs.len(),
+            median_gbps: median(&g),
+            min_gbps: g.iter().copied().fold(f64::INFINITY, f64::min),
+            max_gbps: g.iter().copied().fold(0.0, f64::max),
+            median_ratio_to_native: (!ratios.is_empty()).then(|| median(&ratios)),
+            median_ratio_to_forwarder: (!fwd.is_empty()).then(|| median(&fwd)),
+            median_cycles_per_packet: median(&cpp),
+            latency: latency_summary(&rs, records, w),
+        });
     }
     summary
 }
@@ -1006,14 +359,14 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     let tsc_hz = tsc_per_us() * 1e6;
     let layout = CgroupLayout::detect();
     let workloads = chosen_workloads(opts);
-    let runs = opts.runs.max(1);
+    let runs = opts.common.runs.max(1);
     let (configs, skipped) = chosen_configs(opts);
     let per_run: usize = configs
         .iter()
         .flat_map(|&c| workloads.iter().map(move |&w| directions(c, w).len()))
         .sum();
     let mut progress = Progress {
-        on: opts.progress,
+        on: opts.common.progress,
         step: 0,
         total: runs * per_run,
     };
@@ -1022,17 +375,20 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         workloads: &workloads,
         tsc_hz,
     };
-    let mut records: Vec<Record> = Vec::new();
+    let (mut records, mut loops) = (Vec::new(), Vec::new());
     for run in 0..runs {
         for &cfg in &configs {
-            let env = bring_up(cfg, opts, &layout)
+            let env = testbed::bring_up(cfg, &opts.common, opts.spin_us, &layout)
                 .with_context(|| format!("bringing up {}", cfg.name()))?;
             let result = measure_config(&ctx, &env, cfg, run, &mut progress, &mut records);
-            tear_down(env, opts, &layout);
+            if result.is_ok() && cfg == Config::SplitnetDefault {
+                loops.push(loop_cost(&opts.common, cfg, run));
+            }
+            testbed::tear_down(env, &opts.common, &layout);
             result.with_context(|| format!("measuring {}", cfg.name()))?;
         }
     }
-    if opts.progress {
+    if opts.common.progress {
         eprintln!();
     }
     add_ratios(&mut records);
@@ -1041,11 +397,12 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         suite: "baseline",
         tsc_mhz: tsc_hz / 1e6,
         runs,
-        seconds_per_flow: opts.secs,
+        seconds_per_flow: opts.common.secs,
         spin_us: opts.spin_us,
         records,
         summary,
         skipped,
+        loops,
     })
 }
 
@@ -1153,6 +510,32 @@ impl BaselineReport {
             );
         }
         s
+    }
+
+    /// splitnet-default's loops against [`LOOP_SYSCALLS`], per run; `None`
+    /// when it was not measured.
+    pub fn loops_table(&self) -> Option<String> {
+        let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+        let rows: Vec<String> = self
+            .loops
+            .iter()
+            .map(|l| {
+                let met = if l.met { "yes" } else { "no" };
+                format!(
+                    "| {} | {} | {} | {} | < {LOOP_SYSCALLS} | {met} |\n",
+                    l.config.name(),
+                    l.run + 1,
+                    f(l.driver_syscalls_per_frame),
+                    f(l.guest1_syscalls_per_frame),
+                )
+            })
+            .collect();
+        (!rows.is_empty()).then(|| {
+            "| config | run | driver loop syscalls/frame | guest1 loop syscalls/frame | target | met |\n\
+             |---|---:|---:|---:|---|---|\n"
+                .to_string()
+                + &rows.concat()
+        })
     }
 
     /// With `--profile`: where each configuration's samples went (median
@@ -1421,6 +804,37 @@ pub fn figures(r: &BaselineReport) -> Vec<seeds::Figure> {
     out
 }
 
+/// `splitnet bench baseline`: throughput and cycles per packet for each
+/// configuration and workload, with the profile table when profiled.
+pub struct BaselineSuite;
+
+impl harness::Suite for BaselineSuite {
+    fn name(&self) -> &'static str {
+        "baseline"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let secs = a.seconds.unwrap_or(if a.quick { 2 } else { 5 });
+        let r = run(&BaselineOptions {
+            common: RunOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs(), secs),
+            profile: a.profile,
+            profile_dir: a.out.as_ref().map(|d| d.join("profiles")),
+            configs: Args::parsed(&a.configs)?,
+            workloads: Args::parsed(&a.workloads)?,
+            spin_us: a.spin_us,
+        })?;
+        let mut table = format!("{}\n{}", r.table(), r.cycles_table());
+        for t in [r.loops_table(), r.profile_table()].into_iter().flatten() {
+            table = format!("{table}\n{t}");
+        }
+        Output::of(&r, table, r.svg())
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("baseline", json, figures))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1430,43 +844,5 @@ mod tests {
         for c in CONFIGS {
             assert_eq!(serde_json::to_value(c).unwrap(), c.name(), "{c:?}");
         }
-    }
-
-    #[test]
-    fn the_many_guests_topology_parses_with_every_guest() {
-        let t = toolstack::topology::Topology::parse(&many_guests_topology(24), "24.toml")
-            .expect("the generated topology is valid");
-        let guests = t
-            .domains
-            .iter()
-            .filter(|d| d.name.starts_with("guest"))
-            .count();
-        assert_eq!(guests, 24);
-    }
-
-    #[test]
-    fn the_vif_options_topology_sets_ip_and_rate_on_both_guests() {
-        let t = toolstack::topology::Topology::parse(&vif_options_topology(), "vif-options.toml")
-            .expect("the generated topology is valid");
-        let vifs = t.vifs();
-        assert_eq!(vifs.len(), 2);
-        for v in vifs {
-            assert_eq!(v.opts.ip.len(), 2, "{v:?}");
-            assert!(v.opts.rate.is_some(), "{v:?}");
-        }
-    }
-
-    #[test]
-    fn cycles_per_packet_divides_each_domains_cycles_by_frames() {
-        // 1 Gbit/s of TCP payload for 1 s = 125e6 B = 86326 frames of 1448 B.
-        let packets = 125e6 / netenv::PAYLOAD_PER_FRAME;
-        let cpu: BTreeMap<String, f64> = [("drv".to_string(), 0.5), ("guest1".to_string(), 0.25)]
-            .into_iter()
-            .collect();
-        let c = cycles_per_packet(&cpu, packets, 2.0e9);
-        assert!((c["drv"] - 0.5 * 2.0e9 / packets).abs() < 1e-6);
-        assert!((c["guest1"] - 5792.0).abs() < 1.0, "{c:?}");
-        assert!((c["total"] - (c["drv"] + c["guest1"])).abs() < 1e-6);
-        assert!(cycles_per_packet(&cpu, 0.0, 2.0e9).is_empty());
     }
 }

@@ -14,6 +14,7 @@
 //!   hv's grant pins, event channels, store nodes, watches, open
 //!   descriptors and resident memory before and after.
 
+use crate::harness::{self, Args, Output};
 use crate::plot::{self, Bar};
 use crate::stats::median;
 use anyhow::{anyhow, bail, Context, Result};
@@ -689,5 +690,26 @@ impl Hotplug {
             })
             .map(|(n, _, _)| n)
             .collect()
+    }
+}
+
+/// `splitnet bench faults`: recovery from driver-domain kills, and hotplug.
+pub struct FaultsSuite;
+
+impl harness::Suite for FaultsSuite {
+    fn name(&self) -> &'static str {
+        "faults"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let r = run(&FaultsOptions::new(
+            a.exe.clone(),
+            a.run_dir.clone(),
+            a.quick,
+        ))?;
+        if !r.passed() {
+            eprintln!("bench faults: a target was not met (see the table)");
+        }
+        Output::of(&r, r.table(), r.svg())
     }
 }

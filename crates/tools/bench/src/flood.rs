@@ -7,8 +7,8 @@
 //! sleeps out the rest of each millisecond, so what it costs the others is
 //! what it makes the driver domain do, not a CPU it spins on.
 
-use crate::baseline::stat_cpu;
 use crate::stats::median;
+use crate::testbed::stat_cpu;
 use anyhow::{bail, Context, Result};
 use frame::packet::Packet;
 use hv::proto::{Reply, Request, DOMID_TOOLSTACK};

@@ -18,10 +18,10 @@
 //! (`status --json`, which carries the guest's TSC at each reading), so the
 //! shares are of a steady-state window, not of start-up and tear-down.
 
-use crate::baseline::{bench_cgroup, proc_cpu};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Flow, Native, Workload};
 use crate::stats::{median, tsc_per_us};
-use crate::{plot, seeds};
+use crate::testbed::{bench_cgroup, proc_cpu};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -29,6 +29,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use toolstack::host::{self, Cgroup, CgroupLayout};
+
+mod report;
+pub use report::figures;
 
 /// Send sizes of Figure 6 (the paper's: 512 B to 64 KiB by powers of two).
 const SIZES: [u32; 8] = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536];
@@ -42,16 +45,10 @@ pub const LINK_RATE: &str = "100mbit";
 /// Options for the suite.
 #[derive(Debug, Clone)]
 pub struct HostedOptions {
-    pub runs: usize,
-    /// Seconds per iperf3 flow (at least 3: the counters are read 1 s in
-    /// and just before the end).
-    pub secs: u32,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Send sizes for Figure 6.
     pub sizes: Vec<u32>,
-    /// The `splitnet` executable and its run directory.
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub progress: bool,
     /// Only these configurations (native always runs); empty: all.
     pub configs: Vec<Config>,
 }
@@ -60,16 +57,12 @@ impl HostedOptions {
     /// Eight sizes, 5 s per flow; or three sizes, 3 s with `quick`.
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> HostedOptions {
         HostedOptions {
-            runs: runs.max(1),
-            secs: if quick { 3 } else { 5 },
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 3 } else { 5 }),
             sizes: if quick {
                 QUICK_SIZES.to_vec()
             } else {
                 SIZES.to_vec()
             },
-            exe,
-            run_dir,
-            progress: true,
             configs: Vec::new(),
         }
     }
@@ -464,14 +457,8 @@ const PATH_STAGES: [&str; 5] = [
     "back: VMApp's answer, switch to the VMM",
 ];
 
-fn say(opts: &HostedOptions, msg: &str) {
-    if opts.progress {
-        eprintln!("bench hosted: {msg}");
-    }
-}
-
 fn splitnet(opts: &HostedOptions, args: &[&str]) -> Result<String> {
-    crate::splitnet(&opts.exe, &opts.run_dir, args)
+    crate::splitnet(&opts.common.exe, &opts.common.run_dir, args)
 }
 
 /// The topology: guest1 with a hosted NIC, the driver domain, the wire.
@@ -556,9 +543,9 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
             _native: Some(n),
         });
     }
-    std::fs::create_dir_all(&opts.run_dir)
-        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
-    let path = opts.run_dir.join("bench-hosted.toml");
+    std::fs::create_dir_all(&opts.common.run_dir)
+        .with_context(|| format!("creating {}", opts.common.run_dir.display()))?;
+    let path = opts.common.run_dir.join("bench-hosted.toml");
     std::fs::write(&path, topology(cfg)).with_context(|| format!("writing {}", path.display()))?;
     let _ = splitnet(opts, &["down"]);
     let p = path.to_string_lossy().into_owned();
@@ -575,7 +562,7 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
     groups.push(("VM (guest1's process)".into(), None, pid(&g["pid"])));
     groups.push(("VMApp".into(), None, pid(&g["emulated_nic"]["vmapp_pid"])));
     groups.push(("driver domain".into(), Cgroup::open(layout, "drv"), None));
-    let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
+    let hv_pid = std::fs::read_to_string(opts.common.run_dir.join("hv.pid"))
         .ok()
         .and_then(|s| s.trim().parse().ok());
     groups.push(("hv".into(), None, hv_pid));
@@ -626,7 +613,7 @@ fn read(env: &Env, opts: &HostedOptions) -> Reading {
 
 /// Runs one flow at `size`, reading counters 1 s in and near the end.
 fn measure(env: &Env, opts: &HostedOptions, size: u32) -> Result<(f64, Reading, Reading)> {
-    let secs = opts.secs.max(3);
+    let secs = opts.common.secs.max(3);
     let len = size.to_string();
     std::thread::scope(|s| {
         let flow = s.spawn(|| {
@@ -658,16 +645,18 @@ fn measure(env: &Env, opts: &HostedOptions, size: u32) -> Result<(f64, Reading, 
     })
 }
 
-/// Runs the suite.
-pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
-    let tsc_hz = tsc_per_us() * 1e6;
-    let layout = CgroupLayout::detect();
+/// Each configuration and link a run measures, with its send sizes.
+type Plan = Vec<(Config, Link, Vec<u32>)>;
+
+/// What a run measures: each configuration (of those asked for) and link
+/// with its send sizes; the sizes; and the one Tables 1–3 and Figure 5
+/// are read at (4 KiB, or the first size).
+fn plan(opts: &HostedOptions) -> (Plan, Vec<u32>, u32) {
     let sizes = if opts.sizes.is_empty() {
         vec![TABLE_SIZE]
     } else {
         opts.sizes.clone()
     };
-    // Tables 1–3 and Figure 5 are read at 4 KiB sends, or the first size.
     let table_size = if sizes.contains(&TABLE_SIZE) {
         TABLE_SIZE
     } else {
@@ -675,7 +664,7 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
     };
     let wanted =
         |c: &&Config| opts.configs.is_empty() || **c == Config::Native || opts.configs.contains(c);
-    let plan: Vec<(Config, Link, Vec<u32>)> = CONFIGS
+    let plan = CONFIGS
         .iter()
         .filter(wanted)
         .flat_map(|&c| LINKS.map(|l| (c, l)))
@@ -688,18 +677,74 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
             (c, l, s)
         })
         .collect();
-    let flows: usize = plan.iter().map(|p| p.2.len()).sum::<usize>() * opts.runs;
+    (plan, sizes, table_size)
+}
+
+/// One flow's record from the readings at its window's start and end.
+fn record(
+    env: &Env,
+    opts: &HostedOptions,
+    (cfg, link, size, run): (Config, Link, u32, usize),
+    (mbps, a, b): (f64, Reading, Reading),
+) -> Record {
+    let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
+    let cpu_percent = env
+        .groups
+        .iter()
+        .zip(a.cpu.iter().zip(&b.cpu))
+        .map(|((n, ..), (x, y))| (n.clone(), 100.0 * y.saturating_sub(*x).as_secs_f64() / secs))
+        .collect();
+    let counters = match (&a.counters, &b.counters) {
+        (Some(x), Some(y)) => Some(Window::between(x, y)),
+        _ => None,
+    };
+    if env.hosted && counters.as_ref().is_none_or(|w| w.cycles <= 0.0) {
+        opts.common.say(
+            "hosted",
+            "  the hosted NIC's counters did not advance in this flow",
+        );
+    }
+    opts.common.say("hosted", &format!("  {mbps:.1} Mbit/s"));
+    Record {
+        config: cfg,
+        link,
+        send_size: size,
+        run,
+        mbps,
+        ratio_to_native: None,
+        cpu_percent,
+        window_seconds: secs,
+        counters,
+    }
+}
+
+/// Ratios against native of the same run, link and size.
+fn add_ratios(records: &mut [Record]) {
+    let key = |r: &Record| (r.link, r.send_size, r.run);
+    let native = |r: &Record| (r.config == Config::Native).then(|| key(r));
+    let ratios = harness::ratios(records, native, key, |r| Some(r.mbps));
+    for (r, x) in records.iter_mut().zip(ratios) {
+        r.ratio_to_native = x;
+    }
+}
+
+/// Runs the suite.
+pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
+    let tsc_hz = tsc_per_us() * 1e6;
+    let layout = CgroupLayout::detect();
+    let (plan, sizes, table_size) = plan(opts);
+    let flows: usize = plan.iter().map(|p| p.2.len()).sum::<usize>() * opts.common.runs;
     let mut step = 0;
     let mut records = Vec::new();
-    for run in 0..opts.runs {
-        for (cfg, link, sizes) in &plan {
-            let env = bring_up(*cfg, *link, opts, &layout)
+    for run in 0..opts.common.runs {
+        for &(cfg, link, ref sizes) in &plan {
+            let env = bring_up(cfg, link, opts, &layout)
                 .with_context(|| format!("bringing up {} ({})", cfg.name(), link.name()))?;
             let mut result = Ok(());
             for &size in sizes {
                 step += 1;
-                say(
-                    opts,
+                opts.common.say(
+                    "hosted",
                     &format!(
                         "{step}/{flows} run {} {} wire {} send size {size} B",
                         run + 1,
@@ -708,39 +753,7 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
                     ),
                 );
                 match measure(&env, opts, size) {
-                    Ok((mbps, a, b)) => {
-                        let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
-                        let cpu_percent = env
-                            .groups
-                            .iter()
-                            .zip(a.cpu.iter().zip(&b.cpu))
-                            .map(|((n, ..), (x, y))| {
-                                (n.clone(), 100.0 * y.saturating_sub(*x).as_secs_f64() / secs)
-                            })
-                            .collect();
-                        let counters = match (&a.counters, &b.counters) {
-                            (Some(x), Some(y)) => Some(Window::between(x, y)),
-                            _ => None,
-                        };
-                        if env.hosted && counters.as_ref().is_none_or(|w| w.cycles <= 0.0) {
-                            say(
-                                opts,
-                                "  the hosted NIC's counters did not advance in this flow",
-                            );
-                        }
-                        say(opts, &format!("  {mbps:.1} Mbit/s"));
-                        records.push(Record {
-                            config: *cfg,
-                            link: *link,
-                            send_size: size,
-                            run,
-                            mbps,
-                            ratio_to_native: None,
-                            cpu_percent,
-                            window_seconds: secs,
-                            counters,
-                        });
-                    }
+                    Ok(m) => records.push(record(&env, opts, (cfg, link, size, run), m)),
                     Err(e) => {
                         result = Err(e);
                         break;
@@ -751,23 +764,12 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
             result.with_context(|| format!("measuring {} ({})", cfg.name(), link.name()))?;
         }
     }
-    // Ratios against native of the same run, link and size.
-    let natives: Vec<(Link, u32, usize, f64)> = records
-        .iter()
-        .filter(|r| r.config == Config::Native)
-        .map(|r| (r.link, r.send_size, r.run, r.mbps))
-        .collect();
-    for r in records.iter_mut() {
-        r.ratio_to_native = natives
-            .iter()
-            .find(|n| n.0 == r.link && n.1 == r.send_size && n.2 == r.run && n.3 > 0.0)
-            .map(|n| r.mbps / n.3);
-    }
+    add_ratios(&mut records);
     Ok(HostedReport {
         suite: "hosted",
         tsc_mhz: tsc_hz / 1e6,
-        runs: opts.runs,
-        seconds_per_flow: opts.secs.max(3),
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs.max(3),
         table_size,
         figure6: figure6(&records),
         breakdowns: breakdowns(&records, table_size, tsc_hz / 1e6),
@@ -889,453 +891,28 @@ fn packets(w: &Window) -> f64 {
     (w.tx_packets + w.rx_packets).max(1.0)
 }
 
-fn f1(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.1}")
-    } else {
-        "-".into()
-    }
-}
+/// `splitnet bench hosted`: the hosted NIC against Sugerman 2001.
+pub struct HostedSuite;
 
-impl HostedReport {
-    fn breakdown(&self, cfg: Config, link: Link) -> Option<&Breakdown> {
-        self.breakdowns
-            .iter()
-            .find(|b| b.config == cfg && b.link == link)
+impl harness::Suite for HostedSuite {
+    fn name(&self) -> &'static str {
+        "hosted"
     }
 
-    /// Figure 5 as a table: our µs per stage beside the paper's.
-    pub fn figure5_table(&self) -> String {
-        let mut s = String::from(
-            "### Figure 5: the path of one transmit-triggering OUT (µs)\n\n\
-             | stage | paper (PC-733, Workstation 2.0) |",
-        );
-        let cols: Vec<&Breakdown> = [Config::Unoptimized, Config::PortsInVmm, Config::Optimized]
-            .iter()
-            .filter_map(|&c| self.breakdown(c, Link::Shaped))
-            .filter(|b| b.path_us.is_some())
-            .collect();
-        for b in &cols {
-            s += &format!(" {} |", b.config.name());
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = HostedOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 3);
+        if !a.sizes.is_empty() {
+            opts.sizes = a.sizes.clone();
         }
-        s += &format!(
-            " ratio {} / paper |\n|---|---:|",
-            cols.first().map_or("-", |b| b.config.name())
-        );
-        s += &"---:|".repeat(cols.len() + 1);
-        s += "\n";
-        for (i, stage) in PATH_STAGES.iter().enumerate() {
-            s += &format!("| {stage} | {:.2} |", PAPER_PATH_US[i]);
-            for b in &cols {
-                s += &format!(" {:.2} |", b.path_us.map_or(f64::NAN, |p| p[i]));
-            }
-            let r = cols
-                .first()
-                .and_then(|b| b.path_us)
-                .map(|p| p[i] / PAPER_PATH_US[i]);
-            s += &format!(" {} |\n", r.map_or("-".into(), |r| format!("{r:.2}")));
-        }
-        let total = |p: &[f64; 5]| p.iter().sum::<f64>();
-        s += &format!("| **total** | {:.2} |", total(&PAPER_PATH_US));
-        for b in &cols {
-            s += &format!(" {:.2} |", b.path_us.as_ref().map_or(f64::NAN, total));
-        }
-        let r = cols
-            .first()
-            .and_then(|b| b.path_us)
-            .map(|p| total(&p) / total(&PAPER_PATH_US));
-        s += &format!(" {} |\n", r.map_or("-".into(), |r| format!("{r:.2}")));
-        s += &format!(
-            "\nMedians over runs of the means over each flow's window ({} B sends, wire at 100 Mbit/s). \
-             The optimized columns' transmitting switch carries frames the VMM's model already \
-             took from the ring (a frame switch, not the OUT's emulation).\n",
-            self.table_size
-        );
-        s
+        opts.configs = Args::parsed(&a.configs)?;
+        let r = run(&opts)?;
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
     }
 
-    /// Tables 1 and 2: the VM world's time by category.
-    pub fn time_table(&self) -> String {
-        let mut s = format!(
-            "### Tables 1 and 2: where the VM world's time goes (TCP transmit, {} B sends, % of the window)\n\n\
-             | configuration | wire | Mbit/s | guest OS + VMM | world switches | VMApp | host network I/O | idle (halted) |\n\
-             |---|---|---:|---:|---:|---:|---:|---:|\n",
-            self.table_size
-        );
-        s += "| paper Table 1 (Workstation 2.0) | 100 Mb/s | 64 | 77.3 (VMM, with the switches) | incl. | ~10 (the rest) | 9.5 (VMNet send 8.7, receive 0.8) | 0 |\n";
-        s += "| paper Table 2 (optimized) | 100 Mb/s | ~94 | 71.5 − 21.7 idle (VMM, with the switches) | incl. | ~8 | 20.4 (send 17.9, receive 2.5) | 21.7 |\n";
-        for b in self
-            .breakdowns
-            .iter()
-            .filter(|b| b.config != Config::Native)
-        {
-            let sh = &b.shares;
-            s += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                b.config.name(),
-                b.link.name(),
-                f1(b.mbps),
-                f1(sh.guest_and_vmm),
-                f1(sh.world_switch),
-                f1(sh.vmapp),
-                f1(sh.host_network),
-                f1(sh.idle)
-            );
-        }
-        s += "\nThe VM world is the guest process's thread (guest driver, VMM, the guest's TAP): \
-              its window splits into running (guest OS + VMM), waiting in world switches (the \
-              switch itself; the VMApp's service; of that, VMNet reads and writes) and halted. \
-              The paper's Tables 1–2 are time-based samples of one CPU.\n\n";
-        let mut groups: Vec<&String> = self
-            .breakdowns
-            .iter()
-            .flat_map(|b| b.cpu_percent.keys())
-            .collect();
-        groups.sort();
-        groups.dedup();
-        s += "CPU time by process during the same window (% of one CPU; client = iperf3 and the guest's \
-              TCP stack, server = the wire host's):\n\n| configuration | wire |";
-        for g in &groups {
-            s += &format!(" {g} |");
-        }
-        s += "\n|---|---|";
-        s += &"---:|".repeat(groups.len());
-        s += "\n";
-        for b in &self.breakdowns {
-            s += &format!("| {} | {} |", b.config.name(), b.link.name());
-            for g in &groups {
-                s += &format!(
-                    " {} |",
-                    b.cpu_percent.get(*g).map_or("-".into(), |v| f1(*v))
-                );
-            }
-            s += "\n";
-        }
-        s
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("hosted", json, figures))
     }
-
-    /// Table 3 and the per-packet counts.
-    pub fn idle_table(&self) -> String {
-        let mut s = format!(
-            "### Table 3: idle time while transmitting ({} B sends)\n\n\
-             | configuration | paper (PC-733) | ours, 100 Mbit/s | ours, unshaped |\n|---|---:|---:|---:|\n",
-            self.table_size
-        );
-        for cfg in CONFIGS {
-            let v = |l| {
-                self.breakdown(cfg, l)
-                    .map_or("-".into(), |b| format!("{}%", f1(b.idle_percent)))
-            };
-            s += &format!(
-                "| {} | {}% | {} | {} |\n",
-                cfg.name(),
-                cfg.paper_idle(),
-                v(Link::Shaped),
-                v(Link::Unshaped)
-            );
-        }
-        s += "\nHosted: cycles the guest spent halted over the window's TSC cycles. Native: the part of one \
-              CPU the sending namespace (iperf3 and its kernel stack) left unused.\n\n";
-        s += &format!("### Counts per packet ({} B sends)\n\n\
-              | configuration | wire | NIC port accesses per transmitted packet | per packet (tx+rx) | PIC accesses per IRQ | world switches per packet | frames per transmitting switch | mean switch µs | empty switch µs (min / mean) | VMNet write µs per frame |\n\
-              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n\
-              | paper | 100 Mb/s | 12 | - | 5 | ~5 in 2.0 (RAP served in its VMM) | up to 3 | ≥ 16.4 (7.45 in the VMM + 8.90 switch) | 8.90 | 13.8 (2.0), 22.7 (optimized) |\n",
-            self.table_size
-        );
-        for b in self
-            .breakdowns
-            .iter()
-            .filter(|b| b.config != Config::Native)
-        {
-            s += &format!(
-                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} / {:.2} | {:.2} |\n",
-                b.config.name(),
-                b.link.name(),
-                b.nic_accesses_per_tx_packet,
-                b.nic_accesses_per_packet,
-                b.pic_accesses_per_irq,
-                b.switches_per_packet,
-                b.frames_per_send,
-                b.mean_switch_us,
-                b.null_switch_min_us,
-                b.null_switch_mean_us,
-                b.mean_vmnet_write_us
-            );
-        }
-        s += "\nThe per-transmitted-packet count includes the ACKs' receive work the same interrupts \
-              handle; for one packet alone, crates/devices/hosted/tests/switches.rs counts exactly 12 NIC \
-              accesses per transmitted packet (10 per received one) and 5 PIC accesses per IRQ. Frames \
-              per transmitting switch: frames written to VMNet over requests that wrote any (halts \
-              carry frames too).\n";
-        s
-    }
-
-    /// Figure 6 as a table: Mbit/s per send size, ratios to native.
-    pub fn figure6_table(&self) -> String {
-        let mut s = String::from(
-            "### Figure 6: TCP transmit throughput against send size (Mbit/s, ratio to native)\n\n\
-             Paper (PC-733, 100 Mb/s Ethernet): native saturates the link at every size; \
-             Workstation 2.0 is CPU bound (64 Mb/s at 4 KB); optimized matches native.\n\n\
-             | wire | send size |",
-        );
-        let cfgs = [Config::Native, Config::Unoptimized, Config::Optimized];
-        for c in cfgs {
-            s += &format!(" {} |", c.name());
-        }
-        s += " unoptimized / native | optimized / native |\n|---|---:|---:|---:|---:|---:|---:|\n";
-        for link in LINKS {
-            for &size in &self.sizes {
-                let p = |c: Config| {
-                    self.figure6
-                        .iter()
-                        .find(|p| p.config == c && p.link == link && p.send_size == size)
-                };
-                s += &format!("| {} | {size} |", link.name());
-                for c in cfgs {
-                    s += &format!(" {} |", p(c).map_or("-".into(), |p| f1(p.median_mbps)));
-                }
-                for c in [Config::Unoptimized, Config::Optimized] {
-                    s += &format!(
-                        " {} |",
-                        p(c).and_then(|p| p.median_ratio_to_native)
-                            .map_or("-".into(), |r| format!("{r:.3}"))
-                    );
-                }
-                s += "\n";
-            }
-        }
-        s += &format!(
-            "\n{} run(s), {} s per flow, TSC {:.0} MHz; medians over runs; the ratio is against native \
-             of the same run, wire and size. iperf3 TCP with `-l SIZE`, guest1 → wire.\n",
-            self.runs, self.seconds_per_flow, self.tsc_mhz
-        );
-        s
-    }
-
-    /// Everything, as Markdown.
-    pub fn table(&self) -> String {
-        format!(
-            "{}\n{}\n{}\n{}",
-            self.figure6_table(),
-            self.figure5_table(),
-            self.time_table(),
-            self.idle_table()
-        )
-    }
-
-    /// Figure 6 at 100 Mbit/s (the main chart).
-    pub fn svg(&self) -> String {
-        self.figure6_svg(Link::Shaped)
-    }
-
-    /// Figure 6 as the paper draws it: throughput against send size, one
-    /// line per configuration.
-    fn figure6_svg(&self, link: Link) -> String {
-        let mut series: Vec<plot::Series> = Vec::new();
-        for p in self.figure6.iter().filter(|p| p.link == link) {
-            let name = p.config.name();
-            match series.iter_mut().find(|s| s.name == name) {
-                Some(s) => s.points.push((f64::from(p.send_size), p.median_mbps)),
-                None => series.push(plot::Series {
-                    name: name.to_string(),
-                    points: vec![(f64::from(p.send_size), p.median_mbps)],
-                }),
-            }
-        }
-        for s in &mut series {
-            s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        }
-        plot::lines(&plot::Sweep {
-            title: format!("Figure 6: TCP transmit throughput, wire {}", link.name()),
-            x_label: "send size (bytes)".into(),
-            y_label: "throughput (Mbit/s), median of runs".into(),
-            log2_x: true,
-            series,
-        })
-    }
-
-    /// Figure 5: the paper's microseconds per stage beside ours.
-    fn figure5_svg(&self) -> String {
-        let ours = self
-            .breakdown(Config::Unoptimized, Link::Shaped)
-            .and_then(|b| b.path_us);
-        let mut series = vec!["paper (733 MHz)".to_string()];
-        let mut values = vec![PAPER_PATH_US.iter().map(|&v| Some(v)).collect::<Vec<_>>()];
-        if let Some(p) = ours {
-            series.push("ours".into());
-            values.push(p.iter().map(|&v| Some(v)).collect());
-        }
-        plot::grouped(&plot::Grouped {
-            title: "Figure 5: one transmit-triggering OUT, unoptimized".into(),
-            y_label: "µs".into(),
-            groups: PATH_STAGES.iter().map(|s| s.to_string()).collect(),
-            series,
-            values,
-            paper: Vec::new(),
-            reference: None,
-        })
-    }
-
-    /// Tables 1 and 2: the VM world's time, stacked by where it went.
-    fn tables_svg(&self) -> String {
-        let mut st = plot::Stacked {
-            title: format!(
-                "Tables 1 and 2: the VM world's time, {} B TCP transmit",
-                self.table_size
-            ),
-            y_label: "share of the window's TSC cycles (%)".into(),
-            bars: Vec::new(),
-            classes: [
-                "guest OS + VMM",
-                "world switches",
-                "VMApp",
-                "host network I/O",
-                "idle",
-            ]
-            .map(String::from)
-            .to_vec(),
-            values: Vec::new(),
-        };
-        let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
-        for b in self
-            .breakdowns
-            .iter()
-            .filter(|b| matches!(b.config, Config::Unoptimized | Config::Optimized))
-        {
-            let sh = b.shares;
-            st.bars
-                .push(format!("{} {}", b.config.name(), b.link.name()));
-            st.values.push(
-                [
-                    sh.guest_and_vmm,
-                    sh.world_switch,
-                    sh.vmapp,
-                    sh.host_network,
-                    sh.idle,
-                ]
-                .map(finite)
-                .to_vec(),
-            );
-        }
-        plot::stacked(&st)
-    }
-
-    /// Table 3: idle time per configuration, the paper's beside ours.
-    fn table3_svg(&self) -> String {
-        let mut series = vec!["paper".to_string()];
-        let mut values = vec![CONFIGS
-            .iter()
-            .map(|c| Some(c.paper_idle()))
-            .collect::<Vec<_>>()];
-        for link in LINKS {
-            series.push(format!("ours, wire {}", link.name()));
-            values.push(
-                CONFIGS
-                    .iter()
-                    .map(|&c| {
-                        self.breakdown(c, link)
-                            .map(|b| b.idle_percent)
-                            .filter(|v| v.is_finite())
-                    })
-                    .collect(),
-            );
-        }
-        plot::grouped(&plot::Grouped {
-            title: format!(
-                "Table 3: idle time while transmitting, {} B sends",
-                self.table_size
-            ),
-            y_label: "idle (%)".into(),
-            groups: CONFIGS.iter().map(|c| c.name().to_string()).collect(),
-            series,
-            values,
-            paper: Vec::new(),
-            reference: None,
-        })
-    }
-
-    /// The other charts: (file name, SVG).
-    pub fn charts(&self) -> Vec<(String, String)> {
-        vec![
-            (
-                "figure6-unshaped.svg".into(),
-                self.figure6_svg(Link::Unshaped),
-            ),
-            ("figure5.svg".into(), self.figure5_svg()),
-            ("tables1-2.svg".into(), self.tables_svg()),
-            ("table3.svg".into(), self.table3_svg()),
-        ]
-    }
-}
-
-/// Sugerman 2001's figures and tables from a run, for `bench seeds`.
-pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
-    use seeds::{Figure, Kind, Seed::Sugerman};
-    let unopt = r.breakdown(Config::Unoptimized, Link::Shaped);
-    let path = unopt.and_then(|b| b.path_us);
-    let mut fig5 = Figure::new(
-        Sugerman,
-        "Figure 5",
-        Kind::Grouped,
-        r.figure5_table(),
-        r.figure5_svg(),
-    )
-    .missing_if(path.is_none());
-    if let (Some(p), Some(b)) = (path, unopt) {
-        fig5.ours = vec![
-            ("OUT end to end, µs".into(), p.iter().sum()),
-            ("world switch, µs".into(), b.null_switch_mean_us),
-        ];
-    }
-    let no_shares = r.breakdowns.iter().all(|b| b.config == Config::Native);
-    let tables = |id| {
-        Figure::new(Sugerman, id, Kind::Stacked, r.time_table(), r.tables_svg())
-            .missing_if(no_shares)
-    };
-    let ratio = |cfg, size| {
-        r.figure6
-            .iter()
-            .find(|p| p.config == cfg && p.link == Link::Shaped && p.send_size == size)
-            .and_then(|p| p.median_ratio_to_native)
-    };
-    let mut fig6 = Figure::new(
-        Sugerman,
-        "Figure 6",
-        Kind::Lines,
-        r.figure6_table(),
-        r.svg(),
-    )
-    .missing_if(r.figure6.is_empty());
-    for (label, cfg) in [
-        ("unoptimized ÷ native, 4 KB", Config::Unoptimized),
-        ("optimized ÷ native", Config::Optimized),
-    ] {
-        if let Some(v) = ratio(cfg, 4096) {
-            fig6.ours.push((label.into(), v));
-        }
-    }
-    let mut t3 = Figure::new(
-        Sugerman,
-        "Table 3",
-        Kind::Grouped,
-        r.idle_table(),
-        r.table3_svg(),
-    )
-    .missing_if(r.breakdowns.is_empty());
-    for (label, cfg) in [
-        ("native idle %", Config::Native),
-        ("ports in the VMM idle %", Config::PortsInVmm),
-        ("+ send combining idle %", Config::NoIrqNotification),
-        ("+ IRQ notification idle %", Config::Optimized),
-    ] {
-        if let Some(b) = r
-            .breakdown(cfg, Link::Shaped)
-            .filter(|b| b.idle_percent.is_finite())
-        {
-            t3.ours.push((label.into(), b.idle_percent));
-        }
-    }
-    vec![fig5, tables("Table 1"), tables("Table 2"), fig6, t3]
 }
 
 #[cfg(test)]

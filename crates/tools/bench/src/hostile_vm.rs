@@ -127,7 +127,7 @@ pub fn run(socket: &Path, attack: &str, secs: f64) -> Result<()> {
         attempts,
         closed,
         seconds: t.elapsed().as_secs_f64(),
-        cpu_seconds: crate::baseline::stat_cpu("/proc/self/stat")
+        cpu_seconds: crate::testbed::stat_cpu("/proc/self/stat")
             .unwrap_or_default()
             .as_secs_f64(),
     };

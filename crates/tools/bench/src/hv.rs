@@ -4,6 +4,7 @@
 //! Two in-process domains talk to a real `Hypervisor` over its real sockets,
 //! doorbells and shared memory; no namespaces are needed.
 
+use crate::harness::{self, Args, Output};
 use crate::plot::{self, Bar};
 use crate::stats::{tsc_per_us, Summary};
 
@@ -284,4 +285,38 @@ fn grant_copy_ops(guest: &mut HvClient, gid: DomId, did: DomId) -> Result<Vec<Gr
         });
     }
     Ok(ops)
+}
+
+/// `splitnet bench hv`: hv's primitives, run inside this process, under
+/// the profiler when `--profile` asks.
+pub struct HvSuite;
+
+impl harness::Suite for HvSuite {
+    fn name(&self) -> &'static str {
+        "hv"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let opts = HvBenchOptions {
+            iterations: a.iterations.unwrap_or(if a.quick { 200 } else { 2000 }),
+            runs: a.runs(),
+            progress: true,
+        };
+        if !a.profile {
+            let r = run(&opts)?;
+            return Output::of(&r, r.table(), r.svg());
+        }
+        // hv runs inside this process here.
+        let popts = prof::ProfileOptions {
+            hv_pid: Some(std::process::id() as i32),
+            initiator: "splitnet bench hv".into(),
+            ..Default::default()
+        };
+        let (r, p) = prof::profile_while(popts, || run(&opts))
+            .map_err(|e| anyhow::anyhow!("starting the profiler: {e}"))?;
+        let r = r?;
+        let mut out = Output::of(&r, r.table(), r.svg())?;
+        out.profile = Some(p);
+        Ok(out)
+    }
 }

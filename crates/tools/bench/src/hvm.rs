@@ -16,6 +16,7 @@
 //!   with their share of handling time (Tables 1, 2 and 4).
 
 use crate::faults::{random_file, serve_http, sha256, start_download, Up};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Flow, Workload};
 use crate::stats::{median, tsc_per_us};
 use crate::{plot, seeds};
@@ -48,27 +49,19 @@ pub const PAPER_SCP: [(&str, f64, f64); 4] = [
 
 /// What to run.
 pub struct HvmOptions {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub quick: bool,
-    pub runs: usize,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Reads per stage measurement.
     pub iterations: usize,
-    /// iperf3 seconds per direction.
-    pub secs: u32,
-    pub progress: bool,
 }
 
 impl HvmOptions {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> HvmOptions {
+        let common = RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 });
         HvmOptions {
-            exe,
-            run_dir,
-            quick,
-            runs,
+            // As many runs as asked, none included.
+            common: RunOptions { runs, ..common },
             iterations: if quick { 1000 } else { 3000 },
-            secs: if quick { 2 } else { 5 },
-            progress: true,
         }
     }
 }
@@ -140,12 +133,6 @@ pub struct HvmReport {
     pub event_over_poll_5ms_copy: f64,
     pub event_over_poll_100ms_copy: f64,
     pub wall_seconds: f64,
-}
-
-fn say(opts: &HvmOptions, msg: &str) {
-    if opts.progress {
-        eprintln!("bench hvm: {msg}");
-    }
 }
 
 /// A device model with nothing behind its ports (the dummy port).
@@ -248,7 +235,7 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
     let n = opts.iterations;
     let (mut st, mut rt, mut pic_hv, mut pic_hv_h, mut pic_dm) =
         (vec![Vec::new(); 5], vec![], vec![], vec![], vec![]);
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         let mut r = Rig::new(&format!("bench-hvm-{run}"), Placement::Hv)?;
         r.reads(0x22e, n / 10)?; // warm up
         let (_, a, b) = r.reads(0x22e, n)?;
@@ -266,12 +253,10 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
         r.reads(0x21, n / 10)?;
         let (m, _, _) = r.reads(0x21, n)?;
         pic_dm.push(m);
-        say(
-            opts,
-            &format!(
+        opts.common.say("hvm", &format!(
                 "stages run {}/{}: dummy port {:.0} cycles, IMR {:.0} (PIC in hv) / {:.0} (in the device model)",
                 run + 1,
-                opts.runs,
+                opts.common.runs,
                 rt[run],
                 pic_hv[run],
                 pic_dm[run]
@@ -289,7 +274,7 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
         pic_in_hv_cycles: median(&pic_hv),
         pic_in_hv_handling_cycles: median(&pic_hv_h),
         pic_in_dm_cycles: median(&pic_dm),
-        runs: opts.runs,
+        runs: opts.common.runs,
         iterations: n,
     })
 }
@@ -318,7 +303,7 @@ fn iperf(opts: &HvmOptions, reverse: bool) -> Result<f64> {
         port: netenv::DEFAULT_PORT,
         client_ns: &cns,
         reverse,
-        secs: opts.secs,
+        secs: opts.common.secs,
         workload: Workload::TcpCopy,
         server_cgroup: None,
         client_cgroup: None,
@@ -329,11 +314,11 @@ fn iperf(opts: &HvmOptions, reverse: bool) -> Result<f64> {
 /// A file of `mib` MiB copied into guest1 over HTTP: KB/s and whether its
 /// SHA-256 matched.
 fn copy(up: &mut Up<'_>, opts: &HvmOptions, mib: u32) -> Result<(f64, bool)> {
-    let dir = opts.run_dir.join("hvm-www");
+    let dir = opts.common.run_dir.join("hvm-www");
     std::fs::create_dir_all(&dir)?;
     let file = random_file(&dir, u64::from(mib))?;
     serve_http(up, &dir)?;
-    let got = opts.run_dir.join("hvm-got");
+    let got = opts.common.run_dir.join("hvm-got");
     let t0 = Instant::now();
     let curl = start_download(up, &got, &["--max-time", "240"])?;
     let ok = up.wait_child(curl, Duration::from_secs(250))?;
@@ -344,66 +329,29 @@ fn copy(up: &mut Up<'_>, opts: &HvmOptions, mib: u32) -> Result<(f64, bool)> {
     Ok((f64::from(mib) * 1024.0 / secs, sha_ok))
 }
 
-/// One configuration, `opts.runs` times.
-fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConfig> {
-    let keys = match poll_us {
-        0 => format!("hvm_pic = \"{pic}\"\nhvm_rx = \"event\""),
-        us => format!("hvm_pic = \"{pic}\"\nhvm_rx = \"poll\"\nhvm_poll_us = {us}"),
-    };
-    let mib = match poll_us {
-        0 if opts.quick => 16,
-        0 => 64,
-        us if us >= 50_000 => 1,
-        _ if opts.quick => 2,
-        _ => 4,
-    };
-    std::fs::create_dir_all(&opts.run_dir)?;
-    let path = opts.run_dir.join("bench-hvm.toml");
-    std::fs::write(&path, topology(&keys))?;
-    let path_s = path.to_str().context("path")?.to_string();
-    let (mut tx, mut rx, mut cp) = (vec![], vec![], vec![]);
-    let mut sha_ok = true;
-    let mut snap = None;
-    let mut packets = 0;
-    for run in 0..opts.runs {
-        let mut up = Up::with(&opts.exe, &opts.run_dir, &["--config", &path_s])?;
-        tx.push(iperf(opts, false)?);
-        rx.push(iperf(opts, true)?);
-        let (k, ok) = copy(&mut up, opts, mib)?;
-        cp.push(k);
-        sha_ok &= ok;
-        let mut ts = up.toolstack()?;
-        let st = ts.status().map_err(|e| anyhow!("{e}"))?;
-        let g = st.domains.iter().find(|d| d.name == "guest1");
-        snap = g.and_then(|d| d.hvm.clone());
-        // The packets, as the guest's driver counts them.
-        packets = g
-            .and_then(|d| {
-                ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
-                    .ok()
-            })
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .map_or(0, |v| {
-                let n = |k: &str| v["driver"][k].as_u64().unwrap_or(0);
-                n("tx_packets") + n("rx_packets")
-            });
-        say(
-            opts,
-            &format!(
-                "{name} run {}/{}: iperf3 out {:.1} Mbit/s, in {:.1}; {mib} MiB copy {:.0} KB/s{}",
-                run + 1,
-                opts.runs,
-                tx[run],
-                rx[run],
-                cp[run],
-                if ok { "" } else { " (SHA-256 DIFFERS)" }
-            ),
-        );
-    }
-    let snap = snap.ok_or_else(|| anyhow!("{name}: hv has no HVM accounting for guest1"))?;
+/// guest1's HVM accounting in hv, and its packets as the guest's driver
+/// counts them (0 when it has not said).
+fn guest1_accounting(up: &Up) -> Result<(Option<HvmSnapshot>, u64)> {
+    let mut ts = up.toolstack()?;
+    let st = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let g = st.domains.iter().find(|d| d.name == "guest1");
+    let packets = g
+        .and_then(|d| {
+            ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
+                .ok()
+        })
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map_or(0, |v| {
+            let n = |k: &str| v["driver"][k].as_u64().unwrap_or(0);
+            n("tx_packets") + n("rx_packets")
+        });
+    Ok((g.and_then(|d| d.hvm.clone()), packets))
+}
+
+/// The exits by reason: count, mean cycles and share of the handling.
+fn reasons(snap: &HvmSnapshot) -> BTreeMap<String, Reason> {
     let shares = snap.shares();
-    let reasons: BTreeMap<String, Reason> = snap
-        .reasons
+    snap.reasons
         .iter()
         .map(|(k, r)| {
             (
@@ -415,7 +363,57 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
                 },
             )
         })
-        .collect();
+        .collect()
+}
+
+/// One configuration, `opts.common.runs` times.
+fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConfig> {
+    let keys = match poll_us {
+        0 => format!("hvm_pic = \"{pic}\"\nhvm_rx = \"event\""),
+        us => format!("hvm_pic = \"{pic}\"\nhvm_rx = \"poll\"\nhvm_poll_us = {us}"),
+    };
+    let mib = match poll_us {
+        0 if opts.common.quick => 16,
+        0 => 64,
+        us if us >= 50_000 => 1,
+        _ if opts.common.quick => 2,
+        _ => 4,
+    };
+    std::fs::create_dir_all(&opts.common.run_dir)?;
+    let path = opts.common.run_dir.join("bench-hvm.toml");
+    std::fs::write(&path, topology(&keys))?;
+    let path_s = path.to_str().context("path")?.to_string();
+    let (mut tx, mut rx, mut cp) = (vec![], vec![], vec![]);
+    let mut sha_ok = true;
+    let mut snap = None;
+    let mut packets = 0;
+    for run in 0..opts.common.runs {
+        let mut up = Up::with(
+            &opts.common.exe,
+            &opts.common.run_dir,
+            &["--config", &path_s],
+        )?;
+        tx.push(iperf(opts, false)?);
+        rx.push(iperf(opts, true)?);
+        let (k, ok) = copy(&mut up, opts, mib)?;
+        cp.push(k);
+        sha_ok &= ok;
+        (snap, packets) = guest1_accounting(&up)?;
+        opts.common.say(
+            "hvm",
+            &format!(
+                "{name} run {}/{}: iperf3 out {:.1} Mbit/s, in {:.1}; {mib} MiB copy {:.0} KB/s{}",
+                run + 1,
+                opts.common.runs,
+                tx[run],
+                rx[run],
+                cp[run],
+                if ok { "" } else { " (SHA-256 DIFFERS)" }
+            ),
+        );
+    }
+    let snap = snap.ok_or_else(|| anyhow!("{name}: hv has no HVM accounting for guest1"))?;
+    let reasons = reasons(&snap);
     let pic_exit_cycles = reasons
         .get(if pic == "dm" {
             "io_pic_dm"
@@ -451,11 +449,13 @@ pub const CONFIGS: [(&str, &str, u32); 4] = [
 
 pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
     let t0 = Instant::now();
-    say(opts, "the dummy port I/O and the PIC access, in process");
+    opts.common
+        .say("hvm", "the dummy port I/O and the PIC access, in process");
     let stages = stages(opts)?;
     let mut nics = Vec::new();
     for (name, pic, poll_us) in CONFIGS {
-        say(opts, &format!("{name}: up, iperf3 both ways, a file copy"));
+        opts.common
+            .say("hvm", &format!("{name}: up, iperf3 both ways, a file copy"));
         nics.push(nic(opts, name, pic, poll_us)?);
     }
     let by = |us: u32| nics.iter().find(|n| n.poll_us == us && n.pic == "hv");
@@ -469,10 +469,11 @@ pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
         ratio(100_000, |n| n.copy_kbps),
     );
     let wall_seconds = t0.elapsed().as_secs_f64();
-    say(opts, &format!("done in {wall_seconds:.0} s"));
+    opts.common
+        .say("hvm", &format!("done in {wall_seconds:.0} s"));
     Ok(HvmReport {
-        quick: opts.quick,
-        runs: opts.runs,
+        quick: opts.common.quick,
+        runs: opts.common.runs,
         stages,
         nic: nics,
         event_over_poll_5ms: r5,
@@ -485,6 +486,17 @@ pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
 
 impl HvmReport {
     pub fn table(&self) -> String {
+        [
+            self.stages_table(),
+            self.pic_table(),
+            self.nic_table(),
+            self.exits_table(),
+        ]
+        .concat()
+    }
+
+    /// The dummy port I/O by stage against the paper's.
+    fn stages_table(&self) -> String {
         let s = &self.stages;
         let mhz = s.tsc_mhz;
         let us = |c: f64| c / mhz;
@@ -514,7 +526,15 @@ impl HvmReport {
             us(s.round_trip_cycles),
             us(s.round_trip_cycles) / pus
         );
-        t += &format!(
+        t
+    }
+
+    /// A PIC access with the vPIC in hv and in the device model.
+    fn pic_table(&self) -> String {
+        let s = &self.stages;
+        let mhz = s.tsc_mhz;
+        let us = |c: f64| c / mhz;
+        format!(
             "### A PIC access (IMR read, §5.1, Table 6)\n\n\
              | vPIC | cycles | µs | paper cycles | ours / paper (µs) |\n|---|---|---|---|---|\n\
              | in hv | {:.0} (hv's handling {:.0}) | {:.2} | {:.0} | {:.2} |\n\
@@ -534,8 +554,12 @@ impl HvmReport {
             s.pic_in_dm_cycles / s.pic_in_hv_cycles.max(1.0),
             PAPER_PIC_IN_DM_CYCLES.0 / PAPER_PIC_IN_HV_CYCLES,
             PAPER_PIC_IN_DM_CYCLES.1 / PAPER_PIC_IN_HV_CYCLES,
-        );
-        t += &format!(
+        )
+    }
+
+    /// The HVM NIC end to end, and event-driven over polling receive.
+    fn nic_table(&self) -> String {
+        let mut t = format!(
             "### The HVM NIC end to end (Table 9)\n\n\
              Medians of {} runs; iperf3 TCP guest1 ↔ wire; the copy is an HTTP download into guest1 (SHA-256 checked).\n\n\
              | configuration | iperf3 out (Mbit/s) | iperf3 in (Mbit/s) | copy in (KB/s) | copy size | exits per packet | PIC exit (cycles) | forwarded exit (cycles) | paper, to / from guest (KB/s) | ours / paper (in, out) |\n\
@@ -583,9 +607,16 @@ impl HvmReport {
             self.event_over_poll_5ms_copy,
             self.event_over_poll_100ms_copy
         );
-        t += "### Exits by reason (xentrace, Tables 1, 2 and 4)\n\n\
+        t
+    }
+
+    /// Exits by reason, and the wall time.
+    fn exits_table(&self) -> String {
+        let mut t = String::from(
+            "### Exits by reason (xentrace, Tables 1, 2 and 4)\n\n\
               Over each configuration's last run (iperf3 both ways and the copy).\n\n\
-              | configuration | reason | count | mean cycles | share of handling |\n|---|---|---|---|---|\n";
+              | configuration | reason | count | mean cycles | share of handling |\n|---|---|---|---|---|\n",
+        );
         for n in &self.nic {
             for (k, r) in &n.reasons {
                 t += &format!(
@@ -746,4 +777,24 @@ pub fn figures(r: &HvmReport) -> Vec<seeds::Figure> {
         )
         .missing_if(r.nic.is_empty()),
     ]
+}
+
+/// `splitnet bench hvm`: the HVM device model against Zhang & Dong.
+pub struct HvmSuite;
+
+impl harness::Suite for HvmSuite {
+    fn name(&self) -> &'static str {
+        "hvm"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let opts = HvmOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        let r = run(&opts)?;
+        let stages = ("stages.svg".to_string(), r.stages_svg());
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(vec![stages]))
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("hvm", json, figures))
+    }
 }

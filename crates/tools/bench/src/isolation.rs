@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// Other vifs keep this share of their throughput under attack.
 pub const TARGET: f64 = 0.80;
-const VM: &str = "vm1";
+use crate::testbed::VM;
 
 /// One attack's row.
 #[derive(Debug, Clone, Serialize)]
@@ -50,7 +50,7 @@ pub struct IsolationReport {
 /// The topology: the default one with a `kind = "vm"` domain for the
 /// hostile VM on the same driver domain.
 pub fn topology(socket: &Path) -> String {
-    crate::virtio::vm_topology("virtio-hostile", "a hostile vhost-user VM", socket)
+    crate::testbed::vm_topology("virtio-hostile", "a hostile vhost-user VM", socket)
 }
 
 /// Runs the phase on its own topology (brought up and down here).
@@ -87,7 +87,7 @@ fn measure(
 
 /// guest1 → wire, iperf3 TCP, for `secs`: Gbit/s.
 fn tcp_to_wire(secs: u32) -> Result<f64> {
-    Ok(crate::virtio::guest1_to_wire(secs, Workload::TcpZerocopy)?.gbps)
+    Ok(crate::testbed::guest1_to_wire(secs, Workload::TcpZerocopy)?.gbps)
 }
 
 /// The driver domain's (id, pid) and the VM vif's status entry.
@@ -123,7 +123,7 @@ fn one_attack(
     alone: f64,
 ) -> Result<AttackRow> {
     let (id0, pid0, vif0) = snapshot(exe, rd)?;
-    let cpu0 = crate::baseline::proc_cpu(pid0).unwrap_or_default();
+    let cpu0 = crate::testbed::proc_cpu(pid0).unwrap_or_default();
     // The attack outlasts the flow, iperf3's start included.
     let child = Command::new(exe)
         .arg("--run-dir")
@@ -150,7 +150,7 @@ fn one_attack(
     let attacker: AttackReport = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("hostile-vm {}'s report", a.name()))?;
     let (id1, pid1, vif1) = snapshot(exe, rd)?;
-    let cpu1 = crate::baseline::proc_cpu(pid1).unwrap_or_default();
+    let cpu1 = crate::testbed::proc_cpu(pid1).unwrap_or_default();
     let counters: BTreeMap<String, u64> = a
         .counters()
         .iter()

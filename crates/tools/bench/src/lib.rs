@@ -1,13 +1,15 @@
 //! Benchmark suites. Each returns a report that prints as a table and
 //! serializes to JSON; timings are medians of many runs, in TSC cycles and
 //! microseconds (the machine has no hardware counters; docs/ARCHITECTURE.md,
-//! "Rules the code keeps").
+//! "Rules the code keeps"). [`harness`] runs any suite [`suites`] lists;
+//! [`testbed`] is what the throughput suites measure on.
 #![forbid(unsafe_code)]
 
 pub mod baseline;
 pub mod faults;
 pub mod flood;
 pub mod forwarder;
+pub mod harness;
 pub mod hosted;
 pub mod hostile_vm;
 pub mod hv;
@@ -23,6 +25,8 @@ pub mod scale;
 pub mod seeds;
 pub mod sink;
 pub mod stats;
+pub mod suites;
+pub mod testbed;
 pub mod usernet;
 pub mod vifopts;
 pub mod virtio;

@@ -22,11 +22,12 @@
 //! A configuration whose topology keys this build lacks is reported as not
 //! available in this build, not as a failure.
 
-use crate::baseline::{self, BaselineOptions, Env};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, FlowResult, PAYLOAD_PER_FRAME};
 use crate::plot::{self, Bar};
 use crate::sink;
 use crate::stats::{tsc_per_us, Spread};
+use crate::testbed::{self, Env};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -36,26 +37,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use toolstack::host::{self, Cgroup, CgroupLayout};
 
+mod anomaly;
 mod paper;
 mod web;
+use anomaly::anomaly;
+pub use anomaly::dips;
 
 pub use web::{parse_httperf, Httperf};
 
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct Menon2005Options {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub quick: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// The receiver's user buffer sizes of Figures 1 and 2, in bytes.
     pub buffers: Vec<usize>,
     /// httperf's request rates of Figure 7, per second.
     pub rates: Vec<u32>,
     /// Profile the runs Tables 1, 2 and 4-8 come from.
     pub profile: bool,
-    pub progress: bool,
 }
 
 impl Menon2005Options {
@@ -71,15 +71,10 @@ impl Menon2005Options {
             vec![500, 1000, 2000, 4000, 6000, 8000, 10000, 12000]
         };
         Menon2005Options {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 2 } else { 5 },
-            quick,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
             buffers,
             rates,
             profile: true,
-            progress: true,
         }
     }
 }
@@ -275,7 +270,7 @@ pub struct Menon2005Report {
 /// What every measurement of a run shares.
 struct Ctx<'a> {
     opts: &'a Menon2005Options,
-    base: BaselineOptions,
+    base: RunOptions,
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: AtomicBool,
@@ -434,7 +429,7 @@ fn bring_up(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, Stri
 fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, String>> {
     if setup == Setup::Linux {
         let native = MultiNative::new(3)?;
-        let mut env = Env::new(baseline::bench_domains(&ctx.layout, &["client", "server"])?);
+        let mut env = Env::new(testbed::bench_domains(&ctx.layout, &["client", "server"])?);
         env.domains.shrink_to_fit();
         return Ok(Ok(Bed {
             setup,
@@ -449,9 +444,10 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
         Ok(t) => t,
         Err(why) => return Ok(Err(why)),
     };
-    std::fs::create_dir_all(&ctx.opts.run_dir)?;
+    std::fs::create_dir_all(&ctx.opts.common.run_dir)?;
     let path = ctx
         .opts
+        .common
         .run_dir
         .join(format!("menon2005-{}.toml", setup.name()));
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
@@ -460,7 +456,7 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
     if let Some(p) = setup.placement() {
         up.extend(["--placement", p]);
     }
-    let env = baseline::splitnet_env(&ctx.base, &ctx.layout, &up)?;
+    let env = testbed::splitnet_env(&ctx.base, &ctx.layout, &up)?;
     let (receiver_ns, receiver_ip, app_dom) = if setup.in_driver() {
         (host::netns_name("drv"), DRIVER_ADDRESS, 1)
     } else {
@@ -583,7 +579,7 @@ impl Bed {
     /// (receive) or from it (`tx`), summed.
     fn streams(&self, ctx: &Ctx<'_>, nics: usize, buffer: usize, tx: bool) -> Result<FlowResult> {
         let cg = |i: usize| self.env.domains.get(i).and_then(|d| d.cgroup.as_ref());
-        let (exe, secs) = (&ctx.opts.exe, ctx.opts.secs);
+        let (exe, secs) = (&ctx.opts.common.exe, ctx.opts.common.secs);
         let results = std::thread::scope(|sc| {
             let hs: Vec<_> = self.paths[..nics]
                 .iter()
@@ -630,7 +626,7 @@ impl Bed {
                 })
                 .collect()
         });
-        baseline::sum_flows(results)
+        testbed::sum_flows(results)
     }
 
     /// Measures streams, profiled when `profile` names what for.
@@ -641,7 +637,7 @@ impl Bed {
         buffer: usize,
         tx: bool,
         profile: bool,
-    ) -> Result<baseline::Measured> {
+    ) -> Result<testbed::Measured> {
         let opts = (profile && ctx.profile.load(Ordering::Relaxed)).then(|| prof::ProfileOptions {
             initiator: "splitnet bench menon2005".into(),
             top_n: 40,
@@ -649,11 +645,11 @@ impl Bed {
             ..Default::default()
         });
         let flow = || self.streams(ctx, nics, buffer, tx);
-        match baseline::measure_with(&self.env, ctx.tsc_hz, opts.clone(), flow) {
+        match testbed::measure_with(&self.env, ctx.tsc_hz, opts.clone(), flow) {
             Err(e) if opts.is_some() && format!("{e}").starts_with("profiling the flow") => {
                 ctx.say(&format!("no profiles from here on: {e}"));
                 ctx.profile.store(false, Ordering::Relaxed);
-                baseline::measure_with(&self.env, ctx.tsc_hz, None, || {
+                testbed::measure_with(&self.env, ctx.tsc_hz, None, || {
                     self.streams(ctx, nics, buffer, tx)
                 })
             }
@@ -676,7 +672,7 @@ pub fn role(domain: &str) -> &'static str {
     }
 }
 
-fn profiled(setup: Setup, what: &str, x: f64, m: &baseline::Measured) -> Option<Profiled> {
+fn profiled(setup: Setup, what: &str, x: f64, m: &testbed::Measured) -> Option<Profiled> {
     let p = m.profile.as_ref()?;
     let domains = p
         .domains
@@ -729,14 +725,7 @@ struct RunOut<'a> {
     profiles: &'a mut Vec<Profiled>,
 }
 
-fn push(
-    out: &mut RunOut<'_>,
-    bed: &Bed,
-    e: Experiment,
-    x: f64,
-    run: usize,
-    m: &baseline::Measured,
-) {
+fn push(out: &mut RunOut<'_>, bed: &Bed, e: Experiment, x: f64, run: usize, m: &testbed::Measured) {
     out.records.push(Record {
         setup: bed.setup,
         experiment: e,
@@ -837,7 +826,11 @@ fn transmit(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Resul
 fn web_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Result<()> {
     let p = &bed.paths[0];
     let cg = |i: usize| bed.env.domains.get(i).and_then(|d| d.cgroup.as_ref());
-    let dir = ctx.opts.run_dir.join(format!("web-{}", bed.setup.name()));
+    let dir = ctx
+        .opts
+        .common
+        .run_dir
+        .join(format!("web-{}", bed.setup.name()));
     let server = web::Nginx::start(
         &dir,
         &p.receiver_ns,
@@ -851,7 +844,7 @@ fn web_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Resu
             &p.receiver_ip,
             WEB_PORT,
             rate,
-            ctx.opts.secs,
+            ctx.opts.common.secs,
             cg(bed.peer_dom),
         )?;
         ctx.say(&format!(
@@ -890,7 +883,7 @@ fn measure_bed(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Re
 fn tear_down(ctx: &Ctx<'_>, bed: Bed) {
     let Bed { env, _native, .. } = bed;
     drop(_native);
-    baseline::tear_down(env, &ctx.base, &ctx.layout);
+    testbed::tear_down(env, &ctx.base, &ctx.layout);
 }
 
 /// One run: every setup in turn.
@@ -948,20 +941,17 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
     check_tools()?;
     let ctx = Ctx {
         opts,
-        base: BaselineOptions::for_suite(
-            &opts.exe,
-            &opts.run_dir,
-            opts.quick,
-            opts.runs,
-            opts.secs,
-        ),
+        base: RunOptions {
+            progress: false,
+            ..opts.common.clone()
+        },
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: AtomicBool::new(opts.profile),
-        progress: crate::Progress::start("menon2005", opts.progress),
+        progress: crate::Progress::start("menon2005", opts.common.progress),
     };
     let (mut records, mut profiles, mut unavailable) = (Vec::new(), Vec::new(), Vec::new());
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         let mut out = RunOut {
             records: &mut records,
             profiles: &mut profiles,
@@ -974,8 +964,8 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
     Ok(Menon2005Report {
         suite: "menon2005",
         tsc_mhz: ctx.tsc_hz / 1e6,
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         wall_seconds: ctx.progress.seconds(),
         anomaly: anomaly(&summary, &profiles),
         records,
@@ -1006,18 +996,11 @@ fn events_note(profiles: &[Profiled]) -> String {
 
 /// Each record over Linux's of the same run, experiment and x.
 fn add_ratios(records: &mut [Record]) {
-    let natives: Vec<(usize, Experiment, f64, f64)> = records
-        .iter()
-        .filter(|r| r.setup == Setup::Linux)
-        .map(|r| (r.run, r.experiment, r.x, r.value))
-        .collect();
-    for r in records.iter_mut() {
-        if let Some(n) = natives
-            .iter()
-            .find(|n| n.0 == r.run && n.1 == r.experiment && n.2 == r.x)
-        {
-            r.ratio_to_native = (n.3 > 0.0).then(|| r.value / n.3);
-        }
+    let key = |r: &Record| (r.run, r.experiment, r.x);
+    let linux = |r: &Record| (r.setup == Setup::Linux).then(|| key(r));
+    let ratios = harness::ratios(records, linux, key, |r| Some(r.value));
+    for (r, x) in records.iter_mut().zip(ratios) {
+        r.ratio_to_native = x;
     }
 }
 
@@ -1033,12 +1016,9 @@ fn summarize(records: &[Record]) -> Vec<Point> {
         }
     }
     keys.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(a.2.total_cmp(&b.2)));
-    keys.into_iter()
-        .filter_map(|(s, e, x)| {
-            let rs: Vec<&Record> = records
-                .iter()
-                .filter(|r| r.setup == s && r.experiment == e && r.x == x)
-                .collect();
+    harness::groups(records, keys, |r| (r.setup, r.experiment, r.x))
+        .into_iter()
+        .filter_map(|((s, e, x), rs)| {
             let v: Vec<f64> = rs.iter().map(|r| r.value).collect();
             let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
             Some(Point {
@@ -1053,82 +1033,6 @@ fn summarize(records: &[Record]) -> Vec<Point> {
         })
         .collect()
 }
-
-/// A point well below both neighbours of a sweep: the shape of the
-/// paper's Figure 1, where throughput falls and recovers as the buffer grows.
-pub fn dips(v: &[f64]) -> usize {
-    v.windows(3)
-        .filter(|w| w[1] < 0.75 * w[0].min(w[2]))
-        .count()
-}
-
-/// Each setup's buffer sweep: its spread and dips, and whether a Xen
-/// setup is erratic where Linux is not, confirmed by the profiled reruns
-/// of its best (A) and worst (B) points.
-fn anomaly(summary: &[Point], profiles: &[Profiled]) -> Option<Anomaly> {
-    let mut spread = BTreeMap::new();
-    let mut erratic = Vec::new();
-    for s in Setup::ALL {
-        let v: Vec<f64> = summary
-            .iter()
-            .filter(|p| p.setup == s && p.experiment == Experiment::Buffer)
-            .map(|p| p.value.median)
-            .collect();
-        if v.len() < 2 {
-            continue;
-        }
-        let mean = v.iter().sum::<f64>() / v.len() as f64;
-        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
-        let (min, max) = v
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
-        spread.insert(
-            s.name().to_string(),
-            (var.sqrt() / mean.max(1e-9), min, max),
-        );
-        if s != Setup::Linux && (dips(&v) > 0 || min < 0.5 * max) {
-            erratic.push(s);
-        }
-    }
-    if spread.is_empty() {
-        return None;
-    }
-    let rerun = |what| {
-        profiles
-            .iter()
-            .find(|p| p.setup == Setup::Guest1 && p.what == what)
-    };
-    let verdict = match erratic.as_slice() {
-        [] => NO_ANOMALY.to_string(),
-        e => {
-            let names: Vec<&str> = e.iter().map(|s| s.name()).collect();
-            match (rerun("buffer A"), rerun("buffer B")) {
-                (Some(a), Some(b)) if b.gbps >= 0.75 * a.gbps => format!(
-                    "not reproducible: {} varied with the buffer in the sweep, but rerun under the \
-                     profiler the worst point ({} B) gave {:.2} Gbit/s against the best's ({} B) \
-                     {:.2}: noise between runs, not the buffer size. {NO_ANOMALY}",
-                    names.join(", "), b.x, b.gbps, a.x, a.gbps
-                ),
-                (Some(a), Some(b)) => format!(
-                    "erratic where Linux is not: {}; rerun, {} B gave {:.2} Gbit/s and {} B {:.2}; \
-                     Tables 1 and 2 show where the time went",
-                    names.join(", "), a.x, a.gbps, b.x, b.gbps
-                ),
-                _ => format!(
-                    "erratic where Linux is not: {} (not confirmed: no profiled rerun)",
-                    names.join(", ")
-                ),
-            }
-        }
-    };
-    Some(Anomaly { spread, verdict })
-}
-
-/// Why the anomaly does not occur here.
-const NO_ANOMALY: &str = "Linux today charges a receive skb by its truesize and autotunes \
-    the receive window, so page-sized buffers no longer exhaust the socket's memory and force \
-    tcp_collapse; and splitnet's driver domain hands no 4 KiB page up for a 1500-byte frame \
-    unless `port_buffer = \"page\"` asks it to";
 
 pub use paper::figures;
 
@@ -1197,6 +1101,30 @@ impl Menon2005Report {
             .filter(|f| !f.svg.is_empty())
             .map(|f| (paper::file_name(&f), f.svg))
             .collect()
+    }
+}
+
+/// `splitnet bench menon2005`: the Xenoprof paper's receive, send and web-server
+/// experiments and its profiles.
+pub struct Menon2005Suite;
+
+impl harness::Suite for Menon2005Suite {
+    fn name(&self) -> &'static str {
+        "menon2005"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = Menon2005Options::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
+        if !a.sizes.is_empty() {
+            opts.buffers = a.sizes.iter().map(|&s| s as usize).collect();
+        }
+        let r = run(&opts)?;
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("menon2005", json, figures))
     }
 }
 
@@ -1408,7 +1336,7 @@ mod tests {
         assert!(r.charts().iter().any(|(n, _)| n == "figure-3.svg"));
         // The seeds report reads it back from the JSON the suite writes.
         let json = serde_json::to_string(&r).unwrap();
-        let back = crate::seeds::figures_from_json("menon2005", &json).unwrap();
+        let back = harness::figures_of("menon2005", &json, figures).unwrap();
         assert_eq!(back.len(), f.len());
         assert!(back.iter().all(|f| f.seed == crate::seeds::Seed::Menon2005));
     }

@@ -16,44 +16,38 @@
 //! configuration whose topology keys this build lacks is reported as not
 //! available, not as a failure.
 
-use crate::baseline::{self, BaselineOptions, Config, Env, FlowSpec, Measured};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::Workload;
 use crate::plot::{self, Bar};
 use crate::ram::{by_class, by_domain, ethtool, medians, unknown_key};
-use crate::seeds;
 use crate::stats::{tsc_per_us, Spread};
+use crate::testbed::{self, Config, Env, FlowSpec, Measured};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use toolstack::host::{self, CgroupLayout};
 
+mod figures;
+pub use figures::figures;
+
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct Menon2006Options {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub quick: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Only these configurations (Linux is always measured); empty: all.
     pub configs: Vec<M6Config>,
     /// Profile the transmit flows of Figures 6 and 8 for cost classes.
     pub profile: bool,
-    pub progress: bool,
 }
 
 impl Menon2006Options {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> Menon2006Options {
         Menon2006Options {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 2 } else { 5 },
-            quick,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
             configs: Vec::new(),
             profile: true,
-            progress: true,
         }
     }
 }
@@ -415,7 +409,7 @@ pub struct Menon2006Report {
 /// What every measurement of a run shares.
 struct Ctx<'a> {
     opts: &'a Menon2006Options,
-    base: BaselineOptions,
+    base: RunOptions,
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: std::cell::Cell<bool>,
@@ -428,16 +422,13 @@ impl Ctx<'_> {
     }
 }
 
-fn base_options(opts: &Menon2006Options) -> BaselineOptions {
-    BaselineOptions::for_suite(&opts.exe, &opts.run_dir, opts.quick, opts.runs, opts.secs)
-}
-
 /// Brings `cfg` up; `Ok(Err(why))` when this build cannot run it.
 fn bring_up(ctx: &Ctx<'_>, cfg: M6Config) -> Result<Result<Env, String>> {
     let Some(topo) = cfg.topology() else {
-        return Ok(Ok(baseline::bring_up(
+        return Ok(Ok(testbed::bring_up(
             Config::Native,
             &ctx.base,
+            None,
             &ctx.layout,
         )?));
     };
@@ -449,14 +440,15 @@ fn bring_up(ctx: &Ctx<'_>, cfg: M6Config) -> Result<Result<Env, String>> {
         };
         return Ok(Err(format!("not available in this build ({why})")));
     }
-    std::fs::create_dir_all(&ctx.opts.run_dir)?;
+    std::fs::create_dir_all(&ctx.opts.common.run_dir)?;
     let path = ctx
         .opts
+        .common
         .run_dir
         .join(format!("menon2006-{}.toml", cfg.name().replace('+', "-")));
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
     let path = path.to_string_lossy().into_owned();
-    match baseline::splitnet_env(&ctx.base, &ctx.layout, &["up", "--config", &path]) {
+    match testbed::splitnet_env(&ctx.base, &ctx.layout, &["up", "--config", &path]) {
         Ok(mut env) => {
             if cfg.driver_endpoint() {
                 // The application runs in the driver domain (index 1),
@@ -496,10 +488,10 @@ fn mtu_frames(env: &Env) -> Result<()> {
 }
 
 fn measure(ctx: &Ctx<'_>, env: &Env, cfg: M6Config, case: Case) -> Result<Measured> {
-    let (secs, tsc) = (ctx.opts.secs, ctx.tsc_hz);
+    let (secs, tsc) = (ctx.opts.common.secs, ctx.tsc_hz);
     let flows = [case.flow()];
     if ctx.profile.get() && cfg.profiled() && case == Case::Tx {
-        let r = baseline::measure_flows(
+        let r = testbed::measure_flows(
             env,
             &flows,
             case.workload(),
@@ -515,7 +507,7 @@ fn measure(ctx: &Ctx<'_>, env: &Env, cfg: M6Config, case: Case) -> Result<Measur
             r => return r,
         }
     }
-    baseline::measure_flows(env, &flows, case.workload(), secs, tsc, None)
+    testbed::measure_flows(env, &flows, case.workload(), secs, tsc, None)
 }
 
 /// Brings `cfg` up and measures its cases; notes it in `unavailable` when
@@ -538,7 +530,7 @@ fn one_config(
         }
     };
     let result = measure_cases(ctx, &env, cfg, run, out);
-    baseline::tear_down(env, &ctx.base, &ctx.layout);
+    testbed::tear_down(env, &ctx.base, &ctx.layout);
     result.with_context(|| format!("measuring {}", cfg.name()))
 }
 
@@ -598,14 +590,17 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
     }
     let ctx = Ctx {
         opts,
-        base: base_options(opts),
+        base: RunOptions {
+            progress: false,
+            ..opts.common.clone()
+        },
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: std::cell::Cell::new(opts.profile),
-        progress: crate::Progress::start("menon2006", opts.progress),
+        progress: crate::Progress::start("menon2006", opts.common.progress),
     };
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         for cfg in chosen(opts) {
             one_config(&ctx, cfg, run, &mut records, &mut unavailable)?;
         }
@@ -615,8 +610,8 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
     Ok(Menon2006Report {
         suite: "menon2006".into(),
         tsc_mhz: ctx.tsc_hz / 1e6,
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         wall_seconds: ctx.progress.seconds(),
         records,
         summary,
@@ -627,45 +622,37 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
 
 /// Each record over Linux's of the same run and case.
 fn add_ratios(records: &mut [M6Record]) {
-    let linux: Vec<(usize, Case, f64)> = records
-        .iter()
-        .filter(|r| r.config == M6Config::Linux)
-        .map(|r| (r.run, r.case, r.gbps))
-        .collect();
-    for r in records.iter_mut() {
-        r.ratio_to_native = linux
-            .iter()
-            .find(|n| n.0 == r.run && n.1 == r.case && n.2 > 0.0)
-            .map(|n| r.gbps / n.2);
+    let key = |r: &M6Record| (r.run, r.case);
+    let linux = |r: &M6Record| (r.config == M6Config::Linux).then(|| key(r));
+    let ratios = harness::ratios(records, linux, key, |r| Some(r.gbps));
+    for (r, x) in records.iter_mut().zip(ratios) {
+        r.ratio_to_native = x;
     }
 }
 
 fn summarize(records: &[M6Record]) -> Vec<M6Summary> {
+    let keys = M6Config::ALL
+        .iter()
+        .flat_map(|&c| Case::ALL.map(|k| (c, k)));
     let mut out = Vec::new();
-    for cfg in M6Config::ALL {
-        for case in Case::ALL {
-            let rs: Vec<&M6Record> = records
-                .iter()
-                .filter(|r| r.config == cfg && r.case == case)
-                .collect();
-            let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
-            let Some(gbps) = Spread::of(&g) else {
-                continue;
-            };
-            let pick = |f: fn(&M6Record) -> Option<f64>| -> Vec<f64> {
-                rs.iter().filter_map(|r| f(r)).collect()
-            };
-            out.push(M6Summary {
-                config: cfg,
-                case,
-                runs: rs.len(),
-                gbps,
-                ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
-                cycles_per_packet: Spread::of(&pick(|r| r.cycles_per_packet.get("total").copied())),
-                by_domain: medians(rs.iter().map(|r| &r.by_domain)),
-                by_class: medians(rs.iter().map(|r| &r.by_class)),
-            });
-        }
+    for ((cfg, case), rs) in harness::groups(records, keys, |r| (r.config, r.case)) {
+        let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+        let Some(gbps) = Spread::of(&g) else {
+            continue;
+        };
+        let pick = |f: fn(&M6Record) -> Option<f64>| -> Vec<f64> {
+            rs.iter().filter_map(|r| f(r)).collect()
+        };
+        out.push(M6Summary {
+            config: cfg,
+            case,
+            runs: rs.len(),
+            gbps,
+            ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
+            cycles_per_packet: Spread::of(&pick(|r| r.cycles_per_packet.get("total").copied())),
+            by_domain: medians(rs.iter().map(|r| &r.by_domain)),
+            by_class: medians(rs.iter().map(|r| &r.by_class)),
+        });
     }
     out
 }
@@ -1038,162 +1025,25 @@ impl Menon2006Report {
     }
 }
 
-/// A paper figure's chart: one bar per configuration (ours ÷ native),
-/// the paper's ratio as a marker.
-fn figure_chart(r: &Menon2006Report, f: &PaperFigure) -> String {
-    let groups: Vec<String> = f
-        .bars
-        .iter()
-        .map(|b| bar_label(f.id, b.0).to_string())
-        .collect();
-    let values = vec![f.bars.iter().map(|b| r.ours(b.0, b.1)).collect()];
-    let paper = f
-        .bars
-        .iter()
-        .enumerate()
-        .filter_map(|(i, b)| Some((0, i, b.2? / f.linux_mbps)))
-        .collect();
-    plot::grouped(&plot::Grouped {
-        title: format!("Menon 2006 {}: throughput ÷ native", f.id),
-        y_label: "÷ native (marker: the paper)".into(),
-        groups,
-        series: vec!["splitnet".into()],
-        values,
-        paper,
-        reference: Some(1.0),
-    })
-}
+/// `splitnet bench menon2006`: the 2006 paper's configurations and figures.
+pub struct Menon2006Suite;
 
-/// Figures 6 and 8's chart: cycles per frame by domain, stacked.
-fn breakdown_chart(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> String {
-    let classes = ["guest", "driver", "hv", "wire"];
-    let rows: Vec<&M6Summary> = cfgs.iter().filter_map(|&c| r.row(c, Case::Tx)).collect();
-    plot::stacked(&plot::Stacked {
-        title: format!("Menon 2006 {id}: transmit cycles per frame by domain"),
-        y_label: "cycles per 1514-byte frame".into(),
-        bars: rows.iter().map(|m| m.config.name().to_string()).collect(),
-        classes: classes.iter().map(|c| c.to_string()).collect(),
-        values: rows
-            .iter()
-            .map(|m| {
-                classes
-                    .iter()
-                    .map(|c| m.by_domain.get(*c).copied().unwrap_or(0.0))
-                    .collect()
-            })
-            .collect(),
-    })
-}
+impl harness::Suite for Menon2006Suite {
+    fn name(&self) -> &'static str {
+        "menon2006"
+    }
 
-/// A throughput figure for `bench seeds`, with its status: reproduced when
-/// every bar was measured, partly when some were.
-fn throughput_figure(r: &Menon2006Report, f: &PaperFigure) -> seeds::Figure {
-    let measured = f.bars.iter().filter(|b| r.ours(b.0, b.1).is_some()).count();
-    let mut fig = seeds::Figure::new(
-        seeds::Seed::Menon2006,
-        f.id,
-        seeds::Kind::Grouped,
-        r.figure_table(f),
-        figure_chart(r, f),
-    )
-    .missing_if(measured == 0);
-    fig.ours = f
-        .bars
-        .iter()
-        .filter_map(|b| {
-            Some((
-                format!("{} ÷ native", bar_label(f.id, b.0)),
-                r.ours(b.0, b.1)?,
-            ))
-        })
-        .collect();
-    if measured > 0 {
-        fig.status = if measured == f.bars.len() {
-            seeds::Status::Reproduced
-        } else {
-            seeds::Status::Partly
-        };
-        fig.reason = if measured == f.bars.len() {
-            f.note.to_string()
-        } else {
-            format!("{measured} of {} bars measured; {}", f.bars.len(), f.note)
-        };
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = Menon2006Options::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
+        opts.configs = Args::parsed(&a.configs)?;
+        let r = run(&opts)?;
+        Output::of(&r, r.table(), r.svg())
     }
-    fig
-}
 
-/// The paper's figures and tables from a run, for `bench seeds`.
-pub fn figures(r: &Menon2006Report) -> Vec<seeds::Figure> {
-    use seeds::{Figure, Kind, Seed, Status};
-    let mut out = Vec::new();
-    let t1 = [M6Config::XenDriver, M6Config::GuestNone]
-        .iter()
-        .any(|&c| r.row(c, Case::Tx).is_some());
-    let mut table1 = Figure::new(
-        Seed::Menon2006,
-        "Table 1",
-        Kind::Table,
-        r.table1(),
-        String::new(),
-    )
-    .missing_if(!t1);
-    if t1 {
-        table1.status = Status::Reproduced;
-        table1.reason =
-            "Linux, the driver domain as endpoint and the Xen 2.0 guest, both directions".into();
-        table1.ours = [
-            (M6Config::XenDriver, "driver"),
-            (M6Config::GuestNone, "guest"),
-        ]
-        .iter()
-        .flat_map(|&(c, n)| {
-            [(Case::Rx, "RX"), (Case::Tx, "TX")]
-                .into_iter()
-                .filter_map(move |(k, d)| Some((format!("{n} {d} ÷ native"), r.ours(c, k)?)))
-        })
-        .collect();
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("menon2006", json, figures))
     }
-    out.push(table1);
-    out.extend(FIGURES.iter().map(|f| throughput_figure(r, f)));
-    for (id, cfgs) in [
-        ("Figure 6", &[M6Config::GuestNone, M6Config::GuestHigh][..]),
-        (
-            "Figure 8",
-            &[M6Config::GuestHigh, M6Config::GuestHighIoc][..],
-        ),
-    ] {
-        let measured = cfgs.iter().all(|&c| r.row(c, Case::Tx).is_some());
-        let mut f = Figure::new(
-            Seed::Menon2006,
-            id,
-            Kind::Stacked,
-            r.breakdown_table(),
-            breakdown_chart(r, id, cfgs),
-        )
-        .missing_if(!measured);
-        if measured {
-            f.status = Status::Reproduced;
-            f.reason = if id == "Figure 6" {
-                r.high_level_factors()
-            } else {
-                r.ioc_cut()
-            };
-        }
-        out.push(f);
-    }
-    for id in ["Figure 9", "Figure 12"] {
-        let mut f = Figure::new(
-            Seed::Menon2006,
-            id,
-            Kind::Table,
-            String::new(),
-            String::new(),
-        );
-        f.status = Status::NotMeasurableHere;
-        f.reason = "TLB misses need a hardware PMU; this machine has none (`splitnet profile --events` says so)".into();
-        out.push(f);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //!   another, timed from the attach's return until every other host's
 //!   guest gets a ping reply (in the first run).
 
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Flow, Workload};
 use crate::plot::{self, Bar};
 use crate::stats::{Series, Spread};
@@ -76,25 +77,17 @@ const PINGERS: [Spot; 2] = [
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct MultihostOptions {
-    pub exe: PathBuf,
-    /// Each host's run directory is a folder of this one.
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// MAC moves per mode.
     pub moves: usize,
-    pub progress: bool,
 }
 
 impl MultihostOptions {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> MultihostOptions {
         MultihostOptions {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 2 } else { 5 },
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
             moves: if quick { 3 } else { 10 },
-            progress: true,
         }
     }
 }
@@ -212,7 +205,7 @@ fn step(opts: &MultihostOptions, what: &str) -> Result<()> {
     if sys::interrupted() {
         bail!("interrupted");
     }
-    if opts.progress {
+    if opts.common.progress {
         eprintln!("multihost: {what}");
     }
     Ok(())
@@ -229,7 +222,7 @@ pub fn run(opts: &MultihostOptions) -> Result<MultihostReport> {
     )?;
     let mut lab = Lab::new(opts)?;
     let (mut records, mut moves) = (Vec::new(), Vec::new());
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         for mode in Mode::ALL {
             let n = if run == 0 { opts.moves } else { 0 };
             let (r, m) = lab
@@ -265,10 +258,10 @@ impl<'a> Lab<'a> {
     /// The underlay and the native namespaces; refused if an underlay is
     /// already up (it is not the suite's to take down).
     fn new(opts: &'a MultihostOptions) -> Result<Lab<'a>> {
-        std::fs::create_dir_all(&opts.run_dir)?;
+        std::fs::create_dir_all(&opts.common.run_dir)?;
         let mut args = vec!["underlay", "up"];
         args.extend(HOSTS);
-        crate::splitnet(&opts.exe, &opts.run_dir, &args)?;
+        crate::splitnet(&opts.common.exe, &opts.common.run_dir, &args)?;
         let mut lab = Lab {
             opts,
             hosts: underlay::hosts(),
@@ -290,7 +283,11 @@ impl<'a> Lab<'a> {
     fn on(&self, host: &str, args: &[&str]) -> Result<String> {
         let mut a = vec!["--host", host];
         a.extend_from_slice(args);
-        crate::splitnet(&self.opts.exe, &self.opts.run_dir.join(host), &a)
+        crate::splitnet(
+            &self.opts.common.exe,
+            &self.opts.common.run_dir.join(host),
+            &a,
+        )
     }
 
     /// Every host up in `mode`, measured, and down again.
@@ -307,7 +304,7 @@ impl<'a> Lab<'a> {
     fn hosts_up(&mut self, mode: Mode) -> Result<()> {
         for (i, h) in HOSTS.into_iter().enumerate() {
             step(self.opts, &format!("host {h} up ({} VXLAN)", mode.name()))?;
-            let dir = self.opts.run_dir.join(h);
+            let dir = self.opts.common.run_dir.join(h);
             std::fs::create_dir_all(&dir)?;
             let file = dir.join(format!("multihost-{}.toml", mode.name()));
             std::fs::write(&file, topology(&self.hosts, i, mode))?;
@@ -350,9 +347,9 @@ impl<'a> Lab<'a> {
         for w in [Workload::TcpZerocopy, Workload::UdpSmall] {
             step(self.opts, &format!("run {}: {m}: {}", run + 1, w.name()))?;
             let [na, nb] = native_ns();
-            let native = rate(&na, &nb, &native_ip(2), w, self.opts.secs)?;
+            let native = rate(&na, &nb, &native_ip(2), w, self.opts.common.secs)?;
             let (a, b) = (guest1("a"), guest1("b"));
-            let splitnet = rate(&a.ns(), &b.ns(), &b.ip(), w, self.opts.secs)?;
+            let splitnet = rate(&a.ns(), &b.ns(), &b.ip(), w, self.opts.common.secs)?;
             records.push(Record {
                 run,
                 mode,
@@ -442,7 +439,11 @@ impl<'a> Lab<'a> {
         let hosts = self.hosts_down();
         self.native.take();
         if std::mem::take(&mut self.underlay) {
-            crate::splitnet(&self.opts.exe, &self.opts.run_dir, &["underlay", "down"])?;
+            crate::splitnet(
+                &self.opts.common.exe,
+                &self.opts.common.run_dir,
+                &["underlay", "down"],
+            )?;
         }
         hosts
     }
@@ -879,8 +880,8 @@ impl MultihostReport {
             .collect();
         MultihostReport {
             suite: "multihost",
-            runs: opts.runs,
-            seconds_per_flow: opts.secs,
+            runs: opts.common.runs,
+            seconds_per_flow: opts.common.secs,
             wall_seconds,
             records,
             flows,
@@ -1043,6 +1044,23 @@ impl MultihostReport {
                 &bars,
             ),
         )]
+    }
+}
+
+/// `splitnet bench multihost`: three hosts over VXLAN, static and EVPN, against
+/// native VXLAN; the moved MAC.
+pub struct MultihostSuite;
+
+impl harness::Suite for MultihostSuite {
+    fn name(&self) -> &'static str {
+        "multihost"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = MultihostOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
+        let r = run(&opts)?;
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
     }
 }
 

@@ -12,9 +12,10 @@
 //! reported as not available, not as a failure, so the suite runs on any
 //! subset of the thesis's mechanisms.
 
-use crate::baseline::{self, BaselineOptions, Config, Env, FlowSpec, Measured};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Workload};
 use crate::stats::{median, tsc_per_us, Spread};
+use crate::testbed::{self, Config, Env, FlowSpec, Measured};
 use crate::{plot, seeds};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -24,33 +25,27 @@ use std::path::PathBuf;
 use toolstack::host::{self, CgroupLayout};
 use toolstack::placement::Placement;
 
+mod thesis;
+use thesis::{Ours, THESIS};
+
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct RamOptions {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub quick: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Only these configurations (native is always measured); empty: all.
     pub configs: Vec<RamConfig>,
     /// Profile every flow for the cost classes (falls back to none when
     /// the profiler cannot start).
     pub profile: bool,
-    pub progress: bool,
 }
 
 impl RamOptions {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> RamOptions {
         RamOptions {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 2 } else { 5 },
-            quick,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
             configs: Vec::new(),
             profile: true,
-            progress: true,
         }
     }
 }
@@ -317,7 +312,7 @@ const TWO_GUESTS: &str = "the default topology has one wire host: two iperf3 flo
 /// What every measurement of a run shares.
 struct Ctx<'a> {
     opts: &'a RamOptions,
-    base: BaselineOptions,
+    base: RunOptions,
     layout: CgroupLayout,
     tsc_hz: f64,
     profile: Cell<bool>,
@@ -328,11 +323,6 @@ impl Ctx<'_> {
     fn say(&self, what: &str) {
         self.progress.say(what);
     }
-}
-
-/// The options `baseline`'s environments are brought up with.
-fn base_options(opts: &RamOptions) -> BaselineOptions {
-    BaselineOptions::for_suite(&opts.exe, &opts.run_dir, opts.quick, opts.runs, opts.secs)
 }
 
 /// Why `up` refused a topology, when the reason is a key this build does
@@ -350,22 +340,24 @@ fn bring_up(
     placement: Option<Placement>,
 ) -> Result<Result<Env, String>> {
     if cfg == RamConfig::Forwarder {
-        return Ok(Ok(baseline::bring_up(
+        return Ok(Ok(testbed::bring_up(
             Config::MinimalForwarder,
             &ctx.base,
+            None,
             &ctx.layout,
         )?));
     }
     let Some(topo) = cfg.topology() else {
-        let mut env = baseline::bring_up(Config::Native, &ctx.base, &ctx.layout)?;
+        let mut env = testbed::bring_up(Config::Native, &ctx.base, None, &ctx.layout)?;
         let rx = env.flows.get("rx").context("native has an rx flow")?;
         let second = rx.on_port(netenv::DEFAULT_PORT + 1);
         env.flows.insert("rx2", second);
         return Ok(Ok(env));
     };
-    std::fs::create_dir_all(&ctx.opts.run_dir)?;
+    std::fs::create_dir_all(&ctx.opts.common.run_dir)?;
     let path = ctx
         .opts
+        .common
         .run_dir
         .join(format!("ram-{}.toml", cfg.name().replace('+', "-")));
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
@@ -374,7 +366,7 @@ fn bring_up(
     if let Some(p) = placement {
         up.extend(["--placement", p.as_str()]);
     }
-    match baseline::splitnet_env(&ctx.base, &ctx.layout, &up) {
+    match testbed::splitnet_env(&ctx.base, &ctx.layout, &up) {
         Ok(mut env) => {
             let ns = host::netns_name;
             let second = FlowSpec::new(&ns("wire"), "10.77.0.254", &ns("guest2"), true)
@@ -434,10 +426,9 @@ pub(crate) fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
 
 /// One case's flows, profiled while the profiler can start.
 fn measure(ctx: &Ctx<'_>, env: &Env, case: Case) -> Result<Measured> {
-    let (w, secs, tsc) = (Workload::TcpZerocopy, ctx.opts.secs, ctx.tsc_hz);
+    let (w, secs, tsc) = (Workload::TcpZerocopy, ctx.opts.common.secs, ctx.tsc_hz);
     if ctx.profile.get() {
-        let r =
-            baseline::measure_flows(env, case.flows(), w, secs, tsc, Some("splitnet bench ram"));
+        let r = testbed::measure_flows(env, case.flows(), w, secs, tsc, Some("splitnet bench ram"));
         match r {
             Err(e) if format!("{e}").starts_with("profiling the flow") => {
                 ctx.say(&format!("no cost classes from here on: {e}"));
@@ -446,7 +437,7 @@ fn measure(ctx: &Ctx<'_>, env: &Env, case: Case) -> Result<Measured> {
             r => return r,
         }
     }
-    baseline::measure_flows(env, case.flows(), w, secs, tsc, None)
+    testbed::measure_flows(env, case.flows(), w, secs, tsc, None)
 }
 
 /// Cycles per frame by role, from `baseline`'s per-domain figures.
@@ -485,7 +476,11 @@ pub(crate) fn by_class(total: f64, p: Option<&prof::Profile>) -> BTreeMap<String
 /// granted against the buffer uses they served since it connected; `None`
 /// without the new grant mechanism (Orig, MQ).
 fn locality(ctx: &Ctx<'_>) -> Result<Option<Locality>> {
-    let text = crate::splitnet(&ctx.opts.exe, &ctx.opts.run_dir, &["status", "--json"])?;
+    let text = crate::splitnet(
+        &ctx.opts.common.exe,
+        &ctx.opts.common.run_dir,
+        &["status", "--json"],
+    )?;
     let st: serde_json::Value = serde_json::from_str(&text).context("status --json")?;
     let empty = Vec::new();
     let track = st["vifs"]
@@ -535,7 +530,7 @@ fn one_config(
         }
     };
     let result = measure_cases(ctx, &env, cfg, cases, run, out);
-    baseline::tear_down(env, &ctx.base, &ctx.layout);
+    testbed::tear_down(env, &ctx.base, &ctx.layout);
     result.with_context(|| format!("measuring {}", cfg.name()))?;
     Ok(true)
 }
@@ -652,15 +647,18 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
     }
     let ctx = Ctx {
         opts,
-        base: base_options(opts),
+        base: RunOptions {
+            progress: false,
+            ..opts.common.clone()
+        },
         layout: CgroupLayout::detect(),
         tsc_hz: tsc_per_us() * 1e6,
         profile: Cell::new(opts.profile),
-        progress: crate::Progress::start("ram", opts.progress),
+        progress: crate::Progress::start("ram", opts.common.progress),
     };
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
     let mut c6 = None;
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         c6 = one_run(&ctx, run, &mut records, &mut unavailable)?.or(c6);
     }
     add_ratios(&mut records);
@@ -668,8 +666,8 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
     Ok(RamReport {
         suite: "ram",
         tsc_mhz: ctx.tsc_hz / 1e6,
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         wall_seconds: ctx.progress.seconds(),
         records,
         summary,
@@ -682,29 +680,13 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
 
 /// Each record over native's of the same run and (native) case.
 fn add_ratios(records: &mut [RamRecord]) {
-    let natives: Vec<(usize, Case, f64, Option<f64>)> = records
-        .iter()
-        .filter(|r| r.config == RamConfig::Native)
-        .map(|r| {
-            (
-                r.run,
-                r.case,
-                r.gbps,
-                r.cycles_per_packet.get("total").copied(),
-            )
-        })
-        .collect();
-    for r in records.iter_mut() {
-        let Some(n) = natives
-            .iter()
-            .find(|n| n.0 == r.run && n.1 == r.case.native())
-        else {
-            continue;
-        };
-        r.ratio_to_native = (n.2 > 0.0).then(|| r.gbps / n.2);
-        r.cycles_x_native =
-            n.3.filter(|c| *c > 0.0)
-                .and_then(|c| Some(r.cycles_per_packet.get("total")? / c));
+    let native = |r: &RamRecord| (r.config == RamConfig::Native).then_some((r.run, r.case));
+    let wants = |r: &RamRecord| (r.run, r.case.native());
+    let gbps = harness::ratios(records, native, wants, |r| Some(r.gbps));
+    let total = |r: &RamRecord| r.cycles_per_packet.get("total").copied();
+    let cycles = harness::ratios(records, native, wants, total);
+    for ((r, g), c) in records.iter_mut().zip(gbps).zip(cycles) {
+        (r.ratio_to_native, r.cycles_x_native) = (g, c);
     }
 }
 
@@ -723,237 +705,41 @@ pub(crate) fn medians<'a>(
 
 /// One row per (configuration, case) measured, in the suite's order.
 fn summarize(records: &[RamRecord]) -> Vec<RamSummary> {
+    let keys = RamConfig::ALL
+        .iter()
+        .flat_map(|&c| Case::ALL.map(|k| (c, k)));
     let mut out = Vec::new();
-    for cfg in RamConfig::ALL {
-        for case in Case::ALL {
-            let rs: Vec<&RamRecord> = records
-                .iter()
-                .filter(|r| r.config == cfg && r.case == case)
-                .collect();
-            let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
-            let Some(gbps) = Spread::of(&g) else {
-                continue;
-            };
-            let pick = |f: fn(&RamRecord) -> Option<f64>| -> Vec<f64> {
-                rs.iter().filter_map(|r| f(r)).collect()
-            };
-            let total = pick(|r| r.cycles_per_packet.get("total").copied());
-            let ppp = pick(|r| r.locality.map(|l| l.uses_per_page));
-            let pages = pick(|r| r.locality.map(|l| l.pages as f64));
-            out.push(RamSummary {
-                config: cfg,
-                case,
-                runs: rs.len(),
-                gbps,
-                ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
-                cycles_per_packet: Spread::of(&total).unwrap_or(Spread {
-                    median: 0.0,
-                    min: 0.0,
-                    max: 0.0,
-                }),
-                cycles_x_native: Spread::of(&pick(|r| r.cycles_x_native)),
-                by_domain: medians(rs.iter().map(|r| &r.by_domain)),
-                by_class: medians(rs.iter().map(|r| &r.by_class)),
-                uses_per_page: (!ppp.is_empty()).then(|| median(&ppp)),
-                pages: (!pages.is_empty()).then(|| median(&pages)),
-            });
-        }
+    for ((cfg, case), rs) in harness::groups(records, keys, |r| (r.config, r.case)) {
+        let g: Vec<f64> = rs.iter().map(|r| r.gbps).collect();
+        let Some(gbps) = Spread::of(&g) else {
+            continue;
+        };
+        let pick = |f: fn(&RamRecord) -> Option<f64>| -> Vec<f64> {
+            rs.iter().filter_map(|r| f(r)).collect()
+        };
+        let total = pick(|r| r.cycles_per_packet.get("total").copied());
+        let ppp = pick(|r| r.locality.map(|l| l.uses_per_page));
+        let pages = pick(|r| r.locality.map(|l| l.pages as f64));
+        out.push(RamSummary {
+            config: cfg,
+            case,
+            runs: rs.len(),
+            gbps,
+            ratio_to_native: Spread::of(&pick(|r| r.ratio_to_native)),
+            cycles_per_packet: Spread::of(&total).unwrap_or(Spread {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+            }),
+            cycles_x_native: Spread::of(&pick(|r| r.cycles_x_native)),
+            by_domain: medians(rs.iter().map(|r| &r.by_domain)),
+            by_class: medians(rs.iter().map(|r| &r.by_class)),
+            uses_per_page: (!ppp.is_empty()).then(|| median(&ppp)),
+            pages: (!pages.is_empty()).then(|| median(&pages)),
+        });
     }
     out
 }
-
-/// The thesis's figures (chapters 2-6), as the numbers it gives and as a
-/// ratio to its native Linux (2,927 cycles per RX packet, 441 per TX
-/// packet, 9.31 Gb/s); `ours` names what of this suite stands beside each.
-struct ThesisRow {
-    what: &'static str,
-    figure: &'static str,
-    thesis: &'static str,
-    thesis_x_native: &'static str,
-    ours: Ours,
-}
-
-/// Which of our medians stands beside a thesis figure.
-#[derive(Clone, Copy)]
-enum Ours {
-    /// Total cycles per frame over native's.
-    Cycles(RamConfig, Case),
-    /// One role's cycles per frame over native's total.
-    Role(RamConfig, Case, &'static str),
-    /// Total cycles per frame against another configuration's: a change in %.
-    Change(RamConfig, RamConfig, Case),
-    /// Throughput over native's.
-    Rate(RamConfig, Case),
-    /// Two configurations' throughput over native's, the first → the second.
-    Rates(RamConfig, RamConfig, Case),
-    /// One role's cycles per frame over native's total, two configurations.
-    Roles(RamConfig, RamConfig, Case, &'static str),
-    /// Buffer uses per granted page.
-    Locality(RamConfig),
-}
-
-const THESIS: [ThesisRow; 20] = {
-    use Case::*;
-    use Ours::*;
-    use RamConfig::*;
-    const fn row(
-        what: &'static str,
-        figure: &'static str,
-        thesis: &'static str,
-        thesis_x_native: &'static str,
-        ours: Ours,
-    ) -> ThesisRow {
-        ThesisRow {
-            what,
-            figure,
-            thesis,
-            thesis_x_native,
-            ours,
-        }
-    }
-    [
-        row(
-            "RX cycles/packet, Orig",
-            "2.4",
-            "13,165",
-            "4.50×",
-            Cycles(Orig, Rx),
-        ),
-        row(
-            "  of it the driver domain",
-            "2.4",
-            "8,782",
-            "3.00×",
-            Role(Orig, Rx, "driver"),
-        ),
-        row(
-            "  of it the guest",
-            "2.4",
-            "4,383",
-            "1.50×",
-            Role(Orig, Rx, "guest"),
-        ),
-        row(
-            "TX cycles/packet, Orig",
-            "2.5",
-            "2,061",
-            "4.67×",
-            Cycles(Orig, Tx),
-        ),
-        row(
-            "RX cycles/packet, MQ",
-            "3.4",
-            "7,448",
-            "2.54×",
-            Cycles(Mq, Rx),
-        ),
-        row(
-            "  of it the driver domain",
-            "3.4, 3.5",
-            "2,872",
-            "0.98×",
-            Role(Mq, Rx, "driver"),
-        ),
-        row(
-            "RX, NGM against Orig",
-            "4.10, 4.12",
-            "−19%",
-            "-",
-            Change(Ngm, Orig, Rx),
-        ),
-        row(
-            "RX, MQ+NGM against Orig",
-            "4.11, 4.13",
-            "−51%",
-            "-",
-            Change(MqNgm, Orig, Rx),
-        ),
-        row(
-            "Guest RX, MQ+NGM",
-            "5.1",
-            "4,790",
-            "1.64×",
-            Role(MqNgm, Rx, "guest"),
-        ),
-        row(
-            "Guest RX, LRO in the guest",
-            "5.1",
-            "4,440",
-            "1.52×",
-            Role(LroGuest, Rx, "guest"),
-        ),
-        row(
-            "Guest RX, + prefetch",
-            "5.1",
-            "4,176",
-            "1.43×",
-            Role(Spf, Rx, "guest"),
-        ),
-        row(
-            "Guest RX, + half pages",
-            "5.1",
-            "3,325",
-            "1.14×",
-            Role(HalfPg, Rx, "guest"),
-        ),
-        row(
-            "Driver RX, MQ+NGM",
-            "5.2",
-            "1,635",
-            "0.56×",
-            Role(MqNgm, Rx, "driver"),
-        ),
-        row(
-            "Driver RX, LRO in the driver domain",
-            "5.2",
-            "2,181",
-            "0.75×",
-            Role(LroDriver, Rx, "driver"),
-        ),
-        row(
-            "Driver RX, SPF → half pages",
-            "5.1",
-            "1,672 → 1,378",
-            "0.57× → 0.47×",
-            Roles(Spf, HalfPg, Rx, "driver"),
-        ),
-        row(
-            "Final RX cycles/packet (All)",
-            "ch. 6",
-            "-",
-            "1.6×",
-            Cycles(All, Rx),
-        ),
-        row(
-            "Final TX cycles/packet (All)",
-            "ch. 6",
-            "-",
-            "2.4×",
-            Cycles(All, Tx),
-        ),
-        row(
-            "One guest RX throughput, Orig → All",
-            "6.1",
-            "3.0 → 7.9 Gb/s (83% of line rate)",
-            "0.32 → 0.85",
-            Rates(Orig, All, Rx),
-        ),
-        row(
-            "Two guests RX throughput (All)",
-            "6.1",
-            "line rate, 9.41 Gb/s",
-            "1.01",
-            Rate(All, RxTwoGuests),
-        ),
-        row(
-            "Pages → packets (NGM)",
-            "4.7",
-            "1,114 pages, 2,996,824 packets",
-            "2,690 per page",
-            Locality(Ngm),
-        ),
-    ]
-};
 
 fn ratio(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |r| format!("{r:.2}×"))
@@ -1298,6 +1084,27 @@ pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
             f
         })
         .collect()
+}
+
+/// `splitnet bench ram`: the Ram thesis's configurations, RX and TX, and chapter 6.
+pub struct RamSuite;
+
+impl harness::Suite for RamSuite {
+    fn name(&self) -> &'static str {
+        "ram"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = RamOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
+        opts.configs = Args::parsed(&a.configs)?;
+        let r = run(&opts)?;
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
+    }
+
+    fn seeds(&self) -> Option<crate::seeds::Reader> {
+        Some(|json| harness::figures_of("ram", json, figures))
+    }
 }
 
 #[cfg(test)]

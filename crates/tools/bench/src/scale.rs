@@ -8,11 +8,12 @@
 //! guest ringing 10^6 times a second) is measured beside it, in process
 //! (`flood.rs`).
 
-use crate::baseline::{many_guests_topology, proc_cpu};
 use crate::flood::{self, FloodResult};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Flow, Workload};
 use crate::plot::{self, Bar};
 use crate::stats::median;
+use crate::testbed::{many_guests_topology, proc_cpu};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::Write;
@@ -33,20 +34,14 @@ const PING_TRIES: usize = 3;
 /// Options for the suite.
 #[derive(Debug, Clone)]
 pub struct ScaleOptions {
+    /// The options every suite shares.
+    pub common: RunOptions,
     /// Guest counts measured; the first is the reference of every ratio.
     pub guests: Vec<usize>,
-    pub runs: usize,
-    /// Seconds of each sockperf and iperf3 flow.
-    pub secs: u32,
     /// Seconds the driver domain's CPU is watched with every guest idle.
     pub idle_secs: f64,
     /// Seconds of each half (quiet, flooded) of the doorbell flood.
     pub flood_secs: f64,
-    /// The `splitnet` executable.
-    pub exe: PathBuf,
-    /// Run directory for splitnet's hv.
-    pub run_dir: PathBuf,
-    pub progress: bool,
 }
 
 impl ScaleOptions {
@@ -58,13 +53,9 @@ impl ScaleOptions {
             } else {
                 vec![2, 32, 128, 256]
             },
-            runs: runs.max(1),
-            secs: if quick { 2 } else { 5 },
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
             idle_secs: if quick { 2.0 } else { 4.0 },
             flood_secs: if quick { 1.0 } else { 2.0 },
-            exe,
-            run_dir,
-            progress: true,
         }
     }
 }
@@ -338,13 +329,13 @@ fn idle_cost(layout: &CgroupLayout, hv: Option<i32>, n: usize, secs: f64) -> Res
 }
 
 fn splitnet(opts: &ScaleOptions, args: &[&str]) -> Result<String> {
-    crate::splitnet(&opts.exe, &opts.run_dir, args)
+    crate::splitnet(&opts.common.exe, &opts.common.run_dir, args)
 }
 
 /// Brings `n` guests up, measures them, and takes them down again.
 fn measure(opts: &ScaleOptions, layout: &CgroupLayout, n: usize, run: usize) -> Result<Record> {
-    std::fs::create_dir_all(&opts.run_dir)?;
-    let topo = opts.run_dir.join(format!("bench-scale-{n}.toml"));
+    std::fs::create_dir_all(&opts.common.run_dir)?;
+    let topo = opts.common.run_dir.join(format!("bench-scale-{n}.toml"));
     std::fs::write(&topo, many_guests_topology(n))
         .with_context(|| format!("writing {}", topo.display()))?;
     let t0 = Instant::now();
@@ -364,12 +355,12 @@ fn measure_up(
     run: usize,
     up_seconds: f64,
 ) -> Result<Record> {
-    let hv = hv_pid(&opts.run_dir);
+    let hv = hv_pid(&opts.common.run_dir);
     let pss = memory_mib(layout, n, hv);
     let t = Instant::now();
     let failed = ping_all(n)?;
     let ping_all_seconds = t.elapsed().as_secs_f64();
-    let (lat, tcp_gbps) = guest1_flows(opts.secs)?;
+    let (lat, tcp_gbps) = guest1_flows(opts.common.secs)?;
     let [drv_cpu, drv_wakeups, hv_cpu, chatter] = idle_cost(layout, hv, n, opts.idle_secs)?;
     Ok(Record {
         guests: n,
@@ -393,7 +384,7 @@ fn measure_up(
 }
 
 fn progress(opts: &ScaleOptions, step: usize, total: usize, what: &str) {
-    if opts.progress {
+    if opts.common.progress {
         let done = step * 30 / total.max(1);
         eprint!(
             "\r[{}{}] {step}/{total} {what}                    ",
@@ -407,9 +398,9 @@ fn progress(opts: &ScaleOptions, step: usize, total: usize, what: &str) {
 /// Runs the suite.
 pub fn run(opts: &ScaleOptions) -> Result<ScaleReport> {
     let layout = CgroupLayout::detect();
-    let total = opts.runs * (opts.guests.len() + 1);
+    let total = opts.common.runs * (opts.guests.len() + 1);
     let (mut step, mut records, mut floods) = (0, Vec::new(), Vec::new());
-    for run in 0..opts.runs {
+    for run in 0..opts.common.runs {
         for &n in &opts.guests {
             progress(opts, step, total, &format!("run {} {n} guests", run + 1));
             let r =
@@ -427,13 +418,13 @@ pub fn run(opts: &ScaleOptions) -> Result<ScaleReport> {
         step += 1;
     }
     progress(opts, step, total, "done");
-    if opts.progress {
+    if opts.common.progress {
         eprintln!();
     }
     Ok(ScaleReport {
         suite: "scale",
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         idle_seconds: opts.idle_secs,
         summary: summarize(&opts.guests, &records),
         records,
@@ -444,11 +435,7 @@ pub fn run(opts: &ScaleOptions) -> Result<ScaleReport> {
 /// Medians per guest count; ratios against the first count's medians.
 fn summarize(guests: &[usize], records: &[Record]) -> Vec<Summary> {
     let mut out: Vec<Summary> = Vec::new();
-    for &n in guests {
-        let rs: Vec<&Record> = records.iter().filter(|r| r.guests == n).collect();
-        if rs.is_empty() {
-            continue;
-        }
+    for (n, rs) in harness::groups(records, guests.iter().copied(), |r| r.guests) {
         let figures: Vec<Figures> = rs.iter().map(|r| r.figures).collect();
         let m = Figures::median(&figures);
         let base = out.first().map_or(m, |b| b.median);
@@ -646,6 +633,22 @@ impl ScaleReport {
                 ),
             ),
         ]
+    }
+}
+
+/// `splitnet bench scale`: one driver domain serving many guests.
+pub struct ScaleSuite;
+
+impl harness::Suite for ScaleSuite {
+    fn name(&self) -> &'static str {
+        "scale"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = ScaleOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
+        let r = run(&opts)?;
+        Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
     }
 }
 

@@ -243,35 +243,21 @@ pub struct Saved {
     pub failures: Vec<Failure>,
 }
 
-/// The seed suites, in the order `bench seeds` runs them.
-pub const SUITES: [&str; 6] = ["baseline", "menon2006", "menon2005", "ram", "hosted", "hvm"];
-
-/// The seed figures of `suite`'s report, from the JSON the suite wrote.
-pub fn figures_from_json(suite: &str, json: &str) -> anyhow::Result<Vec<Figure>> {
-    use anyhow::Context;
-    let ctx = || format!("reading bench {suite}'s report");
-    Ok(match suite {
-        "baseline" => crate::baseline::figures(&serde_json::from_str(json).with_context(ctx)?),
-        "menon2006" => crate::menon2006::figures(&serde_json::from_str(json).with_context(ctx)?),
-        "ram" => crate::ram::figures(&serde_json::from_str(json).with_context(ctx)?),
-        "hosted" => crate::hosted::figures(&serde_json::from_str(json).with_context(ctx)?),
-        "hvm" => crate::hvm::figures(&serde_json::from_str(json).with_context(ctx)?),
-        "menon2005" => crate::menon2005::figures(&serde_json::from_str(json).with_context(ctx)?),
-        _ => anyhow::bail!("no seed suite {suite:?}; there are {}", SUITES.join(", ")),
-    })
-}
+/// Reads the seed figures out of a suite's report, saved as JSON.
+pub type Reader = fn(&str) -> anyhow::Result<Vec<Figure>>;
 
 /// The figures of the reports saved in `dir`: each suite's `<suite>.json`
 /// (as `bench seeds` writes them) or `<suite>/results.json` (as `bench
 /// <suite> --out` does), and `failures.json`. A suite with neither, or
-/// whose report does not read, is a failure that says so.
-pub fn load(dir: &std::path::Path) -> anyhow::Result<Saved> {
+/// whose report does not read, is a failure that says so. `suites` are
+/// the seed suites by name, each with the reader of its report.
+pub fn load(dir: &std::path::Path, suites: &[(&str, Reader)]) -> anyhow::Result<Saved> {
     let mut saved = Saved::default();
     let failures = dir.join("failures.json");
     if failures.exists() {
         saved.failures = serde_json::from_str(&std::fs::read_to_string(&failures)?)?;
     }
-    for suite in SUITES {
+    for &(suite, read) in suites {
         if saved.failures.iter().any(|f| f.suite == suite) {
             continue;
         }
@@ -283,7 +269,7 @@ pub fn load(dir: &std::path::Path) -> anyhow::Result<Saved> {
         let res = match found {
             Some(p) => std::fs::read_to_string(p)
                 .map_err(anyhow::Error::from)
-                .and_then(|json| figures_from_json(suite, &json)),
+                .and_then(|json| read(&json)),
             None => Err(anyhow::anyhow!("no saved report in {}", dir.display())),
         };
         match res {

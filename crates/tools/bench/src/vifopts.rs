@@ -2,20 +2,29 @@
 //! whether `rate=` holds a guest to its rate (Xen netback's credit
 //! scheduler), and what jumbo frames (`mtu=9000` on the vif and the
 //! uplink) do to UDP throughput per datagram size, against MTU 1500 in the
-//! same run, beside a native veth pair at the same MTUs. The options' cost at full speed is a configuration of `bench
+//! same run, beside a native veth pair at the same MTUs; and, as figures
+//! with targets, that a vif without `rate=` beside a limited one keeps its
+//! speed and that `up --link-rate` holds the wire link to its rate. The options' cost at full speed is a configuration of `bench
 //! baseline` (`splitnet-vif-options`).
 
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Flow, Workload};
 use crate::stats::median;
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::io::Write;
 use std::path::PathBuf;
 use toolstack::host;
 
 /// The rate `rate=` is checked at, in Mbit/s, and its target band.
 pub const RATE_MBIT: f64 = 100.0;
 const RATE_BAND: (f64, f64) = (90.0, 105.0);
+/// guest2, whose vif has no `rate=`, beside the limited guest1: at least
+/// this many times guest1's rate (netback's credit is per vif).
+const NEIGHBOUR_FACTOR: f64 = 5.0;
+/// `up --link-rate`'s rate in Mbit/s, and the band guest1 → wire TCP must
+/// stay in: near the link's rate, far below the unshaped Gbit/s.
+pub const LINK_MBIT: f64 = 20.0;
+const LINK_BAND: (f64, f64) = (1.0, 30.0);
 /// UDP datagram sizes measured at each MTU.
 pub const DATAGRAMS: [usize; 4] = [1024, 1472, 4096, 8000];
 /// The jumbo MTU.
@@ -24,21 +33,14 @@ pub const JUMBO: u16 = 9000;
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct VifOptionsOptions {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub progress: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
 }
 
 impl VifOptionsOptions {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> VifOptionsOptions {
         VifOptionsOptions {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 3 } else { 8 },
-            progress: true,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 3 } else { 8 }),
         }
     }
 }
@@ -67,6 +69,15 @@ pub struct VifOptionsReport {
     pub rate_runs_mbit_s: Vec<f64>,
     pub rate_median_mbit_s: f64,
     pub rate_in_band: bool,
+    /// guest2 → wire TCP beside it, without `rate=`, each run's Mbit/s.
+    pub neighbour_runs_mbit_s: Vec<f64>,
+    pub neighbour_median_mbit_s: f64,
+    /// guest2 kept at least NEIGHBOUR_FACTOR times guest1's rate.
+    pub neighbour_unlimited: bool,
+    /// guest1 → wire TCP over `up --link-rate 20mbit`, each run's Mbit/s.
+    pub link_runs_mbit_s: Vec<f64>,
+    pub link_median_mbit_s: f64,
+    pub link_in_band: bool,
     pub udp: Vec<UdpPoint>,
 }
 
@@ -85,26 +96,21 @@ pub fn topology(spec: &str, mtu: u16) -> String {
     )
 }
 
-fn progress(opts: &VifOptionsOptions, what: &str) {
-    if opts.progress {
-        eprint!("\rvif-options: {what}                              ");
-        let _ = std::io::stderr().flush();
-    }
-}
-
-/// Brings splitnet up with `toml`, runs `f`, and always takes it down.
+/// Brings splitnet up with `toml` (and `up`'s further `args`), runs `f`,
+/// and always takes it down.
 fn with_topology<T>(
     opts: &VifOptionsOptions,
-    toml: &str,
+    (toml, args): (&str, &[&str]),
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    std::fs::create_dir_all(&opts.run_dir)?;
-    let path = opts.run_dir.join("bench-vif-options.toml");
+    std::fs::create_dir_all(&opts.common.run_dir)?;
+    let path = opts.common.run_dir.join("bench-vif-options.toml");
     std::fs::write(&path, toml).with_context(|| format!("writing {}", path.display()))?;
     let p = path.to_string_lossy().into_owned();
-    crate::splitnet(&opts.exe, &opts.run_dir, &["up", "--config", &p])?;
+    let up = [&["up", "--config", &p][..], args].concat();
+    crate::splitnet(&opts.common.exe, &opts.common.run_dir, &up)?;
     let r = f();
-    let _ = crate::splitnet(&opts.exe, &opts.run_dir, &["down"]);
+    let _ = crate::splitnet(&opts.common.exe, &opts.common.run_dir, &["down"]);
     r
 }
 
@@ -131,12 +137,12 @@ fn flow(
     netenv::run_with(&flow, extra)
 }
 
-/// guest1 → wire.
-fn guest1_to_wire() -> (String, &'static str, String) {
+/// `guest` → wire.
+fn to_wire(guest: &str) -> (String, &'static str, String) {
     (
         host::netns_name("wire"),
         "10.77.0.254",
-        host::netns_name("guest1"),
+        host::netns_name(guest),
     )
 }
 
@@ -166,30 +172,55 @@ fn native_udp(mtu: u16, secs: u32) -> Result<Vec<(usize, f64, f64)>> {
     udp_sweep((&n.a, netenv::NATIVE_A, &n.b), secs)
 }
 
+/// One run's Mbit/s guest1 → wire under `rate=`, guest2 → wire beside
+/// it without, and guest1 → wire over `up --link-rate`.
+fn rates(opts: &VifOptionsOptions, run: usize) -> Result<(f64, f64, f64)> {
+    opts.common
+        .status("vif-options", &format!("run {} rate=100Mb/s", run + 1));
+    let spec = format!("rate={RATE_MBIT}Mb/s");
+    let (w, ip, g) = to_wire("guest1");
+    let (_, _, g2) = to_wire("guest2");
+    let (r, free) = with_topology(opts, (&topology(&spec, 1500), &[]), || {
+        let r = flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])?;
+        let free = flow((&w, ip, &g2), opts.common.secs, Workload::TcpCopy, &[])?;
+        Ok((r, free))
+    })
+    .context("the rate limit")?;
+    let (rate, free) = (r.gbps * 1e3, free.gbps * 1e3);
+    opts.common.status(
+        "vif-options",
+        &format!("run {} --link-rate {LINK_MBIT}mbit", run + 1),
+    );
+    let link = format!("{LINK_MBIT}mbit");
+    let up = ["--link-rate", link.as_str()];
+    let r = with_topology(opts, (&topology("mtu=1500", 1500), &up), || {
+        flow((&w, ip, &g), opts.common.secs, Workload::TcpCopy, &[])
+    })
+    .context("the link rate")?;
+    Ok((rate, free, r.gbps * 1e3))
+}
+
 /// Runs the suite.
 pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
-    let mut rate_runs = Vec::new();
+    let (mut rate_runs, mut neighbour_runs, mut link_runs) = (Vec::new(), Vec::new(), Vec::new());
     // (configuration, MTU, datagram size, each run's (Mbit/s, datagrams/s)).
     let mut udp: Vec<(&'static str, u16, usize, Vec<Sample>)> = Vec::new();
-    for run in 0..opts.runs {
-        progress(opts, &format!("run {} rate=100Mb/s", run + 1));
-        let spec = format!("rate={RATE_MBIT}Mb/s");
-        let (w, ip, g) = guest1_to_wire();
-        let r = with_topology(opts, &topology(&spec, 1500), || {
-            flow((&w, ip, &g), opts.secs, Workload::TcpCopy, &[])
-        })
-        .context("the rate limit")?;
-        rate_runs.push(r.gbps * 1e3);
+    for run in 0..opts.common.runs {
+        let (rate, free, link) = rates(opts, run)?;
+        rate_runs.push(rate);
+        neighbour_runs.push(free);
+        link_runs.push(link);
         for mtu in [1500, JUMBO] {
-            progress(opts, &format!("run {} UDP at MTU {mtu}", run + 1));
+            opts.common
+                .status("vif-options", &format!("run {} UDP at MTU {mtu}", run + 1));
             let spec = format!("mtu={mtu}");
-            let (w, ip, g) = guest1_to_wire();
-            let points = with_topology(opts, &topology(&spec, mtu), || {
-                udp_sweep((&w, ip, &g), opts.secs)
+            let (w, ip, g) = to_wire("guest1");
+            let points = with_topology(opts, (&topology(&spec, mtu), &[]), || {
+                udp_sweep((&w, ip, &g), opts.common.secs)
             })
             .with_context(|| format!("UDP at MTU {mtu}"))?;
-            let native =
-                native_udp(mtu, opts.secs).with_context(|| format!("native UDP at MTU {mtu}"))?;
+            let native = native_udp(mtu, opts.common.secs)
+                .with_context(|| format!("native UDP at MTU {mtu}"))?;
             for (config, points) in [("splitnet", points), ("native", native)] {
                 for (size, mbit, per_s) in points {
                     let key = |e: &&mut (&str, u16, usize, Vec<Sample>)| {
@@ -203,17 +234,24 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
             }
         }
     }
-    if opts.progress {
+    if opts.common.progress {
         eprintln!();
     }
     let rate = median(&rate_runs);
+    let (free, link) = (median(&neighbour_runs), median(&link_runs));
     Ok(VifOptionsReport {
         suite: "vif-options",
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         rate_in_band: (RATE_BAND.0..=RATE_BAND.1).contains(&rate),
         rate_median_mbit_s: rate,
         rate_runs_mbit_s: rate_runs,
+        neighbour_unlimited: free > NEIGHBOUR_FACTOR * RATE_MBIT,
+        neighbour_median_mbit_s: free,
+        neighbour_runs_mbit_s: neighbour_runs,
+        link_in_band: (LINK_BAND.0..=LINK_BAND.1).contains(&link),
+        link_median_mbit_s: link,
+        link_runs_mbit_s: link_runs,
         udp: udp
             .into_iter()
             .map(|(config, mtu, datagram, v)| {
@@ -251,6 +289,7 @@ impl VifOptionsReport {
             RATE_BAND.1,
             if self.rate_in_band { "yes" } else { "no" },
         );
+        s += &self.beside_table();
         s += "### UDP by datagram size at MTU 1500 and 9000: splitnet guest1 → wire and a native veth pair (Mbit/s received, medians)\n\n\
               | datagram (bytes) | native 1500 | splitnet 1500 | native 9000 | splitnet 9000 | splitnet 9000 / 1500 | splitnet / native at 9000 |\n\
               |---:|---:|---:|---:|---:|---:|---:|\n";
@@ -274,6 +313,28 @@ impl VifOptionsReport {
             );
         }
         s
+    }
+
+    /// guest2 without `rate=` beside the limited guest1, and guest1 over
+    /// `up --link-rate`, each against its target.
+    fn beside_table(&self) -> String {
+        let runs = |v: &[f64]| v.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>();
+        let met = |b: bool| if b { "yes" } else { "no" };
+        format!(
+            "### Beside it: guest2 without rate= (guest2 → wire TCP), and guest1 over `up --link-rate {LINK_MBIT}mbit`\n\n\
+             | flow | median Mbit/s | runs | target | met |\n|---|---:|---|---|---|\n\
+             | guest2, no rate= | {:.1} | {} | > {} | {} |\n\
+             | guest1, link at {LINK_MBIT} Mbit/s | {:.1} | {} | {}–{} | {} |\n\n",
+            self.neighbour_median_mbit_s,
+            runs(&self.neighbour_runs_mbit_s).join(", "),
+            NEIGHBOUR_FACTOR * RATE_MBIT,
+            met(self.neighbour_unlimited),
+            self.link_median_mbit_s,
+            runs(&self.link_runs_mbit_s).join(", "),
+            LINK_BAND.0,
+            LINK_BAND.1,
+            met(self.link_in_band),
+        )
     }
 
     /// Bars of UDP Mbit/s per configuration, datagram size and MTU.
@@ -302,6 +363,21 @@ fn ratio(a: f64, b: f64) -> String {
         format!("{:.2}", a / b)
     } else {
         "-".into()
+    }
+}
+
+/// `splitnet bench vif-options`: Xen's vif options on the data path.
+pub struct VifOptionsSuite;
+
+impl harness::Suite for VifOptionsSuite {
+    fn name(&self) -> &'static str {
+        "vif-options"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let opts = VifOptionsOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        let r = run(&opts)?;
+        Output::of(&r, r.table(), r.svg())
     }
 }
 

@@ -7,11 +7,13 @@
 //! through the vhost-user backend, against the netfront guest's UDP 64 B
 //! rate, both counted where they arrive (the wire's interface).
 
-use crate::baseline::{self, BaselineOptions, BaselineReport, Config, Direction};
+use crate::baseline::{self, BaselineOptions, BaselineReport};
+use crate::harness::{self, Args, Output, RunOptions};
 use crate::hostile_vm::Attack;
 use crate::isolation::{self, IsolationReport};
-use crate::netenv::{self, Flow, Workload};
+use crate::netenv::Workload;
 use crate::stats::median;
+use crate::testbed::{guest1_to_wire, vm_topology, Config, Direction, VM, VM_MAC};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::Write;
@@ -22,32 +24,20 @@ use toolstack::host;
 
 /// The target of virtio against netfront, TCP, each direction.
 pub const TCP_TARGET: f64 = 0.90;
-/// The VM testpmd stands for, and its MAC.
-const VM: &str = "vm1";
-const VM_MAC: &str = "52:54:00:12:34:56";
 /// How long testpmd may take to start sending.
 const TESTPMD_START: Duration = Duration::from_secs(30);
 
 /// What the suite runs.
 #[derive(Debug, Clone)]
 pub struct VirtioOptions {
-    pub exe: PathBuf,
-    pub run_dir: PathBuf,
-    pub runs: usize,
-    pub secs: u32,
-    pub quick: bool,
-    pub progress: bool,
+    /// The options every suite shares.
+    pub common: RunOptions,
 }
 
 impl VirtioOptions {
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool, runs: usize) -> VirtioOptions {
         VirtioOptions {
-            exe,
-            run_dir,
-            runs: runs.max(1),
-            secs: if quick { 3 } else { 5 },
-            quick,
-            progress: true,
+            common: RunOptions::new(exe, run_dir, quick, runs, if quick { 3 } else { 5 }),
         }
     }
 }
@@ -91,23 +81,12 @@ pub struct VirtioReport {
     pub hostile_vm: IsolationReport,
 }
 
-fn progress(opts: &VirtioOptions, what: &str) {
-    if opts.progress {
-        eprint!("\rvirtio: {what}                              ");
-        let _ = std::io::stderr().flush();
-    }
-}
-
 /// Runs the suite.
 pub fn run(opts: &VirtioOptions) -> Result<VirtioReport> {
-    progress(opts, "netfront and virtio guests beside native");
+    opts.common
+        .status("virtio", "netfront and virtio guests beside native");
     let b = baseline::run(&BaselineOptions {
-        quick: opts.quick,
-        runs: opts.runs,
-        secs: opts.secs,
-        exe: opts.exe.clone(),
-        run_dir: opts.run_dir.clone(),
-        progress: opts.progress,
+        common: opts.common.clone(),
         profile: false,
         profile_dir: None,
         configs: vec![Config::SplitnetDefault, Config::SplitnetVirtio],
@@ -123,17 +102,22 @@ pub fn run(opts: &VirtioOptions) -> Result<VirtioReport> {
             Some("dpdk-testpmd is not installed (Debian package dpdk)".into()),
         ),
     };
-    progress(opts, "guest1 beside a hostile VM");
-    let hostile_vm = isolation::run(&opts.exe, &opts.run_dir, opts.secs, &Attack::ALL)
-        .context("the hostile-VM phase")?;
-    if opts.progress {
+    opts.common.status("virtio", "guest1 beside a hostile VM");
+    let hostile_vm = isolation::run(
+        &opts.common.exe,
+        &opts.common.run_dir,
+        opts.common.secs,
+        &Attack::ALL,
+    )
+    .context("the hostile-VM phase")?;
+    if opts.common.progress {
         eprintln!();
     }
     Ok(VirtioReport {
         hostile_vm,
         suite: "virtio",
-        runs: opts.runs,
-        seconds_per_flow: opts.secs,
+        runs: opts.common.runs,
+        seconds_per_flow: opts.common.secs,
         baseline: b,
         ratios,
         frame_rates,
@@ -198,37 +182,27 @@ pub fn testpmd_topology(socket: &Path) -> String {
     )
 }
 
-/// The default topology (drv, guest1, the wire) with VM `vm1` served over
-/// vhost-user at `socket` by the same driver domain.
-pub fn vm_topology(name: &str, what: &str, socket: &Path) -> String {
-    format!(
-        "# bench virtio: {what} beside a netfront guest.\n\
-         name = \"{name}\"\n\n\
-         [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\n\
-         [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n\n\
-         [[domain]]\nname = \"{VM}\"\nkind = \"vm\"\nsocket = \"{}\"\nmac = \"{VM_MAC}\"\n\n\
-         [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n",
-        socket.display()
-    )
-}
-
 /// Per run: testpmd's 64-byte frames per second into the wire, then the
 /// netfront guest's UDP 64 B datagrams, both read off the wire's counters.
 fn frame_rates(opts: &VirtioOptions, bin: &Path) -> Result<Vec<FrameRate>> {
-    std::fs::create_dir_all(&opts.run_dir)?;
-    let socket = opts.run_dir.join(format!("bench-{VM}.sock"));
-    let topo = opts.run_dir.join("bench-virtio-testpmd.toml");
+    std::fs::create_dir_all(&opts.common.run_dir)?;
+    let socket = opts.common.run_dir.join(format!("bench-{VM}.sock"));
+    let topo = opts.common.run_dir.join("bench-virtio-testpmd.toml");
     std::fs::write(&topo, testpmd_topology(&socket))?;
     let (mut pmd, mut nf) = (Vec::new(), Vec::new());
-    for run in 0..opts.runs {
-        progress(
-            opts,
+    for run in 0..opts.common.runs {
+        opts.common.status(
+            "virtio",
             &format!("run {} testpmd and netfront UDP 64 B", run + 1),
         );
         let t = topo.to_string_lossy().into_owned();
-        crate::splitnet(&opts.exe, &opts.run_dir, &["up", "--config", &t])?;
+        crate::splitnet(
+            &opts.common.exe,
+            &opts.common.run_dir,
+            &["up", "--config", &t],
+        )?;
         let r = one_run(opts, bin, &socket);
-        let _ = crate::splitnet(&opts.exe, &opts.run_dir, &["down"]);
+        let _ = crate::splitnet(&opts.common.exe, &opts.common.run_dir, &["down"]);
         let (p, n) = r.with_context(|| format!("testpmd run {}", run + 1))?;
         pmd.push(p);
         nf.push(n);
@@ -256,35 +230,17 @@ fn one_run(opts: &VirtioOptions, bin: &Path, socket: &Path) -> Result<(f64, f64)
         .to_string();
     let mut child = Testpmd::start(bin, socket, &wire_mac)?;
     let pmd = child.wait_sending(&wire).and_then(|_| {
-        rx_rate(&wire, opts.secs, || {
-            std::thread::sleep(Duration::from_secs(opts.secs.into()));
+        rx_rate(&wire, opts.common.secs, || {
+            std::thread::sleep(Duration::from_secs(opts.common.secs.into()));
             Ok(())
         })
     });
     child.stop();
     let pmd = pmd?;
-    let nf = rx_rate(&wire, opts.secs, || {
-        guest1_to_wire(opts.secs, Workload::UdpSmall).map(drop)
+    let nf = rx_rate(&wire, opts.common.secs, || {
+        guest1_to_wire(opts.common.secs, Workload::UdpSmall).map(drop)
     })?;
     Ok((pmd, nf))
-}
-
-/// One iperf3 flow of `workload` from guest1 to the wire host.
-pub(crate) fn guest1_to_wire(secs: u32, workload: Workload) -> Result<netenv::FlowResult> {
-    let (wire, g1) = (host::netns_name("wire"), host::netns_name("guest1"));
-    let f = Flow {
-        server_ns: &wire,
-        server_ip: "10.77.0.254",
-        server_bind: None,
-        port: netenv::DEFAULT_PORT,
-        client_ns: &g1,
-        reverse: false,
-        secs,
-        workload,
-        server_cgroup: None,
-        client_cgroup: None,
-    };
-    netenv::run(&f)
 }
 
 /// Frames per second the wire's `eth0` received while `during` ran.
@@ -468,13 +424,29 @@ impl VirtioReport {
     }
 }
 
+/// `splitnet bench virtio`: a virtio guest against a netfront guest, and testpmd.
+pub struct VirtioSuite;
+
+impl harness::Suite for VirtioSuite {
+    fn name(&self) -> &'static str {
+        "virtio"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let mut opts = VirtioOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 2);
+        let r = run(&opts)?;
+        Output::of(&r, r.table(), r.svg())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use toolstack::topology::Topology;
 
     #[test]
     fn the_virtio_topologies_parse() {
-        Topology::parse(&crate::baseline::virtio_topology(), "bench").unwrap();
+        Topology::parse(&crate::testbed::virtio_topology(), "bench").unwrap();
         Topology::parse(
             &super::testpmd_topology(std::path::Path::new("/tmp/vm1.sock")),
             "bench",

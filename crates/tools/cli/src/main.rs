@@ -925,26 +925,23 @@ struct BenchArgs {
     profile: bool,
 }
 
-/// What a suite produced: its JSON, its table, its main chart, any further
-/// charts by file name, and the profile of the whole run when asked for.
-struct BenchReport {
-    json: String,
-    table: String,
-    chart: String,
-    charts: Vec<(String, String)>,
-    profile: Option<prof::Profile>,
-}
-
-impl BenchReport {
-    /// A report with no further charts and no profile.
-    fn new(json: String, table: String, chart: String) -> Self {
-        BenchReport {
-            json,
-            table,
-            chart,
-            charts: Vec::new(),
-            profile: None,
-        }
+impl BenchArgs {
+    /// The arguments every suite reads, for splitnet's run directory `rd`.
+    fn suite_args(&self, rd: &std::path::Path) -> Result<bench::harness::Args> {
+        Ok(bench::harness::Args {
+            exe: std::env::current_exe()?,
+            run_dir: rd.to_path_buf(),
+            quick: self.quick,
+            runs: self.runs,
+            seconds: self.seconds,
+            iterations: self.iterations,
+            configs: self.configs.clone(),
+            workloads: self.workloads.clone(),
+            sizes: self.sizes.clone(),
+            spin_us: self.spin_us,
+            profile: self.profile,
+            out: self.out.clone(),
+        })
     }
 }
 
@@ -954,8 +951,12 @@ fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
     if matches!(a.suite, Suite::Seeds) {
         return bench_seeds(rd, &a);
     }
-    let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
-    let r = run_suite(rd, &a, runs)?;
+    let name = a
+        .suite
+        .to_possible_value()
+        .map(|v| v.get_name().to_string());
+    let suite = bench::suites::by_name(&name.unwrap_or_default())?;
+    let r = suite.run(&a.suite_args(rd)?)?;
     println!("{}", r.table);
     if let Some(p) = a.json {
         write_file(&p, &r.json)?;
@@ -967,120 +968,11 @@ fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
         println!("{}", p.to_text());
     }
     if let Some(dir) = a.out {
-        write_file(&dir.join("results.json"), &r.json)?;
-        write_file(&dir.join("results.md"), &r.table)?;
-        write_file(&dir.join("chart.svg"), &r.chart)?;
-        for (name, svg) in &r.charts {
-            write_file(&dir.join(name), svg)?;
-        }
-        if let Some(p) = &r.profile {
-            write_file(&dir.join("profile.json"), &p.to_json())?;
-            write_file(&dir.join("profile.svg"), &p.to_svg())?;
+        for (name, text) in r.files() {
+            write_file(&dir.join(name), &text)?;
         }
     }
     Ok(())
-}
-
-/// Runs the suite `a` names with its options (`runs` already defaulted).
-fn run_suite(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
-    let quick = a.quick;
-    match a.suite {
-        Suite::Hv => bench_hv(a, runs),
-        Suite::Baseline => bench_baseline(rd, a, runs),
-        Suite::Faults => {
-            let opts = bench::faults::FaultsOptions::new(
-                std::env::current_exe()?,
-                rd.to_path_buf(),
-                quick,
-            );
-            let r = bench::faults::run(&opts)?;
-            if !r.passed() {
-                eprintln!("bench faults: a target was not met (see the table)");
-            }
-            Ok(BenchReport::new(
-                serde_json::to_string_pretty(&r)?,
-                r.table(),
-                r.svg(),
-            ))
-        }
-        Suite::Hosted => {
-            let mut opts = bench::hosted::HostedOptions::new(
-                std::env::current_exe()?,
-                rd.join("bench"),
-                quick,
-                runs,
-            );
-            if let Some(s) = a.seconds {
-                opts.secs = s.max(3);
-            }
-            if !a.sizes.is_empty() {
-                opts.sizes = a.sizes.clone();
-            }
-            opts.configs = a
-                .configs
-                .iter()
-                .map(|c| c.parse())
-                .collect::<Result<_, _>>()?;
-            let r = bench::hosted::run(&opts)?;
-            let mut report =
-                BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
-            report.charts = r.charts();
-            Ok(report)
-        }
-        Suite::Scale => {
-            let mut opts = bench::scale::ScaleOptions::new(
-                std::env::current_exe()?,
-                rd.join("bench"),
-                quick,
-                runs,
-            );
-            if let Some(s) = a.seconds {
-                opts.secs = s.max(1);
-            }
-            let r = bench::scale::run(&opts)?;
-            let mut report =
-                BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
-            report.charts = r.charts();
-            Ok(report)
-        }
-        Suite::VifOptions => {
-            let opts = bench::vifopts::VifOptionsOptions::new(
-                std::env::current_exe()?,
-                rd.join("bench"),
-                quick,
-                runs,
-            );
-            let r = bench::vifopts::run(&opts)?;
-            Ok(BenchReport::new(
-                serde_json::to_string_pretty(&r)?,
-                r.table(),
-                r.svg(),
-            ))
-        }
-        Suite::Virtio => bench_virtio(rd, a, runs),
-        Suite::Multihost => bench_multihost(rd, a, runs),
-        Suite::Ram => bench_ram(rd, a, runs),
-        Suite::Menon2006 => bench_menon2006(rd, a, runs),
-        Suite::Menon2005 => bench_menon2005(rd, a, runs),
-        Suite::Seeds => anyhow::bail!("bench seeds runs the other suites; it is not one itself"),
-        Suite::Hvm => {
-            let opts = bench::hvm::HvmOptions::new(
-                std::env::current_exe()?,
-                rd.join("bench"),
-                quick,
-                runs,
-            );
-            let r = bench::hvm::run(&opts)?;
-            if let Some(dir) = &a.out {
-                write_file(&dir.join("stages.svg"), &r.stages_svg())?;
-            }
-            Ok(BenchReport::new(
-                serde_json::to_string_pretty(&r)?,
-                r.table(),
-                r.svg(),
-            ))
-        }
-    }
 }
 
 /// `bench seeds`: runs each seed suite (or reads the reports saved in
@@ -1090,7 +982,7 @@ fn bench_seeds(rd: &std::path::Path, a: &BenchArgs) -> Result<()> {
         anyhow::bail!("bench seeds needs --out DIR");
     };
     let saved = match &a.from {
-        Some(dir) => bench::seeds::load(dir)?,
+        Some(dir) => bench::suites::load_seeds(dir)?,
         None => run_seed_suites(rd, a, out)?,
     };
     bench::seeds::write(out, &saved)?;
@@ -1103,35 +995,41 @@ fn bench_seeds(rd: &std::path::Path, a: &BenchArgs) -> Result<()> {
 }
 
 /// Runs the seed suites `--suites` names (default: all), each with its
-/// own defaults, saving each report as OUT/<suite>.json; a suite that
-/// fails is recorded, not fatal.
+/// own defaults (the options of `bench seeds` that every suite shares:
+/// --quick, --runs, --seconds), saving each report as OUT/<suite>.json; a
+/// suite that fails is recorded, not fatal.
 fn run_seed_suites(
     rd: &std::path::Path,
     a: &BenchArgs,
     out: &std::path::Path,
 ) -> Result<bench::seeds::Saved> {
-    let mut chosen: Vec<&str> = Vec::new();
+    let all = bench::suites::seed_suites();
+    let mut chosen: Vec<(&str, bench::seeds::Reader)> = Vec::new();
     for name in &a.suites {
-        match bench::seeds::SUITES.iter().find(|s| *s == name) {
-            Some(s) => chosen.push(s),
-            None => anyhow::bail!(
-                "no seed suite {name:?}; there are {}",
-                bench::seeds::SUITES.join(", ")
-            ),
+        match all.iter().find(|s| s.0 == name) {
+            Some(s) => chosen.push(*s),
+            None => {
+                let names: Vec<&str> = all.iter().map(|s| s.0).collect();
+                anyhow::bail!("no seed suite {name:?}; there are {}", names.join(", "))
+            }
         }
     }
     if chosen.is_empty() {
-        chosen = bench::seeds::SUITES.to_vec();
+        chosen = all;
     }
-    let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
+    let mut args = a.suite_args(rd)?;
+    (args.out, args.profile) = (None, false);
+    (args.configs, args.workloads, args.sizes) = (Vec::new(), Vec::new(), Vec::new());
     let mut saved = bench::seeds::Saved::default();
-    for (i, name) in chosen.iter().enumerate() {
+    for (i, (name, read)) in chosen.iter().enumerate() {
         eprintln!("bench seeds: [{}/{}] {name}", i + 1, chosen.len());
         let started = std::time::Instant::now();
-        let res = seed_suite(rd, a, name, runs).and_then(|json| {
-            write_file(&out.join(format!("{name}.json")), &json)?;
-            bench::seeds::figures_from_json(name, &json)
-        });
+        let res = bench::suites::by_name(name)
+            .and_then(|s| s.run(&args))
+            .and_then(|r| {
+                write_file(&out.join(format!("{name}.json")), &r.json)?;
+                read(&r.json)
+            });
         match res {
             Ok(figs) => {
                 eprintln!(
@@ -1153,180 +1051,25 @@ fn run_seed_suites(
     Ok(saved)
 }
 
-/// Runs the seed suite `name` with its own defaults (the options of
-/// `bench seeds` that every suite shares: --quick, --runs, --seconds); its JSON.
-fn seed_suite(rd: &std::path::Path, a: &BenchArgs, name: &str, runs: usize) -> Result<String> {
-    let mut sub = a.clone();
-    sub.suite = Suite::from_str(name, true).map_err(|e| anyhow::anyhow!(e))?;
-    (sub.out, sub.json, sub.svg, sub.profile) = (None, None, None, false);
-    (sub.configs, sub.workloads, sub.sizes) = (Vec::new(), Vec::new(), Vec::new());
-    Ok(run_suite(rd, &sub, runs)?.json)
-}
+#[cfg(test)]
+mod bench_suites {
+    use super::*;
 
-/// `bench hv`: hv's primitives, run inside this process, under the
-/// profiler when `--profile` asks.
-fn bench_hv(a: &BenchArgs, runs: usize) -> Result<BenchReport> {
-    let iterations = a.iterations.unwrap_or(if a.quick { 200 } else { 2000 });
-    let opts = bench::hv::HvBenchOptions {
-        iterations,
-        runs,
-        progress: true,
-    };
-    let mut whole_profile = None;
-    let r = if a.profile {
-        // hv runs inside this process here.
-        let popts = prof::ProfileOptions {
-            hv_pid: Some(std::process::id() as i32),
-            initiator: "splitnet bench hv".into(),
-            ..Default::default()
-        };
-        let (r, p) = prof::profile_while(popts, || bench::hv::run(&opts))
-            .map_err(|e| anyhow::anyhow!("starting the profiler: {e}"))?;
-        whole_profile = Some(p);
-        r?
-    } else {
-        bench::hv::run(&opts)?
-    };
-    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
-    report.profile = whole_profile;
-    Ok(report)
-}
-
-/// `bench baseline`: throughput and cycles per packet for each
-/// configuration and workload, with the profile table when profiled.
-/// `bench ram`: the Ram thesis's configurations, RX and TX, and chapter 6.
-fn bench_ram(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
-    let mut opts =
-        bench::ram::RamOptions::new(std::env::current_exe()?, rd.join("bench"), a.quick, runs);
-    if let Some(s) = a.seconds {
-        opts.secs = s.max(1);
+    /// Every suite `splitnet bench` offers is one the harness runs.
+    #[test]
+    fn every_bench_suite_on_the_command_line_is_in_the_harness() {
+        for s in Suite::value_variants() {
+            let name = s.to_possible_value().unwrap();
+            if name.get_name() != "seeds" {
+                assert!(
+                    bench::suites::by_name(name.get_name()).is_ok(),
+                    "{}",
+                    name.get_name()
+                );
+            }
+        }
+        assert_eq!(Suite::value_variants().len(), bench::suites::ALL.len() + 1);
     }
-    opts.configs = a
-        .configs
-        .iter()
-        .map(|c| c.parse())
-        .collect::<Result<_, _>>()?;
-    let r = bench::ram::run(&opts)?;
-    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
-    report.charts = r.charts();
-    Ok(report)
-}
-
-/// `bench menon2006`: the 2006 paper's configurations and figures.
-fn bench_menon2006(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
-    let mut opts = bench::menon2006::Menon2006Options::new(
-        std::env::current_exe()?,
-        rd.join("bench"),
-        a.quick,
-        runs,
-    );
-    if let Some(s) = a.seconds {
-        opts.secs = s.max(1);
-    }
-    opts.configs = a
-        .configs
-        .iter()
-        .map(|c| c.parse())
-        .collect::<Result<_, _>>()?;
-    let r = bench::menon2006::run(&opts)?;
-    Ok(BenchReport::new(
-        serde_json::to_string_pretty(&r)?,
-        r.table(),
-        r.svg(),
-    ))
-}
-
-/// `bench menon2005`: the Xenoprof paper's receive, send and web-server
-/// experiments and its profiles.
-fn bench_menon2005(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
-    let mut opts = bench::menon2005::Menon2005Options::new(
-        std::env::current_exe()?,
-        rd.join("bench"),
-        a.quick,
-        runs,
-    );
-    if let Some(s) = a.seconds {
-        opts.secs = s.max(1);
-    }
-    if !a.sizes.is_empty() {
-        opts.buffers = a.sizes.iter().map(|&s| s as usize).collect();
-    }
-    let r = bench::menon2005::run(&opts)?;
-    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
-    report.charts = r.charts();
-    Ok(report)
-}
-
-/// `bench multihost`: three hosts over VXLAN, static and EVPN, against
-/// native VXLAN; the moved MAC.
-fn bench_multihost(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
-    let mut opts = bench::multihost::MultihostOptions::new(
-        std::env::current_exe()?,
-        rd.join("bench"),
-        a.quick,
-        runs,
-    );
-    if let Some(s) = a.seconds {
-        opts.secs = s.max(1);
-    }
-    let r = bench::multihost::run(&opts)?;
-    let mut report = BenchReport::new(serde_json::to_string_pretty(&r)?, r.table(), r.svg());
-    report.charts = r.charts();
-    Ok(report)
-}
-
-/// `bench virtio`: a virtio guest against a netfront guest, and testpmd.
-fn bench_virtio(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
-    let mut opts = bench::virtio::VirtioOptions::new(
-        std::env::current_exe()?,
-        rd.join("bench"),
-        a.quick,
-        runs,
-    );
-    if let Some(s) = a.seconds {
-        opts.secs = s.max(2);
-    }
-    let r = bench::virtio::run(&opts)?;
-    Ok(BenchReport::new(
-        serde_json::to_string_pretty(&r)?,
-        r.table(),
-        r.svg(),
-    ))
-}
-
-fn bench_baseline(rd: &std::path::Path, a: &BenchArgs, runs: usize) -> Result<BenchReport> {
-    let quick = a.quick;
-    let opts = bench::baseline::BaselineOptions {
-        quick,
-        runs,
-        secs: a.seconds.unwrap_or(if quick { 2 } else { 5 }),
-        exe: std::env::current_exe()?,
-        run_dir: rd.join("bench"),
-        progress: true,
-        profile: a.profile,
-        profile_dir: a.out.as_ref().map(|d| d.join("profiles")),
-        configs: a
-            .configs
-            .iter()
-            .map(|c| c.parse())
-            .collect::<Result<_, _>>()?,
-        workloads: a
-            .workloads
-            .iter()
-            .map(|w| w.parse())
-            .collect::<Result<_, _>>()?,
-        spin_us: a.spin_us,
-    };
-    let r = bench::baseline::run(&opts)?;
-    let mut table = format!("{}\n{}", r.table(), r.cycles_table());
-    if let Some(p) = r.profile_table() {
-        table = format!("{table}\n{p}");
-    }
-    Ok(BenchReport::new(
-        serde_json::to_string_pretty(&r)?,
-        table,
-        r.svg(),
-    ))
 }
 
 #[cfg(test)]

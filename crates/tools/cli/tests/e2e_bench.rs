@@ -1,8 +1,8 @@
 //! `splitnet bench baseline --quick` end to end: every configuration and
 //! direction is measured and reported with its throughput, ratios to native
 //! and to the minimal forwarder, CPU seconds and cycles per packet by
-//! domain, and nothing is left behind; and `bench hosted`, `bench scale`
-//! and `bench multihost` likewise.
+//! domain, and nothing is left behind; and `bench hosted`, `bench scale`,
+//! `bench multihost` and `bench vif-options` likewise.
 //! Needs root, iperf3 and sockperf.
 
 mod common;
@@ -59,6 +59,19 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
             check_profile(r, &out, config, direction);
         }
     }
+    // splitnet-default's loops, read after its flows, against their target.
+    let loops = v["loops"].as_array().unwrap();
+    assert_eq!(loops.len(), 1, "{loops:?}");
+    assert_eq!(loops[0]["config"], "splitnet-default");
+    assert!(
+        loops[0]["driver_syscalls_per_frame"].as_f64().is_some(),
+        "{loops:?}"
+    );
+    assert!(
+        loops[0]["guest1_syscalls_per_frame"].as_f64().is_some(),
+        "{loops:?}"
+    );
+    assert!(loops[0]["met"].is_boolean(), "{loops:?}");
     for f in ["results.json", "results.md", "chart.svg"] {
         assert!(out.join(f).exists(), "--out lacks {f}");
     }
@@ -68,6 +81,38 @@ fn bench_baseline_quick_reports_every_config_and_direction() {
     assert!(std::fs::read_to_string(out.join("results.md"))
         .unwrap()
         .contains("| minimal-forwarder | rx |"));
+    assert_nothing_left();
+}
+
+#[test]
+fn bench_vif_options_reports_each_rate_against_its_target() {
+    let Some(env) = Env::new("bench-vo") else {
+        return;
+    };
+    let json = env.run_dir.join("vo.json");
+    env.ok(&[
+        "bench",
+        "vif-options",
+        "--quick",
+        "--runs",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for (runs, median, met) in [
+        ("rate_runs_mbit_s", "rate_median_mbit_s", "rate_in_band"),
+        (
+            "neighbour_runs_mbit_s",
+            "neighbour_median_mbit_s",
+            "neighbour_unlimited",
+        ),
+        ("link_runs_mbit_s", "link_median_mbit_s", "link_in_band"),
+    ] {
+        assert_eq!(v[runs].as_array().map(Vec::len), Some(1), "{runs}: {v}");
+        assert!(v[median].as_f64().is_some_and(|m| m > 0.0), "{median}: {v}");
+        assert!(v[met].is_boolean(), "{met}: {v}");
+    }
     assert_nothing_left();
 }
 

@@ -281,7 +281,7 @@ fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
     ];
     let mut t1 =
         String::from("| part | ours A | ours B | paper A | paper B |\n|---|---:|---:|---:|---:|\n");
-    let mut t2 = String::new();
+    let mut t2: String;
     let mut ours1 = Vec::new();
     match (a, b) {
         (Some(a), Some(b)) => {
@@ -300,29 +300,7 @@ fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
                 ours1.push((format!("{name} (B)"), *vb));
             }
             let _ = writeln!(t1, "\nA: {} B buffer, {:.2} Gbit/s; B: {} B buffer, {:.2} Gbit/s (Xen-guest1, profiled runs).", a.x, a.gbps, b.x, b.gbps);
-            t2 += &top_table(
-                &format!("guest at A ({} B)", a.x),
-                &top(a, "guest", 8),
-                &[("skb_copy_bits", 0.15), ("tcp_collapse", 0.05)],
-            );
-            t2 += "\n";
-            t2 += &top_table(
-                &format!("guest at B ({} B)", b.x),
-                &top(b, "guest", 8),
-                &[
-                    ("skb_copy_bits", 28.0),
-                    ("skbuff_ctor", 9.0),
-                    ("tcp_collapse", 3.0),
-                ],
-            );
-            let _ = writeln!(
-                t2,
-                "\ntcp_collapse samples: A {}, B {}; skb_copy_bits: A {}, B {}.",
-                samples_of(a, "guest", "tcp_collapse"),
-                samples_of(b, "guest", "tcp_collapse"),
-                samples_of(a, "guest", "skb_copy_bits"),
-                samples_of(b, "guest", "skb_copy_bits")
-            );
+            t2 = top_functions(a, b);
         }
         _ => {
             t1 = no_profile("points A and B");
@@ -368,6 +346,35 @@ fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
             ours: Vec::new(),
         },
     )
+}
+
+/// Table 2's text: the guest's top functions at points A and B beside the
+/// paper's, and the samples of the two it names.
+fn top_functions(a: &Profiled, b: &Profiled) -> String {
+    let mut t = top_table(
+        &format!("guest at A ({} B)", a.x),
+        &top(a, "guest", 8),
+        &[("skb_copy_bits", 0.15), ("tcp_collapse", 0.05)],
+    );
+    t += "\n";
+    t += &top_table(
+        &format!("guest at B ({} B)", b.x),
+        &top(b, "guest", 8),
+        &[
+            ("skb_copy_bits", 28.0),
+            ("skbuff_ctor", 9.0),
+            ("tcp_collapse", 3.0),
+        ],
+    );
+    let _ = writeln!(
+        t,
+        "\ntcp_collapse samples: A {}, B {}; skb_copy_bits: A {}, B {}.",
+        samples_of(a, "guest", "tcp_collapse"),
+        samples_of(b, "guest", "tcp_collapse"),
+        samples_of(a, "guest", "skb_copy_bits"),
+        samples_of(b, "guest", "skb_copy_bits")
+    );
+    t
 }
 
 /// The paper's cause of the anomaly: the driver domain receiving into

@@ -1,0 +1,454 @@
+//! The hosted suite's tables, charts and seed figures (Sugerman 2001's
+//! Figures 5 and 6 and Tables 1-3 beside ours).
+
+use super::{Breakdown, Config, HostedReport, Link, CONFIGS, LINKS, PAPER_PATH_US, PATH_STAGES};
+use crate::{plot, seeds};
+
+fn f1(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.1}")
+    } else {
+        "-".into()
+    }
+}
+
+impl HostedReport {
+    fn breakdown(&self, cfg: Config, link: Link) -> Option<&Breakdown> {
+        self.breakdowns
+            .iter()
+            .find(|b| b.config == cfg && b.link == link)
+    }
+
+    /// Figure 5 as a table: our µs per stage beside the paper's.
+    pub fn figure5_table(&self) -> String {
+        let mut s = String::from(
+            "### Figure 5: the path of one transmit-triggering OUT (µs)\n\n\
+             | stage | paper (PC-733, Workstation 2.0) |",
+        );
+        let cols: Vec<&Breakdown> = [Config::Unoptimized, Config::PortsInVmm, Config::Optimized]
+            .iter()
+            .filter_map(|&c| self.breakdown(c, Link::Shaped))
+            .filter(|b| b.path_us.is_some())
+            .collect();
+        for b in &cols {
+            s += &format!(" {} |", b.config.name());
+        }
+        s += &format!(
+            " ratio {} / paper |\n|---|---:|",
+            cols.first().map_or("-", |b| b.config.name())
+        );
+        s += &"---:|".repeat(cols.len() + 1);
+        s += "\n";
+        for (i, stage) in PATH_STAGES.iter().enumerate() {
+            s += &format!("| {stage} | {:.2} |", PAPER_PATH_US[i]);
+            for b in &cols {
+                s += &format!(" {:.2} |", b.path_us.map_or(f64::NAN, |p| p[i]));
+            }
+            let r = cols
+                .first()
+                .and_then(|b| b.path_us)
+                .map(|p| p[i] / PAPER_PATH_US[i]);
+            s += &format!(" {} |\n", r.map_or("-".into(), |r| format!("{r:.2}")));
+        }
+        let total = |p: &[f64; 5]| p.iter().sum::<f64>();
+        s += &format!("| **total** | {:.2} |", total(&PAPER_PATH_US));
+        for b in &cols {
+            s += &format!(" {:.2} |", b.path_us.as_ref().map_or(f64::NAN, total));
+        }
+        let r = cols
+            .first()
+            .and_then(|b| b.path_us)
+            .map(|p| total(&p) / total(&PAPER_PATH_US));
+        s += &format!(" {} |\n", r.map_or("-".into(), |r| format!("{r:.2}")));
+        s += &format!(
+            "\nMedians over runs of the means over each flow's window ({} B sends, wire at 100 Mbit/s). \
+             The optimized columns' transmitting switch carries frames the VMM's model already \
+             took from the ring (a frame switch, not the OUT's emulation).\n",
+            self.table_size
+        );
+        s
+    }
+
+    /// Tables 1 and 2: the VM world's time by category.
+    pub fn time_table(&self) -> String {
+        let mut s = format!(
+            "### Tables 1 and 2: where the VM world's time goes (TCP transmit, {} B sends, % of the window)\n\n\
+             | configuration | wire | Mbit/s | guest OS + VMM | world switches | VMApp | host network I/O | idle (halted) |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|\n",
+            self.table_size
+        );
+        s += "| paper Table 1 (Workstation 2.0) | 100 Mb/s | 64 | 77.3 (VMM, with the switches) | incl. | ~10 (the rest) | 9.5 (VMNet send 8.7, receive 0.8) | 0 |\n";
+        s += "| paper Table 2 (optimized) | 100 Mb/s | ~94 | 71.5 − 21.7 idle (VMM, with the switches) | incl. | ~8 | 20.4 (send 17.9, receive 2.5) | 21.7 |\n";
+        for b in self
+            .breakdowns
+            .iter()
+            .filter(|b| b.config != Config::Native)
+        {
+            let sh = &b.shares;
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                b.config.name(),
+                b.link.name(),
+                f1(b.mbps),
+                f1(sh.guest_and_vmm),
+                f1(sh.world_switch),
+                f1(sh.vmapp),
+                f1(sh.host_network),
+                f1(sh.idle)
+            );
+        }
+        s += "\nThe VM world is the guest process's thread (guest driver, VMM, the guest's TAP): \
+              its window splits into running (guest OS + VMM), waiting in world switches (the \
+              switch itself; the VMApp's service; of that, VMNet reads and writes) and halted. \
+              The paper's Tables 1–2 are time-based samples of one CPU.\n\n";
+        let mut groups: Vec<&String> = self
+            .breakdowns
+            .iter()
+            .flat_map(|b| b.cpu_percent.keys())
+            .collect();
+        groups.sort();
+        groups.dedup();
+        s += "CPU time by process during the same window (% of one CPU; client = iperf3 and the guest's \
+              TCP stack, server = the wire host's):\n\n| configuration | wire |";
+        for g in &groups {
+            s += &format!(" {g} |");
+        }
+        s += "\n|---|---|";
+        s += &"---:|".repeat(groups.len());
+        s += "\n";
+        for b in &self.breakdowns {
+            s += &format!("| {} | {} |", b.config.name(), b.link.name());
+            for g in &groups {
+                s += &format!(
+                    " {} |",
+                    b.cpu_percent.get(*g).map_or("-".into(), |v| f1(*v))
+                );
+            }
+            s += "\n";
+        }
+        s
+    }
+
+    /// Table 3 and the per-packet counts.
+    pub fn idle_table(&self) -> String {
+        let mut s = format!(
+            "### Table 3: idle time while transmitting ({} B sends)\n\n\
+             | configuration | paper (PC-733) | ours, 100 Mbit/s | ours, unshaped |\n|---|---:|---:|---:|\n",
+            self.table_size
+        );
+        for cfg in CONFIGS {
+            let v = |l| {
+                self.breakdown(cfg, l)
+                    .map_or("-".into(), |b| format!("{}%", f1(b.idle_percent)))
+            };
+            s += &format!(
+                "| {} | {}% | {} | {} |\n",
+                cfg.name(),
+                cfg.paper_idle(),
+                v(Link::Shaped),
+                v(Link::Unshaped)
+            );
+        }
+        s += "\nHosted: cycles the guest spent halted over the window's TSC cycles. Native: the part of one \
+              CPU the sending namespace (iperf3 and its kernel stack) left unused.\n\n";
+        s += &format!("### Counts per packet ({} B sends)\n\n\
+              | configuration | wire | NIC port accesses per transmitted packet | per packet (tx+rx) | PIC accesses per IRQ | world switches per packet | frames per transmitting switch | mean switch µs | empty switch µs (min / mean) | VMNet write µs per frame |\n\
+              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+              | paper | 100 Mb/s | 12 | - | 5 | ~5 in 2.0 (RAP served in its VMM) | up to 3 | ≥ 16.4 (7.45 in the VMM + 8.90 switch) | 8.90 | 13.8 (2.0), 22.7 (optimized) |\n",
+            self.table_size
+        );
+        for b in self
+            .breakdowns
+            .iter()
+            .filter(|b| b.config != Config::Native)
+        {
+            s += &format!(
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} / {:.2} | {:.2} |\n",
+                b.config.name(),
+                b.link.name(),
+                b.nic_accesses_per_tx_packet,
+                b.nic_accesses_per_packet,
+                b.pic_accesses_per_irq,
+                b.switches_per_packet,
+                b.frames_per_send,
+                b.mean_switch_us,
+                b.null_switch_min_us,
+                b.null_switch_mean_us,
+                b.mean_vmnet_write_us
+            );
+        }
+        s += "\nThe per-transmitted-packet count includes the ACKs' receive work the same interrupts \
+              handle; for one packet alone, crates/devices/hosted/tests/switches.rs counts exactly 12 NIC \
+              accesses per transmitted packet (10 per received one) and 5 PIC accesses per IRQ. Frames \
+              per transmitting switch: frames written to VMNet over requests that wrote any (halts \
+              carry frames too).\n";
+        s
+    }
+
+    /// Figure 6 as a table: Mbit/s per send size, ratios to native.
+    pub fn figure6_table(&self) -> String {
+        let mut s = String::from(
+            "### Figure 6: TCP transmit throughput against send size (Mbit/s, ratio to native)\n\n\
+             Paper (PC-733, 100 Mb/s Ethernet): native saturates the link at every size; \
+             Workstation 2.0 is CPU bound (64 Mb/s at 4 KB); optimized matches native.\n\n\
+             | wire | send size |",
+        );
+        let cfgs = [Config::Native, Config::Unoptimized, Config::Optimized];
+        for c in cfgs {
+            s += &format!(" {} |", c.name());
+        }
+        s += " unoptimized / native | optimized / native |\n|---|---:|---:|---:|---:|---:|---:|\n";
+        for link in LINKS {
+            for &size in &self.sizes {
+                let p = |c: Config| {
+                    self.figure6
+                        .iter()
+                        .find(|p| p.config == c && p.link == link && p.send_size == size)
+                };
+                s += &format!("| {} | {size} |", link.name());
+                for c in cfgs {
+                    s += &format!(" {} |", p(c).map_or("-".into(), |p| f1(p.median_mbps)));
+                }
+                for c in [Config::Unoptimized, Config::Optimized] {
+                    s += &format!(
+                        " {} |",
+                        p(c).and_then(|p| p.median_ratio_to_native)
+                            .map_or("-".into(), |r| format!("{r:.3}"))
+                    );
+                }
+                s += "\n";
+            }
+        }
+        s += &format!(
+            "\n{} run(s), {} s per flow, TSC {:.0} MHz; medians over runs; the ratio is against native \
+             of the same run, wire and size. iperf3 TCP with `-l SIZE`, guest1 → wire.\n",
+            self.runs, self.seconds_per_flow, self.tsc_mhz
+        );
+        s
+    }
+
+    /// Everything, as Markdown.
+    pub fn table(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n{}",
+            self.figure6_table(),
+            self.figure5_table(),
+            self.time_table(),
+            self.idle_table()
+        )
+    }
+
+    /// Figure 6 at 100 Mbit/s (the main chart).
+    pub fn svg(&self) -> String {
+        self.figure6_svg(Link::Shaped)
+    }
+
+    /// Figure 6 as the paper draws it: throughput against send size, one
+    /// line per configuration.
+    fn figure6_svg(&self, link: Link) -> String {
+        let mut series: Vec<plot::Series> = Vec::new();
+        for p in self.figure6.iter().filter(|p| p.link == link) {
+            let name = p.config.name();
+            match series.iter_mut().find(|s| s.name == name) {
+                Some(s) => s.points.push((f64::from(p.send_size), p.median_mbps)),
+                None => series.push(plot::Series {
+                    name: name.to_string(),
+                    points: vec![(f64::from(p.send_size), p.median_mbps)],
+                }),
+            }
+        }
+        for s in &mut series {
+            s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        plot::lines(&plot::Sweep {
+            title: format!("Figure 6: TCP transmit throughput, wire {}", link.name()),
+            x_label: "send size (bytes)".into(),
+            y_label: "throughput (Mbit/s), median of runs".into(),
+            log2_x: true,
+            series,
+        })
+    }
+
+    /// Figure 5: the paper's microseconds per stage beside ours.
+    fn figure5_svg(&self) -> String {
+        let ours = self
+            .breakdown(Config::Unoptimized, Link::Shaped)
+            .and_then(|b| b.path_us);
+        let mut series = vec!["paper (733 MHz)".to_string()];
+        let mut values = vec![PAPER_PATH_US.iter().map(|&v| Some(v)).collect::<Vec<_>>()];
+        if let Some(p) = ours {
+            series.push("ours".into());
+            values.push(p.iter().map(|&v| Some(v)).collect());
+        }
+        plot::grouped(&plot::Grouped {
+            title: "Figure 5: one transmit-triggering OUT, unoptimized".into(),
+            y_label: "µs".into(),
+            groups: PATH_STAGES.iter().map(|s| s.to_string()).collect(),
+            series,
+            values,
+            paper: Vec::new(),
+            reference: None,
+        })
+    }
+
+    /// Tables 1 and 2: the VM world's time, stacked by where it went.
+    fn tables_svg(&self) -> String {
+        let mut st = plot::Stacked {
+            title: format!(
+                "Tables 1 and 2: the VM world's time, {} B TCP transmit",
+                self.table_size
+            ),
+            y_label: "share of the window's TSC cycles (%)".into(),
+            bars: Vec::new(),
+            classes: [
+                "guest OS + VMM",
+                "world switches",
+                "VMApp",
+                "host network I/O",
+                "idle",
+            ]
+            .map(String::from)
+            .to_vec(),
+            values: Vec::new(),
+        };
+        let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
+        for b in self
+            .breakdowns
+            .iter()
+            .filter(|b| matches!(b.config, Config::Unoptimized | Config::Optimized))
+        {
+            let sh = b.shares;
+            st.bars
+                .push(format!("{} {}", b.config.name(), b.link.name()));
+            st.values.push(
+                [
+                    sh.guest_and_vmm,
+                    sh.world_switch,
+                    sh.vmapp,
+                    sh.host_network,
+                    sh.idle,
+                ]
+                .map(finite)
+                .to_vec(),
+            );
+        }
+        plot::stacked(&st)
+    }
+
+    /// Table 3: idle time per configuration, the paper's beside ours.
+    fn table3_svg(&self) -> String {
+        let mut series = vec!["paper".to_string()];
+        let mut values = vec![CONFIGS
+            .iter()
+            .map(|c| Some(c.paper_idle()))
+            .collect::<Vec<_>>()];
+        for link in LINKS {
+            series.push(format!("ours, wire {}", link.name()));
+            values.push(
+                CONFIGS
+                    .iter()
+                    .map(|&c| {
+                        self.breakdown(c, link)
+                            .map(|b| b.idle_percent)
+                            .filter(|v| v.is_finite())
+                    })
+                    .collect(),
+            );
+        }
+        plot::grouped(&plot::Grouped {
+            title: format!(
+                "Table 3: idle time while transmitting, {} B sends",
+                self.table_size
+            ),
+            y_label: "idle (%)".into(),
+            groups: CONFIGS.iter().map(|c| c.name().to_string()).collect(),
+            series,
+            values,
+            paper: Vec::new(),
+            reference: None,
+        })
+    }
+
+    /// The other charts: (file name, SVG).
+    pub fn charts(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "figure6-unshaped.svg".into(),
+                self.figure6_svg(Link::Unshaped),
+            ),
+            ("figure5.svg".into(), self.figure5_svg()),
+            ("tables1-2.svg".into(), self.tables_svg()),
+            ("table3.svg".into(), self.table3_svg()),
+        ]
+    }
+}
+
+/// Sugerman 2001's figures and tables from a run, for `bench seeds`.
+pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
+    use seeds::{Figure, Kind, Seed::Sugerman};
+    let unopt = r.breakdown(Config::Unoptimized, Link::Shaped);
+    let path = unopt.and_then(|b| b.path_us);
+    let mut fig5 = Figure::new(
+        Sugerman,
+        "Figure 5",
+        Kind::Grouped,
+        r.figure5_table(),
+        r.figure5_svg(),
+    )
+    .missing_if(path.is_none());
+    if let (Some(p), Some(b)) = (path, unopt) {
+        fig5.ours = vec![
+            ("OUT end to end, µs".into(), p.iter().sum()),
+            ("world switch, µs".into(), b.null_switch_mean_us),
+        ];
+    }
+    let no_shares = r.breakdowns.iter().all(|b| b.config == Config::Native);
+    let tables = |id| {
+        Figure::new(Sugerman, id, Kind::Stacked, r.time_table(), r.tables_svg())
+            .missing_if(no_shares)
+    };
+    let ratio = |cfg, size| {
+        r.figure6
+            .iter()
+            .find(|p| p.config == cfg && p.link == Link::Shaped && p.send_size == size)
+            .and_then(|p| p.median_ratio_to_native)
+    };
+    let mut fig6 = Figure::new(
+        Sugerman,
+        "Figure 6",
+        Kind::Lines,
+        r.figure6_table(),
+        r.svg(),
+    )
+    .missing_if(r.figure6.is_empty());
+    for (label, cfg) in [
+        ("unoptimized ÷ native, 4 KB", Config::Unoptimized),
+        ("optimized ÷ native", Config::Optimized),
+    ] {
+        if let Some(v) = ratio(cfg, 4096) {
+            fig6.ours.push((label.into(), v));
+        }
+    }
+    let mut t3 = Figure::new(
+        Sugerman,
+        "Table 3",
+        Kind::Grouped,
+        r.idle_table(),
+        r.table3_svg(),
+    )
+    .missing_if(r.breakdowns.is_empty());
+    for (label, cfg) in [
+        ("native idle %", Config::Native),
+        ("ports in the VMM idle %", Config::PortsInVmm),
+        ("+ send combining idle %", Config::NoIrqNotification),
+        ("+ IRQ notification idle %", Config::Optimized),
+    ] {
+        if let Some(b) = r
+            .breakdown(cfg, Link::Shaped)
+            .filter(|b| b.idle_percent.is_finite())
+        {
+            t3.ours.push((label.into(), b.idle_percent));
+        }
+    }
+    vec![fig5, tables("Table 1"), tables("Table 2"), fig6, t3]
+}
