@@ -28,6 +28,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("hv_batch", hv_batch),
     ("store", store),
     ("offload", offload),
+    ("frame_wire", frame_wire),
     ("topology", topology),
     ("vifspec", vifspec),
     ("netback_requests", netback_requests),
@@ -73,8 +74,10 @@ pub fn hvm_ioreq(data: &[u8]) {
 
 mod vhost;
 mod vif;
+mod wire;
 pub use vhost::{vhost_messages, vhost_ring};
 pub use vif::{netback_requests, netfront_responses};
+pub use wire::frame_wire;
 
 /// Netif requests and responses as netback and netfront decode them from a
 /// ring slot, with their checks; what decodes must re-encode identically.
