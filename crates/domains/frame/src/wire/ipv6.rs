@@ -209,19 +209,25 @@ impl<T: AsRef<[u8]>> FragmentHeader<T> {
 /// [`PROTO_FRAGMENT`]) and its offset. `first`: `at` is right after the
 /// fixed header, the only place hop-by-hop options may be (RFC 8200 §4.1).
 /// Every header must lie within `packet`; at most [`MAX_EXT_HEADERS`].
-pub fn walk_ext(packet: &[u8], mut next: u8, mut at: usize, first: bool) -> Result<(u8, usize)> {
+pub fn walk_ext(packet: &[u8], next: u8, at: usize, first: bool) -> Result<(u8, usize)> {
+    walk(packet, next, at, first, true)
+}
+
+/// [`walk_ext`] over a header copy that may end inside the chain: only the
+/// first 8 bytes of each header must be in `head`; a header's claimed
+/// length is skipped without being read, so the offset returned may lie
+/// beyond `head` (the caller finds what it needs there missing).
+pub fn skip_ext(head: &[u8], next: u8, at: usize, first: bool) -> Result<(u8, usize)> {
+    walk(head, next, at, first, false)
+}
+
+fn walk(buf: &[u8], mut next: u8, mut at: usize, first: bool, whole: bool) -> Result<(u8, usize)> {
     for i in 0..=MAX_EXT_HEADERS {
         if !matches!(next, PROTO_HOPOPTS | PROTO_ROUTING | PROTO_DSTOPTS) {
             return Ok((next, at));
         }
         if i == MAX_EXT_HEADERS {
-            return Err(Error::Unsupported {
-                what: EXT,
-                at,
-                reason: Reason::ExtChain {
-                    max: MAX_EXT_HEADERS,
-                },
-            });
+            break;
         }
         if next == PROTO_HOPOPTS && (i != 0 || !first) {
             return Err(Error::Malformed {
@@ -230,13 +236,14 @@ pub fn walk_ext(packet: &[u8], mut next: u8, mut at: usize, first: bool) -> Resu
                 reason: Reason::HopByHopNotFirst,
             });
         }
-        let e = ExtHeader::new_checked(from(packet, at)).map_err(|e| e.shifted(at))?;
+        let e = ExtHeader::new_checked(from(buf, at)).map_err(|e| e.shifted(at))?;
         let len = e.header_len();
-        within(packet.len(), at, len, EXT)?;
+        if whole {
+            within(buf.len(), at, len, EXT)?;
+        }
         next = e.next_header();
         at += len;
     }
-    // The loop returns on every path: its last turn refuses.
     Err(Error::Unsupported {
         what: EXT,
         at,
@@ -350,5 +357,8 @@ mod tests {
             walk_ext(&b[..7], PROTO_DSTOPTS, 0, true),
             Err(Error::Truncated { need: 8, .. })
         ));
+        // Over a header copy, a header's claimed length is skipped unread.
+        assert_eq!(skip_ext(&b, PROTO_DSTOPTS, 0, true), Ok((PROTO_TCP, 24)));
+        assert!(skip_ext(&b[..7], PROTO_DSTOPTS, 0, true).is_err());
     }
 }
