@@ -11,6 +11,7 @@ use crate::switch::vlan::{self, Attach, Mode, Retagged, Segment, RETAG_HEAD};
 use domain_common::idle::Idle;
 use frame::offload::Offloads;
 use frame::packet::FrameRef;
+use frame::wire::eth;
 use hypercall::{DomId, HvClient};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -1764,9 +1765,8 @@ fn route(
         }
         Route::Port(_) => {}
         Route::Flood => {
-            let mut dst = [0u8; 6];
-            dst.copy_from_slice(&f.head[..6]);
-            let multicast = dst[0] & 1 != 0;
+            let dst = eth::Packet::new_unchecked(f.head).dst();
+            let multicast = eth::is_group(&dst);
             let vifs = vifs
                 .connected()
                 .filter(|(_, v)| v.attach.member(seg))

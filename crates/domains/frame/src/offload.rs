@@ -187,8 +187,12 @@ pub fn partial_csum_for(frame: &[u8]) -> Result<(u16, u16)> {
 
 /// [`partial_csum_for`] from a header copy `head` of a `len`-byte frame.
 pub fn partial_csum_of(head: &[u8], len: usize) -> Result<(u16, u16)> {
-    let h = parse_headers_of(head, len)?;
-    let offset = l4_csum_offset(&h)?;
+    partial_csum_at(&parse_headers_of(head, len)?)
+}
+
+/// [`partial_csum_for`] of a frame whose headers were found to be `h`.
+pub fn partial_csum_at(h: &Headers) -> Result<(u16, u16)> {
+    let offset = l4_csum_offset(h)?;
     Ok((
         to_u16(h.l4_off, "transport header offset", h.l4_off)?,
         offset,

@@ -2,6 +2,12 @@
 //! and source MACs and the EtherType, or a TPID when a VLAN tag follows.
 
 use super::{be16, bytes, need, view, Result, ETH_HLEN};
+use std::ops::Range;
+
+/// Where the destination MAC is.
+pub const DST: Range<usize> = 0..6;
+/// Where the source MAC is.
+pub const SRC: Range<usize> = 6..12;
 
 view!(
     /// An Ethernet II header and what follows it.
@@ -15,11 +21,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     pub fn dst(&self) -> [u8; 6] {
-        bytes(self.buffer.as_ref(), 0)
+        bytes(self.buffer.as_ref(), DST.start)
     }
 
     pub fn src(&self) -> [u8; 6] {
-        bytes(self.buffer.as_ref(), 6)
+        bytes(self.buffer.as_ref(), SRC.start)
     }
 
     /// The EtherType, or a TPID ([`super::is_tpid`]).
@@ -35,11 +41,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_dst(&mut self, mac: [u8; 6]) {
-        self.buffer.as_mut()[..6].copy_from_slice(&mac);
+        self.buffer.as_mut()[DST].copy_from_slice(&mac);
     }
 
     pub fn set_src(&mut self, mac: [u8; 6]) {
-        self.buffer.as_mut()[6..12].copy_from_slice(&mac);
+        self.buffer.as_mut()[SRC].copy_from_slice(&mac);
     }
 
     pub fn set_ethertype(&mut self, t: u16) {
