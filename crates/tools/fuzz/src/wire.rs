@@ -1,13 +1,18 @@
-//! The one header walk (`frame::wire`) on frames it did not build.
+//! The one header walk (`frame::wire`) and its views on frames they did
+//! not build.
 
-use frame::wire::{self, eth, vlan, Frame, L4};
+use frame::wire::{self, arp, eth, ipv4, ipv6, tcp, udp, vlan, Frame, L4};
 
 /// `frame::wire::parse_of` on the input as a whole frame and as the header
 /// copy of a longer one: the offsets it returns are ordered and lie within
 /// what it read, the header copy up to the end of the transport header
 /// parses as the whole frame did, the views at those offsets read without
-/// panicking, and the link layer re-emits to its own bytes.
+/// panicking, and the link layer re-emits to its own bytes. Then every
+/// view at every offset.
 pub fn frame_wire(data: &[u8]) {
+    for off in 0..data.len().min(64) {
+        every_view(&data[off..]);
+    }
     let claimed = data
         .len()
         .saturating_add(usize::from(data.first().copied().unwrap_or(0)) * 64);
@@ -26,6 +31,23 @@ pub fn frame_wire(data: &[u8]) {
     }
     views(&f, data);
     link_round_trip(&f, data);
+}
+
+/// Every view over `b`, each field of those that fit, and their reprs.
+fn every_view(b: &[u8]) {
+    if let Ok(p) = eth::Packet::new_checked(b) {
+        let _ = (eth::Repr::parse(&p), p.payload().len());
+    }
+    let _ = vlan::Packet::new_checked(b).map(|p| vlan::Repr::parse(&p));
+    let _ = ipv4::Packet::new_checked(b).map(|p| (ipv4::Repr::parse(&p), p.options().len()));
+    let _ = ipv6::Packet::new_checked(b).map(|p| ipv6::Repr::parse(&p));
+    let _ = ipv6::ExtHeader::new_checked(b).map(|p| (p.next_header(), p.header_len()));
+    let _ = ipv6::FragmentHeader::new_checked(b).map(|p| (p.frag_offset(), p.ident()));
+    let _ = ipv6::walk_ext(b, wire::PROTO_HOPOPTS, 0, true);
+    let _ = ipv6::skip_ext(b, wire::PROTO_DSTOPTS, 0, false);
+    let _ = arp::Packet::new_checked(b).map(|p| arp::Repr::parse(&p));
+    let _ = tcp::Packet::new_checked(b).map(|p| (tcp::Repr::parse(&p), p.options().len()));
+    let _ = udp::Packet::new_checked(b).map(|p| udp::Repr::parse(&p));
 }
 
 /// Reads every field of every view the walk points at.
