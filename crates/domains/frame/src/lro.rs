@@ -23,9 +23,6 @@ use crate::packet::{Csum, FrameRef, Gso, GsoKind};
 use crate::wire::tcp::{ACK as TCP_ACK, PSH as TCP_PSH};
 use crate::wire::{ipv4, ipv6, tcp, ETH_HLEN};
 
-/// Store key, in the frontend directory (`guest`) or the backend's
-/// (`driver`), that turns LRO on at that end.
-pub const KEY: &str = "splitnet-lro";
 /// Flows held at once; a new flow beyond them flushes the oldest.
 pub const FLOWS: usize = 4;
 /// Largest merged frame: a netif request's and a TAP write's 16-bit size.

@@ -6,7 +6,8 @@ use crate::supervisor::Supervisor;
 use crate::topology::Topology;
 use crate::topology::{LroAt, VifConfig, VifOptions};
 use crate::uplink::Uplinks;
-use abi::xenbus::{self, XenbusState};
+use abi::vif_backend::{GrantPath, RxPath, TxPath, VifBackend};
+use abi::xenbus::{self, keys, XenbusState};
 use hv::core::Hypervisor;
 use hv::proto::{DomId, Request};
 use std::fs;
@@ -31,7 +32,7 @@ pub fn socket_path(run_dir: &Path) -> PathBuf {
 pub struct DaemonConfig {
     pub topology: Topology,
     pub run_dir: PathBuf,
-    /// The `splitnet` executable, run as `splitnet domain` inside each namespace.
+    /// The `splitnet-domain` executable, run inside each domain's namespace.
     pub exe: PathBuf,
 }
 
@@ -222,62 +223,79 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
     // `backend` after `backend-id`: a frontend following its backend reads
     // both when `backend` changes; `state` last marks the directory complete.
     for (k, val) in [
-        ("backend-id", bs.as_str()),
-        ("backend", be.as_str()),
-        ("handle", handle.as_str()),
-        ("mac", v.mac.as_str()),
+        (keys::BACKEND_ID, bs.as_str()),
+        (keys::BACKEND, be.as_str()),
+        (keys::HANDLE, handle.as_str()),
+        (keys::MAC, v.mac.as_str()),
     ] {
         ts.write(&format!("{fe}/{k}"), val)?;
     }
-    write_lro(ts, &fe, &be, v.lro)?;
-    write_rx_tuning(ts, &fe, &be, v)?;
-    ts.write(&format!("{fe}/state"), &state)?;
+    write_lro(ts, &fe, v.lro)?;
+    write_rx_tuning(ts, &fe, v)?;
+    ts.write(&format!("{fe}/{}", keys::STATE), &state)?;
     write_vif_options(ts, &be, &v.opts)?;
-    let index = v.index.to_string();
     // A vif with a hotplug script stays offline until the script succeeded
     // (the supervisor then writes `online` = 1), as Xen's netback waits for
     // `hotplug-status`: a failed script leaves the driver domain nothing to undo.
     let online = if v.opts.script.is_some() { "0" } else { "1" };
-    let offload = v.offload.to_string();
     for (k, val) in [
-        ("frontend", fe.as_str()),
-        ("frontend-id", gs.as_str()),
-        ("handle", handle.as_str()),
-        ("mac", v.mac.as_str()),
-        ("online", online),
-        ("splitnet-rx-mode", v.rx_mode.as_str()),
-        ("splitnet-tx-mode", v.tx_mode.as_str()),
-        ("splitnet-grants", v.grants.as_str()),
-        ("splitnet-offload", offload.as_str()),
-        ("splitnet-index", index.as_str()),
-        ("state", state.as_str()),
+        (keys::FRONTEND, fe.as_str()),
+        (keys::FRONTEND_ID, gs.as_str()),
+        (keys::HANDLE, handle.as_str()),
+        (keys::MAC, v.mac.as_str()),
+        (keys::ONLINE, online),
     ] {
         ts.write(&format!("{be}/{k}"), val)?;
     }
-    Ok(())
+    for (k, val) in backend_record(v)?.nodes() {
+        ts.write(&format!("{be}/{k}"), &val)?;
+    }
+    ts.write(&format!("{be}/{}", keys::STATE), &state)
 }
 
-/// Tells the end that runs large receive offload (Ram thesis 5.1) to: the
-/// frontend directory's `splitnet-lro` = `guest`, or the backend's = `driver`.
-fn write_lro(ts: &mut Store<'_>, fe: &str, be: &str, at: LroAt) -> Result<(), String> {
+/// The vif's options netback reads, as their one record.
+fn backend_record(v: &VifConfig) -> Result<VifBackend, String> {
+    use crate::topology::{Grants, RxMode, TxMode};
+    Ok(VifBackend {
+        index: u32::try_from(v.index).map_err(|_| format!("vif index {} too large", v.index))?,
+        rx: match v.rx_mode {
+            RxMode::Copy => RxPath::Copy,
+            RxMode::Flip => RxPath::Flip,
+        },
+        tx: match v.tx_mode {
+            TxMode::Gather => TxPath::Gather,
+            TxMode::Copy => TxPath::Copy,
+            TxMode::Map => TxPath::Map,
+        },
+        grants: match v.grants {
+            Grants::Ngm => GrantPath::Ngm,
+            Grants::HvCopy => GrantPath::HvCopy,
+        },
+        offload: v.offload,
+        lro: v.lro == LroAt::Driver,
+        prefetch: v.prefetch,
+    })
+}
+
+/// Tells netfront when it runs large receive offload (Ram thesis 5.1): the
+/// frontend directory's `splitnet-lro` = `guest` (netback's is in its record).
+fn write_lro(ts: &mut Store<'_>, fe: &str, at: LroAt) -> Result<(), String> {
     match at {
-        LroAt::Off => Ok(()),
-        LroAt::Guest => ts.write(&format!("{fe}/splitnet-lro"), "guest"),
-        LroAt::Driver => ts.write(&format!("{be}/splitnet-lro"), "driver"),
+        LroAt::Guest => ts.write(&format!("{fe}/{}", keys::LRO), "guest"),
+        // In netback: the backend's record says so.
+        LroAt::Off | LroAt::Driver => Ok(()),
     }
 }
 
-/// The guest receive optimizations (Ram thesis ch. 5) the vif asks for:
-/// `splitnet-rx-buffer` = `half` for netfront, `splitnet-prefetch` = 1 for
-/// both ends. Each end reads its own at connect.
-fn write_rx_tuning(ts: &mut Store<'_>, fe: &str, be: &str, v: &VifConfig) -> Result<(), String> {
+/// The guest receive optimizations (Ram thesis ch. 5) the vif asks of
+/// netfront: `splitnet-rx-buffer` = `half`, `splitnet-prefetch` = 1
+/// (netback's prefetch is in its record). Each end reads its own at connect.
+fn write_rx_tuning(ts: &mut Store<'_>, fe: &str, v: &VifConfig) -> Result<(), String> {
     if v.rx_buffer == crate::topology::RxBuffer::Half {
-        ts.write(&format!("{fe}/splitnet-rx-buffer"), "half")?;
+        ts.write(&format!("{fe}/{}", keys::RX_BUFFER), "half")?;
     }
     if v.prefetch {
-        for dir in [fe, be] {
-            ts.write(&format!("{dir}/splitnet-prefetch"), "1")?;
-        }
+        ts.write(&format!("{fe}/{}", keys::PREFETCH), "1")?;
     }
     Ok(())
 }

@@ -76,7 +76,7 @@ fn state_name(v: &str) -> String {
 
 /// The offloads the toolstack chose for a vif (`splitnet-offload`).
 fn configured_offloads(read: &mut impl FnMut(String) -> String, be: &str) -> Caps {
-    Caps::parse(&read(format!("{be}/splitnet-offload"))).unwrap_or(Caps::NONE)
+    Caps::parse(&read(format!("{be}/{}", abi::xenbus::keys::OFFLOAD))).unwrap_or(Caps::NONE)
 }
 
 /// The offloads a vif uses, each as both ends negotiated it (Menon 2006
@@ -125,8 +125,8 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             .unwrap_or(Value::Null);
         // Where LRO runs, and (driver) whether netback could turn it on.
         let lro = match (
-            read(format!("{fe}/splitnet-lro")),
-            read(format!("{be}/splitnet-lro")),
+            read(format!("{fe}/{}", abi::xenbus::keys::LRO)),
+            read(format!("{be}/{}", abi::xenbus::keys::LRO)),
         ) {
             (g, _) if g == "guest" => json!({"where": "guest", "on": true}),
             (_, d) if d == "driver" => stats
@@ -158,16 +158,16 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
             "frontend_state": state_name(&read(format!("{fe}/state"))),
             "backend_state": state_name(&read(format!("{be}/state"))),
             "mac": read(format!("{be}/mac")),
-            "rx_mode": read(format!("{be}/splitnet-rx-mode")),
-            "tx_mode": read(format!("{be}/splitnet-tx-mode")),
-            "grants": read(format!("{be}/splitnet-grants")),
+            "rx_mode": read(format!("{be}/{}", abi::xenbus::keys::RX_MODE)),
+            "tx_mode": read(format!("{be}/{}", abi::xenbus::keys::TX_MODE)),
+            "grants": read(format!("{be}/{}", abi::xenbus::keys::GRANTS)),
             "offload": configured_offloads(&mut read, be).any(),
             "offloads": negotiated_offloads(&mut read, fe, be),
             "lro": lro,
             "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
             "features": features,
             "options": vif_options(&mut read, be),
-            "disconnect_reason": Some(read(format!("{be}/disconnect-reason"))).filter(|r| !r.is_empty()),
+            "disconnect_reason": Some(read(format!("{be}/{}", abi::xenbus::keys::DISCONNECT_REASON))).filter(|r| !r.is_empty()),
             "counters": stats,
             "ring": ring,
             "queue": queue,
