@@ -155,7 +155,7 @@ pub fn parse_headers(frame: &[u8]) -> Result<Headers> {
 /// lengths in the headers are checked against `len`; the headers themselves
 /// must lie within `head`, or the frame is reported truncated.
 pub fn parse_headers_of(head: &[u8], len: usize) -> Result<Headers> {
-    Ok(wire::parse_of(head, len)?.net)
+    Ok(wire::parse_net(head, len)?)
 }
 
 /// Offset of the TCP/UDP checksum field relative to `h.l4_off`.

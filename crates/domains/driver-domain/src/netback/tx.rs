@@ -407,12 +407,15 @@ impl Netback {
         if head.get(eth::SRC) != Some(&self.mac[..]) {
             return Err("spoofed_mac");
         }
-        // One walk over the headers serves every check below.
-        let h = frame::offload::parse_headers_of(head, p.total).ok();
+        // One walk over the headers serves every check below, and only a
+        // GSO packet or a blank checksum needs it.
+        let blank = p.flags.contains(TxFlags::CSUM_BLANK);
+        let h = (p.gso.is_some() || blank)
+            .then(|| frame::offload::parse_headers_of(head, p.total).ok())
+            .flatten();
         if p.gso.is_some_and(|g| !gso_is_tcp(h.as_ref(), g.kind)) {
             return Err("gso_not_tcp");
         }
-        let blank = p.flags.contains(TxFlags::CSUM_BLANK);
         if blank && self.negotiated.csum != self.negotiated.csum6 {
             // Checksum offload for one IP version only: this frame's.
             let v6 = h.is_some_and(|h| h.l3 == L3::Ipv6);

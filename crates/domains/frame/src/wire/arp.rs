@@ -16,31 +16,38 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks that the buffer holds the fixed part (hardware and protocol
     /// types and lengths, operation: 8 bytes); the addresses are checked by
     /// [`Repr::parse`], whose lengths the fixed part gives.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), 8, "ARP header")
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
 
+    #[inline]
     pub fn htype(&self) -> u16 {
         be16(self.b(), 0)
     }
 
+    #[inline]
     pub fn ptype(&self) -> u16 {
         be16(self.b(), 2)
     }
 
+    #[inline]
     pub fn hlen(&self) -> u8 {
         self.b()[4]
     }
 
+    #[inline]
     pub fn plen(&self) -> u8 {
         self.b()[5]
     }
 
     /// 1: request, 2: reply.
+    #[inline]
     pub fn operation(&self) -> u16 {
         be16(self.b(), 6)
     }

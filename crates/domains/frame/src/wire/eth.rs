@@ -16,38 +16,46 @@ view!(
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks that the buffer holds the 14-byte header.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), ETH_HLEN, "Ethernet header")
     }
 
+    #[inline]
     pub fn dst(&self) -> [u8; 6] {
         bytes(self.buffer.as_ref(), DST.start)
     }
 
+    #[inline]
     pub fn src(&self) -> [u8; 6] {
         bytes(self.buffer.as_ref(), SRC.start)
     }
 
     /// The EtherType, or a TPID ([`super::is_tpid`]).
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         be16(self.buffer.as_ref(), 12)
     }
 
     /// The bytes after the header.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[ETH_HLEN..]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    #[inline]
     pub fn set_dst(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[DST].copy_from_slice(&mac);
     }
 
+    #[inline]
     pub fn set_src(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[SRC].copy_from_slice(&mac);
     }
 
+    #[inline]
     pub fn set_ethertype(&mut self, t: u16) {
         self.buffer.as_mut()[12..14].copy_from_slice(&t.to_be_bytes());
     }

@@ -19,78 +19,95 @@ view!(
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks that the buffer holds the fixed 20 bytes.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), MIN_HLEN, WHAT)
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
 
+    #[inline]
     pub fn version(&self) -> u8 {
         self.b()[0] >> 4
     }
 
     /// The header's length in bytes, options included (as claimed).
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.b()[0] & 0x0f) * 4
     }
 
     /// DSCP and ECN.
+    #[inline]
     pub fn tos(&self) -> u8 {
         self.b()[1]
     }
 
     /// Header and payload, in bytes (as claimed).
+    #[inline]
     pub fn total_len(&self) -> u16 {
         be16(self.b(), 2)
     }
 
+    #[inline]
     pub fn ident(&self) -> u16 {
         be16(self.b(), 4)
     }
 
+    #[inline]
     pub fn dont_frag(&self) -> bool {
         self.b()[6] & 0x40 != 0
     }
 
+    #[inline]
     pub fn more_frags(&self) -> bool {
         self.b()[6] & 0x20 != 0
     }
 
     /// The fragment offset, in 8-byte units.
+    #[inline]
     pub fn frag_offset(&self) -> u16 {
         be16(self.b(), 6) & 0x1fff
     }
 
     /// A fragment (not the whole datagram): its transport header is
     /// elsewhere or incomplete.
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         self.more_frags() || self.frag_offset() != 0
     }
 
+    #[inline]
     pub fn ttl(&self) -> u8 {
         self.b()[8]
     }
 
     /// The transport protocol number.
+    #[inline]
     pub fn protocol(&self) -> u8 {
         self.b()[9]
     }
 
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.b(), 10)
     }
 
+    #[inline]
     pub fn src(&self) -> [u8; 4] {
         bytes(self.b(), 12)
     }
 
+    #[inline]
     pub fn dst(&self) -> [u8; 4] {
         bytes(self.b(), 16)
     }
 
     /// The options, as far as the buffer holds them.
+    #[inline]
     pub fn options(&self) -> &[u8] {
         let end = self.header_len().clamp(MIN_HLEN, self.b().len());
         &self.b()[MIN_HLEN..end]
@@ -98,6 +115,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Whether the stored checksum is right (the whole header must be in
     /// the buffer).
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         self.b()
             .get(..self.header_len())
@@ -106,54 +124,66 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    #[inline]
     fn m(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
 
     /// Sets version 4 and the header length (a multiple of 4, at most 60).
+    #[inline]
     pub fn set_header_len(&mut self, len: usize) {
         self.m()[0] = 0x40 | ((len / 4) as u8 & 0x0f);
     }
 
+    #[inline]
     pub fn set_tos(&mut self, v: u8) {
         self.m()[1] = v;
     }
 
+    #[inline]
     pub fn set_total_len(&mut self, v: u16) {
         self.m()[2..4].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_ident(&mut self, v: u16) {
         self.m()[4..6].copy_from_slice(&v.to_be_bytes());
     }
 
     /// Sets DF, MF and the fragment offset (8-byte units).
+    #[inline]
     pub fn set_frag(&mut self, dont_frag: bool, more_frags: bool, offset: u16) {
         let v = (u16::from(dont_frag) << 14) | (u16::from(more_frags) << 13) | (offset & 0x1fff);
         self.m()[6..8].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_ttl(&mut self, v: u8) {
         self.m()[8] = v;
     }
 
+    #[inline]
     pub fn set_protocol(&mut self, v: u8) {
         self.m()[9] = v;
     }
 
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         self.m()[10..12].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_src(&mut self, a: [u8; 4]) {
         self.m()[12..16].copy_from_slice(&a);
     }
 
+    #[inline]
     pub fn set_dst(&mut self, a: [u8; 4]) {
         self.m()[16..20].copy_from_slice(&a);
     }
 
     /// Writes the header checksum over the header the buffer holds.
+    #[inline]
     pub fn fill_checksum(&mut self) {
         let n = self.header_len().clamp(MIN_HLEN, self.b().len());
         let c = header_checksum(&self.b()[..n]);
@@ -174,6 +204,38 @@ pub fn header_checksum(hdr: &[u8]) -> u16 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
     !(sum as u16)
+}
+
+/// [`Repr::parse`]'s checks without the copy: `(header_len, total_len)`
+/// (the walk, [`super::parse_of`], reads no more than it needs).
+#[inline]
+pub fn check<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<(usize, usize)> {
+    let malformed = |reason| Error::Malformed {
+        what: WHAT,
+        at: 0,
+        reason,
+    };
+    if p.version() != 4 {
+        return Err(malformed(Reason::Version {
+            got: p.version(),
+            want: 4,
+        }));
+    }
+    let header_len = p.header_len();
+    if header_len < MIN_HLEN {
+        return Err(malformed(Reason::HeaderLen {
+            len: header_len,
+            min: MIN_HLEN,
+        }));
+    }
+    let total_len = usize::from(p.total_len());
+    if total_len < header_len {
+        return Err(malformed(Reason::TotalLen {
+            total: total_len,
+            header: header_len,
+        }));
+    }
+    Ok((header_len, total_len))
 }
 
 /// An IPv4 header's fields (options are counted in `header_len`, not kept).
@@ -199,31 +261,7 @@ impl Repr {
     /// header of at least 20 bytes, a total length not below it. Whether
     /// the total length fits the frame is the walk's to check.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr> {
-        let malformed = |reason| Error::Malformed {
-            what: WHAT,
-            at: 0,
-            reason,
-        };
-        if p.version() != 4 {
-            return Err(malformed(Reason::Version {
-                got: p.version(),
-                want: 4,
-            }));
-        }
-        let header_len = p.header_len();
-        if header_len < MIN_HLEN {
-            return Err(malformed(Reason::HeaderLen {
-                len: header_len,
-                min: MIN_HLEN,
-            }));
-        }
-        let total_len = usize::from(p.total_len());
-        if total_len < header_len {
-            return Err(malformed(Reason::TotalLen {
-                total: total_len,
-                header: header_len,
-            }));
-        }
+        let (header_len, total_len) = check(p)?;
         Ok(Repr {
             src: p.src(),
             dst: p.dst(),
@@ -240,6 +278,7 @@ impl Repr {
     }
 
     /// A fragment of a datagram.
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         self.more_frags || self.frag_offset != 0
     }

@@ -25,79 +25,112 @@ view!(
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks that the buffer holds the fixed 40 bytes.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), HLEN, WHAT)
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
 
+    #[inline]
     pub fn version(&self) -> u8 {
         self.b()[0] >> 4
     }
 
+    #[inline]
     pub fn traffic_class(&self) -> u8 {
         (be16(self.b(), 0) >> 4) as u8
     }
 
+    #[inline]
     pub fn flow_label(&self) -> u32 {
         be32(self.b(), 0) & 0x000f_ffff
     }
 
     /// Bytes after this header, extension headers included (as claimed).
+    #[inline]
     pub fn payload_len(&self) -> u16 {
         be16(self.b(), 4)
     }
 
     /// The first extension header or the upper-layer protocol.
+    #[inline]
     pub fn next_header(&self) -> u8 {
         self.b()[6]
     }
 
+    #[inline]
     pub fn hop_limit(&self) -> u8 {
         self.b()[7]
     }
 
+    #[inline]
     pub fn src(&self) -> [u8; 16] {
         bytes(self.b(), 8)
     }
 
+    #[inline]
     pub fn dst(&self) -> [u8; 16] {
         bytes(self.b(), 24)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    #[inline]
     fn m(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
 
     /// Sets version 6, the traffic class and the flow label.
+    #[inline]
     pub fn set_class_and_flow(&mut self, class: u8, flow: u32) {
         let w = (6u32 << 28) | (u32::from(class) << 20) | (flow & 0x000f_ffff);
         self.m()[..4].copy_from_slice(&w.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_payload_len(&mut self, v: u16) {
         self.m()[4..6].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_next_header(&mut self, v: u8) {
         self.m()[6] = v;
     }
 
+    #[inline]
     pub fn set_hop_limit(&mut self, v: u8) {
         self.m()[7] = v;
     }
 
+    #[inline]
     pub fn set_src(&mut self, a: [u8; 16]) {
         self.m()[8..24].copy_from_slice(&a);
     }
 
+    #[inline]
     pub fn set_dst(&mut self, a: [u8; 16]) {
         self.m()[24..40].copy_from_slice(&a);
     }
+}
+
+/// [`Repr::parse`]'s check without the copy: version 6.
+#[inline]
+pub fn check<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<()> {
+    if p.version() != 6 {
+        return Err(Error::Malformed {
+            what: WHAT,
+            at: 0,
+            reason: Reason::Version {
+                got: p.version(),
+                want: 6,
+            },
+        });
+    }
+    Ok(())
 }
 
 /// An IPv6 header's fields.
@@ -117,16 +150,7 @@ impl Repr {
     /// Validates the version. A zero payload length with a jumbo option
     /// (RFC 2675) is not supported: the walk then finds the packet short.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr> {
-        if p.version() != 6 {
-            return Err(Error::Malformed {
-                what: WHAT,
-                at: 0,
-                reason: Reason::Version {
-                    got: p.version(),
-                    want: 6,
-                },
-            });
-        }
+        check(p)?;
         Ok(Repr {
             src: p.src(),
             dst: p.dst(),
@@ -156,16 +180,19 @@ view!(
 
 impl<T: AsRef<[u8]>> ExtHeader<T> {
     /// Checks that the buffer holds the first 8 bytes.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), 8, EXT)
     }
 
+    #[inline]
     pub fn next_header(&self) -> u8 {
         self.buffer.as_ref()[0]
     }
 
     /// The header's length in bytes (as claimed): 8-byte units after the
     /// first 8.
+    #[inline]
     pub fn header_len(&self) -> usize {
         (usize::from(self.buffer.as_ref()[1]) + 1) * 8
     }
@@ -181,23 +208,28 @@ impl<T: AsRef<[u8]>> FragmentHeader<T> {
     pub const LEN: usize = 8;
 
     /// Checks that the buffer holds the 8 bytes.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), Self::LEN, "IPv6 fragment header")
     }
 
+    #[inline]
     pub fn next_header(&self) -> u8 {
         self.buffer.as_ref()[0]
     }
 
     /// The fragment offset, in 8-byte units.
+    #[inline]
     pub fn frag_offset(&self) -> u16 {
         be16(self.buffer.as_ref(), 2) >> 3
     }
 
+    #[inline]
     pub fn more_frags(&self) -> bool {
         self.buffer.as_ref()[3] & 1 != 0
     }
 
+    #[inline]
     pub fn ident(&self) -> u32 {
         be32(self.buffer.as_ref(), 4)
     }
@@ -209,6 +241,7 @@ impl<T: AsRef<[u8]>> FragmentHeader<T> {
 /// [`PROTO_FRAGMENT`]) and its offset. `first`: `at` is right after the
 /// fixed header, the only place hop-by-hop options may be (RFC 8200 §4.1).
 /// Every header must lie within `packet`; at most [`MAX_EXT_HEADERS`].
+#[inline]
 pub fn walk_ext(packet: &[u8], next: u8, at: usize, first: bool) -> Result<(u8, usize)> {
     walk(packet, next, at, first, true)
 }
@@ -221,6 +254,7 @@ pub fn skip_ext(head: &[u8], next: u8, at: usize, first: bool) -> Result<(u8, us
     walk(head, next, at, first, false)
 }
 
+#[inline]
 fn walk(buf: &[u8], mut next: u8, mut at: usize, first: bool, whole: bool) -> Result<(u8, usize)> {
     for i in 0..=MAX_EXT_HEADERS {
         if !matches!(next, PROTO_HOPOPTS | PROTO_ROUTING | PROTO_DSTOPTS) {

@@ -18,7 +18,7 @@ pub mod tcp;
 pub mod udp;
 pub mod vlan;
 
-pub use headers::{parse, parse_of, Frame, Headers, L3, L4};
+pub use headers::{parse, parse_net, parse_of, Frame, Headers, L3, L4};
 pub use vlan::Link;
 
 /// Length of an Ethernet II header: two MACs and the EtherType.
@@ -159,6 +159,7 @@ impl Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Checks that `n` bytes from `at` lie within `len` bytes.
+#[inline]
 pub fn within(len: usize, at: usize, n: usize, what: &'static str) -> Result<()> {
     if at.checked_add(n).is_some_and(|e| e <= len) {
         Ok(())
@@ -173,21 +174,25 @@ pub fn within(len: usize, at: usize, n: usize, what: &'static str) -> Result<()>
 }
 
 /// `buf[at..]`, empty past the end.
+#[inline]
 pub(crate) fn from(buf: &[u8], at: usize) -> &[u8] {
     buf.get(at..).unwrap_or(&[])
 }
 
 /// Reads a big-endian u16 at `at` (the caller checked the length).
+#[inline]
 pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
 /// Reads a big-endian u32 at `at` (the caller checked the length).
+#[inline]
 pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 /// Copies `N` bytes from `at` (the caller checked the length).
+#[inline]
 pub(crate) fn bytes<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
     let mut a = [0; N];
     a.copy_from_slice(&b[at..at + N]);
@@ -233,6 +238,7 @@ macro_rules! view {
 pub(crate) use view;
 
 /// `Truncated` unless `buf` holds `need` bytes.
+#[inline]
 pub(crate) fn need(buf: &[u8], need: usize, what: &'static str) -> Result<()> {
     within(buf.len(), 0, need, what)
 }

@@ -25,54 +25,66 @@ view!(
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks that the buffer holds the fixed 20 bytes; the options the
     /// data offset claims are checked by [`Repr::parse`].
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), MIN_HLEN, "TCP header")
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
 
+    #[inline]
     pub fn src_port(&self) -> u16 {
         be16(self.b(), 0)
     }
 
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         be16(self.b(), 2)
     }
 
+    #[inline]
     pub fn seq(&self) -> u32 {
         be32(self.b(), 4)
     }
 
+    #[inline]
     pub fn ack(&self) -> u32 {
         be32(self.b(), 8)
     }
 
     /// The header's length in bytes, options included (as claimed).
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.b()[12] >> 4) * 4
     }
 
     /// The reserved bits (low nibble of byte 12; 0 from a conforming sender).
+    #[inline]
     pub fn reserved(&self) -> u8 {
         self.b()[12] & 0x0f
     }
 
     /// FIN, SYN, RST, PSH, ACK, URG, ECE, CWR.
+    #[inline]
     pub fn flags(&self) -> u8 {
         self.b()[13]
     }
 
+    #[inline]
     pub fn window(&self) -> u16 {
         be16(self.b(), 14)
     }
 
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.b(), 16)
     }
 
     /// The options, as far as the buffer holds them.
+    #[inline]
     pub fn options(&self) -> &[u8] {
         let end = self.header_len().clamp(MIN_HLEN, self.b().len());
         &self.b()[MIN_HLEN..end]
@@ -80,43 +92,67 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    #[inline]
     fn m(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
 
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         self.m()[..2].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         self.m()[2..4].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_seq(&mut self, v: u32) {
         self.m()[4..8].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_ack(&mut self, v: u32) {
         self.m()[8..12].copy_from_slice(&v.to_be_bytes());
     }
 
     /// Sets the data offset (header length, a multiple of 4 up to 60),
     /// clearing the reserved bits.
+    #[inline]
     pub fn set_header_len(&mut self, len: usize) {
         self.m()[12] = ((len / 4) as u8) << 4;
     }
 
+    #[inline]
     pub fn set_flags(&mut self, v: u8) {
         self.m()[13] = v;
     }
 
+    #[inline]
     pub fn set_window(&mut self, v: u16) {
         self.m()[14..16].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         self.m()[16..18].copy_from_slice(&v.to_be_bytes());
     }
+}
+
+/// [`Repr::parse`]'s checks without the copy: the header length.
+#[inline]
+pub fn check<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<usize> {
+    let header_len = p.header_len();
+    if header_len < MIN_HLEN {
+        return Err(Error::Malformed {
+            what: "TCP header",
+            at: 0,
+            reason: Reason::DataOffset { len: header_len },
+        });
+    }
+    need(p.b(), header_len, "TCP header with options")?;
+    Ok(header_len)
 }
 
 /// A TCP header's fields (options are counted in `header_len`, not kept;
@@ -137,15 +173,7 @@ impl Repr {
     /// Validates the data offset (at least 20) and that the options it
     /// claims are in the buffer.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr> {
-        let header_len = p.header_len();
-        if header_len < MIN_HLEN {
-            return Err(Error::Malformed {
-                what: "TCP header",
-                at: 0,
-                reason: Reason::DataOffset { len: header_len },
-            });
-        }
-        need(p.b(), header_len, "TCP header with options")?;
+        let header_len = check(p)?;
         Ok(Repr {
             src_port: p.src_port(),
             dst_port: p.dst_port(),

@@ -14,49 +14,73 @@ view!(
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks that the buffer holds the 8-byte header.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), HLEN, "UDP header")
     }
 
+    #[inline]
     pub fn src_port(&self) -> u16 {
         be16(self.buffer.as_ref(), 0)
     }
 
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         be16(self.buffer.as_ref(), 2)
     }
 
     /// Header and payload, in bytes (as claimed).
+    #[inline]
     pub fn len(&self) -> u16 {
         be16(self.buffer.as_ref(), 4)
     }
 
     /// Whether the claimed length is 0 (then malformed, see [`Repr::parse`]).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), 6)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         self.buffer.as_mut()[..2].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         self.buffer.as_mut()[2..4].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_len(&mut self, v: u16) {
         self.buffer.as_mut()[4..6].copy_from_slice(&v.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         self.buffer.as_mut()[6..8].copy_from_slice(&v.to_be_bytes());
     }
+}
+
+/// [`Repr::parse`]'s check without the copy: the length.
+#[inline]
+pub fn check<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<usize> {
+    let len = usize::from(p.len());
+    if len < HLEN {
+        return Err(Error::Malformed {
+            what: "UDP header",
+            at: 0,
+            reason: Reason::UdpLength { len },
+        });
+    }
+    Ok(len)
 }
 
 /// A UDP header's fields (the checksum is the offload driver's).
@@ -72,14 +96,7 @@ impl Repr {
     /// Validates the length: at least the header. Whether it fits the IP
     /// packet is the walk's to check.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr> {
-        let len = usize::from(p.len());
-        if len < HLEN {
-            return Err(Error::Malformed {
-                what: "UDP header",
-                at: 0,
-                reason: Reason::UdpLength { len },
-            });
-        }
+        let len = check(p)?;
         Ok(Repr {
             src_port: p.src_port(),
             dst_port: p.dst_port(),

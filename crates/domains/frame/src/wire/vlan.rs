@@ -29,26 +29,31 @@ view!(
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks that the buffer holds the TCI and the EtherType.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         need(self.buffer.as_ref(), VLAN_HLEN, "802.1Q tag")
     }
 
     /// Priority, drop eligibility and VLAN ID.
+    #[inline]
     pub fn tci(&self) -> u16 {
         be16(self.buffer.as_ref(), 0)
     }
 
     /// The EtherType the tag carries (or the TPID of a further tag).
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         be16(self.buffer.as_ref(), 2)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    #[inline]
     pub fn set_tci(&mut self, tci: u16) {
         self.buffer.as_mut()[..2].copy_from_slice(&tci.to_be_bytes());
     }
 
+    #[inline]
     pub fn set_ethertype(&mut self, t: u16) {
         self.buffer.as_mut()[2..4].copy_from_slice(&t.to_be_bytes());
     }
@@ -63,16 +68,19 @@ pub struct Tag {
 
 impl Tag {
     /// The VLAN ID (0: priority only, no VLAN).
+    #[inline]
     pub fn vid(&self) -> u16 {
         self.tci & 0x0fff
     }
 
     /// The priority code point.
+    #[inline]
     pub fn pcp(&self) -> u8 {
         (self.tci >> 13) as u8
     }
 
     /// The drop eligible indicator.
+    #[inline]
     pub fn dei(&self) -> bool {
         self.tci & 0x1000 != 0
     }
@@ -102,6 +110,7 @@ impl Repr {
     }
 
     /// The TCI these fields make (PCP cut to 3 bits, VID to 12).
+    #[inline]
     pub fn tci(&self) -> u16 {
         (u16::from(self.pcp & 7) << 13) | (u16::from(self.dei) << 12) | (self.vid & 0x0fff)
     }
@@ -116,12 +125,10 @@ impl Repr {
     }
 }
 
-/// The link layer of a frame: its MACs, its VLAN tags (outer first) and
-/// where its network layer starts.
+/// The link layer of a frame: its VLAN tags (outer first), its EtherType
+/// and where its network layer starts (the MACs are the [`eth::Packet`]'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Link {
-    pub dst: [u8; 6],
-    pub src: [u8; 6],
     /// The tags looked through, outer first; `None` past the last.
     pub tags: [Option<Tag>; MAX_VLAN_TAGS],
     /// The EtherType after the tags: that of the network layer, or a TPID
@@ -134,11 +141,10 @@ pub struct Link {
 impl Link {
     /// Reads the Ethernet header and up to two tags ([module docs](self)).
     /// Fails only when the header or an announced tag is cut short.
+    #[inline]
     pub fn parse(frame: &[u8]) -> Result<Link> {
         let e = eth::Packet::new_checked(frame)?;
         let mut link = Link {
-            dst: e.dst(),
-            src: e.src(),
             tags: [None; MAX_VLAN_TAGS],
             ethertype: e.ethertype(),
             l3_off: ETH_HLEN,
@@ -160,17 +166,20 @@ impl Link {
     }
 
     /// The outer tag, if any.
+    #[inline]
     pub fn outer(&self) -> Option<Tag> {
         self.tags[0]
     }
 
     /// How many tags were looked through.
+    #[inline]
     pub fn tag_count(&self) -> usize {
         self.tags.iter().flatten().count()
     }
 
     /// Tagged more deeply than [`MAX_VLAN_TAGS`]: what follows the tags
     /// looked through is another tag, left unread.
+    #[inline]
     pub fn too_deep(&self) -> bool {
         is_tpid(self.ethertype)
     }
@@ -203,7 +212,7 @@ mod tests {
             (l.ethertype, l.l3_off, l.tag_count()),
             (ETHERTYPE_ARP, 14, 0)
         );
-        assert_eq!((l.dst, l.src[5], l.outer()), ([0xff; 6], 1, None));
+        assert_eq!(l.outer(), None);
         assert!(!l.too_deep());
     }
 

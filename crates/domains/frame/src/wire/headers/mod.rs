@@ -67,32 +67,46 @@ pub fn parse(frame: &[u8]) -> Result<Frame> {
 /// offloads or inspects a partial segment as a whole one.
 pub fn parse_of(head: &[u8], len: usize) -> Result<Frame> {
     let link = Link::parse(head)?;
+    let net = net_of(head, len, &link)?;
+    Ok(Frame { link, net })
+}
+
+/// [`parse_of`]'s offsets alone, for the hot path that needs no more (the
+/// offload driver): the same walk, without handing the link layer back.
+#[inline]
+pub fn parse_net(head: &[u8], len: usize) -> Result<Headers> {
+    net_of(head, len, &Link::parse(head)?)
+}
+
+/// The walk past the link layer.
+#[inline]
+fn net_of(head: &[u8], len: usize, link: &Link) -> Result<Headers> {
     let off = link.l3_off;
-    let net = match link.ethertype {
-        ETHERTYPE_IPV4 => parse_ipv4(head, len, off)?,
-        ETHERTYPE_IPV6 => parse_ipv6(head, len, off)?,
-        other => Headers {
+    match link.ethertype {
+        ETHERTYPE_IPV4 => parse_ipv4(head, len, off),
+        ETHERTYPE_IPV6 => parse_ipv6(head, len, off),
+        other => Ok(Headers {
             l3: L3::Other(other),
             l3_off: off,
             l4: L4::Absent,
             l4_off: off,
             payload_off: off,
             end: len,
-        },
-    };
-    Ok(Frame { link, net })
+        }),
+    }
 }
 
+#[inline]
 fn parse_ipv4(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
     let p = ipv4::Packet::new_checked(from(frame, off)).map_err(|e| e.shifted(off))?;
-    let ip = ipv4::Repr::parse(&p).map_err(|e| e.shifted(off))?;
-    within(len, off, ip.total_len, "IPv4 packet")?;
-    let end = off + ip.total_len;
-    let l4_off = off + ip.header_len;
-    let (l4, payload_off, end) = if ip.is_fragment() {
-        (L4::Other(ip.protocol), l4_off, end)
+    let (header_len, total_len) = ipv4::check(&p).map_err(|e| e.shifted(off))?;
+    within(len, off, total_len, "IPv4 packet")?;
+    let end = off + total_len;
+    let l4_off = off + header_len;
+    let (l4, payload_off, end) = if p.is_fragment() {
+        (L4::Other(p.protocol()), l4_off, end)
     } else {
-        parse_l4(&frame[..end.min(frame.len())], end, ip.protocol, l4_off)?
+        parse_l4(&frame[..end.min(frame.len())], end, p.protocol(), l4_off)?
     };
     Ok(Headers {
         l3: L3::Ipv4,
@@ -104,13 +118,15 @@ fn parse_ipv4(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
     })
 }
 
+#[inline]
 fn parse_ipv6(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
     let p = ipv6::Packet::new_checked(from(frame, off)).map_err(|e| e.shifted(off))?;
-    let ip = ipv6::Repr::parse(&p).map_err(|e| e.shifted(off))?;
-    within(len, off, ipv6::HLEN + ip.payload_len, "IPv6 packet")?;
-    let end = off + ipv6::HLEN + ip.payload_len;
+    ipv6::check(&p).map_err(|e| e.shifted(off))?;
+    let payload_len = usize::from(p.payload_len());
+    within(len, off, ipv6::HLEN + payload_len, "IPv6 packet")?;
+    let end = off + ipv6::HLEN + payload_len;
     let packet = &frame[..end.min(frame.len())];
-    let (next, l4_off) = ipv6::walk_ext(packet, ip.next_header, off + ipv6::HLEN, true)?;
+    let (next, l4_off) = ipv6::walk_ext(packet, p.next_header(), off + ipv6::HLEN, true)?;
     let (l4, payload_off, end) = if next == PROTO_FRAGMENT {
         (L4::Other(PROTO_FRAGMENT), l4_off, end)
     } else {
@@ -128,19 +144,20 @@ fn parse_ipv6(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
 
 /// The IP packet ends at `end`; `packet` holds its bytes up to there, or
 /// fewer (a header copy). Returns (l4, payload_off, end).
+#[inline]
 fn parse_l4(packet: &[u8], end: usize, proto: u8, l4_off: usize) -> Result<(L4, usize, usize)> {
     let at = |e: Error| e.shifted(l4_off);
     match proto {
         PROTO_TCP => {
             let p = tcp::Packet::new_checked(from(packet, l4_off)).map_err(at)?;
-            let t = tcp::Repr::parse(&p).map_err(at)?;
-            Ok((L4::Tcp, l4_off + t.header_len, end))
+            let header_len = tcp::check(&p).map_err(at)?;
+            Ok((L4::Tcp, l4_off + header_len, end))
         }
         PROTO_UDP => {
             let p = udp::Packet::new_checked(from(packet, l4_off)).map_err(at)?;
-            let u = udp::Repr::parse(&p).map_err(at)?;
-            within(end, l4_off, u.len, "UDP datagram")?;
-            Ok((L4::Udp, l4_off + udp::HLEN, l4_off + u.len))
+            let ulen = udp::check(&p).map_err(at)?;
+            within(end, l4_off, ulen, "UDP datagram")?;
+            Ok((L4::Udp, l4_off + udp::HLEN, l4_off + ulen))
         }
         other => Ok((L4::Other(other), l4_off, end)),
     }
