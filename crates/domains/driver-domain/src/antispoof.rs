@@ -20,24 +20,25 @@
 //! A guest whose kernel makes other link-local addresses (stable-privacy
 //! ones, RFC 7217) must list them in `ip`.
 //!
-//! Other ethertypes carry no address and pass. Up to two 802.1Q tags are
-//! looked through. A header cut short (by the frame or by the header copy)
-//! is refused: what cannot be read cannot be vouched for. Nothing here
+//! Other ethertypes carry no address and pass. The headers are read
+//! through `frame::wire`, as every other layer reads them: up to two VLAN
+//! tags (802.1Q or 802.1ad) are looked through, and a frame tagged more
+//! deeply is refused (`vlan_nested`), since what its inner tags hide is
+//! not read. A header cut short (by the frame or by the header copy) is
+//! refused: what cannot be read cannot be vouched for. So is an IPv4
+//! fragment from `0.0.0.0` (its UDP ports are not a datagram's), and an
+//! IPv6 extension header chain that RFC 8200 does not allow. Nothing here
 //! allocates or reads past the slice it is given.
 
+use frame::wire::{
+    arp, ipv4, ipv6, udp, Link, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_FRAGMENT,
+    PROTO_ICMPV6 as IPPROTO_ICMPV6, PROTO_UDP as IPPROTO_UDP,
+};
 use std::net::IpAddr;
 
 /// Most addresses one vif may be given (the toolstack checks the same).
 pub const MAX_ADDRS: usize = abi::xenbus::MAX_VIF_ADDRS;
 
-const ETH_HLEN: usize = 14;
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_ARP: u16 = 0x0806;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_VLAN: u16 = 0x8100;
-const ETHERTYPE_QINQ: u16 = 0x88a8;
-const IPPROTO_UDP: u8 = 17;
-const IPPROTO_ICMPV6: u8 = 58;
 const ND_SOLICIT: u8 = 135;
 const ND_ADVERT: u8 = 136;
 
@@ -51,10 +52,6 @@ pub struct IpFilter {
     v6: Vec<[u8; 16]>,
     /// The vif's EUI-64 link-local address ([`IpFilter::with_mac`]).
     link_local: Option<[u8; 16]>,
-}
-
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
 fn arr<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
@@ -115,17 +112,15 @@ impl IpFilter {
 
     /// Checks one frame (its first bytes at least: netback's header copy).
     pub fn check(&self, frame: &[u8]) -> Result<(), Spoof> {
-        let mut at = ETH_HLEN - 2;
-        let mut ethertype = be16(frame, at).ok_or("truncated_ethernet")?;
-        for _ in 0..2 {
-            if ethertype != ETHERTYPE_VLAN && ethertype != ETHERTYPE_QINQ {
-                break;
-            }
-            at += 4;
-            ethertype = be16(frame, at).ok_or("truncated_vlan")?;
+        let link = Link::parse(frame).map_err(|e| match e {
+            frame::wire::Error::Truncated { at: 0, .. } => "truncated_ethernet",
+            _ => "truncated_vlan",
+        })?;
+        if link.too_deep() {
+            return Err("vlan_nested");
         }
-        let l3 = frame.get(at + 2..).unwrap_or(&[]);
-        match ethertype {
+        let l3 = frame.get(link.l3_off..).unwrap_or(&[]);
+        match link.ethertype {
             ETHERTYPE_IPV4 => self.check_ipv4(l3),
             ETHERTYPE_ARP => self.check_arp(l3),
             ETHERTYPE_IPV6 => self.check_ipv6(l3),
@@ -134,35 +129,36 @@ impl IpFilter {
     }
 
     fn check_ipv4(&self, ip: &[u8]) -> Result<(), Spoof> {
-        let src: [u8; 4] = arr(ip, 12).ok_or("truncated_ipv4")?;
+        let p = ipv4::Packet::new_checked(ip).map_err(|_| "truncated_ipv4")?;
+        let src = p.src();
         if self.has4(&src) {
             return Ok(());
         }
         if src != [0; 4] {
             return Err("ipv4_source");
         }
-        // A DHCP client before it has an address: UDP 68 → 67 only.
-        let ihl = usize::from(ip[0] & 0x0f) * 4;
-        if ip[9] != IPPROTO_UDP || ihl < 20 {
+        // A DHCP client before it has an address: UDP 68 → 67 only, whole.
+        let ihl = p.header_len();
+        if p.protocol() != IPPROTO_UDP || ihl < ipv4::MIN_HLEN || p.is_fragment() {
             return Err("ipv4_unspecified_source");
         }
-        let sport = be16(ip, ihl).ok_or("truncated_udp")?;
-        let dport = be16(ip, ihl + 2).ok_or("truncated_udp")?;
-        if (sport, dport) == (68, 67) {
+        let u =
+            udp::Packet::new_checked(ip.get(ihl..).unwrap_or(&[])).map_err(|_| "truncated_udp")?;
+        if (u.src_port(), u.dst_port()) == (68, 67) {
             Ok(())
         } else {
             Err("ipv4_unspecified_source")
         }
     }
 
-    fn check_arp(&self, arp: &[u8]) -> Result<(), Spoof> {
+    fn check_arp(&self, a: &[u8]) -> Result<(), Spoof> {
         // Ethernet/IPv4 ARP: hardware type 1, protocol IPv4, lengths 6 and 4.
-        let ptype = be16(arp, 2).ok_or("truncated_arp")?;
-        let (hlen, plen) = (arp.get(4).copied(), arp.get(5).copied());
-        if ptype != ETHERTYPE_IPV4 || hlen != Some(6) || plen != Some(4) {
-            return Err("arp_not_ethernet_ipv4");
-        }
-        let sender: [u8; 4] = arr(arp, 14).ok_or("truncated_arp")?;
+        let p = arp::Packet::new_checked(a).map_err(|_| "truncated_arp")?;
+        let sender = match arp::Repr::parse(&p) {
+            Ok(r) => r.sender_ip,
+            Err(frame::wire::Error::Truncated { .. }) => return Err("truncated_arp"),
+            Err(_) => return Err("arp_not_ethernet_ipv4"),
+        };
         if sender == [0; 4] || self.has4(&sender) {
             Ok(())
         } else {
@@ -171,14 +167,13 @@ impl IpFilter {
     }
 
     fn check_ipv6(&self, ip: &[u8]) -> Result<(), Spoof> {
-        let src: [u8; 16] = arr(ip, 8).ok_or("truncated_ipv6")?;
+        let p = ipv6::Packet::new_checked(ip).map_err(|_| "truncated_ipv6")?;
+        let src = p.src();
         let unspecified = src == [0; 16];
         if !(unspecified || self.has6(&src)) {
             return Err("ipv6_source");
         }
-        let Some((proto, at)) = upper_layer(ip) else {
-            return Err("truncated_ipv6");
-        };
+        let (proto, at) = upper_layer(ip, p.next_header())?;
         if proto != IPPROTO_ICMPV6 {
             return match unspecified {
                 true => Err("ipv6_unspecified_source"),
@@ -201,36 +196,28 @@ impl IpFilter {
     }
 }
 
-/// Walks an IPv6 header's extension headers: the upper-layer protocol and
-/// where its header starts, or None when cut short. A fragment after the
-/// first carries no upper-layer header: it is reported as protocol 44
-/// (nothing to check beyond the source).
-fn upper_layer(ip: &[u8]) -> Option<(u8, usize)> {
-    const HOP: u8 = 0;
-    const ROUTING: u8 = 43;
-    const FRAGMENT: u8 = 44;
-    const DEST: u8 = 60;
-    let mut next = *ip.get(6)?;
-    let mut at = 40;
-    for _ in 0..8 {
-        match next {
-            HOP | ROUTING | DEST => {
-                let len = (usize::from(*ip.get(at + 1)?) + 1) * 8;
-                next = *ip.get(at)?;
-                at += len;
-            }
-            FRAGMENT => {
-                let offset = be16(ip, at + 2)? & 0xfff8;
-                if offset != 0 {
-                    return Some((FRAGMENT, at));
-                }
-                next = *ip.get(at)?;
-                at += 8;
-            }
-            _ => return Some((next, at)),
-        }
+/// Walks an IPv6 header's extension headers (`frame::wire`'s walk, over
+/// the header copy): the upper-layer protocol and where its header starts.
+/// A first fragment is looked through; a later one carries no upper-layer
+/// header and is reported as protocol 44 (nothing to check beyond the
+/// source). Refused: a chain cut short or too long (`truncated_ipv6`) or
+/// out of RFC 8200's order (`ipv6_extension_headers`).
+fn upper_layer(ip: &[u8], next: u8) -> Result<(u8, usize), Spoof> {
+    let refusal = |e| match e {
+        frame::wire::Error::Malformed { .. } => "ipv6_extension_headers",
+        _ => "truncated_ipv6",
+    };
+    let (next, at) = ipv6::skip_ext(ip, next, ipv6::HLEN, true).map_err(refusal)?;
+    if next != PROTO_FRAGMENT {
+        return Ok((next, at));
     }
-    None
+    let f = ipv6::FragmentHeader::new_checked(ip.get(at..).unwrap_or(&[]))
+        .map_err(|_| "truncated_ipv6")?;
+    if f.frag_offset() != 0 {
+        return Ok((PROTO_FRAGMENT, at));
+    }
+    let after = at + ipv6::FragmentHeader::<&[u8]>::LEN;
+    ipv6::skip_ext(ip, f.next_header(), after, false).map_err(refusal)
 }
 
 #[cfg(test)]
@@ -404,6 +391,53 @@ mod tests {
         tagged.extend_from_slice(&[0x81, 0, 0, 7]);
         tagged.extend_from_slice(&inner[12..]);
         assert_eq!(f.check(&tagged), Err("ipv4_source"));
+    }
+
+    /// The frames the path's parsers read differently before they shared
+    /// `frame::wire`, as this filter now reads them.
+    #[test]
+    fn frames_the_parsers_disagreed_on() {
+        let f = filter();
+        let tag = |frame: &[u8], tpid: u16, vid: u16| {
+            let mut t = frame[..12].to_vec();
+            t.extend_from_slice(&tpid.to_be_bytes());
+            t.extend_from_slice(&vid.to_be_bytes());
+            t.extend_from_slice(&frame[12..]);
+            t
+        };
+        // QinQ: an S-tag outside a C-tag hides nothing.
+        let qinq = tag(
+            &tag(&ipv4([10, 0, 0, 6], 6, &[0; 20]), 0x8100, 7),
+            0x88a8,
+            100,
+        );
+        assert_eq!(f.check(&qinq), Err("ipv4_source"));
+        // A third tag is not looked through, so not vouched for.
+        let good = tag(
+            &tag(&ipv4([10, 0, 0, 5], 6, &[0; 20]), 0x8100, 7),
+            0x8100,
+            8,
+        );
+        assert_eq!(f.check(&good), Ok(()));
+        assert_eq!(f.check(&tag(&good, 0x88a8, 9)), Err("vlan_nested"));
+        // A fragment from 0.0.0.0 is no DHCP datagram, whatever its bytes.
+        let udp = [0, 68, 0, 67, 0, 0, 0, 0];
+        let mut frag = ipv4([0; 4], 17, &udp);
+        assert_eq!(f.check(&frag), Ok(()));
+        frag[14 + 6] = 0x20; // more fragments
+        assert_eq!(f.check(&frag), Err("ipv4_unspecified_source"));
+        // Hop-by-hop options after another extension header.
+        let mut p = vec![0, 0, 0, 0, 0, 0, 0, 0, IPPROTO_ICMPV6, 0, 1, 4, 0, 0, 0, 0];
+        p.extend(nd(ND_ADVERT, OWN_LL));
+        assert_eq!(
+            f.check(&ipv6(OWN_LL, 60, &p)),
+            Err("ipv6_extension_headers")
+        );
+        // A long extension header past the header copy: skipped, not refused.
+        let mut long = vec![6, 100, 0, 0, 0, 0, 0, 0];
+        long.resize(808 + 20, 0);
+        let frame = ipv6("2001:db8::5", 60, &long);
+        assert_eq!(f.check(&frame[..256]), Ok(()));
     }
 
     #[test]

@@ -20,16 +20,15 @@
 
 use crate::offload::{self, Headers, L3, L4};
 use crate::packet::{Csum, FrameRef, Gso, GsoKind};
+use crate::wire::tcp::{ACK as TCP_ACK, PSH as TCP_PSH};
+use crate::wire::{ipv4, ipv6, tcp, ETH_HLEN};
 
 /// Flows held at once; a new flow beyond them flushes the oldest.
 pub const FLOWS: usize = 4;
 /// Largest merged frame: a netif request's and a TAP write's 16-bit size.
 pub const MAX_FRAME: usize = u16::MAX as usize;
 /// Header bytes read to classify a frame (Ethernet, IPv6, TCP with options).
-const HEAD: usize = 14 + 40 + 60;
-const ETH_HLEN: usize = 14;
-const TCP_ACK: u8 = 0x10;
-const TCP_PSH: u8 = 0x08;
+const HEAD: usize = ETH_HLEN + ipv6::HLEN + 60;
 /// The only TCP option merged: NOP, NOP, timestamps (RFC 7323 appendix A).
 const TS_PREFIX: [u8; 4] = [1, 1, 8, 10];
 
@@ -302,14 +301,19 @@ impl Flow {
         let frame = &mut self.buf[..len];
         let l3 = ETH_HLEN;
         if self.v6 {
-            let plen = u16::try_from(len - l3 - 40).ok()?;
-            frame[l3 + 4..l3 + 6].copy_from_slice(&plen.to_be_bytes());
+            let plen = u16::try_from(len - l3 - ipv6::HLEN).ok()?;
+            ipv6::Packet::new_checked(&mut frame[l3..])
+                .ok()?
+                .set_payload_len(plen);
         } else {
             let total = u16::try_from(len - l3).ok()?;
-            frame[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
-            frame[l3 + 10..l3 + 12].fill(0);
+            ipv4::Packet::new_checked(&mut frame[l3..])
+                .ok()?
+                .set_total_len(total);
             let c = offload::ipv4_header_checksum(&frame[l3..self.l4_off]);
-            frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+            ipv4::Packet::new_checked(&mut frame[l3..])
+                .ok()?
+                .set_checksum(c);
         }
         let csum = offload::partial_setup(frame, true).ok()?;
         let kind = if self.v6 {
@@ -362,7 +366,7 @@ fn mergeable(head: &[u8], h: &Headers, f: &FrameRef<'_>) -> Option<Seg> {
         Csum::Unknown => false,
     };
     let v6 = h.l3 == L3::Ipv6;
-    let fixed = if v6 { ETH_HLEN + 40 } else { ETH_HLEN + 20 };
+    let fixed = ETH_HLEN + if v6 { ipv6::HLEN } else { ipv4::MIN_HLEN };
     if !csum_ok
         || f.vlan.is_some()
         || f.len > MAX_FRAME
@@ -375,18 +379,17 @@ fn mergeable(head: &[u8], h: &Headers, f: &FrameRef<'_>) -> Option<Seg> {
     let id = if v6 {
         0
     } else {
-        let ip = head.get(h.l3_off..h.l4_off)?;
-        let stored = u16::from_be_bytes([ip[10], ip[11]]);
-        if offload::ipv4_header_checksum(ip) != stored {
+        let ip = ipv4::Packet::new_checked(head.get(h.l3_off..h.l4_off)?).ok()?;
+        if offload::ipv4_header_checksum(ip.as_bytes()) != ip.checksum() {
             return None;
         }
-        u16::from_be_bytes([ip[4], ip[5]])
+        ip.ident()
     };
-    let tcp = head.get(h.l4_off..h.payload_off)?;
-    let flags = tcp[13];
-    let opts = &tcp[20..];
+    let tcp = tcp::Packet::new_checked(head.get(h.l4_off..h.payload_off)?).ok()?;
+    let flags = tcp.flags();
+    let opts = tcp.options();
     let opts_ok = opts.is_empty() || (opts.len() == 12 && opts[..4] == TS_PREFIX);
-    if !opts_ok || tcp[12] & 0x0f != 0 || (flags != TCP_ACK && flags != TCP_ACK | TCP_PSH) {
+    if !opts_ok || tcp.reserved() != 0 || (flags != TCP_ACK && flags != TCP_ACK | TCP_PSH) {
         return None;
     }
     let payload = f.len - h.payload_off;
@@ -413,7 +416,7 @@ fn mergeable(head: &[u8], h: &Headers, f: &FrameRef<'_>) -> Option<Seg> {
         l4_off: h.l4_off,
         payload_off: h.payload_off,
         payload,
-        seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
+        seq: tcp.seq(),
         id,
         mss,
         gso: f.gso.is_some(),
@@ -541,6 +544,23 @@ mod tests {
             assert!(verify_l4_checksum(&done.data).unwrap());
             assert!(p.len() <= MAX_FRAME);
         }
+    }
+
+    /// The merged IPv4 header carries the merged length and a checksum
+    /// over it.
+    #[test]
+    fn a_merged_ipv4_header_has_its_length_and_checksum() {
+        let mut s = sender(false, 40000, true, 1448);
+        let segs: Vec<Packet> = (0..3)
+            .map(|i| s.frame(0x10, &[i as u8; 1448], Csum::Valid, false))
+            .collect();
+        let mut lro = Lro::new();
+        let out = run(&mut lro, std::slice::from_ref(&segs));
+        assert_eq!(out.len(), 1);
+        let d = &out[0].data;
+        let ip = crate::wire::parse(d).unwrap().ipv4(d).unwrap();
+        assert_eq!(usize::from(ip.total_len()), d.len() - ETH_HLEN);
+        assert!(ip.verify_checksum());
     }
 
     #[test]

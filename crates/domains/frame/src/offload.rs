@@ -11,7 +11,8 @@
 //! a panic.
 
 use crate::packet::{Csum, FrameRef, Gso, GsoKind, Packet};
-use abi::inet::{EthernetView, Ipv4View, Ipv6ExtView, Ipv6View, TcpView, UdpView, VlanTagView};
+use crate::wire::{self, ipv6::HLEN as IPV6_HLEN, PROTO_TCP, PROTO_UDP};
+pub use crate::wire::{Headers, L3, L4};
 
 /// Smallest GSO segment size accepted from a peer (Linux's TCP_MIN_MSS);
 /// it bounds how many segments one 64 KiB packet becomes.
@@ -81,25 +82,6 @@ fn get_mut<'a>(buf: &'a mut [u8], at: usize, n: usize, what: &'static str) -> Re
         })
 }
 
-/// The checked header view (abi's `inet`) at `at` in `buf`, or a
-/// `Truncated` error naming `what`.
-fn view<'a, V>(
-    buf: &'a [u8],
-    at: usize,
-    what: &'static str,
-    new: fn(&'a [u8]) -> std::result::Result<V, abi::Error>,
-) -> Result<V> {
-    new(buf.get(at..).unwrap_or(&[])).map_err(|e| match e {
-        abi::Error::Truncated { need, got, .. } => OffloadError::Truncated {
-            what,
-            at,
-            need,
-            have: got,
-        },
-        other => malformed(what, at, other.to_string()),
-    })
-}
-
 fn rd16(buf: &[u8], at: usize, what: &'static str) -> Result<u16> {
     let b = get(buf, at, 2, what)?;
     Ok(u16::from_be_bytes([b[0], b[1]]))
@@ -127,80 +109,43 @@ fn to_u16(v: usize, what: &'static str, at: usize) -> Result<u16> {
 // ---------------------------------------------------------------------------
 // Header parsing.
 
-const ETH_HLEN: usize = 14;
-const VLAN_HLEN: usize = 4;
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_VLAN: u16 = 0x8100;
-
-const IPV4_MIN_HLEN: usize = 20;
-const IPV6_HLEN: usize = 40;
-const TCP_MIN_HLEN: usize = 20;
-const UDP_HLEN: usize = 8;
-
-const PROTO_HOPOPTS: u8 = 0;
-const PROTO_TCP: u8 = 6;
-const PROTO_UDP: u8 = 17;
-const PROTO_ROUTING: u8 = 43;
-const PROTO_FRAGMENT: u8 = 44;
-const PROTO_DSTOPTS: u8 = 60;
-
-/// Longest IPv6 extension header chain we walk (virtio-queue habit: bound
-/// every loop driven by untrusted data).
-const MAX_IPV6_EXT_HEADERS: usize = 8;
+#[cfg(test)]
+const MAX_IPV6_EXT_HEADERS: usize = wire::ipv6::MAX_EXT_HEADERS;
 
 // Offsets of the checksum field inside the transport header.
-const TCP_CSUM_OFF: u16 = 16;
-const UDP_CSUM_OFF: u16 = 6;
+use wire::tcp::CSUM_OFF as TCP_CSUM_OFF;
+use wire::udp::CSUM_OFF as UDP_CSUM_OFF;
 
 // TCP flag bits (byte 13 of the header).
-const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_CWR: u8 = 0x80;
+use wire::tcp::{CWR as TCP_CWR, FIN as TCP_FIN, PSH as TCP_PSH};
 
-/// The network layer of a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum L3 {
-    Ipv4,
-    Ipv6,
-    /// Anything else, by EtherType (ARP, a second VLAN tag, ...).
-    Other(u16),
+impl From<wire::Error> for OffloadError {
+    fn from(e: wire::Error) -> Self {
+        match e {
+            wire::Error::Truncated {
+                what,
+                at,
+                need,
+                have,
+            } => OffloadError::Truncated {
+                what,
+                at,
+                need,
+                have,
+            },
+            wire::Error::Malformed { what, at, reason } => malformed(what, at, reason.to_string()),
+            wire::Error::Unsupported { what, at, reason } => {
+                unsupported(what, at, reason.to_string())
+            }
+        }
+    }
 }
 
-/// The transport layer of an IP packet, as far as offloads are concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum L4 {
-    Tcp,
-    Udp,
-    /// Some other protocol, or a transport header we must not touch: an IPv4
-    /// fragment carries its real protocol number here (even 6 or 17), an IPv6
-    /// fragment header shows up as `Other(44)`.
-    Other(u8),
-    /// Not an IP packet, so no transport layer.
-    Absent,
-}
-
-/// Where the headers of a frame are. All offsets are from the frame start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Headers {
-    pub l3: L3,
-    pub l3_off: usize,
-    pub l4: L4,
-    /// Start of the transport header (after any IPv6 extension headers); for
-    /// fragments the start of the fragment header or the IPv4 payload.
-    pub l4_off: usize,
-    /// First byte after the TCP/UDP header; `l4_off` for other protocols.
-    pub payload_off: usize,
-    /// End of what the IP (and UDP) length fields cover. Bytes from here to
-    /// the end of the frame are link-layer padding and excluded from checksums.
-    pub end: usize,
-}
-
-/// Finds the Ethernet, IP and TCP/UDP headers of `frame`.
-///
-/// Ethernet II with at most one 802.1Q tag; IPv4 with options; IPv6 with
-/// hop-by-hop, routing and destination-options extension headers. Fragments
-/// are reported with an `L4::Other` so nobody offloads a partial segment.
+/// Finds the Ethernet, IP and TCP/UDP headers of `frame` (`frame::wire`'s
+/// one walk): Ethernet II with up to two VLAN tags; IPv4 with options;
+/// IPv6 with hop-by-hop, routing and destination-options extension
+/// headers. Fragments are reported with an `L4::Other` so nobody offloads
+/// a partial segment.
 pub fn parse_headers(frame: &[u8]) -> Result<Headers> {
     parse_headers_of(frame, frame.len())
 }
@@ -210,193 +155,7 @@ pub fn parse_headers(frame: &[u8]) -> Result<Headers> {
 /// lengths in the headers are checked against `len`; the headers themselves
 /// must lie within `head`, or the frame is reported truncated.
 pub fn parse_headers_of(head: &[u8], len: usize) -> Result<Headers> {
-    let frame = head;
-    let mut ethertype = view(frame, 0, "Ethernet header", EthernetView::new_checked)?.ethertype();
-    let mut l3_off = ETH_HLEN;
-    if ethertype == ETHERTYPE_VLAN {
-        ethertype =
-            view(frame, ETH_HLEN, "802.1Q tag", VlanTagView::new_checked)?.inner_ethertype();
-        l3_off += VLAN_HLEN;
-    }
-    match ethertype {
-        ETHERTYPE_IPV4 => parse_ipv4(frame, len, l3_off),
-        ETHERTYPE_IPV6 => parse_ipv6(frame, len, l3_off),
-        other => Ok(Headers {
-            l3: L3::Other(other),
-            l3_off,
-            l4: L4::Absent,
-            l4_off: l3_off,
-            payload_off: l3_off,
-            end: len,
-        }),
-    }
-}
-
-/// Checks that `n` bytes from `at` lie within a frame of `len` bytes.
-fn within(len: usize, at: usize, n: usize, what: &'static str) -> Result<()> {
-    if at.checked_add(n).is_some_and(|e| e <= len) {
-        Ok(())
-    } else {
-        Err(OffloadError::Truncated {
-            what,
-            at,
-            need: n,
-            have: len.saturating_sub(at),
-        })
-    }
-}
-
-fn parse_ipv4(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
-    const WHAT: &str = "IPv4 header";
-    let h = view(frame, off, WHAT, Ipv4View::new_checked)?;
-    let version = h.version();
-    if version != 4 {
-        return Err(malformed(
-            WHAT,
-            off,
-            format!("version {version}, expected 4"),
-        ));
-    }
-    let ihl = h.header_len();
-    if ihl < IPV4_MIN_HLEN {
-        return Err(malformed(WHAT, off, format!("header length {ihl} < 20")));
-    }
-    let total = usize::from(h.total_length());
-    if total < ihl {
-        return Err(malformed(
-            WHAT,
-            off,
-            format!("total length {total} < header length {ihl}"),
-        ));
-    }
-    within(len, off, total, "IPv4 packet")?;
-    let end = off + total;
-    let (more_fragments, frag_offset) = (h.more_fragments(), h.fragment_offset());
-    let proto = h.protocol();
-    let l4_off = off + ihl;
-    if more_fragments || frag_offset != 0 {
-        return Ok(Headers {
-            l3: L3::Ipv4,
-            l3_off: off,
-            l4: L4::Other(proto),
-            l4_off,
-            payload_off: l4_off,
-            end,
-        });
-    }
-    let (l4, payload_off, end) = parse_l4(&frame[..end.min(frame.len())], end, proto, l4_off)?;
-    Ok(Headers {
-        l3: L3::Ipv4,
-        l3_off: off,
-        l4,
-        l4_off,
-        payload_off,
-        end,
-    })
-}
-
-fn parse_ipv6(frame: &[u8], len: usize, off: usize) -> Result<Headers> {
-    const WHAT: &str = "IPv6 header";
-    let h = view(frame, off, WHAT, Ipv6View::new_checked)?;
-    let version = h.version();
-    if version != 6 {
-        return Err(malformed(
-            WHAT,
-            off,
-            format!("version {version}, expected 6"),
-        ));
-    }
-    let payload_len = usize::from(h.payload_length());
-    // A zero payload length with a jumbo option (RFC 2675) is not supported:
-    // the walk below then simply finds the packet truncated.
-    within(len, off, IPV6_HLEN + payload_len, "IPv6 packet")?;
-    let end = off + IPV6_HLEN + payload_len;
-    let packet = &frame[..end.min(frame.len())];
-    let mut next = h.next_header();
-    let mut at = off + IPV6_HLEN;
-    for i in 0..=MAX_IPV6_EXT_HEADERS {
-        match next {
-            PROTO_HOPOPTS | PROTO_ROUTING | PROTO_DSTOPTS => {
-                const EXT: &str = "IPv6 extension header";
-                if i == MAX_IPV6_EXT_HEADERS {
-                    return Err(unsupported(
-                        EXT,
-                        at,
-                        format!("more than {MAX_IPV6_EXT_HEADERS} extension headers"),
-                    ));
-                }
-                if next == PROTO_HOPOPTS && i != 0 {
-                    // RFC 8200 §4.1: hop-by-hop options only right after the IPv6 header.
-                    return Err(malformed(EXT, at, "hop-by-hop options not first".into()));
-                }
-                let e = view(packet, at, EXT, Ipv6ExtView::new_checked)?;
-                let len = e.header_len();
-                next = e.next_header();
-                get(packet, at, len, EXT)?;
-                at += len;
-            }
-            PROTO_FRAGMENT => {
-                return Ok(Headers {
-                    l3: L3::Ipv6,
-                    l3_off: off,
-                    l4: L4::Other(PROTO_FRAGMENT),
-                    l4_off: at,
-                    payload_off: at,
-                    end,
-                })
-            }
-            proto => {
-                let (l4, payload_off, end) = parse_l4(packet, end, proto, at)?;
-                return Ok(Headers {
-                    l3: L3::Ipv6,
-                    l3_off: off,
-                    l4,
-                    l4_off: at,
-                    payload_off,
-                    end,
-                });
-            }
-        }
-    }
-    // The loop returns on every path; reaching here would mean the bound was 0.
-    Err(unsupported(
-        "IPv6 extension header",
-        at,
-        "extension header chain too long".into(),
-    ))
-}
-
-/// The IP packet ends at `end`; `packet` holds its bytes up to there, or
-/// fewer (a header copy). Returns (l4, payload_off, end).
-fn parse_l4(packet: &[u8], end: usize, proto: u8, l4_off: usize) -> Result<(L4, usize, usize)> {
-    match proto {
-        PROTO_TCP => {
-            let doff = view(packet, l4_off, "TCP header", TcpView::new_checked)?.header_len();
-            if doff < TCP_MIN_HLEN {
-                return Err(malformed(
-                    "TCP header",
-                    l4_off,
-                    format!("data offset {doff} < 20"),
-                ));
-            }
-            get(packet, l4_off, doff, "TCP header with options")?;
-            Ok((L4::Tcp, l4_off + doff, end))
-        }
-        PROTO_UDP => {
-            let ulen =
-                usize::from(view(packet, l4_off, "UDP header", UdpView::new_checked)?.length());
-            if ulen < UDP_HLEN {
-                return Err(malformed(
-                    "UDP header",
-                    l4_off,
-                    format!("length {ulen} < 8"),
-                ));
-            }
-            within(end, l4_off, ulen, "UDP datagram")?;
-            Ok((L4::Udp, l4_off + UDP_HLEN, l4_off + ulen))
-        }
-        other => Ok((L4::Other(other), l4_off, end)),
-    }
+    Ok(wire::parse_net(head, len)?)
 }
 
 /// Offset of the TCP/UDP checksum field relative to `h.l4_off`.
@@ -428,8 +187,12 @@ pub fn partial_csum_for(frame: &[u8]) -> Result<(u16, u16)> {
 
 /// [`partial_csum_for`] from a header copy `head` of a `len`-byte frame.
 pub fn partial_csum_of(head: &[u8], len: usize) -> Result<(u16, u16)> {
-    let h = parse_headers_of(head, len)?;
-    let offset = l4_csum_offset(&h)?;
+    partial_csum_at(&parse_headers_of(head, len)?)
+}
+
+/// [`partial_csum_for`] of a frame whose headers were found to be `h`.
+pub fn partial_csum_at(h: &Headers) -> Result<(u16, u16)> {
+    let offset = l4_csum_offset(h)?;
     Ok((
         to_u16(h.l4_off, "transport header offset", h.l4_off)?,
         offset,
@@ -1381,6 +1144,39 @@ mod tests {
         let mut out = Vec::new();
         segment(&pkt, &mut out).unwrap();
         assert_eq!(out.len(), 5);
+        check_segments(&pkt, &out, &payload, 1000);
+    }
+
+    /// A QinQ frame (an 802.1ad S-tag outside the C-tag) is found to be
+    /// TCP behind its two tags, so checksummed and segmented as a frame
+    /// with one tag is. The driver's own parser stopped at the S-tag
+    /// (`L3::Other(0x88a8)`) and refused both.
+    #[test]
+    fn segment_qinq() {
+        let spec = Spec {
+            vlan: Some(7),
+            ..v4()
+        };
+        let payload = Rng::new(9).bytes(3000);
+        let mut data = frame(&spec, 6, tcp_seg(1, 0x18, &TS_OPT, &payload), false);
+        data.splice(12..12, [0x88, 0xa8, 0x00, 0x64]);
+        let mut pkt = Packet::new(data);
+        pkt.gso = Some(Gso {
+            kind: GsoKind::TcpV4,
+            size: 1000,
+            ecn: false,
+        });
+        checksum_setup(&mut pkt, true).unwrap();
+        assert_eq!(
+            pkt.csum,
+            Csum::Partial {
+                start: 14 + 8 + 20,
+                offset: 16
+            }
+        );
+        let mut out = Vec::new();
+        segment(&pkt, &mut out).unwrap();
+        assert_eq!(out.len(), 3);
         check_segments(&pkt, &out, &payload, 1000);
     }
 

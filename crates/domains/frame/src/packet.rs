@@ -70,9 +70,21 @@ impl Csum {
         head: &[u8],
         len: usize,
     ) -> Option<Csum> {
+        let h = csum_blank
+            .then(|| crate::offload::parse_headers_of(head, len).ok())
+            .flatten();
+        Csum::from_netif_headers(csum_blank, data_validated, h.as_ref())
+    }
+
+    /// [`Csum::from_netif`] of a frame whose headers were found to be `h`
+    /// (`None`: they could not be parsed).
+    pub fn from_netif_headers(
+        csum_blank: bool,
+        data_validated: bool,
+        h: Option<&crate::offload::Headers>,
+    ) -> Option<Csum> {
         if csum_blank {
-            crate::offload::partial_csum_of(head, len)
-                .ok()
+            h.and_then(|h| crate::offload::partial_csum_at(h).ok())
                 .map(|(start, offset)| Csum::Partial { start, offset })
         } else if data_validated {
             Some(Csum::Valid)

@@ -9,7 +9,6 @@ use abi::grant::{
     GrantCopy, GrantCopyView, GrantEntry, GrantEntryView, GrantMap, GrantMapView, GrantTransfer,
     GrantTransferView, GrantUnmap, GrantUnmapView,
 };
-use abi::inet::{EthernetView, Ipv4View, Ipv6View, TcpView, UdpView, VlanTagView};
 use abi::netif::{ExtraInfo, NetifStatus, RxRequest, RxResponse, TxRequest, TxResponse};
 use abi::ring::{layout, BackRing, FrontRing, RingEntry};
 use abi::{HeapMemory, SharedMemory};
@@ -21,13 +20,13 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("abi_netif", abi_netif),
     ("abi_grant", abi_grant),
-    ("abi_inet", abi_inet),
     ("abi_xenbus", abi_xenbus),
     ("ring", ring),
     ("hv_proto", hv_proto),
     ("hv_batch", hv_batch),
     ("store", store),
     ("offload", offload),
+    ("frame_wire", frame_wire),
     ("topology", topology),
     ("vifspec", vifspec),
     ("netback_requests", netback_requests),
@@ -73,8 +72,10 @@ pub fn hvm_ioreq(data: &[u8]) {
 
 mod vhost;
 mod vif;
+mod wire;
 pub use vhost::{vhost_messages, vhost_ring};
 pub use vif::{netback_requests, netfront_responses};
+pub use wire::frame_wire;
 
 /// Netif requests and responses as netback and netfront decode them from a
 /// ring slot, with their checks; what decodes must re-encode identically.
@@ -116,21 +117,6 @@ pub fn abi_grant(data: &[u8]) {
     }
     if let Ok(v) = GrantTransferView::new_checked(data) {
         let _ = GrantTransfer::parse(&v);
-    }
-}
-
-/// The checked header views at every offset of a frame.
-pub fn abi_inet(data: &[u8]) {
-    for off in 0..data.len().min(64) {
-        let b = &data[off..];
-        if let Ok(v) = EthernetView::new_checked(b) {
-            let _ = v.ethertype();
-        }
-        let _ = VlanTagView::new_checked(b).map(|v| v.inner_ethertype());
-        let _ = Ipv4View::new_checked(b).map(|v| v.header_len());
-        let _ = Ipv6View::new_checked(b).map(|v| v.next_header());
-        let _ = TcpView::new_checked(b).map(|v| v.data_offset_byte());
-        let _ = UdpView::new_checked(b).map(|v| v.length());
     }
 }
 

@@ -10,13 +10,10 @@
 //! - [`offloads`]: a vif's or port's offload capabilities, one switch each,
 //!   and their netif store keys.
 //! - [`ioreq`]: `hvm/ioreq.h`, an HVM guest's I/O request to its device model.
-//! - [`inet`]: the Ethernet, IP, TCP and UDP headers netback and the
-//!   software offload driver read from untrusted frames.
 #![forbid(unsafe_code)]
 
 mod error;
 pub mod grant;
-pub mod inet;
 pub mod ioreq;
 pub mod mem;
 pub mod netif;

@@ -12,6 +12,7 @@ use crate::port::Port;
 use crate::switch::bridge::{Bridge, PortId, Route};
 use crate::switch::vlan::{self, Attach, Retagged, Segment, RETAG_HEAD};
 use frame::packet::FrameRef;
+use frame::wire::eth;
 use std::time::Instant;
 
 /// The vifs other than the one whose frame is being forwarded (bridge port
@@ -313,9 +314,8 @@ pub(super) fn route(
         }
         Route::Port(_) => {}
         Route::Flood => {
-            let mut dst = [0u8; 6];
-            dst.copy_from_slice(&f.head[..6]);
-            let multicast = dst[0] & 1 != 0;
+            let dst = eth::Packet::new_unchecked(f.head).dst();
+            let multicast = eth::is_group(&dst);
             let vifs = vifs
                 .connected()
                 .filter(|(_, v)| v.attach.member(seg))

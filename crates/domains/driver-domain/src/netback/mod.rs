@@ -40,6 +40,7 @@ use abi::xenbus::{keys, XenbusState};
 use domain_common::counters::VifCounters;
 use frame::offload::Offloads;
 use frame::packet::{Csum, Gso};
+use frame::wire::ETH_HLEN;
 use hypercall::ngm_client::NgmView;
 use hypercall::trace::Tracer;
 use hypercall::{DomId, EventChannel, HvClient, HvError, MappedGrant};
@@ -813,9 +814,6 @@ fn frame_limit(be: &str, mtu: u16, sg: bool) -> usize {
     );
     PAGE_SIZE
 }
-
-/// Ethernet header length.
-const ETH_HLEN: usize = 14;
 
 impl Netback {
     /// Whether a frame to `dst` goes to this vif: true when its frontend

@@ -22,6 +22,7 @@ use abi::ring::BackRing;
 use abi::{FrameRange, Pfn, SharedMemory};
 use frame::offload::MIN_GSO_SIZE;
 use frame::packet::{Csum, FrameRef, Gso, GsoKind};
+use frame::wire::{eth, Headers, ETH_HLEN, L3, L4, TPID_8021Q, VLAN_HLEN};
 use hypercall::ngm_client::NgmView;
 use hypercall::trace::{self, DomainEvent};
 use hypercall::{HvClient, MappedGrant};
@@ -403,30 +404,29 @@ impl Netback {
         head: &[u8],
         p: &TxPacket,
     ) -> std::result::Result<Csum, &'static str> {
-        if head.len() < 12 || head[6..12] != self.mac {
+        if head.get(eth::SRC) != Some(&self.mac[..]) {
             return Err("spoofed_mac");
         }
-        if p.gso.is_some_and(|g| !gso_is_tcp(head, p.total, g.kind)) {
+        // One walk over the headers serves every check below, and only a
+        // GSO packet or a blank checksum needs it.
+        let blank = p.flags.contains(TxFlags::CSUM_BLANK);
+        let h = (p.gso.is_some() || blank)
+            .then(|| frame::offload::parse_headers_of(head, p.total).ok())
+            .flatten();
+        if p.gso.is_some_and(|g| !gso_is_tcp(h.as_ref(), g.kind)) {
             return Err("gso_not_tcp");
         }
-        let blank = p.flags.contains(TxFlags::CSUM_BLANK);
         if blank && self.negotiated.csum != self.negotiated.csum6 {
             // Checksum offload for one IP version only: this frame's.
-            let v6 = frame::offload::parse_headers_of(head, p.total)
-                .is_ok_and(|h| h.l3 == frame::offload::L3::Ipv6);
+            let v6 = h.is_some_and(|h| h.l3 == L3::Ipv6);
             match (v6, self.negotiated.csum6) {
                 (true, false) => return Err("offload_not_negotiated_csum6"),
                 (false, true) => return Err("offload_not_negotiated_csum"),
                 _ => {}
             }
         }
-        Csum::from_netif(
-            p.flags.contains(TxFlags::CSUM_BLANK),
-            p.flags.contains(TxFlags::DATA_VALIDATED),
-            head,
-            p.total,
-        )
-        .ok_or("csum_blank_not_tcp_udp")
+        Csum::from_netif_headers(blank, p.flags.contains(TxFlags::DATA_VALIDATED), h.as_ref())
+            .ok_or("csum_blank_not_tcp_udp")
     }
 
     pub(super) fn count_tx(&mut self, len: usize) {
@@ -616,11 +616,11 @@ impl Netback {
     /// and, under `ip=`, its source addresses.
     pub(super) fn filter_frame(&self, head: &[u8], p: &TxPacket) -> Option<Dropped> {
         // One 802.1Q tag may come on top (a trunk).
-        let tagged = head.get(12..14) == Some(&[0x81, 0x00]);
-        let limit = self.max_frame + if tagged { 4 } else { 0 };
+        let tagged = eth::Packet::new_checked(head).is_ok_and(|e| e.ethertype() == TPID_8021Q);
+        let limit = self.max_frame + if tagged { VLAN_HLEN } else { 0 };
         let len = match p.gso {
             Some(g) => frame::offload::parse_headers_of(head, p.total)
-                .map_or(super::ETH_HLEN, |h| h.payload_off)
+                .map_or(ETH_HLEN, |h| h.payload_off)
                 .saturating_add(usize::from(g.size)),
             None => p.total,
         };
@@ -721,11 +721,10 @@ fn extra_reason(e: &abi::Error) -> &'static str {
     }
 }
 
-/// Whether the frame whose headers are `head` (of `len` bytes in all) is
-/// TCP over the IP version GSO kind `kind` names.
-fn gso_is_tcp(head: &[u8], len: usize, kind: GsoKind) -> bool {
-    use frame::offload::{L3, L4};
-    frame::offload::parse_headers_of(head, len).is_ok_and(|h| {
+/// Whether the frame whose headers are `h` (`None`: unparsable) is TCP
+/// over the IP version GSO kind `kind` names.
+fn gso_is_tcp(h: Option<&Headers>, kind: GsoKind) -> bool {
+    h.is_some_and(|h| {
         h.l4 == L4::Tcp
             && matches!(
                 (h.l3, kind),

@@ -10,6 +10,7 @@
 //! The driver floods within the segment only.
 
 pub use crate::switch::vlan::{BridgeId, Segment};
+use frame::wire::eth;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -132,18 +133,15 @@ impl Bridge {
     /// Learns the source of `frame` (arriving on `ingress` at `now`, in
     /// segment `seg`) and decides its route within the segment.
     pub fn route(&mut self, ingress: PortId, seg: Segment, frame: &[u8], now: Instant) -> Route {
-        if frame.len() < 14 {
+        let Ok(e) = eth::Packet::new_checked(frame) else {
             self.counters.malformed += 1;
             return Route::Drop;
-        }
-        let mut dst = [0u8; 6];
-        let mut src = [0u8; 6];
-        dst.copy_from_slice(&frame[0..6]);
-        src.copy_from_slice(&frame[6..12]);
-        if src[0] & 1 == 0 {
+        };
+        let (dst, src) = (e.dst(), e.src());
+        if !eth::is_group(&src) {
             self.learn(key(seg, src), ingress, now);
         }
-        if dst[0] & 1 != 0 {
+        if eth::is_group(&dst) {
             self.counters.flooded += 1;
             return Route::Flood; // broadcast and multicast
         }

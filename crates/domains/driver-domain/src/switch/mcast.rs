@@ -5,6 +5,8 @@
 //! filter is bounded, as Linux netback's (64 addresses): an address past
 //! the bound is refused, and the frontend hears so in its TX response.
 
+use frame::wire::eth::is_group;
+
 pub use abi::netif::MCAST_MAX;
 
 /// The groups a vif joined, and whether its frontend asked for filtering.
@@ -46,7 +48,7 @@ impl McastFilter {
     /// Joins `addr` (joining twice is one membership). Never allocates:
     /// the room was taken when the filter was made.
     pub fn add(&mut self, addr: [u8; 6]) -> Result<(), McastRefusal> {
-        if addr[0] & 1 == 0 {
+        if !is_group(&addr) {
             return Err(McastRefusal::NotMulticast);
         }
         if self.groups.contains(&addr) {
@@ -77,7 +79,7 @@ impl McastFilter {
     /// Whether a frame to `dst` goes to this vif: always when filtering is
     /// off, for broadcast and unicast, and for a group it joined.
     pub fn wants(&self, dst: &[u8; 6]) -> bool {
-        !self.enabled || dst[0] & 1 == 0 || *dst == [0xff; 6] || self.groups.contains(dst)
+        !self.enabled || !is_group(dst) || *dst == [0xff; 6] || self.groups.contains(dst)
     }
 }
 

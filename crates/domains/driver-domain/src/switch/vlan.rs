@@ -8,18 +8,16 @@
 //! Where a frame enters untagged and leaves tagged, or the other way round,
 //! its first bytes are rewritten into fixed scratch space ([`retag`]); its
 //! payload stays where it is.
+//!
+//! This is a C-VLAN bridge: a frame's VLAN is that of an outer 802.1Q
+//! C-tag (TPID 0x8100). An 802.1ad S-tag (0x88a8) selects no VLAN here
+//! (IEEE 802.1Q-2018 §6.9): such a frame is untagged to this bridge, as in
+//! a C-VLAN component. The tags are read through `frame::wire`'s views.
 
 use frame::packet::{Csum, FrameRef};
+use frame::wire::{eth, vlan, ETH_HLEN, ETH_MACS as MACS};
+pub use frame::wire::{vlan::VID_MAX, TPID_8021Q as TPID, VLAN_HLEN as TAG_LEN};
 pub use sys::VlanTag;
-
-/// 802.1Q's tag protocol identifier (the EtherType of a tagged frame).
-pub const TPID: u16 = 0x8100;
-/// Length of an 802.1Q tag.
-pub const TAG_LEN: usize = 4;
-/// The destination and source MACs, before the tag.
-const MACS: usize = 12;
-/// Highest VLAN ID a port may be in (4095 is reserved).
-pub const VID_MAX: u16 = 4094;
 /// Header bytes a rewritten frame keeps in scratch: netback's header copy
 /// and a tag.
 pub const RETAG_HEAD: usize = crate::netback::tx::HEAD + TAG_LEN;
@@ -65,7 +63,7 @@ impl Attach {
     pub fn classify_frame(&self, f: &FrameRef<'_>) -> Result<Ingress, &'static str> {
         match f.vlan {
             None => self.classify(f.head),
-            Some(_) if f.head.len() < MACS + 2 => Err("runt"),
+            Some(_) if f.head.len() < ETH_HLEN => Err("runt"),
             Some(tag) => self.tagged(tag.tci),
         }
     }
@@ -75,14 +73,10 @@ impl Attach {
     /// (`vlan_tagged`), the reserved VID 4095 (`vlan_reserved`), or a tag
     /// cut short (`runt`).
     pub fn classify(&self, head: &[u8]) -> Result<Ingress, &'static str> {
-        let be16 = |at: usize| {
-            head.get(at..at + 2)
-                .map(|b| u16::from_be_bytes([b[0], b[1]]))
-        };
-        let Some(ethertype) = be16(MACS) else {
+        let Ok(e) = eth::Packet::new_checked(head) else {
             return Err("runt");
         };
-        if ethertype != TPID {
+        if e.ethertype() != TPID {
             let vlan = match self.mode {
                 Mode::Access(v) => v,
                 Mode::Trunk => 0,
@@ -95,14 +89,14 @@ impl Attach {
                 tagged: false,
             });
         }
-        let (Some(tci), true) = (be16(MACS + 2), head.len() >= MACS + TAG_LEN + 2) else {
+        let Ok(tag) = vlan::Packet::new_checked(e.payload()) else {
             return Err(if self.mode == Mode::Trunk {
                 "runt"
             } else {
                 "vlan_tagged"
             });
         };
-        self.tagged(tci)
+        self.tagged(tag.tci())
     }
 
     /// The segment of a frame tagged `tci` arriving here.
@@ -204,7 +198,7 @@ pub fn retag(
     }
     let (head_len, from, len, shift) = match tag {
         Some(tag) => {
-            if h.len() < MACS + 2 {
+            if h.len() < ETH_HLEN {
                 return Err("runt");
             }
             let keep = h.len().min(RETAG_HEAD - TAG_LEN);
@@ -215,10 +209,10 @@ pub fn retag(
             (keep + TAG_LEN, keep, f.len + TAG_LEN, TAG_LEN as i32)
         }
         None => {
-            if h.len() < MACS + TAG_LEN + 2 || f.len < h.len() {
+            if h.len() < ETH_HLEN + TAG_LEN || f.len < h.len() {
                 return Err("runt");
             }
-            if h[MACS..MACS + 2] != TPID.to_be_bytes() {
+            if eth::Packet::new_unchecked(h).ethertype() != TPID {
                 return Err("vlan_untagged");
             }
             let keep = h.len().min(RETAG_HEAD + TAG_LEN);
@@ -230,7 +224,7 @@ pub fn retag(
     let csum = match f.csum {
         Csum::Partial { start, offset } => {
             let moved = i32::from(start) + shift;
-            if moved < (MACS + 2) as i32 || moved > i32::from(u16::MAX) {
+            if moved < ETH_HLEN as i32 || moved > i32::from(u16::MAX) {
                 return Err("csum_start");
             }
             Csum::Partial {
