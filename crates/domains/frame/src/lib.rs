@@ -8,6 +8,8 @@
 //! panic.
 #![forbid(unsafe_code)]
 
+mod error;
+mod headers;
 pub mod lro;
 pub mod offload;
 pub mod packet;

@@ -10,6 +10,12 @@
 //! checked helper; a short or inconsistent frame is an [`OffloadError`], never
 //! a panic.
 
+pub use crate::error::OffloadError;
+use crate::error::{get, get_mut, malformed, rd16, rd32, to_u16, unsupported, wr16, wr32, Result};
+use crate::headers::{l4_csum_offset, not_tcp_udp};
+pub use crate::headers::{
+    parse_headers, parse_headers_of, partial_csum_at, partial_csum_for, partial_csum_of,
+};
 use crate::packet::{Csum, FrameRef, Gso, GsoKind, Packet};
 use crate::wire::{self, ipv6::HLEN as IPV6_HLEN, PROTO_TCP, PROTO_UDP};
 pub use crate::wire::{Headers, L3, L4};
@@ -17,94 +23,6 @@ pub use crate::wire::{Headers, L3, L4};
 /// Smallest GSO segment size accepted from a peer (Linux's TCP_MIN_MSS);
 /// it bounds how many segments one 64 KiB packet becomes.
 pub const MIN_GSO_SIZE: u16 = 88;
-
-/// Why a frame could not be parsed or processed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OffloadError {
-    /// The frame (or header) ends before a structure it announces.
-    #[error("{what} truncated: needs {need} bytes at offset {at}, only {have} available")]
-    Truncated {
-        what: &'static str,
-        at: usize,
-        need: usize,
-        have: usize,
-    },
-    /// Well formed, but something this driver does not handle.
-    #[error("unsupported {what} at offset {at}: {detail}")]
-    Unsupported {
-        what: &'static str,
-        at: usize,
-        detail: String,
-    },
-    /// A field holds a value that cannot be right.
-    #[error("malformed {what} at offset {at}: {detail}")]
-    Malformed {
-        what: &'static str,
-        at: usize,
-        detail: String,
-    },
-}
-
-type Result<T> = std::result::Result<T, OffloadError>;
-
-fn malformed(what: &'static str, at: usize, detail: String) -> OffloadError {
-    OffloadError::Malformed { what, at, detail }
-}
-
-fn unsupported(what: &'static str, at: usize, detail: String) -> OffloadError {
-    OffloadError::Unsupported { what, at, detail }
-}
-
-// ---------------------------------------------------------------------------
-// Checked access to untrusted bytes.
-
-/// `buf[at..at + n]`, or a `Truncated` error naming `what`.
-pub(crate) fn get<'a>(buf: &'a [u8], at: usize, n: usize, what: &'static str) -> Result<&'a [u8]> {
-    at.checked_add(n)
-        .and_then(|end| buf.get(at..end))
-        .ok_or(OffloadError::Truncated {
-            what,
-            at,
-            need: n,
-            have: buf.len().saturating_sub(at),
-        })
-}
-
-fn get_mut<'a>(buf: &'a mut [u8], at: usize, n: usize, what: &'static str) -> Result<&'a mut [u8]> {
-    let have = buf.len().saturating_sub(at);
-    at.checked_add(n)
-        .and_then(move |end| buf.get_mut(at..end))
-        .ok_or(OffloadError::Truncated {
-            what,
-            at,
-            need: n,
-            have,
-        })
-}
-
-fn rd16(buf: &[u8], at: usize, what: &'static str) -> Result<u16> {
-    let b = get(buf, at, 2, what)?;
-    Ok(u16::from_be_bytes([b[0], b[1]]))
-}
-
-fn rd32(buf: &[u8], at: usize, what: &'static str) -> Result<u32> {
-    let b = get(buf, at, 4, what)?;
-    Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-}
-
-fn wr16(buf: &mut [u8], at: usize, v: u16, what: &'static str) -> Result<()> {
-    get_mut(buf, at, 2, what)?.copy_from_slice(&v.to_be_bytes());
-    Ok(())
-}
-
-fn wr32(buf: &mut [u8], at: usize, v: u32, what: &'static str) -> Result<()> {
-    get_mut(buf, at, 4, what)?.copy_from_slice(&v.to_be_bytes());
-    Ok(())
-}
-
-fn to_u16(v: usize, what: &'static str, at: usize) -> Result<u16> {
-    u16::try_from(v).map_err(|_| malformed(what, at, format!("{v} does not fit in 16 bits")))
-}
 
 // ---------------------------------------------------------------------------
 // Header parsing.
@@ -114,90 +32,9 @@ const MAX_IPV6_EXT_HEADERS: usize = wire::ipv6::MAX_EXT_HEADERS;
 
 // Offsets of the checksum field inside the transport header.
 use wire::tcp::CSUM_OFF as TCP_CSUM_OFF;
-use wire::udp::CSUM_OFF as UDP_CSUM_OFF;
 
 // TCP flag bits (byte 13 of the header).
 use wire::tcp::{CWR as TCP_CWR, FIN as TCP_FIN, PSH as TCP_PSH};
-
-impl From<wire::Error> for OffloadError {
-    fn from(e: wire::Error) -> Self {
-        match e {
-            wire::Error::Truncated {
-                what,
-                at,
-                need,
-                have,
-            } => OffloadError::Truncated {
-                what,
-                at,
-                need,
-                have,
-            },
-            wire::Error::Malformed { what, at, reason } => malformed(what, at, reason.to_string()),
-            wire::Error::Unsupported { what, at, reason } => {
-                unsupported(what, at, reason.to_string())
-            }
-        }
-    }
-}
-
-/// Finds the Ethernet, IP and TCP/UDP headers of `frame` (`frame::wire`'s
-/// one walk): Ethernet II with up to two VLAN tags; IPv4 with options;
-/// IPv6 with hop-by-hop, routing and destination-options extension
-/// headers. Fragments are reported with an `L4::Other` so nobody offloads
-/// a partial segment.
-pub fn parse_headers(frame: &[u8]) -> Result<Headers> {
-    parse_headers_of(frame, frame.len())
-}
-
-/// Like [`parse_headers`], for a frame of `len` bytes of which only the first
-/// ones, `head`, are at hand (netback's header copy, Menon 2006 §4.1). The
-/// lengths in the headers are checked against `len`; the headers themselves
-/// must lie within `head`, or the frame is reported truncated.
-pub fn parse_headers_of(head: &[u8], len: usize) -> Result<Headers> {
-    Ok(wire::parse_net(head, len)?)
-}
-
-/// Offset of the TCP/UDP checksum field relative to `h.l4_off`.
-fn l4_csum_offset(h: &Headers) -> Result<u16> {
-    match h.l4 {
-        L4::Tcp => Ok(TCP_CSUM_OFF),
-        L4::Udp => Ok(UDP_CSUM_OFF),
-        _ => Err(not_tcp_udp(h)),
-    }
-}
-
-fn not_tcp_udp(h: &Headers) -> OffloadError {
-    unsupported(
-        "transport protocol",
-        h.l4_off,
-        format!(
-            "{:?} on {:?} has no TCP/UDP checksum to offload",
-            h.l4, h.l3
-        ),
-    )
-}
-
-/// `(csum_start, csum_offset)` of the TCP or UDP checksum in `frame`, the
-/// values a `Csum::Partial` needs. Xen's netif `csum_blank` carries no offsets,
-/// so netback finds them by parsing, as Linux `skb_checksum_setup` does.
-pub fn partial_csum_for(frame: &[u8]) -> Result<(u16, u16)> {
-    partial_csum_of(frame, frame.len())
-}
-
-/// [`partial_csum_for`] from a header copy `head` of a `len`-byte frame.
-pub fn partial_csum_of(head: &[u8], len: usize) -> Result<(u16, u16)> {
-    partial_csum_at(&parse_headers_of(head, len)?)
-}
-
-/// [`partial_csum_for`] of a frame whose headers were found to be `h`.
-pub fn partial_csum_at(h: &Headers) -> Result<(u16, u16)> {
-    let offset = l4_csum_offset(h)?;
-    Ok((
-        to_u16(h.l4_off, "transport header offset", h.l4_off)?,
-        offset,
-    ))
-}
 
 // ---------------------------------------------------------------------------
 // The Internet checksum (RFC 1071).

@@ -5,7 +5,9 @@
 //! flags, a TAP or `PACKET_VNET_HDR` port from a `virtio_net_hdr`, and the
 //! software offload driver ([`crate::offload::prepare`]) acts on it.
 
-use crate::offload::{self, OffloadError};
+use crate::error::OffloadError;
+use crate::headers::{parse_headers_of, partial_csum_at};
+use crate::wire::Headers;
 
 /// Size of `struct virtio_net_hdr` without `num_buffers`.
 pub const VNET_HDR_LEN: usize = 10;
@@ -71,7 +73,7 @@ impl Csum {
         len: usize,
     ) -> Option<Csum> {
         let h = csum_blank
-            .then(|| crate::offload::parse_headers_of(head, len).ok())
+            .then(|| parse_headers_of(head, len).ok())
             .flatten();
         Csum::from_netif_headers(csum_blank, data_validated, h.as_ref())
     }
@@ -81,10 +83,10 @@ impl Csum {
     pub fn from_netif_headers(
         csum_blank: bool,
         data_validated: bool,
-        h: Option<&crate::offload::Headers>,
+        h: Option<&Headers>,
     ) -> Option<Csum> {
         if csum_blank {
-            h.and_then(|h| crate::offload::partial_csum_at(h).ok())
+            h.and_then(|h| partial_csum_at(h).ok())
                 .map(|(start, offset)| Csum::Partial { start, offset })
         } else if data_validated {
             Some(Csum::Valid)
@@ -318,9 +320,7 @@ pub fn encode_vnet_hdr(
 /// does not parse, fall back to the end of the checksum field (what Linux
 /// TAP would assume), or 0.
 fn gso_header_len(csum: Csum, head: &[u8], len: usize) -> u16 {
-    let from_parse = offload::parse_headers_of(head, len)
-        .ok()
-        .map(|h| h.payload_off);
+    let from_parse = parse_headers_of(head, len).ok().map(|h| h.payload_off);
     let from_csum = match csum {
         Csum::Partial { start, offset } => Some(usize::from(start) + usize::from(offset) + 2),
         _ => None,
