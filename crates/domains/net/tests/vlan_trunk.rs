@@ -124,9 +124,9 @@ fn send(g: &mut Guest, p: Packet) {
 
 #[test]
 fn a_trunk_uplink_tags_and_untags_each_vlan() {
-    if !testutil::root_or_skip("builds a veth pair") {
+    let Some(_host) = testutil::root_or_skip("builds a veth pair") else {
         return;
-    }
+    };
     let (a, b) = {
         let n = std::process::id() % 100_000;
         (format!("snvl{n}a"), format!("snvl{n}b"))

@@ -111,9 +111,9 @@ fn recv(s: &PacketSocket, ethertype: u16) -> Vec<u8> {
 
 #[test]
 fn frames_cross_the_driver_domains_backend_intact() {
-    if !testutil::root_or_skip("TAP devices and packet sockets") {
+    let Some(_host) = testutil::root_or_skip("TAP devices and packet sockets") else {
         return;
-    }
+    };
     let sock = format!("/tmp/vtback-{}.sock", std::process::id());
     let stop = Arc::new(AtomicBool::new(false));
     let backend = loopback(&sock, stop.clone());

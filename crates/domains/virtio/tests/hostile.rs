@@ -274,9 +274,9 @@ fn frame() -> Vec<u8> {
 
 #[test]
 fn a_hostile_backend_is_refused_and_counted() {
-    if !testutil::root_or_skip("TAP devices") {
+    let Some(_host) = testutil::root_or_skip("TAP devices") else {
         return;
-    }
+    };
     let sock = format!("/tmp/vthostile-{}.sock", std::process::id());
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).unwrap();
@@ -390,9 +390,9 @@ fn bad_entries_are_dropped(front: &mut Front, b: &Arc<Mutex<Hostile>>) {
 /// hanging (its loop still ticks).
 #[test]
 fn a_silent_backend_times_out_and_is_tried_again() {
-    if !testutil::root_or_skip("TAP devices") {
+    let Some(_host) = testutil::root_or_skip("TAP devices") else {
         return;
-    }
+    };
     let sock = format!("/tmp/vtsilent-{}.sock", std::process::id());
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).unwrap();

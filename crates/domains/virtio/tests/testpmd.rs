@@ -168,16 +168,15 @@ fn namespace(tag: &str, tap: &str) -> Netns {
     ns
 }
 
-fn usable() -> bool {
-    if !testutil::root_or_skip("TAP devices and namespaces") {
-        return false;
-    }
+/// The host lock if this test can run (root, and testpmd is installed).
+fn usable() -> Option<testutil::HostLock> {
+    let host = testutil::root_or_skip("TAP devices and namespaces")?;
     let found = Command::new("dpdk-testpmd")
         .arg("--version")
         .output()
         .is_ok();
     assert!(found, "dpdk-testpmd (Debian's dpdk) is needed");
-    true
+    Some(host)
 }
 
 fn pmd_sock(ns: &Netns) -> String {
@@ -202,9 +201,9 @@ fn rig(tag: &str) -> (Testpmd, Netns, Front) {
 /// bytes intact (ping checks its pattern), small and fragmented.
 #[test]
 fn frames_cross_testpmd_both_ways() {
-    if !usable() {
+    let Some(_host) = usable() else {
         return;
-    }
+    };
     let (mut pmd, ns, mut front) = rig("p");
     let st = front.wait_connected(1);
     assert!(
@@ -250,9 +249,9 @@ fn frames_cross_testpmd_both_ways() {
 /// connects anew, and the same TAP carries traffic again.
 #[test]
 fn the_frontend_reconnects_to_a_restarted_backend() {
-    if !usable() {
+    let Some(_host) = usable() else {
         return;
-    }
+    };
     let (mut pmd, ns, mut front) = rig("r");
     front.wait_connected(1);
     wait_for("a first reply through testpmd", || ping(&ns.0, 1, 56) == 1);

@@ -515,9 +515,9 @@ fn reserve_hugepages(n: u64) -> u64 {
 
 #[test]
 fn a_hugepage_backed_pool_serves_grants() {
-    if !testutil::root_or_skip("reserving huge pages") {
+    let Some(_host) = testutil::root_or_skip("reserving huge pages") else {
         return;
-    }
+    };
     let old = reserve_hugepages(2);
     let hv = Hypervisor::new();
     let spec = DomainSpec {
