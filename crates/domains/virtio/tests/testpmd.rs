@@ -8,11 +8,11 @@
 
 mod front_common;
 
-use front_common::{counter, nic_on_tap, wait_for, Front};
+use front_common::{counter, nic_on_tap, wait_until, Front, WAIT};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PEER_MAC: &str = "02:00:00:77:00:02";
 
@@ -72,7 +72,9 @@ impl Testpmd {
         });
         let mut t = Testpmd { child, stdin, out };
         t.command("start");
-        wait_for("testpmd's socket", || std::path::Path::new(sock).exists());
+        wait_until("testpmd's socket", WAIT, || {
+            std::path::Path::new(sock).exists()
+        });
         t
     }
 
@@ -85,7 +87,7 @@ impl Testpmd {
         let mark = self.out.lock().unwrap().len();
         self.command("show port stats 0");
         let mut found = None;
-        wait_for("testpmd's port statistics", || {
+        wait_until("testpmd's port statistics", WAIT, || {
             let out = self.out.lock().unwrap();
             let text = &out[mark..];
             let field = |name: &str| -> Option<u64> {
@@ -108,14 +110,12 @@ impl Drop for Testpmd {
     fn drop(&mut self) {
         // Already gone if it was killed.
         let _ = writeln!(self.stdin, "quit");
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let quit = testutil::poll_until(Duration::from_secs(5), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        if quit.is_err() {
+            self.kill();
         }
-        self.kill();
     }
 }
 
@@ -213,7 +213,9 @@ fn frames_cross_testpmd_both_ways() {
             .contains(&"VERSION_1".into()),
         "{st}"
     );
-    wait_for("a first reply through testpmd", || ping(&ns.0, 1, 56) == 1);
+    wait_until("a first reply through testpmd", WAIT, || {
+        ping(&ns.0, 1, 56) == 1
+    });
     let (pmd_rx0, pmd_tx0) = pmd.stats();
     let st0 = front.status();
     assert_eq!(ping(&ns.0, 200, 56), 200);
@@ -254,16 +256,18 @@ fn the_frontend_reconnects_to_a_restarted_backend() {
     };
     let (mut pmd, ns, mut front) = rig("r");
     front.wait_connected(1);
-    wait_for("a first reply through testpmd", || ping(&ns.0, 1, 56) == 1);
+    wait_until("a first reply through testpmd", WAIT, || {
+        ping(&ns.0, 1, 56) == 1
+    });
     pmd.kill();
-    wait_for("the frontend to see the backend go", || {
+    wait_until("the frontend to see the backend go", WAIT, || {
         front.status()["connected"] == false
     });
     drop(pmd);
     let _pmd = Testpmd::start(&pmd_sock(&ns), &pmd_prefix(&ns));
     let st = front.wait_connected(2);
     assert_eq!(counter(&st, "disconnects"), 1, "{st}");
-    wait_for("a reply through the new testpmd", || {
+    wait_until("a reply through the new testpmd", WAIT, || {
         ping(&ns.0, 1, 56) == 1
     });
     assert_eq!(ping(&ns.0, 50, 56), 50);

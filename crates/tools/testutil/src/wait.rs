@@ -38,13 +38,15 @@ impl<T, E: Display> Fact for Result<T, E> {
     }
 }
 
-/// The first pause between looks; it doubles up to [`MAX_PAUSE`].
+/// The first pause between looks, and the one after a change.
 const FIRST_PAUSE: Duration = Duration::from_millis(1);
 /// The longest pause between looks: a fact is seen within this of holding.
 const MAX_PAUSE: Duration = Duration::from_millis(20);
 
 /// Polls `look` until the fact holds (`true`, `Some`, `Ok`) and returns its
-/// value; looks once more at the deadline. After `timeout` it panics naming
+/// value. The pause between looks starts at 1 ms and doubles up to 20 ms
+/// while the state seen stays the same; a look that sees a new state (an
+/// `Err` that says how far a transfer got) starts it again. After `timeout` it panics naming
 /// `what` and the last state seen (an `Err`'s value, or `false`/`None`).
 pub fn wait_until<F: Fact>(what: &str, timeout: Duration, look: impl FnMut() -> F) -> F::Value {
     match poll_until(timeout, look) {
@@ -61,17 +63,24 @@ pub fn poll_until<F: Fact>(
 ) -> Result<F::Value, String> {
     let deadline = Instant::now() + timeout;
     let mut pause = FIRST_PAUSE;
+    let mut before = None;
     loop {
-        let last = match look().check() {
+        let seen = match look().check() {
             Ok(v) => return Ok(v),
-            Err(last) => last,
+            Err(seen) => seen,
         };
         let now = Instant::now();
         if now >= deadline {
-            return Err(last);
+            return Err(seen);
         }
+        // A state that moved (a count that grew) is worth a quick look again.
+        pause = if before.as_ref() == Some(&seen) {
+            (pause * 2).min(MAX_PAUSE)
+        } else {
+            FIRST_PAUSE
+        };
+        before = Some(seen);
         std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(MAX_PAUSE);
     }
 }
 
