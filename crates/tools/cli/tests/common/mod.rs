@@ -184,14 +184,7 @@ pub struct Background(pub Child);
 impl Background {
     /// Waits up to `limit` for the command to exit on its own.
     pub fn wait_exit(&mut self, limit: std::time::Duration) -> bool {
-        let deadline = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < deadline {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        false
+        testutil::poll_until(limit, || self.0.try_wait().ok().flatten().is_some()).is_ok()
     }
 }
 
@@ -218,17 +211,7 @@ impl Env {
     }
 }
 
-/// Polls `fact` every 20 ms until it holds; panics naming `what` after `limit`.
-pub fn wait_until(what: &str, limit: std::time::Duration, mut fact: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + limit;
-    while !fact() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
+pub use testutil::wait_until;
 
 /// Runs `cmd` inside the namespace of `domain` and returns its stdout.
 fn in_netns(domain: &str, cmd: &[&str]) -> String {
