@@ -52,8 +52,9 @@ lint clippy clippy rust-web-clippy clippy --workspace --all-targets --quiet -- -
 echo "== cargo test"
 # This runs as root: a root-only test may not skip here.
 export SPLITNET_REQUIRE_ROOT=1
-# End-to-end tests share the host's namespaces and /run/splitnet: one at a time.
-cargo test --workspace -- --test-threads=1
+# Tests in parallel: the root tests, which share the host's namespaces and
+# links, take one lock (testutil::root_or_skip) and so run one at a time.
+cargo test --workspace
 echo "== fuzz (each target for a bounded time; the corpora were replayed above)"
 ./scripts/fuzz.sh 15
 if [ ${#skipped[@]} -gt 0 ]; then

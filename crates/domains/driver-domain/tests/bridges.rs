@@ -35,17 +35,21 @@ fn send_all(w: &mut World, g: usize, frames: Vec<Packet>, counter: &str) {
     }
     guest.nf.flush().unwrap();
     let (hv, drv, id) = (w.hv.clone(), w.drv_id, w.ids[g]);
-    wait_for(&format!("guest {g}'s frames counted in {counter}"), || {
-        let mut ignore = Vec::new();
-        let guest = &mut w.guests[g];
-        guest.nf.poll(&mut guest.hv, &mut ignore).unwrap();
-        let c = &stats(&hv, drv, id);
-        let got = match counter {
-            "tx_packets" => c["tx_packets"].as_u64(),
-            _ => c["drops"][counter].as_u64(),
-        };
-        got.unwrap_or(0) >= before + n
-    });
+    wait_until(
+        &format!("guest {g}'s frames counted in {counter}"),
+        WAIT,
+        || {
+            let mut ignore = Vec::new();
+            let guest = &mut w.guests[g];
+            guest.nf.poll(&mut guest.hv, &mut ignore).unwrap();
+            let c = &stats(&hv, drv, id);
+            let got = match counter {
+                "tx_packets" => c["tx_packets"].as_u64(),
+                _ => c["drops"][counter].as_u64(),
+            };
+            got.unwrap_or(0) >= before + n
+        },
+    );
 }
 
 /// The frames guest `g` has received from `src`.
@@ -106,7 +110,7 @@ fn frames_stay_on_their_bridge_and_in_their_vlan() {
     // A broadcast on VLAN 10 reaches VLAN 10 only.
     let frames = (0..4).map(|i| frame(BCAST, mac[2], 200 + i)).collect();
     send_all(&mut w, 2, frames, "tx_packets");
-    wait_for("VLAN 10's broadcasts", || {
+    wait_until("VLAN 10's broadcasts", WAIT, || {
         received_from(&mut w, 3, mac[2]).len() == 4
     });
     for g in [0, 1, 4] {
@@ -155,14 +159,14 @@ fn a_bad_vlan_node_gives_the_vif_up_and_spares_the_others() {
     );
     assert!(r.is_err(), "a vif with VLAN 4095 connected");
     let be = format!("/local/domain/{}/backend/vif/{g}/0", w.drv_id);
-    wait_for("the bad vif given up", || {
+    wait_until("the bad vif given up", WAIT, || {
         backend_state(&w.hv, w.drv_id, g) == "6"
     });
     let reason = store_read(&w.hv, &format!("{be}/disconnect-reason")).unwrap_or_default();
     assert!(reason.contains("4095"), "reason: {reason:?}");
     let (a, b) = w.guests.split_at_mut(1);
     good_traffic_flows(&mut a[0], &mut b[0], 8, 0);
-    wait_for("the refusal counted", || {
+    wait_until("the refusal counted", WAIT, || {
         store_read(&w.hv, &format!("/local/domain/{}/splitnet/stats", w.drv_id))
             .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
             .is_some_and(|d| d["loop"]["config_errors"] == 1)
@@ -205,7 +209,7 @@ fn uplinks_follow_the_store_and_bad_values_are_counted_and_ignored() {
     // An uplink without a VLAN is a trunk on its bridge; its interface is
     // missing, so it stays closed.
     write(format!("{home}/uplinks/nosuch0"), "bridge=xenbr0");
-    wait_for("an uplink from uplinks/", || {
+    wait_until("an uplink from uplinks/", WAIT, || {
         uplinks() == [r#""nosuch0":"xenbr0":"trunk""#]
     });
     write(format!("{home}/ports/nosuch9"), "hosted");
@@ -217,10 +221,10 @@ fn uplinks_follow_the_store_and_bad_values_are_counted_and_ignored() {
         format!("{home}/uplinks/nameoversixteenbytes"),
         "bridge=xenbr0",
     );
-    wait_for("the uplinks from uplinks/", || {
+    wait_until("the uplinks from uplinks/", WAIT, || {
         uplinks() == [r#""nosuch0":"xenbr0":"trunk""#, r#""nosuch1":"xenbr1":7"#]
     });
-    wait_for("the refusals counted", || {
+    wait_until("the refusals counted", WAIT, || {
         doc()["loop"]["config_errors"] == 3
     });
     assert_eq!(doc()["extra_ports"][0]["name"], "nosuch9");

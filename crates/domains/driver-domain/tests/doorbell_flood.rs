@@ -54,12 +54,16 @@ fn a_doorbell_flood_leaves_other_guests_traffic_intact_and_costs_one_ack_per_wak
     });
     // Wait until the flood has certainly reached the driver loop.
     let flooder_id = w.ids[2];
-    wait_for("the driver to take the flooder's notifications", || {
-        counter(
-            &stats(&w.hv, w.drv_id, flooder_id),
-            "notifications_received",
-        ) > 0
-    });
+    wait_until(
+        "the driver to take the flooder's notifications",
+        WAIT,
+        || {
+            counter(
+                &stats(&w.hv, w.drv_id, flooder_id),
+                "notifications_received",
+            ) > 0
+        },
+    );
     let (a, rest) = w.guests.split_first_mut().expect("guests");
     good_traffic_flows(a, rest.first_mut().expect("good2"), FRAMES, 1_000);
     stop.store(true, Ordering::Relaxed);

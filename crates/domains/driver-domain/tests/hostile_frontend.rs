@@ -7,8 +7,8 @@
 
 mod common;
 use common::{
-    backend_state, good_traffic_flows, gso, more, push, stats, store_read, udp_frame, wait_for,
-    world_configured, world_connecting, Guest, World,
+    backend_state, good_traffic_flows, gso, more, push, stats, store_read, udp_frame, wait_until,
+    world_configured, world_connecting, Guest, World, WAIT,
 };
 
 use abi::netif::{GsoType, TxFlags, TxRequest, XEN_NETIF_NR_SLOTS_MIN};
@@ -107,7 +107,7 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
     let prod = ring.memory().load_u32(0);
     ring.memory().store_u32(0, prod.wrapping_add(100_000));
     evil2.nf.tx_channel().notify().unwrap();
-    wait_for("evil2's vif to be disconnected", || {
+    wait_until("evil2's vif to be disconnected", WAIT, || {
         backend_state(&hv, drv_id, e2) == "6"
     });
     assert_eq!(stats(&hv, drv_id, e2)["rejected"]["ring_overflow"], 1);
@@ -274,7 +274,7 @@ fn long_chain_is_fatal(hv: &Arc<Hypervisor>, drv_id: DomId, g: DomId, long: &mut
         })
         .collect();
     push(long, &reqs);
-    wait_for("long's vif to be disconnected", || {
+    wait_until("long's vif to be disconnected", WAIT, || {
         backend_state(hv, drv_id, g) == "6"
     });
     let s = stats(hv, drv_id, g);
@@ -299,8 +299,9 @@ fn refuse_each(
             .as_u64()
             .unwrap_or(0);
         push(evil1, &reqs);
-        wait_for(
+        wait_until(
             &format!("netback to count {reason}: {}", stats(hv, drv_id, e1)),
+            WAIT,
             || {
                 stats(hv, drv_id, e1)["rejected"][reason]
                     .as_u64()
@@ -340,7 +341,7 @@ fn flood_disconnects(
         push(evil1, &reqs);
         good_traffic_flows(good1, good2, 10, 3000 + round as u32 * 10);
     }
-    wait_for("evil1's vif to be disconnected", || {
+    wait_until("evil1's vif to be disconnected", WAIT, || {
         backend_state(hv, drv_id, e1) == "6"
     });
     let s = stats(hv, drv_id, e1);
@@ -413,7 +414,7 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
     good_traffic_flows(&mut good2, &mut good1, 200, 1000);
     // Frames past the header copy: their payload comes through the window.
     common::traffic_flows_sized(&mut good1, &mut good2, 100, 10_000, 1400);
-    wait_for("good1's 200 frames counted as held", || {
+    wait_until("good1's 200 frames counted as held", WAIT, || {
         stats(&hv, drv_id, g1)["grant_ops"]["hold"]
             .as_u64()
             .unwrap_or(0)

@@ -9,8 +9,8 @@
 
 mod common;
 use common::{
-    backend_state, good_traffic_flows, gso, probe, probes, push, stats, udp_frame, wait_for, world,
-    Guest, World,
+    backend_state, good_traffic_flows, gso, probe, probes, push, stats, udp_frame, wait_until,
+    world, Guest, World, WAIT,
 };
 
 use abi::netif::{GsoType, TxFlags, TxRequest};
@@ -19,7 +19,8 @@ use frame::packet::Packet;
 use hv::{DomId, ErrorKind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use testutil::poll_until;
 use toolstack::topology::{Grants, TxMode};
 
 const PAGE: usize = 4096;
@@ -101,7 +102,7 @@ fn bad_grants_are_refused_and_counted_while_good_guests_flow() {
     for (reason, reqs) in attacks {
         let before = rejected(&w, e, reason);
         push(&mut evil, &reqs);
-        wait_for(&format!("netback to count {reason}"), || {
+        wait_until(&format!("netback to count {reason}"), WAIT, || {
             rejected(&w, e, reason) > before
         });
         good_traffic_flows(&mut good1, &mut good2, 20, 2000);
@@ -148,20 +149,17 @@ fn read_only_tx_arrives(
 ) {
     let drv = w.drv_id;
     push(evil, &[req(g_ro, 0, 300, 40)]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until("the read-only grant's frame at good2", WAIT, || {
         if probes(good2).iter().any(|p| p.as_slice() == f) {
-            break;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "the read-only grant's frame never arrived: evil {}, good2 {}, good2's frontend {:?}",
+        Err(format!(
+            "evil {}, good2 {}, good2's frontend {:?}",
             stats(&w.hv, drv, e),
             stats(&w.hv, drv, w.ids[1]),
             good2.nf.counters
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+        ))
+    });
     // netback holds no use once it has responded: the revocation goes through.
     evil.hv.ngm_revoke(drv, g_ro).unwrap();
 }
@@ -193,7 +191,7 @@ fn read_only_rx_is_refused(
         .send(&mut good1.hv, Packet::new(bcast.clone()))
         .unwrap();
     good1.nf.flush().unwrap();
-    wait_for("netback to refuse the read-only RX buffer", || {
+    wait_until("netback to refuse the read-only RX buffer", WAIT, || {
         rejected(w, e, "grant_read_only") > 0
     });
     assert_eq!(
@@ -201,11 +199,9 @@ fn read_only_rx_is_refused(
         before,
         "netback wrote into a read-only grant"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !probes(good2).contains(&bcast) {
-        assert!(Instant::now() < deadline, "good2 missed the broadcast");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until("the broadcast at good2", WAIT, || {
+        probes(good2).contains(&bcast)
+    });
     // evil's frontend took the refusal, dropped the frame and re-posted
     // its own buffers: the next broadcast reaches it.
     let _ = probes(evil);
@@ -216,14 +212,9 @@ fn read_only_rx_is_refused(
         .send(&mut good1.hv, Packet::new(bcast2.clone()))
         .unwrap();
     good1.nf.flush().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !probes(evil).contains(&bcast2) {
-        assert!(
-            Instant::now() < deadline,
-            "evil never recovered its RX buffers"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until("evil to recover its RX buffers", WAIT, || {
+        probes(evil).contains(&bcast2)
+    });
     assert_eq!(backend_state(&w.hv, drv, e), "4", "still below the limit");
 }
 
@@ -241,7 +232,7 @@ fn flood_disconnects(w: &World, e: DomId, evil: &mut Guest, good1: &mut Guest, g
         push(evil, &reqs);
         good_traffic_flows(good1, good2, 10, 3000 + u32::from(round) * 10);
     }
-    wait_for("evil to be disconnected", || {
+    wait_until("evil to be disconnected", WAIT, || {
         backend_state(&w.hv, drv, e) == "6"
     });
 }
@@ -292,8 +283,11 @@ fn a_guest_rewriting_its_buffer_after_the_check_cannot_change_the_headers_sent()
         assert_eq!(d, probe(to, from, seq, len), "frame {seq} arrived changed");
     };
     let (mut sent, mut seen) = (0u32, 0u32);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while sent < 3000 && backend_state(&w.hv, drv, e) == "4" && Instant::now() < deadline {
+    // The race runs for 3000 frames, until evil is disconnected, or 20 s.
+    let _ = poll_until(Duration::from_secs(20), || {
+        if sent >= 3000 || backend_state(&w.hv, drv, e) != "4" {
+            return Ok(());
+        }
         while evil.nf.can_send() && sent < 3000 {
             let f = probe(good1.mac, evil.mac, sent, len);
             if evil.nf.send(&mut evil.hv, Packet::new(f)).is_err() {
@@ -307,20 +301,23 @@ fn a_guest_rewriting_its_buffer_after_the_check_cannot_change_the_headers_sent()
             check(&d);
             seen += 1;
         }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        Err(format!("{sent} sent, {seen} seen"))
+    });
     stop.store(true, Ordering::Relaxed);
     let flips = flipper.join().unwrap();
     // Frames still on their way to good1.
     let passed = stats(&w.hv, drv, e)["tx_packets"].as_u64().unwrap_or(0);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while u64::from(seen) < passed && Instant::now() < deadline {
+    let _ = poll_until(Duration::from_secs(5), || {
         for d in probes(&mut good1) {
             check(&d);
             seen += 1;
         }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        if u64::from(seen) < passed {
+            Err(format!("{seen} of {passed} seen"))
+        } else {
+            Ok(())
+        }
+    });
     let spoofs = rejected(&w, e, "spoofed_mac");
     assert!(
         seen > 0 && spoofs > 0,
@@ -385,13 +382,11 @@ fn rx_buffers_a_guest_misposts_hurt_only_itself() {
             .send(&mut good1.hv, Packet::new(last.clone()))
             .unwrap();
         good1.nf.flush().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !probes(&mut good2).contains(&last) {
-            assert!(Instant::now() < deadline, "good2 missed broadcast {seq}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until(&format!("broadcast {seq} at good2"), WAIT, || {
+            probes(&mut good2).contains(&last)
+        });
     }
-    wait_for("netback to fill evil's reposted buffer", || {
+    wait_until("netback to fill evil's reposted buffer", WAIT, || {
         stats(&w.hv, drv, e)["rx_packets"].as_u64().unwrap_or(0) >= rx_before + u64::from(dups)
     });
     assert_eq!(rejected(&w, e, "grant_absent"), absent + 2);

@@ -5,13 +5,12 @@
 //! a request's `pad` is refused and counted while the others flow.
 
 mod common;
-use common::{good_traffic_flows, stats, wait_for, world_configured, Guest, World};
+use common::{good_traffic_flows, stats, wait_until, world_configured, Guest, World, WAIT};
 
 use abi::SharedMemory;
 use frame::offload;
 use frame::packet::{Csum, Gso, GsoKind, Packet};
 use splitnet_driver_domain as driver_domain;
-use std::time::{Duration, Instant};
 use toolstack::topology::{Grants, RxBuffer, TxMode};
 
 const PAGE: usize = 4096;
@@ -77,25 +76,19 @@ fn gso_frame(a: &Guest, b: &Guest, payload: usize) -> Packet {
 fn arrives(a: &mut Guest, b: &mut Guest, p: &Packet) {
     a.nf.send(&mut a.hv, p.clone()).unwrap();
     a.nf.flush().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
     let mut rx = Vec::new();
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "a {}-byte frame never arrived ({:?})",
-            p.data.len(),
-            b.nf.counters
-        );
+    let what = format!("a {}-byte frame at b", p.data.len());
+    let got = wait_until(&what, WAIT, || {
         let mut ignore = Vec::new();
         a.nf.poll(&mut a.hv, &mut ignore).unwrap();
         b.nf.poll(&mut b.hv, &mut rx).unwrap();
-        if let Some(got) = rx.iter().find(|q| q.data.len() == p.data.len()) {
-            assert_eq!(got.data, p.data, "the frame arrived corrupted");
-            assert_eq!(got.gso, p.gso);
-            return;
+        match rx.iter().position(|q| q.data.len() == p.data.len()) {
+            Some(i) => Ok(rx.swap_remove(i)),
+            None => Err(format!("{:?}", b.nf.counters)),
         }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    });
+    assert_eq!(got.data, p.data, "the frame arrived corrupted");
+    assert_eq!(got.gso, p.gso);
 }
 
 #[test]
@@ -165,8 +158,9 @@ fn a_bad_offset_in_pad_is_refused_and_counted_and_nobody_else_notices() {
             seq += 1;
             good1.nf.send(&mut good1.hv, bcast).unwrap();
             good1.nf.flush().unwrap();
-            wait_for(
+            wait_until(
                 &format!("netback to refuse offset {offset} (slot {slot})"),
+                WAIT,
                 || refused(&w, e) > before_count,
             );
             assert_eq!(

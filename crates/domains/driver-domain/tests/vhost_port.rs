@@ -66,17 +66,11 @@ fn port(tag: &str) -> (VhostPort, std::path::PathBuf) {
 /// Connects a VM to `p` with `features` and starts its rings.
 fn vm(p: &mut VhostPort, path: &std::path::PathBuf, features: u64) -> Vm {
     let fe = std::os::unix::net::UnixStream::connect(path).unwrap();
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let mut vm = None;
-    let mut fe = Some(fe);
-    while vm.is_none() {
-        assert!(std::time::Instant::now() < end);
+    testutil::wait_until("the VM connected", WAIT, || {
         p.recv_batch(&mut |_| {}).unwrap();
-        if p.status().unwrap()["connected"] == true {
-            vm = Some(Vm::from_stream(fe.take().unwrap()));
-        }
-    }
-    let mut vm = vm.unwrap();
+        p.status().unwrap()["connected"] == true
+    });
+    let mut vm = Vm::from_stream(fe);
     vm.negotiate(features);
     vm.fe.set_mem_table(&[vm.region()]).unwrap();
     vm.start_rings(0).unwrap();
@@ -95,12 +89,11 @@ fn offload_state_crosses_both_ways_and_shared_payloads_land_intact() {
     wire.extend_from_slice(&f.data);
     vm.send(BUFS, &wire, 4096);
     let mut got = Vec::new();
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while got.is_empty() {
-        assert!(std::time::Instant::now() < end);
+    testutil::wait_until("the VM's frame at the port", WAIT, || {
         p.recv_batch(&mut |b| got.extend(b.iter().map(|fr| (fr.to_packet(), fr.csum))))
             .unwrap();
-    }
+        !got.is_empty()
+    });
     assert_eq!(got[0].0.data, f.data);
     assert_eq!(
         got[0].1,

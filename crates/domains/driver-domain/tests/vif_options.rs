@@ -6,8 +6,8 @@
 
 mod common;
 use common::{
-    backend_state, good_traffic_flows, push, stats, store_read, wait_for, world_configured, Guest,
-    World,
+    backend_state, good_traffic_flows, push, stats, store_read, wait_until, world_configured,
+    Guest, World, WAIT,
 };
 
 use abi::netif::{Extra, ExtraFlags, ExtraInfo, TxFlags, TxRequest};
@@ -136,15 +136,19 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
     }
     let (good, bad) = (5usize, 5u64);
     let mut got = Vec::new();
-    wait_for("the good frames, and the spoofed ones counted", || {
-        got.extend(
-            receive(&mut b)
-                .into_iter()
-                .filter(|p| p.data[6..12] == a.mac),
-        );
-        let _ = receive(&mut a);
-        got.len() >= good && counter(&hv, drv_id, ids[0], "spoofed") >= bad
-    });
+    wait_until(
+        "the good frames, and the spoofed ones counted",
+        WAIT,
+        || {
+            got.extend(
+                receive(&mut b)
+                    .into_iter()
+                    .filter(|p| p.data[6..12] == a.mac),
+            );
+            let _ = receive(&mut a);
+            got.len() >= good && counter(&hv, drv_id, ids[0], "spoofed") >= bad
+        },
+    );
     got.extend(receive(&mut b));
     for p in &got {
         let want = frames.iter().find(|(f, _)| f.data == p.data);
@@ -165,7 +169,7 @@ fn ip_drops_spoofed_sources_arp_and_nd_and_lets_dhcp_through() {
     // b has no ip= and may send from anything.
     let p = udp4(&b, a.mac, [192, 0, 2, 7], false, 8);
     send(&mut b, p);
-    wait_for("b's frame", || !receive(&mut a).is_empty());
+    wait_until("b's frame", WAIT, || !receive(&mut a).is_empty());
     hv.shutdown();
     driver.join().unwrap();
 }
@@ -253,7 +257,7 @@ fn rate_holds_a_vif_to_its_credit_without_dropping_or_spinning() {
         c.nf.send(&mut c.hv, Packet::new(f)).unwrap();
     }
     c.nf.flush().unwrap();
-    wait_for("c to wait for credit", || {
+    wait_until("c to wait for credit", WAIT, || {
         counter(&hv, drv_id, ids[2], "credit_waits") > 0
     });
     let w0 = driver_wakeups(&hv, drv_id);
@@ -278,7 +282,7 @@ fn crosses(from: &mut Guest, to: &mut Guest, len: usize, tag: u8) {
     f.resize(len, tag);
     send(from, Packet::new(f.clone()));
     let mut seen = false;
-    wait_for(&format!("a {len}-byte frame"), || {
+    wait_until(&format!("a {len}-byte frame"), WAIT, || {
         let _ = receive(from);
         seen |= receive(to).iter().any(|p| p.data == f);
         seen
@@ -303,7 +307,7 @@ fn jumbo_frames_cross_the_ring_both_ways_and_longer_ones_are_dropped() {
     let mut f = eth(b.mac, a.mac, 0x88b5, &[3]);
     f.resize(9015, 3);
     send(&mut a, Packet::new(f));
-    wait_for("the oversize frame counted", || {
+    wait_until("the oversize frame counted", WAIT, || {
         let _ = receive(&mut a);
         counter(&hv, drv_id, ids[0], "oversize") == 1
     });
@@ -338,7 +342,7 @@ fn without_scatter_gather_the_mtu_is_capped_at_one_slot() {
     f.resize(4097, 3);
     send(&mut a, Packet::new(f));
     // It takes two slots, and the backend offered no scatter-gather.
-    wait_for("the frame over one slot refused", || {
+    wait_until("the frame over one slot refused", WAIT, || {
         let _ = receive(&mut a);
         stats(&hv, drv_id, ids[0])["rejected"]["chain_too_long"] == 1
     });
@@ -375,7 +379,7 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
         assert_eq!(store_read(&hv, &fe).as_deref(), Some("1"));
     }
     // Broadcasts touch every vif, so their filters show in their stats.
-    wait_for("both filters on in the backend", || {
+    wait_until("both filters on in the backend", WAIT, || {
         send(
             &mut sender,
             Packet::new(eth([0xff; 6], smac, 0x88b5, &[0xaa; 60])),
@@ -393,7 +397,7 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
     assert_eq!(member.nf.multicast_groups(), &[GROUP]);
     // Once the backend has taken the join, the group's frames reach member.
     let mut tag = 0u8;
-    wait_for("a group frame at the member", || {
+    wait_until("a group frame at the member", WAIT, || {
         tag = tag.wrapping_add(1);
         send(
             &mut sender,
@@ -411,7 +415,7 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
         Packet::new(eth([0xff; 6], smac, 0x88b5, &[0xbb; 60])),
     );
     let (mut at_member, mut at_other) = (Vec::new(), Vec::new());
-    wait_for("the broadcast at both", || {
+    wait_until("the broadcast at both", WAIT, || {
         let _ = receive(&mut sender);
         at_member.extend(receive(&mut member));
         at_other.extend(receive(&mut other));
@@ -430,7 +434,7 @@ fn a_multicast_group_goes_only_to_the_vifs_that_joined_it() {
     let mmac = member.mac;
     let after_leave = eth([0xff; 6], mmac, 0x88b5, &[0xdd; 60]);
     send(&mut member, Packet::new(after_leave.clone()));
-    wait_for("member's broadcast after the leave", || {
+    wait_until("member's broadcast after the leave", WAIT, || {
         let _ = receive(&mut member);
         receive(&mut sender).iter().any(|p| p.data == after_leave)
     });
@@ -454,7 +458,7 @@ fn group_frames_before_marker(sender: &mut Guest, g: &mut Guest, group: [u8; 6],
     let marker = eth([0xff; 6], smac, 0x88b5, &[0xcc; 60]);
     send(sender, Packet::new(marker.clone()));
     let mut got = Vec::new();
-    wait_for("the broadcast marker", || {
+    wait_until("the broadcast marker", WAIT, || {
         let _ = receive(sender);
         got.extend(receive(g));
         got.iter().any(|p| p.data == marker)
@@ -473,16 +477,20 @@ fn wait_filtering(
     on: bool,
 ) {
     let smac = sender.mac;
-    wait_for("the backend to take request-multicast-control", || {
-        // Broadcasts touch every vif, so its filter shows in its stats.
-        send(
-            sender,
-            Packet::new(eth([0xff; 6], smac, 0x88b5, &[0xaa; 60])),
-        );
-        let _ = receive(sender);
-        let _ = receive(g);
-        stats(hv, drv, id)["mcast_groups"].is_u64() == on
-    });
+    wait_until(
+        "the backend to take request-multicast-control",
+        WAIT,
+        || {
+            // Broadcasts touch every vif, so its filter shows in its stats.
+            send(
+                sender,
+                Packet::new(eth([0xff; 6], smac, 0x88b5, &[0xaa; 60])),
+            );
+            let _ = receive(sender);
+            let _ = receive(g);
+            stats(hv, drv, id)["mcast_groups"].is_u64() == on
+        },
+    );
 }
 
 #[test]
@@ -592,14 +600,14 @@ fn a_flood_of_mcast_add_extras_is_bounded_and_counted() {
     for chunk in (0..total).collect::<Vec<_>>().chunks(100) {
         let reqs: Vec<TxRequest> = chunk.iter().flat_map(|&i| mcast_add(i)).collect();
         push(&mut evil, &reqs);
-        wait_for("the backend to answer the flood", || {
+        wait_until("the backend to answer the flood", WAIT, || {
             evil.nf.tx_ring().unconsumed_responses().unwrap_or(0) >= reqs.len() as u32
         });
         while evil.nf.tx_ring().next_response().unwrap().is_some() {}
         good_traffic_flows(&mut good1, &mut good2, 20, u32::from(chunk[0]));
     }
     let refused = u64::from(total) - driver_domain::switch::mcast::MCAST_MAX as u64;
-    wait_for("the refusals counted", || {
+    wait_until("the refusals counted", WAIT, || {
         counter(&hv, drv_id, ids[2], "mcast_refused") == refused
     });
     // A resource limit, not a protocol error: evil stays connected.
@@ -639,7 +647,7 @@ fn a_bad_option_node_refuses_the_vif_with_a_reason_and_others_flow() {
     let mut good2 = guests.pop().unwrap();
     let mut good1 = guests.pop().unwrap();
     let be = format!("/local/domain/{drv_id}/backend/vif/{}/0", ids[2]);
-    wait_for("the bad vif refused", || {
+    wait_until("the bad vif refused", WAIT, || {
         backend_state(&hv, drv_id, ids[2]) == "6"
     });
     let why = store_read(&hv, &format!("{be}/disconnect-reason")).unwrap_or_default();

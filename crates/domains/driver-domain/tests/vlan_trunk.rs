@@ -123,9 +123,9 @@ fn send(g: &mut Guest, p: Packet) {
 
 #[test]
 fn a_trunk_uplink_tags_and_untags_each_vlan() {
-    if !testutil::root_or_skip("builds a veth pair") {
+    let Some(_host) = testutil::root_or_skip("builds a veth pair") else {
         return;
-    }
+    };
     let (a, b) = {
         let n = std::process::id() % 100_000;
         (format!("snvl{n}a"), format!("snvl{n}b"))
@@ -151,7 +151,9 @@ fn a_trunk_uplink_tags_and_untags_each_vlan() {
             .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
             .unwrap_or_default()
     };
-    wait_for("the uplink open", || stats()["uplinks"][0]["open"] == true);
+    wait_until("the uplink open", WAIT, || {
+        stats()["uplinks"][0]["open"] == true
+    });
     let mac: Vec<[u8; 6]> = w.guests.iter().map(|g| g.mac).collect();
 
     // Out: VLAN 10 leaves tagged; "no VLAN" untagged.
@@ -183,7 +185,7 @@ fn a_trunk_uplink_tags_and_untags_each_vlan() {
     let mut f = frame(mac[2], WIRE, 3).data;
     f[..6].copy_from_slice(&BCAST);
     wire.send(&[&tagged(&f, 20)]).unwrap();
-    wait_for("VLAN 20's frame at v20", || {
+    wait_until("VLAN 20's frame at v20", WAIT, || {
         received_from(&mut w.guests[2], WIRE)
             .iter()
             .any(|p| p.data == f)
@@ -197,7 +199,7 @@ fn a_trunk_uplink_tags_and_untags_each_vlan() {
     // Untagged from the wire: "no VLAN" only.
     let f = frame(BCAST, WIRE, 4).data;
     wire.send(&[&f]).unwrap();
-    wait_for("the untagged frame at the untagged guest", || {
+    wait_until("the untagged frame at the untagged guest", WAIT, || {
         received_from(&mut w.guests[0], WIRE)
             .iter()
             .any(|p| p.data == f)
@@ -254,7 +256,7 @@ fn inbound_full_size(w: &mut World, b: &str, wire: &PacketSocket) {
 /// the wire, packet after packet, until there are `n` bytes.
 fn payload_at(g: &mut Guest, n: usize) -> Vec<u8> {
     let mut got = Vec::new();
-    wait_for("the wire's frames at the guest", || {
+    wait_until("the wire's frames at the guest", WAIT, || {
         for p in received_from(g, WIRE) {
             got.extend_from_slice(&p.data[54.min(p.data.len())..]);
         }

@@ -27,20 +27,18 @@ fn tx_frame(len: usize, marker: u8) -> Vec<u8> {
 /// Takes what the VM sent: (header, frame) pairs.
 fn drain(b: &mut Backend, want: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut got = Vec::new();
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while got.len() < want {
-        assert!(
-            std::time::Instant::now() < end,
-            "got {} of {want} frames",
-            got.len()
-        );
-        let _ = sys::poll_readable(&[b.fd()], Some(std::time::Duration::from_millis(20)));
+    testutil::wait_until("the VM's frames", WAIT, || {
         b.poll(&mut |h, f| {
             got.push((h.to_vec(), f.to_vec()));
             true
         })
         .unwrap();
-    }
+        if got.len() < want {
+            Err(format!("{} of {want}", got.len()))
+        } else {
+            Ok(())
+        }
+    });
     got
 }
 

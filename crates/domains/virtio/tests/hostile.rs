@@ -8,7 +8,7 @@
 mod front_common;
 
 use abi::SharedMemory;
-use front_common::{counter, nic_on_tap, wait_for, Front};
+use front_common::{counter, nic_on_tap, wait_until, Front, WAIT};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -274,9 +274,9 @@ fn frame() -> Vec<u8> {
 
 #[test]
 fn a_hostile_backend_is_refused_and_counted() {
-    if !testutil::root_or_skip("TAP devices") {
+    let Some(_host) = testutil::root_or_skip("TAP devices") else {
         return;
-    }
+    };
     let sock = format!("/tmp/vthostile-{}.sock", std::process::id());
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).unwrap();
@@ -289,7 +289,7 @@ fn a_hostile_backend_is_refused_and_counted() {
     // the frontend may be done before the backend has read every message).
     let backend = || {
         let mut b = None;
-        wait_for("the backend's rings", || {
+        wait_until("the backend's rings", WAIT, || {
             b = slot.lock().unwrap().clone();
             b.as_ref()
                 .is_some_and(|b| b.lock().unwrap().calls.iter().all(Option::is_some))
@@ -305,7 +305,7 @@ fn a_hostile_backend_is_refused_and_counted() {
     let b = backend();
     // An honest frame first: it reaches the TAP.
     b.lock().unwrap().deliver(hdr(0, 0, 1), &frame(), None);
-    wait_for("the frame on the TAP", || {
+    wait_until("the frame on the TAP", WAIT, || {
         counter(&front.status(), "rx_packets") == 1
     });
     bad_entries_are_dropped(&mut front, &b);
@@ -336,7 +336,7 @@ fn a_hostile_backend_is_refused_and_counted() {
         .lock()
         .unwrap()
         .deliver(hdr(0, 0, 1), &frame(), None);
-    wait_for("a frame on the fourth connection", || {
+    wait_until("a frame on the fourth connection", WAIT, || {
         counter(&front.status(), "rx_packets") == 4
     });
     let _ = std::fs::remove_file(&sock);
@@ -351,10 +351,10 @@ fn bad_entries_are_dropped(front: &mut Front, b: &Arc<Mutex<Hostile>>) {
     b.lock()
         .unwrap()
         .deliver(hdr(0, 0, 1), &frame(), Some(5000));
-    wait_for("rx_bad_len", || drops(front, "rx_bad_len") == 1);
+    wait_until("rx_bad_len", WAIT, || drops(front, "rx_bad_len") == 1);
     // A frame said to span no buffer at all.
     b.lock().unwrap().deliver(hdr(0, 0, 0), &frame(), None);
-    wait_for("rx_bad_num_buffers", || {
+    wait_until("rx_bad_num_buffers", WAIT, || {
         drops(front, "rx_bad_num_buffers") == 1
     });
     // A frame in two buffers, published one at a time: it waits for the
@@ -365,19 +365,19 @@ fn bad_entries_are_dropped(front: &mut Front, b: &Arc<Mutex<Hostile>>) {
         .unwrap()
         .deliver(hdr(0, 0, 2), &frame()[..30], None);
     b.lock().unwrap().deliver_rest(&frame()[30..]);
-    wait_for("the two-buffer frame on the TAP", || {
+    wait_until("the two-buffer frame on the TAP", WAIT, || {
         counter(&front.status(), "rx_packets") == 2
     });
     assert_eq!(seen(front), before.as_u64().unwrap() + 2);
     assert_eq!(counter(&front.status(), "rx_bytes"), 60 + 60);
     // A frame said to span more buffers than the device holds.
     b.lock().unwrap().deliver(hdr(0, 0, 300), &frame(), None);
-    wait_for("rx_bad_num_buffers", || {
+    wait_until("rx_bad_num_buffers", WAIT, || {
         drops(front, "rx_bad_num_buffers") == 2
     });
     // TCP segmentation the driver never agreed to.
     b.lock().unwrap().deliver(hdr(1, 1, 1), &frame(), None);
-    wait_for("rx_offload_mismatch", || {
+    wait_until("rx_offload_mismatch", WAIT, || {
         drops(front, "rx_offload_mismatch") == 1
     });
     let st = front.status();
@@ -390,9 +390,9 @@ fn bad_entries_are_dropped(front: &mut Front, b: &Arc<Mutex<Hostile>>) {
 /// hanging (its loop still ticks).
 #[test]
 fn a_silent_backend_times_out_and_is_tried_again() {
-    if !testutil::root_or_skip("TAP devices") {
+    let Some(_host) = testutil::root_or_skip("TAP devices") else {
         return;
-    }
+    };
     let sock = format!("/tmp/vtsilent-{}.sock", std::process::id());
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).unwrap();
@@ -406,11 +406,13 @@ fn a_silent_backend_times_out_and_is_tried_again() {
     let (nic, _tap) = nic_on_tap("vts", false);
     let mut front = Front::start(nic, &sock);
     let mut st = serde_json::Value::Null;
-    wait_for("a handshake to time out", || {
+    wait_until("a handshake to time out", WAIT, || {
         st = front.status();
         st["connect_failures"].as_u64().unwrap_or(0) >= 1 && st["connected"] == false
     });
-    wait_for("another handshake", || held.lock().unwrap().len() >= 2);
+    wait_until("another handshake", WAIT, || {
+        held.lock().unwrap().len() >= 2
+    });
     let st = front.status();
     let err = st["last_error"].as_str().unwrap_or("");
     assert!(err.contains("did not finish the handshake"), "{st}");

@@ -8,11 +8,11 @@
 
 mod front_common;
 
-use front_common::{counter, nic_on_tap, wait_for, Front};
+use front_common::{counter, nic_on_tap, wait_until, Front, WAIT};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PEER_MAC: &str = "02:00:00:77:00:02";
 
@@ -72,7 +72,9 @@ impl Testpmd {
         });
         let mut t = Testpmd { child, stdin, out };
         t.command("start");
-        wait_for("testpmd's socket", || std::path::Path::new(sock).exists());
+        wait_until("testpmd's socket", WAIT, || {
+            std::path::Path::new(sock).exists()
+        });
         t
     }
 
@@ -85,7 +87,7 @@ impl Testpmd {
         let mark = self.out.lock().unwrap().len();
         self.command("show port stats 0");
         let mut found = None;
-        wait_for("testpmd's port statistics", || {
+        wait_until("testpmd's port statistics", WAIT, || {
             let out = self.out.lock().unwrap();
             let text = &out[mark..];
             let field = |name: &str| -> Option<u64> {
@@ -108,14 +110,12 @@ impl Drop for Testpmd {
     fn drop(&mut self) {
         // Already gone if it was killed.
         let _ = writeln!(self.stdin, "quit");
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let quit = testutil::poll_until(Duration::from_secs(5), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        if quit.is_err() {
+            self.kill();
         }
-        self.kill();
     }
 }
 
@@ -168,16 +168,15 @@ fn namespace(tag: &str, tap: &str) -> Netns {
     ns
 }
 
-fn usable() -> bool {
-    if !testutil::root_or_skip("TAP devices and namespaces") {
-        return false;
-    }
+/// The host lock if this test can run (root, and testpmd is installed).
+fn usable() -> Option<testutil::HostLock> {
+    let host = testutil::root_or_skip("TAP devices and namespaces")?;
     let found = Command::new("dpdk-testpmd")
         .arg("--version")
         .output()
         .is_ok();
     assert!(found, "dpdk-testpmd (Debian's dpdk) is needed");
-    true
+    Some(host)
 }
 
 fn pmd_sock(ns: &Netns) -> String {
@@ -202,9 +201,9 @@ fn rig(tag: &str) -> (Testpmd, Netns, Front) {
 /// bytes intact (ping checks its pattern), small and fragmented.
 #[test]
 fn frames_cross_testpmd_both_ways() {
-    if !usable() {
+    let Some(_host) = usable() else {
         return;
-    }
+    };
     let (mut pmd, ns, mut front) = rig("p");
     let st = front.wait_connected(1);
     assert!(
@@ -214,7 +213,9 @@ fn frames_cross_testpmd_both_ways() {
             .contains(&"VERSION_1".into()),
         "{st}"
     );
-    wait_for("a first reply through testpmd", || ping(&ns.0, 1, 56) == 1);
+    wait_until("a first reply through testpmd", WAIT, || {
+        ping(&ns.0, 1, 56) == 1
+    });
     let (pmd_rx0, pmd_tx0) = pmd.stats();
     let st0 = front.status();
     assert_eq!(ping(&ns.0, 200, 56), 200);
@@ -250,21 +251,23 @@ fn frames_cross_testpmd_both_ways() {
 /// connects anew, and the same TAP carries traffic again.
 #[test]
 fn the_frontend_reconnects_to_a_restarted_backend() {
-    if !usable() {
+    let Some(_host) = usable() else {
         return;
-    }
+    };
     let (mut pmd, ns, mut front) = rig("r");
     front.wait_connected(1);
-    wait_for("a first reply through testpmd", || ping(&ns.0, 1, 56) == 1);
+    wait_until("a first reply through testpmd", WAIT, || {
+        ping(&ns.0, 1, 56) == 1
+    });
     pmd.kill();
-    wait_for("the frontend to see the backend go", || {
+    wait_until("the frontend to see the backend go", WAIT, || {
         front.status()["connected"] == false
     });
     drop(pmd);
     let _pmd = Testpmd::start(&pmd_sock(&ns), &pmd_prefix(&ns));
     let st = front.wait_connected(2);
     assert_eq!(counter(&st, "disconnects"), 1, "{st}");
-    wait_for("a reply through the new testpmd", || {
+    wait_until("a reply through the new testpmd", WAIT, || {
         ping(&ns.0, 1, 56) == 1
     });
     assert_eq!(ping(&ns.0, 50, 56), 50);

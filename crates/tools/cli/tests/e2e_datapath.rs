@@ -174,10 +174,9 @@ fn hv_copy_preset_carries_real_applications() {
         assert_eq!(domain(&st, d)["spin_us"], 50, "{d}");
     }
     traffic_everywhere(&env);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
+    let v = wait_until("grant copies counted", Duration::from_secs(3), || {
         let st = env.status();
-        let v = vif(&st, "guest1");
+        let v = vif(&st, "guest1").clone();
         assert_eq!(
             (
                 v["grants"].as_str(),
@@ -186,14 +185,13 @@ fn hv_copy_preset_carries_real_applications() {
             ),
             (Some("hv-copy"), Some("copy"), Some("copy"))
         );
-        let g = &v["counters"]["grant_ops"];
-        if g["copy"].as_u64().unwrap_or(0) > 0 {
-            assert!(v["grant_track"].is_null(), "no track table under hv-copy");
-            break;
+        if v["counters"]["grant_ops"]["copy"].as_u64().unwrap_or(0) > 0 {
+            Ok(v)
+        } else {
+            Err(v)
         }
-        assert!(Instant::now() < deadline, "no grant copies counted: {v}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
+    assert!(v["grant_track"].is_null(), "no track table under hv-copy");
     env.ok(&["down"]);
     assert_nothing_left();
 }
@@ -205,26 +203,26 @@ fn seed_baseline_mode_carries_real_applications() {
     };
     env.ok(&["up", "--preset", "baseline"]);
     traffic_everywhere(&env);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
+    let v = wait_until("flips and maps counted", Duration::from_secs(3), || {
         let st = env.status();
-        let v = vif(&st, "guest1");
+        let v = vif(&st, "guest1").clone();
         assert_eq!(
             (v["rx_mode"].as_str(), v["tx_mode"].as_str()),
             (Some("flip"), Some("map"))
         );
         let g = &v["counters"]["grant_ops"];
         if g["transfer"].as_u64().unwrap_or(0) > 0 && g["map"].as_u64().unwrap_or(0) > 0 {
-            assert_eq!(g["map"], g["unmap"], "every map is unmapped");
-            assert!(
-                g["copy"].as_u64().unwrap_or(0) == 0,
-                "baseline mode must not copy: {g}"
-            );
-            break;
+            Ok(v)
+        } else {
+            Err(v)
         }
-        assert!(Instant::now() < deadline, "no flips or maps counted: {v}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
+    let g = &v["counters"]["grant_ops"];
+    assert_eq!(g["map"], g["unmap"], "every map is unmapped");
+    assert!(
+        g["copy"].as_u64().unwrap_or(0) == 0,
+        "baseline mode must not copy: {g}"
+    );
     env.ok(&["down"]);
     assert_nothing_left();
 }
@@ -252,21 +250,17 @@ fn killing_a_guest_mid_transfer_spares_the_driver_and_the_other_guest() {
         },
     );
     kill9(pid);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until("guest1 reclaimed", Duration::from_secs(10), || {
         let st = env.status();
         // The backend closes; then the toolstack removes its directory.
         let closed = ["Closed", "gone"]
             .contains(&vif(&st, "guest1")["backend_state"].as_str().unwrap_or(""));
         if domain(&st, "guest1").is_null() && closed {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{st:#}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "guest1 was not reclaimed: {st:#}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
     drop(stream);
     // The driver domain and guest2 carry on.
     let st = env.status();
@@ -297,18 +291,14 @@ fn a_driver_domain_that_may_not_restart_takes_guest_links_down_cleanly() {
     let g1 = domain(&st, "guest1")["pid"].as_i64().unwrap();
     ping(&env, "guest1", "10.77.0.254");
     kill9(drv);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until("guest1's link to go down", Duration::from_secs(10), || {
         let link = env.ok(&["exec", "guest1", "--", "ip", "link", "show", "eth0"]);
         if link.contains("NO-CARRIER") {
-            break;
+            Ok(())
+        } else {
+            Err(link)
         }
-        assert!(
-            Instant::now() < deadline,
-            "guest1's link never went down: {link}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
     // The guests neither hung nor crashed, and hv still answers.
     let st = env.status();
     assert!(domain(&st, "drv").is_null());

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Writes the default topology with `edit` applied into the run dir and
 /// brings it up.
@@ -38,29 +38,29 @@ fn tx_gather_under_hv_copy_carries_real_applications() {
     // A checksummed transfer each way; guest1's 16 MiB go out by gather.
     http_fetch_mib(&env, 4);
     serve_from_guest1_to_wire(&env, 16);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let st = env.status();
-        let v = vif(&st, "guest1");
-        assert_eq!(
-            (v["grants"].as_str(), v["tx_mode"].as_str()),
-            (Some("hv-copy"), Some("gather")),
-            "{v}"
-        );
-        let g = &v["counters"]["grant_ops"];
-        let (hold, release) = (g["hold"].as_u64().unwrap_or(0), g["release"].as_u64());
-        assert_eq!(v["counters"]["rejected"], serde_json::json!({}), "{v}");
-        assert!(g["release_failed"].is_null(), "hv refused a release: {v}");
-        if hold > 1000 && Some(hold) == release {
-            assert!(v["grant_track"].is_null(), "no track table under hv-copy");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "holds not counted or not released: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let v = wait_until(
+        "guest1's holds counted and released",
+        Duration::from_secs(5),
+        || {
+            let st = env.status();
+            let v = vif(&st, "guest1").clone();
+            assert_eq!(
+                (v["grants"].as_str(), v["tx_mode"].as_str()),
+                (Some("hv-copy"), Some("gather")),
+                "{v}"
+            );
+            let g = &v["counters"]["grant_ops"];
+            let (hold, release) = (g["hold"].as_u64().unwrap_or(0), g["release"].as_u64());
+            assert_eq!(v["counters"]["rejected"], serde_json::json!({}), "{v}");
+            assert!(g["release_failed"].is_null(), "hv refused a release: {v}");
+            if hold > 1000 && Some(hold) == release {
+                Ok(v)
+            } else {
+                Err(v)
+            }
+        },
+    );
+    assert!(v["grant_track"].is_null(), "no track table under hv-copy");
     env.ok(&["down"]);
     assert_nothing_left();
 }

@@ -25,18 +25,16 @@ fn kernel_groups(env: &Env) -> Vec<String> {
 /// Waits until guest1's filter is on and holds as many groups as its
 /// kernel joined; returns those groups.
 fn wait_filter_matches(env: &Env, what: &str) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until(what, Duration::from_secs(10), || {
         let (filtered, joined) = (filtered_groups(env), kernel_groups(env));
         if filtered == Some(joined.len() as u64) {
-            return joined;
+            Ok(joined)
+        } else {
+            Err(format!(
+                "the filter holds {filtered:?} groups, the kernel joined {joined:?}"
+            ))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: the filter holds {filtered:?} groups, the kernel joined {joined:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
 }
 
 /// An address added while filtering is on answers the first ping to it:

@@ -1,7 +1,14 @@
-//! Helpers shared by splitnet's tests. Only ever a dev-dependency: nothing
+//! Helpers shared by splitnet's tests: waiting on a fact, and the lock and
+//! root check of tests that change the host. Only ever a dev-dependency: nothing
 //! here is part of a production crate's API, and it depends on no crate of
 //! the workspace (so `sys` can use it in its own unit tests).
 #![forbid(unsafe_code)]
+
+mod host;
+mod wait;
+
+pub use host::{host_lock, lock_path, HostLock};
+pub use wait::{poll_until, wait_until, Fact};
 
 use std::io::Write;
 
@@ -22,12 +29,14 @@ fn euid_of(status: &str) -> Option<u32> {
         .ok()
 }
 
-/// Whether this root-only test can run (`why`: what it needs root for). If
-/// not, it says SKIPPED on stderr past libtest's capture, so a skip never
-/// passes silently; with `SPLITNET_REQUIRE_ROOT=1` a skip is a failure.
-pub fn root_or_skip(why: &str) -> bool {
+/// Whether this root-only test can run (`why`: what it needs root for): if
+/// so, the [`host_lock`] it runs under, since what a root test changes is
+/// the host's. If not, it says SKIPPED on stderr past libtest's capture, so
+/// a skip never passes silently; with `SPLITNET_REQUIRE_ROOT=1` a skip is a
+/// failure.
+pub fn root_or_skip(why: &str) -> Option<HostLock> {
     if euid() == Some(0) {
-        return true;
+        return Some(host_lock());
     }
     let test = match std::thread::current().name() {
         Some(t) if t != "main" => t.to_string(),
@@ -39,7 +48,7 @@ pub fn root_or_skip(why: &str) -> bool {
         "{test} needs root ({why}), and SPLITNET_REQUIRE_ROOT=1"
     );
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs root ({why})");
-    false
+    None
 }
 
 #[cfg(test)]

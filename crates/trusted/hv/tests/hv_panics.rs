@@ -10,7 +10,8 @@ use abi::SharedMemory;
 use hv::{HvClient, Hypervisor};
 use splitnet_hv as hv;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use testutil::wait_until;
 
 const PAGE: usize = 4096;
 
@@ -37,13 +38,8 @@ fn own(gmfn: u64, offset: u16) -> CopyPtr {
     }
 }
 
-fn until(what: &str, fact: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !fact() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+/// How long a test waits for hv to clean up.
+const WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn out_of_range_offsets_handed_to_hv_are_errors_and_hv_serves_on() {
@@ -116,7 +112,7 @@ fn a_panic_in_a_thread_of_hv_destroys_only_its_domain() {
         panic!("an injected bug")
     })
     .unwrap();
-    until("guest1 destroyed", || {
+    wait_until("guest1 destroyed", WAIT, || {
         hv.status().domains.iter().all(|d| d.id != id)
     });
     assert_eq!(hv.status().counters.ops_of("thread_panics"), 1);

@@ -16,7 +16,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A fresh directory for this test's sockets (removed at the end).
 struct Dir(PathBuf);
@@ -49,20 +49,15 @@ fn vm(name: &str, socket: &Path, backend: &str) -> VhostSpec {
 
 /// Accepts one connection on a non-blocking listener, waiting up to 5 s.
 fn accept(l: &UnixListener) -> UnixStream {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let s = testutil::wait_until("a connection", Duration::from_secs(5), || {
         match l.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).unwrap();
-                return s;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(Instant::now() < deadline, "no connection arrived");
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            Ok((s, _)) => Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err(e),
             Err(e) => panic!("accept: {e}"),
         }
-    }
+    });
+    s.set_nonblocking(false).unwrap();
+    s
 }
 
 /// Bytes go both ways between two connected ends.

@@ -459,8 +459,7 @@ fn raw_exit(cpu: &HvmVcpu, seq: u32, r: Ioreq) {
 }
 
 fn completion(cpu: &HvmVcpu, seq: u32) -> Option<ExitResult> {
-    let deadline = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < deadline {
+    testutil::poll_until(Duration::from_millis(500), || {
         let p = cpu.raw_page();
         if ioreq::state(p, vcpu::SLOT) == xen::STATE_IORESP_READY
             && p.read_u32(vcpu::RESP_SEQ) == seq
@@ -468,8 +467,9 @@ fn completion(cpu: &HvmVcpu, seq: u32) -> Option<ExitResult> {
             return Some(ExitResult::from_code(p.read_u32(vcpu::RESULT)));
         }
         let _ = cpu.raw_wait_done(Duration::from_millis(20));
-    }
-    None
+        None
+    })
+    .ok()
 }
 
 #[test]
@@ -590,17 +590,24 @@ fn a_device_model_that_never_answers_fails_the_exit_and_stalls_no_one_else() {
     };
     ans.store(&dm_page, 0);
     dm_done.ring().unwrap();
-    let wait_for = |f: &dyn Fn(&HvmSnapshot) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !f(&stuck.snapshot()) {
-            assert!(Instant::now() < deadline, "{:?}", stuck.snapshot().counters);
-            std::thread::sleep(Duration::from_millis(2));
-        }
+    let counted = |what: &str, f: &dyn Fn(&HvmSnapshot) -> bool| {
+        testutil::wait_until(what, Duration::from_secs(2), || {
+            let s = stuck.snapshot();
+            if f(&s) {
+                Ok(())
+            } else {
+                Err(format!("{:?}", s.counters))
+            }
+        })
     };
-    wait_for(&|s| s.counters.late_responses == 1);
+    counted("the late response counted", &|s| {
+        s.counters.late_responses == 1
+    });
     ans.store(&dm_page, 0);
     dm_done.ring().unwrap();
-    wait_for(&|s| s.counters.unsolicited_responses == 1);
+    counted("the unsolicited response counted", &|s| {
+        s.counters.unsolicited_responses == 1
+    });
 
     // A working device model takes over the same page: the guest goes on.
     drop((dm_kick, dm_done));
@@ -792,14 +799,11 @@ fn never_acknowledged(placement: Placement, name: &str) {
     // sampled by hv before the guest resumes): then there must be exactly
     // `n` injections.
     let injected = |cpu: &mut HvmVcpu, n: u64| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while taken.load(Ordering::SeqCst) < sent.get() {
-            assert!(
-                Instant::now() < deadline,
-                "the device model took no line changes"
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        testutil::wait_until(
+            "the device model to take the line changes",
+            Duration::from_secs(10),
+            || taken.load(Ordering::SeqCst) >= sent.get(),
+        );
         assert_eq!(cpu.inb(DUMMY_PORT), 0xff);
         assert_eq!(g.snapshot().counters.injections, n);
     };

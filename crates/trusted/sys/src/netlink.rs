@@ -179,9 +179,9 @@ mod tests {
     /// `/proc/net/dev_mcast` once the join is reported.
     #[test]
     fn links_addresses_and_groups_are_reported() {
-        if !root_or_skip("veth pairs") {
+        let Some(_host) = root_or_skip("veth pairs") else {
             return;
-        }
+        };
         let ev = RouteEvents::open(&[RouteGroup::Link, RouteGroup::Ipv6Addr]).expect("open");
         let (a, b) = (ifname("na"), ifname("nb"));
         let _link = veth(&a, &b);

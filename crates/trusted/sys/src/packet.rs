@@ -953,9 +953,9 @@ pub(crate) mod tests {
     /// sender never hears its own frame.
     #[test]
     fn veth_frames_cross_intact() {
-        if !root_or_skip("veth pairs") {
+        let Some(_host) = root_or_skip("veth pairs") else {
             return;
-        }
+        };
         let (a, b) = (ifname("a"), ifname("b"));
         let _link = veth(&a, &b);
         let zero_hdr = [0u8; VNET_HDR_LEN];
@@ -992,9 +992,9 @@ pub(crate) mod tests {
 
     #[test]
     fn oversized_frame_is_an_error_not_a_cut() {
-        if !root_or_skip("veth pairs") {
+        let Some(_host) = root_or_skip("veth pairs") else {
             return;
-        }
+        };
         let (a, b) = (ifname("c"), ifname("d"));
         let _link = veth(&a, &b);
         let sa = PacketSocket::bind(&a, false).unwrap();
@@ -1021,9 +1021,9 @@ pub(crate) mod tests {
 
     #[test]
     fn mac_addresses() {
-        if !root_or_skip("veth pairs") {
+        let Some(_host) = root_or_skip("veth pairs") else {
             return;
-        }
+        };
         let (a, b) = (ifname("e"), ifname("f"));
         let _link = veth(&a, &b);
         let mac = [0x02, 0x53, 0x4e, 0x01, 0x02, 0x03];
@@ -1091,9 +1091,9 @@ pub(crate) mod tests {
     /// longer than the batch's buffers is reported, never cut.
     #[test]
     fn shared_memory_gather_and_batches_cross_intact() {
-        if !root_or_skip("veth pairs") {
+        let Some(_host) = root_or_skip("veth pairs") else {
             return;
-        }
+        };
         use crate::{IoPart, Mapping, Memfd, RecvBatch};
         use abi::SharedMemory;
         let (a, b) = (ifname("i"), ifname("j"));
@@ -1192,9 +1192,9 @@ pub(crate) mod tests {
     /// written from shared pages reaches the other side intact.
     #[test]
     fn tap_scatter_and_gather_through_shared_memory() {
-        if !root_or_skip("TAP devices") {
+        let Some(_host) = root_or_skip("TAP devices") else {
             return;
-        }
+        };
         use crate::{IoPart, IoPartMut, Mapping, Memfd, Tap};
         use abi::SharedMemory;
         let name = ifname("k");
@@ -1275,9 +1275,9 @@ pub(crate) mod tests {
     /// fields; a plain socket on the peer sees the same super-frame.
     #[test]
     fn veth_carries_gso_frames_whole() {
-        if !root_or_skip("veth pairs") {
+        let Some(_host) = root_or_skip("veth pairs") else {
             return;
-        }
+        };
         let (a, b) = (ifname("g"), ifname("h"));
         let _link = veth(&a, &b);
         let sa = PacketSocket::bind(&a, true).unwrap();

@@ -369,9 +369,9 @@ mod tests {
 
     #[test]
     fn macvlans_are_made_listed_and_deleted() {
-        if !root_or_skip("veth pairs") {
+        let Some(_host) = root_or_skip("veth pairs") else {
             return;
-        }
+        };
         let (a, b) = (ifname("ma"), ifname("mb"));
         let _link = veth(&a, &b);
         let mut nl = Rtnl::open().unwrap();
@@ -400,9 +400,9 @@ mod tests {
     /// shared memory; the lower device's filtered socket takes the rest.
     #[test]
     fn a_queue_splits_frames_by_mac_with_the_filters() {
-        if !root_or_skip("veth pairs") {
+        let Some(_host) = root_or_skip("veth pairs") else {
             return;
-        }
+        };
         use crate::{IoPartMut, Mapping, Memfd, PacketSocket, SocketFilter, VNET_HDR_LEN};
         use abi::SharedMemory;
         use std::os::fd::AsFd;

@@ -347,9 +347,9 @@ mod tests {
     /// sent on the interface come out of the TAP, with and without headers.
     #[test]
     fn frames_cross_a_tap_both_ways() {
-        if !root_or_skip("TAP devices") {
+        let Some(_host) = root_or_skip("TAP devices") else {
             return;
-        }
+        };
         for (i, vnet) in [false, true].into_iter().enumerate() {
             let (tap, _guard) = tap_up(&format!("t{i}"), vnet);
             let sock = PacketSocket::bind(tap.name(), false).unwrap();
@@ -377,9 +377,9 @@ mod tests {
 
     #[test]
     fn offloads_and_carrier() {
-        if !root_or_skip("TAP devices") {
+        let Some(_host) = root_or_skip("TAP devices") else {
             return;
-        }
+        };
         let (tap, _guard) = tap_up("o", true);
         let all = TapOffloads {
             csum: true,
@@ -409,9 +409,9 @@ mod tests {
     /// without a vnet header has none to size.
     #[test]
     fn vnet_header_of_twelve_bytes() {
-        if !root_or_skip("TAP devices") {
+        let Some(_host) = root_or_skip("TAP devices") else {
             return;
-        }
+        };
         let (plain, _g) = tap_up("p", false);
         let e = plain.set_vnet_hdr_len(12).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
@@ -433,9 +433,9 @@ mod tests {
     /// MSS-sized segments with checksums done when it accepted nothing.
     #[test]
     fn tap_offloads_decide_segmentation() {
-        if !root_or_skip("TAP devices") {
+        let Some(_host) = root_or_skip("TAP devices") else {
             return;
-        }
+        };
         let (tap, _guard) = tap_up("s", true);
         let sock = PacketSocket::bind(tap.name(), true).unwrap();
         let (h, f) = crate::packet::tests::gso_tcp4(20000, 1448);

@@ -81,6 +81,9 @@ fn main() {
         );
         return;
     }
+    // The domains' namespaces are the host's `splitnet-*` ones, which
+    // `splitnet up` elsewhere would wipe: one such test at a time.
+    let _host = testutil::host_lock();
     println!("\nrunning {} tests", chosen.len());
     let mut failed = Vec::new();
     for (name, f) in &chosen {

@@ -691,23 +691,25 @@ mod tests {
         assert_eq!(p.isr(), 0x24);
     }
 
+    /// The sequence Linux's init_8259A writes.
+    const LINUX_INIT: [(u16, u8); 12] = [
+        (0x21, 0xff),
+        (0xa1, 0xff),
+        (0x20, 0x11),
+        (0x21, 0x20),
+        (0x21, 0x04),
+        (0x21, 0x01),
+        (0xa0, 0x11),
+        (0xa1, 0x28),
+        (0xa1, 0x02),
+        (0xa1, 0x01),
+        (0x21, 0xfb),
+        (0xa1, 0xff),
+    ];
+
     fn linux_pair() -> DualPic {
-        // The sequence Linux's init_8259A writes.
         let mut d = DualPic::new();
-        for (port, v) in [
-            (0x21, 0xff),
-            (0xa1, 0xff),
-            (0x20, 0x11),
-            (0x21, 0x20),
-            (0x21, 0x04),
-            (0x21, 0x01),
-            (0xa0, 0x11),
-            (0xa1, 0x28),
-            (0xa1, 0x02),
-            (0xa1, 0x01),
-            (0x21, 0xfb),
-            (0xa1, 0xff),
-        ] {
+        for (port, v) in LINUX_INIT {
             assert!(d.write_port(port, v));
         }
         d
@@ -745,33 +747,358 @@ mod tests {
         assert!(!DualPic::claims(0x4d0));
     }
 
+    /// The storm's reference 8259A, written from the datasheet in its own
+    /// terms (a priority list, one flag per input) rather than the model's
+    /// bit masks and rank arithmetic, so the two do not share a slip.
+    #[derive(Debug, Clone, PartialEq)]
+    struct RefPic {
+        line: [bool; 8],
+        irr: [bool; 8],
+        isr: [bool; 8],
+        imr: [bool; 8],
+        /// The IRs from the highest priority to the lowest.
+        order: [u8; 8],
+        base: u8,
+        /// The ICW the data port expects next (2, 3 or 4), or 0 when ready.
+        expect: u8,
+        sngl: bool,
+        ic4: bool,
+        ltim: bool,
+        aeoi: bool,
+        rotate_aeoi: bool,
+        ris: bool,
+        poll: bool,
+        smm: bool,
+        icw3: u8,
+        stats: PicStats,
+    }
+
+    fn bits(f: [bool; 8]) -> u8 {
+        (0..8).filter(|&i| f[i]).map(|i| 1u8 << i).sum()
+    }
+
+    fn flags(v: u8) -> [bool; 8] {
+        std::array::from_fn(|i| v & (1 << i) != 0)
+    }
+
+    impl RefPic {
+        fn new() -> Self {
+            RefPic {
+                line: [false; 8],
+                irr: [false; 8],
+                isr: [false; 8],
+                imr: [true; 8],
+                order: [0, 1, 2, 3, 4, 5, 6, 7],
+                base: 0,
+                expect: 0,
+                sngl: true,
+                ic4: false,
+                ltim: false,
+                aeoi: false,
+                rotate_aeoi: false,
+                ris: false,
+                poll: false,
+                smm: false,
+                icw3: 0,
+                stats: PicStats::default(),
+            }
+        }
+
+        /// `ir` becomes the lowest priority, the one after it the highest.
+        fn lowest(&mut self, ir: u8) {
+            self.order = std::array::from_fn(|k| (ir + 1 + k as u8) % 8);
+        }
+
+        fn first(&self, set: [bool; 8]) -> Option<u8> {
+            self.order.iter().copied().find(|&i| set[i as usize])
+        }
+
+        fn place(&self, ir: u8) -> usize {
+            self.order.iter().position(|&i| i == ir).unwrap()
+        }
+
+        fn pending(&self) -> Option<u8> {
+            if self.expect != 0 {
+                return None;
+            }
+            let req = self.first(std::array::from_fn(|i| self.irr[i] && !self.imr[i]))?;
+            let blocking = std::array::from_fn(|i| self.isr[i] && !(self.smm && self.imr[i]));
+            match self.first(blocking) {
+                Some(s) if self.place(s) <= self.place(req) => None,
+                _ => Some(req),
+            }
+        }
+
+        fn set_irq(&mut self, ir: u8, level: bool) {
+            let i = ir as usize;
+            self.irr[i] = level && (self.irr[i] || self.ltim || !self.line[i]);
+            self.line[i] = level;
+        }
+
+        fn ack(&mut self, ir: u8) {
+            let i = ir as usize;
+            self.stats.acks += 1;
+            self.irr[i] = self.ltim && self.line[i];
+            match (self.aeoi, self.rotate_aeoi) {
+                (false, _) => self.isr[i] = true,
+                (true, true) => self.lowest(ir),
+                (true, false) => {}
+            }
+        }
+
+        fn inta(&mut self) -> u8 {
+            let Some(ir) = self.pending() else {
+                self.stats.spurious += 1;
+                return self.base | 7;
+            };
+            self.ack(ir);
+            self.base | ir
+        }
+
+        fn read(&mut self, a0: bool) -> u8 {
+            if std::mem::take(&mut self.poll) {
+                let Some(ir) = self.pending() else {
+                    return 0;
+                };
+                self.ack(ir);
+                return 0x80 | ir;
+            }
+            bits(match (a0, self.ris) {
+                (true, _) => self.imr,
+                (false, true) => self.isr,
+                (false, false) => self.irr,
+            })
+        }
+
+        fn write(&mut self, a0: bool, v: u8) {
+            match (a0, self.expect) {
+                (false, _) if v & 0x10 != 0 => self.icw1(v),
+                (false, _) if v & 0x08 != 0 => {
+                    if v & 0x40 != 0 {
+                        self.smm = v & 0x20 != 0;
+                    }
+                    if v & 0x02 != 0 {
+                        self.ris = v & 0x01 != 0;
+                    }
+                    self.poll = v & 0x04 != 0;
+                }
+                (false, _) => self.ocw2(v),
+                (true, 2) => {
+                    self.base = v & 0xf8;
+                    self.expect = [4 * u8::from(self.ic4), 3][usize::from(!self.sngl)];
+                }
+                (true, 3) => {
+                    self.icw3 = v;
+                    self.expect = 4 * u8::from(self.ic4);
+                }
+                (true, 4) => {
+                    self.aeoi = v & 0x02 != 0;
+                    self.expect = 0;
+                }
+                (true, _) => self.imr = flags(v),
+            }
+        }
+
+        fn icw1(&mut self, v: u8) {
+            // ICW2 sets the vector base; until then the old one stands.
+            let (line, base, mut stats) = (self.line, self.base, self.stats);
+            stats.inits += 1;
+            *self = RefPic {
+                line,
+                base,
+                stats,
+                imr: [false; 8],
+                expect: 2,
+                ic4: v & 0x01 != 0,
+                sngl: v & 0x02 != 0,
+                ltim: v & 0x08 != 0,
+                ..RefPic::new()
+            };
+            if self.ltim {
+                self.irr = line;
+            }
+        }
+
+        /// OCW2 by its R, SL and EOI bits (datasheet, "Operation command
+        /// words").
+        fn ocw2(&mut self, v: u8) {
+            let (rotate, specific, eoi, level) =
+                (v & 0x80 != 0, v & 0x40 != 0, v & 0x20 != 0, v & 7);
+            if eoi {
+                self.stats.eois += 1;
+                let done = if specific {
+                    Some(level)
+                } else {
+                    self.first(self.isr)
+                };
+                if let Some(ir) = done {
+                    self.isr[ir as usize] = false;
+                    if rotate {
+                        self.lowest(ir);
+                    }
+                }
+            } else if specific {
+                if rotate {
+                    self.lowest(level);
+                }
+            } else {
+                self.rotate_aeoi = rotate;
+            }
+        }
+
+        /// What the model's accessors show of this controller.
+        fn shown(&self) -> Shown {
+            let (irr, isr, imr) = (bits(self.irr), bits(self.isr), bits(self.imr));
+            let ready = self.expect == 0;
+            let out = self.pending().is_some();
+            (irr, isr, imr, ready, self.base, self.icw3, self.stats, out)
+        }
+    }
+
+    /// IRR, ISR, IMR, ready, vector base, ICW3, counts, INT output.
+    type Shown = (u8, u8, u8, bool, u8, u8, PicStats, bool);
+
+    fn shown(p: &I8259) -> Shown {
+        let (irr, isr, imr, ready) = (p.irr(), p.isr(), p.imr(), p.is_ready());
+        let out = p.int_output();
+        (
+            irr,
+            isr,
+            imr,
+            ready,
+            p.vector_base(),
+            p.icw3(),
+            p.stats(),
+            out,
+        )
+    }
+
+    /// The reference pair: the slave's INT drives the master's IR2.
+    struct RefPair {
+        master: RefPic,
+        slave: RefPic,
+    }
+
+    impl RefPair {
+        fn sync(&mut self) {
+            let int = self.slave.pending().is_some();
+            self.master.set_irq(CASCADE_IR, int);
+        }
+
+        fn port(&mut self, port: u16) -> &mut RefPic {
+            if port < 0xa0 {
+                &mut self.master
+            } else {
+                &mut self.slave
+            }
+        }
+
+        fn inta(&mut self) -> u8 {
+            let cascaded =
+                self.master.pending() == Some(CASCADE_IR) && self.master.icw3 & 0x04 != 0;
+            let v = self.master.inta();
+            if !cascaded {
+                return v;
+            }
+            let v = self.slave.inta();
+            self.sync();
+            v
+        }
+    }
+
     #[test]
     fn random_command_storm_keeps_the_pair_consistent() {
-        // Millions of random port writes and line changes: no panic, and the
-        // cascade invariant (master IR2 reflects the slave's INT output)
-        // holds after every step.
+        // Random port writes, reads, line changes and INTA cycles: no
+        // panic; after every step both controllers show exactly what the
+        // reference shows, every read and vector agrees, and the cascade
+        // holds (a request latched on the master's IR2 means the slave's
+        // INT output is up).
         let mut d = linux_pair();
+        let mut r = RefPair {
+            master: RefPic::new(),
+            slave: RefPic::new(),
+        };
+        for (port, v) in LINUX_INIT {
+            r.port(port).write(port & 1 != 0, v);
+            r.sync();
+        }
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..300_000 {
+        let mut cascaded = 0;
+        for step in 0..300_000 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             let port = [0x20, 0x21, 0xa0, 0xa1][(x & 3) as usize];
-            match (x >> 2) & 7 {
+            let a0 = port & 1 != 0;
+            // ICW1 one command write in eight, so the controllers spend
+            // most of the storm initialized.
+            let mut v = (x >> 8) as u8;
+            if !a0 && (x >> 40) & 7 != 0 {
+                v &= !ICW1;
+            }
+            let what = match (x >> 2) & 7 {
                 0..=3 => {
-                    d.write_port(port, (x >> 8) as u8);
+                    d.write_port(port, v);
+                    r.port(port).write(a0, v);
+                    r.sync();
+                    format!("write {v:#04x} to {port:#x}")
                 }
                 4 => {
-                    d.read_port(port);
+                    let got = d.read_port(port);
+                    let want = r.port(port).read(a0);
+                    r.sync();
+                    assert_eq!(got, Some(want), "step {step}: read of {port:#x}");
+                    format!("read {port:#x}")
                 }
-                5 => d.set_irq((x >> 8) as u8 & 15, x & (1 << 20) != 0),
+                5 => {
+                    // IRQ2 is the cascade, driven by the slave alone (a PC
+                    // wires its bus line to IRQ9 instead).
+                    let irq = match (x >> 8) as u8 & 15 {
+                        CASCADE_IR => 9,
+                        n => n,
+                    };
+                    let level = x & (1 << 20) != 0;
+                    d.set_irq(irq, level);
+                    match irq {
+                        0..=7 => r.master.set_irq(irq, level),
+                        _ => {
+                            r.slave.set_irq(irq - 8, level);
+                            r.sync();
+                        }
+                    }
+                    format!("IRQ{irq} to {level}")
+                }
                 _ => {
                     if d.int_output() {
-                        d.inta();
+                        cascaded += usize::from(
+                            r.master.pending() == Some(CASCADE_IR) && r.master.icw3 & 0x04 != 0,
+                        );
+                        assert_eq!(d.inta(), r.inta(), "step {step}: INTA");
                     }
+                    "INTA".into()
                 }
-            }
-            let _ = d.master.pending();
+            };
+            assert_eq!(
+                shown(&d.master),
+                r.master.shown(),
+                "step {step}, master, after {what}"
+            );
+            assert_eq!(
+                shown(&d.slave),
+                r.slave.shown(),
+                "step {step}, slave, after {what}"
+            );
+            assert!(
+                d.master.irr() & (1 << CASCADE_IR) == 0 || d.slave.int_output(),
+                "step {step}: IR2 latched on the master with the slave's INT down, after {what}"
+            );
         }
+        // The storm reached the paths it is for.
+        let (m, s) = (d.master.stats(), d.slave.stats());
+        assert!(
+            m.acks > 100 && s.acks > 100 && m.eois > 100 && s.inits > 100,
+            "{m:?} {s:?}"
+        );
+        assert!(cascaded > 100, "{cascaded} vectors from the slave");
     }
 }

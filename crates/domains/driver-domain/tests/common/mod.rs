@@ -11,9 +11,11 @@ use serde_json::Value;
 use splitnet_driver_domain as driver_domain;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use toolstack::daemon::{setup_vif, Store};
 use toolstack::topology::{Grants, TxMode, VifConfig, VifOptions};
+
+pub use testutil::wait_until;
 
 pub struct Guest {
     pub hv: HvClient,
@@ -48,13 +50,8 @@ pub fn backend_state(hv: &Arc<Hypervisor>, drv: DomId, g: DomId) -> String {
     store_read(hv, &format!("/local/domain/{drv}/backend/vif/{g}/0/state")).unwrap_or_default()
 }
 
-pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// How long a test waits for the driver loop to do something.
+pub const WAIT: Duration = Duration::from_secs(10);
 
 pub fn frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Packet {
     frame_sized(dst, src, seq, 200)
@@ -79,14 +76,8 @@ pub fn good_traffic_flows(a: &mut Guest, b: &mut Guest, n: u32, base: u32) {
 pub fn traffic_flows_sized(a: &mut Guest, b: &mut Guest, n: u32, base: u32, payload: u32) {
     let mut got = std::collections::BTreeSet::new();
     let mut sent = 0;
-    let deadline = Instant::now() + Duration::from_secs(10);
     let mut rx = Vec::new();
-    while got.len() < n as usize {
-        assert!(
-            Instant::now() < deadline,
-            "good traffic stalled: {} of {n} frames arrived",
-            got.len()
-        );
+    wait_until("good traffic", WAIT, || {
         while sent < n && a.nf.can_send() {
             a.nf.send(&mut a.hv, frame_sized(b.mac, a.mac, base + sent, payload))
                 .unwrap();
@@ -112,8 +103,12 @@ pub fn traffic_flows_sized(a: &mut Guest, b: &mut Guest, n: u32, base: u32, payl
             assert_eq!(p.data, want, "frame {seq} arrived corrupted");
             got.insert(seq);
         }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        if got.len() < n as usize {
+            Err(format!("{} of {n} frames arrived", got.len()))
+        } else {
+            Ok(())
+        }
+    });
 }
 
 pub fn push(g: &mut Guest, reqs: &[TxRequest]) {

@@ -8,7 +8,10 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+/// How long a test waits for the backend or the VM.
+pub const WAIT: Duration = Duration::from_secs(10);
 use vhost::vhost_user::message::VhostUserHeaderFlag;
 use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
@@ -39,28 +42,18 @@ pub fn backend(tag: &str) -> (Backend, PathBuf) {
 
 /// Polls `b` (dropping what the VM sends) until `cond` holds, or panics.
 pub fn poll_until(b: &mut Backend, what: &str, mut cond: impl FnMut(&mut Backend) -> bool) {
-    let end = Instant::now() + Duration::from_secs(10);
-    while !cond(b) {
-        assert!(
-            Instant::now() < end,
-            "timed out waiting for {what}: {}",
-            b.status()
-        );
-        let _ = sys::poll_readable(&[b.fd()], Some(Duration::from_millis(20)));
+    testutil::wait_until(what, WAIT, || {
+        if cond(b) {
+            return Ok(());
+        }
         b.poll(&mut |_, _| true).unwrap();
-    }
+        Err(b.status())
+    });
 }
 
 /// Waits for the backend's caller thread to write `call`; its count.
 pub fn wait_call(call: &EventFd) -> u64 {
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        match call.read() {
-            Ok(n) => return n,
-            Err(_) if Instant::now() < end => std::thread::sleep(Duration::from_millis(1)),
-            Err(e) => panic!("the VM was never called: {e}"),
-        }
-    }
+    testutil::wait_until("the VM to be called", WAIT, || call.read())
 }
 
 /// The count of refusals for `reason` in `b`'s status.

@@ -8,18 +8,12 @@ use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+/// How long a test waits for the frontend, the backend or the kernel.
 pub const WAIT: Duration = Duration::from_secs(30);
 
-/// Waits for `cond` until a deadline; panics saying `what` otherwise.
-pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < WAIT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+pub use testutil::wait_until;
 
 /// The test's side of the frontend's loop: connects to the socket path,
 /// publishes the status where the test reads it, stops when told.
@@ -82,7 +76,7 @@ impl Front {
         *self.status.lock().unwrap() = Value::Null;
         self.poke.write_all(b"x").unwrap();
         let mut v = Value::Null;
-        wait_for("the frontend's status", || {
+        wait_until("the frontend's status", WAIT, || {
             v = self.status.lock().unwrap().clone();
             !v.is_null()
         });
@@ -91,7 +85,7 @@ impl Front {
 
     pub fn wait_connected(&mut self, connects: u64) -> Value {
         let mut v = Value::Null;
-        wait_for("the frontend to connect", || {
+        wait_until("the frontend to connect", WAIT, || {
             v = self.status();
             v["connected"] == true && v["connects"] == connects
         });

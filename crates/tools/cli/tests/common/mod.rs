@@ -8,28 +8,25 @@ use bench::netenv::{FlowResult, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
-
-static HOST: Mutex<()> = Mutex::new(());
 
 pub struct Env {
     pub run_dir: PathBuf,
-    _guard: std::sync::MutexGuard<'static, ()>,
+    /// The host lock (`testutil::host_lock`): `splitnet up` and `down` own
+    /// the host's `splitnet-*` namespaces, so one test at a time on this
+    /// machine. Released after `Drop` has brought the topology down.
+    _host: testutil::HostLock,
 }
 
 impl Env {
     /// The environment for end-to-end test `name`, or None (SKIPPED) when
     /// not root.
     pub fn new(name: &str) -> Option<Env> {
-        if !testutil::root_or_skip("network namespaces, veth pairs, TAP devices, cgroups") {
-            return None;
-        }
-        let guard = HOST.lock().unwrap_or_else(|p| p.into_inner());
+        let host = testutil::root_or_skip("network namespaces, veth pairs, TAP devices, cgroups")?;
         let run_dir =
             std::env::temp_dir().join(format!("splitnet-test-{name}-{}", std::process::id()));
         let env = Env {
             run_dir,
-            _guard: guard,
+            _host: host,
         };
         // A previous failed test may have left a topology up.
         env.splitnet(&["down"]);
@@ -187,14 +184,7 @@ pub struct Background(pub Child);
 impl Background {
     /// Waits up to `limit` for the command to exit on its own.
     pub fn wait_exit(&mut self, limit: std::time::Duration) -> bool {
-        let deadline = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < deadline {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        false
+        testutil::poll_until(limit, || self.0.try_wait().ok().flatten().is_some()).is_ok()
     }
 }
 
@@ -221,17 +211,7 @@ impl Env {
     }
 }
 
-/// Polls `fact` every 20 ms until it holds; panics naming `what` after `limit`.
-pub fn wait_until(what: &str, limit: std::time::Duration, mut fact: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + limit;
-    while !fact() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
+pub use testutil::wait_until;
 
 /// Runs `cmd` inside the namespace of `domain` and returns its stdout.
 fn in_netns(domain: &str, cmd: &[&str]) -> String {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Whether every tool in `tools` is on PATH. Outside CI a missing one skips
 /// the test with a message naming it and how to get it; in CI
@@ -121,21 +121,16 @@ impl Console {
     /// output; returns the offset just past it. Panics with the output's
     /// tail if it does not, or if the process exits first.
     pub fn wait_for(&mut self, from: usize, pat: &str, limit: Duration) -> usize {
-        let deadline = Instant::now() + limit;
-        loop {
+        let what = format!("{pat:?} from {}", self.log.display());
+        testutil::wait_until(&what, limit, || {
             if let Some(i) = self.text().get(from..).and_then(|t| t.find(pat)) {
-                return from + i + pat.len();
+                return Ok(from + i + pat.len());
             }
-            let exited = self.child.try_wait().ok().flatten();
-            assert!(
-                exited.is_none() && Instant::now() < deadline,
-                "waited {limit:?} for {pat:?} from {} ({}):\n{}",
-                self.log.display(),
-                exited.map_or("still running".into(), |s| s.to_string()),
-                self.tail()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            if let Some(s) = self.child.try_wait().ok().flatten() {
+                panic!("{what}: exited ({s}) first:\n{}", self.tail());
+            }
+            Err(format!("still running:\n{}", self.tail()))
+        })
     }
 
     /// The last 4000 bytes of the output, and what went to stderr.
@@ -281,18 +276,14 @@ impl Testpmd {
     /// Waits up to `limit` for port `port`'s link to be up (the other side
     /// of its vhost-user connection is there).
     pub fn wait_link_up(&mut self, port: u16, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        loop {
+        testutil::wait_until(&format!("port {port}'s link up"), limit, || {
             let info = self.cmd(&format!("show port info {port}"));
             if info.contains("Link status: up") {
-                return;
+                Ok(())
+            } else {
+                Err(info)
             }
-            assert!(
-                Instant::now() < deadline,
-                "port {port}'s link stayed down:\n{info}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        });
     }
 }
 
@@ -300,10 +291,7 @@ impl Drop for Testpmd {
     fn drop(&mut self) {
         // Asked to quit, it closes its ports; killed by Console otherwise.
         self.console.send("quit");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.console.running() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let _ = testutil::poll_until(Duration::from_secs(10), || !self.console.running());
         let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&self.prefix));
     }
 }

@@ -404,12 +404,9 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        let t0 = std::time::Instant::now();
-        while !fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sh\0"))
-            && t0.elapsed() < std::time::Duration::from_secs(5)
-        {
-            std::thread::sleep(std::time::Duration::from_millis(5)); // until it has exec'd
-        }
+        testutil::wait_until("sh to exec", std::time::Duration::from_secs(5), || {
+            fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sh\0"))
+        });
         // Not written yet: found by its command line; a stale or foreign
         // pid in the file is not taken.
         fs::write(&pid_file, "1\n").unwrap();
