@@ -1,4 +1,4 @@
-//! Bad input (issue 20): a guest that rings its doorbell in a tight loop
+//! Bad input (Xen XSA-332, event floods): a guest that rings its doorbell in a tight loop
 //! costs the driver domain only that vif's work. Facts, not timings (the
 //! throughput it leaves the others is measured by `splitnet bench scale`):
 //! the other guests' traffic completes intact during the flood, the

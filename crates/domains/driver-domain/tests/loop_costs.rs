@@ -1,6 +1,6 @@
 //! The driver loop's costs per wake-up, with a real hv and real frontends
 //! in process: a turn that only moves packets allocates nothing, and vifs
-//! that are idle cost nothing (issue: one event manager for the loops).
+//! that are idle cost nothing (one event manager serves the loop).
 
 mod common;
 

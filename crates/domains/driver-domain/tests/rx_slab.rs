@@ -1,7 +1,7 @@
 //! netback's slow path, with a real hv and real frontends in process: a
 //! guest that posts too few RX buffers has its frames wait in the vif's
 //! slab, and the driver's turns that queue and drain them allocate nothing
-//! (issue: preallocated frame slabs instead of a queue of owned packets).
+//! (preallocated frame slabs, not a queue of owned packets).
 
 mod common;
 

@@ -1,5 +1,5 @@
-//! `splitnet bench faults`: recovery and hotplug, measured (issue 9's
-//! targets). Three experiments, each on a fresh default topology:
+//! `splitnet bench faults`: recovery and hotplug, measured against
+//! its targets. Three experiments, each on a fresh default topology:
 //!
 //! - **kills**: an iperf3 stream from guest1 to the wire host; the driver
 //!   domain is killed with SIGKILL in the middle and hv restarts it. The
@@ -42,7 +42,7 @@ pub struct FaultsOptions {
 }
 
 impl FaultsOptions {
-    /// The issue's figures (10 kills, 5 during 256 MiB, 10,000 cycles), or
+    /// The full figures (10 kills, 5 during 256 MiB, 10,000 cycles), or
     /// fewer kills and cycles with `quick`.
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool) -> FaultsOptions {
         FaultsOptions {

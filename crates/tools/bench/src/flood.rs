@@ -1,4 +1,4 @@
-//! The doorbell flood (issue 20, "Bad input"): a guest that rings its
+//! The doorbell flood (Xen XSA-332, event floods): a guest that rings its
 //! doorbell 10^6 times a second should cost the driver domain only that
 //! vif's work, so another pair of guests keeps at least 80% of its quiet
 //! throughput. Measured in process: a real hv, the real driver-domain loop

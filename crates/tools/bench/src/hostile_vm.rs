@@ -1,7 +1,7 @@
 //! A hostile VM (`splitnet hostile-vm`, hidden): a vhost-user frontend
 //! (the vhost crate's `Frontend`, guest memory a memfd) that connects to a
 //! VM vif's socket and runs one attack for a while, connecting again after
-//! each time the backend closes on it. The bad inputs are issue 18's list:
+//! each time the backend closes on it. The bad inputs are these:
 //! a kick storm with nothing posted, an `avail` index running ahead,
 //! descriptor chains that loop or point outside the memory table, memory
 //! tables with overlapping or absurd regions, half a message and a stall,

@@ -1,5 +1,5 @@
 //! `splitnet bench hvm`: Zhang & Dong's HVM device-model measurements
-//! (issue 10), beside the paper's numbers.
+//! (Zhang & Dong §4), beside the paper's numbers.
 //!
 //! - **stages**: a dummy port I/O (0x22e, which nothing implements) read in
 //!   a loop by an HVM vcpu, forwarded by hv's relay to a device model that
@@ -126,7 +126,7 @@ pub struct HvmReport {
     pub stages: Stages,
     pub nic: Vec<NicConfig>,
     /// Event-driven over 5 ms polling and over 100 ms polling, bulk TCP
-    /// into the guest (the issue's target: ≥ 10×).
+    /// into the guest (the target: ≥ 10×).
     pub event_over_poll_5ms: f64,
     pub event_over_poll_100ms: f64,
     /// The same for the file copy into the guest.

@@ -1,7 +1,7 @@
 //! `bench virtio`'s hostile-VM phase: guest1 (netfront) sends TCP to the
 //! wire alone, then again while a hostile VM ([`crate::hostile_vm`], a
 //! `kind = "vm"` domain on the same driver domain) attacks, one attack at
-//! a time. Per attack: guest1's throughput as a ratio to alone (issue 18:
+//! a time. Per attack: guest1's throughput as a ratio to alone (the target:
 //! other vifs keep theirs within 20%), the driver domain's survival (same
 //! domain id and process), the backend's counters that moved, and the
 //! CPU the attacker and the driver domain spent.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use toolstack::host::{self, SHARED_PREFIX};
 use toolstack::underlay::{self, UnderlayHost};
 
-/// Cross-host TCP against native VXLAN, the target.
+/// Cross-host TCP against native VXLAN: the target ratio.
 pub const TCP_TARGET: f64 = 0.60;
 /// The median time for a moved MAC to be reachable with EVPN, in seconds.
 pub const MOVE_TARGET_S: f64 = 2.0;

@@ -117,7 +117,7 @@ impl RamConfig {
         }
     }
 
-    /// The keys each guest of the default topology gets (issue 22's
+    /// The keys each guest of the default topology gets (the suite's
     /// contract); `None` for native.
     pub fn keys(self) -> Option<&'static str> {
         const ORIG: &str = "grants = \"hv-copy\"\ntx_mode = \"copy\"\nlro = \"off\"\n";

@@ -454,7 +454,7 @@ fn summarize(guests: &[usize], records: &[Record]) -> Vec<Summary> {
 }
 
 impl ScaleReport {
-    /// A Markdown table of the medians, the flood, and the issue's targets.
+    /// A Markdown table of the medians, the flood, and the suite's targets.
     pub fn table(&self) -> String {
         let mut s = String::from(
             "| guests | up s (max) | MiB/guest | pinged wire | guest1 p50 µs (min–max) | ×2g | p99 µs | ×2g | TCP Gbit/s | ×2g | drv idle ms CPU/s | drv idle wake-ups/s | hv idle ms CPU/s | guests' own frames/s |\n\
@@ -505,7 +505,7 @@ impl ScaleReport {
         s
     }
 
-    /// The issue's targets, each with what was measured.
+    /// The suite's targets, each with what was measured.
     fn targets(&self) -> String {
         let Some(base) = self.summary.first() else {
             return String::new();
