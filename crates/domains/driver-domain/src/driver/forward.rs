@@ -172,83 +172,118 @@ pub(super) fn forward(
     mut vifs: Others<'_>,
 ) -> u64 {
     let now = Instant::now();
-    let (mut n, mut used, mut tagged) = (0, 0, 0);
+    let (mut at, mut tagged) = (Filled::default(), 0);
     let tapping = !fx.taps.is_empty();
     for (k, f) in frames.iter().enumerate() {
-        let inr = match from.classify_frame(f) {
-            Ok(i) => i,
-            Err("runt") => {
-                fx.bridge.counters.malformed += 1;
-                continue;
-            }
-            Err(_) if ingress < PORT_BASE => {
-                tagged += 1;
-                continue;
-            }
-            Err(_) => {
-                fx.bridge.counters.vlan_dropped += 1;
-                continue;
-            }
+        let Some(inr) = admit(fx.bridge, ingress, from, f, &mut tagged) else {
+            continue;
         };
         if tapping {
             fx.taps.frame(ingress, false, f);
         }
         let (targets, t) = route(fx.bridge, ingress, inr.seg, f, now, &vifs, fx.ports);
-        if n + t > PORT_BATCH || used == PORT_BATCH {
-            flush(fx.ports, fx.scratch, &mut fx.via, frames, n);
-            (n, used) = (0, 0);
+        if at.queued + t > PORT_BATCH || at.scratch == PORT_BATCH {
+            flush(fx.ports, fx.scratch, &mut fx.via, frames, at.queued);
+            at = Filled::default();
         }
         // Not rewritten yet (None), rewritten into a slot, or refused.
         let mut alt: Option<Option<usize>> = None;
         for &p in &targets[..t] {
-            let to = match p >= PORT_BASE {
-                true => fx.ports.attach_of(p),
-                false => vifs.get(p).map(|v| v.attach),
-            };
-            let Some(to) = to.filter(|a| a.member(inr.seg)) else {
+            let Some(slot) = egress_slot(fx, &mut vifs, p, f, inr, &mut alt, &mut at) else {
                 continue;
-            };
-            let slot = match to.rewrite(f, inr) {
-                None => None,
-                Some(tag) => {
-                    let made = *alt.get_or_insert_with(|| {
-                        match vlan::retag(f, tag, &mut fx.scratch.bufs[used]) {
-                            Ok(r) => {
-                                fx.scratch.made[used] = r;
-                                used += 1;
-                                Some(used - 1)
-                            }
-                            Err(_) => {
-                                fx.bridge.counters.vlan_dropped += 1;
-                                None
-                            }
-                        }
-                    });
-                    match made {
-                        Some(s) => Some(s),
-                        None => continue,
-                    }
-                }
             };
             let g = fx.scratch.frame(f, slot);
             if tapping {
                 fx.taps.frame(p, true, &g);
             }
             if p >= PORT_BASE {
-                fx.scratch.queued[n] = Queued {
+                fx.scratch.queued[at.queued] = Queued {
                     port: p,
                     k,
                     alt: slot,
                 };
-                n += 1;
+                at.queued += 1;
             } else if let Some(v) = vifs.get(p) {
                 v.nb.deliver(&g);
                 vifs.dirty.insert(p - 1);
             }
         }
     }
-    flush(fx.ports, fx.scratch, &mut fx.via, frames, n);
+    flush(fx.ports, fx.scratch, &mut fx.via, frames, at.queued);
     tagged
+}
+
+/// How much of the batch's fixed storage is in use: frames queued for
+/// ports, and scratch slots holding rewritten first bytes.
+#[derive(Default, Clone, Copy)]
+pub(super) struct Filled {
+    queued: usize,
+    scratch: usize,
+}
+
+/// Frame `f`'s place on the ingress's VLAN segment, or None when it may
+/// not enter: a runt, or a tag its port may not carry (counted; a vif's
+/// tagged frames in `tagged`).
+fn admit(
+    bridge: &mut Bridge,
+    ingress: PortId,
+    from: Attach,
+    f: &FrameRef<'_>,
+    tagged: &mut u64,
+) -> Option<vlan::Ingress> {
+    match from.classify_frame(f) {
+        Ok(i) => Some(i),
+        Err("runt") => {
+            bridge.counters.malformed += 1;
+            None
+        }
+        Err(_) if ingress < PORT_BASE => {
+            *tagged += 1;
+            None
+        }
+        Err(_) => {
+            bridge.counters.vlan_dropped += 1;
+            None
+        }
+    }
+}
+
+/// Whether `f` leaves through bridge port `p`, and how: `Some(None)` as it
+/// is, `Some(Some(s))` as scratch slot `s` rewrote its tag (once per frame,
+/// `alt`), `None` not at all (`p` is off the frame's segment, gone, or the
+/// rewrite was refused).
+fn egress_slot(
+    fx: &mut Fwd<'_>,
+    vifs: &mut Others<'_>,
+    p: PortId,
+    f: &FrameRef<'_>,
+    inr: vlan::Ingress,
+    alt: &mut Option<Option<usize>>,
+    at: &mut Filled,
+) -> Option<Option<usize>> {
+    let to = match p >= PORT_BASE {
+        true => fx.ports.attach_of(p),
+        false => vifs.get(p).map(|v| v.attach),
+    };
+    let to = to.filter(|a| a.member(inr.seg))?;
+    let Some(tag) = to.rewrite(f, inr) else {
+        return Some(None);
+    };
+    let made =
+        *alt.get_or_insert_with(
+            || match vlan::retag(f, tag, &mut fx.scratch.bufs[at.scratch]) {
+                Ok(r) => {
+                    fx.scratch.made[at.scratch] = r;
+                    at.scratch += 1;
+                    Some(at.scratch - 1)
+                }
+                Err(_) => {
+                    fx.bridge.counters.vlan_dropped += 1;
+                    None
+                }
+            },
+        );
+    made.map(Some)
 }
 
 /// Sends the first `n` queued frames, one batch per port, each port's in
