@@ -12,13 +12,17 @@
 //! the Xen 2.0 baseline netback maps each TX page and flips each RX page.
 //!
 //! - this file: the xenbus side (probe, connect, disconnect) and the refusal policy;
-//! - [`tx`]: guest → bridge: parse, validate, forward, respond;
+//! - [`tx`]: guest → bridge: parse, validate, forward, respond, one batch
+//!   loop for every grant mechanism; `grants`: the mechanisms behind one
+//!   trait (new grant mechanism, hv copy, Xen 2.0 map), and `hold`: hv-copy
+//!   TX gather's;
 //! - `rx`: bridge → guest, and `slab`: the frames waiting for the guest's buffers;
 //! - [`opts`]: the vif's options (`ip`, `rate`, `mtu`), read at probe.
 //!
 //! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
+mod grants;
 mod hold;
 mod mq;
 pub mod opts;
@@ -270,7 +274,11 @@ pub struct Netback {
     /// The guest's I/O pool, read-only, under hv-copy TX gather ([`hold`]).
     window: Option<Mapping>,
     /// The hold and release batches of hv-copy TX gather (reused).
-    hold: hold::HoldBufs,
+    tx_hold: hold::HoldTx,
+    /// hv-copy TX copy's batches and the frames copied out (reused).
+    tx_copy: grants::CopyTx,
+    /// The frames the Xen 2.0 TX map copied out (reused).
+    tx_mapped: grants::MapTx,
     /// The TX packets of the batch held for forwarding under the new grant
     /// mechanism, by position in `tx_pkts` (reused, never shrunk).
     tx_held: Vec<Held>,
@@ -555,7 +563,9 @@ impl Netback {
             tracer: hv.tracer(),
             ngm,
             window,
-            hold: hold::HoldBufs::default(),
+            tx_hold: hold::HoldTx::default(),
+            tx_copy: grants::CopyTx::default(),
+            tx_mapped: grants::MapTx::default(),
             tx_held: vec![Held::default(); TX_BUDGET],
             tx_pkts: Vec::with_capacity(TX_BUDGET),
             tx_ids: [0; 1 << 10],
