@@ -50,10 +50,6 @@ pub(super) type Reach = std::result::Result<(), &'static str>;
 /// A grant mechanism as the TX batch loop ([`Netback::tx_batch`]) uses it.
 /// `k` is a packet's position in the batch.
 pub(super) trait TxGrants {
-    /// Frames are already private copies: forwarded as they are, never
-    /// copied out again when TX does not gather.
-    const COPIED_OUT: bool = false;
-
     /// Whether the batch takes another packet after `slots` ring slots:
     /// a batch with a hypercall is bounded by its staging frames.
     fn room(&self, slots: usize) -> bool {
@@ -77,12 +73,34 @@ pub(super) trait TxGrants {
     /// leaves nothing taken.
     fn reach(&mut self, nb: &mut Netback, hv: &mut HvClient, p: &TxPacket, k: usize) -> Reach;
 
+    /// The guest's pool, where a held packet's payload stays (Menon 2006
+    /// §4.1) after its header copy in [`Netback::tx_held`].
+    fn pool<'a>(&self, _nb: &'a Netback) -> Option<&'a Mapping> {
+        None
+    }
+
+    /// The frames copied out whole, for a mechanism that copies them.
+    fn copied(&self) -> Option<&CopiedOut> {
+        None
+    }
+
     /// The private header bytes of reached packet `k`: what the checks,
     /// the bridge and the filters see, and what is sent as its headers.
-    fn head<'a>(&'a self, nb: &'a Netback, k: usize) -> &'a [u8];
+    fn head<'a>(&'a self, nb: &'a Netback, k: usize) -> &'a [u8] {
+        match self.copied() {
+            Some(out) => out.get(k),
+            None => nb.tx_held[k].head(),
+        }
+    }
 
     /// Reached packet `k` as it is forwarded.
-    fn frame<'a>(&'a self, nb: &'a Netback, p: &TxPacket, k: usize) -> FrameRef<'a>;
+    fn frame<'a>(&'a self, nb: &'a Netback, p: &TxPacket, k: usize) -> FrameRef<'a> {
+        match (self.copied(), self.pool(nb)) {
+            (Some(out), _) => FrameRef::private(out.get(k), nb.tx_held[k].csum, p.gso),
+            (None, Some(pool)) => nb.tx_held[k].frame(pool, p),
+            (None, None) => FrameRef::private(&[], Csum::Unknown, None),
+        }
+    }
 
     /// Ends what [`TxGrants::reach`] took for `p`: once it is forwarded,
     /// or when it is refused or dropped after it was reached.
@@ -178,15 +196,8 @@ impl TxGrants for NgmTx {
         Ok(())
     }
 
-    fn head<'a>(&'a self, nb: &'a Netback, k: usize) -> &'a [u8] {
-        nb.tx_held[k].head()
-    }
-
-    fn frame<'a>(&'a self, nb: &'a Netback, p: &TxPacket, k: usize) -> FrameRef<'a> {
-        match nb.ngm.as_ref() {
-            Some(view) => nb.tx_held[k].frame(view.pool(), p),
-            None => FrameRef::private(&[], Csum::Unknown, None),
-        }
+    fn pool<'a>(&self, nb: &'a Netback) -> Option<&'a Mapping> {
+        nb.ngm.as_ref().map(|v| v.pool())
     }
 
     /// Ends the uses [`NgmTx::reach`] took.
@@ -255,11 +266,6 @@ impl CopiedOut {
         self.at[k].1 += len;
         &mut self.bytes[at..]
     }
-
-    /// Packet `k` as forwarded: its private copy, checked.
-    fn frame<'a>(&'a self, nb: &Netback, p: &TxPacket, k: usize) -> FrameRef<'a> {
-        FrameRef::private(self.get(k), nb.tx_held[k].csum, p.gso)
-    }
 }
 
 /// hv-copy TX copy: one grant-copy batch per ring batch moves every slot
@@ -272,8 +278,6 @@ pub(super) struct CopyTx {
 }
 
 impl TxGrants for CopyTx {
-    const COPIED_OUT: bool = true;
-
     fn begin(&mut self) {
         self.ops.clear();
         self.statuses.clear();
@@ -310,12 +314,8 @@ impl TxGrants for CopyTx {
         Ok(())
     }
 
-    fn head<'a>(&'a self, _nb: &'a Netback, k: usize) -> &'a [u8] {
-        self.out.get(k)
-    }
-
-    fn frame<'a>(&'a self, nb: &'a Netback, p: &TxPacket, k: usize) -> FrameRef<'a> {
-        self.out.frame(nb, p, k)
+    fn copied(&self) -> Option<&CopiedOut> {
+        Some(&self.out)
     }
 }
 
@@ -327,8 +327,6 @@ pub(super) struct MapTx {
 }
 
 impl TxGrants for MapTx {
-    const COPIED_OUT: bool = true;
-
     fn begin(&mut self) {
         self.out.bytes.clear();
     }
@@ -351,12 +349,8 @@ impl TxGrants for MapTx {
         Ok(())
     }
 
-    fn head<'a>(&'a self, _nb: &'a Netback, k: usize) -> &'a [u8] {
-        self.out.get(k)
-    }
-
-    fn frame<'a>(&'a self, nb: &'a Netback, p: &TxPacket, k: usize) -> FrameRef<'a> {
-        self.out.frame(nb, p, k)
+    fn copied(&self) -> Option<&CopiedOut> {
+        Some(&self.out)
     }
 }
 

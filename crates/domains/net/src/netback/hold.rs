@@ -14,7 +14,6 @@
 
 use super::grants::{op_done, Reach, TxGrants, HEAD};
 use super::{Netback, Result, TxPacket, TxSlot};
-use crate::packet::{Csum, FrameRef};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::XEN_NETIF_NR_SLOTS_MIN;
 use abi::{FrameRange, Pfn, SharedMemory};
@@ -103,15 +102,8 @@ impl TxGrants for HoldTx {
         Ok(())
     }
 
-    fn head<'a>(&'a self, nb: &'a Netback, k: usize) -> &'a [u8] {
-        nb.tx_held[k].head()
-    }
-
-    fn frame<'a>(&'a self, nb: &'a Netback, p: &TxPacket, k: usize) -> FrameRef<'a> {
-        match nb.window.as_ref() {
-            Some(window) => nb.tx_held[k].frame(window, p),
-            None => FrameRef::private(&[], Csum::Unknown, None),
-        }
+    fn pool<'a>(&self, nb: &'a Netback) -> Option<&'a sys::Mapping> {
+        nb.window.as_ref()
     }
 
     /// Releases the holds in one batch, then hands back the hold call's

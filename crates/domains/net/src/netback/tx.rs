@@ -210,7 +210,7 @@ impl Netback {
             if self.modes.tx_gather {
                 refs[m] = frame;
                 m += 1;
-            } else if G::COPIED_OUT {
+            } else if g.copied().is_some() {
                 fwd(std::slice::from_ref(&frame));
             } else {
                 let pkt = frame.to_packet();
