@@ -18,12 +18,12 @@
 //! offloads, or data over several buffers without GSO) is copied out and
 //! takes the shared path, whose queue consumes the same requests later.
 
-use super::rx::{buffer_offset, CopyResp};
+use super::rx::{buffer_offset, parts, stage_to_guest, CopyResp};
 use super::{Netback, Result, SLOT_BUDGET};
 use crate::packet::{self, Csum, FrameRef, Gso, VNET_HDR_LEN};
 use crate::vmq::{Armed, Landed, VmqLayer, MAX_ARMED, MAX_FRAME};
-use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
-use abi::netif::{NetifStatus, RxFlags, RxRequest, RxResponse};
+use abi::grant::GrantCopy;
+use abi::netif::{NetifStatus, RxRequest, RxResponse};
 use abi::{Pfn, SharedMemory};
 use hypercall::ngm_client::NgmView;
 use hypercall::HvClient;
@@ -365,22 +365,6 @@ impl Netback {
         }
     }
 
-    /// The flags of data part `i` of `chunks`.
-    fn part_flags(i: usize, chunks: usize, csum: Csum, gso: Option<Gso>) -> RxFlags {
-        let mut f = if i == 0 {
-            csum.rx_flags()
-        } else {
-            RxFlags::EMPTY
-        };
-        if i == 0 && gso.is_some() {
-            f |= RxFlags::EXTRA_INFO;
-        }
-        if i + 1 < chunks {
-            f |= RxFlags::MORE_DATA;
-        }
-        f
-    }
-
     /// New grant mechanism: the frame is in the guest's buffers already,
     /// from data part `at` on; consume their requests and answer them in
     /// order.
@@ -400,13 +384,11 @@ impl Netback {
         if !rx.consume(used as u32) {
             return Err(super::proto("RX requests vanished"));
         }
-        for i in 0..chunks {
-            let part = (len - i * chunk).min(chunk);
-            let id = st.reqs[st.req_at(at + i)].0;
-            let flags = Self::part_flags(i, chunks, csum, gso);
-            let off = st.offs[at + i];
-            rx.push_response(&RxResponse::data(id, off, flags, part as u16)?)?;
-            if i == 0 {
+        for part in parts(len, chunk, csum, gso) {
+            let id = st.reqs[st.req_at(at + part.i)].0;
+            let off = st.offs[at + part.i];
+            rx.push_response(&RxResponse::data(id, off, part.flags, part.len as u16)?)?;
+            if part.i == 0 {
                 if let Some(g) = gso {
                     rx.push_response(&g.to_extra().to_rx_slot())?;
                 }
@@ -414,8 +396,7 @@ impl Netback {
         }
         st.rx_direct_packets += 1;
         self.rx_unpublished += 1;
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += len as u64;
+        self.count_rx(len);
         Ok(())
     }
 
@@ -432,32 +413,20 @@ impl Netback {
             self.rx_overflow = true;
             return;
         }
-        for i in 0..chunks {
-            let part = (len - i * chunk).min(chunk);
-            let (id, gref) = st.reqs[st.req_at(at + i)];
-            let off = st.offs[at + i];
+        for part in parts(len, chunk, csum, gso) {
+            let (id, gref) = st.reqs[st.req_at(at + part.i)];
+            let off = st.offs[at + part.i];
             st.resps.push(CopyResp::Data {
                 id,
                 op: st.ops.len(),
                 off,
-                len: part as u16,
-                flags: Self::part_flags(i, chunks, csum, gso),
+                len: part.len as u16,
+                flags: part.flags,
             });
-            st.ops.push(GrantCopy {
-                source: CopyPtr::Frame {
-                    domid: DOMID_SELF,
-                    gmfn: (self.rx_base as usize + st.staged + i) as u64,
-                    offset: 0,
-                },
-                dest: CopyPtr::Gref {
-                    domid: guest,
-                    gref,
-                    offset: off,
-                },
-                len: part as u16,
-                status: 0,
-            });
-            if i == 0 {
+            let frame = self.rx_base + (st.staged + part.i) as u32;
+            st.ops
+                .push(stage_to_guest(frame, guest, gref, off, part.len));
+            if part.i == 0 {
                 if let Some(g) = gso {
                     st.resps.push(CopyResp::Extra(g.to_extra()));
                 }
@@ -465,8 +434,7 @@ impl Netback {
         }
         st.staged += chunks;
         st.rx_direct_packets += 1;
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += len as u64;
+        self.count_rx(len);
     }
 
     /// A frame the guest cannot take as it is: copied out of the armed
@@ -476,10 +444,7 @@ impl Netback {
         let Some(mut st) = self.mq.take() else {
             return Ok(());
         };
-        let map = match &self.ngm {
-            Some(v) => v.pool(),
-            None => &self.pool,
-        };
+        let map = self.rx_map();
         let mut at = 0;
         for i in 0..Self::data_parts(&st) {
             let (off, n) = st.ranges[i];
@@ -546,12 +511,8 @@ impl Netback {
     /// What is armed, for the queue.
     fn armed(&self) -> Option<Armed<'_>> {
         let st = self.mq.as_ref()?;
-        let map = match &self.ngm {
-            Some(v) => v.pool(),
-            None => &self.pool,
-        };
         Some(Armed {
-            map,
+            map: self.rx_map(),
             ranges: &st.ranges[..Self::data_parts(st)],
         })
     }
@@ -605,12 +566,8 @@ impl Netback {
         } else {
             st.rx_fallback_packets += 1;
         }
-        let map = match &self.ngm {
-            Some(v) => v.pool(),
-            None => &self.pool,
-        };
         let slot = landed.slot(k);
-        map.read_bytes(off, &mut slot[..len.min(n)]);
+        self.rx_map().read_bytes(off, &mut slot[..len.min(n)]);
         self.enqueue_rx(&FrameRef::private(&slot[..len], csum, gso));
     }
 }
