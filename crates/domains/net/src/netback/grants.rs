@@ -14,7 +14,7 @@
 //! The loop is generic over the mechanism: one dispatch per batch, none per
 //! packet.
 
-use super::{grant_reason, hv_reason, Held, Netback, Result, TxPacket, TxSlot};
+use super::{grant_reason, hv_reason, Netback, Result, TxPacket, TxSlot};
 use super::{SLOT_BUDGET, TX_BUDGET};
 use crate::packet::{Csum, FrameRef};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
@@ -111,6 +111,32 @@ pub(super) trait TxGrants {
     /// request is answered.
     fn finish(&mut self, _nb: &mut Netback, _hv: &mut HvClient) -> Result<()> {
         Ok(())
+    }
+}
+
+/// A TX packet held for forwarding, its grants in use until it is
+/// answered: the header copy netback checked (Menon 2006 §4.1) and where
+/// the rest of the frame is in the guest's pool. Only the checksum state
+/// is kept for a packet copied out whole.
+#[derive(Clone, Copy)]
+pub(super) struct Held {
+    head: [u8; HEAD],
+    head_len: usize,
+    /// The checksum state its header checks found.
+    pub(super) csum: Csum,
+    rest: [(usize, usize); XEN_NETIF_NR_SLOTS_MIN],
+    rest_count: usize,
+}
+
+impl Default for Held {
+    fn default() -> Held {
+        Held {
+            head: [0; HEAD],
+            head_len: 0,
+            csum: Csum::Unknown,
+            rest: [(0, 0); XEN_NETIF_NR_SLOTS_MIN],
+            rest_count: 0,
+        }
     }
 }
 

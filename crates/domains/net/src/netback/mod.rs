@@ -35,7 +35,7 @@ use crate::counters::VifCounters;
 use crate::credit::Credit;
 use crate::mcast::McastFilter;
 use crate::offload::Offloads;
-use crate::packet::{Csum, Gso};
+use crate::packet::Gso;
 use abi::grant::GrantStatus;
 use abi::netif::{
     NetifStatus, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
@@ -214,30 +214,6 @@ impl TxPacket {
     }
 }
 
-/// A TX packet held for forwarding under the new grant mechanism, its
-/// grants in use until it is answered: the header copy netback checked
-/// (Menon 2006 §4.1) and where the rest of the frame is in the guest's pool.
-#[derive(Clone, Copy)]
-struct Held {
-    head: [u8; tx::HEAD],
-    head_len: usize,
-    csum: Csum,
-    rest: [(usize, usize); XEN_NETIF_NR_SLOTS_MIN],
-    rest_count: usize,
-}
-
-impl Default for Held {
-    fn default() -> Held {
-        Held {
-            head: [0; tx::HEAD],
-            head_len: 0,
-            csum: Csum::Unknown,
-            rest: [(0, 0); XEN_NETIF_NR_SLOTS_MIN],
-            rest_count: 0,
-        }
-    }
-}
-
 /// The RX ring netback serves.
 type RxRing = BackRing<MappedGrant, RxRequest, RxResponse>;
 
@@ -281,7 +257,7 @@ pub struct Netback {
     tx_mapped: grants::MapTx,
     /// The TX packets of the batch held for forwarding under the new grant
     /// mechanism, by position in `tx_pkts` (reused, never shrunk).
-    tx_held: Vec<Held>,
+    tx_held: Vec<grants::Held>,
     /// TX packets of the batch being processed (reused).
     tx_pkts: Vec<TxPacket>,
     /// Request ids seen in the current TX batch, one bit each.
@@ -566,7 +542,7 @@ impl Netback {
             tx_hold: hold::HoldTx::default(),
             tx_copy: grants::CopyTx::default(),
             tx_mapped: grants::MapTx::default(),
-            tx_held: vec![Held::default(); TX_BUDGET],
+            tx_held: vec![grants::Held::default(); TX_BUDGET],
             tx_pkts: Vec::with_capacity(TX_BUDGET),
             tx_ids: [0; 1 << 10],
             rx_unpublished: 0,

@@ -197,22 +197,12 @@ impl Netback {
     /// (0: not enough posted, or a bad grant at the head, answered).
     fn arm(&mut self) -> usize {
         let need = self.armed_need().min(MAX_ARMED);
-        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+        let Some((posted, room)) = self.arm_room(false) else {
             return 0;
         };
-        match rx.unconsumed_requests() {
-            Ok(n) if n as usize >= need => {}
-            Ok(_) => return 0,
-            Err(_) => {
-                self.rx_overflow = true;
-                return 0;
-            }
+        if posted < need || need > room {
+            return 0; // too few posted, or the copies pending go first (flush_rx)
         }
-        let staging = self.ngm.is_none();
-        if staging && st.staged + need > SLOT_BUDGET {
-            return 0; // the copies pending go first (flush_rx)
-        }
-        st.batch = false;
         // Position 1 is kept for the GSO extra slot, whose buffer is never
         // written: data part 0 is position 0, part i > 0 position i + 1.
         let bad = self.arm_window(need, |k| match k {
@@ -226,24 +216,31 @@ impl Netback {
     /// Arms up to `max` posted buffers, one per frame of a batch; the
     /// number armed (0: none posted, or a bad buffer at the head, answered).
     fn arm_batch(&mut self, max: usize) -> usize {
-        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+        let Some((posted, room)) = self.arm_room(true) else {
             return 0;
         };
-        let posted = match rx.unconsumed_requests() {
-            Ok(n) => n as usize,
-            Err(_) => {
-                self.rx_overflow = true;
-                return 0;
-            }
-        };
-        let staging = self.ngm.is_none();
-        let mut n = max.min(posted).min(MAX_ARMED);
-        if staging {
-            n = n.min(SLOT_BUDGET.saturating_sub(st.staged));
-        }
-        st.batch = true;
-        let bad = self.arm_window(n, Some);
+        let bad = self.arm_window(max.min(posted).min(MAX_ARMED).min(room), Some);
         self.armed_or_refused(bad)
+    }
+
+    /// Before arming one frame's buffers or a batch's (`batch`): the
+    /// requests posted, and the staging frames left under hv-copy (no
+    /// bound under the new grant mechanism). None if there is no queue or
+    /// the ring overflowed (flagged).
+    fn arm_room(&mut self, batch: bool) -> Option<(usize, usize)> {
+        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+            return None;
+        };
+        let Ok(posted) = rx.unconsumed_requests() else {
+            self.rx_overflow = true;
+            return None;
+        };
+        st.batch = batch;
+        let room = match self.ngm {
+            Some(_) => usize::MAX,
+            None => SLOT_BUDGET.saturating_sub(st.staged),
+        };
+        Some((posted as usize, room))
     }
 
     /// Peeks the first `n` posted requests and arms their buffers, ring
