@@ -3,10 +3,10 @@
 //! drivers: netfront in a guest, bridge + netback + port in a driver domain.
 
 use anyhow::{anyhow, Context, Result};
+use domain_common::idle::Idle;
 use hypercall::launch::ENV_HV_FD;
 use hypercall::HvClient;
-use net::idle::Idle;
-use net::netfront::{Netfront, TapNetfront};
+use netfront::{Netfront, TapNetfront};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 use sys::netlink::{RouteEvents, RouteGroup};
@@ -59,7 +59,7 @@ pub fn main() -> Result<()> {
         hv.grants().entries()
     );
     let r = match w.kind.as_str() {
-        "driver" => net::driver::run(&mut hv).map_err(|e| anyhow!("driver domain: {e}")),
+        "driver" => driver_domain::driver::run(&mut hv).map_err(|e| anyhow!("driver domain: {e}")),
         _ => match crate::hosted::nic_kind(&mut hv).as_str() {
             "hosted" => crate::hosted::guest(&mut hv, &home),
             "hvm" => crate::hvm::guest(&mut hv, &home),

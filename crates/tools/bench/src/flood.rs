@@ -10,10 +10,10 @@
 use crate::baseline::stat_cpu;
 use crate::stats::median;
 use anyhow::{bail, Context, Result};
+use frame::packet::Packet;
 use hv::proto::{Reply, Request, DOMID_TOOLSTACK};
 use hv::{DomId, DomainSpec, HvClient, Hypervisor};
-use net::netfront::Netfront;
-use net::packet::Packet;
+use netfront::Netfront;
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -149,7 +149,7 @@ fn world() -> Result<(World, Vec<Guest>)> {
     let (tx, rx) = std::sync::mpsc::channel();
     let driver = std::thread::spawn(move || {
         let _ = tx.send(tid());
-        let _ = net::driver::run(&mut drv_client);
+        let _ = driver_domain::driver::run(&mut drv_client);
     });
     let driver_tid = rx.recv().ok().flatten();
     let ids = clients.iter().map(|(id, _)| *id).collect();

@@ -3,12 +3,12 @@
 //! In Xen, `tcpdump -i vif3.0` in dom0 shows what a guest sends and gets.
 //! splitnet's vifs have no kernel interface, so the driver domain copies the
 //! frames its bridge moves through the tapped port to this command (see
-//! [`net::capture`]), which writes standard pcap or prints one line per
+//! [`driver_domain::capture`]), which writes standard pcap or prints one line per
 //! frame.
 
 use anyhow::{anyhow, bail, Context, Result};
+use driver_domain::capture::{Direction, RecordHeader, Spec, Target, MAX_SNAPLEN, RECORD_HEADER};
 use hv::Toolstack;
-use net::capture::{Direction, RecordHeader, Spec, Target, MAX_SNAPLEN, RECORD_HEADER};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use std::cell::RefCell;
 use std::io::{BufWriter, Write};
@@ -95,7 +95,7 @@ fn wait_live(sock: &SeqPacket, r: &Resolved) -> Result<()> {
     sock.set_read_timeout(Some(START_TIMEOUT))?;
     let mut buf = [0u8; 64];
     match sock.recv(&mut buf) {
-        Ok((n, _)) if &buf[..n] == net::capture::LIVE => Ok(()),
+        Ok((n, _)) if &buf[..n] == driver_domain::capture::LIVE => Ok(()),
         Ok((0, _)) => bail!(
             "{} refused the capture on {} (see its log)",
             r.driver,

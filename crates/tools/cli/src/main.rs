@@ -274,7 +274,7 @@ enum Cmd {
         #[arg(long)]
         duration: Option<f64>,
         /// Bytes kept of each packet (1..=262144).
-        #[arg(short = 's', long, default_value_t = net::capture::MAX_SNAPLEN)]
+        #[arg(short = 's', long, default_value_t = driver_domain::capture::MAX_SNAPLEN)]
         snaplen: usize,
         /// Which packets, from the driver domain's side: in, out or both.
         #[arg(long, value_enum, default_value_t = CaptureDirection::Both)]
@@ -498,7 +498,7 @@ enum CaptureDirection {
     Both,
 }
 
-impl From<CaptureDirection> for net::capture::Direction {
+impl From<CaptureDirection> for driver_domain::capture::Direction {
     fn from(d: CaptureDirection) -> Self {
         match d {
             CaptureDirection::In => Self::In,
@@ -1404,7 +1404,7 @@ mod vif_layout {
     #[test]
     fn the_toolstack_and_netfront_agree_on_a_guests_vifs() {
         use toolstack::topology::{GUEST_MIN_FRAMES, MAX_GUEST_VIFS};
-        assert_eq!(net::netfront::MAX_VIFS, MAX_GUEST_VIFS);
-        assert_eq!(net::netfront::VIF_FRAMES, GUEST_MIN_FRAMES);
+        assert_eq!(netfront::MAX_VIFS, MAX_GUEST_VIFS);
+        assert_eq!(netfront::VIF_FRAMES, GUEST_MIN_FRAMES);
     }
 }

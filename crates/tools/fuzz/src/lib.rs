@@ -266,22 +266,22 @@ pub fn store(data: &[u8]) {
 /// The offload driver on a frame it did not build: header parsing, partial
 /// checksums, and checksum completion.
 pub fn offload(data: &[u8]) {
-    let _ = net::offload::parse_headers(data);
+    let _ = frame::offload::parse_headers(data);
     let claimed = data
         .len()
         .saturating_add(data.first().copied().unwrap_or(0) as usize * 64);
-    let _ = net::offload::parse_headers_of(data, claimed);
-    let _ = net::offload::partial_csum_for(data);
+    let _ = frame::offload::parse_headers_of(data, claimed);
+    let _ = frame::offload::partial_csum_for(data);
     let mut frame = data.to_vec();
-    let _ = net::offload::fill_l4_checksum(&mut frame);
+    let _ = frame::offload::fill_l4_checksum(&mut frame);
     // A partial checksum whose start and offset are the peer's word.
     let word = |i: usize| u16::from_be_bytes([byte(data, i), byte(data, i + 1)]);
-    let mut pkt = net::packet::Packet::new(data.to_vec());
-    pkt.csum = net::packet::Csum::Partial {
+    let mut pkt = frame::packet::Packet::new(data.to_vec());
+    pkt.csum = frame::packet::Csum::Partial {
         start: word(0) % 2048,
         offset: word(2) % 64,
     };
-    let _ = net::offload::complete_checksum(&mut pkt);
+    let _ = frame::offload::complete_checksum(&mut pkt);
     assert_eq!(
         pkt.data.len(),
         data.len(),

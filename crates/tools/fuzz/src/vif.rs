@@ -15,11 +15,11 @@ use abi::netif::{
 };
 use abi::ring::{layout, BackRing, FrontRing, RingEntry};
 use abi::{SharedMemory, Window};
+use domain_common::counters::VifCounters;
+use driver_domain::netback::{self, Netback};
+use frame::packet::{Csum, FrameRef, Gso, GsoKind, Packet};
 use hv::{DomId, DomainSpec, HvClient, Hypervisor, MappedGrant};
-use net::counters::VifCounters;
-use net::netback::{self, Netback};
-use net::netfront::{self, Netfront};
-use net::packet::{Csum, FrameRef, Gso, GsoKind, Packet};
+use netfront::{self, Netfront};
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
@@ -593,7 +593,7 @@ fn check_forwarded(f: &FrameRef<'_>) {
             f.len
         );
     }
-    let ips = net::antispoof::IpFilter::parse(&ALLOWED_IPS.join(" ")).unwrap();
+    let ips = driver_domain::antispoof::IpFilter::parse(&ALLOWED_IPS.join(" ")).unwrap();
     assert_eq!(ips.check(f.head), Ok(()), "forwarded a spoofed frame");
     assert_eq!(
         ips.check(&p.data),
@@ -617,7 +617,7 @@ fn rx_frame(inp: &mut Input<'_>) -> Packet {
     let csum = match sel % 3 {
         0 => Csum::Unknown,
         1 => Csum::Valid,
-        _ => net::offload::partial_csum_of(&data, data.len())
+        _ => frame::offload::partial_csum_of(&data, data.len())
             .map(|(start, offset)| Csum::Partial { start, offset })
             .unwrap_or(Csum::Unknown),
     };
@@ -633,7 +633,7 @@ fn rx_frame(inp: &mut Input<'_>) -> Packet {
         ecn: sel & 0x20 != 0,
     });
     let csum = if gso.is_some() && !matches!(csum, Csum::Partial { .. }) {
-        match net::offload::partial_csum_of(&data, data.len()) {
+        match frame::offload::partial_csum_of(&data, data.len()) {
             Ok((start, offset)) => Csum::Partial { start, offset },
             Err(_) => csum,
         }

@@ -477,23 +477,19 @@ fn rust_class(f: &str) -> Option<CostClass> {
         // A domain's calls into hv (its client library), and hv's own code.
         ("splitnet_hv::", CostClass::Hypervisor),
         ("splitnet_hypercall::", CostClass::Hypervisor),
-        ("splitnet_net::netfront", CostClass::Netfront),
-        ("splitnet_net::lro", CostClass::Netfront),
-        ("splitnet_net::netback", CostClass::Netback),
-        ("splitnet_net::credit", CostClass::Netback),
-        ("splitnet_net::driver", CostClass::Netback),
-        ("splitnet_net::bridge", CostClass::Network),
-        ("splitnet_net::offload", CostClass::Network),
-        ("splitnet_net::packet", CostClass::Network),
-        ("splitnet_net::vlan", CostClass::Network),
-        ("splitnet_net::mcast", CostClass::Network),
-        ("splitnet_net::antispoof", CostClass::Network),
-        ("splitnet_net::port", CostClass::Driver),
-        ("splitnet_net::vmq", CostClass::Driver),
-        ("splitnet_net::vhost_port", CostClass::Driver),
+        // netfront is the guest's crate, whole.
+        ("splitnet_netfront::", CostClass::Netfront),
+        ("splitnet_frame::lro", CostClass::Netfront),
+        ("splitnet_driver_domain::netback", CostClass::Netback),
+        ("splitnet_driver_domain::credit", CostClass::Netback),
+        ("splitnet_driver_domain::driver", CostClass::Netback),
+        ("splitnet_driver_domain::switch", CostClass::Network),
+        ("splitnet_driver_domain::antispoof", CostClass::Network),
+        ("splitnet_frame::", CostClass::Network),
+        ("splitnet_driver_domain::port", CostClass::Driver),
         ("splitnet_sys::packet", CostClass::Driver),
         ("splitnet_sys::tap", CostClass::Driver),
-        ("splitnet_net::idle", CostClass::Scheduling),
+        ("splitnet_domain_common::idle", CostClass::Scheduling),
     ];
     PATHS.iter().find(|(p, _)| f.contains(p)).map(|(_, c)| *c)
 }
@@ -632,32 +628,32 @@ mod tests {
                 d,
                 Grant,
             ),
+            ("splitnet_netfront::Netfront::poll", "splitnet", d, Netfront),
             (
-                "splitnet_net::netfront::Netfront::poll",
+                "<splitnet_netfront::Netfront as core::ops::Drop>::drop",
                 "splitnet",
                 d,
                 Netfront,
             ),
             (
-                "<splitnet_net::netfront::Netfront as core::ops::Drop>::drop",
-                "splitnet",
-                d,
-                Netfront,
-            ),
-            (
-                "splitnet_net::netback::Netback::tx_batch",
+                "splitnet_driver_domain::netback::Netback::tx_batch",
                 "splitnet",
                 d,
                 Netback,
             ),
             (
-                "splitnet_net::bridge::Bridge::forward",
+                "splitnet_driver_domain::switch::bridge::Bridge::forward",
                 "splitnet",
                 d,
                 Network,
             ),
-            ("splitnet_net::offload::segment", "splitnet", d, Network),
-            ("splitnet_net::port::Port::send", "splitnet", d, Driver),
+            ("splitnet_frame::offload::segment", "splitnet", d, Network),
+            (
+                "splitnet_driver_domain::port::Port::send",
+                "splitnet",
+                d,
+                Driver,
+            ),
             (
                 "splitnet_sys::packet::PacketSocket::recv",
                 "splitnet",
@@ -697,7 +693,7 @@ mod tests {
             ("try_to_wake_up", "kernel", d, Scheduling),
             ("futex_wait", "kernel", d, Scheduling),
             (
-                "splitnet_net::idle::Waiter::wait",
+                "splitnet_domain_common::idle::Waiter::wait",
                 "splitnet",
                 d,
                 Scheduling,
@@ -733,7 +729,10 @@ mod tests {
         let memcpy_in_netback = [
             ("__memmove_avx_unaligned_erms", "libc.so.6"),
             ("core::ptr::copy_nonoverlapping", "splitnet"),
-            ("splitnet_net::netback::Netback::copy_tx", "splitnet"),
+            (
+                "splitnet_driver_domain::netback::Netback::copy_tx",
+                "splitnet",
+            ),
             ("splitnet_runtime::domain::run", "splitnet"),
         ];
         assert_eq!(
@@ -760,7 +759,7 @@ mod tests {
             ("_raw_spin_lock", "kernel"),
             ("__fget_light", "kernel"),
             ("do_syscall_64", "kernel"),
-            ("splitnet_net::netfront::Netfront::poll", "splitnet"),
+            ("splitnet_netfront::Netfront::poll", "splitnet"),
         ];
         assert_eq!(chain_class(chain(&syscall), d), (Syscall, Some(1)));
         // Softirq work interrupting the idle task is work, not idle.

@@ -569,7 +569,7 @@ mod tests {
             v.push(s(
                 g.clone(),
                 false,
-                "splitnet_net::netfront::Netfront::tx",
+                "splitnet_netfront::Netfront::tx",
                 "splitnet",
                 CostClass::Netfront,
             ));
@@ -578,7 +578,7 @@ mod tests {
             v.push(s(
                 d.clone(),
                 false,
-                "splitnet_net::netback::Netback::rx",
+                "splitnet_driver_domain::netback::Netback::rx",
                 "splitnet",
                 CostClass::Netback,
             ));

@@ -450,7 +450,7 @@ mod tests {
         // The leaf names the function; the chain's netfront frame the class.
         let chain = [
             ("__memmove_avx_unaligned_erms", "libc.so.6"),
-            ("splitnet_net::netfront::Netfront::poll", "splitnet"),
+            ("splitnet_netfront::Netfront::poll", "splitnet"),
         ];
         let s = classify(d, false, Mode::Active, |i| {
             chain.get(i).map(|(f, m)| Symbol {

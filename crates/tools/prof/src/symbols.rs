@@ -370,12 +370,12 @@ mod tests {
     #[test]
     fn demangles_rust_names() {
         assert_eq!(
-            demangle("_ZN12splitnet_net8netfront8Netfront4poll17h0123456789abcdefE"),
-            "splitnet_net::netfront::Netfront::poll"
+            demangle("_ZN17splitnet_netfront8Netfront4poll17h0123456789abcdefE"),
+            "splitnet_netfront::Netfront::poll"
         );
         assert_eq!(
-            demangle("_RNvNtCs1234_12splitnet_net7netback4tick"),
-            "splitnet_net::netback::tick"
+            demangle("_RNvNtCs1234_22splitnet_driver_domain7netback4tick"),
+            "splitnet_driver_domain::netback::tick"
         );
         assert_eq!(demangle("memcpy"), "memcpy");
     }

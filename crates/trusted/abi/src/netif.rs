@@ -34,6 +34,11 @@ pub const NET_TX_RING_SIZE: u32 = ring_size(PAGE_SIZE, layout::tx_request::SIZEO
 /// Slots in a one-page receive ring (8-byte slots).
 pub const NET_RX_RING_SIZE: u32 = ring_size(PAGE_SIZE, layout::rx_request::SIZEOF);
 
+/// Most multicast groups a backend's filter holds for one vif (Linux
+/// netback's `XEN_NETBK_MCAST_MAX`); a frontend that wants more asks for
+/// every multicast frame instead.
+pub const MCAST_MAX: usize = 64;
+
 /// Extra-info types (`XEN_NETIF_EXTRA_TYPE_*`).
 pub const XEN_NETIF_EXTRA_TYPE_NONE: u8 = 0;
 /// `u.gso`: segmentation offload parameters.

@@ -207,6 +207,38 @@ pub mod keys {
     /// Backend (toolstack): the uplink the vif takes a dedicated receive
     /// queue on (the Ram thesis's `pdev=`); absent: the shared queue.
     pub const PDEV: &str = "splitnet-pdev";
+    /// Backend (toolstack): how received frames reach the guest, `copy` or
+    /// `flip` (Menon 2006 §4.2: copy instead of page flipping).
+    pub const RX_MODE: &str = "splitnet-rx-mode";
+    /// Backend (toolstack): how netback reaches a transmitted payload,
+    /// `copy`, `gather` or `map` (Menon 2006 §4.1).
+    pub const TX_MODE: &str = "splitnet-tx-mode";
+    /// Backend (toolstack): the grant mechanism, `hv-copy` or `ngm`.
+    pub const GRANTS: &str = "splitnet-grants";
+    /// Backend: the backend offers the new grant mechanism (Ram thesis
+    /// ch. 4). Xen has no such key; splitnet's own keys carry its prefix.
+    pub const FEATURE_NGM: &str = "feature-splitnet-ngm";
+    /// Frontend: the handle of the translation table hv made for this vif
+    /// (Ram thesis 4.5.1: the guest passes it to the driver domain).
+    pub const NGM_TABLE: &str = "splitnet-ngm-table";
+}
+
+/// Smallest MTU a vif accepts (IPv4's minimum datagram).
+pub const MIN_MTU: u16 = 68;
+/// Largest MTU a vif accepts (jumbo frames).
+pub const MAX_MTU: u16 = 9000;
+/// MTU of a vif whose backend directory has no `mtu` node.
+pub const DEFAULT_MTU: u16 = 1500;
+
+/// Parses a vif's `mtu` node: a decimal in [`MIN_MTU`]..=[`MAX_MTU`].
+/// Both ends read it: netback bounds what the guest may send, netfront
+/// sets its TAP's MTU.
+pub fn parse_mtu(v: &str) -> Result<u16, String> {
+    v.trim()
+        .parse::<u16>()
+        .ok()
+        .filter(|m| (MIN_MTU..=MAX_MTU).contains(m))
+        .ok_or_else(|| format!("not an MTU in {MIN_MTU}..={MAX_MTU}"))
 }
 
 /// The bridge a vif or an uplink joins when it names none (xl's default).

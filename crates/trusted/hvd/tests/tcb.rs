@@ -55,7 +55,10 @@ fn hv_links_no_tui_charting_bench_or_profiler() {
     );
     // Nor the domains' code or the device models.
     for n in [
-        "splitnet-net",
+        "splitnet-netfront",
+        "splitnet-driver-domain",
+        "splitnet-frame",
+        "splitnet-domain-common",
         "splitnet-runtime",
         "splitnet-emul",
         "splitnet-hosted",

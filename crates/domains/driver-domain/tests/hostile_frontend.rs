@@ -1,0 +1,474 @@
+//! A hostile frontend against the real netback, in process: a real hv, the
+//! real driver-domain loop in a thread, two well-behaved frontends that keep
+//! exchanging frames, and hostile frontends that write garbage into their
+//! rings. netback must refuse and count each bad request, disconnect the
+//! offender past a threshold (or at once for a ring overflow), and never stop
+//! the good guests' traffic.
+
+mod common;
+use common::{
+    backend_state, good_traffic_flows, gso, more, push, stats, store_read, udp_frame, wait_for,
+    world_configured, world_connecting, Guest, World,
+};
+
+use abi::netif::{GsoType, TxFlags, TxRequest, XEN_NETIF_NR_SLOTS_MIN};
+use abi::offloads::Caps;
+use abi::SharedMemory;
+use hv::{DomId, Hypervisor};
+use splitnet_driver_domain as driver_domain;
+use std::sync::Arc;
+use toolstack::topology::{Grants, TxMode};
+
+#[test]
+fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
+    let World {
+        hv,
+        drv_id,
+        ids,
+        mut guests,
+        driver,
+        ..
+    } = world_configured(
+        &[
+            "good1", "good2", "evil1", "evil2", "plain", "long", "v4only",
+        ],
+        Grants::HvCopy,
+        TxMode::Copy,
+        |_| true,
+        |mut drv| {
+            let _ = driver_domain::driver::run(&mut drv);
+        },
+        // "plain" is offered no offloads (and so no scatter-gather);
+        // "v4only" checksum offload and TSO for IPv4 only.
+        |i, v| {
+            v.offload = match i {
+                4 => Caps::NONE,
+                6 => Caps {
+                    csum6: false,
+                    tso6: false,
+                    ..Caps::TSO
+                },
+                _ => Caps::TSO,
+            }
+        },
+    );
+    let mut v4only = guests.pop().unwrap();
+    let mut long = guests.pop().unwrap();
+    let mut plain = guests.pop().unwrap();
+    let mut evil2 = guests.pop().unwrap();
+    let mut evil1 = guests.pop().unwrap();
+    let mut good2 = guests.pop().unwrap();
+    let mut good1 = guests.pop().unwrap();
+    let (e1, e2) = (ids[2], ids[3]);
+
+    good_traffic_flows(&mut good1, &mut good2, 100, 0);
+    good_traffic_flows(&mut good2, &mut good1, 100, 1000);
+
+    // evil1: one of each malformed request, then a flood of them.
+    let attacks = malformed_requests(&mut evil1, good2.mac, drv_id);
+    refuse_each(&hv, drv_id, e1, &mut evil1, &mut good1, &mut good2, attacks);
+
+    assert_eq!(
+        stats(&hv, drv_id, e1)["tx_packets"],
+        0,
+        "nothing evil1 sent was forwarded"
+    );
+
+    // plain: offloads it was not offered, and a chain without scatter-gather.
+    let attacks = unnegotiated_requests(&mut plain, drv_id);
+    refuse_each(
+        &hv, drv_id, ids[4], &mut plain, &mut good1, &mut good2, attacks,
+    );
+    assert_eq!(stats(&hv, drv_id, ids[4])["tx_packets"], 0);
+
+    // v4only: each capability on its own, the IPv6 ones not negotiated.
+    let attacks = v6_requests(&mut v4only, drv_id);
+    refuse_each(
+        &hv,
+        drv_id,
+        ids[6],
+        &mut v4only,
+        &mut good1,
+        &mut good2,
+        attacks,
+    );
+    assert_eq!(stats(&hv, drv_id, ids[6])["tx_packets"], 0);
+
+    // long: a chain past what the ring protocol allows is fatal, as in Xen.
+    long_chain_is_fatal(&hv, drv_id, ids[5], &mut long);
+    good_traffic_flows(&mut good1, &mut good2, 20, 2500);
+
+    // A flood of bad requests crosses the threshold: evil1 is disconnected.
+    flood_disconnects(&hv, drv_id, e1, &mut evil1, &mut good1, &mut good2);
+
+    // evil2: a producer index far ahead of the consumer is fatal at once.
+    good_traffic_flows(&mut good2, &mut good1, 50, 5000);
+    let ring = evil2.nf.tx_ring();
+    let prod = ring.memory().load_u32(0);
+    ring.memory().store_u32(0, prod.wrapping_add(100_000));
+    evil2.nf.tx_channel().notify().unwrap();
+    wait_for("evil2's vif to be disconnected", || {
+        backend_state(&hv, drv_id, e2) == "6"
+    });
+    assert_eq!(stats(&hv, drv_id, e2)["rejected"]["ring_overflow"], 1);
+
+    // The good guests never noticed.
+    good_traffic_flows(&mut good1, &mut good2, 100, 6000);
+    good_traffic_flows(&mut good2, &mut good1, 100, 7000);
+    assert_eq!(backend_state(&hv, drv_id, ids[0]), "4");
+    let g1 = stats(&hv, drv_id, ids[0]);
+    assert_eq!(
+        g1["rejected"],
+        serde_json::json!({}),
+        "good1 had nothing refused: {g1}"
+    );
+
+    hv.shutdown();
+    driver.join().unwrap();
+}
+
+fn req(gref: u32, offset: u16, size: u16, id: u16) -> TxRequest {
+    TxRequest {
+        gref,
+        offset,
+        flags: TxFlags::EMPTY,
+        id,
+        size,
+    }
+}
+
+/// One of each malformed request, each with the reason netback counts it
+/// under. Some point into evil1's frame 590, which holds a frame claiming
+/// to come from good2 (`good2_mac`).
+fn malformed_requests(
+    evil1: &mut Guest,
+    good2_mac: [u8; 6],
+    drv_id: DomId,
+) -> Vec<(&'static str, Vec<TxRequest>)> {
+    // One valid buffer, outside netfront's TX and RX buffers (frames 2..514).
+    let gref_ok = evil1.hv.grants().grant_access(drv_id, 590, true).unwrap();
+    // A frame that claims to come from good2: netback must not let evil1
+    // take over good2's MAC in the bridge.
+    let mut spoof = good2_mac.to_vec();
+    spoof.extend_from_slice(&good2_mac);
+    spoof.extend_from_slice(&[0x88, 0xb5, 0, 0, 0, 0]);
+    spoof.resize(60, 0);
+    evil1.hv.pool().write_bytes(590 * 4096, &spoof);
+    let gref_udp = evil1.hv.grants().grant_access(drv_id, 591, true).unwrap();
+    let udp = udp_frame(good2_mac, evil1.mac);
+    evil1.hv.pool().write_bytes(591 * 4096, &udp);
+    vec![
+        ("bad_grant_ref", vec![req(99_999, 0, 100, 1)]),
+        ("bad_grant_ref", vec![req(gref_udp + 1, 0, 100, 2)]),
+        ("size_mismatch", vec![req(gref_ok, 0, 0, 3)]),
+        // The first size must cover the rest of the chain.
+        (
+            "size_mismatch",
+            vec![more(req(gref_ok, 0, 100, 9)), req(gref_ok, 0, 200, 10)],
+        ),
+        ("crosses_page", vec![req(gref_ok, 4000, 200, 4)]),
+        ("crosses_page", vec![req(gref_ok, 0, 5000, 5)]),
+        (
+            "duplicate_id",
+            vec![req(gref_ok, 0, 100, 6), req(gref_ok, 0, 100, 6)],
+        ),
+        ("spoofed_mac", vec![req(gref_ok, 0, 60, 7)]),
+        (
+            "bad_gso_size",
+            gso(req(gref_ok, 0, 200, 8), 1, GsoType::TcpV4),
+        ),
+        (
+            "bad_gso_size",
+            gso(req(gref_ok, 0, 200, 11), 0, GsoType::TcpV4),
+        ),
+        // Above the vif's MTU (1500), on a frame long enough for it.
+        (
+            "bad_gso_size",
+            gso(req(gref_ok, 0, 3000, 12), 1501, GsoType::TcpV4),
+        ),
+        // A frame from evil1 itself, well sized, but UDP: refused on its
+        // headers, before anything is forwarded.
+        (
+            "gso_not_tcp",
+            gso(req(gref_udp, 0, 2000, 13), 1000, GsoType::TcpV4),
+        ),
+        // TCPv6 metadata on an IPv4 frame, and metadata naming no type.
+        (
+            "gso_not_tcp",
+            gso(req(gref_udp, 0, 2000, 14), 1000, GsoType::TcpV6),
+        ),
+        (
+            "gso_not_tcp",
+            gso(req(gref_udp, 0, 2000, 15), 1000, GsoType::None),
+        ),
+    ]
+}
+
+/// Requests of a frontend offered no offloads: a blank checksum, GSO
+/// metadata, and a chain of two slots (it was offered no `feature-sg`).
+fn unnegotiated_requests(plain: &mut Guest, drv_id: DomId) -> Vec<(&'static str, Vec<TxRequest>)> {
+    let gref = plain.hv.grants().grant_access(drv_id, 590, true).unwrap();
+    let f = common::frame(plain.mac, plain.mac, 1).data;
+    plain.hv.pool().write_bytes(590 * 4096, &f);
+    let len = f.len() as u16;
+    vec![
+        (
+            "offload_not_negotiated_csum",
+            vec![TxRequest {
+                flags: TxFlags::CSUM_BLANK,
+                ..req(gref, 0, len, 1)
+            }],
+        ),
+        (
+            "offload_not_negotiated_tso4",
+            gso(req(gref, 0, 2000, 2), 1000, GsoType::TcpV4),
+        ),
+        (
+            "chain_too_long",
+            vec![more(req(gref, 0, len + 10, 3)), req(gref, 100, 10, 4)],
+        ),
+    ]
+}
+
+/// Requests of a frontend that negotiated checksum offload and TSO for
+/// IPv4 only: TCPv6 GSO metadata, and a blank checksum on an IPv6 frame.
+fn v6_requests(g: &mut Guest, drv_id: DomId) -> Vec<(&'static str, Vec<TxRequest>)> {
+    let gref = g.hv.grants().grant_access(drv_id, 590, true).unwrap();
+    let mut f = [0x02, 0, 0, 0, 0, 0x99].to_vec();
+    f.extend_from_slice(&g.mac);
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 16, 17, 64]);
+    f.extend_from_slice(&[0xfd; 16]);
+    f.extend_from_slice(&[0xfe; 16]);
+    f.extend_from_slice(&[0x30, 0x39, 0x30, 0x39, 0, 16, 0, 0]);
+    f.extend_from_slice(&[7; 8]);
+    g.hv.pool().write_bytes(590 * 4096, &f);
+    let len = f.len() as u16;
+    vec![
+        (
+            "offload_not_negotiated_tso6",
+            gso(req(gref, 0, 2000, 1), 1000, GsoType::TcpV6),
+        ),
+        (
+            "offload_not_negotiated_csum6",
+            vec![TxRequest {
+                flags: TxFlags::CSUM_BLANK,
+                ..req(gref, 0, len, 2)
+            }],
+        ),
+    ]
+}
+
+/// `long` chains one slot more than the ring protocol allows: refused,
+/// counted, and its vif disconnected at once.
+fn long_chain_is_fatal(hv: &Arc<Hypervisor>, drv_id: DomId, g: DomId, long: &mut Guest) {
+    let gref = long.hv.grants().grant_access(drv_id, 590, true).unwrap();
+    let n = XEN_NETIF_NR_SLOTS_MIN as u16 + 1;
+    let reqs: Vec<TxRequest> = (0..n)
+        .map(|i| {
+            let r = req(gref, 0, if i == 0 { 64 * n } else { 64 }, i);
+            if i + 1 < n {
+                more(r)
+            } else {
+                r
+            }
+        })
+        .collect();
+    push(long, &reqs);
+    wait_for("long's vif to be disconnected", || {
+        backend_state(hv, drv_id, g) == "6"
+    });
+    let s = stats(hv, drv_id, g);
+    assert_eq!(s["rejected"]["chain_too_long"], 1, "{s}");
+    assert_eq!(s["tx_packets"], 0, "{s}");
+}
+
+/// evil1 sends each attack in turn: netback counts each under its reason,
+/// answers every request it consumed and keeps evil1 connected, while good1
+/// and good2 keep flowing.
+fn refuse_each(
+    hv: &Arc<Hypervisor>,
+    drv_id: DomId,
+    e1: DomId,
+    evil1: &mut Guest,
+    good1: &mut Guest,
+    good2: &mut Guest,
+    attacks: Vec<(&str, Vec<TxRequest>)>,
+) {
+    for (reason, reqs) in attacks {
+        let before = stats(hv, drv_id, e1)["rejected"][reason]
+            .as_u64()
+            .unwrap_or(0);
+        push(evil1, &reqs);
+        wait_for(
+            &format!("netback to count {reason}: {}", stats(hv, drv_id, e1)),
+            || {
+                stats(hv, drv_id, e1)["rejected"][reason]
+                    .as_u64()
+                    .unwrap_or(0)
+                    > before
+            },
+        );
+        good_traffic_flows(good1, good2, 20, 2000);
+    }
+    // Every consumed request got exactly one response.
+    let mut ignore = Vec::new();
+    evil1.nf.poll(&mut evil1.hv, &mut ignore).unwrap();
+    assert_eq!(
+        backend_state(hv, drv_id, e1),
+        "4",
+        "still connected below the threshold"
+    );
+}
+
+/// A flood of bad requests from evil1 crosses the threshold: evil1 is
+/// disconnected, with the flood counted and the reason published.
+fn flood_disconnects(
+    hv: &Arc<Hypervisor>,
+    drv_id: DomId,
+    e1: DomId,
+    evil1: &mut Guest,
+    good1: &mut Guest,
+    good2: &mut Guest,
+) {
+    for round in 0..8u16 {
+        let reqs: Vec<TxRequest> = (0..16u16)
+            .map(|i| req(50_000 + i as u32, 0, 64, round * 16 + i))
+            .collect();
+        if evil1.nf.tx_ring().free_requests() < 16 {
+            break;
+        }
+        push(evil1, &reqs);
+        good_traffic_flows(good1, good2, 10, 3000 + round as u32 * 10);
+    }
+    wait_for("evil1's vif to be disconnected", || {
+        backend_state(hv, drv_id, e1) == "6"
+    });
+    let s = stats(hv, drv_id, e1);
+    assert!(
+        s["rejected"]["bad_grant_ref"].as_u64().unwrap_or(0)
+            >= driver_domain::netback::FATAL_LIMIT - 5,
+        "the flood was counted: {s}"
+    );
+    let reason = store_read(
+        hv,
+        &format!("/local/domain/{drv_id}/backend/vif/{e1}/0/disconnect-reason"),
+    );
+    assert!(reason.unwrap_or_default().contains("refused requests"));
+}
+
+#[test]
+fn a_guest_that_never_connects_delays_no_other() {
+    // "silent" is probed first and never runs its frontend; the others
+    // connect (within world's 20 s) and exchange frames regardless.
+    let World {
+        hv,
+        drv_id,
+        ids,
+        mut guests,
+        ..
+    } = world_connecting(
+        &["silent", "good1", "good2"],
+        Grants::Ngm,
+        TxMode::Gather,
+        |n| n != "silent",
+    );
+    let mut good2 = guests.pop().unwrap();
+    let mut good1 = guests.pop().unwrap();
+    good_traffic_flows(&mut good1, &mut good2, 50, 0);
+    good_traffic_flows(&mut good2, &mut good1, 50, 100);
+    // The silent vif waits in InitWait (2), without a backend connection.
+    assert_eq!(backend_state(&hv, drv_id, ids[0]), "2");
+}
+
+/// TX gather under hv-copy (the I/O-channel optimization without the new
+/// grant mechanism): hv holds each grant while the port reads the payload
+/// through netback's read-only window. A grant the guest forged, revoked
+/// or gave another domain is refused by hv and counted by netback, and
+/// nothing of it is forwarded; the good guests' frames arrive intact, and
+/// their grants are released (netfront ends each one after its response).
+#[test]
+fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
+    let World {
+        hv,
+        drv_id,
+        ids,
+        mut guests,
+        driver,
+        ..
+    } = world_configured(
+        &["good1", "good2", "evil"],
+        Grants::HvCopy,
+        TxMode::Gather,
+        |_| true,
+        |mut drv| {
+            let _ = driver_domain::driver::run(&mut drv);
+        },
+        |_, _| {},
+    );
+    let mut evil = guests.pop().unwrap();
+    let mut good2 = guests.pop().unwrap();
+    let mut good1 = guests.pop().unwrap();
+    let (g1, e) = (ids[0], ids[2]);
+    good_traffic_flows(&mut good1, &mut good2, 200, 0);
+    good_traffic_flows(&mut good2, &mut good1, 200, 1000);
+    // Frames past the header copy: their payload comes through the window.
+    common::traffic_flows_sized(&mut good1, &mut good2, 100, 10_000, 1400);
+    wait_for("good1's 200 frames counted as held", || {
+        stats(&hv, drv_id, g1)["grant_ops"]["hold"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 200
+    });
+    let s = stats(&hv, drv_id, g1);
+    assert!(s["tx_packets"].as_u64().unwrap_or(0) >= 200, "{s}");
+    assert_eq!(s["grant_ops"]["hold"], s["grant_ops"]["release"], "{s}");
+
+    // The malformed requests of the hv-copy tests, now through holds.
+    let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    // A frame evil granted and then revoked, and one granted to good1.
+    let f = common::frame(good1.mac, evil.mac, 1).data;
+    evil.hv.pool().write_bytes(592 * 4096, &f);
+    let revoked = evil.hv.grants().grant_access(drv_id, 592, true).unwrap();
+    evil.hv.grants().end_access(revoked).unwrap();
+    let len = f.len() as u16;
+    let attacks = vec![("bad_grant_ref", vec![req(revoked, 0, len, 40)])];
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    let foreign = evil.hv.grants().grant_access(g1, 592, true).unwrap();
+    let head = evil.hv.grants().grant_access(drv_id, 593, true).unwrap();
+    evil.hv.pool().write_bytes(593 * 4096, &f);
+    let attacks = vec![
+        ("grant_permission_denied", vec![req(foreign, 0, len, 41)]),
+        // A forged payload slot behind a good head: the whole packet is
+        // refused, and the head's hold released.
+        (
+            "bad_grant_ref",
+            vec![more(req(head, 0, len + 100, 42)), req(7777, 0, 100, 43)],
+        ),
+    ];
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    let s = stats(&hv, drv_id, e);
+    assert_eq!(
+        s["tx_packets"].as_u64().unwrap_or(0),
+        0,
+        "nothing evil sent was forwarded: {s}"
+    );
+    good_traffic_flows(&mut good1, &mut good2, 50, 3000);
+    // Every hold that succeeded was released, so the guest may end its grants.
+    let g = stats(&hv, drv_id, g1);
+    assert_eq!(g["grant_ops"]["hold"], g["grant_ops"]["release"], "{g}");
+    let freed = evil.hv.grants().end_access(foreign).is_ok();
+    assert!(freed, "a refused grant is left unpinned");
+    let ev = stats(&hv, drv_id, e);
+    assert!(
+        ev["grant_ops"]["release_failed"].is_null() && g["grant_ops"]["release_failed"].is_null(),
+        "hv refused no release: {ev} {g}"
+    );
+    assert!(
+        evil.hv.grants().end_access(head).is_ok(),
+        "the forged packet's good head was held and released"
+    );
+    assert_eq!(g["rejected"], serde_json::json!({}), "good1: {g}");
+    hv.shutdown();
+    driver.join().unwrap();
+}
