@@ -132,14 +132,7 @@ impl Netback {
         let n = pkts.len();
         self.tx_pkts = pkts;
         finished?;
-        Ok((
-            n,
-            if overflow {
-                Some("ring_overflow")
-            } else {
-                fatal
-            },
-        ))
+        Ok((n, overflow.then_some("ring_overflow").or(fatal)))
     }
 
     /// Reads the batch's packets off the ring, within the budget and the
