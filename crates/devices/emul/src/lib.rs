@@ -1,5 +1,6 @@
 //! Emulated register-level devices: the foundation of splitnet's third kind
-//! of guest NIC, beside the paravirtual vif (issue 10).
+//! of guest NIC, beside the paravirtual vif: an unmodified driver reaches
+//! a register-level device through port I/O.
 //!
 //! The two architectures this serves, and what here they rest on:
 //!

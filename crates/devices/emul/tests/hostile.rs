@@ -1,5 +1,4 @@
-//! A hostile guest against the NIC and the PIC pair (issue 10, "Bad
-//! input"): rings and buffers outside guest memory, a ring that never gives
+//! A hostile guest against the NIC and the PIC pair (bad input): rings and buffers outside guest memory, a ring that never gives
 //! up OWN, zero and huge buffer lengths, an init block with nonsense
 //! lengths, a storm of register accesses, an interrupt never acknowledged.
 //! The model must never panic, never loop unboundedly and never touch memory

@@ -92,25 +92,7 @@ pub fn run<W: VmWorld, M: abi::SharedMemory>(
     watch: BorrowedFd<'_>,
     host: &mut dyn FnMut(&serde_json::Value) -> Result<(), String>,
 ) -> Result<(), GuestError> {
-    let mut pic = GuestPic::init(world);
-    let probe = Pcnet32::probe(world, NIC_IO_BASE)?;
-    let cfg = DriverConfig {
-        // The guest's IPv6 multicast (neighbour discovery) needs no LADRF.
-        promiscuous: true,
-        ..DriverConfig::new(NIC_IO_BASE, DRIVER_AREA)
-    };
-    let mut drv = Pcnet32::open(world, mem, probe.mac, cfg)?;
-    pic.enable_irq(world, NIC_IRQ);
-    eprintln!(
-        "guest: pcnet32 up at I/O {NIC_IO_BASE:#x}, IRQ {NIC_IRQ}, chip {:#010x}, MAC {}",
-        probe.chip_id,
-        probe
-            .mac
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    );
+    let (mut pic, mut drv) = bring_up(world, mem)?;
     let mut c = GuestCounters::default();
     let mut buf = vec![0u8; BUF_SIZE].into_boxed_slice();
     let mut pending: Option<usize> = None;
@@ -167,6 +149,34 @@ pub fn run<W: VmWorld, M: abi::SharedMemory>(
             host(&doc).map_err(GuestError::Host)?;
         }
     }
+}
+
+/// Boots the guest's NIC: the i8259 pair, then the NIC probed and opened
+/// (promiscuous) at [`NIC_IO_BASE`] with its line [`NIC_IRQ`] unmasked.
+fn bring_up<W: VmWorld, M: abi::SharedMemory>(
+    world: &mut W,
+    mem: &GuestMemory<M>,
+) -> Result<(GuestPic, Pcnet32), GuestError> {
+    let mut pic = GuestPic::init(world);
+    let probe = Pcnet32::probe(world, NIC_IO_BASE)?;
+    let cfg = DriverConfig {
+        // The guest's IPv6 multicast (neighbour discovery) needs no LADRF.
+        promiscuous: true,
+        ..DriverConfig::new(NIC_IO_BASE, DRIVER_AREA)
+    };
+    let drv = Pcnet32::open(world, mem, probe.mac, cfg)?;
+    pic.enable_irq(world, NIC_IRQ);
+    eprintln!(
+        "guest: pcnet32 up at I/O {NIC_IO_BASE:#x}, IRQ {NIC_IRQ}, chip {:#010x}, MAC {}",
+        probe.chip_id,
+        probe
+            .mac
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    );
+    Ok((pic, drv))
 }
 
 /// Takes pending interrupts through the guest's i8259 path, running the

@@ -1,6 +1,6 @@
 //! The hosted architecture's guest NIC (Sugerman, Venkitachalam and Lim,
 //! USENIX 2001), as processes: the third kind of guest NIC beside the
-//! paravirtual vif (issue 10).
+//! paravirtual vif and the HVM guest's emulated NIC.
 //!
 //! - [`guest`]: the guest's side, shared with the HVM kind: the `pcnet32`-like
 //!   driver and the i8259 path serving a TAP `eth0`, over a [`guest::VmWorld`].

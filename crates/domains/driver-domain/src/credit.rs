@@ -34,7 +34,7 @@ pub struct Credit {
 
 /// Parses a `rate` node: "<bytes>,<usec>", both positive, the interval at
 /// most [`MAX_USEC`].
-pub fn parse_rate(text: &str) -> Result<(u64, u64), String> {
+pub fn parse_store_rate(text: &str) -> Result<(u64, u64), String> {
     let (b, u) = text
         .trim()
         .split_once(',')
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn parses_libxl_rate_nodes() {
-        assert_eq!(parse_rate("1250000,50000"), Ok((1_250_000, 50_000)));
+        assert_eq!(parse_store_rate("1250000,50000"), Ok((1_250_000, 50_000)));
         for bad in [
             "",
             "10",
@@ -129,7 +129,7 @@ mod tests {
             "1,3600000001",
             "1,2,3",
         ] {
-            assert!(parse_rate(bad).is_err(), "{bad:?}");
+            assert!(parse_store_rate(bad).is_err(), "{bad:?}");
         }
     }
 

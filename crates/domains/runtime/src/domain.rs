@@ -31,7 +31,7 @@ fn queue_admin(hv: &mut HvClient) -> bool {
 
 pub fn main() -> Result<()> {
     let fd: i32 = std::env::var(ENV_HV_FD)
-        .context("`splitnet domain` is started by hv, not by hand")?
+        .context("`splitnet-domain` is started by hv, not by hand")?
         .parse()
         .context("bad descriptor number")?;
     let fd = sys::take_inherited_fd(fd).context("inherited hv socket")?;

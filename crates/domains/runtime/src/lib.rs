@@ -1,5 +1,5 @@
 //! What runs inside a domain's process, started by hv in the domain's
-//! namespace (`splitnet domain`, `splitnet vmapp`, `splitnet hvm-dm`). All of
+//! namespace (`splitnet-domain`, with `vmapp` or `hvm-dm` for a device side). All of
 //! it is untrusted: hv assumes any of it may be hostile.
 //!
 //! - [`domain`]: a domain's main loop: the driver domain (netback, bridge,

@@ -35,7 +35,7 @@ pub fn up(
     listen: Option<SocketAddr>,
 ) -> Result<()> {
     require_root()?;
-    let (hv, exe) = hv_binary()?;
+    let (hv, domain) = hv_binary()?;
     if Toolstack::connect(&socket_path(rd)).is_ok() {
         bail!(
             "splitnet is already up (hv at {}); run `splitnet down` first",
@@ -69,8 +69,8 @@ pub fn up(
     let child = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)
-        .arg("--exe")
-        .arg(&exe)
+        .arg("--domain-exe")
+        .arg(&domain)
         .arg("--config")
         .arg(&topo_path)
         .args(tuning.args())
@@ -380,34 +380,41 @@ pub fn enter_host() -> Result<()> {
 }
 
 /// The trusted binary `splitnet-hv` (`SPLITNET_HV`, or beside this
-/// executable) and this executable, which hv runs as each domain.
+/// executable) and the binary hv runs as each domain, `splitnet-domain`
+/// (`SPLITNET_DOMAIN`, or beside `splitnet-hv`).
 fn hv_binary() -> Result<(PathBuf, PathBuf)> {
     let exe = std::env::current_exe().context("locating the splitnet executable")?;
     let hv = match std::env::var_os("SPLITNET_HV") {
         Some(p) => PathBuf::from(p),
         None => exe.with_file_name("splitnet-hv"),
     };
-    if !hv.is_file() {
-        bail!(
-            "the hypervisor binary {} is missing: build it with `cargo build --workspace` \
-             (or `cargo build --release`), which puts splitnet-hv beside splitnet, \
-             or set SPLITNET_HV to its path",
-            hv.display()
-        );
+    let domain = match std::env::var_os("SPLITNET_DOMAIN") {
+        Some(p) => PathBuf::from(p),
+        None => hv.with_file_name("splitnet-domain"),
+    };
+    for (bin, var) in [(&hv, "SPLITNET_HV"), (&domain, "SPLITNET_DOMAIN")] {
+        if !bin.is_file() {
+            bail!(
+                "{} is missing: build it with `cargo build --workspace` \
+                 (or `cargo build --release`), which puts splitnet-hv and splitnet-domain \
+                 beside splitnet, or set {var} to its path",
+                bin.display()
+            );
+        }
     }
-    Ok((hv, exe))
+    Ok((hv, domain))
 }
 
 /// `splitnet hv`: the daemon in the foreground, that is `splitnet-hv` run
 /// with the same options (this process becomes it).
 pub fn run_hv(rd: &Path, config: &Path, tuning: Tuning, listen: Option<SocketAddr>) -> Result<()> {
     require_root()?;
-    let (hv, exe) = hv_binary()?;
+    let (hv, domain) = hv_binary()?;
     let err = Command::new(&hv)
         .arg("--run-dir")
         .arg(rd)
-        .arg("--exe")
-        .arg(&exe)
+        .arg("--domain-exe")
+        .arg(&domain)
         .arg("--config")
         .arg(config)
         .args(tuning.args())
@@ -449,74 +456,85 @@ pub fn demo(rd: &Path, preset: Option<Preset>, secs: u32) -> Result<()> {
     );
     step(1, "bring up hv, the domains and their virtual NICs");
     run(&["up", "--preset", preset.as_str()])?;
-    let result = (|| -> Result<()> {
-        step(2, "what is running");
-        run(&["status"])?;
-        step(
-            3,
-            "ping through netfront -> I/O channel -> netback -> bridge -> port",
-        );
-        for target in ["10.77.0.254", "10.77.0.2"] {
-            run(&[
-                "exec", "guest1", "--", "ping", "-c", "3", "-i", "0.2", target,
-            ])?;
-        }
-        step(
-            4,
-            &format!("iperf3 TCP, {secs} s each way, against native veth measured now"),
-        );
-        let ns = host::netns_name;
-        let mut rows = Vec::new();
-        let dirs = [
-            (
-                "guest1 -> wire",
-                ns("wire"),
-                "10.77.0.254",
-                ns("guest1"),
-                false,
-            ),
-            (
-                "wire -> guest1",
-                ns("wire"),
-                "10.77.0.254",
-                ns("guest1"),
-                true,
-            ),
-            (
-                "guest1 -> guest2",
-                ns("guest2"),
-                "10.77.0.2",
-                ns("guest1"),
-                false,
-            ),
-        ];
-        for (name, sns, sip, cns, rev) in &dirs {
-            let g = bench::netenv::tcp(sns, sip, cns, *rev, secs)?;
-            println!("  splitnet {name:<18} {g:6.2} Gbit/s");
-            rows.push((name.to_string(), g));
-        }
-        let native = bench::netenv::Native::new()?;
-        let mut table = String::from(
-            "\n| direction | splitnet Gbit/s | native Gbit/s | ratio |\n|---|---:|---:|---:|\n",
-        );
-        for (i, (name, g)) in rows.iter().enumerate() {
-            // Native: the same application over a plain veth between namespaces.
-            let rev = i == 1;
-            let n = bench::netenv::tcp(&native.b, bench::netenv::NATIVE_B, &native.a, rev, secs)?;
-            println!("  native   {name:<18} {n:6.2} Gbit/s");
-            table += &format!(
-                "| {name} | {g:.2} | {n:.2} | {:.2} |\n",
-                if n > 0.0 { g / n } else { 0.0 }
-            );
-        }
-        drop(native);
-        step(5, "results");
-        println!("{table}");
-        Ok(())
-    })();
+    let result = demo_steps(&run, secs);
     step(6, "tear down");
     run(&["down"])?;
     result
+}
+
+/// Steps 2 to 5 of `splitnet demo`, on the topology it brought up: what
+/// runs, pings through the split driver, then throughput against native.
+fn demo_steps(run: &dyn Fn(&[&str]) -> Result<()>, secs: u32) -> Result<()> {
+    step(2, "what is running");
+    run(&["status"])?;
+    step(
+        3,
+        "ping through netfront -> I/O channel -> netback -> bridge -> port",
+    );
+    for target in ["10.77.0.254", "10.77.0.2"] {
+        run(&[
+            "exec", "guest1", "--", "ping", "-c", "3", "-i", "0.2", target,
+        ])?;
+    }
+    step(
+        4,
+        &format!("iperf3 TCP, {secs} s each way, against native veth measured now"),
+    );
+    let table = demo_throughput(secs)?;
+    step(5, "results");
+    println!("{table}");
+    Ok(())
+}
+
+/// iperf3 TCP for `secs` seconds in each of the demo's directions through
+/// splitnet, then the same application over a native veth pair between
+/// namespaces: the comparison as a Markdown table.
+fn demo_throughput(secs: u32) -> Result<String> {
+    let ns = host::netns_name;
+    let mut rows = Vec::new();
+    let dirs = [
+        (
+            "guest1 -> wire",
+            ns("wire"),
+            "10.77.0.254",
+            ns("guest1"),
+            false,
+        ),
+        (
+            "wire -> guest1",
+            ns("wire"),
+            "10.77.0.254",
+            ns("guest1"),
+            true,
+        ),
+        (
+            "guest1 -> guest2",
+            ns("guest2"),
+            "10.77.0.2",
+            ns("guest1"),
+            false,
+        ),
+    ];
+    for (name, sns, sip, cns, rev) in &dirs {
+        let g = bench::netenv::tcp(sns, sip, cns, *rev, secs)?;
+        println!("  splitnet {name:<18} {g:6.2} Gbit/s");
+        rows.push((name.to_string(), g));
+    }
+    let native = bench::netenv::Native::new()?;
+    let mut table = String::from(
+        "\n| direction | splitnet Gbit/s | native Gbit/s | ratio |\n|---|---:|---:|---:|\n",
+    );
+    for (i, (name, g)) in rows.iter().enumerate() {
+        // Native: the same application over a plain veth between namespaces.
+        let rev = i == 1;
+        let n = bench::netenv::tcp(&native.b, bench::netenv::NATIVE_B, &native.a, rev, secs)?;
+        println!("  native   {name:<18} {n:6.2} Gbit/s");
+        table += &format!(
+            "| {name} | {g:.2} | {n:.2} | {:.2} |\n",
+            if n > 0.0 { g / n } else { 0.0 }
+        );
+    }
+    Ok(table)
 }
 
 #[cfg(test)]

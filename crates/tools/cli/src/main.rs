@@ -10,7 +10,6 @@ mod trace;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use runtime::{domain, hosted, hvm};
 use std::path::PathBuf;
 use toolstack::topology::Preset;
 use toolstack::{hotplug, listen, metrics, status};
@@ -398,49 +397,6 @@ enum Cmd {
         #[arg(long)]
         placement: Option<toolstack::placement::Placement>,
     },
-    /// A domain's process (started by hv inside the domain's namespace).
-    #[command(hide = true)]
-    Domain,
-    /// The VMApp of a guest with a hosted NIC (started by hv inside its
-    /// driver domain's namespace).
-    #[command(hide = true)]
-    Vmapp {
-        /// The guest it serves.
-        #[arg(long)]
-        guest: String,
-        /// VMNet's TAP to create in this namespace.
-        #[arg(long)]
-        tap: String,
-        /// The NIC's station address.
-        #[arg(long)]
-        mac: String,
-        /// 1: the VMM serves the NIC's ports and only frames come here.
-        #[arg(long)]
-        ports_in_vmm: u8,
-        /// 1: learn of VMNet input from the shared bit vector.
-        #[arg(long)]
-        irq_bitvector: u8,
-    },
-    /// The device model of a guest with an HVM NIC (qemu-dm's role; started
-    /// by hv inside its driver domain's namespace).
-    #[command(hide = true)]
-    HvmDm {
-        /// The guest it serves.
-        #[arg(long)]
-        guest: String,
-        /// The guest's domain id, for `HvmDeviceModel`.
-        #[arg(long)]
-        guest_id: u16,
-        /// The TAP to create in this namespace (bridged by the driver domain).
-        #[arg(long)]
-        tap: String,
-        /// The NIC's station address.
-        #[arg(long)]
-        mac: String,
-        /// 0: event-driven receive; otherwise the polling period in µs.
-        #[arg(long)]
-        poll_us: u32,
-    },
     /// The minimal TAP <-> AF_PACKET forwarder `bench baseline` measures as
     /// the ceiling of a user-space NIC path (run in the driver namespace).
     #[command(hide = true)]
@@ -600,9 +556,6 @@ fn main() {
     // The daemon and domains are long-lived: drop descriptors leaked to us.
     match cli.cmd {
         Cmd::Hv { .. } => sys::close_inherited_fds(&[]),
-        Cmd::Domain => domain::close_stray_fds(),
-        Cmd::Vmapp { .. } => hosted::close_stray_fds(),
-        Cmd::HvmDm { .. } => hvm::close_stray_fds(),
         _ => {}
     }
     if let Err(e) = run(cli) {
@@ -688,9 +641,6 @@ fn run(cli: Cli) -> Result<()> {
             | Cmd::Sink { .. }
             | Cmd::Source { .. }
             | Cmd::HostileVm { .. }
-            | Cmd::Domain
-            | Cmd::Vmapp { .. }
-            | Cmd::HvmDm { .. }
             | Cmd::Underlay(_)
     );
     if !internal {
@@ -758,10 +708,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Forwarder { .. }
         | Cmd::Sink { .. }
         | Cmd::Source { .. }
-        | Cmd::HostileVm { .. }
-        | Cmd::Domain
-        | Cmd::Vmapp { .. }
-        | Cmd::HvmDm { .. }) => run_internal(&rd, cmd),
+        | Cmd::HostileVm { .. }) => run_internal(&rd, cmd),
     }
 }
 
@@ -907,21 +854,6 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             attack,
             secs,
         } => bench::hostile_vm::run(&socket, &attack, secs),
-        Cmd::Domain => domain::main(),
-        Cmd::Vmapp {
-            guest,
-            tap,
-            mac,
-            ports_in_vmm,
-            irq_bitvector,
-        } => hosted::vmapp(&guest, &tap, &mac, ports_in_vmm == 1, irq_bitvector == 1),
-        Cmd::HvmDm {
-            guest,
-            guest_id,
-            tap,
-            mac,
-            poll_us,
-        } => hvm::device_model(&guest, guest_id, &tap, &mac, poll_us),
         _ => unreachable!("run sends only the internal commands here"),
     }
 }

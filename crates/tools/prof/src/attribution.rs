@@ -93,13 +93,13 @@ pub fn domain_from_cgroup(contents: &str) -> Option<String> {
 }
 
 /// The device side of an emulated NIC a process is, from its command line
-/// (`splitnet vmapp ...` or `splitnet hvm-dm ...`): `vmapp` or `dm`. These
+/// (`splitnet-domain vmapp ...` or `splitnet-domain hvm-dm ...`): `vmapp` or `dm`. These
 /// run in their guest's cgroup but the driver domain's namespace; a profile
 /// names them `<guest>/vmapp` and `<guest>/dm`.
 pub fn device_side_from_cmdline(cmdline: &[u8]) -> Option<&'static str> {
     let mut args = cmdline.split(|&b| b == 0);
     let exe = args.next()?;
-    if !exe.ends_with(b"splitnet") {
+    if !exe.ends_with(b"splitnet-domain") {
         return None;
     }
     match args.next()? {
@@ -229,9 +229,10 @@ mod tests {
     #[test]
     fn device_sides_by_command_line() {
         let side = |c: &str| device_side_from_cmdline(c.replace(' ', "\0").as_bytes());
-        assert_eq!(side("/x/splitnet vmapp --guest g1"), Some("vmapp"));
-        assert_eq!(side("/x/splitnet hvm-dm --guest g1"), Some("dm"));
-        assert_eq!(side("/x/splitnet domain"), None);
+        assert_eq!(side("/x/splitnet-domain vmapp --guest g1"), Some("vmapp"));
+        assert_eq!(side("/x/splitnet-domain hvm-dm --guest g1"), Some("dm"));
+        assert_eq!(side("/x/splitnet-domain"), None);
+        assert_eq!(side("/x/splitnet vmapp --guest g1"), None);
         assert_eq!(side("/usr/bin/iperf3 vmapp"), None);
         assert_eq!(side(""), None);
     }

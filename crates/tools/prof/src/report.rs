@@ -207,35 +207,83 @@ fn class_table(counts: &BTreeMap<CostClass, u64>) -> Vec<ClassShare> {
         .collect()
 }
 
+/// One domain's samples as they are counted.
+struct DomainAcc {
+    mode: Mode,
+    samples: u64,
+    kernel: u64,
+    classes: BTreeMap<CostClass, u64>,
+    funcs: HashMap<(String, String, CostClass), u64>,
+}
+
+impl DomainAcc {
+    fn new(mode: Mode) -> DomainAcc {
+        DomainAcc {
+            mode,
+            samples: 0,
+            kernel: 0,
+            classes: BTreeMap::new(),
+            funcs: HashMap::new(),
+        }
+    }
+
+    fn add(&mut self, s: &ClassifiedSample) {
+        self.samples += 1;
+        self.kernel += s.kernel as u64;
+        *self.classes.entry(s.class).or_default() += 1;
+        *self
+            .funcs
+            .entry((s.symbol.function.clone(), s.symbol.module.clone(), s.class))
+            .or_default() += 1;
+    }
+
+    /// The domain's report: `bp` basis points of all samples, its classes,
+    /// and its `top_n` functions by samples (ties by name).
+    fn report(self, kind: DomainKind, name: String, bp: u32, top_n: usize) -> DomainReport {
+        let mut funcs: Vec<_> = self.funcs.into_iter().collect();
+        funcs.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+        let top_functions = funcs
+            .into_iter()
+            .take(top_n)
+            .map(|((function, module, class), n)| FunctionShare {
+                function,
+                module,
+                class,
+                samples: n,
+                share_pct: n as f64 * 100.0 / self.samples as f64,
+            })
+            .collect();
+        let of = |c| self.classes.get(&c).copied().unwrap_or(0);
+        let work = self.samples - of(CostClass::Idle);
+        DomainReport {
+            name,
+            kind,
+            mode: self.mode,
+            samples: self.samples,
+            kernel_samples: self.kernel,
+            share_pct: pct(bp),
+            basis_points: bp,
+            classes: class_table(&self.classes),
+            work_samples: work,
+            other_of_work_pct: match work {
+                0 => 0.0,
+                w => of(CostClass::Other) as f64 * 100.0 / w as f64,
+            },
+            top_functions,
+        }
+    }
+}
+
 impl Profile {
     /// Aggregates classified samples, keeping `top_n` functions per domain.
     pub fn from_samples(meta: ProfileMeta, samples: &[ClassifiedSample], top_n: usize) -> Profile {
-        struct Acc {
-            mode: Mode,
-            samples: u64,
-            kernel: u64,
-            classes: BTreeMap<CostClass, u64>,
-            funcs: HashMap<(String, String, CostClass), u64>,
-        }
-        let mut per: BTreeMap<(DomainKind, String), Acc> = BTreeMap::new();
+        let mut per: BTreeMap<(DomainKind, String), DomainAcc> = BTreeMap::new();
         let mut classes: BTreeMap<CostClass, u64> = BTreeMap::new();
         let mut attributed = 0u64;
         for s in samples {
-            let a = per
-                .entry((s.domain.kind, s.domain.name.clone()))
-                .or_insert_with(|| Acc {
-                    mode: s.mode,
-                    samples: 0,
-                    kernel: 0,
-                    classes: BTreeMap::new(),
-                    funcs: HashMap::new(),
-                });
-            a.samples += 1;
-            a.kernel += s.kernel as u64;
-            *a.classes.entry(s.class).or_default() += 1;
-            *a.funcs
-                .entry((s.symbol.function.clone(), s.symbol.module.clone(), s.class))
-                .or_default() += 1;
+            per.entry((s.domain.kind, s.domain.name.clone()))
+                .or_insert_with(|| DomainAcc::new(s.mode))
+                .add(s);
             *classes.entry(s.class).or_default() += 1;
             attributed += s.domain.is_attributed() as u64;
         }
@@ -245,39 +293,7 @@ impl Profile {
         let domains = per
             .into_iter()
             .zip(bps)
-            .map(|(((kind, name), a), bp)| {
-                let mut funcs: Vec<_> = a.funcs.into_iter().collect();
-                funcs.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
-                let top_functions = funcs
-                    .into_iter()
-                    .take(top_n)
-                    .map(|((function, module, class), n)| FunctionShare {
-                        function,
-                        module,
-                        class,
-                        samples: n,
-                        share_pct: n as f64 * 100.0 / a.samples as f64,
-                    })
-                    .collect();
-                let of = |c| a.classes.get(&c).copied().unwrap_or(0);
-                let work = a.samples - of(CostClass::Idle);
-                DomainReport {
-                    name,
-                    kind,
-                    mode: a.mode,
-                    samples: a.samples,
-                    kernel_samples: a.kernel,
-                    share_pct: pct(bp),
-                    basis_points: bp,
-                    classes: class_table(&a.classes),
-                    work_samples: work,
-                    other_of_work_pct: match work {
-                        0 => 0.0,
-                        w => of(CostClass::Other) as f64 * 100.0 / w as f64,
-                    },
-                    top_functions,
-                }
-            })
+            .map(|(((kind, name), a), bp)| a.report(kind, name, bp, top_n))
             .collect();
         Profile {
             meta,

@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use crate::ring::PAGE_SIZE;
+use crate::mem::PAGE_SIZE;
 use crate::wire::{wire_flags, wire_view};
 use crate::Error;
 

@@ -18,8 +18,11 @@
 //!   table's size). An out-of-range offset there is a bug in splitnet, and
 //!   panics.
 
-use crate::ring::PAGE_SIZE;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// Xen's page size (`XEN_PAGE_SIZE`): a frame of a domain's pool, and the
+/// page a ring or a grant covers.
+pub const PAGE_SIZE: usize = 4096;
 
 /// Why an access to shared memory was refused. `Copy` and allocation-free,
 /// so the data path can return it per packet.

@@ -16,14 +16,13 @@
 use std::marker::PhantomData;
 
 use crate::mem::SharedMemory;
+pub use crate::mem::PAGE_SIZE;
 use crate::wire::wire_view;
 use crate::Error;
 
 /// A free-running ring index; slots are `index & (size - 1)`.
 pub type RingIdx = u32;
 
-/// Xen's page size for ring protocols (`XEN_PAGE_SIZE`).
-pub const PAGE_SIZE: usize = 4096;
 /// Bytes before the first ring slot: four indices, `pvt` (4) and `__pad` (44).
 pub const RING_HDR_SIZE: usize = 64;
 /// Largest entry the ring helpers copy (netif entries are 12 bytes at most).

@@ -10,8 +10,7 @@
 //! One thread per guest vcpu, like Xen's vcpu: a device model that never
 //! answers stalls only its own guest, and only for the timeout.
 
-use crate::core::Hypervisor;
-use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::error::{HvError, HvResult};
 use crate::proto::DomId;
 use abi::ioreq::IoWidth;
 use abi::ioreq::{
@@ -671,13 +670,28 @@ pub(crate) fn trace_rows(s: &HvmSnapshot, rows: &mut BTreeMap<String, EventStats
     }
 }
 
-/// HVM guests registered with a [`Hypervisor`], by domain.
+/// HVM guests registered with a [`Hypervisor`](crate::Hypervisor), by domain.
 #[derive(Default)]
 pub struct HvmGuests(Mutex<BTreeMap<DomId, Arc<HvmGuest>>>);
 
 impl HvmGuests {
     fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<DomId, Arc<HvmGuest>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Domain `domid`'s I/O path, if it is an HVM guest.
+    pub(crate) fn get(&self, domid: DomId) -> Option<Arc<HvmGuest>> {
+        self.map().get(&domid).cloned()
+    }
+
+    /// Whether domain `domid` is an HVM guest.
+    pub(crate) fn contains(&self, domid: DomId) -> bool {
+        self.map().contains_key(&domid)
+    }
+
+    /// Registers `g` as domain `domid`'s I/O path.
+    pub(crate) fn insert(&self, domid: DomId, g: Arc<HvmGuest>) {
+        self.map().insert(domid, g);
     }
 
     /// Removes (and, once unused, stops) a domain's I/O path.
@@ -694,78 +708,5 @@ impl HvmGuests {
             .iter()
             .map(|(id, g)| (*id, g.snapshot()))
             .collect()
-    }
-}
-
-impl Hypervisor {
-    /// Makes domain `domid` an HVM guest: creates its I/O path. Its process
-    /// takes [`HvmGuest::vcpu_fds`], its device model [`HvmGuest::dm_fds`].
-    pub fn hvm_attach(self: &Arc<Self>, domid: DomId, cfg: HvmConfig) -> HvResult<Arc<HvmGuest>> {
-        let Some(name) = self.domain_name(domid) else {
-            return err(
-                ErrorKind::BadDomain,
-                format!("domain {domid} does not exist"),
-            );
-        };
-        if self.hvm.map().contains_key(&domid) {
-            return err(
-                ErrorKind::Invalid,
-                format!("domain {domid} is already an HVM guest"),
-            );
-        }
-        // A panic in the relay destroys this guest only.
-        let spawn = |name, body| self.spawn_guarded(name, Some(domid), body);
-        let g = Arc::new(HvmGuest::create(&name, cfg, spawn)?);
-        self.hvm.map().insert(domid, g.clone());
-        // Destroyed meanwhile: do not keep its path.
-        if self.domain_name(domid).is_none() {
-            self.hvm.detach(domid);
-            return err(
-                ErrorKind::BadDomain,
-                format!("domain {domid} was destroyed"),
-            );
-        }
-        Ok(g)
-    }
-
-    /// Serves `HvmVcpu` (the guest itself) and `HvmDeviceModel` (only the
-    /// domain named as the guest's device model): the descriptors to send.
-    pub(crate) fn hvm_fds(
-        &self,
-        caller: DomId,
-        req: &hypercall::proto::Request,
-    ) -> HvResult<Vec<std::os::fd::OwnedFd>> {
-        use hypercall::proto::Request;
-        let not_hvm = |d: DomId| {
-            HvError::new(
-                ErrorKind::Invalid,
-                format!("domain {d} is not an HVM guest"),
-            )
-        };
-        match *req {
-            Request::HvmVcpu => {
-                let g = self.hvm_guest(caller).ok_or_else(|| not_hvm(caller))?;
-                let f = g.vcpu_fds()?;
-                Ok(vec![f.page, f.kick, f.done, f.irq])
-            }
-            Request::HvmDeviceModel { guest } => {
-                let g = self.hvm_guest(guest).ok_or_else(|| not_hvm(guest))?;
-                if g.cfg.device_model != Some(caller) {
-                    return err(
-                        ErrorKind::PermissionDenied,
-                        format!("domain {caller} is not the device model of domain {guest}"),
-                    );
-                }
-                let f = g.dm_fds()?;
-                let pool = self.pool_fd_for_device_model(guest)?;
-                Ok(vec![f.page, f.kick, f.done, pool])
-            }
-            _ => err(ErrorKind::Invalid, "not an HVM request"),
-        }
-    }
-
-    /// Domain `domid`'s I/O path, if it is an HVM guest.
-    pub fn hvm_guest(&self, domid: DomId) -> Option<Arc<HvmGuest>> {
-        self.hvm.map().get(&domid).cloned()
     }
 }

@@ -10,7 +10,6 @@
 //! [`Request::VhostListener`]: crate::proto::Request::VhostListener
 //! [`Request::VhostConnect`]: crate::proto::Request::VhostConnect
 
-use crate::core::Hypervisor;
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::proto::DomId;
 use std::collections::BTreeMap;
@@ -68,6 +67,117 @@ impl VhostListeners {
         let all = std::mem::take(&mut *self.lock());
         drop(all);
     }
+
+    /// Listens for vif `spec`; see [`Hypervisor::vhost_add`].
+    ///
+    /// [`Hypervisor::vhost_add`]: crate::Hypervisor::vhost_add
+    pub(crate) fn add(&self, spec: VhostSpec) -> HvResult<()> {
+        free_in(&self.lock(), &spec)?;
+        // The path is probed and bound without the lock; a vif that took
+        // the name meanwhile wins, and this listener goes with its file.
+        let l = listen(spec)?;
+        // Checked again and inserted under one lock: of two adds of one
+        // name, the second is refused, never put in the first's place.
+        let mut all = self.lock();
+        free_in(&all, &l.spec)?;
+        all.insert(l.spec.name.clone(), l);
+        Ok(())
+    }
+
+    /// Closes vif `name`'s listener; whether it existed.
+    pub(crate) fn remove(&self, name: &str) -> bool {
+        let gone = self.lock().remove(name);
+        gone.is_some()
+    }
+
+    /// Every vif listened for.
+    pub(crate) fn specs(&self) -> Vec<VhostSpec> {
+        self.lock().values().map(|l| l.spec.clone()).collect()
+    }
+
+    /// A duplicate of vif `name`'s listener for domain `caller` (named
+    /// `me`), which must be the driver domain that backs it.
+    pub(crate) fn listener(&self, caller: DomId, me: &str, name: &str) -> HvResult<OwnedFd> {
+        let all = self.lock();
+        let l = all.get(name).ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadDomain,
+                format!("no vhost-user vif named {name:?}"),
+            )
+        })?;
+        if l.spec.backend != me {
+            return err(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "domain {caller} ({me}) does not back vhost-user vif {name} ({} does)",
+                    l.spec.backend
+                ),
+            );
+        }
+        l.sock
+            .try_clone()
+            .map(OwnedFd::from)
+            .map_err(|e| HvError::internal("dup of a vhost listener", e))
+    }
+
+    /// A new blocking connection to the vif of `nic = "virtio"` guest
+    /// `caller` (named `me`), handed over blocking. hv never waits for it:
+    /// a full backlog (a driver domain that accepts nothing) is an error
+    /// the guest may retry.
+    pub(crate) fn connect(&self, caller: DomId, me: &str) -> HvResult<OwnedFd> {
+        let (path, dev_ino) = self
+            .lock()
+            .values()
+            .find(|l| l.spec.guest.as_deref() == Some(me))
+            .map(|l| (l.spec.socket.clone(), l.dev_ino))
+            .ok_or_else(|| {
+                HvError::new(
+                    ErrorKind::PermissionDenied,
+                    format!("domain {caller} ({me}) has no vhost-user vif (it is not a nic = \"virtio\" guest)"),
+                )
+            })?;
+        // The file must still be the socket hv bound, not one put in its
+        // place (hv connects by path; the run directory is root's).
+        let same = std::fs::symlink_metadata(&path).is_ok_and(|m| (m.dev(), m.ino()) == dev_ino);
+        if !same {
+            return err(
+                ErrorKind::Internal,
+                format!("{} is no longer the socket hv listens on", path.display()),
+            );
+        }
+        let fd = sys::connect_stream_nonblocking(&path).map_err(|e| {
+            let kind = match e.kind() {
+                IoKind::WouldBlock => ErrorKind::Quota,
+                _ => ErrorKind::Internal,
+            };
+            HvError::new(kind, format!("connecting to {}: {e}", path.display()))
+        })?;
+        let s = UnixStream::from(fd);
+        s.set_nonblocking(false)
+            .map_err(|e| HvError::internal("vhost connection", e))?;
+        Ok(OwnedFd::from(s))
+    }
+}
+
+/// Refuses `spec` if its name or its socket is a vif's already.
+fn free_in(all: &BTreeMap<String, Listener>, spec: &VhostSpec) -> HvResult<()> {
+    if all.contains_key(&spec.name) {
+        return err(
+            ErrorKind::InUse,
+            format!("vhost-user vif {} exists already", spec.name),
+        );
+    }
+    if let Some(l) = all.values().find(|l| l.spec.socket == spec.socket) {
+        return err(
+            ErrorKind::InUse,
+            format!(
+                "{} is in use: vif {} listens on it",
+                spec.socket.display(),
+                l.spec.name
+            ),
+        );
+    }
+    Ok(())
 }
 
 fn invalid(msg: String) -> HvError {
@@ -151,134 +261,4 @@ fn listen(spec: VhostSpec) -> HvResult<Listener> {
         sock,
         dev_ino: (meta.dev(), meta.ino()),
     })
-}
-
-impl Hypervisor {
-    /// Declares vhost-user vif `spec`: hv listens on its socket from now
-    /// until [`Hypervisor::vhost_remove`]. A path in use or that is not a
-    /// socket is refused; a stale socket file is replaced.
-    pub fn vhost_add(&self, spec: VhostSpec) -> HvResult<()> {
-        self.vhost_free(&spec)?;
-        // The path is probed and bound without the lock; a vif that took
-        // the name meanwhile wins, and this listener goes with its file.
-        let l = listen(spec)?;
-        // Checked again and inserted under one lock: of two adds of one
-        // name, the second is refused, never put in the first's place.
-        let mut all = self.vhost.lock();
-        Self::free_in(&all, &l.spec)?;
-        all.insert(l.spec.name.clone(), l);
-        Ok(())
-    }
-
-    /// Refuses `spec` if its name or its socket is a vif's already.
-    fn vhost_free(&self, spec: &VhostSpec) -> HvResult<()> {
-        Self::free_in(&self.vhost.lock(), spec)
-    }
-
-    fn free_in(all: &BTreeMap<String, Listener>, spec: &VhostSpec) -> HvResult<()> {
-        if all.contains_key(&spec.name) {
-            return err(
-                ErrorKind::InUse,
-                format!("vhost-user vif {} exists already", spec.name),
-            );
-        }
-        if let Some(l) = all.values().find(|l| l.spec.socket == spec.socket) {
-            return err(
-                ErrorKind::InUse,
-                format!(
-                    "{} is in use: vif {} listens on it",
-                    spec.socket.display(),
-                    l.spec.name
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    /// Forgets vhost-user vif `name`: its listener closes and its socket
-    /// file goes. Returns whether it existed.
-    pub fn vhost_remove(&self, name: &str) -> bool {
-        let gone = self.vhost.lock().remove(name);
-        gone.is_some()
-    }
-
-    /// Every vhost-user vif hv listens for.
-    pub fn vhost_vifs(&self) -> Vec<VhostSpec> {
-        self.vhost.lock().values().map(|l| l.spec.clone()).collect()
-    }
-
-    /// `VhostListener`: a duplicate of vif `name`'s listener, for the
-    /// driver domain that backs it and no one else.
-    pub(crate) fn vhost_listener(&self, caller: DomId, name: &str) -> HvResult<OwnedFd> {
-        let me = self.caller_name(caller)?;
-        let all = self.vhost.lock();
-        let l = all.get(name).ok_or_else(|| {
-            HvError::new(
-                ErrorKind::BadDomain,
-                format!("no vhost-user vif named {name:?}"),
-            )
-        })?;
-        if l.spec.backend != me {
-            return err(
-                ErrorKind::PermissionDenied,
-                format!(
-                    "domain {caller} ({me}) does not back vhost-user vif {name} ({} does)",
-                    l.spec.backend
-                ),
-            );
-        }
-        l.sock
-            .try_clone()
-            .map(OwnedFd::from)
-            .map_err(|e| HvError::internal("dup of a vhost listener", e))
-    }
-
-    /// `VhostConnect`: a new connection to the caller's own vif (a `nic =
-    /// "virtio"` guest's), handed over blocking. hv never waits for it: a
-    /// full backlog (a driver domain that accepts nothing) is an error the
-    /// guest may retry.
-    pub(crate) fn vhost_connect(&self, caller: DomId) -> HvResult<OwnedFd> {
-        let me = self.caller_name(caller)?;
-        let (path, dev_ino) = self
-            .vhost
-            .lock()
-            .values()
-            .find(|l| l.spec.guest.as_deref() == Some(me.as_str()))
-            .map(|l| (l.spec.socket.clone(), l.dev_ino))
-            .ok_or_else(|| {
-                HvError::new(
-                    ErrorKind::PermissionDenied,
-                    format!("domain {caller} ({me}) has no vhost-user vif (it is not a nic = \"virtio\" guest)"),
-                )
-            })?;
-        // The file must still be the socket hv bound, not one put in its
-        // place (hv connects by path; the run directory is root's).
-        let same = std::fs::symlink_metadata(&path).is_ok_and(|m| (m.dev(), m.ino()) == dev_ino);
-        if !same {
-            return err(
-                ErrorKind::Internal,
-                format!("{} is no longer the socket hv listens on", path.display()),
-            );
-        }
-        let fd = sys::connect_stream_nonblocking(&path).map_err(|e| {
-            let kind = match e.kind() {
-                IoKind::WouldBlock => ErrorKind::Quota,
-                _ => ErrorKind::Internal,
-            };
-            HvError::new(kind, format!("connecting to {}: {e}", path.display()))
-        })?;
-        let s = UnixStream::from(fd);
-        s.set_nonblocking(false)
-            .map_err(|e| HvError::internal("vhost connection", e))?;
-        Ok(OwnedFd::from(s))
-    }
-
-    fn caller_name(&self, caller: DomId) -> HvResult<String> {
-        self.domain_name(caller).ok_or_else(|| {
-            HvError::new(
-                ErrorKind::NotPrivileged,
-                format!("domain {caller} may not use vhost-user sockets"),
-            )
-        })
-    }
 }

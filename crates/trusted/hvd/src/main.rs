@@ -1,10 +1,10 @@
 //! `splitnet-hv`: the hypervisor daemon, the one trusted process. It runs
 //! hv (`splitnet-hv`'s library) and the toolstack's supervisor, which starts
-//! every domain as `splitnet domain` (the `--exe` given, by default the
-//! `splitnet` beside this binary). `splitnet up` starts it; run by hand:
+//! every domain as `splitnet-domain` (the `--domain-exe` given, by default
+//! the one beside this binary). `splitnet up` starts it; run by hand:
 //!
 //! ```text
-//! splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--exe SPLITNET]
+//! splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--domain-exe SPLITNET-DOMAIN]
 //!             [--preset P] [--spin-us N] [--link-rate R] [--placement P]
 //!             [--listen ADDR]
 //! ```
@@ -19,7 +19,8 @@ use toolstack::daemon::{self, DaemonConfig, DEFAULT_RUN_DIR};
 use toolstack::topology::Topology;
 use toolstack::tuning::Tuning;
 
-const USAGE: &str = "usage: splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--exe SPLITNET] \
+const USAGE: &str =
+    "usage: splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--domain-exe SPLITNET-DOMAIN] \
                      [--preset P] [--spin-us N] [--link-rate R] [--placement none|same|split] \
                      [--listen ADDR]";
 
@@ -51,7 +52,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
         match name.as_str() {
             "--run-dir" => a.run_dir = Some(value.into()),
             "--config" => a.config = Some(value.into()),
-            "--exe" => a.exe = Some(value.into()),
+            "--domain-exe" => a.exe = Some(value.into()),
             "--preset" => a.tuning.preset = Some(value.parse().map_err(bad)?),
             "--spin-us" => a.tuning.spin_us = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
             "--link-rate" => a.tuning.link_rate = Some(value.parse().map_err(bad)?),
@@ -81,7 +82,7 @@ fn run(a: Args) -> Result<(), String> {
         Some(e) => e,
         None => std::env::current_exe()
             .map_err(|e| format!("locating splitnet-hv: {e}"))?
-            .with_file_name("splitnet"),
+            .with_file_name("splitnet-domain"),
     };
     if let Some(addr) = a.listen {
         let bound = toolstack::listen::spawn(&run_dir, addr).map_err(|e| format!("{e:#}"))?;
@@ -120,14 +121,14 @@ mod tests {
 
     #[test]
     fn parses_what_splitnet_up_passes() {
-        let a = args("--run-dir /r --config /r/t.toml --exe /bin/splitnet --preset baseline --spin-us 50 --link-rate 100mbit --placement split --listen=127.0.0.1:9100").unwrap();
+        let a = args("--run-dir /r --config /r/t.toml --domain-exe /bin/splitnet-domain --preset baseline --spin-us 50 --link-rate 100mbit --placement split --listen=127.0.0.1:9100").unwrap();
         assert_eq!(
             a.tuning.placement,
             Some(toolstack::placement::Placement::Split)
         );
         assert_eq!(a.run_dir, Some("/r".into()));
         assert_eq!(a.config, Some("/r/t.toml".into()));
-        assert_eq!(a.exe, Some("/bin/splitnet".into()));
+        assert_eq!(a.exe, Some("/bin/splitnet-domain".into()));
         assert_eq!(a.tuning.spin_us, Some(50));
         assert!(a.tuning.preset.is_some() && a.tuning.link_rate.is_some());
         assert_eq!(a.listen, Some("127.0.0.1:9100".parse().unwrap()));

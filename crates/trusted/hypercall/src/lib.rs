@@ -5,6 +5,8 @@
 //! - [`client`]: hypercalls, grant tables, event channels and the store, as
 //!   a domain sees them ([`HvClient`]), and the toolstack's connection;
 //! - [`proto`]: the control protocol's messages, and [`error`] its errors;
+//!   [`ids`]: the domain ids, ports and request names they share with the
+//!   status and the trace;
 //! - [`batch`], [`evtchn`], [`ngm`], [`trace`]: the layouts of the pages a
 //!   domain shares with hv (grant-copy batches, event-channel words, the new
 //!   grant mechanism's tables, the trace area);
@@ -21,6 +23,7 @@ pub mod batch;
 pub mod client;
 pub mod error;
 pub mod evtchn;
+pub mod ids;
 pub mod ioreq;
 pub mod launch;
 pub mod ngm;

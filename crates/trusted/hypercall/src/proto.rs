@@ -6,14 +6,10 @@
 //! path (see [`crate::batch`]).
 
 use crate::error::{HvError, HvResult};
+pub use crate::ids::{DomId, Port, DOMID_TOOLSTACK};
+use crate::ids::{REQUEST_KINDS, REQUEST_NAMES};
 use serde::{Deserialize, Serialize};
 
-/// A domain identifier. 0 is the toolstack (hv itself and the `splitnet` CLI).
-pub type DomId = u16;
-/// The toolstack's domain id.
-pub const DOMID_TOOLSTACK: DomId = 0;
-/// An event-channel port, local to a domain.
-pub type Port = u32;
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 * 1024;
 
@@ -210,45 +206,7 @@ impl Request {
     }
 
     /// Every request's name, in [`Request::index`] order (counter and trace names).
-    pub const NAMES: [&'static str; 37] = [
-        "hello",
-        "nop",
-        "store_read",
-        "store_write",
-        "store_mkdir",
-        "store_rm",
-        "store_directory",
-        "store_set_perms",
-        "store_get_perms",
-        "watch",
-        "unwatch",
-        "evtchn_alloc_unbound",
-        "evtchn_bind_interdomain",
-        "evtchn_send",
-        "evtchn_close",
-        "grant_copy_call",
-        "grant_map",
-        "grant_unmap",
-        "grant_transfer",
-        "status",
-        "shutdown",
-        "destroy_domain",
-        "trace",
-        "ngm_setup",
-        "ngm_grant",
-        "ngm_revoke",
-        "ngm_attach",
-        "restart_domain",
-        "network_attach",
-        "network_detach",
-        "capture_open",
-        "capture_attach",
-        "hvm_vcpu",
-        "hvm_device_model",
-        "vhost_listener",
-        "vhost_connect",
-        "pool_window",
-    ];
+    pub const NAMES: [&'static str; REQUEST_KINDS] = REQUEST_NAMES;
 
     /// A dense number per kind of request, below `NAMES.len()`.
     pub fn index(&self) -> usize {

@@ -16,7 +16,7 @@
 //! Recording costs two `rdtsc` and a few relaxed atomic adds, once per
 //! hypercall, notification or batch, never per byte.
 
-use crate::proto::{DomId, Request};
+use crate::ids::{DomId, REQUEST_NAMES};
 use abi::SharedMemory;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -148,9 +148,9 @@ impl HvEvent {
         }
     }
 
-    /// Slots 0..NAMES are hypercalls; these follow.
+    /// Slots below `REQUEST_NAMES.len()` are hypercalls; these follow.
     fn slot(self) -> usize {
-        Request::NAMES.len() + self as usize
+        REQUEST_NAMES.len() + self as usize
     }
 }
 
@@ -218,7 +218,7 @@ pub struct HvTrace {
 
 impl Default for HvTrace {
     fn default() -> Self {
-        let n = (Request::NAMES.len() + HvEvent::ALL.len()) * SLOT_WORDS;
+        let n = (REQUEST_NAMES.len() + HvEvent::ALL.len()) * SLOT_WORDS;
         HvTrace {
             cells: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
@@ -228,7 +228,7 @@ impl Default for HvTrace {
 impl HvTrace {
     /// A hypercall that started at `t0`.
     pub fn hypercall(&self, req_index: usize, t0: u64) {
-        if req_index < Request::NAMES.len() {
+        if req_index < REQUEST_NAMES.len() {
             record_in(&*self.cells, req_index, t0, 1);
         }
     }
@@ -238,7 +238,7 @@ impl HvTrace {
     }
     /// Every event that happened at least once.
     pub fn snapshot(&self) -> BTreeMap<String, EventStats> {
-        let hypercalls = Request::NAMES
+        let hypercalls = REQUEST_NAMES
             .iter()
             .enumerate()
             .map(|(i, n)| (format!("hypercall:{n}"), read_slot(&*self.cells, i)));
@@ -517,6 +517,7 @@ impl TraceSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::Request;
     use std::os::fd::AsFd;
     use sys::Memfd;
 

@@ -98,13 +98,18 @@ fn set_caps(effective: Caps, permitted: Caps, inheritable: Caps) -> io::Result<(
 }
 
 fn prctl(op: libc::c_int, a: u64, what: &'static str) -> io::Result<()> {
+    prctl2(op, a, 0, what)
+}
+
+/// `prctl(op, a, b)` for the operations that take integer arguments.
+fn prctl2(op: libc::c_int, a: u64, b: u64, what: &'static str) -> io::Result<()> {
     cvt(
         // SAFETY: the prctl operations used here take integer arguments only.
         unsafe {
             libc::prctl(
                 op,
                 a as libc::c_ulong,
-                0 as libc::c_ulong,
+                b as libc::c_ulong,
                 0 as libc::c_ulong,
                 0 as libc::c_ulong,
             )
@@ -354,6 +359,34 @@ impl Credentials {
             | SECBIT_NO_SETUID_FIXUP_LOCKED
             | SECBIT_KEEP_CAPS_LOCKED;
         prctl(libc::PR_SET_SECUREBITS, bits, "prctl(PR_SET_SECUREBITS)")?;
+        self.set_ids()?;
+        self.drop_bounding()?;
+        let (eff, perm, _) = current_caps()?;
+        if perm.0 & self.caps.0 != self.caps.0 {
+            return Err(io::Error::other(format!(
+                "the capabilities to keep ({:#x}) are not all permitted ({:#x})",
+                self.caps.0, perm.0
+            )));
+        }
+        set_caps(eff, perm, self.caps)?;
+        self.set_ambient()?;
+        let locked = bits | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+        prctl(libc::PR_SET_SECUREBITS, locked, "prctl(PR_SET_SECUREBITS)")?;
+        set_caps(self.caps, self.caps, self.caps)?;
+        prctl(libc::PR_SET_NO_NEW_PRIVS, 1, "prctl(PR_SET_NO_NEW_PRIVS)")?;
+        let (e, p, i) = current_caps()?;
+        if (e, p, i) != (self.caps, self.caps, self.caps) {
+            return Err(io::Error::other(format!(
+                "capabilities are {:#x}/{:#x}/{:#x} after dropping, not {:#x}",
+                e.0, p.0, i.0, self.caps.0
+            )));
+        }
+        Ok(())
+    }
+
+    /// No supplementary group, then `gid` and `uid` as real, effective
+    /// and saved ids.
+    fn set_ids(&self) -> io::Result<()> {
         cvt(
             // SAFETY: a zero-length list is allowed with a NULL pointer.
             unsafe { libc::setgroups(0, std::ptr::null()) } as libc::c_long,
@@ -369,6 +402,11 @@ impl Credentials {
             unsafe { libc::setresuid(self.uid, self.uid, self.uid) } as libc::c_long,
             "setresuid",
         )?;
+        Ok(())
+    }
+
+    /// Drops every capability but `caps` from the bounding set.
+    fn drop_bounding(&self) -> io::Result<()> {
         for cap in 0..=last_cap() {
             if !self.caps.has(cap) {
                 prctl(
@@ -378,54 +416,28 @@ impl Credentials {
                 )?;
             }
         }
-        let (eff, perm, _) = current_caps()?;
-        if perm.0 & self.caps.0 != self.caps.0 {
-            return Err(io::Error::other(format!(
-                "the capabilities to keep ({:#x}) are not all permitted ({:#x})",
-                self.caps.0, perm.0
-            )));
-        }
-        set_caps(eff, perm, self.caps)?;
-        cvt(
-            // SAFETY: PR_CAP_AMBIENT takes integer arguments only; no memory is passed.
-            unsafe {
-                libc::prctl(
-                    libc::PR_CAP_AMBIENT,
-                    libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-                    0 as libc::c_ulong,
-                    0 as libc::c_ulong,
-                    0 as libc::c_ulong,
-                )
-            } as libc::c_long,
+        Ok(())
+    }
+
+    /// Makes the ambient set exactly `caps`, so they survive an exec.
+    fn set_ambient(&self) -> io::Result<()> {
+        let clear = libc::PR_CAP_AMBIENT_CLEAR_ALL as u64;
+        prctl2(
+            libc::PR_CAP_AMBIENT,
+            clear,
+            0,
             "prctl(PR_CAP_AMBIENT_CLEAR_ALL)",
         )?;
         for cap in 0..64 {
             if self.caps.has(cap) {
-                cvt(
-                    // SAFETY: PR_CAP_AMBIENT takes integer arguments only; no memory is passed.
-                    unsafe {
-                        libc::prctl(
-                            libc::PR_CAP_AMBIENT,
-                            libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
-                            cap as libc::c_ulong,
-                            0 as libc::c_ulong,
-                            0 as libc::c_ulong,
-                        )
-                    } as libc::c_long,
+                let raise = libc::PR_CAP_AMBIENT_RAISE as u64;
+                prctl2(
+                    libc::PR_CAP_AMBIENT,
+                    raise,
+                    u64::from(cap),
                     "prctl(PR_CAP_AMBIENT_RAISE)",
                 )?;
             }
-        }
-        let locked = bits | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-        prctl(libc::PR_SET_SECUREBITS, locked, "prctl(PR_SET_SECUREBITS)")?;
-        set_caps(self.caps, self.caps, self.caps)?;
-        prctl(libc::PR_SET_NO_NEW_PRIVS, 1, "prctl(PR_SET_NO_NEW_PRIVS)")?;
-        let (e, p, i) = current_caps()?;
-        if (e, p, i) != (self.caps, self.caps, self.caps) {
-            return Err(io::Error::other(format!(
-                "capabilities are {:#x}/{:#x}/{:#x} after dropping, not {:#x}",
-                e.0, p.0, i.0, self.caps.0
-            )));
         }
         Ok(())
     }

@@ -61,6 +61,62 @@ pub(crate) fn set_buffer(
     }
 }
 
+/// The name of a failed socket option, in its error.
+fn named(what: &'static str) -> impl Fn(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// A packet socket's options: the `virtio_net_hdr` in front when
+/// `vnet_hdr`, VLAN tags as auxiliary data, no echo of its own
+/// transmissions, and large buffers.
+fn set_options(b: BorrowedFd<'_>, vnet_hdr: bool) -> io::Result<()> {
+    if vnet_hdr {
+        setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)
+            .map_err(named("PACKET_VNET_HDR"))?;
+    }
+    // The kernel takes a received frame's VLAN tag off its bytes; the
+    // tag comes back as auxiliary data (see `VlanTag`).
+    setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_AUXDATA, 1)
+        .map_err(named("PACKET_AUXDATA"))?;
+    // Linux 4.20 and later; without it every transmission would come back.
+    setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
+        .map_err(named("PACKET_IGNORE_OUTGOING"))?;
+    set_buffer(b, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER)
+        .map_err(named("SO_RCVBUF"))?;
+    set_buffer(b, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUFFER).map_err(named("SO_SNDBUF"))
+}
+
+/// Binds the socket to every protocol on interface `ifindex`.
+fn bind_all(b: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = ifindex as libc::c_int;
+    cvt(
+        // SAFETY: `sll` is a valid sockaddr_ll of the stated size.
+        unsafe {
+            libc::bind(
+                b.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        } as libc::c_long,
+        "bind",
+    )?;
+    Ok(())
+}
+
+/// Puts interface `ifindex` in promiscuous mode for as long as the socket lives.
+fn set_promisc(b: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    // SAFETY: packet_mreq is plain old data; all-zero is a valid value.
+    let mut mreq: libc::packet_mreq = unsafe { zeroed() };
+    mreq.mr_ifindex = ifindex as libc::c_int;
+    mreq.mr_type = libc::PACKET_MR_PROMISC as libc::c_ushort;
+    setsockopt(b, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+        .map_err(named("PACKET_MR_PROMISC"))
+}
+
 impl PacketSocket {
     /// Opens a raw packet socket on interface `ifname` of the calling
     /// process's network namespace. It sees every frame the interface
@@ -101,66 +157,12 @@ impl PacketSocket {
         .map_err(ctx)?;
         // SAFETY: socket returned a fresh descriptor that we now own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let b = fd.as_fd();
-        if vnet_hdr {
-            setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)
-                .map_err(|e| ctx(io::Error::new(e.kind(), format!("PACKET_VNET_HDR: {e}"))))?;
+        set_options(fd.as_fd(), vnet_hdr).map_err(ctx)?;
+        bind_all(fd.as_fd(), ifindex).map_err(ctx)?;
+        if promisc {
+            // A bridge port must hear frames for every MAC behind it.
+            set_promisc(fd.as_fd(), ifindex).map_err(ctx)?;
         }
-        // The kernel takes a received frame's VLAN tag off its bytes; the
-        // tag comes back as auxiliary data (see `VlanTag`).
-        setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_AUXDATA, 1)
-            .map_err(|e| ctx(io::Error::new(e.kind(), format!("PACKET_AUXDATA: {e}"))))?;
-        // Linux 4.20 and later; without it every transmission would come back.
-        setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1).map_err(|e| {
-            ctx(io::Error::new(
-                e.kind(),
-                format!("PACKET_IGNORE_OUTGOING: {e}"),
-            ))
-        })?;
-        set_buffer(b, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER)
-            .map_err(|e| ctx(io::Error::new(e.kind(), format!("SO_RCVBUF: {e}"))))?;
-        set_buffer(b, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUFFER)
-            .map_err(|e| ctx(io::Error::new(e.kind(), format!("SO_SNDBUF: {e}"))))?;
-
-        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
-        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
-        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        sll.sll_ifindex = ifindex as libc::c_int;
-        cvt(
-            // SAFETY: `sll` is a valid sockaddr_ll of the stated size.
-            unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sll as *const libc::sockaddr_ll).cast(),
-                    size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-                )
-            } as libc::c_long,
-            "bind",
-        )
-        .map_err(ctx)?;
-
-        if !promisc {
-            return Ok(PacketSocket {
-                fd,
-                name: ifname.to_owned(),
-                ifindex,
-                vnet_hdr,
-            });
-        }
-        // A bridge port must hear frames for every MAC behind it.
-        // SAFETY: packet_mreq is plain old data; all-zero is a valid value.
-        let mut mreq: libc::packet_mreq = unsafe { zeroed() };
-        mreq.mr_ifindex = ifindex as libc::c_int;
-        mreq.mr_type = libc::PACKET_MR_PROMISC as libc::c_ushort;
-        setsockopt(
-            fd.as_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_ADD_MEMBERSHIP,
-            &mreq,
-        )
-        .map_err(|e| ctx(io::Error::new(e.kind(), format!("PACKET_MR_PROMISC: {e}"))))?;
-
         Ok(PacketSocket {
             fd,
             name: ifname.to_owned(),

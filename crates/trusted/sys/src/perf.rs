@@ -232,6 +232,82 @@ fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<Owned
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// The attributes of a disabled sampling event as `cfg` says: IP, thread,
+/// time, CPU and period per sample (and the call chain when asked), at a
+/// frequency or a period.
+fn sample_attr(cfg: &SamplerConfig) -> PerfEventAttr {
+    let mut sample_type =
+        PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD;
+    if cfg.callchain {
+        sample_type |= PERF_SAMPLE_CALLCHAIN;
+    }
+    let (sample_freq, flags) = match cfg.rate {
+        SampleRate::Frequency(f) => (f.max(1), ATTR_DISABLED | ATTR_FREQ),
+        SampleRate::Period(p) => (p.max(1), ATTR_DISABLED),
+    };
+    let (type_, config) = cfg.event.type_config();
+    PerfEventAttr {
+        type_,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config,
+        sample_freq,
+        sample_type,
+        // exclude_user, exclude_kernel, exclude_hv and the
+        // exclude_callchain_* bits all stay 0.
+        flags,
+        wakeup_events: 0,
+        sample_max_stack: MAX_STACK,
+        ..PerfEventAttr::default()
+    }
+}
+
+/// Opens the event `attr` describes; for [`PerfEvent::Clock`], falls back
+/// from hardware cycles to the software cpu-clock. Says which clock it got.
+fn open_event(
+    mut attr: PerfEventAttr,
+    pid: i32,
+    cpu: i32,
+    event: PerfEvent,
+) -> io::Result<(OwnedFd, PerfClock)> {
+    match perf_event_open(&attr, pid, cpu) {
+        Ok(fd) => Ok((fd, PerfClock::HardwareCycles)),
+        Err(_) if event == PerfEvent::Clock => {
+            attr.type_ = PERF_TYPE_SOFTWARE;
+            attr.config = PERF_COUNT_SW_CPU_CLOCK;
+            Ok((
+                perf_event_open(&attr, pid, cpu)?,
+                PerfClock::SoftwareCpuClock,
+            ))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Maps the event's ring buffer: the control page and 2^`ring_order` data
+/// pages (at most 2^16). Returns the mapping's start and length.
+fn map_ring(fd: &OwnedFd, ring_order: u32) -> io::Result<(NonNull<u8>, usize)> {
+    let page = crate::PAGE_SIZE;
+    let map_len = page * (1 + (1usize << ring_order.min(16)));
+    // SAFETY: a fresh shared mapping chosen by the kernel (addr NULL) that
+    // aliases no Rust object; the descriptor is ours for the call.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        cvt(-1, "mmap(perf ring)")?;
+    }
+    let base = NonNull::new(p.cast::<u8>())
+        .ok_or_else(|| io::Error::other("mmap(perf ring) returned NULL"))?;
+    Ok((base, map_len))
+}
+
 impl PerfSampler {
     /// Opens a disabled sampling event as `cfg` says.
     ///
@@ -247,65 +323,11 @@ impl PerfSampler {
     ) -> io::Result<PerfSampler> {
         let cpu = cpu.map_or(-1, |c| c as i32);
         let pid = pid.unwrap_or(-1);
-        let mut sample_type = PERF_SAMPLE_IP
-            | PERF_SAMPLE_TID
-            | PERF_SAMPLE_TIME
-            | PERF_SAMPLE_CPU
-            | PERF_SAMPLE_PERIOD;
-        if cfg.callchain {
-            sample_type |= PERF_SAMPLE_CALLCHAIN;
-        }
-        let (sample_freq, flags) = match cfg.rate {
-            SampleRate::Frequency(f) => (f.max(1), ATTR_DISABLED | ATTR_FREQ),
-            SampleRate::Period(p) => (p.max(1), ATTR_DISABLED),
-        };
-        let (type_, config) = cfg.event.type_config();
-        let mut attr = PerfEventAttr {
-            type_,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config,
-            sample_freq,
-            sample_type,
-            // exclude_user, exclude_kernel, exclude_hv and the
-            // exclude_callchain_* bits all stay 0.
-            flags,
-            wakeup_events: 0,
-            sample_max_stack: MAX_STACK,
-            ..PerfEventAttr::default()
-        };
-        let (fd, clock) = match perf_event_open(&attr, pid, cpu) {
-            Ok(fd) => (fd, PerfClock::HardwareCycles),
-            Err(_) if cfg.event == PerfEvent::Clock => {
-                attr.type_ = PERF_TYPE_SOFTWARE;
-                attr.config = PERF_COUNT_SW_CPU_CLOCK;
-                (
-                    perf_event_open(&attr, pid, cpu)?,
-                    PerfClock::SoftwareCpuClock,
-                )
-            }
-            Err(e) => return Err(e),
-        };
-        let ring_order = cfg.ring_order;
-
+        let attr = sample_attr(cfg);
+        let sample_type = attr.sample_type;
+        let (fd, clock) = open_event(attr, pid, cpu, cfg.event)?;
         let page = crate::PAGE_SIZE;
-        let map_len = page * (1 + (1usize << ring_order.min(16)));
-        // SAFETY: a fresh shared mapping chosen by the kernel (addr NULL) that
-        // aliases no Rust object; the descriptor is ours for the call.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            cvt(-1, "mmap(perf ring)")?;
-        }
-        let base = NonNull::new(p.cast::<u8>())
-            .ok_or_else(|| io::Error::other("mmap(perf ring) returned NULL"))?;
+        let (base, map_len) = map_ring(&fd, cfg.ring_order)?;
         let mut s = PerfSampler {
             fd,
             base,

@@ -31,7 +31,7 @@ pub fn socket_path(run_dir: &Path) -> PathBuf {
 pub struct DaemonConfig {
     pub topology: Topology,
     pub run_dir: PathBuf,
-    /// The `splitnet` executable, run as `splitnet domain` inside each namespace.
+    /// The `splitnet-domain` executable, run inside each domain's namespace.
     pub exe: PathBuf,
 }
 

@@ -79,6 +79,7 @@ pub struct Supervisor {
     hv: Weak<Hypervisor>,
     topology: Topology,
     run_dir: PathBuf,
+    /// The `splitnet-domain` binary every domain process runs.
     exe: PathBuf,
     layout: CgroupLayout,
     uplinks: Arc<Uplinks>,
@@ -401,7 +402,6 @@ impl Supervisor {
             let mut cmd = Command::new("ip");
             cmd.args(["netns", "exec", &ns])
                 .arg(&self.exe)
-                .arg("domain")
                 .env(ENV_HV_FD, fd.to_string())
                 .stdin(Stdio::null())
                 .stdout(log)
@@ -560,7 +560,7 @@ impl Supervisor {
                     r
                 }
             };
-            r.map_err(|x| format!("spawning `ip netns exec {ns} splitnet` ({what}): {x}"))?
+            r.map_err(|x| format!("spawning `ip netns exec {ns} splitnet-domain` ({what}): {x}"))?
         };
         let pid = child.id() as i32;
         if let Err(x) = cg.add(pid) {

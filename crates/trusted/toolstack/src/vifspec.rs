@@ -122,7 +122,7 @@ impl VifSpec {
             "bridge" => o.bridge = Some(parse_ifname(key, v)?),
             "vifname" => o.vifname = Some(parse_ifname(key, v)?),
             "ip" => o.ip = parse_ips(v)?,
-            "rate" => o.rate = Some(parse_rate(v)?),
+            "rate" => o.rate = Some(parse_vifspec_rate(v)?),
             "vlan" => o.vlan = Some(parse_in_range(key, v, VLAN_RANGE)?),
             "mtu" => o.mtu = Some(parse_in_range(key, v, MTU_RANGE)?),
             "pdev" => o.pdev = Some(parse_ifname(key, v)?),
@@ -253,7 +253,7 @@ fn parse_script(v: &str) -> Result<String, String> {
 /// 1000; INTERVAL is microseconds with an optional unit s, ms or us, up
 /// to 1 s, 50ms by default. As libxl does, the credit is the bytes RATE allows in
 /// one INTERVAL ("1MB/s@20ms": 20000 bytes every 20000 us).
-pub fn parse_rate(v: &str) -> Result<CreditRate, String> {
+pub fn parse_vifspec_rate(v: &str) -> Result<CreditRate, String> {
     let form = "give RATE/s or RATE/s@INTERVAL, e.g. 10Mb/s, 250KB/s or 1MB/s@20ms (units B KB MB GB, b Kb Mb Gb; s ms us)";
     let bad = |why: &str| format!("vif option `rate` = {v:?}: {why}; {form}");
     let (rate, interval) = match v.split_once('@') {
@@ -407,7 +407,7 @@ mod tests {
 
     #[test]
     fn rates_follow_the_man_page() {
-        let r = |t: &str| parse_rate(t).map(|c| (c.bytes, c.usec));
+        let r = |t: &str| parse_vifspec_rate(t).map(|c| (c.bytes, c.usec));
         assert_eq!(r("250KB/s"), Ok((12_500, 50_000)));
         assert_eq!(r("1MB/s@20ms"), Ok((20_000, 20_000)));
         assert_eq!(r("8b/s@1s"), Ok((1, 1_000_000)));

@@ -143,6 +143,18 @@ pub struct NicStats {
 }
 
 /// The two descriptor layouts of 32-bit software styles.
+/// How gathering a transmit frame ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxEnd {
+    /// A descriptor with ENP closed the frame.
+    Complete,
+    /// The chain broke: no STP first, a descriptor the guest does not own,
+    /// or a ring's worth without ENP.
+    Chain,
+    /// A descriptor or buffer lies outside guest memory.
+    Memory,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Style {
     /// SWSTYLE 2: word 0 buffer address, word 2 status/count.
@@ -647,21 +659,39 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
     /// Returns whether to go on with the next one.
     fn transmit_frame(&mut self, budget: &mut u32) -> bool {
         let ring = self.tx;
-        let style = self.style;
         let first = ring.idx;
-        let Ok(mut flags) = self.mem.read_u32(ring.addr(first) + desc::FLAGS) else {
+        let Ok(flags) = self.mem.read_u32(ring.addr(first) + desc::FLAGS) else {
             self.mem_error();
             return false;
         };
         if flags & desc::OWN == 0 {
             return false;
         }
-        #[derive(PartialEq)]
-        enum End {
-            Complete,
-            Chain,
-            Memory,
-        }
+        let (end, n, len) = self.gather_tx(first, flags, budget);
+        let bad = match end {
+            TxEnd::Complete => !self.send_tx(len),
+            TxEnd::Memory => {
+                self.mem_error();
+                true
+            }
+            TxEnd::Chain => {
+                self.stats.tx_chain_errors += 1;
+                true
+            }
+        };
+        self.give_back_tx(first, n, bad, end);
+        self.tx.idx = (first + n) % ring.len;
+        self.csr0 |= csr0::TINT;
+        end == TxEnd::Complete
+    }
+
+    /// Copies the chain of owned descriptors starting at `first` (whose
+    /// flags are `flags`) into `tx_buf`, one descriptor of `budget` each.
+    /// Returns how the chain ended, the descriptors it took and the frame's
+    /// length, which may exceed `tx_buf` (the excess is not copied).
+    fn gather_tx(&mut self, first: u32, mut flags: u32, budget: &mut u32) -> (TxEnd, u32, usize) {
+        let ring = self.tx;
+        let style = self.style;
         let mut n = 0u32;
         let mut len = 0usize;
         let end = loop {
@@ -669,10 +699,10 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
             n += 1;
             *budget -= 1;
             if n == 1 && flags & desc::STP == 0 {
-                break End::Chain;
+                break TxEnd::Chain;
             }
             let Ok(addr) = self.mem.read_u32(d + style.addr_off()) else {
-                break End::Memory;
+                break TxEnd::Memory;
             };
             let blen = desc::bcnt_len(flags);
             if len + blen <= self.tx_buf.len()
@@ -681,53 +711,58 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
                     .read(u64::from(addr), &mut self.tx_buf[len..len + blen])
                     .is_err()
             {
-                break End::Memory;
+                break TxEnd::Memory;
             }
             len = len.saturating_add(blen);
             if flags & desc::ENP != 0 {
-                break End::Complete;
+                break TxEnd::Complete;
             }
             if *budget == 0 || n >= ring.len {
-                break End::Chain;
+                break TxEnd::Chain;
             }
             match self.mem.read_u32(ring.addr(first + n) + desc::FLAGS) {
                 Ok(f) if f & desc::OWN != 0 => flags = f,
-                Ok(_) => break End::Chain,
-                Err(_) => break End::Memory,
+                Ok(_) => break TxEnd::Chain,
+                Err(_) => break TxEnd::Memory,
             }
         };
-        // Hand the descriptors back: errors on the last one, the STP
-        // descriptor's ownership last of all.
-        let mut bad = end != End::Complete;
-        if end == End::Complete {
-            if len > self.tx_buf.len() {
-                self.stats.tx_oversize += 1;
-                bad = true;
-            } else {
-                if self.csr4 & csr4::APAD_XMT != 0 && len < frame::MIN {
-                    self.tx_buf[len..frame::MIN].fill(0);
-                    len = frame::MIN;
-                }
-                if len == 0 {
-                    self.stats.tx_empty += 1;
-                    bad = true;
-                } else {
-                    if len > frame::MAX {
-                        self.stats.tx_babble += 1;
-                        self.csr0 |= csr0::BABL;
-                    }
-                    self.stats.tx_frames += 1;
-                    self.stats.tx_bytes += len as u64;
-                    self.csr4 |= csr4::TXSTRT;
-                    self.sink.send_frame(&self.tx_buf[..len]);
-                }
-            }
+        (end, n, len)
+    }
+
+    /// Sends the complete frame of `len` bytes gathered in `tx_buf`, padded
+    /// to the minimum when CSR4 APAD_XMT asks; a frame longer than the
+    /// Ethernet maximum goes out with BABL. Returns false when it is
+    /// refused: larger than `tx_buf`, or empty.
+    fn send_tx(&mut self, mut len: usize) -> bool {
+        if len > self.tx_buf.len() {
+            self.stats.tx_oversize += 1;
+            return false;
         }
-        match end {
-            End::Memory => self.mem_error(),
-            End::Chain => self.stats.tx_chain_errors += 1,
-            End::Complete => {}
+        if self.csr4 & csr4::APAD_XMT != 0 && len < frame::MIN {
+            self.tx_buf[len..frame::MIN].fill(0);
+            len = frame::MIN;
         }
+        if len == 0 {
+            self.stats.tx_empty += 1;
+            return false;
+        }
+        if len > frame::MAX {
+            self.stats.tx_babble += 1;
+            self.csr0 |= csr0::BABL;
+        }
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += len as u64;
+        self.csr4 |= csr4::TXSTRT;
+        self.sink.send_frame(&self.tx_buf[..len]);
+        true
+    }
+
+    /// Hands the `n` descriptors from `first` back to the guest: errors
+    /// (when `bad`) on the last one, the STP descriptor's ownership last of
+    /// all.
+    fn give_back_tx(&mut self, first: u32, n: u32, bad: bool, end: TxEnd) {
+        let ring = self.tx;
+        let style = self.style;
         for k in (1..n).chain(std::iter::once(0)) {
             let d = ring.addr(first + k);
             let last = k + 1 == n;
@@ -737,7 +772,7 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
             let mut f = f & !desc::OWN;
             if bad && last {
                 f |= desc::ERR;
-                let misc = if end == End::Chain {
+                let misc = if end == TxEnd::Chain {
                     desc::tx::BUFF | desc::tx::UFLO
                 } else {
                     0
@@ -748,9 +783,6 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
             }
             let _ = self.mem.write_u32(d + desc::FLAGS, f);
         }
-        self.tx.idx = (first + n) % ring.len;
-        self.csr0 |= csr0::TINT;
-        end == End::Complete
     }
 
     // ---- receive -----------------------------------------------------------
@@ -783,28 +815,57 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
     }
 
     fn receive_inner(&mut self, data: &[u8]) -> RxOutcome {
+        let match_bits = match self.accept_rx(data) {
+            Ok(bits) => bits,
+            Err(out) => return out,
+        };
+        let flags = match self.first_rx_flags() {
+            Ok(f) => f,
+            Err(out) => return out,
+        };
+        let first = self.rx.idx;
+        let (fault, n) = self.scatter_rx(first, flags, data);
+        let total = data.len() + frame::FCS;
+        self.give_back_rx(first, n, fault, match_bits, total);
+        self.rx.idx = (first + n) % self.rx.len;
+        self.csr0 |= csr0::RINT;
+        self.count_rx(fault, n, data.len())
+    }
+
+    /// Whether the receiver takes `data` at all: it runs, the length is an
+    /// Ethernet frame's, and the address filter passes it. Ok with the
+    /// address-match bits, or the outcome of a frame it does not take.
+    fn accept_rx(&mut self, data: &[u8]) -> Result<u32, RxOutcome> {
         if self.csr0 & csr0::RXON == 0 {
             self.stats.rx_not_running += 1;
-            return RxOutcome::NotRunning;
+            return Err(RxOutcome::NotRunning);
         }
         if data.len() < 14 || data.len() > frame::MAX_RX {
             self.stats.rx_bad_length += 1;
-            return RxOutcome::Dropped(if data.len() < 14 {
+            return Err(RxOutcome::Dropped(if data.len() < 14 {
                 RxDrop::Runt
             } else {
                 RxDrop::Oversize
-            });
+            }));
         }
         let mut dst = [0u8; 6];
         dst.copy_from_slice(&data[..6]);
         let Some(match_bits) = self.address_match(&dst) else {
             self.stats.rx_filtered += 1;
-            return RxOutcome::Filtered;
+            return Err(RxOutcome::Filtered);
         };
+        Ok(match_bits)
+    }
+
+    /// The flags of the ring's current descriptor when the guest owns it;
+    /// otherwise the frame is missed (MISS, and the missed-frame count,
+    /// MFCO when it wraps), or dropped when the ring is not readable.
+    fn first_rx_flags(&mut self) -> Result<u32, RxOutcome> {
         let ring = self.rx;
-        let style = self.style;
-        let first = ring.idx;
-        let flags = match (ring.len, self.mem.read_u32(ring.addr(first) + desc::FLAGS)) {
+        match (
+            ring.len,
+            self.mem.read_u32(ring.addr(ring.idx) + desc::FLAGS),
+        ) {
             (0, _) | (_, Ok(0..=0x7fff_ffff)) => {
                 self.stats.rx_missed += 1;
                 self.csr0 |= csr0::MISS;
@@ -813,17 +874,24 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
                 if wrapped {
                     self.csr4 |= csr4::MFCO;
                 }
-                return RxOutcome::Missed;
+                Err(RxOutcome::Missed)
             }
-            (_, Ok(f)) => f,
+            (_, Ok(f)) => Ok(f),
             (_, Err(_)) => {
                 self.mem_error();
-                return RxOutcome::Dropped(RxDrop::Memory);
+                Err(RxOutcome::Dropped(RxDrop::Memory))
             }
-        };
+        }
+    }
+
+    /// Writes `data` and its FCS across the owned descriptors from `first`
+    /// (whose flags are `flags`), at most one ring's worth. Returns why it
+    /// stopped short (None: all written) and the descriptors it took.
+    fn scatter_rx(&mut self, first: u32, mut flags: u32, data: &[u8]) -> (Option<RxDrop>, u32) {
+        let ring = self.rx;
+        let style = self.style;
         let fcs = crc::fcs(data);
         let total = data.len() + frame::FCS;
-        let mut flags = flags;
         let mut written = 0usize;
         let mut n = 0u32;
         let fault = loop {
@@ -851,8 +919,23 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
                 break Some(RxDrop::Chain);
             }
         };
-        // Hand the descriptors back, the STP one last so the guest never
-        // sees a partial frame.
+        (fault, n)
+    }
+
+    /// Hands the `n` descriptors from `first` back to the guest, the STP
+    /// one last so the guest never sees a partial frame; the last one
+    /// carries ENP, the match bits and the length (`total`, FCS included),
+    /// or the error.
+    fn give_back_rx(
+        &mut self,
+        first: u32,
+        n: u32,
+        fault: Option<RxDrop>,
+        match_bits: u32,
+        total: usize,
+    ) {
+        let ring = self.rx;
+        let style = self.style;
         for k in (1..n).chain(std::iter::once(0)) {
             let d = ring.addr(first + k);
             let Ok(f) = self.mem.read_u32(d + desc::FLAGS) else {
@@ -875,12 +958,15 @@ impl<M: SharedMemory, S: FrameSink> Pcnet<M, S> {
             }
             let _ = self.mem.write_u32(d + desc::FLAGS, f);
         }
-        self.rx.idx = (first + n) % ring.len;
-        self.csr0 |= csr0::RINT;
+    }
+
+    /// Counts a frame of `len` bytes that took `n` descriptors, delivered
+    /// or dropped for `fault`, and says which.
+    fn count_rx(&mut self, fault: Option<RxDrop>, n: u32, len: usize) -> RxOutcome {
         match fault {
             None => {
                 self.stats.rx_frames += 1;
-                self.stats.rx_bytes += data.len() as u64;
+                self.stats.rx_bytes += len as u64;
                 RxOutcome::Delivered { descriptors: n }
             }
             Some(RxDrop::Memory) => {

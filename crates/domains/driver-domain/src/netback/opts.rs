@@ -45,7 +45,7 @@ pub fn read(hv: &mut HvClient, be: &str) -> Result<VifOpts> {
         o.ip = Some(IpFilter::parse(&v).map_err(|e| bad(be, keys::IP, &v, e))?);
     }
     if let Some(v) = node(keys::RATE) {
-        o.rate = Some(crate::credit::parse_rate(&v).map_err(|e| bad(be, keys::RATE, &v, e))?);
+        o.rate = Some(crate::credit::parse_store_rate(&v).map_err(|e| bad(be, keys::RATE, &v, e))?);
     }
     if let Some(v) = node(keys::MTU) {
         o.mtu = parse_mtu(&v).map_err(|e| bad(be, keys::MTU, &v, e))?;

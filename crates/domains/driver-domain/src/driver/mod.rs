@@ -1,0 +1,380 @@
+//! The driver domain: its uplinks, its bridges, and one netback per guest
+//! vif, driven by one poll loop (Menon 2006 Fig. 1; Ram thesis Fig. 2.1).
+
+use crate::capture::Taps;
+use crate::netback::Netback;
+use crate::switch::bridge::Bridge;
+use domain_common::idle::Idle;
+use hypercall::HvClient;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+mod events;
+mod forward;
+mod ports;
+mod queues;
+mod state;
+mod stats;
+#[cfg(test)]
+mod tests;
+mod vif;
+mod vifs;
+
+use events::{Events, Source, BACKENDS, CAPTURES, PORTS};
+use forward::{forward, read_port, Fwd, Others, Scratch};
+use ports::{port_caps, port_of, rx_slot, Ports, PORT_BASE, PORT_RETRY};
+use state::STATS_EVERY;
+pub use state::{Driver, DriverError, LoopCounters, Turn};
+use stats::publish_stats;
+use vifs::{handle_watches, rescan};
+
+/// Runs the driver domain until hv goes away.
+pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
+    let mut d = Driver::new(hv)?;
+    loop {
+        d.turn(hv)?;
+    }
+}
+
+impl Driver {
+    /// Opens the ports, probes the vifs the toolstack set up, and registers
+    /// every source with the event manager.
+    pub fn new(hv: &mut HvClient) -> Result<Driver, DriverError> {
+        let me = hv.domid();
+        let home = format!("/local/domain/{me}/splitnet");
+        if hv
+            .store_read_str(&format!("{home}/{}", crate::hugepages::KEY))
+            .is_ok_and(|v| v == "1")
+        {
+            crate::hugepages::enable();
+        }
+        let port_offload = port_caps(hv, &home);
+        let events = Events::new()?;
+        events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
+        // hv's word (`jail::Role::QueueDriver`): it may make queues.
+        let queue_admin = hv
+            .store_read_str(&format!("{home}/queue-admin"))
+            .is_ok_and(|v| v == "1");
+        // Queues an earlier run left are gone: hv deletes a dead driver
+        // domain's before it starts another (`supervisor::drop_queues`).
+        let mut d = Driver {
+            captures: format!("{home}/capture"),
+            base: format!("/local/domain/{me}/backend/vif"),
+            ports: Ports::new(&home, port_offload, queue_admin),
+            home,
+            pending: Vec::new(),
+            vifs: Vec::new(),
+            taps: Taps::default(),
+            idle: Idle::for_domain(hv, "driver", Duration::from_millis(200)),
+            bridge: Bridge::default(),
+            scratch: Scratch::new(),
+            events,
+            last_stats: Instant::now(),
+            stats: LoopCounters::default(),
+        };
+        d.ports.rx_slot = rx_slot(hv, &d.home, &mut d.stats.config_errors);
+        // The uplinks (`uplinks/`) and the extra ports the toolstack names
+        // (a hosted guest's VMNet interface): opened again whenever they
+        // vanish.
+        // And the VMs' vhost-user vifs (`vhost/`), served while listed.
+        for path in [
+            &d.ports.uplinks_dir,
+            &d.ports.extras_dir,
+            &d.ports.vhost_dir,
+        ] {
+            hv.watch(path, PORTS)?;
+        }
+        d.ports
+            .sync(hv, &mut d.bridge, &d.events, &mut d.stats.config_errors);
+        // Probe every vif (InitWait), then connect each as its frontend
+        // comes, in any order: one guest that never comes delays no other.
+        // vifs the toolstack adds or removes later (hotplug, a guest's
+        // restart) show up under the same directory.
+        hv.watch(&d.base, BACKENDS)?;
+        rescan(hv, &d.base, &mut d.pending, &mut d.vifs)?;
+        d.connect_ready(hv)?;
+        hv.watch(&d.captures, CAPTURES)?;
+        d.taps.sync(hv, &d.captures);
+        Ok(d)
+    }
+
+    /// One wake-up: waits for a ready source (or carried-over work) and
+    /// services only what is ready. An idle vif costs nothing here: no
+    /// system call, no look at its rings.
+    pub fn turn(&mut self, hv: &mut HvClient) -> Result<Turn, DriverError> {
+        let credit_due = self.credit_due();
+        let carried = !self.events.ready.is_empty();
+        let mut timeout = self.idle.timeout(carried || hv.watch_backlog());
+        if let Some(d) = credit_due {
+            timeout = timeout.min(d);
+        }
+        if self.ports.any_closed() {
+            timeout = timeout.min(PORT_RETRY);
+        }
+        self.idle.pause();
+        let n = self.events.epoll.wait(Some(timeout))?;
+        self.stats.wakeups += 1;
+        let mut turn = Turn {
+            ready: n,
+            housekeeping: false,
+        };
+        let mut watch = hv.watch_backlog();
+        self.events.port_ready = 0;
+        for i in 0..n {
+            let Some(ev) = self.events.epoll.event(i) else {
+                break;
+            };
+            match Source::of(ev.token) {
+                Some(Source::Watch) => watch = true,
+                Some(Source::Port(j)) => self.events.port_ready |= 1u64 << (j % 64),
+                Some(Source::Vif(v)) => self.events.ready.insert(v),
+                Some(Source::Queue(v)) => self.events.queues.insert(v),
+                None => {}
+            }
+        }
+        if n > 0 || carried {
+            self.idle.worked();
+        }
+        if watch {
+            turn.housekeeping = true;
+            self.on_watches(hv)?;
+        }
+        if self.events.port_ready != 0 {
+            self.ports_to_bridge();
+        }
+        if !self.events.queues.is_empty() {
+            self.service_queues();
+        }
+        self.service_vifs(hv);
+        if self.ports.reopen(hv, &self.events) {
+            turn.housekeeping = true;
+            let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
+            self.taps.resolve(|t| port_of(t, vifs, base, ports));
+        }
+        if self.last_stats.elapsed() >= STATS_EVERY {
+            turn.housekeeping = true;
+            self.housekeep(hv);
+        }
+        Ok(turn)
+    }
+
+    /// vifs waiting for transmit credit (`rate=`) whose replenish is due go
+    /// back to the ready set; for the others, how long until the first is
+    /// due, so the loop sleeps until then instead of polling.
+    fn credit_due(&mut self) -> Option<Duration> {
+        if self.events.credit.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        let mut soonest: Option<Duration> = None;
+        let waiting = self.events.credit.take();
+        for &i in &waiting {
+            match self.vifs.get(i).and_then(|v| v.nb.credit_wait()) {
+                Some(at) if at > now => {
+                    let d = at - now;
+                    soonest = Some(soonest.map_or(d, |s| s.min(d)));
+                    self.events.credit.insert(i);
+                }
+                Some(_) => self.events.ready.insert(i),
+                None => {}
+            }
+        }
+        self.events.credit.give_back(waiting);
+        soonest
+    }
+
+    /// Store watches: vifs come and go, captures open, ports change.
+    fn on_watches(&mut self, hv: &mut HvClient) -> Result<(), DriverError> {
+        let w = handle_watches(hv, &mut self.vifs)?;
+        if w.rescan {
+            rescan(hv, &self.base, &mut self.pending, &mut self.vifs)?;
+        }
+        if w.pending || w.rescan {
+            self.connect_ready(hv)?;
+        }
+        if w.captures {
+            self.taps.sync(hv, &self.captures);
+        }
+        if w.ports {
+            let errors = &mut self.stats.config_errors;
+            self.ports.sync(hv, &mut self.bridge, &self.events, errors);
+        }
+        if w.captures || w.pending || w.rescan || w.ports {
+            let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
+            self.taps.resolve(|t| port_of(t, vifs, base, ports));
+        }
+        if w.vifs_changed || w.rescan {
+            // A vif may have gone down without a word on its doorbell.
+            for i in 0..self.vifs.len() {
+                self.retire_if_down(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ports that said they have frames → bridge. One that fails (its
+    /// interface went down or away) is counted, closed and opened again
+    /// after [`PORT_RETRY`], so it cannot keep the loop spinning nor stop
+    /// the guests.
+    fn ports_to_bridge(&mut self) {
+        for j in 0..self.ports.list.len() {
+            if self.events.port_ready & (1u64 << (j % 64)) == 0 {
+                continue;
+            }
+            let Some(mut p) = self.ports.list[j].port.take() else {
+                continue;
+            };
+            let mut fx = Fwd {
+                bridge: &mut self.bridge,
+                ports: &mut self.ports,
+                taps: &mut self.taps,
+                scratch: &mut self.scratch,
+                via: None,
+            };
+            let r = read_port(
+                &mut fx,
+                p.as_mut(),
+                j,
+                &mut self.vifs,
+                &mut self.events.dirty,
+            );
+            match r {
+                Ok(()) => self.ports.list[j].port = Some(p),
+                Err(e) => {
+                    self.stats.port_errors += 1;
+                    eprintln!(
+                        "driver: port {}: {e}; opening it again in {PORT_RETRY:?}",
+                        p.name()
+                    );
+                    let _ = self.events.epoll.remove(p.fd());
+                    self.bridge.forget_port(PORT_BASE + j);
+                    self.ports.list[j].retry_at = Instant::now() + PORT_RETRY;
+                }
+            }
+        }
+    }
+
+    /// The ready vifs' TX rings → bridge; then every vif that is ready or
+    /// got frames publishes its RX responses and takes queued frames. A vif
+    /// left with work (a TX ring past its budget, queued frames and posted
+    /// buffers) is carried into the next turn, which then does not block.
+    fn service_vifs(&mut self, hv: &mut HvClient) {
+        let ready = self.events.ready.take();
+        for &i in &ready {
+            self.tx_one(hv, i);
+        }
+        for &i in &ready {
+            self.events.dirty.insert(i);
+        }
+        self.events.ready.give_back(ready);
+        let dirty = self.events.dirty.take();
+        for &i in &dirty {
+            let Some(v) = self.vifs.get_mut(i) else {
+                continue;
+            };
+            if let Err(e) = v.nb.flush_rx(hv) {
+                v.nb.disconnect(hv, &format!("RX failed: {e}"));
+            }
+            self.events.touched.insert(i);
+            if !self.retire_if_down(i) {
+                self.queue_interest(i);
+                let nb = &mut self.vifs[i].nb;
+                if v_busy(nb) {
+                    self.events.ready.insert(i);
+                } else if nb.credit_wait().is_some() {
+                    self.events.credit.insert(i);
+                }
+            }
+        }
+        self.events.dirty.give_back(dirty);
+    }
+
+    /// Takes vif `i`'s notifications and forwards its TX ring.
+    fn tx_one(&mut self, hv: &mut HvClient, i: usize) {
+        if !self.vifs.get(i).is_some_and(|v| v.nb.is_connected()) {
+            return;
+        }
+        if !self.vifs[i].nb.ack() {
+            self.vifs[i]
+                .nb
+                .disconnect(hv, "the frontend closed its event channel");
+            return;
+        }
+        let (before, rest) = self.vifs.split_at_mut(i);
+        let Some((me, after)) = rest.split_first_mut() else {
+            return;
+        };
+        let via = me.queue.at.as_mut().map(|(j, _, q)| (PORT_BASE + *j, q));
+        let mut fx = Fwd {
+            bridge: &mut self.bridge,
+            ports: &mut self.ports,
+            taps: &mut self.taps,
+            scratch: &mut self.scratch,
+            via,
+        };
+        let mut others = Others {
+            before,
+            after,
+            dirty: &mut self.events.dirty,
+        };
+        let (from, mut tagged) = (me.attach, 0);
+        let r = me.nb.process_tx(hv, &mut |frames| {
+            tagged += forward(&mut fx, i + 1, from, frames, others.reborrow());
+        });
+        if tagged > 0 {
+            me.nb.counters.drops.add("vlan_tagged", tagged);
+        }
+        if let Err(e) = r {
+            me.nb.disconnect(hv, &format!("TX failed: {e}"));
+        }
+    }
+
+    /// However vif `i` went down, its doorbells leave the event manager and
+    /// its MACs the bridge. True if it is down.
+    fn retire_if_down(&mut self, i: usize) -> bool {
+        let Some(v) = self.vifs.get_mut(i) else {
+            return true;
+        };
+        if v.nb.is_connected() {
+            return false;
+        }
+        for b in v.bells.drain(..) {
+            let _ = self.events.epoll.remove(b.as_fd());
+        }
+        if !v.forgotten {
+            self.bridge.forget_port(i + 1);
+            v.forgotten = true;
+        }
+        self.drop_queue(i, None);
+        true
+    }
+
+    /// Twice a second: counters to the store, captures reaped.
+    fn housekeep(&mut self, hv: &mut HvClient) {
+        self.last_stats = Instant::now();
+        self.stats.syscalls = sys::syscalls();
+        let touched = self.events.touched.take();
+        publish_stats(
+            hv,
+            &mut self.vifs,
+            &touched,
+            &self.ports,
+            &self.bridge,
+            &self.stats,
+        );
+        self.events.touched.give_back(touched);
+        self.taps.reap(hv, &self.captures);
+        let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
+        self.taps.resolve(|t| port_of(t, vifs, base, ports));
+    }
+
+    /// The driver domain's store directory (`/local/domain/<id>/splitnet`).
+    pub fn home(&self) -> &str {
+        &self.home
+    }
+}
+
+/// Whether a vif has work left that no notification will announce.
+fn v_busy(nb: &mut Netback) -> bool {
+    nb.is_connected() && (nb.tx_pending() || nb.rx_pending())
+}

@@ -1,0 +1,456 @@
+//! The driver domain's interface ports (its uplinks and extra ports): which
+//! the store asks for, opening and reopening them, and reading their frames
+//! into the switch.
+
+use super::events::{Events, Source};
+use super::vif::Vif;
+use crate::capture::Target;
+use crate::port::vhost::{self, VhostPort};
+use crate::port::vmq::{self};
+use crate::port::{PacketPort, Port};
+use crate::switch::bridge::{Bridge, PortId, DEFAULT_BRIDGE};
+use crate::switch::vlan::{self, Attach, Mode, Segment};
+use frame::offload::Offloads;
+use hypercall::HvClient;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+/// Bridge port of the first uplink or extra port ([`Ports`]); vif i is
+/// port i + 1.
+pub(super) const PORT_BASE: PortId = 1 << 20;
+/// How often a port that is missing or failed is opened again.
+pub(super) const PORT_RETRY: Duration = Duration::from_millis(250);
+
+/// The bridge port a capture target is on now, if any.
+pub(super) fn port_of(t: &Target, vifs: &[Vif], base: &str, ports: &Ports) -> Option<PortId> {
+    match t {
+        Target::Vif { guest, handle } => {
+            let be = format!("{base}/{guest}/{handle}");
+            let i = vifs.iter().position(|v| !v.gone && v.nb.be == be)?;
+            Some(i + 1)
+        }
+        Target::Port(name) => {
+            let j = ports
+                .list
+                .iter()
+                .position(|e| e.port.is_some() && e.group.is_none() && e.name == *name)?;
+            Some(PORT_BASE + j)
+        }
+        Target::Bridge => None,
+    }
+}
+
+/// What made a port a bridge port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PortKind {
+    /// An uplink (`<home>/uplinks/<ifname>`).
+    Uplink,
+    /// An extra port (`<home>/ports/<ifname>`): a hosted guest's emulated NIC.
+    Extra,
+    /// A VM's vhost-user vif (`<home>/vhost/<name>`), with its MAC.
+    Vhost { mac: [u8; 6], guest: bool },
+    /// The driver domain's own interface on its bridge (`<home>/endpoint`):
+    /// a TAP the toolstack made ([`crate::port::tap`]).
+    Endpoint,
+}
+
+/// One bridge port that is an interface.
+pub(super) struct PortSlot {
+    /// Interface name; empty for a free slot.
+    pub(super) name: String,
+    pub(super) kind: PortKind,
+    pub(super) attach: Attach,
+    pub(super) port: Option<Box<dyn Port>>,
+    /// When to try opening it again, while it is closed.
+    pub(super) retry_at: Instant,
+    /// A member of a macvlan group: the name of its primary uplink, whose
+    /// bridge port it is (see [`read_port`]); it only receives.
+    pub(super) group: Option<String>,
+    /// Frames this member read that the group does not take.
+    pub(super) group_dropped: u64,
+    /// Dedicated queues an uplink offers (`queues=`).
+    pub(super) queues: u16,
+}
+
+/// A port the store asks for.
+pub(super) struct Wanted {
+    pub(super) name: String,
+    pub(super) kind: PortKind,
+    pub(super) attach: Attach,
+    pub(super) group: Option<String>,
+    pub(super) queues: u16,
+}
+
+/// The driver domain's interface ports: its uplinks and its extra ports.
+/// Slot j is bridge port `PORT_BASE + j` and event source `Port(j)`; a slot
+/// stays in place while its port lives, so the others keep their numbers.
+pub(super) struct Ports {
+    pub(super) list: Vec<PortSlot>,
+    /// What the interface ports declare they do themselves (Menon 2006 §3.1).
+    pub(super) offload: Offloads,
+    pub(super) uplinks_dir: String,
+    pub(super) extras_dir: String,
+    pub(super) vhost_dir: String,
+    /// The node naming the driver domain's own TAP, if it has one.
+    pub(super) endpoint_key: String,
+    /// Uplinks' receive slots (`port-buffer`); None: whole GSO frames.
+    pub(super) rx_slot: Option<usize>,
+    /// hv lets this driver domain make queues (`queue-admin`).
+    pub(super) queue_admin: bool,
+    /// Refused store values already logged (`ifname=value`), so a watch
+    /// that fires again does not count them again.
+    pub(super) refused: Vec<String>,
+}
+
+impl Ports {
+    pub(super) fn new(home: &str, offload: Offloads, queue_admin: bool) -> Ports {
+        Ports {
+            list: Vec::new(),
+            offload,
+            queue_admin,
+            uplinks_dir: format!("{home}/uplinks"),
+            extras_dir: format!("{home}/ports"),
+            vhost_dir: format!("{home}/vhost"),
+            endpoint_key: format!("{home}/endpoint"),
+            rx_slot: None,
+            refused: Vec::new(),
+        }
+    }
+
+    /// The ports the store asks for: the valid entries of `uplinks/` and
+    /// the extra ports, on the default bridge. A bad value is logged and counted once, and its
+    /// uplink left out.
+    pub(super) fn wanted(
+        &mut self,
+        hv: &mut HvClient,
+        bridge: &mut Bridge,
+        errors: &mut u64,
+    ) -> Vec<Wanted> {
+        let mut want = Vec::new();
+        let names = hv.store_directory(&self.uplinks_dir).unwrap_or_default();
+        for n in &names {
+            let value = hv
+                .store_read_str(&format!("{}/{n}", self.uplinks_dir))
+                .unwrap_or_default();
+            let spec = vlan::check_ifname(n).and_then(|_| vlan::parse_uplink(&value));
+            let attach = spec.and_then(|s| {
+                let q = s.queues.unwrap_or(vmq::DEFAULT_QUEUES);
+                Ok((uplink_attach(bridge, &s.bridge, s.vlan)?, s.group, q))
+            });
+            match attach {
+                Ok((attach, group, queues)) => want.push(Wanted {
+                    name: n.clone(),
+                    kind: PortKind::Uplink,
+                    attach,
+                    group,
+                    queues,
+                }),
+                Err(e) => self.refuse(n, &value, &e, errors),
+            }
+        }
+        let untagged = Attach {
+            bridge: DEFAULT_BRIDGE,
+            mode: Mode::Access(0),
+        };
+        for n in hv.store_directory(&self.extras_dir).unwrap_or_default() {
+            if !want.iter().any(|w| w.name == n) {
+                want.push(Wanted {
+                    name: n,
+                    kind: PortKind::Extra,
+                    attach: untagged,
+                    group: None,
+                    queues: 0,
+                });
+            }
+        }
+        self.wanted_vms(hv, bridge, errors, &mut want);
+        if let Ok(n) = hv.store_read_str(&self.endpoint_key) {
+            match vlan::check_ifname(&n) {
+                Ok(_) if !want.iter().any(|w| w.name == n) => want.push(Wanted {
+                    name: n,
+                    kind: PortKind::Endpoint,
+                    attach: untagged,
+                    group: None,
+                    queues: 0,
+                }),
+                Ok(_) => self.refuse(&n, "endpoint", "the name is another port's too", errors),
+                Err(e) => self.refuse(&n, "endpoint", &e, errors),
+            }
+        }
+        want
+    }
+
+    /// The VM vifs of `vhost/`, each an access port of its bridge; a bad
+    /// value is logged and counted once, and its vif left out.
+    pub(super) fn wanted_vms(
+        &mut self,
+        hv: &mut HvClient,
+        bridge: &mut Bridge,
+        errors: &mut u64,
+        want: &mut Vec<Wanted>,
+    ) {
+        for n in hv.store_directory(&self.vhost_dir).unwrap_or_default() {
+            let value = hv
+                .store_read_str(&format!("{}/{n}", self.vhost_dir))
+                .unwrap_or_default();
+            let spec = vlan::check_ifname(&n).and_then(|_| vhost::parse_spec(&value));
+            let port = spec.and_then(|s| {
+                let a = uplink_attach(bridge, &s.bridge, s.vlan)?;
+                let attach = Attach {
+                    mode: Mode::Access(s.vlan.unwrap_or(0)),
+                    ..a
+                };
+                Ok((attach, s.mac, s.guest))
+            });
+            match port {
+                Ok((attach, mac, guest)) if !want.iter().any(|w| w.name == n) => {
+                    want.push(Wanted {
+                        name: n,
+                        kind: PortKind::Vhost { mac, guest },
+                        attach,
+                        group: None,
+                        queues: 0,
+                    })
+                }
+                Ok(_) => self.refuse(&n, &value, "the name is an uplink's too", errors),
+                Err(e) => self.refuse(&n, &value, &e, errors),
+            }
+        }
+    }
+
+    /// Logs and counts a refused store value once.
+    pub(super) fn refuse(&mut self, name: &str, value: &str, why: &str, errors: &mut u64) {
+        let key = format!("{name}={value}");
+        if !self.refused.contains(&key) {
+            eprintln!("driver: port {name} = {value:?} refused: {why}");
+            *errors += 1;
+            self.refused.push(key);
+        }
+    }
+
+    /// Follows the store: new ports are added (opened at once if their
+    /// interface exists), removed or changed ones closed and their MACs
+    /// forgotten.
+    pub(super) fn sync(
+        &mut self,
+        hv: &mut HvClient,
+        bridge: &mut Bridge,
+        events: &Events,
+        errors: &mut u64,
+    ) {
+        let want = self.wanted(hv, bridge, errors);
+        for (j, e) in self.list.iter_mut().enumerate() {
+            let kept = want.iter().any(|w| {
+                w.name == e.name
+                    && w.kind == e.kind
+                    && w.attach == e.attach
+                    && w.group == e.group
+                    && w.queues == e.queues
+            });
+            if !kept && !e.name.is_empty() {
+                eprintln!("driver: port {} removed", e.name);
+                if let Some(p) = e.port.take() {
+                    let _ = events.epoll.remove(p.fd());
+                }
+                bridge.forget_port(PORT_BASE + j);
+                e.name.clear();
+            }
+        }
+        for w in want {
+            if self.list.iter().any(|e| e.name == w.name) {
+                continue;
+            }
+            let e = PortSlot {
+                name: w.name,
+                kind: w.kind,
+                attach: w.attach,
+                port: None,
+                retry_at: Instant::now(),
+                group: w.group,
+                group_dropped: 0,
+                queues: w.queues,
+            };
+            match self.list.iter().position(|e| e.name.is_empty()) {
+                Some(i) => self.list[i] = e,
+                None => self.list.push(e),
+            }
+        }
+        self.reopen(hv, events);
+    }
+
+    /// Opens the ports that are due a try and registers them; whether one
+    /// opened.
+    pub(super) fn reopen(&mut self, hv: &mut HvClient, events: &Events) -> bool {
+        let now = Instant::now();
+        let mut opened = false;
+        for (j, e) in self.list.iter_mut().enumerate() {
+            if e.port.is_some() || e.name.is_empty() || now < e.retry_at {
+                continue;
+            }
+            let queues = if e.group.is_some() { 0 } else { e.queues };
+            let rx = (self.offload, self.rx_slot);
+            let opened_one =
+                open_port(hv, &e.name, e.kind, rx, queues, self.queue_admin).and_then(|p| {
+                    events.epoll.add(p.fd(), Source::Port(j).token())?;
+                    Ok(p)
+                });
+            match opened_one {
+                Ok(p) => {
+                    eprintln!(
+                        "driver: {:?} port {} bridged ({:?}; offloads {:?})",
+                        e.kind, e.name, e.attach, self.offload
+                    );
+                    e.port = Some(p);
+                    opened = true;
+                }
+                Err(x) => {
+                    e.retry_at = now + PORT_RETRY;
+                    // An interface that is not there yet is waited for in
+                    // silence; the endpoint TAP hv made always is, so say
+                    // once why it cannot be attached.
+                    let key = format!("{}=endpoint", e.name);
+                    if e.kind == PortKind::Endpoint && !self.refused.contains(&key) {
+                        eprintln!("driver: endpoint {} not attached: {x}", e.name);
+                        self.refused.push(key);
+                    }
+                }
+            }
+        }
+        opened
+    }
+
+    /// Whether a named port is closed (it is then tried again soon).
+    pub(super) fn any_closed(&self) -> bool {
+        self.list
+            .iter()
+            .any(|e| e.port.is_none() && !e.name.is_empty())
+    }
+
+    /// The open port behind bridge port `id`.
+    pub(super) fn get(&mut self, id: PortId) -> Option<&mut Box<dyn Port>> {
+        self.list.get_mut(id.checked_sub(PORT_BASE)?)?.port.as_mut()
+    }
+
+    /// The attachment of the open port behind bridge port `id`.
+    pub(super) fn attach_of(&self, id: PortId) -> Option<Attach> {
+        let e = self.list.get(id.checked_sub(PORT_BASE)?)?;
+        e.port.as_ref().map(|_| e.attach)
+    }
+
+    /// Bridge ports of the open ports in segment `seg` (a macvlan group's
+    /// members are not: frames leave a group through its primary).
+    pub(super) fn members(&self, seg: Segment) -> impl Iterator<Item = PortId> + '_ {
+        self.list
+            .iter()
+            .enumerate()
+            .filter(move |(_, e)| e.port.is_some() && e.group.is_none() && e.attach.member(seg))
+            .map(|(j, _)| PORT_BASE + j)
+    }
+
+    /// The bridge port and attachment frames read from slot `j` enter as,
+    /// and whether it is a group member: its own, or its group's primary
+    /// (an uplink, itself no member, open); None for a member whose
+    /// primary is not.
+    pub(super) fn ingress_of(&self, j: usize) -> Option<(PortId, Attach, bool)> {
+        let e = self.list.get(j)?;
+        let Some(g) = &e.group else {
+            return Some((PORT_BASE + j, e.attach, false));
+        };
+        let k = self.list.iter().position(|p| {
+            p.name == *g && p.kind == PortKind::Uplink && p.group.is_none() && p.port.is_some()
+        })?;
+        Some((PORT_BASE + k, self.list[k].attach, true))
+    }
+}
+
+/// The capabilities hv declared for this driver domain's interface ports
+/// (`port-offload`, from the topology's `port_offload`; all when absent).
+/// A value hv would not write is refused in favour of none, with a word.
+pub(super) fn port_caps(hv: &mut HvClient, home: &str) -> Offloads {
+    let Ok(v) = hv.store_read_str(&format!("{home}/port-offload")) else {
+        return Offloads::ALL;
+    };
+    match abi::offloads::Caps::parse(&v) {
+        Ok(c) => Offloads::from(c),
+        Err(e) => {
+            eprintln!("driver: port-offload: {e}; the software offload driver does it all");
+            Offloads::NONE
+        }
+    }
+}
+
+/// The uplinks' receive slot size hv asks for in `<home>/port-buffer`
+/// (`driver_domain::port::PacketPort::with_rx_slots`); a bad value is logged,
+/// counted and ignored.
+pub(super) fn rx_slot(hv: &mut HvClient, home: &str, errors: &mut u64) -> Option<usize> {
+    let v = hv.store_read_str(&format!("{home}/port-buffer")).ok()?;
+    match PacketPort::parse_rx_slots(&v) {
+        Ok(slot) => {
+            eprintln!("driver: ports receive into {slot}-byte slots ({v})");
+            Some(slot)
+        }
+        Err(e) => {
+            eprintln!("driver: {e}; ports keep whole-GSO slots");
+            *errors += 1;
+            None
+        }
+    }
+}
+
+/// Opens the port of slot kind `kind`: an interface's AF_PACKET socket,
+/// or a VM vif's backend on the listener hv keeps for it.
+pub(super) fn open_port(
+    hv: &mut HvClient,
+    name: &str,
+    kind: PortKind,
+    (offload, rx_slot): (Offloads, Option<usize>),
+    queues: u16,
+    queue_admin: bool,
+) -> std::io::Result<Box<dyn Port>> {
+    let uplink = || {
+        let p = PacketPort::open(name, offload)?;
+        std::io::Result::Ok(match rx_slot {
+            Some(slot) => p.with_rx_slots(slot),
+            None => p,
+        })
+    };
+    Ok(match kind {
+        PortKind::Uplink if queues > 0 && !queue_admin => Box::new(
+            uplink()?.without_queues(
+                "hv withholds CAP_NET_ADMIN, which queues need, from a driver domain holding a host NIC (a host or macvlan uplink)",
+            ),
+        ),
+        PortKind::Uplink => Box::new(uplink()?.with_queues(queues)),
+        PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
+        PortKind::Endpoint => Box::new(crate::port::tap::TapPort::open(name, offload)?),
+        PortKind::Vhost { mac, guest } => Box::new(VhostPort::open(
+            name,
+            mac,
+            guest,
+            vhost_listener(hv, name)?,
+        )?),
+    })
+}
+
+/// The listening socket of VM vif `name`, a duplicate of the one hv keeps
+/// for the vif's lifetime (so a restarted driver domain listens on the
+/// same socket, and QEMU's `reconnect=1` finds it).
+pub(super) fn vhost_listener(hv: &mut HvClient, name: &str) -> std::io::Result<OwnedFd> {
+    hv.vhost_listener(name)
+        .map_err(|e| std::io::Error::other(format!("vhost listener {name}: {e}")))
+}
+
+/// An uplink's attachment: bridge `name`, and access VLAN `vlan` or a trunk.
+pub(super) fn uplink_attach(
+    bridge: &mut Bridge,
+    name: &str,
+    vlan: Option<u16>,
+) -> Result<Attach, String> {
+    let bridge = bridge
+        .bridge_id(name)
+        .ok_or_else(|| format!("more than {} bridges", crate::switch::bridge::MAX_BRIDGES))?;
+    Ok(Attach {
+        bridge,
+        mode: vlan.map_or(Mode::Trunk, Mode::Access),
+    })
+}

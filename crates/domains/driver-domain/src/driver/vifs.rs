@@ -1,0 +1,288 @@
+//! A vif's lifecycle in the driver domain: probing a backend directory the
+//! toolstack wrote, waiting for its frontend, connecting, and retiring it
+//! when its frontend closes or the toolstack takes it away.
+
+use super::events::{BACKENDS, CAPTURES, PENDING, PORTS};
+use super::ports::uplink_attach;
+use super::queues::PDEV;
+use super::state::{Driver, DriverError, CONNECT_TIMEOUT};
+use super::vif::{Vif, VifQueue};
+use crate::netback::{self, Netback, NetbackError, Pending};
+use crate::switch::bridge::Bridge;
+use crate::switch::vlan::{self, Attach, Mode};
+use hypercall::{DomId, HvClient};
+use std::time::Duration;
+
+/// A vif's attachment, from its backend nodes `bridge` (absent: the
+/// default bridge) and `splitnet-vlan` (absent: no VLAN).
+pub(super) fn vif_attach(
+    hv: &mut HvClient,
+    be: &str,
+    bridge: &mut Bridge,
+) -> Result<Attach, String> {
+    use abi::xenbus::keys;
+    let name = hv
+        .store_read_str(&format!("{be}/{}", keys::BRIDGE))
+        .unwrap_or_else(|_| abi::xenbus::DEFAULT_BRIDGE.to_string());
+    let vlan = match hv.store_read_str(&format!("{be}/{}", keys::VLAN)) {
+        Ok(v) => Some(vlan::parse_vid(&v)?),
+        Err(_) => None,
+    };
+    let a = uplink_attach(bridge, vlan::check_ifname(&name)?, vlan)?;
+    Ok(Attach {
+        mode: Mode::Access(vlan.unwrap_or(0)),
+        ..a
+    })
+}
+
+/// Brings the vifs in line with the backend directories the toolstack
+/// wrote: a vif whose directory went away or was set offline
+/// (`network-detach`) is disconnected and its slot freed; a new directory,
+/// complete once the toolstack wrote its `state` (last), is probed.
+pub(super) fn rescan(
+    hv: &mut HvClient,
+    base: &str,
+    pending: &mut Vec<Pending>,
+    vifs: &mut [Vif],
+) -> Result<(), DriverError> {
+    let online = |hv: &mut HvClient, be: &str| {
+        hv.store_read_str(&format!("{be}/online"))
+            .map_or(true, |v| v != "0")
+    };
+    let wanted = |hv: &mut HvClient, be: &str| hv.read_state(be).is_ok() && online(hv, be);
+    for (i, v) in vifs.iter_mut().enumerate().filter(|(_, v)| !v.gone) {
+        if !wanted(hv, &v.nb.be) {
+            v.nb.disconnect(hv, "the toolstack removed the vif");
+            let _ = hv.unwatch(&format!("{}/state", v.nb.fe), &format!("fe:{i}"));
+            let _ = hv.unwatch(&multicast_node(&v.nb.fe), &format!("fe:{i}"));
+            v.gone = true;
+        }
+    }
+    let mut i = 0;
+    while i < pending.len() {
+        if wanted(hv, &pending[i].be) {
+            i += 1;
+        } else {
+            let p = pending.swap_remove(i);
+            let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
+        }
+    }
+    for g in hv.store_directory(base).unwrap_or_default() {
+        let Ok(guest) = g.parse::<DomId>() else {
+            continue;
+        };
+        for dev in hv
+            .store_directory(&format!("{base}/{g}"))
+            .unwrap_or_default()
+        {
+            let be = format!("{base}/{g}/{dev}");
+            let known =
+                pending.iter().any(|p| p.be == be) || vifs.iter().any(|v| !v.gone && v.nb.be == be);
+            if known {
+                continue;
+            }
+            let fresh = matches!(
+                hv.read_state(&be),
+                Ok(abi::xenbus::XenbusState::Initialising)
+            );
+            if fresh && online(hv, &be) {
+                pend(hv, guest, &be, pending)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Driver {
+    /// Connects every pending vif whose frontend has published its rings;
+    /// the others stay pending, watched. A vif whose bridge or VLAN node is
+    /// bad is given up (logged, counted, its backend Closed with the reason).
+    pub(super) fn connect_ready(&mut self, hv: &mut HvClient) -> Result<(), DriverError> {
+        let mut retry = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let ready = matches!(
+                hv.read_state(&self.pending[i].fe),
+                Ok(abi::xenbus::XenbusState::Connected)
+            );
+            if !ready {
+                i += 1;
+                continue;
+            }
+            let p = self.pending.swap_remove(i);
+            let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
+            let name = crate::vif_name(&p.be);
+            let (guest, be, index) = (p.guest, p.be.clone(), p.index);
+            let attach = match vif_attach(hv, &be, &mut self.bridge) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("driver: {name}: {e}; giving it up");
+                    self.stats.config_errors += 1;
+                    netback::give_up(hv, &be, &NetbackError::Protocol(e));
+                    continue;
+                }
+            };
+            match Netback::connect(hv, p, CONNECT_TIMEOUT) {
+                Ok(nb) => self.add_vif(hv, nb, attach, index)?,
+                Err(e) if e.is_quota() => {
+                    eprintln!("driver: {name}: could not connect: {e}; giving it up");
+                    netback::give_up(hv, &be, &e);
+                }
+                Err(e) => {
+                    // A frontend state left over from an earlier backend, or a
+                    // frontend that broke the handshake: wait for its next
+                    // state change.
+                    eprintln!("driver: {name}: could not connect: {e}");
+                    retry.push((guest, be));
+                }
+            }
+        }
+        for (guest, be) in retry {
+            pend(hv, guest, &be, &mut self.pending)?;
+        }
+        Ok(())
+    }
+
+    /// Puts a connected vif in a slot (a freed one, and its bridge port, is
+    /// reused) and registers its doorbells.
+    pub(super) fn add_vif(
+        &mut self,
+        hv: &mut HvClient,
+        nb: Netback,
+        attach: Attach,
+        index: u32,
+    ) -> Result<(), DriverError> {
+        let pdev = hv
+            .store_read_str(&format!("{}/{}", nb.be, PDEV))
+            .ok()
+            .filter(|p| !p.is_empty());
+        let vifs = &mut self.vifs;
+        let slot = vifs.iter().position(|v| v.gone).unwrap_or(vifs.len());
+        hv.watch(&format!("{}/state", nb.fe), &format!("fe:{slot}"))?;
+        hv.watch(&multicast_node(&nb.fe), &format!("fe:{slot}"))?;
+        eprintln!(
+            "driver: {} connected on {} {:?} (grants {}, rx {}, tx {}, offload {})",
+            crate::vif_name(&nb.be),
+            self.bridge.name(attach.bridge),
+            attach.mode,
+            if nb.modes.ngm { "ngm" } else { "hv-copy" },
+            if nb.modes.rx_flip { "flip" } else { "copy" },
+            nb.modes.tx_name(),
+            nb.modes.offload
+        );
+        let bells = self.events.watch_vif(slot, &nb);
+        let v = Vif {
+            nb,
+            stats_written: String::new(),
+            forgotten: false,
+            gone: false,
+            bells,
+            attach,
+            index,
+            queue: VifQueue {
+                pdev,
+                ..VifQueue::default()
+            },
+        };
+        if slot == vifs.len() {
+            vifs.push(v);
+        } else {
+            vifs[slot] = v;
+        }
+        self.attach_queue(slot);
+        Ok(())
+    }
+}
+
+/// Probes the vif of backend directory `be` (InitWait) and waits for its
+/// frontend, watched; a directory that does not probe is logged and left.
+pub(super) fn pend(
+    hv: &mut HvClient,
+    guest: DomId,
+    be: &str,
+    pending: &mut Vec<Pending>,
+) -> Result<(), DriverError> {
+    match netback::probe(hv, guest, be) {
+        Ok(p) => {
+            hv.watch(&format!("{}/state", p.fe), PENDING)?;
+            pending.push(p);
+        }
+        Err(e) => {
+            eprintln!("driver: {}: {e}", crate::vif_name(be));
+            if e.gives_up() {
+                netback::give_up(hv, be, &e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The frontend node Xen's dynamic multicast control re-reads.
+pub(super) fn multicast_node(fe: &str) -> String {
+    format!("{fe}/{}", abi::xenbus::keys::REQUEST_MULTICAST_CONTROL)
+}
+
+/// What the watches that fired call for.
+#[derive(Default)]
+pub(super) struct Fired {
+    /// A pending frontend's state changed.
+    pub(super) pending: bool,
+    /// The toolstack changed the backend directories.
+    pub(super) rescan: bool,
+    /// A capture channel was opened or ended.
+    pub(super) captures: bool,
+    /// The extra ports changed.
+    pub(super) ports: bool,
+    /// A connected vif's frontend went away.
+    pub(super) vifs_changed: bool,
+}
+
+/// A frontend whose state went to Closing or Closed loses its backend.
+pub(super) fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fired, DriverError> {
+    let mut fired = Fired::default();
+    while let Some(ev) = hv.next_watch(Duration::ZERO)? {
+        if ev.token == PENDING {
+            fired.pending = true;
+            continue;
+        }
+        if ev.token == CAPTURES {
+            fired.captures = true;
+            continue;
+        }
+        if ev.token == PORTS {
+            fired.ports = true;
+            continue;
+        }
+        if ev.token == BACKENDS {
+            // Our own counters are written there twice a second.
+            fired.rescan |= !ev.path.ends_with("/stats");
+            continue;
+        }
+        let Some(i) = ev
+            .token
+            .strip_prefix("fe:")
+            .and_then(|i| i.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let Some(v) = vifs.get_mut(i).filter(|v| !v.gone) else {
+            continue;
+        };
+        if ev.path == multicast_node(&v.nb.fe) {
+            v.nb.resample_multicast(hv);
+            continue;
+        }
+        let gone = match hv.read_state(&v.nb.fe) {
+            Ok(s) => matches!(
+                s,
+                abi::xenbus::XenbusState::Closing | abi::xenbus::XenbusState::Closed
+            ),
+            Err(_) => true,
+        };
+        if gone && v.nb.is_connected() {
+            v.nb.disconnect(hv, "the frontend went away");
+            fired.vifs_changed = true;
+        }
+    }
+    Ok(fired)
+}

@@ -1,0 +1,113 @@
+//! A domain's batch doorbell thread: grant copies, holds and releases
+//! submitted on the shared batch page (see [`crate::batch`]), one batch at
+//! a time under hv's lock.
+
+use super::state::State;
+use super::Hypervisor;
+use crate::batch;
+use crate::error::{ErrorKind, HvError};
+use crate::grant;
+use crate::hold::BatchKind;
+use crate::memory::{DomainMemory, BATCH_PAGES};
+use crate::proto::DomId;
+use crate::trace::{self, HvEvent, HvTrace};
+use abi::SharedMemory;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use sys::{poll_readable, Doorbell};
+
+impl Hypervisor {
+    /// Serves domain `domid`'s batch page until `stop` rings or the
+    /// domain is gone: each `kick` runs the submitted batch and rings `done`.
+    pub(super) fn run_batches(
+        self: Arc<Self>,
+        domid: DomId,
+        mem: Arc<DomainMemory>,
+        tr: Arc<HvTrace>,
+        kick: Doorbell,
+        done: Doorbell,
+        stop: Doorbell,
+    ) {
+        loop {
+            match poll_readable(&[kick.as_fd(), stop.as_fd()], None) {
+                Ok(r) if r[1] => return,
+                Ok(_) => {}
+                Err(_) => return,
+            }
+            let t0 = trace::now();
+            let _ = kick.drain();
+            let page = &mem.batch_map;
+            if page.load_u32(batch::SEQ_OFF) == page.load_u32(batch::DONE_OFF) {
+                continue; // spurious doorbell
+            }
+            let mut ops = 0;
+            match batch::read_batch(page, BATCH_PAGES) {
+                Err((seq, _msg)) => {
+                    // Counted, not logged: a guest could otherwise flood the log.
+                    self.count_error(domid, ErrorKind::Invalid);
+                    batch::complete(page, seq, -libc::EINVAL, &[]);
+                }
+                Ok(mut sub) => {
+                    let (statuses, errors) = {
+                        let mut st = self.lock();
+                        let st = &mut *st;
+                        if !st.doms.0.contains_key(&domid) {
+                            return; // destroyed meanwhile: run nothing on its behalf
+                        }
+                        let n = (sub.ops.len() / abi::grant::GrantCopy::SIZE) as u64;
+                        ops = n;
+                        let t1 = trace::now();
+                        let (r, what) = run_batch(st, domid, sub.kind, &mut sub.ops);
+                        tr.record(HvEvent::GrantCopy, t1, n);
+                        st.counters.op("batch");
+                        st.counters.ops_n(what, n);
+                        if let Some(d) = st.doms.0.get_mut(&domid) {
+                            d.counters.op("batch");
+                            d.counters.ops_n(what, n);
+                        }
+                        r
+                    };
+                    for e in &errors {
+                        self.count_error(domid, e.kind);
+                    }
+                    if sub.kind == BatchKind::Hold {
+                        batch::publish_held_frames(page, &sub.ops);
+                    }
+                    batch::complete(page, sub.seq, 0, &statuses);
+                }
+            }
+            let _ = done.ring();
+            tr.record(HvEvent::Batch, t0, ops);
+        }
+    }
+}
+
+/// Runs one batch of `domid`'s ops by its kind; returns the statuses, the
+/// failed ops' errors and the counter the ops count under.
+fn run_batch(
+    st: &mut State,
+    domid: DomId,
+    kind: BatchKind,
+    ops: &mut [u8],
+) -> ((Vec<i16>, Vec<HvError>), &'static str) {
+    if kind == BatchKind::Copy {
+        return (
+            grant::copy_batch(&mut st.pins, &st.doms, domid, ops),
+            "grant_copy",
+        );
+    }
+    let Some(d) = st.doms.0.get_mut(&domid) else {
+        return ((Vec::new(), Vec::new()), "grant_hold");
+    };
+    let mut holds = std::mem::take(&mut d.holds);
+    let r = holds.run_batch(kind, &mut st.pins, &st.doms, domid, ops);
+    if let Some(d) = st.doms.0.get_mut(&domid) {
+        d.holds = holds;
+    }
+    let what = if kind == BatchKind::Hold {
+        "grant_hold"
+    } else {
+        "grant_release"
+    };
+    (r, what)
+}

@@ -1,0 +1,123 @@
+//! hv's part in the guest NICs that are not split drivers: an HVM guest's
+//! I/O path to its device model ([`crate::hvm`]) and vhost-user vifs'
+//! listening sockets ([`crate::vhost`]), each kept in its own registry.
+
+use super::Hypervisor;
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::hvm::{HvmConfig, HvmGuest};
+use crate::proto::{DomId, Request};
+use crate::vhost::VhostSpec;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+impl Hypervisor {
+    /// Makes domain `domid` an HVM guest: creates its I/O path. Its process
+    /// takes [`HvmGuest::vcpu_fds`], its device model [`HvmGuest::dm_fds`].
+    pub fn hvm_attach(self: &Arc<Self>, domid: DomId, cfg: HvmConfig) -> HvResult<Arc<HvmGuest>> {
+        let Some(name) = self.domain_name(domid) else {
+            return err(
+                ErrorKind::BadDomain,
+                format!("domain {domid} does not exist"),
+            );
+        };
+        if self.hvm.contains(domid) {
+            return err(
+                ErrorKind::Invalid,
+                format!("domain {domid} is already an HVM guest"),
+            );
+        }
+        // A panic in the relay destroys this guest only.
+        let spawn = |name, body| self.spawn_guarded(name, Some(domid), body);
+        let g = Arc::new(HvmGuest::create(&name, cfg, spawn)?);
+        self.hvm.insert(domid, g.clone());
+        // Destroyed meanwhile: do not keep its path.
+        if self.domain_name(domid).is_none() {
+            self.hvm.detach(domid);
+            return err(
+                ErrorKind::BadDomain,
+                format!("domain {domid} was destroyed"),
+            );
+        }
+        Ok(g)
+    }
+
+    /// Serves `HvmVcpu` (the guest itself) and `HvmDeviceModel` (only the
+    /// domain named as the guest's device model): the descriptors to send.
+    pub(super) fn hvm_fds(&self, caller: DomId, req: &Request) -> HvResult<Vec<OwnedFd>> {
+        let not_hvm = |d: DomId| {
+            HvError::new(
+                ErrorKind::Invalid,
+                format!("domain {d} is not an HVM guest"),
+            )
+        };
+        match *req {
+            Request::HvmVcpu => {
+                let g = self.hvm_guest(caller).ok_or_else(|| not_hvm(caller))?;
+                let f = g.vcpu_fds()?;
+                Ok(vec![f.page, f.kick, f.done, f.irq])
+            }
+            Request::HvmDeviceModel { guest } => {
+                let g = self.hvm_guest(guest).ok_or_else(|| not_hvm(guest))?;
+                if g.config().device_model != Some(caller) {
+                    return err(
+                        ErrorKind::PermissionDenied,
+                        format!("domain {caller} is not the device model of domain {guest}"),
+                    );
+                }
+                let f = g.dm_fds()?;
+                let pool = self.pool_fd_for_device_model(guest)?;
+                Ok(vec![f.page, f.kick, f.done, pool])
+            }
+            _ => err(ErrorKind::Invalid, "not an HVM request"),
+        }
+    }
+
+    /// Domain `domid`'s I/O path, if it is an HVM guest.
+    pub fn hvm_guest(&self, domid: DomId) -> Option<Arc<HvmGuest>> {
+        self.hvm.get(domid)
+    }
+
+    /// Declares vhost-user vif `spec`: hv listens on its socket from now
+    /// until [`Hypervisor::vhost_remove`]. A path in use or that is not a
+    /// socket is refused; a stale socket file is replaced.
+    pub fn vhost_add(&self, spec: VhostSpec) -> HvResult<()> {
+        self.vhost.add(spec)
+    }
+
+    /// Forgets vhost-user vif `name`: its listener closes and its socket
+    /// file goes. Returns whether it existed.
+    pub fn vhost_remove(&self, name: &str) -> bool {
+        self.vhost.remove(name)
+    }
+
+    /// Every vhost-user vif hv listens for.
+    pub fn vhost_vifs(&self) -> Vec<VhostSpec> {
+        self.vhost.specs()
+    }
+
+    /// `VhostListener`: a duplicate of vif `name`'s listener, for the
+    /// driver domain that backs it and no one else.
+    pub(super) fn vhost_listener(&self, caller: DomId, name: &str) -> HvResult<OwnedFd> {
+        let me = self.caller_name(caller)?;
+        self.vhost.listener(caller, &me, name)
+    }
+
+    /// `VhostConnect`: a new connection to the caller's own vif (a `nic =
+    /// "virtio"` guest's), handed over blocking. hv never waits for it: a
+    /// full backlog (a driver domain that accepts nothing) is an error the
+    /// guest may retry.
+    pub(super) fn vhost_connect(&self, caller: DomId) -> HvResult<OwnedFd> {
+        let me = self.caller_name(caller)?;
+        self.vhost.connect(caller, &me)
+    }
+
+    /// The caller's name, which the vhost-user registry knows it by.
+    fn caller_name(&self, caller: DomId) -> HvResult<String> {
+        self.domain_name(caller).ok_or_else(|| {
+            HvError::new(
+                ErrorKind::NotPrivileged,
+                format!("domain {caller} may not use vhost-user sockets"),
+            )
+        })
+    }
+}

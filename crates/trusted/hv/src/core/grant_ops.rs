@@ -1,0 +1,262 @@
+//! Grant hypercalls: copy, map, unmap and transfer (the grant tables of
+//! Xen), a driver domain's read-only window on a guest's pool, and the new
+//! grant mechanism's tables (Ram thesis ch. 4). Each grant operation is
+//! traced for the caller.
+
+use super::domain::MapRecord;
+use super::reply::{ok, Outcome};
+use super::state::{domain, State};
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::grant;
+use crate::ngm::{NgmTable, NGM_ENTRIES};
+use crate::proto::{DomId, Reply};
+use crate::trace::{self, HvEvent};
+
+/// Most grant copies one control-socket call may carry (the batch page holds
+/// fewer), so no single call holds hv's lock for long.
+pub const MAX_COPY_OPS: usize = 512;
+
+/// `GrantCopy`: checks the batch's shape, runs the copies and counts them
+/// and their errors, globally and for the caller.
+pub(super) fn grant_copy(st: &mut State, caller: DomId, mut ops: Vec<u8>) -> HvResult<Outcome> {
+    if !ops.len().is_multiple_of(abi::grant::GrantCopy::SIZE) {
+        return err(
+            ErrorKind::Invalid,
+            "grant copy ops must be whole 40-byte records",
+        );
+    }
+    if ops.len() / abi::grant::GrantCopy::SIZE > MAX_COPY_OPS {
+        return err(
+            ErrorKind::Invalid,
+            format!("at most {MAX_COPY_OPS} grant copies per call"),
+        );
+    }
+    let n = (ops.len() / abi::grant::GrantCopy::SIZE) as u64;
+    let t0 = trace::now();
+    let (statuses, errors) = grant::copy_batch(&mut st.pins, &st.doms, caller, &mut ops);
+    record(st, caller, HvEvent::GrantCopy, t0, n);
+    st.counters.ops_n("grant_copy", n);
+    for e in &errors {
+        st.counters.error(e.kind);
+    }
+    let d = domain(st, caller)?;
+    d.counters.ops_n("grant_copy", n);
+    for e in &errors {
+        d.counters.error(e.kind);
+    }
+    Ok(ok(Reply::Statuses(statuses)))
+}
+
+/// `GrantMap`: pins `granter`'s granted frame for the caller, records the
+/// mapping under a fresh handle, and sends the pool descriptor the first
+/// time the caller maps from that granter with that access.
+pub(super) fn grant_map(
+    st: &mut State,
+    caller: DomId,
+    granter: DomId,
+    gref: u32,
+    writable: bool,
+) -> HvResult<Outcome> {
+    if granter == caller {
+        return err(ErrorKind::BadDomain, "a domain cannot map its own grant");
+    }
+    let (already, need_fd) = {
+        let d = domain(st, caller)?;
+        (
+            d.mapped.contains(&(granter, gref)),
+            !d.fds_given.contains(&(granter, writable)),
+        )
+    };
+    if already {
+        return err(
+            ErrorKind::DoubleMap,
+            format!("grant {gref} of domain {granter} is already mapped"),
+        );
+    }
+    let gm = domain(st, granter)?.mem.clone();
+    let t0 = trace::now();
+    let frame = grant::acquire(&mut st.pins, &gm, granter, caller, gref, writable);
+    record(st, caller, HvEvent::GrantMap, t0, 1);
+    let frame = frame?;
+    let fds = if need_fd {
+        vec![gm.pool_fd_for_peer(writable)?]
+    } else {
+        Vec::new()
+    };
+    let d = domain(st, caller)?;
+    let mut handle = d.next_handle;
+    while handle == 0 || d.maps.contains_key(&handle) {
+        handle = handle.wrapping_add(1);
+    }
+    d.next_handle = handle.wrapping_add(1);
+    d.maps.insert(
+        handle,
+        MapRecord {
+            granter,
+            gref,
+            writable,
+        },
+    );
+    d.mapped.insert((granter, gref));
+    if need_fd {
+        d.fds_given.insert((granter, writable));
+    }
+    let fd_attached = need_fd;
+    Ok((
+        Ok(Reply::Mapped {
+            handle,
+            frame: frame.raw(),
+            writable,
+            fd_attached,
+        }),
+        fds,
+    ))
+}
+
+/// `GrantUnmap`: forgets the caller's mapping `handle` and unpins its frame.
+pub(super) fn grant_unmap(st: &mut State, caller: DomId, handle: u32) -> HvResult<Outcome> {
+    let d = domain(st, caller)?;
+    let Some(m) = d.maps.remove(&handle) else {
+        return err(
+            ErrorKind::BadHandle,
+            format!("handle {handle} is not mapped by domain {caller}"),
+        );
+    };
+    d.mapped.remove(&(m.granter, m.gref));
+    let t0 = trace::now();
+    st.unpin(&m);
+    record(st, caller, HvEvent::GrantUnmap, t0, 1);
+    Ok(ok(Reply::Done))
+}
+
+/// `GrantTransfer`: gives the caller's `frame` to `dest` through its
+/// accept-transfer grant `gref`; replies with the frame it landed in.
+pub(super) fn grant_transfer(
+    st: &mut State,
+    caller: DomId,
+    frame: u32,
+    dest: DomId,
+    gref: u32,
+) -> HvResult<Outcome> {
+    let t0 = trace::now();
+    let landing = grant::transfer(&st.doms, caller, frame, dest, gref);
+    record(st, caller, HvEvent::GrantTransfer, t0, 1);
+    let landing = landing?;
+    Ok(ok(Reply::Value(landing.to_le_bytes().to_vec())))
+}
+
+/// `PoolWindow`: `granter`'s pool, read-only, for a domain that maps one
+/// of its grants (a backend that attached to its rings). Such a domain
+/// already holds that pool's descriptor from the map (hv hands a peer the
+/// pool alone, never private memory); the window only spares it a mapping
+/// per page, and the kernel refuses any store through it.
+pub(super) fn pool_window(st: &mut State, caller: DomId, granter: DomId) -> HvResult<Outcome> {
+    let maps_one = domain(st, caller)?
+        .mapped
+        .iter()
+        .any(|&(g, _)| g == granter);
+    if granter == caller || !maps_one {
+        return err(
+            ErrorKind::PermissionDenied,
+            format!("domain {caller} maps no grant of domain {granter}; no window on its pool"),
+        );
+    }
+    let mem = domain(st, granter)?.mem.clone();
+    Ok((
+        Ok(Reply::PoolWindow {
+            pool_frames: mem.spec.pool_frames,
+        }),
+        vec![mem.pool_fd_for_peer(false)?],
+    ))
+}
+
+/// `NgmSetup`: the caller's NGM grant table for `backend`, created on first
+/// use under a fresh handle.
+pub(super) fn ngm_setup(st: &mut State, caller: DomId, backend: DomId) -> HvResult<Outcome> {
+    if backend == caller || !st.doms.0.contains_key(&backend) {
+        return err(
+            ErrorKind::BadDomain,
+            format!("domain {backend} is not another existing domain"),
+        );
+    }
+    let next = st.next_ngm;
+    let t = match st.ngm.entry((caller, backend)) {
+        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            e.insert(NgmTable::new(next, caller, backend)?)
+        }
+    };
+    let handle = t.handle;
+    if handle == next {
+        st.next_ngm = next.wrapping_add(1).max(1);
+    }
+    Ok(ok(Reply::NgmTable {
+        handle,
+        entries: NGM_ENTRIES,
+    }))
+}
+
+/// `NgmGrant`: grants the caller's own `frame` to `backend` under `gref`
+/// in their table, validated once against the caller's pool.
+pub(super) fn ngm_grant(
+    st: &mut State,
+    caller: DomId,
+    backend: DomId,
+    gref: u32,
+    frame: u32,
+    writable: bool,
+) -> HvResult<Outcome> {
+    let frames = domain(st, caller)?.mem.spec.pool_frames;
+    ngm_table(st, caller, backend)?.grant(gref, frame, writable, frames)?;
+    Ok(ok(Reply::Done))
+}
+
+/// `NgmRevoke`: revokes `gref` from the caller's table for `backend`.
+pub(super) fn ngm_revoke(
+    st: &mut State,
+    caller: DomId,
+    backend: DomId,
+    gref: u32,
+) -> HvResult<Outcome> {
+    ngm_table(st, caller, backend)?.revoke(gref)?;
+    Ok(ok(Reply::Done))
+}
+
+/// `NgmAttach`: a backend attaches to the table `guest` set up for it and
+/// gets the table's descriptors and the guest's pool.
+pub(super) fn ngm_attach(st: &mut State, caller: DomId, guest: DomId) -> HvResult<Outcome> {
+    let pool = domain(st, guest)?.mem.clone();
+    let t = st.ngm.get(&(guest, caller)).ok_or_else(|| {
+        HvError::new(
+            ErrorKind::PermissionDenied,
+            format!("domain {guest} set up no grant table for domain {caller}"),
+        )
+    })?;
+    let [trans, status] = t.backend_fds()?;
+    let fds = vec![trans, status, pool.pool_fd_for_peer(true)?];
+    Ok((
+        Ok(Reply::NgmAttached {
+            handle: t.handle,
+            entries: NGM_ENTRIES,
+            pool_frames: pool.spec.pool_frames,
+        }),
+        fds,
+    ))
+}
+
+/// The caller's table for `backend`.
+fn ngm_table(st: &mut State, guest: DomId, backend: DomId) -> HvResult<&mut NgmTable> {
+    st.ngm.get_mut(&(guest, backend)).ok_or_else(|| {
+        HvError::new(
+            ErrorKind::BadDomain,
+            format!("domain {guest} has no grant table for domain {backend}; set one up first"),
+        )
+    })
+}
+
+/// Records a grant operation `caller` asked for (its trace lives with it).
+fn record(st: &State, caller: DomId, ev: HvEvent, t0: u64, items: u64) {
+    if let Some(d) = st.doms.0.get(&caller) {
+        d.trace.record(ev, t0, items);
+    }
+}

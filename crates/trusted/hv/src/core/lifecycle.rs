@@ -1,0 +1,233 @@
+//! Domains coming and going: creation (memory, doorbells, store home, the
+//! two serving threads), destruction (everything the domain held is
+//! revoked, then its teardown runs), shutdown, and hv's guarded threads.
+
+use super::domain::{Domain, DomainEnds, DomainSpec};
+use super::evtchn_ops::drop_end;
+use super::reply::{os, store_err};
+use super::state::{deliver, State};
+use super::{catch_panic, Hypervisor};
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::memory::DomainMemory;
+use crate::proto::{DomId, DOMID_TOOLSTACK};
+use crate::trace::HvTrace;
+use std::sync::Arc;
+use sys::{Doorbell, SeqPacket};
+
+/// Highest domain id hv hands out (Xen reserves ids from DOMID_FIRST_RESERVED 0x7FF0).
+const MAX_DOMID: DomId = 0x7fef;
+
+impl Hypervisor {
+    /// Creates a domain and returns its id and its end of the control socket.
+    /// The domain (a process, or a thread in tests and benches) speaks
+    /// [`Request`]s on it, starting with `Hello`.
+    ///
+    /// [`Request`]: crate::proto::Request
+    pub fn create_domain(self: &Arc<Self>, spec: DomainSpec) -> HvResult<(DomId, SeqPacket)> {
+        let mem = Arc::new(DomainMemory::new(&spec.name, spec.memory)?);
+        if let Some(note) = &mem.backing_note {
+            self.log(format_args!("{note}"));
+        }
+        let (hv_end, dom_end) = os("control socket", SeqPacket::pair())?;
+        let bell = || os("doorbell", Doorbell::pair());
+        // (waiter, ringer) pairs: the domain rings `kick`, hv rings `done`.
+        let ((kick_wait, kick_ring), (done_wait, done_ring)) = (bell()?, bell()?);
+        let (stop_wait, stop_ring) = bell()?;
+        let trace = Arc::new(HvTrace::default());
+        let domid = {
+            let mut st = self.lock();
+            let domid = admit(&mut st, &spec)?;
+            let ends = DomainEnds {
+                kick: kick_ring,
+                done: done_wait,
+                stop: stop_ring,
+                control: os("socket", hv_end.try_clone())?,
+            };
+            let d = Domain::new(&spec, mem.clone(), ends, trace.clone());
+            st.doms.0.insert(domid, d);
+            st.counters.op("domains_created");
+            domid
+        };
+        let hv = self.clone();
+        self.spawn_guarded(format!("hv-ctl-{domid}"), Some(domid), move || {
+            hv.serve(domid, hv_end)
+        })?;
+        let hv = self.clone();
+        self.spawn_guarded(format!("hv-batch-{domid}"), Some(domid), move || {
+            hv.run_batches(domid, mem, trace, kick_wait, done_ring, stop_wait)
+        })?;
+        Ok((domid, dom_end))
+    }
+
+    /// Starts one of hv's threads, `name`, running `body`, so that no panic
+    /// takes hv down. Hostile input is refused with errors, so a panic is a
+    /// bug in hv; it is caught, logged with the thread's name, counted
+    /// (`thread_panics` in `status`), and `domain`, the one the thread
+    /// serves, is destroyed (its supervisor may restart it). hv and every
+    /// other domain carry on. A thread serving no one domain passes None.
+    /// hv's lock survives the panic (see `lock`).
+    pub fn spawn_guarded(
+        self: &Arc<Self>,
+        name: String,
+        domain: Option<DomId>,
+        body: impl FnOnce() + Send + 'static,
+    ) -> HvResult<std::thread::JoinHandle<()>> {
+        let hv = self.clone();
+        let thread = name.clone();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                if !catch_panic(&thread, body) {
+                    hv.thread_panicked(&thread, domain);
+                }
+            })
+            .map_err(|e| HvError::internal("thread", e))
+    }
+
+    fn thread_panicked(self: &Arc<Self>, thread: &str, domain: Option<DomId>) {
+        self.lock().counters.op("thread_panics");
+        let Some(d) = domain else { return };
+        eprintln!("hv: destroying domain {d}, whose thread {thread} panicked");
+        let reason = format!("hv bug: its thread {thread} panicked");
+        // From a thread of its own: a domain's teardown may join the thread
+        // that panicked (an HVM guest's relay).
+        let hv = self.clone();
+        let reap = move || {
+            hv.destroy_domain(d, &reason);
+        };
+        if self
+            .spawn_guarded(format!("hv-reap-{d}"), None, reap)
+            .is_err()
+        {
+            self.destroy_domain(d, "hv bug: a thread of it panicked");
+        }
+    }
+
+    /// Destroys a domain: revokes what it held, closes its channels, removes its
+    /// store subtree, frees its memory, then runs its teardown.
+    /// Returns false when it did not exist.
+    /// When another thread is destroying it, waits until its teardown is
+    /// done, so that the caller may reuse its name, cgroup and namespace.
+    pub fn destroy_domain(&self, domid: DomId, reason: &str) -> bool {
+        let teardown = {
+            let mut st = self.lock();
+            let Some(mut d) = st.doms.0.remove(&domid) else {
+                while st.tearing_down.contains(&domid) {
+                    st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
+                return false;
+            };
+            st.tearing_down.insert(domid);
+            revoke_all(&mut st, domid, &mut d);
+            st.counters.op("domains_destroyed");
+            let _ = d.stop.ring();
+            d.control.shutdown();
+            if let Some(w) = &d.watch_tx {
+                w.shutdown();
+            }
+            self.log(format_args!(
+                "domain {domid} ({}) destroyed: {reason}",
+                d.name
+            ));
+            d.teardown.take()
+        };
+        self.hvm.detach(domid);
+        if let Some(t) = teardown {
+            t();
+        }
+        self.lock().tearing_down.remove(&domid);
+        self.done.notify_all();
+        true
+    }
+
+    /// Destroys every domain (newest first) and marks hv as shutting down.
+    pub fn shutdown(&self) {
+        let ids: Vec<DomId> = {
+            let mut st = self.lock();
+            st.shutting_down = true;
+            st.doms.0.keys().rev().copied().collect()
+        };
+        for id in ids {
+            self.destroy_domain(id, "shutdown");
+        }
+        // No VM is served any more: its socket files go.
+        self.vhost.clear();
+        self.lock().stopped = true;
+        self.done.notify_all();
+    }
+
+    /// Blocks until [`Hypervisor::shutdown`] has destroyed every domain.
+    pub fn wait_shutdown(&self) {
+        let mut st = self.lock();
+        while !st.stopped {
+            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Checks that domain `spec` may be created (hv is not shutting down, the
+/// name is free, an id is left), takes its id and writes its store home
+/// (`name`, `kind`, `domid`).
+fn admit(st: &mut State, spec: &DomainSpec) -> HvResult<DomId> {
+    if st.shutting_down {
+        return err(ErrorKind::Invalid, "hv is shutting down");
+    }
+    if st.doms.0.values().any(|d| d.name == spec.name) {
+        return err(
+            ErrorKind::Invalid,
+            format!("a domain named {:?} already exists", spec.name),
+        );
+    }
+    if st.next_domid > MAX_DOMID {
+        return err(ErrorKind::Quota, "domain ids exhausted");
+    }
+    let domid = st.next_domid;
+    st.next_domid += 1;
+    let events = st.store.introduce_domain(domid).map_err(store_err)?;
+    let home = format!("/local/domain/{domid}");
+    for (k, v) in [("name", spec.name.as_str()), ("kind", spec.kind.as_str())] {
+        st.store
+            .write(DOMID_TOOLSTACK, &format!("{home}/{k}"), v.as_bytes())
+            .map_err(store_err)?;
+    }
+    st.store
+        .write(
+            DOMID_TOOLSTACK,
+            &format!("{home}/domid"),
+            domid.to_string().as_bytes(),
+        )
+        .map_err(store_err)?;
+    deliver(st, events);
+    Ok(domid)
+}
+
+/// Revokes everything destroyed domain `domid` held or offered: its
+/// mappings and held grants, others' pins and holds of its grants, its
+/// capture channels, NGM tables and event channels, and its store subtree
+/// and connection.
+fn revoke_all(st: &mut State, domid: DomId, d: &mut Domain) {
+    for (_, m) in d.maps.drain() {
+        st.unpin(&m);
+    }
+    d.holds.release_all(&mut st.pins, &st.doms);
+    for other in st.doms.0.values_mut() {
+        other.holds.forget_granter(domid);
+    }
+    st.pins.retain(|(granter, _), _| *granter != domid);
+    st.captures.retain(|_, (d, _)| *d != domid);
+    // Its grants under the new mechanism vanish from every driver
+    // domain's view; a dead driver domain's tables go too (a guest
+    // that reconnects to its successor sets up a new one).
+    st.ngm.retain(|&(guest, backend), t| {
+        if guest == domid {
+            t.invalidate_all();
+        }
+        guest != domid && backend != domid
+    });
+    for (_, chan) in std::mem::take(&mut d.ports) {
+        drop_end(st, chan, domid);
+    }
+    let events = st.store.release_domain(domid);
+    st.store.drop_connection(domid as u64);
+    deliver(st, events);
+}

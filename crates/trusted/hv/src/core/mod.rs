@@ -1,0 +1,214 @@
+//! The hypervisor proper: domain table, hypercall dispatch and cleanup.
+//!
+//! One mutex guards hv's state; every hypercall runs under it for a bounded
+//! time (the batch path holds it for one batch). Each domain is served by two
+//! threads: its control socket and its batch doorbell.
+//!
+//! - [`Hypervisor`] (here): the shared handle, its settings and lookups;
+//! - `domain`, `state`: what hv keeps per domain and under its lock;
+//! - `lifecycle`: creating and destroying domains, hv's guarded threads;
+//! - `serve`: a control connection's loop and [`Hypervisor::handle`], which
+//!   serves the toolstack's requests itself and passes the rest to
+//!   `dispatch`, which hands each family to `evtchn_ops`, `grant_ops` (grants
+//!   and NGM tables), `capture` or itself (hello, store);
+//! - `batches`: a domain's batch doorbell thread;
+//! - `devices`: the requests of HVM guests and vhost-user vifs;
+//! - `report`: `status` and `trace` snapshots;
+//! - `reply`: what a hypercall answers.
+
+mod batches;
+mod capture;
+mod devices;
+mod dispatch;
+mod domain;
+mod evtchn_ops;
+mod grant_ops;
+mod lifecycle;
+mod reply;
+mod report;
+mod serve;
+mod state;
+
+pub use domain::{DomainSpec, Quotas, Teardown};
+pub use grant_ops::MAX_COPY_OPS;
+
+use crate::error::{ErrorKind, HvError, HvResult};
+use crate::hvm::HvmGuests;
+use crate::proto::{DomId, Reply, Request};
+use crate::trace::HvTrace;
+use crate::vhost::VhostListeners;
+use state::{domain, State};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// The daemon's part of the toolstack: what needs processes, namespaces and
+/// the topology (restart, vif hotplug). Called without hv's lock held.
+pub trait Supervisor: Send + Sync {
+    /// Serves a `RestartDomain`, `NetworkAttach` or `NetworkDetach`.
+    fn toolstack(&self, req: Request) -> HvResult<Reply>;
+    /// The toolstack is about to destroy domain `name`: it must not come back.
+    fn destroying(&self, name: &str);
+}
+
+/// The hypervisor. Shared by its serving threads through an `Arc`.
+pub struct Hypervisor {
+    /// Set by the daemon once it has built the topology.
+    supervisor: Mutex<Option<Arc<dyn Supervisor>>>,
+    state: Mutex<State>,
+    done: Condvar,
+    /// Log domain lifecycle events on stderr (the daemon does; benches don't).
+    verbose: std::sync::atomic::AtomicBool,
+    /// What hv recorded serving the toolstack.
+    toolstack_trace: Arc<HvTrace>,
+    /// The clock trace snapshots are stamped with.
+    started: std::time::Instant,
+    /// HVM guests' I/O paths (`hvm.rs`).
+    hvm: HvmGuests,
+    /// vhost-user vifs' listening sockets (`vhost.rs`).
+    vhost: VhostListeners,
+}
+
+/// Runs the body of thread `thread`, catching a panic: logged on stderr
+/// with the thread's name and message. Returns false when it panicked, so
+/// the caller can tear down what the thread served. For the threads of the hv
+/// process that have no [`Hypervisor`] to hand (the metrics listener);
+/// the others use [`Hypervisor::spawn_guarded`].
+pub fn catch_panic(thread: &str, body: impl FnOnce()) -> bool {
+    let payload = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(()) => return true,
+        Err(p) => p,
+    };
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    eprintln!("hv: thread {thread} panicked: {msg}");
+    false
+}
+
+impl Hypervisor {
+    /// A hypervisor with no domains.
+    pub fn new() -> Arc<Hypervisor> {
+        Arc::new(Hypervisor {
+            supervisor: Mutex::new(None),
+            state: Mutex::new(State::new()),
+            done: Condvar::new(),
+            verbose: std::sync::atomic::AtomicBool::new(false),
+            toolstack_trace: Arc::new(HvTrace::default()),
+            started: std::time::Instant::now(),
+            hvm: Default::default(),
+            vhost: Default::default(),
+        })
+    }
+
+    /// Installs the daemon's supervisor (see [`Supervisor`]).
+    pub fn set_supervisor(&self, sup: Arc<dyn Supervisor>) {
+        *self.supervisor.lock().unwrap_or_else(|p| p.into_inner()) = Some(sup);
+    }
+
+    fn supervisor(&self) -> Option<Arc<dyn Supervisor>> {
+        self.supervisor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Removes a fact shown in `status`.
+    pub fn remove_info(&self, key: &str) {
+        self.lock().info.remove(key);
+    }
+
+    /// Turns lifecycle logging on stderr on or off.
+    pub fn set_verbose(&self, on: bool) {
+        self.verbose.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn log(&self, msg: std::fmt::Arguments<'_>) {
+        if self.verbose.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("hv: {msg}");
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug; keep serving the other domains.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets what domain `domid` may hold; the toolstack calls it before the
+    /// domain runs.
+    pub fn set_quotas(&self, domid: DomId, q: Quotas) -> HvResult<()> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        domain(st, domid)?.quotas = q;
+        st.store.set_quota(domid, q.store_nodes, q.store_watches);
+        Ok(())
+    }
+
+    /// Records how a domain runs, and what to do when it is destroyed.
+    pub fn set_launch_info(
+        &self,
+        domid: DomId,
+        pid: Option<i32>,
+        netns: Option<String>,
+        cgroup: Option<String>,
+        teardown: Option<Teardown>,
+    ) {
+        let run_now = {
+            let mut st = self.lock();
+            match st.doms.0.get_mut(&domid) {
+                Some(d) => {
+                    d.pid = pid;
+                    d.netns = netns;
+                    d.cgroup = cgroup;
+                    d.teardown = teardown;
+                    None
+                }
+                None => teardown,
+            }
+        };
+        // The domain died before we got here: clean up its process side now.
+        if let Some(t) = run_now {
+            t();
+        }
+    }
+
+    /// Adds a fact shown in `status` (topology name, wire host, ...).
+    pub fn set_info(&self, key: &str, value: &str) {
+        self.lock().info.insert(key.to_string(), value.to_string());
+    }
+
+    /// A read-write descriptor of domain `domid`'s pool for its device
+    /// model (the hosted VMApp, or an HVM guest's qemu-dm): the emulated
+    /// NIC's DMA reaches the guest's memory, and only that.
+    pub fn pool_fd_for_device_model(&self, domid: DomId) -> HvResult<OwnedFd> {
+        let st = self.lock();
+        let d = st.doms.0.get(&domid).ok_or_else(|| {
+            HvError::new(
+                ErrorKind::BadDomain,
+                format!("domain {domid} does not exist"),
+            )
+        })?;
+        d.mem.pool_fd_for_peer(true)
+    }
+
+    /// A domain's name, if it exists.
+    pub(crate) fn domain_name(&self, domid: DomId) -> Option<String> {
+        self.lock().doms.0.get(&domid).map(|d| d.name.clone())
+    }
+
+    /// Looks up a domain id by name.
+    pub fn domid_of(&self, name: &str) -> Option<DomId> {
+        self.lock()
+            .doms
+            .0
+            .iter()
+            .find(|(_, d)| d.name == name)
+            .map(|(id, _)| *id)
+    }
+
+    /// Whether shutdown was requested.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
+    }
+}

@@ -1,0 +1,215 @@
+//! A control connection's loop, and [`Hypervisor::handle`]: one hypercall,
+//! checked for privilege, served without hv's lock when it is the
+//! toolstack's (or an HVM or vhost-user one), otherwise under the lock by
+//! `dispatch`.
+
+use super::dispatch::dispatch;
+use super::reply::{done_with, fail, ok, os, Outcome};
+use super::Hypervisor;
+use crate::error::{err, ErrorKind, HvError, HvResult};
+use crate::proto::{self, DomId, Reply, Request, Response, DOMID_TOOLSTACK};
+use crate::trace;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use sys::SeqPacket;
+
+impl Hypervisor {
+    /// Serves the toolstack (the `splitnet` CLI) on `sock` until it hangs up.
+    pub fn serve_toolstack(self: &Arc<Self>, sock: SeqPacket) {
+        self.serve(DOMID_TOOLSTACK, sock)
+    }
+
+    pub(super) fn serve(self: &Arc<Self>, caller: DomId, sock: SeqPacket) {
+        self.serve_requests(caller, &sock, |_| true);
+        if caller != DOMID_TOOLSTACK {
+            self.destroy_domain(caller, "its control connection closed");
+        }
+    }
+
+    /// A second control connection of domain `dm` for a device-model
+    /// process it hosts (an HVM guest's qemu-dm): it may only take the
+    /// device-model side of the HVM guests `dm` serves
+    /// ([`Request::HvmDeviceModel`], checked as for `dm` itself), and its
+    /// closing leaves the domain alone.
+    pub fn device_model_connection(self: &Arc<Self>, dm: DomId) -> HvResult<SeqPacket> {
+        if self.domain_name(dm).is_none() {
+            return err(ErrorKind::BadDomain, format!("domain {dm} does not exist"));
+        }
+        let (hv_end, dm_end) = os("control socket", SeqPacket::pair())?;
+        let hv = self.clone();
+        self.spawn_guarded(format!("hv-dm-{dm}"), Some(dm), move || {
+            hv.serve_requests(dm, &hv_end, |r| {
+                matches!(r, Request::HvmDeviceModel { .. } | Request::Nop)
+            })
+        })?;
+        Ok(dm_end)
+    }
+
+    /// Answers `caller`'s requests on `sock` until it hangs up; those
+    /// `allowed` refuses are answered `NotPrivileged`.
+    fn serve_requests(
+        self: &Arc<Self>,
+        caller: DomId,
+        sock: &SeqPacket,
+        allowed: impl Fn(&Request) -> bool,
+    ) {
+        let mut buf = vec![0u8; proto::MAX_MESSAGE];
+        let tr = if caller == DOMID_TOOLSTACK {
+            self.toolstack_trace.clone()
+        } else {
+            let t = self.lock().doms.0.get(&caller).map(|d| d.trace.clone());
+            t.unwrap_or_default()
+        };
+        loop {
+            let n = match sock.recv(&mut buf) {
+                Ok((0, _)) => break,
+                Ok((n, _fds)) => n,
+                Err(e) => {
+                    if e.kind() == std::io::ErrorKind::InvalidData {
+                        self.count_error(caller, ErrorKind::Invalid);
+                        let reply: Response = Err(HvError::new(ErrorKind::Invalid, e.to_string()));
+                        if let Ok(b) = proto::encode(&reply) {
+                            let _ = sock.send(&b, &[]);
+                        }
+                        continue;
+                    }
+                    break;
+                }
+            };
+            let t0 = trace::now();
+            let (reply, fds) = match proto::decode::<Request>(&buf[..n]) {
+                Ok(req) if !allowed(&req) => (
+                    Err(HvError::new(
+                        ErrorKind::NotPrivileged,
+                        format!("a device model's connection may not use {req:?}"),
+                    )),
+                    Vec::new(),
+                ),
+                Ok(req) => {
+                    let kind = req.index();
+                    let r = self.handle(caller, req);
+                    tr.hypercall(kind, t0);
+                    r
+                }
+                Err(e) => (Err(e), Vec::new()),
+            };
+            if let Err(e) = &reply {
+                self.count_error(caller, e.kind);
+            }
+            let bytes = match proto::encode(&reply) {
+                Ok(b) => b,
+                Err(_) => break,
+            };
+            let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+            if sock.send(&bytes, &borrowed).is_err() {
+                break;
+            }
+        }
+    }
+
+    pub(super) fn count_error(&self, caller: DomId, kind: ErrorKind) {
+        let mut st = self.lock();
+        st.counters.error(kind);
+        if let Some(d) = st.doms.0.get_mut(&caller) {
+            d.counters.error(kind);
+        }
+    }
+
+    /// Runs one hypercall for `caller`.
+    pub fn handle(self: &Arc<Self>, caller: DomId, req: Request) -> Outcome {
+        if req.privileged() && caller != DOMID_TOOLSTACK {
+            return fail(HvError::new(
+                ErrorKind::NotPrivileged,
+                format!("domain {caller} may not use {req:?}"),
+            ));
+        }
+        match self.handle_unlocked(caller, req) {
+            Ok(outcome) => outcome,
+            Err(req) => self.handle_locked(caller, req),
+        }
+    }
+
+    /// Serves the requests that run without hv's lock: the toolstack's, and
+    /// the HVM and vhost-user ones (their registries have locks of their
+    /// own). Any other request is given back.
+    fn handle_unlocked(self: &Arc<Self>, caller: DomId, req: Request) -> Result<Outcome, Request> {
+        Ok(match req {
+            Request::Status => ok(Reply::Status(Box::new(self.status()))),
+            Request::Trace => ok(Reply::Trace(Box::new(self.trace()))),
+            Request::Shutdown => {
+                let hv = self.clone();
+                // Reply first; tear down from another thread.
+                match self.spawn_guarded("hv-shutdown".into(), None, move || hv.shutdown()) {
+                    Ok(_) => ok(Reply::Done),
+                    Err(e) => fail(e),
+                }
+            }
+            Request::RestartDomain { .. }
+            | Request::NetworkAttach { .. }
+            | Request::NetworkDetach { .. } => self.ask_supervisor(req),
+            Request::CaptureOpen { domain, spec } => match self.capture_open(&domain, &spec) {
+                Ok((reply, fd)) => (Ok(reply), vec![fd]),
+                Err(e) => fail(e),
+            },
+            Request::HvmVcpu | Request::HvmDeviceModel { .. } => {
+                done_with(self.hvm_fds(caller, &req))
+            }
+            Request::VhostListener { name } => {
+                done_with(self.vhost_listener(caller, &name).map(|fd| vec![fd]))
+            }
+            Request::VhostConnect => done_with(self.vhost_connect(caller).map(|fd| vec![fd])),
+            Request::DestroyDomain { name } => self.destroy_by_name(&name),
+            req => return Err(req),
+        })
+    }
+
+    /// Hands a request that needs processes and the topology (restart, vif
+    /// hotplug) to the daemon's supervisor.
+    fn ask_supervisor(&self, req: Request) -> Outcome {
+        let Some(sup) = self.supervisor() else {
+            return fail(HvError::new(
+                ErrorKind::Invalid,
+                "this hv runs no supervisor (not started by `splitnet up`)",
+            ));
+        };
+        match sup.toolstack(req) {
+            Ok(r) => ok(r),
+            Err(e) => fail(e),
+        }
+    }
+
+    /// `DestroyDomain`: tells the supervisor not to bring domain `name`
+    /// back, then destroys it.
+    fn destroy_by_name(&self, name: &str) -> Outcome {
+        let Some(id) = self.domid_of(name) else {
+            return fail(HvError::new(
+                ErrorKind::BadDomain,
+                format!("no domain named {name:?}"),
+            ));
+        };
+        if let Some(sup) = self.supervisor() {
+            sup.destroying(name);
+        }
+        self.destroy_domain(id, "destroyed by the toolstack");
+        ok(Reply::Done)
+    }
+
+    /// Serves a domain's request under hv's lock, counted for hv and for
+    /// the caller; a caller being destroyed is refused.
+    fn handle_locked(&self, caller: DomId, req: Request) -> Outcome {
+        let mut st = self.lock();
+        let st = &mut *st;
+        if caller != DOMID_TOOLSTACK && !st.doms.0.contains_key(&caller) {
+            return fail(HvError::new(
+                ErrorKind::BadDomain,
+                "domain is being destroyed",
+            ));
+        }
+        let name = req.name();
+        st.counters.op(name);
+        if let Some(d) = st.doms.0.get_mut(&caller) {
+            d.counters.op(name);
+        }
+        dispatch(st, caller, req).unwrap_or_else(fail)
+    }
+}
