@@ -21,9 +21,6 @@
 use crate::offload::{self, Headers, L3, L4};
 use crate::packet::{Csum, FrameRef, Gso, GsoKind};
 
-/// Store key, in the frontend directory (`guest`) or the backend's
-/// (`driver`), that turns LRO on at that end.
-pub const KEY: &str = "splitnet-lro";
 /// Flows held at once; a new flow beyond them flushes the oldest.
 pub const FLOWS: usize = 4;
 /// Largest merged frame: a netif request's and a TAP write's 16-bit size.

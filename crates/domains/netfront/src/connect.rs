@@ -7,10 +7,11 @@ use crate::{
 };
 use abi::offloads::Caps;
 use abi::ring::FrontRing;
+use abi::vif_backend::RxPath;
 use abi::xenbus::{keys, XenbusState};
 use abi::Window;
 use domain_common::counters::VifCounters;
-use frame::lro::{self, Lro};
+use frame::lro::Lro;
 use hypercall::ngm_client::GrantTrack;
 use hypercall::{DomId, EventChannel, HvClient};
 use std::sync::Arc;
@@ -59,9 +60,8 @@ pub(crate) fn negotiate(
     let mtu = link_mtu(hv, backend)?;
     let offload = negotiate_offloads(hv, dev, backend)?;
     let copy_rx = hv
-        .store_read_str(&format!("{backend}/splitnet-rx-mode"))
-        .map(|m| m == "copy")
-        .unwrap_or(true)
+        .store_read_str(&format!("{backend}/{}", keys::RX_MODE))
+        .map_or(true, |m| RxPath::parse(&m) == Ok(RxPath::Copy))
         && flag(hv, &format!("{backend}/{}", keys::FEATURE_RX_COPY));
     let split_evtchn = flag(
         hv,
@@ -73,7 +73,7 @@ pub(crate) fn negotiate(
         &format!("{backend}/{}", keys::FEATURE_MULTICAST_CONTROL),
     );
     let rx_half = wants_half_pages(hv, dev, backend, copy_rx && offload.sg);
-    let prefetch = flag(hv, &format!("{dev}/splitnet-prefetch"));
+    let prefetch = flag(hv, &format!("{dev}/{}", keys::PREFETCH));
     let info = FrontendInfo {
         dev: dev.to_string(),
         backend: backend.to_string(),
@@ -95,7 +95,7 @@ pub(crate) fn negotiate(
         },
         multicast,
         lro: hv
-            .store_read_str(&format!("{dev}/{}", lro::KEY))
+            .store_read_str(&format!("{dev}/{}", keys::LRO))
             .is_ok_and(|v| v == "guest"),
         rx_half,
         prefetch,
@@ -107,8 +107,8 @@ pub(crate) fn negotiate(
 /// (`splitnet-offload`, a set's name) that the backend offers, each key on
 /// its own; TSO only beside scatter-gather and checksum offload.
 pub(crate) fn negotiate_offloads(hv: &mut HvClient, dev: &str, backend: &str) -> Result<Caps> {
-    let wanted = match hv.store_read_str(&format!("{backend}/splitnet-offload")) {
-        Ok(v) => Caps::parse(&v).map_err(|e| setup(format!("{backend}/splitnet-offload: {e}")))?,
+    let wanted = match hv.store_read_str(&format!("{backend}/{}", keys::OFFLOAD)) {
+        Ok(v) => Caps::parse(&v).map_err(|e| setup(format!("{backend}/{}: {e}", keys::OFFLOAD)))?,
         Err(_) => Caps::NONE,
     };
     let offer = Caps::from_backend(|k| hv.store_read_str(&format!("{backend}/{k}")).ok());
@@ -129,7 +129,7 @@ pub(crate) fn wants_half_pages(
     possible: bool,
 ) -> bool {
     let asked = hv
-        .store_read_str(&format!("{dev}/splitnet-rx-buffer"))
+        .store_read_str(&format!("{dev}/{}", keys::RX_BUFFER))
         .is_ok_and(|v| v.trim() == "half");
     if !asked {
         return false;
@@ -354,7 +354,7 @@ impl Netfront {
         })?;
         if s != XenbusState::Connected {
             // It gave the vif up (a quota ran out): waiting longer cannot help.
-            let why = hv.store_read_str(&format!("{backend}/disconnect-reason"));
+            let why = hv.store_read_str(&format!("{backend}/{}", keys::DISCONNECT_REASON));
             return Err(NetfrontError::Setup(format!(
                 "the backend closed instead of connecting: {}",
                 why.unwrap_or_default()

@@ -16,6 +16,7 @@
 //! per id; with half-page buffers, ids 2k and 2k+1 share frame 258 + k and
 //! 258..386 serve all 256); vif *h* (the device's handle) starts at frame
 //! `h * VIF_FRAMES`.
+#![forbid(unsafe_code)]
 
 use abi::netif::{RxRequest, RxResponse, TxRequest, TxResponse};
 use abi::offloads::Caps;

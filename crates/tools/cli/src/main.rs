@@ -5,6 +5,7 @@ mod capture;
 mod docs;
 mod lifecycle;
 mod profile;
+mod status_view;
 mod top;
 mod trace;
 
@@ -554,9 +555,8 @@ enum Suite {
 fn main() {
     let cli = Cli::parse();
     // The daemon and domains are long-lived: drop descriptors leaked to us.
-    match cli.cmd {
-        Cmd::Hv { .. } => sys::close_inherited_fds(&[]),
-        _ => {}
+    if let Cmd::Hv { .. } = cli.cmd {
+        sys::close_inherited_fds(&[]);
     }
     if let Err(e) = run(cli) {
         eprintln!("splitnet: error: {e:#}");
@@ -752,7 +752,7 @@ fn observe(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             print!("{}", metrics::render(&status::collect_with(rd, false)?));
             Ok(())
         }
-        Cmd::Status { json, .. } => status::show(rd, json),
+        Cmd::Status { json, .. } => status_view::show(rd, json),
         Cmd::Top {
             delay,
             batch,

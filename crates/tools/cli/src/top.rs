@@ -1,5 +1,7 @@
-//! `splitnet top`: draws the toolstack's view ([`toolstack::top`]) as
+//! `splitnet top`: draws the view of the status document ([`view`]) as
 //! plain-text frames or, on a terminal, with ratatui.
+
+mod view;
 
 use anyhow::{bail, Context, Result};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
@@ -10,7 +12,7 @@ use ratatui::widgets::{Block, Paragraph, Row, Table as TableWidget};
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use toolstack::top::{view, Sample, Table, View};
+use view::{view, Sample, Table, View};
 
 /// What `splitnet top` was asked for.
 pub struct TopArgs {

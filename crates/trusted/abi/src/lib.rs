@@ -22,6 +22,7 @@ pub mod mem;
 pub mod netif;
 pub mod offloads;
 pub mod ring;
+pub mod vif_backend;
 mod wire;
 pub mod xenbus;
 

@@ -221,6 +221,22 @@ pub mod keys {
     /// Frontend: the handle of the translation table hv made for this vif
     /// (Ram thesis 4.5.1: the guest passes it to the driver domain).
     pub const NGM_TABLE: &str = "splitnet-ngm-table";
+    /// Backend (toolstack): the vif's index in its driver domain.
+    pub const INDEX: &str = "splitnet-index";
+    /// Backend (toolstack): the offloads the topology allows the vif
+    /// (`abi::offloads::Caps`, Menon 2006 §3).
+    pub const OFFLOAD: &str = "splitnet-offload";
+    /// Frontend (`guest`) or backend (`driver`) directory: that end runs
+    /// large receive offload (Ram thesis 5.1).
+    pub const LRO: &str = "splitnet-lro";
+    /// Frontend and backend: `1` prefetches the next packet's header
+    /// (Ram thesis 5.2).
+    pub const PREFETCH: &str = "splitnet-prefetch";
+    /// Frontend: `half` posts two 2 KiB receive buffers per page (Ram
+    /// thesis 5.3).
+    pub const RX_BUFFER: &str = "splitnet-rx-buffer";
+    /// Backend: why netback gave the vif up, for the toolstack's status.
+    pub const DISCONNECT_REASON: &str = "disconnect-reason";
 }
 
 /// Smallest MTU a vif accepts (IPv4's minimum datagram).

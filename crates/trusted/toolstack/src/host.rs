@@ -18,6 +18,15 @@ pub const HOST_ENV: &str = "SPLITNET_HOST";
 /// own (`splitnet@NAME`) and the underlay's router ([`crate::underlay`]).
 pub const SHARED_PREFIX: &str = "splitnet@";
 
+/// Name of the physical port in the driver domain's namespace.
+pub const PHYS_PORT: &str = "peth0";
+/// Name of the wire host's interface.
+pub const WIRE_IF: &str = "eth0";
+
+/// The underlay router's name (its namespace is `splitnet@underlay`): no
+/// host may have it.
+pub const ROUTER: &str = "underlay";
+
 static INSTANCE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
 /// Checks a host name: 1 to 8 of `a-z` and `0-9`, so that no host's prefix
@@ -32,7 +41,7 @@ pub fn valid_host_name(name: &str) -> Result<(), String> {
             "host name {name:?}: use 1 to 8 lowercase letters and digits"
         ));
     }
-    if name == crate::underlay::ROUTER {
+    if name == ROUTER {
         return Err(format!("host name {name:?} is the underlay router's"));
     }
     Ok(())

@@ -4,16 +4,18 @@
 //! domain 0. Its supervisor runs inside the `splitnet-hv` process, so this
 //! crate is part of the trusted computing base.
 //!
-//! - [`topology`]: the topology file, parsed and checked, and [`tuning`]
+//! - [`topology`]: the topology file, parsed and checked (each feature's
+//!   checks listed in [`checks`]), and [`tuning`]
 //!   what `up`'s options change in it;
 //! - [`daemon`]: the daemon's wiring: hv, the supervisor, the toolstack socket;
+//!   [`store`] its store writes (a vif's frontend and backend directories);
 //! - [`supervisor`]: the domains' processes, namespaces, cgroups, restart policy;
 //! - [`host`]: host plumbing (network namespaces, veth, cgroups, `ip`);
 //! - [`uplink`]: driver domains' uplinks (`[[port]]`: host NIC, macvlan,
 //!   nat, route, vxlan), their undo journal and keeper;
-//! - [`status`], [`metrics`], [`listen`], [`top`]: what the user is told
-//!   (the status document, the Prometheus text, its HTTP endpoint, `top`'s tables;
-//!   `vhost_status` its vhost-user vifs, `vxlan_status` its tunnels);
+//! - [`status`], [`metrics`], [`listen`]: what the user is told (the status
+//!   document, the Prometheus text, its HTTP endpoint; `vhost_status` its
+//!   vhost-user vifs, `vxlan_status` its tunnels); the CLI prints them;
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
 //! - [`placement`]: which core each domain's process runs on (`cpu`,
@@ -25,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capture;
+pub mod checks;
 pub mod daemon;
 pub mod host;
 pub mod hotplug;
@@ -34,8 +37,8 @@ pub mod metrics;
 pub mod placement;
 pub mod port_buffer;
 pub mod status;
+pub mod store;
 pub mod supervisor;
-pub mod top;
 pub mod topology;
 pub mod tuning;
 pub mod underlay;

@@ -425,8 +425,29 @@ fn hvm_nic(e: &mut Exposition, dl: &Labels<'_>, h: &Value) {
     }
 }
 
+/// The status document `st` as Prometheus text: hv's own series, then
+/// each domain's, vif's, port's and bridge's, the new grant mechanism's
+/// tables, and the vhost-user vifs.
 pub fn render(st: &Value) -> String {
     let mut e = Exposition::default();
+    hv_series(&mut e, st);
+    let empty = Vec::new();
+    let domains = st["domains"].as_array().unwrap_or(&empty);
+    for d in domains {
+        domain_series(&mut e, d);
+    }
+    for v in st["vifs"].as_array().unwrap_or(&empty) {
+        vif_series(&mut e, v);
+    }
+    port_series(&mut e, st);
+    ngm_series(&mut e, st, domains);
+    vhost_vifs(&mut e, st);
+    e.text()
+}
+
+/// hv's own series: the topology, its operations and refusals, the
+/// store's size, pinned grants and restarts after a crash.
+fn hv_series(e: &mut Exposition, st: &Value) {
     let none: &Labels<'_> = &[];
     if let Some(t) = st["topology"].as_str() {
         e.gauge(
@@ -472,182 +493,181 @@ pub fn render(st: &Value) -> String {
         none,
         &st["restarts_after_crash"],
     );
+}
 
-    let empty = Vec::new();
-    let domains = st["domains"].as_array().unwrap_or(&empty);
-    let name_of = |id: &Value| -> String {
-        domains
-            .iter()
-            .find(|d| d["id"] == *id)
-            .and_then(|d| d["name"].as_str())
-            .map_or_else(|| id.to_string(), str::to_string)
-    };
-    for d in domains {
-        let name = d["name"].as_str().unwrap_or("?");
-        let dl: &Labels<'_> = &[("domain", name)];
-        let id = d["id"].to_string();
-        e.gauge(
-            "splitnet_domain_info",
-            "A domain's id and kind (always 1).",
-            &[
-                ("domain", name),
-                ("id", &id),
-                ("kind", d["kind"].as_str().unwrap_or("?")),
-                ("hugepages", if d["hugepages"] == true { "1" } else { "0" }),
-            ],
-            &Value::from(1),
-        );
-        for (k, metric, help) in [
-            (
-                "connected",
-                "splitnet_domain_connected",
-                "Whether the domain's process has said hello to hv.",
-            ),
-            (
-                "memory_frames",
-                "splitnet_domain_memory_frames",
-                "The domain's memory, in 4 KiB frames.",
-            ),
-            (
-                "grant_entries",
-                "splitnet_domain_grant_entries",
-                "Entries in the domain's grant table.",
-            ),
-            (
-                "grant_maps",
-                "splitnet_domain_grant_maps",
-                "Grants the domain has mapped.",
-            ),
-            (
-                "event_channels",
-                "splitnet_domain_event_channels",
-                "Event channels the domain holds.",
-            ),
-        ] {
-            e.gauge(metric, help, dl, &d[k]);
-        }
-        e.gauge(
-            "splitnet_domain_spin_seconds",
-            "How long the domain polls after its last work before it sleeps.",
-            dl,
-            &d["spin_us"]
-                .as_f64()
-                .map_or(Value::Null, |us| Value::from(us / 1e6)),
-        );
-        e.counter(
-            "splitnet_domain_cpu_seconds_total",
-            "CPU time of the processes in the domain's cgroup, kernel time included.",
-            dl,
-            &d["cpu_seconds"],
-        );
-        e.by_key(
-            "splitnet_domain_hypercalls_total",
-            "Hypercalls a domain made, by operation.",
-            dl,
-            "op",
-            &d["counters"]["ops"],
-        );
-        e.by_key(
-            "splitnet_domain_hypercall_errors_total",
-            "Hypercalls of a domain that hv refused, by reason.",
-            dl,
-            "reason",
-            &d["counters"]["errors"],
-        );
-        if d["emulated_nic"]["kind"] == "hvm" {
-            hvm_nic(&mut e, dl, &d["emulated_nic"]);
-        } else {
-            hosted_nic(&mut e, dl, &d["emulated_nic"]);
-        }
+/// One domain's series: its id and kind, quotas in use, CPU time,
+/// hypercalls, and its emulated NIC's.
+fn domain_series(e: &mut Exposition, d: &Value) {
+    let name = d["name"].as_str().unwrap_or("?");
+    let dl: &Labels<'_> = &[("domain", name)];
+    let id = d["id"].to_string();
+    e.gauge(
+        "splitnet_domain_info",
+        "A domain's id and kind (always 1).",
+        &[
+            ("domain", name),
+            ("id", &id),
+            ("kind", d["kind"].as_str().unwrap_or("?")),
+            ("hugepages", if d["hugepages"] == true { "1" } else { "0" }),
+        ],
+        &Value::from(1),
+    );
+    for (k, metric, help) in [
+        (
+            "connected",
+            "splitnet_domain_connected",
+            "Whether the domain's process has said hello to hv.",
+        ),
+        (
+            "memory_frames",
+            "splitnet_domain_memory_frames",
+            "The domain's memory, in 4 KiB frames.",
+        ),
+        (
+            "grant_entries",
+            "splitnet_domain_grant_entries",
+            "Entries in the domain's grant table.",
+        ),
+        (
+            "grant_maps",
+            "splitnet_domain_grant_maps",
+            "Grants the domain has mapped.",
+        ),
+        (
+            "event_channels",
+            "splitnet_domain_event_channels",
+            "Event channels the domain holds.",
+        ),
+    ] {
+        e.gauge(metric, help, dl, &d[k]);
     }
+    e.gauge(
+        "splitnet_domain_spin_seconds",
+        "How long the domain polls after its last work before it sleeps.",
+        dl,
+        &d["spin_us"]
+            .as_f64()
+            .map_or(Value::Null, |us| Value::from(us / 1e6)),
+    );
+    e.counter(
+        "splitnet_domain_cpu_seconds_total",
+        "CPU time of the processes in the domain's cgroup, kernel time included.",
+        dl,
+        &d["cpu_seconds"],
+    );
+    e.by_key(
+        "splitnet_domain_hypercalls_total",
+        "Hypercalls a domain made, by operation.",
+        dl,
+        "op",
+        &d["counters"]["ops"],
+    );
+    e.by_key(
+        "splitnet_domain_hypercall_errors_total",
+        "Hypercalls of a domain that hv refused, by reason.",
+        dl,
+        "reason",
+        &d["counters"]["errors"],
+    );
+    if d["emulated_nic"]["kind"] == "hvm" {
+        hvm_nic(e, dl, &d["emulated_nic"]);
+    } else {
+        hosted_nic(e, dl, &d["emulated_nic"]);
+    }
+}
 
-    for v in st["vifs"].as_array().unwrap_or(&empty) {
-        let guest = v["guest"].as_str().unwrap_or("?");
-        let vif = v["vif"].as_str().unwrap_or("?");
-        let vl: &Labels<'_> = &[("domain", guest), ("vif", vif)];
-        let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
-        let (backend, mac, grants, rx, tx) = (
-            v["backend_name"]
-                .as_str()
-                .map_or_else(|| text("backend_domain"), str::to_string),
-            text("mac"),
-            text("grants"),
-            text("rx_mode"),
-            text("tx_mode"),
-        );
+/// One vif's series: its settings, both ends' states and counters, the
+/// guest's grant tracking and the ring's occupancy.
+fn vif_series(e: &mut Exposition, v: &Value) {
+    let guest = v["guest"].as_str().unwrap_or("?");
+    let vif = v["vif"].as_str().unwrap_or("?");
+    let vl: &Labels<'_> = &[("domain", guest), ("vif", vif)];
+    let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    let (backend, mac, grants, rx, tx) = (
+        v["backend_name"]
+            .as_str()
+            .map_or_else(|| text("backend_domain"), str::to_string),
+        text("mac"),
+        text("grants"),
+        text("rx_mode"),
+        text("tx_mode"),
+    );
+    e.gauge(
+        "splitnet_vif_info",
+        "A vif's driver domain, MAC and modes (always 1).",
+        &[
+            ("domain", guest),
+            ("vif", vif),
+            ("backend", &backend),
+            ("mac", &mac),
+            ("grants", &grants),
+            ("rx_mode", &rx),
+            ("tx_mode", &tx),
+            ("offload", if v["offload"] == true { "1" } else { "0" }),
+        ],
+        &Value::from(1),
+    );
+    for side in ["frontend", "backend"] {
+        let state = v[format!("{side}_state").as_str()].as_str().unwrap_or("?");
         e.gauge(
-            "splitnet_vif_info",
-            "A vif's driver domain, MAC and modes (always 1).",
+            "splitnet_vif_state",
+            "A vif end's XenbusState: 1 for the state it is in.",
             &[
                 ("domain", guest),
                 ("vif", vif),
-                ("backend", &backend),
-                ("mac", &mac),
-                ("grants", &grants),
-                ("rx_mode", &rx),
-                ("tx_mode", &tx),
-                ("offload", if v["offload"] == true { "1" } else { "0" }),
+                ("side", side),
+                ("state", state),
             ],
             &Value::from(1),
         );
-        for side in ["frontend", "backend"] {
-            let state = v[format!("{side}_state").as_str()].as_str().unwrap_or("?");
-            e.gauge(
-                "splitnet_vif_state",
-                "A vif end's XenbusState: 1 for the state it is in.",
-                &[
-                    ("domain", guest),
-                    ("vif", vif),
-                    ("side", side),
-                    ("state", state),
-                ],
-                &Value::from(1),
-            );
-        }
-        for (side, c) in [
-            ("backend", &v["counters"]),
-            ("frontend", &v["frontend_counters"]),
-        ] {
-            if !c.is_object() {
-                continue;
-            }
-            let sl: &Labels<'_> = &[("domain", guest), ("vif", vif), ("side", side)];
-            e.fields("splitnet_vif", c, sl, VIF_FIELDS, side == "backend");
-            e.by_key(
-                "splitnet_vif_grant_ops_total",
-                "Grant operations of a vif's end, by operation.",
-                sl,
-                "op",
-                &c["grant_ops"],
-            );
-            e.by_key(
-                "splitnet_vif_drops_total",
-                "Packets a vif's end dropped, by reason.",
-                sl,
-                "reason",
-                &c["drops"],
-            );
-            e.by_key(
-                "splitnet_vif_refusals_total",
-                "Requests a vif's end refused as malformed or hostile, by reason.",
-                sl,
-                "reason",
-                &c["rejected"],
-            );
-        }
-        // Written by the guest.
-        e.fields(
-            "splitnet_vif_grant_track",
-            &v["grant_track"],
-            vl,
-            TRACK_FIELDS,
-            false,
-        );
-        for (k, name, help) in RING_FIELDS {
-            e.gauge(name, help, vl, &v["ring"][*k]);
-        }
     }
+    for (side, c) in [
+        ("backend", &v["counters"]),
+        ("frontend", &v["frontend_counters"]),
+    ] {
+        if !c.is_object() {
+            continue;
+        }
+        let sl: &Labels<'_> = &[("domain", guest), ("vif", vif), ("side", side)];
+        e.fields("splitnet_vif", c, sl, VIF_FIELDS, side == "backend");
+        e.by_key(
+            "splitnet_vif_grant_ops_total",
+            "Grant operations of a vif's end, by operation.",
+            sl,
+            "op",
+            &c["grant_ops"],
+        );
+        e.by_key(
+            "splitnet_vif_drops_total",
+            "Packets a vif's end dropped, by reason.",
+            sl,
+            "reason",
+            &c["drops"],
+        );
+        e.by_key(
+            "splitnet_vif_refusals_total",
+            "Requests a vif's end refused as malformed or hostile, by reason.",
+            sl,
+            "reason",
+            &c["rejected"],
+        );
+    }
+    // Written by the guest.
+    e.fields(
+        "splitnet_vif_grant_track",
+        &v["grant_track"],
+        vl,
+        TRACK_FIELDS,
+        false,
+    );
+    for (k, name, help) in RING_FIELDS {
+        e.gauge(name, help, vl, &v["ring"][*k]);
+    }
+}
 
+/// The driver domains' ports and bridges.
+fn port_series(e: &mut Exposition, st: &Value) {
+    let empty = Vec::new();
     for p in st["ports"].as_array().unwrap_or(&empty) {
         let (d, n) = (
             p["domain"].as_str().unwrap_or("?"),
@@ -671,7 +691,20 @@ pub fn render(st: &Value) -> String {
         );
         e.fields("splitnet_bridge", &b["counters"], bl, BRIDGE_FIELDS, true);
     }
+}
 
+/// The new grant mechanism's translation tables, named by their guest and
+/// driver domain (a domain's id when it is not among `domains`).
+fn ngm_series(e: &mut Exposition, st: &Value, domains: &[Value]) {
+    let none: &Labels<'_> = &[];
+    let name_of = |id: &Value| -> String {
+        domains
+            .iter()
+            .find(|d| d["id"] == *id)
+            .and_then(|d| d["name"].as_str())
+            .map_or_else(|| id.to_string(), str::to_string)
+    };
+    let empty = Vec::new();
     let tables = st["ngm_tables"].as_array().unwrap_or(&empty);
     e.gauge(
         "splitnet_ngm_tables",
@@ -702,8 +735,6 @@ pub fn render(st: &Value) -> String {
             e.counter(name, help, tl, &t[k]);
         }
     }
-    vhost_vifs(&mut e, st);
-    e.text()
 }
 
 /// The vhost-user vifs (VMs and `nic = "virtio"` guests): declaration,

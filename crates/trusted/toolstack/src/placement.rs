@@ -4,7 +4,7 @@
 //! pins the process when it starts it and at every restart
 //! (`sys::pin_on_exec`).
 
-use crate::topology::{DomainConfig, DomainKind, Topology};
+use crate::topology::{Check, DomainConfig, DomainKind, Topology};
 
 /// A core number the affinity mask can hold at all (CPU_SETSIZE).
 const MAX_CPU: usize = 1024;
@@ -49,13 +49,22 @@ impl std::str::FromStr for Placement {
 
 /// The `cpu` key on its own: only on a domain hv runs a process for, and
 /// a number an affinity mask can hold.
-pub(crate) fn check_cpu_key(d: &DomainConfig) -> Result<(), String> {
+fn check_cpu_key(d: &DomainConfig) -> Result<(), String> {
     match d.cpu {
         Some(c) if c >= MAX_CPU => Err(format!(
             "domain {:?}: cpu = {c}: give a core number 0..{MAX_CPU} that this system has (see nproc)",
             d.name
         )),
         _ => Ok(()),
+    }
+}
+
+/// The topology's `cpu` rule ([`crate::checks`]), for the domains hv runs.
+pub struct CpuCheck;
+
+impl Check for CpuCheck {
+    fn settings(&self, d: &DomainConfig) -> Result<(), String> {
+        check_cpu_key(d)
     }
 }
 

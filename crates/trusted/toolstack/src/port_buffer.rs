@@ -21,28 +21,9 @@
 //! that fit a page (an MTU up to [`PAGE_MTU`]). The key is independent of
 //! `port_offload`, which is about what the port takes on transmit.
 
-use crate::topology::{DomainConfig, DomainKind, Topology};
-use crate::uplink::UplinkKind;
-use serde::Deserialize;
-
-/// A driver domain's receive buffers (`port_buffer`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum PortBuffer {
-    /// Driver-none: one 4 KiB page-aligned buffer per frame.
-    Page,
-    /// Driver-MTU: MTU-sized slots packed into pages.
-    Mtu,
-}
-
-impl PortBuffer {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PortBuffer::Page => "page",
-            PortBuffer::Mtu => "mtu",
-        }
-    }
-}
+pub use crate::topology::port::PortBuffer;
+use crate::topology::port::UplinkKind;
+use crate::topology::{Check, DomainConfig, DomainKind, Topology};
 
 /// Bytes a frame brings besides its MTU: a virtio-net header (10), the
 /// Ethernet header (14) and an 802.1Q tag (4), rounded up.
@@ -72,9 +53,18 @@ fn largest_mtu(t: &Topology, driver: &str) -> u32 {
         .unwrap_or(DEFAULT_MTU)
 }
 
+/// The topology's `port_buffer` rules ([`crate::checks`]).
+pub struct PortBufferCheck;
+
+impl Check for PortBufferCheck {
+    fn topology(&self, t: &Topology) -> Result<(), String> {
+        t.domains.iter().try_for_each(|d| check(t, d))
+    }
+}
+
 /// `port_buffer` only on a driver domain whose ports are all wires, and
 /// `"page"` only with frames that fit a page.
-pub(crate) fn check(t: &Topology, d: &DomainConfig) -> Result<(), String> {
+fn check(t: &Topology, d: &DomainConfig) -> Result<(), String> {
     let Some(b) = d.port_buffer else {
         return Ok(());
     };

@@ -9,11 +9,10 @@
 //! An instance of splitnet (`splitnet --host NAME`) runs its hv inside its
 //! host's namespace: what hv makes "on the host" is made there.
 
+pub use crate::host::ROUTER;
 use crate::host::{self, SHARED_PREFIX};
 use std::net::Ipv4Addr;
 
-/// The router's name: no host may have it.
-pub const ROUTER: &str = "underlay";
 /// Most hosts an underlay has (one /24 each under 10.200.0.0/16).
 pub const MAX_HOSTS: usize = 250;
 /// The host's end of its underlay link, in its namespace.

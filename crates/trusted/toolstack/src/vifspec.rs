@@ -3,9 +3,14 @@
 //! `mac=00:16:3e:5e:00:01,bridge=xenbr0,ip=10.0.0.5,rate=10Mb/s@20ms,mtu=9000`.
 //! Used by the topology's `vif = [...]` and by `network-attach GUEST 'VIFSPEC'`.
 
-use crate::topology::{CreditRate, VifOptions, MAX_GUEST_VIFS};
+use crate::topology::domain::{check_name, MAX_GUEST_VIFS};
+use crate::topology::vif::{CreditRate, VifOptions};
 use std::fmt;
 use std::net::IpAddr;
+use std::path::Path;
+
+/// Longest vhost-user socket path: `sun_path` holds 108 bytes with the closing NUL (unix(7)).
+pub const MAX_SOCKET_PATH: usize = 107;
 
 /// One parsed vifspec: the vif's options and what picks its identity.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -129,7 +134,7 @@ impl VifSpec {
             "script" => o.script = Some(parse_script(v)?),
             "type" => self.vhost_user = parse_type(v)?,
             "socket" => {
-                crate::vm::check_socket(v).map_err(|e| format!("vif option `socket`: {e}"))?;
+                check_socket(v).map_err(|e| format!("vif option `socket`: {e}"))?;
                 self.socket = Some(v.to_string());
             }
             _ => return Err(unknown_key(key)),
@@ -168,8 +173,7 @@ fn parse_mac(v: &str) -> Result<String, String> {
 }
 
 fn parse_domain(v: &str) -> Result<String, String> {
-    crate::topology::check_name("driver domain", v)
-        .map_err(|e| format!("vif option `backend`: {e}"))?;
+    check_name("driver domain", v).map_err(|e| format!("vif option `backend`: {e}"))?;
     Ok(v.to_string())
 }
 
@@ -336,6 +340,29 @@ impl fmt::Display for VifSpec {
         .collect();
         f.write_str(&items.join(","))
     }
+}
+
+/// A vhost-user socket path (a VM's, or `network-attach`'s `socket=`): absolute, fits `sun_path`, no `..` and no odd bytes.
+pub fn check_socket(s: &str) -> Result<(), String> {
+    let p = Path::new(s);
+    if !p.is_absolute() {
+        return Err(format!("socket {s:?} must be an absolute path"));
+    }
+    if s.len() > MAX_SOCKET_PATH {
+        return Err(format!(
+            "socket {s:?} is {} bytes; a Unix socket path holds at most {MAX_SOCKET_PATH}",
+            s.len()
+        ));
+    }
+    if s.ends_with('/') || p.components().any(|c| c == std::path::Component::ParentDir) {
+        return Err(format!("socket {s:?} must name a file, without `..`"));
+    }
+    if s.chars().any(|c| c.is_control() || c == ',' || c == '|') {
+        return Err(format!(
+            "socket {s:?} has a control character, ',' or '|' (QEMU's option syntax)"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,15 +4,14 @@
 //! a VM; it listens on the VM's socket (`hv::vhost`) and the driver domain
 //! learns of the vif from `/local/domain/<drv>/splitnet/vhost/<name>`.
 
-use crate::topology::{check_name, DomainConfig, DomainKind, Nic, Topology};
+use crate::topology::{check_name, Check, DomainConfig, DomainKind, Nic, Topology};
+pub use crate::vifspec::{check_socket, MAX_SOCKET_PATH};
 use crate::vifspec::{parse_ifname, VLAN_RANGE};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// The keys a `kind = "vm"` domain takes.
 pub const VM_KEYS: [&str; 7] = ["name", "kind", "socket", "mac", "backend", "bridge", "vlan"];
-/// Longest socket path: `sun_path` holds 108 bytes with the closing NUL (unix(7)).
-pub const MAX_SOCKET_PATH: usize = 107;
 /// The guest memory the printed VMM arguments give a VM.
 pub const VM_MEMORY: &str = "512M";
 
@@ -167,29 +166,6 @@ pub fn guest_socket(run_dir: &Path, guest: &str) -> PathBuf {
     run_dir.join("vhost").join(format!("{guest}.sock"))
 }
 
-/// A VM's socket path: absolute, fits `sun_path`, no `..` and no odd bytes.
-pub fn check_socket(s: &str) -> Result<(), String> {
-    let p = Path::new(s);
-    if !p.is_absolute() {
-        return Err(format!("socket {s:?} must be an absolute path"));
-    }
-    if s.len() > MAX_SOCKET_PATH {
-        return Err(format!(
-            "socket {s:?} is {} bytes; a Unix socket path holds at most {MAX_SOCKET_PATH}",
-            s.len()
-        ));
-    }
-    if s.ends_with('/') || p.components().any(|c| c == std::path::Component::ParentDir) {
-        return Err(format!("socket {s:?} must name a file, without `..`"));
-    }
-    if s.chars().any(|c| c.is_control() || c == ',' || c == '|') {
-        return Err(format!(
-            "socket {s:?} has a control character, ',' or '|' (QEMU's option syntax)"
-        ));
-    }
-    Ok(())
-}
-
 /// A VM's MAC: unicast and not all zeros; returned lowercase.
 pub fn check_mac(m: &str) -> Result<String, String> {
     let b = abi::xenbus::parse_mac(m)?;
@@ -199,9 +175,29 @@ pub fn check_mac(m: &str) -> Result<String, String> {
     Ok(m.to_ascii_lowercase())
 }
 
+/// The topology's VM rules ([`crate::checks`]): a VM's keys and settings,
+/// no VM keys on another kind, and unique sockets and MACs.
+pub struct VmCheck;
+
+impl Check for VmCheck {
+    fn text(&self, text: &str) -> Result<(), String> {
+        check_vm_keys(text)
+    }
+    fn domain(&self, d: &DomainConfig) -> Result<(), String> {
+        if d.kind == DomainKind::Vm {
+            check_vm(d)
+        } else {
+            check_not_vm(d)
+        }
+    }
+    fn macs(&self, t: &Topology, taken: &mut HashSet<String>) -> Result<(), String> {
+        check_unique(t, taken)
+    }
+}
+
 /// Refuses a key a `kind = "vm"` domain does not take, naming it (serde
 /// fills every other field with its default, so this reads the raw TOML).
-pub(crate) fn check_vm_keys(text: &str) -> Result<(), String> {
+fn check_vm_keys(text: &str) -> Result<(), String> {
     let Ok(v) = text.parse::<toml::Table>() else {
         return Ok(()); // the typed parse reports syntax errors
     };
@@ -226,7 +222,7 @@ pub(crate) fn check_vm_keys(text: &str) -> Result<(), String> {
 
 /// A `kind = "vm"` domain's own settings: a socket and a MAC, a bridge
 /// name and a VLAN in range.
-pub(crate) fn check_vm(d: &DomainConfig) -> Result<(), String> {
+fn check_vm(d: &DomainConfig) -> Result<(), String> {
     let at = |e: String| format!("domain {:?}: {e}", d.name);
     let socket = d.socket.as_deref().ok_or_else(|| {
         at(
@@ -254,7 +250,7 @@ pub(crate) fn check_vm(d: &DomainConfig) -> Result<(), String> {
 }
 
 /// Refuses the vm keys on a driver domain or a guest.
-pub(crate) fn check_not_vm(d: &DomainConfig) -> Result<(), String> {
+fn check_not_vm(d: &DomainConfig) -> Result<(), String> {
     let given = [
         ("socket", d.socket.is_some()),
         ("bridge", d.bridge.is_some()),
@@ -276,7 +272,7 @@ pub(crate) fn check_not_vm(d: &DomainConfig) -> Result<(), String> {
 
 /// No two VMs share a socket, and no MAC of a vhost-user vif is taken
 /// (`macs` holds the netif vifs' MACs, lowercase).
-pub(crate) fn check_unique(t: &Topology, macs: &mut HashSet<String>) -> Result<(), String> {
+fn check_unique(t: &Topology, macs: &mut HashSet<String>) -> Result<(), String> {
     let mut sockets = HashSet::new();
     for v in t.vhost_vifs(Path::new("/")) {
         if !macs.insert(v.mac.to_ascii_lowercase()) {

@@ -98,53 +98,6 @@ fn bgp_sessions(summary: &Value) -> Vec<Value> {
         .collect()
 }
 
-/// Plain `status`'s tunnels block: the vxlan ports of this host.
-pub(crate) fn print(host: &str, ports: &[Value]) {
-    let vx: Vec<&Value> = ports.iter().filter(|p| p["vxlan"].is_object()).collect();
-    if vx.is_empty() {
-        return;
-    }
-    println!("\nTUNNELS (host {host})");
-    for p in vx {
-        let x = &p["vxlan"];
-        println!(
-            "  {}:{} vni {} {} local {} mtu budget {} (guests {}, underlay {})",
-            p["domain"].as_str().unwrap_or("?"),
-            p["name"].as_str().unwrap_or("?"),
-            x["vni"],
-            x["mode"].as_str().unwrap_or("?"),
-            x["local"].as_str().unwrap_or("?"),
-            x["mtu_budget"].as_str().unwrap_or("?"),
-            x["guest_mtu"],
-            x["underlay_mtu"],
-        );
-        for peer in x["peers"].as_array().into_iter().flatten() {
-            let macs: Vec<&str> = peer["macs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            println!(
-                "    peer {}: {} MAC{} {}",
-                peer["vtep"].as_str().unwrap_or("?"),
-                macs.len(),
-                if macs.len() == 1 { "" } else { "s" },
-                macs.join(" ")
-            );
-        }
-        for b in x["bgp"].as_array().into_iter().flatten() {
-            println!(
-                "    bgp {} {} up {} prefixes received {}",
-                b["peer"].as_str().unwrap_or("?"),
-                b["state"].as_str().unwrap_or("?"),
-                b["up_for"].as_str().unwrap_or("-"),
-                b["prefixes_received"]
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

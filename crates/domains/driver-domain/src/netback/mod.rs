@@ -39,6 +39,7 @@ use abi::netif::{
 };
 use abi::offloads::Caps;
 use abi::ring::BackRing;
+use abi::vif_backend::{GrantPath, RxPath, TxPath, VifBackend};
 use abi::xenbus::{keys, XenbusState};
 use domain_common::counters::VifCounters;
 use frame::offload::Offloads;
@@ -139,7 +140,7 @@ pub fn give_up(hv: &mut HvClient, be: &str, e: &NetbackError) {
             let _ = hv.store_write(&format!("{be}/stats"), &json);
         }
     }
-    let _ = hv.store_write(&format!("{be}/disconnect-reason"), &e.to_string());
+    let _ = hv.store_write(&format!("{be}/{}", keys::DISCONNECT_REASON), &e.to_string());
     let _ = hv.switch_state(be, XenbusState::Closed);
 }
 
@@ -412,28 +413,20 @@ fn map_rings(hv: &mut HvClient, g: DomId, f: &FrontendRings) -> Result<MappedRin
 /// Writes the backend's features and moves to InitWait (netback's probe).
 pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     let fe = hv.store_read_str(&format!("{be}/{}", keys::FRONTEND))?;
-    let index = read_num(hv, &format!("{be}/splitnet-index"))?;
-    let rx_flip = hv.store_read_str(&format!("{be}/splitnet-rx-mode"))? == "flip";
-    let tx_mode = hv.store_read_str(&format!("{be}/splitnet-tx-mode"))?;
-    let tx_map = tx_mode == "map";
-    let tx_gather = tx_mode == "gather";
-    let offload = hv
-        .store_read_str(&format!("{be}/splitnet-offload"))
-        .map_or(Ok(Caps::NONE), |v| Caps::parse(&v))
-        .map_err(|e| proto(format!("{be}/splitnet-offload: {e}")))?;
-    let lro = hv
-        .store_read_str(&format!("{be}/{}", frame::lro::KEY))
-        .is_ok_and(|v| v == "driver");
-    let ngm = hv
-        .store_read_str(&format!("{be}/splitnet-grants"))
-        .is_ok_and(|g| g == "ngm");
+    let cfg = VifBackend::read(|k| hv.store_read_str(&format!("{be}/{k}")).ok())
+        .map_err(|e| proto(format!("{be}/{e}")))?;
+    let (index, offload, lro) = (cfg.index, cfg.offload, cfg.lro);
+    let rx_flip = cfg.rx == RxPath::Flip;
+    let tx_map = cfg.tx == TxPath::Map;
+    let tx_gather = cfg.tx == TxPath::Gather;
+    let ngm = cfg.grants == GrantPath::Ngm;
     if ngm && (rx_flip || tx_map) {
         return Err(proto(format!(
             "{be}: the new grant mechanism carries neither page flips nor TX maps"
         )));
     }
     let mut opts = opts::read(hv, be)?;
-    let prefetch = read_flag(hv, &format!("{be}/splitnet-prefetch"));
+    let prefetch = cfg.prefetch;
     if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
         return Err(proto(format!(
             "vif index {index} does not fit in the driver domain's memory"
@@ -643,7 +636,7 @@ impl Netback {
         if let Ok(json) = serde_json::to_string(&self.counters) {
             let _ = hv.store_write(&format!("{}/stats", self.be), &json);
         }
-        let _ = hv.store_write(&format!("{}/disconnect-reason", self.be), why);
+        let _ = hv.store_write(&format!("{}/{}", self.be, keys::DISCONNECT_REASON), why);
         let _ = hv.switch_state(&self.be, XenbusState::Closed);
     }
 

@@ -14,8 +14,8 @@
 
 use super::journal::{self, Undo};
 use super::{Uplink, UplinkKind, Uplinks};
-use crate::daemon::Store;
 use crate::host::{ip_in, netns_name};
+use crate::store::Store;
 use crate::topology::VifConfig;
 
 /// Member `name` of a group, with its guest's MAC.

@@ -24,6 +24,7 @@ pub mod group;
 pub mod journal;
 mod kinds;
 mod procs;
+mod tunnel;
 pub mod vxlan;
 
 pub use config::{PortConfig, Uplink, UplinkKind, MAX_QUEUES};
@@ -65,7 +66,7 @@ impl Uplinks {
             eprintln!("hv: undoing an earlier run's uplinks: {e}");
         }
         let uplinks = t.uplinks();
-        vxlan::preflight(&uplinks)?;
+        tunnel::preflight(&uplinks)?;
         let keeper = if uplinks.iter().any(Uplink::touches_host) {
             Some(Keeper::start(run_dir)?)
         } else {
@@ -202,7 +203,7 @@ pub fn all_made_by_hv(uplinks: &[Uplink]) -> bool {
 /// Writes driver domain home `home`'s uplinks: `uplinks/<ifname>` =
 /// `bridge=<name>[,vlan=<vid>]` for each.
 pub fn write_store(
-    ts: &mut crate::daemon::Store<'_>,
+    ts: &mut crate::store::Store<'_>,
     home: &str,
     uplinks: &[Uplink],
 ) -> Result<(), String> {

@@ -1,8 +1,8 @@
-//! `splitnet top`'s data: a live view of the domains, vifs and ports, in the
-//! manner of `xentop`. Rates come from the differences between two samples
-//! of the status document (`status::collect`); the driver domain publishes
-//! its counters every 500 ms, so the default 1 s interval spans two of them.
-//! The command draws these tables (the terminal is the CLI's business).
+//! `splitnet top`'s tables: a live view of the domains, vifs and ports, in
+//! the manner of `xentop`. Rates come from the differences between two
+//! samples of the status document (`toolstack::status::collect`); the driver
+//! domain publishes its counters every 500 ms, so the default 1 s interval
+//! spans two of them. The parent module draws these tables.
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -20,7 +20,7 @@ pub struct Sample {
 impl Sample {
     /// Reads hv's status now.
     pub fn take(rd: &Path) -> Result<Sample> {
-        let st = crate::status::collect_with(rd, false).context("reading hv's status")?;
+        let st = toolstack::status::collect_with(rd, false).context("reading hv's status")?;
         Ok(Sample {
             at: Instant::now(),
             wall: SystemTime::now(),

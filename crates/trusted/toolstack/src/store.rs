@@ -1,0 +1,195 @@
+//! The toolstack's store writes (as domain 0): the [`Store`] handle and
+//! the frontend and backend directories of a vif ([`setup_vif`]), which
+//! hv's wiring, the supervisor, hotplug and the uplinks share.
+
+use crate::topology::{LroAt, RxBuffer, VifConfig, VifOptions};
+use abi::vif_backend::{GrantPath, RxPath, TxPath, VifBackend};
+use abi::xenbus::{self, keys, XenbusState};
+use hv::core::Hypervisor;
+use hv::proto::{DomId, Request};
+use std::sync::Arc;
+
+/// The toolstack's own store writes (as domain 0).
+pub struct Store<'a> {
+    hv: &'a Arc<Hypervisor>,
+}
+
+impl<'a> Store<'a> {
+    /// Store writes on behalf of the toolstack of `hv`.
+    pub fn new(hv: &'a Arc<Hypervisor>) -> Store<'a> {
+        Store { hv }
+    }
+    fn call(&mut self, req: Request) -> Result<(), String> {
+        self.hv
+            .handle(hv::proto::DOMID_TOOLSTACK, req)
+            .0
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    /// Writes `value` at `path`.
+    pub fn write(&mut self, path: &str, value: &str) -> Result<(), String> {
+        self.call(Request::StoreWrite {
+            path: path.into(),
+            value: value.as_bytes().to_vec(),
+        })
+    }
+    /// Sets `path`'s permissions (xenstore's text form, e.g. `["n0", "r3"]`).
+    pub fn set_perms(&mut self, path: &str, perms: &[String]) -> Result<(), String> {
+        self.call(Request::StoreSetPerms {
+            path: path.into(),
+            perms: perms.to_vec(),
+        })
+    }
+    /// Removes `path` and everything under it.
+    pub fn rm(&mut self, path: &str) -> Result<(), String> {
+        self.call(Request::StoreRm { path: path.into() })
+    }
+    /// Creates directory `path` (or keeps it) with `perms`, and gives every
+    /// node already in it the same: a frontend directory re-pointed at a
+    /// restarted driver domain must be readable by the new one.
+    fn dir(&mut self, path: &str, perms: [String; 2]) -> Result<(), String> {
+        self.call(Request::StoreMkdir { path: path.into() })?;
+        let set = |path: &str| Request::StoreSetPerms {
+            path: path.into(),
+            perms: perms.to_vec(),
+        };
+        self.call(set(path))?;
+        let children = match self
+            .hv
+            .handle(
+                hv::proto::DOMID_TOOLSTACK,
+                Request::StoreDirectory { path: path.into() },
+            )
+            .0
+        {
+            Ok(hv::proto::Reply::List(l)) => l,
+            _ => Vec::new(),
+        };
+        for c in children {
+            self.call(set(&format!("{path}/{c}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a vif's frontend and backend directories, as Xen's toolstack does:
+/// each end owns its directory and may read the other's.
+pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Result<(), String> {
+    let fe = xenbus::frontend_path(g, v.handle);
+    let be = xenbus::backend_path(b, g, v.handle);
+    ts.dir(&fe, [format!("n{g}"), format!("r{b}")])?;
+    ts.dir(&be, [format!("n{b}"), format!("r{g}")])?;
+    let state = (XenbusState::Initialising as u32).to_string();
+    let (bs, gs, handle) = (b.to_string(), g.to_string(), v.handle.to_string());
+    // `backend` after `backend-id`: a frontend following its backend reads
+    // both when `backend` changes; `state` last marks the directory complete.
+    for (k, val) in [
+        (keys::BACKEND_ID, bs.as_str()),
+        (keys::BACKEND, be.as_str()),
+        (keys::HANDLE, handle.as_str()),
+        (keys::MAC, v.mac.as_str()),
+    ] {
+        ts.write(&format!("{fe}/{k}"), val)?;
+    }
+    write_lro(ts, &fe, v.lro)?;
+    write_rx_tuning(ts, &fe, v)?;
+    ts.write(&format!("{fe}/{}", keys::STATE), &state)?;
+    write_vif_options(ts, &be, &v.opts)?;
+    // A vif with a hotplug script stays offline until the script succeeded
+    // (the supervisor then writes `online` = 1), as Xen's netback waits for
+    // `hotplug-status`: a failed script leaves the driver domain nothing to undo.
+    let online = if v.opts.script.is_some() { "0" } else { "1" };
+    for (k, val) in [
+        (keys::FRONTEND, fe.as_str()),
+        (keys::FRONTEND_ID, gs.as_str()),
+        (keys::HANDLE, handle.as_str()),
+        (keys::MAC, v.mac.as_str()),
+        (keys::ONLINE, online),
+    ] {
+        ts.write(&format!("{be}/{k}"), val)?;
+    }
+    for (k, val) in backend_record(v)?.nodes() {
+        ts.write(&format!("{be}/{k}"), &val)?;
+    }
+    ts.write(&format!("{be}/{}", keys::STATE), &state)
+}
+
+/// The vif's options netback reads, as their one record.
+fn backend_record(v: &VifConfig) -> Result<VifBackend, String> {
+    use crate::topology::{Grants, RxMode, TxMode};
+    Ok(VifBackend {
+        index: u32::try_from(v.index).map_err(|_| format!("vif index {} too large", v.index))?,
+        rx: match v.rx_mode {
+            RxMode::Copy => RxPath::Copy,
+            RxMode::Flip => RxPath::Flip,
+        },
+        tx: match v.tx_mode {
+            TxMode::Gather => TxPath::Gather,
+            TxMode::Copy => TxPath::Copy,
+            TxMode::Map => TxPath::Map,
+        },
+        grants: match v.grants {
+            Grants::Ngm => GrantPath::Ngm,
+            Grants::HvCopy => GrantPath::HvCopy,
+        },
+        offload: v.offload,
+        lro: v.lro == LroAt::Driver,
+        prefetch: v.prefetch,
+    })
+}
+
+/// Tells netfront when it runs large receive offload (Ram thesis 5.1): the
+/// frontend directory's `splitnet-lro` = `guest` (netback's is in its record).
+fn write_lro(ts: &mut Store<'_>, fe: &str, at: LroAt) -> Result<(), String> {
+    match at {
+        LroAt::Guest => ts.write(&format!("{fe}/{}", keys::LRO), "guest"),
+        // In netback: the backend's record says so.
+        LroAt::Off | LroAt::Driver => Ok(()),
+    }
+}
+
+/// The guest receive optimizations (Ram thesis ch. 5) the vif asks of
+/// netfront: `splitnet-rx-buffer` = `half`, `splitnet-prefetch` = 1
+/// (netback's prefetch is in its record). Each end reads its own at connect.
+fn write_rx_tuning(ts: &mut Store<'_>, fe: &str, v: &VifConfig) -> Result<(), String> {
+    if v.rx_buffer == RxBuffer::Half {
+        ts.write(&format!("{fe}/{}", keys::RX_BUFFER), "half")?;
+    }
+    if v.prefetch {
+        ts.write(&format!("{fe}/{}", keys::PREFETCH), "1")?;
+    }
+    Ok(())
+}
+
+/// Writes vif options to backend directory `be` (before its `state`), under Xen's key names where Xen has one.
+fn write_vif_options(ts: &mut Store<'_>, be: &str, o: &VifOptions) -> Result<(), String> {
+    use abi::xenbus::keys;
+    let ips: Vec<String> = o.ip.iter().map(|a| a.to_string()).collect();
+    let pairs = [
+        (
+            keys::BRIDGE,
+            Some(
+                o.bridge
+                    .as_deref()
+                    .unwrap_or(abi::xenbus::DEFAULT_BRIDGE)
+                    .to_string(),
+            ),
+        ),
+        (keys::MTU, Some(o.mtu.unwrap_or(1500).to_string())),
+        (keys::IP, (!ips.is_empty()).then(|| ips.join(" "))),
+        (
+            keys::RATE,
+            o.rate.map(|r| format!("{},{}", r.bytes, r.usec)),
+        ),
+        (keys::VLAN, o.vlan.map(|v| v.to_string())),
+        (keys::SCRIPT, o.script.clone()),
+        (keys::VIFNAME, o.vifname.clone()),
+        (keys::PDEV, o.pdev.clone()),
+    ];
+    for (k, val) in pairs {
+        if let Some(val) = val {
+            ts.write(&format!("{be}/{k}"), &val)?;
+        }
+    }
+    Ok(())
+}

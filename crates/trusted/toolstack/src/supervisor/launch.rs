@@ -1,0 +1,343 @@
+//! Starting a domain's process (`splitnet domain` in its namespace, pinned
+//! and in its cgroup, with a thread that reaps it) and, for a guest with an
+//! emulated NIC, the device side in its driver domain: a hosted NIC's
+//! VMApp (Sugerman 2001) or an HVM guest's device model (Zhang & Dong).
+
+use super::{drop_netns, Supervisor};
+use crate::host::{self, Cgroup};
+use crate::topology::{DomainConfig, EmulatedNic, HvmPic, Nic};
+use hv::core::Hypervisor;
+use hv::proto::DomId;
+use hypercall::ioreq::Placement;
+use hypercall::launch::{ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS};
+use std::fs;
+use std::os::fd::AsFd;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use sys::SeqPacket;
+
+impl Supervisor {
+    /// Domain `name`'s log in the run directory, opened for appending, as
+    /// its stdout and stderr.
+    fn domain_log(&self, name: &str) -> Result<(fs::File, fs::File), String> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.run_dir.join(format!("{name}.log")))
+            .map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        Ok((log, log2))
+    }
+
+    /// Starts domain `d`'s process in its namespace and cgroup, and a
+    /// thread that reaps it and applies the restart policy.
+    pub(super) fn launch(
+        self: &Arc<Self>,
+        hv: &Arc<Hypervisor>,
+        d: &DomainConfig,
+        domid: DomId,
+        sock: SeqPacket,
+        cg: Cgroup,
+    ) -> Result<(), String> {
+        let name = d.name.clone();
+        let ns = host::netns_name(&name);
+        let logs = self.domain_log(&name)?;
+        let emulated = self
+            .topology
+            .emulated_nics()
+            .into_iter()
+            .find(|e| e.guest == d.name);
+        let link = emulated
+            .as_ref()
+            .filter(|e| e.kind == Nic::Hosted)
+            .map(|_| HostedLink::new(&name))
+            .transpose()?;
+        // An HVM guest's I/O path exists before its process asks for it.
+        if let Some(e) = emulated.as_ref().filter(|e| e.kind == Nic::Hvm) {
+            self.hvm_attach(hv, e, domid)?;
+        }
+        let child = self.spawn_domain(d, &ns, logs, sock, link.as_ref())?;
+        let pid = child.id() as i32;
+        if let Err(e) = cg.add(pid) {
+            eprintln!("hv: {e}");
+        }
+        if let Some(c) = d.cpu {
+            hv.set_info(&format!("cpu.{name}"), &c.to_string());
+        }
+        if let Some(e) = &emulated {
+            let side = match link {
+                Some(l) => DeviceSide::VmApp(l),
+                None => DeviceSide::DeviceModel,
+            };
+            self.launch_device_side(hv, e, domid, side, &cg)
+                .map_err(|x| format!("starting the device side of {name}'s NIC: {x}"))?;
+        }
+        self.watch(hv, domid, &name, &ns, cg, child)?;
+        *self.lock().starts.entry(d.name.clone()).or_default() += 1;
+        self.changed.notify_all();
+        eprintln!("hv: domain {domid} ({name}) started as pid {pid} in {ns}");
+        Ok(())
+    }
+
+    /// Spawns `splitnet domain` for `d` in namespace `ns`, logging to `logs`,
+    /// handing it its
+    /// connection to hv (`sock`) and a hosted guest's end of the
+    /// world-switch channel (`link`), pinned to its `cpu` if it has one.
+    fn spawn_domain(
+        &self,
+        d: &DomainConfig,
+        ns: &str,
+        (log, log2): (fs::File, fs::File),
+        sock: SeqPacket,
+        link: Option<&HostedLink>,
+    ) -> Result<Child, String> {
+        let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&sock.as_fd());
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns])
+            .arg(&self.exe)
+            .env(ENV_HV_FD, fd.to_string())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        if let Some(l) = link {
+            let fds = [l.memfd.as_fd(), l.vm.as_fd()];
+            cmd.env(ENV_HOSTED_FDS, inherit(&fds)?);
+        }
+        if let Some(c) = d.cpu {
+            sys::pin_on_exec(&mut cmd, c).map_err(|e| format!("pinning to core {c}: {e}"))?;
+        }
+        let r = cmd.spawn();
+        drop(sock); // the child holds the only other copy now
+        if let Some(l) = link {
+            // The guest has its copies; the VMApp must not inherit them.
+            for fd in [l.memfd.as_fd(), l.vm.as_fd()] {
+                sys::set_inheritable(fd, false).map_err(|e| e.to_string())?;
+            }
+        }
+        r.map_err(|e| format!("spawning `ip netns exec {ns} ...`: {e}"))
+    }
+
+    /// Tells hv how domain `domid` (`name`, in namespace `ns`) runs and
+    /// what undoes it (its cgroup, its uplinks, its namespace unless it may
+    /// come back), and reaps its process on a thread of its own.
+    fn watch(
+        self: &Arc<Self>,
+        hv: &Arc<Hypervisor>,
+        domid: DomId,
+        name: &str,
+        ns: &str,
+        cg: Cgroup,
+        child: Child,
+    ) -> Result<(), String> {
+        let me = Arc::downgrade(self);
+        let (cg2, name2, uplinks) = (cg.clone(), name.to_string(), self.uplinks.clone());
+        hv.set_launch_info(
+            domid,
+            Some(child.id() as i32),
+            Some(ns.to_string()),
+            cg.dirs.first().map(|p| p.display().to_string()),
+            Some(Box::new(move || {
+                cg2.destroy(Duration::from_secs(2));
+                // A host interface never stays in a stopped driver domain.
+                uplinks.lend_back(&name2);
+                let keep = me.upgrade().is_some_and(|s| s.may_come_back(&name2));
+                if !keep {
+                    drop_netns(&uplinks, &name2);
+                }
+            })),
+        );
+        let (me, name3) = (self.clone(), name.to_string());
+        hv.spawn_guarded(format!("reap-{name}"), Some(domid), move || {
+            let mut child = child;
+            let status = child.wait();
+            me.reaped(domid, &name3, status);
+        })
+        .map(drop)
+        .map_err(|e| e.to_string())
+    }
+
+    /// Makes HVM guest `e` (domain `domid`) an HVM guest in hv, with its
+    /// driver domain as the device model (Xen's dom0 running qemu-dm).
+    fn hvm_attach(
+        &self,
+        hv: &Arc<Hypervisor>,
+        e: &EmulatedNic,
+        domid: DomId,
+    ) -> Result<(), String> {
+        let dm = Self::domid(hv, &e.backend)
+            .map_err(|x| format!("the device model's domain {}: {x}", e.backend))?;
+        let cfg = hv::hvm::HvmConfig {
+            placement: match e.hvm_pic {
+                HvmPic::Hv => Placement::Hv,
+                HvmPic::Dm => Placement::Dm,
+            },
+            device_model: Some(dm),
+            ..Default::default()
+        };
+        hv.hvm_attach(domid, cfg)
+            .map(|_| ())
+            .map_err(|x| format!("the HVM I/O path of {}: {x}", e.guest))
+    }
+
+    /// Starts the device side of guest `e`'s emulated NIC (domain `domid`)
+    /// in its driver domain's namespace: the VMApp of a hosted NIC, with the
+    /// guest's pool, the channel and VMNet's interface name; or the device
+    /// model of an HVM guest, with a connection to hv as the driver domain
+    /// on which it takes the ioreq page and the guest's pool
+    /// (`HvmDeviceModel`). Either joins the guest's cgroup, so it goes with
+    /// the guest; the VMApp also exits when the guest's end of the channel
+    /// closes, the device model when hv closes its connection.
+    fn launch_device_side(
+        &self,
+        hv: &Arc<Hypervisor>,
+        e: &EmulatedNic,
+        domid: DomId,
+        side: DeviceSide,
+        cg: &Cgroup,
+    ) -> Result<(), String> {
+        let what = side.what();
+        let ns = host::netns_name(&e.backend);
+        let mut child = self.spawn_device_side(hv, e, domid, side, &ns)?;
+        let pid = child.id() as i32;
+        if let Err(x) = cg.add(pid) {
+            eprintln!("hv: {x}");
+        }
+        nic_info(hv, e, pid);
+        let guest = e.guest.clone();
+        hv.spawn_guarded(format!("reap-dm-{guest}"), None, move || {
+            let status = child.wait();
+            eprintln!("hv: the {what} of {guest} (pid {pid}) exited: {status:?}");
+        })
+        .map_err(|x| x.to_string())?;
+        eprintln!("hv: {what} of {} started as pid {pid} in {ns}", e.guest);
+        Ok(())
+    }
+
+    /// Spawns guest `e`'s VMApp or device model in namespace `ns`, logging
+    /// to `<guest>-vmapp.log` or `<guest>-dm.log`, with the descriptors it
+    /// inherits.
+    fn spawn_device_side(
+        &self,
+        hv: &Arc<Hypervisor>,
+        e: &EmulatedNic,
+        domid: DomId,
+        side: DeviceSide,
+        ns: &str,
+    ) -> Result<Child, String> {
+        let what = side.what();
+        let (log, log2) = match side {
+            DeviceSide::VmApp(_) => self.domain_log(&format!("{}-vmapp", e.guest))?,
+            DeviceSide::DeviceModel => self.domain_log(&format!("{}-dm", e.guest))?,
+        };
+        let bit = |b: bool| if b { "1" } else { "0" };
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns])
+            .arg(&self.exe)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        let r = match side {
+            DeviceSide::VmApp(link) => {
+                let pool = hv
+                    .pool_fd_for_device_model(domid)
+                    .map_err(|x| x.to_string())?;
+                let fds = [pool.as_fd(), link.memfd.as_fd(), link.app.as_fd()];
+                cmd.arg("vmapp")
+                    .args(["--guest", &e.guest, "--tap", &e.host_ifname()])
+                    .args(["--mac", &e.mac])
+                    .args(["--ports-in-vmm", bit(e.ports_in_vmm)])
+                    .args(["--irq-bitvector", bit(e.irq_bitvector)])
+                    .env(ENV_VMAPP_FDS, inherit(&fds)?);
+                let r = cmd.spawn();
+                drop((pool, link));
+                r
+            }
+            DeviceSide::DeviceModel => {
+                let dm = Self::domid(hv, &e.backend).map_err(|x| x.to_string())?;
+                let sock = hv.device_model_connection(dm).map_err(|x| x.to_string())?;
+                cmd.arg("hvm-dm")
+                    .args(["--guest", &e.guest, "--guest-id", &domid.to_string()])
+                    .args(["--tap", &e.host_ifname(), "--mac", &e.mac])
+                    .args(["--poll-us", &e.hvm_poll_us.unwrap_or(0).to_string()])
+                    .env(ENV_HVM_DM_FD, inherit(&[sock.as_fd()])?);
+                let r = cmd.spawn();
+                drop(sock);
+                r
+            }
+        };
+        r.map_err(|x| format!("spawning `ip netns exec {ns} splitnet-domain` ({what}): {x}"))
+    }
+}
+
+/// hv's `nic.<guest>` fact for `status`: kind, driver domain, host
+/// interface, the device side's pid and the NIC's options.
+fn nic_info(hv: &Hypervisor, e: &EmulatedNic, pid: i32) {
+    let options = match e.kind {
+        Nic::Hvm => e.hvm_options(),
+        _ => format!(
+            "ports_in_vmm={} send_combining={} irq_bitvector={}",
+            e.ports_in_vmm, e.send_combining, e.irq_bitvector
+        ),
+    };
+    hv.set_info(
+        &format!("nic.{}", e.guest),
+        &format!(
+            "{}|{}|{}|{pid}|{options}",
+            e.kind.as_str(),
+            e.backend,
+            e.host_ifname()
+        ),
+    );
+}
+/// What runs in the driver domain for an emulated NIC.
+enum DeviceSide {
+    /// A hosted NIC's VMApp, with its end of the world-switch channel.
+    VmApp(HostedLink),
+    /// An HVM guest's device model (qemu-dm's role).
+    DeviceModel,
+}
+
+impl DeviceSide {
+    /// Its name in messages.
+    fn what(&self) -> &'static str {
+        match self {
+            DeviceSide::VmApp(_) => "VMApp",
+            DeviceSide::DeviceModel => "device model",
+        }
+    }
+}
+
+/// The world-switch channel of a hosted guest, before its two ends are
+/// handed out: the shared region and the doorbell pair.
+struct HostedLink {
+    memfd: sys::Memfd,
+    vm: SeqPacket,
+    app: SeqPacket,
+}
+
+impl HostedLink {
+    fn new(guest: &str) -> Result<HostedLink, String> {
+        // 4 KiB of request and answer, then 16 frame slots each way.
+        const SIZE: usize = 4096 + 2 * 16 * 2048;
+        let memfd = sys::Memfd::create(&format!("splitnet-hosted-{guest}"), SIZE, false)
+            .map_err(|e| format!("world-switch channel of {guest}: {e}"))?;
+        let (vm, app) =
+            SeqPacket::pair().map_err(|e| format!("world-switch doorbell of {guest}: {e}"))?;
+        Ok(HostedLink { memfd, vm, app })
+    }
+}
+
+/// Marks `fds` inheritable (the caller holds `host::SPAWN` and drops its
+/// copies after the spawn) and names them for the child's environment.
+fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
+    let mut names = Vec::new();
+    for fd in fds {
+        sys::set_inheritable(*fd, true).map_err(|e| e.to_string())?;
+        names.push(std::os::fd::AsRawFd::as_raw_fd(fd).to_string());
+    }
+    Ok(names.join(","))
+}
