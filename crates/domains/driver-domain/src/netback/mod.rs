@@ -213,6 +213,18 @@ impl TxPacket {
     }
 }
 
+/// The storage of the TX grant mechanisms that keep any ([`grants`]),
+/// reused batch after batch.
+#[derive(Default)]
+struct TxStates {
+    /// hv-copy TX gather's hold and release batches.
+    hold: hold::HoldTx,
+    /// hv-copy TX copy's batches and the frames copied out.
+    copy: grants::CopyTx,
+    /// The frames the Xen 2.0 TX map copied out.
+    mapped: grants::MapTx,
+}
+
 /// The RX ring netback serves.
 type RxRing = BackRing<MappedGrant, RxRequest, RxResponse>;
 
@@ -248,12 +260,8 @@ pub struct Netback {
     ngm: Option<NgmView>,
     /// The guest's I/O pool, read-only, under hv-copy TX gather ([`hold`]).
     window: Option<Mapping>,
-    /// The hold and release batches of hv-copy TX gather (reused).
-    tx_hold: hold::HoldTx,
-    /// hv-copy TX copy's batches and the frames copied out (reused).
-    tx_copy: grants::CopyTx,
-    /// The frames the Xen 2.0 TX map copied out (reused).
-    tx_mapped: grants::MapTx,
+    /// The TX grant mechanisms' storage, reused batch after batch.
+    tx_grants: TxStates,
     /// The TX packets of the batch held for forwarding under the new grant
     /// mechanism, by position in `tx_pkts` (reused, never shrunk).
     tx_held: Vec<grants::Held>,
@@ -530,9 +538,7 @@ impl Netback {
             tracer: hv.tracer(),
             ngm,
             window,
-            tx_hold: hold::HoldTx::default(),
-            tx_copy: grants::CopyTx::default(),
-            tx_mapped: grants::MapTx::default(),
+            tx_grants: TxStates::default(),
             tx_held: vec![grants::Held::default(); TX_BUDGET],
             tx_pkts: Vec::with_capacity(TX_BUDGET),
             tx_ids: [0; 1 << 10],

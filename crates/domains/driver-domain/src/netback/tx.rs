@@ -54,11 +54,11 @@ impl Netback {
         let (n, fatal) = if self.ngm.is_some() {
             self.tx_batch(hv, &mut NgmTx, fwd)?
         } else if self.window.is_some() {
-            self.batch_with(hv, fwd, |nb| &mut nb.tx_hold)?
+            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.hold)?
         } else if self.modes.tx_map {
-            self.batch_with(hv, fwd, |nb| &mut nb.tx_mapped)?
+            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.mapped)?
         } else {
-            self.batch_with(hv, fwd, |nb| &mut nb.tx_copy)?
+            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.copy)?
         };
         if n > 0 {
             self.counters.batches += 1;
