@@ -665,7 +665,7 @@ impl<'a> FrameRef<'a> {
 
     /// Copies the frame's bytes from `at` into `dst`. The shared ranges
     /// were checked against `map` when the frame was held (netback's
-    /// `hold_ngm` makes each from a checked frame and offset), so this
+    /// `NgmTx::reach` makes each from a checked frame and offset), so this
     /// read cannot leave the mapping.
     pub fn copy_out(&self, at: usize, dst: &mut [u8]) {
         self.walk(at, dst.len(), |piece, done| match piece {

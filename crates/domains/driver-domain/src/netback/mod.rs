@@ -12,13 +12,17 @@
 //! the Xen 2.0 baseline netback maps each TX page and flips each RX page.
 //!
 //! - this file: the xenbus side (probe, connect, disconnect) and the refusal policy;
-//! - [`tx`]: guest → bridge: parse, validate, forward, respond;
+//! - [`tx`]: guest → bridge: parse, validate, forward, respond, one batch
+//!   loop for every grant mechanism; `grants`: the mechanisms behind one
+//!   trait (new grant mechanism, hv copy, Xen 2.0 map), and `hold`: hv-copy
+//!   TX gather's;
 //! - `rx`: bridge → guest, and `slab`: the frames waiting for the guest's buffers;
 //! - [`opts`]: the vif's options (`ip`, `rate`, `mtu`), read at probe.
 //!
 //! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
+mod grants;
 mod hold;
 mod mq;
 pub mod opts;
@@ -39,7 +43,7 @@ use abi::vif_backend::{GrantPath, RxPath, TxPath, VifBackend};
 use abi::xenbus::{keys, XenbusState};
 use domain_common::counters::VifCounters;
 use frame::offload::Offloads;
-use frame::packet::{Csum, Gso};
+use frame::packet::Gso;
 use frame::wire::ETH_HLEN;
 use hypercall::ngm_client::NgmView;
 use hypercall::trace::Tracer;
@@ -210,28 +214,16 @@ impl TxPacket {
     }
 }
 
-/// A TX packet held for forwarding under the new grant mechanism, its
-/// grants in use until it is answered: the header copy netback checked
-/// (Menon 2006 §4.1) and where the rest of the frame is in the guest's pool.
-#[derive(Clone, Copy)]
-struct Held {
-    head: [u8; tx::HEAD],
-    head_len: usize,
-    csum: Csum,
-    rest: [(usize, usize); XEN_NETIF_NR_SLOTS_MIN],
-    rest_count: usize,
-}
-
-impl Default for Held {
-    fn default() -> Held {
-        Held {
-            head: [0; tx::HEAD],
-            head_len: 0,
-            csum: Csum::Unknown,
-            rest: [(0, 0); XEN_NETIF_NR_SLOTS_MIN],
-            rest_count: 0,
-        }
-    }
+/// The storage of the TX grant mechanisms that keep any ([`grants`]),
+/// reused batch after batch.
+#[derive(Default)]
+struct TxStates {
+    /// hv-copy TX gather's hold and release batches.
+    hold: hold::HoldTx,
+    /// hv-copy TX copy's batches and the frames copied out.
+    copy: grants::CopyTx,
+    /// The frames the Xen 2.0 TX map copied out.
+    mapped: grants::MapTx,
 }
 
 /// The RX ring netback serves.
@@ -269,11 +261,11 @@ pub struct Netback {
     ngm: Option<NgmView>,
     /// The guest's I/O pool, read-only, under hv-copy TX gather ([`hold`]).
     window: Option<Mapping>,
-    /// The hold and release batches of hv-copy TX gather (reused).
-    hold: hold::HoldBufs,
+    /// The TX grant mechanisms' storage, reused batch after batch.
+    tx_grants: TxStates,
     /// The TX packets of the batch held for forwarding under the new grant
     /// mechanism, by position in `tx_pkts` (reused, never shrunk).
-    tx_held: Vec<Held>,
+    tx_held: Vec<grants::Held>,
     /// TX packets of the batch being processed (reused).
     tx_pkts: Vec<TxPacket>,
     /// Request ids seen in the current TX batch, one bit each.
@@ -547,8 +539,8 @@ impl Netback {
             tracer: hv.tracer(),
             ngm,
             window,
-            hold: hold::HoldBufs::default(),
-            tx_held: vec![Held::default(); TX_BUDGET],
+            tx_grants: TxStates::default(),
+            tx_held: vec![grants::Held::default(); TX_BUDGET],
             tx_pkts: Vec::with_capacity(TX_BUDGET),
             tx_ids: [0; 1 << 10],
             rx_unpublished: 0,

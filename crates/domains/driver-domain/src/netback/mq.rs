@@ -18,11 +18,11 @@
 //! offloads, or data over several buffers without GSO) is copied out and
 //! takes the shared path, whose queue consumes the same requests later.
 
-use super::rx::{buffer_offset, CopyResp};
+use super::rx::{buffer_offset, parts, stage_to_guest, CopyResp};
 use super::{Netback, Result, SLOT_BUDGET};
 use crate::port::vmq::{Armed, Landed, VmqLayer, MAX_ARMED, MAX_FRAME};
-use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
-use abi::netif::{NetifStatus, RxFlags, RxRequest, RxResponse};
+use abi::grant::GrantCopy;
+use abi::netif::{NetifStatus, RxRequest, RxResponse};
 use abi::{Pfn, SharedMemory};
 use frame::packet::{self, Csum, FrameRef, Gso, VNET_HDR_LEN};
 use hypercall::ngm_client::NgmView;
@@ -197,22 +197,12 @@ impl Netback {
     /// (0: not enough posted, or a bad grant at the head, answered).
     fn arm(&mut self) -> usize {
         let need = self.armed_need().min(MAX_ARMED);
-        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+        let Some((posted, room)) = self.arm_room(false) else {
             return 0;
         };
-        match rx.unconsumed_requests() {
-            Ok(n) if n as usize >= need => {}
-            Ok(_) => return 0,
-            Err(_) => {
-                self.rx_overflow = true;
-                return 0;
-            }
+        if posted < need || need > room {
+            return 0; // too few posted, or the copies pending go first (flush_rx)
         }
-        let staging = self.ngm.is_none();
-        if staging && st.staged + need > SLOT_BUDGET {
-            return 0; // the copies pending go first (flush_rx)
-        }
-        st.batch = false;
         // Position 1 is kept for the GSO extra slot, whose buffer is never
         // written: data part 0 is position 0, part i > 0 position i + 1.
         let bad = self.arm_window(need, |k| match k {
@@ -226,24 +216,31 @@ impl Netback {
     /// Arms up to `max` posted buffers, one per frame of a batch; the
     /// number armed (0: none posted, or a bad buffer at the head, answered).
     fn arm_batch(&mut self, max: usize) -> usize {
-        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+        let Some((posted, room)) = self.arm_room(true) else {
             return 0;
         };
-        let posted = match rx.unconsumed_requests() {
-            Ok(n) => n as usize,
-            Err(_) => {
-                self.rx_overflow = true;
-                return 0;
-            }
-        };
-        let staging = self.ngm.is_none();
-        let mut n = max.min(posted).min(MAX_ARMED);
-        if staging {
-            n = n.min(SLOT_BUDGET.saturating_sub(st.staged));
-        }
-        st.batch = true;
-        let bad = self.arm_window(n, Some);
+        let bad = self.arm_window(max.min(posted).min(MAX_ARMED).min(room), Some);
         self.armed_or_refused(bad)
+    }
+
+    /// Before arming one frame's buffers or a batch's (`batch`): the
+    /// requests posted, and the staging frames left under hv-copy (no
+    /// bound under the new grant mechanism). None if there is no queue or
+    /// the ring overflowed (flagged).
+    fn arm_room(&mut self, batch: bool) -> Option<(usize, usize)> {
+        let (Some(rx), Some(st)) = (self.rx.as_mut(), self.mq.as_mut()) else {
+            return None;
+        };
+        let Ok(posted) = rx.unconsumed_requests() else {
+            self.rx_overflow = true;
+            return None;
+        };
+        st.batch = batch;
+        let room = match self.ngm {
+            Some(_) => usize::MAX,
+            None => SLOT_BUDGET.saturating_sub(st.staged),
+        };
+        Some((posted as usize, room))
     }
 
     /// Peeks the first `n` posted requests and arms their buffers, ring
@@ -365,22 +362,6 @@ impl Netback {
         }
     }
 
-    /// The flags of data part `i` of `chunks`.
-    fn part_flags(i: usize, chunks: usize, csum: Csum, gso: Option<Gso>) -> RxFlags {
-        let mut f = if i == 0 {
-            csum.rx_flags()
-        } else {
-            RxFlags::EMPTY
-        };
-        if i == 0 && gso.is_some() {
-            f |= RxFlags::EXTRA_INFO;
-        }
-        if i + 1 < chunks {
-            f |= RxFlags::MORE_DATA;
-        }
-        f
-    }
-
     /// New grant mechanism: the frame is in the guest's buffers already,
     /// from data part `at` on; consume their requests and answer them in
     /// order.
@@ -400,13 +381,11 @@ impl Netback {
         if !rx.consume(used as u32) {
             return Err(super::proto("RX requests vanished"));
         }
-        for i in 0..chunks {
-            let part = (len - i * chunk).min(chunk);
-            let id = st.reqs[st.req_at(at + i)].0;
-            let flags = Self::part_flags(i, chunks, csum, gso);
-            let off = st.offs[at + i];
-            rx.push_response(&RxResponse::data(id, off, flags, part as u16)?)?;
-            if i == 0 {
+        for part in parts(len, chunk, csum, gso) {
+            let id = st.reqs[st.req_at(at + part.i)].0;
+            let off = st.offs[at + part.i];
+            rx.push_response(&RxResponse::data(id, off, part.flags, part.len as u16)?)?;
+            if part.i == 0 {
                 if let Some(g) = gso {
                     rx.push_response(&g.to_extra().to_rx_slot())?;
                 }
@@ -414,8 +393,7 @@ impl Netback {
         }
         st.rx_direct_packets += 1;
         self.rx_unpublished += 1;
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += len as u64;
+        self.count_rx(len);
         Ok(())
     }
 
@@ -432,32 +410,20 @@ impl Netback {
             self.rx_overflow = true;
             return;
         }
-        for i in 0..chunks {
-            let part = (len - i * chunk).min(chunk);
-            let (id, gref) = st.reqs[st.req_at(at + i)];
-            let off = st.offs[at + i];
+        for part in parts(len, chunk, csum, gso) {
+            let (id, gref) = st.reqs[st.req_at(at + part.i)];
+            let off = st.offs[at + part.i];
             st.resps.push(CopyResp::Data {
                 id,
                 op: st.ops.len(),
                 off,
-                len: part as u16,
-                flags: Self::part_flags(i, chunks, csum, gso),
+                len: part.len as u16,
+                flags: part.flags,
             });
-            st.ops.push(GrantCopy {
-                source: CopyPtr::Frame {
-                    domid: DOMID_SELF,
-                    gmfn: (self.rx_base as usize + st.staged + i) as u64,
-                    offset: 0,
-                },
-                dest: CopyPtr::Gref {
-                    domid: guest,
-                    gref,
-                    offset: off,
-                },
-                len: part as u16,
-                status: 0,
-            });
-            if i == 0 {
+            let frame = self.rx_base + (st.staged + part.i) as u32;
+            st.ops
+                .push(stage_to_guest(frame, guest, gref, off, part.len));
+            if part.i == 0 {
                 if let Some(g) = gso {
                     st.resps.push(CopyResp::Extra(g.to_extra()));
                 }
@@ -465,8 +431,7 @@ impl Netback {
         }
         st.staged += chunks;
         st.rx_direct_packets += 1;
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += len as u64;
+        self.count_rx(len);
     }
 
     /// A frame the guest cannot take as it is: copied out of the armed
@@ -476,10 +441,7 @@ impl Netback {
         let Some(mut st) = self.mq.take() else {
             return Ok(());
         };
-        let map = match &self.ngm {
-            Some(v) => v.pool(),
-            None => &self.pool,
-        };
+        let map = self.rx_map();
         let mut at = 0;
         for i in 0..Self::data_parts(&st) {
             let (off, n) = st.ranges[i];
@@ -546,12 +508,8 @@ impl Netback {
     /// What is armed, for the queue.
     fn armed(&self) -> Option<Armed<'_>> {
         let st = self.mq.as_ref()?;
-        let map = match &self.ngm {
-            Some(v) => v.pool(),
-            None => &self.pool,
-        };
         Some(Armed {
-            map,
+            map: self.rx_map(),
             ranges: &st.ranges[..Self::data_parts(st)],
         })
     }
@@ -605,12 +563,8 @@ impl Netback {
         } else {
             st.rx_fallback_packets += 1;
         }
-        let map = match &self.ngm {
-            Some(v) => v.pool(),
-            None => &self.pool,
-        };
         let slot = landed.slot(k);
-        map.read_bytes(off, &mut slot[..len.min(n)]);
+        self.rx_map().read_bytes(off, &mut slot[..len.min(n)]);
         self.enqueue_rx(&FrameRef::private(&slot[..len], csum, gso));
     }
 }

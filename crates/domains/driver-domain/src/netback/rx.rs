@@ -16,7 +16,7 @@ use abi::netif::{ExtraInfo, NetifStatus, RxFlags, RxRequest, RxResponse};
 use abi::{Pfn, SharedMemory};
 use frame::lro::Lro;
 use frame::offload::{self, Offloads};
-use frame::packet::{FrameRef, GsoKind};
+use frame::packet::{Csum, FrameRef, Gso, GsoKind};
 use hypercall::ngm_client::NgmView;
 use hypercall::trace::{self, DomainEvent};
 use hypercall::{DomId, HvClient};
@@ -53,8 +53,14 @@ fn fill_rx_buffer(
 }
 
 /// The copy of `len` bytes from staging frame `frame` into the buffer
-/// `guest` posted with `req`, at `off` in its page.
-fn stage_to_guest(frame: u32, guest: DomId, req: &RxRequest, off: u16, len: usize) -> GrantCopy {
+/// `guest` posted with grant `gref`, at `off` in its page.
+pub(super) fn stage_to_guest(
+    frame: u32,
+    guest: DomId,
+    gref: u32,
+    off: u16,
+    len: usize,
+) -> GrantCopy {
     GrantCopy {
         source: CopyPtr::Frame {
             domid: DOMID_SELF,
@@ -63,11 +69,64 @@ fn stage_to_guest(frame: u32, guest: DomId, req: &RxRequest, off: u16, len: usiz
         },
         dest: CopyPtr::Gref {
             domid: guest,
-            gref: req.gref,
+            gref,
             offset: off,
         },
         len: len as u16,
         status: 0,
+    }
+}
+
+/// One data part of a frame cut into RX buffers: its index, where it
+/// starts in the frame, its length, and its response's flags. Every path
+/// that fills RX buffers walks a frame by these ([`parts`]).
+#[derive(Clone, Copy)]
+pub(super) struct Part {
+    pub i: usize,
+    pub at: usize,
+    pub len: usize,
+    pub flags: RxFlags,
+}
+
+/// The parts of a frame of `len` bytes in buffers of `chunk` bytes (one at
+/// least): the first carries the checksum state and, under GSO,
+/// EXTRA_INFO (its extra-info slot follows it); all but the last
+/// MORE_DATA.
+pub(super) fn parts(
+    len: usize,
+    chunk: usize,
+    csum: Csum,
+    gso: Option<Gso>,
+) -> impl Iterator<Item = Part> {
+    let n = len.div_ceil(chunk).max(1);
+    (0..n).map(move |i| {
+        let mut flags = if i == 0 {
+            csum.rx_flags()
+        } else {
+            RxFlags::EMPTY
+        };
+        if i == 0 && gso.is_some() {
+            flags |= RxFlags::EXTRA_INFO;
+        }
+        if i + 1 < n {
+            flags |= RxFlags::MORE_DATA;
+        }
+        Part {
+            i,
+            at: i * chunk,
+            len: (len - i * chunk).min(chunk),
+            flags,
+        }
+    })
+}
+
+/// An error response to request `id` that keeps its part's flags
+/// (MORE_DATA / EXTRA_INFO), so the guest can still walk the chain (and
+/// drop the packet).
+fn failed_part(id: u16, flags: RxFlags) -> RxResponse {
+    RxResponse {
+        flags,
+        ..RxResponse::failed(id, NetifStatus::Error)
     }
 }
 
@@ -209,41 +268,24 @@ impl Netback {
         let (Some(view), Some(rx)) = (self.ngm.as_ref(), self.rx.as_mut()) else {
             return Ok(false);
         };
-        let chunks = f.len.div_ceil(chunk).max(1);
-        let need = chunks + usize::from(f.gso.is_some());
+        let need = f.len.div_ceil(chunk).max(1) + usize::from(f.gso.is_some());
         if (rx.unconsumed_requests()? as usize) < need {
             return Ok(false);
         }
-        let mut flags = f.csum.rx_flags();
-        if f.gso.is_some() {
-            flags |= RxFlags::EXTRA_INFO;
-        }
         let mut refused = None;
-        for i in 0..chunks {
+        for part in parts(f.len, chunk, f.csum, f.gso) {
             let Some(req) = rx.next_request()? else {
                 return Err(NetbackError::Protocol("RX requests vanished".into()));
             };
-            let len = (f.len - i * chunk).min(chunk);
-            let more = if i + 1 < chunks {
-                RxFlags::MORE_DATA
-            } else {
-                RxFlags::EMPTY
-            };
-            let fl = if i == 0 { flags | more } else { more };
-            let rsp = match fill_rx_buffer(view, f, i * chunk, len, &req, half) {
-                Ok(off) => RxResponse::data(req.id, off, fl, len as u16)?,
+            let rsp = match fill_rx_buffer(view, f, part.at, part.len, &req, half) {
+                Ok(off) => RxResponse::data(req.id, off, part.flags, part.len as u16)?,
                 Err(r) => {
                     refused = Some(r);
-                    // Keep MORE_DATA / EXTRA_INFO so the guest can still
-                    // walk the chain (and drop the packet).
-                    RxResponse {
-                        flags: fl,
-                        ..RxResponse::failed(req.id, NetifStatus::Error)
-                    }
+                    failed_part(req.id, part.flags)
                 }
             };
             rx.push_response(&rsp)?;
-            if i == 0 {
+            if part.i == 0 {
                 if let Some(g) = f.gso {
                     // The extra slot consumes a request too (its buffer goes unused).
                     let _ = rx.next_request()?;
@@ -254,10 +296,7 @@ impl Netback {
         self.rx_unpublished += 1;
         match refused {
             Some(r) => self.refuse(r),
-            None => {
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += f.len as u64;
-            }
+            None => self.count_rx(f.len),
         }
         Ok(true)
     }
@@ -437,20 +476,12 @@ impl Netback {
                 break;
             }
             avail -= need;
-            let mut flags = pkt.csum.rx_flags();
-            if pkt.gso.is_some() {
-                flags |= RxFlags::EXTRA_INFO;
-            }
-            for (i, chunk) in pkt.data.chunks(size).enumerate() {
+            // An empty frame fills no buffer here.
+            for part in parts(len, size, pkt.csum, pkt.gso).filter(|p| p.len > 0) {
                 let Some(req) = rx.next_request()? else {
                     return Err(proto("RX requests vanished"));
                 };
-                let more = if (i + 1) < chunks {
-                    RxFlags::MORE_DATA
-                } else {
-                    RxFlags::EMPTY
-                };
-                let f = if i == 0 { flags | more } else { more };
+                let (f, chunk) = (part.flags, &pkt.data[part.at..part.at + part.len]);
                 match buffer_offset(half, &req) {
                     Ok(off) => {
                         // One of this vif's own staging frames (rx_base + at
@@ -464,7 +495,13 @@ impl Netback {
                             len: chunk.len() as u16,
                             flags: f,
                         });
-                        ops.push(stage_to_guest(frame, self.guest, &req, off, chunk.len()));
+                        ops.push(stage_to_guest(
+                            frame,
+                            self.guest,
+                            req.gref,
+                            off,
+                            chunk.len(),
+                        ));
                     }
                     Err(why) => resps.push(CopyResp::Refused {
                         id: req.id,
@@ -472,7 +509,7 @@ impl Netback {
                         why,
                     }),
                 }
-                if i == 0 {
+                if part.i == 0 {
                     if let Some(g) = pkt.gso {
                         // The extra slot consumes a request too (its buffer goes unused).
                         let _ = rx.next_request()?;
@@ -502,21 +539,13 @@ impl Netback {
                     Some(0) => RxResponse::data(id, off, flags, len)?,
                     st => {
                         self.refuse(st.map_or("copy_missing", grant_reason));
-                        // Keep MORE_DATA / EXTRA_INFO so the guest can still
-                        // walk the chain (and drop the packet).
-                        RxResponse {
-                            flags,
-                            ..RxResponse::failed(id, NetifStatus::Error)
-                        }
+                        failed_part(id, flags)
                     }
                 },
                 CopyResp::Extra(x) => x.to_rx_slot(),
                 CopyResp::Refused { id, flags, why } => {
                     self.refuse(why);
-                    RxResponse {
-                        flags,
-                        ..RxResponse::failed(id, NetifStatus::Error)
-                    }
+                    failed_part(id, flags)
                 }
             };
             if let Some(rx) = self.rx.as_mut() {
@@ -573,8 +602,7 @@ impl Netback {
             self.counters.grant("transfer", 1);
             let rsp = match hv.transfer(frame, self.guest, req.gref) {
                 Ok(_) => {
-                    self.counters.rx_packets += 1;
-                    self.counters.rx_bytes += len as u64;
+                    self.count_rx(len);
                     RxResponse::data(req.id, 0, flags, len as u16)?
                 }
                 Err(e) => {
@@ -590,6 +618,21 @@ impl Netback {
             self.counters.batches += 1;
         }
         Ok(())
+    }
+
+    /// Counts a frame delivered to the guest.
+    pub(super) fn count_rx(&mut self, len: usize) {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += len as u64;
+    }
+
+    /// Where RX buffers netback fills are mapped: the guest's pool under
+    /// the new grant mechanism, the vif's own staging frames otherwise.
+    pub(super) fn rx_map(&self) -> &sys::Mapping {
+        match &self.ngm {
+            Some(v) => v.pool(),
+            None => &self.pool,
+        }
     }
 
     /// Packets waiting for guest buffers.

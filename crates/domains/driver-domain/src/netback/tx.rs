@@ -10,27 +10,25 @@
 //! as headers is the checked copy. Under `hv-copy`, hv copies each batch into
 //! staging frames (or, with TX gather, copies the headers and holds the
 //! grants while the port reads the payload: [`super::hold`]); in the Xen
-//! 2.0 baseline each page is mapped and unmapped.
+//! 2.0 baseline each page is mapped and unmapped. The batch is written
+//! once ([`Netback::tx_batch`]), generic over those grant mechanisms
+//! ([`super::grants`]).
 
-use super::{grant_reason, hv_reason, Dropped, Netback, Result, TxPacket, TxSlot};
-use super::{SLOT_BUDGET, TX_BUDGET};
-use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
+use super::grants::{NgmTx, TxGrants};
+use super::TX_BUDGET;
+use super::{Dropped, Netback, Result, TxPacket, TxSlot};
 use abi::netif::{
     Extra, ExtraInfo, NetifStatus, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
 };
 use abi::ring::BackRing;
-use abi::{FrameRange, Pfn, SharedMemory};
 use frame::offload::MIN_GSO_SIZE;
 use frame::packet::{Csum, FrameRef, Gso, GsoKind};
 use frame::wire::{eth, Headers, ETH_HLEN, L3, L4, TPID_8021Q, VLAN_HLEN};
-use hypercall::ngm_client::NgmView;
 use hypercall::trace::{self, DomainEvent};
 use hypercall::{HvClient, MappedGrant};
 use sys::PAGE_SIZE;
 
-/// Bytes of each TX packet netback copies to decide on: enough for Ethernet,
-/// IPv4 or IPv6 with options, and TCP with options.
-pub const HEAD: usize = 256;
+pub use super::grants::HEAD;
 
 /// How a parsed packet ended: more to do, or a fatal ring error.
 type Parsed = std::result::Result<Option<TxPacket>, &'static str>;
@@ -53,12 +51,15 @@ impl Netback {
             self.now = std::time::Instant::now();
         }
         self.clear_tx_ids();
+        // One dispatch per batch; the loop is generic over the mechanism.
         let (n, fatal) = if self.ngm.is_some() {
-            self.tx_ngm(fwd)
+            self.tx_batch(hv, &mut NgmTx, fwd)?
         } else if self.window.is_some() {
-            self.tx_hold(hv, fwd)?
+            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.hold)?
+        } else if self.modes.tx_map {
+            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.mapped)?
         } else {
-            self.tx_hv(hv, fwd)?
+            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.copy)?
         };
         if n > 0 {
             self.counters.batches += 1;
@@ -81,150 +82,147 @@ impl Netback {
         Ok(())
     }
 
-    /// The new grant mechanism, in three passes over a batch: parse,
-    /// validate and hold each packet (its grants in use, its headers copied
-    /// and checked); forward the held ones together; then end the uses and
-    /// answer every request in order. Returns the packets consumed and any
-    /// fatal error.
-    fn tx_ngm(&mut self, fwd: &mut dyn FnMut(&[FrameRef<'_>])) -> (usize, Option<&'static str>) {
+    /// Runs one TX batch through grant mechanism `G`, its reused state
+    /// taken out of the vif (`state`) for the batch and put back after.
+    fn batch_with<G: TxGrants + Default>(
+        &mut self,
+        hv: &mut HvClient,
+        fwd: &mut dyn FnMut(&[FrameRef<'_>]),
+        state: fn(&mut Netback) -> &mut G,
+    ) -> Result<(usize, Option<&'static str>)> {
+        let mut g = std::mem::take(state(self));
+        let r = self.tx_batch(hv, &mut g, fwd);
+        *state(self) = g;
+        r
+    }
+
+    /// The TX batch, whatever the grant mechanism `g`, in three passes:
+    /// read each packet (parse, control, validate, queue its grant work);
+    /// after the mechanism's one hypercall, if any, reach each packet and
+    /// check its headers; then forward the batch at once, end its access
+    /// and answer every request in order, only now that the frames have
+    /// gone (Menon 2006 §4.1). Returns the packets consumed and any fatal
+    /// error.
+    fn tx_batch<G: TxGrants>(
+        &mut self,
+        hv: &mut HvClient,
+        g: &mut G,
+        fwd: &mut dyn FnMut(&[FrameRef<'_>]),
+    ) -> Result<(usize, Option<&'static str>)> {
         let mut pkts = std::mem::take(&mut self.tx_pkts);
-        pkts.clear();
-        let mut fatal = None;
-        while pkts.len() < TX_BUDGET {
-            let mut p = match self.parse_packet(0) {
-                Ok(Some(p)) => p,
-                Ok(None) => break,
-                Err(reason) => {
-                    fatal = Some(reason);
-                    break;
-                }
-            };
-            self.control(&mut p);
-            if p.forwardable() {
-                p.refused = self.validate(&mut p);
-            }
-            if p.forwardable() {
-                p.refused = self.hold_ngm(&p, pkts.len()).err();
-            }
-            if p.forwardable() {
-                let h = &self.tx_held[pkts.len()];
-                p.dropped = self.filter_frame(&h.head[..h.head_len], &p);
-                if p.dropped.is_some() {
-                    self.release_ngm(&p);
-                }
-            }
-            pkts.push(p);
+        let fatal = self.read_batch(g, &mut pkts);
+        if let Err(e) = g.prepare(self, hv) {
+            self.tx_pkts = pkts;
+            return Err(e);
         }
-        self.forward_held(&pkts, fwd);
+        for (k, p) in pkts.iter_mut().enumerate() {
+            if p.forwardable() {
+                self.reach(hv, g, p, k);
+            }
+        }
+        self.forward(g, &pkts, fwd);
+        let finished = g.finish(self, hv);
         let mut overflow = false;
         for p in &pkts {
             if p.forwardable() {
-                self.release_ngm(p);
+                g.release(self, p);
                 self.count_tx(p.total);
             }
             overflow |= self.respond(p).is_err();
         }
         let n = pkts.len();
         self.tx_pkts = pkts;
-        if overflow {
-            fatal = Some("ring_overflow");
-        }
-        (n, fatal)
+        finished?;
+        Ok((n, overflow.then_some("ring_overflow").or(fatal)))
     }
 
-    /// hv-copy and the Xen 2.0 baseline: a batch of packets is gathered, hv
-    /// copies it in one call (or each page is mapped), then each is forwarded.
-    fn tx_hv(
+    /// Reads the batch's packets off the ring, within the budget and the
+    /// mechanism's room: parse, control requests, validate, and queue the
+    /// grant work of those still to forward. Returns a fatal ring error.
+    fn read_batch<G: TxGrants>(
         &mut self,
-        hv: &mut HvClient,
-        fwd: &mut dyn FnMut(&[FrameRef<'_>]),
-    ) -> Result<(usize, Option<&'static str>)> {
-        let mut pkts = std::mem::take(&mut self.tx_pkts);
+        g: &mut G,
+        pkts: &mut Vec<TxPacket>,
+    ) -> Option<&'static str> {
         pkts.clear();
-        let mut ops: Vec<GrantCopy> = Vec::new();
-        let mut fatal = None;
-        let mut slots_used = 0usize;
-        while pkts.len() < TX_BUDGET && slots_used + XEN_NETIF_NR_SLOTS_MIN < SLOT_BUDGET {
-            let mut p = match self.parse_packet(ops.len()) {
+        g.begin();
+        let mut slots = 0usize;
+        while pkts.len() < TX_BUDGET && g.room(slots) {
+            let mut p = match self.parse_packet() {
                 Ok(Some(p)) => p,
                 Ok(None) => break,
-                Err(reason) => {
-                    fatal = Some(reason);
-                    break;
-                }
+                Err(reason) => return Some(reason),
             };
-            slots_used += p.count + p.extras;
+            slots += p.count + p.extras;
             self.control(&mut p);
             if p.forwardable() {
                 p.refused = self.validate(&mut p);
             }
-            if p.forwardable() && !self.modes.tx_map {
-                for s in p.slots() {
-                    ops.push(self.staging_copy(s, ops.len()));
-                }
+            if p.forwardable() {
+                g.queue(self, &mut p);
             }
             pkts.push(p);
         }
-        let statuses = if ops.is_empty() {
-            Vec::new()
-        } else {
-            hv.grant_copy_batch(&ops)?
-        };
-        self.counters.grant("copy", ops.len() as u64);
-        for p in &mut pkts {
+        None
+    }
+
+    /// Reaches packet `k` through `g` and checks its private header copy
+    /// ([`Self::check_frame`], then the vif's options): a refused or
+    /// dropped packet's access ends at once.
+    fn reach<G: TxGrants>(&mut self, hv: &mut HvClient, g: &mut G, p: &mut TxPacket, k: usize) {
+        if let Err(reason) = g.reach(self, hv, p, k) {
+            p.refused = Some(reason);
+            return;
+        }
+        match self.check_frame(g.head(self, k), p) {
+            Ok(csum) => self.tx_held[k].csum = csum,
+            Err(reason) => {
+                p.refused = Some(reason);
+                g.release(self, p);
+                return;
+            }
+        }
+        p.dropped = self.filter_frame(g.head(self, k), p);
+        if p.dropped.is_some() {
+            g.release(self, p);
+        }
+    }
+
+    /// Forward: hands every packet still to forward to `fwd`. Under TX
+    /// gather all at once, each as its checked header copy and the rest of
+    /// its bytes where the guest wrote them; otherwise one by one, each
+    /// copied out whole first unless the mechanism already did (the
+    /// comparison point for gather).
+    fn forward<G: TxGrants>(&self, g: &G, pkts: &[TxPacket], fwd: &mut dyn FnMut(&[FrameRef<'_>])) {
+        let mut refs: [FrameRef<'_>; TX_BUDGET] =
+            std::array::from_fn(|_| FrameRef::private(&[], Csum::Unknown, None));
+        let mut m = 0;
+        for (k, p) in pkts.iter().enumerate() {
             if !p.forwardable() {
                 continue;
             }
-            let data = if self.modes.tx_map {
-                self.gather_mapped(hv, p)
+            let frame = g.frame(self, p, k);
+            if self.modes.tx_gather {
+                refs[m] = frame;
+                m += 1;
+            } else if g.copied().is_some() {
+                fwd(std::slice::from_ref(&frame));
             } else {
-                self.gather_copied(p, &statuses)
-            };
-            match data.and_then(|d| self.check_frame(&d, p).map(|c| (d, c))) {
-                Ok((data, csum)) => {
-                    p.dropped = self.filter_frame(&data, p);
-                    if p.dropped.is_none() {
-                        self.count_tx(data.len());
-                        fwd(std::slice::from_ref(&FrameRef::private(&data, csum, p.gso)));
-                    }
-                }
-                Err(reason) => p.refused = Some(reason),
+                let pkt = frame.to_packet();
+                fwd(std::slice::from_ref(&FrameRef::private(
+                    &pkt.data, pkt.csum, pkt.gso,
+                )));
             }
         }
-        let mut overflow = false;
-        for p in &pkts {
-            overflow |= self.respond(p).is_err();
-        }
-        self.tx_pkts = pkts;
-        if overflow {
-            fatal = Some("ring_overflow");
-        }
-        Ok((self.tx_pkts.len(), fatal))
-    }
-
-    /// One grant copy of a slot into this vif's `k`th TX staging frame.
-    fn staging_copy(&self, s: &TxSlot, k: usize) -> GrantCopy {
-        GrantCopy {
-            source: CopyPtr::Gref {
-                domid: self.guest,
-                gref: s.gref,
-                offset: s.offset,
-            },
-            dest: CopyPtr::Frame {
-                domid: DOMID_SELF,
-                gmfn: (self.tx_base + k as u32) as u64,
-                offset: 0,
-            },
-            len: s.len,
-            status: 0,
+        if m > 0 {
+            fwd(&refs[..m]);
         }
     }
 
     /// Parse: reads one packet's request chain (data slots and extra-info
     /// slots). A chain that cannot be read to its end is fatal; a packet
     /// that reads but is malformed comes back with `refused` set.
-    /// `first_op` numbers its slots' grant copies.
-    pub(super) fn parse_packet(&mut self, first_op: usize) -> Parsed {
+    pub(super) fn parse_packet(&mut self) -> Parsed {
         let Some(tx) = self.tx.as_mut() else {
             return Ok(None);
         };
@@ -256,7 +254,7 @@ impl Netback {
             dropped: None,
             mcast: None,
             answer: None,
-            first_op,
+            first_op: 0,
         };
         p.slots[0] = slot_of(&first);
         if first.validate().is_err() {
@@ -434,108 +432,6 @@ impl Netback {
         self.counters.tx_bytes += len as u64;
     }
 
-    /// Hold, under the new grant mechanism: takes a use of each grant
-    /// (checked against the translation table), copies the headers into
-    /// held packet `k` and checks them. On a refusal the uses are ended.
-    fn hold_ngm(&mut self, p: &TxPacket, k: usize) -> std::result::Result<(), &'static str> {
-        let Some(view) = self.ngm.as_ref() else {
-            return Err("grant_absent");
-        };
-        // Where each slot's bytes are in the guest's pool: a frame checked
-        // against the pool, a range checked against its page and the
-        // mapping, so the copies below cannot leave it.
-        let mut segs = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
-        for (i, s) in p.slots().iter().enumerate() {
-            match ngm_seg(view, s) {
-                Ok(seg) => segs[i] = seg,
-                Err(reason) => {
-                    for s in &p.slots()[..i] {
-                        view.release(s.gref);
-                    }
-                    return Err(reason);
-                }
-            }
-        }
-        let segs = &segs[..p.count];
-        let whole = FrameRef {
-            head: &[],
-            body: &[],
-            map: Some(view.pool()),
-            segs,
-            len: p.total,
-            csum: Csum::Unknown,
-            gso: p.gso,
-            vlan: None,
-        };
-        // The header copy: what the checks and the bridge see, and what is sent.
-        let hl = p.total.min(HEAD);
-        let held = &mut self.tx_held[k];
-        whole.copy_out(0, &mut held.head[..hl]);
-        held.head_len = hl;
-        held.rest_count = skip(segs, hl, &mut held.rest);
-        match self.check_frame(&self.tx_held[k].head[..hl], p) {
-            Ok(csum) => {
-                self.tx_held[k].csum = csum;
-                Ok(())
-            }
-            Err(r) => {
-                self.release_ngm(p);
-                Err(r)
-            }
-        }
-    }
-
-    /// Ends the uses [`Netback::hold_ngm`] took.
-    fn release_ngm(&self, p: &TxPacket) {
-        if let Some(view) = self.ngm.as_ref() {
-            for s in p.slots() {
-                view.release(s.gref);
-            }
-        }
-    }
-
-    /// Forward: hands every held packet of the batch to `fwd` at once, each
-    /// as its checked header copy and the rest of its bytes in the guest's
-    /// pool (TX gather). Under TX copy each packet is first copied out
-    /// whole (the comparison point for gather).
-    pub(super) fn forward_held(&self, pkts: &[TxPacket], fwd: &mut dyn FnMut(&[FrameRef<'_>])) {
-        // The guest's pool: the new grant mechanism's view, or hv-copy's window.
-        let Some(pool) = self.ngm.as_ref().map(|v| v.pool()).or(self.window.as_ref()) else {
-            return;
-        };
-        let mut refs: [FrameRef<'_>; TX_BUDGET] =
-            std::array::from_fn(|_| FrameRef::private(&[], Csum::Unknown, None));
-        let mut m = 0;
-        for (k, p) in pkts.iter().enumerate() {
-            if !p.forwardable() {
-                continue;
-            }
-            let h = &self.tx_held[k];
-            let frame = FrameRef {
-                head: &h.head[..h.head_len],
-                body: &[],
-                map: Some(pool),
-                segs: &h.rest[..h.rest_count],
-                len: p.total,
-                csum: h.csum,
-                gso: p.gso,
-                vlan: None,
-            };
-            if self.modes.tx_gather {
-                refs[m] = frame;
-                m += 1;
-            } else {
-                let pkt = frame.to_packet();
-                fwd(std::slice::from_ref(&FrameRef::private(
-                    &pkt.data, pkt.csum, pkt.gso,
-                )));
-            }
-        }
-        if m > 0 {
-            fwd(&refs[..m]);
-        }
-    }
-
     /// Respond: exactly one response per consumed request, in order.
     pub(super) fn respond(&mut self, p: &TxPacket) -> Result<()> {
         let status = if let Some(r) = p.refused {
@@ -655,53 +551,6 @@ impl Netback {
             );
         }
     }
-
-    fn gather_copied(
-        &mut self,
-        p: &TxPacket,
-        statuses: &[i16],
-    ) -> std::result::Result<Vec<u8>, &'static str> {
-        let mut data = Vec::with_capacity(p.total);
-        for (k, s) in p.slots().iter().enumerate() {
-            let op = p.first_op + k;
-            match statuses.get(op).copied() {
-                Some(0) => {}
-                Some(st) => return Err(grant_reason(st)),
-                None => return Err("copy_missing"),
-            }
-            // One of this vif's own staging frames, inside its pool by construction.
-            let frame = Pfn::new(self.tx_base + op as u32);
-            let at = data.len();
-            data.resize(at + s.len as usize, 0);
-            self.pool.read_bytes(frame.base(), &mut data[at..]);
-        }
-        Ok(data)
-    }
-
-    /// Xen 2.0 transmit: map each page, copy the data out, unmap.
-    fn gather_mapped(
-        &mut self,
-        hv: &mut HvClient,
-        p: &TxPacket,
-    ) -> std::result::Result<Vec<u8>, &'static str> {
-        let mut data = Vec::new();
-        for s in p.slots() {
-            let m = match hv.map_grant(self.guest, s.gref, false) {
-                Ok(m) => m,
-                Err(e) => return Err(hv_reason(&e)),
-            };
-            self.counters.grant("map", 1);
-            let at = data.len();
-            data.resize(at + s.len as usize, 0);
-            let r = m.read(s.offset as usize, &mut data[at..]);
-            let _ = hv.unmap_grant(m);
-            self.counters.grant("unmap", 1);
-            if r.is_err() {
-                return Err("crosses_page");
-            }
-        }
-        Ok(data)
-    }
 }
 
 /// Why an extra-info slot was refused: a GSO extra with a zero segment
@@ -742,22 +591,6 @@ fn slot_of(r: &TxRequest) -> TxSlot {
     }
 }
 
-/// The ranges of `segs` after their first `n` bytes, written to `out`;
-/// returns how many.
-pub(super) fn skip(segs: &[(usize, usize)], mut n: usize, out: &mut [(usize, usize)]) -> usize {
-    let mut k = 0;
-    for &(off, len) in segs {
-        if n >= len {
-            n -= len;
-            continue;
-        }
-        out[k] = (off + n, len - n);
-        n = 0;
-        k += 1;
-    }
-    k
-}
-
 /// The next slot of a packet already begun: its absence means a truncated
 /// packet, a bad index an overflow; both are fatal.
 fn next_in_chain(
@@ -767,42 +600,5 @@ fn next_in_chain(
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err("truncated_packet"),
         Err(_) => Err("ring_overflow"),
-    }
-}
-
-/// Takes a use of slot `s`'s grant and returns where its bytes are in the
-/// guest's pool: the frame checked against the pool (by the view), the
-/// range against its page and the mapping. On a refusal no use is left.
-fn ngm_seg(view: &NgmView, s: &TxSlot) -> std::result::Result<(usize, usize), &'static str> {
-    let pfn = view.acquire(s.gref, false).map_err(|r| r.reason())?;
-    let range = FrameRange::new(pfn, s.offset as usize, s.len as usize).and_then(|r| {
-        view.pool()
-            .check_range(r.pool_offset(), r.len())
-            .map(|()| r)
-    });
-    match range {
-        Ok(r) => Ok((r.pool_offset(), r.len())),
-        Err(e) => {
-            view.release(s.gref);
-            Err(e.reason())
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::skip;
-
-    #[test]
-    fn skip_drops_the_header_bytes_from_the_ranges() {
-        let segs = [(100, 50), (4096, 4096), (8192, 10)];
-        let mut out = [(0, 0); 3];
-        assert_eq!(skip(&segs, 0, &mut out), 3);
-        assert_eq!(out, segs);
-        assert_eq!(skip(&segs, 60, &mut out), 2);
-        assert_eq!(out[..2], [(4106, 4086), (8192, 10)]);
-        assert_eq!(skip(&segs, 50, &mut out), 2);
-        assert_eq!(out[..2], [(4096, 4096), (8192, 10)]);
-        assert_eq!(skip(&segs, 5000, &mut out), 0);
     }
 }
