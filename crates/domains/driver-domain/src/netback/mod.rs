@@ -476,6 +476,26 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     })
 }
 
+/// The guest's pool, reached once at connect: under the new grant
+/// mechanism with its table; under hv-copy TX gather as a read-only window
+/// (see [`hold`]); otherwise not at all.
+fn pool_views(
+    hv: &mut HvClient,
+    g: DomId,
+    fe: &str,
+    modes: &Modes,
+) -> Result<(Option<NgmView>, Option<Mapping>)> {
+    if modes.ngm {
+        attach_pool(hv, g, fe).map(|v| (Some(v), None))
+    } else if modes.tx_gather {
+        hv.pool_window(g)
+            .map(|w| (None, Some(w)))
+            .map_err(NetbackError::from)
+    } else {
+        Ok((None, None))
+    }
+}
+
 impl Netback {
     /// Waits for the frontend to publish its rings and connects to them.
     pub fn connect(hv: &mut HvClient, p: Pending, timeout: Duration) -> Result<Netback> {
@@ -484,18 +504,7 @@ impl Netback {
         let g = p.guest;
         let f = read_frontend(hv, &fe, &p.modes)?;
         let (tx, rx, held) = map_rings(hv, g, &f)?;
-        // The guest's pool, once: under the new grant mechanism with its
-        // table; under hv-copy TX gather as a read-only window (see [`hold`]).
-        let views = if p.modes.ngm {
-            attach_pool(hv, g, &fe).map(|v| (Some(v), None))
-        } else if p.modes.tx_gather {
-            hv.pool_window(g)
-                .map(|w| (None, Some(w)))
-                .map_err(NetbackError::from)
-        } else {
-            Ok((None, None))
-        };
-        let (ngm, window) = match views {
+        let (ngm, window) = match pool_views(hv, g, &fe, &p.modes) {
             Ok(v) => v,
             Err(e) => {
                 for ch in held {
