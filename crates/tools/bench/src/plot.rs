@@ -6,6 +6,7 @@
 //! sized from the longest text, estimated as characters × font size ×
 //! [`CHAR_EM`], so no label is cut off whatever the data.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -415,15 +416,7 @@ pub fn stacked(st: &Stacked) -> String {
 /// Horizontal bars, one per row, each labelled on the left and with its
 /// value (in `unit`) at its end; `note` goes under the axis.
 pub fn hbars(title: &str, unit: &str, note: &str, bars: &[Bar]) -> String {
-    let max = bars
-        .iter()
-        .map(|b| b.range.map_or(b.value, |r| r.1.max(b.value)))
-        .fold(0.0_f64, f64::max);
-    let max = if max > 0.0 && max.is_finite() {
-        max
-    } else {
-        1.0
-    };
+    let max = hbars_max(bars);
     let value_w = widest(
         bars.iter()
             .map(|b| format!("{} {unit}", num(b.value)))
@@ -461,48 +454,79 @@ pub fn hbars(title: &str, unit: &str, note: &str, bars: &[Bar]) -> String {
             .label_style(style(TEXT))
             .x_label_formatter(&|v| num(*v))
             .draw()?;
-        let y = |i: usize| n - i as f64;
         for (i, b) in bars.iter().enumerate() {
-            let (top, bot) = (y(i) - 0.15, y(i) - 0.85);
-            chart.draw_series([Rectangle::new(
-                [(0.0, bot), (b.value.max(0.0), top)],
-                colour(0).filled(),
-            )])?;
-            let mut end = b.value.max(0.0);
-            if let Some((lo, hi)) = b.range {
-                let mid = y(i) - 0.5;
-                chart.draw_series([PathElement::new(
-                    vec![(lo, mid), (hi, mid)],
-                    BLACK.stroke_width(1),
-                )])?;
-                end = end.max(hi);
-            }
-            let (px, py) = chart.backend_coord(&(end, y(i) - 0.5));
-            let pos = Pos::new(HPos::Left, VPos::Center);
-            root.draw(&Text::new(
-                format!("{} {unit}", num(b.value)),
-                (px + 6, py),
-                style(TEXT).pos(pos),
-            ))?;
-            let (lx, ly) = chart.backend_coord(&(0.0, y(i) - 0.5));
-            let pos = Pos::new(HPos::Right, VPos::Center);
-            root.draw(&Text::new(
-                b.label.clone(),
-                (lx - 8, ly),
-                style(TEXT).pos(pos),
-            ))?;
+            hbar(root, &mut chart, n - i as f64, b, unit)?;
         }
         if !note.is_empty() {
-            let (px, py) = chart.backend_coord(&(0.0, 0.0));
-            let pos = Pos::new(HPos::Left, VPos::Top);
-            root.draw(&Text::new(
-                note.to_string(),
-                (px, py + (TEXT * 1.8) as i32),
-                style(TEXT).pos(pos).color(&RGBColor(0x55, 0x55, 0x55)),
-            ))?;
+            hbars_note(root, &chart, note)?;
         }
         Ok(())
     })
+}
+
+/// The x extent `hbars` must show: the largest value or range end, or 1
+/// when there is none (or it is not a positive number), so the range is
+/// never empty.
+fn hbars_max(bars: &[Bar]) -> f64 {
+    let max = bars
+        .iter()
+        .map(|b| b.range.map_or(b.value, |r| r.1.max(b.value)))
+        .fold(0.0_f64, f64::max);
+    if max > 0.0 && max.is_finite() {
+        max
+    } else {
+        1.0
+    }
+}
+
+/// The chart `hbars` draws in: values across, rows down.
+type HChart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// One row of `hbars`, whose top edge is at `y`: the bar, its range as a
+/// line across it, its value past whichever ends last and its label left
+/// of the axis.
+fn hbar(root: &Area, chart: &mut HChart, y: f64, b: &Bar, unit: &str) -> Drawn {
+    let (top, bot) = (y - 0.15, y - 0.85);
+    chart.draw_series([Rectangle::new(
+        [(0.0, bot), (b.value.max(0.0), top)],
+        colour(0).filled(),
+    )])?;
+    let mut end = b.value.max(0.0);
+    if let Some((lo, hi)) = b.range {
+        let mid = y - 0.5;
+        chart.draw_series([PathElement::new(
+            vec![(lo, mid), (hi, mid)],
+            BLACK.stroke_width(1),
+        )])?;
+        end = end.max(hi);
+    }
+    let (px, py) = chart.backend_coord(&(end, y - 0.5));
+    let pos = Pos::new(HPos::Left, VPos::Center);
+    root.draw(&Text::new(
+        format!("{} {unit}", num(b.value)),
+        (px + 6, py),
+        style(TEXT).pos(pos),
+    ))?;
+    let (lx, ly) = chart.backend_coord(&(0.0, y - 0.5));
+    let pos = Pos::new(HPos::Right, VPos::Center);
+    root.draw(&Text::new(
+        b.label.clone(),
+        (lx - 8, ly),
+        style(TEXT).pos(pos),
+    ))?;
+    Ok(())
+}
+
+/// The note under `hbars`' axis, in grey.
+fn hbars_note(root: &Area, chart: &HChart, note: &str) -> Drawn {
+    let (px, py) = chart.backend_coord(&(0.0, 0.0));
+    let pos = Pos::new(HPos::Left, VPos::Top);
+    root.draw(&Text::new(
+        note.to_string(),
+        (px, py + (TEXT * 1.8) as i32),
+        style(TEXT).pos(pos).color(&RGBColor(0x55, 0x55, 0x55)),
+    ))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -289,6 +289,8 @@ fn splitnet(opts: &RunOptions, args: &[&str]) -> Result<()> {
     crate::splitnet(&opts.exe, &opts.run_dir, args).map(drop)
 }
 
+/// Brings up configuration `cfg`: its namespaces and processes, the
+/// domains to measure and the flow each direction runs.
 pub(crate) fn bring_up(
     cfg: Config,
     opts: &RunOptions,
@@ -296,74 +298,10 @@ pub(crate) fn bring_up(
     layout: &CgroupLayout,
 ) -> Result<Env> {
     match cfg {
-        Config::Native => {
-            let n = Native::new()?;
-            let mut env = Env::new(bench_domains(layout, &["client", "server"])?);
-            for d in DIRECTIONS {
-                let rev = d == Direction::Rx;
-                env.flows.insert(
-                    d.name(),
-                    FlowSpec::new(&n.b, netenv::NATIVE_B, &n.a, rev).charged(1, 0),
-                );
-            }
-            env._native = Some(n);
-            Ok(env)
-        }
-        Config::LinuxBridge => {
-            let kb = KernelBridge::new()?;
-            let mut env = Env::new(bench_domains(layout, &["guest1", "guest2", "wire"])?);
-            let f = &mut env.flows;
-            f.insert(
-                "tx",
-                FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, false).charged(2, 0),
-            );
-            f.insert(
-                "rx",
-                FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, true).charged(2, 0),
-            );
-            f.insert(
-                "guest-to-guest",
-                FlowSpec::new(&kb.guest2, netenv::KB_GUEST2, &kb.guest1, false).charged(1, 0),
-            );
-            env._kb = Some(kb);
-            Ok(env)
-        }
-        Config::MinimalForwarder => {
-            let mut env = Env::new(bench_domains(layout, &["guest1", "wire", "forwarder"])?);
-            let fw = Forwarded::new(&opts.exe, env.domains[2].cgroup.as_ref())?;
-            for (d, rev) in [("tx", false), ("rx", true)] {
-                env.flows.insert(
-                    d,
-                    FlowSpec::new(&fw.wire, netenv::FWD_WIRE, &fw.guest, rev).charged(1, 0),
-                );
-            }
-            env._fwd = Some(fw);
-            Ok(env)
-        }
-        Config::Pasta | Config::Slirp4netns => {
-            let tool = cfg.tool().context("a peer configuration without a tool")?;
-            let mut env = Env::new(bench_domains(
-                layout,
-                &["guest1", "guest2", "wire", tool.name()],
-            )?);
-            let u = UserNet::new(tool, env.domains[3].cgroup.as_ref(), &opts.run_dir)?;
-            let to_host = |reverse| FlowSpec {
-                server_bind: Some(usernet::HOST_BIND),
-                ..FlowSpec::new(&u.host, tool.gateway(), &u.guest1, reverse).charged(2, 0)
-            };
-            env.flows.insert("tx", to_host(false));
-            env.flows.insert("rx", to_host(true));
-            env.flows.insert(
-                "guest-to-guest",
-                FlowSpec {
-                    server_bind: Some("0.0.0.0"),
-                    port: usernet::GUEST2_PORT,
-                    ..FlowSpec::new(&u.guest2, tool.gateway(), &u.guest1, false).charged(1, 0)
-                },
-            );
-            env._usernet = Some(u);
-            Ok(env)
-        }
+        Config::Native => bring_up_native(layout),
+        Config::LinuxBridge => bring_up_bridge(layout),
+        Config::MinimalForwarder => bring_up_forwarder(opts, layout),
+        Config::Pasta | Config::Slirp4netns => bring_up_usernet(cfg, opts, layout),
         Config::SplitnetBaseline
         | Config::SplitnetHvCopy
         | Config::SplitnetDefault
@@ -371,6 +309,89 @@ pub(crate) fn bring_up(
         | Config::SplitnetVifOptions
         | Config::SplitnetVirtio => bring_up_splitnet(cfg, opts, spin_us, layout),
     }
+}
+
+/// The native peer: two namespaces joined by a veth pair, nothing between
+/// them; each direction is one flow from one end to the other.
+fn bring_up_native(layout: &CgroupLayout) -> Result<Env> {
+    let n = Native::new()?;
+    let mut env = Env::new(bench_domains(layout, &["client", "server"])?);
+    for d in DIRECTIONS {
+        let rev = d == Direction::Rx;
+        env.flows.insert(
+            d.name(),
+            FlowSpec::new(&n.b, netenv::NATIVE_B, &n.a, rev).charged(1, 0),
+        );
+    }
+    env._native = Some(n);
+    Ok(env)
+}
+
+/// The kernel baseline: guests and a wire joined through a Linux bridge in
+/// a driver namespace; TX and RX run against the wire, and one flow runs
+/// guest to guest.
+fn bring_up_bridge(layout: &CgroupLayout) -> Result<Env> {
+    let kb = KernelBridge::new()?;
+    let mut env = Env::new(bench_domains(layout, &["guest1", "guest2", "wire"])?);
+    let f = &mut env.flows;
+    f.insert(
+        "tx",
+        FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, false).charged(2, 0),
+    );
+    f.insert(
+        "rx",
+        FlowSpec::new(&kb.wire, netenv::KB_WIRE, &kb.guest1, true).charged(2, 0),
+    );
+    f.insert(
+        "guest-to-guest",
+        FlowSpec::new(&kb.guest2, netenv::KB_GUEST2, &kb.guest1, false).charged(1, 0),
+    );
+    env._kb = Some(kb);
+    Ok(env)
+}
+
+/// The minimal forwarder: a guest and a wire joined by one user-space
+/// forwarder process, measured through its own cgroup.
+fn bring_up_forwarder(opts: &RunOptions, layout: &CgroupLayout) -> Result<Env> {
+    let mut env = Env::new(bench_domains(layout, &["guest1", "wire", "forwarder"])?);
+    let fw = Forwarded::new(&opts.exe, env.domains[2].cgroup.as_ref())?;
+    for (d, rev) in [("tx", false), ("rx", true)] {
+        env.flows.insert(
+            d,
+            FlowSpec::new(&fw.wire, netenv::FWD_WIRE, &fw.guest, rev).charged(1, 0),
+        );
+    }
+    env._fwd = Some(fw);
+    Ok(env)
+}
+
+/// User-mode networking (pasta or slirp4netns): TX and RX run between a
+/// guest and the host through the tool's gateway, guest to guest through
+/// a port the tool forwards; each tool instance is measured through its
+/// cgroup.
+fn bring_up_usernet(cfg: Config, opts: &RunOptions, layout: &CgroupLayout) -> Result<Env> {
+    let tool = cfg.tool().context("a peer configuration without a tool")?;
+    let mut env = Env::new(bench_domains(
+        layout,
+        &["guest1", "guest2", "wire", tool.name()],
+    )?);
+    let u = UserNet::new(tool, env.domains[3].cgroup.as_ref(), &opts.run_dir)?;
+    let to_host = |reverse| FlowSpec {
+        server_bind: Some(usernet::HOST_BIND),
+        ..FlowSpec::new(&u.host, tool.gateway(), &u.guest1, reverse).charged(2, 0)
+    };
+    env.flows.insert("tx", to_host(false));
+    env.flows.insert("rx", to_host(true));
+    env.flows.insert(
+        "guest-to-guest",
+        FlowSpec {
+            server_bind: Some("0.0.0.0"),
+            port: usernet::GUEST2_PORT,
+            ..FlowSpec::new(&u.guest2, tool.gateway(), &u.guest1, false).charged(1, 0)
+        },
+    );
+    env._usernet = Some(u);
+    Ok(env)
 }
 
 /// A splitnet configuration: `splitnet up` with its preset (and for the

@@ -624,29 +624,74 @@ fn run_dir(given: Option<PathBuf>, host: Option<&str>) -> PathBuf {
     }
 }
 
+/// Runs the command `cli` names, as the splitnet instance of its
+/// `--host` (if any), from the run directory it chose.
 fn run(cli: Cli) -> Result<()> {
-    toolstack::host::set_instance(cli.host.as_deref()).map_err(anyhow::Error::msg)?;
-    if let Some(h) = &cli.host {
+    let rd = enter_instance(cli.run_dir, cli.host.as_deref())?;
+    // The toolstack of host NAME works from the host's namespace; the
+    // processes hv starts (domains, device models) are where hv put them.
+    if !is_internal(&cli.cmd) {
+        lifecycle::enter_host()?;
+    }
+    match cli.cmd {
+        cmd @ (Cmd::Up { .. }
+        | Cmd::Exec { .. }
+        | Cmd::Down
+        | Cmd::Demo { .. }
+        | Cmd::Restart { .. }
+        | Cmd::NetworkAttach { .. }
+        | Cmd::NetworkList { .. }
+        | Cmd::NetworkDetach { .. }
+        | Cmd::VmArgs { .. }) => run_lifecycle(&rd, cmd),
+        cmd @ (Cmd::Status { .. }
+        | Cmd::Top { .. }
+        | Cmd::Capture { .. }
+        | Cmd::Profile { .. }
+        | Cmd::Trace { .. }) => observe(&rd, cmd),
+        Cmd::Underlay(u) => underlay(u),
+        Cmd::Bench(args) => bench(&rd, args),
+        cmd @ (Cmd::Completions { .. } | Cmd::Man { .. }) => run_docs(cmd),
+        cmd @ (Cmd::Hv { .. }
+        | Cmd::Forwarder { .. }
+        | Cmd::Sink { .. }
+        | Cmd::Source { .. }
+        | Cmd::HostileVm { .. }) => run_internal(&rd, cmd),
+    }
+}
+
+/// Makes this process the splitnet instance of `host` (the default one
+/// without it) and returns its run directory: `given`, else the
+/// instance's default.
+fn enter_instance(given: Option<PathBuf>, host: Option<&str>) -> Result<PathBuf> {
+    toolstack::host::set_instance(host).map_err(anyhow::Error::msg)?;
+    if let Some(h) = host {
         // Every splitnet this one runs (demo's steps, a suite's) acts on
         // the same host. Single-threaded still: no other thread reads the
         // environment.
         std::env::set_var(toolstack::host::HOST_ENV, h);
     }
-    let rd = run_dir(cli.run_dir, cli.host.as_deref());
-    // The toolstack of host NAME works from the host's namespace; the
-    // processes hv starts (domains, device models) are where hv put them.
-    let internal = matches!(
-        cli.cmd,
+    Ok(run_dir(given, host))
+}
+
+/// Whether `cmd` runs where its caller put it rather than in the host's
+/// namespace: the processes hv starts, and the underlay, which makes the
+/// hosts' namespaces.
+fn is_internal(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
         Cmd::Forwarder { .. }
             | Cmd::Sink { .. }
             | Cmd::Source { .. }
             | Cmd::HostileVm { .. }
             | Cmd::Underlay(_)
-    );
-    if !internal {
-        lifecycle::enter_host()?;
-    }
-    match cli.cmd {
+    )
+}
+
+/// The commands that bring a system up, change it and take it down:
+/// `up`, `exec`, `down`, `demo`, a domain's `restart` and the vif and VM
+/// hotplug commands.
+fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::Up {
             config,
             timeout,
@@ -656,7 +701,7 @@ fn run(cli: Cli) -> Result<()> {
             listen,
             placement,
         } => lifecycle::up(
-            &rd,
+            rd,
             config.as_deref(),
             timeout,
             lifecycle::Tuning {
@@ -667,36 +712,37 @@ fn run(cli: Cli) -> Result<()> {
             },
             listen,
         ),
-        cmd @ (Cmd::Status { .. }
-        | Cmd::Top { .. }
-        | Cmd::Capture { .. }
-        | Cmd::Profile { .. }
-        | Cmd::Trace { .. }) => observe(&rd, cmd),
-        Cmd::Exec { domain, cmd } => match lifecycle::exec(&rd, &domain, &cmd)? {},
-        Cmd::Down => lifecycle::down(&rd),
-        Cmd::Underlay(u) => underlay(u),
-        Cmd::Restart { domain } => hotplug::restart(&rd, &domain),
+        Cmd::Exec { domain, cmd } => match lifecycle::exec(rd, &domain, &cmd)? {},
+        Cmd::Down => lifecycle::down(rd),
+        Cmd::Demo { preset, seconds } => lifecycle::demo(rd, preset, seconds),
+        Cmd::Restart { domain } => hotplug::restart(rd, &domain),
         Cmd::NetworkAttach {
             domain,
             vifspec,
             mac,
             backend,
         } => hotplug::attach(
-            &rd,
+            rd,
             &domain,
             mac.as_deref(),
             backend.as_deref(),
             vifspec.as_deref(),
         ),
-        Cmd::NetworkList { domain, json } => hotplug::list(&rd, &domain, json),
-        Cmd::NetworkDetach { domain, vif } => hotplug::detach(&rd, &domain, &vif),
+        Cmd::NetworkList { domain, json } => hotplug::list(rd, &domain, json),
+        Cmd::NetworkDetach { domain, vif } => hotplug::detach(rd, &domain, &vif),
         Cmd::VmArgs {
             name,
             qemu,
             cloud_hypervisor,
-        } => hotplug::vm_args(&rd, &name, qemu, cloud_hypervisor),
-        Cmd::Demo { preset, seconds } => lifecycle::demo(&rd, preset, seconds),
-        Cmd::Bench(args) => bench(&rd, args),
+        } => hotplug::vm_args(rd, &name, qemu, cloud_hypervisor),
+        _ => unreachable!("run sends only the lifecycle commands here"),
+    }
+}
+
+/// The commands that print documentation: shell completions and man
+/// pages (to stdout, or written into a directory).
+fn run_docs(cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::Completions { shell } => docs::print(&docs::completions(shell)),
         Cmd::Man { out: None } => docs::print(&docs::man_page()?),
         Cmd::Man { out: Some(dir) } => {
@@ -704,11 +750,7 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("wrote {} man pages into {}", pages.len(), dir.display());
             Ok(())
         }
-        cmd @ (Cmd::Hv { .. }
-        | Cmd::Forwarder { .. }
-        | Cmd::Sink { .. }
-        | Cmd::Source { .. }
-        | Cmd::HostileVm { .. }) => run_internal(&rd, cmd),
+        _ => unreachable!("run sends only the documentation commands here"),
     }
 }
 

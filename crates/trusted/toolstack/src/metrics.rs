@@ -582,6 +582,33 @@ fn vif_series(e: &mut Exposition, v: &Value) {
     let guest = v["guest"].as_str().unwrap_or("?");
     let vif = v["vif"].as_str().unwrap_or("?");
     let vl: &Labels<'_> = &[("domain", guest), ("vif", vif)];
+    vif_info(e, v, guest, vif);
+    vif_states(e, v, guest, vif);
+    for (side, c) in [
+        ("backend", &v["counters"]),
+        ("frontend", &v["frontend_counters"]),
+    ] {
+        if !c.is_object() {
+            continue;
+        }
+        vif_end_counters(e, guest, vif, side, c);
+    }
+    // Written by the guest.
+    e.fields(
+        "splitnet_vif_grant_track",
+        &v["grant_track"],
+        vl,
+        TRACK_FIELDS,
+        false,
+    );
+    for (k, name, help) in RING_FIELDS {
+        e.gauge(name, help, vl, &v["ring"][*k]);
+    }
+}
+
+/// A vif's settings as the labels of one info gauge: its driver domain
+/// (by name when known), MAC, grant mechanism, modes and offload.
+fn vif_info(e: &mut Exposition, v: &Value, guest: &str, vif: &str) {
     let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
     let (backend, mac, grants, rx, tx) = (
         v["backend_name"]
@@ -607,6 +634,10 @@ fn vif_series(e: &mut Exposition, v: &Value) {
         ],
         &Value::from(1),
     );
+}
+
+/// The XenbusState each end of a vif is in, frontend first.
+fn vif_states(e: &mut Exposition, v: &Value, guest: &str, vif: &str) {
     for side in ["frontend", "backend"] {
         let state = v[format!("{side}_state").as_str()].as_str().unwrap_or("?");
         e.gauge(
@@ -621,48 +652,35 @@ fn vif_series(e: &mut Exposition, v: &Value) {
             &Value::from(1),
         );
     }
-    for (side, c) in [
-        ("backend", &v["counters"]),
-        ("frontend", &v["frontend_counters"]),
-    ] {
-        if !c.is_object() {
-            continue;
-        }
-        let sl: &Labels<'_> = &[("domain", guest), ("vif", vif), ("side", side)];
-        e.fields("splitnet_vif", c, sl, VIF_FIELDS, side == "backend");
-        e.by_key(
-            "splitnet_vif_grant_ops_total",
-            "Grant operations of a vif's end, by operation.",
-            sl,
-            "op",
-            &c["grant_ops"],
-        );
-        e.by_key(
-            "splitnet_vif_drops_total",
-            "Packets a vif's end dropped, by reason.",
-            sl,
-            "reason",
-            &c["drops"],
-        );
-        e.by_key(
-            "splitnet_vif_refusals_total",
-            "Requests a vif's end refused as malformed or hostile, by reason.",
-            sl,
-            "reason",
-            &c["rejected"],
-        );
-    }
-    // Written by the guest.
-    e.fields(
-        "splitnet_vif_grant_track",
-        &v["grant_track"],
-        vl,
-        TRACK_FIELDS,
-        false,
+}
+
+/// The counters of one end (`side`) of a vif: its fields, grant
+/// operations, drops and refusals by reason. Only the backend's counters
+/// not in `VIF_FIELDS` are exported too, under names made from their keys.
+fn vif_end_counters(e: &mut Exposition, guest: &str, vif: &str, side: &str, c: &Value) {
+    let sl: &Labels<'_> = &[("domain", guest), ("vif", vif), ("side", side)];
+    e.fields("splitnet_vif", c, sl, VIF_FIELDS, side == "backend");
+    e.by_key(
+        "splitnet_vif_grant_ops_total",
+        "Grant operations of a vif's end, by operation.",
+        sl,
+        "op",
+        &c["grant_ops"],
     );
-    for (k, name, help) in RING_FIELDS {
-        e.gauge(name, help, vl, &v["ring"][*k]);
-    }
+    e.by_key(
+        "splitnet_vif_drops_total",
+        "Packets a vif's end dropped, by reason.",
+        sl,
+        "reason",
+        &c["drops"],
+    );
+    e.by_key(
+        "splitnet_vif_refusals_total",
+        "Requests a vif's end refused as malformed or hostile, by reason.",
+        sl,
+        "reason",
+        &c["rejected"],
+    );
 }
 
 /// The driver domains' ports and bridges.

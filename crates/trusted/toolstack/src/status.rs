@@ -105,78 +105,116 @@ fn vifs(ts: &mut Toolstack, s: &hv::status::SystemStatus) -> Vec<Value> {
         let Some((fe, be)) = v.split_once('|') else {
             continue;
         };
-        let mut read = |p: String| ts.store_read(&p).unwrap_or_default();
-        let features: serde_json::Map<String, Value> = [
-            "feature-sg",
-            "feature-gso-tcpv4",
-            "feature-gso-tcpv6",
-            "feature-rx-copy",
-            "feature-rx-flip",
-            "feature-split-event-channels",
-        ]
-        .iter()
-        .map(|f| (f.to_string(), Value::Bool(read(format!("{be}/{f}")) == "1")))
-        .collect();
-        let mut stats: Value =
-            serde_json::from_str(&read(format!("{be}/stats"))).unwrap_or(Value::Null);
-        let ring = stats
-            .as_object_mut()
-            .and_then(|m| m.remove("ring"))
-            .unwrap_or(Value::Null);
-        // Where LRO runs, and (driver) whether netback could turn it on.
-        let lro = match (
-            read(format!("{fe}/{}", abi::xenbus::keys::LRO)),
-            read(format!("{be}/{}", abi::xenbus::keys::LRO)),
-        ) {
-            (g, _) if g == "guest" => json!({"where": "guest", "on": true}),
-            (_, d) if d == "driver" => stats
-                .as_object_mut()
-                .and_then(|m| m.remove("lro"))
-                .unwrap_or_else(|| json!({"where": "driver"})),
-            _ => Value::Null,
-        };
-        let queue = stats
-            .as_object_mut()
-            .and_then(|m| m.remove("queue"))
-            .unwrap_or(Value::Null);
-        let fe_stats: Value =
-            serde_json::from_str(&read(format!("{fe}/stats"))).unwrap_or(Value::Null);
-        out.push(json!({
-            "guest": guest,
-            "handle": handle.parse::<u32>().unwrap_or(0),
-            "vif": Some(read(format!("{be}/{}", abi::xenbus::keys::VIFNAME)))
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| abi::xenbus::vif_name(be)),
-            "backend_domain": be.split('/').nth(3),
-            "backend_name": be
-                .split('/')
-                .nth(3)
-                .and_then(|id| s.domains.iter().find(|d| d.id.to_string() == id))
-                .map(|d| d.name.as_str()),
-            "frontend": fe,
-            "backend": be,
-            "frontend_state": state_name(&read(format!("{fe}/state"))),
-            "backend_state": state_name(&read(format!("{be}/state"))),
-            "mac": read(format!("{be}/mac")),
-            "rx_mode": read(format!("{be}/{}", abi::xenbus::keys::RX_MODE)),
-            "tx_mode": read(format!("{be}/{}", abi::xenbus::keys::TX_MODE)),
-            "grants": read(format!("{be}/{}", abi::xenbus::keys::GRANTS)),
-            "offload": configured_offloads(&mut read, be).any(),
-            "offloads": negotiated_offloads(&mut read, fe, be),
-            "lro": lro,
-            "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
-            "features": features,
-            "options": vif_options(&mut read, be),
-            "disconnect_reason": Some(read(format!("{be}/{}", abi::xenbus::keys::DISCONNECT_REASON))).filter(|r| !r.is_empty()),
-            "counters": stats,
-            "ring": ring,
-            "queue": queue,
-            "frontend_counters": fe_stats["counters"],
-            "grant_track": fe_stats["grant_track"],
-            "guest_loop": guest_loop(&fe_stats),
-        }));
+        out.push(vif(ts, s, guest, handle, fe, be));
     }
     out
+}
+
+/// One vif's document, from its frontend (`fe`) and backend (`be`)
+/// directories in the store and the domains hv reports.
+fn vif(
+    ts: &mut Toolstack,
+    s: &hv::status::SystemStatus,
+    guest: &str,
+    handle: &str,
+    fe: &str,
+    be: &str,
+) -> Value {
+    let mut read = |p: String| ts.store_read(&p).unwrap_or_default();
+    let features = backend_features(&mut read, be);
+    let BackendStats {
+        counters: stats,
+        ring,
+        lro,
+        queue,
+    } = backend_stats(&mut read, fe, be);
+    let fe_stats: Value = serde_json::from_str(&read(format!("{fe}/stats"))).unwrap_or(Value::Null);
+    json!({
+        "guest": guest,
+        "handle": handle.parse::<u32>().unwrap_or(0),
+        "vif": Some(read(format!("{be}/{}", abi::xenbus::keys::VIFNAME)))
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| abi::xenbus::vif_name(be)),
+        "backend_domain": be.split('/').nth(3),
+        "backend_name": be
+            .split('/')
+            .nth(3)
+            .and_then(|id| s.domains.iter().find(|d| d.id.to_string() == id))
+            .map(|d| d.name.as_str()),
+        "frontend": fe,
+        "backend": be,
+        "frontend_state": state_name(&read(format!("{fe}/state"))),
+        "backend_state": state_name(&read(format!("{be}/state"))),
+        "mac": read(format!("{be}/mac")),
+        "rx_mode": read(format!("{be}/{}", abi::xenbus::keys::RX_MODE)),
+        "tx_mode": read(format!("{be}/{}", abi::xenbus::keys::TX_MODE)),
+        "grants": read(format!("{be}/{}", abi::xenbus::keys::GRANTS)),
+        "offload": configured_offloads(&mut read, be).any(),
+        "offloads": negotiated_offloads(&mut read, fe, be),
+        "lro": lro,
+        "request_rx_copy": read(format!("{fe}/request-rx-copy")) == "1",
+        "features": features,
+        "options": vif_options(&mut read, be),
+        "disconnect_reason": Some(read(format!("{be}/{}", abi::xenbus::keys::DISCONNECT_REASON))).filter(|r| !r.is_empty()),
+        "counters": stats,
+        "ring": ring,
+        "queue": queue,
+        "frontend_counters": fe_stats["counters"],
+        "grant_track": fe_stats["grant_track"],
+        "guest_loop": guest_loop(&fe_stats),
+    })
+}
+
+/// The features netback advertised, each true or false.
+fn backend_features(
+    read: &mut impl FnMut(String) -> String,
+    be: &str,
+) -> serde_json::Map<String, Value> {
+    [
+        "feature-sg",
+        "feature-gso-tcpv4",
+        "feature-gso-tcpv6",
+        "feature-rx-copy",
+        "feature-rx-flip",
+        "feature-split-event-channels",
+    ]
+    .iter()
+    .map(|f| (f.to_string(), Value::Bool(read(format!("{be}/{f}")) == "1")))
+    .collect()
+}
+
+/// netback's `stats` document, taken apart: the counters, and the ring,
+/// LRO and queue sections that the status shows beside them.
+struct BackendStats {
+    counters: Value,
+    ring: Value,
+    lro: Value,
+    queue: Value,
+}
+
+/// Reads netback's stats for the vif and takes out its ring and queue
+/// sections, and where LRO runs: in the guest, or in the driver with
+/// whether netback could turn it on.
+fn backend_stats(read: &mut impl FnMut(String) -> String, fe: &str, be: &str) -> BackendStats {
+    let mut stats: Value =
+        serde_json::from_str(&read(format!("{be}/stats"))).unwrap_or(Value::Null);
+    let mut take = |k: &str| stats.as_object_mut().and_then(|m| m.remove(k));
+    let ring = take("ring").unwrap_or(Value::Null);
+    let lro = match (
+        read(format!("{fe}/{}", abi::xenbus::keys::LRO)),
+        read(format!("{be}/{}", abi::xenbus::keys::LRO)),
+    ) {
+        (g, _) if g == "guest" => json!({"where": "guest", "on": true}),
+        (_, d) if d == "driver" => take("lro").unwrap_or_else(|| json!({"where": "driver"})),
+        _ => Value::Null,
+    };
+    let queue = take("queue").unwrap_or(Value::Null);
+    BackendStats {
+        counters: stats,
+        ring,
+        lro,
+        queue,
+    }
 }
 
 /// The vif's data-path options as the toolstack wrote them (`ip`, `rate`,

@@ -253,7 +253,14 @@ impl Supervisor {
             .map_err(|e| format!("creating domain {}: {e}", d.name))?;
         hv.set_quotas(id, d.quotas())
             .map_err(|e| format!("creating domain {}: {e}", d.name))?;
-        let mut ts = Store::new(hv);
+        self.write_home(&mut Store::new(hv), id, d)?;
+        Ok((id, sock, cg))
+    }
+
+    /// Writes domain `d`'s configuration into its home in the store, where
+    /// its process reads it at each start: addresses, a driver domain's
+    /// uplinks and vhost backends, NIC choices, port settings.
+    fn write_home(&self, ts: &mut Store<'_>, id: DomId, d: &DomainConfig) -> Result<(), String> {
         let home = home_of(id);
         for (k, v) in [("ipv4", &d.address), ("ipv6", &d.ipv6)] {
             if let Some(v) = v {
@@ -261,26 +268,10 @@ impl Supervisor {
             }
         }
         if d.kind == DomainKind::Driver {
-            let uplinks = self.topology.uplinks_of(&d.name);
-            crate::uplink::write_store(&mut ts, &home, &uplinks)?;
-            // Rewritten at every launch, so nothing a driver domain wrote
-            // in its home before a restart decides its successor's jail.
-            let admin = crate::uplink::all_made_by_hv(&uplinks);
-            ts.write(
-                &format!("{home}/queue-admin"),
-                if admin { "1" } else { "0" },
-            )?;
-            let vhost = self.lock().vhost.clone();
-            for v in vhost.iter().filter(|v| v.backend == d.name) {
-                write_vhost(&mut ts, id, v)?;
-            }
+            self.write_driver_home(ts, id, &home, d)?;
         }
         if d.nic == Nic::Virtio {
-            let vhost = self.lock().vhost.clone();
-            if let Some(v) = vhost.iter().find(|v| v.guest && v.name == d.name) {
-                ts.write(&format!("{home}/nic"), Nic::Virtio.as_str())?;
-                ts.write(&format!("{home}/nic-mac"), &v.mac)?;
-            }
+            self.write_virtio_home(ts, &home, d)?;
         }
         if d.kind == DomainKind::Driver && has_endpoint(d) {
             ts.write(&format!("{home}/endpoint"), xenbus::DEFAULT_BRIDGE)?;
@@ -295,6 +286,59 @@ impl Supervisor {
             &format!("{home}/hugepages"),
             if d.hugepages { "1" } else { "0" },
         )?;
+        self.write_emulated_nics(ts, &home, d)
+    }
+
+    /// A driver domain's part of its home: its uplinks, whether hv made
+    /// them all (which decides its queue admin rights), and the vhost
+    /// backends it serves.
+    fn write_driver_home(
+        &self,
+        ts: &mut Store<'_>,
+        id: DomId,
+        home: &str,
+        d: &DomainConfig,
+    ) -> Result<(), String> {
+        let uplinks = self.topology.uplinks_of(&d.name);
+        crate::uplink::write_store(ts, home, &uplinks)?;
+        // Rewritten at every launch, so nothing a driver domain wrote
+        // in its home before a restart decides its successor's jail.
+        let admin = crate::uplink::all_made_by_hv(&uplinks);
+        ts.write(
+            &format!("{home}/queue-admin"),
+            if admin { "1" } else { "0" },
+        )?;
+        let vhost = self.lock().vhost.clone();
+        for v in vhost.iter().filter(|v| v.backend == d.name) {
+            write_vhost(ts, id, v)?;
+        }
+        Ok(())
+    }
+
+    /// A virtio guest's NIC and MAC, from the vhost vif naming it.
+    fn write_virtio_home(
+        &self,
+        ts: &mut Store<'_>,
+        home: &str,
+        d: &DomainConfig,
+    ) -> Result<(), String> {
+        let vhost = self.lock().vhost.clone();
+        if let Some(v) = vhost.iter().find(|v| v.guest && v.name == d.name) {
+            ts.write(&format!("{home}/nic"), Nic::Virtio.as_str())?;
+            ts.write(&format!("{home}/nic-mac"), &v.mac)?;
+        }
+        Ok(())
+    }
+
+    /// The emulated NICs `d` takes part in: as the guest, the NIC's model,
+    /// MAC and hosted-emulation options; as the backend, the device
+    /// model's host interface as an extra port.
+    fn write_emulated_nics(
+        &self,
+        ts: &mut Store<'_>,
+        home: &str,
+        d: &DomainConfig,
+    ) -> Result<(), String> {
         let bit = |b: bool| if b { "1" } else { "0" };
         for e in self.topology.emulated_nics() {
             if e.guest == d.name {
@@ -314,7 +358,7 @@ impl Supervisor {
                 ts.write(&format!("{home}/ports/{}", e.host_ifname()), &e.guest)?;
             }
         }
-        Ok((id, sock, cg))
+        Ok(())
     }
 
     /// Writes vif `v`'s two directories for the running domains of its

@@ -271,42 +271,16 @@ fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
         r.profile(Setup::Guest1, "buffer A"),
         r.profile(Setup::Guest1, "buffer B"),
     );
-    let paper1 = [
-        ("kernel (A)", 60.0),
-        ("driver (A)", 10.0),
-        ("xen (A)", 30.0),
-        ("kernel (B)", 84.0),
-        ("driver (B)", 5.0),
-        ("xen (B)", 11.0),
-    ];
-    let mut t1 =
-        String::from("| part | ours A | ours B | paper A | paper B |\n|---|---:|---:|---:|---:|\n");
-    let mut t2: String;
-    let mut ours1 = Vec::new();
-    match (a, b) {
+    let (t1, mut t2, ours1) = match (a, b) {
         (Some(a), Some(b)) => {
-            let (pa, pb) = (parts(a), parts(b));
-            let paper_rows = [
-                ("XenoLinux kernel", 60, 84),
-                ("network driver", 10, 5),
-                ("xen", 30, 11),
-            ];
-            for ((name, va), ((_, vb), (pn, x, y))) in pa.iter().zip(pb.iter().zip(paper_rows)) {
-                let _ = writeln!(
-                    t1,
-                    "| {name} (paper: {pn}) | {va:.1} | {vb:.1} | {x} | {y} |"
-                );
-                ours1.push((format!("{name} (A)"), *va));
-                ours1.push((format!("{name} (B)"), *vb));
-            }
-            let _ = writeln!(t1, "\nA: {} B buffer, {:.2} Gbit/s; B: {} B buffer, {:.2} Gbit/s (Xen-guest1, profiled runs).", a.x, a.gbps, b.x, b.gbps);
-            t2 = top_functions(a, b);
+            let (t1, ours1) = domain_shares(a, b);
+            (t1, top_functions(a, b), ours1)
         }
         _ => {
-            t1 = no_profile("points A and B");
-            t2 = t1.clone();
+            let t1 = no_profile("points A and B");
+            (t1.clone(), t1, Vec::new())
         }
-    }
+    };
     t2 += &page_buffers(r);
     let status = if ours1.is_empty() {
         Status::Missing
@@ -317,35 +291,84 @@ fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
         "clock samples by domain stand for Xenoprof's; splitnet's guest kernel is the host's"
             .to_string();
     (
-        Figure {
-            seed: SEED,
-            id: "Table 1".into(),
-            title: "Profile at points A and B: share per domain".into(),
-            kind: Kind::Table,
-            table: t1,
-            svg: String::new(),
-            status,
-            reason: reason.clone(),
-            paper: paper1.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            ours: ours1,
-        },
-        Figure {
-            seed: SEED,
-            id: "Table 2".into(),
-            title: "Profile at points A and B: top functions".into(),
-            kind: Kind::Table,
-            table: t2,
-            svg: String::new(),
-            status,
-            reason,
-            paper: vec![
-                ("skb_copy_bits (B)".into(), 28.0),
-                ("skbuff_ctor (B)".into(), 9.0),
-                ("tcp_collapse (B)".into(), 3.0),
-            ],
-            ours: Vec::new(),
-        },
+        table1(t1, ours1, status, reason.clone()),
+        table2(t2, status, reason),
     )
+}
+
+/// Table 1's text and our values: each domain's share of the samples at
+/// points A and B beside the paper's, and the two points' buffers and
+/// throughputs.
+fn domain_shares(a: &Profiled, b: &Profiled) -> (String, Vec<(String, f64)>) {
+    let mut t1 =
+        String::from("| part | ours A | ours B | paper A | paper B |\n|---|---:|---:|---:|---:|\n");
+    let mut ours1 = Vec::new();
+    let (pa, pb) = (parts(a), parts(b));
+    let paper_rows = [
+        ("XenoLinux kernel", 60, 84),
+        ("network driver", 10, 5),
+        ("xen", 30, 11),
+    ];
+    for ((name, va), ((_, vb), (pn, x, y))) in pa.iter().zip(pb.iter().zip(paper_rows)) {
+        let _ = writeln!(
+            t1,
+            "| {name} (paper: {pn}) | {va:.1} | {vb:.1} | {x} | {y} |"
+        );
+        ours1.push((format!("{name} (A)"), *va));
+        ours1.push((format!("{name} (B)"), *vb));
+    }
+    let _ = writeln!(
+        t1,
+        "\nA: {} B buffer, {:.2} Gbit/s; B: {} B buffer, {:.2} Gbit/s (Xen-guest1, profiled runs).",
+        a.x, a.gbps, b.x, b.gbps
+    );
+    (t1, ours1)
+}
+
+/// Table 1 (the share per domain at points A and B) with the paper's
+/// shares to compare.
+fn table1(table: String, ours: Vec<(String, f64)>, status: Status, reason: String) -> Figure {
+    let paper1 = [
+        ("kernel (A)", 60.0),
+        ("driver (A)", 10.0),
+        ("xen (A)", 30.0),
+        ("kernel (B)", 84.0),
+        ("driver (B)", 5.0),
+        ("xen (B)", 11.0),
+    ];
+    Figure {
+        seed: SEED,
+        id: "Table 1".into(),
+        title: "Profile at points A and B: share per domain".into(),
+        kind: Kind::Table,
+        table,
+        svg: String::new(),
+        status,
+        reason,
+        paper: paper1.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        ours,
+    }
+}
+
+/// Table 2 (the top functions at points A and B) with the paper's
+/// percentages for the functions it names.
+fn table2(table: String, status: Status, reason: String) -> Figure {
+    Figure {
+        seed: SEED,
+        id: "Table 2".into(),
+        title: "Profile at points A and B: top functions".into(),
+        kind: Kind::Table,
+        table,
+        svg: String::new(),
+        status,
+        reason,
+        paper: vec![
+            ("skb_copy_bits (B)".into(), 28.0),
+            ("skbuff_ctor (B)".into(), 9.0),
+            ("tcp_collapse (B)".into(), 3.0),
+        ],
+        ours: Vec::new(),
+    }
 }
 
 /// Table 2's text: the guest's top functions at points A and B beside the
@@ -479,29 +502,7 @@ fn fig_events(r: &Menon2005Report) -> Vec<Figure> {
     } else {
         format!("not measurable here: {}", r.events_note)
     };
-    let mut t = String::from("| configuration | rx cycles/packet | × Xen-domain0 | paper: instruction cost × Xen-domain0 |\n|---|---:|---:|---:|\n");
-    let mut ours = Vec::new();
-    for (s, paper) in [
-        (Setup::Linux, "0.90"),
-        (Setup::Domain0, "1.00"),
-        (Setup::Guest0, "2.25"),
-        (Setup::Guest1, "2.52"),
-    ] {
-        let c = r
-            .point(s, Experiment::Nics, 1.0)
-            .and_then(|p| p.cycles_per_packet.get("total").copied());
-        let x = cost_ratio(r, s, Experiment::Nics);
-        if let Some(x) = x {
-            ours.push((s.name().to_string(), x));
-        }
-        let _ = writeln!(
-            t,
-            "| {} | {} | {} | {paper} |",
-            s.name(),
-            c.map_or("-".into(), |c| format!("{c:.0}")),
-            x.map_or("-".into(), |x| format!("{x:.2}"))
-        );
-    }
+    let (mut t, ours) = receive_costs(r);
     let tx = cost_ratio(r, Setup::Guest0, Experiment::Tx);
     let _ = writeln!(t, "\nTransmit, Xen-guest0 over Xen-domain0 cycles per packet: {} (paper: instruction cost 8.15×).", tx.map_or("-".into(), |x| format!("{x:.2}×")));
     let _ = writeln!(t, "\nHardware events (instructions, L2, D-TLB, I-TLB misses): {note}. Cycles per 1448-byte packet are each domain's CPU time × the TSC rate, summed.");
@@ -553,6 +554,37 @@ fn fig_events(r: &Menon2005Report) -> Vec<Figure> {
         .map(|x| vec![("Xen-guest0 tx".into(), x)])
         .unwrap_or_default();
     v
+}
+
+/// The receive cost table of Figures 4, 5, 6 and 8 and Table 3: each
+/// configuration's cycles per packet with 1 NIC and its ratio to
+/// Xen-domain0's beside the paper's instruction-cost ratio; and the ratios
+/// we have, by configuration.
+fn receive_costs(r: &Menon2005Report) -> (String, Vec<(String, f64)>) {
+    let mut t = String::from("| configuration | rx cycles/packet | × Xen-domain0 | paper: instruction cost × Xen-domain0 |\n|---|---:|---:|---:|\n");
+    let mut ours = Vec::new();
+    for (s, paper) in [
+        (Setup::Linux, "0.90"),
+        (Setup::Domain0, "1.00"),
+        (Setup::Guest0, "2.25"),
+        (Setup::Guest1, "2.52"),
+    ] {
+        let c = r
+            .point(s, Experiment::Nics, 1.0)
+            .and_then(|p| p.cycles_per_packet.get("total").copied());
+        let x = cost_ratio(r, s, Experiment::Nics);
+        if let Some(x) = x {
+            ours.push((s.name().to_string(), x));
+        }
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {paper} |",
+            s.name(),
+            c.map_or("-".into(), |c| format!("{c:.0}")),
+            x.map_or("-".into(), |x| format!("{x:.2}"))
+        );
+    }
+    (t, ours)
 }
 
 /// Tables 4, 6 and 7: top functions of one role in one profile.
