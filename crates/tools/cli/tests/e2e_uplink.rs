@@ -55,7 +55,10 @@ fn lan_listening(port: u16) -> bool {
 }
 
 /// The LAN beyond the host; taken down (even on failure) when dropped.
+/// It holds the host lock from before it is built until it is gone: its
+/// names are fixed, and the host's state it snapshots is shared.
 struct Lan {
+    _host: testutil::HostLock,
     dir: PathBuf,
     sha: String,
     servers: Vec<Child>,
@@ -63,6 +66,7 @@ struct Lan {
 
 impl Lan {
     fn new() -> Lan {
+        let host = testutil::host_lock();
         Lan::remove();
         let dir = std::env::temp_dir().join(format!("sntest-lan-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -86,6 +90,7 @@ impl Lan {
         std::fs::write(&file, data).unwrap();
         let sha = sha256(&file);
         let mut lan = Lan {
+            _host: host,
             dir,
             sha,
             servers: Vec::new(),
