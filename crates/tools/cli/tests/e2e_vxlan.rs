@@ -71,12 +71,14 @@ impl Lab {
     }
 }
 
-/// `splitnet --host a capture drv/<port> -c 2` while a's guest1 pings b's:
-/// the capture holds that ICMP.
+/// `splitnet --host a capture drv/<port> -c 4` while a's guest1 pings b's
+/// twice: the capture holds that ICMP. Four frames, not two: when guest1's
+/// neighbour entry has expired, the ARP request and reply cross the port
+/// first, and two frames would be those alone.
 fn capture_on(pair: &Lab, port: &str) {
     let file = pair.env.run_dir.join("vx.pcap");
     let child = pair
-        .command("a", &["capture", &format!("drv/{port}"), "-c", "2", "-w"])
+        .command("a", &["capture", &format!("drv/{port}"), "-c", "4", "-w"])
         .arg(&file)
         .stderr(Stdio::piped())
         .spawn()
