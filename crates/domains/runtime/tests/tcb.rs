@@ -13,34 +13,9 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
 }
 
-/// Every package in the normal dependency tree of `splitnet-domain`.
+/// Every package in `splitnet-domain`'s normal dependency tree, by name.
 fn domain_tree() -> Vec<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(workspace())
-        .args([
-            "tree",
-            "--offline",
-            "-p",
-            "splitnet-runtime",
-            "-e",
-            "normal",
-        ])
-        .args(["--prefix", "none", "--format", "{p}"])
-        .output()
-        .expect("running cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(String::from))
-        .collect();
-    names.sort();
-    names.dedup();
-    names
+    testutil::normal_tree(&workspace(), "splitnet-runtime")
 }
 
 #[test]

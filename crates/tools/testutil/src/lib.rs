@@ -5,7 +5,10 @@
 #![forbid(unsafe_code)]
 
 mod host;
+mod tree;
 mod wait;
+
+pub use tree::normal_tree;
 
 pub use host::{host_lock, lock_path, HostLock};
 pub use wait::{poll_until, wait_until, Fact};
