@@ -1,4 +1,4 @@
-//! Starting a domain's process (`splitnet domain` in its namespace, pinned
+//! Starting a domain's process (`splitnet-domain` in its namespace, pinned
 //! and in its cgroup, with a thread that reaps it) and, for a guest with an
 //! emulated NIC, the device side in its driver domain: a hosted NIC's
 //! VMApp (Sugerman 2001) or an HVM guest's device model (Zhang & Dong).
@@ -80,7 +80,7 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Spawns `splitnet domain` for `d` in namespace `ns`, logging to `logs`,
+    /// Spawns `splitnet-domain` for `d` in namespace `ns`, logging to `logs`,
     /// handing it its
     /// connection to hv (`sock`) and a hosted guest's end of the
     /// world-switch channel (`link`), pinned to its `cpu` if it has one.
