@@ -10,10 +10,10 @@
 
 use crate::flood::{self, FloodResult};
 use crate::harness::{self, Args, Output, RunOptions};
-use crate::netenv::{self, Flow, Workload};
+use crate::netenv::{self, Workload};
 use crate::plot::{self, Bar};
 use crate::stats::median;
-use crate::testbed::{many_guests_topology, proc_cpu};
+use crate::testbed::{guest1_to_wire, many_guests_topology, proc_cpu};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::Write;
@@ -254,22 +254,9 @@ fn ping_all(n: usize) -> Result<Vec<String>> {
 
 /// guest1 → wire: one sockperf ping-pong and one iperf3 TCP stream.
 fn guest1_flows(secs: u32) -> Result<(netenv::Latency, f64)> {
-    let (wire, g1) = (host::netns_name("wire"), host::netns_name("guest1"));
-    let flow = |workload| Flow {
-        server_ns: &wire,
-        server_ip: WIRE,
-        server_bind: None,
-        port: netenv::DEFAULT_PORT,
-        client_ns: &g1,
-        reverse: false,
-        secs,
-        workload,
-        server_cgroup: None,
-        client_cgroup: None,
-    };
-    let rr = netenv::run(&flow(Workload::TcpRr))?;
+    let rr = guest1_to_wire(secs, Workload::TcpRr)?;
     let latency = rr.latency.context("sockperf gave no latency")?;
-    let tcp = netenv::run(&flow(Workload::TcpZerocopy))?;
+    let tcp = guest1_to_wire(secs, Workload::TcpZerocopy)?;
     Ok((latency, tcp.gbps))
 }
 
