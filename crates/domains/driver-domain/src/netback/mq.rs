@@ -481,17 +481,12 @@ impl Netback {
             return Ok(());
         }
         st.staged = 0;
-        let statuses = hv.grant_copy_batch(&st.ops);
-        st.ops.clear();
-        let mut resps = std::mem::take(&mut st.resps);
-        let r = statuses.map_err(Into::into).and_then(|s| {
-            self.counters.grant("copy", s.len() as u64);
-            self.counters.batches += 1;
-            self.answer_rx_copies(&resps, &s)
-        });
+        let (mut ops, mut resps) = (std::mem::take(&mut st.ops), std::mem::take(&mut st.resps));
+        let r = self.copy_and_answer(hv, &ops, &resps);
+        ops.clear();
         resps.clear();
         if let Some(st) = self.mq.as_mut() {
-            st.resps = resps;
+            (st.ops, st.resps) = (ops, resps);
         }
         self.rx_unpublished += 1;
         r

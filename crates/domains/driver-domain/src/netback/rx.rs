@@ -440,10 +440,7 @@ impl Netback {
             if resps.is_empty() {
                 return Ok(());
             }
-            self.counters.batches += 1;
-            let statuses = hv.grant_copy_batch(&ops)?;
-            self.counters.grant("copy", ops.len() as u64);
-            self.answer_rx_copies(&resps, &statuses)
+            self.copy_and_answer(hv, &ops, &resps)
         });
         self.rx_ops = ops;
         self.rx_resps = resps;
@@ -522,6 +519,21 @@ impl Netback {
             self.counters.rx_bytes += len as u64;
         }
         Ok(())
+    }
+
+    /// Copies a staged batch into the guest's buffers with one grant-copy
+    /// hypercall per ring batch, then answers each request with its copy's
+    /// status.
+    pub(super) fn copy_and_answer(
+        &mut self,
+        hv: &mut HvClient,
+        ops: &[GrantCopy],
+        resps: &[CopyResp],
+    ) -> Result<()> {
+        self.counters.batches += 1;
+        let statuses = hv.grant_copy_batch(ops)?;
+        self.counters.grant("copy", ops.len() as u64);
+        self.answer_rx_copies(resps, &statuses)
     }
 
     /// Pushes the RX responses of a copy batch: each data slot succeeds or
