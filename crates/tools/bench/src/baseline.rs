@@ -376,18 +376,21 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         tsc_hz,
     };
     let (mut records, mut loops) = (Vec::new(), Vec::new());
-    for run in 0..runs {
-        for &cfg in &configs {
+    harness::each_run(
+        runs,
+        &configs,
+        |c| c.name().to_string(),
+        |run, &cfg| {
             let env = testbed::bring_up(cfg, &opts.common, opts.spin_us, &layout)
-                .with_context(|| format!("bringing up {}", cfg.name()))?;
+                .context("bringing it up")?;
             let result = measure_config(&ctx, &env, cfg, run, &mut progress, &mut records);
             if result.is_ok() && cfg == Config::SplitnetDefault {
                 loops.push(loop_cost(&opts.common, cfg, run));
             }
             testbed::tear_down(env, &opts.common, &layout);
-            result.with_context(|| format!("measuring {}", cfg.name()))?;
-        }
-    }
+            result.context("measuring it")
+        },
+    )?;
     if opts.common.progress {
         eprintln!();
     }

@@ -167,6 +167,33 @@ pub trait Suite: Sync {
     }
 }
 
+/// The run loop every suite takes: `runs` independent runs (at least one),
+/// each measuring every case in order, so drift on a noisy machine spreads
+/// over all cases alike rather than landing on one (medians over runs,
+/// Menon 2006 §6). A step's error says which run and case it came from.
+pub fn each_run<C>(
+    runs: usize,
+    cases: &[C],
+    name: impl Fn(&C) -> String,
+    mut step: impl FnMut(usize, &C) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let runs = runs.max(1);
+    for run in 0..runs {
+        for c in cases {
+            step(run, c).with_context(|| match name(c) {
+                n if n.is_empty() => format!("run {}/{runs}", run + 1),
+                n => format!("run {}/{runs}, {n}", run + 1),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// [`each_run`] for a suite whose run is one step.
+pub fn runs(runs: usize, mut step: impl FnMut(usize) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    each_run(runs, &[()], |_| String::new(), |run, _| step(run))
+}
+
 /// The seed figures `figures` finds in a report read back from `json`.
 pub fn figures_of<R: DeserializeOwned>(
     suite: &str,
@@ -233,6 +260,46 @@ mod tests {
         let native = |r: &(bool, usize, f64)| r.0.then_some(r.1);
         let x = ratios(&rs, native, |r| r.1, |r| Some(r.2));
         assert_eq!(x, [Some(1.0), Some(0.5), None, None, None]);
+    }
+
+    #[test]
+    fn each_run_measures_every_case_per_run_and_names_a_failing_step() {
+        let mut seen = Vec::new();
+        each_run(
+            2,
+            &['a', 'b'],
+            |c| c.to_string(),
+            |r, &c| {
+                seen.push((r, c));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, [(0, 'a'), (0, 'b'), (1, 'a'), (1, 'b')]);
+        let e = each_run(
+            3,
+            &['a', 'b'],
+            |c| format!("case {c}"),
+            |r, &c| {
+                anyhow::ensure!(!(r == 1 && c == 'b'), "iperf3 refused");
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert_eq!(format!("{e:#}"), "run 2/3, case b: iperf3 refused");
+        let mut n = 0;
+        runs(0, |_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 1, "zero runs still runs once");
+        let e = runs(2, |r| {
+            anyhow::ensure!(r == 0, "no route");
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(format!("{e:#}"), "run 2/2: no route");
     }
 
     #[test]

@@ -736,34 +736,33 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
     let flows: usize = plan.iter().map(|p| p.2.len()).sum::<usize>() * opts.common.runs;
     let mut step = 0;
     let mut records = Vec::new();
-    for run in 0..opts.common.runs {
-        for &(cfg, link, ref sizes) in &plan {
-            let env = bring_up(cfg, link, opts, &layout)
-                .with_context(|| format!("bringing up {} ({})", cfg.name(), link.name()))?;
-            let mut result = Ok(());
-            for &size in sizes {
-                step += 1;
-                opts.common.say(
-                    "hosted",
-                    &format!(
-                        "{step}/{flows} run {} {} wire {} send size {size} B",
-                        run + 1,
-                        cfg.name(),
-                        link.name()
-                    ),
-                );
-                match measure(&env, opts, size) {
-                    Ok(m) => records.push(record(&env, opts, (cfg, link, size, run), m)),
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
+    let name = |p: &(Config, Link, Vec<u32>)| format!("{} ({})", p.0.name(), p.1.name());
+    harness::each_run(opts.common.runs, &plan, name, |run, (cfg, link, sizes)| {
+        let (cfg, link) = (*cfg, *link);
+        let env = bring_up(cfg, link, opts, &layout).context("bringing it up")?;
+        let mut result = Ok(());
+        for &size in sizes {
+            step += 1;
+            opts.common.say(
+                "hosted",
+                &format!(
+                    "{step}/{flows} run {} {} wire {} send size {size} B",
+                    run + 1,
+                    cfg.name(),
+                    link.name()
+                ),
+            );
+            match measure(&env, opts, size) {
+                Ok(m) => records.push(record(&env, opts, (cfg, link, size, run), m)),
+                Err(e) => {
+                    result = Err(e);
+                    break;
                 }
             }
-            tear_down(env, opts, &layout);
-            result.with_context(|| format!("measuring {} ({})", cfg.name(), link.name()))?;
         }
-    }
+        tear_down(env, opts, &layout);
+        result.context("measuring it")
+    })?;
     add_ratios(&mut records);
     Ok(HostedReport {
         suite: "hosted",

@@ -104,7 +104,7 @@ pub fn run(opts: &HvBenchOptions) -> Result<HvBenchReport> {
     let per_us = tsc_per_us();
     let mut names: Vec<&'static str> = Vec::new();
     let mut samples: Vec<Vec<Vec<f64>>> = Vec::new();
-    for i in 0..opts.runs.max(1) {
+    harness::runs(opts.runs, |i| {
         if opts.progress {
             eprintln!("bench hv: run {}/{}", i + 1, opts.runs.max(1));
         }
@@ -115,7 +115,8 @@ pub fn run(opts: &HvBenchOptions) -> Result<HvBenchReport> {
             }
             samples[k].push(v);
         }
-    }
+        Ok(())
+    })?;
     let results = names
         .iter()
         .zip(&samples)

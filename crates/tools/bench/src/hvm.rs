@@ -235,7 +235,7 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
     let n = opts.iterations;
     let (mut st, mut rt, mut pic_hv, mut pic_hv_h, mut pic_dm) =
         (vec![Vec::new(); 5], vec![], vec![], vec![], vec![]);
-    for run in 0..opts.common.runs {
+    harness::runs(opts.common.runs, |run| {
         let mut r = Rig::new(&format!("bench-hvm-{run}"), Placement::Hv)?;
         r.reads(0x22e, n / 10)?; // warm up
         let (_, a, b) = r.reads(0x22e, n)?;
@@ -262,7 +262,8 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
                 pic_dm[run]
             ),
         );
-    }
+        Ok(())
+    })?;
     let mut stage_cycles = [0.0; 5];
     for (i, v) in st.iter().enumerate() {
         stage_cycles[i] = median(v);
@@ -387,7 +388,7 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
     let mut sha_ok = true;
     let mut snap = None;
     let mut packets = 0;
-    for run in 0..opts.common.runs {
+    harness::runs(opts.common.runs, |run| {
         let mut up = Up::with(
             &opts.common.exe,
             &opts.common.run_dir,
@@ -411,7 +412,8 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
                 if ok { "" } else { " (SHA-256 DIFFERS)" }
             ),
         );
-    }
+        Ok(())
+    })?;
     let snap = snap.ok_or_else(|| anyhow!("{name}: hv has no HVM accounting for guest1"))?;
     let reasons = reasons(&snap);
     let pic_exit_cycles = reasons

@@ -951,13 +951,13 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
         progress: crate::Progress::start("menon2005", opts.common.progress),
     };
     let (mut records, mut profiles, mut unavailable) = (Vec::new(), Vec::new(), Vec::new());
-    for run in 0..opts.common.runs {
+    harness::runs(opts.common.runs, |run| {
         let mut out = RunOut {
             records: &mut records,
             profiles: &mut profiles,
         };
-        one_run(&ctx, run, &mut out, &mut unavailable)?;
-    }
+        one_run(&ctx, run, &mut out, &mut unavailable)
+    })?;
     add_ratios(&mut records);
     let summary = summarize(&records);
     let events_note = events_note(&profiles);

@@ -600,11 +600,10 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
         progress: crate::Progress::start("menon2006", opts.common.progress),
     };
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
-    for run in 0..opts.common.runs {
-        for cfg in chosen(opts) {
-            one_config(&ctx, cfg, run, &mut records, &mut unavailable)?;
-        }
-    }
+    let name = |c: &M6Config| c.name().to_string();
+    harness::each_run(opts.common.runs, &chosen(opts), name, |run, &cfg| {
+        one_config(&ctx, cfg, run, &mut records, &mut unavailable)
+    })?;
     add_ratios(&mut records);
     let summary = summarize(&records);
     Ok(Menon2006Report {

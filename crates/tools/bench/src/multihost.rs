@@ -222,18 +222,16 @@ pub fn run(opts: &MultihostOptions) -> Result<MultihostReport> {
     )?;
     let mut lab = Lab::new(opts)?;
     let (mut records, mut moves) = (Vec::new(), Vec::new());
-    for run in 0..opts.common.runs {
-        for mode in Mode::ALL {
-            let n = if run == 0 { opts.moves } else { 0 };
-            let (r, m) = lab
-                .phase(mode, run, n)
-                .with_context(|| format!("run {}, {} mode", run + 1, mode.name()))?;
-            records.extend(r);
-            if n > 0 {
-                moves.push((mode, m));
-            }
+    let name = |m: &Mode| format!("{} mode", m.name());
+    harness::each_run(opts.common.runs, &Mode::ALL, name, |run, &mode| {
+        let n = if run == 0 { opts.moves } else { 0 };
+        let (r, m) = lab.phase(mode, run, n)?;
+        records.extend(r);
+        if n > 0 {
+            moves.push((mode, m));
         }
-    }
+        Ok(())
+    })?;
     step(opts, "underlay down")?;
     lab.close()?;
     Ok(MultihostReport::new(

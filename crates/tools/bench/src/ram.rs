@@ -658,9 +658,10 @@ pub fn run(opts: &RamOptions) -> Result<RamReport> {
     };
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
     let mut c6 = None;
-    for run in 0..opts.common.runs {
+    harness::runs(opts.common.runs, |run| {
         c6 = one_run(&ctx, run, &mut records, &mut unavailable)?.or(c6);
-    }
+        Ok(())
+    })?;
     add_ratios(&mut records);
     let summary = summarize(&records);
     Ok(RamReport {

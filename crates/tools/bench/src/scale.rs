@@ -387,7 +387,7 @@ pub fn run(opts: &ScaleOptions) -> Result<ScaleReport> {
     let layout = CgroupLayout::detect();
     let total = opts.common.runs * (opts.guests.len() + 1);
     let (mut step, mut records, mut floods) = (0, Vec::new(), Vec::new());
-    for run in 0..opts.common.runs {
+    harness::runs(opts.common.runs, |run| {
         for &n in &opts.guests {
             progress(opts, step, total, &format!("run {} {n} guests", run + 1));
             let r =
@@ -403,7 +403,8 @@ pub fn run(opts: &ScaleOptions) -> Result<ScaleReport> {
         );
         floods.push(flood::run(opts.flood_secs).context("the doorbell flood")?);
         step += 1;
-    }
+        Ok(())
+    })?;
     progress(opts, step, total, "done");
     if opts.common.progress {
         eprintln!();

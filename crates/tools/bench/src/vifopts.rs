@@ -205,7 +205,7 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
     let (mut rate_runs, mut neighbour_runs, mut link_runs) = (Vec::new(), Vec::new(), Vec::new());
     // (configuration, MTU, datagram size, each run's (Mbit/s, datagrams/s)).
     let mut udp: Vec<(&'static str, u16, usize, Vec<Sample>)> = Vec::new();
-    for run in 0..opts.common.runs {
+    harness::runs(opts.common.runs, |run| {
         let (rate, free, link) = rates(opts, run)?;
         rate_runs.push(rate);
         neighbour_runs.push(free);
@@ -233,7 +233,8 @@ pub fn run(opts: &VifOptionsOptions) -> Result<VifOptionsReport> {
                 }
             }
         }
-    }
+        Ok(())
+    })?;
     if opts.common.progress {
         eprintln!();
     }

@@ -190,7 +190,7 @@ fn frame_rates(opts: &VirtioOptions, bin: &Path) -> Result<Vec<FrameRate>> {
     let topo = opts.common.run_dir.join("bench-virtio-testpmd.toml");
     std::fs::write(&topo, testpmd_topology(&socket))?;
     let (mut pmd, mut nf) = (Vec::new(), Vec::new());
-    for run in 0..opts.common.runs {
+    harness::runs(opts.common.runs, |run| {
         opts.common.status(
             "virtio",
             &format!("run {} testpmd and netfront UDP 64 B", run + 1),
@@ -203,10 +203,11 @@ fn frame_rates(opts: &VirtioOptions, bin: &Path) -> Result<Vec<FrameRate>> {
         )?;
         let r = one_run(opts, bin, &socket);
         let _ = crate::splitnet(&opts.common.exe, &opts.common.run_dir, &["down"]);
-        let (p, n) = r.with_context(|| format!("testpmd run {}", run + 1))?;
+        let (p, n) = r.context("testpmd and netfront")?;
         pmd.push(p);
         nf.push(n);
-    }
+        Ok(())
+    })?;
     Ok(vec![
         FrameRate {
             sender: "testpmd",
