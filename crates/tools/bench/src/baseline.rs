@@ -8,9 +8,9 @@
 
 use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{Latency, Workload};
+use crate::plot;
 use crate::stats::{median, tsc_per_us};
 use crate::testbed::{self, Config, Direction, Env, CONFIGS, DIRECTIONS};
-use crate::{plot, seeds};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -636,177 +636,6 @@ impl BaselineReport {
     }
 }
 
-/// The seed configurations' medians for one direction of the first stream
-/// workload: throughput over native, and cycles per frame by domain.
-fn seed_rows(
-    r: &BaselineReport,
-    dir: Direction,
-) -> Vec<(Config, Option<f64>, BTreeMap<String, f64>)> {
-    let Some(w) = r
-        .summary
-        .iter()
-        .find(|m| !m.workload.is_latency())
-        .map(|m| m.workload)
-    else {
-        return Vec::new();
-    };
-    let cfgs = [
-        Config::Native,
-        Config::SplitnetBaseline,
-        Config::SplitnetHvCopy,
-        Config::SplitnetDefault,
-    ];
-    cfgs.into_iter()
-        .filter_map(|c| {
-            let m = r
-                .summary
-                .iter()
-                .find(|m| m.config == c && m.direction == dir && m.workload == w)?;
-            let recs: Vec<&Record> = r
-                .records
-                .iter()
-                .filter(|x| x.config == c && x.direction == dir && x.workload == w)
-                .collect();
-            let mut by: BTreeMap<String, f64> = BTreeMap::new();
-            let keys: Vec<&String> = recs
-                .iter()
-                .flat_map(|x| x.cycles_per_packet.keys())
-                .collect();
-            for k in keys.into_iter().filter(|k| k.as_str() != "total") {
-                let v: Vec<f64> = recs
-                    .iter()
-                    .filter_map(|x| x.cycles_per_packet.get(k).copied())
-                    .collect();
-                by.insert(k.clone(), crate::stats::median(&v));
-            }
-            if by.is_empty() {
-                by.insert("total".into(), m.median_cycles_per_packet);
-            }
-            Some((c, m.median_ratio_to_native, by))
-        })
-        .collect()
-}
-
-/// Cycles per frame by domain of the seed configurations, a table and stacked bars.
-fn seed_cycles(r: &BaselineReport, dir: Direction, title: &str) -> (String, String, bool) {
-    let rows = seed_rows(r, dir);
-    let mut classes: Vec<String> = Vec::new();
-    for (_, _, by) in &rows {
-        for k in by.keys() {
-            if !classes.contains(k) {
-                classes.push(k.clone());
-            }
-        }
-    }
-    let mut t = format!(
-        "| configuration | × native (throughput) | {} |\n|---|---:|{}\n",
-        classes.join(" | "),
-        "---:|".repeat(classes.len())
-    );
-    for (c, ratio, by) in &rows {
-        let cells: Vec<String> = classes
-            .iter()
-            .map(|k| by.get(k).map_or("-".into(), |v| format!("{v:.0}")))
-            .collect();
-        t += &format!(
-            "| {} | {} | {} |\n",
-            c.name(),
-            ratio.map_or("-".into(), |v| format!("{v:.2}")),
-            cells.join(" | ")
-        );
-    }
-    let svg = plot::stacked(&plot::Stacked {
-        title: title.to_string(),
-        y_label: "TSC cycles per frame (median)".into(),
-        bars: rows.iter().map(|r| r.0.name().to_string()).collect(),
-        values: rows
-            .iter()
-            .map(|(_, _, by)| {
-                classes
-                    .iter()
-                    .map(|k| by.get(k).copied().unwrap_or(0.0))
-                    .collect()
-            })
-            .collect(),
-        classes,
-    });
-    let measured = rows.iter().any(|r| r.0 != Config::Native);
-    (t, svg, measured)
-}
-
-/// The seeds' figures this suite speaks to, for `bench seeds`: the Ram
-/// thesis's Figures 2.4 and 2.5 with the seed's Xen 2.0 preset, and Menon
-/// 2006's Table 1 for the guest.
-pub fn figures(r: &BaselineReport) -> Vec<seeds::Figure> {
-    use seeds::{Figure, Kind, Seed, Status};
-    let why = "bench baseline: the seed's Xen 2.0 preset and splitnet's presets against native, \
-               in 64 KiB GSO frames (bench ram's Orig is the thesis's own configuration)";
-    let mut out = Vec::new();
-    for (id, dir) in [("Figure 2.4", Direction::Rx), ("Figure 2.5", Direction::Tx)] {
-        let (t, svg, measured) = seed_cycles(
-            r,
-            dir,
-            &format!(
-                "Ram thesis {id}, bench baseline: {} cycles per frame by domain",
-                dir.name()
-            ),
-        );
-        let mut f = Figure::new(Seed::Ram, id, Kind::Stacked, t, svg).missing_if(!measured);
-        if measured {
-            f.status = Status::Partly;
-            f.reason = why.into();
-        }
-        let total = |c| {
-            r.summary
-                .iter()
-                .find(|m| m.config == c && m.direction == dir && !m.workload.is_latency())
-                .map(|m| m.median_cycles_per_packet)
-        };
-        if let (Some(x), Some(n)) = (total(Config::SplitnetBaseline), total(Config::Native)) {
-            f.ours.push(("total ÷ native".into(), x / n));
-        }
-        out.push(f);
-    }
-    let ratio = |d| {
-        seed_rows(r, d)
-            .into_iter()
-            .find(|x| x.0 == Config::SplitnetBaseline)
-            .and_then(|x| x.1)
-    };
-    let mut t = String::from("| configuration | TX × native | RX × native |\n|---|---:|---:|\n");
-    let (tx, rx) = (seed_rows(r, Direction::Tx), seed_rows(r, Direction::Rx));
-    let cell = |rows: &[(Config, Option<f64>, BTreeMap<String, f64>)], c| {
-        rows.iter()
-            .find(|x| x.0 == c)
-            .and_then(|x| x.1)
-            .map_or("-".to_string(), |v| format!("{v:.2}"))
-    };
-    for c in [
-        Config::Native,
-        Config::SplitnetBaseline,
-        Config::SplitnetHvCopy,
-        Config::SplitnetDefault,
-    ] {
-        t += &format!("| {} | {} | {} |\n", c.name(), cell(&tx, c), cell(&rx, c));
-    }
-    let mut t1 = Figure::new(Seed::Menon2006, "Table 1", Kind::Grouped, t, r.svg());
-    t1.status = Status::Partly;
-    t1.reason = "bench baseline measures a guest under the seed's Xen 2.0 preset against native; \
-                 the driver-domain rows need `splitnet bench menon2006`"
-        .into();
-    for (label, d) in [
-        ("guest RX ÷ native", Direction::Rx),
-        ("guest TX ÷ native", Direction::Tx),
-    ] {
-        if let Some(v) = ratio(d) {
-            t1.ours.push((label.into(), v));
-        }
-    }
-    let empty = t1.ours.is_empty();
-    out.push(t1.missing_if(empty));
-    out
-}
-
 /// `splitnet bench baseline`: throughput and cycles per packet for each
 /// configuration and workload, with the profile table when profiled.
 pub struct BaselineSuite;
@@ -831,10 +660,6 @@ impl harness::Suite for BaselineSuite {
             table = format!("{table}\n{t}");
         }
         Output::of(&r, table, r.svg())
-    }
-
-    fn seeds(&self) -> Option<crate::seeds::Reader> {
-        Some(|json| harness::figures_of("baseline", json, figures))
     }
 }
 

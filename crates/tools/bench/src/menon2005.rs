@@ -1310,12 +1310,8 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), 16, "{ids:?}");
         let get = |id| f.iter().find(|f| f.id == id).unwrap();
-        assert_eq!(get("Figure 3").status, crate::seeds::Status::Partly);
-        assert_eq!(
-            get("Table 3").status,
-            crate::seeds::Status::NotMeasurableHere
-        );
-        assert_eq!(get("Table 5").status, crate::seeds::Status::Missing);
+        assert!(!get("Figure 3").ours.is_empty());
+        assert!(get("Table 5").ours.is_empty(), "no profile, no samples");
         assert!(
             get("Figure 7")
                 .table

@@ -670,8 +670,6 @@ pub struct PaperFigure {
     pub title: &'static str,
     pub linux_mbps: f64,
     pub bars: &'static [(M6Config, Case, Option<f64>)],
-    /// What the run shows against the paper, and why (docs/RESULTS.md).
-    pub note: &'static str,
 }
 
 /// The paper's throughput figures with the numbers its text gives (Mb/s;
@@ -691,7 +689,6 @@ pub const FIGURES: [PaperFigure; 7] = {
                 (GuestHighIocSp, Tx, Some(3310.0)),
                 (Default, Tx, None),
             ],
-            note: "the driver domain as endpoint sends at about 0.7 of native (paper 1.0); the optimized guest gains most of the paper's factor, the unoptimized one pays a per-packet mmap the paper's page-table remap did not",
         },
         PaperFigure {
             id: "Figure 4",
@@ -704,7 +701,6 @@ pub const FIGURES: [PaperFigure; 7] = {
                 (GuestHighIocSp, Rx, Some(970.0)),
                 (Default, Rx, None),
             ],
-            note: "the driver domain receives at about 0.4 of native (paper 0.69 to 0.93): two more copies through a TAP and a packet socket; the guest's copy path gains as in the paper",
         },
         PaperFigure {
             id: "Figure 5",
@@ -718,7 +714,6 @@ pub const FIGURES: [PaperFigure; 7] = {
                 (GuestHighIoc, Tx, Some(3230.0)),
                 (GuestHighIocSp, Tx, Some(3310.0)),
             ],
-            note: "the high-level interface gains about the paper's 3.7×, the I/O channel far more (per-packet mmap removed), superpages nothing (large modern TLBs, PCID)",
         },
         PaperFigure {
             id: "Figure 7",
@@ -732,7 +727,6 @@ pub const FIGURES: [PaperFigure; 7] = {
                 (PortSgCsum, Tx, Some(2007.0)),
                 (GuestHigh, Tx, Some(2794.0)),
             ],
-            note: "every port without TSO is slower than the TSO port and SG or checksum make no visible difference: the extra ACKs page-flipped through hv dominate",
         },
         PaperFigure {
             id: "Figure 10",
@@ -747,7 +741,6 @@ pub const FIGURES: [PaperFigure; 7] = {
                 (GuestHighIocSp, TxWrites, Some(1848.0)),
                 (Default, TxWrites, None),
             ],
-            note: "copying writes follow sendfile's order, best under Xen's grants about half the paper's ratio",
         },
         PaperFigure {
             id: "Figure 11",
@@ -758,7 +751,6 @@ pub const FIGURES: [PaperFigure; 7] = {
                 (DriverMtu, Rx, Some(2033.0)),
                 (XenDriverOpt, Rx, Some(2301.0)),
             ],
-            note: "page- and MTU-sized buffers and superpages are within noise: the driver domain's ring is allocated once, so no page is zeroed per packet",
         },
         PaperFigure {
             id: "Figure 13",
@@ -770,7 +762,6 @@ pub const FIGURES: [PaperFigure; 7] = {
                 (GuestCopySp, Rx, Some(970.0)),
                 (Default, Rx, None),
             ],
-            note: "copy beats page flip as in the paper, by more (3.5× against 1.18×); superpages add about 20%",
         },
     ]
 };
@@ -795,7 +786,7 @@ pub fn bar_label(id: &str, cfg: M6Config) -> &'static str {
 }
 
 fn ratio(v: Option<f64>) -> String {
-    v.map_or("n/a".into(), |r| format!("{r:.2}"))
+    v.map_or("n/a".into(), crate::seeds::num)
 }
 
 impl Menon2006Report {

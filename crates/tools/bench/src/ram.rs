@@ -1076,12 +1076,16 @@ pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
                 &format!("Ram thesis {id}: cycles per frame by domain"),
                 &which,
             );
-            let mut f = seeds::Figure::new(seeds::Seed::Ram, &id, seeds::Kind::Stacked, table, svg)
-                .missing_if(!measured);
+            let mut f = seeds::Figure::new(seeds::Seed::Ram, &id, seeds::Kind::Stacked, table, svg);
             if !paper.is_empty() {
                 f.paper = paper;
             }
-            f.ours = ours;
+            if measured {
+                f.ours = ours
+                    .into_iter()
+                    .map(|(l, v)| seeds::Measure::point(l, v))
+                    .collect();
+            }
             f
         })
         .collect()

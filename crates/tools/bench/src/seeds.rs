@@ -1,16 +1,20 @@
 //! The seeds report (`splitnet bench seeds`): every result figure and table
-//! of the five seed documents, each with a status, a one-line reason, the
-//! paper's numbers and, where a suite measured it, ours beside them.
+//! of the five seed documents, each with its key effects, the paper's
+//! numbers and ours beside them, and a status computed from them.
 //!
-//! The catalog ([`catalog`]) gives each entry its default status; a suite's
-//! `figures(&Report)` replaces it with what the run measured.
+//! The catalog ([`catalog`]) states each entry's key effects as data (or
+//! why it cannot be measured here); a suite's `figures(&Report)` gives the
+//! numbers it measured, and one rubric ([`effect`]) turns those into the
+//! status. No status is written by hand.
 
 mod catalog;
+pub mod effect;
 mod render;
 
 use serde::{Deserialize, Serialize};
 
-pub use render::{render, write, Page};
+pub use effect::{Claim, Effect, Holds, Measure, Outcome};
+pub use render::{num, render, write, Page};
 
 /// The five seed documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -59,15 +63,17 @@ impl Seed {
 pub enum Status {
     Reproduced,
     Partly,
+    NotReproduced,
     NotMeasurableHere,
     OutOfScope,
     Missing,
 }
 
 impl Status {
-    pub const ALL: [Status; 5] = [
+    pub const ALL: [Status; 6] = [
         Status::Reproduced,
         Status::Partly,
+        Status::NotReproduced,
         Status::NotMeasurableHere,
         Status::OutOfScope,
         Status::Missing,
@@ -77,11 +83,24 @@ impl Status {
         match self {
             Status::Reproduced => "reproduced",
             Status::Partly => "partly",
+            Status::NotReproduced => "not reproduced",
             Status::NotMeasurableHere => "not measurable here",
             Status::OutOfScope => "out of scope",
             Status::Missing => "missing",
         }
     }
+}
+
+/// What can be asked of an entry on this host.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope {
+    /// Its key effects, the main one first, judged on what its suite
+    /// measured.
+    Effects(&'static [Effect]),
+    /// It needs hardware this host lacks, with no software stand-in: why.
+    NotMeasurable(&'static str),
+    /// It is not network I/O, or needs a guest kernel: why.
+    OutOfScope(&'static str),
 }
 
 /// One result figure or table of a seed, as the catalog lists it.
@@ -94,10 +113,19 @@ pub struct Entry {
     pub title: &'static str,
     /// The `splitnet bench` suite that measures it ("" for none).
     pub suite: &'static str,
-    pub status: Status,
-    pub reason: &'static str,
+    pub scope: Scope,
     /// The paper's key numbers: (what, value).
     pub paper: &'static [(&'static str, f64)],
+}
+
+impl Entry {
+    /// The key effects, none for an entry that cannot be measured here.
+    pub fn effects(&self) -> &'static [Effect] {
+        match self.scope {
+            Scope::Effects(e) => e,
+            _ => &[],
+        }
+    }
 }
 
 /// The catalog of all 58 entries.
@@ -140,16 +168,17 @@ pub struct Figure {
     pub table: String,
     /// SVG ("" for none).
     pub svg: String,
-    pub status: Status,
-    pub reason: String,
+    /// What the suite has to say of the numbers: where they differ from
+    /// the paper's and why.
+    pub note: String,
     pub paper: Numbers,
-    pub ours: Numbers,
+    /// The numbers the entry's effects are judged on.
+    pub ours: Vec<Measure>,
 }
 
 impl Figure {
-    /// A figure for the catalog's `seed`/`id`, taking its title, status,
-    /// reason and the paper's numbers from the catalog (unknown ids get
-    /// status Partly and no paper numbers).
+    /// A figure for the catalog's `seed`/`id`, taking its title and the
+    /// paper's numbers from the catalog.
     pub fn new(seed: Seed, id: &str, kind: Kind, table: String, svg: String) -> Figure {
         let e = entry(seed, id);
         Figure {
@@ -159,8 +188,7 @@ impl Figure {
             kind,
             table,
             svg,
-            status: e.map_or(Status::Partly, |e| e.status),
-            reason: e.map_or_else(String::new, |e| e.reason.to_string()),
+            note: String::new(),
             paper: e.map_or_else(Vec::new, |e| {
                 e.paper.iter().map(|&(l, v)| (l.to_string(), v)).collect()
             }),
@@ -168,14 +196,9 @@ impl Figure {
         }
     }
 
-    /// Marks the figure missing when the run measured nothing for it
-    /// (`empty`), saying so.
-    pub fn missing_if(mut self, empty: bool) -> Figure {
-        if empty {
-            self.status = Status::Missing;
-            self.reason =
-                "the run measured nothing for it (a configuration or case left out?)".into();
-        }
+    /// The figure with the suite's note.
+    pub fn noted(mut self, note: impl Into<String>) -> Figure {
+        self.note = note.into();
         self
     }
 }
@@ -187,45 +210,74 @@ pub struct Failure {
     pub error: String,
 }
 
-/// One catalog entry as the report shows it: the catalog's defaults, or
-/// the figures a suite measured for it.
+/// One catalog entry as the report shows it: its figures, each key effect
+/// judged on their numbers, and the status the rubric gives.
 #[derive(Debug, Clone)]
 pub struct Row<'a> {
     pub entry: &'static Entry,
     pub status: Status,
     pub reason: String,
+    pub outcomes: Vec<Outcome>,
     pub figures: Vec<&'a Figure>,
 }
 
-/// Every catalog entry with the figures measured for it. The best status
-/// among an entry's figures wins; an entry whose suite failed says why.
+/// Every catalog entry with the figures measured for it, its effects
+/// judged on all their numbers together; an entry whose suite failed says
+/// why.
 pub fn rows<'a>(figures: &'a [Figure], failures: &[Failure]) -> Vec<Row<'a>> {
     catalog()
         .iter()
         .map(|e| {
-            let mut figs: Vec<&Figure> = figures
+            let figs: Vec<&Figure> = figures
                 .iter()
                 .filter(|f| f.seed == e.seed && f.id == e.id)
                 .collect();
-            figs.sort_by_key(|f| f.status);
-            let best = figs.iter().min_by_key(|f| f.status);
+            let ours: Vec<Measure> = figs.iter().flat_map(|f| f.ours.iter().cloned()).collect();
+            let (status, outcomes) = match e.scope {
+                Scope::Effects(effects) => effect::assess(effects, &ours),
+                Scope::NotMeasurable(_) => (Status::NotMeasurableHere, Vec::new()),
+                Scope::OutOfScope(_) => (Status::OutOfScope, Vec::new()),
+            };
             let failed = failures.iter().find(|f| f.suite == e.suite);
-            let (status, reason) = match (best, failed) {
-                (Some(f), _) => (f.status, f.reason.clone()),
-                (None, Some(f)) => (
-                    Status::Missing,
-                    format!("`splitnet bench {}` failed: {}", f.suite, f.error),
-                ),
-                (None, None) => (e.status, e.reason.to_string()),
+            let reason = match (e.scope, failed) {
+                (Scope::NotMeasurable(why) | Scope::OutOfScope(why), _) => why.to_string(),
+                (_, Some(f)) if figs.is_empty() => {
+                    format!("`splitnet bench {}` failed: {}", f.suite, f.error)
+                }
+                _ if figs.is_empty() => format!("run `splitnet bench {}`", e.suite),
+                _ => summary(&outcomes, &figs),
             };
             Row {
                 entry: e,
                 status,
                 reason,
+                outcomes,
                 figures: figs,
             }
         })
         .collect()
+}
+
+/// The reason of a measured entry, from its outcomes: how many key
+/// effects hold, the main one's numbers, and the suite's note.
+fn summary(outcomes: &[Outcome], figs: &[&Figure]) -> String {
+    let held = outcomes.iter().filter(|o| o.holds == Holds::Yes).count();
+    let mut s = format!("{held} of {} key effects hold", outcomes.len());
+    if let Some(m) = outcomes.first() {
+        let num = |v: Option<f64>| v.map_or("-".into(), render::num);
+        s += &format!(
+            "; main: {} (paper {}, ours {}: {})",
+            m.claim,
+            m.paper.map_or("the order".into(), render::num),
+            num(m.ours),
+            m.holds.name()
+        );
+    }
+    for f in figs.iter().filter(|f| !f.note.is_empty()) {
+        s += ". ";
+        s += &f.note;
+    }
+    s
 }
 
 /// How many rows have each status, in [`Status::ALL`]'s order.
@@ -298,7 +350,7 @@ mod tests {
             "Menon 2006, Ram, Sugerman, Menon 2005, Zhang & Dong"
         );
         for (i, a) in c.iter().enumerate() {
-            assert!(!a.reason.is_empty() && !a.title.is_empty(), "{}", a.id);
+            assert!(!a.title.is_empty(), "{}", a.id);
             assert!(
                 c[i + 1..].iter().all(|b| (b.seed, b.id) != (a.seed, a.id)),
                 "{:?} {} twice",
@@ -308,36 +360,136 @@ mod tests {
         }
     }
 
+    /// Numbers on which `e`'s effects hold as the paper says: the paper's
+    /// own where the catalog gives them, made up from each claim elsewhere.
+    fn as_the_paper_says(e: &Entry) -> Vec<Measure> {
+        let mut ms: Vec<Measure> = e.paper.iter().map(|&(l, v)| Measure::point(l, v)).collect();
+        let set = |ms: &mut Vec<Measure>, l: &str, v: f64| {
+            if !l.is_empty() && !ms.iter().any(|m| m.label == l) {
+                ms.push(Measure::point(l, v));
+            }
+        };
+        let get = |ms: &[Measure], l: &str| ms.iter().find(|m| m.label == l).map(|m| m.median);
+        for fx in e.effects() {
+            match fx.what {
+                Claim::Order { hi, lo } => {
+                    let l = get(&ms, hi).map_or(1.0, |h| h / 2.0);
+                    set(&mut ms, lo, l);
+                    let v = get(&ms, lo).unwrap() * 2.0;
+                    set(&mut ms, hi, v);
+                }
+                Claim::Ratio { num, den, paper } => {
+                    let d = get(&ms, num).map_or(1.0, |n| n / paper);
+                    set(&mut ms, den, d);
+                    let d = if den.is_empty() {
+                        1.0
+                    } else {
+                        get(&ms, den).unwrap()
+                    };
+                    set(&mut ms, num, d * paper);
+                }
+                Claim::Level { of, paper } => set(&mut ms, of, paper),
+                Claim::Dip { points, paper } => {
+                    for (i, p) in points.iter().enumerate() {
+                        set(&mut ms, p, if i == 2 { 1.0 - paper } else { 1.0 });
+                    }
+                }
+            }
+        }
+        ms
+    }
+
+    /// `ms` with the main effect of `e` turned the other way.
+    fn inverted(e: &Entry, mut ms: Vec<Measure>) -> Vec<Measure> {
+        let get = |ms: &[Measure], l: &str| ms.iter().find(|m| m.label == l).unwrap().median;
+        let put = |ms: &mut Vec<Measure>, l: &str, v: f64| {
+            ms.retain(|m| m.label != l);
+            ms.push(Measure::point(l, v));
+        };
+        match e.effects()[0].what {
+            Claim::Order { hi, lo } => {
+                let v = get(&ms, lo) * 0.5;
+                put(&mut ms, hi, v);
+            }
+            Claim::Ratio { num, den, paper } => {
+                let d = if den.is_empty() { 1.0 } else { get(&ms, den) };
+                let inv = if paper == 1.0 { 2.0 } else { 1.0 / paper };
+                put(&mut ms, num, d * inv);
+            }
+            Claim::Level { of, .. } => put(&mut ms, of, 0.0),
+            Claim::Dip { points, .. } => {
+                for p in points {
+                    put(&mut ms, p, 1.0);
+                }
+            }
+        }
+        ms
+    }
+
     #[test]
-    fn a_measured_figure_replaces_the_default_and_a_failure_says_why() {
+    fn every_entry_reproduces_on_the_papers_numbers_and_falls_when_its_main_effect_inverts() {
+        for e in catalog().iter().filter(|e| !e.effects().is_empty()) {
+            let paper = as_the_paper_says(e);
+            let (status, outcomes) = effect::assess(e.effects(), &paper);
+            assert_eq!(
+                status,
+                Status::Reproduced,
+                "{:?} {}: {outcomes:#?}",
+                e.seed,
+                e.id
+            );
+            let (status, outcomes) = effect::assess(e.effects(), &inverted(e, paper));
+            assert_eq!(
+                status,
+                Status::NotReproduced,
+                "{:?} {}: {outcomes:#?}",
+                e.seed,
+                e.id
+            );
+        }
+    }
+
+    #[test]
+    fn a_status_follows_from_the_numbers_and_a_failure_says_why() {
         let mut f = Figure::new(
             Seed::Menon2006,
-            "Figure 5",
+            "Figure 13",
             Kind::Grouped,
             "|a|\n".into(),
             String::new(),
         );
-        f.status = Status::Partly;
-        f.reason = "measured".into();
+        let point = |l: &str, v| Measure::point(l, v);
+        f.ours = vec![
+            point("Guest-none ÷ native", 0.33),
+            point("Guest-copy ÷ native", 0.39),
+            point("Guest-copy-SP ÷ native", 0.39),
+        ];
         let failures = [Failure {
             suite: "menon2005".into(),
             error: "no namespaces".into(),
         }];
-        let binding = [f];
-        let rows = rows(&binding, &failures);
-        let row = |seed, id| {
-            rows.iter()
+        let mut figs = vec![f];
+        let row = |figs: &[Figure], seed, id| {
+            let rows = rows(figs, &failures);
+            let r = rows
+                .iter()
                 .find(|r| r.entry.seed == seed && r.entry.id == id)
-                .unwrap()
+                .unwrap();
+            (r.status, r.reason.clone())
         };
-        let fig5 = row(Seed::Menon2006, "Figure 5");
         assert_eq!(
-            (fig5.status, fig5.reason.as_str()),
-            (Status::Partly, "measured")
+            row(&figs, Seed::Menon2006, "Figure 13").0,
+            Status::Reproduced
         );
-        assert_eq!(row(Seed::Menon2006, "Figure 3").status, Status::Missing);
-        let m05 = row(Seed::Menon2005, "Figure 1");
-        assert!(m05.reason.contains("no namespaces"), "{}", m05.reason);
+        figs[0].ours[1] = point("Guest-copy ÷ native", 0.2);
+        let (st, why) = row(&figs, Seed::Menon2006, "Figure 13");
+        assert_eq!(st, Status::NotReproduced, "copy slower than flip: {why}");
+        assert!(why.contains("absent or inverted"), "{why}");
+        assert_eq!(row(&figs, Seed::Menon2006, "Figure 3").0, Status::Missing);
+        let (st, why) = row(&figs, Seed::Menon2005, "Figure 1");
+        assert_eq!(st, Status::Missing);
+        assert!(why.contains("no namespaces"), "{why}");
+        let rows = rows(&figs, &failures);
         let total: usize = counts(&rows).iter().map(|c| c.1).sum();
         assert_eq!(total, 58);
     }

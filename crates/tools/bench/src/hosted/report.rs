@@ -394,19 +394,14 @@ pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
         Kind::Grouped,
         r.figure5_table(),
         r.figure5_svg(),
-    )
-    .missing_if(path.is_none());
+    );
     if let (Some(p), Some(b)) = (path, unopt) {
         fig5.ours = vec![
-            ("OUT end to end, µs".into(), p.iter().sum()),
-            ("world switch, µs".into(), b.null_switch_mean_us),
+            seeds::Measure::point("OUT end to end, µs", p.iter().sum()),
+            seeds::Measure::point("world switch, µs", b.null_switch_mean_us),
         ];
     }
-    let no_shares = r.breakdowns.iter().all(|b| b.config == Config::Native);
-    let tables = |id| {
-        Figure::new(Sugerman, id, Kind::Stacked, r.time_table(), r.tables_svg())
-            .missing_if(no_shares)
-    };
+    let tables = |id| Figure::new(Sugerman, id, Kind::Stacked, r.time_table(), r.tables_svg());
     let ratio = |cfg, size| {
         r.figure6
             .iter()
@@ -419,14 +414,13 @@ pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
         Kind::Lines,
         r.figure6_table(),
         r.svg(),
-    )
-    .missing_if(r.figure6.is_empty());
+    );
     for (label, cfg) in [
         ("unoptimized ÷ native, 4 KB", Config::Unoptimized),
         ("optimized ÷ native", Config::Optimized),
     ] {
         if let Some(v) = ratio(cfg, 4096) {
-            fig6.ours.push((label.into(), v));
+            fig6.ours.push(seeds::Measure::point(label, v));
         }
     }
     let mut t3 = Figure::new(
@@ -435,8 +429,7 @@ pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
         Kind::Grouped,
         r.idle_table(),
         r.table3_svg(),
-    )
-    .missing_if(r.breakdowns.is_empty());
+    );
     for (label, cfg) in [
         ("native idle %", Config::Native),
         ("ports in the VMM idle %", Config::PortsInVmm),
@@ -447,7 +440,7 @@ pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
             .breakdown(cfg, Link::Shaped)
             .filter(|b| b.idle_percent.is_finite())
         {
-            t3.ours.push((label.into(), b.idle_percent));
+            t3.ours.push(seeds::Measure::point(label, b.idle_percent));
         }
     }
     vec![fig5, tables("Table 1"), tables("Table 2"), fig6, t3]

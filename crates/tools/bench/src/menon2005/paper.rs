@@ -3,7 +3,7 @@
 
 use super::{Experiment, Menon2005Report, Point, Profiled, Setup};
 use crate::plot::{self, Series, Sweep};
-use crate::seeds::{Figure, Kind, Seed, Status};
+use crate::seeds::{Figure, Kind, Measure, Seed};
 use std::fmt::Write;
 
 /// `figure-3.svg`, `table-1.svg`: where a figure's chart is written.
@@ -207,7 +207,7 @@ fn fig_buffers(
     setups: &[Setup],
 ) -> Figure {
     let mut table = sweep_table(r, Experiment::Buffer, setups, "Gbit/s");
-    let (status, reason) = match &r.anomaly {
+    let reason = match &r.anomaly {
         Some(a) => {
             let _ = writeln!(table, "\nAnomaly: {}.", a.verdict);
             let shown = |k: &str| setups.iter().any(|s| s.name() == k);
@@ -218,21 +218,9 @@ fn fig_buffers(
                     s.1, s.2, s.0
                 );
             }
-            let found = a.verdict.starts_with("erratic where");
-            (
-                if found {
-                    Status::Reproduced
-                } else {
-                    Status::Partly
-                },
-                if found {
-                    "the anomaly appears with page-sized receive buffers".into()
-                } else {
-                    "the sweep is measured; the anomaly does not occur on a modern kernel (see the verdict)".to_string()
-                },
-            )
+            a.verdict.clone()
         }
-        None => (Status::Missing, "no buffer sweep was measured".into()),
+        None => "no buffer sweep was measured".into(),
     };
     let ours = r
         .summary
@@ -258,10 +246,9 @@ fn fig_buffers(
             "Gbit/s",
         ),
         table,
-        status,
-        reason,
+        note: reason,
         paper: Vec::new(),
-        ours,
+        ours: points(ours),
     }
 }
 
@@ -282,18 +269,10 @@ fn tab_points(r: &Menon2005Report) -> (Figure, Figure) {
         }
     };
     t2 += &page_buffers(r);
-    let status = if ours1.is_empty() {
-        Status::Missing
-    } else {
-        Status::Partly
-    };
     let reason =
         "clock samples by domain stand for Xenoprof's; splitnet's guest kernel is the host's"
             .to_string();
-    (
-        table1(t1, ours1, status, reason.clone()),
-        table2(t2, status, reason),
-    )
+    (table1(t1, ours1, reason.clone()), table2(t2, reason))
 }
 
 /// Table 1's text and our values: each domain's share of the samples at
@@ -327,7 +306,7 @@ fn domain_shares(a: &Profiled, b: &Profiled) -> (String, Vec<(String, f64)>) {
 
 /// Table 1 (the share per domain at points A and B) with the paper's
 /// shares to compare.
-fn table1(table: String, ours: Vec<(String, f64)>, status: Status, reason: String) -> Figure {
+fn table1(table: String, ours: Vec<(String, f64)>, reason: String) -> Figure {
     let paper1 = [
         ("kernel (A)", 60.0),
         ("driver (A)", 10.0),
@@ -343,16 +322,15 @@ fn table1(table: String, ours: Vec<(String, f64)>, status: Status, reason: Strin
         kind: Kind::Table,
         table,
         svg: String::new(),
-        status,
-        reason,
+        note: reason,
         paper: paper1.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        ours,
+        ours: points(ours),
     }
 }
 
 /// Table 2 (the top functions at points A and B) with the paper's
 /// percentages for the functions it names.
-fn table2(table: String, status: Status, reason: String) -> Figure {
+fn table2(table: String, reason: String) -> Figure {
     Figure {
         seed: SEED,
         id: "Table 2".into(),
@@ -360,8 +338,7 @@ fn table2(table: String, status: Status, reason: String) -> Figure {
         kind: Kind::Table,
         table,
         svg: String::new(),
-        status,
-        reason,
+        note: reason,
         paper: vec![
             ("skb_copy_bits (B)".into(), 28.0),
             ("skbuff_ctor (B)".into(), 9.0),
@@ -460,14 +437,7 @@ fn fig_nics(r: &Menon2005Report) -> Figure {
             "Gbit/s",
         ),
         table,
-        status: if full {
-            Status::Reproduced
-        } else if ours.is_empty() {
-            Status::Missing
-        } else {
-            Status::Partly
-        },
-        reason: if full {
+        note: if full {
             "every configuration with 1-3 NICs".into()
         } else {
             "some configurations or NIC counts are not in this build".into()
@@ -479,7 +449,7 @@ fn fig_nics(r: &Menon2005Report) -> Figure {
             ("Xen-domain0 1 NIC".into(), 941.0),
             ("Xen-guest1 1 NIC".into(), 941.0),
         ],
-        ours,
+        ours: points(ours),
     }
 }
 
@@ -506,11 +476,6 @@ fn fig_events(r: &Menon2005Report) -> Vec<Figure> {
     let tx = cost_ratio(r, Setup::Guest0, Experiment::Tx);
     let _ = writeln!(t, "\nTransmit, Xen-guest0 over Xen-domain0 cycles per packet: {} (paper: instruction cost 8.15×).", tx.map_or("-".into(), |x| format!("{x:.2}×")));
     let _ = writeln!(t, "\nHardware events (instructions, L2, D-TLB, I-TLB misses): {note}. Cycles per 1448-byte packet are each domain's CPU time × the TSC rate, summed.");
-    let status = if r.events_note.is_empty() && !r.profiles.is_empty() {
-        Status::Partly
-    } else {
-        Status::NotMeasurableHere
-    };
     let reason =
         "perf_event_open offers no hardware events on this machine; cycles by domain given instead"
             .to_string();
@@ -521,10 +486,9 @@ fn fig_events(r: &Menon2005Report) -> Vec<Figure> {
         kind: Kind::Bars,
         table: t.clone(),
         svg: String::new(),
-        status,
-        reason: reason.clone(),
+        note: reason.clone(),
         paper: Vec::new(),
-        ours: ours.clone(),
+        ours: points(ours.clone()),
     };
     let mut v = vec![
         mk(
@@ -551,7 +515,7 @@ fn fig_events(r: &Menon2005Report) -> Vec<Figure> {
     v[1].paper = vec![("Xen-guest0".into(), 2.25), ("Xen-guest1".into(), 2.52)];
     v[2].paper = vec![("Xen-guest0 tx".into(), 8.15)];
     v[2].ours = tx
-        .map(|x| vec![("Xen-guest0 tx".into(), x)])
+        .map(|x| vec![Measure::point("Xen-guest0 tx", x)])
         .unwrap_or_default();
     v
 }
@@ -624,7 +588,7 @@ fn tab_top(
         }
         None => (no_profile(&format!("{} {what}", s.name())), Vec::new()),
     };
-    Figure { seed: SEED, id: id.into(), title: title.into(), kind: Kind::Table, table, svg: String::new(), status: if ours.is_empty() { Status::Missing } else { Status::Partly }, reason: "clock samples of our hv, driver domain and the host kernel's paths, not Xen's or XenoLinux's functions".into(), paper: paper.iter().map(|(k, v)| (k.to_string(), *v)).collect(), ours }
+    Figure { seed: SEED, id: id.into(), title: title.into(), kind: Kind::Table, table, svg: String::new(), note: "clock samples of our hv, driver domain and the host kernel's paths, not Xen's or XenoLinux's functions".into(), paper: paper.iter().map(|(k, v)| (k.to_string(), *v)).collect(), ours: points(ours) }
 }
 
 /// Table 5.
@@ -675,14 +639,9 @@ fn tab_samples(r: &Menon2005Report) -> Figure {
         kind: Kind::Table,
         table: t,
         svg: String::new(),
-        status: if ours.is_empty() {
-            Status::Missing
-        } else {
-            Status::Partly
-        },
-        reason: "clock samples stand for instruction samples".into(),
+        note: "clock samples stand for instruction samples".into(),
         paper: Vec::new(),
-        ours,
+        ours: points(ours),
     }
 }
 
@@ -758,18 +717,13 @@ fn tab_tx(r: &Menon2005Report) -> Figure {
         kind: Kind::Table,
         table: t,
         svg: String::new(),
-        status: if g.is_some() && d.is_some() {
-            Status::Partly
-        } else {
-            Status::Missing
-        },
-        reason: "clock samples stand for instruction samples".into(),
+        note: "clock samples stand for instruction samples".into(),
         paper: vec![
             ("tcp_write_xmit guest".into(), 212.0),
             ("tcp_transmit_skb guest".into(), 512.0),
             ("ip_queue_xmit guest".into(), 577.0),
         ],
-        ours,
+        ours: points(ours),
     }
 }
 
@@ -805,20 +759,13 @@ fn fig_web(r: &Menon2005Report) -> Figure {
             "replies/s",
         ),
         table,
-        status: if ours.len() == 4 {
-            Status::Reproduced
-        } else if ours.is_empty() {
-            Status::Missing
-        } else {
-            Status::Partly
-        },
-        reason: "nginx with one worker stands for knot; httperf as in the paper".into(),
+        note: "nginx with one worker stands for knot; httperf as in the paper".into(),
         paper: vec![
             ("Xen-domain0".into(), 0.8),
             ("Xen-guest1".into(), 0.8),
             ("Xen-guest0".into(), 0.34),
         ],
-        ours,
+        ours: points(ours),
     }
 }
 
@@ -896,11 +843,17 @@ pub fn tables(r: &Menon2005Report) -> String {
     let mut seen: Vec<(&str, String)> = Vec::new();
     for x in &f {
         let body = match seen.iter().find(|(_, t)| *t == x.table) {
-            Some((id, _)) => format!("As {id}: {}.\n", x.reason),
+            Some((id, _)) => format!("As {id}: {}.\n", x.note),
             None => x.table.clone(),
         };
         seen.push((&x.id, x.table.clone()));
         let _ = write!(s, "### {}: {}\n\n{body}\n", x.id, x.title);
     }
     s
+}
+
+/// Labelled numbers of one run (profiles and sweeps keep no range) as
+/// measures.
+fn points(v: Vec<(String, f64)>) -> Vec<Measure> {
+    v.into_iter().map(|(l, x)| Measure::point(l, x)).collect()
 }

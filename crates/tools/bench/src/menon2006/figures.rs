@@ -3,7 +3,7 @@
 
 use super::{bar_label, Case, M6Config, M6Summary, Menon2006Report, PaperFigure, FIGURES};
 use crate::plot;
-use crate::seeds;
+use crate::seeds::{Figure, Kind, Measure, Seed};
 
 /// A paper figure's chart: one bar per configuration (ours ÷ native),
 /// the paper's ratio as a marker.
@@ -52,113 +52,92 @@ fn breakdown_chart(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> String {
     })
 }
 
-/// A throughput figure for `bench seeds`, with its status: reproduced when
-/// every bar was measured, partly when some were.
-fn throughput_figure(r: &Menon2006Report, f: &PaperFigure) -> seeds::Figure {
-    let measured = f.bars.iter().filter(|b| r.ours(b.0, b.1).is_some()).count();
-    let mut fig = seeds::Figure::new(
-        seeds::Seed::Menon2006,
+/// `cfg`'s ratio to native in `case`, median and range over runs, as the
+/// measure `label`.
+fn ratio_measure(r: &Menon2006Report, cfg: M6Config, case: Case, label: String) -> Option<Measure> {
+    let s = r.row(cfg, case)?.ratio_to_native?;
+    Some(Measure::of(label, &s))
+}
+
+/// A throughput figure for `bench seeds`: each bar's ratio to native.
+fn throughput_figure(r: &Menon2006Report, f: &PaperFigure) -> Figure {
+    let mut fig = Figure::new(
+        Seed::Menon2006,
         f.id,
-        seeds::Kind::Grouped,
+        Kind::Grouped,
         r.figure_table(f),
         figure_chart(r, f),
-    )
-    .missing_if(measured == 0);
+    );
     fig.ours = f
         .bars
         .iter()
-        .filter_map(|b| {
-            Some((
-                format!("{} ÷ native", bar_label(f.id, b.0)),
-                r.ours(b.0, b.1)?,
-            ))
-        })
+        .filter_map(|&(c, k, _)| ratio_measure(r, c, k, format!("{} ÷ native", bar_label(f.id, c))))
         .collect();
-    if measured > 0 {
-        fig.status = if measured == f.bars.len() {
-            seeds::Status::Reproduced
-        } else {
-            seeds::Status::Partly
-        };
-        fig.reason = if measured == f.bars.len() {
-            f.note.to_string()
-        } else {
-            format!("{measured} of {} bars measured; {}", f.bars.len(), f.note)
-        };
+    if f.id == "Figure 10" {
+        let best = M6Config::GuestHighIocSp;
+        let label = format!("{} sendfile ÷ native", best.name());
+        fig.ours.extend(ratio_measure(r, best, Case::Tx, label));
     }
     fig
 }
 
-/// The paper's figures and tables from a run, for `bench seeds`.
-pub fn figures(r: &Menon2006Report) -> Vec<seeds::Figure> {
-    use seeds::{Figure, Kind, Seed, Status};
-    let mut out = Vec::new();
-    let t1 = [M6Config::XenDriver, M6Config::GuestNone]
-        .iter()
-        .any(|&c| r.row(c, Case::Tx).is_some());
-    let mut table1 = Figure::new(
+/// Table 1: the driver domain as endpoint and the Xen 2.0 guest, both
+/// directions.
+fn table1(r: &Menon2006Report) -> Figure {
+    let mut t = Figure::new(
         Seed::Menon2006,
         "Table 1",
         Kind::Table,
         r.table1(),
         String::new(),
-    )
-    .missing_if(!t1);
-    if t1 {
-        table1.status = Status::Reproduced;
-        table1.reason =
-            "Linux, the driver domain as endpoint and the Xen 2.0 guest, both directions".into();
-        table1.ours = [
-            (M6Config::XenDriver, "driver"),
-            (M6Config::GuestNone, "guest"),
-        ]
-        .iter()
-        .flat_map(|&(c, n)| {
-            [(Case::Rx, "RX"), (Case::Tx, "TX")]
-                .into_iter()
-                .filter_map(move |(k, d)| Some((format!("{n} {d} ÷ native"), r.ours(c, k)?)))
-        })
-        .collect();
-    }
-    out.push(table1);
-    out.extend(FIGURES.iter().map(|f| throughput_figure(r, f)));
-    for (id, cfgs) in [
-        ("Figure 6", &[M6Config::GuestNone, M6Config::GuestHigh][..]),
-        (
-            "Figure 8",
-            &[M6Config::GuestHigh, M6Config::GuestHighIoc][..],
-        ),
+    );
+    for (c, n) in [
+        (M6Config::XenDriver, "driver"),
+        (M6Config::GuestNone, "guest"),
     ] {
-        let measured = cfgs.iter().all(|&c| r.row(c, Case::Tx).is_some());
-        let mut f = Figure::new(
-            Seed::Menon2006,
-            id,
-            Kind::Stacked,
-            r.breakdown_table(),
-            breakdown_chart(r, id, cfgs),
-        )
-        .missing_if(!measured);
-        if measured {
-            f.status = Status::Reproduced;
-            f.reason = if id == "Figure 6" {
-                r.high_level_factors()
-            } else {
-                r.ioc_cut()
-            };
+        for (k, d) in [(Case::Rx, "RX"), (Case::Tx, "TX")] {
+            t.ours
+                .extend(ratio_measure(r, c, k, format!("{n} {d} ÷ native")));
         }
-        out.push(f);
     }
-    for id in ["Figure 9", "Figure 12"] {
-        let mut f = Figure::new(
-            Seed::Menon2006,
-            id,
-            Kind::Table,
-            String::new(),
-            String::new(),
-        );
-        f.status = Status::NotMeasurableHere;
-        f.reason = "TLB misses need a hardware PMU; this machine has none (`splitnet profile --events` says so)".into();
-        out.push(f);
+    t
+}
+
+/// Figures 6 and 8: transmit cycles per frame by domain of `cfgs`, as the
+/// measures "DOMAIN cycles, CONFIG".
+fn breakdown(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> Figure {
+    let mut f = Figure::new(
+        Seed::Menon2006,
+        id,
+        Kind::Stacked,
+        r.breakdown_table(),
+        breakdown_chart(r, id, cfgs),
+    );
+    for &c in cfgs {
+        for d in ["guest", "hv", "driver"] {
+            if let Some(v) = r.row(c, Case::Tx).and_then(|m| m.by_domain.get(d)) {
+                f.ours
+                    .push(Measure::point(format!("{d} cycles, {}", c.name()), *v));
+            }
+        }
     }
+    f
+}
+
+/// The paper's figures and tables from a run, for `bench seeds`. Figures
+/// 9 and 12 (TLB misses) are not measurable here; the catalog says why.
+pub fn figures(r: &Menon2006Report) -> Vec<Figure> {
+    let mut out = vec![table1(r)];
+    out.extend(FIGURES.iter().map(|f| throughput_figure(r, f)));
+    out.push(breakdown(
+        r,
+        "Figure 6",
+        &[M6Config::GuestNone, M6Config::GuestHigh],
+    ));
+    out.push(breakdown(
+        r,
+        "Figure 8",
+        &[M6Config::GuestHigh, M6Config::GuestHighIoc],
+    ));
     out
 }

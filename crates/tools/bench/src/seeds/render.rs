@@ -2,7 +2,7 @@
 //! inline), `README.md` (the same in Markdown, the charts linked) and one
 //! SVG per chart.
 
-use super::{counts, rows, Figure, Row, Saved, Seed, Status};
+use super::{counts, rows, Figure, Outcome, Row, Saved, Seed, Status};
 use std::fmt::Write as _;
 
 /// The report's files.
@@ -20,12 +20,26 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A number beside the paper's: ratios to two decimals, counts whole.
-fn num(v: f64) -> String {
-    if v.abs() >= 100.0 {
+/// A number beside the paper's: counts whole, others to two decimals, and
+/// a small value to two significant digits, so none reads as 0.00.
+pub fn num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 {
         format!("{v:.0}")
-    } else {
+    } else if a >= 0.1 || a == 0.0 {
         format!("{v:.2}")
+    } else {
+        let digits = (1.0 - a.log10().floor()) as usize;
+        format!("{v:.digits$}")
+    }
+}
+
+/// A measured number with its range over runs, where it has one.
+fn measured(m: &super::Measure) -> String {
+    if m.max > m.min {
+        format!("{} ({}–{})", num(m.median), num(m.min), num(m.max))
+    } else {
+        num(m.median)
     }
 }
 
@@ -44,23 +58,44 @@ fn svg_name(f: &Figure, i: usize) -> String {
     format!("{}-{id}{n}.svg", f.seed.short())
 }
 
-/// The paper's numbers beside ours, one row per label.
-fn beside(f: &Figure) -> Vec<(String, String, String)> {
-    let mut labels: Vec<&str> = f.paper.iter().map(|p| p.0.as_str()).collect();
-    for (l, _) in &f.ours {
-        if !labels.contains(&l.as_str()) {
-            labels.push(l);
+/// The paper's numbers beside ours, one row per label, paper and ours on
+/// the same row.
+fn beside(r: &Row) -> Vec<(String, String, String)> {
+    let ours: Vec<&super::Measure> = r.figures.iter().flat_map(|f| &f.ours).collect();
+    let mut paper: Vec<(&str, f64)> = r.entry.paper.to_vec();
+    for (l, v) in r.figures.iter().flat_map(|f| &f.paper) {
+        if !paper.iter().any(|p| p.0 == l) {
+            paper.push((l, *v));
         }
     }
-    let get = |v: &[(String, f64)], l: &str| {
-        v.iter()
-            .find(|p| p.0 == l)
-            .map_or("-".to_string(), |p| num(p.1))
-    };
+    let mut labels: Vec<&str> = paper.iter().map(|p| p.0).collect();
+    for m in &ours {
+        if !labels.contains(&m.label.as_str()) {
+            labels.push(&m.label);
+        }
+    }
     labels
         .into_iter()
-        .map(|l| (l.to_string(), get(&f.paper, l), get(&f.ours, l)))
+        .map(|l| {
+            let p = paper.iter().find(|p| p.0 == l);
+            let o = ours.iter().find(|m| m.label == l);
+            (
+                l.to_string(),
+                p.map_or("-".into(), |p| num(p.1)),
+                o.map_or("-".into(), |m| measured(m)),
+            )
+        })
         .collect()
+}
+
+/// Each key effect's row: the claim, the paper's value, ours, the verdict.
+fn effect_cells(o: &Outcome) -> [String; 4] {
+    [
+        o.claim.clone(),
+        o.paper.map_or("the order".into(), num),
+        o.ours.map_or("-".into(), num),
+        o.holds.name().to_string(),
+    ]
 }
 
 /// Renders the report of `saved`'s figures and failures.
@@ -109,31 +144,45 @@ fn markdown(rows: &[Row]) -> String {
             );
         }
         for r in rows.iter().filter(|r| r.entry.seed == seed) {
-            for (i, f) in r.figures.iter().enumerate() {
-                let _ = write!(
-                    s,
-                    "\n### {} {}: {}\n\n**{}**: {}\n\n",
-                    seed.short(),
-                    f.id,
-                    f.title,
-                    f.status.name(),
-                    f.reason
-                );
-                let b = beside(f);
-                if !b.is_empty() {
-                    s += "| number | paper | ours |\n|---|---:|---:|\n";
-                    for (l, p, o) in b {
-                        let _ = writeln!(s, "| {l} | {p} | {o} |");
-                    }
-                    s += "\n";
-                }
-                if !f.svg.is_empty() {
-                    let _ = write!(s, "![{} {}]({})\n\n", seed.short(), f.id, svg_name(f, i));
-                }
-                s += &f.table;
-                s += "\n";
-            }
+            s += &row_markdown(r);
         }
+    }
+    s
+}
+
+/// One entry's section: status and reason, each key effect judged, the
+/// numbers beside the paper's, then each figure's chart and table.
+fn row_markdown(r: &Row) -> String {
+    let e = r.entry;
+    let mut s = format!(
+        "\n### {} {}: {}\n\n**{}**: {}\n\n",
+        e.seed.short(),
+        e.id,
+        e.title,
+        r.status.name(),
+        r.reason
+    );
+    if !r.outcomes.is_empty() {
+        s += "| key effect | paper | ours | verdict |\n|---|---:|---:|---|\n";
+        for o in &r.outcomes {
+            let _ = writeln!(s, "| {} |", effect_cells(o).join(" | "));
+        }
+        s += "\n";
+    }
+    let b = beside(r);
+    if !b.is_empty() {
+        s += "| number | paper | ours |\n|---|---:|---:|\n";
+        for (l, p, o) in b {
+            let _ = writeln!(s, "| {l} | {p} | {o} |");
+        }
+        s += "\n";
+    }
+    for (i, f) in r.figures.iter().enumerate() {
+        if !f.svg.is_empty() {
+            let _ = write!(s, "![{} {}]({})\n\n", e.seed.short(), f.id, svg_name(f, i));
+        }
+        s += &f.table;
+        s += "\n";
     }
     s
 }
@@ -188,7 +237,7 @@ fn md_to_html(md: &str) -> String {
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}\
 table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}\
-.reproduced{background:#d9f2d9}.partly{background:#fff3c4}.not-measurable-here{background:#e4e4f4}\
+.reproduced{background:#d9f2d9}.partly{background:#fff3c4}.not-reproduced{background:#f4c7a8}.not-measurable-here{background:#e4e4f4}\
 .out-of-scope{background:#eee}.missing{background:#f8d7d7}figure{margin:1em 0;overflow-x:auto}";
 
 fn class(s: Status) -> String {
@@ -235,36 +284,58 @@ fn html(rows: &[Row]) -> String {
         }
         s += "</table>\n";
         for r in rows.iter().filter(|r| r.entry.seed == seed) {
-            for f in &r.figures {
-                s += &figure_html(f);
-            }
+            s += &row_html(r);
         }
     }
     s + "</body></html>\n"
 }
 
-fn figure_html(f: &Figure) -> String {
+/// A table of `head` and `rows`, cells escaped.
+fn table_html<const N: usize>(head: [&str; N], rows: impl Iterator<Item = [String; N]>) -> String {
+    let mut s = String::from("<table><tr>");
+    for h in head {
+        let _ = write!(s, "<th>{h}</th>");
+    }
+    s += "</tr>\n";
+    for r in rows {
+        s += "<tr>";
+        for c in r {
+            let _ = write!(s, "<td>{}</td>", esc(&c));
+        }
+        s += "</tr>\n";
+    }
+    s + "</table>\n"
+}
+
+fn row_html(r: &Row) -> String {
+    let e = r.entry;
     let mut s = format!(
         "<section><h3>{} {}: {}</h3>\n<p class=\"{}\"><b>{}</b>: {}</p>\n",
-        esc(f.seed.short()),
-        esc(&f.id),
-        esc(&f.title),
-        class(f.status),
-        f.status.name(),
-        esc(&f.reason)
+        esc(e.seed.short()),
+        esc(e.id),
+        esc(e.title),
+        class(r.status),
+        r.status.name(),
+        esc(&r.reason)
     );
-    let b = beside(f);
+    if !r.outcomes.is_empty() {
+        let head = ["key effect", "paper", "ours", "verdict"];
+        s += &table_html(head, r.outcomes.iter().map(effect_cells));
+    }
+    let b = beside(r);
     if !b.is_empty() {
-        s += "<table><tr><th>number</th><th>paper</th><th>ours</th></tr>\n";
-        for (l, p, o) in b {
-            let _ = writeln!(s, "<tr><td>{}</td><td>{p}</td><td>{o}</td></tr>", esc(&l));
+        s += &table_html(
+            ["number", "paper", "ours"],
+            b.into_iter().map(<[String; 3]>::from),
+        );
+    }
+    for f in &r.figures {
+        if !f.svg.is_empty() {
+            let _ = writeln!(s, "<figure>{}</figure>", f.svg);
         }
-        s += "</table>\n";
+        s += &md_to_html(&f.table);
     }
-    if !f.svg.is_empty() {
-        let _ = writeln!(s, "<figure>{}</figure>", f.svg);
-    }
-    s + &md_to_html(&f.table) + "</section>\n"
+    s + "</section>\n"
 }
 
 /// Writes `index.html`, `README.md`, the charts and, if any suite failed,
@@ -308,7 +379,8 @@ mod tests {
             "| a | b |\n|---|---|\n| 1 | <2> |\n".into(),
             svg,
         );
-        f.ours.push(("total ÷ native".into(), 4.88));
+        f.ours
+            .push(crate::seeds::Measure::point("total ÷ native", 4.88));
         let saved = Saved {
             figures: vec![f],
             failures: vec![Failure {
