@@ -20,6 +20,32 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Markdown's inline marks (`**bold**`, `` `code` ``) as HTML, the rest
+/// escaped, so no literal markdown reaches the page.
+fn inline(s: &str) -> String {
+    let mut out = String::new();
+    let (mut bold, mut code) = (false, false);
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        if !code && rest.starts_with("**") {
+            out += if bold { "</b>" } else { "<b>" };
+            bold = !bold;
+            rest = &rest[2..];
+            continue;
+        }
+        if c == '`' {
+            out += if code { "</code>" } else { "<code>" };
+            code = !code;
+        } else {
+            out += &esc(c.encode_utf8(&mut [0; 4]));
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    out += if code { "</code>" } else { "" };
+    out += if bold { "</b>" } else { "" };
+    out
+}
+
 /// A number beside the paper's: counts whole, others to two decimals, and
 /// a small value to two significant digits, so none reads as 0.00.
 pub fn num(v: f64) -> String {
@@ -201,7 +227,7 @@ fn md_to_html(md: &str) -> String {
             let tag = if i == 0 { "th" } else { "td" };
             *out += "<tr>";
             for c in row {
-                let _ = write!(out, "<{tag}>{}</{tag}>", esc(c));
+                let _ = write!(out, "<{tag}>{}</{tag}>", inline(c));
             }
             *out += "</tr>\n";
         }
@@ -226,9 +252,9 @@ fn md_to_html(md: &str) -> String {
         }
         flush(&mut table, &mut out);
         if let Some(h) = t.strip_prefix('#') {
-            let _ = writeln!(out, "<h4>{}</h4>", esc(h.trim_start_matches('#').trim()));
+            let _ = writeln!(out, "<h4>{}</h4>", inline(h.trim_start_matches('#').trim()));
         } else if !t.is_empty() {
-            let _ = writeln!(out, "<p>{}</p>", esc(t));
+            let _ = writeln!(out, "<p>{}</p>", inline(t));
         }
     }
     flush(&mut table, &mut out);
@@ -279,7 +305,7 @@ fn html(rows: &[Row]) -> String {
                 esc(r.entry.id),
                 esc(r.entry.title),
                 r.status.name(),
-                esc(&r.reason)
+                inline(&r.reason)
             );
         }
         s += "</table>\n";
@@ -300,7 +326,7 @@ fn table_html<const N: usize>(head: [&str; N], rows: impl Iterator<Item = [Strin
     for r in rows {
         s += "<tr>";
         for c in r {
-            let _ = write!(s, "<td>{}</td>", esc(&c));
+            let _ = write!(s, "<td>{}</td>", inline(&c));
         }
         s += "</tr>\n";
     }
@@ -316,7 +342,7 @@ fn row_html(r: &Row) -> String {
         esc(e.title),
         class(r.status),
         r.status.name(),
-        esc(&r.reason)
+        inline(&r.reason)
     );
     if !r.outcomes.is_empty() {
         let head = ["key effect", "paper", "ours", "verdict"];
@@ -370,6 +396,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn inline_marks_become_html_and_the_rest_is_escaped() {
+        assert_eq!(
+            inline("**Table 1**: `a<b` & c"),
+            "<b>Table 1</b>: <code>a&lt;b</code> &amp; c"
+        );
+        assert_eq!(inline("`**` stays"), "<code>**</code> stays");
+        assert_eq!(num(0.0047), "0.0047");
+        assert_eq!(num(0.014), "0.014");
+        assert_eq!(num(0.38), "0.38");
+        assert_eq!(num(93100.0), "93100");
+    }
+
+    #[test]
     fn the_page_lists_every_entry_and_inlines_each_chart() {
         let svg = crate::plot::hbars("t", "", "", &[]);
         let mut f = Figure::new(
@@ -393,6 +432,8 @@ mod tests {
         assert_eq!(page.svgs[0].0, "ram-figure-2-4.svg");
         assert_eq!(page.html.matches("<svg").count(), 1);
         assert!(page.html.contains("<td>&lt;2&gt;</td>"));
+        assert!(page.html.contains("<code>splitnet bench hvm</code>"));
+        assert!(!page.html.contains('`'), "no literal markdown in the page");
         assert!(
             page.markdown.contains("| total ÷ native | 4.50 | 4.88 |"),
             "{}",
