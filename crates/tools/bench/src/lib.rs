@@ -19,6 +19,7 @@ pub mod menon2005;
 pub mod menon2006;
 pub mod multihost;
 pub mod netenv;
+pub mod opcount;
 pub mod plot;
 pub mod ram;
 pub mod scale;

@@ -18,6 +18,7 @@
 
 use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::Workload;
+use crate::opcount;
 use crate::plot::{self, Bar};
 use crate::ram::{by_class, by_domain, ethtool, medians, unknown_key};
 use crate::stats::{tsc_per_us, Spread};
@@ -29,6 +30,7 @@ use std::path::PathBuf;
 use toolstack::host::{self, CgroupLayout};
 
 mod figures;
+mod ops;
 pub use figures::figures;
 
 /// What the suite runs.
@@ -339,7 +341,14 @@ pub struct M6Record {
     /// Reordering the sender's TCP detected over the flow
     /// (`TcpExtTCPSACKReorder`, `TCPTSReorder`, `TCPRenoReorder`).
     pub reorder_events: u64,
+    /// Operations per wire frame, from hv's and netback's counters
+    /// ([`opcount`]); empty for Linux.
+    #[serde(default)]
+    pub ops_per_frame: BTreeMap<String, f64>,
 }
+
+/// The guest whose vif the operation counts follow.
+const GUEST: &str = "guest1";
 
 /// Counters of one namespace's stack that say a stream arrived damaged
 /// or out of order.
@@ -388,6 +397,9 @@ pub struct M6Summary {
     pub cycles_per_packet: Option<Spread>,
     pub by_domain: BTreeMap<String, f64>,
     pub by_class: BTreeMap<String, f64>,
+    /// Median operations per wire frame ([`opcount`]).
+    #[serde(default)]
+    pub ops_per_frame: BTreeMap<String, f64>,
 }
 
 /// The suite's report.
@@ -547,7 +559,17 @@ fn measure_cases(
         let (sender, receiver) = flow.sender_and_receiver();
         let csum0 = nstat_sum(receiver, &CSUM_COUNTERS)?;
         let reorder0 = nstat_sum(sender, &REORDER_COUNTERS)?;
+        let split = cfg.topology().is_some();
+        let ops0 = split
+            .then(|| opcount::snapshot(&ctx.base, GUEST))
+            .transpose()?;
         let m = measure(ctx, env, cfg, case)?;
+        let ops_per_frame = match ops0 {
+            Some(a) => {
+                opcount::per_frame(&a, &opcount::snapshot(&ctx.base, GUEST)?, m.flow.packets)
+            }
+            None => BTreeMap::new(),
+        };
         let csum_errors = nstat_sum(receiver, &CSUM_COUNTERS)?.saturating_sub(csum0);
         let reorder_events = nstat_sum(sender, &REORDER_COUNTERS)?.saturating_sub(reorder0);
         let total = m.cycles_per_packet.get("total").copied().unwrap_or(0.0);
@@ -570,6 +592,7 @@ fn measure_cases(
             cycles_per_packet: m.cycles_per_packet,
             csum_errors,
             reorder_events,
+            ops_per_frame,
         });
     }
     Ok(())
@@ -651,6 +674,7 @@ fn summarize(records: &[M6Record]) -> Vec<M6Summary> {
             cycles_per_packet: Spread::of(&pick(|r| r.cycles_per_packet.get("total").copied())),
             by_domain: medians(rs.iter().map(|r| &r.by_domain)),
             by_class: medians(rs.iter().map(|r| &r.by_class)),
+            ops_per_frame: medians(rs.iter().map(|r| &r.ops_per_frame)),
         });
     }
     out
@@ -944,6 +968,8 @@ impl Menon2006Report {
         }
         s += "\n";
         s += &self.breakdown_table();
+        s += "\n";
+        s += &self.ops_table();
         s += "\n**Figures 9 and 12 (TLB misses)**: not measurable here: no hardware performance counters \
               (`splitnet profile --events` says so); superpages' effect shows only in throughput and cycles.\n";
         s += &format!(

@@ -46,15 +46,19 @@ fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
-/// A number as a tick or value label: no more digits than it needs.
+/// A number as a tick or value label: no more digits than it needs, and
+/// a small value to two significant digits, so none reads as 0.00.
 pub fn num(v: f64) -> String {
     let a = v.abs();
     if a >= 100.0 || (a - a.round()).abs() < 1e-9 {
         format!("{v:.0}")
     } else if a >= 10.0 {
         format!("{v:.1}")
-    } else {
+    } else if a >= 0.1 {
         format!("{v:.2}")
+    } else {
+        let digits = (1.0 - a.log10().floor()) as usize;
+        format!("{v:.digits$}")
     }
 }
 
@@ -141,6 +145,11 @@ fn render(w: f64, h: f64, draw: impl FnOnce(&Area) -> Drawn) -> String {
             e.to_string().replace('&', "&amp;").replace('<', "&lt;")
         ),
     }
+}
+
+/// A bar's value label: small, centred above the point it labels.
+fn value_style() -> TextStyle<'static> {
+    style(TEXT * 0.7).pos(Pos::new(HPos::Center, VPos::Bottom))
 }
 
 fn style(size: f64) -> TextStyle<'static> {
@@ -322,6 +331,14 @@ pub fn grouped(g: &Grouped) -> String {
                 })
             });
             chart.draw_series(bars)?;
+            // Each bar's value above it, so a bar too short to see still
+            // says what it is.
+            let labels = row.iter().enumerate().filter_map(|(grp, v)| {
+                let v = (*v)?;
+                let at = (x(s, grp) + bw * 0.46, v + ymax * 0.01);
+                Some(Text::new(num(v), at, value_style()))
+            });
+            chart.draw_series(labels)?;
         }
         let marks = g.paper.iter().map(|&(s, grp, v)| {
             let (a, b) = (x(s, grp) - bw * 0.05, x(s, grp) + bw * 0.97);

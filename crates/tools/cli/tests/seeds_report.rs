@@ -187,6 +187,29 @@ fn seeds_from_saved_reports_writes_the_whole_report() {
     let md = std::fs::read_to_string(dir.join("out/README.md")).unwrap();
     assert!(!md.contains("failed"), "every committed report reads: {md}");
     assert!(dir.join("out/sugerman2001-figure-6.svg").is_file());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
+    let committed = std::fs::read_to_string(root.join("docs/results/seeds/README.md")).unwrap();
+    assert!(
+        committed == md,
+        "docs/results/seeds/README.md is not what the rubric computes from the committed runs \
+         (a status typed by hand, or a run or rule changed without regenerating): run \
+         `splitnet bench seeds --from docs/results --out docs/results/seeds`"
+    );
+    let results = std::fs::read_to_string(root.join("docs/RESULTS.md")).unwrap();
+    for st in [
+        "reproduced",
+        "partly",
+        "not reproduced",
+        "not measurable here",
+        "out of scope",
+        "missing",
+    ] {
+        let row = format!("| {st} | {} |", count(st));
+        assert!(
+            results.contains(&row),
+            "docs/RESULTS.md's status table should say `{row}`, as the report does"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,0 +1,130 @@
+//! Operations per wire frame, exact, from counters: what the papers count
+//! when they explain a cost (Menon 2006 §3–§5: hypercalls, grant maps and
+//! unmaps, page flips, copies, notifications). hv counts every request of
+//! each domain by name; netback counts its grant operations, ring batches
+//! and notifications per vif. `splitnet status --json` before and after a
+//! flow gives the deltas, divided by the flow's frames on the wire.
+
+use crate::harness::RunOptions;
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The counters that matter, by the name the tables print.
+pub type Counts = BTreeMap<String, f64>;
+
+/// Reads the counts of `guest`'s first vif and of every domain's requests
+/// to hv from a running splitnet.
+pub fn snapshot(opts: &RunOptions, guest: &str) -> Result<Counts> {
+    let json = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])?;
+    let doc: Value = serde_json::from_str(&json).context("reading `splitnet status --json`")?;
+    Ok(counts(&doc, guest))
+}
+
+/// The counts in a status document (see [`snapshot`]).
+pub fn counts(doc: &Value, guest: &str) -> Counts {
+    let mut c = Counts::new();
+    let hypercalls = |kind: &str| -> f64 {
+        let doms = doc["domains"].as_array().into_iter().flatten();
+        doms.filter(|d| d["kind"] == kind && (kind != "guest" || d["name"] == guest))
+            .flat_map(|d| d["counters"]["ops"].as_object().into_iter().flatten())
+            .filter_map(|(_, n)| n.as_f64())
+            .sum()
+    };
+    c.insert("hypercalls, driver domain".into(), hypercalls("driver"));
+    c.insert("hypercalls, guest".into(), hypercalls("guest"));
+    let vif = doc["vifs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["guest"] == guest);
+    let Some(v) = vif else {
+        return c;
+    };
+    let n = |x: &Value| x.as_f64().unwrap_or(0.0);
+    let grants = &v["counters"]["grant_ops"];
+    for (kind, name) in [
+        ("map", "grant maps"),
+        ("unmap", "grant unmaps"),
+        ("copy", "grant copies"),
+        ("transfer", "page flips"),
+    ] {
+        c.insert(name.into(), n(&grants[kind]));
+    }
+    c.insert(
+        "packets to the guest".into(),
+        n(&v["counters"]["rx_packets"]),
+    );
+    c.insert(
+        "packets from the guest".into(),
+        n(&v["counters"]["tx_packets"]),
+    );
+    c.insert("netback ring batches".into(), n(&v["counters"]["batches"]));
+    let sent = n(&v["counters"]["notifications_sent"]);
+    c.insert("notifications to the guest".into(), sent);
+    let got = n(&v["counters"]["notifications_received"]);
+    c.insert("notifications from the guest".into(), got);
+    c
+}
+
+/// Each count's growth from `before` to `after`, per frame of `frames`.
+pub fn per_frame(before: &Counts, after: &Counts, frames: f64) -> Counts {
+    if frames <= 0.0 {
+        return Counts::new();
+    }
+    after
+        .iter()
+        .map(|(k, a)| {
+            let b = before.get(k).copied().unwrap_or(0.0);
+            (k.clone(), (a - b).max(0.0) / frames)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doc(maps: u64, batches: u64, drv_ops: u64) -> Value {
+        json!({
+            "domains": [
+                {"name": "drv", "kind": "driver", "counters": {"ops": {"grant_map": drv_ops, "batch": 1}}},
+                {"name": "guest1", "kind": "guest", "counters": {"ops": {"evtchn_bind": 2}}},
+                {"name": "guest2", "kind": "guest", "counters": {"ops": {"evtchn_bind": 40}}},
+            ],
+            "vifs": [
+                {"guest": "guest2", "counters": {"grant_ops": {"map": 999}}},
+                {"guest": "guest1", "counters": {"grant_ops": {"map": maps, "unmap": maps},
+                 "batches": batches, "notifications_sent": 3, "notifications_received": 4,
+                 "rx_packets": batches * 10}},
+            ]
+        })
+    }
+
+    #[test]
+    fn counts_come_from_the_guests_vif_and_each_domains_requests() {
+        let c = counts(&doc(10, 2, 5), "guest1");
+        assert_eq!(c["grant maps"], 10.0);
+        assert_eq!(c["grant unmaps"], 10.0);
+        assert_eq!(c["page flips"], 0.0);
+        assert_eq!(c["hypercalls, driver domain"], 6.0);
+        assert_eq!(c["hypercalls, guest"], 2.0, "guest2's are not guest1's");
+        assert_eq!(c["notifications from the guest"], 4.0);
+    }
+
+    #[test]
+    fn per_frame_divides_the_growth_by_the_frames() {
+        let (a, b) = (
+            counts(&doc(10, 2, 5), "guest1"),
+            counts(&doc(110, 52, 105), "guest1"),
+        );
+        let p = per_frame(&a, &b, 100.0);
+        assert_eq!(p["grant maps"], 1.0);
+        assert_eq!(p["netback ring batches"], 0.5);
+        assert_eq!(p["packets to the guest"], 5.0);
+        assert_eq!(p["hypercalls, driver domain"], 1.0);
+        assert_eq!(p["notifications to the guest"], 0.0);
+        assert!(per_frame(&a, &b, 0.0).is_empty());
+    }
+}
