@@ -1,6 +1,7 @@
 //! The hosted suite's tables, charts and seed figures (Sugerman 2001's
 //! Figures 5 and 6 and Tables 1-3 beside ours).
 
+use super::packets;
 use super::{
     Breakdown, Config, HostedReport, Link, Record, Shares, Window, CONFIGS, LINKS, PAPER_PATH_US,
     PATH_STAGES,
@@ -455,6 +456,7 @@ fn tables_measures(r: &HostedReport) -> Vec<Measure> {
             Some(w.vmnet_tx_cycles / w.vmnet_frames / r.tsc_mhz)
         })
     };
+    let per_packet = |cfg, f: fn(&Window) -> f64| window_runs(r, cfg, move |w| f(w) / packets(w));
     measures(vec![
         ("switching I/O %, unoptimized", share(U, |s| s.world_switch)),
         ("switching I/O %, optimized", share(O, |s| s.world_switch)),
@@ -477,6 +479,26 @@ fn tables_measures(r: &HostedReport) -> Vec<Measure> {
         ("idle %, optimized", share(O, |s| s.idle)),
         ("VMNet write per frame µs, unoptimized", write(U)),
         ("VMNet write per frame µs, optimized", write(O)),
+        (
+            "NIC port accesses per transmitted packet, unoptimized",
+            window_runs(r, U, |w| w.nic_accesses / w.tx_packets.max(1.0)),
+        ),
+        (
+            "virtual IRQs per packet, unoptimized",
+            per_packet(U, |w| w.irqs),
+        ),
+        (
+            "virtual IRQs per packet, optimized",
+            per_packet(O, |w| w.irqs),
+        ),
+        (
+            "world switches per packet, unoptimized",
+            per_packet(U, |w| w.world_switches),
+        ),
+        (
+            "world switches per packet, optimized",
+            per_packet(O, |w| w.world_switches),
+        ),
     ])
 }
 
