@@ -1,7 +1,13 @@
 //! The hosted suite's tables, charts and seed figures (Sugerman 2001's
 //! Figures 5 and 6 and Tables 1-3 beside ours).
 
-use super::{Breakdown, Config, HostedReport, Link, CONFIGS, LINKS, PAPER_PATH_US, PATH_STAGES};
+use super::packets;
+use super::{
+    Breakdown, Config, HostedReport, Link, Record, Window, CONFIGS, LINKS, PAPER_PATH_US,
+    PATH_STAGES,
+};
+use crate::seeds::Measure;
+use crate::stats::Spread;
 use crate::{plot, seeds};
 
 fn f1(x: f64) -> String {
@@ -383,11 +389,162 @@ impl HostedReport {
     }
 }
 
+/// The median and range over runs of `f` on `cfg`'s flows at the table
+/// size over the 100 Mbit/s wire (the paper's).
+fn over_runs(r: &HostedReport, cfg: Config, f: impl Fn(&Record) -> Option<f64>) -> Option<Spread> {
+    let v: Vec<f64> = r
+        .records
+        .iter()
+        .filter(|x| x.config == cfg && x.link == Link::Shaped && x.send_size == r.table_size)
+        .filter_map(f)
+        .filter(|v| v.is_finite())
+        .collect();
+    Spread::of(&v)
+}
+
+/// [`over_runs`] of a function of the NIC's counters.
+fn window_runs(r: &HostedReport, cfg: Config, f: impl Fn(&Window) -> f64) -> Option<Spread> {
+    over_runs(r, cfg, |x| {
+        x.counters.as_ref().filter(|w| w.cycles > 0.0).map(&f)
+    })
+}
+
+/// Labelled spreads as measures, those measured.
+fn measures(ms: Vec<(&str, Option<Spread>)>) -> Vec<Measure> {
+    ms.into_iter()
+        .filter_map(|(l, s)| s.map(|s| Measure::of(l, &s)))
+        .collect()
+}
+
+/// Figure 5 per run of the unoptimized NIC: the OUT's stages in µs.
+fn figure5_measures(r: &HostedReport) -> Vec<Measure> {
+    let us = |f: fn(&[f64; 5]) -> f64| {
+        over_runs(r, Config::Unoptimized, move |x| {
+            let p = x.counters.as_ref()?.path()?.map(|c| c / r.tsc_mhz);
+            Some(f(&p))
+        })
+    };
+    let total = |p: &[f64; 5]| p.iter().sum::<f64>();
+    measures(vec![
+        (
+            "switches and host world, % of the OUT",
+            us(|p| 100.0 * (p.iter().sum::<f64>() - p[0]) / p.iter().sum::<f64>()),
+        ),
+        ("OUT end to end, µs", us(total)),
+        (
+            "hosted overhead beyond the VMNet write, µs",
+            us(|p| p.iter().sum::<f64>() - p[0] - p[3]),
+        ),
+        ("VMNet write, µs", us(|p| p[3])),
+        (
+            "world switch, µs",
+            window_runs(r, Config::Unoptimized, |w| {
+                w.null_switch_mean_cycles / r.tsc_mhz
+            }),
+        ),
+    ])
+}
+
+/// Tables 1 and 2 per run: the VM world's time by category, the counts per
+/// packet, unoptimized and optimized, and a frame's VMNet write.
+fn tables_measures(r: &HostedReport) -> Vec<Measure> {
+    use Config::{Optimized as O, Unoptimized as U};
+    type Of = fn(&Window) -> f64;
+    let rows: [(&str, Config, Of); 12] = [
+        ("switching I/O %, unoptimized", U, |w| {
+            w.shares().world_switch
+        }),
+        ("switching I/O %, optimized", O, |w| w.shares().world_switch),
+        ("VMM world incl. world switches %, unoptimized", U, |w| {
+            let s = w.shares();
+            s.guest_and_vmm + s.world_switch
+        }),
+        ("VMApp Lance emulation %, unoptimized", U, |w| {
+            w.shares().vmapp
+        }),
+        ("host network I/O %, unoptimized", U, |w| {
+            w.shares().host_network
+        }),
+        ("host network I/O %, optimized", O, |w| {
+            w.shares().host_network
+        }),
+        ("idle %, optimized", O, |w| w.shares().idle),
+        (
+            "NIC port accesses per transmitted packet, unoptimized",
+            U,
+            |w| w.nic_accesses / w.tx_packets.max(1.0),
+        ),
+        ("virtual IRQs per packet, unoptimized", U, |w| {
+            w.irqs / packets(w)
+        }),
+        ("virtual IRQs per packet, optimized", O, |w| {
+            w.irqs / packets(w)
+        }),
+        ("world switches per packet, unoptimized", U, |w| {
+            w.world_switches / packets(w)
+        }),
+        ("world switches per packet, optimized", O, |w| {
+            w.world_switches / packets(w)
+        }),
+    ];
+    let write = |cfg| {
+        over_runs(r, cfg, |x| {
+            let w = x.counters.as_ref().filter(|w| w.vmnet_frames > 0.0)?;
+            Some(w.vmnet_tx_cycles / w.vmnet_frames / r.tsc_mhz)
+        })
+    };
+    let mut ms: Vec<(&str, Option<Spread>)> = rows
+        .into_iter()
+        .map(|(l, cfg, f)| (l, window_runs(r, cfg, f)))
+        .collect();
+    ms.push(("VMNet write per frame µs, unoptimized", write(U)));
+    ms.push(("VMNet write per frame µs, optimized", write(O)));
+    measures(ms)
+}
+
+/// Figure 6: each configuration's throughput over native's at 100 Mbit/s,
+/// per run, at 4 KB and at the size where the optimized NIC falls furthest.
+fn figure6_measures(r: &HostedReport) -> Vec<Measure> {
+    let at = |cfg: Config, size: u32| {
+        let v: Vec<f64> = r
+            .records
+            .iter()
+            .filter(|x| x.config == cfg && x.link == Link::Shaped && x.send_size == size)
+            .filter_map(|x| x.ratio_to_native)
+            .collect();
+        Spread::of(&v)
+    };
+    let lowest = r
+        .sizes
+        .iter()
+        .filter_map(|&s| at(Config::Optimized, s))
+        .min_by(|a, b| a.median.total_cmp(&b.median));
+    measures(vec![
+        ("unoptimized ÷ native, 4 KB", at(Config::Unoptimized, 4096)),
+        ("optimized ÷ native, 4 KB", at(Config::Optimized, 4096)),
+        ("optimized ÷ native, lowest over sizes", lowest),
+    ])
+}
+
+/// Table 3 per run: idle time per configuration (native: the part of one
+/// CPU the sender left unused).
+fn table3_measures(r: &HostedReport) -> Vec<Measure> {
+    let idle = |cfg| window_runs(r, cfg, |w| w.shares().idle);
+    let native = over_runs(r, Config::Native, |x| {
+        x.cpu_percent.get("client").map(|c| (100.0 - c).max(0.0))
+    });
+    measures(vec![
+        ("native idle %", native),
+        ("Version 2.0 idle %", idle(Config::Unoptimized)),
+        ("ports in the VMM idle %", idle(Config::PortsInVmm)),
+        ("+ send combining idle %", idle(Config::NoIrqNotification)),
+        ("+ IRQ notification idle %", idle(Config::Optimized)),
+    ])
+}
+
 /// Sugerman 2001's figures and tables from a run, for `bench seeds`.
 pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
     use seeds::{Figure, Kind, Seed::Sugerman};
-    let unopt = r.breakdown(Config::Unoptimized, Link::Shaped);
-    let path = unopt.and_then(|b| b.path_us);
     let mut fig5 = Figure::new(
         Sugerman,
         "Figure 5",
@@ -395,18 +552,11 @@ pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
         r.figure5_table(),
         r.figure5_svg(),
     );
-    if let (Some(p), Some(b)) = (path, unopt) {
-        fig5.ours = vec![
-            seeds::Measure::point("OUT end to end, µs", p.iter().sum()),
-            seeds::Measure::point("world switch, µs", b.null_switch_mean_us),
-        ];
-    }
-    let tables = |id| Figure::new(Sugerman, id, Kind::Stacked, r.time_table(), r.tables_svg());
-    let ratio = |cfg, size| {
-        r.figure6
-            .iter()
-            .find(|p| p.config == cfg && p.link == Link::Shaped && p.send_size == size)
-            .and_then(|p| p.median_ratio_to_native)
+    fig5.ours = figure5_measures(r);
+    let tables = |id| {
+        let mut f = Figure::new(Sugerman, id, Kind::Stacked, r.time_table(), r.tables_svg());
+        f.ours = tables_measures(r);
+        f
     };
     let mut fig6 = Figure::new(
         Sugerman,
@@ -415,14 +565,7 @@ pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
         r.figure6_table(),
         r.svg(),
     );
-    for (label, cfg) in [
-        ("unoptimized ÷ native, 4 KB", Config::Unoptimized),
-        ("optimized ÷ native", Config::Optimized),
-    ] {
-        if let Some(v) = ratio(cfg, 4096) {
-            fig6.ours.push(seeds::Measure::point(label, v));
-        }
-    }
+    fig6.ours = figure6_measures(r);
     let mut t3 = Figure::new(
         Sugerman,
         "Table 3",
@@ -430,18 +573,6 @@ pub fn figures(r: &HostedReport) -> Vec<seeds::Figure> {
         r.idle_table(),
         r.table3_svg(),
     );
-    for (label, cfg) in [
-        ("native idle %", Config::Native),
-        ("ports in the VMM idle %", Config::PortsInVmm),
-        ("+ send combining idle %", Config::NoIrqNotification),
-        ("+ IRQ notification idle %", Config::Optimized),
-    ] {
-        if let Some(b) = r
-            .breakdown(cfg, Link::Shaped)
-            .filter(|b| b.idle_percent.is_finite())
-        {
-            t3.ours.push(seeds::Measure::point(label, b.idle_percent));
-        }
-    }
+    t3.ours = table3_measures(r);
     vec![fig5, tables("Table 1"), tables("Table 2"), fig6, t3]
 }
