@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use toolstack::host::{self, Cgroup, CgroupLayout};
 
 mod anomaly;
+mod measures;
 mod paper;
 mod web;
 use anomaly::anomaly;
@@ -1190,7 +1191,8 @@ mod tests {
         assert_eq!(role("host"), "other");
     }
 
-    fn rec(setup: Setup, e: Experiment, x: f64, run: usize, value: f64) -> Record {
+    /// A record whose total cost per packet is 100 × its value.
+    pub(super) fn rec(setup: Setup, e: Experiment, x: f64, run: usize, value: f64) -> Record {
         Record {
             setup,
             experiment: e,
