@@ -16,8 +16,8 @@
 //! - Tables 4-8: profiles of the receive and send runs.
 //! - Figure 7: nginx serving a 1 KB file under httperf's open-loop load.
 //! - Table 3 and Figures 4, 5, 6 and 8 count hardware events; where
-//!   perf_event_open has none they are reported as not measurable here,
-//!   with cycles by domain as the part that is.
+//!   perf_event_open has none, TSC cycles per packet stand for the
+//!   instruction cost and the L2 and TLB misses are not measurable here.
 //!
 //! A configuration whose topology keys this build lacks is reported as not
 //! available in this build, not as a failure.
@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use toolstack::host::{self, Cgroup, CgroupLayout};
 
 mod anomaly;
+mod measures;
 mod paper;
 mod web;
 use anomaly::anomaly;
@@ -1190,7 +1191,8 @@ mod tests {
         assert_eq!(role("host"), "other");
     }
 
-    fn rec(setup: Setup, e: Experiment, x: f64, run: usize, value: f64) -> Record {
+    /// A record whose total cost per packet is 100 × its value.
+    pub(super) fn rec(setup: Setup, e: Experiment, x: f64, run: usize, value: f64) -> Record {
         Record {
             setup,
             experiment: e,

@@ -76,7 +76,8 @@ pub(super) fn anomaly(summary: &[Point], profiles: &[Profiled]) -> Option<Anomal
 }
 
 /// Why the anomaly does not occur here.
-const NO_ANOMALY: &str = "Linux today charges a receive skb by its truesize and autotunes \
+pub(super) const NO_ANOMALY: &str =
+    "Linux today charges a receive skb by its truesize and autotunes \
     the receive window, so page-sized buffers no longer exhaust the socket's memory and force \
     tcp_collapse; and splitnet's driver domain hands no 4 KiB page up for a 1500-byte frame \
     unless `port_buffer = \"page\"` asks it to";
