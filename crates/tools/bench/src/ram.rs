@@ -14,9 +14,9 @@
 
 use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Workload};
+use crate::plot;
 use crate::stats::{median, tsc_per_us, Spread};
 use crate::testbed::{self, Config, Env, FlowSpec, Measured};
-use crate::{plot, seeds};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
@@ -25,7 +25,9 @@ use std::path::PathBuf;
 use toolstack::host::{self, CgroupLayout};
 use toolstack::placement::Placement;
 
+mod figures;
 mod thesis;
+pub use figures::figures;
 use thesis::{Ours, THESIS};
 
 /// What the suite runs.
@@ -746,6 +748,14 @@ fn ratio(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |r| format!("{r:.2}×"))
 }
 
+/// `a` against `b` as a change in %.
+fn change(a: Option<f64>, b: Option<f64>) -> String {
+    a.zip(b.filter(|b| *b > 0.0))
+        .map_or("n/a".into(), |(a, b)| {
+            format!("{:+.0}%", (a / b - 1.0) * 100.0)
+        })
+}
+
 fn spread(s: Option<Spread>) -> String {
     s.map_or("-".into(), |s| s.to_string())
 }
@@ -775,15 +785,12 @@ impl RamReport {
                 ratio(v.zip(self.native_cycles(k)).map(|(v, n)| v / n))
             }
             Ours::Change(c, base, k) => {
-                let (a, b) = (self.row(c, k), self.row(base, k));
-                a.zip(b)
-                    .filter(|(_, b)| b.cycles_per_packet.median > 0.0)
-                    .map_or("n/a".into(), |(a, b)| {
-                        format!(
-                            "{:+.0}%",
-                            (a.cycles_per_packet.median / b.cycles_per_packet.median - 1.0) * 100.0
-                        )
-                    })
+                let total = |c| self.row(c, k).map(|m| m.cycles_per_packet.median);
+                change(total(c), total(base))
+            }
+            Ours::RoleChange(c, base, k, role) => {
+                let of = |c| self.row(c, k).and_then(|m| m.by_domain.get(role).copied());
+                change(of(c), of(base))
             }
             Ours::Rate(c, k) => ratio(
                 self.row(c, k)
@@ -814,22 +821,9 @@ impl RamReport {
     /// The thesis's numbers beside ours, as ratios to native (for
     /// docs/RESULTS.md).
     pub fn thesis_table(&self) -> String {
-        let mut s = String::from(
-            "| figure | what | thesis | thesis ÷ native | ours ÷ native |\n|---|---|---:|---:|---:|\n",
-        );
-        for r in &THESIS {
-            s += &format!(
-                "| {} | {} | {} | {} | {} |\n",
-                r.figure,
-                r.what,
-                r.thesis,
-                r.thesis_x_native,
-                self.ours(r.ours)
-            );
-        }
-        s += "\nCycles are per 1514-byte frame; a role's share is over native's total. \
-              n/a: the configuration is not in this build or was not measured.\n";
-        s
+        self.thesis_rows(|_| true)
+            + "\nCycles are per 1514-byte frame; a role's share is over native's total. \
+               n/a: the configuration is not in this build or was not measured.\n"
     }
 
     /// The medians, one row per configuration and case.
@@ -956,35 +950,28 @@ impl RamReport {
         stacked_cycles(title, &rows)
     }
 
-    /// The thesis rows of `fig` ("2.4"), as a Markdown table, with the
-    /// thesis's ratios and ours as numbers.
-    fn thesis_rows(&self, fig: &str) -> (String, seeds::Numbers, seeds::Numbers) {
-        let mut t = String::from(
-            "| figure | what | thesis | thesis ÷ native | ours ÷ native |\n|---|---|---:|---:|---:|\n",
-        );
-        let (mut paper, mut ours) = (Vec::new(), Vec::new());
-        let times = |s: &str| {
-            s.strip_suffix('×')
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        };
-        for r in THESIS
+    /// The thesis rows `keep` keeps, as a Markdown table ("" for none).
+    fn thesis_rows(&self, keep: impl Fn(&thesis::ThesisRow) -> bool) -> String {
+        let rows: Vec<String> = THESIS
             .iter()
-            .filter(|r| r.figure.split(", ").any(|f| f == fig))
-        {
-            let o = self.ours(r.ours);
-            t += &format!(
-                "| {} | {} | {} | {} | {o} |\n",
-                r.figure, r.what, r.thesis, r.thesis_x_native
-            );
-            let plain = |s: &str| times(s).or_else(|| s.parse().ok());
-            if let Some(v) = plain(r.thesis_x_native) {
-                paper.push((r.what.trim().to_string(), v));
-            }
-            if let Some(v) = times(&o) {
-                ours.push((r.what.trim().to_string(), v));
-            }
+            .filter(|r| keep(r))
+            .map(|r| {
+                format!(
+                    "| {} | {} | {} | {} | {} |\n",
+                    r.figure,
+                    r.what,
+                    r.thesis,
+                    r.thesis_x_native,
+                    self.ours(r.ours)
+                )
+            })
+            .collect();
+        if rows.is_empty() {
+            return String::new();
         }
-        (t, paper, ours)
+        String::from(
+            "| figure | what | thesis | thesis ÷ native | ours ÷ native |\n|---|---|---:|---:|---:|\n",
+        ) + &rows.concat()
     }
 
     /// Cycles per frame by domain for some (configuration, case)s.
@@ -1026,69 +1013,6 @@ fn stacked_cycles(title: String, rows: &[&RamSummary]) -> String {
             .collect(),
         classes,
     })
-}
-
-/// The (configuration, case)s a figure's chart shows.
-type Which = Vec<(RamConfig, Case)>;
-
-/// The thesis's figures from a run, for `bench seeds`: per figure the
-/// thesis's rows beside ours and cycles per frame by domain.
-pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
-    use Case::*;
-    use RamConfig::*;
-    let rx = |cs: &[RamConfig]| cs.iter().map(|&c| (c, Rx)).collect::<Vec<_>>();
-    let figs: [(&str, &str, Which); 12] = [
-        ("2.4", "2.4", rx(&[Native, Orig])),
-        ("2.5", "2.5", vec![(Native, Tx), (Orig, Tx)]),
-        ("3.4", "3.4", rx(&[Native, Orig, Mq])),
-        ("3.5", "3.5", rx(&[Native, Orig, Mq])),
-        ("4.10", "4.10", rx(&[Native, Orig, Ngm])),
-        ("4.11", "4.11", rx(&[Native, Orig, MqNgm])),
-        ("4.12", "4.12", rx(&[Orig, Ngm])),
-        ("4.13", "4.13", rx(&[Orig, MqNgm])),
-        ("5.1", "5.1", rx(&[MqNgm, LroGuest, Spf, HalfPg])),
-        ("5.2", "5.2", rx(&[MqNgm, LroGuest, LroDriver])),
-        (
-            "6.1",
-            "6.1",
-            vec![(Orig, Rx), (All, Rx), (All, RxTwoGuests)],
-        ),
-        (
-            "6.2",
-            "ch. 6",
-            vec![
-                (All, Rx),
-                (All, RxSameCore),
-                (All, RxSplitCores),
-                (All, TxSameCore),
-                (All, TxSplitCores),
-            ],
-        ),
-    ];
-    figs.into_iter()
-        .map(|(id, rows, which)| {
-            let id = format!("Figure {id}");
-            let (table, paper, ours) = r.thesis_rows(rows);
-            let measured = which
-                .iter()
-                .any(|&(c, k)| c != Native && r.row(c, k).is_some());
-            let svg = r.stacked_for(
-                &format!("Ram thesis {id}: cycles per frame by domain"),
-                &which,
-            );
-            let mut f = seeds::Figure::new(seeds::Seed::Ram, &id, seeds::Kind::Stacked, table, svg);
-            if !paper.is_empty() {
-                f.paper = paper;
-            }
-            if measured {
-                f.ours = ours
-                    .into_iter()
-                    .map(|(l, v)| seeds::Measure::point(l, v))
-                    .collect();
-            }
-            f
-        })
-        .collect()
 }
 
 /// `splitnet bench ram`: the Ram thesis's configurations, RX and TX, and chapter 6.

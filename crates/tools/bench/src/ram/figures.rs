@@ -1,0 +1,315 @@
+//! The thesis's figures from a run, for `bench seeds`: per figure the
+//! thesis's rows beside ours, cycles per frame by domain, and the measures
+//! the catalog's key effects name, each a median with its range over runs.
+
+use super::{Case, RamConfig, RamRecord, RamReport};
+use crate::netenv::PAYLOAD_PER_FRAME;
+use crate::seeds::{self, Claim, Measure};
+use crate::stats::Spread;
+
+/// The thesis's Table 2.1 classes as our profile names them, with the
+/// thesis's name (its "Xen" is our hypervisor).
+const CLASSES: [(&str, &str); 9] = [
+    ("driver", "driver"),
+    ("network", "network"),
+    ("netback", "netback"),
+    ("netfront", "netfront"),
+    ("grant", "grant"),
+    ("hypervisor", "Xen"),
+    ("inter_domain_copy", "inter-domain copy"),
+    ("usercopy", "usercopy"),
+    ("other", "other"),
+];
+
+/// The classes the thesis counts as the grant mechanism's: grant
+/// operations and the hypervisor's work on them (Figure 4.4).
+const GRANT: [&str; 2] = ["grant", "hypervisor"];
+
+/// The roles the thesis splits cycles into, with its names.
+const ROLES: [(&str, &str); 2] = [("driver", "driver domain"), ("guest", "guest")];
+
+fn case_label(k: Case) -> &'static str {
+    match k {
+        Case::Rx => "RX",
+        Case::RxGso => "RX GSO",
+        Case::Tx => "TX",
+        Case::RxTwoGuests => "RX two guests",
+        Case::RxSameCore => "RX same core",
+        Case::TxSameCore => "TX same core",
+        Case::RxSplitCores => "RX split cores",
+        Case::TxSplitCores => "TX split cores",
+    }
+}
+
+/// A measure from one value per run.
+fn per_run(
+    label: String,
+    rs: &[&RamRecord],
+    f: impl Fn(&RamRecord) -> Option<f64>,
+) -> Option<Measure> {
+    let v: Vec<f64> = rs.iter().filter_map(|r| f(r)).collect();
+    Spread::of(&v).map(|s| Measure::of(label, &s))
+}
+
+/// Every measure of one (configuration, case): total cycles per frame
+/// (and over native's), throughput over native's, each role's cycles and
+/// CPU use, each class's cycles and the grant mechanism's share.
+fn measures_of(r: &RamReport, cfg: RamConfig, case: Case) -> Vec<Measure> {
+    let Some(m) = r.row(cfg, case) else {
+        return Vec::new();
+    };
+    let at = format!("{} {}", cfg.name(), case_label(case));
+    let rs: Vec<&RamRecord> = r
+        .records
+        .iter()
+        .filter(|x| x.config == cfg && x.case == case)
+        .collect();
+    let mut out = vec![Measure::of(format!("{at} cycles"), &m.cycles_per_packet)];
+    out.extend(
+        m.cycles_x_native
+            .map(|s| Measure::of(format!("{at} cycles ÷ native"), &s)),
+    );
+    out.extend(
+        m.ratio_to_native
+            .map(|s| Measure::of(format!("{at} ÷ native (Gb/s)"), &s)),
+    );
+    // A domain's share of one CPU: its cycles per frame × frames per second.
+    let tsc_hz = r.tsc_mhz * 1e6;
+    for (role, name) in ROLES {
+        let cycles = |x: &RamRecord| x.by_domain.get(role).copied();
+        out.extend(per_run(format!("{at} {name}"), &rs, cycles));
+        let busy =
+            |x: &RamRecord| Some(cycles(x)? * x.gbps * 1e9 / 8.0 / PAYLOAD_PER_FRAME / tsc_hz);
+        out.extend(per_run(format!("{at} {name} CPU"), &rs, busy));
+    }
+    for (class, name) in CLASSES {
+        let of = |x: &RamRecord| x.by_class.get(class).copied();
+        out.extend(per_run(format!("{at} class {name}"), &rs, of));
+    }
+    let share = |x: &RamRecord| {
+        let total = *x.cycles_per_packet.get("total")?;
+        let grant: f64 = GRANT.iter().filter_map(|c| x.by_class.get(*c)).sum();
+        (total > 0.0 && !x.by_class.is_empty()).then(|| grant / total)
+    };
+    out.extend(per_run(format!("{at} grant share"), &rs, share));
+    out
+}
+
+/// The labels an entry's paper numbers and key effects name.
+fn labels(e: &seeds::Entry) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = e.paper.iter().map(|p| p.0).collect();
+    for fx in e.effects() {
+        match fx.what {
+            Claim::Order { hi, lo } => out.extend([hi, lo]),
+            Claim::Ratio { num, den, .. } => out.extend([num, den]),
+            Claim::Level { of, .. } => out.push(of),
+            Claim::Dip { points, .. } => out.extend(points),
+        }
+    }
+    out
+}
+
+/// A figure's own name for a measure: Figures 2.4 and 2.5 call Orig's
+/// total over native's "total ÷ native".
+const ALIASES: [(&str, &str, &str); 2] = [
+    ("Figure 2.4", "total ÷ native", "Orig RX cycles ÷ native"),
+    ("Figure 2.5", "total ÷ native", "Orig TX cycles ÷ native"),
+];
+
+/// The measures `id`'s paper numbers and key effects name, out of all
+/// of the run's.
+fn ours(all: &[Measure], id: &str) -> Vec<Measure> {
+    let Some(e) = seeds::entry(seeds::Seed::Ram, id) else {
+        return Vec::new();
+    };
+    let named = |l: &str| -> Option<Measure> {
+        let (.., of) = ALIASES.iter().find(|(f, a, _)| *f == id && *a == l)?;
+        let m = all.iter().find(|m| m.label == *of)?;
+        Some(Measure {
+            label: l.to_string(),
+            ..m.clone()
+        })
+    };
+    labels(e)
+        .into_iter()
+        .filter_map(|l| named(l).or_else(|| all.iter().find(|m| m.label == l).cloned()))
+        .fold(Vec::new(), |mut out, m| {
+            if !out.iter().any(|o: &Measure| o.label == m.label) {
+                out.push(m);
+            }
+            out
+        })
+}
+
+/// The (configuration, case)s a figure's chart shows.
+type Which = Vec<(RamConfig, Case)>;
+
+/// Each figure: its id, the thesis rows it shows, and its chart's bars.
+fn charts() -> [(&'static str, &'static str, Which); 13] {
+    use Case::*;
+    use RamConfig::*;
+    let rx = |cs: &[RamConfig]| cs.iter().map(|&c| (c, Rx)).collect::<Vec<_>>();
+    let tx = |cs: &[RamConfig]| cs.iter().map(|&c| (c, Tx)).collect::<Vec<_>>();
+    [
+        ("2.4", "2.4", rx(&[Native, Orig])),
+        ("2.5", "2.5", tx(&[Native, Orig])),
+        ("3.4", "3.4", rx(&[Native, Orig, Mq])),
+        ("3.5", "3.5", rx(&[Orig, Mq])),
+        ("4.4", "4.4", vec![(Orig, Rx), (Orig, Tx), (Mq, Rx)]),
+        ("4.10", "4.10", rx(&[Native, Orig, Ngm, MqNgm])),
+        ("4.11", "4.11", tx(&[Native, Orig, Ngm])),
+        ("4.12", "4.12", rx(&[Orig, Ngm, MqNgm])),
+        ("4.13", "4.13", tx(&[Orig, Ngm])),
+        ("5.1", "5.1", rx(&[MqNgm, LroGuest, LroDriver, Spf, HalfPg])),
+        ("5.2", "5.2", rx(&[MqNgm, LroGuest, LroDriver])),
+        (
+            "6.1",
+            "6.1",
+            vec![(Orig, Rx), (All, Rx), (All, RxTwoGuests), (All, RxSameCore)],
+        ),
+        (
+            "6.2",
+            "ch. 6",
+            vec![
+                (Orig, Rx),
+                (All, Rx),
+                (All, RxSameCore),
+                (All, RxSplitCores),
+                (All, Tx),
+            ],
+        ),
+    ]
+}
+
+/// Multi-queue here (ch. 3).
+const MQ: &str = "A veth and macvlan sort frames into the guest's queue in kernel software, where \
+                  the thesis's NIC did it in hardware before its DMA.";
+
+/// Cost classes here (Table 2.1).
+const BY_CLASS: &str = "Cost classes are over all domains: the run's profile does not split them \
+                        by domain, where the thesis's figure is the driver domain's alone.";
+
+/// What differs in how a figure is measured here, by figure.
+fn note(id: &str) -> String {
+    match id {
+        "2.4" | "2.5" => "The hypervisor is a process of its own here (hv), not split between \
+                          the domains as the thesis splits Xen's cycles; cost classes are over \
+                          all domains, not split by domain."
+            .into(),
+        "3.4" => MQ.into(),
+        "3.5" => format!("{MQ} {BY_CLASS}"),
+        "4.12" | "4.13" => BY_CLASS.into(),
+        "4.4" => "The grant share is grant operations and the hypervisor over all domains' \
+                  cycles: the run's profile does not split classes by domain."
+            .into(),
+        "6.1" => "The shared-cache case is taken with the guest and the driver domain on one \
+                  core, the closest placement this host allows."
+            .into(),
+        "6.2" => {
+            "A domain's CPU use is its cycles per frame × frames per second ÷ the TSC rate.".into()
+        }
+        _ => String::new(),
+    }
+}
+
+/// The thesis's figures from a run, for `bench seeds`.
+pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
+    let all: Vec<Measure> = RamConfig::ALL
+        .into_iter()
+        .flat_map(|c| Case::ALL.map(|k| (c, k)))
+        .flat_map(|(c, k)| measures_of(r, c, k))
+        .collect();
+    charts()
+        .into_iter()
+        .map(|(fig, rows, which)| {
+            let id = format!("Figure {fig}");
+            let svg = r.stacked_for(
+                &format!("Ram thesis {id}: cycles per frame by domain"),
+                &which,
+            );
+            let mut f = seeds::Figure::new(
+                seeds::Seed::Ram,
+                &id,
+                seeds::Kind::Stacked,
+                r.thesis_rows(|t| t.figure.split(", ").any(|f| f == rows)),
+                svg,
+            )
+            .noted(note(fig));
+            f.ours = ours(&all, &id);
+            f
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{add_ratios, summarize, TWO_GUESTS};
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A run of every configuration and case, each with roles and classes.
+    fn full_run() -> RamReport {
+        let mut rs = Vec::new();
+        for cfg in RamConfig::ALL {
+            for case in Case::ALL {
+                let split = |ks: &[&str]| -> BTreeMap<String, f64> {
+                    ks.iter().map(|k| (k.to_string(), 100.0)).collect()
+                };
+                rs.push(RamRecord {
+                    config: cfg,
+                    case,
+                    run: 0,
+                    gbps: 5.0,
+                    ratio_to_native: None,
+                    cycles_per_packet: [("total".to_string(), 1000.0)].into(),
+                    cycles_x_native: None,
+                    by_domain: split(&["driver", "guest"]),
+                    by_class: split(&CLASSES.map(|c| c.0)),
+                    locality: None,
+                });
+            }
+        }
+        add_ratios(&mut rs);
+        RamReport {
+            suite: "ram",
+            tsc_mhz: 1000.0,
+            runs: 1,
+            seconds_per_flow: 1,
+            wall_seconds: 1.0,
+            summary: summarize(&rs),
+            records: rs,
+            unavailable: Vec::new(),
+            chapter6_config: Some(RamConfig::All),
+            two_guests: TWO_GUESTS,
+            profiled: true,
+        }
+    }
+
+    #[test]
+    fn every_number_a_key_effect_names_is_measured_but_grants_by_domain() {
+        let figs = figures(&full_run());
+        assert_eq!(figs.len(), 13);
+        for f in &figs {
+            let e = seeds::entry(seeds::Seed::Ram, &f.id).expect("a catalog entry");
+            for l in labels(e).into_iter().filter(|l| !l.is_empty()) {
+                let by_domain =
+                    l.ends_with("domain grant share") || l.ends_with("guest grant share");
+                let found = f.ours.iter().any(|m| m.label == l);
+                assert_eq!(found, !by_domain, "{}: {l}", f.id);
+            }
+        }
+    }
+
+    #[test]
+    fn cpu_use_is_cycles_per_frame_times_frames_per_second() {
+        let figs = figures(&full_run());
+        let f = figs.iter().find(|f| f.id == "Figure 6.2").unwrap();
+        let cpu = f
+            .ours
+            .iter()
+            .find(|m| m.label == "Orig RX driver domain CPU")
+            .unwrap();
+        // 100 cycles × 5 Gb/s ÷ (8 × 1448 bytes) ÷ 1 GHz.
+        assert!((cpu.median - 100.0 * 5e9 / 8.0 / 1448.0 / 1e9).abs() < 1e-9);
+    }
+}
