@@ -1,8 +1,9 @@
 //! Operations per wire frame, exact, from counters: what the papers count
 //! when they explain a cost (Menon 2006 §3–§5: hypercalls, grant maps and
-//! unmaps, page flips, copies, notifications). hv counts every request of
-//! each domain by name; netback counts its grant operations, ring batches
-//! and notifications per vif. `splitnet status --json` before and after a
+//! unmaps, page flips, copies, notifications, pages zeroed). hv counts
+//! every request of each domain by name; netback counts its grant
+//! operations, ring batches and notifications per vif; each port counts
+//! the pages it gave back to be zeroed. `splitnet status --json` before and after a
 //! flow gives the deltas, divided by the flow's frames on the wire.
 
 use crate::harness::RunOptions;
@@ -33,6 +34,11 @@ pub fn counts(doc: &Value, guest: &str) -> Counts {
     };
     c.insert("hypercalls, driver domain".into(), hypercalls("driver"));
     c.insert("hypercalls, guest".into(), hypercalls("guest"));
+    let zeroed = doc["ports"].as_array().into_iter().flatten();
+    let zeroed = zeroed
+        .filter_map(|p| p["counters"]["rx_pages_zeroed"].as_f64())
+        .sum();
+    c.insert("pages zeroed".into(), zeroed);
     let vif = doc["vifs"]
         .as_array()
         .into_iter()
@@ -93,6 +99,7 @@ mod tests {
                 {"name": "guest1", "kind": "guest", "counters": {"ops": {"evtchn_bind": 2}}},
                 {"name": "guest2", "kind": "guest", "counters": {"ops": {"evtchn_bind": 40}}},
             ],
+            "ports": [{"domain": "drv", "counters": {"rx_pages_zeroed": maps * 2}}],
             "vifs": [
                 {"guest": "guest2", "counters": {"grant_ops": {"map": 999}}},
                 {"guest": "guest1", "counters": {"grant_ops": {"map": maps, "unmap": maps},
@@ -121,6 +128,7 @@ mod tests {
         );
         let p = per_frame(&a, &b, 100.0);
         assert_eq!(p["grant maps"], 1.0);
+        assert_eq!(p["pages zeroed"], 2.0);
         assert_eq!(p["netback ring batches"], 0.5);
         assert_eq!(p["packets to the guest"], 5.0);
         assert_eq!(p["hypercalls, driver domain"], 1.0);

@@ -360,6 +360,16 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_entry_in_scope_states_its_key_effects() {
+        for e in catalog() {
+            if let Scope::Effects(fx) = e.scope {
+                assert!(!fx.is_empty(), "{:?} {} states no key effect", e.seed, e.id);
+                assert!(!e.suite.is_empty(), "{:?} {} names no suite", e.seed, e.id);
+            }
+        }
+    }
+
     /// Numbers on which `e`'s effects hold as the paper says: the paper's
     /// own where the catalog gives them, made up from each claim elsewhere.
     fn as_the_paper_says(e: &Entry) -> Vec<Measure> {

@@ -701,6 +701,34 @@ impl RecvBatch {
         crate::huge::advise_huge(&mut self.mem[self.base..])
     }
 
+    /// Gives the pages under the first `frames` slots back to the kernel
+    /// (`MADV_DONTNEED`), so that the next frame received into each lands
+    /// on a page the kernel has just allocated and zeroed: the driver
+    /// domain's socket-buffer allocator of Xen 2.0 under memory pressure,
+    /// which released its pages and zeroed every page it acquired anew
+    /// (Menon 2006 §4.2, §6.4.1). Only page-sized, page-aligned slots can;
+    /// returns the pages released (0 for other slots).
+    pub fn release_pages(&mut self, frames: usize) -> io::Result<usize> {
+        let n = frames.min(self.lens.len());
+        let start = self.mem.as_ptr() as usize + self.base;
+        let aligned =
+            self.slot.is_multiple_of(crate::PAGE_SIZE) && start.is_multiple_of(crate::PAGE_SIZE);
+        if n == 0 || !aligned {
+            return Ok(0);
+        }
+        let len = n * self.slot;
+        let pages = &mut self.mem[self.base..self.base + len];
+        // SAFETY: the range is whole pages inside `mem`, a private anonymous
+        // allocation this batch owns and nothing else borrows (`&mut self`).
+        // MADV_DONTNEED leaves it mapped and makes its next read see zeros,
+        // a valid value for its bytes; no frame view outlives the callback
+        // that read it.
+        let r = unsafe { libc::madvise(pages.as_mut_ptr().cast(), len, libc::MADV_DONTNEED) };
+        crate::count_syscall();
+        crate::cvt(r as libc::c_long, "madvise(MADV_DONTNEED)")?;
+        Ok(len / crate::PAGE_SIZE)
+    }
+
     /// Each frame's slot, in order.
     fn slots_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
         let n = self.lens.len();
@@ -925,6 +953,21 @@ pub(crate) mod tests {
 
     const WAIT: Duration = Duration::from_secs(2);
     const QUIET: Duration = Duration::from_millis(300);
+
+    #[test]
+    fn released_slot_pages_come_back_zeroed_and_only_page_slots_release() {
+        let mut b = RecvBatch::aligned(4, crate::PAGE_SIZE, crate::PAGE_SIZE);
+        for s in b.slots_mut() {
+            s.fill(0xab);
+        }
+        assert_eq!(b.release_pages(2).unwrap(), 2);
+        let slots: Vec<Vec<u8>> = b.slots_mut().map(|s| s.to_vec()).collect();
+        assert!(slots[0].iter().chain(&slots[1]).all(|&x| x == 0));
+        assert!(slots[2].iter().all(|&x| x == 0xab), "past the frames asked");
+        assert_eq!(b.release_pages(99).unwrap(), 4, "at most the batch's slots");
+        let mut mtu = RecvBatch::aligned(4, 2048, crate::PAGE_SIZE);
+        assert_eq!(mtu.release_pages(4).unwrap(), 0);
+    }
 
     fn expect_frame(s: &PacketSocket, ethertype: u16) -> Vec<u8> {
         let skip = if s.vnet_hdr() { VNET_HDR_LEN } else { 0 };

@@ -33,6 +33,9 @@ pub struct PortCounters {
     /// bytes.
     pub tx_linearized: u64,
     pub tx_linearized_bytes: u64,
+    /// Pages given back after receiving into them, each zeroed by the
+    /// kernel before the next frame lands on it (`port_buffer = "page"`).
+    pub rx_pages_zeroed: u64,
 }
 
 /// A physical port of the driver domain.
@@ -75,6 +78,9 @@ pub struct PacketPort {
     sock: PacketSocket,
     caps: Offloads,
     batch: RecvBatch,
+    /// Whether each frame gets a freshly allocated, zeroed page (Xen 2.0's
+    /// driver domain, Menon 2006 §4.2).
+    fresh_pages: bool,
     /// Where a received frame's VLAN tag is put back (see [`vlan::retag`]).
     retag: Box<[u8; RETAG_HEAD]>,
     shaped: FrameSlab,
@@ -98,6 +104,7 @@ impl PacketPort {
             sock,
             caps,
             batch,
+            fresh_pages: false,
             retag: Box::new([0; RETAG_HEAD]),
             shaped: shaping_slab(),
             counters: PortCounters::default(),
@@ -329,6 +336,9 @@ impl Port for PacketPort {
             if k > 0 {
                 f(&frames[..k]);
             }
+            if self.fresh_pages {
+                self.counters.rx_pages_zeroed += self.batch.release_pages(n)? as u64;
+            }
             if n < RX_BATCH {
                 break;
             }
@@ -361,6 +371,7 @@ impl PacketPort {
     /// counted (`rx_errors`): the toolstack keeps frames MTU-sized.
     pub fn with_rx_slots(mut self, slot: usize) -> PacketPort {
         self.batch = crate::hugepages::batch(RecvBatch::aligned(RX_BATCH, slot, 4096));
+        self.fresh_pages = slot == sys::PAGE_SIZE;
         self
     }
 
