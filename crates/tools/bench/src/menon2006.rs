@@ -27,6 +27,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 use toolstack::host::{self, CgroupLayout};
 
 mod figures;
@@ -560,14 +561,11 @@ fn measure_cases(
         let csum0 = nstat_sum(receiver, &CSUM_COUNTERS)?;
         let reorder0 = nstat_sum(sender, &REORDER_COUNTERS)?;
         let split = cfg.topology().is_some();
-        let ops0 = split
-            .then(|| opcount::snapshot(&ctx.base, GUEST))
-            .transpose()?;
+        let settled = || opcount::settled(&ctx.base, GUEST, Duration::from_secs(5));
+        let ops0 = split.then(settled).transpose()?;
         let m = measure(ctx, env, cfg, case)?;
         let ops_per_frame = match ops0 {
-            Some(a) => {
-                opcount::per_frame(&a, &opcount::snapshot(&ctx.base, GUEST)?, m.flow.packets)
-            }
+            Some(a) => opcount::per_frame(&a, &settled()?, m.flow.packets),
             None => BTreeMap::new(),
         };
         let csum_errors = nstat_sum(receiver, &CSUM_COUNTERS)?.saturating_sub(csum0);

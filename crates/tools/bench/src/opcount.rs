@@ -10,6 +10,7 @@ use crate::harness::RunOptions;
 use anyhow::{Context, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// The counters that matter, by the name the tables print.
 pub type Counts = BTreeMap<String, f64>;
@@ -20,6 +21,30 @@ pub fn snapshot(opts: &RunOptions, guest: &str) -> Result<Counts> {
     let json = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])?;
     let doc: Value = serde_json::from_str(&json).context("reading `splitnet status --json`")?;
     Ok(counts(&doc, guest))
+}
+
+/// How often the domains publish their counters, at the longest (the
+/// driver domain's housekeeping, twice a second), with room to spare.
+const PUBLISHED_EVERY: Duration = Duration::from_millis(700);
+
+/// [`snapshot`] once the counters have settled: the domains publish them
+/// periodically, so right after a flow the last of it may not be in yet.
+/// Settled means unchanged over a whole publishing period; gives up after
+/// `limit` with what it last read.
+pub fn settled(opts: &RunOptions, guest: &str, limit: Duration) -> Result<Counts> {
+    let end = Instant::now() + limit;
+    let mut last = snapshot(opts, guest)?;
+    let mut since = Instant::now();
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = snapshot(opts, guest)?;
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() >= PUBLISHED_EVERY {
+            break;
+        }
+    }
+    Ok(last)
 }
 
 /// The counts in a status document (see [`snapshot`]).

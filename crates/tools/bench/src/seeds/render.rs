@@ -142,9 +142,11 @@ pub fn render(saved: &Saved) -> Page {
     }
 }
 
-const INTRO: &str = "Every result figure and table of the five seed documents, with how far \
-splitnet reproduces it on this host and why; the paper's numbers beside ours, as ratios to \
-native where the paper gives both.";
+const INTRO: &str = "Every result figure and table of the five seed documents: the key effects \
+its paper draws from it, each with the paper's number, ours and a verdict, and a status computed \
+from them by one rule (reproduced: every effect holds in direction beyond the run-to-run spread, \
+each magnitude within [2/3, 3/2] of the paper's; partly: the main effect holds in direction only, \
+or another effect fails; not reproduced: the main effect is absent or inverted).";
 
 fn markdown(rows: &[Row]) -> String {
     let mut s =
