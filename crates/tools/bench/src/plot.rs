@@ -85,7 +85,11 @@ pub struct Sweep {
     pub y_label: String,
     /// Powers of two on the x axis (sizes in bytes).
     pub log2_x: bool,
+    /// Whole numbers only on the x axis (counts such as NICs).
+    pub integer_x: bool,
     pub series: Vec<Series>,
+    /// The paper's lines, drawn dashed in black beside ours.
+    pub paper: Vec<Series>,
 }
 
 /// Bars of one value per (series, group), the series side by side in each
@@ -113,6 +117,8 @@ pub struct Stacked {
     pub classes: Vec<String>,
     /// `values[bar][class]`.
     pub values: Vec<Vec<f64>>,
+    /// The paper's total for a bar, drawn as a black marker across it.
+    pub paper: Vec<(usize, f64)>,
 }
 
 /// One horizontal bar: a label, a value and an optional whisker range.
@@ -198,14 +204,22 @@ fn top(max: f64) -> f64 {
 
 /// Lines against the swept variable, one per series.
 pub fn lines(s: &Sweep) -> String {
-    let pts = || s.series.iter().flat_map(|l| l.points.iter().copied());
+    let pts = || {
+        s.series
+            .iter()
+            .chain(&s.paper)
+            .flat_map(|l| l.points.iter().copied())
+    };
     let fx = |x: f64| if s.log2_x { x.max(1e-9).log2() } else { x };
     let (x0, x1) = pts().fold((f64::MAX, f64::MIN), |(a, b), (x, _)| {
         (a.min(fx(x)), b.max(fx(x)))
     });
     let (x0, x1) = if x0 < x1 { (x0, x1) } else { (0.0, 1.0) };
     let ymax = top(pts().map(|p| p.1).fold(0.0, f64::max));
-    let names: Vec<&str> = s.series.iter().map(|l| l.name.as_str()).collect();
+    let mut names: Vec<&str> = s.series.iter().map(|l| l.name.as_str()).collect();
+    if !s.paper.is_empty() {
+        names.push("paper (dashed)");
+    }
     let (lw, lh) = legend_size(names.iter().copied());
     let ya = y_area(ymax);
     let plot_w = 520.0_f64.max(text_width(&s.x_label, TEXT) + 20.0);
@@ -215,9 +229,16 @@ pub fn lines(s: &Sweep) -> String {
     let fmt_x = |v: &f64| {
         if s.log2_x {
             num(2f64.powf(*v).round())
+        } else if s.integer_x && (v - v.round()).abs() > 1e-9 {
+            String::new()
         } else {
             num(*v)
         }
+    };
+    let x_ticks = if s.integer_x {
+        (x1 - x0).round() as usize + 1
+    } else {
+        10
     };
     render(chart_w + lw, h, |root| {
         let (left, _) = root.split_horizontally(chart_w as u32);
@@ -235,20 +256,11 @@ pub fn lines(s: &Sweep) -> String {
             .y_desc(s.y_label.as_str())
             .label_style(style(TEXT))
             .axis_desc_style(style(TEXT))
+            .x_labels(x_ticks)
             .x_label_formatter(&fmt_x)
             .y_label_formatter(&|v| num(*v))
             .draw()?;
-        for (i, l) in s.series.iter().enumerate() {
-            let c = colour(i);
-            let p: Vec<(f64, f64)> = l.points.iter().map(|&(x, y)| (fx(x), y)).collect();
-            chart.draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))?;
-            chart.draw_series(p.into_iter().map(|q| Circle::new(q, 3, c.filled())))?;
-        }
-        let entries: Vec<(String, RGBColor)> = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.to_string(), colour(i)))
-            .collect();
+        let entries = draw_sweep(&mut chart, s, fx)?;
         legend(
             root,
             chart_w as i32 + MARGIN as i32,
@@ -256,6 +268,92 @@ pub fn lines(s: &Sweep) -> String {
             &entries,
         )
     })
+}
+
+/// Each series' bars with its values above them, and the paper's markers.
+fn draw_groups(chart: &mut HChart<'_, '_>, g: &Grouped, ymax: f64) -> Drawn {
+    let n = g.series.len().max(1);
+    let bw = 0.8 / n as f64;
+    let x = |s: usize, grp: usize| grp as f64 + 0.1 + bw * s as f64;
+    for (s, row) in g.values.iter().enumerate() {
+        let c = colour(s);
+        let bars = row.iter().enumerate().filter_map(|(grp, v)| {
+            v.map(|v| Rectangle::new([(x(s, grp), 0.0), (x(s, grp) + bw * 0.92, v)], c.filled()))
+        });
+        chart.draw_series(bars)?;
+        // Each bar's value above it, so a bar too short to see still
+        // says what it is.
+        let labels = row.iter().enumerate().filter_map(|(grp, v)| {
+            let v = (*v)?;
+            let at = (x(s, grp) + bw * 0.46, v + ymax * 0.01);
+            Some(Text::new(num(v), at, value_style()))
+        });
+        chart.draw_series(labels)?;
+    }
+    let marks = g.paper.iter().map(|&(s, grp, v)| {
+        let (a, b) = (x(s, grp) - bw * 0.05, x(s, grp) + bw * 0.97);
+        PathElement::new(vec![(a, v), (b, v)], BLACK.stroke_width(3))
+    });
+    chart.draw_series(marks)?;
+    Ok(())
+}
+
+/// A sweep's lines, ours then the paper's; the legend's entries.
+fn draw_sweep(
+    chart: &mut HChart<'_, '_>,
+    s: &Sweep,
+    fx: impl Fn(f64) -> f64,
+) -> Result<Vec<(String, RGBColor)>, Box<dyn std::error::Error>> {
+    let at =
+        |l: &Series| -> Vec<(f64, f64)> { l.points.iter().map(|&(x, y)| (fx(x), y)).collect() };
+    for (i, l) in s.series.iter().enumerate() {
+        draw_line(chart, at(l), i)?;
+    }
+    for l in &s.paper {
+        let p = at(l);
+        chart.draw_series(DashedLineSeries::new(
+            p.clone(),
+            8,
+            5,
+            BLACK.stroke_width(2),
+        ))?;
+        chart.draw_series(
+            p.into_iter()
+                .map(|q| Circle::new(q, 4, BLACK.stroke_width(1))),
+        )?;
+    }
+    let mut entries: Vec<(String, RGBColor)> = s
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.name.clone(), colour(i)))
+        .collect();
+    if !s.paper.is_empty() {
+        entries.push(("paper (dashed)".into(), BLACK));
+    }
+    Ok(entries)
+}
+
+/// Series `i`'s line and markers: its colour, and a marker shape (and, for
+/// every other series, a dash) of its own, so lines that run on top of one
+/// another stay apart.
+fn draw_line(chart: &mut HChart<'_, '_>, p: Vec<(f64, f64)>, i: usize) -> Drawn {
+    let c = colour(i);
+    if i % 2 == 1 {
+        chart.draw_series(DashedLineSeries::new(p.clone(), 10, 4, c.stroke_width(2)))?;
+    } else {
+        chart.draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))?;
+    }
+    match i % 4 {
+        0 => chart.draw_series(p.into_iter().map(|q| Circle::new(q, 4, c.filled())))?,
+        1 => chart.draw_series(p.into_iter().map(|q| TriangleMarker::new(q, 6, c.filled())))?,
+        2 => chart.draw_series(p.into_iter().map(|q| Cross::new(q, 5, c.stroke_width(2))))?,
+        _ => chart.draw_series(
+            p.into_iter()
+                .map(|q| Rectangle::new([(q.0, q.1), (q.0, q.1)], c.stroke_width(7))),
+        )?,
+    };
+    Ok(())
 }
 
 /// Width of one category slot (a group, a stacked bar) under its label.
@@ -321,30 +419,7 @@ pub fn grouped(g: &Grouped) -> String {
             .axis_desc_style(style(TEXT))
             .y_label_formatter(&|v| num(*v))
             .draw()?;
-        let bw = 0.8 / n as f64;
-        let x = |s: usize, grp: usize| grp as f64 + 0.1 + bw * s as f64;
-        for (s, row) in g.values.iter().enumerate() {
-            let c = colour(s);
-            let bars = row.iter().enumerate().filter_map(|(grp, v)| {
-                v.map(|v| {
-                    Rectangle::new([(x(s, grp), 0.0), (x(s, grp) + bw * 0.92, v)], c.filled())
-                })
-            });
-            chart.draw_series(bars)?;
-            // Each bar's value above it, so a bar too short to see still
-            // says what it is.
-            let labels = row.iter().enumerate().filter_map(|(grp, v)| {
-                let v = (*v)?;
-                let at = (x(s, grp) + bw * 0.46, v + ymax * 0.01);
-                Some(Text::new(num(v), at, value_style()))
-            });
-            chart.draw_series(labels)?;
-        }
-        let marks = g.paper.iter().map(|&(s, grp, v)| {
-            let (a, b) = (x(s, grp) - bw * 0.05, x(s, grp) + bw * 0.97);
-            PathElement::new(vec![(a, v), (b, v)], BLACK.stroke_width(3))
-        });
-        chart.draw_series(marks)?;
+        draw_groups(&mut chart, g, ymax)?;
         if let Some(r) = g.reference {
             let end = g.groups.len().max(1) as f64;
             chart.draw_series(DashedLineSeries::new(
@@ -375,12 +450,15 @@ pub fn grouped(g: &Grouped) -> String {
 
 /// Stacked bars: each bar's classes on top of one another.
 pub fn stacked(st: &Stacked) -> String {
-    let ymax = top(st
-        .values
-        .iter()
-        .map(|b| b.iter().sum::<f64>())
+    let totals = st.values.iter().map(|b| b.iter().sum::<f64>());
+    let ymax = top(totals
+        .chain(st.paper.iter().map(|p| p.1))
         .fold(0.0, f64::max));
-    let (lw, lh) = legend_size(st.classes.iter().map(String::as_str));
+    let mut names: Vec<&str> = st.classes.iter().map(String::as_str).collect();
+    if !st.paper.is_empty() {
+        names.push("paper (total)");
+    }
+    let (lw, lh) = legend_size(names.iter().copied());
     let ya = y_area(ymax);
     let sw = slot(widest(st.bars.iter().map(String::as_str), TEXT), 60.0);
     let plot_w = sw * st.bars.len().max(1) as f64;
@@ -414,13 +492,21 @@ pub fn stacked(st: &Stacked) -> String {
             });
             chart.draw_series(segs.collect::<Vec<_>>())?;
         }
+        let marks = st.paper.iter().map(|&(b, v)| {
+            let x = b as f64;
+            PathElement::new(vec![(x + 0.15, v), (x + 0.85, v)], BLACK.stroke_width(3))
+        });
+        chart.draw_series(marks)?;
         category_labels(root, &chart, &st.bars, 0.0)?;
-        let entries: Vec<(String, RGBColor)> = st
+        let mut entries: Vec<(String, RGBColor)> = st
             .classes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.clone(), colour(i)))
             .collect();
+        if !st.paper.is_empty() {
+            entries.push(("paper (total)".into(), BLACK));
+        }
         legend(
             root,
             chart_w as i32 + MARGIN as i32,
@@ -633,9 +719,18 @@ mod tests {
                     points: vec![(512.0, 10.0 * i as f64), (4096.0, 50.0), (65536.0, 93.5)],
                 })
                 .collect(),
+            integer_x: false,
+            paper: vec![Series {
+                name: "paper".into(),
+                points: vec![(4096.0, 64.0)],
+            }],
         });
         assert_fits(&svg);
         assert!(svg.matches("<polyline").count() >= 3, "{svg}");
+        assert!(
+            has_text(&svg, "paper (dashed)"),
+            "the legend names the paper's lines"
+        );
         assert!(
             has_text(&svg, "65536"),
             "powers of two label the axis: {svg}"
@@ -666,8 +761,10 @@ mod tests {
             bars: vec![long("Xen driver domain"), "native".into()],
             classes: vec!["netback".into(), long("inter-domain copy")],
             values: vec![vec![1000.0, 3840.0], vec![2927.0, 0.0]],
+            paper: vec![(0, 13165.0)],
         });
         assert_fits(&svg);
+        assert!(has_text(&svg, "paper (total)"));
     }
 
     #[test]
@@ -691,6 +788,26 @@ mod tests {
     }
 
     #[test]
+    fn counts_on_the_x_axis_are_whole_and_small_values_keep_two_digits() {
+        let svg = lines(&Sweep {
+            title: "NICs".into(),
+            x_label: "NICs".into(),
+            y_label: "Gbit/s".into(),
+            log2_x: false,
+            integer_x: true,
+            series: vec![Series {
+                name: "Linux".into(),
+                points: vec![(1.0, 0.9), (2.0, 1.8), (3.0, 2.4)],
+            }],
+            paper: vec![],
+        });
+        assert!(has_text(&svg, "3") && !has_text(&svg, "1.20") && !has_text(&svg, "2.20"));
+        assert_eq!(num(0.0047), "0.0047");
+        assert_eq!(num(0.018), "0.018");
+        assert_eq!(num(0.3), "0.30");
+    }
+
+    #[test]
     fn an_empty_chart_still_renders() {
         assert_fits(&hbars("t", "", "", &[]));
         let empty = Sweep {
@@ -698,7 +815,9 @@ mod tests {
             x_label: "x".into(),
             y_label: "y".into(),
             log2_x: false,
+            integer_x: true,
             series: vec![],
+            paper: vec![],
         };
         assert!(lines(&empty).contains("</svg>"));
     }

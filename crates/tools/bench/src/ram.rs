@@ -947,7 +947,8 @@ impl RamReport {
             "splitnet bench ram: {} cycles per frame by domain",
             case.name()
         );
-        stacked_cycles(title, &rows)
+        let marks = thesis_marks(&rows, |k| self.native_cycles(k));
+        stacked_cycles(title, &rows, marks)
     }
 
     /// The thesis rows `keep` keeps, as a Markdown table ("" for none).
@@ -977,13 +978,46 @@ impl RamReport {
     /// Cycles per frame by domain for some (configuration, case)s.
     fn stacked_for(&self, title: &str, which: &[(RamConfig, Case)]) -> String {
         let rows: Vec<&RamSummary> = which.iter().filter_map(|&(c, k)| self.row(c, k)).collect();
-        stacked_cycles(title.to_string(), &rows)
+        let marks = thesis_marks(&rows, |k| self.native_cycles(k));
+        stacked_cycles(title.to_string(), &rows, marks)
     }
 }
 
+/// The thesis's cycles per packet for a configuration and case, where it
+/// gives them (chapters 2-6: RX and TX, 10 GbE, its own native Linux).
+fn thesis_cycles(c: RamConfig, k: Case) -> Option<f64> {
+    use RamConfig::*;
+    Some(match (c, k) {
+        (Native, Case::Rx) => 2927.0,
+        (Native, Case::Tx) => 441.0,
+        (Orig, Case::Rx) => 13165.0,
+        (Orig, Case::Tx) => 2061.0,
+        (Mq, Case::Rx) => 7448.0,
+        (Ngm, Case::Rx) => 13165.0 * 0.81,
+        (Ngm, Case::Tx) => 2061.0 * 0.53,
+        (MqNgm, Case::Rx) => 6425.0,
+        (All, Case::Rx) => 4739.0,
+        _ => return None,
+    })
+}
+
+/// The thesis's total for each row as a marker, scaled to this machine by
+/// native's cycles per frame in the same case (the shape, not the CPU).
+fn thesis_marks(rows: &[&RamSummary], native: impl Fn(Case) -> Option<f64>) -> Vec<(usize, f64)> {
+    rows.iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let ours_native = native(m.case)?;
+            let scale = ours_native / thesis_cycles(RamConfig::Native, m.case)?;
+            Some((i, thesis_cycles(m.config, m.case)? * scale))
+        })
+        .collect()
+}
+
 /// Stacked bars of cycles per frame by domain, one bar per row (a row
-/// without domains, native, is one "total" segment).
-fn stacked_cycles(title: String, rows: &[&RamSummary]) -> String {
+/// without domains, native, is one "total" segment), the thesis's totals
+/// as markers (`paper`).
+fn stacked_cycles(title: String, rows: &[&RamSummary], paper: Vec<(usize, f64)>) -> String {
     let mut classes: Vec<String> = Vec::new();
     for m in rows {
         for k in m.by_domain.keys() {
@@ -1002,7 +1036,7 @@ fn stacked_cycles(title: String, rows: &[&RamSummary]) -> String {
     };
     plot::stacked(&plot::Stacked {
         title,
-        y_label: "TSC cycles per frame (median)".into(),
+        y_label: "TSC cycles per frame (median; marker: the thesis, scaled by native)".into(),
         bars: rows
             .iter()
             .map(|m| format!("{} {}", m.config.name(), m.case.name()))
@@ -1012,6 +1046,7 @@ fn stacked_cycles(title: String, rows: &[&RamSummary]) -> String {
             .map(|m| classes.iter().map(|c| value(m, c)).collect())
             .collect(),
         classes,
+        paper,
     })
 }
 

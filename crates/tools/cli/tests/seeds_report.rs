@@ -18,6 +18,11 @@ fn fixture() -> Saved {
         x_label: "send size (bytes)".into(),
         y_label: "Mbit/s".into(),
         log2_x: true,
+        integer_x: false,
+        paper: vec![Series {
+            name: long("paper"),
+            points: vec![(4096.0, 64.0)],
+        }],
         series: ["native", "unoptimized", "optimized"]
             .iter()
             .enumerate()
@@ -44,6 +49,7 @@ fn fixture() -> Saved {
         bars: vec!["native".into(), long("Orig")],
         classes: vec!["driver".into(), long("guest")],
         values: vec![vec![2900.0, 0.0], vec![5268.0, 5515.0]],
+        paper: vec![(1, 13165.0)],
     });
     let bars = plot::hbars(
         &long("scp into the guest"),

@@ -106,8 +106,27 @@ fn sweep_svg(
         },
         y_label: unit.to_string(),
         log2_x: e == Experiment::Buffer,
+        integer_x: e == Experiment::Nics,
         series,
+        paper: paper_lines(e),
     })
+}
+
+/// The paper's Figure 3 points its text gives, in Gbit/s: Linux, the
+/// driver domain and a guest with one to three NICs (§5.1).
+fn paper_lines(e: Experiment) -> Vec<Series> {
+    if e != Experiment::Nics {
+        return Vec::new();
+    }
+    let line = |name: &str, points: &[(f64, f64)]| Series {
+        name: format!("paper, {name}"),
+        points: points.iter().map(|&(n, mbps)| (n, mbps / 1000.0)).collect(),
+    };
+    vec![
+        line("Linux", &[(1.0, 941.0), (3.0, 2462.0)]),
+        line("Xen-domain0", &[(1.0, 941.0), (2.0, 1878.0)]),
+        line("Xen-guest0", &[(1.0, 849.0)]),
+    ]
 }
 
 /// The top `n` functions of `role` in a profile, as "function share%".

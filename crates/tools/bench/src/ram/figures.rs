@@ -4,6 +4,7 @@
 
 use super::{Case, RamConfig, RamRecord, RamReport};
 use crate::netenv::PAYLOAD_PER_FRAME;
+use crate::plot;
 use crate::seeds::{self, Claim, Measure};
 use crate::stats::Spread;
 
@@ -212,6 +213,52 @@ fn note(id: &str) -> String {
     }
 }
 
+/// A figure's chart in the thesis's form: 6.1 as throughput, 6.2 as CPU
+/// use, the others as cycles per frame by domain.
+fn chart(r: &RamReport, fig: &str, which: &[(RamConfig, Case)], all: &[Measure]) -> String {
+    let at = |c: RamConfig, k: Case| format!("{} {}", c.name(), case_label(k));
+    let get = |l: String| all.iter().find(|m| m.label == l).map(|m| m.median);
+    match fig {
+        "6.1" => {
+            // The thesis's one guest before and after, and two guests (§6.2).
+            let thesis = [0.32, 0.85, 1.01];
+            plot::grouped(&plot::Grouped {
+                title: "Ram thesis Figure 6.1: receive throughput ÷ native".into(),
+                y_label: "÷ native (marker: the thesis)".into(),
+                groups: which.iter().map(|&(c, k)| at(c, k)).collect(),
+                series: vec!["splitnet".into()],
+                values: vec![which
+                    .iter()
+                    .map(|&(c, k)| get(format!("{} ÷ native (Gb/s)", at(c, k))))
+                    .collect()],
+                paper: thesis.iter().enumerate().map(|(i, &v)| (0, i, v)).collect(),
+                reference: Some(1.0),
+            })
+        }
+        "6.2" => plot::grouped(&plot::Grouped {
+            title: "Ram thesis Figure 6.2: CPU use by domain".into(),
+            y_label: "share of one CPU".into(),
+            groups: which.iter().map(|&(c, k)| at(c, k)).collect(),
+            series: ROLES.iter().map(|r| r.1.to_string()).collect(),
+            values: ROLES
+                .iter()
+                .map(|(_, name)| {
+                    which
+                        .iter()
+                        .map(|&(c, k)| get(format!("{} {name} CPU", at(c, k))))
+                        .collect()
+                })
+                .collect(),
+            paper: Vec::new(),
+            reference: Some(1.0),
+        }),
+        _ => r.stacked_for(
+            &format!("Ram thesis Figure {fig}: cycles per frame by domain"),
+            which,
+        ),
+    }
+}
+
 /// The thesis's figures from a run, for `bench seeds`.
 pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
     let all: Vec<Measure> = RamConfig::ALL
@@ -223,10 +270,7 @@ pub fn figures(r: &RamReport) -> Vec<seeds::Figure> {
         .into_iter()
         .map(|(fig, rows, which)| {
             let id = format!("Figure {fig}");
-            let svg = r.stacked_for(
-                &format!("Ram thesis {id}: cycles per frame by domain"),
-                &which,
-            );
+            let svg = chart(r, fig, &which, &all);
             let mut f = seeds::Figure::new(
                 seeds::Seed::Ram,
                 &id,
