@@ -11,7 +11,7 @@
 //! next record), and the traffic itself is untouched. With no tap, the data
 //! path pays one branch per batch of frames.
 
-use crate::switch::bridge::PortId;
+use crate::switch::PortId;
 use frame::packet::FrameRef;
 use hypercall::{DomId, HvClient};
 use sys::SeqPacket;

@@ -1,102 +1,20 @@
-//! Forwarding a batch of frames from one ingress: the bridge decides each
-//! frame's egresses within its VLAN segment, frames are retagged where they
-//! leave with another tag, handed to guests at once and to ports in one
-//! batch per port.
+//! Forwarding a batch of frames from one ingress: the driver hands it to
+//! the switch ([`switch::ingress::forward`]) with its view of the bridge
+//! ports ([`Out`]); the switch does the rest. A port's frames are read
+//! here, where a macvlan group's member is sorted out.
 
+use super::egress::{Others, Out};
 use super::events::SlotSet;
-use super::ports::{Ports, PORT_BASE};
+use super::ports::Ports;
 use super::vif::Vif;
 use crate::capture::Taps;
 use crate::port::vmq::Queue;
 use crate::port::Port;
-use crate::switch::bridge::{Bridge, PortId, Route};
-use crate::switch::vlan::{self, Attach, Retagged, Segment, RETAG_HEAD};
+use crate::switch::bridge::Bridge;
+use crate::switch::egress::Scratch;
+use crate::switch::vlan::Attach;
+use crate::switch::{self, PortId};
 use frame::packet::FrameRef;
-use frame::wire::eth;
-use std::time::Instant;
-
-/// The vifs other than the one whose frame is being forwarded (bridge port
-/// `before.len() + 1` is the ingress, when it is a vif).
-pub(super) struct Others<'a> {
-    pub(super) before: &'a mut [Vif],
-    pub(super) after: &'a mut [Vif],
-    /// vifs given frames, whose responses the turn then publishes.
-    pub(super) dirty: &'a mut SlotSet,
-}
-
-impl<'a> Others<'a> {
-    /// Every vif (the frame came from the physical port).
-    pub(super) fn all(vifs: &'a mut [Vif], dirty: &'a mut SlotSet) -> Others<'a> {
-        Others {
-            before: vifs,
-            after: &mut [],
-            dirty,
-        }
-    }
-
-    pub(super) fn reborrow(&mut self) -> Others<'_> {
-        Others {
-            before: self.before,
-            after: self.after,
-            dirty: self.dirty,
-        }
-    }
-
-    /// The vif of bridge port `port` (vif i is port i + 1), unless it is the ingress.
-    pub(super) fn get(&mut self, port: PortId) -> Option<&mut Vif> {
-        let i = port.checked_sub(1)?;
-        let b = self.before.len();
-        if i < b {
-            self.before.get_mut(i)
-        } else {
-            self.after.get_mut(i.checked_sub(b + 1)?)
-        }
-    }
-
-    /// The connected vifs here, with their bridge ports.
-    pub(super) fn connected(&self) -> impl Iterator<Item = (PortId, &Vif)> + '_ {
-        let b = self.before.len();
-        let before = self.before.iter().enumerate().map(|(i, v)| (i + 1, v));
-        let after = self
-            .after
-            .iter()
-            .enumerate()
-            .map(move |(i, v)| (b + i + 2, v));
-        before.chain(after).filter(|(_, v)| v.nb.is_connected())
-    }
-}
-
-/// Frames to the ports sent in one batch, at most.
-pub(super) const PORT_BATCH: usize = 64;
-
-/// Fixed scratch for the first bytes of frames whose 802.1Q tag is added
-/// or removed on the way ([`vlan::retag`]), one slot per frame of a batch:
-/// allocated once, so retagging allocates nothing per frame.
-pub(super) struct Scratch {
-    pub(super) bufs: Box<[[u8; RETAG_HEAD]]>,
-    pub(super) made: [Retagged; PORT_BATCH],
-    /// Frames waiting to be sent to ports, in order.
-    pub(super) queued: [Queued; PORT_BATCH],
-}
-
-impl Scratch {
-    pub(super) fn new() -> Scratch {
-        Scratch {
-            bufs: vec![[0; RETAG_HEAD]; PORT_BATCH].into_boxed_slice(),
-            made: [Retagged::default(); PORT_BATCH],
-            queued: [Queued::default(); PORT_BATCH],
-        }
-    }
-
-    /// Frame `f` as scratch slot `alt` rewrote it, or as it is (a tag the
-    /// kernel took off stays off: it leaves untagged).
-    pub(super) fn frame<'a>(&'a self, f: &FrameRef<'a>, alt: Option<usize>) -> FrameRef<'a> {
-        match alt {
-            Some(s) => self.made[s].frame(f, &self.bufs[s]),
-            None => FrameRef { vlan: None, ..*f },
-        }
-    }
-}
 
 /// What forwarding a batch of frames touches besides the vifs.
 pub(super) struct Fwd<'a> {
@@ -107,15 +25,6 @@ pub(super) struct Fwd<'a> {
     /// The ingress vif's dedicated queue and the port it is on: its frames
     /// to that port leave through the queue.
     pub(super) via: Option<(PortId, &'a mut Queue)>,
-}
-
-/// A frame waiting to be sent to a port: frame `k` of the batch, as
-/// scratch slot `alt` rewrote it.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Queued {
-    pub(super) port: PortId,
-    pub(super) k: usize,
-    pub(super) alt: Option<usize>,
 }
 
 /// Reads port slot `j`'s queued frames (its port `p` is out of the slot)
@@ -156,214 +65,22 @@ pub(super) fn read_port(
     r
 }
 
-/// Sends each frame where the bridge says, within its segment and never
-/// back out of its ingress port (`from` classifies it): to guests at once,
-/// to ports together at the end (one `sendmmsg` per port for a TX batch).
-/// A frame that leaves with a tag it came without, or without the one it
-/// came with, is rewritten into scratch once, its payload left in place.
-/// The bridge decides on each frame's first bytes (netback's header copy).
-/// Capture taps see each frame enter and leave; with none, this costs one
-/// branch. Returns how many frames a vif sent tagged (dropped).
+/// Hands `frames`, arriving on bridge port `ingress` (`from` classifies
+/// them), to the switch, which sends each where the bridge says: to the
+/// vifs among `vifs` at once, to ports together at the end. Returns how
+/// many frames a vif sent tagged (dropped).
 pub(super) fn forward(
     fx: &mut Fwd<'_>,
     ingress: PortId,
     from: Attach,
     frames: &[FrameRef<'_>],
-    mut vifs: Others<'_>,
+    vifs: Others<'_>,
 ) -> u64 {
-    let now = Instant::now();
-    let (mut at, mut tagged) = (Filled::default(), 0);
-    let tapping = !fx.taps.is_empty();
-    for (k, f) in frames.iter().enumerate() {
-        let Some(inr) = admit(fx.bridge, ingress, from, f, &mut tagged) else {
-            continue;
-        };
-        if tapping {
-            fx.taps.frame(ingress, false, f);
-        }
-        let (targets, t) = route(fx.bridge, ingress, inr.seg, f, now, &vifs, fx.ports);
-        if at.queued + t > PORT_BATCH || at.scratch == PORT_BATCH {
-            flush(fx.ports, fx.scratch, &mut fx.via, frames, at.queued);
-            at = Filled::default();
-        }
-        // Not rewritten yet (None), rewritten into a slot, or refused.
-        let mut alt: Option<Option<usize>> = None;
-        for &p in &targets[..t] {
-            let Some(slot) = egress_slot(fx, &mut vifs, p, f, inr, &mut alt, &mut at) else {
-                continue;
-            };
-            let g = fx.scratch.frame(f, slot);
-            if tapping {
-                fx.taps.frame(p, true, &g);
-            }
-            if p >= PORT_BASE {
-                fx.scratch.queued[at.queued] = Queued {
-                    port: p,
-                    k,
-                    alt: slot,
-                };
-                at.queued += 1;
-            } else if let Some(v) = vifs.get(p) {
-                v.nb.deliver(&g);
-                vifs.dirty.insert(p - 1);
-            }
-        }
-    }
-    flush(fx.ports, fx.scratch, &mut fx.via, frames, at.queued);
-    tagged
-}
-
-/// How much of the batch's fixed storage is in use: frames queued for
-/// ports, and scratch slots holding rewritten first bytes.
-#[derive(Default, Clone, Copy)]
-pub(super) struct Filled {
-    queued: usize,
-    scratch: usize,
-}
-
-/// Frame `f`'s place on the ingress's VLAN segment, or None when it may
-/// not enter: a runt, or a tag its port may not carry (counted; a vif's
-/// tagged frames in `tagged`).
-fn admit(
-    bridge: &mut Bridge,
-    ingress: PortId,
-    from: Attach,
-    f: &FrameRef<'_>,
-    tagged: &mut u64,
-) -> Option<vlan::Ingress> {
-    match from.classify_frame(f) {
-        Ok(i) => Some(i),
-        Err("runt") => {
-            bridge.counters.malformed += 1;
-            None
-        }
-        Err(_) if ingress < PORT_BASE => {
-            *tagged += 1;
-            None
-        }
-        Err(_) => {
-            bridge.counters.vlan_dropped += 1;
-            None
-        }
-    }
-}
-
-/// Whether `f` leaves through bridge port `p`, and how: `Some(None)` as it
-/// is, `Some(Some(s))` as scratch slot `s` rewrote its tag (once per frame,
-/// `alt`), `None` not at all (`p` is off the frame's segment, gone, or the
-/// rewrite was refused).
-fn egress_slot(
-    fx: &mut Fwd<'_>,
-    vifs: &mut Others<'_>,
-    p: PortId,
-    f: &FrameRef<'_>,
-    inr: vlan::Ingress,
-    alt: &mut Option<Option<usize>>,
-    at: &mut Filled,
-) -> Option<Option<usize>> {
-    let to = match p >= PORT_BASE {
-        true => fx.ports.attach_of(p),
-        false => vifs.get(p).map(|v| v.attach),
+    let mut out = Out {
+        vifs,
+        ports: fx.ports,
+        taps: fx.taps,
+        via: &mut fx.via,
     };
-    let to = to.filter(|a| a.member(inr.seg))?;
-    let Some(tag) = to.rewrite(f, inr) else {
-        return Some(None);
-    };
-    let made =
-        *alt.get_or_insert_with(
-            || match vlan::retag(f, tag, &mut fx.scratch.bufs[at.scratch]) {
-                Ok(r) => {
-                    fx.scratch.made[at.scratch] = r;
-                    at.scratch += 1;
-                    Some(at.scratch - 1)
-                }
-                Err(_) => {
-                    fx.bridge.counters.vlan_dropped += 1;
-                    None
-                }
-            },
-        );
-    made.map(Some)
-}
-
-/// Sends the first `n` queued frames, one batch per port, each port's in
-/// order (through `via`'s queue for its port).
-pub(super) fn flush(
-    ports: &mut Ports,
-    scratch: &Scratch,
-    via: &mut Option<(PortId, &mut Queue)>,
-    frames: &[FrameRef<'_>],
-    n: usize,
-) {
-    if n == 0 {
-        return;
-    }
-    let queued = &scratch.queued[..n];
-    let mut sent = [false; PORT_BATCH];
-    let none = FrameRef::private(&[], frame::packet::Csum::Unknown, None);
-    let mut batch = [none; PORT_BATCH];
-    for i in 0..queued.len() {
-        if sent[i] {
-            continue;
-        }
-        let port = queued[i].port;
-        let mut m = 0;
-        for (q, s) in queued.iter().zip(sent.iter_mut()).skip(i) {
-            if q.port == port {
-                batch[m] = scratch.frame(&frames[q.k], q.alt);
-                m += 1;
-                *s = true;
-            }
-        }
-        let refs: [&FrameRef<'_>; PORT_BATCH] = std::array::from_fn(|x| &batch[x]);
-        match via.as_mut().filter(|(p, _)| *p == port) {
-            Some((_, q)) => q.send_batch(&refs[..m]),
-            None => {
-                if let Some(p) = ports.get(port) {
-                    p.send_batch(&refs[..m]);
-                }
-            }
-        }
-    }
-}
-
-/// The bridge ports `f` (of segment `seg`) goes to, never its ingress: a
-/// fixed array, nothing allocated. Unknown and broadcast destinations
-/// flood the segment only.
-pub(super) fn route(
-    bridge: &mut Bridge,
-    ingress: PortId,
-    seg: Segment,
-    f: &FrameRef<'_>,
-    now: Instant,
-    vifs: &Others<'_>,
-    ports: &Ports,
-) -> ([PortId; 64], usize) {
-    let mut targets = [0 as PortId; 64];
-    let mut n = 0;
-    match bridge.route(ingress, seg, f.head, now) {
-        Route::Drop => {}
-        Route::Port(p) if p != ingress => {
-            targets[0] = p;
-            n = 1;
-        }
-        Route::Port(_) => {}
-        Route::Flood => {
-            let dst = eth::Packet::new_unchecked(f.head).dst();
-            let multicast = eth::is_group(&dst);
-            let vifs = vifs
-                .connected()
-                .filter(|(_, v)| v.attach.member(seg))
-                // Multicast goes only to the vifs that asked for it.
-                .filter(|(_, v)| !multicast || v.nb.wants_multicast(&dst))
-                .map(|(p, _)| p);
-            for p in ports.members(seg).chain(vifs) {
-                if p != ingress && n < targets.len() {
-                    targets[n] = p;
-                    n += 1;
-                }
-            }
-        }
-    }
-    (targets, n)
+    switch::ingress::forward(fx.bridge, fx.scratch, &mut out, ingress, from, frames)
 }

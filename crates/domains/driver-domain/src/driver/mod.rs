@@ -9,6 +9,7 @@ use hypercall::HvClient;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+mod egress;
 mod events;
 mod forward;
 mod ports;
@@ -20,8 +21,10 @@ mod tests;
 mod vif;
 mod vifs;
 
+use crate::switch::egress::Scratch;
+use egress::Others;
 use events::{Events, Source, BACKENDS, CAPTURES, PORTS};
-use forward::{forward, read_port, Fwd, Others, Scratch};
+use forward::{forward, read_port, Fwd};
 use ports::{port_caps, port_of, rx_slot, Ports, PORT_BASE, PORT_RETRY};
 use state::STATS_EVERY;
 pub use state::{Driver, DriverError, LoopCounters, Turn};

@@ -8,16 +8,15 @@ use crate::capture::Target;
 use crate::port::vhost::{self, VhostPort};
 use crate::port::vmq::{self};
 use crate::port::{PacketPort, Port};
-use crate::switch::bridge::{Bridge, PortId, DEFAULT_BRIDGE};
+use crate::switch::bridge::{Bridge, DEFAULT_BRIDGE};
 use crate::switch::vlan::{self, Attach, Mode, Segment};
+use crate::switch::PortId;
+pub(super) use crate::switch::PORT_BASE;
 use frame::offload::Offloads;
 use hypercall::HvClient;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-/// Bridge port of the first uplink or extra port ([`Ports`]); vif i is
-/// port i + 1.
-pub(super) const PORT_BASE: PortId = 1 << 20;
 /// How often a port that is missing or failed is opened again.
 pub(super) const PORT_RETRY: Duration = Duration::from_millis(250);
 

@@ -2,12 +2,12 @@
 //! the loop stops.
 
 use super::events::Events;
-use super::forward::Scratch;
 use super::ports::Ports;
 use super::vif::Vif;
 use crate::capture::Taps;
 use crate::netback::Pending;
 use crate::switch::bridge::Bridge;
+use crate::switch::egress::Scratch;
 use domain_common::idle::Idle;
 use std::time::{Duration, Instant};
 

@@ -817,11 +817,11 @@ fn frame_limit(be: &str, mtu: u16, sg: bool) -> usize {
 }
 
 impl Netback {
-    /// Whether a frame to `dst` goes to this vif: true when its frontend
-    /// did not ask for multicast control, for broadcast, and for the groups
-    /// it joined with MCAST_ADD extras.
-    pub fn wants_multicast(&self, dst: &[u8; 6]) -> bool {
-        self.mcast.wants(dst)
+    /// Which multicast frames go to this vif ([`McastFilter::wants`]): all
+    /// when its frontend did not ask for multicast control, else broadcast
+    /// and the groups it joined with MCAST_ADD extras.
+    pub fn multicast_filter(&self) -> &McastFilter {
+        &self.mcast
     }
 
     /// Re-reads the frontend's `request-multicast-control` (Xen's

@@ -8,8 +8,16 @@
 //! there are. The key is packed into one 64-bit word (MAC, VLAN ID, bridge),
 //! which SipHash takes in one write: a lookup costs what a MAC-only one did.
 //! The driver floods within the segment only.
+//!
+//! [`Bridge::forward`] is the switch's forwarding stage: it hands each
+//! frame the ingress stage admitted on to the egress stage with the bridge
+//! ports it goes to.
 
-pub use crate::switch::vlan::{BridgeId, Segment};
+use super::egress::Stage;
+use super::vlan::Ingress;
+pub use super::vlan::{BridgeId, Segment};
+use super::PortId;
+use super::{Egress, Member};
 use frame::wire::eth;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -35,8 +43,8 @@ fn bridge_of(k: Key) -> usize {
     (k >> 60) as usize
 }
 
-/// Index of a bridge port (the physical port or a vif).
-pub type PortId = usize;
+/// Most bridge ports one frame goes to.
+const MAX_TARGETS: usize = 64;
 
 /// Where a frame goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +136,45 @@ impl Bridge {
             .zip(&self.macs)
             .enumerate()
             .map(|(i, (n, m))| (i as BridgeId, n.as_str(), *m))
+    }
+
+    /// Learns the source of frame `k` of the batch (`head` its first
+    /// bytes, netback's header copy; `inr` as `ingress` classified it,
+    /// arriving at `now`) and hands it on to the egress stage with the
+    /// bridge ports it goes to, never its ingress: a fixed array, nothing
+    /// allocated. Unknown and broadcast destinations flood the segment
+    /// only; multicast reaches only the vifs that asked for it.
+    pub fn forward<E: Egress>(
+        &mut self,
+        ingress: PortId,
+        k: usize,
+        head: &[u8],
+        inr: Ingress,
+        now: Instant,
+        eg: &mut Stage<'_, '_, E>,
+    ) {
+        let mut targets = [0 as PortId; MAX_TARGETS];
+        let mut n = 0;
+        match self.route(ingress, inr.seg, head, now) {
+            Route::Drop => {}
+            Route::Port(p) if p != ingress => {
+                targets[0] = p;
+                n = 1;
+            }
+            Route::Port(_) => {}
+            Route::Flood => {
+                let dst = eth::Packet::new_unchecked(head).dst();
+                let multicast = eth::is_group(&dst);
+                let wanted = |m: &Member<'_>| !multicast || m.wants(&dst);
+                for m in eg.out.members(inr.seg).filter(wanted) {
+                    if m.port != ingress && n < targets.len() {
+                        targets[n] = m.port;
+                        n += 1;
+                    }
+                }
+            }
+        }
+        eg.send(k, inr, &targets[..n]);
     }
 
     /// Learns the source of `frame` (arriving on `ingress` at `now`, in

@@ -4,8 +4,10 @@
 //! Every bridge port joins one bridge and is either an *access* port of one
 //! VLAN (its frames are untagged on the wire; VLAN 0 is "no VLAN") or a
 //! *trunk* (a tagged frame carries its VLAN, an untagged one is "no VLAN").
-//! A frame belongs to one [`Segment`], (bridge, VLAN), and never leaves it.
-//! Where a frame enters untagged and leaves tagged, or the other way round,
+//! A frame belongs to one [`Segment`], (bridge, VLAN), and never leaves it:
+//! its ingress port classifies it into its segment
+//! ([`Attach::classify_frame`], in the switch's ingress stage), and it
+//! leaves only through the ports that are members. Where a frame enters untagged and leaves tagged, or the other way round,
 //! its first bytes are rewritten into fixed scratch space ([`retag`]); its
 //! payload stays where it is.
 //!
@@ -15,7 +17,7 @@
 //! a C-VLAN component. The tags are read through `frame::wire`'s views.
 
 use frame::packet::{Csum, FrameRef};
-use frame::wire::{eth, vlan, ETH_HLEN, ETH_MACS as MACS};
+use frame::wire::{eth, ETH_HLEN, ETH_MACS as MACS};
 pub use frame::wire::{vlan::VID_MAX, TPID_8021Q as TPID, VLAN_HLEN as TAG_LEN};
 pub use sys::VlanTag;
 /// Header bytes a rewritten frame keeps in scratch: netback's header copy
@@ -58,65 +60,6 @@ pub struct Ingress {
 }
 
 impl Attach {
-    /// The segment of frame `f` arriving here, by the tag the kernel took
-    /// off it (`f.vlan`) or else by its bytes ([`Attach::classify`]).
-    pub fn classify_frame(&self, f: &FrameRef<'_>) -> Result<Ingress, &'static str> {
-        match f.vlan {
-            None => self.classify(f.head),
-            Some(_) if f.head.len() < ETH_HLEN => Err("runt"),
-            Some(tag) => self.tagged(tag.tci),
-        }
-    }
-
-    /// The segment of a frame whose first bytes are `head`, arriving here;
-    /// the reason it is dropped otherwise: a tagged frame on an access port
-    /// (`vlan_tagged`), the reserved VID 4095 (`vlan_reserved`), or a tag
-    /// cut short (`runt`).
-    pub fn classify(&self, head: &[u8]) -> Result<Ingress, &'static str> {
-        let Ok(e) = eth::Packet::new_checked(head) else {
-            return Err("runt");
-        };
-        if e.ethertype() != TPID {
-            let vlan = match self.mode {
-                Mode::Access(v) => v,
-                Mode::Trunk => 0,
-            };
-            return Ok(Ingress {
-                seg: Segment {
-                    bridge: self.bridge,
-                    vlan,
-                },
-                tagged: false,
-            });
-        }
-        let Ok(tag) = vlan::Packet::new_checked(e.payload()) else {
-            return Err(if self.mode == Mode::Trunk {
-                "runt"
-            } else {
-                "vlan_tagged"
-            });
-        };
-        self.tagged(tag.tci())
-    }
-
-    /// The segment of a frame tagged `tci` arriving here.
-    fn tagged(&self, tci: u16) -> Result<Ingress, &'static str> {
-        if self.mode != Mode::Trunk {
-            return Err("vlan_tagged");
-        }
-        let vlan = tci & 0x0fff;
-        if vlan > VID_MAX {
-            return Err("vlan_reserved");
-        }
-        Ok(Ingress {
-            seg: Segment {
-                bridge: self.bridge,
-                vlan,
-            },
-            tagged: true,
-        })
-    }
-
     /// How frame `f` (`inr` as classified) must be rewritten to leave
     /// through this port: `None`, not at all; `Some(tag)`, by [`retag`]
     /// with `tag`. A tag the kernel took off is put back only here, where
