@@ -544,11 +544,12 @@ enum Suite {
     /// events where the machine counts them (--quick: 1 run of 2 s streams,
     /// under 5 minutes).
     Menon2005,
-    /// Every seed suite in turn (baseline, menon2006, menon2005, ram,
-    /// hosted, hvm), then one report of the five seeds' 58 figures and
-    /// tables beside the papers: OUT/index.html, OUT/README.md, the charts
-    /// and each suite's JSON (which `--from` reads again without running
-    /// anything).
+    /// Every seed suite in turn (menon2006, menon2005, ram, hosted, hvm),
+    /// then one report of the five seeds' 58 figures and tables: each
+    /// paper's key effects beside ours, and a status computed from them
+    /// (reproduced, partly, not reproduced, ...). Writes OUT/index.html,
+    /// OUT/README.md, the charts and each suite's JSON (which `--from`
+    /// reads again without running anything).
     Seeds,
 }
 
