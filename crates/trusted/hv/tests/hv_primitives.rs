@@ -501,6 +501,17 @@ fn map_batch_maps_every_grant_in_one_hypercall_and_unmap_batch_ends_them() {
     let handles: Vec<u32> = maps.iter().map(|m| m.as_ref().unwrap().handle).collect();
     assert_eq!(w.drv.unmap_batch(&handles).unwrap(), vec![0; 2]);
     assert_eq!(w.hv.status().counters.ops_of("batch") - before, 4);
+    // A batch-mapped grant may also be unmapped on its own.
+    let m = w.drv.map_batch(g1, &grefs[..1], false).unwrap();
+    let h = m[0].as_ref().unwrap().handle;
+    w.drv.unmap_handle(h).unwrap();
+    assert_eq!(
+        w.drv.read_mapped(h, 0, &mut b).unwrap_err().kind,
+        ErrorKind::BadHandle
+    );
+    for g in grefs {
+        w.g1.grants().end_access(g).unwrap();
+    }
     healthy(&mut w);
 }
 

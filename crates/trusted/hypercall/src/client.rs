@@ -718,8 +718,10 @@ impl HvClient {
         self.unmap_handle(handle)
     }
 
-    /// Unmaps by raw handle (tests use it to try handles never mapped).
+    /// Unmaps by raw handle (tests use it to try handles never mapped); a
+    /// frame [`HvClient::map_batch`] mapped under it is unmapped here first.
     pub fn unmap_handle(&mut self, handle: u32) -> HvResult<()> {
+        self.forget_batch_mapped(handle)?;
         self.chan.done(&Request::GrantUnmap { handle })
     }
 

@@ -184,6 +184,23 @@ impl HvClient {
         local.map(|()| statuses)
     }
 
+    /// Unmaps here the frame batch-mapped under `handle`, if there is one
+    /// (it is being unmapped at hv one at a time).
+    pub(super) fn forget_batch_mapped(&mut self, handle: u32) -> HvResult<()> {
+        let Some(BatchMapping {
+            granter,
+            at: At::Slot(s),
+            ..
+        }) = self.batch_maps.remove(&handle)
+        else {
+            return Ok(());
+        };
+        match self.windows.get_mut(&granter) {
+            Some(w) => io("unmapping a granted frame", w.unmap(s, 1)),
+            None => Ok(()),
+        }
+    }
+
     /// Unmap batches at hv for `handles`, a batch page's worth each.
     fn unmap_ops(&mut self, handles: &[u32]) -> HvResult<Vec<i16>> {
         let mut statuses = Vec::with_capacity(handles.len());
