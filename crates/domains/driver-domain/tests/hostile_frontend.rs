@@ -389,26 +389,14 @@ fn a_guest_that_never_connects_delays_no_other() {
 /// their grants are released (netfront ends each one after its response).
 #[test]
 fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
+    let (w, mut good1, mut good2, mut evil) = hv_copy_world(TxMode::Gather);
     let World {
         hv,
         drv_id,
         ids,
-        mut guests,
         driver,
         ..
-    } = world_configured(
-        &["good1", "good2", "evil"],
-        Grants::HvCopy,
-        TxMode::Gather,
-        |_| true,
-        |mut drv| {
-            let _ = driver_domain::driver::run(&mut drv);
-        },
-        |_, _| {},
-    );
-    let mut evil = guests.pop().unwrap();
-    let mut good2 = guests.pop().unwrap();
-    let mut good1 = guests.pop().unwrap();
+    } = w;
     let (g1, e) = (ids[0], ids[2]);
     good_traffic_flows(&mut good1, &mut good2, 200, 0);
     good_traffic_flows(&mut good2, &mut good1, 200, 1000);
@@ -427,33 +415,8 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
     // The malformed requests of the hv-copy tests, now through holds.
     let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
     refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
-    // A frame evil granted and then revoked, and one granted to good1.
-    let f = common::frame(good1.mac, evil.mac, 1).data;
-    evil.hv.pool().write_bytes(592 * 4096, &f);
-    let revoked = evil.hv.grants().grant_access(drv_id, 592, true).unwrap();
-    evil.hv.grants().end_access(revoked).unwrap();
-    let len = f.len() as u16;
-    let attacks = vec![("bad_grant_ref", vec![req(revoked, 0, len, 40)])];
-    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
-    let foreign = evil.hv.grants().grant_access(g1, 592, true).unwrap();
-    let head = evil.hv.grants().grant_access(drv_id, 593, true).unwrap();
-    evil.hv.pool().write_bytes(593 * 4096, &f);
-    let attacks = vec![
-        ("grant_permission_denied", vec![req(foreign, 0, len, 41)]),
-        // A forged payload slot behind a good head: the whole packet is
-        // refused, and the head's hold released.
-        (
-            "bad_grant_ref",
-            vec![more(req(head, 0, len + 100, 42)), req(7777, 0, 100, 43)],
-        ),
-    ];
-    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
-    let s = stats(&hv, drv_id, e);
-    assert_eq!(
-        s["tx_packets"].as_u64().unwrap_or(0),
-        0,
-        "nothing evil sent was forwarded: {s}"
-    );
+    let (foreign, head) =
+        forged_and_revoked(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
     good_traffic_flows(&mut good1, &mut good2, 50, 3000);
     // Every hold that succeeded was released, so the guest may end its grants.
     let g = stats(&hv, drv_id, g1);
@@ -472,4 +435,126 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
     assert_eq!(g["rejected"], serde_json::json!({}), "good1: {g}");
     hv.shutdown();
     driver.join().unwrap();
+}
+
+/// Xen 2.0 transmit (`tx_mode = "map"`): every page of a ring batch is
+/// mapped in one map batch and unmapped in one unmap batch. A grant the
+/// guest forged, revoked or gave another domain is refused for its packet
+/// alone, under the reason a single map's refusal gave; nothing of it is
+/// forwarded, every map is unmapped, and a slot naming the same grant as
+/// another of its packet reaches the same mapped page.
+#[test]
+fn map_mode_batches_maps_and_refuses_forged_and_revoked_grants() {
+    let (w, mut good1, mut good2, mut evil) = hv_copy_world(TxMode::Map);
+    let World {
+        hv,
+        drv_id,
+        ids,
+        driver,
+        ..
+    } = w;
+    let (g1, e) = (ids[0], ids[2]);
+    good_traffic_flows(&mut good1, &mut good2, 200, 0);
+    common::traffic_flows_sized(&mut good1, &mut good2, 100, 10_000, 1400);
+    wait_until("good1's 300 frames counted as mapped", WAIT, || {
+        stats(&hv, drv_id, g1)["grant_ops"]["map"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 300
+    });
+    let s = stats(&hv, drv_id, g1);
+    let ops = &s["grant_ops"];
+    let n = |k: &str| ops[k].as_u64().unwrap_or(0);
+    assert!(n("map") >= 300, "each frame's page mapped: {s}");
+    assert_eq!(n("map"), n("unmap"), "every map is unmapped: {s}");
+    assert_eq!(n("map_batch"), n("unmap_batch"), "{s}");
+    assert!(
+        (1..=n("map")).contains(&n("map_batch")),
+        "at most one map batch per page: {s}"
+    );
+
+    let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    let (foreign, head) =
+        forged_and_revoked(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
+    let len = common::frame(good1.mac, evil.mac, 1).data.len() as u16;
+    assert!(evil.hv.grants().end_access(foreign).is_ok());
+    // Two slots of one packet on one grant: mapped once, both reached.
+    push(
+        &mut evil,
+        &[more(req(head, 0, len + 100, 44)), req(head, 0, 100, 45)],
+    );
+    wait_until("evil's two-slot frame to be forwarded", WAIT, || {
+        stats(&hv, drv_id, e)["tx_packets"].as_u64().unwrap_or(0) == 1
+    });
+    let s = stats(&hv, drv_id, e);
+    assert_eq!(s["grant_ops"]["map"], s["grant_ops"]["unmap"], "{s}");
+    assert!(
+        evil.hv.grants().end_access(head).is_ok(),
+        "every page of evil's was unmapped"
+    );
+    assert_eq!(stats(&hv, drv_id, g1)["rejected"], serde_json::json!({}));
+    hv.shutdown();
+    driver.join().unwrap();
+}
+
+/// good1, good2 and evil under hv-copy with `tx_mode`, the driver
+/// domain's loop in a thread.
+fn hv_copy_world(tx_mode: TxMode) -> (World, Guest, Guest, Guest) {
+    let mut w = world_configured(
+        &["good1", "good2", "evil"],
+        Grants::HvCopy,
+        tx_mode,
+        |_| true,
+        |mut drv| {
+            let _ = driver_domain::driver::run(&mut drv);
+        },
+        |_, _| {},
+    );
+    let evil = w.guests.pop().unwrap();
+    let good2 = w.guests.pop().unwrap();
+    let good1 = w.guests.pop().unwrap();
+    (w, good1, good2, evil)
+}
+
+/// evil sends a frame on a grant it revoked, one on a grant it gave
+/// good1 (`g1`), and a good head with a forged payload slot: each refused
+/// under its reason, nothing forwarded. Returns the grant given to good1
+/// and the head's, for the caller to check they were left unpinned.
+fn forged_and_revoked(
+    hv: &Arc<Hypervisor>,
+    drv_id: DomId,
+    (g1, e): (DomId, DomId),
+    evil: &mut Guest,
+    good1: &mut Guest,
+    good2: &mut Guest,
+) -> (u32, u32) {
+    // A frame evil granted and then revoked, and one granted to good1.
+    let f = common::frame(good1.mac, evil.mac, 1).data;
+    evil.hv.pool().write_bytes(592 * 4096, &f);
+    let revoked = evil.hv.grants().grant_access(drv_id, 592, true).unwrap();
+    evil.hv.grants().end_access(revoked).unwrap();
+    let len = f.len() as u16;
+    let attacks = vec![("bad_grant_ref", vec![req(revoked, 0, len, 40)])];
+    refuse_each(hv, drv_id, e, evil, good1, good2, attacks);
+    let foreign = evil.hv.grants().grant_access(g1, 592, true).unwrap();
+    let head = evil.hv.grants().grant_access(drv_id, 593, true).unwrap();
+    evil.hv.pool().write_bytes(593 * 4096, &f);
+    let attacks = vec![
+        ("grant_permission_denied", vec![req(foreign, 0, len, 41)]),
+        // A forged payload slot behind a good head: the whole packet is
+        // refused, and the head's hold or map ended.
+        (
+            "bad_grant_ref",
+            vec![more(req(head, 0, len + 100, 42)), req(7777, 0, 100, 43)],
+        ),
+    ];
+    refuse_each(hv, drv_id, e, evil, good1, good2, attacks);
+    let s = stats(hv, drv_id, e);
+    assert_eq!(
+        s["tx_packets"].as_u64().unwrap_or(0),
+        0,
+        "nothing evil sent was forwarded: {s}"
+    );
+    (foreign, head)
 }

@@ -1,5 +1,7 @@
 //! Suite `hv`: the cost of the hypervisor primitives the seed papers discuss
-//! (Menon 2005 §6, Ram thesis Table 2.1 "hypervisor" and "grant" classes).
+//! (Menon 2005 §6, Ram thesis Table 2.1 "hypervisor" and "grant" classes),
+//! each also as a multiple of a plain 1514-byte copy, the unit Menon 2006
+//! weighs Xen 2.0's maps and page flips against.
 //!
 //! Two in-process domains talk to a real `Hypervisor` over its real sockets,
 //! doorbells and shared memory; no namespaces are needed.
@@ -40,23 +42,32 @@ impl HvBenchReport {
     /// A Markdown table.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| primitive | median µs | median cycles | p10–p90 µs | median of each run, µs |\n\
-             |---|---:|---:|---:|---|\n",
+            "| primitive | median µs | median cycles | × 1514 B copy | p10–p90 µs | median of each run, µs |\n\
+             |---|---:|---:|---:|---:|---|\n",
         );
+        let copy = self
+            .results
+            .iter()
+            .find(|r| r.name == COPY_ROW)
+            .map(|r| r.median_cycles)
+            .filter(|c| *c > 0.0);
         for r in &self.results {
             let runs: Vec<String> = r.run_medians_us.iter().map(|m| format!("{m:.2}")).collect();
+            let times = copy.map_or("–".to_string(), |c| format!("{:.0}", r.median_cycles / c));
             s += &format!(
-                "| {} | {:.2} | {:.0} | {:.2}–{:.2} | {} |\n",
+                "| {} | {:.2} | {:.0} | {} | {:.2}–{:.2} | {} |\n",
                 r.name,
                 r.median_us,
                 r.median_cycles,
+                times,
                 r.p10_us,
                 r.p90_us,
                 runs.join(", ")
             );
         }
         s += &format!(
-            "\nTSC {:.0} MHz; {} runs of {} samples each, pooled.\n",
+            "\nTSC {:.0} MHz; {} runs of {} samples each, pooled. \
+             × 1514 B copy: each row's median cycles over the in-process copy's.\n",
             self.tsc_mhz, self.runs, self.iterations
         );
         s
@@ -84,6 +95,8 @@ impl HvBenchReport {
 
 const FRAME_LEN: u16 = 1514;
 const BATCH: usize = 64;
+/// The unit the papers compare hypervisor primitives against.
+const COPY_ROW: &str = "memcpy of 1514 B (in process, one of 64)";
 
 fn timed(n: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
     // Warm up caches and lazily created state first.
@@ -194,23 +207,125 @@ fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
         return Err(anyhow!("grant copy moved the wrong bytes"));
     }
 
-    say("grant map + unmap");
-    let gref = match ops[0].source {
-        CopyPtr::Gref { gref, .. } => gref,
-        _ => unreachable!("built above"),
-    };
-    let v = timed(n, || {
-        let m = drv
-            .map_grant(gid, gref, false)
-            .map_err(|e| anyhow!("{e}"))?;
-        drv.unmap_grant(m).map_err(|e| anyhow!("{e}"))
-    })?;
-    results.push(("grant map + unmap (one 4 KiB frame)", v));
+    results.extend(map_flip_copy(
+        &mut guest,
+        &mut drv,
+        (gid, did),
+        &ops,
+        n,
+        say,
+    )?);
 
     drop(guest);
     drop(drv);
     hv.shutdown();
     Ok(results)
+}
+
+/// The Xen 2.0 primitives and the copy they are weighed against: grant
+/// map + unmap one at a time and in a batch of 64, a page flip, and a
+/// plain in-process copy of a 1514-byte frame.
+fn map_flip_copy(
+    guest: &mut HvClient,
+    drv: &mut HvClient,
+    (gid, did): (DomId, DomId),
+    ops: &[GrantCopy],
+    n: usize,
+    say: impl Fn(&str),
+) -> Result<Vec<(&'static str, Vec<f64>)>> {
+    let mut rows = Vec::new();
+    say("grant map + unmap");
+    let grefs: Vec<u32> = ops
+        .iter()
+        .filter_map(|op| match op.source {
+            CopyPtr::Gref { gref, .. } => Some(gref),
+            _ => None,
+        })
+        .collect();
+    let Some(&one) = grefs.first() else {
+        return Err(anyhow!("no grants to map"));
+    };
+    let v = timed(n, || {
+        let m = drv.map_grant(gid, one, false).map_err(|e| anyhow!("{e}"))?;
+        drv.unmap_grant(m).map_err(|e| anyhow!("{e}"))
+    })?;
+    rows.push(("grant map + unmap (one 4 KiB frame)", v));
+    // Consecutive frames map in one mmap; every other frame, one each.
+    let scattered = (0..BATCH as u32)
+        .map(|i| guest.grants().grant_access(did, 64 + 2 * i, true))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow!("{e}"))?;
+    for (name, grefs) in [
+        (
+            "grant map + unmap per frame, batch of 64 consecutive frames (one map, one unmap batch)",
+            &grefs,
+        ),
+        (
+            "grant map + unmap per frame, batch of 64 frames apart (an mmap per frame)",
+            &scattered,
+        ),
+    ] {
+        let v = timed(n, || map_unmap_batch(drv, gid, grefs))?;
+        rows.push((name, v.iter().map(|c| c / BATCH as f64).collect()));
+    }
+
+    say("page flip");
+    rows.push((
+        "page flip (GNTTABOP_transfer of one frame)",
+        page_flips(guest, drv, (gid, did), n)?,
+    ));
+
+    say("memcpy");
+    let mut buf = vec![0u8; BATCH * FRAME_LEN as usize];
+    let v = timed(n, || {
+        for (i, dst) in buf.chunks_exact_mut(FRAME_LEN as usize).enumerate() {
+            guest.pool().read_bytes(i * 4096, dst);
+        }
+        std::hint::black_box(&mut buf);
+        Ok(())
+    })?;
+    let per_copy = v.iter().map(|c| c / BATCH as f64).collect();
+    rows.push((COPY_ROW, per_copy));
+
+    Ok(rows)
+}
+
+/// Maps `grefs` of `granter` in one map batch and unmaps them in one
+/// unmap batch, as netback's Xen 2.0 transmit path does per ring batch.
+fn map_unmap_batch(drv: &mut HvClient, granter: DomId, grefs: &[u32]) -> Result<()> {
+    let maps = drv
+        .map_batch(granter, grefs, false)
+        .map_err(|e| anyhow!("{e}"))?;
+    let handles = maps
+        .iter()
+        .map(|m| m.as_ref().map(|m| m.handle))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow!("grant map failed: {e}"))?;
+    let st = drv.unmap_batch(&handles).map_err(|e| anyhow!("{e}"))?;
+    if st.iter().any(|s| *s != 0) {
+        return Err(anyhow!("grant unmap failed: {st:?}"));
+    }
+    Ok(())
+}
+
+/// Page flips (GNTTABOP_transfer, the Xen 2.0 receive path, Menon 2006
+/// §2): the guest posts an accept-transfer grant, the driver domain gives
+/// it one of its frames, and the guest ends the grant.
+fn page_flips(
+    guest: &HvClient,
+    drv: &mut HvClient,
+    (gid, did): (DomId, DomId),
+    n: usize,
+) -> Result<Vec<f64>> {
+    const FROM: u32 = 200;
+    const INTO: u32 = 201;
+    timed(n, || {
+        let g = guest.grants();
+        let gref = g.accept_transfer(did, INTO).map_err(|e| anyhow!("{e}"))?;
+        drv.transfer(FROM, gid, gref).map_err(|e| anyhow!("{e}"))?;
+        g.end_transfer(gref).map_err(|e| anyhow!("{e}"))?;
+        Ok(())
+    })
 }
 
 /// Event-channel notification and wake-up, one way: the guest pings a

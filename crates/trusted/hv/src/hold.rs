@@ -123,7 +123,7 @@ impl Holds {
             let r = op.and_then(|op| match kind {
                 BatchKind::Hold => self.hold(pins, doms, caller, &op),
                 BatchKind::Release => self.release(pins, doms, caller, &op).map(|()| 0),
-                BatchKind::Copy => err(ErrorKind::Invalid, "not a hold or release batch"),
+                _ => err(ErrorKind::Invalid, "not a hold or release batch"),
             });
             let status = match r {
                 Ok(frame) => {

@@ -435,6 +435,210 @@ fn hostile_batch_count_and_garbage_messages_are_refused() {
     healthy(&mut w);
 }
 
+/// Grants guest1's frames `frames` to the driver domain, each filled
+/// with its own number; returns the grant references.
+fn grant_frames(w: &World, frames: &[u32], readonly: bool) -> Vec<u32> {
+    let drv = w.drv.domid();
+    frames
+        .iter()
+        .map(|&f| {
+            w.g1.pool().fill(f as usize * PAGE, PAGE, f as u8);
+            w.g1.grants().grant_access(drv, f, readonly).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn map_batch_maps_every_grant_in_one_hypercall_and_unmap_batch_ends_them() {
+    let mut w = world();
+    let g1 = w.g1.domid();
+    // Frames 3, 4, 5 are consecutive (one mmap), 9 stands alone.
+    let grefs = grant_frames(&w, &[3, 4, 5, 9], true);
+    let before = w.hv.status().counters.ops_of("batch");
+    let maps = w.drv.map_batch(g1, &grefs, false).unwrap();
+    let maps: Vec<_> = maps.into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(
+        maps.iter().map(|m| m.frame).collect::<Vec<_>>(),
+        [3, 4, 5, 9]
+    );
+    for m in &maps {
+        let mut b = [0u8; 8];
+        w.drv.read_mapped(m.handle, PAGE - 8, &mut b).unwrap();
+        assert_eq!(b, [m.frame as u8; 8]);
+    }
+    // Reads stay inside the frame; the grants are in use meanwhile.
+    let mut b = [0u8; 8];
+    let e = w
+        .drv
+        .read_mapped(maps[0].handle, PAGE - 4, &mut b)
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadCopyArg);
+    assert_eq!(
+        w.g1.grants().end_access(grefs[0]).unwrap_err().kind,
+        ErrorKind::InUse
+    );
+    let handles: Vec<u32> = maps.iter().map(|m| m.handle).collect();
+    assert_eq!(w.drv.unmap_batch(&handles).unwrap(), vec![0; 4]);
+    assert_eq!(
+        w.drv
+            .read_mapped(maps[0].handle, 0, &mut b)
+            .unwrap_err()
+            .kind,
+        ErrorKind::BadHandle
+    );
+    for g in grefs {
+        w.g1.grants().end_access(g).unwrap();
+    }
+    let s = w.hv.status();
+    // The first map came over the control socket with the pool descriptor,
+    // the other three in one batch; the four unmaps in one more.
+    assert_eq!(s.counters.ops_of("batch") - before, 2);
+    assert_eq!(s.counters.ops_of("grant_map"), 4);
+    assert_eq!(s.counters.ops_of("grant_unmap"), 4);
+    // Now the descriptor is held: a batch maps all in one hypercall.
+    let grefs = grant_frames(&w, &[6, 7], true);
+    let maps = w.drv.map_batch(g1, &grefs, false).unwrap();
+    let handles: Vec<u32> = maps.iter().map(|m| m.as_ref().unwrap().handle).collect();
+    assert_eq!(w.drv.unmap_batch(&handles).unwrap(), vec![0; 2]);
+    assert_eq!(w.hv.status().counters.ops_of("batch") - before, 4);
+    // A batch-mapped grant may also be unmapped on its own.
+    let m = w.drv.map_batch(g1, &grefs[..1], false).unwrap();
+    let h = m[0].as_ref().unwrap().handle;
+    w.drv.unmap_handle(h).unwrap();
+    assert_eq!(
+        w.drv.read_mapped(h, 0, &mut b).unwrap_err().kind,
+        ErrorKind::BadHandle
+    );
+    for g in grefs {
+        w.g1.grants().end_access(g).unwrap();
+    }
+    healthy(&mut w);
+}
+
+#[test]
+fn hostile_map_and_unmap_batches_get_per_op_errors_and_disturb_nothing() {
+    let mut w = world();
+    let (g1, g2, drv) = (w.g1.domid(), w.g2.domid(), w.drv.domid());
+    let good = grant_frames(&w, &[3, 4], true);
+    let ro = good[1];
+    let unused = 200;
+    let for_g2 = w.g1.grants().grant_access(g2, 7, true).unwrap();
+    // Hand over the pool descriptor first, so the rest is one batch.
+    let first = w.drv.map_batch(g1, &good[..1], false).unwrap();
+    let kinds = |r: &[hv::HvResult<hv::client::BatchMapped>]| -> Vec<Option<ErrorKind>> {
+        r.iter().map(|m| m.as_ref().err().map(|e| e.kind)).collect()
+    };
+    let r = w
+        .drv
+        .map_batch(g1, &[1_000_000, unused, for_g2, good[0], ro, ro], false)
+        .unwrap();
+    assert_eq!(
+        kinds(&r),
+        [
+            Some(ErrorKind::BadGntref),
+            Some(ErrorKind::BadGntref),
+            Some(ErrorKind::PermissionDenied),
+            Some(ErrorKind::DoubleMap),
+            None,
+            Some(ErrorKind::DoubleMap),
+        ]
+    );
+    let ro_map = r[4].as_ref().unwrap().handle;
+    // Writable maps of a read-only grant, and of one's own grant, are refused.
+    let ro8 = grant_frames(&w, &[8], true)[0];
+    let r = w.drv.map_batch(g1, &[ro8], true).unwrap();
+    assert_eq!(kinds(&r), [Some(ErrorKind::PermissionDenied)]);
+    let own = w.drv.grants().grant_access(g1, 1, true).unwrap();
+    let r = w.drv.map_batch(drv, &[own], false).unwrap();
+    assert_eq!(kinds(&r), [Some(ErrorKind::BadDomain)]);
+    // The driver's good mapping went through the hostile batch untouched.
+    let mut b = [0u8; 4];
+    w.drv.read_mapped(ro_map, 0, &mut b).unwrap();
+    assert_eq!(b, [4; 4]);
+    assert_eq!(w.drv.unmap_batch(&[ro_map]).unwrap(), [0]);
+    // guest1 maps one of guest2's grants: the driver cannot unmap it by
+    // its handle; a double unmap and a handle never given are refused too.
+    let g2_gref = w.g2.grants().grant_access(g1, 2, true).unwrap();
+    let theirs = w.g1.map_grant(g2, g2_gref, false).unwrap();
+    let mine = first[0].as_ref().unwrap().handle;
+    let st = w
+        .drv
+        .unmap_batch(&[mine, mine, theirs.handle, 4242])
+        .unwrap();
+    let bad = abi::grant::GNTST_BAD_HANDLE;
+    assert_eq!(st, [0, bad, bad, bad]);
+    theirs.read(0, &mut b).unwrap();
+    w.g1.unmap_grant(theirs).unwrap();
+    w.g2.grants().end_access(g2_gref).unwrap();
+    for g in [good[0], ro, ro8, for_g2] {
+        w.g1.grants().end_access(g).unwrap();
+    }
+    assert_eq!(errors(&w, "drv", ErrorKind::BadHandle), 3);
+    assert_eq!(errors(&w, "drv", ErrorKind::DoubleMap), 2);
+    healthy(&mut w);
+}
+
+#[test]
+fn hostile_raw_map_batches_are_refused_whole_or_op_by_op() {
+    use abi::grant::{GrantMap, GrantMapView, MapFlags, GNTST_GENERAL_ERROR};
+    use hv::batch::{BatchKind, KIND_OFF, OPS_OFF, RESULT_OFF};
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    let gref = w.g1.grants().grant_access(drv, 3, true).unwrap();
+    // Hand over the pool descriptor, so what follows is batches only.
+    let m = w.drv.map_batch(g1, &[gref], false).unwrap();
+    let handle = m[0].as_ref().unwrap().handle;
+    let page = w.drv.batch_page();
+    let invalid = errors(&w, "drv", ErrorKind::Invalid);
+    // A count beyond what the page holds, and an unknown kind: refused whole.
+    page.write_u32(KIND_OFF, BatchKind::Map as u32);
+    w.drv.submit_raw_batch(1_000_000).unwrap();
+    assert_eq!(
+        w.drv.batch_page().read_u32(RESULT_OFF) as i32,
+        -libc::EINVAL
+    );
+    w.drv.batch_page().write_u32(KIND_OFF, 99);
+    w.drv.submit_raw_batch(1).unwrap();
+    assert_eq!(
+        w.drv.batch_page().read_u32(RESULT_OFF) as i32,
+        -libc::EINVAL
+    );
+    // Unknown flag bits, a device map, no host map: refused op by op.
+    let page = w.drv.batch_page();
+    let flags = [
+        1 << 5,
+        (MapFlags::HOST_MAP | MapFlags::DEVICE_MAP).bits(),
+        MapFlags::READONLY.bits(),
+    ];
+    for (i, f) in flags.iter().enumerate() {
+        let mut rec = [0u8; GrantMap::SIZE];
+        let mut v = GrantMapView::new_checked(&mut rec[..]).unwrap();
+        v.set_flags(*f | MapFlags::READONLY.bits());
+        v.set_gref(gref);
+        v.set_dom(g1);
+        page.write_bytes(OPS_OFF + i * GrantMap::SIZE, &rec);
+    }
+    page.write_u32(KIND_OFF, BatchKind::Map as u32);
+    w.drv.submit_raw_batch(3).unwrap();
+    let page = w.drv.batch_page();
+    page.write_u32(KIND_OFF, BatchKind::Copy as u32);
+    assert_eq!(page.read_u32(RESULT_OFF), 0);
+    for i in 0..3 {
+        let mut rec = [0u8; GrantMap::SIZE];
+        page.read_bytes(OPS_OFF + i * GrantMap::SIZE, &mut rec);
+        let v = GrantMapView::new_checked(&rec[..]).unwrap();
+        assert_eq!(v.status(), GNTST_GENERAL_ERROR, "op {i}");
+        assert_eq!(ErrorKind::from_code(v.handle()), ErrorKind::Invalid);
+    }
+    assert_eq!(errors(&w, "drv", ErrorKind::Invalid), invalid + 5);
+    // The mapping from before is intact, and ends normally.
+    let mut b = [0u8; 4];
+    w.drv.read_mapped(handle, 0, &mut b).unwrap();
+    assert_eq!(w.drv.unmap_batch(&[handle]).unwrap(), [0]);
+    w.g1.grants().end_access(gref).unwrap();
+    healthy(&mut w);
+}
+
 #[test]
 fn a_dead_domain_is_cleaned_up_and_others_carry_on() {
     let mut w = world();

@@ -1,10 +1,12 @@
-//! The shared-memory hypercall path for frequent operations (grant-copy
-//! batches): the domain fills a page with `gnttab_copy` records and rings a
+//! The shared-memory hypercall path for frequent operations (grant-copy,
+//! map and unmap batches): the domain fills a page with `gnttab_copy`,
+//! `gnttab_map_grant_ref` or `gnttab_unmap_grant_ref` records and rings a
 //! doorbell; hv validates and runs them and rings back. No message encoding,
 //! no socket; the Menon 2006 §4 point that per-packet hypervisor entry costs
-//! must be amortized over batches.
+//! must be amortized over batches, as Linux netback batches its
+//! GNTTABOP_map_grant_ref calls over a ring batch.
 
-use abi::grant::GrantCopy;
+use abi::grant::{layout, GrantCopy, GrantMap, GrantUnmap};
 use abi::SharedMemory;
 use sys::PAGE_SIZE;
 
@@ -25,14 +27,18 @@ pub const OPS_OFF: usize = 64;
 /// the upper half of `source.u`, which a grant reference leaves unused.
 pub const HELD_FRAME_IN_OP: usize = 4;
 
-/// What a batch's ops are for: grant copies (Xen's GNTTABOP_copy), or
-/// the I/O-channel optimization's holds under hv-copy (each a copy of a
-/// header part whose source grant stays pinned) and their releases.
+/// What a batch's ops are for: grant copies (Xen's GNTTABOP_copy), the
+/// I/O-channel optimization's holds under hv-copy (each a copy of a
+/// header part whose source grant stays pinned) and their releases, or
+/// grant maps and unmaps (GNTTABOP_map_grant_ref / unmap_grant_ref, the
+/// Xen 2.0 transmit path, Menon 2006 §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchKind {
     Copy = 0,
     Hold = 1,
     Release = 2,
+    Map = 3,
+    Unmap = 4,
 }
 
 impl BatchKind {
@@ -42,16 +48,41 @@ impl BatchKind {
             0 => Some(BatchKind::Copy),
             1 => Some(BatchKind::Hold),
             2 => Some(BatchKind::Release),
+            3 => Some(BatchKind::Map),
+            4 => Some(BatchKind::Unmap),
             _ => None,
         }
+    }
+
+    /// Bytes of one op record of this kind.
+    pub fn op_size(self) -> usize {
+        match self {
+            BatchKind::Copy | BatchKind::Hold | BatchKind::Release => GrantCopy::SIZE,
+            BatchKind::Map => GrantMap::SIZE,
+            BatchKind::Unmap => GrantUnmap::SIZE,
+        }
+    }
+
+    /// Offset of the status field inside one op record of this kind.
+    pub fn status_in_op(self) -> usize {
+        match self {
+            BatchKind::Copy | BatchKind::Hold | BatchKind::Release => STATUS_IN_OP,
+            BatchKind::Map => layout::gnttab_map_grant_ref::STATUS,
+            BatchKind::Unmap => layout::gnttab_unmap_grant_ref::STATUS,
+        }
+    }
+
+    /// Most ops of this kind one batch may hold in `pages` pages.
+    pub fn max_ops(self, pages: u32) -> usize {
+        (pages as usize * PAGE_SIZE - OPS_OFF) / self.op_size()
     }
 }
 /// Offset of the status field inside one `gnttab_copy`.
 pub const STATUS_IN_OP: usize = 36;
 
-/// Most ops one batch may hold in `pages` pages.
+/// Most grant copies (or holds, or releases) one batch may hold in `pages` pages.
 pub fn max_ops(pages: u32) -> usize {
-    (pages as usize * PAGE_SIZE - OPS_OFF) / GrantCopy::SIZE
+    BatchKind::Copy.max_ops(pages)
 }
 
 /// A batch as hv reads it: copied out of shared memory once.
@@ -69,14 +100,17 @@ pub fn read_batch(page: &dyn SharedMemory, pages: u32) -> Result<Submitted, (u32
         return Err((seq, "unknown batch kind".to_string()));
     };
     // What `pages` can hold, and never more than the memory at hand.
-    let room = max_ops(pages).min(page.len().saturating_sub(OPS_OFF) / GrantCopy::SIZE);
+    let size = kind.op_size();
+    let room = kind
+        .max_ops(pages)
+        .min(page.len().saturating_sub(OPS_OFF) / size);
     if count > room {
         return Err((
             seq,
-            format!("batch of {count} grant copies exceeds the {room} that fit"),
+            format!("batch of {count} {kind:?} ops exceeds the {room} that fit"),
         ));
     }
-    let mut ops = vec![0u8; count * GrantCopy::SIZE];
+    let mut ops = vec![0u8; count * size];
     page.read_bytes(OPS_OFF, &mut ops);
     Ok(Submitted { seq, kind, ops })
 }
@@ -90,10 +124,17 @@ pub fn publish_held_frames(page: &dyn SharedMemory, ops: &[u8]) {
     }
 }
 
-/// Publishes the outcome of batch `seq`.
-pub fn complete(page: &dyn SharedMemory, seq: u32, result: i32, statuses: &[i16]) {
+/// Publishes, for a map batch, each op of `ops` (hv's copy of the batch,
+/// its OUT fields filled) back into the page, where the domain reads them.
+pub fn publish_ops(page: &dyn SharedMemory, ops: &[u8]) {
+    page.write_bytes(OPS_OFF, ops);
+}
+
+/// Publishes the outcome of batch `seq`, whose ops are of `kind`.
+pub fn complete(page: &dyn SharedMemory, seq: u32, kind: BatchKind, result: i32, statuses: &[i16]) {
+    let (size, at) = (kind.op_size(), kind.status_in_op());
     for (i, s) in statuses.iter().enumerate() {
-        page.write_u16(OPS_OFF + i * GrantCopy::SIZE + STATUS_IN_OP, *s as u16);
+        page.write_u16(OPS_OFF + i * size + at, *s as u16);
     }
     page.write_u32(RESULT_OFF, result as u32);
     page.store_u32(DONE_OFF, seq);

@@ -19,6 +19,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use sys::{Doorbell, Mapping, SeqPacket, PAGE_SIZE};
 
+mod grant_maps;
+pub use grant_maps::{BatchMapped, WINDOW_SLOTS};
+
 fn io<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
     r.map_err(|e| HvError::internal(what, e))
 }
@@ -213,6 +216,10 @@ pub struct HvClient {
     batch_done: Doorbell,
     batch_seq: u32,
     peer_pools: HashMap<(DomId, bool), OwnedFd>,
+    /// Each granting domain's window for batch-mapped frames, and those
+    /// frames by handle ([`HvClient::map_batch`]).
+    windows: HashMap<DomId, sys::Window>,
+    batch_maps: HashMap<u32, grant_maps::BatchMapping>,
     tracer: Tracer,
 }
 
@@ -260,6 +267,8 @@ impl HvClient {
             batch_done: Doorbell::from_fd(done),
             batch_seq,
             peer_pools: HashMap::new(),
+            windows: HashMap::new(),
+            batch_maps: HashMap::new(),
             tracer,
         })
     }
@@ -677,26 +686,7 @@ impl HvClient {
         gref: u32,
         writable: bool,
     ) -> HvResult<MappedGrant> {
-        let (reply, mut fds) = self.chan.call(&Request::GrantMap {
-            granter,
-            gref,
-            writable,
-        })?;
-        let Reply::Mapped {
-            handle,
-            frame,
-            fd_attached,
-            ..
-        } = reply
-        else {
-            return err(ErrorKind::Internal, "unexpected reply to map");
-        };
-        if fd_attached {
-            let fd = fds
-                .pop()
-                .ok_or_else(|| HvError::internal("map", "missing pool descriptor"))?;
-            self.peer_pools.insert((granter, writable), fd);
-        }
+        let (handle, frame) = self.map_control(granter, gref, writable)?;
         let Some(fd) = self.peer_pools.get(&(granter, writable)) else {
             return err(
                 ErrorKind::Internal,
@@ -728,8 +718,10 @@ impl HvClient {
         self.unmap_handle(handle)
     }
 
-    /// Unmaps by raw handle (tests use it to try handles never mapped).
+    /// Unmaps by raw handle (tests use it to try handles never mapped); a
+    /// frame [`HvClient::map_batch`] mapped under it is unmapped here first.
     pub fn unmap_handle(&mut self, handle: u32) -> HvResult<()> {
+        self.forget_batch_mapped(handle)?;
         self.chan.done(&Request::GrantUnmap { handle })
     }
 

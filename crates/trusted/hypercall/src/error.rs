@@ -76,6 +76,23 @@ impl ErrorKind {
         }
     }
 
+    /// The kind's number (its place in [`ErrorKind::ALL`]): what a refused
+    /// op of a map or unmap batch carries in its `handle`, since the
+    /// GNTST_* codes cannot tell every kind apart (a double map is
+    /// GNTST_GENERAL_ERROR).
+    pub fn code(self) -> u32 {
+        ErrorKind::ALL.iter().position(|k| *k == self).unwrap_or(0) as u32
+    }
+
+    /// The kind numbered `code`; [`ErrorKind::Internal`] for a number
+    /// that names none.
+    pub fn from_code(code: u32) -> ErrorKind {
+        ErrorKind::ALL
+            .get(code as usize)
+            .copied()
+            .unwrap_or(ErrorKind::Internal)
+    }
+
     /// The Xen GNTST_* status a grant-copy slot reports for this kind.
     pub fn gntst(self) -> i16 {
         use abi::grant::GrantStatus as S;

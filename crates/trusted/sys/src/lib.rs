@@ -37,6 +37,7 @@ pub mod rtnl;
 mod seccomp;
 mod seqpacket;
 mod tap;
+mod window;
 
 pub use bpf::{SocketFilter, FILTER_MACS};
 pub use doorbell::{poll_readable, poll_readable_few, Doorbell, POLL_FEW};
@@ -60,6 +61,7 @@ pub use seccomp::{CompiledFilter, SyscallFilter};
 pub use seqpacket::connect_stream_nonblocking;
 pub use seqpacket::{PeerCred, SeqPacket, SeqPacketListener, MAX_FDS};
 pub use tap::{Tap, TapOffloads, VNET_HDR_LEN};
+pub use window::Window;
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};

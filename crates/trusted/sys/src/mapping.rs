@@ -74,11 +74,7 @@ impl Mapping {
     }
 
     fn map(fd: BorrowedFd<'_>, offset: u64, len: usize, writable: bool) -> io::Result<Mapping> {
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
+        let prot = prot(writable);
         // SAFETY: a fresh mapping chosen by the kernel (addr NULL) aliases no Rust
         // object; the descriptor is borrowed for the duration of the call.
         let p = unsafe {
@@ -266,6 +262,15 @@ impl Mapping {
         let p = expect(self.atomic_ptr(off, 2));
         // SAFETY: in bounds, 2-aligned, lives as long as `self`; atomic access only.
         unsafe { AtomicU16::from_ptr(p.cast()) }
+    }
+}
+
+/// The protection of a shared mapping of a memory file.
+pub(crate) fn prot(writable: bool) -> libc::c_int {
+    if writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
     }
 }
 

@@ -9,7 +9,8 @@
 //! - `HoldTx` ([`super::hold`]): hv-copy TX gather, the same without the new
 //!   grant mechanism, hv holding the grants for the batch;
 //! - [`CopyTx`]: hv copies every slot into staging frames (hv-copy);
-//! - [`MapTx`]: each page mapped, copied out and unmapped (Xen 2.0).
+//! - [`MapTx`]: each page mapped, copied out and unmapped (Xen 2.0), the
+//!   maps and unmaps batched per ring batch.
 //!
 //! The loop is generic over the mechanism: one dispatch per batch, none per
 //! packet.
@@ -20,8 +21,10 @@ use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::XEN_NETIF_NR_SLOTS_MIN;
 use abi::{FrameRange, Pfn, SharedMemory};
 use frame::packet::{Csum, FrameRef};
+use hypercall::client::BatchMapped;
 use hypercall::ngm_client::NgmView;
 use hypercall::HvClient;
+use std::collections::HashMap;
 use sys::Mapping;
 
 /// Bytes of each TX packet netback copies to decide on: enough for Ethernet,
@@ -345,37 +348,87 @@ impl TxGrants for CopyTx {
     }
 }
 
-/// Xen 2.0 transmit (`tx_mode = "map"`): each page is mapped, its data
-/// copied out, and unmapped, packet by packet.
+/// Xen 2.0 transmit (`tx_mode = "map"`, Menon 2006 §2): every page of the
+/// ring batch is mapped in one map batch before the packets are read, each
+/// packet's data copied out of the mapped pages, and all of them unmapped
+/// in one unmap batch at the batch's end, as Linux netback batches its
+/// GNTTABOP_map_grant_ref and unmap_grant_ref calls per ring batch.
 #[derive(Default)]
 pub(super) struct MapTx {
     out: CopiedOut,
+    /// The batch's grant references, each once (a guest may name one in
+    /// several slots; hv maps a grant once per domain).
+    grefs: Vec<u32>,
+    /// Where each grant reference is in `grefs`.
+    index: HashMap<u32, usize>,
+    /// Each queued slot's place in `grefs`.
+    slot_map: Vec<usize>,
+    /// Each map op's outcome.
+    maps: Vec<hypercall::HvResult<BatchMapped>>,
+    /// The handles to unmap at the batch's end.
+    handles: Vec<u32>,
 }
 
 impl TxGrants for MapTx {
     fn begin(&mut self) {
         self.out.bytes.clear();
+        self.grefs.clear();
+        self.index.clear();
+        self.slot_map.clear();
+        self.maps.clear();
+        self.handles.clear();
     }
 
-    /// No hypercall for the batch; the vif's grant counters name copies
-    /// (none) as under hv copy, so both modes publish the same counters.
-    fn prepare(&mut self, nb: &mut Netback, _hv: &mut HvClient) -> Result<()> {
+    /// Each slot's grant joins the batch's maps, once.
+    fn queue(&mut self, _nb: &Netback, p: &mut TxPacket) {
+        p.first_op = self.slot_map.len();
+        for s in p.slots() {
+            let next = self.grefs.len();
+            let i = *self.index.entry(s.gref).or_insert(next);
+            if i == next {
+                self.grefs.push(s.gref);
+            }
+            self.slot_map.push(i);
+        }
+    }
+
+    /// One map batch for the whole ring batch; the vif's grant counters
+    /// name copies (none) as under hv copy, so both modes publish the same
+    /// counters, and count maps per op and map batches per hypercall.
+    fn prepare(&mut self, nb: &mut Netback, hv: &mut HvClient) -> Result<()> {
         nb.counters.grant("copy", 0);
+        if self.grefs.is_empty() {
+            return Ok(());
+        }
+        self.maps = hv.map_batch(nb.guest, &self.grefs, false)?;
+        self.handles.extend(
+            self.maps
+                .iter()
+                .filter_map(|m| Some(m.as_ref().ok()?.handle)),
+        );
+        nb.counters.grant("map", self.handles.len() as u64);
+        nb.counters.grant("map_batch", 1);
         Ok(())
     }
 
-    fn reach(&mut self, nb: &mut Netback, hv: &mut HvClient, p: &TxPacket, k: usize) -> Reach {
+    /// Copies packet `k`'s slots out of their mapped pages.
+    fn reach(&mut self, _nb: &mut Netback, hv: &mut HvClient, p: &TxPacket, k: usize) -> Reach {
         self.out.start(k);
-        for s in p.slots() {
-            let m = match hv.map_grant(nb.guest, s.gref, false) {
-                Ok(m) => m,
-                Err(e) => return Err(hv_reason(&e)),
+        for (i, s) in p.slots().iter().enumerate() {
+            let m = match self
+                .slot_map
+                .get(p.first_op + i)
+                .and_then(|&j| self.maps.get(j))
+            {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => return Err(hv_reason(e)),
+                None => return Err("copy_missing"),
             };
-            nb.counters.grant("map", 1);
-            let r = m.read(usize::from(s.offset), self.out.grow(k, usize::from(s.len)));
-            let _ = hv.unmap_grant(m);
-            nb.counters.grant("unmap", 1);
-            if r.is_err() {
+            let dst = self.out.grow(k, usize::from(s.len));
+            if hv
+                .read_mapped(m.handle, usize::from(s.offset), dst)
+                .is_err()
+            {
                 return Err("crosses_page");
             }
         }
@@ -384,6 +437,19 @@ impl TxGrants for MapTx {
 
     fn copied(&self) -> Option<&CopiedOut> {
         Some(&self.out)
+    }
+
+    /// One unmap batch for every page the batch mapped.
+    fn finish(&mut self, nb: &mut Netback, hv: &mut HvClient) -> Result<()> {
+        if self.handles.is_empty() {
+            return Ok(());
+        }
+        let statuses = hv.unmap_batch(&self.handles)?;
+        self.handles.clear();
+        let done = statuses.iter().filter(|s| **s == 0).count();
+        nb.counters.grant("unmap", done as u64);
+        nb.counters.grant("unmap_batch", 1);
+        Ok(())
     }
 }
 

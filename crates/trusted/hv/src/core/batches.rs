@@ -1,7 +1,8 @@
-//! A domain's batch doorbell thread: grant copies, holds and releases
-//! submitted on the shared batch page (see [`crate::batch`]), one batch at
+//! A domain's batch doorbell thread: grant copies, holds, releases, maps
+//! and unmaps submitted on the shared batch page (see [`crate::batch`]), one batch at
 //! a time under hv's lock.
 
+use super::grant_ops::{map_batch, unmap_batch};
 use super::state::State;
 use super::Hypervisor;
 use crate::batch;
@@ -45,7 +46,7 @@ impl Hypervisor {
                 Err((seq, _msg)) => {
                     // Counted, not logged: a guest could otherwise flood the log.
                     self.count_error(domid, ErrorKind::Invalid);
-                    batch::complete(page, seq, -libc::EINVAL, &[]);
+                    batch::complete(page, seq, BatchKind::Copy, -libc::EINVAL, &[]);
                 }
                 Ok(mut sub) => {
                     let (statuses, errors) = {
@@ -54,11 +55,14 @@ impl Hypervisor {
                         if !st.doms.0.contains_key(&domid) {
                             return; // destroyed meanwhile: run nothing on its behalf
                         }
-                        let n = (sub.ops.len() / abi::grant::GrantCopy::SIZE) as u64;
+                        let n = (sub.ops.len() / sub.kind.op_size()) as u64;
                         ops = n;
                         let t1 = trace::now();
                         let (r, what) = run_batch(st, domid, sub.kind, &mut sub.ops);
-                        tr.record(HvEvent::GrantCopy, t1, n);
+                        if !matches!(sub.kind, BatchKind::Map | BatchKind::Unmap) {
+                            // A map or unmap traces each of its ops itself.
+                            tr.record(HvEvent::GrantCopy, t1, n);
+                        }
                         st.counters.op("batch");
                         st.counters.ops_n(what, n);
                         if let Some(d) = st.doms.0.get_mut(&domid) {
@@ -70,10 +74,12 @@ impl Hypervisor {
                     for e in &errors {
                         self.count_error(domid, e.kind);
                     }
-                    if sub.kind == BatchKind::Hold {
-                        batch::publish_held_frames(page, &sub.ops);
+                    match sub.kind {
+                        BatchKind::Hold => batch::publish_held_frames(page, &sub.ops),
+                        BatchKind::Map => batch::publish_ops(page, &sub.ops),
+                        _ => {}
                     }
-                    batch::complete(page, sub.seq, 0, &statuses);
+                    batch::complete(page, sub.seq, sub.kind, 0, &statuses);
                 }
             }
             let _ = done.ring();
@@ -90,11 +96,16 @@ fn run_batch(
     kind: BatchKind,
     ops: &mut [u8],
 ) -> ((Vec<i16>, Vec<HvError>), &'static str) {
-    if kind == BatchKind::Copy {
-        return (
-            grant::copy_batch(&mut st.pins, &st.doms, domid, ops),
-            "grant_copy",
-        );
+    match kind {
+        BatchKind::Copy => {
+            return (
+                grant::copy_batch(&mut st.pins, &st.doms, domid, ops),
+                "grant_copy",
+            )
+        }
+        BatchKind::Map => return (map_batch(st, domid, ops), "grant_map"),
+        BatchKind::Unmap => return (unmap_batch(st, domid, ops), "grant_unmap"),
+        BatchKind::Hold | BatchKind::Release => {}
     }
     let Some(d) = st.doms.0.get_mut(&domid) else {
         return ((Vec::new(), Vec::new()), "grant_hold");

@@ -11,6 +11,8 @@ use crate::grant;
 use crate::ngm::{NgmTable, NGM_ENTRIES};
 use crate::proto::{DomId, Reply};
 use crate::trace::{self, HvEvent};
+use abi::grant::{GrantMap, GrantMapView, GrantUnmap, GrantUnmapView, MapFlags};
+use abi::Pfn;
 
 /// Most grant copies one control-socket call may carry (the batch page holds
 /// fewer), so no single call holds hv's lock for long.
@@ -57,17 +59,48 @@ pub(super) fn grant_map(
     gref: u32,
     writable: bool,
 ) -> HvResult<Outcome> {
+    let need_fd = !domain(st, caller)?.fds_given.contains(&(granter, writable));
+    let (handle, frame) = map_one(st, caller, granter, gref, writable)?;
+    let fds = if need_fd {
+        let gm = domain(st, granter)?.mem.clone();
+        match gm.pool_fd_for_peer(writable) {
+            Ok(fd) => vec![fd],
+            Err(e) => {
+                unmap_one(st, caller, handle)?;
+                return Err(e);
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    if need_fd {
+        domain(st, caller)?.fds_given.insert((granter, writable));
+    }
+    Ok((
+        Ok(Reply::Mapped {
+            handle,
+            frame: frame.raw(),
+            writable,
+            fd_attached: need_fd,
+        }),
+        fds,
+    ))
+}
+
+/// One map, as `GrantMap` and each op of a map batch do it: validates and
+/// pins `granter`'s grant `gref` for the caller and records the mapping
+/// under a fresh handle; returns the handle and the frame.
+fn map_one(
+    st: &mut State,
+    caller: DomId,
+    granter: DomId,
+    gref: u32,
+    writable: bool,
+) -> HvResult<(u32, Pfn)> {
     if granter == caller {
         return err(ErrorKind::BadDomain, "a domain cannot map its own grant");
     }
-    let (already, need_fd) = {
-        let d = domain(st, caller)?;
-        (
-            d.mapped.contains(&(granter, gref)),
-            !d.fds_given.contains(&(granter, writable)),
-        )
-    };
-    if already {
+    if domain(st, caller)?.mapped.contains(&(granter, gref)) {
         return err(
             ErrorKind::DoubleMap,
             format!("grant {gref} of domain {granter} is already mapped"),
@@ -78,11 +111,6 @@ pub(super) fn grant_map(
     let frame = grant::acquire(&mut st.pins, &gm, granter, caller, gref, writable);
     record(st, caller, HvEvent::GrantMap, t0, 1);
     let frame = frame?;
-    let fds = if need_fd {
-        vec![gm.pool_fd_for_peer(writable)?]
-    } else {
-        Vec::new()
-    };
     let d = domain(st, caller)?;
     let mut handle = d.next_handle;
     while handle == 0 || d.maps.contains_key(&handle) {
@@ -98,23 +126,18 @@ pub(super) fn grant_map(
         },
     );
     d.mapped.insert((granter, gref));
-    if need_fd {
-        d.fds_given.insert((granter, writable));
-    }
-    let fd_attached = need_fd;
-    Ok((
-        Ok(Reply::Mapped {
-            handle,
-            frame: frame.raw(),
-            writable,
-            fd_attached,
-        }),
-        fds,
-    ))
+    Ok((handle, frame))
 }
 
 /// `GrantUnmap`: forgets the caller's mapping `handle` and unpins its frame.
 pub(super) fn grant_unmap(st: &mut State, caller: DomId, handle: u32) -> HvResult<Outcome> {
+    unmap_one(st, caller, handle)?;
+    Ok(ok(Reply::Done))
+}
+
+/// One unmap, as `GrantUnmap` and each op of an unmap batch do it: only a
+/// handle the caller itself holds is released.
+fn unmap_one(st: &mut State, caller: DomId, handle: u32) -> HvResult<()> {
     let d = domain(st, caller)?;
     let Some(m) = d.maps.remove(&handle) else {
         return err(
@@ -126,7 +149,82 @@ pub(super) fn grant_unmap(st: &mut State, caller: DomId, handle: u32) -> HvResul
     let t0 = trace::now();
     st.unpin(&m);
     record(st, caller, HvEvent::GrantUnmap, t0, 1);
-    Ok(ok(Reply::Done))
+    Ok(())
+}
+
+/// A batch of `gnttab_map_grant_ref` records (GNTTABOP_map_grant_ref over
+/// a ring batch, as Linux netback issues it; Menon 2006 §2 for the Xen 2.0
+/// map path): each op validated and mapped as `GrantMap` does, its status,
+/// handle and `dev_bus_addr` (the frame's byte offset in the granter's
+/// pool, where the pool descriptor maps it) written back. A refused op's
+/// `handle` carries hv's error kind ([`ErrorKind::code`]). No descriptor
+/// travels on the batch page: the caller maps with the one `GrantMap`
+/// passed it for that granter and access.
+pub(super) fn map_batch(st: &mut State, caller: DomId, raw: &mut [u8]) -> (Vec<i16>, Vec<HvError>) {
+    run_ops(raw, GrantMap::SIZE, |chunk| {
+        let r = map_op(st, caller, chunk);
+        let (handle, addr) = match &r {
+            Ok((handle, frame)) => (*handle, frame.file_offset()),
+            Err(e) => (e.kind.code(), 0),
+        };
+        if let Ok(mut v) = GrantMapView::new_checked(&mut *chunk) {
+            v.set_handle(handle);
+            v.set_dev_bus_addr(addr);
+        }
+        r.map(|_| ())
+    })
+}
+
+/// One op of a map batch: its record checked, then mapped as `GrantMap` does.
+fn map_op(st: &mut State, caller: DomId, chunk: &[u8]) -> HvResult<(u32, Pfn)> {
+    let op = GrantMapView::new_checked(chunk)
+        .and_then(|v| GrantMap::parse(&v))
+        .map_err(|e| HvError::new(ErrorKind::Invalid, format!("malformed map op: {e}")))?;
+    let unsupported = MapFlags::DEVICE_MAP | MapFlags::CONTAINS_PTE;
+    if !op.flags.contains(MapFlags::HOST_MAP) || op.flags.bits() & unsupported.bits() != 0 {
+        return err(
+            ErrorKind::Invalid,
+            "a map op asks GNTMAP_host_map, without device or PTE maps",
+        );
+    }
+    let writable = !op.flags.contains(MapFlags::READONLY);
+    map_one(st, caller, op.dom, op.gref, writable)
+}
+
+/// A batch of `gnttab_unmap_grant_ref` records: each releases one handle
+/// as `GrantUnmap` does.
+pub(super) fn unmap_batch(
+    st: &mut State,
+    caller: DomId,
+    raw: &mut [u8],
+) -> (Vec<i16>, Vec<HvError>) {
+    run_ops(raw, GrantUnmap::SIZE, |chunk| {
+        let v = GrantUnmapView::new_checked(&*chunk)
+            .map_err(|e| HvError::new(ErrorKind::Invalid, format!("malformed unmap op: {e}")))?;
+        unmap_one(st, caller, v.handle())
+    })
+}
+
+/// Runs `one` on each `size`-byte record of `raw`; returns each record's
+/// GNTST_* status and each refusal's error.
+fn run_ops(
+    raw: &mut [u8],
+    size: usize,
+    mut one: impl FnMut(&mut [u8]) -> HvResult<()>,
+) -> (Vec<i16>, Vec<HvError>) {
+    let mut statuses = Vec::with_capacity(raw.len() / size);
+    let mut errors = Vec::new();
+    for chunk in raw.chunks_exact_mut(size) {
+        statuses.push(match one(chunk) {
+            Ok(()) => 0,
+            Err(e) => {
+                let s = e.kind.gntst();
+                errors.push(e);
+                s
+            }
+        });
+    }
+    (statuses, errors)
 }
 
 /// `GrantTransfer`: gives the caller's `frame` to `dest` through its
