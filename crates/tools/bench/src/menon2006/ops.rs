@@ -7,10 +7,11 @@ use super::{Case, M6Config, Menon2006Report};
 use std::fmt::Write as _;
 
 /// The counts the table shows, in order.
-const COLUMNS: [&str; 10] = [
+const COLUMNS: [&str; 11] = [
     "packets from the guest",
     "packets to the guest",
-    "hypercalls, driver domain",
+    "hv operations, driver domain",
+    "hv batches, driver domain",
     "grant maps",
     "grant unmaps",
     "grant copies",
