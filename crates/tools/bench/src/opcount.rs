@@ -1,10 +1,11 @@
 //! Operations per wire frame, exact, from counters: what the papers count
 //! when they explain a cost (Menon 2006 §3–§5: hypercalls, grant maps and
 //! unmaps, page flips, copies, notifications, pages zeroed). hv counts
-//! every request of each domain by name; netback counts its grant
-//! operations, ring batches and notifications per vif; each port counts
-//! the pages it gave back to be zeroed. `splitnet status --json` before and after a
-//! flow gives the deltas, divided by the flow's frames on the wire.
+//! every operation it does for each domain by name, and each batch once
+//! more; netback counts its grant operations, ring batches and
+//! notifications per vif; each port counts the pages it gave back to be
+//! zeroed. `splitnet status --json` before and after a flow gives the
+//! deltas, divided by the flow's frames on the wire.
 
 use crate::harness::RunOptions;
 use anyhow::{Context, Result};
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 /// The counters that matter, by the name the tables print.
 pub type Counts = BTreeMap<String, f64>;
 
-/// Reads the counts of `guest`'s first vif and of every domain's requests
-/// to hv from a running splitnet.
+/// Reads the counts of `guest`'s first vif and of hv's operations for the
+/// domains from a running splitnet.
 pub fn snapshot(opts: &RunOptions, guest: &str) -> Result<Counts> {
     let json = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])?;
     let doc: Value = serde_json::from_str(&json).context("reading `splitnet status --json`")?;
