@@ -555,17 +555,23 @@ fn measure_cases(
     out: &mut Vec<M6Record>,
 ) -> Result<()> {
     mtu_frames(env).with_context(|| format!("setting up {}'s RX sender", cfg.name()))?;
+    let settled = || opcount::settled(&ctx.base, GUEST, Duration::from_secs(5));
+    // One settled reading between two flows serves as the first's end and
+    // the next's start: nothing runs between them.
+    let mut ops0 = cfg.topology().is_some().then(settled).transpose()?;
     for &case in cfg.cases() {
         let flow = env.flows.get(case.flow()).context("the case's flow")?;
         let (sender, receiver) = flow.sender_and_receiver();
         let csum0 = nstat_sum(receiver, &CSUM_COUNTERS)?;
         let reorder0 = nstat_sum(sender, &REORDER_COUNTERS)?;
-        let split = cfg.topology().is_some();
-        let settled = || opcount::settled(&ctx.base, GUEST, Duration::from_secs(5));
-        let ops0 = split.then(settled).transpose()?;
         let m = measure(ctx, env, cfg, case)?;
-        let ops_per_frame = match ops0 {
-            Some(a) => opcount::per_frame(&a, &settled()?, m.flow.packets),
+        let ops_per_frame = match ops0.take() {
+            Some(a) => {
+                let b = settled()?;
+                let per = opcount::per_frame(&a, &b, m.flow.packets);
+                ops0 = Some(b);
+                per
+            }
             None => BTreeMap::new(),
         };
         let csum_errors = nstat_sum(receiver, &CSUM_COUNTERS)?.saturating_sub(csum0);
