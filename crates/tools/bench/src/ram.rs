@@ -984,21 +984,16 @@ impl RamReport {
 }
 
 /// The thesis's cycles per packet for a configuration and case, where it
-/// gives them (chapters 2-6: RX and TX, 10 GbE, its own native Linux).
+/// gives them: its numbers as the seeds catalog holds them ("Orig RX
+/// cycles"), the one place they are written.
 fn thesis_cycles(c: RamConfig, k: Case) -> Option<f64> {
-    use RamConfig::*;
-    Some(match (c, k) {
-        (Native, Case::Rx) => 2927.0,
-        (Native, Case::Tx) => 441.0,
-        (Orig, Case::Rx) => 13165.0,
-        (Orig, Case::Tx) => 2061.0,
-        (Mq, Case::Rx) => 7448.0,
-        (Ngm, Case::Rx) => 13165.0 * 0.81,
-        (Ngm, Case::Tx) => 2061.0 * 0.53,
-        (MqNgm, Case::Rx) => 6425.0,
-        (All, Case::Rx) => 4739.0,
-        _ => return None,
-    })
+    let label = format!("{} {} cycles", c.name(), figures::case_label(k));
+    crate::seeds::catalog()
+        .iter()
+        .filter(|e| e.seed == crate::seeds::Seed::Ram)
+        .flat_map(|e| e.paper)
+        .find(|p| p.0 == label)
+        .map(|p| p.1)
 }
 
 /// The thesis's total for each row as a marker, scaled to this machine by

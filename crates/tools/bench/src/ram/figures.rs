@@ -29,7 +29,7 @@ const GRANT: [&str; 2] = ["grant", "hypervisor"];
 /// The roles the thesis splits cycles into, with its names.
 const ROLES: [(&str, &str); 2] = [("driver", "driver domain"), ("guest", "guest")];
 
-fn case_label(k: Case) -> &'static str {
+pub(super) fn case_label(k: Case) -> &'static str {
     match k {
         Case::Rx => "RX",
         Case::RxGso => "RX GSO",
