@@ -52,6 +52,7 @@ fn veth(a: &str, b: &str) -> Veth {
         let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{n}/disable_ipv6"), "1");
         ip(&["link", "set", n, "up"]);
     }
+    testutil::wait_links_up(&[a, b]);
     v
 }
 

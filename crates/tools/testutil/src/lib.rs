@@ -1,16 +1,19 @@
-//! Helpers shared by splitnet's tests: waiting on a fact, and the lock and
-//! root check of tests that change the host. Only ever a dev-dependency: nothing
-//! here is part of a production crate's API, and it depends on no crate of
-//! the workspace (so `sys` can use it in its own unit tests).
+//! Helpers shared by splitnet's tests: waiting on a fact (a new link's
+//! readiness among them), and the lock and root check of tests that change
+//! the host. Only ever a dev-dependency: nothing here is part of a
+//! production crate's API, and it depends on no crate of the workspace (so
+//! `sys` can use it in its own unit tests).
 #![forbid(unsafe_code)]
 
 mod host;
+mod link;
 mod tree;
 mod wait;
 
 pub use tree::normal_tree;
 
 pub use host::{host_lock, lock_path, HostLock};
+pub use link::wait_links_up;
 pub use wait::{poll_until, wait_until, Fact};
 
 use std::io::Write;

@@ -906,6 +906,7 @@ pub(crate) mod testutil {
         let guard = Link(a.to_owned());
         ip(&["link", "set", a, "up"]);
         ip(&["link", "set", b, "up"]);
+        ::testutil::wait_links_up(&[a, b]);
         guard
     }
 
