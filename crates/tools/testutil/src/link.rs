@@ -15,13 +15,15 @@ use std::time::Duration;
 pub fn wait_links_up(names: &[&str]) {
     for n in names {
         let path = format!("/sys/class/net/{n}/operstate");
-        wait_until(&format!("{n} up"), Duration::from_secs(10), || {
-            match std::fs::read_to_string(&path) {
+        wait_until(
+            &format!("{n} up"),
+            Duration::from_secs(10),
+            || match std::fs::read_to_string(&path) {
                 Ok(s) if s.trim() == "up" => Ok(()),
                 Ok(s) => Err(format!("operstate {}", s.trim())),
                 Err(e) => Err(format!("{path}: {e}")),
-            }
-        });
+            },
+        );
         let st = Command::new("ip")
             .args(["link", "set", n, "up"])
             .status()
