@@ -376,7 +376,8 @@ impl harness::Suite for VifOptionsSuite {
     }
 
     fn run(&self, a: &Args) -> Result<Output> {
-        let opts = VifOptionsOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        let mut opts = VifOptionsOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        a.seconds_into(&mut opts.common, 1);
         let r = run(&opts)?;
         Output::of(&r, r.table(), r.svg())
     }

@@ -915,9 +915,12 @@ struct BenchArgs {
     /// Independent runs, each from a fresh start (default 3, or 1 with --quick).
     #[arg(long)]
     runs: Option<usize>,
-    /// baseline, ram, multihost: seconds per iperf3 flow (default 5, or 2 with --quick);
-    /// hosted: at least 3 (default 5, or 3 with --quick); scale: seconds
-    /// of guest1's sockperf and iperf3 flows (default 5, or 2 with --quick).
+    /// baseline, ram, menon2005, menon2006, multihost: seconds per iperf3
+    /// flow (default 5, or 2 with --quick); vif-options: likewise (default
+    /// 8, or 3 with --quick); virtio: at least 2 (default 5, or 3 with
+    /// --quick); hosted: at least 3 (default 5, or 3 with --quick); scale:
+    /// seconds of guest1's sockperf and iperf3 flows (default 5, or 2 with
+    /// --quick).
     #[arg(long)]
     seconds: Option<u32>,
     /// baseline: only these configurations (comma-separated, for example

@@ -94,6 +94,8 @@ fn bench_vif_options_reports_each_rate_against_its_target() {
         "bench",
         "vif-options",
         "--quick",
+        "--seconds",
+        "1",
         "--runs",
         "1",
         "--json",
