@@ -80,7 +80,7 @@ fn hvm_guest_pic_in_hv_event_driven_carries_real_applications() {
         "hvm_pic = \"hv\"\nhvm_rx = \"event\"",
         "PIC in hv, event",
         3,
-        64,
+        16,
     );
     assert_eq!(h["pic"], "hv");
     assert!(h["exit_reasons"]["io_pic_hv"]["count"].as_u64().unwrap() > 0);
@@ -94,7 +94,7 @@ fn hvm_guest_pic_in_dm_event_driven_carries_real_applications() {
     let Some(env) = Env::new("hvm-dm-event") else {
         return;
     };
-    let h = everything(&env, "hvm_pic = \"dm\"", "PIC in the DM, event", 3, 64);
+    let h = everything(&env, "hvm_pic = \"dm\"", "PIC in the DM, event", 3, 16);
     assert_eq!(h["pic"], "dm");
     assert!(h["exit_reasons"]["io_pic_dm"]["count"].as_u64().unwrap() > 0);
     assert!(h["exit_reasons"]["io_pic_hv"].is_null(), "{h}");
