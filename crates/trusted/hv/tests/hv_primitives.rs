@@ -312,6 +312,67 @@ fn transfer_moves_the_page_and_zeroes_the_source() {
     );
 }
 
+/// A batch of flips moves each page whose grant accepts it, and refuses
+/// the rest op by op: a used grant, a frame beyond the domain's memory
+/// (also one whose number needs more than 32 bits), another domain's offer.
+#[test]
+fn transfer_batches_flip_op_by_op() {
+    use abi::grant::{GrantTransfer, GrantTransferView, GNTST_BAD_GNTREF};
+    use hv::batch::{BatchKind, KIND_OFF, OPS_OFF, RESULT_OFF};
+    use hypercall::Flip;
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    w.drv.pool().fill(8 * PAGE, PAGE, 0x31);
+    w.drv.pool().fill(9 * PAGE, PAGE, 0x32);
+    let a = w.g1.grants().accept_transfer(drv, 20).unwrap();
+    let b = w.g1.grants().accept_transfer(drv, 21).unwrap();
+    let c = w.g1.grants().accept_transfer(drv, 22).unwrap();
+    let flips = [
+        Flip { frame: 8, gref: a },
+        Flip { frame: 9, gref: b },
+        Flip { frame: 10, gref: a },
+        Flip {
+            frame: u32::MAX,
+            gref: c,
+        },
+    ];
+    let mut st = Vec::new();
+    w.drv.transfer_batch(g1, &flips, &mut st).unwrap();
+    assert_eq!(st[..3], [0, 0, GNTST_BAD_GNTREF], "{st:?}");
+    assert_ne!(st[3], 0, "a frame outside the pool: {st:?}");
+    let mut got = [0u8; 16];
+    for (frame, byte) in [(20, 0x31), (21, 0x32)] {
+        w.g1.pool().read_bytes(frame * PAGE + 100, &mut got);
+        assert_eq!(got, [byte; 16], "frame {frame}");
+    }
+    assert!(!w.g1.grants().transfer_completed(c), "refused: untouched");
+    // A record whose frame number does not fit 32 bits, written raw.
+    let page = w.drv.batch_page();
+    let mut rec = [0u8; GrantTransfer::SIZE];
+    let mut v = GrantTransferView::new_checked(&mut rec[..]).unwrap();
+    v.set_mfn(1 << 40 | 9);
+    v.set_domid(g1);
+    v.set_gref(c);
+    page.write_bytes(OPS_OFF, &rec);
+    page.write_u32(KIND_OFF, BatchKind::Transfer as u32);
+    w.drv.submit_raw_batch(1).unwrap();
+    let page = w.drv.batch_page();
+    page.write_u32(KIND_OFF, BatchKind::Copy as u32);
+    assert_eq!(page.read_u32(RESULT_OFF), 0);
+    page.read_bytes(OPS_OFF, &mut rec);
+    let status = GrantTransferView::new_checked(&rec[..]).unwrap().status();
+    assert_ne!(status, 0, "a 40-bit frame number is refused");
+    assert!(!w.g1.grants().transfer_completed(c));
+    // Only the driver domain's own offer is taken.
+    assert_eq!(
+        w.g2.transfer_batch(g1, &[Flip { frame: 0, gref: c }], &mut st)
+            .map(|()| st.clone())
+            .unwrap(),
+        [abi::grant::GNTST_PERMISSION_DENIED]
+    );
+    healthy(&mut w);
+}
+
 #[test]
 fn event_channels_notify_mask_and_close() {
     let mut w = world();

@@ -1,12 +1,14 @@
 //! The shared-memory hypercall path for frequent operations (grant-copy,
-//! map and unmap batches): the domain fills a page with `gnttab_copy`,
-//! `gnttab_map_grant_ref` or `gnttab_unmap_grant_ref` records and rings a
+//! map, unmap and transfer batches): the domain fills a page with
+//! `gnttab_copy`, `gnttab_map_grant_ref`, `gnttab_unmap_grant_ref` or
+//! `gnttab_transfer` records and rings a
 //! doorbell; hv validates and runs them and rings back. No message encoding,
 //! no socket; the Menon 2006 §4 point that per-packet hypervisor entry costs
 //! must be amortized over batches, as Linux netback batches its
-//! GNTTABOP_map_grant_ref calls over a ring batch.
+//! GNTTABOP_map_grant_ref calls over a ring batch, and Xen 2.0's netback
+//! its page flips (one multicall per receive batch).
 
-use abi::grant::{layout, GrantCopy, GrantMap, GrantUnmap};
+use abi::grant::{layout, GrantCopy, GrantMap, GrantTransfer, GrantUnmap};
 use abi::SharedMemory;
 use sys::PAGE_SIZE;
 
@@ -31,7 +33,8 @@ pub const HELD_FRAME_IN_OP: usize = 4;
 /// I/O-channel optimization's holds under hv-copy (each a copy of a
 /// header part whose source grant stays pinned) and their releases, or
 /// grant maps and unmaps (GNTTABOP_map_grant_ref / unmap_grant_ref, the
-/// Xen 2.0 transmit path, Menon 2006 §2).
+/// Xen 2.0 transmit path, Menon 2006 §2), or page flips (GNTTABOP_transfer,
+/// its receive path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchKind {
     Copy = 0,
@@ -39,6 +42,7 @@ pub enum BatchKind {
     Release = 2,
     Map = 3,
     Unmap = 4,
+    Transfer = 5,
 }
 
 impl BatchKind {
@@ -50,6 +54,7 @@ impl BatchKind {
             2 => Some(BatchKind::Release),
             3 => Some(BatchKind::Map),
             4 => Some(BatchKind::Unmap),
+            5 => Some(BatchKind::Transfer),
             _ => None,
         }
     }
@@ -60,6 +65,7 @@ impl BatchKind {
             BatchKind::Copy | BatchKind::Hold | BatchKind::Release => GrantCopy::SIZE,
             BatchKind::Map => GrantMap::SIZE,
             BatchKind::Unmap => GrantUnmap::SIZE,
+            BatchKind::Transfer => GrantTransfer::SIZE,
         }
     }
 
@@ -69,6 +75,7 @@ impl BatchKind {
             BatchKind::Copy | BatchKind::Hold | BatchKind::Release => STATUS_IN_OP,
             BatchKind::Map => layout::gnttab_map_grant_ref::STATUS,
             BatchKind::Unmap => layout::gnttab_unmap_grant_ref::STATUS,
+            BatchKind::Transfer => layout::gnttab_transfer::STATUS,
         }
     }
 

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use sys::{Doorbell, Mapping, SeqPacket, PAGE_SIZE};
 
 mod grant_maps;
+mod transfers;
 pub use grant_maps::{BatchMapped, WINDOW_SLOTS};
+pub use transfers::Flip;
 
 fn io<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
     r.map_err(|e| HvError::internal(what, e))

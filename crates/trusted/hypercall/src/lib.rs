@@ -32,6 +32,6 @@ pub mod proto;
 pub mod status;
 pub mod trace;
 
-pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};
+pub use client::{EventChannel, Flip, GrantTable, HvClient, MappedGrant, Toolstack};
 pub use error::{ErrorKind, HvError, HvResult};
 pub use proto::{DomId, Port};

@@ -253,6 +253,9 @@ pub struct Netback {
     /// A copy batch's ops and responses under `hv-copy` (reused).
     rx_ops: Vec<abi::grant::GrantCopy>,
     rx_resps: Vec<rx::CopyResp>,
+    /// A flip batch's pages and statuses under Xen 2.0's page flipping (reused).
+    rx_flips: Vec<hypercall::Flip>,
+    rx_statuses: Vec<i16>,
     pub counters: VifCounters,
     connected: bool,
     /// Ring batches go to the driver domain's trace area.
@@ -543,6 +546,8 @@ impl Netback {
             rx_slab: slab::FrameSlab::new(RX_QUEUE, RX_SLAB_BYTES),
             rx_ops: Vec::with_capacity(SLOT_BUDGET),
             rx_resps: Vec::with_capacity(2 * SLOT_BUDGET),
+            rx_flips: Vec::with_capacity(RING as usize),
+            rx_statuses: Vec::with_capacity(RING as usize),
             counters: VifCounters::default(),
             connected: true,
             tracer: hv.tracer(),

@@ -8,9 +8,7 @@
 //! baseline each page is flipped.
 
 use super::slab::FrameSlab;
-use super::{
-    grant_reason, hv_reason, proto, Netback, NetbackError, Result, RING, RX_HALF, SLOT_BUDGET,
-};
+use super::{grant_reason, proto, Netback, NetbackError, Result, RING, RX_HALF, SLOT_BUDGET};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::{ExtraInfo, NetifStatus, RxFlags, RxRequest, RxResponse};
 use abi::{Pfn, SharedMemory};
@@ -19,7 +17,7 @@ use frame::offload::{self, Offloads};
 use frame::packet::{Csum, FrameRef, Gso, GsoKind};
 use hypercall::ngm_client::NgmView;
 use hypercall::trace::{self, DomainEvent};
-use hypercall::{DomId, HvClient};
+use hypercall::{DomId, Flip, HvClient};
 use sys::PAGE_SIZE;
 
 /// Where the buffer of RX request `req` starts in its page: 0, or with
@@ -573,12 +571,35 @@ impl Netback {
     }
 
     fn flip_from(&mut self, slab: &mut FrameSlab, hv: &mut HvClient) -> Result<()> {
+        let mut flips = std::mem::take(&mut self.rx_flips);
+        let mut resps = std::mem::take(&mut self.rx_resps);
+        flips.clear();
+        resps.clear();
+        let most = (RING as usize).min(hv.max_transfers());
+        let r = self
+            .stage_flips(slab, &mut flips, &mut resps, most)
+            .and_then(|()| self.flip_and_answer(hv, &flips, &resps));
+        self.rx_flips = flips;
+        self.rx_resps = resps;
+        r
+    }
+
+    /// Puts each queued packet, while the guest has posted buffers (at
+    /// most `most`), alone on a staging page of its own, zero-padded: the
+    /// whole page leaves the driver domain, so nothing but this packet may
+    /// be on it (Menon 2006 §4.2). Notes the flip and the response it earns.
+    fn stage_flips(
+        &mut self,
+        slab: &mut FrameSlab,
+        flips: &mut Vec<Flip>,
+        resps: &mut Vec<CopyResp>,
+        most: usize,
+    ) -> Result<()> {
         let Some(rx) = self.rx.as_mut() else {
             return Ok(());
         };
         let mut avail = rx.unconsumed_requests()?;
-        let mut n = 0u32;
-        while avail > 0 && n < RING {
+        while avail > 0 && flips.len() < most {
             let Some(pkt) = slab.front() else {
                 break;
             };
@@ -597,11 +618,8 @@ impl Netback {
             let Some(rx) = self.rx.as_mut() else { break };
             let Some(req) = rx.next_request()? else { break };
             avail -= 1;
-            let frame = self.rx_base + (n % RING);
-            n += 1;
-            // The whole page leaves the driver domain: nothing but this packet
-            // (zero padding) may be on it (Menon 2006 §4.2).
             // Its own staging frame, inside its pool by construction.
+            let frame = self.rx_base + flips.len() as u32;
             let (base, len) = (Pfn::new(frame).base(), pkt.data.len());
             self.pool.write_bytes(base, pkt.data);
             slab.pop_front();
@@ -611,25 +629,48 @@ impl Netback {
             } else {
                 RxFlags::EMPTY
             };
-            self.counters.grant("transfer", 1);
-            let rsp = match hv.transfer(frame, self.guest, req.gref) {
-                Ok(_) => {
-                    self.count_rx(len);
-                    RxResponse::data(req.id, 0, flags, len as u16)?
-                }
-                Err(e) => {
-                    self.refuse(hv_reason(&e));
-                    RxResponse::failed(req.id, NetifStatus::Error)
-                }
-            };
-            if let Some(rx) = self.rx.as_mut() {
-                rx.push_response(&rsp)?;
-            }
-        }
-        if n > 0 {
-            self.counters.batches += 1;
+            resps.push(CopyResp::Data {
+                id: req.id,
+                op: flips.len(),
+                off: 0,
+                len: len as u16,
+                flags,
+            });
+            flips.push(Flip {
+                frame,
+                gref: req.gref,
+            });
         }
         Ok(())
+    }
+
+    /// Flips a staged batch's pages to the guest with one transfer
+    /// hypercall, then answers each request with its flip's status.
+    fn flip_and_answer(
+        &mut self,
+        hv: &mut HvClient,
+        flips: &[Flip],
+        resps: &[CopyResp],
+    ) -> Result<()> {
+        if flips.is_empty() {
+            return Ok(());
+        }
+        self.counters.batches += 1;
+        self.counters.grant("transfer", flips.len() as u64);
+        let mut statuses = std::mem::take(&mut self.rx_statuses);
+        let r = hv.transfer_batch(self.guest, flips, &mut statuses);
+        let r = r.map_err(Into::into).and_then(|()| {
+            for r in resps {
+                if let CopyResp::Data { op, len, .. } = *r {
+                    if statuses.get(op) == Some(&0) {
+                        self.count_rx(usize::from(len));
+                    }
+                }
+            }
+            self.answer_rx_copies(resps, &statuses)
+        });
+        self.rx_statuses = statuses;
+        r
     }
 
     /// Counts a frame delivered to the guest.

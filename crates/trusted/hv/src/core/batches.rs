@@ -1,8 +1,8 @@
-//! A domain's batch doorbell thread: grant copies, holds, releases, maps
-//! and unmaps submitted on the shared batch page (see [`crate::batch`]), one batch at
+//! A domain's batch doorbell thread: grant copies, holds, releases, maps,
+//! unmaps and transfers submitted on the shared batch page (see [`crate::batch`]), one batch at
 //! a time under hv's lock.
 
-use super::grant_ops::{map_batch, unmap_batch};
+use super::grant_ops::{map_batch, transfer_batch, unmap_batch};
 use super::state::State;
 use super::Hypervisor;
 use crate::batch;
@@ -59,8 +59,9 @@ impl Hypervisor {
                         ops = n;
                         let t1 = trace::now();
                         let (r, what) = run_batch(st, domid, sub.kind, &mut sub.ops);
-                        if !matches!(sub.kind, BatchKind::Map | BatchKind::Unmap) {
-                            // A map or unmap traces each of its ops itself.
+                        let traced = [BatchKind::Map, BatchKind::Unmap, BatchKind::Transfer];
+                        if !traced.contains(&sub.kind) {
+                            // A map, unmap or transfer traces each of its ops itself.
                             tr.record(HvEvent::GrantCopy, t1, n);
                         }
                         st.counters.op("batch");
@@ -105,6 +106,7 @@ fn run_batch(
         }
         BatchKind::Map => return (map_batch(st, domid, ops), "grant_map"),
         BatchKind::Unmap => return (unmap_batch(st, domid, ops), "grant_unmap"),
+        BatchKind::Transfer => return (transfer_batch(st, domid, ops), "grant_transfer"),
         BatchKind::Hold | BatchKind::Release => {}
     }
     let Some(d) = st.doms.0.get_mut(&domid) else {

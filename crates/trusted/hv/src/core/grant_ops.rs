@@ -11,7 +11,9 @@ use crate::grant;
 use crate::ngm::{NgmTable, NGM_ENTRIES};
 use crate::proto::{DomId, Reply};
 use crate::trace::{self, HvEvent};
-use abi::grant::{GrantMap, GrantMapView, GrantUnmap, GrantUnmapView, MapFlags};
+use abi::grant::{
+    GrantMap, GrantMapView, GrantTransfer, GrantTransferView, GrantUnmap, GrantUnmapView, MapFlags,
+};
 use abi::Pfn;
 
 /// Most grant copies one control-socket call may carry (the batch page holds
@@ -202,6 +204,32 @@ pub(super) fn unmap_batch(
         let v = GrantUnmapView::new_checked(&*chunk)
             .map_err(|e| HvError::new(ErrorKind::Invalid, format!("malformed unmap op: {e}")))?;
         unmap_one(st, caller, v.handle())
+    })
+}
+
+/// A batch of `gnttab_transfer` records (GNTTABOP_transfer over the batch
+/// page, as Xen 2.0's netback flips a receive batch's pages in one
+/// multicall, Menon 2006 §2): each gives one of the caller's frames to the
+/// domain the record names, as `GrantTransfer` does.
+pub(super) fn transfer_batch(
+    st: &mut State,
+    caller: DomId,
+    raw: &mut [u8],
+) -> (Vec<i16>, Vec<HvError>) {
+    run_ops(raw, GrantTransfer::SIZE, |chunk| {
+        let op = GrantTransferView::new_checked(&*chunk)
+            .and_then(|v| GrantTransfer::parse(&v))
+            .map_err(|e| HvError::new(ErrorKind::Invalid, format!("malformed transfer op: {e}")))?;
+        let Ok(frame) = u32::try_from(op.mfn) else {
+            return err(
+                ErrorKind::BadPage,
+                format!("frame {} is outside any domain's memory", op.mfn),
+            );
+        };
+        let t0 = trace::now();
+        let r = grant::transfer(&st.doms, caller, frame, op.domid, op.gref);
+        record(st, caller, HvEvent::GrantTransfer, t0, 1);
+        r.map(|_| ())
     })
 }
 

@@ -246,7 +246,7 @@ impl HvClient {
 
     /// Submits `n` ops of `kind` already in the page and checks hv took
     /// the batch as a whole.
-    fn kind_raw_batch(&mut self, kind: BatchKind, n: usize) -> HvResult<()> {
+    pub(super) fn kind_raw_batch(&mut self, kind: BatchKind, n: usize) -> HvResult<()> {
         self.batch.write_u32(batch::KIND_OFF, kind as u32);
         let r = self.submit_raw_batch(n as u32);
         self.batch
