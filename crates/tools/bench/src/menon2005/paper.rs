@@ -388,6 +388,7 @@ fn fig_nics(r: &Menon2005Report) -> Figure {
                 median: mbps(p.value.median),
                 min: mbps(p.value.min),
                 max: mbps(p.value.max),
+                runs: Vec::new(),
             }
         })
         .collect();

@@ -15,7 +15,11 @@
 //!
 //! A direction holds only beyond the run-to-run spread: the ranges compared
 //! must not overlap, each widened to at least ±[`FLOOR`] of its median so
-//! that a single run's point is not taken for certainty.
+//! that a single run's point is not taken for certainty. Where both numbers
+//! of a comparison carry their per-run values from the same runs, the
+//! comparison is taken within each run first (as every ratio to native
+//! is), and its range is that of the per-run quotients: noise that a run
+//! shares across its configurations cancels.
 
 use super::Status;
 use serde::{Deserialize, Serialize};
@@ -33,6 +37,10 @@ pub struct Measure {
     pub median: f64,
     pub min: f64,
     pub max: f64,
+    /// The value in each run, in run order, where the suite kept them
+    /// (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<f64>,
 }
 
 impl Measure {
@@ -43,6 +51,7 @@ impl Measure {
             median: v,
             min: v,
             max: v,
+            runs: Vec::new(),
         }
     }
 
@@ -53,7 +62,17 @@ impl Measure {
             median: s.median,
             min: s.min,
             max: s.max,
+            runs: Vec::new(),
         }
+    }
+
+    /// A number from its value in each run, in run order; None without runs.
+    pub fn of_runs(label: impl Into<String>, runs: Vec<f64>) -> Option<Measure> {
+        let s = crate::stats::Spread::of(&runs)?;
+        Some(Measure {
+            runs,
+            ..Measure::of(label, &s)
+        })
     }
 
     /// The range, widened to at least ±FLOOR of the median.
@@ -140,14 +159,22 @@ fn in_band(ours: f64, paper: f64) -> bool {
     paper != 0.0 && r >= BAND.0 && r <= BAND.1
 }
 
-/// `num ÷ den` as a measure: the median's ratio, the range's extremes.
+/// `num ÷ den` as a measure: within each run where both kept the same
+/// runs (the median and range of the per-run quotients), else the
+/// medians' ratio and the ranges' extremes.
 fn quotient(num: &Measure, den: &Measure) -> Option<Measure> {
+    let paired = num.runs.len() == den.runs.len() && num.runs.len() > 1;
+    if paired && den.runs.iter().all(|d| *d > 0.0) {
+        let q = num.runs.iter().zip(&den.runs).map(|(n, d)| n / d).collect();
+        return Measure::of_runs(String::new(), q);
+    }
     let (n, d) = (num.range(), den.range());
     (d.0 > 0.0).then(|| Measure {
         label: String::new(),
         median: num.median / den.median,
         min: n.0 / d.1,
         max: n.1 / d.0,
+        runs: Vec::new(),
     })
 }
 
@@ -183,11 +210,12 @@ fn order(hi: Option<&Measure>, lo: Option<&Measure>) -> (f64, Option<f64>, Holds
         return (1.0, None, Holds::Unmeasured);
     };
     let ours = (lo.median != 0.0).then(|| hi.median / lo.median);
-    let holds = if hi.range().0 > lo.range().1 {
-        Holds::Yes
-    } else {
-        Holds::No
+    // Within each run when both kept their runs: every run's quotient above 1.
+    let above = match quotient(hi, lo).filter(|q| !q.runs.is_empty()) {
+        Some(q) => q.range().0 > 1.0,
+        None => hi.range().0 > lo.range().1,
     };
+    let holds = if above { Holds::Yes } else { Holds::No };
     (1.0, ours, holds)
 }
 
@@ -276,6 +304,7 @@ mod tests {
 
     fn m(label: &str, median: f64, min: f64, max: f64) -> Measure {
         Measure {
+            runs: Vec::new(),
             label: label.into(),
             median,
             min,
@@ -297,6 +326,34 @@ mod tests {
         let near = [Measure::point("a", 1.01), Measure::point("b", 1.0)];
         assert_eq!(judge(&ORDER, &near).holds, Holds::No, "within the floor");
         assert_eq!(judge(&ORDER, &near[..1]).holds, Holds::Unmeasured);
+    }
+
+    /// Two configurations measured in the same runs compare run by run: a
+    /// machine slower in one run slows both, and that does not hide an
+    /// order every run shows; one run against it breaks it.
+    #[test]
+    fn measures_with_runs_compare_within_each_run() {
+        let runs = |l: &str, v: &[f64]| Measure::of_runs(l, v.to_vec()).unwrap();
+        let drifting = [runs("a", &[1.2, 1.6, 2.0]), runs("b", &[1.0, 1.3, 1.6])];
+        assert_eq!(judge(&ORDER, &drifting).holds, Holds::Yes);
+        let apart = [m("a", 1.6, 1.2, 2.0), m("b", 1.3, 1.0, 1.6)];
+        assert_eq!(judge(&ORDER, &apart).holds, Holds::No, "ranges overlap");
+        let one_against = [runs("a", &[1.2, 1.6, 1.5]), runs("b", &[1.0, 1.3, 1.6])];
+        assert_eq!(judge(&ORDER, &one_against).holds, Holds::No);
+        let ratio = Effect {
+            claim: "a is 1.25 b",
+            what: Claim::Ratio {
+                num: "a",
+                den: "b",
+                paper: 1.25,
+            },
+        };
+        let o = judge(&ratio, &drifting);
+        assert_eq!(o.holds, Holds::Yes);
+        assert!((o.ours.unwrap() - 1.2307).abs() < 1e-3, "{:?}", o.ours);
+        // Runs that do not pair (a different count) fall back to the ranges.
+        let unpaired = [runs("a", &[1.2, 1.6]), runs("b", &[1.0, 1.3, 1.6])];
+        assert_eq!(judge(&ORDER, &unpaired).holds, Holds::No);
     }
 
     #[test]
