@@ -42,13 +42,21 @@ pub(super) fn case_label(k: Case) -> &'static str {
     }
 }
 
-/// A measure from one value per run.
+/// A measure from one value per run; it keeps each run's value (so two
+/// configurations compare within each run) when every one of the report's
+/// `runs` gave one.
 fn per_run(
     label: String,
     rs: &[&RamRecord],
+    runs: usize,
     f: impl Fn(&RamRecord) -> Option<f64>,
 ) -> Option<Measure> {
-    let v: Vec<f64> = rs.iter().filter_map(|r| f(r)).collect();
+    let mut v: Vec<(usize, f64)> = rs.iter().filter_map(|r| Some((r.run, f(r)?))).collect();
+    v.sort_by_key(|&(run, _)| run);
+    if v.iter().map(|&(run, _)| run).eq(0..runs) {
+        return Measure::of_runs(label, v.into_iter().map(|(_, x)| x).collect());
+    }
+    let v: Vec<f64> = v.into_iter().map(|(_, x)| x).collect();
     Spread::of(&v).map(|s| Measure::of(label, &s))
 }
 
@@ -65,34 +73,43 @@ fn measures_of(r: &RamReport, cfg: RamConfig, case: Case) -> Vec<Measure> {
         .iter()
         .filter(|x| x.config == cfg && x.case == case)
         .collect();
-    let mut out = vec![Measure::of(format!("{at} cycles"), &m.cycles_per_packet)];
+    let n = r.runs;
+    let total = |x: &RamRecord| x.cycles_per_packet.get("total").copied();
+    let mut out = vec![per_run(format!("{at} cycles"), &rs, n, total)
+        .unwrap_or_else(|| Measure::of(format!("{at} cycles"), &m.cycles_per_packet))];
+    let x_native = |x: &RamRecord| x.cycles_x_native;
     out.extend(
-        m.cycles_x_native
-            .map(|s| Measure::of(format!("{at} cycles ÷ native"), &s)),
+        per_run(format!("{at} cycles ÷ native"), &rs, n, x_native).or_else(|| {
+            m.cycles_x_native
+                .map(|s| Measure::of(format!("{at} cycles ÷ native"), &s))
+        }),
     );
+    let ratio = |x: &RamRecord| x.ratio_to_native;
     out.extend(
-        m.ratio_to_native
-            .map(|s| Measure::of(format!("{at} ÷ native (Gb/s)"), &s)),
+        per_run(format!("{at} ÷ native (Gb/s)"), &rs, n, ratio).or_else(|| {
+            m.ratio_to_native
+                .map(|s| Measure::of(format!("{at} ÷ native (Gb/s)"), &s))
+        }),
     );
     // A domain's share of one CPU: its cycles per frame × frames per second.
     let tsc_hz = r.tsc_mhz * 1e6;
     for (role, name) in ROLES {
         let cycles = |x: &RamRecord| x.by_domain.get(role).copied();
-        out.extend(per_run(format!("{at} {name}"), &rs, cycles));
+        out.extend(per_run(format!("{at} {name}"), &rs, n, cycles));
         let busy =
             |x: &RamRecord| Some(cycles(x)? * x.gbps * 1e9 / 8.0 / PAYLOAD_PER_FRAME / tsc_hz);
-        out.extend(per_run(format!("{at} {name} CPU"), &rs, busy));
+        out.extend(per_run(format!("{at} {name} CPU"), &rs, n, busy));
     }
     for (class, name) in CLASSES {
         let of = |x: &RamRecord| x.by_class.get(class).copied();
-        out.extend(per_run(format!("{at} class {name}"), &rs, of));
+        out.extend(per_run(format!("{at} class {name}"), &rs, n, of));
     }
     let share = |x: &RamRecord| {
         let total = *x.cycles_per_packet.get("total")?;
         let grant: f64 = GRANT.iter().filter_map(|c| x.by_class.get(*c)).sum();
         (total > 0.0 && !x.by_class.is_empty()).then(|| grant / total)
     };
-    out.extend(per_run(format!("{at} grant share"), &rs, share));
+    out.extend(per_run(format!("{at} grant share"), &rs, n, share));
     out
 }
 
