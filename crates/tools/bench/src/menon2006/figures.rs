@@ -60,18 +60,16 @@ fn breakdown_chart(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> String {
 /// it, so that two configurations compare within each run.
 fn ratio_measure(r: &Menon2006Report, cfg: M6Config, case: Case, label: String) -> Option<Measure> {
     let s = r.row(cfg, case)?.ratio_to_native?;
-    let mut per_run: Vec<(usize, f64)> = r
+    let per_run = r
         .records
         .iter()
         .filter(|x| x.config == cfg && x.case == case)
         .filter_map(|x| Some((x.run, x.ratio_to_native?)))
         .collect();
-    per_run.sort_by_key(|&(run, _)| run);
-    let every_run = per_run.iter().map(|&(run, _)| run).eq(0..r.runs);
-    if every_run {
-        return Measure::of_runs(label, per_run.into_iter().map(|(_, v)| v).collect());
+    match Measure::of_run_values(label.clone(), r.runs, per_run) {
+        Some(m) if !m.runs.is_empty() => Some(m),
+        _ => Some(Measure::of(label, &s)),
     }
-    Some(Measure::of(label, &s))
 }
 
 /// A throughput figure for `bench seeds`: each bar's ratio to native.

@@ -6,7 +6,6 @@ use super::{Case, RamConfig, RamRecord, RamReport};
 use crate::netenv::PAYLOAD_PER_FRAME;
 use crate::plot;
 use crate::seeds::{self, Claim, Measure};
-use crate::stats::Spread;
 
 /// The thesis's Table 2.1 classes as our profile names them, with the
 /// thesis's name (its "Xen" is our hypervisor).
@@ -51,13 +50,8 @@ fn per_run(
     runs: usize,
     f: impl Fn(&RamRecord) -> Option<f64>,
 ) -> Option<Measure> {
-    let mut v: Vec<(usize, f64)> = rs.iter().filter_map(|r| Some((r.run, f(r)?))).collect();
-    v.sort_by_key(|&(run, _)| run);
-    if v.iter().map(|&(run, _)| run).eq(0..runs) {
-        return Measure::of_runs(label, v.into_iter().map(|(_, x)| x).collect());
-    }
-    let v: Vec<f64> = v.into_iter().map(|(_, x)| x).collect();
-    Spread::of(&v).map(|s| Measure::of(label, &s))
+    let v = rs.iter().filter_map(|r| Some((r.run, f(r)?))).collect();
+    Measure::of_run_values(label, runs, v)
 }
 
 /// Every measure of one (configuration, case): total cycles per frame

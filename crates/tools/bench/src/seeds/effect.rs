@@ -75,6 +75,23 @@ impl Measure {
         })
     }
 
+    /// A number from `(run, value)` pairs of a report of `runs` runs: each
+    /// run's value kept when every run gave one, else only the median and
+    /// range of those there are; None when there are none.
+    pub fn of_run_values(
+        label: impl Into<String>,
+        runs: usize,
+        mut v: Vec<(usize, f64)>,
+    ) -> Option<Measure> {
+        v.sort_by_key(|&(run, _)| run);
+        let every_run = v.iter().map(|&(run, _)| run).eq(0..runs);
+        let values: Vec<f64> = v.into_iter().map(|(_, x)| x).collect();
+        if every_run {
+            return Measure::of_runs(label, values);
+        }
+        crate::stats::Spread::of(&values).map(|s| Measure::of(label, &s))
+    }
+
     /// The range, widened to at least ±FLOOR of the median.
     fn range(&self) -> (f64, f64) {
         let w = self.median.abs() * FLOOR;
