@@ -23,6 +23,9 @@ pub struct RunOptions {
     pub secs: u32,
     /// Progress lines on stderr.
     pub progress: bool,
+    /// The paper's machine this run stands in for, if any
+    /// ([`crate::machine`]); `None` is this host as it is.
+    pub paper: Option<crate::machine::PaperMachine>,
 }
 
 impl RunOptions {
@@ -51,6 +54,7 @@ impl RunOptions {
             runs: runs.max(1),
             secs,
             progress: true,
+            paper: None,
         }
     }
 }
@@ -74,6 +78,9 @@ pub struct Args {
     pub sizes: Vec<u32>,
     pub spin_us: Option<u32>,
     pub profile: bool,
+    /// `--machine`: the paper's machine or this host's; `None` is the
+    /// suite's default ([`Suite::machines`]).
+    pub machine: Option<crate::machine::Machine>,
     /// The folder results go into, if any.
     pub out: Option<PathBuf>,
 }
@@ -165,6 +172,30 @@ pub trait Suite: Sync {
     fn seeds(&self) -> Option<seeds::Reader> {
         None
     }
+
+    /// The machines it can measure on ([`crate::machine`]), its default
+    /// first.
+    fn machines(&self) -> &'static [crate::machine::Machine] {
+        &[crate::machine::Machine::Modern]
+    }
+}
+
+/// Refuses a `--machine` that `suite` cannot measure on, naming those it can.
+pub fn check_machine(suite: &dyn Suite, args: &Args) -> anyhow::Result<()> {
+    let Some(m) = args.machine else {
+        return Ok(());
+    };
+    let can = suite.machines();
+    if can.contains(&m) {
+        return Ok(());
+    }
+    let names: Vec<&str> = can.iter().map(|m| m.name()).collect();
+    anyhow::bail!(
+        "bench {} cannot run on the {} machine; it runs on: {}",
+        suite.name(),
+        m.name(),
+        names.join(", ")
+    )
 }
 
 /// The run loop every suite takes: `runs` independent runs (at least one),
@@ -202,7 +233,17 @@ pub fn figures_of<R: DeserializeOwned>(
 ) -> anyhow::Result<Vec<Figure>> {
     let r =
         serde_json::from_str(json).with_context(|| format!("reading bench {suite}'s report"))?;
-    Ok(figures(&r))
+    // The machine the report names, or the modern one for a report that
+    // names none.
+    let v: serde_json::Value = serde_json::from_str(json)?;
+    let machine = v["machine"]
+        .as_str()
+        .map_or_else(crate::machine::modern_note, str::to_string);
+    let mut figs = figures(&r);
+    for f in &mut figs {
+        f.machine.clone_from(&machine);
+    }
+    Ok(figs)
 }
 
 /// Each record's value over its reference's, the one path every suite's

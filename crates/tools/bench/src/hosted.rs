@@ -629,6 +629,8 @@ fn measure(env: &Env, opts: &HostedOptions, size: u32) -> Result<(f64, Reading, 
                     workload: Workload::TcpCopy,
                     server_cgroup: env.groups[env.server_cg].1.as_ref(),
                     client_cgroup: env.groups[env.client_cg].1.as_ref(),
+                    server_cpu: None,
+                    client_cpu: None,
                 },
                 &["-l", &len],
             )

@@ -309,6 +309,8 @@ fn iperf(opts: &HvmOptions, reverse: bool) -> Result<f64> {
         workload: Workload::TcpCopy,
         server_cgroup: None,
         client_cgroup: None,
+        server_cpu: None,
+        client_cpu: None,
     })?;
     Ok(r.gbps * 1000.0)
 }

@@ -15,10 +15,12 @@ pub mod hostile_vm;
 pub mod hv;
 pub mod hvm;
 pub mod isolation;
+pub mod machine;
 pub mod menon2005;
 pub mod menon2006;
 pub mod multihost;
 pub mod netenv;
+pub mod nstat;
 pub mod opcount;
 pub mod plot;
 pub mod ram;
@@ -76,10 +78,23 @@ pub fn by_name<T: Copy>(all: &[T], name: fn(T) -> &'static str, s: &str) -> anyh
 /// Runs `exe --run-dir RUN_DIR ARGS` (splitnet itself); its stdout, or an
 /// error with its stderr.
 pub fn splitnet(exe: &Path, run_dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let o = std::process::Command::new(exe)
-        .arg("--run-dir")
-        .arg(run_dir)
-        .args(args)
+    splitnet_on(exe, run_dir, args, None)
+}
+
+/// [`splitnet`] pinned to core `cpu` when given: every process it starts
+/// (hv, and the domains hv starts) inherits the core.
+pub fn splitnet_on(
+    exe: &Path,
+    run_dir: &Path,
+    args: &[&str],
+    cpu: Option<usize>,
+) -> anyhow::Result<String> {
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("--run-dir").arg(run_dir).args(args);
+    if let Some(c) = cpu {
+        sys::pin_on_exec(&mut cmd, c).with_context(|| format!("pinning splitnet to core {c}"))?;
+    }
+    let o = cmd
         .output()
         .with_context(|| format!("running splitnet {}", args.join(" ")))?;
     if !o.status.success() {

@@ -23,7 +23,9 @@
 //! available in this build, not as a failure.
 
 use crate::harness::{self, Args, Output, RunOptions};
+use crate::machine::{wire_tables, wires, Machine, MultiNative, NicPath, PaperMachine};
 use crate::netenv::{self, FlowResult, PAYLOAD_PER_FRAME};
+use crate::nstat;
 use crate::plot::{self, Bar};
 use crate::sink;
 use crate::stats::{tsc_per_us, Spread};
@@ -36,6 +38,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use toolstack::host::{self, Cgroup, CgroupLayout};
+use toolstack::topology::LinkRate;
 
 mod anomaly;
 mod measures;
@@ -57,6 +60,8 @@ pub struct Menon2005Options {
     pub rates: Vec<u32>,
     /// Profile the runs Tables 1, 2 and 4-8 come from.
     pub profile: bool,
+    /// The paper's server (one CPU, gigabit NICs) or this host as it is.
+    pub machine: Machine,
 }
 
 impl Menon2005Options {
@@ -64,7 +69,7 @@ impl Menon2005Options {
         let buffers = if quick {
             vec![512, 4096, 32768, 262144]
         } else {
-            (9..=18).map(|p| 1usize << p).collect()
+            dense_buffers()
         };
         let rates = if quick {
             vec![1000, 4000, 8000]
@@ -76,8 +81,23 @@ impl Menon2005Options {
             buffers,
             rates,
             profile: true,
+            machine: Machine::Paper,
         }
     }
+}
+
+/// Figures 1 and 2's sweep: 28 user buffers from 512 B to 256 KiB, three
+/// to each doubling (rounded to 64 bytes), dense enough that a dip a few
+/// sizes wide shows, as in the paper's plots; every power of two from
+/// 512 B on is one of them, so the quick sweep's points are too.
+pub fn dense_buffers() -> Vec<usize> {
+    const POINTS: usize = 28;
+    (0..POINTS)
+        .map(|i| {
+            let b = 512.0 * 2f64.powf(i as f64 / 3.0);
+            ((b / 64.0).round() as usize) * 64
+        })
+        .collect()
 }
 
 /// A configuration, named as in the paper.
@@ -120,11 +140,24 @@ impl Setup {
         matches!(self, Setup::Domain0 | Setup::Domain0Page)
     }
 
-    fn placement(self) -> Option<&'static str> {
+    /// `up --placement`; on the paper's one-CPU server every domain of
+    /// Xen-domain0 shares its core too.
+    fn placement(self, paper: bool) -> Option<&'static str> {
         match self {
             Setup::Guest0 => Some("same"),
             Setup::Guest1 => Some("split"),
-            _ => None,
+            _ => paper.then_some("same"),
+        }
+    }
+
+    /// The cores of its application and of its peers on the paper's
+    /// machine. Xen-guest1 needs a second CPU for the server (the paper ran
+    /// it on a dual-CPU machine), which leaves none for the clients here:
+    /// its processes are not pinned.
+    fn cores(self, paper: Option<&PaperMachine>) -> (Option<usize>, Option<usize>) {
+        match paper {
+            Some(p) if self != Setup::Guest1 => (Some(p.server_cpu), Some(p.client_cpu)),
+            _ => (None, None),
         }
     }
 
@@ -168,6 +201,9 @@ impl Experiment {
 
 /// The receiver's buffer in the NIC and transmit runs.
 const STREAM_BUFFER: usize = 64 * 1024;
+/// The receive buffer of the sweep's socket: Linux 2.6's default
+/// (`tcp_rmem`'s middle value), fixed.
+const SWEEP_RCVBUF: usize = 87380;
 /// The port every sink of a run listens on (plus the NIC's index).
 const SINK_PORT: u16 = 5301;
 /// nginx's port.
@@ -185,6 +221,11 @@ pub struct Record {
     pub ratio_to_native: Option<f64>,
     /// TSC cycles per 1448-byte packet by domain, and "total" (streams only).
     pub cycles_per_packet: BTreeMap<String, f64>,
+    /// Segments the receiver's TCP collapsed to make room in its receive
+    /// queue (`TcpExtTCPRcvCollapsed`), per MB received: the buffer
+    /// sweep's points only.
+    #[serde(default)]
+    pub collapsed_per_mb: Option<f64>,
 }
 
 /// The medians over runs of one point.
@@ -197,6 +238,9 @@ pub struct Point {
     pub value: Spread,
     pub ratio_to_native: Option<Spread>,
     pub cycles_per_packet: BTreeMap<String, f64>,
+    /// The median of the runs' [`Record::collapsed_per_mb`].
+    #[serde(default)]
+    pub collapsed_per_mb: Option<f64>,
 }
 
 /// A function's share of a domain's samples.
@@ -266,6 +310,9 @@ pub struct Menon2005Report {
     pub anomaly: Option<Anomaly>,
     /// Why Table 3 and Figures 4, 5, 6 and 8 have no event counts, if so.
     pub events_note: String,
+    /// The machine the numbers come from ([`crate::machine`]).
+    #[serde(default = "crate::machine::modern_note")]
+    pub machine: String,
 }
 
 /// What every measurement of a run shares.
@@ -284,84 +331,15 @@ impl Ctx<'_> {
     }
 }
 
-/// One NIC's path: a sender namespace to a receiver's address.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NicPath {
-    pub sender_ns: String,
-    pub sender_ip: String,
-    pub receiver_ns: String,
-    pub receiver_ip: String,
-}
-
-/// Linux with N NICs: N sender namespaces, each joined by its own veth
-/// pair to one receiver namespace (`eth<i>` there, subnet 10.78.<i+1>.0/24),
-/// as the paper's receiver had one NIC per client machine. Deleted on drop.
-pub struct MultiNative {
-    pub receiver: String,
-    pub paths: Vec<NicPath>,
-}
-
-impl MultiNative {
-    /// The names and addresses of `n` NICs, without creating anything.
-    pub fn plan(n: usize) -> MultiNative {
-        let receiver = host::netns_name("m5-rx");
-        let paths = (1..=n)
-            .map(|i| NicPath {
-                sender_ns: host::netns_name(&format!("m5-tx{i}")),
-                sender_ip: format!("10.78.{i}.2"),
-                receiver_ns: receiver.clone(),
-                receiver_ip: format!("10.78.{i}.1"),
-            })
-            .collect();
-        MultiNative { receiver, paths }
-    }
-
-    pub fn new(n: usize) -> Result<MultiNative> {
-        let m = MultiNative::plan(n);
-        host::netns_add(&m.receiver)?;
-        for (i, p) in m.paths.iter().enumerate() {
-            host::netns_add(&p.sender_ns)?;
-            let dev = format!("eth{i}");
-            host::veth_pair(&dev, &m.receiver, "eth0", &p.sender_ns)?;
-            host::addr_add(&m.receiver, &dev, &format!("{}/24", p.receiver_ip))?;
-            host::addr_add(&p.sender_ns, "eth0", &format!("{}/24", p.sender_ip))?;
-        }
-        Ok(m)
-    }
-}
-
-impl Drop for MultiNative {
-    fn drop(&mut self) {
-        for p in &self.paths {
-            host::netns_del(&p.sender_ns);
-        }
-        host::netns_del(&self.receiver);
-    }
-}
-
 /// The driver domain's own address on its bridge (Xen-domain0's receiver).
 pub const DRIVER_ADDRESS: &str = "10.77.0.10";
 /// guest1's address.
 pub const GUEST_ADDRESS: &str = "10.77.0.1";
 
-/// The wires of a splitnet topology: (name, address).
-pub fn wires(n: usize) -> Vec<(String, String)> {
-    (1..=n)
-        .map(|i| {
-            let name = if i == 1 {
-                "wire".to_string()
-            } else {
-                format!("wire{i}")
-            };
-            (name, format!("10.77.0.{}", 255 - i))
-        })
-        .collect()
-}
-
 /// The paper's topology: a driver domain (with its own address when
 /// `driver_address`, 4 KiB receive buffers when `page`), guest1 as the
 /// Xen 2.0 guest, and `n` wires (`[[wire]]` when more than one).
-pub fn topology(n: usize, driver_address: bool, page: bool) -> String {
+pub fn topology(n: usize, driver_address: bool, page: bool, rate: Option<LinkRate>) -> String {
     let mut t = String::from(
         "# bench menon2005: Menon 2005's receiver, driver domain and wires.\nname = \"menon2005\"\n\n\
          [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n",
@@ -376,11 +354,7 @@ pub fn topology(n: usize, driver_address: bool, page: bool) -> String {
         "\n[[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"{GUEST_ADDRESS}/24\"\n\
          grants = \"hv-copy\"\nrx_mode = \"flip\"\ntx_mode = \"map\"\noffload = false\n"
     );
-    let table = if n > 1 { "[[wire]]" } else { "[wire]" };
-    for (name, addr) in wires(n) {
-        t += &format!("\n{table}\nname = \"{name}\"\ndriver = \"drv\"\naddress = \"{addr}/24\"\n");
-    }
-    t
+    t + &wire_tables(n, "drv", rate)
 }
 
 /// A brought-up configuration.
@@ -392,16 +366,21 @@ struct Bed {
     /// and of the senders'.
     app_dom: usize,
     peer_dom: usize,
+    /// The cores of the application and of its peers, if pinned.
+    cores: (Option<usize>, Option<usize>),
     _native: Option<MultiNative>,
 }
 
 /// The topology this build takes for `setup`: three wires if it can, else
 /// one; `Err(why)` when not even that.
-fn choose_topology(setup: Setup) -> std::result::Result<(String, usize), String> {
+fn choose_topology(
+    setup: Setup,
+    rate: Option<LinkRate>,
+) -> std::result::Result<(String, usize), String> {
     let (addr, page) = (setup.in_driver(), setup == Setup::Domain0Page);
     let mut why = String::new();
     for n in [3, 1] {
-        let t = topology(n, addr, page);
+        let t = topology(n, addr, page, rate);
         match toolstack::topology::Topology::parse(&t, "menon2005.toml") {
             Ok(_) => return Ok((t, n)),
             Err(e) => why = e.to_string(),
@@ -428,8 +407,9 @@ fn bring_up(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, Stri
 }
 
 fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, String>> {
+    let paper = ctx.base.paper.as_ref();
     if setup == Setup::Linux {
-        let native = MultiNative::new(3)?;
+        let native = MultiNative::new(3, paper)?;
         let mut env = Env::new(testbed::bench_domains(&ctx.layout, &["client", "server"])?);
         env.domains.shrink_to_fit();
         return Ok(Ok(Bed {
@@ -438,10 +418,11 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
             paths: native.paths.clone(),
             app_dom: 1,
             peer_dom: 0,
+            cores: setup.cores(paper),
             _native: Some(native),
         }));
     }
-    let (topo, n) = match choose_topology(setup) {
+    let (topo, n) = match choose_topology(setup, paper.map(|p| LinkRate(p.rate_bps))) {
         Ok(t) => t,
         Err(why) => return Ok(Err(why)),
     };
@@ -454,20 +435,29 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
     let path = path.to_string_lossy().into_owned();
     let mut up = vec!["up", "--config", path.as_str()];
-    if let Some(p) = setup.placement() {
+    if let Some(p) = setup.placement(paper.is_some()) {
         up.extend(["--placement", p]);
     }
-    let env = testbed::splitnet_env(&ctx.base, &ctx.layout, &up)?;
+    // Xen-guest1's second server CPU: splitnet runs unpinned, and
+    // `--placement split` spreads the domains (Setup::cores).
+    let base = match setup {
+        Setup::Guest1 => RunOptions {
+            paper: None,
+            ..ctx.base.clone()
+        },
+        _ => ctx.base.clone(),
+    };
+    let env = testbed::splitnet_env(&base, &ctx.layout, &up)?;
     let (receiver_ns, receiver_ip, app_dom) = if setup.in_driver() {
         (host::netns_name("drv"), DRIVER_ADDRESS, 1)
     } else {
         (host::netns_name("guest1"), GUEST_ADDRESS, 2)
     };
     let paths = wires(n)
-        .into_iter()
+        .iter()
         .map(|(name, ip)| NicPath {
-            sender_ns: host::netns_name(&name),
-            sender_ip: ip,
+            sender_ns: host::netns_name(name),
+            sender_ip: ip.to_string(),
             receiver_ns: receiver_ns.clone(),
             receiver_ip: receiver_ip.to_string(),
         })
@@ -479,18 +469,22 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
         paths,
         app_dom,
         peer_dom: 4,
+        cores: setup.cores(paper),
         _native: None,
     }))
 }
 
-/// `ip netns exec NS ARGS...` with stdout piped, placed in `cg`.
-fn spawn_in(ns: &str, args: &[&str], cg: Option<&Cgroup>) -> Result<Child> {
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns])
+/// `ip netns exec NS ARGS...` with stdout piped, placed in `cg`; on core
+/// `cpu` as a batch process when given (the paper's machine).
+fn spawn_in(ns: &str, args: &[&str], (cg, cpu): (Option<&Cgroup>, Option<usize>)) -> Result<Child> {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    crate::machine::place_application(&mut cmd, cpu)?;
+    let child = cmd
         .spawn()
         .with_context(|| format!("starting {} in {ns}", args[0]))?;
     if let Some(cg) = cg {
@@ -525,24 +519,57 @@ fn stop(mut c: Child) {
     let _ = c.wait();
 }
 
-/// One stream: `splitnet sink` at `to` reading with `buffer`, `splitnet
+/// Where a stream's process runs: its cgroup and its core, if pinned.
+type Endpoint<'a> = (Option<&'a Cgroup>, Option<usize>);
+
+/// How the receiving application reads: its user buffer, and its socket's
+/// receive buffer if fixed.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    buffer: usize,
+    rcvbuf: Option<usize>,
+}
+
+impl Reading {
+    /// The NIC and transmit runs: 64 KiB reads, the kernel's autotuning.
+    const STREAM: Reading = Reading {
+        buffer: STREAM_BUFFER,
+        rcvbuf: None,
+    };
+
+    /// A point of Figures 1 and 2: the buffer under test, and the socket's
+    /// receive buffer fixed at Linux 2.6's default (autotuning off), so
+    /// that what each packet is charged decides how soon it fills.
+    fn sweep(buffer: usize) -> Reading {
+        Reading {
+            buffer,
+            rcvbuf: Some(SWEEP_RCVBUF),
+        }
+    }
+}
+
+/// One stream: `splitnet sink` at `to` reading as `read` says, `splitnet
 /// source` at `from` writing 64 KiB at a time, for `secs`.
 fn stream(
     exe: &Path,
-    to: (&str, &str, Option<&Cgroup>),
-    from: (&str, Option<&Cgroup>),
+    to: (&str, &str, Endpoint<'_>),
+    from: (&str, Endpoint<'_>),
     port: u16,
-    buffer: usize,
+    read: Reading,
     secs: u32,
 ) -> Result<FlowResult> {
-    let (rx_ns, rx_ip, rx_cg) = to;
+    let (rx_ns, rx_ip, rx_at) = to;
     let exe = exe.to_string_lossy();
     let listen = format!("{rx_ip}:{port}");
-    let (buf, s) = (buffer.to_string(), secs.to_string());
-    let args = [
+    let (buf, s) = (read.buffer.to_string(), secs.to_string());
+    let rcvbuf = read.rcvbuf.map(|n| n.to_string());
+    let mut args = vec![
         &*exe, "sink", "--listen", &listen, "--buffer", &buf, "--secs", &s,
     ];
-    let mut rx = spawn_in(rx_ns, &args, rx_cg)?;
+    if let Some(n) = &rcvbuf {
+        args.extend(["--rcvbuf", n.as_str()]);
+    }
+    let mut rx = spawn_in(rx_ns, &args, rx_at)?;
     if let Err(e) = wait_listening("the sink", rx_ns, port, &mut rx) {
         stop(rx);
         return Err(e);
@@ -578,8 +605,12 @@ fn stream(
 impl Bed {
     /// Streams over the first `nics` paths at once, toward the application
     /// (receive) or from it (`tx`), summed.
-    fn streams(&self, ctx: &Ctx<'_>, nics: usize, buffer: usize, tx: bool) -> Result<FlowResult> {
+    fn streams(&self, ctx: &Ctx<'_>, nics: usize, read: Reading, tx: bool) -> Result<FlowResult> {
         let cg = |i: usize| self.env.domains.get(i).and_then(|d| d.cgroup.as_ref());
+        let (app, peer) = (
+            (cg(self.app_dom), self.cores.0),
+            (cg(self.peer_dom), self.cores.1),
+        );
         let (exe, secs) = (&ctx.opts.common.exe, ctx.opts.common.secs);
         let results = std::thread::scope(|sc| {
             let hs: Vec<_> = self.paths[..nics]
@@ -589,33 +620,11 @@ impl Bed {
                     let port = SINK_PORT + i as u16;
                     sc.spawn(move || {
                         if tx {
-                            let to = (
-                                p.sender_ns.as_str(),
-                                p.sender_ip.as_str(),
-                                cg(self.peer_dom),
-                            );
-                            stream(
-                                exe,
-                                to,
-                                (&p.receiver_ns, cg(self.app_dom)),
-                                port,
-                                buffer,
-                                secs,
-                            )
+                            let to = (p.sender_ns.as_str(), p.sender_ip.as_str(), peer);
+                            stream(exe, to, (&p.receiver_ns, app), port, read, secs)
                         } else {
-                            let to = (
-                                p.receiver_ns.as_str(),
-                                p.receiver_ip.as_str(),
-                                cg(self.app_dom),
-                            );
-                            stream(
-                                exe,
-                                to,
-                                (&p.sender_ns, cg(self.peer_dom)),
-                                port,
-                                buffer,
-                                secs,
-                            )
+                            let to = (p.receiver_ns.as_str(), p.receiver_ip.as_str(), app);
+                            stream(exe, to, (&p.sender_ns, peer), port, read, secs)
                         }
                     })
                 })
@@ -635,7 +644,7 @@ impl Bed {
         &self,
         ctx: &Ctx<'_>,
         nics: usize,
-        buffer: usize,
+        read: Reading,
         tx: bool,
         profile: bool,
     ) -> Result<testbed::Measured> {
@@ -645,13 +654,13 @@ impl Bed {
             events: prof::HwEvent::ALL.to_vec(),
             ..Default::default()
         });
-        let flow = || self.streams(ctx, nics, buffer, tx);
+        let flow = || self.streams(ctx, nics, read, tx);
         match testbed::measure_with(&self.env, ctx.tsc_hz, opts.clone(), flow) {
             Err(e) if opts.is_some() && format!("{e}").starts_with("profiling the flow") => {
                 ctx.say(&format!("no profiles from here on: {e}"));
                 ctx.profile.store(false, Ordering::Relaxed);
                 testbed::measure_with(&self.env, ctx.tsc_hz, None, || {
-                    self.streams(ctx, nics, buffer, tx)
+                    self.streams(ctx, nics, read, tx)
                 })
             }
             r => r,
@@ -735,27 +744,40 @@ fn push(out: &mut RunOut<'_>, bed: &Bed, e: Experiment, x: f64, run: usize, m: &
         value: m.flow.gbps,
         ratio_to_native: None,
         cycles_per_packet: m.cycles_per_packet.clone(),
+        collapsed_per_mb: None,
     });
 }
 
-/// Figures 1 and 2 on `bed`: one stream per buffer size.
+/// The receiver's counter of segments TCP collapsed to make room in a full
+/// receive queue (`tcp_collapse`, Menon 2005 Table 2).
+const COLLAPSED: [&str; 1] = ["TcpExtTCPRcvCollapsed"];
+
+/// Figures 1 and 2 on `bed`: one stream per buffer size, each point's
+/// collapsed segments counted.
 fn buffer_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Result<()> {
     let mut points = Vec::new();
+    let receiver = &bed.paths[0].receiver_ns;
     for &b in &ctx.opts.buffers {
-        let m = bed.measure(ctx, 1, b, false, false)?;
+        let c0 = nstat::sum(receiver, &COLLAPSED)?;
+        let m = bed.measure(ctx, 1, Reading::sweep(b), false, false)?;
+        let collapsed = nstat::sum(receiver, &COLLAPSED)?.saturating_sub(c0);
+        let per_mb = collapsed as f64 / (m.flow.bytes / 1e6).max(1e-9);
         ctx.say(&format!(
-            "run {} {} receive, {b}-byte buffer: {:.2} Gbit/s",
+            "run {} {} receive, {b}-byte buffer: {:.2} Gbit/s, {per_mb:.1} segments collapsed per MB",
             run + 1,
             bed.setup.name(),
             m.flow.gbps
         ));
         push(out, bed, Experiment::Buffer, b as f64, run, &m);
+        if let Some(r) = out.records.last_mut() {
+            r.collapsed_per_mb = Some(per_mb);
+        }
         points.push((b, m.flow.gbps));
     }
     // Beside Xen-domain0's 1-NIC profile (the same buffer): where page
     // buffers' time goes.
     if run == 0 && bed.setup == Setup::Domain0Page && ctx.opts.profile {
-        let m = bed.measure(ctx, 1, STREAM_BUFFER, false, true)?;
+        let m = bed.measure(ctx, 1, Reading::STREAM, false, true)?;
         out.profiles
             .extend(profiled(bed.setup, "rx, 1 NIC", 1.0, &m));
     }
@@ -766,7 +788,7 @@ fn buffer_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> R
         let worst = points.iter().min_by(by).map(|p| p.0);
         for (what, b) in [("buffer A", best), ("buffer B", worst)] {
             let Some(b) = b else { continue };
-            let m = bed.measure(ctx, 1, b, false, true)?;
+            let m = bed.measure(ctx, 1, Reading::sweep(b), false, true)?;
             out.profiles.extend(profiled(bed.setup, what, b as f64, &m));
         }
     }
@@ -777,7 +799,7 @@ fn buffer_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> R
 /// Xen-domain0's 3-NIC run) profiled once for Tables 4-7.
 fn nic_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Result<()> {
     for n in 1..=bed.paths.len() {
-        let m = bed.measure(ctx, n, STREAM_BUFFER, false, false)?;
+        let m = bed.measure(ctx, n, Reading::STREAM, false, false)?;
         ctx.say(&format!(
             "run {} {} receive, {n} NIC(s): {:.2} Gbit/s, {:.0} cycles/packet",
             run + 1,
@@ -794,7 +816,7 @@ fn nic_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Resu
             ns.push(bed.paths.len());
         }
         for n in ns {
-            let m = bed.measure(ctx, n, STREAM_BUFFER, false, true)?;
+            let m = bed.measure(ctx, n, Reading::STREAM, false, true)?;
             let what = if n == 1 {
                 "rx, 1 NIC".to_string()
             } else {
@@ -810,7 +832,7 @@ fn nic_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Resu
 /// Table 8 on `bed`: the application sends over one NIC, profiled.
 fn transmit(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Result<()> {
     let prof = run == 0 && ctx.opts.profile && bed.setup != Setup::Linux;
-    let m = bed.measure(ctx, 1, STREAM_BUFFER, true, prof)?;
+    let m = bed.measure(ctx, 1, Reading::STREAM, true, prof)?;
     ctx.say(&format!(
         "run {} {} transmit: {:.2} Gbit/s",
         run + 1,
@@ -863,6 +885,7 @@ fn web_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Resu
             value: h.reply_rate(),
             ratio_to_native: None,
             cycles_per_packet: BTreeMap::new(),
+            collapsed_per_mb: None,
         });
     }
     drop(server);
@@ -940,10 +963,15 @@ fn check_tools() -> Result<()> {
 /// Runs the suite.
 pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
     check_tools()?;
+    let paper = match opts.machine {
+        Machine::Paper => Some(PaperMachine::new(3, crate::machine::GIGABIT)?),
+        Machine::Modern => None,
+    };
     let ctx = Ctx {
         opts,
         base: RunOptions {
             progress: false,
+            paper,
             ..opts.common.clone()
         },
         layout: CgroupLayout::detect(),
@@ -974,6 +1002,10 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
         profiles,
         unavailable,
         events_note,
+        machine: ctx
+            .base
+            .paper
+            .map_or_else(crate::machine::modern_note, |p| p.describe()),
     })
 }
 
@@ -1022,6 +1054,7 @@ fn summarize(records: &[Record]) -> Vec<Point> {
         .filter_map(|((s, e, x), rs)| {
             let v: Vec<f64> = rs.iter().map(|r| r.value).collect();
             let ratios: Vec<f64> = rs.iter().filter_map(|r| r.ratio_to_native).collect();
+            let collapsed: Vec<f64> = rs.iter().filter_map(|r| r.collapsed_per_mb).collect();
             Some(Point {
                 setup: s,
                 experiment: e,
@@ -1030,6 +1063,7 @@ fn summarize(records: &[Record]) -> Vec<Point> {
                 value: Spread::of(&v)?,
                 ratio_to_native: Spread::of(&ratios),
                 cycles_per_packet: crate::ram::medians(rs.iter().map(|r| &r.cycles_per_packet)),
+                collapsed_per_mb: Spread::of(&collapsed).map(|c| c.median),
             })
         })
         .collect()
@@ -1066,8 +1100,9 @@ impl Menon2005Report {
         s += &format!(
             "\n{} run(s), {} s per stream, TSC {:.0} MHz, {:.0} s in all. Streams: `splitnet sink` \
              reading with the stated buffer against `splitnet source` writing 64 KiB at a time \
-             (the paper's sendfile of a cached 64 KB file); ratios to Linux within each run, then the median.\n",
-            self.runs, self.seconds_per_flow, self.tsc_mhz, self.wall_seconds
+             (the paper's sendfile of a cached 64 KB file); ratios to Linux within each run, then the \
+             median. Machine: {}.\n",
+            self.runs, self.seconds_per_flow, self.tsc_mhz, self.wall_seconds, self.machine
         );
         for (what, why) in &self.unavailable {
             s += &format!("{what}: {why}.\n");
@@ -1120,12 +1155,17 @@ impl harness::Suite for Menon2005Suite {
         if !a.sizes.is_empty() {
             opts.buffers = a.sizes.iter().map(|&s| s as usize).collect();
         }
+        opts.machine = a.machine.unwrap_or(opts.machine);
         let r = run(&opts)?;
         Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
     }
 
     fn seeds(&self) -> Option<crate::seeds::Reader> {
         Some(|json| harness::figures_of("menon2005", json, figures))
+    }
+
+    fn machines(&self) -> &'static [Machine] {
+        &[Machine::Paper, Machine::Modern]
     }
 }
 
@@ -1135,31 +1175,24 @@ mod tests {
     use toolstack::topology::Topology;
 
     #[test]
-    fn the_native_nics_are_named_and_addressed_one_subnet_each() {
-        let m = MultiNative::plan(3);
-        assert_eq!(m.receiver, host::netns_name("m5-rx"));
-        assert_eq!(m.paths.len(), 3);
-        for (i, p) in m.paths.iter().enumerate() {
-            let n = i + 1;
-            assert_eq!(p.sender_ns, host::netns_name(&format!("m5-tx{n}")));
-            assert_eq!(p.receiver_ns, m.receiver);
-            assert_eq!(p.sender_ip, format!("10.78.{n}.2"));
-            assert_eq!(p.receiver_ip, format!("10.78.{n}.1"));
-        }
-        // Planning creates nothing, so dropping it deletes nothing either.
-        std::mem::forget(m);
-        // Every name fits an interface-sized namespace suffix.
-        assert!(host::netns_name("m5-tx3").len() < 40);
+    fn the_dense_sweep_spans_512_b_to_256_kib_through_the_quick_points() {
+        let b = dense_buffers();
+        assert_eq!(b.len(), 28);
+        assert_eq!((b[0], b[27]), (512, 262144));
+        assert!(b.windows(2).all(|w| w[0] < w[1]), "{b:?}");
+        assert!(b.iter().all(|x| x % 64 == 0));
+        let quick = Menon2005Options::new("s".into(), "/r".into(), true, 1).buffers;
+        assert!(quick.iter().all(|q| b.contains(q)), "{quick:?} in {b:?}");
     }
 
     #[test]
     fn the_paper_topology_parses_or_names_what_this_build_lacks() {
-        let one = topology(1, false, false);
+        let one = topology(1, false, false, None);
         let t = Topology::parse(&one, "m").expect("one wire and guest1 parse");
         let g = t.domain("guest1").unwrap();
         assert_eq!(g.grants, toolstack::topology::Grants::HvCopy);
         assert!(one.contains("rx_mode = \"flip\"") && one.contains("offload = false"));
-        let three = topology(3, true, true);
+        let three = topology(3, true, true, Some(crate::machine::GIGABIT));
         assert_eq!(three.matches("[[wire]]").count(), 3);
         for (name, addr) in wires(3) {
             assert!(three.contains(&format!("name = \"{name}\"")), "{three}");
@@ -1168,12 +1201,12 @@ mod tests {
                 "{three}"
             );
         }
-        assert_eq!(wires(3)[0], ("wire".to_string(), "10.77.0.254".to_string()));
+        assert_eq!(wires(3)[0], ("wire", "10.77.0.254"));
         assert_eq!(wires(3)[2].0, "wire3");
         assert!(three.contains(&format!("address = \"{DRIVER_ADDRESS}/24\"")));
         // Each setup gets a topology or a reason, never a panic.
         for s in Setup::ALL.into_iter().filter(|s| *s != Setup::Linux) {
-            match choose_topology(s) {
+            match choose_topology(s, None) {
                 Ok((t, n)) => assert!(Topology::parse(&t, "m").is_ok() && (n == 1 || n == 3)),
                 Err(why) => assert!(why.starts_with("not available in this build"), "{why}"),
             }
@@ -1201,6 +1234,7 @@ mod tests {
             value,
             ratio_to_native: None,
             cycles_per_packet: [("total".to_string(), value * 100.0)].into(),
+            collapsed_per_mb: None,
         }
     }
 
@@ -1259,7 +1293,7 @@ mod tests {
         let s = summarize(&rs);
         let smooth = anomaly(&summarize(&sweep(Setup::Linux, &[3.0, 5.0, 7.0])), &[]).unwrap();
         assert!(
-            smooth.verdict.starts_with("Linux today"),
+            smooth.verdict.starts_with("the anomaly needs each"),
             "{}",
             smooth.verdict
         );
@@ -1305,6 +1339,7 @@ mod tests {
             profiles: Vec::new(),
             unavailable: vec![("Xen-domain0".into(), "not available in this build".into())],
             events_note: "instructions: not measurable here".into(),
+            machine: crate::machine::modern_note(),
         };
         let f = figures(&r);
         let mut ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();

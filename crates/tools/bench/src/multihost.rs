@@ -628,6 +628,8 @@ fn rate(client: &str, server: &str, server_ip: &str, w: Workload, secs: u32) -> 
         workload: w,
         server_cgroup: None,
         client_cgroup: None,
+        server_cpu: None,
+        client_cpu: None,
     };
     let r = netenv::run(&f)?;
     Ok(match w {

@@ -83,6 +83,11 @@ pub struct Flow<'a> {
     /// Cgroups to charge the server and client processes to.
     pub server_cgroup: Option<&'a Cgroup>,
     pub client_cgroup: Option<&'a Cgroup>,
+    /// Cores to pin the server and client processes to, which then run as
+    /// batch processes (the paper's machine, [`crate::machine`]); `None`
+    /// leaves them unpinned, as normal processes.
+    pub server_cpu: Option<usize>,
+    pub client_cpu: Option<usize>,
 }
 
 /// What arrived.
@@ -106,19 +111,52 @@ pub struct Latency {
     pub p99_us: f64,
 }
 
-fn spawn_in(ns: &str, args: &[&str], cg: Option<&Cgroup>, piped: bool) -> Result<Child> {
+fn spawn_in(
+    ns: &str,
+    args: &[&str],
+    (cg, cpu): (Option<&Cgroup>, Option<usize>),
+    piped: bool,
+) -> Result<Child> {
     let out = if piped { Stdio::piped() } else { Stdio::null() };
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns])
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
         .args(args)
         .stdout(out)
-        .stderr(Stdio::null())
+        .stderr(Stdio::null());
+    crate::machine::place_application(&mut cmd, cpu)?;
+    let child = cmd
         .spawn()
-        .context("starting iperf3 (is it installed?)")?;
+        .with_context(|| format!("starting {} (is it installed?)", args[0]))?;
     if let Some(cg) = cg {
         cg.add(child.id() as i32)?;
     }
     Ok(child)
+}
+
+/// Waits until `ip` answers a ping from namespace `ns` (each try waits up
+/// to a second for its reply), or fails after `limit`: a configuration is
+/// measured only once its path carries traffic, not merely once `up`
+/// returned.
+pub fn wait_reachable(ns: &str, ip: &str, limit: Duration) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let ok = Command::new("ip")
+            .args(["netns", "exec", ns, "ping", "-c1", "-W1", "-q", ip])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .context("running ping (iputils-ping)")?
+            .success();
+        if ok {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{ip} did not answer a ping from {ns} within {} s",
+                limit.as_secs()
+            );
+        }
+    }
 }
 
 /// Whether a TCP socket listens on `port` in network namespace `ns`.
@@ -165,7 +203,7 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
     let mut srv = spawn_in(
         f.server_ns,
         &["iperf3", "-s", "-1", "-B", bind, "-p", &port],
-        f.server_cgroup,
+        (f.server_cgroup, f.server_cpu),
         false,
     )?;
     let t = f.secs.to_string();
@@ -185,7 +223,7 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
         let _ = srv.wait();
         return Err(e);
     }
-    let client = spawn_in(f.client_ns, &args, f.client_cgroup, true)?;
+    let client = spawn_in(f.client_ns, &args, (f.client_cgroup, f.client_cpu), true)?;
     let o = client.wait_with_output().context("running iperf3")?;
     // iperf3 -J exits 0 even when it could not connect: read its verdict.
     let report: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
@@ -268,7 +306,7 @@ fn run_rr(f: &Flow<'_>) -> Result<FlowResult> {
             "-p",
             &port,
         ],
-        f.server_cgroup,
+        (f.server_cgroup, f.server_cpu),
         false,
     )
     .context("starting sockperf (Debian package sockperf)")?;
@@ -295,7 +333,7 @@ fn run_rr(f: &Flow<'_>) -> Result<FlowResult> {
         "-m",
         &size,
     ];
-    let out = spawn_in(f.client_ns, &args, f.client_cgroup, true)
+    let out = spawn_in(f.client_ns, &args, (f.client_cgroup, f.client_cpu), true)
         .and_then(|c| c.wait_with_output().context("running sockperf"));
     stop(&mut srv);
     let o = out?;
@@ -366,6 +404,8 @@ pub fn tcp(
         workload: Workload::TcpCopy,
         server_cgroup: None,
         client_cgroup: None,
+        server_cpu: None,
+        client_cpu: None,
     };
     Ok(run(&f)?.gbps)
 }

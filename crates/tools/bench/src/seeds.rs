@@ -174,6 +174,9 @@ pub struct Figure {
     pub paper: Numbers,
     /// The numbers the entry's effects are judged on.
     pub ours: Vec<Measure>,
+    /// The machine its numbers come from ([`crate::machine`]).
+    #[serde(default)]
+    pub machine: String,
 }
 
 impl Figure {
@@ -189,6 +192,7 @@ impl Figure {
             table,
             svg,
             note: String::new(),
+            machine: String::new(),
             paper: e.map_or_else(Vec::new, |e| {
                 e.paper.iter().map(|&(l, v)| (l.to_string(), v)).collect()
             }),

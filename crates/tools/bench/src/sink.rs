@@ -47,12 +47,19 @@ pub fn parse(line: &str) -> Option<SinkResult> {
 
 /// Listens on `listen`, takes one connection, reads it with a `buffer`-byte
 /// user buffer for `secs` seconds after the first byte (or until the sender
-/// closes), and prints a [`SinkResult`] line on stdout.
-pub fn receive(listen: SocketAddr, buffer: usize, secs: f64) -> Result<()> {
+/// closes), and prints a [`SinkResult`] line on stdout. With `rcvbuf`, the
+/// socket's receive buffer is fixed at that many bytes before the
+/// connection is taken (SO_RCVBUF, which turns autotuning off).
+pub fn receive(listen: SocketAddr, buffer: usize, secs: f64, rcvbuf: Option<usize>) -> Result<()> {
     if buffer == 0 {
         bail!("the receive buffer must be at least one byte");
     }
     let l = TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
+    if let Some(n) = rcvbuf {
+        use std::os::fd::AsFd;
+        sys::set_socket_rcvbuf(l.as_fd(), n)
+            .with_context(|| format!("fixing the receive buffer at {n} bytes"))?;
+    }
     let (mut conn, _) = l.accept().context("accepting the sender")?;
     drop(l);
     let mut buf = vec![0u8; buffer];

@@ -174,7 +174,7 @@ impl Domain {
 pub(crate) struct FlowSpec {
     server_ns: String,
     /// Where the client connects.
-    server_ip: &'static str,
+    server_ip: String,
     /// Where the server listens, if not `server_ip`.
     server_bind: Option<&'static str>,
     port: u16,
@@ -184,24 +184,29 @@ pub(crate) struct FlowSpec {
     /// Indices into `Env::domains` of the server's and the client's domain.
     server_dom: usize,
     client_dom: usize,
+    /// Cores the server and the client run on (the paper's machine).
+    server_cpu: Option<usize>,
+    client_cpu: Option<usize>,
 }
 
 impl FlowSpec {
     pub(crate) fn new(
         server_ns: &str,
-        server_ip: &'static str,
+        server_ip: &str,
         client_ns: &str,
         reverse: bool,
     ) -> FlowSpec {
         FlowSpec {
             server_ns: server_ns.to_string(),
-            server_ip,
+            server_ip: server_ip.to_string(),
             server_bind: None,
             port: netenv::DEFAULT_PORT,
             client_ns: client_ns.to_string(),
             reverse,
             server_dom: 0,
             client_dom: 0,
+            server_cpu: None,
+            client_cpu: None,
         }
     }
 
@@ -214,12 +219,24 @@ impl FlowSpec {
         }
     }
 
+    /// The client's namespace and the address it connects to.
+    pub(crate) fn client_and_server_ip(&self) -> (&str, &str) {
+        (&self.client_ns, &self.server_ip)
+    }
+
     /// The same flow on `port` (to run beside this one).
     pub(crate) fn on_port(&self, port: u16) -> FlowSpec {
         FlowSpec {
             port,
             ..self.clone()
         }
+    }
+
+    /// Pins the server to core `server` and the client to `client`.
+    pub(crate) fn pinned(mut self, server: usize, client: usize) -> FlowSpec {
+        self.server_cpu = Some(server);
+        self.client_cpu = Some(client);
+        self
     }
 
     /// Charges the server to domain `server` and the client to `client`.
@@ -238,6 +255,7 @@ pub(crate) struct Env {
     _kb: Option<KernelBridge>,
     _usernet: Option<UserNet>,
     _fwd: Option<Forwarded>,
+    _nics: Option<crate::machine::MultiNative>,
     splitnet: bool,
 }
 
@@ -250,8 +268,14 @@ impl Env {
             _kb: None,
             _usernet: None,
             _fwd: None,
+            _nics: None,
             splitnet: false,
         }
+    }
+
+    /// Keeps native NICs for as long as the configuration is up.
+    pub(crate) fn keep_nics(&mut self, nics: crate::machine::MultiNative) {
+        self._nics = Some(nics);
     }
 }
 
@@ -285,8 +309,11 @@ pub(crate) fn bench_domains(layout: &CgroupLayout, names: &[&str]) -> Result<Vec
         .collect()
 }
 
+/// Runs splitnet; on the paper's machine, on the server's core, so hv and
+/// everything it starts stay there.
 fn splitnet(opts: &RunOptions, args: &[&str]) -> Result<()> {
-    crate::splitnet(&opts.exe, &opts.run_dir, args).map(drop)
+    let cpu = opts.paper.map(|p| p.server_cpu);
+    crate::splitnet_on(&opts.exe, &opts.run_dir, args, cpu).map(drop)
 }
 
 /// Brings up configuration `cfg`: its namespaces and processes, the
@@ -508,7 +535,7 @@ fn run_flow(env: &Env, name: &str, workload: Workload, secs: u32) -> Result<Flow
     let f = env.flows.get(name).context("no such direction")?;
     netenv::run(&Flow {
         server_ns: &f.server_ns,
-        server_ip: f.server_ip,
+        server_ip: &f.server_ip,
         server_bind: f.server_bind,
         port: f.port,
         client_ns: &f.client_ns,
@@ -517,6 +544,8 @@ fn run_flow(env: &Env, name: &str, workload: Workload, secs: u32) -> Result<Flow
         workload,
         server_cgroup: env.domains[f.server_dom].cgroup.as_ref(),
         client_cgroup: env.domains[f.client_dom].cgroup.as_ref(),
+        server_cpu: f.server_cpu,
+        client_cpu: f.client_cpu,
     })
 }
 
@@ -718,6 +747,8 @@ pub(crate) fn guest1_to_wire(secs: u32, workload: Workload) -> Result<netenv::Fl
         workload,
         server_cgroup: None,
         client_cgroup: None,
+        server_cpu: None,
+        client_cpu: None,
     };
     netenv::run(&f)
 }

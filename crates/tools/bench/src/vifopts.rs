@@ -133,6 +133,8 @@ fn flow(
         workload,
         server_cgroup: None,
         client_cgroup: None,
+        server_cpu: None,
+        client_cpu: None,
     };
     netenv::run_with(&flow, extra)
 }

@@ -420,6 +420,10 @@ enum Cmd {
         buffer: usize,
         #[arg(long)]
         secs: f64,
+        /// Fix the socket's receive buffer at this many bytes (SO_RCVBUF,
+        /// autotuning off).
+        #[arg(long)]
+        rcvbuf: Option<usize>,
     },
     /// Menon 2005's sender: writes a 64 KiB buffer to CONNECT in a loop
     /// until the receiver closes (or SECS pass).
@@ -890,7 +894,8 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             listen,
             buffer,
             secs,
-        } => bench::sink::receive(listen, buffer, secs),
+            rcvbuf,
+        } => bench::sink::receive(listen, buffer, secs, rcvbuf),
         Cmd::Source { connect, secs } => bench::sink::send(connect, secs),
         Cmd::HostileVm {
             socket,
@@ -969,6 +974,12 @@ struct BenchArgs {
     /// hv profiles the whole run (OUT/profile.json and .svg).
     #[arg(long)]
     profile: bool,
+    /// The machine the seed suites stand in for: `paper` (the paper's
+    /// server: hv and every domain on one core, the clients on another,
+    /// each NIC a link shaped to its line rate; menon2006's default) or
+    /// `modern` (this host as it is; every other suite's default).
+    #[arg(long, value_name = "MACHINE")]
+    machine: Option<bench::machine::Machine>,
 }
 
 impl BenchArgs {
@@ -986,6 +997,7 @@ impl BenchArgs {
             sizes: self.sizes.clone(),
             spin_us: self.spin_us,
             profile: self.profile,
+            machine: self.machine,
             out: self.out.clone(),
         })
     }
@@ -1002,7 +1014,9 @@ fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
         .to_possible_value()
         .map(|v| v.get_name().to_string());
     let suite = bench::suites::by_name(&name.unwrap_or_default())?;
-    let r = suite.run(&a.suite_args(rd)?)?;
+    let args = a.suite_args(rd)?;
+    bench::harness::check_machine(suite, &args)?;
+    let r = suite.run(&args)?;
     println!("{}", r.table);
     if let Some(p) = a.json {
         write_file(&p, &r.json)?;
@@ -1071,7 +1085,14 @@ fn run_seed_suites(
         eprintln!("bench seeds: [{}/{}] {name}", i + 1, chosen.len());
         let started = std::time::Instant::now();
         let res = bench::suites::by_name(name)
-            .and_then(|s| s.run(&args))
+            .and_then(|s| {
+                // A machine a suite cannot run on leaves it on its default.
+                let mut args = args.clone();
+                if bench::harness::check_machine(s, &args).is_err() {
+                    args.machine = None;
+                }
+                s.run(&args)
+            })
             .and_then(|r| {
                 write_file(&out.join(format!("{name}.json")), &r.json)?;
                 read(&r.json)

@@ -52,7 +52,18 @@ fn bench_menon2005_quick_reproduces_what_the_build_has() {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     // Linux always runs: the sweep, three NICs, transmit, the web server.
     assert_eq!(points(&v, "Linux", "buffer").len(), 2, "{v}");
-    assert_eq!(points(&v, "Linux", "nics").len(), 3, "{v}");
+    let nics = points(&v, "Linux", "nics");
+    assert_eq!(nics.len(), 3, "{v}");
+    // On the paper's machine (the default) each NIC is a gigabit link:
+    // one NIC bounds native receive.
+    assert!(v["machine"].as_str().unwrap().starts_with("paper:"), "{v}");
+    let one = nics.iter().find(|p| p["x"] == 1.0).expect("one NIC")["value"]["median"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        one > 0.3 && one < 1.05,
+        "Linux over one 1 Gbit/s NIC: {one}"
+    );
     for e in ["buffer", "nics", "tx", "web"] {
         for p in points(&v, "Linux", e) {
             assert!(p["value"]["median"].as_f64().unwrap() > 0.0, "{p}");

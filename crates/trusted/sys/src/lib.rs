@@ -46,16 +46,17 @@ pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
 pub use memfd::{seal_shrink, Memfd, PAGE_SIZE};
 pub use packet::{
-    get_mac, ifindex, set_mac, PacketSocket, RecvBatch, VlanTag, RECV_BATCH, SCATTER_BATCH,
-    SCATTER_BATCH_PARTS, SEND_BATCH, SEND_BATCH_PARTS,
+    get_mac, ifindex, set_mac, set_socket_rcvbuf, PacketSocket, RecvBatch, VlanTag, RECV_BATCH,
+    SCATTER_BATCH, SCATTER_BATCH_PARTS, SEND_BATCH, SEND_BATCH_PARTS,
 };
 pub use perf::{
     online_cpus, Frame, PerfClock, PerfEvent, PerfSampler, Sample, SampleRate, SamplerConfig,
 };
 pub use prefetch::prefetch;
 pub use process::{
-    allowed_cpus, catch_interrupts, close_inherited_fds, dup_fd, enter_netns, euid, interrupted,
-    kill, pin_on_exec, raise_fd_limit, rdtsc, set_inheritable, set_nonblocking, take_inherited_fd,
+    allowed_cpus, batch_on_exec, catch_interrupts, close_inherited_fds, dup_fd, enter_netns, euid,
+    interrupted, kill, pin_on_exec, raise_fd_limit, rdtsc, set_inheritable, set_nonblocking,
+    take_inherited_fd,
 };
 pub use seccomp::{CompiledFilter, SyscallFilter};
 pub use seqpacket::connect_stream_nonblocking;

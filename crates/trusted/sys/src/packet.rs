@@ -61,6 +61,15 @@ pub(crate) fn set_buffer(
     }
 }
 
+/// Fixes a socket's receive buffer at `bytes` (SO_RCVBUF; the kernel
+/// doubles it for its bookkeeping and caps it at `rmem_max`), which also
+/// turns the kernel's receive-buffer autotuning off for it (socket(7)).
+pub fn set_socket_rcvbuf(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let size = libc::c_int::try_from(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "receive buffer too large"))?;
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, size).map_err(named("SO_RCVBUF"))
+}
+
 /// The name of a failed socket option, in its error.
 fn named(what: &'static str) -> impl Fn(io::Error) -> io::Error {
     move |e| io::Error::new(e.kind(), format!("{what}: {e}"))

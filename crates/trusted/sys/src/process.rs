@@ -167,6 +167,26 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
+/// Makes the process `cmd` starts a batch process (`SCHED_BATCH`,
+/// sched(7)): when it wakes, it does not preempt the task running on its
+/// core, but waits for that task to block or for the tick. Set between
+/// fork and exec, so every thread it ever has inherits the policy.
+pub fn batch_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec; it builds a
+    // plain struct on the stack (no allocation) and makes one system call,
+    // which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Makes the process `cmd` starts run on core `cpu` only: the child sets
 /// its own affinity between fork and exec, so every thread it ever has
 /// inherits the mask (sched_setaffinity(2)). A core outside the kernel's
@@ -250,6 +270,16 @@ mod tests {
         let mut got = [0u8; 1];
         (&b).read_exact(&mut got).unwrap();
         assert_eq!(&got, b"x");
+    }
+
+    #[test]
+    fn a_batch_child_runs_under_sched_batch() {
+        let mut cmd = std::process::Command::new("grep");
+        cmd.args(["^policy", "/proc/self/sched"]);
+        batch_on_exec(&mut cmd);
+        let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+        // sched(7): SCHED_BATCH is policy 3.
+        assert_eq!(out.split_whitespace().last(), Some("3"), "{out}");
     }
 
     #[test]

@@ -77,7 +77,11 @@ pub(super) fn anomaly(summary: &[Point], profiles: &[Profiled]) -> Option<Anomal
 
 /// Why the anomaly does not occur here.
 pub(super) const NO_ANOMALY: &str =
-    "Linux today charges a receive skb by its truesize and autotunes \
-    the receive window, so page-sized buffers no longer exhaust the socket's memory and force \
-    tcp_collapse; and splitnet's driver domain hands no 4 KiB page up for a 1500-byte frame \
-    unless `port_buffer = \"page\"` asks it to";
+    "the anomaly needs each 1448-byte segment charged a whole page, as XenoLinux's \
+    page-per-packet receive buffers were, so that a fixed receive buffer fills at a third of its \
+    bytes and TCP compacts its queue (tcp_collapse, Table 2); here the sweep's socket has its \
+    buffer fixed at 87,380 bytes and TcpExtTCPRcvCollapsed counts the compactions, but the \
+    driver domain's kernel takes each frame from a TAP, which builds a frame shorter than a page \
+    in a buffer of its own size (about 2.3 KB charged per 1448-byte segment, `ss -tm` during a \
+    receive), so `port_buffer = \"page\"` changes the driver domain's own buffers but not \
+    what the socket is charged";

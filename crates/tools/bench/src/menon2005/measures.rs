@@ -334,6 +334,7 @@ mod tests {
             unavailable: Vec::new(),
             anomaly: None,
             events_note: String::new(),
+            machine: crate::machine::modern_note(),
         }
     }
 

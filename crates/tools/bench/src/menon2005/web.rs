@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 use toolstack::host::Cgroup;
 
 /// The file the server serves: 1 KB, as in the paper.
@@ -120,8 +121,16 @@ pub fn parse_httperf(text: &str) -> Option<Httperf> {
     Some(r)
 }
 
+/// TIME_WAIT sockets the client's namespace keeps (`tcp_max_tw_buckets`):
+/// few, so that thousands of connections a second, point after point, do
+/// not run the client out of local ports (httperf then spins without
+/// end); beyond them a closed connection's port is free at once.
+const CLIENT_TIME_WAITS: &str = "256";
+
 /// httperf from namespace `ns` against `ip:port` at `rate` new connections
-/// a second for `secs` seconds, one request each, 1 s timeout.
+/// a second for `secs` seconds, one request each, 1 s timeout. It is
+/// stopped, and the point fails naming it, if it has not finished 30 s
+/// after it should have.
 pub fn httperf(
     ns: &str,
     ip: &str,
@@ -130,9 +139,17 @@ pub fn httperf(
     secs: u32,
     cg: Option<&Cgroup>,
 ) -> Result<Httperf> {
+    let tw = format!("net.ipv4.tcp_max_tw_buckets={CLIENT_TIME_WAITS}");
+    let st = Command::new("ip")
+        .args(["netns", "exec", ns, "sysctl", "-qw", &tw])
+        .status()
+        .context("running sysctl")?;
+    if !st.success() {
+        bail!("setting {tw} in {ns} failed ({st})");
+    }
     let conns = (rate as u64 * secs as u64).max(1).to_string();
     let (rate_s, port_s, uri) = (rate.to_string(), port.to_string(), format!("/{FILE}"));
-    let child = Command::new("ip")
+    let mut child = Command::new("ip")
         .args([
             "netns", "exec", ns, "httperf", "--hog", "--server", ip, "--port",
         ])
@@ -153,6 +170,15 @@ pub fn httperf(
         .context("starting httperf (install httperf)")?;
     if let Some(cg) = cg {
         cg.add(child.id() as i32)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(u64::from(secs) + 30);
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("httperf in {ns} at {rate} connections/s had not finished {secs} s of load after {} s", secs + 30);
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
     let out = child.wait_with_output()?;
     let text = String::from_utf8_lossy(&out.stdout);

@@ -34,7 +34,8 @@ fn figure_chart(r: &Menon2006Report, f: &PaperFigure) -> String {
 /// Figures 6 and 8's chart: cycles per frame by domain, stacked.
 fn breakdown_chart(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> String {
     let classes = ["guest", "driver", "hv", "wire"];
-    let rows: Vec<&M6Summary> = cfgs.iter().filter_map(|&c| r.row(c, Case::Tx)).collect();
+    let case = r.breakdown_case();
+    let rows: Vec<&M6Summary> = cfgs.iter().filter_map(|&c| r.row(c, case)).collect();
     plot::stacked(&plot::Stacked {
         title: format!("Menon 2006 {id}: transmit cycles per frame by domain"),
         y_label: "cycles per 1514-byte frame".into(),
@@ -128,7 +129,10 @@ fn breakdown(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> Figure {
     );
     for &c in cfgs {
         for d in ["guest", "hv", "driver"] {
-            if let Some(v) = r.row(c, Case::Tx).and_then(|m| m.by_domain.get(d)) {
+            if let Some(v) = r
+                .row(c, r.breakdown_case())
+                .and_then(|m| m.by_domain.get(d))
+            {
                 f.ours
                     .push(Measure::point(format!("{d} cycles, {}", c.name()), *v));
             }

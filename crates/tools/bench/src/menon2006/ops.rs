@@ -32,9 +32,9 @@ pub fn mechanism(cfg: M6Config, case: Case) -> &'static str {
         (
             GuestNone | GuestSp | GuestHigh | GuestCopy | GuestCopySp | PortNone | PortCsum
             | PortSg | PortSgCsum,
-            Case::Tx | Case::TxWrites,
+            Case::Tx | Case::TxWrites | Case::TxOneNic,
         ) => "each fragment's page mapped and unmapped (§2.2)",
-        (GuestIoc | GuestHighIoc | GuestHighIocSp, Case::Tx | Case::TxWrites) => {
+        (GuestIoc | GuestHighIoc | GuestHighIocSp, Case::Tx | Case::TxWrites | Case::TxOneNic) => {
             "header copied, payload never mapped (§4.1)"
         }
         (GuestCopy | GuestCopySp | GuestHighIocSp, Case::Rx) => {

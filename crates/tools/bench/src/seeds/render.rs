@@ -190,6 +190,11 @@ fn row_markdown(r: &Row) -> String {
         r.status.name(),
         r.reason
     );
+    let mut machines: Vec<&str> = r.figures.iter().map(|f| f.machine.as_str()).collect();
+    machines.dedup();
+    for m in machines.into_iter().filter(|m| !m.is_empty()) {
+        let _ = write!(s, "Machine: {m}.\n\n");
+    }
     if !r.outcomes.is_empty() {
         s += "| key effect | paper | ours | verdict |\n|---|---:|---:|---|\n";
         for o in &r.outcomes {

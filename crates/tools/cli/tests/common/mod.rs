@@ -411,6 +411,8 @@ pub fn flow(
         workload,
         server_cgroup: None,
         client_cgroup: None,
+        server_cpu: None,
+        client_cpu: None,
     })
 }
 
