@@ -33,6 +33,12 @@ pub fn modern_note() -> String {
     MODERN.to_string()
 }
 
+/// Whether a report's machine line (from [`PaperMachine::describe`] or
+/// [`MODERN`]) names the paper's machine.
+pub fn is_paper(note: &str) -> bool {
+    note.split(':').next() == Some(Machine::Paper.name())
+}
+
 /// Which machine a suite measures on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -100,9 +106,10 @@ impl PaperMachine {
     /// A line for reports: which cores, how many NICs at what rate.
     pub fn describe(&self) -> String {
         format!(
-            "paper: one CPU (core {}) for hv, every domain and their applications, the clients \
+            "{}: one CPU (core {}) for hv, every domain and their applications, the clients \
              on core {}, the applications batch processes (a wakeup does not preempt a domain), \
              {} NIC(s) at {} each",
+            Machine::Paper.name(),
             self.server_cpu,
             self.client_cpu,
             self.nics,
@@ -258,6 +265,18 @@ mod tests {
         assert_eq!(t.wires[3].address.as_deref(), Some("10.77.0.251/24"));
         let one = wire_tables(1, "drv", None);
         assert!(one.starts_with("\n[wire]\n") && !one.contains("rate"));
+    }
+
+    #[test]
+    fn machine_lines_say_which_machine() {
+        let pm = PaperMachine {
+            server_cpu: 0,
+            client_cpu: 1,
+            nics: 4,
+            rate_bps: GIGABIT.0,
+        };
+        assert!(is_paper(&pm.describe()), "{}", pm.describe());
+        assert!(!is_paper(MODERN) && !is_paper(""));
     }
 
     #[test]

@@ -492,8 +492,15 @@ fn bring_up(ctx: &Ctx<'_>, cfg: M6Config) -> Result<Result<Env, String>> {
 /// returns once the vifs are connected, and a flow started before the
 /// wire's ports carry traffic would fail to connect.
 fn reachable(env: &Env) -> Result<()> {
-    for f in env.flows.values() {
-        let (client, server) = f.client_and_server_ip();
+    // A direction's two flows share their endpoints: each pair once.
+    let mut pairs: Vec<(&str, &str)> = env
+        .flows
+        .values()
+        .map(|f| f.client_and_server_ip())
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    for (client, server) in pairs {
         netenv::wait_reachable(client, server, Duration::from_secs(10))?;
     }
     Ok(())

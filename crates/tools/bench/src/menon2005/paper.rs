@@ -443,7 +443,7 @@ fn fig_nics(r: &Menon2005Report) -> Figure {
             "Gbit/s",
         ),
         table,
-        note: if r.machine.starts_with("paper") {
+        note: if crate::machine::is_paper(&r.machine) {
             "each NIC is a veth pair shaped to 1 Gbit/s in both directions; Xen-guest1 had a \
              second CPU in the paper, which leaves the clients none of their own here"
         } else {
