@@ -26,6 +26,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 use sys::{poll_readable_few, rdtsc, Doorbell, Mapping};
 use thiserror::Error;
+pub use upcall::DmWake;
+use upcall::Upcall;
+
+mod upcall;
 
 /// How long a guest waits for hv to resume it before giving up on an exit.
 pub const GUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -360,6 +364,8 @@ impl<M: SharedMemory, S: emul::FrameSink, R: FrameSource> DeviceHandler for NicD
 pub struct DmConfig {
     /// How the backend is watched.
     pub rx: RxMode,
+    /// How hv's notifications reach the device model.
+    pub wake: DmWake,
 }
 
 /// A device model's counters.
@@ -379,6 +385,9 @@ pub struct DmStats {
     pub wire_changes: u64,
     /// Vectors raised to hv (vPIC in the device model).
     pub vectors: u64,
+    /// Requests that reached it through dom0's upcall handler
+    /// ([`DmWake::Upcall`]).
+    pub upcalls: u64,
 }
 
 /// The device-model end of the ioreq page.
@@ -393,6 +402,8 @@ pub struct DeviceModel {
     lines: u16,
     vec_seq: u32,
     stats: DmStats,
+    /// dom0's upcall handler ([`DmWake::Upcall`]).
+    upcall: Option<Upcall>,
 }
 
 impl DeviceModel {
@@ -404,11 +415,17 @@ impl DeviceModel {
         } else {
             Placement::Hv
         };
+        let kick = Doorbell::from_fd(fds.kick);
+        let upcall = match cfg.wake {
+            DmWake::Direct => None,
+            DmWake::Upcall => Some(Upcall::new(kick.try_clone()?)?),
+        };
         Ok(DeviceModel {
             placement,
             vec_seq: page.load_u32(dm::VECTOR) >> 8 & SEQ24,
             page,
-            kick: Doorbell::from_fd(fds.kick),
+            kick,
+            upcall,
             done: Doorbell::from_fd(fds.done),
             cfg,
             pic: DualPic::new(),
@@ -443,10 +460,18 @@ impl DeviceModel {
     }
 
     /// Serves the request in the slot if one is READY: probes 5 (`woken`)
-    /// and 6 (`drained`) were taken by the caller, 7 and 8 here. Publishes
-    /// interrupt changes before the answer, so hv sees them when it resumes
-    /// the guest (§5.1.1), then rings hv. Returns whether a request was served.
-    pub fn serve<H: DeviceHandler>(&mut self, h: &mut H, woken: u64, drained: u64) -> bool {
+    /// and 6 (`drained`) were taken by the caller, and 7 too when given
+    /// (`ran`: the device model woke after dom0's upcall handler), otherwise
+    /// here at the handler's start; 8 here. Publishes interrupt changes
+    /// before the answer, so hv sees them when it resumes the guest
+    /// (§5.1.1), then rings hv. Returns whether a request was served.
+    pub fn serve<H: DeviceHandler>(
+        &mut self,
+        h: &mut H,
+        woken: u64,
+        drained: u64,
+        ran: Option<u64>,
+    ) -> bool {
         let p = &self.page;
         let r = Ioreq::load(p, dm::SLOT);
         let access = match (r.state, ioreq::validate(&r)) {
@@ -457,7 +482,7 @@ impl DeviceModel {
             }
         };
         ioreq::set_state(p, dm::SLOT, STATE_IOREQ_INPROCESS);
-        let t7 = rdtsc(); // probe 7: the handler starts
+        let t7 = ran.unwrap_or_else(rdtsc); // probe 7: the device model runs
         let pic_port = self.placement == Placement::Dm
             && access.width == IoWidth::Byte
             && DualPic::claims(access.port);
@@ -489,6 +514,24 @@ impl DeviceModel {
         answer.store(p, dm::SLOT);
         let _ = self.done.ring();
         true
+    }
+
+    /// Takes a notification and serves the request: woken directly by hv,
+    /// the wake-up is probe 5 and taking it probe 6; woken by dom0's upcall
+    /// handler, those are the handler's, and the wake-up is probe 7.
+    fn notified<H: DeviceHandler>(&mut self, h: &mut H, woken: u64) {
+        match &self.upcall {
+            Some(u) => {
+                let (t5, t6) = u.take();
+                self.stats.upcalls += 1;
+                self.serve(h, t5, t6, Some(woken));
+            }
+            None => {
+                let _ = self.kick.drain();
+                let drained = rdtsc(); // probe 6: the notification is taken
+                self.serve(h, woken, drained, None);
+            }
+        }
     }
 
     /// Propagates the handler's interrupt lines: as wires for hv's vPIC, or
@@ -541,6 +584,9 @@ impl DeviceModel {
             RxMode::EventDriven => None,
             RxMode::Polling { period_us } => Some(Duration::from_micros(period_us.max(1))),
         };
+        if let Some(u) = &mut self.upcall {
+            u.start()?;
+        }
         let mut backend = backend;
         let mut next_tick = period.map(|p| Instant::now() + p);
         for _ in 0..max_wakeups {
@@ -548,17 +594,19 @@ impl DeviceModel {
             // Polling: the backend is looked at on ticks only, never watched.
             let watched = backend.filter(|_| period.is_none());
             let n = if watched.is_some() { 3 } else { 2 };
-            let fds = [self.kick.as_fd(), stop, watched.unwrap_or(stop)];
+            let notify = match &self.upcall {
+                Some(u) => u.fd(),
+                None => self.kick.as_fd(),
+            };
+            let fds = [notify, stop, watched.unwrap_or(stop)];
             let ready = poll_readable_few(&fds[..n], timeout)?;
-            let woken = rdtsc(); // probe 5: the device model runs again
+            let woken = rdtsc(); // the device model runs again
             if ready & 0b010 != 0 {
                 return Ok(true);
             }
             let mut tell_hv = false;
             if ready & 0b001 != 0 {
-                let _ = self.kick.drain();
-                let drained = rdtsc(); // probe 6: the notification is taken
-                self.serve(h, woken, drained);
+                self.notified(h, woken);
             }
             if ready & 0b100 != 0 {
                 self.stats.backend_events += 1;

@@ -8,7 +8,7 @@ use anyhow::{anyhow, Context, Result};
 use emul::pcnet::regs::port;
 use emul::{GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ};
 use hosted::guest::VmWorld;
-use hvm::{DeviceModel, DmConfig, ExitError, HvmVcpu, NicDevice};
+use hvm::{DeviceModel, DmConfig, DmWake, ExitError, HvmVcpu, NicDevice};
 use hypercall::ioreq::RxMode;
 use hypercall::{DomId, HvClient};
 use std::io;
@@ -183,6 +183,7 @@ pub fn device_model(
     tap: &str,
     mac: &str,
     poll_us: u32,
+    wake: DmWake,
 ) -> Result<()> {
     let fd = crate::hosted::take_fds(hypercall::launch::ENV_HVM_DM_FD, 1)?
         .pop()
@@ -213,11 +214,11 @@ pub fn device_model(
             period_us: u64::from(us),
         },
     };
-    let mut dm = DeviceModel::new(fds, DmConfig { rx }).context("mapping the ioreq page")?;
+    let mut dm = DeviceModel::new(fds, DmConfig { rx, wake }).context("mapping the ioreq page")?;
     // Confined before reading a byte from the guest.
     jail::enter(jail::Role::VmApp).map_err(|e| anyhow!("device model of {guest}: {e}"))?;
     eprintln!(
-        "device model {guest}: serving on {tap} (PIC in {:?}, receive {rx:?})",
+        "device model {guest}: serving on {tap} (PIC in {:?}, receive {rx:?}, woken {wake:?})",
         dm.placement()
     );
     let stop = chan.socket().as_fd();

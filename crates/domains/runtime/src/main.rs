@@ -6,7 +6,7 @@
 //! ```text
 //! splitnet-domain                      a guest or a driver domain (hv says which)
 //! splitnet-domain vmapp --guest G --tap T --mac M --ports-in-vmm 0|1 --irq-bitvector 0|1
-//! splitnet-domain hvm-dm --guest G --guest-id N --tap T --mac M --poll-us N
+//! splitnet-domain hvm-dm --guest G --guest-id N --tap T --mac M --poll-us N --wake direct|upcall
 //! ```
 //!
 //! Its arguments are parsed by hand, as `splitnet-hv`'s are: a domain takes
@@ -18,7 +18,7 @@ use splitnet_runtime::{domain, hosted, hvm};
 use std::collections::BTreeMap;
 
 const USAGE: &str = "usage: splitnet-domain [vmapp --guest G --tap T --mac M --ports-in-vmm 0|1 \
-                     --irq-bitvector 0|1 | hvm-dm --guest G --guest-id N --tap T --mac M --poll-us N] \
+                     --irq-bitvector 0|1 | hvm-dm --guest G --guest-id N --tap T --mac M --poll-us N --wake direct|upcall] \
                      (started by hv, not by hand)";
 
 /// `--name value` pairs, each name once, every one of `want` present.
@@ -69,14 +69,22 @@ fn vmapp(args: &[String]) -> Result<()> {
 }
 
 fn device_model(args: &[String]) -> Result<()> {
-    let o = options(args, &["guest", "guest-id", "tap", "mac", "poll-us"])?;
+    let o = options(
+        args,
+        &["guest", "guest-id", "tap", "mac", "poll-us", "wake"],
+    )?;
     let guest_id = o["guest-id"]
         .parse()
         .with_context(|| format!("--guest-id {:?}", o["guest-id"]))?;
     let poll_us = o["poll-us"]
         .parse()
         .with_context(|| format!("--poll-us {:?}", o["poll-us"]))?;
-    hvm::device_model(&o["guest"], guest_id, &o["tap"], &o["mac"], poll_us)
+    let wake = match o["wake"].as_str() {
+        "direct" => ::hvm::DmWake::Direct,
+        "upcall" => ::hvm::DmWake::Upcall,
+        w => anyhow::bail!("--wake {w:?}: direct or upcall"),
+    };
+    hvm::device_model(&o["guest"], guest_id, &o["tap"], &o["mac"], poll_us, wake)
 }
 
 fn main() {

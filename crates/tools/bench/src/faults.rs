@@ -15,6 +15,7 @@
 //!   descriptors and resident memory before and after.
 
 use crate::harness::{self, Args, Output};
+use crate::machine::PaperMachine;
 use crate::plot::{self, Bar};
 use crate::stats::median;
 use anyhow::{anyhow, bail, Context, Result};
@@ -117,6 +118,9 @@ pub(crate) struct Up<'a> {
     exe: &'a Path,
     run_dir: &'a Path,
     children: Vec<Child>,
+    /// The paper's machine it runs on, if any: splitnet and the guests'
+    /// applications on its server core, the wire hosts' on its client core.
+    paper: Option<PaperMachine>,
 }
 
 impl<'a> Up<'a> {
@@ -126,16 +130,40 @@ impl<'a> Up<'a> {
 
     /// `splitnet up` with `args` (after a `down`) from `exe` in `run_dir`.
     pub(crate) fn with(exe: &'a Path, run_dir: &'a Path, args: &[&str]) -> Result<Up<'a>> {
+        Up::on(exe, run_dir, args, None)
+    }
+
+    /// [`Up::with`] on the paper's machine when `paper` is given
+    /// ([`crate::machine`]): `splitnet up` (so hv and every domain) pinned
+    /// to its server core.
+    pub(crate) fn on(
+        exe: &'a Path,
+        run_dir: &'a Path,
+        args: &[&str],
+        paper: Option<PaperMachine>,
+    ) -> Result<Up<'a>> {
         let up = Up {
             exe,
             run_dir,
             children: Vec::new(),
+            paper,
         };
         up.cli(&["down"]).ok();
         let mut a = vec!["up"];
         a.extend_from_slice(args);
-        up.cli(&a)?;
+        crate::splitnet_on(exe, run_dir, &a, paper.map(|p| p.server_cpu))?;
         Ok(up)
+    }
+
+    /// Where an application in `domain` runs on the paper's machine: a wire
+    /// host is a client machine; anything else runs on the server.
+    fn core_of(&self, domain: &str) -> Option<usize> {
+        let p = self.paper?;
+        Some(if domain.starts_with("wire") {
+            p.client_cpu
+        } else {
+            p.server_cpu
+        })
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -153,11 +181,9 @@ impl<'a> Up<'a> {
     pub(crate) fn spawn(&mut self, domain: &str, cmd: &[&str]) -> Result<u32> {
         let mut args = vec!["exec", domain, "--"];
         args.extend_from_slice(cmd);
-        let child = self
-            .cmd(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        let mut c = self.cmd(&args);
+        crate::machine::place_application(&mut c, self.core_of(domain))?;
+        let child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
         let pid = child.id();
         self.children.push(child);
         Ok(pid)

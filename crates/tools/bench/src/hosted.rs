@@ -19,6 +19,7 @@
 //! shares are of a steady-state window, not of start-up and tear-down.
 
 use crate::harness::{self, Args, Output, RunOptions};
+use crate::machine::{Machine, PaperMachine, FAST_ETHERNET};
 use crate::netenv::{self, Flow, Native, Workload};
 use crate::stats::{median, tsc_per_us};
 use crate::testbed::{bench_cgroup, proc_cpu};
@@ -51,6 +52,9 @@ pub struct HostedOptions {
     pub sizes: Vec<u32>,
     /// Only these configurations (native always runs); empty: all.
     pub configs: Vec<Config>,
+    /// The paper's PC-733 (one 733 MHz CPU, 100 Mb/s Ethernet, §4) or this
+    /// host as it is.
+    pub machine: Machine,
 }
 
 impl HostedOptions {
@@ -64,6 +68,7 @@ impl HostedOptions {
                 SIZES.to_vec()
             },
             configs: Vec::new(),
+            machine: Machine::Paper,
         }
     }
 }
@@ -437,6 +442,9 @@ pub struct HostedReport {
     pub suite: &'static str,
     pub tsc_mhz: f64,
     pub runs: usize,
+    /// The machine the numbers come from ([`crate::machine`]).
+    #[serde(default = "crate::machine::modern_note")]
+    pub machine: String,
     pub seconds_per_flow: u32,
     pub sizes: Vec<u32>,
     /// The send size of Tables 1–3 and Figure 5.
@@ -487,6 +495,9 @@ struct Env {
     client_cg: usize,
     server_cg: usize,
     hosted: bool,
+    /// On the paper's machine: the cores of the server's (receiver's) and
+    /// the client's (sender's) applications.
+    cores: Option<(usize, usize)>,
     _native: Option<Native>,
 }
 
@@ -521,6 +532,8 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
     if cfg == Config::Native {
         let groups = bench_groups()?;
         let n = Native::new()?;
+        // The sender (client) is the paper's machine; the receiver its peer.
+        let cores = opts.common.paper.map(|p| (p.client_cpu, p.server_cpu));
         if link == Link::Shaped {
             for ns in [&n.a, &n.b] {
                 host::run(
@@ -540,6 +553,7 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
             client_cg: 0,
             server_cg: 1,
             hosted: false,
+            cores,
             _native: Some(n),
         });
     }
@@ -553,7 +567,12 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
     if link == Link::Shaped {
         up.extend(["--link-rate", LINK_RATE]);
     }
-    splitnet(opts, &up)?;
+    crate::splitnet_on(
+        &opts.common.exe,
+        &opts.common.run_dir,
+        &up,
+        opts.common.paper.map(|p| p.server_cpu),
+    )?;
     let status: Value = serde_json::from_str(&splitnet(opts, &["status", "--json"])?)
         .context("reading status --json")?;
     let g = guest1(&status).context("no guest1 in status")?;
@@ -574,6 +593,9 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
         client_cg: 0,
         server_cg: 1,
         hosted: true,
+        // guest1's application on the paper's machine, the wire host's on
+        // its peer.
+        cores: opts.common.paper.map(|p| (p.client_cpu, p.server_cpu)),
         _native: None,
     })
 }
@@ -629,8 +651,8 @@ fn measure(env: &Env, opts: &HostedOptions, size: u32) -> Result<(f64, Reading, 
                     workload: Workload::TcpCopy,
                     server_cgroup: env.groups[env.server_cg].1.as_ref(),
                     client_cgroup: env.groups[env.client_cg].1.as_ref(),
-                    server_cpu: None,
-                    client_cpu: None,
+                    server_cpu: env.cores.map(|c| c.0),
+                    client_cpu: env.cores.map(|c| c.1),
                 },
                 &["-l", &len],
             )
@@ -770,6 +792,10 @@ pub fn run(opts: &HostedOptions) -> Result<HostedReport> {
         suite: "hosted",
         tsc_mhz: tsc_hz / 1e6,
         runs: opts.common.runs,
+        machine: opts
+            .common
+            .paper
+            .map_or_else(crate::machine::modern_note, |p| p.describe()),
         seconds_per_flow: opts.common.secs.max(3),
         table_size,
         figure6: figure6(&records),
@@ -907,12 +933,22 @@ impl harness::Suite for HostedSuite {
             opts.sizes = a.sizes.clone();
         }
         opts.configs = Args::parsed(&a.configs)?;
+        opts.machine = a.machine.unwrap_or(opts.machine);
+        opts.common.paper = match opts.machine {
+            // PC-733: one CPU, 100 Mb/s Ethernet (§4).
+            Machine::Paper => Some(PaperMachine::new(1, FAST_ETHERNET)?),
+            Machine::Modern => None,
+        };
         let r = run(&opts)?;
         Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
     }
 
     fn seeds(&self) -> Option<crate::seeds::Reader> {
         Some(|json| harness::figures_of("hosted", json, figures))
+    }
+
+    fn machines(&self) -> &'static [Machine] {
+        &[Machine::Paper, Machine::Modern]
     }
 }
 

@@ -17,6 +17,7 @@
 
 use crate::faults::{random_file, serve_http, sha256, start_download, Up};
 use crate::harness::{self, Args, Output, RunOptions};
+use crate::machine::{Machine, PaperMachine, FAST_ETHERNET};
 use crate::netenv::{self, Flow, Workload};
 use crate::seeds::Measure;
 use crate::stats::{median, tsc_per_us};
@@ -25,12 +26,13 @@ use anyhow::{anyhow, Context, Result};
 use hv::hvm::{HvmConfig, HvmGuest};
 use hv::ioreq::{HvmSnapshot, Placement, STAGES};
 use hv::{DomainSpec, Hypervisor};
-use hvm::{DeviceHandler, DeviceModel, DmConfig, HvmVcpu};
+use hvm::{DeviceHandler, DeviceModel, DmConfig, DmWake, HvmVcpu};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolstack::topology::LinkRate;
 
 /// Table 3: cycles per stage of a dummy port I/O on a 3.8 GHz Xeon.
 pub const PAPER_STAGE_CYCLES: [f64; 5] = [16745.0, 4036.0, 13051.0, 8183.0, 9382.0];
@@ -54,6 +56,9 @@ pub struct HvmOptions {
     pub common: RunOptions,
     /// Reads per stage measurement.
     pub iterations: usize,
+    /// The paper's machine (one 3.8 GHz Pentium with an E100 NIC, §3) or
+    /// this host as it is.
+    pub machine: Machine,
 }
 
 impl HvmOptions {
@@ -63,6 +68,7 @@ impl HvmOptions {
             // As many runs as asked, none included.
             common: RunOptions { runs, ..common },
             iterations: if quick { 1000 } else { 3000 },
+            machine: Machine::Paper,
         }
     }
 }
@@ -124,6 +130,13 @@ pub struct NicConfig {
 pub struct HvmReport {
     pub quick: bool,
     pub runs: usize,
+    /// The machine the numbers come from ([`crate::machine`]).
+    #[serde(default = "crate::machine::modern_note")]
+    pub machine: String,
+    /// How the stages' device model was woken: `direct` (hv's doorbell)
+    /// or `upcall` (Xen's two hops through dom0's upcall handler).
+    #[serde(default = "direct")]
+    pub wake: String,
     pub stages: Stages,
     pub nic: Vec<NicConfig>,
     /// Event-driven over 5 ms polling and over 100 ms polling, bulk TCP
@@ -134,6 +147,10 @@ pub struct HvmReport {
     pub event_over_poll_5ms_copy: f64,
     pub event_over_poll_100ms_copy: f64,
     pub wall_seconds: f64,
+}
+
+fn direct() -> String {
+    "direct".into()
 }
 
 /// A device model with nothing behind its ports (the dummy port).
@@ -159,7 +176,7 @@ struct Rig {
 }
 
 impl Rig {
-    fn new(name: &str, placement: Placement) -> Result<Rig> {
+    fn new(name: &str, placement: Placement, wake: DmWake) -> Result<Rig> {
         let hv = Hypervisor::new();
         let spec = DomainSpec::new(name, "guest", 16, 1);
         let (domid, sock) = hv.create_domain(spec).map_err(|e| anyhow!("{e}"))?;
@@ -175,8 +192,11 @@ impl Rig {
             )
             .map_err(|e| anyhow!("{e}"))?;
         let (stop_wait, stop) = sys::Doorbell::pair()?;
-        let mut dm =
-            DeviceModel::new(g.dm_fds().map_err(|e| anyhow!("{e}"))?, DmConfig::default())?;
+        let cfg = DmConfig {
+            wake,
+            ..DmConfig::default()
+        };
+        let mut dm = DeviceModel::new(g.dm_fds().map_err(|e| anyhow!("{e}"))?, cfg)?;
         let thread = std::thread::spawn(move || {
             let _ = dm.run(
                 &mut Nothing,
@@ -231,13 +251,58 @@ fn reason_delta(a: &HvmSnapshot, b: &HvmSnapshot, reason: &str) -> (u64, u64) {
     (c1.saturating_sub(c0), y1.saturating_sub(y0))
 }
 
+/// The calling thread and the threads it starts pinned to one core while
+/// it lives (the paper's uniprocessor); their cores restored on drop.
+struct OneCore(Option<Vec<usize>>);
+
+impl OneCore {
+    fn pin(paper: Option<&PaperMachine>) -> Result<OneCore> {
+        let Some(p) = paper else {
+            return Ok(OneCore(None));
+        };
+        let before = sys::allowed_cpus()?;
+        sys::set_thread_cpus(&[p.server_cpu])
+            .with_context(|| format!("pinning the rig to core {}", p.server_cpu))?;
+        Ok(OneCore(Some(before)))
+    }
+}
+
+impl Drop for OneCore {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            let _ = sys::set_thread_cpus(c);
+        }
+    }
+}
+
+/// How the stages' device model is woken: on the paper's machine through
+/// dom0's upcall handler, as Xen did; otherwise directly by hv.
+fn wake_of(paper: Option<&PaperMachine>) -> DmWake {
+    if paper.is_some() {
+        DmWake::Upcall
+    } else {
+        DmWake::Direct
+    }
+}
+
+/// `wake` as the topology's `hvm_wake` names it.
+fn wake_name(wake: DmWake) -> &'static str {
+    match wake {
+        DmWake::Direct => "direct",
+        DmWake::Upcall => "upcall",
+    }
+}
+
 /// The dummy port I/O's stages and the PIC access in both places.
 fn stages(opts: &HvmOptions) -> Result<Stages> {
     let n = opts.iterations;
+    let paper = opts.common.paper.as_ref();
+    let wake = wake_of(paper);
+    let _core = OneCore::pin(paper)?;
     let (mut st, mut rt, mut pic_hv, mut pic_hv_h, mut pic_dm) =
         (vec![Vec::new(); 5], vec![], vec![], vec![], vec![]);
     harness::runs(opts.common.runs, |run| {
-        let mut r = Rig::new(&format!("bench-hvm-{run}"), Placement::Hv)?;
+        let mut r = Rig::new(&format!("bench-hvm-{run}"), Placement::Hv, wake)?;
         r.reads(0x22e, n / 10)?; // warm up
         let (_, a, b) = r.reads(0x22e, n)?;
         let count = (b.stages.count - a.stages.count).max(1) as f64;
@@ -250,7 +315,7 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
         let (c, y) = reason_delta(&a, &b, "io_pic_hv");
         pic_hv_h.push(y as f64 / c.max(1) as f64);
         drop(r);
-        let mut r = Rig::new(&format!("bench-hvm-dm-{run}"), Placement::Dm)?;
+        let mut r = Rig::new(&format!("bench-hvm-dm-{run}"), Placement::Dm, wake)?;
         r.reads(0x21, n / 10)?;
         let (m, _, _) = r.reads(0x21, n)?;
         pic_dm.push(m);
@@ -281,14 +346,16 @@ fn stages(opts: &HvmOptions) -> Result<Stages> {
     })
 }
 
-/// The topology: guest1 with an HVM NIC (`keys`), guest2 a vif.
-fn topology(keys: &str) -> String {
+/// The topology: guest1 with an HVM NIC (`keys`), guest2 a vif, and the
+/// wire host (the paper's NIC, at its line rate on the paper's machine).
+fn topology(keys: &str, paper: Option<&PaperMachine>) -> String {
+    let rate = paper.map(|p| LinkRate(p.rate_bps));
     format!(
         "name = \"bench-hvm\"\n\
          [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\
          [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\nnic = \"hvm\"\n{keys}\n\
-         [[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.77.0.2/24\"\n\
-         [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n"
+         [[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.77.0.2/24\"\n{}",
+        crate::machine::wire_tables(1, "drv", rate)
     )
 }
 
@@ -309,8 +376,10 @@ fn iperf(opts: &HvmOptions, reverse: bool) -> Result<f64> {
         workload: Workload::TcpCopy,
         server_cgroup: None,
         client_cgroup: None,
-        server_cpu: None,
-        client_cpu: None,
+        // The wire host is the client machine; guest1's application runs
+        // on the server.
+        server_cpu: opts.common.paper.map(|p| p.client_cpu),
+        client_cpu: opts.common.paper.map(|p| p.server_cpu),
     })?;
     Ok(r.gbps * 1000.0)
 }
@@ -372,10 +441,12 @@ fn reasons(snap: &HvmSnapshot) -> BTreeMap<String, Reason> {
 
 /// One configuration, `opts.common.runs` times.
 fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConfig> {
-    let keys = match poll_us {
-        0 => format!("hvm_pic = \"{pic}\"\nhvm_rx = \"event\""),
-        us => format!("hvm_pic = \"{pic}\"\nhvm_rx = \"poll\"\nhvm_poll_us = {us}"),
+    let rx = match poll_us {
+        0 => "hvm_rx = \"event\"".to_string(),
+        us => format!("hvm_rx = \"poll\"\nhvm_poll_us = {us}"),
     };
+    let wake = wake_name(wake_of(opts.common.paper.as_ref()));
+    let keys = format!("hvm_pic = \"{pic}\"\n{rx}\nhvm_wake = \"{wake}\"");
     let mib = match poll_us {
         0 if opts.common.quick => 16,
         0 => 64,
@@ -385,17 +456,18 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
     };
     std::fs::create_dir_all(&opts.common.run_dir)?;
     let path = opts.common.run_dir.join("bench-hvm.toml");
-    std::fs::write(&path, topology(&keys))?;
+    std::fs::write(&path, topology(&keys, opts.common.paper.as_ref()))?;
     let path_s = path.to_str().context("path")?.to_string();
     let (mut tx, mut rx, mut cp) = (vec![], vec![], vec![]);
     let mut sha_ok = true;
     let mut snap = None;
     let mut packets = 0;
     harness::runs(opts.common.runs, |run| {
-        let mut up = Up::with(
+        let mut up = Up::on(
             &opts.common.exe,
             &opts.common.run_dir,
             &["--config", &path_s],
+            opts.common.paper,
         )?;
         tx.push(iperf(opts, false)?);
         rx.push(iperf(opts, true)?);
@@ -479,6 +551,11 @@ pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
     Ok(HvmReport {
         quick: opts.common.quick,
         runs: opts.common.runs,
+        machine: opts
+            .common
+            .paper
+            .map_or_else(crate::machine::modern_note, |p| p.describe()),
+        wake: wake_name(wake_of(opts.common.paper.as_ref())).into(),
         stages,
         nic: nics,
         event_over_poll_5ms: r5,
@@ -508,10 +585,18 @@ impl HvmReport {
         let paper_total: f64 = PAPER_STAGE_CYCLES.iter().sum();
         let mut t = format!(
             "### Dummy port I/O (0x22e), by stage (Table 3)\n\n\
+             Machine: {}. The device model woken {}.\n\n\
              TSC {mhz:.0} MHz; medians of {} runs of {} reads.\n\n\
              | stage | cycles | µs | share | paper cycles | paper µs | paper share | ours / paper (µs) |\n\
              |---|---|---|---|---|---|---|---|\n",
-            s.runs, s.iterations
+            self.machine,
+            if self.wake == "upcall" {
+                "through dom0's upcall handler, as under Xen (`hvm_wake = \"upcall\"`)"
+            } else {
+                "directly by hv's doorbell (`hvm_wake = \"direct\"`)"
+            },
+            s.runs,
+            s.iterations
         );
         for (i, name) in STAGES.iter().enumerate() {
             let (c, p) = (s.stage_cycles[i], PAPER_STAGE_CYCLES[i]);
@@ -810,11 +895,16 @@ pub fn figures(r: &HvmReport) -> Vec<seeds::Figure> {
         sections(&md, "Table 3"),
         r.stages_svg(),
     );
-    t3 = t3.noted(
+    t3 = t3.noted(if r.wake == "upcall" {
+        "the guest's exit into hv and its resume are wake-ups of hv's relay thread here (Xen's: \
+         a VM exit and a VM entry), counted in hypervisor processing; dom0's event-channel upcall \
+         handler is a thread of the device model's process: the domain switch ends when it has \
+         taken hv's event, the process switch when the device model it woke runs"
+    } else {
         "the guest's exit into hv and its resume are cross-process wake-ups here, counted in \
          hypervisor processing; the wake-up Xen splits into a domain switch and a process switch \
-         in dom0 is one wake-up here, counted in the domain switch",
-    );
+         in dom0 is one wake-up here, counted in the domain switch"
+    });
     t3.ours = table3_measures(&r.stages);
     let (t4_ours, t6_ours) = pic_measures(r);
     let mut t4 = Figure::new(
@@ -862,7 +952,13 @@ impl harness::Suite for HvmSuite {
     }
 
     fn run(&self, a: &Args) -> Result<Output> {
-        let opts = HvmOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        let mut opts = HvmOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs());
+        opts.machine = a.machine.unwrap_or(opts.machine);
+        opts.common.paper = match opts.machine {
+            // The paper's server: one CPU and an Intel E100 (§3).
+            Machine::Paper => Some(PaperMachine::new(1, FAST_ETHERNET)?),
+            Machine::Modern => None,
+        };
         let r = run(&opts)?;
         let stages = ("stages.svg".to_string(), r.stages_svg());
         Ok(Output::of(&r, r.table(), r.svg())?.with_charts(vec![stages]))
@@ -870,5 +966,9 @@ impl harness::Suite for HvmSuite {
 
     fn seeds(&self) -> Option<crate::seeds::Reader> {
         Some(|json| harness::figures_of("hvm", json, figures))
+    }
+
+    fn machines(&self) -> &'static [Machine] {
+        &[Machine::Paper, Machine::Modern]
     }
 }

@@ -23,6 +23,8 @@ use toolstack::topology::LinkRate;
 
 /// The papers' NICs: gigabit Ethernet.
 pub const GIGABIT: LinkRate = LinkRate(1_000_000_000);
+/// Fast Ethernet: Zhang & Dong's Intel E100 (§3), Sugerman's NIC (§4).
+pub const FAST_ETHERNET: LinkRate = LinkRate(100_000_000);
 
 /// The modern machine, as reports name it.
 pub const MODERN: &str = "modern: this host as it is (no pinning, unshaped veth links)";

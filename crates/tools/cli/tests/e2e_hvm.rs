@@ -119,18 +119,22 @@ fn hvm_guest_polling_carries_real_applications() {
     assert_nothing_left();
 }
 
+/// Also Xen's two-hop wake: each request reaches the device model through
+/// dom0's upcall handler (Zhang & Dong §4.2).
 #[test]
-fn hvm_guest_pic_in_dm_polling_carries_real_applications() {
+fn hvm_guest_pic_in_dm_polling_woken_through_an_upcall_carries_real_applications() {
     let Some(env) = Env::new("hvm-dm-poll") else {
         return;
     };
-    everything(
+    let h = everything(
         &env,
-        "hvm_pic = \"dm\"\nhvm_rx = \"poll\"\nhvm_poll_us = 5000",
-        "PIC in the DM, polling 5 ms",
+        "hvm_pic = \"dm\"\nhvm_rx = \"poll\"\nhvm_poll_us = 5000\nhvm_wake = \"upcall\"",
+        "PIC in the DM, polling 5 ms, upcall wake",
         2,
         2,
     );
+    let options = h["options"].as_str().unwrap_or_default();
+    assert!(options.contains("wake=upcall"), "{h}");
     env.ok(&["down"]);
     assert_nothing_left();
 }

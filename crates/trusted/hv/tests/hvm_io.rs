@@ -10,7 +10,9 @@ use abi::SharedMemory;
 use emul::driver::{DriverConfig, GuestPic, Pcnet32};
 use emul::pcnet::regs::port;
 use emul::{CountingIo, GuestMemory, IoWidth, Pcnet, PcnetConfig, PortIo, NIC_IO_BASE, NIC_IRQ};
-use hvm::{DeviceHandler, DeviceModel, DmConfig, DmFds, DmStats, ExitError, HvmVcpu, NicDevice};
+use hvm::{
+    DeviceHandler, DeviceModel, DmConfig, DmFds, DmStats, DmWake, ExitError, HvmVcpu, NicDevice,
+};
 use hypercall::ioreq::{self, vcpu, ExitResult, HvmSnapshot, Placement, RxMode, STAGES};
 use splitnet_hv::hvm::{HvmConfig, HvmGuest};
 use splitnet_hv::{DomainSpec, Hypervisor};
@@ -166,8 +168,23 @@ fn print_stages(title: &str, s: &HvmSnapshot, hz: f64) {
 
 #[test]
 fn a_dummy_port_io_breaks_into_the_five_stages_which_sum_to_the_round_trip() {
-    let (hv, g) = hv_with("hvm-dummy", Placement::Hv, Duration::from_secs(1));
-    let dm = DmThread::spawn(g.dm_fds().unwrap(), DmConfig::default(), Dummy, None);
+    dummy_port_stages("hvm-dummy", DmWake::Direct);
+}
+
+#[test]
+fn through_dom0s_upcall_handler_the_stages_still_sum_to_the_round_trip() {
+    dummy_port_stages("hvm-dummy-upcall", DmWake::Upcall);
+}
+
+/// N reads of the dummy port with the device model woken as `wake` says:
+/// every one answered, forwarded and accounted in five stages.
+fn dummy_port_stages(name: &str, wake: DmWake) {
+    let (hv, g) = hv_with(name, Placement::Hv, Duration::from_secs(1));
+    let cfg = DmConfig {
+        wake,
+        ..DmConfig::default()
+    };
+    let dm = DmThread::spawn(g.dm_fds().unwrap(), cfg, Dummy, None);
     let mut cpu = HvmVcpu::new(g.vcpu_fds().unwrap()).unwrap();
     const N: u64 = 3000;
     for _ in 0..200 {
@@ -204,6 +221,8 @@ fn a_dummy_port_io_breaks_into_the_five_stages_which_sum_to_the_round_trip() {
     assert_eq!(s.reasons["io_other"].items, 0, "none failed");
     assert_eq!(s.counters.forwarded, N + 200);
     assert_eq!(dm_stats.requests, N + 200);
+    let via_upcall = if wake == DmWake::Upcall { N + 200 } else { 0 };
+    assert_eq!(dm_stats.upcalls, via_upcall, "{wake:?}");
     assert_eq!(cpu.stats().errors, 0);
     // The stages are rows of hv's trace too (`splitnet trace`).
     let t = hv.trace();
@@ -267,7 +286,10 @@ impl World {
         let handler = NicDevice::new(nic, NIC_IO_BASE, NIC_IRQ, dm_end);
         let dm = DmThread::spawn(
             g.dm_fds().unwrap(),
-            DmConfig { rx },
+            DmConfig {
+                rx,
+                ..DmConfig::default()
+            },
             handler,
             Some(backend_fd),
         );

@@ -167,6 +167,30 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
+/// Restricts the calling thread, and every thread it starts afterwards, to
+/// the cores `cpus` (sched_setaffinity(2) on this thread only). Giving back
+/// an earlier [`allowed_cpus`] undoes it.
+pub fn set_thread_cpus(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("core {c} is beyond CPU_SETSIZE"),
+            ));
+        }
+        // SAFETY: CPU_SET writes one bit, below CPU_SETSIZE (checked above),
+        // of the set we own.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: the kernel reads size_of::<cpu_set_t>() bytes of the set we
+    // own; pid 0 is this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    cvt(rc as libc::c_long, "sched_setaffinity")?;
+    Ok(())
+}
+
 /// Makes the process `cmd` starts a batch process (`SCHED_BATCH`,
 /// sched(7)): when it wakes, it does not preempt the task running on its
 /// core, but waits for that task to block or for the tick. Set between

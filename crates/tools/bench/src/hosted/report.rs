@@ -236,7 +236,8 @@ impl HostedReport {
     /// Everything, as Markdown.
     pub fn table(&self) -> String {
         format!(
-            "{}\n{}\n{}\n{}",
+            "Machine: {}.\n\n{}\n{}\n{}\n{}",
+            self.machine,
             self.figure6_table(),
             self.figure5_table(),
             self.time_table(),

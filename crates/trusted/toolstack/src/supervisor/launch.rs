@@ -263,6 +263,7 @@ impl Supervisor {
                     .args(["--guest", &e.guest, "--guest-id", &domid.to_string()])
                     .args(["--tap", &e.host_ifname(), "--mac", &e.mac])
                     .args(["--poll-us", &e.hvm_poll_us.unwrap_or(0).to_string()])
+                    .args(["--wake", e.hvm_wake.as_str()])
                     .env(ENV_HVM_DM_FD, inherit(&[sock.as_fd()])?);
                 let r = cmd.spawn();
                 drop(sock);

@@ -136,6 +136,10 @@ pub struct DomainConfig {
     /// HVM NIC with `hvm_rx = "poll"`: the polling period in µs (default
     /// 5000, the paper's 5 ms).
     pub hvm_poll_us: Option<u32>,
+    /// HVM NIC (§4.2): how hv's notification reaches the device model,
+    /// `direct` (its doorbell wakes the device model; the default) or
+    /// `upcall` (Xen's two hops: dom0's upcall handler, then the device model).
+    pub hvm_wake: Option<HvmWake>,
     /// Event channels the domain may hold (Xen's `max_event_channels`);
     /// by default enough for every vif it can hold ([`DomainConfig::quotas`]).
     pub max_event_channels: Option<u32>,
@@ -176,6 +180,24 @@ pub enum HvmRx {
     #[default]
     Event,
     Poll,
+}
+
+/// How hv wakes an HVM guest's device model (`hvm_wake`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HvmWake {
+    #[default]
+    Direct,
+    Upcall,
+}
+
+impl HvmWake {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HvmWake::Direct => "direct",
+            HvmWake::Upcall => "upcall",
+        }
+    }
 }
 
 /// The paper's polling period (§5.3), the default of `hvm_poll_us`.
@@ -227,6 +249,8 @@ pub struct EmulatedNic {
     pub hvm_pic: HvmPic,
     /// HVM: the device model's polling period in µs; None: event-driven.
     pub hvm_poll_us: Option<u32>,
+    /// HVM: how hv wakes the device model.
+    pub hvm_wake: HvmWake,
 }
 
 impl EmulatedNic {
@@ -238,10 +262,15 @@ impl EmulatedNic {
 
     /// The HVM options in one line (for `status`).
     pub fn hvm_options(&self) -> String {
-        match self.hvm_poll_us {
-            Some(us) => format!("pic={} rx=poll poll_us={us}", self.hvm_pic.as_str()),
-            None => format!("pic={} rx=event", self.hvm_pic.as_str()),
-        }
+        let rx = match self.hvm_poll_us {
+            Some(us) => format!("rx=poll poll_us={us}"),
+            None => "rx=event".to_string(),
+        };
+        format!(
+            "pic={} {rx} wake={}",
+            self.hvm_pic.as_str(),
+            self.hvm_wake.as_str()
+        )
     }
 }
 
@@ -700,7 +729,10 @@ fn check_modes(d: &DomainConfig) -> Result<(), String> {
 
 fn check_nic(d: &DomainConfig) -> Result<(), String> {
     let hosted_keys = !d.hosted_ports_in_vmm || !d.hosted_send_combining || !d.hosted_irq_bitvector;
-    let hvm_keys = d.hvm_pic.is_some() || d.hvm_rx.is_some() || d.hvm_poll_us.is_some();
+    let hvm_keys = d.hvm_pic.is_some()
+        || d.hvm_rx.is_some()
+        || d.hvm_poll_us.is_some()
+        || d.hvm_wake.is_some();
     match d.nic {
         Nic::Vif | Nic::Hvm if hosted_keys => Err(format!(
             "domain {:?}: the hosted_* keys apply to nic = \"hosted\" only",

@@ -544,6 +544,7 @@ impl Topology {
                 hvm_pic: d.hvm_pic.unwrap_or_default(),
                 hvm_poll_us: (d.hvm_rx == Some(HvmRx::Poll))
                     .then(|| d.hvm_poll_us.unwrap_or(DEFAULT_HVM_POLL_US)),
+                hvm_wake: d.hvm_wake.unwrap_or_default(),
             });
         }
         out
@@ -882,6 +883,11 @@ mod tests {
         assert!(e.contains("hvm_* keys"), "{e}");
         let e = guest("nic = \"hvm\"\nhvm_pic = \"qemu\"\n").unwrap_err();
         assert!(e.contains("hvm_pic"), "{e}");
+        assert!(guest("nic = \"hvm\"\nhvm_wake = \"upcall\"\n").is_ok());
+        let e = guest("nic = \"hvm\"\nhvm_wake = \"twice\"\n").unwrap_err();
+        assert!(e.contains("hvm_wake"), "{e}");
+        let e = guest("hvm_wake = \"upcall\"\n").unwrap_err();
+        assert!(e.contains("hvm_* keys"), "{e}");
         let e = guest("nic = \"lance\"\n").unwrap_err();
         assert!(e.contains("hosted"), "{e}");
         let e = guest("nic = \"hosted\"\nmemory_frames = 16\n").unwrap_err();
