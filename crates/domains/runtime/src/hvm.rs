@@ -14,7 +14,7 @@ use hypercall::{DomId, HvClient};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use sys::{rdtsc, SeqPacket, Tap};
 
 /// Consecutive exits the device model may leave unanswered (each waits
@@ -40,10 +40,36 @@ struct HvmWorld {
     halts: u64,
     halt_cycles: u64,
     failed_exits: u64,
+    timer: Option<Timer>,
 }
 
+/// The guest kernel's periodic timer interrupt (`hvm_timer_hz`): due every
+/// `period`, taken between the guest's other work and while it halts.
+struct Timer {
+    period: Duration,
+    next: Instant,
+    /// Inside the handler: its own port accesses do not take the timer.
+    running: bool,
+    interrupts: u64,
+}
+
+/// The master PIC's command and data (IMR) ports, and a specific EOI for
+/// IRQ 0.
+const PIC_CMD: u16 = 0x20;
+const PIC_IMR: u16 = 0x21;
+const EOI_IRQ0: u32 = 0x60;
+
 impl HvmWorld {
-    fn new(cpu: HvmVcpu) -> HvmWorld {
+    fn new(cpu: HvmVcpu, timer_hz: u32) -> HvmWorld {
+        let timer = (timer_hz > 0).then(|| {
+            let period = Duration::from_secs(1) / timer_hz;
+            Timer {
+                period,
+                next: Instant::now() + period,
+                running: false,
+                interrupts: 0,
+            }
+        });
         HvmWorld {
             cpu,
             unanswered: 0,
@@ -51,10 +77,43 @@ impl HvmWorld {
             halts: 0,
             halt_cycles: 0,
             failed_exits: 0,
+            timer,
         }
     }
 
+    /// Runs the timer's handler if a tick is due (one per call: a guest
+    /// that fell behind loses ticks, as a kernel's lost jiffies). Its PIC
+    /// accesses are Linux 2.6's for IRQ 0 (Zhang & Dong §5.1, Table 4):
+    /// `mask_and_ack_8259A` reads the IMR (a dummy read), writes it with
+    /// the line masked and sends a specific EOI; `end_8259A_irq` writes the
+    /// IMR again to unmask it.
+    fn timer_due(&mut self) {
+        let Some(t) = &mut self.timer else { return };
+        let now = Instant::now();
+        if t.running || now < t.next {
+            return;
+        }
+        t.running = true;
+        t.interrupts += 1;
+        t.next = (t.next + t.period).max(now);
+        let imr = self.port_in(PIC_IMR, IoWidth::Byte);
+        self.port_out(PIC_IMR, IoWidth::Byte, imr | 1);
+        self.port_out(PIC_CMD, IoWidth::Byte, EOI_IRQ0);
+        self.port_out(PIC_IMR, IoWidth::Byte, imr);
+        if let Some(t) = &mut self.timer {
+            t.running = false;
+        }
+    }
+
+    /// How long a halt may last: until `timeout` or the next tick.
+    fn halt_limit(&self, timeout: Duration) -> Duration {
+        self.timer.as_ref().map_or(timeout, |t| {
+            timeout.min(t.next.saturating_duration_since(Instant::now()))
+        })
+    }
+
     fn exit(&mut self, port: u16, width: IoWidth, write: bool, value: u32) -> u32 {
+        self.timer_due();
         match self.cpu.exit(port, width, write, value) {
             Ok(v) => {
                 self.unanswered = 0;
@@ -125,12 +184,13 @@ impl VmWorld for HvmWorld {
         let n = fds.len().min(all.len() - 1);
         all[1..=n].copy_from_slice(&fds[..n]);
         let t0 = rdtsc();
-        let ready = sys::poll_readable_few(&all[..=n], Some(timeout))?;
+        let ready = sys::poll_readable_few(&all[..=n], Some(self.halt_limit(timeout)))?;
         self.halts += 1;
         self.halt_cycles += rdtsc().saturating_sub(t0);
         if ready & 1 != 0 {
             self.cpu.drain_irq();
         }
+        self.timer_due();
         Ok(())
     }
 
@@ -153,6 +213,7 @@ impl VmWorld for HvmWorld {
                 "interrupts": s.interrupts,
                 "halts": self.halts,
                 "halt_cycles": self.halt_cycles,
+                "timer_interrupts": self.timer.as_ref().map_or(0, |t| t.interrupts),
             }
         })
     }
@@ -166,7 +227,12 @@ pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     let cpu = HvmVcpu::new(fds).context("mapping the vcpu page")?;
     let (tap, _mac) = crate::hosted::guest_eth0(hv, home)?;
     let mem = GuestMemory::new(hv.pool_shared());
-    let mut world = HvmWorld::new(cpu);
+    let timer_hz = hv
+        .store_read_str(&format!("{home}/splitnet/hvm-timer-hz"))
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut world = HvmWorld::new(cpu, timer_hz);
     world.wait_device_model()?;
     eprintln!("hvm: vcpu up, the device model answers");
     crate::hosted::run_guest(hv, home, &mut world, &mem, &tap).map_err(|e| anyhow!("HVM NIC: {e}"))

@@ -189,6 +189,25 @@ impl<'a> Up<'a> {
         Ok(pid)
     }
 
+    /// Runs a command in a domain's namespace, placed as [`Up::spawn`]
+    /// places it, and returns what it printed; fails, with its error
+    /// output, unless it exits 0.
+    pub(crate) fn output_in(&self, domain: &str, cmd: &[&str]) -> Result<String> {
+        let mut args = vec!["exec", domain, "--"];
+        args.extend_from_slice(cmd);
+        let mut c = self.cmd(&args);
+        crate::machine::place_application(&mut c, self.core_of(domain))?;
+        let o = c.output()?;
+        if !o.status.success() {
+            bail!(
+                "`{}` in {domain} failed: {}",
+                cmd.join(" "),
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
     /// Waits for the child `pid` to exit; whether it exited 0.
     pub(crate) fn wait_child(&mut self, pid: u32, limit: Duration) -> Result<bool> {
         let i = self

@@ -976,8 +976,9 @@ struct BenchArgs {
     profile: bool,
     /// The machine the seed suites stand in for: `paper` (the paper's
     /// server: hv and every domain on one core, the clients on another,
-    /// each NIC a link shaped to its line rate; menon2006's default) or
-    /// `modern` (this host as it is; every other suite's default).
+    /// each NIC a link shaped to its line rate; the default of menon2006,
+    /// menon2005, hosted and hvm) or `modern` (this host as it is; every
+    /// other suite's default).
     #[arg(long, value_name = "MACHINE")]
     machine: Option<bench::machine::Machine>,
 }

@@ -418,6 +418,12 @@ fn bench_hosted_reports_figures_and_tables_against_native() {
     ]);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["table_size"], 4096);
+    // Sugerman's PC-733 by default: one CPU, the NIC at 100 Mbit/s.
+    let machine = v["machine"].as_str().unwrap_or_default();
+    assert!(
+        machine.starts_with("paper:") && machine.contains("100mbit"),
+        "{machine}"
+    );
     let records = v["records"].as_array().unwrap();
     for config in ["native", "optimized"] {
         for link in ["100mbit", "unshaped"] {

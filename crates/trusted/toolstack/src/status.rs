@@ -584,6 +584,7 @@ fn hvm_info(mut v: Value, stats: Option<Value>, hvm: Option<&HvmSnapshot>) -> Va
         v["irqs"] = cpu["interrupts"].clone();
         v["halts"] = cpu["halts"].clone();
         v["halt_cycles"] = cpu["halt_cycles"].clone();
+        v["timer_interrupts"] = cpu["timer_interrupts"].clone();
         v["guest"] = s["guest"].clone();
         v["driver"] = s["driver"].clone();
     }

@@ -342,12 +342,14 @@ impl Supervisor {
         let bit = |b: bool| if b { "1" } else { "0" };
         for e in self.topology.emulated_nics() {
             if e.guest == d.name {
+                let timer_hz = e.hvm_timer_hz.to_string();
                 for (k, v) in [
                     ("nic", e.kind.as_str()),
                     ("nic-mac", e.mac.as_str()),
                     ("hosted-ports-in-vmm", bit(e.ports_in_vmm)),
                     ("hosted-send-combining", bit(e.send_combining)),
                     ("hosted-irq-bitvector", bit(e.irq_bitvector)),
+                    ("hvm-timer-hz", timer_hz.as_str()),
                 ] {
                     ts.write(&format!("{home}/{k}"), v)?;
                 }

@@ -140,6 +140,10 @@ pub struct DomainConfig {
     /// `direct` (its doorbell wakes the device model; the default) or
     /// `upcall` (Xen's two hops: dom0's upcall handler, then the device model).
     pub hvm_wake: Option<HvmWake>,
+    /// HVM NIC (§5.1, Table 4): the guest's periodic timer interrupt, in
+    /// Hz (1..=1000); its handler touches the PIC four times, as Linux
+    /// 2.6's `mask_and_ack_8259A` and `end_8259A_irq` do. None: no timer.
+    pub hvm_timer_hz: Option<u32>,
     /// Event channels the domain may hold (Xen's `max_event_channels`);
     /// by default enough for every vif it can hold ([`DomainConfig::quotas`]).
     pub max_event_channels: Option<u32>,
@@ -202,6 +206,8 @@ impl HvmWake {
 
 /// The paper's polling period (§5.3), the default of `hvm_poll_us`.
 pub const DEFAULT_HVM_POLL_US: u32 = 5000;
+/// The range `hvm_timer_hz` accepts (Linux 2.6's HZ was at most 1000).
+pub const HVM_TIMER_HZ: std::ops::RangeInclusive<u32> = 1..=1000;
 /// The range `hvm_poll_us` accepts.
 pub const HVM_POLL_US: std::ops::RangeInclusive<u32> = 100..=1_000_000;
 
@@ -251,6 +257,8 @@ pub struct EmulatedNic {
     pub hvm_poll_us: Option<u32>,
     /// HVM: how hv wakes the device model.
     pub hvm_wake: HvmWake,
+    /// HVM: the guest's timer interrupts per second; 0: none.
+    pub hvm_timer_hz: u32,
 }
 
 impl EmulatedNic {
@@ -266,8 +274,12 @@ impl EmulatedNic {
             Some(us) => format!("rx=poll poll_us={us}"),
             None => "rx=event".to_string(),
         };
+        let timer = match self.hvm_timer_hz {
+            0 => String::new(),
+            hz => format!(" timer_hz={hz}"),
+        };
         format!(
-            "pic={} {rx} wake={}",
+            "pic={} {rx} wake={}{timer}",
             self.hvm_pic.as_str(),
             self.hvm_wake.as_str()
         )
@@ -732,7 +744,8 @@ fn check_nic(d: &DomainConfig) -> Result<(), String> {
     let hvm_keys = d.hvm_pic.is_some()
         || d.hvm_rx.is_some()
         || d.hvm_poll_us.is_some()
-        || d.hvm_wake.is_some();
+        || d.hvm_wake.is_some()
+        || d.hvm_timer_hz.is_some();
     match d.nic {
         Nic::Vif | Nic::Hvm if hosted_keys => Err(format!(
             "domain {:?}: the hosted_* keys apply to nic = \"hosted\" only",
@@ -754,6 +767,12 @@ fn check_nic(d: &DomainConfig) -> Result<(), String> {
         Nic::Hvm if d.hvm_poll_us.is_some() && d.hvm_rx != Some(HvmRx::Poll) => Err(format!(
             "domain {:?}: hvm_poll_us is the polling period of hvm_rx = \"poll\" (set it, or drop hvm_poll_us)",
             d.name
+        )),
+        Nic::Hvm if d.hvm_timer_hz.is_some_and(|hz| !HVM_TIMER_HZ.contains(&hz)) => Err(format!(
+            "domain {:?}: hvm_timer_hz must be {}..={}",
+            d.name,
+            HVM_TIMER_HZ.start(),
+            HVM_TIMER_HZ.end()
         )),
         Nic::Hvm if d.hvm_poll_us.is_some_and(|us| !HVM_POLL_US.contains(&us)) => Err(format!(
             "domain {:?}: hvm_poll_us must be {}..={}",

@@ -545,6 +545,7 @@ impl Topology {
                 hvm_poll_us: (d.hvm_rx == Some(HvmRx::Poll))
                     .then(|| d.hvm_poll_us.unwrap_or(DEFAULT_HVM_POLL_US)),
                 hvm_wake: d.hvm_wake.unwrap_or_default(),
+                hvm_timer_hz: d.hvm_timer_hz.unwrap_or(0),
             });
         }
         out
@@ -886,6 +887,9 @@ mod tests {
         assert!(guest("nic = \"hvm\"\nhvm_wake = \"upcall\"\n").is_ok());
         let e = guest("nic = \"hvm\"\nhvm_wake = \"twice\"\n").unwrap_err();
         assert!(e.contains("hvm_wake"), "{e}");
+        assert!(guest("nic = \"hvm\"\nhvm_timer_hz = 1000\n").is_ok());
+        let e = guest("nic = \"hvm\"\nhvm_timer_hz = 0\n").unwrap_err();
+        assert!(e.contains("hvm_timer_hz must be 1..=1000"), "{e}");
         let e = guest("hvm_wake = \"upcall\"\n").unwrap_err();
         assert!(e.contains("hvm_* keys"), "{e}");
         let e = guest("nic = \"lance\"\n").unwrap_err();
