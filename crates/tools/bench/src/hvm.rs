@@ -477,6 +477,13 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
             &["--config", &path_s],
             opts.common.paper,
         )?;
+        // Measured once guest1's path carries traffic, not merely once
+        // `up` returned.
+        netenv::wait_reachable(
+            &toolstack::host::netns_name("guest1"),
+            "10.77.0.254",
+            Duration::from_secs(30),
+        )?;
         tx.push(iperf(opts, false)?);
         rx.push(iperf(opts, true)?);
         let (k, ok) = copy(&mut up, opts, mib)?;

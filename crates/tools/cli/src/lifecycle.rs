@@ -238,6 +238,17 @@ fn waiting_for(topo: &Topology, v: &serde_json::Value) -> Result<Vec<String>, St
             out.push(format!("the {} NIC of {}", e.kind.as_str(), e.guest));
         }
     }
+    // A wire host is reachable once its driver domain has opened the port
+    // that leads to it (until then the first frames to it are lost).
+    for w in &topo.wires {
+        let peer = format!("{}:{}", w.name, toolstack::daemon::WIRE_IF);
+        let open = ports.iter().any(|p| {
+            p["domain"] == w.driver.as_str() && p["peer"] == peer.as_str() && p["open"] == true
+        });
+        if !open {
+            out.push(format!("the port of {} to wire host {}", w.driver, w.name));
+        }
+    }
     Ok(out)
 }
 
