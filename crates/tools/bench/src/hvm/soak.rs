@@ -215,7 +215,7 @@ pub fn check(soak: &[SoakConfig]) -> Result<()> {
 /// The soak as a table.
 pub fn table(soak: &[SoakConfig], secs: u32) -> String {
     let mut t = format!(
-        "### Cycle soak (Tables 4 and 5)\n\n\
+        "\n### Cycle soak (Tables 4 and 5)\n\n\
          A CPU-bound loop in guest1 for {secs} s, no network traffic; guest1's timer at \
          {TIMER_HZ} Hz, its handler touching the PIC four times (0x21 thrice, 0x20 once, as \
          Linux 2.6's). hv's exits over the loop's window, last run.\n\n\
