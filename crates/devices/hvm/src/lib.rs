@@ -519,12 +519,13 @@ impl DeviceModel {
     /// Takes a notification and serves the request: woken directly by hv,
     /// the wake-up is probe 5 and taking it probe 6; woken by dom0's upcall
     /// handler, those are the handler's, and the wake-up is probe 7.
-    fn notified<H: DeviceHandler>(&mut self, h: &mut H, woken: u64) {
+    fn notified<H: DeviceHandler>(&mut self, h: &mut H, woken: u64) -> io::Result<()> {
         match &self.upcall {
             Some(u) => {
-                let (t5, t6) = u.take();
-                self.stats.upcalls += 1;
-                self.serve(h, t5, t6, Some(woken));
+                let (t5, t6) = u.take()?;
+                if self.serve(h, t5, t6, Some(woken)) {
+                    self.stats.upcalls += 1;
+                }
             }
             None => {
                 let _ = self.kick.drain();
@@ -532,6 +533,7 @@ impl DeviceModel {
                 self.serve(h, woken, drained, None);
             }
         }
+        Ok(())
     }
 
     /// Propagates the handler's interrupt lines: as wires for hv's vPIC, or
@@ -606,7 +608,7 @@ impl DeviceModel {
             }
             let mut tell_hv = false;
             if ready & 0b001 != 0 {
-                self.notified(h, woken);
+                self.notified(h, woken)?;
             }
             if ready & 0b100 != 0 {
                 self.stats.backend_events += 1;

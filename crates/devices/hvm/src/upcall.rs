@@ -8,7 +8,7 @@
 //! device model's loop (probe 7).
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use sys::{poll_readable_few, rdtsc, Doorbell};
@@ -25,6 +25,27 @@ pub enum DmWake {
     Upcall,
 }
 
+impl DmWake {
+    /// As the topology's `hvm_wake` and `splitnet-domain hvm-dm --wake`
+    /// name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DmWake::Direct => "direct",
+            DmWake::Upcall => "upcall",
+        }
+    }
+}
+
+impl std::str::FromStr for DmWake {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DmWake, String> {
+        [DmWake::Direct, DmWake::Upcall]
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| format!("{s:?}: direct or upcall"))
+    }
+}
+
 /// The upcall handler's probes of the notification it last passed on.
 #[derive(Debug, Default)]
 struct Probes {
@@ -33,6 +54,8 @@ struct Probes {
     /// Probe 6: the handler has taken the event and is about to wake the
     /// device model.
     end: AtomicU64,
+    /// The errno that stopped the handler (0: it runs).
+    error: AtomicI32,
 }
 
 /// What the upcall thread takes: hv's doorbell, the device model's, the
@@ -98,13 +121,21 @@ impl Upcall {
         self.woken.as_fd()
     }
 
-    /// Takes the handler's wake-up: probes 5 and 6 of the notification.
-    pub fn take(&self) -> (u64, u64) {
+    /// Takes the handler's wake-up: probes 5 and 6 of the notification;
+    /// an error when the handler has stopped (no request can reach the
+    /// device model any more).
+    pub fn take(&self) -> std::io::Result<(u64, u64)> {
         let _ = self.woken.drain();
-        (
-            self.probes.begin.load(Ordering::Acquire),
-            self.probes.end.load(Ordering::Acquire),
-        )
+        match self.probes.error.load(Ordering::Acquire) {
+            0 => Ok((
+                self.probes.begin.load(Ordering::Acquire),
+                self.probes.end.load(Ordering::Acquire),
+            )),
+            e => Err(std::io::Error::other(format!(
+                "dom0's upcall handler stopped: waiting for hv's event failed: {}",
+                std::io::Error::from_raw_os_error(e)
+            ))),
+        }
     }
 }
 
@@ -117,18 +148,55 @@ impl Drop for Upcall {
     }
 }
 
-/// dom0's event-channel upcall handler: one pass per notification from hv.
+/// dom0's event-channel upcall handler: one pass per notification from
+/// hv. A wait that fails stops it, and it wakes the device model to say so.
 fn handler(kick: &Doorbell, wake: &Doorbell, quit: &Doorbell, p: &Probes) {
     loop {
         let fds = [kick.as_fd(), quit.as_fd()];
         match poll_readable_few(&fds, None) {
             Ok(r) if r & 0b10 == 0 => {}
-            _ => return,
+            Ok(_) => return,
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(-1);
+                p.error.store(errno, Ordering::Release);
+                let _ = wake.ring();
+                return;
+            }
         }
         let begin = rdtsc(); // probe 5: the upcall handler runs
         let _ = kick.drain();
         p.begin.store(begin, Ordering::Release);
         p.end.store(rdtsc(), Ordering::Release); // probe 6
         let _ = wake.ring();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wakes_parse_by_their_names_and_others_are_refused() {
+        for w in [DmWake::Direct, DmWake::Upcall] {
+            assert_eq!(w.name().parse::<DmWake>(), Ok(w));
+        }
+        assert!("twice"
+            .parse::<DmWake>()
+            .unwrap_err()
+            .contains("direct or upcall"));
+    }
+
+    #[test]
+    fn the_handler_passes_each_event_on_with_its_probes_and_stops_on_drop() {
+        let (kick_wait, kick) = Doorbell::pair().unwrap();
+        let mut u = Upcall::new(kick_wait).unwrap();
+        u.start().unwrap();
+        for _ in 0..3 {
+            kick.ring().unwrap();
+            assert_eq!(poll_readable_few(&[u.fd()], None).unwrap(), 1);
+            let (t5, t6) = u.take().unwrap();
+            assert!(t5 > 0 && t6 >= t5, "{t5} {t6}");
+        }
+        drop(u); // joins the thread
     }
 }

@@ -48,6 +48,9 @@ struct HvmWorld {
 struct Timer {
     period: Duration,
     next: Instant,
+    /// The guest's driver has set its PIC up (the main loop runs): before
+    /// that, as with Linux's interrupts off during `init_8259A`, no tick.
+    armed: bool,
     /// Inside the handler: its own port accesses do not take the timer.
     running: bool,
     interrupts: u64,
@@ -66,6 +69,7 @@ impl HvmWorld {
             Timer {
                 period,
                 next: Instant::now() + period,
+                armed: false,
                 running: false,
                 interrupts: 0,
             }
@@ -82,26 +86,42 @@ impl HvmWorld {
     }
 
     /// Runs the timer's handler if a tick is due (one per call: a guest
-    /// that fell behind loses ticks, as a kernel's lost jiffies). Its PIC
-    /// accesses are Linux 2.6's for IRQ 0 (Zhang & Dong §5.1, Table 4):
-    /// `mask_and_ack_8259A` reads the IMR (a dummy read), writes it with
-    /// the line masked and sends a specific EOI; `end_8259A_irq` writes the
-    /// IMR again to unmask it.
+    /// that fell behind loses the ticks it missed, as a kernel loses
+    /// jiffies, and the next comes a period later).
     fn timer_due(&mut self) {
         let Some(t) = &mut self.timer else { return };
         let now = Instant::now();
-        if t.running || now < t.next {
+        if !t.armed || t.running || now < t.next {
             return;
         }
         t.running = true;
-        t.interrupts += 1;
-        t.next = (t.next + t.period).max(now);
-        let imr = self.port_in(PIC_IMR, IoWidth::Byte);
-        self.port_out(PIC_IMR, IoWidth::Byte, imr | 1);
-        self.port_out(PIC_CMD, IoWidth::Byte, EOI_IRQ0);
-        self.port_out(PIC_IMR, IoWidth::Byte, imr);
+        let next = t.next + t.period;
+        t.next = if next <= now { now + t.period } else { next };
+        let taken = self.timer_handler().is_ok();
         if let Some(t) = &mut self.timer {
             t.running = false;
+            t.interrupts += u64::from(taken);
+        }
+    }
+
+    /// The timer interrupt handler's PIC accesses, Linux 2.6's for IRQ 0
+    /// (Zhang & Dong §5.1, Table 4): `mask_and_ack_8259A` reads the IMR (a
+    /// dummy read), writes it with the line masked and sends a specific
+    /// EOI; `end_8259A_irq` writes the IMR again to unmask it. An access
+    /// that fails ends the handler, so a read that returned nothing is
+    /// never written back as a mask.
+    fn timer_handler(&mut self) -> Result<(), ExitError> {
+        let imr = self.try_exit(PIC_IMR, IoWidth::Byte, false, 0)?;
+        self.try_exit(PIC_IMR, IoWidth::Byte, true, imr | 1)?;
+        self.try_exit(PIC_CMD, IoWidth::Byte, true, EOI_IRQ0)?;
+        self.try_exit(PIC_IMR, IoWidth::Byte, true, imr)?;
+        Ok(())
+    }
+
+    /// Arms the timer: the guest's loop runs, its PIC is set up.
+    fn arm_timer(&mut self) {
+        if let Some(t) = &mut self.timer {
+            t.armed = true;
         }
     }
 
@@ -112,12 +132,27 @@ impl HvmWorld {
         })
     }
 
+    /// A port access (after a tick, if one is due); all ones when it failed,
+    /// as a bus nobody answers.
     fn exit(&mut self, port: u16, width: IoWidth, write: bool, value: u32) -> u32 {
         self.timer_due();
+        self.try_exit(port, width, write, value)
+            .unwrap_or_else(|_| width.all_ones())
+    }
+
+    /// One I/O exit, its failures counted (a device model that stays silent
+    /// fails the guest).
+    fn try_exit(
+        &mut self,
+        port: u16,
+        width: IoWidth,
+        write: bool,
+        value: u32,
+    ) -> Result<u32, ExitError> {
         match self.cpu.exit(port, width, write, value) {
             Ok(v) => {
                 self.unanswered = 0;
-                v
+                Ok(v)
             }
             Err(e) => {
                 self.failed_exits += 1;
@@ -136,8 +171,7 @@ impl HvmWorld {
                     }
                     ExitError::Refused | ExitError::DmBusy => {}
                 }
-                // The bus floats high when nothing answered.
-                width.all_ones()
+                Err(e)
             }
         }
     }
@@ -179,6 +213,7 @@ impl VmWorld for HvmWorld {
     /// HLT: the vcpu sleeps until hv injects an interrupt or the guest
     /// kernel has a frame (`fds`).
     fn halt(&mut self, fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<()> {
+        self.arm_timer();
         let irq = self.cpu.irq_fd();
         let mut all = [irq; 8];
         let n = fds.len().min(all.len() - 1);
@@ -197,7 +232,11 @@ impl VmWorld for HvmWorld {
     /// Nothing is held back: TDMD transmits in the device model at once.
     fn flush(&mut self) {}
 
-    fn tick(&mut self) {}
+    /// The loop's tick: the guest runs, so its timer may fire.
+    fn tick(&mut self) {
+        self.arm_timer();
+        self.timer_due();
+    }
 
     fn failure(&self) -> Option<String> {
         self.failure.clone()
@@ -227,11 +266,12 @@ pub fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     let cpu = HvmVcpu::new(fds).context("mapping the vcpu page")?;
     let (tap, _mac) = crate::hosted::guest_eth0(hv, home)?;
     let mem = GuestMemory::new(hv.pool_shared());
-    let timer_hz = hv
-        .store_read_str(&format!("{home}/splitnet/hvm-timer-hz"))
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let timer_hz = match hv.store_read_str(&format!("{home}/splitnet/hvm-timer-hz")) {
+        Ok(s) => s
+            .parse()
+            .with_context(|| format!("hvm-timer-hz in the store: {s:?}"))?,
+        Err(_) => 0,
+    };
     let mut world = HvmWorld::new(cpu, timer_hz);
     world.wait_device_model()?;
     eprintln!("hvm: vcpu up, the device model answers");

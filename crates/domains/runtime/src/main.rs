@@ -79,11 +79,9 @@ fn device_model(args: &[String]) -> Result<()> {
     let poll_us = o["poll-us"]
         .parse()
         .with_context(|| format!("--poll-us {:?}", o["poll-us"]))?;
-    let wake = match o["wake"].as_str() {
-        "direct" => ::hvm::DmWake::Direct,
-        "upcall" => ::hvm::DmWake::Upcall,
-        w => anyhow::bail!("--wake {w:?}: direct or upcall"),
-    };
+    let wake: ::hvm::DmWake = o["wake"]
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--wake {e}"))?;
     hvm::device_model(&o["guest"], guest_id, &o["tap"], &o["mac"], poll_us, wake)
 }
 

@@ -259,8 +259,9 @@ fn reason_delta(a: &HvmSnapshot, b: &HvmSnapshot, reason: &str) -> (u64, u64) {
     (c1.saturating_sub(c0), y1.saturating_sub(y0))
 }
 
-/// The calling thread and the threads it starts pinned to one core while
-/// it lives (the paper's uniprocessor); their cores restored on drop.
+/// The calling thread, and the threads it starts meanwhile, pinned to one
+/// core while it lives (the paper's uniprocessor); the calling thread's
+/// cores restored on drop (the rig's threads are gone by then).
 struct OneCore(Option<Vec<usize>>);
 
 impl OneCore {
@@ -290,14 +291,6 @@ fn wake_of(paper: Option<&PaperMachine>) -> DmWake {
         DmWake::Upcall
     } else {
         DmWake::Direct
-    }
-}
-
-/// `wake` as the topology's `hvm_wake` names it.
-fn wake_name(wake: DmWake) -> &'static str {
-    match wake {
-        DmWake::Direct => "direct",
-        DmWake::Upcall => "upcall",
     }
 }
 
@@ -448,22 +441,34 @@ fn reasons(snap: &HvmSnapshot) -> BTreeMap<String, Reason> {
 }
 
 /// One configuration, `opts.common.runs` times.
-fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConfig> {
+/// guest1's HVM keys for a configuration: the vPIC's place, receive by
+/// event or by polling every `poll_us`, and how hv wakes the device model.
+fn nic_keys(opts: &HvmOptions, pic: &str, poll_us: u32) -> String {
     let rx = match poll_us {
         0 => "hvm_rx = \"event\"".to_string(),
         us => format!("hvm_rx = \"poll\"\nhvm_poll_us = {us}"),
     };
-    let wake = wake_name(wake_of(opts.common.paper.as_ref()));
-    let keys = format!("hvm_pic = \"{pic}\"\n{rx}\nhvm_wake = \"{wake}\"");
-    let mib = match poll_us {
+    let wake = wake_of(opts.common.paper.as_ref()).name();
+    format!("hvm_pic = \"{pic}\"\n{rx}\nhvm_wake = \"{wake}\"")
+}
+
+/// The size of the file copied into guest1: what a configuration moves in
+/// reasonable time (slow polling moves little).
+fn copy_mib(opts: &HvmOptions, poll_us: u32) -> u32 {
+    match poll_us {
         0 if opts.common.quick => 16,
         0 => 64,
         us if us >= 50_000 => 1,
         _ if opts.common.quick => 2,
         _ => 4,
-    };
+    }
+}
+
+fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConfig> {
+    let mib = copy_mib(opts, poll_us);
     std::fs::create_dir_all(&opts.common.run_dir)?;
     let path = opts.common.run_dir.join("bench-hvm.toml");
+    let keys = nic_keys(opts, pic, poll_us);
     std::fs::write(&path, topology(&keys, opts.common.paper.as_ref()))?;
     let path_s = path.to_str().context("path")?.to_string();
     let (mut tx, mut rx, mut cp) = (vec![], vec![], vec![]);
@@ -551,7 +556,6 @@ pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
         nics.push(nic(opts, name, pic, poll_us)?);
     }
     let soak = soak::run(opts)?;
-    soak::check(&soak)?;
     let by = |us: u32| nics.iter().find(|n| n.poll_us == us && n.pic == "hv");
     let ratio = |us: u32, f: fn(&NicConfig) -> f64| match (by(0), by(us)) {
         (Some(e), Some(p)) if f(p) > 0.0 => f(e) / f(p),
@@ -572,7 +576,7 @@ pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
             .common
             .paper
             .map_or_else(crate::machine::modern_note, |p| p.describe()),
-        wake: wake_name(wake_of(opts.common.paper.as_ref())).into(),
+        wake: wake_of(opts.common.paper.as_ref()).name().into(),
         stages,
         nic: nics,
         soak,
@@ -865,6 +869,18 @@ fn pic_measures(r: &HvmReport) -> (Vec<Measure>, Vec<Measure>) {
         ));
         t4.push(Measure::point("PIC ports' share of I/O exits %", exits));
     }
+    if let Some(s) = soaked.filter(|_| r.soak_seconds > 0) {
+        let pic: u64 = s
+            .reasons
+            .iter()
+            .filter(|(k, _)| k.starts_with("io_pic"))
+            .map(|(_, r)| r.count)
+            .sum();
+        t4.push(Measure::point(
+            "PIC accesses per second",
+            pic as f64 / f64::from(r.soak_seconds),
+        ));
+    }
     if let Some(dm) = event("dm") {
         t6.push(Measure::point(
             "PIC exit cycles, vPIC in the device model",
@@ -971,8 +987,10 @@ pub fn figures(r: &HvmReport) -> Vec<seeds::Figure> {
     if soaked {
         t4 = t4.noted(
             "under the cycle soak (a CPU-bound loop in guest1, its timer at 1 kHz, no network \
-             traffic), the paper's CPU2000 stand-in; our guest has no other device than its NIC, \
-             so the rest of the paper's I/O (disk, serial) is absent here",
+             traffic), the paper's CPU2000 stand-in; the guest's only I/O is then its timer's, so \
+             the PIC's shares are near all by construction, and what is measured is that the \
+             timer's accesses reach hv at the paper's rate; our guest has no disk or serial port, \
+             whose I/O made the paper's other 5%",
         );
     }
     t4.ours = t4_ours;

@@ -572,6 +572,7 @@ mod tests {
                 "domain guest2",
                 "vif 0 of guest1 on drv (frontend Connected, backend InitWait)",
                 "vif 0 of guest2 on drv (not set up)",
+                "the port of drv to wire host wire",
             ]
         );
         let v = json!({
@@ -582,9 +583,21 @@ mod tests {
             waiting_for(&t, &v).unwrap_err(),
             "vif 0 of guest2 on drv: drv gave it up: quota: x"
         );
+        // Every vif connected: up waits on until the wire host's port is open.
+        let port = |open: bool| json!({"domain": "drv", "name": "peth0", "peer": "wire:eth0", "open": open});
         let v = json!({
             "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
             "vifs": [vif("guest1", "Connected", None), vif("guest2", "Connected", None)],
+            "ports": [port(false)],
+        });
+        assert_eq!(
+            waiting_for(&t, &v).unwrap(),
+            ["the port of drv to wire host wire"]
+        );
+        let v = json!({
+            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
+            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Connected", None)],
+            "ports": [port(true)],
         });
         assert!(waiting_for(&t, &v).unwrap().is_empty());
     }

@@ -53,10 +53,11 @@ pub enum Role {
     /// it to a driver domain holding a host NIC (`host`, `macvlan`), whose
     /// firmware, features and interface names CAP_NET_ADMIN would reach.
     QueueDriver,
-    /// A hosted guest's VMApp, in its driver domain's namespaces: it made
-    /// VMNet's TAP and mapped the guest's memory before the jail, and keeps
-    /// no capability; it only reads and writes descriptors it holds, and
-    /// starts one thread (VMNet's notifier).
+    /// A hosted guest's VMApp, or an HVM guest's device model, in its
+    /// driver domain's namespaces: it made its TAP and mapped the guest's
+    /// memory before the jail, and keeps no capability; it only reads and
+    /// writes descriptors it holds, and starts one thread (VMNet's
+    /// notifier; the device model's stand-in for dom0's upcall handler).
     VmApp,
 }
 
