@@ -585,7 +585,7 @@ pub fn run(opts: &HvmOptions) -> Result<HvmReport> {
         event_over_poll_5ms_copy: c5,
         event_over_poll_100ms_copy: c100,
         wall_seconds,
-        soak_seconds: opts.common.secs.max(2),
+        soak_seconds: soak::seconds(opts),
     })
 }
 
