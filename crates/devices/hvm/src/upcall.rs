@@ -131,6 +131,9 @@ impl Upcall {
                 self.probes.begin.load(Ordering::Acquire),
                 self.probes.end.load(Ordering::Acquire),
             )),
+            -1 => Err(std::io::Error::other(
+                "dom0's upcall handler stopped: waiting for hv's event failed",
+            )),
             e => Err(std::io::Error::other(format!(
                 "dom0's upcall handler stopped: waiting for hv's event failed: {}",
                 std::io::Error::from_raw_os_error(e)
@@ -157,6 +160,7 @@ fn handler(kick: &Doorbell, wake: &Doorbell, quit: &Doorbell, p: &Probes) {
             Ok(r) if r & 0b10 == 0 => {}
             Ok(_) => return,
             Err(e) => {
+                // poll's error keeps its kind, not always its errno.
                 let errno = e.raw_os_error().unwrap_or(-1);
                 p.error.store(errno, Ordering::Release);
                 let _ = wake.ring();
