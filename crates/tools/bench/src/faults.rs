@@ -172,6 +172,16 @@ impl<'a> Up<'a> {
         c
     }
 
+    /// `splitnet exec domain -- cmd`, placed as an application of `domain`
+    /// on the paper's machine.
+    fn exec_cmd(&self, domain: &str, cmd: &[&str]) -> Result<Command> {
+        let mut args = vec!["exec", domain, "--"];
+        args.extend_from_slice(cmd);
+        let mut c = self.cmd(&args);
+        crate::machine::place_application(&mut c, self.core_of(domain))?;
+        Ok(c)
+    }
+
     pub(crate) fn cli(&self, args: &[&str]) -> Result<String> {
         crate::splitnet(self.exe, self.run_dir, args)
     }
@@ -179,11 +189,11 @@ impl<'a> Up<'a> {
     /// Starts a command in a domain's namespace; returns its pid (the
     /// command itself: `exec` replaces the CLI process).
     pub(crate) fn spawn(&mut self, domain: &str, cmd: &[&str]) -> Result<u32> {
-        let mut args = vec!["exec", domain, "--"];
-        args.extend_from_slice(cmd);
-        let mut c = self.cmd(&args);
-        crate::machine::place_application(&mut c, self.core_of(domain))?;
-        let child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        let child = self
+            .exec_cmd(domain, cmd)?
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
         let pid = child.id();
         self.children.push(child);
         Ok(pid)
@@ -193,19 +203,8 @@ impl<'a> Up<'a> {
     /// places it, and returns what it printed; fails, with its error
     /// output, unless it exits 0.
     pub(crate) fn output_in(&self, domain: &str, cmd: &[&str]) -> Result<String> {
-        let mut args = vec!["exec", domain, "--"];
-        args.extend_from_slice(cmd);
-        let mut c = self.cmd(&args);
-        crate::machine::place_application(&mut c, self.core_of(domain))?;
-        let o = c.output()?;
-        if !o.status.success() {
-            bail!(
-                "`{}` in {domain} failed: {}",
-                cmd.join(" "),
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+        let what = format!("`{}` in {domain}", cmd.join(" "));
+        crate::stdout_of(&mut self.exec_cmd(domain, cmd)?, &what)
     }
 
     /// Waits for the child `pid` to exit; whether it exited 0.

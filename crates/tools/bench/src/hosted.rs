@@ -522,6 +522,9 @@ fn guest1(status: &Value) -> Option<&Value> {
 }
 
 fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout) -> Result<Env> {
+    // On the paper's machine the sender (native's first namespace, guest1)
+    // is the paper's machine; the receiver (the wire host) its peer.
+    let cores = opts.common.paper.map(|p| (p.client_cpu, p.server_cpu));
     // After `splitnet up`, which starts its cgroup tree afresh.
     let bench_groups = || -> Result<Vec<Group>> {
         ["client", "server"]
@@ -532,8 +535,6 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
     if cfg == Config::Native {
         let groups = bench_groups()?;
         let n = Native::new()?;
-        // The sender (client) is the paper's machine; the receiver its peer.
-        let cores = opts.common.paper.map(|p| (p.client_cpu, p.server_cpu));
         if link == Link::Shaped {
             for ns in [&n.a, &n.b] {
                 host::run(
@@ -593,9 +594,7 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
         client_cg: 0,
         server_cg: 1,
         hosted: true,
-        // guest1's application on the paper's machine, the wire host's on
-        // its peer.
-        cores: opts.common.paper.map(|p| (p.client_cpu, p.server_cpu)),
+        cores,
         _native: None,
     })
 }

@@ -406,20 +406,27 @@ fn copy(up: &mut Up<'_>, opts: &HvmOptions, mib: u32) -> Result<(f64, bool)> {
 /// guest1's HVM accounting in hv, and its packets as the guest's driver
 /// counts them (0 when it has not said).
 fn guest1_accounting(up: &Up) -> Result<(Option<HvmSnapshot>, u64)> {
+    let (snap, stats) = guest1_nic(up)?;
+    let packets = stats.map_or(0, |v| {
+        let n = |k: &str| v["driver"][k].as_u64().unwrap_or(0);
+        n("tx_packets") + n("rx_packets")
+    });
+    Ok((snap, packets))
+}
+
+/// guest1's HVM accounting in hv, and the counters its NIC loop last
+/// published (None until it has), from one status read.
+fn guest1_nic(up: &Up) -> Result<(Option<HvmSnapshot>, Option<serde_json::Value>)> {
     let mut ts = up.toolstack()?;
     let st = ts.status().map_err(|e| anyhow!("{e}"))?;
     let g = st.domains.iter().find(|d| d.name == "guest1");
-    let packets = g
+    let stats = g
         .and_then(|d| {
             ts.store_read(&format!("/local/domain/{}/nic/stats", d.id))
                 .ok()
         })
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .map_or(0, |v| {
-            let n = |k: &str| v["driver"][k].as_u64().unwrap_or(0);
-            n("tx_packets") + n("rx_packets")
-        });
-    Ok((g.and_then(|d| d.hvm.clone()), packets))
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    Ok((g.and_then(|d| d.hvm.clone()), stats))
 }
 
 /// The exits by reason: count, mean cycles and share of the handling.

@@ -94,13 +94,16 @@ pub fn splitnet_on(
     if let Some(c) = cpu {
         sys::pin_on_exec(&mut cmd, c).with_context(|| format!("pinning splitnet to core {c}"))?;
     }
-    let o = cmd
-        .output()
-        .with_context(|| format!("running splitnet {}", args.join(" ")))?;
+    stdout_of(&mut cmd, &format!("splitnet {}", args.join(" ")))
+}
+
+/// What `cmd` printed; fails, naming it `what` and with its error output,
+/// unless it exits 0.
+pub(crate) fn stdout_of(cmd: &mut std::process::Command, what: &str) -> anyhow::Result<String> {
+    let o = cmd.output().with_context(|| format!("running {what}"))?;
     if !o.status.success() {
         bail!(
-            "splitnet {} failed: {}",
-            args.join(" "),
+            "{what} failed: {}",
             String::from_utf8_lossy(&o.stderr).trim()
         );
     }

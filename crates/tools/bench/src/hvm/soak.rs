@@ -9,7 +9,7 @@
 //! handling takes its cycles from the loop, as it took them from the
 //! paper's guest. No network traffic runs.
 
-use super::{guest1_accounting, reasons, topology, wake_of, HvmOptions, Reason};
+use super::{guest1_nic, reasons, topology, wake_of, HvmOptions, Reason};
 use crate::faults::{wait_for, Up};
 use crate::stats::median;
 use anyhow::{anyhow, bail, Context, Result};
@@ -164,21 +164,9 @@ fn once(opts: &HvmOptions, pic: &str, hz: u32, secs: u32) -> Result<(f64, HvmSna
 /// guest1's accounting in hv and the timer interrupts its vcpu took (None
 /// until its loop has published its counters).
 fn accounting(up: &Up) -> Result<(HvmSnapshot, Option<u64>)> {
-    let (snap, _) = guest1_accounting(up)?;
+    let (snap, stats) = guest1_nic(up)?;
     let snap = snap.ok_or_else(|| anyhow!("hv has no HVM accounting for guest1"))?;
-    let mut ts = up.toolstack()?;
-    let st = ts.status().map_err(|e| anyhow!("{e}"))?;
-    let id = st
-        .domains
-        .iter()
-        .find(|d| d.name == "guest1")
-        .map(|d| d.id)
-        .ok_or_else(|| anyhow!("no guest1"))?;
-    let ticks = ts
-        .store_read(&format!("/local/domain/{id}/nic/stats"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["world"]["vcpu"]["timer_interrupts"].as_u64());
+    let ticks = stats.and_then(|v| v["world"]["vcpu"]["timer_interrupts"].as_u64());
     Ok((snap, ticks))
 }
 
