@@ -7,12 +7,15 @@
 # slirp4netns as peer baselines for `splitnet bench`, libc6-dbg so profiles
 # name libc's functions, prometheus for promtool (the metrics test lints
 # `status --prometheus` with it), man-db and bash-completion for splitnet's man pages
-# and completions, chromium (headless) for the seeds report's rendering test, and a Rust toolchain new enough for the workspace's
+# and completions, chromium (headless) for the seeds report's rendering test,
+# the CNI reference plugins (containernetworking-plugins) and the CNI
+# project's cnitool (built with Go) for the container tests, and a Rust toolchain new enough for the workspace's
 # rust-version: the one installed (rustup's too) if it is, else Debian 12's
 # rustc-web/cargo-web, the distribution's rustc/cargo or Ubuntu's newest
 # rustc-1.NN, whichever apt offers new enough (with its rustfmt and clippy);
 # if none is, it says what to install and stops. Then it builds the release
-# binary and installs its completions and man pages; --no-build stops before.
+# binary and installs its completions, man pages and CNI plugin (as `splitnet`
+# in /usr/lib/cni and /opt/cni/bin); --no-build stops before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -31,7 +34,7 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium; do
+for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium containernetworking-plugins; do
     # busybox-static provides busybox (and conflicts with it).
     [ "$p" = busybox ] && dpkg -s busybox-static >/dev/null 2>&1 && continue
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
@@ -145,6 +148,18 @@ fi
 install_lints
 echo "setup: Rust toolchain: $(rustc --version) at $(command -v rustc), $(cargo --version)"
 
+# cnitool, the CNI project's own client, which the container tests drive
+# the plugin with (Go fetches it through the module proxy).
+cnitool_version=v1.3.0
+if ! [ -x /usr/local/bin/cnitool ]; then
+    command -v go >/dev/null 2>&1 || apt_install golang-go
+    echo "setup: building cnitool $cnitool_version (go install)"
+    if ! GOBIN=/usr/local/bin go install "github.com/containernetworking/cni/cnitool@$cnitool_version"; then
+        echo "setup: go install github.com/containernetworking/cni/cnitool@$cnitool_version failed (see above)" >&2
+        exit 1
+    fi
+fi
+
 [ "${1:-}" != "--no-build" ] || exit 0
 echo "setup: building splitnet (cargo build --release)"
 cargo build --release --quiet
@@ -160,5 +175,11 @@ mkdir -p "$bash_dir" "$zsh_dir" "$fish_dir" "$man_dir"
 rm -f "$man_dir/splitnet.1" "$man_dir"/splitnet-*.1
 "$bin" man --out "$man_dir" 2>/dev/null
 if command -v mandb >/dev/null 2>&1; then mandb -q 2>/dev/null || true; fi
+# A runtime runs the plugin a configuration's "type" names: "splitnet".
+for d in /usr/lib/cni /opt/cni/bin; do
+    mkdir -p "$d"
+    install -m 0755 target/release/splitnet-cni "$d/splitnet"
+done
+echo "setup: installed the CNI plugin as /usr/lib/cni/splitnet and /opt/cni/bin/splitnet"
 echo "setup: installed completions ($bash_dir/splitnet, $zsh_dir/_splitnet, $fish_dir/splitnet.fish)" \
     "and $(find "$man_dir" -maxdepth 1 -name 'splitnet*.1' | wc -l) man pages ($man_dir/splitnet*.1)"

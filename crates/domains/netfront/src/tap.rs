@@ -101,6 +101,21 @@ impl TapNetfront {
             }
             run_ip(&args)?;
         }
+        Self::start(hv, nf, tap)
+    }
+
+    /// Attaches to TAP `ifname` that the toolstack made in a container's
+    /// namespace, with the vif's MAC and MTU, owned by this domain's uid:
+    /// the domain holds no privilege over that namespace, so the link, its
+    /// addresses and routes are the toolstack's and the container
+    /// runtime's; netfront only sets the offloads its channel negotiated.
+    pub fn adopt(hv: &mut HvClient, nf: Netfront, ifname: &str) -> Result<TapNetfront> {
+        let tap = Tap::create(ifname, true)?;
+        set_offloads(&tap, &nf)?;
+        Self::start(hv, nf, tap)
+    }
+
+    fn start(hv: &mut HvClient, nf: Netfront, tap: Tap) -> Result<TapNetfront> {
         let mac = nf.info.mac.clone();
         let mut t = TapNetfront {
             nf: Some(nf),

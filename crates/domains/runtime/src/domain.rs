@@ -4,7 +4,7 @@
 
 use anyhow::{anyhow, Context, Result};
 use domain_common::idle::Idle;
-use hypercall::launch::ENV_HV_FD;
+use hypercall::launch::{ENV_HV_FD, ENV_USERNS_FD};
 use hypercall::HvClient;
 use netfront::{Netfront, TapNetfront};
 use std::os::fd::{AsFd, OwnedFd};
@@ -13,10 +13,9 @@ use sys::netlink::{RouteEvents, RouteGroup};
 
 /// Closes everything but the inherited hv socket.
 pub fn close_stray_fds() {
-    let mut keep: Vec<i32> = std::env::var(ENV_HV_FD)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .into_iter()
+    let mut keep: Vec<i32> = [ENV_HV_FD, ENV_USERNS_FD]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok()?.parse().ok())
         .collect();
     keep.extend(crate::hosted::env_fds(hypercall::launch::ENV_HOSTED_FDS));
     sys::close_inherited_fds(&keep);
@@ -115,6 +114,14 @@ impl FrontStats {
             self.written = key;
         }
     }
+}
+
+/// The interface a container's guest serves in the runtime's namespace
+/// (its home's `splitnet/container-ifname`, which hv writes): a TAP hv
+/// made there, where other guests make their own `ethN`.
+fn container_ifname(hv: &mut HvClient) -> Option<String> {
+    let node = format!("/local/domain/{}/splitnet/container-ifname", hv.domid());
+    hv.store_read_str(&node).ok()
 }
 
 /// Watch token of the guest's `device/vif` directory.
@@ -303,7 +310,11 @@ impl GuestVif {
         let info = nf.info.clone();
         let r = match self.nic.as_mut() {
             Some(nic) => nic.reconnect(hv, nf),
-            None => TapNetfront::attach(hv, nf, &format!("eth{}", self.handle)).map(|n| {
+            None => match container_ifname(hv).filter(|_| self.handle == "0") {
+                Some(name) => TapNetfront::adopt(hv, nf, &name),
+                None => TapNetfront::attach(hv, nf, &format!("eth{}", self.handle)),
+            }
+            .map(|n| {
                 self.nic = Some(n);
             }),
         };

@@ -1,10 +1,11 @@
 //! Helpers shared by splitnet's tests: waiting on a fact (a new link's
-//! readiness among them), and the lock and root check of tests that change
+//! readiness among them), files to move and check, and the lock and root check of tests that change
 //! the host. Only ever a dev-dependency: nothing here is part of a
 //! production crate's API, and it depends on no crate of the workspace (so
 //! `sys` can use it in its own unit tests).
 #![forbid(unsafe_code)]
 
+pub mod files;
 mod host;
 mod link;
 mod tree;

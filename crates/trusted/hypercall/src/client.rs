@@ -4,7 +4,9 @@
 use crate::batch::{self, BatchKind};
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::evtchn::{self, STATE_CLOSED, STATE_OFF};
-use crate::proto::{self, DomId, Port, Reply, Request, Response, WatchFired, Welcome};
+use crate::proto::{
+    self, ContainerAttach, DomId, Port, Reply, Request, Response, WatchFired, Welcome,
+};
 use crate::status::SystemStatus;
 use crate::trace::{self, DomainEvent, TraceSnapshot, Tracer};
 use abi::grant::{
@@ -172,6 +174,29 @@ impl Toolstack {
             guest: guest.to_string(),
             handle,
         })
+    }
+    /// Attaches a container (a CNI ADD, see [`Request::ContainerAdd`]);
+    /// returns the attachment as JSON.
+    pub fn container_add(&mut self, a: ContainerAttach) -> HvResult<String> {
+        self.value(&Request::ContainerAdd(Box::new(a)))
+    }
+    /// Removes container attachment `id`/`ifname`; done when there is none.
+    pub fn container_del(&mut self, id: &str, ifname: &str) -> HvResult<()> {
+        self.0.done(&Request::ContainerDel {
+            id: id.to_string(),
+            ifname: ifname.to_string(),
+        })
+    }
+    /// Every container attachment, as a JSON array.
+    pub fn container_list(&mut self) -> HvResult<String> {
+        self.value(&Request::ContainerList)
+    }
+    fn value(&mut self, req: &Request) -> HvResult<String> {
+        match self.0.call(req)?.0 {
+            Reply::Value(v) => String::from_utf8(v)
+                .map_err(|_| HvError::new(ErrorKind::Internal, "a reply that is not UTF-8")),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
     }
     /// Opens a capture channel to domain `domain`, asking it for `spec`
     /// (see [`Request::CaptureOpen`]); returns the channel's id, the

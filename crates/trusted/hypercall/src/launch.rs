@@ -13,3 +13,8 @@ pub const ENV_VMAPP_FDS: &str = "SPLITNET_VMAPP_FDS";
 /// inherits: `CONTROL_SOCKET`, its connection to hv as its driver domain
 /// (`Hypervisor::device_model_connection`).
 pub const ENV_HVM_DM_FD: &str = "SPLITNET_HVM_DM_FD";
+/// Environment variable naming the descriptor of the user namespace a
+/// container's guest joins: it runs in the container runtime's network
+/// namespace, which the host's user namespace owns, so that namespace's
+/// owner cannot be its jail's (`jail::enter`).
+pub const ENV_USERNS_FD: &str = "SPLITNET_USERNS_FD";

@@ -13,6 +13,56 @@ use serde::{Deserialize, Serialize};
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 * 1024;
 
+/// A container attachment to make: its vif's frontend is TAP `ifname` in
+/// network namespace `netns` (a path the container runtime made), served by
+/// driver domain `backend` with the options of xl vifspec `spec`. `id` and
+/// `ifname` name the attachment, `network` the CNI network it belongs to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerAttach {
+    pub id: String,
+    pub ifname: String,
+    pub netns: String,
+    pub network: String,
+    pub backend: Option<String>,
+    pub spec: Option<String>,
+}
+
+impl ContainerAttach {
+    /// A CNI container ID: letters, digits, `_`, `.` and `-`, starting
+    /// with a letter or digit (the CNI spec's rule), at most 255 bytes.
+    pub fn check_id(id: &str) -> Result<(), String> {
+        let ok = id.len() <= 255
+            && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if ok {
+            return Ok(());
+        }
+        Err(format!(
+            "container ID {id:?} must be letters, digits, '_', '.' and '-', starting with a letter or digit"
+        ))
+    }
+
+    /// A Linux interface name: 1 to 15 bytes, no `/`, `:` or white space,
+    /// not `.` or `..`.
+    pub fn check_ifname(n: &str) -> Result<(), String> {
+        let ok = !n.is_empty()
+            && n.len() <= 15
+            && n != "."
+            && n != ".."
+            && !n
+                .chars()
+                .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+        if ok {
+            return Ok(());
+        }
+        Err(format!(
+            "interface name {n:?} must be 1-15 characters without '/', ':' or spaces"
+        ))
+    }
+}
+
 /// What a domain asks of hv.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
@@ -187,6 +237,18 @@ pub enum Request {
     PoolWindow {
         granter: DomId,
     },
+    /// Toolstack: a guest domain for a container (a CNI ADD; see
+    /// [`ContainerAttach`]). Replies with the attachment as JSON in a
+    /// `Value`.
+    ContainerAdd(Box<ContainerAttach>),
+    /// Toolstack: the attachment `id`/`ifname` goes (a CNI DEL): its
+    /// domain, its vif and its TAP. Done also when there is none.
+    ContainerDel {
+        id: String,
+        ifname: String,
+    },
+    /// Toolstack: every container attachment, as a JSON array in a `Value`.
+    ContainerList,
 }
 
 impl Request {
@@ -202,6 +264,9 @@ impl Request {
                 | Request::NetworkAttach { .. }
                 | Request::NetworkDetach { .. }
                 | Request::CaptureOpen { .. }
+                | Request::ContainerAdd(_)
+                | Request::ContainerDel { .. }
+                | Request::ContainerList
         )
     }
 
@@ -248,6 +313,9 @@ impl Request {
             Request::VhostListener { .. } => 34,
             Request::VhostConnect => 35,
             Request::PoolWindow { .. } => 36,
+            Request::ContainerAdd(_) => 37,
+            Request::ContainerDel { .. } => 38,
+            Request::ContainerList => 39,
         }
     }
 
@@ -343,4 +411,21 @@ pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> HvResult<T> {
         .with_limit(MAX_MESSAGE as u64)
         .deserialize(b)
         .map_err(|e| HvError::new(crate::ErrorKind::Invalid, format!("malformed message: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ContainerAttach;
+
+    #[test]
+    fn container_ids_and_interface_names_follow_the_spec() {
+        assert!(ContainerAttach::check_id("a1_b.c-d").is_ok());
+        for bad in ["", "-a", "a/b", "a b", "ä"] {
+            assert!(ContainerAttach::check_id(bad).is_err(), "{bad:?}");
+        }
+        assert!(ContainerAttach::check_ifname("eth0").is_ok());
+        for bad in ["", ".", "..", "a/b", "a:b", "a b", "sixteen-chars-xx"] {
+            assert!(ContainerAttach::check_ifname(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+use hypercall::launch::ENV_USERNS_FD;
 use hypercall::DomId;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -137,7 +138,9 @@ impl std::error::Error for JailError {}
 /// The domain's half, called first thing by the domain process (and by the
 /// escape tests, which must run exactly what a domain runs): confines the
 /// calling process for good. It must be single-threaded, root on the host,
-/// in the network namespace hv made for it (`toolstack::host::domain_netns_add`).
+/// in the network namespace hv made for it (`toolstack::host::domain_netns_add`),
+/// or, for a container's guest, in the runtime's with the user namespace hv
+/// made for it.
 pub fn enter(role: Role) -> Result<(), JailError> {
     match sys::jail::thread_count() {
         Ok(1) => {}
@@ -149,8 +152,12 @@ pub fn enter(role: Role) -> Result<(), JailError> {
         }
         Err(x) => return Err(JailError::new("checking threads", x)),
     }
-    let userns =
-        sys::jail::netns_owner().map_err(|x| JailError::new("finding the user namespace", x))?;
+    let userns = match given_userns()? {
+        Some(fd) => fd,
+        None => {
+            sys::jail::netns_owner().map_err(|x| JailError::new("finding the user namespace", x))?
+        }
+    };
     let host_userns = std::fs::metadata("/proc/self/ns/user")
         .map_err(|x| JailError::new("finding the user namespace", x))?;
     let owner = std::fs::File::from(
@@ -163,7 +170,7 @@ pub fn enter(role: Role) -> Result<(), JailError> {
     if owner.ino() == host_userns.ino() {
         return Err(JailError::new(
             "finding the user namespace",
-            "the network namespace belongs to the host's user namespace; it must be one hv created (hv::jail::netns_add)",
+            "the user namespace to join is the host's; it must be one hv created (toolstack::host::domain_netns_add)",
         ));
     }
     // Everything that allocates or reads files comes before the drop.
@@ -203,6 +210,22 @@ pub fn enter(role: Role) -> Result<(), JailError> {
     .map_err(|x| JailError::new("dropping privileges", x))?;
     filter.install().map_err(|x| JailError::new("seccomp", x))?;
     Ok(())
+}
+
+/// The user namespace hv gave a container's guest (its descriptor named by
+/// [`ENV_USERNS_FD`]), if any: such a guest runs in the runtime's network
+/// namespace, whose owner is the host's user namespace.
+fn given_userns() -> Result<Option<std::os::fd::OwnedFd>, JailError> {
+    let Ok(v) = std::env::var(ENV_USERNS_FD) else {
+        return Ok(None);
+    };
+    let bad = |x: String| JailError::new("finding the user namespace", x);
+    let fd: i32 = v
+        .parse()
+        .map_err(|_| bad(format!("{ENV_USERNS_FD}={v:?} is no descriptor")))?;
+    sys::take_inherited_fd(fd)
+        .map(Some)
+        .map_err(|x| bad(format!("{ENV_USERNS_FD}: {x}")))
 }
 
 /// The system calls a domain process of `role` may make, and the `ip`

@@ -73,7 +73,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
         eprintln!("hv: bringing up the topology failed: {e}");
         hv.shutdown();
     } else {
-        hv.set_supervisor(sup);
+        hv.set_supervisor(sup.clone());
         let hv2 = hv.clone();
         let accepting =
             hv.spawn_guarded("hv-accept".into(), None, move || accept_loop(hv2, listener));
@@ -82,6 +82,7 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
         }
         eprintln!("hv: topology {:?} is up", cfg.topology.name);
         hv.wait_shutdown();
+        sup.release_containers();
     }
     // Domains are gone; remove what belongs to the topology as a whole.
     uplinks.finish();

@@ -127,6 +127,13 @@ pub fn run(cmd: &str, args: &[&str]) -> io::Result<String> {
 
 /// Runs `ip` inside namespace `ns`.
 pub fn ip_in(ns: &str, args: &[&str]) -> io::Result<String> {
+    // A path (a container's namespace) is no name `ip -n` can take.
+    if ns.starts_with('/') {
+        let net = format!("--net={ns}");
+        let mut a = vec![net.as_str(), "--", "ip"];
+        a.extend_from_slice(args);
+        return run("nsenter", &a);
+    }
     let mut a = vec!["-n", ns];
     a.extend_from_slice(args);
     run("ip", &a)

@@ -323,6 +323,12 @@ fn domain_entry(
         "nic": nic.as_deref().unwrap_or(if d.kind == "guest" { "vif" } else { "-" }),
         "emulated_nic": emulated.map(|e| emulated_info(&e, nic_stats, d.hvm.as_ref())),
         "virtio_nic": virtio_nic,
+        // A container's guest (`splitnet-cni`): its ID, interface,
+        // namespace and CNI network.
+        "container": s
+            .info
+            .get(&format!("container.{}", d.name))
+            .and_then(|c| serde_json::from_str::<Value>(c).ok()),
         "hvm": d.hvm,
         "kind": d.kind,
         "netns": d.netns,

@@ -16,6 +16,7 @@
 //! hot-plugs vifs; this file builds the topology and applies the restart
 //! policy.
 
+mod containers;
 mod launch;
 mod vifs;
 
@@ -68,11 +69,17 @@ struct State {
     /// Every vhost-user vif: the topology's VMs and `nic = "virtio"`
     /// guests, and VMs attached since.
     vhost: Vec<VhostVif>,
+    /// Containers attached as guests since (`containers`).
+    containers: Vec<containers::Container>,
+    /// Each domain's processes reaped so far.
+    reaps: HashMap<String, u64>,
 }
 
 /// The daemon's supervisor; hv calls it for the toolstack requests that
 /// need processes (see [`crate::core::Supervisor`]).
 pub struct Supervisor {
+    /// Itself, for the toolstack's requests that start processes.
+    this: Weak<Supervisor>,
     hv: Weak<Hypervisor>,
     topology: Topology,
     run_dir: PathBuf,
@@ -99,7 +106,8 @@ impl Supervisor {
     ) -> Arc<Supervisor> {
         let vifs = topology.vifs();
         let vhost = topology.vhost_vifs(&run_dir);
-        Arc::new(Supervisor {
+        Arc::new_cyclic(|this| Supervisor {
+            this: this.clone(),
             hv: Arc::downgrade(hv),
             topology,
             run_dir,
@@ -125,12 +133,14 @@ impl Supervisor {
             .ok_or_else(|| fail(ErrorKind::Invalid, "hv is shutting down"))
     }
 
-    fn config(&self, name: &str) -> HvResult<&DomainConfig> {
-        self.topology
-            .domains
-            .iter()
-            .find(|d| d.name == name)
-            .ok_or_else(|| fail(ErrorKind::BadDomain, format!("no domain named {name:?}")))
+    /// Domain `name`'s configuration: the topology's, or a container's.
+    fn config(&self, name: &str) -> HvResult<DomainConfig> {
+        if let Some(d) = self.topology.domains.iter().find(|d| d.name == name) {
+            return Ok(d.clone());
+        }
+        self.container(name)
+            .map(|c| c.config)
+            .map_err(|_| fail(ErrorKind::BadDomain, format!("no domain named {name:?}")))
     }
 
     fn domid(hv: &Hypervisor, name: &str) -> HvResult<DomId> {
@@ -404,7 +414,7 @@ impl Supervisor {
     fn may_come_back(&self, name: &str) -> bool {
         let shutting_down = self.hv.upgrade().is_none_or(|h| h.is_shutting_down());
         let intent = self.lock().intents.get(name).copied();
-        let policy = self.config(name).map(DomainConfig::restart_policy);
+        let policy = self.config(name).map(|d| d.restart_policy());
         !shutting_down
             && match intent {
                 Some(Intent::Restart) => true,
@@ -431,10 +441,11 @@ impl Supervisor {
             drop_queues(name);
         }
         self.forget_guest_backends(&hv, name, domid);
+        *self.lock().reaps.entry(name.to_string()).or_default() += 1;
         let intent = self.lock().intents.remove(name);
         let policy = self
             .config(name)
-            .map(DomainConfig::restart_policy)
+            .map(|d| d.restart_policy())
             .unwrap_or(Restart::Never);
         let again = !hv.is_shutting_down()
             && match intent {
@@ -509,7 +520,7 @@ impl Supervisor {
     /// Starts domain `name` again under a new id in its namespace, and
     /// re-plumbs its vifs.
     fn start_again(self: &Arc<Self>, hv: &Arc<Hypervisor>, name: &str) -> Result<(), String> {
-        let d = self.config(name).map_err(|e| e.to_string())?.clone();
+        let d = self.config(name).map_err(|e| e.to_string())?;
         let ns = host::netns_name(name);
         if !host::our_netns().contains(&ns) {
             return Err(format!("its namespace {ns} is gone"));
@@ -703,6 +714,19 @@ impl SupervisorHook for Supervisor {
             } => self
                 .attach(&guest, mac, backend, spec)
                 .map(|h| Reply::Value(h.to_string().into_bytes())),
+            Request::ContainerAdd(a) => {
+                let me = self
+                    .this
+                    .upgrade()
+                    .ok_or_else(|| fail(ErrorKind::Invalid, "hv is shutting down"))?;
+                let c = containers::Container::new(&a.id, &a.ifname, &a.netns, &a.network);
+                me.container_add(c, a.backend, a.spec)
+                    .map(|j| Reply::Value(j.into_bytes()))
+            }
+            Request::ContainerDel { id, ifname } => {
+                self.container_del(&id, &ifname).map(|()| Reply::Done)
+            }
+            Request::ContainerList => self.container_list().map(|j| Reply::Value(j.into_bytes())),
             Request::NetworkDetach { guest, handle } => {
                 let hv = self.hv()?;
                 match self.detach_vm(&hv, &guest) {

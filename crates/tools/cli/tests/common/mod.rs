@@ -4,6 +4,8 @@
 
 pub mod lab;
 
+pub use testutil::files::{curl, random_blob, sha256};
+
 use bench::netenv::{FlowResult, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -417,15 +419,6 @@ pub fn flow(
 }
 
 /// The SHA-256 of a file, as `sha256sum` prints it.
-pub fn sha256(path: &std::path::Path) -> String {
-    let o = Command::new("sha256sum").arg(path).output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_string()
-}
-
 /// A 64 MiB file served over HTTP from the wire host arrives intact in
 /// guest1 (python3's http.server, curl). Returns Mbit/s.
 pub fn http_fetch_64mib(env: &Env) -> f64 {
@@ -446,43 +439,6 @@ pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
     assert_eq!(sha256(&got), sha256(&file), "the file arrived corrupted");
     let _ = std::fs::remove_file(&got);
     f64::from(mib) * 8.0 / secs
-}
-
-/// curl's argv that fetches `url` into `out`, retrying while the server
-/// comes up, failing on an HTTP error.
-pub fn curl<'a>(out: &'a str, url: &'a str) -> Vec<&'a str> {
-    vec![
-        "curl",
-        "-sS",
-        "--fail",
-        "--retry",
-        "20",
-        "--retry-connrefused",
-        "--retry-delay",
-        "1",
-        "--max-time",
-        "300",
-        "-o",
-        out,
-        url,
-    ]
-}
-
-/// A fresh file `dir/blob` of `mib` MiB of random bytes.
-pub fn random_blob(dir: &std::path::Path, mib: u32) -> PathBuf {
-    let file = dir.join("blob");
-    let st = Command::new("dd")
-        .args([
-            "if=/dev/urandom",
-            &format!("of={}", file.display()),
-            "bs=1M",
-            &format!("count={mib}"),
-            "status=none",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    file
 }
 
 /// Serves a fresh file of `mib` MiB of random bytes from the wire host at

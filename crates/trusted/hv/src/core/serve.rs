@@ -146,7 +146,10 @@ impl Hypervisor {
             }
             Request::RestartDomain { .. }
             | Request::NetworkAttach { .. }
-            | Request::NetworkDetach { .. } => self.ask_supervisor(req),
+            | Request::NetworkDetach { .. }
+            | Request::ContainerAdd(_)
+            | Request::ContainerDel { .. }
+            | Request::ContainerList => self.ask_supervisor(req),
             Request::CaptureOpen { domain, spec } => match self.capture_open(&domain, &spec) {
                 Ok((reply, fd)) => (Ok(reply), vec![fd]),
                 Err(e) => fail(e),

@@ -9,7 +9,7 @@ use crate::topology::{DomainConfig, EmulatedNic, HvmPic, Nic};
 use hv::core::Hypervisor;
 use hv::proto::DomId;
 use hypercall::ioreq::Placement;
-use hypercall::launch::{ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS};
+use hypercall::launch::{ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_USERNS_FD, ENV_VMAPP_FDS};
 use std::fs;
 use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
@@ -41,7 +41,10 @@ impl Supervisor {
         cg: Cgroup,
     ) -> Result<(), String> {
         let name = d.name.clone();
-        let ns = host::netns_name(&name);
+        let ns = match self.container(&name) {
+            Ok(c) => c.netns.display().to_string(),
+            Err(_) => host::netns_name(&name),
+        };
         let logs = self.domain_log(&name)?;
         let emulated = self
             .topology
@@ -95,9 +98,27 @@ impl Supervisor {
         let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
         sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&sock.as_fd());
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns])
-            .arg(&self.exe)
+        // A container's guest runs in the runtime's namespace and joins the
+        // user namespace hv made for it (`containers`).
+        let container = self.container(&d.name).ok();
+        let mut cmd = match &container {
+            Some(c) => {
+                let userns = c
+                    .userns
+                    .as_ref()
+                    .ok_or("its user namespace is not made yet")?;
+                let mut cmd = Command::new("nsenter");
+                cmd.arg(format!("--net={}", c.netns.display())).arg("--");
+                cmd.env(ENV_USERNS_FD, inherit(&[userns.as_fd()])?);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns]);
+                cmd
+            }
+        };
+        cmd.arg(&self.exe)
             .env(ENV_HV_FD, fd.to_string())
             .stdin(Stdio::null())
             .stdout(log)
@@ -111,6 +132,9 @@ impl Supervisor {
         }
         let r = cmd.spawn();
         drop(sock); // the child holds the only other copy now
+        if let Some(userns) = container.as_ref().and_then(|c| c.userns.as_ref()) {
+            sys::set_inheritable(userns.as_fd(), false).map_err(|e| e.to_string())?;
+        }
         if let Some(l) = link {
             // The guest has its copies; the VMApp must not inherit them.
             for fd in [l.memfd.as_fd(), l.vm.as_fd()] {

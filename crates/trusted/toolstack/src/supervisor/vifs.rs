@@ -157,7 +157,7 @@ impl Supervisor {
         guest: &str,
         vs: VifSpec,
     ) -> HvResult<VifConfig> {
-        let gcfg = self.config(guest)?.clone();
+        let gcfg = self.config(guest)?;
         if gcfg.kind != DomainKind::Guest {
             return Err(fail(
                 ErrorKind::Invalid,
