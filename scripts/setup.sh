@@ -3,13 +3,14 @@
 # Installs what splitnet needs on a fresh Debian/Ubuntu machine (run as root):
 # iproute2 for namespaces and veth, libxen-dev for the ABI conformance test,
 # iperf3/tcpdump/ethtool for the data-path tests, nftables, dnsmasq-base and
-# busybox for the nat uplink and the uplink tests (udhcpc, httpd), passt (pasta) and
+# busybox-static for the nat uplink and the uplink tests (udhcpc, httpd; and
+# the container tests' image, which needs it static), passt (pasta) and
 # slirp4netns as peer baselines for `splitnet bench`, libc6-dbg so profiles
 # name libc's functions, prometheus for promtool (the metrics test lints
 # `status --prometheus` with it), man-db and bash-completion for splitnet's man pages
 # and completions, chromium (headless) for the seeds report's rendering test,
-# the CNI reference plugins (containernetworking-plugins) and the CNI
-# project's cnitool (built with Go) for the container tests, and a Rust toolchain new enough for the workspace's
+# the CNI reference plugins (containernetworking-plugins), podman and runc,
+# and the CNI project's cnitool (built with Go) for the container tests, and a Rust toolchain new enough for the workspace's
 # rust-version: the one installed (rustup's too) if it is, else Debian 12's
 # rustc-web/cargo-web, the distribution's rustc/cargo or Ubuntu's newest
 # rustc-1.NN, whichever apt offers new enough (with its rustfmt and clippy);
@@ -34,9 +35,7 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium containernetworking-plugins; do
-    # busybox-static provides busybox (and conflicts with it).
-    [ "$p" = busybox ] && dpkg -s busybox-static >/dev/null 2>&1 && continue
+for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox-static passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium containernetworking-plugins podman runc file; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
