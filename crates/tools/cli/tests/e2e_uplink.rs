@@ -183,11 +183,15 @@ fn host_state() -> Value {
     }
     routes.sort();
     let nft: Value = serde_json::from_str(&sh("nft", &["-j", "list", "ruleset"])).unwrap();
-    let rules: Vec<&Value> = nft["nftables"]
+    // Rules without their counters: any packet the host forwards moves
+    // those (another runtime's rules, podman's portmap say), and they are
+    // no change splitnet made.
+    let rules: Vec<Value> = nft["nftables"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|x| x.get("metainfo").is_none())
+        .map(without_counters)
         .collect();
     let sysctls: Vec<String> = ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"]
         .iter()
@@ -200,6 +204,20 @@ fn host_state() -> Value {
         "dnsmasq": host_dnsmasq(),
         "sysctls": sysctls,
     })
+}
+
+/// `v` with every `packets` and `bytes` count taken out.
+fn without_counters(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| *k != "packets" && *k != "bytes")
+                .map(|(k, x)| (k.clone(), without_counters(x)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_counters).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Live dnsmasq processes outside the LAN's namespace.
