@@ -58,6 +58,9 @@ pub struct TapNetfront {
     recheck_at: Option<Instant>,
     /// Upkeep rounds since the channel was attached.
     upkeep_rounds: u32,
+    /// The toolstack made the TAP and owns its link settings (a container's
+    /// interface, [`TapNetfront::adopt`]): netfront may not change them.
+    managed: bool,
 }
 
 impl TapNetfront {
@@ -101,7 +104,7 @@ impl TapNetfront {
             }
             run_ip(&args)?;
         }
-        Self::start(hv, nf, tap)
+        Self::start(hv, nf, tap, false)
     }
 
     /// Attaches to TAP `ifname` that the toolstack made in a container's
@@ -112,10 +115,10 @@ impl TapNetfront {
     pub fn adopt(hv: &mut HvClient, nf: Netfront, ifname: &str) -> Result<TapNetfront> {
         let tap = Tap::create(ifname, true)?;
         set_offloads(&tap, &nf)?;
-        Self::start(hv, nf, tap)
+        Self::start(hv, nf, tap, true)
     }
 
-    fn start(hv: &mut HvClient, nf: Netfront, tap: Tap) -> Result<TapNetfront> {
+    fn start(hv: &mut HvClient, nf: Netfront, tap: Tap, managed: bool) -> Result<TapNetfront> {
         let mac = nf.info.mac.clone();
         let mut t = TapNetfront {
             nf: Some(nf),
@@ -124,6 +127,7 @@ impl TapNetfront {
             upkeep_at: None,
             recheck_at: None,
             upkeep_rounds: 0,
+            managed,
         };
         t.upkeep(hv)?;
         Ok(t)
@@ -207,13 +211,17 @@ impl TapNetfront {
     pub fn reconnect(&mut self, hv: &mut HvClient, nf: Netfront) -> Result<()> {
         self.release(hv, "replaced");
         set_offloads(&self.tap, &nf)?;
-        let name = self.tap.name().to_string();
-        if nf.info.mac != self.mac {
-            // A device the toolstack replaced under the same handle.
-            run_ip(&["link", "set", &name, "address", &nf.info.mac])?;
-            self.mac = nf.info.mac.clone();
+        // A container's link settings are the toolstack's, the same for the
+        // attachment's whole life.
+        if !self.managed {
+            let name = self.tap.name().to_string();
+            if nf.info.mac != self.mac {
+                // A device the toolstack replaced under the same handle.
+                run_ip(&["link", "set", &name, "address", &nf.info.mac])?;
+                self.mac = nf.info.mac.clone();
+            }
+            run_ip(&["link", "set", &name, "mtu", &nf.info.mtu.to_string()])?;
         }
-        run_ip(&["link", "set", &name, "mtu", &nf.info.mtu.to_string()])?;
         self.nf = Some(nf);
         self.tap.set_carrier(true)?;
         (self.upkeep_at, self.upkeep_rounds) = (None, 0);

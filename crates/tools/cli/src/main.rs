@@ -6,6 +6,7 @@ mod docs;
 mod lifecycle;
 mod profile;
 mod status_view;
+mod store_ls;
 mod top;
 mod trace;
 
@@ -240,6 +241,19 @@ enum Cmd {
         /// Machine-readable output (every field, one object per vif).
         #[arg(long)]
         json: bool,
+    },
+    /// List the store under PATH with each node's value, as `xenstore-ls`
+    /// does: one `path = "value"` line per node.
+    #[command(
+        long_about = "List the store (xenstore's role) under PATH, one `path = \"value\"` line \
+        per node, depth first, as `xenstore-ls -f` does: domains' homes, vifs' frontend and \
+        backend directories, their states and options.\n\n\
+        Examples:\n  splitnet store-ls\n  splitnet store-ls /local/domain/1/backend"
+    )]
+    StoreLs {
+        /// Where to start (default: the root).
+        #[arg(default_value = "/")]
+        path: String,
     },
     /// Capture the packets of a vif, a port or the bridge, as pcap (what
     /// `tcpdump -i vif3.0` shows in Xen's dom0).
@@ -651,6 +665,7 @@ fn run(cli: Cli) -> Result<()> {
         cmd @ (Cmd::Status { .. }
         | Cmd::Top { .. }
         | Cmd::Capture { .. }
+        | Cmd::StoreLs { .. }
         | Cmd::Profile { .. }
         | Cmd::Trace { .. }) => observe(&rd, cmd),
         Cmd::Underlay(u) => underlay(u),
@@ -800,6 +815,7 @@ fn observe(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Status { json, .. } => status_view::show(rd, json),
+        Cmd::StoreLs { path } => store_ls::run(rd, &path),
         Cmd::Top {
             delay,
             batch,

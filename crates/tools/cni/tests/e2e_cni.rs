@@ -191,3 +191,72 @@ fn bad_input_gets_a_cni_error_naming_it_and_leaves_nothing() {
     });
     expect(add_error(&lab, &conf, "c3", &path), 11, "hv.sock");
 }
+
+#[test]
+fn twenty_parallel_adds_and_dels_are_race_free() {
+    let Some(mut lab) = Lab::up("cni-par", Uplink::Wire, ("10.88.0.10", "10.88.0.200")) else {
+        return;
+    };
+    let names: Vec<String> = (0..20).map(|k| lab.netns(&format!("p{k}"))).collect();
+    let all = |verb: &str| {
+        let children: Vec<_> = names
+            .iter()
+            .map(|ns| (ns, lab.cnitool_spawn(verb, ns)))
+            .collect();
+        for (ns, c) in children {
+            let o = c.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "cnitool {verb} {ns}: {}\nhv.log:\n{}",
+                text(&o),
+                lab.hv_log()
+            );
+        }
+    };
+    all("add");
+    let doms = lab.container_domains();
+    assert_eq!(doms.len(), 20);
+    let mut leases = lab.leases();
+    leases.dedup();
+    assert_eq!(leases.len(), 20, "{leases:?}");
+    for ns in &names {
+        ping(ns, WIRE);
+    }
+    all("del");
+    assert!(lab.container_domains().is_empty());
+    assert!(lab.leases().is_empty(), "{:?}", lab.leases());
+}
+
+#[test]
+fn a_driver_domain_crash_loses_no_byte_of_a_containers_download() {
+    let Some(mut lab) = Lab::up("cni-crash", Uplink::Wire, ("10.88.0.10", "10.88.0.200")) else {
+        return;
+    };
+    let a = lab.netns("crash");
+    lab.cnitool_ok("add", &a);
+    let served = serve_blob(&lab, 64);
+    let got = lab.run_dir.join("got");
+    let mut args = vec!["netns", "exec", a.as_str()];
+    args.extend(testutil::files::curl(got.to_str().unwrap(), &served.url));
+    // Slowed to last a few seconds, so the crash comes mid-transfer.
+    args.extend(["--limit-rate", "16M"]);
+    let fetch = std::process::Command::new("ip")
+        .args(&args)
+        .spawn()
+        .unwrap();
+    wait_until(
+        "the download to be under way",
+        Duration::from_secs(30),
+        || std::fs::metadata(&got).is_ok_and(|m| m.len() > 8 << 20),
+    );
+    let drv = lab.domain_pid("drv");
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &drv.to_string()])
+        .status();
+    let o = fetch.wait_with_output().unwrap();
+    assert!(o.status.success(), "curl: {}", text(&o));
+    assert!(std::fs::metadata(&got).unwrap().len() == 64 << 20);
+    assert_intact(&got, &served);
+    assert_ne!(lab.domain_pid("drv"), drv, "drv was restarted");
+    lab.cnitool_ok("check", &a);
+}

@@ -218,6 +218,17 @@ impl Toolstack {
     pub fn call(&mut self, req: &Request) -> HvResult<Reply> {
         self.0.call(req).map(|r| r.0)
     }
+    /// The children of store node `path` (the toolstack may list anything).
+    pub fn store_directory(&mut self, path: &str) -> HvResult<Vec<String>> {
+        match self
+            .0
+            .call(&Request::StoreDirectory { path: path.into() })?
+            .0
+        {
+            Reply::List(v) => Ok(v),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
     /// Reads a store value as text (the toolstack may read anything).
     pub fn store_read(&mut self, path: &str) -> HvResult<String> {
         match self.0.call(&Request::StoreRead { path: path.into() })?.0 {

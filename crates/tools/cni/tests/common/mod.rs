@@ -99,9 +99,11 @@ impl Lab {
                 "/../../../examples/containers.toml"
             )),
             Uplink::Wire => {
+                // Room for 24 vifs (16 frames, then 512 per vif).
                 let t = lab.run_dir.join("containers.toml");
                 let text = format!(
                     "name = \"containers\"\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
+                     memory_frames = 12304\n\
                      [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"{WIRE}/16\"\n"
                 );
                 std::fs::write(&t, text).unwrap();
@@ -153,13 +155,29 @@ impl Lab {
 
     /// `cnitool VERB sn NETNS`.
     pub fn cnitool(&self, verb: &str, netns: &str) -> Output {
+        self.cnitool_spawn(verb, netns).wait_with_output().unwrap()
+    }
+
+    /// `cnitool VERB sn NETNS`, started.
+    pub fn cnitool_spawn(&self, verb: &str, netns: &str) -> std::process::Child {
         Command::new(cnitool())
             .args([verb, "sn", &format!("/run/netns/{netns}")])
             .env("NETCONFPATH", &self.netconf_dir)
             .env("CNI_PATH", self.cni_path())
             .env("CNI_CACHE_DIR", self.run_dir.join("cni-cache"))
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap()
+    }
+
+    /// The pid of domain `name`'s process.
+    pub fn domain_pid(&self, name: &str) -> u64 {
+        let o = self.splitnet(&["status", "--json"]);
+        let st: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        let doms = st["domains"].as_array().cloned().unwrap_or_default();
+        let d = doms.iter().find(|d| d["name"] == name);
+        d.and_then(|d| d["pid"].as_u64()).unwrap_or(0)
     }
 
     pub fn cnitool_ok(&self, verb: &str, netns: &str) -> String {
@@ -221,6 +239,17 @@ impl Lab {
             .collect()
     }
 
+    /// Every node in the store (`splitnet store-ls`), by path.
+    pub fn store_paths(&self) -> Vec<String> {
+        let o = self.splitnet(&["store-ls"]);
+        assert!(o.status.success(), "store-ls: {}", text(&o));
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        text.lines()
+            .filter_map(|l| l.split(" = ").next())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The addresses host-local holds a lease on.
     pub fn leases(&self) -> Vec<String> {
         let dir = self.run_dir.join("ipam").join("sn");
@@ -263,13 +292,27 @@ pub fn ping(ns: &str, to: &str) {
     assert!(o.status.success(), "ping {to} from {ns}: {}", text(&o));
 }
 
-/// 64 MiB of random bytes served from the wire host arrive intact in
-/// container namespace `ns`.
-pub fn download_intact(lab: &Lab, ns: &str) {
+/// A file of `mib` MiB of random bytes served over HTTP from the wire
+/// host (`http://WIRE:8080/blob`): the server, killed when dropped, and the
+/// file.
+pub struct Served {
+    server: std::process::Child,
+    pub blob: PathBuf,
+    pub url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+pub fn serve_blob(lab: &Lab, mib: u32) -> Served {
     let www = lab.run_dir.join("www");
     std::fs::create_dir_all(&www).unwrap();
-    let blob = random_blob(&www, 64);
-    let mut server = Command::new("ip")
+    let blob = random_blob(&www, mib);
+    let server = Command::new("ip")
         .args([
             "netns",
             "exec",
@@ -278,25 +321,34 @@ pub fn download_intact(lab: &Lab, ns: &str) {
             "-m",
             "http.server",
             "8080",
-            "--bind",
-            WIRE,
-            "--directory",
         ])
+        .args(["--bind", WIRE, "--directory"])
         .arg(&www)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let got = lab.run_dir.join("got");
     let url = format!("http://{WIRE}:8080/blob");
-    let o = exec_in(ns, &curl(got.to_str().unwrap(), &url));
-    let _ = server.kill();
-    let _ = server.wait();
-    assert!(o.status.success(), "curl in {ns}: {}", text(&o));
-    assert_eq!(std::fs::metadata(&got).unwrap().len(), 64 << 20);
+    Served { server, blob, url }
+}
+
+/// `got` is `served`'s file, byte for byte.
+pub fn assert_intact(got: &std::path::Path, served: &Served) {
+    let want = std::fs::metadata(&served.blob).unwrap().len();
+    assert_eq!(std::fs::metadata(got).unwrap().len(), want);
     assert_eq!(
-        sha256(&got),
-        sha256(&blob),
+        sha256(got),
+        sha256(&served.blob),
         "the download arrived corrupted"
     );
+}
+
+/// 64 MiB of random bytes served from the wire host arrive intact in
+/// container namespace `ns`.
+pub fn download_intact(lab: &Lab, ns: &str) {
+    let served = serve_blob(lab, 64);
+    let got = lab.run_dir.join("got");
+    let o = exec_in(ns, &curl(got.to_str().unwrap(), &served.url));
+    assert!(o.status.success(), "curl in {ns}: {}", text(&o));
+    assert_intact(&got, &served);
 }

@@ -238,6 +238,9 @@ impl Supervisor {
             i.map(|i| st.containers.remove(i))
         };
         hv.remove_info(&format!("container.{name}"));
+        // Its log goes with it: runtimes churn through containers by the
+        // thousand, each under a name of its own.
+        let _ = std::fs::remove_file(self.run_dir.join(format!("{name}.log")));
         if let Some(c) = gone.filter(|c| c.tap_made) {
             drop_tap(&c.netns, &c.ifname);
         }
