@@ -179,6 +179,7 @@ for d in /usr/lib/cni /opt/cni/bin; do
     mkdir -p "$d"
     install -m 0755 target/release/splitnet-cni "$d/splitnet"
 done
-echo "setup: installed the CNI plugin as /usr/lib/cni/splitnet and /opt/cni/bin/splitnet"
+target/release/splitnet-cni --man >"$man_dir/splitnet-cni.1"
+echo "setup: installed the CNI plugin as /usr/lib/cni/splitnet and /opt/cni/bin/splitnet (man splitnet-cni)"
 echo "setup: installed completions ($bash_dir/splitnet, $zsh_dir/_splitnet, $fish_dir/splitnet.fish)" \
     "and $(find "$man_dir" -maxdepth 1 -name 'splitnet*.1' | wc -l) man pages ($man_dir/splitnet*.1)"

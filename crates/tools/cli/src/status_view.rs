@@ -35,6 +35,7 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     let domains = v["domains"].as_array().unwrap_or(&empty);
     let hosts = v["hosts"].as_array().unwrap_or(&empty);
     print_domains(domains, hosts);
+    print_containers(domains);
     print_emulated_nics(domains);
     print_ports(&v);
     let host = toolstack::host::instance().unwrap_or("local");
@@ -49,7 +50,7 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
 /// core, namespace, connection, memory and addresses.
 fn print_domains(domains: &[Value], hosts: &[Value]) {
     println!(
-        "\n{:<8} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8} {:<7}  ADDRESSES",
+        "\n{:<10} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8} {:<7}  ADDRESSES",
         "DOMAIN", "ID", "KIND", "PID", "CPU", "NAMESPACE", "CONN", "MEMORY", "HUGE"
     );
     let empty = Vec::new();
@@ -76,7 +77,7 @@ fn print_domains(domains: &[Value], hosts: &[Value]) {
             Some(b) => b.to_string(),
         };
         println!(
-            "{:<8} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8} {:<7}  {}",
+            "{:<10} {:>3} {:<7} {:>7} {:>3} {:<17} {:<5} {:>8} {:<7}  {}",
             text("name"),
             text("id"),
             text("kind"),
@@ -91,6 +92,29 @@ fn print_domains(domains: &[Value], hosts: &[Value]) {
             } else {
                 addrs.join(" ")
             }
+        );
+    }
+}
+
+/// The guests that are containers' interfaces (`splitnet-cni`): each by
+/// domain, container ID, interface, namespace and CNI network.
+fn print_containers(domains: &[Value]) {
+    let mut any = false;
+    for d in domains.iter().filter(|d| d["container"].is_object()) {
+        if !any {
+            println!("\nCONTAINERS");
+            any = true;
+        }
+        let c = &d["container"];
+        let s = |k: &str| c[k].as_str().unwrap_or("-").to_string();
+        let id = s("id");
+        println!(
+            "  {:<10} container {} {} in {} (network {})",
+            d["name"].as_str().unwrap_or("?"),
+            id.get(..12).unwrap_or(&id),
+            s("ifname"),
+            s("netns"),
+            s("network")
         );
     }
 }

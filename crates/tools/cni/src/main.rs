@@ -18,43 +18,58 @@ use config::{Command, Env, NetConf};
 use error::{CniError, INVALID_ENV, IO_FAILURE};
 use std::io::Read;
 
-const HELP: &str = "\
-splitnet-cni: the CNI plugin that gives a container a splitnet vif
+/// The command line a person uses (a runtime passes no arguments).
+fn cli() -> clap::Command {
+    clap::Command::new("splitnet-cni")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("The CNI plugin that gives a container a splitnet vif")
+        .long_about(ABOUT)
+        .after_long_help(CONFIG)
+        .arg(
+            clap::Arg::new("man")
+                .long("man")
+                .action(clap::ArgAction::SetTrue)
+                .help("Print this page as a man page (roff) and exit"),
+        )
+}
 
-A container runtime (podman, containerd, CRI-O, Kubernetes with Multus)
-runs it, as it runs every CNI plugin: CNI_COMMAND (ADD, DEL, CHECK, STATUS,
-GC or VERSION), CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME and CNI_PATH in the
-environment, the network configuration on standard input. It speaks CNI
-1.1.0, 1.0.0 and 0.4.0. splitnet must be up (`splitnet up`).
+const ABOUT: &str = "The CNI plugin that gives a container a splitnet vif.\n\n\
+A container runtime (podman, containerd, CRI-O, Kubernetes with Multus) runs it as it \
+runs every CNI plugin: CNI_COMMAND (ADD, DEL, CHECK, STATUS, GC or VERSION), \
+CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME and CNI_PATH in the environment, the network \
+configuration on standard input. It speaks CNI 1.1.0, 1.0.0 and 0.4.0. splitnet must be \
+up (splitnet up). ADD makes a guest domain whose vif is CNI_IFNAME in the container's \
+namespace, served by a driver domain, and gives it the IPAM plugin's addresses and \
+routes; DEL removes them (and succeeds when they are gone already); CHECK verifies \
+them; STATUS fails with code 50 when hv or the driver domain is not running; GC removes \
+the network's attachments the runtime no longer lists. Errors are CNI error results with \
+the spec's codes; a refusal from splitnet is code 100.";
 
-Network configuration (every key but cniVersion, name and type optional;
-any other key is refused by name):
-  {\"cniVersion\": \"1.1.0\", \"name\": \"sn\", \"type\": \"splitnet\",
-   \"driver\": \"drv\",          the driver domain (default: the only one)
-   \"bridge\": \"xenbr0\",       its bridge (default xenbr0)
-   \"vif\": \"rate=100Mb/s\",    xl vifspec keys for the vif (mtu=, rate=, vlan=, mac=, ...)
-   \"antispoof\": true,        ip= from the IPAM result (default true)
-   \"runDir\": \"/run/splitnet\", where hv listens
-   \"ipam\": {\"type\": \"host-local\", \"ranges\": [[{\"subnet\": \"10.88.0.0/16\"}]],
-            \"routes\": [{\"dst\": \"0.0.0.0/0\"}]}}
-
-Try it with cnitool:
-  ip netns add c1
-  NETCONFPATH=/etc/cni/net.d CNI_PATH=/usr/lib/cni cnitool add sn /run/netns/c1
-";
+const CONFIG: &str = "Network configuration (every key but cniVersion, name and type \
+optional; any other key is refused by name):\n\n  \
+{\"cniVersion\": \"1.1.0\", \"name\": \"sn\", \"type\": \"splitnet\",\n   \
+\"driver\": \"drv\",            the driver domain (default: the only one)\n   \
+\"bridge\": \"xenbr0\",         its bridge (default xenbr0)\n   \
+\"vif\": \"rate=100Mb/s\",      xl vifspec keys: mtu=, rate=, vlan=, mac=, ...\n   \
+\"antispoof\": true,          ip= from the IPAM lease (default true)\n   \
+\"runDir\": \"/run/splitnet\",  where hv listens\n   \
+\"ipam\": {\"type\": \"host-local\", \"ranges\": [[{\"subnet\": \"10.88.0.0/16\"}]],\n            \
+\"routes\": [{\"dst\": \"0.0.0.0/0\"}]}}\n\n\
+Example, with the CNI project's cnitool:\n  \
+ip netns add c1\n  \
+NETCONFPATH=/etc/cni/net.d CNI_PATH=/usr/lib/cni cnitool add sn /run/netns/c1";
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{HELP}");
-        return;
-    }
-    if args.iter().any(|a| a == "--version" || a == "-V") {
-        println!(
-            "splitnet-cni {} (CNI {})",
-            env!("CARGO_PKG_VERSION"),
-            config::SUPPORTED.join(", ")
-        );
+    if std::env::args().len() > 1 {
+        let m = cli().get_matches();
+        if m.get_flag("man") {
+            let page = clap_mangen::Man::new(cli())
+                .source(concat!("splitnet ", env!("CARGO_PKG_VERSION")));
+            let mut out = Vec::new();
+            if page.render(&mut out).is_ok() {
+                print!("{}", String::from_utf8_lossy(&out));
+            }
+        }
         return;
     }
     let vars: Vec<(String, String)> = std::env::vars().collect();

@@ -52,6 +52,20 @@ fn cnitool_adds_checks_and_deletes_containers_on_splitnet() {
     assert!(st.lines().any(|l| l.starts_with("Seccomp:\t2")), "{st}");
     assert!(!st.lines().any(|l| l.starts_with("Uid:\t0\t")), "{st}");
 
+    let o = lab.splitnet(&["status"]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        shown.contains("CONTAINERS") && shown.contains(&format!("eth0 in /run/netns/{a}")),
+        "{shown}"
+    );
+    let o = lab.splitnet(&["status", "--prometheus"]);
+    let metrics = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        metrics.matches("splitnet_container_info{").count(),
+        2,
+        "{metrics}"
+    );
+
     lab.cnitool_ok("check", &a);
     lab.cnitool_ok("status", &a);
 

@@ -512,6 +512,22 @@ fn domain_series(e: &mut Exposition, d: &Value) {
         ],
         &Value::from(1),
     );
+    let c = &d["container"];
+    if c.is_object() {
+        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+        let (cid, ifname, network) = (s("id"), s("ifname"), s("network"));
+        e.gauge(
+            "splitnet_container_info",
+            "A guest that is a container's interface (splitnet-cni): its container ID, interface and CNI network (always 1).",
+            &[
+                ("domain", name),
+                ("container_id", &cid),
+                ("ifname", &ifname),
+                ("network", &network),
+            ],
+            &Value::from(1),
+        );
+    }
     for (k, metric, help) in [
         (
             "connected",
