@@ -296,7 +296,7 @@ fn vif_connected(ts: &mut Toolstack, old_drv: u16) -> bool {
 
 /// Kills the driver domain; returns when its process is gone, with the
 /// time of the kill and the old domain id.
-fn kill_driver(ts: &mut Toolstack) -> Result<(Instant, u16)> {
+pub(crate) fn kill_driver(ts: &mut Toolstack) -> Result<(Instant, u16)> {
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
     let (id, pid) = domain_pid(&s, "drv").ok_or_else(|| anyhow!("drv is not running"))?;
     let t0 = Instant::now();
@@ -481,7 +481,7 @@ fn http(opts: &FaultsOptions) -> Result<Http> {
     })
 }
 
-fn resources(ts: &mut Toolstack) -> Result<Resources> {
+pub(crate) fn resources(ts: &mut Toolstack) -> Result<Resources> {
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
     let pid = s.hv_pid;
     let hv_fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
@@ -701,9 +701,10 @@ impl FaultsReport {
     }
 }
 
-impl Hotplug {
-    fn rows(&self) -> Vec<(&'static str, u64, u64)> {
-        let (b, a) = (&self.before, &self.after);
+impl Resources {
+    /// Each resource, before (`self`) and after.
+    pub(crate) fn rows(&self, after: &Resources) -> Vec<(&'static str, u64, u64)> {
+        let (b, a) = (self, after);
         vec![
             ("grant pins", b.grant_pins as u64, a.grant_pins as u64),
             ("live grants (new mechanism)", b.ngm_grants, a.ngm_grants),
@@ -720,10 +721,10 @@ impl Hotplug {
         ]
     }
 
-    /// Resources that did not come back: counts must be equal; resident
-    /// memory may move by allocator noise (within 1 MiB).
-    pub fn leaked(&self) -> Vec<&'static str> {
-        self.rows()
+    /// Resources that did not come back by `after`: counts must be equal;
+    /// resident memory may move by allocator noise (within 1 MiB).
+    pub(crate) fn leaked(&self, after: &Resources) -> Vec<&'static str> {
+        self.rows(after)
             .into_iter()
             .filter(|(name, b, a)| {
                 if name.starts_with("resident") {
@@ -734,6 +735,17 @@ impl Hotplug {
             })
             .map(|(n, _, _)| n)
             .collect()
+    }
+}
+
+impl Hotplug {
+    fn rows(&self) -> Vec<(&'static str, u64, u64)> {
+        self.before.rows(&self.after)
+    }
+
+    /// Resources the cycles did not give back (see [`Resources::leaked`]).
+    pub fn leaked(&self) -> Vec<&'static str> {
+        self.before.leaked(&self.after)
     }
 }
 

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod baseline;
+pub mod cni;
 pub mod faults;
 pub mod flood;
 pub mod forwarder;

@@ -2,12 +2,12 @@
 //! line and the seeds report look suites up in.
 
 use crate::harness::Suite;
-use crate::{baseline, faults, hosted, hv, hvm, menon2005, menon2006, multihost, ram, scale};
+use crate::{baseline, cni, faults, hosted, hv, hvm, menon2005, menon2006, multihost, ram, scale};
 use crate::{seeds, vifopts, virtio};
 
 /// The suites; those with seed figures first, in the order `bench seeds`
 /// runs them.
-pub static ALL: [&dyn Suite; 12] = [
+pub static ALL: [&dyn Suite; 13] = [
     &menon2006::Menon2006Suite,
     &menon2005::Menon2005Suite,
     &ram::RamSuite,
@@ -20,6 +20,7 @@ pub static ALL: [&dyn Suite; 12] = [
     &vifopts::VifOptionsSuite,
     &multihost::MultihostSuite,
     &virtio::VirtioSuite,
+    &cni::CniSuite,
 ];
 
 /// The suite named `name`.

@@ -532,6 +532,13 @@ enum Suite {
     /// and DPDK's testpmd as a vhost-user VM sending 64-byte frames to the
     /// wire (--quick: 1 run of 3 s flows).
     Virtio,
+    /// Containers through the CNI plugin (splitnet-cni with host-local):
+    /// ADD latency over 50 sequential containers (p50, p99), 20 parallel
+    /// ADDs, a container's TCP against a topology guest's, ADD/DEL cycles
+    /// with hv's resources, leases and namespaces before and after, and a
+    /// container's download through a driver-domain SIGKILL (--quick: 100
+    /// cycles, 1 run of 2 s flows).
+    Cni,
     /// The Ram thesis re-measured: Orig, MQ, NGM, MQ+NGM, LRO-guest,
     /// LRO-driver, SPF, HalfPG, All, native and the minimal forwarder; RX (in MTU-sized frames as a
     /// NIC delivers them, and in the GSO frames veth carries) and TX TCP
