@@ -81,7 +81,12 @@ fn run(env: &Env, plugin: &PathBuf, command: &str, conf: &Value) -> Result<Vec<u
         .spawn()
         .map_err(io)?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(conf.to_string().as_bytes()).map_err(io)?;
+        // A plugin may exit without reading all of it (one that fails at
+        // once): its result says why, so a broken pipe is no error here.
+        match stdin.write_all(conf.to_string().as_bytes()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(io(e)),
+            _ => {}
+        }
     }
     let out = child.wait_with_output().map_err(io)?;
     if out.status.success() {

@@ -274,3 +274,44 @@ fn a_driver_domain_crash_loses_no_byte_of_a_containers_download() {
     assert_ne!(lab.domain_pid("drv"), drv, "drv was restarted");
     lab.cnitool_ok("check", &a);
 }
+
+#[test]
+fn two_hundred_containers_share_one_driver_domain() {
+    let Some(mut lab) = Lab::up("cni-200", Uplink::Nat, ("10.88.0.10", "10.88.0.250")) else {
+        return;
+    };
+    let names: Vec<String> = (0..200).map(|k| lab.netns(&format!("h{k}"))).collect();
+    // Ten at a time, as a busy runtime calls.
+    for chunk in names.chunks(10) {
+        let calls: Vec<_> = chunk
+            .iter()
+            .map(|ns| (ns, lab.cnitool_spawn("add", ns)))
+            .collect();
+        for (ns, c) in calls {
+            let o = c.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "cnitool add {ns}: {}\nhv.log:\n{}",
+                text(&o),
+                lab.hv_log()
+            );
+        }
+    }
+    assert_eq!(lab.container_domains().len(), 200);
+    for ns in &names {
+        let o = exec_in(ns, &["ping", "-c", "1", "-W", "2", lab.gateway]);
+        assert!(o.status.success(), "ping from {ns}: {}", text(&o));
+    }
+    for chunk in names.chunks(10) {
+        let calls: Vec<_> = chunk
+            .iter()
+            .map(|ns| (ns, lab.cnitool_spawn("del", ns)))
+            .collect();
+        for (ns, c) in calls {
+            let o = c.wait_with_output().unwrap();
+            assert!(o.status.success(), "cnitool del {ns}: {}", text(&o));
+        }
+    }
+    assert!(lab.container_domains().is_empty());
+    assert!(lab.leases().is_empty(), "{:?}", lab.leases());
+}
