@@ -212,22 +212,7 @@ fn twenty_parallel_adds_and_dels_are_race_free() {
         return;
     };
     let names: Vec<String> = (0..20).map(|k| lab.netns(&format!("p{k}"))).collect();
-    let all = |verb: &str| {
-        let children: Vec<_> = names
-            .iter()
-            .map(|ns| (ns, lab.cnitool_spawn(verb, ns)))
-            .collect();
-        for (ns, c) in children {
-            let o = c.wait_with_output().unwrap();
-            assert!(
-                o.status.success(),
-                "cnitool {verb} {ns}: {}\nhv.log:\n{}",
-                text(&o),
-                lab.hv_log()
-            );
-        }
-    };
-    all("add");
+    lab.cnitool_all("add", &names);
     let doms = lab.container_domains();
     assert_eq!(doms.len(), 20);
     let mut leases = lab.leases();
@@ -236,7 +221,7 @@ fn twenty_parallel_adds_and_dels_are_race_free() {
     for ns in &names {
         ping(ns, WIRE);
     }
-    all("del");
+    lab.cnitool_all("del", &names);
     assert!(lab.container_domains().is_empty());
     assert!(lab.leases().is_empty(), "{:?}", lab.leases());
 }
@@ -283,19 +268,7 @@ fn two_hundred_containers_share_one_driver_domain() {
     let names: Vec<String> = (0..200).map(|k| lab.netns(&format!("h{k}"))).collect();
     // Ten at a time, as a busy runtime calls.
     for chunk in names.chunks(10) {
-        let calls: Vec<_> = chunk
-            .iter()
-            .map(|ns| (ns, lab.cnitool_spawn("add", ns)))
-            .collect();
-        for (ns, c) in calls {
-            let o = c.wait_with_output().unwrap();
-            assert!(
-                o.status.success(),
-                "cnitool add {ns}: {}\nhv.log:\n{}",
-                text(&o),
-                lab.hv_log()
-            );
-        }
+        lab.cnitool_all("add", chunk);
     }
     assert_eq!(lab.container_domains().len(), 200);
     for ns in &names {
@@ -303,14 +276,7 @@ fn two_hundred_containers_share_one_driver_domain() {
         assert!(o.status.success(), "ping from {ns}: {}", text(&o));
     }
     for chunk in names.chunks(10) {
-        let calls: Vec<_> = chunk
-            .iter()
-            .map(|ns| (ns, lab.cnitool_spawn("del", ns)))
-            .collect();
-        for (ns, c) in calls {
-            let o = c.wait_with_output().unwrap();
-            assert!(o.status.success(), "cnitool del {ns}: {}", text(&o));
-        }
+        lab.cnitool_all("del", chunk);
     }
     assert!(lab.container_domains().is_empty());
     assert!(lab.leases().is_empty(), "{:?}", lab.leases());

@@ -171,6 +171,24 @@ impl Lab {
             .unwrap()
     }
 
+    /// `cnitool VERB sn NS` for every namespace of `names` at once; each
+    /// must succeed.
+    pub fn cnitool_all(&self, verb: &str, names: &[String]) {
+        let calls: Vec<_> = names
+            .iter()
+            .map(|ns| (ns, self.cnitool_spawn(verb, ns)))
+            .collect();
+        for (ns, c) in calls {
+            let o = c.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "cnitool {verb} {ns}: {}\nhv.log:\n{}",
+                text(&o),
+                self.hv_log()
+            );
+        }
+    }
+
     /// The pid of domain `name`'s process.
     pub fn domain_pid(&self, name: &str) -> u64 {
         let o = self.splitnet(&["status", "--json"]);
