@@ -209,6 +209,22 @@ fn same_domain<'a>(prev_domains: &'a [Value], d: &Value) -> Option<&'a Value> {
         .find(|p| p["name"] == d["name"] && p["id"] == d["id"])
 }
 
+/// A domain's name; a container's guest with its container ID (the first
+/// 12 characters) and interface.
+fn domain_name(d: &Value) -> String {
+    let c = &d["container"];
+    match (c["id"].as_str(), c["ifname"].as_str()) {
+        (Some(id), Some(ifname)) => {
+            format!(
+                "{} ({}/{ifname})",
+                text(&d["name"]),
+                id.get(..12).unwrap_or(id)
+            )
+        }
+        _ => text(&d["name"]),
+    }
+}
+
 /// One row per domain.
 fn domain_rows(st: &Value, prev_domains: &[Value], rates: Rates) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
@@ -217,7 +233,7 @@ fn domain_rows(st: &Value, prev_domains: &[Value], rates: Rates) -> Vec<Vec<Stri
         let cpu = rates.of(before, d, &|v| v["cpu_seconds"].as_f64());
         let mem = d["memory_frames"].as_u64().map(|f| f * 4096 / (1 << 20));
         rows.push(vec![
-            text(&d["name"]),
+            domain_name(d),
             text(&d["id"]),
             text(&d["kind"]),
             (if d["connected"] == true { "yes" } else { "no" }).into(),
