@@ -216,7 +216,7 @@ fn domain_name(d: &Value) -> String {
     match (c["id"].as_str(), c["ifname"].as_str()) {
         (Some(id), Some(ifname)) => {
             format!(
-                "{} ({}/{ifname})",
+                "{}[{}/{ifname}]",
                 text(&d["name"]),
                 id.get(..12).unwrap_or(id)
             )
