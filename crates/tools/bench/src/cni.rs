@@ -43,7 +43,7 @@ pub struct CniOptions {
 }
 
 impl CniOptions {
-    /// The figures (50 sequential, 20 parallel, 1,000 cycles, 3
+    /// The full figures (50 sequential, 20 parallel, 1,000 cycles, 3
     /// runs of 5 s), or 100 cycles and 1 run of 2 s with `quick`.
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool) -> CniOptions {
         CniOptions {

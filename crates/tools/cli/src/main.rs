@@ -236,7 +236,8 @@ enum Cmd {
     /// backend domain, MAC, handle, backend state, event channels, ring
     /// references and backend path, then bridge, MTU, VLAN, rate and IPs.
     NetworkList {
-        /// The guest.
+        /// The guest, or a container's ID (or its first characters) for the
+        /// guest `splitnet-cni` made for it.
         domain: String,
         /// Machine-readable output (every field, one object per vif).
         #[arg(long)]

@@ -22,6 +22,17 @@ fn connect(conf: &NetConf) -> Result<Toolstack> {
     })
 }
 
+/// hv's refusal of an ADD: a configuration it cannot serve (a bad vifspec,
+/// a driver domain that does not exist) is code 7; anything else is ours.
+fn refusal(e: hypercall::error::HvError) -> CniError {
+    use hypercall::error::ErrorKind;
+    let code = match e.kind {
+        ErrorKind::Invalid | ErrorKind::BadDomain => INVALID_CONFIG,
+        _ => HV_REFUSED,
+    };
+    CniError::new(code, "splitnet refused the attachment", e.to_string())
+}
+
 fn refused(what: &str, e: impl std::fmt::Display) -> CniError {
     CniError::new(HV_REFUSED, what, e.to_string())
 }
@@ -35,6 +46,7 @@ pub fn version(version: &str) -> Value {
 /// `CNI_NETNS`, the lease's addresses and routes on it. What fails undoes
 /// the steps before it, the lease included.
 pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
+    sandbox::check_netns(&env.netns)?;
     let mut hv = connect(conf)?;
     // Before IPAM: undoing a second ADD's lease must not release the first's.
     if attachment(&mut hv, &env.container_id, &env.ifname)?.is_some() {
@@ -62,7 +74,7 @@ pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     };
     let made = hv
         .container_add(attach)
-        .map_err(|e| undo_lease(refused("splitnet refused the attachment", e)))?;
+        .map_err(|e| undo_lease(refusal(e)))?;
     let made: Value = serde_json::from_str(&made).unwrap_or(Value::Null);
     let configured = sandbox::configure(&env.netns, &env.ifname, &lease.ips, &lease.routes);
     if let Err(e) = configured {
@@ -130,7 +142,13 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
             ),
         ));
     }
-    let (mac, ips, routes) = result::ours_in(prev, &env.ifname, &env.netns);
+    let (mac, ips, routes) = result::ours_in(prev, &env.ifname, &env.netns).ok_or_else(|| {
+        CniError::new(
+            INVALID_CONFIG,
+            "invalid network configuration",
+            format!("prevResult lists no {} in {}", env.ifname, env.netns),
+        )
+    })?;
     sandbox::check(&env.netns, &env.ifname, mac.as_deref(), &ips, &routes)?;
     ipam::call(env, conf, Command::Check).map(drop)
 }

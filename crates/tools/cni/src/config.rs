@@ -289,7 +289,7 @@ mod tests {
     }
 
     #[test]
-    fn the_issues_example_parses() {
+    fn a_full_configuration_parses() {
         let c = conf(
             r#", "driver": "drv", "bridge": "xenbr0", "vif": "rate=100Mb/s,vlan=10",
             "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]]}"#,

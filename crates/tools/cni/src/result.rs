@@ -47,26 +47,27 @@ pub fn of_add(conf: &NetConf, env: &Env, made: &Value, lease: &Lease) -> Value {
 }
 
 /// From a previous result: the MAC of interface `ifname` in `netns`, its
-/// addresses and the result's routes (CHECK's expectations).
+/// addresses and the result's routes (CHECK's expectations); None when the
+/// result does not list that interface.
 pub fn ours_in(
     prev: &Value,
     ifname: &str,
     netns: &str,
-) -> (Option<String>, Vec<Value>, Vec<Value>) {
-    let ifaces = prev["interfaces"].as_array().cloned().unwrap_or_default();
+) -> Option<(Option<String>, Vec<Value>, Vec<Value>)> {
+    let ifaces = prev["interfaces"].as_array()?;
     let index = ifaces
         .iter()
-        .position(|i| i["name"] == ifname && i["sandbox"] == netns);
-    let mac = index.and_then(|i| ifaces[i]["mac"].as_str().map(str::to_string));
+        .position(|i| i["name"] == ifname && i["sandbox"] == netns)?;
+    let mac = ifaces[index]["mac"].as_str().map(str::to_string);
     let ips = prev["ips"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|ip| index.is_some_and(|i| ip["interface"].as_u64() == Some(i as u64)))
+        .filter(|ip| ip["interface"].as_u64() == Some(index as u64))
         .cloned()
         .collect();
     let routes = prev["routes"].as_array().cloned().unwrap_or_default();
-    (mac, ips, routes)
+    Some((mac, ips, routes))
 }
 
 #[cfg(test)]
@@ -101,9 +102,10 @@ mod tests {
         assert_eq!(r["interfaces"][1]["sandbox"], "/run/netns/c1");
         assert_eq!(r["ips"][0]["interface"], 1);
         assert!(r["ips"][0].get("version").is_none());
-        let (mac, ips, routes) = ours_in(&r, "eth0", "/run/netns/c1");
+        let (mac, ips, routes) = ours_in(&r, "eth0", "/run/netns/c1").unwrap();
         assert_eq!(mac.as_deref(), Some("00:16:3e:5f:00:01"));
         assert_eq!((ips.len(), routes.len()), (1, 1));
+        assert!(ours_in(&r, "eth1", "/run/netns/c1").is_none());
         let old = of_add(&conf("0.4.0"), &env(), &made, &lease);
         assert_eq!(old["ips"][0]["version"], "4");
     }

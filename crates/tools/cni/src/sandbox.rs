@@ -28,6 +28,19 @@ fn ip(netns: &str, args: &[&str]) -> Result<String> {
     ))
 }
 
+/// `CNI_NETNS` names a namespace file (nsfs), checked before anything is
+/// asked of hv or IPAM.
+pub fn check_netns(netns: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |d: String| CniError::new(crate::error::INVALID_ENV, "invalid CNI_NETNS", d);
+    let m = std::fs::metadata(netns).map_err(|e| bad(format!("CNI_NETNS={netns}: {e}")))?;
+    let nsfs = std::fs::metadata("/proc/self/ns/net").map_err(|e| bad(e.to_string()))?;
+    if m.dev() != nsfs.dev() {
+        return Err(bad(format!("CNI_NETNS={netns} is not a namespace")));
+    }
+    Ok(())
+}
+
 /// Gives `ifname` the lease's addresses, brings it up, and adds the
 /// lease's routes (through each address's gateway where a route has none).
 pub fn configure(netns: &str, ifname: &str, ips: &[Value], routes: &[Value]) -> Result<()> {
@@ -113,10 +126,46 @@ pub fn check(
 }
 
 /// The TAP `ifname` left in `netns` by an attachment hv no longer knows
-/// (hv restarted): deleted if it is there. The namespace may be gone.
+/// (hv restarted): deleted if it is there and a splitnet domain's (owned by
+/// a domain's uid); any other interface of that name is not ours to touch.
+/// The namespace may be gone.
 pub fn remove_tap(netns: &str, ifname: &str) {
     if netns.is_empty() || !std::path::Path::new(netns).exists() {
         return;
     }
-    let _ = ip(netns, &["tuntap", "del", "dev", ifname, "mode", "tap"]);
+    let Ok(shown) = ip(netns, &["-d", "-j", "link", "show", "dev", ifname]) else {
+        return;
+    };
+    if is_domains_tap(&shown) {
+        let _ = ip(netns, &["tuntap", "del", "dev", ifname, "mode", "tap"]);
+    }
+}
+
+/// Whether `ip -d -j link show` output is of a TAP a splitnet domain owns.
+fn is_domains_tap(shown: &str) -> bool {
+    let v: Value = serde_json::from_str(shown).unwrap_or(Value::Null);
+    let link = &v[0]["linkinfo"];
+    let owner = link["info_data"]["user"].as_u64().unwrap_or(0);
+    link["info_kind"] == "tun"
+        && link["info_data"]["type"] == "tap"
+        && owner >= u64::from(hypercall::launch::DOMAIN_UID_BASE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_domains_tap;
+
+    #[test]
+    fn only_a_domains_tap_is_deleted() {
+        let tap = |kind: &str, user: u64| {
+            format!(
+                r#"[{{"linkinfo": {{"info_kind": "tun", "info_data": {{"type": "{kind}", "user": {user}}}}}}}]"#
+            )
+        };
+        assert!(is_domains_tap(&tap("tap", 1_000_000_002)));
+        assert!(!is_domains_tap(&tap("tap", 1000)), "a user's TAP");
+        assert!(!is_domains_tap(&tap("tun", 1_000_000_002)));
+        assert!(!is_domains_tap(r#"[{"linkinfo": {"info_kind": "veth"}}]"#));
+        assert!(!is_domains_tap("[]"));
+    }
 }

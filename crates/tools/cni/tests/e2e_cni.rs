@@ -18,54 +18,16 @@ fn cnitool_adds_checks_and_deletes_containers_on_splitnet() {
         return;
     };
     let (a, b) = (lab.netns("a"), lab.netns("b"));
-    let out = lab.cnitool_ok("add", &a);
-    let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(r["cniVersion"], "1.1.0");
-    assert_eq!(r["interfaces"][1]["name"], "eth0");
-    assert_eq!(r["interfaces"][1]["sandbox"], format!("/run/netns/{a}"));
-    let addr = r["ips"][0]["address"].as_str().unwrap().to_string();
-    assert!(addr.starts_with("10.88.0.") && addr.ends_with("/16"), "{r}");
-    let shown = String::from_utf8_lossy(&ip_in(&a, &["-o", "addr", "show", "dev", "eth0"]).stdout)
-        .into_owned();
-    assert!(shown.contains(&addr), "{shown}");
+    added(&lab, &a);
 
     // The container reaches the wire host and another container, and a
     // download arrives intact.
     ping(&a, WIRE);
-    let rb: Value = serde_json::from_str(&lab.cnitool_ok("add", &b)).unwrap();
-    let addr_b = rb["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let addr_b = added(&lab, &b);
+    let addr_b = addr_b.split('/').next().unwrap().to_string();
     ping(&a, &addr_b);
     download_intact(&lab, &a);
-
-    // Its guest is jailed as every guest, and status names it by container.
-    let doms = lab.container_domains();
-    assert_eq!(doms.len(), 2, "{doms:?}");
-    let pid = doms[0]["pid"].as_u64().unwrap();
-    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    assert!(st.lines().any(|l| l == "CapEff:\t0000000000001000"), "{st}");
-    assert!(st.lines().any(|l| l.starts_with("Seccomp:\t2")), "{st}");
-    assert!(!st.lines().any(|l| l.starts_with("Uid:\t0\t")), "{st}");
-
-    let o = lab.splitnet(&["status"]);
-    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        shown.contains("CONTAINERS") && shown.contains(&format!("eth0 in /run/netns/{a}")),
-        "{shown}"
-    );
-    let o = lab.splitnet(&["status", "--prometheus"]);
-    let metrics = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(
-        metrics.matches("splitnet_container_info{").count(),
-        2,
-        "{metrics}"
-    );
-
+    jailed_and_named(&lab, &a);
     lab.cnitool_ok("check", &a);
     lab.cnitool_ok("status", &a);
 
@@ -82,21 +44,88 @@ fn cnitool_adds_checks_and_deletes_containers_on_splitnet() {
     let (ok, v) = lab.plugin("GC", conf.to_string().as_bytes(), &[]);
     assert!(ok, "GC: {v}");
     assert!(lab.container_domains().is_empty());
+    assert!(lab.vifs().is_empty(), "status lists vifs: {:?}", lab.vifs());
     assert!(lab.leases().is_empty(), "{:?}", lab.leases());
     ping_fails(&b, WIRE);
+    del_without_hv(&lab, &b, &conf);
+    let (ok, v) = lab.plugin("VERSION", br#"{"cniVersion": "1.1.0"}"#, &[]);
+    assert!(ok, "{v}");
+    assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+}
 
-    // With hv gone, STATUS says so (50) and DEL still succeeds.
-    lab.cnitool_ok("add", &b);
+/// `cnitool add` in `ns`: its result names the sandbox's eth0, whose
+/// address (returned, with its prefix) is on the interface.
+fn added(lab: &Lab, ns: &str) -> String {
+    let out = lab.cnitool_ok("add", ns);
+    let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(r["cniVersion"], "1.1.0");
+    assert_eq!(r["interfaces"][1]["name"], "eth0");
+    assert_eq!(r["interfaces"][1]["sandbox"], format!("/run/netns/{ns}"));
+    let addr = r["ips"][0]["address"].as_str().unwrap().to_string();
+    assert!(addr.starts_with("10.88.0.") && addr.ends_with("/16"), "{r}");
+    assert_eq!(address_in(ns), addr);
+    addr
+}
+
+/// The guests of the two containers are jailed as every guest, and
+/// `status`, `network-list` and the metrics name them by container.
+fn jailed_and_named(lab: &Lab, a: &str) {
+    let doms = lab.container_domains();
+    assert_eq!(doms.len(), 2, "{doms:?}");
+    let pid = doms[0]["pid"].as_u64().unwrap();
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(st.lines().any(|l| l == "CapEff:\t0000000000001000"), "{st}");
+    assert!(st.lines().any(|l| l.starts_with("Seccomp:\t2")), "{st}");
+    assert!(!st.lines().any(|l| l.starts_with("Uid:\t0\t")), "{st}");
+    let o = lab.splitnet(&["status"]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = format!("eth0 in /run/netns/{a}");
+    assert!(
+        shown.contains("CONTAINERS") && shown.contains(&line),
+        "{shown}"
+    );
+    let cid = doms[0]["container"]["id"].as_str().unwrap();
+    let o = lab.splitnet(&["network-list", &cid[..12]]);
+    let listed = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success() && listed.contains("10.88.0."),
+        "{}",
+        text(&o)
+    );
+    let o = lab.splitnet(&["status", "--prometheus"]);
+    let metrics = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        metrics.matches("splitnet_container_info{").count(),
+        2,
+        "{metrics}"
+    );
+}
+
+/// `down` takes `ns`'s vif and leaves the namespace; with hv gone STATUS
+/// says so (50); DEL succeeds with hv gone, and again after hv came back
+/// without the attachment.
+fn del_without_hv(lab: &Lab, ns: &str, conf: &Value) {
+    lab.cnitool_ok("add", ns);
     let o = lab.splitnet(&["down"]);
     assert!(o.status.success(), "down: {}", text(&o));
+    let link = |dev: &str| ip_in(ns, &["link", "show", "dev", dev]).status.success();
+    assert!(!link("eth0"), "down leaves no vif");
+    assert!(link("lo"), "down leaves the namespace");
     let (ok, v) = lab.plugin("STATUS", conf.to_string().as_bytes(), &[]);
     assert!(!ok && v["code"] == 50, "{v}");
-    lab.cnitool_ok("del", &b);
+    lab.cnitool_ok("del", ns);
     assert!(lab.leases().is_empty(), "{:?}", lab.leases());
-    assert!(
-        !ip_in(&b, &["link", "show", "dev", "eth0"]).status.success(),
-        "down leaves no vif"
-    );
+    lab.bring_up();
+    lab.cnitool_ok("del", ns);
+}
+
+/// The IPv4 address (with prefix) on `ns`'s eth0.
+fn address_in(ns: &str) -> String {
+    let o = ip_in(ns, &["-4", "-o", "addr", "show", "dev", "eth0"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let a = text.split_whitespace().skip_while(|w| *w != "inet").nth(1);
+    a.unwrap_or_else(|| panic!("no address in {ns}: {text}"))
+        .to_string()
 }
 
 fn ping_fails(ns: &str, to: &str) {
@@ -127,76 +156,31 @@ fn bad_input_gets_a_cni_error_naming_it_and_leaves_nothing() {
     let conf = lab.conf(("10.88.0.10", "10.88.0.10"));
     let a = lab.netns("bad");
     let path = format!("/run/netns/{a}");
-    let vars = |id: &'static str| {
-        [
-            ("CNI_CONTAINERID", id),
-            ("CNI_NETNS", "/run/netns/x"),
-            ("CNI_IFNAME", "eth0"),
-        ]
-    };
-    let expect = |v: Value, code: u64, says: &str| {
-        assert_eq!(v["code"], code, "{v}");
-        assert!(v.to_string().contains(says), "{v} does not say {says:?}");
-    };
-
-    let (_, v) = lab.plugin("ADD", b"{not json", &vars("c1"));
-    expect(v, 6, "malformed");
-    let mut odd = conf.clone();
-    odd["colour"] = json!("blue");
-    let (_, v) = lab.plugin("ADD", odd.to_string().as_bytes(), &vars("c1"));
-    expect(v, 2, "colour");
-    let (_, v) = lab.plugin(
-        "ADD",
-        conf.to_string().as_bytes(),
-        &[("CNI_CONTAINERID", "c1"), ("CNI_IFNAME", "eth0")],
-    );
-    expect(v, 4, "CNI_NETNS");
-    let (_, v) = lab.plugin("ADD", conf.to_string().as_bytes(), &vars("c/1"));
-    expect(v, 4, "CNI_CONTAINERID");
+    protocol_errors(&lab, &conf);
     expect(
         add_error(&lab, &conf, "c1", "/run/netns/none-such"),
-        100,
+        4,
         "none-such",
     );
     expect(
         add_error(&lab, &conf, "c1", "/etc/hostname"),
-        100,
+        4,
         "not a namespace",
     );
     let mut nodriver = conf.clone();
     nodriver["driver"] = json!("nope");
-    expect(add_error(&lab, &nodriver, "c1", &path), 100, "nope");
+    expect(add_error(&lab, &nodriver, "c1", &path), 7, "nope");
+    let mut badvif = conf.clone();
+    badvif["vif"] = json!("rate=fast");
+    expect(add_error(&lab, &badvif, "c1", &path), 7, "rate");
     assert!(
         lab.leases().is_empty(),
         "a refused ADD left a lease: {:?}",
         lab.leases()
     );
     assert!(lab.container_domains().is_empty());
-
-    // The range holds one address: the first ADD takes it, the same one
-    // again is refused without touching it, and another finds the range
-    // exhausted.
-    let (ok, v) = lab.plugin(
-        "ADD",
-        conf.to_string().as_bytes(),
-        &[
-            ("CNI_CONTAINERID", "c1"),
-            ("CNI_NETNS", &path),
-            ("CNI_IFNAME", "eth0"),
-        ],
-    );
-    assert!(ok, "{v}\n{}", lab.hv_log());
-    expect(add_error(&lab, &conf, "c1", &path), 100, "DEL it first");
-    let b = lab.netns("bad2");
-    // host-local's own code (999) and message pass through.
-    expect(
-        add_error(&lab, &conf, "c2", &format!("/run/netns/{b}")),
-        999,
-        "no IP addresses available",
-    );
-    assert_eq!(lab.leases(), vec!["10.88.0.10".to_string()]);
-    assert_eq!(lab.container_domains().len(), 1);
-    ping(&a, WIRE);
+    assert!(lab.vifs().is_empty(), "status lists vifs: {:?}", lab.vifs());
+    twice_and_exhausted(&mut lab, &conf, &a);
 
     // hv not running: try again later (11), naming the socket.
     lab.splitnet(&["down"]);
@@ -204,6 +188,56 @@ fn bad_input_gets_a_cni_error_naming_it_and_leaves_nothing() {
         !lab.run_dir.join("hv.sock").exists()
     });
     expect(add_error(&lab, &conf, "c3", &path), 11, "hv.sock");
+}
+
+/// Error result `v` has `code` and says `says`.
+fn expect(v: Value, code: u64, says: &str) {
+    assert_eq!(v["code"], code, "{v}");
+    assert!(v.to_string().contains(says), "{v} does not say {says:?}");
+}
+
+/// Malformed JSON, an unknown key and missing or malformed variables,
+/// each by the spec's code.
+fn protocol_errors(lab: &Lab, conf: &Value) {
+    let vars = |id: &'static str| {
+        [
+            ("CNI_CONTAINERID", id),
+            ("CNI_NETNS", "/run/netns/x"),
+            ("CNI_IFNAME", "eth0"),
+        ]
+    };
+    let (_, v) = lab.plugin("ADD", b"{not json", &vars("c1"));
+    expect(v, 6, "malformed");
+    let mut odd = conf.clone();
+    odd["colour"] = json!("blue");
+    let (_, v) = lab.plugin("ADD", odd.to_string().as_bytes(), &vars("c1"));
+    expect(v, 2, "colour");
+    let no_netns = [("CNI_CONTAINERID", "c1"), ("CNI_IFNAME", "eth0")];
+    let (_, v) = lab.plugin("ADD", conf.to_string().as_bytes(), &no_netns);
+    expect(v, 4, "CNI_NETNS");
+    let (_, v) = lab.plugin("ADD", conf.to_string().as_bytes(), &vars("c/1"));
+    expect(v, 4, "CNI_CONTAINERID");
+}
+
+/// The range holds one address: the first ADD takes it, the same one again
+/// is refused without touching it, and another finds the range exhausted.
+fn twice_and_exhausted(lab: &mut Lab, conf: &Value, a: &str) {
+    let path = format!("/run/netns/{a}");
+    let vars = [
+        ("CNI_CONTAINERID", "c1"),
+        ("CNI_NETNS", path.as_str()),
+        ("CNI_IFNAME", "eth0"),
+    ];
+    let (ok, v) = lab.plugin("ADD", conf.to_string().as_bytes(), &vars);
+    assert!(ok, "{v}\n{}", lab.hv_log());
+    expect(add_error(lab, conf, "c1", &path), 100, "DEL it first");
+    let b = lab.netns("bad2");
+    // host-local's own code (999) and message pass through.
+    let v = add_error(lab, conf, "c2", &format!("/run/netns/{b}"));
+    expect(v, 999, "no IP addresses available");
+    assert_eq!(lab.leases(), vec!["10.88.0.10".to_string()]);
+    assert_eq!(lab.container_domains().len(), 1);
+    ping(a, WIRE);
 }
 
 #[test]
@@ -215,14 +249,21 @@ fn twenty_parallel_adds_and_dels_are_race_free() {
     lab.cnitool_all("add", &names);
     let doms = lab.container_domains();
     assert_eq!(doms.len(), 20);
-    let mut leases = lab.leases();
-    leases.dedup();
-    assert_eq!(leases.len(), 20, "{leases:?}");
+    assert_eq!(lab.leases().len(), 20, "{:?}", lab.leases());
+    let mut addrs: Vec<String> = names.iter().map(|ns| address_in(ns)).collect();
+    addrs.sort();
+    addrs.dedup();
+    assert_eq!(
+        addrs.len(),
+        20,
+        "two containers share an address: {addrs:?}"
+    );
     for ns in &names {
         ping(ns, WIRE);
     }
     lab.cnitool_all("del", &names);
     assert!(lab.container_domains().is_empty());
+    assert!(lab.vifs().is_empty(), "status lists vifs: {:?}", lab.vifs());
     assert!(lab.leases().is_empty(), "{:?}", lab.leases());
 }
 
@@ -279,5 +320,6 @@ fn two_hundred_containers_share_one_driver_domain() {
         lab.cnitool_all("del", chunk);
     }
     assert!(lab.container_domains().is_empty());
+    assert!(lab.vifs().is_empty(), "status lists vifs: {:?}", lab.vifs());
     assert!(lab.leases().is_empty(), "{:?}", lab.leases());
 }

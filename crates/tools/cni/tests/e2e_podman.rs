@@ -183,6 +183,7 @@ fn podman_runs_containers_on_splitnet_and_publishes_a_port() {
     // `podman rm -f` leaves no vif, domain, store node or lease.
     podman.ok(&["rm", "-f", "-t", "0", "web"]);
     assert!(lab.container_domains().is_empty());
+    assert!(lab.vifs().is_empty(), "status lists vifs: {:?}", lab.vifs());
     assert!(lab.leases().is_empty(), "{:?}", lab.leases());
     let left: Vec<String> = lab
         .store_paths()

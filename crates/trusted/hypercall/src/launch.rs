@@ -18,3 +18,8 @@ pub const ENV_HVM_DM_FD: &str = "SPLITNET_HVM_DM_FD";
 /// namespace, which the host's user namespace owns, so that namespace's
 /// owner cannot be its jail's (`jail::enter`).
 pub const ENV_USERNS_FD: &str = "SPLITNET_USERNS_FD";
+
+/// A domain's uid and gid on the host are this plus its domain id (its
+/// first one, which its restarts keep): far above login accounts and the
+/// usual subordinate-uid ranges.
+pub const DOMAIN_UID_BASE: u32 = 1_000_000_000;

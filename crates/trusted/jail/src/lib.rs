@@ -26,7 +26,7 @@ use sys::SyscallFilter;
 /// A domain's uid and gid on the host are `UID_BASE + domid`: far above
 /// login accounts and the usual subordinate-uid ranges, and one per domain,
 /// so no two domains share an owner either.
-pub const UID_BASE: u32 = 1_000_000_000;
+pub const UID_BASE: u32 = hypercall::launch::DOMAIN_UID_BASE;
 
 /// The host uid (and gid) of domain `domid`.
 pub fn domain_uid(domid: DomId) -> u32 {
@@ -167,7 +167,7 @@ pub fn enter(role: Role) -> Result<(), JailError> {
     )
     .metadata()
     .map_err(|x| JailError::new("finding the user namespace", x))?;
-    if owner.ino() == host_userns.ino() {
+    if owner.ino() == host_userns.ino() && owner.dev() == host_userns.dev() {
         return Err(JailError::new(
             "finding the user namespace",
             "the user namespace to join is the host's; it must be one hv created (toolstack::host::domain_netns_add)",

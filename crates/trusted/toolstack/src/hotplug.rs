@@ -149,9 +149,12 @@ pub struct VifRow {
 /// The vifs of `guest`, by handle, as the store describes them.
 fn vifs_of(ts: &mut Toolstack, guest: &str) -> Result<Vec<VifRow>> {
     let st = ts.status().map_err(|e| anyhow!("{e}"))?;
-    if !st.domains.iter().any(|d| d.name == guest) {
-        bail!("no domain named {guest:?} is running");
-    }
+    let guest = match st.domains.iter().any(|d| d.name == guest) {
+        true => guest.to_string(),
+        false => container_domain(&st, guest)
+            .ok_or_else(|| anyhow!("no domain or container named {guest:?} is running"))?,
+    };
+    let guest = guest.as_str();
     let mut rows = Vec::new();
     for (k, v) in &st.info {
         let Some((g, h)) = k.strip_prefix("vif.").and_then(|n| n.split_once('/')) else {
@@ -166,6 +169,17 @@ fn vifs_of(ts: &mut Toolstack, guest: &str) -> Result<Vec<VifRow>> {
     }
     rows.sort_by_key(|r| r.handle);
     Ok(rows)
+}
+
+/// The guest domain serving container `id`'s interfaces (`splitnet-cni`):
+/// the one whose attachment has that container ID, or begins with it.
+fn container_domain(st: &hv::status::SystemStatus, id: &str) -> Option<String> {
+    st.info.iter().find_map(|(k, v)| {
+        let name = k.strip_prefix("container.")?;
+        let c: serde_json::Value = serde_json::from_str(v).ok()?;
+        let cid = c["id"].as_str()?;
+        (!id.is_empty() && cid.starts_with(id)).then(|| name.to_string())
+    })
 }
 
 fn read_row(ts: &mut Toolstack, handle: u32, fe: &str, be: &str) -> VifRow {

@@ -36,6 +36,7 @@ pub mod listen;
 pub mod metrics;
 pub mod placement;
 pub mod port_buffer;
+pub mod sandbox;
 pub mod status;
 pub mod store;
 pub mod supervisor;

@@ -495,6 +495,26 @@ fn hv_series(e: &mut Exposition, st: &Value) {
     );
 }
 
+/// A container's guest's series (`splitnet-cni`): its attachment.
+fn container_series(e: &mut Exposition, name: &str, c: &Value) {
+    if !c.is_object() {
+        return;
+    }
+    let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+    let (cid, ifname, network) = (s("id"), s("ifname"), s("network"));
+    e.gauge(
+        "splitnet_container_info",
+        "A guest that is a container's interface (splitnet-cni): its container ID, interface and CNI network (always 1).",
+        &[
+            ("domain", name),
+            ("container_id", &cid),
+            ("ifname", &ifname),
+            ("network", &network),
+        ],
+        &Value::from(1),
+    );
+}
+
 /// One domain's series: its id and kind, quotas in use, CPU time,
 /// hypercalls, and its emulated NIC's.
 fn domain_series(e: &mut Exposition, d: &Value) {
@@ -512,22 +532,7 @@ fn domain_series(e: &mut Exposition, d: &Value) {
         ],
         &Value::from(1),
     );
-    let c = &d["container"];
-    if c.is_object() {
-        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-        let (cid, ifname, network) = (s("id"), s("ifname"), s("network"));
-        e.gauge(
-            "splitnet_container_info",
-            "A guest that is a container's interface (splitnet-cni): its container ID, interface and CNI network (always 1).",
-            &[
-                ("domain", name),
-                ("container_id", &cid),
-                ("ifname", &ifname),
-                ("network", &network),
-            ],
-            &Value::from(1),
-        );
-    }
+    container_series(e, name, &d["container"]);
     for (k, metric, help) in [
         (
             "connected",

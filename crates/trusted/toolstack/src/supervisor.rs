@@ -564,6 +564,7 @@ impl Supervisor {
     /// running again and its vifs are connected.
     fn restart(&self, name: &str) -> HvResult<()> {
         let hv = self.hv()?;
+        self.not_a_container(name, "be restarted")?;
         if self.config(name)?.kind == DomainKind::Vm {
             return Err(fail(
                 ErrorKind::Invalid,
@@ -719,7 +720,7 @@ impl SupervisorHook for Supervisor {
                     .this
                     .upgrade()
                     .ok_or_else(|| fail(ErrorKind::Invalid, "hv is shutting down"))?;
-                let c = containers::Container::new(&a.id, &a.ifname, &a.netns, &a.network);
+                let c = containers::Container::new(&a)?;
                 me.container_add(c, a.backend, a.spec)
                     .map(|j| Reply::Value(j.into_bytes()))
             }

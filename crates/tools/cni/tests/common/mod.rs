@@ -22,6 +22,7 @@ pub struct Lab {
     /// The containers' gateway: the wire host, or the host's end of a nat
     /// uplink.
     pub gateway: &'static str,
+    topology: PathBuf,
     namespaces: Vec<String>,
     _host: testutil::HostLock,
 }
@@ -78,7 +79,7 @@ impl Lab {
             .unwrap();
         let netconf_dir = run_dir.join("net.d");
         std::fs::create_dir_all(&netconf_dir).unwrap();
-        let lab = Lab {
+        let mut lab = Lab {
             run_dir,
             bin,
             netconf_dir,
@@ -87,6 +88,7 @@ impl Lab {
             } else {
                 WIRE
             },
+            topology: PathBuf::new(),
             namespaces: Vec::new(),
             _host: host,
         };
@@ -110,9 +112,15 @@ impl Lab {
                 t
             }
         };
-        let o = lab.splitnet(&["up", "--config", topology.to_str().unwrap()]);
-        assert!(o.status.success(), "up: {}", text(&o));
+        lab.topology = topology;
+        lab.bring_up();
         Some(lab)
+    }
+
+    /// `splitnet up` with the lab's topology.
+    pub fn bring_up(&self) {
+        let o = self.splitnet(&["up", "--config", self.topology.to_str().unwrap()]);
+        assert!(o.status.success(), "up: {}", text(&o));
     }
 
     /// The plugin's configuration for network `sn`.
@@ -191,11 +199,11 @@ impl Lab {
 
     /// The pid of domain `name`'s process.
     pub fn domain_pid(&self, name: &str) -> u64 {
-        let o = self.splitnet(&["status", "--json"]);
-        let st: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        let st = self.status();
         let doms = st["domains"].as_array().cloned().unwrap_or_default();
         let d = doms.iter().find(|d| d["name"] == name);
-        d.and_then(|d| d["pid"].as_u64()).unwrap_or(0)
+        d.and_then(|d| d["pid"].as_u64())
+            .unwrap_or_else(|| panic!("{name} is not running: {st}"))
     }
 
     pub fn cnitool_ok(&self, verb: &str, netns: &str) -> String {
@@ -248,13 +256,30 @@ impl Lab {
         ns
     }
 
-    pub fn container_domains(&self) -> Vec<Value> {
+    /// `splitnet status --json`, which must succeed.
+    pub fn status(&self) -> Value {
         let o = self.splitnet(&["status", "--json"]);
-        let st: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-        let doms = st["domains"].as_array().cloned().unwrap_or_default();
+        assert!(o.status.success(), "status: {}", text(&o));
+        serde_json::from_slice(&o.stdout).expect("status --json is JSON")
+    }
+
+    /// The guests that are containers' interfaces.
+    pub fn container_domains(&self) -> Vec<Value> {
+        let doms = self.status()["domains"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         doms.into_iter()
             .filter(|d| d["container"].is_object())
             .collect()
+    }
+
+    /// The vifs `status` lists (a DEL must leave none of its own).
+    pub fn vifs(&self) -> Vec<Value> {
+        self.status()["vifs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Every node in the store (`splitnet store-ls`), by path.

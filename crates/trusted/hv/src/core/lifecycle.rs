@@ -168,6 +168,16 @@ impl Hypervisor {
 /// Checks that domain `spec` may be created (hv is not shutting down, the
 /// name is free, an id is left), takes its id and writes its store home
 /// (`name`, `kind`, `domid`).
+/// The next domain id no live domain holds, from `next_domid` on and
+/// round past [`MAX_DOMID`] to 1, as Xen reuses the ids of dead domains:
+/// containers come and go by the thousand.
+fn free_domid(st: &State) -> Option<DomId> {
+    let start = st.next_domid.clamp(1, MAX_DOMID);
+    (0..MAX_DOMID)
+        .map(|k| (start - 1 + k) % MAX_DOMID + 1)
+        .find(|id| !st.doms.0.contains_key(id))
+}
+
 fn admit(st: &mut State, spec: &DomainSpec) -> HvResult<DomId> {
     if st.shutting_down {
         return err(ErrorKind::Invalid, "hv is shutting down");
@@ -178,11 +188,10 @@ fn admit(st: &mut State, spec: &DomainSpec) -> HvResult<DomId> {
             format!("a domain named {:?} already exists", spec.name),
         );
     }
-    if st.next_domid > MAX_DOMID {
+    let Some(domid) = free_domid(st) else {
         return err(ErrorKind::Quota, "domain ids exhausted");
-    }
-    let domid = st.next_domid;
-    st.next_domid += 1;
+    };
+    st.next_domid = if domid >= MAX_DOMID { 1 } else { domid + 1 };
     let events = st.store.introduce_domain(domid).map_err(store_err)?;
     let home = format!("/local/domain/{domid}");
     for (k, v) in [("name", spec.name.as_str()), ("kind", spec.kind.as_str())] {
@@ -230,4 +239,34 @@ fn revoke_all(st: &mut State, domid: DomId, d: &mut Domain) {
     let events = st.store.release_domain(domid);
     st.store.drop_connection(domid as u64);
     deliver(st, events);
+}
+
+#[cfg(test)]
+mod domid_tests {
+    use super::*;
+    use crate::memory::MemorySpec;
+
+    fn spec(name: &str) -> DomainSpec {
+        DomainSpec {
+            name: name.into(),
+            kind: "guest".into(),
+            memory: MemorySpec {
+                pool_frames: 16,
+                grant_frames: 1,
+                hugepages: false,
+            },
+        }
+    }
+
+    #[test]
+    fn domain_ids_go_round_to_the_next_free_one() {
+        let hv = Hypervisor::new();
+        let (a, _a) = hv.create_domain(spec("a")).unwrap();
+        assert_eq!(a, 1);
+        hv.lock().next_domid = MAX_DOMID;
+        let (b, _b) = hv.create_domain(spec("b")).unwrap();
+        assert_eq!(b, MAX_DOMID);
+        let (c, _c) = hv.create_domain(spec("c")).unwrap();
+        assert_eq!(c, 2, "1 is a's, and ids go round past {MAX_DOMID}");
+    }
 }

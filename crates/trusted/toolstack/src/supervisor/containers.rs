@@ -9,32 +9,26 @@
 //! routes are the caller's (the runtime's IPAM). Restarting its driver
 //! domain reconnects it as any guest.
 
-use super::{fail, home_of, state_of, wait_until, Supervisor, HANDSHAKE};
-use crate::host;
+use super::{fail, home_of, state_of, vif_info_key, wait_until, Intent, Supervisor, HANDSHAKE};
+use crate::sandbox::{self, Sandbox};
 use crate::store::Store;
 use crate::topology::{DomainConfig, VifConfig, GUEST_MIN_FRAMES};
 use crate::vifspec::VifSpec;
 use abi::xenbus::XenbusState;
 use hv::core::Hypervisor;
 use hv::error::{ErrorKind, HvResult};
-use hv::proto::ContainerAttach;
+use hv::proto::{ContainerAttach, DomId};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-/// What the guest's TCP may put in one GSO frame and the TAP's queue, as
-/// netfront sets them on the TAPs it makes itself.
-const GSO_MAX: &str = "65000";
-const TXQUEUELEN: &str = "4096";
-
-/// A container's attachment: container `id`'s interface `ifname` in
-/// namespace `netns`, served by guest domain `name`.
+/// A container's attachment: container `id`'s interface `ifname` in the
+/// runtime's namespace, served by guest domain `name`.
 #[derive(Clone)]
 pub(super) struct Container {
     pub id: String,
     pub ifname: String,
-    pub netns: PathBuf,
+    pub sandbox: Arc<Sandbox>,
     /// The CNI network it belongs to (GC is per network).
     pub network: String,
     pub name: String,
@@ -43,25 +37,34 @@ pub(super) struct Container {
     pub userns: Option<Arc<OwnedFd>>,
     /// Whether hv made its TAP (and so may delete it).
     pub tap_made: bool,
+    /// Its ADD has not returned yet: a DEL waits for it.
+    pub building: bool,
 }
 
 impl Container {
-    /// An attachment to make; its domain's name and configuration follow
-    /// from `id` and `ifname`.
-    pub fn new(id: &str, ifname: &str, netns: &str, network: &str) -> Container {
-        let name = attachment_name(id, ifname);
-        Container {
-            id: id.to_string(),
-            ifname: ifname.to_string(),
-            netns: PathBuf::from(netns),
-            network: network.to_string(),
+    /// An attachment to make, checked: its ID and interface name, and its
+    /// namespace (opened now, and used through that descriptor ever after).
+    pub fn new(a: &ContainerAttach) -> HvResult<Container> {
+        let bad = |m: String| fail(ErrorKind::Invalid, m);
+        ContainerAttach::check_id(&a.id).map_err(bad)?;
+        ContainerAttach::check_ifname(&a.ifname).map_err(bad)?;
+        let sandbox = Sandbox::open(std::path::Path::new(&a.netns)).map_err(bad)?;
+        let name = attachment_name(&a.id, &a.ifname);
+        Ok(Container {
+            id: a.id.clone(),
+            ifname: a.ifname.clone(),
+            sandbox: Arc::new(sandbox),
+            network: a.network.clone(),
             config: guest_config(&name),
             name,
             userns: None,
             tap_made: false,
-        }
+            building: true,
+        })
     }
 
+    /// What `status` and CNI's CHECK read: the attachment, its domain and
+    /// its vif, and whether both ends of the vif are connected.
     fn json(&self, hv: &Arc<Hypervisor>, v: Option<&VifConfig>) -> serde_json::Value {
         let domid = hv.domid_of(&self.name);
         let connected = v.is_some_and(|v| {
@@ -71,10 +74,11 @@ impl Container {
                     .all(|p| state_of(hv, p) == Some(XenbusState::Connected))
             })
         });
+        let bridge = v.map(|v| v.opts.bridge.clone().unwrap_or_else(|| "xenbr0".into()));
         serde_json::json!({
             "id": self.id,
             "ifname": self.ifname,
-            "netns": self.netns,
+            "netns": self.sandbox.path,
             "network": self.network,
             "connected": connected,
             "domain": self.name,
@@ -83,50 +87,39 @@ impl Container {
             "mac": v.map(|v| v.mac.clone()),
             "mtu": v.and_then(|v| v.opts.mtu).unwrap_or(1500),
             "backend": v.map(|v| v.backend.clone()),
-            "bridge": v.map(|v| v.opts.bridge.clone().unwrap_or_else(|| abi::xenbus::DEFAULT_BRIDGE.into())),
+            "bridge": bridge,
         })
     }
 }
 
 impl Supervisor {
-    /// A CNI ADD: a guest domain for container `id`, with one vif whose
-    /// frontend is TAP `ifname` in `netns`, connected when this returns.
-    /// Replies with the attachment (see [`Container::json`]). Nothing of it
-    /// stays when it fails.
+    /// A CNI ADD: a guest domain for attachment `c`, with one vif whose
+    /// frontend is TAP `c.ifname` in `c.sandbox`, connected when this
+    /// returns. Replies with the attachment (see [`Container::json`]).
+    /// Nothing of it stays when it fails.
     pub(super) fn container_add(
         self: &Arc<Self>,
         c: Container,
         backend: Option<String>,
         spec: Option<String>,
     ) -> HvResult<String> {
-        let bad = |m: String| fail(ErrorKind::Invalid, m);
-        ContainerAttach::check_id(&c.id).map_err(bad)?;
-        ContainerAttach::check_ifname(&c.ifname).map_err(bad)?;
-        check_netns(&c.netns).map_err(bad)?;
-        let mut vs = match spec.as_deref() {
-            Some(t) => VifSpec::parse(t).map_err(|e| bad(format!("vif {t:?}: {e}")))?,
-            None => VifSpec::default(),
-        };
-        if vs.vhost_user || vs.devid.is_some_and(|d| d != 0) {
-            return Err(bad("a container's vif is a netif vif, devid 0".into()));
-        }
-        if backend.is_some() && vs.backend.is_some() {
-            return Err(bad(
-                "the driver domain is named twice (driver and backend=)".into(),
-            ));
-        }
-        vs.backend = vs.backend.or(backend);
+        let vs = container_vifspec(backend, spec)?;
+        let hv = self.hv()?;
         let name = c.name.clone();
         self.claim(c)?;
-        let hv = self.hv()?;
-        if let Err(e) = self.container_build(&hv, &name, vs) {
+        let built = self.container_build(&hv, &name, vs);
+        if built.is_err() {
             self.container_teardown(&hv, &name);
-            return Err(e);
         }
-        let st = self.lock();
-        let c = st.containers.iter().find(|c| c.name == name);
-        let v = st.vifs.iter().find(|v| v.guest == name);
-        Ok(c.map(|c| c.json(&hv, v)).unwrap_or_default().to_string())
+        if let Some(x) = self.lock().containers.iter_mut().find(|x| x.name == name) {
+            x.building = false;
+        }
+        self.changed.notify_all();
+        built?;
+        let (c, v) = self.attachment(&name);
+        Ok(c.map(|c| c.json(&hv, v.as_ref()))
+            .unwrap_or_default()
+            .to_string())
     }
 
     /// Records attachment `c`, refusing one that exists (ADD twice) or a
@@ -154,8 +147,9 @@ impl Supervisor {
         Ok(())
     }
 
-    /// The domain, its user namespace, its TAP and its vif, then its
-    /// process, waiting for the vif to connect.
+    /// The domain, its user namespace, its vif and TAP, then its process,
+    /// waiting for the vif to connect. What it made before a failure is
+    /// recorded for [`Supervisor::container_teardown`].
     fn container_build(
         self: &Arc<Self>,
         hv: &Arc<Hypervisor>,
@@ -163,49 +157,81 @@ impl Supervisor {
         vs: VifSpec,
     ) -> HvResult<()> {
         let c = self.container(name)?;
-        if in_netns(&c.netns, &["ip", "link", "show", "dev", &c.ifname]).is_ok() {
-            return Err(fail(
-                ErrorKind::InUse,
-                format!(
-                    "{} has an interface {} already",
-                    c.netns.display(),
-                    c.ifname
-                ),
-            ));
+        if c.sandbox.has_link(&c.ifname) {
+            let at = c.sandbox.path.display();
+            let msg = format!("{at} has an interface {} already", c.ifname);
+            return Err(fail(ErrorKind::InUse, msg));
         }
         let (domid, sock, cg) = self.create(hv, &c.config).map_err(internal)?;
-        let mut ts = Store::new(hv);
-        ts.write(&format!("{}/container-ifname", home_of(domid)), &c.ifname)
-            .map_err(internal)?;
-        let userns = Arc::new(user_namespace(domid).map_err(internal)?);
-        let v = self.new_vif(hv, name, vs)?;
-        let mtu = v.opts.mtu.unwrap_or(1500).to_string();
-        make_tap(&c.netns, &c.ifname, jail::domain_uid(domid), &v.mac, &mtu).map_err(internal)?;
-        if let Some(x) = self.lock().containers.iter_mut().find(|x| x.name == name) {
-            (x.userns, x.tap_made) = (Some(userns), true);
-        }
-        self.plumb(hv, &v).map_err(internal)?;
+        let made = self.container_plumb(hv, &c, domid, vs);
+        let v = match made {
+            Ok(v) => v,
+            Err(e) => {
+                cg.destroy(Duration::ZERO);
+                return Err(e);
+            }
+        };
         self.launch(hv, &c.config, domid, sock, cg)
             .map_err(internal)?;
         self.wait_connected(hv, &v)?;
         let info = serde_json::json!({
-            "id": c.id, "ifname": c.ifname, "netns": c.netns, "network": c.network,
+            "id": c.id, "ifname": c.ifname, "netns": c.sandbox.path, "network": c.network,
         });
         hv.set_info(&format!("container.{name}"), &info.to_string());
         Ok(())
     }
 
+    /// Container domain `c`'s home, user namespace, vif and TAP, and the
+    /// vif's store directories.
+    fn container_plumb(
+        &self,
+        hv: &Arc<Hypervisor>,
+        c: &Container,
+        domid: DomId,
+        vs: VifSpec,
+    ) -> HvResult<VifConfig> {
+        let mut ts = Store::new(hv);
+        ts.write(&format!("{}/container-ifname", home_of(domid)), &c.ifname)
+            .map_err(internal)?;
+        let userns = Arc::new(sandbox::user_namespace(domid).map_err(internal)?);
+        let v = self.new_vif(hv, &c.name, vs)?;
+        let mtu = v.opts.mtu.unwrap_or(1500).to_string();
+        let uid = jail::domain_uid(domid);
+        c.sandbox
+            .make_tap(&c.ifname, uid, &v.mac, &mtu)
+            .map_err(internal)?;
+        if let Some(x) = self.lock().containers.iter_mut().find(|x| x.name == c.name) {
+            (x.userns, x.tap_made) = (Some(userns), true);
+        }
+        self.plumb(hv, &v).map_err(internal)?;
+        Ok(v)
+    }
+
     /// A CNI DEL: attachment `id`/`ifname` goes, its domain first (its
     /// vif's backend directory with it), then its TAP. Done when there is
-    /// none (DEL is idempotent).
+    /// none (DEL is idempotent); an ADD still under way finishes first.
     pub(super) fn container_del(&self, id: &str, ifname: &str) -> HvResult<()> {
         let hv = self.hv()?;
         let name = attachment_name(id, ifname);
-        let known = self
-            .lock()
-            .containers
-            .iter()
-            .any(|c| c.id == id && c.ifname == ifname);
+        let mine = |c: &Container| c.id == id && c.ifname == ifname;
+        let mut st = self.lock();
+        let deadline = std::time::Instant::now() + 3 * HANDSHAKE;
+        while st.containers.iter().any(|c| mine(c) && c.building) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(fail(
+                    ErrorKind::InUse,
+                    format!("the ADD of {ifname} of container {id} is still under way"),
+                ));
+            }
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let known = st.containers.iter().any(mine);
+        drop(st);
         if known {
             self.container_teardown(&hv, &name);
         }
@@ -213,27 +239,41 @@ impl Supervisor {
     }
 
     /// Destroys container domain `name` (if it runs), waits until its
-    /// process was reaped, and forgets its vifs, its TAP and its record.
+    /// process was reaped (or undoes what its process would have), and
+    /// forgets its vifs, its TAP and its record.
     fn container_teardown(&self, hv: &Arc<Hypervisor>, name: &str) {
         if let Some(domid) = hv.domid_of(name) {
             let reaps = self.lock().reaps.get(name).copied().unwrap_or(0);
             let has_process = self.lock().starts.contains_key(name);
             self.lock()
                 .intents
-                .insert(name.to_string(), super::Intent::Destroy);
+                .insert(name.to_string(), Intent::Destroy);
             hv.destroy_domain(domid, "its container's DEL");
             if has_process {
                 let reaped = || self.lock().reaps.get(name).copied().unwrap_or(0) > reaps;
                 if !wait_until(HANDSHAKE, reaped) {
                     eprintln!("hv: container domain {name} was not reaped within {HANDSHAKE:?}");
                 }
+            } else {
+                self.forget_guest_backends(hv, name, domid);
             }
         }
+        self.forget_container(hv, name);
+    }
+
+    /// Container domain `name`'s records go: its vifs (their `status`
+    /// entries too), its bookkeeping, its log and its record; then its TAP.
+    fn forget_container(&self, hv: &Arc<Hypervisor>, name: &str) {
         let gone = {
             let mut st = self.lock();
+            for v in st.vifs.iter().filter(|v| v.guest == name) {
+                hv.remove_info(&vif_info_key(v));
+            }
             st.vifs.retain(|v| v.guest != name);
             st.starts.remove(name);
             st.reaps.remove(name);
+            st.intents.remove(name);
+            st.crashes.remove(name);
             let i = st.containers.iter().position(|c| c.name == name);
             i.map(|i| st.containers.remove(i))
         };
@@ -242,20 +282,38 @@ impl Supervisor {
         // thousand, each under a name of its own.
         let _ = std::fs::remove_file(self.run_dir.join(format!("{name}.log")));
         if let Some(c) = gone.filter(|c| c.tap_made) {
-            drop_tap(&c.netns, &c.ifname);
+            c.sandbox.drop_tap(&c.ifname);
         }
     }
 
-    /// Every attachment, as a JSON array (see [`Container::json`]).
+    /// Container domain `name`'s record and vif, read under the lock.
+    fn attachment(&self, name: &str) -> (Option<Container>, Option<VifConfig>) {
+        let st = self.lock();
+        let c = st.containers.iter().find(|c| c.name == name).cloned();
+        let v = st.vifs.iter().find(|v| v.guest == name).cloned();
+        (c, v)
+    }
+
+    /// Every attachment, as a JSON array (see [`Container::json`]); the
+    /// store is read after the lock is let go.
     pub(super) fn container_list(&self) -> HvResult<String> {
         let hv = self.hv()?;
-        let st = self.lock();
-        let all: Vec<serde_json::Value> = st
-            .containers
-            .iter()
-            .map(|c| c.json(&hv, st.vifs.iter().find(|v| v.guest == c.name)))
-            .collect();
-        Ok(serde_json::Value::Array(all).to_string())
+        let all: Vec<(Container, Option<VifConfig>)> = {
+            let st = self.lock();
+            st.containers
+                .iter()
+                .filter(|c| !c.building)
+                .map(|c| {
+                    (
+                        c.clone(),
+                        st.vifs.iter().find(|v| v.guest == c.name).cloned(),
+                    )
+                })
+                .collect()
+        };
+        let list: Vec<serde_json::Value> =
+            all.iter().map(|(c, v)| c.json(&hv, v.as_ref())).collect();
+        Ok(serde_json::Value::Array(list).to_string())
     }
 
     /// hv is stopping: each container's vif leaves its namespace (the
@@ -263,24 +321,59 @@ impl Supervisor {
     pub fn release_containers(&self) {
         let all = std::mem::take(&mut self.lock().containers);
         for c in all.iter().filter(|c| c.tap_made) {
-            drop_tap(&c.netns, &c.ifname);
+            c.sandbox.drop_tap(&c.ifname);
         }
     }
 
     /// Container domain `name`'s record.
     pub(super) fn container(&self, name: &str) -> HvResult<Container> {
-        self.lock()
+        let found = self
+            .lock()
             .containers
             .iter()
             .find(|c| c.name == name)
-            .cloned()
-            .ok_or_else(|| {
-                fail(
-                    ErrorKind::BadDomain,
-                    format!("no container domain {name:?}"),
-                )
-            })
+            .cloned();
+        found.ok_or_else(|| {
+            fail(
+                ErrorKind::BadDomain,
+                format!("no container domain {name:?}"),
+            )
+        })
     }
+
+    /// Refuses what only a topology guest may be asked (a restart, another
+    /// vif): a container's guest lives and dies with its attachment.
+    pub(super) fn not_a_container(&self, name: &str, what: &str) -> HvResult<()> {
+        match self.container(name) {
+            Ok(c) => Err(fail(
+                ErrorKind::Invalid,
+                format!(
+                    "{name} is container {}'s {}: it cannot {what}; its runtime DELs and ADDs it",
+                    c.id, c.ifname
+                ),
+            )),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// The vifspec of a container's vif, with the driver domain named once.
+fn container_vifspec(backend: Option<String>, spec: Option<String>) -> HvResult<VifSpec> {
+    let bad = |m: String| fail(ErrorKind::Invalid, m);
+    let mut vs = match spec.as_deref() {
+        Some(t) => VifSpec::parse(t).map_err(|e| bad(format!("vif {t:?}: {e}")))?,
+        None => VifSpec::default(),
+    };
+    if vs.vhost_user || vs.devid.is_some_and(|d| d != 0) {
+        return Err(bad("a container's vif is a netif vif, devid 0".into()));
+    }
+    if backend.is_some() && vs.backend.is_some() {
+        return Err(bad(
+            "the driver domain is named twice (driver and backend=)".into(),
+        ));
+    }
+    vs.backend = vs.backend.or(backend);
+    Ok(vs)
 }
 
 fn internal(e: impl std::fmt::Display) -> hv::error::HvError {
@@ -306,96 +399,6 @@ fn guest_config(name: &str) -> DomainConfig {
     d
 }
 
-/// `path` names a network namespace, and not hv's own.
-fn check_netns(path: &Path) -> Result<(), String> {
-    let m = std::fs::metadata(path).map_err(|e| format!("netns {}: {e}", path.display()))?;
-    let own = std::fs::metadata("/proc/self/ns/net").map_err(|e| e.to_string())?;
-    if m.dev() != own.dev() {
-        return Err(format!("netns {} is not a namespace", path.display()));
-    }
-    if m.ino() == own.ino() {
-        return Err(format!(
-            "netns {} is the host's own network namespace",
-            path.display()
-        ));
-    }
-    in_netns(path, &["true"])
-        .map_err(|_| format!("netns {} is not a network namespace", path.display()))?;
-    Ok(())
-}
-
-/// Runs `args` in network namespace `path`.
-fn in_netns(path: &Path, args: &[&str]) -> std::io::Result<String> {
-    let net = format!("--net={}", path.display());
-    let mut a = vec![net.as_str(), "--"];
-    a.extend_from_slice(args);
-    host::run("nsenter", &a)
-}
-
-/// A user namespace for domain `domid` that owns no network namespace the
-/// domain uses: ids 0 map to [`jail::domain_uid`] as for every domain.
-fn user_namespace(domid: hv::proto::DomId) -> std::io::Result<OwnedFd> {
-    let holder = {
-        let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        sys::jail::NamespaceHolder::spawn()?
-    };
-    let id = jail::domain_uid(domid);
-    holder.map_ids(0, id, id)?;
-    let fd = std::fs::File::open(format!("/proc/{}/ns/user", holder.pid()))?;
-    holder.release()?;
-    Ok(OwnedFd::from(fd))
-}
-
-/// TAP `ifname` in `netns`, owned by `uid`, with the vif's MAC and MTU.
-fn make_tap(netns: &Path, ifname: &str, uid: u32, mac: &str, mtu: &str) -> Result<(), String> {
-    let uid = uid.to_string();
-    let what = |e: std::io::Error| format!("making {ifname} in {}: {e}", netns.display());
-    in_netns(
-        netns,
-        &[
-            "ip", "tuntap", "add", "dev", ifname, "mode", "tap", "vnet_hdr", "user", &uid, "group",
-            &uid,
-        ],
-    )
-    .map_err(what)?;
-    let set = [
-        "ip",
-        "link",
-        "set",
-        "dev",
-        ifname,
-        "address",
-        mac,
-        "mtu",
-        mtu,
-        "gso_max_size",
-        GSO_MAX,
-        "txqueuelen",
-        TXQUEUELEN,
-    ];
-    if let Err(e) = in_netns(netns, &set) {
-        drop_tap(netns, ifname);
-        return Err(what(e));
-    }
-    // The kernel's link-local address from the MAC (EUI-64), which `ip=`
-    // allows; a namespace without IPv6 has none to make.
-    let _ = in_netns(
-        netns,
-        &["ip", "link", "set", "dev", ifname, "addrgenmode", "eui64"],
-    );
-    Ok(())
-}
-
-/// Deletes TAP `ifname` from `netns`, if both are still there.
-fn drop_tap(netns: &Path, ifname: &str) {
-    if netns.exists() {
-        let _ = in_netns(
-            netns,
-            &["ip", "tuntap", "del", "dev", ifname, "mode", "tap"],
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,12 +413,11 @@ mod tests {
     }
 
     #[test]
-    fn a_netns_that_is_no_namespace_is_refused_by_name() {
-        let e = check_netns(Path::new("/etc/hostname")).unwrap_err();
-        assert!(e.contains("/etc/hostname is not a namespace"), "{e}");
-        let e = check_netns(Path::new("/nonexistent/ns")).unwrap_err();
-        assert!(e.contains("/nonexistent/ns"), "{e}");
-        let e = check_netns(Path::new("/proc/self/ns/net")).unwrap_err();
-        assert!(e.contains("host's own"), "{e}");
+    fn a_containers_vifspec_names_its_driver_domain_once() {
+        let vs = container_vifspec(Some("drv".into()), Some("rate=10Mb/s".into())).unwrap();
+        assert_eq!(vs.backend.as_deref(), Some("drv"));
+        let e = container_vifspec(Some("drv".into()), Some("backend=drv2".into())).unwrap_err();
+        assert!(e.to_string().contains("named twice"), "{e}");
+        assert!(container_vifspec(None, Some("devid=1".into())).is_err());
     }
 }

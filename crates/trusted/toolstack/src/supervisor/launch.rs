@@ -42,7 +42,7 @@ impl Supervisor {
     ) -> Result<(), String> {
         let name = d.name.clone();
         let ns = match self.container(&name) {
-            Ok(c) => c.netns.display().to_string(),
+            Ok(c) => c.sandbox.path.display().to_string(),
             Err(_) => host::netns_name(&name),
         };
         let logs = self.domain_log(&name)?;
@@ -108,13 +108,13 @@ impl Supervisor {
                     .as_ref()
                     .ok_or("its user namespace is not made yet")?;
                 let mut cmd = Command::new("nsenter");
-                cmd.arg(format!("--net={}", c.netns.display())).arg("--");
+                cmd.arg(format!("--net={}", c.sandbox.fd_path())).arg("--");
                 cmd.env(ENV_USERNS_FD, inherit(&[userns.as_fd()])?);
                 cmd
             }
             None => {
                 let mut cmd = Command::new("ip");
-                cmd.args(["netns", "exec", ns]);
+                cmd.args(["netns", "exec", ns]).env_remove(ENV_USERNS_FD);
                 cmd
             }
         };

@@ -34,6 +34,7 @@ impl Supervisor {
         spec: Option<String>,
     ) -> HvResult<u32> {
         let hv = self.hv()?;
+        self.not_a_container(guest, "take another vif")?;
         let mut vs = match spec.as_deref() {
             Some(t) => VifSpec::parse(t)
                 .map_err(|e| fail(ErrorKind::Invalid, format!("vifspec {t:?}: {e}")))?,
