@@ -10,13 +10,15 @@
 # `status --prometheus` with it), man-db and bash-completion for splitnet's man pages
 # and completions, chromium (headless) for the seeds report's rendering test,
 # the CNI reference plugins (containernetworking-plugins), podman and runc,
-# and the CNI project's cnitool (built with Go) for the container tests, and a Rust toolchain new enough for the workspace's
+# and the CNI project's cnitool (built with Go) for the container tests,
+# systemd-analyze (systemd) and setpriv (util-linux) for the service's tests, and a Rust toolchain new enough for the workspace's
 # rust-version: the one installed (rustup's too) if it is, else Debian 12's
 # rustc-web/cargo-web, the distribution's rustc/cargo or Ubuntu's newest
 # rustc-1.NN, whichever apt offers new enough (with its rustfmt and clippy);
 # if none is, it says what to install and stops. Then it builds the release
 # binary and installs its completions, man pages and CNI plugin (as `splitnet`
-# in /usr/lib/cni and /opt/cni/bin); --no-build stops before.
+# in /usr/lib/cni and /opt/cni/bin), the binaries in /usr/local/bin, the
+# service's unit and a default /etc/splitnet/topology.toml; --no-build stops before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -35,7 +37,7 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox-static passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium containernetworking-plugins podman runc file; do
+for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox-static passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium containernetworking-plugins podman runc file systemd util-linux; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -181,5 +183,15 @@ for d in /usr/lib/cni /opt/cni/bin; do
 done
 target/release/splitnet-cni --man >"$man_dir/splitnet-cni.1"
 echo "setup: installed the CNI plugin as /usr/lib/cni/splitnet and /opt/cni/bin/splitnet (man splitnet-cni)"
+# hv as a service: the binaries where the unit runs them, the unit, and a
+# default topology unless the host has its own.
+install -m 0755 target/release/splitnet target/release/splitnet-hv target/release/splitnet-domain /usr/local/bin/
+install -D -m 0644 dist/splitnet.service /etc/systemd/system/splitnet.service
+if ! [ -e /etc/splitnet/topology.toml ]; then
+    install -D -m 0644 examples/containers.toml /etc/splitnet/topology.toml
+fi
+if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+echo "setup: installed splitnet, splitnet-hv and splitnet-domain in /usr/local/bin, and the service" \
+    "(/etc/systemd/system/splitnet.service, /etc/splitnet/topology.toml): systemctl enable --now splitnet"
 echo "setup: installed completions ($bash_dir/splitnet, $zsh_dir/_splitnet, $fish_dir/splitnet.fish)" \
     "and $(find "$man_dir" -maxdepth 1 -name 'splitnet*.1' | wc -l) man pages ($man_dir/splitnet*.1)"

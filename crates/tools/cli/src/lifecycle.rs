@@ -112,7 +112,10 @@ fn wait_until_up(
         }
         // Up means: every domain said hello and every vif is Connected at both ends.
         let status = toolstack::status::collect(rd);
-        let waiting = match status.as_ref().map(|v| waiting_for(topo, v)) {
+        let waiting = match status
+            .as_ref()
+            .map(|v| toolstack::readiness::waiting_for(topo, v))
+        {
             Ok(Ok(w)) => w,
             Ok(Err(failed)) => {
                 let _ = down(rd);
@@ -180,76 +183,6 @@ fn print_up(topo: &Topology, v: &serde_json::Value, listen: Option<SocketAddr>) 
     for v in vms {
         print!("{}", v.vmm_args_text());
     }
-}
-
-/// What of `topo` is not up yet in status `v`: domains that have not said
-/// hello, vifs not Connected at both ends, emulated NICs not running or not
-/// bridged. An error names a vif whose driver domain gave it up (a quota
-/// ran out): it will not connect however long `up` waits.
-fn waiting_for(topo: &Topology, v: &serde_json::Value) -> Result<Vec<String>, String> {
-    let doms = v["domains"].as_array().cloned().unwrap_or_default();
-    let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
-    let mut out: Vec<String> = topo
-        .hv_domains()
-        .filter(|d| {
-            !doms
-                .iter()
-                .any(|x| x["name"] == d.name.as_str() && x["connected"] == true)
-        })
-        .map(|d| format!("domain {}", d.name))
-        .collect();
-    for want in topo.vifs() {
-        let found = vifs.iter().find(|x| {
-            x["guest"] == want.guest.as_str()
-                && x["handle"] == want.handle
-                && x["backend_name"] == want.backend.as_str()
-        });
-        let name = format!("vif {} of {} on {}", want.handle, want.guest, want.backend);
-        let Some(x) = found else {
-            out.push(format!("{name} (not set up)"));
-            continue;
-        };
-        let (fe, be) = (&x["frontend_state"], &x["backend_state"]);
-        if let (Some(why), "Closed") = (x["disconnect_reason"].as_str(), be.as_str().unwrap_or(""))
-        {
-            return Err(format!("{name}: {} gave it up: {why}", want.backend));
-        }
-        if fe != "Connected" || be != "Connected" {
-            out.push(format!(
-                "{name} (frontend {}, backend {})",
-                fe.as_str().unwrap_or("?"),
-                be.as_str().unwrap_or("?")
-            ));
-        }
-    }
-    // An emulated NIC is up once its guest runs its driver (its counters
-    // are in) and its driver domain bridges its VMNet port.
-    let ports = v["ports"].as_array().cloned().unwrap_or_default();
-    for e in topo.emulated_nics() {
-        let running = doms
-            .iter()
-            .any(|d| d["name"] == e.guest.as_str() && d["emulated_nic"]["guest"].is_object());
-        let bridged = ports.iter().any(|p| {
-            p["domain"] == e.backend.as_str()
-                && p["name"] == e.host_ifname().as_str()
-                && p["open"] == true
-        });
-        if !(running && bridged) {
-            out.push(format!("the {} NIC of {}", e.kind.as_str(), e.guest));
-        }
-    }
-    // A wire host is reachable once its driver domain has opened the port
-    // that leads to it (until then the first frames to it are lost).
-    for w in &topo.wires {
-        let peer = format!("{}:{}", w.name, toolstack::daemon::WIRE_IF);
-        let open = ports.iter().any(|p| {
-            p["domain"] == w.driver.as_str() && p["peer"] == peer.as_str() && p["open"] == true
-        });
-        if !open {
-            out.push(format!("the port of {} to wire host {}", w.driver, w.name));
-        }
-    }
-    Ok(out)
 }
 
 use std::os::unix::process::CommandExt;
@@ -546,59 +479,4 @@ fn demo_throughput(secs: u32) -> Result<String> {
         );
     }
     Ok(table)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn up_names_what_it_waits_for_and_stops_on_a_vif_given_up() {
-        let t = Topology::default_topology();
-        let vif = |guest: &str, be: &str, reason: Option<&str>| {
-            json!({"guest": guest, "handle": 0, "backend_name": "drv",
-                   "frontend_state": "Connected", "backend_state": be,
-                   "disconnect_reason": reason})
-        };
-        let dom = |name: &str, up: bool| json!({"name": name, "connected": up});
-        let v = json!({
-            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", false)],
-            "vifs": [vif("guest1", "InitWait", None)],
-        });
-        assert_eq!(
-            waiting_for(&t, &v).unwrap(),
-            [
-                "domain guest2",
-                "vif 0 of guest1 on drv (frontend Connected, backend InitWait)",
-                "vif 0 of guest2 on drv (not set up)",
-                "the port of drv to wire host wire",
-            ]
-        );
-        let v = json!({
-            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
-            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Closed", Some("quota: x"))],
-        });
-        assert_eq!(
-            waiting_for(&t, &v).unwrap_err(),
-            "vif 0 of guest2 on drv: drv gave it up: quota: x"
-        );
-        // Every vif connected: up waits on until the wire host's port is open.
-        let port = |open: bool| json!({"domain": "drv", "name": "peth0", "peer": "wire:eth0", "open": open});
-        let v = json!({
-            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
-            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Connected", None)],
-            "ports": [port(false)],
-        });
-        assert_eq!(
-            waiting_for(&t, &v).unwrap(),
-            ["the port of drv to wire host wire"]
-        );
-        let v = json!({
-            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
-            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Connected", None)],
-            "ports": [port(true)],
-        });
-        assert!(waiting_for(&t, &v).unwrap().is_empty());
-    }
 }

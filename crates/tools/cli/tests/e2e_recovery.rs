@@ -244,7 +244,7 @@ fn a_driver_domain_in_a_crash_loop_is_not_restarted_forever() {
     wait_until("hv to give up on drv", Duration::from_secs(5), || {
         std::fs::read_to_string(env.run_dir.join("hv.log"))
             .unwrap()
-            .contains("drv crashed 10 times within 10s; not restarting it again")
+            .contains("drv: crashed 10 times within 10s; not restarting it again")
             && !netns().contains(&"splitnet-drv".to_string())
     });
     assert_eq!(env.status()["restarts_after_crash"], 9);

@@ -239,6 +239,6 @@ fn evpn_withdraws_a_detached_vif_and_hv_restarts_frr() {
         },
     );
     let log = std::fs::read_to_string(pair.env.run_dir.join("a").join("hv.log")).unwrap();
-    assert!(log.contains("drv's bgpd exited"), "{log}");
+    assert!(log.contains("drv: its bgpd exited"), "{log}");
     pair.down_all();
 }

@@ -15,6 +15,7 @@
 //! - [`vhost`]: vhost-user vifs' listening sockets, which outlive a
 //!   restarted driver domain;
 //! - [`trace`]: xentrace-style event counts and cost histograms;
+//! - [`log`]: hv's levelled log on stderr (or the journal);
 //! - what domains and the toolstack link to call hv is the
 //!   `splitnet-hypercall` crate (re-exported here for hv's own use and the
 //!   toolstack); the store lives in the `splitnet-store` crate.
@@ -25,6 +26,7 @@ pub mod evtchn;
 pub mod grant;
 pub mod hold;
 pub mod hvm;
+pub mod log;
 pub mod memory;
 pub mod ngm;
 pub mod vhost;

@@ -6,8 +6,14 @@
 //! ```text
 //! splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--domain-exe SPLITNET-DOMAIN]
 //!             [--preset P] [--spin-us N] [--link-rate R] [--placement P]
-//!             [--listen ADDR]
+//!             [--listen ADDR] [--log-level LEVEL]
 //! ```
+//!
+//! It runs in the foreground, logs to stderr (`hv::log`: levels, domain
+//! names; the journal's priorities under a service manager), tells a
+//! service manager when the topology is up and when it stops (`sd_notify`,
+//! when `$NOTIFY_SOCKET` is set), and stops on SIGTERM or SIGINT as on
+//! `splitnet down`: the unit that runs it so is `dist/splitnet.service`.
 //!
 //! Its arguments are parsed by hand: a command-line parser is one more
 //! crate in the trusted computing base, for eight options.
@@ -22,7 +28,7 @@ use toolstack::tuning::Tuning;
 const USAGE: &str =
     "usage: splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--domain-exe SPLITNET-DOMAIN] \
                      [--preset P] [--spin-us N] [--link-rate R] [--placement none|same|split] \
-                     [--listen ADDR]";
+                     [--listen ADDR] [--log-level error|warning|notice|info|debug]";
 
 /// What the command line asks.
 #[derive(Debug, Default)]
@@ -32,6 +38,7 @@ struct Args {
     exe: Option<PathBuf>,
     tuning: Tuning,
     listen: Option<SocketAddr>,
+    log_level: Option<hv::log::Level>,
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -58,6 +65,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             "--link-rate" => a.tuning.link_rate = Some(value.parse().map_err(bad)?),
             "--placement" => a.tuning.placement = Some(value.parse().map_err(bad)?),
             "--listen" => a.listen = Some(toolstack::listen::parse_addr(&value).map_err(bad)?),
+            "--log-level" => a.log_level = Some(value.parse().map_err(bad)?),
             _ => return Err(format!("unknown option {name}\n{USAGE}")),
         }
     }
@@ -68,6 +76,19 @@ fn run(a: Args) -> Result<(), String> {
     let config = a
         .config
         .ok_or_else(|| format!("--config is required\n{USAGE}"))?;
+    let level = match (a.log_level, std::env::var("SPLITNET_LOG")) {
+        (Some(l), _) => l,
+        (None, Ok(v)) => v.parse().map_err(|e| format!("SPLITNET_LOG: {e}"))?,
+        (None, Err(_)) => hv::log::Level::Info,
+    };
+    hv::log::set_threshold(level);
+    hv::log::start();
+    // Before any thread starts: the notify socket leaves the environment
+    // (the domains must not inherit it), and the signals hv waits for are
+    // blocked in every thread it will have.
+    let notify = toolstack::notify::Notifier::from_env()?;
+    let signals = sys::signals::block(&[libc::SIGTERM, libc::SIGINT])
+        .map_err(|e| format!("blocking SIGTERM and SIGINT: {e}"))?;
     let run_dir = a
         .run_dir
         .or_else(|| std::env::var_os("SPLITNET_RUN_DIR").map(PathBuf::from))
@@ -86,12 +107,14 @@ fn run(a: Args) -> Result<(), String> {
     };
     if let Some(addr) = a.listen {
         let bound = toolstack::listen::spawn(&run_dir, addr).map_err(|e| format!("{e:#}"))?;
-        eprintln!("hv: serving metrics at http://{bound}/metrics");
+        hv::log!(Notice, "serving metrics at http://{bound}/metrics");
     }
     daemon::run(DaemonConfig {
         topology,
         run_dir,
         exe,
+        notify,
+        signals: Some(signals),
     })
 }
 
@@ -121,7 +144,8 @@ mod tests {
 
     #[test]
     fn parses_what_splitnet_up_passes() {
-        let a = args("--run-dir /r --config /r/t.toml --domain-exe /bin/splitnet-domain --preset baseline --spin-us 50 --link-rate 100mbit --placement split --listen=127.0.0.1:9100").unwrap();
+        let a = args("--run-dir /r --config /r/t.toml --domain-exe /bin/splitnet-domain --preset baseline --spin-us 50 --link-rate 100mbit --placement split --listen=127.0.0.1:9100 --log-level debug").unwrap();
+        assert_eq!(a.log_level, Some(hv::log::Level::Debug));
         assert_eq!(
             a.tuning.placement,
             Some(toolstack::placement::Placement::Split)
@@ -140,6 +164,9 @@ mod tests {
         assert!(args("--bogus 1").unwrap_err().contains("unknown option"));
         assert!(args("--spin-us many").unwrap_err().contains("--spin-us"));
         assert!(args("--preset nope").is_err());
+        assert!(args("--log-level loud")
+            .unwrap_err()
+            .contains("unknown log level"));
         assert!(args("--placement apart")
             .unwrap_err()
             .contains("--placement"));

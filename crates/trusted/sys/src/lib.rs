@@ -16,7 +16,9 @@
 //!   multicast-group changes; [`rtnl::Rtnl`]: macvlans made and deleted;
 //! - [`SocketFilter`]: classic BPF that splits a port's frames by MAC;
 //! - [`jail`] and [`SyscallFilter`]: namespaces, credentials, capabilities
-//!   and the seccomp filter that confine a domain process.
+//!   and the seccomp filter that confine a domain process;
+//! - [`signals`]: signals blocked and waited for, for a daemon's SIGTERM
+//!   and SIGHUP.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -36,6 +38,7 @@ mod process;
 pub mod rtnl;
 mod seccomp;
 mod seqpacket;
+pub mod signals;
 mod tap;
 mod window;
 

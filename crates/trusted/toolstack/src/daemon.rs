@@ -2,6 +2,7 @@
 //! cgroups, supervises the domains and serves the toolstack socket.
 
 use crate::host::{self, CgroupLayout};
+use crate::notify::Notifier;
 use crate::supervisor::Supervisor;
 use crate::topology::Topology;
 use crate::uplink::Uplinks;
@@ -9,6 +10,7 @@ use hv::core::Hypervisor;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use sys::signals::Blocked;
 use sys::{SeqPacket, SeqPacketListener};
 
 /// Where hv keeps its socket, pid file and logs by default.
@@ -28,6 +30,12 @@ pub struct DaemonConfig {
     pub run_dir: PathBuf,
     /// The `splitnet-domain` executable, run inside each domain's namespace.
     pub exe: PathBuf,
+    /// The service manager to tell when the topology is up and when hv
+    /// stops (`$NOTIFY_SOCKET`), if any.
+    pub notify: Option<Notifier>,
+    /// SIGTERM and SIGINT, blocked by the caller before any thread started:
+    /// either stops hv as `splitnet down` does.
+    pub signals: Option<Blocked>,
 }
 
 fn same_netns(pid: i32) -> bool {
@@ -36,8 +44,8 @@ fn same_netns(pid: i32) -> bool {
     mine.is_some() && mine == theirs
 }
 
-/// Runs the daemon until a toolstack `Shutdown` request.
-pub fn run(cfg: DaemonConfig) -> Result<(), String> {
+/// Runs the daemon until a toolstack `Shutdown` request or a signal.
+pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
     let sock = socket_path(&cfg.run_dir);
     fs::create_dir_all(&cfg.run_dir)
         .map_err(|e| format!("creating {}: {e}", cfg.run_dir.display()))?;
@@ -46,6 +54,8 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     }
     let _ = fs::remove_file(&sock);
     check_fd_limit(&cfg.topology)?;
+    let notify = Arc::new(Lifecycle::new(cfg.notify.take()));
+    notify.status(&format!("starting topology {:?}", cfg.topology.name));
     // Before anything else is made: what an earlier hv left is undone, and
     // the keeper watches this one.
     let uplinks = Uplinks::start(&cfg.run_dir, &cfg.topology)?;
@@ -59,6 +69,9 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     let hv = Hypervisor::new();
     hv.set_verbose(true);
     hv.set_info("topology", &cfg.topology.name);
+    if let Some(sigs) = cfg.signals.take() {
+        watch_signals(&hv, sigs, notify.clone())?;
+    }
     let layout = CgroupLayout::detect();
     let sup = Supervisor::new(
         &hv,
@@ -70,18 +83,13 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     );
     let result = sup.build();
     if let Err(e) = &result {
-        eprintln!("hv: bringing up the topology failed: {e}");
+        hv::log!(Error, "bringing up the topology failed: {e}");
+        notify.stopping(&format!("bringing up the topology failed: {e}"));
         hv.shutdown();
     } else {
-        hv.set_supervisor(sup.clone());
-        let hv2 = hv.clone();
-        let accepting =
-            hv.spawn_guarded("hv-accept".into(), None, move || accept_loop(hv2, listener));
-        if let Err(e) = accepting {
-            eprintln!("hv: cannot serve the toolstack: {e}");
-        }
-        eprintln!("hv: topology {:?} is up", cfg.topology.name);
+        serve(&hv, &sup, listener, &cfg, &notify);
         hv.wait_shutdown();
+        notify.stopping("stopping: its domains are gone");
         sup.release_containers();
     }
     // Domains are gone; remove what belongs to the topology as a whole.
@@ -93,8 +101,114 @@ pub fn run(cfg: DaemonConfig) -> Result<(), String> {
     huge.release();
     let _ = fs::remove_file(&sock);
     let _ = fs::remove_file(cfg.run_dir.join("hv.pid"));
-    eprintln!("hv: stopped");
-    result
+    hv::log!(Notice, "stopped");
+    // A signal that stopped hv during start-up is a clean stop.
+    result.or_else(|e| if notify.signalled() { Ok(()) } else { Err(e) })
+}
+
+/// The topology is built: hv serves the toolstack, and a service manager
+/// is told `READY=1` once every domain and vif is up.
+fn serve(
+    hv: &Arc<Hypervisor>,
+    sup: &Arc<Supervisor>,
+    listener: SeqPacketListener,
+    cfg: &DaemonConfig,
+    notify: &Arc<Lifecycle>,
+) {
+    hv.set_supervisor(sup.clone());
+    let hv2 = hv.clone();
+    let accepting = hv.spawn_guarded("hv-accept".into(), None, move || accept_loop(hv2, listener));
+    if let Err(e) = accepting {
+        hv::log!(Error, "cannot serve the toolstack: {e}");
+    }
+    hv::log!(Notice, "topology {:?} is built", cfg.topology.name);
+    if notify.wanted() {
+        let (hv2, n) = (hv.clone(), notify.clone());
+        let (topo, rd) = (cfg.topology.clone(), cfg.run_dir.clone());
+        let ready = hv.spawn_guarded("hv-ready".into(), None, move || {
+            wait_ready(&hv2, &topo, &rd, &n)
+        });
+        if let Err(e) = ready {
+            hv::log!(Error, "cannot watch for readiness: {e}");
+        }
+    }
+}
+
+/// Waits until the topology is up (what `splitnet up` waits for), saying
+/// what it waits for as the service's status, then tells `READY=1`. A vif
+/// a driver domain gave up will never connect: hv says why and stops.
+fn wait_ready(hv: &Arc<Hypervisor>, topo: &Topology, rd: &Path, notify: &Lifecycle) {
+    let mut said = String::new();
+    while !hv.is_shutting_down() {
+        // hv answers its own status as it answers the CLI's.
+        let status = crate::status::collect_with(rd, false);
+        match status.map(|v| (crate::readiness::waiting_for(topo, &v), v)) {
+            Ok((Ok(w), v)) if w.is_empty() => {
+                let line = up_line(topo, &v);
+                hv::log!(Notice, "{line}");
+                notify.ready(&line);
+                return;
+            }
+            Ok((Ok(w), _)) => {
+                let now = format!("waiting for {}", w.join(", "));
+                if now != said {
+                    notify.status(&now);
+                    said = now;
+                }
+            }
+            Ok((Err(e), _)) => {
+                hv::log!(Error, "the topology cannot come up: {e}");
+                notify.stopping(&format!("the topology cannot come up: {e}"));
+                hv.shutdown();
+                return;
+            }
+            Err(_) => {}
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `topology "t" is up: 3 domains, 2 vifs`.
+fn up_line(topo: &Topology, v: &serde_json::Value) -> String {
+    let count = |k: &str| v[k].as_array().map_or(0, Vec::len);
+    format!(
+        "topology {:?} is up: {} domains, {} vifs",
+        topo.name,
+        count("domains"),
+        count("vifs")
+    )
+}
+
+/// SIGTERM or SIGINT stops hv, as `splitnet down` does.
+fn watch_signals(
+    hv: &Arc<Hypervisor>,
+    sigs: Blocked,
+    notify: Arc<Lifecycle>,
+) -> Result<(), String> {
+    let hv2 = hv.clone();
+    hv.spawn_guarded("hv-signals".into(), None, move || loop {
+        match sigs.wait() {
+            Ok(sig) if sig == libc::SIGTERM || sig == libc::SIGINT => {
+                let name = if sig == libc::SIGTERM {
+                    "SIGTERM"
+                } else {
+                    "SIGINT"
+                };
+                hv::log!(Notice, "{name}: taking the topology down");
+                notify.signal();
+                notify.stopping(&format!("{name}: taking the topology down"));
+                hv2.shutdown();
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                hv::log!(Error, "waiting for signals: {e}");
+                return;
+            }
+        }
+    })
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 /// Serves toolstack connections on `listener`, for root in hv's own
@@ -117,14 +231,16 @@ pub fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
                     hv2.serve_toolstack(conn)
                 });
                 if let Err(e) = served {
-                    eprintln!("hv: refused a toolstack connection: {e}");
+                    hv::log!(Warning, "refused a toolstack connection: {e}");
                 }
             }
-            Ok(c) => eprintln!(
-                "hv: refused a toolstack connection from pid {} uid {}",
-                c.pid, c.uid
+            Ok(c) => hv::log!(
+                Warning,
+                "refused a toolstack connection from pid {} uid {}",
+                c.pid,
+                c.uid
             ),
-            Err(e) => eprintln!("hv: refused a toolstack connection: {e}"),
+            Err(e) => hv::log!(Warning, "refused a toolstack connection: {e}"),
         }
     }
 }
@@ -141,4 +257,58 @@ fn check_fd_limit(t: &Topology) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// What hv tells its service manager, and whether a signal stopped it.
+struct Lifecycle {
+    notifier: Option<Notifier>,
+    stopping: std::sync::atomic::AtomicBool,
+    signalled: std::sync::atomic::AtomicBool,
+}
+
+impl Lifecycle {
+    fn new(notifier: Option<Notifier>) -> Lifecycle {
+        Lifecycle {
+            notifier,
+            stopping: Default::default(),
+            signalled: Default::default(),
+        }
+    }
+
+    fn wanted(&self) -> bool {
+        self.notifier.is_some()
+    }
+
+    fn tell(&self, what: &str, send: impl FnOnce(&Notifier) -> std::io::Result<()>) {
+        if let Some(n) = &self.notifier {
+            if let Err(e) = send(n) {
+                hv::log!(Warning, "telling the service manager {what}: {e}");
+            }
+        }
+    }
+
+    fn status(&self, s: &str) {
+        self.tell("STATUS", |n| n.status(s));
+    }
+
+    fn ready(&self, s: &str) {
+        self.tell("READY=1", |n| n.ready(s));
+    }
+
+    /// `STOPPING=1`, once.
+    fn stopping(&self, s: &str) {
+        use std::sync::atomic::Ordering;
+        if !self.stopping.swap(true, Ordering::SeqCst) {
+            self.tell("STOPPING=1", |n| n.stopping(s));
+        }
+    }
+
+    fn signal(&self) {
+        self.signalled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn signalled(&self) -> bool {
+        self.signalled.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }

@@ -62,7 +62,7 @@ pub fn reserve(t: &Topology, run_dir: &Path) -> Reservation {
         }
     };
     match res {
-        Ok(msg) => eprintln!("hv: huge pages: {msg}"),
+        Ok(msg) => hv::log!(Info, "huge pages: {msg}"),
         Err(msg) => {
             let (thp, setting) = huge::thp_shmem();
             let fallback = if thp.advised_ranges_get_them() {
@@ -70,7 +70,7 @@ pub fn reserve(t: &Topology, run_dir: &Path) -> Reservation {
             } else {
                 format!("pools that do not fit take 4 KiB pages: transparent huge pages for shared memory are off ({setting})")
             };
-            eprintln!("hv: huge pages: {msg}; {fallback}");
+            hv::log!(Warning, "huge pages: {msg}; {fallback}");
         }
     }
     reservation
@@ -141,8 +141,11 @@ fn give_back(n: u64, whose: &str) {
     };
     let to = now.saturating_sub(n);
     match huge::set_nr_hugepages(to) {
-        Ok(()) => eprintln!("hv: huge pages: gave back {whose} {n} (nr_hugepages {now} -> {to})"),
-        Err(e) => eprintln!("hv: huge pages: could not give back {whose} {n}: {e}"),
+        Ok(()) => hv::log!(
+            Info,
+            "huge pages: gave back {whose} {n} (nr_hugepages {now} -> {to})"
+        ),
+        Err(e) => hv::log!(Warning, "huge pages: could not give back {whose} {n}: {e}"),
     }
 }
 

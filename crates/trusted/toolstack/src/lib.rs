@@ -16,6 +16,8 @@
 //! - [`status`], [`metrics`], [`listen`]: what the user is told (the status
 //!   document, the Prometheus text, its HTTP endpoint; `vhost_status` its
 //!   vhost-user vifs, `vxlan_status` its tunnels); the CLI prints them;
+//! - [`readiness`]: when a topology is up; [`notify`]: telling a service
+//!   manager so (`sd_notify`);
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
 //! - [`placement`]: which core each domain's process runs on (`cpu`,
@@ -34,8 +36,10 @@ pub mod hotplug;
 pub mod hugepages;
 pub mod listen;
 pub mod metrics;
+pub mod notify;
 pub mod placement;
 pub mod port_buffer;
+pub mod readiness;
 pub mod sandbox;
 pub mod status;
 pub mod store;

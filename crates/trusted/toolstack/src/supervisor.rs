@@ -462,8 +462,10 @@ impl Supervisor {
         }
         if intent.is_none() {
             if self.crash_loop(name) {
-                eprintln!(
-                    "hv: domain {name} crashed {CRASH_LOOP} times within {CRASH_WINDOW:?}; not restarting it again"
+                hv::log!(
+                    Error,
+                    dom = name,
+                    "crashed {CRASH_LOOP} times within {CRASH_WINDOW:?}; not restarting it again"
                 );
                 if kept {
                     drop_netns(&self.uplinks, name);
@@ -475,7 +477,7 @@ impl Supervisor {
             hv.set_info("restarts.on-crash", &self.lock().crash_restarts.to_string());
         }
         if let Err(e) = self.start_again(&hv, name) {
-            eprintln!("hv: restarting domain {name} failed: {e}");
+            hv::log!(Error, dom = name, "restarting it failed: {e}");
             drop_netns(&self.uplinks, name);
         }
         self.changed.notify_all();
@@ -508,7 +510,7 @@ impl Supervisor {
             if let Some(b) = hv.domid_of(&v.backend) {
                 let be = xenbus::backend_path(b, domid, v.handle);
                 if let Err(e) = self.hotplug(hv, &v, &be, "offline") {
-                    eprintln!("hv: {e}");
+                    hv::log!(Warning, dom = v.guest, "{e}");
                 }
                 let _ = ts.rm(&be);
                 let _ = ts.rm(&format!("/local/domain/{b}/backend/vif/{domid}"));
@@ -534,8 +536,10 @@ impl Supervisor {
             self.uplinks.attach(name)?;
         }
         self.launch(hv, &d, domid, sock, cg)?;
-        eprintln!(
-            "hv: domain {name} restarted as domain {domid}{}",
+        hv::log!(
+            Notice,
+            dom = name,
+            "restarted as domain {domid}{}",
             if d.kind == DomainKind::Driver {
                 "; its guests reconnect"
             } else {
@@ -616,7 +620,7 @@ fn drop_queues(name: &str) {
             .and_then(|d| d.split('@').next());
         if let Some(dev) = dev.filter(|d| xenbus::is_queue_name(d)) {
             if let Err(e) = host::ip_in(&ns, &["link", "del", dev]) {
-                eprintln!("hv: deleting queue {dev} of {name}: {e}");
+                hv::log!(Warning, dom = name, "deleting queue {dev}: {e}");
             }
         }
     }
@@ -630,7 +634,10 @@ fn drop_netns(uplinks: &Uplinks, name: &str) {
     let ns = host::netns_name(name);
     match uplinks.bring_home(&ns) {
         Ok(()) => host::netns_del(&ns),
-        Err(e) => eprintln!("hv: NOT deleting namespace {ns}: {e}; `splitnet down` tries again"),
+        Err(e) => hv::log!(
+            Warning,
+            "NOT deleting namespace {ns}: {e}; `splitnet down` tries again"
+        ),
     }
 }
 

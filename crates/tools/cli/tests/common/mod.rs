@@ -349,11 +349,16 @@ impl Env {
 
 /// Kills process `pid` outright (a domain dying without warning).
 pub fn kill9(pid: i64) {
+    signal(pid, "KILL");
+}
+
+/// Sends signal `sig` (by name: TERM, STOP, CONT) to process `pid`.
+pub fn signal(pid: i64, sig: &str) {
     let st = Command::new("kill")
-        .args(["-9", &pid.to_string()])
+        .args([&format!("-{sig}"), &pid.to_string()])
         .status()
         .unwrap();
-    assert!(st.success(), "kill -9 {pid} failed");
+    assert!(st.success(), "kill -{sig} {pid} failed");
 }
 
 /// The vif of `guest` in `status --json`.

@@ -87,7 +87,10 @@ impl Hypervisor {
     fn thread_panicked(self: &Arc<Self>, thread: &str, domain: Option<DomId>) {
         self.lock().counters.op("thread_panics");
         let Some(d) = domain else { return };
-        eprintln!("hv: destroying domain {d}, whose thread {thread} panicked");
+        crate::log!(
+            Error,
+            "destroying domain {d}, whose thread {thread} panicked"
+        );
         let reason = format!("hv bug: its thread {thread} panicked");
         // From a thread of its own: a domain's teardown may join the thread
         // that panicked (an HVM guest's relay).

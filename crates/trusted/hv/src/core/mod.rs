@@ -83,7 +83,7 @@ pub fn catch_panic(thread: &str, body: impl FnOnce()) -> bool {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)");
-    eprintln!("hv: thread {thread} panicked: {msg}");
+    crate::log!(Error, "thread {thread} panicked: {msg}");
     false
 }
 
@@ -126,7 +126,7 @@ impl Hypervisor {
 
     fn log(&self, msg: std::fmt::Arguments<'_>) {
         if self.verbose.load(std::sync::atomic::Ordering::Relaxed) {
-            eprintln!("hv: {msg}");
+            crate::log::emit(crate::log::Level::Info, None, msg);
         }
     }
 

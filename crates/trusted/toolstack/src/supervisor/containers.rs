@@ -252,7 +252,11 @@ impl Supervisor {
             if has_process {
                 let reaped = || self.lock().reaps.get(name).copied().unwrap_or(0) > reaps;
                 if !wait_until(HANDSHAKE, reaped) {
-                    eprintln!("hv: container domain {name} was not reaped within {HANDSHAKE:?}");
+                    hv::log!(
+                        Warning,
+                        dom = name,
+                        "container domain not reaped within {HANDSHAKE:?}"
+                    );
                 }
             } else {
                 self.forget_guest_backends(hv, name, domid);

@@ -63,7 +63,7 @@ impl Supervisor {
         let child = self.spawn_domain(d, &ns, logs, sock, link.as_ref())?;
         let pid = child.id() as i32;
         if let Err(e) = cg.add(pid) {
-            eprintln!("hv: {e}");
+            hv::log!(Warning, dom = name, "{e}");
         }
         if let Some(c) = d.cpu {
             hv.set_info(&format!("cpu.{name}"), &c.to_string());
@@ -79,7 +79,11 @@ impl Supervisor {
         self.watch(hv, domid, &name, &ns, cg, child)?;
         *self.lock().starts.entry(d.name.clone()).or_default() += 1;
         self.changed.notify_all();
-        eprintln!("hv: domain {domid} ({name}) started as pid {pid} in {ns}");
+        hv::log!(
+            Info,
+            dom = name,
+            "domain {domid} started as pid {pid} in {ns}"
+        );
         Ok(())
     }
 
@@ -227,16 +231,24 @@ impl Supervisor {
         let mut child = self.spawn_device_side(hv, e, domid, side, &ns)?;
         let pid = child.id() as i32;
         if let Err(x) = cg.add(pid) {
-            eprintln!("hv: {x}");
+            hv::log!(Warning, dom = e.guest, "{x}");
         }
         nic_info(hv, e, pid);
         let guest = e.guest.clone();
         hv.spawn_guarded(format!("reap-dm-{guest}"), None, move || {
             let status = child.wait();
-            eprintln!("hv: the {what} of {guest} (pid {pid}) exited: {status:?}");
+            hv::log!(
+                Notice,
+                dom = guest,
+                "its {what} (pid {pid}) exited: {status:?}"
+            );
         })
         .map_err(|x| x.to_string())?;
-        eprintln!("hv: {what} of {} started as pid {pid} in {ns}", e.guest);
+        hv::log!(
+            Info,
+            dom = e.guest,
+            "its {what} started as pid {pid} in {ns}"
+        );
         Ok(())
     }
 

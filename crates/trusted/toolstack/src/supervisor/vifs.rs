@@ -381,10 +381,14 @@ impl Supervisor {
             };
             let clean = wait_until(HANDSHAKE, || closed(&be) && closed(&fe));
             if !clean {
-                eprintln!("hv: vif {handle} of {guest}: the handshake did not finish; removing it");
+                hv::log!(
+                    Warning,
+                    dom = guest,
+                    "vif {handle}: the handshake did not finish; removing it"
+                );
             }
             if let Err(e) = self.hotplug(&hv, &v, &be, "offline") {
-                eprintln!("hv: {e}");
+                hv::log!(Warning, dom = guest, "{e}");
             }
         }
         self.forget(&hv, &v);

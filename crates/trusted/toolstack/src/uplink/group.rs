@@ -101,7 +101,7 @@ impl Uplinks {
                     && matches!(undo, Undo::Link { ns: Some(_), ifname } if *ifname == m.name)
             });
             for e in errors {
-                eprintln!("hv: removing member macvlan {}: {e}", m.name);
+                hv::log!(Warning, "removing member macvlan {}: {e}", m.name);
             }
             let mut g = self.groups.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(list) = g.get_mut(&u.info_key()) {

@@ -362,8 +362,10 @@ fn warn_ra_stops(driver: &str) {
         .collect();
     names.sort();
     if !names.is_empty() {
-        eprintln!(
-            "hv: {driver}'s route uplink turns IPv6 forwarding on: {} (accept_ra=1) stop taking router advertisements until it goes; set accept_ra=2 on them to keep SLAAC",
+        hv::log!(
+            Warning,
+            dom = driver,
+            "its route uplink turns IPv6 forwarding on: {} (accept_ra=1) stop taking router advertisements until it goes; set accept_ra=2 on them to keep SLAAC",
             names.join(", ")
         );
     }

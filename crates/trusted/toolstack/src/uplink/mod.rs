@@ -63,7 +63,7 @@ impl Uplinks {
     /// and starts the keeper if any uplink changes the host.
     pub fn start(run_dir: &Path, t: &Topology) -> Result<Arc<Uplinks>, String> {
         for e in clean_up(run_dir) {
-            eprintln!("hv: undoing an earlier run's uplinks: {e}");
+            hv::log!(Warning, "undoing an earlier run's uplinks: {e}");
         }
         let uplinks = t.uplinks();
         tunnel::preflight(&uplinks)?;
@@ -132,7 +132,7 @@ impl Uplinks {
             owner == driver && matches!(u, Undo::Lend { .. })
         });
         for e in errors {
-            eprintln!("hv: {driver}'s uplinks: {e}");
+            hv::log!(Warning, dom = driver, "its uplinks: {e}");
         }
     }
 
@@ -148,7 +148,7 @@ impl Uplinks {
             f.store(true, Ordering::SeqCst);
         }
         for e in journal::replay(&self.run_dir, |owner, _| owner == driver) {
-            eprintln!("hv: taking down {driver}'s uplinks: {e}");
+            hv::log!(Warning, dom = driver, "taking down its uplinks: {e}");
         }
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         for u in self.of(driver) {
@@ -173,7 +173,7 @@ impl Uplinks {
             self.teardown(&d);
         }
         for e in journal::replay_all(&self.run_dir) {
-            eprintln!("hv: taking down the uplinks: {e}");
+            hv::log!(Warning, "taking down the uplinks: {e}");
         }
         if let Some(k) = self.keeper.lock().unwrap_or_else(|p| p.into_inner()).take() {
             k.stop();

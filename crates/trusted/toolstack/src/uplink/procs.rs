@@ -113,11 +113,18 @@ impl Daemon {
             }
             exits.retain(|t| t.elapsed() < Duration::from_secs(60));
             exits.push(Instant::now());
-            eprintln!("hv: {}'s {} exited ({st:?})", self.owner, self.name);
+            hv::log!(
+                Warning,
+                dom = self.owner,
+                "its {} exited ({st:?})",
+                self.name
+            );
             if exits.len() > DAEMON_RESTARTS {
-                eprintln!(
-                    "hv: {}'s {} keeps exiting; not starting it again",
-                    self.owner, self.name
+                hv::log!(
+                    Error,
+                    dom = self.owner,
+                    "its {} keeps exiting; not starting it again",
+                    self.name
                 );
                 return;
             }
@@ -131,7 +138,7 @@ impl Daemon {
                 }
                 Ok(c) => child = c,
                 Err(e) => {
-                    eprintln!("hv: restarting {}'s {}: {e}", self.owner, self.name);
+                    hv::log!(Error, dom = self.owner, "restarting its {}: {e}", self.name);
                     return;
                 }
             }

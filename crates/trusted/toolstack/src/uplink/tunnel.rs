@@ -232,7 +232,7 @@ impl Uplinks {
             if super::journal::exists(Some(&ns), &member) {
                 let args = ["fdb", "del", &v.mac, "dev", &member, "master"];
                 if let Err(e) = bridge_in(&ns, &args) {
-                    eprintln!("hv: withdrawing {}'s MAC {}: {e}", v.guest, v.mac);
+                    hv::log!(Warning, dom = v.guest, "withdrawing its MAC {}: {e}", v.mac);
                 }
             }
         }

@@ -1,0 +1,132 @@
+//! When a topology is up: every domain has said hello, every vif is
+//! Connected at both ends, every emulated NIC runs and is bridged, every
+//! wire host's port is open. `splitnet up` waits for it, and hv, run as a
+//! service, tells its service manager `READY=1` then (`crate::notify`).
+
+use crate::topology::Topology;
+use serde_json::Value;
+
+/// What of `topo` is not up yet in status `v`: domains that have not said
+/// hello, vifs not Connected at both ends, emulated NICs not running or not
+/// bridged. An error names a vif whose driver domain gave it up (a quota
+/// ran out): it will not connect however long one waits.
+pub fn waiting_for(topo: &Topology, v: &Value) -> Result<Vec<String>, String> {
+    let doms = v["domains"].as_array().cloned().unwrap_or_default();
+    let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
+    let mut out: Vec<String> = topo
+        .hv_domains()
+        .filter(|d| {
+            !doms
+                .iter()
+                .any(|x| x["name"] == d.name.as_str() && x["connected"] == true)
+        })
+        .map(|d| format!("domain {}", d.name))
+        .collect();
+    for want in topo.vifs() {
+        let found = vifs.iter().find(|x| {
+            x["guest"] == want.guest.as_str()
+                && x["handle"] == want.handle
+                && x["backend_name"] == want.backend.as_str()
+        });
+        let name = format!("vif {} of {} on {}", want.handle, want.guest, want.backend);
+        let Some(x) = found else {
+            out.push(format!("{name} (not set up)"));
+            continue;
+        };
+        let (fe, be) = (&x["frontend_state"], &x["backend_state"]);
+        if let (Some(why), "Closed") = (x["disconnect_reason"].as_str(), be.as_str().unwrap_or(""))
+        {
+            return Err(format!("{name}: {} gave it up: {why}", want.backend));
+        }
+        if fe != "Connected" || be != "Connected" {
+            out.push(format!(
+                "{name} (frontend {}, backend {})",
+                fe.as_str().unwrap_or("?"),
+                be.as_str().unwrap_or("?")
+            ));
+        }
+    }
+    // An emulated NIC is up once its guest runs its driver (its counters
+    // are in) and its driver domain bridges its VMNet port.
+    let ports = v["ports"].as_array().cloned().unwrap_or_default();
+    for e in topo.emulated_nics() {
+        let running = doms
+            .iter()
+            .any(|d| d["name"] == e.guest.as_str() && d["emulated_nic"]["guest"].is_object());
+        let bridged = ports.iter().any(|p| {
+            p["domain"] == e.backend.as_str()
+                && p["name"] == e.host_ifname().as_str()
+                && p["open"] == true
+        });
+        if !(running && bridged) {
+            out.push(format!("the {} NIC of {}", e.kind.as_str(), e.guest));
+        }
+    }
+    // A wire host is reachable once its driver domain has opened the port
+    // that leads to it (until then the first frames to it are lost).
+    for w in &topo.wires {
+        let peer = format!("{}:{}", w.name, crate::daemon::WIRE_IF);
+        let open = ports.iter().any(|p| {
+            p["domain"] == w.driver.as_str() && p["peer"] == peer.as_str() && p["open"] == true
+        });
+        if !open {
+            out.push(format!("the port of {} to wire host {}", w.driver, w.name));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn up_names_what_it_waits_for_and_stops_on_a_vif_given_up() {
+        let t = Topology::default_topology();
+        let vif = |guest: &str, be: &str, reason: Option<&str>| {
+            json!({"guest": guest, "handle": 0, "backend_name": "drv",
+                   "frontend_state": "Connected", "backend_state": be,
+                   "disconnect_reason": reason})
+        };
+        let dom = |name: &str, up: bool| json!({"name": name, "connected": up});
+        let v = json!({
+            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", false)],
+            "vifs": [vif("guest1", "InitWait", None)],
+        });
+        assert_eq!(
+            waiting_for(&t, &v).unwrap(),
+            [
+                "domain guest2",
+                "vif 0 of guest1 on drv (frontend Connected, backend InitWait)",
+                "vif 0 of guest2 on drv (not set up)",
+                "the port of drv to wire host wire",
+            ]
+        );
+        let v = json!({
+            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
+            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Closed", Some("quota: x"))],
+        });
+        assert_eq!(
+            waiting_for(&t, &v).unwrap_err(),
+            "vif 0 of guest2 on drv: drv gave it up: quota: x"
+        );
+        // Every vif connected: up waits on until the wire host's port is open.
+        let port = |open: bool| json!({"domain": "drv", "name": "peth0", "peer": "wire:eth0", "open": open});
+        let v = json!({
+            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
+            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Connected", None)],
+            "ports": [port(false)],
+        });
+        assert_eq!(
+            waiting_for(&t, &v).unwrap(),
+            ["the port of drv to wire host wire"]
+        );
+        let v = json!({
+            "domains": [dom("drv", true), dom("guest1", true), dom("guest2", true)],
+            "vifs": [vif("guest1", "Connected", None), vif("guest2", "Connected", None)],
+            "ports": [port(true)],
+        });
+        assert!(waiting_for(&t, &v).unwrap().is_empty());
+    }
+}
