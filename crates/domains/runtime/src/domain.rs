@@ -139,6 +139,8 @@ const CARRIER_GRACE: Duration = Duration::from_secs(2);
 struct GuestVif {
     handle: String,
     dev: String,
+    /// Which attachment of the handle this is (`splitnet-attach`).
+    attach: String,
     /// The backend directory whose state is watched ("" before the first).
     backend: String,
     nic: Option<TapNetfront>,
@@ -436,7 +438,9 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>, ep: &sys::E
     let listed = hv.store_directory(dir).unwrap_or_default();
     let mut i = 0;
     while i < vifs.len() {
-        if listed.contains(&vifs[i].handle) {
+        // A handle detached and attached again between two looks is listed
+        // still, as a new attachment: the old device goes, the new comes.
+        if listed.contains(&vifs[i].handle) && attachment(hv, &vifs[i].dev) == vifs[i].attach {
             i += 1;
         } else {
             let mut gone = vifs.swap_remove(i);
@@ -454,6 +458,7 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>, ep: &sys::E
         }
         vifs.push(GuestVif {
             handle: h,
+            attach: attachment(hv, &dev),
             dev,
             backend: String::new(),
             nic: None,
@@ -473,6 +478,12 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>, ep: &sys::E
             v.backend_changed(hv);
         }
     }
+}
+
+/// The attachment frontend directory `dev` belongs to ("" if unreadable).
+fn attachment(hv: &mut HvClient, dev: &str) -> String {
+    hv.store_read_str(&format!("{dev}/{}", abi::xenbus::keys::ATTACH))
+        .unwrap_or_default()
 }
 
 /// A guest: netfront for each of its vifs, until hv goes away. vifs come
@@ -567,18 +578,26 @@ fn on_watches(
     vifs: &mut Vec<GuestVif>,
     ep: &sys::Epoll,
 ) -> Result<bool> {
-    let (mut resync, mut changed) = (false, false);
+    let (mut resync, mut backends) = (false, Vec::new());
     while let Some(ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
         if ev.token == VIFS {
             // Only the toolstack's writes matter here, not our own.
             resync |= !ev.path.ends_with("/stats");
-        } else if let Some(v) = vifs.iter_mut().find(|v| v.token() == ev.token) {
+        } else if !backends.contains(&ev.token) {
+            backends.push(ev.token);
+        }
+    }
+    // The list first: a backend event must not reach a vif whose device
+    // was replaced by a new attachment under the same handle.
+    if resync {
+        sync_vifs(hv, dir, vifs, ep);
+    }
+    let mut changed = false;
+    for token in backends {
+        if let Some(v) = vifs.iter_mut().find(|v| v.token() == token) {
             v.backend_changed(hv);
             changed = true;
         }
-    }
-    if resync {
-        sync_vifs(hv, dir, vifs, ep);
     }
     Ok(resync || changed)
 }

@@ -251,3 +251,66 @@ fn a_driver_domain_in_a_crash_loop_is_not_restarted_forever() {
     env.ok(&["down"]);
     assert_nothing_left();
 }
+
+/// A vif detached and attached again under the same handle while its guest
+/// is stopped: the guest sees both changes in one pass over its store
+/// watches, with the directory listed as before. It must take the new
+/// attachment for a new device (its old channel released, a new TAP with
+/// the new MAC), carry traffic over it, and leave nothing of either behind.
+#[test]
+fn a_vif_replaced_while_its_guest_could_not_look_is_a_new_device() {
+    let Some(env) = Env::new("rec-replace") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let before = env.status();
+    env.ok(&["network-attach", "guest1", "--mac", "00:16:3e:00:00:a1"]);
+    env.ok(&["network-attach", "guest2", "--mac", "00:16:3e:00:00:b1"]);
+    let old = ifindex("guest1", "eth1");
+    let pid = domain(&env.status(), "guest1")["pid"].as_i64().unwrap();
+    signal(pid, "STOP");
+    // The stopped guest cannot close its end: hv removes the vif after its
+    // handshake time, then writes the new attachment into the same place.
+    let detached = env.splitnet(&["network-detach", "guest1", "1"]);
+    let run_dir = env.run_dir.clone();
+    let attach = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_splitnet"))
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .args(["network-attach", "guest1", "--mac", "00:16:3e:00:00:a2"])
+            .output()
+    });
+    wait_until("the new vif's directories", Duration::from_secs(10), || {
+        vifs_of(&env.status(), "guest1").len() == 2
+    });
+    signal(pid, "CONT");
+    let attached = attach.join().unwrap().unwrap();
+    assert!(detached.status.success(), "{detached:?}");
+    assert!(
+        attached.status.success() && String::from_utf8_lossy(&attached.stdout).contains("as eth1"),
+        "{attached:?}"
+    );
+    let mac = env.ok(&["exec", "guest1", "--", "cat", "/sys/class/net/eth1/address"]);
+    assert_eq!(
+        mac.trim(),
+        "00:16:3e:00:00:a2",
+        "the new device, not the old"
+    );
+    assert_ne!(ifindex("guest1", "eth1"), old, "a new TAP for a new device");
+    for (g, a) in [("guest1", "10.78.0.1/24"), ("guest2", "10.78.0.2/24")] {
+        env.ok(&["exec", g, "--", "ip", "addr", "add", a, "dev", "eth1"]);
+    }
+    env.ping("guest1", "10.78.0.2", 3);
+    env.ok(&["network-detach", "guest1", "1"]);
+    env.ok(&["network-detach", "guest2", "1"]);
+    let after = env.status();
+    for d in ["guest1", "guest2", "drv"] {
+        for k in ["event_channels", "grant_maps"] {
+            assert_eq!(domain(&after, d)[k], domain(&before, d)[k], "{d} {k}");
+        }
+    }
+    for k in ["store_nodes", "grant_pins", "watches"] {
+        assert_eq!(after[k], before[k], "{k}");
+    }
+    env.ping("guest1", "10.77.0.2", 3);
+}

@@ -237,6 +237,14 @@ pub mod keys {
     pub const RX_BUFFER: &str = "splitnet-rx-buffer";
     /// Backend: why netback gave the vif up, for the toolstack's status.
     pub const DISCONNECT_REASON: &str = "disconnect-reason";
+    /// Frontend and backend (toolstack): which attachment of the handle the
+    /// directory belongs to, new at each attach and kept while the vif
+    /// lives (a driver domain's restart re-points it, same value). An end
+    /// whose store watches were drained together may see a directory that
+    /// was removed and written again as unchanged; this tells it that the
+    /// device is a new one. Xen's xenstored queues every watch event, so
+    /// Xen has no such key.
+    pub const ATTACH: &str = "splitnet-attach";
 }
 
 /// Smallest MTU a vif accepts (IPv4's minimum datagram).

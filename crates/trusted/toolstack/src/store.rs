@@ -40,6 +40,20 @@ impl<'a> Store<'a> {
             perms: perms.to_vec(),
         })
     }
+    /// The value at `path`, if there is one and it is text.
+    pub fn read(&mut self, path: &str) -> Option<String> {
+        match self
+            .hv
+            .handle(
+                hv::proto::DOMID_TOOLSTACK,
+                Request::StoreRead { path: path.into() },
+            )
+            .0
+        {
+            Ok(hv::proto::Reply::Value(v)) => String::from_utf8(v).ok(),
+            _ => None,
+        }
+    }
     /// Removes `path` and everything under it.
     pub fn rm(&mut self, path: &str) -> Result<(), String> {
         self.call(Request::StoreRm { path: path.into() })
@@ -77,6 +91,12 @@ impl<'a> Store<'a> {
 pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Result<(), String> {
     let fe = xenbus::frontend_path(g, v.handle);
     let be = xenbus::backend_path(b, g, v.handle);
+    // A frontend directory re-pointed at a restarted driver domain keeps
+    // its attachment; a new one gets a new attachment.
+    let attach = ts
+        .read(&format!("{fe}/{}", keys::ATTACH))
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(new_attachment);
     ts.dir(&fe, [format!("n{g}"), format!("r{b}")])?;
     ts.dir(&be, [format!("n{b}"), format!("r{g}")])?;
     let state = (XenbusState::Initialising as u32).to_string();
@@ -88,6 +108,7 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         (keys::BACKEND, be.as_str()),
         (keys::HANDLE, handle.as_str()),
         (keys::MAC, v.mac.as_str()),
+        (keys::ATTACH, attach.as_str()),
     ] {
         ts.write(&format!("{fe}/{k}"), val)?;
     }
@@ -105,6 +126,7 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         (keys::HANDLE, handle.as_str()),
         (keys::MAC, v.mac.as_str()),
         (keys::ONLINE, online),
+        (keys::ATTACH, attach.as_str()),
     ] {
         ts.write(&format!("{be}/{k}"), val)?;
     }
@@ -112,6 +134,17 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         ts.write(&format!("{be}/{k}"), &val)?;
     }
     ts.write(&format!("{be}/{}", keys::STATE), &state)
+}
+
+/// A value for `splitnet-attach` no earlier attachment had: the time in
+/// nanoseconds, and a count for two in the same nanosecond.
+fn new_attachment() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{now}.{}", MADE.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The vif's options netback reads, as their one record.

@@ -49,9 +49,13 @@ pub(super) fn rescan(
         hv.store_read_str(&format!("{be}/online"))
             .map_or(true, |v| v != "0")
     };
-    let wanted = |hv: &mut HvClient, be: &str| hv.read_state(be).is_ok() && online(hv, be);
+    // A handle detached and attached again between two looks is a new
+    // attachment in the same directory: the old vif goes, the new is probed.
+    let wanted = |hv: &mut HvClient, be: &str, attach: &str| {
+        hv.read_state(be).is_ok() && online(hv, be) && netback::attachment(hv, be) == attach
+    };
     for (i, v) in vifs.iter_mut().enumerate().filter(|(_, v)| !v.gone) {
-        if !wanted(hv, &v.nb.be) {
+        if !wanted(hv, &v.nb.be, &v.nb.attach) {
             v.nb.disconnect(hv, "the toolstack removed the vif");
             let _ = hv.unwatch(&format!("{}/state", v.nb.fe), &format!("fe:{i}"));
             let _ = hv.unwatch(&multicast_node(&v.nb.fe), &format!("fe:{i}"));
@@ -60,7 +64,7 @@ pub(super) fn rescan(
     }
     let mut i = 0;
     while i < pending.len() {
-        if wanted(hv, &pending[i].be) {
+        if wanted(hv, &pending[i].be, &pending[i].attach) {
             i += 1;
         } else {
             let p = pending.swap_remove(i);

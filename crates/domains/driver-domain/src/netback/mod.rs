@@ -145,6 +145,12 @@ pub fn give_up(hv: &mut HvClient, be: &str, e: &NetbackError) {
     let _ = hv.switch_state(be, XenbusState::Closed);
 }
 
+/// The attachment backend directory `be` belongs to ("" if unreadable).
+pub fn attachment(hv: &mut HvClient, be: &str) -> String {
+    hv.store_read_str(&format!("{be}/{}", keys::ATTACH))
+        .unwrap_or_default()
+}
+
 fn proto(msg: impl Into<String>) -> NetbackError {
     NetbackError::Protocol(msg.into())
 }
@@ -154,6 +160,8 @@ pub struct Pending {
     pub guest: DomId,
     pub be: String,
     pub fe: String,
+    /// Which attachment of the handle this is (`splitnet-attach`).
+    pub attach: String,
     pub index: u32,
     pub modes: Modes,
     /// The vif's MAC: frames from the guest must carry it as their source.
@@ -234,6 +242,8 @@ pub struct Netback {
     pub guest: DomId,
     pub be: String,
     pub fe: String,
+    /// Which attachment of the handle this is (`splitnet-attach`).
+    pub attach: String,
     pub modes: Modes,
     mac: [u8; 6],
     tx: Option<BackRing<MappedGrant, TxRequest, TxResponse>>,
@@ -462,6 +472,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     opts.ip = opts.ip.map(|f| f.with_mac(mac));
     Ok(Pending {
         guest,
+        attach: attachment(hv, be),
         be: be.to_string(),
         fe,
         index,
@@ -531,6 +542,7 @@ impl Netback {
         Ok(Netback {
             guest: g,
             be: p.be,
+            attach: p.attach,
             fe,
             modes: p.modes,
             mac: p.mac,
@@ -650,8 +662,10 @@ impl Netback {
         self.rx_slab.clear();
         // The guest's pool is unmapped: nothing of it stays reachable.
         self.ngm = None;
-        if hv.read_state(&self.be).is_err() {
-            return; // the toolstack removed the directory: nothing to tell
+        if hv.read_state(&self.be).is_err() || attachment(hv, &self.be) != self.attach {
+            // The toolstack removed the directory, or it belongs to a new
+            // attachment now: nothing to tell.
+            return;
         }
         // Final counters first, so whoever sees Closed sees why.
         if let Ok(json) = serde_json::to_string(&self.counters) {
