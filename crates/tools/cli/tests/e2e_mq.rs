@@ -74,12 +74,15 @@ fn dedicated(env: &Env, guest: &str) -> Value {
     queue(env, guest)
 }
 
-/// Waits until `guest`'s queue has taken more than `before` frames.
+/// Waits until `guest`'s queue has taken more than `before` frames, and
+/// returns its vif as the status that showed it: the vif's counters and
+/// its queue's are one document the driver domain writes at once, so they
+/// compare as one snapshot.
 fn direct_rises(env: &Env, guest: &str, before: u64) -> Value {
     wait_until("rx_direct_packets to move", LIMIT, || {
-        num(&queue(env, guest), "rx_direct_packets") > before
-    });
-    queue(env, guest)
+        let v = vif(&env.status(), guest).clone();
+        (num(&v["queue"], "rx_direct_packets") > before).then_some(v)
+    })
 }
 
 #[test]
@@ -150,17 +153,16 @@ fn frames_land_straight_in_the_guest_and_broadcast_arrives_once() {
     let mbps = http_fetch_64mib(&env);
     eprintln!("mq: guest1 -> wire iperf3 {tx_gbps:.2} Gbit/s (through its queue)");
     eprintln!("mq: wire -> guest1 iperf3 {gbps:.2} Gbit/s, HTTP 64 MiB {mbps:.0} Mbit/s");
-    let q = direct_rises(&env, "guest1", direct0 + 1000);
-    let st = env.status();
-    let rx1 = num(&vif(&st, "guest1")["counters"], "rx_packets");
-    let direct1 = num(&q, "rx_direct_packets");
+    let v = direct_rises(&env, "guest1", direct0 + 1000);
+    let (q, rx1) = (&v["queue"], num(&v["counters"], "rx_packets"));
+    let direct1 = num(q, "rx_direct_packets");
     // Frames the queue copied to the shared path came by the queue too.
-    let copied = num(&q, "rx_fallback_packets") + num(&q, "rx_spilled_packets");
+    let copied = num(q, "rx_fallback_packets") + num(q, "rx_spilled_packets");
     let bridged = (rx1 - rx0).saturating_sub(direct1 - direct0 + copied);
     eprintln!(
         "guest1: {} frames by its queue, {bridged} through the bridge, {} to the shared path",
         direct1 - direct0,
-        num(&q, "rx_fallback_packets")
+        num(q, "rx_fallback_packets")
     );
     assert!(
         bridged * 100 < direct1 - direct0,
@@ -169,7 +171,7 @@ fn frames_land_straight_in_the_guest_and_broadcast_arrives_once() {
     );
     assert_eq!(q["state"], "dedicated");
     assert!(
-        num(&q, "tx_packets") > 1000,
+        num(q, "tx_packets") > 1000,
         "guest1's frames left by its queue: {q}"
     );
 }
@@ -311,8 +313,8 @@ fn under_hv_copy_the_queue_fills_staging_frames_and_data_arrives_intact() {
     let gbps = iperf(&env, "wire", "10.77.0.254", "guest1", true, 3);
     let mbps = http_fetch_64mib(&env);
     eprintln!("mq + hv-copy: wire -> guest1 iperf3 {gbps:.2} Gbit/s, HTTP 64 MiB {mbps:.0} Mbit/s");
-    let q = direct_rises(&env, "guest1", before + 1000);
-    assert_eq!(num(&q, "rx_fallback_packets"), 0, "{q}");
+    let q = &direct_rises(&env, "guest1", before + 1000)["queue"];
+    assert_eq!(num(q, "rx_fallback_packets"), 0, "{q}");
     let st = env.status();
     let c = &vif(&st, "guest1")["counters"];
     assert!(
@@ -339,7 +341,7 @@ fn half_page_buffers_through_the_queue(env: &Env, extra: &str) {
         "exec", "wire", "--", "ethtool", "-K", "eth0", "tso", "off", "gso", "off",
     ]);
     let mbps = http_fetch_64mib(env);
-    let q = direct_rises(env, "guest1", before + 40_000);
+    let q = &direct_rises(env, "guest1", before + 40_000)["queue"];
     eprintln!("mq + half-page buffers {extra}: HTTP 64 MiB {mbps:.0} Mbit/s; {q}");
     assert_eq!(q["state"], "dedicated", "{q}");
     let st = env.status();

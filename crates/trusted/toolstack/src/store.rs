@@ -54,6 +54,16 @@ impl<'a> Store<'a> {
             _ => None,
         }
     }
+    /// Creates directory `path` if it is missing, owned by the toolstack
+    /// and readable by domain `reader` only; an existing one is left as
+    /// it is.
+    fn mkdir_read_only(&mut self, path: &str, reader: DomId) -> Result<(), String> {
+        if self.read(path).is_some() {
+            return Ok(());
+        }
+        self.call(Request::StoreMkdir { path: path.into() })?;
+        self.set_perms(path, &["n0".to_string(), format!("r{reader}")])
+    }
     /// Removes `path` and everything under it.
     pub fn rm(&mut self, path: &str) -> Result<(), String> {
         self.call(Request::StoreRm { path: path.into() })
@@ -97,6 +107,15 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         .read(&format!("{fe}/{}", keys::ATTACH))
         .filter(|a| !a.is_empty())
         .unwrap_or_else(new_attachment);
+    // As libxl: each end may read the tree its vif directory sits in but
+    // not add to it, so a late write into a directory the toolstack has
+    // removed (counters published as a vif goes) fails instead of
+    // recreating it.
+    for (dir, owner) in [(&fe, g), (&be, b)] {
+        for p in read_only_parents(dir) {
+            ts.mkdir_read_only(&p, owner)?;
+        }
+    }
     ts.dir(&fe, [format!("n{g}"), format!("r{b}")])?;
     ts.dir(&be, [format!("n{b}"), format!("r{g}")])?;
     let state = (XenbusState::Initialising as u32).to_string();
@@ -134,6 +153,15 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
         ts.write(&format!("{be}/{k}"), &val)?;
     }
     ts.write(&format!("{be}/{}", keys::STATE), &state)
+}
+
+/// The directories between a domain's home and vif directory `dir`:
+/// `…/device` and `…/device/vif` of a frontend, `…/backend`,
+/// `…/backend/vif` and `…/backend/vif/<guest>` of a backend.
+fn read_only_parents(dir: &str) -> Vec<String> {
+    let parts: Vec<&str> = dir.split('/').collect();
+    // "", "local", "domain", "<id>", then the tree, then the handle.
+    (5..parts.len()).map(|n| parts[..n].join("/")).collect()
 }
 
 /// A value for `splitnet-attach` no earlier attachment had: the time in
@@ -225,4 +253,81 @@ fn write_vif_options(ts: &mut Store<'_>, be: &str, o: &VifOptions) -> Result<(),
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hv::proto::Reply;
+    use hv::DomainSpec;
+
+    #[test]
+    fn the_trees_above_vif_directories_are_read_only_to_their_domains() {
+        assert_eq!(
+            read_only_parents("/local/domain/3/device/vif/0"),
+            ["/local/domain/3/device", "/local/domain/3/device/vif"]
+        );
+        assert_eq!(
+            read_only_parents("/local/domain/1/backend/vif/3/0"),
+            [
+                "/local/domain/1/backend",
+                "/local/domain/1/backend/vif",
+                "/local/domain/1/backend/vif/3"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_write_into_a_removed_vif_directory_does_not_recreate_it() {
+        let hv = Hypervisor::new();
+        let (b, _bs) = hv
+            .create_domain(DomainSpec::new("drv", "driver", 64, 4))
+            .unwrap();
+        let (g, _gs) = hv
+            .create_domain(DomainSpec::new("guest1", "guest", 64, 4))
+            .unwrap();
+        let v = crate::topology::Topology::default_topology().vifs()[0].clone();
+        let mut ts = Store::new(&hv);
+        setup_vif(&mut ts, &v, g, b).unwrap();
+        let (fe, be) = (
+            xenbus::frontend_path(g, v.handle),
+            xenbus::backend_path(b, g, v.handle),
+        );
+        let write = |who: DomId, path: String| {
+            let req = Request::StoreWrite {
+                path,
+                value: b"{}".to_vec(),
+            };
+            matches!(hv.handle(who, req).0, Ok(Reply::Done))
+        };
+        let first = ts.read(&format!("{fe}/{}", keys::ATTACH)).unwrap();
+        assert!(
+            write(g, format!("{fe}/stats")),
+            "the guest writes in its vif"
+        );
+        assert!(write(b, format!("{be}/stats")), "the driver in its vif");
+        ts.rm(&fe).unwrap();
+        ts.rm(&be).unwrap();
+        assert!(
+            !write(g, format!("{fe}/stats")),
+            "the guest recreated its vif"
+        );
+        assert!(
+            !write(b, format!("{be}/stats")),
+            "the driver recreated its vif"
+        );
+        assert_eq!(ts.read(&fe), None);
+        assert_eq!(ts.read(&be), None);
+        // A second attachment under the same handle is a new one.
+        setup_vif(&mut ts, &v, g, b).unwrap();
+        let again = ts.read(&format!("{fe}/{}", keys::ATTACH)).unwrap();
+        assert_ne!(first, again);
+        assert_eq!(
+            ts.read(&format!("{be}/{}", keys::ATTACH)),
+            Some(again.clone())
+        );
+        // Re-pointed at the same backend (a driver restart), it keeps it.
+        setup_vif(&mut ts, &v, g, b).unwrap();
+        assert_eq!(ts.read(&format!("{fe}/{}", keys::ATTACH)), Some(again));
+    }
 }
