@@ -166,6 +166,29 @@ enum Cmd {
         /// Domain name, e.g. drv or guest1.
         domain: String,
     },
+    /// Bring the running instance to a changed topology file, touching
+    /// nothing unchanged.
+    #[command(
+        long_about = "Bring the running instance to a changed topology file, touching nothing \
+        unchanged: a guest whose entry did not change keeps its process, its vifs and its TCP \
+        connections. Guests (netfront) and their vifs are added and removed in place; a guest \
+        whose own settings changed is re-created only when --restart names it. Any other \
+        change (driver domains, wires, ports, emulated NICs, VMs, a vif's options) is refused, \
+        naming the entry, and nothing changes; so does a file with errors, each named. A step \
+        that fails undoes the ones before it. SIGHUP to hv applies its own file the same way."
+    )]
+    Apply {
+        /// The topology file (default: the one hv runs, read again).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Guests that may be re-created because their settings changed
+        /// (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        restart: Vec<String>,
+    },
     /// Add a virtual NIC to a running guest, as `xl network-attach` does;
     /// returns once both ends are connected. It appears in the guest as ethN.
     #[command(
@@ -666,6 +689,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Down
         | Cmd::Demo { .. }
         | Cmd::Restart { .. }
+        | Cmd::Apply { .. }
         | Cmd::NetworkAttach { .. }
         | Cmd::NetworkList { .. }
         | Cmd::NetworkDetach { .. }
@@ -744,6 +768,11 @@ fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
         Cmd::Down => lifecycle::down(rd),
         Cmd::Demo { preset, seconds } => lifecycle::demo(rd, preset, seconds),
         Cmd::Restart { domain } => hotplug::restart(rd, &domain),
+        Cmd::Apply {
+            config,
+            dry_run,
+            restart,
+        } => hotplug::apply(rd, config.as_deref(), dry_run, &restart),
         Cmd::NetworkAttach {
             domain,
             vifspec,

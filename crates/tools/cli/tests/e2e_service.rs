@@ -2,8 +2,9 @@
 //! hv, run as the unit runs it (its capability bounding set, no new
 //! privileges, umask 077) with a notify socket the test listens on, says
 //! where it is, tells `READY=1` only once the topology is up, keeps the
-//! socket from its domains, logs with levels and domain names, and on
-//! SIGTERM tells `STOPPING=1` and leaves nothing behind.
+//! socket from its domains, logs with levels and domain names, on SIGHUP
+//! tells `RELOADING=1` and applies its file again, and on SIGTERM tells
+//! `STOPPING=1` and leaves nothing behind.
 
 mod common;
 
@@ -180,6 +181,28 @@ fn hv_run_as_the_unit_runs_it_tells_ready_and_stopping() {
         );
     }
 
+    // SIGHUP applies the file again (unchanged here): RELOADING=1, then
+    // READY=1 saying what was applied.
+    let seen = got.len();
+    signal(i64::from(hv.id()), "HUP");
+    until(
+        &sock,
+        &mut got,
+        "STATUS=applied",
+        Duration::from_secs(30),
+        &env.run_dir,
+    );
+    let reload = &got[seen..];
+    assert!(
+        reload[0].starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        "{reload:?}"
+    );
+    assert!(
+        reload
+            .iter()
+            .any(|m| m == "READY=1\nSTATUS=applied: nothing to change"),
+        "{reload:?}"
+    );
     signal(i64::from(hv.id()), "TERM");
     until(
         &sock,

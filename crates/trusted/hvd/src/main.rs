@@ -87,8 +87,8 @@ fn run(a: Args) -> Result<(), String> {
     // (the domains must not inherit it), and the signals hv waits for are
     // blocked in every thread it will have.
     let notify = toolstack::notify::Notifier::from_env()?;
-    let signals = sys::signals::block(&[libc::SIGTERM, libc::SIGINT])
-        .map_err(|e| format!("blocking SIGTERM and SIGINT: {e}"))?;
+    let signals = sys::signals::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+        .map_err(|e| format!("blocking SIGTERM, SIGINT and SIGHUP: {e}"))?;
     let run_dir = a
         .run_dir
         .or_else(|| std::env::var_os("SPLITNET_RUN_DIR").map(PathBuf::from))
@@ -99,6 +99,10 @@ fn run(a: Args) -> Result<(), String> {
     toolstack::underlay::check_in_host_ns()?;
     let mut topology = Topology::load(&config).map_err(|e| e.to_string())?;
     a.tuning.apply(&mut topology)?;
+    let source = toolstack::supervisor::Source {
+        path: Some(config.clone()),
+        tuning: a.tuning,
+    };
     let exe = match a.exe {
         Some(e) => e,
         None => std::env::current_exe()
@@ -115,6 +119,7 @@ fn run(a: Args) -> Result<(), String> {
         exe,
         notify,
         signals: Some(signals),
+        source,
     })
 }
 

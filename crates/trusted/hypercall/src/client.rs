@@ -191,6 +191,20 @@ impl Toolstack {
     pub fn container_list(&mut self) -> HvResult<String> {
         self.value(&Request::ContainerList)
     }
+    /// Brings the running topology to `config` (see [`Request::Apply`]);
+    /// returns the plan.
+    pub fn apply(
+        &mut self,
+        config: Option<String>,
+        dry_run: bool,
+        restart: Vec<String>,
+    ) -> HvResult<String> {
+        self.value(&Request::Apply {
+            config,
+            dry_run,
+            restart,
+        })
+    }
     fn value(&mut self, req: &Request) -> HvResult<String> {
         match self.0.call(req)?.0 {
             Reply::Value(v) => String::from_utf8(v)

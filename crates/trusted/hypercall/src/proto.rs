@@ -249,6 +249,15 @@ pub enum Request {
     },
     /// Toolstack: every container attachment, as a JSON array in a `Value`.
     ContainerList,
+    /// Toolstack: bring the running topology to `config` (TOML text; None:
+    /// the file hv runs, read again), touching nothing unchanged; with
+    /// `dry_run` only the plan. `restart` names guests that may be
+    /// re-created. Replies with the plan as text in a `Value`.
+    Apply {
+        config: Option<String>,
+        dry_run: bool,
+        restart: Vec<String>,
+    },
 }
 
 impl Request {
@@ -267,6 +276,7 @@ impl Request {
                 | Request::ContainerAdd(_)
                 | Request::ContainerDel { .. }
                 | Request::ContainerList
+                | Request::Apply { .. }
         )
     }
 
@@ -316,6 +326,7 @@ impl Request {
             Request::ContainerAdd(_) => 37,
             Request::ContainerDel { .. } => 38,
             Request::ContainerList => 39,
+            Request::Apply { .. } => 40,
         }
     }
 

@@ -57,7 +57,7 @@ pub fn resolve(ts: &mut Toolstack, target: &str) -> Result<Resolved> {
             Some(w) => t.driver_target(target, dom, w),
             None => bail!(
                 "{target:?} is a driver domain: capture on {dom}/{} or {dom}/bridge",
-                crate::daemon::PHYS_PORT
+                crate::host::PHYS_PORT
             ),
         };
     }
@@ -133,7 +133,7 @@ impl Targets {
             });
         let uplinks = s.info.keys().filter_map(|k| {
             let (d, i) = k.strip_prefix("uplink.")?.split_once('/')?;
-            (i != crate::daemon::PHYS_PORT).then(|| (d.to_string(), i.to_string()))
+            (i != crate::host::PHYS_PORT).then(|| (d.to_string(), i.to_string()))
         });
         let extras = nics.chain(uplinks).collect();
         Ok(Targets {
@@ -159,7 +159,7 @@ impl Targets {
             .map(|(g, h, gid, _)| format!("{g}/vif{h} (vif{gid}.{h})"))
             .collect();
         for d in &self.drivers {
-            c.push(format!("{d}/{}", crate::daemon::PHYS_PORT));
+            c.push(format!("{d}/{}", crate::host::PHYS_PORT));
             c.push(format!("{d}/bridge"));
         }
         c.extend(self.extras.iter().map(|(d, p)| format!("{d}/{p}")));
@@ -195,7 +195,7 @@ impl Targets {
     fn driver_target(&self, target: &str, drv: &str, what: &str) -> Result<Resolved> {
         let port = if what == "bridge" {
             Target::Bridge
-        } else if what == crate::daemon::PHYS_PORT
+        } else if what == crate::host::PHYS_PORT
             || self.extras.iter().any(|(d, p)| d == drv && p == what)
         {
             Target::Port(what.to_string())

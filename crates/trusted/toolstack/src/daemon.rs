@@ -15,14 +15,9 @@ use sys::{SeqPacket, SeqPacketListener};
 
 /// Where hv keeps its socket, pid file and logs by default.
 pub const DEFAULT_RUN_DIR: &str = "/run/splitnet";
-pub use crate::host::{PHYS_PORT, WIRE_IF};
+pub use crate::host::{socket_path, PHYS_PORT, WIRE_IF};
 pub use crate::store::{setup_vif, Store};
 pub use hypercall::launch::{ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS};
-
-/// The control socket inside `run_dir`.
-pub fn socket_path(run_dir: &Path) -> PathBuf {
-    run_dir.join("hv.sock")
-}
 
 /// What the daemon needs.
 pub struct DaemonConfig {
@@ -33,9 +28,12 @@ pub struct DaemonConfig {
     /// The service manager to tell when the topology is up and when hv
     /// stops (`$NOTIFY_SOCKET`), if any.
     pub notify: Option<Notifier>,
-    /// SIGTERM and SIGINT, blocked by the caller before any thread started:
-    /// either stops hv as `splitnet down` does.
+    /// SIGTERM, SIGINT and SIGHUP, blocked by the caller before any thread
+    /// started: the first two stop hv as `splitnet down` does; SIGHUP
+    /// applies the topology file again (`splitnet apply`).
     pub signals: Option<Blocked>,
+    /// The topology's file and the tuning applied to it, for apply.
+    pub source: crate::supervisor::Source,
 }
 
 fn same_netns(pid: i32) -> bool {
@@ -69,18 +67,19 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
     let hv = Hypervisor::new();
     hv.set_verbose(true);
     hv.set_info("topology", &cfg.topology.name);
-    if let Some(sigs) = cfg.signals.take() {
-        watch_signals(&hv, sigs, notify.clone())?;
-    }
     let layout = CgroupLayout::detect();
     let sup = Supervisor::new(
         &hv,
         cfg.topology.clone(),
+        cfg.source.clone(),
         cfg.run_dir.clone(),
         cfg.exe.clone(),
         layout.clone(),
         uplinks.clone(),
     );
+    if let Some(sigs) = cfg.signals.take() {
+        watch_signals(&hv, &sup, sigs, notify.clone())?;
+    }
     let result = sup.build();
     if let Err(e) = &result {
         hv::log!(Error, "bringing up the topology failed: {e}");
@@ -116,6 +115,7 @@ fn serve(
     notify: &Arc<Lifecycle>,
 ) {
     hv.set_supervisor(sup.clone());
+    notify.built();
     let hv2 = hv.clone();
     let accepting = hv.spawn_guarded("hv-accept".into(), None, move || accept_loop(hv2, listener));
     if let Err(e) = accepting {
@@ -179,15 +179,18 @@ fn up_line(topo: &Topology, v: &serde_json::Value) -> String {
     )
 }
 
-/// SIGTERM or SIGINT stops hv, as `splitnet down` does.
+/// SIGTERM or SIGINT stops hv, as `splitnet down` does; SIGHUP applies
+/// its topology file again.
 fn watch_signals(
     hv: &Arc<Hypervisor>,
+    sup: &Arc<Supervisor>,
     sigs: Blocked,
     notify: Arc<Lifecycle>,
 ) -> Result<(), String> {
-    let hv2 = hv.clone();
+    let (hv2, sup) = (hv.clone(), sup.clone());
     hv.spawn_guarded("hv-signals".into(), None, move || loop {
         match sigs.wait() {
+            Ok(libc::SIGHUP) => reload(&sup, &notify),
             Ok(sig) if sig == libc::SIGTERM || sig == libc::SIGINT => {
                 let name = if sig == libc::SIGTERM {
                     "SIGTERM"
@@ -209,6 +212,32 @@ fn watch_signals(
     })
     .map(|_| ())
     .map_err(|e| e.to_string())
+}
+
+/// SIGHUP: the topology file, applied again (`RELOADING=1` meanwhile, then
+/// `READY=1` whether it applied or was refused, which the log says).
+fn reload(sup: &Arc<Supervisor>, notify: &Lifecycle) {
+    if !notify.is_built() {
+        hv::log!(
+            Warning,
+            "SIGHUP during start-up: nothing applied; send it once hv is up"
+        );
+        return;
+    }
+    notify.reloading("SIGHUP: applying the topology file again");
+    let status = match sup.apply(None, false, &[]) {
+        Ok(plan) => {
+            for line in plan.lines() {
+                hv::log!(Notice, "SIGHUP: {line}");
+            }
+            format!("applied: {}", plan.lines().collect::<Vec<_>>().join("; "))
+        }
+        Err(e) => {
+            hv::log!(Error, "SIGHUP: {e}");
+            format!("the topology file was not applied: {}", e.message)
+        }
+    };
+    notify.ready(&status);
 }
 
 /// Serves toolstack connections on `listener`, for root in hv's own
@@ -264,6 +293,7 @@ struct Lifecycle {
     notifier: Option<Notifier>,
     stopping: std::sync::atomic::AtomicBool,
     signalled: std::sync::atomic::AtomicBool,
+    built: std::sync::atomic::AtomicBool,
 }
 
 impl Lifecycle {
@@ -272,6 +302,7 @@ impl Lifecycle {
             notifier,
             stopping: Default::default(),
             signalled: Default::default(),
+            built: Default::default(),
         }
     }
 
@@ -293,6 +324,19 @@ impl Lifecycle {
 
     fn ready(&self, s: &str) {
         self.tell("READY=1", |n| n.ready(s));
+    }
+
+    fn reloading(&self, s: &str) {
+        self.tell("RELOADING=1", |n| n.reloading(s));
+    }
+
+    /// The topology is built: an apply may run.
+    fn built(&self) {
+        self.built.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn is_built(&self) -> bool {
+        self.built.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// `STOPPING=1`, once.

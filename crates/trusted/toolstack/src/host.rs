@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// hv's control socket inside run directory `run_dir`.
+pub fn socket_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("hv.sock")
+}
+
 /// Prefix of every namespace the default instance creates.
 pub const PREFIX: &str = "splitnet-";
 

@@ -2,7 +2,7 @@
 //! `network-list`: the toolstack asks hv's supervisor, which does the work
 //! and the waiting, and reads the vifs' store directories.
 
-use crate::daemon::socket_path;
+use crate::host::socket_path;
 use crate::vifspec::VifSpec;
 use crate::vm::VhostVif;
 use anyhow::{anyhow, bail, Context, Result};
@@ -25,6 +25,27 @@ pub fn restart(rd: &Path, domain: &str) -> Result<()> {
         "{domain} restarted in {:.0} ms",
         t0.elapsed().as_secs_f64() * 1e3
     );
+    Ok(())
+}
+
+/// `splitnet apply`: brings the running topology to `config` (None: the
+/// file hv runs, read again) and prints the plan, as carried out or, with
+/// `dry_run`, as it would be.
+pub fn apply(rd: &Path, config: Option<&Path>, dry_run: bool, restart: &[String]) -> Result<()> {
+    let text = match config {
+        Some(p) => {
+            Some(std::fs::read_to_string(p).map_err(|e| anyhow!("reading {}: {e}", p.display()))?)
+        }
+        None => None,
+    };
+    let t0 = std::time::Instant::now();
+    let plan = toolstack(rd)?
+        .apply(text, dry_run, restart.to_vec())
+        .map_err(|e| anyhow!("apply: {e}"))?;
+    print!("{plan}");
+    if !dry_run && plan.trim() != "nothing to change" {
+        println!("applied in {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
+    }
     Ok(())
 }
 

@@ -20,6 +20,7 @@
 //!   manager so (`sd_notify`);
 //! - [`capture`]: which driver domain serves a capture target;
 //! - [`hotplug`]: restart, network-attach, network-detach and network-list;
+//! - [`apply`]: the plan that brings a running topology to a changed one;
 //! - [`placement`]: which core each domain's process runs on (`cpu`,
 //!   `up --placement`);
 //! - [`vifspec`]: xl's vif syntax, for the topology and network-attach;
@@ -28,6 +29,7 @@
 //!   sockets, store entries and the VMM arguments that reach them.
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod capture;
 pub mod checks;
 pub mod daemon;

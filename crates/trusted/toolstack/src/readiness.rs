@@ -65,7 +65,7 @@ pub fn waiting_for(topo: &Topology, v: &Value) -> Result<Vec<String>, String> {
     // A wire host is reachable once its driver domain has opened the port
     // that leads to it (until then the first frames to it are lost).
     for w in &topo.wires {
-        let peer = format!("{}:{}", w.name, crate::daemon::WIRE_IF);
+        let peer = format!("{}:{}", w.name, crate::host::WIRE_IF);
         let open = ports.iter().any(|p| {
             p["domain"] == w.driver.as_str() && p["peer"] == peer.as_str() && p["open"] == true
         });

@@ -1,7 +1,7 @@
 //! `splitnet status`: hv's view plus live interface data from each namespace.
 
-use crate::daemon::socket_path;
 use crate::host;
+use crate::host::socket_path;
 use abi::offloads::Caps;
 use anyhow::{anyhow, Result};
 use hv::ioreq::{HvmSnapshot, STAGES};
@@ -374,7 +374,7 @@ fn wire_host(
             "domain": drv,
             "name": port,
             "driver": "veth",
-            "peer": format!("{w}:{}", crate::daemon::WIRE_IF),
+            "peer": format!("{w}:{}", crate::host::WIRE_IF),
         }));
     }
 }

@@ -16,6 +16,7 @@
 //! hot-plugs vifs; this file builds the topology and applies the restart
 //! policy.
 
+mod apply;
 mod containers;
 mod launch;
 mod vifs;
@@ -33,7 +34,7 @@ use hv::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, Weak};
 use std::time::{Duration, Instant};
 use sys::SeqPacket;
 
@@ -81,7 +82,13 @@ pub struct Supervisor {
     /// Itself, for the toolstack's requests that start processes.
     this: Weak<Supervisor>,
     hv: Weak<Hypervisor>,
-    topology: Topology,
+    /// The running topology: the one built, then each one applied since.
+    topology: RwLock<Topology>,
+    /// Where the topology came from, and what `up` changed in it: an apply
+    /// without a file reads `path` again, and both get the same tuning.
+    source: Source,
+    /// Held while an apply runs: a second one is refused.
+    applying: Mutex<()>,
     run_dir: PathBuf,
     /// The `splitnet-domain` binary every domain process runs.
     exe: PathBuf,
@@ -95,10 +102,19 @@ fn fail(kind: ErrorKind, msg: impl Into<String>) -> HvError {
     HvError::new(kind, msg)
 }
 
+/// Where the daemon's topology came from: its file, if any, and the tuning
+/// `up` applied to it.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    pub path: Option<PathBuf>,
+    pub tuning: crate::tuning::Tuning,
+}
+
 impl Supervisor {
     pub fn new(
         hv: &Arc<Hypervisor>,
         topology: Topology,
+        source: Source,
         run_dir: PathBuf,
         exe: PathBuf,
         layout: CgroupLayout,
@@ -109,7 +125,9 @@ impl Supervisor {
         Arc::new_cyclic(|this| Supervisor {
             this: this.clone(),
             hv: Arc::downgrade(hv),
-            topology,
+            topology: RwLock::new(topology),
+            source,
+            applying: Mutex::new(()),
             run_dir,
             exe,
             layout,
@@ -127,6 +145,21 @@ impl Supervisor {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Guest `name`'s vifs now.
+    fn vifs_of(&self, name: &str) -> Vec<VifConfig> {
+        let st = self.lock();
+        st.vifs
+            .iter()
+            .filter(|v| v.guest == name)
+            .cloned()
+            .collect()
+    }
+
+    /// The running topology.
+    fn topo(&self) -> RwLockReadGuard<'_, Topology> {
+        self.topology.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn hv(&self) -> HvResult<Arc<Hypervisor>> {
         self.hv
             .upgrade()
@@ -135,7 +168,7 @@ impl Supervisor {
 
     /// Domain `name`'s configuration: the topology's, or a container's.
     fn config(&self, name: &str) -> HvResult<DomainConfig> {
-        if let Some(d) = self.topology.domains.iter().find(|d| d.name == name) {
+        if let Some(d) = self.topo().domains.iter().find(|d| d.name == name) {
             return Ok(d.clone());
         }
         self.container(name)
@@ -159,8 +192,9 @@ impl Supervisor {
         // Create every domain first, so that each finds its whole
         // configuration in the store when its process starts, and its
         // namespaces are made for its id (crate::jail: its uid on the host).
+        let topology = self.topo().clone();
         let mut created = Vec::new();
-        for d in self.topology.hv_domains() {
+        for d in topology.hv_domains() {
             let (domid, sock, cg) = self.create(&hv, d)?;
             created.push((d, domid, sock, cg));
         }
@@ -171,8 +205,8 @@ impl Supervisor {
                 make_endpoint(d, *domid)?;
             }
         }
-        for w in &self.topology.wires {
-            self.build_wire(&hv, w, self.topology.wire_index(w))?;
+        for w in &topology.wires {
+            self.build_wire(&hv, w, topology.wire_index(w))?;
         }
         for (d, _, _, _) in created.iter().filter(|c| c.0.kind == DomainKind::Driver) {
             self.uplinks.attach(&d.name)?;
@@ -207,7 +241,8 @@ impl Supervisor {
             host::addr_add(&wns, WIRE_IF, a).map_err(|e| e.to_string())?;
         }
         // `[[port]] kind = "wire"` with `mtu`: both ends of the link.
-        let wire_port = self.topology.uplinks_of(&w.driver).into_iter();
+        let topology = self.topo().clone();
+        let wire_port = topology.uplinks_of(&w.driver).into_iter();
         if let Some(m) = wire_port
             .filter(|u| u.kind == UplinkKind::Wire && u.ifname == port)
             .find_map(|u| u.mtu)
@@ -217,8 +252,7 @@ impl Supervisor {
                 .and_then(|_| host::ip_in(&wns, &["link", "set", WIRE_IF, "mtu", &m]))
                 .map_err(|e| format!("the link of wire {}: mtu {m}: {e}", w.name))?;
         }
-        if self
-            .topology
+        if topology
             .domain(&w.driver)
             .is_some_and(|d| d.port_buffer.is_some())
         {
@@ -286,7 +320,7 @@ impl Supervisor {
         if d.kind == DomainKind::Driver && has_endpoint(d) {
             ts.write(&format!("{home}/endpoint"), xenbus::DEFAULT_BRIDGE)?;
         }
-        if let Some(v) = crate::port_buffer::store_value(&self.topology, d) {
+        if let Some(v) = crate::port_buffer::store_value(&self.topo(), d) {
             ts.write(&format!("{home}/port-buffer"), &v)?;
         }
         ts.write(&format!("{home}/port-offload"), &d.port_offload.to_string())?;
@@ -309,7 +343,7 @@ impl Supervisor {
         home: &str,
         d: &DomainConfig,
     ) -> Result<(), String> {
-        let uplinks = self.topology.uplinks_of(&d.name);
+        let uplinks = self.topo().uplinks_of(&d.name);
         crate::uplink::write_store(ts, home, &uplinks)?;
         // Rewritten at every launch, so nothing a driver domain wrote
         // in its home before a restart decides its successor's jail.
@@ -350,7 +384,8 @@ impl Supervisor {
         d: &DomainConfig,
     ) -> Result<(), String> {
         let bit = |b: bool| if b { "1" } else { "0" };
-        for e in self.topology.emulated_nics() {
+        let nics = self.topo().emulated_nics();
+        for e in nics {
             if e.guest == d.name {
                 let timer_hz = e.hvm_timer_hz.to_string();
                 for (k, v) in [
@@ -498,13 +533,7 @@ impl Supervisor {
     /// (as xl does), after its vifs' hotplug scripts ran `offline`: its
     /// driver domain then frees the vif's slot.
     fn forget_guest_backends(&self, hv: &Arc<Hypervisor>, name: &str, domid: DomId) {
-        let vifs: Vec<VifConfig> = self
-            .lock()
-            .vifs
-            .iter()
-            .filter(|v| v.guest == name)
-            .cloned()
-            .collect();
+        let vifs = self.vifs_of(name);
         let mut ts = Store::new(hv);
         for v in vifs {
             if let Some(b) = hv.domid_of(&v.backend) {
@@ -735,6 +764,18 @@ impl SupervisorHook for Supervisor {
                 self.container_del(&id, &ifname).map(|()| Reply::Done)
             }
             Request::ContainerList => self.container_list().map(|j| Reply::Value(j.into_bytes())),
+            Request::Apply {
+                config,
+                dry_run,
+                restart,
+            } => {
+                let me = self
+                    .this
+                    .upgrade()
+                    .ok_or_else(|| fail(ErrorKind::Invalid, "hv is shutting down"))?;
+                me.apply(config, dry_run, &restart)
+                    .map(|plan| Reply::Value(plan.into_bytes()))
+            }
             Request::NetworkDetach { guest, handle } => {
                 let hv = self.hv()?;
                 match self.detach_vm(&hv, &guest) {

@@ -149,7 +149,8 @@ impl Hypervisor {
             | Request::NetworkDetach { .. }
             | Request::ContainerAdd(_)
             | Request::ContainerDel { .. }
-            | Request::ContainerList => self.ask_supervisor(req),
+            | Request::ContainerList
+            | Request::Apply { .. } => self.ask_supervisor(req),
             Request::CaptureOpen { domain, spec } => match self.capture_open(&domain, &spec) {
                 Ok((reply, fd)) => (Ok(reply), vec![fd]),
                 Err(e) => fail(e),

@@ -137,7 +137,7 @@ impl Supervisor {
             };
             return Err(fail(ErrorKind::InUse, msg));
         }
-        if self.topology.domain(&c.name).is_some() {
+        if self.topo().domain(&c.name).is_some() {
             return Err(fail(
                 ErrorKind::InUse,
                 format!("{} is a domain of the topology", c.name),
@@ -242,27 +242,31 @@ impl Supervisor {
     /// process was reaped (or undoes what its process would have), and
     /// forgets its vifs, its TAP and its record.
     fn container_teardown(&self, hv: &Arc<Hypervisor>, name: &str) {
-        if let Some(domid) = hv.domid_of(name) {
-            let reaps = self.lock().reaps.get(name).copied().unwrap_or(0);
-            let has_process = self.lock().starts.contains_key(name);
-            self.lock()
-                .intents
-                .insert(name.to_string(), Intent::Destroy);
-            hv.destroy_domain(domid, "its container's DEL");
-            if has_process {
-                let reaped = || self.lock().reaps.get(name).copied().unwrap_or(0) > reaps;
-                if !wait_until(HANDSHAKE, reaped) {
-                    hv::log!(
-                        Warning,
-                        dom = name,
-                        "container domain not reaped within {HANDSHAKE:?}"
-                    );
-                }
-            } else {
-                self.forget_guest_backends(hv, name, domid);
-            }
-        }
+        self.destroy_and_reap(hv, name, "its container's DEL");
         self.forget_container(hv, name);
+    }
+
+    /// Destroys domain `name`, which must not come back, if it runs, and
+    /// waits until its process was reaped; without a process, undoes what
+    /// its process's end would have (its vifs' backends).
+    pub(super) fn destroy_and_reap(&self, hv: &Arc<Hypervisor>, name: &str, why: &str) {
+        let Some(domid) = hv.domid_of(name) else {
+            return;
+        };
+        let reaps = self.lock().reaps.get(name).copied().unwrap_or(0);
+        let has_process = self.lock().starts.contains_key(name);
+        self.lock()
+            .intents
+            .insert(name.to_string(), Intent::Destroy);
+        hv.destroy_domain(domid, why);
+        if has_process {
+            let reaped = || self.lock().reaps.get(name).copied().unwrap_or(0) > reaps;
+            if !wait_until(HANDSHAKE, reaped) {
+                hv::log!(Warning, dom = name, "not reaped within {HANDSHAKE:?}");
+            }
+        } else {
+            self.forget_guest_backends(hv, name, domid);
+        }
     }
 
     /// Container domain `name`'s records go: its vifs (their `status`

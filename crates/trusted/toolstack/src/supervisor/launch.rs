@@ -47,7 +47,7 @@ impl Supervisor {
         };
         let logs = self.domain_log(&name)?;
         let emulated = self
-            .topology
+            .topo()
             .emulated_nics()
             .into_iter()
             .find(|e| e.guest == d.name);

@@ -221,7 +221,7 @@ impl Supervisor {
         };
         if v.opts.mtu.is_none() {
             v.opts.mtu = self
-                .topology
+                .topo()
                 .default_vif_mtu(&v.backend, v.opts.bridge.as_deref());
         }
         st.vifs.push(v.clone());
@@ -292,8 +292,8 @@ impl Supervisor {
         if let Some(v) = self.lock().vifs.iter().find(|v| v.guest == guest) {
             return Ok(v.backend.clone());
         }
-        let drivers: Vec<&DomainConfig> = self
-            .topology
+        let topology = self.topo();
+        let drivers: Vec<&DomainConfig> = topology
             .domains
             .iter()
             .filter(|d| d.kind == DomainKind::Driver)

@@ -370,35 +370,72 @@ impl Topology {
         Ok(t)
     }
 
+    /// Every error of the topology, one per line (an apply file with
+    /// errors is refused whole, each named).
     fn validate(&self, checks: &[&dyn Check]) -> Result<(), String> {
+        let mut errors: Vec<String> = Vec::new();
+        let mut note = |r: Result<(), String>| {
+            if let Err(e) = r {
+                if !errors.contains(&e) {
+                    errors.push(e);
+                }
+            }
+        };
         if self.domains.is_empty() {
-            return Err("no [[domain]] sections: a topology needs at least one domain".into());
+            note(Err(
+                "no [[domain]] sections: a topology needs at least one domain".into(),
+            ));
         }
         let mut seen = HashSet::new();
         for d in &self.domains {
-            check_name("domain", &d.name)?;
+            note(check_name("domain", &d.name));
             if !seen.insert(d.name.as_str()) {
-                return Err(format!("domain name {:?} is used twice", d.name));
+                note(Err(format!("domain name {:?} is used twice", d.name)));
             }
-            for c in checks {
-                c.domain(d)?;
-            }
-            if d.kind == DomainKind::Vm {
-                self.backend_of(d)?;
-                continue;
-            }
-            check_domain_settings(d)?;
-            for c in checks {
-                c.settings(d)?;
-            }
-            check_kind_settings(d)?;
+            note(self.check_domain(d, checks));
         }
-        let vifs = self.vifs_unchecked()?;
-        for d in &self.domains {
-            check_domain_sizes(d, &vifs)?;
+        match self.vifs_unchecked() {
+            Ok(vifs) => {
+                for d in &self.domains {
+                    note(check_domain_sizes(d, &vifs));
+                }
+                note(self.check_macs(&vifs, checks));
+            }
+            Err(e) => note(Err(e)),
         }
+        for w in &self.wires {
+            note(self.check_wire(w, &seen));
+        }
+        note(self.check_wires_together());
+        for c in checks {
+            note(c.topology(self));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("\n"))
+        }
+    }
+
+    /// Domain `d`'s own settings, by the model's checks and `checks`.
+    fn check_domain(&self, d: &DomainConfig, checks: &[&dyn Check]) -> Result<(), String> {
+        for c in checks {
+            c.domain(d)?;
+        }
+        if d.kind == DomainKind::Vm {
+            return self.backend_of(d).map(|_| ());
+        }
+        check_domain_settings(d)?;
+        for c in checks {
+            c.settings(d)?;
+        }
+        check_kind_settings(d)
+    }
+
+    /// Every MAC is used once, vifs' and the checks' own.
+    fn check_macs(&self, vifs: &[VifConfig], checks: &[&dyn Check]) -> Result<(), String> {
         let mut macs = HashSet::new();
-        for v in &vifs {
+        for v in vifs {
             if !macs.insert(v.mac.to_ascii_lowercase()) {
                 return Err(format!(
                     "MAC {} is used twice (again by vif {} of {:?})",
@@ -409,18 +446,9 @@ impl Topology {
         for c in checks {
             c.macs(self, &mut macs)?;
         }
-        for w in &self.wires {
-            self.check_wire(w, &seen)?;
-        }
-        self.check_wires_together()?;
-        for c in checks {
-            c.topology(self)?;
-        }
         Ok(())
     }
 
-    /// The wire host: a name of its own, a driver domain that exists and is
-    /// one, and well-formed addresses.
     fn check_wire(&self, w: &WireConfig, domain_names: &HashSet<&str>) -> Result<(), String> {
         check_name("wire", &w.name)?;
         if domain_names.contains(w.name.as_str()) {

@@ -1,0 +1,147 @@
+//! `splitnet apply` and SIGHUP on a running instance: guests and vifs come
+//! and go while a TCP stream through guest1 carries on; what cannot change
+//! in place, and a file with errors, are refused whole with every entry
+//! named; a guest is re-created only when --restart names it; nothing is
+//! left of what was removed. Needs root; run one test at a time.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const GUEST3: &str =
+    "\n[[domain]]\nname = \"guest3\"\nkind = \"guest\"\naddress = \"10.77.0.3/24\"\n";
+
+/// The default topology with guest3 at the end and a second vif on guest2.
+fn grown_text() -> String {
+    let base = toolstack::topology::DEFAULT_TOML.replacen(
+        "address = \"10.77.0.2/24\"",
+        "address = \"10.77.0.2/24\"\nvif = [\"\", \"mac=00:16:3e:00:00:77\"]",
+        1,
+    );
+    format!("{base}{GUEST3}")
+}
+
+fn write(env: &Env, name: &str, text: &str) -> String {
+    let p = env.run_dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn pid_of(env: &Env, d: &str) -> Value {
+    domain(&env.status(), d)["pid"].clone()
+}
+
+/// `apply` with `args` fails; its error text.
+fn refused(env: &Env, args: &[&str]) -> String {
+    let o = env.splitnet(args);
+    assert!(!o.status.success(), "{args:?} was not refused");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn apply_adds_and_removes_guests_and_vifs_and_leaves_the_rest_running() {
+    let Some(env) = Env::new("apply") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let before = env.status();
+    let g1 = pid_of(&env, "guest1");
+    let (_srv, mut stream) = env.stream_to_wire("guest1", 25);
+    let grown = write(&env, "grown.toml", &grown_text());
+
+    // The plan first: nothing changes.
+    let plan = env.ok(&["apply", "--config", &grown, "--dry-run"]);
+    assert_eq!(
+        plan,
+        "add vif 1 of guest2 on drv (MAC 00:16:3e:00:00:77)\nadd guest guest3\n"
+    );
+    assert!(domain(&env.status(), "guest3").is_null());
+
+    let out = env.ok(&["apply", "--config", &grown]);
+    assert!(
+        out.contains("add guest guest3") && out.contains("applied in"),
+        "{out}"
+    );
+    env.ping("guest3", "10.77.0.254", 3);
+    let links = env.ok(&["exec", "guest2", "--", "ip", "-br", "link"]);
+    assert!(links.contains("eth1"), "{links}");
+    assert_eq!(pid_of(&env, "guest1"), g1, "guest1 was not touched");
+    assert_eq!(
+        env.ok(&["apply", "--config", &grown]),
+        "nothing to change\n"
+    );
+
+    // Refused whole, each entry named, and nothing changes.
+    let two_errors = grown_text().replace("10.77.0.3/24", "10.77.0.3/99")
+        + "\n[[domain]]\nname = \"guest1\"\nkind = \"guest\"\n";
+    let e = refused(
+        &env,
+        &["apply", "--config", &write(&env, "bad.toml", &two_errors)],
+    );
+    assert!(
+        e.contains("guest3") && e.contains("\"guest1\" is used twice"),
+        "{e}"
+    );
+    let driver = grown_text().replacen(
+        "memory_frames = 4096",
+        "memory_frames = 4096\nspin_us = 7",
+        1,
+    );
+    let e = refused(
+        &env,
+        &["apply", "--config", &write(&env, "drv.toml", &driver)],
+    );
+    assert!(
+        e.contains("domain drv: a driver domain cannot be changed"),
+        "{e}"
+    );
+    let moved = grown_text().replace("10.77.0.3/24", "10.77.0.13/24");
+    let moved = write(&env, "moved.toml", &moved);
+    let e = refused(&env, &["apply", "--config", &moved]);
+    assert!(
+        e.contains("guest3") && e.contains("--restart guest3"),
+        "{e}"
+    );
+    env.ping("guest3", "10.77.0.254", 1);
+
+    // Re-created when named.
+    let g3 = pid_of(&env, "guest3");
+    env.ok(&["apply", "--config", &moved, "--restart", "guest3"]);
+    assert_ne!(pid_of(&env, "guest3"), g3);
+    env.ping("guest3", "10.77.0.254", 3);
+    let addrs = env.ok(&["exec", "guest3", "--", "ip", "-br", "addr"]);
+    assert!(addrs.contains("10.77.0.13/24"), "{addrs}");
+
+    // SIGHUP applies hv's own file: the one `up` wrote, unchanged, so
+    // guest3 and guest2's second vif go.
+    signal(before["hv_pid"].as_i64().unwrap(), "HUP");
+    wait_until(
+        "guest3 and vif 1 of guest2 to go",
+        Duration::from_secs(20),
+        || {
+            let st = env.status();
+            domain(&st, "guest3").is_null() && st["vifs"].as_array().unwrap().len() == 2
+        },
+    );
+    assert!(
+        !netns().contains(&"splitnet-guest3".to_string()),
+        "{:?}",
+        netns()
+    );
+    let after = env.status();
+    for k in ["store_nodes", "grant_pins", "watches"] {
+        assert_eq!(after[k], before[k], "{k}");
+    }
+    assert_eq!(pid_of(&env, "guest1"), g1);
+    // The stream through guest1 ran to its end across all of it.
+    assert!(
+        stream.wait_exit(Duration::from_secs(40)),
+        "iperf3 did not finish"
+    );
+    let code = stream.0.wait().unwrap();
+    assert!(code.success(), "guest1's stream broke: {code}");
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

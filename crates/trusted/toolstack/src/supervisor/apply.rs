@@ -1,0 +1,247 @@
+//! Carrying out an apply (`crate::apply` plans it): guests and vifs added
+//! and removed on the running instance, everything else untouched. A step
+//! that fails undoes the ones before it, in reverse, and the running
+//! topology stays the old one.
+
+use super::{drop_netns, fail, Supervisor};
+use crate::apply::{self, Plan, Step};
+use crate::host;
+use crate::topology::{Topology, VifConfig};
+use hv::core::Hypervisor;
+use hv::error::{ErrorKind, HvError, HvResult};
+use std::sync::Arc;
+
+impl Supervisor {
+    /// `splitnet apply` and SIGHUP: brings the running topology to `text`
+    /// (None: the daemon's own file, read again). With `dry_run`, only
+    /// the plan. `restart` names the guests that may be re-created.
+    /// Returns the plan; refuses, changing nothing, when any change cannot
+    /// be made in place or the file has errors (every one named).
+    pub fn apply(
+        self: &Arc<Self>,
+        text: Option<String>,
+        dry_run: bool,
+        restart: &[String],
+    ) -> HvResult<String> {
+        let _only = self
+            .applying
+            .try_lock()
+            .map_err(|_| fail(ErrorKind::InUse, "another apply is under way"))?;
+        let hv = self.hv()?;
+        let old = self.topo().clone();
+        let new = self.applied(text, &old, restart)?;
+        let plan = apply::plan(&old, &new, restart);
+        if !plan.refused.is_empty() {
+            let why = plan.refused.join("\n");
+            return Err(fail(
+                ErrorKind::Invalid,
+                format!("refused; nothing changed:\n{why}"),
+            ));
+        }
+        if dry_run || plan.steps.is_empty() {
+            return Ok(plan.text());
+        }
+        *self.topology.write().unwrap_or_else(|p| p.into_inner()) = new.clone();
+        if let Err(e) = self.carry_out(&hv, &plan, &old) {
+            *self.topology.write().unwrap_or_else(|p| p.into_inner()) = old;
+            return Err(e);
+        }
+        hv.set_info("topology", &new.name);
+        Ok(plan.text())
+    }
+
+    /// The topology `text` (or the daemon's file) describes, tuned as the
+    /// running one was; a domain that stays keeps its running memory size
+    /// (memory does not change in place) unless `restart` re-creates it.
+    fn applied(
+        &self,
+        text: Option<String>,
+        old: &Topology,
+        restart: &[String],
+    ) -> HvResult<Topology> {
+        let bad = |m: String| fail(ErrorKind::Invalid, m);
+        let (text, origin) = match (text, &self.source.path) {
+            (Some(t), _) => (t, "the applied topology".to_string()),
+            (None, Some(p)) => {
+                let t =
+                    std::fs::read_to_string(p).map_err(|e| bad(format!("{}: {e}", p.display())))?;
+                (t, p.display().to_string())
+            }
+            (None, None) => return Err(bad("hv runs no topology file: give one".into())),
+        };
+        let mut new = Topology::parse(&text, &origin).map_err(|e| bad(e.to_string()))?;
+        self.source.tuning.apply(&mut new).map_err(bad)?;
+        for d in new
+            .domains
+            .iter_mut()
+            .filter(|d| !restart.contains(&d.name))
+        {
+            if let Some(o) = old.domain(&d.name) {
+                d.memory_frames = o.memory_frames;
+            }
+        }
+        Ok(new)
+    }
+
+    /// Runs `plan`'s steps; the first that fails undoes the others.
+    fn carry_out(
+        self: &Arc<Self>,
+        hv: &Arc<Hypervisor>,
+        plan: &Plan,
+        old: &Topology,
+    ) -> HvResult<()> {
+        for (i, step) in plan.steps.iter().enumerate() {
+            hv::log!(Notice, "apply: {}", step.describe());
+            if let Err(e) = self.step(hv, step, old) {
+                hv::log!(
+                    Error,
+                    "apply: {}: {e}; undoing the steps before it",
+                    step.describe()
+                );
+                *self.topology.write().unwrap_or_else(|p| p.into_inner()) = old.clone();
+                for done in plan.steps[..i].iter().rev() {
+                    if let Err(u) = self.undo(hv, done, old) {
+                        hv::log!(Error, "apply: undoing {}: {u}", done.describe());
+                    }
+                }
+                return Err(HvError::new(
+                    e.kind,
+                    format!(
+                        "{}: {}; the steps before it were undone",
+                        step.describe(),
+                        e.message
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn step(self: &Arc<Self>, hv: &Arc<Hypervisor>, step: &Step, old: &Topology) -> HvResult<()> {
+        match step {
+            Step::AddGuest(g) => self.add_guest(hv, g),
+            Step::RemoveGuest(g) => {
+                self.remove_guest(hv, g);
+                Ok(())
+            }
+            Step::AddVif(v) => {
+                let room = old.domain(&v.guest).map_or(0, |d| d.guest_vif_room());
+                if v.handle >= room {
+                    return Err(fail(
+                        ErrorKind::Quota,
+                        format!(
+                            "{}'s memory holds {room} vifs: --restart {} to grow it",
+                            v.guest, v.guest
+                        ),
+                    ));
+                }
+                self.add_vif(hv, v.clone())
+            }
+            Step::RemoveVif(v) => self.detach(&v.guest, v.handle),
+            Step::Rename(_) => Ok(()),
+        }
+    }
+
+    /// Undoes `step`, with the old topology running again.
+    fn undo(self: &Arc<Self>, hv: &Arc<Hypervisor>, step: &Step, old: &Topology) -> HvResult<()> {
+        match step {
+            Step::AddGuest(g) => {
+                self.remove_guest(hv, g);
+                Ok(())
+            }
+            Step::RemoveGuest(g) if old.domain(g).is_some() => self.add_guest(hv, g),
+            Step::AddVif(v) => self.detach(&v.guest, v.handle),
+            Step::RemoveVif(v) => self.add_vif(hv, v.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Guest `name` of the running topology: its domain, namespace and
+    /// vifs, then its process; done once every vif connected.
+    fn add_guest(self: &Arc<Self>, hv: &Arc<Hypervisor>, name: &str) -> HvResult<()> {
+        let d = self.config(name)?;
+        let vifs: Vec<VifConfig> = self
+            .topo()
+            .vifs()
+            .into_iter()
+            .filter(|v| v.guest == name)
+            .collect();
+        let internal = |e: String| fail(ErrorKind::Internal, e);
+        let (domid, sock, cg) = self.create(hv, &d).map_err(internal)?;
+        let built = host::domain_netns_add(&host::netns_name(name), domid)
+            .map_err(|e| internal(e.to_string()))
+            .and_then(|()| {
+                vifs.iter()
+                    .try_for_each(|v| self.plumb_new(hv, v.clone()).map(|_| ()))
+            });
+        let launched = built.and_then(|()| self.launch(hv, &d, domid, sock, cg).map_err(internal));
+        let connected = launched.and_then(|()| {
+            self.vifs_of(name)
+                .iter()
+                .try_for_each(|v| self.wait_connected(hv, v))
+        });
+        if connected.is_err() {
+            self.remove_guest(hv, name);
+        }
+        connected
+    }
+
+    /// Guest `name`'s process, vifs and namespace go.
+    fn remove_guest(&self, hv: &Arc<Hypervisor>, name: &str) {
+        self.destroy_and_reap(hv, name, "apply removed it");
+        for v in &self.vifs_of(name) {
+            self.forget(hv, v);
+        }
+        {
+            let mut st = self.lock();
+            st.starts.remove(name);
+            st.reaps.remove(name);
+            st.intents.remove(name);
+            st.crashes.remove(name);
+        }
+        if host::our_netns().contains(&host::netns_name(name)) {
+            drop_netns(&self.uplinks, name);
+        }
+    }
+
+    /// Vif `v` of a running guest, connected when this returns.
+    fn add_vif(&self, hv: &Arc<Hypervisor>, v: VifConfig) -> HvResult<()> {
+        let v = self.plumb_new(hv, v)?;
+        if let Err(e) = self.wait_connected(hv, &v) {
+            let _ = self.detach(&v.guest, v.handle);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Records vif `v` (its handle and MAC free, a staging index on its
+    /// driver domain) and writes its store directories.
+    fn plumb_new(&self, hv: &Arc<Hypervisor>, mut v: VifConfig) -> HvResult<VifConfig> {
+        Self::domid(hv, &v.guest)?;
+        Self::domid(hv, &v.backend)?;
+        {
+            let mut st = self.lock();
+            if st
+                .vifs
+                .iter()
+                .any(|x| x.guest == v.guest && x.handle == v.handle)
+            {
+                let why = format!(
+                    "{} has a vif {} already (network-attach)",
+                    v.guest, v.handle
+                );
+                return Err(fail(ErrorKind::InUse, why));
+            }
+            if st.vifs.iter().any(|x| x.mac.eq_ignore_ascii_case(&v.mac)) {
+                return Err(fail(ErrorKind::InUse, format!("MAC {} is in use", v.mac)));
+            }
+            v.index = self.driver_room(&st.vifs, &v.backend)?;
+            st.vifs.push(v.clone());
+        }
+        if let Err(e) = self.plumb(hv, &v) {
+            self.forget(hv, &v);
+            return Err(fail(ErrorKind::Internal, e));
+        }
+        Ok(v)
+    }
+}
