@@ -46,15 +46,9 @@ pub fn up(
         // Said now, not in hv's log: the address is taken or not ours.
         drop(TcpListener::bind(a).with_context(|| format!("--listen {a}: cannot bind"))?);
     }
-    let (mut topo, text) = match config {
-        Some(p) => {
-            let t = Topology::load(p)?;
-            (t, fs::read_to_string(p)?)
-        }
-        None => (
-            Topology::default_topology(),
-            toolstack::topology::DEFAULT_TOML.to_string(),
-        ),
+    let mut topo = match config {
+        Some(p) => Topology::load(p)?,
+        None => Topology::default_topology(),
     };
     tuning.apply(&mut topo).map_err(anyhow::Error::msg)?;
     undo_uplinks(rd);
@@ -63,8 +57,18 @@ pub fn up(
         sweep(rd)?;
     }
     fs::create_dir_all(rd).with_context(|| format!("creating {}", rd.display()))?;
-    let topo_path = rd.join("topology.toml");
-    fs::write(&topo_path, text)?;
+    // hv reads its file again on `splitnet apply` and SIGHUP: the user's
+    // own, or a copy of the default topology.
+    let topo_path = match config {
+        Some(p) => p
+            .canonicalize()
+            .with_context(|| format!("locating {}", p.display()))?,
+        None => {
+            let copy = rd.join("topology.toml");
+            fs::write(&copy, toolstack::topology::DEFAULT_TOML)?;
+            copy
+        }
+    };
     let log = fs::File::create(rd.join("hv.log"))?;
     let child = Command::new(&hv)
         .arg("--run-dir")

@@ -40,6 +40,65 @@ fn refused(env: &Env, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The domains and their processes, and the vifs: what a refused apply
+/// must leave as it was.
+fn shape(env: &Env) -> (Vec<(Value, Value)>, usize) {
+    let st = env.status();
+    let doms = st["domains"].as_array().unwrap();
+    let doms = doms.iter().map(|d| (d["name"].clone(), d["pid"].clone()));
+    (doms.collect(), st["vifs"].as_array().unwrap().len())
+}
+
+/// Refused whole, each entry named, and nothing changes: a file with two
+/// errors, a driver domain's change, a guest's change without --restart.
+/// Returns that last file.
+fn refusals_change_nothing(env: &Env) -> String {
+    let before = shape(env);
+    let two_errors = grown_text().replace("10.77.0.3/24", "10.77.0.3/99")
+        + "\n[[domain]]\nname = \"guest1\"\nkind = \"guest\"\n";
+    let e = refused(
+        env,
+        &["apply", "--config", &write(env, "bad.toml", &two_errors)],
+    );
+    assert!(
+        e.contains("guest3") && e.contains("\"guest1\" is used twice"),
+        "{e}"
+    );
+    let driver = grown_text().replacen(
+        "memory_frames = 4096",
+        "memory_frames = 4096\nspin_us = 7",
+        1,
+    );
+    let e = refused(
+        env,
+        &["apply", "--config", &write(env, "drv.toml", &driver)],
+    );
+    assert!(
+        e.contains("domain drv: a driver domain cannot be changed"),
+        "{e}"
+    );
+    let moved = grown_text().replace("10.77.0.3/24", "10.77.0.13/24");
+    let moved = write(env, "moved.toml", &moved);
+    let e = refused(env, &["apply", "--config", &moved]);
+    assert!(
+        e.contains("guest3") && e.contains("--restart guest3"),
+        "{e}"
+    );
+    assert_eq!(shape(env), before, "a refused apply changed something");
+    env.ping("guest3", "10.77.0.254", 1);
+    moved
+}
+
+/// guest3's address changed: re-created when --restart names it.
+fn restart_recreates_guest3(env: &Env, moved: &str) {
+    let g3 = pid_of(env, "guest3");
+    env.ok(&["apply", "--config", moved, "--restart", "guest3"]);
+    assert_ne!(pid_of(env, "guest3"), g3);
+    env.ping("guest3", "10.77.0.254", 3);
+    let addrs = env.ok(&["exec", "guest3", "--", "ip", "-br", "addr"]);
+    assert!(addrs.contains("10.77.0.13/24"), "{addrs}");
+}
+
 #[test]
 fn apply_adds_and_removes_guests_and_vifs_and_leaves_the_rest_running() {
     let Some(env) = Env::new("apply") else {
@@ -73,46 +132,8 @@ fn apply_adds_and_removes_guests_and_vifs_and_leaves_the_rest_running() {
         "nothing to change\n"
     );
 
-    // Refused whole, each entry named, and nothing changes.
-    let two_errors = grown_text().replace("10.77.0.3/24", "10.77.0.3/99")
-        + "\n[[domain]]\nname = \"guest1\"\nkind = \"guest\"\n";
-    let e = refused(
-        &env,
-        &["apply", "--config", &write(&env, "bad.toml", &two_errors)],
-    );
-    assert!(
-        e.contains("guest3") && e.contains("\"guest1\" is used twice"),
-        "{e}"
-    );
-    let driver = grown_text().replacen(
-        "memory_frames = 4096",
-        "memory_frames = 4096\nspin_us = 7",
-        1,
-    );
-    let e = refused(
-        &env,
-        &["apply", "--config", &write(&env, "drv.toml", &driver)],
-    );
-    assert!(
-        e.contains("domain drv: a driver domain cannot be changed"),
-        "{e}"
-    );
-    let moved = grown_text().replace("10.77.0.3/24", "10.77.0.13/24");
-    let moved = write(&env, "moved.toml", &moved);
-    let e = refused(&env, &["apply", "--config", &moved]);
-    assert!(
-        e.contains("guest3") && e.contains("--restart guest3"),
-        "{e}"
-    );
-    env.ping("guest3", "10.77.0.254", 1);
-
-    // Re-created when named.
-    let g3 = pid_of(&env, "guest3");
-    env.ok(&["apply", "--config", &moved, "--restart", "guest3"]);
-    assert_ne!(pid_of(&env, "guest3"), g3);
-    env.ping("guest3", "10.77.0.254", 3);
-    let addrs = env.ok(&["exec", "guest3", "--", "ip", "-br", "addr"]);
-    assert!(addrs.contains("10.77.0.13/24"), "{addrs}");
+    let moved = refusals_change_nothing(&env);
+    restart_recreates_guest3(&env, &moved);
 
     // SIGHUP applies hv's own file: the one `up` wrote, unchanged, so
     // guest3 and guest2's second vif go.

@@ -1,6 +1,6 @@
 //! hv as a service: the shipped unit passes `systemd-analyze verify`, and
 //! hv, run as the unit runs it (its capability bounding set, no new
-//! privileges, umask 077) with a notify socket the test listens on, says
+//! privileges) with a notify socket the test listens on, says
 //! where it is, tells `READY=1` only once the topology is up, keeps the
 //! socket from its domains, logs with levels and domain names, on SIGHUP
 //! tells `RELOADING=1` and applies its file again, and on SIGTERM tells
@@ -124,14 +124,8 @@ fn hv_run_as_the_unit_runs_it_tells_ready_and_stopping() {
     let notify = env.run_dir.join("notify.sock");
     let sock = UnixDatagram::bind(&notify).unwrap();
     let log = std::fs::File::create(env.run_dir.join("hv.log")).unwrap();
-    let mut hv = Command::new("sh")
-        .args([
-            "-c",
-            "umask 077; exec \"$@\"",
-            "sh",
-            "setpriv",
-            "--no-new-privs",
-        ])
+    let mut hv = Command::new("setpriv")
+        .arg("--no-new-privs")
         .arg(format!("--bounding-set={}", bounding_set()))
         .arg(sibling("splitnet-hv"))
         .arg("--config")
@@ -163,23 +157,7 @@ fn hv_run_as_the_unit_runs_it_tells_ready_and_stopping() {
         "{got:?}"
     );
 
-    // Ready means up: every vif connected, and traffic flows.
-    let st = env.status();
-    for v in st["vifs"].as_array().unwrap() {
-        assert_eq!(v["frontend_state"], "Connected", "{v}");
-        assert_eq!(v["backend_state"], "Connected", "{v}");
-    }
-    env.ping("guest1", "10.77.0.254", 1);
-    // The domains do not inherit the notify socket.
-    for d in st["domains"].as_array().unwrap() {
-        let pid = d["pid"].as_i64().unwrap();
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-        assert!(
-            !String::from_utf8_lossy(&environ).contains("NOTIFY_SOCKET"),
-            "domain {} inherited NOTIFY_SOCKET",
-            d["name"]
-        );
-    }
+    ready_means_up(&env);
 
     // SIGHUP applies the file again (unchanged here): RELOADING=1, then
     // READY=1 saying what was applied.
@@ -215,7 +193,38 @@ fn hv_run_as_the_unit_runs_it_tells_ready_and_stopping() {
     assert!(status.success(), "hv after SIGTERM: {status}");
     assert!(netns().is_empty(), "left behind: {:?}", netns());
     assert!(!env.run_dir.join("hv.sock").exists());
-    let log = std::fs::read_to_string(env.run_dir.join("hv.log")).unwrap();
+    log_has_levels_and_domains(&env.run_dir);
+}
+
+/// Ready means up: every vif connected, and traffic flows. The domains
+/// inherit neither the notify socket nor the signals hv blocks for itself.
+fn ready_means_up(env: &Env) {
+    let st = env.status();
+    for v in st["vifs"].as_array().unwrap() {
+        assert_eq!(v["frontend_state"], "Connected", "{v}");
+        assert_eq!(v["backend_state"], "Connected", "{v}");
+    }
+    env.ping("guest1", "10.77.0.254", 1);
+    for d in st["domains"].as_array().unwrap() {
+        let pid = d["pid"].as_i64().unwrap();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&environ).contains("NOTIFY_SOCKET"),
+            "domain {} inherited NOTIFY_SOCKET",
+            d["name"]
+        );
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(
+            status.contains("SigBlk:\t0000000000000000"),
+            "domain {} starts with signals blocked:\n{status}",
+            d["name"]
+        );
+    }
+}
+
+/// hv's log has levels and domain names.
+fn log_has_levels_and_domains(run_dir: &Path) {
+    let log = std::fs::read_to_string(run_dir.join("hv.log")).unwrap();
     for line in [
         "] hv info: drv: domain ",
         "] hv info: guest1: domain ",

@@ -16,7 +16,7 @@
 //! `splitnet down`: the unit that runs it so is `dist/splitnet.service`.
 //!
 //! Its arguments are parsed by hand: a command-line parser is one more
-//! crate in the trusted computing base, for eight options.
+//! crate in the trusted computing base, for nine options.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -86,7 +86,10 @@ fn run(a: Args) -> Result<(), String> {
     // Before any thread starts: the notify socket leaves the environment
     // (the domains must not inherit it), and the signals hv waits for are
     // blocked in every thread it will have.
-    let notify = toolstack::notify::Notifier::from_env()?;
+    let notify = toolstack::notify::Notifier::from_env().unwrap_or_else(|e| {
+        hv::log!(Warning, "not telling the service manager: {e}");
+        None
+    });
     let signals = sys::signals::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| format!("blocking SIGTERM, SIGINT and SIGHUP: {e}"))?;
     let run_dir = a
@@ -132,6 +135,10 @@ fn main() {
             toolstack::uplink::keep(std::path::Path::new(dir));
             return;
         }
+    }
+    if argv.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return;
     }
     if let Err(e) = parse(std::env::args().skip(1)).and_then(run) {
         eprintln!("splitnet-hv: {e}");

@@ -1,9 +1,9 @@
 //! Signals taken synchronously: blocked in every thread, then received by
 //! one thread that waits for them, so a daemon handles SIGTERM or SIGHUP
-//! in ordinary code instead of in a handler. Children started with
-//! `std::process::Command` begin with an empty mask (the standard library
-//! clears it between fork and exec), so blocking here does not leak into
-//! the processes a daemon runs.
+//! in ordinary code instead of in a handler. A child keeps its parent's
+//! signal mask across fork and exec (the standard library leaves it as it
+//! is), so a daemon that blocks its signals starts its processes with
+//! [`SpawnUnblocked::spawn_unblocked`]: they begin with none blocked.
 
 use std::io;
 
@@ -56,6 +56,38 @@ impl Blocked {
 // another thread reads it only.
 unsafe impl Send for Blocked {}
 
+/// Has `cmd`'s process start with no signal blocked.
+pub fn unblock_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec. It calls
+    // sigemptyset and pthread_sigmask on a set on its own stack (both
+    // async-signal-safe) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `Command::spawn`, the child starting with no signal blocked whatever
+/// the spawning thread blocks.
+pub trait SpawnUnblocked {
+    fn spawn_unblocked(&mut self) -> io::Result<std::process::Child>;
+}
+
+impl SpawnUnblocked for std::process::Command {
+    fn spawn_unblocked(&mut self) -> io::Result<std::process::Child> {
+        unblock_on_exec(self);
+        self.spawn()
+    }
+}
+
 /// CLOCK_MONOTONIC in microseconds, the clock a service manager compares
 /// a reload's `MONOTONIC_USEC=` with.
 pub fn monotonic_usec() -> u64 {
@@ -77,6 +109,33 @@ mod tests {
         // SAFETY: sends SIGUSR2 to this thread, which has it blocked.
         unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGUSR2) };
         assert_eq!(b.wait().unwrap(), libc::SIGUSR2);
+    }
+
+    #[test]
+    fn a_child_starts_with_nothing_blocked() {
+        // In a thread of its own: the mask is the thread's.
+        std::thread::spawn(|| {
+            let _b = block(&[libc::SIGTERM, libc::SIGHUP]).unwrap();
+            let blocked = |cmd: &mut std::process::Command| {
+                let out = cmd.output().unwrap();
+                let status = String::from_utf8(out.stdout).unwrap();
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SigBlk:"))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            };
+            let mut plain = std::process::Command::new("cat");
+            plain.arg("/proc/self/status");
+            assert_ne!(blocked(&mut plain), "0000000000000000", "inherited");
+            let mut cmd = std::process::Command::new("cat");
+            cmd.arg("/proc/self/status");
+            unblock_on_exec(&mut cmd);
+            assert_eq!(blocked(&mut cmd), "0000000000000000");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

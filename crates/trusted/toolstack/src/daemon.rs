@@ -136,33 +136,32 @@ fn serve(
 
 /// Waits until the topology is up (what `splitnet up` waits for), saying
 /// what it waits for as the service's status, then tells `READY=1`. A vif
-/// a driver domain gave up will never connect: hv says why and stops.
+/// its driver domain gave up never connects: hv is up without it, and its
+/// status line says so (what a domain writes in the store must not keep
+/// hv from starting, nor stop it).
 fn wait_ready(hv: &Arc<Hypervisor>, topo: &Topology, rd: &Path, notify: &Lifecycle) {
     let mut said = String::new();
     while !hv.is_shutting_down() {
         // hv answers its own status as it answers the CLI's.
-        let status = crate::status::collect_with(rd, false);
-        match status.map(|v| (crate::readiness::waiting_for(topo, &v), v)) {
-            Ok((Ok(w), v)) if w.is_empty() => {
-                let line = up_line(topo, &v);
+        if let Ok(v) = crate::status::collect_with(rd, false) {
+            let p = crate::readiness::progress(topo, &v);
+            if p.waiting.is_empty() {
+                let mut line = up_line(topo, &v);
+                for e in &p.given_up {
+                    hv::log!(Error, "{e}");
+                }
+                if !p.given_up.is_empty() {
+                    line += &format!(", without {}", p.given_up.join("; "));
+                }
                 hv::log!(Notice, "{line}");
                 notify.ready(&line);
                 return;
             }
-            Ok((Ok(w), _)) => {
-                let now = format!("waiting for {}", w.join(", "));
-                if now != said {
-                    notify.status(&now);
-                    said = now;
-                }
+            let now = format!("waiting for {}", p.waiting.join(", "));
+            if now != said {
+                notify.status(&now);
+                said = now;
             }
-            Ok((Err(e), _)) => {
-                hv::log!(Error, "the topology cannot come up: {e}");
-                notify.stopping(&format!("the topology cannot come up: {e}"));
-                hv.shutdown();
-                return;
-            }
-            Err(_) => {}
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -190,7 +189,7 @@ fn watch_signals(
     let (hv2, sup) = (hv.clone(), sup.clone());
     hv.spawn_guarded("hv-signals".into(), None, move || loop {
         match sigs.wait() {
-            Ok(libc::SIGHUP) => reload(&sup, &notify),
+            Ok(libc::SIGHUP) => reload(&hv2, &sup, &notify),
             Ok(sig) if sig == libc::SIGTERM || sig == libc::SIGINT => {
                 let name = if sig == libc::SIGTERM {
                     "SIGTERM"
@@ -215,29 +214,36 @@ fn watch_signals(
 }
 
 /// SIGHUP: the topology file, applied again (`RELOADING=1` meanwhile, then
-/// `READY=1` whether it applied or was refused, which the log says).
-fn reload(sup: &Arc<Supervisor>, notify: &Lifecycle) {
-    if !notify.is_built() {
+/// `READY=1` whether it applied or was refused, which the log says), on a
+/// thread of its own so that SIGTERM is taken at once meanwhile.
+fn reload(hv: &Arc<Hypervisor>, sup: &Arc<Supervisor>, notify: &Arc<Lifecycle>) {
+    if !notify.is_up() {
         hv::log!(
             Warning,
-            "SIGHUP during start-up: nothing applied; send it once hv is up"
+            "SIGHUP before the topology is up: nothing applied; send it again later"
         );
         return;
     }
-    notify.reloading("SIGHUP: applying the topology file again");
-    let status = match sup.apply(None, false, &[]) {
-        Ok(plan) => {
-            for line in plan.lines() {
-                hv::log!(Notice, "SIGHUP: {line}");
+    let (sup, n) = (sup.clone(), notify.clone());
+    let started = hv.spawn_guarded("hv-reload".into(), None, move || {
+        n.reloading("SIGHUP: applying the topology file again");
+        let status = match sup.apply(None, false, &[]) {
+            Ok(plan) => {
+                for line in plan.lines() {
+                    hv::log!(Notice, "SIGHUP: {line}");
+                }
+                format!("applied: {}", plan.lines().collect::<Vec<_>>().join("; "))
             }
-            format!("applied: {}", plan.lines().collect::<Vec<_>>().join("; "))
-        }
-        Err(e) => {
-            hv::log!(Error, "SIGHUP: {e}");
-            format!("the topology file was not applied: {}", e.message)
-        }
-    };
-    notify.ready(&status);
+            Err(e) => {
+                hv::log!(Error, "SIGHUP: {e}");
+                format!("the topology file was not applied: {}", e.message)
+            }
+        };
+        n.ready(&status);
+    });
+    if let Err(e) = started {
+        hv::log!(Error, "SIGHUP: {e}");
+    }
 }
 
 /// Serves toolstack connections on `listener`, for root in hv's own
@@ -294,6 +300,7 @@ struct Lifecycle {
     stopping: std::sync::atomic::AtomicBool,
     signalled: std::sync::atomic::AtomicBool,
     built: std::sync::atomic::AtomicBool,
+    ready: std::sync::atomic::AtomicBool,
 }
 
 impl Lifecycle {
@@ -303,6 +310,7 @@ impl Lifecycle {
             stopping: Default::default(),
             signalled: Default::default(),
             built: Default::default(),
+            ready: Default::default(),
         }
     }
 
@@ -323,6 +331,7 @@ impl Lifecycle {
     }
 
     fn ready(&self, s: &str) {
+        self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
         self.tell("READY=1", |n| n.ready(s));
     }
 
@@ -335,8 +344,10 @@ impl Lifecycle {
         self.built.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    fn is_built(&self) -> bool {
-        self.built.load(std::sync::atomic::Ordering::SeqCst)
+    /// Up: built, and `READY=1` sent if a service manager waits for it.
+    fn is_up(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.built.load(Ordering::SeqCst) && (!self.wanted() || self.ready.load(Ordering::SeqCst))
     }
 
     /// `STOPPING=1`, once.

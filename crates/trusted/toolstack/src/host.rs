@@ -6,6 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use sys::signals::SpawnUnblocked;
 
 /// hv's control socket inside run directory `run_dir`.
 pub fn socket_path(run_dir: &Path) -> PathBuf {
@@ -115,7 +116,7 @@ pub fn run(cmd: &str, args: &[&str]) -> io::Result<String> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn();
+        .spawn_unblocked();
     drop(guard);
     let out = child
         .and_then(|c| c.wait_with_output())

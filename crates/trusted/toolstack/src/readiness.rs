@@ -11,6 +11,32 @@ use serde_json::Value;
 /// bridged. An error names a vif whose driver domain gave it up (a quota
 /// ran out): it will not connect however long one waits.
 pub fn waiting_for(topo: &Topology, v: &Value) -> Result<Vec<String>, String> {
+    let p = progress(topo, v);
+    match p.given_up.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(p.waiting),
+    }
+}
+
+/// What is still to come up, and what never will.
+#[derive(Debug, Default, PartialEq)]
+pub struct Progress {
+    /// Not up yet.
+    pub waiting: Vec<String>,
+    /// Vifs their driver domain gave up, each with the reason.
+    pub given_up: Vec<String>,
+}
+
+/// Status `v` against `topo`: what [`waiting_for`] waits for, and every vif
+/// given up (a service is up without them, degraded: what a domain writes
+/// in the store must not stop hv).
+pub fn progress(topo: &Topology, v: &Value) -> Progress {
+    let mut given_up = Vec::new();
+    let waiting = pending(topo, v, &mut given_up);
+    Progress { waiting, given_up }
+}
+
+fn pending(topo: &Topology, v: &Value, given_up: &mut Vec<String>) -> Vec<String> {
     let doms = v["domains"].as_array().cloned().unwrap_or_default();
     let vifs = v["vifs"].as_array().cloned().unwrap_or_default();
     let mut out: Vec<String> = topo
@@ -36,7 +62,8 @@ pub fn waiting_for(topo: &Topology, v: &Value) -> Result<Vec<String>, String> {
         let (fe, be) = (&x["frontend_state"], &x["backend_state"]);
         if let (Some(why), "Closed") = (x["disconnect_reason"].as_str(), be.as_str().unwrap_or(""))
         {
-            return Err(format!("{name}: {} gave it up: {why}", want.backend));
+            given_up.push(format!("{name}: {} gave it up: {why}", want.backend));
+            continue;
         }
         if fe != "Connected" || be != "Connected" {
             out.push(format!(
@@ -73,7 +100,7 @@ pub fn waiting_for(topo: &Topology, v: &Value) -> Result<Vec<String>, String> {
             out.push(format!("the port of {} to wire host {}", w.driver, w.name));
         }
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
@@ -110,6 +137,17 @@ mod tests {
         assert_eq!(
             waiting_for(&t, &v).unwrap_err(),
             "vif 0 of guest2 on drv: drv gave it up: quota: x"
+        );
+        // hv, as a service, is up without the vif given up, and says so.
+        let port = json!({"domain": "drv", "name": "peth0", "peer": "wire:eth0", "open": true});
+        let mut degraded = v.clone();
+        degraded["ports"] = json!([port]);
+        assert_eq!(
+            progress(&t, &degraded),
+            Progress {
+                waiting: vec![],
+                given_up: vec!["vif 0 of guest2 on drv: drv gave it up: quota: x".into()],
+            }
         );
         // Every vif connected: up waits on until the wire host's port is open.
         let port = |open: bool| json!({"domain": "drv", "name": "peth0", "peer": "wire:eth0", "open": open});

@@ -54,13 +54,10 @@ impl<'a> Store<'a> {
             _ => None,
         }
     }
-    /// Creates directory `path` if it is missing, owned by the toolstack
-    /// and readable by domain `reader` only; an existing one is left as
-    /// it is.
+    /// Makes directory `path` (or keeps it) owned by the toolstack and
+    /// readable by domain `reader` only, even when the domain made it
+    /// first (it owns its home, so it could have).
     fn mkdir_read_only(&mut self, path: &str, reader: DomId) -> Result<(), String> {
-        if self.read(path).is_some() {
-            return Ok(());
-        }
         self.call(Request::StoreMkdir { path: path.into() })?;
         self.set_perms(path, &["n0".to_string(), format!("r{reader}")])
     }
@@ -102,7 +99,9 @@ pub fn setup_vif(ts: &mut Store<'_>, v: &VifConfig, g: DomId, b: DomId) -> Resul
     let fe = xenbus::frontend_path(g, v.handle);
     let be = xenbus::backend_path(b, g, v.handle);
     // A frontend directory re-pointed at a restarted driver domain keeps
-    // its attachment; a new one gets a new attachment.
+    // its attachment; a new one gets a new attachment. The value is opaque
+    // and each end compares only its own directory's: a guest that rewrites
+    // its own confuses only itself.
     let attach = ts
         .read(&format!("{fe}/{}", keys::ATTACH))
         .filter(|a| !a.is_empty())
@@ -287,12 +286,6 @@ mod tests {
             .create_domain(DomainSpec::new("guest1", "guest", 64, 4))
             .unwrap();
         let v = crate::topology::Topology::default_topology().vifs()[0].clone();
-        let mut ts = Store::new(&hv);
-        setup_vif(&mut ts, &v, g, b).unwrap();
-        let (fe, be) = (
-            xenbus::frontend_path(g, v.handle),
-            xenbus::backend_path(b, g, v.handle),
-        );
         let write = |who: DomId, path: String| {
             let req = Request::StoreWrite {
                 path,
@@ -300,6 +293,19 @@ mod tests {
             };
             matches!(hv.handle(who, req).0, Ok(Reply::Done))
         };
+        // The guest owns its home, so it can make its device tree first.
+        let junk = format!("/local/domain/{g}/device/vif/7/x");
+        assert!(write(g, junk.clone()));
+        let mut ts = Store::new(&hv);
+        setup_vif(&mut ts, &v, g, b).unwrap();
+        assert!(
+            !write(g, junk.replace("/7/", "/8/")),
+            "the tree is not the guest's now"
+        );
+        let (fe, be) = (
+            xenbus::frontend_path(g, v.handle),
+            xenbus::backend_path(b, g, v.handle),
+        );
         let first = ts.read(&format!("{fe}/{}", keys::ATTACH)).unwrap();
         assert!(
             write(g, format!("{fe}/stats")),

@@ -10,6 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use sys::signals::SpawnUnblocked;
 
 /// Where a script named without a `/` is looked for (only there: never
 /// through `PATH`); `SPLITNET_SCRIPT_DIR` in hv's environment overrides it.
@@ -121,7 +122,7 @@ pub fn run(call: &ScriptCall<'_>, scratch: &Path) -> Result<(), String> {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err_file)
-            .spawn()
+            .spawn_unblocked()
     };
     let what = format!("hotplug script {} {}", file.display(), call.command);
     let mut child = spawned.map_err(|e| format!("{what}: cannot start `ip netns exec`: {e}"))?;

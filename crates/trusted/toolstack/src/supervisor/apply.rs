@@ -29,6 +29,7 @@ impl Supervisor {
             .map_err(|_| fail(ErrorKind::InUse, "another apply is under way"))?;
         let hv = self.hv()?;
         let old = self.topo().clone();
+        let given = text.is_some();
         let new = self.applied(text, &old, restart)?;
         let plan = apply::plan(&old, &new, restart);
         if !plan.refused.is_empty() {
@@ -47,7 +48,14 @@ impl Supervisor {
             return Err(e);
         }
         hv.set_info("topology", &new.name);
-        Ok(plan.text())
+        let mut said = plan.text();
+        if let (true, Some(p)) = (given, &self.source.path) {
+            said += &format!(
+                "(hv's own file {} still describes the topology it had: SIGHUP or `splitnet apply` without --config goes back to it)\n",
+                p.display()
+            );
+        }
+        Ok(said)
     }
 
     /// The topology `text` (or the daemon's file) describes, tuned as the
@@ -93,28 +101,34 @@ impl Supervisor {
         for (i, step) in plan.steps.iter().enumerate() {
             hv::log!(Notice, "apply: {}", step.describe());
             if let Err(e) = self.step(hv, step, old) {
-                hv::log!(
-                    Error,
-                    "apply: {}: {e}; undoing the steps before it",
-                    step.describe()
-                );
-                *self.topology.write().unwrap_or_else(|p| p.into_inner()) = old.clone();
-                for done in plan.steps[..i].iter().rev() {
-                    if let Err(u) = self.undo(hv, done, old) {
-                        hv::log!(Error, "apply: undoing {}: {u}", done.describe());
-                    }
-                }
+                let what = step.describe();
+                hv::log!(Error, "apply: {what}: {e}; undoing the steps before it");
+                let undone = self.undo_all(hv, &plan.steps[..i], old);
                 return Err(HvError::new(
                     e.kind,
-                    format!(
-                        "{}: {}; the steps before it were undone",
-                        step.describe(),
-                        e.message
-                    ),
+                    format!("{what}: {}; {undone}", e.message),
                 ));
             }
         }
         Ok(())
+    }
+
+    /// Undoes `done` in reverse with the old topology running again; says
+    /// whether every undo succeeded.
+    fn undo_all(self: &Arc<Self>, hv: &Arc<Hypervisor>, done: &[Step], old: &Topology) -> String {
+        *self.topology.write().unwrap_or_else(|p| p.into_inner()) = old.clone();
+        let mut failed = Vec::new();
+        for step in done.iter().rev() {
+            if let Err(u) = self.undo(hv, step, old) {
+                hv::log!(Error, "apply: undoing {}: {u}", step.describe());
+                failed.push(format!("undoing {}: {u}", step.describe()));
+            }
+        }
+        if failed.is_empty() {
+            "the steps before it were undone".into()
+        } else {
+            format!("undoing the steps before it failed: {}", failed.join("; "))
+        }
     }
 
     fn step(self: &Arc<Self>, hv: &Arc<Hypervisor>, step: &Step, old: &Topology) -> HvResult<()> {

@@ -15,6 +15,7 @@ use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+use sys::signals::SpawnUnblocked;
 use sys::SeqPacket;
 
 impl Supervisor {
@@ -134,7 +135,7 @@ impl Supervisor {
         if let Some(c) = d.cpu {
             sys::pin_on_exec(&mut cmd, c).map_err(|e| format!("pinning to core {c}: {e}"))?;
         }
-        let r = cmd.spawn();
+        let r = cmd.spawn_unblocked();
         drop(sock); // the child holds the only other copy now
         if let Some(userns) = container.as_ref().and_then(|c| c.userns.as_ref()) {
             sys::set_inheritable(userns.as_fd(), false).map_err(|e| e.to_string())?;
@@ -288,7 +289,7 @@ impl Supervisor {
                     .args(["--ports-in-vmm", bit(e.ports_in_vmm)])
                     .args(["--irq-bitvector", bit(e.irq_bitvector)])
                     .env(ENV_VMAPP_FDS, inherit(&fds)?);
-                let r = cmd.spawn();
+                let r = cmd.spawn_unblocked();
                 drop((pool, link));
                 r
             }
@@ -301,7 +302,7 @@ impl Supervisor {
                     .args(["--poll-us", &e.hvm_poll_us.unwrap_or(0).to_string()])
                     .args(["--wake", e.hvm_wake.as_str()])
                     .env(ENV_HVM_DM_FD, inherit(&[sock.as_fd()])?);
-                let r = cmd.spawn();
+                let r = cmd.spawn_unblocked();
                 drop(sock);
                 r
             }

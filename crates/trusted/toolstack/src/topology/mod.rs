@@ -449,6 +449,8 @@ impl Topology {
         Ok(())
     }
 
+    /// The wire host: a name of its own, a driver domain that exists and is
+    /// one, and well-formed addresses.
     fn check_wire(&self, w: &WireConfig, domain_names: &HashSet<&str>) -> Result<(), String> {
         check_name("wire", &w.name)?;
         if domain_names.contains(w.name.as_str()) {

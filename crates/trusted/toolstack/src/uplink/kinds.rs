@@ -9,6 +9,7 @@ use std::fs;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use sys::signals::SpawnUnblocked;
 
 pub(super) fn err(e: std::io::Error) -> String {
     e.to_string()
@@ -398,7 +399,7 @@ fn nft_script(rules: &str) -> Result<(), String> {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
+            .spawn_unblocked()
     };
     let mut child = child.map_err(|e| format!("nft: {e} (is nftables installed?)"))?;
     if let Some(mut i) = child.stdin.take() {

@@ -14,6 +14,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use sys::signals::SpawnUnblocked;
 
 /// How long a daemon may take to be ready (zebra reads the whole kernel
 /// state first; a loaded machine takes longer).
@@ -77,7 +78,7 @@ impl Daemon {
                 .stdin(Stdio::null())
                 .stdout(log)
                 .stderr(log2)
-                .spawn()
+                .spawn_unblocked()
         };
         let mut child =
             child.map_err(|e| format!("{}: {e} (is {} installed?)", self.name, self.package))?;
@@ -267,7 +268,7 @@ impl Keeper {
                 .stderr(log2)
                 // Not in hv's process group: what kills hv's group spares it.
                 .process_group(0)
-                .spawn()
+                .spawn_unblocked()
                 .map_err(|e| format!("starting the uplink keeper ({}): {e}", exe.display()))?
         };
         let pipe = child.stdin.take();
