@@ -41,18 +41,8 @@ fn report(what: &str, h: &Value) {
 fn everything(env: &Env, hvm_keys: &str, label: &str, secs: u32, mib: u32) -> Value {
     up(env, hvm_keys);
     env.ping_guest1_all_ways();
-    // Polled every 5 ms, the NIC moves frames only on ticks: a few hundred
-    // KB a second on this kind of machine (the bench measures it); woken
-    // by each frame, megabytes. Either way the download below is checked
-    // byte for byte.
-    let min = if hvm_keys.contains("hvm_rx = \"poll\"") {
-        1e5
-    } else {
-        1e6
-    };
-    let path = ("wire", "10.77.0.254", "guest1");
-    let tx = iperf_at_least(env, path, false, secs, min) * 1000.0;
-    let rx = iperf_at_least(env, path, true, secs, min) * 1000.0;
+    let tx = iperf(env, "wire", "10.77.0.254", "guest1", false, secs) * 1000.0;
+    let rx = iperf(env, "wire", "10.77.0.254", "guest1", true, secs) * 1000.0;
     let http = http_fetch_mib(env, mib);
     let g2 = env.guest2_unaffected();
     let h = hvm(env);
