@@ -50,8 +50,6 @@ pub(crate) fn set_offloads(tap: &Tap, nf: &Netfront) -> Result<()> {
 pub struct TapNetfront {
     nf: Option<Netfront>,
     tap: Tap,
-    /// The TAP's MAC: the vif's, as the toolstack gave it.
-    mac: String,
     /// When the groups were last looked at.
     upkeep_at: Option<Instant>,
     /// When they are to be looked at again soon (see [`RECHECK_AFTER`]).
@@ -119,11 +117,9 @@ impl TapNetfront {
     }
 
     fn start(hv: &mut HvClient, nf: Netfront, tap: Tap, managed: bool) -> Result<TapNetfront> {
-        let mac = nf.info.mac.clone();
         let mut t = TapNetfront {
             nf: Some(nf),
             tap,
-            mac,
             upkeep_at: None,
             recheck_at: None,
             upkeep_rounds: 0,
@@ -211,15 +207,12 @@ impl TapNetfront {
     pub fn reconnect(&mut self, hv: &mut HvClient, nf: Netfront) -> Result<()> {
         self.release(hv, "replaced");
         set_offloads(&self.tap, &nf)?;
-        // A container's link settings are the toolstack's, the same for the
-        // attachment's whole life.
+        // The same attachment, so the same MAC: a device the toolstack
+        // replaced under the same handle is a new attachment, which the
+        // guest takes for a new device (a new TAP). A container's link
+        // settings are the toolstack's for the attachment's whole life.
         if !self.managed {
             let name = self.tap.name().to_string();
-            if nf.info.mac != self.mac {
-                // A device the toolstack replaced under the same handle.
-                run_ip(&["link", "set", &name, "address", &nf.info.mac])?;
-                self.mac = nf.info.mac.clone();
-            }
             run_ip(&["link", "set", &name, "mtu", &nf.info.mtu.to_string()])?;
         }
         self.nf = Some(nf);

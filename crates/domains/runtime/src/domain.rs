@@ -440,7 +440,7 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>, ep: &sys::E
     while i < vifs.len() {
         // A handle detached and attached again between two looks is listed
         // still, as a new attachment: the old device goes, the new comes.
-        if listed.contains(&vifs[i].handle) && attachment(hv, &vifs[i].dev) == vifs[i].attach {
+        if listed.contains(&vifs[i].handle) && hv.read_attachment(&vifs[i].dev) == vifs[i].attach {
             i += 1;
         } else {
             let mut gone = vifs.swap_remove(i);
@@ -458,7 +458,7 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>, ep: &sys::E
         }
         vifs.push(GuestVif {
             handle: h,
-            attach: attachment(hv, &dev),
+            attach: hv.read_attachment(&dev),
             dev,
             backend: String::new(),
             nic: None,
@@ -478,12 +478,6 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>, ep: &sys::E
             v.backend_changed(hv);
         }
     }
-}
-
-/// The attachment frontend directory `dev` belongs to ("" if unreadable).
-fn attachment(hv: &mut HvClient, dev: &str) -> String {
-    hv.store_read_str(&format!("{dev}/{}", abi::xenbus::keys::ATTACH))
-        .unwrap_or_default()
 }
 
 /// A guest: netfront for each of its vifs, until hv goes away. vifs come

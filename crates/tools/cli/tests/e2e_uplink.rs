@@ -38,14 +38,6 @@ fn in_lan(args: &[&str]) -> String {
     sh("ip", &a)
 }
 
-fn sha256(path: &Path) -> String {
-    sh("sha256sum", &[path.to_str().unwrap()])
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
-}
-
 /// Whether a TCP socket listens on `port` in the LAN.
 fn lan_listening(port: u16) -> bool {
     let want = format!(":{port:04X} ");

@@ -4,14 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The SHA-256 of `path` (sha256sum), as hex.
+/// The SHA-256 of `path` (sha256sum), as hex; panics without one (a
+/// missing file must not compare equal to another missing file).
 pub fn sha256(path: &Path) -> String {
     let o = Command::new("sha256sum").arg(path).output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
+    let digest = String::from_utf8_lossy(&o.stdout)
         .split_whitespace()
         .next()
-        .unwrap_or("")
-        .to_string()
+        .map(str::to_string);
+    digest.unwrap_or_else(|| panic!("sha256sum {}: no digest", path.display()))
 }
 
 /// curl's argv that fetches `url` into `out`, retrying while the server

@@ -44,9 +44,6 @@ struct Args {
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut a = Args::default();
     while let Some(opt) = argv.next() {
-        if opt == "--help" || opt == "-h" {
-            return Err(USAGE.to_string());
-        }
         let (name, inline) = match opt.split_once('=') {
             Some((n, v)) => (n.to_string(), Some(v.to_string())),
             None => (opt.clone(), None),

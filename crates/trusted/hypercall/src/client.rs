@@ -503,6 +503,12 @@ impl HvClient {
         s.parse()
             .map_err(|e| HvError::new(ErrorKind::Invalid, format!("{path}: {e}")))
     }
+    /// `<dev>/splitnet-attach`: which attachment of its handle a vif
+    /// directory belongs to ("" if unreadable).
+    pub fn read_attachment(&mut self, dev: &str) -> String {
+        self.store_read_str(&format!("{dev}/{}", abi::xenbus::keys::ATTACH))
+            .unwrap_or_default()
+    }
     /// Waits (through a watch) until `<dev>/state` satisfies `want`. Other
     /// watches that fire meanwhile are kept for [`HvClient::next_watch`].
     pub fn wait_state(

@@ -19,12 +19,15 @@ impl<'a> Store<'a> {
     pub fn new(hv: &'a Arc<Hypervisor>) -> Store<'a> {
         Store { hv }
     }
-    fn call(&mut self, req: Request) -> Result<(), String> {
+    /// hv's reply to `req`, made as the toolstack.
+    fn ask(&mut self, req: Request) -> Result<hv::proto::Reply, String> {
         self.hv
             .handle(hv::proto::DOMID_TOOLSTACK, req)
             .0
-            .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+    fn call(&mut self, req: Request) -> Result<(), String> {
+        self.ask(req).map(|_| ())
     }
     /// Writes `value` at `path`.
     pub fn write(&mut self, path: &str, value: &str) -> Result<(), String> {
@@ -42,14 +45,7 @@ impl<'a> Store<'a> {
     }
     /// The value at `path`, if there is one and it is text.
     pub fn read(&mut self, path: &str) -> Option<String> {
-        match self
-            .hv
-            .handle(
-                hv::proto::DOMID_TOOLSTACK,
-                Request::StoreRead { path: path.into() },
-            )
-            .0
-        {
+        match self.ask(Request::StoreRead { path: path.into() }) {
             Ok(hv::proto::Reply::Value(v)) => String::from_utf8(v).ok(),
             _ => None,
         }
@@ -75,14 +71,7 @@ impl<'a> Store<'a> {
             perms: perms.to_vec(),
         };
         self.call(set(path))?;
-        let children = match self
-            .hv
-            .handle(
-                hv::proto::DOMID_TOOLSTACK,
-                Request::StoreDirectory { path: path.into() },
-            )
-            .0
-        {
+        let children = match self.ask(Request::StoreDirectory { path: path.into() }) {
             Ok(hv::proto::Reply::List(l)) => l,
             _ => Vec::new(),
         };

@@ -76,6 +76,17 @@ struct State {
     reaps: HashMap<String, u64>,
 }
 
+impl State {
+    /// Domain `name` is gone for good: its starts, reaps, intent and
+    /// crashes are forgotten (a later domain of that name starts afresh).
+    fn forget_domain(&mut self, name: &str) {
+        self.starts.remove(name);
+        self.reaps.remove(name);
+        self.intents.remove(name);
+        self.crashes.remove(name);
+    }
+}
+
 /// The daemon's supervisor; hv calls it for the toolstack requests that
 /// need processes (see [`crate::core::Supervisor`]).
 pub struct Supervisor {
@@ -153,6 +164,36 @@ impl Supervisor {
             .filter(|v| v.guest == name)
             .cloned()
             .collect()
+    }
+
+    /// Waits on [`Supervisor::changed`] while `pending` holds, for at most
+    /// `limit` and until `give_up`: the state once `pending` stopped
+    /// holding, or None.
+    fn wait_changed(
+        &self,
+        limit: Duration,
+        mut pending: impl FnMut(&State) -> bool,
+        give_up: impl Fn() -> bool,
+    ) -> Option<MutexGuard<'_, State>> {
+        let deadline = Instant::now() + limit;
+        let mut st = self.lock();
+        while pending(&st) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || give_up() {
+                return None;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Some(st)
+    }
+
+    /// Makes `t` the running topology.
+    fn set_topology(&self, t: Topology) {
+        *self.topology.write().unwrap_or_else(|p| p.into_inner()) = t;
     }
 
     /// The running topology.
@@ -610,23 +651,20 @@ impl Supervisor {
             .intents
             .insert(name.to_string(), Intent::Restart);
         hv.destroy_domain(old, "restarted by the toolstack");
-        let deadline = Instant::now() + HANDSHAKE;
-        let mut st = self.lock();
-        while st.starts.get(name).copied().unwrap_or(0) == starts {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || hv.is_shutting_down() {
-                return Err(fail(
-                    ErrorKind::Internal,
-                    format!("domain {name} did not come back (see its log)"),
-                ));
-            }
-            st = self
-                .changed
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+        // Only whether it came back: the state's lock goes at once.
+        let back = self
+            .wait_changed(
+                HANDSHAKE,
+                |st| st.starts.get(name).copied().unwrap_or(0) == starts,
+                || hv.is_shutting_down(),
+            )
+            .is_some();
+        if !back {
+            return Err(fail(
+                ErrorKind::Internal,
+                format!("domain {name} did not come back (see its log)"),
+            ));
         }
-        drop(st);
         for v in self.running_vifs(&hv, name) {
             self.wait_connected(&hv, &v)?;
         }

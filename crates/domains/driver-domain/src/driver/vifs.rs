@@ -52,7 +52,7 @@ pub(super) fn rescan(
     // A handle detached and attached again between two looks is a new
     // attachment in the same directory: the old vif goes, the new is probed.
     let wanted = |hv: &mut HvClient, be: &str, attach: &str| {
-        hv.read_state(be).is_ok() && online(hv, be) && netback::attachment(hv, be) == attach
+        hv.read_state(be).is_ok() && online(hv, be) && hv.read_attachment(be) == attach
     };
     for (i, v) in vifs.iter_mut().enumerate().filter(|(_, v)| !v.gone) {
         if !wanted(hv, &v.nb.be, &v.nb.attach) {

@@ -145,12 +145,6 @@ pub fn give_up(hv: &mut HvClient, be: &str, e: &NetbackError) {
     let _ = hv.switch_state(be, XenbusState::Closed);
 }
 
-/// The attachment backend directory `be` belongs to ("" if unreadable).
-pub fn attachment(hv: &mut HvClient, be: &str) -> String {
-    hv.store_read_str(&format!("{be}/{}", keys::ATTACH))
-        .unwrap_or_default()
-}
-
 fn proto(msg: impl Into<String>) -> NetbackError {
     NetbackError::Protocol(msg.into())
 }
@@ -472,7 +466,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     opts.ip = opts.ip.map(|f| f.with_mac(mac));
     Ok(Pending {
         guest,
-        attach: attachment(hv, be),
+        attach: hv.read_attachment(be),
         be: be.to_string(),
         fe,
         index,
@@ -662,7 +656,7 @@ impl Netback {
         self.rx_slab.clear();
         // The guest's pool is unmapped: nothing of it stays reachable.
         self.ngm = None;
-        if hv.read_state(&self.be).is_err() || attachment(hv, &self.be) != self.attach {
+        if hv.read_state(&self.be).is_err() || hv.read_attachment(&self.be) != self.attach {
             // The toolstack removed the directory, or it belongs to a new
             // attachment now: nothing to tell.
             return;

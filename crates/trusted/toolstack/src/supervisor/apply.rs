@@ -42,9 +42,9 @@ impl Supervisor {
         if dry_run || plan.steps.is_empty() {
             return Ok(plan.text());
         }
-        *self.topology.write().unwrap_or_else(|p| p.into_inner()) = new.clone();
+        self.set_topology(new.clone());
         if let Err(e) = self.carry_out(&hv, &plan, &old) {
-            *self.topology.write().unwrap_or_else(|p| p.into_inner()) = old;
+            self.set_topology(old);
             return Err(e);
         }
         hv.set_info("topology", &new.name);
@@ -116,7 +116,7 @@ impl Supervisor {
     /// Undoes `done` in reverse with the old topology running again; says
     /// whether every undo succeeded.
     fn undo_all(self: &Arc<Self>, hv: &Arc<Hypervisor>, done: &[Step], old: &Topology) -> String {
-        *self.topology.write().unwrap_or_else(|p| p.into_inner()) = old.clone();
+        self.set_topology(old.clone());
         let mut failed = Vec::new();
         for step in done.iter().rev() {
             if let Err(u) = self.undo(hv, step, old) {
@@ -206,13 +206,7 @@ impl Supervisor {
         for v in &self.vifs_of(name) {
             self.forget(hv, v);
         }
-        {
-            let mut st = self.lock();
-            st.starts.remove(name);
-            st.reaps.remove(name);
-            st.intents.remove(name);
-            st.crashes.remove(name);
-        }
+        self.lock().forget_domain(name);
         if host::our_netns().contains(&host::netns_name(name)) {
             drop_netns(&self.uplinks, name);
         }

@@ -9,7 +9,9 @@
 //! routes are the caller's (the runtime's IPAM). Restarting its driver
 //! domain reconnects it as any guest.
 
-use super::{fail, home_of, state_of, vif_info_key, wait_until, Intent, Supervisor, HANDSHAKE};
+use super::{
+    fail, home_of, state_of, vif_info_key, wait_until, Intent, State, Supervisor, HANDSHAKE,
+};
 use crate::sandbox::{self, Sandbox};
 use crate::store::Store;
 use crate::topology::{DomainConfig, VifConfig, GUEST_MIN_FRAMES};
@@ -214,22 +216,13 @@ impl Supervisor {
         let hv = self.hv()?;
         let name = attachment_name(id, ifname);
         let mine = |c: &Container| c.id == id && c.ifname == ifname;
-        let mut st = self.lock();
-        let deadline = std::time::Instant::now() + 3 * HANDSHAKE;
-        while st.containers.iter().any(|c| mine(c) && c.building) {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(fail(
-                    ErrorKind::InUse,
-                    format!("the ADD of {ifname} of container {id} is still under way"),
-                ));
-            }
-            st = self
-                .changed
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        let building = |st: &State| st.containers.iter().any(|c| mine(c) && c.building);
+        let Some(st) = self.wait_changed(3 * HANDSHAKE, building, || false) else {
+            return Err(fail(
+                ErrorKind::InUse,
+                format!("the ADD of {ifname} of container {id} is still under way"),
+            ));
+        };
         let known = st.containers.iter().any(mine);
         drop(st);
         if known {
@@ -278,10 +271,7 @@ impl Supervisor {
                 hv.remove_info(&vif_info_key(v));
             }
             st.vifs.retain(|v| v.guest != name);
-            st.starts.remove(name);
-            st.reaps.remove(name);
-            st.intents.remove(name);
-            st.crashes.remove(name);
+            st.forget_domain(name);
             let i = st.containers.iter().position(|c| c.name == name);
             i.map(|i| st.containers.remove(i))
         };
