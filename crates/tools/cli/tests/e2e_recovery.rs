@@ -119,15 +119,8 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
         return;
     };
     env.ok(&["up"]);
-    // Both ends publish their counters within a second of connecting;
-    // the reference point is after that.
-    wait_until("every vif's counters", Duration::from_secs(5), || {
-        let st = env.status();
-        ["guest1", "guest2"].iter().all(|g| {
-            !vif(&st, g)["counters"].is_null() && !vif(&st, g)["frontend_counters"].is_null()
-        })
-    });
-    let before = env.status();
+    let held = env.settled();
+    let before = &held.status;
     let out = env.ok(&["network-attach", "guest1"]);
     assert!(out.contains("vif 1 connected as eth1"), "{out}");
     env.ok(&[
@@ -188,16 +181,15 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
     });
     let o = env.splitnet(&["network-detach", "guest1", "1"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("guest1 has no vif 1"));
-    let after = env.status();
+    let now = env.snapshot();
+    let after = &now.status;
     assert_eq!(after["vifs"].as_array().unwrap().len(), 2);
     for d in ["guest1", "guest2", "drv"] {
         for k in ["event_channels", "grant_maps"] {
-            assert_eq!(domain(&after, d)[k], domain(&before, d)[k], "{d} {k}");
+            assert_eq!(domain(after, d)[k], domain(before, d)[k], "{d} {k}");
         }
     }
-    for k in ["store_nodes", "grant_pins", "watches"] {
-        assert_eq!(after[k], before[k], "{k}");
-    }
+    now.assert_holds_as(&held);
     // Every grant the detached vifs made under the new mechanism is revoked.
     let live = |st: &Value| -> u64 {
         st["ngm_tables"]
@@ -207,7 +199,7 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
             .map(|t| t["created"].as_u64().unwrap() - t["revoked"].as_u64().unwrap())
             .sum()
     };
-    assert_eq!(live(&after), live(&before), "live grants");
+    assert_eq!(live(after), live(before), "live grants");
     env.ping("guest1", "10.77.0.2", 3);
     env.ok(&["down"]);
     assert_nothing_left();
@@ -263,7 +255,8 @@ fn a_vif_replaced_while_its_guest_could_not_look_is_a_new_device() {
         return;
     };
     env.ok(&["up"]);
-    let before = env.status();
+    let held = env.settled();
+    let before = &held.status;
     env.ok(&["network-attach", "guest1", "--mac", "00:16:3e:00:00:a1"]);
     env.ok(&["network-attach", "guest2", "--mac", "00:16:3e:00:00:b1"]);
     let old = ifindex("guest1", "eth1");
@@ -303,14 +296,12 @@ fn a_vif_replaced_while_its_guest_could_not_look_is_a_new_device() {
     env.ping("guest1", "10.78.0.2", 3);
     env.ok(&["network-detach", "guest1", "1"]);
     env.ok(&["network-detach", "guest2", "1"]);
-    let after = env.status();
+    let now = env.snapshot();
     for d in ["guest1", "guest2", "drv"] {
         for k in ["event_channels", "grant_maps"] {
-            assert_eq!(domain(&after, d)[k], domain(&before, d)[k], "{d} {k}");
+            assert_eq!(domain(&now.status, d)[k], domain(before, d)[k], "{d} {k}");
         }
     }
-    for k in ["store_nodes", "grant_pins", "watches"] {
-        assert_eq!(after[k], before[k], "{k}");
-    }
+    now.assert_holds_as(&held);
     env.ping("guest1", "10.77.0.2", 3);
 }

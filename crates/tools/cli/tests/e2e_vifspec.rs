@@ -296,15 +296,7 @@ fn failing_scripts_leave_nothing(env: &Env, hang: &std::path::Path) {
         }
         v
     };
-    // Both ends publish their counters within a second of connecting;
-    // the reference point is after that.
-    wait_until("every vif's counters", Duration::from_secs(5), || {
-        let st = env.status();
-        ["guest1", "guest2"].iter().all(|g| {
-            !vif(&st, g)["counters"].is_null() && !vif(&st, g)["frontend_counters"].is_null()
-        })
-    });
-    let before = held(&env.status());
+    let before = held(&env.settled().status);
     let o = env.splitnet(&["network-attach", "guest1", "script=vif-fail"]);
     fails_with(&o, "failed (exit status 3): vif-fail: no bridge for vif");
     assert_eq!(network_list(env, "guest1").len(), 1);

@@ -60,6 +60,77 @@ impl Env {
     pub fn status(&self) -> Value {
         serde_json::from_str(&self.ok(&["status", "--json"])).expect("status --json is JSON")
     }
+
+    /// The reference point for "nothing left behind": `status --json` and
+    /// the store's tree once every domain has published what it publishes
+    /// on its own clock (each vif's counters from both ends, each driver
+    /// domain's bridge stats, every half second). A snapshot taken earlier
+    /// would count a first publication as a leak.
+    pub fn settled(&self) -> Snapshot {
+        let status = wait_until(
+            "every domain's first counters",
+            std::time::Duration::from_secs(10),
+            || {
+                let st = self.status();
+                let vifs = st["vifs"].as_array().cloned().unwrap_or_default();
+                let drivers = st["domains"].as_array().cloned().unwrap_or_default();
+                let published = |d: &Value| {
+                    st["bridges"]
+                        .as_array()
+                        .is_some_and(|b| b.iter().any(|b| b["domain"] == d["name"]))
+                };
+                let ready = vifs
+                    .iter()
+                    .all(|v| !v["counters"].is_null() && !v["frontend_counters"].is_null())
+                    && drivers
+                        .iter()
+                        .filter(|d| d["kind"] == "driver")
+                        .all(published);
+                ready.then_some(st)
+            },
+        );
+        Snapshot {
+            status,
+            tree: self.ok(&["store-ls"]),
+        }
+    }
+
+    /// The same now, with no waiting: what a test compares with [`Env::settled`].
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            status: self.status(),
+            tree: self.ok(&["store-ls"]),
+        }
+    }
+}
+
+/// `status --json` with the store's tree (`store-ls`) beside it.
+pub struct Snapshot {
+    pub status: Value,
+    pub tree: String,
+}
+
+impl Snapshot {
+    /// Asserts hv holds what it held at `before`: store nodes (naming the
+    /// nodes that differ), watches and grant pins.
+    pub fn assert_holds_as(&self, before: &Snapshot) {
+        let names = |t: &str| -> std::collections::BTreeSet<String> {
+            t.lines()
+                .map(|l| l.split(" = ").next().unwrap_or(l).to_string())
+                .collect()
+        };
+        let (b, a) = (names(&before.tree), names(&self.tree));
+        assert_eq!(
+            self.status["store_nodes"],
+            before.status["store_nodes"],
+            "store nodes; added: {:?}, removed: {:?}",
+            a.difference(&b).collect::<Vec<_>>(),
+            b.difference(&a).collect::<Vec<_>>()
+        );
+        for k in ["grant_pins", "watches"] {
+            assert_eq!(self.status[k], before.status[k], "{k}");
+        }
+    }
 }
 
 impl Drop for Env {
