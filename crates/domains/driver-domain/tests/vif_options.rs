@@ -657,3 +657,67 @@ fn a_bad_option_node_refuses_the_vif_with_a_reason_and_others_flow() {
     hv.shutdown();
     driver.join().unwrap();
 }
+
+/// Writes `value` at `path` as the toolstack.
+fn toolstack_write(hv: &Arc<Hypervisor>, path: &str, value: &str) {
+    let req = hv::proto::Request::StoreWrite {
+        path: path.into(),
+        value: value.as_bytes().to_vec(),
+    };
+    assert!(
+        hv.handle(hv::proto::DOMID_TOOLSTACK, req).0.is_ok(),
+        "{path}"
+    );
+}
+
+#[test]
+fn options_changed_in_place_are_taken_together_or_refused_together() {
+    let World {
+        hv,
+        drv_id,
+        ids,
+        mut guests,
+        driver,
+        ..
+    } = world_set(&["a", "b"], |_, _| {});
+    let mut b = guests.pop().unwrap();
+    let mut a = guests.pop().unwrap();
+    let be = format!("/local/domain/{drv_id}/backend/vif/{}/0", ids[0]);
+    let taken = || store_read(&hv, &format!("{be}/splitnet-options-taken")).unwrap_or_default();
+    // A good address filter beside a bad MTU: neither is taken, the vif
+    // stays connected and keeps its old options (no filter).
+    toolstack_write(&hv, &format!("{be}/ip"), "10.0.0.1");
+    toolstack_write(&hv, &format!("{be}/mtu"), "20000");
+    toolstack_write(&hv, &format!("{be}/splitnet-options"), "1");
+    wait_until("the change refused", WAIT, || taken().starts_with("1 "));
+    assert!(
+        taken().contains("refused") && taken().contains("20000"),
+        "{}",
+        taken()
+    );
+    assert_eq!(backend_state(&hv, drv_id, ids[0]), "4");
+    let p = udp4(&a, b.mac, [10, 0, 0, 9], false, 1);
+    send(&mut a, p);
+    wait_until("a's frame from any address", WAIT, || {
+        !receive(&mut b).is_empty()
+    });
+    // Put right, the filter holds: a spoofed frame is dropped, a good one passes.
+    toolstack_write(&hv, &format!("{be}/mtu"), "1500");
+    toolstack_write(&hv, &format!("{be}/splitnet-options"), "2");
+    wait_until("the change taken", WAIT, || taken() == "2");
+    for (src, tag) in [([10, 0, 0, 9], 3), ([10, 0, 0, 1], 4)] {
+        let p = udp4(&a, b.mac, src, false, tag);
+        send(&mut a, p);
+    }
+    let mut got = Vec::new();
+    wait_until("the good frame", WAIT, || {
+        got.extend(receive(&mut b));
+        !got.is_empty() && counter(&hv, drv_id, ids[0], "spoofed") == 1
+    });
+    assert!(
+        got.iter().all(|p| p.data.last() == Some(&4)),
+        "a spoofed frame passed"
+    );
+    hv.shutdown();
+    driver.join().unwrap();
+}

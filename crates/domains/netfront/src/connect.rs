@@ -148,6 +148,19 @@ pub(crate) fn wants_half_pages(
     offered && possible
 }
 
+impl Netfront {
+    /// The link's MTU as the backend's `mtu` node gives it now, capped as
+    /// at connection.
+    pub fn backend_mtu(&self, hv: &mut HvClient) -> Result<u16> {
+        let mtu = link_mtu(hv, &self.info.backend)?;
+        Ok(if self.info.offload.sg {
+            mtu
+        } else {
+            one_slot_mtu(&self.info.dev, mtu)
+        })
+    }
+}
+
 /// The backend's `mtu` node: 1500 when absent; a value outside
 /// 68..=9000 refuses the vif.
 pub(crate) fn link_mtu(hv: &mut HvClient, backend: &str) -> Result<u16> {

@@ -221,6 +221,24 @@ impl TapNetfront {
         self.upkeep(hv)
     }
 
+    /// Follows the backend's `mtu` node, which `splitnet apply` may change
+    /// while the vif stays connected: the TAP takes the new MTU (capped as
+    /// at connection). A container's link is the toolstack's to set; a bad
+    /// node leaves the MTU as it was.
+    pub fn follow_mtu(&mut self, hv: &mut HvClient) -> Result<()> {
+        let Some(nf) = self.nf.as_mut().filter(|_| !self.managed) else {
+            return Ok(());
+        };
+        let mtu = nf.backend_mtu(hv)?;
+        if mtu != nf.info.mtu {
+            let name = self.tap.name().to_string();
+            run_ip(&["link", "set", &name, "mtu", &mtu.to_string()])?;
+            eprintln!("netfront {}: MTU {} → {mtu}", nf.info.dev, nf.info.mtu);
+            nf.info.mtu = mtu;
+        }
+        Ok(())
+    }
+
     /// The link's carrier as the guest sees it. The owner decides: a
     /// backend that went away may come back (a driver domain's restart),
     /// and while the carrier stays on the guest's kernel keeps its

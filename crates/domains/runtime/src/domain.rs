@@ -259,15 +259,24 @@ impl GuestVif {
             return;
         }
         if !self.backend.is_empty() {
-            let _ = hv.unwatch(&format!("{}/state", self.backend), &self.token());
+            self.unwatch_backend(hv);
         }
         // The old backend is no longer ours, whatever its state says.
         if let Some(nic) = self.nic.as_mut() {
             nic.release(hv, "the toolstack moved the vif to a new backend");
         }
         self.backend = be;
-        if let Err(e) = hv.watch(&format!("{}/state", self.backend), &self.token()) {
-            eprintln!("netfront {}: watching {}: {e}", self.dev, self.backend);
+        // Its state, and its MTU, which `splitnet apply` may change in place.
+        for key in ["state", abi::xenbus::keys::MTU] {
+            if let Err(e) = hv.watch(&format!("{}/{key}", self.backend), &self.token()) {
+                eprintln!("netfront {}: watching {}: {e}", self.dev, self.backend);
+            }
+        }
+    }
+
+    fn unwatch_backend(&self, hv: &mut HvClient) {
+        for key in ["state", abi::xenbus::keys::MTU] {
+            let _ = hv.unwatch(&format!("{}/{key}", self.backend), &self.token());
         }
     }
 
@@ -286,6 +295,11 @@ impl GuestVif {
                 let _ = hv.switch_state(&self.dev, S::Closed);
             }
             Some(S::InitWait) if !connected => self.connect(hv),
+            Some(S::Connected) if connected => {
+                if let Some(Err(e)) = self.nic.as_mut().map(|n| n.follow_mtu(hv)) {
+                    eprintln!("netfront {}: {e}", self.dev);
+                }
+            }
             _ => {}
         }
     }
@@ -365,7 +379,7 @@ impl GuestVif {
             nic.release(hv, "the device was detached");
         }
         if !self.backend.is_empty() {
-            let _ = hv.unwatch(&format!("{}/state", self.backend), &self.token());
+            self.unwatch_backend(hv);
         }
         eprintln!("netfront {}: removed", self.dev);
     }

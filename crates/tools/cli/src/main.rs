@@ -171,10 +171,11 @@ enum Cmd {
     #[command(
         long_about = "Bring the running instance to a changed topology file, touching nothing \
         unchanged: a guest whose entry did not change keeps its process, its vifs and its TCP \
-        connections. Guests (netfront) and their vifs are added and removed in place; a guest \
-        whose own settings changed is re-created only when --restart names it. Any other \
-        change (driver domains, wires, ports, emulated NICs, VMs, a vif's options) is refused, \
-        naming the entry, and nothing changes; so does a file with errors, each named. A step \
+        connections. Guests (netfront), their vifs and VMs are added and removed in place, and a \
+        connected vif's ip=, rate=, mtu=, vlan= and bridge= change in place; a guest whose own \
+        settings (or another vif option) changed, or a VM whose entry changed, is re-created \
+        only when --restart names it. Any other change (driver domains, wires, ports, emulated \
+        NICs) is refused, naming the entry, and nothing changes; so does a file with errors, each named. A step \
         that fails undoes the ones before it. SIGHUP to hv applies its own file the same way."
     )]
     Apply {
@@ -184,8 +185,8 @@ enum Cmd {
         /// Print the plan; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Guests that may be re-created because their settings changed
-        /// (comma-separated).
+        /// Guests (and VMs) that may be re-created because their settings
+        /// changed (comma-separated).
         #[arg(long, value_delimiter = ',')]
         restart: Vec<String>,
     },
@@ -519,8 +520,11 @@ enum Suite {
     Baseline,
     /// Recovery and hotplug: driver-domain kills during iperf3 streams
     /// (median outage), a 256 MiB HTTP download through five kills
-    /// (SHA-256 checked), and network-attach/detach cycles with hv's
-    /// resources before and after (--quick: 3 kills, 200 cycles).
+    /// (SHA-256 checked), network-attach/detach cycles with hv's
+    /// resources before and after, a guest applied in and out among 32
+    /// while three others stream, and 1,000 seeded random applies with
+    /// hv's resources before and after (--quick: 3 kills, 200 cycles, 100
+    /// applies).
     Faults,
     /// The hosted NIC against Sugerman 2001: Figure 5 (the path of a
     /// transmitting OUT), Tables 1 and 2 (time by category), Figure 6 (TCP

@@ -283,3 +283,52 @@ fn a_virtio_guest_is_told_its_nic_and_gets_a_socket_in_the_run_directory() {
     assert!(!sock.exists());
     assert_nothing_left();
 }
+
+#[test]
+fn apply_adds_changes_and_removes_a_vm_and_touches_nothing_else() {
+    let Some(env) = Env::new("vm-apply") else {
+        return;
+    };
+    let (vm1, vm2) = sockets(&env);
+    let o = up(&env, &topology(&vm1));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let g1 = domain(&env.status(), "guest1")["pid"].clone();
+    let with_vm2 = |vlan: u16| {
+        let text = format!(
+            "{}[[domain]]\nname = \"vm2\"\nkind = \"vm\"\nsocket = \"{}\"\nmac = \"52:54:00:00:00:02\"\nvlan = {vlan}\n",
+            topology(&vm1),
+            vm2.display()
+        );
+        let p = env.run_dir.join(format!("vm2-{vlan}.toml"));
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let out = env.ok(&["apply", "--config", &with_vm2(20)]);
+    assert!(out.contains("add VM vm2"), "{out}");
+    assert!(is_socket(&vm2), "hv listens on {}", vm2.display());
+    UnixStream::connect(&vm2).expect("a VMM can connect");
+    assert_eq!(
+        store_node(&env, "vm2"),
+        "mac=52:54:00:00:00:02,bridge=xenbr0,vlan=20"
+    );
+    // A changed entry re-attaches the vif, so only when --restart says.
+    fails_with(
+        &env.splitnet(&["apply", "--config", &with_vm2(30)]),
+        "--restart vm2",
+    );
+    env.ok(&["apply", "--config", &with_vm2(30), "--restart", "vm2"]);
+    assert_eq!(
+        store_node(&env, "vm2"),
+        "mac=52:54:00:00:00:02,bridge=xenbr0,vlan=30"
+    );
+    let back = env.run_dir.join("back.toml");
+    std::fs::write(&back, topology(&vm1)).unwrap();
+    let out = env.ok(&["apply", "--config", back.to_str().unwrap()]);
+    assert!(out.contains("remove VM vm2"), "{out}");
+    assert!(!vm2.exists(), "{} stays", vm2.display());
+    assert_eq!(store_node(&env, "vm2"), "");
+    assert!(is_socket(&vm1), "vm1 was not touched");
+    assert_eq!(domain(&env.status(), "guest1")["pid"], g1);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

@@ -235,6 +235,14 @@ pub mod keys {
     /// Frontend: `half` posts two 2 KiB receive buffers per page (Ram
     /// thesis 5.3).
     pub const RX_BUFFER: &str = "splitnet-rx-buffer";
+    /// Backend (toolstack): a count raised after the toolstack changed a
+    /// connected vif's `ip`, `rate`, `mtu`, `bridge` or `splitnet-vlan` in
+    /// place; netback takes the options together when it moves. Xen reads
+    /// them at connection only.
+    pub const OPTIONS: &str = "splitnet-options";
+    /// Backend (driver domain): the `splitnet-options` count netback took,
+    /// followed by ` refused: <why>` when it kept the options it had.
+    pub const OPTIONS_TAKEN: &str = "splitnet-options-taken";
     /// Backend: why netback gave the vif up, for the toolstack's status.
     pub const DISCONNECT_REASON: &str = "disconnect-reason";
     /// Frontend and backend (toolstack): which attachment of the handle the

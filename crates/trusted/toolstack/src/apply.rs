@@ -4,13 +4,17 @@
 //! step fails).
 //!
 //! In place, a plan adds and removes guests (netfront guests: their
-//! domains, namespaces and vifs) and adds and removes a guest's vifs. A
-//! guest whose own settings changed is re-created only when `--restart`
-//! names it. Every other change is refused, naming its entry: the guest
-//! kinds that need more than a netfront (emulated NICs, virtio, VMs),
-//! driver domains, wires and ports, and a vif's changed options.
+//! domains, namespaces and vifs), adds and removes a guest's vifs, and
+//! changes a connected vif's `ip`, `rate`, `mtu`, `vlan` and `bridge`. A
+//! guest whose own settings (or another vif option) changed is re-created
+//! only when `--restart` names it. VMs (their vhost-user vifs) are added
+//! and removed, and re-attached when `--restart` names one whose entry
+//! changed. Every other change is refused, naming its entry: the guest
+//! kinds that need more than a netfront (emulated NICs, virtio), driver
+//! domains, wires and ports.
 
-use crate::topology::{DomainConfig, DomainKind, Nic, Topology, VifConfig};
+use crate::topology::{DomainConfig, DomainKind, Nic, Topology, VifConfig, VifOptions};
+use crate::vifspec::format_rate;
 use std::collections::HashSet;
 
 /// One change the supervisor makes.
@@ -24,6 +28,16 @@ pub enum Step {
     AddVif(VifConfig),
     /// A vif of a guest that stays.
     RemoveVif(VifConfig),
+    /// A VM of the new topology: hv listens on its socket and its driver
+    /// domain serves its vhost-user vif.
+    AddVm(String),
+    /// A VM of the running topology: its vif and socket go.
+    RemoveVm(String),
+    /// A vif whose live options changed (`from` running, `to` wanted).
+    ChangeVif {
+        from: Box<VifConfig>,
+        to: Box<VifConfig>,
+    },
     /// The topology's name, as `status` shows it.
     Rename(String),
 }
@@ -40,8 +54,15 @@ impl Step {
         match self {
             Step::AddGuest(g) => format!("add guest {g}"),
             Step::RemoveGuest(g) => format!("remove guest {g}"),
+            Step::AddVm(m) => format!("add VM {m} (its vhost-user vif)"),
+            Step::RemoveVm(m) => format!("remove VM {m} (its vhost-user vif)"),
             Step::AddVif(v) => format!("add {}", vif(v)),
             Step::RemoveVif(v) => format!("remove {}", vif(v)),
+            Step::ChangeVif { from, to } => format!(
+                "change {}: {}",
+                vif(from),
+                option_changes(&from.opts, &to.opts).join(", ")
+            ),
             Step::Rename(n) => format!("rename the topology {n:?}"),
         }
     }
@@ -122,6 +143,8 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     for d in new.domains.iter().filter(|d| old.domain(&d.name).is_none()) {
         if plain_guest(new, d) {
             adds.push(Step::AddGuest(d.name.clone()));
+        } else if d.kind == DomainKind::Vm {
+            adds.push(Step::AddVm(d.name.clone()));
         } else {
             p.refused.push(refusal(d, "added"));
         }
@@ -149,6 +172,8 @@ fn refusal(d: &DomainConfig, what: &str) -> String {
 fn removed(old: &Topology, d: &DomainConfig, removes: &mut Vec<Step>, refused: &mut Vec<String>) {
     if plain_guest(old, d) {
         removes.push(Step::RemoveGuest(d.name.clone()));
+    } else if d.kind == DomainKind::Vm {
+        removes.push(Step::RemoveVm(d.name.clone()));
     } else {
         refused.push(refusal(d, "removed"));
     }
@@ -180,6 +205,19 @@ fn changed(
         return;
     }
     let may_restart = restart.contains(&d.name);
+    if d.kind == DomainKind::Vm && n.kind == DomainKind::Vm {
+        // Its vif is its whole self here: the VMM sees it go and come back.
+        if may_restart {
+            adds.push(Step::RemoveVm(d.name.clone()));
+            adds.push(Step::AddVm(d.name.clone()));
+        } else {
+            refused.push(format!(
+                "domain {}: a VM's entry changed, which re-attaches its vhost-user vif (its VMM sees the link go); --restart {} does that",
+                d.name, d.name
+            ));
+        }
+        return;
+    }
     if !plain_guest(old, d) || !plain_guest(new, n) {
         refused.push(refusal(d, "changed"));
         return;
@@ -200,6 +238,13 @@ fn changed(
     }
     let handles = |l: &[VifConfig]| l.iter().map(|v| v.handle).collect::<HashSet<_>>();
     let (hw, hn) = (handles(&was), handles(&now));
+    adds.extend(was.iter().filter_map(|a| {
+        let b = now.iter().find(|b| b.handle == a.handle && *b != a)?;
+        Some(Step::ChangeVif {
+            from: Box::new(a.clone()),
+            to: Box::new(b.clone()),
+        })
+    }));
     adds.extend(
         now.iter()
             .filter(|v| !hw.contains(&v.handle))
@@ -214,15 +259,65 @@ fn changed(
     );
 }
 
-/// The first vif in both lists whose settings differ, described.
+/// `v` without the options a connected vif takes in place.
+fn fixed_part(v: &VifConfig) -> VifConfig {
+    VifConfig {
+        opts: VifOptions {
+            ip: Vec::new(),
+            rate: None,
+            mtu: None,
+            vlan: None,
+            bridge: None,
+            ..v.opts.clone()
+        },
+        ..v.clone()
+    }
+}
+
+/// What changes from `a` to `b` among the live options, as `key a → b`.
+fn option_changes(a: &VifOptions, b: &VifOptions) -> Vec<String> {
+    let ips = |o: &VifOptions| {
+        let l: Vec<String> = o.ip.iter().map(ToString::to_string).collect();
+        (!l.is_empty()).then(|| l.join(" "))
+    };
+    let show = |v: Option<String>| v.unwrap_or_else(|| "none".into());
+    [
+        ("bridge", a.bridge.clone(), b.bridge.clone()),
+        ("ip", ips(a), ips(b)),
+        (
+            "rate",
+            a.rate.as_ref().map(format_rate),
+            b.rate.as_ref().map(format_rate),
+        ),
+        (
+            "vlan",
+            a.vlan.map(|v| v.to_string()),
+            b.vlan.map(|v| v.to_string()),
+        ),
+        (
+            "mtu",
+            a.mtu.map(|v| v.to_string()),
+            b.mtu.map(|v| v.to_string()),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, x, y)| x != y)
+    .map(|(k, x, y)| format!("{k} {} → {}", show(x), show(y)))
+    .collect()
+}
+
+/// The first vif in both lists that cannot change in place, described.
 fn vif_changed(was: &[VifConfig], now: &[VifConfig]) -> Option<String> {
     was.iter().find_map(|a| {
         let b = now.iter().find(|b| b.handle == a.handle)?;
-        (a != b).then(|| {
+        (fixed_part(a) != fixed_part(b)).then(|| {
             if a.mac != b.mac {
                 format!("vif {}'s MAC would change from {} to {} (a guest's default MAC follows its place among the guests: add guests at the end, or give mac =)", a.handle, a.mac, b.mac)
             } else {
-                format!("vif {}'s options changed", a.handle)
+                format!(
+                    "vif {}'s options changed beyond ip, rate, mtu, vlan and bridge",
+                    a.handle
+                )
             }
         })
     })
@@ -283,6 +378,73 @@ mod tests {
                 Step::RemoveGuest("guest3".into()),
                 Step::AddGuest("guest3".into())
             ]
+        );
+    }
+
+    #[test]
+    fn a_vifs_live_options_change_in_place_and_the_others_need_a_restart() {
+        let with = |spec: &str| {
+            topo(&GUEST3.replace(
+                "kind = \"guest\"",
+                &format!("kind = \"guest\"\nvif = [\"{spec}\"]"),
+            ))
+        };
+        let p = plan(
+            &with("rate=10Mb/s"),
+            &with("rate=20Mb/s,ip=10.77.0.3,vlan=7,mtu=9000"),
+            &[],
+        );
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        let [step @ Step::ChangeVif { to, .. }] = &p.steps[..] else {
+            panic!("{p:?}")
+        };
+        assert_eq!(
+            (to.handle, to.opts.vlan, to.opts.mtu),
+            (0, Some(7), Some(9000))
+        );
+        let said = step.describe();
+        for want in [
+            "vif 0 of guest3",
+            "rate 1250000B/s@50000us → 2500000B/s@50000us",
+            "vlan none → 7",
+            "mtu none → 9000",
+            "ip none → 10.77.0.3",
+        ] {
+            assert!(said.contains(want), "{want}: {said}");
+        }
+        let p = plan(&with("rate=10Mb/s"), &with("script=/bin/true"), &[]);
+        assert!(p.steps.is_empty());
+        assert!(
+            p.refused[0].contains("beyond ip, rate, mtu, vlan and bridge"),
+            "{:?}",
+            p.refused
+        );
+    }
+
+    #[test]
+    fn a_vm_comes_and_goes_and_changes_only_with_restart() {
+        let vm = |vlan: u16| {
+            topo(&format!(
+                "[[domain]]\nname = \"vm1\"\nkind = \"vm\"\nsocket = \"/run/vm1.sock\"\nmac = \"52:54:00:00:00:01\"\nvlan = {vlan}\n"
+            ))
+        };
+        assert_eq!(
+            plan(&topo(""), &vm(5), &[]).steps,
+            [Step::AddVm("vm1".into())]
+        );
+        assert_eq!(
+            plan(&vm(5), &topo(""), &[]).steps,
+            [Step::RemoveVm("vm1".into())]
+        );
+        let p = plan(&vm(5), &vm(6), &[]);
+        assert!(
+            p.steps.is_empty() && p.refused[0].contains("--restart vm1"),
+            "{p:?}"
+        );
+        let p = plan(&vm(5), &vm(6), &["vm1".into()]);
+        assert_eq!(
+            p.steps,
+            [Step::RemoveVm("vm1".into()), Step::AddVm("vm1".into())]
         );
     }
 

@@ -218,11 +218,17 @@ fn backend_stats(read: &mut impl FnMut(String) -> String, fe: &str, be: &str) ->
 }
 
 /// The vif's data-path options as the toolstack wrote them (`ip`, `rate`,
-/// `mtu`; null when absent).
+/// `mtu`, `vlan`, `bridge`; null when absent).
 fn vif_options(read: &mut impl FnMut(String) -> String, be: &str) -> Value {
     let mut get = |k: &str| Some(read(format!("{be}/{k}"))).filter(|v| !v.is_empty());
     use abi::xenbus::keys;
-    json!({"ip": get(keys::IP), "rate": get(keys::RATE), "mtu": get(keys::MTU)})
+    json!({
+        "ip": get(keys::IP),
+        "rate": get(keys::RATE),
+        "mtu": get(keys::MTU),
+        "vlan": get(keys::VLAN),
+        "bridge": get(keys::BRIDGE),
+    })
 }
 
 /// CPU time, kernel time included, of the processes in a domain's cgroup

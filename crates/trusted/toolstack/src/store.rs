@@ -213,17 +213,27 @@ fn write_rx_tuning(ts: &mut Store<'_>, fe: &str, v: &VifConfig) -> Result<(), St
 /// Writes vif options to backend directory `be` (before its `state`), under Xen's key names where Xen has one.
 fn write_vif_options(ts: &mut Store<'_>, be: &str, o: &VifOptions) -> Result<(), String> {
     use abi::xenbus::keys;
+    let fixed = [
+        (keys::SCRIPT, o.script.clone()),
+        (keys::VIFNAME, o.vifname.clone()),
+        (keys::PDEV, o.pdev.clone()),
+    ];
+    for (k, val) in live_options(o).into_iter().chain(fixed) {
+        if let Some(val) = val {
+            ts.write(&format!("{be}/{k}"), &val)?;
+        }
+    }
+    Ok(())
+}
+
+/// The options a connected vif takes in place, as their backend nodes
+/// (None: the node is absent).
+fn live_options(o: &VifOptions) -> [(&'static str, Option<String>); 5] {
+    use abi::xenbus::keys;
     let ips: Vec<String> = o.ip.iter().map(|a| a.to_string()).collect();
-    let pairs = [
-        (
-            keys::BRIDGE,
-            Some(
-                o.bridge
-                    .as_deref()
-                    .unwrap_or(abi::xenbus::DEFAULT_BRIDGE)
-                    .to_string(),
-            ),
-        ),
+    let bridge = o.bridge.as_deref().unwrap_or(abi::xenbus::DEFAULT_BRIDGE);
+    [
+        (keys::BRIDGE, Some(bridge.to_string())),
         (keys::MTU, Some(o.mtu.unwrap_or(1500).to_string())),
         (keys::IP, (!ips.is_empty()).then(|| ips.join(" "))),
         (
@@ -231,16 +241,31 @@ fn write_vif_options(ts: &mut Store<'_>, be: &str, o: &VifOptions) -> Result<(),
             o.rate.map(|r| format!("{},{}", r.bytes, r.usec)),
         ),
         (keys::VLAN, o.vlan.map(|v| v.to_string())),
-        (keys::SCRIPT, o.script.clone()),
-        (keys::VIFNAME, o.vifname.clone()),
-        (keys::PDEV, o.pdev.clone()),
-    ];
-    for (k, val) in pairs {
-        if let Some(val) = val {
-            ts.write(&format!("{be}/{k}"), &val)?;
+    ]
+}
+
+/// Rewrites a connected vif's live options (`bridge`, `mtu`, `ip`,
+/// `rate`, `splitnet-vlan`) in backend directory `be`, then raises its
+/// `splitnet-options` count, which tells netback to take them. Returns
+/// the count, which netback echoes in `splitnet-options-taken`.
+pub fn change_vif_options(ts: &mut Store<'_>, be: &str, o: &VifOptions) -> Result<u64, String> {
+    use abi::xenbus::keys;
+    for (k, val) in live_options(o) {
+        let path = format!("{be}/{k}");
+        match val {
+            Some(val) => ts.write(&path, &val)?,
+            None if ts.read(&path).is_some() => ts.rm(&path)?,
+            None => {}
         }
     }
-    Ok(())
+    let path = format!("{be}/{}", keys::OPTIONS);
+    let count = ts
+        .read(&path)
+        .and_then(|c| c.parse::<u64>().ok())
+        .unwrap_or(0)
+        + 1;
+    ts.write(&path, &count.to_string())?;
+    Ok(count)
 }
 
 #[cfg(test)]
@@ -265,15 +290,55 @@ mod tests {
         );
     }
 
+    /// Domains drv and guest1 on `hv`: their ids, and their sockets
+    /// (the domains live while those do).
+    fn drv_and_guest(hv: &std::sync::Arc<Hypervisor>) -> (DomId, DomId, impl Sized) {
+        let (b, bs) = hv
+            .create_domain(DomainSpec::new("drv", "driver", 64, 4))
+            .unwrap();
+        let (g, gs) = hv
+            .create_domain(DomainSpec::new("guest1", "guest", 64, 4))
+            .unwrap();
+        (b, g, (bs, gs))
+    }
+
+    #[test]
+    fn live_options_are_rewritten_and_counted() {
+        use crate::topology::CreditRate;
+        let hv = Hypervisor::new();
+        let (b, g, _socks) = drv_and_guest(&hv);
+        let mut v = crate::topology::Topology::default_topology().vifs()[0].clone();
+        v.opts.rate = Some(CreditRate {
+            bytes: 1000,
+            usec: 50_000,
+        });
+        v.opts.script = Some("/bin/true".into());
+        let mut ts = Store::new(&hv);
+        setup_vif(&mut ts, &v, g, b).unwrap();
+        let be = xenbus::backend_path(b, g, v.handle);
+        let node = |ts: &mut Store<'_>, k: &str| ts.read(&format!("{be}/{k}"));
+        assert_eq!(node(&mut ts, keys::RATE).as_deref(), Some("1000,50000"));
+        let mut o = v.opts.clone();
+        (o.rate, o.vlan, o.mtu) = (None, Some(10), Some(9000));
+        o.ip = vec!["10.77.0.1".parse().unwrap()];
+        assert_eq!(change_vif_options(&mut ts, &be, &o), Ok(1));
+        assert_eq!(node(&mut ts, keys::RATE), None, "an option dropped goes");
+        assert_eq!(node(&mut ts, keys::VLAN).as_deref(), Some("10"));
+        assert_eq!(node(&mut ts, keys::MTU).as_deref(), Some("9000"));
+        assert_eq!(node(&mut ts, keys::IP).as_deref(), Some("10.77.0.1"));
+        assert_eq!(
+            node(&mut ts, keys::SCRIPT).as_deref(),
+            Some("/bin/true"),
+            "what is not live stays"
+        );
+        assert_eq!(change_vif_options(&mut ts, &be, &o), Ok(2));
+        assert_eq!(node(&mut ts, keys::OPTIONS).as_deref(), Some("2"));
+    }
+
     #[test]
     fn a_write_into_a_removed_vif_directory_does_not_recreate_it() {
         let hv = Hypervisor::new();
-        let (b, _bs) = hv
-            .create_domain(DomainSpec::new("drv", "driver", 64, 4))
-            .unwrap();
-        let (g, _gs) = hv
-            .create_domain(DomainSpec::new("guest1", "guest", 64, 4))
-            .unwrap();
+        let (b, g, _socks) = drv_and_guest(&hv);
         let v = crate::topology::Topology::default_topology().vifs()[0].clone();
         let write = |who: DomId, path: String| {
             let req = Request::StoreWrite {

@@ -19,6 +19,7 @@
 mod apply;
 mod containers;
 mod launch;
+mod options;
 mod vifs;
 
 use crate::host::{self, Cgroup, CgroupLayout, WIRE_IF};

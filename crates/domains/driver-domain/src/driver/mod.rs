@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 mod egress;
 mod events;
 mod forward;
+mod options;
 mod ports;
 mod queues;
 mod state;
@@ -189,6 +190,9 @@ impl Driver {
     /// Store watches: vifs come and go, captures open, ports change.
     fn on_watches(&mut self, hv: &mut HvClient) -> Result<(), DriverError> {
         let w = handle_watches(hv, &mut self.vifs)?;
+        for be in &w.options {
+            self.take_options(hv, be);
+        }
         if w.rescan {
             rescan(hv, &self.base, &mut self.pending, &mut self.vifs)?;
         }

@@ -239,6 +239,8 @@ pub(super) struct Fired {
     pub(super) ports: bool,
     /// A connected vif's frontend went away.
     pub(super) vifs_changed: bool,
+    /// Backend directories whose options the toolstack changed in place.
+    pub(super) options: Vec<String>,
 }
 
 /// A frontend whose state went to Closing or Closed loses its backend.
@@ -258,8 +260,14 @@ pub(super) fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fire
             continue;
         }
         if ev.token == BACKENDS {
-            // Our own counters are written there twice a second.
-            fired.rescan |= !ev.path.ends_with("/stats");
+            use abi::xenbus::keys::{OPTIONS, OPTIONS_TAKEN};
+            let at = |key: &str| ev.path.strip_suffix(key).and_then(|p| p.strip_suffix('/'));
+            if let Some(be) = at(OPTIONS) {
+                fired.options.push(be.to_string());
+            }
+            // Our own counters are written there twice a second, and our
+            // answers to option changes.
+            fired.rescan |= at("stats").is_none() && at(OPTIONS_TAKEN).is_none();
             continue;
         }
         let Some(i) = ev

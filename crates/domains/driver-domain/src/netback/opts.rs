@@ -1,11 +1,15 @@
 //! The per-vif options the toolstack writes to the backend directory
-//! (xl-network-configuration(5)), read once when the vif is probed. A bad
-//! node refuses the vif with a clear reason; it never reaches the data path.
+//! (xl-network-configuration(5)), read when the vif is probed and again
+//! when the toolstack changes them in place (`splitnet-options`). A bad
+//! node refuses the vif (or the change) with a clear reason; it never
+//! reaches the data path.
 
-use super::{NetbackError, Result};
+use super::{frame_limit, Netback, NetbackError, Result};
 use crate::antispoof::IpFilter;
+use crate::credit::Credit;
 use abi::xenbus::keys;
 use hypercall::HvClient;
+use std::time::Instant;
 
 pub use abi::xenbus::{parse_mtu, DEFAULT_MTU, MAX_MTU, MIN_MTU};
 
@@ -51,6 +55,22 @@ pub fn read(hv: &mut HvClient, be: &str) -> Result<VifOpts> {
         o.mtu = parse_mtu(&v).map_err(|e| bad(be, keys::MTU, &v, e))?;
     }
     Ok(o)
+}
+
+impl Netback {
+    /// Takes the options the toolstack changed in place: the address
+    /// filter, the credit (a new window at the new rate) and the MTU, all
+    /// at once. A node that does not parse leaves every option as it was.
+    pub fn take_options(&mut self, hv: &mut HvClient) -> Result<()> {
+        let o = read(hv, &self.be)?;
+        self.ip = o.ip.map(|f| f.with_mac(self.mac));
+        self.credit = o
+            .rate
+            .map(|(bytes, usec)| Credit::new(bytes, usec, Instant::now()));
+        self.max_frame = frame_limit(&self.be, o.mtu, self.negotiated.sg);
+        self.mtu = o.mtu;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Carrying out an apply (`crate::apply` plans it): guests and vifs added
-//! and removed on the running instance, everything else untouched. A step
+//! and removed, vif options changed, on the running instance; everything
+//! else untouched. A step
 //! that fails undoes the ones before it, in reverse, and the running
 //! topology stays the old one.
 
@@ -152,6 +153,9 @@ impl Supervisor {
                 self.add_vif(hv, v.clone())
             }
             Step::RemoveVif(v) => self.detach(&v.guest, v.handle),
+            Step::ChangeVif { to, .. } => self.change_vif(hv, to),
+            Step::AddVm(m) => self.add_vm(hv, &self.topo().clone(), m),
+            Step::RemoveVm(m) => self.detach_vm(hv, m).unwrap_or(Ok(())),
             Step::Rename(_) => Ok(()),
         }
     }
@@ -166,6 +170,9 @@ impl Supervisor {
             Step::RemoveGuest(g) if old.domain(g).is_some() => self.add_guest(hv, g),
             Step::AddVif(v) => self.detach(&v.guest, v.handle),
             Step::RemoveVif(v) => self.add_vif(hv, v.clone()),
+            Step::ChangeVif { from, .. } => self.change_vif(hv, from),
+            Step::AddVm(m) => self.detach_vm(hv, m).unwrap_or(Ok(())),
+            Step::RemoveVm(m) if old.domain(m).is_some() => self.add_vm(hv, old, m),
             _ => Ok(()),
         }
     }
@@ -198,6 +205,16 @@ impl Supervisor {
             self.remove_guest(hv, name);
         }
         connected
+    }
+
+    /// VM `name` of topology `t`: its vhost-user vif, served from now on.
+    fn add_vm(&self, hv: &Arc<Hypervisor>, t: &Topology, name: &str) -> HvResult<()> {
+        let v = t
+            .vhost_vifs(&self.run_dir)
+            .into_iter()
+            .find(|v| v.name == name)
+            .ok_or_else(|| fail(ErrorKind::BadDomain, format!("no VM named {name}")))?;
+        self.add_vhost(hv, v)
     }
 
     /// Guest `name`'s process, vifs and namespace go.

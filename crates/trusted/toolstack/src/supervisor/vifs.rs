@@ -100,6 +100,14 @@ impl Supervisor {
             vlan: vs.opts.vlan,
             guest: false,
         };
+        self.add_vhost(hv, v)
+    }
+
+    /// Serves vhost-user vif `v` from now on: hv listens on its socket,
+    /// and its driver domain (if running) learns of it from the store.
+    pub(super) fn add_vhost(&self, hv: &Arc<Hypervisor>, v: VhostVif) -> HvResult<()> {
+        let bad = |m: String| fail(ErrorKind::Invalid, m);
+        let name = v.name.clone();
         let mut st = self.lock();
         if st.vhost.iter().any(|x| x.name == v.name) {
             return Err(fail(
