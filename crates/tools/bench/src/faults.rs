@@ -13,6 +13,10 @@
 //! - **hotplug**: `network-attach` / `network-detach` cycles on guest1;
 //!   hv's grant pins, event channels, store nodes, watches, open
 //!   descriptors and resident memory before and after.
+//! - **apply** (`apply.rs`): a guest added and removed among 32 while
+//!   three others stream, and a long seeded random sequence of applies.
+
+mod apply;
 
 use crate::harness::{self, Args, Output};
 use crate::machine::PaperMachine;
@@ -39,12 +43,15 @@ pub struct FaultsOptions {
     pub http_mib: u64,
     /// network-attach/detach cycles.
     pub cycles: usize,
+    /// Steps of the random apply sequence, and its seed.
+    pub apply_steps: usize,
+    pub apply_seed: u64,
     pub progress: bool,
 }
 
 impl FaultsOptions {
-    /// The full figures (10 kills, 5 during 256 MiB, 10,000 cycles), or
-    /// fewer kills and cycles with `quick`.
+    /// The full figures (10 kills, 5 during 256 MiB, 10,000 cycles, 1,000
+    /// random applies), or fewer kills, cycles and applies with `quick`.
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool) -> FaultsOptions {
         FaultsOptions {
             exe,
@@ -53,6 +60,8 @@ impl FaultsOptions {
             http_kills: 5,
             http_mib: 256,
             cycles: if quick { 200 } else { 10_000 },
+            apply_steps: if quick { 100 } else { 1000 },
+            apply_seed: 1,
             progress: true,
         }
     }
@@ -111,6 +120,7 @@ pub struct FaultsReport {
     pub median_reconnect_ms: f64,
     pub http: Http,
     pub hotplug: Hotplug,
+    pub apply: apply::ApplyReport,
 }
 
 /// A topology brought up for one experiment; down when dropped.
@@ -508,6 +518,22 @@ pub(crate) fn resources(ts: &mut Toolstack) -> Result<Resources> {
     })
 }
 
+/// hv's resources once they are `before`'s again (resident memory
+/// aside), or after 5 s if they never are: what is still in flight
+/// settles within that, a leak does not.
+pub(crate) fn settled(ts: &mut Toolstack, before: &Resources) -> Result<Resources> {
+    let same = |r: &Resources| {
+        Resources {
+            hv_rss_kib: before.hv_rss_kib,
+            ..r.clone()
+        } == *before
+    };
+    let _ = wait_for("hv's resources to settle", Duration::from_secs(5), || {
+        resources(ts).is_ok_and(|r| same(&r))
+    });
+    resources(ts)
+}
+
 /// Whether both ends of every vif of the default topology, and the driver
 /// domain, have published their counters in the store.
 fn counters_published(ts: &mut Toolstack) -> bool {
@@ -568,16 +594,7 @@ fn hotplug(opts: &FaultsOptions) -> Result<Hotplug> {
     }
     // The guest takes the last vif down after detach returns: give what
     // is still in flight time to settle; a leak does not.
-    let same = |r: &Resources| {
-        Resources {
-            hv_rss_kib: before.hv_rss_kib,
-            ..r.clone()
-        } == before
-    };
-    let _ = wait_for("hv's resources to settle", Duration::from_secs(5), || {
-        resources(&mut ts).is_ok_and(|r| same(&r))
-    });
-    let after = resources(&mut ts)?;
+    let after = settled(&mut ts, &before)?;
     Ok(Hotplug {
         cycles: opts.cycles,
         before,
@@ -607,6 +624,15 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
         &format!("{} network-attach/detach cycles", opts.cycles),
     );
     let hotplug = hotplug(opts)?;
+    say(
+        opts,
+        &format!(
+            "apply: one guest among {} and {} random applies",
+            apply::MANY,
+            opts.apply_steps
+        ),
+    );
+    let apply = apply::run(opts)?;
     let outages: Vec<f64> = kills.iter().map(|k| k.outage_ms).collect();
     let reconnects: Vec<f64> = kills.iter().map(|k| k.reconnect_ms).collect();
     Ok(FaultsReport {
@@ -615,6 +641,7 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
         kills,
         http,
         hotplug,
+        apply,
     })
 }
 
@@ -626,6 +653,7 @@ impl FaultsReport {
             && self.http.sha256_match
             && self.http.kills > 0
             && self.hotplug.leaked().is_empty()
+            && self.apply.passed()
     }
 
     /// A Markdown summary.
@@ -666,12 +694,23 @@ impl FaultsReport {
         for (name, b, a) in p.rows() {
             s += &format!("| {name} | {b} | {a} |\n");
         }
+        s += &self.apply.table();
         s += &format!(
             "\nResult: {}\n",
             if self.passed() {
                 "every target met".to_string()
             } else {
-                format!("NOT MET (leaked: {:?})", p.leaked())
+                format!(
+                    "NOT MET (hotplug leaked: {:?}; apply leaked: {:?}; streams disturbed: {:?})",
+                    p.leaked(),
+                    self.apply.before.leaked(&self.apply.after),
+                    self.apply
+                        .streams
+                        .iter()
+                        .filter(|d| !d.within_noise())
+                        .map(|d| &d.guest)
+                        .collect::<Vec<_>>()
+                )
             }
         );
         s

@@ -45,6 +45,13 @@ pub fn median(v: &[f64]) -> f64 {
     quantile(&s, 0.5)
 }
 
+/// The `q` quantile of `v`, 0 ≤ q ≤ 1, interpolated (NaN when empty).
+pub fn quantile_of(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    quantile(&s, q)
+}
+
 /// A median and the range of the runs around it.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Spread {
