@@ -123,8 +123,16 @@ fn run(a: Args) -> Result<(), String> {
     })
 }
 
+/// The C allocator's arenas in hv: one. hv's threads take its one state
+/// lock anyway and allocate nothing per packet, and with glibc's default
+/// (eight per core) each domain's serving threads could leave an arena
+/// behind: 1,000 applies that add and remove guests grew hv from 5.3 to
+/// 11.5 MiB, against a flat 6.7 MiB with one arena.
+const MALLOC_ARENAS: u32 = 1;
+
 fn main() {
     sys::close_inherited_fds(&[]);
+    sys::limit_malloc_arenas(MALLOC_ARENAS);
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if let [k, dir] = argv.as_slice() {
         if k == toolstack::uplink::KEEPER_ARG {

@@ -64,6 +64,11 @@ pub struct ApplyReport {
     pub vif_changes: usize,
     pub option_changes: usize,
     pub step_ms_median: f64,
+    /// Steps run before the reference point, and hv's resident memory
+    /// (KiB) before them, at the reference, and after each tenth of the
+    /// steps measured.
+    pub warm_up: usize,
+    pub rss_kib: Vec<u64>,
     pub before: Resources,
     pub after: Resources,
 }
@@ -116,6 +121,13 @@ impl ApplyReport {
         for (name, b, a) in self.before.rows(&self.after) {
             s += &format!("| {name} | {b} | {a} |\n");
         }
+        let series: Vec<String> = self.rss_kib.iter().map(u64::to_string).collect();
+        s += &format!(
+            "\nThe reference is taken after {} warm-up steps. hv's resident memory (KiB) before \
+             them, at the reference, and after each tenth of the steps: {}.\n",
+            self.warm_up,
+            series.join(", ")
+        );
         s
     }
 }
@@ -145,6 +157,8 @@ pub(super) fn run(opts: &FaultsOptions) -> Result<ApplyReport> {
         vif_changes: seq.counts[2],
         option_changes: seq.counts[3],
         step_ms_median: median(&seq.step_ms),
+        warm_up: WARM_UP_STEPS,
+        rss_kib: seq.rss_kib,
         before: seq.before,
         after: seq.after,
     })
@@ -298,9 +312,16 @@ struct Sequence {
     /// Guests added, guests removed, vifs added or removed, options changed.
     counts: [usize; 4],
     step_ms: Vec<f64>,
+    rss_kib: Vec<u64>,
     before: Resources,
     after: Resources,
 }
+
+/// Random steps before the reference point. Creating and destroying
+/// domains grows hv's allocator to a plateau (each thread that served a
+/// domain may leave an arena behind; with `MALLOC_ARENA_MAX=1` the growth
+/// is half as large and levels off as soon); a leak keeps growing past it.
+const WARM_UP_STEPS: usize = 200;
 
 /// A state the random sequence applies: which of guest3 and guest4 run,
 /// how many extra vifs guest2 has, and guest1's vif options.
@@ -391,7 +412,8 @@ fn random_sequence(opts: &FaultsOptions) -> Result<Sequence> {
     let up = Up::new(opts)?;
     let mut ts = up.toolstack()?;
     // Warm-up: every kind of step once, so first-use growth (and the
-    // option count guest1's vif keeps) is in the reference.
+    // option count guest1's vif keeps) is in the reference, then random
+    // steps up to the allocator's plateau.
     let start = State::default();
     let everything = State {
         guest3: true,
@@ -399,15 +421,21 @@ fn random_sequence(opts: &FaultsOptions) -> Result<Sequence> {
         extra_vifs: 2,
         options: 1,
     };
-    for s in [&everything, &start] {
-        ts.apply(Some(s.text()), false, Vec::new())
-            .map_err(|e| anyhow!("apply: {e}"))?;
+    let mut rng = SplitMix(opts.apply_seed);
+    let mut rss_kib = vec![resources(&mut ts)?.hv_rss_kib];
+    let mut warm = everything;
+    for _ in 0..WARM_UP_STEPS {
+        ts.apply(Some(warm.text()), false, Vec::new())
+            .map_err(|e| anyhow!("apply (warm-up): {e}"))?;
+        warm = warm.next(&mut rng);
     }
+    ts.apply(Some(start.text()), false, Vec::new())
+        .map_err(|e| anyhow!("apply: {e}"))?;
     wait_for("every vif's counters", Duration::from_secs(5), || {
         super::counters_published(&mut ts)
     })?;
     let before = resources(&mut ts)?;
-    let mut rng = SplitMix(opts.apply_seed);
+    rss_kib.push(before.hv_rss_kib);
     let (mut state, mut counts, mut step_ms) = (start, [0; 4], Vec::new());
     let every = (opts.apply_steps / 10).max(1);
     for i in 0..opts.apply_steps {
@@ -423,6 +451,7 @@ fn random_sequence(opts: &FaultsOptions) -> Result<Sequence> {
                 opts,
                 &format!("apply: {}/{} random steps", i + 1, opts.apply_steps),
             );
+            rss_kib.push(resources(&mut ts)?.hv_rss_kib);
         }
     }
     ts.apply(Some(start.text()), false, Vec::new())
@@ -431,6 +460,7 @@ fn random_sequence(opts: &FaultsOptions) -> Result<Sequence> {
     Ok(Sequence {
         counts,
         step_ms,
+        rss_kib,
         before,
         after,
     })
