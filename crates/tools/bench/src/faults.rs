@@ -43,6 +43,8 @@ pub struct FaultsOptions {
     pub http_mib: u64,
     /// network-attach/detach cycles.
     pub cycles: usize,
+    /// Runs of the "one guest among 32" experiment.
+    pub apply_runs: usize,
     /// Steps of the random apply sequence, and its seed.
     pub apply_steps: usize,
     pub apply_seed: u64,
@@ -50,8 +52,9 @@ pub struct FaultsOptions {
 }
 
 impl FaultsOptions {
-    /// The full figures (10 kills, 5 during 256 MiB, 10,000 cycles, 1,000
-    /// random applies), or fewer kills, cycles and applies with `quick`.
+    /// The full figures (10 kills, 5 during 256 MiB, 10,000 cycles, 3
+    /// runs of a guest applied among 32, 1,000 random applies), or fewer of
+    /// each with `quick`.
     pub fn new(exe: PathBuf, run_dir: PathBuf, quick: bool) -> FaultsOptions {
         FaultsOptions {
             exe,
@@ -60,6 +63,7 @@ impl FaultsOptions {
             http_kills: 5,
             http_mib: 256,
             cycles: if quick { 200 } else { 10_000 },
+            apply_runs: if quick { 1 } else { 3 },
             apply_steps: if quick { 100 } else { 1000 },
             apply_seed: 1,
             progress: true,

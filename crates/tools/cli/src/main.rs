@@ -522,9 +522,9 @@ enum Suite {
     /// (median outage), a 256 MiB HTTP download through five kills
     /// (SHA-256 checked), network-attach/detach cycles with hv's
     /// resources before and after, a guest applied in and out among 32
-    /// while three others stream, and 1,000 seeded random applies with
-    /// hv's resources before and after (--quick: 3 kills, 200 cycles, 100
-    /// applies).
+    /// while three others stream (3 runs), and 1,000 seeded random applies
+    /// with hv's resources before and after (--quick: 3 kills, 200 cycles,
+    /// 1 run, 100 applies).
     Faults,
     /// The hosted NIC against Sugerman 2001: Figure 5 (the path of a
     /// transmitting OUT), Tables 1 and 2 (time by category), Figure 6 (TCP
