@@ -175,22 +175,12 @@ fn a_bad_vlan_node_gives_the_vif_up_and_spares_the_others() {
 
 #[test]
 fn uplinks_follow_the_store_and_bad_values_are_counted_and_ignored() {
-    use hv::proto::{Request, DOMID_TOOLSTACK};
     let names = ["g1", "g2"];
     let opts = [VifOptions::default(), VifOptions::default()];
     let mut w = world_with(&names, &opts, |_| true);
     let (hv, drv) = (w.hv.clone(), w.drv_id);
     let home = format!("/local/domain/{drv}/splitnet");
-    let write = |path: String, value: &str| {
-        let r = hv.handle(
-            DOMID_TOOLSTACK,
-            Request::StoreWrite {
-                path,
-                value: value.as_bytes().to_vec(),
-            },
-        );
-        assert!(r.0.is_ok(), "{r:?}");
-    };
+    let write = |path: String, value: &str| store_write(&hv, &path, value);
     let doc = || {
         store_read(&hv, &format!("{home}/stats"))
             .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())

@@ -6,8 +6,8 @@
 
 mod common;
 use common::{
-    backend_state, good_traffic_flows, push, stats, store_read, wait_until, world_configured,
-    Guest, World, WAIT,
+    backend_state, good_traffic_flows, push, stats, store_read, store_write, wait_until,
+    world_configured, Guest, World, WAIT,
 };
 
 use abi::netif::{Extra, ExtraFlags, ExtraInfo, TxFlags, TxRequest};
@@ -658,18 +658,6 @@ fn a_bad_option_node_refuses_the_vif_with_a_reason_and_others_flow() {
     driver.join().unwrap();
 }
 
-/// Writes `value` at `path` as the toolstack.
-fn toolstack_write(hv: &Arc<Hypervisor>, path: &str, value: &str) {
-    let req = hv::proto::Request::StoreWrite {
-        path: path.into(),
-        value: value.as_bytes().to_vec(),
-    };
-    assert!(
-        hv.handle(hv::proto::DOMID_TOOLSTACK, req).0.is_ok(),
-        "{path}"
-    );
-}
-
 #[test]
 fn options_changed_in_place_are_taken_together_or_refused_together() {
     let World {
@@ -686,9 +674,9 @@ fn options_changed_in_place_are_taken_together_or_refused_together() {
     let taken = || store_read(&hv, &format!("{be}/splitnet-options-taken")).unwrap_or_default();
     // A good address filter beside a bad MTU: neither is taken, the vif
     // stays connected and keeps its old options (no filter).
-    toolstack_write(&hv, &format!("{be}/ip"), "10.0.0.1");
-    toolstack_write(&hv, &format!("{be}/mtu"), "20000");
-    toolstack_write(&hv, &format!("{be}/splitnet-options"), "1");
+    store_write(&hv, &format!("{be}/ip"), "10.0.0.1");
+    store_write(&hv, &format!("{be}/mtu"), "20000");
+    store_write(&hv, &format!("{be}/splitnet-options"), "1");
     wait_until("the change refused", WAIT, || taken().starts_with("1 "));
     assert!(
         taken().contains("refused") && taken().contains("20000"),
@@ -702,8 +690,8 @@ fn options_changed_in_place_are_taken_together_or_refused_together() {
         !receive(&mut b).is_empty()
     });
     // Put right, the filter holds: a spoofed frame is dropped, a good one passes.
-    toolstack_write(&hv, &format!("{be}/mtu"), "1500");
-    toolstack_write(&hv, &format!("{be}/splitnet-options"), "2");
+    store_write(&hv, &format!("{be}/mtu"), "1500");
+    store_write(&hv, &format!("{be}/splitnet-options"), "2");
     wait_until("the change taken", WAIT, || taken() == "2");
     for (src, tag) in [([10, 0, 0, 9], 3), ([10, 0, 0, 1], 4)] {
         let p = udp4(&a, b.mac, src, false, tag);

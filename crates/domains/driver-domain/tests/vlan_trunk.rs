@@ -10,7 +10,6 @@ mod common;
 use common::*;
 use frame::offload::checksum_setup;
 use frame::packet::{Gso, GsoKind, Packet};
-use hv::proto::{Request, DOMID_TOOLSTACK};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use sys::{PacketSocket, VlanTag};
@@ -140,12 +139,10 @@ fn a_trunk_uplink_tags_and_untags_each_vlan() {
     let mut w = world_with(&["untagged", "v10", "v20"], &opts, |_| true);
     // The toolstack names the uplink: a trunk on the default bridge.
     let (drv, hv) = (w.drv_id, w.hv.clone());
-    let _ = hv.handle(
-        DOMID_TOOLSTACK,
-        Request::StoreWrite {
-            path: format!("/local/domain/{drv}/splitnet/uplinks/{a}"),
-            value: b"bridge=xenbr0".to_vec(),
-        },
+    store_write(
+        &hv,
+        &format!("/local/domain/{drv}/splitnet/uplinks/{a}"),
+        "bridge=xenbr0",
     );
     let stats = || {
         store_read(&hv, &format!("/local/domain/{drv}/splitnet/stats"))

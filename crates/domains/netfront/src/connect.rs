@@ -57,8 +57,8 @@ pub(crate) fn negotiate(
     backend_id: DomId,
     mac: &str,
 ) -> Result<(FrontendInfo, bool)> {
-    let mtu = link_mtu(hv, backend)?;
     let offload = negotiate_offloads(hv, dev, backend)?;
+    let mtu = capped_mtu(hv, dev, backend, offload.sg)?;
     let copy_rx = hv
         .store_read_str(&format!("{backend}/{}", keys::RX_MODE))
         .map_or(true, |m| RxPath::parse(&m) == Ok(RxPath::Copy))
@@ -87,12 +87,7 @@ pub(crate) fn negotiate(
         } else {
             GrantMode::PerPacket
         },
-        // Without scatter-gather a frame takes one slot.
-        mtu: if offload.sg {
-            mtu
-        } else {
-            one_slot_mtu(dev, mtu)
-        },
+        mtu,
         multicast,
         lro: hv
             .store_read_str(&format!("{dev}/{}", keys::LRO))
@@ -152,13 +147,16 @@ impl Netfront {
     /// The link's MTU as the backend's `mtu` node gives it now, capped as
     /// at connection.
     pub fn backend_mtu(&self, hv: &mut HvClient) -> Result<u16> {
-        let mtu = link_mtu(hv, &self.info.backend)?;
-        Ok(if self.info.offload.sg {
-            mtu
-        } else {
-            one_slot_mtu(&self.info.dev, mtu)
-        })
+        let i = &self.info;
+        capped_mtu(hv, &i.dev, &i.backend, i.offload.sg)
     }
+}
+
+/// The backend's `mtu` node, capped at one slot's worth when frames
+/// cannot take several (no scatter-gather).
+fn capped_mtu(hv: &mut HvClient, dev: &str, backend: &str, sg: bool) -> Result<u16> {
+    let mtu = link_mtu(hv, backend)?;
+    Ok(if sg { mtu } else { one_slot_mtu(dev, mtu) })
 }
 
 /// The backend's `mtu` node: 1500 when absent; a value outside

@@ -271,15 +271,7 @@ fn a_vifs_options_change_in_place_and_its_guest_keeps_its_connection() {
     let code = stream.0.wait().unwrap();
     assert!(code.success(), "guest1's stream broke: {code}");
     // What stays is the count of option changes and netback's answer.
-    let now = env.snapshot();
-    let names = |t: &str| -> Vec<String> {
-        t.lines()
-            .map(|l| l.split(" = ").next().unwrap_or(l).to_string())
-            .collect()
-    };
-    let (b, a) = (names(&held.tree), names(&now.tree));
-    let added: Vec<&String> = a.iter().filter(|n| !b.contains(n)).collect();
-    let removed: Vec<&String> = b.iter().filter(|n| !a.contains(n)).collect();
+    let (added, removed) = env.snapshot().nodes_since(&held);
     assert!(removed.is_empty(), "{removed:?}");
     assert_eq!(added.len(), 2, "{added:?}");
     assert!(

@@ -39,6 +39,16 @@ pub fn store_read(hv: &Arc<Hypervisor>, path: &str) -> Option<String> {
     }
 }
 
+/// Writes `value` at `path` as the toolstack; the write must succeed.
+pub fn store_write(hv: &Arc<Hypervisor>, path: &str, value: &str) {
+    let req = Request::StoreWrite {
+        path: path.into(),
+        value: value.as_bytes().to_vec(),
+    };
+    let r = hv.handle(DOMID_TOOLSTACK, req);
+    assert!(r.0.is_ok(), "writing {path}: {r:?}");
+}
+
 /// The backend's published counters of guest `g`'s vif.
 pub fn stats(hv: &Arc<Hypervisor>, drv: DomId, g: DomId) -> Value {
     store_read(hv, &format!("/local/domain/{drv}/backend/vif/{g}/0/stats"))

@@ -111,21 +111,28 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Asserts hv holds what it held at `before`: store nodes (naming the
-    /// nodes that differ), watches and grant pins.
-    pub fn assert_holds_as(&self, before: &Snapshot) {
+    /// The store nodes this tree has and `before`'s lacked, and the
+    /// reverse, by path.
+    pub fn nodes_since(&self, before: &Snapshot) -> (Vec<String>, Vec<String>) {
         let names = |t: &str| -> std::collections::BTreeSet<String> {
             t.lines()
                 .map(|l| l.split(" = ").next().unwrap_or(l).to_string())
                 .collect()
         };
         let (b, a) = (names(&before.tree), names(&self.tree));
+        (
+            a.difference(&b).cloned().collect(),
+            b.difference(&a).cloned().collect(),
+        )
+    }
+
+    /// Asserts hv holds what it held at `before`: store nodes (naming the
+    /// nodes that differ), watches and grant pins.
+    pub fn assert_holds_as(&self, before: &Snapshot) {
+        let (added, removed) = self.nodes_since(before);
         assert_eq!(
-            self.status["store_nodes"],
-            before.status["store_nodes"],
-            "store nodes; added: {:?}, removed: {:?}",
-            a.difference(&b).collect::<Vec<_>>(),
-            b.difference(&a).collect::<Vec<_>>()
+            self.status["store_nodes"], before.status["store_nodes"],
+            "store nodes; added: {added:?}, removed: {removed:?}"
         );
         for k in ["grant_pins", "watches"] {
             assert_eq!(self.status[k], before.status[k], "{k}");
