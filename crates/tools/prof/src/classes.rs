@@ -54,6 +54,11 @@ cost_classes! {
     InterDomainCopy = "inter_domain_copy", "idcopy", "#f28e2b";
     /// The driver: our port to the wire and the kernel's packet/veth/tun drivers.
     Driver = "driver", "driver", "#e15759";
+    /// Host work that stands for the NIC's hardware: a packet socket's send
+    /// and receive (a NIC's descriptor rings and DMA), macvlan's sorting by
+    /// MAC (a multi-queue NIC's filter), and the qdisc shaping a link to a
+    /// line rate. Charged to no domain (Ram thesis §3.3).
+    Nic = "nic", "nic", "#17becf";
     /// The guest's netfront.
     Netfront = "netfront", "netfront", "#76b7b2";
     /// The driver domain's netback, its poll loop and credit scheduler.
@@ -522,6 +527,47 @@ pub fn frame_class(function: &str, module: &str, kind: DomainKind) -> Option<Cos
     kernel_class(f, module)
 }
 
+/// Kernel functions that stand for the NIC: af_packet's data path, macvlan,
+/// and the shaping qdiscs. A chain through any of them is the NIC's, whatever
+/// its leaf (the copy into a posted buffer is the NIC's DMA).
+const NIC: &[&str] = &[
+    "packet_recvmsg",
+    "packet_rcv",
+    "tpacket_rcv",
+    "packet_sendmsg",
+    "packet_snd",
+    "tpacket_snd",
+    "macvlan_",
+    "tbf_",
+    "htb_",
+];
+
+/// Whether a frame is host work standing for the NIC ([`CostClass::Nic`]).
+pub fn is_nic_frame(function: &str, module: &str) -> bool {
+    matches!(module, "macvlan" | "sch_tbf" | "sch_htb") || starts_with_any(function, NIC)
+}
+
+/// Our user-space wrappers whose system calls stand for something else:
+/// the packet socket's for the NIC's descriptor rings (its kernel side is
+/// the NIC's work), the hypercall client's for a trap into the hypervisor
+/// (Xen took it on the caller's CPU; here it is a system call and hv's
+/// wake-up).
+const SYSCALL_STANDS_FOR: &[(&str, CostClass)] = &[
+    ("splitnet_sys::packet::", CostClass::Nic),
+    ("splitnet_hypercall::client::", CostClass::Hypervisor),
+];
+
+/// The class of a sample in kernel mode whose chain passes through one of
+/// [`SYSCALL_STANDS_FOR`]'s wrappers, the innermost deciding.
+fn syscall_class<'a>(frames: &[(&'a str, &'a str)]) -> Option<(CostClass, usize)> {
+    frames.iter().enumerate().find_map(|(i, (f, _))| {
+        SYSCALL_STANDS_FOR
+            .iter()
+            .find(|(p, _)| f.contains(p))
+            .map(|(_, c)| (*c, i))
+    })
+}
+
 /// The class a sample falls back to when no frame of its chain has one:
 /// hv's code is the hypervisor's, the idle task's is idle.
 pub fn fallback_class(kind: DomainKind) -> CostClass {
@@ -538,17 +584,42 @@ pub fn cost_class(function: &str, module: &str, kind: DomainKind) -> CostClass {
 }
 
 /// The class of a sample from its call chain, leaf first, as
-/// (function, module) pairs: the first frame with a class decides. Returns
-/// the class and the index of the deciding frame (None: the fallback).
+/// (function, module) pairs: the NIC's when any frame stands for the NIC,
+/// else the first frame with a class decides. Returns the class and the
+/// index of the deciding frame (None: the fallback).
 pub fn chain_class<'a>(
     frames: impl IntoIterator<Item = (&'a str, &'a str)>,
     kind: DomainKind,
 ) -> (CostClass, Option<usize>) {
-    frames
-        .into_iter()
-        .enumerate()
-        .find_map(|(i, (f, m))| frame_class(f, m, kind).map(|c| (c, Some(i))))
-        .unwrap_or((fallback_class(kind), None))
+    let mut first = None;
+    for (i, (f, m)) in frames.into_iter().enumerate() {
+        if is_nic_frame(f, m) {
+            return (CostClass::Nic, Some(i));
+        }
+        if first.is_none() {
+            first = frame_class(f, m, kind).map(|c| (c, Some(i)));
+        }
+    }
+    first.unwrap_or((fallback_class(kind), None))
+}
+
+/// The class of a sample, as [`chain_class`], except that a sample taken in
+/// the kernel under one of [`SYSCALL_STANDS_FOR`]'s wrappers is what that
+/// system call stands for (the NIC's, or the hypervisor's), unless a frame
+/// beneath it already makes it the NIC's.
+pub fn sample_class<'a>(
+    frames: &[(&'a str, &'a str)],
+    kind: DomainKind,
+    kernel: bool,
+) -> (CostClass, Option<usize>) {
+    let by_chain = chain_class(frames.iter().copied(), kind);
+    if !kernel || by_chain.0 == CostClass::Nic {
+        return by_chain;
+    }
+    match syscall_class(frames) {
+        Some((c, i)) => (c, Some(i)),
+        None => by_chain,
+    }
 }
 
 #[cfg(test)]
@@ -785,6 +856,81 @@ mod tests {
             (Hypervisor, None)
         );
         assert_eq!(chain_class(chain(&[]), d), (Other, None));
+    }
+
+    #[test]
+    fn a_chain_through_the_nic_is_the_nics_whatever_its_leaf() {
+        let d = DomainKind::Domain;
+        // The packet socket's copy into a posted buffer: a NIC's DMA.
+        let recv = [
+            ("_copy_to_iter", "[kernel]"),
+            ("__skb_datagram_iter", "[kernel]"),
+            ("skb_copy_datagram_iter", "[kernel]"),
+            ("packet_recvmsg", "[kernel]"),
+            ("sock_recvmsg", "[kernel]"),
+            ("do_syscall_64", "[kernel]"),
+        ];
+        assert_eq!(chain_class(chain(&recv), d), (Nic, Some(3)));
+        // A send runs the link and the peer's receive beneath it.
+        let send = [
+            ("tcp_v4_rcv", "[kernel]"),
+            ("__netif_receive_skb", "[kernel]"),
+            ("veth_xmit", "veth"),
+            ("__dev_queue_xmit", "[kernel]"),
+            ("packet_sendmsg", "[kernel]"),
+        ];
+        assert_eq!(chain_class(chain(&send), d), (Nic, Some(4)));
+        let sort = [("macvlan_handle_frame", "macvlan"), ("netif_receive", "")];
+        assert_eq!(chain_class(chain(&sort), d), (Nic, Some(0)));
+        let shape = [("_raw_spin_lock", "[kernel]"), ("tbf_enqueue", "sch_tbf")];
+        assert_eq!(chain_class(chain(&shape), d), (Nic, Some(1)));
+        // The same copy for a TCP socket stays the guest's own.
+        let tcp = [("_copy_to_iter", "[kernel]"), ("tcp_recvmsg", "[kernel]")];
+        assert_eq!(chain_class(chain(&tcp), d), (Usercopy, Some(0)));
+    }
+
+    #[test]
+    fn a_system_call_is_what_its_wrapper_stands_for() {
+        let d = DomainKind::Domain;
+        // recvmmsg's own overhead on a packet socket: the NIC's ring.
+        let recv = [
+            ("__import_iovec", "[kernel]"),
+            ("do_recvmmsg", "[kernel]"),
+            ("do_syscall_64", "[kernel]"),
+            ("__recvmmsg", "libc.so.6"),
+            (
+                "splitnet_sys::packet::PacketSocket::recv_batch",
+                "splitnet-domain",
+            ),
+            (
+                "splitnet_driver_domain::port::Rx::receive",
+                "splitnet-domain",
+            ),
+        ];
+        assert_eq!(sample_class(&recv, d, true), (Nic, Some(4)));
+        // The wrapper's own user-space work stays the driver's.
+        assert_eq!(sample_class(&recv[4..], d, false), (Driver, Some(0)));
+        // A hypercall's send and hv's wake-up are the hypervisor's, not
+        // the network stack's.
+        let call = [
+            ("_raw_spin_unlock_irqrestore", "[kernel]"),
+            ("sock_def_readable", "[kernel]"),
+            ("unix_dgram_sendmsg", "[kernel]"),
+            ("__send", "libc.so.6"),
+            (
+                "splitnet_hypercall::client::HvClient::submit_raw_batch",
+                "splitnet-domain",
+            ),
+            (
+                "splitnet_driver_domain::netback::Netback::flush_rx",
+                "splitnet-domain",
+            ),
+        ];
+        assert_eq!(chain_class(call.iter().copied(), d), (Network, Some(1)));
+        assert_eq!(sample_class(&call, d, true), (Hypervisor, Some(4)));
+        // A TCP socket's system call keeps its kernel class.
+        let tcp = [("tcp_recvmsg", "[kernel]"), ("__recv", "libc.so.6")];
+        assert_eq!(sample_class(&tcp, d, true), (Network, Some(0)));
     }
 
     #[test]

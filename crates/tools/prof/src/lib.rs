@@ -17,7 +17,7 @@ pub mod session;
 pub mod symbols;
 
 pub use attribution::{Attributor, Domain, DomainKind};
-pub use classes::{chain_class, cost_class, frame_class, CostClass};
+pub use classes::{chain_class, cost_class, frame_class, sample_class, CostClass};
 pub use report::{
     ClassShare, ClassifiedSample, DomainReport, EventReport, FunctionShare, Profile, ProfileMeta,
     ProfileSummary,

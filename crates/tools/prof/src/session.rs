@@ -2,7 +2,7 @@
 //! symbols and classes.
 
 use crate::attribution::Attributor;
-use crate::classes::{fallback_class, frame_class, CostClass};
+use crate::classes::{sample_class, CostClass};
 use crate::report::{ClassifiedSample, EventReport, Profile, ProfileMeta};
 use crate::roles::{default_lock_path, Mode, Roles, SessionLock, PASSIVE};
 use crate::symbols::{Symbol, Symbolizer};
@@ -364,15 +364,14 @@ pub fn classify(
 ) -> ClassifiedSample {
     let (symbol, class) = match mode {
         Mode::Active => {
-            let leaf = frame(0).unwrap_or_else(Symbol::unknown_function);
-            let mut class = frame_class(&leaf.function, &leaf.module, domain.kind);
-            let mut i = 1;
-            while class.is_none() {
-                let Some(f) = frame(i) else { break };
-                class = frame_class(&f.function, &f.module, domain.kind);
-                i += 1;
-            }
-            (leaf, class.unwrap_or_else(|| fallback_class(domain.kind)))
+            let chain: Vec<Symbol> = (0..).map_while(&mut frame).collect();
+            let frames: Vec<(&str, &str)> = chain
+                .iter()
+                .map(|s| (s.function.as_str(), s.module.as_str()))
+                .collect();
+            let (class, _) = sample_class(&frames, domain.kind, kernel);
+            let leaf = chain.into_iter().next();
+            (leaf.unwrap_or_else(Symbol::unknown_function), class)
         }
         Mode::Passive => (
             Symbol {
