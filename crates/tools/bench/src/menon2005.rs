@@ -264,6 +264,10 @@ pub struct RoleProfile {
     pub kernel_samples: u64,
     pub share_pct: f64,
     pub top: Vec<Hot>,
+    /// Its samples by cost class, every class with any (none in runs
+    /// saved before classes were kept).
+    #[serde(default)]
+    pub classes: BTreeMap<String, u64>,
 }
 
 /// A profiled run: what Tables 1, 2 and 4-8 are read from.
@@ -677,6 +681,7 @@ pub fn role(domain: &str) -> &'static str {
         "bench-server" | "m5-rx" => "receiver",
         "bench-client" | "bench-wire" => "sender",
         "idle" => "idle",
+        crate::testbed::NIC => "nic",
         d if d.starts_with("wire") || d.starts_with("m5-tx") => "sender",
         _ => "other",
     }
@@ -708,6 +713,12 @@ fn profiled(setup: Setup, what: &str, x: f64, m: &testbed::Measured) -> Option<P
                     samples: f.samples,
                     share_pct: f.share_pct,
                 })
+                .collect(),
+            classes: d
+                .classes
+                .iter()
+                .filter(|c| c.samples > 0)
+                .map(|c| (c.class.name().to_string(), c.samples))
                 .collect(),
         })
         .collect();

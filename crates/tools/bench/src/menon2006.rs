@@ -661,7 +661,7 @@ fn measure_cases(
             gbps: m.flow.gbps,
             ratio_to_native: None,
             by_domain: by_domain(&m.cycles_per_packet),
-            by_class: by_class(total, m.profile.as_ref()),
+            by_class: by_class(&m.cycles_per_packet, m.profile.as_ref()),
             cycles_per_packet: m.cycles_per_packet,
             csum_errors,
             reorder_events,
@@ -964,7 +964,7 @@ impl Menon2006Report {
             _ => "transmit",
         };
         let mut s = format!(
-            "**Figures 6 and 8: cycles per 1514-byte frame by domain, {over}**\n\n| configuration | guest | driver | hv | wire | total | by class |\n|---|---:|---:|---:|---:|---:|---|\n",
+            "**Figures 6 and 8: cycles per 1514-byte frame by domain, {over}**\n\n| configuration | guest | driver | hv | wire | nic | total | by class |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
         );
         for cfg in [
             M6Config::GuestNone,
@@ -984,12 +984,13 @@ impl Menon2006Report {
                 .map(|(k, c)| format!("{k} {c:.0}"))
                 .collect();
             s += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 cfg.name(),
                 d("guest"),
                 d("driver"),
                 d("hv"),
                 d("wire"),
+                d("nic"),
                 m.cycles_per_packet
                     .map_or("-".into(), |c| format!("{:.0}", c.median)),
                 if classes.is_empty() {

@@ -622,12 +622,15 @@ pub(crate) fn measure_with(
             (r?, Some(p))
         }
     };
-    let cpu: BTreeMap<String, f64> = env
+    let mut cpu: BTreeMap<String, f64> = env
         .domains
         .iter()
         .zip(before)
         .map(|(d, b)| (d.name.clone(), d.cpu().saturating_sub(b).as_secs_f64()))
         .collect();
+    if let Some(p) = &profile {
+        charge_nic(&mut cpu, p);
+    }
     let cpp = cycles_per_packet(&cpu, r.packets, tsc_hz);
     Ok(Measured {
         flow: r,
@@ -637,8 +640,79 @@ pub(crate) fn measure_with(
     })
 }
 
+/// Moves each domain's share of samples in the class `nic` (host work that
+/// stands for the NIC's hardware: its DMA, its MAC filter, its line rate)
+/// out of that domain's CPU seconds into a "nic" entry of its own (Ram
+/// thesis §3.3: a multi-queue NIC places frames in the guest's memory).
+pub(crate) fn charge_nic(cpu: &mut BTreeMap<String, f64>, p: &prof::Profile) {
+    let mut nic = 0.0;
+    for d in &p.domains {
+        let Some(secs) = cpu.get_mut(&d.name) else {
+            continue;
+        };
+        let samples = |c: prof::CostClass| {
+            d.classes
+                .iter()
+                .find(|s| s.class == c)
+                .map_or(0, |s| s.samples)
+        };
+        let work = d.samples.saturating_sub(samples(prof::CostClass::Idle));
+        if work == 0 {
+            continue;
+        }
+        let moved = *secs * samples(prof::CostClass::Nic) as f64 / work as f64;
+        *secs -= moved;
+        nic += moved;
+    }
+    if nic > 0.0 {
+        cpu.insert(NIC.into(), nic);
+    }
+}
+
+/// Each measured domain's cycles per frame (`cpp`, after [`charge_nic`])
+/// split by the cost classes of its own samples, the NIC's and idle's left
+/// out: domain → class → cycles. A domain the profile did not sample is
+/// left out.
+pub(crate) fn classes_by_domain(
+    cpp: &BTreeMap<String, f64>,
+    p: &prof::Profile,
+) -> BTreeMap<String, BTreeMap<String, f64>> {
+    let mut out = BTreeMap::new();
+    for d in &p.domains {
+        let Some(&cycles) = cpp.get(&d.name) else {
+            continue;
+        };
+        let kept: Vec<&prof::ClassShare> = d
+            .classes
+            .iter()
+            .filter(|c| {
+                c.samples > 0 && !matches!(c.class, prof::CostClass::Nic | prof::CostClass::Idle)
+            })
+            .collect();
+        let n: u64 = kept.iter().map(|c| c.samples).sum();
+        if n == 0 {
+            continue;
+        }
+        let split = kept
+            .iter()
+            .map(|c| {
+                (
+                    c.class.name().to_string(),
+                    cycles * c.samples as f64 / n as f64,
+                )
+            })
+            .collect();
+        out.insert(d.name.clone(), split);
+    }
+    out
+}
+
+/// The entry of [`charge_nic`]: not a domain, and outside the "total".
+pub const NIC: &str = "nic";
+
 /// Cycles per packet from CPU seconds per domain: each domain's share and a
-/// "total" (Ram thesis §2.4). Empty when no packet arrived.
+/// "total" of the domains' (Ram thesis §2.4), which leaves out the work
+/// charged to the NIC ([`NIC`]). Empty when no packet arrived.
 pub fn cycles_per_packet(
     cpu_seconds: &BTreeMap<String, f64>,
     packets: f64,
@@ -651,9 +725,10 @@ pub fn cycles_per_packet(
         .iter()
         .map(|(d, s)| (d.clone(), s * tsc_hz / packets))
         .collect();
+    let domains = cpu_seconds.iter().filter(|(d, _)| d.as_str() != NIC);
     out.insert(
         "total".into(),
-        cpu_seconds.values().sum::<f64>() * tsc_hz / packets,
+        domains.map(|(_, s)| s).sum::<f64>() * tsc_hz / packets,
     );
     out
 }
@@ -793,5 +868,43 @@ mod tests {
         assert!((c["guest1"] - 5792.0).abs() < 1.0, "{c:?}");
         assert!((c["total"] - (c["drv"] + c["guest1"])).abs() < 1e-6);
         assert!(cycles_per_packet(&cpu, 0.0, 2.0e9).is_empty());
+    }
+
+    #[test]
+    fn the_nics_share_of_a_domains_samples_leaves_it_and_the_total() {
+        let sample = |name: &str, class| prof::ClassifiedSample {
+            domain: prof::Domain {
+                name: name.into(),
+                kind: prof::DomainKind::Domain,
+            },
+            kernel: true,
+            symbol: prof::Symbol::unknown_function(),
+            class,
+            mode: prof::Mode::Active,
+        };
+        // drv: 1 sample in 4 is the NIC's; guest1: none.
+        let mut samples = vec![sample("drv", prof::CostClass::Nic)];
+        samples.extend((0..3).map(|_| sample("drv", prof::CostClass::Netback)));
+        samples.extend((0..2).map(|_| sample("guest1", prof::CostClass::Netfront)));
+        let p = prof::Profile::from_samples(prof::ProfileMeta::default(), &samples, 5);
+        let mut cpu: BTreeMap<String, f64> =
+            [("drv".to_string(), 0.4), ("guest1".to_string(), 0.2)]
+                .into_iter()
+                .collect();
+        charge_nic(&mut cpu, &p);
+        assert!((cpu["drv"] - 0.3).abs() < 1e-9, "{cpu:?}");
+        assert!((cpu[NIC] - 0.1).abs() < 1e-9, "{cpu:?}");
+        assert_eq!(cpu["guest1"], 0.2);
+        let c = cycles_per_packet(&cpu, 1.0, 1.0);
+        assert!(
+            (c["total"] - 0.5).abs() < 1e-9,
+            "the NIC is outside the total: {c:?}"
+        );
+        assert!((c[NIC] - 0.1).abs() < 1e-9);
+        // What stays with drv is all netback's; the NIC's is in no class.
+        let by = classes_by_domain(&c, &p);
+        assert_eq!(by["drv"].len(), 1, "{by:?}");
+        assert!((by["drv"]["netback"] - c["drv"]).abs() < 1e-9);
+        assert!((by["guest1"]["netfront"] - 0.2).abs() < 1e-9);
     }
 }

@@ -674,7 +674,7 @@ fn tab_tops(r: &Menon2005Report) -> Vec<Figure> {
             "Table 7",
             "Driver-domain functions, Xen-guest0 receive",
             t7,
-            &format!("{TOP_NOTE}; splitnet's switch and antispoof stand for Linux's bridge and netfilter"),
+            &format!("{TOP_NOTE}; the driver domain's network class (splitnet's switch and anti-spoofing, by call chain) stands for Linux's bridge and netfilter, over its samples with the NIC's apart"),
             named("Table 7", &work),
         ),
     ]

@@ -33,7 +33,7 @@ fn figure_chart(r: &Menon2006Report, f: &PaperFigure) -> String {
 
 /// Figures 6 and 8's chart: cycles per frame by domain, stacked.
 fn breakdown_chart(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> String {
-    let classes = ["guest", "driver", "hv", "wire"];
+    let classes = ["guest", "driver", "hv", "wire", "nic"];
     let case = r.breakdown_case();
     let rows: Vec<&M6Summary> = cfgs.iter().filter_map(|&c| r.row(c, case)).collect();
     plot::stacked(&plot::Stacked {
