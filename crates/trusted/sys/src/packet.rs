@@ -15,10 +15,6 @@ const SOCKET_BUFFER: libc::c_int = 4 << 20;
 
 /// A raw packet socket bound to one interface: every frame the interface
 /// receives (promiscuously), and a way to transmit whole Ethernet frames on it.
-///
-/// Its sending and receiving methods are never inlined: their frame in a
-/// call chain tells the profiler that the system call beneath stands for a
-/// NIC's descriptor rings (cost class `nic`).
 #[derive(Debug)]
 pub struct PacketSocket {
     fd: OwnedFd,
@@ -197,14 +193,12 @@ impl PacketSocket {
     /// Receives one frame (the vnet header in front, when enabled); `Ok(None)`
     /// when nothing is queued. A frame that does not fit in `buf` is consumed
     /// and reported as an `InvalidData` error rather than silently cut.
-    #[inline(never)]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         Ok(self.recv_tagged(buf)?.map(|(n, _)| n))
     }
 
     /// Like [`PacketSocket::recv`], with the VLAN tag the kernel took off
     /// the frame, if it had one.
-    #[inline(never)]
     pub fn recv_tagged(&self, buf: &mut [u8]) -> io::Result<Option<(usize, Option<VlanTag>)>> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
@@ -246,7 +240,6 @@ impl PacketSocket {
     /// when enabled) and returns the bytes sent. When the socket or device
     /// queue is full (EAGAIN, ENOBUFS) the frame is dropped and the error has
     /// kind `WouldBlock`, so the caller can count the drop.
-    #[inline(never)]
     pub fn send(&self, parts: &[&[u8]]) -> io::Result<usize> {
         with_iovecs(parts, |iov| {
             // SAFETY: msghdr is plain old data; all-zero is valid (no address:
@@ -280,7 +273,6 @@ impl PacketSocket {
     /// Transmits one frame gathered from `parts`, which may point into
     /// shared memory (Menon 2006 §4.1: the payload goes out from the guest's
     /// buffers). Errors as for [`PacketSocket::send`].
-    #[inline(never)]
     pub fn send_parts(&self, parts: &[IoPart<'_>]) -> io::Result<usize> {
         let mut iov = iov::iovecs();
         let n = iov::gather(parts, &mut iov).map_err(|e| self.ctx(e))?;
@@ -306,7 +298,6 @@ impl PacketSocket {
     /// Transmits several frames in one `sendmmsg`, each gathered from its
     /// parts; at most [`SEND_BATCH`] per call. Returns how many were sent
     /// (the first frame's error only when none was).
-    #[inline(never)]
     pub fn send_batch(&self, frames: &[&[IoPart<'_>]]) -> io::Result<usize> {
         let count = frames.len().min(SEND_BATCH);
         if count == 0 {
@@ -363,7 +354,6 @@ impl PacketSocket {
 
     /// Receives up to a batch of frames in one `recvmmsg`, without waiting;
     /// returns how many arrived (0 when none was queued).
-    #[inline(never)]
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
         let count = batch.lens.len().min(RECV_BATCH);
         let mut iov = [libc::iovec {
@@ -459,7 +449,6 @@ impl PacketSocket {
     /// Ram thesis 3.3), without waiting. `Ok(None)` when nothing is queued;
     /// `Ok(Some(Err(len)))` when the frame was longer than the parts and so
     /// was consumed but not kept whole.
-    #[inline(never)]
     pub fn recv_scatter(
         &self,
         parts: &mut [crate::IoPartMut<'_>],
@@ -484,7 +473,6 @@ impl PacketSocket {
     /// writable shared mapping, a private overflow: Ram thesis 3.3's
     /// placement, batched), without waiting. Returns how many arrived
     /// (0: none queued); `lens[k]` as for [`PacketSocket::recv_scatter`].
-    #[inline(never)]
     pub fn recv_scatter_batch<const P: usize>(
         &self,
         msgs: &mut [[crate::IoPartMut<'_>; P]],
