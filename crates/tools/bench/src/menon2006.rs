@@ -22,7 +22,7 @@ use crate::netenv::{self, Workload};
 use crate::nstat;
 use crate::opcount;
 use crate::plot::{self, Bar};
-use crate::ram::{by_class, by_domain, ethtool, medians, unknown_key};
+use crate::ram::{by_class, by_domain, domain_classes, ethtool, medians, unknown_key};
 use crate::stats::{tsc_per_us, Spread};
 use crate::testbed::{self, Config, Env, FlowSpec, Measured};
 use anyhow::{bail, Context, Result};
@@ -661,7 +661,7 @@ fn measure_cases(
             gbps: m.flow.gbps,
             ratio_to_native: None,
             by_domain: by_domain(&m.cycles_per_packet),
-            by_class: by_class(&m.cycles_per_packet, m.profile.as_ref()),
+            by_class: by_class(&domain_classes(&m.cycles_per_packet, m.profile.as_ref())),
             cycles_per_packet: m.cycles_per_packet,
             csum_errors,
             reorder_events,

@@ -480,45 +480,48 @@ pub(crate) fn thesis_role(by_domain: &BTreeMap<String, f64>, role: &str) -> Opti
     }
 }
 
-/// Cycles per frame by cost class over the measured domains: each domain's
-/// cycles split by its own samples' classes, summed (so the classes add up
-/// to the "total"; the NIC's work stays out, as in the total).
-pub(crate) fn by_class(
+/// Each measured domain's cycles per frame by cost class
+/// ([`testbed::classes_by_domain`]); empty without a profile.
+pub(crate) fn domain_classes(
     cpp: &BTreeMap<String, f64>,
     p: Option<&prof::Profile>,
+) -> BTreeMap<String, BTreeMap<String, f64>> {
+    p.map(|p| testbed::classes_by_domain(cpp, p))
+        .unwrap_or_default()
+}
+
+/// Cycles per frame by cost class over the measured domains (`per_domain`,
+/// from [`domain_classes`]), summed: the classes add up to the "total"; the
+/// NIC's work stays out, as in the total.
+pub(crate) fn by_class(
+    per_domain: &BTreeMap<String, BTreeMap<String, f64>>,
 ) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for classes in p
-        .map(|p| testbed::classes_by_domain(cpp, p))
-        .unwrap_or_default()
-        .values()
-    {
-        for (c, v) in classes {
-            *out.entry(c.clone()).or_insert(0.0) += v;
+    for classes in per_domain.values() {
+        add_classes(&mut out, classes);
+    }
+    out
+}
+
+/// Cycles per frame by role (as [`by_domain`] names them) and cost class,
+/// from [`domain_classes`].
+pub(crate) fn role_classes(
+    per_domain: &BTreeMap<String, BTreeMap<String, f64>>,
+) -> BTreeMap<String, BTreeMap<String, f64>> {
+    let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for (d, classes) in per_domain {
+        if let Some(role) = role_of(d) {
+            add_classes(out.entry(role.to_string()).or_default(), classes);
         }
     }
     out
 }
 
-/// Cycles per frame by role (as [`by_domain`] names them) and cost class.
-pub(crate) fn role_classes(
-    cpp: &BTreeMap<String, f64>,
-    p: Option<&prof::Profile>,
-) -> BTreeMap<String, BTreeMap<String, f64>> {
-    let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for (d, classes) in p
-        .map(|p| testbed::classes_by_domain(cpp, p))
-        .unwrap_or_default()
-    {
-        let Some(role) = role_of(&d) else {
-            continue;
-        };
-        let of_role = out.entry(role.to_string()).or_default();
-        for (c, v) in classes {
-            *of_role.entry(c).or_insert(0.0) += v;
-        }
+/// Adds `classes`' cycles into `into`, class by class.
+fn add_classes(into: &mut BTreeMap<String, f64>, classes: &BTreeMap<String, f64>) {
+    for (c, v) in classes {
+        *into.entry(c.clone()).or_insert(0.0) += v;
     }
-    out
 }
 
 /// Guest1's grant track (`splitnet status --json`, its first vif): pages
@@ -614,6 +617,7 @@ fn measure_cases(
                 l.pages, l.uses
             ))
         ));
+        let per_domain = domain_classes(&m.cycles_per_packet, m.profile.as_ref());
         out.push(RamRecord {
             config: cfg,
             case,
@@ -621,8 +625,8 @@ fn measure_cases(
             gbps: m.flow.gbps,
             ratio_to_native: None,
             by_domain: by_domain(&m.cycles_per_packet),
-            by_class: by_class(&m.cycles_per_packet, m.profile.as_ref()),
-            role_classes: role_classes(&m.cycles_per_packet, m.profile.as_ref()),
+            by_class: by_class(&per_domain),
+            role_classes: role_classes(&per_domain),
             cycles_per_packet: m.cycles_per_packet,
             cycles_x_native: None,
             locality: loc,
@@ -1236,7 +1240,7 @@ mod tests {
         assert_eq!(r["driver"], 100.0);
         assert_eq!(r["guest"], 75.0);
         assert!(!r.contains_key("total"));
-        assert!(by_class(&cpp, None).is_empty());
+        assert!(by_class(&domain_classes(&cpp, None)).is_empty());
     }
 
     #[test]
