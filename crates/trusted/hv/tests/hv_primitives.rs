@@ -511,7 +511,19 @@ fn grant_frames(w: &World, frames: &[u32], readonly: bool) -> Vec<u32> {
 
 #[test]
 fn map_batch_maps_every_grant_in_one_hypercall_and_unmap_batch_ends_them() {
+    map_and_unmap_batches(true);
+}
+
+#[test]
+fn map_batch_through_the_window_does_the_same() {
+    map_and_unmap_batches(false);
+}
+
+/// Batch maps and unmaps into a pool mirror (page-table entries) when
+/// `mirrors`, else into the window (an mmap per run of frames).
+fn map_and_unmap_batches(mirrors: bool) {
     let mut w = world();
+    w.drv.set_pool_mirrors(mirrors);
     let g1 = w.g1.domid();
     // Frames 3, 4, 5 are consecutive (one mmap), 9 stands alone.
     let grefs = grant_frames(&w, &[3, 4, 5, 9], true);
@@ -522,6 +534,7 @@ fn map_batch_maps_every_grant_in_one_hypercall_and_unmap_batch_ends_them() {
         maps.iter().map(|m| m.frame).collect::<Vec<_>>(),
         [3, 4, 5, 9]
     );
+    assert_eq!(w.drv.maps_by_mirror(g1, false), mirrors);
     for m in &maps {
         let mut b = [0u8; 8];
         w.drv.read_mapped(m.handle, PAGE - 8, &mut b).unwrap();
@@ -570,6 +583,18 @@ fn map_batch_maps_every_grant_in_one_hypercall_and_unmap_batch_ends_them() {
         w.drv.read_mapped(h, 0, &mut b).unwrap_err().kind,
         ErrorKind::BadHandle
     );
+    // One frame granted twice and mapped by both grants in a batch: each
+    // handle reads it until its own unmap, whatever the other's.
+    let twice = grant_frames(&w, &[7, 7], true);
+    let m = w.drv.map_batch(g1, &twice, false).unwrap();
+    let (h1, h2) = (m[0].as_ref().unwrap().handle, m[1].as_ref().unwrap().handle);
+    assert_eq!(w.drv.unmap_batch(&[h1]).unwrap(), vec![0]);
+    w.drv.read_mapped(h2, 0, &mut b).unwrap();
+    assert_eq!(b, [7; 8]);
+    assert_eq!(w.drv.unmap_batch(&[h2]).unwrap(), vec![0]);
+    for g in twice {
+        w.g1.grants().end_access(g).unwrap();
+    }
     for g in grefs {
         w.g1.grants().end_access(g).unwrap();
     }

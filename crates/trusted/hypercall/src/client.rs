@@ -271,6 +271,11 @@ pub struct HvClient {
     /// Each granting domain's window for batch-mapped frames, and those
     /// frames by handle ([`HvClient::map_batch`]).
     windows: HashMap<DomId, sys::Window>,
+    /// Each granting domain's pool mirror per access, made on first use
+    /// (`None`: this host cannot mirror it, so the window serves).
+    mirrors: HashMap<(DomId, bool), Option<sys::PoolMirror>>,
+    /// Whether batch maps may use pool mirrors ([`HvClient::set_pool_mirrors`]).
+    use_mirrors: bool,
     batch_maps: HashMap<u32, grant_maps::BatchMapping>,
     tracer: Tracer,
 }
@@ -320,6 +325,8 @@ impl HvClient {
             batch_seq,
             peer_pools: HashMap::new(),
             windows: HashMap::new(),
+            mirrors: HashMap::new(),
+            use_mirrors: true,
             batch_maps: HashMap::new(),
             tracer,
         })

@@ -242,7 +242,10 @@ pub fn syscalls(role: Role) -> SyscallFilter {
         Role::Guest => f.allow_all(GUEST_RUNS_IP),
         Role::VirtioGuest => f.allow_all(GUEST_RUNS_IP).allow_all(VIRTIO_FRONTEND),
         Role::VmApp => f.allow_all(THREADS),
-        Role::Driver | Role::QueueDriver => f.allow_all(THREADS).allow_all(VHOST_BACKEND),
+        Role::Driver | Role::QueueDriver => f
+            .allow_all(THREADS)
+            .allow_all(VHOST_BACKEND)
+            .allow_all(GRANT_MAPS),
     };
     // Threads and processes, without new namespaces (clone3 hides its flags
     // in memory, so it looks absent and glibc falls back to clone).
@@ -287,6 +290,10 @@ pub fn syscalls(role: Role) -> SyscallFilter {
     }
     f.allow_arg_in(libc::SYS_socket, 0, &families)
         .expect("a valid condition");
+    if matches!(role, Role::Driver | Role::QueueDriver) {
+        f.allow_arg_in(libc::SYS_userfaultfd, 0, &[sys::USERFAULTFD_FLAGS as u64])
+            .expect("a valid condition");
+    }
     // libcap (in `ip`) reads the bounding set; threads get names.
     let prctls: Vec<u64> = [
         libc::PR_CAPBSET_READ,
@@ -359,6 +366,18 @@ const VHOST_BACKEND: &[libc::c_long] = &[
     libc::SYS_eventfd2,
     libc::SYS_shutdown,
     libc::SYS_socketpair,
+];
+
+/// A driver domain's grant maps into a guest's pool mirror
+/// (`sys::PoolMirror`): a userfaultfd (with `sys::USERFAULTFD_FLAGS` only,
+/// so user-mode faults alone) whose `UFFDIO_CONTINUE` installs a
+/// mapped frame (its `ioctl` is allowed), `MADV_POPULATE_READ` for a frame
+/// never touched, and the unmap of a batch in one `process_madvise` on a
+/// pidfd of its own process (or a `madvise` per frame).
+const GRANT_MAPS: &[libc::c_long] = &[
+    libc::SYS_madvise,
+    libc::SYS_pidfd_open,
+    libc::SYS_process_madvise,
 ];
 
 /// A `nic = "virtio"` guest's vhost-user frontend: its RAM is a memfd it

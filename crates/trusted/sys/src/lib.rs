@@ -30,6 +30,7 @@ mod iov;
 pub mod jail;
 mod mapping;
 mod memfd;
+mod mirror;
 pub mod netlink;
 mod packet;
 mod perf;
@@ -48,6 +49,7 @@ pub use epoll::{Epoll, Event};
 pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
 pub use memfd::{seal_shrink, Memfd, PAGE_SIZE};
+pub use mirror::{PoolMirror, USERFAULTFD_FLAGS};
 pub use packet::{
     get_mac, ifindex, set_mac, set_socket_rcvbuf, PacketSocket, RecvBatch, VlanTag, RECV_BATCH,
     SCATTER_BATCH, SCATTER_BATCH_PARTS, SEND_BATCH, SEND_BATCH_PARTS,

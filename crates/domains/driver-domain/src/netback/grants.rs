@@ -408,6 +408,14 @@ impl TxGrants for MapTx {
         );
         nb.counters.grant("map", self.handles.len() as u64);
         nb.counters.grant("map_batch", 1);
+        // Whether those maps are page-table entries in the guest's pool
+        // mirror, or mmaps into the window where the host cannot mirror.
+        let by_mirror = if hv.maps_by_mirror(nb.guest, false) {
+            self.handles.len() as u64
+        } else {
+            0
+        };
+        nb.counters.grant("map_pte", by_mirror);
         Ok(())
     }
 

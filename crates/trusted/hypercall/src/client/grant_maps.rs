@@ -3,12 +3,16 @@
 //! Linux netback issues them over a TX ring batch (the Xen 2.0 transmit
 //! path maps each granted page, copies out and unmaps, Menon 2006 §2).
 //!
-//! The frames land in a window reserved once per granting domain
-//! ([`sys::Window`]): one `mmap` per run of consecutive frames, and the
-//! unmap of a batch is one `mmap` over each run of its slots, so the TLB
-//! flush happens once per batch, not once per page. The granter's pool
-//! descriptor still comes once per (granter, access), with the first map
-//! over the control socket.
+//! A frame is mapped the way Xen mapped it, as a page-table entry, where
+//! the host allows: the granter's whole pool is mirrored once per access
+//! ([`sys::PoolMirror`]), a map installs one entry and a batch's unmap zaps
+//! its entries with one TLB flush. Elsewhere (a pool on huge pages, no
+//! userfaultfd, swap on, or [`HvClient::set_pool_mirrors`] off) the frames
+//! land in a window reserved once per granting domain ([`sys::Window`]):
+//! one `mmap` per run of consecutive frames, and the unmap of a batch is
+//! one `mmap` over each run of its slots. The granter's pool descriptor
+//! still comes once per (granter, access), with the first map over the
+//! control socket.
 
 use super::{io, HvClient};
 use crate::batch::{self, BatchKind};
@@ -17,7 +21,7 @@ use crate::proto::{DomId, Reply, Request};
 use abi::grant::{GrantMap, GrantMapView, GrantUnmap, GrantUnmapView, MapFlags};
 use abi::{Pfn, SharedMemory};
 use std::os::fd::{AsFd, BorrowedFd};
-use sys::{Mapping, Window, PAGE_SIZE};
+use sys::{Mapping, PoolMirror, Window, PAGE_SIZE};
 
 /// Slots of each granting domain's window: two full map batches.
 pub const WINDOW_SLOTS: usize = 1024;
@@ -37,6 +41,8 @@ enum At {
     Slot(usize),
     /// A mapping of its own (a pool on huge pages maps only in whole ones).
     Own(Mapping),
+    /// Its page-table entry in the granter's pool mirror for this access.
+    Mirrored { writable: bool, frame: u32 },
 }
 
 /// A grant mapped by a batch, as the client keeps it.
@@ -157,13 +163,23 @@ impl HvClient {
     /// GNTST_bad_handle, and changes nothing else.
     pub fn unmap_batch(&mut self, handles: &[u32]) -> HvResult<Vec<i16>> {
         let mut slots: Vec<(DomId, usize)> = Vec::with_capacity(handles.len());
+        let mut frames: Vec<(DomId, bool, u32)> = Vec::new();
         for h in handles {
-            if let Some(m) = self.batch_maps.remove(h) {
-                if let At::Slot(s) = m.at {
-                    slots.push((m.granter, s));
-                }
+            match self.batch_maps.remove(h).map(|m| (m.granter, m.at)) {
+                Some((g, At::Slot(s))) => slots.push((g, s)),
+                Some((g, At::Mirrored { writable, frame })) => frames.push((g, writable, frame)),
+                _ => {}
             }
         }
+        let local = self
+            .unmap_slots(&mut slots)
+            .and(self.unmap_mirrored(&mut frames));
+        let statuses = self.unmap_ops(handles)?;
+        local.map(|()| statuses)
+    }
+
+    /// Gives window slots back, one `mmap` per run of consecutive ones.
+    fn unmap_slots(&mut self, slots: &mut [(DomId, usize)]) -> HvResult<()> {
         slots.sort_unstable();
         let mut local = Ok(());
         let mut i = 0;
@@ -180,24 +196,41 @@ impl HvClient {
             }
             i += n;
         }
-        let statuses = self.unmap_ops(handles)?;
-        local.map(|()| statuses)
+        local
+    }
+
+    /// Zaps mirrored frames, one call (one TLB flush) per granter and access.
+    fn unmap_mirrored(&mut self, frames: &mut [(DomId, bool, u32)]) -> HvResult<()> {
+        frames.sort_unstable();
+        let mut local = Ok(());
+        for group in frames.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            let (granter, writable, _) = group[0];
+            let Some(Some(m)) = self.mirrors.get_mut(&(granter, writable)) else {
+                continue;
+            };
+            let fs: Vec<u32> = group.iter().map(|x| x.2).collect();
+            if let Err(e) = m.unmap(&fs) {
+                local = Err(HvError::internal("unmapping granted frames", e));
+            }
+        }
+        local
     }
 
     /// Unmaps here the frame batch-mapped under `handle`, if there is one
     /// (it is being unmapped at hv one at a time).
     pub(super) fn forget_batch_mapped(&mut self, handle: u32) -> HvResult<()> {
-        let Some(BatchMapping {
-            granter,
-            at: At::Slot(s),
-            ..
-        }) = self.batch_maps.remove(&handle)
-        else {
+        let Some(BatchMapping { granter, at, .. }) = self.batch_maps.remove(&handle) else {
             return Ok(());
         };
-        match self.windows.get_mut(&granter) {
-            Some(w) => io("unmapping a granted frame", w.unmap(s, 1)),
-            None => Ok(()),
+        match at {
+            At::Slot(s) => match self.windows.get_mut(&granter) {
+                Some(w) => io("unmapping a granted frame", w.unmap(s, 1)),
+                None => Ok(()),
+            },
+            At::Mirrored { writable, frame } => {
+                self.unmap_mirrored(&mut [(granter, writable, frame)])
+            }
+            At::Own(_) => Ok(()),
         }
     }
 
@@ -237,6 +270,10 @@ impl HvClient {
                 None => return err(ErrorKind::Internal, "no grant window"),
             },
             At::Own(map) => map.try_read_bytes(off, dst),
+            At::Mirrored { writable, frame } => match self.mirrors.get(&(m.granter, *writable)) {
+                Some(Some(w)) => w.try_read_bytes(*frame, off, dst),
+                _ => return err(ErrorKind::Internal, "no pool mirror"),
+            },
         };
         r.map_err(|e| {
             let what = format!("mapped grant {} of domain {}", m.gref, m.granter);
@@ -271,6 +308,9 @@ impl HvClient {
         ops: &[OpResult],
         writable: bool,
     ) -> HvResult<Vec<HvResult<BatchMapped>>> {
+        if self.mirror(granter, writable).is_some() {
+            return self.place_mirrored(granter, grefs, ops, writable);
+        }
         if let std::collections::hash_map::Entry::Vacant(e) = self.windows.entry(granter) {
             e.insert(io(
                 "reserving a grant window",
@@ -337,6 +377,84 @@ impl HvClient {
 }
 
 impl HvClient {
+    /// Whether batch maps install page-table entries in a mirror of the
+    /// granter's pool (the default, where the host allows) or map frames
+    /// into a window with an `mmap` per run (`false`); maps already made
+    /// keep where they are.
+    pub fn set_pool_mirrors(&mut self, on: bool) {
+        self.use_mirrors = on;
+    }
+
+    /// Whether maps of `granter`'s grants with this access are installed in
+    /// a pool mirror (known once the first such map was made).
+    pub fn maps_by_mirror(&self, granter: DomId, writable: bool) -> bool {
+        self.use_mirrors && matches!(self.mirrors.get(&(granter, writable)), Some(Some(_)))
+    }
+
+    /// The mirror of `granter`'s pool for this access, made on first use;
+    /// `None` where mirrors are off or the host cannot mirror that pool.
+    fn mirror(&mut self, granter: DomId, writable: bool) -> Option<&mut PoolMirror> {
+        if !self.use_mirrors {
+            return None;
+        }
+        let key = (granter, writable);
+        if !self.mirrors.contains_key(&key) {
+            let fd = self.peer_pools.get(&key)?;
+            let m = PoolMirror::new(fd.as_fd(), writable)
+                .map_err(|e| {
+                    eprintln!(
+                        "hypercall: grant maps from domain {granter} go through a window, \
+                         not a pool mirror: {e}"
+                    )
+                })
+                .ok();
+            self.mirrors.insert(key, m);
+        }
+        self.mirrors.get_mut(&key).and_then(Option::as_mut)
+    }
+
+    /// Installs each mapped op's frame in the granter's pool mirror; an op
+    /// whose frame cannot be installed is unmapped at hv again and
+    /// reported as an error.
+    fn place_mirrored(
+        &mut self,
+        granter: DomId,
+        grefs: &[u32],
+        ops: &[OpResult],
+        writable: bool,
+    ) -> HvResult<Vec<HvResult<BatchMapped>>> {
+        let mut out = Vec::with_capacity(ops.len());
+        let mut back = Vec::new();
+        let Some(Some(mirror)) = self.mirrors.get_mut(&(granter, writable)) else {
+            return err(ErrorKind::Internal, "no pool mirror");
+        };
+        for (op, &gref) in ops.iter().zip(grefs) {
+            let (handle, frame) = match op {
+                Ok(v) => *v,
+                Err(e) => {
+                    out.push(Err(e.clone()));
+                    continue;
+                }
+            };
+            match mirror.map(frame) {
+                Ok(()) => {
+                    let at = At::Mirrored { writable, frame };
+                    self.batch_maps
+                        .insert(handle, BatchMapping { granter, gref, at });
+                    out.push(Ok(BatchMapped { handle, frame }));
+                }
+                Err(e) => {
+                    back.push(handle);
+                    out.push(Err(HvError::internal("mapping a granted frame", e)));
+                }
+            }
+        }
+        if !back.is_empty() {
+            self.unmap_ops(&back)?;
+        }
+        Ok(out)
+    }
+
     /// Unmaps at hv the ops of a batch that cannot be placed, for error
     /// `e`: every op is reported refused.
     fn give_back(&mut self, ops: &[OpResult], e: HvError) -> HvResult<Vec<HvResult<BatchMapped>>> {

@@ -1,0 +1,500 @@
+//! A pool mirror: a granting domain's whole pool mapped once into the
+//! grantee, with no frame present until a grant map installs its page-table
+//! entry, and a grant unmap zapping the entries of a batch again with one
+//! TLB flush.
+//!
+//! This is Xen's grant map as it was: a page-table update made for the
+//! caller (Menon 2006 §2; Linux netback batches GNTTABOP_map_grant_ref and
+//! unmap_grant_ref per ring batch). No address-space layout changes per
+//! frame. The mirror is registered with userfaultfd in minor-fault mode, so
+//! a frame enters the page table only through `UFFDIO_CONTINUE` (one
+//! `ioctl` per frame), and an access to a frame not mapped is a `SIGBUS`,
+//! never a silent read. A batch's frames leave the page table in one
+//! `process_madvise(MADV_DONTNEED)` over all of them (one flush), or one
+//! `madvise` each where the kernel refuses the vector.
+//!
+//! Only ordinary shared memory qualifies: a hugetlb pool, a kernel without
+//! minor faults on shmem, a filter that forbids userfaultfd, or a host with
+//! swap on (a swapped-out frame would fault into `SIGBUS`) make
+//! [`PoolMirror::new`] fail, and the caller uses its [`crate::Window`].
+
+use crate::{cvt, PAGE_SIZE};
+use abi::MemError;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+/// At most this many frames leave the page table in one `process_madvise`
+/// (the kernel's `UIO_MAXIOV`).
+const MAX_IOV: usize = 1024;
+
+/// A whole pool mapped with no frame present until [`PoolMirror::map`]
+/// puts it in the page table. Accessed only through byte copies, checked
+/// against the frame's page and its map count; no reference into it is
+/// ever created.
+#[derive(Debug)]
+pub struct PoolMirror {
+    base: NonNull<u8>,
+    writable: bool,
+    uffd: OwnedFd,
+    /// This process, for `process_madvise`; `None` once the kernel refused
+    /// the vectored call (each frame then gets a `madvise` of its own).
+    me: Option<OwnedFd>,
+    /// Map count per frame: a frame is present while its count is above 0.
+    refs: Vec<u32>,
+    /// The batch being zapped, kept to allocate nothing per unmap.
+    iov: Vec<libc::iovec>,
+}
+
+// SAFETY: the mirror is plain shared memory whose state lives in `refs`,
+// which only `&mut self` changes; all access to the memory is by opaque
+// copies, and `iov` is scratch space filled and used within one call.
+unsafe impl Send for PoolMirror {}
+// SAFETY: as above.
+unsafe impl Sync for PoolMirror {}
+
+impl PoolMirror {
+    /// Mirrors the whole pool `fd` (`writable` or read-only), no frame present.
+    pub fn new(fd: BorrowedFd<'_>, writable: bool) -> io::Result<PoolMirror> {
+        if swap_is_on() {
+            return Err(unsupported(
+                "swap is on: a mirrored frame swapped out would fault",
+            ));
+        }
+        let frames = pool_frames(fd)?;
+        let uffd = minor_fault_fd()?;
+        let len = frames * PAGE_SIZE;
+        // userfaultfd registers only mappings that may be written: a
+        // read-only pool descriptor is mapped private (read-only, so never
+        // copied on write: every entry is the pool's own page).
+        let share = if writable {
+            libc::MAP_SHARED
+        } else {
+            libc::MAP_PRIVATE
+        };
+        // SAFETY: a fresh mapping of the pool chosen by the kernel (addr
+        // NULL) aliases no Rust object.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                crate::mapping::prot(writable),
+                share,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            cvt(-1, "mmap (pool mirror)")?;
+        }
+        let base =
+            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave NULL"))?;
+        let m = PoolMirror {
+            base,
+            writable,
+            uffd,
+            me: self_pidfd(),
+            refs: vec![0; frames],
+            iov: Vec::with_capacity(MAX_IOV),
+        };
+        m.register(len)?;
+        // Pages the owner touched are not in this mapping's page table yet,
+        // but zap the whole range once so none is present by any path.
+        m.zap_range(0, frames)?;
+        Ok(m)
+    }
+
+    /// Frames in the pool.
+    pub fn frames(&self) -> usize {
+        self.refs.len()
+    }
+
+    /// Whether `frame` is mapped (present in the page table).
+    pub fn is_mapped(&self, frame: u32) -> bool {
+        self.refs.get(frame as usize).is_some_and(|r| *r > 0)
+    }
+
+    /// Maps `frame`: its page-table entry is installed on its first map;
+    /// a frame mapped again only counts one more map.
+    pub fn map(&mut self, frame: u32) -> io::Result<()> {
+        let f = frame as usize;
+        let Some(&r) = self.refs.get(f) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("frame {frame} outside a pool of {}", self.refs.len()),
+            ));
+        };
+        if r == 0 {
+            self.install(f)?;
+        }
+        self.refs[f] = r.saturating_add(1);
+        Ok(())
+    }
+
+    /// Unmaps one map of each of `frames`; those mapped no more leave the
+    /// page table together, with one TLB flush where the kernel allows.
+    /// A frame not mapped is refused before anything changes.
+    pub fn unmap(&mut self, frames: &[u32]) -> io::Result<()> {
+        if let Some(f) = frames.iter().find(|f| !self.is_mapped(**f)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("frame {f} is not mapped in the pool mirror"),
+            ));
+        }
+        let mut iov = std::mem::take(&mut self.iov);
+        iov.clear();
+        let mut r = Ok(());
+        for &f in frames {
+            let c = &mut self.refs[f as usize];
+            *c -= 1;
+            if *c == 0 {
+                iov.push(libc::iovec {
+                    iov_base: self.addr(f as usize).cast(),
+                    iov_len: PAGE_SIZE,
+                });
+            }
+            if iov.len() == MAX_IOV {
+                r = r.and(self.zap(&iov));
+                iov.clear();
+            }
+        }
+        if !iov.is_empty() {
+            r = r.and(self.zap(&iov));
+        }
+        self.iov = iov;
+        r
+    }
+
+    /// The address of frame `f` (< frames).
+    fn addr(&self, f: usize) -> *mut u8 {
+        // SAFETY: callers pass f < frames, so the offset stays inside the mirror.
+        unsafe { self.base.as_ptr().add(f * PAGE_SIZE) }
+    }
+
+    /// Registers the mirror for minor faults with the userfaultfd.
+    fn register(&self, len: usize) -> io::Result<()> {
+        let mut reg = libc_uffd::Register {
+            start: self.base.as_ptr() as u64,
+            len: len as u64,
+            mode: libc_uffd::REGISTER_MODE_MINOR,
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_REGISTER reads and writes the struct we pass, which
+        // lives for the call; the range is this mirror's own mapping.
+        let r = unsafe { libc::ioctl(self.uffd.as_raw_fd(), libc_uffd::REGISTER, &mut reg) };
+        cvt(r.into(), "userfaultfd register (pool mirror)").map(drop)
+    }
+
+    /// Installs frame `f`'s page-table entry from the pool's page cache. A
+    /// frame its owner never touched has no page there yet: a populating
+    /// read fault then allocates it (the mirror takes no missing faults),
+    /// zeroed, as the owner's own first touch would.
+    fn install(&self, f: usize) -> io::Result<()> {
+        match self.continue_frame(f) {
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {}
+            r => return r,
+        }
+        // The owner may have touched it meanwhile: a minor fault again.
+        self.populate(f).or_else(|_| self.continue_frame(f))
+    }
+
+    /// `UFFDIO_CONTINUE` for frame `f`: `EEXIST` (already present) is success.
+    fn continue_frame(&self, f: usize) -> io::Result<()> {
+        let mut c = libc_uffd::Continue {
+            start: self.addr(f) as u64,
+            len: PAGE_SIZE as u64,
+            mode: 0,
+            mapped: 0,
+        };
+        // SAFETY: UFFDIO_CONTINUE reads and writes the struct we pass; the
+        // page is inside this mirror, registered for minor faults.
+        let r = unsafe { libc::ioctl(self.uffd.as_raw_fd(), libc_uffd::CONTINUE, &mut c) };
+        if r >= 0 {
+            return Ok(());
+        }
+        match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            e => Err(e),
+        }
+    }
+
+    /// Faults frame `f` in by `MADV_POPULATE_READ`: it succeeds only for a
+    /// frame with no page in the pool yet (a present page is a minor fault,
+    /// which the kernel refuses here with `EFAULT`, sending no signal).
+    fn populate(&self, f: usize) -> io::Result<()> {
+        // SAFETY: the page is inside this mirror; populating only fills
+        // page-table entries of this process's own mapping.
+        let r = unsafe { libc::madvise(self.addr(f).cast(), PAGE_SIZE, libc::MADV_POPULATE_READ) };
+        cvt(r.into(), "madvise (populating a grant map)").map(drop)
+    }
+
+    /// Zaps the pages `iov` names in one `process_madvise`, or one
+    /// `madvise` each where the kernel refuses the vector.
+    fn zap(&mut self, iov: &[libc::iovec]) -> io::Result<()> {
+        if let Some(me) = &self.me {
+            // SAFETY: `iov` is a valid array of `iov.len()` entries, each a
+            // page of this mirror; MADV_DONTNEED on a shared mapping only
+            // drops page-table entries (the pool keeps its contents).
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_process_madvise,
+                    me.as_raw_fd(),
+                    iov.as_ptr(),
+                    iov.len(),
+                    libc::MADV_DONTNEED,
+                    0u32,
+                )
+            };
+            if r >= 0 {
+                return Ok(());
+            }
+            self.me = None;
+        }
+        for v in iov {
+            let off = (v.iov_base as usize - self.base.as_ptr() as usize) / PAGE_SIZE;
+            self.zap_range(off, 1)?;
+        }
+        Ok(())
+    }
+
+    /// Zaps frames `first..first + n` with one `madvise`.
+    fn zap_range(&self, first: usize, n: usize) -> io::Result<()> {
+        // SAFETY: the range is inside this mirror (callers pass frames of
+        // it); MADV_DONTNEED on a shared mapping only drops page-table entries.
+        let r =
+            unsafe { libc::madvise(self.addr(first).cast(), n * PAGE_SIZE, libc::MADV_DONTNEED) };
+        cvt(r.into(), "madvise (grant unmap)").map(drop)
+    }
+
+    /// The address of `len` bytes at `off` in `frame`: the frame must be
+    /// mapped (in a writable mirror for a store) and the range in its page.
+    fn range(&self, frame: u32, off: usize, len: usize, store: bool) -> Result<*mut u8, MemError> {
+        if !self.is_mapped(frame) {
+            return Err(MemError::OutOfBounds { off, len, size: 0 });
+        }
+        if store && !self.writable {
+            return Err(MemError::ReadOnly { off });
+        }
+        abi::mem::check_range(off, len, PAGE_SIZE)?;
+        // SAFETY: frame < frames and off + len <= PAGE_SIZE (both checked).
+        Ok(unsafe { self.addr(frame as usize).add(off) })
+    }
+
+    /// Copies bytes at `off` of mapped `frame` into `dst`.
+    pub fn try_read_bytes(&self, frame: u32, off: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        let s = self.range(frame, off, dst.len(), false)?;
+        // SAFETY: the source lies in a frame present in the page table
+        // (checked); `dst` is private memory. memcpy is opaque to the
+        // optimizer, so a peer's concurrent stores can only tear bytes.
+        unsafe { libc::memcpy(dst.as_mut_ptr().cast(), s.cast(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` to `off` of mapped `frame` (a writable mirror).
+    pub fn try_write_bytes(&self, frame: u32, off: usize, src: &[u8]) -> Result<(), MemError> {
+        let d = self.range(frame, off, src.len(), true)?;
+        // SAFETY: the destination lies in a frame present and writable
+        // (checked); `src` is private memory.
+        unsafe { libc::memcpy(d.cast(), src.as_ptr().cast(), src.len()) };
+        Ok(())
+    }
+}
+
+impl Drop for PoolMirror {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, not yet unmapped; no reference
+        // into it exists (all access is by copies).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.refs.len() * PAGE_SIZE) };
+    }
+}
+
+/// The userfaultfd ABI this file uses (`linux/userfaultfd.h`), which the
+/// libc crate does not carry.
+mod libc_uffd {
+    pub const API: u64 = 0xAA;
+    pub const FEATURE_SIGBUS: u64 = 1 << 7;
+    pub const FEATURE_MINOR_SHMEM: u64 = 1 << 10;
+    pub const USER_MODE_ONLY: i32 = 1;
+    pub const REGISTER_MODE_MINOR: u64 = 1 << 2;
+    // _IOWR(0xAA, nr, struct): dir 3 << 30 | size << 16 | 0xAA << 8 | nr.
+    const fn iowr(nr: u64, size: u64) -> u64 {
+        (3 << 30) | (size << 16) | (0xAA << 8) | nr
+    }
+    pub const API_IOCTL: u64 = iowr(0x3F, 24);
+    pub const REGISTER: u64 = iowr(0x00, 32);
+    pub const CONTINUE: u64 = iowr(0x07, 32);
+
+    #[repr(C)]
+    pub struct Api {
+        pub api: u64,
+        pub features: u64,
+        pub ioctls: u64,
+    }
+    #[repr(C)]
+    pub struct Register {
+        pub start: u64,
+        pub len: u64,
+        pub mode: u64,
+        pub ioctls: u64,
+    }
+    #[repr(C)]
+    pub struct Continue {
+        pub start: u64,
+        pub len: u64,
+        pub mode: u64,
+        pub mapped: i64,
+    }
+}
+
+/// The flags of the one userfaultfd a mirror makes: close on exec, and
+/// user-mode faults only, so it can never hold up a copy inside the kernel
+/// (a domain's seccomp filter allows exactly these).
+pub const USERFAULTFD_FLAGS: i32 = libc::O_CLOEXEC | libc_uffd::USER_MODE_ONLY;
+
+/// A userfaultfd for minor faults on shmem, faulting with `SIGBUS`.
+fn minor_fault_fd() -> io::Result<OwnedFd> {
+    let flags = USERFAULTFD_FLAGS;
+    // SAFETY: userfaultfd takes flags and returns a new descriptor or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+    let raw = cvt(raw, "userfaultfd")? as i32;
+    // SAFETY: `raw` is a descriptor the kernel just gave us and nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut api = libc_uffd::Api {
+        api: libc_uffd::API,
+        features: libc_uffd::FEATURE_SIGBUS | libc_uffd::FEATURE_MINOR_SHMEM,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_API reads and writes the struct we pass, which lives
+    // for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc_uffd::API_IOCTL, &mut api) };
+    cvt(r.into(), "userfaultfd api (minor faults on shmem)")?;
+    Ok(fd)
+}
+
+/// A pidfd of this process, for `process_madvise` on itself.
+fn self_pidfd() -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0u32) };
+    // SAFETY: a descriptor the kernel just gave us and nobody else owns.
+    (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw as i32) })
+}
+
+/// The pool's size in frames: a whole number of pages, at least one.
+fn pool_frames(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let size = std::fs::File::from(fd.try_clone_to_owned()?)
+        .metadata()?
+        .len() as usize;
+    if size == 0 || !size.is_multiple_of(PAGE_SIZE) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a pool of {size} bytes is not a whole number of pages"),
+        ));
+    }
+    Ok(size / PAGE_SIZE)
+}
+
+/// Whether any swap device is on (`/proc/swaps` lists one past its header).
+fn swap_is_on() -> bool {
+    std::fs::read_to_string("/proc/swaps").is_ok_and(|s| s.lines().count() > 1)
+}
+
+fn unsupported(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, why.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Mapping, Memfd};
+    use std::os::unix::fs::FileExt;
+
+    /// Whether frame `f`'s page-table entry is present (`/proc/self/pagemap`
+    /// bit 63), which is what a grant map installs and an unmap zaps.
+    fn present(w: &PoolMirror, f: usize) -> bool {
+        let pm = std::fs::File::open("/proc/self/pagemap").unwrap();
+        let mut e = [0u8; 8];
+        let vpn = w.addr(f) as u64 / PAGE_SIZE as u64;
+        pm.read_exact_at(&mut e, vpn * 8).unwrap();
+        u64::from_le_bytes(e) >> 63 == 1
+    }
+    use abi::SharedMemory;
+    use std::os::fd::AsFd;
+
+    fn pool(frames: usize) -> (Memfd, Mapping) {
+        let m = Memfd::create("t", frames * PAGE_SIZE, false).unwrap();
+        let p = Mapping::new(m.as_fd(), 0, frames * PAGE_SIZE, true).unwrap();
+        for f in 0..frames {
+            p.fill(f * PAGE_SIZE, PAGE_SIZE, f as u8 + 1);
+        }
+        (m, p)
+    }
+
+    #[test]
+    fn frames_map_one_at_a_time_and_unmap_as_a_batch() {
+        let (m, p) = pool(8);
+        // Through a read-only descriptor, as a grantee holds a pool.
+        let ro = m.reopen_readonly().unwrap();
+        let mut w = PoolMirror::new(ro.as_fd(), false).unwrap();
+        assert_eq!(w.frames(), 8);
+        let mut b = [0u8; 4];
+        // Nothing is present until mapped: a read is refused, not made.
+        assert!(w.try_read_bytes(3, 0, &mut b).is_err());
+        assert!((0..8).all(|f| !present(&w, f)));
+        for f in [3, 6, 1] {
+            w.map(f).unwrap();
+        }
+        assert!([1, 3, 6].iter().all(|&f| present(&w, f)));
+        assert!(!present(&w, 2));
+        w.try_read_bytes(6, 100, &mut b).unwrap();
+        assert_eq!(b, [7; 4]);
+        // The owner's later stores show through the mapped frame.
+        p.write_bytes(3 * PAGE_SIZE + 8, b"abcd");
+        w.try_read_bytes(3, 8, &mut b).unwrap();
+        assert_eq!(&b, b"abcd");
+        // A read-only mirror refuses stores; reads stay inside one page.
+        assert_eq!(
+            w.try_write_bytes(3, 0, b"x"),
+            Err(MemError::ReadOnly { off: 0 })
+        );
+        assert!(w.try_read_bytes(3, PAGE_SIZE - 2, &mut b).is_err());
+        w.unmap(&[3, 6, 1]).unwrap();
+        for f in [1, 3, 6] {
+            assert!(!w.is_mapped(f) && !present(&w, f as usize));
+            assert!(w.try_read_bytes(f, 0, &mut b).is_err());
+        }
+        // A frame outside the pool, or unmapped twice, is refused.
+        assert!(w.map(8).is_err());
+        assert!(w.unmap(&[3]).is_err());
+    }
+
+    #[test]
+    fn a_frame_mapped_twice_stays_until_its_last_unmap() {
+        let (m, p) = pool(4);
+        let mut w = PoolMirror::new(m.as_fd(), true).unwrap();
+        w.map(2).unwrap();
+        w.map(2).unwrap();
+        w.unmap(&[2]).unwrap();
+        w.try_write_bytes(2, 0, b"zz").unwrap();
+        let mut b = [0u8; 2];
+        p.read_bytes(2 * PAGE_SIZE, &mut b);
+        assert_eq!(&b, b"zz");
+        w.unmap(&[2]).unwrap();
+        assert!(!w.is_mapped(2));
+        // An unmap naming a frame not mapped changes nothing.
+        w.map(0).unwrap();
+        assert!(w.unmap(&[0, 1]).is_err());
+        assert!(w.is_mapped(0));
+    }
+
+    #[test]
+    fn a_frame_its_owner_never_touched_maps_as_zeros() {
+        let m = Memfd::create("t", 4 * PAGE_SIZE, false).unwrap();
+        let ro = m.reopen_readonly().unwrap();
+        let mut w = PoolMirror::new(ro.as_fd(), false).unwrap();
+        w.map(1).unwrap();
+        let mut b = [9u8; 4];
+        w.try_read_bytes(1, 0, &mut b).unwrap();
+        assert_eq!(b, [0; 4]);
+        w.unmap(&[1]).unwrap();
+    }
+}
