@@ -15,6 +15,16 @@
 //! rate in both directions (`tc` tbf, as `[[wire]] rate` does). Native
 //! Linux gets the same: its application on the server's core, its peers
 //! on the client's, one shaped veth per NIC.
+//!
+//! Each machine also receives on its own core. A veth hands a sent frame
+//! to its peer's receive path on the sending core, so without steering the
+//! client machines' receive of everything the server sends would run on
+//! the server's core, and native Linux's own receive stack on the clients'.
+//! Receive packet steering (`rps_cpus`) on each receiving end puts the
+//! clients' receive on the clients' core and native Linux's on the
+//! server's. A splitnet driver domain's port is left as it is: what
+//! arrives there is the NIC's DMA into its ring (the packet socket's
+//! copy), which the paper's NIC did in hardware.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -119,6 +129,24 @@ impl PaperMachine {
         )
     }
 
+    /// Runs the receive processing of `dev` in `ns` on core `cpu`.
+    pub fn steer(&self, ns: &str, dev: &str, cpu: usize) -> Result<()> {
+        host::steer_receive(ns, dev, cpu)
+            .with_context(|| format!("steering {dev}'s receive in {ns} to core {cpu}"))
+    }
+
+    /// Steers each wire host's receive (a client machine's) to the clients'
+    /// core, for the wires of a splitnet topology that is up.
+    pub fn steer_wires(&self) -> Result<()> {
+        for (name, _) in wires(MAX_NICS) {
+            let ns = host::netns_name(name);
+            if host::netns_exists(&ns) {
+                self.steer(&ns, host::WIRE_IF, self.client_cpu)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Shapes `dev` in `ns` to the NIC's line rate.
     pub fn shape(&self, ns: &str, dev: &str) -> Result<()> {
         host::shape(ns, dev, self.rate_bps)
@@ -182,6 +210,8 @@ impl MultiNative {
             if let Some(pm) = paper {
                 pm.shape(&m.receiver, &dev)?;
                 pm.shape(&p.sender_ns, "eth0")?;
+                pm.steer(&m.receiver, &dev, pm.server_cpu)?;
+                pm.steer(&p.sender_ns, "eth0", pm.client_cpu)?;
             }
         }
         Ok(m)

@@ -462,6 +462,9 @@ fn bring_up_splitnet(
 /// between guest1 and the wire, guest-to-guest from guest2 to guest1.
 pub(crate) fn splitnet_env(opts: &RunOptions, layout: &CgroupLayout, up: &[&str]) -> Result<Env> {
     splitnet(opts, up)?;
+    if let Some(pm) = &opts.paper {
+        pm.steer_wires()?;
+    }
     let hv_pid = std::fs::read_to_string(opts.run_dir.join("hv.pid"))
         .ok()
         .and_then(|s| s.trim().parse().ok());

@@ -238,6 +238,36 @@ pub fn shape(ns: &str, dev: &str, bits_per_s: u64) -> io::Result<()> {
     .map(|_| ())
 }
 
+/// Runs `dev`'s receive processing in `ns` on core `cpu` (receive packet
+/// steering: its queue's `rps_cpus`), whatever core the frame was sent on.
+pub fn steer_receive(ns: &str, dev: &str, cpu: usize) -> io::Result<()> {
+    if !is_ifname(dev) || cpu >= 64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot steer {dev:?} to core {cpu}"),
+        ));
+    }
+    let write = format!(
+        "echo {:x} > /sys/class/net/{dev}/queues/rx-0/rps_cpus",
+        1u64 << cpu
+    );
+    // `ip netns exec` mounts the namespace's own sysfs, where `dev` is.
+    run("ip", &["netns", "exec", ns, "sh", "-c", &write]).map(|_| ())
+}
+
+/// Whether `s` is a plausible interface name (nothing a shell reads).
+fn is_ifname(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 16
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// Whether named namespace `ns` exists.
+pub fn netns_exists(ns: &str) -> bool {
+    std::path::Path::new("/run/netns").join(ns).exists()
+}
+
 /// Adds an address (CIDR) to `dev` in `ns`.
 pub fn addr_add(ns: &str, dev: &str, cidr: &str) -> io::Result<()> {
     let mut args = vec!["addr", "add", cidr, "dev", dev];
