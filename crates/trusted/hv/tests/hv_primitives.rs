@@ -410,6 +410,37 @@ fn event_channels_notify_mask_and_close() {
     );
 }
 
+/// A wake-up with nothing pending (a late ring of a notification already
+/// taken) does not end a wait: it returns true at the next notification,
+/// and false only once its timeout has passed.
+#[test]
+fn a_stale_ring_does_not_end_a_wait() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    let a = w.g1.evtchn_alloc_unbound(drv).unwrap();
+    let b = w.drv.evtchn_bind(g1, a.port).unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| b.wait(Some(Duration::from_secs(10))).unwrap());
+        // The stale ring, then (once the waiter rode it out) the real one.
+        b.kick_self().unwrap();
+        while sys::poll_readable(&[b.fd()], Some(Duration::ZERO)).unwrap()[0] {
+            std::thread::yield_now();
+        }
+        a.notify().unwrap();
+        assert!(
+            waiter.join().unwrap(),
+            "the notification after a stale ring wakes the wait"
+        );
+    });
+    b.kick_self().unwrap();
+    let t0 = std::time::Instant::now();
+    assert!(!b.wait(Some(Duration::from_millis(50))).unwrap());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(50),
+        "false only after the timeout"
+    );
+}
+
 #[test]
 fn store_permissions_watches_and_handshake() {
     let mut w = world();

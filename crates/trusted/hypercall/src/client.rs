@@ -1157,13 +1157,34 @@ impl EventChannel {
     /// that finds pending set rings nothing (`evtchn::set_pending`), so a
     /// ring drained after the take could belong to a send whose pending
     /// would then wait with no ring behind it.
+    /// A ring whose notification an earlier wait already took (the send
+    /// sets pending, then rings) wakes the doorbell with nothing pending:
+    /// the wait goes on until a notification or the timeout, so `false`
+    /// always means the timeout passed.
     pub fn wait(&self, timeout: Option<Duration>) -> HvResult<bool> {
-        let rang = self.own.drain().is_ok_and(|n| n > 0);
-        if self.take_pending() || rang && self.is_closed() {
-            return Ok(true);
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let rang = self.own.drain().is_ok_and(|n| n > 0);
+            if self.take_pending() || rang && self.is_closed() {
+                return Ok(true);
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Ok(false),
+                },
+                None => None,
+            };
+            if io("evtchn wait", self.own.wait(left))? == 0 {
+                return Ok(self.take_pending());
+            }
         }
-        let got = io("evtchn wait", self.own.wait(timeout))? > 0;
-        Ok(self.take_pending() || got && self.is_closed())
+    }
+    /// Rings this end's own doorbell with nothing pending: a spurious
+    /// wake-up, as a late ring of a notification already taken is, which
+    /// [`EventChannel::wait`] rides out.
+    pub fn kick_self(&self) -> HvResult<()> {
+        io("evtchn kick", self.own_ring.ring())
     }
     /// Acknowledges a wake-up: drains the doorbell and clears pending.
     /// True if a notification had arrived.
