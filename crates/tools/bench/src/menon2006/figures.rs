@@ -46,7 +46,7 @@ fn breakdown_chart(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> String {
             .map(|m| {
                 classes
                     .iter()
-                    .map(|c| m.by_domain.get(*c).copied().unwrap_or(0.0))
+                    .map(|c| m.split().get(*c).copied().unwrap_or(0.0))
                     .collect()
             })
             .collect(),
@@ -129,10 +129,7 @@ fn breakdown(r: &Menon2006Report, id: &str, cfgs: &[M6Config]) -> Figure {
     );
     for &c in cfgs {
         for d in ["guest", "hv", "driver"] {
-            if let Some(v) = r
-                .row(c, r.breakdown_case())
-                .and_then(|m| m.by_domain.get(d))
-            {
+            if let Some(v) = r.row(c, r.breakdown_case()).and_then(|m| m.split().get(d)) {
                 f.ours
                     .push(Measure::point(format!("{d} cycles, {}", c.name()), *v));
             }
