@@ -233,8 +233,9 @@ impl PoolMirror {
     fn zap(&mut self, iov: &[libc::iovec]) -> io::Result<()> {
         if let Some(me) = &self.me {
             // SAFETY: `iov` is a valid array of `iov.len()` entries, each a
-            // page of this mirror; MADV_DONTNEED on a shared mapping only
-            // drops page-table entries (the pool keeps its contents).
+            // page of this mirror; MADV_DONTNEED on it (shared, or private
+            // and read-only, so never copied on write) only drops page-table
+            // entries: the pool keeps its contents.
             let r = unsafe {
                 libc::syscall(
                     libc::SYS_process_madvise,
@@ -245,10 +246,14 @@ impl PoolMirror {
                     0u32,
                 )
             };
-            if r >= 0 {
+            // It returns the bytes it advised: fewer than asked means it
+            // stopped partway, and the per-frame path below redoes the lot.
+            if r >= 0 && r as usize == iov.len() * PAGE_SIZE {
                 return Ok(());
             }
-            self.me = None;
+            if r < 0 {
+                self.me = None;
+            }
         }
         for v in iov {
             let off = (v.iov_base as usize - self.base.as_ptr() as usize) / PAGE_SIZE;
@@ -260,7 +265,7 @@ impl PoolMirror {
     /// Zaps frames `first..first + n` with one `madvise`.
     fn zap_range(&self, first: usize, n: usize) -> io::Result<()> {
         // SAFETY: the range is inside this mirror (callers pass frames of
-        // it); MADV_DONTNEED on a shared mapping only drops page-table entries.
+        // it); MADV_DONTNEED on it only drops page-table entries (see `zap`).
         let r =
             unsafe { libc::madvise(self.addr(first).cast(), n * PAGE_SIZE, libc::MADV_DONTNEED) };
         cvt(r.into(), "madvise (grant unmap)").map(drop)
