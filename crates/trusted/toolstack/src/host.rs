@@ -472,3 +472,26 @@ pub fn pid_alive(pid: i32) -> bool {
             })
             .unwrap_or(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steering_refuses_a_name_a_shell_would_read_and_a_core_past_the_mask() {
+        for bad in [
+            "",
+            "eth0; reboot",
+            "a b",
+            "$(x)",
+            "eth0/../x",
+            "sixteen_chars_xx",
+        ] {
+            let e = steer_receive("splitnet-none", bad, 1).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
+        }
+        let e = steer_receive("splitnet-none", "eth0", 64).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(is_ifname("eth0") && is_ifname("vx100") && is_ifname("peth0.1"));
+    }
+}
