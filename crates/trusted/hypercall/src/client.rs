@@ -3,7 +3,6 @@
 
 use crate::batch::{self, BatchKind};
 use crate::error::{err, ErrorKind, HvError, HvResult};
-use crate::evtchn::{self, STATE_CLOSED, STATE_OFF};
 use crate::proto::{
     self, ContainerAttach, DomId, Port, Reply, Request, Response, WatchFired, Welcome,
 };
@@ -21,8 +20,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use sys::{Doorbell, Mapping, SeqPacket, PAGE_SIZE};
 
+mod channel;
 mod grant_maps;
 mod transfers;
+
+pub use channel::EventChannel;
 pub use grant_maps::{BatchMapped, WINDOW_SLOTS};
 pub use transfers::Flip;
 
@@ -567,15 +569,12 @@ impl HvClient {
             "mapping channel page",
             Mapping::new(page.as_fd(), 0, PAGE_SIZE, true),
         )?;
-        Ok(EventChannel {
-            port,
-            end,
+        Ok(EventChannel::new(
+            (port, end),
             page,
-            own: Doorbell::from_fd(own),
-            own_ring: Doorbell::from_fd(own_ring),
-            peer: Doorbell::from_fd(peer),
-            tracer: self.tracer.clone(),
-        })
+            [own, own_ring, peer].map(Doorbell::from_fd),
+            self.tracer.clone(),
+        ))
     }
     /// EVTCHNOP_alloc_unbound: a port `remote` may bind to.
     pub fn evtchn_alloc_unbound(&mut self, remote: DomId) -> HvResult<EventChannel> {
@@ -1126,94 +1125,5 @@ impl SharedMemory for MappedGrant {
     }
     fn fence_seqcst(&self) {
         self.map.fence_seqcst()
-    }
-}
-
-/// One end of a bound event channel.
-pub struct EventChannel {
-    pub port: Port,
-    end: u8,
-    page: Mapping,
-    /// Where notifications arrive.
-    own: Doorbell,
-    /// Our own doorbell's ringing end, to re-deliver on unmask.
-    own_ring: Doorbell,
-    /// The peer's doorbell.
-    peer: Doorbell,
-    tracer: Tracer,
-}
-
-impl EventChannel {
-    /// notify_remote_via_evtchn: sets the peer's pending bit and rings it unless masked.
-    pub fn notify(&self) -> HvResult<()> {
-        let t0 = trace::now();
-        let rang = evtchn::set_pending(&self.page, 1 - self.end);
-        let r = if rang { self.peer.ring() } else { Ok(()) };
-        self.tracer.record(DomainEvent::Notify, t0, u64::from(rang));
-        io("evtchn notify", r)
-    }
-    /// Waits for a notification; true when one arrived (pending is cleared).
-    /// The doorbell is drained before pending is taken, never after: a send
-    /// that finds pending set rings nothing (`evtchn::set_pending`), so a
-    /// ring drained after the take could belong to a send whose pending
-    /// would then wait with no ring behind it.
-    /// A ring whose notification an earlier wait already took (the send
-    /// sets pending, then rings) wakes the doorbell with nothing pending:
-    /// the wait goes on until a notification or the timeout, so `false`
-    /// always means the timeout passed.
-    pub fn wait(&self, timeout: Option<Duration>) -> HvResult<bool> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        loop {
-            let rang = self.own.drain().is_ok_and(|n| n > 0);
-            if self.take_pending() || rang && self.is_closed() {
-                return Ok(true);
-            }
-            let left = match deadline {
-                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => return Ok(false),
-                },
-                None => None,
-            };
-            if io("evtchn wait", self.own.wait(left))? == 0 {
-                return Ok(self.take_pending());
-            }
-        }
-    }
-    /// Rings this end's own doorbell with nothing pending: a spurious
-    /// wake-up, as a late ring of a notification already taken is, which
-    /// [`EventChannel::wait`] rides out.
-    pub fn kick_self(&self) -> HvResult<()> {
-        io("evtchn kick", self.own_ring.ring())
-    }
-    /// Acknowledges a wake-up: drains the doorbell and clears pending.
-    /// True if a notification had arrived.
-    pub fn ack(&self) -> bool {
-        let rang = self.own.drain().map(|n| n > 0).unwrap_or(false);
-        self.take_pending() || rang
-    }
-
-    /// Clears and returns the pending bit.
-    pub fn take_pending(&self) -> bool {
-        evtchn::take_pending(&self.page, self.end)
-    }
-    /// Suppresses wake-ups (pending still gets set).
-    pub fn mask(&self) {
-        evtchn::mask(&self.page, self.end)
-    }
-    /// Re-enables wake-ups, delivering one now if something is pending.
-    pub fn unmask(&self) -> HvResult<()> {
-        if evtchn::unmask(&self.page, self.end) {
-            io("evtchn unmask", self.own_ring.ring())?;
-        }
-        Ok(())
-    }
-    /// Whether the peer or hv closed the channel.
-    pub fn is_closed(&self) -> bool {
-        self.page.load_u32(STATE_OFF) == STATE_CLOSED
-    }
-    /// The descriptor to poll for notifications.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.own.as_fd()
     }
 }
