@@ -97,10 +97,9 @@ impl PoolMirror {
             refs: vec![0; frames],
             iov: Vec::with_capacity(MAX_IOV),
         };
+        // A fresh mapping (no MAP_POPULATE) has no page-table entry yet:
+        // every frame enters through `map`.
         m.register(len)?;
-        // Pages the owner touched are not in this mapping's page table yet,
-        // but zap the whole range once so none is present by any path.
-        m.zap_range(0, frames)?;
         Ok(m)
     }
 
