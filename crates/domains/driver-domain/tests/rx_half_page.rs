@@ -141,13 +141,14 @@ fn a_bad_offset_in_pad_is_refused_and_counted_and_nobody_else_notices() {
             let mut ignore = Vec::new();
             evil.nf.poll(&mut evil.hv, &mut ignore).unwrap();
             // The request netback takes next: the one after the last response.
-            let (slot, id) = {
+            let (idx, slot, id) = {
                 let ring = evil.nf.rx_ring();
-                let slot = (ring.rsp_cons() & 255) as usize;
+                let idx = ring.rsp_cons();
+                let slot = (idx & 255) as usize;
                 let id = ring.memory().load_u16(64 + slot * 8);
                 ring.memory()
                     .write_bytes(64 + slot * 8 + 2, &offset.to_le_bytes());
-                (slot, id)
+                (idx, slot, id)
             };
             let page = rx_page(id);
             let before = snapshot(&evil, page);
@@ -163,6 +164,13 @@ fn a_bad_offset_in_pad_is_refused_and_counted_and_nobody_else_notices() {
                 WAIT,
                 || refused(&w, e) > before_count,
             );
+            // netback counts a refusal before it pushes the refused
+            // request's response: wait for that response, so that the next
+            // pass rewrites the request after it, not one already taken.
+            wait_until("the refused request's response", WAIT, || {
+                evil.nf.poll(&mut evil.hv, &mut ignore).unwrap();
+                evil.nf.rx_ring().rsp_cons().wrapping_sub(idx) as i32 > 0
+            });
             assert_eq!(
                 snapshot(&evil, page),
                 before,
