@@ -87,9 +87,14 @@ fn huge_pool(
     mk: &dyn Fn(&str, usize, bool) -> HvResult<Made>,
 ) -> HvResult<(Memfd, Mapping, HugeBacking, Option<String>)> {
     // A hugetlb mapping reserves its pages when made, so a short pool
-    // fails here rather than at a later fault.
+    // fails here rather than at a later fault. Its pages are faulted in
+    // whole, so a grantee's mirror finds each in the file (sys::PoolMirror).
     let short = match mk("pool", len, true) {
-        Ok((fd, map)) => return Ok((fd, map, HugeBacking::Hugetlb, None)),
+        Ok((fd, map)) => {
+            map.populate()
+                .map_err(|e| HvError::internal(&format!("faulting in {name}'s pool"), e))?;
+            return Ok((fd, map, HugeBacking::Hugetlb, None));
+        }
         Err(e) => e,
     };
     let (fd, map) = mk("pool", len, false)?;

@@ -880,6 +880,7 @@ fn a_hugepage_backed_pool_serves_grants() {
     m.read(0, &mut w).unwrap();
     assert_eq!(&w, b"shared");
     drv.unmap_grant(m).unwrap();
+    hugepage_batch_maps_go_through_a_mirror(&mut g, &mut drv);
     // A size that is not whole 2 MiB pages is refused up front.
     let bad = DomainSpec {
         name: "odd".into(),
@@ -898,6 +899,53 @@ fn a_hugepage_backed_pool_serves_grants() {
     drop(g);
     hv.shutdown();
     let _ = std::fs::write("/proc/sys/vm/nr_hugepages", old.to_string());
+}
+
+/// Batch maps of a pool on 2 MiB pages install page-table entries in a
+/// mirror a huge page at a time (read-only and writable), each handle
+/// reading only its own frame, the owner's stores showing through.
+fn hugepage_batch_maps_go_through_a_mirror(g: &mut HvClient, drv: &mut HvClient) {
+    let (gd, dd) = (g.domid(), drv.domid());
+    for writable in [false, true] {
+        let frames = [0u32, 1, 200, 511];
+        let grefs: Vec<u32> = frames
+            .iter()
+            .map(|&f| {
+                g.pool().fill(f as usize * PAGE, PAGE, f as u8 ^ 0x5a);
+                g.grants().grant_access(dd, f, !writable).unwrap()
+            })
+            .collect();
+        let maps = drv.map_batch(gd, &grefs, writable).unwrap();
+        let maps: Vec<_> = maps.into_iter().map(|r| r.unwrap()).collect();
+        assert!(drv.maps_by_mirror(gd, writable), "writable {writable}");
+        let mut b = [0u8; 8];
+        for m in &maps {
+            drv.read_mapped(m.handle, PAGE - 8, &mut b).unwrap();
+            assert_eq!(b, [m.frame as u8 ^ 0x5a; 8]);
+            assert_eq!(
+                drv.read_mapped(m.handle, PAGE - 4, &mut b)
+                    .unwrap_err()
+                    .kind,
+                ErrorKind::BadCopyArg
+            );
+        }
+        g.pool().write_bytes(200 * PAGE + 16, b"through!");
+        drv.read_mapped(maps[2].handle, 16, &mut b).unwrap();
+        assert_eq!(&b, b"through!");
+        // Half the batch unmapped: the huge page stays for the rest.
+        let handles: Vec<u32> = maps.iter().map(|m| m.handle).collect();
+        assert_eq!(drv.unmap_batch(&handles[..2]).unwrap(), vec![0; 2]);
+        drv.read_mapped(maps[3].handle, 0, &mut b).unwrap();
+        assert_eq!(b, [511u32 as u8 ^ 0x5a; 8]);
+        assert_eq!(
+            drv.read_mapped(maps[0].handle, 0, &mut b).unwrap_err().kind,
+            ErrorKind::BadHandle
+        );
+        assert_eq!(drv.unmap_batch(&handles[2..]).unwrap(), vec![0; 2]);
+        for gref in grefs {
+            g.grants().end_access(gref).unwrap();
+        }
+    }
 }
 
 #[test]

@@ -372,9 +372,11 @@ const VHOST_BACKEND: &[libc::c_long] = &[
 /// (`sys::PoolMirror`): a userfaultfd (with `sys::USERFAULTFD_FLAGS` only,
 /// so user-mode faults alone) whose `UFFDIO_CONTINUE` installs a
 /// mapped frame (its `ioctl` is allowed), `MADV_POPULATE_READ` for a frame
-/// never touched, and the unmap of a batch in one `process_madvise` on a
-/// pidfd of its own process (or a `madvise` per frame).
+/// never touched, the unmap of a batch in one `process_madvise` on a
+/// pidfd of its own process (or a `madvise` per frame), and `fstatfs` on
+/// a pool's descriptor (a hugetlb pool is mirrored a huge page at a time).
 const GRANT_MAPS: &[libc::c_long] = &[
+    libc::SYS_fstatfs,
     libc::SYS_madvise,
     libc::SYS_pidfd_open,
     libc::SYS_process_madvise,

@@ -123,6 +123,29 @@ impl Mapping {
         Ok(len)
     }
 
+    /// Faults every page of this writable mapping in (`MADV_POPULATE_WRITE`),
+    /// so the memory file holds all its pages before a peer maps it. A
+    /// hugetlb pool needs this: a peer's read-only (private) mapping of a
+    /// page not yet in the file would fault in a copy of its own.
+    pub fn populate(&self) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "populating a read-only mapping",
+            ));
+        }
+        // SAFETY: the range is this mapping's own; populating only faults
+        // pages in (a fresh memory file reads as zeros either way).
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        cvt(r.into(), "madvise(MADV_POPULATE_WRITE)").map(drop)
+    }
+
     /// Whether stores are permitted.
     pub fn is_writable(&self) -> bool {
         self.writable

@@ -13,10 +13,17 @@
 //! `process_madvise(MADV_DONTNEED)` over all of them (one flush), or one
 //! `madvise` each where the kernel refuses the vector.
 //!
-//! Only ordinary shared memory qualifies: a hugetlb pool, a kernel without
-//! minor faults on shmem, a filter that forbids userfaultfd, or a host with
-//! swap on (a swapped-out frame would fault into `SIGBUS`) make
-//! [`PoolMirror::new`] fail, and the caller uses its [`crate::Window`].
+//! A pool on hugetlb pages (Menon 2006 §4.3's superpages) is mirrored a
+//! huge page at a time: its first mapped frame installs one entry for the
+//! whole huge page, and the zap comes when its last mapped frame is
+//! unmapped. The per-frame map count still gates every copy, so a frame
+//! not granted stays unreadable to the caller even where its huge page is
+//! present.
+//!
+//! A kernel without minor faults on that memory, a filter that forbids
+//! userfaultfd, or a host with swap on (a swapped-out frame would fault
+//! into `SIGBUS`) make [`PoolMirror::new`] fail, and the caller uses its
+//! [`crate::Window`].
 
 use crate::{cvt, PAGE_SIZE};
 use abi::MemError;
@@ -40,8 +47,15 @@ pub struct PoolMirror {
     /// This process, for `process_madvise`; `None` once the kernel refused
     /// the vectored call (each frame then gets a `madvise` of its own).
     me: Option<OwnedFd>,
-    /// Map count per frame: a frame is present while its count is above 0.
+    /// Bytes one page-table entry maps: a page, or a hugetlb pool's huge page.
+    unit: usize,
+    /// Whether the mirror is a shared mapping (a private one cannot fault a
+    /// hugetlb page into the pool: it would get a copy of its own).
+    shared: bool,
+    /// Map count per frame: a frame may be read while its count is above 0.
     refs: Vec<u32>,
+    /// Frames mapped per unit: a unit is present while its count is above 0.
+    held: Vec<u32>,
     /// The batch being zapped, kept to allocate nothing per unmap.
     iov: Vec<libc::iovec>,
 }
@@ -62,15 +76,21 @@ impl PoolMirror {
             ));
         }
         let frames = pool_frames(fd)?;
-        let uffd = minor_fault_fd()?;
+        let unit = entry_size(fd)?;
+        if !(frames * PAGE_SIZE).is_multiple_of(unit) {
+            return Err(unsupported("a hugetlb pool that is not whole huge pages"));
+        }
+        let uffd = minor_fault_fd(unit > PAGE_SIZE)?;
         let len = frames * PAGE_SIZE;
         // userfaultfd registers only mappings that may be written: a
         // read-only pool descriptor is mapped private (read-only, so never
-        // copied on write: every entry is the pool's own page).
+        // copied on write: every entry is the pool's own page). Nothing is
+        // reserved for copies that are never made (hugetlb would reserve
+        // the pool's size again).
         let share = if writable {
             libc::MAP_SHARED
         } else {
-            libc::MAP_PRIVATE
+            libc::MAP_PRIVATE | libc::MAP_NORESERVE
         };
         // SAFETY: a fresh mapping of the pool chosen by the kernel (addr
         // NULL) aliases no Rust object.
@@ -94,7 +114,10 @@ impl PoolMirror {
             writable,
             uffd,
             me: self_pidfd(),
+            unit,
+            shared: writable,
             refs: vec![0; frames],
+            held: vec![0; len / unit],
             iov: Vec::with_capacity(MAX_IOV),
         };
         // A fresh mapping (no MAP_POPULATE) has no page-table entry yet:
@@ -124,14 +147,24 @@ impl PoolMirror {
             ));
         };
         if r == 0 {
-            self.install(f)?;
+            let u = f * PAGE_SIZE / self.unit;
+            if self.held[u] == 0 {
+                self.install(u)?;
+            }
+            self.held[u] += 1;
         }
         self.refs[f] = r.saturating_add(1);
         Ok(())
     }
 
-    /// Unmaps one map of each of `frames`; those mapped no more leave the
-    /// page table together, with one TLB flush where the kernel allows.
+    /// Bytes one page-table entry of this mirror maps (4 KiB, or a huge page).
+    pub fn entry_size(&self) -> usize {
+        self.unit
+    }
+
+    /// Unmaps one map of each of `frames`; the entries no longer needed
+    /// (a frame's, or a huge page's whose last mapped frame this was) leave
+    /// the page table together, with one TLB flush where the kernel allows.
     /// A frame not mapped is refused before anything changes.
     pub fn unmap(&mut self, frames: &[u32]) -> io::Result<()> {
         if let Some(f) = frames.iter().find(|f| !self.is_mapped(**f)) {
@@ -144,13 +177,13 @@ impl PoolMirror {
         iov.clear();
         let mut r = Ok(());
         for &f in frames {
-            let c = &mut self.refs[f as usize];
-            *c -= 1;
-            if *c == 0 {
-                iov.push(libc::iovec {
-                    iov_base: self.addr(f as usize).cast(),
-                    iov_len: PAGE_SIZE,
-                });
+            match self.release(f as usize) {
+                Ok(Some(u)) => iov.push(libc::iovec {
+                    iov_base: self.unit_addr(u).cast(),
+                    iov_len: self.unit,
+                }),
+                Ok(None) => {}
+                Err(e) => r = r.and(Err(e)),
             }
             if iov.len() == MAX_IOV {
                 r = r.and(self.zap(&iov));
@@ -164,10 +197,36 @@ impl PoolMirror {
         r
     }
 
+    /// Drops one map of frame `f`: the unit to zap when this was the last
+    /// mapped frame in it. A frame named more often than it was mapped is
+    /// refused.
+    fn release(&mut self, f: usize) -> io::Result<Option<usize>> {
+        let c = &mut self.refs[f];
+        if *c == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("frame {f} unmapped more often than it was mapped"),
+            ));
+        }
+        *c -= 1;
+        if *c > 0 {
+            return Ok(None);
+        }
+        let u = f * PAGE_SIZE / self.unit;
+        self.held[u] -= 1;
+        Ok((self.held[u] == 0).then_some(u))
+    }
+
     /// The address of frame `f` (< frames).
     fn addr(&self, f: usize) -> *mut u8 {
         // SAFETY: callers pass f < frames, so the offset stays inside the mirror.
         unsafe { self.base.as_ptr().add(f * PAGE_SIZE) }
+    }
+
+    /// The address of unit `u` (< units), one page-table entry's memory.
+    fn unit_addr(&self, u: usize) -> *mut u8 {
+        // SAFETY: callers pass u < units, so the offset stays inside the mirror.
+        unsafe { self.base.as_ptr().add(u * self.unit) }
     }
 
     /// Registers the mirror for minor faults with the userfaultfd.
@@ -184,29 +243,38 @@ impl PoolMirror {
         cvt(r.into(), "userfaultfd register (pool mirror)").map(drop)
     }
 
-    /// Installs frame `f`'s page-table entry from the pool's page cache. A
+    /// Installs unit `u`'s page-table entry from the pool's page cache. A
     /// frame its owner never touched has no page there yet: a populating
     /// read fault then allocates it (the mirror takes no missing faults),
-    /// zeroed, as the owner's own first touch would.
-    fn install(&self, f: usize) -> io::Result<()> {
-        match self.continue_frame(f) {
+    /// zeroed, as the owner's own first touch would. A private mirror of a
+    /// hugetlb pool cannot: its fault would make a page of its own, never
+    /// the pool's, so such a map is refused (hv faults hugetlb pools in
+    /// whole when it makes them).
+    fn install(&self, u: usize) -> io::Result<()> {
+        match self.continue_unit(u) {
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {}
             r => return r,
         }
+        if self.unit > PAGE_SIZE && !self.shared {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "a hugetlb page its owner never touched cannot be mirrored read-only",
+            ));
+        }
         // The owner may have touched it meanwhile: a minor fault again.
-        self.populate(f).or_else(|_| self.continue_frame(f))
+        self.populate(u).or_else(|_| self.continue_unit(u))
     }
 
-    /// `UFFDIO_CONTINUE` for frame `f`: `EEXIST` (already present) is success.
-    fn continue_frame(&self, f: usize) -> io::Result<()> {
+    /// `UFFDIO_CONTINUE` for unit `u`: `EEXIST` (already present) is success.
+    fn continue_unit(&self, u: usize) -> io::Result<()> {
         let mut c = libc_uffd::Continue {
-            start: self.addr(f) as u64,
-            len: PAGE_SIZE as u64,
+            start: self.unit_addr(u) as u64,
+            len: self.unit as u64,
             mode: 0,
             mapped: 0,
         };
         // SAFETY: UFFDIO_CONTINUE reads and writes the struct we pass; the
-        // page is inside this mirror, registered for minor faults.
+        // unit is inside this mirror, registered for minor faults.
         let r = unsafe { libc::ioctl(self.uffd.as_raw_fd(), libc_uffd::CONTINUE, &mut c) };
         if r >= 0 {
             return Ok(());
@@ -217,13 +285,19 @@ impl PoolMirror {
         }
     }
 
-    /// Faults frame `f` in by `MADV_POPULATE_READ`: it succeeds only for a
-    /// frame with no page in the pool yet (a present page is a minor fault,
+    /// Faults unit `u` in by `MADV_POPULATE_READ`: it succeeds only for a
+    /// unit with no page in the pool yet (a present page is a minor fault,
     /// which the kernel refuses here with `EFAULT`, sending no signal).
-    fn populate(&self, f: usize) -> io::Result<()> {
-        // SAFETY: the page is inside this mirror; populating only fills
+    fn populate(&self, u: usize) -> io::Result<()> {
+        // SAFETY: the unit is inside this mirror; populating only fills
         // page-table entries of this process's own mapping.
-        let r = unsafe { libc::madvise(self.addr(f).cast(), PAGE_SIZE, libc::MADV_POPULATE_READ) };
+        let r = unsafe {
+            libc::madvise(
+                self.unit_addr(u).cast(),
+                self.unit,
+                libc::MADV_POPULATE_READ,
+            )
+        };
         cvt(r.into(), "madvise (populating a grant map)").map(drop)
     }
 
@@ -246,8 +320,8 @@ impl PoolMirror {
                 )
             };
             // It returns the bytes it advised: fewer than asked means it
-            // stopped partway, and the per-frame path below redoes the lot.
-            if r >= 0 && r as usize == iov.len() * PAGE_SIZE {
+            // stopped partway, and the per-unit path below redoes the lot.
+            if r >= 0 && r as usize == iov.len() * self.unit {
                 return Ok(());
             }
             if r < 0 {
@@ -255,18 +329,17 @@ impl PoolMirror {
             }
         }
         for v in iov {
-            let off = (v.iov_base as usize - self.base.as_ptr() as usize) / PAGE_SIZE;
-            self.zap_range(off, 1)?;
+            let u = (v.iov_base as usize - self.base.as_ptr() as usize) / self.unit;
+            self.zap_unit(u)?;
         }
         Ok(())
     }
 
-    /// Zaps frames `first..first + n` with one `madvise`.
-    fn zap_range(&self, first: usize, n: usize) -> io::Result<()> {
-        // SAFETY: the range is inside this mirror (callers pass frames of
-        // it); MADV_DONTNEED on it only drops page-table entries (see `zap`).
-        let r =
-            unsafe { libc::madvise(self.addr(first).cast(), n * PAGE_SIZE, libc::MADV_DONTNEED) };
+    /// Zaps unit `u` with one `madvise`.
+    fn zap_unit(&self, u: usize) -> io::Result<()> {
+        // SAFETY: the unit is inside this mirror (callers pass units of it);
+        // MADV_DONTNEED on it only drops page-table entries (see `zap`).
+        let r = unsafe { libc::madvise(self.unit_addr(u).cast(), self.unit, libc::MADV_DONTNEED) };
         cvt(r.into(), "madvise (grant unmap)").map(drop)
     }
 
@@ -317,6 +390,7 @@ impl Drop for PoolMirror {
 mod libc_uffd {
     pub const API: u64 = 0xAA;
     pub const FEATURE_SIGBUS: u64 = 1 << 7;
+    pub const FEATURE_MINOR_HUGETLBFS: u64 = 1 << 9;
     pub const FEATURE_MINOR_SHMEM: u64 = 1 << 10;
     pub const USER_MODE_ONLY: i32 = 1;
     pub const REGISTER_MODE_MINOR: u64 = 1 << 2;
@@ -355,23 +429,28 @@ mod libc_uffd {
 /// (a domain's seccomp filter allows exactly these).
 pub const USERFAULTFD_FLAGS: i32 = libc::O_CLOEXEC | libc_uffd::USER_MODE_ONLY;
 
-/// A userfaultfd for minor faults on shmem, faulting with `SIGBUS`.
-fn minor_fault_fd() -> io::Result<OwnedFd> {
+/// A userfaultfd for minor faults on shmem (and on hugetlbfs, for a
+/// `huge` pool), faulting with `SIGBUS`.
+fn minor_fault_fd(huge: bool) -> io::Result<OwnedFd> {
     let flags = USERFAULTFD_FLAGS;
     // SAFETY: userfaultfd takes flags and returns a new descriptor or -1.
     let raw = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
     let raw = cvt(raw, "userfaultfd")? as i32;
     // SAFETY: `raw` is a descriptor the kernel just gave us and nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut features = libc_uffd::FEATURE_SIGBUS | libc_uffd::FEATURE_MINOR_SHMEM;
+    if huge {
+        features |= libc_uffd::FEATURE_MINOR_HUGETLBFS;
+    }
     let mut api = libc_uffd::Api {
         api: libc_uffd::API,
-        features: libc_uffd::FEATURE_SIGBUS | libc_uffd::FEATURE_MINOR_SHMEM,
+        features,
         ioctls: 0,
     };
     // SAFETY: UFFDIO_API reads and writes the struct we pass, which lives
     // for the call.
     let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc_uffd::API_IOCTL, &mut api) };
-    cvt(r.into(), "userfaultfd api (minor faults on shmem)")?;
+    cvt(r.into(), "userfaultfd api (minor faults on shared memory)")?;
     Ok(fd)
 }
 
@@ -395,6 +474,25 @@ fn pool_frames(fd: BorrowedFd<'_>) -> io::Result<usize> {
         ));
     }
     Ok(size / PAGE_SIZE)
+}
+
+/// Bytes one page-table entry of a mirror of `fd` maps: the huge page
+/// size of a hugetlbfs file (its block size), else a page.
+fn entry_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+    // SAFETY: an all-zero statfs is a valid value for the kernel to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes only the struct we pass, which lives for the call.
+    let r = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) };
+    cvt(r.into(), "fstatfs (pool mirror)")?;
+    if st.f_type as i64 != HUGETLBFS_MAGIC {
+        return Ok(PAGE_SIZE);
+    }
+    let huge = st.f_bsize as usize;
+    if huge < PAGE_SIZE || !huge.is_multiple_of(PAGE_SIZE) {
+        return Err(unsupported("a hugetlbfs page size that is not whole pages"));
+    }
+    Ok(huge)
 }
 
 /// Whether any swap device is on (`/proc/swaps` lists one past its header).
@@ -500,5 +598,56 @@ mod tests {
         w.try_read_bytes(1, 0, &mut b).unwrap();
         assert_eq!(b, [0; 4]);
         w.unmap(&[1]).unwrap();
+    }
+
+    #[test]
+    fn a_hugetlb_pool_is_mirrored_a_huge_page_at_a_time() {
+        use crate::huge::{self, HugetlbPool, HUGE_PAGE};
+        // SAFETY: geteuid has no arguments and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                std::env::var_os("SPLITNET_REQUIRE_ROOT").is_none(),
+                "reserving huge pages needs root"
+            );
+            eprintln!("skipped: reserving huge pages needs root");
+            return;
+        }
+        /// Gives the pool back to its old size, pass or fail.
+        struct Restore(u64);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let _ = huge::set_nr_hugepages(self.0);
+            }
+        }
+        let old = Restore(huge::nr_hugepages().unwrap());
+        if HugetlbPool::read().unwrap().available() < 1 {
+            huge::set_nr_hugepages(old.0 + 1).unwrap();
+        }
+        let frames = HUGE_PAGE / PAGE_SIZE;
+        let m = Memfd::create("t", HUGE_PAGE, true).unwrap();
+        let p = Mapping::new(m.as_fd(), 0, HUGE_PAGE, true).unwrap();
+        p.populate().unwrap();
+        p.fill(3 * PAGE_SIZE, PAGE_SIZE, 0x33);
+        let ro = m.reopen_readonly().unwrap();
+        let mut w = PoolMirror::new(ro.as_fd(), false).unwrap();
+        assert_eq!((w.frames(), w.entry_size()), (frames, HUGE_PAGE));
+        w.map(3).unwrap();
+        w.map(300).unwrap();
+        // One entry maps the whole huge page; the map counts still say
+        // which frames may be read.
+        assert!(present(&w, 3) && present(&w, 100));
+        let mut b = [0u8; 4];
+        w.try_read_bytes(3, 0, &mut b).unwrap();
+        assert_eq!(b, [0x33; 4]);
+        assert!(w.try_read_bytes(100, 0, &mut b).is_err());
+        p.write_bytes(300 * PAGE_SIZE, b"huge");
+        w.try_read_bytes(300, 0, &mut b).unwrap();
+        assert_eq!(&b, b"huge");
+        // The entry stays until the huge page's last mapped frame goes.
+        w.unmap(&[3]).unwrap();
+        assert!(present(&w, 300) && !w.is_mapped(3));
+        w.unmap(&[300]).unwrap();
+        assert!(!present(&w, 300) && !present(&w, 3));
+        drop((w, p, m, old));
     }
 }

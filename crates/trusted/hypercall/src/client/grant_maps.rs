@@ -5,9 +5,10 @@
 //!
 //! A frame is mapped the way Xen mapped it, as a page-table entry, where
 //! the host allows: the granter's whole pool is mirrored once per access
-//! ([`sys::PoolMirror`]), a map installs one entry and a batch's unmap zaps
-//! its entries with one TLB flush. Elsewhere (a pool on huge pages, no
-//! userfaultfd, swap on, or [`HvClient::set_pool_mirrors`] off) the frames
+//! ([`sys::PoolMirror`]), a map installs one entry (a huge page's, for a
+//! pool on superpages) and a batch's unmap zaps its entries with one TLB
+//! flush. Elsewhere (no userfaultfd, swap on, or
+//! [`HvClient::set_pool_mirrors`] off) the frames
 //! land in a window reserved once per granting domain ([`sys::Window`]):
 //! one `mmap` per run of consecutive frames, and the unmap of a batch is
 //! one `mmap` over each run of its slots. The granter's pool descriptor
