@@ -366,6 +366,9 @@ impl Supervisor {
             ts.write(&format!("{home}/port-buffer"), &v)?;
         }
         ts.write(&format!("{home}/port-offload"), &d.port_offload.to_string())?;
+        if let Some(g) = d.grant_maps {
+            ts.write(&format!("{home}/grant-maps"), g.as_str())?;
+        }
         ts.write(&format!("{home}/spin-us"), &d.spin_us.to_string())?;
         // A driver domain's own packet buffers follow its pool (net::hugepages).
         ts.write(

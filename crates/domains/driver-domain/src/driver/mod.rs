@@ -26,7 +26,7 @@ use crate::switch::egress::Scratch;
 use egress::Others;
 use events::{Events, Source, BACKENDS, CAPTURES, PORTS};
 use forward::{forward, read_port, Fwd};
-use ports::{port_caps, port_of, rx_slot, Ports, PORT_BASE, PORT_RETRY};
+use ports::{grant_maps, port_caps, port_of, rx_slot, Ports, PORT_BASE, PORT_RETRY};
 use state::STATS_EVERY;
 pub use state::{Driver, DriverError, LoopCounters, Turn};
 use stats::publish_stats;
@@ -53,6 +53,7 @@ impl Driver {
             crate::hugepages::enable();
         }
         let port_offload = port_caps(hv, &home);
+        let grant_maps_bad = !grant_maps(hv, &home);
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
         // hv's word (`jail::Role::QueueDriver`): it may make queues.
@@ -76,6 +77,7 @@ impl Driver {
             last_stats: Instant::now(),
             stats: LoopCounters::default(),
         };
+        d.stats.config_errors += u64::from(grant_maps_bad);
         d.ports.rx_slot = rx_slot(hv, &d.home, &mut d.stats.config_errors);
         // The uplinks (`uplinks/`) and the extra ports the toolstack names
         // (a hosted guest's VMNet interface): opened again whenever they

@@ -378,6 +378,25 @@ pub(super) fn port_caps(hv: &mut HvClient, home: &str) -> Offloads {
     }
 }
 
+/// How this driver domain makes grant maps (`<home>/grant-maps`, from the
+/// topology's `grant_maps`): page-table entries in a pool mirror (`pte`,
+/// also when absent) or an `mmap` window (`mmap`). A value hv would not
+/// write is logged and leaves the default; false then.
+pub(super) fn grant_maps(hv: &mut HvClient, home: &str) -> bool {
+    match hv.store_read_str(&format!("{home}/grant-maps")).as_deref() {
+        Err(_) | Ok("pte") => true,
+        Ok("mmap") => {
+            hv.set_pool_mirrors(false);
+            eprintln!("driver: grant maps go through an mmap window (grant_maps = \"mmap\")");
+            true
+        }
+        Ok(v) => {
+            eprintln!("driver: grant-maps {v:?}: want pte or mmap; maps stay page-table entries");
+            false
+        }
+    }
+}
+
 /// The uplinks' receive slot size hv asks for in `<home>/port-buffer`
 /// (`driver_domain::port::PacketPort::with_rx_slots`); a bad value is logged,
 /// counted and ignored.

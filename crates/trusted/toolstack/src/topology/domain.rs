@@ -94,6 +94,10 @@ pub struct DomainConfig {
     /// (Driver-none) or `"mtu"` (Driver-MTU); none: slots for whole GSO
     /// frames. See [`crate::port_buffer`].
     pub port_buffer: Option<PortBuffer>,
+    /// Driver domains: how a grant map is made (Menon 2006 §2), `"pte"`
+    /// (the default: a page-table entry in a mirror of the granter's pool,
+    /// as Xen's) or `"mmap"` (an `mmap` of the frame into a window).
+    pub grant_maps: Option<GrantMaps>,
     /// Microseconds the domain keeps polling its event channels without
     /// blocking after its last work, before it sleeps; 0 (the default)
     /// blocks at once. Measured to cost more than it saves on 2 vCPUs.
@@ -157,6 +161,26 @@ pub struct DomainConfig {
     /// start and at every restart; none: the scheduler's choice. `up
     /// --placement` overrides it (crate::placement).
     pub cpu: Option<usize>,
+}
+
+/// How a driver domain makes its grant maps (`grant_maps`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum GrantMaps {
+    /// A page-table entry in a mirror of the granter's pool.
+    #[default]
+    Pte,
+    /// An `mmap` of each run of frames into a window.
+    Mmap,
+}
+
+impl GrantMaps {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantMaps::Pte => "pte",
+            GrantMaps::Mmap => "mmap",
+        }
+    }
 }
 
 /// Where an HVM guest's virtual PIC pair lives (`hvm_pic`).
@@ -711,8 +735,14 @@ pub(super) fn check_domain_settings(d: &DomainConfig) -> Result<(), String> {
     check_lro(d)
 }
 
-/// No guest settings on a driver domain.
+/// No guest settings on a driver domain, and no driver domain's on a guest.
 pub(super) fn check_kind_settings(d: &DomainConfig) -> Result<(), String> {
+    if d.kind != DomainKind::Driver && d.grant_maps.is_some() {
+        return Err(format!(
+            "domain {:?}: grant_maps applies to driver domains only (they make the maps)",
+            d.name
+        ));
+    }
     if d.kind == DomainKind::Driver && (d.backend.is_some() || d.mac.is_some() || !d.vif.is_empty())
     {
         return Err(format!(

@@ -1040,6 +1040,22 @@ mod tests {
     }
 
     #[test]
+    fn grant_maps_is_a_driver_domain_key() {
+        let t = Topology::parse(&guests(1, "grant_maps = \"mmap\"\n"), "t.toml").unwrap();
+        assert_eq!(t.domain("drv").unwrap().grant_maps, Some(GrantMaps::Mmap));
+        let t = Topology::parse(&guests(1, ""), "t.toml").unwrap();
+        assert_eq!(t.domain("drv").unwrap().grant_maps, None);
+        bad(
+            &format!("{}grant_maps = \"pte\"\n", guests(1, "")),
+            "domain \"g1\": grant_maps applies to driver domains only",
+        );
+        bad(
+            &guests(1, "grant_maps = \"flip\"\n"),
+            "unknown variant `flip`",
+        );
+    }
+
+    #[test]
     fn max_event_channels_is_checked_against_the_vifs() {
         let t = Topology::parse(&guests(2, "max_event_channels = 4\n"), "t.toml").unwrap();
         assert_eq!(t.domain("drv").unwrap().quotas().event_channels, 4);
