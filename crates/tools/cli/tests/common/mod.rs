@@ -64,35 +64,21 @@ impl Env {
     /// The reference point for "nothing left behind": `status --json` and
     /// the store's tree once every domain has published what it publishes
     /// on its own clock (each vif's counters from both ends, each driver
-    /// domain's bridge stats, every half second). A snapshot taken earlier
-    /// would count a first publication as a leak.
+    /// domain's bridge stats, every half second; each netfront's request
+    /// for multicast filtering, from its second look at the guest's groups,
+    /// up to two seconds after it connects). A snapshot taken earlier would
+    /// count a first publication as a leak.
     pub fn settled(&self) -> Snapshot {
-        let status = wait_until(
-            "every domain's first counters",
+        wait_until(
+            "every domain's first counters and multicast requests",
             std::time::Duration::from_secs(10),
             || {
                 let st = self.status();
-                let vifs = st["vifs"].as_array().cloned().unwrap_or_default();
-                let drivers = st["domains"].as_array().cloned().unwrap_or_default();
-                let published = |d: &Value| {
-                    st["bridges"]
-                        .as_array()
-                        .is_some_and(|b| b.iter().any(|b| b["domain"] == d["name"]))
-                };
-                let ready = vifs
-                    .iter()
-                    .all(|v| !v["counters"].is_null() && !v["frontend_counters"].is_null())
-                    && drivers
-                        .iter()
-                        .filter(|d| d["kind"] == "driver")
-                        .all(published);
-                ready.then_some(st)
+                let tree = self.ok(&["store-ls"]);
+                (counters_published(&st) && multicast_requested(&st, &tree))
+                    .then_some(Snapshot { status: st, tree })
             },
-        );
-        Snapshot {
-            status,
-            tree: self.ok(&["store-ls"]),
-        }
+        )
     }
 
     /// The same now, with no waiting: what a test compares with [`Env::settled`].
@@ -102,6 +88,37 @@ impl Env {
             tree: self.ok(&["store-ls"]),
         }
     }
+}
+
+/// Whether every vif's counters (both ends) and every driver domain's
+/// bridge stats are in `st`.
+fn counters_published(st: &Value) -> bool {
+    let vifs = st["vifs"].as_array().cloned().unwrap_or_default();
+    let drivers = st["domains"].as_array().cloned().unwrap_or_default();
+    let published = |d: &Value| {
+        st["bridges"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|b| b["domain"] == d["name"]))
+    };
+    vifs.iter()
+        .all(|v| !v["counters"].is_null() && !v["frontend_counters"].is_null())
+        && drivers
+            .iter()
+            .filter(|d| d["kind"] == "driver")
+            .all(published)
+}
+
+/// Whether every connected vif whose backend offers multicast filtering
+/// (`feature-multicast-control` in `tree`, `store-ls`'s lines) has its
+/// frontend's `request-multicast-control` there too.
+fn multicast_requested(st: &Value, tree: &str) -> bool {
+    let has = |path: String| tree.lines().any(|l| l.starts_with(&format!("{path} = ")));
+    let vifs = st["vifs"].as_array().cloned().unwrap_or_default();
+    vifs.iter()
+        .filter(|v| v["frontend_state"] == "Connected")
+        .filter_map(|v| Some((v["frontend"].as_str()?, v["backend"].as_str()?)))
+        .filter(|(_, be)| has(format!("{be}/feature-multicast-control")))
+        .all(|(fe, _)| has(format!("{fe}/request-multicast-control")))
 }
 
 /// `status --json` with the store's tree (`store-ls`) beside it.
