@@ -226,7 +226,7 @@ fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
 }
 
 /// Grant map + unmap per frame in batches of 64 frames apart from a guest
-/// whose pool is on 2 MiB hugetlb pages (Menon 2006 §4.3's superpages),
+/// whose pool is on 2 MiB hugetlb pages (Menon 2006 §5.3's superpages),
 /// mirrored a huge page at a time: the 64 frames share one page-table
 /// entry. Left out where no huge page can be reserved.
 fn huge_mirror_row(

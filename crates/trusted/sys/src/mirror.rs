@@ -13,7 +13,7 @@
 //! `process_madvise(MADV_DONTNEED)` over all of them (one flush), or one
 //! `madvise` each where the kernel refuses the vector.
 //!
-//! A pool on hugetlb pages (Menon 2006 §4.3's superpages) is mirrored a
+//! A pool on hugetlb pages (Menon 2006 §5.3's superpages) is mirrored a
 //! huge page at a time: its first mapped frame installs one entry for the
 //! whole huge page, and the zap comes when its last mapped frame is
 //! unmapped. The per-frame map count still gates every copy, so a frame
