@@ -293,7 +293,12 @@ pub fn syscalls(role: Role) -> SyscallFilter {
     if matches!(role, Role::Driver | Role::QueueDriver) {
         f.allow_arg_in(libc::SYS_userfaultfd, 0, &[sys::USERFAULTFD_FLAGS as u64])
             .expect("a valid condition");
+        f.allow_arg_in(libc::SYS_process_madvise, 3, &[libc::MADV_DONTNEED as u64])
+            .expect("a valid condition");
     }
+    let advice: Vec<u64> = MADVICE.iter().map(|&a| a as u64).collect();
+    f.allow_arg_in(libc::SYS_madvise, 2, &advice)
+        .expect("a valid condition");
     // libcap (in `ip`) reads the bounding set; threads get names.
     let prctls: Vec<u64> = [
         libc::PR_CAPBSET_READ,
@@ -375,11 +380,30 @@ const VHOST_BACKEND: &[libc::c_long] = &[
 /// never touched, the unmap of a batch in one `process_madvise` on a
 /// pidfd of its own process (or a `madvise` per frame), and `fstatfs` on
 /// a pool's descriptor (a hugetlb pool is mirrored a huge page at a time).
-const GRANT_MAPS: &[libc::c_long] = &[
-    libc::SYS_fstatfs,
-    libc::SYS_madvise,
-    libc::SYS_pidfd_open,
-    libc::SYS_process_madvise,
+/// `madvise` is every domain's ([`MADVICE`]); `process_madvise` takes
+/// `MADV_DONTNEED` alone (`syscalls`).
+const GRANT_MAPS: &[libc::c_long] = &[libc::SYS_fstatfs, libc::SYS_pidfd_open];
+
+/// The `madvise` advice a domain may give: what the allocator, the pools'
+/// huge pages and the grant mirrors use, and the harmless hints. Never
+/// `MADV_REMOVE`: it punches a page out of a shared pool, and a peer that
+/// has the page mapped in a mirror (`sys::PoolMirror`) would fault on its
+/// next read once the page came back, a `SIGBUS` that would kill it.
+const MADVICE: &[i32] = &[
+    libc::MADV_NORMAL,
+    libc::MADV_RANDOM,
+    libc::MADV_SEQUENTIAL,
+    libc::MADV_WILLNEED,
+    libc::MADV_DONTNEED,
+    libc::MADV_FREE,
+    libc::MADV_DONTFORK,
+    libc::MADV_DOFORK,
+    libc::MADV_HUGEPAGE,
+    libc::MADV_NOHUGEPAGE,
+    libc::MADV_DONTDUMP,
+    libc::MADV_DODUMP,
+    libc::MADV_POPULATE_READ,
+    libc::MADV_POPULATE_WRITE,
 ];
 
 /// A `nic = "virtio"` guest's vhost-user frontend: its RAM is a memfd it
@@ -432,7 +456,6 @@ const RUNTIME: &[libc::c_long] = &[
     libc::SYS_clock_nanosleep,
     libc::SYS_clock_gettime,
     libc::SYS_gettimeofday,
-    libc::SYS_madvise,
     libc::SYS_mremap,
     libc::SYS_fcntl,
     libc::SYS_fstat,
@@ -457,5 +480,22 @@ mod tests {
         // A guest's kind never yields a driver role, whatever its NIC.
         assert_eq!(Role::of_domain("guest", "vif").ok(), Some(Role::Guest));
         assert_eq!(Role::of_kind("driver").ok(), Some(Role::Driver));
+    }
+
+    /// Under every role's filter a page may be dropped from the caller's
+    /// own page table (`MADV_DONTNEED`), never punched out of a shared pool
+    /// (`MADV_REMOVE`).
+    #[test]
+    fn no_domain_may_punch_a_page_out_of_a_pool() {
+        // Zero bytes at address 0: the kernel answers 0 to any advice it
+        // is let to see, so a refusal is the filter's.
+        let madvise = |advice: i32| (libc::SYS_madvise, [0, 0, advice as u64]);
+        for role in [Role::Guest, Role::Driver, Role::QueueDriver, Role::VmApp] {
+            let filter = syscalls(role).compile(libc::EPERM).unwrap();
+            let got = filter
+                .answers(&[madvise(libc::MADV_DONTNEED), madvise(libc::MADV_REMOVE)])
+                .unwrap();
+            assert_eq!(got, [Ok(0), Err(libc::EPERM)], "{role:?}");
+        }
     }
 }

@@ -6,7 +6,8 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 use std::collections::BTreeMap;
-use std::io;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// The system calls a process may make; every other call fails.
 #[derive(Debug, Default, Clone)]
@@ -139,7 +140,86 @@ impl CompiledFilter {
         }
         Ok(())
     }
+
+    /// What this filter answers to each of `calls` (a system call number
+    /// and its first three arguments), made in turn in a child process
+    /// that installed the filter first: each call's return value, or its
+    /// errno. At most [`MAX_PROBES`] calls, and only calls whose effects
+    /// stay in the child (the child shares the parent's open files).
+    pub fn answers(&self, calls: &[(libc::c_long, [u64; 3])]) -> io::Result<Vec<Result<i64, i32>>> {
+        if calls.len() > MAX_PROBES {
+            return Err(bad(format!("at most {MAX_PROBES} probes")));
+        }
+        let (r, w) = pipe()?;
+        // SAFETY: in the child only system calls on memory made before the
+        // fork run (no allocation), then `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            self.probe_in_child(calls, w.as_raw_fd());
+        }
+        drop(w);
+        let mut buf = [0u8; 16 * MAX_PROBES];
+        let got = std::fs::File::from(r).read(&mut buf);
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        if got? != buf.len() || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            return Err(bad(format!(
+                "the probing child failed (status {status:#x})"
+            )));
+        }
+        let word =
+            |i: usize| i64::from_ne_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        Ok((0..calls.len())
+            .map(|i| match word(2 * i + 1) {
+                0 => Ok(word(2 * i)),
+                e => Err(e as i32),
+            })
+            .collect())
+    }
+
+    /// The child of [`CompiledFilter::answers`]: installs the filter, makes
+    /// the calls, writes each result and errno to `out`, and exits.
+    fn probe_in_child(&self, calls: &[(libc::c_long, [u64; 3])], out: i32) -> ! {
+        let mut buf = [0u8; 16 * MAX_PROBES];
+        let code = if self.install().is_ok() { 0 } else { 10 };
+        for (i, (nr, a)) in calls.iter().enumerate() {
+            // SAFETY: the caller's calls take no pointer the child could
+            // misuse beyond its own copy of the parent's memory.
+            let ret = unsafe { libc::syscall(*nr, a[0], a[1], a[2]) };
+            let errno = if ret < 0 {
+                io::Error::last_os_error().raw_os_error().unwrap_or(0)
+            } else {
+                0
+            };
+            buf[i * 16..i * 16 + 8].copy_from_slice(&(ret as i64).to_ne_bytes());
+            buf[i * 16 + 8..i * 16 + 16].copy_from_slice(&i64::from(errno).to_ne_bytes());
+        }
+        // SAFETY: writes our own buffer to the pipe, then leaves the child
+        // without running destructors.
+        unsafe {
+            libc::write(out, buf.as_ptr().cast(), buf.len());
+            libc::_exit(code)
+        }
+    }
 }
+
+/// A pipe, close-on-exec: (read end, write end).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we pass.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made, and nobody else owns them.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The most calls [`CompiledFilter::answers`] makes in one child.
+pub const MAX_PROBES: usize = 8;
 
 #[cfg(test)]
 mod tests {
