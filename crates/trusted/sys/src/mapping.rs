@@ -57,7 +57,7 @@ impl Mapping {
             // cvt keeps the kind, not the errno: EINVAL is InvalidInput.
             // With the offset page-aligned (checked above), only a hugetlb
             // file refuses a mapping this way. (fstatfs, which would say
-            // so, is outside a jailed domain's system calls.)
+            // so, is outside a jailed guest's system calls.)
             Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
                 let huge = crate::huge::HUGE_PAGE as u64;
                 let start = offset / huge * huge;

@@ -16,9 +16,11 @@
 //! A pool on hugetlb pages (Menon 2006 §5.3's superpages) is mirrored a
 //! huge page at a time: its first mapped frame installs one entry for the
 //! whole huge page, and the zap comes when its last mapped frame is
-//! unmapped. The per-frame map count still gates every copy, so a frame
-//! not granted stays unreadable to the caller even where its huge page is
-//! present.
+//! unmapped. The page table then guards whole huge pages only: the
+//! per-frame map count still gates every copy, so a frame not granted
+//! stays unreadable through this API even where its huge page is present,
+//! but not to a compromised caller reading its own memory (as with a
+//! superpage mapping under Xen, whose permissions cover the whole page).
 //!
 //! A kernel without minor faults on that memory, a filter that forbids
 //! userfaultfd, or a host with swap on (a swapped-out frame would fault
@@ -45,7 +47,7 @@ pub struct PoolMirror {
     writable: bool,
     uffd: OwnedFd,
     /// This process, for `process_madvise`; `None` once the kernel refused
-    /// the vectored call (each frame then gets a `madvise` of its own).
+    /// the vectored call (each unit then gets a `madvise` of its own).
     me: Option<OwnedFd>,
     /// Bytes one page-table entry maps: a page, or a hugetlb pool's huge page.
     unit: usize,
@@ -60,8 +62,8 @@ pub struct PoolMirror {
     iov: Vec<libc::iovec>,
 }
 
-// SAFETY: the mirror is plain shared memory whose state lives in `refs`,
-// which only `&mut self` changes; all access to the memory is by opaque
+// SAFETY: the mirror is plain shared memory whose state lives in `refs`
+// and `held`, which only `&mut self` changes; all access to the memory is by opaque
 // copies, and `iov` is scratch space filled and used within one call.
 unsafe impl Send for PoolMirror {}
 // SAFETY: as above.
@@ -70,13 +72,14 @@ unsafe impl Sync for PoolMirror {}
 impl PoolMirror {
     /// Mirrors the whole pool `fd` (`writable` or read-only), no frame present.
     pub fn new(fd: BorrowedFd<'_>, writable: bool) -> io::Result<PoolMirror> {
-        if swap_is_on() {
+        let frames = pool_frames(fd)?;
+        let unit = entry_size(fd)?;
+        // hugetlb pages are never swapped.
+        if unit == PAGE_SIZE && swap_is_on() {
             return Err(unsupported(
                 "swap is on: a mirrored frame swapped out would fault",
             ));
         }
-        let frames = pool_frames(fd)?;
-        let unit = entry_size(fd)?;
         if !(frames * PAGE_SIZE).is_multiple_of(unit) {
             return Err(unsupported("a hugetlb pool that is not whole huge pages"));
         }
@@ -123,6 +126,13 @@ impl PoolMirror {
         // A fresh mapping (no MAP_POPULATE) has no page-table entry yet:
         // every frame enters through `map`.
         m.register(len)?;
+        // Unmapping a hugetlb page with MADV_DONTNEED needs Linux 5.18:
+        // tried once on the empty mirror, so an older kernel refuses here
+        // and the caller uses its window.
+        if unit > PAGE_SIZE {
+            m.zap_unit(0)
+                .map_err(|e| unsupported(&format!("a hugetlb mirror cannot be unmapped: {e}")))?;
+        }
         Ok(m)
     }
 
@@ -165,7 +175,9 @@ impl PoolMirror {
     /// Unmaps one map of each of `frames`; the entries no longer needed
     /// (a frame's, or a huge page's whose last mapped frame this was) leave
     /// the page table together, with one TLB flush where the kernel allows.
-    /// A frame not mapped is refused before anything changes.
+    /// A frame not mapped is refused before anything changes; one named
+    /// more often than it is mapped is refused when its turn comes, the
+    /// others still unmapped.
     pub fn unmap(&mut self, frames: &[u32]) -> io::Result<()> {
         if let Some(f) = frames.iter().find(|f| !self.is_mapped(**f)) {
             return Err(io::Error::new(
@@ -485,7 +497,7 @@ fn entry_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
     // SAFETY: fstatfs writes only the struct we pass, which lives for the call.
     let r = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) };
     cvt(r.into(), "fstatfs (pool mirror)")?;
-    if st.f_type as i64 != HUGETLBFS_MAGIC {
+    if st.f_type as u32 as i64 != HUGETLBFS_MAGIC {
         return Ok(PAGE_SIZE);
     }
     let huge = st.f_bsize as usize;
@@ -648,6 +660,6 @@ mod tests {
         assert!(present(&w, 300) && !w.is_mapped(3));
         w.unmap(&[300]).unwrap();
         assert!(!present(&w, 300) && !present(&w, 3));
-        drop((w, p, m, old));
+        drop((w, p, ro, m, old));
     }
 }
