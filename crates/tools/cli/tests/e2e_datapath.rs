@@ -19,6 +19,14 @@ fn ping(env: &Env, from: &str, to: &str) {
     env.ok(&args);
 }
 
+/// Writes topology `text` as `name` in the run directory; its path.
+fn write_topology(env: &Env, name: &str, text: &str) -> String {
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let path = env.run_dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
 fn traffic_everywhere(env: &Env) {
     ping(env, "guest1", "10.77.0.254");
     ping(env, "guest2", "10.77.0.254");
@@ -135,10 +143,8 @@ fn half_page_buffers_and_prefetch_carry_real_applications() {
         "address = \"10.77.0.1/24\"",
         "address = \"10.77.0.1/24\"\nrx_buffer = \"half\"\nprefetch = true",
     );
-    std::fs::create_dir_all(&env.run_dir).unwrap();
-    let path = env.run_dir.join("halfpg.toml");
-    std::fs::write(&path, topo).unwrap();
-    env.ok(&["up", "--config", path.to_str().unwrap()]);
+    let path = write_topology(&env, "halfpg.toml", &topo);
+    env.ok(&["up", "--config", &path]);
     traffic_everywhere(&env);
     http_fetch_64mib(&env);
     let st = env.status();
@@ -223,16 +229,8 @@ fn seed_baseline_mode_maps_by_mmap_when_asked() {
         "kind = \"driver\"\n",
         "kind = \"driver\"\ngrant_maps = \"mmap\"\n",
     );
-    std::fs::create_dir_all(&env.run_dir).unwrap();
-    let path = env.run_dir.join("mmap.toml");
-    std::fs::write(&path, topo).unwrap();
-    env.ok(&[
-        "up",
-        "--preset",
-        "baseline",
-        "--config",
-        path.to_str().unwrap(),
-    ]);
+    let path = write_topology(&env, "mmap.toml", &topo);
+    env.ok(&["up", "--preset", "baseline", "--config", &path]);
     let g = baseline_grant_ops(&env);
     assert_eq!(
         g["map_pte"].as_u64().unwrap_or(0),
@@ -325,10 +323,8 @@ fn a_driver_domain_that_may_not_restart_takes_guest_links_down_cleanly() {
         "kind = \"driver\"",
         "kind = \"driver\"\nrestart = \"never\"",
     );
-    std::fs::create_dir_all(&env.run_dir).unwrap();
-    let path = env.run_dir.join("never.toml");
-    std::fs::write(&path, topo).unwrap();
-    env.ok(&["up", "--config", path.to_str().unwrap()]);
+    let path = write_topology(&env, "never.toml", &topo);
+    env.ok(&["up", "--config", &path]);
     let st = env.status();
     let drv = domain(&st, "drv")["pid"].as_i64().unwrap();
     let g1 = domain(&st, "guest1")["pid"].as_i64().unwrap();

@@ -290,15 +290,7 @@ pub fn syscalls(role: Role) -> SyscallFilter {
     }
     f.allow_arg_in(libc::SYS_socket, 0, &families)
         .expect("a valid condition");
-    if matches!(role, Role::Driver | Role::QueueDriver) {
-        f.allow_arg_in(libc::SYS_userfaultfd, 0, &[sys::USERFAULTFD_FLAGS as u64])
-            .expect("a valid condition");
-        f.allow_arg_in(libc::SYS_process_madvise, 3, &[libc::MADV_DONTNEED as u64])
-            .expect("a valid condition");
-    }
-    let advice: Vec<u64> = MADVICE.iter().map(|&a| a as u64).collect();
-    f.allow_arg_in(libc::SYS_madvise, 2, &advice)
-        .expect("a valid condition");
+    allow_memory_advice(&mut f, role);
     // libcap (in `ip`) reads the bounding set; threads get names.
     let prctls: Vec<u64> = [
         libc::PR_CAPBSET_READ,
@@ -315,6 +307,21 @@ pub fn syscalls(role: Role) -> SyscallFilter {
     f.allow_arg_in(libc::SYS_prctl, 0, &prctls)
         .expect("a valid condition");
     f
+}
+
+/// `madvise` with [`MADVICE`] alone; a driver domain's grant maps:
+/// userfaultfd (user-mode faults only) and `process_madvise` (dropping
+/// pages only).
+fn allow_memory_advice(f: &mut SyscallFilter, role: Role) {
+    if matches!(role, Role::Driver | Role::QueueDriver) {
+        f.allow_arg_in(libc::SYS_userfaultfd, 0, &[sys::USERFAULTFD_FLAGS as u64])
+            .expect("a valid condition");
+        f.allow_arg_in(libc::SYS_process_madvise, 3, &[libc::MADV_DONTNEED as u64])
+            .expect("a valid condition");
+    }
+    let advice: Vec<u64> = MADVICE.iter().map(|&a| a as u64).collect();
+    f.allow_arg_in(libc::SYS_madvise, 2, &advice)
+        .expect("a valid condition");
 }
 
 /// What the domain process calls: its control and watch sockets, doorbells,
