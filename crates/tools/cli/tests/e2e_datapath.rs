@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 fn ping(env: &Env, from: &str, to: &str) {
     let mut args = vec![
-        "exec", from, "--", "ping", "-c", "2", "-W", "2", "-i", "0.2",
+        "exec", from, "--", "ping", "-c", "2", "-W", "2", "-w", "10", "-i", "0.2",
     ];
     if to.contains(':') {
         args.insert(4, "-6");

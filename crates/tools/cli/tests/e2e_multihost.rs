@@ -14,7 +14,7 @@ impl Lab {
         let out = self.ok(
             host,
             &[
-                "exec", domain, "--", "ping", "-c", "3", "-i", "0.2", "-W", "2", to,
+                "exec", domain, "--", "ping", "-c", "3", "-i", "0.2", "-W", "2", "-w", "10", to,
             ],
         );
         assert!(

@@ -61,7 +61,7 @@ impl Lab {
     /// `ping` from `host`'s guest1 with `extra` options; its output.
     fn ping(&self, host: &str, to: &str, extra: &[&str]) -> String {
         let mut a = vec![
-            "exec", "guest1", "--", "ping", "-c", "2", "-i", "0.2", "-W", "2",
+            "exec", "guest1", "--", "ping", "-c", "2", "-i", "0.2", "-W", "2", "-w", "10",
         ];
         a.extend_from_slice(extra);
         a.push(to);

@@ -373,17 +373,20 @@ pub fn assert_udp_checksums_good(domain: &str, before: (u64, u64), what: &str) {
 }
 
 impl Env {
-    /// `ping -c N` from `from` to `to` (IPv4 or IPv6) succeeds with no loss.
     /// Whether one ping from `from` to `to` is answered within a second.
     pub fn reaches(&self, from: &str, to: &str) -> bool {
         let args = ["exec", from, "--", "ping", "-c", "1", "-W", "1", to];
         self.splitnet(&args).status.success()
     }
 
+    /// `ping -c N` from `from` to `to` (IPv4 or IPv6) succeeds with no loss.
+    /// With a deadline (`-w`), ping waits for every answer (up to it)
+    /// rather than two round trips after its last request, which a busy
+    /// host's last answer can miss.
     pub fn ping(&self, from: &str, to: &str, n: u32) {
         let n = n.to_string();
         let mut args = vec![
-            "exec", from, "--", "ping", "-c", &n, "-i", "0.2", "-W", "2", to,
+            "exec", from, "--", "ping", "-c", &n, "-i", "0.2", "-W", "2", "-w", "20", to,
         ];
         if to.contains(':') {
             args.insert(4, "-6");
