@@ -122,7 +122,7 @@ fn wait_until_up(
         {
             Ok(Ok(w)) => w,
             Ok(Err(failed)) => {
-                let _ = down(rd);
+                let _ = down(rd, false);
                 bail!("{failed}");
             }
             Err(e) => vec![format!("hv's status ({e})")],
@@ -132,7 +132,7 @@ fn wait_until_up(
             return Ok(());
         }
         if Instant::now() > deadline {
-            let _ = down(rd);
+            let _ = down(rd, false);
             bail!(
                 "not connected within {timeout} s: {}\n{}",
                 waiting.join(", "),
@@ -242,9 +242,10 @@ fn wait_gone(pid: i32, limit: Duration) {
     }
 }
 
-/// `splitnet down`.
-pub fn down(rd: &Path) -> Result<()> {
+/// `splitnet down [--forget]`.
+pub fn down(rd: &Path, forget: bool) -> Result<()> {
     require_root()?;
+    let listed_before = toolstack::uplink::journal::needs_attention(rd).len();
     let pid = hv_pid(rd);
     let mut was_up = false;
     if let Ok(mut ts) = Toolstack::connect(&socket_path(rd)) {
@@ -265,6 +266,16 @@ pub fn down(rd: &Path) -> Result<()> {
         let _ = sys::kill(p, 9);
         wait_gone(p, Duration::from_secs(5));
     }
+    // What hv found it could never undo as it stopped (its log has it too);
+    // what the sweep below finds, it reports itself.
+    let listed = toolstack::uplink::journal::needs_attention(rd);
+    for a in listed.iter().skip(listed_before) {
+        eprintln!(
+            "splitnet: {}: {} (it can never be undone: `splitnet status` lists it under \
+             \"needs attention\" until `splitnet down --forget`)",
+            a.what, a.reason
+        );
+    }
     let leftovers = host::our_netns();
     // Every process left in a domain's cgroup or namespace (the domains',
     // and what users started there with `exec`) is killed and waited for.
@@ -273,6 +284,13 @@ pub fn down(rd: &Path) -> Result<()> {
         println!("splitnet is down");
     } else {
         println!("splitnet was not running");
+    }
+    if forget {
+        let forgotten = toolstack::uplink::journal::forget(rd)
+            .context("clearing the \"needs attention\" list")?;
+        for a in &forgotten {
+            println!("forgot: {}: {}", a.what, a.reason);
+        }
     }
     Ok(())
 }

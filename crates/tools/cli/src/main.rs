@@ -157,7 +157,13 @@ enum Cmd {
         cmd: Vec<String>,
     },
     /// Stop everything; leaves no namespace, process, interface or shared memory behind.
-    Down,
+    Down {
+        /// Also clear the "needs attention" list: changes to the host that
+        /// could never be undone (an interface that vanished while lent),
+        /// which `status` shows until then.
+        #[arg(long)]
+        forget: bool,
+    },
     /// Restart a domain (a reboot): its processes and everything it held go,
     /// and it comes back with its configuration under a new domain id. A
     /// driver domain's guests reconnect without losing their TCP
@@ -690,7 +696,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         cmd @ (Cmd::Up { .. }
         | Cmd::Exec { .. }
-        | Cmd::Down
+        | Cmd::Down { .. }
         | Cmd::Demo { .. }
         | Cmd::Restart { .. }
         | Cmd::Apply { .. }
@@ -769,7 +775,7 @@ fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             listen,
         ),
         Cmd::Exec { domain, cmd } => match lifecycle::exec(rd, &domain, &cmd)? {},
-        Cmd::Down => lifecycle::down(rd),
+        Cmd::Down { forget } => lifecycle::down(rd, forget),
         Cmd::Demo { preset, seconds } => lifecycle::demo(rd, preset, seconds),
         Cmd::Restart { domain } => hotplug::restart(rd, &domain),
         Cmd::Apply {

@@ -12,7 +12,15 @@ use toolstack::status::collect;
 
 /// `splitnet status [--json]`.
 pub fn show(rd: &Path, as_json: bool) -> Result<()> {
-    let v = collect(rd)?;
+    let v = match collect(rd) {
+        Ok(v) => v,
+        Err(e) => {
+            // Not up: what a past run could never undo still needs saying.
+            let left = toolstack::uplink::journal::needs_attention(rd);
+            print_attention(&serde_json::to_value(left)?);
+            return Err(e);
+        }
+    };
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -43,7 +51,32 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     print_vifs(v["vifs"].as_array().unwrap_or(&empty));
     print_vhost_vifs(v["vhost_vifs"].as_array().unwrap_or(&empty));
     print_hypercalls(&v["counters"]);
+    print_attention(&v["needs_attention"]);
     Ok(())
+}
+
+/// The changes to the host that could never be undone, if any.
+fn print_attention(list: &Value) {
+    let empty = Vec::new();
+    let list = list.as_array().unwrap_or(&empty);
+    if list.is_empty() {
+        return;
+    }
+    println!(
+        "\nNEEDS ATTENTION: changes to the host that could never be undone \
+         (`splitnet down --forget` clears this list)"
+    );
+    for a in list {
+        let owner = match a["owner"].as_str() {
+            Some("") | None => "topology",
+            Some(o) => o,
+        };
+        println!(
+            "  {owner}: {}: {}",
+            a["what"].as_str().unwrap_or("?"),
+            a["reason"].as_str().unwrap_or("?")
+        );
+    }
 }
 
 /// Plain `status`'s table of domains and hosts: id, kind, pid, pinned

@@ -328,13 +328,13 @@ fn three_replies_once(out: &str, what: &str) {
 /// `ping -c 3` from `guest` to `to`.
 fn guest_ping3(env: &Env, guest: &str, to: &str) -> String {
     env.ok(&[
-        "exec", guest, "--", "ping", "-c", "3", "-i", "0.2", "-W", "2", to,
+        "exec", guest, "--", "ping", "-c", "3", "-i", "0.2", "-W", "2", "-w", "10", to,
     ])
 }
 
 /// `ping -c 3` from the LAN to `to`.
 fn lan_ping3(to: &str) -> String {
-    in_lan(&["ping", "-c", "3", "-i", "0.2", "-W", "2", to])
+    in_lan(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "-w", "10", to])
 }
 
 /// guest1 gets a DHCP lease in `prefix` from the server behind its uplink.
@@ -531,6 +531,60 @@ fn a_host_interface_is_lent_to_the_driver_domain_and_always_comes_back() {
     assert_eq!(host_state(), before);
     drop(env);
     assert_eq!(netns(), Vec::<String>::new(), "namespaces left behind");
+}
+
+/// A lent interface that vanishes (unplugged, or destroyed inside the
+/// driver domain) can never be given back: `down` says so once, `status`
+/// lists it under "needs attention" from then on, no later `down` repeats
+/// it, and `down --forget` clears the list.
+#[test]
+fn a_lent_interface_that_vanishes_is_reported_once_and_listed_until_forgotten() {
+    let _lan = Lan::new();
+    let Some(env) = Env::new("uplink-vanish") else {
+        return;
+    };
+    let topo = one_guest(
+        "10.79.0.50/24",
+        &format!("kind = \"host\"\niface = \"{HOST_IF}\""),
+    )
+    .replace(
+        "kind = \"driver\"",
+        "kind = \"driver\"\nrestart = \"never\"",
+    );
+    up(&env, "vanish", &topo);
+    sh("ip", &["-n", "splitnet-drv", "link", "del", HOST_IF]);
+    let o = env.splitnet(&["down"]);
+    assert!(o.status.success(), "{o:?}");
+    let said = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("can never be undone"))
+        .collect();
+    assert_eq!(lines.len(), 1, "reported once:\n{said}");
+    assert!(
+        lines[0].contains(HOST_IF) && lines[0].contains("splitnet down --forget"),
+        "{said}"
+    );
+    // Not up: status says so, after the list.
+    let st = env.splitnet(&["status"]);
+    let out = String::from_utf8_lossy(&st.stdout);
+    assert!(!st.status.success());
+    assert!(
+        out.contains("NEEDS ATTENTION") && out.contains(&format!("host interface {HOST_IF}")),
+        "{out}"
+    );
+    let again = env.splitnet(&["down"]);
+    assert!(
+        !String::from_utf8_lossy(&again.stderr).contains(HOST_IF),
+        "reported again: {again:?}"
+    );
+    let forgot = env.ok(&["down", "--forget"]);
+    assert!(
+        forgot.contains(&format!("forgot: give host interface {HOST_IF}")),
+        "{forgot}"
+    );
+    let st = env.splitnet(&["status"]);
+    assert!(!String::from_utf8_lossy(&st.stdout).contains("NEEDS ATTENTION"));
 }
 
 /// The links in driver domain drv's namespace, `ip -d` JSON.

@@ -291,6 +291,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0),
         "counters": s.counters,
+        "needs_attention": crate::uplink::journal::needs_attention(rd),
     }))
 }
 

@@ -64,6 +64,68 @@ pub fn path(run_dir: &Path) -> PathBuf {
     run_dir.join("uplinks.journal")
 }
 
+/// The file of undos that can never succeed, in run directory `run_dir`.
+pub fn attention_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("uplinks.attention")
+}
+
+/// An undo that can never succeed (what it would restore is gone): taken
+/// out of the journal, reported once, and listed by `splitnet status`
+/// until `splitnet down --forget`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attention {
+    /// The driver domain it was done for ("" for the whole topology).
+    pub owner: String,
+    /// What the undo would have done.
+    pub what: String,
+    /// Why it cannot.
+    pub reason: String,
+}
+
+/// Why an undo failed, and whether trying again could ever help.
+struct Failed {
+    reason: String,
+    /// What it would restore is gone (an interface, a sysctl), so no later
+    /// replay can succeed either.
+    lasting: bool,
+}
+
+impl Failed {
+    fn again(reason: String) -> Failed {
+        Failed {
+            reason,
+            lasting: false,
+        }
+    }
+
+    fn never(reason: String) -> Failed {
+        Failed {
+            reason,
+            lasting: true,
+        }
+    }
+}
+
+impl Undo {
+    /// What undoing it does, for people.
+    pub fn describe(&self) -> String {
+        match self {
+            Undo::Lend { ns, iface, .. } => {
+                format!("give host interface {iface} back from namespace {ns}")
+            }
+            Undo::Link { ns, ifname } => match ns {
+                Some(ns) => format!("delete link {ifname} in namespace {ns}"),
+                None => format!("delete host link {ifname}"),
+            },
+            Undo::Table { family, name } => format!("delete nftables table {family} {name}"),
+            Undo::Sysctl { path, old } => format!("restore /proc/sys/{path} to {old}"),
+            Undo::Process { pid, .. } => format!("stop process {pid}"),
+            Undo::Daemon { pid_file, .. } => format!("stop the daemon of {pid_file}"),
+            Undo::Dir { path } => format!("remove directory {path}"),
+        }
+    }
+}
+
 /// Opens (creating) and locks the journal.
 fn open_locked(run_dir: &Path, create: bool) -> std::io::Result<Option<File>> {
     let p = path(run_dir);
@@ -113,7 +175,9 @@ fn read_entries(f: &mut File) -> std::io::Result<Vec<Entry>> {
 /// Undoes, newest first, the entries whose owner `pick` accepts, and
 /// keeps the rest, and those whose undo failed (so that a later replay
 /// tries again, e.g. an interface that could not be given back); returns
-/// what failed. Without a journal, nothing to do.
+/// what failed. An undo that can never succeed is reported here once and
+/// moved to the attention list ([`needs_attention`]). Without a journal,
+/// nothing to do.
 pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String> {
     let mut f = match open_locked(run_dir, false) {
         Ok(Some(f)) => f,
@@ -132,7 +196,14 @@ pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String>
         }
         match undo(&e.undo) {
             Ok(()) => keep[i] = false,
-            Err(x) => errors.push(format!("{x} (kept in the undo journal, tried again later)")),
+            Err(x) if x.lasting => {
+                keep[i] = false;
+                errors.push(set_aside(run_dir, e, x.reason));
+            }
+            Err(x) => errors.push(format!(
+                "{} (kept in the undo journal, tried again later)",
+                x.reason
+            )),
         }
     }
     let rest: String = entries
@@ -154,6 +225,53 @@ pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String>
         let _ = fs::remove_file(path(run_dir));
     }
     errors
+}
+
+/// Moves entry `e`, whose undo can never succeed, to the attention list;
+/// the line that reports it.
+fn set_aside(run_dir: &Path, e: &Entry, reason: String) -> String {
+    let a = Attention {
+        owner: e.owner.clone(),
+        what: e.undo.describe(),
+        reason,
+    };
+    let line = serde_json::to_string(&a).map(|l| l + "\n");
+    let kept = line.map_err(std::io::Error::other).and_then(|l| {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(attention_path(run_dir))
+            .and_then(|mut f| f.write_all(l.as_bytes()))
+    });
+    match kept {
+        Ok(()) => format!(
+            "{}: {} (it can never be undone: `splitnet status` lists it under \
+             \"needs attention\" until `splitnet down --forget`)",
+            a.what, a.reason
+        ),
+        Err(x) => format!(
+            "{}: {} (it can never be undone, and could not be listed: {x})",
+            a.what, a.reason
+        ),
+    }
+}
+
+/// The undos that can never succeed, oldest first.
+pub fn needs_attention(run_dir: &Path) -> Vec<Attention> {
+    fs::read_to_string(attention_path(run_dir))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Clears the attention list (`splitnet down --forget`); what it held.
+pub fn forget(run_dir: &Path) -> std::io::Result<Vec<Attention>> {
+    let held = needs_attention(run_dir);
+    match fs::remove_file(attention_path(run_dir)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(held),
+    }
 }
 
 /// The host interfaces the journal says were lent to namespace `ns` and
@@ -194,8 +312,7 @@ pub(super) fn exists(ns: Option<&str>, ifname: &str) -> bool {
 }
 
 /// Undoes one change; what is already undone is fine.
-fn undo(u: &Undo) -> Result<(), String> {
-    let e = |x: std::io::Error| x.to_string();
+fn undo(u: &Undo) -> Result<(), Failed> {
     match u {
         Undo::Lend {
             ns,
@@ -205,6 +322,25 @@ fn undo(u: &Undo) -> Result<(), String> {
             addrs,
             routes,
         } => give_back(ns, iface, *mtu, (*up).then_some(routes.as_slice()), addrs),
+        Undo::Sysctl { path, old } => {
+            let full = Path::new("/proc/sys").join(path);
+            fs::write(&full, old).map_err(|x| {
+                let reason = format!("restoring /proc/sys/{path} to {old}: {x}");
+                // The sysctl went with what it belonged to (an interface).
+                match x.kind() {
+                    std::io::ErrorKind::NotFound => Failed::never(reason),
+                    _ => Failed::again(reason),
+                }
+            })
+        }
+        other => undo_other(other).map_err(Failed::again),
+    }
+}
+
+/// Undoes a link, table, process, daemon or directory.
+fn undo_other(u: &Undo) -> Result<(), String> {
+    let e = |x: std::io::Error| x.to_string();
+    match u {
         Undo::Link { ns, ifname } => {
             if exists(ns.as_deref(), ifname) {
                 let args = ["link", "del", "dev", ifname.as_str()];
@@ -221,8 +357,6 @@ fn undo(u: &Undo) -> Result<(), String> {
             }
             Ok(())
         }
-        Undo::Sysctl { path, old } => fs::write(Path::new("/proc/sys").join(path), old)
-            .map_err(|x| format!("restoring /proc/sys/{path} to {old}: {x}")),
         Undo::Process { pid, start } => {
             if start_time(*pid) == Some(*start) {
                 stop(*pid);
@@ -240,6 +374,7 @@ fn undo(u: &Undo) -> Result<(), String> {
             }
             _ => Ok(()),
         },
+        Undo::Lend { .. } | Undo::Sysctl { .. } => Ok(()),
     }
 }
 
@@ -280,16 +415,17 @@ fn give_back(
     mtu: u32,
     up: Option<&[Vec<String>]>,
     addrs: &[Vec<String>],
-) -> Result<(), String> {
-    let e = |x: std::io::Error| format!("giving {iface} back to the host: {x}");
+) -> Result<(), Failed> {
+    let e = |x: std::io::Error| Failed::again(format!("giving {iface} back to the host: {x}"));
     if exists(Some(ns), iface) {
         ip_in(ns, &["link", "set", "dev", iface, "down"]).map_err(e)?;
         ip_in(ns, &["link", "set", "dev", iface, "netns", &host_netns()]).map_err(e)?;
     }
     if !exists(None, iface) {
-        return Err(format!(
+        // Unplugged, or destroyed with its namespace: nothing to give back.
+        return Err(Failed::never(format!(
             "host interface {iface} is neither in {ns} nor on the host"
-        ));
+        )));
     }
     run(
         "ip",
@@ -361,8 +497,19 @@ mod tests {
         }
     }
 
-    /// An entry whose undo fails without harm: a sysctl that does not exist.
-    fn failing() -> Undo {
+    /// An entry whose undo fails without harm, and may succeed later: a
+    /// directory to remove that is a file (`dir`'s `splitnet-no-such`).
+    fn failing(dir: &Path) -> Undo {
+        let file = dir.join("splitnet-no-such");
+        fs::write(&file, "a file, not a directory").unwrap();
+        Undo::Dir {
+            path: file.display().to_string(),
+        }
+    }
+
+    /// An entry whose undo can never succeed: a sysctl that does not exist
+    /// (as an interface's, once the interface is gone).
+    fn lasting() -> Undo {
         Undo::Sysctl {
             path: "splitnet-no-such/sysctl".into(),
             old: "0".into(),
@@ -374,11 +521,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("splitnet-journal-f-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         record(&dir, "a", gone(1)).unwrap();
-        record(&dir, "a", failing()).unwrap();
+        record(&dir, "a", failing(&dir)).unwrap();
         record(&dir, "b", gone(2)).unwrap();
         let errors = replay(&dir, |owner, _| owner == "a");
         assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(errors[0].contains("splitnet-no-such/sysctl"), "{errors:?}");
+        assert!(errors[0].contains("splitnet-no-such"), "{errors:?}");
+        assert!(errors[0].contains("tried again later"), "{errors:?}");
         let left = fs::read_to_string(path(&dir)).unwrap();
         let lines: Vec<&str> = left.lines().collect();
         assert_eq!(lines.len(), 2, "{left}");
@@ -387,6 +535,56 @@ mod tests {
         // Tried again by every later replay, and kept while it fails.
         assert_eq!(replay_all(&dir).len(), 1);
         assert_eq!(fs::read_to_string(path(&dir)).unwrap().lines().count(), 1);
+        assert!(needs_attention(&dir).is_empty());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_undo_that_can_never_succeed_is_reported_once_and_listed_until_forgotten() {
+        let dir = std::env::temp_dir().join(format!("splitnet-journal-n-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let vanished = Undo::Lend {
+            ns: "splitnet-no-such-ns".into(),
+            iface: "snnosuch0".into(),
+            mtu: 1500,
+            up: true,
+            addrs: Vec::new(),
+            routes: Vec::new(),
+        };
+        record(&dir, "drv", vanished).unwrap();
+        record(&dir, TOPOLOGY, lasting()).unwrap();
+        record(&dir, "drv", gone(1)).unwrap();
+        let errors = replay_all(&dir);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors
+                .iter()
+                .all(|e| e.contains("can never be undone") && e.contains("splitnet down --forget")),
+            "{errors:?}"
+        );
+        assert!(!path(&dir).exists(), "nothing is left to try again");
+        // Reported once: later replays have nothing to say.
+        assert!(replay_all(&dir).is_empty());
+        let listed = needs_attention(&dir);
+        let whats: Vec<&str> = listed.iter().map(|a| a.what.as_str()).collect();
+        // Newest first, as replay undoes them.
+        assert_eq!(
+            whats,
+            [
+                "restore /proc/sys/splitnet-no-such/sysctl to 0",
+                "give host interface snnosuch0 back from namespace splitnet-no-such-ns",
+            ]
+        );
+        assert_eq!(listed[1].owner, "drv");
+        assert!(
+            listed[1]
+                .reason
+                .contains("neither in splitnet-no-such-ns nor on the host"),
+            "{listed:?}"
+        );
+        assert_eq!(forget(&dir).unwrap(), listed);
+        assert!(needs_attention(&dir).is_empty());
+        assert!(forget(&dir).unwrap().is_empty(), "forgetting twice is fine");
         let _ = fs::remove_dir_all(&dir);
     }
 
