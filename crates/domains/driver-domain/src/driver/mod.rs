@@ -361,6 +361,11 @@ impl Driver {
     /// Twice a second: counters to the store, captures reaped.
     fn housekeep(&mut self, hv: &mut HvClient) {
         self.last_stats = Instant::now();
+        for (i, v) in self.vifs.iter_mut().enumerate() {
+            if v.nb.drain_stalled_rx(self.last_stats) > 0 {
+                self.events.touched.insert(i);
+            }
+        }
         self.stats.syscalls = sys::syscalls();
         let touched = self.events.touched.take();
         publish_stats(

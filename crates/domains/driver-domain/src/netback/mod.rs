@@ -28,6 +28,7 @@ mod mq;
 pub mod opts;
 mod rx;
 pub(crate) mod slab;
+mod stall;
 pub mod tx;
 
 use crate::antispoof::IpFilter;
@@ -63,6 +64,10 @@ const TX_BUDGET: usize = 64;
 const SLOT_BUDGET: usize = 240;
 /// Packets queued for a guest that has posted no buffers.
 const RX_QUEUE: usize = 1024;
+/// How long frames may wait for a guest that takes none before they are
+/// dropped, even with a slot free (Linux netback's `rx_drain_timeout`,
+/// 10 s; Xen XSA-392).
+pub const RX_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes of them: one TX round of a sending guest ([`TX_BUDGET`] frames)
 /// of 64 KiB GSO packets.
 const RX_SLAB_BYTES: usize = TX_BUDGET << 16;
@@ -281,6 +286,8 @@ pub struct Netback {
     rx_unpublished: u64,
     /// The guest's RX ring overflowed during a delivery (fatal, acted on in flush_rx).
     rx_overflow: bool,
+    /// Whether queued frames are reaching the guest ([`Netback::drain_stalled_rx`]).
+    rx_stall: stall::Stall,
     /// `ip=`: the addresses the guest may send from.
     ip: Option<IpFilter>,
     /// `rate=`: the transmit credit.
@@ -565,6 +572,7 @@ impl Netback {
             tx_ids: [0; 1 << 10],
             rx_unpublished: 0,
             rx_overflow: false,
+            rx_stall: stall::Stall::default(),
             ip: p.opts.ip,
             credit: p
                 .opts
