@@ -47,6 +47,7 @@ mod web;
 use anomaly::anomaly;
 pub use anomaly::dips;
 
+use measures::WEB_COST_RATE;
 pub use web::{parse_httperf, Httperf};
 
 /// What the suite runs.
@@ -72,9 +73,19 @@ impl Menon2005Options {
             dense_buffers()
         };
         let rates = if quick {
-            vec![1000, 4000, 8000]
+            vec![1000, WEB_COST_RATE, 8000]
         } else {
-            vec![500, 1000, 2000, 4000, 6000, 8000, 10000, 12000]
+            vec![
+                500,
+                1000,
+                2000,
+                4000,
+                WEB_COST_RATE,
+                6000,
+                8000,
+                10000,
+                12000,
+            ]
         };
         Menon2005Options {
             common: RunOptions::new(exe, run_dir, quick, runs, if quick { 2 } else { 5 }),
@@ -678,13 +689,26 @@ pub fn role(domain: &str) -> &'static str {
         "hv" => "hv",
         "drv" => "driver",
         "guest1" | "guest2" => "guest",
-        "bench-server" | "m5-rx" => "receiver",
-        "bench-client" | "bench-wire" => "sender",
+        // Native's cgroups: "server" in the suite's CPU accounting,
+        // "bench-server" in a profile.
+        "server" | "bench-server" | "m5-rx" => "receiver",
+        "client" | "bench-client" | "bench-wire" => "sender",
         "idle" => "idle",
         crate::testbed::NIC => "nic",
         d if d.starts_with("wire") || d.starts_with("m5-tx") => "sender",
         _ => "other",
     }
+}
+
+/// The server's share of cycles per packet by domain: hv's, the driver
+/// domain's, a guest's and native's receiver's, not the clients'.
+fn server_cycles(cycles: &BTreeMap<String, f64>) -> f64 {
+    let server = |d: &str| matches!(role(d), "hv" | "driver" | "guest" | "receiver");
+    cycles
+        .iter()
+        .filter(|(d, _)| server(d))
+        .map(|(_, c)| c)
+        .sum()
 }
 
 fn profiled(setup: Setup, what: &str, x: f64, m: &testbed::Measured) -> Option<Profiled> {
@@ -855,61 +879,13 @@ fn transmit(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Resul
     Ok(())
 }
 
-/// Figure 7 on `bed`: nginx where the application runs, httperf on the
-/// first sender, one request rate after another.
-fn web_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Result<()> {
-    let p = &bed.paths[0];
-    let cg = |i: usize| bed.env.domains.get(i).and_then(|d| d.cgroup.as_ref());
-    let dir = ctx
-        .opts
-        .common
-        .run_dir
-        .join(format!("web-{}", bed.setup.name()));
-    let server = web::Nginx::start(
-        &dir,
-        &p.receiver_ns,
-        &p.receiver_ip,
-        WEB_PORT,
-        cg(bed.app_dom),
-    )?;
-    for &rate in &ctx.opts.rates {
-        let h = web::httperf(
-            &p.sender_ns,
-            &p.receiver_ip,
-            WEB_PORT,
-            rate,
-            ctx.opts.common.secs,
-            cg(bed.peer_dom),
-        )?;
-        ctx.say(&format!(
-            "run {} {} web at {rate} requests/s: {:.0} replies/s ({} errors)",
-            run + 1,
-            bed.setup.name(),
-            h.reply_rate(),
-            h.errors
-        ));
-        out.records.push(Record {
-            setup: bed.setup,
-            experiment: Experiment::Web,
-            x: rate as f64,
-            run,
-            value: h.reply_rate(),
-            ratio_to_native: None,
-            cycles_per_packet: BTreeMap::new(),
-            collapsed_per_mb: None,
-        });
-    }
-    drop(server);
-    Ok(())
-}
-
 fn measure_bed(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Result<()> {
     for e in bed.setup.experiments() {
         match e {
             Experiment::Buffer => buffer_sweep(ctx, bed, run, out)?,
             Experiment::Nics => nic_sweep(ctx, bed, run, out)?,
             Experiment::Tx => transmit(ctx, bed, run, out)?,
-            Experiment::Web => web_sweep(ctx, bed, run, out)?,
+            Experiment::Web => web::web_sweep(ctx, bed, run, out)?,
         }
     }
     Ok(())
@@ -1233,6 +1209,13 @@ mod tests {
         assert_eq!(role("wire2"), "sender");
         assert_eq!(role("bench-server"), "receiver");
         assert_eq!(role("host"), "other");
+        // Native's CPU accounting, and what of it is the server's.
+        assert_eq!((role("server"), role("client")), ("receiver", "sender"));
+        let cycles: BTreeMap<String, f64> = [("server", 3.0), ("client", 100.0), ("total", 103.0)]
+            .into_iter()
+            .map(|(d, c)| (d.to_string(), c))
+            .collect();
+        assert_eq!(server_cycles(&cycles), 3.0);
     }
 
     /// A record whose total cost per packet is 100 × its value.

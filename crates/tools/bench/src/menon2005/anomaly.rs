@@ -84,4 +84,7 @@ pub(super) const NO_ANOMALY: &str =
     driver domain's kernel takes each frame from a TAP, which builds a frame shorter than a page \
     in a buffer of its own size (about 2.3 KB charged per 1448-byte segment, `ss -tm` during a \
     receive), so `port_buffer = \"page\"` changes the driver domain's own buffers but not \
-    what the socket is charged";
+    what the socket is charged; and since Linux 6.6 TCP no longer advertises a window from the \
+    fixed tcp_adv_win_scale but from each socket's measured ratio of payload to charged memory \
+    (its scaling ratio), so a page per segment would shrink the window instead of overfilling \
+    the buffer: the kernel removed the anomaly's cause";

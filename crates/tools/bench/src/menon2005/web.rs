@@ -3,6 +3,9 @@
 //! for it at a fixed rate, open loop, one request per connection (the
 //! paper's httperf clients, §6.3).
 
+use super::{server_cycles, Bed, Ctx, Experiment, Record, RunOut, WEB_PORT};
+use crate::netenv::FlowResult;
+use crate::testbed;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -18,6 +21,13 @@ pub struct Nginx {
     child: Child,
 }
 
+/// The server's listen backlog: a namespace's `somaxconn`. nginx's own
+/// default (511) overflowed at 8,000 connections a second while the
+/// server's core still idled a third of its time (`TcpExtListenOverflows`
+/// in the thousands, httperf's clients timing out), so native Linux's
+/// peak was a burst's, not the CPU-bound peak Figure 7 compares (§6.3).
+const BACKLOG: u32 = 4096;
+
 /// nginx's configuration: one worker, no access log, everything under `dir`.
 fn config(dir: &Path, ip: &str, port: u16) -> String {
     let d = dir.display();
@@ -26,21 +36,26 @@ fn config(dir: &Path, ip: &str, port: u16) -> String {
          events {{ worker_connections 4096; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n\
          \x20 fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n\
-         \x20 server {{ listen {ip}:{port}; root {d}/www; }}\n}}\n"
+         \x20 server {{ listen {ip}:{port} backlog={BACKLOG}; root {d}/www; }}\n}}\n"
     )
 }
 
 impl Nginx {
-    /// Starts nginx in namespace `ns` on `ip:port`, in cgroup `cg`, and
+    /// Starts nginx in namespace `ns` on `ip:port`, in cgroup `cg` and on
+    /// core `cpu` as an application of the paper's machine when given, and
     /// waits until it listens.
-    pub fn start(dir: &Path, ns: &str, ip: &str, port: u16, cg: Option<&Cgroup>) -> Result<Nginx> {
+    pub fn start(
+        dir: &Path,
+        (ns, ip, port): (&str, &str, u16),
+        (cg, cpu): (Option<&Cgroup>, Option<usize>),
+    ) -> Result<Nginx> {
         std::fs::create_dir_all(dir.join("www"))?;
         std::fs::create_dir_all(dir.join("tmp"))?;
         std::fs::write(dir.join("www").join(FILE), [b'x'; 1024])?;
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config(dir, ip, port))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns, "nginx", "-e"])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, "nginx", "-e"])
             .arg(dir.join("error.log"))
             .arg("-p")
             .arg(dir)
@@ -49,19 +64,37 @@ impl Nginx {
             .args(["-g", "daemon off;"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::piped());
+        // Its worker inherits the core and the scheduling class.
+        crate::machine::place_application(&mut cmd, cpu)?;
+        let child = cmd
             .spawn()
             .context("starting nginx (install nginx-light)")?;
-        if let Some(cg) = cg {
-            cg.add(child.id() as i32)?;
-        }
         let mut n = Nginx { child };
         super::wait_listening("nginx", ns, port, &mut n.child).map_err(|e| {
             let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
             anyhow::anyhow!("{e}; its log: {}", log.trim())
         })?;
+        // Listening, it has forked its worker, which serves the requests:
+        // master and worker are charged to the server's cgroup.
+        if let Some(cg) = cg {
+            let master = n.child.id() as i32;
+            cg.add(master)?;
+            for w in children(master) {
+                cg.add(w)?;
+            }
+        }
         Ok(n)
     }
+}
+
+/// The child processes of `pid` (`/proc/PID/task/PID/children`).
+fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
 
 impl Drop for Nginx {
@@ -128,16 +161,14 @@ pub fn parse_httperf(text: &str) -> Option<Httperf> {
 const CLIENT_TIME_WAITS: &str = "256";
 
 /// httperf from namespace `ns` against `ip:port` at `rate` new connections
-/// a second for `secs` seconds, one request each, 1 s timeout. It is
-/// stopped, and the point fails naming it, if it has not finished 30 s
-/// after it should have.
+/// a second for `secs` seconds, one request each, 1 s timeout, in cgroup
+/// `cg` and on the clients' core `cpu` when given (it spins: on the
+/// server's core it would take the server's time). It is stopped, and the
+/// point fails naming it, if it has not finished 30 s after it should have.
 pub fn httperf(
-    ns: &str,
-    ip: &str,
-    port: u16,
-    rate: u32,
-    secs: u32,
-    cg: Option<&Cgroup>,
+    (ns, ip, port): (&str, &str, u16),
+    (rate, secs): (u32, u32),
+    (cg, cpu): (Option<&Cgroup>, Option<usize>),
 ) -> Result<Httperf> {
     let tw = format!("net.ipv4.tcp_max_tw_buckets={CLIENT_TIME_WAITS}");
     let st = Command::new("ip")
@@ -149,25 +180,25 @@ pub fn httperf(
     }
     let conns = (rate as u64 * secs as u64).max(1).to_string();
     let (rate_s, port_s, uri) = (rate.to_string(), port.to_string(), format!("/{FILE}"));
-    let mut child = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "httperf", "--hog", "--server", ip, "--port",
-        ])
-        .args([
-            &port_s,
-            "--uri",
-            &uri,
-            "--rate",
-            &rate_s,
-            "--num-conns",
-            &conns,
-        ])
-        .args(["--num-calls", "1", "--timeout", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting httperf (install httperf)")?;
+    let mut cmd = Command::new("ip");
+    cmd.args([
+        "netns", "exec", ns, "httperf", "--hog", "--server", ip, "--port",
+    ])
+    .args([
+        &port_s,
+        "--uri",
+        &uri,
+        "--rate",
+        &rate_s,
+        "--num-conns",
+        &conns,
+    ])
+    .args(["--num-calls", "1", "--timeout", "1"])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    crate::machine::place_application(&mut cmd, cpu)?;
+    let mut child = cmd.spawn().context("starting httperf (install httperf)")?;
     if let Some(cg) = cg {
         cg.add(child.id() as i32)?;
     }
@@ -190,6 +221,61 @@ pub fn httperf(
             String::from_utf8_lossy(&out.stderr).trim()
         ),
     }
+}
+
+/// Figure 7 on `bed`: nginx where the application runs, httperf on the
+/// first sender, one request rate after another.
+pub(super) fn web_sweep(ctx: &Ctx<'_>, bed: &Bed, run: usize, out: &mut RunOut<'_>) -> Result<()> {
+    let p = &bed.paths[0];
+    let cg = |i: usize| bed.env.domains.get(i).and_then(|d| d.cgroup.as_ref());
+    let dir = ctx
+        .opts
+        .common
+        .run_dir
+        .join(format!("web-{}", bed.setup.name()));
+    let at = (p.receiver_ns.as_str(), p.receiver_ip.as_str(), WEB_PORT);
+    let server = Nginx::start(&dir, at, (cg(bed.app_dom), bed.cores.0))?;
+    for &rate in &ctx.opts.rates {
+        let mut load = None;
+        // Each domain's CPU time over the point, per reply (Figure 8).
+        let m = testbed::measure_with(&bed.env, ctx.tsc_hz, None, || {
+            let h = httperf(
+                (&p.sender_ns, &p.receiver_ip, WEB_PORT),
+                (rate, ctx.opts.common.secs),
+                (cg(bed.peer_dom), bed.cores.1),
+            )?;
+            load = Some(h);
+            Ok(FlowResult {
+                gbps: 0.0,
+                bytes: 0.0,
+                packets: h.replies as f64,
+                seconds: h.seconds,
+                latency: None,
+            })
+        })?;
+        let h = load.context("httperf reported nothing")?;
+        ctx.say(&format!(
+            "run {} {} web at {rate} requests/s: {:.0} replies/s ({} errors), {:.0} server \
+             cycles/reply",
+            run + 1,
+            bed.setup.name(),
+            h.reply_rate(),
+            h.errors,
+            server_cycles(&m.cycles_per_packet)
+        ));
+        out.records.push(Record {
+            setup: bed.setup,
+            experiment: Experiment::Web,
+            x: rate as f64,
+            run,
+            value: h.reply_rate(),
+            ratio_to_native: None,
+            cycles_per_packet: m.cycles_per_packet,
+            collapsed_per_mb: None,
+        });
+    }
+    drop(server);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -219,7 +305,7 @@ Errors: fd-unavail 0 addrunavail 0 ftab-full 0 other 0\n";
     #[test]
     fn the_server_is_configured_under_its_folder() {
         let c = config(Path::new("/r/web"), "10.77.0.1", 8080);
-        assert!(c.contains("listen 10.77.0.1:8080;"), "{c}");
+        assert!(c.contains("listen 10.77.0.1:8080 backlog=4096;"), "{c}");
         assert!(c.contains("root /r/web/www;") && c.contains("worker_processes 1;"));
         assert!(c.contains("access_log off;") && c.contains("pid /r/web/nginx.pid;"));
     }
