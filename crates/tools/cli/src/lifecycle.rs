@@ -12,6 +12,7 @@ use toolstack::daemon::socket_path;
 use toolstack::host;
 use toolstack::topology::{Preset, Topology};
 pub use toolstack::tuning::Tuning;
+use toolstack::uplink::journal;
 
 pub(crate) fn require_root() -> Result<()> {
     if !host::is_root() {
@@ -195,8 +196,27 @@ use std::os::unix::process::CommandExt;
 /// to driver domains, nftables tables, dnsmasq, sysctls): before any
 /// namespace is deleted, which would destroy a lent interface.
 fn undo_uplinks(rd: &Path) {
+    let listed = journal::needs_attention(rd).len();
+    undo_uplinks_since(rd, listed);
+}
+
+/// [`undo_uplinks`], then each undo set aside as never possible since the
+/// attention list held `listed` entries (by hv as it stopped, by its
+/// keeper, or here), once.
+fn undo_uplinks_since(rd: &Path, listed: usize) {
     for e in toolstack::uplink::clean_up(rd) {
-        eprintln!("splitnet: undoing uplinks: {e}");
+        if !e.contains(journal::NEVER) {
+            eprintln!("splitnet: undoing uplinks: {e}");
+        }
+    }
+    for a in journal::needs_attention(rd).iter().skip(listed) {
+        eprintln!(
+            "splitnet: {}: {} ({}: `splitnet status` lists it under \"needs attention\" \
+             until `splitnet down --forget`)",
+            a.what,
+            a.reason,
+            journal::NEVER
+        );
     }
 }
 
@@ -206,7 +226,13 @@ fn undo_uplinks(rd: &Path) {
 /// kept (deleting it would destroy the interface or strip it): an error
 /// names it.
 fn sweep(rd: &Path) -> Result<()> {
-    undo_uplinks(rd);
+    sweep_since(rd, journal::needs_attention(rd).len())
+}
+
+/// [`sweep`], reporting what was set aside since the attention list held
+/// `listed` entries.
+fn sweep_since(rd: &Path, listed: usize) -> Result<()> {
+    undo_uplinks_since(rd, listed);
     host::sweep_cgroups(&host::CgroupLayout::detect());
     let mut kept = Vec::new();
     for ns in host::our_netns() {
@@ -245,7 +271,7 @@ fn wait_gone(pid: i32, limit: Duration) {
 /// `splitnet down [--forget]`.
 pub fn down(rd: &Path, forget: bool) -> Result<()> {
     require_root()?;
-    let listed_before = toolstack::uplink::journal::needs_attention(rd).len();
+    let listed = journal::needs_attention(rd).len();
     let pid = hv_pid(rd);
     let mut was_up = false;
     if let Ok(mut ts) = Toolstack::connect(&socket_path(rd)) {
@@ -266,28 +292,18 @@ pub fn down(rd: &Path, forget: bool) -> Result<()> {
         let _ = sys::kill(p, 9);
         wait_gone(p, Duration::from_secs(5));
     }
-    // What hv found it could never undo as it stopped (its log has it too);
-    // what the sweep below finds, it reports itself.
-    let listed = toolstack::uplink::journal::needs_attention(rd);
-    for a in listed.iter().skip(listed_before) {
-        eprintln!(
-            "splitnet: {}: {} (it can never be undone: `splitnet status` lists it under \
-             \"needs attention\" until `splitnet down --forget`)",
-            a.what, a.reason
-        );
-    }
     let leftovers = host::our_netns();
     // Every process left in a domain's cgroup or namespace (the domains',
-    // and what users started there with `exec`) is killed and waited for.
-    sweep(rd)?;
+    // and what users started there with `exec`) is killed and waited for;
+    // what hv, its keeper or the sweep found it could never undo is said.
+    sweep_since(rd, listed)?;
     if was_up || !leftovers.is_empty() {
         println!("splitnet is down");
     } else {
         println!("splitnet was not running");
     }
     if forget {
-        let forgotten = toolstack::uplink::journal::forget(rd)
-            .context("clearing the \"needs attention\" list")?;
+        let forgotten = journal::forget(rd).context("clearing the \"needs attention\" list")?;
         for a in &forgotten {
             println!("forgot: {}: {}", a.what, a.reason);
         }

@@ -16,8 +16,12 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         Ok(v) => v,
         Err(e) => {
             // Not up: what a past run could never undo still needs saying.
-            let left = toolstack::uplink::journal::needs_attention(rd);
-            print_attention(&serde_json::to_value(left)?);
+            let left = json!(toolstack::uplink::journal::needs_attention(rd));
+            if as_json {
+                println!("{}", json!({ "needs_attention": left }));
+            } else {
+                print_attention(&left);
+            }
             return Err(e);
         }
     };

@@ -16,7 +16,9 @@ fn ping(env: &Env, from: &str, to: &str) {
         args.insert(4, "-6");
     }
     args.push(to);
-    env.ok(&args);
+    // With `-w`, ping sends until two are answered: a loss shows as loss.
+    let out = env.ok(&args);
+    assert!(out.contains(" 0% packet loss"), "{from} -> {to}:\n{out}");
 }
 
 /// Writes topology `text` as `name` in the run directory; its path.

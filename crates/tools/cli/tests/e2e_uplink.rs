@@ -316,11 +316,14 @@ fn download(env: &Env, lan: &Lan, guest: &str, kind: &str) {
     let _ = std::fs::remove_file(&out);
 }
 
-/// `ping -c 3` output: three replies, none twice.
+/// `ping -c 3` output: three replies, none twice, none lost (with `-w`,
+/// ping sends until three are answered: a loss shows as a fourth request).
 fn three_replies_once(out: &str, what: &str) {
     let got = out.contains("3 received") || out.contains("3 packets received");
     assert!(
-        got && !out.contains("DUP!") && !out.contains("duplicates"),
+        got && out.contains(" 0% packet loss")
+            && !out.contains("DUP!")
+            && !out.contains("duplicates"),
         "{what}:\n{out}"
     );
 }

@@ -662,6 +662,7 @@ impl Netback {
             let _ = hv.evtchn_close(ch);
         }
         self.rx_slab.clear();
+        self.rx_stall = stall::Stall::default();
         // The guest's pool is unmapped: nothing of it stays reachable.
         self.ngm = None;
         if hv.read_state(&self.be).is_err() || hv.read_attachment(&self.be) != self.attach {

@@ -18,8 +18,9 @@ enum Of {
     /// Total cycles per packet at x, every domain of both ends.
     Cost(f64),
     /// Cycles per packet at x of the server's domains alone (hv, the
-    /// driver domain, a guest, native's receiver): httperf, the clients'
-    /// load generator, spins on its CPU whatever the rate.
+    /// driver domain, the guests, native's receiver):
+    /// httperf, the clients' load generator, spins on its CPU whatever the
+    /// rate.
     ServerCost(f64),
 }
 

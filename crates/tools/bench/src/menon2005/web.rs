@@ -75,12 +75,12 @@ impl Nginx {
             let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
             anyhow::anyhow!("{e}; its log: {}", log.trim())
         })?;
-        // Listening, it has forked its worker, which serves the requests:
-        // master and worker are charged to the server's cgroup.
+        // The master listens before it forks its worker, which serves the
+        // requests: both are charged to the server's cgroup.
         if let Some(cg) = cg {
             let master = n.child.id() as i32;
             cg.add(master)?;
-            for w in children(master) {
+            for w in worker_of(master)? {
                 cg.add(w)?;
             }
         }
@@ -88,13 +88,25 @@ impl Nginx {
     }
 }
 
-/// The child processes of `pid` (`/proc/PID/task/PID/children`).
-fn children(pid: i32) -> Vec<i32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
+/// The child processes of nginx's master `pid` once it has forked its
+/// worker (`/proc/PID/task/PID/children`), or an error after 10 s.
+fn worker_of(pid: i32) -> Result<Vec<i32>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    loop {
+        let kids: Vec<i32> = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {path}"))?
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if !kids.is_empty() {
+            return Ok(kids);
+        }
+        if Instant::now() > deadline {
+            bail!("nginx (pid {pid}) forked no worker within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 impl Drop for Nginx {

@@ -196,10 +196,19 @@ pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String>
         }
         match undo(&e.undo) {
             Ok(()) => keep[i] = false,
-            Err(x) if x.lasting => {
-                keep[i] = false;
-                errors.push(set_aside(run_dir, e, x.reason));
-            }
+            Err(x) if x.lasting => match set_aside(run_dir, e, &x.reason) {
+                Ok(said) => {
+                    keep[i] = false;
+                    errors.push(said);
+                }
+                // Not listed: it stays here, to be tried (and set aside) again.
+                Err(why) => errors.push(format!(
+                    "{}: {} (cannot be undone, and listing it failed: {why}; kept in the \
+                     undo journal)",
+                    e.undo.describe(),
+                    x.reason
+                )),
+            },
             Err(x) => errors.push(format!(
                 "{} (kept in the undo journal, tried again later)",
                 x.reason
@@ -227,34 +236,30 @@ pub fn replay(run_dir: &Path, pick: impl Fn(&str, &Undo) -> bool) -> Vec<String>
     errors
 }
 
-/// Moves entry `e`, whose undo can never succeed, to the attention list;
-/// the line that reports it.
-fn set_aside(run_dir: &Path, e: &Entry, reason: String) -> String {
+/// Adds entry `e`, whose undo can never succeed, to the attention list
+/// (the caller holds the journal's lock); the line that reports it.
+fn set_aside(run_dir: &Path, e: &Entry, reason: &str) -> std::io::Result<String> {
     let a = Attention {
         owner: e.owner.clone(),
         what: e.undo.describe(),
-        reason,
+        reason: reason.to_string(),
     };
-    let line = serde_json::to_string(&a).map(|l| l + "\n");
-    let kept = line.map_err(std::io::Error::other).and_then(|l| {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(attention_path(run_dir))
-            .and_then(|mut f| f.write_all(l.as_bytes()))
-    });
-    match kept {
-        Ok(()) => format!(
-            "{}: {} (it can never be undone: `splitnet status` lists it under \
-             \"needs attention\" until `splitnet down --forget`)",
-            a.what, a.reason
-        ),
-        Err(x) => format!(
-            "{}: {} (it can never be undone, and could not be listed: {x})",
-            a.what, a.reason
-        ),
-    }
+    let line = serde_json::to_string(&a).map_err(std::io::Error::other)? + "\n";
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(attention_path(run_dir))
+        .and_then(|mut f| f.write_all(line.as_bytes()).and_then(|()| f.sync_data()))?;
+    Ok(format!(
+        "{}: {} ({NEVER}: `splitnet status` lists it under \"needs attention\" until \
+         `splitnet down --forget`)",
+        a.what, a.reason
+    ))
 }
+
+/// What the line reporting an undo set aside says (callers that list the
+/// attention list themselves leave such lines out).
+pub const NEVER: &str = "it can never be undone";
 
 /// The undos that can never succeed, oldest first.
 pub fn needs_attention(run_dir: &Path) -> Vec<Attention> {
@@ -266,7 +271,9 @@ pub fn needs_attention(run_dir: &Path) -> Vec<Attention> {
 }
 
 /// Clears the attention list (`splitnet down --forget`); what it held.
+/// Entries are set aside only by a replay, which holds the journal's lock.
 pub fn forget(run_dir: &Path) -> std::io::Result<Vec<Attention>> {
+    let _replays_wait = open_locked(run_dir, false)?;
     let held = needs_attention(run_dir);
     match fs::remove_file(attention_path(run_dir)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
@@ -326,7 +333,8 @@ fn undo(u: &Undo) -> Result<(), Failed> {
             let full = Path::new("/proc/sys").join(path);
             fs::write(&full, old).map_err(|x| {
                 let reason = format!("restoring /proc/sys/{path} to {old}: {x}");
-                // The sysctl went with what it belonged to (an interface).
+                // A sysctl whose file is gone (IPv6 switched off since, say)
+                // can never be written again.
                 match x.kind() {
                     std::io::ErrorKind::NotFound => Failed::never(reason),
                     _ => Failed::again(reason),
@@ -422,10 +430,7 @@ fn give_back(
         ip_in(ns, &["link", "set", "dev", iface, "netns", &host_netns()]).map_err(e)?;
     }
     if !exists(None, iface) {
-        // Unplugged, or destroyed with its namespace: nothing to give back.
-        return Err(Failed::never(format!(
-            "host interface {iface} is neither in {ns} nor on the host"
-        )));
+        return Err(vanished(ns, iface));
     }
     run(
         "ip",
@@ -445,6 +450,48 @@ fn give_back(
         }
     }
     Ok(())
+}
+
+/// How long the kernel may take to bring a NIC home from a namespace being
+/// deleted (its cleanup runs later, in a worker).
+const NIC_HOME: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A lent interface found neither in its namespace nor on the host. It is
+/// gone for good (unplugged, or a veth destroyed with its namespace) only
+/// when `ip` says so plainly in both places, and again once a NIC on its
+/// way home from a deleted namespace would have arrived; otherwise the
+/// undo is tried again later.
+fn vanished(ns: &str, iface: &str) -> Failed {
+    let reason = format!("host interface {iface} is neither in {ns} nor on the host");
+    let gone = || absent(Some(ns), iface) && absent(None, iface);
+    if gone() && {
+        std::thread::sleep(NIC_HOME);
+        gone()
+    } {
+        Failed::never(reason)
+    } else {
+        Failed::again(reason)
+    }
+}
+
+/// Whether `ip` says plainly that `ifname` is not in `ns` (or the host's
+/// namespace), or that `ns` is gone; a failure of any other kind is not
+/// taken for an answer.
+fn absent(ns: Option<&str>, ifname: &str) -> bool {
+    let args = ["link", "show", "dev", ifname];
+    let r = match ns {
+        Some(ns) => ip_in(ns, &args),
+        None => run("ip", &args),
+    };
+    match r {
+        Ok(_) => false,
+        Err(e) => {
+            let e = e.to_string();
+            e.contains("does not exist")
+                || e.contains("Cannot open network namespace")
+                || e.contains("cannot open /proc")
+        }
+    }
 }
 
 /// Adds route `r` (family, destination, the rest) through `iface` again,
