@@ -210,13 +210,7 @@ fn undo_uplinks_since(rd: &Path, listed: usize) {
         }
     }
     for a in journal::needs_attention(rd).iter().skip(listed) {
-        eprintln!(
-            "splitnet: {}: {} ({}: `splitnet status` lists it under \"needs attention\" \
-             until `splitnet down --forget`)",
-            a.what,
-            a.reason,
-            journal::NEVER
-        );
+        eprintln!("splitnet: {}", a.report());
     }
 }
 

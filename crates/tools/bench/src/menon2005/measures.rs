@@ -40,24 +40,26 @@ fn get(rs: &[&Record], (s, e, of): Key) -> Option<f64> {
     }
 }
 
-/// The runs the report's records come from, in order.
-fn runs(r: &Menon2005Report) -> Vec<usize> {
+/// `f` of each run's records, in run order, for the runs where it has a
+/// value.
+fn each_run(r: &Menon2005Report, f: impl Fn(&[&Record]) -> Option<f64>) -> Vec<f64> {
     let mut runs: Vec<usize> = r.records.iter().map(|x| x.run).collect();
     runs.sort_unstable();
     runs.dedup();
-    runs
+    runs.iter()
+        .filter_map(|run| {
+            let rs: Vec<&Record> = r.records.iter().filter(|x| x.run == *run).collect();
+            f(&rs)
+        })
+        .collect()
 }
 
 /// `num ÷ den` within each run, as a measure over the runs that have both.
 fn ratio(r: &Menon2005Report, label: &str, num: Key, den: Key) -> Option<Measure> {
-    let v: Vec<f64> = runs(r)
-        .iter()
-        .filter_map(|run| {
-            let rs: Vec<&Record> = r.records.iter().filter(|x| x.run == *run).collect();
-            let (n, d) = (get(&rs, num)?, get(&rs, den)?);
-            (d > 0.0).then_some(n / d)
-        })
-        .collect();
+    let v = each_run(r, |rs| {
+        let (n, d) = (get(rs, num)?, get(rs, den)?);
+        (d > 0.0).then_some(n / d)
+    });
     Spread::of(&v).map(|s| Measure::of(label, &s))
 }
 
@@ -138,14 +140,7 @@ pub(super) fn web_costs(r: &Menon2005Report) -> Vec<Measure> {
     .into_iter()
     .filter_map(|(s, label)| {
         let key = (s, Web, Of::ServerCost(f64::from(WEB_COST_RATE)));
-        let v: Vec<f64> = runs(r)
-            .into_iter()
-            .filter_map(|run| {
-                let rs: Vec<&Record> = r.records.iter().filter(|x| x.run == run).collect();
-                get(&rs, key)
-            })
-            .collect();
-        Measure::of_runs(label, v)
+        Measure::of_runs(label, each_run(r, |rs| get(rs, key)))
     })
     .collect()
 }

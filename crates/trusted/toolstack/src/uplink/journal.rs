@@ -82,6 +82,17 @@ pub struct Attention {
     pub reason: String,
 }
 
+impl Attention {
+    /// The line that reports it, once, when it is set aside.
+    pub fn report(&self) -> String {
+        format!(
+            "{}: {} ({NEVER}: `splitnet status` lists it under \"needs attention\" until \
+             `splitnet down --forget`)",
+            self.what, self.reason
+        )
+    }
+}
+
 /// Why an undo failed, and whether trying again could ever help.
 struct Failed {
     reason: String,
@@ -250,11 +261,7 @@ fn set_aside(run_dir: &Path, e: &Entry, reason: &str) -> std::io::Result<String>
         .append(true)
         .open(attention_path(run_dir))
         .and_then(|mut f| f.write_all(line.as_bytes()).and_then(|()| f.sync_data()))?;
-    Ok(format!(
-        "{}: {} ({NEVER}: `splitnet status` lists it under \"needs attention\" until \
-         `splitnet down --forget`)",
-        a.what, a.reason
-    ))
+    Ok(a.report())
 }
 
 /// What the line reporting an undo set aside says (callers that list the
@@ -311,15 +318,21 @@ fn host_netns() -> String {
 }
 
 pub(super) fn exists(ns: Option<&str>, ifname: &str) -> bool {
+    show_link(ns, ifname).is_ok()
+}
+
+/// `ip link show dev IFNAME` in `ns`, or in this process's namespace.
+fn show_link(ns: Option<&str>, ifname: &str) -> std::io::Result<String> {
     let args = ["link", "show", "dev", ifname];
     match ns {
-        Some(ns) => ip_in(ns, &args).is_ok(),
-        None => run("ip", &args).is_ok(),
+        Some(ns) => ip_in(ns, &args),
+        None => run("ip", &args),
     }
 }
 
 /// Undoes one change; what is already undone is fine.
 fn undo(u: &Undo) -> Result<(), Failed> {
+    let e = |x: std::io::Error| Failed::again(x.to_string());
     match u {
         Undo::Lend {
             ns,
@@ -341,14 +354,6 @@ fn undo(u: &Undo) -> Result<(), Failed> {
                 }
             })
         }
-        other => undo_other(other).map_err(Failed::again),
-    }
-}
-
-/// Undoes a link, table, process, daemon or directory.
-fn undo_other(u: &Undo) -> Result<(), String> {
-    let e = |x: std::io::Error| x.to_string();
-    match u {
         Undo::Link { ns, ifname } => {
             if exists(ns.as_deref(), ifname) {
                 let args = ["link", "del", "dev", ifname.as_str()];
@@ -378,11 +383,10 @@ fn undo_other(u: &Undo) -> Result<(), String> {
         }
         Undo::Dir { path } => match fs::remove_dir_all(path) {
             Err(x) if x.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("removing {path}: {x}"))
+                Err(Failed::again(format!("removing {path}: {x}")))
             }
             _ => Ok(()),
         },
-        Undo::Lend { .. } | Undo::Sysctl { .. } => Ok(()),
     }
 }
 
@@ -478,12 +482,7 @@ fn vanished(ns: &str, iface: &str) -> Failed {
 /// namespace), or that `ns` is gone; a failure of any other kind is not
 /// taken for an answer.
 fn absent(ns: Option<&str>, ifname: &str) -> bool {
-    let args = ["link", "show", "dev", ifname];
-    let r = match ns {
-        Some(ns) => ip_in(ns, &args),
-        None => run("ip", &args),
-    };
-    match r {
+    match show_link(ns, ifname) {
         Ok(_) => false,
         Err(e) => {
             let e = e.to_string();
@@ -555,7 +554,7 @@ mod tests {
     }
 
     /// An entry whose undo can never succeed: a sysctl that does not exist
-    /// (as an interface's, once the interface is gone).
+    /// (as IPv6's, once IPv6 is switched off).
     fn lasting() -> Undo {
         Undo::Sysctl {
             path: "splitnet-no-such/sysctl".into(),
