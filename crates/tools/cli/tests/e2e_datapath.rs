@@ -16,9 +16,11 @@ fn ping(env: &Env, from: &str, to: &str) {
         args.insert(4, "-6");
     }
     args.push(to);
-    // With `-w`, ping sends until two are answered: a loss shows as loss.
+    // With `-w`, ping sends until two are answered: requests 1 and 2 must be.
     let out = env.ok(&args);
-    assert!(out.contains(" 0% packet loss"), "{from} -> {to}:\n{out}");
+    if let Err(e) = testutil::ping::answered_in_full(&out, 2) {
+        panic!("{from} -> {to}: {e}:\n{out}");
+    }
 }
 
 /// Writes topology `text` as `name` in the run directory; its path.

@@ -8,6 +8,7 @@
 pub mod files;
 mod host;
 mod link;
+pub mod ping;
 mod tree;
 mod wait;
 

@@ -379,20 +379,22 @@ impl Env {
         self.splitnet(&args).status.success()
     }
 
-    /// `ping -c N` from `from` to `to` (IPv4 or IPv6) succeeds with no loss.
-    /// With a deadline (`-w`), ping waits for every answer (up to it)
-    /// rather than two round trips after its last request, which a busy
-    /// host's last answer can miss.
+    /// `ping -c N` from `from` to `to` (IPv4 or IPv6): each of its N
+    /// requests is answered once. With a deadline (`-w`), ping waits for
+    /// every answer (up to it) rather than two round trips after its last
+    /// request, which a busy host's last answer can miss.
     pub fn ping(&self, from: &str, to: &str, n: u32) {
-        let n = n.to_string();
+        let count = n.to_string();
         let mut args = vec![
-            "exec", from, "--", "ping", "-c", &n, "-i", "0.2", "-W", "2", "-w", "20", to,
+            "exec", from, "--", "ping", "-c", &count, "-i", "0.2", "-W", "2", "-w", "20", to,
         ];
         if to.contains(':') {
             args.insert(4, "-6");
         }
         let out = self.ok(&args);
-        assert!(out.contains(" 0% packet loss"), "{from} -> {to}:\n{out}");
+        if let Err(e) = testutil::ping::answered_in_full(&out, n) {
+            panic!("{from} -> {to}: {e}:\n{out}");
+        }
     }
 
     /// Starts a one-shot iperf3 server on the wire host and returns once
