@@ -13,6 +13,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn up(env: &Env, topology: &str) -> Output {
     std::fs::create_dir_all(&env.run_dir).unwrap();
@@ -47,13 +48,50 @@ fn fails_with(o: &Output, needle: &str) {
     assert!(e.contains(needle), "{e:?} lacks {needle:?}");
 }
 
-/// The driver domain's store node for vhost-user vif `name`.
-fn store_node(env: &Env, name: &str) -> String {
+/// The driver domain's store node for vhost-user vif `name` (empty when
+/// absent), and the identity of hv's listener it names, which every node
+/// ends with.
+fn store_node_and_listener(env: &Env, name: &str) -> (String, u64) {
     let st = env.status();
     let drv = domain(&st, "drv")["id"].as_u64().unwrap();
     let mut ts = hv::Toolstack::connect(&env.run_dir.join("hv.sock")).unwrap();
-    ts.store_read(&format!("/local/domain/{drv}/splitnet/vhost/{name}"))
-        .unwrap_or_default()
+    let node = ts
+        .store_read(&format!("/local/domain/{drv}/splitnet/vhost/{name}"))
+        .unwrap_or_default();
+    if node.is_empty() {
+        return (node, 0);
+    }
+    let (spec, id) = node
+        .rsplit_once(",listener=")
+        .unwrap_or_else(|| panic!("{node:?} names no listener"));
+    (spec.to_string(), id.parse().expect("a listener id"))
+}
+
+/// The driver domain's store node for vhost-user vif `name`, its listener
+/// left out.
+fn store_node(env: &Env, name: &str) -> String {
+    store_node_and_listener(env, name).0
+}
+
+/// Whether a vhost-user backend serves `sock`: connected, it answers
+/// VHOST_USER_GET_FEATURES (request 1, version 1) within a second.
+fn backend_answers(sock: &Path) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = UnixStream::connect(sock) else {
+        return false;
+    };
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut ask = Vec::new();
+    for word in [1u32, 1, 0] {
+        ask.extend_from_slice(&word.to_le_bytes());
+    }
+    let mut reply = [0u8; 20];
+    if s.write_all(&ask).is_err() || s.read_exact(&mut reply).is_err() {
+        return false;
+    }
+    let word = |i: usize| u32::from_le_bytes(reply[i..i + 4].try_into().unwrap());
+    // The same request, flagged a reply (0x4), with 8 bytes of features.
+    word(0) == 1 && word(4) & 0x4 != 0 && word(8) == 8
 }
 
 fn sockets(env: &Env) -> (PathBuf, PathBuf) {
@@ -71,14 +109,16 @@ fn a_vm_vif_is_listened_for_from_up_to_down_and_attached_at_run_time() {
     up_lists_and_serves_the_vm(&env, &vm1);
     attach_refusals_and_detach(&env, &vm2);
     // The driver domain restarts; hv's listener (the same socket file) stays,
-    // and the new driver domain's store names the vif again.
+    // and the new driver domain's store names the vif, and that listener,
+    // again.
     let ino = std::fs::metadata(&vm1).unwrap().ino();
+    let (_, id) = store_node_and_listener(&env, "vm1");
     env.ok(&["restart", "drv"]);
     assert_eq!(std::fs::metadata(&vm1).unwrap().ino(), ino);
     UnixStream::connect(&vm1).expect("still listening after the restart");
     assert_eq!(
-        store_node(&env, "vm1"),
-        "mac=52:54:00:12:34:56,bridge=xenbr0"
+        store_node_and_listener(&env, "vm1"),
+        ("mac=52:54:00:12:34:56,bridge=xenbr0".into(), id)
     );
 
     env.ok(&["down"]);
@@ -214,6 +254,46 @@ fn attach_refusals_and_detach(env: &Env, vm2: &std::path::Path) {
         &env.splitnet(&["vm-args", "vm2"]),
         "vm2 has no vhost-user vif",
     );
+}
+
+/// A VM vif detached and attached again under the same name, MAC and
+/// bridge while the driver domain could not look (stopped) reaches it as
+/// one change of its store node, not two. It is still a new listener: the
+/// driver domain serves the new socket, not its duplicate of the old.
+#[test]
+fn a_vm_vif_attached_again_while_the_driver_domain_was_stopped_is_served() {
+    let Some(env) = Env::new("vm-again") else {
+        return;
+    };
+    let (vm1, vm2) = sockets(&env);
+    let o = up(&env, &topology(&vm1));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let attach = format!(
+        "type=vhost-user,socket={},mac=52:54:00:00:00:02",
+        vm2.display()
+    );
+    env.ok(&["network-attach", "vm2", &attach]);
+    wait_until("the backend serves vm2", Duration::from_secs(20), || {
+        backend_answers(&vm2)
+    });
+    let (spec, id) = store_node_and_listener(&env, "vm2");
+    let pid = domain(&env.status(), "drv")["pid"].as_i64().unwrap();
+    signal(pid, "STOP");
+    let detached = env.splitnet(&["network-detach", "vm2", "52:54:00:00:00:02"]);
+    let attached = env.splitnet(&["network-attach", "vm2", &attach]);
+    signal(pid, "CONT");
+    assert!(detached.status.success(), "{detached:?}");
+    assert!(attached.status.success(), "{attached:?}");
+    let (again, new_id) = store_node_and_listener(&env, "vm2");
+    assert_eq!(again, spec, "the same vif");
+    assert_ne!(new_id, id, "a new listener");
+    wait_until(
+        "the backend serves the new socket",
+        Duration::from_secs(20),
+        || backend_answers(&vm2),
+    );
+    env.ok(&["down"]);
+    assert_nothing_left();
 }
 
 #[test]

@@ -18,6 +18,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// A vhost-user vif as hv needs it: where it listens, and who may use it.
@@ -34,12 +35,16 @@ pub struct VhostSpec {
     pub guest: Option<String>,
 }
 
-/// One live listener: the socket, and the file's identity, so that only
-/// hv's own socket file is unlinked.
+/// One live listener: the socket, the file's identity, so that only hv's
+/// own socket file is unlinked, and the listener's own identity.
 struct Listener {
     spec: VhostSpec,
     sock: UnixListener,
     dev_ino: (u64, u64),
+    /// Unique among the listeners of this hv: a vif detached and attached
+    /// again under the same name, MAC and bridge gets a new one, so the
+    /// driver domain can tell its new listener from the old.
+    id: u64,
 }
 
 impl Drop for Listener {
@@ -55,17 +60,26 @@ impl Drop for Listener {
 
 /// Every vhost-user vif's listener, by vif name.
 #[derive(Default)]
-pub(crate) struct VhostListeners(Mutex<BTreeMap<String, Listener>>);
+pub(crate) struct VhostListeners {
+    all: Mutex<BTreeMap<String, Listener>>,
+    /// The last listener id given.
+    last_id: AtomicU64,
+}
 
 impl VhostListeners {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Listener>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.all.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Closes every listener and removes its socket file.
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.lock());
         drop(all);
+    }
+
+    /// The identity of vif `name`'s listener; None when hv has none.
+    pub(crate) fn id(&self, name: &str) -> Option<u64> {
+        self.lock().get(name).map(|l| l.id)
     }
 
     /// Listens for vif `spec`; see [`Hypervisor::vhost_add`].
@@ -75,7 +89,7 @@ impl VhostListeners {
         free_in(&self.lock(), &spec)?;
         // The path is probed and bound without the lock; a vif that took
         // the name meanwhile wins, and this listener goes with its file.
-        let l = listen(spec)?;
+        let l = listen(spec, self.last_id.fetch_add(1, Ordering::Relaxed) + 1)?;
         // Checked again and inserted under one lock: of two adds of one
         // name, the second is refused, never put in the first's place.
         let mut all = self.lock();
@@ -242,7 +256,7 @@ fn in_use(path: &Path) -> HvResult<()> {
     )
 }
 
-fn listen(spec: VhostSpec) -> HvResult<Listener> {
+fn listen(spec: VhostSpec, id: u64) -> HvResult<Listener> {
     clear_path(&spec.socket)?;
     let path = spec.socket.display().to_string();
     let sock = UnixListener::bind(&spec.socket)
@@ -260,5 +274,6 @@ fn listen(spec: VhostSpec) -> HvResult<Listener> {
         spec,
         sock,
         dev_ino: (meta.dev(), meta.ino()),
+        id,
     })
 }

@@ -110,6 +110,26 @@ fn only_the_backing_driver_domain_gets_the_listener() {
     assert!(!path.exists(), "shutdown leaves {}", path.display());
 }
 
+/// Each listener has its own identity: the same vif added again after a
+/// remove gets a new one, and a removed vif has none.
+#[test]
+fn a_vif_added_again_has_a_new_listener_identity() {
+    let dir = Dir::new("ids");
+    let hv = Hypervisor::new();
+    let path = dir.sock("vm1");
+    assert_eq!(hv.vhost_listener_id("vm1"), None);
+    hv.vhost_add(vm("vm1", &path, "drv")).unwrap();
+    hv.vhost_add(vm("vm2", &dir.sock("vm2"), "drv")).unwrap();
+    let first = hv.vhost_listener_id("vm1").unwrap();
+    assert_ne!(hv.vhost_listener_id("vm2"), Some(first));
+    assert!(hv.vhost_remove("vm1"));
+    assert_eq!(hv.vhost_listener_id("vm1"), None);
+    hv.vhost_add(vm("vm1", &path, "drv")).unwrap();
+    let again = hv.vhost_listener_id("vm1").unwrap();
+    assert!(again != first && Some(again) != hv.vhost_listener_id("vm2"));
+    hv.shutdown();
+}
+
 #[test]
 fn only_the_virtio_guest_connects_to_its_own_vif() {
     let dir = Dir::new("guest");

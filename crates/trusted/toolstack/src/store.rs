@@ -19,6 +19,10 @@ impl<'a> Store<'a> {
     pub fn new(hv: &'a Arc<Hypervisor>) -> Store<'a> {
         Store { hv }
     }
+    /// The hypervisor it writes to.
+    pub fn hv(&self) -> &Hypervisor {
+        self.hv
+    }
     /// hv's reply to `req`, made as the toolstack.
     fn ask(&mut self, req: Request) -> Result<hv::proto::Reply, String> {
         self.hv

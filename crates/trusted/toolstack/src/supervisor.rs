@@ -235,6 +235,12 @@ impl Supervisor {
         // configuration in the store when its process starts, and its
         // namespaces are made for its id (crate::jail: its uid on the host).
         let topology = self.topo().clone();
+        // hv listens before a driver domain's home names the listener, and
+        // before the driver domain asks for it.
+        let vhost = self.lock().vhost.clone();
+        for v in &vhost {
+            vhost_listen(&hv, v)?;
+        }
         let mut created = Vec::new();
         for d in topology.hv_domains() {
             let (domid, sock, cg) = self.create(&hv, d)?;
@@ -256,11 +262,6 @@ impl Supervisor {
         let vifs = self.lock().vifs.clone();
         for v in &vifs {
             self.plumb(&hv, v)?;
-        }
-        // hv listens before a driver domain asks for a listener.
-        let vhost = self.lock().vhost.clone();
-        for v in &vhost {
-            vhost_listen(&hv, v)?;
         }
         self.show_uplinks(&hv);
         for (d, domid, sock, cg) in created {
@@ -720,12 +721,16 @@ fn vhost_listen(hv: &Hypervisor, v: &VhostVif) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes vhost-user vif `v`'s node in driver domain `b`'s home: the
-/// driver domain may read it, not change it; no guest reads another
-/// domain's home.
+/// Writes vhost-user vif `v`'s node in driver domain `b`'s home, with the
+/// identity of hv's listener for it: the driver domain may read it, not
+/// change it; no guest reads another domain's home.
 fn write_vhost(ts: &mut Store<'_>, b: DomId, v: &VhostVif) -> Result<(), String> {
     let path = v.store_path(&home_of(b));
-    ts.write(&path, &v.store_value())?;
+    let id = ts
+        .hv()
+        .vhost_listener_id(&v.name)
+        .ok_or_else(|| format!("vhost-user vif {}: hv does not listen for it", v.name))?;
+    ts.write(&path, &format!("{},listener={id}", v.store_value()))?;
     ts.set_perms(&path, &["n0".to_string(), format!("r{b}")])
 }
 

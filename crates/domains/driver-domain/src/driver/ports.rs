@@ -46,8 +46,13 @@ pub(super) enum PortKind {
     Uplink,
     /// An extra port (`<home>/ports/<ifname>`): a hosted guest's emulated NIC.
     Extra,
-    /// A VM's vhost-user vif (`<home>/vhost/<name>`), with its MAC.
-    Vhost { mac: [u8; 6], guest: bool },
+    /// A VM's vhost-user vif (`<home>/vhost/<name>`), with its MAC and
+    /// hv's listener: another listener is another port.
+    Vhost {
+        mac: [u8; 6],
+        guest: bool,
+        listener: u64,
+    },
     /// The driver domain's own interface on its bridge (`<home>/endpoint`):
     /// a TAP the toolstack made ([`crate::port::tap`]).
     Endpoint,
@@ -199,18 +204,20 @@ impl Ports {
                     mode: Mode::Access(s.vlan.unwrap_or(0)),
                     ..a
                 };
-                Ok((attach, s.mac, s.guest))
+                Ok((attach, s))
             });
             match port {
-                Ok((attach, mac, guest)) if !want.iter().any(|w| w.name == n) => {
-                    want.push(Wanted {
-                        name: n,
-                        kind: PortKind::Vhost { mac, guest },
-                        attach,
-                        group: None,
-                        queues: 0,
-                    })
-                }
+                Ok((attach, s)) if !want.iter().any(|w| w.name == n) => want.push(Wanted {
+                    name: n,
+                    kind: PortKind::Vhost {
+                        mac: s.mac,
+                        guest: s.guest,
+                        listener: s.listener,
+                    },
+                    attach,
+                    group: None,
+                    queues: 0,
+                }),
                 Ok(_) => self.refuse(&n, &value, "the name is an uplink's too", errors),
                 Err(e) => self.refuse(&n, &value, &e, errors),
             }
@@ -441,7 +448,7 @@ pub(super) fn open_port(
         PortKind::Uplink => Box::new(uplink()?.with_queues(queues)),
         PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
         PortKind::Endpoint => Box::new(crate::port::tap::TapPort::open(name, offload)?),
-        PortKind::Vhost { mac, guest } => Box::new(VhostPort::open(
+        PortKind::Vhost { mac, guest, .. } => Box::new(VhostPort::open(
             name,
             mac,
             guest,

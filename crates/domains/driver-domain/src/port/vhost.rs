@@ -13,7 +13,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use virtio::backend::{device::FRAME_MAX, Backend, Rx, TX_SLOTS};
 
 /// What the toolstack asks for a VM vif (`<home>/vhost/<name>`:
-/// `mac=..,bridge=..[,vlan=..]`).
+/// `mac=..,bridge=..[,vlan=..][,guest=1][,listener=N]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VhostSpec {
     pub mac: [u8; 6],
@@ -21,12 +21,17 @@ pub struct VhostSpec {
     pub vlan: Option<u16>,
     /// A `nic = "virtio"` guest (`guest=1`): its memory must be sealed.
     pub guest: bool,
+    /// hv's listener for it (`listener=`, 0 when not given): a vif
+    /// detached and attached again between two looks at the store is a
+    /// new port, whose listener the old one's duplicate is not.
+    pub listener: u64,
 }
 
 /// Parses a `vhost/<name>` value; every key once, `mac` and `bridge`
 /// required.
 pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
     let (mut mac, mut bridge, mut vlan, mut guest) = (None, None, None, None);
+    let mut listener = None;
     for kv in value.trim().split(',') {
         let Some((k, v)) = kv.split_once('=') else {
             return Err(format!("{kv:?} is not key=value"));
@@ -37,9 +42,15 @@ pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
             "bridge" => bridge.replace(check_ifname(v)?.to_string()).is_some(),
             "vlan" => vlan.replace(parse_vid(v)?).is_some(),
             "guest" if v == "1" => guest.replace(true).is_some(),
+            "listener" => {
+                let n = v
+                    .parse()
+                    .map_err(|_| format!("listener={v:?} is not a number"))?;
+                listener.replace(n).is_some()
+            }
             other => {
                 return Err(format!(
-                    "unknown key {other:?} (mac, bridge, vlan, guest=1)"
+                    "unknown key {other:?} (mac, bridge, vlan, guest=1, listener)"
                 ))
             }
         };
@@ -52,6 +63,7 @@ pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
         bridge: bridge.ok_or("bridge= is missing")?,
         vlan,
         guest: guest.unwrap_or(false),
+        listener: listener.unwrap_or(0),
     })
 }
 
@@ -203,7 +215,9 @@ mod tests {
         assert_eq!(s.mac, [0x52, 0x54, 0, 0x12, 0x34, 0x56]);
         assert_eq!((s.bridge.as_str(), s.vlan), ("br1", Some(10)));
         let s = parse_spec(" mac = 02:00:00:00:00:01 , bridge = xenbr0 ").unwrap();
-        assert_eq!(s.vlan, None);
+        assert_eq!((s.vlan, s.listener), (None, 0));
+        let s = parse_spec("mac=02:00:00:00:00:01,bridge=xenbr0,listener=7").unwrap();
+        assert_eq!(s.listener, 7);
         for bad in [
             "",
             "bridge=br0",
@@ -213,6 +227,8 @@ mod tests {
             "mac=52:54:00:12:34:56,bridge=br0,mac=52:54:00:12:34:57",
             "mac=52:54:00:12:34:56,bridge=br0,colour=blue",
             "mac=52:54:00:12:34:56,bridge=a/b",
+            "mac=52:54:00:12:34:56,bridge=br0,listener=-1",
+            "mac=52:54:00:12:34:56,bridge=br0,listener=1,listener=2",
         ] {
             assert!(parse_spec(bad).is_err(), "{bad:?}");
         }

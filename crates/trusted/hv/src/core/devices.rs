@@ -90,6 +90,12 @@ impl Hypervisor {
         self.vhost.remove(name)
     }
 
+    /// The identity of vhost-user vif `name`'s listener, unique among the
+    /// listeners this hv made; None when it listens for no such vif.
+    pub fn vhost_listener_id(&self, name: &str) -> Option<u64> {
+        self.vhost.id(name)
+    }
+
     /// Every vhost-user vif hv listens for.
     pub fn vhost_vifs(&self) -> Vec<VhostSpec> {
         self.vhost.specs()
