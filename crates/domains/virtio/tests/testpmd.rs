@@ -128,24 +128,30 @@ impl Drop for Netns {
     }
 }
 
-/// Pings the peer `n` times from the namespace; returns how many replies came.
-fn ping(ns: &str, n: u32, size: u32) -> u32 {
+/// Pings the peer from the namespace until `n` replies came (or 30 s
+/// passed); returns how many requests went out and how many replies came.
+/// With a deadline ping waits for every reply: without one it gives the
+/// last only two round trips, which a busy host's 8000-byte answer can
+/// miss. A late reply makes ping send past `n`, so what crossed is counted
+/// from the requests sent, not from `n`.
+fn ping(ns: &str, n: u32, size: u32) -> (u32, u32) {
     let out = Command::new("ip")
         .args([
-            "netns", "exec", ns, "ping", "-q", "-n", "-i", "0.01", "-W", "2",
+            "netns", "exec", ns, "ping", "-q", "-n", "-i", "0.01", "-W", "2", "-w", "30",
         ])
         .args(["-c", &n.to_string(), "-s", &size.to_string(), "-p", "a55a"])
         .arg("10.77.0.2")
         .output()
         .expect("ping");
     let text = String::from_utf8_lossy(&out.stdout);
-    let received = text
-        .split(',')
-        .find_map(|f| f.trim().strip_suffix(" received"))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let field = |suffix: &str| {
+        text.split(',')
+            .find_map(|f| f.trim().split('\n').last()?.strip_suffix(suffix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
     assert!(!text.contains("wrong data"), "{text}");
-    received
+    (field(" packets transmitted"), field(" received"))
 }
 
 /// The namespace with the TAP: address, the peer's MAC fixed (no ARP), no
@@ -214,19 +220,26 @@ fn frames_cross_testpmd_both_ways() {
         "{st}"
     );
     wait_until("a first reply through testpmd", WAIT, || {
-        ping(&ns.0, 1, 56) == 1
+        ping(&ns.0, 1, 56).1 == 1
     });
     let (pmd_rx0, pmd_tx0) = pmd.stats();
     let st0 = front.status();
-    assert_eq!(ping(&ns.0, 200, 56), 200);
+    let (small, answered) = ping(&ns.0, 200, 56);
+    assert_eq!(answered, 200);
     // 8000 bytes: six fragments each way, reassembled by the guest kernel.
-    assert_eq!(ping(&ns.0, 20, 8000), 20);
+    let (big, answered) = ping(&ns.0, 20, 8000);
+    assert_eq!(answered, 20);
+    // A request and its answer each way per ping sent; six fragments at
+    // 8000 B. Every one arrives, the last perhaps after ping is done.
+    let expect = 2 * u64::from(small) + 2 * u64::from(big) * 6;
+    let moved = |st: &serde_json::Value, k: &str| counter(st, k) - counter(&st0, k);
+    wait_until("every frame of every ping counted", WAIT, || {
+        let st = front.status();
+        moved(&st, "tx_packets") >= expect && moved(&st, "rx_packets") >= expect
+    });
     let (pmd_rx, pmd_tx) = pmd.stats();
     let st = front.status();
-    let sent = counter(&st, "tx_packets") - counter(&st0, "tx_packets");
-    let got = counter(&st, "rx_packets") - counter(&st0, "rx_packets");
-    // A request and its answer each way per ping; six fragments at 8000 B.
-    let expect = 2 * 200 + 2 * 20 * 6;
+    let (sent, got) = (moved(&st, "tx_packets"), moved(&st, "rx_packets"));
     assert_eq!(sent, expect, "{st}");
     assert_eq!(got, expect, "{st}");
     assert_eq!(
@@ -257,7 +270,7 @@ fn the_frontend_reconnects_to_a_restarted_backend() {
     let (mut pmd, ns, mut front) = rig("r");
     front.wait_connected(1);
     wait_until("a first reply through testpmd", WAIT, || {
-        ping(&ns.0, 1, 56) == 1
+        ping(&ns.0, 1, 56).1 == 1
     });
     pmd.kill();
     wait_until("the frontend to see the backend go", WAIT, || {
@@ -268,7 +281,7 @@ fn the_frontend_reconnects_to_a_restarted_backend() {
     let st = front.wait_connected(2);
     assert_eq!(counter(&st, "disconnects"), 1, "{st}");
     wait_until("a reply through the new testpmd", WAIT, || {
-        ping(&ns.0, 1, 56) == 1
+        ping(&ns.0, 1, 56).1 == 1
     });
-    assert_eq!(ping(&ns.0, 50, 56), 50);
+    assert_eq!(ping(&ns.0, 50, 56).1, 50);
 }
