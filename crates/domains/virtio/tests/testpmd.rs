@@ -146,7 +146,7 @@ fn ping(ns: &str, n: u32, size: u32) -> (u32, u32) {
     let text = String::from_utf8_lossy(&out.stdout);
     let field = |suffix: &str| {
         text.split(',')
-            .find_map(|f| f.trim().split('\n').last()?.strip_suffix(suffix))
+            .find_map(|f| f.trim().split('\n').next_back()?.strip_suffix(suffix))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0)
     };
