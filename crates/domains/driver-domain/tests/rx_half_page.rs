@@ -135,11 +135,21 @@ fn a_bad_offset_in_pad_is_refused_and_counted_and_nobody_else_notices() {
         let mut good2 = w.guests.pop().unwrap();
         let mut good1 = w.guests.pop().unwrap();
         let e = w.ids[2];
-        good_traffic_flows(&mut good1, &mut good2, 100, 0);
+        // good2 speaks first, so the bridge sends good1's frames to it
+        // alone, not to evil too.
+        good_traffic_flows(&mut good2, &mut good1, 1, 0);
+        good_traffic_flows(&mut good1, &mut good2, 100, 1);
         let mut seq = 10_000;
         for offset in [1000u16, 4096, 2047, 0xffff] {
             let mut ignore = Vec::new();
-            evil.nf.poll(&mut evil.hv, &mut ignore).unwrap();
+            // Every response netback published is taken (one poll takes
+            // at most a budget's worth), so its next request is the one
+            // after the last response.
+            while {
+                evil.nf.poll(&mut evil.hv, &mut ignore).unwrap();
+                let ring = evil.nf.rx_ring();
+                ring.rsp_cons() != ring.peek_rsp_prod()
+            } {}
             // The request netback takes next: the one after the last response.
             let (idx, slot, id) = {
                 let ring = evil.nf.rx_ring();

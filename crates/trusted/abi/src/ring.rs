@@ -310,6 +310,12 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> FrontRing<M, Req, Rsp> {
         self.rsp_cons
     }
 
+    /// The back end's `rsp_prod` as it reads now, unvalidated: only for
+    /// telling whether it moved (an event storm's test), never to index.
+    pub fn peek_rsp_prod(&self) -> RingIdx {
+        self.mem.load_u32(layout::RSP_PROD)
+    }
+
     /// Slots free for new requests (`RING_FREE_REQUESTS`).
     pub fn free_requests(&self) -> u32 {
         self.geo.size - self.req_prod_pvt.wrapping_sub(self.rsp_cons)
@@ -442,6 +448,12 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
     /// front end); the owner decides when to disconnect.
     pub fn overflows(&self) -> u64 {
         self.overflows
+    }
+
+    /// The front end's `req_prod` as it reads now, unvalidated: only for
+    /// telling whether it moved (an event storm's test), never to index.
+    pub fn peek_req_prod(&self) -> RingIdx {
+        self.mem.load_u32(layout::REQ_PROD)
     }
 
     /// Requests published but not consumed. Reads `req_prod` once and never
