@@ -69,6 +69,11 @@ pub struct VifCounters {
     pub rejected: ReasonCounts,
     pub notifications_sent: u64,
     pub notifications_received: u64,
+    /// Notifications that found no work ([`crate::storm`]).
+    pub spurious_events: u64,
+    /// Times the peer's notifications were shut out for a delay after a
+    /// run of spurious ones ([`crate::storm`]).
+    pub event_throttles: u64,
     /// Grant operations by kind (copy, map, unmap, transfer, grant, revoke).
     pub grant_ops: ReasonCounts,
     /// Ring batches processed (one wake-up may handle many packets).

@@ -28,7 +28,10 @@ use toolstack::topology::VifConfig;
 /// The guest's frontend, and the rings as the hostile driver domain sees them.
 struct Evil {
     _hv: Arc<Hypervisor>,
-    _drv: HvClient,
+    drv: HvClient,
+    /// The guest's domain id and its vif's frontend directory.
+    g: DomId,
+    fe: String,
     guest: Guest,
     rx: BackRing<MappedGrant, RxRequest, RxResponse>,
     tx: BackRing<MappedGrant, TxRequest, TxResponse>,
@@ -70,7 +73,9 @@ fn evil(offload: bool) -> Evil {
     guest.nf.poll(&mut guest.hv, &mut Vec::new()).unwrap();
     Evil {
         _hv: hv,
-        _drv: drv,
+        drv,
+        g,
+        fe,
         guest,
         rx,
         tx,
@@ -253,5 +258,102 @@ fn a_response_producer_running_ahead_takes_the_link_down_not_the_guest() {
         // Later polls are no-ops, not repeated errors.
         e.guest.nf.poll(&mut e.guest.hv, &mut Vec::new()).unwrap();
         assert_eq!(e.rejected("ring_overflow"), 1, "{ring}");
+    }
+}
+
+/// A backend that rings its guest's doorbell in a tight loop with nothing
+/// behind it (Xen XSA-391: a frontend must not trust its backend's
+/// events either). netfront takes the notifications, finds no responses,
+/// and after a run of spurious ones tells its loop to stop listening for
+/// a delay that grows while the storm lasts, as the guest's loop does
+/// (`splitnet-domain`'s `GuestVif::service`): the storm costs the guest
+/// about one look per delay, the link stays up, and a real response
+/// afterwards is delivered.
+#[test]
+fn a_backend_event_storm_is_throttled_and_the_link_stays() {
+    use domain_common::storm::{MAX_DELAY, THRESHOLD};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    let mut e = evil(false);
+    let reqs = e.take_rx(1);
+    let port: u32 = e
+        .drv
+        .store_read_str(&format!("{}/event-channel-rx", e.fe))
+        .expect("the RX event channel")
+        .parse()
+        .unwrap();
+    let ch = e.drv.evtchn_bind(e.g, port).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let storm = std::thread::spawn(move || {
+        let mut rings = 0u64;
+        while !flag.load(Ordering::Relaxed) {
+            ch.notify().expect("notify");
+            rings += 1;
+        }
+        (rings, ch)
+    });
+    // The guest's loop: wait on the doorbells, poll, judge the event, and
+    // leave the doorbells out until a throttled channel is due.
+    let mut ep = sys::Epoll::new(4).unwrap();
+    let own: Vec<_> = e
+        .guest
+        .nf
+        .fds()
+        .iter()
+        .map(|fd| fd.try_clone_to_owned().unwrap())
+        .collect();
+    listen(&ep, &own, true);
+    let (t0, mut wakes) = (Instant::now(), 0u64);
+    while t0.elapsed() < Duration::from_millis(500) {
+        let due = e.guest.nf.storm.due();
+        let wait = due.map_or(Duration::from_millis(10), |t| {
+            t.saturating_duration_since(Instant::now())
+        });
+        let n = ep.wait(Some(wait)).unwrap();
+        if e.guest.nf.storm.resume_due(Instant::now()) {
+            listen(&ep, &own, true);
+        }
+        if n == 0 {
+            continue;
+        }
+        wakes += 1;
+        e.guest.nf.poll(&mut e.guest.hv, &mut Vec::new()).unwrap();
+        if e.guest.nf.after_event(Instant::now()).is_some() {
+            listen(&ep, &own, false);
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (rings, _ch) = storm.join().unwrap();
+    let c = &e.guest.nf.counters;
+    let bound = f64::from(THRESHOLD) + 2.0 * secs / MAX_DELAY.as_secs_f64() + 20.0;
+    eprintln!(
+        "{rings} rings in {secs:.1} s: {wakes} wake-ups, {} spurious, {} throttles",
+        c.spurious_events, c.event_throttles
+    );
+    assert!(rings > 10_000, "the storm rang only {rings} times");
+    assert!(
+        c.event_throttles > 0
+            && c.spurious_events >= u64::from(THRESHOLD)
+            && (wakes as f64) < bound,
+        "{wakes} wake-ups in {secs:.1} s under the storm (at most {bound:.0} expected)"
+    );
+    assert!(e.guest.nf.is_connected(), "a storm alone keeps the link");
+    // The backend turns honest: its response is delivered.
+    listen(&ep, &own, true);
+    let got = e.answer_rx(&[data(reqs[0].id, 0, 60)]);
+    assert_eq!(got.len(), 1, "a real response after the storm");
+}
+
+/// Puts the doorbells `own` in the event manager `ep`, or takes them out.
+fn listen(ep: &sys::Epoll, own: &[std::os::fd::OwnedFd], on: bool) {
+    use std::os::fd::AsFd;
+    for fd in own {
+        let _ = if on {
+            ep.add(fd.as_fd(), 1)
+        } else {
+            ep.remove(fd.as_fd())
+        };
     }
 }

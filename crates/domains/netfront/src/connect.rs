@@ -307,6 +307,8 @@ impl Netfront {
             mcast_joined: Vec::new(),
             mcast_requested: false,
             lro: None,
+            storm: domain_common::storm::Storm::default(),
+            event_mark: (0, 0),
         };
         if nf.info.lro {
             nf.lro = Some(Lro::new());

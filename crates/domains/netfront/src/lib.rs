@@ -225,11 +225,17 @@ pub struct Netfront {
     /// The coalescer of [`FrontendInfo::lro`]: frames of one ring drain
     /// go to the TAP merged.
     lro: Option<Lro>,
+    /// The backend's notifications without work ([`storm`]): the guest's
+    /// loop asks it when a throttled channel is due back.
+    pub storm: domain_common::storm::Storm,
+    /// Both rings' response producers at the last notification.
+    event_mark: (abi::ring::RingIdx, abi::ring::RingIdx),
 }
 
 mod connect;
 mod control;
 mod rx;
+mod storm;
 mod tap;
 #[cfg(test)]
 mod tests;

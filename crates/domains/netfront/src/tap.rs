@@ -188,6 +188,23 @@ impl TapNetfront {
         self.nf.as_ref()
     }
 
+    /// After a notification woke the loop: until when the channel's
+    /// doorbells must leave the event manager (an event storm:
+    /// [`Netfront::after_event`]); None: they stay.
+    pub fn after_event(&mut self, now: Instant) -> Option<Instant> {
+        self.nf.as_mut()?.after_event(now)
+    }
+
+    /// Whether the channel's storm delay is over at `now`.
+    pub fn storm_over(&mut self, now: Instant) -> bool {
+        self.nf.as_mut().is_some_and(|nf| nf.storm.resume_due(now))
+    }
+
+    /// When the channel's doorbells are due back; None: not throttled.
+    pub fn storm_due(&self) -> Option<Instant> {
+        self.nf.as_ref()?.storm.due()
+    }
+
     /// Whether a channel is attached and up.
     pub fn is_connected(&self) -> bool {
         self.nf.as_ref().is_some_and(Netfront::is_connected)

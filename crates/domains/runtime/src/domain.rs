@@ -192,7 +192,11 @@ impl GuestVif {
                 Err(e) => eprintln!("netfront {}: registering the TAP: {e}", self.dev),
             }
         }
-        if let Some(nf) = nic.nf().filter(|n| n.is_connected()) {
+        // A channel out for a storm comes back when its delay is over.
+        if let Some(nf) = nic
+            .nf()
+            .filter(|n| n.is_connected() && n.storm.due().is_none())
+        {
             for fd in nf.fds() {
                 match ep.add_own(fd, bell_token(self.slot)) {
                     Ok(o) => self.bells.push(o),
@@ -233,16 +237,31 @@ impl GuestVif {
     }
 
     /// One round of the vif's rings; a channel that went down leaves the
-    /// event manager, so its doorbells cannot keep waking the loop.
-    fn service(&mut self, hv: &mut HvClient, ep: &sys::Epoll) -> Result<()> {
+    /// event manager, so its doorbells cannot keep waking the loop, and so
+    /// does one whose backend storms it with empty notifications, for a
+    /// while (`rang`: its doorbell woke the loop; netfront's `storm`).
+    fn service(&mut self, hv: &mut HvClient, ep: &sys::Epoll, rang: bool) -> Result<()> {
         if let Some(nic) = self.nic.as_mut() {
             nic.poll_once(hv).map_err(|e| anyhow!("netfront: {e}"))?;
+            if rang && nic.after_event(std::time::Instant::now()).is_some() {
+                self.unregister_bells(ep);
+            }
         }
         if !self.bells.is_empty() && !self.nic.as_ref().is_some_and(TapNetfront::is_connected) {
             self.unregister_bells(ep);
         }
         self.arm_tap(ep);
         Ok(())
+    }
+
+    /// If the backend's storm delay is over, the doorbells go back in the
+    /// event manager; true if so (the vif is then looked at once).
+    fn storm_over(&mut self, ep: &sys::Epoll, now: std::time::Instant) -> bool {
+        let over = self.nic.as_mut().is_some_and(|n| n.storm_over(now));
+        if over {
+            self.register(ep);
+        }
+        over
     }
 
     fn token(&self) -> String {
@@ -513,7 +532,8 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
         v.register(&ep);
     }
     let mut idle = Idle::for_domain(hv, "netfront", Duration::from_millis(200));
-    let mut ready: Vec<u32> = Vec::with_capacity(GUEST_EVENTS);
+    let mut ready: Vec<u32> = Vec::with_capacity(2 * GUEST_EVENTS);
+    let mut rang: Vec<u32> = Vec::with_capacity(GUEST_EVENTS);
     let mut wakeups = 0u64;
     loop {
         for v in vifs.iter_mut() {
@@ -524,19 +544,10 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
                 eprintln!("netfront {}: multicast groups: {e}", v.dev);
             }
         }
-        let carrier_due = vifs.iter_mut().filter_map(GuestVif::watch_carrier).min();
-        let recheck_due = vifs
-            .iter()
-            .filter_map(|v| v.nic.as_ref().and_then(TapNetfront::recheck_due))
-            .min();
         let timeout = if hv.watch_backlog() {
             Duration::ZERO
         } else {
-            let t = idle.timeout(false);
-            carrier_due
-                .into_iter()
-                .chain(recheck_due)
-                .fold(t, Duration::min)
+            idle.timeout(false).min(soonest_due(&mut vifs))
         };
         idle.pause();
         let n = ep.wait(Some(timeout))?;
@@ -544,18 +555,8 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
         if n > 0 {
             idle.worked();
         }
-        let (mut watch, mut changed) = (hv.watch_backlog(), false);
-        ready.clear();
-        for i in 0..n {
-            let Some(e) = ep.event(i) else { break };
-            match slot_of(e.token) {
-                Some(slot) => ready.push(slot),
-                None => {
-                    watch |= e.token == WATCH_TOKEN;
-                    changed |= e.token == ROUTE_TOKEN;
-                }
-            }
-        }
+        let (watch, changed) = sources(&ep, n, &mut vifs, (&mut ready, &mut rang));
+        let watch = watch || hv.watch_backlog();
         if changed
             && !groups
                 .as_ref()
@@ -570,13 +571,66 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
         }
         let all = n == 0 || watch;
         for v in vifs.iter_mut().filter(|v| all || ready.contains(&v.slot)) {
-            v.service(hv, &ep)?;
+            let rang = rang.contains(&v.slot);
+            v.service(hv, &ep, rang)?;
         }
     }
 }
 
 /// Most ready sources one wait of the guest loop reports.
 const GUEST_EVENTS: usize = 16;
+
+/// How long the guest loop may wait for its sources: until the first
+/// vif's carrier grace, multicast recheck or storm delay is due.
+fn soonest_due(vifs: &mut [GuestVif]) -> Duration {
+    let carrier = vifs.iter_mut().filter_map(GuestVif::watch_carrier).min();
+    let now = std::time::Instant::now();
+    let nics = || vifs.iter().filter_map(|v| v.nic.as_ref());
+    let recheck = nics().filter_map(TapNetfront::recheck_due).min();
+    let storm = nics()
+        .filter_map(TapNetfront::storm_due)
+        .min()
+        .map(|t| t.saturating_duration_since(now));
+    carrier
+        .into_iter()
+        .chain(recheck)
+        .chain(storm)
+        .fold(Duration::MAX, Duration::min)
+}
+
+/// What the `n` ready sources of one wait are: the vifs to service in
+/// `ready` (with those whose storm delay is over), those whose doorbell
+/// rang in `rang`, and whether the store watch and the routes changed.
+fn sources(
+    ep: &sys::Epoll,
+    n: usize,
+    vifs: &mut [GuestVif],
+    (ready, rang): (&mut Vec<u32>, &mut Vec<u32>),
+) -> (bool, bool) {
+    ready.clear();
+    rang.clear();
+    let now = std::time::Instant::now();
+    for v in vifs.iter_mut() {
+        if v.storm_over(ep, now) {
+            ready.push(v.slot);
+        }
+    }
+    let (mut watch, mut changed) = (false, false);
+    for i in 0..n {
+        let Some(e) = ep.event(i) else { break };
+        if e.token >> 32 == bell_token(0) >> 32 {
+            rang.push(e.token as u32);
+        }
+        match slot_of(e.token) {
+            Some(slot) => ready.push(slot),
+            None => {
+                watch |= e.token == WATCH_TOKEN;
+                changed |= e.token == ROUTE_TOKEN;
+            }
+        }
+    }
+    (watch, changed)
+}
 
 /// Store watches: vifs added or removed, backends that changed state.
 /// True if any vif's channel may have changed.

@@ -379,13 +379,15 @@ fn print_vifs(vifs: &[Value]) {
             offloads_text(&v["offloads"]),
         );
         println!(
-            "    tx {} pkts {} B, rx {} pkts {} B; notifications sent {} received {}; batches {}",
+            "    tx {} pkts {} B, rx {} pkts {} B; notifications sent {} received {} ({} spurious, {} throttles); batches {}",
             n("tx_packets"),
             n("tx_bytes"),
             n("rx_packets"),
             n("rx_bytes"),
             n("notifications_sent"),
             n("notifications_received"),
+            n("spurious_events"),
+            n("event_throttles"),
             n("batches")
         );
         if v["guest_loop"]["wakeups"].is_u64() {

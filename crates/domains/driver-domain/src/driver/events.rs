@@ -83,6 +83,11 @@ pub(super) struct Events {
     pub(super) epoll: sys::Epoll,
     /// vifs to service: a doorbell rang, or work was carried over.
     pub(super) ready: SlotSet,
+    /// vifs whose doorbell rang this turn (each notification is judged:
+    /// [`super::storm`]).
+    pub(super) rang: SlotSet,
+    /// vifs whose doorbells are out of the event manager for a storm.
+    pub(super) throttled: SlotSet,
     /// vifs frames were delivered to this turn (responses to publish).
     pub(super) dirty: SlotSet,
     /// vifs serviced since the counters were last published.
@@ -100,6 +105,8 @@ impl Events {
         Ok(Events {
             epoll: sys::Epoll::new(EVENTS_PER_WAIT)?,
             ready: SlotSet::default(),
+            rang: SlotSet::default(),
+            throttled: SlotSet::default(),
             dirty: SlotSet::default(),
             touched: SlotSet::default(),
             credit: SlotSet::default(),

@@ -17,6 +17,7 @@ mod ports;
 mod queues;
 mod state;
 mod stats;
+mod storm;
 #[cfg(test)]
 mod tests;
 mod vif;
@@ -109,9 +110,10 @@ impl Driver {
     /// system call, no look at its rings.
     pub fn turn(&mut self, hv: &mut HvClient) -> Result<Turn, DriverError> {
         let credit_due = self.credit_due();
+        let storm_due = self.storms_due();
         let carried = !self.events.ready.is_empty();
         let mut timeout = self.idle.timeout(carried || hv.watch_backlog());
-        if let Some(d) = credit_due {
+        for d in credit_due.into_iter().chain(storm_due) {
             timeout = timeout.min(d);
         }
         if self.ports.any_closed() {
@@ -133,7 +135,10 @@ impl Driver {
             match Source::of(ev.token) {
                 Some(Source::Watch) => watch = true,
                 Some(Source::Port(j)) => self.events.port_ready |= 1u64 << (j % 64),
-                Some(Source::Vif(v)) => self.events.ready.insert(v),
+                Some(Source::Vif(v)) => {
+                    self.events.ready.insert(v);
+                    self.events.rang.insert(v);
+                }
                 Some(Source::Queue(v)) => self.events.queues.insert(v),
                 None => {}
             }
@@ -152,6 +157,7 @@ impl Driver {
             self.service_queues();
         }
         self.service_vifs(hv);
+        self.judge_events();
         if self.ports.reopen(hv, &self.events) {
             turn.housekeeping = true;
             let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);

@@ -29,6 +29,7 @@ pub mod opts;
 mod rx;
 pub(crate) mod slab;
 mod stall;
+mod storm;
 pub mod tx;
 
 use crate::antispoof::IpFilter;
@@ -288,6 +289,11 @@ pub struct Netback {
     rx_overflow: bool,
     /// Whether queued frames are reaching the guest ([`Netback::drain_stalled_rx`]).
     rx_stall: stall::Stall,
+    /// The guest's notifications without work ([`storm`]): the driver
+    /// loop asks it when a throttled vif is due back.
+    pub storm: domain_common::storm::Storm,
+    /// Both rings' request producers at the last notification.
+    event_mark: storm::Mark,
     /// `ip=`: the addresses the guest may send from.
     ip: Option<IpFilter>,
     /// `rate=`: the transmit credit.
@@ -573,6 +579,8 @@ impl Netback {
             rx_unpublished: 0,
             rx_overflow: false,
             rx_stall: stall::Stall::default(),
+            storm: domain_common::storm::Storm::default(),
+            event_mark: (None, None),
             ip: p.opts.ip,
             credit: p
                 .opts

@@ -1,0 +1,148 @@
+//! Event storms: a peer that keeps notifying a channel with no work behind
+//! the notifications. Xen's answer (XSA-332 for backends, XSA-391 for
+//! frontends) is the "late EOI": an event handler says when an event found
+//! nothing to do, and after a run of such spurious events the event
+//! channel is not re-armed at once but after a delay that grows while the
+//! storm lasts. A peer with real work is never delayed, since any event
+//! that finds work ends the run.
+//!
+//! Here a channel is re-armed by putting its doorbells back in the loop's
+//! event manager. While they are out, the peer's notifications only set
+//! the pending word (a send that finds it set rings nothing), so the storm
+//! costs the flooded domain one look per delay, and the flooder its own
+//! CPU.
+
+use crate::counters::VifCounters;
+use std::time::{Duration, Instant};
+
+/// Spurious events in a row that a channel may raise before it is
+/// throttled. High enough that a real peer never reaches it (an event
+/// whose work an earlier poll already took is spurious, but soon followed
+/// by one with work).
+pub const THRESHOLD: u32 = 64;
+/// The first delay of a throttled channel; each further spurious event
+/// of the same storm doubles it, up to [`MAX_DELAY`].
+pub const FIRST_DELAY: Duration = Duration::from_millis(1);
+/// The longest a channel stays out of the event manager: the most a peer
+/// that stops storming and starts working waits for its first look.
+pub const MAX_DELAY: Duration = Duration::from_millis(100);
+
+/// One channel's storm state: the current run of spurious events, and
+/// when a throttled channel is due back.
+#[derive(Debug, Clone, Default)]
+pub struct Storm {
+    run: u32,
+    /// Throttles since the last event with work (the delay's exponent).
+    level: u32,
+    until: Option<Instant>,
+}
+
+impl Storm {
+    /// After an event on the channel (its doorbell woke the loop) was
+    /// handled: `worked` says whether it found work. Returns when the
+    /// channel may wake the loop again if it must leave the event manager
+    /// until then; None: it stays. The vif's `counters` count spurious
+    /// events and throttles.
+    pub fn after_event(
+        &mut self,
+        worked: bool,
+        now: Instant,
+        counters: &mut VifCounters,
+    ) -> Option<Instant> {
+        if worked {
+            (self.run, self.level) = (0, 0);
+            return None;
+        }
+        counters.spurious_events += 1;
+        self.run = self.run.saturating_add(1);
+        if self.run <= THRESHOLD {
+            return None;
+        }
+        let delay = FIRST_DELAY
+            .saturating_mul(1 << self.level.min(16))
+            .min(MAX_DELAY);
+        self.level += 1;
+        counters.event_throttles += 1;
+        let until = now + delay;
+        self.until = Some(until);
+        Some(until)
+    }
+
+    /// When the throttled channel is due back in the event manager; None
+    /// when it is not throttled.
+    pub fn due(&self) -> Option<Instant> {
+        self.until
+    }
+
+    /// Whether a throttled channel's delay is over at `now`: it goes back
+    /// in the event manager and is looked at once (the run goes on, so a
+    /// storm that continues is throttled again at its next empty event).
+    pub fn resume_due(&mut self, now: Instant) -> bool {
+        match self.until {
+            Some(t) if t <= now => {
+                self.until = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets the storm (the channel was replaced: a new connection).
+    pub fn reset(&mut self) {
+        *self = Storm::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_with_work_is_never_throttled() {
+        let (mut s, now, mut c) = (Storm::default(), Instant::now(), VifCounters::default());
+        for i in 0..10_000 {
+            // Even many empty events, as long as work comes between runs.
+            assert_eq!(s.after_event(i % THRESHOLD == 0, now, &mut c), None);
+        }
+        assert_eq!((c.event_throttles, s.due()), (0, None));
+    }
+
+    #[test]
+    fn a_storm_is_throttled_after_the_threshold_with_a_growing_delay() {
+        let (mut s, t0, mut c) = (Storm::default(), Instant::now(), VifCounters::default());
+        for _ in 0..THRESHOLD {
+            assert_eq!(s.after_event(false, t0, &mut c), None);
+        }
+        assert_eq!(s.after_event(false, t0, &mut c), Some(t0 + FIRST_DELAY));
+        assert!(!s.resume_due(t0));
+        assert!(s.resume_due(t0 + FIRST_DELAY));
+        assert_eq!(s.due(), None);
+        // The storm goes on: throttled again at once, twice as long.
+        assert_eq!(s.after_event(false, t0, &mut c), Some(t0 + 2 * FIRST_DELAY));
+        for _ in 0..20 {
+            s.resume_due(t0 + MAX_DELAY * 2);
+            let until = s.after_event(false, t0, &mut c).expect("throttled");
+            assert!(until - t0 <= MAX_DELAY);
+        }
+        assert_eq!(s.after_event(false, t0, &mut c), Some(t0 + MAX_DELAY));
+        assert_eq!(c.spurious_events, u64::from(THRESHOLD) + 23);
+        assert_eq!(c.event_throttles, 23);
+        // One event with work ends it.
+        assert_eq!(s.after_event(true, t0, &mut c), None);
+        for _ in 0..THRESHOLD {
+            assert_eq!(s.after_event(false, t0, &mut c), None);
+        }
+        assert_eq!(s.after_event(false, t0, &mut c), Some(t0 + FIRST_DELAY));
+    }
+
+    #[test]
+    fn reset_forgets_the_storm() {
+        let (mut s, t0, mut c) = (Storm::default(), Instant::now(), VifCounters::default());
+        for _ in 0..=THRESHOLD {
+            s.after_event(false, t0, &mut c);
+        }
+        s.reset();
+        assert_eq!((s.due(), c.event_throttles), (None, 1));
+        assert_eq!(s.after_event(false, t0, &mut c), None);
+    }
+}
