@@ -225,6 +225,17 @@ fn row_markdown(r: &Row) -> String {
 fn md_to_html(md: &str) -> String {
     let mut out = String::new();
     let mut table: Vec<Vec<String>> = Vec::new();
+    let mut items: Vec<&str> = Vec::new();
+    let end_list = |items: &mut Vec<&str>, out: &mut String| {
+        if items.is_empty() {
+            return;
+        }
+        *out += "<ul>\n";
+        for i in items.drain(..) {
+            let _ = writeln!(out, "<li>{}</li>", inline(i));
+        }
+        *out += "</ul>\n";
+    };
     let flush = |table: &mut Vec<Vec<String>>, out: &mut String| {
         if table.is_empty() {
             return;
@@ -243,6 +254,12 @@ fn md_to_html(md: &str) -> String {
     };
     for line in md.lines() {
         let t = line.trim();
+        if let Some(item) = t.strip_prefix("- ") {
+            flush(&mut table, &mut out);
+            items.push(item);
+            continue;
+        }
+        end_list(&mut items, &mut out);
         if t.starts_with('|') {
             let cells: Vec<String> = t
                 .trim_matches('|')
@@ -265,6 +282,7 @@ fn md_to_html(md: &str) -> String {
         }
     }
     flush(&mut table, &mut out);
+    end_list(&mut items, &mut out);
     out
 }
 
@@ -401,6 +419,16 @@ pub fn write(dir: &std::path::Path, saved: &Saved) -> anyhow::Result<()> {
 mod tests {
     use super::super::{Failure, Kind};
     use super::*;
+
+    #[test]
+    fn markdown_lists_become_html_lists() {
+        let h = md_to_html("Before:\n- a `x`\n- b\n\nafter");
+        assert_eq!(
+            h,
+            "<p>Before:</p>\n<ul>\n<li>a <code>x</code></li>\n<li>b</li>\n</ul>\n<p>after</p>\n"
+        );
+        assert!(!md_to_html("| a |\n|---|\n| b |\n- c").contains("<p>-"));
+    }
 
     #[test]
     fn inline_marks_become_html_and_the_rest_is_escaped() {
