@@ -27,6 +27,17 @@ pub const FIRST_DELAY: Duration = Duration::from_millis(1);
 /// that stops storming and starts working waits for its first look.
 pub const MAX_DELAY: Duration = Duration::from_millis(100);
 
+/// What one event was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It found work: any storm is over.
+    Worked,
+    /// It found none.
+    Spurious,
+    /// It found none, once too often: the channel is out until then.
+    Throttle(Instant),
+}
+
 /// One channel's storm state: the current run of spurious events, and
 /// when a throttled channel is due back.
 #[derive(Debug, Clone, Default)]
@@ -49,23 +60,34 @@ impl Storm {
         now: Instant,
         counters: &mut VifCounters,
     ) -> Option<Instant> {
+        let v = self.judge(worked, now);
+        counters.spurious_events += u64::from(v != Verdict::Worked);
+        match v {
+            Verdict::Throttle(until) => {
+                counters.event_throttles += 1;
+                Some(until)
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Storm::after_event`] for a channel whose counters are its own.
+    pub fn judge(&mut self, worked: bool, now: Instant) -> Verdict {
         if worked {
             (self.run, self.level) = (0, 0);
-            return None;
+            return Verdict::Worked;
         }
-        counters.spurious_events += 1;
         self.run = self.run.saturating_add(1);
         if self.run <= THRESHOLD {
-            return None;
+            return Verdict::Spurious;
         }
         let delay = FIRST_DELAY
             .saturating_mul(1 << self.level.min(16))
             .min(MAX_DELAY);
         self.level += 1;
-        counters.event_throttles += 1;
         let until = now + delay;
         self.until = Some(until);
-        Some(until)
+        Verdict::Throttle(until)
     }
 
     /// When the throttled channel is due back in the event manager; None

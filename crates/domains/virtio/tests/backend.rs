@@ -334,6 +334,55 @@ fn a_kick_storm_costs_one_wake_and_moves_nothing_extra() {
     assert_eq!(n, 1);
 }
 
+/// A VM that kicks with nothing posted while the loop keeps looking (the
+/// storm the driver loop sees: each kick a new edge) is throttled after a
+/// run of spurious kicks (Xen XSA-332's late EOI): its kick leaves the
+/// backend's event manager, so further kicks wake nothing, until the delay
+/// is over; a frame posted meanwhile goes at that look, and one kick with
+/// work ends the storm.
+#[test]
+fn a_kick_storm_the_loop_keeps_seeing_is_throttled_and_posted_frames_still_go() {
+    use domain_common::storm::THRESHOLD;
+    use std::time::Instant;
+    let (mut b, path) = backend("throttle");
+    let mut vm = Vm::up(&mut b, &path, ALL);
+    let readable =
+        |b: &Backend| sys::poll_readable(&[b.fd()], Some(std::time::Duration::ZERO)).unwrap()[0];
+    let mut kicks = 0;
+    while b.storm_due().is_none() && kicks < 10 * THRESHOLD {
+        vm.kick[TX].write(1).unwrap();
+        kicks += 1;
+        b.poll(&mut |_, _| panic!("no frame was queued")).unwrap();
+    }
+    let st = b.status();
+    assert_eq!(st["kick_throttles"], 1, "{st}");
+    assert_eq!(st["spurious_kicks"], u64::from(THRESHOLD) + 1, "{st}");
+    // Shut out: kicks make the backend readable no more.
+    for _ in 0..1000 {
+        vm.kick[TX].write(1).unwrap();
+    }
+    assert!(!readable(&b), "a throttled kick still wakes the loop");
+    // A frame posted during the delay goes when the delay is over.
+    vm.mem
+        .write_slice(&tx_frame(64, 7), GuestAddress(BUFS))
+        .unwrap();
+    vm.rings[TX].post(&vm.mem, &[(BUFS, 76)], false);
+    let due = b.storm_due().expect("throttled");
+    assert!(!b.resume_due(due - std::time::Duration::from_micros(1)));
+    assert!(b.resume_due(due.max(Instant::now())));
+    assert!(
+        readable(&b),
+        "the backend looks again when the delay is over"
+    );
+    let mut n = 0;
+    b.poll(&mut |_, _| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, 1, "the frame posted during the delay");
+}
+
 #[test]
 fn a_ring_full_of_frames_is_taken_a_budget_at_a_time() {
     let (mut b, path) = backend("budget");

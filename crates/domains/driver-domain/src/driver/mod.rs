@@ -110,7 +110,11 @@ impl Driver {
     /// system call, no look at its rings.
     pub fn turn(&mut self, hv: &mut HvClient) -> Result<Turn, DriverError> {
         let credit_due = self.credit_due();
-        let storm_due = self.storms_due();
+        let storm_due = self
+            .storms_due()
+            .into_iter()
+            .chain(self.ports.storms_due())
+            .min();
         let carried = !self.events.ready.is_empty();
         let mut timeout = self.idle.timeout(carried || hv.watch_backlog());
         for d in credit_due.into_iter().chain(storm_due) {

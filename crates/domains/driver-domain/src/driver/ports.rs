@@ -325,6 +325,22 @@ impl Ports {
         opened
     }
 
+    /// Ports whose kick storm delay is over get a look again; for the
+    /// others, how long until the first is due (None: none waits).
+    pub(super) fn storms_due(&mut self) -> Option<Duration> {
+        let mut soonest: Option<Duration> = None;
+        let mut now = None;
+        for p in self.list.iter_mut().filter_map(|e| e.port.as_mut()) {
+            let Some(at) = p.due() else { continue };
+            let t = *now.get_or_insert_with(Instant::now);
+            match at.checked_duration_since(t) {
+                Some(d) if !d.is_zero() => soonest = Some(soonest.map_or(d, |s| s.min(d))),
+                _ => p.resume_due(t),
+            }
+        }
+        soonest
+    }
+
     /// Whether a named port is closed (it is then tried again soon).
     pub(super) fn any_closed(&self) -> bool {
         self.list

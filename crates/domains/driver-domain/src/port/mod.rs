@@ -64,6 +64,14 @@ pub trait Port {
     fn vmq(&mut self) -> Option<&mut dyn crate::port::vmq::Vmq> {
         None
     }
+    /// When the port wants a look although its descriptor stays quiet (a
+    /// VM's kick shut out during a kick storm); None: never.
+    fn due(&self) -> Option<std::time::Instant> {
+        None
+    }
+    /// Called once [`Port::due`] has passed: the port makes its descriptor
+    /// readable again.
+    fn resume_due(&mut self, _now: std::time::Instant) {}
 }
 
 /// Frames per receive batch (one `recvmmsg`).

@@ -203,6 +203,12 @@ impl Port for VhostPort {
     fn status(&self) -> Option<serde_json::Value> {
         Some(self.backend.status())
     }
+    fn due(&self) -> Option<std::time::Instant> {
+        self.backend.storm_due()
+    }
+    fn resume_due(&mut self, now: std::time::Instant) {
+        self.backend.resume_due(now);
+    }
 }
 
 #[cfg(test)]

@@ -106,6 +106,11 @@ pub struct Counters {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub kicks: u64,
+    /// Kicks after which the TX pass took nothing.
+    pub spurious_kicks: u64,
+    /// Times the kick was shut out for a delay after a run of spurious
+    /// ones (a kick storm).
+    pub kick_throttles: u64,
     pub calls: u64,
     pub drops: Drops,
 }

@@ -25,6 +25,7 @@
 
 pub mod control;
 pub mod device;
+mod storm;
 
 use device::{Device, GuestOffloads, FEATURE_NAMES, HDR_LEN, TX, TX_SLOT};
 use std::fs::File;
@@ -143,6 +144,8 @@ pub struct Backend {
     caller: Caller,
     /// The loop's own handle on the TX kick registered with `epoll`.
     kick: Option<File>,
+    /// The VM's kicks that found nothing posted ([`storm`]).
+    storm: domain_common::storm::Storm,
     /// [`TX_SLOTS`] slots of [`TX_SLOT`] bytes the TX ring's frames are
     /// copied into.
     slab: Box<[u8]>,
@@ -177,6 +180,7 @@ impl Backend {
             conn: None,
             caller,
             kick: None,
+            storm: domain_common::storm::Storm::default(),
             slab: vec![0u8; TX_SLOTS * TX_SLOT].into_boxed_slice(),
         })
     }
@@ -224,7 +228,7 @@ impl Backend {
     /// refused (bit k for frame k), counted as bad headers. Never fails for
     /// the VM's faults: those close its connection.
     pub fn poll_batch(&mut self, f: &mut dyn FnMut(&[TxFrame<'_>]) -> u64) -> io::Result<()> {
-        self.events()?;
+        let kicked = self.events()?;
         let mut taken = 0;
         let mut more = true;
         while more && taken < TX_BUDGET {
@@ -263,6 +267,9 @@ impl Backend {
                 }
             }
         }
+        if kicked {
+            self.judge_kick(taken > 0);
+        }
         let mut d = lock(&self.dev);
         let broken = d.broken;
         let calls = d.take_calls();
@@ -278,8 +285,8 @@ impl Backend {
     }
 
     /// Takes the backend's own events: new connections, the control
-    /// thread's changes, and the TX kick.
-    fn events(&mut self) -> io::Result<()> {
+    /// thread's changes, and the TX kick; whether the VM kicked.
+    fn events(&mut self) -> io::Result<bool> {
         let n = self.epoll.wait(Some(Duration::ZERO))?;
         let (mut accept, mut changed, mut kicked) = (false, false, false);
         for i in 0..n {
@@ -302,7 +309,7 @@ impl Backend {
         if kicked {
             lock(&self.dev).counters.kicks += 1;
         }
-        Ok(())
+        Ok(kicked)
     }
 
     /// Starts a batch of frames to the VM (the device lock is taken once).
@@ -437,6 +444,8 @@ impl Backend {
             "tx_packets": c.tx_packets,
             "tx_bytes": c.tx_bytes,
             "kicks": c.kicks,
+            "spurious_kicks": c.spurious_kicks,
+            "kick_throttles": c.kick_throttles,
             "calls": c.calls,
             "drops": c.drops,
             "refused": d.refused,
