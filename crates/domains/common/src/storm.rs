@@ -108,11 +108,6 @@ impl Storm {
             _ => false,
         }
     }
-
-    /// Forgets the storm (the channel was replaced: a new connection).
-    pub fn reset(&mut self) {
-        *self = Storm::default();
-    }
 }
 
 #[cfg(test)]
@@ -155,16 +150,5 @@ mod tests {
             assert_eq!(s.after_event(false, t0, &mut c), None);
         }
         assert_eq!(s.after_event(false, t0, &mut c), Some(t0 + FIRST_DELAY));
-    }
-
-    #[test]
-    fn reset_forgets_the_storm() {
-        let (mut s, t0, mut c) = (Storm::default(), Instant::now(), VifCounters::default());
-        for _ in 0..=THRESHOLD {
-            s.after_event(false, t0, &mut c);
-        }
-        s.reset();
-        assert_eq!((s.due(), c.event_throttles), (None, 1));
-        assert_eq!(s.after_event(false, t0, &mut c), None);
     }
 }

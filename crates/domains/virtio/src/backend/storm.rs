@@ -4,7 +4,8 @@
 //! kick descriptor leaves the backend's event manager for a delay that
 //! grows while the storm lasts ([`domain_common::storm`]). A VM that posts
 //! and then kicks is never delayed, and frames it posts meanwhile still go
-//! at the next look (every poll makes a TX pass).
+//! at the next look (every poll makes a TX pass). The storm belongs to the
+//! vif, not the connection: a VM cannot shed it by connecting again.
 
 use super::{lock, Backend, KICK};
 use domain_common::storm::Verdict;
