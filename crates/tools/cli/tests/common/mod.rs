@@ -44,16 +44,23 @@ impl Env {
             .expect("run splitnet")
     }
 
+    /// `splitnet ARGS`, which must succeed; its output. A failure shows
+    /// its output, hv's log and `splitnet status` at that moment (every
+    /// domain's, vif's and emulated NIC's counters), so that a rare failure
+    /// can be read from its report alone.
     pub fn ok(&self, args: &[&str]) -> String {
         let o = self.splitnet(args);
-        assert!(
-            o.status.success(),
-            "splitnet {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\nhv.log:\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr),
-            std::fs::read_to_string(self.run_dir.join("hv.log")).unwrap_or_default()
-        );
+        if !o.status.success() {
+            let status = self.splitnet(&["status"]);
+            panic!(
+                "splitnet {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\nhv.log:\n{}\nstatus then:\n{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr),
+                std::fs::read_to_string(self.run_dir.join("hv.log")).unwrap_or_default(),
+                String::from_utf8_lossy(&status.stdout)
+            );
+        }
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
