@@ -42,6 +42,8 @@ pub enum Verdict {
 /// when a throttled channel is due back.
 #[derive(Debug, Clone, Default)]
 pub struct Storm {
+    /// The peer's producer indices at its last event ([`Storm::moved`]).
+    mark: u64,
     run: u32,
     /// Throttles since the last event with work (the delay's exponent).
     level: u32,
@@ -69,6 +71,13 @@ impl Storm {
             }
             _ => None,
         }
+    }
+
+    /// Whether `mark`, the producer indices the peer owns as they read
+    /// now, moved since its last event: a peer publishes before it
+    /// notifies, so an event whose producers did not move found no work.
+    pub fn moved(&mut self, mark: u64) -> bool {
+        std::mem::replace(&mut self.mark, mark) != mark
     }
 
     /// [`Storm::after_event`] for a channel whose counters are its own.
@@ -122,6 +131,14 @@ mod tests {
             assert_eq!(s.after_event(i % THRESHOLD == 0, now, &mut c), None);
         }
         assert_eq!((c.event_throttles, s.due()), (0, None));
+    }
+
+    #[test]
+    fn an_event_works_when_the_producers_moved_since_the_last() {
+        let mut s = Storm::default();
+        assert!(s.moved(1 << 32 | 5));
+        assert!(!s.moved(1 << 32 | 5));
+        assert!(s.moved(2 << 32 | 5));
     }
 
     #[test]

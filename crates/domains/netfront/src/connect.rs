@@ -308,7 +308,6 @@ impl Netfront {
             mcast_requested: false,
             lro: None,
             storm: domain_common::storm::Storm::default(),
-            event_mark: (0, 0),
         };
         if nf.info.lro {
             nf.lro = Some(Lro::new());

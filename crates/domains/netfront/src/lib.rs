@@ -228,8 +228,6 @@ pub struct Netfront {
     /// The backend's notifications without work ([`storm`]): the guest's
     /// loop asks it when a throttled channel is due back.
     pub storm: domain_common::storm::Storm,
-    /// Both rings' response producers at the last notification.
-    event_mark: (abi::ring::RingIdx, abi::ring::RingIdx),
 }
 
 mod connect;

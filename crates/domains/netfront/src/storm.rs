@@ -11,12 +11,12 @@ use std::time::Instant;
 
 impl Netfront {
     /// After a notification from the backend woke the loop (and was
-    /// taken): whether it brought work decides the storm's course. Returns
-    /// until when the channel's doorbells must leave the loop's event
-    /// manager; None: they stay.
+    /// taken): whether it brought work (either ring's response producer
+    /// moved) decides the storm's course. Returns until when the channel's
+    /// doorbells must leave the loop's event manager; None: they stay.
     pub fn after_event(&mut self, now: Instant) -> Option<Instant> {
-        let mark = (self.tx.peek_rsp_prod(), self.rx.peek_rsp_prod());
-        let worked = std::mem::replace(&mut self.event_mark, mark) != mark;
+        let mark = u64::from(self.tx.peek_rsp_prod()) << 32 | u64::from(self.rx.peek_rsp_prod());
+        let worked = self.storm.moved(mark);
         self.storm.after_event(worked, now, &mut self.counters)
     }
 }

@@ -68,6 +68,25 @@ impl SlotSet {
         }
         std::mem::take(&mut self.list)
     }
+    /// Looks at each member once: `wait` says how long until it is due
+    /// (it stays) or None (it leaves, `wait` having done what leaving
+    /// asks); returns the soonest wait of those that stay.
+    pub(super) fn keep_waiting(
+        &mut self,
+        mut wait: impl FnMut(usize) -> Option<std::time::Duration>,
+    ) -> Option<std::time::Duration> {
+        let mut soonest: Option<std::time::Duration> = None;
+        let members = self.take();
+        for &i in &members {
+            if let Some(d) = wait(i) {
+                soonest = Some(soonest.map_or(d, |s| s.min(d)));
+                self.insert(i);
+            }
+        }
+        self.give_back(members);
+        soonest
+    }
+
     /// Returns a list [`SlotSet::take`] handed out, keeping what was
     /// inserted meanwhile.
     pub(super) fn give_back(&mut self, mut list: Vec<usize>) {

@@ -182,21 +182,17 @@ impl Driver {
             return None;
         }
         let now = Instant::now();
-        let mut soonest: Option<Duration> = None;
-        let waiting = self.events.credit.take();
-        for &i in &waiting {
-            match self.vifs.get(i).and_then(|v| v.nb.credit_wait()) {
-                Some(at) if at > now => {
-                    let d = at - now;
-                    soonest = Some(soonest.map_or(d, |s| s.min(d)));
-                    self.events.credit.insert(i);
+        let (vifs, ready) = (&self.vifs, &mut self.events.ready);
+        self.events
+            .credit
+            .keep_waiting(|i| match vifs.get(i).and_then(|v| v.nb.credit_wait()) {
+                Some(at) if at > now => Some(at - now),
+                Some(_) => {
+                    ready.insert(i);
+                    None
                 }
-                Some(_) => self.events.ready.insert(i),
-                None => {}
-            }
-        }
-        self.events.credit.give_back(waiting);
-        soonest
+                None => None,
+            })
     }
 
     /// Store watches: vifs come and go, captures open, ports change.

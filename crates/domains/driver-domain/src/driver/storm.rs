@@ -39,25 +39,18 @@ impl Driver {
             return None;
         }
         let now = Instant::now();
-        let mut soonest: Option<Duration> = None;
-        let waiting = self.events.throttled.take();
-        for &i in &waiting {
+        let (vifs, epoll, ready) = (&mut self.vifs, &self.events.epoll, &mut self.events.ready);
+        self.events.throttled.keep_waiting(|i| {
             // A vif gone down, or a new one in its slot, is not throttled.
-            let Some(v) = self.vifs.get_mut(i).filter(|v| v.nb.is_connected()) else {
-                continue;
-            };
+            let v = vifs.get_mut(i).filter(|v| v.nb.is_connected())?;
             if v.nb.storm.resume_due(now) {
                 for b in &v.bells {
-                    let _ = self.events.epoll.add(b.as_fd(), Source::Vif(i).token());
+                    let _ = epoll.add(b.as_fd(), Source::Vif(i).token());
                 }
-                self.events.ready.insert(i);
-            } else if let Some(at) = v.nb.storm.due() {
-                let d = at.saturating_duration_since(now);
-                soonest = Some(soonest.map_or(d, |s| s.min(d)));
-                self.events.throttled.insert(i);
+                ready.insert(i);
+                return None;
             }
-        }
-        self.events.throttled.give_back(waiting);
-        soonest
+            v.nb.storm.due().map(|at| at.saturating_duration_since(now))
+        })
     }
 }

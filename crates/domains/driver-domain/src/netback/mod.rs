@@ -292,8 +292,6 @@ pub struct Netback {
     /// The guest's notifications without work ([`storm`]): the driver
     /// loop asks it when a throttled vif is due back.
     pub storm: domain_common::storm::Storm,
-    /// Both rings' request producers at the last notification.
-    event_mark: storm::Mark,
     /// `ip=`: the addresses the guest may send from.
     ip: Option<IpFilter>,
     /// `rate=`: the transmit credit.
@@ -580,7 +578,6 @@ impl Netback {
             rx_overflow: false,
             rx_stall: stall::Stall::default(),
             storm: domain_common::storm::Storm::default(),
-            event_mark: (None, None),
             ip: p.opts.ip,
             credit: p
                 .opts

@@ -6,23 +6,18 @@
 //! flag). A guest that posts requests and then notifies is never delayed.
 
 use super::Netback;
-use abi::ring::RingIdx;
 use std::time::Instant;
-
-/// Both rings' request producers as last seen at a notification.
-pub(super) type Mark = (Option<RingIdx>, Option<RingIdx>);
 
 impl Netback {
     /// After a notification from the guest woke the loop (and was taken):
-    /// whether it brought work decides the storm's course. Returns until
-    /// when the vif's doorbells must leave the loop's event manager; None:
-    /// they stay.
+    /// whether it brought work (either ring's request producer moved)
+    /// decides the storm's course. Returns until when the vif's doorbells
+    /// must leave the loop's event manager; None: they stay.
     pub fn after_event(&mut self, now: Instant) -> Option<Instant> {
-        let mark = (
-            self.tx.as_ref().map(|r| r.peek_req_prod()),
-            self.rx.as_ref().map(|r| r.peek_req_prod()),
-        );
-        let worked = std::mem::replace(&mut self.event_mark, mark) != mark;
+        let prod = |r: Option<u32>| u64::from(r.unwrap_or(0));
+        let mark = prod(self.tx.as_ref().map(|r| r.peek_req_prod())) << 32
+            | prod(self.rx.as_ref().map(|r| r.peek_req_prod()));
+        let worked = self.storm.moved(mark);
         self.storm.after_event(worked, now, &mut self.counters)
     }
 }
