@@ -248,6 +248,33 @@ impl Netfront {
     /// to a TAP so the guest's kernel uses it; tests and packet generators use
     /// it directly.
     pub fn connect(hv: &mut HvClient, dev: &str, timeout: Duration) -> Result<Netfront> {
+        let mut nf = Netfront::begin(hv, dev, timeout)?;
+        let backend = nf.info.backend.clone();
+        let done = hv
+            .wait_state(&backend, timeout, |s| {
+                matches!(
+                    s,
+                    XenbusState::Connected | XenbusState::Closing | XenbusState::Closed
+                )
+            })
+            .map_err(NetfrontError::from)
+            .and_then(|_| nf.finish(hv));
+        match done {
+            Ok(()) => Ok(nf),
+            Err(e) => {
+                nf.release(hv);
+                Err(e)
+            }
+        }
+    }
+
+    /// The handshake up to the frontend's Connected, without waiting for
+    /// the backend's: an event loop that serves other vifs meanwhile calls
+    /// [`Netfront::finish`] once the backend's state changes (Xen's
+    /// xenbus drives a frontend by the other end's state changes, never by
+    /// blocking on them). The backend must be in InitWait, or is waited for
+    /// up to `timeout`. On an error the channel holds nothing.
+    pub fn begin(hv: &mut HvClient, dev: &str, timeout: Duration) -> Result<Netfront> {
         let backend = hv.store_read_str(&format!("{dev}/{}", keys::BACKEND))?;
         let backend_id: DomId = hv
             .store_read_str(&format!("{dev}/{}", keys::BACKEND_ID))?
@@ -313,7 +340,7 @@ impl Netfront {
             nf.lro = Some(Lro::new());
         }
         // Whatever fails from here gives back all the channel holds.
-        match nf.publish(hv, handle, ngm, timeout) {
+        match nf.publish(hv, handle, ngm) {
             Ok(()) => Ok(nf),
             Err(e) => {
                 nf.release(hv);
@@ -322,16 +349,9 @@ impl Netfront {
         }
     }
 
-    /// The rest of the handshake: the buffers' grants under the new
-    /// mechanism, the channel's keys in the store, Connected on both ends,
-    /// and the RX buffers posted.
-    pub(crate) fn publish(
-        &mut self,
-        hv: &mut HvClient,
-        handle: u32,
-        ngm: bool,
-        timeout: Duration,
-    ) -> Result<()> {
+    /// The frontend's half of the rest: the buffers' grants under the new
+    /// mechanism, the channel's keys in the store, and its Connected.
+    fn publish(&mut self, hv: &mut HvClient, handle: u32, ngm: bool) -> Result<()> {
         let dev = self.info.dev.clone();
         if ngm {
             self.grants = Grants::Ngm(Box::new(self.warm_grants(hv, handle)?));
@@ -357,13 +377,22 @@ impl Netfront {
             hv.store_write(&w(k), v)?;
         }
         hv.switch_state(&dev, XenbusState::Connected)?;
+        Ok(())
+    }
+
+    /// Ends a handshake [`Netfront::begin`] started, once the backend left
+    /// InitWait: Connected posts the RX buffers; Closing or Closed is a
+    /// refusal, with the backend's reason. The caller releases the channel
+    /// on an error.
+    pub fn finish(&mut self, hv: &mut HvClient) -> Result<()> {
         let backend = self.info.backend.clone();
-        let s = hv.wait_state(&backend, timeout, |s| {
-            matches!(
-                s,
-                XenbusState::Connected | XenbusState::Closing | XenbusState::Closed
-            )
-        })?;
+        let s = hv.read_state(&backend)?;
+        if !matches!(
+            s,
+            XenbusState::Connected | XenbusState::Closing | XenbusState::Closed
+        ) {
+            return Err(setup(format!("{backend} is {s:?}, not yet Connected")));
+        }
         if s != XenbusState::Connected {
             // It gave the vif up (a quota ran out): waiting longer cannot help.
             let why = hv.store_read_str(&format!("{backend}/{}", keys::DISCONNECT_REASON));

@@ -126,7 +126,8 @@ fn container_ifname(hv: &mut HvClient) -> Option<String> {
 
 /// Watch token of the guest's `device/vif` directory.
 const VIFS: &str = "vifs";
-/// How long netfront waits for a backend it saw in InitWait to connect.
+/// How long netfront's handshake waits for a backend it saw in InitWait
+/// to connect; the guest's other vifs are served meanwhile.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 /// How long a vif whose backend went away keeps its carrier, for a new
 /// backend (a restarted driver domain) to come: Linux flushes a link's
@@ -144,6 +145,10 @@ struct GuestVif {
     /// The backend directory whose state is watched ("" before the first).
     backend: String,
     nic: Option<TapNetfront>,
+    /// A channel whose handshake waits for the backend's Connected, and
+    /// until when it may ([`HANDSHAKE`]): the loop serves the other vifs
+    /// meanwhile.
+    pending: Option<(Netfront, std::time::Instant)>,
     stats: FrontStats,
     /// Since when the channel is down.
     down_since: Option<std::time::Instant>,
@@ -284,6 +289,7 @@ impl GuestVif {
         if let Some(nic) = self.nic.as_mut() {
             nic.release(hv, "the toolstack moved the vif to a new backend");
         }
+        self.abandon(hv, "the toolstack moved the vif to a new backend");
         self.backend = be;
         // Its state, and its MTU, which `splitnet apply` may change in place.
         for key in ["state", abi::xenbus::keys::MTU] {
@@ -307,13 +313,18 @@ impl GuestVif {
         let state = hv.read_state(&self.backend).ok();
         let connected = self.nic.as_ref().is_some_and(TapNetfront::is_connected);
         match state {
+            None | Some(S::Closing | S::Closed) if self.pending.is_some() => {
+                self.abandon(hv, "the backend closed");
+                let _ = hv.switch_state(&self.dev, S::Closed);
+            }
             None | Some(S::Closing | S::Closed) if self.nic_held() => {
                 if let Some(nic) = self.nic.as_mut() {
                     nic.release(hv, "the backend is closing");
                 }
                 let _ = hv.switch_state(&self.dev, S::Closed);
             }
-            Some(S::InitWait) if !connected => self.connect(hv),
+            Some(S::InitWait) if !connected && self.pending.is_none() => self.begin(hv),
+            Some(S::Connected) if self.pending.is_some() => self.complete(hv),
             Some(S::Connected) if connected => {
                 if let Some(Err(e)) = self.nic.as_mut().map(|n| n.follow_mtu(hv)) {
                     eprintln!("netfront {}: {e}", self.dev);
@@ -328,20 +339,66 @@ impl GuestVif {
         self.nic.as_ref().is_some_and(|n| n.nf().is_some())
     }
 
-    fn connect(&mut self, hv: &mut HvClient) {
+    /// Starts the handshake with a backend in InitWait; it ends in
+    /// [`GuestVif::complete`] when the backend's state moves on.
+    fn begin(&mut self, hv: &mut HvClient) {
         // What an earlier channel holds must be given back first: the new
         // one grants the same buffers.
         if let Some(nic) = self.nic.as_mut() {
             nic.release(hv, "reconnecting");
         }
-        let nf = match Netfront::connect(hv, &self.dev, HANDSHAKE) {
-            Ok(nf) => nf,
+        match Netfront::begin(hv, &self.dev, HANDSHAKE) {
+            Ok(nf) => {
+                self.pending = Some((nf, std::time::Instant::now() + HANDSHAKE));
+                // The backend may have moved on before our watch was read.
+                if hv.read_state(&self.backend).ok() == Some(abi::xenbus::XenbusState::Connected) {
+                    self.complete(hv);
+                }
+            }
             Err(e) => {
                 eprintln!("netfront {}: could not connect: {e}", self.dev);
                 let _ = hv.switch_state(&self.dev, abi::xenbus::XenbusState::Closed);
-                return;
             }
+        }
+    }
+
+    /// Gives back a handshake's channel that will not complete.
+    fn abandon(&mut self, hv: &mut HvClient, why: &str) {
+        if let Some((nf, _)) = self.pending.take() {
+            eprintln!("netfront {}: could not connect: {why}", self.dev);
+            nf.release(hv);
+        }
+    }
+
+    /// A handshake past its deadline is given up (the loop calls this on
+    /// every turn; the backend never connected).
+    fn handshake_overdue(&mut self, hv: &mut HvClient, now: std::time::Instant) {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|(_, until)| now >= *until)
+        {
+            let why = format!(
+                "the backend did not connect within {} s",
+                HANDSHAKE.as_secs()
+            );
+            self.abandon(hv, &why);
+            let _ = hv.switch_state(&self.dev, abi::xenbus::XenbusState::Closed);
+        }
+    }
+
+    /// The backend is Connected: the channel posts its RX buffers and the
+    /// vif's TAP (made now, or kept from an earlier channel) takes it.
+    fn complete(&mut self, hv: &mut HvClient) {
+        let Some((mut nf, _)) = self.pending.take() else {
+            return;
         };
+        if let Err(e) = nf.finish(hv) {
+            eprintln!("netfront {}: could not connect: {e}", self.dev);
+            nf.release(hv);
+            let _ = hv.switch_state(&self.dev, abi::xenbus::XenbusState::Closed);
+            return;
+        }
         let info = nf.info.clone();
         let r = match self.nic.as_mut() {
             Some(nic) => nic.reconnect(hv, nf),
@@ -397,6 +454,7 @@ impl GuestVif {
         if let Some(nic) = self.nic.as_mut() {
             nic.release(hv, "the device was detached");
         }
+        self.abandon(hv, "the device was detached");
         if !self.backend.is_empty() {
             self.unwatch_backend(hv);
         }
@@ -495,6 +553,7 @@ fn sync_vifs(hv: &mut HvClient, dir: &str, vifs: &mut Vec<GuestVif>, ep: &sys::E
             dev,
             backend: String::new(),
             nic: None,
+            pending: None,
             stats: FrontStats::default(),
             down_since: None,
             carrier_dropped: false,
@@ -536,7 +595,9 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     let mut rang: Vec<u32> = Vec::with_capacity(GUEST_EVENTS);
     let mut wakeups = 0u64;
     loop {
+        let now = std::time::Instant::now();
         for v in vifs.iter_mut() {
+            v.handshake_overdue(hv, now);
             if let Some(nf) = v.nic.as_ref().and_then(TapNetfront::nf) {
                 v.stats.publish(hv, &v.dev, nf, wakeups);
             }
@@ -581,7 +642,8 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
 const GUEST_EVENTS: usize = 16;
 
 /// How long the guest loop may wait for its sources: until the first
-/// vif's carrier grace, multicast recheck or storm delay is due.
+/// vif's carrier grace, multicast recheck, storm delay or handshake
+/// deadline is due.
 fn soonest_due(vifs: &mut [GuestVif]) -> Duration {
     let carrier = vifs.iter_mut().filter_map(GuestVif::watch_carrier).min();
     let now = std::time::Instant::now();
@@ -591,10 +653,16 @@ fn soonest_due(vifs: &mut [GuestVif]) -> Duration {
         .filter_map(TapNetfront::storm_due)
         .min()
         .map(|t| t.saturating_duration_since(now));
+    let handshake = vifs
+        .iter()
+        .filter_map(|v| v.pending.as_ref().map(|(_, until)| *until))
+        .min()
+        .map(|t| t.saturating_duration_since(now));
     carrier
         .into_iter()
         .chain(recheck)
         .chain(storm)
+        .chain(handshake)
         .fold(Duration::MAX, Duration::min)
 }
 
