@@ -286,7 +286,7 @@ pub(crate) fn wait_for(
     }
 }
 
-fn domain_pid(s: &SystemStatus, name: &str) -> Option<(u16, i32)> {
+pub(crate) fn domain_pid(s: &SystemStatus, name: &str) -> Option<(u16, i32)> {
     s.domains
         .iter()
         .find(|d| d.name == name)

@@ -77,6 +77,10 @@ pub struct Args {
     pub workloads: Vec<String>,
     pub sizes: Vec<u32>,
     pub spin_us: Option<u32>,
+    /// soak: minutes to run.
+    pub minutes: Option<f64>,
+    /// soak: the seed its sequence of events is drawn from.
+    pub seed: Option<u64>,
     pub profile: bool,
     /// `--machine`: the paper's machine or this host's; `None` is the
     /// suite's default ([`Suite::machines`]).
@@ -120,6 +124,9 @@ pub struct Output {
     pub chart: String,
     pub charts: Vec<(String, String)>,
     pub profile: Option<prof::Profile>,
+    /// Why the run failed its rules, when a suite's rules fail it
+    /// (`splitnet bench` writes the files, then exits non-zero).
+    pub failed: Option<String>,
 }
 
 impl Output {
@@ -132,6 +139,7 @@ impl Output {
             chart,
             charts: Vec::new(),
             profile: None,
+            failed: None,
         })
     }
 

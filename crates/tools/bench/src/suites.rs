@@ -3,11 +3,11 @@
 
 use crate::harness::Suite;
 use crate::{baseline, cni, faults, hosted, hv, hvm, menon2005, menon2006, multihost, ram, scale};
-use crate::{seeds, vifopts, virtio};
+use crate::{seeds, soak, vifopts, virtio};
 
 /// The suites; those with seed figures first, in the order `bench seeds`
 /// runs them.
-pub static ALL: [&dyn Suite; 13] = [
+pub static ALL: [&dyn Suite; 14] = [
     &menon2006::Menon2006Suite,
     &menon2005::Menon2005Suite,
     &ram::RamSuite,
@@ -21,6 +21,7 @@ pub static ALL: [&dyn Suite; 13] = [
     &multihost::MultihostSuite,
     &virtio::VirtioSuite,
     &cni::CniSuite,
+    &soak::SoakSuite,
 ];
 
 /// The suite named `name`.

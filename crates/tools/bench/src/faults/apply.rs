@@ -15,6 +15,7 @@
 //!   against before, as the hotplug cycles are judged.
 
 use super::{resources, say, wait_for, FaultsOptions, Resources, Up};
+use crate::rng::SplitMix;
 use crate::stats::{median, quantile_of};
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
@@ -440,20 +441,6 @@ impl State {
         }
         counts[2] += usize::from(to.extra_vifs != self.extra_vifs);
         counts[3] += usize::from(to.options != self.options);
-    }
-}
-
-/// A small reproducible generator (SplitMix64), so that a run's sequence
-/// is the seed's.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) % n as u64) as usize
     }
 }
 

@@ -1,0 +1,342 @@
+//! `splitnet bench soak --minutes N [--seed S]`: everything at once, for
+//! a long time, counting every byte. One topology holds a guest of each
+//! NIC kind on one driver domain (netfront, virtio, hosted, HVM) and a
+//! vhost-user VM socket for a hostile VM. For the whole run:
+//!
+//! - **flows** ([`flows`]) between the guests and the wire host, every
+//!   byte checked and every delivery timed;
+//! - **churn** ([`churn`]): hot-plug and unplug on guest1 with vifspecs;
+//! - **downloads**: curl from the wire host's HTTP server, SHA-256 checked;
+//! - **events** ([`events`]), one at a time between quiet spells, drawn
+//!   from the seed: driver-domain and guest kills, a stopped driver
+//!   domain, a guest that stalls its RX ring, a hostile VM's attacks and
+//!   a VMM killed mid-attack.
+//!
+//! At the end it sets hv's resources, the namespaces and every counter in
+//! `status` against the start, and judges by [`report`]'s rules.
+
+mod churn;
+mod events;
+mod flows;
+mod pattern;
+mod progress;
+pub mod report;
+
+use crate::faults::{random_file, resources, serve_http, settled, sha256, wait_for, Up};
+use crate::harness::{self, Args, Output};
+use anyhow::{anyhow, Context, Result};
+use events::Plan;
+use hv::Toolstack;
+use report::SoakReport;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SoakOptions {
+    pub exe: PathBuf,
+    pub run_dir: PathBuf,
+    pub minutes: f64,
+    pub seed: u64,
+    pub progress: bool,
+}
+
+/// The HTTP download's size, MiB.
+const BLOB_MIB: u64 = 16;
+
+/// The guests on netfront vifs, whose vifs' handshake an event waits for.
+const NETFRONT_GUESTS: [&str; 2] = ["guest1", "guest2"];
+
+/// The soak's topology: a guest of every NIC kind, guest2 restarted when
+/// killed, and a VM socket for the hostile VM.
+pub fn topology(vm_socket: &Path) -> String {
+    let guest = |name: &str, n: u8, extra: &str| {
+        format!(
+            "[[domain]]\nname = \"{name}\"\nkind = \"guest\"\naddress = \"10.77.0.{n}/24\"\n{extra}\n"
+        )
+    };
+    format!(
+        "# bench soak: a guest of every NIC kind, a VM socket, one driver domain.\n\
+         name = \"soak\"\n\n\
+         [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\n\
+         {}{}{}{}{}\
+         [[domain]]\nname = \"{}\"\nkind = \"vm\"\nsocket = \"{}\"\nmac = \"{}\"\n\n\
+         [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n",
+        guest("guest1", 1, ""),
+        guest(events::VICTIM, 2, "restart = \"on-crash\""),
+        guest("guest3", 3, "nic = \"virtio\""),
+        guest("guest4", 4, "nic = \"hosted\""),
+        guest("guest5", 5, "nic = \"hvm\""),
+        crate::testbed::VM,
+        vm_socket.display(),
+        crate::testbed::VM_MAC,
+    )
+}
+
+/// The flows: each guest kind to and from the wire host, guest to guest,
+/// request-response and UDP through the victim.
+pub fn flow_specs(seed: u64) -> Vec<flows::Spec> {
+    use flows::Kind::*;
+    let wire = Ipv4Addr::new(10, 77, 0, 254);
+    let g = |n: u8| Ipv4Addr::new(10, 77, 0, n);
+    let list: [(&str, flows::Kind, &str, &str, Ipv4Addr); 8] = [
+        ("guest1-tx", Stream { mbps: 200 }, "guest1", "wire", wire),
+        ("guest1-rx", Stream { mbps: 200 }, "wire", "guest1", g(1)),
+        (
+            "guest1-guest3",
+            Stream { mbps: 50 },
+            "guest1",
+            "guest3",
+            g(3),
+        ),
+        ("guest3-tx", Stream { mbps: 100 }, "guest3", "wire", wire),
+        ("guest4-tx", Stream { mbps: 10 }, "guest4", "wire", wire),
+        ("guest5-tx", Stream { mbps: 2 }, "guest5", "wire", wire),
+        ("guest2-rr", Rr { per_s: 500 }, "guest2", "wire", wire),
+        (
+            "wire-guest2-udp",
+            Datagrams { mbps: 20 },
+            "wire",
+            "guest2",
+            g(2),
+        ),
+    ];
+    list.iter()
+        .enumerate()
+        .map(|(i, &(name, kind, client, server, ip))| flows::Spec {
+            name: name.into(),
+            kind,
+            client: client.into(),
+            server: server.into(),
+            server_ip: ip,
+            port: 7100 + i as u16,
+            seed: seed ^ (i as u64 + 1).wrapping_mul(0x51_7cc1_b727_220a),
+        })
+        .collect()
+}
+
+/// The soak's world: where splitnet runs, the VM socket, and the moment
+/// the soak started (every time in the report is seconds since it).
+pub struct Lab {
+    pub exe: PathBuf,
+    pub run_dir: PathBuf,
+    pub vm_socket: PathBuf,
+    pub t0: Instant,
+}
+
+impl Lab {
+    fn secs(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.t0).as_secs_f64()
+    }
+
+    fn toolstack(&self) -> Result<Toolstack> {
+        let p = toolstack::daemon::socket_path(&self.run_dir);
+        Toolstack::connect(&p).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// `splitnet exec domain -- cmd`, its output.
+    fn exec(&self, domain: &str, cmd: &[&str]) -> Result<String> {
+        let mut c = std::process::Command::new(&self.exe);
+        c.arg("--run-dir").arg(&self.run_dir);
+        c.args(["exec", domain, "--"]).args(cmd);
+        crate::stdout_of(&mut c, &format!("`{}` in {domain}", cmd.join(" ")))
+    }
+
+    /// Whether both ends of every netfront guest's vif 0 are Connected.
+    fn all_connected(&self, ts: &mut Toolstack, s: &hv::status::SystemStatus) -> bool {
+        let Some((b, _)) = crate::faults::domain_pid(s, "drv") else {
+            return false;
+        };
+        NETFRONT_GUESTS.iter().all(|g| {
+            let Some((g, _)) = crate::faults::domain_pid(s, g) else {
+                return false;
+            };
+            [
+                abi::xenbus::frontend_path(g, 0),
+                abi::xenbus::backend_path(b, g, 0),
+            ]
+            .iter()
+            .all(|p| {
+                ts.store_read(&format!("{p}/state"))
+                    .is_ok_and(|v| v.trim() == "4")
+            })
+        })
+    }
+}
+
+fn say(opts: &SoakOptions, msg: &str) {
+    if opts.progress {
+        eprintln!("bench soak: {msg}");
+    }
+}
+
+/// Brings the topology up, runs the soak and brings it down.
+pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
+    std::fs::create_dir_all(&opts.run_dir)?;
+    let vm_socket = opts.run_dir.join("soak-vm1.sock");
+    let topo = opts.run_dir.join("soak.toml");
+    std::fs::write(&topo, topology(&vm_socket))?;
+    let mut up = Up::with(
+        &opts.exe,
+        &opts.run_dir,
+        &["--config", &topo.to_string_lossy()],
+    )?;
+    let www = opts.run_dir.join("soak-www");
+    std::fs::create_dir_all(&www)?;
+    let blob = random_file(&www, BLOB_MIB)?;
+    let want = sha256(&blob)?;
+    serve_http(&mut up, &www)?;
+    for g in ["guest1", "guest2", "guest3", "guest4", "guest5"] {
+        crate::netenv::wait_reachable(
+            &toolstack::host::netns_name(g),
+            "10.77.0.254",
+            Duration::from_secs(30),
+        )?;
+    }
+    let lab = Lab {
+        exe: opts.exe.clone(),
+        run_dir: opts.run_dir.clone(),
+        vm_socket,
+        t0: Instant::now(),
+    };
+    let r = soak(opts, &lab, &want);
+    let _ = std::fs::remove_dir_all(&www);
+    r
+}
+
+/// hv's resources once a few hot-plug cycles have grown what grows on
+/// first use, and every vif has published its counters.
+fn reference(lab: &Lab) -> Result<crate::faults::Resources> {
+    let mut ts = lab.toolstack()?;
+    for _ in 0..5 {
+        let h = ts
+            .network_attach("guest1", None, None)
+            .map_err(|e| anyhow!("{e}"))?;
+        ts.network_detach("guest1", h).map_err(|e| anyhow!("{e}"))?;
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    resources(&mut ts)
+}
+
+fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
+    let before = reference(lab)?;
+    let namespaces_before = report::namespaces()?;
+    let status_before = report::status_json(lab)?;
+    let stop_flows = Arc::new(AtomicBool::new(false));
+    let mut running = Vec::new();
+    for spec in flow_specs(opts.seed) {
+        running.push(flows::start(spec, lab.t0, stop_flows.clone())?);
+    }
+    for f in &running {
+        let what = format!("flow {} to deliver its first bytes", f.spec.name);
+        wait_for(&what, Duration::from_secs(30), || {
+            f.progress.summary(Instant::now()).verified > 0
+        })?;
+    }
+    say(
+        opts,
+        &format!("{} flows running; seed {}", running.len(), opts.seed),
+    );
+    let stop_side = AtomicBool::new(false);
+    let (windows, quiet, churn, downloads) = std::thread::scope(|s| -> Result<_> {
+        let churn = s.spawn(|| lab.churn(opts.seed ^ 0xc4, &stop_side));
+        let downloads = s.spawn(|| lab.downloads(BLOB_MIB, want, &stop_side));
+        let r = events_loop(opts, lab);
+        stop_side.store(true, Ordering::Relaxed);
+        let churn = churn.join().map_err(|_| anyhow!("churn panicked"))?;
+        let downloads = downloads
+            .join()
+            .map_err(|_| anyhow!("downloads panicked"))?;
+        let (windows, quiet) = r?;
+        Ok((windows, quiet, churn, downloads))
+    })?;
+    let end = Instant::now();
+    stop_flows.store(true, Ordering::Relaxed);
+    for f in &mut running {
+        f.join();
+    }
+    say(opts, "traffic stopped; reading what is left");
+    let mut ts = lab.toolstack()?;
+    let after = settled(&mut ts, &before)?;
+    Ok(SoakReport::new(report::Inputs {
+        seed: opts.seed,
+        minutes: opts.minutes,
+        seconds: lab.secs(end),
+        flows: running
+            .iter()
+            .map(|f| report::FlowInput::of(f, end))
+            .collect(),
+        windows,
+        quiet,
+        churn,
+        downloads,
+        before,
+        after,
+        namespaces_before,
+        namespaces_after: report::namespaces()?,
+        status_before,
+        status_after: report::status_json(lab)?,
+    }))
+}
+
+/// Spans of the run, (start, end) in seconds since its start.
+type Spans = Vec<(f64, f64)>;
+
+/// Quiet spells and events, in turn, until the soak's time is up; the
+/// events' windows and the quiet spells.
+fn events_loop(opts: &SoakOptions, lab: &Lab) -> Result<(Vec<events::Window>, Spans)> {
+    let mut plan = Plan::new(opts.seed);
+    let deadline = lab.t0 + Duration::from_secs_f64(opts.minutes * 60.0);
+    let (mut windows, mut quiet) = (Vec::new(), Vec::new());
+    while Instant::now() + Duration::from_secs(8) < deadline {
+        let step = plan.next_step();
+        let from = lab.secs(Instant::now());
+        std::thread::sleep(Duration::from_millis(step.quiet_ms));
+        quiet.push((from, lab.secs(Instant::now())));
+        let w = lab.run_event(&step).with_context(|| {
+            format!("{} at {:.1} s", step.event.name(), lab.secs(Instant::now()))
+        })?;
+        say(
+            opts,
+            &format!("{:>6.1} s  {}: {}", w.start_s, w.name, w.detail),
+        );
+        windows.push(w);
+    }
+    let from = lab.secs(Instant::now());
+    if let Some(rest) = deadline.checked_duration_since(Instant::now()) {
+        std::thread::sleep(rest);
+    }
+    quiet.push((from, lab.secs(Instant::now())));
+    Ok((windows, quiet))
+}
+
+/// `splitnet bench soak`.
+pub struct SoakSuite;
+
+impl harness::Suite for SoakSuite {
+    fn name(&self) -> &'static str {
+        "soak"
+    }
+
+    fn run(&self, a: &Args) -> Result<Output> {
+        let seed = a.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_secs())
+        });
+        let opts = SoakOptions {
+            exe: a.exe.clone(),
+            run_dir: a.bench_dir(),
+            minutes: a.minutes.unwrap_or(if a.quick { 3.0 } else { 10.0 }),
+            seed,
+            progress: true,
+        };
+        let r = run(&opts)?;
+        let mut out = Output::of(&r, r.table(), r.svg())?;
+        out.failed = r.verdict().err();
+        Ok(out)
+    }
+}

@@ -1,0 +1,338 @@
+//! The soak's faults and hostile peers, one at a time, each a window of
+//! the run with its moment and what it did: a driver domain killed
+//! (SIGKILL, hv restarts it) or stopped (SIGSTOP) for seconds, a guest
+//! killed, a guest whose RX ring stalls (Xen XSA-392: SIGSTOP of its
+//! process, so it posts no buffers while traffic for it arrives), a
+//! hostile VM's attacks on the driver domain's vhost-user backend
+//! (XSA-332/391's event floods among them), and a VMM killed mid-attack.
+
+use super::Lab;
+use crate::faults::{domain_pid, kill_driver};
+use crate::hostile_vm::Attack;
+use crate::rng::SplitMix;
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The guest that is killed and stalled; the flows through it are marked.
+pub const VICTIM: &str = "guest2";
+
+/// One fault or hostile peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    KillDriver,
+    StopDriver,
+    KillGuest,
+    StallGuest,
+    Attack(Attack),
+    KillVmm,
+}
+
+impl Event {
+    /// Every event the soak draws from.
+    pub fn all() -> Vec<Event> {
+        let mut v = vec![
+            Event::KillDriver,
+            Event::StopDriver,
+            Event::KillGuest,
+            Event::StallGuest,
+            Event::KillVmm,
+        ];
+        v.extend(Attack::ALL.iter().map(|&a| Event::Attack(a)));
+        v
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Event::KillDriver => "SIGKILL drv".into(),
+            Event::StopDriver => "SIGSTOP drv".into(),
+            Event::KillGuest => format!("SIGKILL {VICTIM}"),
+            Event::StallGuest => format!("{VICTIM} stalls its RX ring"),
+            Event::Attack(a) => format!("hostile VM: {}", a.name()),
+            Event::KillVmm => "SIGKILL the VMM mid kick storm".into(),
+        }
+    }
+
+    /// A hostile peer (as opposed to a fault): the others' throughput in
+    /// its window is set against the quiet windows'.
+    pub fn hostile(self) -> bool {
+        matches!(self, Event::StallGuest | Event::Attack(_))
+    }
+
+    /// The domain whose process the event kills, if any.
+    pub fn kills(self) -> Option<&'static str> {
+        match self {
+            Event::KillDriver => Some("drv"),
+            Event::KillGuest => Some(VICTIM),
+            _ => None,
+        }
+    }
+
+    /// How long it lasts, drawn from `rng` (ms; a kill takes none).
+    fn draw_length(self, rng: &mut SplitMix) -> u64 {
+        match self {
+            Event::KillDriver | Event::KillGuest => 0,
+            Event::StopDriver => rng.between(1000, 3000),
+            Event::StallGuest => rng.between(2000, 6000),
+            Event::Attack(_) => rng.between(3000, 6000),
+            Event::KillVmm => rng.between(500, 2000),
+        }
+    }
+
+    /// The domain the event stops or stalls, if any.
+    pub fn stops(self) -> Option<&'static str> {
+        match self {
+            Event::StopDriver => Some("drv"),
+            Event::StallGuest => Some(VICTIM),
+            _ => None,
+        }
+    }
+}
+
+/// One step of a soak: a quiet spell, then an event of a length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub quiet_ms: u64,
+    pub event: Event,
+    pub length_ms: u64,
+}
+
+/// The soak's sequence of steps, the seed's alone: the events come in
+/// rounds, each round every event once in an order the seed shuffles, so
+/// that a run of two rounds has met every fault and peer.
+pub struct Plan {
+    rng: SplitMix,
+    deck: Vec<Event>,
+}
+
+impl Plan {
+    pub fn new(seed: u64) -> Plan {
+        Plan {
+            rng: SplitMix(seed),
+            deck: Vec::new(),
+        }
+    }
+
+    pub fn next_step(&mut self) -> Step {
+        if self.deck.is_empty() {
+            self.deck = Event::all();
+            for i in (1..self.deck.len()).rev() {
+                let j = self.rng.below(i + 1);
+                self.deck.swap(i, j);
+            }
+        }
+        let quiet_ms = self.rng.between(3000, 6000);
+        let event = self.deck.pop().expect("a full deck");
+        Step {
+            quiet_ms,
+            event,
+            length_ms: event.draw_length(&mut self.rng),
+        }
+    }
+}
+
+/// One event as it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    pub event: Event,
+    pub name: String,
+    /// Seconds since the soak's start.
+    pub start_s: f64,
+    pub end_s: f64,
+    /// What it did and what came of it.
+    pub detail: String,
+    /// The driver domain's resident memory before and at its peak during
+    /// the event, KiB (a stalled guest's cost to it).
+    pub drv_rss_kib: Option<(u64, u64)>,
+    /// hv's resident memory at the window's end, KiB (its course over a
+    /// run tells growth that levels off from a leak).
+    pub hv_rss_kib: u64,
+}
+
+impl Lab {
+    /// Runs `step`'s event and returns its window.
+    pub fn run_event(&self, step: &Step) -> Result<Window> {
+        let (event, ms) = (step.event, step.length_ms);
+        let start = Instant::now();
+        let mut w = Window {
+            event,
+            name: event.name(),
+            start_s: self.secs(start),
+            end_s: 0.0,
+            detail: String::new(),
+            drv_rss_kib: None,
+            hv_rss_kib: 0,
+        };
+        w.detail = match event {
+            Event::KillDriver => self.kill_domain("drv")?,
+            Event::KillGuest => self.kill_domain(VICTIM)?,
+            Event::StopDriver => self.stop_for("drv", ms, &mut w)?,
+            Event::StallGuest => self.stop_for(VICTIM, ms, &mut w)?,
+            Event::Attack(a) => self.attack(a, ms as f64 / 1e3, None)?,
+            Event::KillVmm => {
+                self.attack(Attack::KickStorm, 30.0, Some(Duration::from_millis(ms)))?
+            }
+        };
+        w.end_s = self.secs(Instant::now());
+        w.hv_rss_kib = self
+            .toolstack()
+            .and_then(|mut ts| ts.status().map_err(|e| anyhow!("{e}")))
+            .ok()
+            .and_then(|s| rss_kib(s.hv_pid as i32))
+            .unwrap_or(0);
+        Ok(w)
+    }
+
+    /// SIGKILL of `name`'s process; returns once hv has it running again
+    /// under a new domain id with its vifs Connected.
+    fn kill_domain(&self, name: &str) -> Result<String> {
+        let mut ts = self.toolstack()?;
+        let (t0, old) = if name == "drv" {
+            kill_driver(&mut ts)?
+        } else {
+            let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+            let (id, pid) = domain_pid(&s, name).ok_or_else(|| anyhow!("{name} is not running"))?;
+            signal("KILL", pid)?;
+            (Instant::now(), id)
+        };
+        // Looked at every 10 ms: hv is restarting a domain meanwhile.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.running_again(&mut ts, name, old) {
+            if Instant::now() > deadline {
+                bail!("{name} was not running again, connected, 20 s after its kill");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(format!(
+            "domain {old} killed; running again, its vifs Connected, after {:.0} ms",
+            t0.elapsed().as_secs_f64() * 1e3
+        ))
+    }
+
+    /// Whether `name` runs under an id other than `old` and every vif of
+    /// the topology is Connected at both ends.
+    fn running_again(&self, ts: &mut hv::Toolstack, name: &str, old: u16) -> bool {
+        let Ok(s) = ts.status() else { return false };
+        let renewed = domain_pid(&s, name).is_some_and(|(id, _)| id != old);
+        renewed && self.all_connected(ts, &s)
+    }
+
+    /// SIGSTOP of `name` for `ms`, then SIGCONT; samples the driver
+    /// domain's resident memory meanwhile.
+    fn stop_for(&self, name: &str, ms: u64, w: &mut Window) -> Result<String> {
+        let mut ts = self.toolstack()?;
+        let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+        let (_, pid) = domain_pid(&s, name).ok_or_else(|| anyhow!("{name} is not running"))?;
+        let (_, drv) = domain_pid(&s, "drv").ok_or_else(|| anyhow!("drv is not running"))?;
+        let before = rss_kib(drv).unwrap_or(0);
+        let mut peak = before;
+        signal("STOP", pid)?;
+        let until = Instant::now() + Duration::from_millis(ms);
+        while Instant::now() < until {
+            peak = peak.max(rss_kib(drv).unwrap_or(0));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        signal("CONT", pid)?;
+        w.drv_rss_kib = Some((before, peak));
+        Ok(format!(
+            "stopped for {ms} ms; drv's resident memory {before} KiB before, {peak} KiB at most"
+        ))
+    }
+
+    /// The hostile VM runs `attack` for `secs` (or is killed with SIGKILL
+    /// after `kill_after`); the driver domain must keep serving.
+    fn attack(&self, attack: Attack, secs: f64, kill_after: Option<Duration>) -> Result<String> {
+        let mut child = Command::new(&self.exe)
+            .arg("--run-dir")
+            .arg(&self.run_dir)
+            .arg("hostile-vm")
+            .arg("--socket")
+            .arg(&self.vm_socket)
+            .args(["--attack", attack.name(), "--secs", &format!("{secs}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting the hostile VM")?;
+        if let Some(after) = kill_after {
+            std::thread::sleep(after);
+            child.kill()?;
+            child.wait()?;
+            return Ok(format!(
+                "{} for {} ms, then SIGKILL",
+                attack.name(),
+                after.as_millis()
+            ));
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "the hostile VM ({}) failed: {}",
+                attack.name(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+/// `kill -SIG pid`.
+fn signal(sig: &str, pid: i32) -> Result<()> {
+    let st = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()?;
+    if !st.success() {
+        bail!("kill -{sig} {pid} failed");
+    }
+    Ok(())
+}
+
+/// A process's resident memory, KiB.
+pub fn rss_kib(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_has_a_name_and_only_peers_are_hostile() {
+        let all = Event::all();
+        assert_eq!(all.len(), 5 + Attack::ALL.len());
+        let names: std::collections::BTreeSet<String> = all.iter().map(|e| e.name()).collect();
+        assert_eq!(names.len(), all.len());
+        assert!(!Event::KillDriver.hostile() && Event::StallGuest.hostile());
+        assert_eq!(Event::KillGuest.kills(), Some(VICTIM));
+        assert_eq!(Event::StopDriver.stops(), Some("drv"));
+    }
+
+    #[test]
+    fn a_seed_gives_one_sequence_and_each_round_has_every_event_once() {
+        let steps = |seed| {
+            let mut plan = Plan::new(seed);
+            (0..44).map(|_| plan.next_step()).collect::<Vec<_>>()
+        };
+        assert_eq!(steps(1), steps(1));
+        assert_ne!(steps(1), steps(2));
+        let n = Event::all().len();
+        // Each round holds every event once.
+        for round in steps(1).chunks(n) {
+            for e in Event::all() {
+                assert_eq!(round.iter().filter(|s| s.event == e).count(), 1, "{e:?}");
+            }
+        }
+        for s in steps(1) {
+            assert!((3000..=6000).contains(&s.quiet_ms));
+            assert!(s.length_ms <= 6000);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The soak's rules on made-up records: what fails a run and what a kill
+//! excuses.
+
+use super::*;
+use crate::soak::progress::Gap;
+
+fn resources() -> Resources {
+    Resources {
+        grant_pins: 4,
+        ngm_grants: 0,
+        event_channels: 6,
+        grant_maps: 2,
+        store_nodes: 100,
+        watches: 20,
+        hv_fds: 30,
+        hv_rss_kib: 6000,
+    }
+}
+
+fn flow(name: &str, client: &str, sent: u64, verified: u64, failures: Vec<Failure>) -> FlowInput {
+    FlowInput {
+        name: name.into(),
+        kind: Kind::Stream { mbps: 10 },
+        client: client.into(),
+        server: "wire".into(),
+        sent,
+        summary: Summary {
+            verified,
+            bins: vec![100; 100],
+            gaps: vec![Gap {
+                start_s: 4.98,
+                ms: 80.0,
+            }],
+            failures,
+        },
+    }
+}
+
+fn window(event: Event, start_s: f64) -> Window {
+    Window {
+        event,
+        name: event.name(),
+        start_s,
+        end_s: start_s + 1.0,
+        detail: String::new(),
+        drv_rss_kib: None,
+        hv_rss_kib: 0,
+    }
+}
+
+fn inputs(flows: Vec<FlowInput>, windows: Vec<Window>) -> Inputs {
+    Inputs {
+        seed: 1,
+        minutes: 0.2,
+        seconds: 10.0,
+        flows,
+        windows,
+        quiet: vec![(0.0, 4.0)],
+        churn: Churn::default(),
+        downloads: Downloads::default(),
+        before: resources(),
+        after: resources(),
+        namespaces_before: vec!["splitnet-a".into()],
+        namespaces_after: vec!["splitnet-a".into()],
+        status_before: serde_json::json!({"domains": [{"name": "drv", "id": 1, "rx": 5}]}),
+        status_after: serde_json::json!({"domains": [{"name": "drv", "id": 9, "rx": 7}]}),
+    }
+}
+
+fn failure(at_s: f64, corrupt: bool) -> Failure {
+    Failure {
+        at_s,
+        what: "x".into(),
+        corrupt,
+    }
+}
+
+#[test]
+fn a_clean_run_passes_and_names_the_kill_gap_and_the_counters_that_moved() {
+    let r = SoakReport::new(inputs(
+        vec![flow("a", "guest1", 500, 500, vec![])],
+        vec![window(Event::KillDriver, 5.0)],
+    ));
+    assert_eq!(r.verdict(), Ok(()));
+    assert_eq!(r.kill_gaps.len(), 1);
+    assert_eq!(r.kill_gaps[0].longest_gap_ms, 80.0);
+    assert!(r.kill_gaps[0].met);
+    // The domain id is an identity, not a counter.
+    assert_eq!(
+        r.counters_moved,
+        vec![("domains[drv].rx".to_string(), 5.0, 7.0)]
+    );
+    assert!(r.table().contains("no byte lost or corrupted"));
+}
+
+#[test]
+fn a_lost_byte_a_corrupt_one_or_a_leak_fails_the_run_by_name() {
+    let lost = SoakReport::new(inputs(vec![flow("a", "guest1", 500, 499, vec![])], vec![]));
+    assert!(lost.verdict().unwrap_err().contains("a: 1 bytes lost"));
+    let corrupt = SoakReport::new(inputs(
+        vec![flow("b", "guest1", 5, 5, vec![failure(3.0, true)])],
+        vec![],
+    ));
+    assert!(corrupt.verdict().unwrap_err().contains("b: 1 corrupted"));
+    let mut i = inputs(vec![], vec![]);
+    i.after.store_nodes += 1;
+    i.namespaces_after.push("splitnet-b".into());
+    let e = SoakReport::new(i).verdict().unwrap_err();
+    assert!(e.contains("store nodes") && e.contains("namespaces"), "{e}");
+}
+
+#[test]
+fn hv_memory_is_judged_against_its_size_after_the_first_round() {
+    let round = Event::all().len();
+    let with = |grown_in_round: u64, end: u64| {
+        let mut ws: Vec<Window> = (0..round)
+            .map(|k| window(Event::StopDriver, k as f64))
+            .collect();
+        ws[round - 1].hv_rss_kib = 6000 + grown_in_round;
+        let mut i = inputs(vec![], ws);
+        i.after.hv_rss_kib = end;
+        SoakReport::new(i).verdict()
+    };
+    // First-use growth in the first round is no leak...
+    assert_eq!(with(1500, 7600), Ok(()));
+    // ...growth after it is.
+    assert!(with(1500, 9000).unwrap_err().contains("resident memory"));
+    // A run shorter than a round is judged against its start.
+    let mut i = inputs(vec![], vec![]);
+    i.after.hv_rss_kib = 7100;
+    assert!(SoakReport::new(i).verdict().is_err());
+}
+
+#[test]
+fn a_kill_of_a_flows_end_excuses_its_broken_connection_but_a_driver_kill_does_not() {
+    let victim = flow("v", "guest2", 500, 400, vec![failure(5.5, false)]);
+    let other = flow("o", "guest1", 500, 400, vec![failure(5.5, false)]);
+    let r = SoakReport::new(inputs(
+        vec![victim, other],
+        vec![
+            window(Event::KillGuest, 5.0),
+            window(Event::KillDriver, 5.2),
+        ],
+    ));
+    let e = r.verdict().unwrap_err();
+    assert!(!e.contains("v:"), "{e}");
+    assert!(e.contains("o: 1 failures no kill explains"), "{e}");
+    assert!(e.contains("o: 100 bytes lost"), "{e}");
+    // A corrupted byte is never excused.
+    let r = SoakReport::new(inputs(
+        vec![flow("v", "guest2", 5, 5, vec![failure(5.5, true)])],
+        vec![window(Event::KillGuest, 5.0)],
+    ));
+    assert!(r.verdict().unwrap_err().contains("v: 1 corrupted"));
+}
+
+#[test]
+fn a_hostile_window_is_judged_against_the_quiet_spells() {
+    let mut f = flow("a", "guest1", 1, 1, vec![]);
+    // 100 bytes a bin while quiet (0-4 s), 50 in the attack's window.
+    f.summary.bins = (0..100).map(|i| if i >= 50 { 50 } else { 100 }).collect();
+    let mut w = window(Event::Attack(crate::hostile_vm::Attack::KickStorm), 6.0);
+    w.end_s = 8.0;
+    let r = SoakReport::new(inputs(vec![f], vec![w]));
+    assert_eq!(r.hostile.len(), 1);
+    assert!((r.hostile[0].lowest - 0.5).abs() < 1e-9, "{:?}", r.hostile);
+    assert!(!r.hostile[0].met);
+    // The target is reported, not a failure of the run.
+    assert_eq!(r.verdict(), Ok(()));
+}
