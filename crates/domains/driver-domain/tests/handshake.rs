@@ -96,7 +96,7 @@ fn finish_names_a_backend_that_closed_instead_of_connecting() {
         "no room",
     )
     .unwrap();
-    drv.switch_state(&be, XenbusState::Closed).unwrap();
+    drv.switch_state(be, XenbusState::Closed).unwrap();
     let e = nf.finish(c).unwrap_err().to_string();
     assert!(
         e.contains("closed instead of connecting") && e.contains("no room"),
