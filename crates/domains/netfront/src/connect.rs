@@ -260,7 +260,13 @@ impl Netfront {
             .map_err(NetfrontError::from)
             .and_then(|_| nf.finish(hv));
         match done {
-            Ok(()) => Ok(nf),
+            Ok(true) => Ok(nf),
+            Ok(false) => {
+                nf.release(hv);
+                Err(setup(format!(
+                    "{backend} changed state again while connecting"
+                )))
+            }
             Err(e) => {
                 nf.release(hv);
                 Err(e)
@@ -380,28 +386,25 @@ impl Netfront {
         Ok(())
     }
 
-    /// Ends a handshake [`Netfront::begin`] started, once the backend left
-    /// InitWait: Connected posts the RX buffers; Closing or Closed is a
-    /// refusal, with the backend's reason. The caller releases the channel
-    /// on an error.
-    pub fn finish(&mut self, hv: &mut HvClient) -> Result<()> {
+    /// Ends a handshake [`Netfront::begin`] started: with the backend
+    /// Connected, posts the RX buffers and returns true; with the backend
+    /// not there yet, returns false (call again when its state changes);
+    /// a backend Closing or Closed refused the vif, an error with its
+    /// reason, after which the caller releases the channel.
+    pub fn finish(&mut self, hv: &mut HvClient) -> Result<bool> {
         let backend = self.info.backend.clone();
-        let s = hv.read_state(&backend)?;
-        if !matches!(
-            s,
-            XenbusState::Connected | XenbusState::Closing | XenbusState::Closed
-        ) {
-            return Err(setup(format!("{backend} is {s:?}, not yet Connected")));
+        match hv.read_state(&backend)? {
+            XenbusState::Connected => self.refill_rx(hv).map(|()| true),
+            XenbusState::Closing | XenbusState::Closed => {
+                // It gave the vif up (a quota ran out): waiting longer cannot help.
+                let why = hv.store_read_str(&format!("{backend}/{}", keys::DISCONNECT_REASON));
+                Err(NetfrontError::Setup(format!(
+                    "the backend closed instead of connecting: {}",
+                    why.unwrap_or_default()
+                )))
+            }
+            _ => Ok(false),
         }
-        if s != XenbusState::Connected {
-            // It gave the vif up (a quota ran out): waiting longer cannot help.
-            let why = hv.store_read_str(&format!("{backend}/{}", keys::DISCONNECT_REASON));
-            return Err(NetfrontError::Setup(format!(
-                "the backend closed instead of connecting: {}",
-                why.unwrap_or_default()
-            )));
-        }
-        self.refill_rx(hv)
     }
 
     /// Grants every buffer of vif `vif`'s part of the pool once, through

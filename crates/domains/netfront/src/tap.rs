@@ -64,9 +64,21 @@ pub struct TapNetfront {
 impl TapNetfront {
     /// Creates TAP `ifname` with the vif's MAC and the negotiated offloads,
     /// gives the guest's first vif the topology's addresses, and brings it up.
+    /// On an error the channel is given back.
     pub fn attach(hv: &mut HvClient, nf: Netfront, ifname: &str) -> Result<TapNetfront> {
+        match Self::make_tap(hv, &nf, ifname) {
+            Ok(tap) => Self::start(hv, nf, tap, false),
+            Err(e) => {
+                nf.release(hv);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`TapNetfront::attach`]'s TAP, made, addressed and up.
+    fn make_tap(hv: &mut HvClient, nf: &Netfront, ifname: &str) -> Result<Tap> {
         let tap = Tap::create(ifname, true)?;
-        set_offloads(&tap, &nf)?;
+        set_offloads(&tap, nf)?;
         let (gso, qlen) = (GUEST_GSO_MAX.to_string(), GUEST_TXQUEUELEN.to_string());
         run_ip(&[
             "link",
@@ -102,7 +114,7 @@ impl TapNetfront {
             }
             run_ip(&args)?;
         }
-        Self::start(hv, nf, tap, false)
+        Ok(tap)
     }
 
     /// Attaches to TAP `ifname` that the toolstack made in a container's
@@ -111,11 +123,22 @@ impl TapNetfront {
     /// addresses and routes are the toolstack's and the container
     /// runtime's; netfront only sets the offloads its channel negotiated.
     pub fn adopt(hv: &mut HvClient, nf: Netfront, ifname: &str) -> Result<TapNetfront> {
-        let tap = Tap::create(ifname, true)?;
-        set_offloads(&tap, &nf)?;
-        Self::start(hv, nf, tap, true)
+        let made = || -> Result<Tap> {
+            let tap = Tap::create(ifname, true)?;
+            set_offloads(&tap, &nf)?;
+            Ok(tap)
+        };
+        let tap = made();
+        match tap {
+            Ok(tap) => Self::start(hv, nf, tap, true),
+            Err(e) => {
+                nf.release(hv);
+                Err(e)
+            }
+        }
     }
 
+    /// The TAP takes the channel; on an error the channel is given back.
     fn start(hv: &mut HvClient, nf: Netfront, tap: Tap, managed: bool) -> Result<TapNetfront> {
         let mut t = TapNetfront {
             nf: Some(nf),
@@ -125,7 +148,10 @@ impl TapNetfront {
             upkeep_rounds: 0,
             managed,
         };
-        t.upkeep(hv)?;
+        if let Err(e) = t.upkeep(hv) {
+            t.release(hv, "its TAP could not be set up");
+            return Err(e);
+        }
         Ok(t)
     }
 
@@ -221,16 +247,23 @@ impl TapNetfront {
 
     /// Attaches a new backend's channel to the same TAP and brings the
     /// carrier back.
+    /// On an error the new channel is given back.
     pub fn reconnect(&mut self, hv: &mut HvClient, nf: Netfront) -> Result<()> {
         self.release(hv, "replaced");
-        set_offloads(&self.tap, &nf)?;
         // The same attachment, so the same MAC: a device the toolstack
         // replaced under the same handle is a new attachment, which the
         // guest takes for a new device (a new TAP). A container's link
         // settings are the toolstack's for the attachment's whole life.
-        if !self.managed {
+        let set = set_offloads(&self.tap, &nf).and_then(|()| {
+            if self.managed {
+                return Ok(());
+            }
             let name = self.tap.name().to_string();
-            run_ip(&["link", "set", &name, "mtu", &nf.info.mtu.to_string()])?;
+            run_ip(&["link", "set", &name, "mtu", &nf.info.mtu.to_string()])
+        });
+        if let Err(e) = set {
+            nf.release(hv);
+            return Err(e);
         }
         self.nf = Some(nf);
         self.tap.set_carrier(true)?;

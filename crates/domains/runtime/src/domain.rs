@@ -126,8 +126,8 @@ fn container_ifname(hv: &mut HvClient) -> Option<String> {
 
 /// Watch token of the guest's `device/vif` directory.
 const VIFS: &str = "vifs";
-/// How long netfront's handshake waits for a backend it saw in InitWait
-/// to connect; the guest's other vifs are served meanwhile.
+/// How long a pending handshake waits before netfront looks at its
+/// backend again; the guest's other vifs are served meanwhile.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 /// How long a vif whose backend went away keeps its carrier, for a new
 /// backend (a restarted driver domain) to come: Linux flushes a link's
@@ -146,8 +146,8 @@ struct GuestVif {
     backend: String,
     nic: Option<TapNetfront>,
     /// A channel whose handshake waits for the backend's Connected, and
-    /// until when it may ([`HANDSHAKE`]): the loop serves the other vifs
-    /// meanwhile.
+    /// when to look at the backend again ([`HANDSHAKE`]): the loop serves
+    /// the other vifs meanwhile.
     pending: Option<(Netfront, std::time::Instant)>,
     stats: FrontStats,
     /// Since when the channel is down.
@@ -347,13 +347,12 @@ impl GuestVif {
         if let Some(nic) = self.nic.as_mut() {
             nic.release(hv, "reconnecting");
         }
-        match Netfront::begin(hv, &self.dev, HANDSHAKE) {
+        // The backend was just read in InitWait: begin waits for nothing.
+        match Netfront::begin(hv, &self.dev, Duration::ZERO) {
             Ok(nf) => {
                 self.pending = Some((nf, std::time::Instant::now() + HANDSHAKE));
                 // The backend may have moved on before our watch was read.
-                if hv.read_state(&self.backend).ok() == Some(abi::xenbus::XenbusState::Connected) {
-                    self.complete(hv);
-                }
+                self.complete(hv);
             }
             Err(e) => {
                 eprintln!("netfront {}: could not connect: {e}", self.dev);
@@ -370,34 +369,52 @@ impl GuestVif {
         }
     }
 
-    /// A handshake past its deadline is given up (the loop calls this on
-    /// every turn; the backend never connected).
-    fn handshake_overdue(&mut self, hv: &mut HvClient, now: std::time::Instant) {
-        if self
-            .pending
-            .as_ref()
-            .is_some_and(|(_, until)| now >= *until)
-        {
-            let why = format!(
-                "the backend did not connect within {} s",
-                HANDSHAKE.as_secs()
-            );
-            self.abandon(hv, &why);
-            let _ = hv.switch_state(&self.dev, abi::xenbus::XenbusState::Closed);
+    /// A handshake whose backend has been quiet for [`HANDSHAKE`] is looked
+    /// at again, in case a state change went unseen: completed if the
+    /// backend is Connected, given up if it is gone or closed, else left
+    /// waiting (a stopped driver domain connects when it resumes). True if
+    /// the vif's channel changed.
+    fn recheck_handshake(&mut self, hv: &mut HvClient, now: std::time::Instant) -> bool {
+        use abi::xenbus::XenbusState as S;
+        if self.pending.as_ref().is_none_or(|(_, at)| now < *at) {
+            return false;
         }
+        match hv.read_state(&self.backend).ok() {
+            Some(S::Connected) => self.complete(hv),
+            None | Some(S::Closing | S::Closed) => {
+                self.abandon(hv, "the backend went away");
+                let _ = hv.switch_state(&self.dev, S::Closed);
+            }
+            Some(s) => {
+                eprintln!("netfront {}: the backend is still {s:?}; waiting", self.dev);
+                if let Some((_, at)) = self.pending.as_mut() {
+                    *at = now + HANDSHAKE;
+                }
+                return false;
+            }
+        }
+        true
     }
 
-    /// The backend is Connected: the channel posts its RX buffers and the
-    /// vif's TAP (made now, or kept from an earlier channel) takes it.
+    /// Once the backend is Connected, the channel posts its RX buffers and
+    /// the vif's TAP (made now, or kept from an earlier channel) takes it;
+    /// before that, the channel stays pending.
     fn complete(&mut self, hv: &mut HvClient) {
-        let Some((mut nf, _)) = self.pending.take() else {
+        let Some((mut nf, at)) = self.pending.take() else {
             return;
         };
-        if let Err(e) = nf.finish(hv) {
-            eprintln!("netfront {}: could not connect: {e}", self.dev);
-            nf.release(hv);
-            let _ = hv.switch_state(&self.dev, abi::xenbus::XenbusState::Closed);
-            return;
+        match nf.finish(hv) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.pending = Some((nf, at));
+                return;
+            }
+            Err(e) => {
+                eprintln!("netfront {}: could not connect: {e}", self.dev);
+                nf.release(hv);
+                let _ = hv.switch_state(&self.dev, abi::xenbus::XenbusState::Closed);
+                return;
+            }
         }
         let info = nf.info.clone();
         let r = match self.nic.as_mut() {
@@ -597,7 +614,9 @@ fn guest(hv: &mut HvClient, home: &str) -> Result<()> {
     loop {
         let now = std::time::Instant::now();
         for v in vifs.iter_mut() {
-            v.handshake_overdue(hv, now);
+            if v.recheck_handshake(hv, now) {
+                v.register(&ep);
+            }
             if let Some(nf) = v.nic.as_ref().and_then(TapNetfront::nf) {
                 v.stats.publish(hv, &v.dev, nf, wakeups);
             }
