@@ -20,11 +20,13 @@ mod events;
 mod flows;
 mod pattern;
 mod progress;
+mod render;
 pub mod report;
+mod status_diff;
 
 use crate::faults::{random_file, resources, serve_http, settled, sha256, wait_for, Up};
 use crate::harness::{self, Args, Output};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use events::Plan;
 use hv::Toolstack;
 use report::SoakReport;
@@ -223,41 +225,28 @@ fn reference(lab: &Lab) -> Result<crate::faults::Resources> {
 
 fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
     let before = reference(lab)?;
-    let namespaces_before = report::namespaces()?;
-    let status_before = report::status_json(lab)?;
-    let stop_flows = Arc::new(AtomicBool::new(false));
-    let mut running = Vec::new();
-    for spec in flow_specs(opts.seed) {
-        running.push(flows::start(spec, lab.t0, stop_flows.clone())?);
-    }
-    for f in &running {
-        let what = format!("flow {} to deliver its first bytes", f.spec.name);
-        wait_for(&what, Duration::from_secs(30), || {
-            f.progress.summary(Instant::now()).verified > 0
-        })?;
-    }
+    let namespaces_before = status_diff::namespaces()?;
+    let status_before = status_diff::status_json(lab)?;
+    let mut flows = Flows::start(opts.seed, lab.t0)?;
     say(
         opts,
-        &format!("{} flows running; seed {}", running.len(), opts.seed),
+        &format!("{} flows running; seed {}", flows.running.len(), opts.seed),
     );
     let stop_side = AtomicBool::new(false);
     let (windows, quiet, churn, downloads) = std::thread::scope(|s| -> Result<_> {
         let churn = s.spawn(|| lab.churn(opts.seed ^ 0xc4, &stop_side));
         let downloads = s.spawn(|| lab.downloads(BLOB_MIB, want, &stop_side));
-        let r = events_loop(opts, lab);
+        let (windows, quiet) = events_loop(opts, lab);
         stop_side.store(true, Ordering::Relaxed);
         let churn = churn.join().map_err(|_| anyhow!("churn panicked"))?;
         let downloads = downloads
             .join()
             .map_err(|_| anyhow!("downloads panicked"))?;
-        let (windows, quiet) = r?;
         Ok((windows, quiet, churn, downloads))
     })?;
     let end = Instant::now();
-    stop_flows.store(true, Ordering::Relaxed);
-    for f in &mut running {
-        f.join();
-    }
+    flows.stop();
+    let running = std::mem::take(&mut flows.running);
     say(opts, "traffic stopped; reading what is left");
     let mut ts = lab.toolstack()?;
     let after = settled(&mut ts, &before)?;
@@ -276,41 +265,89 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
         before,
         after,
         namespaces_before,
-        namespaces_after: report::namespaces()?,
+        namespaces_after: status_diff::namespaces()?,
         status_before,
-        status_after: report::status_json(lab)?,
+        status_after: status_diff::status_json(lab)?,
     }))
 }
 
 /// Spans of the run, (start, end) in seconds since its start.
 type Spans = Vec<(f64, f64)>;
 
-/// Quiet spells and events, in turn, until the soak's time is up; the
-/// events' windows and the quiet spells.
-fn events_loop(opts: &SoakOptions, lab: &Lab) -> Result<(Vec<events::Window>, Spans)> {
+/// Quiet spells and events, in turn, until the soak's time is up (a step
+/// starts only if its quiet spell and event fit before the end); the
+/// events' windows and the quiet spells. An event that fails ends the
+/// run early, its window holding the error for the report to judge.
+fn events_loop(opts: &SoakOptions, lab: &Lab) -> (Vec<events::Window>, Spans) {
     let mut plan = Plan::new(opts.seed);
     let deadline = lab.t0 + Duration::from_secs_f64(opts.minutes * 60.0);
     let (mut windows, mut quiet) = (Vec::new(), Vec::new());
-    while Instant::now() + Duration::from_secs(8) < deadline {
+    loop {
         let step = plan.next_step();
+        let needs = Duration::from_millis(step.quiet_ms + step.length_ms + 3000);
+        if Instant::now() + needs > deadline {
+            break;
+        }
         let from = lab.secs(Instant::now());
         std::thread::sleep(Duration::from_millis(step.quiet_ms));
         quiet.push((from, lab.secs(Instant::now())));
-        let w = lab.run_event(&step).with_context(|| {
-            format!("{} at {:.1} s", step.event.name(), lab.secs(Instant::now()))
-        })?;
+        let w = lab.run_event(&step);
         say(
             opts,
             &format!("{:>6.1} s  {}: {}", w.start_s, w.name, w.detail),
         );
+        let failed = w.error.is_some();
         windows.push(w);
+        if failed {
+            return (windows, quiet);
+        }
     }
     let from = lab.secs(Instant::now());
     if let Some(rest) = deadline.checked_duration_since(Instant::now()) {
         std::thread::sleep(rest);
     }
     quiet.push((from, lab.secs(Instant::now())));
-    Ok((windows, quiet))
+    (windows, quiet)
+}
+
+/// The flows under way; stopped and joined when dropped, so that no
+/// error path leaves their threads running.
+struct Flows {
+    stop: Arc<AtomicBool>,
+    running: Vec<flows::Running>,
+}
+
+impl Flows {
+    /// Starts every flow and waits until each has delivered bytes.
+    fn start(seed: u64, t0: Instant) -> Result<Flows> {
+        let mut f = Flows {
+            stop: Arc::new(AtomicBool::new(false)),
+            running: Vec::new(),
+        };
+        for spec in flow_specs(seed) {
+            f.running.push(flows::start(spec, t0, f.stop.clone())?);
+        }
+        for r in &f.running {
+            let what = format!("flow {} to deliver its first bytes", r.spec.name);
+            wait_for(&what, Duration::from_secs(30), || {
+                r.progress.summary(Instant::now()).verified > 0
+            })?;
+        }
+        Ok(f)
+    }
+
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for r in &mut self.running {
+            r.join();
+        }
+    }
+}
+
+impl Drop for Flows {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// `splitnet bench soak`.
@@ -327,10 +364,14 @@ impl harness::Suite for SoakSuite {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_secs())
         });
+        let minutes = a.minutes.unwrap_or(if a.quick { 3.0 } else { 10.0 });
+        if !(minutes.is_finite() && minutes > 0.0) {
+            anyhow::bail!("bench soak: --minutes must be a positive number, not {minutes}");
+        }
         let opts = SoakOptions {
             exe: a.exe.clone(),
             run_dir: a.bench_dir(),
-            minutes: a.minutes.unwrap_or(if a.quick { 3.0 } else { 10.0 }),
+            minutes,
             seed,
             progress: true,
         };

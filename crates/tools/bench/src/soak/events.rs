@@ -101,7 +101,7 @@ pub struct Step {
 
 /// The soak's sequence of steps, the seed's alone: the events come in
 /// rounds, each round every event once in an order the seed shuffles, so
-/// that a run of two rounds has met every fault and peer.
+/// that a run of one round has met every fault and peer.
 pub struct Plan {
     rng: SplitMix,
     deck: Vec<Event>,
@@ -149,11 +149,14 @@ pub struct Window {
     /// hv's resident memory at the window's end, KiB (its course over a
     /// run tells growth that levels off from a leak).
     pub hv_rss_kib: u64,
+    /// Why the event failed (a domain that did not come back, a hostile
+    /// VM that could not run): the run ends there and fails.
+    pub error: Option<String>,
 }
 
 impl Lab {
-    /// Runs `step`'s event and returns its window.
-    pub fn run_event(&self, step: &Step) -> Result<Window> {
+    /// Runs `step`'s event and returns its window, failed or not.
+    pub fn run_event(&self, step: &Step) -> Window {
         let (event, ms) = (step.event, step.length_ms);
         let start = Instant::now();
         let mut w = Window {
@@ -164,17 +167,23 @@ impl Lab {
             detail: String::new(),
             drv_rss_kib: None,
             hv_rss_kib: 0,
+            error: None,
         };
-        w.detail = match event {
-            Event::KillDriver => self.kill_domain("drv")?,
-            Event::KillGuest => self.kill_domain(VICTIM)?,
-            Event::StopDriver => self.stop_for("drv", ms, &mut w)?,
-            Event::StallGuest => self.stop_for(VICTIM, ms, &mut w)?,
-            Event::Attack(a) => self.attack(a, ms as f64 / 1e3, None)?,
-            Event::KillVmm => {
-                self.attack(Attack::KickStorm, 30.0, Some(Duration::from_millis(ms)))?
+        let done = match event {
+            Event::KillDriver => self.kill_domain("drv"),
+            Event::KillGuest => self.kill_domain(VICTIM),
+            Event::StopDriver => self.stop_for("drv", ms, &mut w),
+            Event::StallGuest => self.stop_for(VICTIM, ms, &mut w),
+            Event::Attack(a) => self.attack(a, ms as f64 / 1e3, None),
+            Event::KillVmm => self.attack(Attack::KickStorm, 30.0, Some(Duration::from_millis(ms))),
+        };
+        match done {
+            Ok(detail) => w.detail = detail,
+            Err(e) => {
+                w.detail = format!("FAILED: {e:#}");
+                w.error = Some(format!("{e:#}"));
             }
-        };
+        }
         w.end_s = self.secs(Instant::now());
         w.hv_rss_kib = self
             .toolstack()
@@ -182,7 +191,7 @@ impl Lab {
             .ok()
             .and_then(|s| rss_kib(s.hv_pid as i32))
             .unwrap_or(0);
-        Ok(w)
+        w
     }
 
     /// SIGKILL of `name`'s process; returns once hv has it running again
@@ -264,6 +273,19 @@ impl Lab {
                 attack.name(),
                 after.as_millis()
             ));
+        }
+        // It ends on its own after `secs`; one that hangs is stopped.
+        let deadline = Instant::now() + Duration::from_secs_f64(secs + 15.0);
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                child.kill()?;
+                child.wait()?;
+                bail!(
+                    "the hostile VM ({}) did not end after {secs} s",
+                    attack.name()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
         let out = child.wait_with_output()?;
         if !out.status.success() {

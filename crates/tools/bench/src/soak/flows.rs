@@ -142,10 +142,14 @@ pub fn start(spec: Spec, t0: Instant, stop: Arc<AtomicBool>) -> Result<Running> 
 }
 
 impl Running {
-    /// Waits for both threads (after the soak's stop flag is set).
+    /// Waits for both threads (after the soak's stop flag is set); a
+    /// thread that panicked is a failure of the flow.
     pub fn join(&mut self) {
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if t.join().is_err() {
+                self.progress
+                    .failed("a thread of the flow panicked".into(), false);
+            }
         }
     }
 }
@@ -188,26 +192,31 @@ fn drained(stop: &AtomicBool, since: &mut Option<Instant>) -> bool {
     since.get_or_insert_with(Instant::now).elapsed() > DRAIN
 }
 
+/// Takes connections until the soak is drained, each served on a thread
+/// of its own: a connection whose peer vanished without a FIN must not
+/// hold up the client's next one.
 fn tcp_server(spec: &Spec, l: &TcpListener, p: &Progress, stop: &AtomicBool) -> Result<()> {
     l.set_nonblocking(true)?;
-    let mut ended = None;
-    while !drained(stop, &mut ended) {
-        match l.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(POLL))?;
-                s.set_nodelay(true)?;
-                match spec.kind {
-                    Kind::Rr { .. } => echo(s, stop),
-                    _ => check_stream(spec, s, p, stop),
+    std::thread::scope(|scope| {
+        let mut ended = None;
+        while !drained(stop, &mut ended) {
+            match l.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false)?;
+                    s.set_read_timeout(Some(POLL))?;
+                    s.set_nodelay(true)?;
+                    scope.spawn(move || match spec.kind {
+                        Kind::Rr { .. } => echo(s, stop),
+                        _ => check_stream(spec, s, p, stop),
+                    });
                 }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL / 10),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL / 10),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Reads one connection of a stream to its end, checking every byte.
@@ -277,7 +286,8 @@ fn udp_server(spec: &Spec, s: &UdpSocket, p: &Progress, stop: &AtomicBool) -> Re
         }
         let seq = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
         let body = &buf[8..n];
-        if pattern::first_mismatch(spec.seed, seq * DGRAM_LEN as u64, body).is_some() {
+        let offset = seq.checked_mul(DGRAM_LEN as u64);
+        if offset.is_none_or(|o| pattern::first_mismatch(spec.seed, o, body).is_some()) {
             p.failed(format!("datagram {seq} differs"), true);
             continue;
         }
@@ -359,6 +369,7 @@ fn send_stream(
     stop: &AtomicBool,
 ) -> Result<()> {
     s.set_write_timeout(Some(POLL))?;
+    s.set_nodelay(true)?;
     let bytes_per_s = f64::from(mbps) * 1e6 / 8.0;
     // A write every ~10 ms at the pace, at most 64 KiB.
     let chunk = ((bytes_per_s / 100.0) as usize).clamp(1024, 64 << 10);

@@ -10,11 +10,9 @@ use super::churn::{Churn, Downloads};
 use super::events::{Event, Window};
 use super::flows::{Kind, Running};
 use super::progress::{Failure, Summary};
-use super::Lab;
+use super::status_diff::moved;
 use crate::faults::Resources;
-use crate::plot::{self, Bar};
 use crate::stats::median;
-use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -81,6 +79,8 @@ pub struct Inputs {
 pub struct FlowReport {
     pub name: String,
     pub kind: &'static str,
+    /// TCP (a lost byte fails the run) rather than UDP (loss is counted).
+    pub tcp: bool,
     pub path: String,
     pub sent: u64,
     pub verified: u64,
@@ -143,8 +143,9 @@ pub struct SoakReport {
     pub before: Resources,
     pub after: Resources,
     /// hv's resident memory after the first round of events, KiB: the
-    /// end may exceed it by at most 1 MiB.
-    pub rss_reference_kib: u64,
+    /// end may exceed it by at most 1 MiB (None: no round was whole, and
+    /// memory is not judged).
+    pub rss_reference_kib: Option<u64>,
     pub leaked: Vec<String>,
     pub namespaces_before: usize,
     pub namespaces_after: usize,
@@ -154,52 +155,13 @@ pub struct SoakReport {
 
 impl SoakReport {
     pub fn new(i: Inputs) -> SoakReport {
-        let at = |hit: &dyn Fn(&Event) -> bool| -> Vec<f64> {
-            i.windows
-                .iter()
-                .filter(|w| hit(&w.event))
-                .map(|w| w.start_s)
-                .collect()
-        };
         let flows: Vec<FlowReport> = i
             .flows
             .iter()
             .map(|f| flow_report(f, &i.windows, &i.quiet))
             .collect();
-        // hv's resident memory grows on first use (each event's first
-        // time); a leak keeps growing: the reference is after the first
-        // round, when every event has run once.
-        let rss_reference_kib = i
-            .windows
-            .get(Event::all().len() - 1)
-            .map_or(0, |w| w.hv_rss_kib)
-            .max(i.before.hv_rss_kib);
-        let reference = Resources {
-            hv_rss_kib: rss_reference_kib,
-            ..i.before.clone()
-        };
-        let mut leaked: Vec<String> = reference
-            .leaked(&i.after)
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        if i.namespaces_before != i.namespaces_after {
-            leaked.push(format!(
-                "namespaces: {:?} before, {:?} after",
-                i.namespaces_before, i.namespaces_after
-            ));
-        }
-        let drv_faults = at(&|e: &Event| e.kills() == Some("drv") || e.stops() == Some("drv"));
-        let churn_unexplained = i
-            .churn
-            .failures
-            .iter()
-            .filter(|f| {
-                !drv_faults
-                    .iter()
-                    .any(|&t| (t - 2.0..t + 25.0).contains(&f.at_s))
-            })
-            .count();
+        let (rss_reference_kib, leaked) = leaks(&i);
+        let churn_unexplained = churn_unexplained(&i);
         SoakReport {
             seed: i.seed,
             minutes: i.minutes,
@@ -232,9 +194,13 @@ impl SoakReport {
             if judged > 0 {
                 why.push(format!("{}: {judged} failures no kill explains", f.name));
             }
-            let tcp = !matches!(f.kind, "udp");
-            if tcp && f.excused == 0 && f.lost > 0 {
+            if f.tcp && f.excused == 0 && f.lost > 0 {
                 why.push(format!("{}: {} bytes lost", f.name, f.lost));
+            }
+        }
+        for w in &self.events {
+            if let Some(e) = &w.error {
+                why.push(format!("{} at {:.1} s failed: {e}", w.name, w.start_s));
             }
         }
         let d = &self.downloads;
@@ -257,6 +223,49 @@ impl SoakReport {
             Err(format!("bench soak failed: {}", why.join("; ")))
         }
     }
+}
+
+/// What did not come back: hv's counts against the start, exactly; its
+/// resident memory against its size after the first round of events
+/// (memory grows on each event's first use, a leak keeps growing), not
+/// judged when no round was whole; the namespaces. Returns the memory
+/// reference and the leaks.
+fn leaks(i: &Inputs) -> (Option<u64>, Vec<String>) {
+    let rss_reference = i
+        .windows
+        .get(Event::all().len() - 1)
+        .map(|w| w.hv_rss_kib.max(i.before.hv_rss_kib));
+    let reference = Resources {
+        hv_rss_kib: rss_reference.unwrap_or(u64::MAX - (1 << 20)),
+        ..i.before.clone()
+    };
+    let mut leaked: Vec<String> = reference
+        .leaked(&i.after)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    if i.namespaces_before != i.namespaces_after {
+        leaked.push(format!(
+            "namespaces: {:?} before, {:?} after",
+            i.namespaces_before, i.namespaces_after
+        ));
+    }
+    (rss_reference, leaked)
+}
+
+/// Hot-plug failures outside a driver-domain kill or stop (from 2 s
+/// before it to 25 s after: an attach waits up to 10 s, twice).
+fn churn_unexplained(i: &Inputs) -> usize {
+    let drv: Vec<f64> = windows_where(&i.windows, |e| {
+        e.kills() == Some("drv") || e.stops() == Some("drv")
+    })
+    .map(|w| w.start_s)
+    .collect();
+    i.churn
+        .failures
+        .iter()
+        .filter(|f| !drv.iter().any(|&t| (t - 2.0..t + 25.0).contains(&f.at_s)))
+        .count()
 }
 
 /// When `hit` events happened: their windows.
@@ -308,6 +317,7 @@ fn flow_report(f: &FlowInput, windows: &[Window], quiet: &[(f64, f64)]) -> FlowR
     FlowReport {
         name: f.name.clone(),
         kind: f.kind.name(),
+        tcp: !matches!(f.kind, Kind::Datagrams { .. }),
         path: format!("{} → {}", f.client, f.server),
         sent: f.sent,
         verified: s.verified,
@@ -351,6 +361,20 @@ fn kill_gaps(windows: &[Window], flows: &[FlowInput]) -> Vec<KillGap> {
         .collect()
 }
 
+/// `f`'s rate over the windows `ws` (those with a whole bin, weighted by
+/// their lengths) over its median quiet rate.
+fn share(f: &FlowInput, ws: &[&Window], quiet: &[(f64, f64)]) -> Option<f64> {
+    let q = quiet_rate(f, quiet).filter(|q| *q > 0.0)?;
+    let (mut bytes, mut secs) = (0.0, 0.0);
+    for w in ws {
+        if let Some(r) = f.summary.rate_in(w.start_s, w.end_s) {
+            bytes += r * (w.end_s - w.start_s);
+            secs += w.end_s - w.start_s;
+        }
+    }
+    (secs > 0.0).then(|| bytes / secs / q)
+}
+
 /// Each hostile peer's cost to the flows that do not touch it: a flow's
 /// rate over all the peer's windows (weighted by their lengths) over its
 /// median quiet rate.
@@ -371,16 +395,7 @@ fn hostile_costs(
             let shares: BTreeMap<String, f64> = flows
                 .iter()
                 .filter(|f| !f.touches(peer))
-                .filter_map(|f| {
-                    let q = quiet_rate(f, quiet).filter(|q| *q > 0.0)?;
-                    let bytes: f64 = ws
-                        .iter()
-                        .filter_map(|w| {
-                            Some(f.summary.rate_in(w.start_s, w.end_s)? * (w.end_s - w.start_s))
-                        })
-                        .sum();
-                    Some((f.name.clone(), bytes / seconds / q))
-                })
+                .filter_map(|f| Some((f.name.clone(), share(f, &ws, quiet)?)))
                 .collect();
             let lowest = shares.values().copied().fold(f64::INFINITY, f64::min);
             HostileCost {
@@ -393,324 +408,6 @@ fn hostile_costs(
             }
         })
         .collect()
-}
-
-/// The `splitnet-*` network namespaces that exist.
-pub fn namespaces() -> Result<Vec<String>> {
-    let prefix = toolstack::host::prefix();
-    let mut v: Vec<String> = std::fs::read_dir("/run/netns")?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    v.sort();
-    Ok(v)
-}
-
-/// `splitnet status --json`.
-pub fn status_json(lab: &Lab) -> Result<Value> {
-    let mut c = std::process::Command::new(&lab.exe);
-    c.arg("--run-dir")
-        .arg(&lab.run_dir)
-        .args(["status", "--json"]);
-    Ok(serde_json::from_str(&crate::stdout_of(
-        &mut c,
-        "splitnet status --json",
-    )?)?)
-}
-
-/// Every number of `v` by path, array elements by their `name` (a vif
-/// by its guest and handle).
-fn flatten(v: &Value, path: String, out: &mut BTreeMap<String, f64>) {
-    match v {
-        Value::Number(n) => {
-            if let Some(x) = n.as_f64() {
-                out.insert(path, x);
-            }
-        }
-        Value::Object(m) => {
-            for (k, x) in m {
-                flatten(x, format!("{path}.{k}"), out);
-            }
-        }
-        Value::Array(a) => {
-            for (i, x) in a.iter().enumerate() {
-                let key = match (&x["name"], &x["guest"]) {
-                    (Value::String(n), _) => n.clone(),
-                    (_, Value::String(g)) => format!("{g}/{}", x["handle"]),
-                    _ => i.to_string(),
-                };
-                flatten(x, format!("{path}[{key}]"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Identities, not counters: ids, process ids and moments.
-fn identity(path: &str) -> bool {
-    let last = path.rsplit('.').next().unwrap_or(path);
-    matches!(
-        last,
-        "id" | "pid" | "hv_pid" | "backend" | "guest" | "domid"
-    ) || last.ends_with("_id")
-        || last.contains("uptime")
-        || last.contains("since")
-}
-
-/// Every counter that moved between two `status --json`.
-fn moved(a: &Value, b: &Value) -> Vec<(String, f64, f64)> {
-    let (mut x, mut y) = (BTreeMap::new(), BTreeMap::new());
-    flatten(a, String::new(), &mut x);
-    flatten(b, String::new(), &mut y);
-    y.iter()
-        .filter(|(k, _)| !identity(k))
-        .filter_map(|(k, &after)| {
-            let before = x.get(k).copied().unwrap_or(0.0);
-            (before != after).then(|| (k.trim_start_matches('.').to_string(), before, after))
-        })
-        .collect()
-}
-
-/// A Markdown table under `title`: the `head` columns, then one column
-/// per flow (the first row's keys), values with `digits` decimals.
-fn matrix(
-    title: &str,
-    head: &[&str],
-    rows: &[(Vec<String>, &BTreeMap<String, f64>)],
-    digits: usize,
-) -> String {
-    let Some((_, first)) = rows.first() else {
-        return String::new();
-    };
-    let names: Vec<&str> = first.keys().map(String::as_str).collect();
-    let mut s = format!(
-        "\n{title}\n\n| {} | {} |\n|{}{}\n",
-        head.join(" | "),
-        names.join(" | "),
-        "---|".repeat(head.len()),
-        "---:|".repeat(names.len())
-    );
-    for (cells, values) in rows {
-        let v: Vec<String> = names
-            .iter()
-            .map(|n| {
-                values
-                    .get(*n)
-                    .map_or("-".into(), |x| format!("{x:.digits$}"))
-            })
-            .collect();
-        s += &format!("| {} | {} |\n", cells.join(" | "), v.join(" | "));
-    }
-    s
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1}", bytes as f64 / (1 << 20) as f64)
-}
-
-impl SoakReport {
-    /// A Markdown report.
-    pub fn table(&self) -> String {
-        let mut s = format!(
-            "### Soak: {:.1} minutes, seed {} ({} events)\n\n",
-            self.seconds / 60.0,
-            self.seed,
-            self.events.len()
-        );
-        s += &self.flows_table();
-        s += &self.events_table();
-        s += &self.targets_table();
-        s += &self.kill_table();
-        s += &self.hostile_table();
-        s += &self.resources_table();
-        s += &format!(
-            "\nResult: {}\n",
-            match self.verdict() {
-                Ok(()) => "no byte lost or corrupted, nothing leaked".to_string(),
-                Err(e) => format!("FAILED ({e})"),
-            }
-        );
-        s += &self.counters_table();
-        s
-    }
-
-    fn flows_table(&self) -> String {
-        let mut s = String::from(
-            "| flow | kind | path | pace Mbit/s | quiet Mbit/s | sent MiB | checked MiB | lost | corrupt | failures (a kill's) | longest gap ms | longest gap no SIGSTOP explains, ms |\n\
-             |---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
-        );
-        for f in &self.flows {
-            s += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.0} | {:.0} |\n",
-                f.name,
-                f.kind,
-                f.path,
-                plot::num(f.pace_mbps),
-                f.quiet_mbps.map_or("-".into(), plot::num),
-                mib(f.sent),
-                mib(f.verified),
-                f.lost,
-                f.corrupt,
-                f.failures.len(),
-                f.excused,
-                f.longest_gap_ms,
-                f.longest_unstopped_gap_ms
-            );
-        }
-        for f in self.flows.iter().filter(|f| !f.failures.is_empty()) {
-            for x in f.failures.iter().take(5) {
-                s += &format!("\n- {} at {:.1} s: {}", f.name, x.at_s, x.what);
-            }
-        }
-        let d = &self.downloads;
-        s += &format!(
-            "\n\nDownloads of {} MiB into guest1: {} matched their SHA-256, {} corrupted, {} failed. \
-             Hot-plug on guest1: {} attached, {} detached, {} failures ({} outside a driver-domain fault).\n\n",
-            d.mib_each,
-            d.matched,
-            d.corrupt.len(),
-            d.failures.len(),
-            self.churn.attached,
-            self.churn.detached,
-            self.churn.failures.len(),
-            self.churn_unexplained
-        );
-        s
-    }
-
-    fn events_table(&self) -> String {
-        let mut s = String::from(
-            "| at s | event | what came of it | hv resident KiB after |\n|---:|---|---|---:|\n",
-        );
-        for w in &self.events {
-            s += &format!(
-                "| {:.1} | {} | {} | {} |\n",
-                w.start_s,
-                w.name,
-                w.detail.replace('|', "/"),
-                w.hv_rss_kib
-            );
-        }
-        s
-    }
-
-    fn targets_table(&self) -> String {
-        let yes = |m: bool| if m { "met" } else { "NOT MET" };
-        let mut s = format!(
-            "\n| target | result |\n|---|---|\n| longest gap across a driver-domain kill ≤ {KILL_GAP_MS:.0} ms | "
-        );
-        let worst = self
-            .kill_gaps
-            .iter()
-            .max_by(|a, b| a.longest_gap_ms.total_cmp(&b.longest_gap_ms));
-        s += &match worst {
-            Some(k) => format!(
-                "{}: {} kills, worst {:.0} ms ({}), median {:.0} ms |\n",
-                yes(self.kill_gaps.iter().all(|k| k.met)),
-                self.kill_gaps.len(),
-                k.longest_gap_ms,
-                k.flow,
-                median(
-                    &self
-                        .kill_gaps
-                        .iter()
-                        .map(|k| k.longest_gap_ms)
-                        .collect::<Vec<_>>()
-                )
-            ),
-            None => "no kill in this run |\n".into(),
-        };
-        s +=
-            &format!("| others keep ≥ {HOSTILE_SHARE} of quiet throughput under a hostile peer | ");
-        let worst = self
-            .hostile
-            .iter()
-            .min_by(|a, b| a.lowest.total_cmp(&b.lowest));
-        s += &match worst {
-            Some(h) => format!(
-                "{}: {} peers, lowest {:.2} ({}) |\n",
-                yes(self.hostile.iter().all(|h| h.met)),
-                self.hostile.len(),
-                h.lowest,
-                h.event
-            ),
-            None => "no hostile peer in this run |\n".into(),
-        };
-        s
-    }
-
-    fn kill_table(&self) -> String {
-        let rows: Vec<(Vec<String>, &BTreeMap<String, f64>)> = self
-            .kill_gaps
-            .iter()
-            .map(|k| (vec![format!("{:.1}", k.at_s)], &k.gaps))
-            .collect();
-        let title = "Each flow's pause in delivery across each driver-domain kill, ms:";
-        matrix(title, &["kill at s"], &rows, 0)
-    }
-
-    fn hostile_table(&self) -> String {
-        let rows: Vec<(Vec<String>, &BTreeMap<String, f64>)> = self
-            .hostile
-            .iter()
-            .map(|h| {
-                let head = vec![
-                    h.event.clone(),
-                    h.windows.to_string(),
-                    format!("{:.0}", h.seconds),
-                    format!("{:.2}", h.lowest),
-                ];
-                (head, &h.shares)
-            })
-            .collect();
-        let title = "What each hostile peer cost the flows that do not pass through it \
-                     (throughput in its windows ÷ quiet):";
-        matrix(title, &["peer", "windows", "s", "lowest"], &rows, 2)
-    }
-
-    fn resources_table(&self) -> String {
-        let mut s = String::from("\n| leak check | start | end |\n|---|---:|---:|\n");
-        for (name, b, a) in self.before.rows(&self.after) {
-            s += &format!("| hv {name} | {b} | {a} |\n");
-        }
-        s += &format!(
-            "| splitnet namespaces | {} | {} |\n\nCounts must come back exactly; hv's resident memory may end at most 1 MiB above \
-             its size after the first round of events ({} KiB), when every event had run once.\n",
-            self.namespaces_before, self.namespaces_after, self.rss_reference_kib
-        );
-        s
-    }
-
-    fn counters_table(&self) -> String {
-        let mut s = format!(
-            "\n<details><summary>{} counters moved (status --json)</summary>\n\n| counter | start | end |\n|---|---:|---:|\n",
-            self.counters_moved.len()
-        );
-        for (k, a, b) in &self.counters_moved {
-            s += &format!("| {k} | {a} | {b} |\n");
-        }
-        s + "\n</details>\n"
-    }
-
-    /// Each flow's longest gap.
-    pub fn svg(&self) -> String {
-        let bars: Vec<Bar> = self
-            .flows
-            .iter()
-            .map(|f| Bar {
-                label: format!("{} ({})", f.name, f.kind),
-                value: f.longest_gap_ms,
-                range: None,
-            })
-            .collect();
-        plot::hbars(
-            "Soak: each flow's longest pause in delivery",
-            "ms",
-            "SIGSTOP of the driver domain or a stalled guest pauses flows for seconds by design",
-            &bars,
-        )
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,252 @@
+//! The soak's report as Markdown and as a chart.
+
+use super::report::{SoakReport, HOSTILE_SHARE, KILL_GAP_MS};
+use crate::plot::{self, Bar};
+use crate::stats::median;
+use std::collections::BTreeMap;
+
+/// A Markdown table under `title`: the `head` columns, then one column
+/// per flow (the first row's keys), values with `digits` decimals.
+fn matrix(
+    title: &str,
+    head: &[&str],
+    rows: &[(Vec<String>, &BTreeMap<String, f64>)],
+    digits: usize,
+) -> String {
+    let Some((_, first)) = rows.first() else {
+        return String::new();
+    };
+    let names: Vec<&str> = first.keys().map(String::as_str).collect();
+    let mut s = format!(
+        "\n{title}\n\n| {} | {} |\n|{}{}\n",
+        head.join(" | "),
+        names.join(" | "),
+        "---|".repeat(head.len()),
+        "---:|".repeat(names.len())
+    );
+    for (cells, values) in rows {
+        let v: Vec<String> = names
+            .iter()
+            .map(|n| {
+                values
+                    .get(*n)
+                    .map_or("-".into(), |x| format!("{x:.digits$}"))
+            })
+            .collect();
+        s += &format!("| {} | {} |\n", cells.join(" | "), v.join(" | "));
+    }
+    s
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1 << 20) as f64)
+}
+
+impl SoakReport {
+    /// A Markdown report.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "### Soak: {:.1} minutes, seed {} ({} events)\n\n",
+            self.seconds / 60.0,
+            self.seed,
+            self.events.len()
+        );
+        s += &self.flows_table();
+        s += &self.events_table();
+        s += &self.targets_table();
+        s += &self.kill_table();
+        s += &self.hostile_table();
+        s += &self.resources_table();
+        s += &format!(
+            "\nResult: {}\n",
+            match self.verdict() {
+                Ok(()) => "no byte lost or corrupted, nothing leaked".to_string(),
+                Err(e) => format!("FAILED ({e})"),
+            }
+        );
+        s += &self.counters_table();
+        s
+    }
+
+    fn flows_table(&self) -> String {
+        let mut s = String::from(
+            "| flow | kind | path | pace Mbit/s | quiet Mbit/s | sent MiB | checked MiB | lost | corrupt | failures (a kill's) | longest gap ms | longest gap no SIGSTOP explains, ms |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
+        );
+        for f in &self.flows {
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.0} | {:.0} |\n",
+                f.name,
+                f.kind,
+                f.path,
+                plot::num(f.pace_mbps),
+                f.quiet_mbps.map_or("-".into(), plot::num),
+                mib(f.sent),
+                mib(f.verified),
+                f.lost,
+                f.corrupt,
+                f.failures.len(),
+                f.excused,
+                f.longest_gap_ms,
+                f.longest_unstopped_gap_ms
+            );
+        }
+        for f in self.flows.iter().filter(|f| !f.failures.is_empty()) {
+            for x in f.failures.iter().take(5) {
+                s += &format!("\n- {} at {:.1} s: {}", f.name, x.at_s, x.what);
+            }
+        }
+        let d = &self.downloads;
+        s += &format!(
+            "\n\nDownloads of {} MiB into guest1: {} matched their SHA-256, {} corrupted, {} failed. \
+             Hot-plug on guest1: {} attached, {} detached, {} failures ({} outside a driver-domain fault).\n\n",
+            d.mib_each,
+            d.matched,
+            d.corrupt.len(),
+            d.failures.len(),
+            self.churn.attached,
+            self.churn.detached,
+            self.churn.failures.len(),
+            self.churn_unexplained
+        );
+        s
+    }
+
+    fn events_table(&self) -> String {
+        let mut s = String::from(
+            "| at s | event | what came of it | hv resident KiB after |\n|---:|---|---|---:|\n",
+        );
+        for w in &self.events {
+            s += &format!(
+                "| {:.1} | {} | {} | {} |\n",
+                w.start_s,
+                w.name,
+                w.detail.replace('|', "/"),
+                w.hv_rss_kib
+            );
+        }
+        s
+    }
+
+    fn targets_table(&self) -> String {
+        let yes = |m: bool| if m { "met" } else { "NOT MET" };
+        let mut s = format!(
+            "\n| target | result |\n|---|---|\n| longest gap across a driver-domain kill ≤ {KILL_GAP_MS:.0} ms | "
+        );
+        let worst = self
+            .kill_gaps
+            .iter()
+            .max_by(|a, b| a.longest_gap_ms.total_cmp(&b.longest_gap_ms));
+        s += &match worst {
+            Some(k) => format!(
+                "{}: {} kills, worst {:.0} ms ({}), median {:.0} ms |\n",
+                yes(self.kill_gaps.iter().all(|k| k.met)),
+                self.kill_gaps.len(),
+                k.longest_gap_ms,
+                k.flow,
+                median(
+                    &self
+                        .kill_gaps
+                        .iter()
+                        .map(|k| k.longest_gap_ms)
+                        .collect::<Vec<_>>()
+                )
+            ),
+            None => "no kill in this run |\n".into(),
+        };
+        s +=
+            &format!("| others keep ≥ {HOSTILE_SHARE} of quiet throughput under a hostile peer | ");
+        let worst = self
+            .hostile
+            .iter()
+            .min_by(|a, b| a.lowest.total_cmp(&b.lowest));
+        s += &match worst {
+            Some(h) => format!(
+                "{}: {} peers, lowest {:.2} ({}) |\n",
+                yes(self.hostile.iter().all(|h| h.met)),
+                self.hostile.len(),
+                h.lowest,
+                h.event
+            ),
+            None => "no hostile peer in this run |\n".into(),
+        };
+        s
+    }
+
+    fn kill_table(&self) -> String {
+        let rows: Vec<(Vec<String>, &BTreeMap<String, f64>)> = self
+            .kill_gaps
+            .iter()
+            .map(|k| (vec![format!("{:.1}", k.at_s)], &k.gaps))
+            .collect();
+        let title = "Each flow's pause in delivery across each driver-domain kill, ms:";
+        matrix(title, &["kill at s"], &rows, 0)
+    }
+
+    fn hostile_table(&self) -> String {
+        let rows: Vec<(Vec<String>, &BTreeMap<String, f64>)> = self
+            .hostile
+            .iter()
+            .map(|h| {
+                let head = vec![
+                    h.event.clone(),
+                    h.windows.to_string(),
+                    format!("{:.0}", h.seconds),
+                    format!("{:.2}", h.lowest),
+                ];
+                (head, &h.shares)
+            })
+            .collect();
+        let title = "What each hostile peer cost the flows that do not pass through it \
+                     (throughput in its windows ÷ quiet):";
+        matrix(title, &["peer", "windows", "s", "lowest"], &rows, 2)
+    }
+
+    fn resources_table(&self) -> String {
+        let mut s = String::from("\n| leak check | start | end |\n|---|---:|---:|\n");
+        for (name, b, a) in self.before.rows(&self.after) {
+            s += &format!("| hv {name} | {b} | {a} |\n");
+        }
+        s += &format!(
+            "| splitnet namespaces | {} | {} |\n\nCounts must come back exactly. ",
+            self.namespaces_before, self.namespaces_after
+        );
+        s + &match self.rss_reference_kib {
+            Some(r) => format!(
+                "hv's resident memory may end at most 1 MiB above its size after the first round \
+                 of events ({r} KiB), when every event had run once.\n"
+            ),
+            None => "hv's resident memory is not judged: no round of events was whole.\n".into(),
+        }
+    }
+
+    fn counters_table(&self) -> String {
+        let mut s = format!(
+            "\n<details><summary>{} counters moved (status --json)</summary>\n\n| counter | start | end |\n|---|---:|---:|\n",
+            self.counters_moved.len()
+        );
+        for (k, a, b) in &self.counters_moved {
+            s += &format!("| {k} | {a} | {b} |\n");
+        }
+        s + "\n</details>\n"
+    }
+
+    /// Each flow's longest gap.
+    pub fn svg(&self) -> String {
+        let bars: Vec<Bar> = self
+            .flows
+            .iter()
+            .map(|f| Bar {
+                label: format!("{} ({})", f.name, f.kind),
+                value: f.longest_gap_ms,
+                range: None,
+            })
+            .collect();
+        plot::hbars(
+            "Soak: each flow's longest pause in delivery",
+            "ms",
+            "SIGSTOP of the driver domain or a stalled guest pauses flows for seconds by design",
+            &bars,
+        )
+    }
+}
