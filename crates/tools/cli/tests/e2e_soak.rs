@@ -49,7 +49,7 @@ fn a_three_minute_soak_with_a_fixed_seed_loses_no_byte_and_leaks_nothing() {
             assert_eq!(f["lost"], 0, "{name}: {report}");
         }
     }
-    // Two rounds of events: every fault and hostile peer met at least once.
+    // A round of events holds each once: every fault and hostile peer came up.
     let events: Vec<&str> = v["events"]
         .as_array()
         .unwrap()
