@@ -293,26 +293,43 @@ pub(crate) fn domain_pid(s: &SystemStatus, name: &str) -> Option<(u16, i32)> {
         .and_then(|d| Some((d.id, d.pid?)))
 }
 
-/// Whether guest1's vif is Connected at both ends, with `drv` not `old`.
-fn vif_connected(ts: &mut Toolstack, old_drv: u16) -> bool {
-    let Ok(s) = ts.status() else { return false };
-    let (Some((g, _)), Some((b, _))) = (domain_pid(&s, "guest1"), domain_pid(&s, "drv")) else {
+/// Whether both ends of `guest`'s vif 0 on driver domain `drv` are
+/// Connected, as `s` names their domains.
+pub(crate) fn vif_connected_in(
+    ts: &mut Toolstack,
+    s: &SystemStatus,
+    guest: &str,
+    drv: &str,
+) -> bool {
+    let (Some((g, _)), Some((b, _))) = (domain_pid(s, guest), domain_pid(s, drv)) else {
         return false;
     };
     let fe = abi::xenbus::frontend_path(g, 0);
     let be = abi::xenbus::backend_path(b, g, 0);
-    let connected = |ts: &mut Toolstack, p: &str| {
+    [fe, be].iter().all(|p| {
         ts.store_read(&format!("{p}/state"))
             .is_ok_and(|v| v.trim() == "4")
-    };
-    b != old_drv && connected(ts, &fe) && connected(ts, &be)
+    })
+}
+
+/// Whether guest1's vif is Connected at both ends, with `drv` not `old`.
+fn vif_connected(ts: &mut Toolstack, old_drv: u16) -> bool {
+    let Ok(s) = ts.status() else { return false };
+    let renewed = domain_pid(&s, "drv").is_some_and(|(b, _)| b != old_drv);
+    renewed && vif_connected_in(ts, &s, "guest1", "drv")
 }
 
 /// Kills the driver domain; returns when its process is gone, with the
 /// time of the kill and the old domain id.
 pub(crate) fn kill_driver(ts: &mut Toolstack) -> Result<(Instant, u16)> {
+    kill_domain(ts, "drv")
+}
+
+/// Kills domain `name` with SIGKILL; returns when its process is gone,
+/// with the time of the kill and the old domain id.
+pub(crate) fn kill_domain(ts: &mut Toolstack, name: &str) -> Result<(Instant, u16)> {
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
-    let (id, pid) = domain_pid(&s, "drv").ok_or_else(|| anyhow!("drv is not running"))?;
+    let (id, pid) = domain_pid(&s, name).ok_or_else(|| anyhow!("{name} is not running"))?;
     let t0 = Instant::now();
     let st = Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -321,10 +338,22 @@ pub(crate) fn kill_driver(ts: &mut Toolstack) -> Result<(Instant, u16)> {
         bail!("kill -9 {pid} failed");
     }
     let proc = format!("/proc/{pid}/stat");
-    wait_for("drv to die", Duration::from_secs(5), || {
+    wait_for(&format!("{name} to die"), Duration::from_secs(5), || {
         std::fs::read_to_string(&proc).map_or(true, |s| s.contains(") Z "))
     })?;
     Ok((t0, id))
+}
+
+/// A process's resident memory, KiB.
+pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn say(opts: &FaultsOptions, msg: &str) {
@@ -499,13 +528,7 @@ pub(crate) fn resources(ts: &mut Toolstack) -> Result<Resources> {
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
     let pid = s.hv_pid;
     let hv_fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let hv_rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let hv_rss_kib = rss_kib(pid).unwrap_or(0);
     Ok(Resources {
         grant_pins: s.grant_pins,
         ngm_grants: s

@@ -141,31 +141,16 @@ impl Lab {
 
     /// `splitnet exec domain -- cmd`, its output.
     fn exec(&self, domain: &str, cmd: &[&str]) -> Result<String> {
-        let mut c = std::process::Command::new(&self.exe);
-        c.arg("--run-dir").arg(&self.run_dir);
-        c.args(["exec", domain, "--"]).args(cmd);
-        crate::stdout_of(&mut c, &format!("`{}` in {domain}", cmd.join(" ")))
+        let mut args = vec!["exec", domain, "--"];
+        args.extend_from_slice(cmd);
+        crate::splitnet(&self.exe, &self.run_dir, &args)
     }
 
     /// Whether both ends of every netfront guest's vif 0 are Connected.
     fn all_connected(&self, ts: &mut Toolstack, s: &hv::status::SystemStatus) -> bool {
-        let Some((b, _)) = crate::faults::domain_pid(s, "drv") else {
-            return false;
-        };
-        NETFRONT_GUESTS.iter().all(|g| {
-            let Some((g, _)) = crate::faults::domain_pid(s, g) else {
-                return false;
-            };
-            [
-                abi::xenbus::frontend_path(g, 0),
-                abi::xenbus::backend_path(b, g, 0),
-            ]
+        NETFRONT_GUESTS
             .iter()
-            .all(|p| {
-                ts.store_read(&format!("{p}/state"))
-                    .is_ok_and(|v| v.trim() == "4")
-            })
-        })
+            .all(|g| crate::faults::vif_connected_in(ts, s, g, "drv"))
     }
 }
 

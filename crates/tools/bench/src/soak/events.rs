@@ -7,7 +7,7 @@
 //! (XSA-332/391's event floods among them), and a VMM killed mid-attack.
 
 use super::Lab;
-use crate::faults::{domain_pid, kill_driver};
+use crate::faults::{domain_pid, kill_domain, rss_kib};
 use crate::hostile_vm::Attack;
 use crate::rng::SplitMix;
 use anyhow::{anyhow, bail, Context, Result};
@@ -189,7 +189,7 @@ impl Lab {
             .toolstack()
             .and_then(|mut ts| ts.status().map_err(|e| anyhow!("{e}")))
             .ok()
-            .and_then(|s| rss_kib(s.hv_pid as i32))
+            .and_then(|s| rss_kib(s.hv_pid))
             .unwrap_or(0);
         w
     }
@@ -198,14 +198,7 @@ impl Lab {
     /// under a new domain id with its vifs Connected.
     fn kill_domain(&self, name: &str) -> Result<String> {
         let mut ts = self.toolstack()?;
-        let (t0, old) = if name == "drv" {
-            kill_driver(&mut ts)?
-        } else {
-            let s = ts.status().map_err(|e| anyhow!("{e}"))?;
-            let (id, pid) = domain_pid(&s, name).ok_or_else(|| anyhow!("{name} is not running"))?;
-            signal("KILL", pid)?;
-            (Instant::now(), id)
-        };
+        let (t0, old) = kill_domain(&mut ts, name)?;
         // Looked at every 10 ms: hv is restarting a domain meanwhile.
         let deadline = Instant::now() + Duration::from_secs(20);
         while !self.running_again(&mut ts, name, old) {
@@ -235,12 +228,12 @@ impl Lab {
         let s = ts.status().map_err(|e| anyhow!("{e}"))?;
         let (_, pid) = domain_pid(&s, name).ok_or_else(|| anyhow!("{name} is not running"))?;
         let (_, drv) = domain_pid(&s, "drv").ok_or_else(|| anyhow!("drv is not running"))?;
-        let before = rss_kib(drv).unwrap_or(0);
+        let before = rss_kib(drv as u32).unwrap_or(0);
         let mut peak = before;
         signal("STOP", pid)?;
         let until = Instant::now() + Duration::from_millis(ms);
         while Instant::now() < until {
-            peak = peak.max(rss_kib(drv).unwrap_or(0));
+            peak = peak.max(rss_kib(drv as u32).unwrap_or(0));
             std::thread::sleep(Duration::from_millis(100));
         }
         signal("CONT", pid)?;
@@ -308,18 +301,6 @@ fn signal(sig: &str, pid: i32) -> Result<()> {
         bail!("kill -{sig} {pid} failed");
     }
     Ok(())
-}
-
-/// A process's resident memory, KiB.
-pub fn rss_kib(pid: i32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 #[cfg(test)]

@@ -21,14 +21,8 @@ pub fn namespaces() -> Result<Vec<String>> {
 
 /// `splitnet status --json`.
 pub fn status_json(lab: &Lab) -> Result<Value> {
-    let mut c = std::process::Command::new(&lab.exe);
-    c.arg("--run-dir")
-        .arg(&lab.run_dir)
-        .args(["status", "--json"]);
-    Ok(serde_json::from_str(&crate::stdout_of(
-        &mut c,
-        "splitnet status --json",
-    )?)?)
+    let text = crate::splitnet(&lab.exe, &lab.run_dir, &["status", "--json"])?;
+    Ok(serde_json::from_str(&text)?)
 }
 
 /// Every number of `v` by path, array elements by their `name` (a vif
