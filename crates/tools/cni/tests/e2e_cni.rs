@@ -323,3 +323,86 @@ fn two_hundred_containers_share_one_driver_domain() {
     assert!(lab.vifs().is_empty(), "status lists vifs: {:?}", lab.vifs());
     assert!(lab.leases().is_empty(), "{:?}", lab.leases());
 }
+
+/// The configuration's vif keys reach the container's vif, and the IPAM
+/// lease becomes its `ip=`: a source the lease did not give goes nowhere
+/// and is counted. CHECK sees an address taken away; STATUS fails (50)
+/// for a driver domain that is not running.
+#[test]
+fn a_containers_vif_takes_its_options_and_drops_spoofed_sources() {
+    let range = ("10.88.0.20", "10.88.0.30");
+    let Some(mut lab) = Lab::up("cni-opts", Uplink::Wire, range) else {
+        return;
+    };
+    let ns = lab.netns("o");
+    let path = format!("/run/netns/{ns}");
+    let mut conf = lab.conf(range);
+    conf["vif"] = json!("rate=300Mb/s");
+    let vars = [
+        ("CNI_CONTAINERID", "opts1"),
+        ("CNI_NETNS", path.as_str()),
+        ("CNI_IFNAME", "eth0"),
+    ];
+    let (ok, r) = lab.plugin("ADD", conf.to_string().as_bytes(), &vars);
+    assert!(ok, "ADD: {r}\n{}", lab.hv_log());
+    let with_prefix = r["ips"][0]["address"].as_str().unwrap().to_string();
+    let addr = with_prefix.split('/').next().unwrap().to_string();
+    let vif = &lab.vifs()[0];
+    assert_eq!(vif["options"]["ip"], addr.as_str(), "{vif}");
+    // 300 Mbit/s as Xen's credit: 1,875,000 bytes each 50 ms.
+    assert_eq!(vif["options"]["rate"], "1875000,50000", "{vif}");
+    let o = lab.splitnet(&["top", "--batch", "--iterations", "1"]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        shown.contains("[opts1/eth0]"),
+        "top names the container: {}",
+        text(&o)
+    );
+    spoofed_sources_go_nowhere(&lab, &ns);
+
+    // CHECK holds until the lease's address is taken away, then names it.
+    conf["prevResult"] = r.clone();
+    let (ok, v) = lab.plugin("CHECK", conf.to_string().as_bytes(), &vars);
+    assert!(ok, "CHECK: {v}");
+    assert!(ip_in(&ns, &["addr", "del", &with_prefix, "dev", "eth0"])
+        .status
+        .success());
+    let (ok, v) = lab.plugin("CHECK", conf.to_string().as_bytes(), &vars);
+    assert!(!ok, "CHECK passed without {addr}: {v}");
+    expect(v, 5, &addr);
+
+    // STATUS: a driver domain that does not run cannot take containers.
+    let mut other = lab.conf(range);
+    other["driver"] = json!("drv2");
+    let (ok, v) = lab.plugin("STATUS", other.to_string().as_bytes(), &[]);
+    assert!(!ok, "STATUS for drv2: {v}");
+    expect(v, 50, "drv2 is not running");
+
+    let (ok, v) = lab.plugin("DEL", conf.to_string().as_bytes(), &vars);
+    assert!(ok, "DEL: {v}");
+    assert!(lab.vifs().is_empty(), "{:?}", lab.vifs());
+    assert!(lab.leases().is_empty(), "{:?}", lab.leases());
+}
+
+/// From `ns`, a ping with a source address of the container's own making
+/// is dropped by the driver domain and counted; the lease's still passes.
+fn spoofed_sources_go_nowhere(lab: &Lab, ns: &str) {
+    ping(ns, WIRE);
+    let spoofed = || lab.vifs()[0]["counters"]["spoofed"].as_u64().unwrap_or(0);
+    assert_eq!(spoofed(), 0);
+    let added = ip_in(ns, &["addr", "add", "10.88.0.99/16", "dev", "eth0"]);
+    assert!(added.status.success(), "{}", text(&added));
+    let o = exec_in(
+        ns,
+        &["ping", "-c", "2", "-W", "1", "-I", "10.88.0.99", WIRE],
+    );
+    assert!(
+        !o.status.success(),
+        "a spoofed source got an answer: {}",
+        text(&o)
+    );
+    wait_until("the spoofed frames counted", Duration::from_secs(5), || {
+        spoofed() >= 2
+    });
+    ping(ns, WIRE);
+}
