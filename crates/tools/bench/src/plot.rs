@@ -87,6 +87,8 @@ pub struct Sweep {
     pub log2_x: bool,
     /// Whole numbers only on the x axis (counts such as NICs).
     pub integer_x: bool,
+    /// Powers of ten on the y axis, for lines orders of magnitude apart.
+    pub log10_y: bool,
     pub series: Vec<Series>,
     /// The paper's lines, drawn dashed in black beside ours.
     pub paper: Vec<Series>,
@@ -215,13 +217,13 @@ pub fn lines(s: &Sweep) -> String {
         (a.min(fx(x)), b.max(fx(x)))
     });
     let (x0, x1) = if x0 < x1 { (x0, x1) } else { (0.0, 1.0) };
-    let ymax = top(pts().map(|p| p.1).fold(0.0, f64::max));
+    let (fy, y0, ymax) = y_scale(s, pts().map(|p| p.1));
     let mut names: Vec<&str> = s.series.iter().map(|l| l.name.as_str()).collect();
     if !s.paper.is_empty() {
         names.push("paper (dashed)");
     }
     let (lw, lh) = legend_size(names.iter().copied());
-    let ya = y_area(ymax);
+    let ya = y_area(if s.log10_y { 10f64.powf(ymax) } else { ymax });
     let plot_w = 520.0_f64.max(text_width(&s.x_label, TEXT) + 20.0);
     let chart_w =
         (ya + plot_w + 2.0 * MARGIN as f64 + 20.0).max(text_width(&s.title, TITLE) + 70.0);
@@ -248,19 +250,23 @@ pub fn lines(s: &Sweep) -> String {
             .margin_right(MARGIN + 20)
             .x_label_area_size((TEXT * 3.5) as u32)
             .y_label_area_size(ya as u32)
-            .build_cartesian_2d(x0..x1, 0.0..ymax)?;
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
+            .build_cartesian_2d(x0..x1, y0..ymax)?;
+        let fmt_y = |v: &f64| num(if s.log10_y { 10f64.powf(*v) } else { *v });
+        let mut mesh = chart.configure_mesh();
+        mesh.light_line_style(TRANSPARENT)
             .x_desc(s.x_label.as_str())
             .y_desc(s.y_label.as_str())
             .label_style(style(TEXT))
             .axis_desc_style(style(TEXT))
             .x_labels(x_ticks)
             .x_label_formatter(&fmt_x)
-            .y_label_formatter(&|v| num(*v))
-            .draw()?;
-        let entries = draw_sweep(&mut chart, s, fx)?;
+            .y_label_formatter(&fmt_y);
+        if s.log10_y {
+            // One label per power of ten.
+            mesh.y_labels((ymax - y0) as usize + 1);
+        }
+        mesh.draw()?;
+        let entries = draw_sweep(&mut chart, s, |(x, y)| (fx(x), fy(y)))?;
         legend(
             root,
             chart_w as i32 + MARGIN as i32,
@@ -298,14 +304,37 @@ fn draw_groups(chart: &mut HChart<'_, '_>, g: &Grouped, ymax: f64) -> Drawn {
     Ok(())
 }
 
+/// The y axis of a sweep: how a value maps onto it, and its range. On a
+/// log axis the range runs over whole powers of ten around the positive
+/// values (a value of 0 sits on the axis's floor).
+fn y_scale(s: &Sweep, ys: impl Iterator<Item = f64>) -> (impl Fn(f64) -> f64, f64, f64) {
+    let ys: Vec<f64> = ys.collect();
+    let log = s.log10_y;
+    if !log {
+        let ymax = top(ys.iter().copied().fold(0.0, f64::max));
+        return (Box::new(|y| y) as Box<dyn Fn(f64) -> f64>, 0.0, ymax);
+    }
+    let pos = ys.iter().copied().filter(|y| *y > 0.0);
+    let (lo, hi) = pos.fold((f64::MAX, f64::MIN), |(a, b), y| (a.min(y), b.max(y)));
+    let (lo, hi) = if lo <= hi { (lo, hi) } else { (1.0, 10.0) };
+    let (y0, y1) = (
+        lo.log10().floor(),
+        hi.log10().ceil().max(lo.log10().floor() + 1.0),
+    );
+    (
+        Box::new(move |y: f64| y.max(10f64.powf(y0)).log10()),
+        y0,
+        y1,
+    )
+}
+
 /// A sweep's lines, ours then the paper's; the legend's entries.
 fn draw_sweep(
     chart: &mut HChart<'_, '_>,
     s: &Sweep,
-    fx: impl Fn(f64) -> f64,
+    at: impl Fn((f64, f64)) -> (f64, f64),
 ) -> Result<Vec<(String, RGBColor)>, Box<dyn std::error::Error>> {
-    let at =
-        |l: &Series| -> Vec<(f64, f64)> { l.points.iter().map(|&(x, y)| (fx(x), y)).collect() };
+    let at = |l: &Series| -> Vec<(f64, f64)> { l.points.iter().map(|&p| at(p)).collect() };
     for (i, l) in s.series.iter().enumerate() {
         draw_line(chart, at(l), i)?;
     }
@@ -720,6 +749,7 @@ mod tests {
                 })
                 .collect(),
             integer_x: false,
+            log10_y: false,
             paper: vec![Series {
                 name: "paper".into(),
                 points: vec![(4096.0, 64.0)],
@@ -795,6 +825,7 @@ mod tests {
             y_label: "Gbit/s".into(),
             log2_x: false,
             integer_x: true,
+            log10_y: false,
             series: vec![Series {
                 name: "Linux".into(),
                 points: vec![(1.0, 0.9), (2.0, 1.8), (3.0, 2.4)],
@@ -808,6 +839,34 @@ mod tests {
     }
 
     #[test]
+    fn a_log_axis_labels_each_power_of_ten_and_keeps_small_lines_apart() {
+        let svg = lines(&Sweep {
+            title: "Unshaped".into(),
+            x_label: "send size".into(),
+            y_label: "Mbit/s".into(),
+            log2_x: true,
+            integer_x: false,
+            log10_y: true,
+            series: vec![
+                Series {
+                    name: "native".into(),
+                    points: vec![(512.0, 300.0), (65536.0, 9900.0)],
+                },
+                Series {
+                    name: "hosted".into(),
+                    points: vec![(512.0, 42.0), (65536.0, 0.0)],
+                },
+            ],
+            paper: vec![],
+        });
+        for l in ["10", "100", "1000", "10000"] {
+            assert!(has_text(&svg, l), "no {l} on the axis");
+        }
+        assert!(!has_text(&svg, "5000"));
+        assert_fits(&svg);
+    }
+
+    #[test]
     fn an_empty_chart_still_renders() {
         assert_fits(&hbars("t", "", "", &[]));
         let empty = Sweep {
@@ -816,6 +875,7 @@ mod tests {
             y_label: "y".into(),
             log2_x: false,
             integer_x: true,
+            log10_y: false,
             series: vec![],
             paper: vec![],
         };

@@ -107,6 +107,7 @@ fn sweep_svg(
         y_label: unit.to_string(),
         log2_x: e == Experiment::Buffer,
         integer_x: e == Experiment::Nics,
+        log10_y: false,
         series,
         paper: paper_lines(e),
     })
