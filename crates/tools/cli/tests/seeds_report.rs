@@ -19,6 +19,7 @@ fn fixture() -> Saved {
         y_label: "Mbit/s".into(),
         log2_x: true,
         integer_x: false,
+        log10_y: false,
         paper: vec![Series {
             name: long("paper"),
             points: vec![(4096.0, 64.0)],
