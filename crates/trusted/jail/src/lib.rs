@@ -28,9 +28,64 @@ use sys::SyscallFilter;
 /// so no two domains share an owner either.
 pub const UID_BASE: u32 = hypercall::launch::DOMAIN_UID_BASE;
 
-/// The host uid (and gid) of domain `domid`.
+/// The host uid (and gid) of domain `domid`: [`UID_BASE`] + domid in the
+/// host's own user namespace. Inside a user namespace (rootless, docs/
+/// ARCHITECTURE.md "Without root"), the first id of the block of
+/// subordinate ids it maps, + domid; with no such block, 0: every domain
+/// then runs as hv's own uid, the invoking user.
 pub fn domain_uid(domid: DomId) -> u32 {
-    UID_BASE + u32::from(domid)
+    uid_base().map_or(0, |b| b + u32::from(domid))
+}
+
+/// Where domain ids start in hv's user namespace (read once); `None`:
+/// domains share hv's uid.
+pub fn uid_base() -> Option<u32> {
+    static BASE: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        let read = |f: &str| std::fs::read_to_string(format!("/proc/self/{f}")).unwrap_or_default();
+        base_in(&read("uid_map"), &read("gid_map"))
+    })
+}
+
+/// Every domid needs an id of its own.
+const IDS_NEEDED: u64 = 1 << 16;
+
+/// The base for maps `uid_map` and `gid_map` (`inner outer count` lines):
+/// [`UID_BASE`] when both map it (the host's namespace maps every id), else
+/// the start of the first block past id 0 of at least [`IDS_NEEDED`] ids
+/// that both map; `None` if there is none.
+pub fn base_in(uid_map: &str, gid_map: &str) -> Option<u32> {
+    let blocks = |m: &str| -> Vec<(u64, u64)> {
+        m.lines()
+            .filter_map(|l| {
+                let v: Vec<u64> = l
+                    .split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                (v.len() == 3).then(|| (v[0], v[2]))
+            })
+            .collect()
+    };
+    let (u, g) = (blocks(uid_map), blocks(gid_map));
+    let holds = |b: &[(u64, u64)], from: u64| {
+        b.iter()
+            .any(|&(s, n)| s <= from && from + IDS_NEEDED <= s + n)
+    };
+    let both = |from: u64| holds(&u, from) && holds(&g, from);
+    if both(u64::from(UID_BASE)) {
+        return Some(UID_BASE);
+    }
+    u.iter()
+        .map(|&(s, _)| s.max(1))
+        .find(|&s| both(s))
+        .and_then(|s| u32::try_from(s).ok())
+}
+
+/// Whether hv runs in the host's own user namespace (root); outside it
+/// (rootless) it holds privilege only over namespaces it made.
+pub fn in_host_userns() -> bool {
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]
 }
 
 /// What a domain process does, and so what it may keep.
@@ -178,7 +233,12 @@ pub fn enter(role: Role) -> Result<(), JailError> {
         .compile(libc::EPERM)
         .map_err(|x| JailError::new("compiling the seccomp filter", x))?;
     sys::jail::private_mounts().map_err(|x| JailError::new("making a mount namespace", x))?;
-    if role != Role::VmApp {
+    if role != Role::VmApp && !in_host_userns() {
+        // Rootless: no namespace but the host's may make a device node, so
+        // the domain uses the host's, which must be open to all (as for
+        // rootless podman).
+        host_tun_open_to_all().map_err(|x| JailError::new("using /dev/net/tun", x))?;
+    } else if role != Role::VmApp {
         // Like the jailer's /dev/net/tun in its chroot: a node of our own,
         // since the host's may be root's alone. Only this mount namespace
         // (the domain and its children) sees it, so it may be 0666, and it
@@ -209,6 +269,23 @@ pub fn enter(role: Role) -> Result<(), JailError> {
     .apply()
     .map_err(|x| JailError::new("dropping privileges", x))?;
     filter.install().map_err(|x| JailError::new("seccomp", x))?;
+    Ok(())
+}
+
+/// Whether the host's `/dev/net/tun` is the TUN device, readable and
+/// writable by everyone.
+fn host_tun_open_to_all() -> Result<(), String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::metadata("/dev/net/tun").map_err(|e| format!("/dev/net/tun: {e}"))?;
+    let rdev = m.rdev();
+    let is_tun =
+        m.file_type().is_char_device() && libc::major(rdev) == 10 && libc::minor(rdev) == 200;
+    if !is_tun || m.mode() & 0o666 != 0o666 {
+        return Err(format!(
+            "/dev/net/tun is not the TUN device with mode 0666 (mode {:o}); without root a domain cannot make its TAP (as root: chmod 0666 /dev/net/tun)",
+            m.mode() & 0o7777
+        ));
+    }
     Ok(())
 }
 
@@ -473,6 +550,21 @@ const RUNTIME: &[libc::c_long] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn domain_ids_come_from_the_block_both_maps_give() {
+        let host = "         0          0 4294967295\n";
+        assert_eq!(base_in(host, host), Some(UID_BASE));
+        // Rootless with a subordinate range: 0 is the user, 1.. the range.
+        let sub = "0 1001 1\n1 300000 65536\n";
+        assert_eq!(base_in(sub, sub), Some(1));
+        // The gid map lacks the range: no block both give.
+        assert_eq!(base_in(sub, "0 1001 1\n"), None);
+        // The user alone, or a range too small for every domid.
+        assert_eq!(base_in("0 1001 1\n", "0 1001 1\n"), None);
+        let small = "0 1001 1\n1 300000 1000\n";
+        assert_eq!(base_in(small, small), None);
+    }
 
     #[test]
     fn only_a_driver_domain_of_veths_may_administer_its_namespace() {

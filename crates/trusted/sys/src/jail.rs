@@ -140,6 +140,18 @@ pub struct NamespaceHolder {
 impl NamespaceHolder {
     /// Starts the holder (`cat`, waiting on its standard input).
     pub fn spawn() -> io::Result<NamespaceHolder> {
+        Self::spawn_with(libc::CLONE_NEWUSER | libc::CLONE_NEWNET)
+    }
+
+    /// Starts a holder of a new network namespace only, owned by the
+    /// caller's user namespace: `ip netns add` without its `setns` back into
+    /// the caller's network namespace, which a caller without privilege over
+    /// that namespace (rootless) may not make.
+    pub fn spawn_net() -> io::Result<NamespaceHolder> {
+        Self::spawn_with(libc::CLONE_NEWNET)
+    }
+
+    fn spawn_with(flags: libc::c_int) -> io::Result<NamespaceHolder> {
         let mut cmd = Command::new("cat");
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -147,8 +159,8 @@ impl NamespaceHolder {
         // SAFETY: the closure runs in the forked child before exec and makes
         // one system call, which is async-signal-safe.
         unsafe {
-            cmd.pre_exec(|| {
-                if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0 {
+            cmd.pre_exec(move || {
+                if libc::unshare(flags) != 0 {
                     return Err(io::Error::last_os_error());
                 }
                 Ok(())
@@ -385,13 +397,22 @@ impl Credentials {
     }
 
     /// No supplementary group, then `gid` and `uid` as real, effective
-    /// and saved ids.
+    /// and saved ids. Where the user namespace denies setgroups (a rootless
+    /// hv with no subordinate gids: the kernel lets an unprivileged user
+    /// map a gid only so), the groups stay those the process already holds.
     fn set_ids(&self) -> io::Result<()> {
-        cvt(
+        let cleared = cvt(
             // SAFETY: a zero-length list is allowed with a NULL pointer.
             unsafe { libc::setgroups(0, std::ptr::null()) } as libc::c_long,
             "setgroups([])",
-        )?;
+        );
+        if let Err(e) = cleared {
+            let denied =
+                std::fs::read_to_string("/proc/self/setgroups").is_ok_and(|s| s.trim() == "deny");
+            if !denied {
+                return Err(e);
+            }
+        }
         cvt(
             // SAFETY: setresgid takes three integers; no memory is passed.
             unsafe { libc::setresgid(self.gid, self.gid, self.gid) } as libc::c_long,

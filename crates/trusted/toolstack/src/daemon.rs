@@ -52,12 +52,20 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
     }
     let _ = fs::remove_file(&sock);
     check_fd_limit(&cfg.topology)?;
+    crate::rootless::prepare(&cfg.topology)?;
     let notify = Arc::new(Lifecycle::new(cfg.notify.take()));
     notify.status(&format!("starting topology {:?}", cfg.topology.name));
     // Before anything else is made: what an earlier hv left is undone, and
     // the keeper watches this one.
     let uplinks = Uplinks::start(&cfg.run_dir, &cfg.topology)?;
     let listener = SeqPacketListener::bind(&sock).map_err(|e| e.to_string())?;
+    {
+        // Only hv's own user (root, or the rootless user) may connect; the
+        // peer check below says the same.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&sock, fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("{}: {e}", sock.display()))?;
+    }
     fs::write(cfg.run_dir.join("hv.pid"), std::process::id().to_string())
         .map_err(|e| e.to_string())?;
     // Last before the domains: an early return above leaves nothing to give
@@ -67,7 +75,10 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
     let hv = Hypervisor::new();
     hv.set_verbose(true);
     hv.set_info("topology", &cfg.topology.name);
-    let layout = CgroupLayout::detect();
+    if crate::rootless::active() {
+        hv.set_info("rootless", "in a user namespace of the invoking user");
+    }
+    let layout = cgroup_layout(&hv);
     let sup = Supervisor::new(
         &hv,
         cfg.topology.clone(),
@@ -103,6 +114,23 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
     hv::log!(Notice, "stopped");
     // A signal that stopped hv during start-up is a clean stop.
     result.or_else(|e| if notify.signalled() { Ok(()) } else { Err(e) })
+}
+
+/// The cgroup hierarchies hv may write; without any, domains are tracked
+/// by pid, and hv says so in its log and in `status`.
+fn cgroup_layout(hv: &Hypervisor) -> CgroupLayout {
+    let (layout, unwritable) = CgroupLayout::detect().writable();
+    for why in &unwritable {
+        hv::log!(Notice, "no cgroup for the domains in {why}");
+    }
+    if layout.is_empty() {
+        hv::log!(
+            Notice,
+            "domains are tracked by pid, their CPU time read from /proc (no cgroup hierarchy hv may write; as root, delegate one)"
+        );
+        hv.set_info("cgroups", "none: domains tracked by pid");
+    }
+    layout
 }
 
 /// The topology is built: hv serves the toolstack, and a service manager

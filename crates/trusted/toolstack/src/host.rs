@@ -1,11 +1,11 @@
-//! Host plumbing: network namespaces, veth links, cgroups and process
-//! launch, done with iproute2 and the cgroup filesystem.
+//! Host plumbing: network namespaces, veth links and process launch, done
+//! with iproute2; cgroups are [`crate::cgroup`]'s.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use sys::signals::SpawnUnblocked;
 
 /// hv's control socket inside run directory `run_dir`.
@@ -147,7 +147,20 @@ pub fn ip_in(ns: &str, args: &[&str]) -> io::Result<String> {
 
 /// Creates namespace `ns` with its loopback up.
 pub fn netns_add(ns: &str) -> io::Result<()> {
-    run("ip", &["netns", "add", ns])?;
+    if jail::in_host_userns() {
+        run("ip", &["netns", "add", ns])?;
+    } else {
+        let ctx = |what: &str, e: io::Error| {
+            io::Error::new(e.kind(), format!("namespace {ns}: {what}: {e}"))
+        };
+        let holder = {
+            let _guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+            sys::jail::NamespaceHolder::spawn_net().map_err(|e| ctx("creating", e))?
+        };
+        run("ip", &["netns", "attach", ns, &holder.pid().to_string()])
+            .map_err(|e| ctx("naming", e))?;
+        holder.release().map_err(|e| ctx("releasing", e))?;
+    }
     ip_in(ns, &["link", "set", "lo", "up"])?;
     Ok(())
 }
@@ -209,12 +222,13 @@ pub fn netns_list() -> Vec<String> {
         .collect()
 }
 
-/// Creates a veth pair `a`@`ns_a` <-> `b`@`ns_b`, both up.
+/// Creates a veth pair `a`@`ns_a` <-> `b`@`ns_b`, both up. It is made in
+/// `ns_a`, not in hv's own namespace, over which a rootless hv has no say.
 pub fn veth_pair(a: &str, ns_a: &str, b: &str, ns_b: &str) -> io::Result<()> {
-    run(
-        "ip",
+    ip_in(
+        ns_a,
         &[
-            "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b,
+            "link", "add", a, "type", "veth", "peer", "name", b, "netns", ns_b,
         ],
     )?;
     ip_in(ns_a, &["link", "set", a, "up"])?;
@@ -277,186 +291,7 @@ pub fn addr_add(ns: &str, dev: &str, cidr: &str) -> io::Result<()> {
     ip_in(ns, &args).map(|_| ())
 }
 
-/// Where this host keeps its cgroups.
-#[derive(Debug, Clone)]
-pub struct CgroupLayout {
-    /// A cgroup2 hierarchy (`/sys/fs/cgroup` on unified hosts, `.../unified` on hybrid ones).
-    pub v2: Option<PathBuf>,
-    /// The v1 cpuacct hierarchy, when mounted.
-    pub v1_cpuacct: Option<PathBuf>,
-}
-
-impl CgroupLayout {
-    /// Finds the layout from what is mounted: detected, not assumed.
-    pub fn detect() -> CgroupLayout {
-        let root = Path::new("/sys/fs/cgroup");
-        let v2 = if root.join("cgroup.controllers").exists() {
-            Some(root.to_path_buf())
-        } else if root.join("unified/cgroup.procs").exists() {
-            Some(root.join("unified"))
-        } else {
-            None
-        };
-        let v1 = [root.join("cpuacct"), root.join("cpu,cpuacct")]
-            .into_iter()
-            .find(|p| p.join("cpuacct.usage").exists());
-        CgroupLayout { v2, v1_cpuacct: v1 }
-    }
-
-    /// The directories of cgroup `name` in each hierarchy present.
-    pub fn dirs(&self, name: &str) -> Vec<PathBuf> {
-        self.parents().into_iter().map(|p| p.join(name)).collect()
-    }
-
-    /// The parent directories this instance owns: `splitnet`, or
-    /// `splitnet@NAME` for host `NAME`.
-    pub fn parents(&self) -> Vec<PathBuf> {
-        let base = match instance() {
-            None => "splitnet".to_string(),
-            Some(h) => format!("{SHARED_PREFIX}{h}"),
-        };
-        [&self.v2, &self.v1_cpuacct]
-            .into_iter()
-            .flatten()
-            .map(|h| h.join(&base))
-            .collect()
-    }
-}
-
-/// A domain's cgroup, in every hierarchy present.
-#[derive(Debug, Clone)]
-pub struct Cgroup {
-    pub dirs: Vec<PathBuf>,
-}
-
-impl Cgroup {
-    /// Creates (or reuses) cgroup `name`.
-    pub fn create(layout: &CgroupLayout, name: &str) -> io::Result<Cgroup> {
-        let dirs = layout.dirs(name);
-        if dirs.is_empty() {
-            return Err(io::Error::other(
-                "no cgroup hierarchy is mounted under /sys/fs/cgroup",
-            ));
-        }
-        for d in &dirs {
-            fs::create_dir_all(d).map_err(|e| {
-                io::Error::new(e.kind(), format!("creating cgroup {}: {e}", d.display()))
-            })?;
-        }
-        Ok(Cgroup { dirs })
-    }
-
-    /// Moves process `pid` (all its threads) into the cgroup.
-    pub fn add(&self, pid: i32) -> io::Result<()> {
-        for d in &self.dirs {
-            fs::write(d.join("cgroup.procs"), pid.to_string()).map_err(|e| {
-                io::Error::new(e.kind(), format!("moving {pid} into {}: {e}", d.display()))
-            })?;
-        }
-        Ok(())
-    }
-
-    /// An existing cgroup `name` (e.g. a domain's, made by hv).
-    pub fn open(layout: &CgroupLayout, name: &str) -> Option<Cgroup> {
-        let dirs: Vec<PathBuf> = layout
-            .dirs(name)
-            .into_iter()
-            .filter(|d| d.exists())
-            .collect();
-        (!dirs.is_empty()).then_some(Cgroup { dirs })
-    }
-
-    /// CPU time used by the cgroup's processes, kernel time included
-    /// (cgroup2 `cpu.stat` usage_usec, or v1 `cpuacct.usage`).
-    pub fn cpu_usage(&self) -> Option<Duration> {
-        for d in &self.dirs {
-            if let Ok(s) = fs::read_to_string(d.join("cpu.stat")) {
-                let usec = s
-                    .lines()
-                    .find_map(|l| l.strip_prefix("usage_usec "))
-                    .and_then(|v| v.trim().parse().ok());
-                if let Some(us) = usec {
-                    return Some(Duration::from_micros(us));
-                }
-            }
-            if let Ok(s) = fs::read_to_string(d.join("cpuacct.usage")) {
-                if let Ok(ns) = s.trim().parse() {
-                    return Some(Duration::from_nanos(ns));
-                }
-            }
-        }
-        None
-    }
-
-    /// Pids currently in the cgroup.
-    pub fn pids(&self) -> Vec<i32> {
-        let mut v: Vec<i32> = self
-            .dirs
-            .iter()
-            .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
-            .flat_map(|s| {
-                s.lines()
-                    .filter_map(|l| l.trim().parse().ok())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    }
-
-    /// Kills every process in the cgroup and removes it. Waits up to `grace`
-    /// after SIGTERM before SIGKILL.
-    pub fn destroy(&self, grace: Duration) {
-        signal_all(&self.pids(), libc::SIGTERM);
-        let deadline = Instant::now() + grace;
-        while !self.pids().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        for d in &self.dirs {
-            let _ = fs::write(d.join("cgroup.kill"), "1");
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let left = self.pids();
-            if left.is_empty() || Instant::now() > deadline {
-                break;
-            }
-            signal_all(&left, libc::SIGKILL);
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        for d in &self.dirs {
-            let _ = fs::remove_dir(d);
-        }
-    }
-}
-
-/// Sends `sig` to each pid.
-pub fn signal_all(pids: &[i32], sig: i32) {
-    for &p in pids {
-        if p > 1 {
-            let _ = sys::kill(p, sig);
-        }
-    }
-}
-
-/// Removes every cgroup splitnet left behind (killing what is inside).
-pub fn sweep_cgroups(layout: &CgroupLayout) {
-    for parent in layout.parents() {
-        let Ok(rd) = fs::read_dir(&parent) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            if e.path().is_dir() {
-                Cgroup {
-                    dirs: vec![e.path()],
-                }
-                .destroy(Duration::from_millis(200));
-            }
-        }
-        let _ = fs::remove_dir(&parent);
-    }
-}
+pub use crate::cgroup::{signal_all, sweep_cgroups, Cgroup, CgroupLayout};
 
 /// Whether process `pid` exists.
 pub fn pid_alive(pid: i32) -> bool {

@@ -31,6 +31,7 @@
 
 pub mod apply;
 pub mod capture;
+pub mod cgroup;
 pub mod checks;
 pub mod daemon;
 pub mod host;
@@ -42,6 +43,7 @@ pub mod notify;
 pub mod placement;
 pub mod port_buffer;
 pub mod readiness;
+pub mod rootless;
 pub mod sandbox;
 pub mod status;
 pub mod store;

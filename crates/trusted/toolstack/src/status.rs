@@ -232,12 +232,14 @@ fn vif_options(read: &mut impl FnMut(String) -> String, be: &str) -> Value {
 }
 
 /// CPU time, kernel time included, of the processes in a domain's cgroup
-/// (its directory as hv reports it, in whichever hierarchy it is).
-fn cpu_seconds(cgroup: Option<&str>) -> Option<f64> {
-    let cg = host::Cgroup {
-        dirs: vec![cgroup?.into()],
+/// (its directory as hv reports it, in whichever hierarchy it is); with
+/// none (domains tracked by pid), of its process and the children it reaped.
+fn cpu_seconds(cgroup: Option<&str>, pid: Option<i32>) -> Option<f64> {
+    let used = match cgroup {
+        Some(dir) => host::Cgroup::at(vec![dir.into()]).cpu_usage()?,
+        None => crate::cgroup::proc_cpu(pid?)?,
     };
-    Some(cg.cpu_usage()?.as_secs_f64())
+    Some(used.as_secs_f64())
 }
 
 /// Builds the JSON document `status --json` prints.
@@ -275,6 +277,10 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
         "hv_pid": s.hv_pid,
         "host": crate::host::instance(),
         "topology": s.info.get("topology"),
+        // Without root (docs/ARCHITECTURE.md, "Without root"), and how the
+        // domains' CPU is accounted where no cgroup is writable.
+        "rootless": s.info.contains_key("rootless"),
+        "cgroups": s.info.get("cgroups"),
         "domains": domains,
         "hosts": hosts,
         "vifs": vif_list,
@@ -353,7 +359,7 @@ fn domain_entry(
         "addresses": addresses(&ifs),
         "interfaces": ifs,
         "counters": d.counters,
-        "cpu_seconds": cpu_seconds(d.cgroup.as_deref()),
+        "cpu_seconds": cpu_seconds(d.cgroup.as_deref(), d.pid),
         "spin_us": spin_us,
     })
 }
