@@ -11,7 +11,9 @@
 # and completions, chromium (headless) for the seeds report's rendering test,
 # the CNI reference plugins (containernetworking-plugins), podman and runc,
 # and the CNI project's cnitool (built with Go) for the container tests,
-# systemd-analyze (systemd) and setpriv (util-linux) for the service's tests, and a Rust toolchain new enough for the workspace's
+# systemd-analyze (systemd) and setpriv (util-linux) for the service's tests,
+# uidmap (newuidmap, newgidmap), passwd (useradd) and procps (ps) for running
+# without root and its tests, and a Rust toolchain new enough for the workspace's
 # rust-version: the one installed (rustup's too) if it is, else Debian 12's
 # rustc-web/cargo-web, the distribution's rustc/cargo or Ubuntu's newest
 # rustc-1.NN, whichever apt offers new enough (with its rustfmt and clippy);
@@ -37,13 +39,23 @@ apt_install() {
     fi
 }
 need=()
-for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox-static passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium containernetworking-plugins podman runc file systemd util-linux; do
+for p in iproute2 iputils-ping libxen-dev iperf3 sockperf nginx-light httperf tcpdump ethtool gcc curl python3 nftables dnsmasq-base frr busybox-static passt slirp4netns libc6-dbg prometheus man-db bash-completion chromium containernetworking-plugins podman runc file systemd util-linux uidmap passwd procps; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     apt_install "${need[@]}"
 fi
+
+# Without root (README, "Without root"): iproute2 names namespaces only in
+# /run/netns, which a user cannot make, so it exists now and at every boot;
+# a domain makes its TAP through the host's /dev/net/tun, open to all.
+mkdir -p /run/netns
+install -D -m 0644 /dev/stdin /etc/tmpfiles.d/splitnet.conf <<'TMPFILES'
+# splitnet without root: iproute2's directory of named network namespaces.
+d /run/netns 0755 root root -
+TMPFILES
+if [ -c /dev/net/tun ]; then chmod 0666 /dev/net/tun; fi
 
 # The Rust toolchain.
 required=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml | head -n 1)

@@ -14,9 +14,10 @@ use toolstack::topology::{Preset, Topology};
 pub use toolstack::tuning::Tuning;
 use toolstack::uplink::journal;
 
+/// Refuses to go on without root, unless this invocation is rootless.
 pub(crate) fn require_root() -> Result<()> {
-    if !host::is_root() {
-        bail!("splitnet needs root (network namespaces, veth, cgroups); run it with sudo");
+    if !host::is_root() && !crate::rootless::on() {
+        bail!("splitnet needs root (network namespaces, veth, cgroups); run it with sudo, or without root in a user namespace of your own (--rootless)");
     }
     Ok(())
 }
@@ -52,10 +53,19 @@ pub fn up(
         None => Topology::default_topology(),
     };
     tuning.apply(&mut topo).map_err(anyhow::Error::msg)?;
-    undo_uplinks(rd);
-    if !host::our_netns().is_empty() {
-        eprintln!("splitnet: removing leftovers of an earlier run");
-        sweep(rd)?;
+    if crate::rootless::on() {
+        // What an earlier rootless hv made went with its namespaces.
+        let no = toolstack::rootless::refusals(&topo);
+        if !no.is_empty() {
+            bail!("without root, {}", no.join("; "));
+        }
+        crate::rootless::prepare_run_dir(rd)?;
+    } else {
+        undo_uplinks(rd);
+        if !host::our_netns().is_empty() {
+            eprintln!("splitnet: removing leftovers of an earlier run");
+            sweep(rd)?;
+        }
     }
     fs::create_dir_all(rd).with_context(|| format!("creating {}", rd.display()))?;
     // hv reads its file again on `splitnet apply` and SIGHUP: the user's
@@ -71,7 +81,13 @@ pub fn up(
         }
     };
     let log = fs::File::create(rd.join("hv.log"))?;
-    let child = Command::new(&hv)
+    let _ = fs::remove_file(rd.join("hv.pid"));
+    let mut hv_cmd = if crate::rootless::on() {
+        crate::rootless::hv_command(&hv)?
+    } else {
+        Command::new(&hv)
+    };
+    let child = hv_cmd
         .arg("--run-dir")
         .arg(rd)
         .arg("--domain-exe")
@@ -104,7 +120,13 @@ fn wait_until_up(
     listen: Option<SocketAddr>,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(timeout);
+    let mut joined = !crate::rootless::on();
     loop {
+        if !joined {
+            // Once hv runs (its pid file is written after it has named
+            // its namespace directory), act from inside its namespaces.
+            joined = crate::rootless::join(rd)?;
+        }
         if let Some(st) = child.try_wait()? {
             // Nothing half set up stays: what hv made before it failed.
             if let Err(e) = sweep(rd) {
@@ -227,7 +249,9 @@ fn sweep(rd: &Path) -> Result<()> {
 /// `listed` entries.
 fn sweep_since(rd: &Path, listed: usize) -> Result<()> {
     undo_uplinks_since(rd, listed);
-    host::sweep_cgroups(&host::CgroupLayout::detect());
+    if !crate::rootless::on() {
+        host::sweep_cgroups(&host::CgroupLayout::detect());
+    }
     let mut kept = Vec::new();
     for ns in host::our_netns() {
         match toolstack::uplink::bring_home(rd, &ns) {
@@ -237,6 +261,7 @@ fn sweep_since(rd: &Path, listed: usize) -> Result<()> {
     }
     let _ = fs::remove_file(socket_path(rd));
     let _ = fs::remove_file(rd.join("hv.pid"));
+    crate::rootless::forget(rd);
     if !kept.is_empty() {
         bail!(
             "namespaces kept because a host interface in them could not be given back (fix it, then run `splitnet down` again): {}",
@@ -325,7 +350,10 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
     }
     // A domain's applications belong to it: they are charged to its cgroup,
     // and die with it (hv destroys the cgroup) or at `down`.
-    if let Some(cg) = host::Cgroup::open(&host::CgroupLayout::detect(), domain) {
+    let cg = (!crate::rootless::on())
+        .then(|| host::Cgroup::open(&host::CgroupLayout::detect(), domain))
+        .flatten();
+    if let Some(cg) = cg {
         cg.add(std::process::id() as i32)
             .with_context(|| format!("joining {domain}'s cgroup"))?;
     }

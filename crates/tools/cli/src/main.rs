@@ -6,6 +6,7 @@ mod capture;
 mod docs;
 mod lifecycle;
 mod profile;
+mod rootless;
 mod status_view;
 mod store_ls;
 mod top;
@@ -26,7 +27,8 @@ use toolstack::{hotplug, listen, metrics, status};
         Domains are processes in their own network namespaces, supervised by the `hv` daemon \
         (the hypervisor's role): a driver domain owns a real interface, guests run unmodified \
         applications, and shared-memory rings, grant tables and event channels connect them.\n\n\
-        Everything needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)."
+        Run it as root, or as a user in namespaces of their own (--rootless, the default \
+        without root; see the README, \"Without root\")."
 )]
 struct Cli {
     /// Directory for hv's socket, pid file and logs [default: /run/splitnet,
@@ -39,6 +41,13 @@ struct Cli {
     #[arg(long, global = true, env = "SPLITNET_HOST", value_name = "NAME",
           value_parser = parse_host)]
     host: Option<String>,
+    /// Run without root, in a user namespace of your own (the default
+    /// when not run as root): hv's run directory is then
+    /// $XDG_RUNTIME_DIR/splitnet (or /tmp/splitnet-UID), and what needs
+    /// the host's root (host, macvlan, nat, route and vxlan uplinks, huge
+    /// pages) is refused by name. See the README, "Without root".
+    #[arg(long, global = true)]
+    rootless: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -577,9 +586,14 @@ fn parse_host(s: &str) -> Result<String, String> {
     toolstack::host::valid_host_name(s).map(|()| s.to_string())
 }
 
-/// The run directory: as given, else the default one of this instance.
+/// The run directory: as given, else the default one of this instance
+/// (a rootless one's under the user's runtime directory).
 fn run_dir(given: Option<PathBuf>, host: Option<&str>) -> PathBuf {
-    let base = PathBuf::from(toolstack::daemon::DEFAULT_RUN_DIR);
+    let base = if rootless::on() {
+        rootless::default_run_dir()
+    } else {
+        PathBuf::from(toolstack::daemon::DEFAULT_RUN_DIR)
+    };
     match (given, host) {
         (Some(d), _) => d,
         (None, None) => base,
@@ -590,11 +604,17 @@ fn run_dir(given: Option<PathBuf>, host: Option<&str>) -> PathBuf {
 /// Runs the command `cli` names, as the splitnet instance of its
 /// `--host` (if any), from the run directory it chose.
 fn run(cli: Cli) -> Result<()> {
+    rootless::decide(cli.rootless);
     let rd = enter_instance(cli.run_dir, cli.host.as_deref())?;
     // The toolstack of host NAME works from the host's namespace; the
     // processes hv starts (domains, device models) are where hv put them.
     if !is_internal(&cli.cmd) {
         lifecycle::enter_host()?;
+    }
+    // A rootless hv's namespaces are named in its own mount namespace:
+    // every command but the ones that start hv acts from inside it.
+    if rootless::on() && !matches!(cli.cmd, Cmd::Up { .. } | Cmd::Demo { .. } | Cmd::Bench(_)) {
+        rootless::join(&rd)?;
     }
     match cli.cmd {
         cmd @ (Cmd::Up { .. }

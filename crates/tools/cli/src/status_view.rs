@@ -43,6 +43,15 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         v["store_nodes"],
         v["restarts_after_crash"]
     );
+    if v["rootless"] == true {
+        println!(
+            "rootless: hv and its domains in your own user namespace{}",
+            v["cgroups"]
+                .as_str()
+                .map(|c| format!("; cgroups {c}"))
+                .unwrap_or_default()
+        );
+    }
     let empty = Vec::new();
     let domains = v["domains"].as_array().unwrap_or(&empty);
     let hosts = v["hosts"].as_array().unwrap_or(&empty);

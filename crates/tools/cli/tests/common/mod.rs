@@ -561,14 +561,10 @@ pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
     f64::from(mib) * 8.0 / secs
 }
 
-/// Serves a fresh file of `mib` MiB of random bytes from the wire host at
-/// `http://10.77.0.254:8080/blob` (python3's http.server) and returns once
-/// it listens: the server (killed when dropped) and the file's path.
-pub fn serve_blob_on_wire(env: &Env, mib: u32) -> (Background, PathBuf) {
-    let dir = env.run_dir.join("www");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = random_blob(&dir, mib);
-    let server = env.spawn(&[
+/// `splitnet` arguments that serve `dir` from the wire host at
+/// `http://10.77.0.254:8080/` (python3's http.server).
+pub fn wire_http_server(dir: &str) -> [&str; 11] {
+    [
         "exec",
         "wire",
         "--",
@@ -579,8 +575,18 @@ pub fn serve_blob_on_wire(env: &Env, mib: u32) -> (Background, PathBuf) {
         "--bind",
         "10.77.0.254",
         "--directory",
-        dir.to_str().unwrap(),
-    ]);
+        dir,
+    ]
+}
+
+/// Serves a fresh file of `mib` MiB of random bytes from the wire host at
+/// `http://10.77.0.254:8080/blob` (python3's http.server) and returns once
+/// it listens: the server (killed when dropped) and the file's path.
+pub fn serve_blob_on_wire(env: &Env, mib: u32) -> (Background, PathBuf) {
+    let dir = env.run_dir.join("www");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = random_blob(&dir, mib);
+    let server = env.spawn(&wire_http_server(dir.to_str().unwrap()));
     wait_until(
         "the HTTP server to listen",
         std::time::Duration::from_secs(10),

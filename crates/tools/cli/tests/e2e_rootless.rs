@@ -1,0 +1,457 @@
+//! splitnet without root, as a user runs it: the test (root) makes two
+//! unprivileged users, one with a subordinate id range and one without,
+//! and runs every splitnet command as them (`setpriv`, with a clean
+//! environment), from a copy of the binaries they may read. Checked: the
+//! instance works (ping, a 64 MiB download checked by SHA-256 through a
+//! SIGKILL of the driver domain), hv and the domains run as the user's ids,
+//! the host's namespaces are untouched, `down` leaves nothing, and another
+//! user can neither see nor touch the instance while running one of their
+//! own.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+use testutil::wait_until;
+
+/// Where the range given to a user without one starts.
+const SUB_START: u32 = 1_700_000;
+
+/// `name`'s subordinate uid blocks of at least 65,536 ids (start, count)
+/// that /etc/subgid grants too.
+fn sub_blocks(name: &str) -> Vec<(u32, u32)> {
+    let read = |f: &str| -> Vec<(u32, u32)> {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let v: Vec<&str> = l.split(':').collect();
+                (v.len() == 3 && v[0] == name)
+                    .then(|| Some((v[1].parse().ok()?, v[2].parse().ok()?)))?
+            })
+            .collect()
+    };
+    let gids = read("/etc/subgid");
+    read("/etc/subuid")
+        .into_iter()
+        .filter(|b| b.1 >= 65_536 && gids.contains(b))
+        .collect()
+}
+
+fn usermod(args: &[&str]) {
+    let st = Command::new("usermod").args(args).status().unwrap();
+    assert!(st.success(), "usermod {args:?}");
+}
+
+struct User {
+    name: String,
+    uid: u32,
+    gid: u32,
+    bin: PathBuf,
+    /// The first id of its subordinate range.
+    sub: Option<u32>,
+}
+
+impl User {
+    /// User `name`, made if missing; with `subordinate`, its first block
+    /// of 65,536 subordinate uids and gids (`useradd` gives one on Debian;
+    /// one is added from [`SUB_START`] otherwise), without, none.
+    fn ensure(name: &str, subordinate: bool) -> User {
+        if !Command::new("id")
+            .arg(name)
+            .output()
+            .unwrap()
+            .status
+            .success()
+        {
+            let st = Command::new("useradd")
+                .args(["-M", "-s", "/usr/sbin/nologin", name])
+                .status()
+                .expect("useradd");
+            assert!(st.success(), "useradd {name}");
+        }
+        let blocks = sub_blocks(name);
+        if subordinate && blocks.is_empty() {
+            let range = format!("{SUB_START}-{}", SUB_START + 65_535);
+            usermod(&["--add-subuids", &range, "--add-subgids", &range, name]);
+        }
+        if !subordinate {
+            for (s, n) in blocks {
+                let range = format!("{s}-{}", s + n - 1);
+                usermod(&["--del-subuids", &range, "--del-subgids", &range, name]);
+            }
+        }
+        let id = |flag: &str| -> u32 {
+            let o = Command::new("id").args([flag, name]).output().unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+        };
+        let (uid, gid) = (id("-u"), id("-g"));
+        User {
+            name: name.to_string(),
+            uid,
+            gid,
+            bin: binaries(),
+            sub: sub_blocks(name).first().map(|b| b.0),
+        }
+    }
+
+    /// `program args` as this user, with a clean environment.
+    fn cmd(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .args(["--clear-groups", "--reset-env", "--"])
+            .arg(program)
+            .args(args)
+            .current_dir("/tmp");
+        c
+    }
+
+    fn splitnet(&self, args: &[&str]) -> Output {
+        let exe = self.bin.join("splitnet");
+        self.cmd(exe.to_str().unwrap(), args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.splitnet(args);
+        assert!(
+            o.status.success(),
+            "{} ran splitnet {args:?}: {}\nhv.log:\n{}",
+            self.name,
+            text(&o),
+            std::fs::read_to_string(self.run_dir().join("hv.log")).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        let exe = self.bin.join("splitnet");
+        self.cmd(exe.to_str().unwrap(), args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The run directory a rootless instance uses without XDG_RUNTIME_DIR.
+    fn run_dir(&self) -> PathBuf {
+        PathBuf::from(format!("/tmp/splitnet-{}", self.uid))
+    }
+
+    fn status(&self) -> Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).unwrap()
+    }
+
+    /// Every process of the host whose real uid is this user's or in its
+    /// subordinate range (`sub`), as `uid pid args` lines.
+    fn processes(&self, sub: Option<u32>) -> Vec<String> {
+        let o = Command::new("ps")
+            .args(["-e", "-o", "ruid=,pid=,args="])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| {
+                let uid: u32 = l
+                    .split_whitespace()
+                    .next()
+                    .and_then(|u| u.parse().ok())
+                    .unwrap_or(0);
+                uid == self.uid || sub.is_some_and(|s| (s..s + 65_536).contains(&uid))
+            })
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        let _ = self.splitnet(&["down"]);
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A copy of splitnet, splitnet-hv and splitnet-domain the test's users
+/// may run (the build directory may be root's alone).
+fn binaries() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_splitnet"));
+    let dir = std::env::temp_dir().join(format!("splitnet-rootless-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for b in ["splitnet", "splitnet-hv", "splitnet-domain"] {
+        let to = dir.join(b);
+        if !to.exists() {
+            std::fs::copy(built.with_file_name(b), &to)
+                .unwrap_or_else(|e| panic!("copying {b} (cargo build --workspace --bins): {e}"));
+        }
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    dir
+}
+
+/// The host's named network namespaces.
+fn host_netns() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The real uid of process `pid`.
+fn uid_of(pid: u64) -> u32 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = s.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn domain_pid(st: &Value, name: &str) -> u64 {
+    let d = st["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name);
+    d.and_then(|d| d["pid"].as_u64())
+        .unwrap_or_else(|| panic!("no {name} in {st}"))
+}
+
+#[test]
+fn a_user_runs_splitnet_without_root_and_down_leaves_nothing() {
+    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+        return;
+    };
+    let u = User::ensure("splitnet-rl1", true);
+    let _ = u.splitnet(&["down"]);
+    let netns_before = host_netns();
+    let up = u.ok(&["up"]);
+    assert!(up.contains("splitnet is up"), "{up}");
+
+    // hv runs as the user; each domain as an id of the user's range, its own.
+    let st = u.status();
+    assert_eq!(uid_of(st["hv_pid"].as_u64().unwrap()), u.uid);
+    assert_eq!(st["rootless"], true, "{st}");
+    assert!(
+        st["cgroups"].as_str().is_some_and(|c| c.contains("by pid")),
+        "{st}"
+    );
+    assert!(u.ok(&["status"]).contains("rootless: hv and its domains"));
+    assert!(
+        st["domains"][0]["cpu_seconds"].as_f64().is_some(),
+        "CPU from /proc: {st}"
+    );
+    let mut ids: Vec<u32> = ["drv", "guest1", "guest2"]
+        .iter()
+        .map(|d| uid_of(domain_pid(&st, d)))
+        .collect();
+    let sub = u.sub.expect("a subordinate range");
+    assert!(
+        ids.iter().all(|&i| (sub..sub + 65_536).contains(&i)),
+        "{ids:?} in {sub}.."
+    );
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "one id per domain");
+    let ping = u.splitnet(&[
+        "exec",
+        "guest1",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-W",
+        "2",
+        "10.77.0.254",
+    ]);
+    assert!(ping.status.success(), "{}", text(&ping));
+    download_through_a_driver_domain_kill(&u);
+    assert_eq!(
+        host_netns(),
+        netns_before,
+        "nothing named in the host's /run/netns"
+    );
+
+    let down = u.ok(&["down"]);
+    assert!(down.contains("splitnet is down"), "{down}");
+    wait_until(
+        "the user's processes to be gone",
+        Duration::from_secs(10),
+        || u.processes(u.sub).is_empty(),
+    );
+    for f in ["hv.sock", "hv.pid", "rootless"] {
+        assert!(
+            !u.run_dir().join(f).exists(),
+            "{f} left in the run directory"
+        );
+    }
+    assert_eq!(host_netns(), netns_before);
+}
+
+/// A 64 MiB file from an HTTP server on the wire host, fetched by guest1
+/// while the driver domain is killed (by the user) halfway: intact.
+fn download_through_a_driver_domain_kill(u: &User) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("splitnet-rl-data-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let blob = testutil::files::random_blob(&dir, 64);
+    let chown = Command::new("chown")
+        .args(["-R", &format!("{}:{}", u.uid, u.gid)])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let d = dir.to_str().unwrap();
+    let mut server = u.spawn(&common::wire_http_server(d));
+    wait_until(
+        "the wire host's HTTP server",
+        Duration::from_secs(20),
+        || {
+            u.splitnet(&[
+                "exec",
+                "guest1",
+                "--",
+                "curl",
+                "-sf",
+                "-o",
+                "/dev/null",
+                "-r",
+                "0-0",
+                "http://10.77.0.254:8080/blob",
+            ])
+            .status
+            .success()
+        },
+    );
+    let got = dir.join("got");
+    let out = got.to_str().unwrap();
+    let mut client = u.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "curl",
+        "-sS",
+        "--fail",
+        "--limit-rate",
+        "16M",
+        "--max-time",
+        "120",
+        "-o",
+        out,
+        "http://10.77.0.254:8080/blob",
+    ]);
+    wait_until("half the download", Duration::from_secs(30), || {
+        std::fs::metadata(&got)
+            .map(|m| m.len() > 32 << 20)
+            .unwrap_or(false)
+    });
+    let drv = domain_pid(&u.status(), "drv");
+    let kill = u.cmd("kill", &["-9", &drv.to_string()]).output().unwrap();
+    assert!(
+        kill.status.success(),
+        "the user kills its driver domain: {}",
+        text(&kill)
+    );
+    let done = client.wait().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(done.success(), "curl: {done}");
+    assert_eq!(
+        testutil::files::sha256(&got),
+        testutil::files::sha256(&blob),
+        "the download through the kill"
+    );
+    assert_ne!(domain_pid(&u.status(), "drv"), drv, "drv was restarted");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn another_user_can_neither_see_nor_touch_an_instance_and_runs_their_own() {
+    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+        return;
+    };
+    let a = User::ensure("splitnet-rl1", true);
+    let b = User::ensure("splitnet-rl2", false);
+    let _ = (a.splitnet(&["down"]), b.splitnet(&["down"]));
+    a.ok(&["up"]);
+    let drv = domain_pid(&a.status(), "drv");
+
+    // b cannot reach a's hv, read its run directory, or signal its domains.
+    let rd = a.run_dir();
+    let o = b.splitnet(&["--run-dir", rd.to_str().unwrap(), "status"]);
+    assert!(!o.status.success(), "b reached a's hv: {}", text(&o));
+    let o = b.cmd("ls", &[rd.to_str().unwrap()]).output().unwrap();
+    assert!(!o.status.success(), "b listed a's run directory");
+    let o = b.cmd("kill", &["-0", &drv.to_string()]).output().unwrap();
+    assert!(!o.status.success(), "b may signal a's driver domain");
+
+    // b's own instance, beside a's, with the same names in its own
+    // namespaces; without a subordinate range its domains run as b.
+    let up = b.splitnet(&["up"]);
+    assert!(up.status.success(), "{}", text(&up));
+    assert!(
+        String::from_utf8_lossy(&up.stderr).contains("every domain runs as you"),
+        "{}",
+        text(&up)
+    );
+    assert_eq!(uid_of(domain_pid(&b.status(), "drv")), b.uid);
+    for u in [&a, &b] {
+        let ping = u.splitnet(&[
+            "exec",
+            "guest2",
+            "--",
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            "10.77.0.1",
+        ]);
+        assert!(ping.status.success(), "{}: {}", u.name, text(&ping));
+    }
+    assert_eq!(
+        domain_pid(&a.status(), "drv"),
+        drv,
+        "a's instance untouched"
+    );
+    b.ok(&["down"]);
+    a.ok(&["down"]);
+}
+
+#[test]
+fn what_needs_root_is_refused_by_name() {
+    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+        return;
+    };
+    let u = User::ensure("splitnet-rl1", true);
+    let topo = std::env::temp_dir().join(format!("splitnet-rl-nat-{}.toml", std::process::id()));
+    std::fs::write(
+        &topo,
+        "[[domain]]\nname = \"drv\"\nkind = \"driver\"\n[[domain]]\nname = \"guest1\"\nkind = \"guest\"\n\
+         [[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1/24\"\n",
+    )
+    .unwrap();
+    let o = u.splitnet(&["up", "--config", topo.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("without root") && err.contains("nat uplink of drv"),
+        "{}",
+        text(&o)
+    );
+    assert!(!Path::new(&u.run_dir().join("hv.sock")).exists());
+    let _ = std::fs::remove_file(&topo);
+}
