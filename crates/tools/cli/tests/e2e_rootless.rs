@@ -172,6 +172,16 @@ impl Drop for User {
     }
 }
 
+/// A process the test started, killed and reaped however the test ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}\nstdout:\n{}\nstderr:\n{}",
@@ -300,11 +310,10 @@ fn a_user_runs_splitnet_without_root_and_down_leaves_nothing() {
     assert_eq!(host_netns(), netns_before);
 }
 
-/// A 64 MiB file from an HTTP server on the wire host, fetched by guest1
-/// while the driver domain is killed (by the user) halfway: intact.
-fn download_through_a_driver_domain_kill(u: &User) {
+/// A directory the user may read and write, holding a fresh 64 MiB blob.
+fn data_dir(u: &User, tag: &str) -> (PathBuf, PathBuf) {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("splitnet-rl-data-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("splitnet-rl-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let blob = testutil::files::random_blob(&dir, 64);
     let chown = Command::new("chown")
@@ -314,29 +323,38 @@ fn download_through_a_driver_domain_kill(u: &User) {
         .unwrap();
     assert!(chown.success());
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let d = dir.to_str().unwrap();
-    let mut server = u.spawn(&common::wire_http_server(d));
-    wait_until(
-        "the wire host's HTTP server",
-        Duration::from_secs(20),
-        || {
-            u.splitnet(&[
-                "exec",
-                "guest1",
-                "--",
-                "curl",
-                "-sf",
-                "-o",
-                "/dev/null",
-                "-r",
-                "0-0",
-                "http://10.77.0.254:8080/blob",
-            ])
-            .status
-            .success()
-        },
-    );
-    let got = dir.join("got");
+    (dir, blob)
+}
+
+/// A 64 MiB file from an HTTP server on the wire host, fetched by guest1
+/// while the driver domain is killed (by the user) halfway: intact.
+fn download_through_a_driver_domain_kill(u: &User) {
+    let (dir, blob) = data_dir(u, "wire");
+    let server = Killed(u.spawn(&common::wire_http_server(dir.to_str().unwrap())));
+    fetch_through_a_kill(u, "http://10.77.0.254:8080/blob", &blob);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// guest1 fetches `url`, which serves `blob`, while the user SIGKILLs the
+/// driver domain halfway; the file arrives intact, and drv was restarted.
+fn fetch_through_a_kill(u: &User, url: &str, blob: &Path) {
+    let ready = [
+        "exec",
+        "guest1",
+        "--",
+        "curl",
+        "-sf",
+        "-o",
+        "/dev/null",
+        "-r",
+        "0-0",
+        url,
+    ];
+    wait_until("the HTTP server", Duration::from_secs(20), || {
+        u.splitnet(&ready).status.success()
+    });
+    let got = blob.with_file_name("got");
     let out = got.to_str().unwrap();
     let mut client = u.spawn(&[
         "exec",
@@ -351,12 +369,10 @@ fn download_through_a_driver_domain_kill(u: &User) {
         "120",
         "-o",
         out,
-        "http://10.77.0.254:8080/blob",
+        url,
     ]);
     wait_until("half the download", Duration::from_secs(30), || {
-        std::fs::metadata(&got)
-            .map(|m| m.len() > 32 << 20)
-            .unwrap_or(false)
+        std::fs::metadata(&got).is_ok_and(|m| m.len() > 32 << 20)
     });
     let drv = domain_pid(&u.status(), "drv");
     let kill = u.cmd("kill", &["-9", &drv.to_string()]).output().unwrap();
@@ -366,15 +382,123 @@ fn download_through_a_driver_domain_kill(u: &User) {
         text(&kill)
     );
     let done = client.wait().unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
     assert!(done.success(), "curl: {done}");
     assert_eq!(
         testutil::files::sha256(&got),
-        testutil::files::sha256(&blob),
+        testutil::files::sha256(blob),
         "the download through the kill"
     );
     assert_ne!(domain_pid(&u.status(), "drv"), drv, "drv was restarted");
+}
+
+/// A pasta uplink, as a user runs it: guest1 reaches the host's own
+/// services on its loopback through pasta (a 64 MiB download through a
+/// driver-domain SIGKILL, iperf3), and a host port published to guest1
+/// reaches its server; `down` stops pasta.
+#[test]
+fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_guest() {
+    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+        return;
+    };
+    let u = User::ensure("splitnet-rl1", true);
+    let _ = u.splitnet(&["down"]);
+    let (dir, blob) = data_dir(&u, "pasta");
+    let d = dir.to_str().unwrap();
+    // The host's services, on its loopback only.
+    let _web = Killed(
+        Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "18888",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+                d,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let _iperf = Killed(
+        Command::new("iperf3")
+            .args(["-s", "-1", "-B", "127.0.0.1", "-p", "15201"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let topo = dir.join("pasta.toml");
+    std::fs::write(
+        &topo,
+        "name = \"pasta\"\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
+         [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.79.0.2/24\"\n\
+         [[port]]\ndriver = \"drv\"\nkind = \"pasta\"\nsubnet = \"10.79.0.1/24\"\n\
+         publish = [\"tcp:18081:10.79.0.2:80\"]\n",
+    )
+    .unwrap();
+    u.ok(&["up", "--config", topo.to_str().unwrap()]);
+    u.ok(&[
+        "exec",
+        "guest1",
+        "--",
+        "ip",
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.79.0.1",
+    ]);
+    // pasta answers as the host's gateway, which stands for the host.
+    let routes = u.ok(&["exec", "pasta-drv", "--", "ip", "-4", "route"]);
+    let gw = routes
+        .lines()
+        .find_map(|l| l.strip_prefix("default via "))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no default route in the pasta namespace: {routes}"))
+        .to_string();
+    fetch_through_a_kill(&u, &format!("http://{gw}:18888/blob"), &blob);
+    let j = u.ok(&[
+        "exec", "guest1", "--", "iperf3", "-c", &gw, "-p", "15201", "-t", "2", "-J",
+    ]);
+    let j: Value = serde_json::from_str(&j).unwrap();
+    assert!(
+        j["end"]["sum_received"]["bytes"].as_f64().unwrap() > 0.0,
+        "{j}"
+    );
+
+    // Published: the host's port 18081 reaches guest1's server on port 80.
+    let _server = Killed(u.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        "80",
+        "--bind",
+        "10.79.0.2",
+        "--directory",
+        d,
+    ]));
+    let got = dir.join("published");
+    let url = "http://127.0.0.1:18081/blob";
+    wait_until("the published port", Duration::from_secs(20), || {
+        Command::new("curl")
+            .args(["-sf", "-o", got.to_str().unwrap(), url])
+            .status()
+            .unwrap()
+            .success()
+    });
+    assert!(
+        testutil::files::sha256(&got) == testutil::files::sha256(&blob),
+        "the guest's file through the published port differs"
+    );
+    drop(_server);
+    u.ok(&["down"]);
+    wait_until("pasta to stop", Duration::from_secs(10), || {
+        !u.processes(u.sub).iter().any(|p| p.contains("pasta"))
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -57,7 +57,7 @@ pub fn refusals(t: &Topology) -> Vec<String> {
                 "makes a veth, addresses and firewall rules in the host's network namespace"
             }
             UplinkKind::Vxlan => "needs the underlay's veth in the host's network namespace",
-            UplinkKind::Wire => continue,
+            UplinkKind::Wire | UplinkKind::Pasta => continue,
         };
         no.push(format!(
             "the {} uplink of {} {why}, which needs root",

@@ -413,6 +413,10 @@ fn uplinks(s: &hv::status::SystemStatus, ports: &mut Vec<Value>) -> Vec<Value> {
             "macvlan" => Some(("macvlan", format!("host:{iface}"))),
             "nat" | "route" => Some(("veth", format!("host:{he} ({kind})"))),
             "vxlan" => Some(("vxlan", format!("host:{he} (vxlan underlay)"))),
+            "pasta" => Some((
+                "veth",
+                format!("{}:{he} (pasta)", crate::uplink::pasta::pasta_netns(drv)),
+            )),
             _ => None,
         };
         if let Some((driver, peer)) = joined {

@@ -28,6 +28,10 @@ pub enum UplinkKind {
     Route,
     /// The kernel's VXLAN to other hosts ([`crate::uplink::vxlan`]).
     Vxlan,
+    /// A veth to a namespace of hv's that pasta joins to the host's
+    /// network, masqueraded there: the uplink that needs no root
+    /// ([`crate::uplink::pasta`]).
+    Pasta,
 }
 
 impl UplinkKind {
@@ -39,6 +43,7 @@ impl UplinkKind {
             UplinkKind::Nat => "nat",
             UplinkKind::Route => "route",
             UplinkKind::Vxlan => "vxlan",
+            UplinkKind::Pasta => "pasta",
         }
     }
 }
@@ -61,9 +66,13 @@ pub struct PortConfig {
     pub vlan: Option<u16>,
     /// Dedicated receive queues it offers (0..=[`MAX_QUEUES`]; default 8).
     pub queues: Option<u16>,
-    /// `nat`: the host side's address with the guests' prefix, e.g.
-    /// "10.78.0.1/24"; dnsmasq leases the upper half of it.
+    /// `nat` and `pasta`: the host side's address with the guests'
+    /// prefix, e.g. "10.78.0.1/24"; a nat uplink's dnsmasq leases the
+    /// upper half of it.
     pub subnet: Option<String>,
+    /// `pasta`: host ports forwarded to guests, each
+    /// "tcp|udp:HOSTPORT:GUESTADDR:PORT".
+    pub publish: Option<Vec<String>>,
     /// `macvlan`: the primary macvlan's own MAC (default: a locally
     /// administered one derived from the driver domain and `iface`).
     pub mac: Option<String>,

@@ -27,6 +27,8 @@ pub struct Uplink {
     pub mac: Option<String>,
     /// `route`: the guests' addresses the host routes to the port.
     pub routes: Vec<IpAddr>,
+    /// `pasta`: host ports forwarded to guests.
+    pub publish: Vec<super::pasta::Publish>,
     /// Dedicated receive queues (`queues`); None: the driver's default.
     pub queues: Option<u16>,
     /// `vxlan`: its settings.
@@ -125,16 +127,7 @@ fn check_port(p: &PortConfig, t: &Topology) -> Result<(), String> {
     if let Some(q) = p.queues.filter(|q| *q > MAX_QUEUES) {
         return Err(format!("{who}: queues = {q} is outside 0..={MAX_QUEUES}"));
     }
-    match (&p.subnet, p.kind) {
-        (None, UplinkKind::Nat) => {
-            return Err(format!(
-                "{who}: kind = \"nat\" needs subnet = \"10.78.0.1/24\" (the host side's address)"
-            ))
-        }
-        (Some(s), UplinkKind::Nat) => drop(parse_subnet(s)?),
-        (Some(_), _) => return Err(format!("{who}: subnet is for kind nat only")),
-        (None, _) => {}
-    }
+    check_masqueraded(p, &who)?;
     match (&p.mac, p.kind) {
         (Some(m), UplinkKind::Macvlan) => {
             abi::xenbus::parse_mac(m).map_err(|e| format!("{who}: mac = {m:?}: {e}"))?;
@@ -154,6 +147,34 @@ fn check_port(p: &PortConfig, t: &Topology) -> Result<(), String> {
                 p.driver
             ));
         }
+    }
+    Ok(())
+}
+
+/// `subnet` (kinds nat and pasta, which masquerade it) and `publish`
+/// (pasta only).
+fn check_masqueraded(p: &PortConfig, who: &str) -> Result<(), String> {
+    let natted = matches!(p.kind, UplinkKind::Nat | UplinkKind::Pasta);
+    match (&p.subnet, natted) {
+        (None, true) => {
+            return Err(format!(
+                "{who}: kind = {:?} needs subnet = \"10.78.0.1/24\" (the host side's address)",
+                p.kind.as_str()
+            ))
+        }
+        (Some(s), true) => drop(parse_subnet(s)?),
+        (Some(_), false) => return Err(format!("{who}: subnet is for kinds nat and pasta only")),
+        (None, false) => {}
+    }
+    match (&p.publish, p.kind) {
+        (Some(list), UplinkKind::Pasta) => {
+            for s in list {
+                super::pasta::Publish::parse(s)
+                    .map_err(|e| format!("{who}: publish {s:?}: {e}"))?;
+            }
+        }
+        (Some(_), _) => return Err(format!("{who}: publish is for kind pasta only")),
+        (None, _) => {}
     }
     Ok(())
 }
@@ -267,7 +288,9 @@ impl Topology {
             .unwrap_or_else(|| abi::xenbus::DEFAULT_BRIDGE.to_string());
         let ifname = uplink_ifname(p, n, wire);
         let host_end = match p.kind {
-            UplinkKind::Nat | UplinkKind::Route => Some(format!("sn{n}-{}", p.driver)),
+            UplinkKind::Nat | UplinkKind::Route | UplinkKind::Pasta => {
+                Some(format!("sn{n}-{}", p.driver))
+            }
             UplinkKind::Vxlan => Some(self.underlay_end(&p.driver)),
             _ => None,
         };
@@ -312,6 +335,12 @@ impl Topology {
                 Vec::new()
             },
             queues: p.queues,
+            publish: p
+                .publish
+                .iter()
+                .flatten()
+                .filter_map(|s| super::pasta::Publish::parse(s).ok())
+                .collect(),
             vxlan: (p.kind == UplinkKind::Vxlan)
                 .then(|| super::vxlan::parse(p).ok())
                 .flatten(),
@@ -388,6 +417,7 @@ fn wire_port(driver: &str, queues: Option<u16>) -> PortConfig {
         vlan: None,
         queues,
         subnet: None,
+        publish: None,
         mac: None,
         vni: None,
         local: None,
@@ -560,7 +590,7 @@ mod tests {
         );
         bad(
             "[[port]]\ndriver = \"drv\"\nkind = \"route\"\nsubnet = \"10.78.0.1/24\"\n",
-            "for kind nat only",
+            "for kinds nat and pasta only",
         );
         bad(
             "[[port]]\ndriver = \"drv\"\nkind = \"wire\"\n",

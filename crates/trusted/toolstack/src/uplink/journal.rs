@@ -50,6 +50,9 @@ pub enum Undo {
     /// A directory a daemon makes for its sockets (FRR's
     /// `/var/run/frr/<pathspace>`), removed with what is in it.
     Dir { path: String },
+    /// A network namespace splitnet made for an uplink (a pasta uplink's),
+    /// deleted with everything in it.
+    Netns { name: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,6 +136,7 @@ impl Undo {
             Undo::Process { pid, .. } => format!("stop process {pid}"),
             Undo::Daemon { pid_file, .. } => format!("stop the daemon of {pid_file}"),
             Undo::Dir { path } => format!("remove directory {path}"),
+            Undo::Netns { name } => format!("delete namespace {name}"),
         }
     }
 }
@@ -387,6 +391,10 @@ fn undo(u: &Undo) -> Result<(), Failed> {
             }
             _ => Ok(()),
         },
+        Undo::Netns { name } => {
+            crate::host::netns_del(name);
+            Ok(())
+        }
     }
 }
 

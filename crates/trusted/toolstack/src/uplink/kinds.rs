@@ -391,11 +391,24 @@ pub(super) fn host_route(dst: &str, he: &str) -> Result<(), String> {
 
 /// Runs an nftables script in one transaction (all or nothing).
 fn nft_script(rules: &str) -> Result<(), String> {
+    nft_script_in(None, rules)
+}
+
+/// Runs an nftables script in one transaction, in namespace `ns` (hv's
+/// own without one).
+pub(super) fn nft_script_in(ns: Option<&str>, rules: &str) -> Result<(), String> {
     use std::io::Write;
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "nft"]);
+            c
+        }
+        None => Command::new("nft"),
+    };
     let child = {
         let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        Command::new("nft")
-            .args(["-f", "-"])
+        cmd.args(["-f", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

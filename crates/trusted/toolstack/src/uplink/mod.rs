@@ -13,7 +13,9 @@
 //! - `route`: a veth to the host, a host route to each guest address behind
 //!   it, and proxy ARP on the host end;
 //! - `vxlan`: the kernel's VXLAN to other hosts over an underlay veth, with
-//!   static peers, a multicast group, or BGP EVPN from FRR ([`vxlan`]).
+//!   static peers, a multicast group, or BGP EVPN from FRR ([`vxlan`]);
+//! - `pasta`: a veth to a namespace of hv's own, masqueraded there, which
+//!   pasta joins to the host's network: no root needed ([`pasta`]).
 //!
 //! Everything done on the host is written to the undo [`journal`] first;
 //! a keeper process ([`Keeper`]) replays it if hv dies.
@@ -23,6 +25,7 @@ pub mod frr;
 pub mod group;
 pub mod journal;
 mod kinds;
+pub mod pasta;
 mod procs;
 mod tunnel;
 pub mod vxlan;
@@ -108,6 +111,7 @@ impl Uplinks {
             UplinkKind::Nat => self.nat(u),
             UplinkKind::Route => self.route(u),
             UplinkKind::Vxlan => self.vxlan(u),
+            UplinkKind::Pasta => self.pasta(u),
         });
         let r = r.and_then(|()| if first { self.evpn(driver) } else { Ok(()) });
         match r {
@@ -195,7 +199,7 @@ pub fn all_made_by_hv(uplinks: &[Uplink]) -> bool {
     uplinks.iter().all(|u| {
         matches!(
             u.kind,
-            UplinkKind::Wire | UplinkKind::Nat | UplinkKind::Route
+            UplinkKind::Wire | UplinkKind::Nat | UplinkKind::Route | UplinkKind::Pasta
         )
     })
 }
