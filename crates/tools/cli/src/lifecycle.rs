@@ -460,7 +460,10 @@ pub fn demo(rd: &Path, preset: Option<Preset>, secs: u32) -> Result<()> {
     );
     step(1, "bring up hv, the domains and their virtual NICs");
     run(&["up", "--preset", preset.as_str()])?;
-    let result = demo_steps(&run, secs);
+    // Rootless, this process measures from inside hv's namespaces.
+    let result = crate::rootless::join(rd)
+        .map(drop)
+        .and_then(|()| demo_steps(&run, secs));
     step(6, "tear down");
     run(&["down"])?;
     result

@@ -579,3 +579,19 @@ fn what_needs_root_is_refused_by_name() {
     assert!(!Path::new(&u.run_dir().join("hv.sock")).exists());
     let _ = std::fs::remove_file(&topo);
 }
+
+/// `splitnet demo`, the README's main job, as a user: every step runs, the
+/// table against native comes out, and the instance is taken down.
+#[test]
+fn the_demo_runs_without_root() {
+    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+        return;
+    };
+    let u = User::ensure("splitnet-rl1", true);
+    let _ = u.splitnet(&["down"]);
+    let out = u.ok(&["demo", "--seconds", "1"]);
+    for step in ["== 5. results", "| guest1 -> wire |", "splitnet is down"] {
+        assert!(out.contains(step), "no {step:?} in:\n{out}");
+    }
+    assert!(!u.run_dir().join("hv.sock").exists());
+}
