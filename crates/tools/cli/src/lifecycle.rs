@@ -253,7 +253,7 @@ fn sweep_since(rd: &Path, listed: usize) -> Result<()> {
         host::sweep_cgroups(&host::CgroupLayout::detect());
     }
     let mut kept = Vec::new();
-    for ns in host::our_netns() {
+    for ns in crate::rootless::our_netns() {
         match toolstack::uplink::bring_home(rd, &ns) {
             Ok(()) => host::netns_del(&ns),
             Err(e) => kept.push(e),
@@ -311,7 +311,7 @@ pub fn down(rd: &Path, forget: bool) -> Result<()> {
         let _ = sys::kill(p, 9);
         wait_gone(p, Duration::from_secs(5));
     }
-    let leftovers = host::our_netns();
+    let leftovers = crate::rootless::our_netns();
     // Every process left in a domain's cgroup or namespace (the domains',
     // and what users started there with `exec`) is killed and waited for;
     // what hv, its keeper or the sweep found it could never undo is said.
@@ -334,7 +334,7 @@ pub fn down(rd: &Path, forget: bool) -> Result<()> {
 pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::Infallible> {
     require_root()?;
     let ns = host::netns_name(domain);
-    let known = host::our_netns();
+    let known = crate::rootless::our_netns();
     if !known.contains(&ns) {
         let names: Vec<&str> = known
             .iter()

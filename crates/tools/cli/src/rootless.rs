@@ -48,6 +48,16 @@ pub fn prepare_run_dir(rd: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The namespaces of this instance this process may act on: rootless and
+/// outside hv's namespaces (hv is gone, or never came up), none; the host's
+/// own `/run/netns` names root's.
+pub fn our_netns() -> Vec<String> {
+    if on() && !toolstack::rootless::active() {
+        return Vec::new();
+    }
+    toolstack::host::our_netns()
+}
+
 /// Removes the rootless marker of a run directory whose hv is gone.
 pub fn forget(rd: &Path) {
     let _ = fs::remove_file(rd.join(MARKER));

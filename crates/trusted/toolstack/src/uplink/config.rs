@@ -206,6 +206,15 @@ impl Topology {
             }
         }
         super::vxlan::check_together(&self.ports)?;
+        let mut pasta = HashSet::new();
+        for p in self.ports.iter().filter(|p| p.kind == UplinkKind::Pasta) {
+            if !pasta.insert(p.driver.as_str()) {
+                return Err(format!(
+                    "driver domain {:?} has two [[port]]s of kind \"pasta\"; one pasta namespace serves each driver domain",
+                    p.driver
+                ));
+            }
+        }
         let mut names = HashSet::new();
         for u in self.uplinks() {
             if !names.insert((u.driver.clone(), u.ifname.clone())) {
@@ -442,6 +451,26 @@ mod tests {
     fn bad(ports: &str, needle: &str) {
         let e = parse(ports).unwrap_err();
         assert!(e.contains(needle), "{ports:?}: {e:?} lacks {needle:?}");
+    }
+
+    #[test]
+    fn a_pasta_port_needs_a_subnet_takes_publish_and_comes_once_per_driver() {
+        let one = "[[port]]\ndriver = \"drv\"\nkind = \"pasta\"\nsubnet = \"10.79.0.1/24\"\n";
+        let t = parse(&format!("{one}publish = [\"tcp:8080:10.79.0.5:80\"]\n")).unwrap();
+        assert_eq!(t.uplinks()[0].publish.len(), 1);
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"pasta\"\n",
+            "needs subnet",
+        );
+        bad(
+            &format!("{one}publish = [\"tcp:8080\"]\n"),
+            "publish \"tcp:8080\"",
+        );
+        bad(&format!("{one}{one}"), "two [[port]]s of kind \"pasta\"");
+        bad(
+            "[[port]]\ndriver = \"drv\"\nkind = \"route\"\npublish = [\"tcp:1:10.0.0.1:1\"]\n",
+            "publish is for kind pasta only",
+        );
     }
 
     #[test]
