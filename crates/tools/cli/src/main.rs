@@ -776,6 +776,8 @@ fn underlay(cmd: UnderlayCmd) -> Result<()> {
 /// The commands that look at a running system: `status`, `top`,
 /// `capture`, `profile` and `trace`.
 fn observe(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
+    // What these print may go to `head`: a closed pipe ends them quietly.
+    sys::signals::die_on_broken_pipe();
     match cmd {
         Cmd::Status {
             json: _,

@@ -179,6 +179,21 @@ fn top_metrics_and_the_http_listener_show_a_running_stream() {
     assert_eq!(ring["size"], 256, "ring occupancy is published: {ring}");
     assert!(ring["rx_posted"].as_u64().unwrap() > 0, "{ring}");
 
+    // `status | head -1`: the pipe closes early; status ends quietly.
+    let mut st = std::process::Command::new(env!("CARGO_BIN_EXE_splitnet"))
+        .args(["--run-dir", env.run_dir.to_str().unwrap(), "status"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(st.stdout.take());
+    let o = st.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("panicked"),
+        "status into a closed pipe: {err}"
+    );
+
     // top, during a guest1 -> wire stream.
     let (_srv, _cl) = env.stream_to_wire("guest1", 8);
     let out = env.ok(&["top", "--batch", "--iterations", "3", "--delay", "1"]);

@@ -88,6 +88,18 @@ impl SpawnUnblocked for std::process::Command {
     }
 }
 
+/// Lets SIGPIPE end this process, as it ends any Unix filter whose reader
+/// went away (`splitnet status | head`). Rust's runtime ignores it, and a
+/// print to a closed pipe then panics. Writes that must survive a gone
+/// peer (the control sockets) send with MSG_NOSIGNAL.
+pub fn die_on_broken_pipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no
+    // handler and passes no memory.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// CLOCK_MONOTONIC in microseconds, the clock a service manager compares
 /// a reload's `MONOTONIC_USEC=` with.
 pub fn monotonic_usec() -> u64 {
