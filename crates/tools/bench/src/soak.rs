@@ -362,7 +362,27 @@ impl harness::Suite for SoakSuite {
         };
         let r = run(&opts)?;
         let mut out = Output::of(&r, r.table(), r.svg())?;
-        out.failed = r.verdict().err();
+        // A failed soak carries the ends of hv's and the driver domain's
+        // logs, so that a run in CI can be read from its report alone.
+        out.failed = r
+            .verdict()
+            .err()
+            .map(|e| format!("{e}\n{}", log_tails(&opts.run_dir)));
         Ok(out)
     }
+}
+
+/// The last lines of hv's and drv's logs in run directory `rd`.
+fn log_tails(rd: &std::path::Path) -> String {
+    let tail = |name: &str, n: usize| {
+        let text = std::fs::read_to_string(rd.join(name)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(n);
+        format!(
+            "{name}, its last {} lines:\n{}",
+            lines.len() - from,
+            lines[from..].join("\n")
+        )
+    };
+    format!("{}\n{}", tail("hv.log", 40), tail("drv.log", 20))
 }

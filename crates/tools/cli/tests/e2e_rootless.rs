@@ -223,6 +223,19 @@ fn host_netns() -> Vec<String> {
     v
 }
 
+/// Whether a TCP socket of the host's namespace listens on 127.0.0.1:`port`.
+fn host_listens(port: u16) -> bool {
+    let want = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")
+        })
+}
+
 /// The real uid of process `pid`.
 fn uid_of(pid: u64) -> u32 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -423,7 +436,7 @@ fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_
     );
     let _iperf = Killed(
         Command::new("iperf3")
-            .args(["-s", "-1", "-B", "127.0.0.1", "-p", "15201"])
+            .args(["-s", "-B", "127.0.0.1", "-p", "15201"])
             .stdout(Stdio::null())
             .spawn()
             .unwrap(),
@@ -458,6 +471,11 @@ fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_
         .unwrap_or_else(|| panic!("no default route in the pasta namespace: {routes}"))
         .to_string();
     fetch_through_a_kill(&u, &format!("http://{gw}:18888/blob"), &blob);
+    // iperf3 3.12 exits 0 when it cannot reach its server (its report
+    // then says why): the server listens first.
+    wait_until("the host's iperf3 server", Duration::from_secs(10), || {
+        host_listens(15201)
+    });
     let j = u.ok(&[
         "exec", "guest1", "--", "iperf3", "-c", &gw, "-p", "15201", "-t", "2", "-J",
     ]);
