@@ -150,16 +150,7 @@ pub fn netns_add(ns: &str) -> io::Result<()> {
     if jail::in_host_userns() {
         run("ip", &["netns", "add", ns])?;
     } else {
-        let ctx = |what: &str, e: io::Error| {
-            io::Error::new(e.kind(), format!("namespace {ns}: {what}: {e}"))
-        };
-        let holder = {
-            let _guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-            sys::jail::NamespaceHolder::spawn_net().map_err(|e| ctx("creating", e))?
-        };
-        run("ip", &["netns", "attach", ns, &holder.pid().to_string()])
-            .map_err(|e| ctx("naming", e))?;
-        holder.release().map_err(|e| ctx("releasing", e))?;
+        name_held(ns, sys::jail::NamespaceHolder::spawn_net, |_| Ok(()))?;
     }
     ip_in(ns, &["link", "set", "lo", "up"])?;
     Ok(())
@@ -169,20 +160,31 @@ pub fn netns_add(ns: &str) -> io::Result<()> {
 /// new user namespace whose uid and gid 0 are [`jail::domain_uid`] on the host,
 /// with its loopback up.
 pub fn domain_netns_add(ns: &str, domid: hv::DomId) -> io::Result<()> {
+    let id = jail::domain_uid(domid);
+    name_held(ns, sys::jail::NamespaceHolder::spawn, |h| {
+        h.map_ids(0, id, id)
+    })?;
+    ip_in(ns, &["link", "set", "lo", "up"])?;
+    Ok(())
+}
+
+/// Names `ns` the namespaces of a holder `spawn` starts, once `prepare`
+/// (the id maps, for a new user namespace) is done with it; errors say
+/// which step failed.
+fn name_held(
+    ns: &str,
+    spawn: fn() -> io::Result<sys::jail::NamespaceHolder>,
+    prepare: impl FnOnce(&sys::jail::NamespaceHolder) -> io::Result<()>,
+) -> io::Result<()> {
     let ctx =
         |what: &str, e: io::Error| io::Error::new(e.kind(), format!("namespace {ns}: {what}: {e}"));
     let holder = {
         let _guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        sys::jail::NamespaceHolder::spawn().map_err(|e| ctx("creating", e))?
+        spawn().map_err(|e| ctx("creating", e))?
     };
-    let id = jail::domain_uid(domid);
-    holder
-        .map_ids(0, id, id)
-        .map_err(|e| ctx("mapping ids", e))?;
+    prepare(&holder).map_err(|e| ctx("mapping ids", e))?;
     run("ip", &["netns", "attach", ns, &holder.pid().to_string()]).map_err(|e| ctx("naming", e))?;
-    holder.release().map_err(|e| ctx("releasing", e))?;
-    ip_in(ns, &["link", "set", "lo", "up"])?;
-    Ok(())
+    holder.release().map_err(|e| ctx("releasing", e))
 }
 
 /// Deletes namespace `ns` (and every interface in it); absent is fine.
