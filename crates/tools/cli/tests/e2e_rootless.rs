@@ -472,10 +472,30 @@ fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_
         .to_string();
     fetch_through_a_kill(&u, &format!("http://{gw}:18888/blob"), &blob);
     // iperf3 3.12 exits 0 when it cannot reach its server (its report
-    // then says why): the server listens first.
+    // then says why): the server listens first, and the host answers
+    // guest1 again after the driver domain's restart (a connection right
+    // after it once met "No route to host").
     wait_until("the host's iperf3 server", Duration::from_secs(10), || {
         host_listens(15201)
     });
+    let probe = format!("http://{gw}:18888/blob");
+    let again = [
+        "exec",
+        "guest1",
+        "--",
+        "curl",
+        "-sf",
+        "-o",
+        "/dev/null",
+        "-r",
+        "0-0",
+        &probe,
+    ];
+    wait_until(
+        "guest1 to reach the host again",
+        Duration::from_secs(20),
+        || u.splitnet(&again).status.success(),
+    );
     let j = u.ok(&[
         "exec", "guest1", "--", "iperf3", "-c", &gw, "-p", "15201", "-t", "2", "-J",
     ]);
