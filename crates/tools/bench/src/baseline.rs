@@ -10,13 +10,15 @@ use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{Latency, Workload};
 use crate::plot;
 use crate::stats::{median, tsc_per_us};
-use crate::testbed::{self, Config, Direction, Env, CONFIGS, DIRECTIONS};
+use crate::testbed::{self, Config, Direction, Env, CONFIGS, DIRECTIONS, ROOTLESS_CONFIGS};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use toolstack::host::CgroupLayout;
+
+mod rootless;
 
 /// Options for the suite.
 #[derive(Debug, Clone)]
@@ -107,7 +109,30 @@ pub struct BaselineReport {
     /// splitnet-default's event loops after each run's flows.
     #[serde(default)]
     pub loops: Vec<LoopCost>,
+    /// Every configuration ran rootless, as the user, in a user namespace
+    /// of the user's own (`--rootless`).
+    #[serde(default)]
+    pub rootless: bool,
+    /// Rootless, and run by root for a user: the rootful reference root
+    /// measured in the same invocation (native and splitnet-default).
+    #[serde(default)]
+    pub rootful: Vec<Summary>,
+    /// Rootless: the targets of splitnet without root, by the numbers.
+    #[serde(default)]
+    pub targets: Vec<RootlessTarget>,
 }
+
+/// One target of splitnet without root: what it asks, what was measured,
+/// and whether it holds (`None`: it could not be measured in this run).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RootlessTarget {
+    pub what: String,
+    pub measured: String,
+    pub met: Option<bool>,
+}
+
+/// The least a rootless path may carry, as a fraction of its reference.
+pub const ROOTLESS_FLOOR: f64 = 0.9;
 
 /// System calls per frame a loop may make once batches form.
 pub const LOOP_SYSCALLS: f64 = 10.0;
@@ -218,10 +243,16 @@ fn chosen_workloads(opts: &BaselineOptions) -> Vec<Workload> {
 /// out because their tool is not installed.
 fn chosen_configs(opts: &BaselineOptions) -> (Vec<Config>, Vec<String>) {
     let (mut configs, mut skipped) = (Vec::new(), Vec::new());
-    let wanted =
-        |c: Config| opts.configs.is_empty() || c == Config::Native || opts.configs.contains(&c);
+    let by_default = |c: Config| match opts.common.rootless {
+        true => ROOTLESS_CONFIGS.contains(&c),
+        false => c != Config::SplitnetPasta,
+    };
+    let wanted = |c: Config| match opts.configs.is_empty() {
+        true => by_default(c),
+        false => c == Config::Native || opts.configs.contains(&c),
+    };
     for cfg in CONFIGS.into_iter().filter(|&c| wanted(c)) {
-        match cfg.tool() {
+        match cfg.requires() {
             Some(t) if !t.installed() => skipped.push(format!(
                 "{}: not installed (Debian package {})",
                 t.name(),
@@ -357,7 +388,11 @@ fn summarize(records: &[Record], configs: &[Config], workloads: &[Workload]) -> 
 /// Runs the suite.
 pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     let tsc_hz = tsc_per_us() * 1e6;
-    let layout = CgroupLayout::detect();
+    let layout = match opts.common.rootless {
+        // No hierarchy is the user's: domains are measured by their processes.
+        true => CgroupLayout::detect().writable().0,
+        false => CgroupLayout::detect(),
+    };
     let workloads = chosen_workloads(opts);
     let runs = opts.common.runs.max(1);
     let (configs, skipped) = chosen_configs(opts);
@@ -396,7 +431,7 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
     }
     add_ratios(&mut records);
     let summary = summarize(&records, &configs, &workloads);
-    Ok(BaselineReport {
+    let mut report = BaselineReport {
         suite: "baseline",
         tsc_mhz: tsc_hz / 1e6,
         runs,
@@ -406,7 +441,14 @@ pub fn run(opts: &BaselineOptions) -> Result<BaselineReport> {
         summary,
         skipped,
         loops,
-    })
+        rootless: opts.common.rootless,
+        rootful: Vec::new(),
+        targets: Vec::new(),
+    };
+    if report.rootless {
+        report.targets = report.rootless_targets();
+    }
+    Ok(report)
 }
 
 impl BaselineReport {
@@ -647,19 +689,36 @@ impl harness::Suite for BaselineSuite {
 
     fn run(&self, a: &Args) -> Result<Output> {
         let secs = a.seconds.unwrap_or(if a.quick { 2 } else { 5 });
+        let common = RunOptions {
+            rootless: a.rootless,
+            ..RunOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs(), secs)
+        };
         let r = run(&BaselineOptions {
-            common: RunOptions::new(a.exe.clone(), a.bench_dir(), a.quick, a.runs(), secs),
+            common,
             profile: a.profile,
             profile_dir: a.out.as_ref().map(|d| d.join("profiles")),
             configs: Args::parsed(&a.configs)?,
             workloads: Args::parsed(&a.workloads)?,
             spin_us: a.spin_us,
         })?;
-        let mut table = format!("{}\n{}", r.table(), r.cycles_table());
-        for t in [r.loops_table(), r.profile_table()].into_iter().flatten() {
+        r.output()
+    }
+}
+
+impl BaselineReport {
+    /// The report as `splitnet bench` writes it: JSON, every table, the chart.
+    pub fn output(&self) -> Result<Output> {
+        let mut table = format!("{}\n{}", self.table(), self.cycles_table());
+        if self.rootless {
+            table = format!("{table}\n{}", self.rootless_table());
+        }
+        for t in [self.loops_table(), self.profile_table()]
+            .into_iter()
+            .flatten()
+        {
             table = format!("{table}\n{t}");
         }
-        Output::of(&r, table, r.svg())
+        Output::of(self, table, self.svg())
     }
 }
 

@@ -26,6 +26,9 @@ pub struct RunOptions {
     /// The paper's machine this run stands in for, if any
     /// ([`crate::machine`]); `None` is this host as it is.
     pub paper: Option<crate::machine::PaperMachine>,
+    /// The run is rootless: in a user namespace of the user's own, where
+    /// no cgroup is writable and the host's namespace is where it runs.
+    pub rootless: bool,
 }
 
 impl RunOptions {
@@ -55,6 +58,7 @@ impl RunOptions {
             secs,
             progress: true,
             paper: None,
+            rootless: false,
         }
     }
 }
@@ -87,6 +91,8 @@ pub struct Args {
     pub machine: Option<crate::machine::Machine>,
     /// The folder results go into, if any.
     pub out: Option<PathBuf>,
+    /// The run is rootless ([`RunOptions::rootless`]).
+    pub rootless: bool,
 }
 
 impl Args {

@@ -17,6 +17,21 @@ pub const PAYLOAD_PER_FRAME: f64 = 1448.0;
 /// iperf3's own default port.
 pub const DEFAULT_PORT: u16 = 5201;
 
+/// The namespace name that stands for the one this process runs in: a
+/// rootless run's host side, which it may use but not `setns` back into.
+pub const HOST_NETNS: &str = "";
+
+/// `program`, to run in network namespace `ns` (`ip netns exec`), or
+/// where this process is for [`HOST_NETNS`].
+pub fn in_netns(ns: &str, program: &str) -> Command {
+    if ns == HOST_NETNS {
+        return Command::new(program);
+    }
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, program]);
+    cmd
+}
+
 /// What the flow sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -118,11 +133,8 @@ fn spawn_in(
     piped: bool,
 ) -> Result<Child> {
     let out = if piped { Stdio::piped() } else { Stdio::null() };
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns])
-        .args(args)
-        .stdout(out)
-        .stderr(Stdio::null());
+    let mut cmd = in_netns(ns, args[0]);
+    cmd.args(&args[1..]).stdout(out).stderr(Stdio::null());
     crate::machine::place_application(&mut cmd, cpu)?;
     let child = cmd
         .spawn()
@@ -140,8 +152,8 @@ fn spawn_in(
 pub fn wait_reachable(ns: &str, ip: &str, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;
     loop {
-        let ok = Command::new("ip")
-            .args(["netns", "exec", ns, "ping", "-c1", "-W1", "-q", ip])
+        let ok = in_netns(ns, "ping")
+            .args(["-c1", "-W1", "-q", ip])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -162,8 +174,8 @@ pub fn wait_reachable(ns: &str, ip: &str, limit: Duration) -> Result<()> {
 /// Whether a TCP socket listens on `port` in network namespace `ns`.
 pub fn listening(ns: &str, port: u16) -> Result<bool> {
     let filter = format!("sport = :{port}");
-    let o = Command::new("ip")
-        .args(["netns", "exec", ns, "ss", "-Hltn", &filter])
+    let o = in_netns(ns, "ss")
+        .args(["-Hltn", &filter])
         .output()
         .context("running ss (iproute2)")?;
     Ok(o.status.success() && !o.stdout.trim_ascii().is_empty())

@@ -47,6 +47,10 @@ pub enum Config {
     /// rings over vhost-user to the same driver domain, instead of Xen's
     /// netif rings and grants.
     SplitnetVirtio,
+    /// The default preset's driver domain with a `pasta` uplink instead of
+    /// the wire: guest1 to the host's loopback and back through pasta, as
+    /// rootless splitnet reaches the host. TX and RX only.
+    SplitnetPasta,
 }
 
 impl std::str::FromStr for Config {
@@ -70,13 +74,14 @@ impl Config {
             Config::SplitnetIdle24 => "splitnet-24-guests",
             Config::SplitnetVifOptions => "splitnet-vif-options",
             Config::SplitnetVirtio => "splitnet-virtio",
+            Config::SplitnetPasta => "splitnet-pasta",
         }
     }
 
     /// The directions a configuration carries (the forwarder has no second guest).
     pub fn directions(self) -> &'static [Direction] {
         match self {
-            Config::MinimalForwarder => &DIRECTIONS[..2],
+            Config::MinimalForwarder | Config::SplitnetPasta => &DIRECTIONS[..2],
             _ => &DIRECTIONS,
         }
     }
@@ -87,6 +92,14 @@ impl Config {
             Config::Pasta => Some(Tool::Pasta),
             Config::Slirp4netns => Some(Tool::Slirp4netns),
             _ => None,
+        }
+    }
+
+    /// The tool a configuration cannot run without, if any.
+    pub fn requires(self) -> Option<Tool> {
+        match self {
+            Config::SplitnetPasta => Some(Tool::Pasta),
+            c => c.tool(),
         }
     }
 }
@@ -118,7 +131,7 @@ pub type PerDomain = BTreeMap<String, f64>;
 
 pub(crate) const DIRECTIONS: [Direction; 3] =
     [Direction::Tx, Direction::Rx, Direction::GuestToGuest];
-pub(crate) const CONFIGS: [Config; 11] = [
+pub(crate) const CONFIGS: [Config; 12] = [
     Config::Native,
     Config::LinuxBridge,
     Config::MinimalForwarder,
@@ -130,6 +143,17 @@ pub(crate) const CONFIGS: [Config; 11] = [
     Config::SplitnetIdle24,
     Config::SplitnetVifOptions,
     Config::SplitnetVirtio,
+    Config::SplitnetPasta,
+];
+
+/// What a rootless run measures by default: what it can run, and the
+/// peers a user without root would otherwise pick.
+pub const ROOTLESS_CONFIGS: [Config; 5] = [
+    Config::Native,
+    Config::Pasta,
+    Config::Slirp4netns,
+    Config::SplitnetDefault,
+    Config::SplitnetPasta,
 ];
 
 /// A domain whose CPU time is measured.
@@ -335,6 +359,7 @@ pub(crate) fn bring_up(
         | Config::SplitnetIdle24
         | Config::SplitnetVifOptions
         | Config::SplitnetVirtio => bring_up_splitnet(cfg, opts, spin_us, layout),
+        Config::SplitnetPasta => bring_up_splitnet_pasta(opts, layout),
     }
 }
 
@@ -402,10 +427,11 @@ fn bring_up_usernet(cfg: Config, opts: &RunOptions, layout: &CgroupLayout) -> Re
         layout,
         &["guest1", "guest2", "wire", tool.name()],
     )?);
-    let u = UserNet::new(tool, env.domains[3].cgroup.as_ref(), &opts.run_dir)?;
+    let cg = env.domains[3].cgroup.as_ref();
+    let u = UserNet::new(tool, cg, &opts.run_dir, opts.rootless)?;
     let to_host = |reverse| FlowSpec {
         server_bind: Some(usernet::HOST_BIND),
-        ..FlowSpec::new(&u.host, tool.gateway(), &u.guest1, reverse).charged(2, 0)
+        ..FlowSpec::new(&u.host, &u.gateway, &u.guest1, reverse).charged(2, 0)
     };
     env.flows.insert("tx", to_host(false));
     env.flows.insert("rx", to_host(true));
@@ -414,7 +440,7 @@ fn bring_up_usernet(cfg: Config, opts: &RunOptions, layout: &CgroupLayout) -> Re
         FlowSpec {
             server_bind: Some("0.0.0.0"),
             port: usernet::GUEST2_PORT,
-            ..FlowSpec::new(&u.guest2, tool.gateway(), &u.guest1, false).charged(1, 0)
+            ..FlowSpec::new(&u.guest2, &u.gateway, &u.guest1, false).charged(1, 0)
         },
     );
     env._usernet = Some(u);
@@ -456,6 +482,46 @@ fn bring_up_splitnet(
     splitnet_env(opts, layout, &up)
 }
 
+/// splitnet with a `pasta` uplink: `up` with [`pasta_topology`], guest1's
+/// default route through the pasta namespace, and TX and RX between
+/// guest1 and the host's loopback, where pasta delivers what guest1 sends
+/// to the host's gateway, as for the `pasta` peer.
+fn bring_up_splitnet_pasta(opts: &RunOptions, layout: &CgroupLayout) -> Result<Env> {
+    let topo = opts.run_dir.join("bench-splitnet-pasta.toml");
+    std::fs::create_dir_all(&opts.run_dir)?;
+    std::fs::write(&topo, pasta_topology())
+        .with_context(|| format!("writing {}", topo.display()))?;
+    let gateway = usernet::host_gateway()?;
+    let topo_arg = topo.to_string_lossy().into_owned();
+    let mut env = splitnet_env(opts, layout, &["up", "--config", &topo_arg])?;
+    let g1 = host::netns_name("guest1");
+    host::ip_in(&g1, &["route", "add", "default", "via", PASTA_GATEWAY])?;
+    env.flows.clear();
+    for (d, reverse) in [("tx", false), ("rx", true)] {
+        let f = FlowSpec {
+            server_bind: Some(usernet::HOST_BIND),
+            ..FlowSpec::new(netenv::HOST_NETNS, &gateway, &g1, reverse).charged(4, 2)
+        };
+        env.flows.insert(d, f);
+    }
+    Ok(env)
+}
+
+/// The pasta namespace's address on the driver domain's bridge: guests'
+/// gateway in [`pasta_topology`].
+const PASTA_GATEWAY: &str = "10.79.0.1";
+
+/// The default topology with a `pasta` uplink on the driver domain in
+/// place of the wire.
+pub fn pasta_topology() -> String {
+    "# bench baseline: the default topology with a pasta uplink instead of the wire.\n\
+     name = \"pasta\"\n\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\n\n\
+     [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.79.0.2/24\"\nvif = [\"mtu=9000\"]\n\n\
+     [[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.79.0.3/24\"\nvif = [\"mtu=9000\"]\n\n\
+     [[port]]\ndriver = \"drv\"\nkind = \"pasta\"\nsubnet = \"10.79.0.1/24\"\nmtu = 9000\n"
+        .into()
+}
+
 /// Runs `splitnet UP...` (an `up` command line) and measures its default
 /// domains: hv through its process, drv, guest1 and guest2 through their
 /// cgroups, the wire host through a cgroup of the suite's; flows TX and RX
@@ -473,11 +539,16 @@ pub(crate) fn splitnet_env(opts: &RunOptions, layout: &CgroupLayout, up: &[&str]
         cgroup: None,
         pid: hv_pid,
     }];
+    let pids = if layout.is_empty() {
+        domain_pids(opts)
+    } else {
+        BTreeMap::new()
+    };
     for n in ["drv", "guest1", "guest2"] {
         domains.push(Domain {
             name: n.into(),
             cgroup: Cgroup::open(layout, n),
-            pid: None,
+            pid: pids.get(n).copied(),
         });
     }
     domains.extend(bench_domains(layout, &["wire"])?);
@@ -500,6 +571,21 @@ pub(crate) fn splitnet_env(opts: &RunOptions, layout: &CgroupLayout, up: &[&str]
         FlowSpec::new(&g2, "10.77.0.2", &g1, false).charged(3, 2),
     );
     Ok(env)
+}
+
+/// Each domain's pid, as `status --json` says: where no cgroup hierarchy
+/// is writable (rootless), a domain's CPU time is its process's.
+fn domain_pids(opts: &RunOptions) -> BTreeMap<String, i32> {
+    let st: serde_json::Value = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    st["domains"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| Some((d["name"].as_str()?.to_string(), d["pid"].as_i64()? as i32)))
+        .collect()
 }
 
 pub(crate) fn tear_down(env: Env, opts: &RunOptions, layout: &CgroupLayout) {

@@ -5,7 +5,13 @@
 //! host's loopback through the tool's gateway address; a second guest is
 //! reached through a host port the tool forwards into it, so guest→guest
 //! traffic crosses the tool twice, as it does on a real host.
+//!
+//! Rootless, the host side is the host itself: the run's user namespace
+//! may not make the tool's namespace stand in for it, and splitnet's own
+//! pasta uplink reaches the host's loopback too, so the two meet the same
+//! host.
 
+use crate::netenv::{in_netns, HOST_NETNS};
 use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -53,23 +59,44 @@ impl Tool {
         })
     }
 
-    /// The address a guest connects to in order to reach the host.
-    pub fn gateway(self) -> &'static str {
+    /// The address a guest connects to in order to reach the host, given
+    /// the host side's default gateway.
+    fn gateway(self, host_gateway: &str) -> String {
         match self {
             // pasta copies the host's addresses and maps its gateway to the host.
-            Tool::Pasta => "10.80.0.1",
+            Tool::Pasta => host_gateway.to_string(),
             // slirp's fixed host alias.
-            Tool::Slirp4netns => "10.0.2.2",
+            Tool::Slirp4netns => "10.0.2.2".to_string(),
         }
     }
+}
+
+/// The gateway of the stand-in host's uplink.
+const STAND_IN_GATEWAY: &str = "10.80.0.1";
+
+/// The gateway of the default route where this process runs: pasta copies
+/// it, and answers there for the host.
+pub fn host_gateway() -> Result<String> {
+    let out = crate::stdout_of(
+        Command::new("ip").args(["-4", "route", "show", "default"]),
+        "ip route show default",
+    )?;
+    out.split_whitespace()
+        .skip_while(|w| *w != "via")
+        .nth(1)
+        .map(str::to_string)
+        .context("this host has no IPv4 default route, and pasta copies the host's")
 }
 
 /// A host namespace and two guests, each networked by its own instance of
 /// `tool`. Everything is torn down on drop.
 pub struct UserNet {
     pub tool: Tool,
-    /// The host side (the "wire" of the other configurations).
+    /// The host side (the "wire" of the other configurations); rootless,
+    /// [`HOST_NETNS`], the host itself.
     pub host: String,
+    /// Where a guest reaches the host side.
+    pub gateway: String,
     pub guest1: String,
     pub guest2: String,
     children: Vec<Child>,
@@ -78,8 +105,14 @@ pub struct UserNet {
 
 impl UserNet {
     /// Builds the topology; the tool's processes are charged to `cgroup`.
-    /// `sock_dir` holds slirp4netns's API socket.
-    pub fn new(tool: Tool, cgroup: Option<&Cgroup>, sock_dir: &Path) -> Result<UserNet> {
+    /// `sock_dir` holds slirp4netns's API socket. `rootless`: the host side
+    /// is the host itself.
+    pub fn new(
+        tool: Tool,
+        cgroup: Option<&Cgroup>,
+        sock_dir: &Path,
+        rootless: bool,
+    ) -> Result<UserNet> {
         if !tool.installed() {
             bail!(
                 "{} is not installed (Debian package {})",
@@ -88,28 +121,30 @@ impl UserNet {
             );
         }
         let n = |s: &str| host::netns_name(&format!("{}-{s}", tool.name()));
+        let gateway = if rootless {
+            tool.gateway(&host_gateway()?)
+        } else {
+            tool.gateway(STAND_IN_GATEWAY)
+        };
         let mut u = UserNet {
             tool,
-            host: n("host"),
+            host: if rootless {
+                HOST_NETNS.into()
+            } else {
+                n("host")
+            },
+            gateway,
             guest1: n("guest1"),
             guest2: n("guest2"),
             children: Vec::new(),
             sock_dir: sock_dir.to_path_buf(),
         };
-        for ns in [&u.host, &u.guest1, &u.guest2] {
+        for ns in [&u.guest1, &u.guest2] {
             host::netns_add(ns)?;
         }
-        // pasta copies the addresses and routes of the host's uplink: give the
-        // host one (a veth whose peer stays in the same namespace).
-        host::ip_in(
-            &u.host,
-            &["link", "add", "up0", "type", "veth", "peer", "name", "up1"],
-        )?;
-        for dev in ["up0", "up1"] {
-            host::ip_in(&u.host, &["link", "set", dev, "up"])?;
+        if !rootless {
+            stand_in_host(&u.host)?;
         }
-        host::addr_add(&u.host, "up0", "10.80.0.254/24")?;
-        host::ip_in(&u.host, &["route", "add", "default", "via", "10.80.0.1"])?;
         std::fs::create_dir_all(sock_dir)
             .with_context(|| format!("creating {}", sock_dir.display()))?;
         let (g1, g2) = (u.guest1.clone(), u.guest2.clone());
@@ -125,8 +160,7 @@ impl UserNet {
         let port = forward.map_or("none".to_string(), |p| p.to_string());
         let sock = self.sock_dir.join(format!("{guest}.sock"));
         let _ = std::fs::remove_file(&sock);
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.host, self.tool.name()]);
+        let mut cmd = in_netns(&self.host, self.tool.name());
         match self.tool {
             Tool::Pasta => {
                 // Root may enter the namespace; pasta would otherwise drop to nobody.
@@ -176,6 +210,23 @@ impl UserNet {
     }
 }
 
+/// Makes namespace `ns` the host a rootful run stands in: pasta copies the
+/// addresses and routes of the host's uplink, so it gets one (a veth whose
+/// peer stays in the same namespace).
+fn stand_in_host(ns: &str) -> Result<()> {
+    host::netns_add(ns)?;
+    host::ip_in(
+        ns,
+        &["link", "add", "up0", "type", "veth", "peer", "name", "up1"],
+    )?;
+    for dev in ["up0", "up1"] {
+        host::ip_in(ns, &["link", "set", dev, "up"])?;
+    }
+    host::addr_add(ns, "up0", "10.80.0.254/24")?;
+    host::ip_in(ns, &["route", "add", "default", "via", STAND_IN_GATEWAY])?;
+    Ok(())
+}
+
 /// Asks slirp4netns (over its API socket) to forward host port `port` on
 /// the loopback to the same port in its guest.
 fn slirp_hostfwd(sock: &Path, proto: &str, port: u16) -> Result<()> {
@@ -205,7 +256,9 @@ impl Drop for UserNet {
             let _ = c.wait();
         }
         for ns in [&self.guest1, &self.guest2, &self.host] {
-            host::netns_del(ns);
+            if ns != HOST_NETNS {
+                host::netns_del(ns);
+            }
         }
         for ns in [&self.guest1, &self.guest2] {
             let _ = std::fs::remove_file(self.sock_dir.join(format!("{ns}.sock")));

@@ -14,7 +14,11 @@ pub(crate) enum Suite {
     /// veth, the Linux bridge, the minimal forwarder, pasta, slirp4netns,
     /// splitnet's three presets (baseline, hv-copy, default), the default
     /// with 22 idle guests beside, and the default with ip= and rate= on
-    /// its vifs.
+    /// its vifs; splitnet with a pasta uplink when --configs names
+    /// splitnet-pasta. Without root (--rootless): native, pasta,
+    /// slirp4netns, splitnet-default and splitnet-pasta as the user, and the
+    /// rootless targets; run by root with --user NAME, also the rootful
+    /// reference.
     Baseline,
     /// Recovery and hotplug: driver-domain kills during iperf3 streams
     /// (median outage), a 256 MiB HTTP download through five kills
@@ -195,6 +199,11 @@ pub(crate) struct BenchArgs {
     /// other suite's default).
     #[arg(long, value_name = "MACHINE")]
     machine: Option<bench::machine::Machine>,
+    /// baseline --rootless, run as root: the user whose own namespaces the
+    /// rootless configurations run in (default: $SUDO_USER); root measures
+    /// the rootful reference in the same invocation.
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
 }
 
 impl BenchArgs {
@@ -216,16 +225,71 @@ impl BenchArgs {
             profile: self.profile,
             machine: self.machine,
             out: self.out.clone(),
+            rootless: toolstack::rootless::active(),
         })
+    }
+
+    /// Whether the suite is `baseline`.
+    pub(crate) fn is_baseline(&self) -> bool {
+        matches!(self.suite, Suite::Baseline)
+    }
+
+    /// The user a rootless bench run by root measures as, if named.
+    pub(crate) fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// The same run's options on a command line (`bench baseline ...`),
+    /// for the user's half of a rootless bench; its JSON goes to `json`.
+    pub(crate) fn command_line(&self, json: &std::path::Path) -> Vec<String> {
+        let mut v = vec!["bench".to_string(), "baseline".to_string()];
+        let mut opt = |k: &str, val: Option<String>| {
+            if let Some(x) = val {
+                v.extend([k.to_string(), x]);
+            }
+        };
+        opt("--runs", self.runs.map(|r| r.to_string()));
+        opt("--seconds", self.seconds.map(|s| s.to_string()));
+        opt("--spin-us", self.spin_us.map(|s| s.to_string()));
+        let list = |l: &[String]| (!l.is_empty()).then(|| l.join(","));
+        opt("--configs", list(&self.configs));
+        opt("--workloads", list(&self.workloads));
+        opt("--json", Some(json.display().to_string()));
+        if self.quick {
+            v.push("--quick".into());
+        }
+        v
+    }
+
+    /// The rootful reference's options: these, with only native and
+    /// splitnet-default.
+    pub(crate) fn rootful_reference(&self) -> BenchArgs {
+        BenchArgs {
+            configs: vec!["splitnet-default".into()],
+            json: None,
+            svg: None,
+            out: None,
+            profile: false,
+            ..self.clone()
+        }
     }
 }
 
 /// `splitnet bench`: runs the suite, prints its table (and profile), and
 /// writes the files `--json`, `--svg` and `--out` ask for.
 pub(crate) fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
+    if crate::rootless::on() || toolstack::rootless::active() {
+        return crate::bench_rootless::bench(rd, a);
+    }
     if matches!(a.suite, Suite::Seeds) {
         return bench_seeds(rd, &a);
     }
+    let r = run_suite(rd, &a)?;
+    emit(a, r)
+}
+
+/// Runs the one suite `a` names.
+pub(crate) fn run_suite(rd: &std::path::Path, a: &BenchArgs) -> Result<bench::harness::Output> {
     let name = a
         .suite
         .to_possible_value()
@@ -233,7 +297,12 @@ pub(crate) fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
     let suite = bench::suites::by_name(&name.unwrap_or_default())?;
     let args = a.suite_args(rd)?;
     bench::harness::check_machine(suite, &args)?;
-    let r = suite.run(&args)?;
+    suite.run(&args)
+}
+
+/// Prints a suite's table (and profile), writes the files `--json`,
+/// `--svg` and `--out` ask for, and fails if the suite's rules failed it.
+pub(crate) fn emit(a: BenchArgs, r: bench::harness::Output) -> Result<()> {
     println!("{}", r.table);
     if let Some(p) = a.json {
         write_file(&p, &r.json)?;

@@ -83,7 +83,7 @@ pub fn up(
     let log = fs::File::create(rd.join("hv.log"))?;
     let _ = fs::remove_file(rd.join("hv.pid"));
     let mut hv_cmd = if crate::rootless::on() {
-        crate::rootless::hv_command(&hv)?
+        crate::rootless::in_userns(&hv)?
     } else {
         Command::new(&hv)
     };

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench_cmd;
+mod bench_rootless;
 mod capture;
 mod docs;
 mod lifecycle;
@@ -45,7 +46,8 @@ struct Cli {
     /// when not run as root): hv's run directory is then
     /// $XDG_RUNTIME_DIR/splitnet (or /tmp/splitnet-UID), and what needs
     /// the host's root (host, macvlan, nat, route and vxlan uplinks, huge
-    /// pages) is refused by name. See the README, "Without root".
+    /// pages) is refused by name; `bench baseline` measures the peers
+    /// and splitnet as the user. See the README, "Without root".
     #[arg(long, global = true)]
     rootless: bool,
     #[command(subcommand)]

@@ -63,9 +63,10 @@ pub fn forget(rd: &Path) {
     let _ = fs::remove_file(rd.join(MARKER));
 }
 
-/// `hv`'s command line, run in a user namespace of the user's own and a
-/// mount namespace of its own.
-pub fn hv_command(hv: &Path) -> Result<Command> {
+/// `program`'s command line, run in a new user namespace of the user's
+/// own (its uid 0 the user, its ids 1.. the user's subordinate ones) and
+/// a mount namespace of its own.
+pub fn in_userns(program: &Path) -> Result<Command> {
     let mut cmd = Command::new("unshare");
     cmd.args(["--map-root-user", "--mount", "--propagation", "private"]);
     match subordinate_ids()? {
@@ -79,7 +80,7 @@ pub fn hv_command(hv: &Path) -> Result<Command> {
              (as root: usermod --add-subuids N-M --add-subgids N-M USER)"
         ),
     }
-    cmd.arg("--").arg(hv);
+    cmd.arg("--").arg(program);
     Ok(cmd)
 }
 

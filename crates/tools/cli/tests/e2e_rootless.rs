@@ -300,6 +300,7 @@ fn a_user_runs_splitnet_without_root_and_down_leaves_nothing() {
         "10.77.0.254",
     ]);
     assert!(ping.status.success(), "{}", text(&ping));
+    observe(&u);
     download_through_a_driver_domain_kill(&u);
     assert_eq!(
         host_netns(),
@@ -321,6 +322,46 @@ fn a_user_runs_splitnet_without_root_and_down_leaves_nothing() {
         );
     }
     assert_eq!(host_netns(), netns_before);
+}
+
+/// `top` and `capture` as the user: top's frame lists the domains, and a
+/// capture on guest1's vif sees guest1's pings.
+fn observe(u: &User) {
+    let top = u.ok(&["top", "--batch", "--iterations", "1"]);
+    for d in ["drv", "guest1", "guest2"] {
+        assert!(top.contains(d), "no {d} in top:\n{top}");
+    }
+    let mut cap = Killed(
+        u.cmd(
+            u.bin.join("splitnet").to_str().unwrap(),
+            &["capture", "guest1/vif0", "-c", "2"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let ping = [
+        "exec",
+        "guest1",
+        "--",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        "10.77.0.254",
+    ];
+    let mut status = None;
+    wait_until("capture to see a ping", Duration::from_secs(20), || {
+        let _ = u.splitnet(&ping);
+        status = cap.0.try_wait().unwrap();
+        status.is_some()
+    });
+    let mut seen = String::new();
+    std::io::Read::read_to_string(&mut cap.0.stdout.take().unwrap(), &mut seen).unwrap();
+    assert!(status.is_some_and(|s| s.success()), "capture: {status:?}");
+    assert!(seen.contains("ICMP"), "capture saw no ping:\n{seen}");
 }
 
 /// A directory the user may read and write, holding a fresh 64 MiB blob.
@@ -633,4 +674,89 @@ fn the_demo_runs_without_root() {
         assert!(out.contains(step), "no {step:?} in:\n{out}");
     }
     assert!(!u.run_dir().join("hv.sock").exists());
+}
+
+/// A summary row's median Gbit/s of `config` in `direction`.
+fn median_gbps(rows: &Value, config: &str, direction: &str) -> Option<f64> {
+    rows.as_array()?
+        .iter()
+        .find(|m| m["config"] == config && m["direction"] == direction)?["median_gbps"]
+        .as_f64()
+}
+
+/// `bench baseline --rootless`, run by root for a user: the rootful
+/// reference as root, then native, pasta, slirp4netns and rootless
+/// splitnet (with the wire and with a pasta uplink) as the user; every
+/// flow carried data, each target's verdict follows from the numbers
+/// beside it, and nothing of the user's is left running.
+#[test]
+fn the_rootless_bench_measures_the_peers_and_rootful_splitnet_in_one_run() {
+    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+        return;
+    };
+    let u = User::ensure("splitnet-rl1", true);
+    let _ = u.splitnet(&["down"]);
+    let before = host_netns();
+    let json = std::env::temp_dir().join(format!("splitnet-rl-bench-{}.json", std::process::id()));
+    let rd = std::env::temp_dir().join(format!("splitnet-rl-bench-rd-{}", std::process::id()));
+    let o = Command::new(u.bin.join("splitnet"))
+        .args(["--rootless", "--run-dir", rd.to_str().unwrap()])
+        .args([
+            "bench",
+            "baseline",
+            "--user",
+            &u.name,
+            "--quick",
+            "--seconds",
+            "1",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["rootless"], true);
+    let mut configs = vec!["native", "pasta", "splitnet-default", "splitnet-pasta"];
+    if Command::new("slirp4netns")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        configs.push("slirp4netns");
+    }
+    for c in configs {
+        let rows: Vec<&Value> = r["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["config"] == c)
+            .collect();
+        assert!(!rows.is_empty(), "{c} was not measured: {r}");
+        for x in rows {
+            let g = x["gbps"].as_f64().unwrap_or(0.0);
+            assert!(g > 0.0, "{c} {} carried nothing", x["direction"]);
+        }
+    }
+    // The verdicts follow from the numbers beside them.
+    let rl = median_gbps(&r["summary"], "splitnet-default", "guest-to-guest").unwrap();
+    let rf = median_gbps(&r["rootful"], "splitnet-default", "guest-to-guest").unwrap();
+    let targets = r["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 2, "{targets:?}");
+    assert_eq!(targets[0]["met"], rl / rf >= 0.9, "{:?}", targets[0]);
+    assert!(targets[1]["met"].is_boolean(), "{:?}", targets[1]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("### Without root") && out.contains("rootful reference"),
+        "{out}"
+    );
+    // Nothing of the user's runs on, and the host's namespaces are as they were.
+    wait_until(
+        "the user's processes to end",
+        Duration::from_secs(10),
+        || u.processes(u.sub).is_empty(),
+    );
+    assert_eq!(host_netns(), before);
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_dir_all(&rd);
 }

@@ -19,6 +19,9 @@ use std::net::Ipv4Addr;
 /// pasta's interface in its namespace.
 pub const PASTA_IF: &str = "up0";
 
+/// A veth's MTU, the port's unless it sets `mtu`.
+const DEFAULT_MTU: u32 = 1500;
+
 /// A host port forwarded to a guest: `proto:HOSTPORT:GUESTADDR:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Publish {
@@ -101,9 +104,11 @@ fn rules(he: &str, net: Ipv4Addr, len: u8, publish: &[Publish]) -> String {
 }
 
 /// pasta's command line: join namespace `ns`, configure its interface from
-/// the host's, forward the published ports and nothing else, stay in the
-/// foreground (hv supervises it) as the user hv runs as.
-fn args(ns: &str, pid_file: &str, publish: &[Publish]) -> Vec<String> {
+/// the host's with MTU `mtu` (the port's: pasta's frames cross the bridge,
+/// where a larger one would be dropped), forward the published ports and
+/// nothing else, stay in the foreground (hv supervises it) as the user hv
+/// runs as.
+fn args(ns: &str, pid_file: &str, mtu: u32, publish: &[Publish]) -> Vec<String> {
     let mut a: Vec<String> = [
         "--config-net",
         "--foreground",
@@ -120,6 +125,8 @@ fn args(ns: &str, pid_file: &str, publish: &[Publish]) -> Vec<String> {
         "none",
         "--netns",
         ns,
+        "--mtu",
+        &mtu.to_string(),
     ]
     .map(String::from)
     .to_vec();
@@ -171,7 +178,12 @@ impl Uplinks {
             name: "pasta".into(),
             owner: u.driver.clone(),
             program: "pasta".into(),
-            args: args(&ns, &pid_file.display().to_string(), &u.publish),
+            args: args(
+                &ns,
+                &pid_file.display().to_string(),
+                u.mtu.unwrap_or(DEFAULT_MTU),
+                &u.publish,
+            ),
             log: self.run_dir.join(format!("pasta-{}.log", u.driver)),
             ready: Ready::Path(pid_file.clone()),
             pid_file,
@@ -206,8 +218,9 @@ mod tests {
     #[test]
     fn pasta_forwards_only_what_is_published() {
         let p = [Publish::parse("tcp:8080:10.79.0.2:80").unwrap()];
-        let a = args("splitnet-pasta-drv", "/r/p.pid", &p).join(" ");
+        let a = args("splitnet-pasta-drv", "/r/p.pid", 1500, &p).join(" ");
         assert!(a.contains("-t 8080") && a.contains("-u none"), "{a}");
+        assert!(a.contains("--mtu 1500"), "{a}");
         assert!(a.contains("-T none -U none") && a.contains("--netns splitnet-pasta-drv"));
         let r = rules("sn0-drv", Ipv4Addr::new(10, 79, 0, 0), 24, &p);
         assert_eq!(
