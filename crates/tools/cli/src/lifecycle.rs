@@ -82,12 +82,7 @@ pub fn up(
     };
     let log = fs::File::create(rd.join("hv.log"))?;
     let _ = fs::remove_file(rd.join("hv.pid"));
-    let mut hv_cmd = if crate::rootless::on() {
-        crate::rootless::in_userns(&hv)?
-    } else {
-        Command::new(&hv)
-    };
-    let child = hv_cmd
+    let child = hv_command(&hv)?
         .arg("--run-dir")
         .arg(rd)
         .arg("--domain-exe")
@@ -107,6 +102,17 @@ pub fn up(
         .spawn()
         .with_context(|| format!("starting hv ({})", hv.display()))?;
     wait_until_up(rd, &topo, child, timeout, listen)
+}
+
+/// hv's command line: rootless, in a user namespace of the user's own,
+/// unless this is a host of a rootless underlay, which is already in the
+/// underlay's namespaces (`run` joined them), where its hv runs too.
+fn hv_command(hv: &Path) -> Result<Command> {
+    if crate::rootless::on() && host::instance().is_none() {
+        crate::rootless::in_userns(hv)
+    } else {
+        Ok(Command::new(hv))
+    }
 }
 
 /// Polls hv's status until every domain said hello and every vif is

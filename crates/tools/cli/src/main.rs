@@ -45,9 +45,11 @@ struct Cli {
     /// Run without root, in a user namespace of your own (the default
     /// when not run as root): hv's run directory is then
     /// $XDG_RUNTIME_DIR/splitnet (or /tmp/splitnet-UID), and what needs
-    /// the host's root (host, macvlan, nat, route and vxlan uplinks, huge
-    /// pages) is refused by name; `bench baseline` measures the peers
-    /// and splitnet as the user. See the README, "Without root".
+    /// the host's root (host, macvlan, nat and route uplinks, vxlan outside
+    /// an underlay host, EVPN, huge pages) is refused by name; `underlay`
+    /// makes its hosts in a user namespace of yours, and `bench baseline`
+    /// measures the peers and splitnet as you. See the README, "Without
+    /// root".
     #[arg(long, global = true)]
     rootless: bool,
     #[command(subcommand)]
@@ -528,6 +530,10 @@ impl From<CaptureDirection> for driver_domain::capture::Direction {
 
 fn main() {
     let cli = Cli::parse();
+    // `ip`, `sysctl`, `nft` and the rest are found from a user's PATH too.
+    // Single-threaded still: nothing else reads the environment.
+    let path = std::env::var("PATH").unwrap_or_default();
+    std::env::set_var("PATH", toolstack::host::with_tool_dirs(&path));
     // The daemon and domains are long-lived: drop descriptors leaked to us.
     if let Cmd::Hv { .. } = cli.cmd {
         sys::close_inherited_fds(&[]);
@@ -611,6 +617,10 @@ fn run(cli: Cli) -> Result<()> {
     // The toolstack of host NAME works from the host's namespace; the
     // processes hv starts (domains, device models) are where hv put them.
     if !is_internal(&cli.cmd) {
+        // A rootless underlay's hosts are named in its own namespaces.
+        if rootless::on() && cli.host.is_some() {
+            rootless::join_underlay()?;
+        }
         lifecycle::enter_host()?;
     }
     // A rootless hv's namespaces are named in its own mount namespace:
@@ -750,9 +760,18 @@ fn run_docs(cmd: Cmd) -> Result<()> {
 fn underlay(cmd: UnderlayCmd) -> Result<()> {
     use toolstack::underlay;
     lifecycle::require_root()?;
+    let rootless = rootless::on();
     match cmd {
         UnderlayCmd::Up { hosts, mtu } => {
-            let made = underlay::up(&hosts, mtu).map_err(anyhow::Error::msg)?;
+            if rootless {
+                rootless::underlay_holder_up()?;
+            }
+            let made = underlay::up(&hosts, mtu).map_err(|e| {
+                if rootless {
+                    rootless::underlay_holder_down();
+                }
+                anyhow::Error::msg(e)
+            })?;
             print!("{}", underlay::describe(&made));
             println!(
                 "next: `splitnet --host {} up --config FILE` for each host",
@@ -760,7 +779,14 @@ fn underlay(cmd: UnderlayCmd) -> Result<()> {
             );
         }
         UnderlayCmd::Down => {
+            if rootless && rootless::join_underlay().is_err() {
+                println!("no underlay was up");
+                return Ok(());
+            }
             let gone = underlay::down().map_err(anyhow::Error::msg)?;
+            if rootless {
+                rootless::underlay_holder_down();
+            }
             if gone.is_empty() {
                 println!("no underlay was up");
             } else {
@@ -770,7 +796,13 @@ fn underlay(cmd: UnderlayCmd) -> Result<()> {
                 );
             }
         }
-        UnderlayCmd::Status => print!("{}", underlay::describe(&underlay::hosts())),
+        UnderlayCmd::Status => {
+            let hosts = match rootless && rootless::join_underlay().is_err() {
+                true => Vec::new(),
+                false => underlay::hosts(),
+            };
+            print!("{}", underlay::describe(&hosts))
+        }
     }
     Ok(())
 }

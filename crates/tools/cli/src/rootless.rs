@@ -9,6 +9,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -18,7 +19,16 @@ static ON: OnceLock<bool> = OnceLock::new();
 /// Decides, once, whether this invocation is rootless: asked for, or run
 /// by a user other than root.
 pub fn decide(asked: bool) -> bool {
+    user_uid();
     *ON.get_or_init(|| asked || !toolstack::host::is_root())
+}
+
+static UID: OnceLock<u32> = OnceLock::new();
+
+/// The invoking user's uid, as the host sees it: read at start, before
+/// this process joins a user namespace where it is uid 0.
+fn user_uid() -> u32 {
+    *UID.get_or_init(sys::euid)
 }
 
 /// Whether this invocation is rootless ([`decide`]d at start).
@@ -34,18 +44,23 @@ const MARKER: &str = "rootless";
 pub fn default_run_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("splitnet"),
-        _ => std::env::temp_dir().join(format!("splitnet-{}", sys::euid())),
+        _ => std::env::temp_dir().join(format!("splitnet-{}", user_uid())),
     }
 }
 
 /// Makes run directory `rd` the user's alone (0700), and marks it rootless.
 pub fn prepare_run_dir(rd: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::create_dir_all(rd).with_context(|| format!("creating {}", rd.display()))?;
-    fs::set_permissions(rd, fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("making {} private", rd.display()))?;
+    private_dir(rd)?;
     fs::write(rd.join(MARKER), "")?;
     Ok(())
+}
+
+/// Makes directory `d` (and its parents) and then the user's alone (0700).
+fn private_dir(d: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    fs::set_permissions(d, fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", d.display()))
 }
 
 /// The namespaces of this instance this process may act on: rootless and
@@ -90,7 +105,7 @@ type Block = (u32, u32);
 /// The caller's first subordinate uid and gid blocks of at least 65,536
 /// ids each (each capped at that), if both files grant one.
 fn subordinate_ids() -> Result<Option<(Block, Block)>> {
-    let uid = sys::euid();
+    let uid = user_uid();
     let name = user_name(uid);
     let find = |file: &str| -> Option<Block> {
         let text = fs::read_to_string(file).ok()?;
@@ -174,6 +189,80 @@ pub fn join_pid(pid: i32) -> Result<bool> {
         let _ = std::env::set_current_dir(d);
     }
     Ok(true)
+}
+
+/// Where a rootless underlay's holder process records its pid: beside
+/// the user's own instance.
+fn underlay_pid_file() -> PathBuf {
+    default_run_dir().join("underlay.pid")
+}
+
+/// The holder of the user's rootless underlay, if one is up: a process
+/// whose user and mount namespaces hold the underlay's namespaces.
+fn underlay_holder() -> Option<i32> {
+    let pid: i32 = fs::read_to_string(underlay_pid_file())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    (comm.trim() == "sleep" && toolstack::host::pid_alive(pid)).then_some(pid)
+}
+
+/// A rootless `underlay up`: starts the holder (`sleep` in a user
+/// namespace of the user's own and a mount namespace of its own), joins
+/// its namespaces and gives them a `/run/netns` of their own, where the
+/// underlay's hosts and router, and every host's domains, are named.
+pub fn underlay_holder_up() -> Result<()> {
+    if underlay_holder().is_some() {
+        bail!("your underlay is already up; run `splitnet underlay down` first");
+    }
+    let mut child = in_userns(Path::new("sleep"))?
+        .arg("infinity")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("running unshare (util-linux)")?;
+    let pid = child.id() as i32;
+    // unshare execs sleep once the namespaces and their maps are made.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fs::read_to_string(format!("/proc/{pid}/comm")).map_or(true, |c| c.trim() != "sleep") {
+        if let Some(st) = child.try_wait()? {
+            bail!("unshare exited ({st}) before the underlay's namespaces were made");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("unshare did not make the underlay's namespaces within 10 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    private_dir(&default_run_dir())?;
+    fs::write(underlay_pid_file(), pid.to_string())?;
+    join_pid(pid)?;
+    toolstack::rootless::private_netns_dir().map_err(|e| anyhow!(e))
+}
+
+/// Joins the namespaces of the user's rootless underlay: where `--host
+/// NAME` finds its host. Fails, saying what to run, without one.
+pub fn join_underlay() -> Result<bool> {
+    let pid = underlay_holder().context(
+        "you have no underlay up: without root, `splitnet underlay up NAMES` makes one first",
+    )?;
+    join_pid(pid)
+}
+
+/// After a rootless `underlay down`: ends the holder, and with it the
+/// namespaces; false if there was none.
+pub fn underlay_holder_down() -> bool {
+    let Some(pid) = underlay_holder() else {
+        return false;
+    };
+    // SIGTERM ends sleep; the pid is the holder's, checked by name above.
+    toolstack::host::signal_all(&[pid], libc::SIGTERM);
+    let _ = fs::remove_file(underlay_pid_file());
+    true
 }
 
 #[cfg(test)]

@@ -172,6 +172,15 @@ impl Drop for User {
     }
 }
 
+/// The host's lock and user `splitnet-rl1` (with a subordinate range),
+/// its own instance down; none unless the test runs as root.
+fn rl1() -> Option<(testutil::HostLock, User)> {
+    let host = testutil::root_or_skip("making the test's users")?;
+    let u = User::ensure("splitnet-rl1", true);
+    let _ = u.splitnet(&["down"]);
+    Some((host, u))
+}
+
 /// A process the test started, killed and reaped however the test ends.
 struct Killed(Child);
 
@@ -255,11 +264,9 @@ fn domain_pid(st: &Value, name: &str) -> u64 {
 
 #[test]
 fn a_user_runs_splitnet_without_root_and_down_leaves_nothing() {
-    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+    let Some((_host, u)) = rl1() else {
         return;
     };
-    let u = User::ensure("splitnet-rl1", true);
-    let _ = u.splitnet(&["down"]);
     let netns_before = host_netns();
     let up = u.ok(&["up"]);
     assert!(up.contains("splitnet is up"), "{up}");
@@ -451,11 +458,9 @@ fn fetch_through_a_kill(u: &User, url: &str, blob: &Path) {
 /// reaches its server; `down` stops pasta.
 #[test]
 fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_guest() {
-    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+    let Some((_host, u)) = rl1() else {
         return;
     };
-    let u = User::ensure("splitnet-rl1", true);
-    let _ = u.splitnet(&["down"]);
     let (dir, blob) = data_dir(&u, "pasta");
     let d = dir.to_str().unwrap();
     // The host's services, on its loopback only.
@@ -664,11 +669,9 @@ fn what_needs_root_is_refused_by_name() {
 /// table against native comes out, and the instance is taken down.
 #[test]
 fn the_demo_runs_without_root() {
-    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+    let Some((_host, u)) = rl1() else {
         return;
     };
-    let u = User::ensure("splitnet-rl1", true);
-    let _ = u.splitnet(&["down"]);
     let out = u.ok(&["demo", "--seconds", "1"]);
     for step in ["== 5. results", "| guest1 -> wire |", "splitnet is down"] {
         assert!(out.contains(step), "no {step:?} in:\n{out}");
@@ -691,11 +694,9 @@ fn median_gbps(rows: &Value, config: &str, direction: &str) -> Option<f64> {
 /// beside it, and nothing of the user's is left running.
 #[test]
 fn the_rootless_bench_measures_the_peers_and_rootful_splitnet_in_one_run() {
-    let Some(_host) = testutil::root_or_skip("making the test's users") else {
+    let Some((_host, u)) = rl1() else {
         return;
     };
-    let u = User::ensure("splitnet-rl1", true);
-    let _ = u.splitnet(&["down"]);
     let before = host_netns();
     let json = std::env::temp_dir().join(format!("splitnet-rl-bench-{}.json", std::process::id()));
     let rd = std::env::temp_dir().join(format!("splitnet-rl-bench-rd-{}", std::process::id()));
@@ -759,4 +760,110 @@ fn the_rootless_bench_measures_the_peers_and_rootful_splitnet_in_one_run() {
     assert_eq!(host_netns(), before);
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_dir_all(&rd);
+}
+
+/// Host `i` (1 or 2) of a two-host underlay: a driver domain, guest1 at
+/// 10.77.0.1`i`, and a VXLAN port to the other host's VTEP.
+fn vxlan_host(i: usize, evpn: bool) -> String {
+    format!(
+        "name = \"rl-{i}\"\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
+         [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1{i}/24\"\n\
+         vif = [\"mac=00:16:3e:19:0{i}:01\"]\n\
+         [[port]]\ndriver = \"drv\"\nkind = \"vxlan\"\nvni = 100\nlocal = \"10.200.{i}.3\"\n\
+         peers = [\"10.200.{}.3\"]\nevpn = {evpn}\n",
+        3 - i
+    )
+}
+
+/// The multi-host underlay as a user: `underlay up a b` in namespaces of
+/// the user's own, a host on each end with a VXLAN port, a 64 MiB download
+/// from host b's guest to host a's intact; EVPN (FRR runs as user frr) and
+/// a VXLAN port outside an underlay host are refused by name; every host's
+/// `down` and `underlay down` leave nothing, in the host's namespaces least.
+#[test]
+fn a_users_underlay_carries_vxlan_between_their_hosts() {
+    let Some((_host, u)) = rl1() else {
+        return;
+    };
+    for h in ["a", "b"] {
+        let _ = u.splitnet(&["--host", h, "down"]);
+    }
+    let _ = u.splitnet(&["underlay", "down"]);
+    let netns_before = host_netns();
+    let (dir, blob) = data_dir(&u, "vxlan");
+    let topo = |i: usize, evpn: bool| {
+        let p = dir.join(format!("h{i}-{evpn}.toml"));
+        std::fs::write(&p, vxlan_host(i, evpn)).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let o = u.splitnet(&["up", "--config", &topo(1, false)]);
+    assert!(!o.status.success(), "a vxlan port outside an underlay host");
+    assert!(text(&o).contains("vxlan uplink of drv"), "{}", text(&o));
+    let made = u.ok(&["underlay", "up", "a", "b"]);
+    assert!(made.contains("2 hosts"), "{made}");
+    let o = u.splitnet(&["--host", "a", "up", "--config", &topo(1, true)]);
+    assert!(
+        !o.status.success() && text(&o).contains("user frr"),
+        "{}",
+        text(&o)
+    );
+    u.ok(&["--host", "a", "up", "--config", &topo(1, false)]);
+    u.ok(&["--host", "b", "up", "--config", &topo(2, false)]);
+    let server = [
+        "--host",
+        "b",
+        "exec",
+        "guest1",
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        "8080",
+        "--bind",
+        "10.77.0.12",
+        "--directory",
+        dir.to_str().unwrap(),
+    ];
+    let _server = Killed(u.spawn(&server));
+    let url = "http://10.77.0.12:8080/blob";
+    let got = dir.join("across");
+    let fetch = [
+        "--host",
+        "a",
+        "exec",
+        "guest1",
+        "--",
+        "curl",
+        "-sf",
+        "--max-time",
+        "120",
+        "-o",
+        got.to_str().unwrap(),
+        url,
+    ];
+    wait_until(
+        "the download across the underlay",
+        Duration::from_secs(60),
+        || u.splitnet(&fetch).status.success(),
+    );
+    assert_eq!(
+        testutil::files::sha256(&got),
+        testutil::files::sha256(&blob),
+        "the file from host b's guest"
+    );
+    drop(_server);
+    let busy = u.splitnet(&["underlay", "down"]);
+    assert!(!busy.status.success(), "underlay down while hosts are up");
+    for h in ["a", "b"] {
+        u.ok(&["--host", h, "down"]);
+    }
+    assert!(u.ok(&["underlay", "down"]).contains("hosts a, b"));
+    assert!(u.ok(&["underlay", "status"]).contains("no underlay"));
+    wait_until(
+        "the user's processes to end",
+        Duration::from_secs(10),
+        || u.processes(u.sub).is_empty(),
+    );
+    assert_eq!(host_netns(), netns_before);
+    let _ = std::fs::remove_dir_all(&dir);
 }

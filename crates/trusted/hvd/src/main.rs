@@ -130,33 +130,11 @@ fn run(a: Args) -> Result<(), String> {
 /// 11.5 MiB, against a flat 6.7 MiB with one arena.
 const MALLOC_ARENAS: u32 = 1;
 
-/// The directories hv's tools live in (`ip`, `nft`, `dnsmasq`, `pasta`,
-/// FRR's daemons), whatever PATH a user or service manager gave it.
-const TOOL_DIRS: [&str; 6] = [
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-];
-
-/// PATH `path` with the [`TOOL_DIRS`] it lacks appended.
-fn with_tool_dirs(path: &str) -> String {
-    let mut dirs: Vec<&str> = path.split(':').filter(|d| !d.is_empty()).collect();
-    for d in TOOL_DIRS {
-        if !dirs.contains(&d) {
-            dirs.push(d);
-        }
-    }
-    dirs.join(":")
-}
-
 fn main() {
     sys::close_inherited_fds(&[]);
     // Single-threaded still: nothing else reads the environment.
     let path = std::env::var("PATH").unwrap_or_default();
-    std::env::set_var("PATH", with_tool_dirs(&path));
+    std::env::set_var("PATH", toolstack::host::with_tool_dirs(&path));
     sys::limit_malloc_arenas(MALLOC_ARENAS);
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if let [k, dir] = argv.as_slice() {
@@ -198,17 +176,6 @@ mod tests {
         assert_eq!(a.tuning.spin_us, Some(50));
         assert!(a.tuning.preset.is_some() && a.tuning.link_rate.is_some());
         assert_eq!(a.listen, Some("127.0.0.1:9100".parse().unwrap()));
-    }
-
-    #[test]
-    fn the_tools_directories_join_a_users_path_once() {
-        let p = with_tool_dirs("/home/u/bin:/usr/bin:/bin");
-        assert!(p.starts_with("/home/u/bin:/usr/bin:/bin:"), "{p}");
-        assert!(
-            p.contains("/usr/sbin") && p.matches(":/usr/bin").count() == 1,
-            "{p}"
-        );
-        assert_eq!(with_tool_dirs(""), TOOL_DIRS.join(":"));
     }
 
     #[test]

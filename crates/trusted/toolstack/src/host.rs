@@ -108,6 +108,29 @@ pub fn is_root() -> bool {
     uid.as_deref() == Some("0")
 }
 
+/// The directories splitnet's tools live in (`ip`, `sysctl`, `nft`,
+/// `dnsmasq`, `pasta`, FRR's daemons), whatever PATH a user or service
+/// manager gave it.
+const TOOL_DIRS: [&str; 6] = [
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
+/// PATH `path` with the [`TOOL_DIRS`] it lacks appended.
+pub fn with_tool_dirs(path: &str) -> String {
+    let mut dirs: Vec<&str> = path.split(':').filter(|d| !d.is_empty()).collect();
+    for d in TOOL_DIRS {
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+    dirs.join(":")
+}
+
 /// Runs a command to completion; its stderr becomes the error.
 pub fn run(cmd: &str, args: &[&str]) -> io::Result<String> {
     let guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
@@ -313,6 +336,17 @@ pub fn pid_alive(pid: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tools_directories_join_a_users_path_once() {
+        let p = with_tool_dirs("/home/u/bin:/usr/bin:/bin");
+        assert!(p.starts_with("/home/u/bin:/usr/bin:/bin:"), "{p}");
+        assert!(
+            p.contains("/usr/sbin") && p.matches(":/usr/bin").count() == 1,
+            "{p}"
+        );
+        assert_eq!(with_tool_dirs(""), TOOL_DIRS.join(":"));
+    }
 
     #[test]
     fn steering_refuses_a_name_a_shell_would_read_and_a_core_past_the_mask() {

@@ -33,8 +33,9 @@ pub fn private_netns_dir() -> Result<(), String> {
 }
 
 /// Before a rootless hv builds topology `t`: refuses it if it needs the
-/// host's root, naming what, then gives hv its own `/run/netns`. Nothing
-/// under root.
+/// host's root, naming what, then gives hv its own `/run/netns`; a host of
+/// a rootless underlay already runs in the underlay's namespaces, whose
+/// `/run/netns` names its host. Nothing under root.
 pub fn prepare(t: &Topology) -> Result<(), String> {
     if !active() {
         return Ok(());
@@ -43,7 +44,13 @@ pub fn prepare(t: &Topology) -> Result<(), String> {
     if !no.is_empty() {
         return Err(format!("without root, {}", no.join("; ")));
     }
-    private_netns_dir()
+    match crate::host::instance() {
+        Some(h) if crate::underlay::host_ns_file(h).exists() => Ok(()),
+        Some(h) => Err(format!(
+            "host {h} is not a host of your underlay: `splitnet underlay up {h} ...` first"
+        )),
+        None => private_netns_dir(),
+    }
 }
 
 /// What topology `t` asks for that needs the host's root, each named with
@@ -56,11 +63,21 @@ pub fn refusals(t: &Topology) -> Vec<String> {
             UplinkKind::Nat | UplinkKind::Route => {
                 "makes a veth, addresses and firewall rules in the host's network namespace"
             }
-            UplinkKind::Vxlan => "needs the underlay's veth in the host's network namespace",
+            UplinkKind::Vxlan => match (crate::host::instance(), vxlan_evpn(p)) {
+                (None, _) => "needs a veth in the host's network namespace (without root, run it on a host of `splitnet underlay up`, with --host)",
+                (Some(_), true) => "with evpn = true runs FRR's daemons as user frr, whom your user namespace does not map",
+                (Some(_), false) => continue,
+            },
             UplinkKind::Wire | UplinkKind::Pasta => continue,
         };
+        let instead = match p.kind {
+            UplinkKind::Nat => {
+                " (kind = \"pasta\" masquerades the subnet in a namespace of yours instead)"
+            }
+            _ => "",
+        };
         no.push(format!(
-            "the {} uplink of {} {why}, which needs root",
+            "the {} uplink of {} {why}, which needs root{instead}",
             p.kind.as_str(),
             p.driver
         ));
@@ -72,6 +89,11 @@ pub fn refusals(t: &Topology) -> Vec<String> {
         ));
     }
     no
+}
+
+/// Whether port `p` asks for EVPN.
+fn vxlan_evpn(p: &crate::topology::port::PortConfig) -> bool {
+    p.evpn.unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -90,6 +112,7 @@ mod tests {
         let no = refusals(&t);
         assert_eq!(no.len(), 3, "{no:?}");
         assert!(no[0].contains("nat uplink of drv") && no[0].contains("needs root"));
+        assert!(no[0].contains("kind = \"pasta\""), "{}", no[0]);
         assert!(no[1].contains("host uplink of drv"));
         assert!(no[2].contains("domain drv: hugepages"));
         let wire: Topology =
