@@ -565,6 +565,7 @@ fn bring_up(cfg: Config, link: Link, opts: &HostedOptions, layout: &CgroupLayout
     let _ = splitnet(opts, &["down"]);
     let p = path.to_string_lossy().into_owned();
     let mut up = vec!["up", "--config", p.as_str()];
+    up.extend(crate::testbed::PAPER_NIC);
     if link == Link::Shaped {
         up.extend(["--link-rate", LINK_RATE]);
     }

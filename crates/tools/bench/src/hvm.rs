@@ -486,7 +486,12 @@ fn nic(opts: &HvmOptions, name: &str, pic: &str, poll_us: u32) -> Result<NicConf
         let mut up = Up::on(
             &opts.common.exe,
             &opts.common.run_dir,
-            &["--config", &path_s],
+            &[
+                "--config",
+                &path_s,
+                crate::testbed::PAPER_NIC[0],
+                crate::testbed::PAPER_NIC[1],
+            ],
             opts.common.paper,
         )?;
         // Measured once guest1's path carries traffic, not merely once

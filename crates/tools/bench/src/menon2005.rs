@@ -450,6 +450,7 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
     let path = path.to_string_lossy().into_owned();
     let mut up = vec!["up", "--config", path.as_str()];
+    up.extend(testbed::PAPER_NIC);
     if let Some(p) = setup.placement(paper.is_some()) {
         up.extend(["--placement", p]);
     }

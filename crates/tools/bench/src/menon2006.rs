@@ -487,6 +487,7 @@ fn bring_up(ctx: &Ctx<'_>, cfg: M6Config) -> Result<Result<Env, String>> {
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
     let path = path.to_string_lossy().into_owned();
     let mut up = vec!["up", "--config", &path];
+    up.extend(testbed::PAPER_NIC);
     if ctx.base.paper.is_some() {
         up.extend(["--placement", "same"]);
     }

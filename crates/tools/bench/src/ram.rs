@@ -368,6 +368,7 @@ fn bring_up(
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
     let path = path.to_string_lossy().into_owned();
     let mut up = vec!["up", "--config", path.as_str()];
+    up.extend(testbed::PAPER_NIC);
     if let Some(p) = placement {
         up.extend(["--placement", p.as_str()]);
     }

@@ -146,6 +146,10 @@ pub(crate) const CONFIGS: [Config; 12] = [
     Config::SplitnetPasta,
 ];
 
+/// The seed suites' `up` option for their ports: no GRO, as the papers'
+/// NICs coalesced nothing (their drivers handed the stack MTU-sized frames).
+pub const PAPER_NIC: [&str; 2] = ["--port-gro", "off"];
+
 /// What a rootless run measures by default: what it can run, and the
 /// peers a user without root would otherwise pick.
 pub const ROOTLESS_CONFIGS: [Config; 5] = [

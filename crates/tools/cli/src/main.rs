@@ -105,6 +105,12 @@ enum Cmd {
         /// 100 Mb/s Ethernet. Overrides every `[wire]`'s (`[[wire]]`'s) `rate`.
         #[arg(long, value_name = "RATE")]
         link_rate: Option<toolstack::topology::LinkRate>,
+        /// GRO on every driver domain's port, or off, overriding each
+        /// port's `gro` (on by default, as a NIC's driver has it; off for
+        /// pasta ports and with `port_buffer`). The seed suites turn it off:
+        /// the papers' NICs coalesced nothing.
+        #[arg(long, value_name = "on|off", value_parser = toolstack::tuning::parse_on_off)]
+        port_gro: Option<bool>,
         /// hv serves every counter in the Prometheus text format at
         /// http://ADDR/metrics (what `status --prometheus` prints). ADDR is
         /// PORT (on 127.0.0.1) or HOST:PORT; use 0.0.0.0:PORT only on a
@@ -452,6 +458,8 @@ enum Cmd {
         spin_us: Option<u32>,
         #[arg(long)]
         link_rate: Option<toolstack::topology::LinkRate>,
+        #[arg(long, value_parser = toolstack::tuning::parse_on_off)]
+        port_gro: Option<bool>,
         #[arg(long, value_parser = listen::parse_addr)]
         listen: Option<std::net::SocketAddr>,
         #[arg(long)]
@@ -695,6 +703,7 @@ fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             preset,
             spin_us,
             link_rate,
+            port_gro,
             listen,
             placement,
         } => lifecycle::up(
@@ -706,6 +715,7 @@ fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
                 spin_us,
                 link_rate,
                 placement,
+                port_gro,
             },
             listen,
         ),
@@ -898,6 +908,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             preset,
             spin_us,
             link_rate,
+            port_gro,
             listen,
             placement,
         } => lifecycle::run_hv(
@@ -908,6 +919,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
                 spin_us,
                 link_rate,
                 placement,
+                port_gro,
             },
             listen,
         ),

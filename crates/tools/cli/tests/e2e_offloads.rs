@@ -291,3 +291,52 @@ fn sg_csum_guest_over_a_tso_port() {
     };
     assert_eq!(linearized(&p), 0, "{p}");
 }
+
+/// Average bytes per frame the driver domain's wire port received.
+fn rx_frame_bytes(env: &Env) -> f64 {
+    let p = wire_port(&env.status());
+    let c = &p["counters"];
+    c["rx_bytes"].as_f64().unwrap_or(0.0) / c["rx_packets"].as_f64().unwrap_or(1.0).max(1.0)
+}
+
+/// GRO on the port, on by default as a NIC's driver has it: the wire host
+/// sends MTU-sized frames (TSO and GSO off), the port receives them
+/// coalesced, a guest with TSO gets them as GSO frames and a guest without
+/// offloads segmented again, each file intact; `up --port-gro off` leaves
+/// the frames MTU-sized.
+#[test]
+fn gro_on_the_port_coalesces_and_every_guest_gets_its_file_intact() {
+    let Some(env) = Env::new("off-gro") else {
+        return;
+    };
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let path = env.run_dir.join("gro.toml");
+    let guest2 = "[[domain]]\nname = \"guest2\"\nkind = \"guest\"\naddress = \"10.77.0.2/24\"\noffload = \"none\"\n";
+    std::fs::write(&path, topology("tso", "tso") + guest2).unwrap();
+    for gro in ["on", "off"] {
+        env.ok(&["up", "--config", path.to_str().unwrap(), "--port-gro", gro]);
+        let k = env.ok(&["exec", "drv", "--", "ethtool", "-k", "peth0"]);
+        assert!(
+            k.contains(&format!("generic-receive-offload: {gro}")),
+            "{k}"
+        );
+        env.ok(&[
+            "exec", "wire", "--", "ethtool", "-K", "eth0", "tso", "off", "gso", "off",
+        ]);
+        fetch(&env, "wire", "10.77.0.254", 8085, "guest1", 16);
+        fetch(&env, "wire", "10.77.0.254", 8086, "guest2", 16);
+        let per_frame = rx_frame_bytes(&env);
+        if gro == "on" {
+            assert!(
+                per_frame > 3000.0,
+                "coalesced: {per_frame:.0} bytes a frame"
+            );
+        } else {
+            assert!(
+                per_frame < 1600.0,
+                "MTU-sized: {per_frame:.0} bytes a frame"
+            );
+        }
+        env.ok(&["down"]);
+    }
+}

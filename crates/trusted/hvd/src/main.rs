@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--domain-exe SPLITNET-DOMAIN]
-//!             [--preset P] [--spin-us N] [--link-rate R] [--placement P]
+//!             [--preset P] [--spin-us N] [--link-rate R] [--placement P] [--port-gro on|off]
 //!             [--listen ADDR] [--log-level LEVEL]
 //! ```
 //!
@@ -27,7 +27,7 @@ use toolstack::tuning::Tuning;
 
 const USAGE: &str =
     "usage: splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--domain-exe SPLITNET-DOMAIN] \
-                     [--preset P] [--spin-us N] [--link-rate R] [--placement none|same|split] \
+                     [--preset P] [--spin-us N] [--link-rate R] [--placement none|same|split] [--port-gro on|off] \
                      [--listen ADDR] [--log-level error|warning|notice|info|debug]";
 
 /// What the command line asks.
@@ -61,6 +61,9 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             "--spin-us" => a.tuning.spin_us = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
             "--link-rate" => a.tuning.link_rate = Some(value.parse().map_err(bad)?),
             "--placement" => a.tuning.placement = Some(value.parse().map_err(bad)?),
+            "--port-gro" => {
+                a.tuning.port_gro = Some(toolstack::tuning::parse_on_off(&value).map_err(bad)?)
+            }
             "--listen" => a.listen = Some(toolstack::listen::parse_addr(&value).map_err(bad)?),
             "--log-level" => a.log_level = Some(value.parse().map_err(bad)?),
             _ => return Err(format!("unknown option {name}\n{USAGE}")),
@@ -164,7 +167,7 @@ mod tests {
 
     #[test]
     fn parses_what_splitnet_up_passes() {
-        let a = args("--run-dir /r --config /r/t.toml --domain-exe /bin/splitnet-domain --preset baseline --spin-us 50 --link-rate 100mbit --placement split --listen=127.0.0.1:9100 --log-level debug").unwrap();
+        let a = args("--run-dir /r --config /r/t.toml --domain-exe /bin/splitnet-domain --preset baseline --spin-us 50 --link-rate 100mbit --placement split --port-gro off --listen=127.0.0.1:9100 --log-level debug").unwrap();
         assert_eq!(a.log_level, Some(hv::log::Level::Debug));
         assert_eq!(
             a.tuning.placement,
@@ -175,6 +178,7 @@ mod tests {
         assert_eq!(a.exe, Some("/bin/splitnet-domain".into()));
         assert_eq!(a.tuning.spin_us, Some(50));
         assert!(a.tuning.preset.is_some() && a.tuning.link_rate.is_some());
+        assert_eq!(a.tuning.port_gro, Some(false));
         assert_eq!(a.listen, Some("127.0.0.1:9100".parse().unwrap()));
     }
 

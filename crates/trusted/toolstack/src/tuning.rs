@@ -15,6 +15,8 @@ pub struct Tuning {
     pub link_rate: Option<LinkRate>,
     /// Which core each domain runs on (overrides the `cpu` keys).
     pub placement: Option<Placement>,
+    /// GRO on every driver domain's port (overrides each port's `gro`).
+    pub port_gro: Option<bool>,
 }
 
 impl Tuning {
@@ -35,6 +37,9 @@ impl Tuning {
         if let Some(r) = self.link_rate {
             topo.apply_link_rate(r)?;
         }
+        if let Some(on) = self.port_gro {
+            topo.apply_port_gro(on);
+        }
         Ok(())
     }
 
@@ -53,6 +58,27 @@ impl Tuning {
         if let Some(p) = self.placement {
             v.extend(["--placement".to_string(), p.as_str().to_string()]);
         }
+        if let Some(on) = self.port_gro {
+            v.extend(["--port-gro".to_string(), on_off(on).to_string()]);
+        }
         v
+    }
+}
+
+/// `on` or `off`.
+pub fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// Parses `on` or `off`.
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?} is neither on nor off")),
     }
 }

@@ -42,6 +42,11 @@ pub struct Topology {
     /// for one of kind `wire`.
     #[serde(rename = "port", default)]
     pub ports: Vec<PortConfig>,
+    /// GRO on every driver domain's ports, over each port's own `gro`
+    /// (`up --port-gro`; the seed suites turn it off, as the papers'
+    /// NICs coalesced nothing).
+    #[serde(default)]
+    pub port_gro: Option<bool>,
 }
 
 fn default_name() -> String {
@@ -758,6 +763,11 @@ impl Topology {
     }
 
     /// Shapes every wire link to `rate` (`up --link-rate`).
+    /// GRO on (or off on) every port (`up --port-gro`).
+    pub fn apply_port_gro(&mut self, on: bool) {
+        self.port_gro = Some(on);
+    }
+
     pub fn apply_link_rate(&mut self, rate: LinkRate) -> Result<(), String> {
         if self.wires.is_empty() {
             return Err(format!(

@@ -33,6 +33,8 @@ pub struct Uplink {
     pub queues: Option<u16>,
     /// `vxlan`: its settings.
     pub vxlan: Option<super::vxlan::Vxlan>,
+    /// The kernel's GRO on the port ([`PortConfig::gro`], resolved).
+    pub gro: bool,
 }
 
 impl Uplink {
@@ -353,7 +355,21 @@ impl Topology {
             vxlan: (p.kind == UplinkKind::Vxlan)
                 .then(|| super::vxlan::parse(p).ok())
                 .flatten(),
+            gro: self
+                .port_gro
+                .or(p.gro)
+                .unwrap_or_else(|| self.gro_by_default(p)),
         }
+    }
+
+    /// Whether port `p` coalesces without being told: as a NIC's driver
+    /// does, but for pasta's (pasta reads whole frames from its TAP) and a
+    /// `port_buffer` driver domain's (its frames stay MTU-sized).
+    fn gro_by_default(&self, p: &PortConfig) -> bool {
+        let sized = self
+            .domain(&p.driver)
+            .is_some_and(|d| d.port_buffer.is_some());
+        p.kind != UplinkKind::Pasta && !sized
     }
 
     /// The host end of driver domain `driver`'s underlay veth (its vxlan
@@ -435,6 +451,7 @@ fn wire_port(driver: &str, queues: Option<u16>) -> PortConfig {
         evpn: None,
         asn: None,
         mtu_budget: None,
+        gro: None,
     }
 }
 
@@ -631,6 +648,25 @@ mod tests {
         );
         bad("[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"eth1\"\n[[port]]\ndriver = \"drv\"\nkind = \"macvlan\"\niface = \"eth1\"\n", "iface of two");
         bad("[wire]\ndriver = \"drv\"\n[[port]]\ndriver = \"drv\"\nkind = \"host\"\niface = \"peth0\"\n", "two uplinks named \"peth0\"");
+    }
+
+    #[test]
+    fn gro_is_on_as_a_nics_but_for_pasta_and_the_topology_says_last() {
+        let ports = "[wire]\ndriver = \"drv\"\n\
+             [[port]]\ndriver = \"drv\"\nkind = \"pasta\"\nsubnet = \"10.79.0.1/24\"\n\
+             [[port]]\ndriver = \"drv\"\nkind = \"route\"\nbridge = \"b2\"\ngro = false\n";
+        let gro = |t: &Topology| t.uplinks().iter().map(|u| u.gro).collect::<Vec<_>>();
+        let mut t = parse(ports).unwrap();
+        assert_eq!(gro(&t), [true, false, false]);
+        t.apply_port_gro(true);
+        assert_eq!(gro(&t), [true, true, true]);
+        t.apply_port_gro(false);
+        assert_eq!(gro(&t), [false, false, false]);
+        let sized = parse(ports).map(|mut t| {
+            t.domains[0].port_buffer = Some(crate::topology::port::PortBuffer::Mtu);
+            gro(&t)
+        });
+        assert_eq!(sized.unwrap(), [false, false, false]);
     }
 
     const VX: &str = "[[port]]\ndriver = \"drv\"\nkind = \"vxlan\"\n";

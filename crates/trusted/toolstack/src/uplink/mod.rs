@@ -114,6 +114,9 @@ impl Uplinks {
             UplinkKind::Pasta => self.pasta(u),
         });
         let r = r.and_then(|()| if first { self.evpn(driver) } else { Ok(()) });
+        if r.is_ok() {
+            self.set_gro(driver);
+        }
         match r {
             Ok(()) => {
                 self.built
@@ -125,6 +128,27 @@ impl Uplinks {
             Err(e) => {
                 self.teardown(driver);
                 Err(e)
+            }
+        }
+    }
+
+    /// Turns GRO on or off on each of driver domain `driver`'s ports (and
+    /// a VXLAN port's underlay link, where the tunnel's packets arrive),
+    /// as each port says. A port whose device cannot is left as it is,
+    /// and hv's log says so.
+    fn set_gro(&self, driver: &str) {
+        let ns = crate::host::netns_name(driver);
+        for u in self.of(driver) {
+            let on = if u.gro { "on" } else { "off" };
+            let mut devs = vec![u.ifname.as_str()];
+            if u.kind == UplinkKind::Vxlan {
+                devs.push(vxlan::UNDERLAY_IF);
+            }
+            for dev in devs {
+                let args = ["netns", "exec", &ns, "ethtool", "-K", dev, "gro", on];
+                if let Err(e) = crate::host::run("ip", &args) {
+                    hv::log!(Warning, dom = driver, "gro {on} on port {dev}: {e}");
+                }
             }
         }
     }
