@@ -107,8 +107,8 @@ enum Cmd {
         link_rate: Option<toolstack::topology::LinkRate>,
         /// GRO on every driver domain's port, or off, overriding each
         /// port's `gro` (on by default, as a NIC's driver has it; off for
-        /// pasta ports and with `port_buffer`). The seed suites turn it off:
-        /// the papers' NICs coalesced nothing.
+        /// pasta ports, with `port_buffer` and behind `mq` guests). The seed
+        /// suites turn it off: the papers' NICs coalesced nothing.
         #[arg(long, value_name = "on|off", value_parser = toolstack::tuning::parse_on_off)]
         port_gro: Option<bool>,
         /// hv serves every counter in the Prometheus text format at

@@ -92,9 +92,10 @@ pub struct PortConfig {
     /// `vxlan`: who pays the 50 bytes of encapsulation (default guests).
     pub mtu_budget: Option<MtuBudget>,
     /// The kernel's GRO on the port, coalescing the frames that arrive
-    /// there as a NIC's driver does (default on, but off for `pasta` and
-    /// for a driver domain with `port_buffer`, whose frames stay
-    /// MTU-sized; the topology's `port_gro` sets every port's).
+    /// there as a NIC's driver does (default on, but off for `pasta`, for
+    /// a driver domain with `port_buffer`, whose frames stay MTU-sized, and
+    /// behind guests with `mq`, whose queues place frames directly; the
+    /// topology's `port_gro` sets every port's).
     pub gro: Option<bool>,
 }
 

@@ -363,13 +363,20 @@ impl Topology {
     }
 
     /// Whether port `p` coalesces without being told: as a NIC's driver
-    /// does, but for pasta's (pasta reads whole frames from its TAP) and a
-    /// `port_buffer` driver domain's (its frames stay MTU-sized).
+    /// does, but for pasta's (pasta reads whole frames from its TAP), a
+    /// `port_buffer` driver domain's (its frames stay MTU-sized), and one
+    /// whose driver domain gives guests dedicated queues (`mq`: frames are
+    /// placed straight into a guest's posted buffers, as the thesis's NIC
+    /// placed them, which a coalesced frame would not fit).
     fn gro_by_default(&self, p: &PortConfig) -> bool {
         let sized = self
             .domain(&p.driver)
             .is_some_and(|d| d.port_buffer.is_some());
-        p.kind != UplinkKind::Pasta && !sized
+        let queued = self
+            .vifs()
+            .iter()
+            .any(|v| v.backend == p.driver && self.domain(&v.guest).is_some_and(|d| d.mq));
+        p.kind != UplinkKind::Pasta && !sized && !queued
     }
 
     /// The host end of driver domain `driver`'s underlay veth (its vxlan
@@ -667,6 +674,11 @@ mod tests {
             gro(&t)
         });
         assert_eq!(sized.unwrap(), [false, false, false]);
+        let queued = parse(ports).map(|mut t| {
+            t.domains[1].mq = true;
+            gro(&t)
+        });
+        assert_eq!(queued.unwrap(), [false, false, false]);
     }
 
     const VX: &str = "[[port]]\ndriver = \"drv\"\nkind = \"vxlan\"\n";
