@@ -1,6 +1,8 @@
 //! Suite `ram`: the Ram thesis's evaluation re-measured (chapters 2-6):
 //! for each configuration the thesis names (Orig, MQ, NGM, MQ+NGM,
-//! LRO-guest, LRO-driver, SPF, HalfPG, All) and native, RX (wire → guest1)
+//! LRO-guest, LRO-driver, SPF, HalfPG, All), native, the minimal forwarder,
+//! and GRO (splitnet's default with GRO on the driver domain's port, which
+//! the thesis's configurations keep off), RX (wire → guest1)
 //! and TX (guest1 → wire) TCP throughput, cycles per 1514-byte frame by
 //! domain and by cost class (the thesis's Table 2.1 classes, from the
 //! profiler's shares), and how many packets each granted page served
@@ -86,10 +88,16 @@ pub enum RamConfig {
     /// pays here.
     #[serde(rename = "forwarder")]
     Forwarder,
+    /// Not the thesis's either: splitnet's default with GRO on the driver
+    /// domain's port, as a NIC's Linux driver has it today (the thesis's
+    /// driver domain coalesced nothing; every other configuration here
+    /// keeps it off).
+    #[serde(rename = "GRO")]
+    Gro,
 }
 
 impl RamConfig {
-    pub const ALL: [RamConfig; 11] = [
+    pub const ALL: [RamConfig; 12] = [
         RamConfig::Native,
         RamConfig::Orig,
         RamConfig::Mq,
@@ -101,6 +109,7 @@ impl RamConfig {
         RamConfig::HalfPg,
         RamConfig::All,
         RamConfig::Forwarder,
+        RamConfig::Gro,
     ];
 
     pub fn name(self) -> &'static str {
@@ -116,6 +125,7 @@ impl RamConfig {
             RamConfig::HalfPg => "HalfPG",
             RamConfig::All => "All",
             RamConfig::Forwarder => "forwarder",
+            RamConfig::Gro => "GRO",
         }
     }
 
@@ -138,6 +148,7 @@ impl RamConfig {
                 "mq = true\nlro = \"guest\"\nprefetch = true\nrx_buffer = \"half\"\n"
             }
             RamConfig::All => ALL_KEYS,
+            RamConfig::Gro => "",
         })
     }
 
@@ -368,7 +379,10 @@ fn bring_up(
     std::fs::write(&path, topo).with_context(|| format!("writing {}", path.display()))?;
     let path = path.to_string_lossy().into_owned();
     let mut up = vec!["up", "--config", path.as_str()];
-    up.extend(testbed::PAPER_NIC);
+    up.extend(match cfg {
+        RamConfig::Gro => ["--port-gro", "on"],
+        _ => testbed::PAPER_NIC,
+    });
     if let Some(p) = placement {
         up.extend(["--placement", p.as_str()]);
     }
@@ -652,7 +666,7 @@ fn chapter6_config(available: &[RamConfig]) -> Option<RamConfig> {
         .filter(|c| {
             !matches!(
                 c,
-                RamConfig::Native | RamConfig::LroDriver | RamConfig::Forwarder
+                RamConfig::Native | RamConfig::LroDriver | RamConfig::Forwarder | RamConfig::Gro
             )
         })
         .find(|c| available.contains(c))
@@ -1147,7 +1161,9 @@ mod tests {
                 continue;
             };
             let keys = c.keys().unwrap();
-            assert_eq!(t.matches(keys).count(), 2, "{}: {t}", c.name());
+            if !keys.is_empty() {
+                assert_eq!(t.matches(keys).count(), 2, "{}: {t}", c.name());
+            }
             // A key this build does not know yet is refused by name, which
             // the suite reports as "not available".
             match Topology::parse(&t, "ram.toml") {

@@ -78,7 +78,8 @@ pub(crate) enum Suite {
     /// non-zero on a lost or corrupted byte or a leak.
     Soak,
     /// The Ram thesis re-measured: Orig, MQ, NGM, MQ+NGM, LRO-guest,
-    /// LRO-driver, SPF, HalfPG, All, native and the minimal forwarder; RX (in MTU-sized frames as a
+    /// LRO-driver, SPF, HalfPG, All, native, the minimal forwarder and GRO (the default with GRO on
+    /// the driver domain's port, which every other configuration keeps off); RX (in MTU-sized frames as a
     /// NIC delivers them, and in the GSO frames veth carries) and TX TCP
     /// throughput, cycles per 1514-byte frame by domain and by cost class, buffer uses per
     /// granted page; two guests receiving at once, and the domains on one
@@ -141,7 +142,7 @@ pub(crate) struct BenchArgs {
     /// baseline: only these configurations (comma-separated, for example
     /// `minimal-forwarder,splitnet-default`); hosted: of unoptimized,
     /// ports-in-vmm, no-irq-notification, optimized; ram: of Orig, MQ, NGM,
-    /// MQ+NGM, LRO-guest, LRO-driver, SPF, HalfPG, All; menon2006: of Xen-driver, Driver-MTU,
+    /// MQ+NGM, LRO-guest, LRO-driver, SPF, HalfPG, All, GRO; menon2006: of Xen-driver, Driver-MTU,
     /// Xen-driver-opt, Guest-none, Guest-sp, Guest-ioc, Guest-high, Guest-high-ioc,
     /// Guest-high-ioc-sp, Port-none, Port-csum, Port-sg, Port-sg+csum, Guest-copy, Guest-copy-SP,
     /// splitnet-default. Native is always
