@@ -238,10 +238,17 @@ pub fn underlay_holder_up() -> Result<()> {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    private_dir(&default_run_dir())?;
-    fs::write(underlay_pid_file(), pid.to_string())?;
-    join_pid(pid)?;
-    toolstack::rootless::private_netns_dir().map_err(|e| anyhow!(e))
+    let enter = || -> Result<()> {
+        private_dir(&default_run_dir())?;
+        fs::write(underlay_pid_file(), pid.to_string())?;
+        join_pid(pid)?;
+        toolstack::rootless::private_netns_dir().map_err(|e| anyhow!(e))
+    };
+    enter().inspect_err(|_| {
+        // Nothing half made stays: the holder goes, and its namespaces with it.
+        let _ = child.kill();
+        let _ = fs::remove_file(underlay_pid_file());
+    })
 }
 
 /// Joins the namespaces of the user's rootless underlay: where `--host
