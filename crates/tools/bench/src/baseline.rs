@@ -152,10 +152,7 @@ pub struct LoopCost {
 /// The loops' costs as `status --json` reports them now; none where it
 /// does not say (the run goes on: this is a figure, not a gate).
 fn loop_cost(opts: &RunOptions, config: Config, run: usize) -> LoopCost {
-    let st: serde_json::Value = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+    let st = crate::status_json(&opts.exe, &opts.run_dir);
     let per = |l: &serde_json::Value| l["syscalls_per_frame"].as_f64();
     let guest1 = st["vifs"].as_array().and_then(|v| {
         v.iter()

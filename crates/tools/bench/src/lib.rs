@@ -84,6 +84,16 @@ pub fn splitnet(exe: &Path, run_dir: &Path, args: &[&str]) -> anyhow::Result<Str
     splitnet_on(exe, run_dir, args, None)
 }
 
+/// What `splitnet status --json` says of the instance in `run_dir`; an
+/// empty document where it says nothing (hv is gone, or its answer does
+/// not parse).
+pub(crate) fn status_json(exe: &Path, run_dir: &Path) -> serde_json::Value {
+    splitnet(exe, run_dir, &["status", "--json"])
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
 /// [`splitnet`] pinned to core `cpu` when given: every process it starts
 /// (hv, and the domains hv starts) inherits the core.
 pub fn splitnet_on(

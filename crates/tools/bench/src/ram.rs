@@ -429,19 +429,7 @@ fn segments_like_a_nic(env: &Env, native: bool, mtu: bool) -> Result<()> {
 
 /// `ethtool -K eth0 ARGS` in namespace `ns`.
 pub(crate) fn ethtool(ns: &str, args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", ns, "ethtool", "-K", "eth0"])
-        .args(args)
-        .output()
-        .with_context(|| format!("running ethtool in {ns} (is ethtool installed?)"))?;
-    if !out.status.success() {
-        bail!(
-            "ethtool -K eth0 {} in {ns}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    Ok(host::ethtool_in(ns, "eth0", args)?)
 }
 
 /// One case's flows, profiled while the profiler can start.

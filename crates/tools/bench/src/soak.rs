@@ -375,14 +375,13 @@ impl harness::Suite for SoakSuite {
 /// The last lines of hv's and drv's logs in run directory `rd`.
 fn log_tails(rd: &std::path::Path) -> String {
     let tail = |name: &str, n: usize| {
-        let text = std::fs::read_to_string(rd.join(name)).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let from = lines.len().saturating_sub(n);
-        format!(
-            "{name}, its last {} lines:\n{}",
-            lines.len() - from,
-            lines[from..].join("\n")
-        )
+        let t = toolstack::daemon::log_tail(&rd.join(name), n);
+        let count = if t.is_empty() {
+            0
+        } else {
+            t.split('\n').count()
+        };
+        format!("{name}, its last {count} lines:\n{t}")
     };
     format!("{}\n{}", tail("hv.log", 40), tail("drv.log", 20))
 }

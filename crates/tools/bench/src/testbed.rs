@@ -580,10 +580,7 @@ pub(crate) fn splitnet_env(opts: &RunOptions, layout: &CgroupLayout, up: &[&str]
 /// Each domain's pid, as `status --json` says: where no cgroup hierarchy
 /// is writable (rootless), a domain's CPU time is its process's.
 fn domain_pids(opts: &RunOptions) -> BTreeMap<String, i32> {
-    let st: serde_json::Value = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+    let st = crate::status_json(&opts.exe, &opts.run_dir);
     st["domains"]
         .as_array()
         .into_iter()

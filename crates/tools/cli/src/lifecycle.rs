@@ -8,7 +8,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use toolstack::daemon::socket_path;
+use toolstack::daemon::{log_tail, socket_path};
 use toolstack::host;
 use toolstack::topology::{Preset, Topology};
 pub use toolstack::tuning::Tuning;
@@ -20,12 +20,6 @@ pub(crate) fn require_root() -> Result<()> {
         bail!("splitnet needs root (network namespaces, veth, cgroups); run it with sudo, or without root in a user namespace of your own (--rootless)");
     }
     Ok(())
-}
-
-fn log_tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let v: Vec<&str> = text.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
 }
 
 /// `splitnet up`; with `listen`, hv serves `/metrics` there.

@@ -807,9 +807,10 @@ fn underlay(cmd: UnderlayCmd) -> Result<()> {
             }
         }
         UnderlayCmd::Status => {
-            let hosts = match rootless && rootless::join_underlay().is_err() {
-                true => Vec::new(),
-                false => underlay::hosts(),
+            let hosts = if rootless && rootless::join_underlay().is_err() {
+                Vec::new()
+            } else {
+                underlay::hosts()
             };
             print!("{}", underlay::describe(&hosts))
         }

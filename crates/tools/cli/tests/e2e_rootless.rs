@@ -397,10 +397,9 @@ fn download_through_a_driver_domain_kill(u: &User) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// guest1 fetches `url`, which serves `blob`, while the user SIGKILLs the
-/// driver domain halfway; the file arrives intact, and drv was restarted.
-fn fetch_through_a_kill(u: &User, url: &str, blob: &Path) {
-    let ready = [
+/// Whether guest1 gets the first byte of `url` (curl, as the user).
+fn guest1_reaches(u: &User, url: &str) -> bool {
+    let probe = [
         "exec",
         "guest1",
         "--",
@@ -412,8 +411,14 @@ fn fetch_through_a_kill(u: &User, url: &str, blob: &Path) {
         "0-0",
         url,
     ];
+    u.splitnet(&probe).status.success()
+}
+
+/// guest1 fetches `url`, which serves `blob`, while the user SIGKILLs the
+/// driver domain halfway; the file arrives intact, and drv was restarted.
+fn fetch_through_a_kill(u: &User, url: &str, blob: &Path) {
     wait_until("the HTTP server", Duration::from_secs(20), || {
-        u.splitnet(&ready).status.success()
+        guest1_reaches(u, url)
     });
     let got = blob.with_file_name("got");
     let out = got.to_str().unwrap();
@@ -525,22 +530,10 @@ fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_
         host_listens(15201)
     });
     let probe = format!("http://{gw}:18888/blob");
-    let again = [
-        "exec",
-        "guest1",
-        "--",
-        "curl",
-        "-sf",
-        "-o",
-        "/dev/null",
-        "-r",
-        "0-0",
-        &probe,
-    ];
     wait_until(
         "guest1 to reach the host again",
         Duration::from_secs(20),
-        || u.splitnet(&again).status.success(),
+        || guest1_reaches(&u, &probe),
     );
     let j = u.ok(&[
         "exec", "guest1", "--", "iperf3", "-c", &gw, "-p", "15201", "-t", "2", "-J",
@@ -553,19 +546,7 @@ fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_
     );
 
     // Published: the host's port 18081 reaches guest1's server on port 80.
-    let _server = Killed(u.spawn(&[
-        "exec",
-        "guest1",
-        "--",
-        "python3",
-        "-m",
-        "http.server",
-        "80",
-        "--bind",
-        "10.79.0.2",
-        "--directory",
-        d,
-    ]));
+    let _server = Killed(u.spawn(&common::http_server("guest1", "10.79.0.2", "80", d)));
     let got = dir.join("published");
     let url = "http://127.0.0.1:18081/blob";
     wait_until("the published port", Duration::from_secs(20), || {
@@ -809,22 +790,8 @@ fn a_users_underlay_carries_vxlan_between_their_hosts() {
     );
     u.ok(&["--host", "a", "up", "--config", &topo(1, false)]);
     u.ok(&["--host", "b", "up", "--config", &topo(2, false)]);
-    let server = [
-        "--host",
-        "b",
-        "exec",
-        "guest1",
-        "--",
-        "python3",
-        "-m",
-        "http.server",
-        "8080",
-        "--bind",
-        "10.77.0.12",
-        "--directory",
-        dir.to_str().unwrap(),
-    ];
-    let _server = Killed(u.spawn(&server));
+    let on_b = common::http_server("guest1", "10.77.0.12", "8080", dir.to_str().unwrap());
+    let _server = Killed(u.spawn(&[&["--host", "b"][..], &on_b].concat()));
     let url = "http://10.77.0.12:8080/blob";
     let got = dir.join("across");
     let fetch = [

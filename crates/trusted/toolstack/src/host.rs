@@ -277,6 +277,14 @@ pub fn shape(ns: &str, dev: &str, bits_per_s: u64) -> io::Result<()> {
     .map(|_| ())
 }
 
+/// Sets `dev`'s offload features in `ns` (`ethtool -K DEV FEATURES...`,
+/// e.g. `["gro", "on"]`).
+pub fn ethtool_in(ns: &str, dev: &str, features: &[&str]) -> io::Result<()> {
+    let mut a = vec!["netns", "exec", ns, "ethtool", "-K", dev];
+    a.extend_from_slice(features);
+    run("ip", &a).map(|_| ())
+}
+
 /// Runs `dev`'s receive processing in `ns` on core `cpu` (receive packet
 /// steering: its queue's `rps_cpus`), whatever core the frame was sent on.
 pub fn steer_receive(ns: &str, dev: &str, cpu: usize) -> io::Result<()> {

@@ -299,7 +299,7 @@ impl Supervisor {
             .domain(&w.driver)
             .is_some_and(|d| d.port_buffer.is_some())
         {
-            mtu_sized_frames(&dns, &port, &wns)
+            mtu_sized_frames(&wns)
                 .map_err(|e| format!("the link of wire {} (port_buffer): {e}", w.name))?;
         }
         if let Some(rate) = w.rate {
@@ -875,16 +875,10 @@ fn make_endpoint(d: &DomainConfig, domid: DomId) -> Result<(), String> {
     Ok(())
 }
 
-/// Keeps the frames port `port` (in namespace `dns`) receives from the
-/// wire host's `eth0` (in `wns`) MTU-sized, for `port_buffer`: the wire
-/// host segments and checksums before sending (TSO and GSO off), and the
-/// port does not coalesce (GRO off).
-fn mtu_sized_frames(dns: &str, port: &str, wns: &str) -> std::io::Result<()> {
-    let k = |ns: &str, dev: &str, what: &[&str]| {
-        let mut a = vec!["netns", "exec", ns, "ethtool", "-K", dev];
-        a.extend_from_slice(what);
-        host::run("ip", &a).map(|_| ())
-    };
-    k(wns, WIRE_IF, &["tso", "off", "gso", "off"])?;
-    k(dns, port, &["gro", "off"])
+/// Keeps the frames the wire host's `eth0` (in `wns`) sends MTU-sized,
+/// for `port_buffer`: it segments and checksums before sending (TSO and
+/// GSO off). That the port does not coalesce them is its `gro`, off by
+/// default with `port_buffer` (set when the uplinks attach).
+fn mtu_sized_frames(wns: &str) -> std::io::Result<()> {
+    host::ethtool_in(wns, WIRE_IF, &["tso", "off", "gso", "off"])
 }

@@ -564,16 +564,22 @@ pub fn http_fetch_mib(env: &Env, mib: u32) -> f64 {
 /// `splitnet` arguments that serve `dir` from the wire host at
 /// `http://10.77.0.254:8080/` (python3's http.server).
 pub fn wire_http_server(dir: &str) -> [&str; 11] {
+    http_server("wire", "10.77.0.254", "8080", dir)
+}
+
+/// `splitnet` arguments that serve `dir` from `domain` at
+/// `http://IP:PORT/` (python3's http.server).
+pub fn http_server<'a>(domain: &'a str, ip: &'a str, port: &'a str, dir: &'a str) -> [&'a str; 11] {
     [
         "exec",
-        "wire",
+        domain,
         "--",
         "python3",
         "-m",
         "http.server",
-        "8080",
+        port,
         "--bind",
-        "10.77.0.254",
+        ip,
         "--directory",
         dir,
     ]

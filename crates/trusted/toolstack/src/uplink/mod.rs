@@ -145,8 +145,7 @@ impl Uplinks {
                 devs.push(vxlan::UNDERLAY_IF);
             }
             for dev in devs {
-                let args = ["netns", "exec", &ns, "ethtool", "-K", dev, "gro", on];
-                if let Err(e) = crate::host::run("ip", &args) {
+                if let Err(e) = crate::host::ethtool_in(&ns, dev, &["gro", on]) {
                     hv::log!(Warning, dom = driver, "gro {on} on port {dev}: {e}");
                 }
             }
