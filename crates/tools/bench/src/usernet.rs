@@ -227,6 +227,28 @@ fn stand_in_host(ns: &str) -> Result<()> {
     Ok(())
 }
 
+/// Connects to slirp4netns's API socket. The socket's file appears at
+/// `bind`, a moment before slirp4netns listens on it, so a refused
+/// connection is retried until the socket accepts (or 5 s pass).
+fn connect_api(sock: &Path) -> Result<UnixStream> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match UnixStream::connect(sock) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("connecting to slirp4netns at {}", sock.display()))
+            }
+        }
+    }
+}
+
 /// Asks slirp4netns (over its API socket) to forward host port `port` on
 /// the loopback to the same port in its guest.
 fn slirp_hostfwd(sock: &Path, proto: &str, port: u16) -> Result<()> {
@@ -234,8 +256,7 @@ fn slirp_hostfwd(sock: &Path, proto: &str, port: u16) -> Result<()> {
         "execute": "add_hostfwd",
         "arguments": {"proto": proto, "host_addr": HOST_BIND, "host_port": port, "guest_port": port},
     });
-    let mut s = UnixStream::connect(sock)
-        .with_context(|| format!("connecting to slirp4netns at {}", sock.display()))?;
+    let mut s = connect_api(sock)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.write_all(req.to_string().as_bytes())?;
     s.shutdown(std::net::Shutdown::Write)?;
