@@ -37,7 +37,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const TSO_FRAME: usize = 65_536 + 18 + HDR_LEN;
 /// A buffer for a frame of MTU 1500 with a VLAN tag and the header.
 const SMALL_BUF: usize = 2048;
-/// A receive buffer when frames may span several (MRG_RXBUF).
+/// A receive buffer when frames may span several (MRG_RXBUF) but none is
+/// larger than an MTU-sized one (no GUEST_TSO).
 const MERGE_BUF: usize = PAGE_SIZE;
 
 /// Where everything lies in the guest memory of one connection.
@@ -52,16 +53,18 @@ pub struct MemLayout {
 }
 
 impl MemLayout {
-    /// The layout for features `f`: receive buffers a page each with
-    /// MRG_RXBUF, large enough for a whole TSO frame with GUEST_TSO and
-    /// without it (§5.1.6.3.1), otherwise for one MTU-sized frame; transmit
-    /// buffers large enough for what the offloads let the TAP hand over.
+    /// The layout for features `f`: receive buffers large enough for a
+    /// whole TSO frame with GUEST_TSO (§5.1.6.3.1), so that each frame takes
+    /// one chain, with or without MRG_RXBUF (page-sized buffers made the
+    /// device walk 16 chains for a 64 KiB frame); without GUEST_TSO a page
+    /// each with MRG_RXBUF, else one MTU-sized frame. Transmit buffers are
+    /// large enough for what the offloads let the TAP hand over.
     pub fn for_features(f: Features) -> MemLayout {
         let (rx, end) = QueueLayout::at(0, QUEUE_SIZE);
         let (tx, end) = QueueLayout::at(end, QUEUE_SIZE);
-        let rx_buf_len = match (f.mrg_rxbuf(), f.guest_tso()) {
-            (true, _) => MERGE_BUF,
-            (false, true) => TSO_FRAME.next_multiple_of(PAGE_SIZE),
+        let rx_buf_len = match (f.guest_tso(), f.mrg_rxbuf()) {
+            (true, _) => TSO_FRAME.next_multiple_of(PAGE_SIZE),
+            (false, true) => MERGE_BUF,
             (false, false) => SMALL_BUF,
         };
         let tx_buf_len = if f.host_tso() {
@@ -339,7 +342,10 @@ mod tests {
         let plain = MemLayout::for_features(Features::accept(1 << 32).unwrap());
         assert_eq!((plain.rx_buf_len, plain.tx_buf_len), (SMALL_BUF, SMALL_BUF));
         let all = MemLayout::for_features(Features::accept(u64::MAX).unwrap());
-        assert_eq!(all.rx_buf_len, MERGE_BUF);
+        assert!(all.rx_buf_len >= TSO_FRAME);
+        let mrg = 1 << virtio_bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
+        let merge = Features::accept((1 << 32) | mrg).unwrap();
+        assert_eq!(MemLayout::for_features(merge).rx_buf_len, MERGE_BUF);
         assert!(all.tx_buf_len >= TSO_FRAME);
         assert_eq!(all.buf(RX, 0), all.rx_bufs);
         assert_eq!(all.buf(TX, 1), all.tx_bufs + all.tx_buf_len);
