@@ -5,7 +5,7 @@
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use virtio::backend::control;
-use virtio::backend::device::{self, Device, Region, RX, TX};
+use virtio::backend::device::{self, Device, Part, Region, RX, TX};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Guest memory of the ring target.
@@ -71,7 +71,10 @@ pub fn vhost_ring(data: &[u8]) {
         let len = 60 + k * 400;
         d.rx(
             &[0; 10],
-            &[&frame[..len.min(100)], &frame[100.min(len)..len]],
+            &[
+                Part::Bytes(&frame[..len.min(100)]),
+                Part::Bytes(&frame[100.min(len)..len]),
+            ],
             len,
         );
     }

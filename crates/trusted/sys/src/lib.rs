@@ -29,6 +29,8 @@ pub mod huge;
 mod iov;
 pub mod jail;
 mod mapping;
+#[cfg(feature = "vm-memory")]
+mod mapping_guest;
 mod memfd;
 mod mirror;
 pub mod netlink;

@@ -162,7 +162,7 @@ impl Mapping {
 
     /// The address of `n` bytes at `off`, checked once against the bounds.
     #[inline]
-    fn range(&self, off: usize, n: usize) -> Result<*mut u8, MemError> {
+    pub(crate) fn range(&self, off: usize, n: usize) -> Result<*mut u8, MemError> {
         abi::mem::check_range(off, n, self.len)?;
         // SAFETY: off + n <= len (checked just above), so the offset stays
         // inside the mapping.

@@ -10,7 +10,7 @@ use frame::offload::{self, Offloads};
 use frame::packet::{self, FrameRef, Packet};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use virtio::backend::{device::FRAME_MAX, Backend, Rx, TX_SLOTS};
+use virtio::backend::{device::FRAME_MAX, Backend, Part, Rx, TX_SLOTS};
 
 /// What the toolstack asks for a VM vif (`<home>/vhost/<name>`:
 /// `mac=..,bridge=..[,vlan=..][,guest=1][,listener=N]`).
@@ -73,8 +73,8 @@ pub struct VhostPort {
     counters: PortCounters,
     /// Frames shaped for a VM that lacks an offload (the slow path).
     shaped: Vec<Packet>,
-    /// Where the shared part of a frame (a netfront guest's TX buffers) is
-    /// copied on its way into the VM's memory.
+    /// Where the shared part of a frame (a netfront guest's TX buffers) in
+    /// more pieces than the VM's ring takes at once is copied first.
     bounce: Box<[u8]>,
 }
 
@@ -91,7 +91,14 @@ impl VhostPort {
     }
 }
 
-/// Writes `f` into the VM's receive ring; whether it went.
+/// Most pieces of a frame handed to the VM as they are: its head, its
+/// body and the shared ranges of a netfront guest's TX buffers (at most
+/// netif's 18 slots); a frame in more is copied whole first.
+const PARTS: usize = 20;
+
+/// Writes `f` into the VM's receive ring; whether it went. The shared
+/// ranges go straight from the sending guest's buffers into the VM's: one
+/// copy, not two.
 fn push(rx: &mut Rx<'_>, f: &FrameRef<'_>, csum_ok: bool, bounce: &mut [u8]) -> bool {
     let mut vnet = packet::encode_vnet_hdr(f.csum, f.gso, f.head, f.len);
     if !csum_ok {
@@ -104,10 +111,25 @@ fn push(rx: &mut Rx<'_>, f: &FrameRef<'_>, csum_ok: bool, bounce: &mut [u8]) -> 
     if f.len > FRAME_MAX || (shared > 0 && f.map.is_none()) {
         return false;
     }
-    if shared > 0 {
-        f.copy_out(private, &mut bounce[..shared]);
+    let mut parts = [Part::Bytes(&[]); PARTS];
+    (parts[0], parts[1]) = (Part::Bytes(f.head), Part::Bytes(f.body));
+    let mut n = 2;
+    if let Some(map) = f.map.filter(|_| shared > 0) {
+        let mut left = shared;
+        for &(off, len) in f.segs {
+            if n == PARTS || left == 0 {
+                break;
+            }
+            let len = len.min(left);
+            parts[n] = Part::Shared { map, off, len };
+            (n, left) = (n + 1, left - len);
+        }
+        if left > 0 {
+            f.copy_out(private, &mut bounce[..shared]);
+            (parts[2], n) = (Part::Bytes(&bounce[..shared]), 3);
+        }
     }
-    rx.push(&vnet, &[f.head, f.body, &bounce[..shared]], f.len)
+    rx.push_parts(&vnet, &parts[..n], f.len)
 }
 
 impl Port for VhostPort {

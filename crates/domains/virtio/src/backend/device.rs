@@ -13,7 +13,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
 use virtio_bindings::bindings::{virtio_config, virtio_net, virtio_ring};
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 /// The receive queue (frames to the VM).
 pub const RX: usize = 0;
@@ -418,7 +418,7 @@ impl Device {
     /// `virtio_net_hdr`'s first 10 bytes) and `parts`, `len` bytes in all.
     /// Buffers are only taken once the whole frame fits. Call
     /// [`Device::rx_done`] after a batch. Whether the frame went.
-    pub fn rx(&mut self, vnet: &[u8; 10], parts: &[&[u8]], len: usize) -> bool {
+    pub fn rx(&mut self, vnet: &[u8; 10], parts: &[Part<'_>], len: usize) -> bool {
         let hdr_len = self.hdr_len();
         let mrg = self.has(bit(virtio_net::VIRTIO_NET_F_MRG_RXBUF));
         let Device {
@@ -586,16 +586,58 @@ fn gather(
     Ok(n)
 }
 
+/// A piece of a frame to the VM.
+#[derive(Clone, Copy)]
+pub enum Part<'a> {
+    /// Bytes of the caller's own.
+    Bytes(&'a [u8]),
+    /// `len` bytes of a shared mapping at `off` (the driver domain's pool,
+    /// where a port received the frame), copied straight into the VM's
+    /// buffer; the caller checked the range when it held the frame.
+    Shared {
+        map: &'a sys::Mapping,
+        off: usize,
+        len: usize,
+    },
+}
+
+impl Part<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Part::Bytes(b) => b.len(),
+            Part::Shared { len, .. } => *len,
+        }
+    }
+
+    /// Copies `n` bytes from `at` in this piece to guest address `to`.
+    fn copy(&self, mem: &GuestMemoryMmap, at: usize, to: GuestAddress, n: usize) -> bool {
+        match *self {
+            Part::Bytes(b) => mem.write_slice(&b[at..at + n], to).is_ok(),
+            Part::Shared { map, off, .. } => {
+                let mut done = 0;
+                for dst in mem.get_slices(to, n) {
+                    let Ok(dst) = dst else { return false };
+                    if map.copy_to_volatile(off + at + done, &dst).is_err() {
+                        return false;
+                    }
+                    done += dst.len();
+                }
+                done == n
+            }
+        }
+    }
+}
+
 /// The bytes of a frame to the VM: its header, then its parts.
 struct Source<'a> {
     hdr: &'a [u8],
-    parts: &'a [&'a [u8]],
+    parts: &'a [Part<'a>],
     /// Part (0 is the header) and offset in it.
     at: (usize, usize),
 }
 
 impl<'a> Source<'a> {
-    fn new(hdr: &'a [u8], parts: &'a [&'a [u8]]) -> Source<'a> {
+    fn new(hdr: &'a [u8], parts: &'a [Part<'a>]) -> Source<'a> {
         Source {
             hdr,
             parts,
@@ -603,9 +645,9 @@ impl<'a> Source<'a> {
         }
     }
 
-    fn part(&self, i: usize) -> Option<&'a [u8]> {
+    fn part(&self, i: usize) -> Option<Part<'a>> {
         if i == 0 {
-            Some(self.hdr)
+            Some(Part::Bytes(self.hdr))
         } else {
             self.parts.get(i - 1).copied()
         }
@@ -618,7 +660,7 @@ impl<'a> Source<'a> {
                 return true;
             };
             let k = (p.len() - self.at.1).min(n);
-            if mem.write_slice(&p[self.at.1..self.at.1 + k], to).is_err() {
+            if !p.copy(mem, self.at.1, to, k) {
                 return false;
             }
             to = to.unchecked_add(k as u64);

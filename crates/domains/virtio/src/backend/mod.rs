@@ -27,6 +27,7 @@ pub mod control;
 pub mod device;
 mod storm;
 
+pub use device::Part;
 use device::{Device, GuestOffloads, FEATURE_NAMES, HDR_LEN, TX, TX_SLOT};
 use std::fs::File;
 use std::io::{self, Write};
@@ -463,6 +464,9 @@ impl Drop for Backend {
     }
 }
 
+/// Most byte slices one [`Rx::push`] takes.
+const PUSH_PARTS: usize = 8;
+
 /// A batch of frames to the VM, under one take of the device lock; the
 /// VM is notified once, when the batch ends.
 pub struct Rx<'a> {
@@ -476,6 +480,19 @@ impl Rx<'_> {
     /// `parts` its bytes, `len` in all. Whether it went (a drop is
     /// counted in the device's status).
     pub fn push(&mut self, vnet: &[u8; 10], parts: &[&[u8]], len: usize) -> bool {
+        let mut p = [Part::Bytes(&[]); PUSH_PARTS];
+        if parts.len() > PUSH_PARTS {
+            return false;
+        }
+        for (d, s) in p.iter_mut().zip(parts) {
+            *d = Part::Bytes(s);
+        }
+        self.dev.rx(vnet, &p[..parts.len()], len)
+    }
+
+    /// As [`Rx::push`], with pieces that may lie in a shared mapping
+    /// (copied straight into the VM's buffers, no bounce).
+    pub fn push_parts(&mut self, vnet: &[u8; 10], parts: &[Part<'_>], len: usize) -> bool {
         self.dev.rx(vnet, parts, len)
     }
 
