@@ -5,7 +5,8 @@
 //! a kick storm with nothing posted, an `avail` index running ahead,
 //! descriptor chains that loop or point outside the memory table, memory
 //! tables with overlapping or absurd regions, half a message and a stall,
-//! and a disconnect in the middle of a frame. It prints one JSON line: the
+//! a disconnect in the middle of a frame, and frames with malformed GSO
+//! headers. It prints one JSON line: the
 //! attack, its attempts and its own CPU time, which the suite sets against
 //! the driver domain's counters.
 
@@ -53,16 +54,21 @@ pub enum Attack {
     HalfMessage,
     /// Publishes half a chain (its head says more follow) and hangs up.
     MidFrame,
+    /// Transmits frames whose `virtio_net_hdr` no TAP would take: GSO of
+    /// size 0, GSO without NEEDS_CSUM, UDP GSO never negotiated, a
+    /// checksum field past the frame, an unknown GSO type.
+    BadGso,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 6] = [
+    pub const ALL: [Attack; 7] = [
         Attack::KickStorm,
         Attack::AvailAhead,
         Attack::BadChains,
         Attack::BadMemTable,
         Attack::HalfMessage,
         Attack::MidFrame,
+        Attack::BadGso,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +79,7 @@ impl Attack {
             Attack::BadMemTable => "bad_mem_table",
             Attack::HalfMessage => "half_message",
             Attack::MidFrame => "mid_frame",
+            Attack::BadGso => "bad_gso",
         }
     }
 
@@ -88,6 +95,7 @@ impl Attack {
                 "refused.bad_memory_table",
             ],
             Attack::HalfMessage | Attack::MidFrame => &["disconnects"],
+            Attack::BadGso => &["drops.bad_header"],
         }
     }
 }
@@ -120,6 +128,7 @@ pub fn run(socket: &Path, attack: &str, secs: f64) -> Result<()> {
     let end = t + Duration::from_secs_f64(secs);
     let (attempts, closed) = match a {
         Attack::KickStorm => (vm.kick_storm(end)?, 0),
+        Attack::BadGso => (vm.bad_gso(end)?, 0),
         _ => vm.repeat(a, end)?,
     };
     let r = AttackReport {
@@ -240,6 +249,49 @@ impl Hostile<'_> {
         Ok(n)
     }
 
+    /// Transmits malformed-GSO frames on one connection until `end`, as
+    /// fast as the ring recycles, then waits for the backend to take the
+    /// last of them; the frames sent. The backend must drop each (counted
+    /// `bad_header`) and keep the connection: a bad header is the frame's
+    /// fault, not the ring's.
+    fn bad_gso(&self, end: Instant) -> Result<u64> {
+        let c = self.up()?;
+        let (_, avail, used) = ring(TX);
+        let used_idx = || self.mem.load_u16_acquire(used as usize + 2);
+        let mut sent: u16 = 0;
+        let mut n = 0u64;
+        while Instant::now() < end {
+            if sent.wrapping_sub(used_idx()) >= QSIZE {
+                c.kick[TX].write(1)?;
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let slot = sent % QSIZE;
+            let at = BUFS + u64::from(slot) * 2048;
+            let frame = bad_gso_frame(n);
+            self.mem.write_bytes(at as usize, &frame);
+            write_desc(self.mem, slot, at, frame.len() as u32, 0, 0);
+            self.mem.write_bytes(
+                avail as usize + 4 + 2 * usize::from(slot),
+                &slot.to_le_bytes(),
+            );
+            sent = sent.wrapping_add(1);
+            self.mem.store_u16(avail as usize + 2, sent);
+            n += 1;
+            if n.is_multiple_of(32) {
+                c.kick[TX].write(1)?;
+            }
+        }
+        c.kick[TX].write(1)?;
+        let deadline = Instant::now() + CLOSE_DEADLINE;
+        while used_idx() != sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        c.fe.get_features()
+            .context("the backend closed on malformed GSO headers")?;
+        Ok(n)
+    }
+
     /// Runs attempt after attempt of `a` until `end`: (attempts, closed
     /// by the backend).
     fn repeat(&self, a: Attack, end: Instant) -> Result<(u64, u64)> {
@@ -262,7 +314,7 @@ impl Hostile<'_> {
                 Attack::BadMemTable => self.bad_table(n % 2 == 0)?,
                 Attack::HalfMessage => self.half_message(end)?,
                 Attack::MidFrame => self.mid_frame()?,
-                Attack::KickStorm => bail!("the kick storm is one connection"),
+                Attack::KickStorm | Attack::BadGso => bail!("{} is one connection", a.name()),
             };
             n += 1;
             closed += u64::from(refused);
@@ -344,6 +396,37 @@ fn closed_soon(fe: &Frontend) -> bool {
         std::thread::sleep(Duration::from_millis(1));
     }
     false
+}
+
+/// Frame `k` of the malformed-GSO attack: a `virtio_net_hdr` (virtio 1.x
+/// §5.1.6: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset,
+/// num_buffers) that a TAP refuses, one of five kinds in turn, before a
+/// minimal Ethernet, IPv4 and TCP frame.
+fn bad_gso_frame(k: u64) -> Vec<u8> {
+    const NEEDS_CSUM: u8 = 1;
+    // (flags, gso_type, gso_size, csum_start)
+    let (flags, gso, size, start): (u8, u8, u16, u16) = match k % 5 {
+        0 => (NEEDS_CSUM, 1, 0, 34),    // TCPv4 GSO of size 0
+        1 => (0, 1, 1448, 34),          // GSO without NEEDS_CSUM
+        2 => (NEEDS_CSUM, 5, 1400, 34), // UDP L4 GSO, never negotiated
+        3 => (NEEDS_CSUM, 0, 0, 2000),  // a checksum field past the frame
+        _ => (NEEDS_CSUM, 7, 1448, 34), // no such GSO type
+    };
+    let mut f = vec![flags, gso];
+    for v in [54u16, size, start, 16, 0] {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x99, 0x02, 0, 0, 0, 0, 0x98, 0x08, 0x00]);
+    // IPv4: version 4, IHL 5, total length 40, TTL 64, TCP, 10.0.0.1 -> 10.0.0.2.
+    f.extend_from_slice(&[
+        0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
+    // TCP: ports 1 -> 2, data offset 5, ACK.
+    f.extend_from_slice(&[
+        0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0,
+    ]);
+    f.resize(12 + 60, 0);
+    f
 }
 
 /// Writes TX descriptor `i` (virtio 1.x §2.7.5: addr, len, flags, next).

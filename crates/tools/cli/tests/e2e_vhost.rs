@@ -401,6 +401,46 @@ fn testpmd_exchanges_traffic_with_the_wire_host_through_the_driver_domain() {
     assert_nothing_left();
 }
 
+/// A VM that transmits frames with malformed `virtio_net_hdr`s (GSO of size
+/// 0, GSO without NEEDS_CSUM, UDP GSO never negotiated, a checksum field
+/// past the frame, an unknown GSO type) loses each frame, counted, and
+/// keeps its connection; the driver domain and guest2 carry on.
+#[test]
+fn a_vm_sending_malformed_gso_headers_loses_its_frames_not_its_connection() {
+    let Some(env) = Env::new("vhost-badgso") else {
+        return;
+    };
+    let sock = up_with_vm(&env, "vhost-badgso", "");
+    let _show = ShowOnFailure(&env);
+    let drv_pid = |st: &serde_json::Value| domain(st, "drv")["pid"].as_u64();
+    let st0 = env.status();
+    let bad = |v: &serde_json::Value| v["drops"]["bad_header"].as_u64().unwrap_or(0);
+    let before = bad(&vhost_vif(&st0, "vm1"));
+    let sock = sock.to_str().unwrap();
+    let args = [
+        "hostile-vm",
+        "--socket",
+        sock,
+        "--attack",
+        "bad_gso",
+        "--secs",
+        "1",
+    ];
+    let report: serde_json::Value = serde_json::from_str(env.ok(&args).trim()).unwrap();
+    let sent = report["attempts"].as_u64().unwrap();
+    assert!(
+        sent > 1000,
+        "the attacker sent only {sent} frames: {report}"
+    );
+    wait_until("every bad frame counted", Duration::from_secs(5), || {
+        bad(&vhost_vif(&env.status(), "vm1")) - before == sent
+    });
+    assert_eq!(drv_pid(&env.status()), drv_pid(&st0), "drv restarted");
+    env.ping("guest2", "10.77.0.254", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
 #[test]
 fn a_qemu_vm_pings_fetches_and_survives_a_driver_domain_kill() {
     let Some(env) = Env::new("vhost-qemu") else {
