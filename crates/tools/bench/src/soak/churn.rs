@@ -1,7 +1,9 @@
 //! What runs beside the flows for the whole soak: hot-plug churn on
-//! guest1 (`network-attach` with an xl vifspec, then `network-detach`)
-//! and HTTP downloads with curl from the wire host, each checked against
-//! the file's SHA-256. Every operation is recorded with its moment.
+//! guest1 (`network-attach` with an xl vifspec, then `network-detach`),
+//! now and then a guest applied in and out (`splitnet apply` with the
+//! topology and a sixth guest, then without it), and HTTP downloads with
+//! curl from the wire host, each checked against the file's SHA-256.
+//! Every operation is recorded with its moment.
 
 use super::Lab;
 use crate::faults::sha256;
@@ -22,11 +24,20 @@ pub struct OpFailure {
     pub what: String,
 }
 
+/// One churn cycle in this many is an apply cycle.
+const APPLY_EVERY: usize = 8;
+
+/// The guest apply cycles add and remove.
+const APPLIED_GUEST: &str = "guest6";
+
 /// What churn did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Churn {
     pub attached: u64,
     pub detached: u64,
+    /// `apply` runs that added, and that removed, the sixth guest.
+    pub applied_in: u64,
+    pub applied_out: u64,
     pub failures: Vec<OpFailure>,
 }
 
@@ -49,7 +60,12 @@ impl Lab {
         let mut c = Churn::default();
         while !stop.load(Ordering::Relaxed) {
             let spec = SPECS[rng.below(SPECS.len())];
-            if let Err(e) = self.cycle(spec, rng.between(200, 1000), &mut c) {
+            let hold = rng.between(200, 1000);
+            let done = match rng.below(APPLY_EVERY) {
+                0 => self.apply_cycle(hold, &mut c),
+                _ => self.cycle(spec, hold, &mut c),
+            };
+            if let Err(e) = done {
                 c.failures.push(OpFailure {
                     at_s: self.secs(Instant::now()),
                     what: format!("{e:#}"),
@@ -72,6 +88,41 @@ impl Lab {
             .map_err(|e| anyhow!("network-detach guest1 {h}: {e}"))?;
         c.detached += 1;
         Ok(())
+    }
+
+    /// Applies the soak's topology with a sixth guest, waits until that
+    /// guest reaches the wire host, holds it `hold_ms`, and applies the
+    /// topology without it again. The removal is retried (a driver-domain
+    /// kill may refuse it for a while) so that no guest outlives the soak.
+    fn apply_cycle(&self, hold_ms: u64, c: &mut Churn) -> Result<()> {
+        let base = self.run_dir.join("soak.toml");
+        let grown = self.run_dir.join("soak-grown.toml");
+        let text = std::fs::read_to_string(&base)?;
+        let extra = format!(
+            "\n[[domain]]\nname = \"{APPLIED_GUEST}\"\nkind = \"guest\"\naddress = \"10.77.0.6/24\"\n"
+        );
+        std::fs::write(&grown, text + &extra)?;
+        let apply = |f: &PathBuf| {
+            crate::splitnet(&self.exe, &self.run_dir, &["apply", "--config", &f.to_string_lossy()])
+        };
+        apply(&grown).map_err(|e| anyhow!("apply adding {APPLIED_GUEST}: {e:#}"))?;
+        c.applied_in += 1;
+        let reached = crate::netenv::wait_reachable(
+            &toolstack::host::netns_name(APPLIED_GUEST),
+            "10.77.0.254",
+            Duration::from_secs(10),
+        );
+        std::thread::sleep(Duration::from_millis(hold_ms));
+        let mut tries = 0;
+        while let Err(e) = apply(&base) {
+            tries += 1;
+            if tries == 30 {
+                return Err(anyhow!("apply removing {APPLIED_GUEST}, 30 times: {e:#}"));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        c.applied_out += 1;
+        reached.map_err(|e| anyhow!("{APPLIED_GUEST}, applied in: {e:#}"))
     }
 
     /// Downloads of `blob` (its SHA-256 `want`) into guest1 from the wire

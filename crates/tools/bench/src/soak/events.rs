@@ -4,7 +4,9 @@
 //! killed, a guest whose RX ring stalls (Xen XSA-392: SIGSTOP of its
 //! process, so it posts no buffers while traffic for it arrives), a
 //! hostile VM's attacks on the driver domain's vhost-user backend
-//! (XSA-332/391's event floods among them), and a VMM killed mid-attack.
+//! (XSA-332/391's event floods among them), a VMM killed mid-attack, and
+//! the uplink's link flapping (the wire host's end down for seconds, the
+//! carrier lost at the driver domain's port, as a pulled cable).
 
 use super::Lab;
 use crate::faults::{domain_pid, kill_domain, rss_kib};
@@ -28,6 +30,7 @@ pub enum Event {
     StallGuest,
     Attack(Attack),
     KillVmm,
+    FlapUplink,
 }
 
 impl Event {
@@ -39,6 +42,7 @@ impl Event {
             Event::KillGuest,
             Event::StallGuest,
             Event::KillVmm,
+            Event::FlapUplink,
         ];
         v.extend(Attack::ALL.iter().map(|&a| Event::Attack(a)));
         v
@@ -52,6 +56,7 @@ impl Event {
             Event::StallGuest => format!("{VICTIM} stalls its RX ring"),
             Event::Attack(a) => format!("hostile VM: {}", a.name()),
             Event::KillVmm => "SIGKILL the VMM mid kick storm".into(),
+            Event::FlapUplink => "the uplink's link flaps".into(),
         }
     }
 
@@ -78,6 +83,7 @@ impl Event {
             Event::StallGuest => rng.between(2000, 6000),
             Event::Attack(_) => rng.between(3000, 6000),
             Event::KillVmm => rng.between(500, 2000),
+            Event::FlapUplink => rng.between(1000, 3000),
         }
     }
 
@@ -176,6 +182,7 @@ impl Lab {
             Event::StallGuest => self.stop_for(VICTIM, ms, &mut w),
             Event::Attack(a) => self.attack(a, ms as f64 / 1e3, None),
             Event::KillVmm => self.attack(Attack::KickStorm, 30.0, Some(Duration::from_millis(ms))),
+            Event::FlapUplink => self.flap_uplink(ms),
         };
         match done {
             Ok(detail) => w.detail = detail,
@@ -240,6 +247,34 @@ impl Lab {
         w.drv_rss_kib = Some((before, peak));
         Ok(format!(
             "stopped for {ms} ms; drv's resident memory {before} KiB before, {peak} KiB at most"
+        ))
+    }
+
+    /// Takes the wire host's end of the uplink down for `ms`, then up, and
+    /// waits until guest1 answers the wire host's ping again.
+    fn flap_uplink(&self, ms: u64) -> Result<String> {
+        let links = self.exec("wire", &["ip", "-o", "link", "show"])?;
+        let ifname = links
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n))
+            .find(|n| *n != "lo")
+            .ok_or_else(|| anyhow!("the wire host has no link but lo: {links}"))?
+            .to_string();
+        self.exec("wire", &["ip", "link", "set", "dev", &ifname, "down"])?;
+        std::thread::sleep(Duration::from_millis(ms));
+        self.exec("wire", &["ip", "link", "set", "dev", &ifname, "up"])?;
+        let up = Instant::now();
+        let deadline = up + Duration::from_secs(10);
+        let ping = ["ping", "-c", "1", "-W", "1", "10.77.0.1"];
+        while self.exec("wire", &ping).is_err() {
+            if Instant::now() > deadline {
+                bail!("guest1 did not answer the wire host 10 s after {ifname} came up");
+            }
+        }
+        Ok(format!(
+            "{ifname} down for {ms} ms; guest1 answered again {:.0} ms after it came up",
+            up.elapsed().as_secs_f64() * 1e3
         ))
     }
 
@@ -310,7 +345,7 @@ mod tests {
     #[test]
     fn every_event_has_a_name_and_only_peers_are_hostile() {
         let all = Event::all();
-        assert_eq!(all.len(), 5 + Attack::ALL.len());
+        assert_eq!(all.len(), 6 + Attack::ALL.len());
         let names: std::collections::BTreeSet<String> = all.iter().map(|e| e.name()).collect();
         assert_eq!(names.len(), all.len());
         assert!(!Event::KillDriver.hostile() && Event::StallGuest.hostile());

@@ -99,13 +99,16 @@ impl SoakReport {
         let d = &self.downloads;
         s += &format!(
             "\n\nDownloads of {} MiB into guest1: {} matched their SHA-256, {} corrupted, {} failed. \
-             Hot-plug on guest1: {} attached, {} detached, {} failures ({} outside a driver-domain fault).\n\n",
+             Hot-plug on guest1: {} attached, {} detached; a guest applied in {} and out {} times; \
+             {} failures ({} outside a driver-domain fault).\n\n",
             d.mib_each,
             d.matched,
             d.corrupt.len(),
             d.failures.len(),
             self.churn.attached,
             self.churn.detached,
+            self.churn.applied_in,
+            self.churn.applied_out,
             self.churn.failures.len(),
             self.churn_unexplained
         );
