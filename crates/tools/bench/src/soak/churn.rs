@@ -103,7 +103,11 @@ impl Lab {
         );
         std::fs::write(&grown, text + &extra)?;
         let apply = |f: &PathBuf| {
-            crate::splitnet(&self.exe, &self.run_dir, &["apply", "--config", &f.to_string_lossy()])
+            crate::splitnet(
+                &self.exe,
+                &self.run_dir,
+                &["apply", "--config", &f.to_string_lossy()],
+            )
         };
         apply(&grown).map_err(|e| anyhow!("apply adding {APPLIED_GUEST}: {e:#}"))?;
         c.applied_in += 1;
