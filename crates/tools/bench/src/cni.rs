@@ -59,7 +59,7 @@ impl CniOptions {
 }
 
 /// The plugin as a runtime runs it.
-struct Plugin {
+pub(crate) struct Plugin {
     bin: PathBuf,
     cni_path: String,
     conf: String,
@@ -67,7 +67,13 @@ struct Plugin {
 
 impl Plugin {
     fn new(opts: &CniOptions) -> Result<Plugin> {
-        let bin = opts.exe.with_file_name("splitnet-cni");
+        Plugin::at(&opts.exe, &opts.run_dir)
+    }
+
+    /// The plugin beside `exe`, for the instance in `run_dir` (driver
+    /// domain `drv`, addresses from 10.77.0.100 to .250).
+    pub(crate) fn at(exe: &Path, run_dir: &Path) -> Result<Plugin> {
+        let bin = exe.with_file_name("splitnet-cni");
         if !bin.is_file() {
             bail!(
                 "{} is not built (cargo build builds it beside splitnet)",
@@ -83,11 +89,11 @@ impl Plugin {
         }
         let conf = serde_json::json!({
             "cniVersion": "1.1.0", "name": "bench", "type": "splitnet",
-            "driver": "drv", "runDir": opts.run_dir,
+            "driver": "drv", "runDir": run_dir,
             "ipam": {"type": "host-local",
                      "ranges": [[{"subnet": "10.77.0.0/24", "rangeStart": "10.77.0.100",
                                   "rangeEnd": "10.77.0.250", "gateway": WIRE}]],
-                     "dataDir": opts.run_dir.join("cni-ipam")},
+                     "dataDir": run_dir.join("cni-ipam")},
         });
         Ok(Plugin {
             bin,
@@ -126,7 +132,7 @@ impl Plugin {
     }
 
     /// Runs `command` for `id` in `netns`; how long it took.
-    fn call(&self, command: &str, id: &str, netns: &str) -> Result<Duration> {
+    pub(crate) fn call(&self, command: &str, id: &str, netns: &str) -> Result<Duration> {
         let t0 = Instant::now();
         let c = self.spawn(command, id, netns)?;
         Self::finish(c, &format!("{command} {id}"))?;
@@ -135,10 +141,10 @@ impl Plugin {
 }
 
 /// A namespace as a runtime makes one; deleted when dropped.
-struct Netns(String);
+pub(crate) struct Netns(pub(crate) String);
 
 impl Netns {
-    fn new(name: String) -> Result<Netns> {
+    pub(crate) fn new(name: String) -> Result<Netns> {
         let _ = Command::new("ip").args(["netns", "del", &name]).output();
         let st = Command::new("ip").args(["netns", "add", &name]).status()?;
         if !st.success() {

@@ -1,7 +1,8 @@
 //! What runs beside the flows for the whole soak: hot-plug churn on
 //! guest1 (`network-attach` with an xl vifspec, then `network-detach`),
 //! now and then a guest applied in and out (`splitnet apply` with the
-//! topology and a sixth guest, then without it), and HTTP downloads with
+//! topology and a sixth guest, then without it) or a container added and
+//! deleted (splitnet's CNI plugin, as a runtime calls it), and HTTP downloads with
 //! curl from the wire host, each checked against the file's SHA-256.
 //! Every operation is recorded with its moment.
 
@@ -24,7 +25,7 @@ pub struct OpFailure {
     pub what: String,
 }
 
-/// One churn cycle in this many is an apply cycle.
+/// One churn cycle in this many is an apply cycle, and one a container's.
 const APPLY_EVERY: usize = 8;
 
 /// The guest apply cycles add and remove.
@@ -38,6 +39,11 @@ pub struct Churn {
     /// `apply` runs that added, and that removed, the sixth guest.
     pub applied_in: u64,
     pub applied_out: u64,
+    /// Containers added (CNI ADD, then reaching the wire host) and deleted.
+    pub containers_added: u64,
+    pub containers_deleted: u64,
+    /// Why containers were not churned, if they were not.
+    pub containers_skipped: Option<String>,
     pub failures: Vec<OpFailure>,
 }
 
@@ -58,11 +64,19 @@ impl Lab {
     pub fn churn(&self, seed: u64, stop: &AtomicBool) -> Churn {
         let mut rng = SplitMix(seed);
         let mut c = Churn::default();
+        let plugin = crate::cni::Plugin::at(&self.exe, &self.run_dir)
+            .map_err(|e| c.containers_skipped = Some(format!("{e:#}")))
+            .ok();
+        let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let spec = SPECS[rng.below(SPECS.len())];
             let hold = rng.between(200, 1000);
-            let done = match rng.below(APPLY_EVERY) {
-                0 => self.apply_cycle(hold, &mut c),
+            let done = match (rng.below(APPLY_EVERY), &plugin) {
+                (0, _) => self.apply_cycle(hold, &mut c),
+                (1, Some(p)) => {
+                    n += 1;
+                    self.container_cycle(p, n, hold, &mut c)
+                }
                 _ => self.cycle(spec, hold, &mut c),
             };
             if let Err(e) = done {
@@ -127,6 +141,35 @@ impl Lab {
         }
         c.applied_out += 1;
         reached.map_err(|e| anyhow!("{APPLIED_GUEST}, applied in: {e:#}"))
+    }
+
+    /// A container's namespace, CNI ADD through splitnet's plugin, the
+    /// container reaching the wire host, `hold_ms`, then CNI DEL (retried
+    /// until it succeeds, so no vif outlives the soak) and the namespace gone.
+    fn container_cycle(
+        &self,
+        p: &crate::cni::Plugin,
+        n: u64,
+        hold_ms: u64,
+        c: &mut Churn,
+    ) -> Result<()> {
+        // A runtime's name: the plugin refuses splitnet's own namespaces.
+        let ns = crate::cni::Netns::new("sncni-soak".into())?;
+        let id = format!("soak{n}");
+        p.call("ADD", &id, &ns.0)?;
+        c.containers_added += 1;
+        let reached = crate::netenv::wait_reachable(&ns.0, "10.77.0.254", Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(hold_ms));
+        let mut tries = 0;
+        while let Err(e) = p.call("DEL", &id, &ns.0) {
+            tries += 1;
+            if tries == 30 {
+                return Err(anyhow!("CNI DEL {id}, 30 times: {e:#}"));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        c.containers_deleted += 1;
+        reached.map_err(|e| anyhow!("container {id}: {e:#}"))
     }
 
     /// Downloads of `blob` (its SHA-256 `want`) into guest1 from the wire

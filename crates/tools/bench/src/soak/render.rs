@@ -100,7 +100,7 @@ impl SoakReport {
         s += &format!(
             "\n\nDownloads of {} MiB into guest1: {} matched their SHA-256, {} corrupted, {} failed. \
              Hot-plug on guest1: {} attached, {} detached; a guest applied in {} and out {} times; \
-             {} failures ({} outside a driver-domain fault).\n\n",
+             containers added {} and deleted {}{}; {} failures ({} outside a driver-domain fault).\n\n",
             d.mib_each,
             d.matched,
             d.corrupt.len(),
@@ -109,9 +109,18 @@ impl SoakReport {
             self.churn.detached,
             self.churn.applied_in,
             self.churn.applied_out,
+            self.churn.containers_added,
+            self.churn.containers_deleted,
+            self.churn
+                .containers_skipped
+                .as_ref()
+                .map_or(String::new(), |w| format!(" (not run: {w})")),
             self.churn.failures.len(),
             self.churn_unexplained
         );
+        for x in self.churn.failures.iter().take(5) {
+            s += &format!("- churn at {:.1} s: {}\n", x.at_s, x.what);
+        }
         s
     }
 
