@@ -1,7 +1,8 @@
 //! `splitnet bench soak` as CI runs it: three minutes with a fixed seed,
 //! a guest of every NIC kind carrying checked flows while the driver
 //! domain and a guest are killed, the driver domain is stopped, a guest
-//! stalls its RX ring and a hostile VM attacks. The command's exit status
+//! stalls its RX ring, the uplink flaps and a hostile VM attacks, while
+//! churn hot-plugs vifs, applies a guest in and out and adds containers. The command's exit status
 //! is the soak's verdict; the test also reads the report as a user would.
 //! Needs root, curl and python3.
 
@@ -63,9 +64,20 @@ fn a_three_minute_soak_with_a_fixed_seed_loses_no_byte_and_leaks_nothing() {
         "guest2 stalls its RX ring",
         "hostile VM: kick_storm",
         "hostile VM: bad_chains",
+        "hostile VM: bad_gso",
         "SIGKILL the VMM mid kick storm",
+        "the uplink's link flaps",
     ] {
         assert!(events.contains(&want), "no {want:?} in {events:?}");
+    }
+    // Churn applied a guest in and out, and added and deleted containers
+    // (unless the CNI plugin or host-local is missing, which it names).
+    let churn = &v["churn"];
+    assert!(churn["applied_in"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(churn["applied_in"], churn["applied_out"], "{report}");
+    if churn["containers_skipped"].is_null() {
+        assert!(churn["containers_added"].as_u64().unwrap() > 0, "{report}");
+        assert_eq!(churn["containers_added"], churn["containers_deleted"]);
     }
     // Each driver-domain kill's gap was measured; downloads arrived whole.
     assert!(!v["kill_gaps"].as_array().unwrap().is_empty());
