@@ -514,11 +514,13 @@ impl Supervisor {
         };
         let kept = self.may_come_back(name);
         hv.destroy_domain(domid, &format!("its process exited ({text})"));
-        if kept
-            && self
-                .config(name)
-                .is_ok_and(|d| d.kind == DomainKind::Driver)
-        {
+        let driver = self
+            .config(name)
+            .is_ok_and(|d| d.kind == DomainKind::Driver);
+        if driver {
+            self.offline_served(&hv, name, domid);
+        }
+        if kept && driver {
             drop_queues(name);
         }
         self.forget_guest_backends(&hv, name, domid);

@@ -403,6 +403,29 @@ impl Supervisor {
         Ok(())
     }
 
+    /// Driver domain `name` (id `domid`) died: the vifs it served run
+    /// their hotplug scripts with `offline` and the dead backend's path,
+    /// as a guest's death does; `plumb` runs them `online` again under the
+    /// driver domain's new id when it is back.
+    pub(super) fn offline_served(&self, hv: &Arc<Hypervisor>, name: &str, domid: hv::proto::DomId) {
+        let vifs: Vec<VifConfig> = self
+            .lock()
+            .vifs
+            .iter()
+            .filter(|v| v.backend == name && v.opts.script.is_some())
+            .cloned()
+            .collect();
+        for v in vifs {
+            let Some(g) = hv.domid_of(&v.guest) else {
+                continue;
+            };
+            let be = xenbus::backend_path(domid, g, v.handle);
+            if let Err(e) = self.hotplug(hv, &v, &be, "offline") {
+                hv::log!(Warning, dom = v.backend, "{e}");
+            }
+        }
+    }
+
     /// Removes vif `v`'s directories (its peers let go of a device whose
     /// directory vanished), its `status` entry and its record.
     pub(super) fn forget(&self, hv: &Arc<Hypervisor>, v: &VifConfig) {
