@@ -53,7 +53,8 @@ const BLOB_MIB: u64 = 16;
 const NETFRONT_GUESTS: [&str; 2] = ["guest1", "guest2"];
 
 /// The soak's topology: a guest of every NIC kind, guest2 restarted when
-/// killed, and a VM socket for the hostile VM.
+/// killed, a hosted guest without flows whose memory the soak scribbles
+/// on, and a VM socket for the hostile VM.
 pub fn topology(vm_socket: &Path) -> String {
     let guest = |name: &str, n: u8, extra: &str| {
         format!(
@@ -64,7 +65,7 @@ pub fn topology(vm_socket: &Path) -> String {
         "# bench soak: a guest of every NIC kind, a VM socket, one driver domain.\n\
          name = \"soak\"\n\n\
          [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\n\
-         {}{}{}{}{}\
+         {}{}{}{}{}{}\
          [[domain]]\nname = \"{}\"\nkind = \"vm\"\nsocket = \"{}\"\nmac = \"{}\"\n\n\
          [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n",
         guest("guest1", 1, ""),
@@ -72,6 +73,7 @@ pub fn topology(vm_socket: &Path) -> String {
         guest("guest3", 3, "nic = \"virtio\""),
         guest("guest4", 4, "nic = \"hosted\""),
         guest("guest5", 5, "nic = \"hvm\""),
+        guest(events::SCRIBBLER, 7, "nic = \"hosted\""),
         crate::testbed::VM,
         vm_socket.display(),
         crate::testbed::VM_MAC,

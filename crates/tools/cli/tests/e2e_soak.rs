@@ -1,7 +1,8 @@
 //! `splitnet bench soak` as CI runs it: three minutes with a fixed seed,
 //! a guest of every NIC kind carrying checked flows while the driver
 //! domain and a guest are killed, the driver domain is stopped, a guest
-//! stalls its RX ring, the uplink flaps and a hostile VM attacks, while
+//! stalls its RX ring, the uplink flaps, a guest scribbles on its NIC's
+//! memory and a hostile VM attacks, while
 //! churn hot-plugs vifs, applies a guest in and out and adds containers. The command's exit status
 //! is the soak's verdict; the test also reads the report as a user would.
 //! Needs root, curl and python3.
@@ -67,6 +68,7 @@ fn a_three_minute_soak_with_a_fixed_seed_loses_no_byte_and_leaks_nothing() {
         "hostile VM: bad_gso",
         "SIGKILL the VMM mid kick storm",
         "the uplink's link flaps",
+        "guest7 scribbles on its NIC's memory",
     ] {
         assert!(events.contains(&want), "no {want:?} in {events:?}");
     }

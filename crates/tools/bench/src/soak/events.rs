@@ -6,7 +6,9 @@
 //! hostile VM's attacks on the driver domain's vhost-user backend
 //! (XSA-332/391's event floods among them), a VMM killed mid-attack, and
 //! the uplink's link flapping (the wire host's end down for seconds, the
-//! carrier lost at the driver domain's port, as a pulled cable).
+//! carrier lost at the driver domain's port, as a pulled cable), and a
+//! guest whose shared memory is scribbled on while it sends (its emulated
+//! NIC's rings and buffers, as a hostile guest kernel would).
 
 use super::Lab;
 use crate::faults::{domain_pid, kill_domain, rss_kib};
@@ -19,6 +21,8 @@ use std::time::{Duration, Instant};
 
 /// The guest that is killed and stalled; the flows through it are marked.
 pub const VICTIM: &str = "guest2";
+/// The hosted guest, in no flow, whose memory is scribbled on.
+pub const SCRIBBLER: &str = "guest7";
 
 /// One fault or hostile peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -31,6 +35,7 @@ pub enum Event {
     Attack(Attack),
     KillVmm,
     FlapUplink,
+    Scribble,
 }
 
 impl Event {
@@ -43,6 +48,7 @@ impl Event {
             Event::StallGuest,
             Event::KillVmm,
             Event::FlapUplink,
+            Event::Scribble,
         ];
         v.extend(Attack::ALL.iter().map(|&a| Event::Attack(a)));
         v
@@ -57,13 +63,14 @@ impl Event {
             Event::Attack(a) => format!("hostile VM: {}", a.name()),
             Event::KillVmm => "SIGKILL the VMM mid kick storm".into(),
             Event::FlapUplink => "the uplink's link flaps".into(),
+            Event::Scribble => format!("{SCRIBBLER} scribbles on its NIC's memory"),
         }
     }
 
     /// A hostile peer (as opposed to a fault): the others' throughput in
     /// its window is set against the quiet windows'.
     pub fn hostile(self) -> bool {
-        matches!(self, Event::StallGuest | Event::Attack(_))
+        matches!(self, Event::StallGuest | Event::Attack(_) | Event::Scribble)
     }
 
     /// The domain whose process the event kills, if any.
@@ -84,6 +91,7 @@ impl Event {
             Event::Attack(_) => rng.between(3000, 6000),
             Event::KillVmm => rng.between(500, 2000),
             Event::FlapUplink => rng.between(1000, 3000),
+            Event::Scribble => rng.between(2000, 4000),
         }
     }
 
@@ -183,6 +191,7 @@ impl Lab {
             Event::Attack(a) => self.attack(a, ms as f64 / 1e3, None),
             Event::KillVmm => self.attack(Attack::KickStorm, 30.0, Some(Duration::from_millis(ms))),
             Event::FlapUplink => self.flap_uplink(ms),
+            Event::Scribble => self.scribble(ms),
         };
         match done {
             Ok(detail) => w.detail = detail,
@@ -278,6 +287,75 @@ impl Lab {
         ))
     }
 
+    /// For `ms`, the scribbling guest floods the wire host with pings while
+    /// its own memory's NIC area (init block, rings, buffers) takes 4,096 words
+    /// of garbage about every millisecond: descriptors handed to the device
+    /// with lengths, addresses outside its memory, noise. The VMApp that
+    /// holds its NIC model must survive it.
+    fn scribble(&self, ms: u64) -> Result<String> {
+        use abi::SharedMemory;
+        let st: serde_json::Value = serde_json::from_str(&crate::splitnet(
+            &self.exe,
+            &self.run_dir,
+            &["status", "--json"],
+        )?)?;
+        let d = st["domains"]
+            .as_array()
+            .and_then(|ds| ds.iter().find(|d| d["name"] == SCRIBBLER))
+            .ok_or_else(|| anyhow!("{SCRIBBLER} is not in status"))?;
+        let (guest, vmapp) = d["pid"]
+            .as_u64()
+            .zip(d["emulated_nic"]["vmapp_pid"].as_u64())
+            .ok_or_else(|| anyhow!("{SCRIBBLER} has no process or no VMApp in status"))?;
+        let secs = (ms / 1000 + 2).to_string();
+        let flood = ["ping", "-f", "-w", &secs, "10.77.0.254"];
+        let mut args = vec!["exec", SCRIBBLER, "--"];
+        args.extend_from_slice(&flood);
+        let mut ping = Command::new(&self.exe)
+            .arg("--run-dir")
+            .arg(&self.run_dir)
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        // The guest's memory, as the guest's own process maps it.
+        let pool = match shared_mapping(guest, &format!("splitnet-{SCRIBBLER}-pool")) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = ping.kill();
+                return Err(e);
+            }
+        };
+        let mut rng = SplitMix(ms);
+        let (end, mut words) = (Instant::now() + Duration::from_millis(ms), 0u64);
+        while Instant::now() < end {
+            for _ in 0..4096 {
+                let x = rng.next_u64();
+                let off = (0x10000 + (x as usize % 0x30000)) & !3;
+                let v = match x >> 60 {
+                    0..=3 => 0x8000_0000 | (x as u32 & 0xffff),
+                    4..=7 => 0xffff_fff0,
+                    _ => (x >> 32) as u32,
+                };
+                pool.store_u32(off, v);
+            }
+            words += 4096;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = ping.wait();
+        if !std::path::Path::new(&format!("/proc/{vmapp}")).exists() {
+            bail!("{SCRIBBLER}'s VMApp (pid {vmapp}) died of the garbage");
+        }
+        let own = if std::path::Path::new(&format!("/proc/{guest}")).exists() {
+            "lives"
+        } else {
+            "ended"
+        };
+        Ok(format!(
+            "{words} words of garbage in {ms} ms; the VMApp lives; the guest's own process {own}"
+        ))
+    }
+
     /// The hostile VM runs `attack` for `secs` (or is killed with SIGKILL
     /// after `kill_after`); the driver domain must keep serving.
     fn attack(&self, attack: Attack, secs: f64, kill_after: Option<Duration>) -> Result<String> {
@@ -327,6 +405,29 @@ impl Lab {
     }
 }
 
+/// The shared-memory region `name` that process `pid` maps, mapped here
+/// too (root opens it through `/proc/PID/map_files`).
+fn shared_mapping(pid: u64, name: &str) -> Result<sys::Mapping> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let range = maps
+        .lines()
+        .find(|l| l.contains(name))
+        .and_then(|l| l.split_whitespace().next())
+        .ok_or_else(|| anyhow!("process {pid} maps no {name}"))?;
+    let (a, b) = range.split_once('-').context("a maps range")?;
+    let len = usize::from_str_radix(b, 16)? - usize::from_str_radix(a, 16)?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/map_files/{range}"))?;
+    Ok(sys::Mapping::new(
+        std::os::fd::AsFd::as_fd(&f),
+        0,
+        len,
+        true,
+    )?)
+}
+
 /// `kill -SIG pid`.
 fn signal(sig: &str, pid: i32) -> Result<()> {
     let st = Command::new("kill")
@@ -345,7 +446,7 @@ mod tests {
     #[test]
     fn every_event_has_a_name_and_only_peers_are_hostile() {
         let all = Event::all();
-        assert_eq!(all.len(), 6 + Attack::ALL.len());
+        assert_eq!(all.len(), 7 + Attack::ALL.len());
         let names: std::collections::BTreeSet<String> = all.iter().map(|e| e.name()).collect();
         assert_eq!(names.len(), all.len());
         assert!(!Event::KillDriver.hostile() && Event::StallGuest.hostile());
