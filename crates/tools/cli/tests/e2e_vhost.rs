@@ -403,8 +403,8 @@ fn testpmd_exchanges_traffic_with_the_wire_host_through_the_driver_domain() {
 
 /// A VM that transmits frames with malformed `virtio_net_hdr`s (GSO of size
 /// 0, GSO without NEEDS_CSUM, UDP GSO never negotiated, a checksum field
-/// past the frame, an unknown GSO type) loses each frame, counted, and
-/// keeps its connection; the driver domain and guest2 carry on.
+/// past the frame, an unknown GSO type) loses each frame, counted, keeps
+/// its connection and is throttled; the driver domain and guest2 carry on.
 #[test]
 fn a_vm_sending_malformed_gso_headers_loses_its_frames_not_its_connection() {
     let Some(env) = Env::new("vhost-badgso") else {
@@ -435,6 +435,14 @@ fn a_vm_sending_malformed_gso_headers_loses_its_frames_not_its_connection() {
     wait_until("every bad frame counted", Duration::from_secs(5), || {
         bad(&vhost_vif(&env.status(), "vm1")) - before == sent
     });
+    // A ring that carries nothing but refused frames is throttled, as a
+    // kick storm is: its kicks stop waking the driver domain for a while.
+    let throttles = |v: &serde_json::Value| v["kick_throttles"].as_u64().unwrap_or(0);
+    let after = vhost_vif(&env.status(), "vm1");
+    assert!(
+        throttles(&after) > throttles(&vhost_vif(&st0, "vm1")),
+        "a malformed-GSO flood was never throttled: {after:#}"
+    );
     assert_eq!(drv_pid(&env.status()), drv_pid(&st0), "drv restarted");
     env.ping("guest2", "10.77.0.254", 3);
     env.ok(&["down"]);

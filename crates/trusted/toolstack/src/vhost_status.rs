@@ -9,9 +9,11 @@ use hv::Toolstack;
 use serde_json::{json, Value};
 
 /// The fields of a driver domain's `vhost` entry carried over as they are.
-const STATS_FIELDS: [&str; 17] = [
+const STATS_FIELDS: [&str; 19] = [
     "connected",
     "kicks",
+    "spurious_kicks",
+    "kick_throttles",
     "calls",
     "disconnects",
     "ignored_messages",

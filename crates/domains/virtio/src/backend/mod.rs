@@ -230,7 +230,7 @@ impl Backend {
     /// the VM's faults: those close its connection.
     pub fn poll_batch(&mut self, f: &mut dyn FnMut(&[TxFrame<'_>]) -> u64) -> io::Result<()> {
         let kicked = self.events()?;
-        let mut taken = 0;
+        let (mut taken, mut passed) = (0, 0);
         let mut more = true;
         while more && taken < TX_BUDGET {
             let mut lens = [0usize; TX_SLOTS];
@@ -258,6 +258,7 @@ impl Backend {
                 };
             }
             let refused = f(&frames[..n]);
+            passed += n - refused.count_ones() as usize;
             let mut d = lock(&self.dev);
             for (k, t) in frames[..n].iter().enumerate() {
                 if refused & (1 << k) != 0 {
@@ -269,7 +270,8 @@ impl Backend {
             }
         }
         if kicked {
-            self.judge_kick(taken > 0);
+            // Chains whose headers were all refused are no work either.
+            self.judge_kick(passed > 0);
         }
         let mut d = lock(&self.dev);
         let broken = d.broken;
@@ -278,8 +280,9 @@ impl Backend {
         self.caller.call(calls);
         if let Some(v) = broken {
             self.close(v.reason());
-        } else if more {
-            // Work left: stay readable so the loop comes back next turn.
+        } else if more && self.storm.due().is_none() {
+            // Work left: stay readable so the loop comes back next turn
+            // (a throttled ring waits for its delay to end instead).
             let _ = self.wake_tx.ring();
         }
         Ok(())

@@ -1,6 +1,7 @@
 //! A VM that kicks its TX ring with nothing posted (a kick storm; Xen's
 //! answer to event floods, XSA-332, is the late EOI): a kick after which
-//! the TX pass takes no chain is spurious, and after a run of them the
+//! the TX pass takes no chain, or only frames whose headers are refused
+//! (a flood of malformed GSO, say), is spurious, and after a run of them the
 //! kick descriptor leaves the backend's event manager for a delay that
 //! grows while the storm lasts ([`domain_common::storm`]). A VM that posts
 //! and then kicks is never delayed, and frames it posts meanwhile still go
@@ -14,7 +15,7 @@ use std::time::Instant;
 
 impl Backend {
     /// After a poll that a kick woke: `took` says whether the TX pass
-    /// took a chain.
+    /// took a chain whose frame went on.
     pub(super) fn judge_kick(&mut self, took: bool) {
         let v = self.storm.judge(took, Instant::now());
         let mut d = lock(&self.dev);
