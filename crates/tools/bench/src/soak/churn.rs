@@ -131,14 +131,7 @@ impl Lab {
             Duration::from_secs(10),
         );
         std::thread::sleep(Duration::from_millis(hold_ms));
-        let mut tries = 0;
-        while let Err(e) = apply(&base) {
-            tries += 1;
-            if tries == 30 {
-                return Err(anyhow!("apply removing {APPLIED_GUEST}, 30 times: {e:#}"));
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
+        until_done(&format!("apply removing {APPLIED_GUEST}"), || apply(&base))?;
         c.applied_out += 1;
         reached.map_err(|e| anyhow!("{APPLIED_GUEST}, applied in: {e:#}"))
     }
@@ -160,14 +153,7 @@ impl Lab {
         c.containers_added += 1;
         let reached = crate::netenv::wait_reachable(&ns.0, "10.77.0.254", Duration::from_secs(10));
         std::thread::sleep(Duration::from_millis(hold_ms));
-        let mut tries = 0;
-        while let Err(e) = p.call("DEL", &id, &ns.0) {
-            tries += 1;
-            if tries == 30 {
-                return Err(anyhow!("CNI DEL {id}, 30 times: {e:#}"));
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
+        until_done(&format!("CNI DEL {id}"), || p.call("DEL", &id, &ns.0))?;
         c.containers_deleted += 1;
         reached.map_err(|e| anyhow!("container {id}: {e:#}"))
     }
@@ -208,4 +194,19 @@ impl Lab {
         let _ = std::fs::remove_file(&got);
         d
     }
+}
+
+/// Runs `op` until it succeeds, a second apart, 30 times at most: an undo
+/// that a driver-domain kill refuses for a while must still happen, so
+/// that nothing churn made outlives the soak.
+fn until_done<T>(what: &str, mut op: impl FnMut() -> Result<T>) -> Result<()> {
+    let mut tries = 0;
+    while let Err(e) = op() {
+        tries += 1;
+        if tries == 30 {
+            return Err(anyhow!("{what}, 30 times: {e:#}"));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    Ok(())
 }
