@@ -256,7 +256,7 @@ impl Hostile<'_> {
     /// fault, not the ring's.
     fn bad_gso(&self, end: Instant) -> Result<u64> {
         let c = self.up()?;
-        let (_, avail, used) = ring(TX);
+        let (_, _, used) = ring(TX);
         let used_idx = || self.mem.load_u16_acquire(used as usize + 2);
         let mut sent: u16 = 0;
         let mut n = 0u64;
@@ -271,12 +271,8 @@ impl Hostile<'_> {
             let frame = bad_gso_frame(n);
             self.mem.write_bytes(at as usize, &frame);
             write_desc(self.mem, slot, at, frame.len() as u32, 0, 0);
-            self.mem.write_bytes(
-                avail as usize + 4 + 2 * usize::from(slot),
-                &slot.to_le_bytes(),
-            );
             sent = sent.wrapping_add(1);
-            self.mem.store_u16(avail as usize + 2, sent);
+            publish_at(self.mem, slot, sent);
             n += 1;
             if n.is_multiple_of(32) {
                 c.kick[TX].write(1)?;
@@ -440,7 +436,14 @@ fn write_desc(m: &Mapping, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
 
 /// Makes chain `head` the first available on TX (index 1).
 fn publish(m: &Mapping, head: u16) {
+    publish_at(m, head, 1);
+}
+
+/// Puts chain `head` in TX's available ring as entry `idx - 1` (modulo the
+/// ring's size) and publishes index `idx`.
+fn publish_at(m: &Mapping, head: u16, idx: u16) {
     let (_, avail, _) = ring(TX);
-    m.write_bytes(avail as usize + 4, &head.to_le_bytes());
-    m.store_u16(avail as usize + 2, 1);
+    let slot = usize::from(idx.wrapping_sub(1) % QSIZE);
+    m.write_bytes(avail as usize + 4 + 2 * slot, &head.to_le_bytes());
+    m.store_u16(avail as usize + 2, idx);
 }

@@ -684,3 +684,45 @@ mod wire_host_tests {
         assert_eq!((w[0].port.as_str(), w[0].driver.as_str()), ("peth0", "drv"));
     }
 }
+
+/// The shared-memory region `name` that process `pid` maps, mapped here
+/// too (root opens it through `/proc/PID/map_files`): how a test or the
+/// soak plays a guest that scribbles on its own memory.
+pub fn shared_mapping(pid: u64, name: &str) -> Result<sys::Mapping> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let range = maps
+        .lines()
+        .find(|l| l.contains(name))
+        .and_then(|l| l.split_whitespace().next())
+        .ok_or_else(|| anyhow::anyhow!("process {pid} maps no {name}"))?;
+    let (a, b) = range.split_once('-').context("a maps range")?;
+    let len = usize::from_str_radix(b, 16)? - usize::from_str_radix(a, 16)?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/map_files/{range}"))?;
+    Ok(sys::Mapping::new(
+        std::os::fd::AsFd::as_fd(&f),
+        0,
+        len,
+        true,
+    )?)
+}
+
+/// 4,096 words of garbage, drawn from `next`, over an emulated NIC
+/// guest's driver area (init block, rings, buffers, from guest-physical
+/// 64 KiB) and beyond: descriptors given to the device with lengths,
+/// addresses outside its memory, noise.
+pub fn scribble_driver_area(pool: &sys::Mapping, mut next: impl FnMut() -> u64) {
+    use abi::SharedMemory;
+    for _ in 0..4096 {
+        let x = next();
+        let off = (0x10000 + (x as usize % 0x30000)) & !3;
+        let v = match x >> 60 {
+            0..=3 => 0x8000_0000 | (x as u32 & 0xffff), // OWN with a length
+            4..=7 => 0xffff_fff0,                       // an address outside
+            _ => (x >> 32) as u32,
+        };
+        pool.store_u32(off, v);
+    }
+}

@@ -13,6 +13,7 @@
 use super::Lab;
 use crate::faults::{domain_pid, kill_domain, rss_kib};
 use crate::hostile_vm::Attack;
+use crate::netenv::{scribble_driver_area, shared_mapping};
 use crate::rng::SplitMix;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
@@ -293,7 +294,6 @@ impl Lab {
     /// with lengths, addresses outside its memory, noise. The VMApp that
     /// holds its NIC model must survive it.
     fn scribble(&self, ms: u64) -> Result<String> {
-        use abi::SharedMemory;
         let st: serde_json::Value = serde_json::from_str(&crate::splitnet(
             &self.exe,
             &self.run_dir,
@@ -329,16 +329,7 @@ impl Lab {
         let mut rng = SplitMix(ms);
         let (end, mut words) = (Instant::now() + Duration::from_millis(ms), 0u64);
         while Instant::now() < end {
-            for _ in 0..4096 {
-                let x = rng.next_u64();
-                let off = (0x10000 + (x as usize % 0x30000)) & !3;
-                let v = match x >> 60 {
-                    0..=3 => 0x8000_0000 | (x as u32 & 0xffff),
-                    4..=7 => 0xffff_fff0,
-                    _ => (x >> 32) as u32,
-                };
-                pool.store_u32(off, v);
-            }
+            scribble_driver_area(&pool, || rng.next_u64());
             words += 4096;
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -403,29 +394,6 @@ impl Lab {
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
-}
-
-/// The shared-memory region `name` that process `pid` maps, mapped here
-/// too (root opens it through `/proc/PID/map_files`).
-fn shared_mapping(pid: u64, name: &str) -> Result<sys::Mapping> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    let range = maps
-        .lines()
-        .find(|l| l.contains(name))
-        .and_then(|l| l.split_whitespace().next())
-        .ok_or_else(|| anyhow!("process {pid} maps no {name}"))?;
-    let (a, b) = range.split_once('-').context("a maps range")?;
-    let len = usize::from_str_radix(b, 16)? - usize::from_str_radix(a, 16)?;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/proc/{pid}/map_files/{range}"))?;
-    Ok(sys::Mapping::new(
-        std::os::fd::AsFd::as_fd(&f),
-        0,
-        len,
-        true,
-    )?)
 }
 
 /// `kill -SIG pid`.

@@ -604,20 +604,7 @@ pub fn serve_blob_on_wire(env: &Env, mib: u32) -> (Background, PathBuf) {
 /// Maps the shared-memory region `name` that process `pid` maps (root
 /// reads it through /proc/PID/map_files).
 pub fn mapping_of(pid: u64, name: &str) -> sys::Mapping {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let line = maps
-        .lines()
-        .find(|l| l.contains(name))
-        .unwrap_or_else(|| panic!("process {pid} maps no {name}"));
-    let range = line.split_whitespace().next().unwrap();
-    let (a, b) = range.split_once('-').unwrap();
-    let len = (u64::from_str_radix(b, 16).unwrap() - u64::from_str_radix(a, 16).unwrap()) as usize;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/proc/{pid}/map_files/{range}"))
-        .unwrap();
-    sys::Mapping::new(std::os::fd::AsFd::as_fd(&f), 0, len, true).unwrap()
+    bench::netenv::shared_mapping(pid, name).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// Process `pid` is jailed: seccomp on, no effective capability, not root.
@@ -651,17 +638,7 @@ impl Garbage {
     /// block, rings, buffers, from guest-physical 64 KiB) and beyond:
     /// descriptors given to the device with lengths, addresses outside.
     pub fn scribble_driver_area(&mut self, pool: &sys::Mapping) {
-        use abi::SharedMemory;
-        for _ in 0..4096 {
-            let x = self.next();
-            let off = (0x10000 + (x as usize % 0x30000)) & !3;
-            let v = match x >> 60 {
-                0..=3 => 0x8000_0000 | (x as u32 & 0xffff), // OWN with a length
-                4..=7 => 0xffff_fff0,                       // an address outside
-                _ => (x >> 32) as u32,
-            };
-            pool.store_u32(off, v);
-        }
+        bench::netenv::scribble_driver_area(pool, || self.next());
     }
 }
 
