@@ -317,6 +317,9 @@ fn print_ports(v: &Value) {
                 .map(|h| format!(" host end {h}"))
                 .unwrap_or_default(),
         );
+        for l in u["limits"].as_array().unwrap_or(&empty) {
+            println!("    limited: {}", l.as_str().unwrap_or("?"));
+        }
         for m in u["members"].as_array().unwrap_or(&empty) {
             println!(
                 "    member {} for {}",

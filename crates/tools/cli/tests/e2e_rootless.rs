@@ -544,6 +544,7 @@ fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_
         received.is_some_and(|b| b > 0.0),
         "iperf3 through pasta: {j}"
     );
+    ping_through_pasta(&u, &gw);
 
     // Published: the host's port 18081 reaches guest1's server on port 80.
     let _server = Killed(u.spawn(&common::http_server("guest1", "10.79.0.2", "80", d)));
@@ -566,6 +567,68 @@ fn guests_reach_the_hosts_services_through_pasta_and_a_published_port_reaches_a_
         !u.processes(u.sub).iter().any(|p| p.contains("pasta"))
     });
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The host's `net.ipv4.ping_group_range`, put back however the test ends.
+struct PingRange(String);
+
+const PING_RANGE: &str = "/proc/sys/net/ipv4/ping_group_range";
+
+impl PingRange {
+    fn set(range: &str) {
+        std::fs::write(PING_RANGE, range).unwrap();
+    }
+}
+
+impl Drop for PingRange {
+    fn drop(&mut self) {
+        PingRange::set(&self.0);
+    }
+}
+
+/// guest1 pings the host through pasta when the host lets the user's group
+/// open ping sockets, and `status` says why it cannot while it does not.
+fn ping_through_pasta(u: &User, gw: &str) {
+    let _back = PingRange(std::fs::read_to_string(PING_RANGE).unwrap());
+    let limits = |u: &User| -> Vec<Value> {
+        let st = u.status();
+        let pasta = st["uplinks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["kind"] == "pasta");
+        pasta.unwrap_or_else(|| panic!("no pasta uplink in {st}"))["limits"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let ping = |u: &User| {
+        u.splitnet(&["exec", "guest1", "--", "ping", "-c", "2", "-W", "2", gw])
+            .status
+            .success()
+    };
+    PingRange::set("1 0");
+    let said = limits(u);
+    assert!(
+        said.iter()
+            .any(|l| l.as_str().is_some_and(|l| l.contains("ping_group_range"))),
+        "status names no ping limit with the range closed: {said:?}"
+    );
+    assert!(
+        u.ok(&["status"]).contains("limited: ping through pasta"),
+        "status's text hides the limit"
+    );
+    assert!(
+        !ping(u),
+        "a ping through pasta was answered with the range closed"
+    );
+    PingRange::set(&format!("{0} {0}", u.gid));
+    assert_eq!(
+        limits(u),
+        Vec::<Value>::new(),
+        "a limit left with the range open"
+    );
+    assert!(ping(u), "guest1 got no answer from the host through pasta");
 }
 
 #[test]

@@ -817,6 +817,26 @@ fn ioctl_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Whether this process may open an ICMP echo ("ping") socket in its
+/// network namespace: its group is inside `net.ipv4.ping_group_range`.
+/// Unprivileged programs that relay ping, pasta among them, need it.
+pub fn ping_sockets_allowed() -> bool {
+    // SAFETY: plain syscall returning a fresh descriptor or -1.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_ICMP,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: fresh descriptor we own; dropping it closes it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    true
+}
+
 /// The Ethernet address of interface `ifname` (SIOCGIFHWADDR).
 pub fn get_mac(ifname: &str) -> io::Result<[u8; 6]> {
     let ctx = |e: io::Error| io::Error::new(e.kind(), format!("interface {ifname}: {e}"));

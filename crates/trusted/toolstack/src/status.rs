@@ -443,6 +443,7 @@ fn uplinks(s: &hv::status::SystemStatus, ports: &mut Vec<Value>) -> Vec<Value> {
             "host_end": field(4),
             "mac": field(5),
             "members": members,
+            "limits": if kind == "pasta" { crate::uplink::pasta::limits() } else { Vec::new() },
         }));
     }
     out

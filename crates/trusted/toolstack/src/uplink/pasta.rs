@@ -147,6 +147,24 @@ fn args(ns: &str, pid_file: &str, mtu: u32, publish: &[Publish]) -> Vec<String> 
     a
 }
 
+/// What a pasta uplink cannot do on this host, each said with its fix:
+/// pasta relays ICMP echo through ping sockets, which the kernel opens only
+/// for the groups of `net.ipv4.ping_group_range` (many distributions open
+/// it to all; the kernel's default opens it to none).
+pub fn limits() -> Vec<String> {
+    if sys::ping_sockets_allowed() {
+        return Vec::new();
+    }
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range")
+        .map(|r| r.split_whitespace().collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|e| format!("unreadable: {e}"));
+    vec![format!(
+        "ping through pasta gets no answer: net.ipv4.ping_group_range ({range}) leaves out \
+         hv's group, and pasta relays ICMP echo through ping sockets \
+         (as root: sysctl -w net.ipv4.ping_group_range=\"0 2147483647\")"
+    )]
+}
+
 impl Uplinks {
     /// `pasta`: the namespace, the veth from the driver domain's port to
     /// it with the subnet's address there, forwarding, the nftables table,
@@ -189,7 +207,11 @@ impl Uplinks {
             pid_file,
             run_dir: self.run_dir.clone(),
             package: "passt",
-        })
+        })?;
+        for l in limits() {
+            hv::log!(Warning, "{}: {l}", u.driver);
+        }
+        Ok(())
     }
 }
 
