@@ -13,7 +13,8 @@
 //! - [`hvm`]: HVM guests' I/O exits, the vPIC (`splitnet-vpic`) and the
 //!   relay to their device model (Zhang & Dong);
 //! - [`vhost`]: vhost-user vifs' listening sockets, which outlive a
-//!   restarted driver domain;
+//!   restarted driver domain, and `ports` the driver domains' uplink
+//!   sockets, which do too;
 //! - [`trace`]: xentrace-style event counts and cost histograms;
 //! - [`log`]: hv's levelled log on stderr (or the journal);
 //! - what domains and the toolstack link to call hv is the
@@ -29,6 +30,7 @@ pub mod hvm;
 pub mod log;
 pub mod memory;
 pub mod ngm;
+pub(crate) mod ports;
 pub mod vhost;
 
 pub use hypercall::{batch, client, error, ioreq, ngm_client, proto, status, trace};

@@ -439,6 +439,11 @@ impl HvClient {
     pub fn vhost_connect(&mut self) -> HvResult<OwnedFd> {
         self.one_fd(&Request::VhostConnect)
     }
+    /// The packet socket hv keeps for this driver domain's uplink `name`
+    /// (see [`Request::PortSocket`]).
+    pub fn port_socket(&mut self, name: &str) -> HvResult<OwnedFd> {
+        self.one_fd(&Request::PortSocket { name: name.into() })
+    }
     /// A request answered `Done` with one descriptor.
     fn one_fd(&mut self, req: &Request) -> HvResult<OwnedFd> {
         match self.chan.call(req)? {

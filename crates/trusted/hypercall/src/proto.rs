@@ -258,6 +258,15 @@ pub enum Request {
         dry_run: bool,
         restart: Vec<String>,
     },
+    /// From a driver domain: the packet socket hv keeps for its uplink
+    /// interface `name` (bound in the domain's namespace, promiscuous,
+    /// with `virtio_net_hdr`s). Replies `Done` with a duplicate attached;
+    /// hv keeps the original while the domain may come back, so frames
+    /// that arrive while it restarts wait in the socket, as in a NIC's
+    /// receive ring while its driver reloads.
+    PortSocket {
+        name: String,
+    },
 }
 
 impl Request {
@@ -327,6 +336,7 @@ impl Request {
             Request::ContainerDel { .. } => 38,
             Request::ContainerList => 39,
             Request::Apply { .. } => 40,
+            Request::PortSocket { .. } => 41,
         }
     }
 

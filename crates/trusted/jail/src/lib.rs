@@ -322,7 +322,8 @@ pub fn syscalls(role: Role) -> SyscallFilter {
         Role::Driver | Role::QueueDriver => f
             .allow_all(THREADS)
             .allow_all(VHOST_BACKEND)
-            .allow_all(GRANT_MAPS),
+            .allow_all(GRANT_MAPS)
+            .allow_all(KEPT_PORTS),
     };
     // Threads and processes, without new namespaces (clone3 hides its flags
     // in memory, so it looks absent and glibc falls back to clone).
@@ -467,6 +468,10 @@ const VHOST_BACKEND: &[libc::c_long] = &[
 /// `madvise` is every domain's ([`MADVICE`]); `process_madvise` takes
 /// `MADV_DONTNEED` alone (`syscalls`).
 const GRANT_MAPS: &[libc::c_long] = &[libc::SYS_fstatfs, libc::SYS_pidfd_open];
+
+/// A driver domain takes over the uplink sockets hv keeps for it
+/// (`sys::PacketSocket::adopt`): it asks each which interface it is bound to.
+const KEPT_PORTS: &[libc::c_long] = &[libc::SYS_getsockname];
 
 /// The `madvise` advice a domain may give: what the allocator, the pools'
 /// huge pages and the grant mirrors use, and the harmless hints. Never

@@ -53,8 +53,9 @@ pub use mapping::Mapping;
 pub use memfd::{seal_shrink, Memfd, PAGE_SIZE};
 pub use mirror::{PoolMirror, USERFAULTFD_FLAGS};
 pub use packet::{
-    get_mac, ifindex, ping_sockets_allowed, set_mac, set_socket_rcvbuf, PacketSocket, RecvBatch,
-    VlanTag, RECV_BATCH, SCATTER_BATCH, SCATTER_BATCH_PARTS, SEND_BATCH, SEND_BATCH_PARTS,
+    bound_ifindex, get_mac, ifindex, ping_sockets_allowed, set_mac, set_socket_rcvbuf,
+    PacketSocket, RecvBatch, VlanTag, RECV_BATCH, SCATTER_BATCH, SCATTER_BATCH_PARTS, SEND_BATCH,
+    SEND_BATCH_PARTS,
 };
 pub use perf::{
     online_cpus, Frame, PerfClock, PerfEvent, PerfSampler, Sample, SampleRate, SamplerConfig,

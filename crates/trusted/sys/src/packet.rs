@@ -116,6 +116,49 @@ fn bind_all(b: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Reads an integer socket option.
+fn getsockopt_int(fd: BorrowedFd<'_>, level: i32, opt: i32) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `v`, which is that large.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    cvt(rc as libc::c_long, "getsockopt")?;
+    Ok(v)
+}
+
+/// The interface index packet socket `fd` is bound to; None once the
+/// interface left the socket's namespace or went away (the kernel unbinds
+/// it then). An error when `fd` is not a packet socket.
+pub fn bound_ifindex(fd: BorrowedFd<'_>) -> io::Result<Option<u32>> {
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    let mut len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `sll`, which is that large.
+    let rc = unsafe {
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut sll as *mut libc::sockaddr_ll).cast(),
+            &mut len,
+        )
+    };
+    cvt(rc as libc::c_long, "getsockname")?;
+    if sll.sll_family != libc::AF_PACKET as libc::c_ushort {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a packet socket",
+        ));
+    }
+    Ok(u32::try_from(sll.sll_ifindex).ok().filter(|&i| i > 0))
+}
+
 /// Puts interface `ifindex` in promiscuous mode for as long as the socket lives.
 fn set_promisc(b: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
     // SAFETY: packet_mreq is plain old data; all-zero is a valid value.
@@ -178,6 +221,47 @@ impl PacketSocket {
             ifindex,
             vnet_hdr,
         })
+    }
+
+    /// Takes over packet socket `fd`, which another process opened with
+    /// [`PacketSocket::bind`] (hv keeps a driver domain's uplink sockets
+    /// across its restarts, so frames that arrive meanwhile wait in the
+    /// socket). It must be bound to `ifname` of the caller's namespace and
+    /// carry `virtio_net_hdr`s as `vnet_hdr` says; the filter an earlier
+    /// owner attached is taken off.
+    pub fn adopt(fd: OwnedFd, ifname: &str, vnet_hdr: bool) -> io::Result<PacketSocket> {
+        let ctx =
+            |e: io::Error| io::Error::new(e.kind(), format!("packet socket on {ifname}: {e}"));
+        let want = ifindex(ifname)?;
+        let bound = bound_ifindex(fd.as_fd()).map_err(ctx)?;
+        if bound != Some(want) {
+            return Err(ctx(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the kept socket is bound to interface index {bound:?}, not {want}"),
+            )));
+        }
+        let hdr =
+            getsockopt_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR).map_err(ctx)?;
+        if (hdr != 0) != vnet_hdr {
+            return Err(ctx(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the kept socket's virtio-net header setting differs",
+            )));
+        }
+        // Nothing attached is fine (ENOENT).
+        let _ = setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0);
+        crate::set_nonblocking(fd.as_fd()).map_err(ctx)?;
+        Ok(PacketSocket {
+            fd,
+            name: ifname.to_owned(),
+            ifindex: want,
+            vnet_hdr,
+        })
+    }
+
+    /// The socket's descriptor, given up (to be kept by another process).
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
     }
 
     /// The bound interface's index.
@@ -1090,6 +1174,40 @@ pub(crate) mod tests {
             }
             assert!(std::time::Instant::now() < deadline, "no frame");
         }
+    }
+
+    /// A kept socket is taken over only on the interface it is bound to,
+    /// with its header setting; what was queued in it before is read by the
+    /// new owner; a socket of another kind is refused.
+    #[test]
+    fn a_kept_socket_is_adopted_only_as_it_was_bound() {
+        let Some(_host) = root_or_skip("veth pairs") else {
+            return;
+        };
+        let (a, b) = (ifname("g"), ifname("h"));
+        let _link = veth(&a, &b);
+        let sb = PacketSocket::bind(&b, true).unwrap();
+        assert_eq!(
+            bound_ifindex(sb.as_fd()).unwrap(),
+            Some(ifindex(&b).unwrap())
+        );
+        let kept = sb.into_fd();
+        let e = PacketSocket::adopt(kept.try_clone().unwrap(), &a, true).unwrap_err();
+        assert!(e.to_string().contains("bound to interface index"), "{e}");
+        let e = PacketSocket::adopt(kept.try_clone().unwrap(), &b, false).unwrap_err();
+        assert!(e.to_string().contains("header"), "{e}");
+        let (x, _y) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        let e = PacketSocket::adopt(OwnedFd::from(x), &b, true).unwrap_err();
+        assert!(e.to_string().contains("not a packet socket"), "{e}");
+        // Sent while no one reads, read by the adopter.
+        let sa = PacketSocket::bind(&a, false).unwrap();
+        sa.send(&[&frame(0x21, 200)]).unwrap();
+        let sb = PacketSocket::adopt(kept, &b, true).unwrap();
+        let got = recv_matching(&sb, |buf| sb.recv(buf), VNET_HDR_LEN, ETHERTYPE, WAIT);
+        assert!(
+            got.is_some(),
+            "the frame queued before the adoption is lost"
+        );
     }
 
     #[test]

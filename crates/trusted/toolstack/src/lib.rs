@@ -12,7 +12,8 @@
 //! - [`supervisor`]: the domains' processes, namespaces, cgroups, restart policy;
 //! - [`host`]: host plumbing (network namespaces, veth, cgroups, `ip`);
 //! - [`uplink`]: driver domains' uplinks (`[[port]]`: host NIC, macvlan,
-//!   nat, route, vxlan), their undo journal and keeper;
+//!   nat, route, vxlan), their undo journal and keeper; [`kept_ports`] the
+//!   uplink sockets hv holds across a driver domain's restarts;
 //! - [`status`], [`metrics`], [`listen`]: what the user is told (the status
 //!   document, the Prometheus text, its HTTP endpoint; `vhost_status` its
 //!   vhost-user vifs, `vxlan_status` its tunnels); the CLI prints them;
@@ -37,6 +38,7 @@ pub mod daemon;
 pub mod host;
 pub mod hotplug;
 pub mod hugepages;
+pub mod kept_ports;
 pub mod listen;
 pub mod metrics;
 pub mod notify;

@@ -537,6 +537,7 @@ impl Supervisor {
                 None => status.as_ref().is_ok_and(|s| policy.applies(*s)),
             };
         if !again {
+            hv.port_forget(name);
             if kept {
                 drop_netns(&self.uplinks, name);
             }
@@ -550,6 +551,7 @@ impl Supervisor {
                     dom = name,
                     "crashed {CRASH_LOOP} times within {CRASH_WINDOW:?}; not restarting it again"
                 );
+                hv.port_forget(name);
                 if kept {
                     drop_netns(&self.uplinks, name);
                 }
@@ -561,6 +563,7 @@ impl Supervisor {
         }
         if let Err(e) = self.start_again(&hv, name) {
             hv::log!(Error, dom = name, "restarting it failed: {e}");
+            hv.port_forget(name);
             drop_netns(&self.uplinks, name);
         }
         self.changed.notify_all();

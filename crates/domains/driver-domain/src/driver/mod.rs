@@ -33,6 +33,12 @@ pub use state::{Driver, DriverError, LoopCounters, Turn};
 use stats::publish_stats;
 use vifs::{handle_watches, rescan};
 
+/// How long a starting driver domain leaves its uplinks unread while the
+/// vifs it finds set up connect (a restart's reconnect takes tens of
+/// milliseconds): frames from outside wait in the sockets hv kept, rather
+/// than reach a bridge whose vifs are not back yet and be dropped.
+const UPLINK_HOLD: Duration = Duration::from_millis(500);
+
 /// Runs the driver domain until hv goes away.
 pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
     let mut d = Driver::new(hv)?;
@@ -80,6 +86,7 @@ impl Driver {
         };
         d.stats.config_errors += u64::from(grant_maps_bad);
         d.ports.rx_slot = rx_slot(hv, &d.home, &mut d.stats.config_errors);
+        d.ports.hold = Some(Instant::now() + UPLINK_HOLD);
         // The uplinks (`uplinks/`) and the extra ports the toolstack names
         // (a hosted guest's VMNet interface): opened again whenever they
         // vanish.
@@ -100,6 +107,7 @@ impl Driver {
         hv.watch(&d.base, BACKENDS)?;
         rescan(hv, &d.base, &mut d.pending, &mut d.vifs)?;
         d.connect_ready(hv)?;
+        d.release_uplinks(hv);
         hv.watch(&d.captures, CAPTURES)?;
         d.taps.sync(hv, &d.captures);
         Ok(d)
@@ -122,6 +130,9 @@ impl Driver {
         }
         if self.ports.any_closed() {
             timeout = timeout.min(PORT_RETRY);
+        }
+        if let Some(left) = self.ports.hold_left() {
+            timeout = timeout.min(left);
         }
         self.idle.pause();
         let n = self.events.epoll.wait(Some(timeout))?;
@@ -206,6 +217,7 @@ impl Driver {
         }
         if w.pending || w.rescan {
             self.connect_ready(hv)?;
+            self.release_uplinks(hv);
         }
         if w.captures {
             self.taps.sync(hv, &self.captures);
@@ -225,6 +237,16 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// Once every vif the toolstack set up has connected (or at the end of
+    /// [`UPLINK_HOLD`], which `reopen` keeps), the uplinks open: what the
+    /// kept sockets queued meanwhile finds its vifs back.
+    fn release_uplinks(&mut self, hv: &mut HvClient) {
+        if self.ports.hold.is_some() && self.pending.is_empty() {
+            self.ports.release();
+            self.ports.reopen(hv, &self.events);
+        }
     }
 
     /// Ports that said they have frames → bridge. One that fails (its

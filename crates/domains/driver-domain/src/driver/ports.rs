@@ -74,6 +74,8 @@ pub(super) struct PortSlot {
     pub(super) group_dropped: u64,
     /// Dedicated queues an uplink offers (`queues=`).
     pub(super) queues: u16,
+    /// Open, but not read yet ([`Ports::hold`]): it can send already.
+    pub(super) unread: bool,
 }
 
 /// A port the store asks for.
@@ -104,6 +106,10 @@ pub(super) struct Ports {
     /// Refused store values already logged (`ifname=value`), so a watch
     /// that fires again does not count them again.
     pub(super) refused: Vec<String>,
+    /// Uplinks stay unread until then, or until [`Ports::release`]: frames
+    /// that reached them while this domain started wait in the socket hv
+    /// kept until the vifs they are for have connected again.
+    pub(super) hold: Option<Instant>,
 }
 
 impl Ports {
@@ -118,6 +124,7 @@ impl Ports {
             endpoint_key: format!("{home}/endpoint"),
             rx_slot: None,
             refused: Vec::new(),
+            hold: None,
         }
     }
 
@@ -275,6 +282,7 @@ impl Ports {
                 group: w.group,
                 group_dropped: 0,
                 queues: w.queues,
+                unread: false,
             };
             match self.list.iter().position(|e| e.name.is_empty()) {
                 Some(i) => self.list[i] = e,
@@ -285,29 +293,35 @@ impl Ports {
     }
 
     /// Opens the ports that are due a try and registers them; whether one
-    /// opened.
+    /// opened. While [`Ports::hold`] lasts an uplink is opened (it sends)
+    /// but not registered (nothing is read from it); after, it is.
     pub(super) fn reopen(&mut self, hv: &mut HvClient, events: &Events) -> bool {
         let now = Instant::now();
+        let held = self.hold.is_some_and(|t| now < t);
+        if !held {
+            self.hold = None;
+        }
         let mut opened = false;
         for (j, e) in self.list.iter_mut().enumerate() {
+            if e.unread && !held {
+                opened |= register(events, e, j);
+            }
             if e.port.is_some() || e.name.is_empty() || now < e.retry_at {
                 continue;
             }
             let queues = if e.group.is_some() { 0 } else { e.queues };
             let rx = (self.offload, self.rx_slot);
-            let opened_one =
-                open_port(hv, &e.name, e.kind, rx, queues, self.queue_admin).and_then(|p| {
-                    events.epoll.add(p.fd(), Source::Port(j).token())?;
-                    Ok(p)
-                });
-            match opened_one {
+            match open_port(hv, &e.name, e.kind, rx, queues, self.queue_admin) {
                 Ok(p) => {
                     eprintln!(
                         "driver: {:?} port {} bridged ({:?}; offloads {:?})",
                         e.kind, e.name, e.attach, self.offload
                     );
                     e.port = Some(p);
-                    opened = true;
+                    e.unread = true;
+                    if !(held && e.kind == PortKind::Uplink) {
+                        opened |= register(events, e, j);
+                    }
                 }
                 Err(x) => {
                     e.retry_at = now + PORT_RETRY;
@@ -342,6 +356,18 @@ impl Ports {
     }
 
     /// Whether a named port is closed (it is then tried again soon).
+    /// Ends the hold on the uplinks: they open at the next [`Ports::reopen`].
+    pub(super) fn release(&mut self) {
+        self.hold = None;
+    }
+
+    /// How long the hold on the uplinks lasts still, if one does.
+    pub(super) fn hold_left(&self) -> Option<Duration> {
+        self.hold
+            .map(|t| t.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero())
+    }
+
     pub(super) fn any_closed(&self) -> bool {
         self.list
             .iter()
@@ -448,8 +474,8 @@ pub(super) fn open_port(
     queues: u16,
     queue_admin: bool,
 ) -> std::io::Result<Box<dyn Port>> {
-    let uplink = || {
-        let p = PacketPort::open(name, offload)?;
+    let uplink = |hv: &mut HvClient| {
+        let p = PacketPort::on(uplink_socket(hv, name)?, offload);
         std::io::Result::Ok(match rx_slot {
             Some(slot) => p.with_rx_slots(slot),
             None => p,
@@ -457,11 +483,11 @@ pub(super) fn open_port(
     };
     Ok(match kind {
         PortKind::Uplink if queues > 0 && !queue_admin => Box::new(
-            uplink()?.without_queues(
+            uplink(hv)?.without_queues(
                 "hv withholds CAP_NET_ADMIN, which queues need, from a driver domain holding a host NIC (a host or macvlan uplink)",
             ),
         ),
-        PortKind::Uplink => Box::new(uplink()?.with_queues(queues)),
+        PortKind::Uplink => Box::new(uplink(hv)?.with_queues(queues)),
         PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
         PortKind::Endpoint => Box::new(crate::port::tap::TapPort::open(name, offload)?),
         PortKind::Vhost { mac, guest, .. } => Box::new(VhostPort::open(
@@ -471,6 +497,44 @@ pub(super) fn open_port(
             vhost_listener(hv, name)?,
         )?),
     })
+}
+
+/// Registers open port `e` (slot `j`) with the event manager, so that it
+/// is read; one that cannot be is closed and tried again later. Whether it
+/// was.
+fn register(events: &Events, e: &mut PortSlot, j: usize) -> bool {
+    e.unread = false;
+    let Some(p) = e.port.as_ref() else {
+        return false;
+    };
+    match events.epoll.add(p.fd(), Source::Port(j).token()) {
+        Ok(()) => true,
+        Err(x) => {
+            eprintln!(
+                "driver: port {}: {x}; opening it again in {PORT_RETRY:?}",
+                e.name
+            );
+            e.port = None;
+            e.retry_at = Instant::now() + PORT_RETRY;
+            false
+        }
+    }
+}
+
+/// The socket hv keeps on uplink `name` (`Request::PortSocket`), in which
+/// frames that arrived while this domain started have waited; a socket of
+/// its own where hv keeps none (an hv without a supervisor) or the kept one
+/// does not fit.
+fn uplink_socket(hv: &mut HvClient, name: &str) -> std::io::Result<sys::PacketSocket> {
+    match hv.port_socket(name) {
+        Ok(fd) => match sys::PacketSocket::adopt(fd, name, true) {
+            Ok(s) => return Ok(s),
+            Err(e) => eprintln!("driver: {e}; opening a socket of its own"),
+        },
+        Err(e) if e.kind == hypercall::ErrorKind::BadDomain => {}
+        Err(e) => eprintln!("driver: uplink {name}: {e}; opening a socket of its own"),
+    }
+    sys::PacketSocket::bind(name, true)
 }
 
 /// The listening socket of VM vif `name`, a duplicate of the one hv keeps

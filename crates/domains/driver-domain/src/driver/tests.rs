@@ -117,6 +117,7 @@ impl Rig {
             group: None,
             group_dropped: 0,
             queues: 0,
+            unread: false,
         });
     }
 

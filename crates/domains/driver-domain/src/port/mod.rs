@@ -105,10 +105,15 @@ impl PacketPort {
     /// checksums, gathered frames); the software offload driver does the
     /// rest first, as for a NIC without them.
     pub fn open(ifname: &str, caps: Offloads) -> io::Result<PacketPort> {
-        let sock = PacketSocket::bind(ifname, true)?;
+        Ok(Self::on(PacketSocket::bind(ifname, true)?, caps))
+    }
+
+    /// Like [`PacketPort::open`], on socket `sock` (bound with vnet
+    /// headers), which hv may have kept from an earlier driver domain.
+    pub fn on(sock: PacketSocket, caps: Offloads) -> PacketPort {
         let batch = crate::hugepages::batch(RecvBatch::new(RX_BATCH, VNET_HDR_LEN + 65536 + 64));
-        Ok(PacketPort {
-            name: ifname.to_string(),
+        PacketPort {
+            name: sock.name().to_string(),
             sock,
             caps,
             batch,
@@ -118,7 +123,7 @@ impl PacketPort {
             counters: PortCounters::default(),
             queues: crate::port::vmq::QueueTable::new(0),
             rtnl: None,
-        })
+        }
     }
 
     /// The raw socket (the queues' filter goes on it).

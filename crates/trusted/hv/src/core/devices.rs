@@ -1,6 +1,8 @@
-//! hv's part in the guest NICs that are not split drivers: an HVM guest's
-//! I/O path to its device model ([`crate::hvm`]) and vhost-user vifs'
-//! listening sockets ([`crate::vhost`]), each kept in its own registry.
+//! hv's part in the guest NICs that are not split drivers, and the
+//! sockets it keeps for driver domains: an HVM guest's I/O path to its
+//! device model ([`crate::hvm`]), vhost-user vifs' listening sockets
+//! ([`crate::vhost`]) and driver domains' uplink sockets (`crate::ports`),
+//! each in its own registry.
 
 use super::Hypervisor;
 use crate::error::{err, ErrorKind, HvError, HvResult};
@@ -115,6 +117,36 @@ impl Hypervisor {
     pub(super) fn vhost_connect(&self, caller: DomId) -> HvResult<OwnedFd> {
         let me = self.caller_name(caller)?;
         self.vhost.connect(caller, &me)
+    }
+
+    /// Keeps `fd`, a packet socket on driver domain `driver`'s uplink
+    /// `ifname`, for its later starts (`ports.rs`); replaces one kept before.
+    pub fn port_keep(&self, driver: &str, ifname: &str, fd: OwnedFd) {
+        self.ports.keep(driver, ifname, fd);
+    }
+
+    /// A duplicate of the socket kept on `driver`'s uplink `ifname`, if any.
+    pub fn port_kept(&self, driver: &str, ifname: &str) -> HvResult<Option<OwnedFd>> {
+        self.ports.get(driver, ifname)
+    }
+
+    /// Closes the sockets kept for `driver`, which will not come back.
+    pub fn port_forget(&self, driver: &str) -> usize {
+        self.ports.forget(driver)
+    }
+
+    /// How many uplink sockets hv keeps.
+    pub fn ports_kept(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// `PortSocket`: a duplicate of the socket hv keeps on the caller's own
+    /// uplink `ifname`; no domain gets another's.
+    pub(super) fn port_socket(&self, caller: DomId, ifname: &str) -> HvResult<OwnedFd> {
+        let me = self.caller_name(caller)?;
+        self.ports
+            .get(&me, ifname)?
+            .ok_or_else(|| crate::ports::none_kept(&me, ifname))
     }
 
     /// The caller's name, which the vhost-user registry knows it by.

@@ -155,6 +155,7 @@ impl Hypervisor {
         }
         // No VM is served any more: its socket files go.
         self.vhost.clear();
+        self.ports.clear();
         self.lock().stopped = true;
         self.done.notify_all();
     }

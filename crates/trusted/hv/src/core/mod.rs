@@ -34,6 +34,7 @@ pub use grant_ops::MAX_COPY_OPS;
 
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::hvm::HvmGuests;
+use crate::ports::KeptPorts;
 use crate::proto::{DomId, Reply, Request};
 use crate::trace::HvTrace;
 use crate::vhost::VhostListeners;
@@ -66,6 +67,8 @@ pub struct Hypervisor {
     hvm: HvmGuests,
     /// vhost-user vifs' listening sockets (`vhost.rs`).
     vhost: VhostListeners,
+    /// Driver domains' uplink sockets, kept across their restarts.
+    ports: KeptPorts,
 }
 
 /// Runs the body of thread `thread`, catching a panic: logged on stderr
@@ -99,6 +102,7 @@ impl Hypervisor {
             started: std::time::Instant::now(),
             hvm: Default::default(),
             vhost: Default::default(),
+            ports: Default::default(),
         })
     }
 

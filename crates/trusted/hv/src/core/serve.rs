@@ -162,6 +162,9 @@ impl Hypervisor {
                 done_with(self.vhost_listener(caller, &name).map(|fd| vec![fd]))
             }
             Request::VhostConnect => done_with(self.vhost_connect(caller).map(|fd| vec![fd])),
+            Request::PortSocket { name } => {
+                done_with(self.port_socket(caller, &name).map(|fd| vec![fd]))
+            }
             Request::DestroyDomain { name } => self.destroy_by_name(&name),
             req => return Err(req),
         })

@@ -5,7 +5,7 @@
 
 use super::{drop_netns, Supervisor};
 use crate::host::{self, Cgroup};
-use crate::topology::{DomainConfig, EmulatedNic, HvmPic, Nic};
+use crate::topology::{DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic};
 use hv::core::Hypervisor;
 use hv::proto::DomId;
 use hypercall::ioreq::Placement;
@@ -61,6 +61,9 @@ impl Supervisor {
         if let Some(e) = emulated.as_ref().filter(|e| e.kind == Nic::Hvm) {
             self.hvm_attach(hv, e, domid)?;
         }
+        if d.kind == DomainKind::Driver {
+            self.keep_ports(hv, &name, &ns);
+        }
         let child = self.spawn_domain(d, &ns, logs, sock, link.as_ref())?;
         let pid = child.id() as i32;
         if let Err(e) = cg.add(pid) {
@@ -86,6 +89,25 @@ impl Supervisor {
             "domain {domid} started as pid {pid} in {ns}"
         );
         Ok(())
+    }
+
+    /// hv keeps a socket on each uplink of driver domain `name` (in `ns`)
+    /// for it and its successors ([`crate::kept_ports`]); without one the
+    /// domain opens its own, and a restart drops what arrives meanwhile.
+    fn keep_ports(&self, hv: &Hypervisor, name: &str, ns: &str) {
+        let ifnames: Vec<String> = self
+            .topo()
+            .uplinks_of(name)
+            .into_iter()
+            .map(|u| u.ifname)
+            .collect();
+        if let Err(e) = crate::kept_ports::keep(hv, name, ns, &ifnames) {
+            hv::log!(
+                Warning,
+                dom = name,
+                "hv keeps no socket on its uplinks ({e}): it opens its own"
+            );
+        }
     }
 
     /// Spawns `splitnet-domain` for `d` in namespace `ns`, logging to `logs`,

@@ -1,0 +1,51 @@
+//! hv's hold on each driver domain's uplink sockets. Before a driver
+//! domain starts, hv opens a packet socket on each of its uplink
+//! interfaces, in the domain's namespace, or keeps the one it opened for
+//! the domain's predecessor while that is still bound there; the domain
+//! takes a duplicate (`Request::PortSocket`) instead of opening its own.
+//! Frames that reach an uplink while its driver domain restarts then wait
+//! in the socket, as in a NIC's receive ring while its driver reloads,
+//! and a TCP flow from outside loses nothing to the restart: without the
+//! socket they were dropped, and each flow waited out a retransmission
+//! timeout (200 ms at least) before it moved again.
+
+use hv::Hypervisor;
+use std::os::fd::AsFd;
+use sys::PacketSocket;
+
+/// Keeps a socket on each of `ifnames` in driver domain `driver`'s
+/// namespace `ns`: the one kept before when it is still bound to that
+/// interface (a `host` NIC given back and lent again is a new binding),
+/// else a new one. How many it opened.
+pub fn keep(hv: &Hypervisor, driver: &str, ns: &str, ifnames: &[String]) -> Result<usize, String> {
+    let path = std::path::Path::new("/run/netns").join(ns);
+    let netns = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The namespace is entered on a thread of its own, which ends with it.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            sys::enter_netns(&netns).map_err(|e| format!("entering {ns}: {e}"))?;
+            let mut opened = 0;
+            for ifname in ifnames {
+                if still_bound(hv, driver, ifname) {
+                    continue;
+                }
+                let sock = PacketSocket::bind(ifname, true).map_err(|e| e.to_string())?;
+                hv.port_keep(driver, ifname, sock.into_fd());
+                opened += 1;
+            }
+            Ok(opened)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread keeping uplink sockets panicked".into()))
+    })
+}
+
+/// Whether the socket hv keeps on `driver`'s `ifname` is bound to the
+/// interface of that name in the calling thread's namespace.
+fn still_bound(hv: &Hypervisor, driver: &str, ifname: &str) -> bool {
+    let Ok(Some(fd)) = hv.port_kept(driver, ifname) else {
+        return false;
+    };
+    let now = sys::ifindex(ifname).ok();
+    now.is_some() && sys::bound_ifindex(fd.as_fd()).ok().flatten() == now
+}
