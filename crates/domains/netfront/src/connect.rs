@@ -323,6 +323,8 @@ impl Netfront {
             grants: Grants::PerPacket,
             tx_free: (0..RING as u16).rev().collect(),
             tx_slots: vec![None; RING as usize],
+            tx_frames: vec![None; RING as usize],
+            tx_seq: 0,
             rx_free: (0..RING as u16).rev().collect(),
             rx_slots: vec![None; RING as usize],
             rx_ring_ids: vec![0; RING as usize],

@@ -193,6 +193,11 @@ pub struct Netfront {
     tx_free: Vec<u16>,
     /// The grant of each TX id in flight.
     tx_slots: Vec<Option<u32>>,
+    /// Each TX frame in flight, by its first id, until the backend answers
+    /// that id: what a backend that dies never took ([`Netfront::unsent`]).
+    tx_frames: Vec<Option<Unsent>>,
+    /// Numbers the frames queued, so the unsent go again in their order.
+    tx_seq: u64,
     /// Free RX request ids; id i owns RX buffer frame RX_BUF_BASE + i.
     rx_free: Vec<u16>,
     /// The grant of each RX id posted.
@@ -228,6 +233,20 @@ pub struct Netfront {
     /// The backend's notifications without work ([`storm`]): the guest's
     /// loop asks it when a throttled channel is due back.
     pub storm: domain_common::storm::Storm,
+}
+
+/// A TX frame a backend was given and never answered: its data is still
+/// in the TX buffers of `ids`, so a new backend can be given it again
+/// ([`TapNetfront::reconnect`]) instead of the guest losing it with the
+/// old backend, as Linux's netfront does.
+#[derive(Debug, Clone, Copy)]
+pub struct Unsent {
+    seq: u64,
+    ids: [u16; MAX_DATA_SLOTS],
+    slots: u8,
+    len: u32,
+    csum: frame::packet::Csum,
+    gso: Option<frame::packet::Gso>,
 }
 
 mod connect;

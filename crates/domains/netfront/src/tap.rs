@@ -4,9 +4,10 @@
 use crate::connect::{frame_off, run_ip};
 use crate::control::dev_mcast_groups;
 use crate::{
-    Netfront, Result, GUEST_GSO_MAX, GUEST_TXQUEUELEN, MAX_DATA_SLOTS, MAX_FRAME, RECHECK_AFTER,
-    UPKEEP_EVERY,
+    Netfront, Result, Unsent, GUEST_GSO_MAX, GUEST_TXQUEUELEN, MAX_DATA_SLOTS, MAX_FRAME,
+    RECHECK_AFTER, UPKEEP_EVERY,
 };
+use abi::offloads::Caps;
 use abi::SharedMemory;
 use domain_common::counters::VifCounters;
 use frame::offload;
@@ -59,6 +60,9 @@ pub struct TapNetfront {
     /// The toolstack made the TAP and owns its link settings (a container's
     /// interface, [`TapNetfront::adopt`]): netfront may not change them.
     managed: bool,
+    /// Frames the last channel's backend never took, and the offloads that
+    /// channel had: the next channel sends them first.
+    unsent: (Vec<Unsent>, Option<Caps>),
 }
 
 impl TapNetfront {
@@ -147,6 +151,7 @@ impl TapNetfront {
             recheck_at: None,
             upkeep_rounds: 0,
             managed,
+            unsent: (Vec::new(), None),
         };
         if let Err(e) = t.upkeep(hv) {
             t.release(hv, "its TAP could not be set up");
@@ -238,9 +243,12 @@ impl TapNetfront {
 
     /// Gives back the channel's resources (see [`Netfront::release`]); the
     /// TAP, its addresses and its carrier stay (see [`TapNetfront::set_carrier`]).
+    /// Frames its backend never took are kept for the next channel.
     pub fn release(&mut self, hv: &mut HvClient, why: &str) {
         if let Some(mut nf) = self.nf.take() {
             nf.disconnect(why);
+            self.unsent.0.extend(nf.take_unsent());
+            self.unsent.1 = Some(nf.info.offload);
             nf.release(hv);
         }
     }
@@ -266,9 +274,27 @@ impl TapNetfront {
             return Err(e);
         }
         self.nf = Some(nf);
+        self.send_unsent(hv)?;
         self.tap.set_carrier(true)?;
         (self.upkeep_at, self.upkeep_rounds) = (None, 0);
         self.upkeep(hv)
+    }
+
+    /// Gives the new channel the frames the old backend never took, before
+    /// anything the guest sends next: the guest loses none to the restart.
+    fn send_unsent(&mut self, hv: &mut HvClient) -> Result<()> {
+        let (unsent, caps) = std::mem::take(&mut self.unsent);
+        let Some(nf) = self.nf.as_mut().filter(|_| !unsent.is_empty()) else {
+            return Ok(());
+        };
+        let same = caps == Some(nf.info.offload);
+        let n = nf.requeue(hv, &unsent, same)?;
+        eprintln!(
+            "netfront {}: {n} of {} frames the old backend never took sent again",
+            nf.info.dev,
+            unsent.len()
+        );
+        Ok(())
     }
 
     /// Follows the backend's `mtu` node, which `splitnet apply` may change

@@ -3,7 +3,7 @@
 
 use crate::connect::frame_off;
 use crate::{
-    setup, Grants, Mem, Netfront, Result, MAX_DATA_SLOTS, MAX_FRAME, MAX_SLOTS, TX_BUF_BASE,
+    setup, Grants, Mem, Netfront, Result, Unsent, MAX_DATA_SLOTS, MAX_FRAME, MAX_SLOTS, TX_BUF_BASE,
 };
 use abi::netif::{TxFlags, TxRequest, TxResponse, NETIF_RSP_NULL, NETIF_RSP_OKAY};
 use abi::ring::FrontRing;
@@ -155,9 +155,58 @@ impl Netfront {
                 }
             }
         }
+        let mut kept = Unsent {
+            seq: self.tx_seq,
+            ids: [0; MAX_DATA_SLOTS],
+            slots: ids.len() as u8,
+            len: len as u32,
+            csum,
+            gso,
+        };
+        kept.ids[..ids.len()].copy_from_slice(ids);
+        self.tx_frames[ids[0] as usize] = Some(kept);
+        self.tx_seq += 1;
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
         Ok(())
+    }
+
+    /// The frames this channel's backend was given and never answered, in
+    /// the order they were queued (taken once: the channel forgets them).
+    pub(crate) fn take_unsent(&mut self) -> Vec<Unsent> {
+        let mut v: Vec<Unsent> = self.tx_frames.iter_mut().filter_map(Option::take).collect();
+        v.sort_by_key(|u| u.seq);
+        v
+    }
+
+    /// Queues `unsent`, frames an earlier channel's backend never took,
+    /// from the same TX buffers (same pool, same ids), before anything new:
+    /// their ids leave the free list first. A frame this backend cannot
+    /// take as it is (other offloads) is dropped and counted.
+    pub(crate) fn requeue(
+        &mut self,
+        hv: &mut HvClient,
+        unsent: &[Unsent],
+        same_offloads: bool,
+    ) -> Result<usize> {
+        let mut sent = 0;
+        for u in unsent {
+            let ids = &u.ids[..usize::from(u.slots)];
+            self.tx_free.retain(|id| !ids.contains(id));
+            let fits = self.tx.free_requests() >= MAX_SLOTS;
+            if !same_offloads || !fits || ids.iter().any(|&id| self.tx_slots[id as usize].is_some())
+            {
+                self.tx_free.extend_from_slice(ids);
+                self.counters.drop("unsent_after_reconnect");
+                continue;
+            }
+            self.queue_frames(hv, ids, u.len as usize, u.csum, u.gso)?;
+            sent += 1;
+        }
+        if sent > 0 {
+            self.flush()?;
+        }
+        Ok(sent)
     }
 
     /// Grants the backend access to one of our buffers for one use.
@@ -207,6 +256,9 @@ impl Netfront {
         while let Some(rsp) = self.tx.next_response()? {
             if rsp.status == NETIF_RSP_NULL {
                 continue;
+            }
+            if let Some(f) = self.tx_frames.get_mut(rsp.id as usize) {
+                *f = None;
             }
             let Some(gref) = self
                 .tx_slots
