@@ -238,13 +238,18 @@ pub fn our_netns() -> Vec<String> {
         .collect()
 }
 
-/// Names of every existing named network namespace.
+/// Names of every existing named network namespace: the entries of
+/// `/run/netns`, where `ip netns` names them (read here, not by running
+/// `ip netns list`, which a driver domain's restart waited for).
 pub fn netns_list() -> Vec<String> {
-    let out = run("ip", &["netns", "list"]).unwrap_or_default();
-    out.lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect()
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
 }
 
 /// Creates a veth pair `a`@`ns_a` <-> `b`@`ns_b`, both up. It is made in

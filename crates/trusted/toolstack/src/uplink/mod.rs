@@ -115,7 +115,7 @@ impl Uplinks {
         });
         let r = r.and_then(|()| if first { self.evpn(driver) } else { Ok(()) });
         if r.is_ok() {
-            self.set_gro(driver);
+            self.set_gro(driver, first);
         }
         match r {
             Ok(()) => {
@@ -135,10 +135,14 @@ impl Uplinks {
     /// Turns GRO on or off on each of driver domain `driver`'s ports (and
     /// a VXLAN port's underlay link, where the tunnel's packets arrive),
     /// as each port says. A port whose device cannot is left as it is,
-    /// and hv's log says so.
-    fn set_gro(&self, driver: &str) {
+    /// and hv's log says so. After the `first` attach only a lent host NIC
+    /// is new in the namespace; the other ports keep what they were set.
+    fn set_gro(&self, driver: &str, first: bool) {
         let ns = crate::host::netns_name(driver);
-        for u in self.of(driver) {
+        for u in self
+            .of(driver)
+            .filter(|u| first || u.kind == UplinkKind::Host)
+        {
             let on = if u.gro { "on" } else { "off" };
             let mut devs = vec![u.ifname.as_str()];
             if u.kind == UplinkKind::Vxlan {
