@@ -33,11 +33,13 @@ pub use state::{Driver, DriverError, LoopCounters, Turn};
 use stats::publish_stats;
 use vifs::{handle_watches, rescan};
 
-/// How long a starting driver domain leaves its uplinks unread while the
-/// vifs it finds set up connect (a restart's reconnect takes tens of
-/// milliseconds): frames from outside wait in the sockets hv kept, rather
-/// than reach a bridge whose vifs are not back yet and be dropped.
-const UPLINK_HOLD: Duration = Duration::from_millis(500);
+/// How long at most a starting driver domain leaves its uplinks unread
+/// while the vifs it finds set up, and the VMs that connect, come back (a
+/// restart's reconnect takes tens of milliseconds): frames from outside
+/// wait in the sockets hv kept, rather than reach a bridge whose vifs are
+/// not back yet and be dropped. A straggler (a guest that answers late)
+/// costs the others no more than this.
+const UPLINK_HOLD: Duration = Duration::from_millis(150);
 
 /// Runs the driver domain until hv goes away.
 pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
@@ -173,10 +175,18 @@ impl Driver {
         }
         self.service_vifs(hv);
         self.judge_events();
+        if self.ports.hold.is_some_and(|t| Instant::now() >= t) && !self.pending.is_empty() {
+            let late: Vec<&str> = self.pending.iter().map(|p| p.be.as_str()).collect();
+            eprintln!("driver: vifs still connecting when the uplinks' hold ran out: {late:?}");
+        }
         if self.ports.reopen(hv, &self.events) {
             turn.housekeeping = true;
             let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
             self.taps.resolve(|t| port_of(t, vifs, base, ports));
+        }
+        if self.ports.hold.is_some() {
+            // A VM's port connects on its own descriptor, not a watch.
+            self.release_uplinks(hv);
         }
         if self.last_stats.elapsed() >= STATS_EVERY {
             turn.housekeeping = true;
@@ -239,11 +249,13 @@ impl Driver {
         Ok(())
     }
 
-    /// Once every vif the toolstack set up has connected (or at the end of
+    /// Once every vif the toolstack set up has connected, and every VM
+    /// behind a vhost-user port too (or at the end of
     /// [`UPLINK_HOLD`], which `reopen` keeps), the uplinks open: what the
     /// kept sockets queued meanwhile finds its vifs back.
     fn release_uplinks(&mut self, hv: &mut HvClient) {
-        if self.ports.hold.is_some() && self.pending.is_empty() {
+        if self.ports.hold.is_some() && self.pending.is_empty() && self.ports.settling().is_empty()
+        {
             self.ports.release();
             self.ports.reopen(hv, &self.events);
         }

@@ -298,8 +298,9 @@ impl Ports {
     pub(super) fn reopen(&mut self, hv: &mut HvClient, events: &Events) -> bool {
         let now = Instant::now();
         let held = self.hold.is_some_and(|t| now < t);
-        if !held {
-            self.hold = None;
+        if !held && self.hold.take().is_some() {
+            let late = self.settling();
+            eprintln!("driver: uplinks read after their hold ran out (VM ports still connecting: {late:?})");
         }
         let mut opened = false;
         for (j, e) in self.list.iter_mut().enumerate() {
@@ -356,6 +357,16 @@ impl Ports {
     }
 
     /// Whether a named port is closed (it is then tried again soon).
+    /// The open ports whose peer is still connecting ([`Port::settling`]).
+    pub(super) fn settling(&self) -> Vec<&str> {
+        self.list
+            .iter()
+            .filter_map(|e| e.port.as_ref())
+            .filter(|p| p.settling())
+            .map(|p| p.name())
+            .collect()
+    }
+
     /// Ends the hold on the uplinks: they open at the next [`Ports::reopen`].
     pub(super) fn release(&mut self) {
         self.hold = None;

@@ -72,6 +72,13 @@ pub trait Port {
     /// Called once [`Port::due`] has passed: the port makes its descriptor
     /// readable again.
     fn resume_due(&mut self, _now: std::time::Instant) {}
+    /// Whether what is behind the port is connecting and cannot take
+    /// frames yet (a VM vif: a VM connected and sets up its rings). A
+    /// starting driver domain reads its uplinks once no port is; a VM that
+    /// has not connected holds nothing.
+    fn settling(&self) -> bool {
+        false
+    }
 }
 
 /// Frames per receive batch (one `recvmmsg`).

@@ -133,6 +133,10 @@ fn push(rx: &mut Rx<'_>, f: &FrameRef<'_>, csum_ok: bool, bounce: &mut [u8]) -> 
 }
 
 impl Port for VhostPort {
+    fn settling(&self) -> bool {
+        self.backend.setting_up()
+    }
+
     fn name(&self) -> &str {
         self.backend.name()
     }

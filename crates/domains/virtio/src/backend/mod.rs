@@ -206,6 +206,13 @@ impl Backend {
         lock(&self.dev).connected
     }
 
+    /// Whether a frontend that connected is still setting up its receive
+    /// ring (frames for the VM cannot be delivered yet, but soon will).
+    pub fn setting_up(&self) -> bool {
+        let d = lock(&self.dev);
+        d.connected && !virtio_queue::QueueT::ready(&d.rings[device::RX].queue)
+    }
+
     /// Services what is ready: new connections, control changes, and up
     /// to [`TX_BUDGET`] frames from the VM's TX ring, handed to `f` one at
     /// a time (the first 10 bytes of its `virtio_net_hdr`, the frame;
