@@ -1,12 +1,13 @@
 //! `splitnet bench faults`: recovery and hotplug, measured against
 //! its targets. Three experiments, each on a fresh default topology:
 //!
-//! - **kills**: an iperf3 stream from guest1 to the wire host; the driver
-//!   domain is killed with SIGKILL in the middle and hv restarts it. The
-//!   outage is the time from the kill until the wire host receives bytes
-//!   again (read from its interface counter every millisecond); the
-//!   reconnect time is until both ends of guest1's vif are Connected.
-//!   Each stream must end without error.
+//! - **kills**: an iperf3 stream each way between guest1 and the wire host
+//!   (`--bidir`); the driver domain is killed with SIGKILL in the middle
+//!   and hv restarts it. The outage, each way, is the time from the kill
+//!   until the receiver gets bytes again (read from its interface counter
+//!   every millisecond); the reconnect time is until both ends of guest1's
+//!   vif are Connected; the two ends' TCP retransmission timeouts across
+//!   the kill are counted. Each stream must end without error.
 //! - **http**: a 256 MiB download over HTTP from the wire host, slowed so
 //!   that it lasts ~10 s, survives five driver-domain kills and arrives
 //!   with the right SHA-256.
@@ -71,11 +72,15 @@ impl FaultsOptions {
     }
 }
 
-/// One driver-domain kill during a stream.
+/// One driver-domain kill during a stream each way.
 #[derive(Debug, Serialize)]
 pub struct Kill {
     /// From SIGKILL until the wire host received bytes again.
     pub outage_ms: f64,
+    /// From SIGKILL until guest1 received bytes again.
+    pub outage_in_ms: f64,
+    /// Retransmission timeouts the two ends' TCP took across it.
+    pub rto: u64,
     /// From SIGKILL until both ends of guest1's vif were Connected again.
     pub reconnect_ms: f64,
     /// The iperf3 client exited 0.
@@ -372,48 +377,99 @@ fn kills(opts: &FaultsOptions) -> Result<Vec<Kill>> {
     let mut ts = up.toolstack()?;
     let mut out = Vec::new();
     for k in 0..opts.kills {
-        let start = if_bytes(srv, "eth0", false).unwrap_or(0);
-        let client = up.spawn("guest1", &["iperf3", "-c", "10.77.0.254", "-t", "4"])?;
-        wait_for("the stream to flow", Duration::from_secs(10), || {
-            if_bytes(srv, "eth0", false).unwrap_or(0) > start + (16 << 20)
-        })?;
-        let (t0, old) = kill_driver(&mut ts)?;
-        // Traffic is the stream's data, not the few small frames (neighbour
-        // discovery, multicast reports) a link that comes back sends.
-        let dead = if_bytes(srv, "eth0", false).unwrap_or(0) + (64 << 10);
-        let mut reconnected = None;
-        let back = wait_for("traffic to resume", Duration::from_secs(10), || {
-            if reconnected.is_none() && vif_connected(&mut ts, old) {
-                reconnected = Some(Instant::now());
-            }
-            if_bytes(srv, "eth0", false).unwrap_or(0) > dead
-        })?;
-        let reconnected = match reconnected {
-            Some(t) => t,
-            None => wait_for("the vif to reconnect", Duration::from_secs(10), || {
-                vif_connected(&mut ts, old)
-            })?,
-        };
-        let stream_ok = up.wait_child(client, Duration::from_secs(60))?;
-        let kill = Kill {
-            outage_ms: (back - t0).as_secs_f64() * 1e3,
-            reconnect_ms: (reconnected - t0).as_secs_f64() * 1e3,
-            stream_ok,
-        };
+        let kill = one_kill(&mut up, &mut ts, srv)?;
         say(
             opts,
             &format!(
-                "kill {}/{}: outage {:.0} ms, reconnected after {:.0} ms, stream {}",
+                "kill {}/{}: outage {:.0} ms out, {:.0} ms in, reconnected after {:.0} ms, {} retransmission timeouts, stream {}",
                 k + 1,
                 opts.kills,
                 kill.outage_ms,
+                kill.outage_in_ms,
                 kill.reconnect_ms,
-                if stream_ok { "ended cleanly" } else { "FAILED" }
+                kill.rto,
+                if kill.stream_ok { "ended cleanly" } else { "FAILED" }
             ),
         );
         out.push(kill);
     }
     Ok(out)
+}
+
+/// One driver-domain kill in the middle of an iperf3 stream each way
+/// (`--bidir`) between guest1 and the wire host (iperf3 server `srv`):
+/// when bytes flow again each way, read from the interface counters every
+/// millisecond; when guest1's vif is Connected again; and how many
+/// retransmission timeouts the two ends' TCP took (a frame lost to the
+/// restart at the tail of a flight costs one, 200 ms at least).
+fn one_kill(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32) -> Result<Kill> {
+    let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let g1 = domain_pid(&s, "guest1")
+        .ok_or_else(|| anyhow!("guest1 is not running"))?
+        .1 as u32;
+    let start = if_bytes(srv, "eth0", false).unwrap_or(0);
+    let client = up.spawn(
+        "guest1",
+        &["iperf3", "-c", "10.77.0.254", "-t", "4", "--bidir"],
+    )?;
+    wait_for("the stream to flow", Duration::from_secs(10), || {
+        if_bytes(srv, "eth0", false).unwrap_or(0) > start + (16 << 20)
+    })?;
+    let rto_before = tcp_timeouts(srv) + tcp_timeouts(g1);
+    let (t0, old) = kill_driver(ts)?;
+    // Traffic is the stream's data, not the few small frames (neighbour
+    // discovery, multicast reports) a link that comes back sends.
+    let dead_out = if_bytes(srv, "eth0", false).unwrap_or(0) + (64 << 10);
+    let dead_in = if_bytes(g1, "eth0", false).unwrap_or(0) + (64 << 10);
+    let (mut reconnected, mut back_in) = (None, None);
+    let back_out = wait_for("traffic to resume", Duration::from_secs(10), || {
+        if reconnected.is_none() && vif_connected(ts, old) {
+            reconnected = Some(Instant::now());
+        }
+        if back_in.is_none() && if_bytes(g1, "eth0", false).unwrap_or(0) > dead_in {
+            back_in = Some(Instant::now());
+        }
+        if_bytes(srv, "eth0", false).unwrap_or(0) > dead_out
+    })?;
+    let back_in = match back_in {
+        Some(t) => t,
+        None => wait_for(
+            "traffic into guest1 to resume",
+            Duration::from_secs(10),
+            || if_bytes(g1, "eth0", false).unwrap_or(0) > dead_in,
+        )?,
+    };
+    let reconnected = match reconnected {
+        Some(t) => t,
+        None => wait_for("the vif to reconnect", Duration::from_secs(10), || {
+            vif_connected(ts, old)
+        })?,
+    };
+    let stream_ok = up.wait_child(client, Duration::from_secs(60))?;
+    let ms = |t: Instant| (t - t0).as_secs_f64() * 1e3;
+    Ok(Kill {
+        outage_ms: ms(back_out),
+        outage_in_ms: ms(back_in),
+        reconnect_ms: ms(reconnected),
+        rto: (tcp_timeouts(srv) + tcp_timeouts(g1)).saturating_sub(rto_before),
+        stream_ok,
+    })
+}
+
+/// TCP's retransmission timeouts so far in the namespace process `pid`
+/// lives in (`TcpExt: TCPTimeouts` of `/proc/<pid>/net/netstat`).
+fn tcp_timeouts(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/netstat")).unwrap_or_default();
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "TCPTimeouts")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 pub(crate) fn sha256(path: &Path) -> Result<String> {
@@ -685,14 +741,16 @@ impl FaultsReport {
 
     /// A Markdown summary.
     pub fn table(&self) -> String {
-        let mut s = String::from("### Driver-domain kills during an iperf3 stream\n\n");
-        s += "| kill | outage (ms) | vif reconnected (ms) | stream |\n|---|---|---|---|\n";
+        let mut s = String::from("### Driver-domain kills during an iperf3 stream each way\n\n");
+        s += "| kill | outage guest1 → wire (ms) | outage wire → guest1 (ms) | vif reconnected (ms) | retransmission timeouts | stream |\n|---|---|---|---|---|---|\n";
         for (i, k) in self.kills.iter().enumerate() {
             s += &format!(
-                "| {} | {:.0} | {:.0} | {} |\n",
+                "| {} | {:.0} | {:.0} | {:.0} | {} | {} |\n",
                 i + 1,
                 k.outage_ms,
+                k.outage_in_ms,
                 k.reconnect_ms,
+                k.rto,
                 if k.stream_ok {
                     "ended without error"
                 } else {
@@ -700,8 +758,9 @@ impl FaultsReport {
                 }
             );
         }
+        let rto: u64 = self.kills.iter().map(|k| k.rto).sum();
         s += &format!(
-            "\nMedian outage {:.0} ms (target < 1000 ms); median reconnect {:.0} ms.\n\n",
+            "\nMedian outage {:.0} ms (target < 1000 ms); median reconnect {:.0} ms; {rto} retransmission timeouts in all (frames the restart lost at a flight's tail).\n\n",
             self.median_outage_ms, self.median_reconnect_ms
         );
         let h = &self.http;
