@@ -386,6 +386,9 @@ impl<'a> Lab<'a> {
     fn move_once(&self, from: Spot, to: Spot) -> Result<Move> {
         self.on(from.host, &["network-detach", from.guest, MOVER_MAC])?;
         let spec = format!("mac={MOVER_MAC},ip={MOVER_IP}");
+        // The guest's interfaces before the attach: one of them may still
+        // carry the new vif's name for a moment (a TAP on its way out).
+        let old = ifindexes(&to.ns());
         let out = self.on(to.host, &["network-attach", to.guest, &spec])?;
         let t0 = Instant::now();
         let pingers: Vec<(String, String)> = PINGERS
@@ -408,7 +411,7 @@ impl<'a> Lab<'a> {
         let vtep = self.hosts[host_index(to.host) - 1].vtep().to_string();
         let (ns, dev) = (to.ns(), attached_ifname(&out)?);
         std::thread::scope(|s| {
-            let mut announcing = Some(s.spawn(|| announce(&ns, &dev)));
+            let mut announcing = Some(s.spawn(|| announce(&ns, &dev, &old)));
             let mut w = Watch::new(pingers.len(), drivers.len());
             while !w.done() && !sys::interrupted() && t0.elapsed() < MOVE_LIMIT {
                 if announcing.as_ref().is_some_and(|a| a.is_finished()) {
@@ -554,8 +557,8 @@ fn fdb_points_at(ns: &str, vtep: &str) -> Result<bool> {
 /// The moved guest has its address on the new vif and announces it with a
 /// gratuitous ARP, as Xen's netfront does when it reconnects after a
 /// migration (the kernel sends one when the MAC is set with `arp_notify`).
-fn announce(ns: &str, dev: &str) -> Result<()> {
-    wait_up(ns, dev)?;
+fn announce(ns: &str, dev: &str, old: &[u64]) -> Result<()> {
+    wait_up(ns, dev, old)?;
     host::ip_in(
         ns,
         &["addr", "replace", &format!("{MOVER_IP}/24"), "dev", dev],
@@ -565,16 +568,31 @@ fn announce(ns: &str, dev: &str) -> Result<()> {
     Ok(())
 }
 
+/// The interface indexes of namespace `ns`.
+fn ifindexes(ns: &str) -> Vec<u64> {
+    host::ip_in(ns, &["-j", "link", "show"])
+        .ok()
+        .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok())
+        .and_then(|v| {
+            v.as_array()
+                .map(|a| a.iter().filter_map(|l| l["ifindex"].as_u64()).collect())
+        })
+        .unwrap_or_default()
+}
+
 /// Waits until interface `dev` of namespace `ns` exists and is up (the
-/// guest makes it after the vif connects), or fails after [`MOVE_LIMIT`].
-fn wait_up(ns: &str, dev: &str) -> Result<()> {
+/// guest makes it after the vif connects) as a device that is none of
+/// `old` (a TAP of the same name that the guest is removing does not
+/// count), or fails after [`MOVE_LIMIT`].
+fn wait_up(ns: &str, dev: &str, old: &[u64]) -> Result<()> {
     let deadline = Instant::now() + MOVE_LIMIT;
     loop {
         let up = host::ip_in(ns, &["-j", "link", "show", "dev", dev])
             .ok()
             .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok())
             .is_some_and(|v| {
-                v[0]["flags"]
+                let new = v[0]["ifindex"].as_u64().is_some_and(|i| !old.contains(&i));
+                new && v[0]["flags"]
                     .as_array()
                     .is_some_and(|f| f.iter().any(|x| x == "UP"))
             });

@@ -407,6 +407,14 @@ fn a_vif_replaced_while_its_guest_could_not_look_is_a_new_device() {
     env.ping("guest1", "10.78.0.2", 3);
     env.ok(&["network-detach", "guest1", "1"]);
     env.ok(&["network-detach", "guest2", "1"]);
+    // A guest lets go of a removed vif (its store watches, then its TAP)
+    // after the detach returns: the snapshot waits for the TAPs to go.
+    for g in ["guest1", "guest2"] {
+        wait_until(&format!("{g}'s eth1 to go"), Duration::from_secs(5), || {
+            !env.ok(&["exec", g, "--", "ip", "-br", "link"])
+                .contains("eth1")
+        });
+    }
     let now = env.snapshot();
     for d in ["guest1", "guest2", "drv"] {
         for k in ["event_channels", "grant_maps"] {

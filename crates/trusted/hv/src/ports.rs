@@ -53,8 +53,9 @@ impl KeptPorts {
         drop(all);
     }
 
-    /// How many sockets are kept (for status and leak checks).
-    pub(crate) fn len(&self) -> usize {
+    /// How many sockets are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().len()
     }
 }

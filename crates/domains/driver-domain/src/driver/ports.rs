@@ -356,7 +356,6 @@ impl Ports {
         soonest
     }
 
-    /// Whether a named port is closed (it is then tried again soon).
     /// The open ports whose peer is still connecting ([`Port::settling`]).
     pub(super) fn settling(&self) -> Vec<&str> {
         self.list
@@ -379,6 +378,7 @@ impl Ports {
             .filter(|left| !left.is_zero())
     }
 
+    /// Whether a named port is closed (it is then tried again soon).
     pub(super) fn any_closed(&self) -> bool {
         self.list
             .iter()

@@ -135,11 +135,6 @@ impl Hypervisor {
         self.ports.forget(driver)
     }
 
-    /// How many uplink sockets hv keeps.
-    pub fn ports_kept(&self) -> usize {
-        self.ports.len()
-    }
-
     /// `PortSocket`: a duplicate of the socket hv keeps on the caller's own
     /// uplink `ifname`; no domain gets another's.
     pub(super) fn port_socket(&self, caller: DomId, ifname: &str) -> HvResult<OwnedFd> {
