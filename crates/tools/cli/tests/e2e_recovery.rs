@@ -128,10 +128,9 @@ fn receive_numbered(ns: String, port: u16, sent: Arc<AtomicU32>) -> JoinHandle<H
     })
 }
 
-/// Moves the calling thread into domain `ns`'s network namespace.
+/// Moves the calling thread into network namespace `ns`.
 fn in_namespace(ns: &str) {
-    let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
-    sys::enter_netns(&f).unwrap();
+    toolstack::host::enter_netns(ns).unwrap();
 }
 
 /// What arrives while the driver domain restarts waits for it, both ways:

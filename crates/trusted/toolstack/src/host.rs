@@ -315,9 +315,22 @@ fn is_ifname(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
+/// Where named namespace `ns` is pinned (the directory `ip netns` uses).
+pub fn netns_path(ns: &str) -> std::path::PathBuf {
+    std::path::Path::new("/run/netns").join(ns)
+}
+
 /// Whether named namespace `ns` exists.
 pub fn netns_exists(ns: &str) -> bool {
-    std::path::Path::new("/run/netns").join(ns).exists()
+    netns_path(ns).exists()
+}
+
+/// Moves the calling thread into named network namespace `ns`.
+pub fn enter_netns(ns: &str) -> io::Result<()> {
+    let path = netns_path(ns);
+    let f = std::fs::File::open(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    sys::enter_netns(&f).map_err(|e| io::Error::new(e.kind(), format!("entering {ns}: {e}")))
 }
 
 /// Adds an address (CIDR) to `dev` in `ns`.

@@ -18,12 +18,10 @@ use sys::PacketSocket;
 /// interface (a `host` NIC given back and lent again is a new binding),
 /// else a new one. How many it opened.
 pub fn keep(hv: &Hypervisor, driver: &str, ns: &str, ifnames: &[String]) -> Result<usize, String> {
-    let path = std::path::Path::new("/run/netns").join(ns);
-    let netns = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     // The namespace is entered on a thread of its own, which ends with it.
     std::thread::scope(|s| {
         s.spawn(|| {
-            sys::enter_netns(&netns).map_err(|e| format!("entering {ns}: {e}"))?;
+            crate::host::enter_netns(ns).map_err(|e| e.to_string())?;
             let mut opened = 0;
             for ifname in ifnames {
                 if still_bound(hv, driver, ifname) {

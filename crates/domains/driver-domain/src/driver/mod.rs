@@ -175,18 +175,14 @@ impl Driver {
         }
         self.service_vifs(hv);
         self.judge_events();
-        if self.ports.hold.is_some_and(|t| Instant::now() >= t) && !self.pending.is_empty() {
-            let late: Vec<&str> = self.pending.iter().map(|p| p.be.as_str()).collect();
-            eprintln!("driver: vifs still connecting when the uplinks' hold ran out: {late:?}");
+        if self.ports.hold.is_some() {
+            // A VM's port connects on its own descriptor, not a watch.
+            self.release_uplinks(hv);
         }
         if self.ports.reopen(hv, &self.events) {
             turn.housekeeping = true;
             let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
             self.taps.resolve(|t| port_of(t, vifs, base, ports));
-        }
-        if self.ports.hold.is_some() {
-            // A VM's port connects on its own descriptor, not a watch.
-            self.release_uplinks(hv);
         }
         if self.last_stats.elapsed() >= STATS_EVERY {
             turn.housekeeping = true;
@@ -250,15 +246,31 @@ impl Driver {
     }
 
     /// Once every vif the toolstack set up has connected, and every VM
-    /// behind a vhost-user port too (or at the end of
-    /// [`UPLINK_HOLD`], which `reopen` keeps), the uplinks open: what the
-    /// kept sockets queued meanwhile finds its vifs back.
+    /// behind a vhost-user port too, or at the end of [`UPLINK_HOLD`] (the
+    /// log then names who is late), the uplinks are read: what the kept
+    /// sockets queued meanwhile finds its vifs back.
     fn release_uplinks(&mut self, hv: &mut HvClient) {
-        if self.ports.hold.is_some() && self.pending.is_empty() && self.ports.settling().is_empty()
-        {
-            self.ports.release();
-            self.ports.reopen(hv, &self.events);
+        let Some(until) = self.ports.hold else {
+            return;
+        };
+        let settling: Vec<String> = self
+            .ports
+            .settling()
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        let back = self.pending.is_empty() && settling.is_empty();
+        if !back && Instant::now() < until {
+            return;
         }
+        if !back {
+            let late: Vec<&str> = self.pending.iter().map(|p| p.be.as_str()).collect();
+            eprintln!(
+                "driver: uplinks read after their hold ran out; still connecting: vifs {late:?}, VM ports {settling:?}"
+            );
+        }
+        self.ports.release();
+        self.ports.reopen(hv, &self.events);
     }
 
     /// Ports that said they have frames → bridge. One that fails (its

@@ -106,7 +106,8 @@ pub(super) struct Ports {
     /// Refused store values already logged (`ifname=value`), so a watch
     /// that fires again does not count them again.
     pub(super) refused: Vec<String>,
-    /// Uplinks stay unread until then, or until [`Ports::release`]: frames
+    /// Uplinks stay unread until [`Ports::release`], which the driver calls
+    /// by this time at the latest: frames
     /// that reached them while this domain started wait in the socket hv
     /// kept until the vifs they are for have connected again.
     pub(super) hold: Option<Instant>,
@@ -297,11 +298,7 @@ impl Ports {
     /// but not registered (nothing is read from it); after, it is.
     pub(super) fn reopen(&mut self, hv: &mut HvClient, events: &Events) -> bool {
         let now = Instant::now();
-        let held = self.hold.is_some_and(|t| now < t);
-        if !held && self.hold.take().is_some() {
-            let late = self.settling();
-            eprintln!("driver: uplinks read after their hold ran out (VM ports still connecting: {late:?})");
-        }
+        let held = self.hold.is_some();
         let mut opened = false;
         for (j, e) in self.list.iter_mut().enumerate() {
             if e.unread && !held {

@@ -102,9 +102,9 @@ fn transient(e: &std::io::Error) -> bool {
 
 /// Moves the calling thread into `domain`'s network namespace.
 fn enter(domain: &str) -> Result<()> {
-    let path = format!("/run/netns/{}", toolstack::host::netns_name(domain));
-    let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-    sys::enter_netns(&ns).with_context(|| format!("entering {path}"))
+    Ok(toolstack::host::enter_netns(&toolstack::host::netns_name(
+        domain,
+    ))?)
 }
 
 /// Starts `spec`'s server (bound before this returns) and client.
