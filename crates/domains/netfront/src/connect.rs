@@ -410,8 +410,9 @@ impl Netfront {
     }
 
     /// Grants every buffer of vif `vif`'s part of the pool once, through
-    /// the track table, so the data path never needs hv (Ram thesis 4.7: a
-    /// pool of I/O buffers). What it granted is revoked if it fails.
+    /// the track table and in one hypercall, so the data path never needs
+    /// hv (Ram thesis 4.7: a pool of I/O buffers). What it granted is
+    /// revoked if it fails.
     pub(crate) fn warm_grants(&self, hv: &mut HvClient, vif: u32) -> Result<GrantTrack> {
         let (backend, dev) = (self.info.backend_id, &self.info.dev);
         let (table, entries) = hv.ngm_setup(backend)?;
@@ -422,16 +423,12 @@ impl Netfront {
             )));
         }
         let mut track = GrantTrack::partition(vif, MAX_VIFS);
-        for id in 0..RING as u16 {
-            for (frame, writable) in [(self.tx_frame(id), false), (self.rx_frame(id), true)] {
-                match track.acquire(hv, backend, frame, writable) {
-                    Ok(g) => track.release(g),
-                    Err(e) => {
-                        track.revoke_all(hv, backend);
-                        return Err(setup(format!("granting buffer frame {frame}: {e}")));
-                    }
-                }
-            }
+        let frames: Vec<(u32, bool)> = (0..RING as u16)
+            .flat_map(|id| [(self.tx_frame(id), false), (self.rx_frame(id), true)])
+            .collect();
+        if let Err(e) = track.warm(hv, backend, &frames) {
+            track.revoke_all(hv, backend);
+            return Err(setup(format!("granting the buffer frames: {e}")));
         }
         if let Err(e) = hv.store_write(&format!("{dev}/{}", keys::NGM_TABLE), &table.to_string()) {
             track.revoke_all(hv, backend);

@@ -9,7 +9,7 @@
 //! refused while the driver domain holds a use (4.6.3).
 
 use crate::error::{err, ErrorKind, HvError, HvResult};
-use crate::proto::DomId;
+use crate::proto::{DomId, NgmGrantOp};
 use abi::SharedMemory;
 use std::os::fd::{AsFd, OwnedFd};
 use sys::{Mapping, Memfd, PAGE_SIZE};
@@ -86,6 +86,58 @@ impl NgmTable {
         writable: bool,
         pool_frames: u32,
     ) -> HvResult<()> {
+        let (i, e) = self.check_grant(gref, frame, writable, pool_frames)?;
+        self.set(i, e);
+        self.created += 1;
+        Ok(())
+    }
+
+    /// [`NgmTable::grant`] for each of `ops`, every one checked (and no
+    /// reference named twice) before any is published: a refusal changes
+    /// nothing.
+    pub fn grant_many(&mut self, ops: &[NgmGrantOp], pool_frames: u32) -> HvResult<()> {
+        if ops.len() > NGM_ENTRIES as usize {
+            return err(
+                ErrorKind::Invalid,
+                format!(
+                    "{} grants in one call; the table holds {NGM_ENTRIES}",
+                    ops.len()
+                ),
+            );
+        }
+        let mut named = vec![false; NGM_ENTRIES as usize];
+        let mut checked = Vec::with_capacity(ops.len());
+        for (k, op) in ops.iter().enumerate() {
+            let at = |e: HvError| {
+                HvError::new(e.kind, format!("grant {k} of {}: {}", ops.len(), e.message))
+            };
+            let (i, e) = self
+                .check_grant(op.gref, op.frame, op.writable, pool_frames)
+                .map_err(at)?;
+            if std::mem::replace(&mut named[i], true) {
+                return Err(at(HvError::new(
+                    ErrorKind::Invalid,
+                    format!("grant reference {} is named twice", op.gref),
+                )));
+            }
+            checked.push((i, e));
+        }
+        for (i, e) in checked {
+            self.set(i, e);
+        }
+        self.created += ops.len() as u64;
+        Ok(())
+    }
+
+    /// The entry granting `frame` under `gref` would be, if both are valid
+    /// and `gref` grants nothing yet.
+    fn check_grant(
+        &self,
+        gref: u32,
+        frame: u32,
+        writable: bool,
+        pool_frames: u32,
+    ) -> HvResult<(usize, NgmEntry)> {
         let i = self.check_ref(gref)?;
         let frame = abi::Pfn::checked(u64::from(frame), pool_frames)
             .map_err(|e| HvError::memory("the guest's grant", e))?;
@@ -96,16 +148,12 @@ impl NgmTable {
             );
         }
         let flags = NGM_VALID | if writable { NGM_WRITABLE } else { 0 };
-        self.set(
-            i,
-            NgmEntry {
-                frame: frame.raw(),
-                flags,
-                grantee: self.backend,
-            },
-        );
-        self.created += 1;
-        Ok(())
+        let e = NgmEntry {
+            frame: frame.raw(),
+            flags,
+            grantee: self.backend,
+        };
+        Ok((i, e))
     }
 
     /// GRANT_unmap (thesis 4.6.3), race-free against the driver domain's
@@ -206,5 +254,35 @@ mod tests {
         assert_eq!((t.created, t.revoked, t.refused), (2, 1, 1));
         t.invalidate_all();
         assert!(!t.entry(4).valid());
+    }
+
+    #[test]
+    fn many_grants_are_made_all_or_none() {
+        let mut t = NgmTable::new(1, 5, 2).unwrap();
+        let op = |gref, frame| NgmGrantOp {
+            gref,
+            frame,
+            writable: true,
+        };
+        t.grant(9, 1, false, 10).unwrap();
+        for (bad, why) in [
+            (vec![op(1, 1), op(2, 10)], ErrorKind::BadPage),
+            (vec![op(1, 1), op(1, 2)], ErrorKind::Invalid),
+            (vec![op(1, 1), op(9, 2)], ErrorKind::InUse),
+            (vec![op(1, 1), op(NGM_ENTRIES, 2)], ErrorKind::BadGntref),
+        ] {
+            let e = t.grant_many(&bad, 10).unwrap_err();
+            assert_eq!(e.kind, why, "{e}");
+            assert!(e.message.starts_with("grant 1 of 2:"), "{e}");
+            assert!(!t.entry(1).valid(), "nothing made: {e}");
+        }
+        let too_many = vec![op(0, 0); NGM_ENTRIES as usize + 1];
+        assert_eq!(
+            t.grant_many(&too_many, 10).unwrap_err().kind,
+            ErrorKind::Invalid
+        );
+        t.grant_many(&[op(1, 1), op(2, 2), op(3, 3)], 10).unwrap();
+        assert_eq!(t.entry(3).frame, 3);
+        assert_eq!(t.created, 4);
     }
 }

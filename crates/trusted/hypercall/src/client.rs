@@ -819,6 +819,19 @@ impl HvClient {
         })
     }
 
+    /// [`HvClient::ngm_grant`] for each of `grants`, in one hypercall, all
+    /// or none.
+    pub fn ngm_grant_many(
+        &mut self,
+        backend: DomId,
+        grants: &[crate::proto::NgmGrantOp],
+    ) -> HvResult<()> {
+        self.chan.done(&Request::NgmGrantMany {
+            backend,
+            grants: grants.to_vec(),
+        })
+    }
+
     /// Revokes `gref`; `InUse` while the backend uses it (thesis 4.6.3).
     pub fn ngm_revoke(&mut self, backend: DomId, gref: u32) -> HvResult<()> {
         self.chan.done(&Request::NgmRevoke { backend, gref })

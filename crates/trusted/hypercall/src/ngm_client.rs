@@ -3,7 +3,7 @@
 
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::ngm::{self, NGM_ENTRIES, NGM_REVOKED, NGM_WRITABLE};
-use crate::proto::DomId;
+use crate::proto::{DomId, NgmGrantOp};
 use abi::{Pfn, SharedMemory};
 use sys::Mapping;
 
@@ -152,6 +152,12 @@ where
 pub trait GrantOps {
     fn grant(&mut self, backend: DomId, gref: u32, frame: u32, writable: bool) -> HvResult<()>;
     fn revoke(&mut self, backend: DomId, gref: u32) -> HvResult<()>;
+    /// Each of `ops`, as [`GrantOps::grant`]; hv's makes them in one
+    /// hypercall, all or none.
+    fn grant_many(&mut self, backend: DomId, ops: &[NgmGrantOp]) -> HvResult<()> {
+        ops.iter()
+            .try_for_each(|o| self.grant(backend, o.gref, o.frame, o.writable))
+    }
 }
 
 impl GrantOps for crate::HvClient {
@@ -160,6 +166,9 @@ impl GrantOps for crate::HvClient {
     }
     fn revoke(&mut self, backend: DomId, gref: u32) -> HvResult<()> {
         self.ngm_revoke(backend, gref)
+    }
+    fn grant_many(&mut self, backend: DomId, ops: &[NgmGrantOp]) -> HvResult<()> {
+        self.ngm_grant_many(backend, ops)
     }
 }
 
@@ -285,6 +294,53 @@ impl GrantTrack {
         }
     }
 
+    /// Grants each of `frames` (frame, writable) for later uses, all in one
+    /// hypercall ([`GrantOps::grant_many`]): a frontend's whole pool at
+    /// connect (thesis 4.7). Each grant is left with no use, as an
+    /// [`GrantTrack::acquire`] and [`GrantTrack::release`] would leave it;
+    /// a frame already tracked is skipped. When a set has no free entry,
+    /// or hv refuses the batch (an entry an earlier track of the table
+    /// left granted), each frame is acquired on its own instead.
+    pub fn warm(
+        &mut self,
+        hv: &mut dyn GrantOps,
+        backend: DomId,
+        frames: &[(u32, bool)],
+    ) -> Result<(), TrackError> {
+        let mut ops = Vec::with_capacity(frames.len());
+        let mut full = false;
+        for &(frame, writable) in frames {
+            let base = self.set_of(frame, writable);
+            let want = u64::from(frame) + 1;
+            if (base..base + SET).any(|k| self.entries[k] >> 32 == want) {
+                continue;
+            }
+            let Some(k) = (base..base + SET).find(|&k| self.entries[k] == 0) else {
+                full = true;
+                break;
+            };
+            self.entries[k] = want << 32;
+            let gref = k as u32;
+            ops.push(NgmGrantOp {
+                gref,
+                frame,
+                writable,
+            });
+        }
+        if !full && hv.grant_many(backend, &ops).is_ok() {
+            self.stats.created += ops.len() as u64;
+            return Ok(());
+        }
+        for op in &ops {
+            self.entries[op.gref as usize] = 0;
+        }
+        for &(frame, writable) in frames {
+            let g = self.acquire(hv, backend, frame, writable)?;
+            self.release(g);
+        }
+        Ok(())
+    }
+
     /// A free entry of the set at `base`, else an inactive one revoked to
     /// make room (hv may still refuse to revoke one the driver domain is
     /// using, and the next is tried); None when every one is in use.
@@ -365,6 +421,7 @@ mod tests {
         revokes: Vec<u32>,
         busy: Vec<u32>,
         taken: Vec<u32>,
+        batches: usize,
     }
 
     impl GrantOps for Fake {
@@ -381,6 +438,16 @@ mod tests {
             }
             self.revokes.push(gref);
             self.taken.retain(|&g| g != gref);
+            Ok(())
+        }
+        fn grant_many(&mut self, _: DomId, ops: &[NgmGrantOp]) -> HvResult<()> {
+            // All or none, as hv's.
+            if ops.iter().any(|o| self.taken.contains(&o.gref)) {
+                return Err(HvError::new(ErrorKind::InUse, "already granted"));
+            }
+            self.batches += 1;
+            self.grants
+                .extend(ops.iter().map(|o| (o.gref, o.frame, o.writable)));
             Ok(())
         }
     }
@@ -511,5 +578,48 @@ mod tests {
         // Once the driver domain lets go they are reclaimed like any other.
         hv.busy.clear();
         assert_eq!(t.revoke_all(&mut hv, 1), 0);
+    }
+
+    #[test]
+    fn a_pool_is_granted_in_one_call_and_its_uses_then_hit() {
+        // netfront's vif 1: 256 TX buffers read-only, 256 RX writable.
+        let (mut t, mut hv) = (GrantTrack::partition(1, 8), Fake::default());
+        let frames: Vec<(u32, bool)> = (0..256)
+            .flat_map(|f| [(514 + 2 + f, false), (514 + 258 + f, true)])
+            .collect();
+        t.warm(&mut hv, 1, &frames).unwrap();
+        assert_eq!((hv.batches, hv.grants.len()), (1, 512));
+        let grefs: std::collections::HashSet<u32> = hv.grants.iter().map(|g| g.0).collect();
+        assert_eq!(grefs.len(), 512, "an entry each");
+        for &(f, w) in &frames {
+            let g = t.acquire(&mut hv, 1, f, w).unwrap();
+            assert!(hv.grants.contains(&(g, f, w)));
+            t.release(g);
+        }
+        assert_eq!(hv.grants.len(), 512, "no hypercall for a warmed frame");
+        let s = t.stats();
+        assert_eq!((s.created, s.hits, s.uses), (512, 512, 512));
+        // Warming again grants nothing new.
+        t.warm(&mut hv, 1, &frames).unwrap();
+        assert_eq!(hv.grants.len(), 512);
+    }
+
+    #[test]
+    fn a_refused_warm_up_falls_back_to_one_grant_each() {
+        // Entries an earlier track of the table left granted: hv refuses
+        // the batch, and each frame finds an entry of its own.
+        let (mut t, mut hv) = (GrantTrack::new(), Fake::default());
+        let base = t.set_of(0, true) as u32;
+        hv.taken = vec![base];
+        let frames: Vec<(u32, bool)> = (0..64).map(|f| (f, true)).collect();
+        t.warm(&mut hv, 1, &frames).unwrap();
+        assert_eq!(hv.batches, 0);
+        assert_eq!(hv.grants.len(), 64);
+        assert!(hv.grants.iter().all(|g| g.0 != base));
+        for &(f, w) in &frames {
+            let g = t.acquire(&mut hv, 1, f, w).unwrap();
+            t.release(g);
+        }
+        assert_eq!(hv.grants.len(), 64);
     }
 }

@@ -267,6 +267,23 @@ pub enum Request {
     PortSocket {
         name: String,
     },
+    /// From a guest: [`Request::NgmGrant`] for each of `grants` in one
+    /// hypercall, all or none (a frontend grants its whole buffer pool at
+    /// connect, thesis 4.7; one hypercall per frame made a reconnect under
+    /// load take tens of milliseconds). At most [`crate::ngm::NGM_ENTRIES`].
+    NgmGrantMany {
+        backend: DomId,
+        grants: Vec<NgmGrantOp>,
+    },
+}
+
+/// One grant of a [`Request::NgmGrantMany`]: the caller's `frame` under
+/// reference `gref`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NgmGrantOp {
+    pub gref: u32,
+    pub frame: u32,
+    pub writable: bool,
 }
 
 impl Request {
@@ -337,6 +354,7 @@ impl Request {
             Request::ContainerList => 39,
             Request::Apply { .. } => 40,
             Request::PortSocket { .. } => 41,
+            Request::NgmGrantMany { .. } => 42,
         }
     }
 

@@ -4,8 +4,8 @@
 use super::capture::capture_attach;
 use super::evtchn_ops::{evtchn_alloc_unbound, evtchn_bind_interdomain, evtchn_close, evtchn_send};
 use super::grant_ops::{
-    grant_copy, grant_map, grant_transfer, grant_unmap, ngm_attach, ngm_grant, ngm_revoke,
-    ngm_setup, pool_window,
+    grant_copy, grant_map, grant_transfer, grant_unmap, ngm_attach, ngm_grant, ngm_grant_many,
+    ngm_revoke, ngm_setup, pool_window,
 };
 use super::reply::{dup, handled_elsewhere, ok, os, store_err, Outcome};
 use super::state::{deliver, domain, State};
@@ -54,6 +54,7 @@ pub(super) fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<
             frame,
             writable,
         } => ngm_grant(st, caller, backend, gref, frame, writable),
+        Request::NgmGrantMany { backend, grants } => ngm_grant_many(st, caller, backend, &grants),
         Request::NgmRevoke { backend, gref } => ngm_revoke(st, caller, backend, gref),
         Request::NgmAttach { guest } => ngm_attach(st, caller, guest),
         Request::PoolWindow { granter } => pool_window(st, caller, granter),

@@ -9,7 +9,7 @@ use super::state::{domain, State};
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::grant;
 use crate::ngm::{NgmTable, NGM_ENTRIES};
-use crate::proto::{DomId, Reply};
+use crate::proto::{DomId, NgmGrantOp, Reply};
 use crate::trace::{self, HvEvent};
 use abi::grant::{
     GrantMap, GrantMapView, GrantTransfer, GrantTransferView, GrantUnmap, GrantUnmapView, MapFlags,
@@ -334,6 +334,19 @@ pub(super) fn ngm_grant(
 ) -> HvResult<Outcome> {
     let frames = domain(st, caller)?.mem.spec.pool_frames;
     ngm_table(st, caller, backend)?.grant(gref, frame, writable, frames)?;
+    Ok(ok(Reply::Done))
+}
+
+/// `NgmGrantMany`: [`ngm_grant`] for each of `grants`; all are checked
+/// before any is made, so a refusal changes nothing.
+pub(super) fn ngm_grant_many(
+    st: &mut State,
+    caller: DomId,
+    backend: DomId,
+    grants: &[NgmGrantOp],
+) -> HvResult<Outcome> {
+    let frames = domain(st, caller)?.mem.spec.pool_frames;
+    ngm_table(st, caller, backend)?.grant_many(grants, frames)?;
     Ok(ok(Reply::Done))
 }
 
