@@ -225,6 +225,28 @@ pub fn batch_on_exec(cmd: &mut std::process::Command) {
     }
 }
 
+/// Makes the process `cmd` starts join the network namespace behind `ns`
+/// (a `/run/netns` file) between fork and exec: what `ip netns exec` does
+/// for it, without a second program to execute first, which cost a
+/// restarting driver domain 8-22 ms on a loaded host. Unlike `ip netns
+/// exec` it keeps the caller's mount namespace and `/sys`. The
+/// descriptor is the command's own and closes with it.
+pub fn netns_on_exec(cmd: &mut std::process::Command, ns: std::fs::File) {
+    use std::os::unix::process::CommandExt;
+    let ns = std::os::fd::OwnedFd::from(ns);
+    // SAFETY: the closure runs in the forked child before exec; it
+    // allocates nothing and makes one system call (async-signal-safe) on
+    // a descriptor the command keeps open until it is dropped.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Makes the process `cmd` starts run on core `cpu` only: the child sets
 /// its own affinity between fork and exec, so every thread it ever has
 /// inherits the mask (sched_setaffinity(2)). A core outside the kernel's

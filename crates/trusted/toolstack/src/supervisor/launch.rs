@@ -135,18 +135,23 @@ impl Supervisor {
                     .as_ref()
                     .ok_or("its user namespace is not made yet")?;
                 let mut cmd = Command::new("nsenter");
-                cmd.arg(format!("--net={}", c.sandbox.fd_path())).arg("--");
+                cmd.arg(format!("--net={}", c.sandbox.fd_path()))
+                    .arg("--")
+                    .arg(&self.exe);
                 cmd.env(ENV_USERNS_FD, inherit(&[userns.as_fd()])?);
                 cmd
             }
             None => {
-                let mut cmd = Command::new("ip");
-                cmd.args(["netns", "exec", ns]).env_remove(ENV_USERNS_FD);
+                let path = host::netns_path(ns);
+                let file = fs::File::open(&path)
+                    .map_err(|e| format!("opening {}: {e}", path.display()))?;
+                let mut cmd = Command::new(&self.exe);
+                sys::netns_on_exec(&mut cmd, file);
+                cmd.env_remove(ENV_USERNS_FD);
                 cmd
             }
         };
-        cmd.arg(&self.exe)
-            .env(ENV_HV_FD, fd.to_string())
+        cmd.env(ENV_HV_FD, fd.to_string())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
@@ -168,7 +173,7 @@ impl Supervisor {
                 sys::set_inheritable(fd, false).map_err(|e| e.to_string())?;
             }
         }
-        r.map_err(|e| format!("spawning `ip netns exec {ns} ...`: {e}"))
+        r.map_err(|e| format!("spawning {} in {ns}: {e}", self.exe.display()))
     }
 
     /// Tells hv how domain `domid` (`name`, in namespace `ns`) runs and
