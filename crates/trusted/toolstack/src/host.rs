@@ -333,6 +333,19 @@ pub fn enter_netns(ns: &str) -> io::Result<()> {
     sys::enter_netns(&f).map_err(|e| io::Error::new(e.kind(), format!("entering {ns}: {e}")))
 }
 
+/// Runs `f` on a thread of its own in named namespace `ns`; the thread
+/// (and the namespace it entered) ends with it.
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            enter_netns(ns)?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other(format!("a thread in {ns} panicked"))))
+    })
+}
+
 /// Adds an address (CIDR) to `dev` in `ns`.
 pub fn addr_add(ns: &str, dev: &str, cidr: &str) -> io::Result<()> {
     let mut args = vec!["addr", "add", cidr, "dev", dev];

@@ -18,24 +18,18 @@ use sys::PacketSocket;
 /// interface (a `host` NIC given back and lent again is a new binding),
 /// else a new one. How many it opened.
 pub fn keep(hv: &Hypervisor, driver: &str, ns: &str, ifnames: &[String]) -> Result<usize, String> {
-    // The namespace is entered on a thread of its own, which ends with it.
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            crate::host::enter_netns(ns).map_err(|e| e.to_string())?;
-            let mut opened = 0;
-            for ifname in ifnames {
-                if still_bound(hv, driver, ifname) {
-                    continue;
-                }
-                let sock = PacketSocket::bind(ifname, true).map_err(|e| e.to_string())?;
-                hv.port_keep(driver, ifname, sock.into_fd());
-                opened += 1;
+    crate::host::in_netns(ns, || {
+        let mut opened = 0;
+        for ifname in ifnames {
+            if still_bound(hv, driver, ifname) {
+                continue;
             }
-            Ok(opened)
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the thread keeping uplink sockets panicked".into()))
+            hv.port_keep(driver, ifname, PacketSocket::bind(ifname, true)?.into_fd());
+            opened += 1;
+        }
+        Ok(opened)
     })
+    .map_err(|e| e.to_string())
 }
 
 /// Whether the socket hv keeps on `driver`'s `ifname` is bound to the

@@ -507,6 +507,7 @@ impl Supervisor {
     /// Domain `name`'s process ended: the domain is destroyed, and started
     /// again if the toolstack asked for a restart or its policy says so.
     fn reaped(self: &Arc<Self>, domid: DomId, name: &str, status: std::io::Result<ExitStatus>) {
+        let ended = Instant::now();
         let Ok(hv) = self.hv() else { return };
         let text = match &status {
             Ok(s) => s.to_string(),
@@ -561,7 +562,7 @@ impl Supervisor {
             self.lock().crash_restarts += 1;
             hv.set_info("restarts.on-crash", &self.lock().crash_restarts.to_string());
         }
-        if let Err(e) = self.start_again(&hv, name) {
+        if let Err(e) = self.start_again(&hv, name, ended) {
             hv::log!(Error, dom = name, "restarting it failed: {e}");
             hv.port_forget(name);
             drop_netns(&self.uplinks, name);
@@ -600,8 +601,13 @@ impl Supervisor {
     }
 
     /// Starts domain `name` again under a new id in its namespace, and
-    /// re-plumbs its vifs.
-    fn start_again(self: &Arc<Self>, hv: &Arc<Hypervisor>, name: &str) -> Result<(), String> {
+    /// re-plumbs its vifs; its process ended at `ended`.
+    fn start_again(
+        self: &Arc<Self>,
+        hv: &Arc<Hypervisor>,
+        name: &str,
+        ended: Instant,
+    ) -> Result<(), String> {
         let d = self.config(name).map_err(|e| e.to_string())?;
         let ns = host::netns_name(name);
         if !host::our_netns().contains(&ns) {
@@ -619,7 +625,8 @@ impl Supervisor {
         hv::log!(
             Notice,
             dom = name,
-            "restarted as domain {domid}{}",
+            "restarted as domain {domid}, {} ms after its process ended{}",
+            ended.elapsed().as_millis(),
             if d.kind == DomainKind::Driver {
                 "; its guests reconnect"
             } else {
@@ -684,22 +691,25 @@ impl Supervisor {
 
 /// Deletes the multi-queue macvlans a dead driver domain left in its
 /// namespace, which outlives it while it may come back: the one place
-/// they are cleaned up after a crash, before any successor starts.
+/// they are cleaned up after a crash, before any successor starts. Over
+/// netlink, in the namespace: no `ip` to start while a restart waits.
 fn drop_queues(name: &str) {
     let ns = host::netns_name(name);
-    let Ok(out) = host::ip_in(&ns, &["-br", "link", "show", "type", "macvlan"]) else {
-        return;
-    };
-    for l in out.lines() {
-        let dev = l
-            .split_whitespace()
-            .next()
-            .and_then(|d| d.split('@').next());
-        if let Some(dev) = dev.filter(|d| xenbus::is_queue_name(d)) {
-            if let Err(e) = host::ip_in(&ns, &["link", "del", dev]) {
-                hv::log!(Warning, dom = name, "deleting queue {dev}: {e}");
+    let r = host::in_netns(&ns, || {
+        let mut nl = sys::rtnl::Rtnl::open()?;
+        let queues = nl
+            .links()?
+            .into_iter()
+            .filter(|l| l.kind == "macvlan" && xenbus::is_queue_name(&l.name));
+        for l in queues {
+            if let Err(e) = nl.delete(l.index) {
+                hv::log!(Warning, dom = name, "deleting queue {}: {e}", l.name);
             }
         }
+        Ok(())
+    });
+    if let Err(e) = r {
+        hv::log!(Warning, dom = name, "looking for its queues: {e}");
     }
 }
 
