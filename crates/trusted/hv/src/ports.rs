@@ -1,6 +1,7 @@
-//! The driver domains' uplink sockets, kept by hv while their domain may
-//! come back. A NIC's receive ring outlives a reload of its driver; here
-//! the packet socket on a driver domain's uplink interface plays that
+//! The driver domains' port sockets (on their uplinks, and on the host
+//! interfaces of the emulated NICs they serve), kept by hv while their
+//! domain may come back. A NIC's receive ring outlives a reload of its
+//! driver; here the packet socket on a driver domain's port plays that
 //! ring, and frames that arrive while the domain restarts wait in it
 //! instead of being dropped by an interface no one listens on. hv never
 //! reads from these sockets: it only holds them and hands duplicates to
@@ -64,7 +65,7 @@ impl KeptPorts {
 pub(crate) fn none_kept(driver: &str, ifname: &str) -> HvError {
     HvError::new(
         ErrorKind::BadDomain,
-        format!("hv keeps no socket for {driver}'s uplink {ifname}"),
+        format!("hv keeps no socket for {driver}'s port {ifname}"),
     )
 }
 

@@ -439,7 +439,7 @@ impl HvClient {
     pub fn vhost_connect(&mut self) -> HvResult<OwnedFd> {
         self.one_fd(&Request::VhostConnect)
     }
-    /// The packet socket hv keeps for this driver domain's uplink `name`
+    /// The packet socket hv keeps for this driver domain's port `name`
     /// (see [`Request::PortSocket`]).
     pub fn port_socket(&mut self, name: &str) -> HvResult<OwnedFd> {
         self.one_fd(&Request::PortSocket { name: name.into() })

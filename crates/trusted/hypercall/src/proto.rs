@@ -258,8 +258,8 @@ pub enum Request {
         dry_run: bool,
         restart: Vec<String>,
     },
-    /// From a driver domain: the packet socket hv keeps for its uplink
-    /// interface `name` (bound in the domain's namespace, promiscuous,
+    /// From a driver domain: the packet socket hv keeps for its port
+    /// interface `name`, an uplink or an emulated NIC's host side (bound in the domain's namespace, promiscuous,
     /// with `virtio_net_hdr`s). Replies `Done` with a duplicate attached;
     /// hv keeps the original while the domain may come back, so frames
     /// that arrive while it restarts wait in the socket, as in a NIC's

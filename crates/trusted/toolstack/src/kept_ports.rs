@@ -3,6 +3,9 @@
 //! interfaces, in the domain's namespace, or keeps the one it opened for
 //! the domain's predecessor while that is still bound there; the domain
 //! takes a duplicate (`Request::PortSocket`) instead of opening its own.
+//! The same goes for the host interfaces of the emulated NICs it serves
+//! (a hosted guest's VMNet, an HVM guest's device model), from its first
+//! restart on.
 //! Frames that reach an uplink while its driver domain restarts then wait
 //! in the socket, as in a NIC's receive ring while its driver reloads,
 //! and a TCP flow from outside loses nothing to the restart: without the
@@ -16,11 +19,20 @@ use sys::PacketSocket;
 /// Keeps a socket on each of `ifnames` in driver domain `driver`'s
 /// namespace `ns`: the one kept before when it is still bound to that
 /// interface (a `host` NIC given back and lent again is a new binding),
-/// else a new one. How many it opened.
-pub fn keep(hv: &Hypervisor, driver: &str, ns: &str, ifnames: &[String]) -> Result<usize, String> {
+/// else a new one; and on each of `if_present` that exists now (an
+/// emulated NIC's host interface, which its VMApp or device model makes
+/// after the driver domain's first start). How many it opened.
+pub fn keep(
+    hv: &Hypervisor,
+    driver: &str,
+    ns: &str,
+    ifnames: &[String],
+    if_present: &[String],
+) -> Result<usize, String> {
     crate::host::in_netns(ns, || {
+        let present = if_present.iter().filter(|n| sys::ifindex(n).is_ok());
         let mut opened = 0;
-        for ifname in ifnames {
+        for ifname in ifnames.iter().chain(present) {
             if still_bound(hv, driver, ifname) {
                 continue;
             }

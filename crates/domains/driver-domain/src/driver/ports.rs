@@ -483,7 +483,7 @@ pub(super) fn open_port(
     queue_admin: bool,
 ) -> std::io::Result<Box<dyn Port>> {
     let uplink = |hv: &mut HvClient| {
-        let p = PacketPort::on(uplink_socket(hv, name)?, offload);
+        let p = PacketPort::on(kept_socket(hv, name)?, offload);
         std::io::Result::Ok(match rx_slot {
             Some(slot) => p.with_rx_slots(slot),
             None => p,
@@ -496,7 +496,7 @@ pub(super) fn open_port(
             ),
         ),
         PortKind::Uplink => Box::new(uplink(hv)?.with_queues(queues)),
-        PortKind::Extra => Box::new(PacketPort::open(name, offload)?),
+        PortKind::Extra => Box::new(PacketPort::on(kept_socket(hv, name)?, offload)),
         PortKind::Endpoint => Box::new(crate::port::tap::TapPort::open(name, offload)?),
         PortKind::Vhost { mac, guest, .. } => Box::new(VhostPort::open(
             name,
@@ -529,18 +529,19 @@ fn register(events: &Events, e: &mut PortSlot, j: usize) -> bool {
     }
 }
 
-/// The socket hv keeps on uplink `name` (`Request::PortSocket`), in which
-/// frames that arrived while this domain started have waited; a socket of
-/// its own where hv keeps none (an hv without a supervisor) or the kept one
-/// does not fit.
-fn uplink_socket(hv: &mut HvClient, name: &str) -> std::io::Result<sys::PacketSocket> {
+/// The socket hv keeps on port `name` (`Request::PortSocket`: an uplink,
+/// or an emulated NIC's host interface), in which frames that arrived
+/// while this domain started have waited; a socket of its own where hv
+/// keeps none (an hv without a supervisor, an interface made after hv
+/// last looked) or the kept one does not fit.
+fn kept_socket(hv: &mut HvClient, name: &str) -> std::io::Result<sys::PacketSocket> {
     match hv.port_socket(name) {
         Ok(fd) => match sys::PacketSocket::adopt(fd, name, true) {
             Ok(s) => return Ok(s),
             Err(e) => eprintln!("driver: {e}; opening a socket of its own"),
         },
         Err(e) if e.kind == hypercall::ErrorKind::BadDomain => {}
-        Err(e) => eprintln!("driver: uplink {name}: {e}; opening a socket of its own"),
+        Err(e) => eprintln!("driver: port {name}: {e}; opening a socket of its own"),
     }
     sys::PacketSocket::bind(name, true)
 }

@@ -136,7 +136,7 @@ impl Hypervisor {
     }
 
     /// `PortSocket`: a duplicate of the socket hv keeps on the caller's own
-    /// uplink `ifname`; no domain gets another's.
+    /// port `ifname`; no domain gets another's.
     pub(super) fn port_socket(&self, caller: DomId, ifname: &str) -> HvResult<OwnedFd> {
         let me = self.caller_name(caller)?;
         self.ports

@@ -91,21 +91,29 @@ impl Supervisor {
         Ok(())
     }
 
-    /// hv keeps a socket on each uplink of driver domain `name` (in `ns`)
-    /// for it and its successors ([`crate::kept_ports`]); without one the
-    /// domain opens its own, and a restart drops what arrives meanwhile.
+    /// hv keeps a socket on each uplink of driver domain `name` (in `ns`),
+    /// and on the host interface of each emulated NIC it serves, for it
+    /// and its successors ([`crate::kept_ports`]); without one the domain
+    /// opens its own, and a restart drops what arrives meanwhile.
     fn keep_ports(&self, hv: &Hypervisor, name: &str, ns: &str) {
-        let ifnames: Vec<String> = self
-            .topo()
+        let topo = self.topo();
+        let ifnames: Vec<String> = topo
             .uplinks_of(name)
             .into_iter()
             .map(|u| u.ifname)
             .collect();
-        if let Err(e) = crate::kept_ports::keep(hv, name, ns, &ifnames) {
+        let emulated: Vec<String> = topo
+            .emulated_nics()
+            .into_iter()
+            .filter(|e| e.backend == name)
+            .map(|e| e.host_ifname())
+            .collect();
+        drop(topo);
+        if let Err(e) = crate::kept_ports::keep(hv, name, ns, &ifnames, &emulated) {
             hv::log!(
                 Warning,
                 dom = name,
-                "hv keeps no socket on its uplinks ({e}): it opens its own"
+                "hv keeps no socket on its ports ({e}): it opens its own"
             );
         }
     }
