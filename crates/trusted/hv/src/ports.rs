@@ -13,9 +13,16 @@ use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 
 /// Kept sockets by (driver domain name, interface name).
+/// Opens the socket on one of a driver domain's ports the first time the
+/// domain asks hv for one it does not keep yet (the host side of an
+/// emulated NIC, which appears after the domain starts); None when `name`
+/// is not such a port or its interface does not exist yet.
+pub type PortOpener = Box<dyn Fn(&str) -> Option<std::io::Result<OwnedFd>> + Send + Sync>;
+
 #[derive(Default)]
 pub(crate) struct KeptPorts {
     all: Mutex<BTreeMap<(String, String), OwnedFd>>,
+    openers: Mutex<BTreeMap<String, std::sync::Arc<PortOpener>>>,
 }
 
 impl KeptPorts {
@@ -41,7 +48,37 @@ impl KeptPorts {
     }
 
     /// Closes every socket kept for driver `driver`; how many there were.
+    /// `driver`'s ports that hv opens on the domain's first ask.
+    pub(crate) fn set_opener(&self, driver: &str, opener: PortOpener) {
+        let mut o = self.openers.lock().unwrap_or_else(|p| p.into_inner());
+        o.insert(driver.into(), std::sync::Arc::new(opener));
+    }
+
+    /// [`KeptPorts::get`], and where hv keeps none, one its opener for
+    /// `driver` opens now and hv keeps from then on.
+    pub(crate) fn get_or_open(&self, driver: &str, ifname: &str) -> HvResult<Option<OwnedFd>> {
+        if let Some(fd) = self.get(driver, ifname)? {
+            return Ok(Some(fd));
+        }
+        let opener = {
+            let o = self.openers.lock().unwrap_or_else(|p| p.into_inner());
+            o.get(driver).cloned()
+        };
+        match opener.and_then(|open| open(ifname)) {
+            None => Ok(None),
+            Some(Err(e)) => Err(HvError::internal(&format!("opening port {ifname}"), e)),
+            Some(Ok(fd)) => {
+                self.keep(driver, ifname, fd);
+                self.get(driver, ifname)
+            }
+        }
+    }
+
     pub(crate) fn forget(&self, driver: &str) -> usize {
+        self.openers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(driver);
         let mut all = self.lock();
         let before = all.len();
         all.retain(|(d, _), _| d != driver);
@@ -93,5 +130,29 @@ mod tests {
         assert!(k.get("drv2", "peth0").unwrap().is_some());
         k.clear();
         assert_eq!(k.len(), 0);
+    }
+
+    #[test]
+    fn a_port_is_opened_on_its_first_ask_and_kept() {
+        let k = KeptPorts::default();
+        let opened = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = opened.clone();
+        k.set_opener(
+            "drv",
+            Box::new(move |name| {
+                (name == "vn-guest4").then(|| {
+                    n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(fd())
+                })
+            }),
+        );
+        assert!(k.get_or_open("drv", "peth9").unwrap().is_none());
+        assert!(k.get_or_open("drv2", "vn-guest4").unwrap().is_none());
+        assert!(k.get_or_open("drv", "vn-guest4").unwrap().is_some());
+        assert!(k.get_or_open("drv", "vn-guest4").unwrap().is_some());
+        assert_eq!(opened.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(k.len(), 1);
+        k.forget("drv");
+        assert!(k.get_or_open("drv", "vn-guest4").unwrap().is_none());
     }
 }

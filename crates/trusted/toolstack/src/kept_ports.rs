@@ -4,8 +4,9 @@
 //! the domain's predecessor while that is still bound there; the domain
 //! takes a duplicate (`Request::PortSocket`) instead of opening its own.
 //! The same goes for the host interfaces of the emulated NICs it serves
-//! (a hosted guest's VMNet, an HVM guest's device model), from its first
-//! restart on.
+//! (a hosted guest's VMNet, an HVM guest's device model), which their
+//! VMApp or device model makes after the domain starts: hv opens each the
+//! first time the domain asks for it ([`opener`]).
 //! Frames that reach an uplink while its driver domain restarts then wait
 //! in the socket, as in a NIC's receive ring while its driver reloads,
 //! and a TCP flow from outside loses nothing to the restart: without the
@@ -19,9 +20,9 @@ use sys::PacketSocket;
 /// Keeps a socket on each of `ifnames` in driver domain `driver`'s
 /// namespace `ns`: the one kept before when it is still bound to that
 /// interface (a `host` NIC given back and lent again is a new binding),
-/// else a new one; and on each of `if_present` that exists now (an
-/// emulated NIC's host interface, which its VMApp or device model makes
-/// after the driver domain's first start). How many it opened.
+/// else a new one; and likewise on each of `if_present` that exists now
+/// (an emulated NIC's host interface, made again if its device model
+/// restarted). How many it opened.
 pub fn keep(
     hv: &Hypervisor,
     driver: &str,
@@ -42,6 +43,25 @@ pub fn keep(
         Ok(opened)
     })
     .map_err(|e| e.to_string())
+}
+
+/// hv's [`hv::PortOpener`] for the driver domain in namespace `ns`: a
+/// socket on each of `names` the first time the domain asks for it, once
+/// its interface exists.
+pub fn opener(ns: &str, names: Vec<String>) -> hv::PortOpener {
+    let ns = ns.to_string();
+    Box::new(move |ifname| {
+        if !names.iter().any(|n| n == ifname) {
+            return None;
+        }
+        crate::host::in_netns(&ns, || {
+            if sys::ifindex(ifname).is_err() {
+                return Ok(None);
+            }
+            Ok(Some(PacketSocket::bind(ifname, true)?.into_fd()))
+        })
+        .transpose()
+    })
 }
 
 /// Whether the socket hv keeps on `driver`'s `ifname` is bound to the

@@ -130,6 +130,12 @@ impl Hypervisor {
         self.ports.get(driver, ifname)
     }
 
+    /// Has hv open `driver`'s ports that `opener` names the first time the
+    /// domain asks for them (`PortSocket`), and keep them from then on.
+    pub fn port_opener(&self, driver: &str, opener: crate::ports::PortOpener) {
+        self.ports.set_opener(driver, opener);
+    }
+
     /// Closes the sockets kept for `driver`, which will not come back.
     pub fn port_forget(&self, driver: &str) -> usize {
         self.ports.forget(driver)
@@ -140,7 +146,7 @@ impl Hypervisor {
     pub(super) fn port_socket(&self, caller: DomId, ifname: &str) -> HvResult<OwnedFd> {
         let me = self.caller_name(caller)?;
         self.ports
-            .get(&me, ifname)?
+            .get_or_open(&me, ifname)?
             .ok_or_else(|| crate::ports::none_kept(&me, ifname))
     }
 

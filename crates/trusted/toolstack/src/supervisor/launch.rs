@@ -92,9 +92,10 @@ impl Supervisor {
     }
 
     /// hv keeps a socket on each uplink of driver domain `name` (in `ns`),
-    /// and on the host interface of each emulated NIC it serves, for it
-    /// and its successors ([`crate::kept_ports`]); without one the domain
-    /// opens its own, and a restart drops what arrives meanwhile.
+    /// and on the host interface of each emulated NIC it serves (opened
+    /// when the domain first asks, since the interface comes later), for
+    /// it and its successors ([`crate::kept_ports`]); without one the
+    /// domain opens its own, and a restart drops what arrives meanwhile.
     fn keep_ports(&self, hv: &Hypervisor, name: &str, ns: &str) {
         let topo = self.topo();
         let ifnames: Vec<String> = topo
@@ -109,6 +110,7 @@ impl Supervisor {
             .map(|e| e.host_ifname())
             .collect();
         drop(topo);
+        hv.port_opener(name, crate::kept_ports::opener(ns, emulated.clone()));
         if let Err(e) = crate::kept_ports::keep(hv, name, ns, &ifnames, &emulated) {
             hv::log!(
                 Warning,
