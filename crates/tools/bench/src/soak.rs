@@ -4,18 +4,21 @@
 //! vhost-user VM socket for a hostile VM. For the whole run:
 //!
 //! - **flows** ([`flows`]) between the guests and the wire host, every
-//!   byte checked and every delivery timed;
+//!   byte checked and every delivery timed, and one between guests of two
+//!   hosts of an underlay over VXLAN with BGP EVPN ([`crosshost`]);
 //! - **churn** ([`churn`]): hot-plug and unplug on guest1 with vifspecs;
 //! - **downloads**: curl from the wire host's HTTP server, SHA-256 checked;
 //! - **events** ([`events`]), one at a time between quiet spells, drawn
 //!   from the seed: driver-domain and guest kills, a stopped driver
-//!   domain, a guest that stalls its RX ring, a hostile VM's attacks and
-//!   a VMM killed mid-attack.
+//!   domain, a guest that stalls its RX ring, a hostile VM's attacks, a
+//!   VMM killed mid-attack, and a bgpd killed or a BGP session dropped
+//!   between the hosts.
 //!
 //! At the end it sets hv's resources, the namespaces and every counter in
 //! `status` against the start, and judges by [`report`]'s rules.
 
 mod churn;
+mod crosshost;
 mod events;
 mod flows;
 mod pattern;
@@ -81,12 +84,17 @@ pub fn topology(vm_socket: &Path) -> String {
 }
 
 /// The flows: each guest kind to and from the wire host, guest to guest,
-/// request-response and UDP through the victim.
-pub fn flow_specs(seed: u64) -> Vec<flows::Spec> {
+/// request-response and UDP through the victim, and guest1 of underlay
+/// host a to guest1 of host b (at `cross_ip`).
+pub fn flow_specs(seed: u64, cross_ip: Ipv4Addr) -> Vec<flows::Spec> {
     use flows::Kind::*;
     let wire = Ipv4Addr::new(10, 77, 0, 254);
     let g = |n: u8| Ipv4Addr::new(10, 77, 0, n);
-    let list: [(&str, flows::Kind, &str, &str, Ipv4Addr); 8] = [
+    let (ca, cb) = (
+        crosshost::remote("a", "guest1"),
+        crosshost::remote("b", "guest1"),
+    );
+    let list: [(&str, flows::Kind, &str, &str, Ipv4Addr); 9] = [
         ("guest1-tx", Stream { mbps: 200 }, "guest1", "wire", wire),
         ("guest1-rx", Stream { mbps: 200 }, "wire", "guest1", g(1)),
         (
@@ -107,6 +115,7 @@ pub fn flow_specs(seed: u64) -> Vec<flows::Spec> {
             "guest2",
             g(2),
         ),
+        ("a-guest1-b-guest1", Stream { mbps: 50 }, &ca, &cb, cross_ip),
     ];
     list.iter()
         .enumerate()
@@ -128,6 +137,7 @@ pub struct Lab {
     pub exe: PathBuf,
     pub run_dir: PathBuf,
     pub vm_socket: PathBuf,
+    pub cross: crosshost::CrossHost,
     pub t0: Instant,
 }
 
@@ -185,10 +195,13 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
             Duration::from_secs(30),
         )?;
     }
+    say(opts, "underlay hosts a and b up, BGP EVPN between them");
+    let cross = crosshost::CrossHost::up(&opts.exe, &opts.run_dir)?;
     let lab = Lab {
         exe: opts.exe.clone(),
         run_dir: opts.run_dir.clone(),
         vm_socket,
+        cross,
         t0: Instant::now(),
     };
     let r = soak(opts, &lab, &want);
@@ -214,7 +227,7 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
     let before = reference(lab)?;
     let namespaces_before = status_diff::namespaces()?;
     let status_before = status_diff::status_json(lab)?;
-    let mut flows = Flows::start(opts.seed, lab.t0)?;
+    let mut flows = Flows::start(opts.seed, lab.cross.server_ip, lab.t0)?;
     say(
         opts,
         &format!("{} flows running; seed {}", flows.running.len(), opts.seed),
@@ -306,12 +319,12 @@ struct Flows {
 
 impl Flows {
     /// Starts every flow and waits until each has delivered bytes.
-    fn start(seed: u64, t0: Instant) -> Result<Flows> {
+    fn start(seed: u64, cross_ip: Ipv4Addr, t0: Instant) -> Result<Flows> {
         let mut f = Flows {
             stop: Arc::new(AtomicBool::new(false)),
             running: Vec::new(),
         };
-        for spec in flow_specs(seed) {
+        for spec in flow_specs(seed, cross_ip) {
             f.running.push(flows::start(spec, t0, f.stop.clone())?);
         }
         for r in &f.running {

@@ -71,9 +71,11 @@ pub(crate) enum Suite {
     Cni,
     /// Everything at once for --minutes (default 10, or 3 with --quick):
     /// a guest of every NIC kind streaming, request-response and UDP, every
-    /// byte checked; hot-plug churn and SHA-256-checked downloads; and,
-    /// drawn from --seed, driver-domain and guest kills, a stopped driver
-    /// domain, a guest stalling its RX ring and a hostile VM's attacks.
+    /// byte checked, and a stream between two underlay hosts over EVPN;
+    /// hot-plug churn and SHA-256-checked downloads; and, drawn from
+    /// --seed, driver-domain and guest kills, a stopped driver domain, a
+    /// guest stalling its RX ring, a hostile VM's attacks, and a killed
+    /// bgpd or dropped BGP session between the hosts.
     /// Reports bytes, gaps, leaks and every counter that moved; exits
     /// non-zero on a lost or corrupted byte or a leak.
     Soak,

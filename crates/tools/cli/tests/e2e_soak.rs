@@ -2,10 +2,12 @@
 //! a guest of every NIC kind carrying checked flows while the driver
 //! domain and a guest are killed, the driver domain is stopped, a guest
 //! stalls its RX ring, the uplink flaps, a guest scribbles on its NIC's
-//! memory and a hostile VM attacks, while
-//! churn hot-plugs vifs, applies a guest in and out and adds containers. The command's exit status
-//! is the soak's verdict; the test also reads the report as a user would.
-//! Needs root, curl and python3.
+//! memory and a hostile VM attacks, while churn hot-plugs vifs, applies a
+//! guest in and out and adds containers; and a stream between two
+//! underlay hosts over EVPN through a killed bgpd and a BGP session
+//! dropped by nftables. The command's exit status is the soak's verdict;
+//! the test also reads the report as a user would. Needs root, curl,
+//! python3, FRR and nft.
 
 mod common;
 
@@ -39,7 +41,7 @@ fn a_three_minute_soak_with_a_fixed_seed_loses_no_byte_and_leaks_nothing() {
     // Every flow carried bytes, each of them checked; none corrupted; a
     // TCP flow lost bytes only where one of its ends was killed.
     let flows = v["flows"].as_array().unwrap();
-    assert_eq!(flows.len(), 8, "{report}");
+    assert_eq!(flows.len(), 9, "{report}");
     for f in flows {
         let name = f["name"].as_str().unwrap();
         assert!(
@@ -69,6 +71,8 @@ fn a_three_minute_soak_with_a_fixed_seed_loses_no_byte_and_leaks_nothing() {
         "SIGKILL the VMM mid kick storm",
         "the uplink's link flaps",
         "guest7 scribbles on its NIC's memory",
+        "SIGKILL host a's bgpd",
+        "host a's BGP dropped by nftables",
     ] {
         assert!(events.contains(&want), "no {want:?} in {events:?}");
     }

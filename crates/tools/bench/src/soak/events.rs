@@ -8,7 +8,9 @@
 //! the uplink's link flapping (the wire host's end down for seconds, the
 //! carrier lost at the driver domain's port, as a pulled cable), and a
 //! guest whose shared memory is scribbled on while it sends (its emulated
-//! NIC's rings and buffers, as a hostile guest kernel would).
+//! NIC's rings and buffers, as a hostile guest kernel would), and, between
+//! the underlay's hosts ([`super::crosshost`]), a bgpd killed and a BGP
+//! session dropped by nftables.
 
 use super::Lab;
 use crate::faults::{domain_pid, kill_domain, rss_kib};
@@ -37,6 +39,8 @@ pub enum Event {
     KillVmm,
     FlapUplink,
     Scribble,
+    KillBgpd,
+    DropBgp,
 }
 
 impl Event {
@@ -50,6 +54,8 @@ impl Event {
             Event::KillVmm,
             Event::FlapUplink,
             Event::Scribble,
+            Event::KillBgpd,
+            Event::DropBgp,
         ];
         v.extend(Attack::ALL.iter().map(|&a| Event::Attack(a)));
         v
@@ -65,6 +71,8 @@ impl Event {
             Event::KillVmm => "SIGKILL the VMM mid kick storm".into(),
             Event::FlapUplink => "the uplink's link flaps".into(),
             Event::Scribble => format!("{SCRIBBLER} scribbles on its NIC's memory"),
+            Event::KillBgpd => "SIGKILL host a's bgpd".into(),
+            Event::DropBgp => "host a's BGP dropped by nftables".into(),
         }
     }
 
@@ -86,13 +94,15 @@ impl Event {
     /// How long it lasts, drawn from `rng` (ms; a kill takes none).
     fn draw_length(self, rng: &mut SplitMix) -> u64 {
         match self {
-            Event::KillDriver | Event::KillGuest => 0,
+            Event::KillDriver | Event::KillGuest | Event::KillBgpd => 0,
             Event::StopDriver => rng.between(1000, 3000),
             Event::StallGuest => rng.between(2000, 6000),
             Event::Attack(_) => rng.between(3000, 6000),
             Event::KillVmm => rng.between(500, 2000),
             Event::FlapUplink => rng.between(1000, 3000),
             Event::Scribble => rng.between(2000, 4000),
+            // Past the sessions' 3 s hold time, so that they go down.
+            Event::DropBgp => rng.between(4000, 6000),
         }
     }
 
@@ -193,6 +203,8 @@ impl Lab {
             Event::KillVmm => self.attack(Attack::KickStorm, 30.0, Some(Duration::from_millis(ms))),
             Event::FlapUplink => self.flap_uplink(ms),
             Event::Scribble => self.scribble(ms),
+            Event::KillBgpd => self.kill_bgpd(),
+            Event::DropBgp => self.drop_bgp(ms),
         };
         match done {
             Ok(detail) => w.detail = detail,
@@ -397,7 +409,7 @@ impl Lab {
 }
 
 /// `kill -SIG pid`.
-fn signal(sig: &str, pid: i32) -> Result<()> {
+pub(super) fn signal(sig: &str, pid: i32) -> Result<()> {
     let st = Command::new("kill")
         .args([&format!("-{sig}"), &pid.to_string()])
         .status()?;

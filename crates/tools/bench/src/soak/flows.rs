@@ -100,9 +100,10 @@ fn transient(e: &std::io::Error) -> bool {
     )
 }
 
-/// Moves the calling thread into `domain`'s network namespace.
+/// Moves the calling thread into `domain`'s network namespace (a domain
+/// of an underlay host is named `HOST/DOMAIN`).
 fn enter(domain: &str) -> Result<()> {
-    Ok(toolstack::host::enter_netns(&toolstack::host::netns_name(
+    Ok(toolstack::host::enter_netns(&super::crosshost::netns_of(
         domain,
     ))?)
 }
