@@ -179,7 +179,7 @@ impl Lab {
         let again = t0.elapsed();
         self.cross.reach()?;
         Ok(format!(
-            "host {FAULTED}'s bgpd (pid {old}) killed; running again as pid {new} after {:.0} ms; guest1 on {FAULTED} reached guest1 on {} {:.0} ms after the kill",
+            "host {FAULTED}'s bgpd (pid {old}) killed; running again as pid {new} after {:.0} ms; guest1 on {FAULTED} reached guest1 on {} again (pings of 1 s) {:.0} ms after the kill",
             again.as_secs_f64() * 1e3,
             HOSTS[1],
             t0.elapsed().as_secs_f64() * 1e3
@@ -205,7 +205,7 @@ impl Lab {
         let t0 = Instant::now();
         self.cross.reach()?;
         Ok(format!(
-            "host {FAULTED}'s BGP dropped both ways for {ms} ms (the hold time is 3 s); guest1 on {FAULTED} reached guest1 on {} {:.0} ms after",
+            "host {FAULTED}'s BGP dropped both ways for {ms} ms (the hold time is 3 s); guest1 on {FAULTED} reached guest1 on {} again (pings of 1 s) {:.0} ms after",
             HOSTS[1],
             t0.elapsed().as_secs_f64() * 1e3
         ))

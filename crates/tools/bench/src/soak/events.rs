@@ -426,12 +426,16 @@ mod tests {
     #[test]
     fn every_event_has_a_name_and_only_peers_are_hostile() {
         let all = Event::all();
-        assert_eq!(all.len(), 7 + Attack::ALL.len());
+        assert_eq!(all.len(), 9 + Attack::ALL.len());
         let names: std::collections::BTreeSet<String> = all.iter().map(|e| e.name()).collect();
         assert_eq!(names.len(), all.len());
         assert!(!Event::KillDriver.hostile() && Event::StallGuest.hostile());
         assert_eq!(Event::KillGuest.kills(), Some(VICTIM));
         assert_eq!(Event::StopDriver.stops(), Some("drv"));
+        // A BGP fault kills or stops no domain of the soak's instance.
+        for e in [Event::KillBgpd, Event::DropBgp] {
+            assert!(!e.hostile() && e.kills().is_none() && e.stops().is_none());
+        }
     }
 
     #[test]
