@@ -12,13 +12,14 @@ use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 
-/// Kept sockets by (driver domain name, interface name).
 /// Opens the socket on one of a driver domain's ports the first time the
 /// domain asks hv for one it does not keep yet (the host side of an
 /// emulated NIC, which appears after the domain starts); None when `name`
 /// is not such a port or its interface does not exist yet.
 pub type PortOpener = Box<dyn Fn(&str) -> Option<std::io::Result<OwnedFd>> + Send + Sync>;
 
+/// Kept sockets by (driver domain name, interface name), and the openers
+/// of the ports hv opens on a driver domain's first ask.
 #[derive(Default)]
 pub(crate) struct KeptPorts {
     all: Mutex<BTreeMap<(String, String), OwnedFd>>,
@@ -47,7 +48,6 @@ impl KeptPorts {
             .map_err(|e| HvError::internal("dup of a kept port socket", e))
     }
 
-    /// Closes every socket kept for driver `driver`; how many there were.
     /// `driver`'s ports that hv opens on the domain's first ask.
     pub(crate) fn set_opener(&self, driver: &str, opener: PortOpener) {
         let mut o = self.openers.lock().unwrap_or_else(|p| p.into_inner());
@@ -74,6 +74,8 @@ impl KeptPorts {
         }
     }
 
+    /// Closes every socket kept for driver `driver`, and forgets its
+    /// opener; how many sockets there were.
     pub(crate) fn forget(&self, driver: &str) -> usize {
         self.openers
             .lock()
