@@ -19,7 +19,6 @@ use crate::multihost::{self, Mode};
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The underlay's hosts: a sends, b receives.
@@ -142,21 +141,10 @@ fn bgpd_pid() -> Option<i32> {
     (pid > 0 && Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
 }
 
-/// `nft ARGS` in the faulted host's driver domain.
-fn nft(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &faulted_ns(), "nft"])
-        .args(args)
-        .output()
-        .context("running nft")?;
-    if !out.status.success() {
-        bail!(
-            "nft {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+/// An nftables script in the faulted host's driver domain, all or nothing.
+fn nft(script: &str) -> Result<()> {
+    toolstack::uplink::nft_script_in(Some(&faulted_ns()), script)
+        .map_err(|e| anyhow!("nft in {}: {e}", faulted_ns()))
 }
 
 impl Lab {
@@ -199,9 +187,9 @@ impl Lab {
             chain("i", "input"),
             chain("o", "output")
         );
-        nft_stdin(&table)?;
+        nft(&table)?;
         std::thread::sleep(Duration::from_millis(ms));
-        nft(&["delete", "table", "inet", DROP_TABLE])?;
+        nft(&format!("delete table inet {DROP_TABLE}\n"))?;
         let t0 = Instant::now();
         self.cross.reach()?;
         Ok(format!(
@@ -210,26 +198,4 @@ impl Lab {
             t0.elapsed().as_secs_f64() * 1e3
         ))
     }
-}
-
-/// `nft -f -` with `script` on its input, in the faulted host's driver
-/// domain.
-fn nft_stdin(script: &str) -> Result<()> {
-    use std::io::Write;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &faulted_ns(), "nft", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running nft")?;
-    child
-        .stdin
-        .take()
-        .ok_or_else(|| anyhow!("nft's input"))?
-        .write_all(script.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!("nft -f -: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
 }

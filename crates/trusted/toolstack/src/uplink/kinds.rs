@@ -396,7 +396,7 @@ fn nft_script(rules: &str) -> Result<(), String> {
 
 /// Runs an nftables script in one transaction, in namespace `ns` (hv's
 /// own without one).
-pub(super) fn nft_script_in(ns: Option<&str>, rules: &str) -> Result<(), String> {
+pub fn nft_script_in(ns: Option<&str>, rules: &str) -> Result<(), String> {
     use std::io::Write;
     let mut cmd = match ns {
         Some(ns) => {

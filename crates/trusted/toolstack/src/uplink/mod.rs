@@ -25,6 +25,7 @@ pub mod frr;
 pub mod group;
 pub mod journal;
 mod kinds;
+pub use kinds::nft_script_in;
 pub mod pasta;
 mod procs;
 mod tunnel;
