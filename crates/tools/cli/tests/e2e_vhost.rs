@@ -389,12 +389,21 @@ fn testpmd_exchanges_traffic_with_the_wire_host_through_the_driver_domain() {
     env.ping("guest2", "10.77.0.50", 3);
     tp.cmd("stop");
     // The driver domain counted what passed, both ways (named as the VM's
-    // rings are: tx is what the VM sent).
-    let after = vhost_vif(&env.status(), "vm1");
-    let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
-    assert!(
-        moved("tx_packets") >= 22_000 && moved("rx_packets") >= 2_000,
-        "{before:#}\n{after:#}"
+    // rings are: tx is what the VM sent). It publishes its counters twice a
+    // second, so the count is awaited, not sampled once.
+    wait_until(
+        "the driver domain to count 22,000 frames from vm1 and 2,000 to it",
+        Duration::from_secs(5),
+        || {
+            let after = vhost_vif(&env.status(), "vm1");
+            let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+            let (tx, rx) = (moved("tx_packets"), moved("rx_packets"));
+            if tx >= 22_000 && rx >= 2_000 {
+                Ok(())
+            } else {
+                Err(format!("tx {tx}, rx {rx}"))
+            }
+        },
     );
     drop(tp);
     env.ok(&["down"]);
@@ -561,11 +570,20 @@ fn a_virtio_guest_and_a_netfront_guest_exchange_tcp_both_ways() {
         iperf(&env, "wire", "10.77.0.254", "guest1", reverse, 2);
     }
     netfront_to_virtio_intact(&env);
-    let after = vhost_vif(&env.status(), "guest1");
-    let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
-    assert!(
-        moved("tx_packets") > 1000 && moved("rx_packets") > 1000,
-        "{before:#}\n{after:#}"
+    // Counters are published twice a second: await them.
+    wait_until(
+        "the driver domain to count 1,000 frames each way for guest1",
+        Duration::from_secs(5),
+        || {
+            let after = vhost_vif(&env.status(), "guest1");
+            let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+            let (tx, rx) = (moved("tx_packets"), moved("rx_packets"));
+            if tx > 1000 && rx > 1000 {
+                Ok(())
+            } else {
+                Err(format!("tx {tx}, rx {rx}"))
+            }
+        },
     );
     env.ok(&["down"]);
     assert_nothing_left();
