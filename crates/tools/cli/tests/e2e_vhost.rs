@@ -365,6 +365,23 @@ fn connected(env: &Env, name: &str) -> serde_json::Value {
     v
 }
 
+/// Waits until the driver domain has counted at least `tx` frames from
+/// vhost-user vif `name` and `rx` to it since `before`. It publishes its
+/// counters twice a second, so they are awaited, not sampled once.
+fn await_counted(env: &Env, name: &str, before: &serde_json::Value, tx: u64, rx: u64) {
+    let what = format!("the driver domain to count {tx} frames from {name} and {rx} to it");
+    wait_until(&what, Duration::from_secs(5), || {
+        let after = vhost_vif(&env.status(), name);
+        let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+        let (t, r) = (moved("tx_packets"), moved("rx_packets"));
+        if t >= tx && r >= rx {
+            Ok(())
+        } else {
+            Err(format!("{t} from it, {r} to it"))
+        }
+    });
+}
+
 #[test]
 fn testpmd_exchanges_traffic_with_the_wire_host_through_the_driver_domain() {
     let Some(env) = Env::new("vhost-testpmd") else {
@@ -389,22 +406,8 @@ fn testpmd_exchanges_traffic_with_the_wire_host_through_the_driver_domain() {
     env.ping("guest2", "10.77.0.50", 3);
     tp.cmd("stop");
     // The driver domain counted what passed, both ways (named as the VM's
-    // rings are: tx is what the VM sent). It publishes its counters twice a
-    // second, so the count is awaited, not sampled once.
-    wait_until(
-        "the driver domain to count 22,000 frames from vm1 and 2,000 to it",
-        Duration::from_secs(5),
-        || {
-            let after = vhost_vif(&env.status(), "vm1");
-            let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
-            let (tx, rx) = (moved("tx_packets"), moved("rx_packets"));
-            if tx >= 22_000 && rx >= 2_000 {
-                Ok(())
-            } else {
-                Err(format!("tx {tx}, rx {rx}"))
-            }
-        },
-    );
+    // rings are: tx is what the VM sent).
+    await_counted(&env, "vm1", &before, 22_000, 2_000);
     drop(tp);
     env.ok(&["down"]);
     assert_nothing_left();
@@ -570,21 +573,7 @@ fn a_virtio_guest_and_a_netfront_guest_exchange_tcp_both_ways() {
         iperf(&env, "wire", "10.77.0.254", "guest1", reverse, 2);
     }
     netfront_to_virtio_intact(&env);
-    // Counters are published twice a second: await them.
-    wait_until(
-        "the driver domain to count 1,000 frames each way for guest1",
-        Duration::from_secs(5),
-        || {
-            let after = vhost_vif(&env.status(), "guest1");
-            let moved = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
-            let (tx, rx) = (moved("tx_packets"), moved("rx_packets"));
-            if tx > 1000 && rx > 1000 {
-                Ok(())
-            } else {
-                Err(format!("tx {tx}, rx {rx}"))
-            }
-        },
-    );
+    await_counted(&env, "guest1", &before, 1_000, 1_000);
     env.ok(&["down"]);
     assert_nothing_left();
 }
