@@ -188,7 +188,27 @@ pub fn domain_netns_add(ns: &str, domid: hv::DomId) -> io::Result<()> {
         h.map_ids(0, id, id)
     })?;
     ip_in(ns, &["link", "set", "lo", "up"])?;
-    Ok(())
+    arp_on_own_interface_only(ns)
+}
+
+/// A domain with several NICs on one segment (a guest with a hot-plugged
+/// vif on its first one's bridge) answers ARP for an address only on the
+/// interface that has it, and names only that interface's address in its
+/// own requests, as a multi-homed Linux host is set up (`arp_ignore` 1,
+/// `arp_announce` 2). With Linux's defaults every interface answers for
+/// every address: a peer can learn the second NIC's MAC for the first's
+/// address, and when that NIC is unplugged its traffic to the address
+/// goes nowhere until its neighbor entry expires (tens of seconds, or
+/// never while the connection's own replies keep confirming it).
+fn arp_on_own_interface_only(ns: &str) -> io::Result<()> {
+    in_netns(ns, || {
+        for (key, value) in [("arp_ignore", "1"), ("arp_announce", "2")] {
+            let path = format!("/proc/sys/net/ipv4/conf/all/{key}");
+            fs::write(&path, value)
+                .map_err(|e| io::Error::new(e.kind(), format!("{ns}: {path}: {e}")))?;
+        }
+        Ok(())
+    })
 }
 
 /// Names `ns` the namespaces of a holder `spawn` starts, once `prepare`
