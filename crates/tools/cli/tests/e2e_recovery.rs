@@ -423,3 +423,65 @@ fn a_vif_replaced_while_its_guest_could_not_look_is_a_new_device() {
     now.assert_holds_as(&held);
     env.ping("guest1", "10.77.0.2", 3);
 }
+
+/// A hot-plug that a driver-domain crash interrupts completes on the
+/// restarted driver domain: the restart sets up every vif it knows,
+/// the new one too, and the attach follows the vif to the new domain id.
+/// (The driver domain is stopped first, so the attach is surely waiting on
+/// it when it dies.)
+#[test]
+fn an_attach_interrupted_by_a_driver_domain_crash_completes_after_the_restart() {
+    let Some(env) = Env::new("rec-attach-crash") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let drv = domain(&env.status(), "drv").clone();
+    let pid = drv["pid"].as_i64().unwrap();
+    signal(pid, "STOP");
+    let run_dir = env.run_dir.clone();
+    let attach = std::thread::spawn(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_splitnet"))
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .args(["network-attach", "guest1", "--mac", "00:16:3e:00:00:c1"])
+            .output()
+    });
+    wait_until("the new vif's directories", Duration::from_secs(10), || {
+        vifs_of(&env.status(), "guest1").len() == 2
+    });
+    kill9(pid);
+    let attached = attach.join().unwrap().unwrap();
+    assert!(
+        attached.status.success() && String::from_utf8_lossy(&attached.stdout).contains("as eth1"),
+        "{attached:?}"
+    );
+    let st = env.status();
+    assert_ne!(domain(&st, "drv")["id"], drv["id"], "drv was not restarted");
+    // Traffic crosses it, on a subnet only it is on.
+    env.ok(&[
+        "exec",
+        "guest1",
+        "--",
+        "ip",
+        "addr",
+        "add",
+        "10.78.0.1/24",
+        "dev",
+        "eth1",
+    ]);
+    env.ok(&[
+        "exec",
+        "wire",
+        "--",
+        "ip",
+        "addr",
+        "add",
+        "10.78.0.254/24",
+        "dev",
+        "eth0",
+    ]);
+    env.ping("guest1", "10.78.0.254", 3);
+    env.ok(&["network-detach", "guest1", "1"]);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

@@ -329,12 +329,17 @@ impl Supervisor {
         ))
     }
 
-    /// Waits until both ends of `v` are Connected.
+    /// Waits until both ends of `v` are Connected. The paths are looked up
+    /// again at each look: a driver domain that restarts meanwhile comes
+    /// back under a new domain id, and its restart sets the vif up there.
     pub(super) fn wait_connected(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> HvResult<()> {
-        let (fe, be) = Self::paths(hv, v)?;
+        let (mut fe, mut be) = Self::paths(hv, v)?;
         let connected = |p: &str| state_of(hv, p) == Some(XenbusState::Connected);
         let mut why = None;
         let up = wait_until(HANDSHAKE, || {
+            if let Ok(now) = Self::paths(hv, v) {
+                (fe, be) = now;
+            }
             why = given_up(hv, &be);
             why.is_some() || (connected(&fe) && connected(&be))
         });
