@@ -458,28 +458,8 @@ fn an_attach_interrupted_by_a_driver_domain_crash_completes_after_the_restart() 
     let st = env.status();
     assert_ne!(domain(&st, "drv")["id"], drv["id"], "drv was not restarted");
     // Traffic crosses it, on a subnet only it is on.
-    env.ok(&[
-        "exec",
-        "guest1",
-        "--",
-        "ip",
-        "addr",
-        "add",
-        "10.78.0.1/24",
-        "dev",
-        "eth1",
-    ]);
-    env.ok(&[
-        "exec",
-        "wire",
-        "--",
-        "ip",
-        "addr",
-        "add",
-        "10.78.0.254/24",
-        "dev",
-        "eth0",
-    ]);
+    env.addr_add("guest1", "10.78.0.1/24", "eth1");
+    env.addr_add("wire", "10.78.0.254/24", "eth0");
     env.ping("guest1", "10.78.0.254", 3);
     env.ok(&["network-detach", "guest1", "1"]);
     env.ok(&["down"]);

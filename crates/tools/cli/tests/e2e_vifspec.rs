@@ -83,10 +83,6 @@ fn links(env: &Env, guest: &str) -> String {
     env.ok(&["exec", guest, "--", "ip", "-br", "link"])
 }
 
-fn addr_add(env: &Env, domain: &str, cidr: &str, dev: &str) {
-    env.ok(&["exec", domain, "--", "ip", "addr", "add", cidr, "dev", dev]);
-}
-
 fn fails_with(o: &Output, needle: &str) {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "should have failed: {needle}");
@@ -138,8 +134,8 @@ fn a_guest_with_eight_vifs_from_its_topology_reaches_the_wire_on_each() {
     );
     assert_eq!(rows[7]["hotplug_status"], "connected");
     // Traffic over the last vif, on a subnet only it is on.
-    addr_add(&env, "guest1", "10.79.0.1/24", "eth7");
-    addr_add(&env, "wire", "10.79.0.254/24", "eth0");
+    env.addr_add("guest1", "10.79.0.1/24", "eth7");
+    env.addr_add("wire", "10.79.0.254/24", "eth0");
     let before = rx_bytes("guest1", "eth7");
     env.ping("guest1", "10.79.0.254", 3);
     assert!(rx_bytes("guest1", "eth7") > before);
@@ -192,8 +188,8 @@ fn a_vifspec_attaches_lists_and_detaches_by_mac() {
     assert_ne!(r["tx_ring_ref"], "-1");
     assert!(links(&env, "guest1").contains("00:16:3e:00:00:42"));
     // Traffic crosses it.
-    addr_add(&env, "guest1", "10.78.0.1/24", "eth1");
-    addr_add(&env, "wire", "10.78.0.254/24", "eth0");
+    env.addr_add("guest1", "10.78.0.1/24", "eth1");
+    env.addr_add("wire", "10.78.0.254/24", "eth0");
     env.ping("guest1", "10.78.0.254", 3);
     // The MAC is taken; a wrong MAC names no vif.
     fails_with(

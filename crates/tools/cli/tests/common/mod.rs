@@ -731,6 +731,11 @@ impl Env {
         h
     }
 
+    /// Adds address `cidr` to `dev` in `domain` (a guest or the wire).
+    pub fn addr_add(&self, domain: &str, cidr: &str, dev: &str) {
+        self.ok(&["exec", domain, "--", "ip", "addr", "add", cidr, "dev", dev]);
+    }
+
     /// guest1 pings the wire host, guest2 and the wire over IPv6, and is
     /// pinged back.
     pub fn ping_guest1_all_ways(&self) {
