@@ -174,6 +174,9 @@ fn say(opts: &SoakOptions, msg: &str) {
 
 /// Brings the topology up, runs the soak and brings it down.
 pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
+    // Ctrl-C (or SIGTERM) ends the run early, everything taken down and
+    // the report written for the time it ran.
+    sys::catch_interrupts().map_err(|e| anyhow!("catching Ctrl-C: {e}"))?;
     std::fs::create_dir_all(&opts.run_dir)?;
     let vm_socket = opts.run_dir.join("soak-vm1.sock");
     let topo = opts.run_dir.join("soak.toml");
@@ -285,12 +288,15 @@ fn events_loop(opts: &SoakOptions, lab: &Lab) -> (Vec<events::Window>, Spans) {
     loop {
         let step = plan.next_step();
         let needs = Duration::from_millis(step.quiet_ms + step.length_ms + 3000);
-        if Instant::now() + needs > deadline {
+        if Instant::now() + needs > deadline || sys::interrupted() {
             break;
         }
         let from = lab.secs(Instant::now());
-        std::thread::sleep(Duration::from_millis(step.quiet_ms));
+        nap(Duration::from_millis(step.quiet_ms));
         quiet.push((from, lab.secs(Instant::now())));
+        if sys::interrupted() {
+            break;
+        }
         let w = lab.run_event(&step);
         say(
             opts,
@@ -304,10 +310,24 @@ fn events_loop(opts: &SoakOptions, lab: &Lab) -> (Vec<events::Window>, Spans) {
     }
     let from = lab.secs(Instant::now());
     if let Some(rest) = deadline.checked_duration_since(Instant::now()) {
-        std::thread::sleep(rest);
+        nap(rest);
     }
     quiet.push((from, lab.secs(Instant::now())));
+    if sys::interrupted() {
+        say(opts, "interrupted: stopping early");
+    }
     (windows, quiet)
+}
+
+/// Sleeps `d`, or less if Ctrl-C comes.
+fn nap(d: Duration) {
+    let end = Instant::now() + d;
+    while !sys::interrupted() {
+        let Some(left) = end.checked_duration_since(Instant::now()) else {
+            return;
+        };
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
 }
 
 /// The flows under way; stopped and joined when dropped, so that no
