@@ -337,6 +337,9 @@ impl Device {
             q.set_ready(false);
             return Err("ring outside guest memory");
         }
+        if enabled {
+            resume_at_used(mem, &mut self.rings[i]);
+        }
         Ok(())
     }
 
@@ -490,6 +493,29 @@ impl Device {
     /// The rings to call now (bit per ring), which are then cleared.
     pub fn take_calls(&mut self) -> u8 {
         std::mem::take(&mut self.to_call)
+    }
+}
+
+/// Resumes `ring` where its used ring says the last backend stopped, when
+/// the base the frontend gave is elsewhere. A frontend that lost its
+/// backend mid-run and has no idea how far it got (DPDK's virtio-user
+/// sends 0 as every ring's base when it takes a new connection) would
+/// otherwise look like one whose available index ran a ring's length
+/// ahead. A network device completes its buffers in order, so the used
+/// index is where the old backend stopped, as DPDK's vhost library and
+/// libvhost-user resume too; buffers it had taken and not returned are
+/// taken again (a transmitted frame may leave twice, which TCP bears).
+fn resume_at_used(mem: &GuestMemoryMmap, ring: &mut Ring) {
+    let Ok(used) = ring
+        .queue
+        .used_idx(mem, std::sync::atomic::Ordering::Acquire)
+    else {
+        return;
+    };
+    if used.0 != ring.queue.next_used() {
+        ring.queue.set_next_avail(used.0);
+        ring.queue.set_next_used(used.0);
+        ring.looked_at = used;
     }
 }
 
