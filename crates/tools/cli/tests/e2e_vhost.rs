@@ -228,6 +228,7 @@ fn harness_qemu_vm_against_dpdks_vhost_backend() {
         bridge: None,
         vlan: None,
         guest: false,
+        vm_listens: false,
     };
     let mut vm = Vm::boot(
         &image,
@@ -574,6 +575,65 @@ fn a_virtio_guest_and_a_netfront_guest_exchange_tcp_both_ways() {
     }
     netfront_to_virtio_intact(&env);
     await_counted(&env, "guest1", &before, 1_000, 1_000);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// A VM whose VMM listens (`socket_server = "vm"`, here testpmd with
+/// virtio-user's `server=1`, which as a client never reconnects): the
+/// driver domain dials it through hv, and dials it again after a SIGKILL,
+/// so the VM keeps its link without restarting; `vm-args` prints the
+/// listening side's arguments.
+#[test]
+fn a_vm_that_listens_is_dialed_again_after_a_driver_domain_kill() {
+    let Some(env) = Env::new("vhost-dial") else {
+        return;
+    };
+    if !tools_for_testpmd() {
+        return;
+    }
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let sock = env.run_dir.join("vm1.sock");
+    let path = env.run_dir.join("vhost-dial.toml");
+    let topology = vm_topology("vhost-dial", &sock, "")
+        .replace("kind = \"vm\"\n", "kind = \"vm\"\nsocket_server = \"vm\"\n");
+    std::fs::write(&path, topology).unwrap();
+    env.ok(&["up", "--config", path.to_str().unwrap()]);
+    let _show = ShowOnFailure(&env);
+    assert!(!sock.exists(), "hv bound the socket the VM listens on");
+    let args = env.ok(&["vm-args", "vm1"]);
+    for want in ["server=on,wait=off", "vhost_mode=server", ",server=1"] {
+        assert!(args.contains(want), "vm-args lacks {want}:\n{args}");
+    }
+    // testpmd listens and waits for its backend: splitnet dials it.
+    let mut tp = Testpmd::start(
+        None,
+        "0@0,1@0",
+        &[format!(
+            "net_virtio_user0,path={},mac={VM_MAC},server=1",
+            sock.display()
+        )],
+        &["--tx-ip=10.77.0.50,10.77.0.254"],
+        &env.run_dir.join("testpmd.log"),
+    );
+    tp.wait_link_up(0, Duration::from_secs(30));
+    tp.cmd("set fwd icmpecho");
+    tp.cmd("start");
+    env.ping("wire", "10.77.0.50", 3);
+    let drv = domain(&env.status(), "drv").clone();
+    kill9(drv["pid"].as_i64().unwrap());
+    wait_until(
+        "drv back, vm1 dialed again",
+        Duration::from_secs(30),
+        || {
+            let st = env.status();
+            domain(&st, "drv")["id"] != drv["id"] && vhost_vif(&st, "vm1")["connected"] == true
+        },
+    );
+    // The same testpmd, never restarted, answers again.
+    env.ping("wire", "10.77.0.50", 3);
+    tp.cmd("stop");
+    drop(tp);
     env.ok(&["down"]);
     assert_nothing_left();
 }

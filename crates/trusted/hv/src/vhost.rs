@@ -7,8 +7,16 @@
 //! of the listener ([`Request::VhostListener`]); a `nic = "virtio"` guest
 //! gets a connected client ([`Request::VhostConnect`]), never the path.
 //!
+//! A VM whose VMM listens itself (`socket_server = "vm"`: QEMU's
+//! `server=on`, DPDK virtio-user's `server=1`) is dialed instead: hv binds
+//! nothing and connects to the VM's socket for its driver domain
+//! ([`Request::VhostDial`]), again after each driver-domain restart, so a
+//! VMM that cannot reconnect itself keeps its link (OVS's
+//! `dpdkvhostuserclient` ports work the same way).
+//!
 //! [`Request::VhostListener`]: crate::proto::Request::VhostListener
 //! [`Request::VhostConnect`]: crate::proto::Request::VhostConnect
+//! [`Request::VhostDial`]: crate::proto::Request::VhostDial
 
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::proto::DomId;
@@ -33,14 +41,17 @@ pub struct VhostSpec {
     /// The `nic = "virtio"` guest (by name) whose vif this is: it alone may
     /// connect through hv. None: an external VM, which connects by path.
     pub guest: Option<String>,
+    /// The VM's VMM listens on `socket` and hv dials it for the driver
+    /// domain; hv binds nothing there and never removes the file.
+    pub dial: bool,
 }
 
-/// One live listener: the socket, the file's identity, so that only hv's
-/// own socket file is unlinked, and the listener's own identity.
+/// One live listener: the socket and the file's identity, so that only
+/// hv's own socket file is unlinked (neither for a vif hv dials), and the
+/// listener's own identity.
 struct Listener {
     spec: VhostSpec,
-    sock: UnixListener,
-    dev_ino: (u64, u64),
+    sock: Option<(UnixListener, (u64, u64))>,
     /// Unique among the listeners of this hv: a vif detached and attached
     /// again under the same name, MAC and bridge gets a new one, so the
     /// driver domain can tell its new listener from the old.
@@ -50,8 +61,11 @@ struct Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         // The file is ours only if it is still the inode we bound.
+        let Some((_, dev_ino)) = self.sock else {
+            return;
+        };
         let ours = std::fs::symlink_metadata(&self.spec.socket)
-            .is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino);
+            .is_ok_and(|m| (m.dev(), m.ino()) == dev_ino);
         if ours {
             let _ = std::fs::remove_file(&self.spec.socket);
         }
@@ -113,25 +127,38 @@ impl VhostListeners {
     /// `me`), which must be the driver domain that backs it.
     pub(crate) fn listener(&self, caller: DomId, me: &str, name: &str) -> HvResult<OwnedFd> {
         let all = self.lock();
-        let l = all.get(name).ok_or_else(|| {
-            HvError::new(
-                ErrorKind::BadDomain,
-                format!("no vhost-user vif named {name:?}"),
-            )
-        })?;
-        if l.spec.backend != me {
+        let l = backed(&all, caller, me, name)?;
+        let Some((sock, _)) = &l.sock else {
             return err(
-                ErrorKind::PermissionDenied,
-                format!(
-                    "domain {caller} ({me}) does not back vhost-user vif {name} ({} does)",
-                    l.spec.backend
-                ),
+                ErrorKind::Invalid,
+                format!("vhost-user vif {name}'s VM listens on its socket itself: ask hv to dial it (VhostDial)"),
             );
-        }
-        l.sock
-            .try_clone()
+        };
+        sock.try_clone()
             .map(OwnedFd::from)
             .map_err(|e| HvError::internal("dup of a vhost listener", e))
+    }
+
+    /// A new blocking connection to the socket VM vif `name`'s VMM listens
+    /// on (`socket_server = "vm"`), for domain `caller` (named `me`), which
+    /// must be the driver domain that backs it. hv never waits: a VMM not
+    /// listening yet, or whose backlog is full, is an error the driver
+    /// domain retries.
+    pub(crate) fn dial(&self, caller: DomId, me: &str, name: &str) -> HvResult<OwnedFd> {
+        let path = {
+            let all = self.lock();
+            let l = backed(&all, caller, me, name)?;
+            if l.sock.is_some() {
+                return err(
+                    ErrorKind::Invalid,
+                    format!(
+                        "hv listens for vhost-user vif {name}: take its listener (VhostListener)"
+                    ),
+                );
+            }
+            l.spec.socket.clone()
+        };
+        connect_blocking(&path)
     }
 
     /// A new blocking connection to the vif of `nic = "virtio"` guest
@@ -143,7 +170,7 @@ impl VhostListeners {
             .lock()
             .values()
             .find(|l| l.spec.guest.as_deref() == Some(me))
-            .map(|l| (l.spec.socket.clone(), l.dev_ino))
+            .and_then(|l| Some((l.spec.socket.clone(), l.sock.as_ref()?.1)))
             .ok_or_else(|| {
                 HvError::new(
                     ErrorKind::PermissionDenied,
@@ -159,18 +186,52 @@ impl VhostListeners {
                 format!("{} is no longer the socket hv listens on", path.display()),
             );
         }
-        let fd = sys::connect_stream_nonblocking(&path).map_err(|e| {
-            let kind = match e.kind() {
-                IoKind::WouldBlock => ErrorKind::Quota,
-                _ => ErrorKind::Internal,
-            };
-            HvError::new(kind, format!("connecting to {}: {e}", path.display()))
-        })?;
-        let s = UnixStream::from(fd);
-        s.set_nonblocking(false)
-            .map_err(|e| HvError::internal("vhost connection", e))?;
-        Ok(OwnedFd::from(s))
+        connect_blocking(&path)
     }
+}
+
+/// Vif `name`'s entry, if domain `caller` (named `me`) is its driver
+/// domain.
+fn backed<'a>(
+    all: &'a BTreeMap<String, Listener>,
+    caller: DomId,
+    me: &str,
+    name: &str,
+) -> HvResult<&'a Listener> {
+    let l = all.get(name).ok_or_else(|| {
+        HvError::new(
+            ErrorKind::BadDomain,
+            format!("no vhost-user vif named {name:?}"),
+        )
+    })?;
+    if l.spec.backend != me {
+        return err(
+            ErrorKind::PermissionDenied,
+            format!(
+                "domain {caller} ({me}) does not back vhost-user vif {name} ({} does)",
+                l.spec.backend
+            ),
+        );
+    }
+    Ok(l)
+}
+
+/// A connection to the socket at `path`, made without waiting and handed
+/// over blocking: a full backlog is a `Quota` error, nobody listening an
+/// `Invalid` one, both worth retrying.
+fn connect_blocking(path: &Path) -> HvResult<OwnedFd> {
+    let fd = sys::connect_stream_nonblocking(path).map_err(|e| {
+        let kind = match e.kind() {
+            IoKind::WouldBlock => ErrorKind::Quota,
+            IoKind::ConnectionRefused | IoKind::NotFound => ErrorKind::Invalid,
+            _ => ErrorKind::Internal,
+        };
+        HvError::new(kind, format!("connecting to {}: {e}", path.display()))
+    })?;
+    let s = UnixStream::from(fd);
+    s.set_nonblocking(false)
+        .map_err(|e| HvError::internal("vhost connection", e))?;
+    Ok(OwnedFd::from(s))
 }
 
 /// Refuses `spec` if its name or its socket is a vif's already.
@@ -202,15 +263,7 @@ fn invalid(msg: String) -> HvError {
 /// created; a stale socket (nobody listens) is removed; a live socket or
 /// anything that is not a socket is refused.
 fn clear_path(path: &Path) -> HvResult<()> {
-    if !path.is_absolute() {
-        return err(
-            ErrorKind::Invalid,
-            format!(
-                "vhost-user socket {} is not an absolute path",
-                path.display()
-            ),
-        );
-    }
+    absolute(path)?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| {
             invalid(format!(
@@ -256,7 +309,31 @@ fn in_use(path: &Path) -> HvResult<()> {
     )
 }
 
+/// Refuses a socket path that is not absolute.
+fn absolute(path: &Path) -> HvResult<()> {
+    if path.is_absolute() {
+        return Ok(());
+    }
+    err(
+        ErrorKind::Invalid,
+        format!(
+            "vhost-user socket {} is not an absolute path",
+            path.display()
+        ),
+    )
+}
+
+/// vif `spec`'s listener, bound (or, for a VM that listens itself, only
+/// recorded) under identity `id`.
 fn listen(spec: VhostSpec, id: u64) -> HvResult<Listener> {
+    if spec.dial {
+        absolute(&spec.socket)?;
+        return Ok(Listener {
+            spec,
+            sock: None,
+            id,
+        });
+    }
     clear_path(&spec.socket)?;
     let path = spec.socket.display().to_string();
     let sock = UnixListener::bind(&spec.socket)
@@ -272,8 +349,7 @@ fn listen(spec: VhostSpec, id: u64) -> HvResult<Listener> {
         .map_err(|e| HvError::internal("vhost listener", e))?;
     Ok(Listener {
         spec,
-        sock,
-        dev_ino: (meta.dev(), meta.ino()),
+        sock: Some((sock, (meta.dev(), meta.ino()))),
         id,
     })
 }

@@ -44,6 +44,7 @@ fn vm(name: &str, socket: &Path, backend: &str) -> VhostSpec {
         socket: socket.into(),
         backend: backend.into(),
         guest: None,
+        dial: false,
     }
 }
 
@@ -232,4 +233,51 @@ fn a_restarted_driver_domain_gets_the_same_listener() {
     talk(&mut qemu, &mut served);
     hv.shutdown();
     assert!(!path.exists());
+}
+
+/// A VM that listens itself (`socket_server = "vm"`): hv binds nothing,
+/// dials the VM's socket for the backing driver domain only (again after
+/// the VM hung up), says so when nobody listens yet, and leaves the VM's
+/// socket file alone when the vif goes.
+#[test]
+fn a_vm_that_listens_is_dialed_for_its_driver_domain_only() {
+    let dir = Dir::new("dial");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let hv = Hypervisor::new();
+    let mut drv = domain(&hv, "drv", "driver");
+    let mut drv2 = domain(&hv, "drv2", "driver");
+    let path = dir.sock("vm1");
+    let spec = VhostSpec {
+        dial: true,
+        ..vm("vm1", &path, "drv")
+    };
+    hv.vhost_add(spec).unwrap();
+    assert!(
+        !path.exists(),
+        "hv bound {} for a VM that listens",
+        path.display()
+    );
+    // Nobody listens yet: an error the driver domain retries.
+    let e = drv.vhost_dial("vm1").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid, "{e}");
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    // The VMM listens (QEMU's server=on): each dial is a new connection.
+    let vmm = UnixListener::bind(&path).unwrap();
+    vmm.set_nonblocking(true).unwrap();
+    for _ in 0..2 {
+        let mut ours = UnixStream::from(drv.vhost_dial("vm1").expect("drv dials its VM"));
+        let mut theirs = accept(&vmm);
+        talk(&mut ours, &mut theirs);
+    }
+    let e = drv2.vhost_dial("vm1").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e}");
+    // Neither way of reaching a vif stands in for the other.
+    let e = drv.vhost_listener("vm1").unwrap_err();
+    assert!(e.to_string().contains("VhostDial"), "{e}");
+    hv.vhost_add(vm("vm2", &dir.sock("vm2"), "drv")).unwrap();
+    let e = drv.vhost_dial("vm2").unwrap_err();
+    assert!(e.to_string().contains("VhostListener"), "{e}");
+    assert!(hv.vhost_remove("vm1"));
+    assert!(path.exists(), "hv removed the VM's own socket file");
+    hv.shutdown();
 }

@@ -434,6 +434,12 @@ impl HvClient {
         let req = Request::VhostListener { name: name.into() };
         self.one_fd(&req)
     }
+    /// A new connection to the socket on which the VMM of vhost-user vif
+    /// `name`, which this driver domain backs, listens (see
+    /// [`Request::VhostDial`]).
+    pub fn vhost_dial(&mut self, name: &str) -> HvResult<OwnedFd> {
+        self.one_fd(&Request::VhostDial { name: name.into() })
+    }
     /// A new connection to this `nic = "virtio"` guest's vhost-user vif
     /// (see [`Request::VhostConnect`]).
     pub fn vhost_connect(&mut self) -> HvResult<OwnedFd> {

@@ -11,7 +11,7 @@ pub const DOMID_TOOLSTACK: DomId = 0;
 pub type Port = u32;
 
 /// How many kinds of request there are.
-pub const REQUEST_KINDS: usize = 43;
+pub const REQUEST_KINDS: usize = 44;
 
 /// Every kind of request's name, in `Request::index` order: its counter in
 /// `status` and its `hypercall:<name>` row in the trace.
@@ -59,4 +59,5 @@ pub const REQUEST_NAMES: [&str; REQUEST_KINDS] = [
     "apply",
     "port_socket",
     "ngm_grant_many",
+    "vhost_dial",
 ];

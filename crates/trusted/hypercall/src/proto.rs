@@ -225,6 +225,14 @@ pub enum Request {
     VhostListener {
         name: String,
     },
+    /// From a driver domain: a new connection (blocking) to the socket on
+    /// which VM vif `name`'s VMM listens (`socket_server = "vm"`), which
+    /// this driver domain backs. Replies `Done` with the connected socket
+    /// attached; asked again after the VM hung up or the driver domain
+    /// restarted.
+    VhostDial {
+        name: String,
+    },
     /// From a `nic = "virtio"` guest: a new connection (blocking) to its own
     /// vhost-user vif's listener. Replies `Done` with the connected socket
     /// attached; called again after the backend hung up (a restarted
@@ -355,6 +363,7 @@ impl Request {
             Request::Apply { .. } => 40,
             Request::PortSocket { .. } => 41,
             Request::NgmGrantMany { .. } => 42,
+            Request::VhostDial { .. } => 43,
         }
     }
 

@@ -88,6 +88,7 @@ mod tests {
             bridge: None,
             vlan: Some(20),
             guest: false,
+            vm_listens: false,
         }
     }
 

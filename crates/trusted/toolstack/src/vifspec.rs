@@ -27,10 +27,21 @@ pub struct VifSpec {
     pub vhost_user: bool,
     /// `socket=`: where a vhost-user vif's driver domain listens.
     pub socket: Option<String>,
+    /// `socket_server=vm`: the VM's VMM listens on `socket` instead, and
+    /// hv dials it (see `crate::vm`).
+    pub vm_listens: bool,
 }
 
 /// The keys a `type=vhost-user` vifspec takes.
-const VHOST_USER_KEYS: [&str; 6] = ["type", "socket", "mac", "bridge", "vlan", "backend"];
+const VHOST_USER_KEYS: [&str; 7] = [
+    "type",
+    "socket",
+    "socket_server",
+    "mac",
+    "bridge",
+    "vlan",
+    "backend",
+];
 
 /// xl's credit interval when `rate` names none (xl-network-configuration(5)).
 pub const DEFAULT_RATE_INTERVAL_US: u64 = 50_000;
@@ -94,8 +105,13 @@ impl VifSpec {
     /// keys that apply to a VM; `socket=` needs `type=vhost-user`.
     fn check_vhost_user(&self, keys: &[&str]) -> Result<(), String> {
         if !self.vhost_user {
-            return match self.socket {
-                Some(_) => Err("vif option `socket` is for a VM's vif: add type=vhost-user".into()),
+            return match keys
+                .iter()
+                .find(|k| ["socket", "socket_server"].contains(k))
+            {
+                Some(k) => Err(format!(
+                    "vif option `{k}` is for a VM's vif: add type=vhost-user"
+                )),
                 None => Ok(()),
             };
         }
@@ -137,6 +153,13 @@ impl VifSpec {
                 check_socket(v).map_err(|e| format!("vif option `socket`: {e}"))?;
                 self.socket = Some(v.to_string());
             }
+            "socket_server" => {
+                self.vm_listens = match v {
+                    "vm" => true,
+                    "splitnet" => false,
+                    _ => return Err(format!("vif option `socket_server`: {v:?} is not vm (the VMM listens) or splitnet (hv listens)")),
+                }
+            }
             _ => return Err(unknown_key(key)),
         }
         Ok(())
@@ -153,7 +176,7 @@ fn unknown_key(key: &str) -> String {
         );
     }
     format!(
-        "unknown vif option `{key}`: splitnet accepts mac, bridge, backend, vifname, devid, ip, rate, vlan, mtu, pdev, script, and type and socket for a VM's vhost-user vif"
+        "unknown vif option `{key}`: splitnet accepts mac, bridge, backend, vifname, devid, ip, rate, vlan, mtu, pdev, script, and type, socket and socket_server for a VM's vhost-user vif"
     )
 }
 
@@ -556,6 +579,17 @@ mod tests {
         assert_eq!((v.opts.vlan, v.backend.as_deref()), (Some(20), Some("drv")));
         assert!(!VifSpec::parse("type=vif,mtu=9000").unwrap().vhost_user);
         let ok = "type=vhost-user,socket=/run/splitnet/vm2.sock,mac=52:54:00:00:00:02";
+        assert!(!v.vm_listens);
+        assert!(
+            VifSpec::parse(&format!("{ok},socket_server=vm"))
+                .unwrap()
+                .vm_listens
+        );
+        assert!(
+            !VifSpec::parse(&format!("{ok},socket_server=splitnet"))
+                .unwrap()
+                .vm_listens
+        );
         for (text, needle) in [
             (
                 format!("{ok},mtu=9000"),
@@ -572,6 +606,14 @@ mod tests {
                 "type=vhost-user needs mac=",
             ),
             ("socket=/run/x.sock".into(), "add type=vhost-user"),
+            (
+                "socket_server=vm".into(),
+                "`socket_server` is for a VM's vif",
+            ),
+            (
+                format!("{ok},socket_server=qemu"),
+                "is not vm (the VMM listens)",
+            ),
             (
                 "type=vhost-user,socket=vm2.sock,mac=52:54:00:00:00:02".into(),
                 "must be an absolute path",

@@ -4,14 +4,23 @@
 //! a VM; it listens on the VM's socket (`hv::vhost`) and the driver domain
 //! learns of the vif from `/local/domain/<drv>/splitnet/vhost/<name>`.
 
-use crate::topology::{check_name, Check, DomainConfig, DomainKind, Nic, Topology};
+use crate::topology::{check_name, Check, DomainConfig, DomainKind, Nic, SocketServer, Topology};
 pub use crate::vifspec::{check_socket, MAX_SOCKET_PATH};
 use crate::vifspec::{parse_ifname, VLAN_RANGE};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// The keys a `kind = "vm"` domain takes.
-pub const VM_KEYS: [&str; 7] = ["name", "kind", "socket", "mac", "backend", "bridge", "vlan"];
+pub const VM_KEYS: [&str; 8] = [
+    "name",
+    "kind",
+    "socket",
+    "socket_server",
+    "mac",
+    "backend",
+    "bridge",
+    "vlan",
+];
 /// The guest memory the printed VMM arguments give a VM.
 pub const VM_MEMORY: &str = "512M";
 
@@ -30,6 +39,8 @@ pub struct VhostVif {
     /// A `nic = "virtio"` guest's own vif (its socket in hv's run
     /// directory); false: an external VM's.
     pub guest: bool,
+    /// The VMM listens on `socket` and hv dials it (`socket_server = "vm"`).
+    pub vm_listens: bool,
 }
 
 impl VhostVif {
@@ -45,9 +56,11 @@ impl VhostVif {
         format!("{home}/vhost/{}", self.name)
     }
 
-    /// Its store node's value: `mac=..,bridge=..[,vlan=..][,guest=1]` (the
-    /// style of `uplinks/<if>`). `guest=1` marks a `nic = "virtio"` guest,
-    /// an untrusted domain: its memory must be sealed against shrinking.
+    /// Its store node's value: `mac=..,bridge=..[,vlan=..][,guest=1][,dial=1]`
+    /// (the style of `uplinks/<if>`). `guest=1` marks a `nic = "virtio"`
+    /// guest, an untrusted domain: its memory must be sealed against
+    /// shrinking. `dial=1`: the VMM listens, and the driver domain has hv
+    /// dial it.
     pub fn store_value(&self) -> String {
         let mut v = format!("mac={},bridge={}", self.mac, self.bridge());
         if let Some(n) = self.vlan {
@@ -55,6 +68,9 @@ impl VhostVif {
         }
         if self.guest {
             v += ",guest=1";
+        }
+        if self.vm_listens {
+            v += ",dial=1";
         }
         v
     }
@@ -64,17 +80,19 @@ impl VhostVif {
         format!("vhost.{}", self.name)
     }
 
-    /// The `status` fact's value: `vm|backend|socket|mac|bridge|vlan`
-    /// (`guest` in the place of `vm` for a `nic = "virtio"` guest).
+    /// The `status` fact's value: `vm|backend|socket|mac|bridge|vlan|server`
+    /// (`guest` in the place of `vm` for a `nic = "virtio"` guest; the
+    /// server `vm` or `splitnet`).
     pub fn info_value(&self) -> String {
         format!(
-            "{}|{}|{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}|{}|{}",
             if self.guest { "guest" } else { "vm" },
             self.backend,
             self.socket.display(),
             self.mac,
             self.bridge(),
-            self.vlan.map(|v| v.to_string()).unwrap_or_default()
+            self.vlan.map(|v| v.to_string()).unwrap_or_default(),
+            if self.vm_listens { "vm" } else { "splitnet" }
         )
     }
 
@@ -82,7 +100,7 @@ impl VhostVif {
     pub fn from_info(key: &str, value: &str) -> Option<VhostVif> {
         let name = key.strip_prefix("vhost.")?;
         let f: Vec<&str> = value.split('|').collect();
-        let [kind, backend, socket, mac, bridge, vlan] = f.as_slice() else {
+        let [kind, backend, socket, mac, bridge, vlan, rest @ ..] = f.as_slice() else {
             return None;
         };
         Some(VhostVif {
@@ -93,6 +111,7 @@ impl VhostVif {
             bridge: Some(bridge.to_string()),
             vlan: vlan.parse().ok(),
             guest: *kind == "guest",
+            vm_listens: rest.first() == Some(&"vm"),
         })
     }
 
@@ -103,6 +122,7 @@ impl VhostVif {
             socket: self.socket.clone(),
             backend: self.backend.clone(),
             guest: self.guest.then(|| self.name.clone()),
+            dial: self.vm_listens,
         }
     }
 
@@ -122,7 +142,11 @@ impl VhostVif {
             "-numa".into(),
             "node,memdev=mem".into(),
             "-chardev".into(),
-            format!("socket,id={n},path={},reconnect=1", self.socket.display()),
+            format!(
+                "socket,id={n},path={},{}",
+                self.socket.display(),
+                self.qemu_role()
+            ),
             "-netdev".into(),
             format!("vhost-user,id=n-{n},chardev={n}"),
             "-device".into(),
@@ -130,32 +154,63 @@ impl VhostVif {
         ]
     }
 
+    /// QEMU's chardev role: a client that reconnects after a driver-domain
+    /// restart, or, when the VMM listens, a server that does not wait for
+    /// its first connection.
+    fn qemu_role(&self) -> &'static str {
+        if self.vm_listens {
+            "server=on,wait=off"
+        } else {
+            "reconnect=1"
+        }
+    }
+
     /// Cloud Hypervisor's arguments: shared guest memory and a vhost-user net device.
     pub fn cloud_hypervisor_args(&self) -> Vec<String> {
+        let mode = if self.vm_listens {
+            ",vhost_mode=server"
+        } else {
+            ""
+        };
         vec![
             "--memory".into(),
             format!("size={VM_MEMORY},shared=on"),
             "--net".into(),
             format!(
-                "vhost_user=true,socket={},mac={}",
+                "vhost_user=true,socket={},mac={}{mode}",
                 self.socket.display(),
                 self.mac
             ),
         ]
     }
 
+    /// DPDK's virtio-user device for this vif (`--vdev`), as testpmd or
+    /// any DPDK application takes it. DPDK reconnects only as the server
+    /// (`server=1`): as a client it loses its link for good when the
+    /// driver domain restarts, so a DPDK VM wants `socket_server = "vm"`.
+    pub fn dpdk_vdev(&self) -> String {
+        let server = if self.vm_listens { ",server=1" } else { "" };
+        format!(
+            "net_virtio_user0,path={},mac={},queues=1{server}",
+            self.socket.display(),
+            self.mac
+        )
+    }
+
     /// The two VMMs' arguments as `up` and `vm-args` print them.
     pub fn vmm_args_text(&self) -> String {
         format!(
-            "{} (vhost-user on {}, MAC {}, bridge {}{}, served by {}):\n  qemu-system-x86_64 ... {}\n  cloud-hypervisor ... {}\n",
+            "{} (vhost-user on {}{}, MAC {}, bridge {}{}, served by {}):\n  qemu-system-x86_64 ... {}\n  cloud-hypervisor ... {}\n  dpdk-testpmd ... --vdev {}\n",
             self.name,
             self.socket.display(),
+            if self.vm_listens { ", where the VM listens" } else { "" },
             self.mac,
             self.bridge(),
             self.vlan.map(|v| format!(" VLAN {v}")).unwrap_or_default(),
             self.backend,
             self.qemu_args().join(" "),
-            self.cloud_hypervisor_args().join(" ")
+            self.cloud_hypervisor_args().join(" "),
+            self.dpdk_vdev()
         )
     }
 }
@@ -253,6 +308,7 @@ fn check_vm(d: &DomainConfig) -> Result<(), String> {
 fn check_not_vm(d: &DomainConfig) -> Result<(), String> {
     let given = [
         ("socket", d.socket.is_some()),
+        ("socket_server", d.socket_server.is_some()),
         ("bridge", d.bridge.is_some()),
         ("vlan", d.vlan.is_some()),
     ];
@@ -310,6 +366,7 @@ impl Topology {
                 bridge: d.bridge.clone(),
                 vlan: d.vlan,
                 guest: false,
+                vm_listens: d.socket_server == Some(SocketServer::Vm),
             });
         }
         let guests = self.domains.iter().filter(|d| d.kind == DomainKind::Guest);
@@ -326,6 +383,7 @@ impl Topology {
                     bridge: None,
                     vlan: None,
                     guest: true,
+                    vm_listens: false,
                 });
             }
         }
@@ -446,6 +504,41 @@ mod tests {
             "--memory size=512M,shared=on --net vhost_user=true,socket=/run/splitnet/vm1.sock,mac=52:54:00:12:34:56"
         );
         assert!(v.vmm_args_text().contains("served by drv"));
+    }
+
+    #[test]
+    fn a_vm_that_listens_is_dialed_and_its_vmms_listen() {
+        let v = &topo(&format!("{VM1}socket_server = \"vm\"\n"))
+            .unwrap()
+            .vms()[0];
+        assert!(v.vm_listens);
+        assert!(v.hv_spec().dial);
+        assert!(v.store_value().ends_with(",dial=1"), "{}", v.store_value());
+        let q = v.qemu_args().join(" ");
+        assert!(
+            q.contains("path=/run/splitnet/vm1.sock,server=on,wait=off"),
+            "{q}"
+        );
+        let ch = v.cloud_hypervisor_args().join(" ");
+        assert!(ch.ends_with(",vhost_mode=server"), "{ch}");
+        assert!(v.dpdk_vdev().ends_with(",server=1"), "{}", v.dpdk_vdev());
+        assert!(v.vmm_args_text().contains("where the VM listens"));
+        // The status fact carries it, and one written before it existed
+        // reads back as hv listening.
+        let back = VhostVif::from_info(&v.info_key(), &v.info_value()).unwrap();
+        assert!(back.vm_listens);
+        let old =
+            VhostVif::from_info("vhost.vm1", "vm|drv|/s.sock|52:54:00:12:34:56|xenbr0|").unwrap();
+        assert!(!old.vm_listens);
+        // Only "vm" and "splitnet" listen; a guest takes no such key.
+        let bad = topo(&format!("{VM1}socket_server = \"qemu\"\n")).unwrap_err();
+        assert!(bad.contains("socket_server"), "{bad}");
+        let g = "[[domain]]\nname = \"g1\"\nkind = \"guest\"\nsocket_server = \"vm\"\n";
+        let bad = topo(g).unwrap_err();
+        assert!(
+            bad.contains("`socket_server` is a setting of kind = \"vm\""),
+            "{bad}"
+        );
     }
 
     #[test]

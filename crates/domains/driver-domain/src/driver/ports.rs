@@ -51,6 +51,7 @@ pub(super) enum PortKind {
     Vhost {
         mac: [u8; 6],
         guest: bool,
+        dial: bool,
         listener: u64,
     },
     /// The driver domain's own interface on its bridge (`<home>/endpoint`):
@@ -220,6 +221,7 @@ impl Ports {
                     kind: PortKind::Vhost {
                         mac: s.mac,
                         guest: s.guest,
+                        dial: s.dial,
                         listener: s.listener,
                     },
                     attach,
@@ -498,6 +500,12 @@ pub(super) fn open_port(
         PortKind::Uplink => Box::new(uplink(hv)?.with_queues(queues)),
         PortKind::Extra => Box::new(PacketPort::on(kept_socket(hv, name)?, offload)),
         PortKind::Endpoint => Box::new(crate::port::tap::TapPort::open(name, offload)?),
+        PortKind::Vhost {
+            mac,
+            guest,
+            dial: true,
+            ..
+        } => Box::new(VhostPort::dialed(name, mac, guest, vhost_dial(hv, name)?)?),
         PortKind::Vhost { mac, guest, .. } => Box::new(VhostPort::open(
             name,
             mac,
@@ -552,6 +560,13 @@ fn kept_socket(hv: &mut HvClient, name: &str) -> std::io::Result<sys::PacketSock
 pub(super) fn vhost_listener(hv: &mut HvClient, name: &str) -> std::io::Result<OwnedFd> {
     hv.vhost_listener(name)
         .map_err(|e| std::io::Error::other(format!("vhost listener {name}: {e}")))
+}
+
+/// A new connection to the socket VM vif `name`'s VMM listens on, made by
+/// hv (the driver domain sees no path of the host's).
+fn vhost_dial(hv: &mut HvClient, name: &str) -> std::io::Result<OwnedFd> {
+    hv.vhost_dial(name)
+        .map_err(|e| std::io::Error::other(format!("vhost dial {name}: {e}")))
 }
 
 /// An uplink's attachment: bridge `name`, and access VLAN `vlan` or a trunk.

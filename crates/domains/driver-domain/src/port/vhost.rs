@@ -13,7 +13,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use virtio::backend::{device::FRAME_MAX, Backend, Part, Rx, TX_SLOTS};
 
 /// What the toolstack asks for a VM vif (`<home>/vhost/<name>`:
-/// `mac=..,bridge=..[,vlan=..][,guest=1][,listener=N]`).
+/// `mac=..,bridge=..[,vlan=..][,guest=1][,dial=1][,listener=N]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VhostSpec {
     pub mac: [u8; 6],
@@ -21,6 +21,8 @@ pub struct VhostSpec {
     pub vlan: Option<u16>,
     /// A `nic = "virtio"` guest (`guest=1`): its memory must be sealed.
     pub guest: bool,
+    /// The VM listens (`dial=1`): hv dials it for this domain.
+    pub dial: bool,
     /// hv's listener for it (`listener=`, 0 when not given): a vif
     /// detached and attached again between two looks at the store is a
     /// new port, whose listener the old one's duplicate is not.
@@ -31,6 +33,7 @@ pub struct VhostSpec {
 /// required.
 pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
     let (mut mac, mut bridge, mut vlan, mut guest) = (None, None, None, None);
+    let mut dial = None;
     let mut listener = None;
     for kv in value.trim().split(',') {
         let Some((k, v)) = kv.split_once('=') else {
@@ -42,6 +45,7 @@ pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
             "bridge" => bridge.replace(check_ifname(v)?.to_string()).is_some(),
             "vlan" => vlan.replace(parse_vid(v)?).is_some(),
             "guest" if v == "1" => guest.replace(true).is_some(),
+            "dial" if v == "1" => dial.replace(true).is_some(),
             "listener" => {
                 let n = v
                     .parse()
@@ -50,7 +54,7 @@ pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown key {other:?} (mac, bridge, vlan, guest=1, listener)"
+                    "unknown key {other:?} (mac, bridge, vlan, guest=1, dial=1, listener)"
                 ))
             }
         };
@@ -63,6 +67,7 @@ pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
         bridge: bridge.ok_or("bridge= is missing")?,
         vlan,
         guest: guest.unwrap_or(false),
+        dial: dial.unwrap_or(false),
         listener: listener.unwrap_or(0),
     })
 }
@@ -82,12 +87,23 @@ impl VhostPort {
     /// Serves vif `name` on `listener` (from hv); a `guest`'s memory must
     /// be sealed against shrinking.
     pub fn open(name: &str, mac: [u8; 6], guest: bool, listener: OwnedFd) -> io::Result<VhostPort> {
-        Ok(VhostPort {
-            backend: Backend::new(name, mac, guest, listener)?,
+        Ok(Self::on(Backend::new(name, mac, guest, listener)?))
+    }
+
+    /// Serves vif `name` on `conn`, hv's connection to the socket its VM
+    /// listens on. When the VM hangs up, the port fails (its next read
+    /// says so) and the driver opens it again, dialing anew.
+    pub fn dialed(name: &str, mac: [u8; 6], guest: bool, conn: OwnedFd) -> io::Result<VhostPort> {
+        Ok(Self::on(Backend::dialed(name, mac, guest, conn)?))
+    }
+
+    fn on(backend: Backend) -> VhostPort {
+        VhostPort {
+            backend,
             counters: PortCounters::default(),
             shaped: Vec::new(),
             bounce: vec![0u8; FRAME_MAX].into_boxed_slice(),
-        })
+        }
     }
 }
 
@@ -159,7 +175,7 @@ impl Port for VhostPort {
     /// counted.
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[FrameRef<'_>])) -> io::Result<()> {
         let c = &mut self.counters;
-        self.backend.poll_batch(&mut |batch| {
+        let polled = self.backend.poll_batch(&mut |batch| {
             let none = FrameRef::private(&[], packet::Csum::Unknown, None);
             let mut frames = [none; TX_SLOTS];
             let (mut m, mut refused) = (0, 0u64);
@@ -178,7 +194,14 @@ impl Port for VhostPort {
                 f(&frames[..m]);
             }
             refused
-        })
+        });
+        if self.backend.hung_up() {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the VM closed the vhost-user connection hv dialed; dialing it again",
+            ));
+        }
+        polled
     }
     /// Into the VM's RX ring, under one take of its device lock; a frame
     /// the VM's offloads do not cover is shaped in software first.
@@ -249,7 +272,9 @@ mod tests {
         let s = parse_spec(" mac = 02:00:00:00:00:01 , bridge = xenbr0 ").unwrap();
         assert_eq!((s.vlan, s.listener), (None, 0));
         let s = parse_spec("mac=02:00:00:00:00:01,bridge=xenbr0,listener=7").unwrap();
-        assert_eq!(s.listener, 7);
+        assert_eq!((s.listener, s.dial), (7, false));
+        let s = parse_spec("mac=02:00:00:00:00:01,bridge=xenbr0,dial=1,listener=2").unwrap();
+        assert!(s.dial);
         for bad in [
             "",
             "bridge=br0",
@@ -260,6 +285,8 @@ mod tests {
             "mac=52:54:00:12:34:56,bridge=br0,colour=blue",
             "mac=52:54:00:12:34:56,bridge=a/b",
             "mac=52:54:00:12:34:56,bridge=br0,listener=-1",
+            "mac=52:54:00:12:34:56,bridge=br0,dial=yes",
+            "mac=52:54:00:12:34:56,bridge=br0,dial=1,dial=1",
             "mac=52:54:00:12:34:56,bridge=br0,listener=1,listener=2",
         ] {
             assert!(parse_spec(bad).is_err(), "{bad:?}");

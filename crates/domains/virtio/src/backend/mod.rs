@@ -131,12 +131,12 @@ struct Conn {
     stream: UnixStream,
 }
 
-/// One VM vif's backend: its listener, its current connection and its
-/// device. The driver loop polls [`Backend::fd`] and calls
-/// [`Backend::poll`] when it is readable.
+/// One VM vif's backend: its listener (none when the VM listens and hv
+/// dialed it), its current connection and its device. The driver loop
+/// polls [`Backend::fd`] and calls [`Backend::poll`] when it is readable.
 pub struct Backend {
     name: String,
-    listener: UnixListener,
+    listener: Option<UnixListener>,
     epoll: sys::Epoll,
     wake_rx: sys::Doorbell,
     wake_tx: sys::Doorbell,
@@ -164,9 +164,29 @@ impl Backend {
     pub fn new(name: &str, mac: [u8; 6], guest: bool, listener: OwnedFd) -> io::Result<Backend> {
         let listener = UnixListener::from(listener);
         listener.set_nonblocking(true)?;
+        Self::build(name, mac, guest, Some(listener))
+    }
+
+    /// Serves vif `name` with MAC `mac` on `conn`, a connection hv made to
+    /// the socket the VM listens on. When it ends, [`Backend::hung_up`]
+    /// says so: a new connection is a new backend.
+    pub fn dialed(name: &str, mac: [u8; 6], guest: bool, conn: OwnedFd) -> io::Result<Backend> {
+        let mut b = Self::build(name, mac, guest, None)?;
+        b.start(UnixStream::from(conn))?;
+        Ok(b)
+    }
+
+    fn build(
+        name: &str,
+        mac: [u8; 6],
+        guest: bool,
+        listener: Option<UnixListener>,
+    ) -> io::Result<Backend> {
         let epoll = sys::Epoll::new(8)?;
         let (wake_rx, wake_tx) = sys::Doorbell::pair()?;
-        epoll.add(listener.as_fd(), LISTENER)?;
+        if let Some(l) = &listener {
+            epoll.add(l.as_fd(), LISTENER)?;
+        }
         epoll.add(wake_rx.as_fd(), WAKE)?;
         let mut dev = Device::new(mac);
         dev.require_sealed = guest;
@@ -204,6 +224,12 @@ impl Backend {
     /// Whether a frontend is connected.
     pub fn connected(&self) -> bool {
         lock(&self.dev).connected
+    }
+
+    /// A backend on a dialed connection whose connection ended (the VM
+    /// hung up, or broke the protocol): it has nothing left to serve.
+    pub fn hung_up(&self) -> bool {
+        self.listener.is_none() && !self.connected()
     }
 
     /// Whether a frontend that connected is still setting up its receive
@@ -337,7 +363,10 @@ impl Backend {
         // A few per wake-up: a frontend connecting in a loop costs the
         // driver loop a bounded share, the rest wait in the backlog.
         for _ in 0..ACCEPTS_PER_POLL {
-            let stream = match self.listener.accept() {
+            let Some(accepted) = self.listener.as_ref().map(UnixListener::accept) else {
+                return;
+            };
+            let stream = match accepted {
                 Ok((s, _)) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {

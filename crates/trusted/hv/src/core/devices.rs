@@ -110,6 +110,13 @@ impl Hypervisor {
         self.vhost.listener(caller, &me, name)
     }
 
+    /// `VhostDial`: a new connection to the socket VM vif `name`'s VMM
+    /// listens on, for the driver domain that backs it and no one else.
+    pub(super) fn vhost_dial(&self, caller: DomId, name: &str) -> HvResult<OwnedFd> {
+        let me = self.caller_name(caller)?;
+        self.vhost.dial(caller, &me, name)
+    }
+
     /// `VhostConnect`: a new connection to the caller's own vif (a `nic =
     /// "virtio"` guest's), handed over blocking. hv never waits for it: a
     /// full backlog (a driver domain that accepts nothing) is an error the

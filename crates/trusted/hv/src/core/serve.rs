@@ -161,6 +161,9 @@ impl Hypervisor {
             Request::VhostListener { name } => {
                 done_with(self.vhost_listener(caller, &name).map(|fd| vec![fd]))
             }
+            Request::VhostDial { name } => {
+                done_with(self.vhost_dial(caller, &name).map(|fd| vec![fd]))
+            }
             Request::VhostConnect => done_with(self.vhost_connect(caller).map(|fd| vec![fd])),
             Request::PortSocket { name } => {
                 done_with(self.port_socket(caller, &name).map(|fd| vec![fd]))

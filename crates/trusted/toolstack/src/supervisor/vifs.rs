@@ -99,6 +99,7 @@ impl Supervisor {
             bridge: vs.opts.bridge,
             vlan: vs.opts.vlan,
             guest: false,
+            vm_listens: vs.vm_listens,
         };
         self.add_vhost(hv, v)
     }

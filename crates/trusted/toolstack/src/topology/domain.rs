@@ -151,8 +151,11 @@ pub struct DomainConfig {
     /// Event channels the domain may hold (Xen's `max_event_channels`);
     /// by default enough for every vif it can hold ([`DomainConfig::quotas`]).
     pub max_event_channels: Option<u32>,
-    /// VMs: the vhost-user socket the driver domain listens on (absolute).
+    /// VMs: the vhost-user socket (absolute) the driver domain listens on,
+    /// or dials when `socket_server = "vm"`.
     pub socket: Option<String>,
+    /// VMs: who listens on `socket` (default [`SocketServer::Splitnet`]).
+    pub socket_server: Option<SocketServer>,
     /// VMs: the driver domain's bridge the VM joins (default xenbr0).
     pub bridge: Option<String>,
     /// VMs: an access VLAN (1..=4094); none: untagged.
@@ -234,6 +237,21 @@ pub const DEFAULT_HVM_POLL_US: u32 = 5000;
 pub const HVM_TIMER_HZ: std::ops::RangeInclusive<u32> = 1..=1000;
 /// The range `hvm_poll_us` accepts.
 pub const HVM_POLL_US: std::ops::RangeInclusive<u32> = 100..=1_000_000;
+
+/// Who listens on a VM's vhost-user socket.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SocketServer {
+    /// hv listens; the VMM connects and, after a driver-domain restart,
+    /// connects again (QEMU's `reconnect=1`).
+    #[default]
+    Splitnet,
+    /// The VMM listens (QEMU's `server=on`, DPDK virtio-user's `server=1`,
+    /// Cloud Hypervisor's `vhost_mode=server`); hv dials it for the driver
+    /// domain, again after each restart, so a VMM that cannot reconnect
+    /// keeps its link.
+    Vm,
+}
 
 /// A guest's kind of virtual NIC.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
