@@ -622,11 +622,12 @@ fn lines(v: &Value) -> Vec<String> {
         pairs(&v["refused"])
     ));
     out.push(format!(
-        "    kicks {}, calls {}, disconnects {}, ignored messages {}, memory sealed {}",
+        "    kicks {}, calls {}, disconnects {}, ignored messages {}, spoofed {}, memory sealed {}",
         num(&v["kicks"]),
         num(&v["calls"]),
         num(&v["disconnects"]),
         num(&v["ignored_messages"]),
+        num(&v["spoofed"]),
         v["memory_sealed"]
             .as_bool()
             .map_or("-", |b| if b { "yes" } else { "no" })
@@ -748,7 +749,8 @@ mod tests {
                       {"index": 1, "size": 256, "enabled": false, "next_avail": 0, "next_used": 0}],
             "rx_packets": 3, "rx_bytes": 300, "tx_packets": 4, "tx_bytes": 400,
             "drops": {"no_rx_buffer": 2}, "refused": {"unknown_message": 1},
-            "kicks": 9, "calls": 8, "disconnects": 1, "ignored_messages": 2, "memory_sealed": true,
+            "kicks": 9, "calls": 8, "disconnects": 1, "ignored_messages": 2, "spoofed": 5,
+            "memory_sealed": true,
         });
         let l = lines(&entry(Some(&published))).join("\n");
         for needle in [
@@ -756,7 +758,7 @@ mod tests {
             "features 0x130000000 (VERSION_1 MRG_RXBUF), protocol features 0x202",
             "rings: 0 size 256 enabled avail 7 used 7; 1 size 256 disabled avail 0 used 0",
             "tx 4 pkts 400 B, rx 3 pkts 300 B; drops: no_rx_buffer=2; refused: unknown_message=1",
-            "kicks 9, calls 8, disconnects 1, ignored messages 2, memory sealed yes",
+            "kicks 9, calls 8, disconnects 1, ignored messages 2, spoofed 5, memory sealed yes",
         ] {
             assert!(l.contains(needle), "{l}\nlacks {needle}");
         }

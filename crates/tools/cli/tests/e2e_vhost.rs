@@ -637,3 +637,57 @@ fn a_vm_that_listens_is_dialed_again_after_a_driver_domain_kill() {
     env.ok(&["down"]);
     assert_nothing_left();
 }
+
+/// A VM that sends from a MAC not its own (testpmd's port given another
+/// MAC than the topology's) has every frame dropped and counted: none
+/// reaches the wire host, and the bridge never learns the false MAC.
+#[test]
+fn frames_from_a_mac_not_the_vms_own_are_dropped_and_counted() {
+    let Some(env) = Env::new("vhost-spoof") else {
+        return;
+    };
+    if !tools_for_testpmd() {
+        return;
+    }
+    let sock = up_with_vm(&env, "vhost-spoof", "");
+    let _show = ShowOnFailure(&env);
+    let wire = Wire::new("wire", "eth0");
+    let mut tp = Testpmd::start(
+        None,
+        "0@0,1@0",
+        &[format!(
+            "net_virtio_user0,path={},mac=52:54:00:66:66:66",
+            sock.display()
+        )],
+        &["--tx-ip=10.77.0.50,10.77.0.254"],
+        &env.run_dir.join("testpmd.log"),
+    );
+    tp.wait_link_up(0, Duration::from_secs(30));
+    tp.cmd("set fwd txonly");
+    tp.cmd(&format!("set eth-peer 0 {}", wire.mac));
+    let macs = |st: &serde_json::Value| st["bridges"][0]["macs"].as_u64();
+    let (u0, macs0) = (wire.udp_received(), macs(&env.status()));
+    tp.cmd("start");
+    let spoofed = |st: &serde_json::Value| vhost_vif(st, "vm1")["spoofed"].as_u64().unwrap_or(0);
+    wait_until(
+        "1,000 spoofed frames counted",
+        Duration::from_secs(30),
+        || spoofed(&env.status()) >= 1000,
+    );
+    tp.cmd("stop");
+    assert_eq!(
+        wire.udp_received(),
+        u0,
+        "a spoofed frame reached the wire host"
+    );
+    assert_eq!(
+        macs(&env.status()),
+        macs0,
+        "the bridge learned the false MAC"
+    );
+    // The bridge and the others carry on.
+    env.ping("guest2", "10.77.0.254", 3);
+    drop(tp);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

@@ -9,7 +9,7 @@ use hv::Toolstack;
 use serde_json::{json, Value};
 
 /// The fields of a driver domain's `vhost` entry carried over as they are.
-const STATS_FIELDS: [&str; 19] = [
+const STATS_FIELDS: [&str; 20] = [
     "connected",
     "kicks",
     "spurious_kicks",
@@ -28,6 +28,7 @@ const STATS_FIELDS: [&str; 19] = [
     "tx_bytes",
     "drops",
     "refused",
+    "spoofed",
     "listening",
 ];
 
@@ -66,6 +67,7 @@ fn entry(v: &VhostVif, backend_id: Option<u16>, published: Option<&Value>) -> Va
         "mac": v.mac,
         "bridge": v.bridge(),
         "vlan": v.vlan,
+        "socket_server": if v.vm_listens { "vm" } else { "splitnet" },
         "published": published.is_some(),
     });
     for k in STATS_FIELDS {

@@ -75,6 +75,10 @@ pub fn parse_spec(value: &str) -> Result<VhostSpec, String> {
 /// A VM vif served over vhost-user.
 pub struct VhostPort {
     backend: Backend,
+    /// The VM's MAC: a frame from it with another source is dropped.
+    mac: [u8; 6],
+    /// Frames dropped for a source MAC not the VM's.
+    spoofed: u64,
     counters: PortCounters,
     /// Frames shaped for a VM that lacks an offload (the slow path).
     shaped: Vec<Packet>,
@@ -87,19 +91,21 @@ impl VhostPort {
     /// Serves vif `name` on `listener` (from hv); a `guest`'s memory must
     /// be sealed against shrinking.
     pub fn open(name: &str, mac: [u8; 6], guest: bool, listener: OwnedFd) -> io::Result<VhostPort> {
-        Ok(Self::on(Backend::new(name, mac, guest, listener)?))
+        Ok(Self::on(Backend::new(name, mac, guest, listener)?, mac))
     }
 
     /// Serves vif `name` on `conn`, hv's connection to the socket its VM
     /// listens on. When the VM hangs up, the port fails (its next read
     /// says so) and the driver opens it again, dialing anew.
     pub fn dialed(name: &str, mac: [u8; 6], guest: bool, conn: OwnedFd) -> io::Result<VhostPort> {
-        Ok(Self::on(Backend::dialed(name, mac, guest, conn)?))
+        Ok(Self::on(Backend::dialed(name, mac, guest, conn)?, mac))
     }
 
-    fn on(backend: Backend) -> VhostPort {
+    fn on(backend: Backend, mac: [u8; 6]) -> VhostPort {
         VhostPort {
             backend,
+            mac,
+            spoofed: 0,
             counters: PortCounters::default(),
             shaped: Vec::new(),
             bounce: vec![0u8; FRAME_MAX].into_boxed_slice(),
@@ -172,9 +178,12 @@ impl Port for VhostPort {
     }
     /// The VM's TX ring, in batches: each frame's header is checked as a
     /// TAP's would be; a frame whose header is refused is dropped and
-    /// counted.
+    /// counted. A frame whose source MAC is not the VM's is dropped and
+    /// counted (`spoofed`), as netback drops a guest's: it would teach the
+    /// bridge another domain's MAC on this port, or echo a peer's
+    /// broadcast back as if it came from it.
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[FrameRef<'_>])) -> io::Result<()> {
-        let c = &mut self.counters;
+        let (c, mac, spoofed) = (&mut self.counters, self.mac, &mut self.spoofed);
         let polled = self.backend.poll_batch(&mut |batch| {
             let none = FrameRef::private(&[], packet::Csum::Unknown, None);
             let mut frames = [none; TX_SLOTS];
@@ -185,6 +194,10 @@ impl Port for VhostPort {
                     refused |= 1 << k;
                     continue;
                 };
+                if t.frame.get(6..12) != Some(&mac[..]) {
+                    *spoofed += 1;
+                    continue;
+                }
                 c.rx_packets += 1;
                 c.rx_bytes += t.frame.len() as u64;
                 frames[m] = FrameRef::private(t.frame, csum, gso);
@@ -211,6 +224,7 @@ impl Port for VhostPort {
             counters,
             shaped,
             bounce,
+            ..
         } = self;
         let mut rx = backend.receive();
         let g = rx.offloads();
@@ -250,7 +264,9 @@ impl Port for VhostPort {
         &self.counters
     }
     fn status(&self) -> Option<serde_json::Value> {
-        Some(self.backend.status())
+        let mut v = self.backend.status();
+        v["spoofed"] = self.spoofed.into();
+        Some(v)
     }
     fn due(&self) -> Option<std::time::Instant> {
         self.backend.storm_due()
