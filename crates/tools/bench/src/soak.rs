@@ -1,7 +1,8 @@
 //! `splitnet bench soak --minutes N [--seed S]`: everything at once, for
 //! a long time, counting every byte. One topology holds a guest of each
-//! NIC kind on one driver domain (netfront, virtio, hosted, HVM) and a
-//! vhost-user VM socket for a hostile VM. For the whole run:
+//! NIC kind on one driver domain (netfront, virtio, hosted, HVM), a
+//! vhost-user VM socket for a hostile VM, and a DPDK VM (testpmd, [`vm`])
+//! that listens on its own socket. For the whole run:
 //!
 //! - **flows** ([`flows`]) between the guests and the wire host, every
 //!   byte checked and every delivery timed, and one between guests of two
@@ -26,6 +27,7 @@ mod progress;
 mod render;
 pub mod report;
 mod status_diff;
+mod vm;
 
 use crate::faults::{random_file, resources, serve_http, settled, sha256, wait_for, Up};
 use crate::harness::{self, Args, Output};
@@ -57,8 +59,9 @@ const NETFRONT_GUESTS: [&str; 2] = ["guest1", "guest2"];
 
 /// The soak's topology: a guest of every NIC kind, guest2 restarted when
 /// killed, a hosted guest without flows whose memory the soak scribbles
-/// on, and a VM socket for the hostile VM.
-pub fn topology(vm_socket: &Path) -> String {
+/// on, a VM socket for the hostile VM, and testpmd's VM, which listens on
+/// `dpdk_socket` itself.
+pub fn topology(vm_socket: &Path, dpdk_socket: &Path) -> String {
     let guest = |name: &str, n: u8, extra: &str| {
         format!(
             "[[domain]]\nname = \"{name}\"\nkind = \"guest\"\naddress = \"10.77.0.{n}/24\"\n{extra}\n"
@@ -70,6 +73,7 @@ pub fn topology(vm_socket: &Path) -> String {
          [[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 4096\n\n\
          {}{}{}{}{}{}\
          [[domain]]\nname = \"{}\"\nkind = \"vm\"\nsocket = \"{}\"\nmac = \"{}\"\n\n\
+         [[domain]]\nname = \"{}\"\nkind = \"vm\"\nsocket = \"{}\"\nsocket_server = \"vm\"\nmac = \"{}\"\n\n\
          [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n",
         guest("guest1", 1, ""),
         guest(events::VICTIM, 2, "restart = \"on-crash\""),
@@ -80,13 +84,17 @@ pub fn topology(vm_socket: &Path) -> String {
         crate::testbed::VM,
         vm_socket.display(),
         crate::testbed::VM_MAC,
+        vm::NAME,
+        dpdk_socket.display(),
+        vm::MAC,
     )
 }
 
 /// The flows: each guest kind to and from the wire host, guest to guest,
-/// request-response and UDP through the victim, and guest1 of underlay
-/// host a to guest1 of host b (at `cross_ip`).
-pub fn flow_specs(seed: u64, cross_ip: Ipv4Addr) -> Vec<flows::Spec> {
+/// request-response and UDP through the victim, guest1 of underlay host a
+/// to guest1 of host b (at `cross_ip`), and, with `dpdk_vm`, the wire
+/// host's datagrams reflected by testpmd's VM.
+pub fn flow_specs(seed: u64, cross_ip: Ipv4Addr, dpdk_vm: bool) -> Vec<flows::Spec> {
     use flows::Kind::*;
     let wire = Ipv4Addr::new(10, 77, 0, 254);
     let g = |n: u8| Ipv4Addr::new(10, 77, 0, n);
@@ -94,7 +102,7 @@ pub fn flow_specs(seed: u64, cross_ip: Ipv4Addr) -> Vec<flows::Spec> {
         crosshost::remote("a", "guest1"),
         crosshost::remote("b", "guest1"),
     );
-    let list: [(&str, flows::Kind, &str, &str, Ipv4Addr); 9] = [
+    let list: [(&str, flows::Kind, &str, &str, Ipv4Addr); 10] = [
         ("guest1-tx", Stream { mbps: 200 }, "guest1", "wire", wire),
         ("guest1-rx", Stream { mbps: 200 }, "wire", "guest1", g(1)),
         (
@@ -116,8 +124,11 @@ pub fn flow_specs(seed: u64, cross_ip: Ipv4Addr) -> Vec<flows::Spec> {
             g(2),
         ),
         ("a-guest1-b-guest1", Stream { mbps: 50 }, &ca, &cb, cross_ip),
+        ("wire-vm2", Reflected { mbps: 20 }, "wire", vm::NAME, vm::IP),
     ];
-    list.iter()
+    let n = if dpdk_vm { list.len() } else { list.len() - 1 };
+    list[..n]
+        .iter()
         .enumerate()
         .map(|(i, &(name, kind, client, server, ip))| flows::Spec {
             name: name.into(),
@@ -138,6 +149,8 @@ pub struct Lab {
     pub run_dir: PathBuf,
     pub vm_socket: PathBuf,
     pub cross: crosshost::CrossHost,
+    /// testpmd's VM runs (its flow is in the soak).
+    pub dpdk_vm: bool,
     pub t0: Instant,
 }
 
@@ -179,8 +192,9 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
     sys::catch_interrupts().map_err(|e| anyhow!("catching Ctrl-C: {e}"))?;
     std::fs::create_dir_all(&opts.run_dir)?;
     let vm_socket = opts.run_dir.join("soak-vm1.sock");
+    let dpdk_socket = opts.run_dir.join("soak-vm2.sock");
     let topo = opts.run_dir.join("soak.toml");
-    std::fs::write(&topo, topology(&vm_socket))?;
+    std::fs::write(&topo, topology(&vm_socket, &dpdk_socket))?;
     let mut up = Up::with(
         &opts.exe,
         &opts.run_dir,
@@ -198,6 +212,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
             Duration::from_secs(30),
         )?;
     }
+    let dpdk = dpdk_vm(opts, &dpdk_socket)?;
     say(opts, "underlay hosts a and b up, BGP EVPN between them");
     let cross = crosshost::CrossHost::up(&opts.exe, &opts.run_dir)?;
     let lab = Lab {
@@ -205,11 +220,56 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
         run_dir: opts.run_dir.clone(),
         vm_socket,
         cross,
+        dpdk_vm: dpdk.is_some(),
         t0: Instant::now(),
     };
     let r = soak(opts, &lab, &want);
     let _ = std::fs::remove_dir_all(&www);
     r
+}
+
+/// testpmd as the DPDK VM, listening on `socket`, once the driver domain
+/// has dialed it and the wire host knows its MAC; None (its flow left out,
+/// and said) where DPDK is not installed.
+fn dpdk_vm(opts: &SoakOptions, socket: &Path) -> Result<Option<vm::ReflectingVm>> {
+    let Some(bin) = vm::testpmd() else {
+        say(
+            opts,
+            "dpdk-testpmd is not installed (Debian package dpdk): no DPDK VM, no wire-vm2 flow",
+        );
+        return Ok(None);
+    };
+    let mut v = vm::ReflectingVm::start(&bin, socket)?;
+    vm::pin_neighbor(&toolstack::host::netns_name("wire"))?;
+    let mut exited = None;
+    let what = format!("the driver domain to dial {}'s testpmd", vm::NAME);
+    wait_for(&what, Duration::from_secs(60), || {
+        if let Err(e) = v.check_running() {
+            exited = Some(e);
+            return true;
+        }
+        let st = crate::splitnet(&opts.exe, &opts.run_dir, &["status", "--json"])
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+        st.is_some_and(|st| {
+            st["vhost_vifs"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|x| x["name"] == vm::NAME && x["connected"] == true)
+            })
+        })
+    })?;
+    if let Some(e) = exited {
+        return Err(e);
+    }
+    say(
+        opts,
+        &format!(
+            "{} (testpmd, 5tswap) connected; its CPU: {}",
+            vm::NAME,
+            v.limit
+        ),
+    );
+    Ok(Some(v))
 }
 
 /// hv's resources once a few hot-plug cycles have grown what grows on
@@ -230,7 +290,7 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
     let before = reference(lab)?;
     let namespaces_before = status_diff::namespaces()?;
     let status_before = status_diff::status_json(lab)?;
-    let mut flows = Flows::start(opts.seed, lab.cross.server_ip, lab.t0)?;
+    let mut flows = Flows::start(opts.seed, lab.cross.server_ip, lab.dpdk_vm, lab.t0)?;
     say(
         opts,
         &format!("{} flows running; seed {}", flows.running.len(), opts.seed),
@@ -339,12 +399,12 @@ struct Flows {
 
 impl Flows {
     /// Starts every flow and waits until each has delivered bytes.
-    fn start(seed: u64, cross_ip: Ipv4Addr, t0: Instant) -> Result<Flows> {
+    fn start(seed: u64, cross_ip: Ipv4Addr, dpdk_vm: bool, t0: Instant) -> Result<Flows> {
         let mut f = Flows {
             stop: Arc::new(AtomicBool::new(false)),
             running: Vec::new(),
         };
-        for spec in flow_specs(seed, cross_ip) {
+        for spec in flow_specs(seed, cross_ip, dpdk_vm) {
             f.running.push(flows::start(spec, t0, f.stop.clone())?);
         }
         for r in &f.running {

@@ -71,13 +71,14 @@ pub(crate) enum Suite {
     Cni,
     /// Everything at once for --minutes (default 10, or 3 with --quick):
     /// a guest of every NIC kind streaming, request-response and UDP, every
-    /// byte checked, and a stream between two underlay hosts over EVPN;
+    /// byte checked, a stream between two underlay hosts over EVPN, and UDP
+    /// a DPDK VM (testpmd, if installed) reflects to the wire host;
     /// hot-plug churn and SHA-256-checked downloads; and, drawn from
     /// --seed, driver-domain and guest kills, a stopped driver domain, a
     /// guest stalling its RX ring, a hostile VM's attacks, and a killed
     /// bgpd or dropped BGP session between the hosts.
     /// Reports bytes, gaps, leaks and every counter that moved; exits
-    /// non-zero on a lost or corrupted byte or a leak.
+    /// non-zero on a lost or corrupted byte or a leak. Ctrl-C ends it early.
     Soak,
     /// The Ram thesis re-measured: Orig, MQ, NGM, MQ+NGM, LRO-guest,
     /// LRO-driver, SPF, HalfPG, All, native, the minimal forwarder and GRO (the default with GRO on

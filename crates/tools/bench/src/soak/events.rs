@@ -287,6 +287,11 @@ impl Lab {
         std::thread::sleep(Duration::from_millis(ms));
         self.exec("wire", &["ip", "link", "set", "dev", &ifname, "up"])?;
         let up = Instant::now();
+        // Down flushed the wire host's neighbors, the DPDK VM's permanent
+        // one too: put it back, as its admin would.
+        if self.dpdk_vm {
+            super::vm::pin_neighbor(&toolstack::host::netns_name("wire"))?;
+        }
         let deadline = up + Duration::from_secs(10);
         let ping = ["ping", "-c", "1", "-W", "1", "10.77.0.1"];
         while self.exec("wire", &ping).is_err() {

@@ -8,7 +8,10 @@
 //!   by the server;
 //! - **rr**: TCP request-response, 64-byte requests echoed, each answer
 //!   checked by the client;
-//! - **datagrams**: UDP, paced, each datagram numbered and checked.
+//! - **datagrams**: UDP, paced, each datagram numbered and checked;
+//! - **reflected**: UDP as datagrams, sent by the client to a VM that
+//!   sends each back (testpmd's `5tswap`, [`super::vm`]), and checked by a
+//!   thread of the client's on the socket that sent them.
 //!
 //! A broken connection is a failure at its moment; the client connects
 //! again and the stream starts over. Bytes sent and not delivered on a
@@ -33,13 +36,17 @@ pub enum Kind {
     Rr { per_s: u32 },
     /// UDP at `mbps`.
     Datagrams { mbps: u32 },
+    /// UDP at `mbps`, echoed by the server (a VM that swaps addresses).
+    Reflected { mbps: u32 },
 }
 
 impl Kind {
     /// Its pace, Mbit/s (request-response: its requests' bytes).
     pub fn mbps(self) -> f64 {
         match self {
-            Kind::Stream { mbps } | Kind::Datagrams { mbps } => f64::from(mbps),
+            Kind::Stream { mbps } | Kind::Datagrams { mbps } | Kind::Reflected { mbps } => {
+                f64::from(mbps)
+            }
             Kind::Rr { per_s } => f64::from(per_s) * RR_LEN as f64 * 8.0 / 1e6,
         }
     }
@@ -49,7 +56,13 @@ impl Kind {
             Kind::Stream { .. } => "tcp stream",
             Kind::Rr { .. } => "tcp request-response",
             Kind::Datagrams { .. } => "udp",
+            Kind::Reflected { .. } => "udp, reflected",
         }
+    }
+
+    /// Whether it runs over UDP (loss is counted, not a failure).
+    pub fn udp(self) -> bool {
+        matches!(self, Kind::Datagrams { .. } | Kind::Reflected { .. })
     }
 }
 
@@ -119,7 +132,8 @@ pub fn start(spec: Spec, t0: Instant, stop: Arc<AtomicBool>) -> Result<Running> 
             .name(format!("soak-{}-srv", spec.name))
             .spawn(move || serve(&spec, &progress, &stop, tx))?
     };
-    rx.recv()
+    let reflected = rx
+        .recv()
         .map_err(|_| anyhow!("{}: the server thread ended", spec.name))?
         .with_context(|| format!("{}: starting its server", spec.name))?;
     let client = {
@@ -131,7 +145,14 @@ pub fn start(spec: Spec, t0: Instant, stop: Arc<AtomicBool>) -> Result<Running> 
                     progress.failed(format!("client: {e:#}"), false);
                     return;
                 }
-                run_client(&spec, &progress, &sent, &stop);
+                match reflected {
+                    Some(s) => {
+                        if let Err(e) = udp_send(&spec, &s, &sent, &stop) {
+                            progress.failed(format!("client: {e:#}"), false);
+                        }
+                    }
+                    None => run_client(&spec, &progress, &sent, &stop),
+                }
             })?
     };
     Ok(Running {
@@ -155,15 +176,34 @@ impl Running {
     }
 }
 
-fn serve(spec: &Spec, p: &Progress, stop: &AtomicBool, ready: mpsc::Sender<Result<()>>) {
+/// The server's end: bound (in the server's namespace, or for a reflected
+/// flow in the client's, connected to the VM), and for a reflected flow a
+/// second handle the client sends from.
+fn bind(spec: &Spec) -> Result<(Endpoint, Option<UdpSocket>)> {
     let addr = SocketAddr::from((spec.server_ip, spec.port));
-    let bound = enter(&spec.server).and_then(|()| match spec.kind {
-        Kind::Datagrams { .. } => Ok(Endpoint::Udp(UdpSocket::bind(addr)?)),
-        _ => Ok(Endpoint::Tcp(TcpListener::bind(addr)?)),
-    });
-    let ep = match bound {
-        Ok(ep) => {
-            let _ = ready.send(Ok(()));
+    if let Kind::Reflected { .. } = spec.kind {
+        enter(&spec.client)?;
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, spec.port))?;
+        s.connect(addr)?;
+        let sender = s.try_clone()?;
+        return Ok((Endpoint::Udp(s), Some(sender)));
+    }
+    enter(&spec.server)?;
+    Ok(match spec.kind {
+        Kind::Datagrams { .. } => (Endpoint::Udp(UdpSocket::bind(addr)?), None),
+        _ => (Endpoint::Tcp(TcpListener::bind(addr)?), None),
+    })
+}
+
+fn serve(
+    spec: &Spec,
+    p: &Progress,
+    stop: &AtomicBool,
+    ready: mpsc::Sender<Result<Option<UdpSocket>>>,
+) {
+    let ep = match bind(spec) {
+        Ok((ep, sender)) => {
+            let _ = ready.send(Ok(sender));
             ep
         }
         Err(e) => {
@@ -299,8 +339,15 @@ fn udp_server(spec: &Spec, s: &UdpSocket, p: &Progress, stop: &AtomicBool) -> Re
 
 fn run_client(spec: &Spec, p: &Progress, sent: &AtomicU64, stop: &AtomicBool) {
     let addr = SocketAddr::from((spec.server_ip, spec.port));
-    if let Kind::Datagrams { mbps } = spec.kind {
-        if let Err(e) = udp_client(spec, addr, mbps, sent, stop) {
+    if let Kind::Datagrams { .. } = spec.kind {
+        let made = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).and_then(|s| {
+            s.connect(addr)?;
+            Ok(s)
+        });
+        if let Err(e) = made
+            .map_err(anyhow::Error::from)
+            .and_then(|s| udp_send(spec, &s, sent, stop))
+        {
             p.failed(format!("client: {e:#}"), false);
         }
         return;
@@ -317,7 +364,7 @@ fn run_client(spec: &Spec, p: &Progress, sent: &AtomicU64, stop: &AtomicBool) {
         let r = match spec.kind {
             Kind::Stream { mbps } => send_stream(spec, &s, mbps, sent, stop),
             Kind::Rr { per_s } => transact(spec, &s, per_s, p, sent, stop),
-            Kind::Datagrams { .. } => unreachable!("handled above"),
+            Kind::Datagrams { .. } | Kind::Reflected { .. } => unreachable!("handled above"),
         };
         match r {
             Ok(()) => {
@@ -435,16 +482,10 @@ fn transact(
     Ok(())
 }
 
-fn udp_client(
-    spec: &Spec,
-    addr: SocketAddr,
-    mbps: u32,
-    sent: &AtomicU64,
-    stop: &AtomicBool,
-) -> Result<()> {
-    let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-    s.connect(addr)?;
-    let mut pace = Pace::new(f64::from(mbps) * 1e6 / 8.0);
+/// Sends `spec`'s numbered datagrams on connected socket `s` at its pace
+/// until the soak stops.
+fn udp_send(spec: &Spec, s: &UdpSocket, sent: &AtomicU64, stop: &AtomicBool) -> Result<()> {
+    let mut pace = Pace::new(spec.kind.mbps() * 1e6 / 8.0);
     let mut buf = [0u8; DGRAM_LEN];
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {

@@ -317,7 +317,7 @@ fn flow_report(f: &FlowInput, windows: &[Window], quiet: &[(f64, f64)]) -> FlowR
     FlowReport {
         name: f.name.clone(),
         kind: f.kind.name(),
-        tcp: !matches!(f.kind, Kind::Datagrams { .. }),
+        tcp: !f.kind.udp(),
         path: format!("{} → {}", f.client, f.server),
         sent: f.sent,
         verified: s.verified,
