@@ -158,6 +158,7 @@ impl VhostListeners {
             }
             l.spec.socket.clone()
         };
+        trusted_socket(&path)?;
         connect_blocking(&path)
     }
 
@@ -214,6 +215,46 @@ fn backed<'a>(
         );
     }
     Ok(l)
+}
+
+/// Refuses to dial `path` unless it is a socket (not a link to one) owned
+/// by hv's user, in a directory of hv's user that no one else may write:
+/// hv connects as root and hands the connection to a driver domain, so a
+/// path someone else could put another socket at (a service of the host's)
+/// would hand that service to the driver domain.
+fn trusted_socket(path: &Path) -> HvResult<()> {
+    let me = sys::euid();
+    let refuse = |why: String| {
+        err(
+            ErrorKind::PermissionDenied,
+            format!("{}: {why}", path.display()),
+        )
+    };
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    match std::fs::metadata(dir) {
+        Ok(m) if m.uid() != me => {
+            return refuse(format!(
+                "its directory is owned by uid {}, not hv's",
+                m.uid()
+            ))
+        }
+        Ok(m) if m.mode() & 0o022 != 0 => {
+            return refuse(format!(
+                "its directory (mode {:o}) is writable by others",
+                m.mode() & 0o7777
+            ))
+        }
+        Ok(_) => {}
+        Err(e) => return refuse(format!("its directory: {e}")),
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => refuse("not a socket (a link, or a file)".into()),
+        Ok(m) if m.uid() != me => refuse(format!("owned by uid {}, not hv's", m.uid())),
+        Ok(_) => Ok(()),
+        // Nobody listens yet: the connect says so, to be retried.
+        Err(e) if e.kind() == IoKind::NotFound => Ok(()),
+        Err(e) => refuse(e.to_string()),
+    }
 }
 
 /// A connection to the socket at `path`, made without waiting and handed

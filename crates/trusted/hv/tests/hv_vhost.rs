@@ -281,3 +281,37 @@ fn a_vm_that_listens_is_dialed_for_its_driver_domain_only() {
     assert!(path.exists(), "hv removed the VM's own socket file");
     hv.shutdown();
 }
+
+/// hv dials only a socket of its own user, not a link, in a directory no
+/// one else may write: otherwise someone could put a host service's
+/// socket at the path and have hv hand it to the driver domain.
+#[test]
+fn hv_dials_no_socket_someone_else_could_have_put_there() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new("dial-trust");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let hv = Hypervisor::new();
+    let mut drv = domain(&hv, "drv", "driver");
+    let real = dir.sock("service");
+    let _service = UnixListener::bind(&real).unwrap();
+    let link = dir.sock("vm1");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let spec = |name: &str, path: &Path| VhostSpec {
+        dial: true,
+        ..vm(name, path, "drv")
+    };
+    hv.vhost_add(spec("vm1", &link)).unwrap();
+    let e = drv.vhost_dial("vm1").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("not a socket"), "{e}");
+    // A directory others may write.
+    let open = dir.0.join("open");
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let path = open.join("vm2.sock");
+    let _vmm = UnixListener::bind(&path).unwrap();
+    hv.vhost_add(spec("vm2", &path)).unwrap();
+    let e = drv.vhost_dial("vm2").unwrap_err();
+    assert!(e.to_string().contains("writable by others"), "{e}");
+    hv.shutdown();
+}
