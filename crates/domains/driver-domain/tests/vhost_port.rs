@@ -19,9 +19,10 @@ use vhost::VhostBackend;
 use virtio::backend::device::{RX, TX};
 use vm_memory::{Bytes, GuestAddress};
 
-/// An Ethernet/IPv4/TCP frame with `payload`, its checksum left partial.
+/// An Ethernet/IPv4/TCP frame with `payload` from the VM (its MAC the
+/// source), its checksum left partial.
 fn tcp4(payload: &[u8]) -> Packet {
-    let mut f = vec![0x52, 0x54, 0, 0x12, 0x34, 0x56, 2, 0, 0, 0, 0, 1, 8, 0];
+    let mut f = vec![2, 0, 0, 0, 0, 1, 0x52, 0x54, 0, 0x12, 0x34, 0x56, 8, 0];
     let tot = (20 + 20 + payload.len()) as u16;
     f.extend_from_slice(&[
         0x45,
@@ -103,6 +104,16 @@ fn offload_state_crosses_both_ways_and_shared_payloads_land_intact() {
         }
     );
     assert_eq!(p.counters().rx_packets, 1);
+    // From the VM under another MAC: dropped and counted, never bridged.
+    let mut spoofed = wire.clone();
+    spoofed[12 + 6..12 + 12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+    vm.send(BUFS + 0x1000, &spoofed, 4096);
+    testutil::wait_until("the spoofed frame counted", WAIT, || {
+        p.recv_batch(&mut |b| assert!(b.is_empty(), "a spoofed frame was bridged"))
+            .unwrap();
+        p.status().unwrap()["spoofed"] == 1
+    });
+    assert_eq!(p.counters().rx_packets, 1);
 
     // To the VM: a frame whose payload is in a shared mapping (a
     // netfront guest's TX buffer), its checksum partial.
@@ -134,7 +145,8 @@ fn offload_state_crosses_both_ways_and_shared_payloads_land_intact() {
     assert_eq!(p.counters().tx_packets, 1);
     let s = p.status().unwrap();
     assert_eq!(s["rx_packets"], 1);
-    assert_eq!(s["tx_packets"], 1);
+    // The ring's count holds what the VM sent, the spoofed frame too.
+    assert_eq!(s["tx_packets"], 2);
     let _ = TX;
 }
 
