@@ -232,7 +232,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
 /// has dialed it and the wire host knows its MAC; None (its flow left out,
 /// and said) where DPDK is not installed.
 fn dpdk_vm(opts: &SoakOptions, socket: &Path) -> Result<Option<vm::ReflectingVm>> {
-    let Some(bin) = vm::testpmd() else {
+    let Some(bin) = crate::virtio::testpmd_binary() else {
         say(
             opts,
             "dpdk-testpmd is not installed (Debian package dpdk): no DPDK VM, no wire-vm2 flow",

@@ -164,7 +164,7 @@ fn ratios(b: &BaselineReport) -> Vec<Ratio> {
 }
 
 /// `dpdk-testpmd` on PATH.
-fn testpmd_binary() -> Option<PathBuf> {
+pub(crate) fn testpmd_binary() -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
             .map(|d| d.join("dpdk-testpmd"))
@@ -323,21 +323,26 @@ impl Testpmd {
         bail!("testpmd sent nothing to the wire in {TESTPMD_START:?}")
     }
 
-    /// Enter stops a non-interactive testpmd; it is killed if it lingers.
     fn stop(&mut self) {
-        if let Some(mut i) = self.child.stdin.take() {
-            let _ = i.write_all(b"\n");
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_testpmd(&mut self.child, Duration::from_secs(10));
     }
+}
+
+/// Stops a non-interactive testpmd started with a piped standard input:
+/// Enter ends it; it is killed if it lingers past `grace`.
+pub(crate) fn stop_testpmd(child: &mut Child, grace: Duration) {
+    if let Some(mut i) = child.stdin.take() {
+        let _ = i.write_all(b"\n");
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 impl VirtioReport {

@@ -9,11 +9,11 @@
 //! is there, with 2 ms of CPU in every 10 ms, so that it does not take a
 //! core of the two from everything else.
 
+use crate::virtio::stop_testpmd;
 use anyhow::{anyhow, bail, Context, Result};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The VM's name, MAC and address (testpmd answers no ARP: the wire host
 /// has a permanent neighbor entry for it).
@@ -34,15 +34,6 @@ pub struct ReflectingVm {
     cgroup: Option<PathBuf>,
     /// How its CPU is limited, for the report.
     pub limit: String,
-}
-
-/// `dpdk-testpmd` on PATH, if installed.
-pub fn testpmd() -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("dpdk-testpmd"))
-            .find(|f| f.is_file())
-    })
 }
 
 impl ReflectingVm {
@@ -108,16 +99,7 @@ impl ReflectingVm {
 
 impl Drop for ReflectingVm {
     fn drop(&mut self) {
-        // Enter stops a non-interactive testpmd; it is killed if it lingers.
-        if let Some(mut i) = self.child.stdin.take() {
-            let _ = i.write_all(b"\n");
-        }
-        let end = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_testpmd(&mut self.child, Duration::from_secs(5));
         if let Some(d) = &self.cgroup {
             let _ = std::fs::remove_dir(d);
         }
