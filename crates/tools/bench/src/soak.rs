@@ -15,13 +15,16 @@
 //!   VMM killed mid-attack, and a bgpd killed or a BGP session dropped
 //!   between the hosts.
 //!
-//! At the end it sets hv's resources, the namespaces and every counter in
+//! A real-time probe ([`machine`]) watches the machine itself meanwhile,
+//! so that a stall of the host beneath it is told from splitnet's. At the
+//! end it sets hv's resources, the namespaces and every counter in
 //! `status` against the start, and judges by [`report`]'s rules.
 
 mod churn;
 mod crosshost;
 mod events;
 mod flows;
+mod machine;
 mod pattern;
 mod progress;
 mod render;
@@ -290,6 +293,7 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
     let before = reference(lab)?;
     let namespaces_before = status_diff::namespaces()?;
     let status_before = status_diff::status_json(lab)?;
+    let probe = machine::Probe::start(lab.t0, opts.progress)?;
     let mut flows = Flows::start(opts.seed, lab.cross.server_ip, lab.dpdk_vm, lab.t0)?;
     say(
         opts,
@@ -308,6 +312,7 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
         Ok((windows, quiet, churn, downloads))
     })?;
     let end = Instant::now();
+    let machine = probe.finish();
     flows.stop();
     let running = std::mem::take(&mut flows.running);
     say(opts, "traffic stopped; reading what is left");
@@ -331,6 +336,7 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
         namespaces_after: status_diff::namespaces()?,
         status_before,
         status_after: status_diff::status_json(lab)?,
+        machine,
     }))
 }
 

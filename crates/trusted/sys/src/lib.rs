@@ -64,7 +64,7 @@ pub use prefetch::prefetch;
 pub use process::{
     allowed_cpus, batch_on_exec, catch_interrupts, close_inherited_fds, dup_fd, enter_netns, euid,
     interrupted, kill, limit_malloc_arenas, netns_on_exec, pin_on_exec, raise_fd_limit, rdtsc,
-    set_inheritable, set_nonblocking, set_thread_cpus, take_inherited_fd,
+    set_inheritable, set_nonblocking, set_thread_cpus, set_thread_realtime, take_inherited_fd,
 };
 pub use seccomp::{CompiledFilter, SyscallFilter};
 pub use seqpacket::connect_stream_nonblocking;

@@ -52,6 +52,7 @@ impl SoakReport {
             self.events.len()
         );
         s += &self.flows_table();
+        s += &self.machine_lines();
         s += &self.events_table();
         s += &self.targets_table();
         s += &self.kill_table();
@@ -70,12 +71,12 @@ impl SoakReport {
 
     fn flows_table(&self) -> String {
         let mut s = String::from(
-            "| flow | kind | path | pace Mbit/s | quiet Mbit/s | sent MiB | checked MiB | lost | corrupt | failures (a kill's) | longest gap ms | longest gap no SIGSTOP explains, ms |\n\
+            "| flow | kind | path | pace Mbit/s | quiet Mbit/s | sent MiB | checked MiB | lost | corrupt | failures (a kill's, the host's) | longest gap ms | longest gap no SIGSTOP or host stall explains, ms |\n\
              |---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
         );
         for f in &self.flows {
             s += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.0} | {:.0} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}, {}) | {:.0} | {:.0} |\n",
                 f.name,
                 f.kind,
                 f.path,
@@ -87,6 +88,7 @@ impl SoakReport {
                 f.corrupt,
                 f.failures.len(),
                 f.excused,
+                f.hosts,
                 f.longest_gap_ms,
                 f.longest_unstopped_gap_ms
             );
@@ -122,6 +124,30 @@ impl SoakReport {
             s += &format!("- churn at {:.1} s: {}\n", x.at_s, x.what);
         }
         s
+    }
+
+    /// What the real-time probe saw of the machine.
+    fn machine_lines(&self) -> String {
+        let m = &self.machine;
+        let mut s = format!(
+            "The machine: a {}probe woke {} times, at worst {:.0} ms late; the host stole {:.1} s of the cores' time over the run; {} stalls of 250 ms or more{}
+",
+            if m.realtime { "real-time " } else { "(not real-time) " },
+            m.wakeups,
+            m.latest_ms,
+            m.steal_s,
+            m.stalls.len(),
+            if m.stalls.is_empty() { "." } else { ":" }
+        );
+        for st in m.stalls.iter().take(20) {
+            s += &format!(
+                "- {}
+",
+                super::machine::describe(st)
+            );
+        }
+        s + "
+"
     }
 
     fn events_table(&self) -> String {

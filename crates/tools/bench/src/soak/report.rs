@@ -1,7 +1,9 @@
 //! The soak's report and its rules. The run fails (a non-zero exit) on
 //! any corrupted byte anywhere, on a lost byte or broken connection of a
 //! flow whose ends were not killed, on a failed download or hot-plug that
-//! no driver-domain fault explains, and on any leak. Two targets are
+//! no driver-domain fault explains, and on any leak. A failure that a
+//! stall of the host beneath this machine explains (`machine`: every core
+//! stolen for seconds) is the host's, and is counted apart. Two targets are
 //! judged and reported beside: the longest gap of any flow across a
 //! driver-domain kill, and the others' throughput while a hostile peer
 //! is active against the quiet spells'.
@@ -9,6 +11,7 @@
 use super::churn::{Churn, Downloads};
 use super::events::{Event, Window};
 use super::flows::{Kind, Running};
+use super::machine::MachineRecord;
 use super::progress::{Failure, Summary};
 use super::status_diff::moved;
 use crate::faults::Resources;
@@ -28,6 +31,9 @@ pub const HOSTILE_SHARE: f64 = 0.8;
 const KILL_SHADOW_S: f64 = 30.0;
 /// A quiet spell's first second is the last event's recovery.
 const SETTLE_S: f64 = 1.0;
+/// A failure is seen this long after what caused it, at most: a flow
+/// gives up after 20 s without progress, an attach after 10 s, twice.
+const NOTICED_WITHIN_S: f64 = 25.0;
 
 /// One flow's record, taken when the soak ends.
 pub struct FlowInput {
@@ -72,6 +78,8 @@ pub struct Inputs {
     pub namespaces_after: Vec<String>,
     pub status_before: Value,
     pub status_after: Value,
+    /// What the real-time probe saw of the machine.
+    pub machine: MachineRecord,
 }
 
 /// One flow's line of the report.
@@ -91,9 +99,11 @@ pub struct FlowReport {
     pub failures: Vec<Failure>,
     /// Failures inside the shadow of a kill of one of its ends.
     pub excused: usize,
+    /// Other failures that a host stall explains.
+    pub hosts: usize,
     pub longest_gap_ms: f64,
     /// The longest gap that no SIGSTOP (of the driver domain or of one of
-    /// its ends) explains.
+    /// its ends) and no host stall explains.
     pub longest_unstopped_gap_ms: f64,
     /// Its pace, and what it carried in the quiet spells (median), Mbit/s.
     pub pace_mbps: f64,
@@ -137,8 +147,10 @@ pub struct SoakReport {
     pub kill_gaps: Vec<KillGap>,
     pub hostile: Vec<HostileCost>,
     pub churn: Churn,
-    /// Churn failures no driver-domain fault explains.
+    /// Churn failures no driver-domain fault or host stall explains.
     pub churn_unexplained: usize,
+    /// What the real-time probe saw of the machine.
+    pub machine: MachineRecord,
     pub downloads: Downloads,
     pub before: Resources,
     pub after: Resources,
@@ -158,7 +170,7 @@ impl SoakReport {
         let flows: Vec<FlowReport> = i
             .flows
             .iter()
-            .map(|f| flow_report(f, &i.windows, &i.quiet))
+            .map(|f| flow_report(f, &i.windows, &i.quiet, &i.machine))
             .collect();
         let (rss_reference_kib, leaked) = leaks(&i);
         let churn_unexplained = churn_unexplained(&i);
@@ -172,6 +184,7 @@ impl SoakReport {
             events: i.windows,
             churn: i.churn,
             churn_unexplained,
+            machine: i.machine,
             downloads: i.downloads,
             before: i.before,
             after: i.after,
@@ -190,11 +203,14 @@ impl SoakReport {
             if f.corrupt > 0 {
                 why.push(format!("{}: {} corrupted", f.name, f.corrupt));
             }
-            let judged = f.failures.len() - f.excused - f.corrupt;
+            let judged = f.failures.len() - f.excused - f.hosts - f.corrupt;
             if judged > 0 {
-                why.push(format!("{}: {judged} failures no kill explains", f.name));
+                why.push(format!(
+                    "{}: {judged} failures no kill or host stall explains",
+                    f.name
+                ));
             }
-            if f.tcp && f.excused == 0 && f.lost > 0 {
+            if f.tcp && f.excused + f.hosts == 0 && f.lost > 0 {
                 why.push(format!("{}: {} bytes lost", f.name, f.lost));
             }
         }
@@ -254,7 +270,8 @@ fn leaks(i: &Inputs) -> (Option<u64>, Vec<String>) {
 }
 
 /// Hot-plug failures outside a driver-domain kill or stop (from 2 s
-/// before it to 25 s after: an attach waits up to 10 s, twice).
+/// before it to 25 s after: an attach waits up to 10 s, twice) and
+/// outside a host stall.
 fn churn_unexplained(i: &Inputs) -> usize {
     let drv: Vec<f64> = windows_where(&i.windows, |e| {
         e.kills() == Some("drv") || e.stops() == Some("drv")
@@ -265,6 +282,7 @@ fn churn_unexplained(i: &Inputs) -> usize {
         .failures
         .iter()
         .filter(|f| !drv.iter().any(|&t| (t - 2.0..t + 25.0).contains(&f.at_s)))
+        .filter(|f| !i.machine.host_stalled(f.at_s - NOTICED_WITHIN_S, f.at_s))
         .count()
 }
 
@@ -286,21 +304,33 @@ fn quiet_rate(f: &FlowInput, quiet: &[(f64, f64)]) -> Option<f64> {
     (!rates.is_empty()).then(|| median(&rates))
 }
 
-fn flow_report(f: &FlowInput, windows: &[Window], quiet: &[(f64, f64)]) -> FlowReport {
+fn flow_report(
+    f: &FlowInput,
+    windows: &[Window],
+    quiet: &[(f64, f64)],
+    machine: &MachineRecord,
+) -> FlowReport {
     let s = &f.summary;
     let end = |d: &str| d != "drv" && d != "wire" && f.touches(d);
     let kills: Vec<f64> = windows_where(windows, |e| e.kills().is_some_and(end))
         .map(|w| w.start_s)
         .collect();
+    let killed = |x: &&Failure| {
+        kills
+            .iter()
+            .any(|&t| (t - 1.0..t + KILL_SHADOW_S).contains(&x.at_s))
+    };
     let excused = s
         .failures
         .iter()
         .filter(|x| !x.corrupt)
-        .filter(|x| {
-            kills
-                .iter()
-                .any(|&t| (t - 1.0..t + KILL_SHADOW_S).contains(&x.at_s))
-        })
+        .filter(killed)
+        .count();
+    let hosts = s
+        .failures
+        .iter()
+        .filter(|x| !x.corrupt && !killed(x))
+        .filter(|x| machine.host_stalled(x.at_s - NOTICED_WITHIN_S, x.at_s))
         .count();
     let stops: Vec<&Window> =
         windows_where(windows, |e| e.stops().is_some_and(|d| d == "drv" || end(d))).collect();
@@ -312,6 +342,7 @@ fn flow_report(f: &FlowInput, windows: &[Window], quiet: &[(f64, f64)]) -> FlowR
                 .iter()
                 .any(|w| g.start_s <= w.end_s + SETTLE_S && g.start_s + g.ms / 1e3 >= w.start_s)
         })
+        .filter(|g| !machine.host_stalled(g.start_s, g.start_s + g.ms / 1e3))
         .map(|g| g.ms)
         .fold(0.0, f64::max);
     FlowReport {
@@ -325,6 +356,7 @@ fn flow_report(f: &FlowInput, windows: &[Window], quiet: &[(f64, f64)]) -> FlowR
         corrupt: s.failures.iter().filter(|x| x.corrupt).count(),
         failures: s.failures.clone(),
         excused,
+        hosts,
         longest_gap_ms: s.longest_gap_ms(),
         longest_unstopped_gap_ms: unstopped,
         pace_mbps: f.kind.mbps(),

@@ -65,6 +65,7 @@ fn inputs(flows: Vec<FlowInput>, windows: Vec<Window>) -> Inputs {
         namespaces_after: vec!["splitnet-a".into()],
         status_before: serde_json::json!({"domains": [{"name": "drv", "id": 1, "rx": 5}]}),
         status_after: serde_json::json!({"domains": [{"name": "drv", "id": 9, "rx": 7}]}),
+        machine: MachineRecord::default(),
     }
 }
 
@@ -158,7 +159,10 @@ fn a_kill_of_a_flows_end_excuses_its_broken_connection_but_a_driver_kill_does_no
     ));
     let e = r.verdict().unwrap_err();
     assert!(!e.contains("v:"), "{e}");
-    assert!(e.contains("o: 1 failures no kill explains"), "{e}");
+    assert!(
+        e.contains("o: 1 failures no kill or host stall explains"),
+        "{e}"
+    );
     assert!(e.contains("o: 100 bytes lost"), "{e}");
     // A corrupted byte is never excused.
     let r = SoakReport::new(inputs(
@@ -166,6 +170,59 @@ fn a_kill_of_a_flows_end_excuses_its_broken_connection_but_a_driver_kill_does_no
         vec![window(Event::KillGuest, 5.0)],
     ));
     assert!(r.verdict().unwrap_err().contains("v: 1 corrupted"));
+}
+
+#[test]
+fn a_host_stall_explains_what_it_broke_and_nothing_else() {
+    use crate::soak::churn::OpFailure;
+    use crate::soak::machine::Stall;
+    let stall = |start_s: f64, steal_ms: f64| Stall {
+        start_s,
+        ms: 12_000.0,
+        steal_ms: Some(steal_ms),
+    };
+    let run = |stalls: Vec<Stall>| {
+        let mut i = inputs(
+            vec![flow("c", "guest1", 500, 400, vec![failure(30.0, false)])],
+            vec![],
+        );
+        i.churn.failures.push(OpFailure {
+            at_s: 21.0,
+            what: "did not connect".into(),
+        });
+        i.machine.stalls = stalls;
+        SoakReport::new(i)
+    };
+    // Every core stolen from: the host's, and both failures are excused.
+    let r = run(vec![stall(9.0, 11_800.0)]);
+    assert_eq!((r.flows[0].hosts, r.churn_unexplained), (1, 0));
+    assert!(r.verdict().is_ok(), "{:?}", r.verdict());
+    // The same stall without steal is the kernel's or ours: not excused.
+    let e = run(vec![stall(9.0, 100.0)]).verdict().unwrap_err();
+    assert!(
+        e.contains("c: 1 failures no kill or host stall explains"),
+        "{e}"
+    );
+    assert!(
+        e.contains("c: 100 bytes lost") && e.contains("hot-plug: 1"),
+        "{e}"
+    );
+    // A host stall long before the failures explains neither.
+    let e = run(vec![stall(-30.0, 11_800.0)]).verdict().unwrap_err();
+    assert!(
+        e.contains("c: 1 failures") && e.contains("hot-plug: 1"),
+        "{e}"
+    );
+    // A corrupted byte is never the host's.
+    let mut i = inputs(
+        vec![flow("c", "guest1", 5, 5, vec![failure(10.0, true)])],
+        vec![],
+    );
+    i.machine.stalls = vec![stall(9.0, 11_800.0)];
+    assert!(SoakReport::new(i)
+        .verdict()
+        .unwrap_err()
+        .contains("c: 1 corrupted"));
 }
 
 #[test]
