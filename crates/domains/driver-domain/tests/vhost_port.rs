@@ -111,7 +111,7 @@ fn offload_state_crosses_both_ways_and_shared_payloads_land_intact() {
     testutil::wait_until("the spoofed frame counted", WAIT, || {
         p.recv_batch(&mut |b| assert!(b.is_empty(), "a spoofed frame was bridged"))
             .unwrap();
-        p.status().unwrap()["spoofed"] == 1
+        p.status().unwrap()["drops"]["spoofed"] == 1
     });
     assert_eq!(p.counters().rx_packets, 1);
 
@@ -145,9 +145,36 @@ fn offload_state_crosses_both_ways_and_shared_payloads_land_intact() {
     assert_eq!(p.counters().tx_packets, 1);
     let s = p.status().unwrap();
     assert_eq!(s["rx_packets"], 1);
-    // The ring's count holds what the VM sent, the spoofed frame too.
-    assert_eq!(s["tx_packets"], 2);
+    // The ring's count holds what the VM sent and the port passed; the
+    // spoofed frame is a drop, and no work for the kick-storm judge.
+    assert_eq!(s["tx_packets"], 1);
+    assert_eq!(s["drops"]["spoofed"], 1);
     let _ = TX;
+}
+
+/// A VM that floods frames from a MAC not its own, each with a kick,
+/// brings the driver domain no work: its kick is throttled as an empty
+/// kick storm's is, and none of the frames counts as sent.
+#[test]
+fn a_flood_of_spoofed_frames_is_a_kick_storm() {
+    use domain_common::storm::THRESHOLD;
+    let (mut p, path) = port("vp-spoofstorm");
+    let mut vm = vm(&mut p, &path, ALL);
+    let mut f = vec![0u8; 12];
+    f.extend_from_slice(&tcp4(&[1; 64]).data);
+    f[12 + 6..12 + 12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+    let mut sent = 0u64;
+    while p.status().unwrap()["kick_throttles"] == 0 && sent < 10 * u64::from(THRESHOLD) {
+        vm.send(BUFS, &f, 4096);
+        sent += 1;
+        p.recv_batch(&mut |b| assert!(b.is_empty(), "a spoofed frame was bridged"))
+            .unwrap();
+    }
+    let st = p.status().unwrap();
+    assert_eq!(st["kick_throttles"], 1, "{st}");
+    assert_eq!(st["spurious_kicks"], u64::from(THRESHOLD) + 1, "{st}");
+    assert_eq!(st["drops"]["spoofed"], sent, "{st}");
+    assert_eq!(st["tx_packets"], 0, "{st}");
 }
 
 #[test]

@@ -668,7 +668,11 @@ fn frames_from_a_mac_not_the_vms_own_are_dropped_and_counted() {
     let macs = |st: &serde_json::Value| st["bridges"][0]["macs"].as_u64();
     let (u0, macs0) = (wire.udp_received(), macs(&env.status()));
     tp.cmd("start");
-    let spoofed = |st: &serde_json::Value| vhost_vif(st, "vm1")["spoofed"].as_u64().unwrap_or(0);
+    let spoofed = |st: &serde_json::Value| {
+        vhost_vif(st, "vm1")["drops"]["spoofed"]
+            .as_u64()
+            .unwrap_or(0)
+    };
     wait_until(
         "1,000 spoofed frames counted",
         Duration::from_secs(30),

@@ -96,6 +96,8 @@ pub struct Drops {
     /// A frame from the VM shorter than its header, or whose header the
     /// port refused.
     pub bad_header: u64,
+    /// A frame from the VM whose source MAC is not the VM's.
+    pub spoofed: u64,
 }
 
 /// The device's counters (virtio's directions: RX is to the VM).

@@ -55,6 +55,22 @@ pub struct TxFrame<'a> {
     pub frame: &'a [u8],
 }
 
+/// The frames of a TX batch the port dropped (bit k for frame k), by why.
+/// Neither is work: a kick that brought only these is spurious.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refused {
+    /// Its `virtio_net_hdr` was refused.
+    pub bad_header: u64,
+    /// Its source MAC is not the VM's.
+    pub spoofed: u64,
+}
+
+impl Refused {
+    fn any(self) -> u64 {
+        self.bad_header | self.spoofed
+    }
+}
+
 const LISTENER: u64 = 0;
 const WAKE: u64 = 1;
 const KICK: u64 = 2;
@@ -242,13 +258,13 @@ impl Backend {
     /// Services what is ready: new connections, control changes, and up
     /// to [`TX_BUDGET`] frames from the VM's TX ring, handed to `f` one at
     /// a time (the first 10 bytes of its `virtio_net_hdr`, the frame;
-    /// false if refused). See [`Backend::poll_batch`].
+    /// false if its header is refused). See [`Backend::poll_batch`].
     pub fn poll(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> io::Result<()> {
         self.poll_batch(&mut |frames| {
-            let mut refused = 0u64;
+            let mut refused = Refused::default();
             for (k, t) in frames.iter().enumerate() {
                 if !f(t.hdr, t.frame) {
-                    refused |= 1 << k;
+                    refused.bad_header |= 1 << k;
                 }
             }
             refused
@@ -259,9 +275,9 @@ impl Backend {
     /// to [`TX_BUDGET`] frames from the VM's TX ring, handed to `f` in
     /// batches of up to [`TX_SLOTS`] (each copied once, into a slot of its
     /// own), outside the device lock. `f` answers with the frames it
-    /// refused (bit k for frame k), counted as bad headers. Never fails for
-    /// the VM's faults: those close its connection.
-    pub fn poll_batch(&mut self, f: &mut dyn FnMut(&[TxFrame<'_>]) -> u64) -> io::Result<()> {
+    /// dropped, counted by why ([`Refused`]) and not as work. Never fails
+    /// for the VM's faults: those close its connection.
+    pub fn poll_batch(&mut self, f: &mut dyn FnMut(&[TxFrame<'_>]) -> Refused) -> io::Result<()> {
         let kicked = self.events()?;
         let (mut taken, mut passed) = (0, 0);
         let mut more = true;
@@ -291,11 +307,13 @@ impl Backend {
                 };
             }
             let refused = f(&frames[..n]);
-            passed += n - refused.count_ones() as usize;
+            passed += n - refused.any().count_ones() as usize;
             let mut d = lock(&self.dev);
             for (k, t) in frames[..n].iter().enumerate() {
-                if refused & (1 << k) != 0 {
+                if refused.bad_header & (1 << k) != 0 {
                     d.counters.drops.bad_header += 1;
+                } else if refused.spoofed & (1 << k) != 0 {
+                    d.counters.drops.spoofed += 1;
                 } else {
                     d.counters.tx_packets += 1;
                     d.counters.tx_bytes += t.frame.len() as u64;
@@ -303,7 +321,7 @@ impl Backend {
             }
         }
         if kicked {
-            // Chains whose headers were all refused are no work either.
+            // Chains whose frames were all refused are no work either.
             self.judge_kick(passed > 0);
         }
         let mut d = lock(&self.dev);

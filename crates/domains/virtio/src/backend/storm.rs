@@ -1,11 +1,11 @@
 //! A VM that kicks its TX ring with nothing posted (a kick storm; Xen's
 //! answer to event floods, XSA-332, is the late EOI): a kick after which
-//! the TX pass takes no chain, or only frames whose headers are refused
-//! (a flood of malformed GSO, say), is spurious, and after a run of them the
-//! kick descriptor leaves the backend's event manager for a delay that
-//! grows while the storm lasts ([`domain_common::storm`]). A VM that posts
-//! and then kicks is never delayed, and frames it posts meanwhile still go
-//! at the next look (every poll makes a TX pass). The storm belongs to the
+//! the TX pass takes no chain, or only frames the port refused (a flood
+//! of malformed GSO or of spoofed sources, say), is spurious, and after a
+//! run of them the kick descriptor leaves the backend's event manager for
+//! a delay that grows while the storm lasts ([`domain_common::storm`]). A
+//! VM that posts and then kicks is never delayed, and frames it posts
+//! meanwhile still go at the next look (every poll makes a TX pass). The storm belongs to the
 //! vif, not the connection: a VM cannot shed it by connecting again.
 
 use super::{lock, Backend, KICK};
