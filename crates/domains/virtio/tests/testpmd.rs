@@ -133,7 +133,8 @@ impl Drop for Netns {
 /// With a deadline ping waits for every reply: without one it gives the
 /// last only two round trips, which a busy host's 8000-byte answer can
 /// miss. A late reply makes ping send past `n`, so what crossed is counted
-/// from the requests sent, not from `n`.
+/// from the requests sent, not from `n`; and ping may read two replies
+/// before it checks its count, so `n` came back when at least `n` did.
 fn ping(ns: &str, n: u32, size: u32) -> (u32, u32) {
     let out = Command::new("ip")
         .args([
@@ -151,6 +152,10 @@ fn ping(ns: &str, n: u32, size: u32) -> (u32, u32) {
             .unwrap_or(0)
     };
     assert!(!text.contains("wrong data"), "{text}");
+    assert!(
+        !text.contains("duplicates"),
+        "a frame crossed twice: {text}"
+    );
     (field(" packets transmitted"), field(" received"))
 }
 
@@ -225,10 +230,10 @@ fn frames_cross_testpmd_both_ways() {
     let (pmd_rx0, pmd_tx0) = pmd.stats();
     let st0 = front.status();
     let (small, answered) = ping(&ns.0, 200, 56);
-    assert_eq!(answered, 200);
+    assert!(answered >= 200, "{answered} of 200 pings answered");
     // 8000 bytes: six fragments each way, reassembled by the guest kernel.
     let (big, answered) = ping(&ns.0, 20, 8000);
-    assert_eq!(answered, 20);
+    assert!(answered >= 20, "{answered} of 20 pings answered");
     // A request and its answer each way per ping sent; six fragments at
     // 8000 B. Every one arrives, the last perhaps after ping is done.
     let expect = 2 * u64::from(small) + 2 * u64::from(big) * 6;
@@ -283,5 +288,6 @@ fn the_frontend_reconnects_to_a_restarted_backend() {
     wait_until("a reply through the new testpmd", WAIT, || {
         ping(&ns.0, 1, 56).1 == 1
     });
-    assert_eq!(ping(&ns.0, 50, 56).1, 50);
+    let answered = ping(&ns.0, 50, 56).1;
+    assert!(answered >= 50, "{answered} of 50 pings answered");
 }
