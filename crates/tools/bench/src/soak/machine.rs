@@ -5,7 +5,9 @@
 //! this virtual machine ran someone else. Each core's steal time
 //! (`/proc/stat`) over the same span tells the two apart: a stall during
 //! which every core was stolen from is the host's, and what it breaks is
-//! not splitnet's doing.
+//! not splitnet's doing. The same readings give the machine's idle share
+//! second by second, so that a flow slowed while the CPUs had nothing left
+//! to give is told from one slowed by splitnet.
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,12 +64,31 @@ pub struct MachineRecord {
     /// Steal time over the run, summed over the cores, s.
     pub steal_s: f64,
     pub stalls: Vec<Stall>,
+    /// The share of the cores' time that was idle, in each second of the
+    /// run from the soak's start (stolen time is not idle).
+    #[serde(skip)]
+    pub idle: Vec<f32>,
 }
 
 impl MachineRecord {
     /// Whether a host stall that breaks timers overlaps `from_s..to_s`.
     pub fn host_stalled(&self, from_s: f64, to_s: f64) -> bool {
         self.stalls.iter().any(|s| s.breaks_within(from_s, to_s))
+    }
+
+    /// The idle share over the seconds wholly inside each of `spans`;
+    /// None when none is.
+    pub fn idle_in(&self, spans: &[(f64, f64)]) -> Option<f64> {
+        let (mut sum, mut n) = (0.0, 0usize);
+        for &(a, b) in spans {
+            let (first, last) = (a.max(0.0).ceil() as usize, b.max(0.0).floor() as usize);
+            let bins = self.idle.get(first..last.min(self.idle.len()));
+            for v in bins.unwrap_or(&[]).iter().filter(|v| !v.is_nan()) {
+                sum += f64::from(*v);
+                n += 1;
+            }
+        }
+        (n > 0).then(|| sum / n as f64)
     }
 }
 
@@ -113,8 +134,9 @@ fn watch(t0: Instant, stop: &AtomicBool, say: bool) -> MachineRecord {
         realtime: sys::set_thread_realtime(1).is_ok(),
         ..MachineRecord::default()
     };
-    let first = steal();
+    let first = stat();
     let mut read = (Instant::now(), first.clone());
+    let mut second = first.clone();
     while !stop.load(Ordering::Relaxed) {
         let t = Instant::now();
         std::thread::sleep(TICK);
@@ -124,27 +146,36 @@ fn watch(t0: Instant, stop: &AtomicBool, say: bool) -> MachineRecord {
         if late < STALL && read.0.elapsed() < STEAL_EVERY {
             continue;
         }
-        let now = steal();
+        let now = stat();
         if late >= STALL {
             let stall = Stall {
                 start_s: t.saturating_duration_since(t0).as_secs_f64(),
                 ms: late.as_secs_f64() * 1e3,
-                steal_ms: least_delta(read.1.as_deref(), now.as_deref()).map(|d| d * 1e3),
+                steal_ms: least_steal(read.1.as_ref(), now.as_ref()).map(|d| d * 1e3),
             };
             if say {
                 eprintln!("bench soak: {}", describe(&stall));
             }
             r.stalls.push(stall);
         }
+        let bin = t0.elapsed().as_secs() as usize;
+        if bin > r.idle.len() {
+            // A stall spans seconds: each gets the share measured across it.
+            let share = idle_share(second.as_ref(), now.as_ref()).unwrap_or(f32::NAN);
+            r.idle.resize(bin, share);
+            second = now.clone();
+        }
         read = (Instant::now(), now);
     }
-    r.steal_s = match (first.as_deref(), read.1.as_deref()) {
+    r.steal_s = match (first.as_ref(), read.1.as_ref()) {
         (Some(a), Some(b)) => {
-            a.iter()
-                .zip(b)
+            let stolen: u64 = a
+                .steal
+                .iter()
+                .zip(&b.steal)
                 .map(|(x, y)| y.saturating_sub(*x))
-                .sum::<u64>() as f64
-                / USER_HZ
+                .sum();
+            stolen as f64 / USER_HZ
         }
         _ => 0.0,
     };
@@ -165,35 +196,65 @@ pub fn describe(s: &Stall) -> String {
     )
 }
 
-/// Each core's steal time, in USER_HZ ticks; None when `/proc/stat`
-/// cannot be read.
-fn steal() -> Option<Vec<u64>> {
-    std::fs::read_to_string("/proc/stat")
-        .ok()
-        .map(|t| parse_steal(&t))
+/// What `/proc/stat` says, in USER_HZ ticks: each core's steal time, and
+/// all cores' idle time and total time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stat {
+    steal: Vec<u64>,
+    idle: u64,
+    total: u64,
 }
 
-/// The steal field (the eighth number) of each `cpuN` line.
-fn parse_steal(stat: &str) -> Vec<u64> {
-    stat.lines()
-        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-        .map(|l| {
-            l.split_whitespace()
-                .nth(8)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        })
+/// `/proc/stat` now; None when it cannot be read.
+fn stat() -> Option<Stat> {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .map(|t| parse_stat(&t))
+}
+
+/// The fields of a `cpu` line: user, nice, system, idle, iowait, irq,
+/// softirq, steal (guest time is inside user's).
+fn fields(line: &str) -> Vec<u64> {
+    line.split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|v| v.parse().unwrap_or(0))
         .collect()
 }
 
-/// The least growth of any core between two readings, s.
-fn least_delta(a: Option<&[u64]>, b: Option<&[u64]>) -> Option<f64> {
-    let (a, b) = (a?, b?);
+fn parse_stat(text: &str) -> Stat {
+    let mut s = Stat {
+        steal: Vec::new(),
+        idle: 0,
+        total: 0,
+    };
+    for l in text.lines().filter(|l| l.starts_with("cpu")) {
+        let f = fields(l);
+        if l.as_bytes().get(3).is_some_and(u8::is_ascii_digit) {
+            s.steal.push(f.get(7).copied().unwrap_or(0));
+        } else {
+            s.idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+            s.total = f.iter().sum();
+        }
+    }
+    s
+}
+
+/// The least steal growth of any core between two readings, s.
+fn least_steal(a: Option<&Stat>, b: Option<&Stat>) -> Option<f64> {
+    let (a, b) = (&a?.steal, &b?.steal);
     if a.len() != b.len() || a.is_empty() {
         return None;
     }
     let least = a.iter().zip(b).map(|(x, y)| y.saturating_sub(*x)).min()?;
     Some(least as f64 / USER_HZ)
+}
+
+/// The idle share of the cores' time between two readings.
+fn idle_share(a: Option<&Stat>, b: Option<&Stat>) -> Option<f32> {
+    let (a, b) = (a?, b?);
+    let total = b.total.checked_sub(a.total).filter(|t| *t > 0)?;
+    Some(b.idle.saturating_sub(a.idle) as f32 / total as f32)
 }
 
 #[cfg(test)]
@@ -206,11 +267,32 @@ mod tests {
                         intr 1 2 3\n";
 
     #[test]
-    fn steal_is_read_per_core() {
-        assert_eq!(parse_steal(STAT), vec![12844, 12790]);
-        let later = [12844 + 1190, 12790 + 1200];
-        assert_eq!(least_delta(Some(&[12844, 12790]), Some(&later)), Some(11.9));
-        assert_eq!(least_delta(Some(&[1]), Some(&[1, 2])), None);
+    fn steal_and_idle_are_read() {
+        let a = parse_stat(STAT);
+        assert_eq!(a.steal, vec![12844, 12790]);
+        assert_eq!(a.idle, 6283136 + 36324);
+        let later = STAT
+            .replace("12844", &(12844 + 1190).to_string())
+            .replace("12790", &(12790 + 1200).to_string())
+            .replace(
+                "cpu  4552795 74071 2176735 6283136",
+                "cpu  4552895 74071 2176735 6283436",
+            );
+        let b = parse_stat(&later);
+        assert_eq!(least_steal(Some(&a), Some(&b)), Some(11.9));
+        assert_eq!(idle_share(Some(&a), Some(&b)), Some(0.75));
+        let one = Stat {
+            steal: vec![1],
+            ..a.clone()
+        };
+        assert_eq!(least_steal(Some(&one), Some(&b)), None);
+        let r = MachineRecord {
+            idle: vec![0.5, 0.1, 0.3, 0.9],
+            ..MachineRecord::default()
+        };
+        let got = r.idle_in(&[(0.5, 3.0), (3.0, 9.0)]).unwrap();
+        assert!((got - (0.1 + 0.3 + 0.9) / 3.0).abs() < 1e-6, "{got}");
+        assert_eq!(r.idle_in(&[(0.2, 0.9)]), None);
     }
 
     #[test]

@@ -230,14 +230,25 @@ impl SoakReport {
                     h.event.clone(),
                     h.windows.to_string(),
                     format!("{:.0}", h.seconds),
+                    h.idle.map_or("-".into(), |i| format!("{:.0}%", i * 100.0)),
                     format!("{:.2}", h.lowest),
                 ];
                 (head, &h.shares)
             })
             .collect();
-        let title = "What each hostile peer cost the flows that do not pass through it \
-                     (throughput in its windows ÷ quiet):";
-        matrix(title, &["peer", "windows", "s", "lowest"], &rows, 2)
+        let title = format!(
+            "What each hostile peer cost the flows that do not pass through it \
+             (throughput in its windows ÷ quiet), beside the machine's idle share in its windows \
+             (quiet spells: {}):",
+            self.quiet_idle
+                .map_or("-".into(), |i| format!("{:.0}%", i * 100.0))
+        );
+        matrix(
+            &title,
+            &["peer", "windows", "s", "machine idle", "lowest"],
+            &rows,
+            2,
+        )
     }
 
     fn resources_table(&self) -> String {

@@ -134,6 +134,10 @@ pub struct HostileCost {
     pub shares: BTreeMap<String, f64>,
     pub lowest: f64,
     pub met: bool,
+    /// The machine's idle share over the peer's windows (the quiet
+    /// spells': [`SoakReport::quiet_idle`]): a shortfall with nothing idle
+    /// is CPU the peer itself burned, not work it made splitnet do.
+    pub idle: Option<f64>,
 }
 
 /// The soak's report.
@@ -151,6 +155,9 @@ pub struct SoakReport {
     pub churn_unexplained: usize,
     /// What the real-time probe saw of the machine.
     pub machine: MachineRecord,
+    /// The machine's idle share over the quiet spells (each less its
+    /// first second).
+    pub quiet_idle: Option<f64>,
     pub downloads: Downloads,
     pub before: Resources,
     pub after: Resources,
@@ -179,7 +186,8 @@ impl SoakReport {
             minutes: i.minutes,
             seconds: i.seconds,
             kill_gaps: kill_gaps(&i.windows, &i.flows),
-            hostile: hostile_costs(&i.windows, &i.quiet, &i.flows),
+            hostile: hostile_costs(&i.windows, &i.quiet, &i.flows, &i.machine),
+            quiet_idle: i.machine.idle_in(&settled_quiet(&i.quiet)),
             flows,
             events: i.windows,
             churn: i.churn,
@@ -292,6 +300,11 @@ fn windows_where<'a>(
     hit: impl Fn(&Event) -> bool + 'a,
 ) -> impl Iterator<Item = &'a Window> {
     windows.iter().filter(move |w| hit(&w.event))
+}
+
+/// The quiet spells, each less its first second.
+fn settled_quiet(quiet: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    quiet.iter().map(|&(a, b)| (a + SETTLE_S, b)).collect()
 }
 
 /// A flow's median rate over the quiet spells (each less its first
@@ -414,6 +427,7 @@ fn hostile_costs(
     windows: &[Window],
     quiet: &[(f64, f64)],
     flows: &[FlowInput],
+    machine: &MachineRecord,
 ) -> Vec<HostileCost> {
     let mut by_peer: BTreeMap<&str, Vec<&Window>> = BTreeMap::new();
     for w in windows.iter().filter(|w| w.event.hostile()) {
@@ -430,7 +444,9 @@ fn hostile_costs(
                 .filter_map(|f| Some((f.name.clone(), share(f, &ws, quiet)?)))
                 .collect();
             let lowest = shares.values().copied().fold(f64::INFINITY, f64::min);
+            let spans: Vec<(f64, f64)> = ws.iter().map(|w| (w.start_s, w.end_s)).collect();
             HostileCost {
+                idle: machine.idle_in(&spans),
                 event: name.to_string(),
                 windows: ws.len(),
                 seconds,
