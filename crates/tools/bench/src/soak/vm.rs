@@ -5,9 +5,12 @@
 //! and UDP source and destination swapped. The wire host's datagrams to
 //! it come back to the socket that sent them, byte for byte, which is
 //! the soak's `wire-vm2` flow. A DPDK VM polls: testpmd's forwarding core
-//! spins, so it runs at nice 19 and, where the cgroup v1 `cpu` controller
-//! is there, with 2 ms of CPU in every 10 ms, so that it does not take a
-//! core of the two from everything else.
+//! spins, so that thread alone runs at nice 19 and, where the cgroup v1
+//! `cpu` controller is there, with 2 ms of CPU in every 10 ms, so that it
+//! does not take a core of the two from everything else. Its other
+//! threads (the one that answers the driver domain's vhost-user messages
+//! when it dials again) are not held back: a VM's control path is not
+//! what the soak rations.
 
 use crate::virtio::stop_testpmd;
 use anyhow::{anyhow, bail, Context, Result};
@@ -44,9 +47,7 @@ impl ReflectingVm {
             "net_virtio_user0,path={},mac={MAC},queues=1,server=1",
             socket.display()
         );
-        let child = Command::new("nice")
-            .args(["-n", "19"])
-            .arg(bin)
+        let child = Command::new(bin)
             .args(["--no-huge", "-m", "256", "--no-pci"])
             .args(["--lcores", "0@(0-1),1@(0-1)"])
             .arg(format!("--file-prefix={prefix}"))
@@ -62,30 +63,77 @@ impl ReflectingVm {
             child,
             prefix,
             cgroup: None,
-            limit: "nice 19".into(),
+            limit: String::new(),
         };
-        vm.throttle();
+        let workers = vm.workers()?;
+        vm.throttle(&workers)?;
         Ok(vm)
     }
 
-    /// Puts testpmd in a cgroup of its own with its CPU quota, where the
-    /// controller is there; otherwise it keeps nice 19 alone.
-    fn throttle(&mut self) {
+    /// The thread ids of testpmd's forwarding cores (DPDK names them
+    /// `rte-worker-N`; other releases `lcore-worker-N` or `dpdk-workerN`),
+    /// once EAL has started them.
+    fn workers(&mut self) -> Result<Vec<u32>> {
+        let tasks = PathBuf::from(format!("/proc/{}/task", self.child.id()));
+        let mut found = Vec::new();
+        let mut exited = None;
+        crate::faults::wait_for(
+            "testpmd's forwarding thread",
+            Duration::from_secs(30),
+            || {
+                if let Err(e) = self.check_running() {
+                    exited = Some(e);
+                    return true;
+                }
+                found = worker_threads(&tasks);
+                !found.is_empty()
+            },
+        )?;
+        match exited {
+            Some(e) => Err(e),
+            None => Ok(found),
+        }
+    }
+
+    /// Sets the forwarding threads `tids` to nice 19 and, where the
+    /// controller is there, into a cgroup of their own with the CPU quota.
+    fn throttle(&mut self, tids: &[u32]) -> Result<()> {
+        for t in tids {
+            let out = Command::new("renice")
+                .args(["-n", "19", "-p", &t.to_string()])
+                .output()
+                .context("running renice")?;
+            if !out.status.success() {
+                bail!(
+                    "renice of testpmd's thread {t}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
         let dir = Path::new(CPU_CGROUPS).join(&self.prefix);
         let made = std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string()))
             .and_then(|()| std::fs::write(dir.join("cpu.cfs_quota_us"), QUOTA_US.to_string()))
-            .and_then(|()| std::fs::write(dir.join("cgroup.procs"), self.child.id().to_string()));
+            .and_then(|()| {
+                tids.iter()
+                    .try_for_each(|t| std::fs::write(dir.join("tasks"), t.to_string()))
+            });
         match made {
             Ok(()) => {
-                self.limit = format!("nice 19, {QUOTA_US} µs of CPU every {PERIOD_US} µs");
+                self.limit = format!(
+                    "its forwarding thread at nice 19 with {QUOTA_US} µs of CPU every {PERIOD_US} µs"
+                );
                 self.cgroup = Some(dir);
             }
             Err(e) => {
                 let _ = std::fs::remove_dir(&dir);
-                self.limit = format!("nice 19 (no CPU quota: {}: {e})", dir.display());
+                self.limit = format!(
+                    "its forwarding thread at nice 19 (no CPU quota: {}: {e})",
+                    dir.display()
+                );
             }
         }
+        Ok(())
     }
 
     /// Fails if testpmd has exited.
@@ -95,6 +143,24 @@ impl ReflectingVm {
             None => Ok(()),
         }
     }
+}
+
+/// The forwarding threads among the threads under `tasks`
+/// (`/proc/PID/task`).
+fn worker_threads(tasks: &Path) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(tasks) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| {
+                ["rte-worker", "lcore-worker", "dpdk-worker"]
+                    .iter()
+                    .any(|w| c.starts_with(w))
+            })
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
 }
 
 impl Drop for ReflectingVm {
