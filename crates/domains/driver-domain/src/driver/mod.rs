@@ -263,7 +263,13 @@ impl Driver {
         if !back && Instant::now() < until {
             return;
         }
-        if !back {
+        if back {
+            let held = UPLINK_HOLD.saturating_sub(until.saturating_duration_since(Instant::now()));
+            eprintln!(
+                "driver: uplinks held {} ms, until every vif and VM was back",
+                held.as_millis()
+            );
+        } else {
             let late: Vec<&str> = self.pending.iter().map(|p| p.be.as_str()).collect();
             eprintln!(
                 "driver: uplinks read after their hold ran out; still connecting: vifs {late:?}, VM ports {settling:?}"
