@@ -16,7 +16,9 @@
 //!   between the hosts.
 //!
 //! A real-time probe ([`machine`]) watches the machine itself meanwhile,
-//! so that a stall of the host beneath it is told from splitnet's. At the
+//! so that a stall of the host beneath it is told from splitnet's, and a
+//! watchdog ([`stalls`]) writes down where the kernel's tasks wait when a
+//! flow stops for long. At the
 //! end it sets hv's resources, the namespaces and every counter in
 //! `status` against the start, and judges by [`report`]'s rules.
 
@@ -29,6 +31,7 @@ mod pattern;
 mod progress;
 mod render;
 pub mod report;
+mod stalls;
 mod status_diff;
 mod vm;
 
@@ -299,6 +302,12 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
         opts,
         &format!("{} flows running; seed {}", flows.running.len(), opts.seed),
     );
+    let watched = flows
+        .running
+        .iter()
+        .map(|f| (f.spec.name.clone(), f.progress.clone()))
+        .collect();
+    let watchdog = stalls::Watchdog::start(lab.t0, watched, opts.run_dir.clone(), opts.progress)?;
     let stop_side = AtomicBool::new(false);
     let (windows, quiet, churn, downloads) = std::thread::scope(|s| -> Result<_> {
         let churn = s.spawn(|| lab.churn(opts.seed ^ 0xc4, &stop_side));
@@ -313,6 +322,7 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
     })?;
     let end = Instant::now();
     let machine = probe.finish();
+    let stall_dumps = watchdog.finish();
     flows.stop();
     let running = std::mem::take(&mut flows.running);
     say(opts, "traffic stopped; reading what is left");
@@ -337,6 +347,7 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
         status_before,
         status_after: status_diff::status_json(lab)?,
         machine,
+        stall_dumps,
     }))
 }
 

@@ -89,6 +89,11 @@ impl Progress {
         r.last = Some(now);
     }
 
+    /// When it last delivered, if it has.
+    pub fn last(&self) -> Option<Instant> {
+        self.lock().last
+    }
+
     /// A failure now.
     pub fn failed(&self, what: String, corrupt: bool) {
         let at_s = self.secs(Instant::now());

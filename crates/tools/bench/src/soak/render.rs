@@ -126,12 +126,14 @@ impl SoakReport {
         s
     }
 
-    /// What the real-time probe saw of the machine.
+    /// What the real-time probe saw of the machine, and where the tasks
+    /// waited when a flow stopped for long.
     fn machine_lines(&self) -> String {
         let m = &self.machine;
-        let mut s = format!(
-            "The machine: a {}probe woke {} times, at worst {:.0} ms late; the host stole {:.1} s of the cores' time over the run; {} stalls of 250 ms or more{}
-",
+        let mut s =
+            format!(
+            "The machine: a {}probe woke {} times, at worst {:.0} ms late; the host stole {:.1} s \
+             of the cores' time over the run; {} stalls of 250 ms or more{}\n",
             if m.realtime { "real-time " } else { "(not real-time) " },
             m.wakeups,
             m.latest_ms,
@@ -140,14 +142,21 @@ impl SoakReport {
             if m.stalls.is_empty() { "." } else { ":" }
         );
         for st in m.stalls.iter().take(20) {
+            s += &format!("- {}\n", super::machine::describe(st));
+        }
+        for d in &self.stall_dumps {
+            let waits: Vec<String> = d.waits.iter().map(|(w, n)| format!("{w} ×{n}")).collect();
             s += &format!(
-                "- {}
-",
-                super::machine::describe(st)
+                "- at {:.1} s {} had delivered nothing for 10 s: {} tasks blocked in the kernel{}{} ({})\n",
+                d.at_s,
+                d.flows.join(", "),
+                d.blocked,
+                if waits.is_empty() { "" } else { ", waiting in " },
+                waits.join(", "),
+                d.file.display()
             );
         }
-        s + "
-"
+        s + "\n"
     }
 
     fn events_table(&self) -> String {

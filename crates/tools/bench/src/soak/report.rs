@@ -13,6 +13,7 @@ use super::events::{Event, Window};
 use super::flows::{Kind, Running};
 use super::machine::MachineRecord;
 use super::progress::{Failure, Summary};
+use super::stalls::StallDump;
 use super::status_diff::moved;
 use crate::faults::Resources;
 use crate::stats::median;
@@ -80,6 +81,8 @@ pub struct Inputs {
     pub status_after: Value,
     /// What the real-time probe saw of the machine.
     pub machine: MachineRecord,
+    /// Where the tasks waited when a flow stopped for long.
+    pub stall_dumps: Vec<StallDump>,
 }
 
 /// One flow's line of the report.
@@ -158,6 +161,8 @@ pub struct SoakReport {
     /// The machine's idle share over the quiet spells (each less its
     /// first second).
     pub quiet_idle: Option<f64>,
+    /// Where the tasks waited when a flow stopped for long.
+    pub stall_dumps: Vec<StallDump>,
     pub downloads: Downloads,
     pub before: Resources,
     pub after: Resources,
@@ -193,6 +198,7 @@ impl SoakReport {
             churn: i.churn,
             churn_unexplained,
             machine: i.machine,
+            stall_dumps: i.stall_dumps,
             downloads: i.downloads,
             before: i.before,
             after: i.after,

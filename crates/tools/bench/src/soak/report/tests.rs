@@ -66,6 +66,7 @@ fn inputs(flows: Vec<FlowInput>, windows: Vec<Window>) -> Inputs {
         status_before: serde_json::json!({"domains": [{"name": "drv", "id": 1, "rx": 5}]}),
         status_after: serde_json::json!({"domains": [{"name": "drv", "id": 9, "rx": 7}]}),
         machine: MachineRecord::default(),
+        stall_dumps: Vec::new(),
     }
 }
 
@@ -197,6 +198,27 @@ fn a_host_stall_explains_what_it_broke_and_nothing_else() {
     let r = run(vec![stall(9.0, 11_800.0)]);
     assert_eq!((r.flows[0].hosts, r.churn_unexplained), (1, 0));
     assert!(r.verdict().is_ok(), "{:?}", r.verdict());
+    let t = r.table();
+    assert!(
+        t.contains("the machine ran nothing of ours for 12.00 s at 9.0 s (every core stolen 11.8 s: the host's)"),
+        "{t}"
+    );
+    assert!(t.contains("| c | tcp stream | guest1 → wire |"), "{t}");
+    assert!(t.contains("| 1 (0, 1) |"), "{t}");
+    // A watchdog's dump is named with where the blocked tasks waited.
+    let mut i = inputs(vec![], vec![]);
+    i.stall_dumps.push(crate::soak::stalls::StallDump {
+        at_s: 1915.0,
+        flows: vec!["guest1-tx".into()],
+        file: "/run/x/stall-1915.0s.txt".into(),
+        blocked: 3,
+        waits: vec![("rtnl_lock".into(), 2), ("netlink_recvmsg".into(), 1)],
+    });
+    let t = SoakReport::new(i).table();
+    assert!(
+        t.contains("- at 1915.0 s guest1-tx had delivered nothing for 10 s: 3 tasks blocked in the kernel, waiting in rtnl_lock ×2, netlink_recvmsg ×1 (/run/x/stall-1915.0s.txt)"),
+        "{t}"
+    );
     // The same stall without steal is the kernel's or ours: not excused.
     let e = run(vec![stall(9.0, 100.0)]).verdict().unwrap_err();
     assert!(

@@ -1,0 +1,295 @@
+//! What the system was doing when a flow stopped for long. A watchdog
+//! looks at every flow twice a second; when one has delivered nothing for
+//! [`STALLED`], it writes down every task that is blocked in the kernel
+//! (state `D`) and every thread of splitnet's own processes, each with its
+//! kernel stack (`/proc/TID/stack`) and the function it waits in
+//! (`wchan`). A freeze that no event explains is then read from where the
+//! tasks were waiting, not guessed at.
+
+use super::progress::Progress;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A flow that delivered nothing this long is stalled. Longer than any
+/// stop the soak makes on purpose (a guest's RX stall lasts 6 s at most, a
+/// dropped BGP session about 7 s), shorter than a flow's give-up (20 s).
+const STALLED: Duration = Duration::from_secs(10);
+/// How often the watchdog looks.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
+/// Dumps per run, at most.
+const MAX_DUMPS: usize = 3;
+
+/// One dump: when, which flows had stalled, where it is, and what it says.
+#[derive(Debug, Clone, Serialize)]
+pub struct StallDump {
+    pub at_s: f64,
+    pub flows: Vec<String>,
+    pub file: PathBuf,
+    /// Tasks in the kernel's uninterruptible sleep.
+    pub blocked: usize,
+    /// The kernel functions the most tasks wait in, with their counts.
+    pub waits: Vec<(String, usize)>,
+}
+
+/// The running watchdog.
+pub struct Watchdog {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<StallDump>>>,
+}
+
+impl Watchdog {
+    /// Watches `flows` (name, record); dumps go to `dir`, times are seconds
+    /// since `t0`.
+    pub fn start(
+        t0: Instant,
+        flows: Vec<(String, Arc<Progress>)>,
+        dir: PathBuf,
+        say: bool,
+    ) -> std::io::Result<Watchdog> {
+        Watchdog::after(STALLED, t0, flows, dir, say)
+    }
+
+    /// The same, a flow counting as stalled after `stalled`.
+    fn after(
+        stalled: Duration,
+        t0: Instant,
+        flows: Vec<(String, Arc<Progress>)>,
+        dir: PathBuf,
+        say: bool,
+    ) -> std::io::Result<Watchdog> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let look = Look { t0, stalled, say };
+        let thread = std::thread::Builder::new()
+            .name("soak-watchdog".into())
+            .spawn(move || watch(&look, &flows, &dir, &s))?;
+        Ok(Watchdog {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops it: the dumps it took.
+    pub fn finish(mut self) -> Vec<StallDump> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How the watchdog looks.
+struct Look {
+    t0: Instant,
+    stalled: Duration,
+    say: bool,
+}
+
+fn watch(
+    look: &Look,
+    flows: &[(String, Arc<Progress>)],
+    dir: &Path,
+    stop: &AtomicBool,
+) -> Vec<StallDump> {
+    let mut dumps = Vec::new();
+    // A flow's stall is dumped once, when it begins.
+    let mut dumped: Vec<bool> = vec![false; flows.len()];
+    while !stop.load(Ordering::Relaxed) && dumps.len() < MAX_DUMPS {
+        std::thread::sleep(LOOK_EVERY);
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let now = Instant::now();
+        let mut stalled = Vec::new();
+        for (k, (name, p)) in flows.iter().enumerate() {
+            let quiet = p
+                .last()
+                .is_some_and(|l| now.saturating_duration_since(l) >= look.stalled);
+            if quiet && !dumped[k] {
+                stalled.push(name.clone());
+            }
+            dumped[k] = quiet;
+        }
+        if stalled.is_empty() {
+            continue;
+        }
+        let at_s = now.saturating_duration_since(look.t0).as_secs_f64();
+        let file = dir.join(format!("stall-{at_s:.1}s.txt"));
+        let what = format!(
+            "{} delivered nothing for {:.1} s",
+            stalled.join(", "),
+            look.stalled.as_secs_f64()
+        );
+        match dump(&file, at_s, &what) {
+            Ok((blocked, waits)) => {
+                if look.say {
+                    eprintln!(
+                        "bench soak: {what}: {blocked} tasks blocked in the kernel, written to {}",
+                        file.display()
+                    );
+                }
+                dumps.push(StallDump {
+                    at_s,
+                    flows: stalled,
+                    file,
+                    blocked,
+                    waits,
+                });
+            }
+            Err(e) => eprintln!("bench soak: writing {}: {e}", file.display()),
+        }
+    }
+    dumps
+}
+
+/// One task's line of the dump.
+struct Task {
+    pid: String,
+    tid: String,
+    comm: String,
+    state: char,
+    wchan: String,
+    stack: String,
+}
+
+/// Writes the dump to `file`: the tasks blocked in the kernel, and
+/// splitnet's own threads. Returns how many were blocked and the
+/// commonest waits.
+fn dump(file: &Path, at_s: f64, what: &str) -> std::io::Result<(usize, Vec<(String, usize)>)> {
+    let tasks = tasks();
+    let blocked: Vec<&Task> = tasks.iter().filter(|t| t.state == 'D').collect();
+    let mut waits: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in &blocked {
+        *waits.entry(t.wchan.as_str()).or_default() += 1;
+    }
+    let mut waits: Vec<(String, usize)> =
+        waits.into_iter().map(|(w, n)| (w.to_string(), n)).collect();
+    waits.sort_by_key(|w| std::cmp::Reverse(w.1));
+    waits.truncate(5);
+    let mut out = format!(
+        "{at_s:.1} s: {what}\n\n## {} tasks blocked in the kernel (D)\n",
+        blocked.len()
+    );
+    let ours = tasks
+        .iter()
+        .filter(|t| t.state != 'D' && t.comm.starts_with("splitnet"));
+    for (k, t) in blocked.iter().copied().chain(ours).enumerate() {
+        if k == blocked.len() {
+            out += "\n## splitnet's other threads\n";
+        }
+        let _ = writeln!(
+            out,
+            "\n{} (pid {} tid {}) {} in {}\n{}",
+            t.comm, t.pid, t.tid, t.state, t.wchan, t.stack
+        );
+    }
+    std::fs::write(file, out)?;
+    Ok((blocked.len(), waits))
+}
+
+/// Every thread of every process, as `/proc` shows it now.
+fn tasks() -> Vec<Task> {
+    let mut all = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return all;
+    };
+    for p in procs.flatten() {
+        let pid = p.file_name().to_string_lossy().to_string();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(threads) = std::fs::read_dir(p.path().join("task")) else {
+            continue;
+        };
+        for t in threads.flatten() {
+            if let Some(task) = task(&pid, &t.path()) {
+                all.push(task);
+            }
+        }
+    }
+    all
+}
+
+/// One thread, from `/proc/PID/task/TID`; None if it is gone.
+fn task(pid: &str, dir: &Path) -> Option<Task> {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    // The state follows the command, which ends at the last ')'.
+    let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+    Some(Task {
+        pid: pid.to_string(),
+        tid: dir.file_name()?.to_string_lossy().to_string(),
+        comm: read("comm").trim().to_string(),
+        state,
+        wchan: read("wchan").trim().to_string(),
+        stack: read("stack"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dump_lists_blocked_tasks_and_this_process_reads_as_running_or_sleeping() {
+        let me = std::process::id().to_string();
+        let t = task(&me, &PathBuf::from(format!("/proc/{me}/task/{me}"))).unwrap();
+        assert!("RS".contains(t.state), "{}", t.state);
+        let dir = std::env::temp_dir().join(format!("soak-stall-{me}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("d.txt");
+        let (blocked, waits) = dump(&file, 12.0, "f delivered nothing").unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.starts_with("12.0 s: f delivered nothing\n"), "{text}");
+        assert!(text.contains(&format!("{blocked} tasks blocked")), "{text}");
+        assert!(waits.iter().map(|w| w.1).sum::<usize>() <= blocked);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A flow that stops delivering is dumped once, when its stall
+    /// begins; one that keeps delivering never is.
+    #[test]
+    fn a_stalled_flow_is_dumped_once_per_stall() {
+        let dir = std::env::temp_dir().join(format!("soak-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t0 = Instant::now();
+        let (quiet, busy) = (Arc::new(Progress::new(t0)), Arc::new(Progress::new(t0)));
+        quiet.delivered(1);
+        busy.delivered(1);
+        let flows = vec![
+            ("quiet".to_string(), quiet.clone()),
+            ("busy".to_string(), busy.clone()),
+        ];
+        let stall = Duration::from_millis(300);
+        let w = Watchdog::after(stall, t0, flows, dir.clone(), false).unwrap();
+        let files = || std::fs::read_dir(&dir).unwrap().count();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while files() == 0 && Instant::now() < deadline {
+            busy.delivered(1);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Two more looks at the same stall add nothing.
+        for _ in 0..(2 * LOOK_EVERY.as_millis() / 20) {
+            busy.delivered(1);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let dumps = w.finish();
+        assert_eq!(dumps.len(), 1, "{dumps:?}");
+        assert_eq!(dumps[0].flows, vec!["quiet".to_string()]);
+        assert!(dumps[0].file.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
