@@ -71,12 +71,12 @@ impl SoakReport {
 
     fn flows_table(&self) -> String {
         let mut s = String::from(
-            "| flow | kind | path | pace Mbit/s | quiet Mbit/s | sent MiB | checked MiB | lost | corrupt | failures (a kill's, the host's) | longest gap ms | longest gap no SIGSTOP or host stall explains, ms |\n\
+            "| flow | kind | path | pace Mbit/s | quiet Mbit/s | sent MiB | checked MiB | lost | corrupt | failures (a kill's, the host's) | longest gap ms | longest gap no SIGSTOP or host stall explains, ms (from s) |\n\
              |---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
         );
         for f in &self.flows {
             s += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}, {}) | {:.0} | {:.0} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}, {}) | {:.0} | {:.0}{} |\n",
                 f.name,
                 f.kind,
                 f.path,
@@ -90,7 +90,9 @@ impl SoakReport {
                 f.excused,
                 f.hosts,
                 f.longest_gap_ms,
-                f.longest_unstopped_gap_ms
+                f.longest_unstopped_gap_ms,
+                f.longest_unstopped_gap_at_s
+                    .map_or(String::new(), |t| format!(" ({t:.1})"))
             );
         }
         for f in self.flows.iter().filter(|f| !f.failures.is_empty()) {
@@ -147,9 +149,10 @@ impl SoakReport {
         for d in &self.stall_dumps {
             let waits: Vec<String> = d.waits.iter().map(|(w, n)| format!("{w} ×{n}")).collect();
             s += &format!(
-                "- at {:.1} s {} had delivered nothing for 10 s: {} tasks blocked in the kernel{}{} ({})\n",
+                "- at {:.1} s {} had delivered nothing for {} s: {} tasks blocked in the kernel{}{} ({})\n",
                 d.at_s,
                 d.flows.join(", "),
+                super::stalls::STALLED.as_secs(),
                 d.blocked,
                 if waits.is_empty() { "" } else { ", waiting in " },
                 waits.join(", "),

@@ -106,8 +106,9 @@ pub struct FlowReport {
     pub hosts: usize,
     pub longest_gap_ms: f64,
     /// The longest gap that no SIGSTOP (of the driver domain or of one of
-    /// its ends) and no host stall explains.
+    /// its ends) and no host stall explains, and when it began.
     pub longest_unstopped_gap_ms: f64,
+    pub longest_unstopped_gap_at_s: Option<f64>,
     /// Its pace, and what it carried in the quiet spells (median), Mbit/s.
     pub pace_mbps: f64,
     pub quiet_mbps: Option<f64>,
@@ -362,8 +363,7 @@ fn flow_report(
                 .any(|w| g.start_s <= w.end_s + SETTLE_S && g.start_s + g.ms / 1e3 >= w.start_s)
         })
         .filter(|g| !machine.host_stalled(g.start_s, g.start_s + g.ms / 1e3))
-        .map(|g| g.ms)
-        .fold(0.0, f64::max);
+        .max_by(|a, b| a.ms.total_cmp(&b.ms));
     FlowReport {
         name: f.name.clone(),
         kind: f.kind.name(),
@@ -377,7 +377,8 @@ fn flow_report(
         excused,
         hosts,
         longest_gap_ms: s.longest_gap_ms(),
-        longest_unstopped_gap_ms: unstopped,
+        longest_unstopped_gap_ms: unstopped.map_or(0.0, |g| g.ms),
+        longest_unstopped_gap_at_s: unstopped.map(|g| g.start_s),
         pace_mbps: f.kind.mbps(),
         quiet_mbps: quiet_rate(f, quiet).map(|r| r * 8.0 / 1e6),
         summary: s.clone(),

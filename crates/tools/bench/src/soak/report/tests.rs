@@ -216,7 +216,7 @@ fn a_host_stall_explains_what_it_broke_and_nothing_else() {
     });
     let t = SoakReport::new(i).table();
     assert!(
-        t.contains("- at 1915.0 s guest1-tx had delivered nothing for 10 s: 3 tasks blocked in the kernel, waiting in rtnl_lock ×2, netlink_recvmsg ×1 (/run/x/stall-1915.0s.txt)"),
+        t.contains("- at 1915.0 s guest1-tx had delivered nothing for 5 s: 3 tasks blocked in the kernel, waiting in rtnl_lock ×2, netlink_recvmsg ×1 (/run/x/stall-1915.0s.txt)"),
         "{t}"
     );
     // The same stall without steal is the kernel's or ours: not excused.
