@@ -5,9 +5,9 @@
 //! and UDP source and destination swapped. The wire host's datagrams to
 //! it come back to the socket that sent them, byte for byte, which is
 //! the soak's `wire-vm2` flow. A DPDK VM polls: testpmd's forwarding core
-//! spins, so that thread alone runs at nice 19 and, where the cgroup v1
-//! `cpu` controller is there, with 2 ms of CPU in every 10 ms, so that it
-//! does not take a core of the two from everything else. Its other
+//! spins, so that thread alone is held to 2 ms of CPU in every 10 ms (a
+//! cgroup v1 `cpu` quota; nice 19 where there is none), so that it does
+//! not take a core of the two from everything else. Its other
 //! threads (the one that answers the driver domain's vhost-user messages
 //! when it dials again) are not held back: a VM's control path is not
 //! what the soak rations.
@@ -95,21 +95,10 @@ impl ReflectingVm {
         }
     }
 
-    /// Sets the forwarding threads `tids` to nice 19 and, where the
-    /// controller is there, into a cgroup of their own with the CPU quota.
+    /// Holds the forwarding threads `tids` to the CPU quota in a cgroup
+    /// of their own (at nice 0, as a VM's vCPU); where the controller is
+    /// not there, sets them to nice 19 instead.
     fn throttle(&mut self, tids: &[u32]) -> Result<()> {
-        for t in tids {
-            let out = Command::new("renice")
-                .args(["-n", "19", "-p", &t.to_string()])
-                .output()
-                .context("running renice")?;
-            if !out.status.success() {
-                bail!(
-                    "renice of testpmd's thread {t}: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
-        }
         let dir = Path::new(CPU_CGROUPS).join(&self.prefix);
         let made = std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string()))
@@ -121,9 +110,10 @@ impl ReflectingVm {
         match made {
             Ok(()) => {
                 self.limit = format!(
-                    "its forwarding thread at nice 19 with {QUOTA_US} µs of CPU every {PERIOD_US} µs"
+                    "its forwarding thread held to {QUOTA_US} µs of CPU every {PERIOD_US} µs"
                 );
                 self.cgroup = Some(dir);
+                Ok(())
             }
             Err(e) => {
                 let _ = std::fs::remove_dir(&dir);
@@ -131,9 +121,9 @@ impl ReflectingVm {
                     "its forwarding thread at nice 19 (no CPU quota: {}: {e})",
                     dir.display()
                 );
+                tids.iter().try_for_each(|t| renice(*t))
             }
         }
-        Ok(())
     }
 
     /// Fails if testpmd has exited.
@@ -143,6 +133,21 @@ impl ReflectingVm {
             None => Ok(()),
         }
     }
+}
+
+/// Sets thread `tid` to nice 19.
+fn renice(tid: u32) -> Result<()> {
+    let out = Command::new("renice")
+        .args(["-n", "19", "-p", &tid.to_string()])
+        .output()
+        .context("running renice")?;
+    if !out.status.success() {
+        bail!(
+            "renice of testpmd's thread {tid}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// The forwarding threads among the threads under `tasks`
