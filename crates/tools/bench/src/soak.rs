@@ -22,6 +22,7 @@
 //! end it sets hv's resources, the namespaces and every counter in
 //! `status` against the start, and judges by [`report`]'s rules.
 
+mod background;
 mod churn;
 mod crosshost;
 mod events;

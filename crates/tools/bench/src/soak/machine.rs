@@ -9,10 +9,9 @@
 //! second by second, so that a flow slowed while the CPUs had nothing left
 //! to give is told from one slowed by splitnet.
 
+use super::background::Background;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long the probe sleeps between wake-ups.
@@ -93,39 +92,18 @@ impl MachineRecord {
 }
 
 /// The running probe.
-pub struct Probe {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<MachineRecord>>,
-}
+pub struct Probe(Background<MachineRecord>);
 
 impl Probe {
     /// Starts the probe; times are seconds since `t0`. With `say`, each
     /// stall is told on stderr as it ends.
     pub fn start(t0: Instant, say: bool) -> std::io::Result<Probe> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("soak-probe".into())
-            .spawn(move || watch(t0, &s, say))?;
-        Ok(Probe {
-            stop,
-            thread: Some(thread),
-        })
+        Background::spawn("soak-probe", move |stop| watch(t0, stop, say)).map(Probe)
     }
 
     /// Stops the probe: what it saw.
-    pub fn finish(mut self) -> MachineRecord {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+    pub fn finish(self) -> MachineRecord {
+        self.0.finish()
     }
 }
 

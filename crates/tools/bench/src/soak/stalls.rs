@@ -6,6 +6,7 @@
 //! (`wchan`). A freeze that no event explains is then read from where the
 //! tasks were waiting, not guessed at.
 
+use super::background::Background;
 use super::progress::Progress;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -13,7 +14,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// A flow that delivered nothing this long is stalled: longer than any
@@ -41,10 +41,7 @@ pub struct StallDump {
 }
 
 /// The running watchdog.
-pub struct Watchdog {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Vec<StallDump>>>,
-}
+pub struct Watchdog(Background<Vec<StallDump>>);
 
 impl Watchdog {
     /// Watches `flows` (name, record); dumps go to `dir`, times are seconds
@@ -66,31 +63,16 @@ impl Watchdog {
         dir: PathBuf,
         say: bool,
     ) -> std::io::Result<Watchdog> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
         let look = Look { t0, stalled, say };
-        let thread = std::thread::Builder::new()
-            .name("soak-watchdog".into())
-            .spawn(move || watch(&look, &flows, &dir, &s))?;
-        Ok(Watchdog {
-            stop,
-            thread: Some(thread),
+        Background::spawn("soak-watchdog", move |stop| {
+            watch(&look, &flows, &dir, stop)
         })
+        .map(Watchdog)
     }
 
     /// Stops it: the dumps it took.
-    pub fn finish(mut self) -> Vec<StallDump> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+    pub fn finish(self) -> Vec<StallDump> {
+        self.0.finish()
     }
 }
 
