@@ -18,9 +18,9 @@
 //! A real-time probe ([`machine`]) watches the machine itself meanwhile,
 //! so that a stall of the host beneath it is told from splitnet's, and a
 //! watchdog ([`stalls`]) writes down where the kernel's tasks wait when a
-//! flow stops for long. At the
-//! end it sets hv's resources, the namespaces and every counter in
-//! `status` against the start, and judges by [`report`]'s rules.
+//! flow stops for long. At the end it sets hv's resources, the namespaces
+//! and every counter in `status` against the start, and judges by
+//! [`report`]'s rules.
 
 mod background;
 mod churn;
