@@ -113,6 +113,8 @@ fn watch(t0: Instant, stop: &AtomicBool, say: bool) -> MachineRecord {
         ..MachineRecord::default()
     };
     let first = stat();
+    // The seconds before the probe started are not known.
+    r.idle.resize(t0.elapsed().as_secs() as usize, f32::NAN);
     let mut read = (Instant::now(), first.clone());
     let mut second = first.clone();
     while !stop.load(Ordering::Relaxed) {
