@@ -164,8 +164,15 @@ impl Driver {
         let slot = vifs.iter().position(|v| v.gone).unwrap_or(vifs.len());
         hv.watch(&format!("{}/state", nb.fe), &format!("fe:{slot}"))?;
         hv.watch(&multicast_node(&nb.fe), &format!("fe:{slot}"))?;
+        // While the uplinks are held at start: how long after it this vif
+        // came back (a restart's timeline, in the log).
+        let since_start = self.ports.hold.map_or(String::new(), |until| {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            let ms = super::UPLINK_HOLD.saturating_sub(left).as_millis();
+            format!(", {ms} ms after the driver domain started")
+        });
         eprintln!(
-            "driver: {} connected on {} {:?} (grants {}, rx {}, tx {}, offload {})",
+            "driver: {} connected on {} {:?} (grants {}, rx {}, tx {}, offload {}){since_start}",
             crate::vif_name(&nb.be),
             self.bridge.name(attach.bridge),
             attach.mode,
