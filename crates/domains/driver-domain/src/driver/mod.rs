@@ -264,7 +264,7 @@ impl Driver {
             return;
         }
         if back {
-            let held = UPLINK_HOLD.saturating_sub(until.saturating_duration_since(Instant::now()));
+            let held = self.ports.held_for().unwrap_or_default();
             eprintln!(
                 "driver: uplinks held {} ms, until every vif and VM was back",
                 held.as_millis()

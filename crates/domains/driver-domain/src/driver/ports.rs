@@ -377,6 +377,14 @@ impl Ports {
             .filter(|left| !left.is_zero())
     }
 
+    /// How long the hold on the uplinks has lasted, if one does (it began
+    /// [`super::UPLINK_HOLD`] before its end).
+    pub(super) fn held_for(&self) -> Option<Duration> {
+        self.hold.map(|until| {
+            super::UPLINK_HOLD.saturating_sub(until.saturating_duration_since(Instant::now()))
+        })
+    }
+
     /// Whether a named port is closed (it is then tried again soon).
     pub(super) fn any_closed(&self) -> bool {
         self.list

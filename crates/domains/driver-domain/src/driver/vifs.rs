@@ -166,10 +166,8 @@ impl Driver {
         hv.watch(&multicast_node(&nb.fe), &format!("fe:{slot}"))?;
         // While the uplinks are held at start: how long after it this vif
         // came back (a restart's timeline, in the log).
-        let since_start = self.ports.hold.map_or(String::new(), |until| {
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            let ms = super::UPLINK_HOLD.saturating_sub(left).as_millis();
-            format!(", {ms} ms after the driver domain started")
+        let since_start = self.ports.held_for().map_or(String::new(), |d| {
+            format!(", {} ms after the driver domain started", d.as_millis())
         });
         eprintln!(
             "driver: {} connected on {} {:?} (grants {}, rx {}, tx {}, offload {}){since_start}",
