@@ -185,11 +185,13 @@ fn dump(file: &Path, at_s: f64, what: &str) -> std::io::Result<(usize, Vec<(Stri
     Ok((blocked.len(), waits))
 }
 
-/// Every thread of every process, as `/proc` shows it now.
+/// Every thread blocked in the kernel and every thread of splitnet's
+/// processes, as `/proc` shows it now; only these have their `wchan` and
+/// kernel stack read.
 fn tasks() -> Vec<Task> {
-    let mut all = Vec::new();
+    let mut kept = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return all;
+        return kept;
     };
     for p in procs.flatten() {
         let pid = p.file_name().to_string_lossy().to_string();
@@ -200,27 +202,36 @@ fn tasks() -> Vec<Task> {
             continue;
         };
         for t in threads.flatten() {
-            if let Some(task) = task(&pid, &t.path()) {
-                all.push(task);
+            let Some(mut task) = task(&pid, &t.path()) else {
+                continue;
+            };
+            if task.state == 'D' || task.comm.starts_with("splitnet") {
+                let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+                task.wchan = read("wchan").trim().to_string();
+                task.stack = read("stack");
+                kept.push(task);
             }
         }
     }
-    all
+    kept
 }
 
-/// One thread, from `/proc/PID/task/TID`; None if it is gone.
+/// One thread's identity and state, from `/proc/PID/task/TID/stat`
+/// (its `wchan` and stack left empty); None if it is gone.
 fn task(pid: &str, dir: &Path) -> Option<Task> {
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-    // The state follows the command, which ends at the last ')'.
-    let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+    // The command is in parentheses and may hold any byte, ')' too: the
+    // state follows the last ')'.
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_string();
+    let state = rest.trim_start().chars().next()?;
     Some(Task {
         pid: pid.to_string(),
         tid: dir.file_name()?.to_string_lossy().to_string(),
-        comm: read("comm").trim().to_string(),
+        comm,
         state,
-        wchan: read("wchan").trim().to_string(),
-        stack: read("stack"),
+        wchan: String::new(),
+        stack: String::new(),
     })
 }
 
@@ -233,6 +244,8 @@ mod tests {
         let me = std::process::id().to_string();
         let t = task(&me, &PathBuf::from(format!("/proc/{me}/task/{me}"))).unwrap();
         assert!("RS".contains(t.state), "{}", t.state);
+        let comm = std::fs::read_to_string(format!("/proc/{me}/comm")).unwrap();
+        assert_eq!(t.comm, comm.trim());
         let dir = std::env::temp_dir().join(format!("soak-stall-{me}"));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("d.txt");
