@@ -110,7 +110,8 @@ fn hv_command(hv: &Path) -> Result<Command> {
 }
 
 /// Polls hv's status until every domain said hello and every vif is
-/// Connected at both ends, then says so; fails (and takes the system down)
+/// Connected at both ends with its guest's interface up and addressed
+/// (`toolstack::readiness`), then says so; fails (and takes the system down)
 /// when hv exits, a vif is given up, or `timeout` seconds pass.
 fn wait_until_up(
     rd: &Path,
@@ -137,7 +138,8 @@ fn wait_until_up(
                 log_tail(&rd.join("hv.log"), 20)
             );
         }
-        // Up means: every domain said hello and every vif is Connected at both ends.
+        // Up means: every domain said hello and every vif is Connected at
+        // both ends, its guest's interface up with its addresses.
         let status = toolstack::status::collect(rd);
         let waiting = match status
             .as_ref()

@@ -178,8 +178,9 @@ fn serve(
 fn wait_ready(hv: &Arc<Hypervisor>, topo: &Topology, rd: &Path, notify: &Lifecycle) {
     let mut said = String::new();
     while !hv.is_shutting_down() {
-        // hv answers its own status as it answers the CLI's.
-        if let Ok(v) = crate::status::collect_with(rd, false) {
+        // hv answers its own status as it answers the CLI's, with each
+        // namespace's interfaces: a guest is up once its vif's is.
+        if let Ok(v) = crate::status::collect(rd) {
             let p = crate::readiness::progress(topo, &v);
             if p.waiting.is_empty() {
                 let mut line = up_line(topo, &v);

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 
 /// Interfaces of namespace `ns`: `[{name, state, mac, addresses: [...]}]`.
-fn interfaces(ns: &str) -> Vec<Value> {
+pub(crate) fn interfaces(ns: &str) -> Vec<Value> {
     let Ok(out) = host::ip_in(ns, &["-j", "addr", "show"]) else {
         return Vec::new();
     };

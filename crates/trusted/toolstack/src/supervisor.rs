@@ -683,7 +683,7 @@ impl Supervisor {
             ));
         }
         for v in self.running_vifs(&hv, name) {
-            self.wait_connected(&hv, &v)?;
+            self.wait_usable(&hv, &v)?;
         }
         Ok(())
     }

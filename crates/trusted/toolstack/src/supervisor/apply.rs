@@ -199,7 +199,7 @@ impl Supervisor {
         let connected = launched.and_then(|()| {
             self.vifs_of(name)
                 .iter()
-                .try_for_each(|v| self.wait_connected(hv, v))
+                .try_for_each(|v| self.wait_usable(hv, v))
         });
         if connected.is_err() {
             self.remove_guest(hv, name);
@@ -232,7 +232,7 @@ impl Supervisor {
     /// Vif `v` of a running guest, connected when this returns.
     fn add_vif(&self, hv: &Arc<Hypervisor>, v: VifConfig) -> HvResult<()> {
         let v = self.plumb_new(hv, v)?;
-        if let Err(e) = self.wait_connected(hv, &v) {
+        if let Err(e) = self.wait_usable(hv, &v) {
             let _ = self.detach(&v.guest, v.handle);
             return Err(e);
         }

@@ -64,7 +64,7 @@ impl Supervisor {
             self.forget(&hv, &v);
             return Err(fail(ErrorKind::Internal, e));
         }
-        if let Err(e) = self.wait_connected(&hv, &v) {
+        if let Err(e) = self.wait_usable(&hv, &v) {
             let _ = self.detach(guest, v.handle);
             return Err(e);
         }
@@ -369,6 +369,38 @@ impl Supervisor {
                 v.guest,
                 state_of(hv, &fe),
                 state_of(hv, &be)
+            ),
+        ))
+    }
+
+    /// Waits until `v` is connected ([`Supervisor::wait_connected`]) and
+    /// its guest's interface is up with its addresses: what `apply`,
+    /// `network-attach` and `restart` return after, so that the guest's
+    /// first packet has a route. A container's interface is its runtime's
+    /// to address: only the connection is waited for.
+    pub(super) fn wait_usable(&self, hv: &Arc<Hypervisor>, v: &VifConfig) -> HvResult<()> {
+        self.wait_connected(hv, v)?;
+        if self.lock().containers.iter().any(|c| c.name == v.guest) {
+            return Ok(());
+        }
+        let want = crate::readiness::guest_addresses(&self.topo(), &v.guest, v.handle);
+        let (ns, ifname) = (host::netns_name(&v.guest), format!("eth{}", v.handle));
+        let up = wait_until(HANDSHAKE, || {
+            let ifs = crate::status::interfaces(&ns);
+            crate::readiness::interface_ready(&ifs, &ifname, &want)
+        });
+        if up {
+            return Ok(());
+        }
+        let with = match want.is_empty() {
+            true => String::new(),
+            false => format!(" with {}", want.join(" and ")),
+        };
+        Err(fail(
+            ErrorKind::Internal,
+            format!(
+                "vif {} of {} connected, but {ifname} in {ns} was not up{with} within {HANDSHAKE:?} (see the guest's log)",
+                v.handle, v.guest
             ),
         ))
     }
