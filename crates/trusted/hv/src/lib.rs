@@ -39,6 +39,6 @@ pub use crate::core::{DomainSpec, Hypervisor, Quotas, Teardown};
 pub use client::{EventChannel, GrantTable, HvClient, MappedGrant, Toolstack};
 pub use error::{ErrorKind, HvError, HvResult};
 pub use memory::MemorySpec;
-pub use ports::PortOpener;
+pub use ports::{PortOpener, QueueMaker};
 pub use proto::{DomId, Port};
 pub use vhost::VhostSpec;

@@ -18,12 +18,27 @@ use std::sync::Mutex;
 /// is not such a port or its interface does not exist yet.
 pub type PortOpener = Box<dyn Fn(&str) -> Option<std::io::Result<OwnedFd>> + Send + Sync>;
 
-/// Kept sockets by (driver domain name, interface name), and the openers
-/// of the ports hv opens on a driver domain's first ask.
+/// Makes and deletes a driver domain's dedicated receive queues on its
+/// uplinks for it (`QueueOpen`, `QueueClose`; Ram thesis ch. 3). The
+/// toolstack sets one per driver domain: it knows the domain's namespace,
+/// uplinks and vifs, and checks each request against them.
+pub trait QueueMaker: Send + Sync {
+    /// A packet socket on a new queue on uplink `port` for vif `owner`
+    /// with MAC `mac`, its receive buffer `rcvbuf` bytes; an error (the
+    /// request refused, or the kernel's refusal) says why.
+    fn open(&self, port: &str, owner: u32, mac: [u8; 6], rcvbuf: usize) -> HvResult<OwnedFd>;
+    /// Deletes that queue, if it exists.
+    fn close(&self, port: &str, owner: u32) -> HvResult<()>;
+}
+
+/// Kept sockets by (driver domain name, interface name), the openers of
+/// the ports hv opens on a driver domain's first ask, and each driver
+/// domain's queue maker.
 #[derive(Default)]
 pub(crate) struct KeptPorts {
     all: Mutex<BTreeMap<(String, String), OwnedFd>>,
     openers: Mutex<BTreeMap<String, std::sync::Arc<PortOpener>>>,
+    queues: Mutex<BTreeMap<String, std::sync::Arc<dyn QueueMaker>>>,
 }
 
 impl KeptPorts {
@@ -54,6 +69,23 @@ impl KeptPorts {
         o.insert(driver.into(), std::sync::Arc::new(opener));
     }
 
+    /// Driver domain `driver`'s queues are made by `maker`.
+    pub(crate) fn set_queue_maker(&self, driver: &str, maker: std::sync::Arc<dyn QueueMaker>) {
+        let mut q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        q.insert(driver.into(), maker);
+    }
+
+    /// `driver`'s queue maker; a refusal if it has none.
+    pub(crate) fn queue_maker(&self, driver: &str) -> HvResult<std::sync::Arc<dyn QueueMaker>> {
+        let q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        q.get(driver).cloned().ok_or_else(|| {
+            HvError::new(
+                ErrorKind::NotPrivileged,
+                format!("hv makes no queues for {driver}"),
+            )
+        })
+    }
+
     /// [`KeptPorts::get`], and where hv keeps none, one its opener for
     /// `driver` opens now and hv keeps from then on.
     pub(crate) fn get_or_open(&self, driver: &str, ifname: &str) -> HvResult<Option<OwnedFd>> {
@@ -78,6 +110,10 @@ impl KeptPorts {
     /// opener; how many sockets there were.
     pub(crate) fn forget(&self, driver: &str) -> usize {
         self.openers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(driver);
+        self.queues
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(driver);

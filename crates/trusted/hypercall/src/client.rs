@@ -450,6 +450,31 @@ impl HvClient {
     pub fn port_socket(&mut self, name: &str) -> HvResult<OwnedFd> {
         self.one_fd(&Request::PortSocket { name: name.into() })
     }
+    /// A dedicated receive queue on this driver domain's uplink `port` for
+    /// its vif `owner` with MAC `mac`, made by hv: a packet socket bound to
+    /// the queue's macvlan, with a receive buffer of `rcvbuf` bytes (see
+    /// [`Request::QueueOpen`]).
+    pub fn queue_open(
+        &mut self,
+        port: &str,
+        owner: u32,
+        mac: [u8; 6],
+        rcvbuf: u32,
+    ) -> HvResult<OwnedFd> {
+        self.one_fd(&Request::QueueOpen {
+            port: port.into(),
+            owner,
+            mac,
+            rcvbuf,
+        })
+    }
+    /// Deletes the queue [`HvClient::queue_open`] made for `owner` on `port`.
+    pub fn queue_close(&mut self, port: &str, owner: u32) -> HvResult<()> {
+        self.chan.done(&Request::QueueClose {
+            port: port.into(),
+            owner,
+        })
+    }
     /// A request answered `Done` with one descriptor.
     fn one_fd(&mut self, req: &Request) -> HvResult<OwnedFd> {
         match self.chan.call(req)? {

@@ -11,7 +11,7 @@ pub const DOMID_TOOLSTACK: DomId = 0;
 pub type Port = u32;
 
 /// How many kinds of request there are.
-pub const REQUEST_KINDS: usize = 44;
+pub const REQUEST_KINDS: usize = 46;
 
 /// Every kind of request's name, in `Request::index` order: its counter in
 /// `status` and its `hypercall:<name>` row in the trace.
@@ -60,4 +60,6 @@ pub const REQUEST_NAMES: [&str; REQUEST_KINDS] = [
     "port_socket",
     "ngm_grant_many",
     "vhost_dial",
+    "queue_open",
+    "queue_close",
 ];

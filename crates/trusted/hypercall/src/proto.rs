@@ -283,7 +283,33 @@ pub enum Request {
         backend: DomId,
         grants: Vec<NgmGrantOp>,
     },
+    /// From a driver domain: a dedicated receive queue (Ram thesis ch. 3)
+    /// on its uplink `port` for its vif with MAC `mac`, `owner` its vif
+    /// index: hv makes the queue's macvlan in the domain's namespace (mode
+    /// private, on `port`, with `mac`, named for `port` and `owner`) and
+    /// replies `Done` with a packet socket bound to it, its receive buffer
+    /// `rcvbuf` bytes (at most [`QUEUE_RCVBUF_MAX`]). hv checks that
+    /// `port` is one of the caller's uplinks and `mac` one of its vifs';
+    /// the domain itself holds no CAP_NET_ADMIN, which would reach a host
+    /// NIC's firmware and features.
+    QueueOpen {
+        port: String,
+        owner: u32,
+        mac: [u8; 6],
+        rcvbuf: u32,
+    },
+    /// From a driver domain: deletes the macvlan of [`Request::QueueOpen`]
+    /// for `owner` on `port`, if there is one.
+    QueueClose {
+        port: String,
+        owner: u32,
+    },
 }
+
+/// The largest receive buffer hv gives a dedicated queue's socket
+/// ([`Request::QueueOpen`]): a driver domain's bound on what one vif's
+/// queue may hold in the kernel.
+pub const QUEUE_RCVBUF_MAX: u32 = 64 << 20;
 
 /// One grant of a [`Request::NgmGrantMany`]: the caller's `frame` under
 /// reference `gref`.
@@ -364,6 +390,8 @@ impl Request {
             Request::PortSocket { .. } => 41,
             Request::NgmGrantMany { .. } => 42,
             Request::VhostDial { .. } => 43,
+            Request::QueueOpen { .. } => 44,
+            Request::QueueClose { .. } => 45,
         }
     }
 

@@ -143,6 +143,31 @@ impl Hypervisor {
         self.ports.set_opener(driver, opener);
     }
 
+    /// Has `maker` make and delete `driver`'s dedicated receive queues
+    /// (`QueueOpen`, `QueueClose`).
+    pub fn queue_maker(&self, driver: &str, maker: std::sync::Arc<dyn crate::QueueMaker>) {
+        self.ports.set_queue_maker(driver, maker);
+    }
+
+    /// `QueueOpen`: a queue on the caller's own uplink, by its maker.
+    pub(super) fn queue_open(
+        &self,
+        caller: DomId,
+        port: &str,
+        (owner, mac): (u32, [u8; 6]),
+        rcvbuf: u32,
+    ) -> HvResult<OwnedFd> {
+        let me = self.caller_name(caller)?;
+        let rcvbuf = rcvbuf.min(hypercall::proto::QUEUE_RCVBUF_MAX) as usize;
+        self.ports.queue_maker(&me)?.open(port, owner, mac, rcvbuf)
+    }
+
+    /// `QueueClose`: deletes a queue `QueueOpen` made for the caller.
+    pub(super) fn queue_close(&self, caller: DomId, port: &str, owner: u32) -> HvResult<()> {
+        let me = self.caller_name(caller)?;
+        self.ports.queue_maker(&me)?.close(port, owner)
+    }
+
     /// Closes the sockets kept for `driver`, which will not come back.
     pub fn port_forget(&self, driver: &str) -> usize {
         self.ports.forget(driver)

@@ -168,6 +168,18 @@ impl Hypervisor {
             Request::PortSocket { name } => {
                 done_with(self.port_socket(caller, &name).map(|fd| vec![fd]))
             }
+            Request::QueueOpen {
+                port,
+                owner,
+                mac,
+                rcvbuf,
+            } => done_with(
+                self.queue_open(caller, &port, (owner, mac), rcvbuf)
+                    .map(|fd| vec![fd]),
+            ),
+            Request::QueueClose { port, owner } => {
+                done_with(self.queue_close(caller, &port, owner).map(|()| vec![]))
+            }
             Request::DestroyDomain { name } => self.destroy_by_name(&name),
             req => return Err(req),
         })
