@@ -21,13 +21,6 @@ pub fn close_stray_fds() {
     sys::close_inherited_fds(&keep);
 }
 
-/// Whether hv lets this driver domain manage its ports' queues (its home's
-/// `queue-admin`, which hv rewrites at every launch).
-fn queue_admin(hv: &mut HvClient) -> bool {
-    let node = format!("/local/domain/{}/splitnet/queue-admin", hv.domid());
-    hv.store_read_str(&node).is_ok_and(|v| v == "1")
-}
-
 pub fn main() -> Result<()> {
     let fd: i32 = std::env::var(ENV_HV_FD)
         .context("`splitnet-domain` is started by hv, not by hand")?
@@ -41,7 +34,6 @@ pub fn main() -> Result<()> {
     // the toolstack's word in the domain's home.
     let role = match hv.welcome().kind.as_str() {
         "guest" => jail::Role::of_domain("guest", &crate::hosted::nic_kind(&mut hv)),
-        "driver" => Ok(jail::Role::driver(queue_admin(&mut hv))),
         k => jail::Role::of_kind(k),
     };
     role.and_then(jail::enter)

@@ -532,6 +532,66 @@ fn a_host_interface_is_lent_to_the_driver_domain_and_always_comes_back() {
     assert_eq!(netns(), Vec::<String>::new(), "namespaces left behind");
 }
 
+/// A vif's dedicated queue (Ram thesis ch. 3) on a lent host NIC: hv makes
+/// the queue's macvlan for the driver domain, which holds no
+/// CAP_NET_ADMIN over the NIC, and the download lands through it intact.
+#[test]
+fn a_vif_gets_a_dedicated_queue_on_a_host_nic_made_by_hv() {
+    let lan = Lan::new();
+    let Some(env) = Env::new("uplink-host-mq") else {
+        return;
+    };
+    let port = format!("kind = \"host\"\niface = \"{HOST_IF}\"");
+    let topo = one_guest("10.79.0.50/24", &port)
+        .replace("kind = \"guest\"\n", "kind = \"guest\"\nmq = true\n");
+    up(&env, "host-mq", &topo);
+    // Frames the queue took: straight into the guest's buffers, or, when
+    // one did not fit, on the shared path behind it.
+    let taken = |st: &Value| {
+        let q = &vif(st, "guest1")["queue"];
+        let n = |k: &str| q[k].as_u64().unwrap_or(0);
+        (
+            n("rx_direct_packets"),
+            n("rx_fallback_packets") + n("rx_spilled_packets"),
+        )
+    };
+    wait_until("guest1's queue dedicated", Duration::from_secs(10), || {
+        vif(&env.status(), "guest1")["queue"]["state"] == "dedicated"
+    });
+    let (d0, s0) = taken(&env.status());
+    download(&env, &lan, "guest1", "host, mq");
+    // 64 MiB is 1,024 frames of 64 KiB at the most (GRO on the port).
+    let (landed, shared) = wait_until("the queue's counters", Duration::from_secs(5), || {
+        let (d, s) = taken(&env.status());
+        let (d, s) = (d - d0, s - s0);
+        (d + s >= 1024 && d > s).then_some((d, s))
+    });
+    eprintln!("host mq: {landed} frames straight into guest1's buffers, {shared} shared");
+    let links = sh(
+        "ip",
+        &[
+            "-n",
+            "splitnet-drv",
+            "-br",
+            "link",
+            "show",
+            "type",
+            "macvlan",
+        ],
+    );
+    assert!(links.contains("snq"), "no queue macvlan in drv: {links}");
+    let pid = domain(&env.status(), "drv")["pid"].as_i64().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let eff = status
+        .lines()
+        .find(|l| l.starts_with("CapEff:"))
+        .unwrap_or("");
+    assert!(eff.ends_with("0000000000002000"), "drv holds {eff}");
+    env.ok(&["down"]);
+    let left = sh("ip", &["-br", "link", "show", "type", "macvlan"]);
+    assert!(!left.contains("snq"), "a queue outlived down: {left}");
+}
+
 /// A lent interface that vanishes (unplugged, or destroyed inside the
 /// driver domain) can never be given back: `down` says so once, `status`
 /// lists it under "needs attention" from then on, no later `down` repeats

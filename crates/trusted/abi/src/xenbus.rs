@@ -358,6 +358,13 @@ pub fn validate_path(path: &str) -> Result<(), Error> {
 /// after a driver domain (itself restarted, or hv) finds them by it.
 pub const QUEUE_PREFIX: &str = "snq";
 
+/// The name of the queue of vif index `vif` on the port of interface
+/// index `port`. An interface name holds at most 15 bytes: a longer one
+/// is refused where the link is made.
+pub fn queue_name(port: u32, vif: u32) -> String {
+    format!("{QUEUE_PREFIX}{port}v{vif}")
+}
+
 /// Whether interface `name` is a queue's (see [`QUEUE_PREFIX`]).
 pub fn is_queue_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix(QUEUE_PREFIX) else {

@@ -100,15 +100,10 @@ pub enum Role {
     /// netback, bridge and port: an AF_PACKET socket on the physical port
     /// (CAP_NET_RAW, held in the user namespace that owns the driver
     /// domain's network namespace, so it reaches its own interfaces only),
-    /// and its endpoint TAP, which the toolstack made for its uid.
+    /// and its endpoint TAP, which the toolstack made for its uid. No
+    /// CAP_NET_ADMIN, which would reach a host NIC's firmware, features
+    /// and names: hv makes its multi-queue macvlans for it (`QueueOpen`).
     Driver,
-    /// A driver domain whose every interface is a veth hv made (`wire`,
-    /// `nat`, `route` uplinks): as [`Role::Driver`], and it creates and
-    /// deletes its ports' multi-queue macvlans over rtnetlink
-    /// (CAP_NET_ADMIN over its own namespace, AF_NETLINK). hv never gives
-    /// it to a driver domain holding a host NIC (`host`, `macvlan`), whose
-    /// firmware, features and interface names CAP_NET_ADMIN would reach.
-    QueueDriver,
     /// A hosted guest's VMApp, or an HVM guest's device model, in its
     /// driver domain's namespaces: it made its TAP and mapped the guest's
     /// memory before the jail, and keeps no capability; it only reads and
@@ -124,17 +119,6 @@ impl Role {
         match (kind, nic) {
             ("guest", "virtio") => Ok(Role::VirtioGuest),
             _ => Role::of_kind(kind),
-        }
-    }
-
-    /// A driver domain's role: [`Role::QueueDriver`] when hv wrote
-    /// `queue-admin` = 1 in its home (every interface of it is a veth hv
-    /// made), [`Role::Driver`] otherwise.
-    pub fn driver(queue_admin: bool) -> Role {
-        if queue_admin {
-            Role::QueueDriver
-        } else {
-            Role::Driver
         }
     }
 
@@ -155,7 +139,6 @@ impl Role {
         match self {
             Role::Guest | Role::VirtioGuest => Caps::of(&[CAP_NET_ADMIN]),
             Role::Driver => Caps::of(&[CAP_NET_RAW]),
-            Role::QueueDriver => Caps::of(&[CAP_NET_RAW, CAP_NET_ADMIN]),
             Role::VmApp => Caps::of(&[]),
         }
     }
@@ -243,11 +226,8 @@ pub fn enter(role: Role) -> Result<(), JailError> {
         // since the host's may be root's alone. Only this mount namespace
         // (the domain and its children) sees it, so it may be 0666, and it
         // does not depend on which uid the namespace maps. A guest makes
-        // its TAP; a driver domain without CAP_NET_ADMIN can only attach
-        // to a TAP the toolstack made for its uid (its endpoint). A
-        // QueueDriver, with CAP_NET_ADMIN over its own namespace only,
-        // could also make TAPs there: no more than its macvlans already
-        // give it, and it needs the node for its endpoint.
+        // its TAP; a driver domain, without CAP_NET_ADMIN, can only attach
+        // to a TAP the toolstack made for its uid (its endpoint).
         sys::jail::mount_tmpfs("/dev/net", "mode=0755,size=4k")
             .and_then(|_| sys::jail::mknod_char("/dev/net/tun", 10, 200, 0o666))
             .and_then(|_| {
@@ -319,7 +299,7 @@ pub fn syscalls(role: Role) -> SyscallFilter {
         Role::Guest => f.allow_all(GUEST_RUNS_IP),
         Role::VirtioGuest => f.allow_all(GUEST_RUNS_IP).allow_all(VIRTIO_FRONTEND),
         Role::VmApp => f.allow_all(THREADS),
-        Role::Driver | Role::QueueDriver => f
+        Role::Driver => f
             .allow_all(THREADS)
             .allow_all(VHOST_BACKEND)
             .allow_all(GRANT_MAPS)
@@ -349,13 +329,6 @@ pub fn syscalls(role: Role) -> SyscallFilter {
             libc::AF_INET,
             libc::AF_INET6,
             libc::AF_PACKET,
-        ],
-        Role::QueueDriver => &[
-            libc::AF_UNIX,
-            libc::AF_INET,
-            libc::AF_INET6,
-            libc::AF_PACKET,
-            libc::AF_NETLINK,
         ],
         Role::VmApp => &[libc::AF_UNIX],
     };
@@ -391,7 +364,7 @@ pub fn syscalls(role: Role) -> SyscallFilter {
 /// userfaultfd (user-mode faults only) and `process_madvise` (dropping
 /// pages only).
 fn allow_memory_advice(f: &mut SyscallFilter, role: Role) {
-    if matches!(role, Role::Driver | Role::QueueDriver) {
+    if role == Role::Driver {
         f.allow_arg_in(libc::SYS_userfaultfd, 0, &[sys::USERFAULTFD_FLAGS as u64])
             .expect("a valid condition");
         f.allow_arg_in(libc::SYS_process_madvise, 3, &[libc::MADV_DONTNEED as u64])
@@ -572,15 +545,10 @@ mod tests {
     }
 
     #[test]
-    fn only_a_driver_domain_of_veths_may_administer_its_namespace() {
-        let plain = Role::driver(false);
-        assert_eq!(plain, Role::Driver);
-        assert!(!plain.caps().has(CAP_NET_ADMIN));
-        assert!(plain.caps().has(CAP_NET_RAW));
-        let queues = Role::driver(true);
-        assert_eq!(queues, Role::QueueDriver);
-        assert!(queues.caps().has(CAP_NET_ADMIN));
-        assert!(queues.caps().has(CAP_NET_RAW));
+    fn no_driver_domain_may_administer_its_namespace() {
+        let driver = Role::of_kind("driver").unwrap();
+        assert!(!driver.caps().has(CAP_NET_ADMIN));
+        assert!(driver.caps().has(CAP_NET_RAW));
         // A guest's kind never yields a driver role, whatever its NIC.
         assert_eq!(Role::of_domain("guest", "vif").ok(), Some(Role::Guest));
         assert_eq!(Role::of_kind("driver").ok(), Some(Role::Driver));
@@ -594,7 +562,7 @@ mod tests {
         // Zero bytes at address 0: the kernel answers 0 to any advice it
         // is let to see, so a refusal is the filter's.
         let madvise = |advice: i32| (libc::SYS_madvise, [0, 0, advice as u64]);
-        for role in [Role::Guest, Role::Driver, Role::QueueDriver, Role::VmApp] {
+        for role in [Role::Guest, Role::Driver, Role::VmApp] {
             let filter = syscalls(role).compile(libc::EPERM).unwrap();
             let got = filter
                 .answers(&[madvise(libc::MADV_DONTNEED), madvise(libc::MADV_REMOVE)])

@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod notify;
 pub mod placement;
 pub mod port_buffer;
+pub mod queues;
 pub mod readiness;
 pub mod rootless;
 pub mod sandbox;

@@ -391,13 +391,6 @@ impl Supervisor {
     ) -> Result<(), String> {
         let uplinks = self.topo().uplinks_of(&d.name);
         crate::uplink::write_store(ts, home, &uplinks)?;
-        // Rewritten at every launch, so nothing a driver domain wrote
-        // in its home before a restart decides its successor's jail.
-        let admin = crate::uplink::all_made_by_hv(&uplinks);
-        ts.write(
-            &format!("{home}/queue-admin"),
-            if admin { "1" } else { "0" },
-        )?;
         let vhost = self.lock().vhost.clone();
         for v in vhost.iter().filter(|v| v.backend == d.name) {
             write_vhost(ts, id, v)?;

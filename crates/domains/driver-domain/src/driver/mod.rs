@@ -65,16 +65,12 @@ impl Driver {
         let grant_maps_bad = !grant_maps(hv, &home);
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
-        // hv's word (`jail::Role::QueueDriver`): it may make queues.
-        let queue_admin = hv
-            .store_read_str(&format!("{home}/queue-admin"))
-            .is_ok_and(|v| v == "1");
         // Queues an earlier run left are gone: hv deletes a dead driver
         // domain's before it starts another (`supervisor::drop_queues`).
         let mut d = Driver {
             captures: format!("{home}/capture"),
             base: format!("/local/domain/{me}/backend/vif"),
-            ports: Ports::new(&home, port_offload, queue_admin),
+            ports: Ports::new(&home, port_offload),
             home,
             pending: Vec::new(),
             vifs: Vec::new(),
@@ -178,6 +174,9 @@ impl Driver {
         if self.ports.hold.is_some() {
             // A VM's port connects on its own descriptor, not a watch.
             self.release_uplinks(hv);
+        }
+        if !self.ports.closing.is_empty() {
+            self.close_queues(hv);
         }
         if self.ports.reopen(hv, &self.events) {
             turn.housekeeping = true;

@@ -102,8 +102,9 @@ pub(super) struct Ports {
     pub(super) endpoint_key: String,
     /// Uplinks' receive slots (`port-buffer`); None: whole GSO frames.
     pub(super) rx_slot: Option<usize>,
-    /// hv lets this driver domain make queues (`queue-admin`).
-    pub(super) queue_admin: bool,
+    /// Queues given back whose macvlans hv is yet to delete: (uplink,
+    /// owner vif index).
+    pub(super) closing: Vec<(String, u32)>,
     /// Refused store values already logged (`ifname=value`), so a watch
     /// that fires again does not count them again.
     pub(super) refused: Vec<String>,
@@ -115,11 +116,11 @@ pub(super) struct Ports {
 }
 
 impl Ports {
-    pub(super) fn new(home: &str, offload: Offloads, queue_admin: bool) -> Ports {
+    pub(super) fn new(home: &str, offload: Offloads) -> Ports {
         Ports {
             list: Vec::new(),
             offload,
-            queue_admin,
+            closing: Vec::new(),
             uplinks_dir: format!("{home}/uplinks"),
             extras_dir: format!("{home}/ports"),
             vhost_dir: format!("{home}/vhost"),
@@ -311,7 +312,7 @@ impl Ports {
             }
             let queues = if e.group.is_some() { 0 } else { e.queues };
             let rx = (self.offload, self.rx_slot);
-            match open_port(hv, &e.name, e.kind, rx, queues, self.queue_admin) {
+            match open_port(hv, &e.name, e.kind, rx, queues) {
                 Ok(p) => {
                     eprintln!(
                         "driver: {:?} port {} bridged ({:?}; offloads {:?})",
@@ -490,7 +491,6 @@ pub(super) fn open_port(
     kind: PortKind,
     (offload, rx_slot): (Offloads, Option<usize>),
     queues: u16,
-    queue_admin: bool,
 ) -> std::io::Result<Box<dyn Port>> {
     let uplink = |hv: &mut HvClient| {
         let p = PacketPort::on(kept_socket(hv, name)?, offload);
@@ -500,11 +500,6 @@ pub(super) fn open_port(
         })
     };
     Ok(match kind {
-        PortKind::Uplink if queues > 0 && !queue_admin => Box::new(
-            uplink(hv)?.without_queues(
-                "hv withholds CAP_NET_ADMIN, which queues need, from a driver domain holding a host NIC (a host or macvlan uplink)",
-            ),
-        ),
         PortKind::Uplink => Box::new(uplink(hv)?.with_queues(queues)),
         PortKind::Extra => Box::new(PacketPort::on(kept_socket(hv, name)?, offload)),
         PortKind::Endpoint => Box::new(crate::port::tap::TapPort::open(name, offload)?),

@@ -6,19 +6,21 @@ use super::ports::{PortKind, Ports};
 use super::state::Driver;
 use super::vif::{Vif, QUEUE_BUDGET};
 use crate::port::vmq::{Queue, QueueId};
+use hypercall::HvClient;
 use std::os::fd::AsFd;
 
 /// Backend node naming the uplink a vif takes a dedicated queue on (the
 /// thesis's `pdev=` vif option).
 pub(super) const PDEV: &str = abi::xenbus::keys::PDEV;
 
-/// Gives vif index `index` (MAC `mac`) a queue on uplink `pdev`: its port
-/// slot, the queue's id there, and the queue; or why not.
+/// Gives vif index `index` (MAC `mac`) a queue on uplink `pdev`, its
+/// macvlan and socket made by hv: its port slot, the queue's id there, and
+/// the queue; or why not.
 pub(super) fn take_queue(
+    hv: &mut HvClient,
     ports: &mut Ports,
     pdev: &str,
-    index: u32,
-    mac: [u8; 6],
+    (index, mac): (u32, [u8; 6]),
 ) -> Result<(usize, QueueId, Queue), String> {
     let j = ports
         .list
@@ -33,11 +35,24 @@ pub(super) fn take_queue(
         .vmq()
         .ok_or_else(|| format!("uplink {pdev} has no queues"))?;
     let q = vmq.alloc_queue(index).map_err(|e| e.to_string())?;
-    match vmq.set_mac(q, mac).and_then(|_| vmq.enable_queue(q)) {
+    // hv makes the macvlan afresh: a close still due for it would delete
+    // the new one.
+    ports.closing.retain(|c| *c != (pdev.to_string(), index));
+    let made = vmq
+        .set_mac(q, mac)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            let size = u32::try_from(vmq.size(q)).unwrap_or(u32::MAX);
+            let sock = hv.queue_open(pdev, index, mac, size);
+            let sock = sock.map_err(|e| format!("hv made no queue: {e}"))?;
+            vmq.enable_queue(q, sock).map_err(|e| e.to_string())
+        });
+    match made {
         Ok(queue) => Ok((j, q, queue)),
         Err(e) => {
             vmq.free_queue(q);
-            Err(e.to_string())
+            ports.closing.push((pdev.to_string(), index));
+            Err(e)
         }
     }
 }
@@ -45,7 +60,7 @@ pub(super) fn take_queue(
 impl Driver {
     /// Gives vif `i` the dedicated queue it asked for, if its uplink has
     /// one for it; otherwise it shares the default queue, and says why.
-    pub(super) fn attach_queue(&mut self, i: usize) {
+    pub(super) fn attach_queue(&mut self, hv: &mut HvClient, i: usize) {
         let Some(v) = self.vifs.get_mut(i) else {
             return;
         };
@@ -53,7 +68,7 @@ impl Driver {
             return;
         };
         let name = crate::vif_name(&v.nb.be);
-        match take_queue(&mut self.ports, &pdev, v.index, v.nb.mac()) {
+        match take_queue(hv, &mut self.ports, &pdev, (v.index, v.nb.mac())) {
             Ok((j, q, queue)) => {
                 let added = self
                     .events
@@ -97,16 +112,24 @@ impl Driver {
         }
         // Freed first, so the default queue takes the MAC back before the
         // queue's socket closes and no frame falls between the two.
-        if let Some(vmq) = self
-            .ports
-            .list
-            .get_mut(j)
-            .and_then(|e| e.port.as_mut())
-            .and_then(|p| p.vmq())
-        {
-            vmq.free_queue(q);
+        let entry = self.ports.list.get_mut(j);
+        if let Some(e) = entry {
+            if let Some(vmq) = e.port.as_mut().and_then(|p| p.vmq()) {
+                vmq.free_queue(q);
+            }
+            // hv deletes the macvlan at the turn's end (`close_queues`).
+            self.ports.closing.push((e.name.clone(), v.index));
         }
         drop(queue);
+    }
+
+    /// Has hv delete the macvlans of the queues given back this turn.
+    pub(super) fn close_queues(&mut self, hv: &mut HvClient) {
+        for (port, owner) in std::mem::take(&mut self.ports.closing) {
+            if let Err(e) = hv.queue_close(&port, owner) {
+                eprintln!("driver: port {port}: closing the queue of vif index {owner}: {e}");
+            }
+        }
     }
 
     /// The readable queues, each up to [`QUEUE_BUDGET`] frames straight

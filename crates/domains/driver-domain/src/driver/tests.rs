@@ -85,7 +85,7 @@ fn rig() -> Rig {
     ];
     let mut r = Rig {
         bridge,
-        ports: Ports::new("/t", Offloads::ALL, false),
+        ports: Ports::new("/t", Offloads::ALL),
         taps: Taps::default(),
         scratch: Scratch::new(),
         sent: Vec::new(),

@@ -198,7 +198,7 @@ impl Driver {
         } else {
             vifs[slot] = v;
         }
-        self.attach_queue(slot);
+        self.attach_queue(hv, slot);
         Ok(())
     }
 }

@@ -102,8 +102,6 @@ pub struct PacketPort {
     counters: PortCounters,
     /// Its dedicated queues (Ram thesis ch. 3; see [`crate::port::vmq`]).
     pub(crate) queues: crate::port::vmq::QueueTable,
-    /// The rtnetlink socket the queues are made with, once one is.
-    pub(crate) rtnl: Option<sys::rtnl::Rtnl>,
 }
 
 impl PacketPort {
@@ -129,7 +127,6 @@ impl PacketPort {
             shaped: shaping_slab(),
             counters: PortCounters::default(),
             queues: crate::port::vmq::QueueTable::new(0),
-            rtnl: None,
         }
     }
 

@@ -13,15 +13,16 @@
 //! kernel feeds by destination MAC as a multi-queue NIC does in hardware,
 //! with its own AF_PACKET socket ([`Queue`]); frames land straight in the
 //! buffers the guest posted, through the new grant mechanism's mapping of
-//! its pool: one copy, by the kernel, and no bridge.
+//! its pool: one copy, by the kernel, and no bridge. hv makes the macvlan
+//! and its socket on the driver domain's request (`QueueOpen`), so the
+//! domain holds no CAP_NET_ADMIN; the port checks what it is given.
 
 use crate::port::{PacketPort, Port, PortCounters, Tx};
 use frame::offload::Offloads;
 use frame::packet::FrameRef;
 use frame::packet::VNET_HDR_LEN;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
-use sys::rtnl::Rtnl;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use sys::{IoPartMut, Mapping, PacketSocket, SocketFilter};
 
 pub use abi::xenbus::{is_queue_name, QUEUE_PREFIX};
@@ -41,10 +42,7 @@ fn frame_len(r: Result<usize, usize>) -> Result<usize, usize> {
     }
 }
 
-/// The name of the queue of vif index `vif` on the port of index `port`.
-pub fn queue_name(port: u32, vif: u32) -> String {
-    format!("{QUEUE_PREFIX}{port}v{vif}")
-}
+pub use abi::xenbus::queue_name;
 
 /// A queue, by its slot in the port's table.
 pub type QueueId = usize;
@@ -54,8 +52,6 @@ pub type QueueId = usize;
 pub enum Refusal {
     #[error("the port's {0} queues are all in use")]
     NoQueue(u16),
-    #[error("{0}")]
-    Unsupported(String),
     #[error("MAC {0} already has a queue on this port (vif index {1})")]
     MacInUse(String, u32),
     #[error("MAC {0} is the port's own")]
@@ -84,7 +80,9 @@ pub trait Vmq {
     fn set_mac(&mut self, q: QueueId, mac: [u8; 6]) -> Result<(), Refusal>;
     /// `vmq_enable_queue`: from now on the queue takes its MAC's unicast
     /// frames, which the default queue no longer sees; returns the queue.
-    fn enable_queue(&mut self, q: QueueId) -> Result<Queue, Refusal>;
+    /// `sock` is the packet socket hv bound to the queue's macvlan
+    /// (`QueueOpen` for this port, the queue's owner and MAC).
+    fn enable_queue(&mut self, q: QueueId, sock: OwnedFd) -> Result<Queue, Refusal>;
     /// `vmq_disable_queue`: its MAC's frames go to the default queue again.
     fn disable_queue(&mut self, q: QueueId);
     /// `vmq_get_size`: bytes of frames the queue holds before it drops.
@@ -418,8 +416,8 @@ pub(crate) struct QueueSlot {
     /// The vif index it belongs to; None: free.
     pub owner: Option<u32>,
     pub mac: Option<[u8; 6]>,
-    /// The macvlan's index while the queue is enabled.
-    pub link: Option<u32>,
+    /// Whether the queue is enabled (its macvlan's socket in use).
+    pub enabled: bool,
     pub size: usize,
 }
 
@@ -428,8 +426,6 @@ pub(crate) struct QueueSlot {
 #[derive(Debug, Default)]
 pub(crate) struct QueueTable {
     pub limit: u16,
-    /// Why the port has no queues at all (a macvlan uplink), if so.
-    pub unsupported: Option<String>,
     /// The port interface's own MAC, which no queue may take.
     pub port_mac: Option<[u8; 6]>,
     pub slots: Vec<QueueSlot>,
@@ -457,16 +453,10 @@ impl QueueTable {
     }
 
     pub fn available(&self) -> usize {
-        if self.unsupported.is_some() {
-            return 0;
-        }
         usize::from(self.limit).saturating_sub(self.used())
     }
 
     pub fn alloc(&mut self, owner: u32) -> Result<QueueId, Refusal> {
-        if let Some(why) = &self.unsupported {
-            return Err(Refusal::Unsupported(why.clone()));
-        }
         if self.available() == 0 {
             self.counters.queue_limit += 1;
             return Err(Refusal::NoQueue(self.limit));
@@ -500,7 +490,7 @@ impl QueueTable {
         if s.mac == Some(mac) {
             return Ok(());
         }
-        if s.link.is_some() {
+        if s.enabled {
             self.counters.mac_changes_refused += 1;
             return Err(Refusal::MacUnderEnabledQueue);
         }
@@ -525,7 +515,7 @@ impl QueueTable {
     pub fn enabled_macs(&self) -> Vec<[u8; 6]> {
         self.slots
             .iter()
-            .filter(|s| s.owner.is_some() && s.link.is_some())
+            .filter(|s| s.owner.is_some() && s.enabled)
             .filter_map(|s| s.mac)
             .collect()
     }
@@ -536,48 +526,15 @@ fn io_refusal(e: io::Error) -> Refusal {
 }
 
 impl PacketPort {
-    /// Offers `limit` dedicated queues (0..=[`MAX_QUEUES`]); none on an
-    /// interface that is itself a macvlan (the kernel would stack the
-    /// queues on its lower device, past this port's filter).
+    /// Offers `limit` dedicated queues (0..=[`MAX_QUEUES`]). hv refuses
+    /// them on an interface that is itself a macvlan (the kernel would
+    /// stack them on its lower device, past this port's filter).
     pub fn with_queues(mut self, limit: u16) -> PacketPort {
         self.queues = QueueTable::new(limit);
-        if limit == 0 {
-            return self;
+        if limit > 0 {
+            self.queues.port_mac = sys::get_mac(self.name()).ok();
         }
-        let name = self.name().to_string();
-        self.queues.port_mac = sys::get_mac(&name).ok();
-        let kind = self
-            .rtnl()
-            .and_then(|nl| nl.links())
-            .map(|links| links.into_iter().find(|l| l.name == name).map(|l| l.kind));
-        // Fails closed: a port whose kind cannot be read offers no queue.
-        self.queues.unsupported = match kind {
-            Ok(Some(k)) if k == "macvlan" => Some(format!(
-                "uplink {name} is a macvlan: its queues would bypass it"
-            )),
-            Ok(Some(_)) => None,
-            Ok(None) => Some(format!(
-                "uplink {name} is not among the links rtnetlink lists"
-            )),
-            Err(e) => Some(format!("reading uplink {name} over rtnetlink: {e}")),
-        };
         self
-    }
-
-    /// Offers no dedicated queue, for `why` (status shows it).
-    pub fn without_queues(mut self, why: &str) -> PacketPort {
-        self.queues = QueueTable::new(1);
-        self.queues.unsupported = Some(why.to_string());
-        self
-    }
-
-    fn rtnl(&mut self) -> io::Result<&mut Rtnl> {
-        if self.rtnl.is_none() {
-            self.rtnl = Some(Rtnl::open()?);
-        }
-        self.rtnl
-            .as_mut()
-            .ok_or_else(|| io::Error::other("no rtnetlink socket"))
     }
 
     /// Rebuilds the default queue's filter: it takes everything but unicast
@@ -589,26 +546,14 @@ impl PacketPort {
         self.socket().set_filter(&f)
     }
 
-    /// Makes queue `q`'s macvlan and socket (`mac` its MAC, `owner` its vif).
-    fn make_queue(&mut self, owner: u32, mac: [u8; 6], size: usize) -> io::Result<(u32, Queue)> {
-        let (name, lower) = (
-            queue_name(self.socket().ifindex(), owner),
-            self.socket().ifindex(),
-        );
-        let nl = self.rtnl()?;
-        let link = nl.create_macvlan(&name, lower, mac)?;
-        let sock = PacketSocket::bind_queue(&name).and_then(|s| {
-            s.set_filter(&SocketFilter::only_unicast_to(mac))?;
-            s.set_rcvbuf(size)?;
-            Ok(s)
-        });
-        match sock {
-            Ok(s) => Ok((link, Queue::new(s, self.caps()))),
-            Err(e) => {
-                let _ = nl.delete(link);
-                Err(e)
-            }
-        }
+    /// Queue `q`'s socket, from `fd` (hv's): bound, in this namespace, to
+    /// the macvlan named for this port and the queue's owner, taking only
+    /// unicast to the queue's MAC.
+    fn queue_socket(&self, fd: OwnedFd, owner: u32, mac: [u8; 6]) -> io::Result<PacketSocket> {
+        let name = queue_name(self.socket().ifindex(), owner);
+        let s = PacketSocket::adopt(fd, &name, true)?;
+        s.set_filter(&SocketFilter::only_unicast_to(mac))?;
+        Ok(s)
     }
 }
 
@@ -630,32 +575,31 @@ impl Vmq for PacketPort {
     }
     /// The queue's socket exists before the default queue stops taking its
     /// MAC, so a frame in between may arrive twice, never not at all.
-    fn enable_queue(&mut self, q: QueueId) -> Result<Queue, Refusal> {
+    fn enable_queue(&mut self, q: QueueId, sock: OwnedFd) -> Result<Queue, Refusal> {
         let s = self.queues.get(q)?.clone();
         let mac = s.mac.ok_or(Refusal::NoMac)?;
-        if s.link.is_some() {
+        if s.enabled {
             return Err(Refusal::Io("the queue is enabled already".into()));
         }
         let owner = s.owner.unwrap_or_default();
-        let (link, queue) = self.make_queue(owner, mac, s.size).map_err(io_refusal)?;
-        self.queues.slots[q].link = Some(link);
+        let sock = self.queue_socket(sock, owner, mac).map_err(io_refusal)?;
+        let queue = Queue::new(sock, self.caps());
+        self.queues.slots[q].enabled = true;
         if let Err(e) = self.refilter() {
             self.disable_queue(q);
             return Err(io_refusal(e));
         }
         Ok(queue)
     }
-    /// The default queue takes the MAC's frames again before the macvlan
-    /// goes.
+    /// The default queue takes the MAC's frames again (before the queue's
+    /// socket closes and hv deletes its macvlan).
     fn disable_queue(&mut self, q: QueueId) {
-        let Some(link) = self.queues.slots.get_mut(q).and_then(|s| s.link.take()) else {
+        let Some(s) = self.queues.slots.get_mut(q).filter(|s| s.enabled) else {
             return;
         };
+        s.enabled = false;
         if let Err(e) = self.refilter() {
             eprintln!("driver: port {}: filter: {e}", self.name());
-        }
-        if let Err(e) = self.rtnl().and_then(|nl| nl.delete(link)) {
-            eprintln!("driver: port {}: {e}", self.name());
         }
     }
     fn size(&self, q: QueueId) -> usize {
@@ -669,23 +613,6 @@ impl Vmq for PacketPort {
     }
     fn vmq_counters(&self) -> VmqCounters {
         self.queues.counters
-    }
-}
-
-impl Drop for PacketPort {
-    /// A port that goes takes its queues with it.
-    fn drop(&mut self) {
-        let links: Vec<u32> = self
-            .queues
-            .slots
-            .iter_mut()
-            .filter_map(|s| s.link.take())
-            .collect();
-        if let Some(nl) = self.rtnl.as_mut() {
-            for l in links {
-                let _ = nl.delete(l);
-            }
-        }
     }
 }
 
@@ -709,10 +636,6 @@ mod tests {
         assert_eq!(t.alloc(3).unwrap(), a, "a freed slot is reused");
         assert_ne!(a, b);
         assert_eq!(QueueTable::new(1000).limit, MAX_QUEUES);
-        let mut none = QueueTable::new(8);
-        none.unsupported = Some("a macvlan uplink".into());
-        assert_eq!(none.available(), 0);
-        assert!(matches!(none.alloc(1), Err(Refusal::Unsupported(_))));
     }
 
     #[test]
@@ -732,7 +655,7 @@ mod tests {
         assert_eq!(t.counters.mac_conflicts, 2);
         t.port_mac = None;
         t.set_mac(b, B).unwrap();
-        t.slots[a].link = Some(7);
+        t.slots[a].enabled = true;
         assert_eq!(t.set_mac(a, B), Err(Refusal::MacUnderEnabledQueue));
         assert_eq!(t.set_mac(a, A), Ok(()), "the same MAC is no change");
         assert_eq!(t.counters.mac_changes_refused, 1);

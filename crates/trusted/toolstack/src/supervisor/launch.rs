@@ -96,6 +96,8 @@ impl Supervisor {
     /// when the domain first asks, since the interface comes later), for
     /// it and its successors ([`crate::kept_ports`]); without one the
     /// domain opens its own, and a restart drops what arrives meanwhile.
+    /// hv also makes the dedicated queues it asks for on those uplinks
+    /// ([`crate::queues`]).
     fn keep_ports(&self, hv: &Hypervisor, name: &str, ns: &str) {
         let topo = self.topo();
         let ifnames: Vec<String> = topo
@@ -111,6 +113,18 @@ impl Supervisor {
             .collect();
         drop(topo);
         hv.port_opener(name, crate::kept_ports::opener(ns, emulated.clone()));
+        let (sup, drv) = (self.this.clone(), name.to_string());
+        let macs = Box::new(move || {
+            let Some(s) = sup.upgrade() else {
+                return Vec::new();
+            };
+            let st = s.lock();
+            let mine = st.vifs.iter().filter(|v| v.backend == drv);
+            mine.filter_map(|v| abi::xenbus::parse_mac(&v.mac).ok())
+                .collect()
+        });
+        let queues = crate::queues::Queues::new(name, ns, ifnames.clone(), macs);
+        hv.queue_maker(name, std::sync::Arc::new(queues));
         if let Err(e) = crate::kept_ports::keep(hv, name, ns, &ifnames, &emulated) {
             hv::log!(
                 Warning,

@@ -498,27 +498,6 @@ mod tests {
     }
 
     #[test]
-    fn only_a_driver_domain_of_veths_may_manage_queues() {
-        let veths = parse(
-            "[wire]\ndriver = \"drv\"\n\
-             [[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1/24\"\n\
-             [[port]]\ndriver = \"drv\"\nkind = \"route\"\n",
-        )
-        .unwrap();
-        assert!(crate::uplink::all_made_by_hv(&veths.uplinks_of("drv")));
-        for nic in ["host", "macvlan"] {
-            let t = parse(&format!(
-                "[wire]\ndriver = \"drv\"\n[[port]]\ndriver = \"drv\"\nkind = \"{nic}\"\niface = \"eth1\"\n"
-            ))
-            .unwrap();
-            assert!(
-                !crate::uplink::all_made_by_hv(&t.uplinks_of("drv")),
-                "{nic}"
-            );
-        }
-    }
-
-    #[test]
     fn ports_resolve_to_uplinks_with_their_names_and_store_values() {
         let t = parse(
             "[wire]\ndriver = \"drv\"\n\

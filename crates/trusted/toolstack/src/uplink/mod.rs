@@ -217,21 +217,6 @@ impl Uplinks {
     }
 }
 
-/// Whether every uplink of a driver domain is a veth hv made (`wire`,
-/// `nat`, `route`): only such a domain may hold CAP_NET_ADMIN over its
-/// namespace for its queues (`jail::Role::QueueDriver`). A `host` NIC or a
-/// `macvlan` on one would put the NIC's firmware and features, its
-/// interface names (which hv gives back by name) and the macvlan's mode
-/// within the domain's reach.
-pub fn all_made_by_hv(uplinks: &[Uplink]) -> bool {
-    uplinks.iter().all(|u| {
-        matches!(
-            u.kind,
-            UplinkKind::Wire | UplinkKind::Nat | UplinkKind::Route | UplinkKind::Pasta
-        )
-    })
-}
-
 /// Writes driver domain home `home`'s uplinks: `uplinks/<ifname>` =
 /// `bridge=<name>[,vlan=<vid>]` for each.
 pub fn write_store(
