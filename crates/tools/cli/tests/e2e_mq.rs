@@ -43,28 +43,6 @@ fn num(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or(0)
 }
 
-/// The driver domain's macvlans, as `ip` lists them from the host.
-fn macvlans() -> Vec<String> {
-    let o = Command::new("ip")
-        .args([
-            "-n",
-            "splitnet-drv",
-            "-br",
-            "link",
-            "show",
-            "type",
-            "macvlan",
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split('@').next())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
 /// Waits for `guest`'s queue to be dedicated (the vif connected and the
 /// driver published it).
 fn dedicated(env: &Env, guest: &str) -> Value {

@@ -556,7 +556,11 @@ fn a_vif_gets_a_dedicated_queue_on_a_host_nic_made_by_hv() {
         )
     };
     wait_until("guest1's queue dedicated", Duration::from_secs(10), || {
-        vif(&env.status(), "guest1")["queue"]["state"] == "dedicated"
+        let q = vif(&env.status(), "guest1")["queue"].clone();
+        match q["state"] == "dedicated" {
+            true => Ok(()),
+            false => Err(q),
+        }
     });
     let (d0, s0) = taken(&env.status());
     download(&env, &lan, "guest1", "host, mq");
@@ -567,19 +571,11 @@ fn a_vif_gets_a_dedicated_queue_on_a_host_nic_made_by_hv() {
         (d + s >= 1024 && d > s).then_some((d, s))
     });
     eprintln!("host mq: {landed} frames straight into guest1's buffers, {shared} shared");
-    let links = sh(
-        "ip",
-        &[
-            "-n",
-            "splitnet-drv",
-            "-br",
-            "link",
-            "show",
-            "type",
-            "macvlan",
-        ],
+    let links = macvlans();
+    assert!(
+        links.iter().any(|l| l.starts_with("snq")),
+        "no queue macvlan in drv: {links:?}"
     );
-    assert!(links.contains("snq"), "no queue macvlan in drv: {links}");
     let pid = domain(&env.status(), "drv")["pid"].as_i64().unwrap();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let eff = status

@@ -789,3 +789,25 @@ impl Env {
         assert_nothing_left();
     }
 }
+
+/// The driver domain's macvlans, as `ip` lists them from the host.
+pub fn macvlans() -> Vec<String> {
+    let o = std::process::Command::new("ip")
+        .args([
+            "-n",
+            "splitnet-drv",
+            "-br",
+            "link",
+            "show",
+            "type",
+            "macvlan",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split('@').next())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
