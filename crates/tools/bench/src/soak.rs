@@ -34,6 +34,7 @@ mod render;
 pub mod report;
 mod stalls;
 mod status_diff;
+mod vcpu;
 mod vm;
 
 use crate::faults::{random_file, resources, serve_http, settled, sha256, wait_for, Up};

@@ -378,6 +378,18 @@ impl Lab {
             .stderr(Stdio::piped())
             .spawn()
             .context("starting the hostile VM")?;
+        // Its vCPU's budget, as the other VM's: what it spins on beyond
+        // that is not the driver domain's to answer for.
+        let cgroup = format!("splitnet-soak-hostile-{}", child.id());
+        let members = super::vcpu::Members::Process(child.id());
+        let _budget = match super::vcpu::VcpuBudget::hold(&cgroup, members) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e.context("the hostile VM's vCPU budget"));
+            }
+        };
         if let Some(after) = kill_after {
             std::thread::sleep(after);
             child.kill()?;

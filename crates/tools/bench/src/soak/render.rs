@@ -251,9 +251,12 @@ impl SoakReport {
         let title = format!(
             "What each hostile peer cost the flows that do not pass through it \
              (throughput in its windows ÷ quiet), beside the machine's idle share in its windows \
-             (quiet spells: {}):",
+             (quiet spells: {}); each VM, the hostile one too, has a vCPU's budget of {} µs of CPU \
+             every {} µs:",
             self.quiet_idle
-                .map_or("-".into(), |i| format!("{:.0}%", i * 100.0))
+                .map_or("-".into(), |i| format!("{:.0}%", i * 100.0)),
+            super::vcpu::QUOTA_US,
+            super::vcpu::PERIOD_US,
         );
         matrix(
             &title,

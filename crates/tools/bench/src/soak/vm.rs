@@ -5,13 +5,13 @@
 //! and UDP source and destination swapped. The wire host's datagrams to
 //! it come back to the socket that sent them, byte for byte, which is
 //! the soak's `wire-vm2` flow. A DPDK VM polls: testpmd's forwarding core
-//! spins, so that thread alone is held to 2 ms of CPU in every 10 ms (a
-//! cgroup v1 `cpu` quota; nice 19 where there is none), so that it does
-//! not take a core of the two from everything else. Its other
-//! threads (the one that answers the driver domain's vhost-user messages
-//! when it dials again) are not held back: a VM's control path is not
-//! what the soak rations.
+//! spins, so that thread alone is held to a VM's vCPU budget
+//! ([`super::vcpu`]), so that it does not take a core of the two from
+//! everything else. Its other threads (the one that answers the driver
+//! domain's vhost-user messages when it dials again) are not held back: a
+//! VM's control path is not what the soak rations.
 
+use super::vcpu::{Members, VcpuBudget};
 use crate::virtio::stop_testpmd;
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -24,17 +24,11 @@ pub const NAME: &str = "vm2";
 pub const MAC: &str = "52:54:00:12:34:58";
 pub const IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 60);
 
-/// Where the cgroup v1 `cpu` controller is mounted.
-const CPU_CGROUPS: &str = "/sys/fs/cgroup/cpu";
-/// testpmd's CPU: `QUOTA_US` in every `PERIOD_US`.
-const PERIOD_US: u32 = 10_000;
-const QUOTA_US: u32 = 2_000;
-
 /// testpmd running as the VM; stopped, and its cgroup removed, when dropped.
 pub struct ReflectingVm {
     child: Child,
     prefix: String,
-    cgroup: Option<PathBuf>,
+    budget: Option<VcpuBudget>,
     /// How its CPU is limited, for the report.
     pub limit: String,
 }
@@ -62,11 +56,13 @@ impl ReflectingVm {
         let mut vm = ReflectingVm {
             child,
             prefix,
-            cgroup: None,
+            budget: None,
             limit: String::new(),
         };
         let workers = vm.workers()?;
-        vm.throttle(&workers)?;
+        let budget = VcpuBudget::hold(&vm.prefix, Members::Threads(&workers))?;
+        vm.limit = format!("its forwarding thread {}", budget.limit);
+        vm.budget = Some(budget);
         Ok(vm)
     }
 
@@ -95,37 +91,6 @@ impl ReflectingVm {
         }
     }
 
-    /// Holds the forwarding threads `tids` to the CPU quota in a cgroup
-    /// of their own (at nice 0, as a VM's vCPU); where the controller is
-    /// not there, sets them to nice 19 instead.
-    fn throttle(&mut self, tids: &[u32]) -> Result<()> {
-        let dir = Path::new(CPU_CGROUPS).join(&self.prefix);
-        let made = std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string()))
-            .and_then(|()| std::fs::write(dir.join("cpu.cfs_quota_us"), QUOTA_US.to_string()))
-            .and_then(|()| {
-                tids.iter()
-                    .try_for_each(|t| std::fs::write(dir.join("tasks"), t.to_string()))
-            });
-        match made {
-            Ok(()) => {
-                self.limit = format!(
-                    "its forwarding thread held to {QUOTA_US} µs of CPU every {PERIOD_US} µs"
-                );
-                self.cgroup = Some(dir);
-                Ok(())
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir(&dir);
-                self.limit = format!(
-                    "its forwarding thread at nice 19 (no CPU quota: {}: {e})",
-                    dir.display()
-                );
-                tids.iter().try_for_each(|t| renice(*t))
-            }
-        }
-    }
-
     /// Fails if testpmd has exited.
     pub fn check_running(&mut self) -> Result<()> {
         match self.child.try_wait()? {
@@ -133,21 +98,6 @@ impl ReflectingVm {
             None => Ok(()),
         }
     }
-}
-
-/// Sets thread `tid` to nice 19.
-fn renice(tid: u32) -> Result<()> {
-    let out = Command::new("renice")
-        .args(["-n", "19", "-p", &tid.to_string()])
-        .output()
-        .context("running renice")?;
-    if !out.status.success() {
-        bail!(
-            "renice of testpmd's thread {tid}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 /// The forwarding threads among the threads under `tasks`
@@ -171,9 +121,7 @@ fn worker_threads(tasks: &Path) -> Vec<u32> {
 impl Drop for ReflectingVm {
     fn drop(&mut self) {
         stop_testpmd(&mut self.child, Duration::from_secs(5));
-        if let Some(d) = &self.cgroup {
-            let _ = std::fs::remove_dir(d);
-        }
+        self.budget = None;
         let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&self.prefix));
     }
 }
