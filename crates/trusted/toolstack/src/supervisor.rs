@@ -675,8 +675,13 @@ impl Supervisor {
                 format!("domain {name} did not come back (see its log)"),
             ));
         }
+        // A restarted guest makes its interfaces again; a restarted driver
+        // domain's guests keep theirs, so only the connection is waited for.
         for v in self.running_vifs(&hv, name) {
-            self.wait_usable(&hv, &v)?;
+            match v.guest == name {
+                true => self.wait_usable(&hv, &v)?,
+                false => self.wait_connected(&hv, &v)?,
+            }
         }
         Ok(())
     }
