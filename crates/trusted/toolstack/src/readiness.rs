@@ -1,7 +1,7 @@
 //! When a topology is up: every domain has said hello, every vif is
 //! Connected at both ends and its guest's interface is up with its
-//! addresses (netfront makes the TAP only once connected), every emulated NIC runs and is bridged, every
-//! wire host's port is open. `splitnet up` waits for it, and hv, run as a
+//! addresses (netfront makes the TAP only once connected), every emulated
+//! NIC runs and is bridged, every wire host's port is open. `splitnet up` waits for it, and hv, run as a
 //! service, tells its service manager `READY=1` then (`crate::notify`).
 
 use crate::topology::Topology;
@@ -9,8 +9,7 @@ use serde_json::Value;
 
 /// What of `topo` is not up yet in status `v`: domains that have not said
 /// hello, vifs not Connected at both ends or whose guest interface is not
-/// up and addressed yet, emulated NICs not running or not
-/// bridged. An error names a vif whose driver domain gave it up (a quota
+/// up and addressed yet, emulated NICs not running or not bridged. An error names a vif whose driver domain gave it up (a quota
 /// ran out): it will not connect however long one waits.
 pub fn waiting_for(topo: &Topology, v: &Value) -> Result<Vec<String>, String> {
     let p = progress(topo, v);
