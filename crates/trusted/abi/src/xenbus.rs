@@ -377,6 +377,12 @@ pub fn is_queue_name(name: &str) -> bool {
     digits(p) && digits(v)
 }
 
+/// A MAC as a vif's `mac` key writes it (`aa:bb:cc:dd:ee:ff`): what
+/// [`parse_mac`] reads.
+pub fn mac_text(m: &[u8; 6]) -> String {
+    m.map(|b| format!("{b:02x}")).join(":")
+}
+
 /// Parses a vif's `mac` key (`aa:bb:cc:dd:ee:ff`, unicast) into bytes.
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let parts: Vec<&str> = s.split(':').collect();

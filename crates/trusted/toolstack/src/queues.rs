@@ -3,20 +3,19 @@
 //! macvlan in mode private on one of the domain's uplinks, with its vif's
 //! MAC, read through a packet socket: the kernel sorts each frame to its
 //! guest's queue as the thesis's NIC did in hardware. Making the macvlan
-//! takes CAP_NET_ADMIN over the namespace, which hv withholds from a
-//! driver domain holding a host NIC (its firmware, features and names
-//! would be within reach), so hv makes it, once it has checked the
-//! request: the port is one of the domain's uplinks and no macvlan, the
-//! MAC one of its vifs', and the domain holds fewer than [`MAX_QUEUES`]
-//! queues. A dead driver domain's queues go before its successor starts
-//! (`supervisor::drop_queues`).
+//! takes CAP_NET_ADMIN over the namespace, which hv withholds from every
+//! driver domain (on a host NIC its firmware, features and names would be
+//! within reach), so hv makes it, once it has checked the request: the
+//! port is one of the domain's uplinks and no macvlan, the MAC one of its
+//! vifs', and the domain holds fewer than [`MAX_QUEUES`] queues. A dead
+//! driver domain's queues go before its successor starts ([`drop_all`]).
 
 use crate::host;
-use abi::xenbus::{is_queue_name, queue_name};
+use abi::xenbus::{is_queue_name, mac_text, queue_name};
 use hv::error::{ErrorKind, HvError, HvResult};
 use std::io;
 use std::os::fd::OwnedFd;
-use sys::rtnl::Rtnl;
+use sys::rtnl::{Link, Rtnl};
 use sys::PacketSocket;
 
 /// The most queues hv keeps for one driver domain, over all its uplinks
@@ -57,9 +56,10 @@ impl Queues {
         )))
     }
 
-    /// Refuses a MAC that is not one of the domain's vifs'.
+    /// Refuses a MAC that is not one of the domain's vifs' (which are
+    /// unicast: `parse_mac` read them).
     fn check_mac(&self, mac: [u8; 6]) -> HvResult<()> {
-        if mac[0] & 1 == 0 && (self.macs)().contains(&mac) {
+        if (self.macs)().contains(&mac) {
             return Ok(());
         }
         Err(refused(format!(
@@ -77,7 +77,7 @@ impl hv::QueueMaker for Queues {
         let made = host::in_netns(&self.ns, || make(port, owner, mac, rcvbuf));
         made.map_err(|e| match e.kind() {
             io::ErrorKind::InvalidInput | io::ErrorKind::QuotaExceeded => refused(e.to_string()),
-            _ => HvError::internal(&format!("{}'s queue on {port}", self.driver), e),
+            _ => self.failed(port, e),
         })
     }
 
@@ -86,12 +86,51 @@ impl hv::QueueMaker for Queues {
         host::in_netns(&self.ns, || {
             let name = queue_name(sys::ifindex(port)?, owner);
             let mut nl = Rtnl::open()?;
-            if let Some(l) = nl.links()?.into_iter().find(|l| l.name == name) {
-                nl.delete(l.index)?;
-            }
-            Ok(())
+            let links = nl.links()?;
+            delete_named(&mut nl, &links, &name).map(|_| ())
         })
-        .map_err(|e| HvError::internal(&format!("{}'s queue on {port}", self.driver), e))
+        .map_err(|e| self.failed(port, e))
+    }
+}
+
+impl Queues {
+    /// The kernel refused a queue on `port`.
+    fn failed(&self, port: &str, e: io::Error) -> HvError {
+        HvError::internal(&format!("{}'s queue on {port}", self.driver), e)
+    }
+}
+
+/// Deletes the link named `name` among `links`, if there is one; whether
+/// there was.
+fn delete_named(nl: &mut Rtnl, links: &[Link], name: &str) -> io::Result<bool> {
+    match links.iter().find(|l| l.name == name) {
+        Some(l) => nl.delete(l.index).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// Whether `l` is a queue's macvlan.
+fn is_queue(l: &Link) -> bool {
+    l.kind == "macvlan" && is_queue_name(&l.name)
+}
+
+/// Deletes every queue a dead driver domain `name` left in its namespace,
+/// which outlives it while it may come back: the one place they are
+/// cleaned up after a crash, before any successor starts. Over netlink,
+/// in the namespace: no `ip` to start while a restart waits.
+pub fn drop_all(name: &str) {
+    let ns = host::netns_name(name);
+    let r = host::in_netns(&ns, || {
+        let mut nl = Rtnl::open()?;
+        for l in nl.links()?.into_iter().filter(is_queue) {
+            if let Err(e) = nl.delete(l.index) {
+                hv::log!(Warning, dom = name, "deleting queue {}: {e}", l.name);
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = r {
+        hv::log!(Warning, dom = name, "looking for its queues: {e}");
     }
 }
 
@@ -112,9 +151,9 @@ fn make(port: &str, owner: u32, mac: [u8; 6], rcvbuf: usize) -> io::Result<Owned
         let why = format!("uplink {port} is a macvlan: its queues would bypass it");
         return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
     }
-    if let Some(old) = links.iter().find(|l| l.name == name) {
-        nl.delete(old.index)?;
-    } else if links.iter().filter(|l| is_queue_name(&l.name)).count() >= MAX_QUEUES {
+    if !delete_named(&mut nl, &links, &name)?
+        && links.iter().filter(|l| is_queue_name(&l.name)).count() >= MAX_QUEUES
+    {
         let why = format!("the driver domain holds {MAX_QUEUES} queues already");
         return Err(io::Error::new(io::ErrorKind::QuotaExceeded, why));
     }
@@ -134,11 +173,6 @@ fn make(port: &str, owner: u32, mac: [u8; 6], rcvbuf: usize) -> io::Result<Owned
 
 fn refused(why: String) -> HvError {
     HvError::new(ErrorKind::Invalid, why)
-}
-
-fn mac_text(m: &[u8; 6]) -> String {
-    let parts: Vec<String> = m.iter().map(|b| format!("{b:02x}")).collect();
-    parts.join(":")
 }
 
 #[cfg(test)]

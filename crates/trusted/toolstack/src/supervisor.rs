@@ -515,7 +515,7 @@ impl Supervisor {
             self.offline_served(&hv, name, domid);
         }
         if kept && driver {
-            drop_queues(name);
+            crate::queues::drop_all(name);
         }
         self.forget_guest_backends(&hv, name, domid);
         *self.lock().reaps.entry(name.to_string()).or_default() += 1;
@@ -684,30 +684,6 @@ impl Supervisor {
             }
         }
         Ok(())
-    }
-}
-
-/// Deletes the multi-queue macvlans a dead driver domain left in its
-/// namespace, which outlives it while it may come back: the one place
-/// they are cleaned up after a crash, before any successor starts. Over
-/// netlink, in the namespace: no `ip` to start while a restart waits.
-fn drop_queues(name: &str) {
-    let ns = host::netns_name(name);
-    let r = host::in_netns(&ns, || {
-        let mut nl = sys::rtnl::Rtnl::open()?;
-        let queues = nl
-            .links()?
-            .into_iter()
-            .filter(|l| l.kind == "macvlan" && xenbus::is_queue_name(&l.name));
-        for l in queues {
-            if let Err(e) = nl.delete(l.index) {
-                hv::log!(Warning, dom = name, "deleting queue {}: {e}", l.name);
-            }
-        }
-        Ok(())
-    });
-    if let Err(e) = r {
-        hv::log!(Warning, dom = name, "looking for its queues: {e}");
     }
 }
 

@@ -66,7 +66,7 @@ impl Driver {
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
         // Queues an earlier run left are gone: hv deletes a dead driver
-        // domain's before it starts another (`supervisor::drop_queues`).
+        // domain's before it starts another (`toolstack::queues::drop_all`).
         let mut d = Driver {
             captures: format!("{home}/capture"),
             base: format!("/local/domain/{me}/backend/vif"),

@@ -99,7 +99,7 @@ pub(super) fn vhost_json(e: &PortSlot, bridge: &Bridge) -> Option<serde_json::Va
         Some(v) => v,
         None => serde_json::json!({
             "name": e.name,
-            "mac": mac.map(|b| format!("{b:02x}")).join(":"),
+            "mac": abi::xenbus::mac_text(&mac),
             "connected": false,
         }),
     };

@@ -25,6 +25,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use sys::{IoPartMut, Mapping, PacketSocket, SocketFilter};
 
+use abi::xenbus::mac_text;
 pub use abi::xenbus::{is_queue_name, QUEUE_PREFIX};
 /// Queues a port offers unless its uplink says (`queues=`).
 pub const DEFAULT_QUEUES: u16 = 8;
@@ -434,11 +435,6 @@ pub(crate) struct QueueTable {
 
 /// Default queue size: the socket buffer a port asks for.
 pub(crate) const QUEUE_SIZE: usize = 4 << 20;
-
-fn mac_text(m: &[u8; 6]) -> String {
-    let h: Vec<String> = m.iter().map(|b| format!("{b:02x}")).collect();
-    h.join(":")
-}
 
 impl QueueTable {
     pub fn new(limit: u16) -> QueueTable {

@@ -467,7 +467,7 @@ impl Backend {
     /// the bridge it is on.
     pub fn status(&self) -> serde_json::Value {
         let d = lock(&self.dev);
-        let mac = d.mac.map(|b| format!("{b:02x}")).join(":");
+        let mac = abi::xenbus::mac_text(&d.mac);
         let names: Vec<&str> = FEATURE_NAMES
             .iter()
             .filter(|(b, _)| d.features & b != 0)
