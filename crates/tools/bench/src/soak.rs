@@ -274,7 +274,7 @@ fn dpdk_vm(opts: &SoakOptions, socket: &Path) -> Result<Option<vm::ReflectingVm>
         &format!(
             "{} (testpmd, 5tswap) connected; its CPU: {}",
             vm::NAME,
-            v.limit
+            v.limit()
         ),
     );
     Ok(Some(v))

@@ -77,7 +77,7 @@ impl Drop for VcpuBudget {
 }
 
 /// The thread ids of process `pid`.
-fn threads_of(pid: u32) -> Vec<u32> {
+pub fn threads_of(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };

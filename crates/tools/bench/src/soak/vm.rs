@@ -14,7 +14,7 @@
 use super::vcpu::{Members, VcpuBudget};
 use crate::virtio::stop_testpmd;
 use anyhow::{anyhow, bail, Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -29,8 +29,6 @@ pub struct ReflectingVm {
     child: Child,
     prefix: String,
     budget: Option<VcpuBudget>,
-    /// How its CPU is limited, for the report.
-    pub limit: String,
 }
 
 impl ReflectingVm {
@@ -57,20 +55,23 @@ impl ReflectingVm {
             child,
             prefix,
             budget: None,
-            limit: String::new(),
         };
         let workers = vm.workers()?;
-        let budget = VcpuBudget::hold(&vm.prefix, Members::Threads(&workers))?;
-        vm.limit = format!("its forwarding thread {}", budget.limit);
-        vm.budget = Some(budget);
+        vm.budget = Some(VcpuBudget::hold(&vm.prefix, Members::Threads(&workers))?);
         Ok(vm)
+    }
+
+    /// How its CPU is limited, for the report.
+    pub fn limit(&self) -> String {
+        let how = self.budget.as_ref().map_or("-", |b| b.limit.as_str());
+        format!("its forwarding thread {how}")
     }
 
     /// The thread ids of testpmd's forwarding cores (DPDK names them
     /// `rte-worker-N`; other releases `lcore-worker-N` or `dpdk-workerN`),
     /// once EAL has started them.
     fn workers(&mut self) -> Result<Vec<u32>> {
-        let tasks = PathBuf::from(format!("/proc/{}/task", self.child.id()));
+        let pid = self.child.id();
         let mut found = Vec::new();
         let mut exited = None;
         crate::faults::wait_for(
@@ -81,7 +82,7 @@ impl ReflectingVm {
                     exited = Some(e);
                     return true;
                 }
-                found = worker_threads(&tasks);
+                found = worker_threads(pid);
                 !found.is_empty()
             },
         )?;
@@ -100,28 +101,25 @@ impl ReflectingVm {
     }
 }
 
-/// The forwarding threads among the threads under `tasks`
-/// (`/proc/PID/task`).
-fn worker_threads(tasks: &Path) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir(tasks) else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter(|e| {
-            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| {
-                ["rte-worker", "lcore-worker", "dpdk-worker"]
-                    .iter()
-                    .any(|w| c.starts_with(w))
-            })
+/// The forwarding threads among process `pid`'s threads.
+fn worker_threads(pid: u32) -> Vec<u32> {
+    let forwards = |tid: &u32| {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"));
+        comm.is_ok_and(|c| {
+            ["rte-worker", "lcore-worker", "dpdk-worker"]
+                .iter()
+                .any(|w| c.starts_with(w))
         })
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+    };
+    super::vcpu::threads_of(pid)
+        .into_iter()
+        .filter(forwards)
         .collect()
 }
 
 impl Drop for ReflectingVm {
     fn drop(&mut self) {
         stop_testpmd(&mut self.child, Duration::from_secs(5));
-        self.budget = None;
         let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&self.prefix));
     }
 }
