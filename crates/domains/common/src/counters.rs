@@ -78,6 +78,10 @@ pub struct VifCounters {
     pub grant_ops: ReasonCounts,
     /// Ring batches processed (one wake-up may handle many packets).
     pub batches: u64,
+    /// Bytes of TX frames netback copied whole into its own memory before
+    /// forwarding them; frames sent from the guest's pages (TX gather, the
+    /// Xen 2.0 map) count only in the header copy, which is not here.
+    pub tx_copied_bytes: u64,
     /// Frames dropped for a source address not the vif's (`ip=`).
     pub spoofed: u64,
     /// Frames dropped for being longer than the vif's MTU allows.

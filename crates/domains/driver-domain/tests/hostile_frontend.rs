@@ -438,7 +438,8 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
 }
 
 /// Xen 2.0 transmit (`tx_mode = "map"`): every page of a ring batch is
-/// mapped in one map batch and unmapped in one unmap batch. A grant the
+/// mapped in one map batch and unmapped in one unmap batch, and only the
+/// headers are copied out of them. A grant the
 /// guest forged, revoked or gave another domain is refused for its packet
 /// alone, under the reason a single map's refusal gave; nothing of it is
 /// forwarded, every map is unmapped, and a slot naming the same grant as
@@ -472,6 +473,9 @@ fn map_mode_batches_maps_and_refuses_forged_and_revoked_grants() {
         (1..=n("map")).contains(&n("map_batch")),
         "at most one map batch per page: {s}"
     );
+    // The frames arrived intact, sent from the guest's pages: netback
+    // copied only their headers (Xen 2.0 netback's fragments).
+    assert_eq!(s["tx_copied_bytes"], 0, "no frame copied out whole: {s}");
 
     let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
     refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);

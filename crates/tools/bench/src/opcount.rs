@@ -97,6 +97,10 @@ pub fn counts(doc: &Value, guest: &str) -> Counts {
         n(&v["counters"]["tx_packets"]),
     );
     c.insert("netback ring batches".into(), n(&v["counters"]["batches"]));
+    c.insert(
+        "bytes netback copied".into(),
+        n(&v["counters"]["tx_copied_bytes"]),
+    );
     let sent = n(&v["counters"]["notifications_sent"]);
     c.insert("notifications to the guest".into(), sent);
     let got = n(&v["counters"]["notifications_received"]);

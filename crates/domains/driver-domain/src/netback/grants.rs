@@ -87,6 +87,13 @@ pub(super) trait TxGrants {
         None
     }
 
+    /// Whether a frame may go to the bridge as [`TxGrants::frame`] gives
+    /// it even outside TX gather: it was copied out whole, or it is
+    /// forwarded from the guest's pages as Xen 2.0 did.
+    fn in_place(&self) -> bool {
+        self.copied().is_some()
+    }
+
     /// The private header bytes of reached packet `k`: what the checks,
     /// the bridge and the filters see, and what is sent as its headers.
     fn head<'a>(&'a self, nb: &'a Netback, k: usize) -> &'a [u8] {
@@ -158,10 +165,25 @@ impl Held {
         segs: &[(usize, usize)],
         copy: impl FnOnce(&mut [u8]),
     ) {
+        let _ = self.try_fill(len, segs, |dst| {
+            copy(dst);
+            Ok(())
+        });
+    }
+
+    /// [`Held::fill`] with a copy that may fail, which leaves the packet
+    /// refused for the copy's reason.
+    pub(super) fn try_fill(
+        &mut self,
+        len: usize,
+        segs: &[(usize, usize)],
+        copy: impl FnOnce(&mut [u8]) -> Reach,
+    ) -> Reach {
         let hl = len.min(HEAD);
-        copy(&mut self.head[..hl]);
+        copy(&mut self.head[..hl])?;
         self.head_len = hl;
         self.rest_count = skip(segs, hl, &mut self.rest);
+        Ok(())
     }
 
     /// The packet as forwarded: the checked header copy, then the rest of
@@ -339,6 +361,7 @@ impl TxGrants for CopyTx {
             let frame = Pfn::new(nb.tx_base + op as u32);
             let dst = self.out.grow(k, usize::from(s.len));
             nb.pool.read_bytes(frame.base(), dst);
+            nb.counters.tx_copied_bytes += u64::from(s.len);
         }
         Ok(())
     }
@@ -350,12 +373,15 @@ impl TxGrants for CopyTx {
 
 /// Xen 2.0 transmit (`tx_mode = "map"`, Menon 2006 §2): every page of the
 /// ring batch is mapped in one map batch before the packets are read, each
-/// packet's data copied out of the mapped pages, and all of them unmapped
-/// in one unmap batch at the batch's end, as Linux netback batches its
-/// GNTTABOP_map_grant_ref and unmap_grant_ref calls per ring batch.
+/// packet's headers copied out of its mapped pages, and all of them
+/// unmapped in one unmap batch at the batch's end, as Linux netback batches
+/// its GNTTABOP_map_grant_ref and unmap_grant_ref calls per ring batch.
+/// The payload is not copied: Xen's netback made the mapped pages the
+/// frame's fragments and the NIC read them by their physical addresses,
+/// which the read-only window on the guest's pool stands for here (as for
+/// TX gather, [`super::hold`]). Only the frames hv mapped are sent from it.
 #[derive(Default)]
 pub(super) struct MapTx {
-    out: CopiedOut,
     /// The batch's grant references, each once (a guest may name one in
     /// several slots; hv maps a grant once per domain).
     grefs: Vec<u32>,
@@ -371,7 +397,6 @@ pub(super) struct MapTx {
 
 impl TxGrants for MapTx {
     fn begin(&mut self) {
-        self.out.bytes.clear();
         self.grefs.clear();
         self.index.clear();
         self.slot_map.clear();
@@ -419,9 +444,15 @@ impl TxGrants for MapTx {
         Ok(())
     }
 
-    /// Copies packet `k`'s slots out of their mapped pages.
-    fn reach(&mut self, _nb: &mut Netback, hv: &mut HvClient, p: &TxPacket, k: usize) -> Reach {
-        self.out.start(k);
+    /// Packet `k`'s headers copied out of its mapped pages into held
+    /// packet `k`, and where the rest is in the window: each slot's frame
+    /// as hv mapped it, checked against the window.
+    fn reach(&mut self, nb: &mut Netback, hv: &mut HvClient, p: &TxPacket, k: usize) -> Reach {
+        let Some(window) = nb.window.as_ref() else {
+            return Err("grant_absent");
+        };
+        let mut mapped = [(0u32, 0usize); XEN_NETIF_NR_SLOTS_MIN];
+        let mut segs = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
         for (i, s) in p.slots().iter().enumerate() {
             let m = match self
                 .slot_map
@@ -432,19 +463,24 @@ impl TxGrants for MapTx {
                 Some(Err(e)) => return Err(hv_reason(e)),
                 None => return Err("copy_missing"),
             };
-            let dst = self.out.grow(k, usize::from(s.len));
-            if hv
-                .read_mapped(m.handle, usize::from(s.offset), dst)
-                .is_err()
-            {
-                return Err("crosses_page");
-            }
+            segs[i] = super::hold::window_seg(window, m.frame, s)?;
+            mapped[i] = (m.handle, usize::from(s.offset));
         }
-        Ok(())
+        let slots = p.slots();
+        nb.tx_held[k].try_fill(p.total, &segs[..p.count], |dst| {
+            head_from_mapped(hv, &mapped[..p.count], slots, dst)
+        })
     }
 
-    fn copied(&self) -> Option<&CopiedOut> {
-        Some(&self.out)
+    /// The window on the guest's pool, where the NIC reads the payload.
+    fn pool<'a>(&self, nb: &'a Netback) -> Option<&'a Mapping> {
+        nb.window.as_ref()
+    }
+
+    /// Each frame is handed to the bridge as it is, its pages the frame's
+    /// fragments: nothing is copied out before forwarding.
+    fn in_place(&self) -> bool {
+        true
     }
 
     /// One unmap batch for every page the batch mapped.
@@ -459,6 +495,27 @@ impl TxGrants for MapTx {
         nb.counters.grant("unmap_batch", 1);
         Ok(())
     }
+}
+
+/// Copies a frame's first `dst.len()` bytes out of its mapped pages:
+/// `mapped` is each slot's (handle, offset in its page).
+fn head_from_mapped(
+    hv: &HvClient,
+    mapped: &[(u32, usize)],
+    slots: &[TxSlot],
+    dst: &mut [u8],
+) -> Reach {
+    let mut done = 0;
+    for (&(handle, off), s) in mapped.iter().zip(slots) {
+        if done == dst.len() {
+            break;
+        }
+        let n = usize::from(s.len).min(dst.len() - done);
+        hv.read_mapped(handle, off, &mut dst[done..done + n])
+            .map_err(|_| "crosses_page")?;
+        done += n;
+    }
+    Ok(())
 }
 
 /// Whether hv did op `op` of a batch whose statuses are `statuses`: its

@@ -158,7 +158,7 @@ impl HoldTx {
 
 /// Where slot `s`'s bytes are in the window: the frame hv pinned, checked
 /// against the window, and the slot's range against its page.
-fn window_seg(
+pub(super) fn window_seg(
     window: &sys::Mapping,
     frame: u32,
     s: &TxSlot,

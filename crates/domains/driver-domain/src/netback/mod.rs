@@ -496,8 +496,9 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
 }
 
 /// The guest's pool, reached once at connect: under the new grant
-/// mechanism with its table; under hv-copy TX gather as a read-only window
-/// (see [`hold`]); otherwise not at all.
+/// mechanism with its table; under hv-copy TX gather and the Xen 2.0 map
+/// as a read-only window, the NIC's view of the guest's frames (see
+/// [`hold`]); otherwise not at all.
 fn pool_views(
     hv: &mut HvClient,
     g: DomId,
@@ -506,7 +507,7 @@ fn pool_views(
 ) -> Result<(Option<NgmView>, Option<Mapping>)> {
     if modes.ngm {
         attach_pool(hv, g, fe).map(|v| (Some(v), None))
-    } else if modes.tx_gather {
+    } else if modes.tx_gather || modes.tx_map {
         hv.pool_window(g)
             .map(|w| (None, Some(w)))
             .map_err(NetbackError::from)

@@ -54,10 +54,10 @@ impl Netback {
         // One dispatch per batch; the loop is generic over the mechanism.
         let (n, fatal) = if self.ngm.is_some() {
             self.tx_batch(hv, &mut NgmTx, fwd)?
-        } else if self.window.is_some() {
-            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.hold)?
         } else if self.modes.tx_map {
             self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.mapped)?
+        } else if self.window.is_some() {
+            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.hold)?
         } else {
             self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.copy)?
         };
@@ -121,6 +121,10 @@ impl Netback {
             }
         }
         self.forward(g, &pkts, fwd);
+        if !self.modes.tx_gather && !g.in_place() {
+            let copied = pkts.iter().filter(|p| p.forwardable()).map(|p| p.total);
+            self.counters.tx_copied_bytes += copied.sum::<usize>() as u64;
+        }
         let finished = g.finish(self, hv);
         let mut overflow = false;
         for p in &pkts {
@@ -191,8 +195,8 @@ impl Netback {
     /// Forward: hands every packet still to forward to `fwd`. Under TX
     /// gather all at once, each as its checked header copy and the rest of
     /// its bytes where the guest wrote them; otherwise one by one, each
-    /// copied out whole first unless the mechanism already did (the
-    /// comparison point for gather).
+    /// copied out whole first unless the mechanism forwards it in place
+    /// (the comparison point for gather).
     fn forward<G: TxGrants>(&self, g: &G, pkts: &[TxPacket], fwd: &mut dyn FnMut(&[FrameRef<'_>])) {
         let mut refs: [FrameRef<'_>; TX_BUDGET] =
             std::array::from_fn(|_| FrameRef::private(&[], Csum::Unknown, None));
@@ -205,7 +209,7 @@ impl Netback {
             if self.modes.tx_gather {
                 refs[m] = frame;
                 m += 1;
-            } else if g.copied().is_some() {
+            } else if g.in_place() {
                 fwd(std::slice::from_ref(&frame));
             } else {
                 let pkt = frame.to_packet();

@@ -7,7 +7,7 @@ use super::{Case, M6Config, Menon2006Report};
 use std::fmt::Write as _;
 
 /// The counts the table shows, in order.
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "packets from the guest",
     "packets to the guest",
     "hv operations, driver domain",
@@ -18,6 +18,7 @@ const COLUMNS: [&str; 11] = [
     "page flips",
     "pages zeroed",
     "netback ring batches",
+    "bytes netback copied",
     "notifications from the guest",
 ];
 
@@ -33,7 +34,7 @@ pub fn mechanism(cfg: M6Config, case: Case) -> &'static str {
             GuestNone | GuestSp | GuestHigh | GuestCopy | GuestCopySp | PortNone | PortCsum
             | PortSg | PortSgCsum,
             Case::Tx | Case::TxWrites | Case::TxOneNic,
-        ) => "each fragment's page mapped and unmapped (§2.2)",
+        ) => "each fragment's page mapped, its header copied, unmapped (§2.2)",
         (GuestIoc | GuestHighIoc | GuestHighIocSp, Case::Tx | Case::TxWrites | Case::TxOneNic) => {
             "header copied, payload never mapped (§4.1)"
         }
