@@ -343,10 +343,42 @@ pub(crate) fn kill_domain(ts: &mut Toolstack, name: &str) -> Result<(Instant, u1
         bail!("kill -9 {pid} failed");
     }
     let proc = format!("/proc/{pid}/stat");
-    wait_for(&format!("{name} to die"), Duration::from_secs(5), || {
-        std::fs::read_to_string(&proc).map_or(true, |s| s.contains(") Z "))
-    })?;
+    let dead = || std::fs::read_to_string(&proc).map_or(true, |s| s.contains(") Z "));
+    let what = format!("{name} to die");
+    if wait_for(&what, SLOW_DEATH, dead).is_err() {
+        eprintln!(
+            "bench: {name} (pid {pid}) is still dying {} s after SIGKILL; the kernel holds it in: {}",
+            SLOW_DEATH.as_secs(),
+            kernel_stack(pid)
+        );
+        wait_for(&what, DEATH_LIMIT, dead)?;
+    }
     Ok((t0, id))
+}
+
+/// A SIGKILLed domain is gone once the kernel has torn down what it held:
+/// its TAPs and sockets, whose devices unregister under the RTNL lock and
+/// wait for RCU grace periods. On a loaded two-CPU host another
+/// namespace's teardown can hold that lock for seconds.
+const DEATH_LIMIT: Duration = Duration::from_secs(30);
+
+/// A death slower than this is reported with where the kernel holds the
+/// process, so a long one names its cause.
+const SLOW_DEATH: Duration = Duration::from_secs(2);
+
+/// The kernel stack of `pid` (`/proc/PID/stack`, root only), on one line,
+/// or its wait channel where the stack cannot be read.
+fn kernel_stack(pid: i32) -> String {
+    let stack = std::fs::read_to_string(format!("/proc/{pid}/stack")).unwrap_or_default();
+    let frames: Vec<&str> = stack
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    if !frames.is_empty() {
+        return frames.join(" < ");
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/wchan"))
+        .map_or_else(|e| format!("unknown ({e})"), |w| format!("wchan {w}"))
 }
 
 /// A process's resident memory, KiB.
