@@ -89,6 +89,9 @@ pub struct Args {
     /// `--machine`: the paper's machine or this host's; `None` is the
     /// suite's default ([`Suite::machines`]).
     pub machine: Option<crate::machine::Machine>,
+    /// `--nic`: how the paper's machine rates its NICs; `None` is the
+    /// suite's default.
+    pub nic: Option<crate::machine::NicRate>,
     /// The folder results go into, if any.
     pub out: Option<PathBuf>,
     /// The run is rootless ([`RunOptions::rootless`]).
@@ -192,6 +195,29 @@ pub trait Suite: Sync {
     fn machines(&self) -> &'static [crate::machine::Machine] {
         &[crate::machine::Machine::Modern]
     }
+
+    /// Whether it rates the paper's NICs as `--nic` says.
+    fn takes_nic(&self) -> bool {
+        false
+    }
+}
+
+/// Refuses a `--nic` that `suite` would not read, or that `--machine
+/// modern` makes moot.
+pub fn check_nic(suite: &dyn Suite, args: &Args) -> anyhow::Result<()> {
+    if args.nic.is_none() {
+        return Ok(());
+    }
+    if !suite.takes_nic() {
+        anyhow::bail!(
+            "bench {} does not take --nic; only menon2006 rates the paper's NICs by it",
+            suite.name()
+        );
+    }
+    if args.machine == Some(crate::machine::Machine::Modern) {
+        anyhow::bail!("--nic rates the paper's NICs; --machine modern has none");
+    }
+    Ok(())
 }
 
 /// Refuses a `--machine` that `suite` cannot measure on, naming those it can.
@@ -301,6 +327,26 @@ pub fn groups<R, K: PartialEq + Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nic_is_refused_where_no_paper_nic_reads_it() {
+        use crate::machine::{Machine, NicRate};
+        let suite = |n| crate::suites::by_name(n).unwrap();
+        let scaled = Args {
+            nic: Some(NicRate::Scaled),
+            ..Args::default()
+        };
+        assert!(check_nic(suite("menon2006"), &scaled).is_ok());
+        assert!(check_nic(suite("baseline"), &Args::default()).is_ok());
+        let e = check_nic(suite("baseline"), &scaled).unwrap_err();
+        assert!(e.to_string().contains("only menon2006"), "{e}");
+        let modern = Args {
+            machine: Some(Machine::Modern),
+            ..scaled
+        };
+        let e = check_nic(suite("menon2006"), &modern).unwrap_err();
+        assert!(e.to_string().contains("--machine modern"), "{e}");
+    }
 
     #[test]
     fn a_ratio_is_over_the_reference_of_the_same_key_and_none_without_one() {

@@ -76,16 +76,61 @@ impl Machine {
 impl std::str::FromStr for Machine {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Machine> {
-        Machine::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .with_context(|| format!("unknown machine {s:?}: use modern (this host as it is) or paper (the paper's server: one CPU, NICs at their line rate)"))
+        named(&Machine::ALL, Machine::name, s).with_context(|| format!("unknown machine {s:?}: use modern (this host as it is) or paper (the paper's server: one CPU, NICs at their line rate)"))
     }
+}
+
+/// The one of `all` that `name` calls `s`.
+fn named<T: Copy>(all: &[T], name: fn(T) -> &'static str, s: &str) -> Option<T> {
+    all.iter().copied().find(|m| name(*m) == s)
+}
+
+/// How the paper's machine rates its NICs (`--nic`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum NicRate {
+    /// The paper's line rate as it was: a gigabit NIC at 1 Gbit/s.
+    #[default]
+    Paper,
+    /// The paper's line rate in the paper's CPU time: scaled by how much
+    /// faster this host's native Linux receives on the server's core than
+    /// the paper's did, so that what bound the paper's native receive (its
+    /// CPU or its NICs) binds it here too, whatever this host's speed
+    /// that day.
+    Scaled,
+}
+
+impl NicRate {
+    pub const ALL: [NicRate; 2] = [NicRate::Paper, NicRate::Scaled];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NicRate::Paper => "paper",
+            NicRate::Scaled => "scaled",
+        }
+    }
+}
+
+impl std::str::FromStr for NicRate {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<NicRate> {
+        named(&NicRate::ALL, NicRate::name, s).with_context(|| format!("unknown NIC rate {s:?}: use paper (the paper's line rate) or scaled (the paper's line rate times this host's native receive over the paper's)"))
+    }
+}
+
+/// How a scaled NIC rate was found: native Linux's receive on the server's
+/// core over unshaped links, against the paper's native receive.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Native Linux's receive here, Mbit/s.
+    pub native_rx_mbps: f64,
+    /// The paper's native receive, Mbit/s, CPU-bound on its server.
+    pub paper_rx_mbps: f64,
 }
 
 /// The paper's machine as this host renders it: where the server and its
 /// clients run, and its NICs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PaperMachine {
     /// The core hv, every domain and the applications in them run on.
     pub server_cpu: usize,
@@ -93,8 +138,11 @@ pub struct PaperMachine {
     pub client_cpu: usize,
     /// How many NICs, each a link of its own.
     pub nics: usize,
-    /// Each NIC's line rate, bits per second.
+    /// Each NIC's line rate, bits per second; 0 leaves the links unshaped
+    /// (the calibration's).
     pub rate_bps: u64,
+    /// Where a scaled rate came from; `None` is the paper's own.
+    pub scaled: Option<Calibration>,
 }
 
 impl PaperMachine {
@@ -112,7 +160,34 @@ impl PaperMachine {
             client_cpu,
             nics,
             rate_bps: rate.0,
+            scaled: None,
         })
+    }
+
+    /// The same machine with unshaped links, for calibrating.
+    pub fn unshaped(&self) -> PaperMachine {
+        PaperMachine {
+            rate_bps: 0,
+            ..*self
+        }
+    }
+
+    /// The same machine with its NICs' rate scaled by `c`: the paper's
+    /// rate times this host's native receive over the paper's.
+    pub fn scaled_by(&self, c: Calibration) -> PaperMachine {
+        let factor = c.native_rx_mbps / c.paper_rx_mbps;
+        // In whole Mbit/s, as a topology's `rate` reads it back.
+        let mbit = (self.rate_bps as f64 * factor / 1e6).round().max(1.0) as u64;
+        PaperMachine {
+            rate_bps: mbit * 1_000_000,
+            scaled: Some(c),
+            ..*self
+        }
+    }
+
+    /// The NICs' rate, for a topology's wires; `None` when unshaped.
+    pub fn rate(&self) -> Option<LinkRate> {
+        (self.rate_bps > 0).then_some(LinkRate(self.rate_bps))
     }
 
     /// A line for reports: which cores, how many NICs at what rate.
@@ -126,7 +201,13 @@ impl PaperMachine {
             self.client_cpu,
             self.nics,
             LinkRate(self.rate_bps)
-        )
+        ) + &self.scaled.map_or(String::new(), |c| {
+            format!(
+                ", the paper's line rate scaled by this host's native receive ({:.0} Mb/s on \
+                 the server's core, the paper's {:.0})",
+                c.native_rx_mbps, c.paper_rx_mbps
+            )
+        })
     }
 
     /// Runs the receive processing of `dev` in `ns` on core `cpu`.
@@ -147,8 +228,12 @@ impl PaperMachine {
         Ok(())
     }
 
-    /// Shapes `dev` in `ns` to the NIC's line rate.
+    /// Shapes `dev` in `ns` to the NIC's line rate (unshaped links stay
+    /// as they are).
     pub fn shape(&self, ns: &str, dev: &str) -> Result<()> {
+        if self.rate_bps == 0 {
+            return Ok(());
+        }
         host::shape(ns, dev, self.rate_bps)
             .with_context(|| format!("shaping {dev} in {ns} to {}", LinkRate(self.rate_bps)))
     }
@@ -306,9 +391,38 @@ mod tests {
             client_cpu: 1,
             nics: 4,
             rate_bps: GIGABIT.0,
+            scaled: None,
         };
         assert!(is_paper(&pm.describe()), "{}", pm.describe());
         assert!(!is_paper(MODERN) && !is_paper(""));
+    }
+
+    #[test]
+    fn a_scaled_nic_keeps_the_papers_ratio_of_line_rate_to_native_receive() {
+        let pm = PaperMachine {
+            server_cpu: 0,
+            client_cpu: 1,
+            nics: 4,
+            rate_bps: GIGABIT.0,
+            scaled: None,
+        };
+        assert_eq!(pm.unshaped().rate(), None);
+        // A host whose native receive is 2.4x the paper's gets 2.4 Gbit/s NICs.
+        let c = Calibration {
+            native_rx_mbps: 6019.2,
+            paper_rx_mbps: 2508.0,
+        };
+        let s = pm.scaled_by(c);
+        assert_eq!(s.rate(), Some(LinkRate(2_400_000_000)));
+        assert_eq!(s.rate().unwrap().to_string(), "2400mbit");
+        assert!(s.describe().contains("6019 Mb/s"), "{}", s.describe());
+        assert!(is_paper(&s.describe()));
+        // A slower host gets slower NICs, never none.
+        let slow = pm.scaled_by(Calibration {
+            native_rx_mbps: 0.1,
+            paper_rx_mbps: 2508.0,
+        });
+        assert_eq!(slow.rate(), Some(LinkRate(1_000_000)));
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! available, not as a failure.
 
 use crate::harness::{self, Args, Output, RunOptions};
-use crate::machine::Machine;
+use crate::machine::{Machine, NicRate};
 use crate::netenv::{self, Workload};
 use crate::nstat;
 use crate::opcount;
@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use toolstack::host::{self, CgroupLayout};
+use toolstack::topology::LinkRate;
 
 mod figures;
 mod ops;
@@ -53,6 +54,8 @@ pub struct Menon2006Options {
     pub profile: bool,
     /// The paper's machine (one CPU, four gigabit NICs) or this host's.
     pub machine: Machine,
+    /// How the paper's machine rates its NICs.
+    pub nic: NicRate,
 }
 
 impl Menon2006Options {
@@ -62,6 +65,7 @@ impl Menon2006Options {
             configs: Vec::new(),
             profile: true,
             machine: Machine::Paper,
+            nic: NicRate::Scaled,
         }
     }
 }
@@ -467,8 +471,8 @@ fn bring_up(ctx: &Ctx<'_>, cfg: M6Config) -> Result<Result<Env, String>> {
             None => testbed::bring_up(Config::Native, &ctx.base, None, &ctx.layout)?,
         }));
     };
-    if ctx.base.paper.is_some() {
-        topo = paper::topology(&topo);
+    if let Some(pm) = &ctx.base.paper {
+        topo = paper::topology(&topo, pm);
     }
     if let Err(e) = toolstack::topology::Topology::parse(&topo, cfg.name()) {
         let e = e.to_string();
@@ -719,7 +723,7 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
     if opts.machine == Machine::Paper {
         base = paper::on_paper(&base)?;
     }
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         opts,
         base,
         layout: CgroupLayout::detect(),
@@ -727,6 +731,10 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
         profile: std::cell::Cell::new(opts.profile),
         progress: crate::Progress::start("menon2006", opts.common.progress),
     };
+    if opts.nic == NicRate::Scaled {
+        calibrate(&mut ctx).context("calibrating the paper's NICs to this host")?;
+    }
+    let ctx = ctx;
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
     let name = |c: &M6Config| c.name().to_string();
     harness::each_run(opts.common.runs, &chosen(opts), name, |run, &cfg| {
@@ -749,6 +757,34 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
             .paper
             .map_or_else(crate::machine::modern_note, |p| p.describe()),
     })
+}
+
+/// Scales the paper's NICs to this host ([`NicRate::Scaled`]): native
+/// Linux receives over the four links unshaped, on the server's core, and
+/// each NIC's rate becomes a gigabit times that over the paper's native
+/// receive ([`paper::LINUX_RX_MBPS`]).
+fn calibrate(ctx: &mut Ctx<'_>) -> Result<()> {
+    let Some(pm) = ctx.base.paper else {
+        return Ok(());
+    };
+    ctx.base.paper = Some(pm.unshaped());
+    let env = bring_up(ctx, M6Config::Linux)?.map_err(anyhow::Error::msg)?;
+    let m = mtu_frames(ctx, &env).and_then(|()| measure(ctx, &env, M6Config::Linux, Case::Rx));
+    testbed::tear_down(env, &ctx.base, &ctx.layout);
+    let c = crate::machine::Calibration {
+        native_rx_mbps: m?.flow.gbps * 1000.0,
+        paper_rx_mbps: paper::LINUX_RX_MBPS,
+    };
+    let scaled = pm.scaled_by(c);
+    ctx.say(&format!(
+        "native Linux receives {:.0} Mb/s unshaped on the server's core (the paper's {:.0}): \
+         each NIC at {}",
+        c.native_rx_mbps,
+        c.paper_rx_mbps,
+        LinkRate(scaled.rate_bps)
+    ));
+    ctx.base.paper = Some(scaled);
+    Ok(())
 }
 
 /// Each record over Linux's of the same run and case.
@@ -1182,6 +1218,7 @@ impl harness::Suite for Menon2006Suite {
         a.seconds_into(&mut opts.common, 1);
         opts.configs = Args::parsed(&a.configs)?;
         opts.machine = a.machine.unwrap_or(opts.machine);
+        opts.nic = a.nic.unwrap_or(opts.nic);
         let r = run(&opts)?;
         Output::of(&r, r.table(), r.svg())
     }
@@ -1192,6 +1229,10 @@ impl harness::Suite for Menon2006Suite {
 
     fn machines(&self) -> &'static [Machine] {
         &[Machine::Paper, Machine::Modern]
+    }
+
+    fn takes_nic(&self) -> bool {
+        true
     }
 }
 

@@ -203,6 +203,12 @@ pub(crate) struct BenchArgs {
     /// other suite's default).
     #[arg(long, value_name = "MACHINE")]
     machine: Option<bench::machine::Machine>,
+    /// How the paper's machine rates its NICs: `paper` (the paper's line
+    /// rate, a gigabit) or `scaled` (the paper's line rate times how much
+    /// faster native Linux receives on this host's server core than on the
+    /// paper's, measured first; menon2006 only, and its default).
+    #[arg(long, value_name = "RATE")]
+    nic: Option<bench::machine::NicRate>,
     /// baseline --rootless, run as root: the user whose own namespaces the
     /// rootless configurations run in (default: $SUDO_USER); root measures
     /// the rootful reference in the same invocation.
@@ -228,6 +234,7 @@ impl BenchArgs {
             seed: self.seed,
             profile: self.profile,
             machine: self.machine,
+            nic: self.nic,
             out: self.out.clone(),
             rootless: toolstack::rootless::active(),
         })
@@ -301,6 +308,7 @@ pub(crate) fn run_suite(rd: &std::path::Path, a: &BenchArgs) -> Result<bench::ha
     let suite = bench::suites::by_name(&name.unwrap_or_default())?;
     let args = a.suite_args(rd)?;
     bench::harness::check_machine(suite, &args)?;
+    bench::harness::check_nic(suite, &args)?;
     suite.run(&args)
 }
 
@@ -393,6 +401,9 @@ fn run_seed_suites(
                 let mut args = args.clone();
                 if bench::harness::check_machine(s, &args).is_err() {
                     args.machine = None;
+                }
+                if !s.takes_nic() {
+                    args.nic = None;
                 }
                 s.run(&args)
             })

@@ -1,10 +1,12 @@
 //! Menon 2006 on the paper's machine ([`crate::machine`]): the server had
 //! one CPU and four Intel gigabit NICs, and every experiment ran one TCP
 //! flow through each NIC at once, summed (§6.1; native Linux transmitted
-//! at 3,760 Mb/s, NIC-bound). Here: hv, every domain and the endpoint's
-//! application on one core, the four peers on another, four wire hosts
-//! each on its own port shaped to 1 Gbit/s, and native Linux with four
-//! shaped veth NICs likewise.
+//! at 3,760 Mb/s, NIC-bound, and received at 2,508 Mb/s, CPU-bound). Here:
+//! hv, every domain and the endpoint's application on one core, the four
+//! peers on another, four wire hosts each on its own port shaped to the
+//! NICs' rate, and native Linux with four shaped veth NICs likewise. The
+//! rate is a gigabit (`--nic paper`) or, by default, a gigabit scaled to
+//! this host's speed that day (`--nic scaled`, [`crate::machine::NicRate`]).
 
 use super::Case;
 use crate::harness::RunOptions;
@@ -39,11 +41,16 @@ pub fn machine() -> Result<PaperMachine> {
     PaperMachine::new(NICS, RATE)
 }
 
+/// Native Linux's receive on the paper's server, Mb/s (Table 1): CPU-bound,
+/// where its transmit filled the four NICs. A scaled NIC rate
+/// ([`crate::machine::NicRate::Scaled`]) keeps that ratio here.
+pub const LINUX_RX_MBPS: f64 = 2508.0;
+
 /// A topology whose wire table (at its end) becomes the paper's four
-/// shaped wires on driver domain `drv`.
-pub fn topology(t: &str) -> String {
+/// wires on driver domain `drv`, each shaped to `pm`'s NIC rate.
+pub fn topology(t: &str, pm: &PaperMachine) -> String {
     let cut = t.find("\n[wire]").unwrap_or(t.len());
-    t[..cut].to_string() + &wire_tables(NICS, "drv", Some(RATE))
+    t[..cut].to_string() + &wire_tables(NICS, "drv", pm.rate())
 }
 
 /// Native Linux with the paper's NICs: the application's namespace (the
@@ -97,7 +104,7 @@ mod tests {
 
     #[test]
     fn the_default_topology_gets_four_shaped_wires() {
-        let t = topology(toolstack::topology::DEFAULT_TOML);
+        let t = topology(toolstack::topology::DEFAULT_TOML, &machine().unwrap());
         let topo = toolstack::topology::Topology::parse(&t, "m").expect("parses");
         assert_eq!(topo.wires.len(), NICS);
         assert!(topo.wires.iter().all(|w| w.rate == Some(RATE)));
