@@ -33,13 +33,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use toolstack::host::{self, CgroupLayout};
-use toolstack::topology::LinkRate;
 
+mod bars;
 mod figures;
 mod ops;
 mod paper;
 mod xen;
 
+pub use bars::{bar_label, PaperBar, PaperFigure, FIGURES};
 pub use figures::figures;
 use xen::xen_split;
 
@@ -732,7 +733,7 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
         progress: crate::Progress::start("menon2006", opts.common.progress),
     };
     if opts.nic == NicRate::Scaled {
-        calibrate(&mut ctx).context("calibrating the paper's NICs to this host")?;
+        paper::calibrate(&mut ctx).context("calibrating the paper's NICs to this host")?;
     }
     let ctx = ctx;
     let (mut records, mut unavailable) = (Vec::new(), Vec::new());
@@ -757,34 +758,6 @@ pub fn run(opts: &Menon2006Options) -> Result<Menon2006Report> {
             .paper
             .map_or_else(crate::machine::modern_note, |p| p.describe()),
     })
-}
-
-/// Scales the paper's NICs to this host ([`NicRate::Scaled`]): native
-/// Linux receives over the four links unshaped, on the server's core, and
-/// each NIC's rate becomes a gigabit times that over the paper's native
-/// receive ([`paper::LINUX_RX_MBPS`]).
-fn calibrate(ctx: &mut Ctx<'_>) -> Result<()> {
-    let Some(pm) = ctx.base.paper else {
-        return Ok(());
-    };
-    ctx.base.paper = Some(pm.unshaped());
-    let env = bring_up(ctx, M6Config::Linux)?.map_err(anyhow::Error::msg)?;
-    let m = mtu_frames(ctx, &env).and_then(|()| measure(ctx, &env, M6Config::Linux, Case::Rx));
-    testbed::tear_down(env, &ctx.base, &ctx.layout);
-    let c = crate::machine::Calibration {
-        native_rx_mbps: m?.flow.gbps * 1000.0,
-        paper_rx_mbps: paper::LINUX_RX_MBPS,
-    };
-    let scaled = pm.scaled_by(c);
-    ctx.say(&format!(
-        "native Linux receives {:.0} Mb/s unshaped on the server's core (the paper's {:.0}): \
-         each NIC at {}",
-        c.native_rx_mbps,
-        c.paper_rx_mbps,
-        LinkRate(scaled.rate_bps)
-    ));
-    ctx.base.paper = Some(scaled);
-    Ok(())
 }
 
 /// Each record over Linux's of the same run and case.
@@ -824,135 +797,6 @@ fn summarize(records: &[M6Record]) -> Vec<M6Summary> {
         });
     }
     out
-}
-
-/// One bar of a paper figure: a configuration and case, and the paper's
-/// Mb/s (with its ratio to the paper's Linux) where the text gives it.
-pub struct PaperBar {
-    pub config: M6Config,
-    pub case: Case,
-    pub paper_mbps: Option<f64>,
-}
-
-/// A throughput figure of the paper: its bars and the paper's Linux.
-pub struct PaperFigure {
-    pub id: &'static str,
-    pub title: &'static str,
-    pub linux_mbps: f64,
-    pub bars: &'static [(M6Config, Case, Option<f64>)],
-}
-
-/// The paper's throughput figures with the numbers its text gives (Mb/s;
-/// Linux: 3760 transmit, 2508 receive).
-pub const FIGURES: [PaperFigure; 7] = {
-    use Case::*;
-    use M6Config::*;
-    [
-        PaperFigure {
-            id: "Figure 3",
-            title: "Transmit throughput in different configurations",
-            linux_mbps: 3760.0,
-            bars: &[
-                (XenDriver, Tx, Some(3760.0)),
-                (XenDriverOpt, Tx, Some(3760.0)),
-                (GuestNone, Tx, Some(750.0)),
-                (GuestHighIocSp, Tx, Some(3310.0)),
-                (Default, Tx, None),
-            ],
-        },
-        PaperFigure {
-            id: "Figure 4",
-            title: "Receive throughput in different configurations",
-            linux_mbps: 2508.0,
-            bars: &[
-                (XenDriver, Rx, Some(1738.0)),
-                (XenDriverOpt, Rx, Some(2343.0)),
-                (GuestNone, Rx, Some(820.0)),
-                (GuestHighIocSp, Rx, Some(970.0)),
-                (Default, Rx, None),
-            ],
-        },
-        PaperFigure {
-            id: "Figure 5",
-            title: "Contribution of individual transmit optimizations",
-            linux_mbps: 3760.0,
-            bars: &[
-                (GuestNone, Tx, Some(750.0)),
-                (GuestSp, Tx, Some(766.0)),
-                (GuestIoc, Tx, Some(806.0)),
-                (GuestHigh, Tx, Some(2794.0)),
-                (GuestHighIoc, Tx, Some(3230.0)),
-                (GuestHighIocSp, Tx, Some(3310.0)),
-            ],
-        },
-        PaperFigure {
-            id: "Figure 7",
-            title: "The high-level interface over ports of each capability",
-            linux_mbps: 3760.0,
-            bars: &[
-                (GuestNone, Tx, Some(750.0)),
-                (PortNone, Tx, Some(1461.0)),
-                (PortCsum, Tx, None),
-                (PortSg, Tx, None),
-                (PortSgCsum, Tx, Some(2007.0)),
-                (GuestHigh, Tx, Some(2794.0)),
-            ],
-        },
-        PaperFigure {
-            id: "Figure 10",
-            title: "Transmit with copying writes",
-            linux_mbps: 3760.0,
-            bars: &[
-                (GuestNone, TxWrites, None),
-                (GuestSp, TxWrites, None),
-                (GuestIoc, TxWrites, None),
-                (GuestHigh, TxWrites, None),
-                (GuestHighIoc, TxWrites, None),
-                (GuestHighIocSp, TxWrites, Some(1848.0)),
-                (Default, TxWrites, None),
-            ],
-        },
-        PaperFigure {
-            id: "Figure 11",
-            title: "Receive in the driver domain's configurations",
-            linux_mbps: 2508.0,
-            bars: &[
-                (XenDriver, Rx, Some(1738.0)),
-                (DriverMtu, Rx, Some(2033.0)),
-                (XenDriverOpt, Rx, Some(2301.0)),
-            ],
-        },
-        PaperFigure {
-            id: "Figure 13",
-            title: "Receive in the guest: page flip, copy, copy on superpages",
-            linux_mbps: 2508.0,
-            bars: &[
-                (GuestNone, Rx, Some(820.0)),
-                (GuestCopy, Rx, Some(970.0)),
-                (GuestCopySp, Rx, Some(970.0)),
-                (Default, Rx, None),
-            ],
-        },
-    ]
-};
-
-/// Names a bar as the paper's figure does.
-pub fn bar_label(id: &str, cfg: M6Config) -> &'static str {
-    match (id, cfg) {
-        ("Figure 3" | "Figure 4", M6Config::XenDriver) => "Xen-driver",
-        ("Figure 3" | "Figure 4", M6Config::GuestNone) => "Xen-guest",
-        ("Figure 3" | "Figure 4", M6Config::GuestHighIocSp) => "Xen-guest-opt",
-        ("Figure 7", M6Config::PortNone) => "None",
-        ("Figure 7", M6Config::PortCsum) => "Csum",
-        ("Figure 7", M6Config::PortSg) => "SG",
-        ("Figure 7", M6Config::PortSgCsum) => "SG+Csum",
-        ("Figure 7", M6Config::GuestHigh) => "TSO",
-        ("Figure 11", M6Config::XenDriver) => "Driver-none",
-        ("Figure 11", M6Config::XenDriverOpt) => "Driver-MTU-SP",
-        ("Figure 13", M6Config::GuestCopy) => "Guest-copy",
-        ("Figure 13", M6Config::GuestCopySp) => "Guest-copy-SP",
-        _ => cfg.name(),
-    }
 }
 
 fn ratio(v: Option<f64>) -> String {

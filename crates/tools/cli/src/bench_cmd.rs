@@ -99,8 +99,9 @@ pub(crate) enum Suite {
     /// Driver-MTU-SP receiving (Figure 11), the guest receiving by flip,
     /// copy and copy on superpages (Figure 13), and cycles per frame by
     /// domain and class (Figures 6 and 8); beside the paper's numbers as
-    /// ratios to native (--configs picks some; --quick: 1 run of 2 s
-    /// flows, under 5 minutes).
+    /// ratios to native, on the paper's machine with its four NICs scaled
+    /// to this host's speed (--nic; --configs picks some; --quick: 1 run
+    /// of 2 s flows, under 5 minutes).
     Menon2006,
     /// Menon 2005 (the Xenoprof paper) re-measured in Linux, Xen-domain0
     /// (the application in the driver domain), Xen-guest0 (guest and

@@ -8,11 +8,11 @@
 //! rate is a gigabit (`--nic paper`) or, by default, a gigabit scaled to
 //! this host's speed that day (`--nic scaled`, [`crate::machine::NicRate`]).
 
-use super::Case;
+use super::{bring_up, measure, mtu_frames, Case, Ctx, M6Config};
 use crate::harness::RunOptions;
 use crate::machine::{wire_tables, wires, MultiNative, PaperMachine};
 use crate::netenv::DEFAULT_PORT;
-use crate::testbed::{bench_domains, Env, FlowSpec};
+use crate::testbed::{self, bench_domains, Env, FlowSpec};
 use anyhow::Result;
 use toolstack::host::{self, CgroupLayout};
 use toolstack::topology::LinkRate;
@@ -88,6 +88,34 @@ pub fn splitnet_flows(env: &mut Env, pm: &PaperMachine, endpoint_ns: &str, endpo
             env.flows.insert(names[i], f);
         }
     }
+}
+
+/// Scales the paper's NICs to this host ([`crate::machine::NicRate::Scaled`]): native
+/// Linux receives over the four links unshaped, on the server's core, and
+/// each NIC's rate becomes a gigabit times that over the paper's native
+/// receive ([`LINUX_RX_MBPS`]).
+pub(super) fn calibrate(ctx: &mut Ctx<'_>) -> Result<()> {
+    let Some(pm) = ctx.base.paper else {
+        return Ok(());
+    };
+    ctx.base.paper = Some(pm.unshaped());
+    let env = bring_up(ctx, M6Config::Linux)?.map_err(anyhow::Error::msg)?;
+    let m = mtu_frames(ctx, &env).and_then(|()| measure(ctx, &env, M6Config::Linux, Case::Rx));
+    testbed::tear_down(env, &ctx.base, &ctx.layout);
+    let c = crate::machine::Calibration {
+        native_rx_mbps: m?.flow.gbps * 1000.0,
+        paper_rx_mbps: LINUX_RX_MBPS,
+    };
+    let scaled = pm.scaled_by(c);
+    ctx.say(&format!(
+        "native Linux receives {:.0} Mb/s unshaped on the server's core (the paper's {:.0}): \
+         each NIC at {}",
+        c.native_rx_mbps,
+        c.paper_rx_mbps,
+        LinkRate(scaled.rate_bps)
+    ));
+    ctx.base.paper = Some(scaled);
+    Ok(())
 }
 
 /// Runs `opts` on the paper's machine.
