@@ -85,12 +85,12 @@ fn named<T: Copy>(all: &[T], name: fn(T) -> &'static str, s: &str) -> Option<T> 
     all.iter().copied().find(|m| name(*m) == s)
 }
 
-/// How the paper's machine rates its NICs (`--nic`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// How the paper's machine rates its NICs (`--nic`; each suite that reads
+/// it picks its default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NicRate {
     /// The paper's line rate as it was: a gigabit NIC at 1 Gbit/s.
-    #[default]
     Paper,
     /// The paper's line rate in the paper's CPU time: scaled by how much
     /// faster this host's native Linux receives on the server's core than
