@@ -231,11 +231,10 @@ impl PaperMachine {
     /// Shapes `dev` in `ns` to the NIC's line rate (unshaped links stay
     /// as they are).
     pub fn shape(&self, ns: &str, dev: &str) -> Result<()> {
-        if self.rate_bps == 0 {
+        let Some(rate) = self.rate() else {
             return Ok(());
-        }
-        host::shape(ns, dev, self.rate_bps)
-            .with_context(|| format!("shaping {dev} in {ns} to {}", LinkRate(self.rate_bps)))
+        };
+        host::shape(ns, dev, rate.0).with_context(|| format!("shaping {dev} in {ns} to {rate}"))
     }
 }
 

@@ -171,12 +171,6 @@ fn nic_gbps(machine: &str) -> f64 {
         .nth(1)
         .and_then(|r| r.split(' ').next())
         .unwrap_or_else(|| panic!("no NIC rate in {machine}"));
-    let (n, scale) = if let Some(n) = rate.strip_suffix("gbit") {
-        (n, 1.0)
-    } else if let Some(n) = rate.strip_suffix("mbit") {
-        (n, 1e-3)
-    } else {
-        panic!("a NIC rate in gbit or mbit: {rate}")
-    };
-    n.parse::<f64>().unwrap() * scale
+    let rate: toolstack::topology::LinkRate = rate.parse().unwrap();
+    rate.0 as f64 / 1e9
 }

@@ -120,11 +120,7 @@ impl Netback {
                 self.reach(hv, g, p, k);
             }
         }
-        self.forward(g, &pkts, fwd);
-        if !self.modes.tx_gather && !g.in_place() {
-            let copied = pkts.iter().filter(|p| p.forwardable()).map(|p| p.total);
-            self.counters.tx_copied_bytes += copied.sum::<usize>() as u64;
-        }
+        self.counters.tx_copied_bytes += self.forward(g, &pkts, fwd);
         let finished = g.finish(self, hv);
         let mut overflow = false;
         for p in &pkts {
@@ -196,11 +192,16 @@ impl Netback {
     /// gather all at once, each as its checked header copy and the rest of
     /// its bytes where the guest wrote them; otherwise one by one, each
     /// copied out whole first unless the mechanism forwards it in place
-    /// (the comparison point for gather).
-    fn forward<G: TxGrants>(&self, g: &G, pkts: &[TxPacket], fwd: &mut dyn FnMut(&[FrameRef<'_>])) {
+    /// (the comparison point for gather). Returns the bytes it copied.
+    fn forward<G: TxGrants>(
+        &self,
+        g: &G,
+        pkts: &[TxPacket],
+        fwd: &mut dyn FnMut(&[FrameRef<'_>]),
+    ) -> u64 {
         let mut refs: [FrameRef<'_>; TX_BUDGET] =
             std::array::from_fn(|_| FrameRef::private(&[], Csum::Unknown, None));
-        let mut m = 0;
+        let (mut m, mut copied) = (0, 0u64);
         for (k, p) in pkts.iter().enumerate() {
             if !p.forwardable() {
                 continue;
@@ -213,6 +214,7 @@ impl Netback {
                 fwd(std::slice::from_ref(&frame));
             } else {
                 let pkt = frame.to_packet();
+                copied += pkt.data.len() as u64;
                 fwd(std::slice::from_ref(&FrameRef::private(
                     &pkt.data, pkt.csum, pkt.gso,
                 )));
@@ -221,6 +223,7 @@ impl Netback {
         if m > 0 {
             fwd(&refs[..m]);
         }
+        copied
     }
 
     /// Parse: reads one packet's request chain (data slots and extra-info
