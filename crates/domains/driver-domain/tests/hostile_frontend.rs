@@ -398,18 +398,8 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
         ..
     } = w;
     let (g1, e) = (ids[0], ids[2]);
-    good_traffic_flows(&mut good1, &mut good2, 200, 0);
+    let s = good1_sends_300(&hv, drv_id, g1, (&mut good1, &mut good2), "hold");
     good_traffic_flows(&mut good2, &mut good1, 200, 1000);
-    // Frames past the header copy: their payload comes through the window.
-    common::traffic_flows_sized(&mut good1, &mut good2, 100, 10_000, 1400);
-    wait_until("good1's 200 frames counted as held", WAIT, || {
-        stats(&hv, drv_id, g1)["grant_ops"]["hold"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 200
-    });
-    let s = stats(&hv, drv_id, g1);
-    assert!(s["tx_packets"].as_u64().unwrap_or(0) >= 200, "{s}");
     assert_eq!(s["grant_ops"]["hold"], s["grant_ops"]["release"], "{s}");
 
     // The malformed requests of the hv-copy tests, now through holds.
@@ -433,6 +423,42 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
         "the forged packet's good head was held and released"
     );
     assert_eq!(g["rejected"], serde_json::json!({}), "good1: {g}");
+    hv.shutdown();
+    driver.join().unwrap();
+}
+
+/// Xen's I/O channel under Xen's grants (`tx_mode = "header"`, Menon 2006
+/// §4.1): netback reads each grant in the guest's table itself and makes
+/// no hypercall for TX: good1's frames arrive intact with only table reads
+/// counted, none copied out whole, and no hold, map or copy asked of hv.
+/// A grant the guest forged, revoked or gave another domain is refused
+/// under the reason hv gives it, and nothing of it is forwarded; nothing
+/// is pinned, so the guest may end every grant at once.
+#[test]
+fn header_mode_reads_grants_without_hypercalls_and_refuses_forged_ones() {
+    let (w, mut good1, mut good2, mut evil) = hv_copy_world(TxMode::Header);
+    let World {
+        hv,
+        drv_id,
+        ids,
+        driver,
+        ..
+    } = w;
+    let (g1, e) = (ids[0], ids[2]);
+    let s = good1_sends_300(&hv, drv_id, g1, (&mut good1, &mut good2), "table_read");
+    for op in ["hold", "release", "map", "unmap", "copy"] {
+        assert!(s["grant_ops"][op].is_null(), "no {op} asked of hv: {s}");
+    }
+    assert_eq!(s["tx_copied_bytes"], 0, "no frame copied out whole: {s}");
+
+    let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    let (foreign, head) =
+        forged_and_revoked(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
+    good_traffic_flows(&mut good1, &mut good2, 50, 3000);
+    assert!(evil.hv.grants().end_access(foreign).is_ok());
+    assert!(evil.hv.grants().end_access(head).is_ok(), "nothing pinned");
+    assert_eq!(stats(&hv, drv_id, g1)["rejected"], serde_json::json!({}));
     hv.shutdown();
     driver.join().unwrap();
 }
@@ -500,6 +526,26 @@ fn map_mode_batches_maps_and_refuses_forged_and_revoked_grants() {
     assert_eq!(stats(&hv, drv_id, g1)["rejected"], serde_json::json!({}));
     hv.shutdown();
     driver.join().unwrap();
+}
+
+/// good1 sends good2 300 frames, 100 of them past the header copy (their
+/// payload read where good1 wrote it), each intact; returns good1's vif
+/// counters once netback has counted 300 grant operations `op`.
+fn good1_sends_300(
+    hv: &Arc<Hypervisor>,
+    drv_id: DomId,
+    g1: DomId,
+    (good1, good2): (&mut Guest, &mut Guest),
+    op: &str,
+) -> serde_json::Value {
+    good_traffic_flows(good1, good2, 200, 0);
+    common::traffic_flows_sized(good1, good2, 100, 10_000, 1400);
+    wait_until(&format!("good1's 300 frames counted as {op}"), WAIT, || {
+        stats(hv, drv_id, g1)["grant_ops"][op].as_u64().unwrap_or(0) >= 300
+    });
+    let s = stats(hv, drv_id, g1);
+    assert!(s["tx_packets"].as_u64().unwrap_or(0) >= 300, "{s}");
+    s
 }
 
 /// good1, good2 and evil under hv-copy with `tx_mode`, the driver

@@ -31,6 +31,18 @@ pub enum TxPath {
     Copy,
     /// Xen 2.0: each packet's page mapped, then unmapped.
     Map,
+    /// Xen's I/O channel (Menon 2006 §4.1) under Xen's grants: netback
+    /// reads each grant in the guest's table itself, copies the headers
+    /// and sends the payload by its address, with no hypercall.
+    Header,
+}
+
+impl TxPath {
+    /// Whether the payload goes out from the guest's buffers, each frame
+    /// as its checked header copy and the rest where the guest wrote it.
+    pub fn gathers(self) -> bool {
+        matches!(self, TxPath::Gather | TxPath::Header)
+    }
 }
 
 /// How guest buffers reach the driver domain.
@@ -67,7 +79,8 @@ words!(
     "a TX mode",
     Gather = "gather",
     Copy = "copy",
-    Map = "map"
+    Map = "map",
+    Header = "header"
 );
 words!(
     GrantPath,
@@ -174,6 +187,11 @@ mod tests {
                 grants: GrantPath::Ngm,
                 rx: RxPath::Copy,
                 tx: TxPath::Gather,
+                ..record()
+            },
+            VifBackend {
+                rx: RxPath::Copy,
+                tx: TxPath::Header,
                 ..record()
             },
         ] {

@@ -167,6 +167,36 @@ fn wrong_domain_is_refused() {
     healthy(&mut w);
 }
 
+/// A read-only view of a guest's grant table (Xen's I/O channel on TX,
+/// Menon 2006 §4.1) goes only to a domain that maps one of its grants, as
+/// the pool window does; through it the backend sees each grant as the
+/// guest wrote it, and reads nothing it was not granted.
+#[test]
+fn grant_table_view_is_only_for_a_backend_and_shows_only_its_grants() {
+    let mut w = world();
+    let (g1, g2, drv) = (w.g1.domid(), w.g2.domid(), w.drv.domid());
+    let e = w.drv.grant_table_view(g1).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(e.message.contains("maps no grant"), "{e}");
+    assert!(w.drv.pool_window(g1).is_err(), "nor a window on its pool");
+    let ring = w.g1.grants().grant_access(drv, 3, false).unwrap();
+    let m = w.drv.map_grant(g1, ring, false).unwrap();
+    let view = w.drv.grant_table_view(g1).unwrap();
+    assert_eq!(view.granter(), g1);
+    assert_eq!(view.readable(ring), Ok(3));
+    let tx = w.g1.grants().grant_access(drv, 7, true).unwrap();
+    let other = w.g1.grants().grant_access(g2, 8, true).unwrap();
+    assert_eq!(view.readable(tx), Ok(7), "a grant made after the view");
+    assert_eq!(view.readable(other), Err("grant_permission_denied"));
+    assert_eq!(view.readable(1_000_000), Err("bad_grant_ref"));
+    w.g1.grants().end_access(tx).unwrap();
+    assert_eq!(view.readable(tx), Err("bad_grant_ref"), "revoked");
+    // Mapping guest1's ring opens nothing of guest2's.
+    assert!(w.drv.grant_table_view(g2).is_err());
+    w.drv.unmap_grant(m).unwrap();
+    healthy(&mut w);
+}
+
 #[test]
 fn writes_to_read_only_grants_are_refused() {
     let mut w = world();

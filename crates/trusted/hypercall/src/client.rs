@@ -23,6 +23,7 @@ use sys::{Doorbell, Mapping, SeqPacket, PAGE_SIZE};
 mod channel;
 mod grant_maps;
 mod transfers;
+mod views;
 
 pub use channel::EventChannel;
 pub use grant_maps::{BatchMapped, WINDOW_SLOTS};
@@ -733,20 +734,6 @@ impl HvClient {
         self.batch
             .write_u32(batch::KIND_OFF, BatchKind::Copy as u32);
         r
-    }
-
-    /// A read-only window on `granter`'s whole I/O pool (for a domain that
-    /// maps one of its grants): mapped once, read only at frames hv holds.
-    pub fn pool_window(&mut self, granter: DomId) -> HvResult<Mapping> {
-        let (reply, fds) = self.chan.call(&Request::PoolWindow { granter })?;
-        let Reply::PoolWindow { pool_frames } = reply else {
-            return err(ErrorKind::Internal, "unexpected reply to pool_window");
-        };
-        let [fd] = take_fds::<1>(fds)?;
-        io(
-            "mapping the guest's pool read-only",
-            Mapping::new(fd.as_fd(), 0, pool_frames as usize * PAGE_SIZE, false),
-        )
     }
 
     /// Publishes a batch of `count` ops already in the page and waits for hv.

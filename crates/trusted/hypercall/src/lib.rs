@@ -12,6 +12,8 @@
 //!   grant mechanism's tables, the trace area);
 //! - [`ngm_client`]: the new grant mechanism (Ram thesis ch. 4) as domains
 //!   use it: the guest's grant-track table and the driver domain's view;
+//! - [`gnttab_view`]: a backend's read-only view of a guest's grant table
+//!   (Xen's I/O channel on TX, Menon 2006 §4.1);
 //! - [`launch`]: the environment a domain process starts with;
 //! - [`status`]: what hv reports about itself;
 //! - [`ioreq`]: the HVM I/O path (Zhang & Dong): the pages an HVM guest and
@@ -23,6 +25,7 @@ pub mod batch;
 pub mod client;
 pub mod error;
 pub mod evtchn;
+pub mod gnttab_view;
 pub mod ids;
 pub mod ioreq;
 pub mod launch;

@@ -304,6 +304,14 @@ pub enum Request {
         port: String,
         owner: u32,
     },
+    /// From a driver domain: a read-only view of `granter`'s grant table,
+    /// for Xen's I/O channel on TX (Menon 2006 §4.1: no hypercall for the
+    /// payload). Only for a domain that maps one of `granter`'s grants
+    /// (its rings), as [`Request::PoolWindow`]. Replies `GrantTable`; the
+    /// read-only descriptor travels with the message.
+    GrantTableView {
+        granter: DomId,
+    },
 }
 
 /// The largest receive buffer hv gives a dedicated queue's socket
@@ -392,6 +400,7 @@ impl Request {
             Request::VhostDial { .. } => 43,
             Request::QueueOpen { .. } => 44,
             Request::QueueClose { .. } => 45,
+            Request::GrantTableView { .. } => 46,
         }
     }
 
@@ -448,6 +457,10 @@ pub enum Reply {
     /// A read-only window on a guest's pool: its size in frames.
     PoolWindow {
         pool_frames: u32,
+    },
+    /// A read-only view of a guest's grant table: its size in entries.
+    GrantTable {
+        entries: u32,
     },
     /// The table attached; the translation sub-table (read-only), the
     /// status sub-table and the guest's pool travel with the message.

@@ -180,6 +180,7 @@ fn backend_record(v: &VifConfig) -> Result<VifBackend, String> {
             TxMode::Gather => TxPath::Gather,
             TxMode::Copy => TxPath::Copy,
             TxMode::Map => TxPath::Map,
+            TxMode::Header => TxPath::Header,
         },
         grants: match v.grants {
             Grants::Ngm => GrantPath::Ngm,

@@ -8,6 +8,8 @@
 //!   payload left in the guest's pool (Menon 2006 §4.1);
 //! - `HoldTx` ([`super::hold`]): hv-copy TX gather, the same without the new
 //!   grant mechanism, hv holding the grants for the batch;
+//! - `HeaderTx` ([`super::header`]): Xen's I/O channel under Xen's grants,
+//!   netback reading each grant in the guest's table itself, no hypercall;
 //! - [`CopyTx`]: hv copies every slot into staging frames (hv-copy);
 //! - [`MapTx`]: each page mapped, copied out and unmapped (Xen 2.0), the
 //!   maps and unmaps batched per ring batch.
@@ -171,6 +173,22 @@ impl Held {
         });
     }
 
+    /// [`Held::fill`] from the guest's pool `pool`, where packet `p`'s
+    /// bytes are `segs` (its whole frame's ranges, checked against `pool`).
+    pub(super) fn fill_from(&mut self, pool: &Mapping, p: &TxPacket, segs: &[(usize, usize)]) {
+        let whole = FrameRef {
+            head: &[],
+            body: &[],
+            map: Some(pool),
+            segs,
+            len: p.total,
+            csum: Csum::Unknown,
+            gso: p.gso,
+            vlan: None,
+        };
+        self.fill(p.total, segs, |dst| whole.copy_out(0, dst));
+    }
+
     /// [`Held::fill`] with a copy that may fail, which leaves the packet
     /// refused for the copy's reason.
     pub(super) fn try_fill(
@@ -232,18 +250,7 @@ impl TxGrants for NgmTx {
                 }
             }
         }
-        let segs = &segs[..p.count];
-        let whole = FrameRef {
-            head: &[],
-            body: &[],
-            map: Some(view.pool()),
-            segs,
-            len: p.total,
-            csum: Csum::Unknown,
-            gso: p.gso,
-            vlan: None,
-        };
-        nb.tx_held[k].fill(p.total, segs, |dst| whole.copy_out(0, dst));
+        nb.tx_held[k].fill_from(view.pool(), p, &segs[..p.count]);
         Ok(())
     }
 

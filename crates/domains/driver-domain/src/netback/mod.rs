@@ -23,6 +23,7 @@
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
 mod grants;
+mod header;
 mod hold;
 mod mq;
 pub mod opts;
@@ -47,6 +48,7 @@ use domain_common::counters::VifCounters;
 use frame::offload::Offloads;
 use frame::packet::Gso;
 use frame::wire::ETH_HLEN;
+use hypercall::gnttab_view::GrantTableView;
 use hypercall::ngm_client::NgmView;
 use hypercall::trace::Tracer;
 use hypercall::{DomId, EventChannel, HvClient, HvError, MappedGrant};
@@ -81,15 +83,13 @@ pub const FATAL_LIMIT: u64 = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Modes {
     pub rx_flip: bool,
-    pub tx_map: bool,
+    /// How TX reaches the payload (Menon 2006 §4.1).
+    pub tx: TxPath,
     /// The offloads the toolstack chose for the vif (`splitnet-offload`),
     /// which the backend offers (Menon 2006 §3).
     pub offload: Caps,
     /// The new grant mechanism (Ram thesis ch. 4) instead of hv copies.
     pub ngm: bool,
-    /// TX sends the payload from the guest's buffers (Menon 2006 §4.1);
-    /// otherwise netback copies the whole packet out first.
-    pub tx_gather: bool,
     /// Large receive offload here, in the driver domain (backend key
     /// `splitnet-lro` = `driver`; Ram thesis 5.1).
     pub lro: bool,
@@ -98,11 +98,7 @@ pub struct Modes {
 impl Modes {
     /// How TX moves data, as the topology names it.
     pub fn tx_name(&self) -> &'static str {
-        match (self.tx_map, self.tx_gather) {
-            (true, _) => "map",
-            (false, true) => "gather",
-            (false, false) => "copy",
-        }
+        self.tx.as_str()
     }
 }
 
@@ -272,8 +268,12 @@ pub struct Netback {
     tracer: Tracer,
     /// The guest's I/O pool and translation table, under the new grant mechanism.
     ngm: Option<NgmView>,
-    /// The guest's I/O pool, read-only, under hv-copy TX gather ([`hold`]).
+    /// The guest's I/O pool, read-only, under hv-copy TX gather ([`hold`]),
+    /// the Xen 2.0 map and Xen's I/O channel ([`header`]).
     window: Option<Mapping>,
+    /// The guest's grant table, read-only, under Xen's I/O channel
+    /// ([`header`]).
+    gnttab: Option<GrantTableView>,
     /// The TX grant mechanisms' storage, reused batch after batch.
     tx_grants: TxStates,
     /// The TX packets of the batch held for forwarding under the new grant
@@ -444,12 +444,10 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         .map_err(|e| proto(format!("{be}/{e}")))?;
     let (index, offload, lro) = (cfg.index, cfg.offload, cfg.lro);
     let rx_flip = cfg.rx == RxPath::Flip;
-    let tx_map = cfg.tx == TxPath::Map;
-    let tx_gather = cfg.tx == TxPath::Gather;
     let ngm = cfg.grants == GrantPath::Ngm;
-    if ngm && (rx_flip || tx_map) {
+    if ngm && (rx_flip || matches!(cfg.tx, TxPath::Map | TxPath::Header)) {
         return Err(proto(format!(
-            "{be}: the new grant mechanism carries neither page flips nor TX maps"
+            "{be}: the new grant mechanism carries neither page flips nor TX maps nor reads of Xen's grant table"
         )));
     }
     let mut opts = opts::read(hv, be)?;
@@ -486,34 +484,42 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         prefetch,
         modes: Modes {
             rx_flip,
-            tx_map,
+            tx: cfg.tx,
             offload,
             ngm,
-            tx_gather,
             lro,
         },
     })
 }
 
+/// How netback reaches the guest's memory, set up once at connect.
+#[derive(Default)]
+struct Views {
+    ngm: Option<NgmView>,
+    window: Option<Mapping>,
+    gnttab: Option<GrantTableView>,
+}
+
 /// The guest's pool, reached once at connect: under the new grant
-/// mechanism with its table; under hv-copy TX gather and the Xen 2.0 map
-/// as a read-only window, the NIC's view of the guest's frames (see
-/// [`hold`]); otherwise not at all.
-fn pool_views(
-    hv: &mut HvClient,
-    g: DomId,
-    fe: &str,
-    modes: &Modes,
-) -> Result<(Option<NgmView>, Option<Mapping>)> {
+/// mechanism with its table; under hv-copy TX gather, the Xen 2.0 map and
+/// Xen's I/O channel as a read-only window, the NIC's view of the guest's
+/// frames (see [`hold`]), and under the I/O channel with the guest's grant
+/// table too ([`header`]); otherwise not at all.
+fn pool_views(hv: &mut HvClient, g: DomId, fe: &str, modes: &Modes) -> Result<Views> {
     if modes.ngm {
-        attach_pool(hv, g, fe).map(|v| (Some(v), None))
-    } else if modes.tx_gather || modes.tx_map {
-        hv.pool_window(g)
-            .map(|w| (None, Some(w)))
-            .map_err(NetbackError::from)
-    } else {
-        Ok((None, None))
+        return Ok(Views {
+            ngm: Some(attach_pool(hv, g, fe)?),
+            ..Views::default()
+        });
     }
+    let mut v = Views::default();
+    if modes.tx.gathers() || modes.tx == TxPath::Map {
+        v.window = Some(hv.pool_window(g)?);
+    }
+    if modes.tx == TxPath::Header {
+        v.gnttab = Some(hv.grant_table_view(g)?);
+    }
+    Ok(v)
 }
 
 impl Netback {
@@ -524,7 +530,7 @@ impl Netback {
         let g = p.guest;
         let f = read_frontend(hv, &fe, &p.modes)?;
         let (tx, rx, held) = map_rings(hv, g, &f)?;
-        let (ngm, window) = match pool_views(hv, g, &fe, &p.modes) {
+        let views = match pool_views(hv, g, &fe, &p.modes) {
             Ok(v) => v,
             Err(e) => {
                 for ch in held {
@@ -569,8 +575,9 @@ impl Netback {
             counters: VifCounters::default(),
             connected: true,
             tracer: hv.tracer(),
-            ngm,
-            window,
+            ngm: views.ngm,
+            window: views.window,
+            gnttab: views.gnttab,
             tx_grants: TxStates::default(),
             tx_held: vec![grants::Held::default(); TX_BUDGET],
             tx_pkts: Vec::with_capacity(TX_BUDGET),
@@ -671,6 +678,8 @@ impl Netback {
         self.rx_stall = stall::Stall::default();
         // The guest's pool is unmapped: nothing of it stays reachable.
         self.ngm = None;
+        self.window = None;
+        self.gnttab = None;
         if hv.read_state(&self.be).is_err() || hv.read_attachment(&self.be) != self.attach {
             // The toolstack removed the directory, or it belongs to a new
             // attachment now: nothing to tell.

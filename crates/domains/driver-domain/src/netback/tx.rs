@@ -9,18 +9,22 @@
 //! its buffer after the copy can corrupt only its own payload: what is sent
 //! as headers is the checked copy. Under `hv-copy`, hv copies each batch into
 //! staging frames (or, with TX gather, copies the headers and holds the
-//! grants while the port reads the payload: [`super::hold`]); in the Xen
-//! 2.0 baseline each page is mapped and unmapped. The batch is written
+//! grants while the port reads the payload: [`super::hold`]); Xen's I/O
+//! channel reads the guest's grant table itself and makes no hypercall
+//! ([`super::header`]); in the Xen 2.0 baseline each page is mapped and
+//! unmapped. The batch is written
 //! once ([`Netback::tx_batch`]), generic over those grant mechanisms
 //! ([`super::grants`]).
 
 use super::grants::{NgmTx, TxGrants};
+use super::header::HeaderTx;
 use super::TX_BUDGET;
 use super::{Dropped, Netback, Result, TxPacket, TxSlot};
 use abi::netif::{
     Extra, ExtraInfo, NetifStatus, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
 };
 use abi::ring::BackRing;
+use abi::vif_backend::TxPath;
 use frame::offload::MIN_GSO_SIZE;
 use frame::packet::{Csum, FrameRef, Gso, GsoKind};
 use frame::wire::{eth, Headers, ETH_HLEN, L3, L4, TPID_8021Q, VLAN_HLEN};
@@ -52,14 +56,12 @@ impl Netback {
         }
         self.clear_tx_ids();
         // One dispatch per batch; the loop is generic over the mechanism.
-        let (n, fatal) = if self.ngm.is_some() {
-            self.tx_batch(hv, &mut NgmTx, fwd)?
-        } else if self.modes.tx_map {
-            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.mapped)?
-        } else if self.window.is_some() {
-            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.hold)?
-        } else {
-            self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.copy)?
+        let (n, fatal) = match (self.ngm.is_some(), self.modes.tx) {
+            (true, _) => self.tx_batch(hv, &mut NgmTx, fwd)?,
+            (false, TxPath::Header) => self.tx_batch(hv, &mut HeaderTx, fwd)?,
+            (false, TxPath::Map) => self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.mapped)?,
+            (false, TxPath::Gather) => self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.hold)?,
+            (false, TxPath::Copy) => self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.copy)?,
         };
         if n > 0 {
             self.counters.batches += 1;
@@ -207,7 +209,7 @@ impl Netback {
                 continue;
             }
             let frame = g.frame(self, p, k);
-            if self.modes.tx_gather {
+            if self.modes.tx.gathers() {
                 refs[m] = frame;
                 m += 1;
             } else if g.in_place() {

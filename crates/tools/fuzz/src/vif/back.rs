@@ -45,14 +45,18 @@ enum NbMode {
     HvMap,
     /// TX gather under hv-copy: hv holds the grants (Menon 2006 §4).
     HvGather,
+    /// Xen's I/O channel under hv-copy: netback reads the guest's grant
+    /// table itself (Menon 2006 §4.1).
+    HvHeader,
 }
 
-const NB_MODES: [NbMode; 5] = [
+const NB_MODES: [NbMode; 6] = [
     NbMode::NgmGather,
     NbMode::NgmCopy,
     NbMode::HvCopy,
     NbMode::HvMap,
     NbMode::HvGather,
+    NbMode::HvHeader,
 ];
 
 /// The harness's view of the TX ring and the RX ring, as their frontend.
@@ -119,6 +123,7 @@ fn nb_config(mode: NbMode) -> (Grants, TxMode) {
         NbMode::HvCopy => (Grants::HvCopy, TxMode::Copy),
         NbMode::HvMap => (Grants::HvCopy, TxMode::Map),
         NbMode::HvGather => (Grants::HvCopy, TxMode::Gather),
+        NbMode::HvHeader => (Grants::HvCopy, TxMode::Header),
     }
 }
 

@@ -4,8 +4,8 @@
 use super::capture::capture_attach;
 use super::evtchn_ops::{evtchn_alloc_unbound, evtchn_bind_interdomain, evtchn_close, evtchn_send};
 use super::grant_ops::{
-    grant_copy, grant_map, grant_transfer, grant_unmap, ngm_attach, ngm_grant, ngm_grant_many,
-    ngm_revoke, ngm_setup, pool_window,
+    grant_copy, grant_map, grant_table_view, grant_transfer, grant_unmap, ngm_attach, ngm_grant,
+    ngm_grant_many, ngm_revoke, ngm_setup, pool_window,
 };
 use super::reply::{dup, handled_elsewhere, ok, os, store_err, Outcome};
 use super::state::{deliver, domain, State};
@@ -58,6 +58,7 @@ pub(super) fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<
         Request::NgmRevoke { backend, gref } => ngm_revoke(st, caller, backend, gref),
         Request::NgmAttach { guest } => ngm_attach(st, caller, guest),
         Request::PoolWindow { granter } => pool_window(st, caller, granter),
+        Request::GrantTableView { granter } => grant_table_view(st, caller, granter),
         Request::CaptureAttach { id } => capture_attach(st, caller, id),
         // The toolstack's requests (`Request::privileged`) are served by
         // `Hypervisor::handle` before the lock is taken.

@@ -277,6 +277,43 @@ pub(super) fn grant_transfer(
 /// pool alone, never private memory); the window only spares it a mapping
 /// per page, and the kernel refuses any store through it.
 pub(super) fn pool_window(st: &mut State, caller: DomId, granter: DomId) -> HvResult<Outcome> {
+    let mem = peer_memory(st, caller, granter, "window on its pool")?;
+    Ok((
+        Ok(Reply::PoolWindow {
+            pool_frames: mem.spec.pool_frames,
+        }),
+        vec![mem.pool_fd_for_peer(false)?],
+    ))
+}
+
+/// `GrantTableView`: `granter`'s grant table, read-only, for a domain that
+/// maps one of its grants: Xen's I/O channel on TX (Menon 2006 §4.1),
+/// where netback reads each grant itself and sends the payload through
+/// the pool window, with no hypercall. The view shows the backend every
+/// entry (whom each grant is for), never lets it write one; nothing it
+/// reads is trusted, and a grant it finds is checked against the pool.
+pub(super) fn grant_table_view(st: &mut State, caller: DomId, granter: DomId) -> HvResult<Outcome> {
+    let mem = peer_memory(st, caller, granter, "view of its grant table")?;
+    let fd = mem
+        .gnttab
+        .reopen_readonly()
+        .map_err(|e| HvError::internal("sharing grant table", e))?;
+    Ok((
+        Ok(Reply::GrantTable {
+            entries: mem.grant_entries(),
+        }),
+        vec![fd],
+    ))
+}
+
+/// `granter`'s memory, for `caller` only if it maps one of `granter`'s
+/// grants (a backend attached to its rings); `what` names the refusal.
+fn peer_memory(
+    st: &mut State,
+    caller: DomId,
+    granter: DomId,
+    what: &str,
+) -> HvResult<std::sync::Arc<crate::memory::DomainMemory>> {
     let maps_one = domain(st, caller)?
         .mapped
         .iter()
@@ -284,16 +321,10 @@ pub(super) fn pool_window(st: &mut State, caller: DomId, granter: DomId) -> HvRe
     if granter == caller || !maps_one {
         return err(
             ErrorKind::PermissionDenied,
-            format!("domain {caller} maps no grant of domain {granter}; no window on its pool"),
+            format!("domain {caller} maps no grant of domain {granter}; no {what}"),
         );
     }
-    let mem = domain(st, granter)?.mem.clone();
-    Ok((
-        Ok(Reply::PoolWindow {
-            pool_frames: mem.spec.pool_frames,
-        }),
-        vec![mem.pool_fd_for_peer(false)?],
-    ))
+    Ok(domain(st, granter)?.mem.clone())
 }
 
 /// `NgmSetup`: the caller's NGM grant table for `backend`, created on first

@@ -421,6 +421,12 @@ pub enum TxMode {
     Copy,
     /// Xen 2.0: netback maps each packet's page and unmaps it after sending.
     Map,
+    /// Menon 2006 §4.1 as Xen ran it (`hv-copy` only): netback reads the
+    /// guest's grant entries itself, copies the headers and sends the
+    /// payload through the read-only window, with no hypercall; nothing
+    /// pins the pages, so a guest that ends a grant early spoils only its
+    /// own frame.
+    Header,
 }
 
 /// The size of a guest's receive buffers (Ram thesis 5.3).
@@ -563,6 +569,7 @@ impl TxMode {
             TxMode::Gather => "gather",
             TxMode::Copy => "copy",
             TxMode::Map => "map",
+            TxMode::Header => "header",
         }
     }
 }
@@ -775,6 +782,10 @@ fn check_modes(d: &DomainConfig) -> Result<(), String> {
     match (d.grants, d.tx_mode, d.rx_mode) {
         (Grants::Ngm, TxMode::Map, _) | (Grants::Ngm, _, RxMode::Flip) => Err(format!(
             "domain {:?}: grants = \"ngm\" maps the guest's I/O pool once; tx_mode = \"map\" and rx_mode = \"flip\" need grants = \"hv-copy\"",
+            d.name
+        )),
+        (Grants::Ngm, TxMode::Header, _) => Err(format!(
+            "domain {:?}: tx_mode = \"header\" reads Xen's grant table and needs grants = \"hv-copy\"; under grants = \"ngm\", tx_mode = \"gather\" makes no hypercall either",
             d.name
         )),
         _ if d.rx_buffer == RxBuffer::Half && (d.rx_mode == RxMode::Flip || !d.offload.sg) => {

@@ -1139,6 +1139,10 @@ mod tests {
             "need grants = \"hv-copy\"",
         );
         bad(
+            "[[domain]]\nname = \"a\"\nkind = \"guest\"\ntx_mode = \"header\"\n",
+            "reads Xen's grant table and needs grants = \"hv-copy\"",
+        );
+        bad(
             "[[domain]]\nname = \"a\"\nkind = \"guest\"\nhugepages = true\nmemory_frames = 100\n",
             "multiple of 512",
         );
