@@ -110,8 +110,11 @@ impl Window {
     }
 
     /// Maps `n` consecutive pages of `fd` from `offset` (page-aligned) over
-    /// slots `first..first + n`, which must be empty: one `mmap`. A hugetlb
-    /// file refuses (`InvalidInput`): it maps only in whole huge pages.
+    /// slots `first..first + n`, which must be empty: one `mmap`, its
+    /// page-table entries written in the call (`MAP_POPULATE`), as Xen's
+    /// grant map writes them in the hypercall, so the first touch takes no
+    /// fault. A hugetlb file refuses (`InvalidInput`): it maps only in
+    /// whole huge pages.
     pub fn map(
         &mut self,
         first: usize,
@@ -144,7 +147,7 @@ impl Window {
                 addr,
                 n * PAGE_SIZE,
                 crate::mapping::prot(writable),
-                libc::MAP_SHARED | libc::MAP_FIXED,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
                 fd.as_raw_fd(),
                 offset as libc::off_t,
             )
