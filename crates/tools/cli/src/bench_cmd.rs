@@ -293,6 +293,10 @@ pub(crate) fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
     if crate::rootless::on() || toolstack::rootless::active() {
         return crate::bench_rootless::bench(rd, a);
     }
+    // Every suite profiles but a report read back from saved runs.
+    if !prof::frame_pointers() && a.from.is_none() {
+        eprintln!("splitnet bench: warning: {}", prof::NO_FRAME_POINTERS);
+    }
     if matches!(a.suite, Suite::Seeds) {
         return bench_seeds(rd, &a);
     }

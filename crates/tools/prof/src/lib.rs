@@ -27,3 +27,16 @@ pub use session::{
     profile, profile_while, profile_with, HwEvent, ProfError, ProfileOptions, Result, Session,
 };
 pub use symbols::{Symbol, Symbolizer};
+
+/// Whether this build keeps frame pointers (`cargo build-profiling`). Without
+/// them the kernel cannot walk a user-space call chain, so a sample in a
+/// system call is classed by its kernel functions alone: a hypercall's
+/// `mmap` lands in "memory" instead of "hypervisor".
+pub fn frame_pointers() -> bool {
+    env!("SPLITNET_FRAME_POINTERS") == "1"
+}
+
+/// The warning a profile carries when [`frame_pointers`] is false.
+pub const NO_FRAME_POINTERS: &str = "this build keeps no frame pointers: user-space call chains \
+     stop at the kernel, so a system call's samples are classed by its kernel functions alone \
+     (a hypercall's work as \"memory\" or \"network\"); build with `cargo build-profiling`";

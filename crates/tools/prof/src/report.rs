@@ -397,6 +397,9 @@ impl Profile {
             self.attributed_fraction * 100.0,
             if m.callchains { "classed by call chain" } else { "classed by leaf function" }
         );
+        if m.callchains && !crate::frame_pointers() {
+            let _ = writeln!(o, "warning: {}\n", crate::NO_FRAME_POINTERS);
+        }
         self.write_domains(&mut o);
         let _ = writeln!(o, "\n{:<20} {:>9} {:>8}", "Cost class", "Samples", "Share");
         for c in &self.classes {
