@@ -196,7 +196,9 @@ impl M6Config {
 
     /// The keys every guest gets; `None` for Linux.
     fn guest_keys(self) -> Option<String> {
-        let (base, tx_gather) = match self {
+        // The I/O channel (Menon 2006 §4.1): the headers read and copied
+        // by netback, the payload sent by address, no hypercall.
+        let (base, ioc) = match self {
             M6Config::Linux => return None,
             M6Config::Default => return Some(String::new()),
             // The driver domain is the endpoint; its guests idle as Xen's.
@@ -214,8 +216,8 @@ impl M6Config {
             M6Config::GuestCopy | M6Config::GuestCopySp => (GUEST_NONE, false),
         };
         let mut k = base.to_string();
-        if tx_gather {
-            k = k.replace("tx_mode = \"map\"", "tx_mode = \"gather\"");
+        if ioc {
+            k = k.replace("tx_mode = \"map\"", "tx_mode = \"header\"");
         }
         if matches!(
             self,
@@ -1102,7 +1104,7 @@ mod tests {
         let g = |c: M6Config| c.guest_keys().unwrap();
         assert!(g(M6Config::GuestNone).contains("offload = false"));
         assert!(g(M6Config::GuestHigh).contains("offload = true"));
-        assert!(g(M6Config::GuestIoc).contains("tx_mode = \"gather\""));
+        assert!(g(M6Config::GuestIoc).contains("tx_mode = \"header\""));
         assert!(g(M6Config::GuestHighIocSp).contains("hugepages = true"));
         assert!(g(M6Config::GuestCopy).contains("rx_mode = \"copy\""));
         assert!(M6Config::XenDriver

@@ -85,6 +85,7 @@ pub fn counts(doc: &Value, guest: &str) -> Counts {
         ("unmap", "grant unmaps"),
         ("copy", "grant copies"),
         ("transfer", "page flips"),
+        ("table_read", "grant table reads"),
     ] {
         c.insert(name.into(), n(&grants[kind]));
     }

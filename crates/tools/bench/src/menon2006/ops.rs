@@ -7,7 +7,7 @@ use super::{Case, M6Config, Menon2006Report};
 use std::fmt::Write as _;
 
 /// The counts the table shows, in order.
-const COLUMNS: [&str; 12] = [
+const COLUMNS: [&str; 13] = [
     "packets from the guest",
     "packets to the guest",
     "hv operations, driver domain",
@@ -15,6 +15,7 @@ const COLUMNS: [&str; 12] = [
     "grant maps",
     "grant unmaps",
     "grant copies",
+    "grant table reads",
     "page flips",
     "pages zeroed",
     "netback ring batches",
@@ -36,7 +37,7 @@ pub fn mechanism(cfg: M6Config, case: Case) -> &'static str {
             Case::Tx | Case::TxWrites | Case::TxOneNic,
         ) => "each fragment's page mapped, its header copied, unmapped (§2.2)",
         (GuestIoc | GuestHighIoc | GuestHighIocSp, Case::Tx | Case::TxWrites | Case::TxOneNic) => {
-            "header copied, payload never mapped (§4.1)"
+            "grants read by netback, header copied, payload never mapped, no hypercall (§4.1)"
         }
         (GuestCopy | GuestCopySp | GuestHighIocSp, Case::Rx) => {
             "one copy into the guest's buffer (§4.2)"
