@@ -242,7 +242,8 @@ fn hv_fixture_grants(guest: &mut HvClient, drv_id: DomId) -> Vec<u32> {
 }
 
 thread_local! {
-    static NB_WORLDS: RefCell<[Option<NbWorld>; 5]> = const { RefCell::new([None, None, None, None, None]) };
+    static NB_WORLDS: RefCell<[Option<NbWorld>; NB_MODES.len()]> =
+        const { RefCell::new([const { None }; NB_MODES.len()]) };
 }
 
 /// What one input did, for the checks.
