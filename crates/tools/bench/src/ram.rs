@@ -16,6 +16,7 @@
 
 use crate::harness::{self, Args, Output, RunOptions};
 use crate::netenv::{self, Workload};
+use crate::opcount;
 use crate::plot;
 use crate::stats::{median, tsc_per_us, Spread};
 use crate::testbed::{self, Config, Env, FlowSpec, Measured};
@@ -24,10 +25,12 @@ use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 use toolstack::host::{self, CgroupLayout};
 use toolstack::placement::Placement;
 
 mod figures;
+mod ops;
 mod thesis;
 pub use figures::figures;
 use thesis::{Ours, THESIS};
@@ -282,6 +285,10 @@ pub struct RamRecord {
     #[serde(default)]
     pub role_classes: BTreeMap<String, BTreeMap<String, f64>>,
     pub locality: Option<Locality>,
+    /// Operations per wire frame from hv's and netback's counters
+    /// (guest1's vif; empty for native, the forwarder and two guests).
+    #[serde(default)]
+    pub ops_per_frame: BTreeMap<String, f64>,
 }
 
 /// Medians over runs of one (configuration, case), with their spread.
@@ -298,6 +305,8 @@ pub struct RamSummary {
     pub by_class: BTreeMap<String, f64>,
     pub uses_per_page: Option<f64>,
     pub pages: Option<f64>,
+    #[serde(default)]
+    pub ops_per_frame: BTreeMap<String, f64>,
 }
 
 /// The suite's report.
@@ -598,10 +607,27 @@ fn measure_cases(
     run: usize,
     out: &mut Vec<RamRecord>,
 ) -> Result<()> {
+    let settled = || opcount::settled(&ctx.base, "guest1", Duration::from_secs(5));
+    // One settled reading between two flows serves as the first's end and
+    // the next's start: nothing runs between them but ethtool.
+    let mut ops0 = cfg.topology().is_some().then(settled).transpose()?;
     for &case in cases {
         segments_like_a_nic(env, cfg == RamConfig::Native, case.mtu_frames())
             .with_context(|| format!("setting up {}'s RX sender", cfg.name()))?;
         let m = measure(ctx, env, case)?;
+        let ops_per_frame = match ops0.take() {
+            Some(a) => {
+                let b = settled()?;
+                // guest1's vif carries every frame but in the two-guest case.
+                let per = match case {
+                    Case::RxTwoGuests => BTreeMap::new(),
+                    _ => opcount::per_frame(&a, &b, m.flow.packets),
+                };
+                ops0 = Some(b);
+                per
+            }
+            None => BTreeMap::new(),
+        };
         let total = m.cycles_per_packet.get("total").copied().unwrap_or(0.0);
         let loc = match (cfg, case) {
             (RamConfig::Native | RamConfig::Forwarder, _) => None,
@@ -633,6 +659,7 @@ fn measure_cases(
             cycles_per_packet: m.cycles_per_packet,
             cycles_x_native: None,
             locality: loc,
+            ops_per_frame,
         });
     }
     Ok(())
@@ -794,6 +821,7 @@ fn summarize(records: &[RamRecord]) -> Vec<RamSummary> {
             by_class: medians(rs.iter().map(|r| &r.by_class)),
             uses_per_page: (!ppp.is_empty()).then(|| median(&ppp)),
             pages: (!pages.is_empty()).then(|| median(&pages)),
+            ops_per_frame: medians(rs.iter().map(|r| &r.ops_per_frame)),
         });
     }
     out
@@ -909,6 +937,7 @@ impl RamReport {
             );
         }
         s += &self.classes_table();
+        s += &self.ops_table();
         s += &format!(
             "\n{} run(s), {} s per iperf3 TCP flow, TSC {:.0} MHz, {:.0} s in all. Cycles per frame: each domain's CPU time \
              (kernel included) × TSC rate ÷ 1514-byte frames; ratios to native are taken within each run, then the median. \
@@ -1189,6 +1218,7 @@ mod tests {
             by_class: BTreeMap::new(),
             role_classes: BTreeMap::new(),
             locality: None,
+            ops_per_frame: BTreeMap::new(),
         }
     }
 

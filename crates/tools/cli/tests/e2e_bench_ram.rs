@@ -56,6 +56,25 @@ fn bench_ram_quick_measures_what_the_build_has_and_says_what_it_lacks() {
     );
     assert!(pages > 0 && uses > 10 * pages, "{loc}");
     assert!(record(records, "Orig", "rx")["locality"].is_null());
+    // Operations per frame, from the counters: Orig receives through hv's
+    // grant copy, a batch at a time; NGM copies through its mapped pool
+    // with no hypercall batch on the data path.
+    let ops = |config: &str, name: &str| {
+        record(records, config, "rx")["ops_per_frame"][name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{config} rx has no {name:?} count"))
+    };
+    assert!(
+        ops("Orig", "grant copies") >= 0.9,
+        "Orig's copies per frame"
+    );
+    let batches = ops("Orig", "hv batches, driver domain");
+    assert!(
+        batches > 0.0 && batches <= 1.0,
+        "Orig: {batches} batches per frame"
+    );
+    assert!(ops("NGM", "grant copies") < 0.01, "NGM copied through hv");
+    assert!(table.contains("Operations per 1514-byte frame"), "{table}");
     // MQ either ran or is listed, with its reason, as not available.
     let mq_ran = records.iter().any(|r| r["config"] == "MQ");
     let listed = v["unavailable"]
