@@ -546,15 +546,17 @@ impl Relay {
     /// Writes the completion, injects a pending interrupt (at "VM entry"),
     /// resumes the guest, and accounts the exit.
     fn complete(&mut self, seq: u32, r: ExitResult, data: u32, reason: ExitReason, t2: u64) {
+        // Accounted before the response is published: a guest that sees
+        // its slot ready may run on without waiting for the doorbell, and
+        // what it reads next must include this exit.
+        let t = rdtsc();
+        lock(&self.acc).record(reason, t.saturating_sub(t2), r != ExitResult::Ok);
         let p = &self.vcpu;
         p.write_u32(vcpu::RESULT, r as u32);
         p.write_u32(vcpu::RESP_SEQ, seq);
         put_u64(p, vcpu::SLOT + xen::DATA, u64::from(data));
         set_state(p, vcpu::SLOT, STATE_IORESP_READY);
         self.try_inject();
-        let t = rdtsc();
-        // Accounted before the guest runs again, so what it reads next includes it.
-        lock(&self.acc).record(reason, t.saturating_sub(t2), r != ExitResult::Ok);
         let _ = self.b.g_done.ring();
         self.last_resume = t;
     }
