@@ -8,9 +8,12 @@ fn main() {
         let f = f.trim_start_matches("-C");
         matches!(
             f,
-            "force-frame-pointers=yes" | "force-frame-pointers=y" | "force-frame-pointers=on"
-        ) || f == "force-frame-pointers=true"
-            || f == "force-frame-pointers"
+            "force-frame-pointers"
+                | "force-frame-pointers=yes"
+                | "force-frame-pointers=y"
+                | "force-frame-pointers=on"
+                | "force-frame-pointers=true"
+        )
     });
     println!("cargo:rustc-env=SPLITNET_FRAME_POINTERS={}", u8::from(on));
     println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");

@@ -402,11 +402,9 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
     good_traffic_flows(&mut good2, &mut good1, 200, 1000);
     assert_eq!(s["grant_ops"]["hold"], s["grant_ops"]["release"], "{s}");
 
-    // The malformed requests of the hv-copy tests, now through holds.
-    let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
-    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
-    let (foreign, head) =
-        forged_and_revoked(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
+    // The malformed requests of the hv-copy tests, now through holds, then
+    // forged and revoked grants.
+    let (foreign, head) = every_attack(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
     good_traffic_flows(&mut good1, &mut good2, 50, 3000);
     // Every hold that succeeded was released, so the guest may end its grants.
     let g = stats(&hv, drv_id, g1);
@@ -451,10 +449,7 @@ fn header_mode_reads_grants_without_hypercalls_and_refuses_forged_ones() {
     }
     assert_eq!(s["tx_copied_bytes"], 0, "no frame copied out whole: {s}");
 
-    let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
-    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
-    let (foreign, head) =
-        forged_and_revoked(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
+    let (foreign, head) = every_attack(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
     good_traffic_flows(&mut good1, &mut good2, 50, 3000);
     assert!(evil.hv.grants().end_access(foreign).is_ok());
     assert!(evil.hv.grants().end_access(head).is_ok(), "nothing pinned");
@@ -481,15 +476,7 @@ fn map_mode_batches_maps_and_refuses_forged_and_revoked_grants() {
         ..
     } = w;
     let (g1, e) = (ids[0], ids[2]);
-    good_traffic_flows(&mut good1, &mut good2, 200, 0);
-    common::traffic_flows_sized(&mut good1, &mut good2, 100, 10_000, 1400);
-    wait_until("good1's 300 frames counted as mapped", WAIT, || {
-        stats(&hv, drv_id, g1)["grant_ops"]["map"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 300
-    });
-    let s = stats(&hv, drv_id, g1);
+    let s = good1_sends_300(&hv, drv_id, g1, (&mut good1, &mut good2), "map");
     let ops = &s["grant_ops"];
     let n = |k: &str| ops[k].as_u64().unwrap_or(0);
     assert!(n("map") >= 300, "each frame's page mapped: {s}");
@@ -503,10 +490,7 @@ fn map_mode_batches_maps_and_refuses_forged_and_revoked_grants() {
     // copied only their headers (Xen 2.0 netback's fragments).
     assert_eq!(s["tx_copied_bytes"], 0, "no frame copied out whole: {s}");
 
-    let attacks = malformed_requests(&mut evil, good2.mac, drv_id);
-    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
-    let (foreign, head) =
-        forged_and_revoked(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
+    let (foreign, head) = every_attack(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
     let len = common::frame(good1.mac, evil.mac, 1).data.len() as u16;
     assert!(evil.hv.grants().end_access(foreign).is_ok());
     // Two slots of one packet on one grant: mapped once, both reached.
@@ -565,6 +549,21 @@ fn hv_copy_world(tx_mode: TxMode) -> (World, Guest, Guest, Guest) {
     let good2 = w.guests.pop().unwrap();
     let good1 = w.guests.pop().unwrap();
     (w, good1, good2, evil)
+}
+
+/// Every attack of the hv-copy tests from evil: the malformed requests,
+/// then [`forged_and_revoked`]'s grants; returns the latter's two grants.
+fn every_attack(
+    hv: &Arc<Hypervisor>,
+    drv_id: DomId,
+    (g1, e): (DomId, DomId),
+    evil: &mut Guest,
+    good1: &mut Guest,
+    good2: &mut Guest,
+) -> (u32, u32) {
+    let attacks = malformed_requests(evil, good2.mac, drv_id);
+    refuse_each(hv, drv_id, e, evil, good1, good2, attacks);
+    forged_and_revoked(hv, drv_id, (g1, e), evil, good1, good2)
 }
 
 /// evil sends a frame on a grant it revoked, one on a grant it gave
