@@ -30,8 +30,11 @@ pub struct Pin {
     pub writers: u32,
 }
 
-/// Pins by (granting domain, grant reference).
-pub type Pins = HashMap<(DomId, u32), Pin>;
+/// Pins by (granting domain, grant reference). Every grant operation
+/// looks one up and most insert and remove one, so the hasher is
+/// foldhash's (seeded at random per table, as the keys are the guests' to
+/// choose) rather than SipHash.
+pub type Pins = HashMap<(DomId, u32), Pin, foldhash::quality::RandomState>;
 
 fn entry_off(mem: &DomainMemory, granter: DomId, gref: u32) -> HvResult<usize> {
     if gref >= mem.grant_entries() {
@@ -46,10 +49,17 @@ fn entry_off(mem: &DomainMemory, granter: DomId, gref: u32) -> HvResult<usize> {
     Ok(gref as usize * ENTRY)
 }
 
-/// The frame a grant entry (or copy op) names, as a [`Pfn`] of `mem`'s pool.
-fn entry_frame(mem: &DomainMemory, granter: DomId, what: &str, raw: u64) -> HvResult<Pfn> {
+/// The frame a grant entry (or copy op) names, as a [`Pfn`] of `mem`'s pool;
+/// `what` names it in the error (built only then: this is every grant
+/// operation's path).
+fn entry_frame(
+    mem: &DomainMemory,
+    granter: DomId,
+    what: impl FnOnce() -> String,
+    raw: u64,
+) -> HvResult<Pfn> {
     mem.frame(raw)
-        .map_err(|e| crate::HvError::memory(&format!("{what} of domain {granter}"), e))
+        .map_err(|e| crate::HvError::memory(&format!("{} of domain {granter}", what()), e))
 }
 
 /// Validates `gref` of `granter` for access by `caller` and pins it.
@@ -85,8 +95,8 @@ pub fn acquire(
                 format!("grant {gref} of domain {granter} is read-only; a write was requested"),
             );
         }
-        let what = format!("grant {gref}");
-        let frame = entry_frame(mem, granter, &what, u64::from(t.read_u32(off + 4)))?;
+        let what = || format!("grant {gref}");
+        let frame = entry_frame(mem, granter, what, u64::from(t.read_u32(off + 4)))?;
         let set = GTF_READING | if writable { GTF_WRITING } else { 0 };
         if t.cmpxchg_u16(off, flags, flags | set).is_ok() {
             let p = pins.entry((granter, gref)).or_default();
@@ -190,7 +200,7 @@ fn resolve(
             let off = entry_off(mem, domid, gref)?;
             let raw = mem.gnttab_map.read_u32(off + 4);
             (
-                entry_frame(mem, domid, &format!("own grant {gref}"), u64::from(raw))?,
+                entry_frame(mem, domid, || format!("own grant {gref}"), u64::from(raw))?,
                 None,
             )
         }
@@ -202,7 +212,7 @@ fn resolve(
                     format!("{what}: domain {caller} may name frames only of its own memory, not of domain {domid}"),
                 );
             }
-            (entry_frame(mem, domid, what, gmfn)?, None)
+            (entry_frame(mem, domid, || what.to_string(), gmfn)?, None)
         }
     };
     Ok(Side {
@@ -346,7 +356,7 @@ pub fn transfer(
             format!("domain {caller} does not exist"),
         );
     };
-    let frame = entry_frame(src, caller, "transferred frame", u64::from(frame))?;
+    let frame = entry_frame(src, caller, || "transferred frame".into(), u64::from(frame))?;
     let Some(dm) = doms.memory(dest) else {
         return err(
             ErrorKind::BadDomain,
@@ -379,7 +389,12 @@ pub fn transfer(
             ),
         );
     }
-    let landing = entry_frame(dm, dest, "landing frame", u64::from(t.read_u32(off + 4)))?;
+    let landing = entry_frame(
+        dm,
+        dest,
+        || "landing frame".into(),
+        u64::from(t.read_u32(off + 4)),
+    )?;
     let (from_page, to_page) = (FrameRange::whole(frame), FrameRange::whole(landing));
     // Checked before committing, so a refusal leaves the entry as it was.
     let fits = |m: &Mapping, r: FrameRange| m.check_store(r.pool_offset(), r.len());
@@ -453,8 +468,12 @@ pub(crate) mod tests {
     #[test]
     fn hostile_frames_and_offsets_in_a_copy_are_refused() {
         let doms = two();
-        let mut pins = Pins::new();
-        let kind = |op| copy_one(&mut Pins::new(), &doms, 1, &op).unwrap_err().kind;
+        let mut pins = Pins::default();
+        let kind = |op| {
+            copy_one(&mut Pins::default(), &doms, 1, &op)
+                .unwrap_err()
+                .kind
+        };
         assert_eq!(kind(own_copy(4, 0, 0, 8)), ErrorKind::BadPage);
         assert_eq!(kind(own_copy(u64::MAX, 0, 0, 8)), ErrorKind::BadPage);
         assert_eq!(kind(own_copy(0, 4095, 1, 2)), ErrorKind::BadCopyArg);
@@ -476,7 +495,7 @@ pub(crate) mod tests {
         // what would have been an assertion in hv is a GNTST status.
         let mut doms = two();
         doms.0[1].spec.pool_frames = 8;
-        let mut pins = Pins::new();
+        let mut pins = Pins::default();
         let e = copy_one(&mut pins, &doms, 2, &own_copy(6, 0, 0, 16)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::BadCopyArg, "{e}");
         let mut raw = [0u8; GrantCopy::SIZE];

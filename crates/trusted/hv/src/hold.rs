@@ -189,7 +189,7 @@ mod tests {
     #[test]
     fn a_hold_copies_the_head_pins_until_released_and_names_the_frame() {
         let d = two();
-        let mut pins = Pins::new();
+        let mut pins = Pins::default();
         let mut h = Holds::default();
         grant(&d, 5, 3);
         d.0[0]
@@ -225,7 +225,7 @@ mod tests {
     #[test]
     fn forged_revoked_and_foreign_grants_are_refused_and_nothing_stays_pinned() {
         let d = two();
-        let mut pins = Pins::new();
+        let mut pins = Pins::default();
         let mut h = Holds::default();
         // Never granted, out of range, then granted to another domain.
         for gref in [6, 4096, u32::MAX] {

@@ -43,7 +43,7 @@ impl State {
     pub(super) fn new() -> State {
         State {
             doms: Doms(BTreeMap::new()),
-            pins: Pins::new(),
+            pins: Pins::default(),
             store: Store::new(),
             channels: HashMap::new(),
             next_chan: 1,
