@@ -33,6 +33,35 @@ fn world() -> World {
     World { hv, drv, g1, g2 }
 }
 
+/// Makes `backend` the backend of a vif of `guest`, as the toolstack does.
+fn backend_of(w: &World, backend: DomId, guest: DomId) {
+    let req = Request::StoreWrite {
+        path: format!("/local/domain/{backend}/backend/vif/{guest}/0/state"),
+        value: b"1".to_vec(),
+    };
+    let r = w.hv.handle(hv::proto::DOMID_TOOLSTACK, req);
+    assert!(r.0.is_ok(), "{r:?}");
+}
+
+/// Whether `fd` was opened read-only.
+fn read_only_fd(fd: &std::os::fd::OwnedFd) -> bool {
+    let path = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(fd)
+    ));
+    let info = std::fs::read_to_string(format!(
+        "/proc/self/fdinfo/{}",
+        std::os::fd::AsRawFd::as_raw_fd(fd)
+    ))
+    .unwrap_or_default();
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .unwrap_or_else(|| panic!("no flags for {path:?}"));
+    flags & 0o3 == 0 // O_RDONLY
+}
+
 fn copy_to(granter: DomId, gref: u32, offset: u16, frame: u64, len: u16) -> GrantCopy {
     GrantCopy {
         source: CopyPtr::Frame {
@@ -168,9 +197,11 @@ fn wrong_domain_is_refused() {
 }
 
 /// A read-only view of a guest's grant table (Xen's I/O channel on TX,
-/// Menon 2006 §4.1) goes only to a domain that maps one of its grants, as
-/// the pool window does; through it the backend sees each grant as the
-/// guest wrote it, and reads nothing it was not granted.
+/// Menon 2006 §4.1) goes only to a domain the toolstack made the guest's
+/// backend and that maps one of its grants, as the pool window does: a
+/// guest may grant a page to anyone, and the window shows its whole pool.
+/// Through the view the backend sees each grant as the guest wrote it,
+/// and reads nothing it was not granted; its descriptor is read-only.
 #[test]
 fn grant_table_view_is_only_for_a_backend_and_shows_only_its_grants() {
     let mut w = world();
@@ -181,6 +212,26 @@ fn grant_table_view_is_only_for_a_backend_and_shows_only_its_grants() {
     assert!(w.drv.pool_window(g1).is_err(), "nor a window on its pool");
     let ring = w.g1.grants().grant_access(drv, 3, false).unwrap();
     let m = w.drv.map_grant(g1, ring, false).unwrap();
+    // Mapping a grant does not make a backend.
+    let e = w.drv.grant_table_view(g1).err().unwrap();
+    assert!(e.message.contains("is no backend of"), "{e}");
+    assert!(w.drv.pool_window(g1).is_err(), "nor a window on its pool");
+    backend_of(&w, drv, g1);
+    let (reply, fds) = w
+        .drv
+        .call(&Request::GrantTableView { granter: g1 })
+        .unwrap();
+    assert!(
+        matches!(reply, hv::proto::Reply::GrantTable { .. }),
+        "{reply:?}"
+    );
+    assert_eq!(fds.len(), 1);
+    assert!(read_only_fd(&fds[0]), "the view's descriptor is writable");
+    let (_, fds) = w.drv.call(&Request::PoolWindow { granter: g1 }).unwrap();
+    assert!(
+        read_only_fd(&fds[0]),
+        "the pool window's descriptor is writable"
+    );
     let view = w.drv.grant_table_view(g1).unwrap();
     assert_eq!(view.granter(), g1);
     assert_eq!(view.readable(ring), Ok(3));

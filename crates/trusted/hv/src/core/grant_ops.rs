@@ -306,8 +306,11 @@ pub(super) fn grant_table_view(st: &mut State, caller: DomId, granter: DomId) ->
     ))
 }
 
-/// `granter`'s memory, for `caller` only if it maps one of `granter`'s
-/// grants (a backend attached to its rings); `what` names the refusal.
+/// `granter`'s memory, for `caller` only if the toolstack made it a
+/// backend of one of `granter`'s devices and it maps one of `granter`'s
+/// grants (attached to its rings); `what` names the refusal. Mapping a
+/// grant alone is not enough: a guest may grant a page to any domain, and
+/// the window shows the whole pool.
 fn peer_memory(
     st: &mut State,
     caller: DomId,
@@ -324,7 +327,29 @@ fn peer_memory(
             format!("domain {caller} maps no grant of domain {granter}; no {what}"),
         );
     }
+    if !backs(st, caller, granter) {
+        return err(
+            ErrorKind::PermissionDenied,
+            format!("domain {caller} is no backend of domain {granter}; no {what}"),
+        );
+    }
     Ok(domain(st, granter)?.mem.clone())
+}
+
+/// Whether the toolstack made `caller` the backend of a device of
+/// `granter`: `/local/domain/<caller>/backend/<class>/<granter>` exists (as
+/// Xen's toolstack writes it, and only it may).
+fn backs(st: &State, caller: DomId, granter: DomId) -> bool {
+    let root = format!("/local/domain/{caller}/backend");
+    let Ok(classes) = st.store.directory(store::DOM0, &root) else {
+        return false;
+    };
+    let granter = granter.to_string();
+    classes.iter().any(|c| {
+        st.store
+            .directory(store::DOM0, &format!("{root}/{c}"))
+            .is_ok_and(|guests| guests.contains(&granter))
+    })
 }
 
 /// `NgmSetup`: the caller's NGM grant table for `backend`, created on first
