@@ -429,9 +429,11 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
 /// §4.1): netback reads each grant in the guest's table itself and makes
 /// no hypercall for TX: good1's frames arrive intact with only table reads
 /// counted, none copied out whole, and no hold, map or copy asked of hv.
-/// A grant the guest forged, revoked or gave another domain is refused
-/// under the reason hv gives it, and nothing of it is forwarded; nothing
-/// is pinned, so the guest may end every grant at once.
+/// A grant the guest forged, revoked, gave another domain or pointed past
+/// its pool is refused under the reason hv gives it (the window's check
+/// for the last), and nothing of it is forwarded (the entries read for it
+/// still counted); nothing is pinned, so the guest may
+/// end every grant at once.
 #[test]
 fn header_mode_reads_grants_without_hypercalls_and_refuses_forged_ones() {
     let (w, mut good1, mut good2, mut evil) = hv_copy_world(TxMode::Header);
@@ -451,6 +453,19 @@ fn header_mode_reads_grants_without_hypercalls_and_refuses_forged_ones() {
 
     let (foreign, head) = every_attack(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
     good_traffic_flows(&mut good1, &mut good2, 50, 3000);
+    // A grant whose entry names a frame past evil's pool (evil rewrote
+    // it after granting): refused before the window is read.
+    let outside = evil.hv.grants().grant_access(drv_id, 594, true).unwrap();
+    let at = outside as usize * 8 + 4; // grant_entry_v1's frame
+    evil.hv.grants().raw().write_u32(at, 0xffff_0000);
+    let reads = || stats(&hv, drv_id, e)["grant_ops"]["table_read"].as_u64();
+    let before = reads().unwrap_or(0);
+    let attacks = vec![("grant_bad_frame", vec![req(outside, 0, 60, 44)])];
+    refuse_each(&hv, drv_id, e, &mut evil, &mut good1, &mut good2, attacks);
+    // The entry read for the refused packet is counted too.
+    wait_until("the refused packet's table read counted", WAIT, || {
+        reads().unwrap_or(0) > before
+    });
     assert!(evil.hv.grants().end_access(foreign).is_ok());
     assert!(evil.hv.grants().end_access(head).is_ok(), "nothing pinned");
     assert_eq!(stats(&hv, drv_id, g1)["rejected"], serde_json::json!({}));

@@ -337,6 +337,37 @@ pub fn copy_batch(
     (statuses, errors)
 }
 
+/// The offset and flags of `dest`'s grant `gref`, if it accepts a transfer
+/// from `caller` that is not committed yet.
+fn accepting_entry(
+    dm: &DomainMemory,
+    dest: DomId,
+    gref: u32,
+    caller: DomId,
+) -> HvResult<(usize, u16)> {
+    let off = entry_off(dm, dest, gref)?;
+    let t = &dm.gnttab_map;
+    let flags = t.load_u16(off);
+    if flags & GTF_TYPE_MASK != GTF_ACCEPT_TRANSFER || flags & GTF_TRANSFER_COMMITTED != 0 {
+        return err(
+            ErrorKind::BadGntref,
+            format!(
+                "grant {gref} of domain {dest} does not accept a transfer (flags {flags:#06x})"
+            ),
+        );
+    }
+    let from = t.read_u16(off + 2);
+    if from != caller {
+        return err(
+            ErrorKind::PermissionDenied,
+            format!(
+                "grant {gref} of domain {dest} accepts transfers from domain {from}, not {caller}"
+            ),
+        );
+    }
+    Ok((off, flags))
+}
+
 /// GNTTABOP_transfer: moves the contents of `caller`'s frame into the frame
 /// `dest` offered with an accept-transfer grant, then zeroes the source so
 /// nothing can leak out of the driver domain (Menon 2006 §4.2: page flip).
@@ -369,26 +400,8 @@ pub fn transfer(
             "a domain cannot transfer a frame to itself",
         );
     }
-    let off = entry_off(dm, dest, gref)?;
+    let (off, flags) = accepting_entry(dm, dest, gref, caller)?;
     let t = &dm.gnttab_map;
-    let flags = t.load_u16(off);
-    if flags & GTF_TYPE_MASK != GTF_ACCEPT_TRANSFER || flags & GTF_TRANSFER_COMMITTED != 0 {
-        return err(
-            ErrorKind::BadGntref,
-            format!(
-                "grant {gref} of domain {dest} does not accept a transfer (flags {flags:#06x})"
-            ),
-        );
-    }
-    let from = t.read_u16(off + 2);
-    if from != caller {
-        return err(
-            ErrorKind::PermissionDenied,
-            format!(
-                "grant {gref} of domain {dest} accepts transfers from domain {from}, not {caller}"
-            ),
-        );
-    }
     let landing = entry_frame(
         dm,
         dest,

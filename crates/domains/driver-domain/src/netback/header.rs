@@ -41,11 +41,16 @@ impl TxGrants for HeaderTx {
             return Err("grant_absent");
         };
         let mut segs = [(0usize, 0usize); XEN_NETIF_NR_SLOTS_MIN];
-        for (i, s) in p.slots().iter().enumerate() {
+        let mut read = 0;
+        let reached = p.slots().iter().enumerate().try_for_each(|(i, s)| {
+            read += 1;
             let frame = table.readable(s.gref)?;
             segs[i] = window_seg(window, frame, s)?;
-        }
-        nb.counters.grant("table_read", p.count as u64);
+            Ok(())
+        });
+        // Every entry read counts, a refused packet's too.
+        nb.counters.grant("table_read", read);
+        reached?;
         nb.tx_held[k].fill_from(window, p, &segs[..p.count]);
         Ok(())
     }
