@@ -432,8 +432,8 @@ fn gather_under_hv_copy_refuses_forged_and_revoked_grants() {
 /// A grant the guest forged, revoked, gave another domain or pointed past
 /// its pool is refused under the reason hv gives it (the window's check
 /// for the last), and nothing of it is forwarded (the entries read for it
-/// still counted); nothing is pinned, so the guest may
-/// end every grant at once.
+/// still counted); nothing is pinned, so the guest may end every grant at
+/// once.
 #[test]
 fn header_mode_reads_grants_without_hypercalls_and_refuses_forged_ones() {
     let (w, mut good1, mut good2, mut evil) = hv_copy_world(TxMode::Header);
@@ -454,7 +454,7 @@ fn header_mode_reads_grants_without_hypercalls_and_refuses_forged_ones() {
     let (foreign, head) = every_attack(&hv, drv_id, (g1, e), &mut evil, &mut good1, &mut good2);
     good_traffic_flows(&mut good1, &mut good2, 50, 3000);
     // A grant whose entry names a frame past evil's pool (evil rewrote
-    // it after granting): refused before the window is read.
+    // it after granting): refused by the window's bounds check.
     let outside = evil.hv.grants().grant_access(drv_id, 594, true).unwrap();
     let at = outside as usize * 8 + 4; // grant_entry_v1's frame
     evil.hv.grants().raw().write_u32(at, 0xffff_0000);
