@@ -290,6 +290,39 @@ pub struct AccessFlags {
     pub pat: bool,
 }
 
+/// Why a grant entry does not let a domain use it. hv checks an entry so
+/// before it pins the grant, and a backend reading the guest's table
+/// itself (Xen's I/O channel, Menon 2006 §4.1) checks it the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryRefusal {
+    /// Not a permit-access entry: never granted, revoked, or a transfer offer.
+    NotGranted,
+    /// Granted to another domain.
+    OtherDomain(DomId),
+    /// Read-only, and a write was asked.
+    ReadOnly,
+}
+
+/// Whether an entry with `flags`, granted to `domid`, lets `user` read it
+/// (and write it, with `writable`). The frame is the caller's to check.
+pub fn check_entry(
+    flags: u16,
+    domid: DomId,
+    user: DomId,
+    writable: bool,
+) -> Result<(), EntryRefusal> {
+    if flags & GTF_TYPE_MASK != GTF_PERMIT_ACCESS {
+        return Err(EntryRefusal::NotGranted);
+    }
+    if domid != user {
+        return Err(EntryRefusal::OtherDomain(domid));
+    }
+    if writable && flags & GTF_READONLY != 0 {
+        return Err(EntryRefusal::ReadOnly);
+    }
+    Ok(())
+}
+
 /// What a grant entry allows, decoded from its flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GrantKind {
@@ -774,6 +807,27 @@ impl GrantTransfer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_is_checked_for_its_kind_its_domain_and_a_write() {
+        let access = GTF_PERMIT_ACCESS;
+        assert_eq!(check_entry(access, 2, 2, true), Ok(()));
+        assert_eq!(check_entry(access | GTF_READONLY, 2, 2, false), Ok(()));
+        assert_eq!(
+            check_entry(access | GTF_READONLY, 2, 2, true),
+            Err(EntryRefusal::ReadOnly)
+        );
+        assert_eq!(
+            check_entry(access, 3, 2, false),
+            Err(EntryRefusal::OtherDomain(3))
+        );
+        for flags in [0, GTF_ACCEPT_TRANSFER, GTF_READONLY] {
+            assert_eq!(
+                check_entry(flags, 2, 2, false),
+                Err(EntryRefusal::NotGranted)
+            );
+        }
+    }
 
     #[test]
     fn views_reject_short_buffers() {

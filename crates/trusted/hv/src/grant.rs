@@ -10,8 +10,8 @@ use crate::error::{err, ErrorKind, HvResult};
 use crate::memory::DomainMemory;
 use crate::proto::DomId;
 use abi::grant::{
-    CopyPtr, GrantCopy, GrantCopyView, DOMID_SELF, GTF_ACCEPT_TRANSFER, GTF_PERMIT_ACCESS,
-    GTF_READING, GTF_READONLY, GTF_TRANSFER_COMMITTED, GTF_TRANSFER_COMPLETED, GTF_TYPE_MASK,
+    check_entry, CopyPtr, EntryRefusal, GrantCopy, GrantCopyView, DOMID_SELF, GTF_ACCEPT_TRANSFER,
+    GTF_PERMIT_ACCESS, GTF_READING, GTF_TRANSFER_COMMITTED, GTF_TRANSFER_COMPLETED, GTF_TYPE_MASK,
     GTF_WRITING,
 };
 use abi::{FrameRange, Pfn, SharedMemory};
@@ -76,24 +76,9 @@ pub fn acquire(
     let t = &mem.gnttab_map;
     for _ in 0..PIN_RETRIES {
         let flags = t.load_u16(off);
-        if flags & GTF_TYPE_MASK != GTF_PERMIT_ACCESS {
-            return err(
-                ErrorKind::BadGntref,
-                format!("grant {gref} of domain {granter} is not granted (flags {flags:#06x})"),
-            );
-        }
         let domid = t.read_u16(off + 2);
-        if domid != caller {
-            return err(
-                ErrorKind::PermissionDenied,
-                format!("grant {gref} of domain {granter} is for domain {domid}, not {caller}"),
-            );
-        }
-        if writable && flags & GTF_READONLY != 0 {
-            return err(
-                ErrorKind::PermissionDenied,
-                format!("grant {gref} of domain {granter} is read-only; a write was requested"),
-            );
+        if let Err(r) = check_entry(flags, domid, caller, writable) {
+            return refused(r, gref, granter, caller, flags);
         }
         let what = || format!("grant {gref}");
         let frame = entry_frame(mem, granter, what, u64::from(t.read_u32(off + 4)))?;
@@ -111,6 +96,31 @@ pub fn acquire(
         ErrorKind::Invalid,
         format!("grant {gref} of domain {granter} keeps changing; gave up"),
     )
+}
+
+/// The error for an entry [`check_entry`] refused.
+fn refused<T>(
+    r: EntryRefusal,
+    gref: u32,
+    granter: DomId,
+    caller: DomId,
+    flags: u16,
+) -> HvResult<T> {
+    let (kind, why) = match r {
+        EntryRefusal::NotGranted => (
+            ErrorKind::BadGntref,
+            format!("is not granted (flags {flags:#06x})"),
+        ),
+        EntryRefusal::OtherDomain(d) => (
+            ErrorKind::PermissionDenied,
+            format!("is for domain {d}, not {caller}"),
+        ),
+        EntryRefusal::ReadOnly => (
+            ErrorKind::PermissionDenied,
+            "is read-only; a write was requested".into(),
+        ),
+    };
+    err(kind, format!("grant {gref} of domain {granter} {why}"))
 }
 
 /// Drops one pin taken by [`acquire`], clearing the in-use bits when the last goes.

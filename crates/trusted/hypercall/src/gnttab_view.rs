@@ -11,7 +11,7 @@
 
 use crate::proto::DomId;
 use abi::grant::layout::grant_entry_v1 as entry;
-use abi::grant::{GTF_PERMIT_ACCESS, GTF_TYPE_MASK};
+use abi::grant::{check_entry, EntryRefusal};
 use abi::SharedMemory;
 use sys::Mapping;
 
@@ -51,20 +51,19 @@ impl GrantTableView {
         }
         let off = gref as usize * entry::SIZEOF;
         let flags = self.table.load_u16(off + entry::FLAGS);
-        if flags & GTF_TYPE_MASK != GTF_PERMIT_ACCESS {
-            return Err("bad_grant_ref");
+        let domid = self.table.read_u16(off + entry::DOMID);
+        match check_entry(flags, domid, self.me, false) {
+            Ok(()) => Ok(self.table.read_u32(off + entry::FRAME)),
+            Err(EntryRefusal::NotGranted) => Err("bad_grant_ref"),
+            Err(_) => Err("grant_permission_denied"),
         }
-        if self.table.read_u16(off + entry::DOMID) != self.me {
-            return Err("grant_permission_denied");
-        }
-        Ok(self.table.read_u32(off + entry::FRAME))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use abi::grant::GTF_READONLY;
+    use abi::grant::{GTF_PERMIT_ACCESS, GTF_READONLY};
     use std::os::fd::AsFd;
     use sys::{Memfd, PAGE_SIZE};
 
