@@ -11,6 +11,7 @@ use common::{
     world_configured, world_connecting, Guest, World, WAIT,
 };
 
+use abi::grant::layout::grant_entry_v1 as entry;
 use abi::netif::{GsoType, TxFlags, TxRequest, XEN_NETIF_NR_SLOTS_MIN};
 use abi::offloads::Caps;
 use abi::SharedMemory;
@@ -456,7 +457,7 @@ fn header_mode_reads_grants_without_hypercalls_and_refuses_forged_ones() {
     // A grant whose entry names a frame past evil's pool (evil rewrote
     // it after granting): refused by the window's bounds check.
     let outside = evil.hv.grants().grant_access(drv_id, 594, true).unwrap();
-    let at = outside as usize * 8 + 4; // grant_entry_v1's frame
+    let at = outside as usize * entry::SIZEOF + entry::FRAME;
     evil.hv.grants().raw().write_u32(at, 0xffff_0000);
     let reads = || stats(&hv, drv_id, e)["grant_ops"]["table_read"].as_u64();
     let before = reads().unwrap_or(0);

@@ -43,23 +43,16 @@ fn backend_of(w: &World, backend: DomId, guest: DomId) {
     assert!(r.0.is_ok(), "{r:?}");
 }
 
-/// Whether `fd` was opened read-only.
+/// Whether `fd` was opened read-only (its flags in `/proc/self/fdinfo`).
 fn read_only_fd(fd: &std::os::fd::OwnedFd) -> bool {
-    let path = std::fs::read_link(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(fd)
-    ));
-    let info = std::fs::read_to_string(format!(
-        "/proc/self/fdinfo/{}",
-        std::os::fd::AsRawFd::as_raw_fd(fd)
-    ))
-    .unwrap_or_default();
+    let n = std::os::fd::AsRawFd::as_raw_fd(fd);
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{n}")).unwrap_or_default();
     let flags = info
         .lines()
         .find_map(|l| l.strip_prefix("flags:"))
         .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
-        .unwrap_or_else(|| panic!("no flags for {path:?}"));
-    flags & 0o3 == 0 // O_RDONLY
+        .unwrap_or_else(|| panic!("no flags for descriptor {n}: {info:?}"));
+    flags & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32
 }
 
 fn copy_to(granter: DomId, gref: u32, offset: u16, frame: u64, len: u16) -> GrantCopy {
