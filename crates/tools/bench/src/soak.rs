@@ -218,7 +218,8 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
             &toolstack::host::netns_name(g),
             "10.77.0.254",
             Duration::from_secs(30),
-        )?;
+        )
+        .map_err(|e| anyhow!("{e}\n{}", guest_state(opts, g)))?;
     }
     let dpdk = dpdk_vm(opts, &dpdk_socket)?;
     say(opts, "underlay hosts a and b up, BGP EVPN between them");
@@ -490,16 +491,37 @@ impl harness::Suite for SoakSuite {
     }
 }
 
+/// The last `n` lines of log `name` in run directory `rd`, headed.
+fn log_tail(rd: &std::path::Path, name: &str, n: usize) -> String {
+    let t = toolstack::daemon::log_tail(&rd.join(name), n);
+    let count = if t.is_empty() {
+        0
+    } else {
+        t.split('\n').count()
+    };
+    format!("{name}, its last {count} lines:\n{t}")
+}
+
 /// The last lines of hv's and drv's logs in run directory `rd`.
 fn log_tails(rd: &std::path::Path) -> String {
-    let tail = |name: &str, n: usize| {
-        let t = toolstack::daemon::log_tail(&rd.join(name), n);
-        let count = if t.is_empty() {
-            0
-        } else {
-            t.split('\n').count()
-        };
-        format!("{name}, its last {count} lines:\n{t}")
-    };
-    format!("{}\n{}", tail("hv.log", 40), tail("drv.log", 20))
+    format!(
+        "{}\n{}",
+        log_tail(rd, "hv.log", 40),
+        log_tail(rd, "drv.log", 20)
+    )
+}
+
+/// What a user would read of guest `g` that does not reach the wire host:
+/// its logs (and its device model's, for an emulated NIC), hv's and the
+/// driver domain's, and `splitnet status` (its NIC's and vif's counters).
+fn guest_state(opts: &SoakOptions, g: &str) -> String {
+    let rd = &opts.run_dir;
+    let status = crate::splitnet(&opts.exe, rd, &["status"])
+        .unwrap_or_else(|e| format!("splitnet status failed: {e}"));
+    format!(
+        "{}\n{}\n{}\nsplitnet status:\n{status}",
+        log_tail(rd, &format!("{g}.log"), 20),
+        log_tail(rd, &format!("{g}-dm.log"), 20),
+        log_tails(rd)
+    )
 }
