@@ -377,6 +377,13 @@ impl Pcnet32 {
         Ok(())
     }
 
+    /// Demands transmission again (CSR0 = IENA | TDMD) of the frames
+    /// queued: a chip that missed the demand sends them now. Linux's
+    /// `pcnet32` recovers from a transmit timeout by restarting the chip.
+    pub fn demand_transmit<P: PortIo>(&mut self, io: &mut P) {
+        write_csr(io, self.cfg.io_base, 0, csr0::INEA | csr0::TDMD);
+    }
+
     /// The interrupt handler (`pcnet32_interrupt`, non-NAPI): acknowledges
     /// every source, receives into `on_rx`, reaps transmitted descriptors,
     /// and re-enables interrupts.

@@ -27,6 +27,10 @@ const IRQ_BUDGET: usize = 8;
 pub const TICK: Duration = Duration::from_millis(10);
 /// How often the loop reports its counters.
 const STATS_EVERY: Duration = Duration::from_secs(1);
+/// How long the TX ring may stay full before the driver demands
+/// transmission again: a device side that stalled while a demand was made
+/// missed it, and would otherwise never send the ring's frames.
+const TX_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A world the guest's port accesses and interrupts come from.
 pub trait VmWorld: PortIo {
@@ -96,6 +100,7 @@ pub fn run<W: VmWorld, M: abi::SharedMemory>(
     let mut c = GuestCounters::default();
     let mut buf = vec![0u8; BUF_SIZE].into_boxed_slice();
     let mut pending: Option<usize> = None;
+    let mut full_since: Option<Instant> = None;
     let mut last_tick = Instant::now();
     let mut last_stats = Instant::now();
     loop {
@@ -115,9 +120,10 @@ pub fn run<W: VmWorld, M: abi::SharedMemory>(
                 },
             };
             match drv.transmit(world, mem, &buf[..n]) {
-                Ok(()) => pending = None,
+                Ok(()) => (pending, full_since) = (None, None),
                 Err(TxError::RingFull) => {
                     pending = Some(n);
+                    tx_watchdog(world, &mut drv, &mut full_since);
                     world.flush();
                     take_interrupts(world, &mut pic, &mut drv, mem, tap, &mut c);
                     break;
@@ -148,6 +154,16 @@ pub fn run<W: VmWorld, M: abi::SharedMemory>(
             });
             host(&doc).map_err(GuestError::Host)?;
         }
+    }
+}
+
+/// The ring is full: once it has stayed full for [`TX_TIMEOUT`], the
+/// driver demands transmission again.
+fn tx_watchdog<W: VmWorld>(world: &mut W, drv: &mut Pcnet32, full_since: &mut Option<Instant>) {
+    let since = *full_since.get_or_insert_with(Instant::now);
+    if since.elapsed() >= TX_TIMEOUT {
+        drv.demand_transmit(world);
+        *full_since = Some(Instant::now());
     }
 }
 

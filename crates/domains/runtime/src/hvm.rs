@@ -17,12 +17,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use sys::{rdtsc, SeqPacket, Tap};
 
-/// How long the device model may leave every exit unanswered (each waits
-/// hv's `dm_timeout`) before the guest gives up on it. Under Xen a vcpu
-/// waits on its device model for as long as it takes (Zhang & Dong §4.2);
-/// here a slow one (a loaded host, the driver domain stopped) is waited
-/// out the same way, and only one silent this long counts as gone.
+/// How long the device model may leave every exit to the NIC unanswered
+/// (each waits hv's `dm_timeout`) before the guest gives up on it. Under
+/// Xen a vcpu waits on its device model for as long as it takes (Zhang &
+/// Dong §4.2); here a slow one (on a loaded host) is waited out the same
+/// way, and only one silent this long counts as gone.
 const DM_SILENCE_LIMIT: Duration = Duration::from_secs(30);
+/// A silence counts only while it lasts: the latest unanswered exit must
+/// be this recent (a guest idle since a short stall is not failing).
+const DM_SILENCE_RECENT: Duration = Duration::from_secs(3);
+/// The NIC's ports, whose exits only the device model answers.
+const NIC_PORTS: std::ops::Range<u16> = NIC_IO_BASE..NIC_IO_BASE + 0x20;
 /// How many times the guest asks before the device model first answers
 /// (it starts after the guest; each unanswered try takes hv's timeout).
 const DM_START_TRIES: u32 = 30;
@@ -37,9 +42,11 @@ pub fn close_stray_fds() {
 /// device model); interrupts are what hv injects at resume.
 struct HvmWorld {
     cpu: HvmVcpu,
-    /// Since when the device model has answered no exit (None: it answered
-    /// the last one).
+    /// Since when the device model has answered no exit to the NIC (None:
+    /// it answered the last one).
     silent_since: Option<Instant>,
+    /// When an exit last went unanswered by the device model.
+    last_unanswered: Instant,
     failure: Option<String>,
     halts: u64,
     halt_cycles: u64,
@@ -81,6 +88,7 @@ impl HvmWorld {
         HvmWorld {
             cpu,
             silent_since: None,
+            last_unanswered: Instant::now(),
             failure: None,
             halts: 0,
             halt_cycles: 0,
@@ -153,9 +161,12 @@ impl HvmWorld {
         write: bool,
         value: u32,
     ) -> Result<u32, ExitError> {
+        let t0 = Instant::now();
         match self.cpu.exit(port, width, write, value) {
             Ok(v) => {
-                self.silent_since = None;
+                if NIC_PORTS.contains(&port) {
+                    self.silent_since = None;
+                }
                 Ok(v)
             }
             Err(e) => {
@@ -163,13 +174,8 @@ impl HvmWorld {
                 match e {
                     // Still busy with an earlier request is as silent.
                     ExitError::DmTimeout | ExitError::DmBusy => {
-                        let since = *self.silent_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() >= DM_SILENCE_LIMIT {
-                            self.failure = Some(format!(
-                                "the device model answered no exit for {} s",
-                                since.elapsed().as_secs()
-                            ));
-                        }
+                        self.silent_since.get_or_insert(t0);
+                        self.last_unanswered = Instant::now();
                     }
                     ExitError::HvTimeout(_) | ExitError::Doorbell => {
                         self.failure = Some(e.to_string());
@@ -243,8 +249,18 @@ impl VmWorld for HvmWorld {
         self.timer_due();
     }
 
+    /// hv or the doorbell failed, or the device model has been silent for
+    /// [`DM_SILENCE_LIMIT`] and still is (checked here, not only at an
+    /// exit, so a guest that waits on a full ring notices too).
     fn failure(&self) -> Option<String> {
-        self.failure.clone()
+        let silent = self
+            .silent_since
+            .map(|t| t.elapsed())
+            .filter(|d| *d >= DM_SILENCE_LIMIT)
+            .filter(|_| self.last_unanswered.elapsed() < DM_SILENCE_RECENT);
+        self.failure.clone().or_else(|| {
+            silent.map(|d| format!("the device model answered no exit for {} s", d.as_secs()))
+        })
     }
 
     fn stats(&self) -> serde_json::Value {

@@ -518,10 +518,18 @@ fn guest_state(opts: &SoakOptions, g: &str) -> String {
     let rd = &opts.run_dir;
     let status = crate::splitnet(&opts.exe, rd, &["status"])
         .unwrap_or_else(|e| format!("splitnet status failed: {e}"));
+    // An emulated NIC's device side: an HVM guest's device model, or a
+    // hosted guest's VMApp.
+    let device: Vec<String> = ["dm", "vmapp"]
+        .iter()
+        .map(|side| format!("{g}-{side}.log"))
+        .filter(|name| rd.join(name).exists())
+        .map(|name| log_tail(rd, &name, 20))
+        .collect();
     format!(
         "{}\n{}\n{}\nsplitnet status:\n{status}",
         log_tail(rd, &format!("{g}.log"), 20),
-        log_tail(rd, &format!("{g}-dm.log"), 20),
+        device.join("\n"),
         log_tails(rd)
     )
 }
