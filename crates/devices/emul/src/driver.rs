@@ -377,10 +377,9 @@ impl Pcnet32 {
         Ok(())
     }
 
-    /// Demands transmission again (CSR0 = IENA | TDMD) of the frames
-    /// queued: a chip that missed the demand sends them now. Linux's
-    /// `pcnet32` recovers from a transmit timeout by restarting the chip.
-    pub fn demand_transmit<P: PortIo>(&mut self, io: &mut P) {
+    /// Demands transmission of the frames queued again (CSR0 = IENA |
+    /// TDMD), for a chip that missed the earlier demand.
+    pub fn demand_transmit<P: PortIo>(&self, io: &mut P) {
         write_csr(io, self.cfg.io_base, 0, csr0::INEA | csr0::TDMD);
     }
 

@@ -123,7 +123,7 @@ pub fn run<W: VmWorld, M: abi::SharedMemory>(
                 Ok(()) => (pending, full_since) = (None, None),
                 Err(TxError::RingFull) => {
                     pending = Some(n);
-                    tx_watchdog(world, &mut drv, &mut full_since);
+                    tx_watchdog(world, &drv, &mut full_since);
                     world.flush();
                     take_interrupts(world, &mut pic, &mut drv, mem, tap, &mut c);
                     break;
@@ -159,7 +159,7 @@ pub fn run<W: VmWorld, M: abi::SharedMemory>(
 
 /// The ring is full: once it has stayed full for [`TX_TIMEOUT`], the
 /// driver demands transmission again.
-fn tx_watchdog<W: VmWorld>(world: &mut W, drv: &mut Pcnet32, full_since: &mut Option<Instant>) {
+fn tx_watchdog<W: VmWorld>(world: &mut W, drv: &Pcnet32, full_since: &mut Option<Instant>) {
     let since = *full_since.get_or_insert_with(Instant::now);
     if since.elapsed() >= TX_TIMEOUT {
         drv.demand_transmit(world);

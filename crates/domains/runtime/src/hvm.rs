@@ -43,9 +43,9 @@ pub fn close_stray_fds() {
 struct HvmWorld {
     cpu: HvmVcpu,
     /// Since when the device model has answered no exit to the NIC (None:
-    /// it answered the last one).
+    /// it answered the last NIC exit).
     silent_since: Option<Instant>,
-    /// When an exit last went unanswered by the device model.
+    /// When an exit to the NIC last went unanswered.
     last_unanswered: Instant,
     failure: Option<String>,
     halts: u64,
@@ -162,9 +162,10 @@ impl HvmWorld {
         value: u32,
     ) -> Result<u32, ExitError> {
         let t0 = Instant::now();
+        let nic = NIC_PORTS.contains(&port);
         match self.cpu.exit(port, width, write, value) {
             Ok(v) => {
-                if NIC_PORTS.contains(&port) {
+                if nic {
                     self.silent_since = None;
                 }
                 Ok(v)
@@ -173,10 +174,8 @@ impl HvmWorld {
                 self.failed_exits += 1;
                 match e {
                     // Still busy with an earlier request is as silent.
-                    ExitError::DmTimeout | ExitError::DmBusy => {
-                        self.silent_since.get_or_insert(t0);
-                        self.last_unanswered = Instant::now();
-                    }
+                    ExitError::DmTimeout | ExitError::DmBusy if nic => self.unanswered(t0),
+                    ExitError::DmTimeout | ExitError::DmBusy => {}
                     ExitError::HvTimeout(_) | ExitError::Doorbell => {
                         self.failure = Some(e.to_string());
                     }
@@ -185,6 +184,17 @@ impl HvmWorld {
                 Err(e)
             }
         }
+    }
+
+    /// An exit to the NIC made at `t0` went unanswered: a silence starts
+    /// there unless one is under way (an earlier unanswered exit less than
+    /// [`DM_SILENCE_RECENT`] ago, and no answer since).
+    fn unanswered(&mut self, t0: Instant) {
+        if self.last_unanswered.elapsed() >= DM_SILENCE_RECENT {
+            self.silent_since = None;
+        }
+        self.silent_since.get_or_insert(t0);
+        self.last_unanswered = Instant::now();
     }
 
     /// Waits for the device model to answer a first NIC access (it starts
