@@ -111,6 +111,19 @@ impl fmt::Display for XenbusState {
 }
 
 /// Store key names for a vif, under the frontend or backend directory.
+/// Where the toolstack asks driver domain `domid` to replace its program
+/// in place (`splitnet upgrade`): the new program's absolute path, as Xen's
+/// toolstack asks a domain to shut down at `control/shutdown`.
+pub fn upgrade_node(domid: u16) -> String {
+    format!("/local/domain/{domid}/control/upgrade")
+}
+
+/// Where the driver domain answers [`upgrade_node`]: `ok <µs its vifs were
+/// unserved> <frames dropped>`, or `failed: <why>`.
+pub fn upgrade_result_node(domid: u16) -> String {
+    format!("/local/domain/{domid}/control/upgrade-result")
+}
+
 pub mod keys {
     /// Both ends: the end's [`super::XenbusState`].
     pub const STATE: &str = "state";

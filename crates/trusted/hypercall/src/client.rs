@@ -208,6 +208,14 @@ impl Toolstack {
             restart,
         })
     }
+    /// Replaces driver domain `name`'s program in place (`exe`: None for
+    /// the one hv runs); returns hv's report (JSON) once it has resumed.
+    pub fn upgrade(&mut self, name: &str, exe: Option<String>) -> HvResult<String> {
+        self.value(&Request::UpgradeDomain {
+            name: name.to_string(),
+            exe,
+        })
+    }
     fn value(&mut self, req: &Request) -> HvResult<String> {
         match self.0.call(req)?.0 {
             Reply::Value(v) => String::from_utf8(v)
@@ -296,8 +304,20 @@ fn take_fds<const N: usize>(fds: Vec<OwnedFd>) -> HvResult<[OwnedFd; N]> {
 impl HvClient {
     /// Says hello on the domain's control socket and maps its memory.
     pub fn connect(sock: SeqPacket) -> HvResult<HvClient> {
+        Self::open(sock, &Request::Hello)
+    }
+
+    /// [`HvClient::connect`] for a driver domain whose process replaced its
+    /// program in place: the control socket it inherited already said
+    /// hello, so it asks [`Request::Resume`] instead (its watches start
+    /// afresh; its channels, grants and store nodes are as it left them).
+    pub fn resume(sock: SeqPacket) -> HvResult<HvClient> {
+        Self::open(sock, &Request::Resume)
+    }
+
+    fn open(sock: SeqPacket, hello: &Request) -> HvResult<HvClient> {
         let mut chan = Channel::new(sock);
-        let (reply, fds) = chan.call(&Request::Hello)?;
+        let (reply, fds) = chan.call(hello)?;
         let Reply::Welcome(welcome) = reply else {
             return err(ErrorKind::Internal, "hv did not welcome us");
         };
@@ -510,6 +530,12 @@ impl HvClient {
     pub fn watch_fd(&self) -> BorrowedFd<'_> {
         self.watch.as_fd()
     }
+    /// The control socket to hv, for a driver domain that replaces its
+    /// program in place and hands the socket to the next
+    /// ([`HvClient::resume`]).
+    pub fn control_fd(&self) -> BorrowedFd<'_> {
+        self.chan.sock.as_fd()
+    }
     /// Whether watch events are waiting that the watch descriptor no longer
     /// shows (see [`HvClient::wait_state`]): poll with no timeout then.
     pub fn watch_backlog(&self) -> bool {
@@ -620,6 +646,14 @@ impl HvClient {
     /// EVTCHNOP_bind_interdomain.
     pub fn evtchn_bind(&mut self, remote: DomId, remote_port: Port) -> HvResult<EventChannel> {
         self.evtchn(Request::EvtchnBindInterdomain {
+            remote,
+            remote_port,
+        })
+    }
+    /// The port this domain bound to `remote`'s `remote_port` before it
+    /// resumed in place ([`HvClient::resume`]), untouched.
+    pub fn evtchn_rebind(&mut self, remote: DomId, remote_port: Port) -> HvResult<EventChannel> {
+        self.evtchn(Request::EvtchnRebind {
             remote,
             remote_port,
         })

@@ -312,6 +312,28 @@ pub enum Request {
     GrantTableView {
         granter: DomId,
     },
+    /// From a driver domain that replaced its program in place (`execve`,
+    /// [`Request::UpgradeDomain`]): [`Request::Hello`] again, on the same
+    /// control socket. hv answers with the same [`Welcome`] and
+    /// descriptors, and a fresh watch socket; the watches the old program
+    /// registered are dropped. Its event channels, grants and store nodes
+    /// stay as they were.
+    Resume,
+    /// From a domain after [`Request::Resume`]: the descriptors of its own
+    /// port already bound to `remote`'s `remote_port`
+    /// ([`Request::EvtchnBindInterdomain`] made before the exec), without
+    /// disturbing the channel. Replies `Evtchn`.
+    EvtchnRebind {
+        remote: DomId,
+        remote_port: Port,
+    },
+    /// Toolstack: driver domain `name` replaces its program with `exe`
+    /// (None: the domain program hv runs) in place, keeping its vifs,
+    /// ports and queues connected. Replies with a JSON report in a `Value`.
+    UpgradeDomain {
+        name: String,
+        exe: Option<String>,
+    },
 }
 
 /// The largest receive buffer hv gives a dedicated queue's socket
@@ -345,6 +367,7 @@ impl Request {
                 | Request::ContainerDel { .. }
                 | Request::ContainerList
                 | Request::Apply { .. }
+                | Request::UpgradeDomain { .. }
         )
     }
 
@@ -401,6 +424,9 @@ impl Request {
             Request::QueueOpen { .. } => 44,
             Request::QueueClose { .. } => 45,
             Request::GrantTableView { .. } => 46,
+            Request::Resume => 47,
+            Request::EvtchnRebind { .. } => 48,
+            Request::UpgradeDomain { .. } => 49,
         }
     }
 

@@ -2,7 +2,9 @@
 //! function; `Hello` and the store are served here.
 
 use super::capture::capture_attach;
-use super::evtchn_ops::{evtchn_alloc_unbound, evtchn_bind_interdomain, evtchn_close, evtchn_send};
+use super::evtchn_ops::{
+    evtchn_alloc_unbound, evtchn_bind_interdomain, evtchn_close, evtchn_rebind, evtchn_send,
+};
 use super::grant_ops::{
     grant_copy, grant_map, grant_table_view, grant_transfer, grant_unmap, ngm_attach, ngm_grant,
     ngm_grant_many, ngm_revoke, ngm_setup, pool_window,
@@ -20,6 +22,11 @@ use sys::SeqPacket;
 pub(super) fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
     match req {
         Request::Hello => hello(st, caller),
+        Request::Resume => resume(st, caller),
+        Request::EvtchnRebind {
+            remote,
+            remote_port,
+        } => evtchn_rebind(st, caller, remote, remote_port),
         Request::Nop => Ok(ok(Reply::Done)),
         req @ (Request::StoreRead { .. }
         | Request::StoreWrite { .. }
@@ -69,10 +76,39 @@ pub(super) fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<
 /// `Hello`: the first message of a domain, answered once with its
 /// [`Welcome`] and the descriptors of its memory, watch socket and doorbells.
 fn hello(st: &mut State, caller: DomId) -> HvResult<Outcome> {
-    let d = domain(st, caller)?;
-    if d.said_hello {
+    if domain(st, caller)?.said_hello {
         return err(ErrorKind::Invalid, "Hello may be sent only once");
     }
+    welcome(st, caller)
+}
+
+/// `Resume`: `Hello` again from a driver domain whose process replaced its
+/// program (`execve`) and so lost its mappings and watch socket, but not its
+/// control socket. Its watches go with the old watch socket, and the pools
+/// it was given are given again; what it bound and mapped stays.
+fn resume(st: &mut State, caller: DomId) -> HvResult<Outcome> {
+    let d = domain(st, caller)?;
+    if !d.said_hello {
+        return err(ErrorKind::Invalid, "Resume comes after Hello");
+    }
+    if d.kind != "driver" {
+        return err(
+            ErrorKind::Invalid,
+            format!(
+                "only a driver domain resumes in place; domain {caller} is a {}",
+                d.kind
+            ),
+        );
+    }
+    d.fds_given.clear();
+    st.store.drop_connection(caller as u64);
+    welcome(st, caller)
+}
+
+/// The [`Welcome`] and descriptors of `Hello` and `Resume`, with a fresh
+/// watch socket.
+fn welcome(st: &mut State, caller: DomId) -> HvResult<Outcome> {
+    let d = domain(st, caller)?;
     let (ours, theirs) = os("watch socket", SeqPacket::pair())?;
     d.watch_tx = Some(ours);
     d.said_hello = true;

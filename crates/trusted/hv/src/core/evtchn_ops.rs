@@ -81,6 +81,36 @@ pub(super) fn evtchn_bind_interdomain(
     Ok((Ok(Reply::Evtchn { port, end: 1 }), fds))
 }
 
+/// `EvtchnRebind`: the descriptors of the caller's port already bound to
+/// `remote`'s `remote_port`, for a driver domain that resumed in place
+/// (`Resume`); the channel is left as it is, so the peer sees nothing.
+pub(super) fn evtchn_rebind(
+    st: &mut State,
+    caller: DomId,
+    remote: DomId,
+    remote_port: Port,
+) -> HvResult<Outcome> {
+    let ports = domain(st, caller)?.ports.clone();
+    let found = ports.iter().find_map(|(&port, id)| {
+        let c = st.channels.get(id)?;
+        let ours = c.ends[1] == Some((caller, port)) && c.ends[0] == Some((remote, remote_port));
+        ours.then_some((port, c))
+    });
+    let Some((port, c)) = found else {
+        return err(
+            ErrorKind::BadPort,
+            format!("domain {caller} holds no port bound to port {remote_port} of domain {remote}"),
+        );
+    };
+    let fds = vec![
+        dup(&c.page)?,
+        dup(&c.bells[1].0)?,
+        dup(&c.bells[1].1)?,
+        dup(&c.bells[0].1)?,
+    ];
+    Ok((Ok(Reply::Evtchn { port, end: 1 }), fds))
+}
+
 /// `EvtchnSend`: notifies the peer of the caller's `port` through hv.
 pub(super) fn evtchn_send(st: &mut State, caller: DomId, port: Port) -> HvResult<Outcome> {
     let id = port_chan(st, caller, port)?;

@@ -150,7 +150,8 @@ impl Hypervisor {
             | Request::ContainerAdd(_)
             | Request::ContainerDel { .. }
             | Request::ContainerList
-            | Request::Apply { .. } => self.ask_supervisor(req),
+            | Request::Apply { .. }
+            | Request::UpgradeDomain { .. } => self.ask_supervisor(req),
             Request::CaptureOpen { domain, spec } => match self.capture_open(&domain, &spec) {
                 Ok((reply, fd)) => (Ok(reply), vec![fd]),
                 Err(e) => fail(e),
