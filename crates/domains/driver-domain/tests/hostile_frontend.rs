@@ -37,7 +37,7 @@ fn a_hostile_frontend_is_refused_counted_and_disconnected_while_others_flow() {
         TxMode::Copy,
         |_| true,
         |mut drv| {
-            let _ = driver_domain::driver::run(&mut drv);
+            let _ = driver_domain::driver::run(&mut drv, None);
         },
         // "plain" is offered no offloads (and so no scatter-gather);
         // "v4only" checksum offload and TSO for IPv4 only.
@@ -557,7 +557,7 @@ fn hv_copy_world(tx_mode: TxMode) -> (World, Guest, Guest, Guest) {
         tx_mode,
         |_| true,
         |mut drv| {
-            let _ = driver_domain::driver::run(&mut drv);
+            let _ = driver_domain::driver::run(&mut drv, None);
         },
         |_, _| {},
     );

@@ -28,7 +28,7 @@ fn half_world(names: &[&'static str], half: &'static [&str], grants: Grants) -> 
         tx,
         |_| true,
         |mut drv| {
-            let _ = driver_domain::driver::run(&mut drv);
+            let _ = driver_domain::driver::run(&mut drv, None);
         },
         move |_, v| {
             if half.contains(&v.guest.as_str()) {
@@ -227,7 +227,7 @@ fn prefetch_is_read_at_connect_and_traffic_flows_with_it() {
         TxMode::Gather,
         |_| true,
         |mut drv| {
-            let _ = driver_domain::driver::run(&mut drv);
+            let _ = driver_domain::driver::run(&mut drv, None);
         },
         |i, v| {
             v.prefetch = i == 0;

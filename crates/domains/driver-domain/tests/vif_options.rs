@@ -25,7 +25,7 @@ fn world_set(names: &[&'static str], configure: impl Fn(usize, &mut VifConfig)) 
         TxMode::Gather,
         |_| true,
         |mut drv| {
-            let _ = driver_domain::driver::run(&mut drv);
+            let _ = driver_domain::driver::run(&mut drv, None);
         },
         configure,
     )
@@ -636,7 +636,7 @@ fn a_bad_option_node_refuses_the_vif_with_a_reason_and_others_flow() {
         TxMode::Gather,
         |n| n != "bad",
         |mut drv| {
-            let _ = driver_domain::driver::run(&mut drv);
+            let _ = driver_domain::driver::run(&mut drv, None);
         },
         |i, v| {
             if i == 2 {

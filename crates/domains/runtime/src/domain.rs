@@ -27,8 +27,11 @@ pub fn main() -> Result<()> {
         .parse()
         .context("bad descriptor number")?;
     let fd = sys::take_inherited_fd(fd).context("inherited hv socket")?;
-    let mut hv =
-        HvClient::connect(sys::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("hello: {e}"))?;
+    let sock = sys::SeqPacket::from_fd(fd);
+    if let Some(since) = driver_domain::driver::Since::take() {
+        return resumed(sock, since);
+    }
+    let mut hv = HvClient::connect(sock).map_err(|e| anyhow!("hello: {e}"))?;
     let id = hv.domid();
     // Confined before reading a byte from a peer (jail); the NIC kind is
     // the toolstack's word in the domain's home.
@@ -50,7 +53,9 @@ pub fn main() -> Result<()> {
         hv.grants().entries()
     );
     let r = match w.kind.as_str() {
-        "driver" => driver_domain::driver::run(&mut hv).map_err(|e| anyhow!("driver domain: {e}")),
+        "driver" => {
+            driver_domain::driver::run(&mut hv, None).map_err(|e| anyhow!("driver domain: {e}"))
+        }
         _ => match crate::hosted::nic_kind(&mut hv).as_str() {
             "hosted" => crate::hosted::guest(&mut hv, &home),
             "hvm" => crate::hvm::guest(&mut hv, &home),
@@ -66,6 +71,27 @@ pub fn main() -> Result<()> {
             Ok(())
         }
         Err(e) => Err(e),
+    }
+}
+
+/// A driver domain whose previous program exec'd this one in place
+/// (`splitnet upgrade`): already jailed and known to hv, it resumes on the
+/// control socket it kept, and takes over its vifs.
+fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<()> {
+    let mut hv = HvClient::resume(sock).map_err(|e| anyhow!("resume: {e}"))?;
+    let id = hv.domid();
+    eprintln!(
+        "domain {id} ({}) resumed in place: pid {}",
+        hv.welcome().name,
+        std::process::id()
+    );
+    let r = driver_domain::driver::run(&mut hv, Some(since));
+    match r {
+        Err(e) if hv.nop().is_err() => {
+            eprintln!("domain {id}: hv went away ({e}); exiting");
+            Ok(())
+        }
+        r => r.map_err(|e| anyhow!("driver domain: {e}")),
     }
 }
 

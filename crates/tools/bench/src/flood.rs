@@ -149,7 +149,7 @@ fn world() -> Result<(World, Vec<Guest>)> {
     let (tx, rx) = std::sync::mpsc::channel();
     let driver = std::thread::spawn(move || {
         let _ = tx.send(tid());
-        let _ = driver_domain::driver::run(&mut drv_client);
+        let _ = driver_domain::driver::run(&mut drv_client, None);
     });
     let driver_tid = rx.recv().ok().flatten();
     let ids = clients.iter().map(|(id, _)| *id).collect();

@@ -296,14 +296,18 @@ pub fn syscalls(role: Role) -> SyscallFilter {
     let mut f = SyscallFilter::new();
     f.allow_all(DOMAIN).allow_all(RUNTIME);
     match role {
-        Role::Guest => f.allow_all(GUEST_RUNS_IP),
-        Role::VirtioGuest => f.allow_all(GUEST_RUNS_IP).allow_all(VIRTIO_FRONTEND),
+        Role::Guest => f.allow_all(GUEST_RUNS_IP).allow_all(EXEC),
+        Role::VirtioGuest => f
+            .allow_all(GUEST_RUNS_IP)
+            .allow_all(EXEC)
+            .allow_all(VIRTIO_FRONTEND),
         Role::VmApp => f.allow_all(THREADS),
         Role::Driver => f
             .allow_all(THREADS)
             .allow_all(VHOST_BACKEND)
             .allow_all(GRANT_MAPS)
-            .allow_all(KEPT_PORTS),
+            .allow_all(KEPT_PORTS)
+            .allow_all(EXEC),
     };
     // Threads and processes, without new namespaces (clone3 hides its flags
     // in memory, so it looks absent and glibc falls back to clone).
@@ -446,6 +450,28 @@ const GRANT_MAPS: &[libc::c_long] = &[libc::SYS_fstatfs, libc::SYS_pidfd_open];
 /// (`sys::PacketSocket::adopt`): it asks each which interface it is bound to.
 const KEPT_PORTS: &[libc::c_long] = &[libc::SYS_getsockname];
 
+/// Running a program: `execve`, then what the dynamic loader, libc and
+/// Rust's start-up call before it reaches its own code. A guest runs `ip`;
+/// a driver domain replaces its own program in place (`splitnet upgrade`).
+/// The filter, the user namespace and `no_new_privs` stay across the exec,
+/// so the program holds nothing its caller did not.
+const EXEC: &[libc::c_long] = &[
+    libc::SYS_execve,
+    libc::SYS_access,
+    libc::SYS_arch_prctl,
+    libc::SYS_set_tid_address,
+    libc::SYS_set_robust_list,
+    libc::SYS_rseq,
+    libc::SYS_mprotect,
+    libc::SYS_newfstatat,
+    libc::SYS_pread64,
+    libc::SYS_getrandom,
+    libc::SYS_prlimit64,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigaction,
+    libc::SYS_getuid,
+];
+
 /// The `madvise` advice a domain may give: what the allocator, the pools'
 /// huge pages and the grant mirrors use, and the harmless hints. Never
 /// `MADV_REMOVE`: it punches a page out of a shared pool, and a peer that
@@ -481,26 +507,12 @@ const VIRTIO_FRONTEND: &[libc::c_long] = &[
     libc::SYS_eventfd2,
 ];
 
-/// A guest runs `ip` (Rust's `Command`, then `ip` itself: the dynamic
-/// loader, libcap, netlink).
+/// A guest runs `ip` (Rust's `Command`, then `ip` itself: libcap,
+/// netlink), with [`EXEC`].
 const GUEST_RUNS_IP: &[libc::c_long] = &[
     libc::SYS_pipe2,
     libc::SYS_wait4,
-    libc::SYS_prlimit64,
-    libc::SYS_rt_sigprocmask,
-    libc::SYS_rt_sigaction,
     libc::SYS_dup2,
-    libc::SYS_execve,
-    libc::SYS_access,
-    libc::SYS_arch_prctl,
-    libc::SYS_set_tid_address,
-    libc::SYS_set_robust_list,
-    libc::SYS_rseq,
-    libc::SYS_mprotect,
-    libc::SYS_newfstatat,
-    libc::SYS_pread64,
-    libc::SYS_getrandom,
-    libc::SYS_getuid,
     libc::SYS_getsockname,
 ];
 

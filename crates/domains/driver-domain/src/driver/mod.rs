@@ -20,6 +20,7 @@ mod stats;
 mod storm;
 #[cfg(test)]
 mod tests;
+mod upgrade;
 mod vif;
 mod vifs;
 
@@ -31,6 +32,7 @@ use ports::{grant_maps, port_caps, port_of, rx_slot, Ports, PORT_BASE, PORT_RETR
 use state::STATS_EVERY;
 pub use state::{Driver, DriverError, LoopCounters, Turn};
 use stats::publish_stats;
+pub use upgrade::{result_node, upgrade_node, Since, ENV_RESUME};
 use vifs::{handle_watches, rescan};
 
 /// How long at most a starting driver domain leaves its uplinks unread
@@ -41,9 +43,10 @@ use vifs::{handle_watches, rescan};
 /// costs the others no more than this.
 const UPLINK_HOLD: Duration = Duration::from_millis(150);
 
-/// Runs the driver domain until hv goes away.
-pub fn run(hv: &mut HvClient) -> Result<(), DriverError> {
-    let mut d = Driver::new(hv)?;
+/// Runs the driver domain until hv goes away; `resumed` when this program
+/// replaced its predecessor in place ([`upgrade`]).
+pub fn run(hv: &mut HvClient, resumed: Option<Since>) -> Result<(), DriverError> {
+    let mut d = Driver::start(hv, resumed)?;
     loop {
         d.turn(hv)?;
     }
@@ -53,6 +56,12 @@ impl Driver {
     /// Opens the ports, probes the vifs the toolstack set up, and registers
     /// every source with the event manager.
     pub fn new(hv: &mut HvClient) -> Result<Driver, DriverError> {
+        Self::start(hv, None)
+    }
+
+    /// [`Driver::new`], or, `resumed`, taking over the vifs the previous
+    /// program of this domain left Connected before probing the others.
+    pub fn start(hv: &mut HvClient, resumed: Option<Since>) -> Result<Driver, DriverError> {
         let me = hv.domid();
         let home = format!("/local/domain/{me}/splitnet");
         if hv
@@ -102,7 +111,11 @@ impl Driver {
         // comes, in any order: one guest that never comes delays no other.
         // vifs the toolstack adds or removes later (hotplug, a guest's
         // restart) show up under the same directory.
+        if let Some(since) = resumed {
+            d.resume(hv, since)?;
+        }
         hv.watch(&d.base, BACKENDS)?;
+        hv.watch(&upgrade_node(me), upgrade::UPGRADE)?;
         rescan(hv, &d.base, &mut d.pending, &mut d.vifs)?;
         d.connect_ready(hv)?;
         d.release_uplinks(hv);
@@ -226,6 +239,9 @@ impl Driver {
         }
         if w.captures {
             self.taps.sync(hv, &self.captures);
+        }
+        if w.upgrade {
+            self.on_upgrade(hv)?;
         }
         if w.ports {
             let errors = &mut self.stats.config_errors;

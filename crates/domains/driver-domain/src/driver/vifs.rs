@@ -71,6 +71,27 @@ pub(super) fn rescan(
             let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
         }
     }
+    for (guest, be) in backend_dirs(hv, base) {
+        let known =
+            pending.iter().any(|p| p.be == be) || vifs.iter().any(|v| !v.gone && v.nb.be == be);
+        if known {
+            continue;
+        }
+        let fresh = matches!(
+            hv.read_state(&be),
+            Ok(abi::xenbus::XenbusState::Initialising)
+        );
+        if fresh && online(hv, &be) {
+            pend(hv, guest, &be, pending)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every backend directory under `base` (`<guest>/<handle>`), with its
+/// guest.
+pub(super) fn backend_dirs(hv: &mut HvClient, base: &str) -> Vec<(DomId, String)> {
+    let mut dirs = Vec::new();
     for g in hv.store_directory(base).unwrap_or_default() {
         let Ok(guest) = g.parse::<DomId>() else {
             continue;
@@ -79,22 +100,10 @@ pub(super) fn rescan(
             .store_directory(&format!("{base}/{g}"))
             .unwrap_or_default()
         {
-            let be = format!("{base}/{g}/{dev}");
-            let known =
-                pending.iter().any(|p| p.be == be) || vifs.iter().any(|v| !v.gone && v.nb.be == be);
-            if known {
-                continue;
-            }
-            let fresh = matches!(
-                hv.read_state(&be),
-                Ok(abi::xenbus::XenbusState::Initialising)
-            );
-            if fresh && online(hv, &be) {
-                pend(hv, guest, &be, pending)?;
-            }
+            dirs.push((guest, format!("{base}/{g}/{dev}")));
         }
     }
-    Ok(())
+    dirs
 }
 
 impl Driver {
@@ -246,6 +255,8 @@ pub(super) struct Fired {
     pub(super) vifs_changed: bool,
     /// Backend directories whose options the toolstack changed in place.
     pub(super) options: Vec<String>,
+    /// The toolstack asks for the program to be replaced (`upgrade`).
+    pub(super) upgrade: bool,
 }
 
 /// A frontend whose state went to Closing or Closed loses its backend.
@@ -262,6 +273,10 @@ pub(super) fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fire
         }
         if ev.token == PORTS {
             fired.ports = true;
+            continue;
+        }
+        if ev.token == super::upgrade::UPGRADE {
+            fired.upgrade = true;
             continue;
         }
         if ev.token == BACKENDS {

@@ -23,6 +23,7 @@
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
 mod grants;
+mod handover;
 mod header;
 mod hold;
 mod mq;
@@ -407,7 +408,12 @@ type MappedRings = (
 /// Maps the guest's ring pages and binds its event channels. The rings
 /// stay mapped while connected; whatever fails half-way is undone, so no
 /// grant stays pinned.
-fn map_rings(hv: &mut HvClient, g: DomId, f: &FrontendRings) -> Result<MappedRings> {
+fn map_rings(
+    hv: &mut HvClient,
+    g: DomId,
+    f: &FrontendRings,
+    mut bind: impl FnMut(&mut HvClient, DomId, u32) -> hypercall::HvResult<EventChannel>,
+) -> Result<MappedRings> {
     let txm = hv.map_grant(g, f.tx_ref, true)?;
     let th = txm.handle;
     let mut held: Vec<EventChannel> = Vec::new();
@@ -417,9 +423,9 @@ fn map_rings(hv: &mut HvClient, g: DomId, f: &FrontendRings) -> Result<MappedRin
         rh = Some(rxm.handle);
         let tx = BackRing::attach(txm)?;
         let rx = BackRing::attach(rxm)?;
-        held.push(hv.evtchn_bind(g, f.tx_port)?);
+        held.push(bind(hv, g, f.tx_port)?);
         if let Some(port) = f.rx_port {
-            held.push(hv.evtchn_bind(g, port)?);
+            held.push(bind(hv, g, port)?);
         }
         Ok((tx, rx))
     })();
@@ -439,24 +445,13 @@ fn map_rings(hv: &mut HvClient, g: DomId, f: &FrontendRings) -> Result<MappedRin
 
 /// Writes the backend's features and moves to InitWait (netback's probe).
 pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
-    let fe = hv.store_read_str(&format!("{be}/{}", keys::FRONTEND))?;
-    let cfg = VifBackend::read(|k| hv.store_read_str(&format!("{be}/{k}")).ok())
-        .map_err(|e| proto(format!("{be}/{e}")))?;
-    let (index, offload, lro) = (cfg.index, cfg.offload, cfg.lro);
-    let rx_flip = cfg.rx == RxPath::Flip;
-    let ngm = cfg.grants == GrantPath::Ngm;
-    if ngm && (rx_flip || matches!(cfg.tx, TxPath::Map | TxPath::Header)) {
-        return Err(proto(format!(
-            "{be}: the new grant mechanism carries neither page flips nor TX maps nor reads of Xen's grant table"
-        )));
-    }
-    let mut opts = opts::read(hv, be)?;
-    let prefetch = cfg.prefetch;
-    if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
-        return Err(proto(format!(
-            "vif index {index} does not fit in the driver domain's memory"
-        )));
-    }
+    let p = read_backend(hv, guest, be)?;
+    let Modes {
+        rx_flip,
+        ngm,
+        offload,
+        ..
+    } = p.modes;
     for (k, v) in offload.backend_keys().into_iter().chain([
         (keys::FEATURE_RX_COPY, if rx_flip { "0" } else { "1" }),
         (keys::FEATURE_RX_FLIP, if rx_flip { "1" } else { "0" }),
@@ -469,6 +464,29 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         hv.store_write(&format!("{be}/{k}"), v)?;
     }
     hv.switch_state(be, XenbusState::InitWait)?;
+    Ok(p)
+}
+
+/// What the toolstack wrote for the vif in its backend directory `be`,
+/// checked: its modes, options, MAC and slot. Reads only.
+pub fn read_backend(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
+    let fe = hv.store_read_str(&format!("{be}/{}", keys::FRONTEND))?;
+    let cfg = VifBackend::read(|k| hv.store_read_str(&format!("{be}/{k}")).ok())
+        .map_err(|e| proto(format!("{be}/{e}")))?;
+    let (index, offload, lro) = (cfg.index, cfg.offload, cfg.lro);
+    let rx_flip = cfg.rx == RxPath::Flip;
+    let ngm = cfg.grants == GrantPath::Ngm;
+    if ngm && (rx_flip || matches!(cfg.tx, TxPath::Map | TxPath::Header)) {
+        return Err(proto(format!(
+            "{be}: the new grant mechanism carries neither page flips nor TX maps nor reads of Xen's grant table"
+        )));
+    }
+    let mut opts = opts::read(hv, be)?;
+    if (STAGING_BASE + FRAMES_PER_VIF * (index + 1)) > hv.welcome().pool_frames {
+        return Err(proto(format!(
+            "vif index {index} does not fit in the driver domain's memory"
+        )));
+    }
     let mac_text = hv.store_read_str(&format!("{be}/{}", keys::MAC))?;
     let mac = abi::xenbus::parse_mac(&mac_text).map_err(|e| proto(format!("{be}/mac: {e}")))?;
     // The guest's own link-local address is the one its MAC gives.
@@ -481,7 +499,7 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
         index,
         mac,
         opts,
-        prefetch,
+        prefetch: cfg.prefetch,
         modes: Modes {
             rx_flip,
             tx: cfg.tx,
@@ -525,12 +543,23 @@ fn pool_views(hv: &mut HvClient, g: DomId, fe: &str, modes: &Modes) -> Result<Vi
 impl Netback {
     /// Waits for the frontend to publish its rings and connects to them.
     pub fn connect(hv: &mut HvClient, p: Pending, timeout: Duration) -> Result<Netback> {
-        let fe = p.fe.clone();
-        hv.wait_state(&fe, timeout, |s| s == XenbusState::Connected)?;
+        hv.wait_state(&p.fe, timeout, |s| s == XenbusState::Connected)?;
+        let nb = Self::attach(hv, p, HvClient::evtchn_bind)?;
+        hv.switch_state(&nb.be, XenbusState::Connected)?;
+        Ok(nb)
+    }
+
+    /// Maps the rings the frontend published, binds (`bind`) its event
+    /// channels and reaches its pool; what fails half-way is undone.
+    fn attach(
+        hv: &mut HvClient,
+        p: Pending,
+        bind: impl FnMut(&mut HvClient, DomId, u32) -> hypercall::HvResult<EventChannel>,
+    ) -> Result<Netback> {
         let g = p.guest;
-        let f = read_frontend(hv, &fe, &p.modes)?;
-        let (tx, rx, held) = map_rings(hv, g, &f)?;
-        let views = match pool_views(hv, g, &fe, &p.modes) {
+        let f = read_frontend(hv, &p.fe, &p.modes)?;
+        let (tx, rx, held) = map_rings(hv, g, &f, bind)?;
+        let views = match pool_views(hv, g, &p.fe, &p.modes) {
             Ok(v) => v,
             Err(e) => {
                 for ch in held {
@@ -542,20 +571,30 @@ impl Netback {
                 return Err(e);
             }
         };
+        Ok(Self::assemble(hv, p, f, (tx, rx, held), views))
+    }
+
+    /// A connected backend from its parts.
+    fn assemble(
+        hv: &mut HvClient,
+        p: Pending,
+        f: FrontendRings,
+        (tx, rx, held): MappedRings,
+        views: Views,
+    ) -> Netback {
         let mut chans = held.into_iter();
         let tx_evt = chans.next();
         let rx_evt = chans.next();
-        hv.switch_state(&p.be, XenbusState::Connected)?;
         let tx_base = STAGING_BASE + FRAMES_PER_VIF * p.index;
         let max_frame = frame_limit(&p.be, p.opts.mtu, f.sg);
         let mut mcast = McastFilter::default();
         mcast.set_enabled(f.mcast);
         let now = Instant::now();
-        Ok(Netback {
-            guest: g,
+        Netback {
+            guest: p.guest,
             be: p.be,
             attach: p.attach,
-            fe,
+            fe: p.fe,
             modes: p.modes,
             mac: p.mac,
             tx: Some(tx),
@@ -599,7 +638,7 @@ impl Netback {
             rx_half: f.rx_half,
             prefetch: p.prefetch,
             mq: None,
-        })
+        }
     }
 
     /// The size of the guest's RX buffers: a page, or half of one when the
@@ -659,15 +698,7 @@ impl Netback {
         }
         self.connected = false;
         eprintln!("netback {}: disconnected: {why}", crate::vif_name(&self.be));
-        for ring in [
-            self.tx.take().map(|r| r.into_memory().handle),
-            self.rx.take().map(|r| r.into_memory().handle),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let _ = hv.unmap_handle(ring);
-        }
+        self.unmap_rings(hv);
         for ch in [self.tx_evt.take(), self.rx_evt.take()]
             .into_iter()
             .flatten()
@@ -691,6 +722,19 @@ impl Netback {
         }
         let _ = hv.store_write(&format!("{}/{}", self.be, keys::DISCONNECT_REASON), why);
         let _ = hv.switch_state(&self.be, XenbusState::Closed);
+    }
+
+    /// Unmaps both ring pages.
+    fn unmap_rings(&mut self, hv: &mut HvClient) {
+        for ring in [
+            self.tx.take().map(|r| r.into_memory().handle),
+            self.rx.take().map(|r| r.into_memory().handle),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let _ = hv.unmap_handle(ring);
+        }
     }
 
     fn refuse(&mut self, reason: &'static str) {

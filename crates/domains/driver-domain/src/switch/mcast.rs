@@ -66,6 +66,11 @@ impl McastFilter {
         self.groups.retain(|g| *g != addr);
     }
 
+    /// The groups joined, in the order they were.
+    pub fn groups(&self) -> &[[u8; 6]] {
+        &self.groups
+    }
+
     /// Groups joined.
     pub fn len(&self) -> usize {
         self.groups.len()

@@ -153,7 +153,7 @@ pub fn world_connecting(
     connect: impl Fn(&str) -> bool,
 ) -> World {
     world_driven(names, grants, tx_mode, connect, |mut drv| {
-        let _ = driver_domain::driver::run(&mut drv);
+        let _ = driver_domain::driver::run(&mut drv, None);
     })
 }
 
@@ -183,7 +183,7 @@ pub fn world_with(
         TxMode::Gather,
         connect,
         |mut drv| {
-            let _ = driver_domain::driver::run(&mut drv);
+            let _ = driver_domain::driver::run(&mut drv, None);
         },
         move |i, v| v.opts = opts[i].clone(),
     )

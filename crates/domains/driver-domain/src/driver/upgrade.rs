@@ -1,0 +1,224 @@
+//! The driver domain replacing its program in place (`splitnet upgrade`).
+//!
+//! The toolstack writes the new program's path at `control/upgrade` in the
+//! domain's home, as Xen's toolstack asks a domain to shut down through
+//! `control/shutdown`. The driver stops between two turns of its loop,
+//! hands every connected vif over (`netback::handover`: responses
+//! published, counters and groups written down, rings unmapped, channels
+//! left bound) and `execve`s the program in the same process: same pid,
+//! same namespaces and jail, same domain id, and the control socket to hv
+//! kept open, so hv and the guests see no domain come or go. The new
+//! program says [`hypercall::HvClient::resume`] instead of hello, takes
+//! the vifs back ([`Driver::resume`]) and its ports from hv, and writes
+//! how long the vifs were served by no one at `control/upgrade-result`.
+//! An `execve` that fails leaves the old program to take its vifs back.
+
+use super::state::{Driver, DriverError};
+use crate::netback::Netback;
+use hypercall::{DomId, HvClient};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// How long frames queued for guests may wait for their buffers before
+/// the hand-over drops them.
+const DRAIN: Duration = Duration::from_millis(2);
+
+/// Watch token of `control/upgrade`.
+pub(super) const UPGRADE: &str = "upgrade";
+/// Set for the next program: the monotonic clock (µs) when the old one
+/// stopped serving, and the frames it dropped handing over.
+pub const ENV_RESUME: &str = "SPLITNET_RESUME";
+
+pub use abi::xenbus::{upgrade_node, upgrade_result_node as result_node};
+
+impl Driver {
+    /// `control/upgrade` changed: an absolute path there is the program to
+    /// become. Returns only if it could not be run (answered `failed`),
+    /// with the vifs taken back.
+    pub(super) fn on_upgrade(&mut self, hv: &mut HvClient) -> Result<(), DriverError> {
+        let me = hv.domid();
+        let exe = match hv.store_read_str(&upgrade_node(me)) {
+            Ok(p) if p.starts_with('/') => p,
+            _ => return Ok(()),
+        };
+        let stopped = sys::signals::monotonic_usec();
+        let (handed, dropped) = self.hand_over(hv);
+        let why = become_program(hv, &exe, stopped, dropped);
+        eprintln!("driver: could not run {exe:?}: {why}; this program goes on");
+        let _ = hv.store_write(
+            &result_node(me),
+            &format!("failed: could not run {exe}: {why}; the old program serves on"),
+        );
+        let _ = hv.store_rm(&upgrade_node(me));
+        self.take_back(hv, &handed);
+        Ok(())
+    }
+
+    /// Hands every connected vif over; returns their slots and the frames
+    /// dropped. Frames
+    /// queued for a guest first wait up to [`DRAIN`] for its buffers (it
+    /// posts more as it reads what it was given); the ports are not read
+    /// meanwhile, so nothing new queues.
+    fn hand_over(&mut self, hv: &mut HvClient) -> (Vec<usize>, u64) {
+        let deadline = Instant::now() + DRAIN;
+        loop {
+            let mut queued = 0;
+            for v in self
+                .vifs
+                .iter_mut()
+                .filter(|v| !v.gone && v.nb.is_connected())
+            {
+                if let Err(e) = v.nb.flush_rx(hv) {
+                    v.nb.disconnect(hv, &format!("RX failed: {e}"));
+                }
+                queued += v.nb.rx_queued();
+            }
+            if queued == 0 || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let (mut handed, mut dropped) = (Vec::new(), 0);
+        for (i, v) in self.vifs.iter_mut().enumerate() {
+            if v.gone || !v.nb.is_connected() {
+                continue;
+            }
+            for b in v.bells.drain(..) {
+                let _ = self.events.epoll.remove(b.as_fd());
+            }
+            dropped += v.nb.hand_over(hv);
+            handed.push(i);
+        }
+        (handed, dropped)
+    }
+
+    /// After a failed `execve`: the vifs `handed` over are taken back in
+    /// place, as the next program would have; one that cannot be is closed
+    /// with the reason, so its frontend does not wait on no one.
+    fn take_back(&mut self, hv: &mut HvClient, handed: &[usize]) {
+        for &i in handed {
+            let (guest, be) = (self.vifs[i].nb.guest, self.vifs[i].nb.be.clone());
+            // Its dedicated queue, if any, goes and comes back with it:
+            // the new backend starts without one.
+            self.drop_queue(i, None);
+            self.close_queues(hv);
+            match Netback::resume(hv, guest, &be) {
+                Ok((nb, _)) => {
+                    self.vifs[i].bells = self.events.watch_vif(i, &nb);
+                    self.vifs[i].nb = nb;
+                    self.attach_queue(hv, i);
+                }
+                Err(e) => {
+                    eprintln!("driver: {}: not taken back: {e}", crate::vif_name(&be));
+                    crate::netback::give_up(hv, &be, &e);
+                }
+            }
+        }
+    }
+
+    /// In the new program: takes over every vif the old one left
+    /// Connected, and answers the toolstack with the time no one served
+    /// them. A vif that cannot be taken back is closed with the reason, as
+    /// one whose frontend broke the protocol is, and the answer says so.
+    pub(super) fn resume(&mut self, hv: &mut HvClient, since: Since) -> Result<(), DriverError> {
+        let (connected, probed) = backends(hv, &self.base);
+        // Handshakes the old program had begun start again from the probe
+        // (features written again, InitWait kept): a hot-plug under way
+        // is not lost.
+        for (guest, be) in probed {
+            super::vifs::pend(hv, guest, &be, &mut self.pending)?;
+        }
+        let mut lost = Vec::new();
+        for (guest, be) in connected {
+            let attach = match super::vifs::vif_attach(hv, &be, &mut self.bridge) {
+                Ok(a) => a,
+                Err(e) => {
+                    lost.push(format!("{}: {e}", crate::vif_name(&be)));
+                    crate::netback::give_up(hv, &be, &crate::netback::NetbackError::Protocol(e));
+                    continue;
+                }
+            };
+            match Netback::resume(hv, guest, &be) {
+                Ok((nb, index)) => self.add_vif(hv, nb, attach, index)?,
+                Err(e) => {
+                    lost.push(format!("{}: {e}", crate::vif_name(&be)));
+                    crate::netback::give_up(hv, &be, &e);
+                }
+            }
+        }
+        let me = hv.domid();
+        let gap = sys::signals::monotonic_usec().saturating_sub(since.stopped);
+        let answer = if lost.is_empty() {
+            format!("ok {gap} {}", since.dropped)
+        } else {
+            format!(
+                "failed: the new program could not take back {} (closed; `splitnet restart` reconnects them)",
+                lost.join("; ")
+            )
+        };
+        eprintln!(
+            "driver: resumed in place after {gap} µs ({} µs to start the program, {} µs to take back its ports and vifs): {answer}",
+            since.started.saturating_sub(since.stopped),
+            gap.saturating_sub(since.started.saturating_sub(since.stopped))
+        );
+        hv.store_write(&result_node(me), &answer)?;
+        hv.store_rm(&upgrade_node(me))?;
+        Ok(())
+    }
+}
+
+/// What the old program left for the new one in [`ENV_RESUME`].
+#[derive(Debug, Clone, Copy)]
+pub struct Since {
+    stopped: u64,
+    dropped: u64,
+    /// When this program read it (its start-up done).
+    started: u64,
+}
+
+impl Since {
+    /// Reads (and removes) [`ENV_RESUME`]: None when this program was
+    /// started, not exec'd by its predecessor.
+    pub fn take() -> Option<Since> {
+        let v = std::env::var(ENV_RESUME).ok()?;
+        std::env::remove_var(ENV_RESUME);
+        let (a, b) = v.split_once(' ')?;
+        Some(Since {
+            stopped: a.parse().ok()?,
+            dropped: b.parse().ok()?,
+            started: sys::signals::monotonic_usec(),
+        })
+    }
+}
+
+/// The backend directories under `base`, with their guests, whose state
+/// is Connected, and InitWait.
+type Found = Vec<(DomId, String)>;
+fn backends(hv: &mut HvClient, base: &str) -> (Found, Found) {
+    let (mut connected, mut probed) = (Vec::new(), Vec::new());
+    for (guest, be) in super::vifs::backend_dirs(hv, base) {
+        match hv.read_state(&be) {
+            Ok(abi::xenbus::XenbusState::Connected) => connected.push((guest, be)),
+            Ok(abi::xenbus::XenbusState::InitWait) => probed.push((guest, be)),
+            _ => {}
+        }
+    }
+    (connected, probed)
+}
+
+/// Replaces this process's program with `exe`, keeping the control socket
+/// to hv; returns only on failure, with why.
+fn become_program(hv: &HvClient, exe: &str, stopped: u64, dropped: u64) -> String {
+    use std::os::unix::process::CommandExt;
+    let fd = hv.control_fd();
+    if let Err(e) = sys::set_inheritable(fd, true) {
+        return format!("keeping the control socket: {e}");
+    }
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    let e = std::process::Command::new(exe)
+        .env(hypercall::launch::ENV_HV_FD, raw.to_string())
+        .env(ENV_RESUME, format!("{stopped} {dropped}"))
+        .exec();
+    let _ = sys::set_inheritable(fd, false);
+    e.to_string()
+}

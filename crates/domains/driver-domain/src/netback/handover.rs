@@ -1,0 +1,99 @@
+//! A connected vif passed from one program of a driver domain to the next,
+//! when the domain replaces its program in place (`splitnet upgrade`).
+//!
+//! Nothing of the vif's shared state moves: the rings stay in the guest's
+//! pages, the event channels stay bound in hv, the store keeps both ends
+//! Connected, so the frontend sees no handshake (a crash's restart makes
+//! it run one, Menon 2006 §3). What lived only in the old program is
+//! settled or written down first: the RX responses are published, the
+//! TX ring was served to its last request, the counters and the joined
+//! multicast groups go to the store; the ring pages are unmapped. The next
+//! program maps them again, takes its ports back from hv
+//! ([`hypercall::HvClient::evtchn_rebind`]), and goes on from the indexes
+//! the shared rings hold.
+
+use super::{read_backend, Netback, Result};
+use domain_common::counters::VifCounters;
+use hypercall::{DomId, HvClient};
+
+/// The backend node carrying what only the old program knew (the groups
+/// joined), read and removed by the next.
+const HANDOVER: &str = "splitnet-handover";
+
+/// What [`Netback::hand_over`] writes at [`HANDOVER`].
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct Carried {
+    mcast: Vec<[u8; 6]>,
+}
+
+impl Netback {
+    /// Leaves the vif for the next program: publishes what is due to the
+    /// guest, writes the counters and groups down, unmaps the rings and
+    /// lets the channels go without closing them. Returns the frames
+    /// queued for the guest that found no buffer (dropped, counted
+    /// `upgrade`).
+    pub fn hand_over(&mut self, hv: &mut HvClient) -> u64 {
+        if !self.connected {
+            return 0;
+        }
+        if let Err(e) = self.flush_rx(hv) {
+            eprintln!(
+                "netback {}: RX at hand-over: {e}",
+                crate::vif_name(&self.be)
+            );
+        }
+        let lost = self.rx_slab.len() as u64;
+        if lost > 0 {
+            self.counters.drops.add("upgrade", lost);
+        }
+        self.rx_slab.clear();
+        let carried = Carried {
+            mcast: self.mcast.groups().to_vec(),
+        };
+        if let Ok(json) = serde_json::to_string(&carried) {
+            let _ = hv.store_write(&format!("{}/{HANDOVER}", self.be), &json);
+        }
+        if let Ok(json) = serde_json::to_string(&self.stats()) {
+            let _ = hv.store_write(&format!("{}/stats", self.be), &json);
+        }
+        self.unmap_rings(hv);
+        self.tx_evt = None;
+        self.rx_evt = None;
+        self.ngm = None;
+        self.window = None;
+        self.gnttab = None;
+        self.connected = false;
+        lost
+    }
+
+    /// Takes over vif `be` of `guest`, Connected under the previous program
+    /// of this domain: its rings mapped again, its channels taken back,
+    /// its counters and groups carried on. Returns it with its slot in the
+    /// driver domain's memory.
+    pub fn resume(hv: &mut HvClient, guest: DomId, be: &str) -> Result<(Netback, u32)> {
+        let p = read_backend(hv, guest, be)?;
+        let index = p.index;
+        let mut nb = Self::attach(hv, p, HvClient::evtchn_rebind)?;
+        let stats = hv.store_read_str(&format!("{be}/stats"));
+        if let Some(c) = stats
+            .ok()
+            .and_then(|t| serde_json::from_str::<VifCounters>(&t).ok())
+        {
+            nb.counters = c;
+        }
+        let node = format!("{be}/{HANDOVER}");
+        let carried = hv
+            .store_read_str(&node)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Carried>(&t).ok())
+            .unwrap_or_default();
+        let _ = hv.store_rm(&node);
+        for g in carried.mcast {
+            // As the guest asked them: a group the filter refuses now
+            // (not multicast, past its size) is dropped.
+            let _ = nb.mcast.add(g);
+        }
+        nb.resample_multicast(hv);
+        Ok((nb, index))
+    }
+}
