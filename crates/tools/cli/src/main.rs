@@ -192,6 +192,31 @@ enum Cmd {
         /// Domain name, e.g. drv or guest1.
         domain: String,
     },
+    /// Replace a driver domain's program in place, keeping its vifs, ports
+    /// and queues: same process, same domain id, and its guests run no
+    /// handshake.
+    #[command(
+        long_about = "Replace a driver domain's program in place (an upgrade of its netback, bridge \
+        and ports): it stops between two turns of its loop, hands its vifs over (responses \
+        published, counters and multicast groups written to the store, rings unmapped, event \
+        channels left bound) and executes the new program in the same process, which takes the \
+        vifs and its ports back. Its guests run no handshake and keep their TCP connections; \
+        frames from outside wait in the sockets hv keeps. Prints how long the vifs went \
+        unserved. A program that cannot be run leaves the old one serving; one that dies is a \
+        crash, and the domain's restart policy brings it back on the program it ran before. \
+        VMs behind vhost-user ports reconnect as after a crash."
+    )]
+    Upgrade {
+        /// The driver domain, e.g. drv.
+        domain: String,
+        /// The new program (default: the `splitnet-domain` it runs, as on
+        /// disk now); later restarts of the domain run it too.
+        #[arg(long)]
+        exe: Option<PathBuf>,
+        /// Print hv's report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Bring the running instance to a changed topology file, touching
     /// nothing unchanged.
     #[command(
@@ -642,6 +667,7 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Down { .. }
         | Cmd::Demo { .. }
         | Cmd::Restart { .. }
+        | Cmd::Upgrade { .. }
         | Cmd::Apply { .. }
         | Cmd::NetworkAttach { .. }
         | Cmd::NetworkList { .. }
@@ -723,6 +749,7 @@ fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
         Cmd::Down { forget } => lifecycle::down(rd, forget),
         Cmd::Demo { preset, seconds } => lifecycle::demo(rd, preset, seconds),
         Cmd::Restart { domain } => hotplug::restart(rd, &domain),
+        Cmd::Upgrade { domain, exe, json } => hotplug::upgrade(rd, &domain, exe.as_deref(), json),
         Cmd::Apply {
             config,
             dry_run,

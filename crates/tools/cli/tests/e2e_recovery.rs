@@ -5,14 +5,10 @@
 
 mod common;
 
+use common::numbered::{self, DATAGRAMS};
 use common::*;
 use serde_json::Value;
-use std::collections::HashSet;
-use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The interface index of `ifname` in `domain`: the same index means the
 /// same device (a TAP that was not recreated).
@@ -79,60 +75,6 @@ fn a_killed_driver_domain_is_restarted_and_a_tcp_stream_survives_it() {
     assert_nothing_left();
 }
 
-/// Datagrams each way in `lost_nothing_while_the_driver_domain_restarts`,
-/// one every [`GAP`]: 3 s of them, the kill about a third of the way.
-const DATAGRAMS: u32 = 1500;
-const GAP: Duration = Duration::from_millis(2);
-
-/// Sends `DATAGRAMS` numbered datagrams from namespace `ns` to `to`,
-/// counting them in `sent`.
-fn send_numbered(ns: String, to: SocketAddr, sent: Arc<AtomicU32>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        in_namespace(&ns);
-        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
-        for n in 0..DATAGRAMS {
-            let _ = sock.send_to(&n.to_be_bytes(), to);
-            sent.fetch_add(1, Ordering::Relaxed);
-            std::thread::sleep(GAP);
-        }
-    })
-}
-
-/// Receives numbered datagrams on `port` in namespace `ns` until `sent`
-/// reaches `DATAGRAMS` and a second passes with none; the numbers seen.
-fn receive_numbered(ns: String, port: u16, sent: Arc<AtomicU32>) -> JoinHandle<HashSet<u32>> {
-    let sock = {
-        let ns = ns.clone();
-        std::thread::spawn(move || {
-            in_namespace(&ns);
-            UdpSocket::bind(("0.0.0.0", port)).unwrap()
-        })
-        .join()
-        .unwrap()
-    };
-    std::thread::spawn(move || {
-        sock.set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let mut seen = HashSet::new();
-        let mut quiet_since = Instant::now();
-        let mut buf = [0u8; 64];
-        while sent.load(Ordering::Relaxed) < DATAGRAMS
-            || quiet_since.elapsed() < Duration::from_secs(1)
-        {
-            if let Ok((4, _)) = sock.recv_from(&mut buf) {
-                seen.insert(u32::from_be_bytes(buf[..4].try_into().unwrap()));
-                quiet_since = Instant::now();
-            }
-        }
-        seen
-    })
-}
-
-/// Moves the calling thread into network namespace `ns`.
-fn in_namespace(ns: &str) {
-    toolstack::host::enter_netns(ns).unwrap();
-}
-
 /// What arrives while the driver domain restarts waits for it, both ways:
 /// frames from outside in the uplink socket hv keeps, frames from the
 /// guest in its NIC's queue. Without that, datagrams sent during the
@@ -145,19 +87,9 @@ fn lost_nothing_while_the_driver_domain_restarts() {
     };
     env.ok(&["up"]);
     env.ping("guest1", "10.77.0.254", 1);
-    let (g1, wire) = (
-        toolstack::host::netns_name("guest1"),
-        toolstack::host::netns_name("wire"),
-    );
-    let (to_g1, to_wire) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let rx_g1 = receive_numbered(g1.clone(), 7101, to_g1.clone());
-    let rx_wire = receive_numbered(wire.clone(), 7102, to_wire.clone());
-    let tx = [
-        send_numbered(wire, "10.77.0.1:7101".parse().unwrap(), to_g1.clone()),
-        send_numbered(g1, "10.77.0.254:7102".parse().unwrap(), to_wire.clone()),
-    ];
+    let flows = numbered::Flows::start();
     wait_until("the first third sent", Duration::from_secs(10), || {
-        to_g1.load(Ordering::Relaxed) > DATAGRAMS / 3
+        flows.sent() > DATAGRAMS / 3
     });
     let st = env.status();
     let old = domain(&st, "drv")["id"].clone();
@@ -166,12 +98,7 @@ fn lost_nothing_while_the_driver_domain_restarts() {
         let st = env.status();
         domain(&st, "drv")["id"] != old && vif(&st, "guest1")["frontend_state"] == "Connected"
     });
-    for t in tx {
-        t.join().unwrap();
-    }
-    for (what, rx) in [("wire → guest1", rx_g1), ("guest1 → wire", rx_wire)] {
-        let seen = rx.join().unwrap();
-        let missing: Vec<u32> = (0..DATAGRAMS).filter(|n| !seen.contains(n)).collect();
+    for (what, missing) in flows.missing() {
         // The killed domain may have taken one frame each way off a socket
         // or a ring and died before passing it on; nothing else may go.
         assert!(

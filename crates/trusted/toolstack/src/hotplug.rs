@@ -28,6 +28,38 @@ pub fn restart(rd: &Path, domain: &str) -> Result<()> {
     Ok(())
 }
 
+/// `splitnet upgrade DRIVER`: the driver domain replaces its program in
+/// place with `exe` (None: the one it runs, as on disk now); prints how
+/// long its vifs went unserved.
+pub fn upgrade(rd: &Path, domain: &str, exe: Option<&Path>, json: bool) -> Result<()> {
+    let exe = match exe {
+        Some(p) => Some(
+            std::path::absolute(p)
+                .map_err(|e| anyhow!("{}: {e}", p.display()))?
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        None => None,
+    };
+    let text = toolstack(rd)?
+        .upgrade(domain, exe)
+        .map_err(|e| anyhow!("upgrading {domain}: {e}"))?;
+    if json {
+        println!("{text}");
+        return Ok(());
+    }
+    let r: crate::supervisor::UpgradeReport =
+        serde_json::from_str(&text).map_err(|e| anyhow!("hv's report {text:?}: {e}"))?;
+    println!(
+        "{domain} now runs {} (same process, same vifs): its vifs went unserved {:.1} ms, {} queued frames dropped; took {} ms",
+        r.program,
+        r.unserved_us as f64 / 1e3,
+        r.dropped_frames,
+        r.took_ms
+    );
+    Ok(())
+}
+
 /// `splitnet apply`: brings the running topology to `config` (None: the
 /// file hv runs, read again) and prints the plan, as carried out or, with
 /// `dry_run`, as it would be.

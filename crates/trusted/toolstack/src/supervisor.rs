@@ -20,7 +20,10 @@ mod apply;
 mod containers;
 mod launch;
 mod options;
+mod upgrade;
 mod vifs;
+
+pub use upgrade::UpgradeReport;
 
 use crate::host::{self, Cgroup, CgroupLayout, WIRE_IF};
 use crate::store::{setup_vif, Store};
@@ -75,6 +78,9 @@ struct State {
     containers: Vec<containers::Container>,
     /// Each domain's processes reaped so far.
     reaps: HashMap<String, u64>,
+    /// The program a domain runs when it is not [`Supervisor::exe`]: the
+    /// one an upgrade gave it (`upgrade`), for its restarts too.
+    programs: HashMap<String, PathBuf>,
 }
 
 impl State {
@@ -85,6 +91,7 @@ impl State {
         self.reaps.remove(name);
         self.intents.remove(name);
         self.crashes.remove(name);
+        self.programs.remove(name);
     }
 }
 
@@ -101,6 +108,8 @@ pub struct Supervisor {
     source: Source,
     /// Held while an apply runs: a second one is refused.
     applying: Mutex<()>,
+    /// Held while an upgrade runs: a second one is refused.
+    upgrading: Mutex<()>,
     run_dir: PathBuf,
     /// The `splitnet-domain` binary every domain process runs.
     exe: PathBuf,
@@ -140,6 +149,7 @@ impl Supervisor {
             topology: RwLock::new(topology),
             source,
             applying: Mutex::new(()),
+            upgrading: Mutex::new(()),
             run_dir,
             exe,
             layout,
@@ -779,6 +789,9 @@ impl SupervisorHook for Supervisor {
     fn toolstack(&self, req: Request) -> HvResult<Reply> {
         match req {
             Request::RestartDomain { name } => self.restart(&name).map(|()| Reply::Done),
+            Request::UpgradeDomain { name, exe } => self
+                .upgrade(&name, exe)
+                .map(|report| Reply::Value(report.into_bytes())),
             Request::NetworkAttach {
                 guest,
                 mac,

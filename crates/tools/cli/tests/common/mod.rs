@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod lab;
+pub mod numbered;
 
 pub use testutil::files::{curl, random_blob, sha256};
 

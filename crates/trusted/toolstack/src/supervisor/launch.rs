@@ -146,6 +146,7 @@ impl Supervisor {
         sock: SeqPacket,
         link: Option<&HostedLink>,
     ) -> Result<Child, String> {
+        let exe = self.program_of(&d.name);
         let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
         sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&sock.as_fd());
@@ -161,7 +162,7 @@ impl Supervisor {
                 let mut cmd = Command::new("nsenter");
                 cmd.arg(format!("--net={}", c.sandbox.fd_path()))
                     .arg("--")
-                    .arg(&self.exe);
+                    .arg(&exe);
                 cmd.env(ENV_USERNS_FD, inherit(&[userns.as_fd()])?);
                 cmd
             }
@@ -169,7 +170,7 @@ impl Supervisor {
                 let path = host::netns_path(ns);
                 let file = fs::File::open(&path)
                     .map_err(|e| format!("opening {}: {e}", path.display()))?;
-                let mut cmd = Command::new(&self.exe);
+                let mut cmd = Command::new(&exe);
                 sys::netns_on_exec(&mut cmd, file);
                 cmd.env_remove(ENV_USERNS_FD);
                 cmd
@@ -197,7 +198,7 @@ impl Supervisor {
                 sys::set_inheritable(fd, false).map_err(|e| e.to_string())?;
             }
         }
-        r.map_err(|e| format!("spawning {} in {ns}: {e}", self.exe.display()))
+        r.map_err(|e| format!("spawning {} in {ns}: {e}", exe.display()))
     }
 
     /// Tells hv how domain `domid` (`name`, in namespace `ns`) runs and

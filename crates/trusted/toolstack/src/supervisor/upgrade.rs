@@ -1,0 +1,177 @@
+//! `splitnet upgrade DRIVER`: a driver domain replaces its program in
+//! place, its vifs, ports and queues kept (the domain's side is
+//! `driver_domain::driver::upgrade`).
+//!
+//! The toolstack writes the program's path at the domain's
+//! `control/upgrade`, as it asks a Xen domain to shut down at
+//! `control/shutdown`, and waits for the answer at `control/upgrade-result`.
+//! Unlike a restart, the domain keeps its id, process, memory, grants and
+//! event channels, and its guests run no handshake. A domain that dies on
+//! the way is a crash: its restart policy brings it back with the program
+//! it ran before, and the upgrade is reported failed.
+
+use super::{fail, read_node, wait_until, Supervisor};
+use crate::store::Store;
+use crate::topology::DomainKind;
+use hv::error::{ErrorKind, HvError, HvResult};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long the domain has to answer.
+const ANSWER: Duration = Duration::from_secs(10);
+
+/// What `splitnet upgrade` reports, as JSON.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct UpgradeReport {
+    pub domain: String,
+    pub program: String,
+    /// From the old program's last turn to the new one serving every vif.
+    pub unserved_us: u64,
+    /// Frames queued for guests that had no buffer for them at hand-over.
+    pub dropped_frames: u64,
+    /// From the request to the answer.
+    pub took_ms: u64,
+}
+
+impl Supervisor {
+    /// The program domain `name` runs.
+    pub(super) fn program_of(&self, name: &str) -> PathBuf {
+        let given = self.lock().programs.get(name).cloned();
+        given.unwrap_or_else(|| self.exe.clone())
+    }
+
+    /// Replaces driver domain `name`'s program with `exe` (None: the one
+    /// it runs, as found on disk now) in place; one upgrade at a time.
+    pub(super) fn upgrade(&self, name: &str, exe: Option<String>) -> HvResult<String> {
+        let _one = self.upgrading.try_lock().map_err(|_| {
+            fail(
+                ErrorKind::Invalid,
+                "another upgrade is under way; try again when it ends",
+            )
+        })?;
+        if self.config(name)?.kind != DomainKind::Driver {
+            return Err(fail(
+                ErrorKind::Invalid,
+                format!("{name} is not a driver domain: only driver domains are upgraded in place"),
+            ));
+        }
+        let program = match exe {
+            Some(p) => PathBuf::from(p),
+            None => self.program_of(name),
+        };
+        check_program(&program)?;
+        let hv = self.hv()?;
+        let id = Self::domid(&hv, name)?;
+        let (ask, answer) = (
+            abi::xenbus::upgrade_node(id),
+            abi::xenbus::upgrade_result_node(id),
+        );
+        let mut ts = Store::new(&hv);
+        let _ = ts.rm(&answer);
+        let t0 = Instant::now();
+        ts.write(&ask, &program.to_string_lossy())
+            .map_err(|e| fail(ErrorKind::Internal, e))?;
+        let same = || Self::domid(&hv, name).ok() == Some(id);
+        let answered = wait_until(ANSWER, || !same() || read_node(&hv, &answer).is_some());
+        let took_ms = t0.elapsed().as_millis() as u64;
+        let text = read_node(&hv, &answer);
+        let _ = ts.rm(&answer);
+        let report = match (answered, same(), text) {
+            (_, false, _) => Err(format!(
+                "driver domain {name} died during its upgrade to {}; its restart policy brings it back on the program it ran before (see its log)",
+                program.display()
+            )),
+            (false, true, _) => {
+                let _ = ts.rm(&ask);
+                Err(format!(
+                    "driver domain {name} did not answer its upgrade within {} s (see its log)",
+                    ANSWER.as_secs()
+                ))
+            }
+            (true, true, Some(t)) => parse_answer(&t).map(|(unserved_us, dropped_frames)| {
+                UpgradeReport {
+                    domain: name.to_string(),
+                    program: program.display().to_string(),
+                    unserved_us,
+                    dropped_frames,
+                    took_ms,
+                }
+            }),
+            (true, true, None) => Err("the answer vanished".to_string()),
+        }
+        .map_err(|e| fail(ErrorKind::Internal, e))?;
+        self.lock().programs.insert(name.to_string(), program);
+        hv::log!(
+            Notice,
+            "driver domain {name} upgraded in place to {}: its vifs unserved {} µs",
+            report.program,
+            report.unserved_us
+        );
+        serde_json::to_string(&report).map_err(|e| HvError::internal("upgrade report", e))
+    }
+}
+
+/// The domain's answer: `ok <unserved µs> <dropped frames>`, or
+/// `failed: <why>`.
+fn parse_answer(text: &str) -> Result<(u64, u64), String> {
+    if let Some(why) = text.strip_prefix("failed: ") {
+        return Err(format!("the upgrade failed: {why}"));
+    }
+    let mut f = text.strip_prefix("ok ").unwrap_or("").split(' ');
+    match (
+        f.next().and_then(|v| v.parse().ok()),
+        f.next().and_then(|v| v.parse().ok()),
+    ) {
+        (Some(us), Some(dropped)) => Ok((us, dropped)),
+        _ => Err(format!("the driver domain answered {text:?}")),
+    }
+}
+
+/// A program a domain can run: an absolute path to an executable file.
+fn check_program(p: &Path) -> HvResult<()> {
+    let bad = |why: String| Err(fail(ErrorKind::Invalid, format!("{}: {why}", p.display())));
+    if !p.is_absolute() {
+        return bad("the program must be given by an absolute path".into());
+    }
+    match std::fs::metadata(p) {
+        Ok(m) if !m.is_file() => bad("not a file".into()),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => bad("not executable".into()),
+        Ok(_) => Ok(()),
+        Err(e) => bad(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_read_or_refused_by_name() {
+        assert_eq!(parse_answer("ok 1234 2"), Ok((1234, 2)));
+        let e = parse_answer("failed: could not run /x: No such file").unwrap_err();
+        assert!(
+            e.contains("upgrade failed: could not run /x: No such file"),
+            "{e}"
+        );
+        let e = parse_answer("ok x").unwrap_err();
+        assert!(e.contains("answered \"ok x\""), "{e}");
+    }
+
+    #[test]
+    fn a_program_must_be_an_absolute_executable_file() {
+        let e = check_program(Path::new("splitnet-domain")).unwrap_err();
+        assert!(e.to_string().contains("absolute path"), "{e}");
+        let e = check_program(Path::new("/nonexistent/splitnet-domain")).unwrap_err();
+        assert!(e.to_string().contains("No such file"), "{e}");
+        let plain = std::env::temp_dir().join(format!("splitnet-plain-{}", std::process::id()));
+        std::fs::write(&plain, "not a program").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = check_program(&plain).unwrap_err();
+        let _ = std::fs::remove_file(&plain);
+        assert!(e.to_string().contains("not executable"), "{e}");
+        let e = check_program(&std::env::temp_dir()).unwrap_err();
+        assert!(e.to_string().contains("not a file"), "{e}");
+        check_program(Path::new("/bin/sh")).unwrap();
+    }
+}
