@@ -16,8 +16,11 @@
 //!   descriptors and resident memory before and after.
 //! - **apply** (`apply.rs`): a guest added and removed among 32 while
 //!   three others stream, and a long seeded random sequence of applies.
+//! - **upgrades** (`upgrade.rs`): the driver domain upgraded in place
+//!   during a stream each way; the longest gap in each direction.
 
 mod apply;
+mod upgrade;
 
 use crate::harness::{self, Args, Output};
 use crate::machine::PaperMachine;
@@ -49,6 +52,11 @@ pub struct FaultsOptions {
     /// Steps of the random apply sequence, and its seed.
     pub apply_steps: usize,
     pub apply_seed: u64,
+    /// Driver-domain upgrades in place during streams.
+    pub upgrades: usize,
+    /// The experiments to run, of [`EXPERIMENTS`] (`--workloads`; empty:
+    /// all).
+    pub only: Vec<String>,
     pub progress: bool,
 }
 
@@ -67,10 +75,20 @@ impl FaultsOptions {
             apply_runs: if quick { 1 } else { 3 },
             apply_steps: if quick { 100 } else { 1000 },
             apply_seed: 1,
+            upgrades: if quick { 3 } else { 10 },
+            only: Vec::new(),
             progress: true,
         }
     }
+
+    /// Whether experiment `name` runs.
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
 }
+
+/// The suite's experiments, as `--workloads` names them.
+pub const EXPERIMENTS: [&str; 5] = ["kills", "http", "hotplug", "apply", "upgrades"];
 
 /// One driver-domain kill during a stream each way.
 #[derive(Debug, Serialize)]
@@ -127,9 +145,10 @@ pub struct FaultsReport {
     pub kills: Vec<Kill>,
     pub median_outage_ms: f64,
     pub median_reconnect_ms: f64,
-    pub http: Http,
-    pub hotplug: Hotplug,
-    pub apply: apply::ApplyReport,
+    pub http: Option<Http>,
+    pub hotplug: Option<Hotplug>,
+    pub apply: Option<apply::ApplyReport>,
+    pub upgrades: Option<upgrade::Upgrades>,
 }
 
 /// A topology brought up for one experiment; down when dropped.
@@ -401,12 +420,7 @@ fn say(opts: &FaultsOptions, msg: &str) {
 
 /// Driver-domain kills during iperf3 streams.
 fn kills(opts: &FaultsOptions) -> Result<Vec<Kill>> {
-    let mut up = Up::new(opts)?;
-    let srv = up.spawn("wire", &["iperf3", "-s", "-B", "10.77.0.254"])?;
-    wait_for("iperf3 to listen", Duration::from_secs(10), || {
-        crate::netenv::listening(&toolstack::host::netns_name("wire"), 5201).unwrap_or(false)
-    })?;
-    let mut ts = up.toolstack()?;
+    let (mut up, srv, mut ts) = with_iperf3_server(opts)?;
     let mut out = Vec::new();
     for k in 0..opts.kills {
         let kill = one_kill(&mut up, &mut ts, srv)?;
@@ -428,13 +442,27 @@ fn kills(opts: &FaultsOptions) -> Result<Vec<Kill>> {
     Ok(out)
 }
 
-/// One driver-domain kill in the middle of an iperf3 stream each way
-/// (`--bidir`) between guest1 and the wire host (iperf3 server `srv`):
-/// when bytes flow again each way, read from the interface counters every
-/// millisecond; when guest1's vif is Connected again; and how many
-/// retransmission timeouts the two ends' TCP took (a frame lost to the
-/// restart at the tail of a flight costs one, 200 ms at least).
-fn one_kill(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32) -> Result<Kill> {
+/// A fresh default topology with an iperf3 server on the wire host,
+/// listening: the server's pid, and the toolstack.
+pub(crate) fn with_iperf3_server(opts: &FaultsOptions) -> Result<(Up<'_>, u32, Toolstack)> {
+    let mut up = Up::new(opts)?;
+    let srv = up.spawn("wire", &["iperf3", "-s", "-B", "10.77.0.254"])?;
+    wait_for("iperf3 to listen", Duration::from_secs(10), || {
+        crate::netenv::listening(&toolstack::host::netns_name("wire"), 5201).unwrap_or(false)
+    })?;
+    let ts = up.toolstack()?;
+    Ok((up, srv, ts))
+}
+
+/// Starts an iperf3 stream each way (`--bidir`, `secs` long) between
+/// guest1 and the wire host's server `srv`, and returns once 16 MiB have
+/// reached the wire host: guest1's pid and the client's.
+pub(crate) fn start_bidir(
+    up: &mut Up<'_>,
+    ts: &mut Toolstack,
+    srv: u32,
+    secs: &str,
+) -> Result<(u32, u32)> {
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
     let g1 = domain_pid(&s, "guest1")
         .ok_or_else(|| anyhow!("guest1 is not running"))?
@@ -442,11 +470,22 @@ fn one_kill(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32) -> Result<Kill> {
     let start = if_bytes(srv, "eth0", false).unwrap_or(0);
     let client = up.spawn(
         "guest1",
-        &["iperf3", "-c", "10.77.0.254", "-t", "4", "--bidir"],
+        &["iperf3", "-c", "10.77.0.254", "-t", secs, "--bidir"],
     )?;
     wait_for("the stream to flow", Duration::from_secs(10), || {
         if_bytes(srv, "eth0", false).unwrap_or(0) > start + (16 << 20)
     })?;
+    Ok((g1, client))
+}
+
+/// One driver-domain kill in the middle of an iperf3 stream each way
+/// (`--bidir`) between guest1 and the wire host (iperf3 server `srv`):
+/// when bytes flow again each way, read from the interface counters every
+/// millisecond; when guest1's vif is Connected again; and how many
+/// retransmission timeouts the two ends' TCP took (a frame lost to the
+/// restart at the tail of a flight costs one, 200 ms at least).
+fn one_kill(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32) -> Result<Kill> {
+    let (g1, client) = start_bidir(up, ts, srv, "4")?;
     let rto_before = tcp_timeouts(srv) + tcp_timeouts(g1);
     let (t0, old) = kill_driver(ts)?;
     // Traffic is the stream's data, not the few small frames (neighbour
@@ -721,58 +760,166 @@ fn hotplug(opts: &FaultsOptions) -> Result<Hotplug> {
 
 /// Runs the three experiments.
 pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
-    say(
-        opts,
-        &format!("{} driver-domain kills during iperf3 streams", opts.kills),
-    );
-    let kills = kills(opts)?;
-    say(
-        opts,
-        &format!(
-            "a {} MiB HTTP download through {} kills",
-            opts.http_mib, opts.http_kills
-        ),
-    );
-    let http = http(opts)?;
-    say(
-        opts,
-        &format!("{} network-attach/detach cycles", opts.cycles),
-    );
-    let hotplug = hotplug(opts)?;
-    say(
-        opts,
-        &format!(
-            "apply: one guest among {} and {} random applies",
-            apply::MANY,
-            opts.apply_steps
-        ),
-    );
-    let apply = apply::run(opts)?;
+    if let Some(bad) = opts
+        .only
+        .iter()
+        .find(|o| !EXPERIMENTS.contains(&o.as_str()))
+    {
+        bail!("bench faults has no experiment {bad:?}; it has {EXPERIMENTS:?}");
+    }
+    let kills = match opts.wants("kills") {
+        true => {
+            say(
+                opts,
+                &format!("{} driver-domain kills during iperf3 streams", opts.kills),
+            );
+            kills(opts)?
+        }
+        false => Vec::new(),
+    };
+    let http = opts.wants("http").then(|| {
+        say(
+            opts,
+            &format!(
+                "a {} MiB HTTP download through {} kills",
+                opts.http_mib, opts.http_kills
+            ),
+        );
+        http(opts)
+    });
+    let hotplug = opts.wants("hotplug").then(|| {
+        say(
+            opts,
+            &format!("{} network-attach/detach cycles", opts.cycles),
+        );
+        hotplug(opts)
+    });
+    let apply = opts.wants("apply").then(|| {
+        say(
+            opts,
+            &format!(
+                "apply: one guest among {} and {} random applies",
+                apply::MANY,
+                opts.apply_steps
+            ),
+        );
+        apply::run(opts)
+    });
+    let upgrades = opts.wants("upgrades").then(|| {
+        say(
+            opts,
+            &format!(
+                "{} driver-domain upgrades in place during streams",
+                opts.upgrades
+            ),
+        );
+        upgrade::run(opts)
+    });
     let outages: Vec<f64> = kills.iter().map(|k| k.outage_ms).collect();
     let reconnects: Vec<f64> = kills.iter().map(|k| k.reconnect_ms).collect();
     Ok(FaultsReport {
         median_outage_ms: median(&outages),
         median_reconnect_ms: median(&reconnects),
         kills,
-        http,
-        hotplug,
-        apply,
+        http: http.transpose()?,
+        hotplug: hotplug.transpose()?,
+        apply: apply.transpose()?,
+        upgrades: upgrades.transpose()?,
     })
 }
 
 impl FaultsReport {
     /// Whether every target of the suite was met.
     pub fn passed(&self) -> bool {
-        self.median_outage_ms < 1000.0
-            && self.kills.iter().all(|k| k.stream_ok)
-            && self.http.sha256_match
-            && self.http.kills > 0
-            && self.hotplug.leaked().is_empty()
-            && self.apply.passed()
+        self.failed().is_empty()
+    }
+
+    /// The targets not met, by name.
+    pub fn failed(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        if !self.kills.is_empty()
+            && (self.median_outage_ms >= 1000.0 || !self.kills.iter().all(|k| k.stream_ok))
+        {
+            f.push("kills: outage or a stream".to_string());
+        }
+        if self
+            .http
+            .as_ref()
+            .is_some_and(|h| !h.sha256_match || h.kills == 0)
+        {
+            f.push("http: the download".to_string());
+        }
+        if let Some(leaked) = self
+            .hotplug
+            .as_ref()
+            .map(Hotplug::leaked)
+            .filter(|l| !l.is_empty())
+        {
+            f.push(format!("hotplug leaked {leaked:?}"));
+        }
+        if let Some(a) = self.apply.as_ref().filter(|a| !a.passed()) {
+            let disturbed: Vec<&String> = a
+                .streams
+                .iter()
+                .filter(|d| !d.within_noise())
+                .map(|d| &d.guest)
+                .collect();
+            f.push(format!(
+                "apply leaked {:?}, disturbed {disturbed:?}",
+                a.before.leaked(&a.after)
+            ));
+        }
+        if self.upgrades.as_ref().is_some_and(|u| !u.passed()) {
+            f.push("upgrades: the longest gap or a stream".to_string());
+        }
+        f
     }
 
     /// A Markdown summary.
     pub fn table(&self) -> String {
+        let mut s = self.kills_table();
+        if let Some(h) = &self.http {
+            s += &format!(
+                "### HTTP download through driver-domain kills\n\n{} MiB in {:.1} s through {} kills: SHA-256 {}.\n\n",
+                h.mib,
+                h.seconds,
+                h.kills,
+                if h.sha256_match { "matches" } else { "differs" }
+            );
+        }
+        if let Some(p) = &self.hotplug {
+            s += &format!(
+                "### {} network-attach/detach cycles\n\nMedian attach {:.1} ms, detach {:.1} ms (each returns once both ends are Connected, or Closed).\n\n",
+                p.cycles, p.attach_ms_median, p.detach_ms_median
+            );
+            s += "| hv resource | before | after |\n|---|---|---|\n";
+            for (name, b, a) in p.rows() {
+                s += &format!("| {name} | {b} | {a} |\n");
+            }
+        }
+        if let Some(a) = &self.apply {
+            s += &a.table();
+        }
+        if let Some(u) = &self.upgrades {
+            s += &u.table();
+        }
+        let failed = self.failed();
+        s += &format!(
+            "\nResult: {}\n",
+            if failed.is_empty() {
+                "every target met".to_string()
+            } else {
+                format!("NOT MET ({})", failed.join("; "))
+            }
+        );
+        s
+    }
+
+    /// The kills' table, if they ran.
+    fn kills_table(&self) -> String {
+        if self.kills.is_empty() {
+            return String::new();
+        }
         let mut s = String::from("### Driver-domain kills during an iperf3 stream each way\n\n");
         s += "| kill | outage guest1 → wire (ms) | outage wire → guest1 (ms) | vif reconnected (ms) | retransmission timeouts | stream |\n|---|---|---|---|---|---|\n";
         for (i, k) in self.kills.iter().enumerate() {
@@ -795,42 +942,6 @@ impl FaultsReport {
             "\nMedian outage {:.0} ms (target < 1000 ms); median reconnect {:.0} ms; {rto} retransmission timeouts in all (frames the restart lost at a flight's tail).\n\n",
             self.median_outage_ms, self.median_reconnect_ms
         );
-        let h = &self.http;
-        s += &format!(
-            "### HTTP download through driver-domain kills\n\n{} MiB in {:.1} s through {} kills: SHA-256 {}.\n\n",
-            h.mib,
-            h.seconds,
-            h.kills,
-            if h.sha256_match { "matches" } else { "differs" }
-        );
-        let p = &self.hotplug;
-        s += &format!(
-            "### {} network-attach/detach cycles\n\nMedian attach {:.1} ms, detach {:.1} ms (each returns once both ends are Connected, or Closed).\n\n",
-            p.cycles, p.attach_ms_median, p.detach_ms_median
-        );
-        s += "| hv resource | before | after |\n|---|---|---|\n";
-        for (name, b, a) in p.rows() {
-            s += &format!("| {name} | {b} | {a} |\n");
-        }
-        s += &self.apply.table();
-        s += &format!(
-            "\nResult: {}\n",
-            if self.passed() {
-                "every target met".to_string()
-            } else {
-                format!(
-                    "NOT MET (hotplug leaked: {:?}; apply leaked: {:?}; streams disturbed: {:?})",
-                    p.leaked(),
-                    self.apply.before.leaked(&self.apply.after),
-                    self.apply
-                        .streams
-                        .iter()
-                        .filter(|d| !d.within_noise())
-                        .map(|d| &d.guest)
-                        .collect::<Vec<_>>()
-                )
-            }
-        );
         s
     }
 
@@ -849,10 +960,17 @@ impl FaultsReport {
                 range: None,
             });
         }
+        for (i, u) in self.upgrades.iter().flat_map(|u| &u.runs).enumerate() {
+            bars.push(Bar {
+                label: format!("upgrade {}: longest gap", i + 1),
+                value: u.gap_out_ms.max(u.gap_in_ms),
+                range: None,
+            });
+        }
         plot::hbars(
-            "Driver domain killed mid-stream: time until recovery",
+            "Driver domain killed, or upgraded in place, mid-stream: time until recovery",
             "ms",
-            "SIGKILL to the wire host receiving again, and to both vif ends Connected",
+            "SIGKILL to the wire host receiving again, and to both vif ends Connected; an upgrade's longest gap in either direction",
             &bars,
         )
     }
@@ -915,11 +1033,9 @@ impl harness::Suite for FaultsSuite {
     }
 
     fn run(&self, a: &Args) -> Result<Output> {
-        let r = run(&FaultsOptions::new(
-            a.exe.clone(),
-            a.run_dir.clone(),
-            a.quick,
-        ))?;
+        let mut opts = FaultsOptions::new(a.exe.clone(), a.run_dir.clone(), a.quick);
+        opts.only = a.workloads.clone();
+        let r = run(&opts)?;
         if !r.passed() {
             eprintln!("bench faults: a target was not met (see the table)");
         }
