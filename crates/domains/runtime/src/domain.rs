@@ -78,6 +78,19 @@ pub fn main() -> Result<()> {
 /// (`splitnet upgrade`): already jailed and known to hv, it resumes on the
 /// control socket it kept, and takes over its vifs.
 fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<()> {
+    // The jail is inherited, not entered again: refuse to run without it.
+    let status = std::fs::read_to_string("/proc/self/status").context("/proc/self/status")?;
+    let has = |line: &str| {
+        status
+            .lines()
+            .any(|l| l.split_whitespace().eq(line.split(' ')))
+    };
+    if !has("Seccomp: 2") || !has("NoNewPrivs: 1") {
+        anyhow::bail!(
+            "{} is set, but this process is not jailed (no seccomp filter or no_new_privs): only a driver domain's own program sets it",
+            driver_domain::driver::ENV_RESUME
+        );
+    }
     let mut hv = HvClient::resume(sock).map_err(|e| anyhow!("resume: {e}"))?;
     let id = hv.domid();
     eprintln!(

@@ -3,9 +3,7 @@
 
 use crate::batch::{self, BatchKind};
 use crate::error::{err, ErrorKind, HvError, HvResult};
-use crate::proto::{
-    self, ContainerAttach, DomId, Port, Reply, Request, Response, WatchFired, Welcome,
-};
+use crate::proto::{self, ContainerAttach, DomId, Reply, Request, Response, WatchFired, Welcome};
 use crate::status::SystemStatus;
 use crate::trace::{self, DomainEvent, TraceSnapshot, Tracer};
 use abi::grant::{
@@ -615,56 +613,6 @@ impl HvClient {
         };
         let _ = self.unwatch(&format!("{dev}/state"), &token);
         result
-    }
-
-    // -- event channels --
-
-    fn evtchn(&mut self, req: Request) -> HvResult<EventChannel> {
-        let (reply, fds) = self.chan.call(&req)?;
-        let Reply::Evtchn { port, end } = reply else {
-            return err(
-                ErrorKind::Internal,
-                "unexpected reply to event-channel call",
-            );
-        };
-        let [page, own, own_ring, peer] = take_fds::<4>(fds)?;
-        let page = io(
-            "mapping channel page",
-            Mapping::new(page.as_fd(), 0, PAGE_SIZE, true),
-        )?;
-        Ok(EventChannel::new(
-            (port, end),
-            page,
-            [own, own_ring, peer].map(Doorbell::from_fd),
-            self.tracer.clone(),
-        ))
-    }
-    /// EVTCHNOP_alloc_unbound: a port `remote` may bind to.
-    pub fn evtchn_alloc_unbound(&mut self, remote: DomId) -> HvResult<EventChannel> {
-        self.evtchn(Request::EvtchnAllocUnbound { remote })
-    }
-    /// EVTCHNOP_bind_interdomain.
-    pub fn evtchn_bind(&mut self, remote: DomId, remote_port: Port) -> HvResult<EventChannel> {
-        self.evtchn(Request::EvtchnBindInterdomain {
-            remote,
-            remote_port,
-        })
-    }
-    /// The port this domain bound to `remote`'s `remote_port` before it
-    /// resumed in place ([`HvClient::resume`]), untouched.
-    pub fn evtchn_rebind(&mut self, remote: DomId, remote_port: Port) -> HvResult<EventChannel> {
-        self.evtchn(Request::EvtchnRebind {
-            remote,
-            remote_port,
-        })
-    }
-    /// EVTCHNOP_send through hv (the slow path).
-    pub fn evtchn_send(&mut self, port: Port) -> HvResult<()> {
-        self.chan.done(&Request::EvtchnSend { port })
-    }
-    /// EVTCHNOP_close.
-    pub fn evtchn_close(&mut self, ch: EventChannel) -> HvResult<()> {
-        self.chan.done(&Request::EvtchnClose { port: ch.port })
     }
 
     // -- grants --

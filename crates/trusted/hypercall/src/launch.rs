@@ -18,6 +18,10 @@ pub const ENV_HVM_DM_FD: &str = "SPLITNET_HVM_DM_FD";
 /// namespace, which the host's user namespace owns, so that namespace's
 /// owner cannot be its jail's (`jail::enter`).
 pub const ENV_USERNS_FD: &str = "SPLITNET_USERNS_FD";
+/// Set by a driver domain for the program it becomes in place (`splitnet
+/// upgrade`): the monotonic clock (µs) when it stopped serving, and the
+/// frames it dropped handing over. hv never passes it to a domain it starts.
+pub const ENV_RESUME: &str = "SPLITNET_RESUME";
 
 /// A domain's uid and gid on the host are this plus its domain id (its
 /// first one, which its restarts keep): far above login accounts and the

@@ -320,6 +320,12 @@ pub fn syscalls(role: Role) -> SyscallFilter {
         | libc::CLONE_NEWCGROUP) as u64;
     f.allow_arg_without(libc::SYS_clone, 0, ns)
         .expect("a valid condition");
+    if role != Role::VmApp {
+        // The loader and Rust's start-up read their own limits (pid 0);
+        // another process's are none of a domain's business.
+        f.allow_arg_in(libc::SYS_prlimit64, 0, &[0])
+            .expect("a valid condition");
+    }
     f.absent(libc::SYS_clone3);
     let families: &[i32] = match role {
         Role::Guest | Role::VirtioGuest => &[
@@ -454,7 +460,8 @@ const KEPT_PORTS: &[libc::c_long] = &[libc::SYS_getsockname];
 /// Rust's start-up call before it reaches its own code. A guest runs `ip`;
 /// a driver domain replaces its own program in place (`splitnet upgrade`).
 /// The filter, the user namespace and `no_new_privs` stay across the exec,
-/// so the program holds nothing its caller did not.
+/// so the program holds nothing its caller did not. (`prlimit64` too, on
+/// the calling process only: `syscalls`.)
 const EXEC: &[libc::c_long] = &[
     libc::SYS_execve,
     libc::SYS_access,
@@ -466,7 +473,6 @@ const EXEC: &[libc::c_long] = &[
     libc::SYS_newfstatat,
     libc::SYS_pread64,
     libc::SYS_getrandom,
-    libc::SYS_prlimit64,
     libc::SYS_rt_sigprocmask,
     libc::SYS_rt_sigaction,
     libc::SYS_getuid,

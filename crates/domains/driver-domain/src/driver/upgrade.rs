@@ -25,9 +25,7 @@ const DRAIN: Duration = Duration::from_millis(2);
 
 /// Watch token of `control/upgrade`.
 pub(super) const UPGRADE: &str = "upgrade";
-/// Set for the next program: the monotonic clock (µs) when the old one
-/// stopped serving, and the frames it dropped handing over.
-pub const ENV_RESUME: &str = "SPLITNET_RESUME";
+pub use hypercall::launch::ENV_RESUME;
 
 pub use abi::xenbus::{upgrade_node, upgrade_result_node as result_node};
 
@@ -45,21 +43,31 @@ impl Driver {
         let (handed, dropped) = self.hand_over(hv);
         let why = become_program(hv, &exe, stopped, dropped);
         eprintln!("driver: could not run {exe:?}: {why}; this program goes on");
+        // The request goes first and the answer last, once the vifs are
+        // served again: an upgrade asked after the answer is not lost.
+        let _ = hv.store_rm(&upgrade_node(me));
+        self.take_back(hv, &handed);
         let _ = hv.store_write(
             &result_node(me),
             &format!("failed: could not run {exe}: {why}; the old program serves on"),
         );
-        let _ = hv.store_rm(&upgrade_node(me));
-        self.take_back(hv, &handed);
         Ok(())
     }
 
-    /// Hands every connected vif over; returns their slots and the frames
-    /// dropped. Frames
+    /// Hands every connected vif over, dedicated queues given back first;
+    /// returns their slots and the frames dropped. Frames
     /// queued for a guest first wait up to [`DRAIN`] for its buffers (it
     /// posts more as it reads what it was given); the ports are not read
     /// meanwhile, so nothing new queues.
     fn hand_over(&mut self, hv: &mut HvClient) -> (Vec<usize>, u64) {
+        // Dedicated queues go first: what they hold goes to the vifs, their
+        // MACs back to the default queue, whose socket hv keeps, so frames
+        // arriving meanwhile wait there for the next program.
+        self.service_queues();
+        for i in 0..self.vifs.len() {
+            self.drop_queue(i, None);
+        }
+        self.close_queues(hv);
         let deadline = Instant::now() + DRAIN;
         loop {
             let mut queued = 0;
@@ -93,15 +101,12 @@ impl Driver {
     }
 
     /// After a failed `execve`: the vifs `handed` over are taken back in
-    /// place, as the next program would have; one that cannot be is closed
-    /// with the reason, so its frontend does not wait on no one.
+    /// place, as the next program would have, with their queues; one that
+    /// cannot be is closed with the reason, so its frontend does not wait
+    /// on no one.
     fn take_back(&mut self, hv: &mut HvClient, handed: &[usize]) {
         for &i in handed {
             let (guest, be) = (self.vifs[i].nb.guest, self.vifs[i].nb.be.clone());
-            // Its dedicated queue, if any, goes and comes back with it:
-            // the new backend starts without one.
-            self.drop_queue(i, None);
-            self.close_queues(hv);
             match Netback::resume(hv, guest, &be) {
                 Ok((nb, _)) => {
                     self.vifs[i].bells = self.events.watch_vif(i, &nb);
@@ -117,9 +122,11 @@ impl Driver {
     }
 
     /// In the new program: takes over every vif the old one left
-    /// Connected, and answers the toolstack with the time no one served
-    /// them. A vif that cannot be taken back is closed with the reason, as
-    /// one whose frontend broke the protocol is, and the answer says so.
+    /// Connected (acknowledging options the toolstack changed meanwhile),
+    /// reads the uplinks at once, and answers the toolstack with the time
+    /// no one served the vifs. A vif that cannot be taken back is closed
+    /// with the reason, as one whose frontend broke the protocol is, and
+    /// the answer says so.
     pub(super) fn resume(&mut self, hv: &mut HvClient, since: Since) -> Result<(), DriverError> {
         let (connected, probed) = backends(hv, &self.base);
         // Handshakes the old program had begun start again from the probe
@@ -130,40 +137,54 @@ impl Driver {
         }
         let mut lost = Vec::new();
         for (guest, be) in connected {
-            let attach = match super::vifs::vif_attach(hv, &be, &mut self.bridge) {
-                Ok(a) => a,
-                Err(e) => {
-                    lost.push(format!("{}: {e}", crate::vif_name(&be)));
-                    crate::netback::give_up(hv, &be, &crate::netback::NetbackError::Protocol(e));
-                    continue;
-                }
-            };
-            match Netback::resume(hv, guest, &be) {
-                Ok((nb, index)) => self.add_vif(hv, nb, attach, index)?,
-                Err(e) => {
-                    lost.push(format!("{}: {e}", crate::vif_name(&be)));
-                    crate::netback::give_up(hv, &be, &e);
-                }
+            if let Err(why) = self.take_over(hv, guest, &be) {
+                lost.push(format!("{}: {why}", crate::vif_name(&be)));
             }
         }
+        // Every vif that was connected is back: frames from outside may
+        // come (a re-probed vif or a VM reconnecting is not waited for).
+        self.ports.release();
+        self.ports.reopen(hv, &self.events);
         let me = hv.domid();
         let gap = sys::signals::monotonic_usec().saturating_sub(since.stopped);
+        let start = since.started.saturating_sub(since.stopped);
         let answer = if lost.is_empty() {
             format!("ok {gap} {}", since.dropped)
         } else {
             format!(
-                "failed: the new program could not take back {} (closed; `splitnet restart` reconnects them)",
+                "partial {gap} {} the new program could not take back {} (closed; `splitnet restart` reconnects them)",
+                since.dropped,
                 lost.join("; ")
             )
         };
         eprintln!(
-            "driver: resumed in place after {gap} µs ({} µs to start the program, {} µs to take back its ports and vifs): {answer}",
-            since.started.saturating_sub(since.stopped),
-            gap.saturating_sub(since.started.saturating_sub(since.stopped))
+            "driver: resumed in place after {gap} µs ({start} µs to start the program, {} µs to take back its ports and vifs): {answer}",
+            gap.saturating_sub(start)
         );
-        hv.store_write(&result_node(me), &answer)?;
         hv.store_rm(&upgrade_node(me))?;
+        hv.store_write(&result_node(me), &answer)?;
         Ok(())
+    }
+
+    /// Takes vif `be` of `guest` back into a slot of its own; on failure it
+    /// is closed with the reason (its ports too), which is returned.
+    fn take_over(&mut self, hv: &mut HvClient, guest: DomId, be: &str) -> Result<(), String> {
+        let nb = super::vifs::vif_attach(hv, be, &mut self.bridge)
+            .map_err(crate::netback::NetbackError::Protocol)
+            .and_then(|attach| Ok((attach, Netback::resume(hv, guest, be)?)));
+        match nb {
+            Ok((attach, (nb, index))) => {
+                self.add_vif(hv, nb, attach, index)
+                    .map_err(|e| e.to_string())?;
+                self.take_options(hv, be);
+                Ok(())
+            }
+            Err(e) => {
+                crate::netback::handover::abandon(hv, be);
+                crate::netback::give_up(hv, be, &e);
+                Err(e.to_string())
+            }
+        }
     }
 }
 

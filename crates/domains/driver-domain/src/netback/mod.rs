@@ -23,7 +23,7 @@
 //! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
 
 mod grants;
-mod handover;
+pub mod handover;
 mod header;
 mod hold;
 mod mq;

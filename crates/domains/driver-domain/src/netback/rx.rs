@@ -161,6 +161,15 @@ pub(super) struct LroState {
 }
 
 impl LroState {
+    /// Starts the coalescer's counts where a previous program of the
+    /// driver domain left them (an upgrade in place).
+    pub(super) fn carry_counts(&mut self, merged: u64, flushed: u64) {
+        if let Some(c) = self.coalescer.as_mut() {
+            c.stats.merged = merged;
+            c.stats.flushed = flushed;
+        }
+    }
+
     pub(super) fn new(asked: bool, guest: Offloads) -> LroState {
         let takes_gso = guest.accepts_gso(GsoKind::TcpV4) && guest.accepts_gso(GsoKind::TcpV6);
         let (coalescer, off) = match (asked, takes_gso) {

@@ -1,15 +1,16 @@
 //! One end of an event channel, as a domain holds it: the shared page's
-//! pending and mask words, and the doorbells that carry the wake-ups.
+//! pending and mask words, and the doorbells that carry the wake-ups; and
+//! the hypercalls that make, take back and close one.
 
-use super::io;
-use crate::error::HvResult;
+use super::{io, take_fds};
+use crate::error::{err, ErrorKind, HvResult};
 use crate::evtchn::{self, STATE_CLOSED, STATE_OFF};
-use crate::proto::Port;
+use crate::proto::{DomId, Port, Reply, Request};
 use crate::trace::{self, DomainEvent, Tracer};
 use abi::SharedMemory;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
-use sys::{Doorbell, Mapping};
+use sys::{Doorbell, Mapping, PAGE_SIZE};
 
 /// One end of a bound event channel.
 pub struct EventChannel {
@@ -115,5 +116,61 @@ impl EventChannel {
     /// The descriptor to poll for notifications.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.own.as_fd()
+    }
+}
+
+/// The event-channel hypercalls (EVTCHNOP_*).
+impl super::HvClient {
+    fn evtchn(&mut self, req: Request) -> HvResult<EventChannel> {
+        let (reply, fds) = self.chan.call(&req)?;
+        let Reply::Evtchn { port, end } = reply else {
+            return err(
+                ErrorKind::Internal,
+                "unexpected reply to event-channel call",
+            );
+        };
+        let [page, own, own_ring, peer] = take_fds::<4>(fds)?;
+        let page = io(
+            "mapping channel page",
+            Mapping::new(page.as_fd(), 0, PAGE_SIZE, true),
+        )?;
+        Ok(EventChannel::new(
+            (port, end),
+            page,
+            [own, own_ring, peer].map(Doorbell::from_fd),
+            self.tracer.clone(),
+        ))
+    }
+    /// EVTCHNOP_alloc_unbound: a port `remote` may bind to.
+    pub fn evtchn_alloc_unbound(&mut self, remote: DomId) -> HvResult<EventChannel> {
+        self.evtchn(Request::EvtchnAllocUnbound { remote })
+    }
+    /// EVTCHNOP_bind_interdomain.
+    pub fn evtchn_bind(&mut self, remote: DomId, remote_port: Port) -> HvResult<EventChannel> {
+        self.evtchn(Request::EvtchnBindInterdomain {
+            remote,
+            remote_port,
+        })
+    }
+    /// The port this domain bound to `remote`'s `remote_port` before it
+    /// resumed in place ([`HvClient::resume`]), untouched.
+    pub fn evtchn_rebind(&mut self, remote: DomId, remote_port: Port) -> HvResult<EventChannel> {
+        self.evtchn(Request::EvtchnRebind {
+            remote,
+            remote_port,
+        })
+    }
+    /// EVTCHNOP_send through hv (the slow path).
+    pub fn evtchn_send(&mut self, port: Port) -> HvResult<()> {
+        self.chan.done(&Request::EvtchnSend { port })
+    }
+    /// EVTCHNOP_close.
+    pub fn evtchn_close(&mut self, ch: EventChannel) -> HvResult<()> {
+        self.evtchn_close_port(ch.port)
+    }
+    /// EVTCHNOP_close of this domain's `port` by number, for a port whose
+    /// handle a previous program of the domain held ([`HvClient::resume`]).
+    pub fn evtchn_close_port(&mut self, port: Port) -> HvResult<()> {
+        self.chan.done(&Request::EvtchnClose { port })
     }
 }

@@ -176,6 +176,8 @@ impl Supervisor {
                 cmd
             }
         };
+        // Only a driver domain's own predecessor says it resumes.
+        cmd.env_remove(hypercall::launch::ENV_RESUME);
         cmd.env(ENV_HV_FD, fd.to_string())
             .stdin(Stdio::null())
             .stdout(log)

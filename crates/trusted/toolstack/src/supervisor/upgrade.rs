@@ -44,12 +44,17 @@ impl Supervisor {
     /// Replaces driver domain `name`'s program with `exe` (None: the one
     /// it runs, as found on disk now) in place; one upgrade at a time.
     pub(super) fn upgrade(&self, name: &str, exe: Option<String>) -> HvResult<String> {
-        let _one = self.upgrading.try_lock().map_err(|_| {
-            fail(
-                ErrorKind::Invalid,
-                "another upgrade is under way; try again when it ends",
-            )
-        })?;
+        let _one = match self.upgrading.try_lock() {
+            Ok(g) => g,
+            // An upgrade whose thread panicked is over.
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Err(fail(
+                    ErrorKind::Invalid,
+                    "another upgrade is under way; try again when it ends",
+                ))
+            }
+        };
         if self.config(name)?.kind != DomainKind::Driver {
             return Err(fail(
                 ErrorKind::Invalid,
@@ -61,6 +66,46 @@ impl Supervisor {
             None => self.program_of(name),
         };
         check_program(&program)?;
+        let (answer, took_ms) = self.ask(name, &program)?;
+        let done = |unserved_us, dropped_frames| UpgradeReport {
+            domain: name.to_string(),
+            program: program.display().to_string(),
+            unserved_us,
+            dropped_frames,
+            took_ms,
+        };
+        let report = match answer {
+            Answer::Ok(us, dropped) => done(us, dropped),
+            Answer::Partial(_, _, why) => {
+                // The new program runs, short of the vifs it closed.
+                self.lock()
+                    .programs
+                    .insert(name.to_string(), program.clone());
+                return Err(fail(
+                    ErrorKind::Internal,
+                    format!("{name} now runs {}, but {why}", program.display()),
+                ));
+            }
+            Answer::Failed(why) => {
+                return Err(fail(
+                    ErrorKind::Internal,
+                    format!("the upgrade failed: {why}"),
+                ))
+            }
+        };
+        self.lock().programs.insert(name.to_string(), program);
+        hv::log!(
+            Notice,
+            "driver domain {name} upgraded in place to {}: its vifs unserved {} µs",
+            report.program,
+            report.unserved_us
+        );
+        serde_json::to_string(&report).map_err(|e| HvError::internal("upgrade report", e))
+    }
+
+    /// Asks driver domain `name` to become `program` and waits for its
+    /// answer; with the time it took, in ms.
+    fn ask(&self, name: &str, program: &Path) -> HvResult<(Answer, u64)> {
         let hv = self.hv()?;
         let id = Self::domid(&hv, name)?;
         let (ask, answer) = (
@@ -77,54 +122,50 @@ impl Supervisor {
         let took_ms = t0.elapsed().as_millis() as u64;
         let text = read_node(&hv, &answer);
         let _ = ts.rm(&answer);
-        let report = match (answered, same(), text) {
-            (_, false, _) => Err(format!(
+        let why = match (answered, same(), text) {
+            (true, true, Some(t)) => return Ok((Answer::parse(&t), took_ms)),
+            (_, false, _) => format!(
                 "driver domain {name} died during its upgrade to {}; its restart policy brings it back on the program it ran before (see its log)",
                 program.display()
-            )),
+            ),
             (false, true, _) => {
                 let _ = ts.rm(&ask);
-                Err(format!(
+                format!(
                     "driver domain {name} did not answer its upgrade within {} s (see its log)",
                     ANSWER.as_secs()
-                ))
+                )
             }
-            (true, true, Some(t)) => parse_answer(&t).map(|(unserved_us, dropped_frames)| {
-                UpgradeReport {
-                    domain: name.to_string(),
-                    program: program.display().to_string(),
-                    unserved_us,
-                    dropped_frames,
-                    took_ms,
-                }
-            }),
-            (true, true, None) => Err("the answer vanished".to_string()),
-        }
-        .map_err(|e| fail(ErrorKind::Internal, e))?;
-        self.lock().programs.insert(name.to_string(), program);
-        hv::log!(
-            Notice,
-            "driver domain {name} upgraded in place to {}: its vifs unserved {} µs",
-            report.program,
-            report.unserved_us
-        );
-        serde_json::to_string(&report).map_err(|e| HvError::internal("upgrade report", e))
+            (true, true, None) => "the answer vanished".to_string(),
+        };
+        Err(fail(ErrorKind::Internal, why))
     }
 }
 
-/// The domain's answer: `ok <unserved µs> <dropped frames>`, or
-/// `failed: <why>`.
-fn parse_answer(text: &str) -> Result<(u64, u64), String> {
-    if let Some(why) = text.strip_prefix("failed: ") {
-        return Err(format!("the upgrade failed: {why}"));
-    }
-    let mut f = text.strip_prefix("ok ").unwrap_or("").split(' ');
-    match (
-        f.next().and_then(|v| v.parse().ok()),
-        f.next().and_then(|v| v.parse().ok()),
-    ) {
-        (Some(us), Some(dropped)) => Ok((us, dropped)),
-        _ => Err(format!("the driver domain answered {text:?}")),
+/// The driver domain's answer (`abi::xenbus::upgrade_result_node`).
+#[derive(Debug, PartialEq)]
+enum Answer {
+    /// `ok <unserved µs> <dropped frames>`.
+    Ok(u64, u64),
+    /// `partial <unserved µs> <dropped frames> <why>`: the new program
+    /// runs, but closed the vifs it could not take back.
+    Partial(u64, u64, String),
+    /// `failed: <why>`, or an answer that says nothing known.
+    Failed(String),
+}
+
+impl Answer {
+    fn parse(text: &str) -> Answer {
+        if let Some(why) = text.strip_prefix("failed: ") {
+            return Answer::Failed(why.to_string());
+        }
+        let (kind, rest) = text.split_once(' ').unwrap_or((text, ""));
+        let mut f = rest.splitn(3, ' ');
+        let num = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+        match (kind, num(f.next()), num(f.next()), f.next()) {
+            ("ok", Some(us), Some(n), None) => Answer::Ok(us, n),
+            ("partial", Some(us), Some(n), Some(why)) => Answer::Partial(us, n, why.to_string()),
+            _ => Answer::Failed(format!("the driver domain answered {text:?}")),
+        }
     }
 }
 
@@ -148,14 +189,25 @@ mod tests {
 
     #[test]
     fn answers_are_read_or_refused_by_name() {
-        assert_eq!(parse_answer("ok 1234 2"), Ok((1234, 2)));
-        let e = parse_answer("failed: could not run /x: No such file").unwrap_err();
-        assert!(
-            e.contains("upgrade failed: could not run /x: No such file"),
-            "{e}"
+        assert_eq!(Answer::parse("ok 1234 2"), Answer::Ok(1234, 2));
+        assert_eq!(
+            Answer::parse("partial 10 0 the new program could not take back vif2.0: x"),
+            Answer::Partial(
+                10,
+                0,
+                "the new program could not take back vif2.0: x".into()
+            )
         );
-        let e = parse_answer("ok x").unwrap_err();
-        assert!(e.contains("answered \"ok x\""), "{e}");
+        assert_eq!(
+            Answer::parse("failed: could not run /x: No such file"),
+            Answer::Failed("could not run /x: No such file".into())
+        );
+        for junk in ["ok x", "ok 1 2 3", "partial 1 2", "", "done"] {
+            let Answer::Failed(e) = Answer::parse(junk) else {
+                panic!("{junk:?} was read as an answer")
+            };
+            assert!(e.contains("answered"), "{e}");
+        }
     }
 
     #[test]
