@@ -85,7 +85,7 @@ pub fn topology(vm_socket: &Path, dpdk_socket: &Path) -> String {
          [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n",
         guest("guest1", 1, ""),
         guest(events::VICTIM, 2, "restart = \"on-crash\""),
-        guest("guest3", 3, "nic = \"virtio\""),
+        guest(VIRTIO_GUEST, 3, "nic = \"virtio\""),
         guest("guest4", 4, "nic = \"hosted\""),
         guest("guest5", 5, "nic = \"hvm\""),
         guest(events::SCRIBBLER, 7, "nic = \"hosted\""),
@@ -97,6 +97,14 @@ pub fn topology(vm_socket: &Path, dpdk_socket: &Path) -> String {
         vm::MAC,
     )
 }
+
+/// The guest with `nic = "virtio"` (a vhost-user frontend).
+pub const VIRTIO_GUEST: &str = "guest3";
+
+/// The domains whose NIC is a vhost-user connection to the driver domain:
+/// it closes when the driver domain's program is replaced in place, and
+/// they reconnect as after a crash.
+pub const VHOST_USER: [&str; 2] = [VIRTIO_GUEST, vm::NAME];
 
 /// The flows: each guest kind to and from the wire host, guest to guest,
 /// request-response and UDP through the victim, guest1 of underlay host a

@@ -10,7 +10,8 @@
 //! guest whose shared memory is scribbled on while it sends (its emulated
 //! NIC's rings and buffers, as a hostile guest kernel would), and, between
 //! the underlay's hosts ([`super::crosshost`]), a bgpd killed and a BGP
-//! session dropped by nftables.
+//! session dropped by nftables; and the driver domain upgraded in place
+//! (`splitnet upgrade drv`), which must keep its process and domain.
 
 use super::Lab;
 use crate::faults::{domain_pid, kill_domain, rss_kib};
@@ -41,6 +42,7 @@ pub enum Event {
     Scribble,
     KillBgpd,
     DropBgp,
+    UpgradeDriver,
 }
 
 impl Event {
@@ -56,6 +58,7 @@ impl Event {
             Event::Scribble,
             Event::KillBgpd,
             Event::DropBgp,
+            Event::UpgradeDriver,
         ];
         v.extend(Attack::ALL.iter().map(|&a| Event::Attack(a)));
         v
@@ -73,6 +76,7 @@ impl Event {
             Event::Scribble => format!("{SCRIBBLER} scribbles on its NIC's memory"),
             Event::KillBgpd => "SIGKILL host a's bgpd".into(),
             Event::DropBgp => "host a's BGP dropped by nftables".into(),
+            Event::UpgradeDriver => "drv upgraded in place".into(),
         }
     }
 
@@ -94,7 +98,7 @@ impl Event {
     /// How long it lasts, drawn from `rng` (ms; a kill takes none).
     fn draw_length(self, rng: &mut SplitMix) -> u64 {
         match self {
-            Event::KillDriver | Event::KillGuest | Event::KillBgpd => 0,
+            Event::KillDriver | Event::KillGuest | Event::KillBgpd | Event::UpgradeDriver => 0,
             Event::StopDriver => rng.between(1000, 3000),
             Event::StallGuest => rng.between(2000, 6000),
             Event::Attack(_) => rng.between(3000, 6000),
@@ -205,6 +209,7 @@ impl Lab {
             Event::Scribble => self.scribble(ms),
             Event::KillBgpd => self.kill_bgpd(),
             Event::DropBgp => self.drop_bgp(ms),
+            Event::UpgradeDriver => self.upgrade_driver(),
         };
         match done {
             Ok(detail) => w.detail = detail,
@@ -238,6 +243,42 @@ impl Lab {
         }
         Ok(format!(
             "domain {old} killed; running again, its vifs Connected, after {:.0} ms",
+            t0.elapsed().as_secs_f64() * 1e3
+        ))
+    }
+
+    /// `splitnet upgrade drv`: the same process and domain go on with the
+    /// program run again; returns once every vif is Connected (a VM's
+    /// vhost-user connection comes back as after a crash).
+    fn upgrade_driver(&self) -> Result<String> {
+        let mut ts = self.toolstack()?;
+        let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+        let before = domain_pid(&s, "drv").ok_or_else(|| anyhow!("drv is not running"))?;
+        let t0 = Instant::now();
+        let text = ts.upgrade("drv", None).map_err(|e| anyhow!("{e}"))?;
+        let r: toolstack::supervisor::UpgradeReport =
+            serde_json::from_str(&text).map_err(|e| anyhow!("upgrade report {text:?}: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+            let now = domain_pid(&s, "drv");
+            if now != Some(before) {
+                bail!("drv was {before:?} (domain, pid) before its upgrade and {now:?} after");
+            }
+            if self.all_connected(&mut ts, &s) {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("not every vif was Connected 20 s after drv's upgrade");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(format!(
+            "same domain {} and process {}: vifs unserved {:.1} ms, {} frames dropped; every vif Connected after {:.0} ms",
+            before.0,
+            before.1,
+            r.unserved_us as f64 / 1e3,
+            r.dropped_frames,
             t0.elapsed().as_secs_f64() * 1e3
         ))
     }
@@ -443,14 +484,15 @@ mod tests {
     #[test]
     fn every_event_has_a_name_and_only_peers_are_hostile() {
         let all = Event::all();
-        assert_eq!(all.len(), 9 + Attack::ALL.len());
+        assert_eq!(all.len(), 10 + Attack::ALL.len());
         let names: std::collections::BTreeSet<String> = all.iter().map(|e| e.name()).collect();
         assert_eq!(names.len(), all.len());
         assert!(!Event::KillDriver.hostile() && Event::StallGuest.hostile());
         assert_eq!(Event::KillGuest.kills(), Some(VICTIM));
         assert_eq!(Event::StopDriver.stops(), Some("drv"));
-        // A BGP fault kills or stops no domain of the soak's instance.
-        for e in [Event::KillBgpd, Event::DropBgp] {
+        // A BGP fault kills or stops no domain of the soak's instance, nor
+        // does an upgrade in place.
+        for e in [Event::KillBgpd, Event::DropBgp, Event::UpgradeDriver] {
             assert!(!e.hostile() && e.kills().is_none() && e.stops().is_none());
         }
     }

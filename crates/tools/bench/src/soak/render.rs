@@ -1,6 +1,6 @@
 //! The soak's report as Markdown and as a chart.
 
-use super::report::{SoakReport, HOSTILE_SHARE, KILL_GAP_MS};
+use super::report::{SoakReport, HOSTILE_SHARE, KILL_GAP_MS, PAUSE_SEEN_MS};
 use crate::plot::{self, Bar};
 use crate::stats::median;
 use std::collections::BTreeMap;
@@ -56,6 +56,7 @@ impl SoakReport {
         s += &self.events_table();
         s += &self.targets_table();
         s += &self.kill_table();
+        s += &self.upgrade_table();
         s += &self.hostile_table();
         s += &self.resources_table();
         s += &format!(
@@ -204,6 +205,17 @@ impl SoakReport {
             ),
             None => "no kill in this run |\n".into(),
         };
+        s += &format!(
+            "| no flow pauses {PAUSE_SEEN_MS:.0} ms or more across a driver-domain upgrade in place (vhost-user NICs reconnect: not judged) | {} |\n",
+            match self.upgrade_gaps.iter().find(|u| !u.met) {
+                _ if self.upgrade_gaps.is_empty() => "no upgrade in this run".to_string(),
+                None => format!("met: {} upgrades", self.upgrade_gaps.len()),
+                Some(u) => format!(
+                    "NOT MET: {:.0} ms ({}) at {:.1} s",
+                    u.longest_gap_ms, u.flow, u.at_s
+                ),
+            }
+        );
         s +=
             &format!("| others keep ≥ {HOSTILE_SHARE} of quiet throughput under a hostile peer | ");
         let worst = self
@@ -224,13 +236,14 @@ impl SoakReport {
     }
 
     fn kill_table(&self) -> String {
-        let rows: Vec<(Vec<String>, &BTreeMap<String, f64>)> = self
-            .kill_gaps
-            .iter()
-            .map(|k| (vec![format!("{:.1}", k.at_s)], &k.gaps))
-            .collect();
-        let title = "Each flow's pause in delivery across each driver-domain kill, ms:";
-        matrix(title, &["kill at s"], &rows, 0)
+        gaps_table("kill", &self.kill_gaps)
+    }
+
+    fn upgrade_table(&self) -> String {
+        if self.upgrade_gaps.is_empty() {
+            return String::new();
+        }
+        gaps_table("upgrade in place", &self.upgrade_gaps)
     }
 
     fn hostile_table(&self) -> String {
@@ -313,4 +326,15 @@ impl SoakReport {
             &bars,
         )
     }
+}
+
+/// Each flow's pause across each driver-domain `what` (kill, upgrade).
+fn gaps_table(what: &str, gaps: &[super::report::KillGap]) -> String {
+    let rows: Vec<(Vec<String>, &BTreeMap<String, f64>)> = gaps
+        .iter()
+        .map(|k| (vec![format!("{:.1}", k.at_s)], &k.gaps))
+        .collect();
+    let title = format!("Each flow's pause in delivery across each driver-domain {what}, ms:");
+    let head = format!("{} at s", what.split(' ').next().unwrap_or(what));
+    matrix(&title, &[head.as_str()], &rows, 0)
 }

@@ -25,6 +25,8 @@ use std::time::Instant;
 
 /// Target: the longest gap of a flow across a driver-domain kill, ms.
 pub const KILL_GAP_MS: f64 = 100.0;
+/// The shortest pause in a flow the soak sees ([`KillGap::gaps`]).
+pub const PAUSE_SEEN_MS: f64 = super::progress::GAP.as_millis() as f64;
 /// Target: the others' throughput while a hostile peer is active, as a
 /// share of their quiet throughput.
 pub const HOSTILE_SHARE: f64 = 0.8;
@@ -117,14 +119,15 @@ pub struct FlowReport {
     pub summary: Summary,
 }
 
-/// One driver-domain kill: the longest gap any flow saw across it.
+/// One driver-domain kill, or upgrade: the longest gap any flow saw
+/// across it.
 #[derive(Debug, Serialize)]
 pub struct KillGap {
     pub at_s: f64,
     pub longest_gap_ms: f64,
     pub flow: String,
     pub met: bool,
-    /// Each flow's gap across it, ms (0: none of 50 ms or more).
+    /// Each flow's gap across it, ms (0: none of [`PAUSE_SEEN_MS`] or more).
     pub gaps: BTreeMap<String, f64>,
 }
 
@@ -153,6 +156,10 @@ pub struct SoakReport {
     pub flows: Vec<FlowReport>,
     pub events: Vec<Window>,
     pub kill_gaps: Vec<KillGap>,
+    /// The same across each driver-domain upgrade in place (met: no flow
+    /// paused [`PAUSE_SEEN_MS`] or more, but for the flows through a
+    /// vhost-user NIC, which reconnects; their pauses are listed).
+    pub upgrade_gaps: Vec<KillGap>,
     pub hostile: Vec<HostileCost>,
     pub churn: Churn,
     /// Churn failures no driver-domain fault or host stall explains.
@@ -191,7 +198,12 @@ impl SoakReport {
             seed: i.seed,
             minutes: i.minutes,
             seconds: i.seconds,
-            kill_gaps: kill_gaps(&i.windows, &i.flows),
+            kill_gaps: gaps_across(Event::KillDriver, KILL_GAP_MS, &i.windows, &i.flows, |_| {
+                true
+            }),
+            upgrade_gaps: gaps_across(Event::UpgradeDriver, 0.0, &i.windows, &i.flows, |f| {
+                !super::VHOST_USER.iter().any(|d| f.touches(d))
+            }),
             hostile: hostile_costs(&i.windows, &i.quiet, &i.flows, &i.machine),
             quiet_idle: i.machine.idle_in(&settled_quiet(&i.quiet)),
             flows,
@@ -385,28 +397,34 @@ fn flow_report(
     }
 }
 
-/// The longest gap of any flow across each driver-domain kill.
-fn kill_gaps(windows: &[Window], flows: &[FlowInput]) -> Vec<KillGap> {
+/// The longest gap of any flow across each `event` (a driver-domain kill
+/// or upgrade), met when at most `limit_ms`; only the flows `judged` count
+/// toward it, every flow is listed.
+fn gaps_across(
+    event: Event,
+    limit_ms: f64,
+    windows: &[Window],
+    flows: &[FlowInput],
+    judged: impl Fn(&FlowInput) -> bool,
+) -> Vec<KillGap> {
     windows
         .iter()
-        .filter(|w| w.event == Event::KillDriver)
+        .filter(|w| w.event == event)
         .map(|w| {
-            let gaps: BTreeMap<String, f64> = flows
+            let gap = |f: &FlowInput| f.summary.gap_near(w.start_s, w.end_s - w.start_s);
+            let gaps: BTreeMap<String, f64> =
+                flows.iter().map(|f| (f.name.clone(), gap(f))).collect();
+            let (flow, gap) = flows
                 .iter()
-                .map(|f| {
-                    let g = f.summary.gap_near(w.start_s, w.end_s - w.start_s);
-                    (f.name.clone(), g)
-                })
-                .collect();
-            let (flow, gap) = gaps
-                .iter()
-                .max_by(|a, b| a.1.total_cmp(b.1))
-                .map_or((String::new(), 0.0), |(n, g)| (n.clone(), *g));
+                .filter(|f| judged(f))
+                .map(|f| (f.name.clone(), gap(f)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap_or((String::new(), 0.0));
             KillGap {
                 at_s: w.start_s,
                 longest_gap_ms: gap,
                 flow,
-                met: gap <= KILL_GAP_MS,
+                met: gap <= limit_ms,
                 gaps,
             }
         })

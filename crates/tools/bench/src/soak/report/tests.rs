@@ -261,3 +261,29 @@ fn a_hostile_window_is_judged_against_the_quiet_spells() {
     // The target is reported, not a failure of the run.
     assert_eq!(r.verdict(), Ok(()));
 }
+
+#[test]
+fn an_upgrade_is_judged_on_the_flows_that_keep_their_connection() {
+    // Both flows pause 80 ms across the upgrade at 5 s; the one through the
+    // virtio guest reconnects, so only the other one counts.
+    let r = SoakReport::new(inputs(
+        vec![
+            flow("a", "guest1", 500, 500, vec![]),
+            flow("v", crate::soak::VIRTIO_GUEST, 500, 500, vec![]),
+        ],
+        vec![window(Event::UpgradeDriver, 5.0)],
+    ));
+    let u = &r.upgrade_gaps;
+    assert_eq!(u.len(), 1);
+    assert_eq!((u[0].flow.as_str(), u[0].longest_gap_ms), ("a", 80.0));
+    assert!(!u[0].met);
+    assert_eq!(u[0].gaps["v"], 80.0);
+    assert!(r.table().contains("NOT MET: 80 ms (a)"), "{}", r.table());
+    // Through the virtio guest alone: listed, not judged.
+    let r = SoakReport::new(inputs(
+        vec![flow("v", crate::soak::VIRTIO_GUEST, 500, 500, vec![])],
+        vec![window(Event::UpgradeDriver, 5.0)],
+    ));
+    assert!(r.upgrade_gaps[0].met);
+    assert!(r.table().contains("upgrade at s"), "{}", r.table());
+}
