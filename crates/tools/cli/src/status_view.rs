@@ -263,6 +263,7 @@ fn print_emulated_nics(domains: &[Value]) {
             n("rx_packets"),
             n("combined_sends"),
         );
+        print_guest_side(h);
     }
     if !spinning.is_empty() {
         println!("\nspin before sleeping: {}", spinning.join(", "));
@@ -530,6 +531,31 @@ fn print_hvm(d: &Value) {
             parts.join(", ")
         );
     }
+    print_guest_side(h);
+}
+
+/// An emulated NIC's guest side: what its kernel sent and got through the
+/// TAP, and what the driver made of it (where a NIC that carries nothing
+/// stops: before the driver, in it, or past it).
+fn print_guest_side(h: &Value) {
+    let (g, d) = (&h["guest"], &h["driver"]);
+    if !g.is_object() {
+        return;
+    }
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    println!(
+        "  guest side: {} frames from its kernel, {} to it ({} refused); driver sent {} ({} errors), received {} ({} errors, {} missed); {} interrupts taken, {} halts",
+        n(g, "tap_tx"),
+        n(g, "tap_rx"),
+        n(g, "tap_rx_dropped"),
+        n(d, "tx_packets"),
+        n(d, "tx_errors"),
+        n(d, "rx_packets"),
+        n(d, "rx_errors"),
+        n(d, "missed"),
+        n(g, "irqs"),
+        n(g, "halts")
+    );
 }
 
 /// One line of a domain loop's counters.

@@ -54,15 +54,39 @@ impl Env {
         if !o.status.success() {
             let status = self.splitnet(&["status"]);
             panic!(
-                "splitnet {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\nhv.log:\n{}\nstatus then:\n{}",
+                "splitnet {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\nhv.log:\n{}\nstatus then:\n{}\n{}",
                 o.status,
                 String::from_utf8_lossy(&o.stdout),
                 String::from_utf8_lossy(&o.stderr),
                 std::fs::read_to_string(self.run_dir.join("hv.log")).unwrap_or_default(),
-                String::from_utf8_lossy(&status.stdout)
+                String::from_utf8_lossy(&status.stdout),
+                self.domain_log_tails()
             );
         }
         String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The last lines of every domain's log in the run directory (the
+    /// guests', the driver domains', the device models' and VMApps').
+    pub fn domain_log_tails(&self) -> String {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(&self.run_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        logs.retain(|p| p.extension().is_some_and(|x| x == "log") && !p.ends_with("hv.log"));
+        logs.sort();
+        let mut out = String::new();
+        for p in logs {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(15)..];
+            out += &format!(
+                "{} (last {} lines):\n{}\n",
+                p.display(),
+                tail.len(),
+                tail.join("\n")
+            );
+        }
+        out
     }
 
     pub fn status(&self) -> Value {
