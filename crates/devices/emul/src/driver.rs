@@ -12,8 +12,8 @@
 //!
 //! - transmit: fill the descriptor, give it to the NIC (OWN), then
 //!   CSR0 = IENA | TDMD: **2** accesses;
-//! - interrupt handler: save RAP; read CSR0; while it shows ERR, RINT or
-//!   TINT: write the set bits back to acknowledge them (with IENA clear),
+//! - interrupt handler: save RAP; read CSR0; while it shows ERR, RINT,
+//!   TINT or IDON: write the set bits back to acknowledge them (with IENA clear),
 //!   receive, reap, read CSR0 again; write CSR0 = BABL | CERR | MISS | MERR
 //!   | IDON | IENA; restore RAP: **10** accesses for one pass;
 //! - IRQ path: mask_and_ack (read IMR, write IMR, specific EOI to the slave
@@ -397,7 +397,14 @@ impl Pcnet32 {
         let mut work = IrqWork::default();
         let rap = io.inw(b + port::RAP);
         let mut c0 = read_csr(io, b, 0);
-        while c0 & (csr0::ERR | csr0::RINT | csr0::TINT) != 0 && work.passes < MAX_HANDLER_PASSES {
+        // Every cause, IDON's too (Linux's pcnet32 loops on 0x8f00): the
+        // loop ends on a read that shows none, so the line has fallen and the
+        // next cause makes a new edge for the edge-triggered 8259. Left out,
+        // a frame landing while IDON was handled kept RINT, and the line,
+        // up for good.
+        while c0 & (csr0::ERR | csr0::RINT | csr0::TINT | csr0::IDON) != 0
+            && work.passes < MAX_HANDLER_PASSES
+        {
             work.passes += 1;
             // Acknowledge what is set, leaving IENA and the commands out.
             write_csr(
