@@ -107,13 +107,15 @@ impl Driver {
         }
         d.ports
             .sync(hv, &mut d.bridge, &d.events, &mut d.stats.config_errors);
+        // A program that replaced its predecessor in place takes over the
+        // vifs it left Connected first (`upgrade`).
+        if let Some(since) = resumed {
+            d.resume(hv, since)?;
+        }
         // Probe every vif (InitWait), then connect each as its frontend
         // comes, in any order: one guest that never comes delays no other.
         // vifs the toolstack adds or removes later (hotplug, a guest's
         // restart) show up under the same directory.
-        if let Some(since) = resumed {
-            d.resume(hv, since)?;
-        }
         hv.watch(&d.base, BACKENDS)?;
         hv.watch(&upgrade_node(me), upgrade::UPGRADE)?;
         rescan(hv, &d.base, &mut d.pending, &mut d.vifs)?;
