@@ -63,14 +63,18 @@ pub fn main() -> Result<()> {
             _ => guest(&mut hv, &home),
         },
     };
+    ended(&mut hv, r)
+}
+
+/// How a domain's run ended: an error because hv went away is how a
+/// domain is shut down (hv closed its channels), not a failure.
+fn ended(hv: &mut HvClient, r: Result<()>) -> Result<()> {
     match r {
-        Ok(()) => Ok(()),
-        // hv closing our channels is how a domain is shut down.
         Err(e) if hv.nop().is_err() => {
-            eprintln!("domain {id}: hv went away ({e}); exiting");
+            eprintln!("domain {}: hv went away ({e}); exiting", hv.domid());
             Ok(())
         }
-        Err(e) => Err(e),
+        r => r,
     }
 }
 
@@ -98,14 +102,9 @@ fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<
         hv.welcome().name,
         std::process::id()
     );
-    let r = driver_domain::driver::run(&mut hv, Some(since));
-    match r {
-        Err(e) if hv.nop().is_err() => {
-            eprintln!("domain {id}: hv went away ({e}); exiting");
-            Ok(())
-        }
-        r => r.map_err(|e| anyhow!("driver domain: {e}")),
-    }
+    let r =
+        driver_domain::driver::run(&mut hv, Some(since)).map_err(|e| anyhow!("driver domain: {e}"));
+    ended(&mut hv, r)
 }
 
 /// Publishes netfront's counters (and, under the new grant mechanism, its

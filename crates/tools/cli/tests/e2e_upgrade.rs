@@ -80,6 +80,16 @@ fn counters_go_on(env: &Env) {
     );
 }
 
+/// A copy of the domain program only the host's root may run: the jailed
+/// driver domain cannot.
+fn private_program(env: &Env) -> std::path::PathBuf {
+    let private = env.run_dir.join("private-domain");
+    std::fs::copy(domain_program(), &private).unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+    std::fs::set_permissions(&private, mode).unwrap();
+    private
+}
+
 #[test]
 fn an_upgraded_driver_domain_keeps_its_process_its_vifs_and_every_datagram() {
     let Some(env) = Env::new("upg-keep") else {
@@ -155,10 +165,7 @@ fn an_upgrade_that_cannot_run_or_dies_leaves_the_guests_served() {
     );
     assert!(e.contains("No such file"), "{e}");
     // A program only the host's root may run: the jailed domain cannot.
-    let private = env.run_dir.join("private-domain");
-    std::fs::copy(domain_program(), &private).unwrap();
-    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o700);
-    std::fs::set_permissions(&private, mode).unwrap();
+    let private = private_program(&env);
     let e = refused(
         &env,
         &["upgrade", "drv", "--exe", private.to_str().unwrap()],
@@ -340,10 +347,7 @@ fn a_dedicated_queue_is_made_again_by_the_new_program() {
     );
     // A program the domain cannot run: the old one takes its vifs back,
     // and their queues with them.
-    let private = env.run_dir.join("private-domain");
-    std::fs::copy(domain_program(), &private).unwrap();
-    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o700);
-    std::fs::set_permissions(&private, mode).unwrap();
+    let private = private_program(&env);
     let old = index();
     let e = refused(
         &env,

@@ -74,7 +74,7 @@ impl Netback {
         self.rx_slab.clear();
         // Written only while the directory is this attachment's: one the
         // toolstack removed meanwhile is not made again.
-        if hv.read_state(&self.be).is_ok() && hv.read_attachment(&self.be) == self.attach {
+        if self.directory_ours(hv) {
             self.write_down(hv);
         }
         self.unmap_rings(hv);

@@ -711,7 +711,7 @@ impl Netback {
         self.ngm = None;
         self.window = None;
         self.gnttab = None;
-        if hv.read_state(&self.be).is_err() || hv.read_attachment(&self.be) != self.attach {
+        if !self.directory_ours(hv) {
             // The toolstack removed the directory, or it belongs to a new
             // attachment now: nothing to tell.
             return;
@@ -722,6 +722,12 @@ impl Netback {
         }
         let _ = hv.store_write(&format!("{}/{}", self.be, keys::DISCONNECT_REASON), why);
         let _ = hv.switch_state(&self.be, XenbusState::Closed);
+    }
+
+    /// Whether the backend directory is still this attachment's: the
+    /// toolstack has not removed it, nor given it to a new attachment.
+    fn directory_ours(&self, hv: &mut HvClient) -> bool {
+        hv.read_state(&self.be).is_ok() && hv.read_attachment(&self.be) == self.attach
     }
 
     /// Unmaps both ring pages.
