@@ -208,7 +208,14 @@ enum Cmd {
     )]
     Upgrade {
         /// The driver domain, e.g. drv.
-        domain: String,
+        #[arg(required_unless_present = "hv")]
+        domain: Option<String>,
+        /// Upgrade hv itself in place instead, to PATH (default: the
+        /// `splitnet-hv` it runs, as on disk now): its domains keep running,
+        /// its state goes to the new program, and a program that cannot
+        /// take it over leaves the old one running.
+        #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["domain", "exe"])]
+        hv: Option<String>,
         /// The new program (default: the `splitnet-domain` it runs, as on
         /// disk now); later restarts of the domain run it too.
         #[arg(long)]
@@ -749,7 +756,19 @@ fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
         Cmd::Down { forget } => lifecycle::down(rd, forget),
         Cmd::Demo { preset, seconds } => lifecycle::demo(rd, preset, seconds),
         Cmd::Restart { domain } => hotplug::restart(rd, &domain),
-        Cmd::Upgrade { domain, exe, json } => hotplug::upgrade(rd, &domain, exe.as_deref(), json),
+        Cmd::Upgrade {
+            domain,
+            hv,
+            exe,
+            json,
+        } => match (hv, domain) {
+            (Some(p), _) => {
+                let p = Some(PathBuf::from(p)).filter(|p| !p.as_os_str().is_empty());
+                hotplug::upgrade_hv(rd, p.as_deref(), json)
+            }
+            (None, Some(d)) => hotplug::upgrade(rd, &d, exe.as_deref(), json),
+            (None, None) => anyhow::bail!("upgrade what? name a driver domain, or give --hv"),
+        },
         Cmd::Apply {
             config,
             dry_run,

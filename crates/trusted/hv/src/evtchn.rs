@@ -53,6 +53,28 @@ impl Channel {
         })
     }
 
+    /// A channel carried across hv's upgrade in place: its page, mapped
+    /// again, its four doorbells, its ends and its remote.
+    pub fn adopt(
+        page: Memfd,
+        bells: [(Doorbell, Doorbell); 2],
+        ends: [Option<(DomId, Port)>; 2],
+        remote: DomId,
+    ) -> HvResult<Channel> {
+        if page.len() != PAGE_SIZE {
+            return err(ErrorKind::Invalid, "an event channel page is one page");
+        }
+        let map = Mapping::new(page.as_fd(), 0, PAGE_SIZE, true)
+            .map_err(|e| HvError::internal("event channel page", e))?;
+        Ok(Channel {
+            page,
+            map,
+            bells,
+            ends,
+            remote,
+        })
+    }
+
     /// Which end `(domid, port)` is.
     pub fn end_of(&self, domid: DomId, port: Port) -> Option<u8> {
         (0..2u8).find(|&e| self.ends[e as usize] == Some((domid, port)))

@@ -33,6 +33,23 @@ impl Holds {
         self.total
     }
 
+    /// Every hold as (granter, grant reference, count): what an upgrade of
+    /// hv carries ([`Holds::from_list`]).
+    pub fn list(&self) -> Vec<(DomId, u32, u32)> {
+        self.by_grant
+            .iter()
+            .map(|(&(d, g), &n)| (d, g, n))
+            .collect()
+    }
+
+    /// The holds of [`Holds::list`], taken back.
+    pub fn from_list(list: &[(DomId, u32, u32)]) -> Holds {
+        let by_grant: HashMap<(DomId, u32), u32> =
+            list.iter().map(|&(d, g, n)| ((d, g), n)).collect();
+        let total = by_grant.values().sum();
+        Holds { by_grant, total }
+    }
+
     /// Ends every hold (the holder is gone).
     pub fn release_all(&mut self, pins: &mut Pins, doms: &dyn Memories) {
         for ((granter, gref), n) in self.by_grant.drain() {

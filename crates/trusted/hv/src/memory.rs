@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use sys::{Mapping, Memfd, PAGE_SIZE};
 
 /// Sizes of a domain's memory.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct MemorySpec {
     /// Frames in the grantable pool.
     pub pool_frames: u32,
@@ -175,6 +175,64 @@ impl DomainMemory {
             trace,
             trace_map,
         })
+    }
+
+    /// A domain's memory carried across hv's upgrade in place: the four
+    /// memfds ([`DomainMemory::memfds`]' order), each checked against
+    /// `spec` and mapped again.
+    pub fn adopt(
+        spec: MemorySpec,
+        backing: &str,
+        [pool, gnttab, batch, trace]: [Memfd; 4],
+    ) -> HvResult<DomainMemory> {
+        let backing = match backing {
+            "hugetlb" => HugeBacking::Hugetlb,
+            "thp" => HugeBacking::Thp,
+            "none" => HugeBacking::None,
+            other => {
+                return Err(HvError::new(
+                    crate::ErrorKind::Invalid,
+                    format!("unknown pool backing {other:?}"),
+                ))
+            }
+        };
+        let trace_len = crate::trace::TRACE_PAGES as usize * PAGE_SIZE;
+        let map = |fd: &Memfd, len: usize, what: &str| -> HvResult<Mapping> {
+            if fd.len() != len {
+                return Err(HvError::new(
+                    crate::ErrorKind::Invalid,
+                    format!("{what} memory is {} bytes, not {len}", fd.len()),
+                ));
+            }
+            Mapping::new(fd.as_fd(), 0, len, true)
+                .map_err(|e| HvError::internal(&format!("mapping {what} again"), e))
+        };
+        let pool_map = map(&pool, spec.pool_frames as usize * PAGE_SIZE, "pool")?;
+        if backing == HugeBacking::Thp {
+            let _ = pool_map.advise_huge();
+        }
+        Ok(DomainMemory {
+            spec,
+            backing,
+            backing_note: None,
+            pool_map,
+            pool,
+            gnttab_map: map(
+                &gnttab,
+                spec.grant_frames as usize * PAGE_SIZE,
+                "grant table",
+            )?,
+            gnttab,
+            batch_map: map(&batch, BATCH_PAGES as usize * PAGE_SIZE, "batch")?,
+            batch,
+            trace_map: map(&trace, trace_len, "trace")?,
+            trace,
+        })
+    }
+
+    /// The four memfds, in the order [`DomainMemory::adopt`] takes them.
+    pub fn memfds(&self) -> [&Memfd; 4] {
+        [&self.pool, &self.gnttab, &self.batch, &self.trace]
     }
 
     /// Grant references this domain's table holds.

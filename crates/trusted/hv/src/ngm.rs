@@ -58,6 +58,42 @@ impl NgmTable {
         })
     }
 
+    /// The table's memory, (translation, status), for an upgrade of hv.
+    pub fn memfds(&self) -> (&Memfd, &Memfd) {
+        (&self.translation, &self.status)
+    }
+
+    /// A table carried across hv's upgrade in place: its two memfds, mapped
+    /// again, and its counts.
+    pub fn adopt(
+        (handle, guest, backend): (u32, DomId, DomId),
+        translation: Memfd,
+        status: Memfd,
+        (created, revoked, refused): (u64, u64, u64),
+    ) -> HvResult<NgmTable> {
+        let map = |fd: &Memfd, pages: usize, what: &str| {
+            if fd.len() != pages * PAGE_SIZE {
+                return err(
+                    ErrorKind::Invalid,
+                    format!("NGM {what} memory is {} bytes", fd.len()),
+                );
+            }
+            Mapping::new(fd.as_fd(), 0, fd.len(), true).map_err(|e| HvError::internal(what, e))
+        };
+        Ok(NgmTable {
+            handle,
+            guest,
+            backend,
+            trans_map: map(&translation, TRANSLATION_PAGES, "translation")?,
+            translation,
+            status_map: map(&status, STATUS_PAGES, "status")?,
+            status,
+            created,
+            revoked,
+            refused,
+        })
+    }
+
     fn check_ref(&self, gref: u32) -> HvResult<usize> {
         if gref >= NGM_ENTRIES {
             return err(

@@ -52,6 +52,16 @@ impl KeptPorts {
         self.lock().insert((driver.into(), ifname.into()), fd);
     }
 
+    /// Every kept socket as (driver domain, interface, descriptor number),
+    /// for an upgrade of hv to carry.
+    pub(crate) fn list_raw(&self) -> Vec<(String, String, std::os::fd::RawFd)> {
+        use std::os::fd::AsRawFd;
+        let all = self.lock();
+        all.iter()
+            .map(|((d, i), fd)| (d.clone(), i.clone(), fd.as_raw_fd()))
+            .collect()
+    }
+
     /// A duplicate of driver `driver`'s socket on `ifname`, if hv keeps one.
     pub(crate) fn get(&self, driver: &str, ifname: &str) -> HvResult<Option<OwnedFd>> {
         let all = self.lock();

@@ -85,6 +85,11 @@ impl VhostListeners {
         self.all.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Listeners open.
+    pub(crate) fn count(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Closes every listener and removes its socket file.
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.lock());

@@ -39,6 +39,8 @@ struct Args {
     tuning: Tuning,
     listen: Option<SocketAddr>,
     log_level: Option<hv::log::Level>,
+    /// Take over from the state an upgrade left here (`toolstack::handover`).
+    resume: Option<PathBuf>,
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -66,6 +68,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--listen" => a.listen = Some(toolstack::listen::parse_addr(&value).map_err(bad)?),
             "--log-level" => a.log_level = Some(value.parse().map_err(bad)?),
+            "--resume" => a.resume = Some(value.into()),
             _ => return Err(format!("unknown option {name}\n{USAGE}")),
         }
     }
@@ -75,6 +78,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
 fn run(a: Args) -> Result<(), String> {
     let config = a
         .config
+        .clone()
         .ok_or_else(|| format!("--config is required\n{USAGE}"))?;
     let level = match (a.log_level, std::env::var("SPLITNET_LOG")) {
         (Some(l), _) => l,
@@ -100,14 +104,8 @@ fn run(a: Args) -> Result<(), String> {
         return Err("splitnet-hv needs root (network namespaces, veth, cgroups)".into());
     }
     toolstack::underlay::check_in_host_ns()?;
-    let mut topology = Topology::load(&config).map_err(|e| e.to_string())?;
-    a.tuning.apply(&mut topology)?;
-    let source = toolstack::supervisor::Source {
-        path: Some(config.clone()),
-        tuning: a.tuning,
-    };
-    let exe = match a.exe {
-        Some(e) => e,
+    let exe = match &a.exe {
+        Some(e) => e.clone(),
         None => std::env::current_exe()
             .map_err(|e| format!("locating splitnet-hv: {e}"))?
             .with_file_name("splitnet-domain"),
@@ -116,6 +114,23 @@ fn run(a: Args) -> Result<(), String> {
         let bound = toolstack::listen::spawn(&run_dir, addr).map_err(|e| format!("{e:#}"))?;
         hv::log!(Notice, "serving metrics at http://{bound}/metrics");
     }
+    let argv = toolstack::handover::argv_without_resume(std::env::args().skip(1));
+    if let Some(path) = &a.resume {
+        let cfg = daemon::ResumeConfig {
+            run_dir,
+            exe,
+            signals: Some(signals),
+            tuning: a.tuning,
+            argv,
+        };
+        return daemon::resume(cfg, path);
+    }
+    let mut topology = Topology::load(&config).map_err(|e| e.to_string())?;
+    a.tuning.apply(&mut topology)?;
+    let source = toolstack::supervisor::Source {
+        path: Some(config.clone()),
+        tuning: a.tuning,
+    };
     daemon::run(DaemonConfig {
         topology,
         run_dir,
@@ -123,6 +138,7 @@ fn run(a: Args) -> Result<(), String> {
         notify,
         signals: Some(signals),
         source,
+        argv,
     })
 }
 
@@ -134,7 +150,12 @@ fn run(a: Args) -> Result<(), String> {
 const MALLOC_ARENAS: u32 = 1;
 
 fn main() {
-    sys::close_inherited_fds(&[]);
+    // A program an upgrade of hv started keeps the descriptors its state
+    // names (and only those: everything else was close-on-exec).
+    let resuming = std::env::args().any(|a| a == toolstack::handover::RESUME_ARG);
+    if !resuming {
+        sys::close_inherited_fds(&[]);
+    }
     // Single-threaded still: nothing else reads the environment.
     let path = std::env::var("PATH").unwrap_or_default();
     std::env::set_var("PATH", toolstack::host::with_tool_dirs(&path));
@@ -146,6 +167,9 @@ fn main() {
             toolstack::uplink::keep(std::path::Path::new(dir));
             return;
         }
+    }
+    if argv.first().map(String::as_str) == Some(toolstack::handover::CHECK_ARG) {
+        std::process::exit(toolstack::handover::check_stdin());
     }
     if argv.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}");

@@ -214,6 +214,11 @@ impl Toolstack {
             exe,
         })
     }
+    /// Asks hv to replace its own program in place ([`Request::UpgradeHv`]);
+    /// returns the upgrade's number once hv hands over.
+    pub fn upgrade_hv(&mut self, exe: Option<String>) -> HvResult<String> {
+        self.value(&Request::UpgradeHv { exe })
+    }
     fn value(&mut self, req: &Request) -> HvResult<String> {
         match self.0.call(req)?.0 {
             Reply::Value(v) => String::from_utf8(v)

@@ -334,6 +334,14 @@ pub enum Request {
         name: String,
         exe: Option<String>,
     },
+    /// Toolstack: hv replaces its own program with `exe` (None: the
+    /// program at hv's own path now) in place, its domains running on.
+    /// Replies `Value` with the upgrade's number once the new program has
+    /// read hv's state and hv is about to hand over; the outcome is then
+    /// `status`' `hv_upgrade` fact.
+    UpgradeHv {
+        exe: Option<String>,
+    },
 }
 
 /// The largest receive buffer hv gives a dedicated queue's socket
@@ -368,6 +376,7 @@ impl Request {
                 | Request::ContainerList
                 | Request::Apply { .. }
                 | Request::UpgradeDomain { .. }
+                | Request::UpgradeHv { .. }
         )
     }
 
@@ -427,6 +436,7 @@ impl Request {
             Request::Resume => 47,
             Request::EvtchnRebind { .. } => 48,
             Request::UpgradeDomain { .. } => 49,
+            Request::UpgradeHv { .. } => 50,
         }
     }
 

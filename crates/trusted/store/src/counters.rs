@@ -68,6 +68,28 @@ impl StoreCounters {
         c.add(1);
     }
 
+    /// Counters that start from `s` (a store carried across hv's upgrade).
+    pub fn from_snapshot(s: &CountersSnapshot) -> StoreCounters {
+        let c = StoreCounters::default();
+        let pairs = [
+            (&c.ops, s.ops),
+            (&c.permission_denied, s.permission_denied),
+            (&c.not_found, s.not_found),
+            (&c.invalid_path, s.invalid_path),
+            (&c.invalid_value, s.invalid_value),
+            (&c.too_big, s.too_big),
+            (&c.quota, s.quota),
+            (&c.exists, s.exists),
+            (&c.watch_events, s.watch_events),
+            (&c.nodes, s.nodes),
+            (&c.watches, s.watches),
+        ];
+        for (counter, v) in pairs {
+            counter.add(v);
+        }
+        c
+    }
+
     /// Plain values, for `splitnet status --json`.
     pub fn snapshot(&self) -> CountersSnapshot {
         CountersSnapshot {

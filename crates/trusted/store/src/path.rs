@@ -17,7 +17,7 @@ pub fn home_path(domid: DomId) -> String {
 }
 
 /// The special, non-node paths a watch may name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum SpecialPath {
     IntroduceDomain,
     ReleaseDomain,

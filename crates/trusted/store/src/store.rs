@@ -64,21 +64,21 @@ impl SnapshotEntry {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Node {
     value: Vec<u8>,
     perms: Perms,
     children: BTreeSet<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Target {
     /// A canonical absolute node path.
     Node(String),
     Special(SpecialPath),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Watch {
     conn: ConnId,
     domid: DomId,
@@ -122,7 +122,7 @@ fn denied(caller: DomId, op: &'static str, path: &str, reason: &'static str) -> 
 /// Every operation takes the calling domain (and, for watches, its
 /// connection) from `hv`, which knows who is asking; callers never name
 /// themselves.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Store {
     /// Canonical absolute path to node. The root always exists.
     nodes: BTreeMap<String, Node>,
@@ -140,7 +140,25 @@ pub struct Store {
     limits: StoreLimits,
     /// Node and watch quotas set for one domain, over `limits`' defaults.
     quotas: HashMap<DomId, (usize, usize)>,
+    #[serde(with = "carried_counters")]
     counters: StoreCounters,
+}
+
+/// The counters as a snapshot, so that a store carried across hv's
+/// upgrade in place (serialized whole) keeps counting from where it was.
+mod carried_counters {
+    use crate::counters::{CountersSnapshot, StoreCounters};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(c: &StoreCounters, s: S) -> Result<S::Ok, S::Error> {
+        c.snapshot().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StoreCounters, D::Error> {
+        Ok(StoreCounters::from_snapshot(
+            &CountersSnapshot::deserialize(d)?,
+        ))
+    }
 }
 
 impl Default for Store {

@@ -91,6 +91,27 @@ impl Memfd {
     pub fn dup(&self) -> io::Result<OwnedFd> {
         self.fd.try_clone()
     }
+
+    /// A memfd this process made before it replaced its program (hv's
+    /// upgrade in place), taken back from its descriptor: its length is the
+    /// file's, and it must still be sealed against shrinking and growing,
+    /// as [`Memfd::create`] left it.
+    pub fn adopt(fd: OwnedFd) -> io::Result<Memfd> {
+        let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
+        // SAFETY: plain fcntl on a descriptor we own.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        let want = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+        if seals < 0 || seals & want != want {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a memfd sealed against resizing",
+            ));
+        }
+        Ok(Memfd {
+            fd,
+            len: meta.len() as usize,
+        })
+    }
 }
 
 /// Makes sure the file behind `fd` (a peer's memory, about to be mapped)

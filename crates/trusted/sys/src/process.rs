@@ -1,6 +1,6 @@
 use crate::cvt;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 /// Sends signal `sig` to process `pid`.
 pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
@@ -61,10 +61,19 @@ pub fn raise_fd_limit() -> io::Result<u64> {
 
 /// Lets `fd` survive exec (clears FD_CLOEXEC), so a child process inherits it.
 pub fn set_inheritable(fd: BorrowedFd<'_>, inheritable: bool) -> io::Result<()> {
-    // SAFETY: plain fcntl calls on a descriptor borrowed for the duration.
+    set_inheritable_raw(fd.as_raw_fd(), inheritable)
+}
+
+/// [`set_inheritable`] for descriptor number `fd`, which some object of
+/// this process owns (hv's upgrade in place names them by number before its
+/// `execve`). A number that is not open is an error (EBADF), never harm:
+/// only its close-on-exec flag is touched.
+pub fn set_inheritable_raw(fd: RawFd, inheritable: bool) -> io::Result<()> {
+    // SAFETY: F_GETFD and F_SETFD read and set one descriptor flag; on a
+    // number that is not open they fail with EBADF.
     unsafe {
         let flags = cvt(
-            libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) as libc::c_long,
+            libc::fcntl(fd, libc::F_GETFD) as libc::c_long,
             "fcntl(F_GETFD)",
         )? as i32;
         let new = if inheritable {
@@ -73,7 +82,7 @@ pub fn set_inheritable(fd: BorrowedFd<'_>, inheritable: bool) -> io::Result<()> 
             flags | libc::FD_CLOEXEC
         };
         cvt(
-            libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, new) as libc::c_long,
+            libc::fcntl(fd, libc::F_SETFD, new) as libc::c_long,
             "fcntl(F_SETFD)",
         )?;
     }
@@ -329,9 +338,69 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Waits until child `pid` has exited, without reaping it: it stays a
+/// zombie, so its pid cannot be reused, until [`reap`] (or `Child::wait`)
+/// collects it. hv waits so for its domains, and reaps only once no
+/// upgrade of its own program can cut the reaping short.
+pub fn wait_exited(pid: i32) -> io::Result<()> {
+    loop {
+        // SAFETY: `info` is a zeroed siginfo_t for the kernel to fill;
+        // WNOWAIT leaves the child waitable.
+        let r = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reaps child `pid` (which a program this process ran before an
+/// `execve` started, so no `Child` stands for it): its exit status.
+pub fn reap(pid: i32) -> io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a live int for the kernel to fill.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return Ok(std::process::ExitStatus::from_raw(status));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::zombie_processes)] // reaped by `reap`, the function under test
+    fn an_exited_child_is_waited_for_then_reaped_with_its_status() {
+        let child = std::process::Command::new("sh")
+            .args(["-c", "exit 7"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        wait_exited(pid).unwrap();
+        // Still a zombie: waiting again does not block or fail.
+        wait_exited(pid).unwrap();
+        assert_eq!(reap(pid).unwrap().code(), Some(7));
+        assert!(reap(pid).is_err(), "a reaped child is gone");
+    }
 
     #[test]
     fn a_duplicate_is_the_same_open_file() {

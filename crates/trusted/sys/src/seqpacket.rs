@@ -386,6 +386,12 @@ impl SeqPacketListener {
         Ok(SeqPacketListener { fd })
     }
 
+    /// A listener this process bound before it replaced its program (hv's
+    /// upgrade in place), taken back from its descriptor.
+    pub fn from_fd(fd: OwnedFd) -> SeqPacketListener {
+        SeqPacketListener { fd }
+    }
+
     /// Accepts one connection.
     pub fn accept(&self) -> io::Result<SeqPacket> {
         loop {

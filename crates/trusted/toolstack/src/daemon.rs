@@ -42,6 +42,8 @@ pub struct DaemonConfig {
     pub signals: Option<Blocked>,
     /// The topology's file and the tuning applied to it, for apply.
     pub source: crate::supervisor::Source,
+    /// hv's arguments, for the program an upgrade of hv runs next.
+    pub argv: Vec<String>,
 }
 
 fn same_netns(pid: i32) -> bool {
@@ -96,6 +98,7 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
         layout.clone(),
         uplinks.clone(),
     );
+    sup.set_handover(handover_of(&listener, notify.notifier(), &cfg.argv, 0));
     if let Some(sigs) = cfg.signals.take() {
         watch_signals(&hv, &sup, sigs, notify.clone())?;
     }
@@ -110,18 +113,163 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
         notify.stopping("stopping: its domains are gone");
         sup.release_containers();
     }
-    // Domains are gone; remove what belongs to the topology as a whole.
-    uplinks.finish();
-    for w in &cfg.topology.wires {
-        host::netns_del(&host::netns_name(&w.name));
-    }
-    host::sweep_cgroups(&layout);
-    huge.release();
-    let _ = fs::remove_file(&sock);
-    let _ = fs::remove_file(cfg.run_dir.join("hv.pid"));
-    hv::log!(Notice, "stopped");
+    stop(&cfg.topology, &cfg.run_dir, &uplinks, &layout, huge);
     // A signal that stopped hv during start-up is a clean stop.
     result.or_else(|e| if notify.signalled() { Ok(()) } else { Err(e) })
+}
+
+/// Domains are gone: removes what belongs to the topology as a whole.
+fn stop(
+    topology: &Topology,
+    run_dir: &Path,
+    uplinks: &Uplinks,
+    layout: &CgroupLayout,
+    huge: crate::hugepages::Reservation,
+) {
+    uplinks.finish();
+    for w in &topology.wires {
+        host::netns_del(&host::netns_name(&w.name));
+    }
+    host::sweep_cgroups(layout);
+    huge.release();
+    let _ = fs::remove_file(socket_path(run_dir));
+    let _ = fs::remove_file(run_dir.join("hv.pid"));
+    hv::log!(Notice, "stopped");
+}
+
+/// What the supervisor needs for an upgrade of hv: the listener's
+/// descriptor, the service manager's socket, hv's arguments, and the
+/// upgrades so far.
+fn handover_of(
+    listener: &SeqPacketListener,
+    notifier: Option<&Notifier>,
+    argv: &[String],
+    attempts: u64,
+) -> crate::supervisor::HvHandover {
+    use std::os::fd::{AsFd, AsRawFd};
+    crate::supervisor::HvHandover {
+        daemon: crate::handover::DaemonImage {
+            listener: listener.as_fd().as_raw_fd(),
+            notify: notifier.map(|n| n.value().to_string()),
+            argv: argv.to_vec(),
+        },
+        attempts: attempts.into(),
+    }
+}
+
+/// What a resumed daemon needs besides the image (hv's arguments as the
+/// new program read them).
+pub struct ResumeConfig {
+    pub run_dir: PathBuf,
+    pub exe: PathBuf,
+    pub signals: Option<Blocked>,
+    pub tuning: crate::tuning::Tuning,
+    pub argv: Vec<String>,
+}
+
+/// Runs the daemon from the image at `path` that the program this process
+/// ran before left (`crate::handover`): its domains adopted, not built.
+/// When hv cannot take them over, the old program is run again on the
+/// same image.
+pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
+    use crate::handover::Image;
+    let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let image = Image::parse(&text)?;
+    let (attempt, began, rollback) = (image.attempt, image.began_ns, image.rollback.clone());
+    let (from, to, daemon) = (image.from.clone(), image.to.clone(), image.daemon.clone());
+    let hv = match Hypervisor::adopt(image.hv) {
+        Ok(hv) => hv,
+        Err(e) => return roll_back(&text, path, &from, &daemon, &e.message, rollback.is_some()),
+    };
+    let _ = fs::remove_file(path);
+    hv.set_verbose(true);
+    let take = |fd| sys::take_inherited_fd(fd).map_err(|e| format!("descriptor {fd}: {e}"));
+    let listener = SeqPacketListener::from_fd(take(daemon.listener)?);
+    let keeper = image.sup.uplinks.keeper.map(|k| take(k.1)).transpose()?;
+    let topology = image.sup.topology.clone();
+    let uplinks = Uplinks::adopt(&cfg.run_dir, &topology, &image.sup.uplinks, keeper);
+    let layout = cgroup_layout(&hv);
+    let dirs = (cfg.run_dir.clone(), cfg.exe.clone());
+    let sup = Supervisor::adopt(
+        &hv,
+        image.sup,
+        cfg.tuning,
+        dirs,
+        layout.clone(),
+        uplinks.clone(),
+    )
+    .map_err(|e| format!("taking over the domains: {e}"))?;
+    let notifier = daemon.notify.as_deref().and_then(|v| Notifier::to(v).ok());
+    sup.set_handover(handover_of(
+        &listener,
+        notifier.as_ref(),
+        &cfg.argv,
+        attempt,
+    ));
+    let notify = Arc::new(Lifecycle::new(notifier));
+    if let Some(sigs) = cfg.signals.take() {
+        watch_signals(&hv, &sup, sigs, notify.clone())?;
+    }
+    hv.set_supervisor(sup.clone());
+    notify.built();
+    let hv2 = hv.clone();
+    hv.spawn_guarded("hv-accept".into(), None, move || accept_loop(hv2, listener))
+        .map_err(|e| format!("cannot serve the toolstack: {e}"))?;
+    let gap_us = crate::handover::now_ns().saturating_sub(began) / 1000;
+    let fact = match rollback {
+        None => format!(
+            "{attempt} ok {gap_us} us: {} took over from {}",
+            to.display(),
+            from.display()
+        ),
+        Some(why) => format!(
+            "{attempt} rolled back: {} could not take over: {why}",
+            to.display()
+        ),
+    };
+    hv.set_info("hv_upgrade", &fact);
+    hv::log!(Notice, "upgrade {fact}");
+    notify.ready(&format!("upgrade {fact}"));
+    hv.wait_shutdown();
+    notify.stopping("stopping: its domains are gone");
+    sup.release_containers();
+    let huge = crate::hugepages::Reservation::carried(&cfg.run_dir);
+    stop(&topology, &cfg.run_dir, &uplinks, &layout, huge);
+    Ok(())
+}
+
+/// The new program could not take over (`why`): the old one (`from`) runs
+/// again on the same image, told why. If this is already the old program
+/// taking back, there is nothing left to run.
+fn roll_back(
+    text: &str,
+    path: &Path,
+    from: &Path,
+    daemon: &crate::handover::DaemonImage,
+    why: &str,
+    already: bool,
+) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    if already {
+        return Err(format!("taking back hv's state failed too: {why}"));
+    }
+    hv::log!(
+        Error,
+        "cannot take over hv's state ({why}): giving it back to {}",
+        from.display()
+    );
+    let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    v["rollback"] = serde_json::Value::String(why.to_string());
+    fs::write(path, v.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let e = std::process::Command::new(from)
+        .args(&daemon.argv)
+        .arg(crate::handover::RESUME_ARG)
+        .arg(path)
+        .exec();
+    Err(format!(
+        "cannot take over hv's state ({why}), nor run {} again: {e}",
+        from.display()
+    ))
 }
 
 /// The cgroup hierarchies hv may write; without any, domains are tracked
@@ -261,8 +409,11 @@ fn reload(hv: &Arc<Hypervisor>, sup: &Arc<Supervisor>, notify: &Arc<Lifecycle>) 
         );
         return;
     }
-    let (sup, n) = (sup.clone(), notify.clone());
+    let (sup, n, hv2) = (sup.clone(), notify.clone(), hv.clone());
     let started = hv.spawn_guarded("hv-reload".into(), None, move || {
+        // Inside hv's gate, as a toolstack request is: no upgrade of hv
+        // cuts an apply short.
+        let _pass = hv2.enter_gate();
         n.reloading("SIGHUP: applying the topology file again");
         let status = match sup.apply(None, false, &[]) {
             Ok(plan) => {
@@ -353,6 +504,10 @@ impl Lifecycle {
 
     fn wanted(&self) -> bool {
         self.notifier.is_some()
+    }
+
+    fn notifier(&self) -> Option<&Notifier> {
+        self.notifier.as_ref()
     }
 
     fn tell(&self, what: &str, send: impl FnOnce(&Notifier) -> std::io::Result<()>) {

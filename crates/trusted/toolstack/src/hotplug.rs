@@ -15,6 +15,12 @@ fn toolstack(rd: &Path) -> Result<Toolstack> {
         .context("is splitnet up? (no hv answers)")
 }
 
+/// A program's path as hv must be given it: absolute.
+fn absolute(p: &Path) -> Result<String> {
+    let abs = std::path::absolute(p).map_err(|e| anyhow!("{}: {e}", p.display()))?;
+    Ok(abs.to_string_lossy().into_owned())
+}
+
 /// Restarts a domain and returns once it runs again.
 pub fn restart(rd: &Path, domain: &str) -> Result<()> {
     let t0 = std::time::Instant::now();
@@ -32,15 +38,7 @@ pub fn restart(rd: &Path, domain: &str) -> Result<()> {
 /// place with `exe` (None: the one it runs, as on disk now); prints how
 /// long its vifs went unserved.
 pub fn upgrade(rd: &Path, domain: &str, exe: Option<&Path>, json: bool) -> Result<()> {
-    let exe = match exe {
-        Some(p) => Some(
-            std::path::absolute(p)
-                .map_err(|e| anyhow!("{}: {e}", p.display()))?
-                .to_string_lossy()
-                .into_owned(),
-        ),
-        None => None,
-    };
+    let exe = exe.map(absolute).transpose()?;
     let text = toolstack(rd)?
         .upgrade(domain, exe)
         .map_err(|e| anyhow!("upgrading {domain}: {e}"))?;
@@ -57,6 +55,56 @@ pub fn upgrade(rd: &Path, domain: &str, exe: Option<&Path>, json: bool) -> Resul
         r.dropped_frames,
         r.took_ms
     );
+    Ok(())
+}
+
+/// How long `splitnet upgrade --hv` waits for the outcome.
+const HV_UPGRADE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `splitnet upgrade --hv [PATH]`: hv replaces its own program in place
+/// with `exe` (None: the program at its own path, as on disk now). Waits
+/// until the new program (or the old one, given its state back) answers
+/// and prints the outcome from `status`' `hv_upgrade` fact.
+pub fn upgrade_hv(rd: &Path, exe: Option<&Path>, json: bool) -> Result<()> {
+    let exe = exe.map(absolute).transpose()?;
+    let t0 = std::time::Instant::now();
+    let n = toolstack(rd)?
+        .upgrade_hv(exe)
+        .map_err(|e| anyhow!("upgrading hv: {e}"))?;
+    let handed = t0.elapsed();
+    let fact = loop {
+        let status = Toolstack::connect(&socket_path(rd)).and_then(|mut t| t.status());
+        if let Ok(s) = status {
+            let fact = s.info.get("hv_upgrade").cloned().unwrap_or_default();
+            if fact.split_whitespace().next() == Some(n.as_str()) {
+                break fact;
+            }
+        }
+        if t0.elapsed() > HV_UPGRADE_LIMIT {
+            bail!("hv did not report the outcome of upgrade {n} within {HV_UPGRADE_LIMIT:?}: see its log");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let answered = t0.elapsed();
+    let ok = fact.starts_with(&format!("{n} ok"));
+    if json {
+        let v = serde_json::json!({
+            "upgrade": n,
+            "ok": ok,
+            "outcome": fact,
+            "handed_over_ms": handed.as_secs_f64() * 1e3,
+            "answered_ms": answered.as_secs_f64() * 1e3,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "hv upgrade {fact}; hv answered again {:.0} ms after the request",
+            answered.as_secs_f64() * 1e3
+        );
+    }
+    if !ok {
+        bail!("hv upgrade {fact}");
+    }
     Ok(())
 }
 

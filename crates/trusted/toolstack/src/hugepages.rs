@@ -151,6 +151,22 @@ fn give_back(n: u64, whose: &str) {
 
 impl Reservation {
     /// Gives back the pages hv added, and forgets the record.
+    /// The reservation an earlier program of this process made (hv's
+    /// upgrade in place), as its record in `run_dir` says.
+    pub fn carried(run_dir: &Path) -> Reservation {
+        let record = run_dir.join(ADDED_FILE);
+        match std::fs::read_to_string(&record)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            Some(added) => Reservation {
+                added,
+                record: Some(record),
+            },
+            None => Reservation::default(),
+        }
+    }
+
     pub fn release(self) {
         give_back(self.added, "its");
         if let Some(r) = self.record {

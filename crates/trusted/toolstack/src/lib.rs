@@ -35,6 +35,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod checks;
 pub mod daemon;
+pub mod handover;
 pub mod host;
 pub mod hotplug;
 pub mod hugepages;

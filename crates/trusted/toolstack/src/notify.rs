@@ -18,6 +18,8 @@ pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
 pub struct Notifier {
     sock: UnixDatagram,
     addr: SocketAddr,
+    /// The address as `$NOTIFY_SOCKET` named it (an upgrade of hv carries it).
+    value: String,
 }
 
 /// The socket address `$NOTIFY_SOCKET` names.
@@ -54,7 +56,16 @@ impl Notifier {
     pub fn to(value: &str) -> Result<Notifier, String> {
         let addr = parse_addr(value)?;
         let sock = UnixDatagram::unbound().map_err(|e| format!("notify socket: {e}"))?;
-        Ok(Notifier { sock, addr })
+        Ok(Notifier {
+            sock,
+            addr,
+            value: value.to_string(),
+        })
+    }
+
+    /// The address as `$NOTIFY_SOCKET` named it.
+    pub fn value(&self) -> &str {
+        &self.value
     }
 
     /// Sends `msg`, newline-separated `KEY=VALUE` assignments, whole.

@@ -18,11 +18,13 @@
 
 mod apply;
 mod containers;
+mod handover;
 mod launch;
 mod options;
 mod upgrade;
 mod vifs;
 
+pub use handover::{HvHandover, SupervisorImage};
 pub use upgrade::UpgradeReport;
 
 use crate::host::{self, Cgroup, CgroupLayout, WIRE_IF};
@@ -117,6 +119,8 @@ pub struct Supervisor {
     uplinks: Arc<Uplinks>,
     state: Mutex<State>,
     changed: Condvar,
+    /// What an upgrade of hv needs from the daemon (`handover`).
+    handover: std::sync::OnceLock<HvHandover>,
 }
 
 fn fail(kind: ErrorKind, msg: impl Into<String>) -> HvError {
@@ -160,6 +164,7 @@ impl Supervisor {
                 ..State::default()
             }),
             changed: Condvar::new(),
+            handover: std::sync::OnceLock::new(),
         })
     }
 
@@ -789,6 +794,10 @@ impl SupervisorHook for Supervisor {
     fn toolstack(&self, req: Request) -> HvResult<Reply> {
         match req {
             Request::RestartDomain { name } => self.restart(&name).map(|()| Reply::Done),
+            Request::UpgradeHv { exe } => match self.this.upgrade() {
+                Some(me) => me.upgrade_hv(exe).map(|n| Reply::Value(n.into_bytes())),
+                None => Err(fail(ErrorKind::Invalid, "hv is shutting down")),
+            },
             Request::UpgradeDomain { name, exe } => self
                 .upgrade(&name, exe)
                 .map(|report| Reply::Value(report.into_bytes())),

@@ -2,6 +2,7 @@
 //! unmaps and transfers submitted on the shared batch page (see [`crate::batch`]), one batch at
 //! a time under hv's lock.
 
+use super::domain::BatchEnds;
 use super::grant_ops::{map_batch, transfer_batch, unmap_batch};
 use super::state::State;
 use super::Hypervisor;
@@ -15,7 +16,7 @@ use crate::trace::{self, HvEvent, HvTrace};
 use abi::SharedMemory;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use sys::{poll_readable, Doorbell};
+use sys::poll_readable;
 
 impl Hypervisor {
     /// Serves domain `domid`'s batch page until `stop` rings or the
@@ -25,16 +26,16 @@ impl Hypervisor {
         domid: DomId,
         mem: Arc<DomainMemory>,
         tr: Arc<HvTrace>,
-        kick: Doorbell,
-        done: Doorbell,
-        stop: Doorbell,
+        ends: Arc<BatchEnds>,
     ) {
+        let (kick, done, stop) = (&ends.kick, &ends.done, &ends.stop);
         loop {
             match poll_readable(&[kick.as_fd(), stop.as_fd()], None) {
                 Ok(r) if r[1] => return,
                 Ok(_) => {}
                 Err(_) => return,
             }
+            let _pass = self.gate.enter();
             let t0 = trace::now();
             let _ = kick.drain();
             let page = &mem.batch_map;

@@ -43,7 +43,7 @@ impl DomainSpec {
 /// gets [`Quotas::default`].
 ///
 /// [`Hypervisor::set_quotas`]: crate::Hypervisor::set_quotas
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Quotas {
     /// Event channels (Xen's `max_event_channels`).
     pub event_channels: usize,
@@ -87,6 +87,8 @@ pub(super) struct Domain {
     /// Rung to stop the domain's batch thread.
     pub(super) stop: Doorbell,
     pub(super) control: SeqPacket,
+    /// hv's ends of the batch doorbells (its batch thread's).
+    pub(super) batch: Arc<BatchEnds>,
     pub(super) said_hello: bool,
     pub(super) watch_tx: Option<SeqPacket>,
     pub(super) maps: HashMap<u32, MapRecord>,
@@ -106,6 +108,15 @@ pub(super) struct Domain {
     pub(super) teardown: Option<Teardown>,
 }
 
+/// hv's ends of a domain's batch doorbells, which its batch thread
+/// serves: it waits on `kick`, rings `done`, and stops when `stop` rings.
+/// The record keeps them too, for an upgrade of hv to carry.
+pub(super) struct BatchEnds {
+    pub(super) kick: Doorbell,
+    pub(super) done: Doorbell,
+    pub(super) stop: Doorbell,
+}
+
 /// What a new domain's record keeps of its doorbells and control socket.
 pub(super) struct DomainEnds {
     /// The domain's ends of its batch doorbells, handed over at `Hello`:
@@ -116,6 +127,7 @@ pub(super) struct DomainEnds {
     pub(super) stop: Doorbell,
     /// hv's end of the control socket, shut down when the domain is destroyed.
     pub(super) control: SeqPacket,
+    pub(super) batch: Arc<BatchEnds>,
 }
 
 impl Domain {
@@ -134,6 +146,7 @@ impl Domain {
             done: ends.done,
             stop: ends.stop,
             control: ends.control,
+            batch: ends.batch,
             said_hello: false,
             watch_tx: None,
             maps: HashMap::new(),

@@ -2,7 +2,7 @@
 //! two serving threads), destruction (everything the domain held is
 //! revoked, then its teardown runs), shutdown, and hv's guarded threads.
 
-use super::domain::{Domain, DomainEnds, DomainSpec};
+use super::domain::{BatchEnds, Domain, DomainEnds, DomainSpec};
 use super::evtchn_ops::drop_end;
 use super::reply::{os, store_err};
 use super::state::{deliver, State};
@@ -33,6 +33,11 @@ impl Hypervisor {
         // (waiter, ringer) pairs: the domain rings `kick`, hv rings `done`.
         let ((kick_wait, kick_ring), (done_wait, done_ring)) = (bell()?, bell()?);
         let (stop_wait, stop_ring) = bell()?;
+        let batch = Arc::new(BatchEnds {
+            kick: kick_wait,
+            done: done_ring,
+            stop: stop_wait,
+        });
         let trace = Arc::new(HvTrace::default());
         let domid = {
             let mut st = self.lock();
@@ -42,21 +47,36 @@ impl Hypervisor {
                 done: done_wait,
                 stop: stop_ring,
                 control: os("socket", hv_end.try_clone())?,
+                batch: batch.clone(),
             };
             let d = Domain::new(&spec, mem.clone(), ends, trace.clone());
             st.doms.0.insert(domid, d);
             st.counters.op("domains_created");
             domid
         };
+        self.spawn_serving(domid, hv_end, mem, trace, batch)?;
+        Ok((domid, dom_end))
+    }
+
+    /// Starts domain `domid`'s two serving threads: its control socket's
+    /// (`control`, hv's end) and its batch doorbell's.
+    pub(super) fn spawn_serving(
+        self: &Arc<Self>,
+        domid: DomId,
+        control: SeqPacket,
+        mem: Arc<DomainMemory>,
+        trace: Arc<HvTrace>,
+        batch: Arc<BatchEnds>,
+    ) -> HvResult<()> {
         let hv = self.clone();
         self.spawn_guarded(format!("hv-ctl-{domid}"), Some(domid), move || {
-            hv.serve(domid, hv_end)
+            hv.serve(domid, control)
         })?;
         let hv = self.clone();
         self.spawn_guarded(format!("hv-batch-{domid}"), Some(domid), move || {
-            hv.run_batches(domid, mem, trace, kick_wait, done_ring, stop_wait)
+            hv.run_batches(domid, mem, trace, batch)
         })?;
-        Ok((domid, dom_end))
+        Ok(())
     }
 
     /// Starts one of hv's threads, `name`, running `body`, so that no panic

@@ -22,7 +22,9 @@ mod devices;
 mod dispatch;
 mod domain;
 mod evtchn_ops;
+mod gate;
 mod grant_ops;
+mod handover;
 mod lifecycle;
 mod reply;
 mod report;
@@ -30,7 +32,9 @@ mod serve;
 mod state;
 
 pub use domain::{DomainSpec, Quotas, Teardown};
+pub use gate::Pass;
 pub use grant_ops::MAX_COPY_OPS;
+pub use handover::{ChannelImage, DomainImage, HvImage, NgmImage};
 
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::hvm::HvmGuests;
@@ -69,6 +73,8 @@ pub struct Hypervisor {
     vhost: VhostListeners,
     /// Driver domains' uplink sockets, kept across their restarts.
     ports: KeptPorts,
+    /// Closed while an upgrade of hv takes its state ([`gate`]).
+    gate: gate::Gate,
 }
 
 /// Runs the body of thread `thread`, catching a panic: logged on stderr
@@ -103,6 +109,7 @@ impl Hypervisor {
             hvm: Default::default(),
             vhost: Default::default(),
             ports: Default::default(),
+            gate: Default::default(),
         })
     }
 
@@ -209,6 +216,15 @@ impl Hypervisor {
             .iter()
             .find(|(_, d)| d.name == name)
             .map(|(id, _)| *id)
+    }
+
+    /// Every domain as (id, name, pid, network namespace): what the
+    /// toolstack watches again after hv's upgrade in place.
+    pub fn launched(&self) -> Vec<(DomId, String, Option<i32>, Option<String>)> {
+        let st = self.lock();
+        (st.doms.0.iter())
+            .map(|(&id, d)| (id, d.name.clone(), d.pid, d.netns.clone()))
+            .collect()
     }
 
     /// Whether shutdown was requested.

@@ -61,6 +61,13 @@ impl Hypervisor {
             t.unwrap_or_default()
         };
         loop {
+            // The request is taken only inside the gate: one that comes
+            // while an upgrade of hv closes it stays in the socket for the
+            // program that replaces this one.
+            if sys::poll_readable_few(&[sock.as_fd()], None).is_err() {
+                break;
+            }
+            let _pass = self.gate.enter();
             let n = match sock.recv(&mut buf) {
                 Ok((0, _)) => break,
                 Ok((n, _fds)) => n,
@@ -151,7 +158,8 @@ impl Hypervisor {
             | Request::ContainerDel { .. }
             | Request::ContainerList
             | Request::Apply { .. }
-            | Request::UpgradeDomain { .. } => self.ask_supervisor(req),
+            | Request::UpgradeDomain { .. }
+            | Request::UpgradeHv { .. } => self.ask_supervisor(req),
             Request::CaptureOpen { domain, spec } => match self.capture_open(&domain, &spec) {
                 Ok((reply, fd)) => (Ok(reply), vec![fd]),
                 Err(e) => fail(e),

@@ -80,7 +80,8 @@ impl Supervisor {
             self.launch_device_side(hv, e, domid, side, &cg)
                 .map_err(|x| format!("starting the device side of {name}'s NIC: {x}"))?;
         }
-        self.watch(hv, domid, &name, &ns, cg, child)?;
+        let mut child = child;
+        self.watch(hv, domid, &name, &ns, cg, pid, move || child.wait())?;
         *self.lock().starts.entry(d.name.clone()).or_default() += 1;
         self.changed.notify_all();
         hv::log!(
@@ -99,6 +100,25 @@ impl Supervisor {
     /// hv also makes the dedicated queues it asks for on those uplinks
     /// ([`crate::queues`]).
     fn keep_ports(&self, hv: &Hypervisor, name: &str, ns: &str) {
+        let (ifnames, emulated) = self.port_services(hv, name, ns);
+        if let Err(e) = crate::kept_ports::keep(hv, name, ns, &ifnames, &emulated) {
+            hv::log!(
+                Warning,
+                dom = name,
+                "hv keeps no socket on its ports ({e}): it opens its own"
+            );
+        }
+    }
+
+    /// Tells hv how to open driver domain `name`'s ports on its first ask
+    /// and how to make its dedicated queues; returns its uplinks' and its
+    /// emulated NICs' interface names.
+    pub(super) fn port_services(
+        &self,
+        hv: &Hypervisor,
+        name: &str,
+        ns: &str,
+    ) -> (Vec<String>, Vec<String>) {
         let topo = self.topo();
         let ifnames: Vec<String> = topo
             .uplinks_of(name)
@@ -125,13 +145,7 @@ impl Supervisor {
         });
         let queues = crate::queues::Queues::new(name, ns, ifnames.clone(), macs);
         hv.queue_maker(name, std::sync::Arc::new(queues));
-        if let Err(e) = crate::kept_ports::keep(hv, name, ns, &ifnames, &emulated) {
-            hv::log!(
-                Warning,
-                dom = name,
-                "hv keeps no socket on its ports ({e}): it opens its own"
-            );
-        }
+        (ifnames, emulated)
     }
 
     /// Spawns `splitnet-domain` for `d` in namespace `ns`, logging to `logs`,
@@ -203,23 +217,28 @@ impl Supervisor {
         r.map_err(|e| format!("spawning {} in {ns}: {e}", exe.display()))
     }
 
-    /// Tells hv how domain `domid` (`name`, in namespace `ns`) runs and
-    /// what undoes it (its cgroup, its uplinks, its namespace unless it may
-    /// come back), and reaps its process on a thread of its own.
-    fn watch(
+    /// Tells hv how domain `domid` (`name`, in namespace `ns`, process
+    /// `pid`, reaped by `reap`) runs and what undoes it (its cgroup, its
+    /// uplinks, its namespace unless it may come back), and waits for the
+    /// process to exit on a thread of its own. It reaps it only inside hv's gate, so that an upgrade of hv
+    /// never loses an exit: a process that ends meanwhile stays a zombie
+    /// for the new program to reap.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn watch(
         self: &Arc<Self>,
         hv: &Arc<Hypervisor>,
         domid: DomId,
         name: &str,
         ns: &str,
         cg: Cgroup,
-        child: Child,
+        pid: i32,
+        reap: impl FnOnce() -> std::io::Result<std::process::ExitStatus> + Send + 'static,
     ) -> Result<(), String> {
         let me = Arc::downgrade(self);
         let (cg2, name2, uplinks) = (cg.clone(), name.to_string(), self.uplinks.clone());
         hv.set_launch_info(
             domid,
-            Some(child.id() as i32),
+            Some(pid),
             Some(ns.to_string()),
             cg.dirs.first().map(|p| p.display().to_string()),
             Some(Box::new(move || {
@@ -232,10 +251,11 @@ impl Supervisor {
                 }
             })),
         );
-        let (me, name3) = (self.clone(), name.to_string());
+        let (me, name3, hv2) = (self.clone(), name.to_string(), hv.clone());
         hv.spawn_guarded(format!("reap-{name}"), Some(domid), move || {
-            let mut child = child;
-            let status = child.wait();
+            let _ = sys::wait_exited(pid);
+            let _pass = hv2.enter_gate();
+            let status = reap();
             me.reaped(domid, &name3, status);
         })
         .map(drop)

@@ -170,7 +170,7 @@ impl Answer {
 }
 
 /// A program a domain can run: an absolute path to an executable file.
-fn check_program(p: &Path) -> HvResult<()> {
+pub(super) fn check_program(p: &Path) -> HvResult<()> {
     let bad = |why: String| Err(fail(ErrorKind::Invalid, format!("{}: {why}", p.display())));
     if !p.is_absolute() {
         return bad("the program must be given by an absolute path".into());

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 /// Longest domain name: it becomes part of namespace and interface names.
 pub const MAX_NAME: usize = 10;
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DomainKind {
     Driver,
@@ -29,7 +29,7 @@ impl DomainKind {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DomainConfig {
     pub name: String,
@@ -77,7 +77,11 @@ pub struct DomainConfig {
     /// capability at a time: `"none"`, `"csum"`, `"sg"`, `"sg+csum"` or
     /// `"tso"` (= sg+csum+TSO, also `"all"`); `true` is `"tso"` (the
     /// default), `false` `"none"` (the seed baseline).
-    #[serde(default = "all_offloads", deserialize_with = "offload_set")]
+    #[serde(
+        default = "all_offloads",
+        deserialize_with = "offload_set",
+        serialize_with = "offloads_by_name::serialize"
+    )]
     pub offload: Offloads,
     /// Guests: where large receive offload (Ram thesis 5.1) coalesces the
     /// guest's received TCP segments: `guest` (netfront; the default for a
@@ -88,7 +92,11 @@ pub struct DomainConfig {
     /// §3.1, Figure 7), as for `offload`: `"none"`, `"csum"`, `"sg"`,
     /// `"sg+csum"` or `"tso"` (`true`, the default); the software offload
     /// driver does the rest (segments, checksums, linearizes).
-    #[serde(default = "all_offloads", deserialize_with = "offload_set")]
+    #[serde(
+        default = "all_offloads",
+        deserialize_with = "offload_set",
+        serialize_with = "offloads_by_name::serialize"
+    )]
     pub port_offload: Offloads,
     /// Driver domains: the size of the ports' receive buffers, `"page"`
     /// (Driver-none) or `"mtu"` (Driver-MTU); none: slots for whole GSO
@@ -167,7 +175,7 @@ pub struct DomainConfig {
 }
 
 /// How a driver domain makes its grant maps (`grant_maps`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum GrantMaps {
     /// A page-table entry in a mirror of the granter's pool.
@@ -187,7 +195,7 @@ impl GrantMaps {
 }
 
 /// Where an HVM guest's virtual PIC pair lives (`hvm_pic`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum HvmPic {
     #[default]
@@ -205,7 +213,7 @@ impl HvmPic {
 }
 
 /// How an HVM guest's device model watches its TAP (`hvm_rx`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum HvmRx {
     #[default]
@@ -214,7 +222,7 @@ pub enum HvmRx {
 }
 
 /// How hv wakes an HVM guest's device model (`hvm_wake`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum HvmWake {
     #[default]
@@ -239,7 +247,7 @@ pub const HVM_TIMER_HZ: std::ops::RangeInclusive<u32> = 1..=1000;
 pub const HVM_POLL_US: std::ops::RangeInclusive<u32> = 100..=1_000_000;
 
 /// Who listens on a VM's vhost-user socket.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum SocketServer {
     /// hv listens; the VMM connects and, after a driver-domain restart,
@@ -254,7 +262,7 @@ pub enum SocketServer {
 }
 
 /// A guest's kind of virtual NIC.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Nic {
     /// The paravirtual split driver: netfront, rings, grants, netback.
@@ -341,7 +349,7 @@ impl DomainConfig {
 }
 
 /// When hv restarts a domain whose process exited on its own.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Restart {
     /// Never: the domain is destroyed.
@@ -377,9 +385,23 @@ fn all_offloads() -> Offloads {
     Offloads::TSO
 }
 
+/// An offload set as its name, for what hv carries across its upgrade.
+pub(crate) mod offloads_by_name {
+    use super::Offloads;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(o: &Offloads, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&o.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Offloads, D::Error> {
+        Offloads::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
 /// `offload`/`port_offload`: a boolean (the old form) or a set's name.
 fn offload_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Offloads, D::Error> {
-    #[derive(Deserialize)]
+    #[derive(Deserialize, serde::Serialize)]
     #[serde(untagged)]
     enum Form {
         Bool(bool),
@@ -396,7 +418,7 @@ fn offload_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Offloads, D::Er
 }
 
 /// RX transfer mode of a virtual NIC.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum RxMode {
     /// Grant copy into guest-posted buffers (Menon 2006 §4.2; later Xen).
@@ -407,7 +429,7 @@ pub enum RxMode {
 }
 
 /// TX transfer mode of a virtual NIC.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum TxMode {
     /// Menon 2006 §4.1 (the I/O channel): netback copies only the headers
@@ -430,7 +452,7 @@ pub enum TxMode {
 }
 
 /// The size of a guest's receive buffers (Ram thesis 5.3).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum RxBuffer {
     /// One buffer per page.
@@ -443,7 +465,7 @@ pub enum RxBuffer {
 }
 
 /// How guest buffers reach the driver domain.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Grants {
     /// Ram thesis ch. 4, the new grant mechanism: hv validates a grant once,
@@ -458,7 +480,7 @@ pub enum Grants {
 }
 
 /// Where large receive offload runs for a guest's vifs (Ram thesis 5.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 pub enum LroAt {
     #[default]
     Off,

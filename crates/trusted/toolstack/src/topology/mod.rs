@@ -25,7 +25,7 @@ pub use vif::*;
 /// The embedded default topology (`splitnet up` without `--config`).
 pub const DEFAULT_TOML: &str = include_str!("../default.toml");
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
     /// A label shown in status.
@@ -142,7 +142,7 @@ fn guest_specs(d: &DomainConfig) -> Result<Vec<(u32, VifSpec)>, String> {
     Ok(out)
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct WireConfig {
     #[serde(default = "default_wire")]
@@ -192,6 +192,12 @@ impl<'de> Deserialize<'de> for LinkRate {
         String::deserialize(d)?
             .parse()
             .map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for LinkRate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 

@@ -13,7 +13,7 @@ pub const MIN_MTU: u32 = 68;
 pub const MAX_QUEUES: u16 = 64;
 
 /// What a driver domain's port is joined to on the host.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum UplinkKind {
     /// A veth to the synthetic `wire` host (`[wire]`).
@@ -49,7 +49,7 @@ impl UplinkKind {
 }
 
 /// One `[[port]]` section.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PortConfig {
     /// The driver domain whose port this is.
@@ -100,7 +100,7 @@ pub struct PortConfig {
 }
 
 /// Who pays for the encapsulation.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum MtuBudget {
     /// The guests: their vifs get 1450 unless a vif sets `mtu`.
@@ -121,7 +121,7 @@ impl MtuBudget {
 
 /// A driver domain's receive buffers (`port_buffer`, see
 /// [`crate::port_buffer`]).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum PortBuffer {
     /// Driver-none: one 4 KiB page-aligned buffer per frame.

@@ -5,7 +5,7 @@ use super::domain::{Grants, LroAt, Offloads, RxBuffer, RxMode, TxMode};
 use std::net::IpAddr;
 
 /// A guest's virtual NIC, resolved from the topology.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct VifConfig {
     pub guest: String,
     /// The device's number within its guest (`device/vif/<handle>`).
@@ -16,6 +16,7 @@ pub struct VifConfig {
     pub tx_mode: TxMode,
     pub grants: Grants,
     /// The offloads the vif may negotiate (`offload`).
+    #[serde(with = "super::domain::offloads_by_name")]
     pub offload: Offloads,
     /// Where large receive offload runs (`lro`).
     pub lro: LroAt,
@@ -32,7 +33,7 @@ pub struct VifConfig {
 /// A vif's options as xl's vifspec gives them (xl-network-configuration(5));
 /// the toolstack writes them to the backend directory (`setup_vif`), where
 /// the driver domain reads them.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct VifOptions {
     /// The bridge the vif joins; None: [`abi::xenbus::DEFAULT_BRIDGE`].
     pub bridge: Option<String>,
@@ -54,7 +55,7 @@ pub struct VifOptions {
 }
 
 /// Xen netback's credit: `bytes` may be sent per `usec` microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CreditRate {
     pub bytes: u64,
     pub usec: u64,

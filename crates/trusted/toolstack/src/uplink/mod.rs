@@ -86,6 +86,58 @@ impl Uplinks {
         }))
     }
 
+    /// What an upgrade of hv carries: the driver domains whose uplinks are
+    /// built, and the keeper (pid, its pipe's descriptor). Uplinks with
+    /// members (macvlan) or daemons (pasta, FRR) are not carried yet: the
+    /// error names them.
+    pub fn image(&self) -> Result<UplinksImage, String> {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = groups.keys().next() {
+            return Err(format!(
+                "an upgrade of hv does not carry macvlan uplinks yet ({k})"
+            ));
+        }
+        let daemons = self.daemons.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = daemons.iter().find(|(_, v)| !v.is_empty()) {
+            return Err(format!(
+                "an upgrade of hv does not carry uplink daemons (pasta, FRR) yet (driver domain {})",
+                d.0
+            ));
+        }
+        let mut built: Vec<String> = (self.built.lock().unwrap_or_else(|p| p.into_inner()))
+            .iter()
+            .cloned()
+            .collect();
+        built.sort();
+        let keeper = (self.keeper.lock().unwrap_or_else(|p| p.into_inner()))
+            .as_ref()
+            .and_then(Keeper::raw_parts);
+        Ok(UplinksImage { built, keeper })
+    }
+
+    /// The uplinks of `t` as an earlier program of this process left them
+    /// (hv's upgrade in place): nothing is undone or built again, and the
+    /// keeper (`keeper`, its pipe taken back) goes on watching.
+    pub fn adopt(
+        run_dir: &Path,
+        t: &Topology,
+        image: &UplinksImage,
+        keeper: Option<std::os::fd::OwnedFd>,
+    ) -> Arc<Uplinks> {
+        let keeper = match (image.keeper, keeper) {
+            (Some((pid, _)), Some(fd)) => Some(Keeper::adopt(run_dir, pid, fd)),
+            _ => None,
+        };
+        Arc::new(Uplinks {
+            run_dir: run_dir.to_path_buf(),
+            uplinks: t.uplinks(),
+            built: Mutex::new(image.built.iter().cloned().collect()),
+            groups: Mutex::default(),
+            daemons: Mutex::default(),
+            keeper: Mutex::new(keeper),
+        })
+    }
+
     /// Every uplink.
     pub fn all(&self) -> &[Uplink] {
         &self.uplinks
@@ -215,6 +267,14 @@ impl Uplinks {
     fn note(&self, u: &Uplink, undo: Undo) -> Result<(), String> {
         record(&self.run_dir, &u.driver, undo)
     }
+}
+
+/// What [`Uplinks::image`] records.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct UplinksImage {
+    pub built: Vec<String>,
+    /// The keeper's pid and its pipe's descriptor.
+    pub keeper: Option<(i32, std::os::fd::RawFd)>,
 }
 
 /// Writes driver domain home `home`'s uplinks: `uplinks/<ifname>` =

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -240,8 +240,10 @@ impl Uplinks {
 /// that waits on a pipe from hv, and when it reads end-of-file (hv exited,
 /// however it died) undoes whatever is left in the journal.
 pub struct Keeper {
-    child: Child,
-    pipe: Option<ChildStdin>,
+    pid: i32,
+    /// The keeper's stdin: it undoes the journal once this closes (hv
+    /// gone). An upgrade of hv keeps it open across the `execve`.
+    pipe: Option<fs::File>,
     run_dir: PathBuf,
 }
 
@@ -271,19 +273,35 @@ impl Keeper {
                 .spawn_unblocked()
                 .map_err(|e| format!("starting the uplink keeper ({}): {e}", exe.display()))?
         };
-        let pipe = child.stdin.take();
+        let pipe = (child.stdin.take()).map(|p| fs::File::from(std::os::fd::OwnedFd::from(p)));
         fs::write(keeper_pid_file(run_dir), child.id().to_string()).map_err(|e| e.to_string())?;
         Ok(Keeper {
-            child,
+            pid: child.id() as i32,
             pipe,
             run_dir: run_dir.to_path_buf(),
         })
     }
 
+    /// The keeper an earlier program of this process started (hv's
+    /// upgrade in place): its pid and its stdin's descriptor.
+    pub(super) fn adopt(run_dir: &Path, pid: i32, pipe: std::os::fd::OwnedFd) -> Keeper {
+        Keeper {
+            pid,
+            pipe: Some(fs::File::from(pipe)),
+            run_dir: run_dir.to_path_buf(),
+        }
+    }
+
+    /// (pid, the pipe's descriptor), for an upgrade of hv to carry.
+    pub(super) fn raw_parts(&self) -> Option<(i32, std::os::fd::RawFd)> {
+        use std::os::fd::AsRawFd;
+        self.pipe.as_ref().map(|p| (self.pid, p.as_raw_fd()))
+    }
+
     /// Lets the keeper go (the journal is empty by now) and reaps it.
     pub(super) fn stop(mut self) {
         drop(self.pipe.take());
-        let _ = self.child.wait();
+        let _ = sys::reap(self.pid);
         let _ = fs::remove_file(keeper_pid_file(&self.run_dir));
     }
 }

@@ -1,0 +1,426 @@
+//! hv's state carried across an upgrade of its own program in place (Xen's
+//! Live Update: the running hypervisor records its domains, and the new
+//! one takes them over). The old program closes the gate, records
+//! everything under its lock as an [`HvImage`] naming descriptors by
+//! number, and `execve`s the new one, which keeps those descriptors; the
+//! new program [`Hypervisor::adopt`]s the image: duplicates of every
+//! descriptor first, so that an image it cannot take leaves the originals
+//! for the old program to take back.
+
+use super::domain::{BatchEnds, Domain, Doms, MapRecord, Quotas};
+use super::gate::Pass;
+use super::state::State;
+use super::Hypervisor;
+use crate::error::{ErrorKind, HvError, HvResult};
+use crate::evtchn::Channel;
+use crate::grant::Pin;
+use crate::hold::Holds;
+use crate::memory::{DomainMemory, MemorySpec};
+use crate::ngm::NgmTable;
+use crate::proto::{DomId, Port};
+use crate::status::Counters;
+use crate::trace::HvTrace;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+use sys::{Doorbell, Memfd, SeqPacket};
+
+/// One domain as hv holds it, its descriptors by number.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DomainImage {
+    pub id: DomId,
+    pub name: String,
+    pub kind: String,
+    pub memory: MemorySpec,
+    pub backing: String,
+    /// Pool, grant table, batch page, trace area.
+    pub memfds: [RawFd; 4],
+    /// The domain's ends of its batch doorbells (kick, done, stop).
+    pub bells: [RawFd; 3],
+    /// hv's ends of them (kick, done, stop), its batch thread's.
+    pub batch: [RawFd; 3],
+    /// hv's end of its control socket.
+    pub control: RawFd,
+    pub watch_tx: Option<RawFd>,
+    pub said_hello: bool,
+    /// (handle, granter, grant reference, writable).
+    pub maps: Vec<(u32, DomId, u32, bool)>,
+    pub mapped: Vec<(DomId, u32)>,
+    /// (granter, grant reference, count).
+    pub holds: Vec<(DomId, u32, u32)>,
+    pub next_handle: u32,
+    pub fds_given: Vec<(DomId, bool)>,
+    pub ports: Vec<(Port, u64)>,
+    pub quotas: Quotas,
+    pub counters: Counters,
+    pub pid: Option<i32>,
+    pub netns: Option<String>,
+    pub cgroup: Option<String>,
+}
+
+/// One event channel: its page, its doorbells as (waiting, ringing) per end.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChannelImage {
+    pub id: u64,
+    pub page: RawFd,
+    pub bells: [[RawFd; 2]; 2],
+    pub ends: [Option<(DomId, Port)>; 2],
+    pub remote: DomId,
+}
+
+/// One table of the new grant mechanism.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NgmImage {
+    pub handle: u32,
+    pub guest: DomId,
+    pub backend: DomId,
+    pub translation: RawFd,
+    pub status: RawFd,
+    /// Created, revoked, refused.
+    pub counts: (u64, u64, u64),
+}
+
+/// Everything hv's lock guards, and the ports it keeps.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HvImage {
+    pub domains: Vec<DomainImage>,
+    pub channels: Vec<ChannelImage>,
+    /// (granter, grant reference, readers, writers).
+    pub pins: Vec<(DomId, u32, u32, u32)>,
+    /// The store, whole (`store::Store`'s serialized form).
+    pub store: serde_json::Value,
+    pub ngm: Vec<NgmImage>,
+    pub next_chan: u64,
+    pub next_domid: DomId,
+    pub next_ngm: u32,
+    pub next_capture: u32,
+    pub counters: Counters,
+    pub info: BTreeMap<String, String>,
+    /// (driver domain, interface, socket).
+    pub kept_ports: Vec<(String, String, RawFd)>,
+}
+
+impl HvImage {
+    /// Every descriptor the image names, each once.
+    pub fn fds(&self) -> Vec<RawFd> {
+        let mut v = Vec::new();
+        for d in &self.domains {
+            v.extend(d.memfds);
+            v.extend(d.bells);
+            v.extend(d.batch);
+            v.push(d.control);
+            v.extend(d.watch_tx);
+        }
+        for c in &self.channels {
+            v.push(c.page);
+            v.extend(c.bells.iter().flatten());
+        }
+        for t in &self.ngm {
+            v.extend([t.translation, t.status]);
+        }
+        v.extend(self.kept_ports.iter().map(|p| p.2));
+        v
+    }
+}
+
+fn raw(fd: impl AsFd) -> RawFd {
+    fd.as_fd().as_raw_fd()
+}
+
+fn refuse<T>(why: impl Into<String>) -> HvResult<T> {
+    Err(HvError::new(ErrorKind::InUse, why))
+}
+
+impl Hypervisor {
+    /// Passes the gate for one request served outside hv's own threads
+    /// (the toolstack's reaping of a domain process).
+    pub fn enter_gate(&self) -> Pass<'_> {
+        self.gate.enter()
+    }
+
+    /// Closes the gate for an upgrade ([`super::gate::Gate::close`]); the
+    /// error says how many requests kept it from closing within `patience`.
+    pub fn close_gate(&self, own: usize, patience: Duration) -> HvResult<()> {
+        self.gate.close(own, patience).map_err(|busy| {
+            HvError::new(
+                ErrorKind::InUse,
+                format!("hv is busy: {busy} requests were still being served after {patience:?}; try again"),
+            )
+        })
+    }
+
+    /// With the gate closed: whether everyone left it within `patience`.
+    pub fn wait_gate_empty(&self, patience: Duration) -> bool {
+        self.gate.wait_empty(patience)
+    }
+
+    /// Opens the gate again after an upgrade that did not happen.
+    pub fn open_gate(&self) {
+        self.gate.open()
+    }
+
+    /// hv's state, for an upgrade in place; call with the gate closed. What
+    /// it does not carry yet is refused by name.
+    pub fn export(&self) -> HvResult<HvImage> {
+        let st = self.lock();
+        if st.shutting_down {
+            return refuse("hv is shutting down");
+        }
+        if !st.tearing_down.is_empty() {
+            return refuse("a domain is being torn down; try again");
+        }
+        if !st.captures.is_empty() {
+            return refuse("a packet capture is being set up; try again");
+        }
+        let hvm: Vec<String> = self.hvm.snapshots().keys().map(|d| d.to_string()).collect();
+        if !hvm.is_empty() {
+            return refuse(format!(
+                "an upgrade of hv does not carry HVM guests' I/O paths yet (domains {})",
+                hvm.join(", ")
+            ));
+        }
+        if self.vhost.count() > 0 {
+            return refuse("an upgrade of hv does not carry vhost-user vifs yet");
+        }
+        let domains = st
+            .doms
+            .0
+            .iter()
+            .map(|(&id, d)| domain_image(id, d))
+            .collect();
+        let mut channels: Vec<ChannelImage> = st
+            .channels
+            .iter()
+            .map(|(&id, c)| ChannelImage {
+                id,
+                page: raw(&c.page),
+                bells: [0, 1].map(|e| [raw(&c.bells[e].0), raw(&c.bells[e].1)]),
+                ends: c.ends,
+                remote: c.remote,
+            })
+            .collect();
+        channels.sort_by_key(|c| c.id);
+        Ok(HvImage {
+            domains,
+            channels,
+            pins: (st.pins.iter())
+                .map(|(&(d, g), p)| (d, g, p.readers, p.writers))
+                .collect(),
+            store: serde_json::to_value(&st.store)
+                .map_err(|e| HvError::internal("recording the store", e))?,
+            ngm: st.ngm.values().map(ngm_image).collect(),
+            next_chan: st.next_chan,
+            next_domid: st.next_domid,
+            next_ngm: st.next_ngm,
+            next_capture: st.next_capture,
+            counters: st.counters.clone(),
+            info: st.info.clone(),
+            kept_ports: self.ports.list_raw(),
+        })
+    }
+
+    /// A hypervisor that takes over `image`'s domains: every descriptor is
+    /// duplicated and checked, every memory mapped again, and only then
+    /// are the serving threads started and the originals closed. An error
+    /// leaves the originals open (for the old program to take back).
+    pub fn adopt(image: HvImage) -> HvResult<Arc<Hypervisor>> {
+        let mut fds = Taken::default();
+        let mut doms = BTreeMap::new();
+        let mut serving = Vec::new();
+        for d in &image.domains {
+            let (dom, ctl) = adopt_domain(d, &mut fds)?;
+            serving.push((
+                d.id,
+                ctl,
+                dom.mem.clone(),
+                dom.trace.clone(),
+                dom.batch.clone(),
+            ));
+            doms.insert(d.id, dom);
+        }
+        let mut channels = HashMap::new();
+        for c in &image.channels {
+            let bell = |fds: &mut Taken, [w, r]: [RawFd; 2]| -> HvResult<(Doorbell, Doorbell)> {
+                Ok((
+                    Doorbell::from_fd(fds.take(w)?),
+                    Doorbell::from_fd(fds.take(r)?),
+                ))
+            };
+            let bells = [bell(&mut fds, c.bells[0])?, bell(&mut fds, c.bells[1])?];
+            let ch = Channel::adopt(fds.memfd(c.page)?, bells, c.ends, c.remote)?;
+            channels.insert(c.id, ch);
+        }
+        let mut ngm = BTreeMap::new();
+        for t in &image.ngm {
+            let (tr, stt) = (fds.memfd(t.translation)?, fds.memfd(t.status)?);
+            let table = NgmTable::adopt((t.handle, t.guest, t.backend), tr, stt, t.counts)?;
+            ngm.insert((t.guest, t.backend), table);
+        }
+        let store: store::Store = serde_json::from_value(image.store)
+            .map_err(|e| HvError::new(ErrorKind::Invalid, format!("the image's store: {e}")))?;
+        let mut kept = Vec::new();
+        for (drv, ifname, fd) in &image.kept_ports {
+            kept.push((drv.clone(), ifname.clone(), fds.take(*fd)?));
+        }
+        let hv = Hypervisor::new();
+        {
+            let mut st = hv.lock();
+            *st = State::new();
+            st.doms = Doms(doms);
+            st.channels = channels;
+            st.ngm = ngm;
+            for &(d, g, readers, writers) in &image.pins {
+                st.pins.insert((d, g), Pin { readers, writers });
+            }
+            st.store = store;
+            (st.next_chan, st.next_domid) = (image.next_chan, image.next_domid);
+            (st.next_ngm, st.next_capture) = (image.next_ngm, image.next_capture);
+            st.counters = image.counters;
+            st.info = image.info;
+            st.counters.op("hv_upgrades");
+        }
+        for (drv, ifname, fd) in kept {
+            hv.ports.keep(&drv, &ifname, fd);
+        }
+        for (id, ctl, mem, trace, batch) in serving {
+            hv.spawn_serving(id, ctl, mem, trace, batch)?;
+        }
+        fds.release_originals();
+        Ok(hv)
+    }
+}
+
+fn domain_image(id: DomId, d: &Domain) -> DomainImage {
+    DomainImage {
+        id,
+        name: d.name.clone(),
+        kind: d.kind.clone(),
+        memory: d.mem.spec,
+        backing: d.mem.backing.as_str().into(),
+        memfds: d.mem.memfds().map(raw),
+        bells: [raw(&d.kick), raw(&d.done), raw(&d.stop)],
+        batch: [raw(&d.batch.kick), raw(&d.batch.done), raw(&d.batch.stop)],
+        control: raw(&d.control),
+        watch_tx: d.watch_tx.as_ref().map(raw),
+        said_hello: d.said_hello,
+        maps: (d.maps.iter())
+            .map(|(&h, m)| (h, m.granter, m.gref, m.writable))
+            .collect(),
+        mapped: d.mapped.iter().copied().collect(),
+        holds: d.holds.list(),
+        next_handle: d.next_handle,
+        fds_given: d.fds_given.iter().copied().collect(),
+        ports: d.ports.iter().map(|(&p, &c)| (p, c)).collect(),
+        quotas: d.quotas,
+        counters: d.counters.clone(),
+        pid: d.pid,
+        netns: d.netns.clone(),
+        cgroup: d.cgroup.clone(),
+    }
+}
+
+fn ngm_image(t: &NgmTable) -> NgmImage {
+    let (tr, st) = t.memfds();
+    NgmImage {
+        handle: t.handle,
+        guest: t.guest,
+        backend: t.backend,
+        translation: raw(tr),
+        status: raw(st),
+        counts: (t.created, t.revoked, t.refused),
+    }
+}
+
+/// Domain `d` of an image, and hv's end of its control socket for its
+/// serving thread.
+fn adopt_domain(d: &DomainImage, fds: &mut Taken) -> HvResult<(Domain, SeqPacket)> {
+    let [a, b, c, e] = d.memfds;
+    let memfds = [fds.memfd(a)?, fds.memfd(b)?, fds.memfd(c)?, fds.memfd(e)?];
+    let mem = Arc::new(DomainMemory::adopt(d.memory, &d.backing, memfds)?);
+    let bell = |fds: &mut Taken, fd| fds.take(fd).map(Doorbell::from_fd);
+    let batch = Arc::new(BatchEnds {
+        kick: bell(fds, d.batch[0])?,
+        done: bell(fds, d.batch[1])?,
+        stop: bell(fds, d.batch[2])?,
+    });
+    let control = SeqPacket::from_fd(fds.take(d.control)?);
+    let serving = control
+        .try_clone()
+        .map_err(|e| HvError::internal("control socket", e))?;
+    let watch_tx = match d.watch_tx {
+        Some(fd) => Some(SeqPacket::from_fd(fds.take(fd)?)),
+        None => None,
+    };
+    let maps = (d.maps.iter())
+        .map(|&(h, granter, gref, writable)| {
+            let m = MapRecord {
+                granter,
+                gref,
+                writable,
+            };
+            (h, m)
+        })
+        .collect();
+    let dom = Domain {
+        name: d.name.clone(),
+        kind: d.kind.clone(),
+        mem,
+        kick: bell(fds, d.bells[0])?,
+        done: bell(fds, d.bells[1])?,
+        stop: bell(fds, d.bells[2])?,
+        control,
+        batch,
+        said_hello: d.said_hello,
+        watch_tx,
+        maps,
+        mapped: d.mapped.iter().copied().collect::<HashSet<_>>(),
+        holds: Holds::from_list(&d.holds),
+        next_handle: d.next_handle,
+        fds_given: d.fds_given.iter().copied().collect(),
+        ports: d.ports.iter().copied().collect(),
+        quotas: d.quotas,
+        counters: d.counters.clone(),
+        trace: Arc::new(HvTrace::default()),
+        pid: d.pid,
+        netns: d.netns.clone(),
+        cgroup: d.cgroup.clone(),
+        teardown: None,
+    };
+    Ok((dom, serving))
+}
+
+/// Duplicates of the image's descriptors taken so far; each number may be
+/// taken once.
+#[derive(Default)]
+struct Taken {
+    originals: Vec<RawFd>,
+}
+
+impl Taken {
+    fn take(&mut self, fd: RawFd) -> HvResult<OwnedFd> {
+        if self.originals.contains(&fd) {
+            return Err(HvError::new(
+                ErrorKind::Invalid,
+                format!("the image names descriptor {fd} twice"),
+            ));
+        }
+        let dup = sys::dup_fd(&fd)
+            .map_err(|e| HvError::internal(&format!("descriptor {fd} of the image"), e))?;
+        self.originals.push(fd);
+        Ok(dup)
+    }
+
+    fn memfd(&mut self, fd: RawFd) -> HvResult<Memfd> {
+        let owned = self.take(fd)?;
+        Memfd::adopt(owned).map_err(|e| HvError::internal(&format!("memory descriptor {fd}"), e))
+    }
+
+    /// Closes the originals: every object holds its duplicate now.
+    fn release_originals(self) {
+        for fd in self.originals {
+            drop(sys::take_inherited_fd(fd));
+        }
+    }
+}
