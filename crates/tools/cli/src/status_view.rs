@@ -43,6 +43,9 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
         v["store_nodes"],
         v["restarts_after_crash"]
     );
+    if let Some(u) = v["hv_upgrade"].as_str() {
+        println!("hv upgraded in place: upgrade {u}");
+    }
     if v["rootless"] == true {
         println!(
             "rootless: hv and its domains in your own user namespace{}",

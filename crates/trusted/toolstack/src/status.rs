@@ -275,6 +275,9 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
     Ok(json!({
         "uplinks": uplinks,
         "hv_pid": s.hv_pid,
+        // The last upgrade of hv in place: "<n> ok <µs> us: …", "<n> rolled
+        // back: …" or "<n> failed: …" (`crate::handover`).
+        "hv_upgrade": s.info.get("hv_upgrade"),
         "host": crate::host::instance(),
         "topology": s.info.get("topology"),
         // Without root (docs/ARCHITECTURE.md, "Without root"), and how the

@@ -1,0 +1,174 @@
+//! hv upgraded in place (`splitnet upgrade --hv`): the same process goes on
+//! with a new program, every domain keeps its process, its id and its
+//! traffic, and nothing is lost; a program that cannot take over leaves
+//! the old hv serving; what an upgrade does not carry yet is refused by
+//! name. Needs root; run one test at a time.
+
+mod common;
+
+use common::numbered::{self, DATAGRAMS};
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The `splitnet-hv` program: the one beside `splitnet`.
+fn hv_program() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_splitnet")).with_file_name("splitnet-hv")
+}
+
+/// `upgrade --hv [PATH] --json`'s report.
+fn upgrade(env: &Env, program: Option<&Path>) -> Value {
+    let out = match program {
+        Some(p) => env.ok(&["upgrade", "--hv", &p.display().to_string(), "--json"]),
+        None => env.ok(&["upgrade", "--hv", "--json"]),
+    };
+    serde_json::from_str(&out).expect("upgrade --hv --json is JSON")
+}
+
+/// What must not change across upgrades of hv: its pid, every domain's
+/// process and id, and what the domains hold in hv.
+fn identity(env: &Env) -> Value {
+    let st = env.status();
+    let domains: Vec<Value> = (st["domains"].as_array().unwrap().iter())
+        .filter(|d| d["id"].is_u64())
+        .map(|d| {
+            serde_json::json!({
+                "name": d["name"], "pid": d["pid"], "id": d["id"],
+                "grant_maps": d["grant_maps"], "event_channels": d["event_channels"],
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "hv": st["hv_pid"], "domains": domains,
+        "vif": vif(&st, "guest1")["backend"], "ifindex": if_stat("guest1", "eth0", "../ifindex"),
+    })
+}
+
+/// A program in the run directory: a shell script running `body`.
+fn script(env: &Env, name: &str, body: &str) -> PathBuf {
+    let path = env.run_dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&path, mode).unwrap();
+    path
+}
+
+#[test]
+fn an_upgraded_hv_keeps_every_domain_and_every_datagram() {
+    let Some(env) = Env::new("hvupg-keep") else {
+        return;
+    };
+    env.ok(&["up"]);
+    env.ping("guest1", "10.77.0.254", 1);
+    let before = identity(&env);
+    let nodes = env.status()["store_nodes"].clone();
+    let (_srv, mut client) = env.stream_to_wire("guest1", 6);
+    let flows = numbered::Flows::start();
+    for k in 1..=4u32 {
+        wait_until("the next fifth sent", Duration::from_secs(10), || {
+            flows.sent() > k * DATAGRAMS / 5
+        });
+        let r = upgrade(&env, None);
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["upgrade"], k.to_string(), "{r}");
+        assert!(r["outcome"].as_str().unwrap().contains("took over"), "{r}");
+    }
+    // The domains never waited on hv for their data path: not one
+    // datagram either way was lost.
+    for (what, missing) in flows.missing() {
+        assert!(
+            missing.is_empty(),
+            "{what}: lost {missing:?} across four upgrades of hv"
+        );
+    }
+    assert!(
+        client.wait_exit(Duration::from_secs(30)),
+        "the iperf3 client did not finish"
+    );
+    let code = client.0.wait().unwrap();
+    assert!(code.success(), "iperf3 failed across the upgrades: {code}");
+    assert_eq!(identity(&env), before, "an upgrade of hv changed a domain");
+    let st = env.status();
+    assert_eq!(st["store_nodes"], nodes, "the store changed");
+    assert_eq!(
+        st["counters"]["ops"]["hv_upgrades"], 4,
+        "{:#}",
+        st["counters"]
+    );
+    // The upgraded hv does all that hv does: hot-plug, restart, down.
+    env.ok(&["network-attach", "guest2", "bridge=xenbr0"]);
+    env.ok(&["restart", "guest1"]);
+    env.ping("guest1", "10.77.0.254", 1);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn a_program_that_cannot_take_over_leaves_hv_serving() {
+    let Some(env) = Env::new("hvupg-refuse") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let before = identity(&env);
+    // One that does not run: refused before hv stops serving.
+    let crashes = script(&env, "crashes", "echo 'no such luck' >&2; exit 3");
+    let e = refused(&env, &["upgrade", "--hv", &crashes.display().to_string()]);
+    assert!(
+        e.contains("cannot take over") && e.contains("no such luck"),
+        "{e}"
+    );
+    let e = refused(&env, &["upgrade", "--hv", "/nonexistent/splitnet-hv"]);
+    assert!(e.contains("/nonexistent/splitnet-hv"), "{e}");
+    assert_eq!(identity(&env), before);
+    env.ping("guest1", "10.77.0.254", 1);
+    // One that reads the state and gives it back (as a new program does
+    // when it cannot adopt it): the old program takes it back.
+    let real = hv_program().display().to_string();
+    let gives_back = script(
+        &env,
+        "gives-back",
+        &format!(
+            "case \"$1\" in --handover-check) exec {real} \"$@\";; esac\n\
+             prev=; for a; do [ \"$prev\" = --resume ] && img=$a; prev=$a; done\n\
+             sed -i 's/\"rollback\":null/\"rollback\":\"the test program gives it back\"/' \"$img\"\n\
+             exec {real} \"$@\""
+        ),
+    );
+    let e = refused(
+        &env,
+        &["upgrade", "--hv", &gives_back.display().to_string()],
+    );
+    assert!(
+        e.contains("rolled back") && e.contains("gives it back"),
+        "{e}"
+    );
+    assert_eq!(identity(&env), before);
+    env.ping("guest1", "10.77.0.254", 1);
+    let r = upgrade(&env, Some(&hv_program()));
+    assert_eq!(r["ok"], true, "{r}");
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+#[test]
+fn what_an_upgrade_does_not_carry_yet_is_refused_by_name() {
+    let Some(env) = Env::new("hvupg-hosted") else {
+        return;
+    };
+    env.up_emulated("hvupg-hosted", "nic = \"hosted\"");
+    let pid = env.status()["hv_pid"].clone();
+    let e = refused(&env, &["upgrade", "--hv"]);
+    assert!(e.contains("does not carry emulated NICs yet"), "{e}");
+    assert_eq!(env.status()["hv_pid"], pid);
+    env.ping_guest1_all_ways();
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// `splitnet ARGS`, which must fail; its stderr.
+fn refused(env: &Env, args: &[&str]) -> String {
+    let o = env.splitnet(args);
+    assert!(!o.status.success(), "splitnet {args:?} succeeded");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
