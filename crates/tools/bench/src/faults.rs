@@ -18,8 +18,12 @@
 //!   three others stream, and a long seeded random sequence of applies.
 //! - **upgrades** (`upgrade.rs`): the driver domain upgraded in place
 //!   during a stream each way; the longest gap in each direction.
+//! - **hv-upgrades** (`hv_upgrade.rs`): hv upgraded in place during a
+//!   stream each way and a 1 ms ping; the longest gap, and how long the
+//!   control plane did not answer.
 
 mod apply;
+mod hv_upgrade;
 mod upgrade;
 
 use crate::harness::{self, Args, Output};
@@ -88,7 +92,14 @@ impl FaultsOptions {
 }
 
 /// The suite's experiments, as `--workloads` names them.
-pub const EXPERIMENTS: [&str; 5] = ["kills", "http", "hotplug", "apply", "upgrades"];
+pub const EXPERIMENTS: [&str; 6] = [
+    "kills",
+    "http",
+    "hotplug",
+    "apply",
+    "upgrades",
+    "hv-upgrades",
+];
 
 /// One driver-domain kill during a stream each way.
 #[derive(Debug, Serialize)]
@@ -149,6 +160,7 @@ pub struct FaultsReport {
     pub hotplug: Option<Hotplug>,
     pub apply: Option<apply::ApplyReport>,
     pub upgrades: Option<upgrade::Upgrades>,
+    pub hv_upgrades: Option<hv_upgrade::HvUpgrades>,
 }
 
 /// A topology brought up for one experiment; down when dropped.
@@ -212,7 +224,7 @@ impl<'a> Up<'a> {
 
     /// `splitnet exec domain -- cmd`, placed as an application of `domain`
     /// on the paper's machine.
-    fn exec_cmd(&self, domain: &str, cmd: &[&str]) -> Result<Command> {
+    pub(crate) fn exec_cmd(&self, domain: &str, cmd: &[&str]) -> Result<Command> {
         let mut args = vec!["exec", domain, "--"];
         args.extend_from_slice(cmd);
         let mut c = self.cmd(&args);
@@ -410,6 +422,15 @@ pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
         .next()?
         .parse()
         .ok()
+}
+
+/// A stream's cell in a table.
+fn stream_cell(ok: bool) -> &'static str {
+    if ok {
+        "ended without error"
+    } else {
+        "failed"
+    }
 }
 
 fn say(opts: &FaultsOptions, msg: &str) {
@@ -815,6 +836,13 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
         );
         upgrade::run(opts)
     });
+    let hv_upgrades = opts.wants("hv-upgrades").then(|| {
+        say(
+            opts,
+            &format!("{} upgrades of hv in place during streams", opts.upgrades),
+        );
+        hv_upgrade::run(opts)
+    });
     let outages: Vec<f64> = kills.iter().map(|k| k.outage_ms).collect();
     let reconnects: Vec<f64> = kills.iter().map(|k| k.reconnect_ms).collect();
     Ok(FaultsReport {
@@ -825,6 +853,7 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
         hotplug: hotplug.transpose()?,
         apply: apply.transpose()?,
         upgrades: upgrades.transpose()?,
+        hv_upgrades: hv_upgrades.transpose()?,
     })
 }
 
@@ -872,6 +901,9 @@ impl FaultsReport {
         if self.upgrades.as_ref().is_some_and(|u| !u.passed()) {
             f.push("upgrades: the longest gap or a stream".to_string());
         }
+        if self.hv_upgrades.as_ref().is_some_and(|u| !u.passed()) {
+            f.push("hv-upgrades: the longest gap, the control plane or a stream".to_string());
+        }
         f
     }
 
@@ -903,6 +935,9 @@ impl FaultsReport {
         if let Some(u) = &self.upgrades {
             s += &u.table();
         }
+        if let Some(u) = &self.hv_upgrades {
+            s += &u.table();
+        }
         let failed = self.failed();
         s += &format!(
             "\nResult: {}\n",
@@ -930,11 +965,7 @@ impl FaultsReport {
                 k.outage_in_ms,
                 k.reconnect_ms,
                 k.rto,
-                if k.stream_ok {
-                    "ended without error"
-                } else {
-                    "failed"
-                }
+                stream_cell(k.stream_ok)
             );
         }
         let rto: u64 = self.kills.iter().map(|k| k.rto).sum();
@@ -967,8 +998,15 @@ impl FaultsReport {
                 range: None,
             });
         }
+        for (i, u) in self.hv_upgrades.iter().flat_map(|u| &u.runs).enumerate() {
+            bars.push(Bar {
+                label: format!("hv upgrade {}: longest gap", i + 1),
+                value: u.gap_ms(),
+                range: None,
+            });
+        }
         plot::hbars(
-            "Driver domain killed, or upgraded in place, mid-stream: time until recovery",
+            "Driver domain killed, or it or hv upgraded in place, mid-stream: time until recovery",
             "ms",
             "SIGKILL to the wire host receiving again, and to both vif ends Connected; an upgrade's longest gap in either direction",
             &bars,

@@ -116,6 +116,17 @@ impl Cgroup {
         Ok(Cgroup::at(dirs))
     }
 
+    /// Records process `pid`, already in the cgroup (hv's upgrade in
+    /// place adopts its domains), without moving it again: a write to
+    /// `cgroup.procs` costs the kernel a grace period even for a process
+    /// already there.
+    pub fn track(&self, pid: i32) {
+        self.tracked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(pid);
+    }
+
     /// Moves process `pid` (all its threads) into the cgroup.
     pub fn add(&self, pid: i32) -> io::Result<()> {
         self.tracked

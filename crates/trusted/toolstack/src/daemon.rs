@@ -177,6 +177,7 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     let image = Image::parse(&text)?;
     let (attempt, began, rollback) = (image.attempt, image.began_ns, image.rollback.clone());
     let (from, to, daemon) = (image.from.clone(), image.to.clone(), image.daemon.clone());
+    let t0 = std::time::Instant::now();
     let hv = match Hypervisor::adopt(image.hv) {
         Ok(hv) => hv,
         Err(e) => return roll_back(&text, path, &from, &daemon, &e.message, rollback.is_some()),
@@ -228,7 +229,11 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
         ),
     };
     hv.set_info("hv_upgrade", &fact);
-    hv::log!(Notice, "upgrade {fact}");
+    hv::log!(
+        Notice,
+        "upgrade {fact} (its domains adopted in {:.1} ms)",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
     notify.ready(&format!("upgrade {fact}"));
     hv.wait_shutdown();
     notify.stopping("stopping: its domains are gone");

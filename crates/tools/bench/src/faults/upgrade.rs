@@ -6,7 +6,7 @@
 //! its vifs went unserved. Target: the longest gap at most 10 ms
 //! (a crash restart's outage is the `kills` experiment's).
 
-use super::{if_bytes, say, FaultsOptions, Up};
+use super::{if_bytes, say, stream_cell, FaultsOptions, Up};
 use crate::stats::median;
 use anyhow::{anyhow, Result};
 use hv::Toolstack;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 pub const TARGET_GAP_MS: f64 = 10.0;
 /// How long before the upgrade the control window starts, and how long
 /// after its answer the measured window ends.
-const WINDOW: Duration = Duration::from_millis(300);
+pub(super) const WINDOW: Duration = Duration::from_millis(300);
 
 /// One upgrade during a stream each way.
 #[derive(Debug, Serialize)]
@@ -70,11 +70,7 @@ impl Upgrades {
                 u.unserved_ms,
                 u.took_ms,
                 u.dropped_frames,
-                if u.stream_ok {
-                    "ended without error"
-                } else {
-                    "failed"
-                }
+                stream_cell(u.stream_ok)
             );
         }
         s += &format!(
@@ -119,15 +115,15 @@ pub(super) fn run(opts: &FaultsOptions) -> Result<Upgrades> {
 
 /// When each direction's received bytes were seen to grow.
 #[derive(Default)]
-struct Progress {
-    out: Vec<Instant>,
-    inn: Vec<Instant>,
+pub(super) struct Progress {
+    pub(super) out: Vec<Instant>,
+    pub(super) inn: Vec<Instant>,
 }
 
 impl Progress {
     /// Samples the two receivers' byte counters as fast as they can be
     /// read, until `stop` is set.
-    fn sample(srv: u32, g1: u32, stop: &AtomicBool) -> Progress {
+    pub(super) fn sample(srv: u32, g1: u32, stop: &AtomicBool) -> Progress {
         let mut p = Progress::default();
         let (mut out, mut inn) = (0, 0);
         while !stop.load(Ordering::Relaxed) {
@@ -150,7 +146,7 @@ impl Progress {
 
 /// The longest time between two moments of progress (or the window's
 /// edges) within `[from, to]`.
-fn longest_gap(seen: &[Instant], from: Instant, to: Instant) -> f64 {
+pub(super) fn longest_gap(seen: &[Instant], from: Instant, to: Instant) -> f64 {
     let mut last = from;
     let mut gap = Duration::ZERO;
     for &t in seen.iter().filter(|&&t| t > from && t <= to) {

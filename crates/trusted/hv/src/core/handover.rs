@@ -100,6 +100,9 @@ pub struct HvImage {
     pub info: BTreeMap<String, String>,
     /// (driver domain, interface, socket).
     pub kept_ports: Vec<(String, String, RawFd)>,
+    /// The toolstack connections being served: a request waiting in one
+    /// is answered by the next program.
+    pub toolstack: Vec<RawFd>,
 }
 
 impl HvImage {
@@ -121,6 +124,7 @@ impl HvImage {
             v.extend([t.translation, t.status]);
         }
         v.extend(self.kept_ports.iter().map(|p| p.2));
+        v.extend(&self.toolstack);
         v
     }
 }
@@ -218,6 +222,7 @@ impl Hypervisor {
             counters: st.counters.clone(),
             info: st.info.clone(),
             kept_ports: self.ports.list_raw(),
+            toolstack: self.toolstack_conns().iter().copied().collect(),
         })
     }
 
@@ -264,6 +269,10 @@ impl Hypervisor {
         for (drv, ifname, fd) in &image.kept_ports {
             kept.push((drv.clone(), ifname.clone(), fds.take(*fd)?));
         }
+        let mut conns = Vec::new();
+        for &fd in &image.toolstack {
+            conns.push(SeqPacket::from_fd(fds.take(fd)?));
+        }
         let hv = Hypervisor::new();
         {
             let mut st = hv.lock();
@@ -286,6 +295,12 @@ impl Hypervisor {
         }
         for (id, ctl, mem, trace, batch) in serving {
             hv.spawn_serving(id, ctl, mem, trace, batch)?;
+        }
+        for conn in conns {
+            let hv2 = hv.clone();
+            hv.spawn_guarded("hv-toolstack".into(), None, move || {
+                hv2.serve_toolstack(conn)
+            })?;
         }
         fds.release_originals();
         Ok(hv)

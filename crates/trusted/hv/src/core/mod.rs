@@ -75,6 +75,8 @@ pub struct Hypervisor {
     ports: KeptPorts,
     /// Closed while an upgrade of hv takes its state ([`gate`]).
     gate: gate::Gate,
+    /// The toolstack connections being served, by descriptor.
+    toolstack: Mutex<std::collections::BTreeSet<std::os::fd::RawFd>>,
 }
 
 /// Runs the body of thread `thread`, catching a panic: logged on stderr
@@ -110,6 +112,7 @@ impl Hypervisor {
             vhost: Default::default(),
             ports: Default::default(),
             gate: Default::default(),
+            toolstack: Default::default(),
         })
     }
 
@@ -139,6 +142,10 @@ impl Hypervisor {
         if self.verbose.load(std::sync::atomic::Ordering::Relaxed) {
             crate::log::emit(crate::log::Level::Info, None, msg);
         }
+    }
+
+    fn toolstack_conns(&self) -> MutexGuard<'_, std::collections::BTreeSet<std::os::fd::RawFd>> {
+        self.toolstack.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -16,7 +16,13 @@ use sys::SeqPacket;
 impl Hypervisor {
     /// Serves the toolstack (the `splitnet` CLI) on `sock` until it hangs up.
     pub fn serve_toolstack(self: &Arc<Self>, sock: SeqPacket) {
-        self.serve(DOMID_TOOLSTACK, sock)
+        use std::os::fd::AsRawFd;
+        // Recorded while served, so that an upgrade of hv carries it: a
+        // request waiting in it is answered by the next program.
+        let fd = sock.as_fd().as_raw_fd();
+        self.toolstack_conns().insert(fd);
+        self.serve_requests(DOMID_TOOLSTACK, &sock, |_| true);
+        self.toolstack_conns().remove(&fd);
     }
 
     pub(super) fn serve(self: &Arc<Self>, caller: DomId, sock: SeqPacket) {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The supervisor's state, for an upgrade of hv.
 #[derive(Debug, Serialize, Deserialize)]
@@ -116,9 +117,7 @@ impl Supervisor {
                 sup.port_services(hv, &name, &ns);
             }
             let cg = Cgroup::create(&sup.layout, &name).map_err(|e| e.to_string())?;
-            if let Err(e) = cg.add(pid) {
-                hv::log!(Warning, dom = name, "{e}");
-            }
+            cg.track(pid);
             sup.watch(hv, domid, &name, &ns, cg, pid, move || sys::reap(pid))?;
         }
         Ok(sup)
@@ -134,8 +133,8 @@ pub struct HvHandover {
 
 /// How long an upgrade waits for the requests being served to finish, and
 /// for the new program to read the state.
-const PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
-const CHECK_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+const PATIENCE: Duration = Duration::from_secs(2);
+const CHECK_LIMIT: Duration = Duration::from_secs(10);
 
 impl Supervisor {
     /// The daemon's part of an upgrade of hv; without it, one is refused.
@@ -163,30 +162,15 @@ impl Supervisor {
         super::upgrade::check_program(&to)?;
         hv.close_gate(1, PATIENCE)?;
         let attempt = ctx.attempts.fetch_add(1, Ordering::SeqCst) + 1;
-        let image = (|| -> HvResult<(crate::handover::Image, PathBuf)> {
-            let image = crate::handover::Image {
-                format: crate::handover::FORMAT,
-                attempt,
-                from,
-                to,
-                began_ns: crate::handover::now_ns(),
-                rollback: None,
-                daemon: ctx.daemon.clone(),
-                sup: self.image()?,
-                hv: hv.export()?,
-            };
-            let path = image
-                .write(&self.run_dir)
-                .map_err(|e| HvError::new(ErrorKind::Internal, e))?;
-            check_new_program(&image.to, &path)?;
-            Ok((image, path))
-        })();
+        let image = self.record(&hv, ctx, attempt, (from, to));
         match image {
-            Ok((image, path)) => {
+            Ok((image, path, (recorded, read))) => {
                 hv::log!(
                     Notice,
-                    "upgrade {attempt}: handing over to {}",
-                    image.to.display()
+                    "upgrade {attempt}: handing over to {} (state recorded in {:.1} ms, read by it in {:.1} ms)",
+                    image.to.display(),
+                    recorded.as_secs_f64() * 1e3,
+                    read.as_secs_f64() * 1e3
                 );
                 hand_over(&hv, image, path);
                 Ok(attempt.to_string())
@@ -197,6 +181,40 @@ impl Supervisor {
                 Err(e)
             }
         }
+    }
+}
+
+type Recorded = (crate::handover::Image, PathBuf, (Duration, Duration));
+
+impl Supervisor {
+    /// With hv's gate closed: the image of upgrade `attempt` from `from`
+    /// to `to`, written to the run directory and read by `to`; how long
+    /// each took.
+    fn record(
+        &self,
+        hv: &Hypervisor,
+        ctx: &HvHandover,
+        attempt: u64,
+        (from, to): (PathBuf, PathBuf),
+    ) -> HvResult<Recorded> {
+        let t0 = Instant::now();
+        let image = crate::handover::Image {
+            format: crate::handover::FORMAT,
+            attempt,
+            from,
+            to,
+            began_ns: crate::handover::now_ns(),
+            rollback: None,
+            daemon: ctx.daemon.clone(),
+            sup: self.image()?,
+            hv: hv.export()?,
+        };
+        let path = image
+            .write(&self.run_dir)
+            .map_err(|e| HvError::new(ErrorKind::Internal, e))?;
+        let t1 = Instant::now();
+        check_new_program(&image.to, &path)?;
+        Ok((image, path, (t1 - t0, t1.elapsed())))
     }
 }
 
@@ -222,12 +240,13 @@ fn check_new_program(to: &std::path::Path, path: &std::path::Path) -> HvResult<(
             .spawn_unblocked()
             .map_err(|e| refused(e.to_string()))?
     };
-    let until = std::time::Instant::now() + CHECK_LIMIT;
+    let until = Instant::now() + CHECK_LIMIT;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
-            Ok(None) if std::time::Instant::now() < until => {
-                std::thread::sleep(std::time::Duration::from_millis(2))
+            Ok(None) if Instant::now() < until => {
+                // hv serves no one meanwhile: look often.
+                std::thread::sleep(Duration::from_micros(100))
             }
             Ok(None) => {
                 let _ = child.kill();

@@ -1,0 +1,261 @@
+//! hv upgraded in place (`splitnet upgrade --hv`) during an iperf3 stream
+//! each way between guest1 and the wire host and a ping every millisecond
+//! from the wire host to guest1: the longest gap in each stream's progress
+//! and between two ping replies around the upgrade, against the longest
+//! gap in as long a window just before it; and how long the control plane
+//! did not answer, from the request until `status` reports the new
+//! program's outcome. Targets: the longest gap at most 20 ms, the control
+//! plane back within 200 ms.
+
+use super::upgrade::{longest_gap, Progress, WINDOW};
+use super::{say, stream_cell, FaultsOptions, Up};
+use crate::stats::median;
+use anyhow::{anyhow, bail, Result};
+use hv::Toolstack;
+use serde::Serialize;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The longest gap an upgrade of hv may leave in the data path.
+pub const TARGET_GAP_MS: f64 = 20.0;
+/// The longest the control plane may not answer.
+pub const TARGET_CONTROL_MS: f64 = 200.0;
+
+/// One upgrade of hv during the streams and the ping.
+#[derive(Debug, Serialize)]
+pub struct HvUpgrade {
+    /// Longest gap in the wire host's received bytes around the upgrade.
+    pub gap_out_ms: f64,
+    /// The same for guest1's received bytes.
+    pub gap_in_ms: f64,
+    /// Longest time between two ping replies around the upgrade.
+    pub ping_gap_ms: f64,
+    /// Longest of the three in the window before the upgrade.
+    pub quiet_gap_ms: f64,
+    /// From the request until `status` reported the upgrade's outcome.
+    pub control_ms: f64,
+    /// What hv reported: from recording its state until the new program
+    /// served.
+    pub handover_ms: f64,
+    /// The iperf3 client exited 0.
+    pub stream_ok: bool,
+}
+
+impl HvUpgrade {
+    /// The longest data-path gap of the three.
+    pub fn gap_ms(&self) -> f64 {
+        self.gap_out_ms.max(self.gap_in_ms).max(self.ping_gap_ms)
+    }
+}
+
+/// The upgrades of hv, and whether they met the targets.
+#[derive(Debug, Serialize)]
+pub struct HvUpgrades {
+    pub runs: Vec<HvUpgrade>,
+    pub median_gap_ms: f64,
+    pub median_quiet_gap_ms: f64,
+    pub median_control_ms: f64,
+}
+
+impl HvUpgrades {
+    /// Both targets met, and every stream ended cleanly.
+    pub fn passed(&self) -> bool {
+        self.median_gap_ms <= TARGET_GAP_MS
+            && self.median_control_ms <= TARGET_CONTROL_MS
+            && self.runs.iter().all(|u| u.stream_ok)
+    }
+
+    /// A Markdown summary.
+    pub fn table(&self) -> String {
+        let mut s = String::from(
+            "### hv upgraded in place during an iperf3 stream each way and a 1 ms ping\n\n",
+        );
+        s += "| upgrade | longest gap guest1 → wire (ms) | wire → guest1 (ms) | between ping replies (ms) | longest gap just before (ms) | control plane back after (ms) | hand-over, as hv says (ms) | stream |\n|---|---|---|---|---|---|---|---|\n";
+        for (i, u) in self.runs.iter().enumerate() {
+            s += &format!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |\n",
+                i + 1,
+                u.gap_out_ms,
+                u.gap_in_ms,
+                u.ping_gap_ms,
+                u.quiet_gap_ms,
+                u.control_ms,
+                u.handover_ms,
+                stream_cell(u.stream_ok)
+            );
+        }
+        let met = |ok: bool| if ok { "met" } else { "NOT met" };
+        s += &format!(
+            "\nMedian longest gap {:.1} ms (target ≤ {TARGET_GAP_MS:.0} ms: {}); {:.1} ms in the same window length without an upgrade. Median control plane back after {:.1} ms (target ≤ {TARGET_CONTROL_MS:.0} ms: {}).\n\n",
+            self.median_gap_ms,
+            met(self.median_gap_ms <= TARGET_GAP_MS),
+            self.median_quiet_gap_ms,
+            self.median_control_ms,
+            met(self.median_control_ms <= TARGET_CONTROL_MS),
+        );
+        s
+    }
+}
+
+/// `opts.upgrades` upgrades of hv, each during its own streams and ping.
+pub(super) fn run(opts: &FaultsOptions) -> Result<HvUpgrades> {
+    let (mut up, srv, mut ts) = super::with_iperf3_server(opts)?;
+    let mut runs = Vec::new();
+    for k in 0..opts.upgrades {
+        let u = one(&mut up, &mut ts, srv)?;
+        say(
+            opts,
+            &format!(
+                "hv upgrade {}/{}: longest gap {:.1} ms out, {:.1} ms in, {:.1} ms between pings ({:.1} ms just before); control plane back after {:.1} ms; stream {}",
+                k + 1,
+                opts.upgrades,
+                u.gap_out_ms,
+                u.gap_in_ms,
+                u.ping_gap_ms,
+                u.quiet_gap_ms,
+                u.control_ms,
+                if u.stream_ok { "ended cleanly" } else { "FAILED" }
+            ),
+        );
+        runs.push(u);
+    }
+    let of = |f: fn(&HvUpgrade) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    Ok(HvUpgrades {
+        median_gap_ms: of(HvUpgrade::gap_ms),
+        median_quiet_gap_ms: of(|u| u.quiet_gap_ms),
+        median_control_ms: of(|u| u.control_ms),
+        runs,
+    })
+}
+
+/// A ping every millisecond from the wire host to guest1 for `secs`, its
+/// replies stamped (`-D`).
+fn start_ping(up: &Up<'_>, secs: u32) -> Result<Child> {
+    let count = (secs * 1000).to_string();
+    let cmd = ["ping", "-D", "-n", "-i", "0.001", "-c", &count, "10.77.0.1"];
+    Ok(up
+        .exec_cmd("wire", &cmd)?
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
+/// The moments of `ping -D`'s replies, as instants of this clock: the
+/// stamps are wall-clock seconds, mapped through one (instant, wall
+/// time) pair.
+fn ping_replies(text: &str, at: (Instant, SystemTime)) -> Vec<Instant> {
+    let wall0 =
+        at.1.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.contains("bytes from")) {
+        let stamp = line
+            .strip_prefix('[')
+            .and_then(|l| l.split(']').next())
+            .and_then(|s| s.parse::<f64>().ok());
+        if let Some(s) = stamp {
+            let d = Duration::from_secs_f64(s);
+            out.push(match d.checked_sub(wall0) {
+                Some(after) => at.0 + after,
+                None => at.0 - (wall0 - d),
+            });
+        }
+    }
+    out
+}
+
+/// Asks for an upgrade of hv and waits until `status` reports its
+/// outcome: (the outcome, when it was seen).
+fn upgrade_hv(ts: &mut Toolstack) -> Result<(String, Instant)> {
+    let n = ts
+        .upgrade_hv(None)
+        .map_err(|e| anyhow!("upgrade --hv: {e}"))?;
+    let limit = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(s) = ts.status() {
+            let fact = s.info.get("hv_upgrade").cloned().unwrap_or_default();
+            if fact.split_whitespace().next() == Some(n.as_str()) {
+                return Ok((fact, Instant::now()));
+            }
+        }
+        if Instant::now() > limit {
+            bail!("hv did not report upgrade {n} within 30 s");
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// The hand-over time in hv's outcome (`<n> ok <µs> us: …`).
+fn handover_ms(fact: &str) -> Result<f64> {
+    let mut w = fact.split_whitespace();
+    match (w.nth(1), w.next()) {
+        (Some("ok"), Some(us)) => Ok(us.parse::<f64>()? / 1e3),
+        _ => bail!("upgrade of hv: {fact}"),
+    }
+}
+
+/// One upgrade in the middle of a `--bidir` stream and a ping.
+fn one(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32) -> Result<HvUpgrade> {
+    let (g1, client) = super::start_bidir(up, ts, srv, "3")?;
+    let clock = (Instant::now(), SystemTime::now());
+    let ping = start_ping(up, 2)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let t_sample = Instant::now();
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || Progress::sample(srv, g1, &stop))
+    };
+    std::thread::sleep(2 * WINDOW);
+    let t0 = Instant::now();
+    let answer = upgrade_hv(ts);
+    let t1 = Instant::now();
+    std::thread::sleep(WINDOW);
+    stop.store(true, Ordering::Relaxed);
+    let p = sampler
+        .join()
+        .map_err(|_| anyhow!("the sampler panicked"))?;
+    let out = ping.wait_with_output()?;
+    let (fact, seen) = answer?;
+    let replies = ping_replies(&String::from_utf8_lossy(&out.stdout), clock);
+    let stream_ok = up.wait_child(client, Duration::from_secs(60))?;
+    let (from, to) = (t0, t1 + WINDOW);
+    let quiet = (t0 - (to - from)).max(t_sample);
+    let quiet_gap = [&p.out, &p.inn, &replies]
+        .iter()
+        .map(|s| longest_gap(s, quiet, t0))
+        .fold(0.0, f64::max);
+    Ok(HvUpgrade {
+        gap_out_ms: longest_gap(&p.out, from, to),
+        gap_in_ms: longest_gap(&p.inn, from, to),
+        ping_gap_ms: longest_gap(&replies, from, to),
+        quiet_gap_ms: quiet_gap,
+        control_ms: (seen - t0).as_secs_f64() * 1e3,
+        handover_ms: handover_ms(&fact)?,
+        stream_ok,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_stamps_become_instants_and_the_outcome_is_read() {
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let now = Instant::now();
+        let text = "PING 10.77.0.1 56(84) bytes of data.\n[1000.250000] 64 bytes from 10.77.0.1: icmp_seq=1 ttl=64 time=0.1 ms\n[999.5] 64 bytes from 10.77.0.1: icmp_seq=2 ttl=64 time=0.1 ms\n";
+        let r = ping_replies(text, (now, wall));
+        assert_eq!(
+            r,
+            vec![
+                now + Duration::from_millis(250),
+                now - Duration::from_millis(500)
+            ]
+        );
+        assert!((handover_ms("3 ok 21500 us: /a took over from /b").unwrap() - 21.5).abs() < 1e-9);
+        let e = handover_ms("3 rolled back: x").unwrap_err().to_string();
+        assert!(e.contains("rolled back"), "{e}");
+    }
+}
