@@ -1,6 +1,10 @@
 //! The `hv` daemon: builds a topology out of processes, namespaces and
 //! cgroups, supervises the domains and serves the toolstack socket.
 
+mod resume;
+
+pub use resume::{resume, ResumeConfig};
+
 use crate::host::{self, CgroupLayout};
 use crate::notify::Notifier;
 use crate::supervisor::Supervisor;
@@ -155,126 +159,6 @@ fn handover_of(
         },
         attempts: attempts.into(),
     }
-}
-
-/// What a resumed daemon needs besides the image (hv's arguments as the
-/// new program read them).
-pub struct ResumeConfig {
-    pub run_dir: PathBuf,
-    pub exe: PathBuf,
-    pub signals: Option<Blocked>,
-    pub tuning: crate::tuning::Tuning,
-    pub argv: Vec<String>,
-}
-
-/// Runs the daemon from the image at `path` that the program this process
-/// ran before left (`crate::handover`): its domains adopted, not built.
-/// When hv cannot take them over, the old program is run again on the
-/// same image.
-pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
-    use crate::handover::Image;
-    let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let image = Image::parse(&text)?;
-    let (attempt, began, rollback) = (image.attempt, image.began_ns, image.rollback.clone());
-    let (from, to, daemon) = (image.from.clone(), image.to.clone(), image.daemon.clone());
-    let t0 = std::time::Instant::now();
-    let hv = match Hypervisor::adopt(image.hv) {
-        Ok(hv) => hv,
-        Err(e) => return roll_back(&text, path, &from, &daemon, &e.message, rollback.is_some()),
-    };
-    let _ = fs::remove_file(path);
-    hv.set_verbose(true);
-    let take = |fd| sys::take_inherited_fd(fd).map_err(|e| format!("descriptor {fd}: {e}"));
-    let listener = SeqPacketListener::from_fd(take(daemon.listener)?);
-    let keeper = image.sup.uplinks.keeper.map(|k| take(k.1)).transpose()?;
-    let topology = image.sup.topology.clone();
-    let uplinks = Uplinks::adopt(&cfg.run_dir, &topology, &image.sup.uplinks, keeper);
-    let layout = cgroup_layout(&hv);
-    let dirs = (cfg.run_dir.clone(), cfg.exe.clone());
-    let sup = Supervisor::adopt(
-        &hv,
-        image.sup,
-        cfg.tuning,
-        dirs,
-        layout.clone(),
-        uplinks.clone(),
-    )
-    .map_err(|e| format!("taking over the domains: {e}"))?;
-    let notifier = daemon.notify.as_deref().and_then(|v| Notifier::to(v).ok());
-    sup.set_handover(handover_of(
-        &listener,
-        notifier.as_ref(),
-        &cfg.argv,
-        attempt,
-    ));
-    let notify = Arc::new(Lifecycle::new(notifier));
-    if let Some(sigs) = cfg.signals.take() {
-        watch_signals(&hv, &sup, sigs, notify.clone())?;
-    }
-    hv.set_supervisor(sup.clone());
-    notify.built();
-    let hv2 = hv.clone();
-    hv.spawn_guarded("hv-accept".into(), None, move || accept_loop(hv2, listener))
-        .map_err(|e| format!("cannot serve the toolstack: {e}"))?;
-    let gap_us = crate::handover::now_ns().saturating_sub(began) / 1000;
-    let fact = match rollback {
-        None => format!(
-            "{attempt} ok {gap_us} us: {} took over from {}",
-            to.display(),
-            from.display()
-        ),
-        Some(why) => format!(
-            "{attempt} rolled back: {} could not take over: {why}",
-            to.display()
-        ),
-    };
-    hv.set_info("hv_upgrade", &fact);
-    hv::log!(
-        Notice,
-        "upgrade {fact} (its domains adopted in {:.1} ms)",
-        t0.elapsed().as_secs_f64() * 1e3
-    );
-    notify.ready(&format!("upgrade {fact}"));
-    hv.wait_shutdown();
-    notify.stopping("stopping: its domains are gone");
-    sup.release_containers();
-    let huge = crate::hugepages::Reservation::carried(&cfg.run_dir);
-    stop(&topology, &cfg.run_dir, &uplinks, &layout, huge);
-    Ok(())
-}
-
-/// The new program could not take over (`why`): the old one (`from`) runs
-/// again on the same image, told why. If this is already the old program
-/// taking back, there is nothing left to run.
-fn roll_back(
-    text: &str,
-    path: &Path,
-    from: &Path,
-    daemon: &crate::handover::DaemonImage,
-    why: &str,
-    already: bool,
-) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
-    if already {
-        return Err(format!("taking back hv's state failed too: {why}"));
-    }
-    hv::log!(
-        Error,
-        "cannot take over hv's state ({why}): giving it back to {}",
-        from.display()
-    );
-    let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    v["rollback"] = serde_json::Value::String(why.to_string());
-    fs::write(path, v.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
-    let e = std::process::Command::new(from)
-        .args(&daemon.argv)
-        .arg(crate::handover::RESUME_ARG)
-        .arg(path)
-        .exec();
-    Err(format!(
-        "cannot take over hv's state ({why}), nor run {} again: {e}",
-        from.display()
-    ))
 }
 
 /// The cgroup hierarchies hv may write; without any, domains are tracked
@@ -443,6 +327,14 @@ fn reload(hv: &Arc<Hypervisor>, sup: &Arc<Supervisor>, notify: &Arc<Lifecycle>) 
 /// network namespace only (the escape tests run it too).
 pub fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
     loop {
+        if sys::poll_readable(&[std::os::fd::AsFd::as_fd(&listener)], None).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        // A connection is taken only inside hv's gate, and recorded before
+        // the pass goes: an upgrade of hv carries it, or leaves it waiting
+        // on the listener for the next program.
+        let _pass = hv.enter_gate();
         let conn = match listener.accept() {
             Ok(c) => c,
             Err(_) => {
@@ -454,11 +346,7 @@ pub fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
         // Only the host's root may act as the toolstack.
         match conn.peer_cred() {
             Ok(c) if c.uid == 0 && same_netns(c.pid) => {
-                let hv2 = hv.clone();
-                let served = hv.spawn_guarded("hv-toolstack".into(), None, move || {
-                    hv2.serve_toolstack(conn)
-                });
-                if let Err(e) = served {
+                if let Err(e) = hv.spawn_toolstack(conn) {
                     hv::log!(Warning, "refused a toolstack connection: {e}");
                 }
             }

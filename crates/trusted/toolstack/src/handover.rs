@@ -111,6 +111,21 @@ impl Image {
     }
 }
 
+/// Outcomes `status` keeps, one fact each (`hv_upgrade.<n>`), beside the
+/// last (`hv_upgrade`): upgrades asked at once run one after the other,
+/// and each asker reads its own.
+const OUTCOMES_KEPT: u64 = 16;
+
+/// Records upgrade `n`'s outcome in `status` (`<n> ok …`, `<n> rolled
+/// back: …`, `<n> failed: …`).
+pub fn record_outcome(hv: &hv::Hypervisor, n: u64, fact: &str) {
+    hv.set_info("hv_upgrade", fact);
+    hv.set_info(&format!("hv_upgrade.{n}"), fact);
+    if let Some(old) = n.checked_sub(OUTCOMES_KEPT) {
+        hv.remove_info(&format!("hv_upgrade.{old}"));
+    }
+}
+
 /// `splitnet-hv --handover-check`: reads an image on stdin and says
 /// whether this program could take it over (exit 0) or why not.
 pub fn check_stdin() -> i32 {

@@ -75,9 +75,8 @@ pub fn upgrade_hv(rd: &Path, exe: Option<&Path>, json: bool) -> Result<()> {
     let fact = loop {
         let status = Toolstack::connect(&socket_path(rd)).and_then(|mut t| t.status());
         if let Ok(s) = status {
-            let fact = s.info.get("hv_upgrade").cloned().unwrap_or_default();
-            if fact.split_whitespace().next() == Some(n.as_str()) {
-                break fact;
+            if let Some(fact) = s.info.get(&format!("hv_upgrade.{n}")) {
+                break fact.clone();
             }
         }
         if t0.elapsed() > HV_UPGRADE_LIMIT {

@@ -175,9 +175,8 @@ fn upgrade_hv(ts: &mut Toolstack) -> Result<(String, Instant)> {
     let limit = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(s) = ts.status() {
-            let fact = s.info.get("hv_upgrade").cloned().unwrap_or_default();
-            if fact.split_whitespace().next() == Some(n.as_str()) {
-                return Ok((fact, Instant::now()));
+            if let Some(fact) = s.info.get(&format!("hv_upgrade.{n}")) {
+                return Ok((fact.clone(), Instant::now()));
             }
         }
         if Instant::now() > limit {

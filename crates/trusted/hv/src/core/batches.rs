@@ -35,7 +35,7 @@ impl Hypervisor {
                 Ok(_) => {}
                 Err(_) => return,
             }
-            let _pass = self.gate.enter();
+            let _pass = self.gate.enter(super::gate::Kind::Short);
             let t0 = trace::now();
             let _ = kick.drain();
             let page = &mem.batch_map;

@@ -138,14 +138,16 @@ fn refuse<T>(why: impl Into<String>) -> HvResult<T> {
 }
 
 impl Hypervisor {
-    /// Passes the gate for one request served outside hv's own threads
-    /// (the toolstack's reaping of a domain process).
+    /// Passes the gate for one long request served outside hv's own
+    /// threads (the toolstack's reaping of a domain process, which may
+    /// restart it; an apply on SIGHUP).
     pub fn enter_gate(&self) -> Pass<'_> {
-        self.gate.enter()
+        self.gate.enter(super::gate::Kind::Long)
     }
 
-    /// Closes the gate for an upgrade ([`super::gate::Gate::close`]); the
-    /// error says how many requests kept it from closing within `patience`.
+    /// Closes the gate for an upgrade ([`super::gate::Gate::close`]: long
+    /// requests finish first, the domains still served); the error says
+    /// how many requests kept it from closing within `patience`.
     pub fn close_gate(&self, own: usize, patience: Duration) -> HvResult<()> {
         self.gate.close(own, patience).map_err(|busy| {
             HvError::new(
@@ -230,7 +232,10 @@ impl Hypervisor {
     /// duplicated and checked, every memory mapped again, and only then
     /// are the serving threads started and the originals closed. An error
     /// leaves the originals open (for the old program to take back).
-    pub fn adopt(image: HvImage) -> HvResult<Arc<Hypervisor>> {
+    /// Returns it with the toolstack connections the old program served,
+    /// for the daemon to serve ([`Hypervisor::spawn_toolstack`]) once its
+    /// supervisor is in place.
+    pub fn adopt(image: HvImage) -> HvResult<(Arc<Hypervisor>, Vec<SeqPacket>)> {
         let mut fds = Taken::default();
         let mut doms = BTreeMap::new();
         let mut serving = Vec::new();
@@ -296,14 +301,8 @@ impl Hypervisor {
         for (id, ctl, mem, trace, batch) in serving {
             hv.spawn_serving(id, ctl, mem, trace, batch)?;
         }
-        for conn in conns {
-            let hv2 = hv.clone();
-            hv.spawn_guarded("hv-toolstack".into(), None, move || {
-                hv2.serve_toolstack(conn)
-            })?;
-        }
         fds.release_originals();
-        Ok(hv)
+        Ok((hv, conns))
     }
 }
 

@@ -4,6 +4,7 @@
 //! `dispatch`.
 
 use super::dispatch::dispatch;
+use super::gate::Kind;
 use super::reply::{done_with, fail, ok, os, Outcome};
 use super::Hypervisor;
 use crate::error::{err, ErrorKind, HvError, HvResult};
@@ -16,13 +17,26 @@ use sys::SeqPacket;
 impl Hypervisor {
     /// Serves the toolstack (the `splitnet` CLI) on `sock` until it hangs up.
     pub fn serve_toolstack(self: &Arc<Self>, sock: SeqPacket) {
+        self.serve_requests(DOMID_TOOLSTACK, &sock, |_| true);
+    }
+
+    /// Serves toolstack connection `sock` on a thread of its own, recorded
+    /// from now until it hangs up, so that an upgrade of hv carries it: a
+    /// request waiting in it is answered by the next program. Call inside
+    /// hv's gate (as the daemon's accept loop does).
+    pub fn spawn_toolstack(self: &Arc<Self>, sock: SeqPacket) -> HvResult<()> {
         use std::os::fd::AsRawFd;
-        // Recorded while served, so that an upgrade of hv carries it: a
-        // request waiting in it is answered by the next program.
         let fd = sock.as_fd().as_raw_fd();
         self.toolstack_conns().insert(fd);
-        self.serve_requests(DOMID_TOOLSTACK, &sock, |_| true);
-        self.toolstack_conns().remove(&fd);
+        let hv = self.clone();
+        let served = self.spawn_guarded("hv-toolstack".into(), None, move || {
+            hv.serve_requests(DOMID_TOOLSTACK, &sock, |_| true);
+            hv.toolstack_conns().remove(&fd);
+        });
+        if served.is_err() {
+            self.toolstack_conns().remove(&fd);
+        }
+        served.map(drop)
     }
 
     pub(super) fn serve(self: &Arc<Self>, caller: DomId, sock: SeqPacket) {
@@ -73,7 +87,12 @@ impl Hypervisor {
             if sys::poll_readable_few(&[sock.as_fd()], None).is_err() {
                 break;
             }
-            let _pass = self.gate.enter();
+            let kind = if caller == DOMID_TOOLSTACK {
+                Kind::Long
+            } else {
+                Kind::Short
+            };
+            let _pass = self.gate.enter(kind);
             let n = match sock.recv(&mut buf) {
                 Ok((0, _)) => break,
                 Ok((n, _fds)) => n,

@@ -131,9 +131,10 @@ pub struct HvHandover {
     pub attempts: std::sync::atomic::AtomicU64,
 }
 
-/// How long an upgrade waits for the requests being served to finish, and
-/// for the new program to read the state.
-const PATIENCE: Duration = Duration::from_secs(2);
+/// How long an upgrade waits for the requests being served to finish (a
+/// hot-plug under way waits up to `HANDSHAKE` for its vif), and for the
+/// new program to read the state.
+const PATIENCE: Duration = Duration::from_secs(12);
 const CHECK_LIMIT: Duration = Duration::from_secs(10);
 
 impl Supervisor {
@@ -150,10 +151,10 @@ impl Supervisor {
         use std::sync::atomic::Ordering;
         let ctx = (self.handover.get())
             .ok_or_else(|| HvError::new(ErrorKind::Invalid, "this hv does not run as a daemon"))?;
-        let _apply = (self.applying.try_lock())
-            .map_err(|_| HvError::new(ErrorKind::InUse, "an apply is under way"))?;
         let _upgrade = (self.upgrading.try_lock())
             .map_err(|_| HvError::new(ErrorKind::InUse, "another upgrade is under way"))?;
+        let _apply = (self.applying.try_lock())
+            .map_err(|_| HvError::new(ErrorKind::InUse, "an apply is under way"))?;
         let hv = self.hv()?;
         let from = std::env::current_exe().map_err(|e| {
             HvError::new(ErrorKind::Internal, format!("locating hv's program: {e}"))
@@ -276,9 +277,8 @@ fn check_new_program(to: &std::path::Path, path: &std::path::Path) -> HvResult<(
 /// descriptors survive an `execve` of the new program with the image. If
 /// the `execve` fails, hv goes on as it was and says why in `status`.
 fn hand_over(hv: &Arc<Hypervisor>, image: crate::handover::Image, path: PathBuf) {
-    let hv2 = hv.clone();
+    let (hv2, n) = (hv.clone(), image.attempt);
     let started = hv.spawn_guarded("hv-upgrade".into(), None, move || {
-        let n = image.attempt;
         let why = if hv2.wait_gate_empty(PATIENCE) {
             exec_new_program(&image, &path)
         } else {
@@ -289,11 +289,11 @@ fn hand_over(hv: &Arc<Hypervisor>, image: crate::handover::Image, path: PathBuf)
         }
         let _ = std::fs::remove_file(&path);
         hv::log!(Error, "upgrade {n} failed: {why}");
-        hv2.set_info("hv_upgrade", &format!("{n} failed: {why}"));
+        crate::handover::record_outcome(&hv2, n, &format!("{n} failed: {why}"));
         hv2.open_gate();
     });
     if let Err(e) = started {
-        hv.set_info("hv_upgrade", &format!("{} failed: {e}", 0));
+        crate::handover::record_outcome(hv, n, &format!("{n} failed: {e}"));
         hv.open_gate();
     }
 }
