@@ -193,8 +193,8 @@ enum Cmd {
         domain: String,
     },
     /// Replace a driver domain's program in place, keeping its vifs, ports
-    /// and queues: same process, same domain id, and its guests run no
-    /// handshake.
+    /// and queues (same process, same domain id, and its guests run no
+    /// handshake); or, with --hv, hv's own program, its domains running on.
     #[command(
         long_about = "Replace a driver domain's program in place (an upgrade of its netback, bridge \
         and ports): it stops between two turns of its loop, hands its vifs over (responses \
@@ -204,7 +204,15 @@ enum Cmd {
         frames from outside wait in the sockets hv keeps. Prints how long the vifs went \
         unserved. A program that cannot be run leaves the old one serving; one that dies is a \
         crash, and the domain's restart policy brings it back on the program it ran before. \
-        VMs behind vhost-user ports reconnect as after a crash."
+        VMs behind vhost-user ports reconnect as after a crash.\n\n\
+        With --hv [PATH], hv replaces its own program (default: the splitnet-hv at its path now): \
+        it records its state (domains, grants, event channels, the store, the topology and vifs), \
+        the new program reads it once to show it can, and hv executes it in the same process, \
+        which takes the domains over; none restarts, and their traffic does not stop. Prints the \
+        outcome and how long hv did not answer. A program that cannot read the state is refused \
+        and the old hv serves on; one that cannot adopt it gives it back. Emulated NICs, \
+        vhost-user vifs, containers and macvlan or daemon-run uplinks are not carried yet: the \
+        upgrade is refused, naming them."
     )]
     Upgrade {
         /// The driver domain, e.g. drv.
