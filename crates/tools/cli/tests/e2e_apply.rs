@@ -152,7 +152,7 @@ fn apply_adds_and_removes_guests_and_vifs_and_leaves_the_rest_running() {
         "{:?}",
         netns()
     );
-    env.snapshot().assert_holds_as(&held);
+    env.settled_as(&held).assert_holds_as(&held);
     assert_eq!(pid_of(&env, "guest1"), g1);
     // The stream through guest1 ran to its end across all of it.
     assert!(

@@ -91,7 +91,7 @@ fn an_upgraded_hv_keeps_every_domain_and_every_datagram() {
     let code = client.0.wait().unwrap();
     assert!(code.success(), "iperf3 failed across the upgrades: {code}");
     assert_eq!(identity(&env), before, "an upgrade of hv changed a domain");
-    env.snapshot().assert_holds_as(&held);
+    env.settled_as(&held).assert_holds_as(&held);
     let st = env.status();
     assert_eq!(
         st["counters"]["ops"]["hv_upgrades"], 4,
@@ -124,9 +124,22 @@ fn a_program_that_cannot_take_over_leaves_hv_serving() {
     assert!(e.contains("/nonexistent/splitnet-hv"), "{e}");
     assert_eq!(identity(&env), before);
     env.ping("guest1", "10.77.0.254", 1);
+    // A state newer than the program reads (a downgrade, as this program
+    // sees a state whose format it rewrote): refused by name.
+    let real = hv_program().display().to_string();
+    let older = script(
+        &env,
+        "older",
+        &format!(
+            "case \"$1\" in --handover-check) sed 's/\"format\":1,/\"format\":2,/' | exec {real} \"$@\";; esac\n\
+             exec {real} \"$@\""
+        ),
+    );
+    let e = refused(&env, &["upgrade", "--hv", &older.display().to_string()]);
+    assert!(e.contains("format 2, newer than this hv reads (1)"), "{e}");
+    assert_eq!(identity(&env), before);
     // One that reads the state and gives it back (as a new program does
     // when it cannot adopt it): the old program takes it back.
-    let real = hv_program().display().to_string();
     let gives_back = script(
         &env,
         "gives-back",
@@ -155,8 +168,9 @@ fn a_program_that_cannot_take_over_leaves_hv_serving() {
 
 /// Hot-plugs under way finish before hv stops serving (their vifs'
 /// handshakes need the domains served), and those asked meanwhile are
-/// served by the new program: none fails, none is left behind. Two
-/// upgrades asked at once run one after the other.
+/// served by the new program: none fails, none is left behind. Of two
+/// upgrades asked at once, each runs, one after the other, or is refused
+/// as under way.
 #[test]
 fn upgrades_during_hot_plugging_lose_no_attach() {
     let Some(env) = Env::new("hvupg-plug") else {
@@ -199,8 +213,49 @@ fn upgrades_during_hot_plugging_lose_no_attach() {
         2,
         "a hot-plugged vif was left behind: {st:#}"
     );
-    env.snapshot().assert_holds_as(&held);
+    env.settled_as(&held).assert_holds_as(&held);
     env.ping("guest2", "10.77.0.254", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// A driver domain killed as hv is upgraded is reaped by whichever
+/// program is running and restarted as its policy says; a SIGHUP sent
+/// meanwhile is taken by one of them; hv serves on.
+#[test]
+fn a_domain_that_dies_across_an_upgrade_is_restarted() {
+    let Some(env) = Env::new("hvupg-crash") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let st = env.status();
+    let (hv_pid, drv) = (
+        st["hv_pid"].as_i64().unwrap(),
+        domain(&st, "drv")["pid"].as_i64().unwrap(),
+    );
+    for _ in 0..3 {
+        let drv_now = domain(&env.status(), "drv")["pid"].as_i64().unwrap();
+        signal(hv_pid, "HUP");
+        kill9(drv_now);
+        let r = upgrade(&env, None);
+        assert_eq!(r["ok"], true, "{r}");
+        wait_until(
+            "drv restarted and guest1 reconnected",
+            Duration::from_secs(20),
+            || {
+                let st = env.status();
+                let back = domain(&st, "drv")["pid"]
+                    .as_i64()
+                    .is_some_and(|p| p != drv_now);
+                back && vif(&st, "guest1")["frontend_state"] == "Connected"
+            },
+        );
+    }
+    let st = env.status();
+    assert_eq!(st["hv_pid"].as_i64(), Some(hv_pid));
+    assert_eq!(st["restarts_after_crash"], 3, "{st:#}");
+    assert_ne!(domain(&st, "drv")["pid"].as_i64(), Some(drv));
+    env.ping("guest1", "10.77.0.254", 3);
     env.ok(&["down"]);
     assert_nothing_left();
 }

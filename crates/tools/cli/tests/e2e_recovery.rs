@@ -218,7 +218,7 @@ fn vifs_attach_to_and_detach_from_running_guests_and_leave_nothing() {
     });
     let o = env.splitnet(&["network-detach", "guest1", "1"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("guest1 has no vif 1"));
-    let now = env.snapshot();
+    let now = env.settled_as(&held);
     let after = &now.status;
     assert_eq!(after["vifs"].as_array().unwrap().len(), 2);
     for d in ["guest1", "guest2", "drv"] {
@@ -341,7 +341,7 @@ fn a_vif_replaced_while_its_guest_could_not_look_is_a_new_device() {
                 .contains("eth1")
         });
     }
-    let now = env.snapshot();
+    let now = env.settled_as(&held);
     for d in ["guest1", "guest2", "drv"] {
         for k in ["event_channels", "grant_maps"] {
             assert_eq!(domain(&now.status, d)[k], domain(before, d)[k], "{d} {k}");

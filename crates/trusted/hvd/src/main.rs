@@ -152,7 +152,8 @@ const MALLOC_ARENAS: u32 = 1;
 fn main() {
     // A program an upgrade of hv started keeps the descriptors its state
     // names (and only those: everything else was close-on-exec).
-    let resuming = std::env::args().any(|a| a == toolstack::handover::RESUME_ARG);
+    let resume = toolstack::handover::RESUME_ARG;
+    let resuming = std::env::args().any(|a| a == resume || a.starts_with(&format!("{resume}=")));
     if !resuming {
         sys::close_inherited_fds(&[]);
     }
@@ -169,6 +170,13 @@ fn main() {
         }
     }
     if argv.first().map(String::as_str) == Some(toolstack::handover::CHECK_ARG) {
+        // `--handover-check -- ARGS`: hv's arguments must be ones this
+        // program takes, and the state on stdin one it reads.
+        let args = argv.iter().skip(2).cloned();
+        if let Err(e) = parse(args) {
+            eprintln!("hv's arguments: {e}");
+            std::process::exit(1);
+        }
         std::process::exit(toolstack::handover::check_stdin());
     }
     if argv.iter().any(|a| a == "--help" || a == "-h") {

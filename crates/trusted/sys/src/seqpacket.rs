@@ -264,6 +264,17 @@ impl SeqPacket {
 
     /// Sets a receive timeout; `None` blocks forever.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_timeout(libc::SO_RCVTIMEO, t)
+    }
+
+    /// Bounds how long a [`SeqPacket::send`] may wait for room (None:
+    /// forever); past it the send fails with `WouldBlock`. hv's replies to
+    /// a domain that does not read them then fail instead of stalling.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_timeout(libc::SO_SNDTIMEO, t)
+    }
+
+    fn set_timeout(&self, which: libc::c_int, t: Option<Duration>) -> io::Result<()> {
         let tv = match t {
             Some(d) => libc::timeval {
                 tv_sec: d.as_secs() as libc::time_t,
@@ -280,12 +291,12 @@ impl SeqPacket {
                 libc::setsockopt(
                     self.fd.as_raw_fd(),
                     libc::SOL_SOCKET,
-                    libc::SO_RCVTIMEO,
+                    which,
                     (&tv as *const libc::timeval).cast(),
                     size_of::<libc::timeval>() as libc::socklen_t,
                 )
             } as libc::c_long,
-            "setsockopt(SO_RCVTIMEO)",
+            "setsockopt(SO_RCVTIMEO/SO_SNDTIMEO)",
         )?;
         Ok(())
     }

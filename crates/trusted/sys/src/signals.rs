@@ -1,8 +1,8 @@
 //! Signals taken synchronously: blocked in every thread, then received by
 //! one thread that waits for them, so a daemon handles SIGTERM or SIGHUP
 //! in ordinary code instead of in a handler. A child keeps its parent's
-//! signal mask across fork and exec (the standard library leaves it as it
-//! is), so a daemon that blocks its signals starts its processes with
+//! signal mask across fork and exec, so a daemon that blocks its signals
+//! starts its processes with
 //! [`SpawnUnblocked::spawn_unblocked`]: they begin with none blocked.
 
 use std::io;
@@ -50,6 +50,60 @@ impl Blocked {
             }
         }
     }
+}
+
+impl Blocked {
+    /// Waits up to `limit` for the next of the blocked signals: its
+    /// number, or None. One not taken stays pending (and pending across an
+    /// `execve`, for the next program to take).
+    pub fn wait_for(&self, limit: std::time::Duration) -> io::Result<Option<i32>> {
+        let ts = libc::timespec {
+            tv_sec: limit.as_secs() as libc::time_t,
+            tv_nsec: limit.subsec_nanos() as libc::c_long,
+        };
+        loop {
+            // SAFETY: `self.set` is an initialized sigset_t and `ts` a live
+            // timespec; no siginfo is asked for (null).
+            let rc = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
+            if rc > 0 {
+                return Ok(Some(rc));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(None),
+                Some(libc::EINTR) => continue,
+                _ => return Err(e),
+            }
+        }
+    }
+}
+
+/// Replaces this process's program with `program` run with `args`
+/// (`argv[0]` is `program`), keeping the signal mask, pending signals and
+/// every descriptor without close-on-exec, as `execve` does (hv's upgrade
+/// in place: its blocked signals must stay blocked until the new program
+/// waits for them). Returns only on failure.
+pub fn exec(program: &std::path::Path, args: &[std::ffi::OsString]) -> io::Error {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |s: &std::ffi::OsStr| CString::new(s.as_bytes());
+    let Ok(path) = c(program.as_os_str()) else {
+        return io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the program's path");
+    };
+    let mut owned = vec![path.clone()];
+    for a in args {
+        match c(a) {
+            Ok(a) => owned.push(a),
+            Err(_) => return io::Error::new(io::ErrorKind::InvalidInput, "a NUL in an argument"),
+        }
+    }
+    let mut argv: Vec<*const libc::c_char> = owned.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: `path` and every `argv` entry are NUL-terminated strings that
+    // outlive the call, and `argv` ends with a null pointer; execv returns
+    // only on failure.
+    unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
+    io::Error::last_os_error()
 }
 
 // SAFETY: a sigset_t is plain data with no pointers; waiting on it from

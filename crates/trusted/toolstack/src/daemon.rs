@@ -156,6 +156,7 @@ fn handover_of(
             listener: listener.as_fd().as_raw_fd(),
             notify: notifier.map(|n| n.value().to_string()),
             argv: argv.to_vec(),
+            exe: None,
         },
         attempts: attempts.into(),
     }
@@ -252,6 +253,10 @@ fn up_line(topo: &Topology, v: &serde_json::Value) -> String {
     )
 }
 
+/// How long the signal thread waits for a signal inside hv's gate before
+/// it lets the gate close (an upgrade of hv waits that long at most).
+const SIGNAL_LOOK: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// SIGTERM or SIGINT stops hv, as `splitnet down` does; SIGHUP applies
 /// its topology file again.
 fn watch_signals(
@@ -262,9 +267,14 @@ fn watch_signals(
 ) -> Result<(), String> {
     let (hv2, sup) = (hv.clone(), sup.clone());
     hv.spawn_guarded("hv-signals".into(), None, move || loop {
-        match sigs.wait() {
-            Ok(libc::SIGHUP) => reload(&hv2, &sup, &notify),
-            Ok(sig) if sig == libc::SIGTERM || sig == libc::SIGINT => {
+        // A signal is taken only inside hv's gate: one sent while an
+        // upgrade of hv closes it stays pending (blocked) across the
+        // `execve`, for the next program to take.
+        let _pass = hv2.enter_gate(hv::core::GateKind::Long);
+        match sigs.wait_for(SIGNAL_LOOK) {
+            Ok(None) => {}
+            Ok(Some(libc::SIGHUP)) => reload(&hv2, &sup, &notify),
+            Ok(Some(sig)) if sig == libc::SIGTERM || sig == libc::SIGINT => {
                 let name = if sig == libc::SIGTERM {
                     "SIGTERM"
                 } else {
@@ -276,7 +286,7 @@ fn watch_signals(
                 hv2.shutdown();
                 return;
             }
-            Ok(_) => {}
+            Ok(Some(_)) => {}
             Err(e) => {
                 hv::log!(Error, "waiting for signals: {e}");
                 return;
@@ -302,7 +312,7 @@ fn reload(hv: &Arc<Hypervisor>, sup: &Arc<Supervisor>, notify: &Arc<Lifecycle>) 
     let started = hv.spawn_guarded("hv-reload".into(), None, move || {
         // Inside hv's gate, as a toolstack request is: no upgrade of hv
         // cuts an apply short.
-        let _pass = hv2.enter_gate();
+        let _pass = hv2.enter_gate(hv::core::GateKind::Long);
         n.reloading("SIGHUP: applying the topology file again");
         let status = match sup.apply(None, false, &[]) {
             Ok(plan) => {
@@ -334,7 +344,7 @@ pub fn accept_loop(hv: Arc<Hypervisor>, listener: SeqPacketListener) {
         // A connection is taken only inside hv's gate, and recorded before
         // the pass goes: an upgrade of hv carries it, or leaves it waiting
         // on the listener for the next program.
-        let _pass = hv.enter_gate();
+        let _pass = hv.enter_gate(hv::core::GateKind::Short);
         let conn = match listener.accept() {
             Ok(c) => c,
             Err(_) => {

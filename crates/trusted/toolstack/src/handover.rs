@@ -4,17 +4,20 @@
 //! domains stay its children, its uplink keeper keeps its pipe, and every
 //! descriptor it names survives the `execve`).
 //!
-//! 1. hv's gate closes: every request that comes waits unread.
+//! 1. hv's gate closes: the toolstack's requests under way finish, then
+//!    every request that comes waits unread.
 //! 2. hv, the supervisor and the daemon record their state as an
-//!    [`Image`] (JSON, descriptors by number, versioned by [`FORMAT`]).
-//! 3. The new program reads it first in a child (`--handover-check`): a
-//!    program that cannot read it, or does not run, is refused and the old
-//!    hv goes on.
-//! 4. The image goes to a file in the run directory, the named descriptors
-//!    lose close-on-exec, and the process `execve`s the new program with
-//!    `--resume FILE`.
+//!    [`Image`] (JSON, descriptors by number, versioned by [`FORMAT`]),
+//!    written to a file in the run directory.
+//! 3. The new program reads it in a child (`--handover-check -- ARGS`,
+//!    hv's arguments too): one that cannot, or does not run, is refused,
+//!    and the old hv goes on.
+//! 4. The request is answered; the named descriptors lose close-on-exec
+//!    and the process `execve`s the new program with `--resume FILE`, its
+//!    signal mask kept.
 //! 5. The new program adopts the image (`daemon::resume`), or, when it
-//!    cannot, `execve`s the old program back with the same image.
+//!    cannot, runs the old program again (kept open for this) on the same
+//!    image, told why.
 
 use hv::core::HvImage;
 use serde::{Deserialize, Serialize};
@@ -39,6 +42,9 @@ pub struct DaemonImage {
     pub notify: Option<String>,
     /// hv's arguments, without a `--resume`.
     pub argv: Vec<String>,
+    /// The old program, open: a new one that cannot take over runs it
+    /// again through this descriptor, whatever was installed at its path.
+    pub exe: Option<RawFd>,
 }
 
 /// Everything one program of hv hands the next.
@@ -50,7 +56,8 @@ pub struct Image {
     /// The program handing over, and the one taking over.
     pub from: PathBuf,
     pub to: PathBuf,
-    /// When the old program stopped serving (ns since the epoch).
+    /// When the upgrade was asked, before the gate began to close (ns
+    /// since the epoch).
     pub began_ns: u64,
     /// Set when the new program could not take over and gives the image
     /// back to the old one: why.
@@ -64,8 +71,17 @@ impl Image {
     /// Every descriptor the image names.
     pub fn fds(&self) -> Vec<RawFd> {
         let mut v = self.hv.fds();
-        v.push(self.daemon.listener);
+        v.extend(self.daemon_fds());
+        v
+    }
+
+    /// The descriptors of the daemon's own that the image names (the
+    /// listener, the keeper's pipe, the old program), which the new
+    /// program closes once it has taken over.
+    pub fn daemon_fds(&self) -> Vec<RawFd> {
+        let mut v = vec![self.daemon.listener];
         v.extend(self.sup.uplinks.keeper.map(|k| k.1));
+        v.extend(self.daemon.exe);
         v
     }
 
@@ -109,6 +125,15 @@ impl Image {
             .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(path)
     }
+}
+
+/// Image `text` with `why` as its roll-back reason: what a new program
+/// that cannot take over gives the old one back.
+pub fn with_rollback(text: &str, why: &str) -> Result<String, String> {
+    let mut v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("the state is not JSON: {e}"))?;
+    v["rollback"] = serde_json::Value::String(why.to_string());
+    Ok(v.to_string())
 }
 
 /// Outcomes `status` keeps, one fact each (`hv_upgrade.<n>`), beside the

@@ -150,7 +150,6 @@ fn give_back(n: u64, whose: &str) {
 }
 
 impl Reservation {
-    /// Gives back the pages hv added, and forgets the record.
     /// The reservation an earlier program of this process made (hv's
     /// upgrade in place), as its record in `run_dir` says.
     pub fn carried(run_dir: &Path) -> Reservation {
@@ -167,6 +166,7 @@ impl Reservation {
         }
     }
 
+    /// Gives back the pages hv added, and forgets the record.
     pub fn release(self) {
         give_back(self.added, "its");
         if let Some(r) = self.record {

@@ -19,12 +19,14 @@
 mod apply;
 mod containers;
 mod handover;
+mod hv_upgrade;
 mod launch;
 mod options;
 mod upgrade;
 mod vifs;
 
-pub use handover::{HvHandover, SupervisorImage};
+pub use handover::SupervisorImage;
+pub use hv_upgrade::HvHandover;
 pub use upgrade::UpgradeReport;
 
 use crate::host::{self, Cgroup, CgroupLayout, WIRE_IF};

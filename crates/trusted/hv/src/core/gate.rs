@@ -5,12 +5,12 @@
 //! outside with its request still unread, so the program that replaces
 //! hv's finds it there.
 //!
-//! Requests are of two kinds. A domain's hypercall is short. A toolstack
-//! request may be long (a hot-plug waits for both ends of the vif to
-//! connect, which takes the domains' hypercalls), as may the reaping of a
-//! domain (its restart). Closing therefore goes in two steps: first to
-//! long requests, waiting while those inside finish, with the domains
-//! still served; then to every request.
+//! Requests are of two kinds. A toolstack request is long: a hot-plug
+//! waits for both ends of the vif to connect, a restart for the domain's
+//! reaping, which take the domains' hypercalls and the supervisor's reaps,
+//! the short kind. Closing therefore goes in two steps: first to long
+//! requests, waiting while those inside finish with the short ones still
+//! served; then to every request.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 /// A request's kind (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// A domain's hypercall or batch; a domain's reaping (which may
+    /// restart it: its hypercalls are short too); a connection accepted.
     Short,
+    /// A toolstack request, which may wait on short ones.
     Long,
 }
 

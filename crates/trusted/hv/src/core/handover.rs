@@ -8,8 +8,7 @@
 //! for the old program to take back.
 
 use super::domain::{BatchEnds, Domain, Doms, MapRecord, Quotas};
-use super::gate::Pass;
-use super::state::State;
+use super::gate::{Kind as GateKind, Pass};
 use super::Hypervisor;
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::evtchn::Channel;
@@ -103,6 +102,8 @@ pub struct HvImage {
     /// The toolstack connections being served: a request waiting in one
     /// is answered by the next program.
     pub toolstack: Vec<RawFd>,
+    /// Capture channels a domain has not collected yet: (id, domain, its end).
+    pub captures: Vec<(u32, DomId, RawFd)>,
 }
 
 impl HvImage {
@@ -125,6 +126,7 @@ impl HvImage {
         }
         v.extend(self.kept_ports.iter().map(|p| p.2));
         v.extend(&self.toolstack);
+        v.extend(self.captures.iter().map(|c| c.2));
         v
     }
 }
@@ -138,11 +140,12 @@ fn refuse<T>(why: impl Into<String>) -> HvResult<T> {
 }
 
 impl Hypervisor {
-    /// Passes the gate for one long request served outside hv's own
-    /// threads (the toolstack's reaping of a domain process, which may
-    /// restart it; an apply on SIGHUP).
-    pub fn enter_gate(&self) -> Pass<'_> {
-        self.gate.enter(super::gate::Kind::Long)
+    /// Passes the gate for one request served outside hv's own threads:
+    /// [`GateKind::Long`] for the toolstack's own (an apply on SIGHUP, a
+    /// signal acted on), [`GateKind::Short`] for the rest (the reaping of
+    /// a domain process, a connection accepted).
+    pub fn enter_gate(&self, kind: GateKind) -> Pass<'_> {
+        self.gate.enter(kind)
     }
 
     /// Closes the gate for an upgrade ([`super::gate::Gate::close`]: long
@@ -176,9 +179,6 @@ impl Hypervisor {
         }
         if !st.tearing_down.is_empty() {
             return refuse("a domain is being torn down; try again");
-        }
-        if !st.captures.is_empty() {
-            return refuse("a packet capture is being set up; try again");
         }
         let hvm: Vec<String> = self.hvm.snapshots().keys().map(|d| d.to_string()).collect();
         if !hvm.is_empty() {
@@ -225,43 +225,28 @@ impl Hypervisor {
             info: st.info.clone(),
             kept_ports: self.ports.list_raw(),
             toolstack: self.toolstack_conns().iter().copied().collect(),
+            captures: (st.captures.iter())
+                .map(|(&id, (dom, fd))| (id, *dom, raw(fd)))
+                .collect(),
         })
     }
 
     /// A hypervisor that takes over `image`'s domains: every descriptor is
-    /// duplicated and checked, every memory mapped again, and only then
-    /// are the serving threads started and the originals closed. An error
-    /// leaves the originals open (for the old program to take back).
-    /// Returns it with the toolstack connections the old program served,
-    /// for the daemon to serve ([`Hypervisor::spawn_toolstack`]) once its
-    /// supervisor is in place.
-    pub fn adopt(image: HvImage) -> HvResult<(Arc<Hypervisor>, Vec<SeqPacket>)> {
+    /// duplicated and checked and every memory mapped again, but no thread
+    /// is started and no original closed until [`Adopted::start`]. An
+    /// error, or an [`Adopted`] dropped unstarted, leaves the originals
+    /// open for the old program to take back.
+    pub fn adopt(image: HvImage) -> HvResult<Adopted> {
         let mut fds = Taken::default();
         let mut doms = BTreeMap::new();
         let mut serving = Vec::new();
         for d in &image.domains {
             let (dom, ctl) = adopt_domain(d, &mut fds)?;
-            serving.push((
-                d.id,
-                ctl,
-                dom.mem.clone(),
-                dom.trace.clone(),
-                dom.batch.clone(),
-            ));
+            let (mem, trace, batch) = (dom.mem.clone(), dom.trace.clone(), dom.batch.clone());
+            serving.push((d.id, ctl, mem, trace, batch));
             doms.insert(d.id, dom);
         }
-        let mut channels = HashMap::new();
-        for c in &image.channels {
-            let bell = |fds: &mut Taken, [w, r]: [RawFd; 2]| -> HvResult<(Doorbell, Doorbell)> {
-                Ok((
-                    Doorbell::from_fd(fds.take(w)?),
-                    Doorbell::from_fd(fds.take(r)?),
-                ))
-            };
-            let bells = [bell(&mut fds, c.bells[0])?, bell(&mut fds, c.bells[1])?];
-            let ch = Channel::adopt(fds.memfd(c.page)?, bells, c.ends, c.remote)?;
-            channels.insert(c.id, ch);
-        }
+        let channels = adopt_channels(&image.channels, &mut fds)?;
         let mut ngm = BTreeMap::new();
         for t in &image.ngm {
             let (tr, stt) = (fds.memfd(t.translation)?, fds.memfd(t.status)?);
@@ -270,40 +255,94 @@ impl Hypervisor {
         }
         let store: store::Store = serde_json::from_value(image.store)
             .map_err(|e| HvError::new(ErrorKind::Invalid, format!("the image's store: {e}")))?;
-        let mut kept = Vec::new();
-        for (drv, ifname, fd) in &image.kept_ports {
-            kept.push((drv.clone(), ifname.clone(), fds.take(*fd)?));
-        }
-        let mut conns = Vec::new();
-        for &fd in &image.toolstack {
-            conns.push(SeqPacket::from_fd(fds.take(fd)?));
+        let mut captures = BTreeMap::new();
+        for &(id, dom, fd) in &image.captures {
+            captures.insert(id, (dom, fds.take(fd)?));
         }
         let hv = Hypervisor::new();
+        for (drv, ifname, fd) in &image.kept_ports {
+            hv.ports.keep(drv, ifname, fds.take(*fd)?);
+        }
+        // A connection the client closed meanwhile is simply not served.
+        let conns = (image.toolstack.iter())
+            .filter_map(|&fd| fds.take(fd).ok().map(SeqPacket::from_fd))
+            .collect();
         {
             let mut st = hv.lock();
-            *st = State::new();
             st.doms = Doms(doms);
-            st.channels = channels;
-            st.ngm = ngm;
+            (st.channels, st.ngm, st.store, st.captures) = (channels, ngm, store, captures);
             for &(d, g, readers, writers) in &image.pins {
                 st.pins.insert((d, g), Pin { readers, writers });
             }
-            st.store = store;
             (st.next_chan, st.next_domid) = (image.next_chan, image.next_domid);
             (st.next_ngm, st.next_capture) = (image.next_ngm, image.next_capture);
-            st.counters = image.counters;
-            st.info = image.info;
-            st.counters.op("hv_upgrades");
+            (st.counters, st.info) = (image.counters, image.info);
         }
-        for (drv, ifname, fd) in kept {
-            hv.ports.keep(&drv, &ifname, fd);
-        }
-        for (id, ctl, mem, trace, batch) in serving {
-            hv.spawn_serving(id, ctl, mem, trace, batch)?;
-        }
-        fds.release_originals();
-        Ok((hv, conns))
+        Ok(Adopted {
+            hv,
+            serving,
+            conns,
+            fds,
+        })
     }
+
+    /// Counts an upgrade of hv that took over (`status`' `hv_upgrades`).
+    pub fn count_upgrade(&self) {
+        self.lock().counters.op("hv_upgrades");
+    }
+}
+
+/// A domain's serving threads, to start: (id, hv's end of its control
+/// socket, its memory, its trace, its batch doorbells).
+type Serving = (
+    DomId,
+    SeqPacket,
+    Arc<DomainMemory>,
+    Arc<HvTrace>,
+    Arc<BatchEnds>,
+);
+
+/// A hypervisor that took over an image, not serving yet
+/// ([`Hypervisor::adopt`]).
+pub struct Adopted {
+    pub hv: Arc<Hypervisor>,
+    serving: Vec<Serving>,
+    /// The toolstack connections the old program served.
+    pub conns: Vec<SeqPacket>,
+    fds: Taken,
+}
+
+impl Adopted {
+    /// Starts every domain's serving threads and closes the originals of
+    /// the image's descriptors: from here on there is no going back. The
+    /// caller has its supervisor watching the domains first, so that a
+    /// domain whose process ended meanwhile is reaped and restarted as its
+    /// policy says. Returns the toolstack connections, to serve once the
+    /// supervisor is in place ([`Hypervisor::spawn_toolstack`]).
+    pub fn start(self) -> HvResult<(Arc<Hypervisor>, Vec<SeqPacket>)> {
+        for (id, ctl, mem, trace, batch) in self.serving {
+            self.hv.spawn_serving(id, ctl, mem, trace, batch)?;
+        }
+        self.fds.release_originals();
+        Ok((self.hv, self.conns))
+    }
+}
+
+/// The image's event channels, each with its page mapped again.
+fn adopt_channels(image: &[ChannelImage], fds: &mut Taken) -> HvResult<HashMap<u64, Channel>> {
+    let mut channels = HashMap::new();
+    for c in image {
+        let bell = |fds: &mut Taken, [w, r]: [RawFd; 2]| -> HvResult<(Doorbell, Doorbell)> {
+            Ok((
+                Doorbell::from_fd(fds.take(w)?),
+                Doorbell::from_fd(fds.take(r)?),
+            ))
+        };
+        let bells = [bell(fds, c.bells[0])?, bell(fds, c.bells[1])?];
+        let ch = Channel::adopt(fds.memfd(c.page)?, bells, c.ends, c.remote)?;
+        channels.insert(c.id, ch);
+    }
+    Ok(channels)
 }
 
 fn domain_image(id: DomId, d: &Domain) -> DomainImage {

@@ -32,9 +32,9 @@ mod serve;
 mod state;
 
 pub use domain::{DomainSpec, Quotas, Teardown};
-pub use gate::Pass;
+pub use gate::{Kind as GateKind, Pass};
 pub use grant_ops::MAX_COPY_OPS;
-pub use handover::{ChannelImage, DomainImage, HvImage, NgmImage};
+pub use handover::{Adopted, ChannelImage, DomainImage, HvImage, NgmImage};
 
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::hvm::HvmGuests;

@@ -14,6 +14,11 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use sys::SeqPacket;
 
+/// How long hv waits to hand a domain a reply before it closes the
+/// domain's connection (a domain that sends requests and never reads the
+/// replies would otherwise hold its serving thread for good).
+const REPLY_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Hypervisor {
     /// Serves the toolstack (the `splitnet` CLI) on `sock` until it hangs up.
     pub fn serve_toolstack(self: &Arc<Self>, sock: SeqPacket) {
@@ -31,7 +36,11 @@ impl Hypervisor {
         let hv = self.clone();
         let served = self.spawn_guarded("hv-toolstack".into(), None, move || {
             hv.serve_requests(DOMID_TOOLSTACK, &sock, |_| true);
+            // Forgotten and closed inside the gate: an upgrade of hv never
+            // carries a number closed under it.
+            let _pass = hv.gate.enter(Kind::Short);
             hv.toolstack_conns().remove(&fd);
+            drop(sock);
         });
         if served.is_err() {
             self.toolstack_conns().remove(&fd);
@@ -40,10 +49,17 @@ impl Hypervisor {
     }
 
     pub(super) fn serve(self: &Arc<Self>, caller: DomId, sock: SeqPacket) {
+        // A domain that does not take its replies must not hold this
+        // thread (and hv's gate) forever: its connection is closed.
+        let _ = sock.set_write_timeout(Some(REPLY_LIMIT));
         self.serve_requests(caller, &sock, |_| true);
-        if caller != DOMID_TOOLSTACK {
-            self.destroy_domain(caller, "its control connection closed");
-        }
+        // Inside the gate: an upgrade of hv either carries the domain whole
+        // (the next program sees the hang-up again) or never sees it.
+        let _pass = self.gate.enter(Kind::Short);
+        self.destroy_domain(
+            caller,
+            "its control connection closed, or a reply waited too long",
+        );
     }
 
     /// A second control connection of domain `dm` for a device-model
@@ -169,6 +185,9 @@ impl Hypervisor {
             Request::Status => ok(Reply::Status(Box::new(self.status()))),
             Request::Trace => ok(Reply::Trace(Box::new(self.trace()))),
             Request::Shutdown => {
+                // Set now, inside the gate: an upgrade of hv that has not
+                // recorded hv's state yet refuses.
+                self.lock().shutting_down = true;
                 let hv = self.clone();
                 // Reply first; tear down from another thread.
                 match self.spawn_guarded("hv-shutdown".into(), None, move || hv.shutdown()) {

@@ -26,17 +26,14 @@ pub struct ResumeConfig {
     pub argv: Vec<String>,
 }
 
-/// What the new program took over, not yet served.
+/// What the new program took over besides hv, not yet served.
 struct TakenOver {
-    hv: Arc<Hypervisor>,
     sup: Arc<Supervisor>,
     uplinks: Arc<Uplinks>,
     layout: crate::host::CgroupLayout,
     topology: Topology,
     listener: SeqPacketListener,
     notifier: Option<Notifier>,
-    /// Toolstack connections the old program served.
-    conns: Vec<SeqPacket>,
 }
 
 /// Runs the daemon from the image at `path` that the program this process
@@ -48,19 +45,30 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     let (attempt, began, rollback) = (image.attempt, image.began_ns, image.rollback.clone());
     let (from, to, daemon) = (image.from.clone(), image.to.clone(), image.daemon.clone());
     let t0 = std::time::Instant::now();
-    let (hv, conns) = match Hypervisor::adopt(image.hv) {
-        Ok(adopted) => adopted,
-        Err(e) => return roll_back(&text, path, &from, &daemon, &e.message, rollback.is_some()),
+    let originals = image.daemon_fds();
+    let give_back = |why: &str| roll_back(&text, path, &daemon, why, rollback.is_some());
+    let adopted = match Hypervisor::adopt(image.hv) {
+        Ok(a) => a,
+        Err(e) => return give_back(&e.message),
     };
+    // Every step that may fail comes before the first thread: until then
+    // the old program can take everything back.
+    let t = match take_over(&cfg, &adopted.hv, image.sup, &daemon, attempt) {
+        Ok(t) => t,
+        Err(e) => return give_back(&e),
+    };
+    let (hv, conns) = adopted.start().map_err(|e| e.to_string())?;
+    for fd in originals {
+        drop(sys::take_inherited_fd(fd));
+    }
     let _ = fs::remove_file(path);
-    let t = take_over(&cfg, hv, conns, image.sup, &daemon, attempt)?;
     let gap_us = crate::handover::now_ns().saturating_sub(began) / 1000;
     let fact = match rollback {
-        None => format!(
-            "{attempt} ok {gap_us} us: {} took over from {}",
-            to.display(),
-            from.display()
-        ),
+        None => {
+            hv.count_upgrade();
+            let (to, from) = (to.display(), from.display());
+            format!("{attempt} ok {gap_us} us: {to} took over from {from}")
+        }
         Some(why) => format!(
             "{attempt} rolled back: {} could not take over: {why}",
             to.display()
@@ -68,20 +76,20 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     };
     // Before anyone is served: a request waiting since the old program
     // (another upgrade) must find this outcome recorded.
-    record_outcome(&t.hv, attempt, &fact);
+    record_outcome(&hv, attempt, &fact);
     let notify = Arc::new(Lifecycle::new(t.notifier));
     if let Some(sigs) = cfg.signals.take() {
-        watch_signals(&t.hv, &t.sup, sigs, notify.clone())?;
+        watch_signals(&hv, &t.sup, sigs, notify.clone())?;
     }
-    serve(&t.hv, &t.sup, t.listener, t.conns)?;
+    serve(&hv, &t.sup, t.listener, conns)?;
     notify.built();
+    let took = t0.elapsed().as_secs_f64() * 1e3;
     hv::log!(
         Notice,
-        "upgrade {fact} (its domains adopted in {:.1} ms)",
-        t0.elapsed().as_secs_f64() * 1e3
+        "upgrade {fact} (its domains adopted in {took:.1} ms)"
     );
     notify.ready(&format!("upgrade {fact}"));
-    t.hv.wait_shutdown();
+    hv.wait_shutdown();
     notify.stopping("stopping: its domains are gone");
     t.sup.release_containers();
     let huge = crate::hugepages::Reservation::carried(&cfg.run_dir);
@@ -89,33 +97,26 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The supervisor, uplinks and listener of the image, around `hv`, which
-/// adopted its domains.
+/// The supervisor, uplinks and listener of the image around `hv`, which
+/// adopted its domains; the supervisor watches every domain process again.
+/// Takes duplicates only: the originals stay for a roll-back.
 fn take_over(
     cfg: &ResumeConfig,
-    hv: Arc<Hypervisor>,
-    conns: Vec<SeqPacket>,
+    hv: &Arc<Hypervisor>,
     image: crate::supervisor::SupervisorImage,
     daemon: &DaemonImage,
     attempt: u64,
 ) -> Result<TakenOver, String> {
     hv.set_verbose(true);
-    let take = |fd| sys::take_inherited_fd(fd).map_err(|e| format!("descriptor {fd}: {e}"));
-    let listener = SeqPacketListener::from_fd(take(daemon.listener)?);
-    let keeper = image.uplinks.keeper.map(|k| take(k.1)).transpose()?;
+    let dup = |fd: i32| sys::dup_fd(&fd).map_err(|e| format!("descriptor {fd}: {e}"));
+    let listener = SeqPacketListener::from_fd(dup(daemon.listener)?);
+    let keeper = image.uplinks.keeper.map(|k| dup(k.1)).transpose()?;
     let topology = image.topology.clone();
     let uplinks = Uplinks::adopt(&cfg.run_dir, &topology, &image.uplinks, keeper);
-    let layout = cgroup_layout(&hv);
+    let layout = cgroup_layout(hv);
     let dirs = (cfg.run_dir.clone(), cfg.exe.clone());
-    let sup = Supervisor::adopt(
-        &hv,
-        image,
-        cfg.tuning,
-        dirs,
-        layout.clone(),
-        uplinks.clone(),
-    )
-    .map_err(|e| format!("taking over the domains: {e}"))?;
+    let sup = Supervisor::adopt(hv, image, cfg.tuning, dirs, layout.clone(), uplinks.clone())
+        .map_err(|e| format!("taking over the domains: {e}"))?;
     let notifier = daemon.notify.as_deref().and_then(|v| Notifier::to(v).ok());
     sup.set_handover(handover_of(
         &listener,
@@ -124,14 +125,12 @@ fn take_over(
         attempt,
     ));
     Ok(TakenOver {
-        hv,
         sup,
         uplinks,
         layout,
         topology,
         listener,
         notifier,
-        conns,
     })
 }
 
@@ -154,36 +153,37 @@ fn serve(
         .map_err(|e| format!("cannot serve the toolstack: {e}"))
 }
 
-/// The new program could not take over (`why`): the old one (`from`) runs
-/// again on the same image, told why. If this is already the old program
-/// taking back, there is nothing left to run.
+/// The new program could not take over (`why`): the old one runs again,
+/// through the descriptor the image keeps for it, on the same image told
+/// why. If this is already the old program taking back, there is nothing
+/// left to run.
 fn roll_back(
     text: &str,
     path: &Path,
-    from: &Path,
     daemon: &DaemonImage,
     why: &str,
     already: bool,
 ) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
     if already {
         return Err(format!("taking back hv's state failed too: {why}"));
     }
+    let Some(exe) = daemon.exe else {
+        return Err(format!(
+            "cannot take over hv's state ({why}), and the state names no old program"
+        ));
+    };
     hv::log!(
         Error,
-        "cannot take over hv's state ({why}): giving it back to {}",
-        from.display()
+        "cannot take over hv's state ({why}): giving it back to the program before"
     );
-    let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    v["rollback"] = serde_json::Value::String(why.to_string());
-    fs::write(path, v.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
-    let e = std::process::Command::new(from)
-        .args(&daemon.argv)
-        .arg(crate::handover::RESUME_ARG)
-        .arg(path)
-        .exec();
+    fs::write(path, crate::handover::with_rollback(text, why)?)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut args: Vec<std::ffi::OsString> = daemon.argv.iter().map(Into::into).collect();
+    args.push(crate::handover::RESUME_ARG.into());
+    args.push(path.into());
+    let program = PathBuf::from(format!("/proc/self/fd/{exe}"));
+    let e = sys::signals::exec(&program, &args);
     Err(format!(
-        "cannot take over hv's state ({why}), nor run {} again: {e}",
-        from.display()
+        "cannot take over hv's state ({why}), nor run the program before again: {e}"
     ))
 }

@@ -220,9 +220,9 @@ impl Supervisor {
     /// Tells hv how domain `domid` (`name`, in namespace `ns`, process
     /// `pid`, reaped by `reap`) runs and what undoes it (its cgroup, its
     /// uplinks, its namespace unless it may come back), and waits for the
-    /// process to exit on a thread of its own. It reaps it only inside hv's gate, so that an upgrade of hv
-    /// never loses an exit: a process that ends meanwhile stays a zombie
-    /// for the new program to reap.
+    /// process to exit on a thread of its own. It reaps it only inside
+    /// hv's gate, so that an upgrade of hv never loses an exit: a process
+    /// that ends meanwhile stays a zombie for the new program to reap.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn watch(
         self: &Arc<Self>,
@@ -254,7 +254,7 @@ impl Supervisor {
         let (me, name3, hv2) = (self.clone(), name.to_string(), hv.clone());
         hv.spawn_guarded(format!("reap-{name}"), Some(domid), move || {
             let _ = sys::wait_exited(pid);
-            let _pass = hv2.enter_gate();
+            let _pass = hv2.enter_gate(hv::core::GateKind::Short);
             let status = reap();
             me.reaped(domid, &name3, status);
         })

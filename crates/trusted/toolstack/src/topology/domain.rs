@@ -401,7 +401,7 @@ pub(crate) mod offloads_by_name {
 
 /// `offload`/`port_offload`: a boolean (the old form) or a set's name.
 fn offload_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Offloads, D::Error> {
-    #[derive(Deserialize, serde::Serialize)]
+    #[derive(Deserialize)]
     #[serde(untagged)]
     enum Form {
         Bool(bool),
