@@ -53,25 +53,58 @@ impl Blocked {
 }
 
 impl Blocked {
-    /// Waits up to `limit` for the next of the blocked signals: its
-    /// number, or None. One not taken stays pending (and pending across an
-    /// `execve`, for the next program to take).
-    pub fn wait_for(&self, limit: std::time::Duration) -> io::Result<Option<i32>> {
-        let ts = libc::timespec {
-            tv_sec: limit.as_secs() as libc::time_t,
-            tv_nsec: limit.subsec_nanos() as libc::c_long,
-        };
+    /// A descriptor that is readable while one of the blocked signals is
+    /// pending, which [`SignalFd::take`] then takes: a thread can wait for
+    /// a signal without taking it (hv's upgrade in place takes a signal
+    /// only inside its gate; one it does not take stays pending across the
+    /// `execve`, for the next program).
+    pub fn signal_fd(&self) -> io::Result<SignalFd> {
+        // SAFETY: `self.set` is an initialized sigset_t; signalfd returns a
+        // fresh descriptor or -1.
+        let fd = unsafe { libc::signalfd(-1, &self.set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: signalfd returned a fresh descriptor that we now own.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(SignalFd { fd })
+    }
+}
+
+/// See [`Blocked::signal_fd`].
+pub struct SignalFd {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl std::os::fd::AsFd for SignalFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl SignalFd {
+    /// Takes one pending signal: its number, or None when none is.
+    pub fn take(&self) -> io::Result<Option<i32>> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: signalfd_siginfo is plain old data; all-zero is valid.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let len = std::mem::size_of::<libc::signalfd_siginfo>();
         loop {
-            // SAFETY: `self.set` is an initialized sigset_t and `ts` a live
-            // timespec; no siginfo is asked for (null).
-            let rc = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
-            if rc > 0 {
-                return Ok(Some(rc));
+            // SAFETY: reads at most `len` bytes into `info`, which is that large.
+            let n = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    len,
+                )
+            };
+            if n == len as isize {
+                return Ok(Some(info.ssi_signo as i32));
             }
             let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN) => return Ok(None),
-                Some(libc::EINTR) => continue,
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(None),
+                io::ErrorKind::Interrupted => continue,
                 _ => return Err(e),
             }
         }

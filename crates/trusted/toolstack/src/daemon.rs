@@ -253,10 +253,6 @@ fn up_line(topo: &Topology, v: &serde_json::Value) -> String {
     )
 }
 
-/// How long the signal thread waits for a signal inside hv's gate before
-/// it lets the gate close (an upgrade of hv waits that long at most).
-const SIGNAL_LOOK: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// SIGTERM or SIGINT stops hv, as `splitnet down` does; SIGHUP applies
 /// its topology file again.
 fn watch_signals(
@@ -266,12 +262,19 @@ fn watch_signals(
     notify: Arc<Lifecycle>,
 ) -> Result<(), String> {
     let (hv2, sup) = (hv.clone(), sup.clone());
+    let pending = sigs
+        .signal_fd()
+        .map_err(|e| format!("waiting for signals: {e}"))?;
     hv.spawn_guarded("hv-signals".into(), None, move || loop {
         // A signal is taken only inside hv's gate: one sent while an
         // upgrade of hv closes it stays pending (blocked) across the
         // `execve`, for the next program to take.
+        if let Err(e) = sys::poll_readable(&[std::os::fd::AsFd::as_fd(&pending)], None) {
+            hv::log!(Error, "waiting for signals: {e}");
+            return;
+        }
         let _pass = hv2.enter_gate(hv::core::GateKind::Long);
-        match sigs.wait_for(SIGNAL_LOOK) {
+        match pending.take() {
             Ok(None) => {}
             Ok(Some(libc::SIGHUP)) => reload(&hv2, &sup, &notify),
             Ok(Some(sig)) if sig == libc::SIGTERM || sig == libc::SIGINT => {

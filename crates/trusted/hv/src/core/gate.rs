@@ -51,8 +51,13 @@ impl Drop for Pass<'_> {
         if self.1 == Kind::Long {
             g.long -= 1;
         }
+        // Only a closing waits for passes to go: no wake-up (a system call)
+        // per request otherwise, a batch of the data path among them.
+        let closing = g.closed_to_long;
         drop(g);
-        self.0.changed.notify_all();
+        if closing {
+            self.0.changed.notify_all();
+        }
     }
 }
 
