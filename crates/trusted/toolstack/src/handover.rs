@@ -151,6 +151,31 @@ pub fn record_outcome(hv: &hv::Hypervisor, n: u64, fact: &str) {
     }
 }
 
+/// Waits up to `limit` for upgrade `n`'s outcome in `status`
+/// ([`record_outcome`]), asking on `ts` every half millisecond: the
+/// connection crosses the upgrade, and is answered by whichever program
+/// then serves. Returns the outcome.
+pub fn wait_outcome(
+    ts: &mut hv::Toolstack,
+    n: &str,
+    limit: std::time::Duration,
+) -> Result<String, String> {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if let Ok(s) = ts.status() {
+            if let Some(fact) = s.info.get(&format!("hv_upgrade.{n}")) {
+                return Ok(fact.clone());
+            }
+        }
+        if std::time::Instant::now() > until {
+            return Err(format!(
+                "hv did not report the outcome of upgrade {n} within {limit:?}: see its log"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+}
+
 /// `splitnet-hv --handover-check`: reads an image on stdin and says
 /// whether this program could take it over (exit 0) or why not.
 pub fn check_stdin() -> i32 {

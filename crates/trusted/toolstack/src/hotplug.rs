@@ -68,22 +68,13 @@ const HV_UPGRADE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30)
 pub fn upgrade_hv(rd: &Path, exe: Option<&Path>, json: bool) -> Result<()> {
     let exe = exe.map(absolute).transpose()?;
     let t0 = std::time::Instant::now();
-    let n = toolstack(rd)?
+    let mut ts = toolstack(rd)?;
+    let n = ts
         .upgrade_hv(exe)
         .map_err(|e| anyhow!("upgrading hv: {e}"))?;
     let handed = t0.elapsed();
-    let fact = loop {
-        let status = Toolstack::connect(&socket_path(rd)).and_then(|mut t| t.status());
-        if let Ok(s) = status {
-            if let Some(fact) = s.info.get(&format!("hv_upgrade.{n}")) {
-                break fact.clone();
-            }
-        }
-        if t0.elapsed() > HV_UPGRADE_LIMIT {
-            bail!("hv did not report the outcome of upgrade {n} within {HV_UPGRADE_LIMIT:?}: see its log");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    };
+    let fact =
+        crate::handover::wait_outcome(&mut ts, &n, HV_UPGRADE_LIMIT).map_err(|e| anyhow!(e))?;
     let answered = t0.elapsed();
     let ok = fact.starts_with(&format!("{n} ok"));
     if json {

@@ -172,18 +172,9 @@ fn upgrade_hv(ts: &mut Toolstack) -> Result<(String, Instant)> {
     let n = ts
         .upgrade_hv(None)
         .map_err(|e| anyhow!("upgrade --hv: {e}"))?;
-    let limit = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(s) = ts.status() {
-            if let Some(fact) = s.info.get(&format!("hv_upgrade.{n}")) {
-                return Ok((fact.clone(), Instant::now()));
-            }
-        }
-        if Instant::now() > limit {
-            bail!("hv did not report upgrade {n} within 30 s");
-        }
-        std::thread::sleep(Duration::from_micros(500));
-    }
+    let fact = toolstack::handover::wait_outcome(ts, &n, Duration::from_secs(30))
+        .map_err(|e| anyhow!(e))?;
+    Ok((fact, Instant::now()))
 }
 
 /// The hand-over time in hv's outcome (`<n> ok <µs> us: …`).

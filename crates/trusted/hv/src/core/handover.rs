@@ -448,7 +448,7 @@ fn adopt_domain(d: &DomainImage, fds: &mut Taken) -> HvResult<(Domain, SeqPacket
 /// taken once.
 #[derive(Default)]
 struct Taken {
-    originals: Vec<RawFd>,
+    originals: HashSet<RawFd>,
 }
 
 impl Taken {
@@ -461,7 +461,7 @@ impl Taken {
         }
         let dup = sys::dup_fd(&fd)
             .map_err(|e| HvError::internal(&format!("descriptor {fd} of the image"), e))?;
-        self.originals.push(fd);
+        self.originals.insert(fd);
         Ok(dup)
     }
 
