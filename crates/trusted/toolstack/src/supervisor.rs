@@ -39,7 +39,7 @@ use hv::core::{DomainSpec, Hypervisor, Supervisor as SupervisorHook};
 use hv::error::{ErrorKind, HvError, HvResult};
 use hv::memory::MemorySpec;
 use hv::proto::{DomId, Reply, Request, DOMID_TOOLSTACK};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, Weak};
@@ -85,6 +85,8 @@ struct State {
     /// The program a domain runs when it is not [`Supervisor::exe`]: the
     /// one an upgrade gave it (`upgrade`), for its restarts too.
     programs: HashMap<String, PathBuf>,
+    /// Domain processes not reaped yet, by pid: (domain, name).
+    watched: BTreeMap<i32, (DomId, String)>,
 }
 
 impl State {

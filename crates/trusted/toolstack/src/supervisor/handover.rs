@@ -11,6 +11,7 @@ use crate::topology::{DomainKind, Topology, VifConfig};
 use crate::uplink::{Uplinks, UplinksImage};
 use hv::core::Hypervisor;
 use hv::error::{ErrorKind, HvError, HvResult};
+use hv::proto::DomId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -29,6 +30,11 @@ pub struct SupervisorImage {
     pub reaps: HashMap<String, u64>,
     pub programs: HashMap<String, PathBuf>,
     pub uplinks: UplinksImage,
+    /// Domain processes not reaped yet: (domain, name, pid). One whose
+    /// domain hv destroyed already is reaped, and restarted as its policy
+    /// says, by the new program.
+    #[serde(default)]
+    pub unreaped: Vec<(DomId, String, i32)>,
 }
 
 fn refuse<T>(why: impl Into<String>) -> HvResult<T> {
@@ -78,6 +84,9 @@ impl Supervisor {
             reaps: st.reaps.clone(),
             programs: st.programs.clone(),
             uplinks,
+            unreaped: (st.watched.iter())
+                .map(|(&pid, (domid, name))| (*domid, name.clone(), pid))
+                .collect(),
         })
     }
 
@@ -96,6 +105,7 @@ impl Supervisor {
             tuning,
         };
         let sup = Supervisor::new(hv, image.topology, source, run_dir, exe, layout, uplinks);
+        let unreaped = image.unreaped;
         *sup.lock() = State {
             vifs: image.vifs,
             starts: image.starts,
@@ -118,6 +128,12 @@ impl Supervisor {
             let cg = Cgroup::create(&sup.layout, &name).map_err(|e| e.to_string())?;
             cg.track(pid);
             sup.watch(hv, domid, &name, &ns, cg, pid, move || sys::reap(pid))?;
+        }
+        // Processes whose domains hv destroyed before the upgrade.
+        for (domid, name, pid) in unreaped {
+            if !sup.lock().watched.contains_key(&pid) {
+                sup.watch_exit(hv, domid, &name, pid, move || sys::reap(pid))?;
+            }
         }
         Ok(sup)
     }

@@ -251,15 +251,35 @@ impl Supervisor {
                 }
             })),
         );
+        self.watch_exit(hv, domid, name, pid, reap)
+    }
+
+    /// Waits on a thread of its own for domain `domid`'s process `pid` to
+    /// exit, and reaps it inside hv's gate. Until then the process is on
+    /// record (`State::watched`), so that an upgrade of hv carries it even
+    /// once hv destroyed the domain (its control connection closed first).
+    pub(super) fn watch_exit(
+        self: &Arc<Self>,
+        hv: &Arc<Hypervisor>,
+        domid: DomId,
+        name: &str,
+        pid: i32,
+        reap: impl FnOnce() -> std::io::Result<std::process::ExitStatus> + Send + 'static,
+    ) -> Result<(), String> {
+        self.lock().watched.insert(pid, (domid, name.to_string()));
         let (me, name3, hv2) = (self.clone(), name.to_string(), hv.clone());
         hv.spawn_guarded(format!("reap-{name}"), Some(domid), move || {
             let _ = sys::wait_exited(pid);
             let _pass = hv2.enter_gate(hv::core::GateKind::Short);
             let status = reap();
+            me.lock().watched.remove(&pid);
             me.reaped(domid, &name3, status);
         })
         .map(drop)
-        .map_err(|e| e.to_string())
+        .map_err(|e| {
+            self.lock().watched.remove(&pid);
+            e.to_string()
+        })
     }
 
     /// Makes HVM guest `e` (domain `domid`) an HVM guest in hv, with its
