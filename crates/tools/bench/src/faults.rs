@@ -21,6 +21,8 @@
 //! - **hv-upgrades** (`hv_upgrade.rs`): hv upgraded in place during a
 //!   stream each way and a 1 ms ping; the longest gap, and how long the
 //!   control plane did not answer.
+//! - **hv-crashes** (`hv_upgrade.rs` too): hv killed with SIGKILL and
+//!   started again by its guardian, measured the same way.
 
 mod apply;
 mod hv_upgrade;
@@ -92,13 +94,14 @@ impl FaultsOptions {
 }
 
 /// The suite's experiments, as `--workloads` names them.
-pub const EXPERIMENTS: [&str; 6] = [
+pub const EXPERIMENTS: [&str; 7] = [
     "kills",
     "http",
     "hotplug",
     "apply",
     "upgrades",
     "hv-upgrades",
+    "hv-crashes",
 ];
 
 /// One driver-domain kill during a stream each way.
@@ -161,6 +164,7 @@ pub struct FaultsReport {
     pub apply: Option<apply::ApplyReport>,
     pub upgrades: Option<upgrade::Upgrades>,
     pub hv_upgrades: Option<hv_upgrade::HvUpgrades>,
+    pub hv_crashes: Option<hv_upgrade::HvUpgrades>,
 }
 
 /// A topology brought up for one experiment; down when dropped.
@@ -841,7 +845,14 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
             opts,
             &format!("{} upgrades of hv in place during streams", opts.upgrades),
         );
-        hv_upgrade::run(opts)
+        hv_upgrade::run(opts, hv_upgrade::Event::Upgrade)
+    });
+    let hv_crashes = opts.wants("hv-crashes").then(|| {
+        say(
+            opts,
+            &format!("{} kills of hv during streams", opts.upgrades),
+        );
+        hv_upgrade::run(opts, hv_upgrade::Event::Crash)
     });
     let outages: Vec<f64> = kills.iter().map(|k| k.outage_ms).collect();
     let reconnects: Vec<f64> = kills.iter().map(|k| k.reconnect_ms).collect();
@@ -854,6 +865,7 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
         apply: apply.transpose()?,
         upgrades: upgrades.transpose()?,
         hv_upgrades: hv_upgrades.transpose()?,
+        hv_crashes: hv_crashes.transpose()?,
     })
 }
 
@@ -904,6 +916,9 @@ impl FaultsReport {
         if self.hv_upgrades.as_ref().is_some_and(|u| !u.passed()) {
             f.push("hv-upgrades: the longest gap, the control plane or a stream".to_string());
         }
+        if self.hv_crashes.as_ref().is_some_and(|u| !u.passed()) {
+            f.push("hv-crashes: the longest gap or a stream".to_string());
+        }
         f
     }
 
@@ -935,7 +950,7 @@ impl FaultsReport {
         if let Some(u) = &self.upgrades {
             s += &u.table();
         }
-        if let Some(u) = &self.hv_upgrades {
+        for u in self.hv_upgrades.iter().chain(&self.hv_crashes) {
             s += &u.table();
         }
         let failed = self.failed();
@@ -1001,6 +1016,13 @@ impl FaultsReport {
         for (i, u) in self.hv_upgrades.iter().flat_map(|u| &u.runs).enumerate() {
             bars.push(Bar {
                 label: format!("hv upgrade {}: longest gap", i + 1),
+                value: u.gap_ms(),
+                range: None,
+            });
+        }
+        for (i, u) in self.hv_crashes.iter().flat_map(|u| &u.runs).enumerate() {
+            bars.push(Bar {
+                label: format!("hv kill {}: longest gap", i + 1),
                 value: u.gap_ms(),
                 range: None,
             });

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use toolstack::daemon::{log_tail, socket_path};
+use toolstack::guardian;
 use toolstack::host;
 use toolstack::topology::{Preset, Topology};
 pub use toolstack::tuning::Tuning;
@@ -289,26 +290,58 @@ fn wait_gone(pid: i32, limit: Duration) {
     }
 }
 
+/// A connection to hv; when none answers but its guardian runs (hv died
+/// and is being started again), one to the hv it starts, waited for a
+/// while.
+fn connect_or_wait_for_guardian(rd: &Path) -> Option<Toolstack> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Toolstack::connect(&socket_path(rd)) {
+            Ok(ts) => return Some(ts),
+            Err(_) if guardian::running(rd).is_some() && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
 /// `splitnet down [--forget]`.
 pub fn down(rd: &Path, forget: bool) -> Result<()> {
     require_root()?;
     let listed = journal::needs_attention(rd).len();
-    let pid = hv_pid(rd);
     let mut was_up = false;
-    if let Ok(mut ts) = Toolstack::connect(&socket_path(rd)) {
+    let mut pid = hv_pid(rd);
+    // An hv that dies meanwhile is started again by its guardian: the
+    // next one is asked in turn.
+    for _ in 0..3 {
+        let Some(mut ts) = connect_or_wait_for_guardian(rd) else {
+            break;
+        };
         was_up = true;
+        pid = ts.status().ok().map(|s| s.hv_pid as i32).or(pid);
         match ts.shutdown() {
             Ok(()) => {
                 if let Some(p) = pid {
                     wait_gone(p, Duration::from_secs(20));
                 }
+                break;
             }
+            Err(_) if guardian::running(rd).is_some() => {}
             // hv died half-way (or was dying): clean up after it below.
-            Err(e) => eprintln!("splitnet: hv did not answer ({e}); cleaning up after it"),
+            Err(e) => {
+                eprintln!("splitnet: hv did not answer ({e}); cleaning up after it");
+                break;
+            }
         }
     }
     if let Some(p) = pid.filter(|p| host::pid_alive(*p)) {
         was_up = true;
+        if let Some(g) = guardian::running(rd) {
+            // Not to start it again.
+            let _ = sys::kill(g, 9);
+            wait_gone(g, Duration::from_secs(5));
+        }
         eprintln!("splitnet: hv (pid {p}) did not stop; killing it");
         let _ = sys::kill(p, 9);
         wait_gone(p, Duration::from_secs(5));

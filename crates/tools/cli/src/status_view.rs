@@ -46,6 +46,9 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     if let Some(u) = v["hv_upgrade"].as_str() {
         println!("hv upgraded in place: upgrade {u}");
     }
+    if let Some(r) = v["hv_recovery"].as_str() {
+        println!("hv started again by its guardian: {r}");
+    }
     if v["rootless"] == true {
         println!(
             "rootless: hv and its domains in your own user namespace{}",

@@ -78,18 +78,7 @@ fn an_upgraded_hv_keeps_every_domain_and_every_datagram() {
     }
     // The domains never waited on hv for their data path: not one
     // datagram either way was lost.
-    for (what, missing) in flows.missing() {
-        assert!(
-            missing.is_empty(),
-            "{what}: lost {missing:?} across four upgrades of hv"
-        );
-    }
-    assert!(
-        client.wait_exit(Duration::from_secs(30)),
-        "the iperf3 client did not finish"
-    );
-    let code = client.0.wait().unwrap();
-    assert!(code.success(), "iperf3 failed across the upgrades: {code}");
+    numbered::assert_intact(flows, &mut client, "four upgrades of hv");
     assert_eq!(identity(&env), before, "an upgrade of hv changed a domain");
     env.settled_as(&held).assert_holds_as(&held);
     let st = env.status();

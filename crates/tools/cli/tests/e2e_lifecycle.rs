@@ -146,6 +146,13 @@ fn down_after_hv_crashed_cleans_up() {
         .parse()
         .unwrap();
     let _app = env.spawn(&["exec", "guest2", "--", "sleep", "1000"]);
+    // Its guardian first, which would start it again (`e2e_hv_crash`).
+    let guardian: i64 = std::fs::read_to_string(env.run_dir.join("guardian.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill9(guardian);
     kill9(hv_pid);
     wait_until("hv to die", Duration::from_secs(5), || {
         !toolstack::host::pid_alive(hv_pid as i32)

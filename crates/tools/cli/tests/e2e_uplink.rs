@@ -404,8 +404,12 @@ fn wait_keeper(env: &Env) {
     );
 }
 
+/// hv killed for good: its guardian first, which would start it again.
 fn kill_hv(env: &Env) {
     let st = env.status();
+    if let Ok(g) = std::fs::read_to_string(env.run_dir.join("guardian.pid")) {
+        kill9(g.trim().parse().unwrap());
+    }
     kill9(st["hv_pid"].as_i64().unwrap());
     wait_keeper(env);
 }

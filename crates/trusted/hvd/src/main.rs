@@ -154,8 +154,16 @@ fn main() {
     // names (and only those: everything else was close-on-exec).
     let resume = toolstack::handover::RESUME_ARG;
     let resuming = std::env::args().any(|a| a == resume || a.starts_with(&format!("{resume}=")));
+    // hv's guardian keeps its connection to hv (its last argument).
+    let args: Vec<String> = std::env::args().collect();
+    let keep: Vec<i32> = match args.as_slice() {
+        [_, k, _, _, fd] if k == toolstack::guardian::GUARDIAN_ARG => fd.parse().ok(),
+        _ => None,
+    }
+    .into_iter()
+    .collect();
     if !resuming {
-        sys::close_inherited_fds(&[]);
+        sys::close_inherited_fds(&keep);
     }
     // Single-threaded still: nothing else reads the environment.
     let path = std::env::var("PATH").unwrap_or_default();
@@ -166,6 +174,17 @@ fn main() {
         if k == toolstack::uplink::KEEPER_ARG {
             // hv's uplink keeper: undoes the uplinks' journal when hv exits.
             toolstack::uplink::keep(std::path::Path::new(dir));
+            return;
+        }
+    }
+    if let [k, dir, pid, fd] = argv.as_slice() {
+        if k == toolstack::guardian::GUARDIAN_ARG {
+            // hv's guardian: holds hv's last record, and becomes hv if it dies.
+            let (pid, fd) = (pid.parse().unwrap_or(-1), fd.parse().unwrap_or(-1));
+            if let Err(e) = toolstack::guardian::guard(std::path::Path::new(dir), pid, fd) {
+                eprintln!("splitnet-hv guardian: {e}");
+                std::process::exit(1);
+            }
             return;
         }
     }

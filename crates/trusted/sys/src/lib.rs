@@ -36,6 +36,7 @@ mod mirror;
 pub mod netlink;
 mod packet;
 mod perf;
+mod pidfd;
 mod prefetch;
 mod process;
 pub mod rtnl;
@@ -60,6 +61,7 @@ pub use packet::{
 pub use perf::{
     online_cpus, Frame, PerfClock, PerfEvent, PerfSampler, Sample, SampleRate, SamplerConfig,
 };
+pub use pidfd::{place_fds, PidFd};
 pub use prefetch::prefetch;
 pub use process::{
     allowed_cpus, batch_on_exec, catch_interrupts, close_inherited_fds, dup_fd, enter_netns, euid,

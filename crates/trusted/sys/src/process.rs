@@ -341,7 +341,9 @@ pub fn interrupted() -> bool {
 /// Waits until child `pid` has exited, without reaping it: it stays a
 /// zombie, so its pid cannot be reused, until [`reap`] (or `Child::wait`)
 /// collects it. hv waits so for its domains, and reaps only once no
-/// upgrade of its own program can cut the reaping short.
+/// upgrade of its own program can cut the reaping short. A process that is
+/// not this one's child (an hv that died started it) is waited for by its
+/// pidfd.
 pub fn wait_exited(pid: i32) -> io::Result<()> {
     loop {
         // SAFETY: `info` is a zeroed siginfo_t for the kernel to fill;
@@ -359,6 +361,15 @@ pub fn wait_exited(pid: i32) -> io::Result<()> {
             return Ok(());
         }
         let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ECHILD) {
+            // Not this process's child (its parent, an hv before this one,
+            // died): its end is seen, its status is not.
+            return match crate::pidfd::PidFd::open(pid) {
+                Ok(p) => p.wait_ended(None).map(drop),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+                Err(e) => Err(e),
+            };
+        }
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }

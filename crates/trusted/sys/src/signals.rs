@@ -117,13 +117,23 @@ impl SignalFd {
 /// in place: its blocked signals must stay blocked until the new program
 /// waits for them). Returns only on failure.
 pub fn exec(program: &std::path::Path, args: &[std::ffi::OsString]) -> io::Error {
+    exec_named(program, program, args)
+}
+
+/// [`exec`] with `name` as `argv[0]` (hv's guardian runs hv's program as
+/// `/proc/self/exe`, named by its installed path).
+pub fn exec_named(
+    program: &std::path::Path,
+    name: &std::path::Path,
+    args: &[std::ffi::OsString],
+) -> io::Error {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     let c = |s: &std::ffi::OsStr| CString::new(s.as_bytes());
-    let Ok(path) = c(program.as_os_str()) else {
+    let (Ok(path), Ok(name)) = (c(program.as_os_str()), c(name.as_os_str())) else {
         return io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the program's path");
     };
-    let mut owned = vec![path.clone()];
+    let mut owned = vec![name];
     for a in args {
         match c(a) {
             Ok(a) => owned.push(a),

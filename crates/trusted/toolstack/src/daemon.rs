@@ -113,7 +113,14 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
         hv.shutdown();
     } else {
         serve(&hv, &sup, listener, &cfg, &notify);
+        if let Err(e) = sup.guard() {
+            hv::log!(
+                Warning,
+                "no guardian: a crash of hv would take its domains: {e}"
+            );
+        }
         hv.wait_shutdown();
+        sup.release_guardian();
         notify.stopping("stopping: its domains are gone");
         sup.release_containers();
     }

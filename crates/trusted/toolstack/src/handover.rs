@@ -47,6 +47,13 @@ pub struct DaemonImage {
     pub exe: Option<RawFd>,
 }
 
+/// The hv that died, and when it recorded the state its successor adopts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Crash {
+    pub pid: i32,
+    pub recorded_ns: u64,
+}
+
 /// Everything one program of hv hands the next.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Image {
@@ -62,6 +69,10 @@ pub struct Image {
     /// Set when the new program could not take over and gives the image
     /// back to the old one: why.
     pub rollback: Option<String>,
+    /// Set when hv died and its guardian starts it again on its last
+    /// record (`crate::guardian`): `began_ns` is then when that was seen.
+    #[serde(default)]
+    pub crash: Option<Crash>,
     pub daemon: DaemonImage,
     pub sup: SupervisorImage,
     pub hv: HvImage,
@@ -110,21 +121,29 @@ impl Image {
 
     /// Writes the image (mode 0600) at [`Image::path`].
     pub fn write(&self, run_dir: &Path) -> Result<PathBuf, String> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let path = Image::path(run_dir);
         let text = serde_json::to_vec(self).map_err(|e| e.to_string())?;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        f.write_all(&text)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        write_private(&path, &text)?;
         Ok(path)
     }
+}
+
+/// Writes `bytes` to `path` (mode 0600) whole: to a file beside it first,
+/// then renamed over it, so a reader never sees half of it.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let said = |e: std::io::Error| format!("{}: {e}", path.display());
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(said)?;
+    f.write_all(bytes).map_err(said)?;
+    std::fs::rename(&tmp, path).map_err(said)
 }
 
 /// Image `text` with `why` as its roll-back reason: what a new program

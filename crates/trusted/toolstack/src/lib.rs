@@ -17,6 +17,9 @@
 //! - [`status`], [`metrics`], [`listen`]: what the user is told (the status
 //!   document, the Prometheus text, its HTTP endpoint; `vhost_status` its
 //!   vhost-user vifs, `vxlan_status` its tunnels); the CLI prints them;
+//! - [`handover`]: hv's state as one program of it hands it to the next
+//!   (an upgrade in place); [`guardian`]: the process that holds hv's
+//!   last record and starts hv again on it when hv dies;
 //! - [`readiness`]: when a topology is up; [`notify`]: telling a service
 //!   manager so (`sd_notify`);
 //! - [`capture`]: which driver domain serves a capture target;
@@ -35,6 +38,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod checks;
 pub mod daemon;
+pub mod guardian;
 pub mod handover;
 pub mod host;
 pub mod hotplug;

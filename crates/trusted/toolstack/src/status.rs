@@ -278,6 +278,9 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
         // The last upgrade of hv in place: "<n> ok <µs> us: …", "<n> rolled
         // back: …" or "<n> failed: …" (`crate::handover`).
         "hv_upgrade": s.info.get("hv_upgrade"),
+        // The last start of hv that adopted the domains of one that died
+        // (`crate::guardian`).
+        "hv_recovery": s.info.get("hv_recovery"),
         "host": crate::host::instance(),
         "topology": s.info.get("topology"),
         // Without root (docs/ARCHITECTURE.md, "Without root"), and how the

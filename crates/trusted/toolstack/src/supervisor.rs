@@ -20,6 +20,7 @@ mod apply;
 mod containers;
 mod handover;
 mod hv_upgrade;
+mod journal;
 mod launch;
 mod options;
 mod upgrade;
@@ -125,6 +126,8 @@ pub struct Supervisor {
     changed: Condvar,
     /// What an upgrade of hv needs from the daemon (`handover`).
     handover: std::sync::OnceLock<HvHandover>,
+    /// hv's guardian, once started (`journal`).
+    guardian: Mutex<Option<journal::Guarded>>,
 }
 
 fn fail(kind: ErrorKind, msg: impl Into<String>) -> HvError {
@@ -169,6 +172,7 @@ impl Supervisor {
             }),
             changed: Condvar::new(),
             handover: std::sync::OnceLock::new(),
+            guardian: Mutex::new(None),
         })
     }
 
@@ -523,6 +527,9 @@ impl Supervisor {
         let Ok(hv) = self.hv() else { return };
         let text = match &status {
             Ok(s) => s.to_string(),
+            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+                "status unknown: an hv before this one started it".into()
+            }
             Err(e) => e.to_string(),
         };
         let kept = self.may_come_back(name);
@@ -547,7 +554,12 @@ impl Supervisor {
             && match intent {
                 Some(Intent::Restart) => true,
                 Some(Intent::Destroy) => false,
-                None => status.as_ref().is_ok_and(|s| policy.applies(*s)),
+                // A process an hv before this one started (it died) is not
+                // this one's child: its status is unknown, taken as a crash.
+                None => match &status {
+                    Ok(s) => policy.applies(*s),
+                    Err(_) => policy != Restart::Never,
+                },
             };
         if !again {
             hv.port_forget(name);

@@ -1,11 +1,13 @@
-//! hv upgraded in place (`splitnet upgrade --hv`) during an iperf3 stream
-//! each way between guest1 and the wire host and a ping every millisecond
-//! from the wire host to guest1: the longest gap in each stream's progress
-//! and between two ping replies around the upgrade, against the longest
-//! gap in as long a window just before it; and how long the control plane
-//! did not answer, from the request until `status` reports the new
-//! program's outcome. Targets: the longest gap at most 20 ms, the control
-//! plane back within 200 ms.
+//! hv upgraded in place (`splitnet upgrade --hv`), or killed with SIGKILL
+//! and started again by its guardian, during an iperf3 stream each way
+//! between guest1 and the wire host and a ping every millisecond from the
+//! wire host to guest1: the longest gap in each stream's progress and
+//! between two ping replies around the event, against the longest gap in
+//! as long a window just before it; and how long the control plane did
+//! not answer, from the request (or the kill) until `status` reports the
+//! new program's outcome. Targets: for an upgrade, the longest gap at most
+//! 20 ms and the control plane back within 200 ms; for a kill, the longest
+//! gap at most 500 ms.
 
 use super::upgrade::{longest_gap, Progress, WINDOW};
 use super::{say, stream_cell, FaultsOptions, Up};
@@ -20,8 +22,37 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The longest gap an upgrade of hv may leave in the data path.
 pub const TARGET_GAP_MS: f64 = 20.0;
-/// The longest the control plane may not answer.
+/// The longest the control plane may not answer across an upgrade.
 pub const TARGET_CONTROL_MS: f64 = 200.0;
+/// The longest gap a killed hv's restart may leave in the data path.
+pub const TARGET_CRASH_GAP_MS: f64 = 500.0;
+
+/// What happens to hv mid-stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Event {
+    /// `upgrade --hv`.
+    Upgrade,
+    /// SIGKILL; its guardian starts it again.
+    Crash,
+}
+
+impl Event {
+    fn noun(self) -> &'static str {
+        match self {
+            Event::Upgrade => "upgrade",
+            Event::Crash => "kill",
+        }
+    }
+
+    /// (longest gap, control plane back) targets in ms; None: no target.
+    fn targets(self) -> (f64, Option<f64>) {
+        match self {
+            Event::Upgrade => (TARGET_GAP_MS, Some(TARGET_CONTROL_MS)),
+            Event::Crash => (TARGET_CRASH_GAP_MS, None),
+        }
+    }
+}
 
 /// One upgrade of hv during the streams and the ping.
 #[derive(Debug, Serialize)]
@@ -50,9 +81,10 @@ impl HvUpgrade {
     }
 }
 
-/// The upgrades of hv, and whether they met the targets.
+/// The upgrades (or kills) of hv, and whether they met the targets.
 #[derive(Debug, Serialize)]
 pub struct HvUpgrades {
+    pub event: Event,
     pub runs: Vec<HvUpgrade>,
     pub median_gap_ms: f64,
     pub median_quiet_gap_ms: f64,
@@ -62,17 +94,24 @@ pub struct HvUpgrades {
 impl HvUpgrades {
     /// Both targets met, and every stream ended cleanly.
     pub fn passed(&self) -> bool {
-        self.median_gap_ms <= TARGET_GAP_MS
-            && self.median_control_ms <= TARGET_CONTROL_MS
+        let (gap, control) = self.event.targets();
+        self.median_gap_ms <= gap
+            && control.is_none_or(|c| self.median_control_ms <= c)
             && self.runs.iter().all(|u| u.stream_ok)
     }
 
     /// A Markdown summary.
     pub fn table(&self) -> String {
-        let mut s = String::from(
-            "### hv upgraded in place during an iperf3 stream each way and a 1 ms ping\n\n",
-        );
-        s += "| upgrade | longest gap guest1 → wire (ms) | wire → guest1 (ms) | between ping replies (ms) | longest gap just before (ms) | control plane back after (ms) | hand-over, as hv says (ms) | stream |\n|---|---|---|---|---|---|---|---|\n";
+        let mut s = match self.event {
+            Event::Upgrade => String::from(
+                "### hv upgraded in place during an iperf3 stream each way and a 1 ms ping\n\n",
+            ),
+            Event::Crash => String::from(
+                "### hv killed (SIGKILL) and started again by its guardian during an iperf3 stream each way and a 1 ms ping\n\n",
+            ),
+        };
+        let n = self.event.noun();
+        s += &format!("| {n} | longest gap guest1 → wire (ms) | wire → guest1 (ms) | between ping replies (ms) | longest gap just before (ms) | control plane back after (ms) | domains adopted after, as hv says (ms) | stream |\n|---|---|---|---|---|---|---|---|\n");
         for (i, u) in self.runs.iter().enumerate() {
             s += &format!(
                 "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |\n",
@@ -87,28 +126,34 @@ impl HvUpgrades {
             );
         }
         let met = |ok: bool| if ok { "met" } else { "NOT met" };
+        let (gap, control) = self.event.targets();
         s += &format!(
-            "\nMedian longest gap {:.1} ms (target ≤ {TARGET_GAP_MS:.0} ms: {}); {:.1} ms in the same window length without an upgrade. Median control plane back after {:.1} ms (target ≤ {TARGET_CONTROL_MS:.0} ms: {}).\n\n",
+            "\nMedian longest gap {:.1} ms (target ≤ {gap:.0} ms: {}); {:.1} ms in the same window length without an {n}. Median control plane back after {:.1} ms{}.\n\n",
             self.median_gap_ms,
-            met(self.median_gap_ms <= TARGET_GAP_MS),
+            met(self.median_gap_ms <= gap),
             self.median_quiet_gap_ms,
             self.median_control_ms,
-            met(self.median_control_ms <= TARGET_CONTROL_MS),
+            match control {
+                Some(c) => format!(" (target ≤ {c:.0} ms: {})", met(self.median_control_ms <= c)),
+                None => " (no target)".into(),
+            },
         );
         s
     }
 }
 
-/// `opts.upgrades` upgrades of hv, each during its own streams and ping.
-pub(super) fn run(opts: &FaultsOptions) -> Result<HvUpgrades> {
+/// `opts.upgrades` upgrades (or kills) of hv, each during its own streams
+/// and ping.
+pub(super) fn run(opts: &FaultsOptions, event: Event) -> Result<HvUpgrades> {
     let (mut up, srv, mut ts) = super::with_iperf3_server(opts)?;
     let mut runs = Vec::new();
     for k in 0..opts.upgrades {
-        let u = one(&mut up, &mut ts, srv)?;
+        let u = one(&mut up, &mut ts, srv, event)?;
         say(
             opts,
             &format!(
-                "hv upgrade {}/{}: longest gap {:.1} ms out, {:.1} ms in, {:.1} ms between pings ({:.1} ms just before); control plane back after {:.1} ms; stream {}",
+                "hv {} {}/{}: longest gap {:.1} ms out, {:.1} ms in, {:.1} ms between pings ({:.1} ms just before); control plane back after {:.1} ms; stream {}",
+                event.noun(),
                 k + 1,
                 opts.upgrades,
                 u.gap_out_ms,
@@ -123,6 +168,7 @@ pub(super) fn run(opts: &FaultsOptions) -> Result<HvUpgrades> {
     }
     let of = |f: fn(&HvUpgrade) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
     Ok(HvUpgrades {
+        event,
         median_gap_ms: of(HvUpgrade::gap_ms),
         median_quiet_gap_ms: of(|u| u.quiet_gap_ms),
         median_control_ms: of(|u| u.control_ms),
@@ -177,17 +223,45 @@ fn upgrade_hv(ts: &mut Toolstack) -> Result<(String, Instant)> {
     Ok((fact, Instant::now()))
 }
 
-/// The hand-over time in hv's outcome (`<n> ok <µs> us: …`).
+/// Kills hv and waits until the hv its guardian started reports that it
+/// adopted the domains: (its report, when it was seen). `ts` is then a
+/// connection to the new hv.
+fn kill_hv(up: &Up<'_>, ts: &mut Toolstack) -> Result<(String, Instant)> {
+    let pid = ts.status().map_err(|e| anyhow!("status: {e}"))?.hv_pid;
+    sys::kill(pid as i32, libc::SIGKILL)?;
+    let died = format!("hv pid {pid} died");
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        let fact = (up.toolstack().ok())
+            .and_then(|mut t| Some((t.status().ok()?.info.get("hv_recovery")?.clone(), t)));
+        if let Some((fact, t)) = fact.filter(|(f, _)| f.contains(&died)) {
+            *ts = t;
+            return Ok((fact, Instant::now()));
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    bail!("no hv took over within 30 s of killing hv (pid {pid})")
+}
+
+/// The time hv took to take over, from its outcome: `<n> ok <µs> us: …`
+/// after an upgrade, `… adopted <µs> us later …` after a kill.
 fn handover_ms(fact: &str) -> Result<f64> {
-    let mut w = fact.split_whitespace();
-    match (w.nth(1), w.next()) {
-        (Some("ok"), Some(us)) => Ok(us.parse::<f64>()? / 1e3),
-        _ => bail!("upgrade of hv: {fact}"),
+    let w: Vec<&str> = fact.split_whitespace().collect();
+    let us = match w.as_slice() {
+        [_, "ok", us, "us:", ..] => Some(*us),
+        _ => w
+            .windows(3)
+            .find(|x| x[0] == "adopted" && x[2] == "us")
+            .map(|x| x[1]),
+    };
+    match us {
+        Some(us) => Ok(us.parse::<f64>()? / 1e3),
+        None => bail!("hv: {fact}"),
     }
 }
 
-/// One upgrade in the middle of a `--bidir` stream and a ping.
-fn one(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32) -> Result<HvUpgrade> {
+/// One upgrade (or kill) in the middle of a `--bidir` stream and a ping.
+fn one(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32, event: Event) -> Result<HvUpgrade> {
     let (g1, client) = super::start_bidir(up, ts, srv, "3")?;
     let clock = (Instant::now(), SystemTime::now());
     let ping = start_ping(up, 2)?;
@@ -199,7 +273,10 @@ fn one(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32) -> Result<HvUpgrade> {
     };
     std::thread::sleep(2 * WINDOW);
     let t0 = Instant::now();
-    let answer = upgrade_hv(ts);
+    let answer = match event {
+        Event::Upgrade => upgrade_hv(ts),
+        Event::Crash => kill_hv(up, ts),
+    };
     let t1 = Instant::now();
     std::thread::sleep(WINDOW);
     stop.store(true, Ordering::Relaxed);
@@ -245,6 +322,8 @@ mod tests {
             ]
         );
         assert!((handover_ms("3 ok 21500 us: /a took over from /b").unwrap() - 21.5).abs() < 1e-9);
+        let crash = "hv pid 12 died; its domains adopted 10554 us later, as recorded 426 ms before";
+        assert!((handover_ms(crash).unwrap() - 10.554).abs() < 1e-9);
         let e = handover_ms("3 rolled back: x").unwrap_err().to_string();
         assert!(e.contains("rolled back"), "{e}");
     }

@@ -67,6 +67,20 @@ impl Flows {
     }
 }
 
+/// Asserts that not one datagram of `flows` was lost either way and that
+/// `stream` (an iperf3 client) ended cleanly, across `what`.
+pub fn assert_intact(flows: Flows, stream: &mut super::Background, what: &str) {
+    for (way, missing) in flows.missing() {
+        assert!(missing.is_empty(), "{way}: lost {missing:?} across {what}");
+    }
+    assert!(
+        stream.wait_exit(Duration::from_secs(30)),
+        "the iperf3 client did not finish"
+    );
+    let code = stream.0.wait().unwrap();
+    assert!(code.success(), "iperf3 failed across {what}: {code}");
+}
+
 /// Sends `DATAGRAMS` numbered datagrams from namespace `ns` to `to`,
 /// counting them in `sent`.
 fn send(ns: String, to: SocketAddr, sent: Arc<AtomicU32>) -> JoinHandle<()> {

@@ -174,6 +174,28 @@ impl Hypervisor {
     /// it does not carry yet is refused by name.
     pub fn export(&self) -> HvResult<HvImage> {
         let st = self.lock();
+        self.image_of(&st)
+    }
+
+    /// hv's state for its guardian, which starts hv again if it dies: as
+    /// [`Hypervisor::export`] but without the toolstack's connections and
+    /// capture channels (a crash loses those), and with a duplicate of
+    /// every descriptor the image names, taken under hv's lock, so that each
+    /// is the object the image means even if hv closes it the next moment.
+    pub fn export_held(&self) -> HvResult<(HvImage, Vec<(RawFd, OwnedFd)>)> {
+        let st = self.lock();
+        let mut image = self.image_of(&st)?;
+        (image.toolstack, image.captures) = (Vec::new(), Vec::new());
+        let mut held = Vec::new();
+        for fd in image.fds() {
+            let dup =
+                sys::dup_fd(&fd).map_err(|e| HvError::internal(&format!("descriptor {fd}"), e))?;
+            held.push((fd, dup));
+        }
+        Ok((image, held))
+    }
+
+    fn image_of(&self, st: &super::state::State) -> HvResult<HvImage> {
         if st.shutting_down {
             return refuse("hv is shutting down");
         }
@@ -284,6 +306,12 @@ impl Hypervisor {
             conns,
             fds,
         })
+    }
+
+    /// Counts a start of hv that adopted the domains of one that died
+    /// (`status`' `hv_recoveries`).
+    pub fn count_recovery(&self) {
+        self.lock().counters.op("hv_recoveries");
     }
 
     /// Counts an upgrade of hv that took over (`status`' `hv_upgrades`).

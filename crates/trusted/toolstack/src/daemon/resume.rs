@@ -44,6 +44,7 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     let image = Image::parse(&text)?;
     let (attempt, began, rollback) = (image.attempt, image.began_ns, image.rollback.clone());
     let (from, to, daemon) = (image.from.clone(), image.to.clone(), image.daemon.clone());
+    let crash = image.crash.clone();
     let t0 = std::time::Instant::now();
     let originals = image.daemon_fds();
     let give_back = |why: &str| roll_back(&text, path, &daemon, why, rollback.is_some());
@@ -63,33 +64,57 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     }
     let _ = fs::remove_file(path);
     let gap_us = crate::handover::now_ns().saturating_sub(began) / 1000;
-    let fact = match rollback {
-        None => {
+    let _ = fs::write(cfg.run_dir.join("hv.pid"), std::process::id().to_string());
+    let fact = match (rollback, &crash) {
+        (_, Some(c)) => {
+            hv.count_recovery();
+            let age = began.saturating_sub(c.recorded_ns) / 1_000_000;
+            let fact = format!(
+                "hv pid {} died; its domains adopted {gap_us} us later, as recorded {age} ms before",
+                c.pid
+            );
+            hv.set_info("hv_recovery", &fact);
+            fact
+        }
+        (None, None) => {
             hv.count_upgrade();
             let (to, from) = (to.display(), from.display());
             format!("{attempt} ok {gap_us} us: {to} took over from {from}")
         }
-        Some(why) => format!(
+        (Some(why), None) => format!(
             "{attempt} rolled back: {} could not take over: {why}",
             to.display()
         ),
     };
     // Before anyone is served: a request waiting since the old program
     // (another upgrade) must find this outcome recorded.
-    record_outcome(&hv, attempt, &fact);
+    if crash.is_none() {
+        record_outcome(&hv, attempt, &fact);
+    }
     let notify = Arc::new(Lifecycle::new(t.notifier));
     if let Some(sigs) = cfg.signals.take() {
         watch_signals(&hv, &t.sup, sigs, notify.clone())?;
     }
     serve(&hv, &t.sup, t.listener, conns)?;
+    if let Err(e) = t.sup.guard() {
+        hv::log!(
+            Warning,
+            "no guardian: a crash of hv would take its domains: {e}"
+        );
+    }
     notify.built();
     let took = t0.elapsed().as_secs_f64() * 1e3;
+    let what = match crash {
+        Some(_) => "restart after a crash:",
+        None => "upgrade",
+    };
     hv::log!(
         Notice,
-        "upgrade {fact} (its domains adopted in {took:.1} ms)"
+        "{what} {fact} (its domains adopted in {took:.1} ms)"
     );
-    notify.ready(&format!("upgrade {fact}"));
+    notify.ready(&format!("{what} {fact}"));
     hv.wait_shutdown();
+    t.sup.release_guardian();
     notify.stopping("stopping: its domains are gone");
     t.sup.release_containers();
     let huge = crate::hugepages::Reservation::carried(&cfg.run_dir);

@@ -81,7 +81,7 @@ impl Supervisor {
                     recorded.as_secs_f64() * 1e3,
                     read.as_secs_f64() * 1e3
                 );
-                hand_over(reopen, image, path, exe);
+                hand_over(self.clone(), reopen, image, (path, exe));
                 Ok(attempt.to_string())
             }
             Err(e) => {
@@ -115,6 +115,7 @@ impl Supervisor {
             to,
             began_ns,
             rollback: None,
+            crash: None,
             daemon,
             sup: self.image()?,
             hv: hv.export()?,
@@ -183,15 +184,21 @@ fn check_new_program(image: &Image, path: &Path, run_dir: &Path) -> HvResult<()>
 /// descriptors survive an `execve` of the new program with the image. If
 /// the `execve` does not happen, hv serves on as it was (the gate opens
 /// when `reopen` drops, whatever ends this) and says why in `status`.
-fn hand_over(reopen: Reopen, image: Image, path: PathBuf, exe: std::fs::File) {
+fn hand_over(sup: Arc<Supervisor>, reopen: Reopen, image: Image, files: (PathBuf, std::fs::File)) {
     let (hv, n) = (reopen.0.clone(), image.attempt);
     let started = hv.spawn_guarded("hv-upgrade".into(), None, move || {
-        let reopen = reopen;
+        let (reopen, (path, exe)) = (reopen, files);
         let why = if reopen.0.wait_gate_empty(PATIENCE) {
-            exec_new_program(&reopen.0, &image, &path)
+            exec_new_program(&sup, &reopen.0, &image, &path)
         } else {
             "a request was still being served".to_string()
         };
+        if let Err(e) = sup.start_guardian() {
+            hv::log!(
+                Warning,
+                "no guardian: a crash of hv would take its domains: {e}"
+            );
+        }
         drop(exe);
         for fd in image.fds() {
             let _ = sys::set_inheritable_raw(fd, false);
@@ -208,13 +215,15 @@ fn hand_over(reopen: Reopen, image: Image, path: PathBuf, exe: std::fs::File) {
 /// `execve`s the image's new program, the signal mask kept (the signals hv
 /// waits for stay blocked and pending); returns only on failure, saying
 /// why. Not after a shutdown began: its domains are going.
-fn exec_new_program(hv: &Hypervisor, image: &Image, path: &Path) -> String {
-    // No domain is being spawned meanwhile: its descriptors are briefly
-    // inheritable then.
-    let _guard = crate::host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+fn exec_new_program(sup: &Supervisor, hv: &Hypervisor, image: &Image, path: &Path) -> String {
     if hv.is_shutting_down() {
         return "hv began shutting down".into();
     }
+    // The new program starts a guardian of its own.
+    sup.release_guardian();
+    // No domain is being spawned meanwhile: its descriptors are briefly
+    // inheritable then.
+    let _guard = crate::host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     for fd in image.fds() {
         if let Err(e) = sys::set_inheritable_raw(fd, true) {
             return format!("descriptor {fd} of the state: {e}");

@@ -1,0 +1,252 @@
+//! hv restarted after it dies, its domains kept: a guardian process of hv's
+//! own (`splitnet-hv --guardian DIR HV-PID FD`) holds what hv last recorded
+//! of itself and a duplicate of every descriptor that record names. The
+//! domains' ends of their control sockets, doorbells and memory then stay
+//! open when hv dies, so a domain's requests wait instead of failing, and
+//! its data path, which does not pass through hv, runs on.
+//!
+//! - hv records its state as an upgrade does ([`Image`]), whenever it
+//!   changed, writes it to the run directory with the numbers of
+//!   duplicates it holds meanwhile, and says `commit`; the guardian takes
+//!   those duplicates (`pidfd_getfd`) and answers.
+//! - `forget`: hv's state became one it cannot record (what an upgrade
+//!   does not carry); the guardian drops the record it holds.
+//! - `stop` (hv stopping, or handing over to a new program) lets it go.
+//! - When hv's end of the connection closes without a `stop`, hv died:
+//!   the guardian puts every descriptor back at the number the record
+//!   names and becomes hv (`execve` with `--resume`), which adopts the
+//!   record as an upgraded hv adopts an image.
+//!
+//! What a crash loses that an upgrade does not: what changed since the
+//! last record, a request hv had read and not answered, the toolstack's
+//! connections and capture channels, and the exit status of a domain
+//! process (hv's children are not the new hv's; their ends are seen by
+//! pidfd, as crashes).
+
+use crate::handover::{Crash, Image, RESUME_ARG};
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use sys::SeqPacket;
+
+/// The argument that makes `splitnet-hv` hv's guardian.
+pub const GUARDIAN_ARG: &str = "--guardian";
+
+/// How long hv waits for the guardian to take a record.
+const COMMIT_LIMIT: Duration = Duration::from_secs(5);
+
+/// One record: the image, and the descriptors hv holds for it as
+/// (number in the image, number of the duplicate hv holds).
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    hv_pid: i32,
+    recorded_ns: u64,
+    held: Vec<(RawFd, RawFd)>,
+    image: Image,
+}
+
+fn record_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("hv-record.json")
+}
+
+/// Where the guardian's pid is kept while it guards (`splitnet down` stops
+/// it before it kills an hv that does not stop, and waits for the hv it
+/// starts after a crash).
+pub fn pid_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("guardian.pid")
+}
+
+/// The guardian's pid, if one guards the hv of `run_dir` now.
+pub fn running(run_dir: &Path) -> Option<i32> {
+    let pid = std::fs::read_to_string(pid_file(run_dir))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    crate::host::pid_alive(pid).then_some(pid)
+}
+
+/// hv's side: the guardian it started.
+pub struct Guardian {
+    pid: i32,
+    conn: SeqPacket,
+    run_dir: PathBuf,
+}
+
+impl Guardian {
+    /// Starts hv's guardian (this program, `GUARDIAN_ARG`), out of hv's
+    /// process group, its output hv's.
+    pub fn start(run_dir: &Path) -> Result<Guardian, String> {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        use sys::signals::SpawnUnblocked;
+        let (mine, theirs) = SeqPacket::pair().map_err(|e| format!("a socket pair: {e}"))?;
+        let child = {
+            // No other child is spawned while its end is inheritable.
+            let _guard = crate::host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+            sys::set_inheritable(theirs.as_fd(), true).map_err(|e| e.to_string())?;
+            // This program even if a newer one was installed at its path.
+            let named = std::env::current_exe().map_err(|e| e.to_string())?;
+            Command::new("/proc/self/exe")
+                .arg0(named)
+                .arg(GUARDIAN_ARG)
+                .arg(run_dir)
+                .arg(std::process::id().to_string())
+                .arg(theirs.as_fd().as_raw_fd().to_string())
+                .stdin(Stdio::null())
+                .process_group(0)
+                .spawn_unblocked()
+                .map_err(|e| format!("starting hv's guardian: {e}"))?
+        };
+        drop(theirs);
+        let _ = std::fs::write(pid_file(run_dir), child.id().to_string());
+        Ok(Guardian {
+            pid: child.id() as i32,
+            conn: mine,
+            run_dir: run_dir.to_path_buf(),
+        })
+    }
+
+    /// Hands the guardian `image`, with `held`: a duplicate of each
+    /// descriptor it names, by its number in the image. Returns once the
+    /// guardian holds them (the duplicates may close then).
+    pub fn commit(&self, image: Image, held: &[(RawFd, OwnedFd)]) -> Result<(), String> {
+        let record = Record {
+            hv_pid: std::process::id() as i32,
+            recorded_ns: crate::handover::now_ns(),
+            held: held.iter().map(|(n, d)| (*n, d.as_raw_fd())).collect(),
+            image,
+        };
+        let path = record_path(&self.run_dir);
+        let text = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+        crate::handover::write_private(&path, &text)?;
+        self.conn
+            .set_read_timeout(Some(COMMIT_LIMIT))
+            .map_err(|e| e.to_string())?;
+        self.conn
+            .send(b"commit", &[])
+            .map_err(|e| format!("hv's guardian: {e}"))?;
+        let mut buf = [0u8; 512];
+        let (n, _) = self
+            .conn
+            .recv(&mut buf)
+            .map_err(|e| format!("hv's guardian: {e}"))?;
+        match &buf[..n] {
+            b"ok" => Ok(()),
+            b"" => Err("hv's guardian is gone".into()),
+            other => Err(format!("hv's guardian: {}", String::from_utf8_lossy(other))),
+        }
+    }
+
+    /// Has the guardian drop the record it holds: hv's state became one
+    /// it cannot record, and an older record would bring back what is
+    /// gone. A crash of hv then takes its domains.
+    pub fn forget(&self) -> Result<(), String> {
+        self.conn
+            .send(b"forget", &[])
+            .map_err(|e| format!("hv's guardian: {e}"))
+    }
+
+    /// Lets the guardian go (hv stops, or hands over) and reaps it.
+    pub fn stop(self) {
+        let _ = self.conn.send(b"stop", &[]);
+        drop(self.conn);
+        let _ = sys::reap(self.pid);
+        let _ = std::fs::remove_file(record_path(&self.run_dir));
+        let _ = std::fs::remove_file(pid_file(&self.run_dir));
+    }
+}
+
+/// What the guardian holds: the last record, and its descriptors by
+/// their numbers in the image.
+struct Held {
+    record: Record,
+    fds: Vec<(RawFd, OwnedFd)>,
+}
+
+/// The guardian's body: holds hv's records until `stop`, and becomes hv
+/// when hv dies. Returns (with what to say) only when it cannot.
+pub fn guard(run_dir: &Path, hv_pid: i32, conn_fd: RawFd) -> Result<(), String> {
+    let conn = SeqPacket::from_fd(
+        sys::take_inherited_fd(conn_fd).map_err(|e| format!("descriptor {conn_fd}: {e}"))?,
+    );
+    let hv = sys::PidFd::open(hv_pid).map_err(|e| format!("hv (pid {hv_pid}): {e}"))?;
+    let mut held: Option<Held> = None;
+    let mut buf = [0u8; 64];
+    loop {
+        let n = match conn.recv(&mut buf) {
+            Ok((n, _)) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => 0,
+        };
+        match &buf[..n] {
+            b"commit" => {
+                let answer = match take_record(run_dir, &hv) {
+                    Ok(h) => {
+                        held = Some(h);
+                        "ok".to_string()
+                    }
+                    Err(e) => e,
+                };
+                let _ = conn.send(answer.as_bytes(), &[]);
+            }
+            b"forget" => held = None,
+            b"stop" => return Ok(()),
+            // hv's end closed: it died (nothing else closes it).
+            b"" => break,
+            _ => {}
+        }
+    }
+    let noticed = crate::handover::now_ns();
+    let Some(held) = held else {
+        return Err(format!(
+            "hv (pid {hv_pid}) died before it recorded its state: its domains go with it"
+        ));
+    };
+    // Its descriptors must be closed before they are taken from it.
+    let _ = hv.wait_ended(Some(Duration::from_secs(5)));
+    drop((conn, hv));
+    Err(become_hv(run_dir, held, noticed))
+}
+
+/// The record hv just wrote, with a duplicate of each descriptor it names
+/// taken from hv; an error keeps the record before.
+fn take_record(run_dir: &Path, hv: &sys::PidFd) -> Result<Held, String> {
+    let path = record_path(run_dir);
+    let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let record: Record =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut fds = Vec::with_capacity(record.held.len());
+    for &(n, dup) in &record.held {
+        let fd = hv
+            .take_fd(dup)
+            .map_err(|e| format!("hv's descriptor {dup}: {e}"))?;
+        fds.push((n, fd));
+    }
+    Ok(Held { record, fds })
+}
+
+/// hv died (noticed at `noticed_ns`): this process becomes hv on the last
+/// record, every descriptor back at its number. Returns only on failure.
+fn become_hv(run_dir: &Path, held: Held, noticed_ns: u64) -> String {
+    let Held { record, fds } = held;
+    let mut image = record.image;
+    image.crash = Some(Crash {
+        pid: record.hv_pid,
+        recorded_ns: record.recorded_ns,
+    });
+    image.began_ns = noticed_ns;
+    let path = match image.write(run_dir) {
+        Ok(p) => p,
+        Err(e) => return format!("writing hv's state for the next hv: {e}"),
+    };
+    let mut args: Vec<std::ffi::OsString> = image.daemon.argv.iter().map(Into::into).collect();
+    args.push(RESUME_ARG.into());
+    args.push(path.into());
+    if let Err(e) = sys::place_fds(fds.into_iter().map(|(n, fd)| (fd, n)).collect()) {
+        return format!("putting hv's descriptors back: {e}");
+    }
+    let e = sys::signals::exec_named(Path::new("/proc/self/exe"), &image.to, &args);
+    format!("starting hv again: {e}")
+}

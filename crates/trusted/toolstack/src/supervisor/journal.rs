@@ -1,0 +1,194 @@
+//! hv's record for its guardian (`crate::guardian`): a thread that, every
+//! [`PERIOD`], builds hv's image as an upgrade does and, when it differs
+//! from the last one the guardian took (counters aside), hands it over
+//! with a duplicate of every descriptor it names.
+
+use super::Supervisor;
+use crate::guardian::Guardian;
+use crate::handover::{Image, FORMAT};
+use hv::core::{HvImage, Hypervisor};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often hv looks whether its state changed: what a crash can lose is
+/// what changed within this.
+const PERIOD: Duration = Duration::from_millis(100);
+
+/// The guardian, and the shape of the last record it took.
+pub(super) struct Guarded {
+    guardian: Guardian,
+    last: Option<serde_json::Value>,
+}
+
+impl Supervisor {
+    /// Starts hv's guardian and the thread that keeps it given hv's state.
+    /// Nothing when hv does not run as a daemon (no image to record).
+    pub fn guard(self: &Arc<Self>) -> Result<(), String> {
+        if self.handover.get().is_none() {
+            return Ok(());
+        }
+        self.start_guardian()?;
+        let hv = self.hv().map_err(|e| e.message)?;
+        let me = Arc::downgrade(self);
+        hv.spawn_guarded("hv-record".into(), None, move || record_loop(me))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A guardian that holds nothing yet, in place of any before.
+    pub(super) fn start_guardian(&self) -> Result<(), String> {
+        let guardian = Guardian::start(&self.run_dir)?;
+        let old = self.guarded().replace(Guarded {
+            guardian,
+            last: None,
+        });
+        if let Some(old) = old {
+            old.guardian.stop();
+        }
+        Ok(())
+    }
+
+    /// Lets the guardian go: hv stops, or hands over to a new program.
+    pub fn release_guardian(&self) {
+        if let Some(g) = self.guarded().take() {
+            g.guardian.stop();
+        }
+    }
+
+    fn guarded(&self) -> std::sync::MutexGuard<'_, Option<Guarded>> {
+        self.guardian.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands the guardian hv's state if it changed since its last record.
+    fn record_once(&self, hv: &Hypervisor) -> Result<(), String> {
+        let mut slot = self.guarded();
+        let Some(g) = slot.as_mut() else {
+            return Ok(());
+        };
+        let now = match hv
+            .export()
+            .map_err(|e| e.message)
+            .and_then(|i| self.image_around(i))
+        {
+            Ok(now) => now,
+            // Busy for a moment: the record before stands.
+            Err(e) if e.contains("try again") => return Err(e),
+            Err(e) => {
+                if g.last.take().is_some() {
+                    g.guardian.forget()?;
+                }
+                return Err(e);
+            }
+        };
+        let shape = shape_of(&now);
+        if g.last.as_ref() == Some(&shape) {
+            return Ok(());
+        }
+        // Again, with the descriptors held: the state may have moved on.
+        let (image, mut held) = hv.export_held().map_err(|e| e.message)?;
+        let image = self.image_around(image)?;
+        // The daemon's own (the listener, the keeper's pipe) live as long
+        // as the daemon.
+        for fd in image.daemon_fds() {
+            held.push((
+                fd,
+                sys::dup_fd(&fd).map_err(|e| format!("descriptor {fd}: {e}"))?,
+            ));
+        }
+        let shape = shape_of(&image);
+        g.guardian.commit(image, &held)?;
+        g.last = Some(shape);
+        Ok(())
+    }
+
+    /// The whole image around hv's part: the supervisor's and the daemon's.
+    fn image_around(&self, hv: HvImage) -> Result<Image, String> {
+        let ctx = (self.handover.get()).ok_or("hv does not run as a daemon")?;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        Ok(Image {
+            format: FORMAT,
+            attempt: ctx.attempts.load(Ordering::SeqCst),
+            from: exe.clone(),
+            to: exe,
+            began_ns: 0,
+            rollback: None,
+            crash: None,
+            daemon: ctx.daemon.clone(),
+            sup: self.image().map_err(|e| e.message)?,
+            hv,
+        })
+    }
+}
+
+/// What a record must keep: the image without its counters, which move
+/// with every request, nor the statistics the domains publish in the store
+/// every half second (they publish them again after a crash).
+fn shape_of(image: &Image) -> serde_json::Value {
+    shape(serde_json::to_value(image).unwrap_or_default())
+}
+
+fn shape(mut v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    v["hv"]["counters"] = Value::Null;
+    if let Some(doms) = v["hv"]["domains"].as_array_mut() {
+        for d in doms {
+            d["counters"] = Value::Null;
+        }
+    }
+    let store = &mut v["hv"]["store"];
+    store["counters"] = Value::Null;
+    if let Some(nodes) = store["nodes"].as_object_mut() {
+        nodes.retain(|path, _| !path.ends_with("/stats"));
+    }
+    v
+}
+
+/// The recording thread: ends when hv stops (letting the guardian go) or
+/// the supervisor is gone. A state that cannot be recorded (one an upgrade
+/// does not carry) is said once each time the reason changes.
+fn record_loop(me: Weak<Supervisor>) {
+    let mut said = String::new();
+    loop {
+        std::thread::sleep(PERIOD);
+        let Some(sup) = me.upgrade() else { return };
+        let Ok(hv) = sup.hv() else { return };
+        if hv.is_shutting_down() {
+            sup.release_guardian();
+            return;
+        }
+        let why = sup.record_once(&hv).err().unwrap_or_default();
+        if why != said && !why.contains("try again") {
+            if !why.is_empty() {
+                hv::log!(
+                    Warning,
+                    "hv's guardian has not its latest state, so a crash of hv would lose it: {why}"
+                );
+            }
+            said = why;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shape;
+    use serde_json::json;
+
+    fn image(stats: u32, ops: u32, vif: &str) -> serde_json::Value {
+        json!({"hv": {
+            "counters": {"ops": ops},
+            "domains": [{"id": 1, "counters": {"ops": ops}}],
+            "store": {"counters": {"ops": ops}, "nodes": {
+                "/local/domain/1/backend/vif/2/0/stats": {"value": [stats]},
+                "/local/domain/1/backend/vif/2/0/state": {"value": [vif]},
+            }},
+        }})
+    }
+
+    #[test]
+    fn counters_and_published_statistics_are_not_a_change_but_the_rest_is() {
+        assert_eq!(shape(image(1, 1, "4")), shape(image(2, 7, "4")));
+        assert_ne!(shape(image(1, 1, "4")), shape(image(1, 1, "5")));
+    }
+}
