@@ -283,7 +283,12 @@ impl<'a> Up<'a> {
     }
 
     pub(crate) fn toolstack(&self) -> Result<Toolstack> {
-        Toolstack::connect(&socket_path(self.run_dir)).map_err(|e| anyhow!("{e}"))
+        Toolstack::connect(&self.socket()).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// hv's toolstack socket.
+    pub(crate) fn socket(&self) -> PathBuf {
+        socket_path(self.run_dir)
     }
 }
 
@@ -802,58 +807,49 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
         }
         false => Vec::new(),
     };
-    let http = opts.wants("http").then(|| {
-        say(
-            opts,
-            &format!(
-                "a {} MiB HTTP download through {} kills",
-                opts.http_mib, opts.http_kills
-            ),
-        );
-        http(opts)
-    });
-    let hotplug = opts.wants("hotplug").then(|| {
-        say(
-            opts,
-            &format!("{} network-attach/detach cycles", opts.cycles),
-        );
-        hotplug(opts)
-    });
-    let apply = opts.wants("apply").then(|| {
-        say(
-            opts,
-            &format!(
-                "apply: one guest among {} and {} random applies",
-                apply::MANY,
-                opts.apply_steps
-            ),
-        );
-        apply::run(opts)
-    });
-    let upgrades = opts.wants("upgrades").then(|| {
-        say(
-            opts,
-            &format!(
-                "{} driver-domain upgrades in place during streams",
-                opts.upgrades
-            ),
-        );
-        upgrade::run(opts)
-    });
-    let hv_upgrades = opts.wants("hv-upgrades").then(|| {
-        say(
-            opts,
-            &format!("{} upgrades of hv in place during streams", opts.upgrades),
-        );
-        hv_upgrade::run(opts, hv_upgrade::Event::Upgrade)
-    });
-    let hv_crashes = opts.wants("hv-crashes").then(|| {
-        say(
-            opts,
-            &format!("{} kills of hv during streams", opts.upgrades),
-        );
-        hv_upgrade::run(opts, hv_upgrade::Event::Crash)
-    });
+    // Each experiment when `--workloads` names it, said first.
+    let runs = |name: &str, what: String| {
+        let wanted = opts.wants(name);
+        if wanted {
+            say(opts, &what);
+        }
+        wanted
+    };
+    let http = runs(
+        "http",
+        format!(
+            "a {} MiB HTTP download through {} kills",
+            opts.http_mib, opts.http_kills
+        ),
+    )
+    .then(|| http(opts));
+    let hotplug = runs(
+        "hotplug",
+        format!("{} network-attach/detach cycles", opts.cycles),
+    )
+    .then(|| hotplug(opts));
+    let apply = runs(
+        "apply",
+        format!(
+            "apply: one guest among {} and {} random applies",
+            apply::MANY,
+            opts.apply_steps
+        ),
+    )
+    .then(|| apply::run(opts));
+    let n = opts.upgrades;
+    let upgrades = runs(
+        "upgrades",
+        format!("{n} driver-domain upgrades in place during streams"),
+    )
+    .then(|| upgrade::run(opts));
+    let hv_upgrades = runs(
+        "hv-upgrades",
+        format!("{n} upgrades of hv in place during streams"),
+    )
+    .then(|| hv_upgrade::run(opts, hv_upgrade::Event::Upgrade));
+    let hv_crashes = runs("hv-crashes", format!("{n} kills of hv during streams"))
+        .then(|| hv_upgrade::run(opts, hv_upgrade::Event::Crash));
     let outages: Vec<f64> = kills.iter().map(|k| k.outage_ms).collect();
     let reconnects: Vec<f64> = kills.iter().map(|k| k.reconnect_ms).collect();
     Ok(FaultsReport {
@@ -1028,7 +1024,7 @@ impl FaultsReport {
             });
         }
         plot::hbars(
-            "Driver domain killed, or it or hv upgraded in place, mid-stream: time until recovery",
+            "Driver domain killed, it or hv upgraded in place, or hv killed, mid-stream: time until recovery",
             "ms",
             "SIGKILL to the wire host receiving again, and to both vif ends Connected; an upgrade's longest gap in either direction",
             &bars,

@@ -155,7 +155,8 @@ pub(crate) struct BenchArgs {
     configs: Vec<String>,
     /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64, tcp-rr).
     /// Default: all four, or tcp-zerocopy with --quick. faults: only these
-    /// experiments (kills, http, hotplug, apply, upgrades, hv-upgrades). Default: all.
+    /// experiments (kills, http, hotplug, apply, upgrades, hv-upgrades, hv-crashes). Default:
+    /// all.
     #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]
     workloads: Vec<String>,
     /// baseline: splitnet's domains keep polling for this many

@@ -185,9 +185,12 @@ fn upgrades_during_hot_plugging_lose_no_attach() {
             });
             for o in [&a, &b] {
                 let err = String::from_utf8_lossy(&o.stderr);
+                let log =
+                    || std::fs::read_to_string(env.run_dir.join("hv.log")).unwrap_or_default();
                 assert!(
                     o.status.success() || err.contains("another upgrade is under way"),
-                    "an upgrade failed otherwise: {err}"
+                    "an upgrade failed otherwise: {err}\nhv's log:\n{}",
+                    log()
                 );
             }
             n += u32::from(a.status.success()) + u32::from(b.status.success());
@@ -228,16 +231,18 @@ fn a_domain_that_dies_across_an_upgrade_is_restarted() {
         kill9(drv_now);
         let r = upgrade(&env, None);
         assert_eq!(r["ok"], true, "{r}");
-        wait_until(
-            "drv restarted and guest1 reconnected",
-            Duration::from_secs(20),
-            || {
-                let st = env.status();
-                let back = domain(&st, "drv")["pid"]
-                    .as_i64()
-                    .is_some_and(|p| p != drv_now);
-                back && vif(&st, "guest1")["frontend_state"] == "Connected"
-            },
+        let back = testutil::poll_until(Duration::from_secs(20), || {
+            let st = env.status();
+            let back = domain(&st, "drv")["pid"]
+                .as_i64()
+                .is_some_and(|p| p != drv_now);
+            back && vif(&st, "guest1")["frontend_state"] == "Connected"
+        });
+        let log = std::fs::read_to_string(env.run_dir.join("hv.log")).unwrap_or_default();
+        assert!(
+            back.is_ok(),
+            "drv not restarted, or guest1 not reconnected, within 20 s: {:#}\nhv's log:\n{log}",
+            env.status()
         );
     }
     let st = env.status();
@@ -245,6 +250,49 @@ fn a_domain_that_dies_across_an_upgrade_is_restarted() {
     assert_eq!(st["restarts_after_crash"], 3, "{st:#}");
     assert_ne!(domain(&st, "drv")["pid"].as_i64(), Some(drv));
     env.ping("guest1", "10.77.0.254", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// A new program that reads the state and then dies before it takes over
+/// (a crash at start): hv's guardian, carried across the `execve`, runs
+/// the old program again on its last record; every domain is kept and the
+/// upgrade is reported failed.
+#[test]
+fn a_program_that_dies_at_start_is_rolled_back_by_the_guardian() {
+    let Some(env) = Env::new("hvupg-dies") else {
+        return;
+    };
+    env.ok(&["up"]);
+    wait_until("hv's record taken", Duration::from_secs(5), || {
+        env.run_dir.join("hv-record.json").exists()
+    });
+    let before = identity(&env);
+    let real = hv_program().display().to_string();
+    let dies = script(
+        &env,
+        "dies",
+        &format!("case \"$1\" in --handover-check) exec {real} \"$@\";; esac\nkill -9 $$"),
+    );
+    let o = env.splitnet(&["upgrade", "--hv", &dies.display().to_string(), "--json"]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(r["ok"], false, "{r} {}", String::from_utf8_lossy(&o.stderr));
+    let outcome = r["outcome"].as_str().unwrap_or("");
+    assert!(
+        outcome.contains("died before it took over") && outcome.contains("every domain kept"),
+        "{r}"
+    );
+    let now = identity(&env);
+    assert_eq!(now["domains"], before["domains"], "a domain changed");
+    assert_eq!(env.status()["counters"]["ops"]["hv_recoveries"], 1);
+    env.ping("guest1", "10.77.0.254", 2);
+    // The next upgrade, to a program that works, is numbered after it.
+    let r = upgrade(&env, None);
+    assert_eq!(
+        (r["ok"].clone(), r["upgrade"].clone()),
+        (true.into(), "2".into()),
+        "{r}"
+    );
     env.ok(&["down"]);
     assert_nothing_left();
 }

@@ -164,6 +164,7 @@ fn handover_of(
             notify: notifier.map(|n| n.value().to_string()),
             argv: argv.to_vec(),
             exe: None,
+            guardian: None,
         },
         attempts: attempts.into(),
     }

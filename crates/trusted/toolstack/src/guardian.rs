@@ -8,7 +8,8 @@
 //! - hv records its state as an upgrade does ([`Image`]), whenever it
 //!   changed, writes it to the run directory with the numbers of
 //!   duplicates it holds meanwhile, and says `commit`; the guardian takes
-//!   those duplicates (`pidfd_getfd`) and answers.
+//!   those duplicates (`pidfd_getfd`) and answers, naming the record (an
+//!   answer the program before an upgrade did not read is passed over).
 //! - `forget`: hv's state became one it cannot record (what an upgrade
 //!   does not carry); the guardian drops the record it holds.
 //! - `stop` (hv stopping, or handing over to a new program) lets it go.
@@ -16,6 +17,10 @@
 //!   the guardian puts every descriptor back at the number the record
 //!   names and becomes hv (`execve` with `--resume`), which adopts the
 //!   record as an upgraded hv adopts an image.
+//!
+//! An upgrade of hv in place carries the guardian: the new program goes on
+//! with it, and a new program that dies before its first record is
+//! started again on the old program's.
 //!
 //! What a crash loses that an upgrade does not: what changed since the
 //! last record, a request hv had read and not answered, the toolstack's
@@ -72,6 +77,9 @@ pub struct Guardian {
     pid: i32,
     conn: SeqPacket,
     run_dir: PathBuf,
+    /// Records handed over so far: each answer names its record, so one
+    /// that arrives late (a program before this one asked) is told apart.
+    commits: std::sync::atomic::AtomicU64,
 }
 
 impl Guardian {
@@ -105,7 +113,25 @@ impl Guardian {
             pid: child.id() as i32,
             conn: mine,
             run_dir: run_dir.to_path_buf(),
+            commits: Default::default(),
         })
+    }
+
+    /// The guardian an earlier program of this process started (hv's
+    /// upgrade in place): its pid and hv's end of their connection.
+    pub fn adopt(run_dir: &Path, pid: i32, conn: OwnedFd) -> Guardian {
+        Guardian {
+            pid,
+            conn: SeqPacket::from_fd(conn),
+            run_dir: run_dir.to_path_buf(),
+            // Past any number a program before this one used.
+            commits: (crate::handover::now_ns()).into(),
+        }
+    }
+
+    /// (pid, hv's end of the connection), for an upgrade of hv to carry.
+    pub fn raw_parts(&self) -> (i32, RawFd) {
+        (self.pid, self.conn.as_fd().as_raw_fd())
     }
 
     /// Hands the guardian `image`, with `held`: a duplicate of each
@@ -124,18 +150,32 @@ impl Guardian {
         self.conn
             .set_read_timeout(Some(COMMIT_LIMIT))
             .map_err(|e| e.to_string())?;
+        let n = self
+            .commits
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        let ask = format!("commit {n}");
         self.conn
-            .send(b"commit", &[])
+            .send(ask.as_bytes(), &[])
             .map_err(|e| format!("hv's guardian: {e}"))?;
         let mut buf = [0u8; 512];
-        let (n, _) = self
-            .conn
-            .recv(&mut buf)
-            .map_err(|e| format!("hv's guardian: {e}"))?;
-        match &buf[..n] {
-            b"ok" => Ok(()),
-            b"" => Err("hv's guardian is gone".into()),
-            other => Err(format!("hv's guardian: {}", String::from_utf8_lossy(other))),
+        loop {
+            let (len, _) = self
+                .conn
+                .recv(&mut buf)
+                .map_err(|e| format!("hv's guardian: {e}"))?;
+            let answer = String::from_utf8_lossy(&buf[..len]);
+            let Some((num, what)) = answer.split_once(' ') else {
+                return Err("hv's guardian is gone".into());
+            };
+            // An answer to an earlier record's commit is passed over.
+            if num != n.to_string() {
+                continue;
+            }
+            return match what {
+                "ok" => Ok(()),
+                other => Err(format!("hv's guardian: {other}")),
+            };
         }
     }
 
@@ -180,8 +220,9 @@ pub fn guard(run_dir: &Path, hv_pid: i32, conn_fd: RawFd) -> Result<(), String> 
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => 0,
         };
-        match &buf[..n] {
-            b"commit" => {
+        let said = String::from_utf8_lossy(&buf[..n]);
+        match said.split_once(' ') {
+            Some(("commit", num)) => {
                 let answer = match take_record(run_dir, &hv) {
                     Ok(h) => {
                         held = Some(h);
@@ -189,23 +230,32 @@ pub fn guard(run_dir: &Path, hv_pid: i32, conn_fd: RawFd) -> Result<(), String> 
                     }
                     Err(e) => e,
                 };
-                let _ = conn.send(answer.as_bytes(), &[]);
+                let _ = conn.send(format!("{num} {answer}").as_bytes(), &[]);
             }
-            b"forget" => held = None,
-            b"stop" => return Ok(()),
+            _ if said == "forget" => held = None,
+            _ if said == "stop" => return Ok(()),
             // hv's end closed: it died (nothing else closes it).
-            b"" => break,
+            _ if n == 0 => break,
             _ => {}
         }
     }
     let noticed = crate::handover::now_ns();
+    // Its descriptors must be closed before they are taken from it; an hv
+    // that closed its end and runs on is left alone.
+    match hv.wait_ended(Some(Duration::from_secs(5))) {
+        Ok(true) => {}
+        _ => {
+            return Err(format!(
+                "hv (pid {hv_pid}) closed its connection without a stop and runs on: not starting another"
+            ))
+        }
+    }
     let Some(held) = held else {
         return Err(format!(
             "hv (pid {hv_pid}) died before it recorded its state: its domains go with it"
         ));
     };
-    // Its descriptors must be closed before they are taken from it.
-    let _ = hv.wait_ended(Some(Duration::from_secs(5)));
+    eprintln!("splitnet-hv guardian: hv (pid {hv_pid}) died: starting it again on its last record");
     drop((conn, hv));
     Err(become_hv(run_dir, held, noticed))
 }
@@ -232,9 +282,19 @@ fn take_record(run_dir: &Path, hv: &sys::PidFd) -> Result<Held, String> {
 fn become_hv(run_dir: &Path, held: Held, noticed_ns: u64) -> String {
     let Held { record, fds } = held;
     let mut image = record.image;
+    // An upgrade's image left in place: hv was handing over, and the new
+    // program died before it took over (it removes the file once it has).
+    let upgrade = (std::fs::read_to_string(Image::path(run_dir)).ok())
+        .and_then(|t| Image::parse(&t).ok())
+        .filter(|u| u.crash.is_none() && u.attempt > image.attempt)
+        .map(|u| (u.attempt, u.to));
+    if let Some((n, _)) = &upgrade {
+        image.attempt = *n;
+    }
     image.crash = Some(Crash {
         pid: record.hv_pid,
         recorded_ns: record.recorded_ns,
+        upgrade,
     });
     image.began_ns = noticed_ns;
     let path = match image.write(run_dir) {

@@ -45,6 +45,10 @@ pub struct DaemonImage {
     /// The old program, open: a new one that cannot take over runs it
     /// again through this descriptor, whatever was installed at its path.
     pub exe: Option<RawFd>,
+    /// hv's guardian (`crate::guardian`): its pid and hv's end of their
+    /// connection, which the new program goes on using.
+    #[serde(default)]
+    pub guardian: Option<(i32, RawFd)>,
 }
 
 /// The hv that died, and when it recorded the state its successor adopts.
@@ -52,6 +56,10 @@ pub struct DaemonImage {
 pub struct Crash {
     pub pid: i32,
     pub recorded_ns: u64,
+    /// The upgrade in place that hv was handing over when it died (its
+    /// number, the new program): that program died before it took over.
+    #[serde(default)]
+    pub upgrade: Option<(u64, PathBuf)>,
 }
 
 /// Everything one program of hv hands the next.
@@ -87,12 +95,14 @@ impl Image {
     }
 
     /// The descriptors of the daemon's own that the image names (the
-    /// listener, the keeper's pipe, the old program), which the new
+    /// listener, the keeper's pipe, the old program, the guardian's
+    /// connection), which the new
     /// program closes once it has taken over.
     pub fn daemon_fds(&self) -> Vec<RawFd> {
         let mut v = vec![self.daemon.listener];
         v.extend(self.sup.uplinks.keeper.map(|k| k.1));
         v.extend(self.daemon.exe);
+        v.extend(self.daemon.guardian.map(|g| g.1));
         v
     }
 
@@ -176,14 +186,24 @@ pub fn record_outcome(hv: &hv::Hypervisor, n: u64, fact: &str) {
 /// then serves. Returns the outcome.
 pub fn wait_outcome(
     ts: &mut hv::Toolstack,
+    socket: &Path,
     n: &str,
     limit: std::time::Duration,
 ) -> Result<String, String> {
     let until = std::time::Instant::now() + limit;
     loop {
-        if let Ok(s) = ts.status() {
-            if let Some(fact) = s.info.get(&format!("hv_upgrade.{n}")) {
-                return Ok(fact.clone());
+        match ts.status() {
+            Ok(s) => {
+                if let Some(fact) = s.info.get(&format!("hv_upgrade.{n}")) {
+                    return Ok(fact.clone());
+                }
+            }
+            // The new program died before it served this connection, and
+            // hv's guardian starts hv again: ask the next one.
+            Err(_) => {
+                if let Ok(t) = hv::Toolstack::connect(socket) {
+                    *ts = t;
+                }
             }
         }
         if std::time::Instant::now() > until {

@@ -74,7 +74,8 @@ pub fn upgrade_hv(rd: &Path, exe: Option<&Path>, json: bool) -> Result<()> {
         .map_err(|e| anyhow!("upgrading hv: {e}"))?;
     let handed = t0.elapsed();
     let fact =
-        crate::handover::wait_outcome(&mut ts, &n, HV_UPGRADE_LIMIT).map_err(|e| anyhow!(e))?;
+        crate::handover::wait_outcome(&mut ts, &crate::host::socket_path(rd), &n, HV_UPGRADE_LIMIT)
+            .map_err(|e| anyhow!(e))?;
     let answered = t0.elapsed();
     let ok = fact.starts_with(&format!("{n} ok"));
     if json {

@@ -128,10 +128,14 @@ impl HvUpgrades {
         let met = |ok: bool| if ok { "met" } else { "NOT met" };
         let (gap, control) = self.event.targets();
         s += &format!(
-            "\nMedian longest gap {:.1} ms (target ≤ {gap:.0} ms: {}); {:.1} ms in the same window length without an {n}. Median control plane back after {:.1} ms{}.\n\n",
+            "\nMedian longest gap {:.1} ms (target ≤ {gap:.0} ms: {}); {:.1} ms in the same window length without {}. Median control plane back after {:.1} ms{}.\n\n",
             self.median_gap_ms,
             met(self.median_gap_ms <= gap),
             self.median_quiet_gap_ms,
+            match self.event {
+                Event::Upgrade => "an upgrade",
+                Event::Crash => "a kill",
+            },
             self.median_control_ms,
             match control {
                 Some(c) => format!(" (target ≤ {c:.0} ms: {})", met(self.median_control_ms <= c)),
@@ -214,11 +218,12 @@ fn ping_replies(text: &str, at: (Instant, SystemTime)) -> Vec<Instant> {
 
 /// Asks for an upgrade of hv and waits until `status` reports its
 /// outcome: (the outcome, when it was seen).
-fn upgrade_hv(ts: &mut Toolstack) -> Result<(String, Instant)> {
+fn upgrade_hv(up: &Up<'_>, ts: &mut Toolstack) -> Result<(String, Instant)> {
     let n = ts
         .upgrade_hv(None)
         .map_err(|e| anyhow!("upgrade --hv: {e}"))?;
-    let fact = toolstack::handover::wait_outcome(ts, &n, Duration::from_secs(30))
+    let socket = up.socket();
+    let fact = toolstack::handover::wait_outcome(ts, &socket, &n, Duration::from_secs(30))
         .map_err(|e| anyhow!(e))?;
     Ok((fact, Instant::now()))
 }
@@ -274,7 +279,7 @@ fn one(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32, event: Event) -> Result<Hv
     std::thread::sleep(2 * WINDOW);
     let t0 = Instant::now();
     let answer = match event {
-        Event::Upgrade => upgrade_hv(ts),
+        Event::Upgrade => upgrade_hv(up, ts),
         Event::Crash => kill_hv(up, ts),
     };
     let t1 = Instant::now();

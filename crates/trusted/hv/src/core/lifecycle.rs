@@ -24,6 +24,12 @@ impl Hypervisor {
     ///
     /// [`Request`]: crate::proto::Request
     pub fn create_domain(self: &Arc<Self>, spec: DomainSpec) -> HvResult<(DomId, SeqPacket)> {
+        let made = self.make_domain(spec);
+        self.note_change();
+        made
+    }
+
+    fn make_domain(self: &Arc<Self>, spec: DomainSpec) -> HvResult<(DomId, SeqPacket)> {
         let mem = Arc::new(DomainMemory::new(&spec.name, spec.memory)?);
         if let Some(note) = &mem.backing_note {
             self.log(format_args!("{note}"));
@@ -160,6 +166,7 @@ impl Hypervisor {
         }
         self.lock().tearing_down.remove(&domid);
         self.done.notify_all();
+        self.note_change();
         true
     }
 

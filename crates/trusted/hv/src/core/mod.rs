@@ -77,6 +77,9 @@ pub struct Hypervisor {
     gate: gate::Gate,
     /// The toolstack connections being served, by descriptor.
     toolstack: Mutex<std::collections::BTreeSet<std::os::fd::RawFd>>,
+    /// Requests served and domains made or destroyed that may have changed
+    /// what hv's guardian records ([`Hypervisor::changes`]).
+    changes: std::sync::atomic::AtomicU64,
 }
 
 /// Runs the body of thread `thread`, catching a panic: logged on stderr
@@ -113,7 +116,20 @@ impl Hypervisor {
             ports: Default::default(),
             gate: Default::default(),
             toolstack: Default::default(),
+            changes: Default::default(),
         })
+    }
+
+    /// How many times hv's state may have changed so far: a record taken
+    /// after this was read holds every change counted up to it.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Counts a change, once it is made.
+    pub(crate) fn note_change(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Installs the daemon's supervisor (see [`Supervisor`]).
@@ -185,6 +201,7 @@ impl Hypervisor {
                 None => teardown,
             }
         };
+        self.note_change();
         // The domain died before we got here: clean up its process side now.
         if let Some(t) = run_now {
             t();

@@ -171,10 +171,15 @@ impl Hypervisor {
                 format!("domain {caller} may not use {req:?}"),
             ));
         }
-        match self.handle_unlocked(caller, req) {
+        let changes = may_change(&req);
+        let outcome = match self.handle_unlocked(caller, req) {
             Ok(outcome) => outcome,
             Err(req) => self.handle_locked(caller, req),
+        };
+        if changes {
+            self.note_change();
         }
+        outcome
     }
 
     /// Serves the requests that run without hv's lock: the toolstack's, and
@@ -286,5 +291,25 @@ impl Hypervisor {
             d.counters.op(name);
         }
         dispatch(st, caller, req).unwrap_or_else(fail)
+    }
+}
+
+/// Whether serving `req` may change what hv's guardian records: not a read,
+/// a data-path request (an event, a grant copy), nor a statistics node
+/// a domain publishes every half second.
+fn may_change(req: &Request) -> bool {
+    match req {
+        Request::Nop
+        | Request::StoreRead { .. }
+        | Request::StoreDirectory { .. }
+        | Request::StoreGetPerms { .. }
+        | Request::EvtchnSend { .. }
+        | Request::GrantCopy { .. }
+        | Request::GrantTableView { .. }
+        | Request::Status
+        | Request::Trace
+        | Request::ContainerList => false,
+        Request::StoreWrite { path, .. } => !path.ends_with("/stats"),
+        _ => true,
     }
 }

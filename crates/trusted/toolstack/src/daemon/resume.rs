@@ -4,7 +4,8 @@
 //! cannot adopt the image, runs the old program again on it.
 
 use super::{accept_loop, cgroup_layout, handover_of, stop, watch_signals, Lifecycle};
-use crate::handover::{record_outcome, DaemonImage, Image};
+use crate::guardian::Guardian;
+use crate::handover::{record_outcome, Crash, DaemonImage, Image};
 use crate::notify::Notifier;
 use crate::supervisor::Supervisor;
 use crate::topology::Topology;
@@ -42,19 +43,18 @@ struct TakenOver {
 pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let image = Image::parse(&text)?;
-    let (attempt, began, rollback) = (image.attempt, image.began_ns, image.rollback.clone());
-    let (from, to, daemon) = (image.from.clone(), image.to.clone(), image.daemon.clone());
-    let crash = image.crash.clone();
+    let origin = Origin::of(&image);
+    let daemon = image.daemon.clone();
     let t0 = std::time::Instant::now();
     let originals = image.daemon_fds();
-    let give_back = |why: &str| roll_back(&text, path, &daemon, why, rollback.is_some());
+    let give_back = |why: &str| roll_back(&text, path, &daemon, why, origin.rollback.is_some());
     let adopted = match Hypervisor::adopt(image.hv) {
         Ok(a) => a,
         Err(e) => return give_back(&e.message),
     };
     // Every step that may fail comes before the first thread: until then
     // the old program can take everything back.
-    let t = match take_over(&cfg, &adopted.hv, image.sup, &daemon, attempt) {
+    let t = match take_over(&cfg, &adopted.hv, image.sup, &daemon, origin.attempt) {
         Ok(t) => t,
         Err(e) => return give_back(&e),
     };
@@ -63,33 +63,14 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
         drop(sys::take_inherited_fd(fd));
     }
     let _ = fs::remove_file(path);
-    let gap_us = crate::handover::now_ns().saturating_sub(began) / 1000;
     let _ = fs::write(cfg.run_dir.join("hv.pid"), std::process::id().to_string());
-    let fact = match (rollback, &crash) {
-        (_, Some(c)) => {
-            hv.count_recovery();
-            let age = began.saturating_sub(c.recorded_ns) / 1_000_000;
-            let fact = format!(
-                "hv pid {} died; its domains adopted {gap_us} us later, as recorded {age} ms before",
-                c.pid
-            );
-            hv.set_info("hv_recovery", &fact);
-            fact
+    let fact = origin.record(&hv);
+    if let (Some(_), Some(n)) = (&origin.crash, &t.notifier) {
+        // The service manager's main process is this one now (the unit's
+        // `NotifyAccess=all` and `ExitType=cgroup` let it say so).
+        if let Err(e) = n.send(&format!("MAINPID={}", std::process::id())) {
+            hv::log!(Warning, "telling the service manager hv's new pid: {e}");
         }
-        (None, None) => {
-            hv.count_upgrade();
-            let (to, from) = (to.display(), from.display());
-            format!("{attempt} ok {gap_us} us: {to} took over from {from}")
-        }
-        (Some(why), None) => format!(
-            "{attempt} rolled back: {} could not take over: {why}",
-            to.display()
-        ),
-    };
-    // Before anyone is served: a request waiting since the old program
-    // (another upgrade) must find this outcome recorded.
-    if crash.is_none() {
-        record_outcome(&hv, attempt, &fact);
     }
     let notify = Arc::new(Lifecycle::new(t.notifier));
     if let Some(sigs) = cfg.signals.take() {
@@ -104,10 +85,7 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     }
     notify.built();
     let took = t0.elapsed().as_secs_f64() * 1e3;
-    let what = match crash {
-        Some(_) => "restart after a crash:",
-        None => "upgrade",
-    };
+    let what = origin.what();
     hv::log!(
         Notice,
         "{what} {fact} (its domains adopted in {took:.1} ms)"
@@ -120,6 +98,74 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     let huge = crate::hugepages::Reservation::carried(&cfg.run_dir);
     stop(&t.topology, &cfg.run_dir, &t.uplinks, &t.layout, huge);
     Ok(())
+}
+
+/// How this program came to run, as its image says: an upgrade, an upgrade
+/// given back, or a start after hv died.
+struct Origin {
+    attempt: u64,
+    began_ns: u64,
+    rollback: Option<String>,
+    crash: Option<Crash>,
+    from: PathBuf,
+    to: PathBuf,
+}
+
+impl Origin {
+    fn of(image: &Image) -> Origin {
+        Origin {
+            attempt: image.attempt,
+            began_ns: image.began_ns,
+            rollback: image.rollback.clone(),
+            crash: image.crash.clone(),
+            from: image.from.clone(),
+            to: image.to.clone(),
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self.crash {
+            Some(_) => "restart after a crash:",
+            None => "upgrade",
+        }
+    }
+
+    /// Records the outcome in `status` (its facts and counters), before
+    /// anyone is served: a request waiting since the old program (another
+    /// upgrade) must find it. Returns the fact.
+    fn record(&self, hv: &Hypervisor) -> String {
+        let gap_us = crate::handover::now_ns().saturating_sub(self.began_ns) / 1000;
+        let (n, to) = (self.attempt, self.to.display());
+        if let Some(c) = &self.crash {
+            hv.count_recovery();
+            let age = self.began_ns.saturating_sub(c.recorded_ns) / 1_000_000;
+            let fact = format!(
+                "hv pid {} died; its domains adopted {gap_us} us later, as recorded {age} ms before",
+                c.pid
+            );
+            hv.set_info("hv_recovery", &fact);
+            if let Some((n, to)) = &c.upgrade {
+                let why = format!(
+                    "{n} failed: {} died before it took over; hv started again on its last record, every domain kept",
+                    to.display()
+                );
+                record_outcome(hv, *n, &why);
+            }
+            return fact;
+        }
+        let fact = match &self.rollback {
+            None => {
+                hv.count_upgrade();
+                format!(
+                    "{n} ok {gap_us} us: {to} took over from {}",
+                    self.from.display()
+                )
+            }
+            Some(why) => format!("{n} rolled back: {to} could not take over: {why}"),
+        };
+        record_outcome(hv, n, &fact);
+        fact
+    }
 }
 
 /// The supervisor, uplinks and listener of the image around `hv`, which
@@ -136,12 +182,18 @@ fn take_over(
     let dup = |fd: i32| sys::dup_fd(&fd).map_err(|e| format!("descriptor {fd}: {e}"));
     let listener = SeqPacketListener::from_fd(dup(daemon.listener)?);
     let keeper = image.uplinks.keeper.map(|k| dup(k.1)).transpose()?;
+    let guardian = (daemon.guardian)
+        .map(|(pid, fd)| dup(fd).map(|c| Guardian::adopt(&cfg.run_dir, pid, c)))
+        .transpose()?;
     let topology = image.topology.clone();
     let uplinks = Uplinks::adopt(&cfg.run_dir, &topology, &image.uplinks, keeper);
     let layout = cgroup_layout(hv);
     let dirs = (cfg.run_dir.clone(), cfg.exe.clone());
     let sup = Supervisor::adopt(hv, image, cfg.tuning, dirs, layout.clone(), uplinks.clone())
         .map_err(|e| format!("taking over the domains: {e}"))?;
+    if let Some(g) = guardian {
+        sup.adopt_guardian(g);
+    }
     let notifier = daemon.notify.as_deref().and_then(|v| Notifier::to(v).ok());
     sup.set_handover(handover_of(
         &listener,

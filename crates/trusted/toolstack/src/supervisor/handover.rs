@@ -115,7 +115,9 @@ impl Supervisor {
             programs: image.programs,
             ..State::default()
         };
-        for (domid, name, pid, ns) in hv.launched() {
+        let launched = hv.launched();
+        let adopted: std::collections::HashSet<i32> = launched.iter().filter_map(|l| l.2).collect();
+        for (domid, name, pid, ns) in launched {
             let (Some(pid), Some(ns)) = (pid, ns) else {
                 return Err(format!("domain {name} has no process on record"));
             };
@@ -129,9 +131,10 @@ impl Supervisor {
             cg.track(pid);
             sup.watch(hv, domid, &name, &ns, cg, pid, move || sys::reap(pid))?;
         }
-        // Processes whose domains hv destroyed before the upgrade.
+        // Processes whose domains hv destroyed before the upgrade (those
+        // still in hv are watched above, and may be reaped already).
         for (domid, name, pid) in unreaped {
-            if !sup.lock().watched.contains_key(&pid) {
+            if !adopted.contains(&pid) {
                 sup.watch_exit(hv, domid, &name, pid, move || sys::reap(pid))?;
             }
         }

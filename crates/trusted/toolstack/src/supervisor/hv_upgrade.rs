@@ -60,8 +60,7 @@ impl Supervisor {
             .ok_or_else(|| HvError::new(ErrorKind::Invalid, "this hv does not run as a daemon"))?;
         let _upgrade = (self.upgrading.try_lock())
             .map_err(|_| HvError::new(ErrorKind::InUse, "another upgrade is under way"))?;
-        let _apply = (self.applying.try_lock())
-            .map_err(|_| HvError::new(ErrorKind::InUse, "an apply is under way"))?;
+        let _apply = self.wait_for_apply(PATIENCE)?;
         let hv = self.hv()?;
         let from = installed(std::env::current_exe().map_err(|e| {
             HvError::new(ErrorKind::Internal, format!("locating hv's program: {e}"))
@@ -91,6 +90,27 @@ impl Supervisor {
         }
     }
 
+    /// The apply lock, once an apply under way (a SIGHUP's) is done, as
+    /// the gate waits for other long requests; refused after `patience`.
+    fn wait_for_apply(&self, patience: Duration) -> HvResult<std::sync::MutexGuard<'_, ()>> {
+        let until = Instant::now() + patience;
+        loop {
+            match self.applying.try_lock() {
+                Ok(g) => return Ok(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return Err(HvError::new(
+                        ErrorKind::InUse,
+                        format!("an apply was still under way after {patience:?}"),
+                    ))
+                }
+            }
+        }
+    }
+
     /// With hv's gate closed: the image of upgrade `attempt` (asked at
     /// `began`) from `from` to `to`, written to the run directory and read
     /// by `to`; the old program kept open for a roll-back; how long the
@@ -108,6 +128,7 @@ impl Supervisor {
             .map_err(|e| internal(format!("opening hv's own program: {e}")))?;
         let mut daemon = ctx.daemon.clone();
         daemon.exe = Some(exe.as_raw_fd());
+        daemon.guardian = self.guardian_parts();
         let image = Image {
             format: crate::handover::FORMAT,
             attempt,
@@ -193,12 +214,6 @@ fn hand_over(sup: Arc<Supervisor>, reopen: Reopen, image: Image, files: (PathBuf
         } else {
             "a request was still being served".to_string()
         };
-        if let Err(e) = sup.start_guardian() {
-            hv::log!(
-                Warning,
-                "no guardian: a crash of hv would take its domains: {e}"
-            );
-        }
         drop(exe);
         for fd in image.fds() {
             let _ = sys::set_inheritable_raw(fd, false);
@@ -219,8 +234,8 @@ fn exec_new_program(sup: &Supervisor, hv: &Hypervisor, image: &Image, path: &Pat
     if hv.is_shutting_down() {
         return "hv began shutting down".into();
     }
-    // The new program starts a guardian of its own.
-    sup.release_guardian();
+    // No record is being handed to the guardian across the `execve`.
+    let _guardian = sup.guardian_quiet();
     // No domain is being spawned meanwhile: its descriptors are briefly
     // inheritable then.
     let _guard = crate::host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());

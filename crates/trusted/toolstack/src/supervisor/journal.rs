@@ -15,10 +15,12 @@ use std::time::Duration;
 /// what changed within this.
 const PERIOD: Duration = Duration::from_millis(100);
 
-/// The guardian, and the shape of the last record it took.
+/// The guardian, the shape of the last record it took, and hv's count of
+/// changes read before that record was made.
 pub(super) struct Guarded {
     guardian: Guardian,
     last: Option<serde_json::Value>,
+    changes: Option<u64>,
 }
 
 impl Supervisor {
@@ -28,7 +30,9 @@ impl Supervisor {
         if self.handover.get().is_none() {
             return Ok(());
         }
-        self.start_guardian()?;
+        if self.guarded().is_none() {
+            self.start_guardian()?;
+        }
         let hv = self.hv().map_err(|e| e.message)?;
         let me = Arc::downgrade(self);
         hv.spawn_guarded("hv-record".into(), None, move || record_loop(me))
@@ -37,11 +41,12 @@ impl Supervisor {
     }
 
     /// A guardian that holds nothing yet, in place of any before.
-    pub(super) fn start_guardian(&self) -> Result<(), String> {
+    fn start_guardian(&self) -> Result<(), String> {
         let guardian = Guardian::start(&self.run_dir)?;
         let old = self.guarded().replace(Guarded {
             guardian,
             last: None,
+            changes: None,
         });
         if let Some(old) = old {
             old.guardian.stop();
@@ -49,7 +54,28 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Lets the guardian go: hv stops, or hands over to a new program.
+    /// The guardian an earlier program of this process started (hv's
+    /// upgrade in place); it takes a record of this program's soon.
+    pub fn adopt_guardian(&self, guardian: Guardian) {
+        *self.guarded() = Some(Guarded {
+            guardian,
+            last: None,
+            changes: None,
+        });
+    }
+
+    /// The guardian's (pid, connection), for an upgrade's image.
+    pub(super) fn guardian_parts(&self) -> Option<(i32, std::os::fd::RawFd)> {
+        self.guarded().as_ref().map(|g| g.guardian.raw_parts())
+    }
+
+    /// Holds the guardian still: no record is handed over while this
+    /// lives (an upgrade's `execve`).
+    pub(super) fn guardian_quiet(&self) -> std::sync::MutexGuard<'_, Option<Guarded>> {
+        self.guarded()
+    }
+
+    /// Lets the guardian go: hv stops.
     pub fn release_guardian(&self) {
         if let Some(g) = self.guarded().take() {
             g.guardian.stop();
@@ -66,6 +92,12 @@ impl Supervisor {
         let Some(g) = slot.as_mut() else {
             return Ok(());
         };
+        // Nothing served since the last record could have changed it: no
+        // export (it takes hv's lock for a time that grows with the store).
+        let changes = hv.changes();
+        if g.changes == Some(changes) {
+            return Ok(());
+        }
         let now = match hv
             .export()
             .map_err(|e| e.message)
@@ -75,6 +107,8 @@ impl Supervisor {
             // Busy for a moment: the record before stands.
             Err(e) if e.contains("try again") => return Err(e),
             Err(e) => {
+                // Looked at again once something changes.
+                g.changes = Some(changes);
                 if g.last.take().is_some() {
                     g.guardian.forget()?;
                 }
@@ -83,6 +117,7 @@ impl Supervisor {
         };
         let shape = shape_of(&now);
         if g.last.as_ref() == Some(&shape) {
+            g.changes = Some(changes);
             return Ok(());
         }
         // Again, with the descriptors held: the state may have moved on.
@@ -98,7 +133,7 @@ impl Supervisor {
         }
         let shape = shape_of(&image);
         g.guardian.commit(image, &held)?;
-        g.last = Some(shape);
+        (g.last, g.changes) = (Some(shape), Some(changes));
         Ok(())
     }
 
