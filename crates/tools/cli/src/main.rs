@@ -210,9 +210,9 @@ enum Cmd {
         the new program reads it once to show it can, and hv executes it in the same process, \
         which takes the domains over; none restarts, and their traffic does not stop. Prints the \
         outcome and how long hv did not answer. A program that cannot read the state is refused \
-        and the old hv serves on; one that cannot adopt it gives it back. Emulated NICs, \
-        vhost-user vifs, containers and macvlan or daemon-run uplinks are not carried yet: the \
-        upgrade is refused, naming them."
+        and the old hv serves on; one that cannot adopt it gives it back, and one that dies at \
+        start is followed by the old one through hv's guardian. Emulated NICs are not carried \
+        yet: the upgrade is refused, naming them."
     )]
     Upgrade {
         /// The driver domain, e.g. drv.

@@ -1,8 +1,9 @@
 //! hv killed and started again by its guardian: every domain keeps its
 //! process, its id and its traffic (TCP connections through a guest
 //! survive, no datagram either way is lost), the hv that takes over does
-//! all that hv does, and a topology its guardian cannot record says so
-//! and goes whole when hv dies. Needs root; run one test at a time.
+//! all that hv does (a vhost-user vif's listener included), and a
+//! topology its guardian cannot record says so and goes whole when hv
+//! dies. Needs root; run one test at a time.
 
 mod common;
 
@@ -158,6 +159,39 @@ fn a_topology_the_guardian_cannot_record_says_so() {
     wait_until("the domains gone with hv", Duration::from_secs(10), || {
         our_processes().is_empty()
     });
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// A `nic = "virtio"` guest's vhost-user vif is carried by an upgrade and
+/// by a crash of hv: its listener stays the socket the driver domain
+/// serves, and a driver domain killed afterwards takes the same listener
+/// from the hv that took over, and the guest reconnects to it.
+#[test]
+fn a_virtio_guests_vhost_user_vif_is_carried() {
+    let Some(env) = Env::new("hvcrash-virtio") else {
+        return;
+    };
+    env.up_emulated("hvcrash-virtio", "nic = \"virtio\"");
+    let connects = || domain(&env.status(), "guest1")["virtio_nic"]["connects"].as_u64();
+    wait_until(
+        "guest1's virtio NIC connected",
+        Duration::from_secs(10),
+        || connects() == Some(1),
+    );
+    env.ping_guest1_all_ways();
+    let r = env.ok(&["upgrade", "--hv", "--json"]);
+    assert!(r.contains("\"ok\":true"), "{r}");
+    kill_hv(&env);
+    env.ping_guest1_all_ways();
+    let drv = domain(&env.status(), "drv")["pid"].as_i64().unwrap();
+    kill9(drv);
+    wait_until(
+        "guest1 reconnected to the restarted drv",
+        Duration::from_secs(20),
+        || connects() == Some(2),
+    );
+    env.ping_guest1_all_ways();
     env.ok(&["down"]);
     assert_nothing_left();
 }

@@ -404,6 +404,20 @@ fn wait_keeper(env: &Env) {
     );
 }
 
+/// hv upgraded in place, then killed and started again by its guardian:
+/// what it runs for the uplinks must be carried both times.
+fn upgrade_and_restart_hv(env: &Env) {
+    let r = env.ok(&["upgrade", "--hv", "--json"]);
+    assert!(r.contains("\"ok\":true"), "{r}");
+    let old = env.status()["hv_pid"].as_i64().unwrap();
+    kill9(old);
+    wait_until("hv started again", Duration::from_secs(10), || {
+        let o = env.splitnet(&["status", "--json"]);
+        let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        (st["hv_recovery"].as_str()).is_some_and(|r| r.contains(&format!("hv pid {old} died")))
+    });
+}
+
 /// hv killed for good: its guardian first, which would start it again.
 fn kill_hv(env: &Env) {
     let st = env.status();
@@ -805,6 +819,16 @@ fn a_macvlan_uplink_serves_every_guest_and_leaves_the_host_its_interface() {
             &format!("{g} -> LAN after drv's restart"),
         );
     }
+    // hv upgraded, then killed: the group carried, its members kept.
+    let members = listed_members(&env);
+    upgrade_and_restart_hv(&env);
+    assert_eq!(listed_members(&env), members);
+    for g in ["guest1", "guest2"] {
+        three_replies_once(
+            &guest_ping3(&env, g, LAN_IP),
+            &format!("{g} -> LAN after hv's upgrade and restart"),
+        );
+    }
     attach_gets_a_member(&env);
     env.ok(&["down"]);
     assert_eq!(host_state(), before, "down left the host changed");
@@ -900,6 +924,24 @@ fn a_nat_uplink_masquerades_and_serves_dhcp_and_dns() {
     assert!(dns.contains("Address: 10.78.0.1"), "{dns}");
     // dnsmasq's answer left the host's UDP stack with a partial checksum.
     assert_udp_checksums_good("guest1", udp, "DNS from the host through nat");
+    // An upgraded hv, and one started again after a kill, watch the same
+    // dnsmasq, and restart it when it dies.
+    let running = dnsmasq_pid();
+    upgrade_and_restart_hv(&env);
+    assert_eq!(dnsmasq_pid(), running, "dnsmasq was started again");
+    kill9(running as i64);
+    let back = testutil::poll_until(Duration::from_secs(10), || {
+        dnsmasq_pid_opt().is_some_and(|p| p != running)
+    });
+    let log = std::fs::read_to_string(env.run_dir.join("hv.log")).unwrap_or_default();
+    assert!(
+        back.is_ok(),
+        "no dnsmasq started by the new hv; hv's log:\n{log}"
+    );
+    wait_until("it answers", Duration::from_secs(10), || {
+        env.splitnet(&lookup).status.success()
+    });
+    traffic(&env, &lan, "nat");
     env.ok(&["down"]);
     assert_eq!(host_state(), before, "down left the host changed");
     up(&env, "nat", &topo);

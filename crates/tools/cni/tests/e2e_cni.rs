@@ -406,3 +406,44 @@ fn spoofed_sources_go_nowhere(lab: &Lab, ns: &str) {
     });
     ping(ns, WIRE);
 }
+
+/// A container's attachment is carried by an upgrade of hv in place and by
+/// hv's restart after it is killed: its guest keeps its process, its
+/// traffic goes on, and CHECK and DEL work against the hv that took over.
+#[test]
+fn a_container_survives_an_upgrade_and_a_kill_of_hv() {
+    let Some(mut lab) = Lab::up("cni-hv", Uplink::Wire, ("10.88.0.10", "10.88.0.200")) else {
+        return;
+    };
+    let a = lab.netns("a");
+    added(&lab, &a);
+    ping(&a, WIRE);
+    let guest = lab.container_domains()[0]["pid"].clone();
+    let o = lab.splitnet(&["upgrade", "--hv"]);
+    assert!(o.status.success(), "upgrade --hv: {}", text(&o));
+    ping(&a, WIRE);
+    lab.cnitool_ok("check", &a);
+    let hv = lab.status()["hv_pid"].as_i64().unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &hv.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_until("hv started again", Duration::from_secs(10), || {
+        let o = lab.splitnet(&["status", "--json"]);
+        let st: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        (st["hv_recovery"].as_str()).is_some_and(|r| r.contains(&format!("hv pid {hv} died")))
+    });
+    assert_eq!(
+        lab.container_domains()[0]["pid"],
+        guest,
+        "the container's guest changed"
+    );
+    ping(&a, WIRE);
+    lab.cnitool_ok("check", &a);
+    download_intact(&lab, &a);
+    lab.cnitool_ok("del", &a);
+    assert!(lab.container_domains().is_empty());
+    assert!(!ip_in(&a, &["link", "show", "dev", "eth0"]).status.success());
+    assert!(lab.leases().is_empty(), "{:?}", lab.leases());
+}

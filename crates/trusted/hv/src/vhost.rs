@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// A vhost-user vif as hv needs it: where it listens, and who may use it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VhostSpec {
     /// The vif's name (the VM's or the guest's domain name).
     pub name: String,
@@ -83,11 +83,6 @@ pub(crate) struct VhostListeners {
 impl VhostListeners {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Listener>> {
         self.all.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Listeners open.
-    pub(crate) fn count(&self) -> usize {
-        self.lock().len()
     }
 
     /// Closes every listener and removes its socket file.
@@ -398,4 +393,66 @@ fn listen(spec: VhostSpec, id: u64) -> HvResult<Listener> {
         sock: Some((sock, (meta.dev(), meta.ino()))),
         id,
     })
+}
+
+/// One listener as an upgrade's image names it: its spec, the listening
+/// socket's descriptor and file identity (None: a VM hv dials), and its id.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct VhostImage {
+    pub spec: VhostSpec,
+    pub listener: Option<(std::os::fd::RawFd, (u64, u64))>,
+    pub id: u64,
+}
+
+/// Listeners taken from an image, not installed yet: dropping them closes
+/// the duplicates only, never the socket files the old program still
+/// listens on.
+pub struct AdoptedVhost(Vec<Carried>, u64);
+
+/// A listener as carried: its spec, its socket and file identity (None: a
+/// VM hv dials), and its id.
+type Carried = (VhostSpec, Option<(UnixListener, (u64, u64))>, u64);
+
+impl VhostListeners {
+    /// Every listener, its descriptor by number, and the last id given.
+    pub(crate) fn image(&self) -> (Vec<VhostImage>, u64) {
+        use std::os::fd::AsRawFd;
+        let all = self.lock();
+        let v = (all.values())
+            .map(|l| VhostImage {
+                spec: l.spec.clone(),
+                listener: l.sock.as_ref().map(|(s, file)| (s.as_raw_fd(), *file)),
+                id: l.id,
+            })
+            .collect();
+        (v, self.last_id.load(Ordering::Relaxed))
+    }
+
+    /// Installs listeners an image carried (`Adopted::start`).
+    pub(crate) fn install(&self, adopted: AdoptedVhost) {
+        let mut all = self.lock();
+        for (spec, sock, id) in adopted.0 {
+            all.insert(spec.name.clone(), Listener { spec, sock, id });
+        }
+        self.last_id.fetch_max(adopted.1, Ordering::Relaxed);
+    }
+}
+
+impl AdoptedVhost {
+    /// `image`'s listeners, each descriptor taken through `take`.
+    pub fn adopt(
+        image: &[VhostImage],
+        last_id: u64,
+        mut take: impl FnMut(std::os::fd::RawFd) -> HvResult<OwnedFd>,
+    ) -> HvResult<AdoptedVhost> {
+        let mut v = Vec::new();
+        for l in image {
+            let sock = match l.listener {
+                Some((fd, file)) => Some((UnixListener::from(take(fd)?), file)),
+                None => None,
+            };
+            v.push((l.spec.clone(), sock, l.id));
+        }
+        Ok(AdoptedVhost(v, last_id))
+    }
 }

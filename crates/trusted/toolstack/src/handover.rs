@@ -95,11 +95,12 @@ impl Image {
     }
 
     /// The descriptors of the daemon's own that the image names (the
-    /// listener, the keeper's pipe, the old program, the guardian's
-    /// connection), which the new
+    /// containers' namespaces, the listener, the keeper's pipe, the old
+    /// program, the guardian's connection), which the new
     /// program closes once it has taken over.
     pub fn daemon_fds(&self) -> Vec<RawFd> {
-        let mut v = vec![self.daemon.listener];
+        let mut v = self.sup.fds();
+        v.push(self.daemon.listener);
         v.extend(self.sup.uplinks.keeper.map(|k| k.1));
         v.extend(self.daemon.exe);
         v.extend(self.daemon.guardian.map(|g| g.1));

@@ -49,6 +49,17 @@ impl Sandbox {
         Ok(s)
     }
 
+    /// A namespace an earlier program of hv opened (an upgrade in place),
+    /// by its descriptor.
+    pub fn adopt(path: PathBuf, fd: OwnedFd) -> Sandbox {
+        Sandbox { path, fd }
+    }
+
+    /// Its descriptor's number, for an upgrade's image.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// The descriptor as a path another process can open (through hv's
     /// own descriptor table), for `nsenter --net=`.
     pub fn fd_path(&self) -> String {

@@ -26,6 +26,7 @@ mod options;
 mod upgrade;
 mod vifs;
 
+pub use containers::ContainerImage;
 pub use handover::SupervisorImage;
 pub use hv_upgrade::HvHandover;
 pub use upgrade::UpgradeReport;

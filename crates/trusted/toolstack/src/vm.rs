@@ -25,7 +25,7 @@ pub const VM_KEYS: [&str; 8] = [
 pub const VM_MEMORY: &str = "512M";
 
 /// A vhost-user vif, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VhostVif {
     /// The VM's (or guest's) name, which names the vif.
     pub name: String,

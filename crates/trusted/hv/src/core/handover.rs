@@ -104,6 +104,11 @@ pub struct HvImage {
     pub toolstack: Vec<RawFd>,
     /// Capture channels a domain has not collected yet: (id, domain, its end).
     pub captures: Vec<(u32, DomId, RawFd)>,
+    /// vhost-user vifs' listeners, and the last listener id given.
+    #[serde(default)]
+    pub vhost: Vec<crate::vhost::VhostImage>,
+    #[serde(default)]
+    pub vhost_last_id: u64,
 }
 
 impl HvImage {
@@ -127,6 +132,7 @@ impl HvImage {
         v.extend(self.kept_ports.iter().map(|p| p.2));
         v.extend(&self.toolstack);
         v.extend(self.captures.iter().map(|c| c.2));
+        v.extend(self.vhost.iter().filter_map(|l| l.listener.map(|x| x.0)));
         v
     }
 }
@@ -209,9 +215,6 @@ impl Hypervisor {
                 hvm.join(", ")
             ));
         }
-        if self.vhost.count() > 0 {
-            return refuse("an upgrade of hv does not carry vhost-user vifs yet");
-        }
         let domains = st
             .doms
             .0
@@ -230,6 +233,7 @@ impl Hypervisor {
             })
             .collect();
         channels.sort_by_key(|c| c.id);
+        let (vhost, vhost_last_id) = self.vhost.image();
         Ok(HvImage {
             domains,
             channels,
@@ -250,6 +254,8 @@ impl Hypervisor {
             captures: (st.captures.iter())
                 .map(|(&id, (dom, fd))| (id, *dom, raw(fd)))
                 .collect(),
+            vhost,
+            vhost_last_id,
         })
     }
 
@@ -281,6 +287,9 @@ impl Hypervisor {
         for &(id, dom, fd) in &image.captures {
             captures.insert(id, (dom, fds.take(fd)?));
         }
+        let vhost = crate::vhost::AdoptedVhost::adopt(&image.vhost, image.vhost_last_id, |fd| {
+            fds.take(fd)
+        })?;
         let hv = Hypervisor::new();
         for (drv, ifname, fd) in &image.kept_ports {
             hv.ports.keep(drv, ifname, fds.take(*fd)?);
@@ -305,6 +314,7 @@ impl Hypervisor {
             serving,
             conns,
             fds,
+            vhost,
         })
     }
 
@@ -338,6 +348,9 @@ pub struct Adopted {
     /// The toolstack connections the old program served.
     pub conns: Vec<SeqPacket>,
     fds: Taken,
+    /// Installed at start: until then their socket files are the old
+    /// program's.
+    vhost: crate::vhost::AdoptedVhost,
 }
 
 impl Adopted {
@@ -348,6 +361,7 @@ impl Adopted {
     /// policy says. Returns the toolstack connections, to serve once the
     /// supervisor is in place ([`Hypervisor::spawn_toolstack`]).
     pub fn start(self) -> HvResult<(Arc<Hypervisor>, Vec<SeqPacket>)> {
+        self.hv.vhost.install(self.vhost);
         for (id, ctl, mem, trace, batch) in self.serving {
             self.hv.spawn_serving(id, ctl, mem, trace, batch)?;
         }

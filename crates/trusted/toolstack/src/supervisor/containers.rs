@@ -20,7 +20,7 @@ use abi::xenbus::XenbusState;
 use hv::core::Hypervisor;
 use hv::error::{ErrorKind, HvResult};
 use hv::proto::{ContainerAttach, DomId};
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +43,63 @@ pub(super) struct Container {
     pub building: bool,
 }
 
+/// A container's attachment as an upgrade's image names it (its
+/// namespace and user namespace by descriptor number).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct ContainerImage {
+    pub id: String,
+    pub ifname: String,
+    pub netns: std::path::PathBuf,
+    pub netns_fd: RawFd,
+    pub network: String,
+    pub name: String,
+    pub config: DomainConfig,
+    pub userns: Option<RawFd>,
+    pub tap_made: bool,
+}
+
+impl ContainerImage {
+    /// The descriptors it names.
+    pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        std::iter::once(self.netns_fd).chain(self.userns)
+    }
+}
+
 impl Container {
+    /// Its image; None while its ADD is under way.
+    pub(super) fn image(&self) -> Option<ContainerImage> {
+        use std::os::fd::AsRawFd;
+        (!self.building).then(|| ContainerImage {
+            id: self.id.clone(),
+            ifname: self.ifname.clone(),
+            netns: self.sandbox.path.clone(),
+            netns_fd: self.sandbox.raw_fd(),
+            network: self.network.clone(),
+            name: self.name.clone(),
+            config: self.config.clone(),
+            userns: self.userns.as_ref().map(|u| u.as_raw_fd()),
+            tap_made: self.tap_made,
+        })
+    }
+
+    /// The attachment `i` names, its descriptors taken through `take`.
+    pub(super) fn adopt(
+        i: &ContainerImage,
+        mut take: impl FnMut(RawFd) -> Result<OwnedFd, String>,
+    ) -> Result<Container, String> {
+        Ok(Container {
+            id: i.id.clone(),
+            ifname: i.ifname.clone(),
+            sandbox: Arc::new(Sandbox::adopt(i.netns.clone(), take(i.netns_fd)?)),
+            network: i.network.clone(),
+            name: i.name.clone(),
+            config: i.config.clone(),
+            userns: i.userns.map(&mut take).transpose()?.map(Arc::new),
+            tap_made: i.tap_made,
+            building: false,
+        })
+    }
+
     /// An attachment to make, checked: its ID and interface name, and its
     /// namespace (opened now, and used through that descriptor ever after).
     pub fn new(a: &ContainerAttach) -> HvResult<Container> {

@@ -35,6 +35,19 @@ pub struct SupervisorImage {
     /// says, by the new program.
     #[serde(default)]
     pub unreaped: Vec<(DomId, String, i32)>,
+    /// Every vhost-user vif (hv carries their listeners).
+    #[serde(default)]
+    pub vhost: Vec<crate::vm::VhostVif>,
+    /// Containers attached as guests, their namespaces by descriptor.
+    #[serde(default)]
+    pub containers: Vec<super::ContainerImage>,
+}
+
+impl SupervisorImage {
+    /// The descriptors it names (the containers' namespaces).
+    pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.containers.iter().flat_map(|c| c.fds()).collect()
+    }
 }
 
 fn refuse<T>(why: impl Into<String>) -> HvResult<T> {
@@ -45,6 +58,15 @@ impl Supervisor {
     /// The supervisor's state; what an upgrade does not carry yet is
     /// refused by name. Call with hv's gate closed.
     pub fn image(&self) -> HvResult<SupervisorImage> {
+        self.image_kept().map(|(image, _)| image)
+    }
+
+    /// [`Supervisor::image`], with the containers it names, whose
+    /// descriptors stay open while these live (hv's record takes
+    /// duplicates of them without the gate closed).
+    pub(super) fn image_kept(
+        &self,
+    ) -> HvResult<(SupervisorImage, Vec<super::containers::Container>)> {
         let topology = self.topo().clone();
         if let Some(e) = topology.emulated_nics().first() {
             return refuse(format!(
@@ -58,15 +80,9 @@ impl Supervisor {
                 "domain {name} is being restarted or destroyed; try again"
             ));
         }
-        if let Some(v) = st.vhost.first() {
+        if let Some(c) = st.containers.iter().find(|c| c.building) {
             return refuse(format!(
-                "an upgrade of hv does not carry vhost-user vifs yet ({})",
-                v.name
-            ));
-        }
-        if let Some(c) = st.containers.first() {
-            return refuse(format!(
-                "an upgrade of hv does not carry containers yet ({})",
+                "container {} is being added; try again",
                 c.config.name
             ));
         }
@@ -74,7 +90,8 @@ impl Supervisor {
             .uplinks
             .image()
             .map_err(|e| HvError::new(ErrorKind::InUse, e))?;
-        Ok(SupervisorImage {
+        let kept = st.containers.clone();
+        let image = SupervisorImage {
             topology,
             source_path: self.source.path.clone(),
             vifs: st.vifs.clone(),
@@ -87,7 +104,10 @@ impl Supervisor {
             unreaped: (st.watched.iter())
                 .map(|(&pid, (domid, name))| (*domid, name.clone(), pid))
                 .collect(),
-        })
+            vhost: st.vhost.clone(),
+            containers: st.containers.iter().filter_map(|c| c.image()).collect(),
+        };
+        Ok((image, kept))
     }
 
     /// The supervisor of an upgraded hv: `image`'s state, and every domain
@@ -106,6 +126,14 @@ impl Supervisor {
         };
         let sup = Supervisor::new(hv, image.topology, source, run_dir, exe, layout, uplinks);
         let unreaped = image.unreaped;
+        let containers = (image.containers.iter())
+            .map(|c| {
+                super::containers::Container::adopt(c, |fd| {
+                    sys::dup_fd(&fd)
+                        .map_err(|e| format!("container {}'s descriptor {fd}: {e}", c.name))
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         *sup.lock() = State {
             vifs: image.vifs,
             starts: image.starts,
@@ -113,6 +141,8 @@ impl Supervisor {
             macs_given: image.macs_given,
             reaps: image.reaps,
             programs: image.programs,
+            vhost: image.vhost,
+            containers,
             ..State::default()
         };
         let launched = hv.launched();

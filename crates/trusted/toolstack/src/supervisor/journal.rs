@@ -20,7 +20,7 @@ const PERIOD: Duration = Duration::from_millis(100);
 pub(super) struct Guarded {
     guardian: Guardian,
     last: Option<serde_json::Value>,
-    changes: Option<u64>,
+    changes: Option<(u64, u64)>,
 }
 
 impl Supervisor {
@@ -94,7 +94,8 @@ impl Supervisor {
         };
         // Nothing served since the last record could have changed it: no
         // export (it takes hv's lock for a time that grows with the store).
-        let changes = hv.changes();
+        // hv's count, and the uplinks' daemon restarts (a new pid each).
+        let changes = (hv.changes(), self.uplinks.restarts());
         if g.changes == Some(changes) {
             return Ok(());
         }
@@ -122,9 +123,9 @@ impl Supervisor {
         }
         // Again, with the descriptors held: the state may have moved on.
         let (image, mut held) = hv.export_held().map_err(|e| e.message)?;
-        let image = self.image_around(image)?;
+        let (image, _kept) = self.image_kept_around(image)?;
         // The daemon's own (the listener, the keeper's pipe) live as long
-        // as the daemon.
+        // as the daemon, and the containers' while `_kept` holds them.
         for fd in image.daemon_fds() {
             held.push((
                 fd,
@@ -139,9 +140,19 @@ impl Supervisor {
 
     /// The whole image around hv's part: the supervisor's and the daemon's.
     fn image_around(&self, hv: HvImage) -> Result<Image, String> {
+        self.image_kept_around(hv).map(|(image, _)| image)
+    }
+
+    /// [`Supervisor::image_around`], with the containers it names kept
+    /// open.
+    fn image_kept_around(
+        &self,
+        hv: HvImage,
+    ) -> Result<(Image, Vec<super::containers::Container>), String> {
         let ctx = (self.handover.get()).ok_or("hv does not run as a daemon")?;
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        Ok(Image {
+        let (sup, kept) = self.image_kept().map_err(|e| e.message)?;
+        let image = Image {
             format: FORMAT,
             attempt: ctx.attempts.load(Ordering::SeqCst),
             from: exe.clone(),
@@ -150,9 +161,10 @@ impl Supervisor {
             rollback: None,
             crash: None,
             daemon: ctx.daemon.clone(),
-            sup: self.image().map_err(|e| e.message)?,
+            sup,
             hv,
-        })
+        };
+        Ok((image, kept))
     }
 }
 

@@ -154,7 +154,7 @@ impl Uplinks {
             log: self.run_dir.join(format!("frr-{driver}-{d}.log")),
             run_dir: self.run_dir.clone(),
             ready: Ready::Path(ready),
-            package: "frr",
+            package: "frr".into(),
         }
     }
 }

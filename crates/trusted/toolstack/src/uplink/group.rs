@@ -19,7 +19,7 @@ use crate::store::Store;
 use crate::topology::VifConfig;
 
 /// Member `name` of a group, with its guest's MAC.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Member {
     pub name: String,
     pub mac: String,

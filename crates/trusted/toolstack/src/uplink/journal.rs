@@ -406,7 +406,7 @@ fn stop(pid: i32) {
 
 /// The daemon of [`Undo::Daemon`]: the pid in its pid file if that is it;
 /// else (it has not written the file yet) any process that is it.
-fn daemon_pids(pid_file: &str, after: u64) -> Vec<i32> {
+pub(super) fn daemon_pids(pid_file: &str, after: u64) -> Vec<i32> {
     let arg = format!("--pid-file={pid_file}");
     let is_it = |pid: i32| {
         let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();

@@ -38,7 +38,7 @@ use crate::topology::Topology;
 use journal::{record, Undo};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// The argument that makes `splitnet-hv` the keeper.
@@ -57,8 +57,10 @@ pub struct Uplinks {
     built: Mutex<HashSet<String>>,
     /// Each macvlan uplink's members (by its `status` key).
     groups: Mutex<HashMap<String, Vec<group::Member>>>,
-    /// Per driver domain, the stop flags of its daemons' supervisors.
-    daemons: Mutex<HashMap<String, Vec<Arc<AtomicBool>>>>,
+    /// Per driver domain, its daemons as supervised.
+    daemons: Mutex<HashMap<String, Vec<procs::Running>>>,
+    /// Daemon restarts so far: each changes what hv's record holds.
+    restarts: Arc<std::sync::atomic::AtomicU64>,
     keeper: Mutex<Option<Keeper>>,
 }
 
@@ -82,28 +84,30 @@ impl Uplinks {
             built: Mutex::default(),
             groups: Mutex::default(),
             daemons: Mutex::default(),
+            restarts: Default::default(),
             keeper: Mutex::new(keeper),
         }))
     }
 
+    /// How many times a daemon was started again so far.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::SeqCst)
+    }
+
     /// What an upgrade of hv carries: the driver domains whose uplinks are
-    /// built, and the keeper (pid, its pipe's descriptor). Uplinks with
-    /// members (macvlan) or daemons (pasta, FRR) are not carried yet: the
-    /// error names them.
+    /// built, each macvlan uplink's members, the daemons run (each with its
+    /// pid now), and the keeper (pid, its pipe's descriptor).
     pub fn image(&self) -> Result<UplinksImage, String> {
-        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(k) = groups.keys().next() {
-            return Err(format!(
-                "an upgrade of hv does not carry macvlan uplinks yet ({k})"
-            ));
-        }
-        let daemons = self.daemons.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(d) = daemons.iter().find(|(_, v)| !v.is_empty()) {
-            return Err(format!(
-                "an upgrade of hv does not carry uplink daemons (pasta, FRR) yet (driver domain {})",
-                d.0
-            ));
-        }
+        let groups = (self.groups.lock().unwrap_or_else(|p| p.into_inner()))
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let daemons = (self.daemons.lock().unwrap_or_else(|p| p.into_inner()))
+            .values()
+            .flatten()
+            .filter(|r| !r.stop.load(Ordering::SeqCst))
+            .map(|r| ((*r.daemon).clone(), r.pid.load(Ordering::SeqCst)))
+            .collect();
         let mut built: Vec<String> = (self.built.lock().unwrap_or_else(|p| p.into_inner()))
             .iter()
             .cloned()
@@ -112,7 +116,12 @@ impl Uplinks {
         let keeper = (self.keeper.lock().unwrap_or_else(|p| p.into_inner()))
             .as_ref()
             .and_then(Keeper::raw_parts);
-        Ok(UplinksImage { built, keeper })
+        Ok(UplinksImage {
+            built,
+            keeper,
+            groups,
+            daemons,
+        })
     }
 
     /// The uplinks of `t` as an earlier program of this process left them
@@ -128,14 +137,28 @@ impl Uplinks {
             (Some((pid, _)), Some(fd)) => Some(Keeper::adopt(run_dir, pid, fd)),
             _ => None,
         };
-        Arc::new(Uplinks {
+        let up = Arc::new(Uplinks {
             run_dir: run_dir.to_path_buf(),
             uplinks: t.uplinks(),
             built: Mutex::new(image.built.iter().cloned().collect()),
-            groups: Mutex::default(),
+            groups: Mutex::new(image.groups.iter().cloned().collect()),
             daemons: Mutex::default(),
+            restarts: Default::default(),
             keeper: Mutex::new(keeper),
-        })
+        });
+        for (d, recorded) in &image.daemons {
+            let (name, owner) = (d.name.clone(), d.owner.clone());
+            // The one running now, by its pid file: a record older than
+            // its last restart names a pid that is gone.
+            let pid = journal::daemon_pids(&d.pid_file.display().to_string(), 0)
+                .first()
+                .copied()
+                .unwrap_or(*recorded);
+            if let Err(e) = up.supervise_daemon(d.clone(), procs::Proc::Pid(pid), pid) {
+                hv::log!(Error, dom = owner, "watching its {name} again: {e}");
+            }
+        }
+        up
     }
 
     /// Every uplink.
@@ -228,8 +251,8 @@ impl Uplinks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(driver);
-        for f in flags.into_iter().flatten() {
-            f.store(true, Ordering::SeqCst);
+        for r in flags.into_iter().flatten() {
+            r.stop.store(true, Ordering::SeqCst);
         }
         for e in journal::replay(&self.run_dir, |owner, _| owner == driver) {
             hv::log!(Warning, dom = driver, "taking down its uplinks: {e}");
@@ -275,6 +298,12 @@ pub struct UplinksImage {
     pub built: Vec<String>,
     /// The keeper's pid and its pipe's descriptor.
     pub keeper: Option<(i32, std::os::fd::RawFd)>,
+    /// Each macvlan uplink's members, by its `status` key.
+    #[serde(default)]
+    pub groups: Vec<(String, Vec<group::Member>)>,
+    /// The daemons run (dnsmasq, pasta, FRR's), each with its pid.
+    #[serde(default)]
+    pub daemons: Vec<(procs::Daemon, i32)>,
 }
 
 /// Writes driver domain home `home`'s uplinks: `uplinks/<ifname>` =

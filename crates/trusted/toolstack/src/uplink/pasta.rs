@@ -206,7 +206,7 @@ impl Uplinks {
             ready: Ready::Path(pid_file.clone()),
             pid_file,
             run_dir: self.run_dir.clone(),
-            package: "passt",
+            package: "passt".into(),
         })?;
         for l in limits() {
             hv::log!(Warning, "{}: {l}", u.driver);

@@ -21,7 +21,8 @@ use sys::signals::SpawnUnblocked;
 const DAEMON_READY: Duration = Duration::from_secs(10);
 
 /// When a daemon hv starts is ready.
-pub(super) enum Ready {
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum Ready {
     /// A UDP socket is bound to this address and port (in hv's namespace).
     Udp(Ipv4Addr, u16),
     /// This path exists (a socket the daemon makes).
@@ -38,7 +39,8 @@ impl Ready {
 }
 
 /// A daemon as hv runs it: dnsmasq, zebra, bgpd.
-pub(super) struct Daemon {
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Daemon {
     /// What it is called in messages.
     pub name: String,
     pub owner: String,
@@ -51,7 +53,7 @@ pub(super) struct Daemon {
     pub run_dir: PathBuf,
     pub ready: Ready,
     /// What to install when it cannot be started.
-    pub package: &'static str,
+    pub package: String,
 }
 
 impl Daemon {
@@ -105,21 +107,18 @@ impl Daemon {
 
     /// Waits on `child`; restarts the daemon when it exits unless `stop`
     /// is set, at most [`DAEMON_RESTARTS`] times a minute.
-    fn supervise(self, mut child: Child, stop: Arc<AtomicBool>) {
+    /// Restarts the daemon each time it exits (at most [`DAEMON_RESTARTS`]
+    /// times a minute) until `stop`; its pid now is in `running.pid`.
+    fn supervise(self, mut proc: Proc, running: Running) {
         let mut exits: Vec<Instant> = Vec::new();
         loop {
-            let st = child.wait();
-            if stop.load(Ordering::SeqCst) {
+            let st = proc.wait();
+            if running.stop.load(Ordering::SeqCst) {
                 return;
             }
             exits.retain(|t| t.elapsed() < Duration::from_secs(60));
             exits.push(Instant::now());
-            hv::log!(
-                Warning,
-                dom = self.owner,
-                "its {} exited ({st:?})",
-                self.name
-            );
+            hv::log!(Warning, dom = self.owner, "its {} exited ({st})", self.name);
             if exits.len() > DAEMON_RESTARTS {
                 hv::log!(
                     Error,
@@ -130,14 +129,16 @@ impl Daemon {
                 return;
             }
             match self.spawn() {
-                // Taken down while it started: the journal may be replayed
-                // already, so this one is stopped here.
-                Ok(mut c) if stop.load(Ordering::SeqCst) => {
+                Ok(mut c) if running.stop.load(Ordering::SeqCst) => {
                     let _ = c.kill();
                     let _ = c.wait();
                     return;
                 }
-                Ok(c) => child = c,
+                Ok(c) => {
+                    running.pid.store(c.id() as i32, Ordering::SeqCst);
+                    running.restarts.fetch_add(1, Ordering::SeqCst);
+                    proc = Proc::Child(c);
+                }
                 Err(e) => {
                     hv::log!(Error, dom = self.owner, "restarting its {}: {e}", self.name);
                     return;
@@ -147,7 +148,43 @@ impl Daemon {
     }
 }
 
-/// Whether a UDP socket is bound to `ip`:`port` in this namespace.
+/// A daemon's process: one this program started, or one an earlier
+/// program of hv started (an upgrade in place, or an hv that died), known
+/// by its pid only.
+pub(super) enum Proc {
+    Child(Child),
+    Pid(i32),
+}
+
+impl Proc {
+    /// Waits for it to exit; how, as far as this process can tell.
+    fn wait(&mut self) -> String {
+        match self {
+            Proc::Child(c) => match c.wait() {
+                Ok(s) => s.to_string(),
+                Err(e) => e.to_string(),
+            },
+            Proc::Pid(pid) => {
+                let _ = sys::wait_exited(*pid);
+                match sys::reap(*pid) {
+                    Ok(s) => s.to_string(),
+                    Err(_) => "status unknown: an hv before this one started it".into(),
+                }
+            }
+        }
+    }
+}
+
+/// A supervised daemon: its stop flag, its pid now, and what starts it.
+#[derive(Clone)]
+pub(super) struct Running {
+    pub stop: Arc<AtomicBool>,
+    pub pid: Arc<std::sync::atomic::AtomicI32>,
+    pub daemon: Arc<Daemon>,
+    /// The uplinks' count of restarts (`Uplinks::restarts`).
+    pub restarts: Arc<std::sync::atomic::AtomicU64>,
+}
+
 fn udp_bound(ip: Ipv4Addr, port: u16) -> bool {
     let want = format!("{:08X}:{port:04X}", u32::from_le_bytes(ip.octets()));
     fs::read_to_string("/proc/net/udp")
@@ -212,7 +249,7 @@ impl Uplinks {
             log: self.run_dir.join(format!("dnsmasq-{he}.log")),
             run_dir: self.run_dir.clone(),
             ready: Ready::Udp(addr, 53),
-            package: "dnsmasq-base",
+            package: "dnsmasq-base".into(),
         })
     }
 
@@ -220,17 +257,29 @@ impl Uplinks {
     /// uplinks are taken down.
     pub(super) fn run_daemon(&self, d: Daemon) -> Result<(), String> {
         let child = d.spawn()?;
-        let stop = Arc::new(AtomicBool::new(false));
+        let pid = child.id() as i32;
+        self.supervise_daemon(d, Proc::Child(child), pid)
+    }
+
+    /// Watches daemon `d`'s process `proc` (pid `pid`) on a thread of its
+    /// own, restarting it until its owner's uplinks are taken down.
+    pub(super) fn supervise_daemon(&self, d: Daemon, proc: Proc, pid: i32) -> Result<(), String> {
+        let running = Running {
+            stop: Arc::new(AtomicBool::new(false)),
+            pid: Arc::new(pid.into()),
+            daemon: Arc::new(d.clone()),
+            restarts: self.restarts.clone(),
+        };
         self.daemons
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(d.owner.clone())
             .or_default()
-            .push(stop.clone());
+            .push(running.clone());
         let thread = format!("{}-{}", d.name, d.owner);
         std::thread::Builder::new()
             .name(thread)
-            .spawn(move || d.supervise(child, stop))
+            .spawn(move || d.supervise(proc, running))
             .map(drop)
             .map_err(|e| e.to_string())
     }
