@@ -79,7 +79,13 @@ pub struct Guardian {
     run_dir: PathBuf,
     /// Records handed over so far: each answer names its record, so one
     /// that arrives late (a program before this one asked) is told apart.
-    commits: std::sync::atomic::AtomicU64,
+    commits: u64,
+    /// A record the guardian did not answer in time, and the duplicates
+    /// it names: they stay open, and no other record is written, until
+    /// it answers (it may be taking them still).
+    unanswered: Option<(u64, Vec<(RawFd, OwnedFd)>)>,
+    /// How long hv waits for an answer ([`COMMIT_LIMIT`]).
+    limit: Duration,
 }
 
 impl Guardian {
@@ -113,7 +119,9 @@ impl Guardian {
             pid: child.id() as i32,
             conn: mine,
             run_dir: run_dir.to_path_buf(),
-            commits: Default::default(),
+            commits: 0,
+            unanswered: None,
+            limit: COMMIT_LIMIT,
         })
     }
 
@@ -125,7 +133,9 @@ impl Guardian {
             conn: SeqPacket::from_fd(conn),
             run_dir: run_dir.to_path_buf(),
             // Past any number a program before this one used.
-            commits: (crate::handover::now_ns()).into(),
+            commits: crate::handover::now_ns(),
+            unanswered: None,
+            limit: COMMIT_LIMIT,
         }
     }
 
@@ -136,47 +146,88 @@ impl Guardian {
 
     /// Hands the guardian `image`, with `held`: a duplicate of each
     /// descriptor it names, by its number in the image. Returns once the
-    /// guardian holds them (the duplicates may close then).
-    pub fn commit(&self, image: Image, held: &[(RawFd, OwnedFd)]) -> Result<(), String> {
+    /// guardian holds them (the duplicates may close then); one it does
+    /// not answer in time keeps them, and refuses another record until
+    /// it answers.
+    pub fn commit(&mut self, image: Image, held: Vec<(RawFd, OwnedFd)>) -> Result<(), String> {
         let record = Record {
             hv_pid: std::process::id() as i32,
             recorded_ns: crate::handover::now_ns(),
             held: held.iter().map(|(n, d)| (*n, d.as_raw_fd())).collect(),
             image,
         };
-        let path = record_path(&self.run_dir);
         let text = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
-        crate::handover::write_private(&path, &text)?;
+        self.hand_over(&text, held)
+    }
+
+    /// [`Guardian::commit`] of a record already written out as `text`.
+    fn hand_over(&mut self, text: &[u8], held: Vec<(RawFd, OwnedFd)>) -> Result<(), String> {
+        self.settle(Duration::ZERO)?;
+        crate::handover::write_private(&record_path(&self.run_dir), text)?;
+        self.commits += 1;
+        let n = self.commits;
         self.conn
-            .set_read_timeout(Some(COMMIT_LIMIT))
-            .map_err(|e| e.to_string())?;
-        let n = self
-            .commits
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-            + 1;
-        let ask = format!("commit {n}");
-        self.conn
-            .send(ask.as_bytes(), &[])
+            .send(format!("commit {n}").as_bytes(), &[])
             .map_err(|e| format!("hv's guardian: {e}"))?;
+        self.unanswered = Some((n, held));
+        self.settle(self.limit)
+    }
+
+    /// Waits up to `limit` for the answer to the record not yet answered,
+    /// if any, and then lets its duplicates go.
+    fn settle(&mut self, limit: Duration) -> Result<(), String> {
+        let Some((n, _)) = &self.unanswered else {
+            return Ok(());
+        };
+        let n = *n;
+        let answer = self.answer_to(n, limit);
+        if answer
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock)
+        {
+            return Err(format!(
+                "hv's guardian has not answered record {n} within {} ms",
+                self.limit.as_millis()
+            ));
+        }
+        self.unanswered = None;
+        match answer.map_err(|e| format!("hv's guardian: {e}"))?.as_str() {
+            "ok" => Ok(()),
+            other => Err(format!("hv's guardian: {other}")),
+        }
+    }
+
+    /// The guardian's answer to record `n`, waited for up to `limit`
+    /// (zero: only one already sent); answers to earlier records are
+    /// passed over.
+    fn answer_to(&self, n: u64, limit: Duration) -> std::io::Result<String> {
+        let gone = || std::io::Error::other("it is gone");
+        // A zero timeout would wait for ever: a microsecond instead.
+        let limit = limit.max(Duration::from_micros(1));
+        self.conn.set_read_timeout(Some(limit))?;
         let mut buf = [0u8; 512];
         loop {
-            let (len, _) = self
-                .conn
-                .recv(&mut buf)
-                .map_err(|e| format!("hv's guardian: {e}"))?;
+            let (len, _) = self.conn.recv(&mut buf).map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => std::io::ErrorKind::WouldBlock.into(),
+                _ => e,
+            })?;
             let answer = String::from_utf8_lossy(&buf[..len]);
-            let Some((num, what)) = answer.split_once(' ') else {
-                return Err("hv's guardian is gone".into());
-            };
-            // An answer to an earlier record's commit is passed over.
-            if num != n.to_string() {
-                continue;
+            let (num, what) = answer.split_once(' ').ok_or_else(gone)?;
+            if num.parse::<u64>().map_err(|_| gone())? >= n {
+                return Ok(what.to_string());
             }
-            return match what {
-                "ok" => Ok(()),
-                other => Err(format!("hv's guardian: {other}")),
-            };
         }
+    }
+
+    /// Whether another record may be handed over: the guardian answered
+    /// the last (an error if it did not, or refused it).
+    pub fn ready(&mut self) -> Result<(), String> {
+        self.settle(Duration::ZERO)
+    }
+
+    /// Whether the guardian still owes an answer to a record.
+    pub fn owes_answer(&self) -> bool {
+        self.unanswered.is_some()
     }
 
     /// Has the guardian drop the record it holds: hv's state became one
@@ -309,4 +360,51 @@ fn become_hv(run_dir: &Path, held: Held, noticed_ns: u64) -> String {
     }
     let e = sys::signals::exec_named(Path::new("/proc/self/exe"), &image.to, &args);
     format!("starting hv again: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What descriptor `fd` of this process is now, if open.
+    fn what_is(fd: RawFd) -> Option<PathBuf> {
+        std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
+    }
+
+    fn guardian(dir: &Path) -> (Guardian, SeqPacket) {
+        let (mine, theirs) = SeqPacket::pair().unwrap();
+        let mut g = Guardian::adopt(dir, 1, mine.into());
+        (g.commits, g.limit) = (0, Duration::from_millis(50));
+        (g, theirs)
+    }
+
+    #[test]
+    fn a_record_not_answered_in_time_keeps_its_descriptors_until_it_is() {
+        let dir = std::env::temp_dir().join(format!("splitnet-guardian-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mut g, peer) = guardian(&dir);
+        let (kept, _other) = std::os::unix::net::UnixStream::pair().unwrap();
+        let dup = OwnedFd::from(kept).try_clone().unwrap();
+        let (num, was) = (dup.as_raw_fd(), what_is(dup.as_raw_fd()));
+        let e = g.hand_over(b"first", vec![(7, dup)]).unwrap_err();
+        assert!(e.contains("has not answered record 1"), "{e}");
+        assert_eq!(what_is(num), was, "the guardian may be taking it still");
+        // No second record over the first while it is owed an answer.
+        let e = g.hand_over(b"second", vec![]).unwrap_err();
+        assert!(e.contains("has not answered record 1"), "{e}");
+        let path = record_path(&dir);
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        assert!(g.owes_answer());
+        peer.send(b"1 ok", &[]).unwrap();
+        g.ready().unwrap();
+        assert!(!g.owes_answer());
+        assert_ne!(what_is(num), was, "answered: the duplicate is closed");
+        // A late answer to an earlier record is passed over.
+        peer.send(b"1 ok", &[]).unwrap();
+        peer.send(b"2 no such file", &[]).unwrap();
+        let e = g.hand_over(b"third", vec![]).unwrap_err();
+        assert_eq!(e, "hv's guardian: no such file");
+        assert_eq!(std::fs::read(&path).unwrap(), b"third");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

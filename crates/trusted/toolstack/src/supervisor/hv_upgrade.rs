@@ -235,7 +235,11 @@ fn exec_new_program(sup: &Supervisor, hv: &Hypervisor, image: &Image, path: &Pat
         return "hv began shutting down".into();
     }
     // No record is being handed to the guardian across the `execve`.
-    let _guardian = sup.guardian_quiet();
+    let guardian = sup.guardian_quiet();
+    // Nor is one it may be taking still: its duplicates close at `execve`.
+    if guardian.as_ref().is_some_and(|g| g.owes_answer()) {
+        return "hv's guardian has not answered hv's last record: try again".into();
+    }
     // No domain is being spawned meanwhile: its descriptors are briefly
     // inheritable then.
     let _guard = crate::host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());

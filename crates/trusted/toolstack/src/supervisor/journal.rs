@@ -23,6 +23,14 @@ pub(super) struct Guarded {
     changes: Option<(u64, u64)>,
 }
 
+impl Guarded {
+    /// Whether the guardian owes an answer to a record (an upgrade's
+    /// `execve` would close the duplicates it may be taking).
+    pub(super) fn owes_answer(&self) -> bool {
+        self.guardian.owes_answer()
+    }
+}
+
 impl Supervisor {
     /// Starts hv's guardian and the thread that keeps it given hv's state.
     /// Nothing when hv does not run as a daemon (no image to record).
@@ -92,6 +100,8 @@ impl Supervisor {
         let Some(g) = slot.as_mut() else {
             return Ok(());
         };
+        // One the guardian may be taking still is not overwritten.
+        g.guardian.ready()?;
         // Nothing served since the last record could have changed it: no
         // export (it takes hv's lock for a time that grows with the store).
         // hv's count, and the uplinks' daemon restarts (a new pid each).
@@ -133,7 +143,7 @@ impl Supervisor {
             ));
         }
         let shape = shape_of(&image);
-        g.guardian.commit(image, &held)?;
+        g.guardian.commit(image, held)?;
         (g.last, g.changes) = (Some(shape), Some(changes));
         Ok(())
     }
