@@ -46,6 +46,9 @@ pub const OCW3_ESMM: u8 = 0x40;
 /// OCW3: with ESMM, set (1) or reset (0) special mask mode.
 pub const OCW3_SMM: u8 = 0x20;
 
+mod state;
+pub use state::{BadState, STATE_LEN};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum InitStep {
     Ready,
