@@ -478,6 +478,59 @@ fn a_polling_device_model_receives_on_its_ticks() {
     );
 }
 
+/// Sends `n` frames each way and checks each crosses intact with one
+/// interrupt.
+fn frames_both_ways(w: &mut World, n: usize, what: &str) {
+    for i in 0..n {
+        let f = test_frame(i, [0x02, 0, 0, 0, 0, 0x99]);
+        w.drv.transmit(&mut w.io, &w.mem, &f).unwrap();
+        assert_eq!(w.service(Some(Duration::from_secs(2))), 1, "{what}: TX {i}");
+        assert_eq!(
+            w.wire_out.recv_timeout(Duration::from_secs(2)).ok(),
+            Some(f)
+        );
+        let f = test_frame(i, MAC);
+        w.wire_in.send(&f).unwrap();
+        assert_eq!(w.service(Some(Duration::from_secs(2))), 1, "{what}: RX {i}");
+        assert_eq!(w.received.last(), Some(&f), "{what}: RX {i}");
+    }
+}
+
+/// An upgrade of hv in place, as far as the HVM path goes: the relays
+/// pause between exits, the image names the pages and doorbells, and the
+/// `execve` (here: the old hypervisor simply never runs again) leaves the
+/// guest and its device model running on; the new hv's relay goes on from
+/// the kept vPIC, so the guest's programmed interrupt controller, its NIC
+/// and the accounting all carry on.
+#[test]
+fn an_hvm_guest_runs_on_across_an_upgrade_of_hv() {
+    let mut w = World::boot("hvm-upgrade", Placement::Hv, RxMode::EventDriven);
+    frames_both_ways(&mut w, 20, "before");
+    let before = w.g.snapshot();
+    let domid = w._hv.domid_of("hvm-upgrade").unwrap();
+    for round in 0..2 {
+        let paused = w._hv.pause_hvm();
+        let image = w._hv.export().expect("export");
+        assert_eq!(image.hvm.len(), 1);
+        std::mem::forget(paused); // the old program is gone
+        let (hv, _conns) = Hypervisor::adopt(image)
+            .expect("adopt")
+            .start()
+            .expect("start");
+        let g = hv.hvm_guest(domid).expect("the HVM path is carried");
+        (w._hv, w.g) = (hv, g);
+        frames_both_ways(&mut w, 20, &format!("after upgrade {round}"));
+    }
+    let after = w.g.snapshot();
+    let count = |s: &HvmSnapshot| s.reasons.get("io_nic").map_or(0, |e| e.count);
+    assert_eq!(count(&after), count(&before) + 2 * 20 * (12 + 10));
+    assert_eq!(
+        after.counters.injections,
+        before.counters.injections + 2 * 40
+    );
+    assert_eq!(after.counters.dm_timeouts + after.counters.refused, 0);
+}
+
 /// Writes a raw exit into the vcpu page, as a hostile guest would.
 fn raw_exit(cpu: &HvmVcpu, seq: u32, r: Ioreq) {
     let p = cpu.raw_page();

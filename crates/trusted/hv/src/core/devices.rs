@@ -43,6 +43,14 @@ impl Hypervisor {
         Ok(g)
     }
 
+    /// Pauses every HVM guest's relay between two exits, its state kept,
+    /// until the guard drops (an upgrade's `execve` comes between, and
+    /// the next program goes on from the kept state).
+    pub fn pause_hvm(self: &Arc<Self>) -> HvmPaused {
+        self.hvm.pause_all();
+        HvmPaused(self.clone())
+    }
+
     /// Serves `HvmVcpu` (the guest itself) and `HvmDeviceModel` (only the
     /// domain named as the guest's device model): the descriptors to send.
     pub(super) fn hvm_fds(&self, caller: DomId, req: &Request) -> HvResult<Vec<OwnedFd>> {
@@ -190,5 +198,20 @@ impl Hypervisor {
                 format!("domain {caller} may not use vhost-user sockets"),
             )
         })
+    }
+}
+
+/// HVM relays paused ([`Hypervisor::pause_hvm`]); they run again on drop.
+pub struct HvmPaused(Arc<Hypervisor>);
+
+impl Drop for HvmPaused {
+    fn drop(&mut self) {
+        let hv = &self.0;
+        let started = hv
+            .hvm
+            .start_all(|id, name, body| hv.spawn_guarded(name, Some(id), body));
+        if let Err(e) = started {
+            crate::log!(Error, "an HVM guest's relay did not start again: {e}");
+        }
     }
 }

@@ -14,6 +14,7 @@ use crate::error::{ErrorKind, HvError, HvResult};
 use crate::evtchn::Channel;
 use crate::grant::Pin;
 use crate::hold::Holds;
+use crate::hvm::HvmGuest;
 use crate::memory::{DomainMemory, MemorySpec};
 use crate::ngm::NgmTable;
 use crate::proto::{DomId, Port};
@@ -109,6 +110,12 @@ pub struct HvImage {
     pub vhost: Vec<crate::vhost::VhostImage>,
     #[serde(default)]
     pub vhost_last_id: u64,
+    /// HVM guests' I/O paths.
+    #[serde(default)]
+    pub hvm: Vec<crate::hvm::HvmImage>,
+    /// Device models' connections being served: (driver domain, hv's end).
+    #[serde(default)]
+    pub device_models: Vec<(DomId, RawFd)>,
 }
 
 impl HvImage {
@@ -133,6 +140,8 @@ impl HvImage {
         v.extend(&self.toolstack);
         v.extend(self.captures.iter().map(|c| c.2));
         v.extend(self.vhost.iter().filter_map(|l| l.listener.map(|x| x.0)));
+        v.extend(self.hvm.iter().flat_map(|g| g.fds()));
+        v.extend(self.device_models.iter().map(|d| d.1));
         v
     }
 }
@@ -208,13 +217,6 @@ impl Hypervisor {
         if !st.tearing_down.is_empty() {
             return refuse("a domain is being torn down; try again");
         }
-        let hvm: Vec<String> = self.hvm.snapshots().keys().map(|d| d.to_string()).collect();
-        if !hvm.is_empty() {
-            return refuse(format!(
-                "an upgrade of hv does not carry HVM guests' I/O paths yet (domains {})",
-                hvm.join(", ")
-            ));
-        }
         let domains = st
             .doms
             .0
@@ -256,6 +258,8 @@ impl Hypervisor {
                 .collect(),
             vhost,
             vhost_last_id,
+            hvm: self.hvm.images(),
+            device_models: self.device_model_conns().iter().copied().collect(),
         })
     }
 
@@ -290,7 +294,17 @@ impl Hypervisor {
         let vhost = crate::vhost::AdoptedVhost::adopt(&image.vhost, image.vhost_last_id, |fd| {
             fds.take(fd)
         })?;
+        let hvm = (image.hvm.iter())
+            .map(|g| Ok((g.domid, Arc::new(HvmGuest::adopt(g, |fd| fds.take(fd))?))))
+            .collect::<HvResult<Vec<_>>>()?;
+        let mut device_models = Vec::new();
+        for &(dm, fd) in &image.device_models {
+            device_models.push((dm, SeqPacket::from_fd(fds.take(fd)?)));
+        }
         let hv = Hypervisor::new();
+        for (id, g) in hvm {
+            hv.hvm.insert(id, g);
+        }
         for (drv, ifname, fd) in &image.kept_ports {
             hv.ports.keep(drv, ifname, fds.take(*fd)?);
         }
@@ -315,6 +329,7 @@ impl Hypervisor {
             conns,
             fds,
             vhost,
+            device_models,
         })
     }
 
@@ -322,11 +337,13 @@ impl Hypervisor {
     /// (`status`' `hv_recoveries`).
     pub fn count_recovery(&self) {
         self.lock().counters.op("hv_recoveries");
+        self.note_change();
     }
 
     /// Counts an upgrade of hv that took over (`status`' `hv_upgrades`).
     pub fn count_upgrade(&self) {
         self.lock().counters.op("hv_upgrades");
+        self.note_change();
     }
 }
 
@@ -351,6 +368,8 @@ pub struct Adopted {
     /// Installed at start: until then their socket files are the old
     /// program's.
     vhost: crate::vhost::AdoptedVhost,
+    /// Device models' connections, to serve.
+    device_models: Vec<(DomId, SeqPacket)>,
 }
 
 impl Adopted {
@@ -364,6 +383,13 @@ impl Adopted {
         self.hv.vhost.install(self.vhost);
         for (id, ctl, mem, trace, batch) in self.serving {
             self.hv.spawn_serving(id, ctl, mem, trace, batch)?;
+        }
+        // A panic in a relay destroys its guest only.
+        let hv = &self.hv;
+        hv.hvm
+            .start_all(|id, name, body| hv.spawn_guarded(name, Some(id), body))?;
+        for (dm, sock) in self.device_models {
+            hv.serve_device_model(dm, sock)?;
         }
         self.fds.release_originals();
         Ok((self.hv, self.conns))

@@ -77,6 +77,8 @@ pub struct Hypervisor {
     gate: gate::Gate,
     /// The toolstack connections being served, by descriptor.
     toolstack: Mutex<std::collections::BTreeSet<std::os::fd::RawFd>>,
+    /// Device models' connections being served: (driver domain, descriptor).
+    device_models: Mutex<std::collections::BTreeSet<(DomId, std::os::fd::RawFd)>>,
     /// Requests served and domains made or destroyed that may have changed
     /// what hv's guardian records ([`Hypervisor::changes`]).
     changes: std::sync::atomic::AtomicU64,
@@ -116,6 +118,7 @@ impl Hypervisor {
             ports: Default::default(),
             gate: Default::default(),
             toolstack: Default::default(),
+            device_models: Default::default(),
             changes: Default::default(),
         })
     }
@@ -206,6 +209,11 @@ impl Hypervisor {
         if let Some(t) = run_now {
             t();
         }
+    }
+
+    /// A fact [`Hypervisor::set_info`] set.
+    pub fn info(&self, key: &str) -> Option<String> {
+        self.lock().info.get(key).cloned()
     }
 
     /// Adds a fact shown in `status` (topology name, wire host, ...).

@@ -72,13 +72,36 @@ impl Hypervisor {
             return err(ErrorKind::BadDomain, format!("domain {dm} does not exist"));
         }
         let (hv_end, dm_end) = os("control socket", SeqPacket::pair())?;
-        let hv = self.clone();
-        self.spawn_guarded(format!("hv-dm-{dm}"), Some(dm), move || {
-            hv.serve_requests(dm, &hv_end, |r| {
-                matches!(r, Request::HvmDeviceModel { .. } | Request::Nop)
-            })
-        })?;
+        self.serve_device_model(dm, hv_end)?;
         Ok(dm_end)
+    }
+
+    /// Serves device model connection `sock` of driver domain `dm` until
+    /// it hangs up (an upgrade of hv carries it meanwhile).
+    pub(super) fn serve_device_model(self: &Arc<Self>, dm: DomId, sock: SeqPacket) -> HvResult<()> {
+        use std::os::fd::AsRawFd;
+        let key = (dm, sock.as_fd().as_raw_fd());
+        self.device_model_conns().insert(key);
+        let hv = self.clone();
+        let served = self.spawn_guarded(format!("hv-dm-{dm}"), Some(dm), move || {
+            hv.serve_requests(dm, &sock, |r| {
+                matches!(r, Request::HvmDeviceModel { .. } | Request::Nop)
+            });
+            // As a toolstack connection's: closed inside the gate.
+            let _pass = hv.gate.enter(Kind::Short);
+            hv.device_model_conns().remove(&key);
+            drop(sock);
+        });
+        if served.is_err() {
+            self.device_model_conns().remove(&key);
+        }
+        served.map(drop)
+    }
+
+    pub(super) fn device_model_conns(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<(DomId, std::os::fd::RawFd)>> {
+        self.device_models.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Answers `caller`'s requests on `sock` until it hangs up; those

@@ -10,26 +10,28 @@
 //! One thread per guest vcpu, like Xen's vcpu: a device model that never
 //! answers stalls only its own guest, and only for the timeout.
 
-use crate::error::{HvError, HvResult};
+use crate::error::{ErrorKind, HvError, HvResult};
 use crate::proto::DomId;
-use abi::ioreq::IoWidth;
-use abi::ioreq::{
-    self as xen, Ioreq, STATE_IOREQ_INPROCESS, STATE_IOREQ_NONE, STATE_IOREQ_READY,
-    STATE_IORESP_READY,
-};
 use abi::SharedMemory;
 use hypercall::ioreq::{
-    dm, get_u64, put_u64, set_state, state, to_ioreq, validate, vcpu, DmFds, ExitReason,
-    ExitResult, HvmCounters, HvmSnapshot, Placement, StageStats, VcpuFds, SEQ24,
+    dm, DmFds, ExitReason, HvmCounters, HvmSnapshot, Placement, StageStats, VcpuFds,
 };
 use hypercall::trace::{bucket_of, EventStats, BUCKETS};
+use relay::Relay;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-use sys::{poll_readable_few, rdtsc, Doorbell, Mapping, Memfd};
-use vpic::DualPic;
+use std::time::Duration;
+use sys::{Doorbell, Mapping, Memfd};
+
+mod image;
+mod kept;
+mod relay;
+
+pub use image::HvmImage;
 
 /// How an HVM guest's I/O path is set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +71,7 @@ const NIC_IO_BASE: u16 = 0xc000;
 const NIC_PORTS: u16 = 0x20;
 
 /// One reason's cumulative cost.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Slot {
     count: u64,
     cycles: u64,
@@ -90,8 +92,10 @@ impl Default for Slot {
     }
 }
 
-#[derive(Debug, Default)]
-struct Accounts {
+/// Every exit's cost so far, by reason and stage (carried across an
+/// upgrade of hv).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Accounts {
     reasons: [Slot; ExitReason::ALL.len()],
     stages: StageStats,
     counters: HvmCounters,
@@ -138,96 +142,117 @@ impl Accounts {
 
 type Shared = Arc<Mutex<Accounts>>;
 
-/// `v` forced into `[lo, max(lo, hi)]`: probes from another party, or from
-/// another CPU's TSC, kept in order without ever panicking.
-fn between(v: u64, lo: u64, hi: u64) -> u64 {
-    v.max(lo).min(hi.max(lo))
-}
-
 fn lock(a: &Shared) -> std::sync::MutexGuard<'_, Accounts> {
     a.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The probes of one forwarded exit, clamped into order (§4.2's numbering).
-#[derive(Debug, Clone, Copy)]
-struct Probes {
-    t1: u64,
-    t2: u64,
-    t3: u64,
-    t6: u64,
-    t7: u64,
-    t8: u64,
-    t9: u64,
-}
-
-/// An HVM guest's I/O path in hv: its two pages, the doorbells, and the
+/// An HVM guest's I/O path in hv: its pages, the doorbells, and the
 /// relay thread (stopped and joined on drop).
 pub struct HvmGuest {
+    name: String,
     cfg: HvmConfig,
-    vcpu_page: Memfd,
-    dm_page: Memfd,
+    /// The vcpu page, the ioreq page, and the page the relay keeps its
+    /// state in ([`kept`]).
+    pages: [Memfd; 3],
+    /// hv's ends (the relay serves on duplicates), for an upgrade's image.
+    mine: Bells,
     /// The guest's and the device model's ends, and the ringer of `stop`.
     ends: Bells,
     acc: Shared,
-    thread: Option<JoinHandle<()>>,
+    /// Asks the relay to pause rather than end when `stop` rings.
+    pausing: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The relay while it does not run: before its start, or paused.
+    parked: Arc<Mutex<Option<Relay>>>,
 }
 
 fn os<T>(what: &str, r: std::io::Result<T>) -> HvResult<T> {
     r.map_err(|e| HvError::internal(what, e))
 }
 
+/// Starts a relay thread: hv's guarded spawn, or a plain one.
+pub trait Spawn: FnOnce(String, Box<dyn FnOnce() + Send>) -> HvResult<JoinHandle<()>> {}
+impl<F: FnOnce(String, Box<dyn FnOnce() + Send>) -> HvResult<JoinHandle<()>>> Spawn for F {}
+
 impl HvmGuest {
-    /// Allocates the pages (`splitnet-<name>-vcpu0`, `splitnet-<name>-ioreq`)
-    /// and starts the relay thread.
-    /// `spawn` starts the relay thread (hv's guarded spawn, or a plain one).
-    pub fn create(
-        name: &str,
-        cfg: HvmConfig,
-        spawn: impl FnOnce(String, Box<dyn FnOnce() + Send>) -> HvResult<JoinHandle<()>>,
-    ) -> HvResult<HvmGuest> {
-        let page = |what: &str| -> HvResult<(Memfd, Mapping)> {
-            let fd = os(
+    /// Allocates the pages (`splitnet-<name>-vcpu0`, `-ioreq`, `-kept`)
+    /// and starts the relay thread with `spawn`.
+    pub fn create(name: &str, cfg: HvmConfig, spawn: impl Spawn) -> HvResult<HvmGuest> {
+        let page = |what: &str| {
+            os(
                 &format!("allocating the {what} page of {name}"),
                 Memfd::create(&format!("splitnet-{name}-{what}"), sys::PAGE_SIZE, false),
-            )?;
-            let map = os(
-                &format!("mapping the {what} page of {name}"),
-                Mapping::new(fd.as_fd(), 0, sys::PAGE_SIZE, true),
-            )?;
-            Ok((fd, map))
+            )
         };
-        let (vcpu_page, vcpu_map) = page("vcpu0")?;
-        let (dm_page, dm_map) = page("ioreq")?;
+        let pages = [page("vcpu0")?, page("ioreq")?, page("kept")?];
         if cfg.placement == Placement::Dm {
-            dm_map.store_u32(dm::CONFIG, dm::CONFIG_PIC_IN_DM);
+            map(&pages[1], name)?.store_u32(dm::CONFIG, dm::CONFIG_PIC_IN_DM);
         }
-        let (hv_ends, ends) = Bells::pairs()?;
-        let acc = Shared::default();
-        let relay = Relay {
-            cfg,
-            vcpu: vcpu_map,
-            dm: dm_map,
-            b: hv_ends,
-            pic: DualPic::new(),
-            wires: 0,
-            inject_seq: 0,
-            dm_vec_taken: 0,
-            pending_vector: None,
-            dm_seq: 0,
-            abandoned: false,
-            last_resume: 0,
-            prev: None,
-            acc: acc.clone(),
-        };
-        let thread = spawn(format!("hv-hvm-{name}"), Box::new(move || relay.run()))?;
+        let (mine, ends) = Bells::pairs()?;
+        let g = HvmGuest::assemble(name, cfg, pages, (mine, ends), Shared::default())?;
+        g.start(spawn)?;
+        Ok(g)
+    }
+
+    /// The guest with its relay made (from the kept page) and parked.
+    fn assemble(
+        name: &str,
+        cfg: HvmConfig,
+        pages: [Memfd; 3],
+        (mine, ends): (Bells, Bells),
+        acc: Shared,
+    ) -> HvResult<HvmGuest> {
+        let pausing = Arc::new(AtomicBool::new(false));
+        let relay = Relay::new(
+            (
+                cfg,
+                map(&pages[0], name)?,
+                map(&pages[1], name)?,
+                mine.try_clone()?,
+            ),
+            kept::KeptPage::new(map(&pages[2], name)?),
+            acc.clone(),
+            pausing.clone(),
+        )
+        .map_err(|e| HvError::new(ErrorKind::Invalid, format!("{name}'s kept state: {e}")))?;
         Ok(HvmGuest {
+            name: name.to_string(),
             cfg,
-            vcpu_page,
-            dm_page,
+            pages,
+            mine,
             ends,
             acc,
-            thread: Some(thread),
+            pausing,
+            thread: Mutex::new(None),
+            parked: Arc::new(Mutex::new(Some(relay))),
         })
+    }
+
+    /// Runs the parked relay on a thread of `spawn`'s.
+    pub fn start(&self, spawn: impl Spawn) -> HvResult<()> {
+        let Some(relay) = relock(&self.parked).take() else {
+            return Ok(());
+        };
+        self.pausing.store(false, Ordering::SeqCst);
+        let parked = self.parked.clone();
+        let body = move || {
+            if let Some(r) = relay.run() {
+                *relock(&parked) = Some(r);
+            }
+        };
+        let t = spawn(format!("hv-hvm-{}", self.name), Box::new(body))?;
+        *relock(&self.thread) = Some(t);
+        Ok(())
+    }
+
+    /// Stops the relay between two exits, its state kept (an upgrade's
+    /// `execve` follows; [`HvmGuest::start`] undoes it).
+    pub fn pause(&self) {
+        self.pausing.store(true, Ordering::SeqCst);
+        let _ = self.ends.stop.ring();
+        if let Some(t) = relock(&self.thread).take() {
+            let _ = t.join();
+        }
     }
 
     /// The configuration it was created with.
@@ -238,7 +263,7 @@ impl HvmGuest {
     /// Descriptors for the guest's process (its `splitnet_hvm::HvmVcpu`).
     pub fn vcpu_fds(&self) -> HvResult<VcpuFds> {
         Ok(VcpuFds {
-            page: os("vcpu page", self.vcpu_page.dup())?,
+            page: os("vcpu page", self.pages[0].dup())?,
             kick: os("dup", self.ends.g_kick.as_fd().try_clone_to_owned())?,
             done: os("dup", self.ends.g_done.as_fd().try_clone_to_owned())?,
             irq: os("dup", self.ends.g_irq.as_fd().try_clone_to_owned())?,
@@ -249,7 +274,7 @@ impl HvmGuest {
     /// `splitnet_hvm::DeviceModel`).
     pub fn dm_fds(&self) -> HvResult<DmFds> {
         Ok(DmFds {
-            page: os("ioreq page", self.dm_page.dup())?,
+            page: os("ioreq page", self.pages[1].dup())?,
             kick: os("dup", self.ends.d_kick.as_fd().try_clone_to_owned())?,
             done: os("dup", self.ends.d_done.as_fd().try_clone_to_owned())?,
         })
@@ -258,6 +283,7 @@ impl HvmGuest {
     /// Stops the relay thread: later exits time out in the guest. Dropping
     /// the last handle stops it too.
     pub fn stop(&self) {
+        self.pausing.store(false, Ordering::SeqCst);
         let _ = self.ends.stop.ring();
     }
 
@@ -267,10 +293,22 @@ impl HvmGuest {
     }
 }
 
+/// A page of the guest's mapped for hv.
+fn map(page: &Memfd, name: &str) -> HvResult<Mapping> {
+    os(
+        &format!("mapping a page of {name}'s I/O path"),
+        Mapping::new(page.as_fd(), 0, sys::PAGE_SIZE, true),
+    )
+}
+
+fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Drop for HvmGuest {
     fn drop(&mut self) {
-        let _ = self.ends.stop.ring();
-        if let Some(t) = self.thread.take() {
+        self.stop();
+        if let Some(t) = relock(&self.thread).take() {
             let _ = t.join();
         }
     }
@@ -289,6 +327,34 @@ struct Bells {
 }
 
 impl Bells {
+    fn all(&self) -> [&Doorbell; 6] {
+        [
+            &self.g_kick,
+            &self.g_done,
+            &self.g_irq,
+            &self.d_kick,
+            &self.d_done,
+            &self.stop,
+        ]
+    }
+
+    fn from_all([g_kick, g_done, g_irq, d_kick, d_done, stop]: [Doorbell; 6]) -> Bells {
+        Bells {
+            g_kick,
+            g_done,
+            g_irq,
+            d_kick,
+            d_done,
+            stop,
+        }
+    }
+
+    fn try_clone(&self) -> HvResult<Bells> {
+        let c = |b: &Doorbell| os("doorbell", b.try_clone());
+        let [a, b, c2, d, e, f] = self.all();
+        Ok(Bells::from_all([c(a)?, c(b)?, c(c2)?, c(d)?, c(e)?, c(f)?]))
+    }
+
     /// hv's ends and the others'.
     fn pairs() -> HvResult<(Bells, Bells)> {
         let bell = || os("doorbell", Doorbell::pair());
@@ -316,333 +382,6 @@ impl Bells {
             stop,
         };
         Ok((hv, others))
-    }
-}
-
-/// The relay thread's state.
-struct Relay {
-    cfg: HvmConfig,
-    vcpu: Mapping,
-    dm: Mapping,
-    b: Bells,
-    /// The vPIC (used with [`Placement::Hv`]).
-    pic: DualPic,
-    /// The wires as last sampled.
-    wires: u16,
-    /// Seq of the last injection posted to the guest.
-    inject_seq: u32,
-    /// Seq of the last vector taken from the device model's PIC.
-    dm_vec_taken: u32,
-    /// A vector taken from the device model, not injected yet.
-    pending_vector: Option<u8>,
-    dm_seq: u32,
-    /// hv gave up on the request in the device model's slot.
-    abandoned: bool,
-    /// When the guest was last resumed (its next probe 1 cannot be earlier).
-    last_resume: u64,
-    /// The last forwarded exit, waiting for the guest's probe 10.
-    prev: Option<Probes>,
-    acc: Shared,
-}
-
-impl Relay {
-    fn run(mut self) {
-        loop {
-            let fds = [
-                self.b.g_kick.as_fd(),
-                self.b.d_done.as_fd(),
-                self.b.stop.as_fd(),
-            ];
-            let Ok(ready) = poll_readable_few(&fds, None) else {
-                return;
-            };
-            if ready & 0b100 != 0 {
-                return;
-            }
-            if ready & 0b010 != 0 {
-                let t0 = rdtsc();
-                let _ = self.b.d_done.drain();
-                self.dm_rang(t0);
-            }
-            if ready & 0b001 != 0 {
-                let t2 = rdtsc(); // probe 2: hv's exit handler runs
-                let _ = self.b.g_kick.drain();
-                self.exit(t2);
-            }
-        }
-    }
-
-    /// The device model rang with no request outstanding: an answer hv gave
-    /// up on or never asked for, or interrupt changes.
-    fn dm_rang(&mut self, t0: u64) {
-        self.reap_stale();
-        let sampled = self.sample_interrupts();
-        let injected = self.try_inject();
-        if sampled || injected {
-            let cycles = rdtsc().saturating_sub(t0);
-            lock(&self.acc).record(ExitReason::Interrupt, cycles, false);
-        }
-    }
-
-    /// Consumes an answer sitting in the device model's slot outside a
-    /// request.
-    fn reap_stale(&mut self) {
-        if state(&self.dm, dm::SLOT) != STATE_IORESP_READY {
-            return;
-        }
-        set_state(&self.dm, dm::SLOT, STATE_IOREQ_NONE);
-        let mut a = lock(&self.acc);
-        if std::mem::take(&mut self.abandoned) {
-            a.counters.late_responses += 1;
-        } else {
-            a.counters.unsolicited_responses += 1;
-        }
-    }
-
-    /// One I/O exit.
-    fn exit(&mut self, t2: u64) {
-        let p = &self.vcpu;
-        let req = Ioreq::load(p, vcpu::SLOT);
-        if req.state != STATE_IOREQ_READY {
-            lock(&self.acc).counters.spurious_kicks += 1;
-            return;
-        }
-        // Taken: another ring while we work is spurious.
-        set_state(p, vcpu::SLOT, STATE_IOREQ_INPROCESS);
-        let seq = p.read_u32(vcpu::SEQ);
-        let t1 = between(get_u64(p, vcpu::T_ISSUE), self.last_resume.min(t2), t2);
-        let prev_done = get_u64(p, vcpu::PREV_DONE);
-        self.account_prev(prev_done, t2);
-        lock(&self.acc).counters.exits += 1;
-
-        let access = match validate(&req) {
-            Ok(a) => a,
-            Err(_) => {
-                lock(&self.acc).counters.refused += 1;
-                self.complete(
-                    seq,
-                    ExitResult::Refused,
-                    u32::MAX,
-                    ExitReason::IoRefused,
-                    t2,
-                );
-                return;
-            }
-        };
-        if DualPic::claims(access.port) && self.cfg.placement == Placement::Hv {
-            // §5.1: the PIC in hv, no device model round trip.
-            let data = match (access.width, access.write) {
-                (IoWidth::Byte, true) => {
-                    self.pic.write_port(access.port, access.value as u8);
-                    0
-                }
-                (IoWidth::Byte, false) => {
-                    u32::from(self.pic.read_port(access.port).unwrap_or(0xff))
-                }
-                _ => access.width.all_ones(),
-            };
-            self.complete(seq, ExitResult::Ok, data, ExitReason::IoPicHv, t2);
-            return;
-        }
-        let reason = if DualPic::claims(access.port) {
-            ExitReason::IoPicDm
-        } else if access.port.wrapping_sub(self.cfg.nic_base) < self.cfg.nic_len {
-            ExitReason::IoNic
-        } else {
-            ExitReason::IoOther
-        };
-        match self.forward(&access, t1, t2) {
-            Ok((data, probes)) => {
-                self.complete(seq, ExitResult::Ok, data, reason, t2);
-                self.prev = Some(probes);
-            }
-            Err(r) => self.complete(seq, r, access.width.all_ones(), reason, t2),
-        }
-    }
-
-    /// Hands the access to the device model and waits for its answer, at
-    /// most `dm_timeout`.
-    fn forward(
-        &mut self,
-        a: &hypercall::ioreq::PortAccess,
-        t1: u64,
-        t2: u64,
-    ) -> Result<(u32, Probes), ExitResult> {
-        self.reap_stale();
-        if state(&self.dm, dm::SLOT) != STATE_IOREQ_NONE {
-            lock(&self.acc).counters.dm_busy += 1;
-            return Err(ExitResult::DmBusy);
-        }
-        self.dm_seq = self.dm_seq.wrapping_add(1);
-        self.dm.write_u32(dm::SEQ, self.dm_seq);
-        to_ioreq(a, STATE_IOREQ_READY).store(&self.dm, dm::SLOT);
-        let t3 = rdtsc().max(t2); // probe 3: the guest is "scheduled out"
-        let _ = self.b.d_kick.ring();
-        lock(&self.acc).counters.forwarded += 1;
-        let deadline = Instant::now() + self.cfg.dm_timeout;
-        loop {
-            if state(&self.dm, dm::SLOT) == STATE_IORESP_READY {
-                let t9 = rdtsc(); // probe 9: hv has the answer
-                let d = &self.dm;
-                let data = Ioreq::load(d, dm::SLOT).data as u32;
-                // The device model's probes, forced into order inside ours.
-                let t9 = t9.max(t3);
-                let t5 = between(get_u64(d, dm::T_WOKEN), t3, t9);
-                let t6 = between(get_u64(d, dm::T_DRAINED), t5, t9);
-                let t7 = between(get_u64(d, dm::T_HANDLER), t6, t9);
-                let t8 = between(get_u64(d, dm::T_DONE), t7, t9);
-                set_state(d, dm::SLOT, STATE_IOREQ_NONE);
-                // Wires are published before the answer (§5.1.1).
-                self.sample_interrupts();
-                let data = if a.write {
-                    0
-                } else {
-                    data & a.width.all_ones()
-                };
-                let probes = Probes {
-                    t1,
-                    t2,
-                    t3,
-                    t6,
-                    t7,
-                    t8,
-                    t9,
-                };
-                return Ok((data, probes));
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let fds = [self.b.d_done.as_fd(), self.b.stop.as_fd()];
-            let stopping = left.is_zero()
-                || poll_readable_few(&fds, Some(left)).map_or(true, |r| r & 0b10 != 0);
-            if stopping {
-                if !self.retract() {
-                    self.abandoned = true;
-                }
-                lock(&self.acc).counters.dm_timeouts += 1;
-                return Err(ExitResult::DmTimeout);
-            }
-            let _ = self.b.d_done.drain();
-        }
-    }
-
-    /// Takes back a request the device model has not started (READY →
-    /// NONE, atomically on the state byte). False when it had.
-    fn retract(&self) -> bool {
-        let word = |st: u8| -> u16 {
-            let mut r = Ioreq::default();
-            r.set_ctrl_word(self.dm.load_u32(dm::SLOT + xen::CTRL_WORD));
-            r.state = st;
-            (r.ctrl_word() >> 16) as u16
-        };
-        self.dm
-            .cmpxchg_u16(
-                dm::SLOT + xen::FLAGS_BYTE,
-                word(STATE_IOREQ_READY),
-                word(STATE_IOREQ_NONE),
-            )
-            .is_ok()
-    }
-
-    /// Writes the completion, injects a pending interrupt (at "VM entry"),
-    /// resumes the guest, and accounts the exit.
-    fn complete(&mut self, seq: u32, r: ExitResult, data: u32, reason: ExitReason, t2: u64) {
-        // Accounted before the response is published: a guest that sees
-        // its slot ready may run on without waiting for the doorbell, and
-        // what it reads next must include this exit.
-        let t = rdtsc();
-        lock(&self.acc).record(reason, t.saturating_sub(t2), r != ExitResult::Ok);
-        let p = &self.vcpu;
-        p.write_u32(vcpu::RESULT, r as u32);
-        p.write_u32(vcpu::RESP_SEQ, seq);
-        put_u64(p, vcpu::SLOT + xen::DATA, u64::from(data));
-        set_state(p, vcpu::SLOT, STATE_IORESP_READY);
-        self.try_inject();
-        let _ = self.b.g_done.ring();
-        self.last_resume = t;
-    }
-
-    /// Accounts the previous forwarded exit now that the guest reported its
-    /// probe 10 (kept in order between hv's probe 9 and this exit).
-    fn account_prev(&mut self, prev_done: u64, now: u64) {
-        let Some(p) = self.prev.take() else { return };
-        let t10 = between(prev_done, p.t9, now);
-        let stages = [
-            (p.t3 - p.t1) + (t10 - p.t9),
-            p.t6 - p.t3,
-            p.t7 - p.t6,
-            p.t8 - p.t7,
-            p.t9 - p.t8,
-        ];
-        let mut a = lock(&self.acc);
-        let s = &mut a.stages;
-        s.count += 1;
-        for (i, c) in stages.iter().enumerate() {
-            s.cycles[i] = s.cycles[i].wrapping_add(*c);
-            s.max_cycles[i] = s.max_cycles[i].max(*c);
-        }
-        s.round_trip = s.round_trip.wrapping_add(t10 - p.t1);
-        s.exit_entry = s.exit_entry.wrapping_add(p.t2 - p.t1);
-        s.resume = s.resume.wrapping_add(t10 - p.t9);
-    }
-
-    /// Takes interrupt changes from the device model: wires into the vPIC,
-    /// or a vector its PIC raised. Returns whether there were any.
-    fn sample_interrupts(&mut self) -> bool {
-        match self.cfg.placement {
-            Placement::Hv => {
-                let w = self.dm.load_u32(dm::WIRES) as u16;
-                let changed = w ^ self.wires;
-                if changed == 0 {
-                    return false;
-                }
-                for irq in 0..16u8 {
-                    if changed & (1 << irq) != 0 {
-                        self.pic.set_irq(irq, w & (1 << irq) != 0);
-                    }
-                }
-                self.wires = w;
-                lock(&self.acc).counters.wire_changes += u64::from(changed.count_ones());
-                true
-            }
-            Placement::Dm => {
-                let w = self.dm.load_u32(dm::VECTOR);
-                let seq = w >> 8 & SEQ24;
-                if seq == self.dm_vec_taken || self.pending_vector.is_some() {
-                    return false;
-                }
-                self.dm_vec_taken = seq;
-                self.pending_vector = Some(w as u8);
-                self.dm.store_u32(dm::VECTOR_ACK, seq);
-                lock(&self.acc).counters.dm_vectors += 1;
-                true
-            }
-        }
-    }
-
-    /// Posts an interrupt to the guest if one is ready and the guest took
-    /// the previous one. Returns whether it posted.
-    fn try_inject(&mut self) -> bool {
-        let ready = match self.cfg.placement {
-            Placement::Hv => self.pic.int_output(),
-            Placement::Dm => self.pending_vector.is_some(),
-        };
-        if !ready {
-            return false;
-        }
-        if self.vcpu.load_u32(vcpu::INJECT_ACK) & SEQ24 != self.inject_seq {
-            lock(&self.acc).counters.window_closed += 1;
-            return false;
-        }
-        let vector = match self.cfg.placement {
-            Placement::Hv => self.pic.inta(),
-            Placement::Dm => self.pending_vector.take().unwrap_or(0),
-        };
-        self.inject_seq = (self.inject_seq + 1) & SEQ24;
-        self.vcpu
-            .store_u32(vcpu::INJECT, self.inject_seq << 8 | u32::from(vector));
-        let _ = self.b.g_irq.ring();
-        lock(&self.acc).counters.injections += 1;
-        true
     }
 }
 
@@ -702,6 +441,31 @@ impl HvmGuests {
         if let Some(g) = g {
             g.stop(); // even while someone else still holds a handle
         }
+    }
+
+    /// Every guest's image, by domain.
+    pub(crate) fn images(&self) -> Vec<HvmImage> {
+        self.map().iter().map(|(&id, g)| g.image(id)).collect()
+    }
+
+    /// Pauses every guest's relay, its state kept, until
+    /// [`HvmGuests::start_all`] (an upgrade's `execve` comes between).
+    pub(crate) fn pause_all(&self) {
+        for g in self.map().values() {
+            g.pause();
+        }
+    }
+
+    /// Runs every parked relay, each on a thread `spawn` gives for its
+    /// domain.
+    pub(crate) fn start_all(
+        &self,
+        spawn: impl Fn(DomId, String, Box<dyn FnOnce() + Send>) -> HvResult<JoinHandle<()>>,
+    ) -> HvResult<()> {
+        for (&id, g) in self.map().iter() {
+            g.start(|name, body| spawn(id, name, body))?;
+        }
+        Ok(())
     }
 
     /// Every guest's accounting.
