@@ -1,8 +1,8 @@
 //! hv upgraded in place (`splitnet upgrade --hv`): the same process goes on
 //! with a new program, every domain keeps its process, its id and its
 //! traffic, and nothing is lost; a program that cannot take over leaves
-//! the old hv serving; what an upgrade does not carry yet is refused by
-//! name. Needs root; run one test at a time.
+//! the old hv serving (guests with emulated NICs: `e2e_hv_crash`). Needs
+//! root; run one test at a time.
 
 mod common;
 
@@ -293,21 +293,6 @@ fn a_program_that_dies_at_start_is_rolled_back_by_the_guardian() {
         (true.into(), "2".into()),
         "{r}"
     );
-    env.ok(&["down"]);
-    assert_nothing_left();
-}
-
-#[test]
-fn what_an_upgrade_does_not_carry_yet_is_refused_by_name() {
-    let Some(env) = Env::new("hvupg-hosted") else {
-        return;
-    };
-    env.up_emulated("hvupg-hosted", "nic = \"hosted\"");
-    let pid = env.status()["hv_pid"].clone();
-    let e = refused(&env, &["upgrade", "--hv"]);
-    assert!(e.contains("does not carry emulated NICs yet"), "{e}");
-    assert_eq!(env.status()["hv_pid"], pid);
-    env.ping_guest1_all_ways();
     env.ok(&["down"]);
     assert_nothing_left();
 }

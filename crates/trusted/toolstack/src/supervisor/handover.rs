@@ -68,12 +68,6 @@ impl Supervisor {
         &self,
     ) -> HvResult<(SupervisorImage, Vec<super::containers::Container>)> {
         let topology = self.topo().clone();
-        if let Some(e) = topology.emulated_nics().first() {
-            return refuse(format!(
-                "an upgrade of hv does not carry emulated NICs yet (guest {})",
-                e.guest
-            ));
-        }
         let st = self.lock();
         if let Some((name, _)) = st.intents.iter().next() {
             return refuse(format!(
@@ -161,6 +155,7 @@ impl Supervisor {
             cg.track(pid);
             sup.watch(hv, domid, &name, &ns, cg, pid, move || sys::reap(pid))?;
         }
+        sup.watch_device_sides(hv);
         // Processes whose domains hv destroyed before the upgrade (those
         // still in hv are watched above, and may be reaped already).
         for (domid, name, pid) in unreaped {

@@ -230,7 +230,7 @@ fn hand_over(sup: Arc<Supervisor>, reopen: Reopen, image: Image, files: (PathBuf
 /// `execve`s the image's new program, the signal mask kept (the signals hv
 /// waits for stay blocked and pending); returns only on failure, saying
 /// why. Not after a shutdown began: its domains are going.
-fn exec_new_program(sup: &Supervisor, hv: &Hypervisor, image: &Image, path: &Path) -> String {
+fn exec_new_program(sup: &Supervisor, hv: &Arc<Hypervisor>, image: &Image, path: &Path) -> String {
     if hv.is_shutting_down() {
         return "hv began shutting down".into();
     }
@@ -243,6 +243,9 @@ fn exec_new_program(sup: &Supervisor, hv: &Hypervisor, image: &Image, path: &Pat
     // No domain is being spawned meanwhile: its descriptors are briefly
     // inheritable then.
     let _guard = crate::host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+    // HVM guests' relays stop between two exits, their vPIC kept for the
+    // new program; they run again here if the `execve` fails.
+    let _hvm = hv.pause_hvm();
     for fd in image.fds() {
         if let Err(e) = sys::set_inheritable_raw(fd, true) {
             return format!("descriptor {fd} of the state: {e}");

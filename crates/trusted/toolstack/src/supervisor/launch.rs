@@ -347,6 +347,37 @@ impl Supervisor {
         Ok(())
     }
 
+    /// After an upgrade or a restart of hv: each emulated NIC's VMApp or
+    /// device model, still running, watched again by the pid `status`
+    /// shows for it, and logged when it ends as a child of hv's is.
+    pub(super) fn watch_device_sides(&self, hv: &Arc<Hypervisor>) {
+        for e in self.topo().emulated_nics() {
+            let info = hv.info(&format!("nic.{}", e.guest)).unwrap_or_default();
+            let Some(pid) = info.split('|').nth(3).and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            let guest = e.guest.clone();
+            let watched = hv.spawn_guarded(format!("reap-dm-{guest}"), None, move || {
+                // hv's child if it is the program that started it; else
+                // seen by pidfd (its status then is not hv's to read).
+                let status = sys::reap(pid).map(|s| format!("{s:?}"));
+                let status = status.or_else(|_| sys::wait_exited(pid).map(|()| "ended".into()));
+                hv::log!(
+                    Notice,
+                    dom = guest,
+                    "its device side (pid {pid}) exited: {status:?}"
+                );
+            });
+            if let Err(x) = watched {
+                hv::log!(
+                    Warning,
+                    dom = e.guest,
+                    "its device side is not watched: {x}"
+                );
+            }
+        }
+    }
+
     /// Spawns guest `e`'s VMApp or device model in namespace `ns`, logging
     /// to `<guest>-vmapp.log` or `<guest>-dm.log`, with the descriptors it
     /// inherits.
