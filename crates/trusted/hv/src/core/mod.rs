@@ -67,7 +67,7 @@ pub struct Hypervisor {
     toolstack_trace: Arc<HvTrace>,
     /// The clock trace snapshots are stamped with.
     started: std::time::Instant,
-    /// HVM guests' I/O paths (`hvm.rs`).
+    /// HVM guests' I/O paths (`hvm/`).
     hvm: HvmGuests,
     /// vhost-user vifs' listening sockets (`vhost.rs`).
     vhost: VhostListeners,

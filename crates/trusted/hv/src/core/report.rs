@@ -66,7 +66,7 @@ impl Hypervisor {
             .iter()
             .map(|(id, d)| {
                 let mut hv = d.trace.snapshot();
-                // An HVM guest's exits per reason, and per stage (`hvm.rs`).
+                // An HVM guest's exits per reason, and per stage (`hvm/relay.rs`).
                 if let Some(s) = hvm.remove(id) {
                     crate::hvm::trace_rows(&s, &mut hv);
                 }
