@@ -419,6 +419,16 @@ mod tests {
         Topology::parse(&format!("{DRV}{extra}"), "t.toml").map_err(|e| e.to_string())
     }
 
+    /// hv's image carries the topology as JSON: a VM's unset pool must
+    /// read back (an upgrade or hv's record for its guardian would fail).
+    #[test]
+    fn a_topology_with_a_vm_reads_back_from_json() {
+        let t = topo(VM1).unwrap();
+        let text = serde_json::to_string(&t).unwrap();
+        let back: Topology = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, t);
+    }
+
     #[test]
     fn the_issues_vm_parses_and_runs_no_process() {
         let t = topo(&format!(

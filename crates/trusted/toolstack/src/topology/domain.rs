@@ -36,7 +36,14 @@ pub struct DomainConfig {
     pub kind: DomainKind,
     /// Frames (4 KiB) in the grantable pool; by default enough for the
     /// domain's vifs ([`Topology::parse`] fills it in).
-    #[serde(default, deserialize_with = "frames")]
+    /// A VM's stays 0: its memory is its VMM's. 0 is not written, so that
+    /// a topology read back from hv's image (an upgrade, a record for its
+    /// guardian) takes it as unset again.
+    #[serde(
+        default,
+        deserialize_with = "frames",
+        skip_serializing_if = "unset_frames"
+    )]
     pub memory_frames: u32,
     /// Pages of grant table (512 entries each).
     #[serde(default = "default_grant_frames")]
@@ -700,6 +707,10 @@ fn frames<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
         )),
         n => Ok(n),
     }
+}
+
+fn unset_frames(frames: &u32) -> bool {
+    *frames == 0
 }
 
 impl DomainConfig {
