@@ -870,6 +870,10 @@ impl SupervisorHook for Supervisor {
             .intents
             .insert(name.to_string(), Intent::Destroy);
     }
+
+    fn served(&self) {
+        self.record_served();
+    }
 }
 
 /// Whether driver domain `d` has an interface of its own on its bridge

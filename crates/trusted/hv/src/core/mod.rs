@@ -53,6 +53,11 @@ pub trait Supervisor: Send + Sync {
     fn toolstack(&self, req: Request) -> HvResult<Reply>;
     /// The toolstack is about to destroy domain `name`: it must not come back.
     fn destroying(&self, name: &str);
+    /// A toolstack request that may have changed hv's state was served and
+    /// is about to be answered: what hv records for its guardian is
+    /// brought up to date first, so that a crash after the answer loses
+    /// nothing the caller was told was done.
+    fn served(&self) {}
 }
 
 /// The hypervisor. Shared by its serving threads through an `Arc`.

@@ -201,6 +201,11 @@ impl Hypervisor {
         };
         if changes {
             self.note_change();
+            if caller == DOMID_TOOLSTACK && !self.is_shutting_down() {
+                if let Some(sup) = self.supervisor() {
+                    sup.served();
+                }
+            }
         }
         outcome
     }

@@ -94,6 +94,17 @@ impl Supervisor {
         self.guardian.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A toolstack request was served: hv's record is brought up to date
+    /// before its answer (the thread's next look would be up to
+    /// [`PERIOD`] later, and a crash in between would undo what the
+    /// caller was told was done). A state that cannot be recorded now is
+    /// left to the thread.
+    pub(super) fn record_served(&self) {
+        if let Ok(hv) = self.hv() {
+            let _ = self.record_once(&hv);
+        }
+    }
+
     /// Hands the guardian hv's state if it changed since its last record.
     fn record_once(&self, hv: &Hypervisor) -> Result<(), String> {
         let mut slot = self.guarded();
