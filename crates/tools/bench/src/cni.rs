@@ -351,14 +351,8 @@ fn leaks(opts: &CniOptions, up: &Up<'_>, plugin: &Plugin) -> Result<Leaks> {
             eprintln!("bench cni: {}/{} ADD/DEL cycles", i + 1, opts.cycles);
         }
     }
-    let same = |r: &Resources| {
-        Resources {
-            hv_rss_kib: before.hv_rss_kib,
-            ..r.clone()
-        } == before
-    };
     let _ = faults::wait_for("hv's resources to settle", Duration::from_secs(5), || {
-        faults::resources(&mut ts).is_ok_and(|r| same(&r))
+        faults::resources(&mut ts).is_ok_and(|r| before.counts_back(&r))
     });
     Ok(Leaks {
         cycles: opts.cycles,

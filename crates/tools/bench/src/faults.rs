@@ -139,7 +139,14 @@ pub struct Resources {
     pub grant_maps: usize,
     pub store_nodes: usize,
     pub watches: u64,
+    /// hv's open descriptors, its pidfds aside.
     pub hv_fds: usize,
+    /// hv's pidfds: an hv that took over after a crash watches each
+    /// process it did not start (domains, device models, uplink daemons)
+    /// by one, so these may grow; not judged.
+    pub hv_pidfds: usize,
+    /// Those whose process is gone (or a zombie): judged, as a leak.
+    pub stale_pidfds: usize,
     pub hv_rss_kib: u64,
 }
 
@@ -684,7 +691,18 @@ fn http(opts: &FaultsOptions) -> Result<Http> {
 pub(crate) fn resources(ts: &mut Toolstack) -> Result<Resources> {
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
     let pid = s.hv_pid;
-    let hv_fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    let (mut hv_fds, mut hv_pidfds, mut stale_pidfds) = (0, 0, 0);
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let Ok(e) = e else { continue };
+        let target = std::fs::read_link(e.path()).unwrap_or_default();
+        if target.as_os_str() != "anon_inode:[pidfd]" {
+            hv_fds += 1;
+            continue;
+        }
+        hv_pidfds += 1;
+        let info = format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy());
+        stale_pidfds += usize::from(!pidfd_live(&info));
+    }
     let hv_rss_kib = rss_kib(pid).unwrap_or(0);
     Ok(Resources {
         grant_pins: s.grant_pins,
@@ -698,22 +716,33 @@ pub(crate) fn resources(ts: &mut Toolstack) -> Result<Resources> {
         store_nodes: s.store_nodes,
         watches: s.watches,
         hv_fds,
+        hv_pidfds,
+        stale_pidfds,
         hv_rss_kib,
     })
+}
+
+/// Whether the pidfd `fdinfo` describes names a process that still runs
+/// (the kernel shows `Pid: -1` once it is reaped; a zombie is gone too).
+fn pidfd_live(fdinfo: &str) -> bool {
+    let text = std::fs::read_to_string(fdinfo).unwrap_or_default();
+    let pid = (text.lines())
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .unwrap_or(-1);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    pid > 0 && !matches!(state, None | Some('Z') | Some('X'))
 }
 
 /// hv's resources once they are `before`'s again (resident memory
 /// aside), or after 5 s if they never are: what is still in flight
 /// settles within that, a leak does not.
 pub(crate) fn settled(ts: &mut Toolstack, before: &Resources) -> Result<Resources> {
-    let same = |r: &Resources| {
-        Resources {
-            hv_rss_kib: before.hv_rss_kib,
-            ..r.clone()
-        } == *before
-    };
     let _ = wait_for("hv's resources to settle", Duration::from_secs(5), || {
-        resources(ts).is_ok_and(|r| same(&r))
+        resources(ts).is_ok_and(|r| before.counts_back(&r))
     });
     resources(ts)
 }
@@ -1048,6 +1077,11 @@ impl Resources {
             ("store nodes", b.store_nodes as u64, a.store_nodes as u64),
             ("store watches", b.watches, a.watches),
             ("open descriptors", b.hv_fds as u64, a.hv_fds as u64),
+            (
+                "pidfds of processes gone",
+                b.stale_pidfds as u64,
+                a.stale_pidfds as u64,
+            ),
             ("resident memory (KiB)", b.hv_rss_kib, a.hv_rss_kib),
         ]
     }
@@ -1066,6 +1100,15 @@ impl Resources {
             })
             .map(|(n, _, _)| n)
             .collect()
+    }
+
+    /// Whether every count is back by `after` (resident memory aside).
+    pub(crate) fn counts_back(&self, after: &Resources) -> bool {
+        self.leaked(&Resources {
+            hv_rss_kib: self.hv_rss_kib,
+            ..after.clone()
+        })
+        .is_empty()
     }
 }
 

@@ -27,6 +27,7 @@ mod churn;
 mod crosshost;
 mod events;
 mod flows;
+mod hv_events;
 mod machine;
 mod pattern;
 mod progress;
@@ -168,6 +169,9 @@ pub struct Lab {
     /// testpmd's VM runs (its flow is in the soak).
     pub dpdk_vm: bool,
     pub t0: Instant,
+    /// Held by a hot-plug cycle for its length, and by an event of hv's
+    /// alone ([`hv_events`]).
+    hv_quiet: std::sync::RwLock<()>,
 }
 
 impl Lab {
@@ -239,6 +243,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport> {
         cross,
         dpdk_vm: dpdk.is_some(),
         t0: Instant::now(),
+        hv_quiet: Default::default(),
     };
     let r = soak(opts, &lab, &want);
     let _ = std::fs::remove_dir_all(&www);

@@ -75,8 +75,9 @@ pub(crate) enum Suite {
     /// a DPDK VM (testpmd, if installed) reflects to the wire host;
     /// hot-plug churn and SHA-256-checked downloads; and, drawn from
     /// --seed, driver-domain and guest kills, a stopped driver domain, a
-    /// guest stalling its RX ring, a hostile VM's attacks, and a killed
-    /// bgpd or dropped BGP session between the hosts.
+    /// guest stalling its RX ring, a hostile VM's attacks, a killed bgpd or
+    /// dropped BGP session between the hosts, upgrades of the driver domain
+    /// and of hv, and hv killed.
     /// Reports bytes, gaps, leaks and every counter that moved; exits
     /// non-zero on a lost or corrupted byte or a leak. Ctrl-C ends it early.
     Soak,

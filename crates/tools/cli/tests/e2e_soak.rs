@@ -2,8 +2,8 @@
 //! a guest of every NIC kind carrying checked flows while the driver
 //! domain and a guest are killed, the driver domain is stopped, a guest
 //! stalls its RX ring, the uplink flaps, a guest scribbles on its NIC's
-//! memory, a hostile VM attacks and the driver domain is upgraded in
-//! place, while churn hot-plugs vifs, applies a
+//! memory, a hostile VM attacks, the driver domain is upgraded in place
+//! and hv is upgraded and killed, while churn hot-plugs vifs, applies a
 //! guest in and out and adds containers; and a stream between two
 //! underlay hosts over EVPN through a killed bgpd and a BGP session
 //! dropped by nftables, and datagrams a DPDK VM (testpmd, listening on
@@ -81,6 +81,8 @@ fn a_three_minute_soak_with_a_fixed_seed_loses_no_byte_and_leaks_nothing() {
         "SIGKILL host a's bgpd",
         "host a's BGP dropped by nftables",
         "drv upgraded in place",
+        "hv upgraded in place",
+        "SIGKILL hv",
     ] {
         assert!(events.contains(&want), "no {want:?} in {events:?}");
     }

@@ -71,6 +71,7 @@ impl Lab {
         while !stop.load(Ordering::Relaxed) {
             let spec = SPECS[rng.below(SPECS.len())];
             let hold = rng.between(200, 1000);
+            let _quiet = self.hv_quiet.read().unwrap_or_else(|p| p.into_inner());
             let done = match (rng.below(APPLY_EVERY), &plugin) {
                 (0, _) => self.apply_cycle(hold, &mut c),
                 (1, Some(p)) => {

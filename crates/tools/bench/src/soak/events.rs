@@ -11,7 +11,8 @@
 //! NIC's rings and buffers, as a hostile guest kernel would), and, between
 //! the underlay's hosts ([`super::crosshost`]), a bgpd killed and a BGP
 //! session dropped by nftables; and the driver domain upgraded in place
-//! (`splitnet upgrade drv`), which must keep its process and domain.
+//! (`splitnet upgrade drv`), which must keep its process and domain; and
+//! hv itself upgraded or killed ([`super::hv_events`]).
 
 use super::Lab;
 use crate::faults::{domain_pid, kill_domain, rss_kib};
@@ -43,6 +44,8 @@ pub enum Event {
     KillBgpd,
     DropBgp,
     UpgradeDriver,
+    UpgradeHv,
+    KillHv,
 }
 
 impl Event {
@@ -59,6 +62,8 @@ impl Event {
             Event::KillBgpd,
             Event::DropBgp,
             Event::UpgradeDriver,
+            Event::UpgradeHv,
+            Event::KillHv,
         ];
         v.extend(Attack::ALL.iter().map(|&a| Event::Attack(a)));
         v
@@ -77,6 +82,8 @@ impl Event {
             Event::KillBgpd => "SIGKILL host a's bgpd".into(),
             Event::DropBgp => "host a's BGP dropped by nftables".into(),
             Event::UpgradeDriver => "drv upgraded in place".into(),
+            Event::UpgradeHv => "hv upgraded in place".into(),
+            Event::KillHv => "SIGKILL hv".into(),
         }
     }
 
@@ -98,7 +105,12 @@ impl Event {
     /// How long it lasts, drawn from `rng` (ms; a kill takes none).
     fn draw_length(self, rng: &mut SplitMix) -> u64 {
         match self {
-            Event::KillDriver | Event::KillGuest | Event::KillBgpd | Event::UpgradeDriver => 0,
+            Event::KillDriver
+            | Event::KillGuest
+            | Event::KillBgpd
+            | Event::UpgradeDriver
+            | Event::UpgradeHv
+            | Event::KillHv => 0,
             Event::StopDriver => rng.between(1000, 3000),
             Event::StallGuest => rng.between(2000, 6000),
             Event::Attack(_) => rng.between(3000, 6000),
@@ -210,6 +222,8 @@ impl Lab {
             Event::KillBgpd => self.kill_bgpd(),
             Event::DropBgp => self.drop_bgp(ms),
             Event::UpgradeDriver => self.upgrade_driver(),
+            Event::UpgradeHv => self.hv_event(false),
+            Event::KillHv => self.hv_event(true),
         };
         match done {
             Ok(detail) => w.detail = detail,

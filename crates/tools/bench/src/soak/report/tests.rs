@@ -13,6 +13,8 @@ fn resources() -> Resources {
         store_nodes: 100,
         watches: 20,
         hv_fds: 30,
+        hv_pidfds: 0,
+        stale_pidfds: 0,
         hv_rss_kib: 6000,
     }
 }
@@ -286,4 +288,26 @@ fn an_upgrade_is_judged_on_the_flows_that_keep_their_connection() {
     ));
     assert!(r.upgrade_gaps[0].met);
     assert!(r.table().contains("upgrade at s"), "{}", r.table());
+}
+
+#[test]
+fn pidfds_may_grow_but_not_for_processes_gone() {
+    let before = resources();
+    let adopted = Resources {
+        hv_pidfds: 9,
+        ..resources()
+    };
+    assert!(before.leaked(&adopted).is_empty(), "an hv that took over");
+    assert!(before.counts_back(&adopted));
+    let leaking = Resources {
+        hv_pidfds: 9,
+        stale_pidfds: 1,
+        ..resources()
+    };
+    assert_eq!(before.leaked(&leaking), ["pidfds of processes gone"]);
+    let other = Resources {
+        hv_fds: 31,
+        ..resources()
+    };
+    assert_eq!(before.leaked(&other), ["open descriptors"]);
 }
