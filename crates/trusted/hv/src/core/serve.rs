@@ -87,8 +87,11 @@ impl Hypervisor {
             hv.serve_requests(dm, &sock, |r| {
                 matches!(r, Request::HvmDeviceModel { .. } | Request::Nop)
             });
-            // As a toolstack connection's: closed inside the gate.
+            // As a toolstack connection's: closed inside the gate, and
+            // under hv's lock, which hv's record for its guardian holds
+            // while it duplicates the descriptors it names.
             let _pass = hv.gate.enter(Kind::Short);
+            let _st = hv.lock();
             hv.device_model_conns().remove(&key);
             drop(sock);
         });
@@ -158,8 +161,12 @@ impl Hypervisor {
                 ),
                 Ok(req) => {
                     let kind = req.index();
+                    let record = caller == DOMID_TOOLSTACK
+                        && may_change(&req)
+                        && !matches!(req, Request::UpgradeHv { .. } | Request::Shutdown);
                     let r = self.handle(caller, req);
                     tr.hypercall(kind, t0);
+                    self.served_toolstack(record);
                     r
                 }
                 Err(e) => (Err(e), Vec::new()),
@@ -201,13 +208,23 @@ impl Hypervisor {
         };
         if changes {
             self.note_change();
-            if caller == DOMID_TOOLSTACK && !self.is_shutting_down() {
-                if let Some(sup) = self.supervisor() {
-                    sup.served();
-                }
-            }
         }
         outcome
+    }
+
+    /// A request from a toolstack connection was served: has the
+    /// supervisor record hv's state before the answer goes
+    /// ([`super::Supervisor::served`]). Not for hv's own requests (the
+    /// supervisor's store writes, made with its locks held), nor for an
+    /// upgrade of hv or a shutdown, which hand over or let go of hv's
+    /// guardian themselves: a record taken as they begin would be taken
+    /// for the state they end.
+    fn served_toolstack(&self, req_changes: bool) {
+        if req_changes && !self.is_shutting_down() {
+            if let Some(sup) = self.supervisor() {
+                sup.served();
+            }
+        }
     }
 
     /// Serves the requests that run without hv's lock: the toolstack's, and

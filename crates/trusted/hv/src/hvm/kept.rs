@@ -99,7 +99,9 @@ impl KeptPage {
         if self.last.as_ref() == Some(k) {
             return;
         }
-        let next = self.generation.wrapping_add(1).max(1);
+        // Past u32::MAX (odd), 2: the other copy, and never 0 ("never
+        // written").
+        let next = self.generation.checked_add(1).unwrap_or(2);
         let at = COPIES + (next as usize % 2) * COPY_LEN;
         self.map.write_bytes(at, &k.encode());
         // Release: the copy is complete before its generation is seen.

@@ -318,8 +318,11 @@ impl Relay {
             } else {
                 &both[..]
             };
+            // A pause asked while this poll waited is no end either.
             let stopping = left.is_zero()
-                || poll_readable_few(fds, Some(left)).map_or(true, |r| r & 0b10 != 0);
+                || poll_readable_few(fds, Some(left)).map_or(true, |r| {
+                    r & 0b10 != 0 && !self.pausing.load(Ordering::SeqCst)
+                });
             if stopping {
                 if !self.retract() {
                     self.abandoned = true;

@@ -235,9 +235,9 @@ fn exec_new_program(sup: &Supervisor, hv: &Arc<Hypervisor>, image: &Image, path:
         return "hv began shutting down".into();
     }
     // No record is being handed to the guardian across the `execve`.
-    let guardian = sup.guardian_quiet();
+    let mut guardian = sup.guardian_quiet();
     // Nor is one it may be taking still: its duplicates close at `execve`.
-    if guardian.as_ref().is_some_and(|g| g.owes_answer()) {
+    if guardian.as_mut().is_some_and(|g| g.owes_answer()) {
         return "hv's guardian has not answered hv's last record: try again".into();
     }
     // No domain is being spawned meanwhile: its descriptors are briefly

@@ -25,8 +25,10 @@ pub(super) struct Guarded {
 
 impl Guarded {
     /// Whether the guardian owes an answer to a record (an upgrade's
-    /// `execve` would close the duplicates it may be taking).
-    pub(super) fn owes_answer(&self) -> bool {
+    /// `execve` would close the duplicates it may be taking), after
+    /// taking one it already sent.
+    pub(super) fn owes_answer(&mut self) -> bool {
+        let _ = self.guardian.ready();
         self.guardian.owes_answer()
     }
 }
