@@ -166,13 +166,27 @@ fn emulated_nic_is_carried(nic: &str) {
         serde_json::json!([n["kind"], n["backend"], n["vmapp_pid"], n["dm_pid"]])
     };
     let before = (pids(), nic_side());
-    let (_srv, mut client) = env.stream_to_wire("guest1", 8);
+    // Long enough to outlast an upgrade and a kill on a busy machine, where
+    // an emulated NIC in a debug build may move only a few hundred
+    // kilobytes a second: progress is a quarter of a megabyte.
+    let _srv = env.iperf3_server_on_wire();
+    let mut client = env.spawn(&[
+        "exec",
+        "guest1",
+        "--",
+        "iperf3",
+        "-c",
+        "10.77.0.254",
+        "-t",
+        "30",
+    ]);
     let moving = |what: &str| {
         let at = rx_bytes("wire", "eth0");
-        wait_until(what, Duration::from_secs(10), || {
-            rx_bytes("wire", "eth0") > at + (1 << 20)
+        wait_until(what, Duration::from_secs(20), || {
+            rx_bytes("wire", "eth0") > at + (1 << 18)
         });
     };
+    moving("the stream to reach the wire host");
     env.ok(&["upgrade", "--hv"]);
     moving("the stream going on after the upgrade");
     // What changed within hv's last tenth of a second a crash may lose.
@@ -184,7 +198,7 @@ fn emulated_nic_is_carried(nic: &str) {
     kill_hv(&env);
     moving("the stream going on after hv's death");
     assert!(
-        client.wait_exit(Duration::from_secs(30)),
+        client.wait_exit(Duration::from_secs(60)),
         "iperf3 did not end"
     );
     let code = client.0.wait().unwrap();

@@ -126,6 +126,10 @@ impl SoakReport {
         for x in self.churn.failures.iter().take(5) {
             s += &format!("- churn at {:.1} s: {}\n", x.at_s, x.what);
         }
+        let downloads = d.corrupt.iter().chain(&d.failures);
+        for x in downloads.take(5) {
+            s += &format!("- download started at {:.1} s: {}\n", x.at_s, x.what);
+        }
         s
     }
 
