@@ -1,13 +1,17 @@
 //! The relay's state kept in a page of hv's own (Zhang & Dong §5.1 put the
 //! vPIC in the hypervisor; here hv is a program that can be upgraded or
 //! die, and the guest's interrupt controller must outlive it). The relay
-//! writes its state there after each exit or interrupt it handled; an
+//! writes its state there *ahead* of what the guest or the device model
+//! sees: an exit's completion and an injection are kept before they are
+//! published, so a program that dies between the two leaves the next one
+//! enough to publish them again rather than serve the exit twice. An
 //! upgraded hv, or one its guardian started again, goes on from it.
 //!
 //! Two copies alternate and a generation names the complete one, so a
 //! program that dies while writing leaves the copy before intact.
 
 use abi::SharedMemory;
+use hypercall::ioreq::ExitResult;
 use sys::Mapping;
 use vpic::{DualPic, STATE_LEN};
 
@@ -16,8 +20,20 @@ const GENERATION: usize = 0;
 const COPIES: usize = 64;
 const COPY_LEN: usize = 128;
 
-/// What must outlive hv's program: the vPIC and the positions in the two
-/// pages' protocols.
+/// The last exit's completion, kept before the guest may see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Done {
+    /// The guest's sequence number of the exit.
+    pub seq: u32,
+    pub result: ExitResult,
+    pub data: u32,
+    /// The device model answered it: its slot holds the answer until the
+    /// completion is published.
+    pub answered: bool,
+}
+
+/// What must outlive hv's program: the vPIC, the positions in the two
+/// pages' protocols, the last completion and the last injection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Kept {
     pub pic: [u8; STATE_LEN],
@@ -27,6 +43,9 @@ pub(super) struct Kept {
     pub pending_vector: Option<u8>,
     pub dm_seq: u32,
     pub abandoned: bool,
+    pub done: Option<Done>,
+    /// The vector of injection `inject_seq`.
+    pub last_vector: u8,
 }
 
 const W: usize = STATE_LEN;
@@ -42,7 +61,35 @@ impl Kept {
         b[W + 11] = self.pending_vector.unwrap_or(0);
         b[W + 12..W + 16].copy_from_slice(&self.dm_seq.to_le_bytes());
         b[W + 16] = u8::from(self.abandoned);
+        if let Some(d) = self.done {
+            b[W + 17] = 1 | u8::from(d.answered) << 1;
+            b[W + 18..W + 22].copy_from_slice(&d.seq.to_le_bytes());
+            b[W + 22..W + 26].copy_from_slice(&(d.result as u32).to_le_bytes());
+            b[W + 26..W + 30].copy_from_slice(&d.data.to_le_bytes());
+        }
+        b[W + 30] = self.last_vector;
         b
+    }
+
+    fn decode_done(b: &[u8; COPY_LEN]) -> Result<Option<Done>, String> {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
+        let flags = b[W + 17];
+        if flags == 0 {
+            return Ok(None);
+        }
+        let code = u32_at(W + 22);
+        let result = ExitResult::from_code(code);
+        if flags > 3 || result as u32 != code {
+            return Err(format!(
+                "a completion that cannot be: flags {flags:#x}, result {code}"
+            ));
+        }
+        Ok(Some(Done {
+            seq: u32_at(W + 18),
+            result,
+            data: u32_at(W + 26),
+            answered: flags & 2 != 0,
+        }))
     }
 
     fn decode(b: &[u8; COPY_LEN]) -> Result<Kept, String> {
@@ -60,6 +107,8 @@ impl Kept {
             pending_vector: (b[W + 10] == 1).then_some(b[W + 11]),
             dm_seq: u32_at(W + 12),
             abandoned: b[W + 16] == 1,
+            done: Kept::decode_done(b)?,
+            last_vector: b[W + 30],
         })
     }
 }
@@ -132,6 +181,13 @@ mod tests {
             pending_vector: Some(0x3b),
             dm_seq: n * 2,
             abandoned: true,
+            done: Some(Done {
+                seq: n + 5,
+                result: ExitResult::DmTimeout,
+                data: 0xffff,
+                answered: n.is_multiple_of(2),
+            }),
+            last_vector: 0x3b,
         }
     }
 
@@ -168,5 +224,21 @@ mod tests {
         p.map.write_bytes(at, &[9]);
         let e = p.load().unwrap_err();
         assert!(e.contains("initialization step"), "{e}");
+    }
+
+    #[test]
+    fn a_completion_that_cannot_be_is_refused() {
+        let (_fd, map) = page();
+        let mut p = KeptPage::new(map);
+        p.store(&sample(1));
+        // The current copy is generation 1's (the second); its result
+        // code becomes one no exit ends with.
+        p.map.write_bytes(COPIES + COPY_LEN + W + 22, &[7]);
+        let e = p.load().unwrap_err();
+        assert!(e.contains("result 7"), "{e}");
+        p.map.write_bytes(COPIES + COPY_LEN + W + 22, &[2]);
+        p.map.write_bytes(COPIES + COPY_LEN + W + 17, &[4]);
+        let e = p.load().unwrap_err();
+        assert!(e.contains("flags 0x4"), "{e}");
     }
 }

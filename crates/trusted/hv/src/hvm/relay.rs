@@ -1,8 +1,9 @@
 //! The relay thread of one HVM guest's I/O path (Zhang & Dong §4.2): it
 //! takes the guest's exits, serves the vPIC or forwards to the device
-//! model, completes, injects, and accounts each stage.
+//! model, completes, injects, and accounts each stage. What it publishes
+//! to the guest or the device model it keeps first ([`super::kept`]).
 
-use super::kept::{Kept, KeptPage};
+use super::kept::{Done, Kept, KeptPage};
 use super::{lock, Bells, HvmConfig, Shared};
 use abi::ioreq::IoWidth;
 use abi::ioreq::{
@@ -20,6 +21,9 @@ use std::sync::Arc;
 use std::time::Instant;
 use sys::{poll_readable_few, rdtsc, Mapping};
 use vpic::DualPic;
+
+mod resume;
+use resume::Unfinished;
 
 /// `v` forced into `[lo, max(lo, hi)]`: probes from another party, or from
 /// another CPU's TSC, kept in order without ever panicking.
@@ -58,6 +62,12 @@ pub(super) struct Relay {
     dm_seq: u32,
     /// hv gave up on the request in the device model's slot.
     abandoned: bool,
+    /// The last exit's completion.
+    done: Option<Done>,
+    /// The vector of injection `inject_seq`.
+    last_vector: u8,
+    /// What an earlier program left half done, for [`Relay::run`] to end.
+    unfinished: Unfinished,
     /// When the guest was last resumed (its next probe 1 cannot be earlier).
     last_resume: u64,
     /// The last forwarded exit, waiting for the guest's probe 10.
@@ -92,6 +102,9 @@ impl Relay {
             pending_vector: None,
             dm_seq: 0,
             abandoned: false,
+            done: None,
+            last_vector: 0,
+            unfinished: Unfinished::default(),
             last_resume: 0,
             prev: None,
             acc,
@@ -104,23 +117,6 @@ impl Relay {
         Ok(r)
     }
 
-    /// Takes the state an earlier program kept. The pages are the truth
-    /// for what was posted in them: an injection, a request or a vector
-    /// taken that the program died before it kept.
-    fn resume(&mut self, k: Kept) -> Result<(), String> {
-        self.pic = DualPic::restore(&k.pic).map_err(|e| e.to_string())?;
-        (self.wires, self.pending_vector, self.abandoned) =
-            (k.wires, k.pending_vector, k.abandoned);
-        self.inject_seq = self.vcpu.load_u32(vcpu::INJECT) >> 8 & SEQ24;
-        self.dm_seq = self.dm.read_u32(dm::SEQ);
-        self.dm_vec_taken = self.dm.load_u32(dm::VECTOR_ACK);
-        // An exit taken and not completed is served again.
-        if state(&self.vcpu, vcpu::SLOT) == STATE_IOREQ_INPROCESS {
-            set_state(&self.vcpu, vcpu::SLOT, STATE_IOREQ_READY);
-        }
-        Ok(())
-    }
-
     fn kept(&self) -> Kept {
         Kept {
             pic: self.pic.save(),
@@ -130,13 +126,16 @@ impl Relay {
             pending_vector: self.pending_vector,
             dm_seq: self.dm_seq,
             abandoned: self.abandoned,
+            done: self.done,
+            last_vector: self.last_vector,
         }
     }
 
     /// Serves the guest until `stop` rings: None when it ends, the relay
-    /// when it pauses. An exit or interrupt waiting from before (an
-    /// earlier program's) is taken first.
+    /// when it pauses. What an earlier program left half done is ended
+    /// first, then an exit or interrupt waiting from before is taken.
     pub fn run(mut self) -> Option<Relay> {
+        self.finish_unfinished();
         let waiting = state(&self.vcpu, vcpu::SLOT) == STATE_IOREQ_READY;
         let mut ready = 0b010 | u32::from(waiting);
         loop {
@@ -218,13 +217,8 @@ impl Relay {
             Ok(a) => a,
             Err(_) => {
                 lock(&self.acc).counters.refused += 1;
-                self.complete(
-                    seq,
-                    ExitResult::Refused,
-                    u32::MAX,
-                    ExitReason::IoRefused,
-                    t2,
-                );
+                let refused = (ExitResult::Refused, u32::MAX, false);
+                self.complete(seq, refused, ExitReason::IoRefused, t2);
                 return;
             }
         };
@@ -240,22 +234,27 @@ impl Relay {
                 }
                 _ => access.width.all_ones(),
             };
-            self.complete(seq, ExitResult::Ok, data, ExitReason::IoPicHv, t2);
+            self.complete(seq, (ExitResult::Ok, data, false), ExitReason::IoPicHv, t2);
             return;
         }
-        let reason = if DualPic::claims(access.port) {
+        let reason = self.reason_of(&access);
+        match self.forward(&access, t1, t2) {
+            Ok((data, probes)) => {
+                self.complete(seq, (ExitResult::Ok, data, true), reason, t2);
+                self.prev = Some(probes);
+            }
+            Err(r) => self.complete(seq, (r, access.width.all_ones(), false), reason, t2),
+        }
+    }
+
+    /// The accounting reason of a forwarded access.
+    fn reason_of(&self, a: &hypercall::ioreq::PortAccess) -> ExitReason {
+        if DualPic::claims(a.port) {
             ExitReason::IoPicDm
-        } else if access.port.wrapping_sub(self.cfg.nic_base) < self.cfg.nic_len {
+        } else if a.port.wrapping_sub(self.cfg.nic_base) < self.cfg.nic_len {
             ExitReason::IoNic
         } else {
             ExitReason::IoOther
-        };
-        match self.forward(&access, t1, t2) {
-            Ok((data, probes)) => {
-                self.complete(seq, ExitResult::Ok, data, reason, t2);
-                self.prev = Some(probes);
-            }
-            Err(r) => self.complete(seq, r, access.width.all_ones(), reason, t2),
         }
     }
 
@@ -278,6 +277,17 @@ impl Relay {
         let t3 = rdtsc().max(t2); // probe 3: the guest is "scheduled out"
         let _ = self.b.d_kick.ring();
         lock(&self.acc).counters.forwarded += 1;
+        self.await_answer(a, (t1, t2, t3))
+    }
+
+    /// Waits for the device model's answer to the request in its slot, at
+    /// most `dm_timeout`; the answer stays in the slot until the exit's
+    /// completion is kept ([`Relay::complete`]).
+    fn await_answer(
+        &mut self,
+        a: &hypercall::ioreq::PortAccess,
+        (t1, t2, t3): (u64, u64, u64),
+    ) -> Result<(u32, Probes), ExitResult> {
         let deadline = Instant::now() + self.cfg.dm_timeout;
         loop {
             if state(&self.dm, dm::SLOT) == STATE_IORESP_READY {
@@ -290,7 +300,6 @@ impl Relay {
                 let t6 = between(get_u64(d, dm::T_DRAINED), t5, t9);
                 let t7 = between(get_u64(d, dm::T_HANDLER), t6, t9);
                 let t8 = between(get_u64(d, dm::T_DONE), t7, t9);
-                set_state(d, dm::SLOT, STATE_IOREQ_NONE);
                 // Wires are published before the answer (§5.1.1).
                 self.sample_interrupts();
                 let data = if a.write {
@@ -352,22 +361,46 @@ impl Relay {
             .is_ok()
     }
 
-    /// Writes the completion, injects a pending interrupt (at "VM entry"),
-    /// resumes the guest, and accounts the exit.
-    fn complete(&mut self, seq: u32, r: ExitResult, data: u32, reason: ExitReason, t2: u64) {
+    /// Completes exit `seq` with `(result, data, answered by the device
+    /// model)`: takes a pending interrupt (at "VM entry"), keeps both, then
+    /// publishes them and resumes the guest, and accounts the exit.
+    fn complete(&mut self, seq: u32, end: (ExitResult, u32, bool), reason: ExitReason, t2: u64) {
+        let (result, data, answered) = end;
         // Accounted before the response is published: a guest that sees
         // its slot ready may run on without waiting for the doorbell, and
         // what it reads next must include this exit.
         let t = rdtsc();
-        lock(&self.acc).record(reason, t.saturating_sub(t2), r != ExitResult::Ok);
-        let p = &self.vcpu;
-        p.write_u32(vcpu::RESULT, r as u32);
-        p.write_u32(vcpu::RESP_SEQ, seq);
-        put_u64(p, vcpu::SLOT + xen::DATA, u64::from(data));
-        set_state(p, vcpu::SLOT, STATE_IORESP_READY);
-        self.try_inject();
-        let _ = self.b.g_done.ring();
+        lock(&self.acc).record(reason, t.saturating_sub(t2), result != ExitResult::Ok);
+        self.done = Some(Done {
+            seq,
+            result,
+            data,
+            answered,
+        });
+        let inject = self.take_injection();
+        // Ahead of what the guest sees (the module's rule).
+        let kept = self.kept();
+        self.page.store(&kept);
+        self.publish_done(inject);
         self.last_resume = t;
+    }
+
+    /// Publishes the kept completion: frees the device model's slot of its
+    /// answer, resumes the guest, and posts the injection if `inject`.
+    fn publish_done(&self, inject: bool) {
+        let Some(d) = self.done else { return };
+        if d.answered && state(&self.dm, dm::SLOT) == STATE_IORESP_READY {
+            set_state(&self.dm, dm::SLOT, STATE_IOREQ_NONE);
+        }
+        let p = &self.vcpu;
+        p.write_u32(vcpu::RESULT, d.result as u32);
+        p.write_u32(vcpu::RESP_SEQ, d.seq);
+        put_u64(p, vcpu::SLOT + xen::DATA, u64::from(d.data));
+        set_state(p, vcpu::SLOT, STATE_IORESP_READY);
+        if inject {
+            self.post_injection();
+        }
+        let _ = self.b.g_done.ring();
     }
 
     /// Accounts the previous forwarded exit now that the guest reported its
@@ -421,6 +454,9 @@ impl Relay {
                 }
                 self.dm_vec_taken = seq;
                 self.pending_vector = Some(w as u8);
+                // Kept before the device model may raise the next one.
+                let kept = self.kept();
+                self.page.store(&kept);
                 self.dm.store_u32(dm::VECTOR_ACK, seq);
                 lock(&self.acc).counters.dm_vectors += 1;
                 true
@@ -429,8 +465,21 @@ impl Relay {
     }
 
     /// Posts an interrupt to the guest if one is ready and the guest took
-    /// the previous one. Returns whether it posted.
+    /// the previous one, kept first. Returns whether it posted.
     fn try_inject(&mut self) -> bool {
+        if !self.take_injection() {
+            return false;
+        }
+        let kept = self.kept();
+        self.page.store(&kept);
+        self.post_injection();
+        true
+    }
+
+    /// Takes the interrupt to inject next from the vPIC (or the device
+    /// model's vector) if one is ready and the guest took the previous
+    /// one; [`Relay::post_injection`] posts it once kept.
+    fn take_injection(&mut self) -> bool {
         let ready = match self.cfg.placement {
             Placement::Hv => self.pic.int_output(),
             Placement::Dm => self.pending_vector.is_some(),
@@ -442,15 +491,19 @@ impl Relay {
             lock(&self.acc).counters.window_closed += 1;
             return false;
         }
-        let vector = match self.cfg.placement {
+        self.last_vector = match self.cfg.placement {
             Placement::Hv => self.pic.inta(),
             Placement::Dm => self.pending_vector.take().unwrap_or(0),
         };
         self.inject_seq = (self.inject_seq + 1) & SEQ24;
-        self.vcpu
-            .store_u32(vcpu::INJECT, self.inject_seq << 8 | u32::from(vector));
-        let _ = self.b.g_irq.ring();
         lock(&self.acc).counters.injections += 1;
         true
+    }
+
+    /// Posts injection `inject_seq` to the guest.
+    fn post_injection(&self) {
+        let word = self.inject_seq << 8 | u32::from(self.last_vector);
+        self.vcpu.store_u32(vcpu::INJECT, word);
+        let _ = self.b.g_irq.ring();
     }
 }
