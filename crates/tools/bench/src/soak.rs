@@ -40,7 +40,7 @@ mod vm;
 
 use crate::faults::{random_file, resources, serve_http, settled, sha256, wait_for, Up};
 use crate::harness::{self, Args, Output};
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use events::Plan;
 use hv::Toolstack;
 use report::SoakReport;
@@ -196,6 +196,29 @@ impl Lab {
         NETFRONT_GUESTS
             .iter()
             .all(|g| crate::faults::vif_connected_in(ts, s, g, "drv"))
+    }
+
+    /// Waits up to 20 s, looking every 10 ms, for every vif to be
+    /// Connected again; `check` judges each status first, and its error
+    /// ends the wait. `after` names what the 20 s count from.
+    fn await_connected(
+        &self,
+        ts: &mut Toolstack,
+        after: &str,
+        mut check: impl FnMut(&hv::status::SystemStatus) -> Result<()>,
+    ) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = ts.status().map_err(|e| anyhow!("status: {e}"))?;
+            check(&s)?;
+            if self.all_connected(ts, &s) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("not every vif was Connected 20 s after {after}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 

@@ -273,21 +273,13 @@ impl Lab {
         let text = ts.upgrade("drv", None).map_err(|e| anyhow!("{e}"))?;
         let r: toolstack::supervisor::UpgradeReport =
             serde_json::from_str(&text).map_err(|e| anyhow!("upgrade report {text:?}: {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = ts.status().map_err(|e| anyhow!("{e}"))?;
-            let now = domain_pid(&s, "drv");
+        self.await_connected(&mut ts, "drv's upgrade", |s| {
+            let now = domain_pid(s, "drv");
             if now != Some(before) {
                 bail!("drv was {before:?} (domain, pid) before its upgrade and {now:?} after");
             }
-            if self.all_connected(&mut ts, &s) {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("not every vif was Connected 20 s after drv's upgrade");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            Ok(())
+        })?;
         Ok(format!(
             "same domain {} and process {}: vifs unserved {:.1} ms, {} frames dropped; every vif Connected after {:.0} ms",
             before.0,

@@ -42,17 +42,7 @@ impl Lab {
         if now != before {
             bail!("the domains were {before:?} (id, pid) before and {now:?} after");
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = ts.status().map_err(|e| anyhow!("status: {e}"))?;
-            if self.all_connected(&mut ts, &s) {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("not every vif was Connected 20 s after hv took over ({fact})");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.await_connected(&mut ts, &format!("hv took over ({fact})"), |_| Ok(()))?;
         Ok(format!(
             "every domain kept its id and process; hv answered again after {:.0} ms, every vif Connected after {:.0} ms: {fact}",
             back.as_secs_f64() * 1e3,
