@@ -219,8 +219,8 @@ impl Hypervisor {
     /// upgrade of hv or a shutdown, which hand over or let go of hv's
     /// guardian themselves: a record taken as they begin would be taken
     /// for the state they end.
-    fn served_toolstack(&self, req_changes: bool) {
-        if req_changes && !self.is_shutting_down() {
+    fn served_toolstack(&self, to_record: bool) {
+        if to_record && !self.is_shutting_down() {
             if let Some(sup) = self.supervisor() {
                 sup.served();
             }
