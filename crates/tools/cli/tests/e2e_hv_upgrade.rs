@@ -120,12 +120,12 @@ fn a_program_that_cannot_take_over_leaves_hv_serving() {
         &env,
         "older",
         &format!(
-            "case \"$1\" in --handover-check) sed 's/\"format\":1,/\"format\":2,/' | exec {real} \"$@\";; esac\n\
+            "case \"$1\" in --handover-check) sed 's/\"format\":2,/\"format\":3,/' | exec {real} \"$@\";; esac\n\
              exec {real} \"$@\""
         ),
     );
     let e = refused(&env, &["upgrade", "--hv", &older.display().to_string()]);
-    assert!(e.contains("format 2, newer than this hv reads (1)"), "{e}");
+    assert!(e.contains("format 3, newer than this hv reads (2)"), "{e}");
     assert_eq!(identity(&env), before);
     // One that reads the state and gives it back (as a new program does
     // when it cannot adopt it): the old program takes it back.

@@ -66,6 +66,7 @@ impl SnapshotEntry {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Node {
+    #[serde(with = "carried")]
     value: Vec<u8>,
     perms: Perms,
     children: BTreeSet<String>,
@@ -168,6 +169,14 @@ impl Default for Store {
 }
 
 impl Store {
+    /// The store as it serializes, but for what moves with traffic rather
+    /// than with its state: its counters, and the statistics nodes the
+    /// domains publish every half second (`…/stats`). Two stores of one
+    /// shape hold the same nodes, permissions, watches and quotas.
+    pub fn shape(&self) -> impl Serialize + '_ {
+        carried::Shape(self)
+    }
+
     /// A store holding `/`, `/local` and `/local/domain`, owned by dom0
     /// with no access for anyone else, and default limits.
     pub fn new() -> Store {
@@ -1035,5 +1044,6 @@ fn watch_target(caller: DomId, path: &str) -> Result<Target, StoreError> {
     canonicalize(caller, path).map(Target::Node)
 }
 
+mod carried;
 #[cfg(test)]
 mod tests;

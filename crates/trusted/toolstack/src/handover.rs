@@ -26,8 +26,10 @@ use std::path::{Path, PathBuf};
 
 use crate::supervisor::SupervisorImage;
 
-/// The image's format; a program refuses an image of a newer one.
-pub const FORMAT: u32 = 1;
+/// The image's format; a program refuses an image of a newer one. Format 2
+/// writes the store's values as text where they are UTF-8 (format 1 wrote
+/// every value as a list of bytes, and is still read).
+pub const FORMAT: u32 = 2;
 /// The argument that makes `splitnet-hv` take over from an image.
 pub const RESUME_ARG: &str = "--resume";
 /// The argument that makes `splitnet-hv` only read an image from stdin.
@@ -110,10 +112,15 @@ impl Image {
     /// Reads an image: its format first, so that a newer one is refused
     /// by name rather than by whatever field it added.
     pub fn parse(text: &str) -> Result<Image, String> {
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format!("the state is not JSON: {e}"))?;
-        let format = v.get("format").and_then(serde_json::Value::as_u64);
-        match format {
+        #[derive(Deserialize)]
+        struct Format {
+            format: Option<u64>,
+        }
+        let head: Format = serde_json::from_str(text).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => format!("the state's format is not a number: {e}"),
+            _ => format!("the state is not JSON: {e}"),
+        })?;
+        match head.format {
             None => return Err("the state names no format".into()),
             Some(f) if f > u64::from(FORMAT) => {
                 return Err(format!(
@@ -122,7 +129,7 @@ impl Image {
             }
             Some(_) => {}
         }
-        serde_json::from_value(v).map_err(|e| format!("the state cannot be read: {e}"))
+        serde_json::from_str(text).map_err(|e| format!("the state cannot be read: {e}"))
     }
 
     /// Where the image waits for the new program.
@@ -267,7 +274,9 @@ mod tests {
     #[test]
     fn a_newer_format_is_refused_by_name() {
         let e = Image::parse(r#"{"format": 99, "whatever": 1}"#).unwrap_err();
-        assert!(e.contains("format 99, newer than this hv reads (1)"), "{e}");
+        assert!(e.contains("format 99, newer than this hv reads (2)"), "{e}");
+        let e = Image::parse(r#"{"format": "2"}"#).unwrap_err();
+        assert!(e.contains("format is not a number"), "{e}");
         let e = Image::parse(r#"{"attempt": 1}"#).unwrap_err();
         assert!(e.contains("no format"), "{e}");
         let e = Image::parse("not json").unwrap_err();

@@ -872,3 +872,37 @@ fn random_hostile_operations_keep_the_books_straight() {
     assert!(ok > 1000, "only {ok} operations succeeded");
     assert!(s.counters().quota.get() > 0 && s.counters().permission_denied.get() > 0);
 }
+
+#[test]
+fn a_carried_store_keeps_text_as_text_and_reads_the_older_all_bytes_form() {
+    let mut s = store_with(&[]);
+    s.write(0, "/text", b"Connected 4").unwrap();
+    s.write(0, "/bytes", &[0xff, 0, 7]).unwrap();
+    let mut carried = serde_json::to_value(&s).unwrap();
+    assert_eq!(carried["nodes"]["/text"]["value"], "Connected 4");
+    let bytes = serde_json::json!([255, 0, 7]);
+    assert_eq!(carried["nodes"]["/bytes"]["value"], bytes);
+    let back: Store = serde_json::from_value(carried.clone()).unwrap();
+    assert_eq!(back.read(0, "/text").unwrap(), b"Connected 4");
+    assert_eq!(back.read(0, "/bytes").unwrap(), [0xff, 0, 7]);
+    // The form before values were written as text: every one a list.
+    carried["nodes"]["/text"]["value"] = serde_json::json!(b"Connected 4".to_vec());
+    let older: Store = serde_json::from_value(carried).unwrap();
+    assert_eq!(older.read(0, "/text").unwrap(), b"Connected 4");
+}
+
+#[test]
+fn a_stores_shape_is_the_store_but_its_counters_and_statistics() {
+    let mut s = store_with(&[1]);
+    s.write(1, "/local/domain/1/stats", b"rx 1").unwrap();
+    s.write(1, "/local/domain/1/state", b"4").unwrap();
+    s.watch(1, 0, "/local/domain/1/state", "t").unwrap();
+    let mut whole = serde_json::to_value(&s).unwrap();
+    whole.as_object_mut().unwrap().remove("counters");
+    let stats = whole["nodes"]
+        .as_object_mut()
+        .unwrap()
+        .remove("/local/domain/1/stats");
+    assert!(stats.is_some());
+    assert_eq!(serde_json::to_value(s.shape()).unwrap(), whole);
+}
