@@ -249,11 +249,21 @@ impl Guardian {
     }
 }
 
-/// What the guardian holds: the last record, and its descriptors by
-/// their numbers in the image.
+/// What the guardian holds: the last record as hv wrote it, what it reads
+/// of it at once (the image itself is read only when hv died), and its
+/// descriptors by their numbers in the image.
 struct Held {
-    record: Record,
+    text: Vec<u8>,
+    head: RecordHead,
     fds: Vec<(RawFd, OwnedFd)>,
+}
+
+/// A [`Record`] but its image.
+#[derive(Deserialize)]
+struct RecordHead {
+    hv_pid: i32,
+    recorded_ns: u64,
+    held: Vec<(RawFd, RawFd)>,
 }
 
 /// The guardian's body: holds hv's records until `stop`, and becomes hv
@@ -316,23 +326,26 @@ pub fn guard(run_dir: &Path, hv_pid: i32, conn_fd: RawFd) -> Result<(), String> 
 fn take_record(run_dir: &Path, hv: &sys::PidFd) -> Result<Held, String> {
     let path = record_path(run_dir);
     let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let record: Record =
+    let head: RecordHead =
         serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut fds = Vec::with_capacity(record.held.len());
-    for &(n, dup) in &record.held {
+    let mut fds = Vec::with_capacity(head.held.len());
+    for &(n, dup) in &head.held {
         let fd = hv
             .take_fd(dup)
             .map_err(|e| format!("hv's descriptor {dup}: {e}"))?;
         fds.push((n, fd));
     }
-    Ok(Held { record, fds })
+    Ok(Held { text, head, fds })
 }
 
 /// hv died (noticed at `noticed_ns`): this process becomes hv on the last
 /// record, every descriptor back at its number. Returns only on failure.
 fn become_hv(run_dir: &Path, held: Held, noticed_ns: u64) -> String {
-    let Held { record, fds } = held;
-    let mut image = record.image;
+    let Held { text, head, fds } = held;
+    let mut image = match serde_json::from_slice::<Record>(&text) {
+        Ok(record) => record.image,
+        Err(e) => return format!("hv's last record: {e}"),
+    };
     // An upgrade's image left in place: hv was handing over, and the new
     // program died before it took over (it removes the file once it has).
     let upgrade = (std::fs::read_to_string(Image::path(run_dir)).ok())
@@ -343,8 +356,8 @@ fn become_hv(run_dir: &Path, held: Held, noticed_ns: u64) -> String {
         image.attempt = *n;
     }
     image.crash = Some(Crash {
-        pid: record.hv_pid,
-        recorded_ns: record.recorded_ns,
+        pid: head.hv_pid,
+        recorded_ns: head.recorded_ns,
         upgrade,
     });
     image.began_ns = noticed_ns;

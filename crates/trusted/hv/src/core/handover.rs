@@ -21,6 +21,7 @@ use crate::proto::{DomId, Port};
 use crate::status::Counters;
 use crate::trace::HvTrace;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -89,8 +90,14 @@ pub struct HvImage {
     pub channels: Vec<ChannelImage>,
     /// (granter, grant reference, readers, writers).
     pub pins: Vec<(DomId, u32, u32, u32)>,
-    /// The store, whole (`store::Store`'s serialized form).
-    pub store: serde_json::Value,
+    /// The store, whole, as `store::Store` serializes it (written straight
+    /// out under hv's lock, never built up as a tree of values).
+    pub store: Box<RawValue>,
+    /// The store's shape (`store::Store::shape`) when the image was taken
+    /// for hv's guardian ([`Hypervisor::export_held`]), to tell a change
+    /// of state from traffic; not carried.
+    #[serde(skip)]
+    pub store_shape: Option<Box<RawValue>>,
     pub ngm: Vec<NgmImage>,
     pub next_chan: u64,
     pub next_domid: DomId,
@@ -150,6 +157,11 @@ fn raw(fd: impl AsFd) -> RawFd {
     fd.as_fd().as_raw_fd()
 }
 
+/// `what`, written out as JSON.
+fn raw_json(what: &impl Serialize, name: &str) -> HvResult<Box<RawValue>> {
+    serde_json::value::to_raw_value(what).map_err(|e| HvError::internal(name, e))
+}
+
 fn refuse<T>(why: impl Into<String>) -> HvResult<T> {
     Err(HvError::new(ErrorKind::InUse, why))
 }
@@ -201,6 +213,7 @@ impl Hypervisor {
         let st = self.lock();
         let mut image = self.image_of(&st)?;
         (image.toolstack, image.captures) = (Vec::new(), Vec::new());
+        image.store_shape = Some(raw_json(&st.store.shape(), "the store's shape")?);
         let mut held = Vec::new();
         for fd in image.fds() {
             let dup =
@@ -242,8 +255,8 @@ impl Hypervisor {
             pins: (st.pins.iter())
                 .map(|(&(d, g), p)| (d, g, p.readers, p.writers))
                 .collect(),
-            store: serde_json::to_value(&st.store)
-                .map_err(|e| HvError::internal("recording the store", e))?,
+            store: raw_json(&st.store, "the store")?,
+            store_shape: None,
             ngm: st.ngm.values().map(ngm_image).collect(),
             next_chan: st.next_chan,
             next_domid: st.next_domid,
@@ -285,7 +298,7 @@ impl Hypervisor {
             let table = NgmTable::adopt((t.handle, t.guest, t.backend), tr, stt, t.counts)?;
             ngm.insert((t.guest, t.backend), table);
         }
-        let store: store::Store = serde_json::from_value(image.store)
+        let store: store::Store = serde_json::from_str(image.store.get())
             .map_err(|e| HvError::new(ErrorKind::Invalid, format!("the image's store: {e}")))?;
         let mut captures = BTreeMap::new();
         for &(id, dom, fd) in &image.captures {

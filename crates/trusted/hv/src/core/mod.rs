@@ -29,6 +29,7 @@ mod lifecycle;
 mod reply;
 mod report;
 mod serve;
+mod shape;
 mod state;
 
 pub use domain::{DomainSpec, Quotas, Teardown};

@@ -15,11 +15,19 @@ use std::time::Duration;
 /// what changed within this.
 const PERIOD: Duration = Duration::from_millis(100);
 
+/// An image, the duplicates of the descriptors it names by their numbers
+/// in it, and the containers it names, kept open while it is recorded.
+type Held = (
+    Image,
+    Vec<(std::os::fd::RawFd, std::os::fd::OwnedFd)>,
+    Vec<super::containers::Container>,
+);
+
 /// The guardian, the shape of the last record it took, and hv's count of
 /// changes read before that record was made.
 pub(super) struct Guarded {
     guardian: Guardian,
-    last: Option<serde_json::Value>,
+    last: Option<Vec<u8>>,
     changes: Option<(u64, u64)>,
 }
 
@@ -122,12 +130,8 @@ impl Supervisor {
         if g.changes == Some(changes) {
             return Ok(());
         }
-        let now = match hv
-            .export()
-            .map_err(|e| e.message)
-            .and_then(|i| self.image_around(i))
-        {
-            Ok(now) => now,
+        let (mut image, held, _kept) = match self.image_held(hv) {
+            Ok(taken) => taken,
             // Busy for a moment: the record before stands.
             Err(e) if e.contains("try again") => return Err(e),
             Err(e) => {
@@ -139,35 +143,33 @@ impl Supervisor {
                 return Err(e);
             }
         };
-        let shape = shape_of(&now);
-        if g.last.as_ref() == Some(&shape) {
-            g.changes = Some(changes);
-            return Ok(());
+        let shape = shape_of(&mut image);
+        if g.last.as_ref() != Some(&shape) {
+            g.guardian.commit(image, held)?;
+            g.last = Some(shape);
         }
-        // Again, with the descriptors held: the state may have moved on.
+        g.changes = Some(changes);
+        Ok(())
+    }
+
+    /// hv's whole image with a duplicate of every descriptor it names, and
+    /// the containers it names kept open meanwhile. The daemon's own
+    /// descriptors (the listener, the keeper's pipe) live as long as the
+    /// daemon.
+    fn image_held(&self, hv: &Hypervisor) -> Result<Held, String> {
         let (image, mut held) = hv.export_held().map_err(|e| e.message)?;
-        let (image, _kept) = self.image_kept_around(image)?;
-        // The daemon's own (the listener, the keeper's pipe) live as long
-        // as the daemon, and the containers' while `_kept` holds them.
+        let (image, kept) = self.image_kept_around(image)?;
         for fd in image.daemon_fds() {
             held.push((
                 fd,
                 sys::dup_fd(&fd).map_err(|e| format!("descriptor {fd}: {e}"))?,
             ));
         }
-        let shape = shape_of(&image);
-        g.guardian.commit(image, held)?;
-        (g.last, g.changes) = (Some(shape), Some(changes));
-        Ok(())
+        Ok((image, held, kept))
     }
 
-    /// The whole image around hv's part: the supervisor's and the daemon's.
-    fn image_around(&self, hv: HvImage) -> Result<Image, String> {
-        self.image_kept_around(hv).map(|(image, _)| image)
-    }
-
-    /// [`Supervisor::image_around`], with the containers it names kept
-    /// open.
+    /// The whole image around hv's part (the supervisor's and the
+    /// daemon's), with the containers it names kept open.
     fn image_kept_around(
         &self,
         hv: HvImage,
@@ -191,37 +193,19 @@ impl Supervisor {
     }
 }
 
-/// What a record must keep: the image without its counters, which move
-/// with every request, nor the statistics the domains publish in the store
-/// every half second (they publish them again after a crash).
-fn shape_of(image: &Image) -> serde_json::Value {
-    shape(serde_json::to_value(image).unwrap_or_default())
-}
-
-fn shape(mut v: serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    // hv's own upgrades and recoveries are its history, not traffic.
-    let mut history = v["hv"]["counters"]["ops"].take();
-    if let Some(ops) = history.as_object_mut() {
-        ops.retain(|op, _| op.starts_with("hv_"));
-    }
-    v["hv"]["counters"] = serde_json::json!({ "ops": history });
-    if let Some(doms) = v["hv"]["domains"].as_array_mut() {
-        for d in doms {
-            d["counters"] = Value::Null;
-        }
-    }
-    if let Some(guests) = v["hv"]["hvm"].as_array_mut() {
-        for g in guests {
-            g["accounts"] = Value::Null;
-        }
-    }
-    let store = &mut v["hv"]["store"];
-    store["counters"] = Value::Null;
-    if let Some(nodes) = store["nodes"].as_object_mut() {
-        nodes.retain(|path, _| !path.ends_with("/stats"));
-    }
-    v
+/// What a record must keep, as bytes: the image without its traffic
+/// ([`HvImage::with_traffic_aside`]). Two images of one shape need one
+/// record.
+fn shape_of(image: &mut Image) -> Vec<u8> {
+    let Image {
+        attempt,
+        daemon,
+        sup,
+        hv,
+        ..
+    } = image;
+    hv.with_traffic_aside(|hv| serde_json::to_vec(&(*attempt, &*daemon, &*sup, hv)))
+        .unwrap_or_default()
 }
 
 /// The recording thread: ends when hv stops (letting the guardian go) or
@@ -247,35 +231,5 @@ fn record_loop(me: Weak<Supervisor>) {
             }
             said = why;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shape;
-    use serde_json::json;
-
-    fn image(stats: u32, ops: u32, vif: &str) -> serde_json::Value {
-        json!({"hv": {
-            "counters": {"ops": {"grant_map": ops, "hv_upgrades": 1}},
-            "domains": [{"id": 1, "counters": {"ops": ops}}],
-            "store": {"counters": {"ops": ops}, "nodes": {
-                "/local/domain/1/backend/vif/2/0/stats": {"value": [stats]},
-                "/local/domain/1/backend/vif/2/0/state": {"value": [vif]},
-            }},
-        }})
-    }
-
-    #[test]
-    fn counters_and_published_statistics_are_not_a_change_but_the_rest_is() {
-        assert_eq!(shape(image(1, 1, "4")), shape(image(2, 7, "4")));
-        assert_ne!(shape(image(1, 1, "4")), shape(image(1, 1, "5")));
-        let mut upgraded = image(1, 1, "4");
-        upgraded["hv"]["counters"]["ops"]["hv_upgrades"] = 2.into();
-        assert_ne!(
-            shape(image(1, 1, "4")),
-            shape(upgraded),
-            "hv's history is kept"
-        );
     }
 }
