@@ -33,7 +33,7 @@ use state::STATS_EVERY;
 pub use state::{Driver, DriverError, LoopCounters, Turn};
 use stats::publish_stats;
 pub use upgrade::{result_node, upgrade_node, Since, ENV_RESUME};
-use vifs::{handle_watches, rescan};
+use vifs::{handle_watches, rescan, Touched};
 
 /// How long at most a starting driver domain leaves its uplinks unread
 /// while the vifs it finds set up, and the VMs that connect, come back (a
@@ -118,7 +118,7 @@ impl Driver {
         // restart) show up under the same directory.
         hv.watch(&d.base, BACKENDS)?;
         hv.watch(&upgrade_node(me), upgrade::UPGRADE)?;
-        rescan(hv, &d.base, &mut d.pending, &mut d.vifs)?;
+        rescan(hv, &d.base, &Touched::All, &mut d.pending, &mut d.vifs)?;
         d.connect_ready(hv)?;
         d.release_uplinks(hv);
         hv.watch(&d.captures, CAPTURES)?;
@@ -228,14 +228,15 @@ impl Driver {
 
     /// Store watches: vifs come and go, captures open, ports change.
     fn on_watches(&mut self, hv: &mut HvClient) -> Result<(), DriverError> {
-        let w = handle_watches(hv, &mut self.vifs)?;
+        let w = handle_watches(hv, &self.base, &mut self.vifs)?;
         for be in &w.options {
             self.take_options(hv, be);
         }
-        if w.rescan {
-            rescan(hv, &self.base, &mut self.pending, &mut self.vifs)?;
+        let rescanned = w.rescan.any();
+        if rescanned {
+            rescan(hv, &self.base, &w.rescan, &mut self.pending, &mut self.vifs)?;
         }
-        if w.pending || w.rescan {
+        if w.pending || rescanned {
             self.connect_ready(hv)?;
             self.release_uplinks(hv);
         }
@@ -249,11 +250,11 @@ impl Driver {
             let errors = &mut self.stats.config_errors;
             self.ports.sync(hv, &mut self.bridge, &self.events, errors);
         }
-        if w.captures || w.pending || w.rescan || w.ports {
+        if w.captures || w.pending || rescanned || w.ports {
             let (vifs, base, ports) = (&self.vifs, &self.base, &self.ports);
             self.taps.resolve(|t| port_of(t, vifs, base, ports));
         }
-        if w.vifs_changed || w.rescan {
+        if w.vifs_changed || rescanned {
             // A vif may have gone down without a word on its doorbell.
             for i in 0..self.vifs.len() {
                 self.retire_if_down(i);

@@ -11,6 +11,7 @@ use crate::netback::{self, Netback, NetbackError, Pending};
 use crate::switch::bridge::Bridge;
 use crate::switch::vlan::{self, Attach, Mode};
 use hypercall::{DomId, HvClient};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// A vif's attachment, from its backend nodes `bridge` (absent: the
@@ -35,13 +36,94 @@ pub(super) fn vif_attach(
     })
 }
 
+/// The backend directories a change under `base` touched: the one a write
+/// named (`<guest>/<handle>`), a guest's (`<guest>`: its directory's
+/// permissions were set, or it went), or all of them (the watch was just
+/// set). Like Xen's backend bus, which probes the one device a change
+/// under `backend/vif` names, a rescan then looks at those alone: an attach
+/// costs the same store requests beside 2 vifs as beside 256.
+#[derive(Default)]
+pub(super) enum Touched {
+    #[default]
+    Nothing,
+    Dirs(BTreeSet<String>),
+    All,
+}
+
+impl Touched {
+    /// Notes a change at `path`, within `base`.
+    pub(super) fn note(&mut self, base: &str, path: &str) {
+        let within: Vec<&str> = (path.strip_prefix(base))
+            .and_then(|rest| rest.strip_prefix('/'))
+            .map(|rest| rest.splitn(3, '/').take(2).collect())
+            .unwrap_or_default();
+        let dir = match within[..] {
+            [guest] | [guest, ""] if !guest.is_empty() => Some(format!("{base}/{guest}")),
+            [guest, handle] if !guest.is_empty() => Some(format!("{base}/{guest}/{handle}")),
+            _ => None,
+        };
+        match (dir, &mut *self) {
+            (_, Touched::All) => {}
+            (Some(dir), Touched::Dirs(dirs)) => {
+                dirs.insert(dir);
+            }
+            (Some(dir), Touched::Nothing) => *self = Touched::Dirs(BTreeSet::from([dir])),
+            (None, _) => *self = Touched::All,
+        }
+    }
+
+    pub(super) fn any(&self) -> bool {
+        !matches!(self, Touched::Nothing)
+    }
+
+    /// Whether backend directory `be` is, or is in, one touched.
+    fn covers(&self, be: &str) -> bool {
+        match self {
+            Touched::Nothing => false,
+            Touched::Dirs(dirs) => dirs.iter().any(|d| {
+                be.strip_prefix(d.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            }),
+            Touched::All => true,
+        }
+    }
+
+    /// The backend directories to probe (`<guest>/<handle>`), with their
+    /// guests.
+    fn dirs(&self, hv: &mut HvClient, base: &str) -> Vec<(DomId, String)> {
+        let dirs = match self {
+            Touched::Nothing => return Vec::new(),
+            Touched::Dirs(dirs) => dirs,
+            Touched::All => return backend_dirs(hv, base),
+        };
+        let mut found = Vec::new();
+        for dir in dirs {
+            let within = dir.strip_prefix(base).unwrap_or_default();
+            let mut parts = within.split('/').skip(1);
+            let Some(Ok(guest)) = parts.next().map(str::parse::<DomId>) else {
+                continue;
+            };
+            if parts.next().is_some() {
+                found.push((guest, dir.clone()));
+                continue;
+            }
+            for handle in hv.store_directory(dir).unwrap_or_default() {
+                found.push((guest, format!("{dir}/{handle}")));
+            }
+        }
+        found
+    }
+}
+
 /// Brings the vifs in line with the backend directories the toolstack
-/// wrote: a vif whose directory went away or was set offline
-/// (`network-detach`) is disconnected and its slot freed; a new directory,
-/// complete once the toolstack wrote its `state` (last), is probed.
+/// wrote, of those `touched`: a vif whose directory went away or was set
+/// offline (`network-detach`) is disconnected and its slot freed; a new
+/// directory, complete once the toolstack wrote its `state` (last), is
+/// probed.
 pub(super) fn rescan(
     hv: &mut HvClient,
     base: &str,
+    touched: &Touched,
     pending: &mut Vec<Pending>,
     vifs: &mut [Vif],
 ) -> Result<(), DriverError> {
@@ -54,7 +136,11 @@ pub(super) fn rescan(
     let wanted = |hv: &mut HvClient, be: &str, attach: &str| {
         hv.read_state(be).is_ok() && online(hv, be) && hv.read_attachment(be) == attach
     };
-    for (i, v) in vifs.iter_mut().enumerate().filter(|(_, v)| !v.gone) {
+    let mine = |be: &str| touched.covers(be);
+    for (i, v) in vifs.iter_mut().enumerate() {
+        if v.gone || !mine(&v.nb.be) {
+            continue;
+        }
         if !wanted(hv, &v.nb.be, &v.nb.attach) {
             v.nb.disconnect(hv, "the toolstack removed the vif");
             let _ = hv.unwatch(&format!("{}/state", v.nb.fe), &format!("fe:{i}"));
@@ -64,14 +150,14 @@ pub(super) fn rescan(
     }
     let mut i = 0;
     while i < pending.len() {
-        if wanted(hv, &pending[i].be, &pending[i].attach) {
+        if !mine(&pending[i].be) || wanted(hv, &pending[i].be, &pending[i].attach) {
             i += 1;
         } else {
             let p = pending.swap_remove(i);
             let _ = hv.unwatch(&format!("{}/state", p.fe), PENDING);
         }
     }
-    for (guest, be) in backend_dirs(hv, base) {
+    for (guest, be) in touched.dirs(hv, base) {
         let known =
             pending.iter().any(|p| p.be == be) || vifs.iter().any(|v| !v.gone && v.nb.be == be);
         if known {
@@ -245,8 +331,8 @@ pub(super) fn multicast_node(fe: &str) -> String {
 pub(super) struct Fired {
     /// A pending frontend's state changed.
     pub(super) pending: bool,
-    /// The toolstack changed the backend directories.
-    pub(super) rescan: bool,
+    /// The backend directories the toolstack changed.
+    pub(super) rescan: Touched,
     /// A capture channel was opened or ended.
     pub(super) captures: bool,
     /// The extra ports changed.
@@ -260,7 +346,11 @@ pub(super) struct Fired {
 }
 
 /// A frontend whose state went to Closing or Closed loses its backend.
-pub(super) fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fired, DriverError> {
+pub(super) fn handle_watches(
+    hv: &mut HvClient,
+    base: &str,
+    vifs: &mut [Vif],
+) -> Result<Fired, DriverError> {
     let mut fired = Fired::default();
     while let Some(ev) = hv.next_watch(Duration::ZERO)? {
         if ev.token == PENDING {
@@ -287,7 +377,9 @@ pub(super) fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fire
             }
             // Our own counters are written there twice a second, and our
             // answers to option changes.
-            fired.rescan |= at("stats").is_none() && at(OPTIONS_TAKEN).is_none();
+            if at("stats").is_none() && at(OPTIONS_TAKEN).is_none() {
+                fired.rescan.note(base, &ev.path);
+            }
             continue;
         }
         let Some(i) = ev
@@ -317,4 +409,46 @@ pub(super) fn handle_watches(hv: &mut HvClient, vifs: &mut [Vif]) -> Result<Fire
         }
     }
     Ok(fired)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Touched;
+
+    const BASE: &str = "/local/domain/1/backend/vif";
+
+    fn after(paths: &[&str]) -> Touched {
+        let mut t = Touched::default();
+        for p in paths {
+            t.note(BASE, p);
+        }
+        t
+    }
+
+    #[test]
+    fn a_change_touches_the_one_backend_directory_it_is_in() {
+        let t = after(&[&format!("{BASE}/5/0/state"), &format!("{BASE}/5/0")]);
+        assert!(t.any());
+        assert!(t.covers(&format!("{BASE}/5/0")));
+        assert!(!t.covers(&format!("{BASE}/5/1")));
+        assert!(!t.covers(&format!("{BASE}/6/0")));
+        assert!(!after(&[]).any());
+    }
+
+    #[test]
+    fn a_change_to_a_guests_directory_touches_that_guests() {
+        let t = after(&[&format!("{BASE}/5")]);
+        assert!(t.covers(&format!("{BASE}/5/0")));
+        assert!(t.covers(&format!("{BASE}/5/3")));
+        assert!(!t.covers(&format!("{BASE}/50/0")));
+        assert!(!t.covers(&format!("{BASE}/6/0")));
+    }
+
+    #[test]
+    fn a_change_above_the_guests_directories_touches_them_all() {
+        for above in [BASE.to_string(), format!("{BASE}/"), format!("{BASE}//0")] {
+            let t = after(&[&format!("{BASE}/5/0/state"), &above]);
+            assert!(t.covers(&format!("{BASE}/7/3")), "{above}");
+        }
+    }
 }
