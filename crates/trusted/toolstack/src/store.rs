@@ -56,10 +56,24 @@ impl<'a> Store<'a> {
     }
     /// Makes directory `path` (or keeps it) owned by the toolstack and
     /// readable by domain `reader` only, even when the domain made it
-    /// first (it owns its home, so it could have).
+    /// first (it owns its home, so it could have). Permissions already so
+    /// are not set again: that would fire every watch on and above `path`
+    /// (a driver domain watching its backend directories would look at
+    /// each of them again).
     fn mkdir_read_only(&mut self, path: &str, reader: DomId) -> Result<(), String> {
+        let wanted = ["n0".to_string(), format!("r{reader}")];
+        if self.perms(path).is_some_and(|p| p == wanted) {
+            return Ok(());
+        }
         self.call(Request::StoreMkdir { path: path.into() })?;
-        self.set_perms(path, &["n0".to_string(), format!("r{reader}")])
+        self.set_perms(path, &wanted)
+    }
+    /// `path`'s permissions in their text form, if it exists.
+    fn perms(&mut self, path: &str) -> Option<Vec<String>> {
+        match self.ask(Request::StoreGetPerms { path: path.into() }) {
+            Ok(hv::proto::Reply::List(perms)) => Some(perms),
+            _ => None,
+        }
     }
     /// Removes `path` and everything under it.
     pub fn rm(&mut self, path: &str) -> Result<(), String> {
