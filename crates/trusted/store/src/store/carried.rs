@@ -9,6 +9,7 @@ use super::{Node, Store};
 use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeStruct;
 use serde::{Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
 use std::fmt;
 
 pub fn serialize<S: Serializer>(value: &[u8], s: S) -> Result<S::Ok, S::Error> {
@@ -50,9 +51,8 @@ pub(super) struct Shape<'a>(pub(super) &'a Store);
 impl Serialize for Shape<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let store = self.0;
-        let nodes = (store.nodes.iter()).filter(|(path, _)| !path.ends_with("/stats"));
         let mut shape = s.serialize_struct("Store", 8)?;
-        shape.serialize_field("nodes", &Nodes(std::cell::RefCell::new(Some(nodes))))?;
+        shape.serialize_field("nodes", &NodesButStatistics(&store.nodes))?;
         shape.serialize_field("watches", &store.watches)?;
         shape.serialize_field("special_perms", &store.special_perms)?;
         shape.serialize_field("owned_nodes", &store.owned_nodes)?;
@@ -64,11 +64,11 @@ impl Serialize for Shape<'_> {
     }
 }
 
-/// A map serialized from an iterator, once.
-struct Nodes<I>(std::cell::RefCell<Option<I>>);
+/// The store's nodes but the statistics the domains publish (`…/stats`).
+struct NodesButStatistics<'a>(&'a BTreeMap<String, Node>);
 
-impl<'a, I: Iterator<Item = (&'a String, &'a Node)>> Serialize for Nodes<I> {
+impl Serialize for NodesButStatistics<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.borrow_mut().take().into_iter().flatten())
+        s.collect_map((self.0.iter()).filter(|(path, _)| !path.ends_with("/stats")))
     }
 }
