@@ -135,6 +135,23 @@ pub fn seal_shrink(fd: BorrowedFd<'_>) -> bool {
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) == 0 }
 }
 
+/// An anonymous file in memory that grows as it is written (unsealed, unlike
+/// [`Memfd`]): a log kept by a descriptor alone, which outlives the process
+/// that writes it when another holds a duplicate.
+pub fn memory_file(name: &str) -> io::Result<std::fs::File> {
+    let cname = CString::new(name).map_err(|_| io::Error::other("memfd name has a NUL"))?;
+    crate::count_syscall();
+    // SAFETY: `cname` is a valid NUL-terminated string that outlives the call.
+    let fd = cvt(
+        unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) } as libc::c_long,
+        "memfd_create",
+    )?;
+    // SAFETY: memfd_create returned a fresh descriptor that we now own.
+    Ok(std::fs::File::from(unsafe {
+        OwnedFd::from_raw_fd(fd as i32)
+    }))
+}
+
 impl AsFd for Memfd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

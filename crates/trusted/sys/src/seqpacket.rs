@@ -207,6 +207,30 @@ impl SeqPacket {
     /// Receives one message. Returns its length (0 at end of stream) and any
     /// descriptors it carried. A message larger than `buf` is an error.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+        self.recv_flags(buf, 0)
+    }
+
+    /// As [`SeqPacket::recv`], but the message stays queued: the next
+    /// receive (or [`SeqPacket::discard`]) takes it again. A server that
+    /// takes a request only once it has answered leaves it for whoever
+    /// serves the socket after a crash.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+        self.recv_flags(buf, libc::MSG_PEEK)
+    }
+
+    /// Takes the next message off the queue unread (one [`SeqPacket::peek`]
+    /// saw).
+    pub fn discard(&self) -> io::Result<()> {
+        let mut byte = [0u8; 1];
+        match self.recv_flags(&mut byte, 0) {
+            Ok(_) => Ok(()),
+            // Truncated on purpose: its bytes were read by the peek.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn recv_flags(&self, buf: &mut [u8], flags: i32) -> io::Result<(usize, Vec<OwnedFd>)> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
@@ -221,7 +245,13 @@ impl SeqPacket {
         let n = loop {
             crate::count_syscall();
             // SAFETY: `msg` points at live iovec and control buffers of the stated sizes.
-            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+            let n = unsafe {
+                libc::recvmsg(
+                    self.fd.as_raw_fd(),
+                    &mut msg,
+                    libc::MSG_CMSG_CLOEXEC | flags,
+                )
+            };
             if n >= 0 {
                 break n as usize;
             }
@@ -455,6 +485,21 @@ mod tests {
         assert_eq!(a.peer_cred().unwrap().pid, std::process::id() as i32);
         drop(a);
         assert_eq!(b.recv(&mut buf).unwrap().0, 0);
+    }
+
+    #[test]
+    fn a_peeked_message_stays_queued_until_it_is_discarded() {
+        let (a, b) = SeqPacket::pair().unwrap();
+        a.send(b"first", &[]).unwrap();
+        a.send(b"second", &[]).unwrap();
+        let mut buf = [0u8; 16];
+        for _ in 0..2 {
+            let (n, _) = b.peek(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"first");
+        }
+        b.discard().unwrap();
+        let (n, _) = b.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"second");
     }
 
     #[test]
