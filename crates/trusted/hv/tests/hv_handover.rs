@@ -143,3 +143,47 @@ fn traffic_does_not_change_an_images_shape_but_state_does() {
         .unwrap();
     assert_ne!(shape(&hv), before);
 }
+
+#[test]
+fn a_crash_loses_no_store_change_answered_after_the_guardians_record() {
+    let (old, mut domains) = running();
+    let d = domains[0].domid();
+    // The record the guardian holds: an image with a duplicate of every
+    // descriptor it names, taken before the changes below.
+    let (image, _held) = old.export_held().unwrap();
+    let record = serde_json::to_string(&image).unwrap();
+    let (home, other) = (
+        format!("/local/domain/{d}/x"),
+        format!("/local/domain/{d}/y"),
+    );
+    domains[0].store_write(&home, "changed after").unwrap();
+    domains[0].store_write(&other, "made after").unwrap();
+    domains[0].watch(&other, "u").unwrap();
+    domains[0].unwatch(&home, "t").unwrap();
+    domains[1].watch(&other, "v").unwrap();
+    // Statistics are not kept: the domains publish them again.
+    let stats = format!("/local/domain/{d}/stats");
+    domains[0].store_write(&stats, "rx 1").unwrap();
+    let image: hv::core::HvImage = serde_json::from_str(&record).unwrap();
+    let adopted = Hypervisor::adopt(image).unwrap();
+    assert_eq!(read(&adopted.hv, &home), "changed after");
+    assert_eq!(read(&adopted.hv, &other), "made after");
+    let (mut a, mut o) = (held(&adopted.hv), held(&old));
+    assert_eq!(o["store_nodes"], a["store_nodes"].as_u64().unwrap() + 1);
+    (a["store_nodes"], o["store_nodes"]) = (0.into(), 0.into());
+    assert_eq!(
+        a, o,
+        "watches and everything else as the running hv has them"
+    );
+    // An adopted hv starts a journal of its own; an image of it has the
+    // changes in its store, and none after.
+    let again = adopted.hv.export().unwrap();
+    assert_ne!(again.journal.unwrap().fd, image_journal_fd(&record));
+    let adopted_again = Hypervisor::adopt(again).unwrap();
+    assert_eq!(read(&adopted_again.hv, &home), "changed after");
+}
+
+fn image_journal_fd(record: &str) -> i32 {
+    let image: hv::core::HvImage = serde_json::from_str(record).unwrap();
+    image.journal.unwrap().fd
+}

@@ -11,6 +11,7 @@ use super::grant_ops::{
 };
 use super::reply::{dup, handled_elsewhere, ok, os, store_err, Outcome};
 use super::state::{deliver, domain, State};
+use super::store_journal::StoreJournal;
 use crate::error::{err, ErrorKind, HvResult};
 use crate::memory::BATCH_PAGES;
 use crate::proto::{DomId, Reply, Request, Welcome};
@@ -134,8 +135,18 @@ fn welcome(st: &mut State, caller: DomId) -> HvResult<Outcome> {
 }
 
 /// The store family (read, write, mkdir, rm, directory, permissions,
-/// watches): each change delivers the watch events it fired.
-fn store_request(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
+/// watches): each change delivers the watch events it fired, and one made
+/// is in hv's journal before it is answered.
+pub(super) fn store_request(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
+    let kept = StoreJournal::keeps(&req).then(|| req.clone());
+    let outcome = store_op(st, caller, req)?;
+    if let (Some(journal), Some(req)) = (&mut st.journal, kept) {
+        journal.append(caller, &req);
+    }
+    Ok(outcome)
+}
+
+fn store_op(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
     let store =
         |r: Result<Vec<store::WatchEvent>, store::StoreError>, st: &State| -> HvResult<Outcome> {
             let events = r.map_err(store_err)?;

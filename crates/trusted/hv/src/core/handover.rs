@@ -9,6 +9,8 @@
 
 use super::domain::{BatchEnds, Domain, Doms, MapRecord, Quotas};
 use super::gate::{Kind as GateKind, Pass};
+use super::state::State;
+use super::store_journal::{JournalImage, StoreJournal};
 use super::Hypervisor;
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::evtchn::Channel;
@@ -123,6 +125,10 @@ pub struct HvImage {
     /// Device models' connections being served: (driver domain, hv's end).
     #[serde(default)]
     pub device_models: Vec<(DomId, RawFd)>,
+    /// The journal of store changes, and the last of them `store` holds:
+    /// an hv started on this image after a crash applies the rest.
+    #[serde(default)]
+    pub journal: Option<JournalImage>,
 }
 
 impl HvImage {
@@ -149,6 +155,7 @@ impl HvImage {
         v.extend(self.vhost.iter().filter_map(|l| l.listener.map(|x| x.0)));
         v.extend(self.hvm.iter().flat_map(|g| g.fds()));
         v.extend(self.device_models.iter().map(|d| d.1));
+        v.extend(self.journal.map(|j| j.fd));
         v
     }
 }
@@ -210,7 +217,11 @@ impl Hypervisor {
     /// every descriptor the image names, taken under hv's lock, so that each
     /// is the object the image means even if hv closes it the next moment.
     pub fn export_held(&self) -> HvResult<(HvImage, Vec<(RawFd, OwnedFd)>)> {
-        let st = self.lock();
+        let mut st = self.lock();
+        // A long journal is started again for a record that holds it all.
+        if let Some(j) = &mut st.journal {
+            j.rotate_if_long();
+        }
         let mut image = self.image_of(&st)?;
         (image.toolstack, image.captures) = (Vec::new(), Vec::new());
         image.store_shape = Some(raw_json(&st.store.shape(), "the store's shape")?);
@@ -273,6 +284,7 @@ impl Hypervisor {
             vhost_last_id,
             hvm: self.hvm.images(),
             device_models: self.device_model_conns().iter().copied().collect(),
+            journal: st.journal.as_ref().map(|j| j.image()),
         })
     }
 
@@ -300,6 +312,10 @@ impl Hypervisor {
         }
         let store: store::Store = serde_json::from_str(image.store.get())
             .map_err(|e| HvError::new(ErrorKind::Invalid, format!("the image's store: {e}")))?;
+        let (journal_seq, changes) = match image.journal {
+            Some(j) => StoreJournal::read_after(fds.take(j.fd)?, j)?,
+            None => (0, Vec::new()),
+        };
         let mut captures = BTreeMap::new();
         for &(id, dom, fd) in &image.captures {
             captures.insert(id, (dom, fds.take(fd)?));
@@ -335,6 +351,7 @@ impl Hypervisor {
             (st.next_chan, st.next_domid) = (image.next_chan, image.next_domid);
             (st.next_ngm, st.next_capture) = (image.next_ngm, image.next_capture);
             (st.counters, st.info) = (image.counters, image.info);
+            replay(&mut st, journal_seq, changes);
         }
         Ok(Adopted {
             hv,
@@ -406,6 +423,30 @@ impl Adopted {
         }
         self.fds.release_originals();
         Ok((self.hv, self.conns))
+    }
+}
+
+/// Applies the store changes answered after the image was taken (there are
+/// some only after a crash), in order, delivering the watch events they
+/// fire, in a journal of this program's own numbered on from there.
+fn replay(st: &mut State, last: u64, changes: Vec<(DomId, crate::proto::Request)>) {
+    let first = last - changes.len() as u64;
+    st.journal = StoreJournal::new(first).ok();
+    let n = changes.len();
+    for (caller, req) in changes {
+        if let Err(e) = super::dispatch::store_request(st, caller, req) {
+            crate::log!(
+                Warning,
+                "the store's journal: a change of domain {caller} did not apply again: {}",
+                e.message
+            );
+        }
+    }
+    if n > 0 {
+        crate::log!(
+            Notice,
+            "the store's journal: {n} change(s) answered after hv's last record applied again"
+        );
     }
 }
 

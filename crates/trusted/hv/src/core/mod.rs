@@ -14,7 +14,8 @@
 //! - `batches`: a domain's batch doorbell thread;
 //! - `devices`: the requests of HVM guests and vhost-user vifs;
 //! - `report`: `status` and `trace` snapshots;
-//! - `reply`: what a hypercall answers.
+//! - `reply`: what a hypercall answers;
+//! - `store_journal`: the store changes answered since hv's last record.
 
 mod batches;
 mod capture;
@@ -31,11 +32,13 @@ mod report;
 mod serve;
 mod shape;
 mod state;
+mod store_journal;
 
 pub use domain::{DomainSpec, Quotas, Teardown};
 pub use gate::{Kind as GateKind, Pass};
 pub use grant_ops::MAX_COPY_OPS;
 pub use handover::{Adopted, ChannelImage, DomainImage, HvImage, NgmImage};
+pub use store_journal::JournalImage;
 
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::hvm::HvmGuests;

@@ -14,6 +14,16 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use sys::SeqPacket;
 
+/// What a control connection holds next.
+enum Next {
+    /// A request this long.
+    Request(usize),
+    /// A message that was refused (and answered so).
+    Refused,
+    /// The connection ended.
+    End,
+}
+
 /// How long hv waits to hand a domain a reply before it closes the
 /// domain's connection (a domain that sends requests and never reads the
 /// replies would otherwise hold its serving thread for good).
@@ -135,20 +145,14 @@ impl Hypervisor {
                 Kind::Short
             };
             let _pass = self.gate.enter(kind);
-            let n = match sock.recv(&mut buf) {
-                Ok((0, _)) => break,
-                Ok((n, _fds)) => n,
-                Err(e) => {
-                    if e.kind() == std::io::ErrorKind::InvalidData {
-                        self.count_error(caller, ErrorKind::Invalid);
-                        let reply: Response = Err(HvError::new(ErrorKind::Invalid, e.to_string()));
-                        if let Ok(b) = proto::encode(&reply) {
-                            let _ = sock.send(&b, &[]);
-                        }
-                        continue;
-                    }
-                    break;
-                }
+            // A domain's request is taken off its socket only once it is
+            // served: one hv dies serving is served by the hv its guardian
+            // starts (the toolstack's connections end with hv).
+            let keep = caller != DOMID_TOOLSTACK;
+            let n = match self.next_request(caller, sock, &mut buf, keep) {
+                Next::Request(n) => n,
+                Next::Refused => continue,
+                Next::End => break,
             };
             let t0 = trace::now();
             let (reply, fds) = match proto::decode::<Request>(&buf[..n]) {
@@ -179,8 +183,38 @@ impl Hypervisor {
                 Err(_) => break,
             };
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+            // Taken before the answer: a death between the two leaves the
+            // domain waiting, never answered twice.
+            if keep && sock.discard().is_err() {
+                break;
+            }
             if sock.send(&bytes, &borrowed).is_err() {
                 break;
+            }
+        }
+    }
+
+    /// The next request's length in `buf`, read (or, to `keep` it queued
+    /// until it is answered, peeked); a message too large for it is
+    /// refused and dropped.
+    fn next_request(&self, caller: DomId, sock: &SeqPacket, buf: &mut [u8], keep: bool) -> Next {
+        let taken = if keep { sock.peek(buf) } else { sock.recv(buf) };
+        match taken {
+            Ok((0, _)) => Next::End,
+            Ok((n, _fds)) => Next::Request(n),
+            Err(e) => {
+                if keep && sock.discard().is_err() {
+                    return Next::End;
+                }
+                if e.kind() != std::io::ErrorKind::InvalidData {
+                    return Next::End;
+                }
+                self.count_error(caller, ErrorKind::Invalid);
+                let reply: Response = Err(HvError::new(ErrorKind::Invalid, e.to_string()));
+                if let Ok(b) = proto::encode(&reply) {
+                    let _ = sock.send(&b, &[]);
+                }
+                Next::Refused
             }
         }
     }

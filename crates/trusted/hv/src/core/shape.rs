@@ -14,6 +14,10 @@ struct Traffic {
     accounts: Vec<Accounts>,
     /// The store, whole, while its shape stands in for it.
     store: Option<Box<RawValue>>,
+    /// How far the store's journal goes: an entry that changed nothing (a
+    /// value written again) needs no record, as the journal the guardian
+    /// holds has it.
+    journal_seq: u64,
 }
 
 impl HvImage {
@@ -22,7 +26,8 @@ impl HvImage {
     /// which are its history), each domain's counters, each HVM guest's
     /// exit accounts, and, with the store's shape standing in for the
     /// store, the store's counters and the statistics the domains publish
-    /// in it every half second (they publish them again after a crash).
+    /// in it every half second (they publish them again after a crash),
+    /// and how far the store's journal goes (not which journal it is).
     /// Only an image taken for hv's guardian has the store's shape; any
     /// other is lent with its store whole.
     pub fn with_traffic_aside<R>(&mut self, f: impl FnOnce(&HvImage) -> R) -> R {
@@ -44,7 +49,9 @@ impl Traffic {
         };
         let store =
             (image.store_shape.take()).map(|shape| std::mem::replace(&mut image.store, shape));
+        let journal_seq = (image.journal.as_mut()).map_or(0, |j| std::mem::take(&mut j.seq));
         Traffic {
+            journal_seq,
             counters: std::mem::replace(&mut image.counters, history),
             domains: (image.domains.iter_mut())
                 .map(|d| std::mem::take(&mut d.counters))
@@ -57,6 +64,9 @@ impl Traffic {
     }
 
     fn put_back(self, image: &mut HvImage) {
+        if let Some(j) = &mut image.journal {
+            j.seq = self.journal_seq;
+        }
         image.counters = self.counters;
         for (d, c) in image.domains.iter_mut().zip(self.domains) {
             d.counters = c;

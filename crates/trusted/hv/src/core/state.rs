@@ -3,6 +3,7 @@
 //! watch delivery every hypercall uses on it.
 
 use super::domain::{Domain, Doms, MapRecord};
+use super::store_journal::StoreJournal;
 use crate::error::{ErrorKind, HvError, HvResult};
 use crate::evtchn::Channel;
 use crate::grant::{self, Memories, Pins};
@@ -36,6 +37,8 @@ pub(super) struct State {
     pub(super) stopped: bool,
     /// Domains whose teardown is running (outside the lock).
     pub(super) tearing_down: HashSet<DomId>,
+    /// The store changes answered, for a crash between two records.
+    pub(super) journal: Option<StoreJournal>,
 }
 
 impl State {
@@ -56,6 +59,7 @@ impl State {
             info: BTreeMap::new(),
             shutting_down: false,
             stopped: false,
+            journal: StoreJournal::new(0).ok(),
             tearing_down: HashSet::new(),
         }
     }
