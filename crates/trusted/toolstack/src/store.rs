@@ -81,7 +81,9 @@ impl<'a> Store<'a> {
     }
     /// Creates directory `path` (or keeps it) with `perms`, and gives every
     /// node already in it the same: a frontend directory re-pointed at a
-    /// restarted driver domain must be readable by the new one.
+    /// restarted driver domain must be readable by the new one. A node
+    /// its owner removes meanwhile (a frontend rewriting its features as
+    /// its backend went) needs none.
     fn dir(&mut self, path: &str, perms: [String; 2]) -> Result<(), String> {
         self.call(Request::StoreMkdir { path: path.into() })?;
         let set = |path: &str| Request::StoreSetPerms {
@@ -94,7 +96,12 @@ impl<'a> Store<'a> {
             _ => Vec::new(),
         };
         for c in children {
-            self.call(set(&format!("{path}/{c}")))?;
+            let child = format!("{path}/{c}");
+            if let Err(e) = self.call(set(&child)) {
+                if self.perms(&child).is_some() {
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
