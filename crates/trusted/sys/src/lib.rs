@@ -51,7 +51,7 @@ pub use doorbell::{poll_readable, poll_readable_few, Doorbell, POLL_FEW};
 pub use epoll::{Epoll, Event};
 pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
-pub use memfd::{memory_file, seal_shrink, Memfd, PAGE_SIZE};
+pub use memfd::{memory_file, punch_hole, seal_shrink, Memfd, PAGE_SIZE};
 pub use mirror::{PoolMirror, USERFAULTFD_FLAGS};
 pub use packet::{
     bound_ifindex, get_mac, ifindex, ping_sockets_allowed, set_mac, set_socket_rcvbuf,

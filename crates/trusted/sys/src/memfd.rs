@@ -152,6 +152,22 @@ pub fn memory_file(name: &str) -> io::Result<std::fs::File> {
     }))
 }
 
+/// Frees bytes `offset..offset + len` of a file in memory, keeping its size:
+/// they read as zeros from then on.
+pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::other("hole beyond the largest file offset"));
+    };
+    crate::count_syscall();
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: plain fallocate on a descriptor borrowed for the duration.
+    cvt(
+        unsafe { libc::fallocate(fd.as_raw_fd(), mode, offset, len) } as libc::c_long,
+        "fallocate(PUNCH_HOLE)",
+    )
+    .map(drop)
+}
+
 impl AsFd for Memfd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

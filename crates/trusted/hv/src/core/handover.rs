@@ -217,11 +217,7 @@ impl Hypervisor {
     /// every descriptor the image names, taken under hv's lock, so that each
     /// is the object the image means even if hv closes it the next moment.
     pub fn export_held(&self) -> HvResult<(HvImage, Vec<(RawFd, OwnedFd)>)> {
-        let mut st = self.lock();
-        // A long journal is started again for a record that holds it all.
-        if let Some(j) = &mut st.journal {
-            j.rotate_if_long();
-        }
+        let st = self.lock();
         let mut image = self.image_of(&st)?;
         (image.toolstack, image.captures) = (Vec::new(), Vec::new());
         image.store_shape = Some(raw_json(&st.store.shape(), "the store's shape")?);
@@ -361,6 +357,14 @@ impl Hypervisor {
             vhost,
             device_models,
         })
+    }
+
+    /// hv's guardian took a record of an image that named `journal`: what
+    /// of the store's journal that record holds is freed.
+    pub fn journal_recorded(&self, journal: Option<JournalImage>) {
+        if let (Some(recorded), Some(own)) = (journal, &mut self.lock().journal) {
+            own.recorded(recorded);
+        }
     }
 
     /// Counts a start of hv that adopted the domains of one that died

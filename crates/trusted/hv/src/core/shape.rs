@@ -3,6 +3,7 @@
 //! changed, and counters that move with every request are not a change.
 
 use super::handover::HvImage;
+use super::store_journal::JournalImage;
 use crate::hvm::Accounts;
 use crate::status::Counters;
 use serde_json::value::RawValue;
@@ -17,7 +18,7 @@ struct Traffic {
     /// How far the store's journal goes: an entry that changed nothing (a
     /// value written again) needs no record, as the journal the guardian
     /// holds has it.
-    journal_seq: u64,
+    journal: Option<JournalImage>,
 }
 
 impl HvImage {
@@ -49,9 +50,12 @@ impl Traffic {
         };
         let store =
             (image.store_shape.take()).map(|shape| std::mem::replace(&mut image.store, shape));
-        let journal_seq = (image.journal.as_mut()).map_or(0, |j| std::mem::take(&mut j.seq));
+        let journal = image.journal;
+        if let Some(j) = &mut image.journal {
+            (j.seq, j.start, j.end) = (0, 0, 0);
+        }
         Traffic {
-            journal_seq,
+            journal,
             counters: std::mem::replace(&mut image.counters, history),
             domains: (image.domains.iter_mut())
                 .map(|d| std::mem::take(&mut d.counters))
@@ -64,9 +68,7 @@ impl Traffic {
     }
 
     fn put_back(self, image: &mut HvImage) {
-        if let Some(j) = &mut image.journal {
-            j.seq = self.journal_seq;
-        }
+        image.journal = self.journal;
         image.counters = self.counters;
         for (d, c) in image.domains.iter_mut().zip(self.domains) {
             d.counters = c;

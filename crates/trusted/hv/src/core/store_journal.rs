@@ -10,7 +10,10 @@
 //! with the record; the record names the last number it includes, and an
 //! hv started on that record applies the entries after it, in order, before
 //! it serves anyone: a store change is deterministic given the store it
-//! applies to. (Not in the papers: they do not survive a crash of Xen.)
+//! applies to. Once the guardian holds a record, the journal's bytes that
+//! record includes are freed (a hole punched in the file, which the
+//! guardian's duplicate shares), so it takes memory for what came after
+//! the last record only. (Not in the papers: they do not survive a crash of Xen.)
 
 use crate::error::{HvError, HvResult};
 use crate::proto::{DomId, Request};
@@ -19,16 +22,20 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-/// A journal this long is started again at hv's next record for its
-/// guardian (whose record then needs none of it).
-const ROTATE_AT: u64 = 1 << 20;
-
 /// One store change hv answered: its number, who asked, what.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Entry {
     seq: u64,
     caller: DomId,
     req: Request,
+}
+
+/// [`Entry`] as it is written, borrowing its request.
+#[derive(Serialize)]
+struct Written<'a> {
+    seq: u64,
+    caller: DomId,
+    req: &'a Request,
 }
 
 /// Where an image's journal is and what of it the image includes.
@@ -38,6 +45,12 @@ pub struct JournalImage {
     pub fd: RawFd,
     /// The last entry the image's store includes.
     pub seq: u64,
+    /// Where its entries start (the bytes before were freed).
+    #[serde(default)]
+    pub start: u64,
+    /// Where the entries the image includes end.
+    #[serde(default)]
+    pub end: u64,
 }
 
 pub(super) struct StoreJournal {
@@ -46,6 +59,8 @@ pub(super) struct StoreJournal {
     seq: u64,
     /// Bytes written.
     len: u64,
+    /// Bytes freed from the start, a multiple of the page size.
+    freed: u64,
 }
 
 impl StoreJournal {
@@ -53,7 +68,12 @@ impl StoreJournal {
     pub(super) fn new(seq: u64) -> HvResult<StoreJournal> {
         let file = sys::memory_file("splitnet-store-journal")
             .map_err(|e| HvError::internal("the store's journal", e))?;
-        Ok(StoreJournal { file, seq, len: 0 })
+        Ok(StoreJournal {
+            file,
+            seq,
+            len: 0,
+            freed: 0,
+        })
     }
 
     /// Whether `req` is a store change the journal keeps: one that changes
@@ -75,10 +95,10 @@ impl StoreJournal {
     /// The write is done before this returns; a failed write is said (the
     /// change then lives only until hv's next record).
     pub(super) fn append(&mut self, caller: DomId, req: &Request) {
-        let entry = Entry {
+        let entry = Written {
             seq: self.seq + 1,
             caller,
-            req: req.clone(),
+            req,
         };
         let Ok(mut line) = serde_json::to_vec(&entry) else {
             return;
@@ -101,22 +121,22 @@ impl StoreJournal {
         JournalImage {
             fd: self.file.as_fd().as_raw_fd(),
             seq: self.seq,
+            start: self.freed,
+            end: self.len,
         }
     }
 
-    /// Starts an empty journal when this one has grown long: for an image
-    /// taken now, whose record then needs none of the old one. Whether it
-    /// did (the image must then be recorded).
-    pub(super) fn rotate_if_long(&mut self) -> bool {
-        if self.len < ROTATE_AT {
-            return false;
+    /// The guardian holds a record whose image named `recorded`: the whole
+    /// pages of this journal that record's store includes are freed.
+    pub(super) fn recorded(&mut self, recorded: JournalImage) {
+        if recorded.fd != self.file.as_fd().as_raw_fd() || recorded.end > self.len {
+            return;
         }
-        match StoreJournal::new(self.seq) {
-            Ok(fresh) => {
-                *self = fresh;
-                true
-            }
-            Err(_) => false,
+        let upto = recorded.end / sys::PAGE_SIZE as u64 * sys::PAGE_SIZE as u64;
+        if upto > self.freed
+            && sys::punch_hole(self.file.as_fd(), self.freed, upto - self.freed).is_ok()
+        {
+            self.freed = upto;
         }
     }
 
@@ -130,13 +150,13 @@ impl StoreJournal {
     ) -> HvResult<(u64, Vec<(DomId, Request)>)> {
         let mut file = File::from(fd);
         let mut bytes = Vec::new();
-        (file.seek(SeekFrom::Start(0)))
+        (file.seek(SeekFrom::Start(image.start)))
             .and_then(|_| file.read_to_end(&mut bytes))
             .map_err(|e| HvError::internal("reading the store's journal", e))?;
         let mut after = Vec::new();
         let mut seq = image.seq;
-        // A line cut short by a crash (the last) is not an entry; nor is
-        // one out of sequence.
+        // A line cut short by a crash (the last) is not an entry, nor are
+        // the zeros of freed bytes, nor one out of sequence.
         for line in bytes.split(|&b| b == b'\n') {
             let Ok(e) = serde_json::from_slice::<Entry>(line) else {
                 continue;
@@ -198,16 +218,26 @@ mod tests {
     }
 
     #[test]
-    fn a_long_journal_starts_again_numbered_on() {
+    fn what_a_record_holds_is_freed_and_what_came_after_is_kept() {
+        use std::os::unix::fs::MetadataExt;
         let mut j = StoreJournal::new(0).unwrap();
-        let big = "x".repeat(64 * 1024);
-        while !j.rotate_if_long() {
+        let big = "x".repeat(16 * 1024);
+        for _ in 0..8 {
             j.append(3, &write("/a", &big));
         }
-        let image = j.image();
-        assert!(image.seq > 1, "{image:?}");
-        j.append(3, &write("/a", "small"));
-        let (last, after) = StoreJournal::read_after(reopened(&j), image).unwrap();
-        assert_eq!((last, after.len()), (image.seq + 1, 1));
+        let blocks = |j: &StoreJournal| j.file.metadata().unwrap().blocks();
+        let (held, before) = (j.image(), blocks(&j));
+        j.append(3, &write("/a", "after"));
+        j.recorded(held);
+        assert!(blocks(&j) < before / 4, "{} of {before} blocks", blocks(&j));
+        let next = j.image();
+        assert_eq!(next.start, held.end / 4096 * 4096);
+        let (last, after) = StoreJournal::read_after(reopened(&j), held).unwrap();
+        assert_eq!((last, after.len()), (9, 1));
+        let (last, after) = StoreJournal::read_after(reopened(&j), next).unwrap();
+        assert_eq!((last, after.len()), (9, 0));
+        // Another journal's record frees nothing of this one.
+        j.recorded(JournalImage { fd: -1, ..next });
+        assert_eq!(j.image().start, next.start);
     }
 }

@@ -145,8 +145,10 @@ impl Supervisor {
         };
         let shape = shape_of(&mut image);
         if g.last.as_ref() != Some(&shape) {
+            let journal = image.hv.journal;
             g.guardian.commit(image, held)?;
             g.last = Some(shape);
+            hv.journal_recorded(journal);
         }
         g.changes = Some(changes);
         Ok(())
