@@ -759,7 +759,11 @@ fn on_watches(
 ) -> Result<bool> {
     let (mut resync, mut backends) = (false, Vec::new());
     while let Some(ev) = hv.next_watch(Duration::ZERO).map_err(|e| anyhow!("{e}"))? {
-        if ev.token == VIFS {
+        if ev.token == hypercall::proto::WATCHES_LOST {
+            // hv dropped events: the list and every backend, again.
+            resync = true;
+            backends = vifs.iter().map(|v| v.token()).collect();
+        } else if ev.token == VIFS {
             // Only the toolstack's writes matter here, not our own.
             resync |= !ev.path.ends_with("/stats");
         } else if !backends.contains(&ev.token) {

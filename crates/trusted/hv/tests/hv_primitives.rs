@@ -575,6 +575,34 @@ fn store_permissions_watches_and_handshake() {
 }
 
 #[test]
+fn a_domain_whose_watch_socket_overflowed_is_told_before_its_next_event() {
+    let mut w = world();
+    let g1 = w.g1.domid();
+    let node = format!("/local/domain/{g1}/x");
+    w.g1.watch(&node, "x").unwrap();
+    // Written far more often than the watch socket holds, never drained.
+    for i in 0..20_000 {
+        w.g1.store_write(&node, &i.to_string()).unwrap();
+    }
+    let mut seen = Vec::new();
+    while let Some(ev) = w.g1.next_watch(Duration::ZERO).unwrap() {
+        seen.push(ev.token);
+    }
+    assert!(seen.len() < 20_000, "the socket held every event");
+    assert!(!seen.iter().any(|t| t == hv::proto::WATCHES_LOST));
+    // The next event that finds room comes after the word that some were lost.
+    w.g1.store_write(&node, "last").unwrap();
+    let lost = w.g1.next_watch(Duration::from_secs(1)).unwrap().unwrap();
+    assert_eq!(lost.token, hv::proto::WATCHES_LOST);
+    let ev = w.g1.next_watch(Duration::from_secs(1)).unwrap().unwrap();
+    assert_eq!((ev.token.as_str(), ev.path.as_str()), ("x", node.as_str()));
+    // Told once.
+    w.g1.store_write(&node, "again").unwrap();
+    let ev = w.g1.next_watch(Duration::from_secs(1)).unwrap().unwrap();
+    assert_eq!(ev.token, "x");
+}
+
+#[test]
 fn hostile_batch_count_and_garbage_messages_are_refused() {
     let mut w = world();
     // A count far beyond the batch page.

@@ -609,8 +609,16 @@ impl HvClient {
                 );
             }
             match self.next_watch_raw(left)? {
-                // Bounded: a flood of events beyond a socketful is dropped.
-                Some(ev) if ev.token != token && self.stash.len() < 4096 => {
+                // Bounded: a flood of events beyond a socketful is dropped,
+                // and the caller told so, as hv tells of those it drops.
+                Some(ev) if ev.token != token => {
+                    if self.stash.len() >= 4096 {
+                        self.stash.clear();
+                        self.stash.push_back(WatchFired {
+                            path: String::new(),
+                            token: proto::WATCHES_LOST.into(),
+                        });
+                    }
                     self.stash.push_back(ev)
                 }
                 _ => {}

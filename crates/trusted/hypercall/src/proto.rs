@@ -515,6 +515,11 @@ pub enum Reply {
 /// A reply or an error, as sent on the wire.
 pub type Response = Result<Reply, HvError>;
 
+/// The token of the watch event hv sends in place of those it had to drop
+/// (the domain's watch socket was full): whatever the domain's watches
+/// cover may have changed unseen, and it looks at all of it again.
+pub const WATCHES_LOST: &str = "@watches-lost";
+
 /// Pushed on the watch socket.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct WatchFired {

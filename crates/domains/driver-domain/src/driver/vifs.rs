@@ -345,6 +345,29 @@ pub(super) struct Fired {
     pub(super) upgrade: bool,
 }
 
+impl Fired {
+    /// hv dropped watch events ([`hypercall::proto::WATCHES_LOST`]): every
+    /// backend directory, pending frontend, capture and port is looked at
+    /// again, and each connected vif whose options are newer than those it
+    /// took takes them.
+    fn all_again(&mut self, hv: &mut HvClient, vifs: &[Vif]) {
+        use abi::xenbus::keys::{OPTIONS, OPTIONS_TAKEN};
+        (self.pending, self.captures, self.ports) = (true, true, true);
+        self.rescan = Touched::All;
+        for v in vifs.iter().filter(|v| !v.gone && v.nb.is_connected()) {
+            let be = &v.nb.be;
+            let asked = hv.store_read_str(&format!("{be}/{OPTIONS}")).ok();
+            let taken = hv.store_read_str(&format!("{be}/{OPTIONS_TAKEN}"));
+            let taken = taken
+                .ok()
+                .and_then(|t| t.split(' ').next().map(str::to_string));
+            if asked.is_some() && asked != taken {
+                self.options.push(be.clone());
+            }
+        }
+    }
+}
+
 /// A frontend whose state went to Closing or Closed loses its backend.
 pub(super) fn handle_watches(
     hv: &mut HvClient,
@@ -353,6 +376,14 @@ pub(super) fn handle_watches(
 ) -> Result<Fired, DriverError> {
     let mut fired = Fired::default();
     while let Some(ev) = hv.next_watch(Duration::ZERO)? {
+        if ev.token == hypercall::proto::WATCHES_LOST {
+            fired.all_again(hv, vifs);
+            for v in vifs.iter_mut().filter(|v| !v.gone) {
+                v.nb.resample_multicast(hv);
+                fired.vifs_changed |= frontend_closed(hv, v);
+            }
+            continue;
+        }
         if ev.token == PENDING {
             fired.pending = true;
             continue;
@@ -396,19 +427,26 @@ pub(super) fn handle_watches(
             v.nb.resample_multicast(hv);
             continue;
         }
-        let gone = match hv.read_state(&v.nb.fe) {
-            Ok(s) => matches!(
-                s,
-                abi::xenbus::XenbusState::Closing | abi::xenbus::XenbusState::Closed
-            ),
-            Err(_) => true,
-        };
-        if gone && v.nb.is_connected() {
-            v.nb.disconnect(hv, "the frontend went away");
-            fired.vifs_changed = true;
-        }
+        fired.vifs_changed |= frontend_closed(hv, v);
     }
     Ok(fired)
+}
+
+/// Disconnects connected vif `v` if its frontend went to Closing or
+/// Closed (or its state went); whether it did.
+fn frontend_closed(hv: &mut HvClient, v: &mut Vif) -> bool {
+    let gone = match hv.read_state(&v.nb.fe) {
+        Ok(s) => matches!(
+            s,
+            abi::xenbus::XenbusState::Closing | abi::xenbus::XenbusState::Closed
+        ),
+        Err(_) => true,
+    };
+    if gone && v.nb.is_connected() {
+        v.nb.disconnect(hv, "the frontend went away");
+        return true;
+    }
+    false
 }
 
 #[cfg(test)]

@@ -91,6 +91,9 @@ pub(super) struct Domain {
     pub(super) batch: Arc<BatchEnds>,
     pub(super) said_hello: bool,
     pub(super) watch_tx: Option<SeqPacket>,
+    /// A watch event could not be queued on `watch_tx`: the domain is told
+    /// so ([`crate::proto::WATCHES_LOST`]) ahead of the next one.
+    pub(super) watches_lost: std::sync::atomic::AtomicBool,
     pub(super) maps: HashMap<u32, MapRecord>,
     pub(super) mapped: HashSet<(DomId, u32)>,
     /// Grants it holds for TX by reference under hv-copy ([`crate::hold`]).
@@ -149,6 +152,7 @@ impl Domain {
             batch: ends.batch,
             said_hello: false,
             watch_tx: None,
+            watches_lost: Default::default(),
             maps: HashMap::new(),
             mapped: HashSet::new(),
             holds: Holds::default(),

@@ -553,6 +553,7 @@ fn adopt_domain(d: &DomainImage, fds: &mut Taken) -> HvResult<(Domain, SeqPacket
         batch,
         said_hello: d.said_hello,
         watch_tx,
+        watches_lost: Default::default(),
         maps,
         mapped: d.mapped.iter().copied().collect::<HashSet<_>>(),
         holds: Holds::from_list(&d.holds),

@@ -13,6 +13,7 @@ use crate::status::Counters;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use store::Store;
+use sys::SeqPacket;
 
 /// Everything hv's lock guards.
 pub(super) struct State {
@@ -77,19 +78,36 @@ impl State {
 }
 
 /// Sends watch events to the domains that registered them. A domain that does
-/// not drain its watch socket loses events (counted), never blocks hv.
+/// not drain its watch socket loses events, never blocks hv; the next event
+/// that finds room is preceded by one that says events were lost
+/// ([`proto::WATCHES_LOST`]), so the domain looks at everything again.
 pub(super) fn deliver(st: &State, events: Vec<store::WatchEvent>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    // Whether `msg` was queued (or the domain is gone, so no one waits).
+    let queued = |tx: &SeqPacket, msg: &WatchFired| {
+        proto::encode(msg).is_ok_and(|b| !matches!(tx.try_send(&b, &[]), Ok(false)))
+    };
     for ev in events {
         let Some(d) = st.doms.0.get(&ev.domid) else {
             continue;
         };
         let Some(tx) = &d.watch_tx else { continue };
+        if d.watches_lost.load(Relaxed) {
+            let lost = WatchFired {
+                path: String::new(),
+                token: proto::WATCHES_LOST.into(),
+            };
+            if !queued(tx, &lost) {
+                continue;
+            }
+            d.watches_lost.store(false, Relaxed);
+        }
         let msg = WatchFired {
             path: ev.path,
             token: ev.token,
         };
-        if let Ok(b) = proto::encode(&msg) {
-            let _ = tx.try_send(&b, &[]);
+        if !queued(tx, &msg) {
+            d.watches_lost.store(true, Relaxed);
         }
     }
 }
