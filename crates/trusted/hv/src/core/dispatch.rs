@@ -138,15 +138,15 @@ fn welcome(st: &mut State, caller: DomId) -> HvResult<Outcome> {
 /// watches): each change delivers the watch events it fired, and one made
 /// is in hv's journal before it is answered.
 pub(super) fn store_request(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
-    let kept = StoreJournal::keeps(&req).then(|| req.clone());
-    let outcome = store_op(st, caller, req)?;
-    if let (Some(journal), Some(req)) = (&mut st.journal, kept) {
-        journal.append(caller, &req);
+    let outcome = store_op(st, caller, &req)?;
+    match &mut st.journal {
+        Some(journal) if StoreJournal::keeps(&req) => journal.append(caller, &req),
+        _ => {}
     }
     Ok(outcome)
 }
 
-fn store_op(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
+fn store_op(st: &mut State, caller: DomId, req: &Request) -> HvResult<Outcome> {
     let store =
         |r: Result<Vec<store::WatchEvent>, store::StoreError>, st: &State| -> HvResult<Outcome> {
             let events = r.map_err(store_err)?;
@@ -155,42 +155,42 @@ fn store_op(st: &mut State, caller: DomId, req: Request) -> HvResult<Outcome> {
         };
     match req {
         Request::StoreRead { path } => {
-            let v = st.store.read(caller, &path).map_err(store_err)?;
+            let v = st.store.read(caller, path).map_err(store_err)?;
             Ok(ok(Reply::Value(v)))
         }
         Request::StoreWrite { path, value } => {
-            let r = st.store.write(caller, &path, &value);
+            let r = st.store.write(caller, path, value);
             store(r, st)
         }
         Request::StoreMkdir { path } => {
-            let r = st.store.mkdir(caller, &path);
+            let r = st.store.mkdir(caller, path);
             store(r, st)
         }
         Request::StoreRm { path } => {
-            let r = st.store.rm(caller, &path);
+            let r = st.store.rm(caller, path);
             store(r, st)
         }
         Request::StoreDirectory { path } => {
-            let v = st.store.directory(caller, &path).map_err(store_err)?;
+            let v = st.store.directory(caller, path).map_err(store_err)?;
             Ok(ok(Reply::List(v)))
         }
         Request::StoreSetPerms { path, perms } => {
             let p = store::Perms::parse_entries(caller, perms.iter().map(String::as_str))
                 .map_err(store_err)?;
-            let r = st.store.set_perms(caller, &path, p);
+            let r = st.store.set_perms(caller, path, p);
             store(r, st)
         }
         Request::StoreGetPerms { path } => {
-            let p = st.store.get_perms(caller, &path).map_err(store_err)?;
+            let p = st.store.get_perms(caller, path).map_err(store_err)?;
             Ok(ok(Reply::List(p.entries())))
         }
         Request::Watch { path, token } => {
-            let r = st.store.watch(caller, caller as u64, &path, &token);
+            let r = st.store.watch(caller, caller as u64, path, token);
             store(r, st)
         }
         Request::Unwatch { path, token } => {
             st.store
-                .unwatch(caller, caller as u64, &path, &token)
+                .unwatch(caller, caller as u64, path, token)
                 .map_err(store_err)?;
             Ok(ok(Reply::Done))
         }
