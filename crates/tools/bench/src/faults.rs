@@ -36,6 +36,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use hv::status::SystemStatus;
 use hv::Toolstack;
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -138,6 +139,10 @@ pub struct Resources {
     pub event_channels: usize,
     pub grant_maps: usize,
     pub store_nodes: usize,
+    /// The store's nodes by path (the root aside), read with
+    /// `store_nodes`: what names a leaked node.
+    #[serde(skip)]
+    pub store_paths: BTreeSet<String>,
     pub watches: u64,
     /// hv's open descriptors, its pidfds aside.
     pub hv_fds: usize,
@@ -689,7 +694,7 @@ fn http(opts: &FaultsOptions) -> Result<Http> {
 }
 
 pub(crate) fn resources(ts: &mut Toolstack) -> Result<Resources> {
-    let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+    let (s, store_paths) = status_and_store(ts)?;
     let pid = s.hv_pid;
     let (mut hv_fds, mut hv_pidfds, mut stale_pidfds) = (0, 0, 0);
     for e in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
@@ -714,12 +719,32 @@ pub(crate) fn resources(ts: &mut Toolstack) -> Result<Resources> {
         event_channels: s.domains.iter().map(|d| d.event_channels).sum(),
         grant_maps: s.domains.iter().map(|d| d.grant_maps).sum(),
         store_nodes: s.store_nodes,
+        store_paths,
         watches: s.watches,
         hv_fds,
         hv_pidfds,
         stale_pidfds,
         hv_rss_kib,
     })
+}
+
+/// hv's status and the store's paths as of one moment: the tree is read
+/// again (for up to 2 s) until the node count `status` gives before and
+/// after it agrees with it, as a domain may write a node between the
+/// requests.
+fn status_and_store(ts: &mut Toolstack) -> Result<(SystemStatus, BTreeSet<String>)> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let s = ts.status().map_err(|e| anyhow!("{e}"))?;
+        let tree = ts.store_tree("/").map_err(|e| anyhow!("store: {e}"))?;
+        let paths: BTreeSet<String> = tree.into_iter().map(|(p, _)| p).collect();
+        let again = ts.status().map_err(|e| anyhow!("{e}"))?.store_nodes;
+        let agree = s.store_nodes == paths.len() + 1 && again == s.store_nodes;
+        if agree || Instant::now() > deadline {
+            return Ok((s, paths));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Whether the pidfd `fdinfo` describes names a process that still runs
@@ -1100,6 +1125,13 @@ impl Resources {
             })
             .map(|(n, _, _)| n)
             .collect()
+    }
+
+    /// The store nodes `after` has and this lacks, and the reverse, by path.
+    pub(crate) fn store_change(&self, after: &Resources) -> String {
+        let added: Vec<_> = after.store_paths.difference(&self.store_paths).collect();
+        let removed: Vec<_> = self.store_paths.difference(&after.store_paths).collect();
+        format!("added {added:?}, removed {removed:?}")
     }
 
     /// Whether every count is back by `after` (resident memory aside).

@@ -318,7 +318,9 @@ fn dpdk_vm(opts: &SoakOptions, socket: &Path) -> Result<Option<vm::ReflectingVm>
 }
 
 /// hv's resources once a few hot-plug cycles have grown what grows on
-/// first use, and every vif has published its counters.
+/// first use and its counts have held still for a second (every vif's
+/// counters published, the last detach let go of by its guest), or
+/// after 10 s.
 fn reference(lab: &Lab) -> Result<crate::faults::Resources> {
     let mut ts = lab.toolstack()?;
     for _ in 0..5 {
@@ -327,8 +329,18 @@ fn reference(lab: &Lab) -> Result<crate::faults::Resources> {
             .map_err(|e| anyhow!("{e}"))?;
         ts.network_detach("guest1", h).map_err(|e| anyhow!("{e}"))?;
     }
-    std::thread::sleep(Duration::from_millis(1500));
-    resources(&mut ts)
+    let mut last = resources(&mut ts)?;
+    let mut still_since = Instant::now();
+    let _ = wait_for("hv's counts to hold still", Duration::from_secs(10), || {
+        let Ok(now) = resources(&mut ts) else {
+            return false;
+        };
+        if !last.counts_back(&now) || last.store_paths != now.store_paths {
+            (last, still_since) = (now, Instant::now());
+        }
+        still_since.elapsed() >= Duration::from_secs(1)
+    });
+    Ok(last)
 }
 
 fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {

@@ -265,6 +265,32 @@ impl Toolstack {
             r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
         }
     }
+    /// Every node under `path`, depth first, with its value (as text, or
+    /// empty when it is not text): what `xenstore-ls -f` prints. `path`
+    /// itself comes first unless it is the root. A node removed while the
+    /// walk runs is left out; a `path` that cannot be listed is an error.
+    pub fn store_tree(&mut self, path: &str) -> HvResult<Vec<(String, String)>> {
+        let top = path.trim_end_matches('/');
+        let mut out = Vec::new();
+        if !top.is_empty() {
+            out.push((top.to_string(), self.store_read(top).unwrap_or_default()));
+        }
+        let mut stack: Vec<String> =
+            (self.store_directory(if top.is_empty() { "/" } else { top })?)
+                .into_iter()
+                .rev()
+                .map(|c| format!("{top}/{c}"))
+                .collect();
+        while let Some(node) = stack.pop() {
+            let Ok(children) = self.store_directory(&node) else {
+                continue;
+            };
+            let value = self.store_read(&node).unwrap_or_default();
+            out.push((node.clone(), value));
+            stack.extend(children.into_iter().rev().map(|c| format!("{node}/{c}")));
+        }
+        Ok(out)
+    }
 }
 
 /// A domain's connection to hv, with its memory mapped.

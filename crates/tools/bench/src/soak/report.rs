@@ -285,7 +285,10 @@ fn leaks(i: &Inputs) -> (Option<u64>, Vec<String>) {
     let mut leaked: Vec<String> = reference
         .leaked(&i.after)
         .into_iter()
-        .map(str::to_string)
+        .map(|name| match name {
+            "store nodes" => format!("store nodes ({})", reference.store_change(&i.after)),
+            _ => name.to_string(),
+        })
         .collect();
     if i.namespaces_before != i.namespaces_after {
         leaked.push(format!(

@@ -105,10 +105,9 @@ impl Env {
             "every domain's first counters and multicast requests",
             std::time::Duration::from_secs(10),
             || {
-                let st = self.status();
-                let tree = self.ok(&["store-ls"]);
-                (counters_published(&st) && multicast_requested(&st, &tree))
-                    .then_some(Snapshot { status: st, tree })
+                let now = self.snapshot();
+                (counters_published(&now.status) && multicast_requested(&now.status, &now.tree))
+                    .then_some(now)
             },
         )
     }
@@ -133,11 +132,24 @@ impl Env {
         }
     }
 
-    /// The same now, with no waiting: what a test compares with [`Env::settled`].
+    /// The same now: what a test compares with [`Env::settled`]. `status`
+    /// and `store-ls` are two requests, and a domain may write a node
+    /// between them, so a snapshot is taken again until the node count
+    /// `status` gives before and after the tree agrees with the tree's
+    /// lines (every node but the root), for up to 5 s.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            status: self.status(),
-            tree: self.ok(&["store-ls"]),
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let status = self.status();
+            let tree = self.ok(&["store-ls"]);
+            let count = |st: &Value| st["store_nodes"].as_u64();
+            let listed = Some(tree.lines().count() as u64 + 1);
+            if (count(&status) == listed && count(&self.status()) == listed)
+                || std::time::Instant::now() > deadline
+            {
+                return Snapshot { status, tree };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 }

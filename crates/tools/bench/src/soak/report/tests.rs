@@ -11,6 +11,7 @@ fn resources() -> Resources {
         event_channels: 6,
         grant_maps: 2,
         store_nodes: 100,
+        store_paths: ["/local", "/local/domain"].map(String::from).into(),
         watches: 20,
         hv_fds: 30,
         hv_pidfds: 0,
@@ -109,9 +110,14 @@ fn a_lost_byte_a_corrupt_one_or_a_leak_fails_the_run_by_name() {
     assert!(corrupt.verdict().unwrap_err().contains("b: 1 corrupted"));
     let mut i = inputs(vec![], vec![]);
     i.after.store_nodes += 1;
+    i.after.store_paths.insert("/local/domain/7".into());
     i.namespaces_after.push("splitnet-b".into());
     let e = SoakReport::new(i).verdict().unwrap_err();
     assert!(e.contains("store nodes") && e.contains("namespaces"), "{e}");
+    assert!(
+        e.contains("added [\"/local/domain/7\"]"),
+        "names the node: {e}"
+    );
 }
 
 #[test]
