@@ -238,7 +238,7 @@ enum Cmd {
         long_about = "Bring the running instance to a changed topology file, touching nothing \
         unchanged: a guest whose entry did not change keeps its process, its vifs and its TCP \
         connections. Guests (netfront), their vifs and VMs are added and removed in place, and a \
-        connected vif's ip=, rate=, mtu=, vlan= and bridge= change in place; a guest whose own \
+        connected vif's ip=, rate=, mtu=, vlan= and bridge= and any domain's weight change in place; a guest whose own \
         settings (or another vif option) changed, or a VM whose entry changed, is re-created \
         only when --restart names it. Any other change (driver domains, wires, ports, emulated \
         NICs) is refused, naming the entry, and nothing changes; so does a file with errors, each named. A step \

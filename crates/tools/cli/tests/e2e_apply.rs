@@ -281,3 +281,67 @@ fn a_vifs_options_change_in_place_and_its_guest_keeps_its_connection() {
     env.ok(&["down"]);
     assert_nothing_left();
 }
+
+/// The nice value of every thread of process `pid` (field 19 of each
+/// `/proc/PID/task/TID/stat`, after the command's closing parenthesis).
+fn thread_nices(pid: i64) -> Vec<i64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .map(|stat| {
+            let rest = stat.rsplit_once(") ").expect("a stat line").1;
+            rest.split(' ').nth(16).unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// A domain's weight is its process's nice value, every thread of it: the
+/// driver domain at twice a guest's by default (nice -3), a new weight set
+/// by `apply` on the running process without a restart, and kept by a
+/// restart.
+#[test]
+fn a_domains_weight_is_its_threads_nice_value_and_apply_sets_it_in_place() {
+    let Some(env) = Env::new("apply-weight") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let nices = |d: &str| thread_nices(pid_of(&env, d).as_i64().unwrap());
+    assert!(nices("drv").iter().all(|&n| n == -3), "{:?}", nices("drv"));
+    assert!(
+        nices("guest1").iter().all(|&n| n == 0),
+        "{:?}",
+        nices("guest1")
+    );
+    let g1 = pid_of(&env, "guest1");
+    let heavier = toolstack::topology::DEFAULT_TOML.replacen(
+        "address = \"10.77.0.1/24\"",
+        "address = \"10.77.0.1/24\"\nweight = 1024",
+        1,
+    );
+    let path = write(&env, "w.toml", &heavier);
+    let plan = env.ok(&["apply", "--config", &path, "--dry-run"]);
+    assert_eq!(plan.trim(), "set the weight of guest1 from 256 to 1024");
+    env.ok(&["apply", "--config", &path]);
+    assert_eq!(pid_of(&env, "guest1"), g1, "guest1 was not restarted");
+    let n = nices("guest1");
+    assert!(!n.is_empty() && n.iter().all(|&n| n == -6), "{n:?}");
+    let e = refused(
+        &env,
+        &[
+            "apply",
+            "--config",
+            &write(&env, "bad.toml", &heavier.replace("1024", "0")),
+        ],
+    );
+    assert!(e.contains("weight must be 1..=65535"), "{e}");
+    env.ok(&["restart", "guest1"]);
+    assert_ne!(pid_of(&env, "guest1"), g1);
+    assert!(
+        nices("guest1").iter().all(|&n| n == -6),
+        "{:?}",
+        nices("guest1")
+    );
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

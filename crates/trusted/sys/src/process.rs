@@ -271,6 +271,46 @@ pub fn netns_on_exec(cmd: &mut std::process::Command, ns: std::fs::File) {
     }
 }
 
+/// Sets the nice value of every thread of running process `pid` to
+/// `nice` (-20..=19): a nice value is each thread's own, so the process's
+/// threads are set one by one, as listed in `/proc/PID/task`.
+pub fn set_process_nice(pid: i32, nice: i32) -> io::Result<()> {
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Some(tid) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: setpriority takes plain integers and touches no memory of ours.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+            let e = io::Error::last_os_error();
+            // A thread that ended since the listing is not an error.
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Has `cmd`'s child run at nice value `nice` (-20..=19), set in the
+/// child before exec so that every thread it starts inherits it.
+pub fn nice_on_exec(cmd: &mut std::process::Command, nice: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // one system call, which is async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Makes the process `cmd` starts run on core `cpu` only: the child sets
 /// its own affinity between fork and exec, so every thread it ever has
 /// inherits the mask (sched_setaffinity(2)). A core outside the kernel's

@@ -5,7 +5,8 @@
 //!
 //! In place, a plan adds and removes guests (netfront guests: their
 //! domains, namespaces and vifs), adds and removes a guest's vifs, and
-//! changes a connected vif's `ip`, `rate`, `mtu`, `vlan` and `bridge`. A
+//! changes a connected vif's `ip`, `rate`, `mtu`, `vlan` and `bridge`, and
+//! any domain's scheduling weight. A
 //! guest whose own settings (or another vif option) changed is re-created
 //! only when `--restart` names it. VMs (their vhost-user vifs) are added
 //! and removed, and re-attached when `--restart` names one whose entry
@@ -40,6 +41,8 @@ pub enum Step {
     },
     /// The topology's name, as `status` shows it.
     Rename(String),
+    /// A domain's scheduling weight, set on its running process.
+    Weight { domain: String, from: u32, to: u32 },
 }
 
 impl Step {
@@ -64,6 +67,9 @@ impl Step {
                 option_changes(&from.opts, &to.opts).join(", ")
             ),
             Step::Rename(n) => format!("rename the topology {n:?}"),
+            Step::Weight { domain, from, to } => {
+                format!("set the weight of {domain} from {from} to {to}")
+            }
         }
     }
 }
@@ -97,11 +103,12 @@ fn plain_guest(t: &Topology, d: &DomainConfig) -> bool {
 }
 
 /// `d` without what apply handles apart (its vifs, its memory when it is
-/// sized from its vifs), to see whether anything else changed.
+/// sized from its vifs, its weight), to see whether anything else changed.
 fn settings(d: &DomainConfig, memory_frames: u32) -> DomainConfig {
     DomainConfig {
         vif: Vec::new(),
         memory_frames,
+        sched_weight: None,
         ..d.clone()
     }
 }
@@ -128,16 +135,19 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     for d in &old.domains {
         match new.domain(&d.name) {
             None => removed(old, d, &mut removes, &mut p.refused),
-            Some(n) => changed(
-                old,
-                new,
-                d,
-                n,
-                restart,
-                &mut adds,
-                &mut removes,
-                &mut p.refused,
-            ),
+            Some(n) => {
+                reweighed(d, n, &mut adds);
+                changed(
+                    old,
+                    new,
+                    d,
+                    n,
+                    restart,
+                    &mut adds,
+                    &mut removes,
+                    &mut p.refused,
+                )
+            }
         }
     }
     for d in new.domains.iter().filter(|d| old.domain(&d.name).is_none()) {
@@ -154,6 +164,18 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     }
     p.steps = adds.into_iter().chain(removes).collect();
     p
+}
+
+/// A new weight for domain `d` (`n` in the new topology), set on its
+/// process: any domain's, as Xen's scheduler takes a new weight live.
+fn reweighed(d: &DomainConfig, n: &DomainConfig, adds: &mut Vec<Step>) {
+    if d.kind == n.kind && d.weight() != n.weight() {
+        adds.push(Step::Weight {
+            domain: d.name.clone(),
+            from: d.weight(),
+            to: n.weight(),
+        });
+    }
 }
 
 /// Why domain `d` cannot be `what` (added, removed, changed) in place.
@@ -340,6 +362,38 @@ mod tests {
         let p = plan(&topo(""), &topo(""), &[]);
         assert!(p.steps.is_empty() && p.refused.is_empty(), "{p:?}");
         assert_eq!(p.text(), "nothing to change\n");
+    }
+
+    #[test]
+    fn a_new_weight_is_set_in_place_on_any_domain_and_changes_nothing_else() {
+        let weighted = |w: &str| {
+            topo(&GUEST3.replace(
+                "kind = \"guest\"",
+                &format!("kind = \"guest\"\nweight = {w}"),
+            ))
+        };
+        let p = plan(&topo(GUEST3), &weighted("1024"), &[]);
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        let set = |domain: &str, from, to| Step::Weight {
+            domain: domain.into(),
+            from,
+            to,
+        };
+        assert_eq!(p.steps, [set("guest3", 256, 1024)]);
+        assert_eq!(p.text(), "set the weight of guest3 from 256 to 1024\n");
+        // The default weight written out is no change.
+        assert!(plan(&topo(GUEST3), &weighted("256"), &[]).steps.is_empty());
+        // A driver domain's, which apply cannot otherwise change.
+        let drv = topo("").domain("drv").map(|d| d.weight());
+        assert_eq!(drv, Some(512), "a driver domain's default");
+        let text = (crate::topology::DEFAULT_TOML).replacen(
+            "kind = \"driver\"",
+            "kind = \"driver\"\nweight = 300",
+            1,
+        );
+        let p = plan(&topo(""), &Topology::parse(&text, "test").unwrap(), &[]);
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        assert_eq!(p.steps, [set("drv", 512, 300)]);
     }
 
     #[test]

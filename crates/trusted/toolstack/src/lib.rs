@@ -53,6 +53,7 @@ pub mod queues;
 pub mod readiness;
 pub mod rootless;
 pub mod sandbox;
+pub mod sched;
 pub mod status;
 pub mod store;
 pub mod supervisor;

@@ -157,6 +157,7 @@ impl Supervisor {
             Step::AddVm(m) => self.add_vm(hv, &self.topo().clone(), m),
             Step::RemoveVm(m) => self.detach_vm(hv, m).unwrap_or(Ok(())),
             Step::Rename(_) => Ok(()),
+            Step::Weight { domain, to, .. } => self.set_weight(hv, domain, *to),
         }
     }
 
@@ -173,8 +174,25 @@ impl Supervisor {
             Step::ChangeVif { from, .. } => self.change_vif(hv, from),
             Step::AddVm(m) => self.detach_vm(hv, m).unwrap_or(Ok(())),
             Step::RemoveVm(m) if old.domain(m).is_some() => self.add_vm(hv, old, m),
+            Step::Weight { domain, from, .. } => self.set_weight(hv, domain, *from),
             _ => Ok(()),
         }
+    }
+
+    /// Domain `name`'s running process takes weight `weight` (its later
+    /// restarts take it from the topology).
+    fn set_weight(&self, hv: &Hypervisor, name: &str, weight: u32) -> HvResult<()> {
+        let pid = (hv.launched().into_iter())
+            .find(|(_, n, _, _)| n == name)
+            .and_then(|(_, _, pid, _)| pid)
+            .ok_or_else(|| fail(ErrorKind::BadDomain, format!("{name} has no process")))?;
+        let nice = crate::sched::nice_of(weight);
+        sys::set_process_nice(pid, nice).map_err(|e| {
+            fail(
+                ErrorKind::Internal,
+                format!("setting {name}'s weight {weight} (nice {nice}): {e}"),
+            )
+        })
     }
 
     /// Guest `name` of the running topology: its domain, namespace and

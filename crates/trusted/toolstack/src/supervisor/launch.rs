@@ -203,6 +203,10 @@ impl Supervisor {
         if let Some(c) = d.cpu {
             sys::pin_on_exec(&mut cmd, c).map_err(|e| format!("pinning to core {c}: {e}"))?;
         }
+        let nice = crate::sched::nice_of(d.weight());
+        if nice != 0 {
+            sys::nice_on_exec(&mut cmd, nice);
+        }
         let r = cmd.spawn_unblocked();
         drop(sock); // the child holds the only other copy now
         if let Some(userns) = container.as_ref().and_then(|c| c.userns.as_ref()) {
