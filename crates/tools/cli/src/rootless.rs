@@ -217,7 +217,9 @@ pub fn underlay_holder_up() -> Result<()> {
     if underlay_holder().is_some() {
         bail!("your underlay is already up; run `splitnet underlay down` first");
     }
-    let mut child = in_userns(Path::new("sleep"))?
+    let mut holder = in_userns(Path::new("sleep"))?;
+    sys::close_fds_on_exec(&mut holder);
+    let mut child = holder
         .arg("infinity")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

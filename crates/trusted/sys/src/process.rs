@@ -271,6 +271,17 @@ pub fn netns_on_exec(cmd: &mut std::process::Command, ns: std::fs::File) {
     }
 }
 
+/// Sets the calling thread's nice value (-20..=19): Linux keeps one per
+/// thread, so the process's other threads keep theirs.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority takes plain integers and touches no memory of
+    // ours; who = 0 names the calling thread.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Sets the nice value of every thread of running process `pid` to
 /// `nice` (-20..=19): a nice value is each thread's own, so the process's
 /// threads are set one by one, as listed in `/proc/PID/task`.
@@ -296,18 +307,58 @@ pub fn set_process_nice(pid: i32, nice: i32) -> io::Result<()> {
 }
 
 /// Has `cmd`'s child run at nice value `nice` (-20..=19), set in the
-/// child before exec so that every thread it starts inherits it.
+/// child before exec so that every thread it starts inherits it. Best
+/// effort: a caller without the privilege to raise a priority
+/// (CAP_SYS_NICE, or RLIMIT_NICE) leaves the child at its own; read it
+/// back with [`nice_of`].
 pub fn nice_on_exec(cmd: &mut std::process::Command, nice: i32) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec and makes
     // one system call, which is async-signal-safe; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
             Ok(())
         });
+    }
+}
+
+/// Has every descriptor from 3 up closed when `cmd`'s child execs: a
+/// long-lived process must not hold what its launcher happened to have
+/// open (a lock a test runner waits on, a CI job's output pipe). They are
+/// marked close-on-exec rather than closed, so the standard library's
+/// pipe that reports a failed exec still works; a kernel without
+/// `close_range` (before 5.11) leaves them as they were.
+pub fn close_fds_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // one system call, which is async-signal-safe; it only sets flags on
+    // descriptors, which exec then closes.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
+    }
+}
+
+/// The nice value of thread (or process) `tid`.
+pub fn nice_of(tid: i32) -> io::Result<i32> {
+    let who = u32::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: getpriority takes plain integers. It may return -1 as a
+    // value, so errno is cleared first and read after.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let v = libc::getpriority(libc::PRIO_PROCESS, who);
+        if v == -1 && *libc::__errno_location() != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(v)
     }
 }
 

@@ -66,6 +66,7 @@ impl Supervisor {
         }
         let child = self.spawn_domain(d, &ns, logs, sock, link.as_ref())?;
         let pid = child.id() as i32;
+        weighed(d, pid);
         if let Err(e) = cg.add(pid) {
             hv::log!(Warning, dom = name, "{e}");
         }
@@ -203,10 +204,9 @@ impl Supervisor {
         if let Some(c) = d.cpu {
             sys::pin_on_exec(&mut cmd, c).map_err(|e| format!("pinning to core {c}: {e}"))?;
         }
-        let nice = crate::sched::nice_of(d.weight());
-        if nice != 0 {
-            sys::nice_on_exec(&mut cmd, nice);
-        }
+        // Set whatever the thread starting it runs at (a reaper runs at
+        // its domain's weight).
+        sys::nice_on_exec(&mut cmd, crate::sched::nice_of(d.weight()));
         let r = cmd.spawn_unblocked();
         drop(sock); // the child holds the only other copy now
         if let Some(userns) = container.as_ref().and_then(|c| c.userns.as_ref()) {
@@ -272,7 +272,14 @@ impl Supervisor {
     ) -> Result<(), String> {
         self.lock().watched.insert(pid, (domid, name.to_string()));
         let (me, name3, hv2) = (self.clone(), name.to_string(), hv.clone());
+        // Its restart runs at its own weight: a driver domain's comes
+        // back ahead of the guests' traffic it serves.
+        let nice = self
+            .config(name)
+            .map_or(0, |d| crate::sched::nice_of(d.weight()));
         hv.spawn_guarded(format!("reap-{name}"), Some(domid), move || {
+            // Best effort, as for the process (`weighed` says if it was not).
+            let _ = sys::set_thread_nice(nice);
             let _ = sys::wait_exited(pid);
             let _pass = hv2.enter_gate(hv::core::GateKind::Short);
             let status = reap();
@@ -507,4 +514,21 @@ fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
         names.push(std::os::fd::AsRawFd::as_raw_fd(fd).to_string());
     }
     Ok(names.join(","))
+}
+
+/// Says in hv's log when domain `d`'s process `pid` did not get its
+/// weight's nice value: raising a priority needs CAP_SYS_NICE (an hv run
+/// without root has it only up to its RLIMIT_NICE), and the domain then
+/// runs at hv's own.
+fn weighed(d: &DomainConfig, pid: i32) {
+    let want = crate::sched::nice_of(d.weight());
+    match sys::nice_of(pid) {
+        Ok(got) if got != want => hv::log!(
+            Notice,
+            dom = d.name,
+            "runs at nice {got}, not the {want} of its weight {}: hv may not raise a priority (CAP_SYS_NICE)",
+            d.weight()
+        ),
+        _ => {}
+    }
 }

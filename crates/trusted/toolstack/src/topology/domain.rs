@@ -182,9 +182,9 @@ pub struct DomainConfig {
     /// The domain's share of the CPU against the others when they contend
     /// (Xen's credit-scheduler weight, 1..=65535): a domain of weight 512
     /// gets twice the CPU time of one of 256. By default 512 for a driver
-    /// domain and 256 for the rest, as Xen's guidance gives dom0 twice a
-    /// guest's weight so that I/O is not starved by the guests it serves
-    /// ([`DomainConfig::weight`]).
+    /// domain and 256 (Xen's default) for the rest: a driver domain answers
+    /// the others' I/O, and Xen's operators weigh dom0 above its guests so
+    /// that the guests it serves cannot starve it ([`DomainConfig::weight`]).
     #[serde(rename = "weight")]
     pub sched_weight: Option<u32>,
 }
