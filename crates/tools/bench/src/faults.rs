@@ -737,7 +737,7 @@ fn status_and_store(ts: &mut Toolstack) -> Result<(SystemStatus, BTreeSet<String
     loop {
         let s = ts.status().map_err(|e| anyhow!("{e}"))?;
         let tree = ts.store_tree("/").map_err(|e| anyhow!("store: {e}"))?;
-        let paths: BTreeSet<String> = tree.into_iter().map(|(p, _)| p).collect();
+        let paths = by_name(&tree);
         let again = ts.status().map_err(|e| anyhow!("{e}"))?.store_nodes;
         let agree = s.store_nodes == paths.len() + 1 && again == s.store_nodes;
         if agree || Instant::now() > deadline {
@@ -745,6 +745,34 @@ fn status_and_store(ts: &mut Toolstack) -> Result<(SystemStatus, BTreeSet<String
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The store's paths with each domain id (a home's, and a backend
+/// directory's frontend id) replaced by the domain's name, as its home's
+/// `name` node gives it: a restarted domain's nodes are the same nodes.
+fn by_name(tree: &[(String, String)]) -> BTreeSet<String> {
+    let names: std::collections::HashMap<&str, &str> = tree
+        .iter()
+        .filter_map(|(p, v)| {
+            let id = p.strip_prefix("/local/domain/")?.strip_suffix("/name")?;
+            Some((id, v.as_str()))
+        })
+        .collect();
+    let named = |seg: &str| names.get(seg).map_or(seg.to_string(), |n| format!("<{n}>"));
+    tree.iter()
+        .map(|(p, _)| {
+            let parts: Vec<&str> = p.split('/').collect();
+            let mut out = parts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            for i in 0..parts.len() {
+                let home = i == 3 && parts[1] == "local" && parts[2] == "domain";
+                let frontend = i >= 2 && parts[i - 2] == "backend";
+                if home || frontend {
+                    out[i] = named(parts[i]);
+                }
+            }
+            out.join("/")
+        })
+        .collect()
 }
 
 /// Whether the pidfd `fdinfo` describes names a process that still runs
@@ -1171,5 +1199,32 @@ impl harness::Suite for FaultsSuite {
             eprintln!("bench faults: a target was not met (see the table)");
         }
         Output::of(&r, r.table(), r.svg())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::by_name;
+
+    #[test]
+    fn a_restarted_domains_nodes_are_named_the_same() {
+        let tree = |drv: &str, g: &str| {
+            [
+                (format!("/local/domain/{drv}/name"), "drv".to_string()),
+                (format!("/local/domain/{g}/name"), "guest2".to_string()),
+                (
+                    format!("/local/domain/{drv}/backend/vif/{g}/0/state"),
+                    "4".into(),
+                ),
+                (
+                    format!("/local/domain/{g}/device/vif/0/backend-id"),
+                    drv.into(),
+                ),
+            ]
+            .to_vec()
+        };
+        let (before, after) = (by_name(&tree("1", "3")), by_name(&tree("372", "374")));
+        assert_eq!(before, after);
+        assert!(before.contains("/local/domain/<drv>/backend/vif/<guest2>/0/state"));
     }
 }

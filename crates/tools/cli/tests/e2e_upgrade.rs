@@ -97,6 +97,7 @@ fn an_upgraded_driver_domain_keeps_its_process_its_vifs_and_every_datagram() {
     };
     env.ok(&["up"]);
     env.ping("guest1", "10.77.0.254", 1);
+    let held = env.settled();
     let before = identity(&env);
     let (_srv, mut client) = env.stream_to_wire("guest1", 6);
     let flows = numbered::Flows::start();
@@ -145,6 +146,8 @@ fn an_upgraded_driver_domain_keeps_its_process_its_vifs_and_every_datagram() {
     assert_eq!(st["restarts_after_crash"], 0, "{st:#}");
     let log = std::fs::read_to_string(env.run_dir.join("drv.log")).unwrap();
     assert_eq!(log.matches("resumed in place").count(), 10, "{log}");
+    // Five questions and answers left nothing in the store.
+    env.settled_as(&held).assert_holds_as(&held);
     env.ok(&["down"]);
     assert_nothing_left();
 }
