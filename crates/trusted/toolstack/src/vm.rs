@@ -570,6 +570,10 @@ mod tests {
                 "key `nic` does not apply",
             ),
             (
+                format!("{sock}{mac}weight = 512\n"),
+                "key `weight` does not apply",
+            ),
+            (
                 format!("{sock}{mac}rx_mode = \"copy\"\n"),
                 "key `rx_mode` does not apply",
             ),
