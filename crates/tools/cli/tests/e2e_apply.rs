@@ -285,10 +285,8 @@ fn a_vifs_options_change_in_place_and_its_guest_keeps_its_connection() {
 /// The nice value of every thread of process `pid` (field 19 of each
 /// `/proc/PID/task/TID/stat`, after the command's closing parenthesis).
 fn thread_nices(pid: i64) -> Vec<i64> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+    thread_files(pid, "stat")
+        .into_iter()
         .map(|stat| {
             let rest = stat.rsplit_once(") ").expect("a stat line").1;
             rest.split(' ').nth(16).unwrap().parse().unwrap()

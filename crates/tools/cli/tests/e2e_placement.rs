@@ -10,10 +10,8 @@ use serde_json::Value;
 
 /// Every thread's `Cpus_allowed_list` of process `pid` (one entry each).
 fn allowed_lists(pid: u64) -> Vec<String> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+    thread_files(pid, "status")
+        .into_iter()
         .filter_map(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))

@@ -228,6 +228,16 @@ impl Drop for Env {
     }
 }
 
+/// File `name` of every thread of process `pid` (`/proc/PID/task/TID/NAME`),
+/// one entry per thread.
+pub fn thread_files(pid: impl std::fmt::Display, name: &str) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join(name)).ok())
+        .collect()
+}
+
 /// The default instance's namespaces (`splitnet-*`).
 pub fn netns() -> Vec<String> {
     netns_starting("splitnet-")

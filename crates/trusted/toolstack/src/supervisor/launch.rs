@@ -206,7 +206,7 @@ impl Supervisor {
         }
         // Set whatever the thread starting it runs at (a reaper runs at
         // its domain's weight).
-        sys::nice_on_exec(&mut cmd, crate::sched::nice_of(d.weight()));
+        sys::nice_on_exec(&mut cmd, d.nice());
         let r = cmd.spawn_unblocked();
         drop(sock); // the child holds the only other copy now
         if let Some(userns) = container.as_ref().and_then(|c| c.userns.as_ref()) {
@@ -274,9 +274,7 @@ impl Supervisor {
         let (me, name3, hv2) = (self.clone(), name.to_string(), hv.clone());
         // Its restart runs at its own weight: a driver domain's comes
         // back ahead of the guests' traffic it serves.
-        let nice = self
-            .config(name)
-            .map_or(0, |d| crate::sched::nice_of(d.weight()));
+        let nice = self.config(name).map_or(0, |d| d.nice());
         hv.spawn_guarded(format!("reap-{name}"), Some(domid), move || {
             // Best effort, as for the process (`weighed` says if it was not).
             let _ = sys::set_thread_nice(nice);
@@ -521,7 +519,7 @@ fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
 /// without root has it only up to its RLIMIT_NICE), and the domain then
 /// runs at hv's own.
 fn weighed(d: &DomainConfig, pid: i32) {
-    let want = crate::sched::nice_of(d.weight());
+    let want = d.nice();
     match sys::nice_of(pid) {
         Ok(got) if got != want => hv::log!(
             Notice,

@@ -370,6 +370,11 @@ impl DomainConfig {
             DomainKind::Guest | DomainKind::Vm => crate::sched::DEFAULT_WEIGHT,
         })
     }
+
+    /// The nice value its weight gives its process ([`crate::sched::nice_of`]).
+    pub fn nice(&self) -> i32 {
+        crate::sched::nice_of(self.weight())
+    }
 }
 
 /// When hv restarts a domain whose process exited on its own.
