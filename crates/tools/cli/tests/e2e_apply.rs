@@ -286,11 +286,27 @@ fn a_vifs_options_change_in_place_and_its_guest_keeps_its_connection() {
 /// `/proc/PID/task/TID/stat`, after the command's closing parenthesis).
 fn thread_nices(pid: i64) -> Vec<i64> {
     thread_files(pid, "stat")
-        .into_iter()
-        .map(|stat| {
-            let rest = stat.rsplit_once(") ").expect("a stat line").1;
-            rest.split(' ').nth(16).unwrap().parse().unwrap()
-        })
+        .iter()
+        .map(|s| stat_nice(s))
+        .collect()
+}
+
+/// The nice value on a `/proc/PID/task/TID/stat` line.
+fn stat_nice(stat: &str) -> i64 {
+    let rest = stat.rsplit_once(") ").expect("a stat line").1;
+    rest.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+/// The nice values of hv's threads serving domain `d` (`hv-ctl-ID` and
+/// `hv-batch-ID`), by name from their stat lines.
+fn serving_nices(env: &Env, d: &str) -> Vec<i64> {
+    let st = env.status();
+    let id = domain(&st, d)["id"].as_i64().unwrap();
+    let names = [format!("(hv-ctl-{id})"), format!("(hv-batch-{id})")];
+    thread_files(st["hv_pid"].as_i64().unwrap(), "stat")
+        .iter()
+        .filter(|s| names.iter().any(|n| s.contains(n.as_str())))
+        .map(|s| stat_nice(s))
         .collect()
 }
 
@@ -306,6 +322,9 @@ fn a_domains_weight_is_its_threads_nice_value_and_apply_sets_it_in_place() {
     env.ok(&["up"]);
     let nices = |d: &str| thread_nices(pid_of(&env, d).as_i64().unwrap());
     assert!(nices("drv").iter().all(|&n| n == -3), "{:?}", nices("drv"));
+    // hv's work for a domain runs at its weight too.
+    assert_eq!(serving_nices(&env, "drv"), [-3, -3]);
+    assert_eq!(serving_nices(&env, "guest1"), [0, 0]);
     assert!(
         nices("guest1").iter().all(|&n| n == 0),
         "{:?}",
@@ -324,6 +343,7 @@ fn a_domains_weight_is_its_threads_nice_value_and_apply_sets_it_in_place() {
     assert_eq!(pid_of(&env, "guest1"), g1, "guest1 was not restarted");
     let n = nices("guest1");
     assert!(!n.is_empty() && n.iter().all(|&n| n == -6), "{n:?}");
+    assert_eq!(serving_nices(&env, "guest1"), [-6, -6]);
     let e = refused(
         &env,
         &[
@@ -340,6 +360,11 @@ fn a_domains_weight_is_its_threads_nice_value_and_apply_sets_it_in_place() {
         "{:?}",
         nices("guest1")
     );
+    assert_eq!(serving_nices(&env, "guest1"), [-6, -6]);
+    // An upgrade of hv carries it to the new program's threads.
+    env.ok(&["upgrade", "--hv"]);
+    assert_eq!(serving_nices(&env, "drv"), [-3, -3]);
+    assert_eq!(serving_nices(&env, "guest1"), [-6, -6]);
     env.ok(&["down"]);
     assert_nothing_left();
 }

@@ -286,14 +286,34 @@ pub fn set_thread_nice(nice: i32) -> io::Result<()> {
 /// `nice` (-20..=19): a nice value is each thread's own, so the process's
 /// threads are set one by one, as listed in `/proc/PID/task`.
 pub fn set_process_nice(pid: i32, nice: i32) -> io::Result<()> {
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let Some(tid) = entry?
+    set_tasks_nice(&format!("/proc/{pid}/task"), nice, |_| true).map(drop)
+}
+
+/// Sets the nice value of those threads of this process whose names
+/// (`comm`, at most 15 bytes, as `std::thread::Builder::name` gave them)
+/// are among `names`; returns how many it set.
+pub fn set_own_threads_nice(names: &[&str], nice: i32) -> io::Result<usize> {
+    let named = |comm: &str| names.iter().any(|n| &n[..n.len().min(15)] == comm);
+    set_tasks_nice("/proc/self/task", nice, named)
+}
+
+/// Sets `nice` on each thread listed in `tasks` (a `/proc/PID/task`
+/// directory) whose name passes `pick`; returns how many it set.
+fn set_tasks_nice(tasks: &str, nice: i32, pick: impl Fn(&str) -> bool) -> io::Result<usize> {
+    let mut set = 0;
+    for entry in std::fs::read_dir(tasks)? {
+        let entry = entry?;
+        let Some(tid) = entry
             .file_name()
             .to_str()
             .and_then(|t| t.parse::<u32>().ok())
         else {
             continue;
         };
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if !pick(comm.trim_end_matches('\n')) {
+            continue;
+        }
         // SAFETY: setpriority takes plain integers and touches no memory of ours.
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
             let e = io::Error::last_os_error();
@@ -301,9 +321,11 @@ pub fn set_process_nice(pid: i32, nice: i32) -> io::Result<()> {
             if e.raw_os_error() != Some(libc::ESRCH) {
                 return Err(e);
             }
+            continue;
         }
+        set += 1;
     }
-    Ok(())
+    Ok(set)
 }
 
 /// Has `cmd`'s child run at nice value `nice` (-20..=19), set in the
@@ -488,6 +510,40 @@ pub fn reap(pid: i32) -> io::Result<std::process::ExitStatus> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_named_threads_get_the_nice_value() {
+        use std::sync::mpsc::channel;
+        let (go, wait) = channel::<()>();
+        let (tell, told) = channel();
+        // A name over the kernel's 15 bytes: it keeps the first 15. A
+        // thread is named once it runs: it says so first.
+        let named = std::thread::Builder::new()
+            .name("weighed-thread-long".into())
+            .spawn(move || {
+                tell.send(None).unwrap();
+                wait.recv().unwrap();
+                tell.send(Some(nice_of(0).unwrap())).unwrap();
+            })
+            .unwrap();
+        assert_eq!(told.recv().unwrap(), None);
+        let mine = nice_of(0).unwrap();
+        // Lowering a priority needs no privilege.
+        let to = (mine + 2).min(19);
+        assert_eq!(
+            set_own_threads_nice(&["weighed-thread-long"], to).unwrap(),
+            1
+        );
+        assert_eq!(set_own_threads_nice(&["no-such-thread"], to).unwrap(), 0);
+        go.send(()).unwrap();
+        assert_eq!(told.recv().unwrap(), Some(to));
+        named.join().unwrap();
+        assert_eq!(
+            nice_of(0).unwrap(),
+            mine,
+            "the caller's thread is not named"
+        );
+    }
 
     #[test]
     #[allow(clippy::zombie_processes)] // reaped by `reap`, the function under test

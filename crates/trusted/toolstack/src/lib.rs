@@ -44,6 +44,7 @@ pub mod host;
 pub mod hotplug;
 pub mod hugepages;
 pub mod kept_ports;
+pub mod laps;
 pub mod listen;
 pub mod metrics;
 pub mod notify;

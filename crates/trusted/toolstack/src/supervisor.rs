@@ -364,6 +364,8 @@ impl Supervisor {
             .map_err(|e| format!("creating domain {}: {e}", d.name))?;
         hv.set_quotas(id, d.quotas())
             .map_err(|e| format!("creating domain {}: {e}", d.name))?;
+        // Best effort, as for its process (`weighed` says if it was not).
+        let _ = hv.weigh(id, d.nice());
         self.write_home(&mut Store::new(hv), id, d)?;
         Ok((id, sock, cg))
     }
@@ -523,8 +525,14 @@ impl Supervisor {
 
     /// Domain `name`'s process ended: the domain is destroyed, and started
     /// again if the toolstack asked for a restart or its policy says so.
-    fn reaped(self: &Arc<Self>, domid: DomId, name: &str, status: std::io::Result<ExitStatus>) {
-        let ended = Instant::now();
+    /// `laps` times the steps since the process ended.
+    fn reaped(
+        self: &Arc<Self>,
+        domid: DomId,
+        name: &str,
+        status: std::io::Result<ExitStatus>,
+        mut laps: crate::laps::Laps,
+    ) {
         let Ok(hv) = self.hv() else { return };
         let text = match &status {
             Ok(s) => s.to_string(),
@@ -535,6 +543,7 @@ impl Supervisor {
         };
         let kept = self.may_come_back(name);
         hv.destroy_domain(domid, &format!("its process exited ({text})"));
+        laps.mark("destroy");
         let driver = self
             .config(name)
             .is_ok_and(|d| d.kind == DomainKind::Driver);
@@ -545,6 +554,7 @@ impl Supervisor {
             crate::queues::drop_all(name);
         }
         self.forget_guest_backends(&hv, name, domid);
+        laps.mark("offline");
         *self.lock().reaps.entry(name.to_string()).or_default() += 1;
         let intent = self.lock().intents.remove(name);
         let policy = self
@@ -587,7 +597,7 @@ impl Supervisor {
             self.lock().crash_restarts += 1;
             hv.set_info("restarts.on-crash", &self.lock().crash_restarts.to_string());
         }
-        if let Err(e) = self.start_again(&hv, name, ended) {
+        if let Err(e) = self.start_again(&hv, name, laps) {
             hv::log!(Error, dom = name, "restarting it failed: {e}");
             hv.port_forget(name);
             drop_netns(&self.uplinks, name);
@@ -626,12 +636,12 @@ impl Supervisor {
     }
 
     /// Starts domain `name` again under a new id in its namespace, and
-    /// re-plumbs its vifs; its process ended at `ended`.
+    /// re-plumbs its vifs; `laps` times the steps since its process ended.
     fn start_again(
         self: &Arc<Self>,
         hv: &Arc<Hypervisor>,
         name: &str,
-        ended: Instant,
+        mut laps: crate::laps::Laps,
     ) -> Result<(), String> {
         let d = self.config(name).map_err(|e| e.to_string())?;
         let ns = host::netns_name(name);
@@ -639,19 +649,23 @@ impl Supervisor {
             return Err(format!("its namespace {ns} is gone"));
         }
         let (domid, sock, cg) = self.create(hv, &d)?;
+        laps.mark("create");
         // A vif whose other end is not running waits for it.
         for v in self.running_vifs(hv, name) {
             self.plumb(hv, &v)?;
         }
+        laps.mark("plumb");
         if d.kind == DomainKind::Driver {
             self.uplinks.attach(name)?;
+            laps.mark("uplinks");
         }
         self.launch(hv, &d, domid, sock, cg)?;
+        laps.mark("launch");
         hv::log!(
             Notice,
             dom = name,
-            "restarted as domain {domid}, {} ms after its process ended{}",
-            ended.elapsed().as_millis(),
+            "restarted as domain {domid}, {} ms after its process ended ({laps}){}",
+            laps.total().as_millis(),
             if d.kind == DomainKind::Driver {
                 "; its guests reconnect"
             } else {

@@ -102,6 +102,9 @@ pub(super) struct Domain {
     pub(super) fds_given: HashSet<(DomId, bool)>,
     pub(super) ports: BTreeMap<Port, u64>,
     pub(super) quotas: Quotas,
+    /// The nice value hv's threads serving it run at, its process's
+    /// ([`crate::Hypervisor::weigh`]).
+    pub(super) nice: i32,
     pub(super) counters: Counters,
     /// What hv recorded serving this domain.
     pub(super) trace: Arc<HvTrace>,
@@ -160,6 +163,7 @@ impl Domain {
             fds_given: HashSet::new(),
             ports: BTreeMap::new(),
             quotas: Quotas::default(),
+            nice: 0,
             counters: Counters::default(),
             trace,
             pid: None,

@@ -57,6 +57,9 @@ pub struct DomainImage {
     pub fds_given: Vec<(DomId, bool)>,
     pub ports: Vec<(Port, u64)>,
     pub quotas: Quotas,
+    /// Its serving threads' nice value (0 from an hv before it was kept).
+    #[serde(default)]
+    pub nice: i32,
     pub counters: Counters,
     pub pid: Option<i32>,
     pub netns: Option<String>,
@@ -493,6 +496,7 @@ fn domain_image(id: DomId, d: &Domain) -> DomainImage {
         fds_given: d.fds_given.iter().copied().collect(),
         ports: d.ports.iter().map(|(&p, &c)| (p, c)).collect(),
         quotas: d.quotas,
+        nice: d.nice,
         counters: d.counters.clone(),
         pid: d.pid,
         netns: d.netns.clone(),
@@ -561,6 +565,7 @@ fn adopt_domain(d: &DomainImage, fds: &mut Taken) -> HvResult<(Domain, SeqPacket
         fds_given: d.fds_given.iter().copied().collect(),
         ports: d.ports.iter().copied().collect(),
         quotas: d.quotas,
+        nice: d.nice,
         counters: d.counters.clone(),
         trace: Arc::new(HvTrace::default()),
         pid: d.pid,

@@ -5,7 +5,7 @@
 use super::domain::{BatchEnds, Domain, DomainEnds, DomainSpec};
 use super::evtchn_ops::drop_end;
 use super::reply::{os, store_err};
-use super::state::{deliver, State};
+use super::state::{deliver, domain, State};
 use super::{catch_panic, Hypervisor};
 use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::memory::DomainMemory;
@@ -75,14 +75,47 @@ impl Hypervisor {
         batch: Arc<BatchEnds>,
     ) -> HvResult<()> {
         let hv = self.clone();
-        self.spawn_guarded(format!("hv-ctl-{domid}"), Some(domid), move || {
+        self.spawn_guarded(serving_threads(domid)[0].clone(), Some(domid), move || {
+            hv.take_nice(domid);
             hv.serve(domid, control)
         })?;
         let hv = self.clone();
-        self.spawn_guarded(format!("hv-batch-{domid}"), Some(domid), move || {
+        self.spawn_guarded(serving_threads(domid)[1].clone(), Some(domid), move || {
+            hv.take_nice(domid);
             hv.run_batches(domid, mem, trace, batch)
         })?;
         Ok(())
+    }
+
+    /// hv's threads serving domain `domid` run at nice value `nice`, as its
+    /// process does: under Xen a hypercall runs on the calling vCPU, so
+    /// the credit scheduler charges it to the caller's weight, and the
+    /// work hv does for a driver domain (its grant maps, store requests,
+    /// a restart's handshakes) must not wait behind the guests it serves.
+    /// Raising a priority needs privilege (CAP_SYS_NICE); without it the
+    /// threads keep hv's and the error says so.
+    pub fn weigh(&self, domid: DomId, nice: i32) -> std::io::Result<()> {
+        // Under hv's lock, as the threads take it: a thread not started yet
+        // takes it from the record; one that has is named already (a thread
+        // is named before its body runs).
+        let mut st = self.lock();
+        if let Ok(d) = domain(&mut st, domid) {
+            d.nice = nice;
+        }
+        let names = serving_threads(domid);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        sys::set_own_threads_nice(&names, nice).map(drop)
+    }
+
+    /// The calling thread, one of domain `domid`'s serving threads, takes
+    /// the nice value on its record (best effort, as [`Self::weigh`]).
+    /// Set under hv's lock, so that a [`Self::weigh`] meanwhile comes after.
+    fn take_nice(&self, domid: DomId) {
+        let mut st = self.lock();
+        let nice = domain(&mut st, domid).map_or(0, |d| d.nice);
+        if nice != 0 {
+            let _ = sys::set_thread_nice(nice);
+        }
     }
 
     /// Starts one of hv's threads, `name`, running `body`, so that no panic
@@ -270,6 +303,12 @@ fn revoke_all(st: &mut State, domid: DomId, d: &mut Domain) {
     let events = st.store.release_domain(domid);
     st.store.drop_connection(domid as u64);
     deliver(st, events);
+}
+
+/// The names of domain `domid`'s two serving threads: its control
+/// socket's and its batch doorbell's.
+fn serving_threads(domid: DomId) -> [String; 2] {
+    [format!("hv-ctl-{domid}"), format!("hv-batch-{domid}")]
 }
 
 #[cfg(test)]

@@ -182,17 +182,21 @@ impl Supervisor {
     /// Domain `name`'s running process takes weight `weight` (its later
     /// restarts take it from the topology).
     fn set_weight(&self, hv: &Hypervisor, name: &str, weight: u32) -> HvResult<()> {
-        let pid = (hv.launched().into_iter())
+        let (domid, _, pid, _) = (hv.launched().into_iter())
             .find(|(_, n, _, _)| n == name)
-            .and_then(|(_, _, pid, _)| pid)
             .ok_or_else(|| fail(ErrorKind::BadDomain, format!("{name} has no process")))?;
+        let pid =
+            pid.ok_or_else(|| fail(ErrorKind::BadDomain, format!("{name} has no process")))?;
         let nice = crate::sched::nice_of(weight);
-        sys::set_process_nice(pid, nice).map_err(|e| {
+        let failed = |e: std::io::Error| {
             fail(
                 ErrorKind::Internal,
                 format!("setting {name}'s weight {weight} (nice {nice}): {e}"),
             )
-        })
+        };
+        sys::set_process_nice(pid, nice).map_err(failed)?;
+        // hv's threads serving it follow (`Hypervisor::weigh`).
+        hv.weigh(domid, nice).map_err(failed)
     }
 
     /// Guest `name` of the running topology: its domain, namespace and

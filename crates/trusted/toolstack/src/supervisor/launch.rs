@@ -279,10 +279,12 @@ impl Supervisor {
             // Best effort, as for the process (`weighed` says if it was not).
             let _ = sys::set_thread_nice(nice);
             let _ = sys::wait_exited(pid);
+            let mut laps = crate::laps::Laps::from(std::time::Instant::now());
             let _pass = hv2.enter_gate(hv::core::GateKind::Short);
             let status = reap();
+            laps.mark("reap");
             me.lock().watched.remove(&pid);
-            me.reaped(domid, &name3, status);
+            me.reaped(domid, &name3, status, laps);
         })
         .map(drop)
         .map_err(|e| {
