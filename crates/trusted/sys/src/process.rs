@@ -293,7 +293,12 @@ pub fn set_process_nice(pid: i32, nice: i32) -> io::Result<()> {
 /// (`comm`, at most 15 bytes, as `std::thread::Builder::name` gave them)
 /// are among `names`; returns how many it set.
 pub fn set_own_threads_nice(names: &[&str], nice: i32) -> io::Result<usize> {
-    let named = |comm: &str| names.iter().any(|n| &n[..n.len().min(15)] == comm);
+    let named = |comm: &str| {
+        let comm = comm.as_bytes();
+        names
+            .iter()
+            .any(|n| n.as_bytes()[..n.len().min(15)] == *comm)
+    };
     set_tasks_nice("/proc/self/task", nice, named)
 }
 

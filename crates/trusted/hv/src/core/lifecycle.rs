@@ -108,14 +108,14 @@ impl Hypervisor {
     }
 
     /// The calling thread, one of domain `domid`'s serving threads, takes
-    /// the nice value on its record (best effort, as [`Self::weigh`]).
-    /// Set under hv's lock, so that a [`Self::weigh`] meanwhile comes after.
+    /// the nice value on its record (best effort, as [`Self::weigh`]),
+    /// whatever it inherited from the thread that made it (a driver
+    /// domain's reaper, say). Set under hv's lock, so that a
+    /// [`Self::weigh`] meanwhile comes after.
     fn take_nice(&self, domid: DomId) {
         let mut st = self.lock();
         let nice = domain(&mut st, domid).map_or(0, |d| d.nice);
-        if nice != 0 {
-            let _ = sys::set_thread_nice(nice);
-        }
+        let _ = sys::set_thread_nice(nice);
     }
 
     /// Starts one of hv's threads, `name`, running `body`, so that no panic
