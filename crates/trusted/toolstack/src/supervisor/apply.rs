@@ -182,11 +182,9 @@ impl Supervisor {
     /// Domain `name`'s running process takes weight `weight` (its later
     /// restarts take it from the topology).
     fn set_weight(&self, hv: &Hypervisor, name: &str, weight: u32) -> HvResult<()> {
-        let (domid, _, pid, _) = (hv.launched().into_iter())
-            .find(|(_, n, _, _)| n == name)
+        let (domid, pid) = (hv.launched().into_iter())
+            .find_map(|(id, n, pid, _)| pid.filter(|_| n == name).map(|p| (id, p)))
             .ok_or_else(|| fail(ErrorKind::BadDomain, format!("{name} has no process")))?;
-        let pid =
-            pid.ok_or_else(|| fail(ErrorKind::BadDomain, format!("{name} has no process")))?;
         let nice = crate::sched::nice_of(weight);
         let failed = |e: std::io::Error| {
             fail(
