@@ -92,15 +92,22 @@ pub fn max_ops(pages: u32) -> usize {
     BatchKind::Copy.max_ops(pages)
 }
 
-/// A batch as hv reads it: copied out of shared memory once.
-pub struct Submitted {
+/// A batch as hv reads it: copied out of shared memory once, into a
+/// buffer its reader keeps from one batch to the next.
+pub struct Submitted<'a> {
     pub seq: u32,
     pub kind: BatchKind,
-    pub ops: Vec<u8>,
+    pub ops: &'a mut [u8],
 }
 
-/// Reads a submitted batch, refusing a count the page cannot hold.
-pub fn read_batch(page: &dyn SharedMemory, pages: u32) -> Result<Submitted, (u32, String)> {
+/// Reads a submitted batch into `buf`, refusing a count the page cannot
+/// hold. `buf` grows to the largest batch read and is reused, so that a
+/// batch allocates nothing once the first of its size has been read.
+pub fn read_batch<'a>(
+    page: &dyn SharedMemory,
+    pages: u32,
+    buf: &'a mut Vec<u8>,
+) -> Result<Submitted<'a>, (u32, String)> {
     let seq = page.load_u32(SEQ_OFF);
     let count = page.read_u32(COUNT_OFF) as usize;
     let Some(kind) = BatchKind::from_raw(page.read_u32(KIND_OFF)) else {
@@ -117,8 +124,12 @@ pub fn read_batch(page: &dyn SharedMemory, pages: u32) -> Result<Submitted, (u32
             format!("batch of {count} {kind:?} ops exceeds the {room} that fit"),
         ));
     }
-    let mut ops = vec![0u8; count * size];
-    page.read_bytes(OPS_OFF, &mut ops);
+    let len = count * size;
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    let ops = &mut buf[..len];
+    page.read_bytes(OPS_OFF, ops);
     Ok(Submitted { seq, kind, ops })
 }
 
@@ -145,4 +156,59 @@ pub fn complete(page: &dyn SharedMemory, seq: u32, kind: BatchKind, result: i32,
     }
     page.write_u32(RESULT_OFF, result as u32);
     page.store_u32(DONE_OFF, seq);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abi::HeapMemory;
+
+    /// A page holding batch `seq` of `count` copy ops, op `i`'s bytes
+    /// `i + 1` (the first three: a count past them is one to refuse).
+    fn page(seq: u32, count: usize) -> HeapMemory {
+        let mem = HeapMemory::new(PAGE_SIZE);
+        mem.write_u32(SEQ_OFF, seq);
+        mem.write_u32(COUNT_OFF, count as u32);
+        mem.write_u32(KIND_OFF, BatchKind::Copy as u32);
+        for i in 0..count.min(3) {
+            mem.write_bytes(
+                OPS_OFF + i * GrantCopy::SIZE,
+                &[i as u8 + 1; GrantCopy::SIZE],
+            );
+        }
+        mem
+    }
+
+    #[test]
+    fn a_batch_is_read_into_the_kept_buffer_at_its_own_length() {
+        let mut buf = Vec::new();
+        let b = read_batch(&page(7, 3), 1, &mut buf).unwrap();
+        assert_eq!(
+            (b.seq, b.kind, b.ops.len()),
+            (7, BatchKind::Copy, 3 * GrantCopy::SIZE)
+        );
+        assert!(b
+            .ops
+            .chunks(GrantCopy::SIZE)
+            .enumerate()
+            .all(|(i, op)| op.iter().all(|&x| x == i as u8 + 1)));
+        // A smaller batch next: only its own ops, nothing of the one before.
+        let b = read_batch(&page(8, 1), 1, &mut buf).unwrap();
+        assert_eq!((b.seq, b.ops.len()), (8, GrantCopy::SIZE));
+        assert!(b.ops.iter().all(|&x| x == 1));
+        assert_eq!(
+            buf.len(),
+            3 * GrantCopy::SIZE,
+            "kept at the largest, not shrunk"
+        );
+        // Refused as before: more ops than the page holds, an unknown kind.
+        let e = read_batch(&page(9, 1000), 1, &mut buf).err().unwrap();
+        assert!(e.0 == 9 && e.1.contains("exceeds"), "{e:?}");
+        let p = page(10, 1);
+        p.write_u32(KIND_OFF, 99);
+        assert_eq!(
+            read_batch(&p, 1, &mut buf).err().unwrap().1,
+            "unknown batch kind"
+        );
+    }
 }

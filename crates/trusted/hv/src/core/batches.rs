@@ -29,6 +29,8 @@ impl Hypervisor {
         ends: Arc<BatchEnds>,
     ) {
         let (kick, done, stop) = (&ends.kick, &ends.done, &ends.stop);
+        // hv's copy of each batch, kept from one to the next.
+        let mut buf = Vec::new();
         loop {
             match poll_readable(&[kick.as_fd(), stop.as_fd()], None) {
                 Ok(r) if r[1] => return,
@@ -43,13 +45,13 @@ impl Hypervisor {
                 continue; // spurious doorbell
             }
             let mut ops = 0;
-            match batch::read_batch(page, BATCH_PAGES) {
+            match batch::read_batch(page, BATCH_PAGES, &mut buf) {
                 Err((seq, _msg)) => {
                     // Counted, not logged: a guest could otherwise flood the log.
                     self.count_error(domid, ErrorKind::Invalid);
                     batch::complete(page, seq, BatchKind::Copy, -libc::EINVAL, &[]);
                 }
-                Ok(mut sub) => {
+                Ok(sub) => {
                     let (statuses, errors) = {
                         let mut st = self.lock();
                         let st = &mut *st;
@@ -59,7 +61,7 @@ impl Hypervisor {
                         let n = (sub.ops.len() / sub.kind.op_size()) as u64;
                         ops = n;
                         let t1 = trace::now();
-                        let (r, what) = run_batch(st, domid, sub.kind, &mut sub.ops);
+                        let (r, what) = run_batch(st, domid, sub.kind, sub.ops);
                         let traced = [BatchKind::Map, BatchKind::Unmap, BatchKind::Transfer];
                         if !traced.contains(&sub.kind) {
                             // A map, unmap or transfer traces each of its ops itself.
@@ -77,8 +79,8 @@ impl Hypervisor {
                         self.count_error(domid, e.kind);
                     }
                     match sub.kind {
-                        BatchKind::Hold => batch::publish_held_frames(page, &sub.ops),
-                        BatchKind::Map => batch::publish_ops(page, &sub.ops),
+                        BatchKind::Hold => batch::publish_held_frames(page, sub.ops),
+                        BatchKind::Map => batch::publish_ops(page, sub.ops),
                         _ => {}
                     }
                     batch::complete(page, sub.seq, sub.kind, 0, &statuses);
