@@ -29,6 +29,16 @@ fn write(env: &Env, name: &str, text: &str) -> String {
     p.display().to_string()
 }
 
+/// guest1's iperf3 stream finished, and finished well.
+fn ran_to_its_end(stream: &mut Background) {
+    assert!(
+        stream.wait_exit(Duration::from_secs(40)),
+        "iperf3 did not finish"
+    );
+    let code = stream.0.wait().unwrap();
+    assert!(code.success(), "guest1's stream broke: {code}");
+}
+
 fn pid_of(env: &Env, d: &str) -> Value {
     domain(&env.status(), d)["pid"].clone()
 }
@@ -155,12 +165,7 @@ fn apply_adds_and_removes_guests_and_vifs_and_leaves_the_rest_running() {
     env.settled_as(&held).assert_holds_as(&held);
     assert_eq!(pid_of(&env, "guest1"), g1);
     // The stream through guest1 ran to its end across all of it.
-    assert!(
-        stream.wait_exit(Duration::from_secs(40)),
-        "iperf3 did not finish"
-    );
-    let code = stream.0.wait().unwrap();
-    assert!(code.success(), "guest1's stream broke: {code}");
+    ran_to_its_end(&mut stream);
     env.ok(&["down"]);
     assert_nothing_left();
 }
@@ -264,12 +269,7 @@ fn a_vifs_options_change_in_place_and_its_guest_keeps_its_connection() {
         },
     );
     assert_eq!(pid_of(&env, "guest1"), g1, "guest1 was not touched");
-    assert!(
-        stream.wait_exit(Duration::from_secs(40)),
-        "iperf3 did not finish"
-    );
-    let code = stream.0.wait().unwrap();
-    assert!(code.success(), "guest1's stream broke: {code}");
+    ran_to_its_end(&mut stream);
     // What stays is the count of option changes and netback's answer.
     let (added, removed) = env.snapshot().nodes_since(&held);
     assert!(removed.is_empty(), "{removed:?}");
@@ -365,6 +365,54 @@ fn a_domains_weight_is_its_threads_nice_value_and_apply_sets_it_in_place() {
     env.ok(&["upgrade", "--hv"]);
     assert_eq!(serving_nices(&env, "drv"), [-3, -3]);
     assert_eq!(serving_nices(&env, "guest1"), [-6, -6]);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// The default topology with a second driver domain, its wire host and a
+/// guest on it (the example a user applies to a running default).
+const TWO_DRIVERS: &str = include_str!("../../../../examples/two-drivers.toml");
+
+#[test]
+fn apply_adds_and_removes_a_driver_domain_with_its_wire_host_and_guest() {
+    let Some(env) = Env::new("apply-driver") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let held = env.settled();
+    let (g1, drv) = (pid_of(&env, "guest1"), pid_of(&env, "drv"));
+    let (_srv, mut stream) = env.stream_to_wire("guest1", 20);
+
+    let two = write(&env, "two.toml", TWO_DRIVERS);
+    assert_eq!(
+        env.ok(&["apply", "--config", &two, "--dry-run"]),
+        "add driver domain drv2 (its ports and wire hosts)\nadd guest guest4\n"
+    );
+    env.ok(&["apply", "--config", &two]);
+    env.ping("guest4", "10.78.0.254", 3);
+    env.ping("wire2", "10.78.0.4", 3);
+    assert!(
+        netns().contains(&"splitnet-wire2".to_string()),
+        "{:?}",
+        netns()
+    );
+
+    let back = write(&env, "back.toml", toolstack::topology::DEFAULT_TOML);
+    assert_eq!(
+        env.ok(&["apply", "--config", &back, "--dry-run"]),
+        "remove guest guest4\nremove driver domain drv2 (its ports and wire hosts)\n"
+    );
+    env.ok(&["apply", "--config", &back]);
+    let st = env.status();
+    assert!(domain(&st, "drv2").is_null() && domain(&st, "guest4").is_null());
+    let left = netns();
+    for ns in ["splitnet-drv2", "splitnet-guest4", "splitnet-wire2"] {
+        assert!(!left.contains(&ns.to_string()), "{ns} is left: {left:?}");
+    }
+    // The store, watches and grants as they were before drv2 came.
+    env.settled_as(&held).assert_holds_as(&held);
+    assert_eq!((pid_of(&env, "guest1"), pid_of(&env, "drv")), (g1, drv));
+    ran_to_its_end(&mut stream);
     env.ok(&["down"]);
     assert_nothing_left();
 }

@@ -10,9 +10,11 @@
 //! guest whose own settings (or another vif option) changed is re-created
 //! only when `--restart` names it. VMs (their vhost-user vifs) are added
 //! and removed, and re-attached when `--restart` names one whose entry
-//! changed. Every other change is refused, naming its entry: the guest
-//! kinds that need more than a netfront (emulated NICs, virtio), driver
-//! domains, wires and ports.
+//! changed. Driver domains are added and removed with their ports and
+//! wire hosts (a driver domain is added before the guests it serves and
+//! removed after them). Every other change is refused, naming its entry:
+//! the guest kinds that need more than a netfront (emulated NICs, virtio),
+//! a running driver domain's settings, its ports and its wire hosts.
 
 use crate::topology::{DomainConfig, DomainKind, Nic, Topology, VifConfig, VifOptions};
 use crate::vifspec::format_rate;
@@ -34,6 +36,12 @@ pub enum Step {
     AddVm(String),
     /// A VM of the running topology: its vif and socket go.
     RemoveVm(String),
+    /// A driver domain of the new topology: its domain, namespace, ports
+    /// and wire hosts, then its process.
+    AddDriver(String),
+    /// A driver domain of the running topology that nothing uses any
+    /// more: its process, ports, wire hosts and namespace go.
+    RemoveDriver(String),
     /// A vif whose live options changed (`from` running, `to` wanted).
     ChangeVif {
         from: Box<VifConfig>,
@@ -59,6 +67,10 @@ impl Step {
             Step::RemoveGuest(g) => format!("remove guest {g}"),
             Step::AddVm(m) => format!("add VM {m} (its vhost-user vif)"),
             Step::RemoveVm(m) => format!("remove VM {m} (its vhost-user vif)"),
+            Step::AddDriver(d) => format!("add driver domain {d} (its ports and wire hosts)"),
+            Step::RemoveDriver(d) => {
+                format!("remove driver domain {d} (its ports and wire hosts)")
+            }
             Step::AddVif(v) => format!("add {}", vif(v)),
             Step::RemoveVif(v) => format!("remove {}", vif(v)),
             Step::ChangeVif { from, to } => format!(
@@ -104,12 +116,47 @@ fn plain_guest(t: &Topology, d: &DomainConfig) -> bool {
 
 /// `d` without what apply handles apart (its vifs, its memory when it is
 /// sized from its vifs, its weight), to see whether anything else changed.
+/// Its `backend` is left out too: a guest that names the driver domain it
+/// had by default (a second one came) keeps it, and a move to another
+/// shows in its vifs.
 fn settings(d: &DomainConfig, memory_frames: u32) -> DomainConfig {
     DomainConfig {
         vif: Vec::new(),
         memory_frames,
         sched_weight: None,
+        backend: None,
         ..d.clone()
+    }
+}
+
+/// The driver domains in `a` and not in `b`.
+fn drivers_only_in(a: &Topology, b: &Topology) -> Vec<String> {
+    (a.domains.iter())
+        .filter(|d| d.kind == DomainKind::Driver && b.domain(&d.name).is_none())
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+/// Refuses a change to the wire hosts or ports of a driver domain in both
+/// topologies; those of one added or removed come and go with it.
+fn uplinks_kept(old: &Topology, new: &Topology, refused: &mut Vec<String>) {
+    let (gone, came) = (drivers_only_in(old, new), drivers_only_in(new, old));
+    let kept = |driver: &String, moving: &[String]| !moving.contains(driver);
+    let wires = |t: &Topology, moving: &[String]| {
+        let w = t.wires.iter().filter(|w| kept(&w.driver, moving));
+        w.cloned().collect::<Vec<_>>()
+    };
+    let ports = |t: &Topology, moving: &[String]| {
+        let p = t.ports.iter().filter(|p| kept(&p.driver, moving));
+        p.cloned().collect::<Vec<_>>()
+    };
+    if wires(old, &gone) != wires(new, &came) {
+        refused.push(
+            "[wire]: the wire hosts of a running driver domain changed; they are made with it (down and up, or remove and add the driver domain)".into(),
+        );
+    }
+    if ports(old, &gone) != ports(new, &came) {
+        refused.push("[[port]]: the uplinks of a running driver domain changed; they are made with it (down and up, or remove and add the driver domain)".into());
     }
 }
 
@@ -123,17 +170,17 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
                 .push(format!("--restart {r}: no domain of that name"));
         }
     }
-    if old.wires != new.wires {
-        p.refused.push(
-            "[wire]: the wire hosts changed; they are made with the topology (down and up)".into(),
-        );
-    }
-    if old.ports != new.ports {
-        p.refused.push("[[port]]: the driver domains' uplinks changed; they are made with the topology (down and up)".into());
-    }
+    uplinks_kept(old, new, &mut p.refused);
     let (mut adds, mut removes) = (Vec::new(), Vec::new());
+    // Driver domains first in, last out: a guest's backend runs before it
+    // comes and after it goes.
+    let drivers_in = drivers_only_in(new, old).into_iter().map(Step::AddDriver);
+    let drivers_out = drivers_only_in(old, new)
+        .into_iter()
+        .map(Step::RemoveDriver);
     for d in &old.domains {
         match new.domain(&d.name) {
+            None if d.kind == DomainKind::Driver => {}
             None => removed(old, d, &mut removes, &mut p.refused),
             Some(n) => {
                 reweighed(d, n, &mut adds);
@@ -151,7 +198,9 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
         }
     }
     for d in new.domains.iter().filter(|d| old.domain(&d.name).is_none()) {
-        if plain_guest(new, d) {
+        if d.kind == DomainKind::Driver {
+            continue;
+        } else if plain_guest(new, d) {
             adds.push(Step::AddGuest(d.name.clone()));
         } else if d.kind == DomainKind::Vm {
             adds.push(Step::AddVm(d.name.clone()));
@@ -162,7 +211,7 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     if old.name != new.name {
         adds.push(Step::Rename(new.name.clone()));
     }
-    p.steps = adds.into_iter().chain(removes).collect();
+    p.steps = (drivers_in.chain(adds).chain(removes).chain(drivers_out)).collect();
     p
 }
 
@@ -333,7 +382,12 @@ fn vif_changed(was: &[VifConfig], now: &[VifConfig]) -> Option<String> {
     was.iter().find_map(|a| {
         let b = now.iter().find(|b| b.handle == a.handle)?;
         (fixed_part(a) != fixed_part(b)).then(|| {
-            if a.mac != b.mac {
+            if a.backend != b.backend {
+                format!(
+                    "vif {} would move from driver domain {} to {}",
+                    a.handle, a.backend, b.backend
+                )
+            } else if a.mac != b.mac {
                 format!("vif {}'s MAC would change from {} to {} (a guest's default MAC follows its place among the guests: add guests at the end, or give mac =)", a.handle, a.mac, b.mac)
             } else {
                 format!(
@@ -525,5 +579,59 @@ mod tests {
             "{:?}",
             p.refused
         );
+    }
+
+    /// The default topology with a second driver domain, its wire host
+    /// and a guest on it; the first two guests name their backend, as two
+    /// driver domains require.
+    const TWO_DRIVERS: &str = include_str!("../../../../examples/two-drivers.toml");
+
+    #[test]
+    fn a_driver_domain_comes_before_its_guests_and_goes_after_them() {
+        let old = topo("");
+        let new = Topology::parse(TWO_DRIVERS, "t").unwrap();
+        let p = plan(&old, &new, &[]);
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        let add = vec![
+            Step::AddDriver("drv2".into()),
+            Step::AddGuest("guest4".into()),
+        ];
+        assert_eq!(p.steps, add);
+        assert_eq!(
+            p.text(),
+            "add driver domain drv2 (its ports and wire hosts)\nadd guest guest4\n"
+        );
+        // Back: the guest first, then its driver domain; guest1 and guest2
+        // naming the backend they had by default is no change.
+        let p = plan(&new, &old, &[]);
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        let remove = vec![
+            Step::RemoveGuest("guest4".into()),
+            Step::RemoveDriver("drv2".into()),
+        ];
+        assert_eq!(p.steps, remove);
+    }
+
+    #[test]
+    fn a_running_driver_domains_uplinks_and_a_guests_move_are_refused() {
+        let old = Topology::parse(TWO_DRIVERS, "t").unwrap();
+        let mut new = old.clone();
+        new.wires[1].address = Some("10.78.0.253/24".into());
+        let p = plan(&old, &new, &[]);
+        assert!(
+            p.refused.iter().any(|r| r.starts_with("[wire]")),
+            "{:?}",
+            p.refused
+        );
+        let moved = TWO_DRIVERS.replacen("backend = \"drv\"", "backend = \"drv2\"", 1);
+        let p = plan(&old, &Topology::parse(&moved, "t").unwrap(), &[]);
+        let all = p.refused.join("\n");
+        assert!(
+            all.contains("vif 0 would move from driver domain drv to drv2"),
+            "{all}"
+        );
+        // Its wire host going with it is part of removing it, not a change.
+        let p = plan(&old, &topo(""), &[]);
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
     }
 }

@@ -124,7 +124,14 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
         notify.stopping("stopping: its domains are gone");
         sup.release_containers();
     }
-    stop(&cfg.topology, &cfg.run_dir, &uplinks, &layout, huge);
+    // Its wire hosts as `apply` left them.
+    stop(
+        &sup.current_topology(),
+        &cfg.run_dir,
+        &uplinks,
+        &layout,
+        huge,
+    );
     // A signal that stopped hv during start-up is a clean stop.
     result.or_else(|e| if notify.signalled() { Ok(()) } else { Err(e) })
 }

@@ -222,6 +222,12 @@ impl Supervisor {
     }
 
     /// The running topology.
+    /// The topology running now: the one hv started with, as `apply`
+    /// changed it.
+    pub fn current_topology(&self) -> Topology {
+        self.topo().clone()
+    }
+
     fn topo(&self) -> RwLockReadGuard<'_, Topology> {
         self.topology.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -494,7 +500,7 @@ impl Supervisor {
 
     /// Names every uplink in `status`, with a macvlan's members now.
     fn show_uplinks(&self, hv: &Hypervisor) {
-        for u in self.uplinks.all() {
+        for u in &self.uplinks.all() {
             hv.set_info(&u.info_key(), &u.info_value(&self.uplinks.members_of(u)));
             if let Some(x) = &u.vxlan {
                 hv.set_info(&u.vxlan_info_key(), &x.info());

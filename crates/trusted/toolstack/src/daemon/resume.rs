@@ -8,7 +8,6 @@ use crate::guardian::Guardian;
 use crate::handover::{record_outcome, Crash, DaemonImage, Image};
 use crate::notify::Notifier;
 use crate::supervisor::Supervisor;
-use crate::topology::Topology;
 use crate::uplink::Uplinks;
 use hv::core::Hypervisor;
 use std::fs;
@@ -32,7 +31,6 @@ struct TakenOver {
     sup: Arc<Supervisor>,
     uplinks: Arc<Uplinks>,
     layout: crate::host::CgroupLayout,
-    topology: Topology,
     listener: SeqPacketListener,
     notifier: Option<Notifier>,
 }
@@ -96,7 +94,13 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     notify.stopping("stopping: its domains are gone");
     t.sup.release_containers();
     let huge = crate::hugepages::Reservation::carried(&cfg.run_dir);
-    stop(&t.topology, &cfg.run_dir, &t.uplinks, &t.layout, huge);
+    stop(
+        &t.sup.current_topology(),
+        &cfg.run_dir,
+        &t.uplinks,
+        &t.layout,
+        huge,
+    );
     Ok(())
 }
 
@@ -205,7 +209,6 @@ fn take_over(
         sup,
         uplinks,
         layout,
-        topology,
         listener,
         notifier,
     })

@@ -1,10 +1,10 @@
-//! Carrying out an apply (`crate::apply` plans it): guests and vifs added
-//! and removed, vif options changed, on the running instance; everything
-//! else untouched. A step
+//! Carrying out an apply (`crate::apply` plans it): driver domains,
+//! guests and vifs added and removed, vif options changed, on the running
+//! instance; everything else untouched. A step
 //! that fails undoes the ones before it, in reverse, and the running
 //! topology stays the old one.
 
-use super::{drop_netns, fail, Supervisor};
+use super::{drop_netns, fail, has_endpoint, make_endpoint, wait_until, Supervisor, HANDSHAKE};
 use crate::apply::{self, Plan, Step};
 use crate::host;
 use crate::topology::{Topology, VifConfig};
@@ -156,6 +156,8 @@ impl Supervisor {
             Step::ChangeVif { to, .. } => self.change_vif(hv, to),
             Step::AddVm(m) => self.add_vm(hv, &self.topo().clone(), m),
             Step::RemoveVm(m) => self.detach_vm(hv, m).unwrap_or(Ok(())),
+            Step::AddDriver(d) => self.add_driver(hv, d),
+            Step::RemoveDriver(d) => self.remove_driver(hv, d),
             Step::Rename(_) => Ok(()),
             Step::Weight { domain, to, .. } => self.set_weight(hv, domain, *to),
         }
@@ -174,6 +176,8 @@ impl Supervisor {
             Step::ChangeVif { from, .. } => self.change_vif(hv, from),
             Step::AddVm(m) => self.detach_vm(hv, m).unwrap_or(Ok(())),
             Step::RemoveVm(m) if old.domain(m).is_some() => self.add_vm(hv, old, m),
+            Step::AddDriver(d) => self.remove_driver(hv, d),
+            Step::RemoveDriver(d) if old.domain(d).is_some() => self.add_driver(hv, d),
             Step::Weight { domain, from, .. } => self.set_weight(hv, domain, *from),
             _ => Ok(()),
         }
@@ -225,6 +229,93 @@ impl Supervisor {
             self.remove_guest(hv, name);
         }
         connected
+    }
+
+    /// Driver domain `name` of the running topology: its domain,
+    /// namespace, wire hosts and uplinks, then its process; done once it
+    /// has said hello to hv. What a failure leaves is taken down again.
+    fn add_driver(self: &Arc<Self>, hv: &Arc<Hypervisor>, name: &str) -> HvResult<()> {
+        let d = self.config(name)?;
+        let t = self.topo().clone();
+        let (domid, sock, cg) = self
+            .create(hv, &d)
+            .map_err(|e| fail(ErrorKind::Internal, e))?;
+        let built = (|| -> Result<(), String> {
+            host::domain_netns_add(&host::netns_name(name), domid).map_err(|e| e.to_string())?;
+            if has_endpoint(&d) {
+                make_endpoint(&d, domid)?;
+            }
+            for w in t.wires_of(name) {
+                self.build_wire(hv, w, t.wire_index(w))?;
+            }
+            self.uplinks.add_driver(name, &t)?;
+            self.uplinks.attach(name)?;
+            self.show_uplinks(hv);
+            self.launch(hv, &d, domid, sock, cg)
+        })();
+        let hello = || {
+            let st = hv.status();
+            st.domains.iter().any(|x| x.name == name && x.connected)
+        };
+        let ready = built.and_then(|()| match wait_until(HANDSHAKE, hello) {
+            true => Ok(()),
+            false => Err(format!(
+                "it did not say hello to hv within {HANDSHAKE:?} (see its log)"
+            )),
+        });
+        ready.map_err(|e| {
+            self.take_down_driver(hv, name);
+            fail(ErrorKind::Internal, format!("driver domain {name}: {e}"))
+        })
+    }
+
+    /// Driver domain `name`, which no vif may still have for backend (one
+    /// of a container, or that `network-attach` made, is not in the
+    /// topology): taken down.
+    fn remove_driver(&self, hv: &Arc<Hypervisor>, name: &str) -> HvResult<()> {
+        let serves = {
+            let st = self.lock();
+            let vif = st.vifs.iter().find(|v| v.backend == name);
+            let vif = vif.map(|v| format!("vif {} of {}", v.handle, v.guest));
+            vif.or_else(|| {
+                let vm = st.vhost.iter().find(|v| v.backend == name);
+                vm.map(|v| format!("the vhost-user vif of {}", v.name))
+            })
+        };
+        if let Some(what) = serves {
+            return Err(fail(
+                ErrorKind::InUse,
+                format!("driver domain {name} still serves {what}: detach it first"),
+            ));
+        }
+        self.take_down_driver(hv, name);
+        Ok(())
+    }
+
+    /// Driver domain `name`'s process, uplinks, wire hosts (those hv
+    /// built for it, by its `wirehost.` facts) and namespace go.
+    fn take_down_driver(&self, hv: &Arc<Hypervisor>, name: &str) {
+        self.destroy_and_reap(hv, name, "apply removed it");
+        self.lock().forget_domain(name);
+        let wires = hv
+            .status()
+            .info
+            .into_iter()
+            .filter(|(k, v)| k.starts_with("wirehost.") && v.split('|').nth(1) == Some(name));
+        for (key, value) in wires.collect::<Vec<_>>() {
+            hv.remove_info(&key);
+            host::netns_del(value.split('|').next().unwrap_or_default());
+        }
+        for u in self.uplinks.all().iter().filter(|u| u.driver == name) {
+            hv.remove_info(&u.info_key());
+            if u.vxlan.is_some() {
+                hv.remove_info(&u.vxlan_info_key());
+            }
+        }
+        if host::our_netns().contains(&host::netns_name(name)) {
+            drop_netns(&self.uplinks, name);
+        }
+        self.uplinks.remove_driver(name);
     }
 
     /// VM `name` of topology `t`: its vhost-user vif, served from now on.

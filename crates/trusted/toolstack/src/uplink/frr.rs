@@ -80,8 +80,9 @@ impl Uplinks {
     /// Starts zebra and bgpd for driver domain `driver` if it has evpn
     /// ports (after their devices exist), each supervised.
     pub(super) fn evpn(&self, driver: &str) -> Result<(), String> {
-        let evpn: Vec<&Vxlan> = self
-            .of(driver)
+        let ups = self.of(driver);
+        let evpn: Vec<&Vxlan> = ups
+            .iter()
             .filter_map(|u| u.vxlan.as_ref())
             .filter(|x| x.mode == Mode::Evpn)
             .collect();

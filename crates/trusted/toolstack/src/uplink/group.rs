@@ -66,7 +66,7 @@ impl Uplinks {
     /// unless it exists, journaled first) and names it in the store; each
     /// evpn port of its bridge publishes its MAC ([`super::vxlan`]).
     pub fn join(&self, ts: &mut Store<'_>, home: &str, v: &VifConfig) -> Result<(), String> {
-        for u in self.of(&v.backend) {
+        for u in &self.of(&v.backend) {
             let Some(m) = u.member_for(v) else { continue };
             let ns = netns_name(&u.driver);
             if !journal::exists(Some(&ns), &m.name) {
@@ -91,7 +91,7 @@ impl Uplinks {
     /// the store and the host, its MAC the evpn ports.
     pub fn leave(&self, ts: &mut Store<'_>, home: Option<&str>, v: &VifConfig) {
         self.unpublish(v);
-        for u in self.of(&v.backend) {
+        for u in &self.of(&v.backend) {
             let Some(m) = u.member_for(v) else { continue };
             if let Some(home) = home {
                 let _ = ts.rm(&format!("{home}/uplinks/{}", m.name));

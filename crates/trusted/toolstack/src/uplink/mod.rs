@@ -39,7 +39,7 @@ use journal::{record, Undo};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// The argument that makes `splitnet-hv` the keeper.
 pub const KEEPER_ARG: &str = "--uplink-keeper";
@@ -51,7 +51,8 @@ const DAEMON_RESTARTS: usize = 5;
 /// hv's uplinks: sets them up for a driver domain and takes them down.
 pub struct Uplinks {
     run_dir: PathBuf,
-    uplinks: Vec<Uplink>,
+    /// Every driver domain's; `apply` adds and removes a driver domain's.
+    uplinks: RwLock<Vec<Uplink>>,
     /// Driver domains whose namespace-lasting uplinks (macvlan, nat,
     /// route) are set up; `host` interfaces are lent on every start.
     built: Mutex<HashSet<String>>,
@@ -80,7 +81,7 @@ impl Uplinks {
         };
         Ok(Arc::new(Uplinks {
             run_dir: run_dir.to_path_buf(),
-            uplinks,
+            uplinks: RwLock::new(uplinks),
             built: Mutex::default(),
             groups: Mutex::default(),
             daemons: Mutex::default(),
@@ -139,7 +140,7 @@ impl Uplinks {
         };
         let up = Arc::new(Uplinks {
             run_dir: run_dir.to_path_buf(),
-            uplinks: t.uplinks(),
+            uplinks: RwLock::new(t.uplinks()),
             built: Mutex::new(image.built.iter().cloned().collect()),
             groups: Mutex::new(image.groups.iter().cloned().collect()),
             daemons: Mutex::default(),
@@ -162,12 +163,40 @@ impl Uplinks {
     }
 
     /// Every uplink.
-    pub fn all(&self) -> &[Uplink] {
-        &self.uplinks
+    pub fn all(&self) -> Vec<Uplink> {
+        self.uplinks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
-    fn of<'a>(&'a self, driver: &'a str) -> impl Iterator<Item = &'a Uplink> + 'a {
-        self.uplinks.iter().filter(move |u| u.driver == driver)
+    /// Driver domain `driver`'s uplinks.
+    fn of(&self, driver: &str) -> Vec<Uplink> {
+        let all = self.uplinks.read().unwrap_or_else(|p| p.into_inner());
+        all.iter().filter(|u| u.driver == driver).cloned().collect()
+    }
+
+    /// Driver domain `driver` joins a running instance (`apply`) with
+    /// topology `t`'s uplinks for it, which [`Uplinks::attach`] then sets
+    /// up; the keeper starts if they are the first to change the host.
+    pub fn add_driver(&self, driver: &str, t: &Topology) -> Result<(), String> {
+        let new = t.uplinks_of(driver);
+        tunnel::preflight(&new)?;
+        let mut keeper = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
+        if keeper.is_none() && new.iter().any(Uplink::touches_host) {
+            *keeper = Some(Keeper::start(&self.run_dir)?);
+        }
+        let mut all = self.uplinks.write().unwrap_or_else(|p| p.into_inner());
+        all.retain(|u| u.driver != driver);
+        all.extend(new);
+        Ok(())
+    }
+
+    /// Driver domain `driver` leaves a running instance (`apply`): what
+    /// was done for its uplinks is undone, and they are forgotten.
+    pub fn remove_driver(&self, driver: &str) {
+        self.teardown(driver);
+        (self.uplinks.write().unwrap_or_else(|p| p.into_inner())).retain(|u| u.driver != driver);
     }
 
     /// Sets up driver domain `driver`'s uplinks (its namespace exists):
@@ -179,7 +208,7 @@ impl Uplinks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains(driver);
-        let r = self.of(driver).try_for_each(|u| match u.kind {
+        let r = self.of(driver).iter().try_for_each(|u| match u.kind {
             UplinkKind::Wire => Ok(()),
             UplinkKind::Host => self.lend(u),
             _ if !first => Ok(()),
@@ -217,6 +246,7 @@ impl Uplinks {
         let ns = crate::host::netns_name(driver);
         for u in self
             .of(driver)
+            .iter()
             .filter(|u| first || u.kind == UplinkKind::Host)
         {
             let on = if u.gro { "on" } else { "off" };
@@ -258,7 +288,7 @@ impl Uplinks {
             hv::log!(Warning, dom = driver, "taking down its uplinks: {e}");
         }
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        for u in self.of(driver) {
+        for u in &self.of(driver) {
             groups.remove(&u.info_key());
         }
         drop(groups);
@@ -275,7 +305,7 @@ impl Uplinks {
 
     /// Undoes everything (hv is stopping) and lets the keeper go.
     pub fn finish(&self) {
-        let drivers: HashSet<String> = self.uplinks.iter().map(|u| u.driver.clone()).collect();
+        let drivers: HashSet<String> = self.all().iter().map(|u| u.driver.clone()).collect();
         for d in drivers {
             self.teardown(&d);
         }

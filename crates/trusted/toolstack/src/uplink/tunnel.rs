@@ -103,6 +103,7 @@ impl Uplinks {
         let ns = netns_name(&u.driver);
         let first = self
             .of(&u.driver)
+            .into_iter()
             .find(|w| w.kind == UplinkKind::Vxlan)
             .is_some_and(|w| w.ifname == u.ifname);
         if first {
@@ -209,7 +210,7 @@ impl Uplinks {
     /// Vif `v` is plumbed: its MAC is published on each evpn port of its
     /// bridge (a static FDB entry on `vxk<vni>`, which zebra advertises).
     pub(super) fn publish(&self, v: &VifConfig) -> Result<(), String> {
-        for u in self.of(&v.backend) {
+        for u in &self.of(&v.backend) {
             let Some(member) = u.publishes(v) else {
                 continue;
             };
@@ -223,7 +224,7 @@ impl Uplinks {
 
     /// Vif `v` is going: its MAC is withdrawn from each evpn port.
     pub(super) fn unpublish(&self, v: &VifConfig) {
-        for u in self.of(&v.backend) {
+        for u in &self.of(&v.backend) {
             let Some(member) = u.publishes(v) else {
                 continue;
             };
