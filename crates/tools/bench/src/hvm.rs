@@ -1002,11 +1002,11 @@ fn table5(r: &HvmReport, md: &str) -> Option<seeds::Figure> {
         r.table5_svg().unwrap_or_default(),
     )
     .noted(
-        "the cycle soak is a CPU-bound loop in guest1 with its timer at 1 kHz, sharing one core \
-         with hv and the domains; its speed is its share of that core (CPU time over wall time), \
-         as on the paper's dedicated uniprocessor, since this host runs the core itself faster or \
-         slower by more than the effect; CPU2000 and the kernel build need a guest OS and are not \
-         run",
+        "the cycle soak is a CPU-bound loop in guest1 with its timer at 1 kHz, on the paper's \
+         machine sharing one core with hv and the domains; its speed is its share of that core \
+         (CPU time over wall time), as on the paper's dedicated uniprocessor, since this host runs \
+         the core itself faster or slower by more than the effect (a report without shares falls \
+         back to the loop's rate); CPU2000 and the kernel build need a guest OS and are not run",
     );
     t5.ours = Measure::of_runs("cycle soak gain %", soak::gains(&r.soak))
         .into_iter()

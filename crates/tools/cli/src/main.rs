@@ -240,8 +240,10 @@ enum Cmd {
         connections. Guests (netfront), their vifs and VMs are added and removed in place, and a \
         connected vif's ip=, rate=, mtu=, vlan= and bridge= and any domain's weight change in place; a guest whose own \
         settings (or another vif option) changed, or a VM whose entry changed, is re-created \
-        only when --restart names it. Any other change (driver domains, wires, ports, emulated \
-        NICs) is refused, naming the entry, and nothing changes; so does a file with errors, each named. A step \
+        only when --restart names it. A driver domain is added before the guests it serves and \
+        removed after them, with its [[port]]s and wire hosts. Any other change (a running driver \
+        domain's settings, ports or wire hosts, emulated NICs) is refused, naming the entry, and \
+        nothing changes; so does a file with errors, each named. A step \
         that fails undoes the ones before it. SIGHUP to hv applies its own file the same way."
     )]
     Apply {

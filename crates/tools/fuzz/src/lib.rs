@@ -210,6 +210,12 @@ pub fn hv_batch(data: &[u8]) {
     let mut buf = vec![0xa5; data.len() % 8192];
     if let Ok(b) = hypercall::batch::read_batch(&mem, pages, &mut buf) {
         assert!(hypercall::batch::OPS_OFF + b.ops.len() <= mem.len());
+        let mut want = vec![0; b.ops.len()];
+        mem.read_bytes(hypercall::batch::OPS_OFF, &mut want);
+        assert_eq!(
+            *b.ops, *want,
+            "the batch is the page's ops, nothing of an earlier one"
+        );
     }
 }
 

@@ -271,7 +271,11 @@ fn changed(
             .collect()
     };
     let (was, now) = (vifs_of(old), vifs_of(new));
-    let same_settings = settings(d, 0) == settings(n, 0);
+    // A move to another driver domain is a change of settings for a guest
+    // whose NIC is not a vif (a VM, an emulated NIC), which has no vif to
+    // show it.
+    let moved = d.kind != DomainKind::Driver && old.backend_of(d).ok() != new.backend_of(n).ok();
+    let same_settings = settings(d, 0) == settings(n, 0) && !moved;
     if same_settings && was == now {
         return;
     }
@@ -633,5 +637,14 @@ mod tests {
         // Its wire host going with it is part of removing it, not a change.
         let p = plan(&old, &topo(""), &[]);
         assert!(p.refused.is_empty(), "{:?}", p.refused);
+        // A guest with an emulated NIC has no vif to show its move.
+        let hvm = |b: &str| {
+            let g = "[[domain]]\nname = \"guest5\"\nkind = \"guest\"\nnic = \"hvm\"\n";
+            let t = format!("{TWO_DRIVERS}\n{g}backend = \"{b}\"\naddress = \"10.78.0.5/24\"\n");
+            Topology::parse(&t, "t").unwrap()
+        };
+        let p = plan(&hvm("drv2"), &hvm("drv"), &[]);
+        let all = p.refused.join("\n");
+        assert!(all.contains("domain guest5"), "{all}");
     }
 }

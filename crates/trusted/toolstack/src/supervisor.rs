@@ -221,13 +221,13 @@ impl Supervisor {
         *self.topology.write().unwrap_or_else(|p| p.into_inner()) = t;
     }
 
-    /// The running topology.
     /// The topology running now: the one hv started with, as `apply`
     /// changed it.
     pub fn current_topology(&self) -> Topology {
         self.topo().clone()
     }
 
+    /// The running topology.
     fn topo(&self) -> RwLockReadGuard<'_, Topology> {
         self.topology.read().unwrap_or_else(|p| p.into_inner())
     }

@@ -32,7 +32,9 @@ impl Supervisor {
         let old = self.topo().clone();
         let given = text.is_some();
         let new = self.applied(text, &old, restart)?;
-        let plan = apply::plan(&old, &new, restart);
+        let mut plan = apply::plan(&old, &new, restart);
+        // Known before any step runs: a removal it would refuse last.
+        plan.refused.extend(self.drivers_in_use(&plan));
         if !plan.refused.is_empty() {
             let why = plan.refused.join("\n");
             return Err(fail(
@@ -273,23 +275,41 @@ impl Supervisor {
     /// of a container, or that `network-attach` made, is not in the
     /// topology): taken down.
     fn remove_driver(&self, hv: &Arc<Hypervisor>, name: &str) -> HvResult<()> {
-        let serves = {
-            let st = self.lock();
-            let vif = st.vifs.iter().find(|v| v.backend == name);
-            let vif = vif.map(|v| format!("vif {} of {}", v.handle, v.guest));
-            vif.or_else(|| {
-                let vm = st.vhost.iter().find(|v| v.backend == name);
-                vm.map(|v| format!("the vhost-user vif of {}", v.name))
-            })
-        };
-        if let Some(what) = serves {
-            return Err(fail(
-                ErrorKind::InUse,
-                format!("driver domain {name} still serves {what}: detach it first"),
-            ));
+        if let Some(why) = self.serves(name, &|_| false) {
+            return Err(fail(ErrorKind::InUse, why));
         }
         self.take_down_driver(hv, name);
         Ok(())
+    }
+
+    /// Each driver domain `plan` removes that a vif the plan leaves would
+    /// still have for backend, named.
+    fn drivers_in_use(&self, plan: &Plan) -> Vec<String> {
+        let gone = |g: &str| {
+            (plan.steps.iter())
+                .any(|s| matches!(s, Step::RemoveGuest(x) | Step::RemoveVm(x) if x == g))
+        };
+        (plan.steps.iter())
+            .filter_map(|s| match s {
+                Step::RemoveDriver(d) => self.serves(d, &gone),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Why driver domain `name` cannot go: a vif (of a guest or VM `gone`
+    /// does not take away) that still has it for backend.
+    fn serves(&self, name: &str, gone: &dyn Fn(&str) -> bool) -> Option<String> {
+        let st = self.lock();
+        let vif = (st.vifs.iter()).find(|v| v.backend == name && !gone(&v.guest));
+        let vif = vif.map(|v| format!("vif {} of {}", v.handle, v.guest));
+        let what = vif.or_else(|| {
+            let vm = (st.vhost.iter()).find(|v| v.backend == name && !gone(&v.name));
+            vm.map(|v| format!("the vhost-user vif of {}", v.name))
+        })?;
+        Some(format!(
+            "driver domain {name} still serves {what} (not in the file: a container's, or one network-attach made): detach it first"
+        ))
     }
 
     /// Driver domain `name`'s process, uplinks, wire hosts (those hv
@@ -306,6 +326,16 @@ impl Supervisor {
             hv.remove_info(&key);
             host::netns_del(value.split('|').next().unwrap_or_default());
         }
+        // One a failed add made before it was recorded.
+        let named: Vec<String> = self.topo().wires_of(name).map(|w| w.name.clone()).collect();
+        for w in named {
+            let ns = host::netns_name(&w);
+            if host::our_netns().contains(&ns) {
+                host::netns_del(&ns);
+            }
+        }
+        // hv's kept sockets on its ports go with its namespace.
+        hv.port_forget(name);
         for u in self.uplinks.all().iter().filter(|u| u.driver == name) {
             hv.remove_info(&u.info_key());
             if u.vxlan.is_some() {
