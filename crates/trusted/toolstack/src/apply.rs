@@ -117,8 +117,8 @@ fn plain_guest(t: &Topology, d: &DomainConfig) -> bool {
 /// `d` without what apply handles apart (its vifs, its memory when it is
 /// sized from its vifs, its weight), to see whether anything else changed.
 /// Its `backend` is left out too: a guest that names the driver domain it
-/// had by default (a second one came) keeps it, and a move to another
-/// shows in its vifs.
+/// had by default (a second one came) keeps it; [`changed`] compares the
+/// driver domains each resolves to.
 fn settings(d: &DomainConfig, memory_frames: u32) -> DomainConfig {
     DomainConfig {
         vif: Vec::new(),
@@ -138,9 +138,13 @@ fn drivers_only_in(a: &Topology, b: &Topology) -> Vec<String> {
 }
 
 /// Refuses a change to the wire hosts or ports of a driver domain in both
-/// topologies; those of one added or removed come and go with it.
-fn uplinks_kept(old: &Topology, new: &Topology, refused: &mut Vec<String>) {
-    let (gone, came) = (drivers_only_in(old, new), drivers_only_in(new, old));
+/// topologies; those of one added (`came`) or removed (`gone`) come and go
+/// with it.
+fn uplinks_kept(
+    (old, new): (&Topology, &Topology),
+    (gone, came): (&[String], &[String]),
+    refused: &mut Vec<String>,
+) {
     let kept = |driver: &String, moving: &[String]| !moving.contains(driver);
     let wires = |t: &Topology, moving: &[String]| {
         let w = t.wires.iter().filter(|w| kept(&w.driver, moving));
@@ -150,12 +154,12 @@ fn uplinks_kept(old: &Topology, new: &Topology, refused: &mut Vec<String>) {
         let p = t.ports.iter().filter(|p| kept(&p.driver, moving));
         p.cloned().collect::<Vec<_>>()
     };
-    if wires(old, &gone) != wires(new, &came) {
+    if wires(old, gone) != wires(new, came) {
         refused.push(
             "[wire]: the wire hosts of a running driver domain changed; they are made with it (down and up, or remove and add the driver domain)".into(),
         );
     }
-    if ports(old, &gone) != ports(new, &came) {
+    if ports(old, gone) != ports(new, came) {
         refused.push("[[port]]: the uplinks of a running driver domain changed; they are made with it (down and up, or remove and add the driver domain)".into());
     }
 }
@@ -170,14 +174,9 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
                 .push(format!("--restart {r}: no domain of that name"));
         }
     }
-    uplinks_kept(old, new, &mut p.refused);
+    let (gone, came) = (drivers_only_in(old, new), drivers_only_in(new, old));
+    uplinks_kept((old, new), (&gone, &came), &mut p.refused);
     let (mut adds, mut removes) = (Vec::new(), Vec::new());
-    // Driver domains first in, last out: a guest's backend runs before it
-    // comes and after it goes.
-    let drivers_in = drivers_only_in(new, old).into_iter().map(Step::AddDriver);
-    let drivers_out = drivers_only_in(old, new)
-        .into_iter()
-        .map(Step::RemoveDriver);
     for d in &old.domains {
         match new.domain(&d.name) {
             None if d.kind == DomainKind::Driver => {}
@@ -197,10 +196,9 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
             }
         }
     }
-    for d in new.domains.iter().filter(|d| old.domain(&d.name).is_none()) {
-        if d.kind == DomainKind::Driver {
-            continue;
-        } else if plain_guest(new, d) {
+    let added = (new.domains.iter()).filter(|d| old.domain(&d.name).is_none());
+    for d in added.filter(|d| d.kind != DomainKind::Driver) {
+        if plain_guest(new, d) {
             adds.push(Step::AddGuest(d.name.clone()));
         } else if d.kind == DomainKind::Vm {
             adds.push(Step::AddVm(d.name.clone()));
@@ -211,6 +209,10 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     if old.name != new.name {
         adds.push(Step::Rename(new.name.clone()));
     }
+    // Driver domains first in, last out: a guest's backend runs before it
+    // comes and after it goes.
+    let drivers_in = came.into_iter().map(Step::AddDriver);
+    let drivers_out = gone.into_iter().map(Step::RemoveDriver);
     p.steps = (drivers_in.chain(adds).chain(removes).chain(drivers_out)).collect();
     p
 }
