@@ -237,12 +237,13 @@ enum Cmd {
     #[command(
         long_about = "Bring the running instance to a changed topology file, touching nothing \
         unchanged: a guest whose entry did not change keeps its process, its vifs and its TCP \
-        connections. Guests (netfront), their vifs and VMs are added and removed in place, and a \
-        connected vif's ip=, rate=, mtu=, vlan= and bridge= and any domain's weight change in place; a guest whose own \
-        settings (or another vif option) changed, or a VM whose entry changed, is re-created \
+        connections. Guests of every NIC kind (netfront, hosted, HVM, virtio), their vifs and VMs \
+        are added and removed in place, and a connected vif's ip=, rate=, mtu=, vlan= and \
+        bridge= and any domain's weight change in place; a guest whose own settings or NIC (or \
+        another vif option) changed, or a VM whose entry changed, is re-created \
         only when --restart names it. A driver domain is added before the guests it serves and \
         removed after them, with its [[port]]s and wire hosts. Any other change (a running driver \
-        domain's settings, ports or wire hosts, emulated NICs) is refused, naming the entry, and \
+        domain's settings, ports or wire hosts) is refused, naming the entry, and \
         nothing changes; so does a file with errors, each named. A step \
         that fails undoes the ones before it. SIGHUP to hv applies its own file the same way."
     )]

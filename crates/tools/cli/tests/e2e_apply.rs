@@ -416,3 +416,79 @@ fn apply_adds_and_removes_a_driver_domain_with_its_wire_host_and_guest() {
     env.ok(&["down"]);
     assert_nothing_left();
 }
+
+/// The default topology with guests 3, 4 and 5 at the end, whose NICs are
+/// `nics`' (hosted, hvm or virtio).
+fn own_nics(nics: [&str; 3]) -> String {
+    let mut t = toolstack::topology::DEFAULT_TOML.to_string();
+    for (i, nic) in nics.iter().enumerate() {
+        let n = i + 3;
+        t += &format!(
+            "\n[[domain]]\nname = \"guest{n}\"\nkind = \"guest\"\naddress = \"10.77.0.{n}/24\"\nnic = \"{nic}\"\n"
+        );
+    }
+    t
+}
+
+#[test]
+fn apply_adds_and_removes_guests_whose_nic_is_emulated_or_virtio() {
+    let Some(env) = Env::new("apply-nics") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let held = env.settled();
+    let (g1, drv) = (pid_of(&env, "guest1"), pid_of(&env, "drv"));
+    let (_srv, mut stream) = env.stream_to_wire("guest1", 25);
+
+    let three = write(&env, "three.toml", &own_nics(["hosted", "hvm", "virtio"]));
+    assert_eq!(
+        env.ok(&["apply", "--config", &three, "--dry-run"]),
+        "add guest guest3\nadd guest guest4\nadd guest guest5\n"
+    );
+    env.ok(&["apply", "--config", &three]);
+    for (g, ip) in [
+        ("guest3", "10.77.0.3"),
+        ("guest4", "10.77.0.4"),
+        ("guest5", "10.77.0.5"),
+    ] {
+        env.ping(g, "10.77.0.254", 3);
+        env.ping("wire", ip, 3);
+    }
+    let st = env.status();
+    assert!(!domain(&st, "guest3")["emulated_nic"].is_null(), "{st}");
+
+    // A NIC's kind changes only when its guest may be re-created.
+    let swapped = write(&env, "swapped.toml", &own_nics(["hvm", "hvm", "virtio"]));
+    let why = refused(&env, &["apply", "--config", &swapped]);
+    assert!(
+        why.contains("guest3: its NIC would change from hosted to hvm")
+            && why.contains("--restart guest3"),
+        "{why}"
+    );
+    env.ok(&["apply", "--config", &swapped, "--restart", "guest3"]);
+    env.ping("wire", "10.77.0.3", 3);
+
+    let back = write(&env, "back.toml", toolstack::topology::DEFAULT_TOML);
+    assert_eq!(
+        env.ok(&["apply", "--config", &back, "--dry-run"]),
+        "remove guest guest3\nremove guest guest4\nremove guest guest5\n"
+    );
+    env.ok(&["apply", "--config", &back]);
+    let st = env.status();
+    for g in ["guest3", "guest4", "guest5"] {
+        assert!(domain(&st, g).is_null(), "{g} is left: {st}");
+        let ns = format!("splitnet-{g}");
+        assert!(!netns().contains(&ns), "{ns} is left");
+    }
+    // drv's extra ports, the virtio vif's listener, the store, watches and
+    // grants as they were before the three came.
+    assert!(
+        st["vhost_vifs"].as_array().is_none_or(|v| v.is_empty()),
+        "{st}"
+    );
+    env.settled_as(&held).assert_holds_as(&held);
+    assert_eq!((pid_of(&env, "guest1"), pid_of(&env, "drv")), (g1, drv));
+    ran_to_its_end(&mut stream);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

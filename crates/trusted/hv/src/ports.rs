@@ -116,6 +116,12 @@ impl KeptPorts {
         }
     }
 
+    /// Closes the socket kept on `driver`'s `ifname`, if hv keeps one.
+    pub(crate) fn drop_one(&self, driver: &str, ifname: &str) -> bool {
+        let key = (driver.to_string(), ifname.to_string());
+        self.lock().remove(&key).is_some()
+    }
+
     /// Closes every socket kept for driver `driver`, and forgets its
     /// opener; how many sockets there were.
     pub(crate) fn forget(&self, driver: &str) -> usize {

@@ -3,22 +3,26 @@
 //! two topologies; the supervisor carries the plan out (and undoes it if a
 //! step fails).
 //!
-//! In place, a plan adds and removes guests (netfront guests: their
-//! domains, namespaces and vifs), adds and removes a guest's vifs, and
+//! In place, a plan adds and removes guests of every NIC kind (their
+//! domains, namespaces, vifs, and an emulated NIC's device side or a
+//! virtio guest's vhost-user vif), adds and removes a guest's vifs, and
 //! changes a connected vif's `ip`, `rate`, `mtu`, `vlan` and `bridge`, and
 //! any domain's scheduling weight. A
-//! guest whose own settings (or another vif option) changed is re-created
-//! only when `--restart` names it. VMs (their vhost-user vifs) are added
+//! guest whose own settings, NIC kind or NIC (or another vif option)
+//! changed is re-created only when `--restart` names it. VMs (their vhost-user vifs) are added
 //! and removed, and re-attached when `--restart` names one whose entry
 //! changed. Driver domains are added and removed with their ports and
 //! wire hosts (a driver domain is added before the guests it serves and
 //! removed after them). Every other change is refused, naming its entry:
-//! the guest kinds that need more than a netfront (emulated NICs, virtio),
 //! a running driver domain's settings, its ports and its wire hosts.
 
-use crate::topology::{DomainConfig, DomainKind, Nic, Topology, VifConfig, VifOptions};
+use crate::topology::{
+    DomainConfig, DomainKind, EmulatedNic, Nic, Topology, VifConfig, VifOptions,
+};
 use crate::vifspec::format_rate;
+use crate::vm::VhostVif;
 use std::collections::HashSet;
+use std::path::Path;
 
 /// One change the supervisor makes.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,11 +111,27 @@ impl Plan {
     }
 }
 
-/// A guest that hv runs as netfront alone, so it can come and go in place.
+/// A guest whose NIC is its vifs alone (netfront), whose vifs change in
+/// place.
 fn plain_guest(t: &Topology, d: &DomainConfig) -> bool {
-    d.kind == DomainKind::Guest
-        && d.nic == Nic::Vif
-        && !t.emulated_nics().iter().any(|e| e.guest == d.name)
+    d.kind == DomainKind::Guest && d.nic == Nic::Vif && own_nic(t, &d.name).is_none()
+}
+
+/// A guest's NIC when it is not a vif, as topology `t` makes it: its
+/// emulated NIC (Sugerman 2001's hosted one, Zhang & Dong's HVM one) or
+/// its virtio vif. Its MAC may follow its place among the guests.
+#[derive(Debug, PartialEq)]
+enum OwnNic {
+    Emulated(EmulatedNic),
+    Virtio(VhostVif),
+}
+
+fn own_nic(t: &Topology, name: &str) -> Option<OwnNic> {
+    let emulated = t.emulated_nics().into_iter().find(|e| e.guest == name);
+    emulated.map(OwnNic::Emulated).or_else(|| {
+        let mut v = t.vhost_vifs(Path::new("/")).into_iter();
+        v.find(|v| v.guest && v.name == name).map(OwnNic::Virtio)
+    })
 }
 
 /// `d` without what apply handles apart (its vifs, its memory when it is
@@ -180,7 +200,7 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     for d in &old.domains {
         match new.domain(&d.name) {
             None if d.kind == DomainKind::Driver => {}
-            None => removed(old, d, &mut removes, &mut p.refused),
+            None => removed(d, &mut removes),
             Some(n) => {
                 reweighed(d, n, &mut adds);
                 changed(
@@ -198,12 +218,10 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     }
     let added = (new.domains.iter()).filter(|d| old.domain(&d.name).is_none());
     for d in added.filter(|d| d.kind != DomainKind::Driver) {
-        if plain_guest(new, d) {
-            adds.push(Step::AddGuest(d.name.clone()));
-        } else if d.kind == DomainKind::Vm {
+        if d.kind == DomainKind::Vm {
             adds.push(Step::AddVm(d.name.clone()));
         } else {
-            p.refused.push(refusal(d, "added"));
+            adds.push(Step::AddGuest(d.name.clone()));
         }
     }
     if old.name != new.name {
@@ -229,26 +247,11 @@ fn reweighed(d: &DomainConfig, n: &DomainConfig, adds: &mut Vec<Step>) {
     }
 }
 
-/// Why domain `d` cannot be `what` (added, removed, changed) in place.
-fn refusal(d: &DomainConfig, what: &str) -> String {
-    let kind = match (d.kind, d.nic) {
-        (DomainKind::Driver, _) => "a driver domain".to_string(),
-        (DomainKind::Vm, _) => "a VM".to_string(),
-        (_, nic) => format!("a guest with nic = {:?}", nic.as_str()),
-    };
-    format!(
-        "domain {}: {kind} cannot be {what} in a running instance yet (down and up)",
-        d.name
-    )
-}
-
-fn removed(old: &Topology, d: &DomainConfig, removes: &mut Vec<Step>, refused: &mut Vec<String>) {
-    if plain_guest(old, d) {
-        removes.push(Step::RemoveGuest(d.name.clone()));
-    } else if d.kind == DomainKind::Vm {
+fn removed(d: &DomainConfig, removes: &mut Vec<Step>) {
+    if d.kind == DomainKind::Vm {
         removes.push(Step::RemoveVm(d.name.clone()));
     } else {
-        refused.push(refusal(d, "removed"));
+        removes.push(Step::RemoveGuest(d.name.clone()));
     }
 }
 
@@ -277,44 +280,100 @@ fn changed(
     // whose NIC is not a vif (a VM, an emulated NIC), which has no vif to
     // show it.
     let moved = d.kind != DomainKind::Driver && old.backend_of(d).ok() != new.backend_of(n).ok();
-    let same_settings = settings(d, 0) == settings(n, 0) && !moved;
+    let nic = nic_changed(own_nic(old, &d.name), own_nic(new, &n.name));
+    let same_settings = settings(d, 0) == settings(n, 0) && !moved && nic.is_none();
     if same_settings && was == now {
         return;
     }
-    let may_restart = restart.contains(&d.name);
-    if d.kind == DomainKind::Vm && n.kind == DomainKind::Vm {
+    let what = if d.kind != n.kind || d.kind == DomainKind::Driver {
+        None
+    } else if d.kind == DomainKind::Vm {
+        Some(
+            "a VM's entry changed, which re-attaches its vhost-user vif (its VMM sees the link go)"
+                .to_string(),
+        )
+    } else if !plain_guest(old, d) || !plain_guest(new, n) {
+        Some(nic.unwrap_or_else(|| "its settings changed".into()))
+    } else if !same_settings || vif_changed(&was, &now).is_some() {
+        Some(vif_changed(&was, &now).unwrap_or_else(|| "its settings changed".into()))
+    } else {
+        return vifs_in_place(&was, &now, adds, removes);
+    };
+    re_create(d, what, restart.contains(&d.name), adds, refused);
+}
+
+/// Domain `d`, whose entry changed as `what` says (None: in a way no
+/// restart makes in place, a driver domain's or a change of kind),
+/// re-created when `may_restart`, else refused by name.
+fn re_create(
+    d: &DomainConfig,
+    what: Option<String>,
+    may_restart: bool,
+    adds: &mut Vec<Step>,
+    refused: &mut Vec<String>,
+) {
+    let name = d.name.clone();
+    let Some(what) = what else {
+        let kind = match d.kind {
+            DomainKind::Driver => "a driver domain",
+            _ => "a domain's kind",
+        };
+        refused.push(format!(
+            "domain {name}: {kind} cannot be changed in a running instance (down and up)"
+        ));
+        return;
+    };
+    match (may_restart, d.kind) {
         // Its vif is its whole self here: the VMM sees it go and come back.
-        if may_restart {
-            adds.push(Step::RemoveVm(d.name.clone()));
-            adds.push(Step::AddVm(d.name.clone()));
-        } else {
-            refused.push(format!(
-                "domain {}: a VM's entry changed, which re-attaches its vhost-user vif (its VMM sees the link go); --restart {} does that",
-                d.name, d.name
-            ));
+        (true, DomainKind::Vm) => adds.extend([Step::RemoveVm(name.clone()), Step::AddVm(name)]),
+        // Among the additions, gone before it comes back.
+        (true, _) => adds.extend([Step::RemoveGuest(name.clone()), Step::AddGuest(name)]),
+        (false, DomainKind::Vm) => {
+            refused.push(format!("domain {name}: {what}; --restart {name} does that"))
         }
-        return;
+        (false, _) => refused.push(format!(
+            "domain {name}: {what}, which cannot change in place; --restart {name} re-creates it"
+        )),
     }
-    if !plain_guest(old, d) || !plain_guest(new, n) {
-        refused.push(refusal(d, "changed"));
-        return;
+}
+
+/// How a guest's own NIC (not a vif) changed from `a` to `b`, if it did.
+fn nic_changed(a: Option<OwnNic>, b: Option<OwnNic>) -> Option<String> {
+    let kind = |n: &Option<OwnNic>| match n {
+        None => "vif",
+        Some(OwnNic::Emulated(e)) => e.kind.as_str(),
+        Some(OwnNic::Virtio(_)) => "virtio",
+    };
+    let mac = |n: &Option<OwnNic>| match n {
+        None => String::new(),
+        Some(OwnNic::Emulated(e)) => e.mac.clone(),
+        Some(OwnNic::Virtio(v)) => v.mac.clone(),
+    };
+    if a == b {
+        None
+    } else if kind(&a) != kind(&b) {
+        Some(format!(
+            "its NIC would change from {} to {}",
+            kind(&a),
+            kind(&b)
+        ))
+    } else if mac(&a) != mac(&b) {
+        Some(format!("its NIC's MAC would change from {} to {} (a guest's default MAC follows its place among the guests: add guests at the end, or give mac =)", mac(&a), mac(&b)))
+    } else {
+        Some(format!("its {} NIC's options changed", kind(&a)))
     }
-    if !same_settings || vif_changed(&was, &now).is_some() {
-        if may_restart {
-            // Among the additions, gone before it comes back.
-            adds.push(Step::RemoveGuest(d.name.clone()));
-            adds.push(Step::AddGuest(d.name.clone()));
-        } else {
-            let what = vif_changed(&was, &now).unwrap_or_else(|| "its settings changed".into());
-            refused.push(format!(
-                "domain {}: {what}, which cannot change in place; --restart {} re-creates it",
-                d.name, d.name
-            ));
-        }
-        return;
-    }
+}
+
+/// A netfront guest's vifs changed in place: options changed, vifs added
+/// and removed.
+fn vifs_in_place(
+    was: &[VifConfig],
+    now: &[VifConfig],
+    adds: &mut Vec<Step>,
+    removes: &mut Vec<Step>,
+) {
     let handles = |l: &[VifConfig]| l.iter().map(|v| v.handle).collect::<HashSet<_>>();
-    let (hw, hn) = (handles(&was), handles(&now));
+    let (hw, hn) = (handles(was), handles(now));
     adds.extend(was.iter().filter_map(|a| {
         let b = now.iter().find(|b| b.handle == a.handle && *b != a)?;
         Some(Step::ChangeVif {
@@ -585,6 +644,41 @@ mod tests {
             "{:?}",
             p.refused
         );
+    }
+
+    #[test]
+    fn guests_of_every_nic_come_and_go_and_change_nic_only_with_restart() {
+        let with = |nic: &str| topo(&format!("{GUEST3}nic = \"{nic}\"\n"));
+        for nic in ["hosted", "hvm", "virtio"] {
+            let p = plan(&topo(""), &with(nic), &[]);
+            assert_eq!(p.steps, [Step::AddGuest("guest3".into())], "{nic}: {p:?}");
+            assert!(p.refused.is_empty(), "{nic}: {:?}", p.refused);
+            let p = plan(&with(nic), &topo(""), &[]);
+            assert_eq!(p.steps, [Step::RemoveGuest("guest3".into())], "{nic}");
+            assert_eq!(plan(&with(nic), &with(nic), &[]).steps, []);
+        }
+        let p = plan(&topo(GUEST3), &with("hosted"), &[]);
+        assert!(p.steps.is_empty(), "{p:?}");
+        assert!(
+            p.refused[0].contains("its NIC would change from vif to hosted")
+                && p.refused[0].contains("--restart guest3"),
+            "{:?}",
+            p.refused
+        );
+        let p = plan(&with("hvm"), &with("virtio"), &["guest3".into()]);
+        assert_eq!(
+            p.steps,
+            [
+                Step::RemoveGuest("guest3".into()),
+                Step::AddGuest("guest3".into())
+            ]
+        );
+        // An emulated NIC's own options are the guest's: a restart.
+        let opt = topo(&format!(
+            "{GUEST3}nic = \"hosted\"\nhosted_irq_bitvector = false\n"
+        ));
+        let p = plan(&with("hosted"), &opt, &[]);
+        assert!(p.refused[0].contains("--restart guest3"), "{:?}", p.refused);
     }
 
     /// The default topology with a second driver domain, its wire host

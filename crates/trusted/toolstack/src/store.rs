@@ -79,6 +79,25 @@ impl<'a> Store<'a> {
     pub fn rm(&mut self, path: &str) -> Result<(), String> {
         self.call(Request::StoreRm { path: path.into() })
     }
+    /// Removes `path` and everything under it, then its parent if that is
+    /// left an empty directory (one made to hold it: an extra port, a
+    /// vhost-user vif), so that what came and went leaves nothing.
+    pub fn rm_with_parent(&mut self, path: &str) -> Result<(), String> {
+        self.rm(path)?;
+        let Some((parent, _)) = path.rsplit_once('/') else {
+            return Ok(());
+        };
+        let empty = match self.ask(Request::StoreDirectory {
+            path: parent.into(),
+        }) {
+            Ok(hv::proto::Reply::List(l)) => l.is_empty(),
+            _ => false,
+        };
+        if empty && self.read(parent).is_some_and(|v| v.is_empty()) {
+            self.rm(parent)?;
+        }
+        Ok(())
+    }
     /// Creates directory `path` (or keeps it) with `perms`, and gives every
     /// node already in it the same: a frontend directory re-pointed at a
     /// restarted driver domain must be readable by the new one. A node

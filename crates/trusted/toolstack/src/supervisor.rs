@@ -23,6 +23,7 @@ mod hv_upgrade;
 mod journal;
 mod launch;
 mod options;
+mod own_nic;
 mod upgrade;
 mod vifs;
 

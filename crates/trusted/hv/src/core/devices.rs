@@ -145,6 +145,13 @@ impl Hypervisor {
         self.ports.get(driver, ifname)
     }
 
+    /// Closes the socket kept on `driver`'s port `ifname` (an emulated
+    /// NIC's host interface that went with its guest); whether there was
+    /// one.
+    pub fn port_drop(&self, driver: &str, ifname: &str) -> bool {
+        self.ports.drop_one(driver, ifname)
+    }
+
     /// Has hv open `driver`'s ports that `opener` names the first time the
     /// domain asks for them (`PortSocket`), and keep them from then on.
     pub fn port_opener(&self, driver: &str, opener: crate::ports::PortOpener) {

@@ -1,5 +1,5 @@
 //! Carrying out an apply (`crate::apply` plans it): driver domains,
-//! guests and vifs added and removed, vif options changed, on the running
+//! guests of every NIC kind and vifs added and removed, vif options changed, on the running
 //! instance; everything else untouched. A step
 //! that fails undoes the ones before it, in reverse, and the running
 //! topology stays the old one.
@@ -203,34 +203,50 @@ impl Supervisor {
         hv.weigh(domid, nice).map_err(failed)
     }
 
-    /// Guest `name` of the running topology: its domain, namespace and
-    /// vifs, then its process; done once every vif connected.
+    /// Guest `name` of the running topology: its virtio vif, domain,
+    /// namespace, vifs and emulated NIC's port, then its process (and an
+    /// emulated NIC's device side); done once it said hello to hv, every
+    /// vif connected and its own NIC is up. What a failure leaves is taken
+    /// down again.
     fn add_guest(self: &Arc<Self>, hv: &Arc<Hypervisor>, name: &str) -> HvResult<()> {
         let d = self.config(name)?;
-        let vifs: Vec<VifConfig> = self
-            .topo()
-            .vifs()
-            .into_iter()
+        let vifs: Vec<VifConfig> = (self.topo().vifs().into_iter())
             .filter(|v| v.guest == name)
             .collect();
         let internal = |e: String| fail(ErrorKind::Internal, e);
-        let (domid, sock, cg) = self.create(hv, &d).map_err(internal)?;
-        let built = host::domain_netns_add(&host::netns_name(name), domid)
-            .map_err(|e| internal(e.to_string()))
-            .and_then(|()| {
-                vifs.iter()
-                    .try_for_each(|v| self.plumb_new(hv, v.clone()).map(|_| ()))
-            });
-        let launched = built.and_then(|()| self.launch(hv, &d, domid, sock, cg).map_err(internal));
-        let connected = launched.and_then(|()| {
-            self.vifs_of(name)
-                .iter()
-                .try_for_each(|v| self.wait_usable(hv, v))
+        let created = self
+            .serve_virtio(hv, name)
+            .and_then(|()| self.create(hv, &d).map_err(internal));
+        let connected = created.and_then(|(domid, sock, cg)| {
+            host::domain_netns_add(&host::netns_name(name), domid)
+                .map_err(|e| internal(e.to_string()))?;
+            for v in &vifs {
+                self.plumb_new(hv, v.clone())?;
+            }
+            self.serve_emulated(hv, name)?;
+            self.launch(hv, &d, domid, sock, cg).map_err(internal)?;
+            self.wait_hello(hv, name).map_err(internal)?;
+            (self.vifs_of(name).iter()).try_for_each(|v| self.wait_usable(hv, v))?;
+            self.wait_own_nic(hv, name)
         });
         if connected.is_err() {
             self.remove_guest(hv, name);
         }
         connected
+    }
+
+    /// Waits for domain `name`'s process to say hello to hv.
+    fn wait_hello(&self, hv: &Hypervisor, name: &str) -> Result<(), String> {
+        let hello = || {
+            let st = hv.status();
+            st.domains.iter().any(|x| x.name == name && x.connected)
+        };
+        match wait_until(HANDSHAKE, hello) {
+            true => Ok(()),
+            false => Err(format!(
+                "{name} did not say hello to hv within {HANDSHAKE:?} (see its log)"
+            )),
+        }
     }
 
     /// Driver domain `name` of the running topology: its domain,
@@ -255,16 +271,7 @@ impl Supervisor {
             self.show_uplinks(hv);
             self.launch(hv, &d, domid, sock, cg)
         })();
-        let hello = || {
-            let st = hv.status();
-            st.domains.iter().any(|x| x.name == name && x.connected)
-        };
-        let ready = built.and_then(|()| match wait_until(HANDSHAKE, hello) {
-            true => Ok(()),
-            false => Err(format!(
-                "it did not say hello to hv within {HANDSHAKE:?} (see its log)"
-            )),
-        });
+        let ready = built.and_then(|()| self.wait_hello(hv, name));
         ready.map_err(|e| {
             self.take_down_driver(hv, name);
             fail(ErrorKind::Internal, format!("driver domain {name}: {e}"))
@@ -358,12 +365,14 @@ impl Supervisor {
         self.add_vhost(hv, v)
     }
 
-    /// Guest `name`'s process, vifs and namespace go.
+    /// Guest `name`'s process (and an emulated NIC's device side, in its
+    /// cgroup), vifs, NIC parts and namespace go.
     fn remove_guest(&self, hv: &Arc<Hypervisor>, name: &str) {
         self.destroy_and_reap(hv, name, "apply removed it");
         for v in &self.vifs_of(name) {
             self.forget(hv, v);
         }
+        self.unserve_own_nic(hv, name);
         self.lock().forget_domain(name);
         if host::our_netns().contains(&host::netns_name(name)) {
             drop_netns(&self.uplinks, name);

@@ -120,20 +120,10 @@ impl Supervisor {
         name: &str,
         ns: &str,
     ) -> (Vec<String>, Vec<String>) {
-        let topo = self.topo();
-        let ifnames: Vec<String> = topo
-            .uplinks_of(name)
-            .into_iter()
+        let ifnames: Vec<String> = (self.topo().uplinks_of(name).into_iter())
             .map(|u| u.ifname)
             .collect();
-        let emulated: Vec<String> = topo
-            .emulated_nics()
-            .into_iter()
-            .filter(|e| e.backend == name)
-            .map(|e| e.host_ifname())
-            .collect();
-        drop(topo);
-        hv.port_opener(name, crate::kept_ports::opener(ns, emulated.clone()));
+        let emulated = self.set_port_opener(hv, name, ns);
         let (sup, drv) = (self.this.clone(), name.to_string());
         let macs = Box::new(move || {
             let Some(s) = sup.upgrade() else {
@@ -147,6 +137,18 @@ impl Supervisor {
         let queues = crate::queues::Queues::new(name, ns, ifnames.clone(), macs);
         hv.queue_maker(name, std::sync::Arc::new(queues));
         (ifnames, emulated)
+    }
+
+    /// Tells hv which of driver domain `name`'s ports (in `ns`) it opens on
+    /// the domain's first ask: the host interfaces of the emulated NICs it
+    /// serves in the running topology, which it returns.
+    pub(super) fn set_port_opener(&self, hv: &Hypervisor, name: &str, ns: &str) -> Vec<String> {
+        let emulated: Vec<String> = (self.topo().emulated_nics().into_iter())
+            .filter(|e| e.backend == name)
+            .map(|e| e.host_ifname())
+            .collect();
+        hv.port_opener(name, crate::kept_ports::opener(ns, emulated.clone()));
+        emulated
     }
 
     /// Spawns `splitnet-domain` for `d` in namespace `ns`, logging to `logs`,

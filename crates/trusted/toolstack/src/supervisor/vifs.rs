@@ -140,7 +140,7 @@ impl Supervisor {
     /// node (the driver domain closes its port), then hv's listener and
     /// its socket file. None: `name` has no such vif.
     pub(super) fn detach_vm(&self, hv: &Arc<Hypervisor>, name: &str) -> Option<HvResult<()>> {
-        let mut st = self.lock();
+        let st = self.lock();
         let i = st.vhost.iter().position(|v| v.name == name)?;
         if st.vhost[i].guest {
             return Some(Err(fail(
@@ -148,14 +148,26 @@ impl Supervisor {
                 format!("{name}'s virtio NIC is part of the guest (nic = \"virtio\"); it goes with the guest"),
             )));
         }
+        drop(st);
+        self.drop_vhost(hv, name);
+        Some(Ok(()))
+    }
+
+    /// Vhost-user vif `name` (a VM's or a virtio guest's) goes: its store
+    /// node (the driver domain closes its port), then hv's listener and
+    /// its socket file.
+    pub(super) fn drop_vhost(&self, hv: &Arc<Hypervisor>, name: &str) {
+        let mut st = self.lock();
+        let Some(i) = st.vhost.iter().position(|v| v.name == name) else {
+            return;
+        };
         let v = st.vhost.remove(i);
         drop(st);
         if let Some(b) = hv.domid_of(&v.backend) {
-            let _ = Store::new(hv).rm(&v.store_path(&home_of(b)));
+            let _ = Store::new(hv).rm_with_parent(&v.store_path(&home_of(b)));
         }
         hv.vhost_remove(&v.name);
         hv.remove_info(&v.info_key());
-        Some(Ok(()))
     }
 
     /// Checks what `vs` asks for guest `guest` (a driver domain, a free

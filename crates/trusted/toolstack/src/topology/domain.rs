@@ -330,7 +330,13 @@ impl EmulatedNic {
     /// The host interface in the driver domain's namespace: VMNet's TAP
     /// (hosted) or the device model's (hvm).
     pub fn host_ifname(&self) -> String {
-        format!("vn-{}", self.guest)
+        Self::ifname_of(&self.guest)
+    }
+
+    /// The host interface of guest `guest`'s emulated NIC, in its driver
+    /// domain's namespace.
+    pub fn ifname_of(guest: &str) -> String {
+        format!("vn-{guest}")
     }
 
     /// The HVM options in one line (for `status`).
