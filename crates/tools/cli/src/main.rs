@@ -242,8 +242,9 @@ enum Cmd {
         bridge= and any domain's weight change in place; a guest whose own settings or NIC (or \
         another vif option) changed, or a VM whose entry changed, is re-created \
         only when --restart names it. A driver domain is added before the guests it serves and \
-        removed after them, with its [[port]]s and wire hosts. Any other change (a running driver \
-        domain's settings, ports or wire hosts) is refused, naming the entry, and \
+        removed after them, with its [[port]]s and wire hosts; one whose settings, ports or wire \
+        hosts changed is re-created when --restart names it (its guests reconnect). Any other \
+        change is refused, naming the entry, and \
         nothing changes; so does a file with errors, each named. A step \
         that fails undoes the ones before it. SIGHUP to hv applies its own file the same way."
     )]
@@ -254,8 +255,9 @@ enum Cmd {
         /// Print the plan; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Guests (and VMs) that may be re-created because their settings
-        /// changed (comma-separated).
+        /// Domains that may be re-created because their entry changed
+        /// (comma-separated): guests, VMs, and driver domains whose
+        /// settings, ports or wire hosts changed (their guests reconnect).
         #[arg(long, value_delimiter = ',')]
         restart: Vec<String>,
     },

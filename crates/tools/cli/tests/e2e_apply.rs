@@ -84,7 +84,7 @@ fn refusals_change_nothing(env: &Env) -> String {
         &["apply", "--config", &write(env, "drv.toml", &driver)],
     );
     assert!(
-        e.contains("domain drv: a driver domain cannot be changed"),
+        e.contains("domain drv: a driver domain's settings changed") && e.contains("--restart drv"),
         "{e}"
     );
     let moved = grown_text().replace("10.77.0.3/24", "10.77.0.13/24");
@@ -396,6 +396,24 @@ fn apply_adds_and_removes_a_driver_domain_with_its_wire_host_and_guest() {
         "{:?}",
         netns()
     );
+
+    // Its wire host changes only with drv2 re-created; guest4 keeps its
+    // process and reconnects, as after a crash of drv2.
+    let moved = write(
+        &env,
+        "two-b.toml",
+        &TWO_DRIVERS.replace("10.78.0.254/24", "10.78.0.253/24"),
+    );
+    let why = refused(&env, &["apply", "--config", &moved]);
+    assert!(
+        why.contains("wire hosts of running driver domain drv2") && why.contains("--restart drv2"),
+        "{why}"
+    );
+    let (g4, d2) = (pid_of(&env, "guest4"), pid_of(&env, "drv2"));
+    env.ok(&["apply", "--config", &moved, "--restart", "drv2"]);
+    env.ping("guest4", "10.78.0.253", 3);
+    assert_eq!(pid_of(&env, "guest4"), g4);
+    assert_ne!(pid_of(&env, "drv2"), d2);
 
     let back = write(&env, "back.toml", toolstack::topology::DEFAULT_TOML);
     assert_eq!(

@@ -13,8 +13,9 @@
 //! and removed, and re-attached when `--restart` names one whose entry
 //! changed. Driver domains are added and removed with their ports and
 //! wire hosts (a driver domain is added before the guests it serves and
-//! removed after them). Every other change is refused, naming its entry:
-//! a running driver domain's settings, its ports and its wire hosts.
+//! removed after them), and one whose settings, ports or wire hosts changed
+//! is re-created when `--restart` names it. Every other change is refused,
+//! naming its entry.
 
 use crate::topology::{
     DomainConfig, DomainKind, EmulatedNic, Nic, Topology, VifConfig, VifOptions,
@@ -46,6 +47,11 @@ pub enum Step {
     /// A driver domain of the running topology that nothing uses any
     /// more: its process, ports, wire hosts and namespace go.
     RemoveDriver(String),
+    /// A driver domain in both whose settings, ports or wire hosts
+    /// changed, re-created when `--restart` names it: taken down, added
+    /// again from the new entry, its vifs plumbed to it anew (its guests
+    /// reconnect, as after a crash).
+    RestartDriver(String),
     /// A vif whose live options changed (`from` running, `to` wanted).
     ChangeVif {
         from: Box<VifConfig>,
@@ -74,6 +80,9 @@ impl Step {
             Step::AddDriver(d) => format!("add driver domain {d} (its ports and wire hosts)"),
             Step::RemoveDriver(d) => {
                 format!("remove driver domain {d} (its ports and wire hosts)")
+            }
+            Step::RestartDriver(d) => {
+                format!("re-create driver domain {d} with its new settings, ports and wire hosts (its guests reconnect)")
             }
             Step::AddVif(v) => format!("add {}", vif(v)),
             Step::RemoveVif(v) => format!("remove {}", vif(v)),
@@ -157,30 +166,35 @@ fn drivers_only_in(a: &Topology, b: &Topology) -> Vec<String> {
         .collect()
 }
 
-/// Refuses a change to the wire hosts or ports of a driver domain in both
-/// topologies; those of one added (`came`) or removed (`gone`) come and go
-/// with it.
-fn uplinks_kept(
-    (old, new): (&Topology, &Topology),
-    (gone, came): (&[String], &[String]),
-    refused: &mut Vec<String>,
-) {
-    let kept = |driver: &String, moving: &[String]| !moving.contains(driver);
-    let wires = |t: &Topology, moving: &[String]| {
-        let w = t.wires.iter().filter(|w| kept(&w.driver, moving));
-        w.cloned().collect::<Vec<_>>()
-    };
-    let ports = |t: &Topology, moving: &[String]| {
-        let p = t.ports.iter().filter(|p| kept(&p.driver, moving));
+/// Whether driver domain `name`'s wire hosts or `[[port]]`s differ
+/// between `old` and `new`.
+fn uplinks_changed(old: &Topology, new: &Topology, name: &str) -> bool {
+    let wires = |t: &Topology| t.wires_of(name).cloned().collect::<Vec<_>>();
+    let ports = |t: &Topology| {
+        let p = t.ports.iter().filter(|p| p.driver == name);
         p.cloned().collect::<Vec<_>>()
     };
-    if wires(old, gone) != wires(new, came) {
-        refused.push(
-            "[wire]: the wire hosts of a running driver domain changed; they are made with it (down and up, or remove and add the driver domain)".into(),
-        );
-    }
-    if ports(old, gone) != ports(new, came) {
-        refused.push("[[port]]: the uplinks of a running driver domain changed; they are made with it (down and up, or remove and add the driver domain)".into());
+    wires(old) != wires(new) || ports(old) != ports(new)
+}
+
+/// Refuses a change to the wire hosts or ports of a driver domain in both
+/// topologies that `restart` does not name; those of one added or removed
+/// come and go with it.
+fn uplinks_kept(old: &Topology, new: &Topology, restart: &[String], refused: &mut Vec<String>) {
+    let both = (old.domains.iter())
+        .filter(|d| d.kind == DomainKind::Driver && new.domain(&d.name).is_some());
+    for d in both.filter(|d| !restart.contains(&d.name)) {
+        let name = &d.name;
+        let wires = |t: &Topology| t.wires_of(name).cloned().collect::<Vec<_>>();
+        let what = match wires(old) != wires(new) {
+            true => "[wire]: the wire hosts",
+            false => "[[port]]: the uplinks",
+        };
+        if uplinks_changed(old, new, name) {
+            refused.push(format!(
+                "{what} of running driver domain {name} changed; they are made with it: --restart {name} re-creates it (its guests reconnect)"
+            ));
+        }
     }
 }
 
@@ -195,7 +209,7 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
         }
     }
     let (gone, came) = (drivers_only_in(old, new), drivers_only_in(new, old));
-    uplinks_kept((old, new), (&gone, &came), &mut p.refused);
+    uplinks_kept(old, new, restart, &mut p.refused);
     let (mut adds, mut removes) = (Vec::new(), Vec::new());
     for d in &old.domains {
         match new.domain(&d.name) {
@@ -229,7 +243,11 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     }
     // Driver domains first in, last out: a guest's backend runs before it
     // comes and after it goes.
-    let drivers_in = came.into_iter().map(Step::AddDriver);
+    // Driver domains re-created before the guests that come to them.
+    let (restarts, adds): (Vec<Step>, Vec<Step>) = adds
+        .into_iter()
+        .partition(|s| matches!(s, Step::RestartDriver(_)));
+    let drivers_in = came.into_iter().map(Step::AddDriver).chain(restarts);
     let drivers_out = gone.into_iter().map(Step::RemoveDriver);
     p.steps = (drivers_in.chain(adds).chain(removes).chain(drivers_out)).collect();
     p
@@ -275,6 +293,9 @@ fn changed(
             .map(|v| VifConfig { index: 0, ..v })
             .collect()
     };
+    if d.kind == DomainKind::Driver && n.kind == DomainKind::Driver {
+        return driver_changed(old, new, (d, n), restart, adds, refused);
+    }
     let (was, now) = (vifs_of(old), vifs_of(new));
     // A move to another driver domain is a change of settings for a guest
     // whose NIC is not a vif (a VM, an emulated NIC), which has no vif to
@@ -300,6 +321,40 @@ fn changed(
         return vifs_in_place(&was, &now, adds, removes);
     };
     re_create(d, what, restart.contains(&d.name), adds, refused);
+}
+
+/// Driver domain `d` (`n` in the new topology) in both: unchanged, or
+/// re-created when `restart` names it and its settings, ports or wire
+/// hosts changed ([`uplinks_kept`] refuses the last two otherwise). One
+/// that runs an emulated NIC's device side in its namespace is refused:
+/// that goes with the namespace.
+fn driver_changed(
+    old: &Topology,
+    new: &Topology,
+    (d, n): (&DomainConfig, &DomainConfig),
+    restart: &[String],
+    adds: &mut Vec<Step>,
+    refused: &mut Vec<String>,
+) {
+    let name = d.name.clone();
+    let settings_differ = settings(d, 0) != settings(n, 0);
+    if !settings_differ && !uplinks_changed(old, new, &name) {
+        return;
+    }
+    if !restart.contains(&name) {
+        if settings_differ {
+            refused.push(format!("domain {name}: a driver domain's settings changed, which cannot change in place; --restart {name} re-creates it (its guests reconnect)"));
+        }
+        return;
+    }
+    let mut served = [old, new].into_iter().flat_map(|t| t.emulated_nics());
+    match served.find(|e| e.backend == name) {
+        Some(e) => refused.push(format!(
+            "domain {name}: it runs the device side of {}'s emulated NIC in its namespace, which a re-created driver domain cannot keep (down and up)",
+            e.guest
+        )),
+        None => adds.push(Step::RestartDriver(name)),
+    }
 }
 
 /// Domain `d`, whose entry changed as `what` says (None: in a way no
@@ -742,5 +797,58 @@ mod tests {
         let p = plan(&hvm("drv2"), &hvm("drv"), &[]);
         let all = p.refused.join("\n");
         assert!(all.contains("domain guest5"), "{all}");
+    }
+
+    #[test]
+    fn a_driver_domain_whose_uplinks_or_settings_changed_is_re_created_only_with_restart() {
+        let old = Topology::parse(TWO_DRIVERS, "t").unwrap();
+        let mut new = old.clone();
+        new.wires[1].address = Some("10.78.0.253/24".into());
+        let drv2 = new.domains.iter_mut().find(|d| d.name == "drv2").unwrap();
+        drv2.spin_us += 1;
+        let p = plan(&old, &new, &[]);
+        let all = p.refused.join("\n");
+        for want in [
+            "[wire]: the wire hosts of running driver domain drv2",
+            "domain drv2: a driver domain's settings changed",
+            "--restart drv2",
+        ] {
+            assert!(all.contains(want), "{want}: {all}");
+        }
+        // Re-created before a guest that comes to it.
+        let g = "[[domain]]\nname = \"guest5\"\nkind = \"guest\"\nbackend = \"drv2\"\naddress = \"10.78.0.5/24\"\n";
+        let mut grown = Topology::parse(&format!("{TWO_DRIVERS}\n{g}"), "t").unwrap();
+        grown.wires = new.wires.clone();
+        grown
+            .domains
+            .iter_mut()
+            .find(|d| d.name == "drv2")
+            .unwrap()
+            .spin_us += 1;
+        let p = plan(&old, &grown, &["drv2".into()]);
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        assert_eq!(
+            p.steps,
+            [
+                Step::RestartDriver("drv2".into()),
+                Step::AddGuest("guest5".into())
+            ]
+        );
+        // The device side of an emulated NIC lives in its namespace.
+        let hvm = format!(
+            "{TWO_DRIVERS}\n{}",
+            g.replace("kind = \"guest\"", "kind = \"guest\"\nnic = \"hvm\"")
+        );
+        let hvm = Topology::parse(&hvm, "t").unwrap();
+        let mut hvm2 = hvm.clone();
+        hvm2.wires = new.wires.clone();
+        let p = plan(&hvm, &hvm2, &["drv2".into()]);
+        assert!(
+            p.refused
+                .join("")
+                .contains("device side of guest5's emulated NIC"),
+            "{:?}",
+            p.refused
+        );
     }
 }

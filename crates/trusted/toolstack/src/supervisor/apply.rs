@@ -160,6 +160,7 @@ impl Supervisor {
             Step::RemoveVm(m) => self.detach_vm(hv, m).unwrap_or(Ok(())),
             Step::AddDriver(d) => self.add_driver(hv, d),
             Step::RemoveDriver(d) => self.remove_driver(hv, d),
+            Step::RestartDriver(d) => self.restart_driver(hv, d),
             Step::Rename(_) => Ok(()),
             Step::Weight { domain, to, .. } => self.set_weight(hv, domain, *to),
         }
@@ -180,6 +181,7 @@ impl Supervisor {
             Step::RemoveVm(m) if old.domain(m).is_some() => self.add_vm(hv, old, m),
             Step::AddDriver(d) => self.remove_driver(hv, d),
             Step::RemoveDriver(d) if old.domain(d).is_some() => self.add_driver(hv, d),
+            Step::RestartDriver(d) => self.restart_driver(hv, d),
             Step::Weight { domain, from, .. } => self.set_weight(hv, domain, *from),
             _ => Ok(()),
         }
@@ -276,6 +278,21 @@ impl Supervisor {
             self.take_down_driver(hv, name);
             fail(ErrorKind::Internal, format!("driver domain {name}: {e}"))
         })
+    }
+
+    /// Driver domain `name` re-created from its entry in the running
+    /// topology (new settings, ports and wire hosts): taken down, added
+    /// again, and each vif it serves plumbed to the new domain and waited
+    /// for until usable, as after a crash (its guests reconnect).
+    fn restart_driver(self: &Arc<Self>, hv: &Arc<Hypervisor>, name: &str) -> HvResult<()> {
+        self.take_down_driver(hv, name);
+        self.add_driver(hv, name)?;
+        let vifs = self.running_vifs(hv, name);
+        for v in &vifs {
+            self.plumb(hv, v)
+                .map_err(|e| fail(ErrorKind::Internal, format!("{name}: {e}")))?;
+        }
+        vifs.iter().try_for_each(|v| self.wait_usable(hv, v))
     }
 
     /// Driver domain `name`, which no vif may still have for backend (one
