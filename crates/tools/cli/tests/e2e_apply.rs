@@ -420,9 +420,25 @@ fn apply_adds_and_removes_a_driver_domain_with_its_wire_host_and_guest() {
         env.ok(&["apply", "--config", &back, "--dry-run"]),
         "remove guest guest4\nremove driver domain drv2 (its ports and wire hosts)\n"
     );
+    // A vif the file does not know (network-attach's) keeps drv2: refused
+    // before any step, naming it, until it is detached.
+    let out = env.ok(&["network-attach", "guest1", "backend=drv2"]);
+    let handle = out.split_whitespace().nth(2).expect("a handle").to_string();
+    let why = refused(&env, &["apply", "--config", &back]);
+    assert!(
+        why.contains(&format!("driver domain drv2 still serves vif {handle} of guest1")),
+        "{why}"
+    );
+    assert!(!domain(&env.status(), "guest4").is_null(), "the refusal removed guest4");
+    env.ok(&["network-detach", "guest1", &handle]);
     env.ok(&["apply", "--config", &back]);
     let st = env.status();
     assert!(domain(&st, "drv2").is_null() && domain(&st, "guest4").is_null());
+    // Nothing in status names them: no uplink, wire host or fact left.
+    let text = st.to_string();
+    for gone in ["drv2", "wire2", "guest4"] {
+        assert!(!text.contains(gone), "status still names {gone}: {st:#}");
+    }
     let left = netns();
     for ns in ["splitnet-drv2", "splitnet-guest4", "splitnet-wire2"] {
         assert!(!left.contains(&ns.to_string()), "{ns} is left: {left:?}");
