@@ -11,7 +11,8 @@
 //!   no lower than the quiet bins' 10th percentile, and no empty bin.
 //! - **random sequence**: on the default topology, a sequence of applies
 //!   chosen from a seed (guests added and removed, a guest's second and
-//!   third vifs, guest1's live vif options); hv's resources after it
+//!   third vifs, guest1's live vif options, guest4's NIC kind changed with
+//!   `--restart`: netfront, hosted, HVM or virtio); hv's resources after it
 //!   against before, as the hotplug cycles are judged.
 
 use super::{resources, say, wait_for, FaultsOptions, Resources, Up};
@@ -76,6 +77,8 @@ pub struct ApplyReport {
     pub removed_guests: usize,
     pub vif_changes: usize,
     pub option_changes: usize,
+    /// guest4 re-created with another NIC kind.
+    pub nic_changes: usize,
     pub step_ms_median: f64,
     /// Steps run before the reference point, and hv's resident memory
     /// (KiB) before them, at the reference, and after each tenth of the
@@ -124,13 +127,15 @@ impl ApplyReport {
         }
         s += &format!(
             "\n### {} random applies (seeded)\n\n{} guests added, {} removed, {} changes of \
-             guest2's vifs, {} changes of guest1's vif options in place; median {:.0} ms an \
-             apply.\n\n| hv resource | before | after |\n|---|---|---|\n",
+             guest2's vifs, {} changes of guest1's vif options in place, {} changes of \
+             guest4's NIC kind (re-created); median {:.0} ms an apply.\n\n\
+             | hv resource | before | after |\n|---|---|---|\n",
             self.steps,
             self.added_guests,
             self.removed_guests,
             self.vif_changes,
             self.option_changes,
+            self.nic_changes,
             self.step_ms_median
         );
         for (name, b, a) in self.before.rows(&self.after) {
@@ -184,6 +189,7 @@ pub(super) fn run(opts: &FaultsOptions) -> Result<ApplyReport> {
         removed_guests: seq.counts[1],
         vif_changes: seq.counts[2],
         option_changes: seq.counts[3],
+        nic_changes: seq.counts[4],
         step_ms_median: median(&seq.step_ms),
         warm_up: WARM_UP_STEPS,
         rss_kib: seq.rss_kib,
@@ -361,7 +367,7 @@ fn disturbance(guest: &str, bins: &[(f64, f64)], windows: &Windows) -> StreamDis
 /// The random sequence's resources and step counts.
 struct Sequence {
     /// Guests added, guests removed, vifs added or removed, options changed.
-    counts: [usize; 4],
+    counts: [usize; 5],
     step_ms: Vec<f64>,
     rss_kib: Vec<u64>,
     before: Resources,
@@ -375,14 +381,18 @@ struct Sequence {
 const WARM_UP_STEPS: usize = 200;
 
 /// A state the random sequence applies: which of guest3 and guest4 run,
-/// how many extra vifs guest2 has, and guest1's vif options.
+/// how many extra vifs guest2 has, guest1's vif options, and guest4's NIC.
 #[derive(Clone, Copy, PartialEq, Default)]
 struct State {
     guest3: bool,
     guest4: bool,
     extra_vifs: usize,
     options: usize,
+    nic4: usize,
 }
+
+/// guest4's NIC kinds the sequence picks from.
+const NICS: [&str; 4] = ["vif", "hosted", "hvm", "virtio"];
 
 /// guest1's vif options the sequence picks from.
 const OPTIONS: [&str; 5] = ["", "rate=100Mb/s", "mtu=9000", "vlan=5", "ip=10.77.0.1"];
@@ -412,27 +422,47 @@ impl State {
         for (on, g) in [(self.guest3, 3), (self.guest4, 4)] {
             if on {
                 t += &format!(
-                    "\n[[domain]]\nname = \"guest{g}\"\nkind = \"guest\"\naddress = \"10.77.0.{g}/24\"\nvif = [\"mac=00:16:3e:00:10:{g:02x}\"]\n"
+                    "\n[[domain]]\nname = \"guest{g}\"\nkind = \"guest\"\naddress = \"10.77.0.{g}/24\"\n"
                 );
+                // A NIC that is not a vif takes its MAC from the guest.
+                t += &match (g, NICS[self.nic4]) {
+                    (4, nic @ ("hosted" | "hvm" | "virtio")) => {
+                        format!("nic = \"{nic}\"\nmac = \"00:16:3e:00:10:04\"\n")
+                    }
+                    _ => format!("vif = [\"mac=00:16:3e:00:10:{g:02x}\"]\n"),
+                };
             }
         }
         t
     }
 
+    /// The domains the move to `to` may re-create: guest4 when its NIC
+    /// changes (`--restart`).
+    fn restart(&self, to: &State) -> Vec<String> {
+        match self.guest4 && to.guest4 && self.nic4 != to.nic4 {
+            true => vec!["guest4".into()],
+            false => Vec::new(),
+        }
+    }
+
     /// A random neighbour: one thing changed.
     fn next(&self, rng: &mut SplitMix) -> State {
         let mut s = *self;
-        match rng.below(4) {
+        match rng.below(5) {
             0 => s.guest3 = !s.guest3,
             1 => s.guest4 = !s.guest4,
             2 => s.extra_vifs = (s.extra_vifs + 1 + rng.below(2)) % 3,
-            _ => s.options = (s.options + 1 + rng.below(OPTIONS.len() - 1)) % OPTIONS.len(),
+            3 => s.options = (s.options + 1 + rng.below(OPTIONS.len() - 1)) % OPTIONS.len(),
+            _ => {
+                s.nic4 = (s.nic4 + 1 + rng.below(NICS.len() - 1)) % NICS.len();
+                s.guest4 = true;
+            }
         }
         s
     }
 
-    /// Which of the four counts the move from `self` to `to` adds to.
-    fn count(&self, to: &State, counts: &mut [usize; 4]) {
+    /// Which of the five counts the move from `self` to `to` adds to.
+    fn count(&self, to: &State, counts: &mut [usize; 5]) {
         let guests = |s: &State| usize::from(s.guest3) + usize::from(s.guest4);
         if guests(to) > guests(self) {
             counts[0] += 1;
@@ -441,6 +471,7 @@ impl State {
         }
         counts[2] += usize::from(to.extra_vifs != self.extra_vifs);
         counts[3] += usize::from(to.options != self.options);
+        counts[4] += usize::from(!self.restart(to).is_empty());
     }
 }
 
@@ -457,28 +488,30 @@ fn random_sequence(opts: &FaultsOptions) -> Result<Sequence> {
         guest4: true,
         extra_vifs: 2,
         options: 1,
+        nic4: 0,
     };
     let mut rng = SplitMix(opts.apply_seed);
     let mut rss_kib = vec![resources(&mut ts)?.hv_rss_kib];
     let mut warm = everything;
+    let mut was = State::default();
     for _ in 0..WARM_UP_STEPS {
-        ts.apply(Some(warm.text()), false, Vec::new())
+        ts.apply(Some(warm.text()), false, was.restart(&warm))
             .map_err(|e| anyhow!("apply (warm-up): {e}"))?;
-        warm = warm.next(&mut rng);
+        (was, warm) = (warm, warm.next(&mut rng));
     }
-    ts.apply(Some(start.text()), false, Vec::new())
+    ts.apply(Some(start.text()), false, was.restart(&start))
         .map_err(|e| anyhow!("apply: {e}"))?;
     wait_for("every vif's counters", Duration::from_secs(5), || {
         super::counters_published(&mut ts)
     })?;
     let before = resources(&mut ts)?;
     rss_kib.push(before.hv_rss_kib);
-    let (mut state, mut counts, mut step_ms) = (start, [0; 4], Vec::new());
+    let (mut state, mut counts, mut step_ms) = (start, [0; 5], Vec::new());
     let every = (opts.apply_steps / 10).max(1);
     for i in 0..opts.apply_steps {
         let to = state.next(&mut rng);
         let t = Instant::now();
-        ts.apply(Some(to.text()), false, Vec::new())
+        ts.apply(Some(to.text()), false, state.restart(&to))
             .map_err(|e| anyhow!("apply step {}: {e}", i + 1))?;
         step_ms.push(t.elapsed().as_secs_f64() * 1e3);
         state.count(&to, &mut counts);
@@ -491,7 +524,7 @@ fn random_sequence(opts: &FaultsOptions) -> Result<Sequence> {
             rss_kib.push(resources(&mut ts)?.hv_rss_kib);
         }
     }
-    ts.apply(Some(start.text()), false, Vec::new())
+    ts.apply(Some(start.text()), false, state.restart(&start))
         .map_err(|e| anyhow!("apply back: {e}"))?;
     let after = super::settled(&mut ts, &before)?;
     Ok(Sequence {
@@ -508,14 +541,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_state_of_the_sequence_is_a_valid_topology() {
+    fn every_state_of_the_sequence_is_a_valid_topology_and_every_step_applies() {
+        use toolstack::topology::Topology;
         let mut rng = SplitMix(7);
-        let mut s = State::default();
-        for _ in 0..200 {
-            let t = toolstack::topology::Topology::parse(&s.text(), "t");
+        let (mut s, mut counts) = (State::default(), [0; 5]);
+        for _ in 0..400 {
+            let t = Topology::parse(&s.text(), "t");
             assert!(t.is_ok(), "{}\n{:?}", s.text(), t.err());
-            s = s.next(&mut rng);
+            let to = s.next(&mut rng);
+            let new = Topology::parse(&to.text(), "t").unwrap();
+            let p = toolstack::apply::plan(&t.unwrap(), &new, &s.restart(&to));
+            assert!(p.refused.is_empty(), "{:?}\n{}", p.refused, to.text());
+            s.count(&to, &mut counts);
+            s = to;
         }
+        assert!(counts.iter().all(|&c| c > 0), "a kind of step never came: {counts:?}");
     }
 
     #[test]
