@@ -426,10 +426,15 @@ fn apply_adds_and_removes_a_driver_domain_with_its_wire_host_and_guest() {
     let handle = out.split_whitespace().nth(2).expect("a handle").to_string();
     let why = refused(&env, &["apply", "--config", &back]);
     assert!(
-        why.contains(&format!("driver domain drv2 still serves vif {handle} of guest1")),
+        why.contains(&format!(
+            "driver domain drv2 still serves vif {handle} of guest1"
+        )),
         "{why}"
     );
-    assert!(!domain(&env.status(), "guest4").is_null(), "the refusal removed guest4");
+    assert!(
+        !domain(&env.status(), "guest4").is_null(),
+        "the refusal removed guest4"
+    );
     env.ok(&["network-detach", "guest1", &handle]);
     env.ok(&["apply", "--config", &back]);
     let st = env.status();

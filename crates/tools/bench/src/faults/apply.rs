@@ -555,7 +555,10 @@ mod tests {
             s.count(&to, &mut counts);
             s = to;
         }
-        assert!(counts.iter().all(|&c| c > 0), "a kind of step never came: {counts:?}");
+        assert!(
+            counts.iter().all(|&c| c > 0),
+            "a kind of step never came: {counts:?}"
+        );
     }
 
     #[test]
