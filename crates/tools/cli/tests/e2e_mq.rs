@@ -429,8 +429,13 @@ fn tcp_alone_and_flooded(env: &Env) -> (f64, f64, u64) {
 /// TCP within 20% of what it gets alone; on a machine whose cores the
 /// flood's sender and the kernel share with both guests and the driver
 /// domain, that measures the CPU as much as the queues, so the test holds
-/// guest1 to what it keeps through the bridge under the same flood
-/// (within 20%), and never below a fifth of its rate alone.
+/// guest1 to what it gets through the bridge under the same flood (within
+/// 20%), and never below a fifth of its rate alone. The two are compared
+/// in Gbit/s, not as shares of each one's rate alone: a queue skips the
+/// bridge, so guest1 alone is faster with one (5.67 against 3.34 Gbit/s
+/// in a run where it then kept 3.05 under the flood against the bridge's
+/// 2.51), and a share of that larger rate failed a run in which the queue
+/// did better than the bridge.
 #[test]
 fn a_flooded_queue_does_not_starve_another_guests_queue() {
     let Some(env) = Env::new("mq-starve") else {
@@ -455,9 +460,7 @@ fn a_flooded_queue_does_not_starve_another_guests_queue() {
         "guest1 starved: {flooded:.2} Gbit/s, {alone:.2} alone"
     );
     assert!(
-        ratio >= 0.8 * bridge_ratio,
-        "guest1 keeps {:.0}% with queues, {:.0}% through the bridge",
-        100.0 * ratio,
-        100.0 * bridge_ratio
+        flooded >= 0.8 * b_flooded,
+        "guest1 keeps {flooded:.2} Gbit/s with queues, {b_flooded:.2} through the bridge"
     );
 }

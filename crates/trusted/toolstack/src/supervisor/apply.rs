@@ -216,9 +216,10 @@ impl Supervisor {
             .filter(|v| v.guest == name)
             .collect();
         let internal = |e: String| fail(ErrorKind::Internal, e);
-        let created = self
-            .serve_virtio(hv, name)
-            .and_then(|()| self.create(hv, &d).map_err(internal));
+        // Refused with nothing made: a vhost-user vif of that name or MAC
+        // that is someone else's stays theirs.
+        self.serve_virtio(hv, name)?;
+        let created = self.create(hv, &d).map_err(internal);
         let connected = created.and_then(|(domid, sock, cg)| {
             host::domain_netns_add(&host::netns_name(name), domid)
                 .map_err(|e| internal(e.to_string()))?;

@@ -28,7 +28,7 @@ impl Supervisor {
     /// of its driver domain (which opens it once it exists), and one hv
     /// opens for that domain when it asks.
     pub(super) fn serve_emulated(&self, hv: &Arc<Hypervisor>, name: &str) -> HvResult<()> {
-        let emulated = self.topo().emulated_nics().into_iter();
+        let emulated = self.topo().emulated_nics();
         let Some(e) = emulated.into_iter().find(|e| e.guest == name) else {
             return Ok(());
         };
