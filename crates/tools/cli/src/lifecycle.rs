@@ -285,9 +285,19 @@ fn hv_pid(rd: &Path) -> Option<i32> {
 /// Waits up to `limit` for process `pid` to be gone.
 fn wait_gone(pid: i32, limit: Duration) {
     let deadline = Instant::now() + limit;
-    while host::pid_alive(pid) && Instant::now() < deadline {
+    while !exited(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether process `pid` has exited whole: gone, or a zombie none of
+/// whose threads still runs. A zombie leader alone is not enough: the
+/// main thread shows `Z` as soon as it exits, while the other threads
+/// are still being torn down and the descriptors they share (hv's
+/// listening sockets) are still open.
+fn exited(pid: i32) -> bool {
+    let threads = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+    !host::pid_alive(pid) && threads <= 1
 }
 
 /// A connection to hv; when none answers but its guardian runs (hv died
