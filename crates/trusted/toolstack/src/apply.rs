@@ -166,15 +166,21 @@ fn drivers_only_in(a: &Topology, b: &Topology) -> Vec<String> {
         .collect()
 }
 
-/// Whether driver domain `name`'s wire hosts or `[[port]]`s differ
-/// between `old` and `new`.
-fn uplinks_changed(old: &Topology, new: &Topology, name: &str) -> bool {
+/// What of driver domain `name`'s wire hosts and `[[port]]`s differs
+/// between `old` and `new`, as a refusal names it; None: neither.
+fn uplinks_change(old: &Topology, new: &Topology, name: &str) -> Option<&'static str> {
     let wires = |t: &Topology| t.wires_of(name).cloned().collect::<Vec<_>>();
     let ports = |t: &Topology| {
         let p = t.ports.iter().filter(|p| p.driver == name);
         p.cloned().collect::<Vec<_>>()
     };
-    wires(old) != wires(new) || ports(old) != ports(new)
+    if wires(old) != wires(new) {
+        Some("[wire]: the wire hosts")
+    } else if ports(old) != ports(new) {
+        Some("[[port]]: the uplinks")
+    } else {
+        None
+    }
 }
 
 /// Refuses a change to the wire hosts or ports of a driver domain in both
@@ -185,12 +191,7 @@ fn uplinks_kept(old: &Topology, new: &Topology, restart: &[String], refused: &mu
         .filter(|d| d.kind == DomainKind::Driver && new.domain(&d.name).is_some());
     for d in both.filter(|d| !restart.contains(&d.name)) {
         let name = &d.name;
-        let wires = |t: &Topology| t.wires_of(name).cloned().collect::<Vec<_>>();
-        let what = match wires(old) != wires(new) {
-            true => "[wire]: the wire hosts",
-            false => "[[port]]: the uplinks",
-        };
-        if uplinks_changed(old, new, name) {
+        if let Some(what) = uplinks_change(old, new, name) {
             refused.push(format!(
                 "{what} of running driver domain {name} changed; they are made with it: --restart {name} re-creates it (its guests reconnect)"
             ));
@@ -241,9 +242,8 @@ pub fn plan(old: &Topology, new: &Topology, restart: &[String]) -> Plan {
     if old.name != new.name {
         adds.push(Step::Rename(new.name.clone()));
     }
-    // Driver domains first in, last out: a guest's backend runs before it
-    // comes and after it goes.
-    // Driver domains re-created before the guests that come to them.
+    // Driver domains first in (re-created ones too), last out: a guest's
+    // backend runs before it comes and after it goes.
     let (restarts, adds): (Vec<Step>, Vec<Step>) = adds
         .into_iter()
         .partition(|s| matches!(s, Step::RestartDriver(_)));
@@ -300,13 +300,13 @@ fn changed(
     // A move to another driver domain is a change of settings for a guest
     // whose NIC is not a vif (a VM, an emulated NIC), which has no vif to
     // show it.
-    let moved = d.kind != DomainKind::Driver && old.backend_of(d).ok() != new.backend_of(n).ok();
+    let moved = old.backend_of(d).ok() != new.backend_of(n).ok();
     let nic = nic_changed(own_nic(old, &d.name), own_nic(new, &n.name));
     let same_settings = settings(d, 0) == settings(n, 0) && !moved && nic.is_none();
     if same_settings && was == now {
         return;
     }
-    let what = if d.kind != n.kind || d.kind == DomainKind::Driver {
+    let what = if d.kind != n.kind {
         None
     } else if d.kind == DomainKind::Vm {
         Some(
@@ -338,7 +338,7 @@ fn driver_changed(
 ) {
     let name = d.name.clone();
     let settings_differ = settings(d, 0) != settings(n, 0);
-    if !settings_differ && !uplinks_changed(old, new, &name) {
+    if !settings_differ && uplinks_change(old, new, &name).is_none() {
         return;
     }
     if !restart.contains(&name) {

@@ -366,7 +366,8 @@ fn disturbance(guest: &str, bins: &[(f64, f64)], windows: &Windows) -> StreamDis
 
 /// The random sequence's resources and step counts.
 struct Sequence {
-    /// Guests added, guests removed, vifs added or removed, options changed.
+    /// Guests added, guests removed, vifs added or removed, options changed,
+    /// guest4 re-created with another NIC.
     counts: [usize; 5],
     step_ms: Vec<f64>,
     rss_kib: Vec<u64>,
