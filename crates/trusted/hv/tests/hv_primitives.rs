@@ -575,6 +575,51 @@ fn store_permissions_watches_and_handshake() {
 }
 
 #[test]
+fn a_gather_reads_each_path_as_a_read_would_and_read_ahead_ends_with_its_scope() {
+    let mut w = world();
+    let (g1, g2) = (w.g1.domid(), w.g2.domid());
+    let dev = format!("/local/domain/{g1}/device/vif/0");
+    w.g1.store_mkdir(&dev).unwrap();
+    let drv = format!("r{}", w.drv.domid());
+    w.g1.store_set_perms(&dev, &[&format!("n{g1}"), &drv])
+        .unwrap();
+    w.g1.store_write(&format!("{dev}/mac"), "00:16:3e:00:00:01")
+        .unwrap();
+    w.g2.store_write("data/secret", "x").unwrap();
+    let paths = [
+        format!("{dev}/mac"),
+        format!("{dev}/missing"),
+        format!("/local/domain/{g2}/data/secret"),
+    ];
+    let got = w.drv.store_gather(&paths).unwrap();
+    let one_by_one: Vec<_> = paths.iter().map(|p| w.drv.store_read(p)).collect();
+    assert_eq!(got, one_by_one);
+    assert_eq!(got[0].as_deref().unwrap(), b"00:16:3e:00:00:01");
+    assert!(got[1].is_err() && got[2].is_err(), "{got:?}");
+    // Another guest reads nothing of g1's by gathering either.
+    assert!(w.g2.store_gather(&paths[..1]).unwrap()[0].is_err());
+    // A gather past its bound is refused whole, named.
+    let many = vec![format!("{dev}/mac"); hv::proto::GATHER_MAX + 1];
+    let e = w.drv.call(&hv::proto::Request::StoreGather { paths: many });
+    let e = e.err().unwrap();
+    assert!(
+        e.kind == ErrorKind::Invalid && e.message.contains("at most"),
+        "{e}"
+    );
+    // Read ahead: values and missing keys as the store had them; after the
+    // scope, a change is seen.
+    let mac = w.drv.with_read_ahead(&dev, |drv| {
+        assert!(drv.store_read(&format!("{dev}/missing")).is_err());
+        drv.store_read_str(&format!("{dev}/mac")).unwrap()
+    });
+    assert_eq!(mac, "00:16:3e:00:00:01");
+    w.g1.store_write(&format!("{dev}/mac"), "00:16:3e:00:00:02")
+        .unwrap();
+    let now = w.drv.store_read_str(&format!("{dev}/mac")).unwrap();
+    assert_eq!(now, "00:16:3e:00:00:02");
+}
+
+#[test]
 fn a_domain_whose_watch_socket_overflowed_is_told_before_its_next_event() {
     let mut w = world();
     let g1 = w.g1.domid();

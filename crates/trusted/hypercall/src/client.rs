@@ -20,6 +20,7 @@ use sys::{Doorbell, Mapping, SeqPacket, PAGE_SIZE};
 
 mod channel;
 mod grant_maps;
+mod store;
 mod transfers;
 mod views;
 
@@ -318,6 +319,8 @@ pub struct HvClient {
     use_mirrors: bool,
     batch_maps: HashMap<u32, grant_maps::BatchMapping>,
     tracer: Tracer,
+    /// Store values read ahead in one round trip ([`HvClient::prefetch_dir`]).
+    prefetched: store::Prefetched,
 }
 
 fn take_fds<const N: usize>(fds: Vec<OwnedFd>) -> HvResult<[OwnedFd; N]> {
@@ -381,6 +384,7 @@ impl HvClient {
             use_mirrors: true,
             batch_maps: HashMap::new(),
             tracer,
+            prefetched: store::Prefetched::default(),
         })
     }
 
@@ -436,42 +440,6 @@ impl HvClient {
         self.chan.done(&Request::Nop)
     }
 
-    // -- store --
-
-    pub fn store_read(&mut self, path: &str) -> HvResult<Vec<u8>> {
-        match self.chan.call(&Request::StoreRead { path: path.into() })?.0 {
-            Reply::Value(v) => Ok(v),
-            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
-        }
-    }
-    /// Reads a value as UTF-8 text.
-    pub fn store_read_str(&mut self, path: &str) -> HvResult<String> {
-        let v = self.store_read(path)?;
-        String::from_utf8(v)
-            .map_err(|_| HvError::new(ErrorKind::Invalid, format!("{path} is not text")))
-    }
-    pub fn store_write(&mut self, path: &str, value: &str) -> HvResult<()> {
-        self.chan.done(&Request::StoreWrite {
-            path: path.into(),
-            value: value.as_bytes().to_vec(),
-        })
-    }
-    pub fn store_mkdir(&mut self, path: &str) -> HvResult<()> {
-        self.chan.done(&Request::StoreMkdir { path: path.into() })
-    }
-    pub fn store_rm(&mut self, path: &str) -> HvResult<()> {
-        self.chan.done(&Request::StoreRm { path: path.into() })
-    }
-    pub fn store_directory(&mut self, path: &str) -> HvResult<Vec<String>> {
-        match self
-            .chan
-            .call(&Request::StoreDirectory { path: path.into() })?
-            .0
-        {
-            Reply::List(v) => Ok(v),
-            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
-        }
-    }
     /// Collects this domain's end of capture channel `id` (see
     /// [`Request::CaptureOpen`]).
     pub fn capture_attach(&mut self, id: u32) -> HvResult<SeqPacket> {

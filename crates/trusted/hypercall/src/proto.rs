@@ -63,7 +63,8 @@ impl ContainerAttach {
     }
 }
 
-/// What a domain asks of hv.
+/// What a domain asks of hv. New kinds go last: the wire numbers them in
+/// order, and during an upgrade one side may run the older program.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
     /// First message: returns [`Welcome`] with the domain's memory descriptors.
@@ -342,7 +343,20 @@ pub enum Request {
     UpgradeHv {
         exe: Option<String>,
     },
+    /// Reads every node of `paths` in one round trip, as Linux's
+    /// `xenbus_gather` reads a device's keys (at most [`GATHER_MAX`]).
+    /// Replies `Values`: per path, in order, what [`Request::StoreRead`]
+    /// of it would reply.
+    StoreGather {
+        paths: Vec<String>,
+    },
 }
+
+/// The most paths one [`Request::StoreGather`] reads: their values (each
+/// at most a store payload, 4 KiB) fit in one message.
+pub const GATHER_MAX: usize = 48;
+// Each answer is a value or an error naming its path, both under 5 KiB.
+const _: () = assert!(GATHER_MAX * 5 * 1024 < MAX_MESSAGE);
 
 /// The largest receive buffer hv gives a dedicated queue's socket
 /// ([`Request::QueueOpen`]): a driver domain's bound on what one vif's
@@ -437,6 +451,7 @@ impl Request {
             Request::EvtchnRebind { .. } => 48,
             Request::UpgradeDomain { .. } => 49,
             Request::UpgradeHv { .. } => 50,
+            Request::StoreGather { .. } => 51,
         }
     }
 
@@ -461,7 +476,7 @@ pub struct Welcome {
     pub trace_pages: u32,
 }
 
-/// A successful reply.
+/// A successful reply. New kinds go last, as [`Request`]'s.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Reply {
     Welcome(Welcome),
@@ -510,6 +525,8 @@ pub enum Reply {
         id: u32,
         domid: DomId,
     },
+    /// What [`Request::StoreGather`] read: per path, its value or why not.
+    Values(Vec<Result<Vec<u8>, HvError>>),
 }
 
 /// A reply or an error, as sent on the wire.
@@ -545,7 +562,24 @@ pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> HvResult<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::ContainerAttach;
+    use super::{encode, ContainerAttach, Reply, Request};
+
+    /// The first word of a message is its kind's number.
+    fn kind(m: &impl serde::Serialize) -> u32 {
+        let b = encode(m).unwrap();
+        u32::from_le_bytes(b[..4].try_into().unwrap())
+    }
+
+    #[test]
+    fn kinds_keep_their_wire_numbers() {
+        // An hv and a domain program of different versions (an upgrade of
+        // either) must agree on every kind both know.
+        assert_eq!(kind(&Request::UpgradeHv { exe: None }), 50);
+        let gather = Request::StoreGather { paths: vec![] };
+        assert_eq!((kind(&gather), gather.index()), (51, 51));
+        assert_eq!(kind(&Reply::Channel { id: 0, domid: 0 }), 13);
+        assert_eq!(kind(&Reply::Values(vec![])), 14);
+    }
 
     #[test]
     fn container_ids_and_interface_names_follow_the_spec() {

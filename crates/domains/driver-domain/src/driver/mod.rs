@@ -64,6 +64,9 @@ impl Driver {
     pub fn start(hv: &mut HvClient, resumed: Option<Since>) -> Result<Driver, DriverError> {
         let me = hv.domid();
         let home = format!("/local/domain/{me}/splitnet");
+        // The settings below in two round trips, not one each (forgotten
+        // before any watch is registered or serviced).
+        let _ = hv.prefetch_dir(&home);
         if hv
             .store_read_str(&format!("{home}/{}", crate::hugepages::KEY))
             .is_ok_and(|v| v == "1")
@@ -93,6 +96,7 @@ impl Driver {
         };
         d.stats.config_errors += u64::from(grant_maps_bad);
         d.ports.rx_slot = rx_slot(hv, &d.home, &mut d.stats.config_errors);
+        hv.forget_prefetched();
         d.ports.hold = Some(Instant::now() + UPLINK_HOLD);
         // The uplinks (`uplinks/`) and the extra ports the toolstack names
         // (a hosted guest's VMNet interface): opened again whenever they

@@ -167,8 +167,13 @@ impl Driver {
     }
 
     /// Takes vif `be` of `guest` back into a slot of its own; on failure it
-    /// is closed with the reason (its ports too), which is returned.
+    /// is closed with the reason (its ports too), which is returned. Its
+    /// backend directory is read in two round trips, not one per key.
     fn take_over(&mut self, hv: &mut HvClient, guest: DomId, be: &str) -> Result<(), String> {
+        hv.with_read_ahead(be, |hv| self.take_over_keys(hv, guest, be))
+    }
+
+    fn take_over_keys(&mut self, hv: &mut HvClient, guest: DomId, be: &str) -> Result<(), String> {
         let nb = super::vifs::vif_attach(hv, be, &mut self.bridge)
             .map_err(crate::netback::NetbackError::Protocol)
             .and_then(|attach| Ok((attach, Netback::resume(hv, guest, be)?)));

@@ -470,6 +470,11 @@ pub fn probe(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
 /// What the toolstack wrote for the vif in its backend directory `be`,
 /// checked: its modes, options, MAC and slot. Reads only.
 pub fn read_backend(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
+    // Its keys in two round trips, not one each.
+    hv.with_read_ahead(be, |hv| read_backend_keys(hv, guest, be))
+}
+
+fn read_backend_keys(hv: &mut HvClient, guest: DomId, be: &str) -> Result<Pending> {
     let fe = hv.store_read_str(&format!("{be}/{}", keys::FRONTEND))?;
     let cfg = VifBackend::read(|k| hv.store_read_str(&format!("{be}/{k}")).ok())
         .map_err(|e| proto(format!("{be}/{e}")))?;
@@ -550,8 +555,18 @@ impl Netback {
     }
 
     /// Maps the rings the frontend published, binds (`bind`) its event
-    /// channels and reaches its pool; what fails half-way is undone.
+    /// channels and reaches its pool; what fails half-way is undone. The
+    /// frontend's keys are read in two round trips, not one each.
     fn attach(
+        hv: &mut HvClient,
+        p: Pending,
+        bind: impl FnMut(&mut HvClient, DomId, u32) -> hypercall::HvResult<EventChannel>,
+    ) -> Result<Netback> {
+        let fe = p.fe.clone();
+        hv.with_read_ahead(&fe, |hv| Self::attach_read_ahead(hv, p, bind))
+    }
+
+    fn attach_read_ahead(
         hv: &mut HvClient,
         p: Pending,
         bind: impl FnMut(&mut HvClient, DomId, u32) -> hypercall::HvResult<EventChannel>,

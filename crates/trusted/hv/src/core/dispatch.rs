@@ -12,9 +12,9 @@ use super::grant_ops::{
 use super::reply::{dup, handled_elsewhere, ok, os, store_err, Outcome};
 use super::state::{deliver, domain, State};
 use super::store_journal::StoreJournal;
-use crate::error::{err, ErrorKind, HvResult};
+use crate::error::{err, ErrorKind, HvError, HvResult};
 use crate::memory::BATCH_PAGES;
-use crate::proto::{DomId, Reply, Request, Welcome};
+use crate::proto::{DomId, Reply, Request, Welcome, GATHER_MAX};
 use crate::trace;
 use sys::SeqPacket;
 
@@ -30,6 +30,7 @@ pub(super) fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<
         } => evtchn_rebind(st, caller, remote, remote_port),
         Request::Nop => Ok(ok(Reply::Done)),
         req @ (Request::StoreRead { .. }
+        | Request::StoreGather { .. }
         | Request::StoreWrite { .. }
         | Request::StoreMkdir { .. }
         | Request::StoreRm { .. }
@@ -157,6 +158,19 @@ fn store_op(st: &mut State, caller: DomId, req: &Request) -> HvResult<Outcome> {
         Request::StoreRead { path } => {
             let v = st.store.read(caller, path).map_err(store_err)?;
             Ok(ok(Reply::Value(v)))
+        }
+        Request::StoreGather { paths } => {
+            if paths.len() > GATHER_MAX {
+                return Err(HvError::new(
+                    ErrorKind::Invalid,
+                    format!(
+                        "a gather reads at most {GATHER_MAX} paths, not {}",
+                        paths.len()
+                    ),
+                ));
+            }
+            let read = |p: &String| st.store.read(caller, p).map_err(store_err);
+            Ok(ok(Reply::Values(paths.iter().map(read).collect())))
         }
         Request::StoreWrite { path, value } => {
             let r = st.store.write(caller, path, value);
