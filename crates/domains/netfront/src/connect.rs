@@ -50,7 +50,21 @@ pub(crate) fn frame_off(frame: u32) -> usize {
 }
 /// What the backend offers, and what the toolstack chose for this vif:
 /// the frontend's facts, and whether it uses the new grant mechanism.
+/// Both directories are read ahead, two round trips each, not one per key
+/// (the backend published its features before InitWait).
 pub(crate) fn negotiate(
+    hv: &mut HvClient,
+    dev: &str,
+    backend: &str,
+    backend_id: DomId,
+    mac: &str,
+) -> Result<(FrontendInfo, bool)> {
+    hv.with_read_ahead(backend, |hv| {
+        hv.with_read_ahead(dev, |hv| negotiate_keys(hv, dev, backend, backend_id, mac))
+    })
+}
+
+fn negotiate_keys(
     hv: &mut HvClient,
     dev: &str,
     backend: &str,
