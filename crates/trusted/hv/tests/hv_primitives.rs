@@ -617,6 +617,22 @@ fn a_gather_reads_each_path_as_a_read_would_and_read_ahead_ends_with_its_scope()
         .unwrap();
     let now = w.drv.store_read_str(&format!("{dev}/mac")).unwrap();
     assert_eq!(now, "00:16:3e:00:00:02");
+    // A write by a relative path forgets what was read ahead by the
+    // absolute one, and the other way round.
+    w.g1.with_read_ahead("device/vif/0", |g1| {
+        g1.store_write("device/vif/0/mac", "00:16:3e:00:00:03")
+            .unwrap();
+        assert_eq!(
+            g1.store_read_str(&format!("{dev}/mac")).unwrap(),
+            "00:16:3e:00:00:03"
+        );
+        g1.store_write(&format!("{dev}/mac"), "00:16:3e:00:00:04")
+            .unwrap();
+        assert_eq!(
+            g1.store_read_str("device/vif/0/mac").unwrap(),
+            "00:16:3e:00:00:04"
+        );
+    });
 }
 
 #[test]

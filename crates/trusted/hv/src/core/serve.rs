@@ -380,6 +380,7 @@ fn may_change(req: &Request) -> bool {
     match req {
         Request::Nop
         | Request::StoreRead { .. }
+        | Request::StoreGather { .. }
         | Request::StoreDirectory { .. }
         | Request::StoreGetPerms { .. }
         | Request::EvtchnSend { .. }

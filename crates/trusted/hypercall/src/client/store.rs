@@ -59,10 +59,20 @@ impl Prefetched {
 }
 
 impl HvClient {
+    /// `path` as hv resolves it: a relative path is under this domain's
+    /// home, so that a read ahead and a write name a node alike.
+    fn absolute(&self, path: &str) -> String {
+        if path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("/local/domain/{}/{path}", self.domid())
+        }
+    }
+
     /// Reads `path`: the value read ahead, if [`HvClient::prefetch_dir`]
     /// read it, else from hv.
     pub fn store_read(&mut self, path: &str) -> HvResult<Vec<u8>> {
-        if let Some(r) = self.prefetched.get(path) {
+        if let Some(r) = self.prefetched.get(&self.absolute(path)) {
             return r;
         }
         match self.chan.call(&Request::StoreRead { path: path.into() })?.0 {
@@ -77,18 +87,21 @@ impl HvClient {
             .map_err(|_| HvError::new(ErrorKind::Invalid, format!("{path} is not text")))
     }
     pub fn store_write(&mut self, path: &str, value: &str) -> HvResult<()> {
-        self.prefetched.forget_under(path, true);
+        let abs = self.absolute(path);
+        self.prefetched.forget_under(&abs, true);
         self.chan.done(&Request::StoreWrite {
             path: path.into(),
             value: value.as_bytes().to_vec(),
         })
     }
     pub fn store_mkdir(&mut self, path: &str) -> HvResult<()> {
-        self.prefetched.forget_under(path, true);
+        let abs = self.absolute(path);
+        self.prefetched.forget_under(&abs, true);
         self.chan.done(&Request::StoreMkdir { path: path.into() })
     }
     pub fn store_rm(&mut self, path: &str) -> HvResult<()> {
-        self.prefetched.forget_under(path, false);
+        let abs = self.absolute(path);
+        self.prefetched.forget_under(&abs, false);
         self.chan.done(&Request::StoreRm { path: path.into() })
     }
     pub fn store_directory(&mut self, path: &str) -> HvResult<Vec<String>> {
@@ -125,7 +138,8 @@ impl HvClient {
     /// it then reads at once, with no watch serviced between: a value read
     /// ahead is as old as the gather.
     pub fn prefetch_dir(&mut self, dir: &str) -> HvResult<()> {
-        let top = dir.trim_end_matches('/');
+        let abs = self.absolute(dir);
+        let top = abs.trim_end_matches('/');
         let paths: Vec<String> = self
             .store_directory(top)?
             .into_iter()
@@ -143,7 +157,8 @@ impl HvClient {
     /// end). If the read-ahead fails, `f`'s reads go to hv one by one, as
     /// without it.
     pub fn with_read_ahead<T>(&mut self, dir: &str, f: impl FnOnce(&mut HvClient) -> T) -> T {
-        let top = dir.trim_end_matches('/');
+        let abs = self.absolute(dir);
+        let top = abs.trim_end_matches('/');
         let ours = !self.prefetched.dirs.contains(top) && self.prefetch_dir(top).is_ok();
         let r = f(self);
         if ours {
