@@ -586,6 +586,8 @@ impl HvClient {
         timeout: Duration,
         want: impl Fn(abi::xenbus::XenbusState) -> bool,
     ) -> HvResult<abi::xenbus::XenbusState> {
+        // It services watches: nothing read ahead may be trusted past it.
+        self.forget_prefetched();
         let token = format!("wait-state-{dev}");
         self.watch(&format!("{dev}/state"), &token)?;
         let deadline = Instant::now() + timeout;

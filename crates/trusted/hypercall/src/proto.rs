@@ -353,10 +353,12 @@ pub enum Request {
 }
 
 /// The most paths one [`Request::StoreGather`] reads: their values (each
-/// at most a store payload, 4 KiB) fit in one message.
-pub const GATHER_MAX: usize = 48;
-// Each answer is a value or an error naming its path, both under 5 KiB.
-const _: () = assert!(GATHER_MAX * 5 * 1024 < MAX_MESSAGE);
+/// at most a store payload, 4 KiB) fit in one message, and under the
+/// default send buffer of a socket (208 KiB), which hv does not raise.
+pub const GATHER_MAX: usize = 32;
+// Each answer is a value or an error (paths shortened), both under 5 KiB;
+// 208 KiB is Linux's default `wmem_default`.
+const _: () = assert!(GATHER_MAX * 5 * 1024 < MAX_MESSAGE && GATHER_MAX * 5 * 1024 < 208 * 1024);
 
 /// The largest receive buffer hv gives a dedicated queue's socket
 /// ([`Request::QueueOpen`]): a driver domain's bound on what one vif's

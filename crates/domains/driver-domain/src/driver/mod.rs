@@ -64,39 +64,8 @@ impl Driver {
     pub fn start(hv: &mut HvClient, resumed: Option<Since>) -> Result<Driver, DriverError> {
         let me = hv.domid();
         let home = format!("/local/domain/{me}/splitnet");
-        // The settings below in two round trips, not one each (forgotten
-        // before any watch is registered or serviced).
-        let _ = hv.prefetch_dir(&home);
-        if hv
-            .store_read_str(&format!("{home}/{}", crate::hugepages::KEY))
-            .is_ok_and(|v| v == "1")
-        {
-            crate::hugepages::enable();
-        }
-        let port_offload = port_caps(hv, &home);
-        let grant_maps_bad = !grant_maps(hv, &home);
-        let events = Events::new()?;
-        events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
-        // Queues an earlier run left are gone: hv deletes a dead driver
-        // domain's before it starts another (`toolstack::queues::drop_all`).
-        let mut d = Driver {
-            captures: format!("{home}/capture"),
-            base: format!("/local/domain/{me}/backend/vif"),
-            ports: Ports::new(&home, port_offload),
-            home,
-            pending: Vec::new(),
-            vifs: Vec::new(),
-            taps: Taps::default(),
-            idle: Idle::for_domain(hv, "driver", Duration::from_millis(200)),
-            bridge: Bridge::default(),
-            scratch: Scratch::new(),
-            events,
-            last_stats: Instant::now(),
-            stats: LoopCounters::default(),
-        };
-        d.stats.config_errors += u64::from(grant_maps_bad);
-        d.ports.rx_slot = rx_slot(hv, &d.home, &mut d.stats.config_errors);
-        hv.forget_prefetched();
+        // Its settings in two round trips, not one each.
+        let mut d = hv.with_read_ahead(&home.clone(), |hv| Self::configured(hv, home))?;
         d.ports.hold = Some(Instant::now() + UPLINK_HOLD);
         // The uplinks (`uplinks/`) and the extra ports the toolstack names
         // (a hosted guest's VMNet interface): opened again whenever they
@@ -127,6 +96,42 @@ impl Driver {
         d.release_uplinks(hv);
         hv.watch(&d.captures, CAPTURES)?;
         d.taps.sync(hv, &d.captures);
+        Ok(d)
+    }
+
+    /// A driver domain with the settings in its home `home` read, its
+    /// ports and vifs not yet taken.
+    fn configured(hv: &mut HvClient, home: String) -> Result<Driver, DriverError> {
+        let me = hv.domid();
+        if hv
+            .store_read_str(&format!("{home}/{}", crate::hugepages::KEY))
+            .is_ok_and(|v| v == "1")
+        {
+            crate::hugepages::enable();
+        }
+        let port_offload = port_caps(hv, &home);
+        let grant_maps_bad = !grant_maps(hv, &home);
+        let events = Events::new()?;
+        events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
+        // Queues an earlier run left are gone: hv deletes a dead driver
+        // domain's before it starts another (`toolstack::queues::drop_all`).
+        let mut d = Driver {
+            captures: format!("{home}/capture"),
+            base: format!("/local/domain/{me}/backend/vif"),
+            ports: Ports::new(&home, port_offload),
+            home,
+            pending: Vec::new(),
+            vifs: Vec::new(),
+            taps: Taps::default(),
+            idle: Idle::for_domain(hv, "driver", Duration::from_millis(200)),
+            bridge: Bridge::default(),
+            scratch: Scratch::new(),
+            events,
+            last_stats: Instant::now(),
+            stats: LoopCounters::default(),
+        };
+        d.stats.config_errors += u64::from(grant_maps_bad);
+        d.ports.rx_slot = rx_slot(hv, &d.home, &mut d.stats.config_errors);
         Ok(d)
     }
 
