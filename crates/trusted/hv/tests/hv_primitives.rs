@@ -515,21 +515,26 @@ fn a_stale_ring_does_not_end_a_wait() {
     );
 }
 
-#[test]
-fn store_permissions_watches_and_handshake() {
-    let mut w = world();
+/// guest1's vif 0 device directory, which the driver domain may read (the
+/// frontend sets that first, so the keys written below inherit it), with
+/// its MAC 00:16:3e:00:00:01.
+fn g1_vif_readable_by_drv(w: &mut World) -> String {
     let (g1, drv) = (w.g1.domid(), w.drv.domid());
-    // Own subtree: fine. The frontend lets the backend read its device
-    // directory first, so the keys written below inherit that.
     let dev = format!("/local/domain/{g1}/device/vif/0");
     w.g1.store_mkdir(&dev).unwrap();
     w.g1.store_set_perms(&dev, &[&format!("n{g1}"), &format!("r{drv}")])
         .unwrap();
-    w.g1.store_write(
-        &format!("/local/domain/{g1}/device/vif/0/mac"),
-        "00:16:3e:00:00:01",
-    )
-    .unwrap();
+    w.g1.store_write(&format!("{dev}/mac"), "00:16:3e:00:00:01")
+        .unwrap();
+    dev
+}
+
+#[test]
+fn store_permissions_watches_and_handshake() {
+    let mut w = world();
+    let (g1, drv) = (w.g1.domid(), w.drv.domid());
+    // Own subtree: fine.
+    let dev = g1_vif_readable_by_drv(&mut w);
     w.g1.store_write("device/vif/0/handle", "0").unwrap();
     // Another domain's subtree: refused and counted.
     let e =
@@ -577,14 +582,8 @@ fn store_permissions_watches_and_handshake() {
 #[test]
 fn a_gather_reads_each_path_as_a_read_would_and_read_ahead_ends_with_its_scope() {
     let mut w = world();
-    let (g1, g2) = (w.g1.domid(), w.g2.domid());
-    let dev = format!("/local/domain/{g1}/device/vif/0");
-    w.g1.store_mkdir(&dev).unwrap();
-    let drv = format!("r{}", w.drv.domid());
-    w.g1.store_set_perms(&dev, &[&format!("n{g1}"), &drv])
-        .unwrap();
-    w.g1.store_write(&format!("{dev}/mac"), "00:16:3e:00:00:01")
-        .unwrap();
+    let g2 = w.g2.domid();
+    let dev = g1_vif_readable_by_drv(&mut w);
     w.g2.store_write("data/secret", "x").unwrap();
     let paths = [
         format!("{dev}/mac"),

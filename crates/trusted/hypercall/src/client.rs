@@ -319,7 +319,7 @@ pub struct HvClient {
     use_mirrors: bool,
     batch_maps: HashMap<u32, grant_maps::BatchMapping>,
     tracer: Tracer,
-    /// Store values read ahead in one round trip ([`HvClient::prefetch_dir`]).
+    /// Store values read ahead in one round trip ([`HvClient::with_read_ahead`]).
     prefetched: store::Prefetched,
 }
 

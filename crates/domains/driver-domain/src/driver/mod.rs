@@ -65,7 +65,7 @@ impl Driver {
         let me = hv.domid();
         let home = format!("/local/domain/{me}/splitnet");
         // Its settings in two round trips, not one each.
-        let mut d = hv.with_read_ahead(&home.clone(), |hv| Self::configured(hv, home))?;
+        let mut d = hv.with_read_ahead(&home, |hv| Self::configured(hv, &home))?;
         d.ports.hold = Some(Instant::now() + UPLINK_HOLD);
         // The uplinks (`uplinks/`) and the extra ports the toolstack names
         // (a hosted guest's VMNet interface): opened again whenever they
@@ -101,7 +101,7 @@ impl Driver {
 
     /// A driver domain with the settings in its home `home` read, its
     /// ports and vifs not yet taken.
-    fn configured(hv: &mut HvClient, home: String) -> Result<Driver, DriverError> {
+    fn configured(hv: &mut HvClient, home: &str) -> Result<Driver, DriverError> {
         let me = hv.domid();
         if hv
             .store_read_str(&format!("{home}/{}", crate::hugepages::KEY))
@@ -109,8 +109,8 @@ impl Driver {
         {
             crate::hugepages::enable();
         }
-        let port_offload = port_caps(hv, &home);
-        let grant_maps_bad = !grant_maps(hv, &home);
+        let port_offload = port_caps(hv, home);
+        let grant_maps_bad = !grant_maps(hv, home);
         let events = Events::new()?;
         events.epoll.add(hv.watch_fd(), Source::Watch.token())?;
         // Queues an earlier run left are gone: hv deletes a dead driver
@@ -118,8 +118,8 @@ impl Driver {
         let mut d = Driver {
             captures: format!("{home}/capture"),
             base: format!("/local/domain/{me}/backend/vif"),
-            ports: Ports::new(&home, port_offload),
-            home,
+            ports: Ports::new(home, port_offload),
+            home: home.to_string(),
             pending: Vec::new(),
             vifs: Vec::new(),
             taps: Taps::default(),

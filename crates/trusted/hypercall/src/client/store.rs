@@ -135,7 +135,7 @@ impl HvClient {
     /// round trip. The caller reads ahead only what it then reads at once,
     /// with no watch serviced between (`wait_state` forgets it all): a
     /// value read ahead is as old as the gather.
-    pub fn prefetch_dir(&mut self, dir: &str) -> HvResult<()> {
+    fn prefetch_dir(&mut self, dir: &str) -> HvResult<()> {
         let abs = self.absolute(dir);
         let top = abs.trim_end_matches('/');
         let paths: Vec<String> = self
@@ -166,7 +166,7 @@ impl HvClient {
     }
 
     /// Drops every value read ahead: later reads ask hv again.
-    pub fn forget_prefetched(&mut self) {
+    pub(super) fn forget_prefetched(&mut self) {
         self.prefetched = Prefetched::default();
     }
 }
