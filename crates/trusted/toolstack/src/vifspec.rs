@@ -127,7 +127,7 @@ impl VifSpec {
         ] {
             if !given {
                 return Err(format!(
-                    "type=vhost-user needs {k}= (e.g. type=vhost-user,socket=/run/splitnet/vm2.sock,mac=52:54:00:12:34:56)"
+                    "a vif of type=vhost-user needs {k}= (e.g. type=vhost-user,socket=/run/splitnet/vm2.sock,mac=52:54:00:12:34:56)"
                 ));
             }
         }
