@@ -590,8 +590,13 @@ fn a_gather_reads_each_path_as_a_read_would_and_read_ahead_ends_with_its_scope()
         format!("{dev}/missing"),
         format!("/local/domain/{g2}/data/secret"),
     ];
+    let before = errors(&w, "drv", ErrorKind::Store);
     let got = w.drv.store_gather(&paths).unwrap();
+    let gathered = errors(&w, "drv", ErrorKind::Store) - before;
     let one_by_one: Vec<_> = paths.iter().map(|p| w.drv.store_read(p)).collect();
+    // hv counts a gather's refused reads as it counts the reads.
+    let read = errors(&w, "drv", ErrorKind::Store) - before - gathered;
+    assert_eq!((gathered, read), (2, 2));
     assert_eq!(got, one_by_one);
     assert_eq!(got[0].as_deref().unwrap(), b"00:16:3e:00:00:01");
     assert!(got[1].is_err() && got[2].is_err(), "{got:?}");

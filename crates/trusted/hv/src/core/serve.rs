@@ -175,9 +175,7 @@ impl Hypervisor {
                 }
                 Err(e) => (Err(e), Vec::new()),
             };
-            if let Err(e) = &reply {
-                self.count_error(caller, e.kind);
-            }
+            self.count_errors(caller, &reply);
             let bytes = match proto::encode(&reply) {
                 Ok(b) => b,
                 Err(_) => break,
@@ -216,6 +214,20 @@ impl Hypervisor {
                 }
                 Next::Refused
             }
+        }
+    }
+
+    /// Counts a refused request, or each refused read of a gather, as
+    /// the reads one by one would have been counted.
+    fn count_errors(&self, caller: DomId, reply: &Response) {
+        match reply {
+            Err(e) => self.count_error(caller, e.kind),
+            Ok(Reply::Values(vs)) => {
+                for e in vs.iter().filter_map(|v| v.as_ref().err()) {
+                    self.count_error(caller, e.kind);
+                }
+            }
+            Ok(_) => {}
         }
     }
 
