@@ -18,6 +18,9 @@ use std::collections::{HashMap, HashSet};
 pub(super) struct Prefetched {
     values: HashMap<String, HvResult<Vec<u8>>>,
     dirs: HashSet<String>,
+    /// hv refused a gather as a request it does not know (an older hv):
+    /// reading ahead would only cost a listing and a refusal each time.
+    refused: bool,
 }
 
 impl Prefetched {
@@ -143,7 +146,11 @@ impl HvClient {
             .into_iter()
             .map(|c| format!("{top}/{c}"))
             .collect();
-        let values = self.store_gather(&paths)?;
+        let values = self.store_gather(&paths).inspect_err(|e| {
+            // The one refusal a gather within its bound can get: hv could
+            // not decode it.
+            self.prefetched.refused |= e.kind == ErrorKind::Invalid;
+        })?;
         self.prefetched.values.extend(paths.into_iter().zip(values));
         self.prefetched.dirs.insert(top.to_string());
         Ok(())
@@ -153,11 +160,14 @@ impl HvClient {
     /// ([`HvClient::prefetch_dir`]), then forgets them, unless they were
     /// read ahead already (an outer call's, which forgets them at its
     /// end). If the read-ahead fails, `f`'s reads go to hv one by one, as
-    /// without it.
+    /// without it; once hv has refused a gather as unknown, no later call
+    /// reads ahead.
     pub fn with_read_ahead<T>(&mut self, dir: &str, f: impl FnOnce(&mut HvClient) -> T) -> T {
         let abs = self.absolute(dir);
         let top = abs.trim_end_matches('/');
-        let ours = !self.prefetched.dirs.contains(top) && self.prefetch_dir(top).is_ok();
+        let ours = !self.prefetched.refused
+            && !self.prefetched.dirs.contains(top)
+            && self.prefetch_dir(top).is_ok();
         let r = f(self);
         if ours {
             self.prefetched.forget_dir(top);
@@ -167,7 +177,8 @@ impl HvClient {
 
     /// Drops every value read ahead: later reads ask hv again.
     pub(super) fn forget_prefetched(&mut self) {
-        self.prefetched = Prefetched::default();
+        self.prefetched.values.clear();
+        self.prefetched.dirs.clear();
     }
 }
 
