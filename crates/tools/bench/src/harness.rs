@@ -210,7 +210,7 @@ pub fn check_nic(suite: &dyn Suite, args: &Args) -> anyhow::Result<()> {
     }
     if !suite.takes_nic() {
         anyhow::bail!(
-            "bench {} does not take --nic; only menon2006 rates the paper's NICs by it",
+            "bench {} does not take --nic; only menon2006 and menon2005 rate the paper's NICs by it",
             suite.name()
         );
     }
@@ -337,9 +337,13 @@ mod tests {
             ..Args::default()
         };
         assert!(check_nic(suite("menon2006"), &scaled).is_ok());
+        assert!(check_nic(suite("menon2005"), &scaled).is_ok());
         assert!(check_nic(suite("baseline"), &Args::default()).is_ok());
         let e = check_nic(suite("baseline"), &scaled).unwrap_err();
-        assert!(e.to_string().contains("only menon2006"), "{e}");
+        assert!(
+            e.to_string().contains("only menon2006 and menon2005"),
+            "{e}"
+        );
         let modern = Args {
             machine: Some(Machine::Modern),
             ..scaled

@@ -23,7 +23,7 @@
 //! available in this build, not as a failure.
 
 use crate::harness::{self, Args, Output, RunOptions};
-use crate::machine::{wire_tables, wires, Machine, MultiNative, NicPath, PaperMachine};
+use crate::machine::{wire_tables, wires, Machine, MultiNative, NicPath, NicRate, PaperMachine};
 use crate::netenv::{self, FlowResult, PAYLOAD_PER_FRAME};
 use crate::nstat;
 use crate::plot::{self, Bar};
@@ -42,6 +42,7 @@ use toolstack::topology::LinkRate;
 
 mod anomaly;
 mod measures;
+mod nics;
 mod paper;
 mod web;
 use anomaly::anomaly;
@@ -63,6 +64,8 @@ pub struct Menon2005Options {
     pub profile: bool,
     /// The paper's server (one CPU, gigabit NICs) or this host as it is.
     pub machine: Machine,
+    /// How the paper's machine rates its NICs.
+    pub nic: NicRate,
 }
 
 impl Menon2005Options {
@@ -73,7 +76,7 @@ impl Menon2005Options {
             dense_buffers()
         };
         let rates = if quick {
-            vec![1000, WEB_COST_RATE, 8000]
+            vec![1000, WEB_COST_RATE, 24000]
         } else {
             vec![
                 500,
@@ -85,6 +88,9 @@ impl Menon2005Options {
                 8000,
                 10000,
                 12000,
+                16000,
+                20000,
+                24000,
             ]
         };
         Menon2005Options {
@@ -93,6 +99,7 @@ impl Menon2005Options {
             rates,
             profile: true,
             machine: Machine::Paper,
+            nic: NicRate::Scaled,
         }
     }
 }
@@ -957,7 +964,7 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
         Machine::Paper => Some(PaperMachine::new(3, crate::machine::GIGABIT)?),
         Machine::Modern => None,
     };
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         opts,
         base: RunOptions {
             progress: false,
@@ -969,6 +976,10 @@ pub fn run(opts: &Menon2005Options) -> Result<Menon2005Report> {
         profile: AtomicBool::new(opts.profile),
         progress: crate::Progress::start("menon2005", opts.common.progress),
     };
+    if opts.nic == NicRate::Scaled {
+        nics::calibrate(&mut ctx).context("calibrating the paper's NICs to this host")?;
+    }
+    let ctx = ctx;
     let (mut records, mut profiles, mut unavailable) = (Vec::new(), Vec::new(), Vec::new());
     harness::runs(opts.common.runs, |run| {
         let mut out = RunOut {
@@ -1146,6 +1157,7 @@ impl harness::Suite for Menon2005Suite {
             opts.buffers = a.sizes.iter().map(|&s| s as usize).collect();
         }
         opts.machine = a.machine.unwrap_or(opts.machine);
+        opts.nic = a.nic.unwrap_or(opts.nic);
         let r = run(&opts)?;
         Ok(Output::of(&r, r.table(), r.svg())?.with_charts(r.charts()))
     }
@@ -1156,6 +1168,10 @@ impl harness::Suite for Menon2005Suite {
 
     fn machines(&self) -> &'static [Machine] {
         &[Machine::Paper, Machine::Modern]
+    }
+
+    fn takes_nic(&self) -> bool {
+        true
     }
 }
 

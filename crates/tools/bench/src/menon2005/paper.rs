@@ -445,8 +445,9 @@ fn fig_nics(r: &Menon2005Report) -> Figure {
         ),
         table,
         note: if crate::machine::is_paper(&r.machine) {
-            "each NIC is a veth pair shaped to 1 Gbit/s in both directions; Xen-guest1 had a \
-             second CPU in the paper, which leaves the clients none of their own here"
+            "each NIC is a veth pair shaped to the machine's line rate in both directions (a \
+             scaled rate puts our Mb/s in this host's units: compare the ratios); Xen-guest1 \
+             had a second CPU in the paper, which leaves the clients none of their own here"
         } else {
             "each NIC is a veth pair with no line rate of its own, so one NIC does not bound \
              throughput as the paper's gigabit NICs did; the host has two cores"
