@@ -18,10 +18,16 @@ use std::collections::{HashMap, HashSet};
 pub(super) struct Prefetched {
     values: HashMap<String, HvResult<Vec<u8>>>,
     dirs: HashSet<String>,
-    /// hv refused a gather as a request it does not know (an older hv):
-    /// reading ahead would only cost a listing and a refusal each time.
-    refused: bool,
+    /// Scopes left to run without reading ahead: hv refused a gather as a
+    /// request it does not know (an older hv), so reading ahead would only
+    /// cost a listing and a refusal each time. It counts down, so that a
+    /// newer hv that took over in place (`splitnet upgrade --hv`) is
+    /// tried again.
+    skip: u32,
 }
+
+/// Scopes without reading ahead after hv refused a gather as unknown.
+const SKIP_AFTER_REFUSAL: u32 = 64;
 
 impl Prefetched {
     /// What a read of `path` would reply, if it was read ahead.
@@ -49,6 +55,13 @@ impl Prefetched {
         self.values.retain(|p, _| !below(p, top));
         let stale = |d: &str| below(d, top) || (creates && below(top, d));
         self.dirs.retain(|d| !stale(d));
+    }
+
+    /// Whether a scope may read ahead now; counts a skipped one down.
+    fn may_read_ahead(&mut self) -> bool {
+        let skip = self.skip > 0;
+        self.skip = self.skip.saturating_sub(1);
+        !skip
     }
 
     /// Forgets what was read ahead of `dir`'s children.
@@ -149,7 +162,9 @@ impl HvClient {
         let values = self.store_gather(&paths).inspect_err(|e| {
             // The one refusal a gather within its bound can get: hv could
             // not decode it.
-            self.prefetched.refused |= e.kind == ErrorKind::Invalid;
+            if e.kind == ErrorKind::Invalid {
+                self.prefetched.skip = SKIP_AFTER_REFUSAL;
+            }
         })?;
         self.prefetched.values.extend(paths.into_iter().zip(values));
         self.prefetched.dirs.insert(top.to_string());
@@ -160,12 +175,12 @@ impl HvClient {
     /// ([`HvClient::prefetch_dir`]), then forgets them, unless they were
     /// read ahead already (an outer call's, which forgets them at its
     /// end). If the read-ahead fails, `f`'s reads go to hv one by one, as
-    /// without it; once hv has refused a gather as unknown, no later call
-    /// reads ahead.
+    /// without it; once hv has refused a gather as unknown, the next
+    /// [`SKIP_AFTER_REFUSAL`] calls do not read ahead.
     pub fn with_read_ahead<T>(&mut self, dir: &str, f: impl FnOnce(&mut HvClient) -> T) -> T {
         let abs = self.absolute(dir);
         let top = abs.trim_end_matches('/');
-        let ours = !self.prefetched.refused
+        let ours = self.prefetched.may_read_ahead()
             && !self.prefetched.dirs.contains(top)
             && self.prefetch_dir(top).is_ok();
         let r = f(self);
@@ -184,7 +199,19 @@ impl HvClient {
 
 #[cfg(test)]
 mod tests {
-    use super::Prefetched;
+    use super::{Prefetched, SKIP_AFTER_REFUSAL};
+
+    #[test]
+    fn after_a_refused_gather_reading_ahead_pauses_then_is_tried_again() {
+        let mut p = Prefetched::default();
+        assert!(p.may_read_ahead());
+        p.skip = SKIP_AFTER_REFUSAL;
+        let skipped = (0..SKIP_AFTER_REFUSAL)
+            .filter(|_| !p.may_read_ahead())
+            .count();
+        assert_eq!(skipped, SKIP_AFTER_REFUSAL as usize);
+        assert!(p.may_read_ahead(), "a newer hv is tried again");
+    }
 
     fn read_ahead(p: &mut Prefetched, dir: &str, children: &[&str]) {
         for c in children {
