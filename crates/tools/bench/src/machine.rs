@@ -185,6 +185,29 @@ impl PaperMachine {
         }
     }
 
+    /// This machine with its NICs rated by native Linux's receive over its
+    /// `links` links unshaped on the server's core, `native_rx_mbps`,
+    /// against the paper's CPU-bound `paper_rx_mbps` ([`PaperMachine::scaled_by`]),
+    /// and a line saying so for the progress log.
+    pub fn calibrated(
+        &self,
+        native_rx_mbps: f64,
+        paper_rx_mbps: f64,
+        links: usize,
+    ) -> (PaperMachine, String) {
+        let c = Calibration {
+            native_rx_mbps,
+            paper_rx_mbps,
+        };
+        let scaled = self.scaled_by(c);
+        let line = format!(
+            "native Linux receives {native_rx_mbps:.0} Mb/s over {links} unshaped links on the \
+             server's core (the paper's {paper_rx_mbps:.0}): each NIC at {}",
+            LinkRate(scaled.rate_bps)
+        );
+        (scaled, line)
+    }
+
     /// The NICs' rate, for a topology's wires; `None` when unshaped.
     pub fn rate(&self) -> Option<LinkRate> {
         (self.rate_bps > 0).then_some(LinkRate(self.rate_bps))
@@ -416,6 +439,12 @@ mod tests {
         assert_eq!(s.rate().unwrap().to_string(), "2400mbit");
         assert!(s.describe().contains("6019 Mb/s"), "{}", s.describe());
         assert!(is_paper(&s.describe()));
+        let (same, line) = pm.calibrated(6019.2, 2508.0, 4);
+        assert_eq!(same, s);
+        assert!(
+            line.contains("over 4 unshaped links") && line.ends_with("2400mbit"),
+            "{line}"
+        );
         // A slower host gets slower NICs, never none.
         let slow = pm.scaled_by(Calibration {
             native_rx_mbps: 0.1,

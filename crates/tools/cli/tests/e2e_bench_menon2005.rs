@@ -32,15 +32,12 @@ fn unavailable(v: &Value, what: &str) -> bool {
 }
 
 /// Each NIC's rate in Gbit/s, from a machine line's "NIC(s) at 3085mbit
-/// each" (a whole number of gigabits reads "3gbit").
+/// each", read as a topology reads a rate.
 fn nic_gbit(machine: &str) -> f64 {
     let at = machine.split("NIC(s) at ").nth(1).expect("a NIC rate");
     let rate = at.split(' ').next().unwrap().trim_end_matches(',');
-    let (n, scale) = match rate.strip_suffix("gbit") {
-        Some(n) => (n, 1.0),
-        None => (rate.strip_suffix("mbit").expect("a rate in mbit"), 1e-3),
-    };
-    n.parse::<f64>().expect("a number") * scale
+    let rate: toolstack::topology::LinkRate = rate.parse().expect("a rate");
+    rate.0 as f64 / 1e9
 }
 
 #[test]

@@ -9,9 +9,7 @@
 //! a gigabit times that over the paper's 2,462 Mb/s.
 
 use super::{bring_up, tear_down, Ctx, Reading, Setup};
-use crate::machine::Calibration;
 use anyhow::Result;
-use toolstack::topology::LinkRate;
 
 /// Native Linux's receive over the paper's three NICs, Mb/s (Figure 3):
 /// CPU-bound, 2.62 times one NIC's 941.
@@ -31,18 +29,8 @@ pub(super) fn calibrate(ctx: &mut Ctx<'_>) -> Result<()> {
     let nics = bed.paths.len();
     let m = bed.measure(ctx, nics, Reading::STREAM, false, false);
     tear_down(ctx, bed);
-    let c = Calibration {
-        native_rx_mbps: m?.flow.gbps * 1000.0,
-        paper_rx_mbps: LINUX_RX_MBPS,
-    };
-    let scaled = pm.scaled_by(c);
-    ctx.say(&format!(
-        "native Linux receives {:.0} Mb/s over {nics} unshaped links on the server's core \
-         (the paper's {:.0}): each NIC at {}",
-        c.native_rx_mbps,
-        c.paper_rx_mbps,
-        LinkRate(scaled.rate_bps)
-    ));
+    let (scaled, line) = pm.calibrated(m?.flow.gbps * 1000.0, LINUX_RX_MBPS, nics);
+    ctx.say(&line);
     ctx.base.paper = Some(scaled);
     Ok(())
 }

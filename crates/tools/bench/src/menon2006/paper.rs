@@ -102,18 +102,8 @@ pub(super) fn calibrate(ctx: &mut Ctx<'_>) -> Result<()> {
     let env = bring_up(ctx, M6Config::Linux)?.map_err(anyhow::Error::msg)?;
     let m = mtu_frames(ctx, &env).and_then(|()| measure(ctx, &env, M6Config::Linux, Case::Rx));
     testbed::tear_down(env, &ctx.base, &ctx.layout);
-    let c = crate::machine::Calibration {
-        native_rx_mbps: m?.flow.gbps * 1000.0,
-        paper_rx_mbps: LINUX_RX_MBPS,
-    };
-    let scaled = pm.scaled_by(c);
-    ctx.say(&format!(
-        "native Linux receives {:.0} Mb/s unshaped on the server's core (the paper's {:.0}): \
-         each NIC at {}",
-        c.native_rx_mbps,
-        c.paper_rx_mbps,
-        LinkRate(scaled.rate_bps)
-    ));
+    let (scaled, line) = pm.calibrated(m?.flow.gbps * 1000.0, LINUX_RX_MBPS, NICS);
+    ctx.say(&line);
     ctx.base.paper = Some(scaled);
     Ok(())
 }
