@@ -181,6 +181,12 @@ fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
         one_way,
     ));
 
+    say("inter-processor interrupt round trip");
+    match ipi_round_trip(n)? {
+        Some(v) => results.push((IPI_ROW, v)),
+        None => say("inter-processor interrupts: this process may use one core; row left out"),
+    }
+
     say("control hypercall round trip");
     let v = timed(n, || guest.nop().map_err(|e| anyhow!("{e}")))?;
     results.push(("control hypercall round trip (nop)", v));
@@ -504,6 +510,52 @@ fn flip_batches(
         }
         Ok(())
     })
+}
+
+const IPI_ROW: &str = "inter-processor interrupt round trip (to a thread spinning on another core)";
+
+/// An inter-processor interrupt's round trip: this thread, on one core,
+/// interrupts a thread of its own spinning on another and waits until that
+/// core has taken the interrupt (`sys::interrupt_own_cores`). The papers'
+/// uniprocessors sent none; here one is sent for each wake-up of a task
+/// on another core, each burst of frames steered to another core's receive
+/// and each TLB flush of an address space live on two cores. None when
+/// this process may use only one core.
+fn ipi_round_trip(n: usize) -> Result<Option<Vec<f64>>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cpus = sys::allowed_cpus()?;
+    let (Some(&here), Some(&there)) = (cpus.first(), cpus.get(1)) else {
+        return Ok(None);
+    };
+    sys::register_core_interrupts()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(AtomicBool::new(false));
+    let (s, r) = (Arc::clone(&stop), Arc::clone(&ready));
+    let spinner = std::thread::spawn(move || -> std::io::Result<()> {
+        sys::set_thread_cpus(&[there])?;
+        r.store(true, Ordering::Release);
+        while !s.load(Ordering::Relaxed) {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    });
+    let timing = sys::set_thread_cpus(&[here])
+        .map_err(anyhow::Error::from)
+        .and_then(|()| {
+            while !ready.load(Ordering::Acquire) && !spinner.is_finished() {
+                std::hint::spin_loop();
+            }
+            timed(n, || {
+                sys::interrupt_own_cores().map_err(anyhow::Error::from)
+            })
+        });
+    stop.store(true, Ordering::Relaxed);
+    let spun = spinner
+        .join()
+        .map_err(|_| anyhow!("the spinning thread panicked"))?;
+    sys::set_thread_cpus(&cpus)?;
+    spun?;
+    timing.map(Some)
 }
 
 /// Event-channel notification and wake-up, one way: the guest pings a

@@ -665,8 +665,10 @@ fn measure_cases(
         let (senders, receivers) = endpoints(env, case_flows(ctx, case))?;
         let csum0 = nstat_total(&receivers, &CSUM_COUNTERS)?;
         let reorder0 = nstat_total(&senders, &REORDER_COUNTERS)?;
+        let ipis0 = opcount::host_ipis()?;
         let m = measure(ctx, env, cfg, case)?;
-        let ops_per_frame = match ops0.take() {
+        let ipis = opcount::per_frame(&ipis0, &opcount::host_ipis()?, m.flow.packets);
+        let mut ops_per_frame = match ops0.take() {
             Some(a) => {
                 let b = settled()?;
                 let per = opcount::per_frame(&a, &b, m.flow.packets);
@@ -675,6 +677,7 @@ fn measure_cases(
             }
             None => BTreeMap::new(),
         };
+        ops_per_frame.extend(ipis);
         let csum_errors = nstat_total(&receivers, &CSUM_COUNTERS)?.saturating_sub(csum0);
         let reorder_events = nstat_total(&senders, &REORDER_COUNTERS)?.saturating_sub(reorder0);
         let total = m.cycles_per_packet.get("total").copied().unwrap_or(0.0);

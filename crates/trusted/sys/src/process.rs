@@ -190,6 +190,35 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
+/// membarrier(2) commands (linux/membarrier.h).
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+/// Lets [`interrupt_own_cores`] be used by this process (membarrier(2)'s
+/// registration; idempotent).
+pub fn register_core_interrupts() -> io::Result<()> {
+    // SAFETY: membarrier takes a command and flags and touches no memory of ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+            0,
+        )
+    };
+    cvt(rc, "membarrier(REGISTER_PRIVATE_EXPEDITED)").map(|_| ())
+}
+
+/// Interrupts every other core now running a thread of this process and
+/// returns once each has run the interrupt: one inter-processor interrupt
+/// per such core, and the wait for it (membarrier(2),
+/// `MEMBARRIER_CMD_PRIVATE_EXPEDITED`). Needs [`register_core_interrupts`]
+/// first.
+pub fn interrupt_own_cores() -> io::Result<()> {
+    // SAFETY: as in register_core_interrupts.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
+    cvt(rc, "membarrier(PRIVATE_EXPEDITED)").map(|_| ())
+}
+
 /// Restricts the calling thread, and every thread it starts afterwards, to
 /// the cores `cpus` (sched_setaffinity(2) on this thread only). Giving back
 /// an earlier [`allowed_cpus`] undoes it.

@@ -7,7 +7,7 @@ use super::{Case, M6Config, Menon2006Report};
 use std::fmt::Write as _;
 
 /// The counts the table shows, in order.
-const COLUMNS: [&str; 13] = [
+const COLUMNS: [&str; 16] = [
     "packets from the guest",
     "packets to the guest",
     "hv operations, driver domain",
@@ -21,6 +21,9 @@ const COLUMNS: [&str; 13] = [
     "netback ring batches",
     "bytes netback copied",
     "notifications from the guest",
+    "function-call IPIs",
+    "TLB-shootdown IPIs",
+    "rescheduling IPIs",
 ];
 
 /// What the paper's mechanism does per packet in `cfg` and `case`.
@@ -51,7 +54,9 @@ impl Menon2006Report {
     /// and case, with the paper's mechanism beside them.
     pub fn ops_table(&self) -> String {
         let mut s = format!(
-            "**Operations per 1448-byte segment on the wire, from hv's and netback's counters**\n\n\
+            "**Operations per 1448-byte segment on the wire, from hv's and netback's counters, \
+             and the host's inter-processor interrupts during the flow (every core's, from \
+             `/proc/interrupts`)**\n\n\
              | configuration | case | the paper's mechanism | {} |\n|---|---|---|{}\n",
             COLUMNS.join(" | "),
             "---:|".repeat(COLUMNS.len())
