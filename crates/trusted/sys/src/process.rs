@@ -546,6 +546,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn core_interrupts_work_once_registered_and_registering_twice_is_fine() {
+        register_core_interrupts().unwrap();
+        register_core_interrupts().unwrap();
+        // With another thread of ours spinning or not, the call returns once
+        // every core running one has taken the interrupt.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = std::sync::Arc::clone(&stop);
+        let spinner = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        for _ in 0..10 {
+            interrupt_own_cores().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+    }
+
+    #[test]
     fn only_the_named_threads_get_the_nice_value() {
         use std::sync::mpsc::channel;
         let (go, wait) = channel::<()>();
