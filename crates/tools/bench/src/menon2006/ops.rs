@@ -55,7 +55,7 @@ impl Menon2006Report {
     pub fn ops_table(&self) -> String {
         let mut s = format!(
             "**Operations per 1448-byte segment on the wire, from hv's and netback's counters, \
-             and the host's inter-processor interrupts during the flow (every core's, from \
+             and the host's inter-processor interrupts around the flow (every core's, from \
              `/proc/interrupts`)**\n\n\
              | configuration | case | the paper's mechanism | {} |\n|---|---|---|{}\n",
             COLUMNS.join(" | "),
