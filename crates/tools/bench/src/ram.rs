@@ -615,10 +615,12 @@ fn measure_cases(
         segments_like_a_nic(env, cfg == RamConfig::Native, case.mtu_frames())
             .with_context(|| format!("setting up {}'s RX sender", cfg.name()))?;
         let profiled = ctx.profile.get();
+        let ipis0 = opcount::host_ipis()?;
         let m = measure(ctx, env, case)?;
+        let ipis1 = opcount::host_ipis()?;
         // A flow run again without the profiler moved the counters twice.
         let again = profiled && !ctx.profile.get();
-        let ops_per_frame = match ops0.take() {
+        let mut ops_per_frame = match ops0.take() {
             Some(a) => {
                 let b = settled()?;
                 // guest1's vif carries every frame but in the two-guest case.
@@ -632,6 +634,10 @@ fn measure_cases(
             }
             None => BTreeMap::new(),
         };
+        if !again {
+            // Every core's, so both guests' frames in the two-guest case.
+            ops_per_frame.extend(opcount::per_frame(&ipis0, &ipis1, m.flow.packets));
+        }
         let total = m.cycles_per_packet.get("total").copied().unwrap_or(0.0);
         let loc = match (cfg, case) {
             (RamConfig::Native | RamConfig::Forwarder, _) => None,

@@ -75,6 +75,17 @@ fn bench_ram_quick_measures_what_the_build_has_and_says_what_it_lacks() {
     );
     assert!(ops("NGM", "grant copies") < 0.01, "NGM copied through hv");
     assert!(table.contains("Operations per 1514-byte frame"), "{table}");
+    // The host's inter-processor interrupts around each flow.
+    for config in ["Orig", "NGM"] {
+        for ipi in [
+            "function-call IPIs",
+            "TLB-shootdown IPIs",
+            "rescheduling IPIs",
+        ] {
+            assert!(ops(config, ipi) >= 0.0, "{config} {ipi}");
+        }
+    }
+    assert!(table.contains("| rescheduling IPIs |"), "{table}");
     // MQ either ran or is listed, with its reason, as not available.
     let mq_ran = records.iter().any(|r| r["config"] == "MQ");
     let listed = v["unavailable"]

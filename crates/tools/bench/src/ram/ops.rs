@@ -9,7 +9,7 @@ use crate::seeds::num;
 use std::fmt::Write as _;
 
 /// The counts the table shows, in order.
-const COLUMNS: [&str; 8] = [
+const COLUMNS: [&str; 11] = [
     "packets to the guest",
     "hv batches, driver domain",
     "hv operations, driver domain",
@@ -18,6 +18,9 @@ const COLUMNS: [&str; 8] = [
     "netback ring batches",
     "notifications to the guest",
     "notifications from the guest",
+    "function-call IPIs",
+    "TLB-shootdown IPIs",
+    "rescheduling IPIs",
 ];
 
 /// The count of hypercall batches, each a wake-up of hv here.
@@ -64,7 +67,8 @@ impl RamReport {
         }
         let mut s = format!(
             "\n**Operations per 1514-byte frame on the wire, from hv's and netback's counters** \
-             (guest1's vif; medians over runs; hv cycles per batch: all of hv's cycles per \
+             (guest1's vif; and the host's inter-processor interrupts around the flow, every \
+             core's, from `/proc/interrupts`; medians over runs; hv cycles per batch: all of hv's cycles per \
              frame over the driver domain's batches per frame, an upper bound on one batch's \
              cost)\n\n\
              | config | case | the thesis's mechanism | {} | hv cycles per batch |\n|---|---|---|{}---:|\n",
