@@ -68,9 +68,9 @@ impl RamReport {
         let mut s = format!(
             "\n**Operations per 1514-byte frame on the wire, from hv's and netback's counters** \
              (guest1's vif; and the host's inter-processor interrupts around the flow, every \
-             core's, from `/proc/interrupts`; medians over runs; hv cycles per batch: all of hv's cycles per \
-             frame over the driver domain's batches per frame, an upper bound on one batch's \
-             cost)\n\n\
+             core's, from `/proc/interrupts`; medians over runs; hv cycles per batch: all of \
+             hv's cycles per frame over the driver domain's batches per frame, an upper bound \
+             on one batch's cost)\n\n\
              | config | case | the thesis's mechanism | {} | hv cycles per batch |\n|---|---|---|{}---:|\n",
             COLUMNS.join(" | "),
             "---:|".repeat(COLUMNS.len())
