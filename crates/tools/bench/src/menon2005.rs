@@ -286,6 +286,13 @@ pub struct RoleProfile {
     /// saved before classes were kept).
     #[serde(default)]
     pub classes: BTreeMap<String, u64>,
+    /// The TCP send routines Table 8 names, each with its callees'
+    /// samples (`measures::tcp_send_watch`).
+    #[serde(default)]
+    pub watched: BTreeMap<String, u64>,
+    /// Samples in any of them, each once.
+    #[serde(default)]
+    pub watched_samples: u64,
 }
 
 /// A profiled run: what Tables 1, 2 and 4-8 are read from.
@@ -674,6 +681,7 @@ impl Bed {
         let opts = (profile && ctx.profile.load(Ordering::Relaxed)).then(|| prof::ProfileOptions {
             initiator: "splitnet bench menon2005".into(),
             top_n: 40,
+            watch: measures::tcp_send_watch(),
             events: prof::HwEvent::ALL.to_vec(),
             ..Default::default()
         });
@@ -754,6 +762,12 @@ fn profiled(setup: Setup, what: &str, x: f64, m: &testbed::Measured) -> Option<P
                 .filter(|c| c.samples > 0)
                 .map(|c| (c.class.name().to_string(), c.samples))
                 .collect(),
+            watched: d
+                .watched
+                .iter()
+                .map(|w| (w.function.clone(), w.samples))
+                .collect(),
+            watched_samples: d.watched_samples,
         })
         .collect();
     Some(Profiled {

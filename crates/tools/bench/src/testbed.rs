@@ -971,6 +971,7 @@ mod tests {
             symbol: prof::Symbol::unknown_function(),
             class,
             mode: prof::Mode::Active,
+            watched: Vec::new(),
         };
         // drv: 1 sample in 4 is the NIC's; guest1: none.
         let mut samples = vec![sample("drv", prof::CostClass::Nic)];

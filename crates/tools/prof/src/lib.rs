@@ -20,11 +20,12 @@ pub use attribution::{Attributor, Domain, DomainKind};
 pub use classes::{chain_class, cost_class, frame_class, sample_class, CostClass};
 pub use report::{
     ClassShare, ClassifiedSample, DomainReport, EventReport, FunctionShare, Profile, ProfileMeta,
-    ProfileSummary,
+    ProfileSummary, WatchedShare,
 };
 pub use roles::{Mode, Roles};
 pub use session::{
     profile, profile_while, profile_with, HwEvent, ProfError, ProfileOptions, Result, Session,
+    Watch,
 };
 pub use symbols::{Symbol, Symbolizer};
 

@@ -23,6 +23,8 @@ pub struct ClassifiedSample {
     pub class: CostClass,
     /// Whether its domain takes part actively or passively.
     pub mode: Mode,
+    /// The watched routines (`ProfileOptions::watch`) it ran in.
+    pub watched: Vec<String>,
 }
 
 /// How the samples were taken.
@@ -106,6 +108,25 @@ pub struct DomainReport {
     pub other_of_work_pct: f64,
     /// Its hottest functions, most samples first.
     pub top_functions: Vec<FunctionShare>,
+    /// Per watched routine (`ProfileOptions::watch`), its samples with its
+    /// callees', in the context it ran in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watched: Vec<WatchedShare>,
+    /// Samples in any watched routine (each counted once, however many
+    /// of them its chain holds).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub watched_samples: u64,
+}
+
+/// A watched routine's samples, its callees' included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchedShare {
+    pub function: String,
+    pub samples: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A whole profile.
@@ -214,6 +235,8 @@ struct DomainAcc {
     kernel: u64,
     classes: BTreeMap<CostClass, u64>,
     funcs: HashMap<(String, String, CostClass), u64>,
+    watched: BTreeMap<String, u64>,
+    watched_samples: u64,
 }
 
 impl DomainAcc {
@@ -224,6 +247,8 @@ impl DomainAcc {
             kernel: 0,
             classes: BTreeMap::new(),
             funcs: HashMap::new(),
+            watched: BTreeMap::new(),
+            watched_samples: 0,
         }
     }
 
@@ -235,6 +260,10 @@ impl DomainAcc {
             .funcs
             .entry((s.symbol.function.clone(), s.symbol.module.clone(), s.class))
             .or_default() += 1;
+        for w in &s.watched {
+            *self.watched.entry(w.clone()).or_default() += 1;
+        }
+        self.watched_samples += !s.watched.is_empty() as u64;
     }
 
     /// The domain's report: `bp` basis points of all samples, its classes,
@@ -270,6 +299,12 @@ impl DomainAcc {
                 w => of(CostClass::Other) as f64 * 100.0 / w as f64,
             },
             top_functions,
+            watched: self
+                .watched
+                .into_iter()
+                .map(|(function, samples)| WatchedShare { function, samples })
+                .collect(),
+            watched_samples: self.watched_samples,
         }
     }
 }
@@ -568,6 +603,7 @@ mod tests {
             },
             class,
             mode: Mode::Active,
+            watched: Vec::new(),
         }
     }
 

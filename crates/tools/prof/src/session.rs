@@ -44,6 +44,8 @@ pub struct ProfileOptions {
     pub drain_interval: Duration,
     /// Functions listed per domain.
     pub top_n: usize,
+    /// Routines counted with their callees (`DomainReport::watched`).
+    pub watch: Watch,
     /// The hv daemon's pid.
     pub hv_pid: Option<i32>,
     /// Prefix of the profiled instance's namespace names: a domain is the
@@ -63,6 +65,21 @@ pub struct ProfileOptions {
     pub events: Vec<HwEvent>,
     /// Events per sample for `events`.
     pub event_period: u64,
+}
+
+/// Routines whose samples are counted with their callees', in the context
+/// they ran in. A paper's table may name routines that today's kernel
+/// splits into callees, leaving them few samples of their own (Menon 2005,
+/// Table 8); and a sample's context ends at an interrupt or softirq entry,
+/// since over a veth the receiver's stack runs in the sender's softirqs,
+/// where a paper's NIC kept it on another machine.
+#[derive(Debug, Clone, Default)]
+pub struct Watch {
+    /// The routines.
+    pub routines: Vec<String>,
+    /// Callers under which they are not counted (a receiver's pure ACKs,
+    /// say, which a paper's sender never ran).
+    pub not_under: Vec<String>,
 }
 
 /// A hardware event a profile can count beside the clock.
@@ -127,6 +144,7 @@ impl Default for ProfileOptions {
             ring_order: 6,
             drain_interval: Duration::from_millis(50),
             top_n: 10,
+            watch: Watch::default(),
             hv_pid: None,
             netns_prefix: "splitnet-".into(),
             roles: Roles::default(),
@@ -291,7 +309,8 @@ impl Session {
                 let domain = self.attributor.domain_of(s.pid);
                 let mode = self.opts.roles.mode(&domain);
                 let sym = &mut self.symbolizer;
-                classify(domain, s.kernel, mode, |i| frame_symbol(sym, s, i))
+                let watch = &self.opts.watch;
+                classify(domain, s.kernel, mode, watch, |i| frame_symbol(sym, s, i))
             })
             .collect();
         let mut p = Profile::from_samples(meta, &classified, self.opts.top_n);
@@ -354,14 +373,17 @@ fn frame_symbol(sym: &mut Symbolizer, s: &Sample, i: usize) -> Option<Symbol> {
 
 /// Files one sample: an active domain's is resolved and classified by its
 /// call chain (`frame(i)`: the i-th frame's symbol, leaf first, None past the
-/// end), the leaf naming its function; a passive domain's is counted under
-/// [`PASSIVE`] in the class `other`, and `frame` is never called.
+/// end), the leaf naming its function, and the routines of `watch` it ran
+/// in noted; a passive domain's is counted under [`PASSIVE`] in the
+/// class `other`, and `frame` is never called.
 pub fn classify(
     domain: crate::Domain,
     kernel: bool,
     mode: Mode,
+    watch: &Watch,
     mut frame: impl FnMut(usize) -> Option<Symbol>,
 ) -> ClassifiedSample {
+    let mut watched = Vec::new();
     let (symbol, class) = match mode {
         Mode::Active => {
             let chain: Vec<Symbol> = (0..).map_while(&mut frame).collect();
@@ -370,6 +392,7 @@ pub fn classify(
                 .map(|s| (s.function.as_str(), s.module.as_str()))
                 .collect();
             let (class, _) = sample_class(&frames, domain.kind, kernel);
+            watched = watched_on(&chain, watch);
             let leaf = chain.into_iter().next();
             (leaf.unwrap_or_else(Symbol::unknown_function), class)
         }
@@ -387,7 +410,42 @@ pub fn classify(
         symbol,
         class,
         mode,
+        watched,
     }
+}
+
+/// The routines of `watch` in the context a sample was taken in: the
+/// frames from the leaf up to the first interrupt or softirq entry, none
+/// when they hold one of `watch.not_under`.
+fn watched_on(chain: &[Symbol], watch: &Watch) -> Vec<String> {
+    let context: Vec<&str> = chain
+        .iter()
+        .map(|s| s.function.as_str())
+        .take_while(|f| !in_interrupt(f))
+        .collect();
+    if context
+        .iter()
+        .any(|f| watch.not_under.iter().any(|n| n == f))
+    {
+        return Vec::new();
+    }
+    let on = |w: &&String| context.contains(&w.as_str());
+    watch.routines.iter().filter(on).cloned().collect()
+}
+
+/// Whether a frame enters interrupt or softirq context.
+fn in_interrupt(f: &str) -> bool {
+    const ENTRIES: [&str; 8] = [
+        "handle_softirqs",
+        "__do_softirq",
+        "do_softirq",
+        "run_ksoftirqd",
+        "net_rx_action",
+        "irq_exit_rcu",
+        "asm_common_interrupt",
+        "asm_sysvec_",
+    ];
+    ENTRIES.iter().any(|e| f.starts_with(e))
 }
 
 /// Profiles the whole machine while `work` runs (on another thread; this one
@@ -438,7 +496,7 @@ mod tests {
     #[test]
     fn passive_domains_are_counted_not_resolved() {
         let d = crate::Domain::named("guest2");
-        let s = classify(d.clone(), true, Mode::Passive, |_| {
+        let s = classify(d.clone(), true, Mode::Passive, &Watch::default(), |_| {
             panic!("a passive domain must not be looked into")
         });
         assert_eq!(
@@ -451,7 +509,7 @@ mod tests {
             ("__memmove_avx_unaligned_erms", "libc.so.6"),
             ("splitnet_netfront::Netfront::poll", "splitnet"),
         ];
-        let s = classify(d, false, Mode::Active, |i| {
+        let s = classify(d, false, Mode::Active, &Watch::default(), |i| {
             chain.get(i).map(|(f, m)| Symbol {
                 function: (*f).into(),
                 module: (*m).into(),
@@ -460,6 +518,71 @@ mod tests {
         assert_eq!(s.class, CostClass::Netfront);
         assert_eq!(s.symbol.function, chain[0].0);
         assert_eq!(s.mode, Mode::Active);
+    }
+
+    #[test]
+    fn watched_routines_count_with_their_callees_in_their_own_context() {
+        let routines = vec!["tcp_write_xmit".to_string(), "__ip_queue_xmit".to_string()];
+        let watch = Watch {
+            routines: routines.clone(),
+            not_under: vec!["__tcp_send_ack".into()],
+        };
+        let run = |chain: &[&str]| {
+            let frame = |i: usize| {
+                chain.get(i).map(|f| Symbol {
+                    function: (*f).into(),
+                    module: "kernel".into(),
+                })
+            };
+            let g = crate::Domain::named("guest1");
+            classify(g, true, Mode::Active, &watch, frame).watched
+        };
+        // The application's sendfile: both routines, under a callee.
+        let sent = [
+            "csum_partial",
+            "__ip_queue_xmit",
+            "__tcp_transmit_skb",
+            "tcp_write_xmit",
+            "do_sendfile",
+        ];
+        assert_eq!(run(&sent), routines);
+        // A send an ACK clocked out, in a softirq: the routine's work.
+        let clocked = [
+            "csum_partial",
+            "tcp_write_xmit",
+            "tcp_ack",
+            "tcp_v4_rcv",
+            "net_rx_action",
+        ];
+        assert_eq!(run(&clocked), ["tcp_write_xmit"]);
+        // The receiver's stack run in the sender's softirq: not the
+        // routines' work, though they are on the chain below it.
+        let softirq = [
+            "tcp_v4_rcv",
+            "net_rx_action",
+            "handle_softirqs",
+            "do_softirq",
+            "__ip_queue_xmit",
+            "tcp_write_xmit",
+        ];
+        assert!(run(&softirq).is_empty());
+        // Nor is its pure ACK, under a routine though it is.
+        let ack = [
+            "__ip_queue_xmit",
+            "__tcp_send_ack",
+            "tcp_v4_rcv",
+            "net_rx_action",
+        ];
+        assert!(run(&ack).is_empty());
+        assert!(run(&["tcp_sendmsg_locked", "__sys_sendto"]).is_empty());
+        let passive = classify(
+            crate::Domain::named("g"),
+            true,
+            Mode::Passive,
+            &watch,
+            |_| None,
+        );
+        assert!(passive.watched.is_empty());
     }
 
     #[test]
