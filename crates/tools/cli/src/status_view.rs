@@ -49,6 +49,9 @@ pub fn show(rd: &Path, as_json: bool) -> Result<()> {
     if let Some(r) = v["hv_recovery"].as_str() {
         println!("hv started again by its guardian: {r}");
     }
+    if let Some(a) = v["apply_interrupted"].as_str() {
+        println!("{a}");
+    }
     if v["rootless"] == true {
         println!(
             "rootless: hv and its domains in your own user namespace{}",

@@ -130,6 +130,84 @@ fn what_changed_before_hv_died_is_carried() {
     assert_nothing_left();
 }
 
+/// How many steps of the apply under way hv's last record for its
+/// guardian says began (0: none under way).
+fn apply_steps_begun(env: &Env) -> u64 {
+    let text = std::fs::read_to_string(env.run_dir.join("hv-record.json")).unwrap_or_default();
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    v["image"]["sup"]["apply_progress"]["begun"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+fn domain_names(env: &Env) -> Vec<Value> {
+    let st = env.status();
+    let doms = st["domains"].as_array().unwrap().iter();
+    doms.map(|d| d["name"].clone()).collect()
+}
+
+/// An apply hv dies in is undone by the hv its guardian starts: the
+/// guests it added go, guest1's stream and process carry on, the topology
+/// is the one before it, `status` says what happened, and the same file
+/// applied again adds them all.
+#[test]
+fn an_apply_hv_died_in_is_undone_by_the_next_hv() {
+    let Some(env) = Env::new("hvcrash-apply") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let (before, topology) = (domain_names(&env), env.status()["topology"].clone());
+    let guest1 = domain(&env.status(), "guest1")["pid"].clone();
+    let added: String = (3..=5)
+        .map(|k| format!("\n[[domain]]\nname = \"guest{k}\"\nkind = \"guest\"\naddress = \"10.77.0.{k}/24\"\n"))
+        .collect();
+    let grown = toolstack::topology::DEFAULT_TOML.replacen("name = \"", "name = \"grown-", 1);
+    let file = env.run_dir.join("grown.toml");
+    std::fs::write(&file, format!("{grown}{added}")).unwrap();
+    let file = file.display().to_string();
+    let (_srv, mut client) = env.stream_to_wire("guest1", 8);
+    let mut apply = env.spawn(&["apply", "--config", &file]);
+    // The first guest added, the second under way: as far as the record
+    // hv's guardian holds says.
+    wait_until(
+        "the apply's second step begun",
+        Duration::from_secs(30),
+        || apply_steps_begun(&env) >= 2,
+    );
+    let st = kill_hv(&env);
+    assert!(apply.wait_exit(Duration::from_secs(10)));
+    assert!(
+        !apply.0.wait().unwrap().success(),
+        "the apply hv died in succeeded"
+    );
+    let said = wait_until("the apply undone", Duration::from_secs(60), || {
+        env.status()["apply_interrupted"].as_str().map(String::from)
+    });
+    assert!(
+        said.contains("steps begun: each was undone"),
+        "{said}\n{st:#}"
+    );
+    assert_eq!(domain_names(&env), before, "{said}");
+    assert_eq!(env.status()["topology"], topology);
+    let left: Vec<String> = netns()
+        .into_iter()
+        .filter(|n| n.contains("guest3") || n.contains("guest4") || n.contains("guest5"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "namespaces of guests the apply added are left: {left:?}"
+    );
+    assert_eq!(domain(&env.status(), "guest1")["pid"], guest1);
+    let code = client.0.wait().unwrap();
+    assert!(code.success(), "guest1's stream broke: {code}");
+    // Applied again, the same file adds every guest it names.
+    env.ok(&["apply", "--config", &file]);
+    env.ping("guest5", "10.77.0.254", 2);
+    assert_eq!(env.status()["topology"], "grown-default");
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
 /// Whether hv's last record for its guardian has guest `guest`'s vif
 /// `handle`.
 fn record_names_vif(env: &Env, guest: &str, handle: &str) -> bool {

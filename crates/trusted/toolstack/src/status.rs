@@ -281,6 +281,9 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
         // The last start of hv that adopted the domains of one that died
         // (`crate::guardian`).
         "hv_recovery": s.info.get("hv_recovery"),
+        // What became of an apply the hv before that one died in
+        // (`Supervisor::undo_interrupted_apply`).
+        "apply_interrupted": s.info.get("apply_interrupted"),
         "host": crate::host::instance(),
         "topology": s.info.get("topology"),
         // Without root (docs/ARCHITECTURE.md, "Without root"), and how the

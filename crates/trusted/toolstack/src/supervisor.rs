@@ -27,6 +27,7 @@ mod own_nic;
 mod upgrade;
 mod vifs;
 
+pub use apply::ApplyProgress;
 pub use containers::ContainerImage;
 pub use handover::SupervisorImage;
 pub use hv_upgrade::HvHandover;
@@ -90,6 +91,8 @@ struct State {
     programs: HashMap<String, PathBuf>,
     /// Domain processes not reaped yet, by pid: (domain, name).
     watched: BTreeMap<i32, (DomId, String)>,
+    /// The apply under way, if any, as far as it got.
+    apply_progress: Option<apply::ApplyProgress>,
 }
 
 impl State {

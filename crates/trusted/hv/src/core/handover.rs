@@ -351,6 +351,7 @@ impl Hypervisor {
             (st.next_ngm, st.next_capture) = (image.next_ngm, image.next_capture);
             (st.counters, st.info) = (image.counters, image.info);
             replay(&mut st, journal_seq, changes);
+            forget_unrecorded(&mut st);
         }
         Ok(Adopted {
             hv,
@@ -454,6 +455,45 @@ fn replay(st: &mut State, last: u64, changes: Vec<(DomId, crate::proto::Request)
             Notice,
             "the store's journal: {n} change(s) answered after hv's last record applied again"
         );
+    }
+}
+
+/// Drops what the journal wrote for domains the image does not hold:
+/// made after hv's last record (one a step of an apply created, say).
+/// Their processes, whose connections died with that hv, exit; their
+/// homes, watches and the backend directories naming them as frontends
+/// go, so that a domain given one of their ids later finds none of it.
+fn forget_unrecorded(st: &mut State) {
+    let known = |st: &State, id: DomId| id == 0 || st.doms.0.contains_key(&id);
+    let ids = |st: &State, dir: &str| -> Vec<DomId> {
+        let names = st.store.directory(0, dir).unwrap_or_default();
+        names.iter().filter_map(|n| n.parse().ok()).collect()
+    };
+    for id in ids(st, "/local/domain") {
+        if !known(st, id) {
+            crate::log!(
+                Notice,
+                "domain {id} was made after hv's last record: what the journal wrote for it goes"
+            );
+            let events = st.store.release_domain(id);
+            st.store.drop_connection(id as u64);
+            super::state::deliver(st, events);
+        }
+    }
+    let backends: Vec<DomId> = st.doms.0.keys().copied().collect();
+    for b in backends {
+        let dir = format!("/local/domain/{b}/backend");
+        for kind in st.store.directory(0, &dir).unwrap_or_default() {
+            let of_kind = format!("{dir}/{kind}");
+            let gone: Vec<DomId> = (ids(st, &of_kind).into_iter())
+                .filter(|&f| !known(st, f))
+                .collect();
+            for f in gone {
+                if let Ok(events) = st.store.rm(0, &format!("{of_kind}/{f}")) {
+                    super::state::deliver(st, events);
+                }
+            }
+        }
     }
 }
 

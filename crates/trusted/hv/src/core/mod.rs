@@ -138,8 +138,9 @@ impl Hypervisor {
         self.changes.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Counts a change, once it is made.
-    pub(crate) fn note_change(&self) {
+    /// Counts a change, once it is made (the toolstack's too, to what it
+    /// records beside hv's state).
+    pub fn note_change(&self) {
         self.changes
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }

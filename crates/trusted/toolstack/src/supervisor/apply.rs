@@ -2,7 +2,9 @@
 //! guests of every NIC kind and vifs added and removed, vif options changed, on the running
 //! instance; everything else untouched. A step
 //! that fails undoes the ones before it, in reverse, and the running
-//! topology stays the old one.
+//! topology stays the old one. hv's record names the apply under way and
+//! how many of its steps began ([`ApplyProgress`]), so that an hv started
+//! after a crash in the middle of one undoes those steps the same way.
 
 use super::{drop_netns, fail, has_endpoint, make_endpoint, wait_until, Supervisor, HANDSHAKE};
 use crate::apply::{self, Plan, Step};
@@ -11,6 +13,18 @@ use crate::topology::{Topology, VifConfig};
 use hv::core::Hypervisor;
 use hv::error::{ErrorKind, HvError, HvResult};
 use std::sync::Arc;
+
+/// An apply under way, as hv's record keeps it: what an hv started after
+/// a crash needs to put the instance back as it was before the apply.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ApplyProgress {
+    /// The topology before it (the running one is the applied one).
+    pub old: Topology,
+    /// The guests it may re-create (`--restart`), for its plan.
+    pub restart: Vec<String>,
+    /// Steps of that plan begun, in order; the last may be half done.
+    pub begun: usize,
+}
 
 impl Supervisor {
     /// `splitnet apply` and SIGHUP: brings the running topology to `text`
@@ -28,6 +42,12 @@ impl Supervisor {
             .applying
             .try_lock()
             .map_err(|_| fail(ErrorKind::InUse, "another apply is under way"))?;
+        if self.lock().apply_progress.is_some() {
+            return Err(fail(
+                ErrorKind::InUse,
+                "the apply hv died in is being undone; try again when `status` says it is (apply_interrupted)",
+            ));
+        }
         let hv = self.hv()?;
         let old = self.topo().clone();
         let given = text.is_some();
@@ -46,7 +66,14 @@ impl Supervisor {
             return Ok(plan.text());
         }
         self.set_topology(new.clone());
-        if let Err(e) = self.carry_out(&hv, &plan, &old) {
+        self.note_progress(Some(ApplyProgress {
+            old: old.clone(),
+            restart: restart.to_vec(),
+            begun: 0,
+        }));
+        let done = self.carry_out(&hv, &plan, &old);
+        self.note_progress(None);
+        if let Err(e) = done {
             self.set_topology(old);
             return Err(e);
         }
@@ -102,11 +129,16 @@ impl Supervisor {
         old: &Topology,
     ) -> HvResult<()> {
         for (i, step) in plan.steps.iter().enumerate() {
+            let progress = self.lock().apply_progress.clone();
+            self.note_progress(progress.map(|p| ApplyProgress { begun: i + 1, ..p }));
             hv::log!(Notice, "apply: {}", step.describe());
             if let Err(e) = self.step(hv, step, old) {
                 let what = step.describe();
                 hv::log!(Error, "apply: {what}: {e}; undoing the steps before it");
-                let undone = self.undo_all(hv, &plan.steps[..i], old);
+                let undone = match self.undo_all(hv, &plan.steps[..i], old) {
+                    f if f.is_empty() => "the steps before it were undone".to_string(),
+                    f => format!("undoing the steps before it failed: {}", f.join("; ")),
+                };
                 return Err(HvError::new(
                     e.kind,
                     format!("{what}: {}; {undone}", e.message),
@@ -116,9 +148,73 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Undoes `done` in reverse with the old topology running again; says
-    /// whether every undo succeeded.
-    fn undo_all(self: &Arc<Self>, hv: &Arc<Hypervisor>, done: &[Step], old: &Topology) -> String {
+    /// Keeps `progress` as the apply under way and has hv's record take it
+    /// before anything more is done (the record thread would take it up to
+    /// its period later).
+    fn note_progress(&self, progress: Option<ApplyProgress>) {
+        self.lock().apply_progress = progress;
+        if let Ok(hv) = self.hv() {
+            hv.note_change();
+        }
+        self.record_served();
+    }
+
+    /// The apply hv's record had under way when the hv before this one
+    /// died: its steps begun are undone (the one it died in may be half
+    /// done; undoing it takes away what it made), in reverse, with the old
+    /// topology running again, as a step that failed would have had them,
+    /// on a thread of its own (the undoing waits for domains that hv
+    /// serves). `status` says what became of it (`apply_interrupted`).
+    pub fn undo_interrupted_apply(self: &Arc<Self>) {
+        let Some(p) = self.lock().apply_progress.clone() else {
+            return;
+        };
+        let me = self.clone();
+        let undo = move || {
+            let Ok(hv) = me.hv() else { return };
+            let _only = me.applying.lock().unwrap_or_else(|p| p.into_inner());
+            let new = me.topo().clone();
+            let plan = apply::plan(&p.old, &new, &p.restart);
+            let begun = &plan.steps[..p.begun.min(plan.steps.len())];
+            hv::log!(
+                Warning,
+                "hv died during an apply to {}, {} of its {} steps begun: undoing them",
+                new.name,
+                begun.len(),
+                plan.steps.len()
+            );
+            let said = match me.undo_all(&hv, begun, &p.old) {
+                f if f.is_empty() => "each was undone".to_string(),
+                f => format!("undoing them failed: {}", f.join("; ")),
+            };
+            hv.set_info("topology", &p.old.name);
+            let fact = format!(
+                "hv died during an apply to {} with {} of its {} steps begun: {said}; the topology is {} again",
+                new.name,
+                begun.len(),
+                plan.steps.len(),
+                p.old.name
+            );
+            hv::log!(Notice, "{fact}");
+            hv.set_info("apply_interrupted", &fact);
+            me.note_progress(None);
+        };
+        let spawned = std::thread::Builder::new()
+            .name("apply-undo".into())
+            .spawn(undo);
+        if let Err(e) = spawned {
+            hv::log!(Error, "undoing the apply hv died in: {e}");
+        }
+    }
+
+    /// Undoes `done` in reverse with the old topology running again; the
+    /// undos that failed, each with why.
+    fn undo_all(
+        self: &Arc<Self>,
+        hv: &Arc<Hypervisor>,
+        done: &[Step],
+        old: &Topology,
+    ) -> Vec<String> {
         self.set_topology(old.clone());
         let mut failed = Vec::new();
         for step in done.iter().rev() {
@@ -127,11 +223,7 @@ impl Supervisor {
                 failed.push(format!("undoing {}: {u}", step.describe()));
             }
         }
-        if failed.is_empty() {
-            "the steps before it were undone".into()
-        } else {
-            format!("undoing the steps before it failed: {}", failed.join("; "))
-        }
+        failed
     }
 
     fn step(self: &Arc<Self>, hv: &Arc<Hypervisor>, step: &Step, old: &Topology) -> HvResult<()> {

@@ -41,6 +41,10 @@ pub struct SupervisorImage {
     /// Containers attached as guests, their namespaces by descriptor.
     #[serde(default)]
     pub containers: Vec<super::ContainerImage>,
+    /// The apply under way, as far as it got (only in a record taken for
+    /// a crash: an upgrade waits for an apply to end).
+    #[serde(default)]
+    pub apply_progress: Option<super::apply::ApplyProgress>,
 }
 
 impl SupervisorImage {
@@ -100,6 +104,7 @@ impl Supervisor {
                 .collect(),
             vhost: st.vhost.clone(),
             containers: st.containers.iter().filter_map(|c| c.image()).collect(),
+            apply_progress: st.apply_progress.clone(),
         };
         Ok((image, kept))
     }
@@ -137,6 +142,7 @@ impl Supervisor {
             programs: image.programs,
             vhost: image.vhost,
             containers,
+            apply_progress: image.apply_progress,
             ..State::default()
         };
         let launched = hv.launched();
