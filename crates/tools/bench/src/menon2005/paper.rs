@@ -851,8 +851,10 @@ fn tab_tx(r: &Menon2005Report) -> Figure {
         "Table 8",
         "TCP send functions: guest (Xen-guest0) against the driver domain",
         t,
-        "clock samples per Gbit/s sent stand for instructions per byte; the guest's virtual NIC \
-         offers no TSO or checksum offload (`offload = false`), as the paper's",
+        "clock samples per Gbit/s sent stand for instructions per byte, and the TCP send \
+         routines' samples are theirs with their callees' in the sender's own context (today's \
+         kernel leaves them almost none of their own); the guest's virtual NIC offers no TSO or \
+         checksum offload (`offload = false`), as the paper's",
         measures::sending(r),
     )
 }
