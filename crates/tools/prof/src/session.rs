@@ -418,6 +418,9 @@ pub fn classify(
 /// frames from the leaf up to the first interrupt or softirq entry, none
 /// when they hold one of `watch.not_under`.
 fn watched_on(chain: &[Symbol], watch: &Watch) -> Vec<String> {
+    if watch.routines.is_empty() {
+        return Vec::new();
+    }
     let context: Vec<&str> = chain
         .iter()
         .map(|s| s.function.as_str())
