@@ -282,7 +282,7 @@ pub fn collect_with(rd: &Path, interfaces: bool) -> Result<Value> {
         // (`crate::guardian`).
         "hv_recovery": s.info.get("hv_recovery"),
         // What became of an apply the hv before that one died in
-        // (`Supervisor::undo_interrupted_apply`).
+        // (`Supervisor::finish_interrupted`).
         "apply_interrupted": s.info.get("apply_interrupted"),
         "host": crate::host::instance(),
         "topology": s.info.get("topology"),

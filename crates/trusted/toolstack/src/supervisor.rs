@@ -93,6 +93,10 @@ struct State {
     watched: BTreeMap<i32, (DomId, String)>,
     /// The apply under way, if any, as far as it got.
     apply_progress: Option<apply::ApplyProgress>,
+    /// Domains made but not yet started when hv's record was taken, by
+    /// name: destroyed on adoption, started again by the next hv
+    /// (`Supervisor::finish_interrupted`).
+    unstarted: Vec<String>,
 }
 
 impl State {

@@ -81,7 +81,7 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
             "no guardian: a crash of hv would take its domains: {e}"
         );
     }
-    t.sup.undo_interrupted_apply();
+    t.sup.finish_interrupted();
     notify.built();
     let took = t0.elapsed().as_secs_f64() * 1e3;
     let what = origin.what();

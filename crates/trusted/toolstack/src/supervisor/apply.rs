@@ -159,52 +159,73 @@ impl Supervisor {
         self.record_served();
     }
 
-    /// The apply hv's record had under way when the hv before this one
-    /// died: its steps begun are undone (the one it died in may be half
-    /// done; undoing it takes away what it made), in reverse, with the old
-    /// topology running again, as a step that failed would have had them,
-    /// on a thread of its own (the undoing waits for domains that hv
-    /// serves). `status` says what became of it (`apply_interrupted`).
-    pub fn undo_interrupted_apply(self: &Arc<Self>) {
-        let Some(p) = self.lock().apply_progress.clone() else {
+    /// What the hv before this one left unfinished when it died, finished
+    /// on a thread of its own (it waits for domains that hv serves): an
+    /// apply under way is undone ([`Self::undo_interrupted`]), then the
+    /// domains made but not started (a restart's, say) start again if
+    /// the topology still names them.
+    pub fn finish_interrupted(self: &Arc<Self>) {
+        let progress = self.lock().apply_progress.clone();
+        let unstarted = std::mem::take(&mut self.lock().unstarted);
+        if progress.is_none() && unstarted.is_empty() {
             return;
-        };
+        }
         let me = self.clone();
-        let undo = move || {
+        let finish = move || {
             let Ok(hv) = me.hv() else { return };
-            let _only = me.applying.lock().unwrap_or_else(|p| p.into_inner());
-            let new = me.topo().clone();
-            let plan = apply::plan(&p.old, &new, &p.restart);
-            let begun = &plan.steps[..p.begun.min(plan.steps.len())];
-            hv::log!(
-                Warning,
-                "hv died during an apply to {}, {} of its {} steps begun: undoing them",
-                new.name,
-                begun.len(),
-                plan.steps.len()
-            );
-            let said = match me.undo_all(&hv, begun, &p.old) {
-                f if f.is_empty() => "each was undone".to_string(),
-                f => format!("undoing them failed: {}", f.join("; ")),
-            };
-            hv.set_info("topology", &p.old.name);
-            let fact = format!(
-                "hv died during an apply to {} with {} of its {} steps begun: {said}; the topology is {} again",
-                new.name,
-                begun.len(),
-                plan.steps.len(),
-                p.old.name
-            );
-            hv::log!(Notice, "{fact}");
-            hv.set_info("apply_interrupted", &fact);
-            me.note_progress(None);
+            if let Some(p) = progress {
+                me.undo_interrupted(&hv, p);
+            }
+            for name in unstarted {
+                if me.topo().domain(&name).is_none() || hv.domid_of(&name).is_some() {
+                    continue;
+                }
+                let laps = crate::laps::Laps::from(std::time::Instant::now());
+                if let Err(e) = me.start_again(&hv, &name, laps) {
+                    hv::log!(Error, dom = name, "starting it again: {e}");
+                }
+            }
         };
         let spawned = std::thread::Builder::new()
-            .name("apply-undo".into())
-            .spawn(undo);
+            .name("finish-interrupted".into())
+            .spawn(finish);
         if let Err(e) = spawned {
-            hv::log!(Error, "undoing the apply hv died in: {e}");
+            hv::log!(Error, "finishing what the hv before died in: {e}");
         }
+    }
+
+    /// The apply `p` hv's record had under way when the hv before this one
+    /// died: its steps begun are undone (the one it died in may be half
+    /// done; undoing it takes away what it made), in reverse, with the old
+    /// topology running again, as a step that failed would have had them.
+    /// `status` says what became of it (`apply_interrupted`).
+    fn undo_interrupted(self: &Arc<Self>, hv: &Arc<Hypervisor>, p: ApplyProgress) {
+        let _only = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+        let new = self.topo().clone();
+        let plan = apply::plan(&p.old, &new, &p.restart);
+        let begun = &plan.steps[..p.begun.min(plan.steps.len())];
+        hv::log!(
+            Warning,
+            "hv died during an apply to {}, {} of its {} steps begun: undoing them",
+            new.name,
+            begun.len(),
+            plan.steps.len()
+        );
+        let said = match self.undo_all(hv, begun, &p.old) {
+            f if f.is_empty() => "each was undone".to_string(),
+            f => format!("undoing them failed: {}", f.join("; ")),
+        };
+        hv.set_info("topology", &p.old.name);
+        let fact = format!(
+            "hv died during an apply to {} with {} of its {} steps begun: {said}; the topology is {} again",
+            new.name,
+            begun.len(),
+            plan.steps.len(),
+            p.old.name
+        );
+        hv::log!(Notice, "{fact}");
+        hv.set_info("apply_interrupted", &fact);
+        self.note_progress(None);
     }
 
     /// Undoes `done` in reverse with the old topology running again; the

@@ -149,7 +149,17 @@ impl Supervisor {
         let adopted: std::collections::HashSet<i32> = launched.iter().filter_map(|l| l.2).collect();
         for (domid, name, pid, ns) in launched {
             let (Some(pid), Some(ns)) = (pid, ns) else {
-                return Err(format!("domain {name} has no process on record"));
+                // Made but not started when the record was taken (a step
+                // of an apply, or a restart): its process, if it began,
+                // exited with its connection to the dead hv.
+                hv::log!(
+                    Warning,
+                    dom = name,
+                    "domain {domid} had no process when hv's record was taken: destroyed"
+                );
+                hv.destroy_domain(domid, "it had no process when hv's record was taken");
+                sup.lock().unstarted.push(name);
+                continue;
             };
             let driver = sup
                 .config(&name)
