@@ -149,17 +149,32 @@ fn domain_names(env: &Env) -> Vec<Value> {
 /// An apply hv dies in is undone by the hv its guardian starts: the
 /// guests it added go, guest1's stream and process carry on, the topology
 /// is the one before it, `status` says what happened, and the same file
-/// applied again adds them all.
+/// applied again adds them all. hv is killed while the step adding guest4
+/// waits for its vif's hotplug script, which holds until the test lets
+/// it go: the apply is under way when hv dies, however fast the rest is.
 #[test]
 fn an_apply_hv_died_in_is_undone_by_the_next_hv() {
     let Some(env) = Env::new("hvcrash-apply") else {
         return;
     };
-    env.ok(&["up"]);
+    let (held, release) = (env.run_dir.join("held"), env.run_dir.join("release"));
+    let scripts = holding_script(&env, &held, &release);
+    let up = std::process::Command::new(env!("CARGO_BIN_EXE_splitnet"))
+        .arg("--run-dir")
+        .arg(&env.run_dir)
+        .arg("up")
+        .env("SPLITNET_SCRIPT_DIR", &scripts)
+        .env("SPLITNET_HOTPLUG_TIMEOUT_MS", "60000")
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{up:?}");
     let (before, topology) = (domain_names(&env), env.status()["topology"].clone());
     let guest1 = domain(&env.status(), "guest1")["pid"].clone();
     let added: String = (3..=5)
-        .map(|k| format!("\n[[domain]]\nname = \"guest{k}\"\nkind = \"guest\"\naddress = \"10.77.0.{k}/24\"\n"))
+        .map(|k| {
+            let vif = if k == 4 { "vif = [\"script=vif-hold\"]\n" } else { "" };
+            format!("\n[[domain]]\nname = \"guest{k}\"\nkind = \"guest\"\naddress = \"10.77.0.{k}/24\"\n{vif}")
+        })
         .collect();
     let grown = toolstack::topology::DEFAULT_TOML.replacen("name = \"", "name = \"grown-", 1);
     let file = env.run_dir.join("grown.toml");
@@ -167,14 +182,15 @@ fn an_apply_hv_died_in_is_undone_by_the_next_hv() {
     let file = file.display().to_string();
     let (_srv, mut client) = env.stream_to_wire("guest1", 8);
     let mut apply = env.spawn(&["apply", "--config", &file]);
-    // The first guest added, the second under way: as far as the record
-    // hv's guardian holds says.
     wait_until(
-        "the apply's second step begun",
+        "guest4's vif script running",
         Duration::from_secs(30),
-        || apply_steps_begun(&env) >= 2,
+        || held.exists(),
     );
+    // The record hv's guardian holds was taken as that step began.
+    assert!(apply_steps_begun(&env) >= 1);
     let st = kill_hv(&env);
+    std::fs::write(&release, "").unwrap();
     assert!(apply.wait_exit(Duration::from_secs(10)));
     assert!(
         !apply.0.wait().unwrap().success(),
@@ -203,9 +219,31 @@ fn an_apply_hv_died_in_is_undone_by_the_next_hv() {
     // Applied again, the same file adds every guest it names.
     env.ok(&["apply", "--config", &file]);
     env.ping("guest5", "10.77.0.254", 2);
+    env.ping("guest4", "10.77.0.254", 2);
     assert_eq!(env.status()["topology"], "grown-default");
     env.ok(&["down"]);
     assert_nothing_left();
+}
+
+/// A directory with hotplug script `vif-hold`: on `online` it creates
+/// `held`, then returns once `release` exists.
+fn holding_script(
+    env: &Env,
+    held: &std::path::Path,
+    release: &std::path::Path,
+) -> std::path::PathBuf {
+    let dir = env.run_dir.join("scripts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vif-hold");
+    let body = format!(
+        "#!/bin/sh\n[ \"$1\" = online ] || exit 0\ntouch {held}\nwhile [ ! -e {release} ]; do sleep 0.05; done\n",
+        held = held.display(),
+        release = release.display()
+    );
+    std::fs::write(&path, body).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
 }
 
 /// Whether hv's last record for its guardian has guest `guest`'s vif
