@@ -80,9 +80,35 @@ fn ended(hv: &mut HvClient, r: Result<()>) -> Result<()> {
 
 /// A driver domain whose previous program exec'd this one in place
 /// (`splitnet upgrade`): already jailed and known to hv, it resumes on the
-/// control socket it kept, and takes over its vifs.
+/// control socket it kept, and takes over its vifs. The successor of one
+/// that died (hv started it) enters the jail first.
 fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<()> {
-    // The jail is inherited, not entered again: refuse to run without it.
+    if !since.crashed() {
+        require_jailed()?;
+    }
+    let mut hv = HvClient::resume(sock).map_err(|e| anyhow!("resume: {e}"))?;
+    let id = hv.domid();
+    if since.crashed() {
+        // Confined before reading a byte from a peer, as at a first start.
+        jail::Role::of_kind("driver")
+            .and_then(jail::enter)
+            .map_err(|e| anyhow!("domain {id}: {e}"))?;
+        let pid = std::process::id().to_string();
+        (hv.store_write(&format!("/local/domain/{id}/pid"), &pid)).map_err(|e| anyhow!("{e}"))?;
+    }
+    eprintln!(
+        "domain {id} ({}) resumed in place: pid {}",
+        hv.welcome().name,
+        std::process::id()
+    );
+    let r =
+        driver_domain::driver::run(&mut hv, Some(since)).map_err(|e| anyhow!("driver domain: {e}"));
+    ended(&mut hv, r)
+}
+
+/// A program exec'd in place inherits its predecessor's jail, and does not
+/// enter it again: it refuses to run without it.
+fn require_jailed() -> Result<()> {
     let status = std::fs::read_to_string("/proc/self/status").context("/proc/self/status")?;
     let has = |line: &str| {
         status
@@ -95,16 +121,7 @@ fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<
             driver_domain::driver::ENV_RESUME
         );
     }
-    let mut hv = HvClient::resume(sock).map_err(|e| anyhow!("resume: {e}"))?;
-    let id = hv.domid();
-    eprintln!(
-        "domain {id} ({}) resumed in place: pid {}",
-        hv.welcome().name,
-        std::process::id()
-    );
-    let r =
-        driver_domain::driver::run(&mut hv, Some(since)).map_err(|e| anyhow!("driver domain: {e}"));
-    ended(&mut hv, r)
+    Ok(())
 }
 
 /// Publishes netfront's counters (and, under the new grant mechanism, its

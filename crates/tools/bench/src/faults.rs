@@ -1,13 +1,16 @@
 //! `splitnet bench faults`: recovery and hotplug, measured against
 //! its targets. Three experiments, each on a fresh default topology:
 //!
-//! - **kills**: an iperf3 stream each way between guest1 and the wire host
-//!   (`--bidir`); the driver domain is killed with SIGKILL in the middle
-//!   and hv restarts it. The outage, each way, is the time from the kill
-//!   until the receiver gets bytes again (read from its interface counter
-//!   every millisecond); the reconnect time is until both ends of guest1's
-//!   vif are Connected; the two ends' TCP retransmission timeouts across
-//!   the kill are counted. Each stream must end without error.
+//! - **kills** (`kills.rs`): an iperf3 stream each way between guest1 and
+//!   the wire host (`--bidir`); the driver domain is killed with SIGKILL
+//!   in the middle and a new process takes it over in place. The outage,
+//!   each way, is the time from the kill until the receiver gets bytes
+//!   again (read from its interface counter every millisecond); the
+//!   served-again time is until both ends of guest1's vif are Connected
+//!   under the new process; the two ends' TCP retransmission timeouts
+//!   across the kill are counted. Each stream must end without error.
+//! - **kills-restart**: the same with takeover off, so that hv restarts
+//!   the driver domain as a new domain and the guests reconnect.
 //! - **http**: a 256 MiB download over HTTP from the wire host, slowed so
 //!   that it lasts ~10 s, survives five driver-domain kills and arrives
 //!   with the right SHA-256.
@@ -26,9 +29,11 @@
 
 mod apply;
 mod hv_upgrade;
+mod kills;
 mod resources;
 mod upgrade;
 
+pub use kills::Kill;
 pub use resources::Resources;
 pub(crate) use resources::{resources, settled};
 
@@ -98,8 +103,9 @@ impl FaultsOptions {
 }
 
 /// The suite's experiments, as `--workloads` names them.
-pub const EXPERIMENTS: [&str; 7] = [
+pub const EXPERIMENTS: [&str; 8] = [
     "kills",
+    "kills-restart",
     "http",
     "hotplug",
     "apply",
@@ -107,21 +113,6 @@ pub const EXPERIMENTS: [&str; 7] = [
     "hv-upgrades",
     "hv-crashes",
 ];
-
-/// One driver-domain kill during a stream each way.
-#[derive(Debug, Serialize)]
-pub struct Kill {
-    /// From SIGKILL until the wire host received bytes again.
-    pub outage_ms: f64,
-    /// From SIGKILL until guest1 received bytes again.
-    pub outage_in_ms: f64,
-    /// Retransmission timeouts the two ends' TCP took across it.
-    pub rto: u64,
-    /// From SIGKILL until both ends of guest1's vif were Connected again.
-    pub reconnect_ms: f64,
-    /// The iperf3 client exited 0.
-    pub stream_ok: bool,
-}
 
 /// The HTTP download with kills in the middle.
 #[derive(Debug, Serialize)]
@@ -146,7 +137,10 @@ pub struct Hotplug {
 /// Everything the suite measured.
 #[derive(Debug, Serialize)]
 pub struct FaultsReport {
+    /// Kills taken over in place (the default).
     pub kills: Vec<Kill>,
+    /// Kills with takeover off: the driver domain restarted as a new one.
+    pub restart_kills: Vec<Kill>,
     pub median_outage_ms: f64,
     pub median_reconnect_ms: f64,
     pub http: Option<Http>,
@@ -347,22 +341,15 @@ pub(crate) fn vif_connected_in(
     })
 }
 
-/// Whether guest1's vif is Connected at both ends, with `drv` not `old`.
-fn vif_connected(ts: &mut Toolstack, old_drv: u16) -> bool {
-    let Ok(s) = ts.status() else { return false };
-    let renewed = domain_pid(&s, "drv").is_some_and(|(b, _)| b != old_drv);
-    renewed && vif_connected_in(ts, &s, "guest1", "drv")
-}
-
 /// Kills the driver domain; returns when its process is gone, with the
-/// time of the kill and the old domain id.
-pub(crate) fn kill_driver(ts: &mut Toolstack) -> Result<(Instant, u16)> {
+/// time of the kill and the old domain id and pid.
+pub(crate) fn kill_driver(ts: &mut Toolstack) -> Result<(Instant, (u16, i32))> {
     kill_domain(ts, "drv")
 }
 
 /// Kills domain `name` with SIGKILL; returns when its process is gone,
-/// with the time of the kill and the old domain id.
-pub(crate) fn kill_domain(ts: &mut Toolstack, name: &str) -> Result<(Instant, u16)> {
+/// with the time of the kill and the old domain id and pid.
+pub(crate) fn kill_domain(ts: &mut Toolstack, name: &str) -> Result<(Instant, (u16, i32))> {
     let s = ts.status().map_err(|e| anyhow!("{e}"))?;
     let (id, pid) = domain_pid(&s, name).ok_or_else(|| anyhow!("{name} is not running"))?;
     let t0 = Instant::now();
@@ -383,7 +370,7 @@ pub(crate) fn kill_domain(ts: &mut Toolstack, name: &str) -> Result<(Instant, u1
         );
         wait_for(&what, DEATH_LIMIT, dead)?;
     }
-    Ok((t0, id))
+    Ok((t0, (id, pid)))
 }
 
 /// A SIGKILLed domain is gone once the kernel has torn down what it held:
@@ -424,7 +411,7 @@ pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// A stream's cell in a table.
-fn stream_cell(ok: bool) -> &'static str {
+pub(crate) fn stream_cell(ok: bool) -> &'static str {
     if ok {
         "ended without error"
     } else {
@@ -438,34 +425,18 @@ fn say(opts: &FaultsOptions, msg: &str) {
     }
 }
 
-/// Driver-domain kills during iperf3 streams.
-fn kills(opts: &FaultsOptions) -> Result<Vec<Kill>> {
-    let (mut up, srv, mut ts) = with_iperf3_server(opts)?;
-    let mut out = Vec::new();
-    for k in 0..opts.kills {
-        let kill = one_kill(&mut up, &mut ts, srv)?;
-        say(
-            opts,
-            &format!(
-                "kill {}/{}: outage {:.0} ms out, {:.0} ms in, reconnected after {:.0} ms, {} retransmission timeouts, stream {}",
-                k + 1,
-                opts.kills,
-                kill.outage_ms,
-                kill.outage_in_ms,
-                kill.reconnect_ms,
-                kill.rto,
-                if kill.stream_ok { "ended cleanly" } else { "FAILED" }
-            ),
-        );
-        out.push(kill);
-    }
-    Ok(out)
-}
-
 /// A fresh default topology with an iperf3 server on the wire host,
 /// listening: the server's pid, and the toolstack.
 pub(crate) fn with_iperf3_server(opts: &FaultsOptions) -> Result<(Up<'_>, u32, Toolstack)> {
-    let mut up = Up::new(opts)?;
+    with_iperf3_server_on(opts, &[])
+}
+
+/// [`with_iperf3_server`], brought up with `splitnet up` `args`.
+fn with_iperf3_server_on<'a>(
+    opts: &'a FaultsOptions,
+    args: &[&str],
+) -> Result<(Up<'a>, u32, Toolstack)> {
+    let mut up = Up::with(&opts.exe, &opts.run_dir, args)?;
     let srv = up.spawn("wire", &["iperf3", "-s", "-B", "10.77.0.254"])?;
     wait_for("iperf3 to listen", Duration::from_secs(10), || {
         crate::netenv::listening(&toolstack::host::netns_name("wire"), 5201).unwrap_or(false)
@@ -496,71 +467,6 @@ pub(crate) fn start_bidir(
         if_bytes(srv, "eth0", false).unwrap_or(0) > start + (16 << 20)
     })?;
     Ok((g1, client))
-}
-
-/// One driver-domain kill in the middle of an iperf3 stream each way
-/// (`--bidir`) between guest1 and the wire host (iperf3 server `srv`):
-/// when bytes flow again each way, read from the interface counters every
-/// millisecond; when guest1's vif is Connected again; and how many
-/// retransmission timeouts the two ends' TCP took (a frame lost to the
-/// restart at the tail of a flight costs one, 200 ms at least).
-fn one_kill(up: &mut Up<'_>, ts: &mut Toolstack, srv: u32) -> Result<Kill> {
-    let (g1, client) = start_bidir(up, ts, srv, "4")?;
-    let rto_before = tcp_timeouts(srv) + tcp_timeouts(g1);
-    let (t0, old) = kill_driver(ts)?;
-    // Traffic is the stream's data, not the few small frames (neighbour
-    // discovery, multicast reports) a link that comes back sends.
-    let dead_out = if_bytes(srv, "eth0", false).unwrap_or(0) + (64 << 10);
-    let dead_in = if_bytes(g1, "eth0", false).unwrap_or(0) + (64 << 10);
-    let (mut reconnected, mut back_in) = (None, None);
-    let back_out = wait_for("traffic to resume", Duration::from_secs(10), || {
-        if reconnected.is_none() && vif_connected(ts, old) {
-            reconnected = Some(Instant::now());
-        }
-        if back_in.is_none() && if_bytes(g1, "eth0", false).unwrap_or(0) > dead_in {
-            back_in = Some(Instant::now());
-        }
-        if_bytes(srv, "eth0", false).unwrap_or(0) > dead_out
-    })?;
-    let back_in = match back_in {
-        Some(t) => t,
-        None => wait_for(
-            "traffic into guest1 to resume",
-            Duration::from_secs(10),
-            || if_bytes(g1, "eth0", false).unwrap_or(0) > dead_in,
-        )?,
-    };
-    let reconnected = match reconnected {
-        Some(t) => t,
-        None => wait_for("the vif to reconnect", Duration::from_secs(10), || {
-            vif_connected(ts, old)
-        })?,
-    };
-    let stream_ok = up.wait_child(client, Duration::from_secs(60))?;
-    let ms = |t: Instant| (t - t0).as_secs_f64() * 1e3;
-    Ok(Kill {
-        outage_ms: ms(back_out),
-        outage_in_ms: ms(back_in),
-        reconnect_ms: ms(reconnected),
-        rto: (tcp_timeouts(srv) + tcp_timeouts(g1)).saturating_sub(rto_before),
-        stream_ok,
-    })
-}
-
-/// TCP's retransmission timeouts so far in the namespace process `pid`
-/// lives in (`TcpExt: TCPTimeouts` of `/proc/<pid>/net/netstat`).
-fn tcp_timeouts(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/net/netstat")).unwrap_or_default();
-    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
-    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
-        return 0;
-    };
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "TCPTimeouts")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0)
 }
 
 pub(crate) fn sha256(path: &Path) -> Result<String> {
@@ -641,7 +547,7 @@ fn http(opts: &FaultsOptions) -> Result<Http> {
         })?;
         let (_, old) = kill_driver(&mut ts)?;
         wait_for("drv to come back", Duration::from_secs(10), || {
-            vif_connected(&mut ts, old)
+            kills::vif_connected(&mut ts, old)
         })?;
         kills += 1;
         say(
@@ -750,16 +656,7 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
     {
         bail!("bench faults has no experiment {bad:?}; it has {EXPERIMENTS:?}");
     }
-    let kills = match opts.wants("kills") {
-        true => {
-            say(
-                opts,
-                &format!("{} driver-domain kills during iperf3 streams", opts.kills),
-            );
-            kills(opts)?
-        }
-        false => Vec::new(),
-    };
+    let (kills, restart_kills) = kills::both(opts)?;
     // Each experiment when `--workloads` names it, said first.
     let runs = |name: &str, what: String| {
         let wanted = opts.wants(name);
@@ -809,6 +706,7 @@ pub fn run(opts: &FaultsOptions) -> Result<FaultsReport> {
         median_outage_ms: median(&outages),
         median_reconnect_ms: median(&reconnects),
         kills,
+        restart_kills,
         http: http.transpose()?,
         hotplug: hotplug.transpose()?,
         apply: apply.transpose()?,
@@ -831,6 +729,12 @@ impl FaultsReport {
             && (self.median_outage_ms >= 1000.0 || !self.kills.iter().all(|k| k.stream_ok))
         {
             f.push("kills: outage or a stream".to_string());
+        }
+        let restart: Vec<f64> = self.restart_kills.iter().map(|k| k.outage_ms).collect();
+        if !self.restart_kills.is_empty()
+            && (median(&restart) >= 1000.0 || !self.restart_kills.iter().all(|k| k.stream_ok))
+        {
+            f.push("kills-restart: outage or a stream".to_string());
         }
         if self
             .http
@@ -873,7 +777,14 @@ impl FaultsReport {
 
     /// A Markdown summary.
     pub fn table(&self) -> String {
-        let mut s = self.kills_table();
+        let mut s = kills::table(
+            "Driver-domain kills during an iperf3 stream each way (taken over in place)",
+            &self.kills,
+        );
+        s += &kills::table(
+            "Driver-domain kills with takeover off (restarted as a new domain; the guests reconnect)",
+            &self.restart_kills,
+        );
         if let Some(h) = &self.http {
             s += &format!(
                 "### HTTP download through driver-domain kills\n\n{} MiB in {:.1} s through {} kills: SHA-256 {}.\n\n",
@@ -910,32 +821,6 @@ impl FaultsReport {
             } else {
                 format!("NOT MET ({})", failed.join("; "))
             }
-        );
-        s
-    }
-
-    /// The kills' table, if they ran.
-    fn kills_table(&self) -> String {
-        if self.kills.is_empty() {
-            return String::new();
-        }
-        let mut s = String::from("### Driver-domain kills during an iperf3 stream each way\n\n");
-        s += "| kill | outage guest1 → wire (ms) | outage wire → guest1 (ms) | vif reconnected (ms) | retransmission timeouts | stream |\n|---|---|---|---|---|---|\n";
-        for (i, k) in self.kills.iter().enumerate() {
-            s += &format!(
-                "| {} | {:.0} | {:.0} | {:.0} | {} | {} |\n",
-                i + 1,
-                k.outage_ms,
-                k.outage_in_ms,
-                k.reconnect_ms,
-                k.rto,
-                stream_cell(k.stream_ok)
-            );
-        }
-        let rto: u64 = self.kills.iter().map(|k| k.rto).sum();
-        s += &format!(
-            "\nMedian outage {:.0} ms (target < 1000 ms); median reconnect {:.0} ms; {rto} retransmission timeouts in all (frames the restart lost at a flight's tail).\n\n",
-            self.median_outage_ms, self.median_reconnect_ms
         );
         s
     }

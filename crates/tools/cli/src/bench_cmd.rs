@@ -21,7 +21,8 @@ pub(crate) enum Suite {
     /// reference.
     Baseline,
     /// Recovery and hotplug: driver-domain kills during iperf3 streams
-    /// (median outage), a 256 MiB HTTP download through five kills
+    /// (median outage), taken over in place and, with takeover off,
+    /// restarted as new domains; a 256 MiB HTTP download through five kills
     /// (SHA-256 checked), network-attach/detach cycles with hv's
     /// resources before and after, a guest applied in and out among 32
     /// while three others stream (3 runs), and 1,000 seeded random applies
@@ -157,7 +158,7 @@ pub(crate) struct BenchArgs {
     configs: Vec<String>,
     /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64, tcp-rr).
     /// Default: all four, or tcp-zerocopy with --quick. faults: only these
-    /// experiments (kills, http, hotplug, apply, upgrades, hv-upgrades, hv-crashes). Default:
+    /// experiments (kills, kills-restart, http, hotplug, apply, upgrades, hv-upgrades, hv-crashes). Default:
     /// all.
     #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]
     workloads: Vec<String>,

@@ -1,5 +1,6 @@
-//! Recovery and hotplug end to end: a driver domain killed mid-stream comes
-//! back and its guests reconnect without losing their TCP connections; a
+//! Recovery and hotplug end to end: a driver domain killed mid-stream is
+//! taken over in place (or, killed again at once, restarted, and its
+//! guests reconnect) without its guests losing their TCP connections; a
 //! guest restarts without disturbing the others; vifs are attached to and
 //! detached from running guests. Needs root; run one test at a time.
 
@@ -21,6 +22,19 @@ fn ifindex(domain: &str, ifname: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+/// What a handshake would make anew for guest1's first vif: its rings'
+/// grant references, its event channels, its backend directory.
+fn vif_channel(env: &Env) -> Value {
+    let rows: Value = serde_json::from_str(&env.ok(&["network-list", "guest1", "--json"])).unwrap();
+    let r = &rows[0];
+    serde_json::json!([
+        r["tx_ring_ref"],
+        r["rx_ring_ref"],
+        r["evtchn"],
+        r["backend_path"]
+    ])
+}
+
 fn vifs_of<'a>(st: &'a Value, guest: &str) -> Vec<&'a Value> {
     st["vifs"]
         .as_array()
@@ -30,6 +44,11 @@ fn vifs_of<'a>(st: &'a Value, guest: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// A driver domain killed mid-stream is taken over in place by a new
+/// process: the same domain id, guest1's vif served on without a
+/// handshake. Killed again at once, it is restarted as a new domain
+/// instead (its successor may have died of what the rings hold), and
+/// guest1 reconnects. The stream survives both.
 #[test]
 fn a_killed_driver_domain_is_restarted_and_a_tcp_stream_survives_it() {
     let Some(env) = Env::new("rec-drv") else {
@@ -42,18 +61,35 @@ fn a_killed_driver_domain_is_restarted_and_a_tcp_stream_survives_it() {
         domain(&st, "drv")["id"].clone(),
     );
     let tap = ifindex("guest1", "eth0");
+    let channel = vif_channel(&env);
     // A stream from guest1 to the wire host, flowing before the kill.
     let (_srv, mut client) = env.stream_to_wire("guest1", 8);
     kill9(drv_pid.as_i64().unwrap());
-    // hv starts it again under a new id, and guest1's vif reconnects.
-    wait_until("drv to come back", Duration::from_secs(10), || {
+    let successor = wait_until("drv taken over", Duration::from_secs(10), || {
         let st = env.status();
         let d = domain(&st, "drv");
-        !d.is_null()
-            && d["id"] != drv_id
-            && vif(&st, "guest1")["backend_state"] == "Connected"
-            && vif(&st, "guest1")["frontend_state"] == "Connected"
+        let pid = d["pid"].as_i64().filter(|&p| Some(p) != drv_pid.as_i64())?;
+        (d["id"] == drv_id && vif(&st, "guest1")["backend_state"] == "Connected").then_some(pid)
     });
+    assert_eq!(vif_channel(&env), channel, "guest1's vif was set up again");
+    kill9(successor);
+    wait_until(
+        "drv restarted as a new domain",
+        Duration::from_secs(10),
+        || {
+            let st = env.status();
+            let d = domain(&st, "drv");
+            !d["id"].is_null()
+                && d["id"] != drv_id
+                && vif(&st, "guest1")["backend_state"] == "Connected"
+                && vif(&st, "guest1")["frontend_state"] == "Connected"
+        },
+    );
+    assert_ne!(
+        vif_channel(&env),
+        channel,
+        "guest1 reconnected without a handshake"
+    );
     // The stream ends normally: iperf3 exits 0 only when its connection
     // carried on to the end.
     assert!(
@@ -65,7 +101,7 @@ fn a_killed_driver_domain_is_restarted_and_a_tcp_stream_survives_it() {
     // The guest's NIC is the same device: its addresses never went away.
     assert_eq!(ifindex("guest1", "eth0"), tap);
     let st = env.status();
-    assert_eq!(st["restarts_after_crash"], 1, "{st:#}");
+    assert_eq!(st["restarts_after_crash"], 2, "{st:#}");
     env.ping("guest1", "10.77.0.254", 3);
     env.ping("guest2", "10.77.0.1", 3);
     // A restart by hand too.
@@ -92,11 +128,12 @@ fn lost_nothing_while_the_driver_domain_restarts() {
         flows.sent() > DATAGRAMS / 3
     });
     let st = env.status();
-    let old = domain(&st, "drv")["id"].clone();
-    kill9(domain(&st, "drv")["pid"].as_i64().unwrap());
+    let old = domain(&st, "drv")["pid"].clone();
+    kill9(old.as_i64().unwrap());
     wait_until("drv to come back", Duration::from_secs(10), || {
         let st = env.status();
-        domain(&st, "drv")["id"] != old && vif(&st, "guest1")["frontend_state"] == "Connected"
+        let pid = &domain(&st, "drv")["pid"];
+        !pid.is_null() && *pid != old && vif(&st, "guest1")["backend_state"] == "Connected"
     });
     for (what, missing) in flows.missing() {
         // The killed domain may have taken one frame each way off a socket
@@ -383,7 +420,11 @@ fn an_attach_interrupted_by_a_driver_domain_crash_completes_after_the_restart() 
         "{attached:?}"
     );
     let st = env.status();
-    assert_ne!(domain(&st, "drv")["id"], drv["id"], "drv was not restarted");
+    assert_ne!(
+        domain(&st, "drv")["pid"],
+        drv["pid"],
+        "drv was not restarted"
+    );
     // Traffic crosses it, on a subnet only it is on.
     env.addr_add("guest1", "10.78.0.1/24", "eth1");
     env.addr_add("wire", "10.78.0.254/24", "eth0");

@@ -184,15 +184,16 @@ fn an_upgrade_that_cannot_run_or_dies_leaves_the_guests_served() {
     );
     env.ping("guest1", "10.77.0.254", 3);
     env.ping("guest2", "10.77.0.1", 3);
-    // A program that dies at start is a crash: the restart policy brings
-    // the domain back on its old program, and the guests reconnect.
+    // A program that dies at start is a crash: a new process takes the
+    // domain over in place on its old program.
     let e = refused(&env, &["upgrade", "drv", "--exe", "/bin/false"]);
     assert!(e.contains("died during its upgrade"), "{e}");
     wait_until("drv to come back", Duration::from_secs(10), || {
         let st = env.status();
         let d = domain(&st, "drv");
         !d.is_null()
-            && d["id"] != before["id"]
+            && !d["pid"].is_null()
+            && d["pid"] != before["pid"]
             && vif(&st, "guest1")["frontend_state"] == "Connected"
     });
     env.ping("guest1", "10.77.0.254", 3);

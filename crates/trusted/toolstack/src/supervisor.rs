@@ -24,6 +24,7 @@ mod journal;
 mod launch;
 mod options;
 mod own_nic;
+mod takeover;
 mod upgrade;
 mod vifs;
 
@@ -548,13 +549,12 @@ impl Supervisor {
         mut laps: crate::laps::Laps,
     ) {
         let Ok(hv) = self.hv() else { return };
-        let text = match &status {
-            Ok(s) => s.to_string(),
-            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
-                "status unknown: an hv before this one started it".into()
-            }
-            Err(e) => e.to_string(),
-        };
+        // A driver domain that crashed is taken over in place where it can
+        // be (`takeover`).
+        if self.crashed(name, &status) && self.take_over(&hv, domid, name, &mut laps) {
+            return;
+        }
+        let text = exit_text(&status);
         let kept = self.may_come_back(name);
         hv.destroy_domain(domid, &format!("its process exited ({text})"));
         laps.mark("destroy");
@@ -941,4 +941,15 @@ fn make_endpoint(d: &DomainConfig, domid: DomId) -> Result<(), String> {
 /// default with `port_buffer` (set when the uplinks attach).
 fn mtu_sized_frames(wns: &str) -> std::io::Result<()> {
     host::ethtool_in(wns, WIRE_IF, &["tso", "off", "gso", "off"])
+}
+
+/// How a domain's process ended, in words.
+fn exit_text(status: &std::io::Result<ExitStatus>) -> String {
+    match status {
+        Ok(s) => s.to_string(),
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+            "status unknown: an hv before this one started it".into()
+        }
+        Err(e) => e.to_string(),
+    }
 }

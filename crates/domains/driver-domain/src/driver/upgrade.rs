@@ -157,10 +157,19 @@ impl Driver {
                 lost.join("; ")
             )
         };
+        let how = if since.crashed {
+            "took over from a dead process"
+        } else {
+            "resumed in place"
+        };
         eprintln!(
-            "driver: resumed in place after {gap} µs ({start} µs to start the program, {} µs to take back its ports and vifs): {answer}",
+            "driver: {how} after {gap} µs ({start} µs to start the program, {} µs to take back its ports and vifs): {answer}",
             gap.saturating_sub(start)
         );
+        if since.crashed {
+            // No upgrade asked: none waits for an answer.
+            return Ok(());
+        }
         hv.store_rm(&upgrade_node(me))?;
         hv.store_write(&result_node(me), &answer)?;
         Ok(())
@@ -193,13 +202,18 @@ impl Driver {
     }
 }
 
-/// What the old program left for the new one in [`ENV_RESUME`].
+/// What the old program left for the new one in [`ENV_RESUME`]
+/// (`STOPPED DROPPED`), or hv for the successor of one that died
+/// (`STOPPED 0 crash`).
 #[derive(Debug, Clone, Copy)]
 pub struct Since {
     stopped: u64,
     dropped: u64,
     /// When this program read it (its start-up done).
     started: u64,
+    /// The old program died: nothing was handed over, and no upgrade
+    /// waits for an answer.
+    crashed: bool,
 }
 
 impl Since {
@@ -208,12 +222,20 @@ impl Since {
     pub fn take() -> Option<Since> {
         let v = std::env::var(ENV_RESUME).ok()?;
         std::env::remove_var(ENV_RESUME);
-        let (a, b) = v.split_once(' ')?;
+        let mut words = v.split(' ');
+        let (a, b) = (words.next()?, words.next()?);
         Some(Since {
             stopped: a.parse().ok()?,
             dropped: b.parse().ok()?,
             started: sys::signals::monotonic_usec(),
+            crashed: words.next() == Some("crash"),
         })
+    }
+
+    /// Whether this program succeeds one that died (hv started it), not
+    /// one that replaced itself (it inherited its jail).
+    pub fn crashed(&self) -> bool {
+        self.crashed
     }
 }
 

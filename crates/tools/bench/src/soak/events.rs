@@ -243,22 +243,29 @@ impl Lab {
         w
     }
 
-    /// SIGKILL of `name`'s process; returns once hv has it running again
-    /// under a new domain id with its vifs Connected.
+    /// SIGKILL of `name`'s process; returns once hv has it running again,
+    /// a new process taking the domain over in place or a new domain,
+    /// with its vifs Connected.
     fn kill_domain(&self, name: &str) -> Result<String> {
         let mut ts = self.toolstack()?;
-        let (t0, old) = kill_domain(&mut ts, name)?;
+        let (t0, (old, pid)) = kill_domain(&mut ts, name)?;
         // Looked at every 10 ms: hv is restarting a domain meanwhile.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.running_again(&mut ts, name, old) {
+        while !self.running_again(&mut ts, name, pid) {
             if Instant::now() > deadline {
                 bail!("{name} was not running again, connected, 20 s after its kill");
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        let took = t0.elapsed().as_secs_f64() * 1e3;
+        let now = ts.status().ok().and_then(|s| domain_pid(&s, name));
+        let how = match now {
+            Some((id, _)) if id == old => "taken over in place by a new process".to_string(),
+            Some((id, _)) => format!("running again as domain {id}"),
+            None => "running again".to_string(),
+        };
         Ok(format!(
-            "domain {old} killed; running again, its vifs Connected, after {:.0} ms",
-            t0.elapsed().as_secs_f64() * 1e3
+            "domain {old} killed; {how}, its vifs Connected, after {took:.0} ms"
         ))
     }
 
@@ -292,9 +299,9 @@ impl Lab {
 
     /// Whether `name` runs under an id other than `old` and every vif of
     /// the topology is Connected at both ends.
-    fn running_again(&self, ts: &mut hv::Toolstack, name: &str, old: u16) -> bool {
+    fn running_again(&self, ts: &mut hv::Toolstack, name: &str, old_pid: i32) -> bool {
         let Ok(s) = ts.status() else { return false };
-        let renewed = domain_pid(&s, name).is_some_and(|(id, _)| id != old);
+        let renewed = domain_pid(&s, name).is_some_and(|(_, p)| p != old_pid);
         renewed && self.all_connected(ts, &s)
     }
 

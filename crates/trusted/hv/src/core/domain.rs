@@ -112,6 +112,13 @@ pub(super) struct Domain {
     pub(super) netns: Option<String>,
     pub(super) cgroup: Option<String>,
     pub(super) teardown: Option<Teardown>,
+    /// Kept, orphaned, when its control connection closes (a driver
+    /// domain whose successor takes its vifs over: `revive`).
+    pub(super) keep_on_hangup: bool,
+    /// Its process hung up, and it waits for a successor.
+    pub(super) orphaned: bool,
+    /// Its processes so far, less one: the one a serving thread serves.
+    pub(super) incarnation: u32,
 }
 
 /// hv's ends of a domain's batch doorbells, which its batch thread
@@ -170,6 +177,9 @@ impl Domain {
             netns: None,
             cgroup: None,
             teardown: None,
+            keep_on_hangup: false,
+            orphaned: false,
+            incarnation: 0,
         }
     }
 }

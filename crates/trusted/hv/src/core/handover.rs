@@ -612,6 +612,12 @@ fn adopt_domain(d: &DomainImage, fds: &mut Taken) -> HvResult<(Domain, SeqPacket
         netns: d.netns.clone(),
         cgroup: d.cgroup.clone(),
         teardown: None,
+        // The toolstack says again which domains it keeps (a domain
+        // orphaned across a hand-over is destroyed as its hang-up is seen
+        // again; its reaper then starts a new one).
+        keep_on_hangup: false,
+        orphaned: false,
+        incarnation: 0,
     };
     Ok((dom, serving))
 }

@@ -15,6 +15,7 @@
 //! - `devices`: the requests of HVM guests and vhost-user vifs;
 //! - `report`: `status` and `trace` snapshots;
 //! - `reply`: what a hypercall answers;
+//! - `revive`: a driver domain kept for a successor when its process dies;
 //! - `store_journal`: the store changes answered since hv's last record.
 
 mod batches;
@@ -29,6 +30,7 @@ mod handover;
 mod lifecycle;
 mod reply;
 mod report;
+mod revive;
 mod serve;
 mod shape;
 mod state;

@@ -59,6 +59,23 @@ impl Hypervisor {
     }
 
     pub(super) fn serve(self: &Arc<Self>, caller: DomId, sock: SeqPacket) {
+        let incarnation = {
+            let mut st = self.lock();
+            super::state::domain(&mut st, caller).map_or(0, |d| d.incarnation)
+        };
+        self.serve_incarnation(caller, sock, incarnation)
+    }
+
+    /// Serves incarnation `incarnation` of domain `caller` (its process;
+    /// a driver domain revived after a crash has a new one, `revive`) on
+    /// `sock` until it hangs up; the domain is then destroyed, unless it
+    /// is kept for a successor or has one already.
+    pub(super) fn serve_incarnation(
+        self: &Arc<Self>,
+        caller: DomId,
+        sock: SeqPacket,
+        incarnation: u32,
+    ) {
         // A domain that does not take its replies must not hold this
         // thread (and hv's gate) forever: its connection is closed.
         let _ = sock.set_write_timeout(Some(REPLY_LIMIT));
@@ -66,6 +83,9 @@ impl Hypervisor {
         // Inside the gate: an upgrade of hv either carries the domain whole
         // (the next program sees the hang-up again) or never sees it.
         let _pass = self.gate.enter(Kind::Short);
+        if self.hung_up(caller, incarnation) {
+            return;
+        }
         self.destroy_domain(
             caller,
             "its control connection closed, or a reply waited too long",

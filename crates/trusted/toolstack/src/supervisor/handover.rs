@@ -163,9 +163,11 @@ impl Supervisor {
             };
             let driver = sup
                 .config(&name)
-                .is_ok_and(|d| d.kind == DomainKind::Driver);
-            if driver {
+                .ok()
+                .filter(|d| d.kind == DomainKind::Driver);
+            if let Some(d) = driver {
                 sup.port_services(hv, &name, &ns);
+                hv.keep_on_hangup(domid, d.takeover);
             }
             let cg = Cgroup::create(&sup.layout, &name).map_err(|e| e.to_string())?;
             cg.track(pid);

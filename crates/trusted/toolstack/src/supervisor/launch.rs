@@ -21,7 +21,7 @@ use sys::SeqPacket;
 impl Supervisor {
     /// Domain `name`'s log in the run directory, opened for appending, as
     /// its stdout and stderr.
-    fn domain_log(&self, name: &str) -> Result<(fs::File, fs::File), String> {
+    pub(super) fn domain_log(&self, name: &str) -> Result<(fs::File, fs::File), String> {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -63,8 +63,9 @@ impl Supervisor {
         }
         if d.kind == DomainKind::Driver {
             self.keep_ports(hv, &name, &ns);
+            hv.keep_on_hangup(domid, d.takeover);
         }
-        let child = self.spawn_domain(d, &ns, logs, sock, link.as_ref())?;
+        let child = self.spawn_domain(d, &ns, logs, sock, link.as_ref(), None)?;
         let pid = child.id() as i32;
         weighed(d, pid);
         if let Err(e) = cg.add(pid) {
@@ -155,13 +156,14 @@ impl Supervisor {
     /// handing it its
     /// connection to hv (`sock`) and a hosted guest's end of the
     /// world-switch channel (`link`), pinned to its `cpu` if it has one.
-    fn spawn_domain(
+    pub(super) fn spawn_domain(
         &self,
         d: &DomainConfig,
         ns: &str,
         (log, log2): (fs::File, fs::File),
         sock: SeqPacket,
         link: Option<&HostedLink>,
+        resume: Option<&str>,
     ) -> Result<Child, String> {
         let exe = self.program_of(&d.name);
         let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
@@ -193,8 +195,12 @@ impl Supervisor {
                 cmd
             }
         };
-        // Only a driver domain's own predecessor says it resumes.
-        cmd.env_remove(hypercall::launch::ENV_RESUME);
+        // A driver domain's own predecessor says it resumes, or hv for a
+        // successor of a dead one (`takeover`).
+        match resume {
+            Some(r) => cmd.env(hypercall::launch::ENV_RESUME, r),
+            None => cmd.env_remove(hypercall::launch::ENV_RESUME),
+        };
         cmd.env(ENV_HV_FD, fd.to_string())
             .stdin(Stdio::null())
             .stdout(log)
@@ -489,7 +495,7 @@ impl DeviceSide {
 
 /// The world-switch channel of a hosted guest, before its two ends are
 /// handed out: the shared region and the doorbell pair.
-struct HostedLink {
+pub(super) struct HostedLink {
     memfd: sys::Memfd,
     vm: SeqPacket,
     app: SeqPacket,
@@ -522,7 +528,7 @@ fn inherit(fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<String, String> {
 /// weight's nice value: raising a priority needs CAP_SYS_NICE (an hv run
 /// without root has it only up to its RLIMIT_NICE), and the domain then
 /// runs at hv's own.
-fn weighed(d: &DomainConfig, pid: i32) {
+pub(super) fn weighed(d: &DomainConfig, pid: i32) {
     let want = d.nice();
     match sys::nice_of(pid) {
         Ok(got) if got != want => hv::log!(

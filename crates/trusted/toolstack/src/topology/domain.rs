@@ -129,6 +129,13 @@ pub struct DomainConfig {
     /// `always`); by default driver domains restart after a crash and
     /// guests do not.
     pub restart: Option<Restart>,
+    /// Driver domains: after a crash a new process takes the domain over
+    /// in place, its vifs' rings, channels and store entries kept, so its
+    /// guests run no handshake (as after an upgrade in place); a second
+    /// crash within the crash window, or `false`, restarts it as a new
+    /// domain whose guests reconnect (Menon 2006 §3).
+    #[serde(default = "yes")]
+    pub takeover: bool,
     /// Guests: the kind of virtual NIC (`vif`, `hosted` or `hvm`).
     #[serde(default)]
     pub nic: Nic,
