@@ -1,7 +1,8 @@
 //! A driver domain whose process died, kept for a successor
 //! (`Hypervisor::revive`): its channels stay bound and its id stays, what
-//! the dead process mapped is released, and the successor resumes on a
-//! fresh control socket. A domain not kept, or not a driver domain, is
+//! the dead process mapped is released, the successor resumes on a fresh
+//! control socket, and the ports it does not take back are closed when it
+//! says so. A domain not kept, or not a driver domain, is
 //! destroyed when its process hangs up, as always.
 
 mod common;
@@ -34,10 +35,13 @@ fn a_kept_driver_domain_is_revived_with_its_channels_and_without_its_maps() {
     let a = g1.evtchn_alloc_unbound(d).unwrap();
     let mut drv = drv;
     let b = drv.evtchn_bind(g, a.port).unwrap();
+    // A second vif's port, whose vif goes while no one serves it.
+    let gone_vif = g1.evtchn_alloc_unbound(d).unwrap();
+    let c = drv.evtchn_bind(g, gone_vif.port).unwrap();
     let gref = g1.grants().grant_access(d, 3, false).unwrap();
     drv.map_grant(g, gref, true).unwrap();
     // The process dies: everything it held in its own memory goes.
-    drop((drv, b));
+    drop((drv, b, c));
     let sock = hv.revive(d).unwrap();
     assert_eq!(hv.domid_of("drv"), Some(d), "the same domain");
     let mut next = HvClient::resume(sock).unwrap();
@@ -46,6 +50,11 @@ fn a_kept_driver_domain_is_revived_with_its_channels_and_without_its_maps() {
     a.notify().unwrap();
     let b2 = next.evtchn_rebind(g, a.port).unwrap();
     assert!(b2.wait(Some(Duration::from_secs(1))).unwrap());
+    // The port it did not take back is closed once it says so.
+    assert_eq!(next.evtchn_close_unclaimed().unwrap(), 1);
+    let e = next.evtchn_rebind(g, gone_vif.port).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::BadPort, "{e}");
+    assert_eq!(next.evtchn_close_unclaimed().unwrap(), 0);
     // The dead process's map was released: the grant maps again.
     let m = next.map_grant(g, gref, true).unwrap();
     next.unmap_handle(m.handle).unwrap();

@@ -11,7 +11,7 @@ pub const DOMID_TOOLSTACK: DomId = 0;
 pub type Port = u32;
 
 /// How many kinds of request there are.
-pub const REQUEST_KINDS: usize = 52;
+pub const REQUEST_KINDS: usize = 53;
 
 /// Every kind of request's name, in `Request::index` order: its counter in
 /// `status` and its `hypercall:<name>` row in the trace.
@@ -68,4 +68,5 @@ pub const REQUEST_NAMES: [&str; REQUEST_KINDS] = [
     "upgrade_domain",
     "upgrade_hv",
     "store_gather",
+    "evtchn_close_unclaimed",
 ];

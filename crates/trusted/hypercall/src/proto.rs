@@ -350,6 +350,12 @@ pub enum Request {
     StoreGather {
         paths: Vec<String>,
     },
+    /// From a driver domain that took over from a dead process of its own
+    /// ([`Request::Resume`] after hv revived it), once it took back every
+    /// port it serves ([`Request::EvtchnRebind`]): the ports the dead
+    /// process held that it did not take back are closed (their vifs went
+    /// while no one served them). Replies `Value` with how many.
+    EvtchnCloseUnclaimed,
 }
 
 /// The most paths one [`Request::StoreGather`] reads: their values (each
@@ -454,6 +460,7 @@ impl Request {
             Request::UpgradeDomain { .. } => 49,
             Request::UpgradeHv { .. } => 50,
             Request::StoreGather { .. } => 51,
+            Request::EvtchnCloseUnclaimed => 52,
         }
     }
 

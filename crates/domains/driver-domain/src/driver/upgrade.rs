@@ -141,6 +141,16 @@ impl Driver {
                 lost.push(format!("{}: {why}", crate::vif_name(&be)));
             }
         }
+        if since.crashed {
+            // The dead process's ports for vifs that went meanwhile.
+            match hv.evtchn_close_unclaimed() {
+                Ok(0) => {}
+                Ok(n) => {
+                    eprintln!("driver: closed {n} ports of vifs gone while no one served them")
+                }
+                Err(e) => eprintln!("driver: closing the dead process's other ports: {e}"),
+            }
+        }
         // Every vif that was connected is back: frames from outside may
         // come (a re-probed vif or a VM reconnecting is not waited for).
         self.ports.release();

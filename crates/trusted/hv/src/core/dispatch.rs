@@ -3,7 +3,8 @@
 
 use super::capture::capture_attach;
 use super::evtchn_ops::{
-    evtchn_alloc_unbound, evtchn_bind_interdomain, evtchn_close, evtchn_rebind, evtchn_send,
+    evtchn_alloc_unbound, evtchn_bind_interdomain, evtchn_close, evtchn_close_unclaimed,
+    evtchn_rebind, evtchn_send,
 };
 use super::grant_ops::{
     grant_copy, grant_map, grant_table_view, grant_transfer, grant_unmap, ngm_attach, ngm_grant,
@@ -46,6 +47,7 @@ pub(super) fn dispatch(st: &mut State, caller: DomId, req: Request) -> HvResult<
         } => evtchn_bind_interdomain(st, caller, remote, remote_port),
         Request::EvtchnSend { port } => evtchn_send(st, caller, port),
         Request::EvtchnClose { port } => evtchn_close(st, caller, port),
+        Request::EvtchnCloseUnclaimed => evtchn_close_unclaimed(st, caller),
         Request::GrantCopy { ops } => grant_copy(st, caller, ops),
         Request::GrantMap {
             granter,

@@ -119,6 +119,9 @@ pub(super) struct Domain {
     pub(super) orphaned: bool,
     /// Its processes so far, less one: the one a serving thread serves.
     pub(super) incarnation: u32,
+    /// Revived: the ports its dead process held that its successor has
+    /// not taken back yet (`EvtchnRebind`).
+    pub(super) unclaimed: Option<std::collections::BTreeSet<Port>>,
 }
 
 /// hv's ends of a domain's batch doorbells, which its batch thread
@@ -180,6 +183,7 @@ impl Domain {
             keep_on_hangup: false,
             orphaned: false,
             incarnation: 0,
+            unclaimed: None,
         }
     }
 }

@@ -108,6 +108,9 @@ pub(super) fn evtchn_rebind(
         dup(&c.bells[1].1)?,
         dup(&c.bells[0].1)?,
     ];
+    if let Some(left) = domain(st, caller)?.unclaimed.as_mut() {
+        left.remove(&port);
+    }
     Ok((Ok(Reply::Evtchn { port, end: 1 }), fds))
 }
 
@@ -128,6 +131,20 @@ pub(super) fn evtchn_close(st: &mut State, caller: DomId, port: Port) -> HvResul
     domain(st, caller)?.ports.remove(&port);
     drop_end(st, id, caller);
     Ok(ok(Reply::Done))
+}
+
+/// `EvtchnCloseUnclaimed`: closes the ports the caller's dead process held
+/// (`revive`) that its successor did not take back.
+pub(super) fn evtchn_close_unclaimed(st: &mut State, caller: DomId) -> HvResult<Outcome> {
+    let left = domain(st, caller)?.unclaimed.take().unwrap_or_default();
+    let mut closed = 0;
+    for port in left {
+        if let Some(id) = domain(st, caller)?.ports.remove(&port) {
+            drop_end(st, id, caller);
+            closed += 1;
+        }
+    }
+    Ok(ok(Reply::Value(closed.to_string().into_bytes())))
 }
 
 /// A free port of domain `id`, within its event-channel quota.

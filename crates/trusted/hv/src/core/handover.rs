@@ -618,6 +618,7 @@ fn adopt_domain(d: &DomainImage, fds: &mut Taken) -> HvResult<(Domain, SeqPacket
         keep_on_hangup: false,
         orphaned: false,
         incarnation: 0,
+        unclaimed: None,
     };
     Ok((dom, serving))
 }

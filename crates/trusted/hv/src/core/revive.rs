@@ -126,6 +126,7 @@ fn release_process(st: &mut State, domid: DomId, control: SeqPacket) -> HvResult
     st.store.drop_connection(domid as u64);
     d.control = control;
     d.orphaned = false;
+    d.unclaimed = Some(d.ports.keys().copied().collect());
     d.incarnation = d.incarnation.wrapping_add(1);
     let incarnation = d.incarnation;
     st.doms.0.insert(domid, d);

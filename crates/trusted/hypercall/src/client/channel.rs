@@ -173,4 +173,12 @@ impl super::HvClient {
     pub fn evtchn_close_port(&mut self, port: Port) -> HvResult<()> {
         self.chan.done(&Request::EvtchnClose { port })
     }
+    /// After taking over from a dead process of this domain: closes the
+    /// ports it held that were not taken back; how many.
+    pub fn evtchn_close_unclaimed(&mut self) -> HvResult<usize> {
+        match self.chan.call(&Request::EvtchnCloseUnclaimed)?.0 {
+            Reply::Value(v) => Ok(String::from_utf8_lossy(&v).trim().parse().unwrap_or(0)),
+            r => err(ErrorKind::Internal, format!("unexpected reply {r:?}")),
+        }
+    }
 }
