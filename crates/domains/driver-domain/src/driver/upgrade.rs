@@ -177,7 +177,13 @@ impl Driver {
             gap.saturating_sub(start)
         );
         if since.crashed {
-            // No upgrade asked: none waits for an answer.
+            // An upgrade whose program died is answered, not run again
+            // (the watch registered next fires once at once).
+            if let Ok(exe) = hv.store_read_str(&upgrade_node(me)) {
+                hv.store_rm(&upgrade_node(me))?;
+                let why = format!("failed: {exe} died during its upgrade; a new process of the program before took the domain over in place");
+                hv.store_write(&result_node(me), &why)?;
+            }
             return Ok(());
         }
         hv.store_rm(&upgrade_node(me))?;

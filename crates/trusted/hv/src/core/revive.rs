@@ -52,6 +52,10 @@ impl Hypervisor {
             return false;
         }
         d.orphaned = true;
+        // The serving thread also ends on a reply the domain did not take:
+        // its process, alive, then finds the connection closed and exits,
+        // so that its reaper decides (it would wait on it forever).
+        d.control.shutdown();
         let name = d.name.clone();
         drop(st);
         self.log(format_args!(
