@@ -8,7 +8,8 @@
 //! within reach), so hv makes it, once it has checked the request: the
 //! port is one of the domain's uplinks and no macvlan, the MAC one of its
 //! vifs', and the domain holds fewer than [`MAX_QUEUES`] queues. A dead
-//! driver domain's queues go before its successor starts ([`drop_all`]).
+//! driver domain's queues go before its successor starts ([`drop_all`]),
+//! a new domain or a new process taking it over in place.
 
 use crate::host;
 use abi::xenbus::{is_queue_name, mac_text, queue_name};

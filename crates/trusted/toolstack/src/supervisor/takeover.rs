@@ -105,6 +105,9 @@ impl Supervisor {
         let stopped = sys::signals::monotonic_usec();
         let sock = hv.revive(domid).map_err(|e| e.to_string())?;
         laps.mark("revive");
+        // Its dedicated queues go, as before a restart: the successor
+        // makes again those of the vifs it takes back.
+        crate::queues::drop_all(&d.name);
         let ns = host::netns_name(&d.name);
         let logs = self.domain_log(&d.name)?;
         let cg = Cgroup::create(&self.layout, &d.name).map_err(|e| e.to_string())?;
