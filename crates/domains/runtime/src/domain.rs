@@ -39,11 +39,8 @@ pub fn main() -> Result<()> {
         "guest" => jail::Role::of_domain("guest", &crate::hosted::nic_kind(&mut hv)),
         k => jail::Role::of_kind(k),
     };
-    role.and_then(jail::enter)
-        .map_err(|e| anyhow!("domain {id}: {e}"))?;
+    confine(&mut hv, role)?;
     let home = format!("/local/domain/{id}");
-    hv.store_write(&format!("{home}/pid"), &std::process::id().to_string())
-        .map_err(|e| anyhow!("{e}"))?;
     let w = hv.welcome().clone();
     eprintln!(
         "domain {id} ({}, {}) up: {} frames of grantable memory, {} grant references",
@@ -90,11 +87,7 @@ fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<
     let id = hv.domid();
     if since.crashed() {
         // Confined before reading a byte from a peer, as at a first start.
-        jail::Role::of_kind("driver")
-            .and_then(jail::enter)
-            .map_err(|e| anyhow!("domain {id}: {e}"))?;
-        let pid = std::process::id().to_string();
-        (hv.store_write(&format!("/local/domain/{id}/pid"), &pid)).map_err(|e| anyhow!("{e}"))?;
+        confine(&mut hv, jail::Role::of_kind("driver"))?;
     }
     eprintln!(
         "domain {id} ({}) resumed in place: pid {}",
@@ -104,6 +97,16 @@ fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<
     let r =
         driver_domain::driver::run(&mut hv, Some(since)).map_err(|e| anyhow!("driver domain: {e}"));
     ended(&mut hv, r)
+}
+
+/// Enters the jail of `role` and says this process's pid in the domain's
+/// home.
+fn confine(hv: &mut HvClient, role: Result<jail::Role, jail::JailError>) -> Result<()> {
+    let id = hv.domid();
+    role.and_then(jail::enter)
+        .map_err(|e| anyhow!("domain {id}: {e}"))?;
+    let pid = std::process::id().to_string();
+    (hv.store_write(&format!("/local/domain/{id}/pid"), &pid)).map_err(|e| anyhow!("{e}"))
 }
 
 /// A program exec'd in place inherits its predecessor's jail, and does not

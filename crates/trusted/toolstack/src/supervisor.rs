@@ -579,12 +579,7 @@ impl Supervisor {
             && match intent {
                 Some(Intent::Restart) => true,
                 Some(Intent::Destroy) => false,
-                // A process an hv before this one started (it died) is not
-                // this one's child: its status is unknown, taken as a crash.
-                None => match &status {
-                    Ok(s) => policy.applies(*s),
-                    Err(_) => policy != Restart::Never,
-                },
+                None => policy.applies_to(&status),
             };
         if !again {
             hv.port_forget(name);

@@ -279,10 +279,7 @@ fn admit(st: &mut State, spec: &DomainSpec) -> HvResult<DomId> {
 /// capture channels, NGM tables and event channels, and its store subtree
 /// and connection.
 fn revoke_all(st: &mut State, domid: DomId, d: &mut Domain) {
-    for (_, m) in d.maps.drain() {
-        st.unpin(&m);
-    }
-    d.holds.release_all(&mut st.pins, &st.doms);
+    release_grants(st, d);
     for other in st.doms.0.values_mut() {
         other.holds.forget_granter(domid);
     }
@@ -303,6 +300,17 @@ fn revoke_all(st: &mut State, domid: DomId, d: &mut Domain) {
     let events = st.store.release_domain(domid);
     st.store.drop_connection(domid as u64);
     deliver(st, events);
+}
+
+/// The other domains' grants domain `d` (out of `st.doms`) mapped or
+/// holds are released: when it is destroyed, or when its process died and
+/// a successor takes it over (`revive`).
+pub(super) fn release_grants(st: &mut State, d: &mut Domain) {
+    for (_, m) in d.maps.drain() {
+        st.unpin(&m);
+    }
+    d.mapped.clear();
+    d.holds.release_all(&mut st.pins, &st.doms);
 }
 
 /// The names of domain `domid`'s two serving threads: its control

@@ -118,11 +118,7 @@ fn release_process(st: &mut State, domid: DomId, control: SeqPacket) -> HvResult
             format!("domain {domid} does not exist"),
         );
     };
-    for (_, m) in d.maps.drain() {
-        st.unpin(&m);
-    }
-    d.mapped.clear();
-    d.holds.release_all(&mut st.pins, &st.doms);
+    super::lifecycle::release_grants(st, &mut d);
     d.fds_given.clear();
     if let Some(w) = d.watch_tx.take() {
         w.shutdown();

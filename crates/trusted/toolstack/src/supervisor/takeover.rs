@@ -78,13 +78,7 @@ impl Supervisor {
         let Ok(d) = self.config(name) else {
             return false;
         };
-        let policy = d.restart_policy();
-        !self.lock().intents.contains_key(name)
-            && match status {
-                Ok(s) => policy.applies(*s),
-                // Started by an hv before this one: taken as a crash.
-                Err(_) => policy != crate::topology::Restart::Never,
-            }
+        !self.lock().intents.contains_key(name) && d.restart_policy().applies_to(status)
     }
 
     /// Whether `name` crashed within [`TAKEOVER_WINDOW`] before now.

@@ -411,6 +411,16 @@ impl Restart {
             Restart::Always => true,
         }
     }
+
+    /// [`Restart::applies`] to a process reaped with `status`: one an hv
+    /// before this one started (it died) is not this one's child, and its
+    /// unknown status is taken as a crash.
+    pub fn applies_to(self, status: &std::io::Result<std::process::ExitStatus>) -> bool {
+        match status {
+            Ok(s) => self.applies(*s),
+            Err(_) => self != Restart::Never,
+        }
+    }
 }
 
 /// The longest spin before sleeping a topology may ask for (10 ms).
