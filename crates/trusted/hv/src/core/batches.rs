@@ -51,44 +51,82 @@ impl Hypervisor {
                     self.count_error(domid, ErrorKind::Invalid);
                     batch::complete(page, seq, BatchKind::Copy, -libc::EINVAL, &[]);
                 }
-                Ok(sub) => {
-                    let (statuses, errors) = {
-                        let mut st = self.lock();
-                        let st = &mut *st;
-                        if !st.doms.0.contains_key(&domid) {
-                            return; // destroyed meanwhile: run nothing on its behalf
+                Ok(mut sub) => match self.run_locked(domid, &tr, page, &mut sub) {
+                    Outcome::Gone => return, // destroyed meanwhile: run nothing on its behalf
+                    Outcome::GivenUp => {}
+                    Outcome::Ran(statuses, errors) => {
+                        for e in &errors {
+                            self.count_error(domid, e.kind);
                         }
-                        let n = (sub.ops.len() / sub.kind.op_size()) as u64;
-                        ops = n;
-                        let t1 = trace::now();
-                        let (r, what) = run_batch(st, domid, sub.kind, sub.ops);
-                        let traced = [BatchKind::Map, BatchKind::Unmap, BatchKind::Transfer];
-                        if !traced.contains(&sub.kind) {
-                            // A map, unmap or transfer traces each of its ops itself.
-                            tr.record(HvEvent::GrantCopy, t1, n);
+                        match sub.kind {
+                            BatchKind::Hold => batch::publish_held_frames(page, sub.ops),
+                            BatchKind::Map => batch::publish_ops(page, sub.ops),
+                            _ => {}
                         }
-                        st.counters.op("batch");
-                        st.counters.ops_n(what, n);
-                        if let Some(d) = st.doms.0.get_mut(&domid) {
-                            d.counters.op("batch");
-                            d.counters.ops_n(what, n);
-                        }
-                        r
-                    };
-                    for e in &errors {
-                        self.count_error(domid, e.kind);
+                        batch::complete(page, sub.seq, sub.kind, 0, &statuses);
+                        ops = (sub.ops.len() / sub.kind.op_size()) as u64;
                     }
-                    match sub.kind {
-                        BatchKind::Hold => batch::publish_held_frames(page, sub.ops),
-                        BatchKind::Map => batch::publish_ops(page, sub.ops),
-                        _ => {}
-                    }
-                    batch::complete(page, sub.seq, sub.kind, 0, &statuses);
-                }
+                },
             }
             let _ = done.ring();
             tr.record(HvEvent::Batch, t0, ops);
         }
+    }
+
+    /// Runs batch `sub`, read from `domid`'s `page`, under hv's lock.
+    fn run_locked(
+        &self,
+        domid: DomId,
+        tr: &HvTrace,
+        page: &dyn SharedMemory,
+        sub: &mut batch::Submitted<'_>,
+    ) -> Outcome {
+        let mut st = self.lock();
+        let st = &mut *st;
+        if !st.doms.0.contains_key(&domid) {
+            return Outcome::Gone;
+        }
+        if page.load_u32(batch::DONE_OFF) == sub.seq {
+            // Completed unrun as its process died (`release_process`): what
+            // it would map or hold would belong to no process.
+            return Outcome::GivenUp;
+        }
+        let n = (sub.ops.len() / sub.kind.op_size()) as u64;
+        let t1 = trace::now();
+        let ((statuses, errors), what) = run_batch(st, domid, sub.kind, sub.ops);
+        let traced = [BatchKind::Map, BatchKind::Unmap, BatchKind::Transfer];
+        if !traced.contains(&sub.kind) {
+            // A map, unmap or transfer traces each of its ops itself.
+            tr.record(HvEvent::GrantCopy, t1, n);
+        }
+        st.counters.op("batch");
+        st.counters.ops_n(what, n);
+        if let Some(d) = st.doms.0.get_mut(&domid) {
+            d.counters.op("batch");
+            d.counters.ops_n(what, n);
+        }
+        Outcome::Ran(statuses, errors)
+    }
+}
+
+/// What became of a batch read from a domain's page.
+enum Outcome {
+    /// Run: each op's status, and the failed ops' errors.
+    Ran(Vec<i16>, Vec<HvError>),
+    /// Completed unrun when its process died, before hv ran it.
+    GivenUp,
+    /// Its domain is gone.
+    Gone,
+}
+
+/// Gives up the batch a dead process submitted on `mem`'s batch page and
+/// hv has not run: it is marked done, so that the batch thread, which may
+/// have read it already, runs nothing on behalf of a process that is gone.
+pub(super) fn give_up_pending(mem: &DomainMemory) {
+    let page = &mem.batch_map;
+    let seq = page.load_u32(batch::SEQ_OFF);
+    if seq != page.load_u32(batch::DONE_OFF) {
+        batch::complete(page, seq, BatchKind::Copy, -libc::ECANCELED, &[]);
     }
 }
 

@@ -118,6 +118,7 @@ fn release_process(st: &mut State, domid: DomId, control: SeqPacket) -> HvResult
             format!("domain {domid} does not exist"),
         );
     };
+    super::batches::give_up_pending(&d.mem);
     super::lifecycle::release_grants(st, &mut d);
     d.fds_given.clear();
     if let Some(w) = d.watch_tx.take() {
@@ -131,4 +132,78 @@ fn release_process(st: &mut State, domid: DomId, control: SeqPacket) -> HvResult
     let incarnation = d.incarnation;
     st.doms.0.insert(domid, d);
     Ok(incarnation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch as page_layout;
+    use crate::core::DomainSpec;
+    use crate::hold::BatchKind;
+    use abi::SharedMemory;
+    use std::os::fd::AsFd;
+
+    /// A batch the dead process rang for, taken off the doorbell by hv's
+    /// batch thread but not run yet when the successor comes, is given up:
+    /// what it would map or hold would belong to no process.
+    /// Submits an empty copy batch on `page` and rings `kick`; its number.
+    fn submit(page: &dyn SharedMemory, kick: &sys::Doorbell) -> u32 {
+        let seq = page.load_u32(page_layout::DONE_OFF).wrapping_add(1);
+        page.write_u32(page_layout::COUNT_OFF, 0);
+        page.write_u32(page_layout::KIND_OFF, BatchKind::Copy as u32);
+        page.store_u32(page_layout::SEQ_OFF, seq);
+        kick.ring().unwrap();
+        seq
+    }
+
+    /// A batch the dead process rang for, taken off the doorbell by hv's
+    /// batch thread but not run yet when the successor comes, is given up:
+    /// what it would map or hold would belong to no process.
+    #[test]
+    fn a_batch_rung_before_the_death_is_not_run_after_it() {
+        let hv = Hypervisor::new();
+        let (d, _sock) = (hv.create_domain(DomainSpec::new("drv", "driver", 16, 1))).unwrap();
+        let (mem, kick, done, hv_kick) = {
+            let mut st = hv.lock();
+            let dom = domain(&mut st, d).unwrap();
+            let kick = dom.kick.try_clone().unwrap();
+            let hv_kick = dom.batch.kick.try_clone().unwrap();
+            (
+                dom.mem.clone(),
+                kick,
+                dom.done.try_clone().unwrap(),
+                hv_kick,
+            )
+        };
+        let page = &mem.batch_map;
+        let ran = |hv: &Hypervisor| hv.lock().doms.0[&d].counters.ops_of("batch");
+        // A first batch, run: the batch thread is serving.
+        let first = submit(page, &kick);
+        while page.load_u32(page_layout::DONE_OFF) != first {
+            done.wait(Some(Duration::from_secs(5))).unwrap();
+        }
+        assert_eq!(ran(&hv), 1);
+        // The second is rung while hv's lock is held here: the batch thread
+        // drains the doorbell, reads the page and waits on the lock.
+        let mut st = hv.lock();
+        let seq = submit(page, &kick);
+        let until = Instant::now() + Duration::from_secs(5);
+        while sys::poll_readable(&[hv_kick.as_fd()], Some(Duration::ZERO)).unwrap()[0] {
+            assert!(
+                Instant::now() < until,
+                "hv's batch thread never took the doorbell"
+            );
+            std::thread::yield_now();
+        }
+        let (hv_end, _dom_end) = SeqPacket::pair().unwrap();
+        release_process(&mut st, d, hv_end).unwrap();
+        drop(st);
+        assert!(done.wait(Some(Duration::from_secs(5))).unwrap() > 0);
+        assert_eq!(page.load_u32(page_layout::DONE_OFF), seq);
+        assert_eq!(
+            ran(&hv),
+            1,
+            "the dead process's batch ran for its successor"
+        );
+    }
 }
