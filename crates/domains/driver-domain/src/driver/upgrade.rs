@@ -176,16 +176,16 @@ impl Driver {
             "driver: {how} after {gap} µs ({start} µs to start the program, {} µs to take back its ports and vifs): {answer}",
             gap.saturating_sub(start)
         );
-        if since.crashed {
+        let answer = if !since.crashed {
+            answer
+        } else {
             // An upgrade whose program died is answered, not run again
             // (the watch registered next fires once at once).
-            if let Ok(exe) = hv.store_read_str(&upgrade_node(me)) {
-                hv.store_rm(&upgrade_node(me))?;
-                let why = format!("failed: {exe} died during its upgrade; a new process of the program before took the domain over in place");
-                hv.store_write(&result_node(me), &why)?;
+            match hv.store_read_str(&upgrade_node(me)) {
+                Ok(exe) => format!("failed: {exe} died during its upgrade; a new process of the program before took the domain over in place"),
+                Err(_) => return Ok(()), // no upgrade asked: none waits
             }
-            return Ok(());
-        }
+        };
         hv.store_rm(&upgrade_node(me))?;
         hv.store_write(&result_node(me), &answer)?;
         Ok(())
