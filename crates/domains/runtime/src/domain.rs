@@ -4,7 +4,7 @@
 
 use anyhow::{anyhow, Context, Result};
 use domain_common::idle::Idle;
-use hypercall::launch::{ENV_HV_FD, ENV_USERNS_FD};
+use hypercall::launch::{ENV_HV_FD, ENV_RESUME, ENV_USERNS_FD, RESUME_STANDBY, STANDBY_READY};
 use hypercall::HvClient;
 use netfront::{Netfront, TapNetfront};
 use std::os::fd::{AsFd, OwnedFd};
@@ -28,6 +28,10 @@ pub fn main() -> Result<()> {
         .context("bad descriptor number")?;
     let fd = sys::take_inherited_fd(fd).context("inherited hv socket")?;
     let sock = sys::SeqPacket::from_fd(fd);
+    if std::env::var(ENV_RESUME).is_ok_and(|v| v == RESUME_STANDBY) {
+        std::env::remove_var(ENV_RESUME);
+        return standby(sock);
+    }
     if let Some(since) = driver_domain::driver::Since::take() {
         return resumed(sock, since);
     }
@@ -75,20 +79,46 @@ fn ended(hv: &mut HvClient, r: Result<()>) -> Result<()> {
     }
 }
 
-/// A driver domain whose previous program exec'd this one in place
-/// (`splitnet upgrade`): already jailed and known to hv, it resumes on the
-/// control socket it kept, and takes over its vifs. The successor of one
-/// that died (hv started it) enters the jail first.
+/// A driver domain's next program, started before the old one stops
+/// (`splitnet upgrade`): it enters the jail, says it is ready on the
+/// toolstack's socket, and waits there for the domain's control socket
+/// and what the old program left when it handed its vifs over.
+fn standby(toolstack: sys::SeqPacket) -> Result<()> {
+    jail::enter(jail::Role::of_kind("driver").map_err(|e| anyhow!("{e}"))?)
+        .map_err(|e| anyhow!("standby: {e}"))?;
+    toolstack
+        .send(STANDBY_READY, &[])
+        .context("standby: saying it is ready")?;
+    let mut buf = [0u8; 128];
+    let (n, mut fds) = toolstack.recv(&mut buf).context("standby: waiting")?;
+    let (Some(fd), true) = (fds.pop(), fds.is_empty()) else {
+        // The toolstack ended the upgrade without it.
+        anyhow::bail!("standby: not given the domain ({n} bytes, no control socket)");
+    };
+    let text = std::str::from_utf8(&buf[..n]).unwrap_or("");
+    let since = driver_domain::driver::Since::parse(text)
+        .ok_or_else(|| anyhow!("standby: the toolstack said {text:?}"))?;
+    let mut hv =
+        HvClient::resume(sys::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("resume: {e}"))?;
+    let id = hv.domid();
+    let pid = std::process::id().to_string();
+    (hv.store_write(&format!("/local/domain/{id}/pid"), &pid)).map_err(|e| anyhow!("{e}"))?;
+    eprintln!(
+        "domain {id} ({}) resumed in place: pid {pid}, after the program before handed over",
+        hv.welcome().name
+    );
+    let r =
+        driver_domain::driver::run(&mut hv, Some(since)).map_err(|e| anyhow!("driver domain: {e}"));
+    ended(&mut hv, r)
+}
+
+/// The successor of a driver domain's process that died: it resumes on the
+/// control socket hv gave it, enters the jail, and takes over the vifs.
 fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<()> {
-    if !since.crashed() {
-        require_jailed()?;
-    }
     let mut hv = HvClient::resume(sock).map_err(|e| anyhow!("resume: {e}"))?;
     let id = hv.domid();
-    if since.crashed() {
-        // Confined before reading a byte from a peer, as at a first start.
-        confine(&mut hv, jail::Role::of_kind("driver"))?;
-    }
+    // Confined before reading a byte from a peer, as at a first start.
+    confine(&mut hv, jail::Role::of_kind("driver"))?;
     eprintln!(
         "domain {id} ({}) resumed in place: pid {}",
         hv.welcome().name,
@@ -107,24 +137,6 @@ fn confine(hv: &mut HvClient, role: Result<jail::Role, jail::JailError>) -> Resu
         .map_err(|e| anyhow!("domain {id}: {e}"))?;
     let pid = std::process::id().to_string();
     (hv.store_write(&format!("/local/domain/{id}/pid"), &pid)).map_err(|e| anyhow!("{e}"))
-}
-
-/// A program exec'd in place inherits its predecessor's jail, and does not
-/// enter it again: it refuses to run without it.
-fn require_jailed() -> Result<()> {
-    let status = std::fs::read_to_string("/proc/self/status").context("/proc/self/status")?;
-    let has = |line: &str| {
-        status
-            .lines()
-            .any(|l| l.split_whitespace().eq(line.split(' ')))
-    };
-    if !has("Seccomp: 2") || !has("NoNewPrivs: 1") {
-        anyhow::bail!(
-            "{} is set, but this process is not jailed (no seccomp filter or no_new_privs): only a driver domain's own program sets it",
-            driver_domain::driver::ENV_RESUME
-        );
-    }
-    Ok(())
 }
 
 /// Publishes netfront's counters (and, under the new grant mechanism, its

@@ -193,18 +193,21 @@ enum Cmd {
         domain: String,
     },
     /// Replace a driver domain's program in place, keeping its vifs, ports
-    /// and queues (same process, same domain id, and its guests run no
+    /// and queues (same domain id, a new process, and its guests run no
     /// handshake); or, with --hv, hv's own program, its domains running on.
     #[command(
         long_about = "Replace a driver domain's program in place (an upgrade of its netback, bridge \
-        and ports): it stops between two turns of its loop, hands its vifs over (responses \
-        published, counters and multicast groups written to the store, rings unmapped, event \
-        channels left bound) and executes the new program in the same process, which takes the \
-        vifs and its ports back. Its guests run no handshake and keep their TCP connections; \
-        frames from outside wait in the sockets hv keeps. Prints how long the vifs went \
-        unserved. A program that cannot be run leaves the old one serving; one that dies is a \
-        crash, and the domain's restart policy brings it back on the program it ran before. \
-        VMs behind vhost-user ports reconnect as after a crash.\n\n\
+        and ports): the new program starts first, beside the old one, in the domain's namespace, \
+        jail and cgroup, and says it is ready. Then the old one stops between two turns of its \
+        loop, hands its vifs over (responses published, counters and multicast groups written \
+        to the store, rings unmapped, event channels left bound) and hangs up; hv keeps the \
+        domain and gives it to the new process, which takes the vifs and its ports back. Its \
+        guests run no handshake and keep their TCP connections; frames from outside wait in the \
+        sockets hv keeps. Prints how long the vifs went unserved. A program that cannot start, \
+        or says it is ready without entering its jail, leaves the old process serving, \
+        untouched; one that dies after taking over is a crash, and a process of the program \
+        before takes the domain over. VMs behind vhost-user ports reconnect as after a \
+        crash.\n\n\
         With --hv [PATH], hv replaces its own program (default: the splitnet-hv at its path now): \
         it records its state (domains, grants, event channels, the store, the topology and vifs), \
         the new program reads it once to show it can, and hv executes it in the same process, \

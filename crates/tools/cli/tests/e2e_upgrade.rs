@@ -1,8 +1,9 @@
-//! A driver domain upgraded in place (`splitnet upgrade`): the same
-//! process and domain go on with a new program, the guests run no
-//! handshake and lose nothing; a program that cannot run, or dies, leaves
-//! the guests served; one upgrade at a time; hot-plugs under way are not
-//! lost. Needs root; run one test at a time.
+//! A driver domain upgraded in place (`splitnet upgrade`): the same domain,
+//! in the same jail, goes on with a new program in a new process started
+//! before the old one stopped; the guests run no handshake and lose
+//! nothing; a program that cannot start, or will not confine itself,
+//! leaves the old process serving; one upgrade at a time; hot-plugs under
+//! way are not lost. Needs root; run one test at a time.
 
 mod common;
 
@@ -25,9 +26,10 @@ fn refused(env: &Env, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// What must not change across upgrades: the domain's process, id and
-/// credentials (its jail: uid, capabilities, no_new_privs, seccomp
-/// filters), what it holds in hv, and guest1's NIC.
+/// What must not change across upgrades: the domain's id and credentials
+/// (its jail: uid, capabilities, no_new_privs, seccomp filters), what it
+/// holds in hv, and guest1's NIC; and its process, which an upgrade
+/// replaces ([`pid`]).
 fn identity(env: &Env) -> Value {
     let st = env.status();
     let d = domain(&st, "drv");
@@ -41,10 +43,22 @@ fn identity(env: &Env) -> Value {
         })
         .collect();
     serde_json::json!({
-        "pid": d["pid"], "id": d["id"], "credentials": creds,
+        "id": d["id"], "credentials": creds,
         "grant_maps": d["grant_maps"], "event_channels": d["event_channels"],
         "vif": vif(&st, "guest1")["backend"], "ifindex": if_stat("guest1", "eth0", "../ifindex"),
     })
+}
+
+/// The driver domain's process now.
+fn pid(env: &Env) -> i64 {
+    domain(&env.status(), "drv")["pid"]
+        .as_i64()
+        .expect("drv has a pid")
+}
+
+/// Whether process `pid` still exists.
+fn alive(pid: i64) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// The `splitnet-domain` program hv runs: the one beside `splitnet`.
@@ -80,18 +94,23 @@ fn counters_go_on(env: &Env) {
     );
 }
 
-/// A copy of the domain program only the host's root may run: the jailed
-/// driver domain cannot.
-fn private_program(env: &Env) -> std::path::PathBuf {
-    let private = env.run_dir.join("private-domain");
-    std::fs::copy(domain_program(), &private).unwrap();
-    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o700);
-    std::fs::set_permissions(&private, mode).unwrap();
-    private
+/// A program that says it is ready as a standby (on the socket it
+/// inherits) without entering any jail.
+fn unjailed_program(env: &Env) -> std::path::PathBuf {
+    let path = env.run_dir.join("unjailed-domain");
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    std::fs::write(
+        &path,
+        "#!/bin/bash\nprintf ready >&\"$SPLITNET_HV_FD\"\nexec sleep 30\n",
+    )
+    .unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&path, mode).unwrap();
+    path
 }
 
 #[test]
-fn an_upgraded_driver_domain_keeps_its_process_its_vifs_and_every_datagram() {
+fn an_upgraded_driver_domain_keeps_its_id_its_jail_its_vifs_and_every_datagram() {
     let Some(env) = Env::new("upg-keep") else {
         return;
     };
@@ -106,8 +125,14 @@ fn an_upgraded_driver_domain_keeps_its_process_its_vifs_and_every_datagram() {
         wait_until("the next fifth sent", Duration::from_secs(10), || {
             flows.sent() > k * DATAGRAMS / 6
         });
+        let old = pid(&env);
         let r = upgrade(&env, &[]);
         assert_eq!(r["domain"], "drv", "{r}");
+        // A new process runs the domain; the old one was ended.
+        assert_ne!(pid(&env), old, "{r}");
+        wait_until("the old process to end", Duration::from_secs(5), || {
+            !alive(old)
+        });
         dropped += r["dropped_frames"].as_u64().unwrap();
         if k == 1 {
             counters_go_on(&env);
@@ -146,6 +171,7 @@ fn an_upgraded_driver_domain_keeps_its_process_its_vifs_and_every_datagram() {
     assert_eq!(st["restarts_after_crash"], 0, "{st:#}");
     let log = std::fs::read_to_string(env.run_dir.join("drv.log")).unwrap();
     assert_eq!(log.matches("resumed in place").count(), 10, "{log}");
+    assert_eq!(log.matches("handed every vif over").count(), 5, "{log}");
     // Five questions and answers left nothing in the store.
     env.settled_as(&held).assert_holds_as(&held);
     env.ok(&["down"]);
@@ -153,12 +179,13 @@ fn an_upgraded_driver_domain_keeps_its_process_its_vifs_and_every_datagram() {
 }
 
 #[test]
-fn an_upgrade_that_cannot_run_or_dies_leaves_the_guests_served() {
+fn an_upgrade_that_cannot_start_leaves_the_old_process_serving() {
     let Some(env) = Env::new("upg-fail") else {
         return;
     };
     env.ok(&["up"]);
     let before = identity(&env);
+    let before_pid = pid(&env);
     // Refused before the domain is asked.
     let e = refused(&env, &["upgrade", "guest1"]);
     assert!(e.contains("guest1 is not a driver domain"), "{e}");
@@ -167,38 +194,43 @@ fn an_upgrade_that_cannot_run_or_dies_leaves_the_guests_served() {
         &["upgrade", "drv", "--exe", "/nonexistent/splitnet-domain"],
     );
     assert!(e.contains("No such file"), "{e}");
-    // A program only the host's root may run: the jailed domain cannot.
-    let private = private_program(&env);
+    // A program that dies at start never gets the domain: the old
+    // process serves on, untouched.
+    let e = refused(&env, &["upgrade", "drv", "--exe", "/bin/false"]);
+    assert!(
+        e.contains("/bin/false exited with status 1 before it was ready")
+            && e.contains("the old program serves on"),
+        "{e}"
+    );
+    assert_eq!(
+        pid(&env),
+        before_pid,
+        "a refused upgrade replaced the process"
+    );
+    // Nor does one that says it is ready without confining itself.
+    let unjailed = unjailed_program(&env);
     let e = refused(
         &env,
-        &["upgrade", "drv", "--exe", private.to_str().unwrap()],
+        &["upgrade", "drv", "--exe", unjailed.to_str().unwrap()],
     );
     assert!(
-        e.contains("could not run") && e.contains("the old program serves on"),
+        e.contains("without entering its jail") && e.contains("the old program serves on"),
         "{e}"
+    );
+    assert_eq!(
+        pid(&env),
+        before_pid,
+        "a refused upgrade replaced the process"
     );
     assert_eq!(
         identity(&env),
         before,
         "a refused upgrade changed the domain"
     );
+    let st = env.status();
+    assert_eq!(vif(&st, "guest1")["frontend_state"], "Connected", "{st:#}");
     env.ping("guest1", "10.77.0.254", 3);
     env.ping("guest2", "10.77.0.1", 3);
-    // A program that dies at start is a crash: a new process takes the
-    // domain over in place on its old program, and answers the upgrade
-    // (not running the program again: the same domain, no second crash).
-    let e = refused(&env, &["upgrade", "drv", "--exe", "/bin/false"]);
-    assert!(e.contains("/bin/false died during its upgrade"), "{e}");
-    assert_eq!(domain(&env.status(), "drv")["id"], before["id"]);
-    wait_until("drv to come back", Duration::from_secs(10), || {
-        let st = env.status();
-        let d = domain(&st, "drv");
-        !d.is_null()
-            && !d["pid"].is_null()
-            && d["pid"] != before["pid"]
-            && vif(&st, "guest1")["frontend_state"] == "Connected"
-    });
-    env.ping("guest1", "10.77.0.254", 3);
     // The program it runs is still the one it ran before.
     let r = upgrade(&env, &[]);
     assert_eq!(r["program"], domain_program(), "{r}");
@@ -239,7 +271,8 @@ fn a_second_upgrade_while_one_runs_is_refused() {
         first.0.wait().unwrap().success(),
         "the first upgrade failed"
     );
-    assert_eq!(domain(&env.status(), "drv")["pid"].as_i64(), Some(pid));
+    // A new process took the domain over once the old one handed over.
+    assert_ne!(domain(&env.status(), "drv")["pid"].as_i64(), Some(pid));
     env.ping("guest1", "10.77.0.254", 3);
     env.ok(&["down"]);
 }
@@ -351,18 +384,13 @@ fn a_dedicated_queue_is_made_again_by_the_new_program() {
         if_stat("drv", &name, "rx_packets") >= 3,
         "no frame landed in {name}"
     );
-    // A program the domain cannot run: the old one takes its vifs back,
-    // and their queues with them.
-    let private = private_program(&env);
+    // A program that cannot start: the old process never stopped, and
+    // its queue is the one it had.
     let old = index();
-    let e = refused(
-        &env,
-        &["upgrade", "drv", "--exe", private.to_str().unwrap()],
-    );
+    let e = refused(&env, &["upgrade", "drv", "--exe", "/bin/false"]);
     assert!(e.contains("the old program serves on"), "{e}");
-    wait_until("guest1's queue taken back", limit, || {
-        queue()["state"] == "dedicated" && index() != old && index() != 0
-    });
+    assert_eq!(queue()["state"], "dedicated");
+    assert_eq!(index(), old, "the queue was made again");
     env.ping("wire", "10.77.0.1", 3);
     assert!(
         if_stat("drv", &name, "rx_packets") >= 3,

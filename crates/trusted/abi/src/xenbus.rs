@@ -110,20 +110,31 @@ impl fmt::Display for XenbusState {
     }
 }
 
-/// Store key names for a vif, under the frontend or backend directory.
-/// Where the toolstack asks driver domain `domid` to replace its program
-/// in place (`splitnet upgrade`): the new program's absolute path, as Xen's
-/// toolstack asks a domain to shut down at `control/shutdown`.
+/// Where the toolstack asks driver domain `domid` to hand its vifs over to
+/// a successor process (`splitnet upgrade`), as Xen's toolstack asks a
+/// domain to shut down at `control/shutdown`: the value is
+/// [`UPGRADE_HANDOVER`].
 pub fn upgrade_node(domid: u16) -> String {
     format!("/local/domain/{domid}/control/upgrade")
 }
 
-/// Where the driver domain answers [`upgrade_node`]: `ok <µs its vifs were
-/// unserved> <frames dropped>`, or `failed: <why>`.
+/// What [`upgrade_node`] holds when the toolstack asks for a hand-over.
+pub const UPGRADE_HANDOVER: &str = "handover";
+
+/// Where the old program, having handed every vif over, leaves for its
+/// successor `STOPPED DROPPED HANDED`: the monotonic clock (µs) when it
+/// stopped serving, the frames it dropped, and the clock when it was done.
+pub fn upgrade_handed_node(domid: u16) -> String {
+    format!("/local/domain/{domid}/control/handed")
+}
+
+/// Where the successor answers [`upgrade_node`]: `ok <µs the vifs were
+/// unserved> <frames dropped>`, `partial …`, or `failed: <why>`.
 pub fn upgrade_result_node(domid: u16) -> String {
     format!("/local/domain/{domid}/control/upgrade-result")
 }
 
+/// Store key names for a vif, under the frontend or backend directory.
 pub mod keys {
     /// Both ends: the end's [`super::XenbusState`].
     pub const STATE: &str = "state";

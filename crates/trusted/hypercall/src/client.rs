@@ -527,11 +527,15 @@ impl HvClient {
     pub fn watch_fd(&self) -> BorrowedFd<'_> {
         self.watch.as_fd()
     }
-    /// The control socket to hv, for a driver domain that replaces its
-    /// program in place and hands the socket to the next
-    /// ([`HvClient::resume`]).
+    /// The control socket to hv.
     pub fn control_fd(&self) -> BorrowedFd<'_> {
         self.chan.sock.as_fd()
+    }
+    /// Closes the connection to hv both ways while this process lives on:
+    /// a driver domain that handed its vifs over to a successor hangs up
+    /// so that hv gives the domain to it at once (`Hypervisor::revive`).
+    pub fn hang_up(&self) {
+        self.chan.sock.shutdown();
     }
     /// Whether watch events are waiting that the watch descriptor no longer
     /// shows (see [`HvClient::wait_state`]): poll with no timeout then.

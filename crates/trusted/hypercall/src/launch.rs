@@ -18,10 +18,19 @@ pub const ENV_HVM_DM_FD: &str = "SPLITNET_HVM_DM_FD";
 /// namespace, which the host's user namespace owns, so that namespace's
 /// owner cannot be its jail's (`jail::enter`).
 pub const ENV_USERNS_FD: &str = "SPLITNET_USERNS_FD";
-/// Set by a driver domain for the program it becomes in place (`splitnet
-/// upgrade`): the monotonic clock (µs) when it stopped serving, and the
-/// frames it dropped handing over. hv never passes it to a domain it starts.
+/// Set by hv for a driver domain's process that does not start afresh: the
+/// successor of a dead one (`STOPPED 0 crash`, the monotonic clock in µs
+/// when the domain's vifs were last served), or a standby that waits for
+/// the domain ([`RESUME_STANDBY`]).
 pub const ENV_RESUME: &str = "SPLITNET_RESUME";
+/// [`ENV_RESUME`] of a driver domain's next program, started before the
+/// old one hands its vifs over: it enters its jail, says it is ready on
+/// the socket it inherited (from the toolstack, not hv), and waits there
+/// for the domain's control socket and what the old program left
+/// (`STOPPED DROPPED HANDED`).
+pub const RESUME_STANDBY: &str = "standby";
+/// What a standby ([`RESUME_STANDBY`]) says once it is ready.
+pub const STANDBY_READY: &[u8] = b"ready";
 
 /// A domain's uid and gid on the host are this plus its domain id (its
 /// first one, which its restarts keep): far above login accounts and the

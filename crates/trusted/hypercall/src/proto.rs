@@ -313,9 +313,10 @@ pub enum Request {
     GrantTableView {
         granter: DomId,
     },
-    /// From a driver domain that replaced its program in place (`execve`,
-    /// [`Request::UpgradeDomain`]): [`Request::Hello`] again, on the same
-    /// control socket. hv answers with the same [`Welcome`] and
+    /// From a driver domain's new process ([`Request::UpgradeDomain`], or
+    /// the successor of a dead one), on the control socket hv made for it
+    /// (`Hypervisor::revive`), or from a program that replaced itself on
+    /// the same socket: [`Request::Hello`] again. hv answers with the same [`Welcome`] and
     /// descriptors, and a fresh watch socket; the watches the old program
     /// registered are dropped. Its event channels, grants and store nodes
     /// stay as they were.
@@ -328,9 +329,9 @@ pub enum Request {
         remote: DomId,
         remote_port: Port,
     },
-    /// Toolstack: driver domain `name` replaces its program with `exe`
-    /// (None: the domain program hv runs) in place, keeping its vifs,
-    /// ports and queues connected. Replies with a JSON report in a `Value`.
+    /// Toolstack: driver domain `name` hands its vifs, ports and queues
+    /// over to a new process running `exe` (None: the domain program hv
+    /// runs), started beforehand, keeping them connected. Replies with a JSON report in a `Value`.
     UpgradeDomain {
         name: String,
         exe: Option<String>,

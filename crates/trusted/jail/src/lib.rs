@@ -296,10 +296,11 @@ pub fn syscalls(role: Role) -> SyscallFilter {
     let mut f = SyscallFilter::new();
     f.allow_all(DOMAIN).allow_all(RUNTIME);
     match role {
-        Role::Guest => f.allow_all(GUEST_RUNS_IP).allow_all(EXEC),
+        Role::Guest => f.allow_all(GUEST_RUNS_IP).allow_all(EXEC).allow_all(LOADER),
         Role::VirtioGuest => f
             .allow_all(GUEST_RUNS_IP)
             .allow_all(EXEC)
+            .allow_all(LOADER)
             .allow_all(VIRTIO_FRONTEND),
         Role::VmApp => f.allow_all(THREADS),
         Role::Driver => f
@@ -307,7 +308,7 @@ pub fn syscalls(role: Role) -> SyscallFilter {
             .allow_all(VHOST_BACKEND)
             .allow_all(GRANT_MAPS)
             .allow_all(KEPT_PORTS)
-            .allow_all(EXEC),
+            .allow_all(LOADER),
     };
     // Threads and processes, without new namespaces (clone3 hides its flags
     // in memory, so it looks absent and glibc falls back to clone).
@@ -456,14 +457,16 @@ const GRANT_MAPS: &[libc::c_long] = &[libc::SYS_fstatfs, libc::SYS_pidfd_open];
 /// (`sys::PacketSocket::adopt`): it asks each which interface it is bound to.
 const KEPT_PORTS: &[libc::c_long] = &[libc::SYS_getsockname];
 
-/// Running a program: `execve`, then what the dynamic loader, libc and
-/// Rust's start-up call before it reaches its own code. A guest runs `ip`;
-/// a driver domain replaces its own program in place (`splitnet upgrade`).
-/// The filter, the user namespace and `no_new_privs` stay across the exec,
-/// so the program holds nothing its caller did not. (`prlimit64` too, on
-/// the calling process only: `syscalls`.)
-const EXEC: &[libc::c_long] = &[
-    libc::SYS_execve,
+/// Running a program: a guest runs `ip`. The filter, the user namespace
+/// and `no_new_privs` stay across the exec, so the program holds nothing
+/// its caller did not. A driver domain runs no program: its next one is
+/// started beside it, not in its place (`splitnet upgrade`).
+const EXEC: &[libc::c_long] = &[libc::SYS_execve];
+
+/// What the dynamic loader, libc and Rust's start-up call before a
+/// program reaches its own code, and call again on rare paths. (`prlimit64`
+/// too, on the calling process only: `syscalls`.)
+const LOADER: &[libc::c_long] = &[
     libc::SYS_access,
     libc::SYS_arch_prctl,
     libc::SYS_set_tid_address,
@@ -514,7 +517,7 @@ const VIRTIO_FRONTEND: &[libc::c_long] = &[
 ];
 
 /// A guest runs `ip` (Rust's `Command`, then `ip` itself: libcap,
-/// netlink), with [`EXEC`].
+/// netlink), with [`EXEC`] and [`LOADER`].
 const GUEST_RUNS_IP: &[libc::c_long] = &[
     libc::SYS_pipe2,
     libc::SYS_wait4,
@@ -570,6 +573,22 @@ mod tests {
         // A guest's kind never yields a driver role, whatever its NIC.
         assert_eq!(Role::of_domain("guest", "vif").ok(), Some(Role::Guest));
         assert_eq!(Role::of_kind("driver").ok(), Some(Role::Driver));
+    }
+
+    /// A guest may run `ip`; a driver domain runs no program, its next
+    /// one being started beside it (`splitnet upgrade`).
+    #[test]
+    fn only_a_guest_may_run_a_program() {
+        // No path: the kernel answers EFAULT to a call it is let to see.
+        let execve = (libc::SYS_execve, [0, 0, 0]);
+        for (role, want) in [
+            (Role::Guest, Err(libc::EFAULT)),
+            (Role::Driver, Err(libc::EPERM)),
+            (Role::VmApp, Err(libc::EPERM)),
+        ] {
+            let filter = syscalls(role).compile(libc::EPERM).unwrap();
+            assert_eq!(filter.answers(&[execve]).unwrap(), [want], "{role:?}");
+        }
     }
 
     /// Under every role's filter a page may be dropped from the caller's

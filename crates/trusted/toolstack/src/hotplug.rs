@@ -49,8 +49,9 @@ pub fn upgrade(rd: &Path, domain: &str, exe: Option<&Path>, json: bool) -> Resul
     let r: crate::supervisor::UpgradeReport =
         serde_json::from_str(&text).map_err(|e| anyhow!("hv's report {text:?}: {e}"))?;
     println!(
-        "{domain} now runs {} (same process, same vifs): its vifs went unserved {:.1} ms, {} queued frames dropped; took {} ms",
+        "{domain} now runs {} (same domain, same vifs, pid {}): its vifs went unserved {:.1} ms, {} queued frames dropped; took {} ms",
         r.program,
+        r.pid,
         r.unserved_us as f64 / 1e3,
         r.dropped_frames,
         r.took_ms

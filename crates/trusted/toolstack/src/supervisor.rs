@@ -24,6 +24,7 @@ mod journal;
 mod launch;
 mod options;
 mod own_nic;
+mod standby;
 mod takeover;
 mod upgrade;
 mod vifs;
@@ -92,6 +93,9 @@ struct State {
     programs: HashMap<String, PathBuf>,
     /// Domain processes not reaped yet, by pid: (domain, name).
     watched: BTreeMap<i32, (DomId, String)>,
+    /// Old driver-domain processes under a hand-over to a standby
+    /// (`standby`), by pid.
+    handovers: HashMap<i32, standby::Handover>,
     /// The apply under way, if any, as far as it got.
     apply_progress: Option<apply::ApplyProgress>,
     /// Domains made but not yet started when hv's record was taken, by
@@ -838,9 +842,12 @@ impl SupervisorHook for Supervisor {
                 Some(me) => me.upgrade_hv(exe).map(|n| Reply::Value(n.into_bytes())),
                 None => Err(fail(ErrorKind::Invalid, "hv is shutting down")),
             },
-            Request::UpgradeDomain { name, exe } => self
-                .upgrade(&name, exe)
-                .map(|report| Reply::Value(report.into_bytes())),
+            Request::UpgradeDomain { name, exe } => match self.this.upgrade() {
+                Some(me) => me
+                    .upgrade(&name, exe)
+                    .map(|report| Reply::Value(report.into_bytes())),
+                None => Err(fail(ErrorKind::Invalid, "hv is shutting down")),
+            },
             Request::NetworkAttach {
                 guest,
                 mac,

@@ -1,17 +1,21 @@
-//! The driver domain replacing its program in place (`splitnet upgrade`).
+//! The driver domain handing its vifs over to a successor process
+//! (`splitnet upgrade`).
 //!
-//! The toolstack writes the new program's path at `control/upgrade` in the
-//! domain's home, as Xen's toolstack asks a domain to shut down through
-//! `control/shutdown`. The driver stops between two turns of its loop,
-//! hands every connected vif over (`netback::handover`: responses
-//! published, counters and groups written down, rings unmapped, channels
-//! left bound) and `execve`s the program in the same process: same pid,
-//! same namespaces and jail, same domain id, and the control socket to hv
-//! kept open, so hv and the guests see no domain come or go. The new
-//! program says [`hypercall::HvClient::resume`] instead of hello, takes
-//! the vifs back ([`Driver::resume`]) and its ports from hv, and writes
-//! how long the vifs were served by no one at `control/upgrade-result`.
-//! An `execve` that fails leaves the old program to take its vifs back.
+//! The toolstack first starts the new program as a *standby*: spawned,
+//! loaded and jailed in the domain's namespaces, waiting for a control
+//! socket. Then it writes [`abi::xenbus::UPGRADE_HANDOVER`] at
+//! `control/upgrade` in the domain's home, as Xen's toolstack asks a domain
+//! to shut down through `control/shutdown`. The driver stops between two
+//! turns of its loop, hands every connected vif over (`netback::handover`:
+//! responses published, counters and groups written down, rings unmapped,
+//! channels left bound), leaves when it stopped at `control/handed`, and
+//! hangs up on hv. hv keeps the domain for a successor
+//! (`Hypervisor::revive`), and the toolstack gives the fresh control socket
+//! to the standby, which says [`hypercall::HvClient::resume`], takes the
+//! vifs back ([`Driver::resume`]) and its ports from hv, and writes how long
+//! the vifs were served by no one at `control/upgrade-result`. The new
+//! program's start-up lies outside that window. The old process waits to
+//! be ended.
 
 use super::state::{Driver, DriverError};
 use crate::netback::Netback;
@@ -23,43 +27,52 @@ use std::time::{Duration, Instant};
 /// the hand-over drops them.
 const DRAIN: Duration = Duration::from_millis(2);
 
+/// How long the old process, having handed over, waits for the toolstack
+/// to end it before it exits on its own.
+const LINGER: Duration = Duration::from_secs(10);
+
 /// Watch token of `control/upgrade`.
 pub(super) const UPGRADE: &str = "upgrade";
 pub use hypercall::launch::ENV_RESUME;
 
-pub use abi::xenbus::{upgrade_node, upgrade_result_node as result_node};
+pub use abi::xenbus::{upgrade_handed_node, upgrade_node, upgrade_result_node as result_node};
 
 impl Driver {
-    /// `control/upgrade` changed: an absolute path there is the program to
-    /// become. Returns only if it could not be run (answered `failed`),
-    /// with the vifs taken back.
+    /// `control/upgrade` changed: asked to hand over, this program hands
+    /// every vif over, says when it stopped, hangs up on hv and waits to be
+    /// ended (it never returns then). Anything else there is no question.
     pub(super) fn on_upgrade(&mut self, hv: &mut HvClient) -> Result<(), DriverError> {
         let me = hv.domid();
-        let exe = match hv.store_read_str(&upgrade_node(me)) {
-            Ok(p) if p.starts_with('/') => p,
+        match hv.store_read_str(&upgrade_node(me)) {
+            Ok(v) if v == abi::xenbus::UPGRADE_HANDOVER => {}
             _ => return Ok(()),
-        };
+        }
         let stopped = sys::signals::monotonic_usec();
-        let (handed, dropped) = self.hand_over(hv);
-        let why = become_program(hv, &exe, stopped, dropped);
-        eprintln!("driver: could not run {exe:?}: {why}; this program goes on");
-        // The request goes first and the answer last, once the vifs are
-        // served again: an upgrade asked after the answer is not lost.
-        let _ = hv.store_rm(&upgrade_node(me));
-        self.take_back(hv, &handed);
-        let _ = hv.store_write(
-            &result_node(me),
-            &format!("failed: could not run {exe}: {why}; the old program serves on"),
+        let dropped = self.hand_over(hv);
+        let handed = sys::signals::monotonic_usec();
+        let said = hv.store_write(
+            &upgrade_handed_node(me),
+            &format!("{stopped} {dropped} {handed}"),
         );
-        Ok(())
+        if let Err(e) = said {
+            // The toolstack then lets the domain be taken over as from a
+            // dead process, on the program before.
+            eprintln!("driver: writing when it stopped: {e}");
+        }
+        hv.hang_up();
+        eprintln!(
+            "driver: handed every vif over in {} µs; waiting to be ended",
+            handed - stopped
+        );
+        std::thread::sleep(LINGER);
+        std::process::exit(0);
     }
 
     /// Hands every connected vif over, dedicated queues given back first;
-    /// returns their slots and the frames dropped. Frames
-    /// queued for a guest first wait up to [`DRAIN`] for its buffers (it
-    /// posts more as it reads what it was given); the ports are not read
-    /// meanwhile, so nothing new queues.
-    fn hand_over(&mut self, hv: &mut HvClient) -> (Vec<usize>, u64) {
+    /// returns the frames dropped. Frames queued for a guest first wait up
+    /// to [`DRAIN`] for its buffers (it posts more as it reads what it was
+    /// given); the ports are not read meanwhile, so nothing new queues.
+    fn hand_over(&mut self, hv: &mut HvClient) -> u64 {
         // Dedicated queues go first: what they hold goes to the vifs, their
         // MACs back to the default queue, whose socket hv keeps, so frames
         // arriving meanwhile wait there for the next program.
@@ -86,8 +99,8 @@ impl Driver {
             }
             std::thread::sleep(Duration::from_micros(100));
         }
-        let (mut handed, mut dropped) = (Vec::new(), 0);
-        for (i, v) in self.vifs.iter_mut().enumerate() {
+        let mut dropped = 0;
+        for v in self.vifs.iter_mut() {
             if v.gone || !v.nb.is_connected() {
                 continue;
             }
@@ -95,30 +108,8 @@ impl Driver {
                 let _ = self.events.epoll.remove(b.as_fd());
             }
             dropped += v.nb.hand_over(hv);
-            handed.push(i);
         }
-        (handed, dropped)
-    }
-
-    /// After a failed `execve`: the vifs `handed` over are taken back in
-    /// place, as the next program would have, with their queues; one that
-    /// cannot be is closed with the reason, so its frontend does not wait
-    /// on no one.
-    fn take_back(&mut self, hv: &mut HvClient, handed: &[usize]) {
-        for &i in handed {
-            let (guest, be) = (self.vifs[i].nb.guest, self.vifs[i].nb.be.clone());
-            match Netback::resume(hv, guest, &be) {
-                Ok((nb, _)) => {
-                    self.vifs[i].bells = self.events.watch_vif(i, &nb);
-                    self.vifs[i].nb = nb;
-                    self.attach_queue(hv, i);
-                }
-                Err(e) => {
-                    eprintln!("driver: {}: not taken back: {e}", crate::vif_name(&be));
-                    crate::netback::give_up(hv, &be, &e);
-                }
-            }
-        }
+        dropped
     }
 
     /// In the new program: takes over every vif the old one left
@@ -141,15 +132,11 @@ impl Driver {
                 lost.push(format!("{}: {why}", crate::vif_name(&be)));
             }
         }
-        if since.crashed {
-            // The dead process's ports for vifs that went meanwhile.
-            match hv.evtchn_close_unclaimed() {
-                Ok(0) => {}
-                Ok(n) => {
-                    eprintln!("driver: closed {n} ports of vifs gone while no one served them")
-                }
-                Err(e) => eprintln!("driver: closing the dead process's other ports: {e}"),
-            }
+        // The old process's ports for vifs that went meanwhile.
+        match hv.evtchn_close_unclaimed() {
+            Ok(0) => {}
+            Ok(n) => eprintln!("driver: closed {n} ports of vifs gone while no one served them"),
+            Err(e) => eprintln!("driver: closing the old process's other ports: {e}"),
         }
         // Every vif that was connected is back: frames from outside may
         // come (a re-probed vif or a VM reconnecting is not waited for).
@@ -158,6 +145,9 @@ impl Driver {
         let me = hv.domid();
         let gap = sys::signals::monotonic_usec().saturating_sub(since.stopped);
         let start = since.started.saturating_sub(since.stopped);
+        let handing = since.handed.map_or(String::new(), |h| {
+            format!("{} µs to hand over, ", h.saturating_sub(since.stopped))
+        });
         let answer = if lost.is_empty() {
             format!("ok {gap} {}", since.dropped)
         } else {
@@ -173,7 +163,7 @@ impl Driver {
             "resumed in place"
         };
         eprintln!(
-            "driver: {how} after {gap} µs ({start} µs to start the program, {} µs to take back its ports and vifs): {answer}",
+            "driver: {how} after {gap} µs ({handing}{start} µs until this program had the domain, {} µs to take back its ports and vifs): {answer}",
             gap.saturating_sub(start)
         );
         let answer = if !since.crashed {
@@ -182,7 +172,7 @@ impl Driver {
             // An upgrade whose program died is answered, not run again
             // (the watch registered next fires once at once).
             match hv.store_read_str(&upgrade_node(me)) {
-                Ok(exe) => format!("failed: {exe} died during its upgrade; a new process of the program before took the domain over in place"),
+                Ok(_) => "failed: the new program died during the upgrade; a new process of the program before took the domain over in place".to_string(),
                 Err(_) => return Ok(()), // no upgrade asked: none waits
             }
         };
@@ -218,13 +208,15 @@ impl Driver {
     }
 }
 
-/// What the old program left for the new one in [`ENV_RESUME`]
-/// (`STOPPED DROPPED`), or hv for the successor of one that died
-/// (`STOPPED 0 crash`).
+/// What the old program left for its standby at [`upgrade_handed_node`]
+/// (`STOPPED DROPPED HANDED`, relayed by the toolstack), or what hv says
+/// in [`ENV_RESUME`] to the successor of one that died (`STOPPED 0 crash`).
 #[derive(Debug, Clone, Copy)]
 pub struct Since {
     stopped: u64,
     dropped: u64,
+    /// When the old program had handed every vif over.
+    handed: Option<u64>,
     /// When this program read it (its start-up done).
     started: u64,
     /// The old program died: nothing was handed over, and no upgrade
@@ -233,23 +225,39 @@ pub struct Since {
 }
 
 impl Since {
-    /// Reads (and removes) [`ENV_RESUME`]: None when this program was
-    /// started, not exec'd by its predecessor.
+    /// Reads (and removes) [`ENV_RESUME`], which hv sets for the
+    /// successor of a process that died (`STOPPED 0 crash`): None when
+    /// this program was started afresh, or as a standby.
     pub fn take() -> Option<Since> {
         let v = std::env::var(ENV_RESUME).ok()?;
         std::env::remove_var(ENV_RESUME);
+        Self::parse(&v)
+    }
+
+    /// `STOPPED DROPPED HANDED` from the program before
+    /// ([`upgrade_handed_node`]), or `STOPPED 0 crash`; read now.
+    pub fn parse(v: &str) -> Option<Since> {
         let mut words = v.split(' ');
         let (a, b) = (words.next()?, words.next()?);
+        let third = words.next();
+        if words.next().is_some() {
+            return None;
+        }
+        let handed = match third {
+            None | Some("crash") => None,
+            Some(h) => Some(h.parse().ok()?),
+        };
         Some(Since {
             stopped: a.parse().ok()?,
             dropped: b.parse().ok()?,
+            handed,
             started: sys::signals::monotonic_usec(),
-            crashed: words.next() == Some("crash"),
+            crashed: third == Some("crash"),
         })
     }
 
-    /// Whether this program succeeds one that died (hv started it), not
-    /// one that replaced itself (it inherited its jail).
+    /// Whether this program succeeds one that died, not one that handed
+    /// over.
     pub fn crashed(&self) -> bool {
         self.crashed
     }
@@ -270,19 +278,21 @@ fn backends(hv: &mut HvClient, base: &str) -> (Found, Found) {
     (connected, probed)
 }
 
-/// Replaces this process's program with `exe`, keeping the control socket
-/// to hv; returns only on failure, with why.
-fn become_program(hv: &HvClient, exe: &str, stopped: u64, dropped: u64) -> String {
-    use std::os::unix::process::CommandExt;
-    let fd = hv.control_fd();
-    if let Err(e) = sys::set_inheritable(fd, true) {
-        return format!("keeping the control socket: {e}");
+#[cfg(test)]
+mod tests {
+    use super::Since;
+
+    #[test]
+    fn what_the_old_program_left_is_read_or_refused() {
+        let s = Since::parse("100 2 150").unwrap();
+        assert_eq!(
+            (s.stopped, s.dropped, s.handed, s.crashed),
+            (100, 2, Some(150), false)
+        );
+        let s = Since::parse("100 0 crash").unwrap();
+        assert_eq!((s.handed, s.crashed), (None, true));
+        for junk in ["", "100", "x 0 1", "100 0 later", "100 0 1 2", "100 -1 5"] {
+            assert!(Since::parse(junk).is_none(), "{junk:?} was read");
+        }
     }
-    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-    let e = std::process::Command::new(exe)
-        .env(hypercall::launch::ENV_HV_FD, raw.to_string())
-        .env(ENV_RESUME, format!("{stopped} {dropped}"))
-        .exec();
-    let _ = sys::set_inheritable(fd, false);
-    e.to_string()
 }

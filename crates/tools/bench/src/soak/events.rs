@@ -269,9 +269,10 @@ impl Lab {
         ))
     }
 
-    /// `splitnet upgrade drv`: the same process and domain go on with the
-    /// program run again; returns once every vif is Connected (a VM's
-    /// vhost-user connection comes back as after a crash).
+    /// `splitnet upgrade drv`: the same domain goes on with the program
+    /// run again in the new process the report names; returns once every
+    /// vif is Connected (a VM's vhost-user connection comes back as after
+    /// a crash).
     fn upgrade_driver(&self) -> Result<String> {
         let mut ts = self.toolstack()?;
         let s = ts.status().map_err(|e| anyhow!("{e}"))?;
@@ -280,16 +281,18 @@ impl Lab {
         let text = ts.upgrade("drv", None).map_err(|e| anyhow!("{e}"))?;
         let r: toolstack::supervisor::UpgradeReport =
             serde_json::from_str(&text).map_err(|e| anyhow!("upgrade report {text:?}: {e}"))?;
+        let after = (before.0, r.pid);
         self.await_connected(&mut ts, "drv's upgrade", |s| {
             let now = domain_pid(s, "drv");
-            if now != Some(before) {
-                bail!("drv was {before:?} (domain, pid) before its upgrade and {now:?} after");
+            if now != Some(after) {
+                bail!("drv's upgrade reported (domain, pid) {after:?}, but status says {now:?}");
             }
             Ok(())
         })?;
         Ok(format!(
-            "same domain {} and process {}: vifs unserved {:.1} ms, {} frames dropped; every vif Connected after {:.0} ms",
+            "same domain {}, process {} after {}: vifs unserved {:.1} ms, {} frames dropped; every vif Connected after {:.0} ms",
             before.0,
+            r.pid,
             before.1,
             r.unserved_us as f64 / 1e3,
             r.dropped_frames,

@@ -86,10 +86,11 @@ fn hello(st: &mut State, caller: DomId) -> HvResult<Outcome> {
     welcome(st, caller)
 }
 
-/// `Resume`: `Hello` again from a driver domain whose process replaced its
-/// program (`execve`) and so lost its mappings and watch socket, but not its
-/// control socket. Its watches go with the old watch socket, and the pools
-/// it was given are given again; what it bound and mapped stays.
+/// `Resume`: `Hello` again from a driver domain's new process (on the
+/// socket `Hypervisor::revive` made) or a program that replaced itself (on
+/// the same socket), either way without the old one's mappings and watch
+/// socket. Its watches go with the old watch socket, and the pools it was
+/// given are given again; what it bound and mapped stays.
 fn resume(st: &mut State, caller: DomId) -> HvResult<Outcome> {
     let d = domain(st, caller)?;
     if !d.said_hello {

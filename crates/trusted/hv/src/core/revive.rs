@@ -1,6 +1,6 @@
-//! A driver domain whose process died, kept for a successor process that
-//! takes its vifs over in place (Menon 2006 §3's restartable driver
-//! domain, without the reconnect a fresh domain needs).
+//! A driver domain whose process died or handed its vifs over, kept for a
+//! successor process that takes them over in place (Menon 2006 §3's
+//! restartable driver domain, without the reconnect a fresh domain needs).
 //!
 //! A domain marked [`Hypervisor::keep_on_hangup`] is not destroyed when
 //! its control connection closes: it is left *orphaned*, its event
@@ -70,7 +70,13 @@ impl Hypervisor {
     /// of a fresh control socket is returned, on which the successor says
     /// `Resume`. Its channels, store entries and tables stay as they were.
     pub fn revive(self: &Arc<Self>, domid: DomId) -> HvResult<SeqPacket> {
-        let deadline = Instant::now() + HANGUP_SEEN;
+        self.revive_within(domid, HANGUP_SEEN)
+    }
+
+    /// [`Hypervisor::revive`], waiting up to `limit` for the process to
+    /// hang up: one asked to hand its vifs over does so once it has.
+    pub fn revive_within(self: &Arc<Self>, domid: DomId, limit: Duration) -> HvResult<SeqPacket> {
+        let deadline = Instant::now() + limit;
         let mut st = self.lock();
         loop {
             let d = domain(&mut st, domid)?;

@@ -12,11 +12,25 @@ use hypercall::ioreq::Placement;
 use hypercall::launch::{ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_USERNS_FD, ENV_VMAPP_FDS};
 use std::fs;
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use sys::signals::SpawnUnblocked;
 use sys::SeqPacket;
+
+/// How a domain process starts.
+#[derive(Clone, Copy)]
+pub(super) enum Start<'a> {
+    /// Afresh: it says hello.
+    Fresh,
+    /// As the successor of a dead driver-domain process, with what hv says
+    /// in `SPLITNET_RESUME` (`takeover`).
+    Successor(&'a str),
+    /// As a driver domain's next program, waiting for the domain
+    /// (`standby`).
+    Standby(&'a Path),
+}
 
 impl Supervisor {
     /// Domain `name`'s log in the run directory, opened for appending, as
@@ -65,7 +79,7 @@ impl Supervisor {
             self.keep_ports(hv, &name, &ns);
             hv.keep_on_hangup(domid, d.takeover);
         }
-        let child = self.spawn_domain(d, &ns, logs, sock, link.as_ref(), None)?;
+        let child = self.spawn_domain(d, &ns, logs, sock, link.as_ref(), Start::Fresh)?;
         let pid = child.id() as i32;
         weighed(d, pid);
         if let Err(e) = cg.add(pid) {
@@ -154,7 +168,7 @@ impl Supervisor {
 
     /// Spawns `splitnet-domain` for `d` in namespace `ns`, logging to `logs`,
     /// handing it its
-    /// connection to hv (`sock`) and a hosted guest's end of the
+    /// connection to hv (`sock`; a standby's is to the toolstack) and a hosted guest's end of the
     /// world-switch channel (`link`), pinned to its `cpu` if it has one.
     pub(super) fn spawn_domain(
         &self,
@@ -163,9 +177,12 @@ impl Supervisor {
         (log, log2): (fs::File, fs::File),
         sock: SeqPacket,
         link: Option<&HostedLink>,
-        resume: Option<&str>,
+        start: Start<'_>,
     ) -> Result<Child, String> {
-        let exe = self.program_of(&d.name);
+        let exe = match start {
+            Start::Standby(program) => program.to_path_buf(),
+            _ => self.program_of(&d.name),
+        };
         let _guard = host::SPAWN.lock().unwrap_or_else(|p| p.into_inner());
         sys::set_inheritable(sock.as_fd(), true).map_err(|e| e.to_string())?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&sock.as_fd());
@@ -195,11 +212,15 @@ impl Supervisor {
                 cmd
             }
         };
-        // A driver domain's own predecessor says it resumes, or hv for a
-        // successor of a dead one (`takeover`).
-        match resume {
-            Some(r) => cmd.env(hypercall::launch::ENV_RESUME, r),
-            None => cmd.env_remove(hypercall::launch::ENV_RESUME),
+        // The successor of a dead driver-domain process resumes
+        // (`takeover`); a standby waits for the domain (`standby`).
+        match start {
+            Start::Successor(r) => cmd.env(hypercall::launch::ENV_RESUME, r),
+            Start::Standby(_) => cmd.env(
+                hypercall::launch::ENV_RESUME,
+                hypercall::launch::RESUME_STANDBY,
+            ),
+            Start::Fresh => cmd.env_remove(hypercall::launch::ENV_RESUME),
         };
         cmd.env(ENV_HV_FD, fd.to_string())
             .stdin(Stdio::null())
@@ -288,10 +309,20 @@ impl Supervisor {
             let _ = sys::set_thread_nice(nice);
             let _ = sys::wait_exited(pid);
             let mut laps = crate::laps::Laps::from(std::time::Instant::now());
+            let handed = me.handed_over(pid);
             let _pass = hv2.enter_gate(hv::core::GateKind::Short);
             let status = reap();
             laps.mark("reap");
             me.lock().watched.remove(&pid);
+            if handed {
+                // Its successor runs the domain (`standby`).
+                hv::log!(
+                    Info,
+                    dom = name3,
+                    "pid {pid}, which handed the domain over, ended"
+                );
+                return;
+            }
             me.reaped(domid, &name3, status, laps);
         })
         .map(drop)

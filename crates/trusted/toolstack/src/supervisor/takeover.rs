@@ -106,7 +106,14 @@ impl Supervisor {
         let logs = self.domain_log(&d.name)?;
         let cg = Cgroup::create(&self.layout, &d.name).map_err(|e| e.to_string())?;
         let resume = format!("{stopped} 0 crash");
-        let mut child = self.spawn_domain(d, &ns, logs, sock, None, Some(&resume))?;
+        let mut child = self.spawn_domain(
+            d,
+            &ns,
+            logs,
+            sock,
+            None,
+            super::launch::Start::Successor(&resume),
+        )?;
         let pid = child.id() as i32;
         laps.mark("spawn");
         super::launch::weighed(d, pid);

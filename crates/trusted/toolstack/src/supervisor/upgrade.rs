@@ -1,14 +1,15 @@
-//! `splitnet upgrade DRIVER`: a driver domain replaces its program in
+//! `splitnet upgrade DRIVER`: a driver domain's program replaced in
 //! place, its vifs, ports and queues kept (the domain's side is
 //! `driver_domain::driver::upgrade`).
 //!
-//! The toolstack writes the program's path at the domain's
-//! `control/upgrade`, as it asks a Xen domain to shut down at
-//! `control/shutdown`, and waits for the answer at `control/upgrade-result`.
-//! Unlike a restart, the domain keeps its id, process, memory, grants and
-//! event channels, and its guests run no handshake. A domain that dies on
-//! the way is a crash: its restart policy brings it back with the program
-//! it ran before, and the upgrade is reported failed.
+//! The new program starts as a standby (`standby`); the toolstack then
+//! asks the old one to hand over at the domain's `control/upgrade`, as it
+//! asks a Xen domain to shut down at `control/shutdown`, and waits for the
+//! new one's answer at `control/upgrade-result`. Unlike a restart, the
+//! domain keeps its id, memory, grants and event channels, and its guests
+//! run no handshake. A new program that dies after taking over is a
+//! crash: a process of the program before takes the domain over, and the
+//! upgrade is reported failed.
 
 use super::{fail, read_node, wait_until, Supervisor};
 use crate::store::Store;
@@ -16,6 +17,7 @@ use crate::topology::DomainKind;
 use hv::error::{ErrorKind, HvError, HvResult};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long the domain has to answer.
@@ -26,6 +28,8 @@ const ANSWER: Duration = Duration::from_secs(10);
 pub struct UpgradeReport {
     pub domain: String,
     pub program: String,
+    /// The domain's new process.
+    pub pid: i32,
     /// From the old program's last turn to the new one serving every vif.
     pub unserved_us: u64,
     /// Frames queued for guests that had no buffer for them at hand-over.
@@ -43,7 +47,7 @@ impl Supervisor {
 
     /// Replaces driver domain `name`'s program with `exe` (None: the one
     /// it runs, as found on disk now) in place; one upgrade at a time.
-    pub(super) fn upgrade(&self, name: &str, exe: Option<String>) -> HvResult<String> {
+    pub(super) fn upgrade(self: &Arc<Self>, name: &str, exe: Option<String>) -> HvResult<String> {
         let _one = match self.upgrading.try_lock() {
             Ok(g) => g,
             // An upgrade whose thread panicked is over.
@@ -66,10 +70,11 @@ impl Supervisor {
             None => self.program_of(name),
         };
         check_program(&program)?;
-        let (answer, took_ms) = self.ask(name, &program)?;
+        let (answer, took_ms, pid) = self.hand_over(name, &program)?;
         let done = |unserved_us, dropped_frames| UpgradeReport {
             domain: name.to_string(),
             program: program.display().to_string(),
+            pid,
             unserved_us,
             dropped_frames,
             took_ms,
@@ -103,20 +108,25 @@ impl Supervisor {
         serde_json::to_string(&report).map_err(|e| HvError::internal("upgrade report", e))
     }
 
-    /// Asks driver domain `name` to become `program` and waits for its
-    /// answer; with the time it took, in ms.
-    fn ask(&self, name: &str, program: &Path) -> HvResult<(Answer, u64)> {
+    /// Starts `program` as driver domain `name`'s standby, hands the domain
+    /// over to it (`standby`) and waits for its answer; with the time from
+    /// the question to the answer, in ms, and the new process.
+    fn hand_over(self: &Arc<Self>, name: &str, program: &Path) -> HvResult<(Answer, u64, i32)> {
         let hv = self.hv()?;
         let id = Self::domid(&hv, name)?;
-        let (ask, answer) = (
-            abi::xenbus::upgrade_node(id),
-            abi::xenbus::upgrade_result_node(id),
-        );
-        let mut ts = Store::new(&hv);
-        let _ = ts.rm(&answer);
+        let d = self.config(name)?;
+        let old = (hv.launched().into_iter())
+            .find_map(|(i, _, pid, _)| (i == id).then_some(pid).flatten())
+            .ok_or_else(|| fail(ErrorKind::Invalid, format!("{name} has no process now")))?;
+        let standby = self.start_standby(&d, program).map_err(|e| {
+            fail(
+                ErrorKind::Internal,
+                format!("{e}; the old program serves on"),
+            )
+        })?;
         let t0 = Instant::now();
-        ts.write(&ask, &program.to_string_lossy())
-            .map_err(|e| fail(ErrorKind::Internal, e))?;
+        let pid = self.switch_to(&hv, (id, &d), old, standby, ANSWER)?;
+        let answer = abi::xenbus::upgrade_result_node(id);
         let same = || Self::domid(&hv, name).ok() == Some(id);
         let answered = wait_until(ANSWER, || !same() || read_node(&hv, &answer).is_some());
         let took_ms = t0.elapsed().as_millis() as u64;
@@ -124,20 +134,20 @@ impl Supervisor {
         // The question made the domain's `control` directory, which holds
         // nothing else: it goes with the answer, so that the domain's home
         // ends as it was (the soak counted it as a leaked node).
+        let ask = abi::xenbus::upgrade_node(id);
         let control = ask.rsplit_once('/').map_or(ask.as_str(), |(dir, _)| dir);
-        let _ = ts.rm(control);
+        let _ = Store::new(&hv).rm(control);
         let why = match (answered, same(), text) {
-            (true, true, Some(t)) => return Ok((Answer::parse(&t), took_ms)),
+            (true, true, Some(t)) => return Ok((Answer::parse(&t), took_ms, pid)),
             (_, false, _) => format!(
                 "driver domain {name} died during its upgrade to {}; its restart policy brings it back on the program it ran before (see its log)",
                 program.display()
             ),
-            (false, true, _) => {
-                format!(
-                    "driver domain {name} did not answer its upgrade within {} s (see its log)",
-                    ANSWER.as_secs()
-                )
-            }
+            (false, true, _) => format!(
+                "{} took driver domain {name} over but did not answer within {} s (see its log)",
+                program.display(),
+                ANSWER.as_secs()
+            ),
             (true, true, None) => "the answer vanished".to_string(),
         };
         Err(fail(ErrorKind::Internal, why))
