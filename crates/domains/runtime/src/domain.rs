@@ -89,8 +89,9 @@ fn standby(toolstack: sys::SeqPacket) -> Result<()> {
     toolstack
         .send(STANDBY_READY, &[])
         .context("standby: saying it is ready")?;
-    let mut buf = [0u8; 128];
+    let mut buf = [0u8; 256];
     let (n, mut fds) = toolstack.recv(&mut buf).context("standby: waiting")?;
+    drop(toolstack);
     let (Some(fd), true) = (fds.pop(), fds.is_empty()) else {
         // The toolstack ended the upgrade without it.
         anyhow::bail!("standby: not given the domain ({n} bytes, no control socket)");

@@ -205,8 +205,8 @@ enum Cmd {
         guests run no handshake and keep their TCP connections; frames from outside wait in the \
         sockets hv keeps. Prints how long the vifs went unserved. A program that cannot start, \
         or says it is ready without entering its jail, leaves the old process serving, \
-        untouched; one that dies after taking over is a crash, and a process of the program \
-        before takes the domain over. VMs behind vhost-user ports reconnect as after a \
+        untouched; one that dies after taking over is a crash, and the restart policy brings the \
+        domain back on the program it ran before. VMs behind vhost-user ports reconnect as after a \
         crash.\n\n\
         With --hv [PATH], hv replaces its own program (default: the splitnet-hv at its path now): \
         it records its state (domains, grants, event channels, the store, the topology and vifs), \

@@ -61,6 +61,22 @@ fn alive(pid: i64) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Waits until an upgrade under way asked domain `drv` (its status) to
+/// hand over: its standby started and said it was ready by then.
+fn wait_asked(env: &Env, drv: &Value) {
+    let control = format!("/local/domain/{}/control", drv["id"]);
+    let asked = || {
+        // Absent (an error) until hv writes it.
+        let o = env.splitnet(&["store-ls", &control]);
+        String::from_utf8_lossy(&o.stdout).contains("control/upgrade = ")
+    };
+    wait_until(
+        "the upgrade to ask the domain",
+        Duration::from_secs(15),
+        asked,
+    );
+}
+
 /// The `splitnet-domain` program hv runs: the one beside `splitnet`.
 fn domain_program() -> String {
     std::path::Path::new(env!("CARGO_BIN_EXE_splitnet"))
@@ -250,16 +266,7 @@ fn a_second_upgrade_while_one_runs_is_refused() {
     // Stopped, the domain cannot answer: the first upgrade waits.
     signal(pid, "STOP");
     let mut first = env.spawn(&["upgrade", "drv"]);
-    let control = format!("/local/domain/{}/control", drv["id"]);
-    wait_until(
-        "the first upgrade to ask the domain",
-        Duration::from_secs(8),
-        || {
-            // Absent (an error) until hv writes it.
-            let o = env.splitnet(&["store-ls", &control]);
-            String::from_utf8_lossy(&o.stdout).contains("control/upgrade = ")
-        },
-    );
+    wait_asked(&env, &drv);
     let second = refused(&env, &["upgrade", "drv"]);
     assert!(second.contains("another upgrade is under way"), "{second}");
     signal(pid, "CONT");
@@ -275,6 +282,50 @@ fn a_second_upgrade_while_one_runs_is_refused() {
     assert_ne!(domain(&env.status(), "drv")["pid"].as_i64(), Some(pid));
     env.ping("guest1", "10.77.0.254", 3);
     env.ok(&["down"]);
+}
+
+/// The old process killed while the upgrade waits for it to hand over: the
+/// upgrade fails naming that, the standby is ended, and the domain is
+/// taken over in place on the program it ran, its guests still Connected.
+#[test]
+fn an_old_process_that_dies_before_handing_over_is_a_crash() {
+    let Some(env) = Env::new("upg-died") else {
+        return;
+    };
+    env.ok(&["up"]);
+    let drv = domain(&env.status(), "drv").clone();
+    let old = pid(&env);
+    signal(old, "STOP");
+    let first = std::process::Command::new(env!("CARGO_BIN_EXE_splitnet"))
+        .arg("--run-dir")
+        .arg(&env.run_dir)
+        .args(["upgrade", "drv"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_asked(&env, &drv);
+    signal(old, "KILL");
+    let out = first.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the upgrade succeeded: {e}");
+    assert!(e.contains("died during its hand-over"), "{e}");
+    wait_until("drv taken over", Duration::from_secs(10), || {
+        let st = env.status();
+        let d = domain(&st, "drv");
+        d["id"] == drv["id"]
+            && d["pid"].as_i64().is_some_and(|p| p != old)
+            && vif(&st, "guest1")["frontend_state"] == "Connected"
+    });
+    // No standby is left running beside the domain's process.
+    let log = std::fs::read_to_string(env.run_dir.join("drv.log")).unwrap();
+    assert!(
+        !log.contains("after the program before handed over"),
+        "{log}"
+    );
+    env.ping("guest1", "10.77.0.254", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
 }
 
 #[test]

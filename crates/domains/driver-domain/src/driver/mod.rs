@@ -43,8 +43,8 @@ use vifs::{handle_watches, rescan, Touched};
 /// costs the others no more than this.
 const UPLINK_HOLD: Duration = Duration::from_millis(150);
 
-/// Runs the driver domain until hv goes away; `resumed` when this program
-/// replaced its predecessor in place ([`upgrade`]).
+/// Runs the driver domain until hv goes away; `resumed` when this process
+/// took the domain over from another ([`upgrade`], or one that died).
 pub fn run(hv: &mut HvClient, resumed: Option<Since>) -> Result<(), DriverError> {
     let mut d = Driver::start(hv, resumed)?;
     loop {
@@ -80,8 +80,8 @@ impl Driver {
         }
         d.ports
             .sync(hv, &mut d.bridge, &d.events, &mut d.stats.config_errors);
-        // A program that replaced its predecessor in place takes over the
-        // vifs it left Connected first (`upgrade`).
+        // A process that took the domain over from another takes the vifs
+        // it left Connected first (`upgrade`).
         if let Some(since) = resumed {
             d.resume(hv, since)?;
         }

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 const DRAIN: Duration = Duration::from_millis(2);
 
 /// How long the old process, having handed over, waits for the toolstack
-/// to end it before it exits on its own.
+/// to end it before it exits on its own, as a crash.
 const LINGER: Duration = Duration::from_secs(10);
 
 /// Watch token of `control/upgrade`.
@@ -50,13 +50,18 @@ impl Driver {
         let stopped = sys::signals::monotonic_usec();
         let dropped = self.hand_over(hv);
         let handed = sys::signals::monotonic_usec();
-        let said = hv.store_write(
-            &upgrade_handed_node(me),
-            &format!("{stopped} {dropped} {handed}"),
-        );
+        // Said only while the question stands: a toolstack that gave up
+        // removed it, and a late answer would be a node no one removes.
+        let asked = hv.store_read_str(&upgrade_node(me));
+        let said = match asked {
+            Ok(v) if v == abi::xenbus::UPGRADE_HANDOVER => hv.store_write(
+                &upgrade_handed_node(me),
+                &format!("{stopped} {dropped} {handed}"),
+            ),
+            _ => Ok(()),
+        };
         if let Err(e) = said {
-            // The toolstack then lets the domain be taken over as from a
-            // dead process, on the program before.
+            // The toolstack then lets the domain go to its restart policy.
             eprintln!("driver: writing when it stopped: {e}");
         }
         hv.hang_up();
@@ -65,7 +70,10 @@ impl Driver {
             handed - stopped
         );
         std::thread::sleep(LINGER);
-        std::process::exit(0);
+        // No one took the domain: ending as a crash does lets the restart
+        // policy bring it back (a clean exit would be a shutdown).
+        eprintln!("driver: no successor took the domain within {LINGER:?}; ending as a crash");
+        std::process::exit(1);
     }
 
     /// Hands every connected vif over, dedicated queues given back first;
@@ -254,12 +262,6 @@ impl Since {
             started: sys::signals::monotonic_usec(),
             crashed: third == Some("crash"),
         })
-    }
-
-    /// Whether this program succeeds one that died, not one that handed
-    /// over.
-    pub fn crashed(&self) -> bool {
-        self.crashed
     }
 }
 

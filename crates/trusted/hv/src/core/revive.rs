@@ -9,7 +9,7 @@
 //! see no backend go. [`Hypervisor::revive`] then drops what died with the
 //! process (the grants it mapped or held, its watches, the descriptors it
 //! was given) and hands out a new control socket, on which the successor
-//! says `Resume` as a program that replaced itself does. Whoever decides
+//! says `Resume`. Whoever decides
 //! against a successor destroys the domain as usual.
 
 use super::reply::os;
@@ -70,12 +70,23 @@ impl Hypervisor {
     /// of a fresh control socket is returned, on which the successor says
     /// `Resume`. Its channels, store entries and tables stay as they were.
     pub fn revive(self: &Arc<Self>, domid: DomId) -> HvResult<SeqPacket> {
-        self.revive_within(domid, HANGUP_SEEN)
+        let st = self.orphaned_within(domid, HANGUP_SEEN)?;
+        self.revive_locked(st, domid)
     }
 
-    /// [`Hypervisor::revive`], waiting up to `limit` for the process to
-    /// hang up: one asked to hand its vifs over does so once it has.
-    pub fn revive_within(self: &Arc<Self>, domid: DomId, limit: Duration) -> HvResult<SeqPacket> {
+    /// Waits up to `limit` for driver domain `domid`'s process to hang up
+    /// (one asked to hand its vifs over does so once it has): Ok once the
+    /// domain is orphaned.
+    pub fn wait_orphaned(&self, domid: DomId, limit: Duration) -> HvResult<()> {
+        self.orphaned_within(domid, limit).map(drop)
+    }
+
+    /// hv's state once `domid` is orphaned, waiting up to `limit`.
+    fn orphaned_within(
+        &self,
+        domid: DomId,
+        limit: Duration,
+    ) -> HvResult<std::sync::MutexGuard<'_, State>> {
         let deadline = Instant::now() + limit;
         let mut st = self.lock();
         loop {
@@ -87,7 +98,7 @@ impl Hypervisor {
                 );
             }
             if d.orphaned {
-                break;
+                return Ok(st);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -100,6 +111,14 @@ impl Hypervisor {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+
+    /// [`Hypervisor::revive`] of a domain found orphaned under `st`.
+    fn revive_locked(
+        self: &Arc<Self>,
+        mut st: std::sync::MutexGuard<'_, State>,
+        domid: DomId,
+    ) -> HvResult<SeqPacket> {
         let (hv_end, dom_end) = os("control socket", SeqPacket::pair())?;
         let control = os("control socket", hv_end.try_clone())?;
         let incarnation = release_process(&mut st, domid, control)?;

@@ -21,6 +21,7 @@ use hv::core::Hypervisor;
 use hv::error::{ErrorKind, HvResult};
 use hv::proto::DomId;
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Child;
 use std::sync::Arc;
@@ -29,6 +30,11 @@ use sys::SeqPacket;
 
 /// How long a standby has to start and say it is ready.
 const READY: Duration = Duration::from_secs(10);
+/// How long the old process, killed once it hung up, has to end.
+const ENDED: Duration = Duration::from_secs(2);
+/// How long the reaper of an old process waits for the hand-over's
+/// verdict: longer than any hand-over takes.
+const VERDICT: Duration = Duration::from_secs(30);
 
 /// The old process of a domain under a hand-over: its exit waits for the
 /// verdict, and is no crash once the standby adopted the domain.
@@ -51,6 +57,27 @@ impl Standby {
     fn discard(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Whether it ended (or closed its socket) since it said it was ready.
+    fn ended(&mut self) -> bool {
+        self.sock.peer_closed() || !matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+/// What the old program left at `control/handed` (`STOPPED DROPPED
+/// HANDED`, three numbers), as the toolstack passes it on; None if it is
+/// anything else.
+fn handed_text(raw: &str) -> Option<String> {
+    let n: Vec<u64> = raw
+        .split(' ')
+        .map(|w| w.parse().ok())
+        .collect::<Option<_>>()?;
+    match n[..] {
+        [stopped, dropped, handed] if stopped <= handed => {
+            Some(format!("{stopped} {dropped} {handed}"))
+        }
+        _ => None,
     }
 }
 
@@ -107,61 +134,102 @@ impl Supervisor {
         ))
     }
 
-    /// Asks driver domain `d` (`id`, process `old`) to hand its vifs over,
-    /// and gives the domain to `standby` once it has; its pid. Err: why not, the
-    /// standby ended and the domain left to its old process (serving on,
-    /// or, dead, to its restart policy).
+    /// Asks driver domain `d` (`id`) to hand its vifs over, and gives the
+    /// domain to `standby` once it has; the standby's pid. Err: why not,
+    /// the standby ended and the domain left to its old process (serving
+    /// on, or, ended, to its restart policy).
     pub(super) fn switch_to(
         self: &Arc<Self>,
         hv: &Arc<Hypervisor>,
         (id, d): (DomId, &DomainConfig),
-        old: i32,
-        standby: Standby,
+        mut standby: Standby,
         answer_within: Duration,
     ) -> HvResult<i32> {
-        let ask = abi::xenbus::upgrade_node(id);
-        let handed = abi::xenbus::upgrade_handed_node(id);
+        let internal = |why: String| fail(ErrorKind::Internal, why);
+        let (old, old_fd) = match self.claim_old(hv, id, &mut standby) {
+            Ok(claimed) => claimed,
+            Err(why) => {
+                standby.discard();
+                return Err(internal(why));
+            }
+        };
         let mut ts = Store::new(hv);
+        let handed = abi::xenbus::upgrade_handed_node(id);
         let _ = ts.rm(&handed);
         let _ = ts.rm(&abi::xenbus::upgrade_result_node(id));
-        self.lock().handovers.insert(old, Handover::Pending);
         hv.keep_on_hangup(id, true);
-        if let Err(e) = ts.write(&ask, abi::xenbus::UPGRADE_HANDOVER) {
+        let asked = ts.write(
+            &abi::xenbus::upgrade_node(id),
+            abi::xenbus::UPGRADE_HANDOVER,
+        );
+        if let Err(e) = asked {
             self.abandon(hv, (id, d), old, standby, None);
-            return Err(fail(ErrorKind::Internal, e));
+            return Err(internal(e.to_string()));
         }
-        let revived = hv.revive_within(id, answer_within);
-        let left = read_node(hv, &handed);
-        let (sock, left) = match (revived, left) {
-            (Ok(sock), Some(left)) => (sock, left),
-            (Ok(sock), None) => {
-                self.abandon(hv, (id, d), old, standby, Some(sock));
-                return Err(fail(ErrorKind::Internal, format!(
-                    "driver domain {} died during its hand-over; its restart policy brings it back on the program it ran before (see its log)",
-                    d.name
-                )));
-            }
-            (Err(_), _) => {
+        if hv.wait_orphaned(id, answer_within).is_err() {
+            self.abandon(hv, (id, d), old, standby, None);
+            return Err(internal(format!(
+                "driver domain {} did not hand its vifs over within {} s; the old program serves on (see its log)",
+                d.name,
+                answer_within.as_secs()
+            )));
+        }
+        // It hung up: it is ended before hv releases what it held, so that
+        // no page a guest takes back is still mapped by it. Its reaper
+        // waits for the verdict, so the pid stays its own meanwhile.
+        let _ = sys::kill(old, libc::SIGKILL);
+        let _ = old_fd.wait_ended(Some(ENDED));
+        let sock = match hv.revive(id) {
+            Ok(sock) => sock,
+            Err(e) => {
                 self.abandon(hv, (id, d), old, standby, None);
-                return Err(fail(ErrorKind::Internal, format!(
-                    "driver domain {} did not hand its vifs over within {} s; the old program serves on (see its log)",
-                    d.name,
-                    answer_within.as_secs()
-                )));
+                return Err(internal(format!("driver domain {}: {e}", d.name)));
             }
+        };
+        let Some(left) = read_node(hv, &handed).and_then(|t| handed_text(&t)) else {
+            self.abandon(hv, (id, d), old, standby, Some(sock));
+            return Err(internal(format!(
+                "driver domain {} died during its hand-over; its restart policy brings it back on the program it ran before (see its log)",
+                d.name
+            )));
         };
         if let Err(e) = standby.sock.send(left.as_bytes(), &[sock.as_fd()]) {
             self.abandon(hv, (id, d), old, standby, Some(sock));
-            return Err(fail(ErrorKind::Internal, format!(
-                "the new program ended before it took the domain over ({e}); a new process of the program before takes it over"
+            return Err(internal(format!(
+                "the new program ended before it took the domain over ({e}); its restart policy brings the domain back on the program it ran before"
             )));
         }
         drop(sock); // the standby holds the only other copy now
         self.take_standby(hv, (id, d), old, standby)
     }
 
+    /// The domain's process now, marked under a hand-over (its exit waits
+    /// for the verdict from here on), with its descriptor; or why not.
+    fn claim_old(
+        &self,
+        hv: &Hypervisor,
+        id: DomId,
+        standby: &mut Standby,
+    ) -> Result<(i32, sys::PidFd), String> {
+        let pid = (hv.launched().into_iter())
+            .find_map(|(i, _, pid, _)| (i == id).then_some(pid).flatten());
+        let fd = pid.map(|p| (p, sys::PidFd::open(p)));
+        let mut st = self.lock();
+        // Checked under the lock its reaper reads the mark under.
+        let alive = |fd: &sys::PidFd| !fd.wait_ended(Some(Duration::ZERO)).unwrap_or(true);
+        let (pid, fd) = match fd {
+            Some((pid, Ok(fd))) if alive(&fd) => (pid, fd),
+            _ => return Err("the domain's process is ending; try again once it is back".into()),
+        };
+        if standby.ended() {
+            return Err("the new program ended after it said it was ready; the old program serves on (see the domain's log)".into());
+        }
+        st.handovers.insert(pid, Handover::Pending);
+        Ok((pid, fd))
+    }
+
     /// The standby has the domain: it is the domain's process now, and the
-    /// old one, which waits to be ended, is ended.
+    /// old one's exit is no crash.
     fn take_standby(
         self: &Arc<Self>,
         hv: &Arc<Hypervisor>,
@@ -171,7 +239,6 @@ impl Supervisor {
     ) -> HvResult<i32> {
         self.lock().handovers.insert(old, Handover::Adopted);
         self.changed.notify_all();
-        let _ = sys::kill(old, libc::SIGKILL);
         hv.keep_on_hangup(id, d.takeover);
         let Standby {
             pid, mut child, cg, ..
@@ -184,7 +251,7 @@ impl Supervisor {
 
     /// The hand-over will not happen: the question goes (so that no
     /// successor answers it), the standby ends, and the old process is
-    /// left to serve on or, if it stopped, to end as a crash does.
+    /// left to serve on or, if it ended, to its restart policy.
     fn abandon(
         &self,
         hv: &Arc<Hypervisor>,
@@ -197,10 +264,7 @@ impl Supervisor {
         let control = ask.rsplit_once('/').map_or(ask.as_str(), |(dir, _)| dir);
         let _ = Store::new(hv).rm(control);
         standby.discard();
-        if revived.is_some() {
-            // It hung up: it serves no more, and ends as a crash does.
-            let _ = sys::kill(old, libc::SIGKILL);
-        }
+        // A revived domain is orphaned again when its socket closes.
         drop(revived);
         hv.keep_on_hangup(id, d.takeover);
         self.lock().handovers.remove(&old);
@@ -212,10 +276,8 @@ impl Supervisor {
     /// hand-over of it is undecided.
     pub(super) fn handed_over(&self, pid: i32) -> bool {
         let pending = |st: &super::State| st.handovers.get(&pid) == Some(&Handover::Pending);
-        let limit = 2 * READY;
-        let Some(mut st) = self.wait_changed(limit, pending, || false) else {
-            return false;
-        };
+        let verdict = self.wait_changed(VERDICT, pending, || false);
+        let mut st = verdict.unwrap_or_else(|| self.lock());
         st.handovers.remove(&pid) == Some(Handover::Adopted)
     }
 }
@@ -230,9 +292,44 @@ fn jailed(pid: i32) -> Result<(), String> {
             .lines()
             .any(|l| l.split_whitespace().eq(line.split(' ')))
     };
-    if has("Seccomp: 2") && has("NoNewPrivs: 1") {
+    let userns = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    let own_userns = match (
+        userns(&format!("/proc/{pid}/ns/user")),
+        userns("/proc/self/ns/user"),
+    ) {
+        (Some(its), Some(ours)) => its != ours,
+        _ => false,
+    };
+    if has("Seccomp: 2") && has("NoNewPrivs: 1") && own_userns {
         Ok(())
     } else {
-        Err("said it was ready without entering its jail (no seccomp filter or no_new_privs): it is not given the domain".into())
+        Err("said it was ready without entering its jail (a seccomp filter, no_new_privs and the domain's user namespace): it is not given the domain".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_old_program_left_is_passed_on_only_as_three_numbers() {
+        assert_eq!(handed_text("100 2 150").as_deref(), Some("100 2 150"));
+        for bad in [
+            "",
+            "100 2",
+            "100 2 150 7",
+            "100 0 crash",
+            "150 0 100",
+            "1 2 x",
+            " 1 2 3",
+        ] {
+            assert_eq!(handed_text(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn this_process_is_not_jailed() {
+        let e = jailed(std::process::id() as i32).unwrap_err();
+        assert!(e.contains("without entering its jail"), "{e}");
     }
 }

@@ -3,8 +3,8 @@
 //! hv keeps a driver domain whose process died (`Hypervisor::revive`):
 //! its id, its vifs' event channels, its store entries, and the sockets
 //! hv holds on its ports, where frames arriving meanwhile wait. The new
-//! process resumes on a fresh control socket as a program that replaced
-//! itself does (`splitnet upgrade drv`), maps the rings again and goes on
+//! process resumes on a fresh control socket as an upgrade's new process
+//! does (`splitnet upgrade drv`), maps the rings again and goes on
 //! from the indexes they hold: the guests see their backend pause, not
 //! go, and what they queued meanwhile waits in their rings. A restart
 //! makes them reconnect instead (fresh rings, the frames in the old ones

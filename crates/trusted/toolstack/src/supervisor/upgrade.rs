@@ -8,8 +8,8 @@
 //! new one's answer at `control/upgrade-result`. Unlike a restart, the
 //! domain keeps its id, memory, grants and event channels, and its guests
 //! run no handshake. A new program that dies after taking over is a
-//! crash: a process of the program before takes the domain over, and the
-//! upgrade is reported failed.
+//! crash: the restart policy brings the domain back on the program before,
+//! and the upgrade is reported failed.
 
 use super::{fail, read_node, wait_until, Supervisor};
 use crate::store::Store;
@@ -115,9 +115,6 @@ impl Supervisor {
         let hv = self.hv()?;
         let id = Self::domid(&hv, name)?;
         let d = self.config(name)?;
-        let old = (hv.launched().into_iter())
-            .find_map(|(i, _, pid, _)| (i == id).then_some(pid).flatten())
-            .ok_or_else(|| fail(ErrorKind::Invalid, format!("{name} has no process now")))?;
         let standby = self.start_standby(&d, program).map_err(|e| {
             fail(
                 ErrorKind::Internal,
@@ -125,18 +122,20 @@ impl Supervisor {
             )
         })?;
         let t0 = Instant::now();
-        let pid = self.switch_to(&hv, (id, &d), old, standby, ANSWER)?;
+        let switched = self.switch_to(&hv, (id, &d), standby, ANSWER);
         let answer = abi::xenbus::upgrade_result_node(id);
         let same = || Self::domid(&hv, name).ok() == Some(id);
-        let answered = wait_until(ANSWER, || !same() || read_node(&hv, &answer).is_some());
+        let answered =
+            switched.is_ok() && wait_until(ANSWER, || !same() || read_node(&hv, &answer).is_some());
         let took_ms = t0.elapsed().as_millis() as u64;
         let text = read_node(&hv, &answer);
         // The question made the domain's `control` directory, which holds
-        // nothing else: it goes with the answer, so that the domain's home
-        // ends as it was (the soak counted it as a leaked node).
+        // nothing else: it goes with the answer, whatever the outcome, so
+        // that the domain's home ends as it was (the soak counts nodes).
         let ask = abi::xenbus::upgrade_node(id);
         let control = ask.rsplit_once('/').map_or(ask.as_str(), |(dir, _)| dir);
         let _ = Store::new(&hv).rm(control);
+        let pid = switched?;
         let why = match (answered, same(), text) {
             (true, true, Some(t)) => return Ok((Answer::parse(&t), took_ms, pid)),
             (_, false, _) => format!(
