@@ -64,11 +64,13 @@ impl Driver {
             // The toolstack then lets the domain go to its restart policy.
             eprintln!("driver: writing when it stopped: {e}");
         }
-        hv.hang_up();
+        // Said before hanging up: the toolstack ends this process as soon
+        // as hv sees the hang-up.
         eprintln!(
             "driver: handed every vif over in {} µs; waiting to be ended",
             handed - stopped
         );
+        hv.hang_up();
         std::thread::sleep(LINGER);
         // No one took the domain: ending as a crash does lets the restart
         // policy bring it back (a clean exit would be a shutdown).
