@@ -101,27 +101,24 @@ fn standby(toolstack: sys::SeqPacket) -> Result<()> {
         .ok_or_else(|| anyhow!("standby: the toolstack said {text:?}"))?;
     let mut hv =
         HvClient::resume(sys::SeqPacket::from_fd(fd)).map_err(|e| anyhow!("resume: {e}"))?;
-    let id = hv.domid();
-    let pid = std::process::id().to_string();
-    (hv.store_write(&format!("/local/domain/{id}/pid"), &pid)).map_err(|e| anyhow!("{e}"))?;
-    eprintln!(
-        "domain {id} ({}) resumed in place: pid {pid}, after the program before handed over",
-        hv.welcome().name
-    );
-    let r =
-        driver_domain::driver::run(&mut hv, Some(since)).map_err(|e| anyhow!("driver domain: {e}"));
-    ended(&mut hv, r)
+    say_pid(&mut hv)?;
+    run_resumed(hv, since, ", after the program before handed over")
 }
 
 /// The successor of a driver domain's process that died: it resumes on the
 /// control socket hv gave it, enters the jail, and takes over the vifs.
 fn resumed(sock: sys::SeqPacket, since: driver_domain::driver::Since) -> Result<()> {
     let mut hv = HvClient::resume(sock).map_err(|e| anyhow!("resume: {e}"))?;
-    let id = hv.domid();
     // Confined before reading a byte from a peer, as at a first start.
     confine(&mut hv, jail::Role::of_kind("driver"))?;
+    run_resumed(hv, since, "")
+}
+
+/// Runs the driver domain this process took over, saying so (`how`).
+fn run_resumed(mut hv: HvClient, since: driver_domain::driver::Since, how: &str) -> Result<()> {
     eprintln!(
-        "domain {id} ({}) resumed in place: pid {}",
+        "domain {} ({}) resumed in place: pid {}{how}",
+        hv.domid(),
         hv.welcome().name,
         std::process::id()
     );
@@ -136,8 +133,14 @@ fn confine(hv: &mut HvClient, role: Result<jail::Role, jail::JailError>) -> Resu
     let id = hv.domid();
     role.and_then(jail::enter)
         .map_err(|e| anyhow!("domain {id}: {e}"))?;
+    say_pid(hv)
+}
+
+/// Says this process's pid in the domain's home.
+fn say_pid(hv: &mut HvClient) -> Result<()> {
+    let node = format!("/local/domain/{}/pid", hv.domid());
     let pid = std::process::id().to_string();
-    (hv.store_write(&format!("/local/domain/{id}/pid"), &pid)).map_err(|e| anyhow!("{e}"))
+    hv.store_write(&node, &pid).map_err(|e| anyhow!("{e}"))
 }
 
 /// Publishes netfront's counters (and, under the new grant mechanism, its

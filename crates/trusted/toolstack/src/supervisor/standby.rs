@@ -65,6 +65,15 @@ impl Standby {
     }
 }
 
+/// Removes the upgrade's question from domain `id`'s home, and with it the
+/// `control` directory it made, which holds nothing else (the answer and
+/// `control/handed` too), so that the home ends as it was.
+pub(super) fn remove_question(hv: &Arc<Hypervisor>, id: DomId) {
+    let ask = abi::xenbus::upgrade_node(id);
+    let control = ask.rsplit_once('/').map_or(ask.as_str(), |(dir, _)| dir);
+    let _ = Store::new(hv).rm(control);
+}
+
 /// What the old program left at `control/handed` (`STOPPED DROPPED
 /// HANDED`, three numbers), as the toolstack passes it on; None if it is
 /// anything else.
@@ -260,9 +269,7 @@ impl Supervisor {
         standby: Standby,
         revived: Option<SeqPacket>,
     ) {
-        let ask = abi::xenbus::upgrade_node(id);
-        let control = ask.rsplit_once('/').map_or(ask.as_str(), |(dir, _)| dir);
-        let _ = Store::new(hv).rm(control);
+        remove_question(hv, id);
         standby.discard();
         // A revived domain is orphaned again when its socket closes.
         drop(revived);

@@ -12,7 +12,6 @@
 //! and the upgrade is reported failed.
 
 use super::{fail, read_node, wait_until, Supervisor};
-use crate::store::Store;
 use crate::topology::DomainKind;
 use hv::error::{ErrorKind, HvError, HvResult};
 use std::os::unix::fs::PermissionsExt;
@@ -129,12 +128,9 @@ impl Supervisor {
             switched.is_ok() && wait_until(ANSWER, || !same() || read_node(&hv, &answer).is_some());
         let took_ms = t0.elapsed().as_millis() as u64;
         let text = read_node(&hv, &answer);
-        // The question made the domain's `control` directory, which holds
-        // nothing else: it goes with the answer, whatever the outcome, so
-        // that the domain's home ends as it was (the soak counts nodes).
-        let ask = abi::xenbus::upgrade_node(id);
-        let control = ask.rsplit_once('/').map_or(ask.as_str(), |(dir, _)| dir);
-        let _ = Store::new(&hv).rm(control);
+        // The question goes with the answer, whatever the outcome (the soak
+        // counts store nodes).
+        super::standby::remove_question(&hv, id);
         let pid = switched?;
         let why = match (answered, same(), text) {
             (true, true, Some(t)) => return Ok((Answer::parse(&t), took_ms, pid)),
