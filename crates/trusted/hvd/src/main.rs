@@ -19,6 +19,8 @@
 //! crate in the trusted computing base, for nine options.
 #![forbid(unsafe_code)]
 
+mod heap;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use toolstack::daemon::{self, DaemonConfig, DEFAULT_RUN_DIR};
@@ -96,6 +98,7 @@ fn run(a: Args) -> Result<(), String> {
     });
     let signals = sys::signals::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| format!("blocking SIGTERM, SIGINT and SIGHUP: {e}"))?;
+    heap::keep();
     let run_dir = a
         .run_dir
         .or_else(|| std::env::var_os("SPLITNET_RUN_DIR").map(PathBuf::from))

@@ -84,6 +84,19 @@ pub struct SystemStatus {
     /// Store watches registered.
     #[serde(default)]
     pub watches: u64,
+    /// hv's own heap, as its allocator counts it.
+    #[serde(default)]
+    pub heap: HeapStatus,
+}
+
+/// What hv's allocator holds (`sys::heap_use`): live blocks against
+/// freed memory it keeps, which resident memory alone cannot tell apart.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HeapStatus {
+    /// Bytes allocated and not freed (large mapped blocks included).
+    pub in_use: u64,
+    /// Bytes freed and kept by the allocator.
+    pub free: u64,
 }
 
 /// One table of the new grant mechanism (Ram thesis ch. 4).
@@ -140,11 +153,13 @@ mod tests {
             ngm_tables: Vec::new(),
             grant_pins: 4,
             watches: 5,
+            heap: HeapStatus { in_use: 6, free: 7 },
         };
         let b = crate::proto::encode(&st).unwrap();
         let back: SystemStatus = crate::proto::decode(&b).unwrap();
         assert_eq!(back.domains.len(), 3);
         assert!(back.domains[1].hvm.is_some() && back.domains[2].hvm.is_none());
         assert_eq!((back.grant_pins, back.watches), (4, 5));
+        assert_eq!(back.heap, HeapStatus { in_use: 6, free: 7 });
     }
 }

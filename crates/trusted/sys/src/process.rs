@@ -29,6 +29,39 @@ pub fn limit_malloc_arenas(n: u32) -> bool {
     unsafe { libc::mallopt(libc::M_ARENA_MAX, n) == 1 }
 }
 
+/// What the C allocator holds, summed over its arenas (glibc's
+/// `mallinfo2`): what tells a leak (`in_use` grows) from memory freed
+/// but kept (`free` grows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapUse {
+    /// Bytes in blocks handed out and not yet freed, from the arenas.
+    pub in_use: u64,
+    /// Bytes freed into the arenas and kept there.
+    pub free: u64,
+    /// Bytes in large blocks the allocator mapped on their own.
+    pub mapped: u64,
+}
+
+/// This process's [`HeapUse`]; zero when the allocator is not glibc's.
+pub fn heap_use() -> HeapUse {
+    // SAFETY: mallinfo2 takes no pointer and returns its figures by
+    // value; it only takes the arenas' locks while it reads them.
+    let m = unsafe { libc::mallinfo2() };
+    HeapUse {
+        in_use: m.uordblks as u64,
+        free: m.fordblks as u64,
+        mapped: m.hblkhd as u64,
+    }
+}
+
+/// Gives the kernel back the whole free pages every arena keeps (glibc's
+/// `malloc_trim(0)`). True when some memory was released.
+pub fn trim_heap() -> bool {
+    // SAFETY: malloc_trim takes no pointer; it only releases pages of
+    // free chunks, under the arenas' locks, and is safe at any time.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
 /// This process's effective user id (0: root).
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no arguments and cannot fail.

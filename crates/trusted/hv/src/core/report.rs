@@ -2,7 +2,7 @@
 //! and the `trace` snapshot of every event counter.
 
 use super::Hypervisor;
-use crate::status::{DomainStatus, NgmTableStatus, SystemStatus};
+use crate::status::{DomainStatus, HeapStatus, NgmTableStatus, SystemStatus};
 use crate::trace::{self, DomainTrace, TraceSnapshot};
 
 impl Hypervisor {
@@ -39,6 +39,7 @@ impl Hypervisor {
             store_nodes: st.store.counters().nodes.get() as usize,
             grant_pins: st.pins.len(),
             watches: st.store.counters().watches.get(),
+            heap: heap(),
             info: st.info.clone(),
             ngm_tables: st
                 .ngm
@@ -85,5 +86,14 @@ impl Hypervisor {
             toolstack: self.toolstack_trace.snapshot(),
             domains,
         }
+    }
+}
+
+/// hv's heap as its allocator counts it.
+fn heap() -> HeapStatus {
+    let h = sys::heap_use();
+    HeapStatus {
+        in_use: h.in_use + h.mapped,
+        free: h.free,
     }
 }

@@ -17,6 +17,8 @@ fn resources() -> Resources {
         hv_pidfds: 0,
         stale_pidfds: 0,
         hv_rss_kib: 6000,
+        hv_heap_kib: 2000,
+        hv_heap_free_kib: 500,
     }
 }
 
@@ -316,4 +318,13 @@ fn pidfds_may_grow_but_not_for_processes_gone() {
         ..resources()
     };
     assert_eq!(before.leaked(&other), ["open descriptors"]);
+    let heap = Resources {
+        hv_heap_kib: 9000,
+        hv_heap_free_kib: 9000,
+        ..resources()
+    };
+    assert!(
+        before.leaked(&heap).is_empty(),
+        "the heap is shown, not judged"
+    );
 }
