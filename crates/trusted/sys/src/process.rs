@@ -42,7 +42,8 @@ pub struct HeapUse {
     pub mapped: u64,
 }
 
-/// This process's [`HeapUse`]; zero when the allocator is not glibc's.
+/// This process's [`HeapUse`]; zero under a tool that replaces glibc's
+/// allocator (valgrind).
 pub fn heap_use() -> HeapUse {
     // SAFETY: mallinfo2 takes no pointer and returns its figures by
     // value; it only takes the arenas' locks while it reads them.
