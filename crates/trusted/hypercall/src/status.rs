@@ -95,7 +95,8 @@ pub struct SystemStatus {
 pub struct HeapStatus {
     /// Bytes allocated and not freed (large mapped blocks included).
     pub in_use: u64,
-    /// Bytes freed and kept by the allocator.
+    /// Bytes in the allocator's free chunks, whose pages a trim may have
+    /// given back.
     pub free: u64,
 }
 

@@ -36,7 +36,9 @@ pub fn limit_malloc_arenas(n: u32) -> bool {
 pub struct HeapUse {
     /// Bytes in blocks handed out and not yet freed, from the arenas.
     pub in_use: u64,
-    /// Bytes freed into the arenas and kept there.
+    /// Bytes in the arenas' free chunks, the top one included, whether or
+    /// not a trim gave their pages back (blocks in glibc's per-thread
+    /// caches count as in use).
     pub free: u64,
     /// Bytes in large blocks the allocator mapped on their own.
     pub mapped: u64,
