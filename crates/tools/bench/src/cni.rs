@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 /// The topology: a driver domain with room for 64 vifs, guest1, the wire.
 const TOPOLOGY: &str = "name = \"cni-bench\"\n\
-[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 32784\n\
+[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = 32848\n\
 [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n\
 [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"10.77.0.254/24\"\n";
 const WIRE: &str = "10.77.0.254";

@@ -17,7 +17,7 @@ const WIRE: &str = "10.77.255.254";
 fn topology(n: u32, room: u32, drv_extra: &str) -> String {
     let mut t = format!(
         "name = \"scale{n}\"\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\nmemory_frames = {}\n{drv_extra}",
-        16 + 512 * room
+        16 + 513 * room
     );
     for i in 1..=n {
         t += &format!(

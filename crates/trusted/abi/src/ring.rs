@@ -13,12 +13,15 @@
 //! entries actually outstanding, and a bad value is an [`Error::Overflow`],
 //! never a long loop.
 
+mod shadow;
+
 use std::marker::PhantomData;
 
 use crate::mem::SharedMemory;
 pub use crate::mem::PAGE_SIZE;
 use crate::wire::wire_view;
 use crate::Error;
+pub use shadow::RequestShadow;
 
 /// A free-running ring index; slots are `index & (size - 1)`.
 pub type RingIdx = u32;
@@ -399,6 +402,10 @@ pub struct BackRing<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> {
     req_limit: RingIdx,
     /// How often the front end's `req_prod` was found out of bounds.
     overflows: u64,
+    /// What the responses overwrite, for a successor ([`RequestShadow`]).
+    shadow: Option<RequestShadow>,
+    /// Requests a dead predecessor consumed, restored from the shadow.
+    restored: u32,
     _entries: PhantomData<fn() -> (Req, Rsp)>,
 }
 
@@ -416,8 +423,46 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
             req_cons: start,
             req_limit: start,
             overflows: 0,
+            shadow: None,
+            restored: 0,
             _entries: PhantomData,
         })
+    }
+
+    /// [`BackRing::attach`], recording in `shadow` (memory of the back
+    /// end's own domain, which outlives its process) the bytes of each
+    /// consumed request that its response will overwrite. A back end
+    /// `resuming` the ring of one that died first copies the requests the
+    /// dead one consumed but left unanswered back into their slots (see
+    /// [`RequestShadow`]); otherwise the record starts afresh.
+    pub fn attach_shadowed(
+        mem: M,
+        shadow: Box<dyn SharedMemory + Send + Sync>,
+        resuming: bool,
+    ) -> Result<Self, Error> {
+        let mut ring = Self::attach(mem)?;
+        let shadow = RequestShadow::new(shadow, ring.geo.size, Rsp::SIZE)?;
+        if resuming {
+            ring.restored = shadow.restore(&ring.mem, &ring.geo, ring.req_cons);
+        }
+        shadow.reset(ring.req_cons);
+        ring.shadow = Some(shadow);
+        Ok(ring)
+    }
+
+    /// How many requests [`BackRing::attach_shadowed`] restored: those a
+    /// dead predecessor consumed and left unanswered.
+    pub fn restored(&self) -> u32 {
+        self.restored
+    }
+
+    /// Advances `req_cons` by `n`, recording the consumed requests first.
+    fn advance(&mut self, n: u32) {
+        let to = self.req_cons.wrapping_add(n);
+        if let Some(s) = &self.shadow {
+            s.record(&self.mem, &self.geo, self.req_cons, to);
+        }
+        self.req_cons = to;
     }
 
     /// Number of slots.
@@ -482,7 +527,7 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
     pub fn next_request(&mut self) -> Result<Option<Req>, Error> {
         let req = self.peek_request()?;
         if req.is_some() {
-            self.req_cons = self.req_cons.wrapping_add(1);
+            self.advance(1);
         }
         Ok(req)
     }
@@ -516,7 +561,7 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
         if self.req_limit.wrapping_sub(self.req_cons) < n {
             return false;
         }
-        self.req_cons = self.req_cons.wrapping_add(n);
+        self.advance(n);
         true
     }
 
@@ -527,7 +572,7 @@ impl<M: SharedMemory, Req: RingEntry, Rsp: RingEntry> BackRing<M, Req, Rsp> {
         if self.req_cons == self.req_limit {
             return false;
         }
-        self.req_cons = self.req_cons.wrapping_add(1);
+        self.advance(1);
         true
     }
 

@@ -114,7 +114,7 @@ impl Netback {
         let carried = Carried::take(hv, be);
         let taken = read_backend(hv, guest, be).and_then(|p| {
             let index = p.index;
-            Ok((Self::attach(hv, p, HvClient::evtchn_rebind)?, index))
+            Ok((Self::attach(hv, p, super::Join::Resume)?, index))
         });
         let (mut nb, index) = match taken {
             Ok(t) => t,
@@ -139,6 +139,14 @@ impl Netback {
             let _ = nb.mcast.add(g);
         }
         nb.resample_multicast(hv);
+        let tx = nb.tx.as_ref().map_or(0, |r| r.restored());
+        let rx = nb.rx.as_ref().map_or(0, |r| r.restored());
+        if tx + rx > 0 {
+            let vif = crate::vif_name(be);
+            eprintln!(
+                "netback {vif}: restored {tx} TX and {rx} RX requests the dead process had consumed without publishing their responses"
+            );
+        }
         Ok((nb, index))
     }
 }

@@ -19,8 +19,9 @@
 //! - `rx`: bridge → guest, and `slab`: the frames waiting for the guest's buffers;
 //! - [`opts`]: the vif's options (`ip`, `rate`, `mtu`), read at probe.
 //!
-//! Driver-domain pool layout per vif `i` (hv-copy and baseline): staging
-//! frames from `16 + 512 i`: 256 for TX slots, then 256 for RX slots.
+//! Driver-domain pool layout per vif `i`: from frame `16 + 513 i`, 256
+//! staging frames for TX slots and 256 for RX slots (hv-copy and baseline),
+//! then the rings' request shadows (every mechanism, [`RequestShadow`]).
 
 mod grants;
 pub mod handover;
@@ -38,11 +39,12 @@ use crate::antispoof::IpFilter;
 use crate::credit::Credit;
 use crate::switch::mcast::McastFilter;
 use abi::grant::GrantStatus;
+use abi::mem::{SharedMemory, Window};
 use abi::netif::{
     NetifStatus, RxRequest, RxResponse, TxFlags, TxRequest, TxResponse, XEN_NETIF_NR_SLOTS_MIN,
 };
 use abi::offloads::Caps;
-use abi::ring::BackRing;
+use abi::ring::{BackRing, RequestShadow};
 use abi::vif_backend::{GrantPath, RxPath, TxPath, VifBackend};
 use abi::xenbus::{keys, XenbusState};
 use domain_common::counters::VifCounters;
@@ -58,8 +60,16 @@ use std::time::{Duration, Instant};
 use sys::{Mapping, PAGE_SIZE};
 
 const RING: u32 = 256;
-/// Staging frames per vif (TX + RX).
-pub const FRAMES_PER_VIF: u32 = 2 * RING;
+/// Frames per vif: staging (TX + RX), then the frame of the request shadows.
+pub const FRAMES_PER_VIF: u32 = 2 * RING + 1;
+/// Where the RX and TX request shadows lie in their frame (2,056 and
+/// 1,032 bytes).
+const RX_SHADOW_AT: usize = 0;
+const TX_SHADOW_AT: usize = 2560;
+const _: () = assert!(
+    TX_SHADOW_AT >= RX_SHADOW_AT + RequestShadow::bytes_needed(RING, RxResponse::SIZE)
+        && TX_SHADOW_AT + RequestShadow::bytes_needed(RING, TxResponse::SIZE) <= PAGE_SIZE
+);
 /// First staging frame of vif 0.
 pub const STAGING_BASE: u32 = 16;
 /// Packets per TX round, so one guest cannot starve the others.
@@ -405,27 +415,70 @@ type MappedRings = (
     Vec<EventChannel>,
 );
 
-/// Maps the guest's ring pages and binds its event channels. The rings
+/// How a backend joins the rings a frontend published.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Join {
+    /// A new connection: its event channels bound, its shadows started.
+    Connect,
+    /// Taking over from this domain's previous program: its event channels
+    /// taken back from hv, and what a dead one left unanswered restored
+    /// from the shadows ([`RequestShadow`]).
+    Resume,
+}
+
+/// Memory a ring's request shadow lies in.
+type ShadowMemory = Box<dyn SharedMemory + Send + Sync>;
+
+/// The request shadow at `at` in frame `frame` of the driver domain's
+/// pool, of a ring whose responses are `rsp` bytes.
+fn shadow(pool: &Arc<Mapping>, frame: u32, at: usize, rsp: usize) -> Result<ShadowMemory> {
+    let len = RequestShadow::bytes_needed(RING, rsp);
+    let base = frame as usize * PAGE_SIZE + at;
+    match Window::new(pool.clone(), base, len) {
+        Some(w) => Ok(Box::new(w)),
+        None => Err(proto(format!(
+            "the request shadows in frame {frame} lie outside the driver domain's memory"
+        ))),
+    }
+}
+
+/// Maps the guest's ring pages and binds its event channels; the rings
+/// keep their shadows in frame `shadows` of this domain's pool. The rings
 /// stay mapped while connected; whatever fails half-way is undone, so no
 /// grant stays pinned.
 fn map_rings(
     hv: &mut HvClient,
     g: DomId,
     f: &FrontendRings,
-    mut bind: impl FnMut(&mut HvClient, DomId, u32) -> hypercall::HvResult<EventChannel>,
+    shadows: u32,
+    join: Join,
 ) -> Result<MappedRings> {
     let txm = hv.map_grant(g, f.tx_ref, true)?;
     let th = txm.handle;
     let mut held: Vec<EventChannel> = Vec::new();
     let mut rh = None;
+    let pool = hv.pool_shared();
+    let resuming = join == Join::Resume;
     let r = (|| -> Result<_> {
         let rxm = hv.map_grant(g, f.rx_ref, true)?;
         rh = Some(rxm.handle);
-        let tx = BackRing::attach(txm)?;
-        let rx = BackRing::attach(rxm)?;
-        held.push(bind(hv, g, f.tx_port)?);
+        let tx = BackRing::attach_shadowed(
+            txm,
+            shadow(&pool, shadows, TX_SHADOW_AT, TxResponse::SIZE)?,
+            resuming,
+        )?;
+        let rx = BackRing::attach_shadowed(
+            rxm,
+            shadow(&pool, shadows, RX_SHADOW_AT, RxResponse::SIZE)?,
+            resuming,
+        )?;
+        let bind = |hv: &mut HvClient, port| match join {
+            Join::Connect => hv.evtchn_bind(g, port),
+            Join::Resume => hv.evtchn_rebind(g, port),
+        };
+        held.push(bind(hv, f.tx_port)?);
         if let Some(port) = f.rx_port {
-            held.push(bind(hv, g, port)?);
+            held.push(bind(hv, port)?);
         }
         Ok((tx, rx))
     })();
@@ -549,7 +602,7 @@ impl Netback {
     /// Waits for the frontend to publish its rings and connects to them.
     pub fn connect(hv: &mut HvClient, p: Pending, timeout: Duration) -> Result<Netback> {
         hv.wait_state(&p.fe, timeout, |s| s == XenbusState::Connected)?;
-        let nb = Self::attach(hv, p, HvClient::evtchn_bind)?;
+        let nb = Self::attach(hv, p, Join::Connect)?;
         hv.switch_state(&nb.be, XenbusState::Connected)?;
         Ok(nb)
     }
@@ -557,23 +610,16 @@ impl Netback {
     /// Maps the rings the frontend published, binds (`bind`) its event
     /// channels and reaches its pool; what fails half-way is undone. The
     /// frontend's keys are read in two round trips, not one each.
-    fn attach(
-        hv: &mut HvClient,
-        p: Pending,
-        bind: impl FnMut(&mut HvClient, DomId, u32) -> hypercall::HvResult<EventChannel>,
-    ) -> Result<Netback> {
+    fn attach(hv: &mut HvClient, p: Pending, join: Join) -> Result<Netback> {
         let fe = p.fe.clone();
-        hv.with_read_ahead(&fe, |hv| Self::attach_read_ahead(hv, p, bind))
+        hv.with_read_ahead(&fe, |hv| Self::attach_read_ahead(hv, p, join))
     }
 
-    fn attach_read_ahead(
-        hv: &mut HvClient,
-        p: Pending,
-        bind: impl FnMut(&mut HvClient, DomId, u32) -> hypercall::HvResult<EventChannel>,
-    ) -> Result<Netback> {
+    fn attach_read_ahead(hv: &mut HvClient, p: Pending, join: Join) -> Result<Netback> {
         let g = p.guest;
         let f = read_frontend(hv, &p.fe, &p.modes)?;
-        let (tx, rx, held) = map_rings(hv, g, &f, bind)?;
+        let shadows = STAGING_BASE + FRAMES_PER_VIF * p.index + 2 * RING;
+        let (tx, rx, held) = map_rings(hv, g, &f, shadows, join)?;
         let views = match pool_views(hv, g, &p.fe, &p.modes) {
             Ok(v) => v,
             Err(e) => {

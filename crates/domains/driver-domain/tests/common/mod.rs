@@ -200,8 +200,8 @@ pub fn world_configured(
     configure: impl Fn(usize, &mut VifConfig),
 ) -> World {
     let hv = Hypervisor::new();
-    // Staging for four vifs or more (512 frames each), and some spare.
-    let frames = 512 * names.len().max(4) as u32 + 512;
+    // Room for four vifs or more, and some spare.
+    let frames = driver_domain::netback::FRAMES_PER_VIF * (names.len().max(4) as u32 + 1);
     let (drv_id, drv) = domain(&hv, "drv", "driver", frames);
     let mut ids = Vec::new();
     let mut clients = Vec::new();

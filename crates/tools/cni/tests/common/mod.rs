@@ -101,11 +101,11 @@ impl Lab {
                 "/../../../examples/containers.toml"
             )),
             Uplink::Wire => {
-                // Room for 24 vifs (16 frames, then 512 per vif).
+                // Room for 24 vifs (16 frames, then 513 per vif).
                 let t = lab.run_dir.join("containers.toml");
                 let text = format!(
                     "name = \"containers\"\n[[domain]]\nname = \"drv\"\nkind = \"driver\"\n\
-                     memory_frames = 12304\n\
+                     memory_frames = 12328\n\
                      [wire]\nname = \"wire\"\ndriver = \"drv\"\naddress = \"{WIRE}/16\"\n"
                 );
                 std::fs::write(&t, text).unwrap();

@@ -1344,7 +1344,7 @@ mod vif_list_tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("serves 8 vifs and needs memory_frames >= 4112"),
+            e.contains("serves 8 vifs and needs memory_frames >= 4120"),
             "{e}"
         );
         let nine = format!("backend = \"drv\"\nvif = [{}, \"\"]\n", specs.join(", "));
