@@ -607,7 +607,8 @@ impl Netback {
         Ok(nb)
     }
 
-    /// Maps the rings the frontend published, binds (`bind`) its event
+    /// Maps the rings the frontend published, binds (or, resuming, takes
+    /// back) its event
     /// channels and reaches its pool; what fails half-way is undone. The
     /// frontend's keys are read in two round trips, not one each.
     fn attach(hv: &mut HvClient, p: Pending, join: Join) -> Result<Netback> {
