@@ -608,9 +608,9 @@ impl Netback {
     }
 
     /// Maps the rings the frontend published, binds (or, resuming, takes
-    /// back) its event
-    /// channels and reaches its pool; what fails half-way is undone. The
-    /// frontend's keys are read in two round trips, not one each.
+    /// back) its event channels and reaches its pool; what fails half-way
+    /// is undone. The frontend's keys are read in two round trips, not one
+    /// each.
     fn attach(hv: &mut HvClient, p: Pending, join: Join) -> Result<Netback> {
         let fe = p.fe.clone();
         hv.with_read_ahead(&fe, |hv| Self::attach_read_ahead(hv, p, join))
