@@ -7,6 +7,14 @@
 use crate::offloads::Caps;
 use crate::xenbus::keys;
 
+/// Frames a driver domain's pool keeps before its vifs' areas. The
+/// toolstack sizes the pool with these and netback lays it out by them.
+pub const DRIVER_BASE_FRAMES: u32 = 16;
+/// Frames of a driver domain's pool per vif, after [`DRIVER_BASE_FRAMES`]:
+/// staging for 256 TX and 256 RX slots, then the frame of the rings'
+/// request shadows ([`crate::ring::RequestShadow`]).
+pub const DRIVER_FRAMES_PER_VIF: u32 = 513;
+
 /// The value of [`keys::LRO`] in a backend directory: LRO runs in netback
 /// (in a frontend directory, `guest`: in netfront).
 pub const LRO_IN_DRIVER: &str = "driver";

@@ -60,8 +60,10 @@ use std::time::{Duration, Instant};
 use sys::{Mapping, PAGE_SIZE};
 
 const RING: u32 = 256;
-/// Frames per vif: staging (TX + RX), then the frame of the request shadows.
-pub const FRAMES_PER_VIF: u32 = 2 * RING + 1;
+/// Frames per vif: staging (TX + RX), then the frame of the request
+/// shadows, as the toolstack sized the pool.
+pub const FRAMES_PER_VIF: u32 = abi::vif_backend::DRIVER_FRAMES_PER_VIF;
+const _: () = assert!(FRAMES_PER_VIF == 2 * RING + 1);
 /// Where the RX and TX request shadows lie in their frame (2,056 and
 /// 1,032 bytes).
 const RX_SHADOW_AT: usize = 0;
@@ -71,7 +73,7 @@ const _: () = assert!(
         && TX_SHADOW_AT + RequestShadow::bytes_needed(RING, TxResponse::SIZE) <= PAGE_SIZE
 );
 /// First staging frame of vif 0.
-pub const STAGING_BASE: u32 = 16;
+pub const STAGING_BASE: u32 = abi::vif_backend::DRIVER_BASE_FRAMES;
 /// Packets per TX round, so one guest cannot starve the others.
 const TX_BUDGET: usize = 64;
 /// Slots per batch (bounded by the staging frames and the batch page).

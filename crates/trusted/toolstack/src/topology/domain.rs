@@ -690,12 +690,8 @@ pub const GUEST_MIN_FRAMES: u32 = 2 + 2 * 256;
 /// driver's init block, rings and buffers from guest-physical 64 KiB (about
 /// 140 KiB in all).
 pub const HOSTED_MIN_FRAMES: u32 = 64;
-/// Frames a driver domain keeps before its per-vif staging areas.
-pub const DRIVER_BASE_FRAMES: u32 = 16;
-/// Frames a driver domain needs per vif (staging for 256 TX and 256 RX
-/// slots, and the rings' request shadows), after its first
-/// [`DRIVER_BASE_FRAMES`].
-pub const DRIVER_FRAMES_PER_VIF: u32 = 513;
+/// A driver domain's pool: what it keeps, then what each vif needs.
+pub use abi::vif_backend::{DRIVER_BASE_FRAMES, DRIVER_FRAMES_PER_VIF};
 
 /// Most vifs a guest may have (netfront's pool layout, `MAX_VIFS` there).
 /// Each takes [`GUEST_MIN_FRAMES`] of its pool: vif *h* lives at frame
