@@ -351,6 +351,14 @@ fn vhost_vif(st: &serde_json::Value, name: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("status shows no vhost-user vif {name}:\n{st:#}"))
 }
 
+/// Whether VM vif `v` (its status entry) is connected and its VM has
+/// enabled both rings on that connection.
+fn rings_set_up(v: &serde_json::Value) -> bool {
+    let rings = v["rings"].as_array();
+    v["connected"] == true
+        && rings.is_some_and(|r| r.len() == 2 && r.iter().all(|q| q["enabled"] == true))
+}
+
 /// Waits until the driver domain reports vif `name` connected, and returns
 /// its status entry.
 fn connected(env: &Env, name: &str) -> serde_json::Value {
@@ -600,7 +608,6 @@ fn a_vm_that_listens_is_dialed_again_after_a_driver_domain_kill() {
         .replace("kind = \"vm\"\n", "kind = \"vm\"\nsocket_server = \"vm\"\n");
     std::fs::write(&path, topology).unwrap();
     env.ok(&["up", "--config", path.to_str().unwrap()]);
-    let _show = ShowOnFailure(&env);
     assert!(!sock.exists(), "hv bound the socket the VM listens on");
     let args = env.ok(&["vm-args", "vm1"]);
     for want in ["server=on,wait=off", "vhost_mode=server", ",server=1"] {
@@ -617,21 +624,29 @@ fn a_vm_that_listens_is_dialed_again_after_a_driver_domain_kill() {
         &["--tx-ip=10.77.0.50,10.77.0.254"],
         &env.run_dir.join("testpmd.log"),
     );
+    // Dropped before testpmd quits: a failure's status is the VM's then.
+    let _show = ShowOnFailure(&env);
     tp.wait_link_up(0, Duration::from_secs(30));
     tp.cmd("set fwd icmpecho");
     tp.cmd("start");
     env.ping("wire", "10.77.0.50", 3);
     let drv = domain(&env.status(), "drv").clone();
     kill9(drv["pid"].as_i64().unwrap());
+    // Dialed is not enough: status says connected as soon as hv's new
+    // connection is made, but testpmd accepts it only once it has seen the
+    // old one die, and frames for the VM are dropped until it has set up
+    // its rings. The facts the ping needs: both rings set up on the new
+    // connection, and testpmd's link up.
     wait_until(
-        "drv back, vm1 dialed again",
+        "drv back, vm1 dialed again and its rings set up",
         Duration::from_secs(30),
         || {
             let st = env.status();
             let pid = &domain(&st, "drv")["pid"];
-            !pid.is_null() && *pid != drv["pid"] && vhost_vif(&st, "vm1")["connected"] == true
+            !pid.is_null() && *pid != drv["pid"] && rings_set_up(&vhost_vif(&st, "vm1"))
         },
     );
+    tp.wait_link_up(0, Duration::from_secs(30));
     // The same testpmd, never restarted, answers again.
     env.ping("wire", "10.77.0.50", 3);
     tp.cmd("stop");
