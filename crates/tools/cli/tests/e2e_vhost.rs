@@ -359,16 +359,17 @@ fn rings_set_up(v: &serde_json::Value) -> bool {
         && rings.is_some_and(|r| r.len() == 2 && r.iter().all(|q| q["enabled"] == true))
 }
 
-/// Waits until the driver domain reports vif `name` connected, and returns
-/// its status entry.
+/// Waits until the driver domain reports vif `name` connected and both its
+/// rings set up (frames for a VM whose rings are not are dropped), and
+/// returns its status entry.
 fn connected(env: &Env, name: &str) -> serde_json::Value {
     let mut v = serde_json::Value::Null;
     wait_until(
-        &format!("{name}'s vhost-user vif to be connected"),
+        &format!("{name}'s vhost-user vif to be connected, its rings set up"),
         Duration::from_secs(30),
         || {
             v = vhost_vif(&env.status(), name);
-            v["connected"] == true
+            rings_set_up(&v)
         },
     );
     v
