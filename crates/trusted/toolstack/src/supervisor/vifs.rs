@@ -376,13 +376,24 @@ impl Supervisor {
         Err(fail(
             ErrorKind::Internal,
             format!(
-                "vif {} of {} did not connect within {HANDSHAKE:?} (frontend {:?}, backend {:?})",
+                "vif {} of {} did not connect within {HANDSHAKE:?} (frontend {:?}, backend {:?}){}",
                 v.handle,
                 v.guest,
                 state_of(hv, &fe),
-                state_of(hv, &be)
+                state_of(hv, &be),
+                self.backend_said(hv, v)
             ),
         ))
+    }
+
+    /// What `v`'s driver domain last logged about it, for an error that
+    /// says the handshake stalled ([`said_about`]).
+    fn backend_said(&self, hv: &Hypervisor, v: &VifConfig) -> String {
+        let Ok(guest) = Self::domid(hv, &v.guest) else {
+            return String::new();
+        };
+        let log = log_tail(&self.run_dir.join(format!("{}.log", v.backend)));
+        said_about(&log, &format!("vif{guest}.{}", v.handle))
     }
 
     /// Waits until `v` is connected ([`Supervisor::wait_connected`]) and
@@ -528,4 +539,65 @@ fn free_handle(vifs: &[VifConfig], g: &DomainConfig, devid: Option<u32>) -> HvRe
         ));
     }
     Ok(handle)
+}
+
+/// How much of a driver domain's log's end is searched for a vif's lines.
+const LOG_TAIL: u64 = 64 << 10;
+
+/// The last [`LOG_TAIL`] bytes of the log at `path`; empty if unreadable.
+fn log_tail(path: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut buf = Vec::new();
+    if f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL)))
+        .is_ok()
+    {
+        let _ = f.take(LOG_TAIL).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// The last three lines of `log` that name vif `vif` (`vif3.1`, not
+/// `vif3.10`), as "; its driver domain's log: …"; empty if none do.
+fn said_about(log: &str, vif: &str) -> String {
+    let names = |line: &str| {
+        line.match_indices(vif).any(|(at, _)| {
+            let after = line[at + vif.len()..].chars().next();
+            let before = line[..at].chars().next_back();
+            !after.is_some_and(|c| c.is_ascii_digit())
+                && !before.is_some_and(|c| c.is_ascii_alphanumeric())
+        })
+    };
+    let lines: Vec<&str> = log.lines().filter(|l| names(l)).collect();
+    match lines.len() {
+        0 => String::new(),
+        n => format!(
+            "; its driver domain's log: {}",
+            lines[n.saturating_sub(3)..].join(" | ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::said_about;
+
+    #[test]
+    fn a_stalled_vifs_own_log_lines_are_quoted() {
+        let log = "driver: vif2.1 connected on xenbr0\n\
+                   driver: vif2.10: could not connect: refused\n\
+                   netback vif2.1: disconnected: gone\n\
+                   driver: vif2.1: could not connect: evtchn busy\n\
+                   driver: xvif2.1 is not ours\n";
+        let said = said_about(log, "vif2.1");
+        assert_eq!(
+            said,
+            "; its driver domain's log: driver: vif2.1 connected on xenbr0 | netback vif2.1: disconnected: gone | driver: vif2.1: could not connect: evtchn busy"
+        );
+        assert_eq!(said_about(log, "vif3.0"), "");
+        assert_eq!(said_about("", "vif2.1"), "");
+    }
 }
