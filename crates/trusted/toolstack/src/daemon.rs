@@ -23,13 +23,7 @@ pub use crate::host::{socket_path, PHYS_PORT, WIRE_IF};
 pub use crate::store::{setup_vif, Store};
 pub use hypercall::launch::{ENV_HOSTED_FDS, ENV_HVM_DM_FD, ENV_HV_FD, ENV_VMAPP_FDS};
 
-/// The last `lines` lines of log `path` (hv's, a domain's), for an error
-/// report; empty if it cannot be read.
-pub fn log_tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let v: Vec<&str> = text.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
-}
+pub use crate::logs::log_tail;
 
 /// What the daemon needs.
 pub struct DaemonConfig {

@@ -46,6 +46,7 @@ pub mod hugepages;
 pub mod kept_ports;
 pub mod laps;
 pub mod listen;
+mod logs;
 pub mod metrics;
 pub mod notify;
 pub mod placement;

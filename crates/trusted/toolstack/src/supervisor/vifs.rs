@@ -392,7 +392,7 @@ impl Supervisor {
         let Ok(guest) = Self::domid(hv, &v.guest) else {
             return String::new();
         };
-        let log = log_tail(&self.run_dir.join(format!("{}.log", v.backend)));
+        let log = crate::logs::log_end(&self.run_dir.join(format!("{}.log", v.backend)));
         said_about(&log, &format!("vif{guest}.{}", v.handle))
     }
 
@@ -539,25 +539,6 @@ fn free_handle(vifs: &[VifConfig], g: &DomainConfig, devid: Option<u32>) -> HvRe
         ));
     }
     Ok(handle)
-}
-
-/// How much of a driver domain's log's end is searched for a vif's lines.
-const LOG_TAIL: u64 = 64 << 10;
-
-/// The last [`LOG_TAIL`] bytes of the log at `path`; empty if unreadable.
-fn log_tail(path: &std::path::Path) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return String::new();
-    };
-    let len = f.metadata().map_or(0, |m| m.len());
-    let mut buf = Vec::new();
-    if f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL)))
-        .is_ok()
-    {
-        let _ = f.take(LOG_TAIL).read_to_end(&mut buf);
-    }
-    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// The last three lines of `log` that name vif `vif` (`vif3.1`, not
