@@ -146,6 +146,53 @@ impl Mapping {
         cvt(r.into(), "madvise(MADV_POPULATE_WRITE)").map(drop)
     }
 
+    /// Drops this mapping's page-table entries for `len` bytes at `off`,
+    /// both page-aligned (`MADV_DONTNEED`): the memory file keeps its pages,
+    /// and the next touch maps them again with a fault. A guest that gives
+    /// a receive page away for a flip unmaps it so (Menon 2006 §4.2). On
+    /// huge pages the kernel refuses a range smaller than one.
+    pub fn unmap_pages(&self, off: usize, len: usize) -> io::Result<()> {
+        let p = self.aligned_range(off, len)?;
+        crate::count_syscall();
+        // SAFETY: the range is inside this mapping and page-aligned; on a
+        // shared file mapping MADV_DONTNEED only drops page-table entries,
+        // and every access to the mapping is an opaque copy that faults the
+        // page back in, so no reference into it is invalidated.
+        let r = unsafe { libc::madvise(p as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        cvt(r.into(), "madvise(MADV_DONTNEED)").map(drop)
+    }
+
+    /// Maps `len` bytes at `off`, both page-aligned, back in with one call
+    /// (`MADV_POPULATE_WRITE` on a writable mapping, else `..._READ`): a
+    /// page the memory file lost is allocated, zeroed and mapped, as a
+    /// domain takes replacement pages for a batch it flipped away (Menon
+    /// 2006 §4.2), instead of a fault per page.
+    pub fn populate_pages(&self, off: usize, len: usize) -> io::Result<()> {
+        let p = self.aligned_range(off, len)?;
+        let advice = if self.writable {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        crate::count_syscall();
+        // SAFETY: the range is inside this mapping and page-aligned;
+        // populating only faults pages in, changing no byte of the mapping.
+        let r = unsafe { libc::madvise(p as *mut libc::c_void, len, advice) };
+        cvt(r.into(), "madvise(MADV_POPULATE)").map(drop)
+    }
+
+    /// The address of `len` bytes at `off`, both page-aligned and inside.
+    fn aligned_range(&self, off: usize, len: usize) -> io::Result<*mut u8> {
+        if !off.is_multiple_of(crate::PAGE_SIZE) || !len.is_multiple_of(crate::PAGE_SIZE) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a range that is not page-aligned",
+            ));
+        }
+        self.range(off, len)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+    }
+
     /// Whether stores are permitted.
     pub fn is_writable(&self) -> bool {
         self.writable
