@@ -9,6 +9,7 @@
 use crate::error::{err, ErrorKind, HvResult};
 use crate::memory::DomainMemory;
 use crate::proto::DomId;
+use crate::released::Released;
 use abi::grant::{
     check_entry, CopyPtr, EntryRefusal, GrantCopy, GrantCopyView, DOMID_SELF, GTF_ACCEPT_TRANSFER,
     GTF_PERMIT_ACCESS, GTF_READING, GTF_TRANSFER_COMMITTED, GTF_TRANSFER_COMPLETED, GTF_TYPE_MASK,
@@ -379,17 +380,19 @@ fn accepting_entry(
 }
 
 /// GNTTABOP_transfer: moves the contents of `caller`'s frame into the frame
-/// `dest` offered with an accept-transfer grant, then zeroes the source so
-/// nothing can leak out of the driver domain (Menon 2006 §4.2: page flip).
+/// `dest` offered with an accept-transfer grant, and notes the source in
+/// `released`, whose pages the caller of this function takes away from
+/// `caller` when its batch ends ([`Released::give_up`]), so nothing can leak
+/// out of the driver domain (Menon 2006 §4.2: page flip). A frame already
+/// in `released` is gone and is refused.
 ///
 /// Pages of separate memfds cannot change owner in Linux, so ownership moves
 /// by hv copying the frame; the grant-entry protocol is Xen's.
 pub fn transfer(
     doms: &dyn Memories,
     caller: DomId,
-    frame: u32,
-    dest: DomId,
-    gref: u32,
+    (frame, dest, gref): (u32, DomId, u32),
+    released: &mut Released,
 ) -> HvResult<u32> {
     let Some(src) = doms.memory(caller) else {
         return err(
@@ -398,6 +401,15 @@ pub fn transfer(
         );
     };
     let frame = entry_frame(src, caller, || "transferred frame".into(), u64::from(frame))?;
+    if released.holds(FrameRange::whole(frame).pool_offset()) {
+        return err(
+            ErrorKind::BadPage,
+            format!(
+                "frame {} of domain {caller} was flipped away already",
+                frame.raw()
+            ),
+        );
+    }
     let Some(dm) = doms.memory(dest) else {
         return err(
             ErrorKind::BadDomain,
@@ -432,16 +444,14 @@ pub fn transfer(
             format!("grant {gref} of domain {dest} changed during transfer"),
         );
     }
-    let moved = dm
-        .pool_map
-        .try_copy_from(
-            to_page.pool_offset(),
-            &src.pool_map,
-            from_page.pool_offset(),
-            PAGE_SIZE,
-        )
-        .and_then(|()| src.pool_map.try_fill(from_page.pool_offset(), PAGE_SIZE, 0));
+    let moved = dm.pool_map.try_copy_from(
+        to_page.pool_offset(),
+        &src.pool_map,
+        from_page.pool_offset(),
+        PAGE_SIZE,
+    );
     moved.map_err(|e| crate::HvError::memory("transfer", e))?;
+    released.add(from_page.pool_offset());
     t.write_u32(off + 4, landing.raw());
     let f = t.load_u16(off);
     let _ = t.cmpxchg_u16(off, f, f | GTF_TRANSFER_COMPLETED);
@@ -472,6 +482,45 @@ pub(crate) mod tests {
         };
         let mem = |n| DomainMemory::new(n, spec).unwrap();
         Two([mem("t-grant-1"), mem("t-grant-2")])
+    }
+
+    /// Blocks the domain's pool file holds in memory.
+    fn pool_blocks(m: &DomainMemory) -> u64 {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::MetadataExt;
+        let fd = m.pool.as_fd().try_clone_to_owned().unwrap();
+        std::fs::File::from(fd).metadata().unwrap().blocks()
+    }
+
+    #[test]
+    fn a_flipped_page_leaves_its_domain_and_cannot_be_flipped_twice() {
+        let doms = two();
+        let (src, dst) = (&doms.0[0], &doms.0[1]);
+        src.pool_map.write_bytes(PAGE_SIZE + 100, b"packet");
+        // Domain 2 accepts transfers from domain 1 into frames 2 and 3.
+        for (gref, frame) in [(0usize, 2u32), (1, 3)] {
+            let t = &dst.gnttab_map;
+            t.write_u16(gref * 8 + 2, 1);
+            t.write_u32(gref * 8 + 4, frame);
+            t.write_u16(gref * 8, GTF_ACCEPT_TRANSFER);
+        }
+        let before = pool_blocks(src);
+        let mut released = Released::default();
+        assert_eq!(transfer(&doms, 1, (1, 2, 0), &mut released).unwrap(), 2);
+        let e = transfer(&doms, 1, (1, 2, 1), &mut released).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BadPage, "{e}");
+        released.give_up(src).unwrap();
+        let mut b = [0u8; 6];
+        dst.pool_map.read_bytes(2 * PAGE_SIZE + 100, &mut b);
+        assert_eq!(&b, b"packet");
+        // The page itself went: the pool holds less, and reads zeros there.
+        assert!(
+            pool_blocks(src) < before,
+            "{} blocks, {before} before",
+            pool_blocks(src)
+        );
+        src.pool_map.read_bytes(PAGE_SIZE + 100, &mut b);
+        assert_eq!(b, [0; 6]);
     }
 
     fn own_copy(src: u64, offset: u16, dst: u64, len: u16) -> GrantCopy {
@@ -531,7 +580,7 @@ pub(crate) mod tests {
         t.write_u16(2, 1);
         t.write_u32(4, 7);
         t.write_u16(0, GTF_ACCEPT_TRANSFER);
-        let e = transfer(&doms, 1, 0, 2, 0).unwrap_err();
+        let e = transfer(&doms, 1, (0, 2, 0), &mut Released::default()).unwrap_err();
         assert_eq!(e.kind, ErrorKind::BadCopyArg, "{e}");
         assert_eq!(t.load_u16(0), GTF_ACCEPT_TRANSFER);
     }

@@ -31,6 +31,7 @@ pub mod log;
 pub mod memory;
 pub mod ngm;
 pub(crate) mod ports;
+pub mod released;
 pub mod vhost;
 
 pub use hypercall::{batch, client, error, ioreq, ngm_client, proto, status, trace};

@@ -7,7 +7,7 @@
 
 use crate::error::{HvError, HvResult};
 use abi::grant::GRANT_ENTRIES_PER_PAGE;
-use abi::{MemError, Pfn};
+use abi::{MemError, Pfn, SharedMemory};
 use std::os::fd::{AsFd, OwnedFd};
 use sys::{Mapping, Memfd, PAGE_SIZE};
 
@@ -175,6 +175,22 @@ impl DomainMemory {
             trace,
             trace_map,
         })
+    }
+
+    /// Takes `len` bytes at `off` of the pool away from this domain once a
+    /// page flip has moved them (Menon 2006 §4.2: the page leaves the
+    /// driver domain, which gets a fresh one in its place). On 4 KiB pages
+    /// the page is freed, a hole punched in the pool, which unmaps it from
+    /// every address space that held it, so the domain's next touch
+    /// allocates and maps a zeroed page. A pool on huge pages cannot give
+    /// up 4 KiB, and the bytes are zeroed instead.
+    pub fn give_up(&self, off: usize, len: usize) -> Result<(), MemError> {
+        self.pool_map.check_store(off, len)?;
+        let small = matches!(self.backing, HugeBacking::None);
+        if small && sys::punch_hole(self.pool.as_fd(), off as u64, len as u64).is_ok() {
+            return Ok(());
+        }
+        self.pool_map.try_fill(off, len, 0)
     }
 
     /// A domain's memory carried across hv's upgrade in place: the four

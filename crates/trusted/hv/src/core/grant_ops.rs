@@ -7,9 +7,10 @@ use super::domain::MapRecord;
 use super::reply::{ok, Outcome};
 use super::state::{domain, State};
 use crate::error::{err, ErrorKind, HvError, HvResult};
-use crate::grant;
+use crate::grant::{self, Memories};
 use crate::ngm::{NgmTable, NGM_ENTRIES};
 use crate::proto::{DomId, NgmGrantOp, Reply};
+use crate::released::Released;
 use crate::trace::{self, HvEvent};
 use abi::grant::{
     GrantMap, GrantMapView, GrantTransfer, GrantTransferView, GrantUnmap, GrantUnmapView, MapFlags,
@@ -216,7 +217,8 @@ pub(super) fn transfer_batch(
     caller: DomId,
     raw: &mut [u8],
 ) -> (Vec<i16>, Vec<HvError>) {
-    run_ops(raw, GrantTransfer::SIZE, |chunk| {
+    let mut released = Released::default();
+    let (statuses, mut errors) = run_ops(raw, GrantTransfer::SIZE, |chunk| {
         let op = GrantTransferView::new_checked(&*chunk)
             .and_then(|v| GrantTransfer::parse(&v))
             .map_err(|e| HvError::new(ErrorKind::Invalid, format!("malformed transfer op: {e}")))?;
@@ -227,10 +229,24 @@ pub(super) fn transfer_batch(
             );
         };
         let t0 = trace::now();
-        let r = grant::transfer(&st.doms, caller, frame, op.domid, op.gref);
+        let r = grant::transfer(&st.doms, caller, (frame, op.domid, op.gref), &mut released);
         record(st, caller, HvEvent::GrantTransfer, t0, 1);
         r.map(|_| ())
-    })
+    });
+    if let Err(e) = give_up(st, caller, &mut released) {
+        errors.push(e);
+    }
+    (statuses, errors)
+}
+
+/// Takes the pages a batch of flips moved out of `caller` away from it.
+fn give_up(st: &State, caller: DomId, released: &mut Released) -> HvResult<()> {
+    match st.doms.memory(caller) {
+        Some(m) => released
+            .give_up(m)
+            .map_err(|e| HvError::memory("giving up flipped pages", e)),
+        None => Ok(()),
+    }
 }
 
 /// Runs `one` on each `size`-byte record of `raw`; returns each record's
@@ -265,7 +281,9 @@ pub(super) fn grant_transfer(
     gref: u32,
 ) -> HvResult<Outcome> {
     let t0 = trace::now();
-    let landing = grant::transfer(&st.doms, caller, frame, dest, gref);
+    let mut released = Released::default();
+    let landing = grant::transfer(&st.doms, caller, (frame, dest, gref), &mut released);
+    let landing = landing.and_then(|l| give_up(st, caller, &mut released).map(|()| l));
     record(st, caller, HvEvent::GrantTransfer, t0, 1);
     let landing = landing?;
     Ok(ok(Reply::Value(landing.to_le_bytes().to_vec())))
