@@ -668,6 +668,7 @@ impl Netback {
         self.counters.grant("transfer", flips.len() as u64);
         let mut statuses = std::mem::take(&mut self.rx_statuses);
         let r = hv.transfer_batch(self.guest, flips, &mut statuses);
+        self.take_replacements(flips.len());
         let r = r.map_err(Into::into).and_then(|()| {
             for r in resps {
                 if let CopyResp::Data { op, len, .. } = *r {
@@ -680,6 +681,18 @@ impl Netback {
         });
         self.rx_statuses = statuses;
         r
+    }
+
+    /// Maps replacement pages in for the `n` staging frames a flip batch
+    /// gave away, with one call, as Xen 2.0's netback took a batch's
+    /// replacement pages from the hypervisor (Menon 2006 §4.2); counted as
+    /// the grant operation `replace`, a page each. hv frees a flipped page
+    /// only on 4 KiB pages; elsewhere the frames are still there.
+    fn take_replacements(&mut self, n: usize) {
+        let off = Pfn::new(self.rx_base).base();
+        if self.pool.populate_pages(off, n * PAGE_SIZE).is_ok() {
+            self.counters.grant("replace", n as u64);
+        }
     }
 
     /// Counts a frame delivered to the guest.
