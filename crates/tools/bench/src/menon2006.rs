@@ -231,16 +231,29 @@ impl M6Config {
         Some(k)
     }
 
+    /// The buffers the driver domain's ports receive into (§4.2): a fresh
+    /// page per packet in Xen 2.0, wherever a packet may leave the driver
+    /// domain as a whole page ("each network packet has to be allocated on
+    /// a separate page, so that it can be remapped"): as the endpoint
+    /// (Xen-driver), and for every guest that receives by page flip.
+    /// Copying lets the driver use MTU-sized buffers (Driver-MTU,
+    /// Xen-driver-opt); `None` keeps the default.
+    fn port_buffer(self) -> Option<&'static str> {
+        match self {
+            M6Config::XenDriver => Some("page"),
+            M6Config::DriverMtu | M6Config::XenDriverOpt => Some("mtu"),
+            _ if self.guest_keys()?.contains("rx_mode = \"flip\"") => Some("page"),
+            _ => None,
+        }
+    }
+
     /// The keys the driver domain gets.
     fn driver_keys(self) -> String {
         let mut k = String::new();
         if self.driver_endpoint() {
             k += &format!("address = \"{DRV_ADDRESS}/24\"\n");
-            let buf = if self == M6Config::XenDriver {
-                "page"
-            } else {
-                "mtu"
-            };
+        }
+        if let Some(buf) = self.port_buffer() {
             k += &format!("port_buffer = \"{buf}\"\n");
         }
         if self.superpages() {
@@ -1113,6 +1126,22 @@ mod tests {
         assert!(M6Config::XenDriver
             .driver_keys()
             .contains("port_buffer = \"page\""));
+        // A guest that receives by flip has a Xen 2.0 driver domain behind
+        // it; one that receives by copy, the default buffers.
+        for c in [M6Config::GuestNone, M6Config::GuestHigh, M6Config::PortSg] {
+            assert!(
+                c.driver_keys().contains("port_buffer = \"page\""),
+                "{}",
+                c.name()
+            );
+        }
+        for c in [
+            M6Config::GuestCopy,
+            M6Config::GuestHighIocSp,
+            M6Config::Default,
+        ] {
+            assert!(!c.driver_keys().contains("port_buffer"), "{}", c.name());
+        }
         assert!(M6Config::PortSgCsum
             .driver_keys()
             .contains("port_offload = \"sg+csum\""));
