@@ -149,8 +149,9 @@ impl Netfront {
     /// address space, as Xen 2.0's netfront gave each posted page up, a
     /// batch in one multicall (Menon 2006 §4.2: a flip's remaps); reading
     /// the packet flipped into one maps it again with a fault. Counted as
-    /// the grant operation `unmap`, a page each; a pool on huge pages
-    /// cannot unmap 4 KiB and stays mapped.
+    /// the grant operation `unmap`, a page each. On a pool of huge pages it
+    /// drops nothing (hugetlb) or splits the huge mapping (transparent),
+    /// as a flip into a superpage broke it up under Xen.
     fn give_up_pages(&mut self, r: Run) {
         let n = r.hi - r.lo + 1;
         if self

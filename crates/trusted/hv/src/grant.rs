@@ -509,7 +509,7 @@ pub(crate) mod tests {
         assert_eq!(transfer(&doms, 1, (1, 2, 0), &mut released).unwrap(), 2);
         let e = transfer(&doms, 1, (1, 2, 1), &mut released).unwrap_err();
         assert_eq!(e.kind, ErrorKind::BadPage, "{e}");
-        released.give_up(src).unwrap();
+        released.give_up(src, true).unwrap();
         let mut b = [0u8; 6];
         dst.pool_map.read_bytes(2 * PAGE_SIZE + 100, &mut b);
         assert_eq!(&b, b"packet");

@@ -179,18 +179,20 @@ impl DomainMemory {
 
     /// Takes `len` bytes at `off` of the pool away from this domain once a
     /// page flip has moved them (Menon 2006 §4.2: the page leaves the
-    /// driver domain, which gets a fresh one in its place). On 4 KiB pages
-    /// the page is freed, a hole punched in the pool, which unmaps it from
-    /// every address space that held it, so the domain's next touch
-    /// allocates and maps a zeroed page. A pool on huge pages cannot give
-    /// up 4 KiB, and the bytes are zeroed instead.
-    pub fn give_up(&self, off: usize, len: usize) -> Result<(), MemError> {
+    /// driver domain, which gets a fresh one in its place). With `free`, on
+    /// 4 KiB pages, the page is freed, a hole punched in the pool, which
+    /// unmaps it from every address space that held it, so the domain's
+    /// next touch allocates and maps a zeroed page. Only a pool no peer
+    /// mirrors may be freed: a mirror (`sys::PoolMirror`) faults on a page
+    /// that left and came back. Otherwise, and on huge pages, which cannot
+    /// give up 4 KiB, the bytes are zeroed. Returns whether pages were freed.
+    pub fn give_up(&self, off: usize, len: usize, free: bool) -> Result<bool, MemError> {
         self.pool_map.check_store(off, len)?;
         let small = matches!(self.backing, HugeBacking::None);
-        if small && sys::punch_hole(self.pool.as_fd(), off as u64, len as u64).is_ok() {
-            return Ok(());
+        if free && small && sys::punch_hole(self.pool.as_fd(), off as u64, len as u64).is_ok() {
+            return Ok(true);
         }
-        self.pool_map.try_fill(off, len, 0)
+        self.pool_map.try_fill(off, len, 0).map(|()| false)
     }
 
     /// A domain's memory carried across hv's upgrade in place: the four

@@ -420,6 +420,17 @@ fn transfer_batches_flip_op_by_op() {
         assert_eq!(got, [byte; 16], "frame {frame}");
     }
     assert!(!w.g1.grants().transfer_completed(c), "refused: untouched");
+    // The flipped pages left the driver domain (Menon 2006 §4.2): it reads
+    // zeros there, and cannot flip a frame it gave away twice in a batch.
+    for frame in [8, 9] {
+        w.drv.pool().read_bytes(frame * PAGE + 100, &mut got);
+        assert_eq!(got, [0; 16], "driver frame {frame}");
+    }
+    w.drv.pool().fill(11 * PAGE, PAGE, 0x33);
+    let twice = [23, 24].map(|f| w.g1.grants().accept_transfer(drv, f).unwrap());
+    let again = twice.map(|gref| Flip { frame: 11, gref });
+    w.drv.transfer_batch(g1, &again, &mut st).unwrap();
+    assert_eq!(st[..2], [0, abi::grant::GNTST_BAD_PAGE], "{st:?}");
     // A record whose frame number does not fit 32 bits, written raw.
     let page = w.drv.batch_page();
     let mut rec = [0u8; GrantTransfer::SIZE];

@@ -150,7 +150,9 @@ impl Mapping {
     /// both page-aligned (`MADV_DONTNEED`): the memory file keeps its pages,
     /// and the next touch maps them again with a fault. A guest that gives
     /// a receive page away for a flip unmaps it so (Menon 2006 §4.2). On
-    /// huge pages the kernel refuses a range smaller than one.
+    /// hugetlb pages the kernel takes whole huge pages only (a smaller
+    /// range drops nothing, or is refused when unaligned); on a transparent
+    /// huge page it splits the mapping.
     pub fn unmap_pages(&self, off: usize, len: usize) -> io::Result<()> {
         let p = self.aligned_range(off, len)?;
         crate::count_syscall();

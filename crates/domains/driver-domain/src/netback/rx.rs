@@ -668,7 +668,8 @@ impl Netback {
         self.counters.grant("transfer", flips.len() as u64);
         let mut statuses = std::mem::take(&mut self.rx_statuses);
         let r = hv.transfer_batch(self.guest, flips, &mut statuses);
-        self.take_replacements(flips.len());
+        let given = statuses.iter().filter(|s| **s == 0).count();
+        self.take_replacements(flips.len(), given);
         let r = r.map_err(Into::into).and_then(|()| {
             for r in resps {
                 if let CopyResp::Data { op, len, .. } = *r {
@@ -684,14 +685,17 @@ impl Netback {
     }
 
     /// Maps replacement pages in for the `n` staging frames a flip batch
-    /// gave away, with one call, as Xen 2.0's netback took a batch's
-    /// replacement pages from the hypervisor (Menon 2006 §4.2); counted as
-    /// the grant operation `replace`, a page each. hv frees a flipped page
-    /// only on 4 KiB pages; elsewhere the frames are still there.
-    fn take_replacements(&mut self, n: usize) {
+    /// used, with one call, as Xen 2.0's netback took a batch's
+    /// replacement pages from the hypervisor (Menon 2006 §4.2). Counted as
+    /// the grant operation `replace`, a page per flip that went (`given`);
+    /// a failure (the host short of memory) as `replace_failed`, and the
+    /// next write to such a frame faults its page in instead. hv frees a
+    /// flipped page only on 4 KiB pages; on huge pages it is still there.
+    fn take_replacements(&mut self, n: usize, given: usize) {
         let off = Pfn::new(self.rx_base).base();
-        if self.pool.populate_pages(off, n * PAGE_SIZE).is_ok() {
-            self.counters.grant("replace", n as u64);
+        match self.pool.populate_pages(off, n * PAGE_SIZE) {
+            Ok(()) => self.counters.grant("replace", given as u64),
+            Err(_) => self.counters.grant("replace_failed", n as u64),
         }
     }
 
