@@ -286,8 +286,8 @@ pub(super) fn grant_transfer(
     let t0 = trace::now();
     let mut released = Released::default();
     let landing = grant::transfer(&st.doms, caller, (frame, dest, gref), &mut released);
-    // The flip happened: a page that could not be freed was zeroed, so
-    // what is left is logged, as a batch counts it, not refused.
+    // The flip happened whatever befalls its page (freed, or else zeroed;
+    // an error here is logged as a batch counts it), so it is not refused.
     if let Err(e) = give_up(st, caller, &mut released) {
         crate::log!(Warning, "domain {caller}: {e}");
     }
