@@ -220,6 +220,22 @@ fn seed_baseline_mode_carries_real_applications() {
     if !std::fs::read_to_string("/proc/swaps").is_ok_and(|s| s.lines().count() > 1) {
         assert_eq!(g["map_pte"], g["map"], "maps by page-table entry: {g}");
     }
+    // Each flip did its page work (Menon 2006 §4.2): the guest unmapped the
+    // pages it offered, the driver domain took replacements for its own.
+    let v = wait_until("a flip's page work counted", Duration::from_secs(3), || {
+        let v = vif(&env.status(), "guest1").clone();
+        let n = |k: &str, op: &str| v[k]["grant_ops"][op].as_u64().unwrap_or(0);
+        if n("frontend_counters", "unmap") > 0 && n("counters", "replace") > 0 {
+            Ok(v)
+        } else {
+            Err(v)
+        }
+    });
+    let be = &v["counters"]["grant_ops"];
+    assert!(
+        be["replace"].as_u64() <= be["transfer"].as_u64(),
+        "a replacement per flip at most: {be}"
+    );
     env.ok(&["down"]);
     assert_nothing_left();
 }
