@@ -485,7 +485,7 @@ pub(crate) mod tests {
     }
 
     /// Blocks the domain's pool file holds in memory.
-    fn pool_blocks(m: &DomainMemory) -> u64 {
+    pub(crate) fn pool_blocks(m: &DomainMemory) -> u64 {
         use std::os::fd::AsFd;
         use std::os::unix::fs::MetadataExt;
         let fd = m.pool.as_fd().try_clone_to_owned().unwrap();

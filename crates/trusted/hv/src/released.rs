@@ -60,6 +60,7 @@ impl Released {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grant::tests::pool_blocks as blocks;
     use abi::SharedMemory;
 
     #[test]
@@ -74,14 +75,6 @@ mod tests {
         );
         assert!(r.holds(4 * PAGE_SIZE) && r.holds(9 * PAGE_SIZE));
         assert!(!r.holds(6 * PAGE_SIZE) && !r.holds(2 * PAGE_SIZE));
-    }
-
-    /// Blocks the domain's pool file holds in memory.
-    fn blocks(m: &DomainMemory) -> u64 {
-        use std::os::fd::AsFd;
-        use std::os::unix::fs::MetadataExt;
-        let fd = m.pool.as_fd().try_clone_to_owned().unwrap();
-        std::fs::File::from(fd).metadata().unwrap().blocks()
     }
 
     #[test]
