@@ -32,6 +32,7 @@ const MAX_IPV6_EXT_HEADERS: usize = wire::ipv6::MAX_EXT_HEADERS;
 
 // Offsets of the checksum field inside the transport header.
 use wire::tcp::CSUM_OFF as TCP_CSUM_OFF;
+use wire::udp::CSUM_OFF as UDP_CSUM_OFF;
 
 // TCP flag bits (byte 13 of the header).
 use wire::tcp::{CWR as TCP_CWR, FIN as TCP_FIN, PSH as TCP_PSH};
@@ -206,7 +207,7 @@ pub fn partial_setup(frame: &mut [u8], recalculate: bool) -> Result<Csum> {
 }
 
 // ---------------------------------------------------------------------------
-// Software TSO.
+// Software segmentation (TSO, USO).
 
 /// Where the offload driver puts the frames it makes: a `Vec` of owned
 /// packets (the ports), or storage allocated once (netback's RX slab).
@@ -244,13 +245,15 @@ impl FrameSink for Vec<Packet> {
     }
 }
 
-/// Software TSO: splits a TCP GSO packet into frames of at most `gso.size`
-/// payload bytes each and appends them to `out`.
+/// Software TSO and USO: splits a TCP or UDP GSO packet into frames of at
+/// most `gso.size` payload bytes each and appends them to `out`.
 ///
 /// Each segment is a complete frame with copied Ethernet/IP/TCP headers; IPv4
 /// total length, an incrementing IP ID and the header checksum; IPv6 payload
 /// length; the sequence number advanced; FIN and PSH only on the last segment,
 /// CWR only on the first; and a computed TCP checksum (`Csum::Valid`, no GSO).
+/// A UDP GSO packet becomes whole datagrams, each with its own UDP length
+/// and computed checksum, as Linux's `__udp_gso_segment` makes them.
 /// A packet without GSO is appended unchanged (cloned). On error nothing is
 /// appended.
 pub fn segment(pkt: &Packet, out: &mut Vec<Packet>) -> Result<()> {
@@ -288,31 +291,20 @@ fn segment_frame_into(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> R
         &copy[..n]
     };
     let h = parse_headers_of(head, f.len)?;
-    match (gso.kind, h.l3) {
-        (GsoKind::TcpV4, L3::Ipv4) | (GsoKind::TcpV6, L3::Ipv6) => {}
-        (kind, l3) => {
-            return Err(malformed(
-                WHAT,
-                h.l3_off,
-                format!("{kind:?} GSO on an {l3:?} frame"),
-            ))
-        }
-    }
-    if h.l4 != L4::Tcp {
-        return Err(malformed(
-            WHAT,
-            h.l4_off,
-            format!("TCP GSO without a TCP header ({:?})", h.l4),
-        ));
-    }
+    gso_fits(gso.kind, &h)?;
     let mss = usize::from(gso.size);
     if mss == 0 {
         return Err(malformed(WHAT, 0, "GSO size (MSS) is 0".into()));
     }
     let headers = get(head, 0, h.payload_off, "GSO headers")?;
     let payload_len = h.end - h.payload_off;
-    let seq0 = rd32(head, h.l4_off + 4, "TCP sequence number")?;
-    let flags0 = get(head, h.l4_off + 13, 1, "TCP flags")?[0];
+    let (seq0, flags0) = match h.l4 {
+        L4::Tcp => (
+            rd32(head, h.l4_off + 4, "TCP sequence number")?,
+            get(head, h.l4_off + 13, 1, "TCP flags")?[0],
+        ),
+        _ => (0, 0),
+    };
     let id0 = match h.l3 {
         L3::Ipv4 => rd16(head, h.l3_off + 4, "IPv4 identification")?,
         _ => 0,
@@ -339,6 +331,31 @@ fn segment_frame_into(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> R
     Ok(true)
 }
 
+/// Refuses a GSO kind the frame's headers do not match: TCP GSO of its
+/// IP version over TCP, UDP segmentation over UDP.
+fn gso_fits(kind: GsoKind, h: &Headers) -> Result<()> {
+    const WHAT: &str = "GSO packet";
+    let want = match (kind, h.l3) {
+        (GsoKind::TcpV4, L3::Ipv4) | (GsoKind::TcpV6, L3::Ipv6) => L4::Tcp,
+        (GsoKind::UdpL4, L3::Ipv4 | L3::Ipv6) => L4::Udp,
+        (kind, l3) => {
+            return Err(malformed(
+                WHAT,
+                h.l3_off,
+                format!("{kind:?} GSO on an {l3:?} frame"),
+            ))
+        }
+    };
+    if h.l4 != want {
+        return Err(malformed(
+            WHAT,
+            h.l4_off,
+            format!("{kind:?} GSO without a {want:?} header ({:?})", h.l4),
+        ));
+    }
+    Ok(())
+}
+
 /// What every segment of one GSO packet shares.
 struct Segmenting {
     h: Headers,
@@ -351,12 +368,23 @@ struct Segmenting {
 
 impl Segmenting {
     /// Rewrites segment `i`, whose payload starts `lo` bytes into the GSO
-    /// packet's: lengths, IPv4 ID and header checksum, sequence number,
-    /// flags, and the TCP checksum.
+    /// packet's: lengths, IPv4 ID and header checksum, then the transport
+    /// header's (for TCP the sequence number and flags; for UDP the
+    /// datagram's length) and its checksum.
     fn fix(&self, data: &mut [u8], i: usize, lo: usize) -> Result<()> {
+        self.fix_ip(data, i)?;
+        match self.h.l4 {
+            L4::Udp => self.fix_udp(data),
+            _ => self.fix_tcp(data, i, lo),
+        }
+    }
+
+    /// The IP header of segment `i`: its length, and for IPv4 its ID and
+    /// header checksum.
+    fn fix_ip(&self, data: &mut [u8], i: usize) -> Result<()> {
         let h = &self.h;
         let chunk = data.len() - h.payload_off;
-        let ip_len_base = h.payload_off - h.l3_off; // IP header(s) + TCP header
+        let ip_len_base = h.payload_off - h.l3_off; // IP header(s) + L4 header
         match h.l3 {
             L3::Ipv4 => {
                 let ihl = h.l4_off - h.l3_off; // no extension headers in IPv4
@@ -373,6 +401,31 @@ impl Segmenting {
                 wr16(data, h.l3_off + 4, plen, "IPv6 payload length")?;
             }
         }
+        Ok(())
+    }
+
+    /// A UDP segment: a whole datagram, its length and checksum its own
+    /// (a computed zero is sent as 0xffff, RFC 768).
+    fn fix_udp(&self, data: &mut [u8]) -> Result<()> {
+        let h = &self.h;
+        let seg_len = data.len() - h.l4_off;
+        let ulen = to_u16(seg_len, "UDP length", h.l4_off)?;
+        wr16(data, h.l4_off + 4, ulen, "UDP length")?;
+        let field = h.l4_off + usize::from(UDP_CSUM_OFF);
+        wr16(data, field, 0, "UDP checksum")?;
+        let pseudo = pseudo_sum(self.addrs, PROTO_UDP, seg_len);
+        let udp = get(data, h.l4_off, seg_len, "UDP datagram")?;
+        let c = match !fold(csum_add(u32::from(pseudo), udp)) {
+            0 => 0xffff,
+            c => c,
+        };
+        wr16(data, field, c, "UDP checksum")
+    }
+
+    /// A TCP segment: its sequence number, its flags (FIN and PSH on the
+    /// last only, CWR on the first only) and its checksum.
+    fn fix_tcp(&self, data: &mut [u8], i: usize, lo: usize) -> Result<()> {
+        let h = &self.h;
         let seq = self.seq0.wrapping_add(lo as u32);
         wr32(data, h.l4_off + 4, seq, "TCP sequence number")?;
         let mut flags = self.flags0;
@@ -408,6 +461,8 @@ pub struct Offloads {
     pub tso4: bool,
     /// Takes TCP/IPv6 GSO packets.
     pub tso6: bool,
+    /// Takes UDP GSO packets (USO), IPv4 and IPv6.
+    pub uso: bool,
 }
 
 impl Offloads {
@@ -417,6 +472,7 @@ impl Offloads {
         csum: false,
         tso4: false,
         tso6: false,
+        uso: false,
     };
     /// Takes everything as is.
     pub const ALL: Offloads = Offloads {
@@ -424,6 +480,7 @@ impl Offloads {
         csum: true,
         tso4: true,
         tso6: true,
+        uso: true,
     };
 
     /// Whether a GSO packet of `kind` may pass. TSO needs scatter-gather and
@@ -434,6 +491,7 @@ impl Offloads {
             && match kind {
                 GsoKind::TcpV4 => self.tso4,
                 GsoKind::TcpV6 => self.tso6,
+                GsoKind::UdpL4 => self.uso,
             }
     }
 
@@ -460,6 +518,7 @@ impl From<abi::offloads::Caps> for Offloads {
             csum,
             tso4: csum && c.tso4,
             tso6: csum && c.tso6,
+            uso: csum && c.uso,
         }
     }
 }
@@ -1034,6 +1093,92 @@ mod tests {
         assert_eq!(out, vec![plain]);
     }
 
+    /// A UDP GSO datagram of `payload`, to be cut at `size`, as a TAP with
+    /// USO hands it over (partial checksum, the UDP length the whole's).
+    fn udp_gso_packet(spec: &Spec, payload: &[u8], size: u16) -> Packet {
+        let mut p = Packet::new(frame(spec, 17, udp_seg(payload), false));
+        checksum_setup(&mut p, true).unwrap();
+        p.gso = Some(Gso {
+            kind: GsoKind::UdpL4,
+            size,
+            ecn: false,
+        });
+        p
+    }
+
+    /// Each segment a whole datagram: its IP and UDP lengths its own, its
+    /// checksum right by an independent sum, the payloads in order.
+    fn check_udp_segments(pkt: &Packet, segs: &[Packet], payload: &[u8], size: usize) {
+        let h0 = parse_headers(&pkt.data).unwrap();
+        assert_eq!(segs.len(), payload.len().div_ceil(size).max(1));
+        let mut joined = Vec::new();
+        for (i, s) in segs.iter().enumerate() {
+            let d = &s.data;
+            assert_eq!((s.csum, s.gso), (Csum::Valid, None));
+            let h = parse_headers(d).unwrap();
+            assert_eq!(
+                (h.l4, h.l4_off, h.payload_off),
+                (L4::Udp, h0.l4_off, h0.payload_off)
+            );
+            assert_eq!(
+                d[..h.l3_off],
+                pkt.data[..h.l3_off],
+                "Ethernet header copied"
+            );
+            let ports = h.l4_off..h.l4_off + 4;
+            assert_eq!(d[ports.clone()], pkt.data[ports], "UDP ports copied");
+            let udp = &d[h.l4_off..];
+            assert_eq!(usize::from(be16(udp, 4)), udp.len(), "UDP length {i}");
+            assert!(udp.len() - 8 <= size);
+            let mut zeroed = udp.to_vec();
+            zeroed[6] = 0;
+            zeroed[7] = 0;
+            let len = udp.len() as u32;
+            let pseudo: Vec<u8> = match h.l3 {
+                L3::Ipv4 => [&SRC4[..], &DST4[..], &[0, 17], &(len as u16).to_be_bytes()].concat(),
+                _ => [&SRC6[..], &DST6[..], &len.to_be_bytes(), &[0, 0, 0, 17]].concat(),
+            };
+            assert_eq!(
+                be16(udp, 6),
+                ref_checksum(&[&pseudo, &zeroed]),
+                "UDP checksum {i}"
+            );
+            assert!(verify_l4_checksum(d).unwrap());
+            if h.l3 == L3::Ipv4 {
+                let ip = &d[h.l3_off..h.l4_off];
+                assert_eq!(ref_checksum(&[ip]), 0, "IPv4 header {i}");
+                assert_eq!(usize::from(be16(ip, 2)), d.len() - h.l3_off);
+            } else {
+                assert_eq!(usize::from(be16(d, h.l3_off + 4)), udp.len());
+            }
+            joined.extend_from_slice(&udp[8..]);
+        }
+        assert_eq!(joined, payload);
+    }
+
+    #[test]
+    fn segment_udp_into_whole_datagrams() {
+        for (spec, len) in [(v4(), 65_000), (v6(), 4001), (v4(), 1400), (v4(), 0)] {
+            let payload = Rng::new(len as u64).bytes(len);
+            let pkt = udp_gso_packet(&spec, &payload, 1400);
+            let mut out = Vec::new();
+            segment(&pkt, &mut out).unwrap();
+            check_udp_segments(&pkt, &out, &payload, 1400);
+            // The offload driver cuts it for an egress without USO, and
+            // passes it whole to one with.
+            let mut out = Vec::new();
+            let no_uso = Offloads {
+                uso: false,
+                ..Offloads::ALL
+            };
+            prepare(pkt.clone(), no_uso, &mut out).unwrap();
+            check_udp_segments(&pkt, &out, &payload, 1400);
+            let mut out = Vec::new();
+            prepare(pkt.clone(), Offloads::ALL, &mut out).unwrap();
+            assert_eq!(out, vec![pkt]);
+        }
+    }
+
     #[test]
     fn segment_refuses_inconsistent_packets() {
         let mut out = vec![Packet::new(vec![0xee])];
@@ -1057,6 +1202,13 @@ mod tests {
             ecn: false,
         });
         assert!(segment(&u, &mut out).is_err());
+        // UDP segmentation of a TCP segment.
+        p.gso = Some(Gso {
+            kind: GsoKind::UdpL4,
+            size: 1000,
+            ecn: false,
+        });
+        assert!(segment(&p, &mut out).is_err());
         assert_eq!(
             out,
             vec![Packet::new(vec![0xee])],
@@ -1142,6 +1294,7 @@ mod tests {
             csum: true,
             tso4: true,
             tso6: false,
+            uso: false,
         };
         let g4 = gso_packet(&v4(), &payload, 0x18, 1448);
         let g6 = gso_packet(&v6(), &payload, 0x18, 1448);
@@ -1175,7 +1328,9 @@ mod tests {
         // A declared set: "csum" takes partial checksums, no GSO.
         let c = Offloads::from(abi::offloads::Caps::CSUM);
         assert!(c.csum && !c.sg && !c.accepts_gso(GsoKind::TcpV4));
-        assert_eq!(Offloads::from(abi::offloads::Caps::TSO), Offloads::ALL);
+        assert_eq!(Offloads::from(abi::offloads::Caps::ALL), Offloads::ALL);
+        let tso = Offloads::from(abi::offloads::Caps::TSO);
+        assert!(tso.accepts_gso(GsoKind::TcpV6) && !tso.accepts_gso(GsoKind::UdpL4));
         // Checksum offload for IPv4 only is none here (IPv6 is completed).
         let v4only = abi::offloads::Caps {
             csum6: false,

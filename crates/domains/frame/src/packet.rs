@@ -101,6 +101,9 @@ impl Csum {
 pub enum GsoKind {
     TcpV4,
     TcpV6,
+    /// UDP over IPv4 or IPv6, cut into whole datagrams of `size` payload
+    /// bytes each (Linux's USO, `SKB_GSO_UDP_L4`).
+    UdpL4,
 }
 
 /// A packet larger than the wire allows, to be cut into `size`-byte segments
@@ -120,10 +123,10 @@ impl Gso {
         use abi::netif::{Extra, GsoType};
         match x.extra {
             Extra::Gso { size, gso_type, .. } => Some(Gso {
-                kind: if gso_type == GsoType::TcpV6 {
-                    GsoKind::TcpV6
-                } else {
-                    GsoKind::TcpV4
+                kind: match gso_type {
+                    GsoType::TcpV6 => GsoKind::TcpV6,
+                    GsoType::UdpL4 => GsoKind::UdpL4,
+                    _ => GsoKind::TcpV4,
                 },
                 size,
                 ecn: false,
@@ -138,6 +141,7 @@ impl Gso {
         let gso_type = match self.kind {
             GsoKind::TcpV4 => GsoType::TcpV4,
             GsoKind::TcpV6 => GsoType::TcpV6,
+            GsoKind::UdpL4 => GsoType::UdpL4,
         };
         ExtraInfo {
             flags: ExtraFlags::EMPTY,
@@ -188,7 +192,8 @@ impl Packet {
     /// The header is little-endian (virtio 1.x, and what Linux uses for TAP on
     /// little-endian hosts). Bytes after the first [`VNET_HDR_LEN`] (such as
     /// `num_buffers`) are ignored, and so is `hdr_len`, which is only a hint.
-    /// Refused: unknown flag bits, UDP GSO, unknown GSO types, GSO without
+    /// Refused: unknown flag bits, UFO (UDP fragmentation, which Linux no
+    /// longer makes), unknown GSO types, GSO without
     /// `NEEDS_CSUM` or with a zero size, a checksum field outside the frame.
     /// When both flags are set, `NEEDS_CSUM` wins (as in Linux).
     pub fn from_vnet_hdr(hdr: &[u8], data: Vec<u8>) -> Result<Packet, OffloadError> {
@@ -254,11 +259,12 @@ pub fn parse_vnet_hdr(hdr: &[u8], frame_len: usize) -> Result<(Csum, Option<Gso>
         VNET_GSO_NONE => None,
         VNET_GSO_TCPV4 => Some(GsoKind::TcpV4),
         VNET_GSO_TCPV6 => Some(GsoKind::TcpV6),
-        t @ (VNET_GSO_UDP | VNET_GSO_UDP_L4) => {
+        VNET_GSO_UDP_L4 => Some(GsoKind::UdpL4),
+        VNET_GSO_UDP => {
             return Err(OffloadError::Unsupported {
                 what: WHAT,
                 at: 1,
-                detail: format!("UDP GSO (type {t})"),
+                detail: format!("UDP fragmentation offload (type {VNET_GSO_UDP})"),
             });
         }
         t => return Err(malformed(1, format!("unknown GSO type {t}"))),
@@ -308,6 +314,7 @@ pub fn encode_vnet_hdr(
         let kind = match gso.kind {
             GsoKind::TcpV4 => VNET_GSO_TCPV4,
             GsoKind::TcpV6 => VNET_GSO_TCPV6,
+            GsoKind::UdpL4 => VNET_GSO_UDP_L4,
         };
         h[1] = if gso.ecn { kind | VNET_GSO_ECN } else { kind };
         h[2..4].copy_from_slice(&gso_header_len(csum, head, len).to_le_bytes());
@@ -316,7 +323,7 @@ pub fn encode_vnet_hdr(
     h
 }
 
-/// `hdr_len` for a GSO header: Ethernet + IP + TCP headers. If the frame
+/// `hdr_len` for a GSO header: Ethernet + IP + TCP or UDP headers. If the frame
 /// does not parse, fall back to the end of the checksum field (what Linux
 /// TAP would assume), or 0.
 fn gso_header_len(csum: Csum, head: &[u8], len: usize) -> u16 {
@@ -379,6 +386,31 @@ mod tests {
         assert_eq!(p.vnet_hdr(), raw);
     }
 
+    /// A 4,000-byte UDP/IPv4 datagram to be cut at 1,400 bytes, as a TAP
+    /// with `TUN_F_USO4` hands it over.
+    fn udp_gso() -> Packet {
+        let mut p = Packet::new(frame(&v4(), 17, crate::testing::udp_seg(&[3; 4000]), false));
+        checksum_setup(&mut p, true).unwrap();
+        Packet {
+            gso: Some(Gso {
+                kind: GsoKind::UdpL4,
+                size: 1400,
+                ecn: false,
+            }),
+            ..p
+        }
+    }
+
+    #[test]
+    fn udp_segmentation_offload_is_header_type_5() {
+        let p = udp_gso();
+        let h = p.vnet_hdr();
+        assert_eq!((h[1], u16::from_le_bytes([h[4], h[5]])), (5, 1400));
+        // hdr_len: Ethernet + IPv4 + UDP.
+        assert_eq!(u16::from_le_bytes([h[2], h[3]]), 14 + 20 + 8);
+        assert_eq!(Packet::from_vnet_hdr(&h, p.data.clone()).unwrap(), p);
+    }
+
     #[test]
     fn round_trips() {
         let d4 = tcp4(&[5; 4000]);
@@ -418,6 +450,7 @@ mod tests {
                 }),
                 ..partial6
             },
+            udp_gso(),
         ];
         for p in cases {
             let h = p.vnet_hdr();
@@ -481,10 +514,6 @@ mod tests {
         malformed(Packet::from_vnet_hdr(&hdr(0x81, 0, 0, 0, 0, 0), d.clone()));
         unsupported(Packet::from_vnet_hdr(
             &hdr(1, 3, 42, 1400, 34, 6),
-            d.clone(),
-        ));
-        unsupported(Packet::from_vnet_hdr(
-            &hdr(1, 5, 42, 1400, 34, 6),
             d.clone(),
         ));
         malformed(Packet::from_vnet_hdr(

@@ -168,6 +168,7 @@ impl Netfront {
         match kind {
             GsoKind::TcpV4 => self.info.offload.tso4,
             GsoKind::TcpV6 => self.info.offload.tso6,
+            GsoKind::UdpL4 => self.info.offload.uso,
         }
     }
 

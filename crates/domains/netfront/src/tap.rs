@@ -30,13 +30,15 @@ pub(crate) fn tap_write(tap: &Tap, counters: &mut VifCounters, g: &FrameRef<'_>)
 
 /// The TAP's offloads: what the channel negotiated, so that without
 /// checksum offload or TSO the guest's kernel hands over full checksums
-/// and MTU-sized frames (TUN_F_CSUM covers both IP versions).
+/// and MTU-sized frames (TUN_F_CSUM covers both IP versions), and without
+/// USO a UDP GSO send as whole datagrams.
 pub(crate) fn set_offloads(tap: &Tap, nf: &Netfront) -> Result<()> {
     let c = offload::Offloads::from(nf.info.offload);
     tap.set_offloads(TapOffloads {
         csum: c.csum,
         tso4: c.tso4,
         tso6: c.tso6,
+        uso: c.uso,
     })?;
     Ok(())
 }

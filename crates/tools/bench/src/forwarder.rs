@@ -38,6 +38,7 @@ pub fn run(tap: &str, port: &str) -> Result<()> {
         csum: true,
         tso4: true,
         tso6: true,
+        uso: true,
     })
     .context("TAP offloads")?;
     let sock = PacketSocket::bind(port, true).with_context(|| format!("binding to {port}"))?;

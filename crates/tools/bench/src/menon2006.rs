@@ -128,7 +128,7 @@ const GUEST_NONE: &str =
     "grants = \"hv-copy\"\nrx_mode = \"flip\"\ntx_mode = \"map\"\noffload = false\nlro = \"off\"\n";
 /// The high-level interface (SG, checksum offload, TSO) on the Xen 2.0 guest.
 const GUEST_HIGH: &str =
-    "grants = \"hv-copy\"\nrx_mode = \"flip\"\ntx_mode = \"map\"\noffload = true\nlro = \"off\"\n";
+    "grants = \"hv-copy\"\nrx_mode = \"flip\"\ntx_mode = \"map\"\noffload = \"tso\"\nlro = \"off\"\n";
 /// The driver domain's address on its bridge, when it is the endpoint.
 pub const DRV_ADDRESS: &str = "10.77.0.250";
 
@@ -1119,7 +1119,7 @@ mod tests {
     fn configurations_differ_by_the_paper_s_switches() {
         let g = |c: M6Config| c.guest_keys().unwrap();
         assert!(g(M6Config::GuestNone).contains("offload = false"));
-        assert!(g(M6Config::GuestHigh).contains("offload = true"));
+        assert!(g(M6Config::GuestHigh).contains("offload = \"tso\""));
         assert!(g(M6Config::GuestIoc).contains("tx_mode = \"header\""));
         assert!(g(M6Config::GuestHighIocSp).contains("hugepages = true"));
         assert!(g(M6Config::GuestCopy).contains("rx_mode = \"copy\""));

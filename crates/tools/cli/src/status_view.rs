@@ -358,16 +358,18 @@ fn print_ports(v: &Value) {
     }
 }
 
-/// A port's declared offloads (`sg`, `csum`, `tso4`, `tso6`; checksum
-/// offload covers both IP versions) as a set's name.
+/// A port's declared offloads (`sg`, `csum`, `tso4`, `tso6`, `uso`;
+/// checksum offload covers both IP versions) as a set's name.
 fn port_offloads_text(o: &Value) -> String {
     let csum = o["csum"] == true;
     offloads_text(&json!({
         "sg": o["sg"], "csum": csum, "csum6": csum, "tso4": o["tso4"], "tso6": o["tso6"],
+        "uso": o["uso"],
     }))
 }
 
-/// A vif's negotiated offloads as `sg+csum+csum6+tso4+tso6`, or `none`.
+/// A vif's negotiated offloads as a set's name (`all`, `tso`) or its
+/// parts (`sg+csum+tso4`), or `none`.
 fn offloads_text(o: &Value) -> String {
     let on = |k: &str| o[k] == true;
     Caps {
@@ -376,6 +378,7 @@ fn offloads_text(o: &Value) -> String {
         csum6: on("csum6"),
         tso4: on("tso4"),
         tso6: on("tso6"),
+        uso: on("uso"),
     }
     .to_string()
 }

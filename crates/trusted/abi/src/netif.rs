@@ -56,6 +56,11 @@ pub const XEN_NETIF_EXTRA_TYPE_MAX: u8 = 5;
 pub const XEN_NETIF_GSO_TYPE_NONE: u8 = 0;
 pub const XEN_NETIF_GSO_TYPE_TCPV4: u8 = 1;
 pub const XEN_NETIF_GSO_TYPE_TCPV6: u8 = 2;
+/// splitnet's extension, not in netif.h: UDP segmentation offload (each
+/// segment a whole datagram, Linux's `SKB_GSO_UDP_L4`), IPv4 or IPv6. Used
+/// only where both ends published `feature-splitnet-gso-udp-l4`, so a Xen
+/// peer never sees it; the high bit keeps it clear of Xen's own numbering.
+pub const SPLITNET_NETIF_GSO_TYPE_UDP_L4: u8 = 0x80;
 
 /// Response statuses (`NETIF_RSP_*`).
 pub const NETIF_RSP_DROPPED: i16 = -2;
@@ -207,6 +212,7 @@ pub enum GsoType {
     None = XEN_NETIF_GSO_TYPE_NONE,
     TcpV4 = XEN_NETIF_GSO_TYPE_TCPV4,
     TcpV6 = XEN_NETIF_GSO_TYPE_TCPV6,
+    UdpL4 = SPLITNET_NETIF_GSO_TYPE_UDP_L4,
 }
 
 impl GsoType {
@@ -216,6 +222,7 @@ impl GsoType {
             XEN_NETIF_GSO_TYPE_NONE => GsoType::None,
             XEN_NETIF_GSO_TYPE_TCPV4 => GsoType::TcpV4,
             XEN_NETIF_GSO_TYPE_TCPV6 => GsoType::TcpV6,
+            SPLITNET_NETIF_GSO_TYPE_UDP_L4 => GsoType::UdpL4,
             _ => {
                 return Err(Error::BadValue {
                     field: "netif_extra_info.u.gso.type",

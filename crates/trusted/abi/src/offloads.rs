@@ -5,11 +5,14 @@
 //! netif.h gives every capability its own key: `feature-sg`,
 //! `feature-gso-tcpv4`, `feature-gso-tcpv6` (absent means off),
 //! `feature-no-csum-offload` (IPv4 checksum offload, absent means on) and
-//! `feature-ipv6-csum-offload` (absent means off). The backend's keys say
+//! `feature-ipv6-csum-offload` (absent means off). splitnet adds one key of
+//! its own, `feature-splitnet-gso-udp-l4` (UDP segmentation offload; a Xen
+//! peer never writes it, so there it is off). The backend's keys say
 //! what it accepts from the frontend; the frontend's say what it accepts
 //! from the backend and what it will send. A capability is used only where
-//! both ends said yes, and TSO only with scatter-gather and checksum
-//! offload beside it (as Linux drops TSO from a device without them).
+//! both ends said yes, and segmentation offload only with scatter-gather
+//! and checksum offload beside it (as Linux drops TSO from a device
+//! without them).
 
 use crate::xenbus::keys;
 
@@ -26,19 +29,24 @@ pub struct Caps {
     pub tso4: bool,
     /// TCP/IPv6 segmentation offload (GSO).
     pub tso6: bool,
+    /// UDP segmentation offload, IPv4 and IPv6 (a GSO datagram cut into
+    /// whole datagrams, Linux's USO; one switch, as a TAP takes both or
+    /// neither).
+    pub uso: bool,
 }
 
 /// The values a capability-set key takes, for error messages.
 pub const VALID: &str =
-    "\"none\", \"csum\", \"sg\", \"sg+csum\", \"tso\" (= sg+csum+TSO; \"all\" too), true (= \"tso\") or false (= \"none\")";
+    "\"none\", \"csum\", \"sg\", \"sg+csum\", \"tso\" (= sg+csum+TSO), \"all\" (= sg+csum+tso+uso: UDP segmentation too), true (= \"all\") or false (= \"none\")";
 
 /// The named sets, by name.
-const NAMED: [(&str, Caps); 5] = [
+const NAMED: [(&str, Caps); 6] = [
     ("none", Caps::NONE),
     ("csum", Caps::CSUM),
     ("sg", Caps::SG),
     ("sg+csum", Caps::SG_CSUM),
     ("tso", Caps::TSO),
+    ("all", Caps::ALL),
 ];
 
 impl Caps {
@@ -49,6 +57,7 @@ impl Caps {
         csum6: false,
         tso4: false,
         tso6: false,
+        uso: false,
     };
     /// Checksum offload (IPv4 and IPv6), frames in one piece.
     pub const CSUM: Caps = Caps {
@@ -66,17 +75,22 @@ impl Caps {
         sg: true,
         ..Caps::CSUM
     };
-    /// Everything: scatter-gather, checksums, TSO for IPv4 and IPv6.
+    /// Xen's whole set: scatter-gather, checksums, TSO for IPv4 and IPv6.
     pub const TSO: Caps = Caps {
         tso4: true,
         tso6: true,
         ..Caps::SG_CSUM
     };
+    /// Everything: Xen's set and UDP segmentation offload.
+    pub const ALL: Caps = Caps {
+        uso: true,
+        ..Caps::TSO
+    };
 
-    /// `true` is "tso", `false` is "none" (the old boolean keys).
+    /// `true` is "all", `false` is "none" (the old boolean keys).
     pub fn from_bool(on: bool) -> Caps {
         if on {
-            Caps::TSO
+            Caps::ALL
         } else {
             Caps::NONE
         }
@@ -86,14 +100,14 @@ impl Caps {
     /// "1"/"true" and "0"/"false" as the old boolean store keys wrote it, or
     /// a set between them as [`Caps`]'s `Display` writes it ("sg+csum+tso4":
     /// parts `sg`, `csum` (both IP versions), `csum4`, `csum6`, `tso`
-    /// (both), `tso4`, `tso6`). TSO without scatter-gather and checksum
-    /// offload is refused.
+    /// (both), `tso4`, `tso6`, `uso`). Segmentation offload without
+    /// scatter-gather and checksum offload is refused.
     pub fn parse(s: &str) -> Result<Caps, String> {
         let s = s.trim();
         let unknown = || format!("unknown offload set {s:?}: use {VALID}");
         match s {
             "0" | "false" => return Ok(Caps::NONE),
-            "all" | "1" | "true" => return Ok(Caps::TSO),
+            "1" | "true" => return Ok(Caps::ALL),
             _ => {}
         }
         if let Some((_, c)) = NAMED.iter().find(|(n, _)| *n == s) {
@@ -109,12 +123,13 @@ impl Caps {
                 "tso" => (c.tso4, c.tso6) = (true, true),
                 "tso4" => c.tso4 = true,
                 "tso6" => c.tso6 = true,
+                "uso" => c.uso = true,
                 _ => return Err(unknown()),
             }
         }
         if c.sound() != c {
             return Err(format!(
-                "offload set {s:?}: TSO needs scatter-gather and checksum offload (\"tso\" has all three); use {VALID}"
+                "offload set {s:?}: TSO and USO need scatter-gather and checksum offload (\"tso\" has all three); use {VALID}"
             ));
         }
         Ok(c)
@@ -138,29 +153,32 @@ impl Caps {
             csum6: self.csum6 && o.csum6,
             tso4: self.tso4 && o.tso4,
             tso6: self.tso6 && o.tso6,
+            uso: self.uso && o.uso,
         }
         .sound()
     }
 
     /// The set with TSO dropped where it lacks scatter-gather or the
-    /// checksum offload of its IP version (a segment's checksum is filled
-    /// by whoever segments).
+    /// checksum offload of its IP version, and USO where it lacks either
+    /// (a segment's checksum is filled by whoever segments).
     pub fn sound(self) -> Caps {
         Caps {
             tso4: self.tso4 && self.sg && self.csum,
             tso6: self.tso6 && self.sg && self.csum6,
+            uso: self.uso && self.sg && self.csum && self.csum6,
             ..self
         }
     }
 
     /// The keys a backend offers the set with (checksum offload for IPv4
     /// has no backend key: netif.h assumes it).
-    pub fn backend_keys(self) -> [(&'static str, &'static str); 4] {
+    pub fn backend_keys(self) -> [(&'static str, &'static str); 5] {
         let b = |on: bool| if on { "1" } else { "0" };
         [
             (keys::FEATURE_SG, b(self.sg)),
             (keys::FEATURE_GSO_TCPV4, b(self.tso4)),
             (keys::FEATURE_GSO_TCPV6, b(self.tso6)),
+            (keys::FEATURE_GSO_UDP_L4, b(self.uso)),
             (keys::FEATURE_IPV6_CSUM_OFFLOAD, b(self.csum6)),
         ]
     }
@@ -174,17 +192,19 @@ impl Caps {
             csum6: on(keys::FEATURE_IPV6_CSUM_OFFLOAD),
             tso4: on(keys::FEATURE_GSO_TCPV4),
             tso6: on(keys::FEATURE_GSO_TCPV6),
+            uso: on(keys::FEATURE_GSO_UDP_L4),
         }
         .sound()
     }
 
     /// The keys a frontend publishes the set with.
-    pub fn frontend_keys(self) -> [(&'static str, &'static str); 5] {
+    pub fn frontend_keys(self) -> [(&'static str, &'static str); 6] {
         let b = |on: bool| if on { "1" } else { "0" };
         [
             (keys::FEATURE_SG, b(self.sg)),
             (keys::FEATURE_GSO_TCPV4, b(self.tso4)),
             (keys::FEATURE_GSO_TCPV6, b(self.tso6)),
+            (keys::FEATURE_GSO_UDP_L4, b(self.uso)),
             (keys::FEATURE_NO_CSUM_OFFLOAD, b(!self.csum)),
             (keys::FEATURE_IPV6_CSUM_OFFLOAD, b(self.csum6)),
         ]
@@ -200,6 +220,7 @@ impl Caps {
             csum6: on(keys::FEATURE_IPV6_CSUM_OFFLOAD),
             tso4: on(keys::FEATURE_GSO_TCPV4),
             tso6: on(keys::FEATURE_GSO_TCPV6),
+            uso: on(keys::FEATURE_GSO_UDP_L4),
         }
         .sound()
     }
@@ -222,6 +243,7 @@ impl std::fmt::Display for Caps {
             self.sg.then_some("sg"),
             both(self.csum, self.csum6, "csum", "csum4", "csum6"),
             both(self.tso4, self.tso6, "tso", "tso4", "tso6"),
+            self.uso.then_some("uso"),
         ];
         let mut sep = "";
         for p in parts.into_iter().flatten() {
@@ -247,12 +269,12 @@ mod tests {
 
     #[test]
     fn names_parse_and_round_trip() {
-        for c in [Caps::NONE, Caps::CSUM, Caps::SG, Caps::SG_CSUM, Caps::TSO] {
+        for c in NAMED.map(|(_, c)| c) {
             assert_eq!(Caps::parse(c.name().unwrap()), Ok(c));
             assert_eq!(c.sound(), c, "{c}");
         }
         // Every sound set round-trips through its text.
-        for bits in 0..32u8 {
+        for bits in 0..64u8 {
             let on = |i: u8| bits & (1 << i) != 0;
             let c = Caps {
                 sg: on(0),
@@ -260,6 +282,7 @@ mod tests {
                 csum6: on(2),
                 tso4: on(3),
                 tso6: on(4),
+                uso: on(5),
             };
             if c.sound() == c {
                 assert_eq!(Caps::parse(&c.to_string()), Ok(c), "{c}");
@@ -272,16 +295,45 @@ mod tests {
             ..Caps::TSO
         };
         assert_eq!(tso4.to_string(), "sg+csum+tso4");
-        assert_eq!(Caps::parse("all"), Ok(Caps::TSO));
-        assert_eq!(Caps::parse("1"), Ok(Caps::TSO));
+        assert_eq!(Caps::parse("all"), Ok(Caps::ALL));
+        assert_eq!(Caps::parse("sg+csum+tso+uso"), Ok(Caps::ALL));
+        assert_eq!(Caps::parse("1"), Ok(Caps::ALL));
         assert_eq!(Caps::parse("false"), Ok(Caps::NONE));
-        assert_eq!(Caps::from_bool(true), Caps::TSO);
+        assert_eq!(Caps::from_bool(true), Caps::ALL);
+        assert_eq!(
+            Caps::parse("sg+csum+uso").unwrap().to_string(),
+            "sg+csum+uso"
+        );
         let e = Caps::parse("gso").unwrap_err();
         assert!(e.contains("\"gso\"") && e.contains("\"sg+csum\""), "{e}");
         assert_eq!(Caps::TSO.to_string(), "tso");
         assert_eq!(Caps::NONE.to_string(), "none");
         let e = Caps::parse("csum+tso").unwrap_err();
-        assert!(e.contains("TSO needs scatter-gather"), "{e}");
+        assert!(e.contains("TSO and USO need scatter-gather"), "{e}");
+        let e = Caps::parse("sg+csum4+uso").unwrap_err();
+        assert!(e.contains("USO need"), "{e}");
+    }
+
+    #[test]
+    fn uso_is_used_only_where_both_ends_publish_splitnets_key() {
+        // A Xen backend writes netif.h's keys only: TSO, no USO.
+        let xen: HashMap<_, _> = Caps::TSO
+            .backend_keys()
+            .iter()
+            .filter(|(k, _)| *k != keys::FEATURE_GSO_UDP_L4)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let offer = Caps::from_backend(|k| xen.get(k).cloned());
+        assert_eq!(Caps::ALL.and(offer), Caps::TSO);
+        // USO needs checksum offload for both IP versions.
+        let s = store(&[(keys::FEATURE_SG, "1"), (keys::FEATURE_GSO_UDP_L4, "1")]);
+        assert!(!Caps::from_frontend(|k| s.get(k).cloned()).uso);
+        let s = store(&[
+            (keys::FEATURE_SG, "1"),
+            (keys::FEATURE_IPV6_CSUM_OFFLOAD, "1"),
+            (keys::FEATURE_GSO_UDP_L4, "1"),
+        ]);
+        assert!(Caps::from_frontend(|k| s.get(k).cloned()).uso);
     }
 
     #[test]
@@ -340,7 +392,7 @@ mod tests {
 
     #[test]
     fn keys_round_trip_and_negotiation_takes_both_sides() {
-        for c in [Caps::NONE, Caps::CSUM, Caps::SG, Caps::SG_CSUM, Caps::TSO] {
+        for c in NAMED.map(|(_, c)| c) {
             let fe: HashMap<_, _> = c
                 .frontend_keys()
                 .iter()

@@ -187,6 +187,10 @@ pub mod keys {
     pub const FEATURE_GSO_TCPV4: &str = "feature-gso-tcpv4";
     /// Both: can handle large TCPv6 segments.
     pub const FEATURE_GSO_TCPV6: &str = "feature-gso-tcpv6";
+    /// Both: can handle large UDP datagrams cut into whole datagrams
+    /// (`SPLITNET_NETIF_GSO_TYPE_UDP_L4`); splitnet's extension, absent
+    /// (off) on a Xen peer.
+    pub const FEATURE_GSO_UDP_L4: &str = "feature-splitnet-gso-udp-l4";
     /// Turns IPv4 TCP/UDP checksum offload off ("1"); absent means on.
     pub const FEATURE_NO_CSUM_OFFLOAD: &str = "feature-no-csum-offload";
     /// Turns IPv6 TCP/UDP checksum offload on ("1"); absent means off.

@@ -1277,6 +1277,34 @@ pub(crate) mod tests {
         (h, f)
     }
 
+    /// A UDP/IPv4 super-datagram of `payload` bytes in a vnet header asking
+    /// for USO (`VIRTIO_NET_HDR_GSO_UDP_L4`): NEEDS_CSUM over the UDP
+    /// header, each segment `size` payload bytes; addressed as
+    /// [`gso_tcp4`]'s frames are.
+    pub fn gso_udp4(payload: usize, size: u16) -> (Vec<u8>, Vec<u8>) {
+        let (mut h, tcp) = gso_tcp4(0, size);
+        let mut f = tcp[..14 + 20].to_vec();
+        let (src, dst) = ([198, 18, 0, 1], [198, 18, 0, 2]);
+        let tot = (20 + 8 + payload) as u16;
+        f[14 + 2..14 + 4].copy_from_slice(&tot.to_be_bytes());
+        f[14 + 9] = 17;
+        f[14 + 10..14 + 12].fill(0);
+        let c = !csum_fold(0, &f[14..34]);
+        f[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
+        let ulen = (8 + payload) as u16;
+        let mut pseudo = [&src[..], &dst[..], &[0, 17]].concat();
+        pseudo.extend_from_slice(&ulen.to_be_bytes());
+        f.extend_from_slice(&40000u16.to_be_bytes());
+        f.extend_from_slice(&5201u16.to_be_bytes());
+        f.extend_from_slice(&ulen.to_be_bytes());
+        f.extend_from_slice(&csum_fold(0, &pseudo).to_be_bytes());
+        f.extend((0..payload).map(|i| (i % 251) as u8));
+        h[1] = 5; // VIRTIO_NET_HDR_GSO_UDP_L4
+        h[2..4].copy_from_slice(&42u16.to_ne_bytes()); // hdr_len: Ethernet+IP+UDP
+        h[8..10].copy_from_slice(&6u16.to_ne_bytes()); // csum_offset: udp.check
+        (h, f)
+    }
+
     /// Frames gathered from shared memory cross a veth intact, one by one
     /// and in a batch, and a batch receive returns several at once; a frame
     /// longer than the batch's buffers is reported, never cut.

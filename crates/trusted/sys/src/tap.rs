@@ -47,6 +47,10 @@ pub struct TapOffloads {
     pub tso4: bool,
     /// TUN_F_TSO6: frames may be TCP/IPv6 super-frames (needs `csum`).
     pub tso6: bool,
+    /// TUN_F_USO4 and TUN_F_USO6: frames may be UDP super-datagrams, IPv4
+    /// or IPv6, to be cut into whole datagrams (needs `csum`; the kernel
+    /// turns USO on only with both bits).
+    pub uso: bool,
 }
 
 /// A TAP device: an Ethernet interface whose "wire" is this descriptor.
@@ -144,12 +148,12 @@ impl Tap {
     }
 
     /// Tells the kernel which offloads it may leave to us (TUNSETOFFLOAD).
-    /// TSO without checksum offload is refused, as the kernel would.
+    /// TSO or USO without checksum offload is refused, as the kernel would.
     pub fn set_offloads(&self, o: TapOffloads) -> io::Result<()> {
-        if (o.tso4 || o.tso6) && !o.csum {
+        if (o.tso4 || o.tso6 || o.uso) && !o.csum {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("tap {}: TSO needs checksum offload", self.name),
+                format!("tap {}: TSO and USO need checksum offload", self.name),
             ));
         }
         let mut bits: libc::c_uint = 0;
@@ -161,6 +165,9 @@ impl Tap {
         }
         if o.tso6 {
             bits |= libc::TUN_F_TSO6;
+        }
+        if o.uso {
+            bits |= libc::TUN_F_USO4 | libc::TUN_F_USO6;
         }
         cvt(
             // SAFETY: TUNSETOFFLOAD takes its flags by value, not through a pointer.
@@ -385,16 +392,23 @@ mod tests {
             csum: true,
             tso4: true,
             tso6: true,
+            uso: true,
         };
         tap.set_offloads(all).unwrap();
         tap.set_offloads(TapOffloads::default()).unwrap();
-        let e = tap
-            .set_offloads(TapOffloads {
+        for o in [
+            TapOffloads {
                 tso4: true,
                 ..TapOffloads::default()
-            })
-            .unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            },
+            TapOffloads {
+                uso: true,
+                ..TapOffloads::default()
+            },
+        ] {
+            let e = tap.set_offloads(o).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        }
 
         tap.set_carrier(false).unwrap();
         let show = ip(&["link", "show", tap.name()]);
@@ -443,7 +457,7 @@ mod tests {
         tap.set_offloads(TapOffloads {
             csum: true,
             tso4: true,
-            tso6: false,
+            ..TapOffloads::default()
         })
         .unwrap();
         sock.send(&[&h, &f]).unwrap();
@@ -485,5 +499,49 @@ mod tests {
         assert_eq!(got.len(), VNET_HDR_LEN + f.len());
         assert_eq!(got[1], 1, "gso_type TCPV4");
         assert_eq!(&got[VNET_HDR_LEN..], &f[..]);
+    }
+
+    /// USO: with it, a UDP super-datagram sent on the interface reaches
+    /// the TAP reader whole (gso_type UDP_L4); without, as whole datagrams
+    /// of `size` payload bytes, each with its own length and checksum.
+    #[test]
+    fn tap_uso_hands_over_udp_super_datagrams() {
+        let Some(_host) = root_or_skip("TAP devices") else {
+            return;
+        };
+        let (tap, _guard) = tap_up("u", true);
+        let sock = PacketSocket::bind(tap.name(), true).unwrap();
+        let (h, f) = crate::packet::tests::gso_udp4(9000, 1400);
+        tap.set_offloads(TapOffloads {
+            csum: true,
+            uso: true,
+            ..TapOffloads::default()
+        })
+        .unwrap();
+        sock.send(&[&h, &f]).unwrap();
+        let got = tap_frame(&tap, 0x0800).expect("super-datagram");
+        assert_eq!(got[1], 5, "gso_type UDP_L4");
+        assert_eq!(u16::from_ne_bytes([got[4], got[5]]), 1400);
+        assert_eq!(&got[VNET_HDR_LEN..], &f[..]);
+
+        tap.set_offloads(TapOffloads::default()).unwrap();
+        sock.send(&[&h, &f]).unwrap();
+        let mut payload = 0;
+        while payload < 9000 {
+            let got = tap_frame(&tap, 0x0800).expect("datagram");
+            let seg = &got[VNET_HDR_LEN..];
+            assert_eq!(got[1], 0, "no GSO once cut");
+            let ulen = u16::from_be_bytes([seg[38], seg[39]]) as usize;
+            assert!(ulen - 8 <= 1400 && seg.len() == 34 + ulen, "{ulen}");
+            let mut pseudo = seg[26..34].to_vec();
+            pseudo.extend_from_slice(&[0, 17]);
+            pseudo.extend_from_slice(&(ulen as u16).to_be_bytes());
+            let sum = crate::packet::tests::csum_fold(0, &pseudo) as u32;
+            if got[0] & 1 == 0 {
+                assert_eq!(crate::packet::tests::csum_fold(sum, &seg[34..]), 0xffff);
+            }
+            payload += ulen - 8;
+        }
+        assert_eq!(payload, 9000);
     }
 }

@@ -91,7 +91,7 @@ fn negotiated_offloads(read: &mut impl FnMut(String) -> String, fe: &str, be: &s
         let taken = Caps::from_frontend(|k| key(format!("{fe}/{k}")));
         configured_offloads(read, be).and(offer).and(taken)
     };
-    json!({"sg": c.sg, "csum": c.csum, "csum6": c.csum6, "tso4": c.tso4, "tso6": c.tso6})
+    json!({"sg": c.sg, "csum": c.csum, "csum6": c.csum6, "tso4": c.tso4, "tso6": c.tso6, "uso": c.uso})
 }
 
 /// Every vif hv knows of, with both ends' state, features and counters.

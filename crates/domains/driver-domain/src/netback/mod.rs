@@ -845,6 +845,7 @@ fn explain(reason: &str) -> &'static str {
         "chain_too_long" => ": more slots than the backend accepts",
         "size_mismatch" => ": the first size is less than its chain's slots hold",
         "gso_not_tcp" => ": GSO metadata on a frame that is not TCP of its IP version",
+        "gso_not_udp" => ": UDP segmentation metadata on a frame that is not UDP",
         "bad_gso_size" => ": a GSO segment size of zero, too small, or above the MTU",
         "offload_not_negotiated_csum" => {
             ": a blank IPv4 checksum without checksum offload negotiated"
@@ -854,6 +855,9 @@ fn explain(reason: &str) -> &'static str {
         }
         "offload_not_negotiated_tso4" => ": TCPv4 GSO without feature-gso-tcpv4 negotiated",
         "offload_not_negotiated_tso6" => ": TCPv6 GSO without feature-gso-tcpv6 negotiated",
+        "offload_not_negotiated_uso" => {
+            ": UDP segmentation without feature-splitnet-gso-udp-l4 negotiated"
+        }
         _ => "",
     }
 }

@@ -381,6 +381,7 @@ impl Netback {
         match g.kind {
             GsoKind::TcpV4 if !n.tso4 => return Some("offload_not_negotiated_tso4"),
             GsoKind::TcpV6 if !n.tso6 => return Some("offload_not_negotiated_tso6"),
+            GsoKind::UdpL4 if !n.uso => return Some("offload_not_negotiated_uso"),
             _ => {}
         }
         if g.size < MIN_GSO_SIZE || g.size > self.mtu || usize::from(g.size) >= p.total {
@@ -420,8 +421,8 @@ impl Netback {
         let h = (p.gso.is_some() || blank)
             .then(|| frame::offload::parse_headers_of(head, p.total).ok())
             .flatten();
-        if p.gso.is_some_and(|g| !gso_is_tcp(h.as_ref(), g.kind)) {
-            return Err("gso_not_tcp");
+        if let Some(why) = p.gso.and_then(|g| gso_mismatch(h.as_ref(), g.kind)) {
+            return Err(why);
         }
         if blank && self.negotiated.csum != self.negotiated.csum6 {
             // Checksum offload for one IP version only: this frame's.
@@ -579,16 +580,20 @@ fn extra_reason(e: &abi::Error) -> &'static str {
     }
 }
 
-/// Whether the frame whose headers are `h` (`None`: unparsable) is TCP
-/// over the IP version GSO kind `kind` names.
-fn gso_is_tcp(h: Option<&Headers>, kind: GsoKind) -> bool {
-    h.is_some_and(|h| {
-        h.l4 == L4::Tcp
-            && matches!(
-                (h.l3, kind),
-                (L3::Ipv4, GsoKind::TcpV4) | (L3::Ipv6, GsoKind::TcpV6)
-            )
-    })
+/// Why GSO of `kind` does not fit the frame whose headers are `h` (`None`:
+/// unparsable): TCP GSO needs TCP over the IP version it names
+/// (`gso_not_tcp`), UDP segmentation UDP over either (`gso_not_udp`).
+fn gso_mismatch(h: Option<&Headers>, kind: GsoKind) -> Option<&'static str> {
+    let fits = h.is_some_and(|h| match kind {
+        GsoKind::TcpV4 => (h.l3, h.l4) == (L3::Ipv4, L4::Tcp),
+        GsoKind::TcpV6 => (h.l3, h.l4) == (L3::Ipv6, L4::Tcp),
+        GsoKind::UdpL4 => h.l4 == L4::Udp && matches!(h.l3, L3::Ipv4 | L3::Ipv6),
+    });
+    match kind {
+        _ if fits => None,
+        GsoKind::UdpL4 => Some("gso_not_udp"),
+        _ => Some("gso_not_tcp"),
+    }
 }
 
 fn slot_of(r: &TxRequest) -> TxSlot {

@@ -45,6 +45,7 @@ impl TapPort {
             csum: caps.csum,
             tso4: caps.csum && caps.tso4,
             tso6: caps.csum && caps.tso6,
+            uso: caps.csum && caps.uso,
         })?;
         Ok(TapPort {
             tap,

@@ -80,6 +80,8 @@ impl Features {
             csum: self.has(VIRTIO_NET_F_CSUM),
             tso4: self.has(VIRTIO_NET_F_HOST_TSO4),
             tso6: self.has(VIRTIO_NET_F_HOST_TSO6),
+            // HOST_USO is not offered: the guest's kernel cuts UDP itself.
+            uso: false,
         }
     }
 

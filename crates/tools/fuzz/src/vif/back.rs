@@ -584,10 +584,10 @@ fn nb_step(w: &mut NbWorld, inp: &mut Input<'_>, tally: &mut NbTally) {
                 2 => mcast_extra(true, inp),
                 4 => mcast_extra(false, inp),
                 _ => Gso {
-                    kind: if sel & 1 == 0 {
-                        GsoKind::TcpV4
-                    } else {
-                        GsoKind::TcpV6
+                    kind: match (sel & 1, sel & 8) {
+                        (_, 8) => GsoKind::UdpL4,
+                        (0, _) => GsoKind::TcpV4,
+                        _ => GsoKind::TcpV6,
                     },
                     size: inp.u16(),
                     ecn: false,

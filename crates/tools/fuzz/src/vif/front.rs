@@ -371,10 +371,10 @@ fn rx_extra_slot(w: &mut NfWorld, inp: &mut Input<'_>) {
     let sel = inp.u8();
     let rsp = if sel & 1 == 0 {
         let mut b = Gso {
-            kind: if sel & 2 == 0 {
-                GsoKind::TcpV4
-            } else {
-                GsoKind::TcpV6
+            kind: match (sel & 2, sel & 8) {
+                (_, 8) => GsoKind::UdpL4,
+                (0, _) => GsoKind::TcpV4,
+                _ => GsoKind::TcpV6,
             },
             size: inp.u16(),
             ecn: false,

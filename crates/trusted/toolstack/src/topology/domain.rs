@@ -81,8 +81,9 @@ pub struct DomainConfig {
     #[serde(default)]
     pub mq: bool,
     /// Guests: the high-level virtual interface (Menon 2006 §3), one
-    /// capability at a time: `"none"`, `"csum"`, `"sg"`, `"sg+csum"` or
-    /// `"tso"` (= sg+csum+TSO, also `"all"`); `true` is `"tso"` (the
+    /// capability at a time: `"none"`, `"csum"`, `"sg"`, `"sg+csum"`,
+    /// `"tso"` (= sg+csum+TSO, Xen's whole set) or `"all"` (TSO and
+    /// splitnet's UDP segmentation offload); `true` is `"all"` (the
     /// default), `false` `"none"` (the seed baseline).
     #[serde(
         default = "all_offloads",
@@ -97,8 +98,8 @@ pub struct DomainConfig {
     pub lro: Option<String>,
     /// Driver domains: what the physical port does itself (Menon 2006
     /// §3.1, Figure 7), as for `offload`: `"none"`, `"csum"`, `"sg"`,
-    /// `"sg+csum"` or `"tso"` (`true`, the default); the software offload
-    /// driver does the rest (segments, checksums, linearizes).
+    /// `"sg+csum"`, `"tso"` or `"all"` (`true`, the default); the software
+    /// offload driver does the rest (segments, checksums, linearizes).
     #[serde(
         default = "all_offloads",
         deserialize_with = "offload_set",
@@ -434,7 +435,7 @@ fn yes() -> bool {
 pub use abi::offloads::Caps as Offloads;
 
 fn all_offloads() -> Offloads {
-    Offloads::TSO
+    Offloads::ALL
 }
 
 /// An offload set as its name, for what hv carries across its upgrade.

@@ -994,7 +994,7 @@ mod tests {
         assert_eq!(v[1].mac, "00:16:3e:5e:00:02");
         assert_eq!(
             (v[1].rx_mode, v[1].tx_mode, v[1].grants, v[1].offload),
-            (RxMode::Copy, TxMode::Gather, Grants::Ngm, Offloads::TSO)
+            (RxMode::Copy, TxMode::Gather, Grants::Ngm, Offloads::ALL)
         );
         let mut h = t.clone();
         h.apply_preset(Preset::HvCopy);
@@ -1261,14 +1261,14 @@ mod vif_list_tests {
     #[test]
     fn offload_sets_parse_from_names_and_booleans() {
         for (val, want) in [
-            ("true", Offloads::TSO),
+            ("true", Offloads::ALL),
             ("false", Offloads::NONE),
             ("\"none\"", Offloads::NONE),
             ("\"csum\"", Offloads::CSUM),
             ("\"sg\"", Offloads::SG),
             ("\"sg+csum\"", Offloads::SG_CSUM),
             ("\"tso\"", Offloads::TSO),
-            ("\"all\"", Offloads::TSO),
+            ("\"all\"", Offloads::ALL),
         ] {
             let t = topo(&format!(
                 "backend = \"drv\"\nlro = \"off\"\noffload = {val}\n"
@@ -1285,7 +1285,7 @@ mod vif_list_tests {
         }
         let t = topo("backend = \"drv\"\n").unwrap();
         let g = t.domains.iter().find(|d| d.name == "g").unwrap();
-        assert_eq!(g.offload, Offloads::TSO, "the default");
+        assert_eq!(g.offload, Offloads::ALL, "the default");
         for bad in ["\"gso\"", "3"] {
             let e = topo(&format!("backend = \"drv\"\noffload = {bad}\n")).unwrap_err();
             assert!(e.contains("\"sg+csum\""), "{bad}: {e}");

@@ -75,7 +75,7 @@ impl VifConfig {
             rx_mode: RxMode::Copy,
             tx_mode: TxMode::Gather,
             grants: Grants::Ngm,
-            offload: Offloads::TSO,
+            offload: Offloads::ALL,
             lro: LroAt::Off,
             prefetch: false,
             rx_buffer: RxBuffer::Page,
