@@ -231,6 +231,8 @@ fn chosen_workloads(opts: &BaselineOptions) -> Vec<Workload> {
             Workload::TcpZerocopy,
             Workload::TcpCopy,
             Workload::UdpSmall,
+            Workload::UdpBulk,
+            Workload::UdpGso,
             Workload::TcpRr,
         ]
     }

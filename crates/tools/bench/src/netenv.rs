@@ -11,6 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use toolstack::host::{self, Cgroup};
 
+mod udp_gso;
+
 /// TCP payload carried by one 1514-byte Ethernet frame (the thesis's unit).
 pub const PAYLOAD_PER_FRAME: f64 = 1448.0;
 
@@ -42,6 +44,13 @@ pub enum Workload {
     TcpCopy,
     /// UDP with 64-byte datagrams, unlimited rate: packet rate.
     UdpSmall,
+    /// UDP with 1,400-byte datagrams, unlimited rate, one per `send`
+    /// (`iperf3 -u -l 1400`): bulk UDP without segmentation offload.
+    UdpBulk,
+    /// UDP in 1,400-byte datagrams sent 45 at a time with `UDP_SEGMENT`
+    /// and received with `UDP_GRO` (QUIC's and WireGuard's way): bulk UDP
+    /// through segmentation offload.
+    UdpGso,
     /// TCP request-response (`sockperf ping-pong --tcp`, 64-byte messages,
     /// one in flight): one-way latency, where the cost of each wake-up shows.
     TcpRr,
@@ -54,11 +63,13 @@ impl std::str::FromStr for Workload {
             Workload::TcpZerocopy,
             Workload::TcpCopy,
             Workload::UdpSmall,
+            Workload::UdpBulk,
+            Workload::UdpGso,
             Workload::TcpRr,
         ];
         all.into_iter().find(|w| w.name() == s).ok_or_else(|| {
             anyhow::anyhow!(
-                "no workload {s:?}; there are tcp-zerocopy, tcp-copy, udp-64 and tcp-rr"
+                "no workload {s:?}; there are tcp-zerocopy, tcp-copy, udp-64, udp-1400, udp-gso and tcp-rr"
             )
         })
     }
@@ -70,7 +81,18 @@ impl Workload {
             Workload::TcpZerocopy => "tcp-zerocopy",
             Workload::TcpCopy => "tcp-copy",
             Workload::UdpSmall => "udp-64",
+            Workload::UdpBulk => "udp-1400",
+            Workload::UdpGso => "udp-gso",
             Workload::TcpRr => "tcp-rr",
+        }
+    }
+
+    /// Bytes of each UDP datagram, for a UDP workload.
+    pub fn datagram(self) -> Option<usize> {
+        match self {
+            Workload::UdpSmall => Some(64),
+            Workload::UdpBulk | Workload::UdpGso => Some(1400),
+            _ => None,
         }
     }
 
@@ -210,6 +232,9 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
     if f.workload.is_latency() {
         return run_rr(f);
     }
+    if f.workload == Workload::UdpGso {
+        return udp_gso::run(f);
+    }
     let port = f.port.to_string();
     let bind = f.server_bind.unwrap_or(f.server_ip);
     let mut srv = spawn_in(
@@ -224,7 +249,8 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
         Workload::TcpZerocopy => args.push("-Z"),
         Workload::TcpCopy => {}
         Workload::UdpSmall => args.extend(["-u", "-l", "64", "-b", "0"]),
-        Workload::TcpRr => {}
+        Workload::UdpBulk => args.extend(["-u", "-l", "1400", "-b", "0"]),
+        Workload::UdpGso | Workload::TcpRr => {}
     }
     if f.reverse {
         args.push("-R");
@@ -260,8 +286,8 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let end = &report["end"];
-    Ok(if f.workload == Workload::UdpSmall {
-        udp_received(end, f.secs)
+    Ok(if let Some(size) = f.workload.datagram() {
+        udp_received(end, f.secs, size)
     } else {
         let s = &end["sum_received"];
         let bytes = s["bytes"].as_f64().unwrap_or(0.0);
@@ -275,22 +301,23 @@ pub fn run_with(f: &Flow<'_>, client_args: &[&str]) -> Result<FlowResult> {
     })
 }
 
-/// What a UDP flow delivered, from iperf3's receiver side (`sum_received`,
-/// iperf3 3.12 and later), else the sender's count less the datagrams the
-/// receiver reported lost. `packets` counts 64-byte datagrams; with
-/// another size (`-l`), use `bytes`.
-fn udp_received(end: &Value, secs: u32) -> FlowResult {
+/// What a UDP flow of `size`-byte datagrams delivered, from iperf3's
+/// receiver side (`sum_received`, iperf3 3.12 and later), else the sender's
+/// count less the datagrams the receiver reported lost. `packets` counts
+/// `size`-byte datagrams; with another size (`-l`), use `bytes`.
+fn udp_received(end: &Value, secs: u32, size: usize) -> FlowResult {
     let (s, r) = (&end["sum"], &end["sum_received"]);
     let seconds = s["seconds"].as_f64().unwrap_or(secs as f64).max(1e-9);
+    let size = size as f64;
     let bytes = r["bytes"].as_f64().unwrap_or_else(|| {
         let sent = s["packets"].as_f64().unwrap_or(0.0);
         let lost = s["lost_packets"].as_f64().unwrap_or(0.0);
-        (sent - lost).max(0.0) * 64.0
+        (sent - lost).max(0.0) * size
     });
     FlowResult {
         gbps: bytes * 8.0 / seconds / 1e9,
         bytes,
-        packets: bytes / 64.0,
+        packets: bytes / size,
         seconds,
         latency: None,
     }
@@ -646,12 +673,12 @@ mod tests {
             "sum": {"seconds": 2.0, "packets": 1000, "lost_packets": 10},
             "sum_received": {"bytes": 4096.0 * 50.0},
         });
-        let r = super::udp_received(&end, 3);
+        let r = super::udp_received(&end, 3, 64);
         assert_eq!(r.bytes, 4096.0 * 50.0);
         assert!((r.gbps - 4096.0 * 50.0 * 8.0 / 2.0 / 1e9).abs() < 1e-12);
         // Older iperf3: sent less lost, 64-byte datagrams.
         let old = json!({"sum": {"seconds": 1.0, "packets": 1000, "lost_packets": 10}});
-        let r = super::udp_received(&old, 1);
+        let r = super::udp_received(&old, 1, 64);
         assert_eq!(r.packets, 990.0);
         assert_eq!(r.bytes, 990.0 * 64.0);
     }

@@ -156,8 +156,9 @@ pub(crate) struct BenchArgs {
     /// measured, as every ratio's reference. Default: all.
     #[arg(long, value_delimiter = ',', value_name = "CONFIGS")]
     configs: Vec<String>,
-    /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64, tcp-rr).
-    /// Default: all four, or tcp-zerocopy with --quick. faults: only these
+    /// baseline: only these workloads (tcp-zerocopy, tcp-copy, udp-64,
+    /// udp-1400, udp-gso, tcp-rr). Default: all six, or tcp-zerocopy with
+    /// --quick. faults: only these
     /// experiments (kills, kills-restart, http, hotplug, apply, upgrades, hv-upgrades, hv-crashes). Default:
     /// all.
     #[arg(long, value_delimiter = ',', value_name = "WORKLOADS")]

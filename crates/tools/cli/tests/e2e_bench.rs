@@ -406,6 +406,53 @@ fn bench_baseline_tcp_rr_reports_latency_against_native() {
     assert_nothing_left();
 }
 
+/// The bulk UDP workloads, one datagram per `send` (iperf3) and 45 per
+/// `send` by `UDP_SEGMENT`, each way: every configuration delivers (that
+/// the datagrams cross whole is `e2e_offloads`'s to check).
+#[test]
+fn bench_baseline_udp_bulk_and_gso_report_every_direction() {
+    let Some(env) = Env::new("bench-udp") else {
+        return;
+    };
+    let json = env.run_dir.join("udp.json");
+    env.ok(&[
+        "bench",
+        "baseline",
+        "--quick",
+        "--seconds",
+        "2",
+        "--configs",
+        "splitnet-default",
+        "--workloads",
+        "udp-1400,udp-gso",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let gbps = |config: &str, direction: &str, workload: &str| {
+        let r = v["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r["config"] == config && r["direction"] == direction && r["workload"] == workload
+            })
+            .unwrap_or_else(|| panic!("no {workload} record for {config} {direction}"));
+        assert!(r["packets"].as_f64().unwrap() > 0.0, "{r}");
+        r["gbps"].as_f64().unwrap()
+    };
+    for config in ["native", "splitnet-default"] {
+        for direction in ["tx", "rx", "guest-to-guest"] {
+            let (one, gso) = (
+                gbps(config, direction, "udp-bulk"),
+                gbps(config, direction, "udp-gso"),
+            );
+            assert!(one > 0.0 && gso > 0.0, "{config} {direction}");
+        }
+    }
+    assert_nothing_left();
+}
+
 #[test]
 fn bench_hosted_reports_figures_and_tables_against_native() {
     let Some(env) = Env::new("bench-hosted") else {
