@@ -210,6 +210,15 @@ fn malformed_requests(
             "gso_not_tcp",
             gso(req(gref_udp, 0, 2000, 15), 1000, GsoType::None),
         ),
+        // UDP segmentation of size 0, and above the vif's MTU.
+        (
+            "bad_gso_size",
+            gso(req(gref_ok, 0, 200, 17), 0, GsoType::UdpL4),
+        ),
+        (
+            "bad_gso_size",
+            gso(req(gref_ok, 0, 3000, 18), 1501, GsoType::UdpL4),
+        ),
         // UDP segmentation metadata on a frame that is not UDP.
         (
             "gso_not_udp",

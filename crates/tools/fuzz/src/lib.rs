@@ -281,6 +281,35 @@ pub fn offload(data: &[u8]) {
         data.len(),
         "completing a checksum resized the frame"
     );
+    segment_as_any_gso(data, word(4));
+}
+
+/// Software segmentation of a peer's frame under GSO metadata of any kind
+/// and size: an error appends nothing; success gives frames with their
+/// checksums done and no GSO left, none longer than the GSO packet.
+fn segment_as_any_gso(data: &[u8], w: u16) {
+    use frame::packet::{Csum, Gso, GsoKind, Packet};
+    let kinds = [GsoKind::TcpV4, GsoKind::TcpV6, GsoKind::UdpL4];
+    let gso = Gso {
+        kind: kinds[usize::from(w) % 3],
+        size: 64 + w % 1500,
+        ecn: w & 0x8000 != 0,
+    };
+    let p = Packet {
+        data: data.to_vec(),
+        csum: Csum::Unknown,
+        gso: Some(gso),
+    };
+    let mut out = Vec::new();
+    match frame::offload::segment(&p, &mut out) {
+        Ok(()) => {
+            for s in &out {
+                assert_eq!((s.csum, s.gso), (Csum::Valid, None));
+                assert!(s.data.len() <= data.len(), "a segment outgrew its packet");
+            }
+        }
+        Err(_) => assert!(out.is_empty(), "a refused packet left segments"),
+    }
 }
 
 /// An xl vifspec from a user (`network-attach GUEST 'VIFSPEC'`, a
