@@ -333,7 +333,7 @@ fn segment_frame_into(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> R
 
 /// Refuses a GSO kind the frame's headers do not match: TCP GSO of its
 /// IP version over TCP, UDP segmentation over UDP.
-fn gso_fits(kind: GsoKind, h: &Headers) -> Result<()> {
+pub fn gso_fits(kind: GsoKind, h: &Headers) -> Result<()> {
     const WHAT: &str = "GSO packet";
     let want = match (kind, h.l3) {
         (GsoKind::TcpV4, L3::Ipv4) | (GsoKind::TcpV6, L3::Ipv6) => L4::Tcp,

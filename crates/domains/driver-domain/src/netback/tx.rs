@@ -27,7 +27,7 @@ use abi::ring::BackRing;
 use abi::vif_backend::TxPath;
 use frame::offload::MIN_GSO_SIZE;
 use frame::packet::{Csum, FrameRef, Gso, GsoKind};
-use frame::wire::{eth, Headers, ETH_HLEN, L3, L4, TPID_8021Q, VLAN_HLEN};
+use frame::wire::{eth, Headers, ETH_HLEN, L3, TPID_8021Q, VLAN_HLEN};
 use hypercall::trace::{self, DomainEvent};
 use hypercall::{HvClient, MappedGrant};
 use sys::PAGE_SIZE;
@@ -584,11 +584,7 @@ fn extra_reason(e: &abi::Error) -> &'static str {
 /// unparsable): TCP GSO needs TCP over the IP version it names
 /// (`gso_not_tcp`), UDP segmentation UDP over either (`gso_not_udp`).
 fn gso_mismatch(h: Option<&Headers>, kind: GsoKind) -> Option<&'static str> {
-    let fits = h.is_some_and(|h| match kind {
-        GsoKind::TcpV4 => (h.l3, h.l4) == (L3::Ipv4, L4::Tcp),
-        GsoKind::TcpV6 => (h.l3, h.l4) == (L3::Ipv6, L4::Tcp),
-        GsoKind::UdpL4 => h.l4 == L4::Udp && matches!(h.l3, L3::Ipv4 | L3::Ipv6),
-    });
+    let fits = h.is_some_and(|h| frame::offload::gso_fits(kind, h).is_ok());
     match kind {
         _ if fits => None,
         GsoKind::UdpL4 => Some("gso_not_udp"),

@@ -115,6 +115,16 @@ impl VhostPort {
 /// netif's 18 slots); a frame in more is copied whole first.
 const PARTS: usize = 20;
 
+/// Whether a VM's frame may carry GSO `g` (virtio 1.x §5.1.6.2): UDP
+/// segmentation only where it negotiated HOST_USO, and any kind only on a
+/// frame whose headers match it, as netback holds a guest to (a VM that
+/// acks every feature offered must not pass TCP GSO on a UDP frame on).
+fn gso_allowed(t: &virtio::backend::TxFrame<'_>, g: packet::Gso) -> bool {
+    (g.kind != packet::GsoKind::UdpL4 || t.uso)
+        && offload::parse_headers_of(t.frame, t.frame.len())
+            .is_ok_and(|h| offload::gso_fits(g.kind, &h).is_ok())
+}
+
 /// Writes `f` into the VM's receive ring; whether it went. The shared
 /// ranges go straight from the sending guest's buffers into the VM's: one
 /// copy, not two.
@@ -171,8 +181,7 @@ impl Port for VhostPort {
             csum: g.csum,
             tso4: g.tso4,
             tso6: g.tso6,
-            // GUEST_USO4/6 are not offered: UDP GSO is cut here.
-            uso: false,
+            uso: g.uso,
         }
     }
     /// The VM's TX ring, in batches: each frame's header is checked as a
@@ -189,12 +198,9 @@ impl Port for VhostPort {
             let mut frames = [none; TX_SLOTS];
             let (mut m, mut refused) = (0, Refused::default());
             for (k, t) in batch.iter().enumerate() {
-                // HOST_USO is never offered, so UDP GSO from a VM breaks
-                // what it negotiated (virtio 1.x §5.1.6.2): refused as a
-                // bad header.
                 let parsed = packet::parse_vnet_hdr(t.hdr, t.frame.len())
                     .ok()
-                    .filter(|(_, g)| !g.is_some_and(|g| g.kind == packet::GsoKind::UdpL4));
+                    .filter(|(_, g)| g.is_none_or(|g| gso_allowed(t, g)));
                 let Some((csum, gso)) = parsed else {
                     c.rx_errors += 1;
                     refused.bad_header |= 1 << k;
@@ -240,8 +246,7 @@ impl Port for VhostPort {
             csum: g.csum,
             tso4: g.tso4,
             tso6: g.tso6,
-            // GUEST_USO4/6 are not offered: UDP GSO is cut here.
-            uso: false,
+            uso: g.uso,
         };
         for f in frames {
             let sent = if caps.passes_as_is(f.csum, f.gso) {

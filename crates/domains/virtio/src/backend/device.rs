@@ -51,13 +51,16 @@ pub const OFFERED: u64 = bit(virtio_config::VIRTIO_F_VERSION_1)
     | bit(virtio_net::VIRTIO_NET_F_HOST_TSO6)
     | bit(virtio_net::VIRTIO_NET_F_GUEST_TSO4)
     | bit(virtio_net::VIRTIO_NET_F_GUEST_TSO6)
+    | bit(virtio_net::VIRTIO_NET_F_HOST_USO)
+    | bit(virtio_net::VIRTIO_NET_F_GUEST_USO4)
+    | bit(virtio_net::VIRTIO_NET_F_GUEST_USO6)
     | bit(virtio_ring::VIRTIO_RING_F_EVENT_IDX)
     | bit(virtio_net::VIRTIO_NET_F_MAC)
     | bit(virtio_net::VIRTIO_NET_F_STATUS)
     | F_PROTOCOL_FEATURES;
 
 /// Names of the feature bits, for status.
-pub const FEATURE_NAMES: [(u64, &str); 12] = [
+pub const FEATURE_NAMES: [(u64, &str); 15] = [
     (bit(virtio_config::VIRTIO_F_VERSION_1), "VERSION_1"),
     (bit(virtio_net::VIRTIO_NET_F_MRG_RXBUF), "MRG_RXBUF"),
     (bit(virtio_net::VIRTIO_NET_F_CSUM), "CSUM"),
@@ -66,6 +69,9 @@ pub const FEATURE_NAMES: [(u64, &str); 12] = [
     (bit(virtio_net::VIRTIO_NET_F_HOST_TSO6), "HOST_TSO6"),
     (bit(virtio_net::VIRTIO_NET_F_GUEST_TSO4), "GUEST_TSO4"),
     (bit(virtio_net::VIRTIO_NET_F_GUEST_TSO6), "GUEST_TSO6"),
+    (bit(virtio_net::VIRTIO_NET_F_HOST_USO), "HOST_USO"),
+    (bit(virtio_net::VIRTIO_NET_F_GUEST_USO4), "GUEST_USO4"),
+    (bit(virtio_net::VIRTIO_NET_F_GUEST_USO6), "GUEST_USO6"),
     (bit(virtio_ring::VIRTIO_RING_F_EVENT_IDX), "EVENT_IDX"),
     (bit(virtio_net::VIRTIO_NET_F_MAC), "MAC"),
     (bit(virtio_net::VIRTIO_NET_F_STATUS), "STATUS"),
@@ -78,6 +84,8 @@ pub struct GuestOffloads {
     pub csum: bool,
     pub tso4: bool,
     pub tso6: bool,
+    /// GUEST_USO4 and GUEST_USO6: UDP GSO frames, of either IP version.
+    pub uso: bool,
 }
 
 /// Frames dropped, by reason.
@@ -292,6 +300,8 @@ impl Device {
             csum: self.has(bit(virtio_net::VIRTIO_NET_F_GUEST_CSUM)),
             tso4: self.has(bit(virtio_net::VIRTIO_NET_F_GUEST_TSO4)),
             tso6: self.has(bit(virtio_net::VIRTIO_NET_F_GUEST_TSO6)),
+            uso: self.has(bit(virtio_net::VIRTIO_NET_F_GUEST_USO4))
+                && self.has(bit(virtio_net::VIRTIO_NET_F_GUEST_USO6)),
         }
     }
 

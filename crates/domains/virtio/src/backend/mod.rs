@@ -53,6 +53,8 @@ const ACCEPTS_PER_POLL: usize = 4;
 pub struct TxFrame<'a> {
     pub hdr: &'a [u8],
     pub frame: &'a [u8],
+    /// The VM negotiated HOST_USO: it may send UDP GSO frames.
+    pub uso: bool,
 }
 
 /// The frames of a TX batch the port dropped (bit k for frame k), by why.
@@ -283,13 +285,14 @@ impl Backend {
         let mut more = true;
         while more && taken < TX_BUDGET {
             let mut lens = [0usize; TX_SLOTS];
-            let (n, hdr_len) = {
+            let (n, hdr_len, uso) = {
                 let mut d = lock(&self.dev);
                 let (n, chains, m) = d.tx(&mut self.slab, &mut lens);
                 more = m && d.broken.is_none();
                 // The budget counts chains, refused ones too.
                 taken += chains;
-                (n, d.hdr_len())
+                let uso = d.has(1 << virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_USO);
+                (n, d.hdr_len(), uso)
             };
             if n == 0 {
                 continue;
@@ -297,6 +300,7 @@ impl Backend {
             let empty = TxFrame {
                 hdr: &[],
                 frame: &[],
+                uso,
             };
             let mut frames = [empty; TX_SLOTS];
             for (k, (t, &len)) in frames.iter_mut().zip(&lens[..n]).enumerate() {
@@ -304,6 +308,7 @@ impl Backend {
                 *t = TxFrame {
                     hdr: &slot[..HDR_LEN - 2],
                     frame: &slot[hdr_len..],
+                    uso,
                 };
             }
             let refused = f(&frames[..n]);

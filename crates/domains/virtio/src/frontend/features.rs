@@ -5,9 +5,10 @@ use sys::TapOffloads;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
-    VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_MRG_RXBUF,
+    VIRTIO_NET_F_GUEST_USO4, VIRTIO_NET_F_GUEST_USO6, VIRTIO_NET_F_HOST_TSO4,
+    VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_HOST_USO, VIRTIO_NET_F_MRG_RXBUF,
     VIRTIO_NET_HDR_F_DATA_VALID, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE,
-    VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6,
+    VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6, VIRTIO_NET_HDR_GSO_UDP_L4,
 };
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 
@@ -25,6 +26,9 @@ pub const WANTED: &[(u32, &str)] = &[
     (VIRTIO_NET_F_HOST_TSO6, "HOST_TSO6"),
     (VIRTIO_NET_F_GUEST_TSO4, "GUEST_TSO4"),
     (VIRTIO_NET_F_GUEST_TSO6, "GUEST_TSO6"),
+    (VIRTIO_NET_F_HOST_USO, "HOST_USO"),
+    (VIRTIO_NET_F_GUEST_USO4, "GUEST_USO4"),
+    (VIRTIO_NET_F_GUEST_USO6, "GUEST_USO6"),
     (VIRTIO_RING_F_EVENT_IDX, "EVENT_IDX"),
 ];
 
@@ -34,19 +38,24 @@ pub struct Features(pub u64);
 
 impl Features {
     /// What to accept of `offered`: the wanted bits it has, less any that
-    /// §5.1.3.1 forbids without their prerequisite (TSO needs checksum
-    /// offload in the same direction). None without VERSION_1: the
-    /// frontend speaks only virtio 1.x (little-endian, 12-byte header).
+    /// §5.1.3.1 forbids without their prerequisite (TSO and USO need
+    /// checksum offload in the same direction). None without VERSION_1:
+    /// the frontend speaks only virtio 1.x (little-endian, 12-byte header).
     pub fn accept(offered: u64) -> Option<Features> {
         let mut f = Features(WANTED.iter().fold(0, |m, (b, _)| m | bit(*b)) & offered);
         if !f.has(VIRTIO_F_VERSION_1) {
             return None;
         }
         if !f.has(VIRTIO_NET_F_CSUM) {
-            f.0 &= !(bit(VIRTIO_NET_F_HOST_TSO4) | bit(VIRTIO_NET_F_HOST_TSO6));
+            f.0 &= !(bit(VIRTIO_NET_F_HOST_TSO4)
+                | bit(VIRTIO_NET_F_HOST_TSO6)
+                | bit(VIRTIO_NET_F_HOST_USO));
         }
         if !f.has(VIRTIO_NET_F_GUEST_CSUM) {
-            f.0 &= !(bit(VIRTIO_NET_F_GUEST_TSO4) | bit(VIRTIO_NET_F_GUEST_TSO6));
+            f.0 &= !(bit(VIRTIO_NET_F_GUEST_TSO4)
+                | bit(VIRTIO_NET_F_GUEST_TSO6)
+                | bit(VIRTIO_NET_F_GUEST_USO4)
+                | bit(VIRTIO_NET_F_GUEST_USO6));
         }
         Some(f)
     }
@@ -64,13 +73,24 @@ impl Features {
     pub fn event_idx(self) -> bool {
         self.has(VIRTIO_RING_F_EVENT_IDX)
     }
-    /// The device takes frames the driver left to segment (HOST_TSO*).
+    /// The device takes frames the driver left to segment (HOST_TSO*,
+    /// HOST_USO).
     pub fn host_tso(self) -> bool {
-        self.has(VIRTIO_NET_F_HOST_TSO4) || self.has(VIRTIO_NET_F_HOST_TSO6)
+        self.has(VIRTIO_NET_F_HOST_TSO4)
+            || self.has(VIRTIO_NET_F_HOST_TSO6)
+            || self.has(VIRTIO_NET_F_HOST_USO)
     }
-    /// The device may hand the driver unsegmented frames (GUEST_TSO*).
+    /// The device may hand the driver unsegmented frames (GUEST_TSO*,
+    /// GUEST_USO*).
     pub fn guest_tso(self) -> bool {
-        self.has(VIRTIO_NET_F_GUEST_TSO4) || self.has(VIRTIO_NET_F_GUEST_TSO6)
+        [
+            VIRTIO_NET_F_GUEST_TSO4,
+            VIRTIO_NET_F_GUEST_TSO6,
+            VIRTIO_NET_F_GUEST_USO4,
+            VIRTIO_NET_F_GUEST_USO6,
+        ]
+        .into_iter()
+        .any(|b| self.has(b))
     }
 
     /// The offloads the guest kernel may leave to the TAP reader (its
@@ -80,8 +100,7 @@ impl Features {
             csum: self.has(VIRTIO_NET_F_CSUM),
             tso4: self.has(VIRTIO_NET_F_HOST_TSO4),
             tso6: self.has(VIRTIO_NET_F_HOST_TSO6),
-            // HOST_USO is not offered: the guest's kernel cuts UDP itself.
-            uso: false,
+            uso: self.has(VIRTIO_NET_F_HOST_USO),
         }
     }
 
@@ -91,6 +110,7 @@ impl Features {
             self.has(VIRTIO_NET_F_CSUM),
             self.has(VIRTIO_NET_F_HOST_TSO4),
             self.has(VIRTIO_NET_F_HOST_TSO6),
+            self.has(VIRTIO_NET_F_HOST_USO),
         )
     }
 
@@ -100,6 +120,7 @@ impl Features {
             self.has(VIRTIO_NET_F_GUEST_CSUM),
             self.has(VIRTIO_NET_F_GUEST_TSO4),
             self.has(VIRTIO_NET_F_GUEST_TSO6),
+            self.has(VIRTIO_NET_F_GUEST_USO4) && self.has(VIRTIO_NET_F_GUEST_USO6),
         )
     }
 
@@ -124,6 +145,7 @@ const F_DATA_VALID: u8 = VIRTIO_NET_HDR_F_DATA_VALID as u8;
 const GSO_NONE: u8 = VIRTIO_NET_HDR_GSO_NONE as u8;
 const GSO_TCPV4: u8 = VIRTIO_NET_HDR_GSO_TCPV4 as u8;
 const GSO_TCPV6: u8 = VIRTIO_NET_HDR_GSO_TCPV6 as u8;
+const GSO_UDP_L4: u8 = VIRTIO_NET_HDR_GSO_UDP_L4 as u8;
 
 /// The fields of a `virtio_net_hdr` the driver checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,15 +165,17 @@ impl NetHdr {
     }
 
     /// Whether the header asks only for what was negotiated: checksum
-    /// flags with checksum offload, TCP segmentation of the agreed family;
-    /// no other flag or GSO type (UDP, ECN) at all.
-    fn allowed(&self, csum: bool, tso4: bool, tso6: bool) -> bool {
+    /// flags with checksum offload, TCP segmentation of the agreed family,
+    /// UDP segmentation (USO) where agreed; no other flag or GSO type (UDP
+    /// fragmentation, ECN) at all.
+    fn allowed(&self, csum: bool, tso4: bool, tso6: bool, uso: bool) -> bool {
         let flags_ok =
             self.flags & !(F_NEEDS_CSUM | F_DATA_VALID) == 0 && (self.flags == 0 || csum);
         let gso_ok = match self.gso_type {
             GSO_NONE => true,
             GSO_TCPV4 => tso4,
             GSO_TCPV6 => tso6,
+            GSO_UDP_L4 => uso,
             _ => false,
         };
         flags_ok && gso_ok
@@ -177,6 +201,12 @@ mod tests {
         assert!(!f.host_tso());
         assert!(f.guest_tso());
         assert_eq!(f.tap_offloads(), TapOffloads::default());
+        // So is USO.
+        let f = Features::accept(
+            bit(VIRTIO_F_VERSION_1) | bit(VIRTIO_NET_F_HOST_USO) | bit(VIRTIO_NET_F_GUEST_USO4),
+        )
+        .unwrap();
+        assert!(!f.host_tso() && !f.guest_tso());
     }
 
     #[test]
@@ -197,6 +227,20 @@ mod tests {
         assert!(!f.allows_rx(&h(0, GSO_TCPV4 | 0x80)), "ECN");
         assert!(!f.allows_rx(&h(4, GSO_NONE)), "unknown flag");
         assert!(!f.allows_tx(&h(F_NEEDS_CSUM, GSO_NONE)), "no CSUM");
+        assert!(!f.allows_rx(&h(F_NEEDS_CSUM, GSO_UDP_L4)), "USO not agreed");
+        // USO: both GUEST_USO bits to receive it, HOST_USO to send it.
+        let uso = Features::accept(
+            bit(VIRTIO_F_VERSION_1)
+                | bit(VIRTIO_NET_F_CSUM)
+                | bit(VIRTIO_NET_F_GUEST_CSUM)
+                | bit(VIRTIO_NET_F_HOST_USO)
+                | bit(VIRTIO_NET_F_GUEST_USO4)
+                | bit(VIRTIO_NET_F_GUEST_USO6),
+        )
+        .unwrap();
+        assert!(uso.allows_rx(&h(F_NEEDS_CSUM, GSO_UDP_L4)));
+        assert!(uso.allows_tx(&h(F_NEEDS_CSUM, GSO_UDP_L4)));
+        assert!(uso.tap_offloads().uso && uso.guest_tso() && uso.host_tso());
         let mut raw = [0u8; HDR_LEN];
         raw[0] = 1;
         raw[1] = 4;

@@ -878,3 +878,98 @@ pub fn macvlans() -> Vec<String> {
         .filter(|s| !s.is_empty())
         .collect()
 }
+
+/// UDP by segmentation offload, both sides in one script: `recv PORT N
+/// SEG READY` takes N super-datagrams' worth of SEG-byte datagrams (its
+/// buffer forced large, an acknowledgement back after each tenth, so the
+/// sender never overruns a queue), then prints bytes, datagrams, the
+/// sizes seen and a SHA-256 of the payload; `send DST PORT N SEG` sends N
+/// super-datagrams of ten segments each with `UDP_SEGMENT` and prints
+/// bytes and the same hash.
+const USO_PY: &str = r#"
+import hashlib, socket, sys
+mode, h = sys.argv[1], hashlib.sha256()
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(10)
+if mode == "recv":
+    port, n, seg, ready = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    s.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)  # SO_RCVBUFFORCE
+    s.bind(("0.0.0.0", port))
+    open(ready, "w").close()
+    got, count, sizes = 0, 0, set()
+    try:
+        while count < n * 10:
+            d, peer = s.recvfrom(65536)
+            got, count = got + len(d), count + 1
+            sizes.add(len(d))
+            h.update(d)
+            if count % 10 == 0:
+                s.sendto(b"a", peer)
+    except socket.timeout:
+        pass
+    print(got, count, ",".join(map(str, sorted(sizes))), h.hexdigest())
+else:
+    dst, port, n, seg = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    s.setsockopt(socket.SOL_UDP, 103, seg)  # UDP_SEGMENT
+    total = 0
+    for i in range(n):
+        body = bytes((i * 7 + j) % 251 for j in range(seg * 10))
+        s.sendto(body, (dst, port))
+        total += len(body)
+        h.update(body)
+        s.recv(16)
+    print(total, h.hexdigest())
+"#;
+
+/// Super-datagrams, and the segment size, of each USO transfer.
+pub const USO_N: u32 = 100;
+pub const USO_SEG: u32 = 1400;
+
+/// `sender` sends [`USO_N`] super-datagrams with `UDP_SEGMENT` to
+/// `receiver` at `ip`; every datagram arrives whole, in [`USO_SEG`]-byte
+/// pieces, with the payload's hash.
+pub fn uso_transfer(env: &Env, sender: &str, receiver: &str, ip: &str, port: u16) {
+    let script = env.run_dir.join("uso.py");
+    std::fs::write(&script, USO_PY).unwrap();
+    let ready = env.run_dir.join(format!("uso-ready-{port}"));
+    let (n, seg, p) = (USO_N.to_string(), USO_SEG.to_string(), port.to_string());
+    let ns = toolstack::host::netns_name(receiver);
+    let py = script.to_str().unwrap();
+    let recv = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "python3", py, "recv", &p, &n, &seg])
+        .arg(&ready)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(
+        &format!("the UDP receiver in {receiver} to bind"),
+        std::time::Duration::from_secs(10),
+        || ready.exists(),
+    );
+    let sent = env.ok(&[
+        "exec", sender, "--", "python3", py, "send", ip, &p, &n, &seg,
+    ]);
+    let out = recv.wait_with_output().unwrap();
+    let got = String::from_utf8_lossy(&out.stdout);
+    let (sent, got): (Vec<&str>, Vec<&str>) = (
+        sent.split_whitespace().collect(),
+        got.split_whitespace().collect(),
+    );
+    let what = format!("UDP_SEGMENT {sender} -> {receiver}: sent {sent:?}, received {got:?}");
+    let datagrams = (USO_N * 10).to_string();
+    assert_eq!(got.len(), 4, "{what}");
+    assert_eq!(
+        (got[0], got[1], got[2], got[3]),
+        (sent[0], datagrams.as_str(), seg.as_str(), sent[1]),
+        "{what}: every datagram whole, of the segment size, the payload intact"
+    );
+}
+
+/// Packets through guest `g`'s NIC (its TAP) while `f` runs, from the
+/// kernel's own count, `key` being `tx_packets` or `rx_packets`: a
+/// super-datagram handed over whole counts once.
+pub fn nic_packets(g: &str, key: &str, f: impl FnOnce()) -> u64 {
+    let before = if_stat(g, "eth0", key);
+    f();
+    if_stat(g, "eth0", key) - before
+}
