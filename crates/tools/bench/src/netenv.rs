@@ -195,9 +195,15 @@ pub fn wait_reachable(ns: &str, ip: &str, limit: Duration) -> Result<()> {
 
 /// Whether a TCP socket listens on `port` in network namespace `ns`.
 pub fn listening(ns: &str, port: u16) -> Result<bool> {
+    socket_open(ns, port, "-Hltn")
+}
+
+/// Whether `ss FLAGS` (`-Hltn` listening TCP, `-Hlun` bound UDP) shows a
+/// socket on `port` in network namespace `ns`.
+fn socket_open(ns: &str, port: u16, flags: &str) -> Result<bool> {
     let filter = format!("sport = :{port}");
     let o = in_netns(ns, "ss")
-        .args(["-Hltn", &filter])
+        .args([flags, &filter])
         .output()
         .context("running ss (iproute2)")?;
     Ok(o.status.success() && !o.stdout.trim_ascii().is_empty())
@@ -207,9 +213,15 @@ pub fn listening(ns: &str, port: u16) -> Result<bool> {
 /// control connection is TCP for every workload), or fails if the server
 /// exits or takes over 10 s.
 fn wait_listening(tool: &str, ns: &str, port: u16, srv: &mut Child) -> Result<()> {
+    wait_socket(tool, ns, port, "-Hltn", srv)
+}
+
+/// Waits until `ss FLAGS` shows `tool`'s socket on `port` in namespace
+/// `ns`, or fails if the server exits first or takes over 10 s.
+fn wait_socket(tool: &str, ns: &str, port: u16, flags: &str, srv: &mut Child) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if listening(ns, port)? {
+        if socket_open(ns, port, flags)? {
             return Ok(());
         }
         if let Some(st) = srv.try_wait()? {

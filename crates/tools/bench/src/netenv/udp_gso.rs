@@ -9,8 +9,6 @@
 use super::{spawn_in, Flow, FlowResult};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
-use std::process::Child;
-use std::time::{Duration, Instant};
 
 /// Both ends, by role. `srv-recv`/`srv-send` bind the server's address;
 /// `cli-send` sends to it; `cli-recv` greets it (again each second until
@@ -81,7 +79,7 @@ pub(super) fn run(f: &Flow<'_>) -> Result<FlowResult> {
         true,
     )
     .context("starting python3 for the udp-gso workload")?;
-    if let Err(e) = wait_bound(f.server_ns, f.port, &mut srv) {
+    if let Err(e) = super::wait_socket("udp-gso", f.server_ns, f.port, "-Hlun", &mut srv) {
         let _ = srv.kill();
         let _ = srv.wait();
         return Err(e);
@@ -125,29 +123,6 @@ fn received(report: &Value) -> Result<FlowResult> {
         seconds,
         latency: None,
     })
-}
-
-/// Waits until a UDP socket is bound to `port` in namespace `ns`, or fails
-/// if the server exits first or takes over 10 s.
-fn wait_bound(ns: &str, port: u16, srv: &mut Child) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let filter = format!("sport = :{port}");
-    loop {
-        let o = super::in_netns(ns, "ss")
-            .args(["-Hlun", &filter])
-            .output()
-            .context("running ss (iproute2)")?;
-        if o.status.success() && !o.stdout.trim_ascii().is_empty() {
-            return Ok(());
-        }
-        if let Some(st) = srv.try_wait()? {
-            bail!("the udp-gso receiver in {ns} exited before binding port {port} ({st})");
-        }
-        if Instant::now() > deadline {
-            bail!("the udp-gso receiver in {ns} had not bound port {port} after 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[cfg(test)]
