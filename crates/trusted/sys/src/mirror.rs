@@ -8,10 +8,14 @@
 //! unmap_grant_ref per ring batch). No address-space layout changes per
 //! frame. The mirror is registered with userfaultfd in minor-fault mode, so
 //! a frame enters the page table only through `UFFDIO_CONTINUE` (one
-//! `ioctl` per frame), and an access to a frame not mapped is a `SIGBUS`,
-//! never a silent read. A batch's frames leave the page table in one
-//! `process_madvise(MADV_DONTNEED)` over all of them (one flush), or one
-//! `madvise` each where the kernel refuses the vector.
+//! `ioctl` per run of adjacent frames of a batch), and an access to a frame
+//! not mapped is a `SIGBUS`, never a silent read. A batch's frames leave the
+//! page table in one `process_madvise(MADV_DONTNEED)` over all of them, a
+//! range per run of adjacent frames, or one `madvise` per range where the
+//! kernel refuses the vector. The kernel flushes the TLB for each range it
+//! zaps (entries a minor fault installs are dirty, and a dirty file page's
+//! entry is flushed before the zap moves on), so a ring batch's adjacent
+//! buffers cost a flush per run, not per frame.
 //!
 //! A pool on hugetlb pages (Menon 2006 §5.3's superpages) is mirrored a
 //! huge page at a time: its first mapped frame installs one entry for the
@@ -60,6 +64,8 @@ pub struct PoolMirror {
     held: Vec<u32>,
     /// The batch being zapped, kept to allocate nothing per unmap.
     iov: Vec<libc::iovec>,
+    /// Units a batch installs or zaps, sorted into runs; kept likewise.
+    units: Vec<usize>,
 }
 
 // SAFETY: the mirror is plain shared memory whose state lives in `refs`
@@ -122,6 +128,7 @@ impl PoolMirror {
             refs: vec![0; frames],
             held: vec![0; len / unit],
             iov: Vec::with_capacity(MAX_IOV),
+            units: Vec::new(),
         };
         // A fresh mapping (no MAP_POPULATE) has no page-table entry yet:
         // every frame enters through `map`.
@@ -156,15 +163,81 @@ impl PoolMirror {
                 format!("frame {frame} outside a pool of {}", self.refs.len()),
             ));
         };
-        if r == 0 {
-            let u = f * PAGE_SIZE / self.unit;
-            if self.held[u] == 0 {
-                self.install(u)?;
-            }
-            self.held[u] += 1;
+        let u = f * PAGE_SIZE / self.unit;
+        if r == 0 && self.held[u] == 0 {
+            self.install(u)?;
         }
-        self.refs[f] = r.saturating_add(1);
+        self.count_map(f);
         Ok(())
+    }
+
+    /// Counts one more map of frame `f` (< frames), whose unit is present.
+    fn count_map(&mut self, f: usize) {
+        if self.refs[f] == 0 {
+            self.held[f * PAGE_SIZE / self.unit] += 1;
+        }
+        self.refs[f] = self.refs[f].saturating_add(1);
+    }
+
+    /// Maps each of `frames`, as [`PoolMirror::map`] would one at a time,
+    /// with one `UFFDIO_CONTINUE` per run of adjacent entries to install
+    /// (a ring batch's buffers are mostly adjacent). Returns each frame's
+    /// outcome in order: a frame outside the pool, or one whose entry
+    /// could not be installed, is refused and counts no map.
+    pub fn map_many(&mut self, frames: &[u32]) -> Vec<io::Result<()>> {
+        let mut units = std::mem::take(&mut self.units);
+        units.clear();
+        let pool = self.refs.len();
+        for &f in frames {
+            let f = f as usize;
+            if f < pool && self.refs[f] == 0 {
+                let u = f * PAGE_SIZE / self.unit;
+                if self.held[u] == 0 {
+                    units.push(u);
+                }
+            }
+        }
+        units.sort_unstable();
+        units.dedup();
+        let failed = self.install_runs(&mut units);
+        let out = frames
+            .iter()
+            .map(|&frame| {
+                let f = frame as usize;
+                if f >= pool {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("frame {frame} outside a pool of {pool}"),
+                    ));
+                }
+                if failed.binary_search(&(f * PAGE_SIZE / self.unit)).is_ok() {
+                    return Err(io::Error::other(format!(
+                        "frame {frame}'s page-table entry could not be installed"
+                    )));
+                }
+                self.count_map(f);
+                Ok(())
+            })
+            .collect();
+        units.clear();
+        self.units = units;
+        out
+    }
+
+    /// Installs the sorted `units`, one `UFFDIO_CONTINUE` per run of
+    /// adjacent ones; a run the kernel stops partway (a page its owner never
+    /// touched) is finished a unit at a time. Returns the units that could
+    /// not be installed, sorted.
+    fn install_runs(&self, units: &mut [usize]) -> Vec<usize> {
+        let mut failed = Vec::new();
+        for run in units.chunk_by(|a, b| *a + 1 == *b) {
+            if self.continue_units(run[0], run.len()).is_ok() {
+                continue;
+            }
+            // Units already installed answer EEXIST, which is success.
+            failed.extend(run.iter().filter(|&&u| self.install(u).is_err()));
+        }
+        failed
     }
 
     /// Bytes one page-table entry of this mirror maps (4 KiB, or a huge page).
@@ -185,18 +258,24 @@ impl PoolMirror {
                 format!("frame {f} is not mapped in the pool mirror"),
             ));
         }
-        let mut iov = std::mem::take(&mut self.iov);
-        iov.clear();
+        let mut units = std::mem::take(&mut self.units);
+        units.clear();
         let mut r = Ok(());
         for &f in frames {
             match self.release(f as usize) {
-                Ok(Some(u)) => iov.push(libc::iovec {
-                    iov_base: self.unit_addr(u).cast(),
-                    iov_len: self.unit,
-                }),
+                Ok(Some(u)) => units.push(u),
                 Ok(None) => {}
                 Err(e) => r = r.and(Err(e)),
             }
+        }
+        units.sort_unstable();
+        let mut iov = std::mem::take(&mut self.iov);
+        iov.clear();
+        for run in units.chunk_by(|a, b| *a + 1 == *b) {
+            iov.push(libc::iovec {
+                iov_base: self.unit_addr(run[0]).cast(),
+                iov_len: run.len() * self.unit,
+            });
             if iov.len() == MAX_IOV {
                 r = r.and(self.zap(&iov));
                 iov.clear();
@@ -206,6 +285,8 @@ impl PoolMirror {
             r = r.and(self.zap(&iov));
         }
         self.iov = iov;
+        units.clear();
+        self.units = units;
         r
     }
 
@@ -279,20 +360,26 @@ impl PoolMirror {
 
     /// `UFFDIO_CONTINUE` for unit `u`: `EEXIST` (already present) is success.
     fn continue_unit(&self, u: usize) -> io::Result<()> {
+        self.continue_units(u, 1)
+    }
+
+    /// `UFFDIO_CONTINUE` for the `n` units from `u`: `EEXIST` is success
+    /// only for a single unit (a run stops at the first present one).
+    fn continue_units(&self, u: usize, n: usize) -> io::Result<()> {
         let mut c = libc_uffd::Continue {
             start: self.unit_addr(u) as u64,
-            len: self.unit as u64,
+            len: (n * self.unit) as u64,
             mode: 0,
             mapped: 0,
         };
         // SAFETY: UFFDIO_CONTINUE reads and writes the struct we pass; the
-        // unit is inside this mirror, registered for minor faults.
+        // units are inside this mirror, registered for minor faults.
         let r = unsafe { libc::ioctl(self.uffd.as_raw_fd(), libc_uffd::CONTINUE, &mut c) };
         if r >= 0 {
             return Ok(());
         }
         match io::Error::last_os_error() {
-            e if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            e if n == 1 && e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
             e => Err(e),
         }
     }
@@ -332,8 +419,9 @@ impl PoolMirror {
                 )
             };
             // It returns the bytes it advised: fewer than asked means it
-            // stopped partway, and the per-unit path below redoes the lot.
-            if r >= 0 && r as usize == iov.len() * self.unit {
+            // stopped partway, and the per-range path below redoes the lot.
+            let asked: usize = iov.iter().map(|v| v.iov_len).sum();
+            if r >= 0 && r as usize == asked {
                 return Ok(());
             }
             if r < 0 {
@@ -342,16 +430,22 @@ impl PoolMirror {
         }
         for v in iov {
             let u = (v.iov_base as usize - self.base.as_ptr() as usize) / self.unit;
-            self.zap_unit(u)?;
+            self.zap_units(u, v.iov_len / self.unit)?;
         }
         Ok(())
     }
 
     /// Zaps unit `u` with one `madvise`.
     fn zap_unit(&self, u: usize) -> io::Result<()> {
-        // SAFETY: the unit is inside this mirror (callers pass units of it);
-        // MADV_DONTNEED on it only drops page-table entries (see `zap`).
-        let r = unsafe { libc::madvise(self.unit_addr(u).cast(), self.unit, libc::MADV_DONTNEED) };
+        self.zap_units(u, 1)
+    }
+
+    /// Zaps the `n` units from `u` with one `madvise`.
+    fn zap_units(&self, u: usize, n: usize) -> io::Result<()> {
+        // SAFETY: the units are inside this mirror (callers pass units of
+        // it); MADV_DONTNEED on them only drops page-table entries (see `zap`).
+        let r =
+            unsafe { libc::madvise(self.unit_addr(u).cast(), n * self.unit, libc::MADV_DONTNEED) };
         cvt(r.into(), "madvise (grant unmap)").map(drop)
     }
 
@@ -579,6 +673,47 @@ mod tests {
         // A frame outside the pool, or unmapped twice, is refused.
         assert!(w.map(8).is_err());
         assert!(w.unmap(&[3]).is_err());
+    }
+
+    #[test]
+    fn a_batch_maps_runs_together_and_unmaps_only_its_own_frames() {
+        let frames = 16;
+        let m = Memfd::create("t", frames * PAGE_SIZE, false).unwrap();
+        let p = Mapping::new(m.as_fd(), 0, frames * PAGE_SIZE, true).unwrap();
+        // Frames 9 and 10 are never touched by their owner: the run 8..=11
+        // stops at 9, and the rest is installed a frame at a time.
+        for f in (0..frames).filter(|f| !matches!(f, 9 | 10)) {
+            p.fill(f * PAGE_SIZE, PAGE_SIZE, f as u8 + 1);
+        }
+        let ro = m.reopen_readonly().unwrap();
+        let mut w = PoolMirror::new(ro.as_fd(), false).unwrap();
+        w.map(2).unwrap();
+        let batch = [5, 4, 3, 2, 99, 8, 9, 10, 11, 4];
+        let out = w.map_many(&batch);
+        let refused: Vec<u32> = batch
+            .iter()
+            .zip(&out)
+            .filter(|(_, r)| r.is_err())
+            .map(|(f, _)| *f)
+            .collect();
+        assert_eq!(refused, [99]);
+        let mut b = [0u8; 2];
+        for (f, want) in [(2, 3), (3, 4), (5, 6), (8, 9), (9, 0), (10, 0), (11, 12)] {
+            assert!(present(&w, f), "frame {f}");
+            w.try_read_bytes(f as u32, 7, &mut b).unwrap();
+            assert_eq!(b, [want; 2], "frame {f}");
+        }
+        assert!(!present(&w, 6) && !present(&w, 7) && !present(&w, 12));
+        // Unmapping the batch leaves frame 2's first map, and frame 4's
+        // second, in place; the rest leave the page table together.
+        w.unmap(&[5, 4, 3, 2, 8, 9, 10, 11]).unwrap();
+        assert!(present(&w, 2) && w.is_mapped(2));
+        assert!(present(&w, 4) && w.is_mapped(4));
+        for f in [3, 5, 8, 9, 10, 11] {
+            assert!(!present(&w, f) && !w.is_mapped(f as u32), "frame {f}");
+        }
+        w.unmap(&[2, 4]).unwrap();
+        assert!((0..frames).all(|f| !present(&w, f)));
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! A frame is mapped the way Xen mapped it, as a page-table entry, where
 //! the host allows: the granter's whole pool is mirrored once per access
 //! ([`sys::PoolMirror`]), a map installs one entry (a huge page's, for a
-//! pool on superpages) and a batch's unmap zaps its entries with one TLB
-//! flush. Elsewhere (no userfaultfd, swap on, or
+//! pool on superpages), a batch's adjacent frames in one call, and a
+//! batch's unmap zaps its entries in one call, a TLB flush per run. Elsewhere (no userfaultfd, swap on, or
 //! [`HvClient::set_pool_mirrors`] off) the frames
 //! land in a window reserved once per granting domain ([`sys::Window`]):
 //! one `mmap` per run of consecutive frames, and the unmap of a batch is
@@ -429,6 +429,12 @@ impl HvClient {
         let Some(Some(mirror)) = self.mirrors.get_mut(&(granter, writable)) else {
             return err(ErrorKind::Internal, "no pool mirror");
         };
+        // One page-table update per run of adjacent frames.
+        let frames: Vec<u32> = ops
+            .iter()
+            .filter_map(|op| Some(op.as_ref().ok()?.1))
+            .collect();
+        let mut placed = mirror.map_many(&frames).into_iter();
         for (op, &gref) in ops.iter().zip(grefs) {
             let (handle, frame) = match op {
                 Ok(v) => *v,
@@ -437,7 +443,10 @@ impl HvClient {
                     continue;
                 }
             };
-            match mirror.map(frame) {
+            let outcome = placed
+                .next()
+                .unwrap_or_else(|| Err(std::io::Error::other("no outcome from the mirror")));
+            match outcome {
                 Ok(()) => {
                     let at = At::Mirrored { writable, frame };
                     self.batch_maps
