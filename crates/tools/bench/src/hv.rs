@@ -388,7 +388,7 @@ fn map_flip_copy(
 }
 
 /// Grant map + unmap per frame in batches of 64: consecutive frames and
-/// frames apart through the window, frames apart through the pool mirror
+/// frames apart through the window and through the pool mirror
 /// (left out where the host cannot mirror a pool).
 fn batch_map_rows(
     drv: &mut HvClient,
@@ -414,6 +414,11 @@ fn batch_map_rows(
         (
             "grant map + unmap per frame, batch of 64 frames apart, pool mirror (a page-table entry per frame)",
             scattered,
+            true,
+        ),
+        (
+            "grant map + unmap per frame, batch of 64 consecutive frames, pool mirror (one call per run each way)",
+            grefs,
             true,
         ),
     ] {
