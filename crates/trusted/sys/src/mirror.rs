@@ -1,7 +1,6 @@
 //! A pool mirror: a granting domain's whole pool mapped once into the
 //! grantee, with no frame present until a grant map installs its page-table
-//! entry, and a grant unmap zapping the entries of a batch again with one
-//! TLB flush.
+//! entry, and a grant unmap zapping the entries of a batch again in one call.
 //!
 //! This is Xen's grant map as it was: a page-table update made for the
 //! caller (Menon 2006 §2; Linux netback batches GNTTABOP_map_grant_ref and
@@ -12,10 +11,11 @@
 //! not mapped is a `SIGBUS`, never a silent read. A batch's frames leave the
 //! page table in one `process_madvise(MADV_DONTNEED)` over all of them, a
 //! range per run of adjacent frames, or one `madvise` per range where the
-//! kernel refuses the vector. The kernel flushes the TLB for each range it
-//! zaps (entries a minor fault installs are dirty, and a dirty file page's
-//! entry is flushed before the zap moves on), so a ring batch's adjacent
-//! buffers cost a flush per run, not per frame.
+//! kernel refuses the vector. The kernel flushes the TLB at the end of each
+//! page-table walk of a range that zapped a dirty entry of a file page, and
+//! the entries `UFFDIO_CONTINUE` installs are dirty: so a ring batch's
+//! adjacent 4 KiB frames cost a flush per run (per 2 MiB it spans), not
+//! per frame.
 //!
 //! A pool on hugetlb pages (Menon 2006 §5.3's superpages) is mirrored a
 //! huge page at a time: its first mapped frame installs one entry for the
@@ -37,7 +37,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-/// At most this many frames leave the page table in one `process_madvise`
+/// At most this many ranges leave the page table in one `process_madvise`
 /// (the kernel's `UIO_MAXIOV`).
 const MAX_IOV: usize = 1024;
 
@@ -199,7 +199,7 @@ impl PoolMirror {
         }
         units.sort_unstable();
         units.dedup();
-        let failed = self.install_runs(&mut units);
+        let failed = self.install_runs(&units);
         let out = frames
             .iter()
             .map(|&frame| {
@@ -210,10 +210,10 @@ impl PoolMirror {
                         format!("frame {frame} outside a pool of {pool}"),
                     ));
                 }
-                if failed.binary_search(&(f * PAGE_SIZE / self.unit)).is_ok() {
-                    return Err(io::Error::other(format!(
-                        "frame {frame}'s page-table entry could not be installed"
-                    )));
+                let u = f * PAGE_SIZE / self.unit;
+                if let Ok(i) = failed.binary_search_by_key(&u, |(u, _)| *u) {
+                    let e = &failed[i].1;
+                    return Err(io::Error::new(e.kind(), format!("frame {frame}: {e}")));
                 }
                 self.count_map(f);
                 Ok(())
@@ -225,17 +225,24 @@ impl PoolMirror {
     }
 
     /// Installs the sorted `units`, one `UFFDIO_CONTINUE` per run of
-    /// adjacent ones; a run the kernel stops partway (a page its owner never
-    /// touched) is finished a unit at a time. Returns the units that could
-    /// not be installed, sorted.
-    fn install_runs(&self, units: &mut [usize]) -> Vec<usize> {
+    /// adjacent ones. Where the kernel stops a run partway (at a page its
+    /// owner never touched), that unit is installed alone and the run goes
+    /// on after it. Returns the units that could not be installed, sorted,
+    /// each with its error.
+    fn install_runs(&self, units: &[usize]) -> Vec<(usize, io::Error)> {
         let mut failed = Vec::new();
         for run in units.chunk_by(|a, b| *a + 1 == *b) {
-            if self.continue_units(run[0], run.len()).is_ok() {
-                continue;
+            let mut at = 0;
+            while at < run.len() {
+                match self.continue_units(run[at], run.len() - at) {
+                    Ok(()) => break,
+                    Err((done, _)) => at += done,
+                }
+                if let Err(e) = self.install(run[at]) {
+                    failed.push((run[at], e));
+                }
+                at += 1;
             }
-            // Units already installed answer EEXIST, which is success.
-            failed.extend(run.iter().filter(|&&u| self.install(u).is_err()));
         }
         failed
     }
@@ -247,7 +254,7 @@ impl PoolMirror {
 
     /// Unmaps one map of each of `frames`; the entries no longer needed
     /// (a frame's, or a huge page's whose last mapped frame this was) leave
-    /// the page table together, with one TLB flush where the kernel allows.
+    /// the page table together, in one call, a range per run of adjacent ones.
     /// A frame not mapped is refused before anything changes; one named
     /// more often than it is mapped is refused when its turn comes, the
     /// others still unmapped.
@@ -360,12 +367,16 @@ impl PoolMirror {
 
     /// `UFFDIO_CONTINUE` for unit `u`: `EEXIST` (already present) is success.
     fn continue_unit(&self, u: usize) -> io::Result<()> {
-        self.continue_units(u, 1)
+        match self.continue_units(u, 1) {
+            Err((_, e)) if e.raw_os_error() != Some(libc::EEXIST) => Err(e),
+            _ => Ok(()),
+        }
     }
 
-    /// `UFFDIO_CONTINUE` for the `n` units from `u`: `EEXIST` is success
-    /// only for a single unit (a run stops at the first present one).
-    fn continue_units(&self, u: usize, n: usize) -> io::Result<()> {
+    /// `UFFDIO_CONTINUE` for the `n` units from `u`. Where the kernel stops
+    /// partway, the error comes with the units installed before it stopped
+    /// (fewer than `n`).
+    fn continue_units(&self, u: usize, n: usize) -> Result<(), (usize, io::Error)> {
         let mut c = libc_uffd::Continue {
             start: self.unit_addr(u) as u64,
             len: (n * self.unit) as u64,
@@ -378,10 +389,9 @@ impl PoolMirror {
         if r >= 0 {
             return Ok(());
         }
-        match io::Error::last_os_error() {
-            e if n == 1 && e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-            e => Err(e),
-        }
+        let e = io::Error::last_os_error();
+        let done = usize::try_from(c.mapped).unwrap_or(0) / self.unit;
+        Err((done.min(n - 1), e))
     }
 
     /// Faults unit `u` in by `MADV_POPULATE_READ`: it succeeds only for a
@@ -405,7 +415,7 @@ impl PoolMirror {
     fn zap(&mut self, iov: &[libc::iovec]) -> io::Result<()> {
         if let Some(me) = &self.me {
             // SAFETY: `iov` is a valid array of `iov.len()` entries, each a
-            // page of this mirror; MADV_DONTNEED on it (shared, or private
+            // range of whole units of this mirror; MADV_DONTNEED on it (shared, or private
             // and read-only, so never copied on write) only drops page-table
             // entries: the pool keeps its contents.
             let r = unsafe {
@@ -681,7 +691,7 @@ mod tests {
         let m = Memfd::create("t", frames * PAGE_SIZE, false).unwrap();
         let p = Mapping::new(m.as_fd(), 0, frames * PAGE_SIZE, true).unwrap();
         // Frames 9 and 10 are never touched by their owner: the run 8..=11
-        // stops at 9, and the rest is installed a frame at a time.
+        // stops at 9, which is faulted in alone, and goes on from 10.
         for f in (0..frames).filter(|f| !matches!(f, 9 | 10)) {
             p.fill(f * PAGE_SIZE, PAGE_SIZE, f as u8 + 1);
         }
@@ -795,6 +805,14 @@ mod tests {
         assert!(present(&w, 300) && !w.is_mapped(3));
         w.unmap(&[300]).unwrap();
         assert!(!present(&w, 300) && !present(&w, 3));
+        // A batch naming three frames of the huge page (one twice) installs
+        // its one entry once, and its unmap zaps it once all are gone.
+        assert!(w.map_many(&[7, 3, 7, 511]).iter().all(|r| r.is_ok()));
+        assert!(present(&w, 0) && w.is_mapped(7) && w.is_mapped(511));
+        w.unmap(&[7, 511]).unwrap();
+        assert!(present(&w, 0) && w.is_mapped(3) && w.is_mapped(7));
+        w.unmap(&[3, 7]).unwrap();
+        assert!(!present(&w, 0) && !w.is_mapped(7));
         drop((w, p, ro, m, old));
     }
 }

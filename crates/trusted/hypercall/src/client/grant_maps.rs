@@ -7,7 +7,8 @@
 //! the host allows: the granter's whole pool is mirrored once per access
 //! ([`sys::PoolMirror`]), a map installs one entry (a huge page's, for a
 //! pool on superpages), a batch's adjacent frames in one call, and a
-//! batch's unmap zaps its entries in one call, a TLB flush per run. Elsewhere (no userfaultfd, swap on, or
+//! batch's unmap zaps its entries in one call, a TLB flush per run of
+//! adjacent frames. Elsewhere (no userfaultfd, swap on, or
 //! [`HvClient::set_pool_mirrors`] off) the frames
 //! land in a window reserved once per granting domain ([`sys::Window`]):
 //! one `mmap` per run of consecutive frames, and the unmap of a batch is
@@ -158,7 +159,7 @@ impl HvClient {
     }
 
     /// Unmaps the grants `handles` name: first each frame mapped here, one
-    /// `mmap` per run of window slots (one TLB flush for the batch), then
+    /// `mmap` per run of window slots and one zap of mirrored entries, then
     /// at hv in one batch (GNTTABOP_unmap_grant_ref). Returns each op's
     /// status; a handle this domain does not hold is hv's
     /// GNTST_bad_handle, and changes nothing else.
@@ -200,7 +201,8 @@ impl HvClient {
         local
     }
 
-    /// Zaps mirrored frames, one call (one TLB flush) per granter and access.
+    /// Zaps mirrored frames, one call per granter and access (a range per
+    /// run of adjacent frames).
     fn unmap_mirrored(&mut self, frames: &mut [(DomId, bool, u32)]) -> HvResult<()> {
         frames.sort_unstable();
         let mut local = Ok(());
