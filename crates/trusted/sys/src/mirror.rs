@@ -156,25 +156,37 @@ impl PoolMirror {
     /// Maps `frame`: its page-table entry is installed on its first map;
     /// a frame mapped again only counts one more map.
     pub fn map(&mut self, frame: u32) -> io::Result<()> {
-        let f = frame as usize;
-        let Some(&r) = self.refs.get(f) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("frame {frame} outside a pool of {}", self.refs.len()),
-            ));
-        };
-        let u = f * PAGE_SIZE / self.unit;
-        if r == 0 && self.held[u] == 0 {
+        let f = self.index(frame)?;
+        let u = self.unit_of(f);
+        if self.refs[f] == 0 && self.held[u] == 0 {
             self.install(u)?;
         }
         self.count_map(f);
         Ok(())
     }
 
+    /// `frame` as an index into the pool, or refused when outside it.
+    fn index(&self, frame: u32) -> io::Result<usize> {
+        let f = frame as usize;
+        if f < self.refs.len() {
+            return Ok(f);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("frame {frame} outside a pool of {}", self.refs.len()),
+        ))
+    }
+
+    /// The unit (page-table entry) holding frame `f`.
+    fn unit_of(&self, f: usize) -> usize {
+        f * PAGE_SIZE / self.unit
+    }
+
     /// Counts one more map of frame `f` (< frames), whose unit is present.
     fn count_map(&mut self, f: usize) {
         if self.refs[f] == 0 {
-            self.held[f * PAGE_SIZE / self.unit] += 1;
+            let u = self.unit_of(f);
+            self.held[u] += 1;
         }
         self.refs[f] = self.refs[f].saturating_add(1);
     }
@@ -191,7 +203,7 @@ impl PoolMirror {
         for &f in frames {
             let f = f as usize;
             if f < pool && self.refs[f] == 0 {
-                let u = f * PAGE_SIZE / self.unit;
+                let u = self.unit_of(f);
                 if self.held[u] == 0 {
                     units.push(u);
                 }
@@ -203,14 +215,8 @@ impl PoolMirror {
         let out = frames
             .iter()
             .map(|&frame| {
-                let f = frame as usize;
-                if f >= pool {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("frame {frame} outside a pool of {pool}"),
-                    ));
-                }
-                let u = f * PAGE_SIZE / self.unit;
+                let f = self.index(frame)?;
+                let u = self.unit_of(f);
                 if let Ok(i) = failed.binary_search_by_key(&u, |(u, _)| *u) {
                     let e = &failed[i].1;
                     return Err(io::Error::new(e.kind(), format!("frame {frame}: {e}")));
@@ -312,7 +318,7 @@ impl PoolMirror {
         if *c > 0 {
             return Ok(None);
         }
-        let u = f * PAGE_SIZE / self.unit;
+        let u = self.unit_of(f);
         self.held[u] -= 1;
         Ok((self.held[u] == 0).then_some(u))
     }
