@@ -542,6 +542,16 @@ const NIC: &[&str] = &[
     "htb_",
 ];
 
+/// A page fault. The page it brings in is the faulting domain's memory
+/// work, even where the NIC's copy takes the fault: a receive buffer the
+/// driver domain freshly allocated is its own cost, as Xen 2.0's dom0 paid
+/// for a new page per received packet (Menon 2006 §5).
+const FAULT: &[&str] = &["asm_exc_page_fault", "exc_page_fault"];
+
+fn is_fault(function: &str) -> bool {
+    starts_with_any(function, FAULT)
+}
+
 /// Whether a frame is host work standing for the NIC ([`CostClass::Nic`]).
 pub fn is_nic_frame(function: &str, module: &str) -> bool {
     matches!(module, "macvlan" | "sch_tbf" | "sch_htb") || starts_with_any(function, NIC)
@@ -558,14 +568,17 @@ const SYSCALL_STANDS_FOR: &[(&str, CostClass)] = &[
 ];
 
 /// The class of a sample in kernel mode whose chain passes through one of
-/// [`SYSCALL_STANDS_FOR`]'s wrappers, the innermost deciding.
+/// [`SYSCALL_STANDS_FOR`]'s wrappers, the innermost deciding; never the
+/// NIC's for a page fault beneath the wrapper.
 fn syscall_class<'a>(frames: &[(&'a str, &'a str)]) -> Option<(CostClass, usize)> {
-    frames.iter().enumerate().find_map(|(i, (f, _))| {
+    let (class, i) = frames.iter().enumerate().find_map(|(i, (f, _))| {
         SYSCALL_STANDS_FOR
             .iter()
             .find(|(p, _)| f.contains(p))
             .map(|(_, c)| (*c, i))
-    })
+    })?;
+    let faulted = frames[..i].iter().any(|(f, _)| is_fault(f));
+    (class != CostClass::Nic || !faulted).then_some((class, i))
 }
 
 /// The class a sample falls back to when no frame of its chain has one:
@@ -584,18 +597,21 @@ pub fn cost_class(function: &str, module: &str, kind: DomainKind) -> CostClass {
 }
 
 /// The class of a sample from its call chain, leaf first, as
-/// (function, module) pairs: the NIC's when any frame stands for the NIC,
-/// else the first frame with a class decides. Returns the class and the
-/// index of the deciding frame (None: the fallback).
+/// (function, module) pairs: the NIC's when any frame stands for the NIC
+/// and no page fault lies beneath it, else the first frame with a class
+/// decides. Returns the class and the index of the deciding frame (None:
+/// the fallback).
 pub fn chain_class<'a>(
     frames: impl IntoIterator<Item = (&'a str, &'a str)>,
     kind: DomainKind,
 ) -> (CostClass, Option<usize>) {
     let mut first = None;
+    let mut faulted = false;
     for (i, (f, m)) in frames.into_iter().enumerate() {
-        if is_nic_frame(f, m) {
+        if !faulted && is_nic_frame(f, m) {
             return (CostClass::Nic, Some(i));
         }
+        faulted |= is_fault(f);
         if first.is_none() {
             first = frame_class(f, m, kind).map(|c| (c, Some(i)));
         }
@@ -887,6 +903,31 @@ mod tests {
         // The same copy for a TCP socket stays the guest's own.
         let tcp = [("_copy_to_iter", "[kernel]"), ("tcp_recvmsg", "[kernel]")];
         assert_eq!(chain_class(chain(&tcp), d), (Usercopy, Some(0)));
+    }
+
+    #[test]
+    fn a_fault_under_the_nics_copy_is_the_domains_memory() {
+        let d = DomainKind::Domain;
+        // The copy into a freshly allocated receive page faults it in: the
+        // allocation and zeroing are the driver domain's, not the DMA's.
+        let fault = [
+            ("clear_page_erms", "[kernel]"),
+            ("do_anonymous_page", "[kernel]"),
+            ("asm_exc_page_fault", "[kernel]"),
+            ("_copy_to_iter", "[kernel]"),
+            ("__skb_datagram_iter", "[kernel]"),
+            ("skb_copy_datagram_iter", "[kernel]"),
+            ("packet_recvmsg", "[kernel]"),
+            ("do_recvmmsg", "[kernel]"),
+            (
+                "splitnet_sys::packet::PacketSocket::recv_batch",
+                "splitnet-domain",
+            ),
+        ];
+        assert_eq!(chain_class(chain(&fault), d), (Memory, Some(0)));
+        assert_eq!(sample_class(&fault, d, true), (Memory, Some(0)));
+        // The copy itself, past the fault, stays the NIC's.
+        assert_eq!(sample_class(&fault[3..], d, true), (Nic, Some(3)));
     }
 
     #[test]
