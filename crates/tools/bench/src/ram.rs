@@ -62,7 +62,10 @@ impl RamOptions {
 pub enum RamConfig {
     #[serde(rename = "native")]
     Native,
-    /// Xen's grant copy (`grants = "hv-copy"`).
+    /// Xen's grants (`grants = "hv-copy"`): receive by grant copy, transmit
+    /// by grant map, zero-copy ("the guest network buffers, holding the
+    /// packet to be transmitted, are directly shared with the driver
+    /// domain", thesis §1.1; `tx_mode = "map"`).
     Orig,
     /// Orig with a queue of its own per guest (ch. 3).
     #[serde(rename = "MQ")]
@@ -135,11 +138,11 @@ impl RamConfig {
     /// The keys each guest of the default topology gets (the suite's
     /// contract); `None` for native.
     pub fn keys(self) -> Option<&'static str> {
-        const ORIG: &str = "grants = \"hv-copy\"\ntx_mode = \"copy\"\nlro = \"off\"\n";
+        const ORIG: &str = "grants = \"hv-copy\"\ntx_mode = \"map\"\nlro = \"off\"\n";
         Some(match self {
             RamConfig::Native | RamConfig::Forwarder => return None,
             RamConfig::Orig => ORIG,
-            RamConfig::Mq => "grants = \"hv-copy\"\ntx_mode = \"copy\"\nlro = \"off\"\nmq = true\n",
+            RamConfig::Mq => "grants = \"hv-copy\"\ntx_mode = \"map\"\nlro = \"off\"\nmq = true\n",
             RamConfig::Ngm => "grants = \"ngm\"\nlro = \"off\"\n",
             RamConfig::MqNgm => "mq = true\nlro = \"off\"\n",
             RamConfig::LroGuest => "mq = true\nlro = \"guest\"\n",

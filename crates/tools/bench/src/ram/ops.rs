@@ -28,13 +28,20 @@ const BATCHES: &str = "hv batches, driver domain";
 /// The count of grant copies, hv's copies into the guest's buffers.
 const COPIES: &str = "grant copies";
 
-/// What the thesis's mechanism does per received frame in `cfg`.
+/// What the thesis's mechanism does per frame in `cfg` (received, and sent
+/// where that differs).
 pub(super) fn mechanism(cfg: RamConfig) -> &'static str {
     use RamConfig::*;
     match cfg {
         Native | Forwarder => "no virtualization",
-        Orig => "netback's grant copy of each frame into the guest's buffer, by hv (§2.3)",
-        Mq => "the queue places each frame; under Xen's grants hv's grant copy moves it (§3.3)",
+        Orig => {
+            "RX: hv's grant copy of each frame into the guest's buffer (§2.3); \
+             TX: the guest's pages grant-mapped, zero-copy (§1.1)"
+        }
+        Mq => {
+            "RX: the queue places each frame, hv's grant copy moves it (§3.3); \
+             TX: as Orig"
+        }
         Ngm | LroDriver | Gro => {
             "netback copies into the guest's buffer through its mapped pool, no hypercall (§4.2)"
         }
