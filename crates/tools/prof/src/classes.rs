@@ -542,14 +542,41 @@ const NIC: &[&str] = &[
     "htb_",
 ];
 
-/// A page fault. The page it brings in is the faulting domain's memory
-/// work, even where the NIC's copy takes the fault: a receive buffer the
-/// driver domain freshly allocated is its own cost, as Xen 2.0's dom0 paid
-/// for a new page per received packet (Menon 2006 §5).
+/// A page fault (x86's entry points). The page it brings in is the
+/// faulting domain's memory work, even where the NIC's copy takes the
+/// fault: a receive buffer the driver domain freshly allocated is its own
+/// cost, as Xen 2.0's dom0 paid for a new zeroed page per received packet
+/// (Menon 2006 §4.2, §6.4.1).
 const FAULT: &[&str] = &["asm_exc_page_fault", "exc_page_fault"];
 
-fn is_fault(function: &str) -> bool {
-    starts_with_any(function, FAULT)
+/// Interrupt and softirq entry: work beneath it is the interrupt's, not
+/// that of the fault or system call it interrupted.
+const INTERRUPT: &[&str] = &[
+    "asm_sysvec_",
+    "asm_common_interrupt",
+    "irq_exit",
+    "__irq_exit_rcu",
+    "handle_softirqs",
+    "__do_softirq",
+];
+
+/// Walking a chain from its leaf: whether the leaf's work is a page
+/// fault's, decided by the first fault or interrupt entry met.
+#[derive(Clone, Copy, PartialEq)]
+enum Beneath {
+    Nothing,
+    Fault,
+    Interrupt,
+}
+
+impl Beneath {
+    fn after(self, function: &str) -> Beneath {
+        match self {
+            Beneath::Nothing if starts_with_any(function, FAULT) => Beneath::Fault,
+            Beneath::Nothing if starts_with_any(function, INTERRUPT) => Beneath::Interrupt,
+            other => other,
+        }
+    }
 }
 
 /// Whether a frame is host work standing for the NIC ([`CostClass::Nic`]).
@@ -577,8 +604,10 @@ fn syscall_class<'a>(frames: &[(&'a str, &'a str)]) -> Option<(CostClass, usize)
             .find(|(p, _)| f.contains(p))
             .map(|(_, c)| (*c, i))
     })?;
-    let faulted = frames[..i].iter().any(|(f, _)| is_fault(f));
-    (class != CostClass::Nic || !faulted).then_some((class, i))
+    let beneath = frames[..i]
+        .iter()
+        .fold(Beneath::Nothing, |b, (f, _)| b.after(f));
+    (class != CostClass::Nic || beneath != Beneath::Fault).then_some((class, i))
 }
 
 /// The class a sample falls back to when no frame of its chain has one:
@@ -598,7 +627,7 @@ pub fn cost_class(function: &str, module: &str, kind: DomainKind) -> CostClass {
 
 /// The class of a sample from its call chain, leaf first, as
 /// (function, module) pairs: the NIC's when any frame stands for the NIC
-/// and no page fault lies beneath it, else the first frame with a class
+/// and the leaf's work is not a page fault's, else the first frame with a class
 /// decides. Returns the class and the index of the deciding frame (None:
 /// the fallback).
 pub fn chain_class<'a>(
@@ -606,12 +635,12 @@ pub fn chain_class<'a>(
     kind: DomainKind,
 ) -> (CostClass, Option<usize>) {
     let mut first = None;
-    let mut faulted = false;
+    let mut beneath = Beneath::Nothing;
     for (i, (f, m)) in frames.into_iter().enumerate() {
-        if !faulted && is_nic_frame(f, m) {
+        if beneath != Beneath::Fault && is_nic_frame(f, m) {
             return (CostClass::Nic, Some(i));
         }
-        faulted |= is_fault(f);
+        beneath = beneath.after(f);
         if first.is_none() {
             first = frame_class(f, m, kind).map(|c| (c, Some(i)));
         }
@@ -928,6 +957,30 @@ mod tests {
         assert_eq!(sample_class(&fault, d, true), (Memory, Some(0)));
         // The copy itself, past the fault, stays the NIC's.
         assert_eq!(sample_class(&fault[3..], d, true), (Nic, Some(3)));
+        // An interrupt taken inside the fault runs the peer's receive: the
+        // NIC's wire, as before, not the domain's memory.
+        let mut irq = vec![
+            ("tcp_v4_rcv", "[kernel]"),
+            ("__netif_receive_skb", "[kernel]"),
+            ("handle_softirqs", "[kernel]"),
+            ("__irq_exit_rcu", "[kernel]"),
+            ("asm_sysvec_call_function_single", "[kernel]"),
+        ];
+        irq.extend_from_slice(&fault);
+        assert_eq!(chain_class(chain(&irq), d).0, Nic);
+        assert_eq!(sample_class(&irq, d, true).0, Nic);
+        // A fault under a hypercall's system call stays the hypervisor's.
+        let call = [
+            ("clear_page_erms", "[kernel]"),
+            ("asm_exc_page_fault", "[kernel]"),
+            ("unix_dgram_sendmsg", "[kernel]"),
+            ("__send", "libc.so.6"),
+            (
+                "splitnet_hypercall::client::HvClient::submit_raw_batch",
+                "splitnet-domain",
+            ),
+        ];
+        assert_eq!(sample_class(&call, d, true), (Hypervisor, Some(4)));
     }
 
     #[test]
