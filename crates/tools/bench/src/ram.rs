@@ -1207,6 +1207,11 @@ mod tests {
         let orig = Topology::parse(&RamConfig::Orig.topology().unwrap(), "o").unwrap();
         let g = orig.domain("guest1").unwrap();
         assert_eq!(g.grants, toolstack::topology::Grants::HvCopy);
+        // Xen's transmit is zero-copy: netback maps the guest's pages (§1.1).
+        assert_eq!(g.tx_mode, toolstack::topology::TxMode::Map);
+        let mq = Topology::parse(&RamConfig::Mq.topology().unwrap(), "m").unwrap();
+        let g = mq.domain("guest1").unwrap();
+        assert_eq!(g.tx_mode, toolstack::topology::TxMode::Map);
         Topology::parse(&RamConfig::Ngm.topology().unwrap(), "n").unwrap();
         assert!(RamConfig::Native.topology().is_none());
     }

@@ -30,7 +30,8 @@ pub enum Config {
     Slirp4netns,
     /// splitnet, seed baseline: RX flip, TX map, no offloads.
     SplitnetBaseline,
-    /// splitnet with hv's grant copies (the thesis's "Orig"): RX copy, TX copy, offloads on.
+    /// splitnet with hv's grant copies (the thesis's "Orig" receive; its
+    /// transmit mapped): RX copy, TX copy, offloads on.
     SplitnetHvCopy,
     /// splitnet default, the fast path: the new grant mechanism, TX gather,
     /// RX single copy, offloads on.

@@ -655,8 +655,8 @@ pub enum Preset {
     /// splitnet's fast path: the new grant mechanism, TX gather, RX with
     /// one copy, offloads on.
     Default,
-    /// Xen's grant-copy path (the Ram thesis's "Orig"): hv copies every
-    /// packet, offloads on.
+    /// Xen's grant-copy path (the Ram thesis's "Orig" receive; its transmit
+    /// mapped the guest's pages instead): hv copies every packet, offloads on.
     HvCopy,
     /// The seed papers' Xen 2.0 baseline: RX page flip, TX map, no offloads.
     Baseline,
