@@ -138,11 +138,16 @@ impl RamConfig {
     /// The keys each guest of the default topology gets (the suite's
     /// contract); `None` for native.
     pub fn keys(self) -> Option<&'static str> {
-        const ORIG: &str = "grants = \"hv-copy\"\ntx_mode = \"map\"\nlro = \"off\"\n";
+        /// Orig's keys, which MQ adds a queue to.
+        macro_rules! orig {
+            () => {
+                "grants = \"hv-copy\"\ntx_mode = \"map\"\nlro = \"off\"\n"
+            };
+        }
         Some(match self {
             RamConfig::Native | RamConfig::Forwarder => return None,
-            RamConfig::Orig => ORIG,
-            RamConfig::Mq => "grants = \"hv-copy\"\ntx_mode = \"map\"\nlro = \"off\"\nmq = true\n",
+            RamConfig::Orig => orig!(),
+            RamConfig::Mq => concat!(orig!(), "mq = true\n"),
             RamConfig::Ngm => "grants = \"ngm\"\nlro = \"off\"\n",
             RamConfig::MqNgm => "mq = true\nlro = \"off\"\n",
             RamConfig::LroGuest => "mq = true\nlro = \"guest\"\n",
