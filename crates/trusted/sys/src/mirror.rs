@@ -199,10 +199,9 @@ impl PoolMirror {
     pub fn map_many(&mut self, frames: &[u32]) -> Vec<io::Result<()>> {
         let mut units = std::mem::take(&mut self.units);
         units.clear();
-        let pool = self.refs.len();
         for &f in frames {
             let f = f as usize;
-            if f < pool && self.refs[f] == 0 {
+            if self.refs.get(f) == Some(&0) {
                 let u = self.unit_of(f);
                 if self.held[u] == 0 {
                     units.push(u);
