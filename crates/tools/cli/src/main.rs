@@ -124,6 +124,13 @@ enum Cmd {
         /// Overrides every domain's `cpu` key; hv pins again at a restart.
         #[arg(long, value_name = "PLACEMENT")]
         placement: Option<toolstack::placement::Placement>,
+        /// Where hv serves each domain's hypercall batches: "caller" (the
+        /// default: on the core the caller rang from, as Xen ran a
+        /// hypercall on the calling CPU, so the round trip wakes nothing on
+        /// another core) or "any" (wherever the host's scheduler wakes
+        /// hv's thread). Overrides the topology's `hypercall_cpu`.
+        #[arg(long, value_name = "caller|any")]
+        hypercall_cpu: Option<toolstack::topology::HypercallCpu>,
     },
     /// A multi-host setup on this machine: one network namespace per host,
     /// routed to the others through a router namespace (the underlay that
@@ -512,6 +519,8 @@ enum Cmd {
         listen: Option<std::net::SocketAddr>,
         #[arg(long)]
         placement: Option<toolstack::placement::Placement>,
+        #[arg(long)]
+        hypercall_cpu: Option<toolstack::topology::HypercallCpu>,
     },
     /// The minimal TAP <-> AF_PACKET forwarder `bench baseline` measures as
     /// the ceiling of a user-space NIC path (run in the driver namespace).
@@ -755,6 +764,7 @@ fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             port_gro,
             listen,
             placement,
+            hypercall_cpu,
         } => lifecycle::up(
             rd,
             config.as_deref(),
@@ -765,6 +775,7 @@ fn run_lifecycle(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
                 link_rate,
                 placement,
                 port_gro,
+                hypercall_cpu,
             },
             listen,
         ),
@@ -974,6 +985,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
             port_gro,
             listen,
             placement,
+            hypercall_cpu,
         } => lifecycle::run_hv(
             rd,
             &config,
@@ -983,6 +995,7 @@ fn run_internal(rd: &std::path::Path, cmd: Cmd) -> Result<()> {
                 link_rate,
                 placement,
                 port_gro,
+                hypercall_cpu,
             },
             listen,
         ),

@@ -6,6 +6,7 @@
 //! ```text
 //! splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--domain-exe SPLITNET-DOMAIN]
 //!             [--preset P] [--spin-us N] [--link-rate R] [--placement P] [--port-gro on|off]
+//!             [--hypercall-cpu caller|any]
 //!             [--listen ADDR] [--log-level LEVEL]
 //! ```
 //!
@@ -16,7 +17,7 @@
 //! `splitnet down`: the unit that runs it so is `dist/splitnet.service`.
 //!
 //! Its arguments are parsed by hand: a command-line parser is one more
-//! crate in the trusted computing base, for nine options.
+//! crate in the trusted computing base, for a dozen options.
 #![forbid(unsafe_code)]
 
 mod heap;
@@ -29,7 +30,7 @@ use toolstack::tuning::Tuning;
 
 const USAGE: &str =
     "usage: splitnet-hv --config TOPOLOGY.toml [--run-dir DIR] [--domain-exe SPLITNET-DOMAIN] \
-                     [--preset P] [--spin-us N] [--link-rate R] [--placement none|same|split] [--port-gro on|off] \
+                     [--preset P] [--spin-us N] [--link-rate R] [--placement none|same|split] [--port-gro on|off] [--hypercall-cpu caller|any] \
                      [--listen ADDR] [--log-level error|warning|notice|info|debug]";
 
 /// What the command line asks.
@@ -68,6 +69,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             "--port-gro" => {
                 a.tuning.port_gro = Some(toolstack::tuning::parse_on_off(&value).map_err(bad)?)
             }
+            "--hypercall-cpu" => a.tuning.hypercall_cpu = Some(value.parse().map_err(bad)?),
             "--listen" => a.listen = Some(toolstack::listen::parse_addr(&value).map_err(bad)?),
             "--log-level" => a.log_level = Some(value.parse().map_err(bad)?),
             "--resume" => a.resume = Some(value.into()),
@@ -221,7 +223,7 @@ mod tests {
 
     #[test]
     fn parses_what_splitnet_up_passes() {
-        let a = args("--run-dir /r --config /r/t.toml --domain-exe /bin/splitnet-domain --preset baseline --spin-us 50 --link-rate 100mbit --placement split --port-gro off --listen=127.0.0.1:9100 --log-level debug").unwrap();
+        let a = args("--run-dir /r --config /r/t.toml --domain-exe /bin/splitnet-domain --preset baseline --spin-us 50 --link-rate 100mbit --placement split --port-gro off --hypercall-cpu any --listen=127.0.0.1:9100 --log-level debug").unwrap();
         assert_eq!(a.log_level, Some(hv::log::Level::Debug));
         assert_eq!(
             a.tuning.placement,
@@ -233,6 +235,10 @@ mod tests {
         assert_eq!(a.tuning.spin_us, Some(50));
         assert!(a.tuning.preset.is_some() && a.tuning.link_rate.is_some());
         assert_eq!(a.tuning.port_gro, Some(false));
+        assert_eq!(
+            a.tuning.hypercall_cpu,
+            Some(toolstack::topology::HypercallCpu::Any)
+        );
         assert_eq!(a.listen, Some("127.0.0.1:9100".parse().unwrap()));
     }
 
@@ -248,6 +254,9 @@ mod tests {
         assert!(args("--placement apart")
             .unwrap_err()
             .contains("--placement"));
+        assert!(args("--hypercall-cpu near")
+            .unwrap_err()
+            .contains("\"caller\""));
         assert!(run(args("").unwrap()).unwrap_err().contains("--config"));
     }
 }

@@ -23,6 +23,12 @@ pub const RESULT_OFF: usize = 12;
 /// What the batch asks ([`BatchKind`]); 0, a plain copy batch, in a
 /// fresh page.
 pub const KIND_OFF: usize = 16;
+/// The core the caller was running on when it rang ([`NO_CPU`] if it
+/// could not say): a hint that hv serves the batch there, as Xen ran a
+/// hypercall on the calling CPU. hv checks it against the cores it may use.
+pub const CPU_OFF: usize = 20;
+/// [`CPU_OFF`]'s value for no hint.
+pub const NO_CPU: u32 = u32::MAX;
 /// Where the ops start.
 pub const OPS_OFF: usize = 64;
 /// Where, inside one op of a hold batch, hv writes the frame it pinned:

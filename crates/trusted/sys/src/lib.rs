@@ -64,10 +64,10 @@ pub use perf::{
 pub use pidfd::{place_fds, PidFd};
 pub use prefetch::prefetch;
 pub use process::{
-    allowed_cpus, batch_on_exec, catch_interrupts, close_fds_on_exec, close_inherited_fds, dup_fd,
-    enter_netns, euid, heap_use, interrupt_own_cores, interrupted, kill, limit_malloc_arenas,
-    netns_on_exec, nice_of, nice_on_exec, pin_on_exec, raise_fd_limit, rdtsc, reap,
-    register_core_interrupts, set_inheritable, set_inheritable_raw, set_nonblocking,
+    allowed_cpus, batch_on_exec, catch_interrupts, close_fds_on_exec, close_inherited_fds,
+    current_cpu, dup_fd, enter_netns, euid, heap_use, interrupt_own_cores, interrupted, kill,
+    limit_malloc_arenas, netns_on_exec, nice_of, nice_on_exec, pin_on_exec, raise_fd_limit, rdtsc,
+    reap, register_core_interrupts, set_inheritable, set_inheritable_raw, set_nonblocking,
     set_own_threads_nice, set_process_nice, set_thread_cpus, set_thread_nice, set_thread_realtime,
     take_inherited_fd, trim_heap, wait_exited, HeapUse,
 };

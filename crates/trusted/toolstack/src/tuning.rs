@@ -2,7 +2,7 @@
 //! topology before starting it.
 
 use crate::placement::Placement;
-use crate::topology::{LinkRate, Preset, Topology};
+use crate::topology::{HypercallCpu, LinkRate, Preset, Topology};
 
 /// What `up` (and hv, which it starts) change in a topology before starting it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -17,6 +17,8 @@ pub struct Tuning {
     pub placement: Option<Placement>,
     /// GRO on every driver domain's port (overrides each port's `gro`).
     pub port_gro: Option<bool>,
+    /// Where hv serves hypercall batches (overrides `hypercall_cpu`).
+    pub hypercall_cpu: Option<HypercallCpu>,
 }
 
 impl Tuning {
@@ -40,6 +42,9 @@ impl Tuning {
         if let Some(on) = self.port_gro {
             topo.apply_port_gro(on);
         }
+        if let Some(h) = self.hypercall_cpu {
+            topo.hypercall_cpu = Some(h);
+        }
         Ok(())
     }
 
@@ -60,6 +65,9 @@ impl Tuning {
         }
         if let Some(on) = self.port_gro {
             v.extend(["--port-gro".to_string(), on_off(on).to_string()]);
+        }
+        if let Some(h) = self.hypercall_cpu {
+            v.extend(["--hypercall-cpu".to_string(), h.as_str().to_string()]);
         }
         v
     }

@@ -31,6 +31,10 @@ impl Hypervisor {
         let (kick, done, stop) = (&ends.kick, &ends.done, &ends.stop);
         // hv's copy of each batch, kept from one to the next.
         let mut buf = Vec::new();
+        let follow = self
+            .follow_caller
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let mut core = CallerCore::new(follow);
         loop {
             match poll_readable(&[kick.as_fd(), stop.as_fd()], None) {
                 Ok(r) if r[1] => return,
@@ -70,6 +74,7 @@ impl Hypervisor {
             }
             let _ = done.ring();
             tr.record(HvEvent::Batch, t0, ops);
+            core.follow(page.load_u32(batch::CPU_OFF));
         }
     }
 
@@ -106,6 +111,40 @@ impl Hypervisor {
             d.counters.ops_n(what, n);
         }
         Outcome::Ran(statuses, errors)
+    }
+}
+
+/// Where a domain's batch thread runs: on the core its caller last rang
+/// from, so that the next batch is served there, as Xen ran a hypercall on
+/// the calling CPU, and neither wake-up of the round trip (the caller's
+/// doorbell, hv's answer) is an interrupt to another core.
+struct CallerCore {
+    /// The cores hv may use; a hint outside them is ignored.
+    allowed: Vec<usize>,
+    /// The core this thread is pinned to, if any.
+    on: Option<usize>,
+}
+
+impl CallerCore {
+    /// Follows its callers if `follow`; otherwise never moves.
+    fn new(follow: bool) -> CallerCore {
+        let allowed = match follow {
+            true => sys::allowed_cpus().unwrap_or_default(),
+            false => Vec::new(),
+        };
+        CallerCore { allowed, on: None }
+    }
+
+    /// Moves this thread to core `hint` (the caller's word, [`batch::CPU_OFF`])
+    /// if hv may use it and is not there already.
+    fn follow(&mut self, hint: u32) {
+        let Ok(c) = usize::try_from(hint) else { return };
+        if self.on == Some(c) || self.allowed.len() < 2 || !self.allowed.contains(&c) {
+            return;
+        }
+        if sys::set_thread_cpus(&[c]).is_ok() {
+            self.on = Some(c);
+        }
     }
 }
 
@@ -164,4 +203,28 @@ fn run_batch(
         "grant_release"
     };
     (r, what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CallerCore;
+
+    #[test]
+    fn a_hint_outside_hvs_cores_moves_nothing() {
+        let cores = sys::allowed_cpus().unwrap();
+        let mut c = CallerCore::new(true);
+        for hostile in [u32::MAX, 4096, 1 << 31] {
+            c.follow(hostile);
+            assert_eq!(c.on, None, "hint {hostile}");
+        }
+        let mut off = CallerCore::new(false);
+        off.follow(cores[0] as u32);
+        assert_eq!(off.on, None, "off never moves");
+        if cores.len() >= 2 {
+            c.follow(cores[1] as u32);
+            assert_eq!(c.on, Some(cores[1]));
+            assert_eq!(sys::current_cpu(), Some(cores[1]));
+            sys::set_thread_cpus(&cores).unwrap();
+        }
+    }
 }

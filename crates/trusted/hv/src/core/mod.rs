@@ -74,6 +74,9 @@ pub struct Hypervisor {
     done: Condvar,
     /// Log domain lifecycle events on stderr (the daemon does; benches don't).
     verbose: std::sync::atomic::AtomicBool,
+    /// Whether each domain's batch thread moves to its caller's core
+    /// ([`Hypervisor::set_batches_follow_caller`]).
+    follow_caller: std::sync::atomic::AtomicBool,
     /// What hv recorded serving the toolstack.
     toolstack_trace: Arc<HvTrace>,
     /// The clock trace snapshots are stamped with.
@@ -122,6 +125,7 @@ impl Hypervisor {
             state: Mutex::new(State::new()),
             done: Condvar::new(),
             verbose: std::sync::atomic::AtomicBool::new(false),
+            follow_caller: std::sync::atomic::AtomicBool::new(true),
             toolstack_trace: Arc::new(HvTrace::default()),
             started: std::time::Instant::now(),
             hvm: Default::default(),
@@ -167,6 +171,16 @@ impl Hypervisor {
     /// Turns lifecycle logging on stderr on or off.
     pub fn set_verbose(&self, on: bool) {
         self.verbose.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether each domain's batch thread serves the domain's hypercall
+    /// batches on the core the caller rang from (on by default), as Xen
+    /// ran a hypercall on the calling CPU; off, wherever the scheduler
+    /// wakes it. Read as each batch thread starts: set it before the
+    /// domains are made.
+    pub fn set_batches_follow_caller(&self, on: bool) {
+        self.follow_caller
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn log(&self, msg: std::fmt::Arguments<'_>) {

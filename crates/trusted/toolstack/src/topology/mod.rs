@@ -16,10 +16,12 @@ use domain::{check_cidr, check_domain_settings, check_kind_settings};
 use port::{PortConfig, MAX_QUEUES};
 
 pub mod domain;
+pub mod hypercall_cpu;
 pub mod port;
 pub mod vif;
 
 pub use domain::*;
+pub use hypercall_cpu::HypercallCpu;
 pub use vif::*;
 
 /// The embedded default topology (`splitnet up` without `--config`).
@@ -47,6 +49,11 @@ pub struct Topology {
     /// NICs coalesced nothing).
     #[serde(default)]
     pub port_gro: Option<bool>,
+    /// Where hv serves each domain's hypercall batches: `"caller"` (the
+    /// default), on the core the caller rang from, or `"any"`
+    /// (`up --hypercall-cpu`).
+    #[serde(default)]
+    pub hypercall_cpu: Option<HypercallCpu>,
 }
 
 fn default_name() -> String {
