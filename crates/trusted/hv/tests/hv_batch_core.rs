@@ -10,11 +10,11 @@ use splitnet_hv as hv;
 use std::time::{Duration, Instant};
 
 /// The cores domain `client`'s batch thread (`hv-batch-N`, a thread of
-/// this process) may run on, as the kernel lists them; None until the
-/// thread has taken its name, which it does once it runs.
-fn batch_thread_cores(client: &HvClient) -> Option<String> {
+/// this process) may run on; None until the thread has taken its name,
+/// which it does once it runs.
+fn batch_thread_cores(client: &HvClient) -> Option<Vec<usize>> {
     let comm = format!("hv-batch-{}", client.domid());
-    let found: Vec<String> = std::fs::read_dir("/proc/self/task")
+    let found: Vec<Vec<usize>> = std::fs::read_dir("/proc/self/task")
         .unwrap()
         .flatten()
         .map(|t| t.path())
@@ -30,35 +30,32 @@ fn batch_thread_cores(client: &HvClient) -> Option<String> {
                 .lines()
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
                 .unwrap();
-            line.trim().to_string()
+            parse_list(line.trim())
         })
         .collect();
     assert!(found.len() <= 1, "threads named {comm}: {found:?}");
     found.into_iter().next()
 }
 
+/// A kernel core list ("0-1,4", cpuset(7)'s list format) as its cores.
+fn parse_list(list: &str) -> Vec<usize> {
+    let mut cores = Vec::new();
+    for part in list.split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        cores.extend(lo.parse::<usize>().unwrap()..=hi.parse::<usize>().unwrap());
+    }
+    cores
+}
+
 /// Waits until the batch thread's cores are `want`; what it had last.
-fn wait_for_cores(client: &HvClient, want: &str) -> String {
+fn wait_for_cores(client: &HvClient, want: &[usize]) -> Option<Vec<usize>> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let now = batch_thread_cores(client).unwrap_or_else(|| "(not named yet)".into());
-        if now == want || Instant::now() > deadline {
+        let now = batch_thread_cores(client);
+        if now.as_deref() == Some(want) || Instant::now() > deadline {
             return now;
         }
         std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// The kernel's list of `cores` (consecutive numbers as a range).
-fn listed(cores: &[usize]) -> String {
-    match cores {
-        [one] => one.to_string(),
-        [first, .., last] if last - first + 1 == cores.len() => format!("{first}-{last}"),
-        _ => cores
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
     }
 }
 
@@ -69,16 +66,19 @@ fn batches_move_to_the_callers_core_and_stay_free_when_told() {
         eprintln!("one core only: there is no other core for hv to follow a caller to");
         return;
     }
-    let all = listed(&cores);
 
     // On by default: after a batch rung from core c, hv's thread is there.
     let hv = Hypervisor::new();
     let mut drv = domain(&hv, "drv", "driver");
-    assert_eq!(wait_for_cores(&drv, &all), all, "free until a batch comes");
+    assert_eq!(
+        wait_for_cores(&drv, &cores),
+        Some(cores.clone()),
+        "free until a batch comes"
+    );
     for &c in [cores[1], cores[0], cores[1]].iter() {
         sys::set_thread_cpus(&[c]).unwrap();
         drv.grant_copy_batch(&[]).unwrap();
-        assert_eq!(wait_for_cores(&drv, &c.to_string()), c.to_string());
+        assert_eq!(wait_for_cores(&drv, &[c]), Some(vec![c]));
     }
 
     // Off: the thread keeps every core whatever core the caller rings from
@@ -96,6 +96,6 @@ fn batches_move_to_the_callers_core_and_stay_free_when_told() {
     }
     // hv's thread runs one batch after the other: by the third's answer it
     // was past the point where it would have moved after the first two.
-    assert_eq!(batch_thread_cores(&g).as_deref(), Some(all.as_str()));
+    assert_eq!(batch_thread_cores(&g), Some(cores.clone()));
     sys::set_thread_cpus(&cores).unwrap();
 }

@@ -745,7 +745,7 @@ impl HvClient {
         self.batch.write_u32(batch::COUNT_OFF, count);
         let cpu = sys::current_cpu().and_then(|c| u32::try_from(c).ok());
         self.batch
-            .write_u32(batch::CPU_OFF, cpu.unwrap_or(batch::NO_CPU));
+            .store_u32(batch::CPU_OFF, cpu.unwrap_or(batch::NO_CPU));
         self.batch_seq = self.batch_seq.wrapping_add(1);
         self.batch.store_u32(batch::SEQ_OFF, self.batch_seq);
         io("batch doorbell", self.batch_kick.ring())?;

@@ -64,7 +64,7 @@ pub use perf::{
 pub use pidfd::{place_fds, PidFd};
 pub use prefetch::prefetch;
 pub use process::{
-    allowed_cpus, batch_on_exec, catch_interrupts, close_fds_on_exec, close_inherited_fds,
+    allowed_cpus, batch_on_exec, catch_interrupts, close_fds_on_exec, close_inherited_fds, cpus_of,
     current_cpu, dup_fd, enter_netns, euid, heap_use, interrupt_own_cores, interrupted, kill,
     limit_malloc_arenas, netns_on_exec, nice_of, nice_on_exec, pin_on_exec, raise_fd_limit, rdtsc,
     reap, register_core_interrupts, set_inheritable, set_inheritable_raw, set_nonblocking,

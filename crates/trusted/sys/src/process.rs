@@ -213,12 +213,18 @@ pub fn close_inherited_fds(keep: &[i32]) {
 /// The cores this process may run on (its `sched_getaffinity` mask, which
 /// a cpuset narrows), lowest first.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    cpus_of(0)
+}
+
+/// The cores thread or process `pid` may run on (0: the calling thread),
+/// lowest first.
+pub fn cpus_of(pid: i32) -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: the kernel writes at most size_of::<cpu_set_t>() bytes into
-    // the set we own; pid 0 is this thread.
+    // the set we own; a pid that is gone is an error, not a write.
     let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     cvt(rc as libc::c_long, "sched_getaffinity")?;
     // SAFETY: CPU_ISSET reads one bit of a set we own, below CPU_SETSIZE.
     Ok((0..libc::CPU_SETSIZE as usize)

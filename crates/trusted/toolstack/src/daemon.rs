@@ -82,8 +82,7 @@ pub fn run(mut cfg: DaemonConfig) -> Result<(), String> {
 
     let hv = Hypervisor::new();
     hv.set_verbose(true);
-    let caller = cfg.topology.hypercall_cpu.unwrap_or_default();
-    hv.set_batches_follow_caller(caller == crate::topology::HypercallCpu::Caller);
+    hv.set_batches_follow_caller(crate::topology::HypercallCpu::follows_caller(&cfg.topology));
     hv.set_info("topology", &cfg.topology.name);
     if crate::rootless::active() {
         hv.set_info("rootless", "in a user namespace of the invoking user");

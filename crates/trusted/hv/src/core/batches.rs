@@ -2,6 +2,7 @@
 //! unmaps and transfers submitted on the shared batch page (see [`crate::batch`]), one batch at
 //! a time under hv's lock.
 
+use super::caller_core::CallerCore;
 use super::domain::BatchEnds;
 use super::grant_ops::{map_batch, transfer_batch, unmap_batch};
 use super::state::State;
@@ -41,7 +42,7 @@ impl Hypervisor {
                 Ok(_) => {}
                 Err(_) => return,
             }
-            let _pass = self.gate.enter(super::gate::Kind::Short);
+            let pass = self.gate.enter(super::gate::Kind::Short);
             let t0 = trace::now();
             let _ = kick.drain();
             let page = &mem.batch_map;
@@ -74,8 +75,19 @@ impl Hypervisor {
             }
             let _ = done.ring();
             tr.record(HvEvent::Batch, t0, ops);
-            core.follow(page.load_u32(batch::CPU_OFF));
+            // Out of the gate first: moving takes a system call.
+            drop(pass);
+            core.follow(page.load_u32(batch::CPU_OFF), || self.domain_cores(domid));
         }
+    }
+
+    /// The cores domain `domid`'s process may run on, which bound where its
+    /// batches are served; None for a domain with no process of its own
+    /// (hv's tests and `bench hv` run domains as threads of hv's).
+    fn domain_cores(&self, domid: DomId) -> Option<Vec<usize>> {
+        let pid = self.lock().doms.0.get(&domid).and_then(|d| d.pid)?;
+        // A process gone or unreadable allows no core.
+        Some(sys::cpus_of(pid).unwrap_or_default())
     }
 
     /// Runs batch `sub`, read from `domid`'s `page`, under hv's lock.
@@ -111,40 +123,6 @@ impl Hypervisor {
             d.counters.ops_n(what, n);
         }
         Outcome::Ran(statuses, errors)
-    }
-}
-
-/// Where a domain's batch thread runs: on the core its caller last rang
-/// from, so that the next batch is served there, as Xen ran a hypercall on
-/// the calling CPU, and neither wake-up of the round trip (the caller's
-/// doorbell, hv's answer) is an interrupt to another core.
-struct CallerCore {
-    /// The cores hv may use; a hint outside them is ignored.
-    allowed: Vec<usize>,
-    /// The core this thread is pinned to, if any.
-    on: Option<usize>,
-}
-
-impl CallerCore {
-    /// Follows its callers if `follow`; otherwise never moves.
-    fn new(follow: bool) -> CallerCore {
-        let allowed = match follow {
-            true => sys::allowed_cpus().unwrap_or_default(),
-            false => Vec::new(),
-        };
-        CallerCore { allowed, on: None }
-    }
-
-    /// Moves this thread to core `hint` (the caller's word, [`batch::CPU_OFF`])
-    /// if hv may use it and is not there already.
-    fn follow(&mut self, hint: u32) {
-        let Ok(c) = usize::try_from(hint) else { return };
-        if self.on == Some(c) || self.allowed.len() < 2 || !self.allowed.contains(&c) {
-            return;
-        }
-        if sys::set_thread_cpus(&[c]).is_ok() {
-            self.on = Some(c);
-        }
     }
 }
 
@@ -203,28 +181,4 @@ fn run_batch(
         "grant_release"
     };
     (r, what)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::CallerCore;
-
-    #[test]
-    fn a_hint_outside_hvs_cores_moves_nothing() {
-        let cores = sys::allowed_cpus().unwrap();
-        let mut c = CallerCore::new(true);
-        for hostile in [u32::MAX, 4096, 1 << 31] {
-            c.follow(hostile);
-            assert_eq!(c.on, None, "hint {hostile}");
-        }
-        let mut off = CallerCore::new(false);
-        off.follow(cores[0] as u32);
-        assert_eq!(off.on, None, "off never moves");
-        if cores.len() >= 2 {
-            c.follow(cores[1] as u32);
-            assert_eq!(c.on, Some(cores[1]));
-            assert_eq!(sys::current_cpu(), Some(cores[1]));
-            sys::set_thread_cpus(&cores).unwrap();
-        }
-    }
 }

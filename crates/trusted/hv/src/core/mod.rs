@@ -19,6 +19,7 @@
 //! - `store_journal`: the store changes answered since hv's last record.
 
 mod batches;
+mod caller_core;
 mod capture;
 mod devices;
 mod dispatch;

@@ -50,6 +50,9 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
         Ok(a) => a,
         Err(e) => return give_back(&e.message),
     };
+    // Before the batch threads start (`adopted.start`), which read it.
+    let follow = crate::topology::HypercallCpu::follows_caller(&image.sup.topology);
+    adopted.hv.set_batches_follow_caller(follow);
     // Every step that may fail comes before the first thread: until then
     // the old program can take everything back.
     let t = match take_over(&cfg, &adopted.hv, image.sup, &daemon, origin.attempt) {

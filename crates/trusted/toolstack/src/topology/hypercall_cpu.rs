@@ -15,6 +15,13 @@ pub enum HypercallCpu {
 }
 
 impl HypercallCpu {
+    /// Whether hv's batch threads follow their callers under `topo`
+    /// ([`HypercallCpu::Caller`], the default, unless it says otherwise).
+    pub fn follows_caller(topo: &crate::topology::Topology) -> bool {
+        topo.hypercall_cpu.unwrap_or_default() == HypercallCpu::Caller
+    }
+
+    /// The name a topology and `--hypercall-cpu` use.
     pub fn as_str(self) -> &'static str {
         match self {
             HypercallCpu::Caller => "caller",

@@ -51,8 +51,9 @@ pub struct Topology {
     pub port_gro: Option<bool>,
     /// Where hv serves each domain's hypercall batches: `"caller"` (the
     /// default), on the core the caller rang from, or `"any"`
-    /// (`up --hypercall-cpu`).
-    #[serde(default)]
+    /// (`up --hypercall-cpu`). Read when hv starts and when an upgrade
+    /// of hv resumes; `apply` leaves it as hv runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypercall_cpu: Option<HypercallCpu>,
 }
 
