@@ -8,28 +8,16 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// Every thread's `Cpus_allowed_list` of process `pid` (one entry each).
-fn allowed_lists(pid: u64) -> Vec<String> {
-    thread_files(pid, "status")
-        .into_iter()
-        .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-                .map(|v| v.trim().to_string())
-        })
-        .collect()
-}
-
 /// Domain `name`'s process and every thread of it run on `core` only, and
 /// `status --json` says so.
 fn assert_pinned(st: &Value, name: &str, core: usize) {
     let d = domain(st, name);
     assert_eq!(d["cpu"].as_u64(), Some(core as u64), "{name}: {d:#}");
-    let lists = allowed_lists(d["pid"].as_u64().expect("a pid"));
-    assert!(!lists.is_empty());
+    let threads = testutil::thread_cores(d["pid"].as_u64().expect("a pid"), "");
+    assert!(!threads.is_empty());
     assert!(
-        lists.iter().all(|l| *l == core.to_string()),
-        "{name}'s threads run on {lists:?}, not core {core}"
+        threads.iter().all(|(_, cores)| *cores == [core]),
+        "{name}'s threads run on {threads:?}, not core {core}"
     );
 }
 

@@ -1,5 +1,5 @@
 //! Helpers shared by splitnet's tests: waiting on a fact (a new link's
-//! readiness among them), files to move and check, and the lock and root check of tests that change
+//! readiness among them), files to move and check, a process's threads and their cores, and the lock and root check of tests that change
 //! the host. Only ever a dev-dependency: nothing here is part of a
 //! production crate's API, and it depends on no crate of the workspace (so
 //! `sys` can use it in its own unit tests).
@@ -9,6 +9,7 @@ pub mod files;
 mod host;
 mod link;
 pub mod ping;
+mod threads;
 mod tree;
 mod wait;
 
@@ -16,6 +17,7 @@ pub use tree::normal_tree;
 
 pub use host::{host_lock, lock_path, HostLock};
 pub use link::wait_links_up;
+pub use threads::{cpu_list, thread_cores};
 pub use wait::{poll_until, wait_until, Fact};
 
 use std::io::Write;

@@ -13,38 +13,14 @@ use std::time::{Duration, Instant};
 /// this process) may run on; None until the thread has taken its name,
 /// which it does once it runs.
 fn batch_thread_cores(client: &HvClient) -> Option<Vec<usize>> {
-    let comm = format!("hv-batch-{}", client.domid());
-    let found: Vec<Vec<usize>> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .flatten()
-        .map(|t| t.path())
-        .filter(|p| {
-            std::fs::read_to_string(p.join("comm"))
-                .unwrap_or_default()
-                .trim()
-                == comm
-        })
-        .map(|p| {
-            let status = std::fs::read_to_string(p.join("status")).unwrap();
-            let line = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-                .unwrap();
-            parse_list(line.trim())
-        })
+    let name = format!("hv-batch-{}", client.domid());
+    let found: Vec<Vec<usize>> = testutil::thread_cores("self", &name)
+        .into_iter()
+        .filter(|(n, _)| *n == name)
+        .map(|(_, cores)| cores)
         .collect();
-    assert!(found.len() <= 1, "threads named {comm}: {found:?}");
+    assert!(found.len() <= 1, "threads named {name}: {found:?}");
     found.into_iter().next()
-}
-
-/// A kernel core list ("0-1,4", cpuset(7)'s list format) as its cores.
-fn parse_list(list: &str) -> Vec<usize> {
-    let mut cores = Vec::new();
-    for part in list.split(',') {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        cores.extend(lo.parse::<usize>().unwrap()..=hi.parse::<usize>().unwrap());
-    }
-    cores
 }
 
 /// Waits until the batch thread's cores are `want`; what it had last.
