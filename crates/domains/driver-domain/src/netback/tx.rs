@@ -39,8 +39,8 @@ type Parsed = std::result::Result<Option<TxPacket>, &'static str>;
 
 impl Netback {
     /// Consumes up to a budget of TX packets, validates each, hands the good
-    /// ones to `fwd` (the bridge; under the new grant mechanism the whole
-    /// batch at once, so the port can send it in one `sendmmsg`), and answers
+    /// ones to `fwd` (the bridge; the whole batch at once where the frames
+    /// stay in place, so the port can send it in one `sendmmsg`), and answers
     /// every consumed request once its frame has gone.
     pub fn process_tx(
         &mut self,
@@ -190,11 +190,14 @@ impl Netback {
         }
     }
 
-    /// Forward: hands every packet still to forward to `fwd`. Under TX
-    /// gather all at once, each as its checked header copy and the rest of
-    /// its bytes where the guest wrote them; otherwise one by one, each
-    /// copied out whole first unless the mechanism forwards it in place
-    /// (the comparison point for gather). Returns the bytes it copied.
+    /// Forward: hands every packet still to forward to `fwd`, all at once
+    /// (so a port sends the batch with one `sendmmsg`, as a kernel netback
+    /// handed each packet on without a system call): under TX gather each
+    /// as its checked header copy and the rest of its bytes where the
+    /// guest wrote them, and as the mechanism gives it where it forwards
+    /// in place (Xen 2.0's mapped pages, or a whole copy). A mechanism that
+    /// does neither copies each out whole first and hands it on alone.
+    /// Returns the bytes it copied.
     fn forward<G: TxGrants>(
         &self,
         g: &G,
@@ -209,11 +212,9 @@ impl Netback {
                 continue;
             }
             let frame = g.frame(self, p, k);
-            if self.modes.tx.gathers() {
+            if self.modes.tx.gathers() || g.in_place() {
                 refs[m] = frame;
                 m += 1;
-            } else if g.in_place() {
-                fwd(std::slice::from_ref(&frame));
             } else {
                 let pkt = frame.to_packet();
                 copied += pkt.data.len() as u64;
