@@ -8,17 +8,15 @@
 //! and netback then refuses it and writes nothing into the frame.
 
 mod common;
-use common::{domain, probe, probes, Guest};
+use common::{attach_vif, domain, probe, probes, Guest};
 
 use abi::{Pfn, SharedMemory};
-use driver_domain::netback::{self, Netback};
+use driver_domain::netback::Netback;
 use frame::packet::{Csum, FrameRef, Packet};
 use hv::{DomId, ErrorKind, HvClient, Hypervisor};
-use netfront::Netfront;
 use splitnet_driver_domain as driver_domain;
 use std::sync::Arc;
-use std::time::Duration;
-use toolstack::daemon::{setup_vif, Store};
+use toolstack::daemon::Store;
 use toolstack::topology::VifConfig;
 
 const PAGE: usize = 4096;
@@ -48,39 +46,23 @@ fn pair() -> Pair {
     }
 }
 
-/// The toolstack sets up guest `g`'s vif 0 on driver domain `drv_id`, and
-/// netback and netfront connect it.
+/// The toolstack sets up guest `g`'s vif 0 on driver domain `drv_id`, on
+/// the fast path, and netback and netfront connect it.
 fn attach(
     hv: &Arc<Hypervisor>,
-    mut drv: HvClient,
+    drv: HvClient,
     drv_id: DomId,
-    mut c: HvClient,
+    c: HvClient,
     g: DomId,
 ) -> (HvClient, Netback, Guest) {
-    setup_vif(
-        &mut Store::new(hv),
-        &VifConfig::fast_path("guest1", "drv", 0),
-        g,
+    attach_vif(
+        hv,
+        drv,
         drv_id,
+        c,
+        g,
+        &VifConfig::fast_path("guest1", "drv", 0),
     )
-    .unwrap();
-    let be = format!("/local/domain/{drv_id}/backend/vif/{g}/0");
-    let backend = std::thread::spawn(move || {
-        let p = netback::probe(&mut drv, g, &be).expect("probe");
-        let nb = Netback::connect(&mut drv, p, Duration::from_secs(20)).expect("netback connects");
-        (drv, nb)
-    });
-    let fe = format!("/local/domain/{g}/device/vif/0");
-    let nf = Netfront::connect(&mut c, &fe, Duration::from_secs(20)).expect("frontend connects");
-    let (drv, nb) = backend.join().unwrap();
-    let mut g = Guest {
-        hv: c,
-        nf,
-        mac: [0, 0x16, 0x3e, 0, 0, 1],
-    };
-    // The first poll posts the RX buffers.
-    g.nf.poll(&mut g.hv, &mut Vec::new()).unwrap();
-    (drv, nb, g)
 }
 
 /// The frame grant `gref` names, looked up in the driver domain's view.

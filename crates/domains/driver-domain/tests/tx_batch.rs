@@ -1,54 +1,41 @@
 //! netback hands a TX batch to the bridge in one call under every grant
 //! mechanism that forwards frames as they lie (Xen 2.0's mapped pages,
 //! hv's whole copies, Xen's I/O channel and the new grant mechanism's
-//! gather), so a port sends
-//! the batch with one `sendmmsg`, as a kernel netback passed each packet on
-//! without a system call (Menon 2006 §2). A real hv and netfront in
-//! process; the test plays the bridge and counts its calls.
+//! gather), so a port sends the batch with one `sendmmsg`, as a kernel
+//! netback passed each packet on without a system call (Menon 2006 §2).
+//! A real hv and netfront in process; the test plays the bridge and
+//! counts its calls.
 
 mod common;
-use common::{domain, probe};
+use common::{attach_vif, domain, probe};
 
-use driver_domain::netback::{self, Netback};
 use frame::packet::Packet;
 use hv::Hypervisor;
-use netfront::Netfront;
-use splitnet_driver_domain as driver_domain;
-use std::time::Duration;
-use toolstack::daemon::{setup_vif, Store};
 use toolstack::topology::{Grants, TxMode, VifConfig};
 
 /// A MAC on the far side of the bridge.
 const PEER: [u8; 6] = [0x02, 0, 0, 0, 0, 9];
-const GUEST_MAC: [u8; 6] = [0, 0x16, 0x3e, 0, 0, 1];
 
 /// Connects a guest to a netback of the given modes, sends `sizes.len()`
 /// frames in one ring batch, runs one TX pass, and returns what the bridge
 /// was handed, call by call.
 fn one_pass(grants: Grants, tx_mode: TxMode, sizes: &[usize]) -> (Vec<Vec<u8>>, Vec<Vec<Vec<u8>>>) {
     let hv = Hypervisor::new();
-    let (drv_id, mut drv) = domain(&hv, "drv", "driver", 1024);
-    let (g, mut c) = domain(&hv, "guest1", "guest", 600);
+    let (drv_id, drv) = domain(&hv, "drv", "driver", 1024);
+    let (g, c) = domain(&hv, "guest1", "guest", 600);
     let mut vif = VifConfig::fast_path("guest1", "drv", 0);
     (vif.grants, vif.tx_mode) = (grants, tx_mode);
-    setup_vif(&mut Store::new(&hv), &vif, g, drv_id).unwrap();
-    let be = format!("/local/domain/{drv_id}/backend/vif/{g}/0");
-    let backend = std::thread::spawn(move || {
-        let p = netback::probe(&mut drv, g, &be).expect("probe");
-        let nb = Netback::connect(&mut drv, p, Duration::from_secs(20)).expect("netback connects");
-        (drv, nb)
-    });
-    let fe = format!("/local/domain/{g}/device/vif/0");
-    let mut nf = Netfront::connect(&mut c, &fe, Duration::from_secs(20)).expect("connects");
-    let (mut drv, mut nb): (_, Netback) = backend.join().unwrap();
-    nf.poll(&mut c, &mut Vec::new()).unwrap();
-    let sent: Vec<Vec<u8>> = (0..sizes.len())
-        .map(|k| probe(PEER, GUEST_MAC, k as u32, sizes[k]))
+    let (mut drv, mut nb, mut guest) = attach_vif(&hv, drv, drv_id, c, g, &vif);
+    let sent: Vec<Vec<u8>> = (sizes.iter().enumerate())
+        .map(|(k, &len)| probe(PEER, guest.mac, k as u32, len))
         .collect();
     for f in &sent {
-        nf.send(&mut c, Packet::new(f.clone())).unwrap();
+        guest
+            .nf
+            .send(&mut guest.hv, Packet::new(f.clone()))
+            .unwrap();
     }
-    nf.flush().unwrap();
+    guest.nf.flush().unwrap();
     let mut calls = Vec::new();
     nb.process_tx(&mut drv, &mut |frames| {
         let call = frames

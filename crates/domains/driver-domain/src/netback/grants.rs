@@ -11,8 +11,9 @@
 //! - `HeaderTx` ([`super::header`]): Xen's I/O channel under Xen's grants,
 //!   netback reading each grant in the guest's table itself, no hypercall;
 //! - [`CopyTx`]: hv copies every slot into staging frames (hv-copy);
-//! - [`MapTx`]: each page mapped, copied out and unmapped (Xen 2.0), the
-//!   maps and unmaps batched per ring batch.
+//! - [`MapTx`]: each page mapped, its headers copied out, its payload sent
+//!   from where the guest wrote it, and unmapped (Xen 2.0), the maps and
+//!   unmaps batched per ring batch.
 //!
 //! The loop is generic over the mechanism: one dispatch per batch, none per
 //! packet.

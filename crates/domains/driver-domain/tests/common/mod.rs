@@ -257,6 +257,38 @@ pub fn world_configured(
     }
 }
 
+/// The toolstack sets up guest `g`'s vif `vif` on driver domain `drv_id`;
+/// a real netback (on `drv`) and netfront (on `c`) connect it, and the
+/// guest posts its RX buffers. For tests that drive netback themselves.
+pub fn attach_vif(
+    hv: &Arc<Hypervisor>,
+    mut drv: HvClient,
+    drv_id: DomId,
+    mut c: HvClient,
+    g: DomId,
+    vif: &VifConfig,
+) -> (HvClient, driver_domain::netback::Netback, Guest) {
+    use driver_domain::netback::{self, Netback};
+    setup_vif(&mut Store::new(hv), vif, g, drv_id).unwrap();
+    let be = format!("/local/domain/{drv_id}/backend/vif/{g}/0");
+    let backend = std::thread::spawn(move || {
+        let p = netback::probe(&mut drv, g, &be).expect("probe");
+        let nb = Netback::connect(&mut drv, p, Duration::from_secs(20)).expect("netback connects");
+        (drv, nb)
+    });
+    let fe = format!("/local/domain/{g}/device/vif/0");
+    let nf = Netfront::connect(&mut c, &fe, Duration::from_secs(20)).expect("frontend connects");
+    let (drv, nb) = backend.join().unwrap();
+    let mut g = Guest {
+        hv: c,
+        nf,
+        mac: [0, 0x16, 0x3e, 0, 0, 1],
+    };
+    // The first poll posts the RX buffers.
+    g.nf.poll(&mut g.hv, &mut Vec::new()).unwrap();
+    (drv, nb, g)
+}
+
 /// Ethertype of the probe frames tests send besides the good traffic.
 pub const PROBE: [u8; 2] = [0x88, 0xb6];
 
