@@ -90,13 +90,6 @@ pub(super) trait TxGrants {
         None
     }
 
-    /// Whether a frame may go to the bridge as [`TxGrants::frame`] gives
-    /// it even outside TX gather: it was copied out whole, or it is
-    /// forwarded from the guest's pages as Xen 2.0 did.
-    fn in_place(&self) -> bool {
-        self.copied().is_some()
-    }
-
     /// The private header bytes of reached packet `k`: what the checks,
     /// the bridge and the filters see, and what is sent as its headers.
     fn head<'a>(&'a self, nb: &'a Netback, k: usize) -> &'a [u8] {
@@ -288,9 +281,47 @@ fn ngm_seg(view: &NgmView, s: &TxSlot) -> std::result::Result<(usize, usize), &'
     }
 }
 
+/// The new grant mechanism's TX copy (`tx_mode = "copy"`): each packet is
+/// reached as [`NgmTx`] reaches it, copied out whole into storage reused
+/// batch after batch, and its grants' uses ended at once, so nothing the
+/// guest does to its pages afterwards reaches the frame.
+#[derive(Default)]
+pub(super) struct NgmCopyTx {
+    out: CopiedOut,
+}
+
+impl TxGrants for NgmCopyTx {
+    fn room(&self, _slots: usize) -> bool {
+        true
+    }
+
+    fn begin(&mut self) {
+        self.out.bytes.clear();
+    }
+
+    /// Reaches the packet through the translation table, then copies its
+    /// checked header copy and its pool segments out.
+    fn reach(&mut self, nb: &mut Netback, hv: &mut HvClient, p: &TxPacket, k: usize) -> Reach {
+        NgmTx.reach(nb, hv, p, k)?;
+        let Some(view) = nb.ngm.as_ref() else {
+            return Err("grant_absent");
+        };
+        self.out.start(k);
+        let dst = self.out.grow(k, p.total);
+        nb.tx_held[k].frame(view.pool(), p).copy_out(0, dst);
+        nb.counters.tx_copied_bytes += p.total as u64;
+        NgmTx.release(nb, p);
+        Ok(())
+    }
+
+    fn copied(&self) -> Option<&CopiedOut> {
+        Some(&self.out)
+    }
+}
+
 /// Whole frames copied out of the guest's buffers into private memory,
-/// one batch's worth, in storage reused batch after batch (hv-copy TX
-/// copy and the Xen 2.0 map).
+/// one batch's worth, in storage reused batch after batch (TX copy, under
+/// hv-copy and under the new grant mechanism).
 pub(super) struct CopiedOut {
     bytes: Vec<u8>,
     /// Where packet `k`'s bytes are in `bytes`: (start, length).
@@ -483,12 +514,6 @@ impl TxGrants for MapTx {
     /// The window on the guest's pool, where the NIC reads the payload.
     fn pool<'a>(&self, nb: &'a Netback) -> Option<&'a Mapping> {
         nb.window.as_ref()
-    }
-
-    /// Each frame is handed to the bridge as it is, its pages the frame's
-    /// fragments: nothing is copied out before forwarding.
-    fn in_place(&self) -> bool {
-        true
     }
 
     /// One unmap batch for every page the batch mapped.

@@ -239,8 +239,10 @@ struct TxStates {
     hold: hold::HoldTx,
     /// hv-copy TX copy's batches and the frames copied out.
     copy: grants::CopyTx,
-    /// The frames the Xen 2.0 TX map copied out.
+    /// The Xen 2.0 TX map's map and unmap batches.
     mapped: grants::MapTx,
+    /// The new grant mechanism's TX copy: the frames copied out.
+    ngm_copy: grants::NgmCopyTx,
 }
 
 /// The RX ring netback serves.

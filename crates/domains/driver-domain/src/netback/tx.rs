@@ -39,8 +39,8 @@ type Parsed = std::result::Result<Option<TxPacket>, &'static str>;
 
 impl Netback {
     /// Consumes up to a budget of TX packets, validates each, hands the good
-    /// ones to `fwd` (the bridge; the whole batch at once where the frames
-    /// stay in place, so the port can send it in one `sendmmsg`), and answers
+    /// ones to `fwd` (the bridge; the whole batch at once, so the port can
+    /// send it in one `sendmmsg`), and answers
     /// every consumed request once its frame has gone.
     pub fn process_tx(
         &mut self,
@@ -57,6 +57,7 @@ impl Netback {
         self.clear_tx_ids();
         // One dispatch per batch; the loop is generic over the mechanism.
         let (n, fatal) = match (self.ngm.is_some(), self.modes.tx) {
+            (true, TxPath::Copy) => self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.ngm_copy)?,
             (true, _) => self.tx_batch(hv, &mut NgmTx, fwd)?,
             (false, TxPath::Header) => self.tx_batch(hv, &mut HeaderTx, fwd)?,
             (false, TxPath::Map) => self.batch_with(hv, fwd, |nb| &mut nb.tx_grants.mapped)?,
@@ -122,7 +123,7 @@ impl Netback {
                 self.reach(hv, g, p, k);
             }
         }
-        self.counters.tx_copied_bytes += self.forward(g, &pkts, fwd);
+        self.forward(g, &pkts, fwd);
         let finished = g.finish(self, hv);
         let mut overflow = false;
         for p in &pkts {
@@ -190,43 +191,24 @@ impl Netback {
         }
     }
 
-    /// Forward: hands every packet still to forward to `fwd`, all at once
-    /// (so a port sends the batch with one `sendmmsg`, as a kernel netback
-    /// handed each packet on without a system call): under TX gather each
-    /// as its checked header copy and the rest of its bytes where the
-    /// guest wrote them, and as the mechanism gives it where it forwards
-    /// in place (Xen 2.0's mapped pages, or a whole copy). A mechanism that
-    /// does neither copies each out whole first and hands it on alone.
-    /// Returns the bytes it copied.
-    fn forward<G: TxGrants>(
-        &self,
-        g: &G,
-        pkts: &[TxPacket],
-        fwd: &mut dyn FnMut(&[FrameRef<'_>]),
-    ) -> u64 {
+    /// Forward: hands every packet still to forward to `fwd` in one call,
+    /// each as the mechanism gives it (its checked header copy and the
+    /// rest where the guest wrote it, or a whole private copy), so a port
+    /// sends the batch with one `sendmmsg`, as a kernel netback passed each
+    /// packet on without a system call (Menon 2006 §2).
+    fn forward<G: TxGrants>(&self, g: &G, pkts: &[TxPacket], fwd: &mut dyn FnMut(&[FrameRef<'_>])) {
         let mut refs: [FrameRef<'_>; TX_BUDGET] =
             std::array::from_fn(|_| FrameRef::private(&[], Csum::Unknown, None));
-        let (mut m, mut copied) = (0, 0u64);
+        let mut m = 0;
         for (k, p) in pkts.iter().enumerate() {
-            if !p.forwardable() {
-                continue;
-            }
-            let frame = g.frame(self, p, k);
-            if self.modes.tx.gathers() || g.in_place() {
-                refs[m] = frame;
+            if p.forwardable() {
+                refs[m] = g.frame(self, p, k);
                 m += 1;
-            } else {
-                let pkt = frame.to_packet();
-                copied += pkt.data.len() as u64;
-                fwd(std::slice::from_ref(&FrameRef::private(
-                    &pkt.data, pkt.csum, pkt.gso,
-                )));
             }
         }
         if m > 0 {
             fwd(&refs[..m]);
         }
-        copied
     }
 
     /// Parse: reads one packet's request chain (data slots and extra-info

@@ -270,20 +270,21 @@ pub fn attach_vif(
 ) -> (HvClient, driver_domain::netback::Netback, Guest) {
     use driver_domain::netback::{self, Netback};
     setup_vif(&mut Store::new(hv), vif, g, drv_id).unwrap();
-    let be = format!("/local/domain/{drv_id}/backend/vif/{g}/0");
+    let h = vif.handle;
+    let be = format!("/local/domain/{drv_id}/backend/vif/{g}/{h}");
     let backend = std::thread::spawn(move || {
         let p = netback::probe(&mut drv, g, &be).expect("probe");
         let nb = Netback::connect(&mut drv, p, Duration::from_secs(20)).expect("netback connects");
         (drv, nb)
     });
-    let fe = format!("/local/domain/{g}/device/vif/0");
+    let fe = format!("/local/domain/{g}/device/vif/{h}");
     let nf = Netfront::connect(&mut c, &fe, Duration::from_secs(20)).expect("frontend connects");
     let (drv, nb) = backend.join().unwrap();
-    let mut g = Guest {
-        hv: c,
-        nf,
-        mac: [0, 0x16, 0x3e, 0, 0, 1],
-    };
+    let mut mac = [0u8; 6];
+    for (b, hex) in mac.iter_mut().zip(vif.mac.split(':')) {
+        *b = u8::from_str_radix(hex, 16).expect("a MAC of six hex bytes");
+    }
+    let mut g = Guest { hv: c, nf, mac };
     // The first poll posts the RX buffers.
     g.nf.poll(&mut g.hv, &mut Vec::new()).unwrap();
     (drv, nb, g)
