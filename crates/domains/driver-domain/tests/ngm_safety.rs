@@ -112,11 +112,7 @@ impl Pair {
             let mut out = Vec::new();
             self.nb
                 .process_tx(&mut self.drv, &mut |frames| {
-                    for fr in frames {
-                        let mut b = vec![0; fr.len];
-                        fr.copy_out(0, &mut b);
-                        out.push(b);
-                    }
+                    out.extend(frames.iter().map(|fr| fr.to_packet().data));
                 })
                 .unwrap();
             assert_eq!(out, vec![f], "frame {seq}");
@@ -165,9 +161,7 @@ fn revoking_a_tx_buffer_netback_is_sending_is_refused_and_the_frame_goes_out_int
         for fr in frames {
             revocation = Some(guest.ngm_revoke(drv_id, gref));
             // The guest's refused revocation leaves its buffer as it was.
-            let mut b = vec![0; fr.len];
-            fr.copy_out(0, &mut b);
-            sent.push(b);
+            sent.push(fr.to_packet().data);
         }
     })
     .unwrap();

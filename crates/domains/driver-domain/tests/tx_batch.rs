@@ -55,15 +55,7 @@ fn one_pass(grants: Grants, tx_mode: TxMode, sizes: &[usize], spoofed: usize) ->
     let ring = guest.nf.tx_ring().memory();
     nb.process_tx(&mut drv, &mut |frames| {
         answered_at_call.push(ring.load_u32(8));
-        let call = frames
-            .iter()
-            .map(|fr| {
-                let mut b = vec![0; fr.len];
-                fr.copy_out(0, &mut b);
-                b
-            })
-            .collect();
-        calls.push(call);
+        calls.push(frames.iter().map(|fr| fr.to_packet().data).collect());
     })
     .unwrap();
     Pass {
