@@ -207,10 +207,13 @@ fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
     // Given back after hv's shutdown, once no domain holds the page.
     let huge = HugeReservation::one();
     if huge.is_some() {
-        results.extend(huge_mirror_row(&hv, &mut drv, n, say)?);
+        results.extend(huge_mirror_row(&hv, &mut drv, Backing::Hugetlb, n, say)?);
     } else {
-        say("pool mirror on huge pages: no 2 MiB page could be reserved; row left out");
+        say("pool mirror on hugetlb pages: no 2 MiB page could be reserved; row left out");
     }
+    // Put back when the run ends, as hv does when it stops.
+    let _thp = ThpShmem::allow();
+    results.extend(huge_mirror_row(&hv, &mut drv, Backing::Thp, n, say)?);
 
     drop(guest);
     drop(drv);
@@ -218,18 +221,45 @@ fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
     Ok(results)
 }
 
+/// What backs a pool of huge pages (hv's `huge_backing`).
+#[derive(Clone, Copy)]
+enum Backing {
+    Hugetlb,
+    Thp,
+}
+
+impl Backing {
+    fn name(self) -> &'static str {
+        match self {
+            Backing::Hugetlb => "hugetlb",
+            Backing::Thp => "thp",
+        }
+    }
+
+    fn row(self) -> &'static str {
+        match self {
+            Backing::Hugetlb => "grant map + unmap per frame, batch of 64 frames apart, pool mirror on 2 MiB hugetlb pages (one entry per huge page)",
+            Backing::Thp => "grant map + unmap per frame, batch of 64 frames apart, pool mirror on 2 MiB transparent huge pages (an entry per frame, as Xen's)",
+        }
+    }
+}
+
 /// Grant map + unmap per frame in batches of 64 frames apart from a guest
-/// whose pool is on 2 MiB hugetlb pages (Menon 2006 §5.3's superpages),
-/// mirrored a huge page at a time: the 64 frames share one page-table
-/// entry. Left out where the pool is not on hugetlb pages after all.
+/// whose pool is on 2 MiB pages (Menon 2006 §5.3's superpages) of
+/// `backing`. A hugetlb pool is mirrored a huge page at a time, so the 64
+/// frames share one page-table entry; a pool on transparent huge pages is
+/// mirrored a 4 KiB frame at a time, as Xen's grant map mapped one frame
+/// of a guest's superpage. Left out where the pool did not get `backing`.
 fn huge_mirror_row(
     hv: &Arc<Hypervisor>,
     drv: &mut HvClient,
+    backing: Backing,
     n: usize,
     say: impl Fn(&str),
 ) -> Result<Vec<(&'static str, Vec<f64>)>> {
+    let name = format!("bench-huge-{}", backing.name());
     let spec = DomainSpec {
-        name: "bench-huge".into(),
+        name: name.clone(),
         kind: "guest".into(),
         memory: MemorySpec {
             pool_frames: 512,
@@ -238,13 +268,18 @@ fn huge_mirror_row(
         },
     };
     let (hid, sock) = hv.create_domain(spec).map_err(|e| anyhow!("{e}"))?;
-    let on_hugetlb = hv
+    let got = hv
         .status()
         .domains
         .iter()
-        .any(|d| d.name == "bench-huge" && d.huge_backing == "hugetlb");
-    if !on_hugetlb {
-        say("pool mirror on huge pages: the pool is not on hugetlb pages here; row left out");
+        .find(|d| d.name == name)
+        .map(|d| d.huge_backing.clone())
+        .unwrap_or_default();
+    if got != backing.name() {
+        say(&format!(
+            "pool mirror on {} pages: the pool is on {got} here; row left out",
+            backing.name()
+        ));
         return Ok(Vec::new());
     }
     let huge = HvClient::connect(sock).map_err(|e| anyhow!("{e}"))?;
@@ -253,16 +288,37 @@ fn huge_mirror_row(
         .map(|i| huge.grants().grant_access(did, 64 + 2 * i, true))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| anyhow!("{e}"))?;
-    say("grant map + unmap, pool on huge pages");
+    say(&format!(
+        "grant map + unmap, pool on {} pages",
+        backing.name()
+    ));
     let v = timed(n, || map_unmap_batch(drv, hid, &grefs))?;
     if !drv.maps_by_mirror(hid, false) {
         say("pool mirror on huge pages: not available on this host; row left out");
         return Ok(Vec::new());
     }
     Ok(vec![(
-        "grant map + unmap per frame, batch of 64 frames apart, pool mirror on 2 MiB pages (one entry per huge page)",
+        backing.row(),
         v.iter().map(|c| c / BATCH as f64).collect(),
     )])
+}
+
+/// Shared memory allowed transparent huge pages for the run where the
+/// host's setting is the kernel's default, put back on drop (as hv does).
+struct ThpShmem(Option<String>);
+
+impl ThpShmem {
+    fn allow() -> ThpShmem {
+        ThpShmem(sys::huge::advise_thp_shmem().ok().flatten())
+    }
+}
+
+impl Drop for ThpShmem {
+    fn drop(&mut self) {
+        if let Some(word) = &self.0 {
+            let _ = sys::huge::set_thp_shmem(word);
+        }
+    }
 }
 
 /// One more free 2 MiB hugetlb page for the run, given back on drop.

@@ -104,12 +104,33 @@ fn nr_hugepages() -> u64 {
     sys::huge::nr_hugepages().unwrap()
 }
 
+const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+
+/// Bytes of shared memory process `pid` maps with 2 MiB entries.
+fn pmd_mapped_shmem(pid: u64) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    smaps
+        .lines()
+        .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
 #[test]
 fn superpages_back_the_pools_and_the_driver_buffers() {
     let Some(env) = Env::new("ioc-huge") else {
         return;
     };
     let before = nr_hugepages();
+    let shmem_before = std::fs::read_to_string(SHMEM_ENABLED).unwrap_or_default();
+    // hv allows shared memory huge pages where advised unless the host
+    // denied them outright; then the pools take hugetlb pages.
+    let want = if shmem_before.contains("[deny]") || shmem_before.contains("[force]") {
+        "hugetlb"
+    } else {
+        "thp"
+    };
     up_with(&env, "huge.toml", |t| {
         t.replace(
             "memory_frames = 4096",
@@ -121,13 +142,16 @@ fn superpages_back_the_pools_and_the_driver_buffers() {
         )
     });
     let st = env.status();
-    for (d, want) in [
-        ("drv", "hugetlb"),
-        ("guest1", "hugetlb"),
-        ("guest2", "none"),
-    ] {
+    for (d, want) in [("drv", want), ("guest1", want), ("guest2", "none")] {
         assert_eq!(domain(&st, d)["huge_backing"], want, "{d}");
     }
+    // The guest maps its own pool with 2 MiB entries (its superpages).
+    let guest1 = domain(&st, "guest1")["pid"].as_u64().expect("guest1's pid");
+    assert!(
+        want == "hugetlb" || pmd_mapped_shmem(guest1) >= 2 << 20,
+        "guest1 maps no shared memory with 2 MiB entries: {} bytes",
+        pmd_mapped_shmem(guest1)
+    );
     let hv_log = std::fs::read_to_string(env.run_dir.join("hv.log")).unwrap_or_default();
     assert!(
         hv_log.contains("huge pages:"),
@@ -140,7 +164,7 @@ fn superpages_back_the_pools_and_the_driver_buffers() {
         "the driver says where its buffers are: {drv_log}"
     );
     let text = env.ok(&["status"]);
-    assert!(text.contains("HUGE") && text.contains("hugetlb"), "{text}");
+    assert!(text.contains("HUGE") && text.contains(want), "{text}");
     env.ping("guest1", "10.77.0.254", 2);
     env.ping("guest2", "10.77.0.1", 2);
     http_fetch_mib(&env, 16);
@@ -149,6 +173,10 @@ fn superpages_back_the_pools_and_the_driver_buffers() {
     eprintln!("iperf3 guest1->wire with superpages: {tx:.2} Gbit/s");
     env.ok(&["down"]);
     assert_nothing_left();
-    // hv gave back the pages it added.
+    // hv gave back the pages it added and put the setting back.
     assert_eq!(nr_hugepages(), before);
+    assert_eq!(
+        std::fs::read_to_string(SHMEM_ENABLED).unwrap_or_default(),
+        shmem_before
+    );
 }

@@ -18,7 +18,7 @@ pub struct MemorySpec {
     pub pool_frames: u32,
     /// Pages of grant table (512 v1 entries each).
     pub grant_frames: u32,
-    /// Back the pool with 2 MiB hugetlb pages (prepares superpages, Menon 2006 §5.3).
+    /// Back the pool with 2 MiB pages (prepares superpages, Menon 2006 §5.3).
     pub hugepages: bool,
 }
 
@@ -35,10 +35,11 @@ impl Default for MemorySpec {
 /// What backs a domain's pool (Menon 2006 §5.3, superpages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HugeBacking {
-    /// 2 MiB hugetlb pages, reserved up front.
+    /// 2 MiB hugetlb pages, reserved up front: where shared memory may not
+    /// take transparent huge pages.
     Hugetlb,
     /// Transparent huge pages, advised (`madvise(MADV_HUGEPAGE)`): the
-    /// hugetlb pool was short.
+    /// first choice, where the kernel allows them for shared memory.
     Thp,
     /// 4 KiB pages.
     None,
@@ -62,7 +63,7 @@ pub const BATCH_PAGES: u32 = 4;
 #[derive(Debug)]
 pub struct DomainMemory {
     pub spec: MemorySpec,
-    /// What backs the pool, and why not hugetlb when asked for.
+    /// What backs the pool, and why not transparent huge pages when asked for.
     pub backing: HugeBacking,
     pub backing_note: Option<String>,
     pub pool: Memfd,
@@ -78,14 +79,30 @@ pub struct DomainMemory {
 
 type Made = (Memfd, Mapping);
 
-/// A pool on huge pages: hugetlb when the pool has room, else transparent
-/// huge pages when the kernel allows them for shared memory, else 4 KiB
-/// pages; the note says which and why.
+/// A pool on huge pages (Menon 2006 §5.3): transparent huge pages when
+/// the kernel allows them for shared memory, else hugetlb when its pool
+/// has room, else 4 KiB pages; the note says why not the first.
+///
+/// Transparent huge pages come first because they keep Xen's split: the
+/// domain maps its own pool 2 MiB at a time (its superpages), while a
+/// peer's grant map still maps the one 4 KiB frame granted. A hugetlb page
+/// can only be mapped whole, so a peer's mirror of it installs 2 MiB
+/// entries, a cheaper grant map than Xen ever had (`sys::PoolMirror`).
 fn huge_pool(
     name: &str,
     len: usize,
     mk: &dyn Fn(&str, usize, bool) -> HvResult<Made>,
 ) -> HvResult<(Memfd, Mapping, HugeBacking, Option<String>)> {
+    let (thp, setting) = sys::huge::thp_shmem();
+    let thp_off = if thp.advised_ranges_get_them() {
+        let (fd, map) = mk("pool", len, false)?;
+        match map.advise_huge() {
+            Ok(n) if n > 0 => return Ok((fd, map, HugeBacking::Thp, None)),
+            r => format!("madvise(MADV_HUGEPAGE) on the pool failed ({r:?})"),
+        }
+    } else {
+        format!("transparent huge pages for shared memory are off ({setting})")
+    };
     // A hugetlb mapping reserves its pages when made, so a short pool
     // fails here rather than at a later fault. Its pages are faulted in
     // whole, so a grantee's mirror finds each in the file (sys::PoolMirror).
@@ -93,35 +110,18 @@ fn huge_pool(
         Ok((fd, map)) => {
             map.populate()
                 .map_err(|e| HvError::internal(&format!("faulting in {name}'s pool"), e))?;
-            return Ok((fd, map, HugeBacking::Hugetlb, None));
+            let note = format!("{name}: {thp_off}, so the pool is on hugetlb pages, which a peer's grant map maps 2 MiB at a time");
+            return Ok((fd, map, HugeBacking::Hugetlb, Some(note)));
         }
         Err(e) => e,
     };
     let (fd, map) = mk("pool", len, false)?;
     let pages = len / sys::huge::HUGE_PAGE;
-    let why = format!(
-        "{name}: {pages} hugetlb 2 MiB pages could not be had ({})",
+    let note = format!(
+        "{name}: {thp_off}, and {pages} hugetlb 2 MiB pages could not be had ({}), so the pool is on 4 KiB pages",
         short.message
     );
-    let (thp, setting) = sys::huge::thp_shmem();
-    if !thp.advised_ranges_get_them() {
-        let note = format!(
-            "{why}; transparent huge pages for shared memory are off ({setting}), so the pool is on 4 KiB pages"
-        );
-        return Ok((fd, map, HugeBacking::None, Some(note)));
-    }
-    match map.advise_huge() {
-        Ok(n) if n > 0 => {
-            let note = format!("{why}; the pool is on transparent huge pages ({setting})");
-            Ok((fd, map, HugeBacking::Thp, Some(note)))
-        }
-        r => {
-            let note = format!(
-                "{why}; madvise(MADV_HUGEPAGE) failed ({r:?}), so the pool is on 4 KiB pages"
-            );
-            Ok((fd, map, HugeBacking::None, Some(note)))
-        }
-    }
+    Ok((fd, map, HugeBacking::None, Some(note)))
 }
 
 impl DomainMemory {
@@ -281,35 +281,35 @@ mod tests {
     use abi::SharedMemory;
     use sys::huge::{thp_shmem, HUGE_PAGE};
 
+    /// A maker of pool memory that refuses hugetlb, as a short pool does.
+    fn no_hugetlb(what: &str, len: usize, huge: bool) -> HvResult<Made> {
+        if huge {
+            return Err(HvError::internal(
+                "allocating pool",
+                std::io::Error::from_raw_os_error(libc::ENOMEM),
+            ));
+        }
+        let fd = Memfd::create(&format!("splitnet-t-huge-{what}"), len, false)
+            .map_err(|e| HvError::internal("allocating", e))?;
+        let map =
+            Mapping::new(fd.as_fd(), 0, len, true).map_err(|e| HvError::internal("mapping", e))?;
+        Ok((fd, map))
+    }
+
     #[test]
-    fn a_short_hugetlb_pool_falls_back_and_says_why() {
-        // hugetlb refused (as a short pool refuses), whatever the host's
-        // pool holds at the time: the fallback takes over and says why.
-        let mk = |what: &str, len: usize, huge: bool| -> HvResult<Made> {
-            if huge {
-                return Err(HvError::internal(
-                    "allocating pool",
-                    std::io::Error::from_raw_os_error(libc::ENOMEM),
-                ));
-            }
-            let fd = Memfd::create(&format!("splitnet-t-huge-short-{what}"), len, false)
-                .map_err(|e| HvError::internal("allocating", e))?;
-            let map = Mapping::new(fd.as_fd(), 0, len, true)
-                .map_err(|e| HvError::internal("mapping", e))?;
-            Ok((fd, map))
-        };
-        let (_fd, map, backing, note) = huge_pool("t-huge-short", 2 * HUGE_PAGE, &mk).unwrap();
-        let note = note.unwrap();
-        assert!(note.contains("hugetlb") && note.contains("2 MiB"), "{note}");
+    fn thp_comes_first_and_every_fallback_says_why() {
+        // Whatever the host allows at the time: transparent huge pages
+        // when shared memory may take them, else (hugetlb refused here)
+        // 4 KiB pages, with a note naming both reasons.
+        let (_fd, map, backing, note) = huge_pool("t-huge", 2 * HUGE_PAGE, &no_hugetlb).unwrap();
         let (thp, setting) = thp_shmem();
         if thp.advised_ranges_get_them() {
-            assert!(
-                matches!(backing, HugeBacking::Thp | HugeBacking::None),
-                "{note}"
-            );
+            assert_eq!((backing, note), (HugeBacking::Thp, None));
         } else {
-            assert!(note.contains("4 KiB") && note.contains(&setting), "{note}");
+            let note = note.unwrap();
             assert_eq!(backing, HugeBacking::None, "{note}");
+            assert!(note.contains(&setting), "{note}");
+            assert!(note.contains("hugetlb") && note.contains("4 KiB"), "{note}");
         }
         // The pool works all the same.
         map.write_bytes(PAGE_SIZE, b"still a pool");

@@ -69,16 +69,42 @@ pub fn thp_anon() -> (Thp, String) {
 /// The THP setting for shared memory (memfds: a domain's pool), and where
 /// it was read. A 2 MiB size set to its own value overrides the global one.
 pub fn thp_shmem() -> (Thp, String) {
-    let per_size = "hugepages-2048kB/shmem_enabled";
-    let (own, what) = read_setting(per_size);
-    let inherits = std::fs::read_to_string(format!("{THP_DIR}/{per_size}"))
-        .map(|t| selected(&t) == Some("inherit"))
-        .unwrap_or(true);
-    if inherits {
+    if shmem_size_inherits() {
         read_setting("shmem_enabled")
     } else {
-        (own, what)
+        read_setting("hugepages-2048kB/shmem_enabled")
     }
+}
+
+/// Whether the 2 MiB size's own shared-memory setting defers to the
+/// global one (`inherit`, or a kernel without per-size settings).
+fn shmem_size_inherits() -> bool {
+    std::fs::read_to_string(format!("{THP_DIR}/hugepages-2048kB/shmem_enabled"))
+        .map(|t| selected(&t) == Some("inherit"))
+        .unwrap_or(true)
+}
+
+/// Lets shared memory take transparent huge pages where advised: when the
+/// global `shmem_enabled` is the kernel's default `never` and the 2 MiB
+/// size inherits it, sets it to `advise` (root). Returns the word replaced,
+/// to put back with [`set_thp_shmem`]; None when nothing needed changing,
+/// or when the setting is a deliberate `deny` or a per-size value, which
+/// are left alone.
+pub fn advise_thp_shmem() -> io::Result<Option<String>> {
+    let path = format!("{THP_DIR}/shmem_enabled");
+    let text = std::fs::read_to_string(&path)?;
+    if selected(&text) != Some("never") || !shmem_size_inherits() {
+        return Ok(None);
+    }
+    set_thp_shmem("advise")?;
+    Ok(Some("never".into()))
+}
+
+/// Sets the global `shmem_enabled` to `word` (root).
+pub fn set_thp_shmem(word: &str) -> io::Result<()> {
+    let path = format!("{THP_DIR}/shmem_enabled");
+    std::fs::write(&path, word)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing {path}: {e}")))
 }
 
 /// The hugetlb pool of 2 MiB pages (`/proc/meminfo`).

@@ -17,14 +17,15 @@
 //! adjacent 4 KiB frames cost a flush per run (per 2 MiB it spans), not
 //! per frame.
 //!
-//! A pool on hugetlb pages (Menon 2006 §5.3's superpages) is mirrored a
-//! huge page at a time: its first mapped frame installs one entry for the
-//! whole huge page, and the zap comes when its last mapped frame is
+//! A pool on transparent huge pages is mirrored 4 KiB at a time, as Xen's
+//! grant map mapped one frame of a guest's superpage (Menon 2006 §5.3).
+//! A pool on hugetlb pages can only be mapped whole: it is mirrored a
+//! huge page at a time, its first mapped frame installing one entry for
+//! the whole huge page and the zap coming when its last mapped frame is
 //! unmapped. The page table then guards whole huge pages only: the
 //! per-frame map count still gates every copy, so a frame not granted
 //! stays unreadable through this API even where its huge page is present,
-//! but not to a compromised caller reading its own memory (as with a
-//! superpage mapping under Xen, whose permissions cover the whole page).
+//! but not to a compromised caller reading its own memory.
 //!
 //! A kernel without minor faults on that memory, a filter that forbids
 //! userfaultfd, or a host with swap on (a swapped-out frame would fault

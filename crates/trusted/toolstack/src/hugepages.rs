@@ -1,9 +1,14 @@
-//! The hugetlb pages a topology's pools need (Menon 2006 §5.3, superpages),
-//! reserved when hv starts: hv raises `/proc/sys/vm/nr_hugepages` by what
-//! is missing and no more, says so, and gives back what it added when it
-//! stops. When it cannot, it says why; each pool that does not fit then
-//! falls back to transparent huge pages or 4 KiB pages, and hv's log and
-//! `splitnet status` (`huge_backing`) say which.
+//! The huge pages a topology's pools need (Menon 2006 §5.3, superpages),
+//! arranged when hv starts. Transparent huge pages come first (hv's
+//! `memory::huge_pool` says why): where the kernel's shared-memory setting
+//! is its default `never`, hv sets it to `advise`, which gives huge pages
+//! only to mappings that ask, and puts it back when it stops. Where shared
+//! memory may not take them, hv raises `/proc/sys/vm/nr_hugepages` by what
+//! the pools lack and no more, and gives back what it added when it stops.
+//! Either change is recorded in hv's run directory, so that the next hv
+//! undoes what a killed one could not. When neither can be had, hv says
+//! why; the pools then take 4 KiB pages, and hv's log and `splitnet
+//! status` (`huge_backing`) say which.
 
 use crate::topology::Topology;
 use std::path::{Path, PathBuf};
@@ -12,6 +17,10 @@ use sys::huge::{self, HugetlbPool};
 /// The file in hv's run directory that records the pages it added, so
 /// that the next hv gives back what a killed one could not.
 const ADDED_FILE: &str = "hugepages-added";
+
+/// The file in hv's run directory that records the shared-memory THP
+/// setting hv replaced, likewise.
+const SHMEM_FILE: &str = "thp-shmem-was";
 
 /// 2 MiB pages a pool of `frames` 4 KiB frames takes.
 const FRAMES_PER_HUGE_PAGE: u64 = (huge::HUGE_PAGE / sys::PAGE_SIZE) as u64;
@@ -24,56 +33,115 @@ pub fn pages_needed(t: &Topology) -> u64 {
         .sum()
 }
 
-/// What hv added to the hugetlb pool, to give back when it stops.
+/// What hv added to the hugetlb pool, to give back when it stops, and
+/// the shared-memory THP setting it replaced, to put back.
 #[derive(Debug, Default)]
 pub struct Reservation {
     added: u64,
     /// Where the count is recorded (none when nothing was added).
     record: Option<PathBuf>,
+    /// The setting replaced and where it is recorded.
+    shmem: Option<(String, PathBuf)>,
 }
 
-/// Gives back what an earlier hv with this run directory added and did
-/// not give back (it was killed), then makes room in the hugetlb pool for
-/// `t`'s pools, logging what it did or why it could not. What it adds is
-/// recorded in `run_dir` until [`Reservation::release`].
+/// Undoes what an earlier hv with this run directory changed and did not
+/// undo (it was killed), then arranges huge pages for `t`'s pools:
+/// transparent ones where shared memory may take them (allowing it where
+/// the setting is the default `never`), else room in the hugetlb pool;
+/// logs what it did or why it could not. What it changes is recorded in
+/// `run_dir` until [`Reservation::release`].
 pub fn reserve(t: &Topology, run_dir: &Path) -> Reservation {
     let record = run_dir.join(ADDED_FILE);
-    if let Some(left) = std::fs::read_to_string(&record)
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-    {
+    if let Some(left) = read_record(&record).and_then(|s| s.parse::<u64>().ok()) {
         give_back(left, "an earlier hv's");
         let _ = std::fs::remove_file(&record);
+    }
+    let shmem_record = run_dir.join(SHMEM_FILE);
+    if let Some(word) = read_record(&shmem_record) {
+        put_back_shmem(&word, "an earlier hv's");
+        let _ = std::fs::remove_file(&shmem_record);
     }
     let need = pages_needed(t);
     if need == 0 {
         return Reservation::default();
+    }
+    let shmem = allow_thp_shmem(&shmem_record);
+    let (thp, setting) = huge::thp_shmem();
+    if thp.advised_ranges_get_them() {
+        hv::log!(
+            Info,
+            "huge pages: the pools take transparent huge pages ({setting}): each domain maps its own 2 MiB at a time, a peer's grant map one 4 KiB frame"
+        );
+        return Reservation {
+            shmem,
+            ..Reservation::default()
+        };
     }
     let (added, res) = grow(need);
     let reservation = if added > 0 && std::fs::write(&record, added.to_string()).is_ok() {
         Reservation {
             added,
             record: Some(record),
+            shmem,
         }
     } else {
         Reservation {
             added,
             record: None,
+            shmem,
         }
     };
     match res {
         Ok(msg) => hv::log!(Info, "huge pages: {msg}"),
-        Err(msg) => {
-            let (thp, setting) = huge::thp_shmem();
-            let fallback = if thp.advised_ranges_get_them() {
-                format!("pools that do not fit take transparent huge pages ({setting})")
-            } else {
-                format!("pools that do not fit take 4 KiB pages: transparent huge pages for shared memory are off ({setting})")
-            };
-            hv::log!(Warning, "huge pages: {msg}; {fallback}");
-        }
+        Err(msg) => hv::log!(
+            Warning,
+            "huge pages: {msg}; pools that do not fit take 4 KiB pages"
+        ),
     }
     reservation
+}
+
+/// A record's text, trimmed; None when there is none.
+fn read_record(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Lets shared memory take transparent huge pages where advised, when
+/// the setting is the kernel's default; the setting replaced, recorded at
+/// `record`, or None (nothing changed, or it could not be: logged).
+fn allow_thp_shmem(record: &Path) -> Option<(String, PathBuf)> {
+    match huge::advise_thp_shmem() {
+        Ok(Some(was)) => {
+            hv::log!(
+                Info,
+                "huge pages: shared memory takes transparent huge pages where advised (shmem_enabled {was} -> advise, put back when hv stops)"
+            );
+            let _ = std::fs::write(record, &was);
+            Some((was, record.to_path_buf()))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            hv::log!(
+                Warning,
+                "huge pages: cannot allow transparent huge pages for shared memory: {e}"
+            );
+            None
+        }
+    }
+}
+
+/// Puts the shared-memory THP setting `whose` hv replaced back to `word`.
+fn put_back_shmem(word: &str, whose: &str) {
+    match huge::set_thp_shmem(word) {
+        Ok(()) => hv::log!(Info, "huge pages: put back {whose} shmem_enabled = {word}"),
+        Err(e) => hv::log!(
+            Warning,
+            "huge pages: could not put back {whose} shmem_enabled = {word}: {e}"
+        ),
+    }
 }
 
 /// Grows the pool by what `need` pages lack: the pages added (also when
@@ -151,25 +219,27 @@ fn give_back(n: u64, whose: &str) {
 
 impl Reservation {
     /// The reservation an earlier program of this process made (hv's
-    /// upgrade in place), as its record in `run_dir` says.
+    /// upgrade in place), as its records in `run_dir` say.
     pub fn carried(run_dir: &Path) -> Reservation {
         let record = run_dir.join(ADDED_FILE);
-        match std::fs::read_to_string(&record)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-        {
-            Some(added) => Reservation {
-                added,
-                record: Some(record),
-            },
-            None => Reservation::default(),
+        let added = read_record(&record).and_then(|s| s.parse::<u64>().ok());
+        let shmem_record = run_dir.join(SHMEM_FILE);
+        Reservation {
+            added: added.unwrap_or(0),
+            record: added.map(|_| record),
+            shmem: read_record(&shmem_record).map(|w| (w, shmem_record)),
         }
     }
 
-    /// Gives back the pages hv added, and forgets the record.
+    /// Gives back the pages hv added and puts back the setting it
+    /// replaced, and forgets the records.
     pub fn release(self) {
         give_back(self.added, "its");
         if let Some(r) = self.record {
+            let _ = std::fs::remove_file(r);
+        }
+        if let Some((word, r)) = self.shmem {
+            put_back_shmem(&word, "its");
             let _ = std::fs::remove_file(r);
         }
     }
