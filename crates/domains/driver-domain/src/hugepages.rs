@@ -3,7 +3,7 @@
 //! the topology gives the driver domain `hugepages = true` (the toolstack
 //! writes `splitnet/hugepages` in its home). They are private memory, so
 //! they take transparent huge pages by `madvise(MADV_HUGEPAGE)`; hv backs
-//! the domain's pool itself (hugetlb, else THP).
+//! the domain's pool itself (THP, else hugetlb).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

@@ -212,7 +212,7 @@ fn run_once(opts: &HvBenchOptions) -> Result<Vec<(&'static str, Vec<f64>)>> {
         say("pool mirror on hugetlb pages: no 2 MiB page could be reserved; row left out");
     }
     // Put back when the run ends, as hv does when it stops.
-    let _thp = ThpShmem::allow();
+    let _thp = allow_thp_shmem();
     results.extend(huge_mirror_row(&hv, &mut drv, Backing::Thp, n, say)?);
 
     drop(guest);
@@ -304,21 +304,10 @@ fn huge_mirror_row(
 }
 
 /// Shared memory allowed transparent huge pages for the run where the
-/// host's setting is the kernel's default, put back on drop (as hv does).
-struct ThpShmem(Option<String>);
-
-impl ThpShmem {
-    fn allow() -> ThpShmem {
-        ThpShmem(sys::huge::advise_thp_shmem().ok().flatten())
-    }
-}
-
-impl Drop for ThpShmem {
-    fn drop(&mut self) {
-        if let Some(word) = &self.0 {
-            let _ = sys::huge::set_thp_shmem(word);
-        }
-    }
+/// host's setting is the kernel's default: held as hv holds it
+/// (`toolstack::thp_shmem`), let go when dropped.
+fn allow_thp_shmem() -> Option<toolstack::thp_shmem::Hold> {
+    toolstack::thp_shmem::hold().ok().flatten().map(|(h, _)| h)
 }
 
 /// One more free 2 MiB hugetlb page for the run, given back on drop.

@@ -80,8 +80,9 @@ pub struct DomainMemory {
 type Made = (Memfd, Mapping);
 
 /// A pool on huge pages (Menon 2006 §5.3): transparent huge pages when
-/// the kernel allows them for shared memory, else hugetlb when its pool
-/// has room, else 4 KiB pages; the note says why not the first.
+/// the kernel allows them for shared memory (`thp`, the setting and where
+/// it was read) and gives a whole pool of them, else hugetlb when its pool
+/// has room, else what there is; the note says why not the first.
 ///
 /// Transparent huge pages come first because they keep Xen's split: the
 /// domain maps its own pool 2 MiB at a time (its superpages), while a
@@ -91,17 +92,21 @@ type Made = (Memfd, Mapping);
 fn huge_pool(
     name: &str,
     len: usize,
+    thp: (sys::huge::Thp, String),
     mk: &dyn Fn(&str, usize, bool) -> HvResult<Made>,
 ) -> HvResult<(Memfd, Mapping, HugeBacking, Option<String>)> {
-    let (thp, setting) = sys::huge::thp_shmem();
-    let thp_off = if thp.advised_ranges_get_them() {
+    let (fallback, thp_off) = if thp.0.advised_ranges_get_them() {
         let (fd, map) = mk("pool", len, false)?;
-        match map.advise_huge() {
-            Ok(n) if n > 0 => return Ok((fd, map, HugeBacking::Thp, None)),
-            r => format!("madvise(MADV_HUGEPAGE) on the pool failed ({r:?})"),
+        match thp_pool(&map, len) {
+            Ok(()) => return Ok((fd, map, HugeBacking::Thp, None)),
+            Err(why) => (Some((fd, map)), why),
         }
     } else {
-        format!("transparent huge pages for shared memory are off ({setting})")
+        let why = format!(
+            "transparent huge pages for shared memory are off ({})",
+            thp.1
+        );
+        (None, why)
     };
     // A hugetlb mapping reserves its pages when made, so a short pool
     // fails here rather than at a later fault. Its pages are faulted in
@@ -115,13 +120,40 @@ fn huge_pool(
         }
         Err(e) => e,
     };
-    let (fd, map) = mk("pool", len, false)?;
     let pages = len / sys::huge::HUGE_PAGE;
-    let note = format!(
-        "{name}: {thp_off}, and {pages} hugetlb 2 MiB pages could not be had ({}), so the pool is on 4 KiB pages",
+    let why = format!(
+        "{name}: {thp_off}, and {pages} hugetlb 2 MiB pages could not be had ({})",
         short.message
     );
-    Ok((fd, map, HugeBacking::None, Some(note)))
+    match fallback {
+        // What transparent huge pages the kernel gave, kept.
+        Some((fd, map)) => Ok((fd, map, HugeBacking::Thp, Some(why))),
+        None => {
+            let (fd, map) = mk("pool", len, false)?;
+            let note = format!("{why}, so the pool is on 4 KiB pages");
+            Ok((fd, map, HugeBacking::None, Some(note)))
+        }
+    }
+}
+
+/// Puts the fresh pool `map` (`len` bytes) on transparent huge pages and
+/// checks that all of it got them; if not, takes the advice back (so that
+/// khugepaged never collapses its small pages from under a peer's mirror)
+/// and says how much did.
+fn thp_pool(map: &Mapping, len: usize) -> Result<(), String> {
+    let advised = map
+        .advise_huge()
+        .map_err(|e| format!("madvise(MADV_HUGEPAGE) on the pool failed ({e})"))?;
+    let huge = map.huge_mapped().unwrap_or(0);
+    if advised == len && huge >= len {
+        return Ok(());
+    }
+    let _ = map.advise_small();
+    Err(format!(
+        "transparent huge pages covered {} of its {} MiB",
+        huge >> 20,
+        len >> 20
+    ))
 }
 
 impl DomainMemory {
@@ -152,7 +184,7 @@ impl DomainMemory {
             Ok((fd, map))
         };
         let pool = if spec.hugepages {
-            huge_pool(name, pool_len, &mk)?
+            huge_pool(name, pool_len, sys::huge::thp_shmem(), &mk)?
         } else {
             let (fd, map) = mk("pool", pool_len, false)?;
             (fd, map, HugeBacking::None, None)
@@ -225,10 +257,9 @@ impl DomainMemory {
             Mapping::new(fd.as_fd(), 0, len, true)
                 .map_err(|e| HvError::internal(&format!("mapping {what} again"), e))
         };
+        // A live pool: mapped as it is, nothing advised or touched (its
+        // huge pages are mapped whole wherever they are).
         let pool_map = map(&pool, spec.pool_frames as usize * PAGE_SIZE, "pool")?;
-        if backing == HugeBacking::Thp {
-            let _ = pool_map.advise_huge();
-        }
         Ok(DomainMemory {
             spec,
             backing,
@@ -279,7 +310,7 @@ impl DomainMemory {
 mod tests {
     use super::*;
     use abi::SharedMemory;
-    use sys::huge::{thp_shmem, HUGE_PAGE};
+    use sys::huge::{thp_shmem, Thp, HUGE_PAGE};
 
     /// A maker of pool memory that refuses hugetlb, as a short pool does.
     fn no_hugetlb(what: &str, len: usize, huge: bool) -> HvResult<Made> {
@@ -298,24 +329,35 @@ mod tests {
 
     #[test]
     fn thp_comes_first_and_every_fallback_says_why() {
-        // Whatever the host allows at the time: transparent huge pages
-        // when shared memory may take them, else (hugetlb refused here)
-        // 4 KiB pages, with a note naming both reasons.
-        let (_fd, map, backing, note) = huge_pool("t-huge", 2 * HUGE_PAGE, &no_hugetlb).unwrap();
-        let (thp, setting) = thp_shmem();
-        if thp.advised_ranges_get_them() {
-            assert_eq!((backing, note), (HugeBacking::Thp, None));
-        } else {
-            let note = note.unwrap();
-            assert_eq!(backing, HugeBacking::None, "{note}");
-            assert!(note.contains(&setting), "{note}");
-            assert!(note.contains("hugetlb") && note.contains("4 KiB"), "{note}");
-        }
+        let never = (Thp::Never, "shmem_enabled = never".to_string());
+        // Transparent huge pages off, hugetlb refused: 4 KiB pages, with a
+        // note naming both reasons.
+        let (_fd, map, backing, note) =
+            huge_pool("t-huge", 2 * HUGE_PAGE, never, &no_hugetlb).unwrap();
+        let note = note.unwrap();
+        assert_eq!(backing, HugeBacking::None, "{note}");
+        assert!(note.contains("shmem_enabled = never"), "{note}");
+        assert!(note.contains("hugetlb") && note.contains("4 KiB"), "{note}");
         // The pool works all the same.
         map.write_bytes(PAGE_SIZE, b"still a pool");
         let mut b = [0u8; 12];
         map.read_bytes(PAGE_SIZE, &mut b);
         assert_eq!(&b, b"still a pool");
+        // Allowed where advised: transparent huge pages when the kernel
+        // gives the whole pool, else what it gave, saying how much.
+        let (thp, setting) = thp_shmem();
+        let advise = (Thp::Madvise, setting);
+        let (_fd, map, backing, note) =
+            huge_pool("t-huge", 2 * HUGE_PAGE, advise, &no_hugetlb).unwrap();
+        assert_eq!(backing, HugeBacking::Thp);
+        if thp.advised_ranges_get_them() {
+            assert_eq!(note, None, "the host gives huge pages here");
+            assert_eq!(map.huge_mapped().unwrap(), 2 * HUGE_PAGE);
+        } else {
+            // This host refuses them: the note says none were had.
+            let note = note.unwrap();
+            assert!(note.contains("covered 0 of its 4 MiB"), "{note}");
+        }
     }
 
     #[test]

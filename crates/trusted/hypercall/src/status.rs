@@ -52,8 +52,9 @@ pub struct DomainStatus {
     pub connected: bool,
     pub pool_frames: u32,
     pub hugepages: bool,
-    /// What backs the pool: "hugetlb", "thp" (the hugetlb pool was short)
-    /// or "none" (Menon 2006 §5.3).
+    /// What backs the pool: "thp" (the first choice), "hugetlb" (where
+    /// shared memory may not take transparent huge pages) or "none"
+    /// (Menon 2006 §5.3).
     pub huge_backing: String,
     pub grant_entries: u32,
     pub event_channels: usize,

@@ -84,20 +84,13 @@ fn shmem_size_inherits() -> bool {
         .unwrap_or(true)
 }
 
-/// Lets shared memory take transparent huge pages where advised: when the
-/// global `shmem_enabled` is the kernel's default `never` and the 2 MiB
-/// size inherits it, sets it to `advise` (root). Returns the word replaced,
-/// to put back with [`set_thp_shmem`]; None when nothing needed changing,
-/// or when the setting is a deliberate `deny` or a per-size value, which
-/// are left alone.
-pub fn advise_thp_shmem() -> io::Result<Option<String>> {
-    let path = format!("{THP_DIR}/shmem_enabled");
-    let text = std::fs::read_to_string(&path)?;
-    if selected(&text) != Some("never") || !shmem_size_inherits() {
-        return Ok(None);
-    }
-    set_thp_shmem("advise")?;
-    Ok(Some("never".into()))
+/// The global `shmem_enabled` word that setting `advise` would replace:
+/// Some only where it is the kernel's default `never` and the 2 MiB size
+/// inherits it (a deliberate `deny` or a per-size value is the host's
+/// choice, left alone).
+pub fn advise_thp_shmem_word() -> Option<String> {
+    let text = std::fs::read_to_string(format!("{THP_DIR}/shmem_enabled")).ok()?;
+    (selected(&text) == Some("never") && shmem_size_inherits()).then(|| "never".to_string())
 }
 
 /// Sets the global `shmem_enabled` to `word` (root).
@@ -184,6 +177,41 @@ pub(crate) fn madvise_huge(start: usize, len: usize) -> io::Result<()> {
     crate::cvt(r as libc::c_long, "madvise(MADV_HUGEPAGE)").map(|_| ())
 }
 
+/// Bytes of the mapping that starts at `addr` which the kernel maps with
+/// 2 MiB entries: its `ShmemPmdMapped`, `FilePmdMapped` and
+/// `AnonHugePages` in `/proc/self/smaps`; an error when no mapping starts
+/// there.
+pub(crate) fn pmd_mapped(addr: usize) -> io::Result<usize> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
+    pmd_mapped_in(&smaps, addr)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no mapping starts there"))
+}
+
+fn pmd_mapped_in(smaps: &str, addr: usize) -> Option<usize> {
+    let head = format!("{addr:x}-");
+    let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+    lines.next()?;
+    let kb: usize = lines
+        .take_while(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.ends_with(':'))
+        })
+        .filter_map(|l| {
+            let (key, rest) = l.split_once(':')?;
+            let huge = ["ShmemPmdMapped", "FilePmdMapped", "AnonHugePages"].contains(&key);
+            huge.then(|| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+            })?
+        })
+        .sum();
+    Some(kb * 1024)
+}
+
 /// Asks for transparent huge pages under the whole 2 MiB pages inside
 /// `buf` (a private buffer, best allocated before it is first touched).
 /// Returns the bytes advised: 0 when no whole huge page fits or the
@@ -215,6 +243,19 @@ mod tests {
         );
         assert_eq!(parse_thp("[deny]"), Thp::Never);
         assert_eq!(parse_thp("garbage"), Thp::Never);
+    }
+
+    #[test]
+    fn smaps_give_a_mappings_huge_bytes() {
+        let smaps = "7f00000000-7f00200000 rw-s 00000000 00:01 5 /memfd:pool (deleted)\n\
+                     Size:               2048 kB\n\
+                     ShmemPmdMapped:     2048 kB\n\
+                     FilePmdMapped:         0 kB\n\
+                     VmFlags: rd wr sh mr mw me ms hg\n\
+                     7f00200000-7f00400000 rw-s 00000000 00:01 6 /memfd:other (deleted)\n\
+                     ShmemPmdMapped:     2048 kB\n";
+        assert_eq!(pmd_mapped_in(smaps, 0x007f_0000_0000), Some(2 << 20));
+        assert_eq!(pmd_mapped_in(smaps, 0x007f_0010_0000), None);
     }
 
     #[test]

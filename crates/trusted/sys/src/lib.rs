@@ -25,6 +25,7 @@
 mod bpf;
 mod doorbell;
 mod epoll;
+mod filelock;
 pub mod huge;
 mod iov;
 pub mod jail;
@@ -49,6 +50,7 @@ mod window;
 pub use bpf::{SocketFilter, FILTER_MACS};
 pub use doorbell::{poll_readable, poll_readable_few, Doorbell, POLL_FEW};
 pub use epoll::{Epoll, Event};
+pub use filelock::FileLock;
 pub use iov::{IoPart, IoPartMut, MAX_IO_PARTS};
 pub use mapping::Mapping;
 pub use memfd::{memory_file, punch_hole, seal_shrink, Memfd, PAGE_SIZE};

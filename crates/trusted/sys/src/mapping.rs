@@ -102,25 +102,38 @@ impl Mapping {
 
     /// Asks for transparent huge pages under this mapping's whole 2 MiB
     /// pages (a shared mapping follows `shmem_enabled`, see
-    /// [`crate::huge`]) and faults each in through it, so that the memory
+    /// [`crate::huge`]) and faults the whole mapping in through it
+    /// (`MADV_POPULATE_WRITE`, which changes no byte), so that the memory
     /// file holds huge pages before a peer maps it. Returns the bytes
     /// advised (0 when no whole huge page fits).
     pub fn advise_huge(&self) -> io::Result<usize> {
-        use crate::huge::{aligned_part, madvise_huge, HUGE_PAGE};
-        let base = self.ptr.as_ptr() as usize;
-        let (start, len) = aligned_part(base, self.len);
+        use crate::huge::{aligned_part, madvise_huge};
+        let (start, len) = aligned_part(self.ptr.as_ptr() as usize, self.len);
         if len == 0 {
             return Ok(0);
         }
         madvise_huge(start, len)?;
         if self.writable {
-            for off in (start - base..start - base + len).step_by(HUGE_PAGE) {
-                // A fresh memory file is zero: storing a zero only faults
-                // the page in. Peers map it only later.
-                let _ = self.try_write_bytes(off, &[0]);
-            }
+            self.populate()?;
         }
         Ok(len)
+    }
+
+    /// Takes [`Mapping::advise_huge`]'s advice back (`MADV_NOHUGEPAGE`), so
+    /// that khugepaged never collapses the small pages of a range that did
+    /// not get huge ones: a collapse unmaps the small pages from every
+    /// process, a peer's pool mirror among them.
+    pub fn advise_small(&self) -> io::Result<()> {
+        // SAFETY: the range is this mapping's own; the advice changes only
+        // how the kernel may back it later, never its contents.
+        let r = unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_NOHUGEPAGE) };
+        cvt(r.into(), "madvise(MADV_NOHUGEPAGE)").map(drop)
+    }
+
+    /// Bytes of this mapping the kernel maps with 2 MiB entries
+    /// (`/proc/self/smaps`).
+    pub fn huge_mapped(&self) -> io::Result<usize> {
+        crate::huge::pmd_mapped(self.region.0.as_ptr() as usize)
     }
 
     /// Faults every page of this writable mapping in (`MADV_POPULATE_WRITE`),

@@ -821,4 +821,56 @@ mod tests {
         assert!(!present(&w, 0) && !w.is_mapped(7));
         drop((w, p, ro, m, old));
     }
+
+    /// A pool on transparent huge pages is mirrored a 4 KiB frame at a
+    /// time, read-only or writable, as Xen's grant map mapped one frame of
+    /// a guest's superpage (Menon 2006 §5.3).
+    #[test]
+    fn a_pool_on_transparent_huge_pages_is_mirrored_a_frame_at_a_time() {
+        use crate::huge::{self, HUGE_PAGE};
+        // SAFETY: geteuid has no arguments and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: allowing huge pages for shared memory needs root");
+            return;
+        }
+        /// Puts the host's setting back, pass or fail.
+        struct Restore(Option<String>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                if let Some(w) = &self.0 {
+                    let _ = huge::set_thp_shmem(w);
+                }
+            }
+        }
+        let was = huge::advise_thp_shmem_word();
+        if was.is_some() {
+            huge::set_thp_shmem("advise").unwrap();
+        }
+        let _restore = Restore(was);
+        if !huge::thp_shmem().0.advised_ranges_get_them() {
+            eprintln!("skipped: this host denies shared memory huge pages");
+            return;
+        }
+        let m = Memfd::create("t", 2 * HUGE_PAGE, false).unwrap();
+        let p = Mapping::new(m.as_fd(), 0, 2 * HUGE_PAGE, true).unwrap();
+        assert_eq!(p.advise_huge().unwrap(), 2 * HUGE_PAGE);
+        assert_eq!(p.huge_mapped().unwrap(), 2 * HUGE_PAGE, "the pool is huge");
+        p.fill(3 * PAGE_SIZE, PAGE_SIZE, 0x33);
+        let ro = m.reopen_readonly().unwrap();
+        for mut w in [
+            PoolMirror::new(ro.as_fd(), false).unwrap(),
+            PoolMirror::new(m.as_fd(), true).unwrap(),
+        ] {
+            assert_eq!(w.entry_size(), PAGE_SIZE);
+            w.map(3).unwrap();
+            assert!(present(&w, 3) && !present(&w, 4) && !present(&w, 2));
+            let mut b = [0u8; 4];
+            w.try_read_bytes(3, 0, &mut b).unwrap();
+            assert_eq!(b, [0x33; 4]);
+            w.unmap(&[3]).unwrap();
+            assert!(!present(&w, 3));
+        }
+        // The owner's mapping is still huge: no mirror split it.
+        assert_eq!(p.huge_mapped().unwrap(), 2 * HUGE_PAGE);
+    }
 }

@@ -1,14 +1,13 @@
 //! The huge pages a topology's pools need (Menon 2006 §5.3, superpages),
 //! arranged when hv starts. Transparent huge pages come first (hv's
 //! `memory::huge_pool` says why): where the kernel's shared-memory setting
-//! is its default `never`, hv sets it to `advise`, which gives huge pages
-//! only to mappings that ask, and puts it back when it stops. Where shared
-//! memory may not take them, hv raises `/proc/sys/vm/nr_hugepages` by what
-//! the pools lack and no more, and gives back what it added when it stops.
-//! Either change is recorded in hv's run directory, so that the next hv
-//! undoes what a killed one could not. When neither can be had, hv says
-//! why; the pools then take 4 KiB pages, and hv's log and `splitnet
-//! status` (`huge_backing`) say which.
+//! is its default `never`, hv holds it at `advise` while it runs, with
+//! every other hv on the host ([`crate::thp_shmem`]). Where shared memory
+//! may not take them, hv raises `/proc/sys/vm/nr_hugepages` by what the
+//! pools lack and no more, records it in its run directory, and gives back
+//! what it added when it stops (or the next hv does, if it was killed).
+//! When neither can be had, hv says why; the pools then take 4 KiB pages,
+//! and hv's log and `splitnet status` (`huge_backing`) say which.
 
 use crate::topology::Topology;
 use std::path::{Path, PathBuf};
@@ -17,10 +16,6 @@ use sys::huge::{self, HugetlbPool};
 /// The file in hv's run directory that records the pages it added, so
 /// that the next hv gives back what a killed one could not.
 const ADDED_FILE: &str = "hugepages-added";
-
-/// The file in hv's run directory that records the shared-memory THP
-/// setting hv replaced, likewise.
-const SHMEM_FILE: &str = "thp-shmem-was";
 
 /// 2 MiB pages a pool of `frames` 4 KiB frames takes.
 const FRAMES_PER_HUGE_PAGE: u64 = (huge::HUGE_PAGE / sys::PAGE_SIZE) as u64;
@@ -40,8 +35,8 @@ pub struct Reservation {
     added: u64,
     /// Where the count is recorded (none when nothing was added).
     record: Option<PathBuf>,
-    /// The setting replaced and where it is recorded.
-    shmem: Option<(String, PathBuf)>,
+    /// hv's hold on the shared-memory THP setting.
+    shmem: Option<crate::thp_shmem::Hold>,
 }
 
 /// Undoes what an earlier hv with this run directory changed and did not
@@ -56,16 +51,12 @@ pub fn reserve(t: &Topology, run_dir: &Path) -> Reservation {
         give_back(left, "an earlier hv's");
         let _ = std::fs::remove_file(&record);
     }
-    let shmem_record = run_dir.join(SHMEM_FILE);
-    if let Some(word) = read_record(&shmem_record) {
-        put_back_shmem(&word, "an earlier hv's");
-        let _ = std::fs::remove_file(&shmem_record);
-    }
     let need = pages_needed(t);
     if need == 0 {
+        sweep_thp_shmem();
         return Reservation::default();
     }
-    let shmem = allow_thp_shmem(&shmem_record);
+    let shmem = hold_thp_shmem();
     let (thp, setting) = huge::thp_shmem();
     if thp.advised_ranges_get_them() {
         hv::log!(
@@ -109,18 +100,35 @@ fn read_record(path: &Path) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// Lets shared memory take transparent huge pages where advised, when
-/// the setting is the kernel's default; the setting replaced, recorded at
-/// `record`, or None (nothing changed, or it could not be: logged).
-fn allow_thp_shmem(record: &Path) -> Option<(String, PathBuf)> {
-    match huge::advise_thp_shmem() {
-        Ok(Some(was)) => {
+/// Puts back the shared-memory THP setting that hv's killed without
+/// letting go held, where no live hv holds it (logged).
+fn sweep_thp_shmem() {
+    match crate::thp_shmem::sweep() {
+        Ok(Some(word)) => hv::log!(
+            Info,
+            "huge pages: put back shmem_enabled = {word}, which a killed hv held at advise"
+        ),
+        Ok(None) => {}
+        Err(e) => hv::log!(Warning, "huge pages: checking shmem_enabled's holders: {e}"),
+    }
+}
+
+/// Holds the shared-memory THP setting at `advise` where it needs it,
+/// logging what it did; None where nothing was held (logged when it could
+/// not be).
+fn hold_thp_shmem() -> Option<crate::thp_shmem::Hold> {
+    use crate::thp_shmem::Held;
+    match crate::thp_shmem::hold() {
+        Ok(Some((hold, how))) => {
+            let how = match how {
+                Held::Changed { was } => format!("shmem_enabled {was} -> advise"),
+                Held::Joined => "held at advise with the host's other hv".into(),
+            };
             hv::log!(
                 Info,
-                "huge pages: shared memory takes transparent huge pages where advised (shmem_enabled {was} -> advise, put back when hv stops)"
+                "huge pages: shared memory takes transparent huge pages where advised ({how}, put back when the last hv stops)"
             );
-            let _ = std::fs::write(record, &was);
-            Some((was, record.to_path_buf()))
+            Some(hold)
         }
         Ok(None) => None,
         Err(e) => {
@@ -130,17 +138,6 @@ fn allow_thp_shmem(record: &Path) -> Option<(String, PathBuf)> {
             );
             None
         }
-    }
-}
-
-/// Puts the shared-memory THP setting `whose` hv replaced back to `word`.
-fn put_back_shmem(word: &str, whose: &str) {
-    match huge::set_thp_shmem(word) {
-        Ok(()) => hv::log!(Info, "huge pages: put back {whose} shmem_enabled = {word}"),
-        Err(e) => hv::log!(
-            Warning,
-            "huge pages: could not put back {whose} shmem_enabled = {word}: {e}"
-        ),
     }
 }
 
@@ -219,28 +216,35 @@ fn give_back(n: u64, whose: &str) {
 
 impl Reservation {
     /// The reservation an earlier program of this process made (hv's
-    /// upgrade in place), as its records in `run_dir` say.
+    /// upgrade in place), as its record in `run_dir` and its hold say.
     pub fn carried(run_dir: &Path) -> Reservation {
         let record = run_dir.join(ADDED_FILE);
         let added = read_record(&record).and_then(|s| s.parse::<u64>().ok());
-        let shmem_record = run_dir.join(SHMEM_FILE);
         Reservation {
             added: added.unwrap_or(0),
             record: added.map(|_| record),
-            shmem: read_record(&shmem_record).map(|w| (w, shmem_record)),
+            shmem: crate::thp_shmem::Hold::carried(),
         }
     }
 
-    /// Gives back the pages hv added and puts back the setting it
-    /// replaced, and forgets the records.
+    /// Gives back the pages hv added and lets go of the setting, and
+    /// forgets the record.
     pub fn release(self) {
         give_back(self.added, "its");
         if let Some(r) = self.record {
             let _ = std::fs::remove_file(r);
         }
-        if let Some((word, r)) = self.shmem {
-            put_back_shmem(&word, "its");
-            let _ = std::fs::remove_file(r);
+        let Some(hold) = self.shmem else {
+            sweep_thp_shmem();
+            return;
+        };
+        match hold.release() {
+            Ok(Some(word)) => hv::log!(Info, "huge pages: put back shmem_enabled = {word}"),
+            Ok(None) => {}
+            Err(e) => hv::log!(
+                Warning,
+                "huge pages: letting go of shmem_enabled failed: {e}"
+            ),
         }
     }
 }

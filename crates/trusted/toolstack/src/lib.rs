@@ -59,6 +59,7 @@ pub mod sched;
 pub mod status;
 pub mod store;
 pub mod supervisor;
+pub mod thp_shmem;
 pub mod topology;
 pub mod tuning;
 pub mod underlay;

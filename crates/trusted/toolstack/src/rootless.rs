@@ -84,7 +84,7 @@ pub fn refusals(t: &Topology) -> Vec<String> {
     }
     for d in t.domains.iter().filter(|d| d.hugepages) {
         no.push(format!(
-            "domain {}: hugepages = true takes pages from the host's pool, which needs root",
+            "domain {}: hugepages = true changes the host's huge-page settings (shared memory's transparent huge pages, or the hugetlb pool), which needs root",
             d.name
         ));
     }

@@ -48,7 +48,7 @@ pub struct DomainConfig {
     /// Pages of grant table (512 entries each).
     #[serde(default = "default_grant_frames")]
     pub grant_frames: u32,
-    /// Back the pool with 2 MiB hugetlb pages.
+    /// Back the pool with 2 MiB pages (transparent huge pages, else hugetlb).
     #[serde(default)]
     pub hugepages: bool,
     /// IPv4 address with prefix for the guest's virtual NIC; on a driver
