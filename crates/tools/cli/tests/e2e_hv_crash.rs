@@ -104,6 +104,68 @@ fn down_right_after_hv_was_killed_stops_the_next_hv() {
     assert_nothing_left();
 }
 
+/// The holder files of the host's shared-memory THP setting
+/// (toolstack's thp_shmem), by name.
+fn thp_holders() -> Vec<String> {
+    let dir = std::path::Path::new("/run/splitnet/thp-shmem");
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect()
+}
+
+fn shmem_enabled() -> String {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").unwrap()
+}
+
+/// A guest on superpages keeps them when hv dies: the hv its guardian
+/// starts takes over the dead one's hold on the host's setting, so no other
+/// hv puts it back under the pools, and `down` puts it back at the end.
+#[test]
+fn a_killed_hvs_hold_on_huge_pages_passes_to_the_next() {
+    let Some(env) = Env::new("hvcrash-huge") else {
+        return;
+    };
+    if sys::huge::advise_thp_shmem_word().is_none() || !thp_holders().is_empty() {
+        eprintln!("skipped: the host's shmem_enabled is not the default, or an hv holds it");
+        return;
+    }
+    let before = shmem_enabled();
+    let topo = toolstack::topology::DEFAULT_TOML.replace(
+        "address = \"10.77.0.1/24\"",
+        "address = \"10.77.0.1/24\"\nhugepages = true",
+    );
+    std::fs::create_dir_all(&env.run_dir).unwrap();
+    let path = env.run_dir.join("huge.toml");
+    std::fs::write(&path, topo).unwrap();
+    env.ok(&["up", "--config", path.to_str().unwrap()]);
+    let old = env.status()["hv_pid"].as_i64().unwrap();
+    assert!(shmem_enabled().contains("[advise]"));
+    assert!(thp_holders()
+        .iter()
+        .all(|n| n.starts_with(&format!("{old}-"))));
+    wait_until("hv's record taken", Duration::from_secs(5), || {
+        env.run_dir.join("hv-record.json").exists()
+    });
+    let st = kill_hv(&env);
+    let new = st["hv_pid"].as_i64().unwrap();
+    let holders = thp_holders();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert!(
+        holders[0].starts_with(&format!("{new}-")),
+        "{holders:?}, hv {new}"
+    );
+    assert!(shmem_enabled().contains("[advise]"));
+    env.ping("guest1", "10.77.0.254", 2);
+    env.ok(&["down"]);
+    assert_eq!(shmem_enabled(), before);
+    assert!(thp_holders().is_empty(), "{:?}", thp_holders());
+    assert_nothing_left();
+}
+
 /// A hot-plugged vif, the store and the event channels as they were when
 /// hv died are what the next hv serves: a vif attached right before the
 /// kill (its record taken before `network-attach` returned) carries

@@ -118,6 +118,30 @@ fn pmd_mapped_shmem(pid: u64) -> u64 {
         * 1024
 }
 
+/// On transparent huge pages, hv maps both huge pools whole with 2 MiB
+/// entries, and the guest maps what it touches of its own so (its
+/// superpages).
+fn superpages_are_mapped_whole(env: &Env, st: &serde_json::Value) {
+    let pool = |d: &str| domain(st, d)["memory_frames"].as_u64().unwrap() * 4096;
+    let hv: u64 = std::fs::read_to_string(env.run_dir.join("hv.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let huge = pool("drv") + pool("guest1");
+    assert!(
+        pmd_mapped_shmem(hv) >= huge,
+        "hv maps {} of the pools' {huge} bytes with 2 MiB entries",
+        pmd_mapped_shmem(hv)
+    );
+    let guest1 = domain(st, "guest1")["pid"].as_u64().expect("guest1's pid");
+    assert!(
+        pmd_mapped_shmem(guest1) >= 2 << 20,
+        "guest1 maps no shared memory with 2 MiB entries: {} bytes",
+        pmd_mapped_shmem(guest1)
+    );
+}
+
 #[test]
 fn superpages_back_the_pools_and_the_driver_buffers() {
     let Some(env) = Env::new("ioc-huge") else {
@@ -155,26 +179,7 @@ fn superpages_back_the_pools_and_the_driver_buffers() {
         assert_eq!(domain(&st, d)["huge_backing"], want, "{d}");
     }
     if want == "thp" {
-        // hv maps both huge pools whole with 2 MiB entries, and the guest
-        // maps what it touches of its own so (its superpages).
-        let pool = |d: &str| domain(&st, d)["memory_frames"].as_u64().unwrap() * 4096;
-        let hv: u64 = std::fs::read_to_string(env.run_dir.join("hv.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let huge = pool("drv") + pool("guest1");
-        assert!(
-            pmd_mapped_shmem(hv) >= huge,
-            "hv maps {} of the pools' {huge} bytes with 2 MiB entries",
-            pmd_mapped_shmem(hv)
-        );
-        let guest1 = domain(&st, "guest1")["pid"].as_u64().expect("guest1's pid");
-        assert!(
-            pmd_mapped_shmem(guest1) >= 2 << 20,
-            "guest1 maps no shared memory with 2 MiB entries: {} bytes",
-            pmd_mapped_shmem(guest1)
-        );
+        superpages_are_mapped_whole(&env, &st);
     }
     let hv_log = std::fs::read_to_string(env.run_dir.join("hv.log")).unwrap_or_default();
     assert!(

@@ -99,7 +99,14 @@ fn huge_pool(
         let (fd, map) = mk("pool", len, false)?;
         match thp_pool(&map, len) {
             Ok(()) => return Ok((fd, map, HugeBacking::Thp, None)),
-            Err(why) => (Some((fd, map)), why),
+            Err((huge, why)) => {
+                let backing = if huge > 0 {
+                    HugeBacking::Thp
+                } else {
+                    HugeBacking::None
+                };
+                (Some((fd, map, backing)), why)
+            }
         }
     } else {
         let why = format!(
@@ -127,7 +134,7 @@ fn huge_pool(
     );
     match fallback {
         // What transparent huge pages the kernel gave, kept.
-        Some((fd, map)) => Ok((fd, map, HugeBacking::Thp, Some(why))),
+        Some((fd, map, backing)) => Ok((fd, map, backing, Some(why))),
         None => {
             let (fd, map) = mk("pool", len, false)?;
             let note = format!("{why}, so the pool is on 4 KiB pages");
@@ -139,21 +146,27 @@ fn huge_pool(
 /// Puts the fresh pool `map` (`len` bytes) on transparent huge pages and
 /// checks that all of it got them; if not, takes the advice back (so that
 /// khugepaged never collapses its small pages from under a peer's mirror)
-/// and says how much did.
-fn thp_pool(map: &Mapping, len: usize) -> Result<(), String> {
-    let advised = map
-        .advise_huge()
-        .map_err(|e| format!("madvise(MADV_HUGEPAGE) on the pool failed ({e})"))?;
-    let huge = map.huge_mapped().unwrap_or(0);
-    if advised == len && huge >= len {
-        return Ok(());
-    }
+/// and says how much did: (huge bytes, why not all).
+fn thp_pool(map: &Mapping, len: usize) -> Result<(), (usize, String)> {
+    let r = match map.advise_huge() {
+        Err(e) => Err((0, format!("asking for transparent huge pages failed ({e})"))),
+        Ok(advised) => {
+            let huge = map.huge_mapped().unwrap_or(0);
+            if advised == len && huge >= len {
+                return Ok(());
+            }
+            Err((
+                huge,
+                format!(
+                    "transparent huge pages covered {} of its {} MiB",
+                    huge >> 20,
+                    len >> 20
+                ),
+            ))
+        }
+    };
     let _ = map.advise_small();
-    Err(format!(
-        "transparent huge pages covered {} of its {} MiB",
-        huge >> 20,
-        len >> 20
-    ))
+    r
 }
 
 impl DomainMemory {
@@ -349,14 +362,14 @@ mod tests {
         let advise = (Thp::Madvise, setting);
         let (_fd, map, backing, note) =
             huge_pool("t-huge", 2 * HUGE_PAGE, advise, &no_hugetlb).unwrap();
-        assert_eq!(backing, HugeBacking::Thp);
         if thp.advised_ranges_get_them() {
-            assert_eq!(note, None, "the host gives huge pages here");
+            assert_eq!((backing, note), (HugeBacking::Thp, None));
             assert_eq!(map.huge_mapped().unwrap(), 2 * HUGE_PAGE);
         } else {
-            // This host refuses them: the note says none were had.
+            // This host gives none: said so, and not called huge.
             let note = note.unwrap();
             assert!(note.contains("covered 0 of its 4 MiB"), "{note}");
+            assert_eq!(backing, HugeBacking::None, "{note}");
         }
     }
 

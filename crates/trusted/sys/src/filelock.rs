@@ -15,8 +15,9 @@ pub struct FileLock {
 }
 
 impl FileLock {
-    /// Opens (creating it, mode 0600) and locks `path`, waiting for any
-    /// other holder.
+    /// Opens (creating it, mode 0644) and locks `path`, waiting for any
+    /// other holder. A file this process may not write is locked through a
+    /// read-only descriptor, which `flock` allows.
     pub fn exclusive(path: &Path) -> io::Result<FileLock> {
         use std::os::unix::fs::OpenOptionsExt;
         let f = std::fs::OpenOptions::new()
@@ -24,13 +25,22 @@ impl FileLock {
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o600)
-            .open(path)?;
-        // SAFETY: flock only takes a lock on the descriptor, which `f`
-        // owns for the lock's whole life.
-        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-        crate::cvt(r.into(), "flock")?;
-        Ok(FileLock { _file: f })
+            .mode(0o644)
+            .open(path);
+        let f = match f {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => File::open(path)?,
+            f => f?,
+        };
+        loop {
+            // SAFETY: flock only takes a lock on the descriptor, which `f`
+            // owns for the lock's whole life.
+            let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+            match crate::cvt(r.into(), "flock") {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => r?,
+            };
+            return Ok(FileLock { _file: f });
+        }
     }
 }
 

@@ -188,7 +188,7 @@ pub(crate) fn pmd_mapped(addr: usize) -> io::Result<usize> {
 }
 
 fn pmd_mapped_in(smaps: &str, addr: usize) -> Option<usize> {
-    let head = format!("{addr:x}-");
+    let head = format!("{addr:08x}-");
     let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
     lines.next()?;
     let kb: usize = lines

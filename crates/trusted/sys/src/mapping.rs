@@ -130,8 +130,8 @@ impl Mapping {
         cvt(r.into(), "madvise(MADV_NOHUGEPAGE)").map(drop)
     }
 
-    /// Bytes of this mapping the kernel maps with 2 MiB entries
-    /// (`/proc/self/smaps`).
+    /// Bytes of this mapping the kernel maps with transparent 2 MiB
+    /// entries (`/proc/self/smaps`; hugetlb pages are not counted).
     pub fn huge_mapped(&self) -> io::Result<usize> {
         crate::huge::pmd_mapped(self.region.0.as_ptr() as usize)
     }

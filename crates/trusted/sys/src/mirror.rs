@@ -842,7 +842,17 @@ mod tests {
                 }
             }
         }
-        let was = huge::advise_thp_shmem_word();
+        // Under the lock every hv takes to change the setting (toolstack's
+        // thp_shmem), and only where no hv holds it: one that does is
+        // left alone.
+        let dir = std::path::Path::new("/run/splitnet/thp-shmem");
+        std::fs::create_dir_all(dir).unwrap();
+        let _lock = crate::FileLock::exclusive(&dir.join(".lock")).unwrap();
+        let held = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .any(|e| !e.file_name().to_string_lossy().starts_with('.'));
+        let was = (!held).then(huge::advise_thp_shmem_word).flatten();
         if was.is_some() {
             huge::set_thp_shmem("advise").unwrap();
         }

@@ -103,6 +103,9 @@ fn read_record(path: &Path) -> Option<String> {
 /// Puts back the shared-memory THP setting that hv's killed without
 /// letting go held, where no live hv holds it (logged).
 fn sweep_thp_shmem() {
+    if crate::rootless::active() {
+        return; // the setting is root's
+    }
     match crate::thp_shmem::sweep() {
         Ok(Some(word)) => hv::log!(
             Info,

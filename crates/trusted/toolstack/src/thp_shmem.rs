@@ -6,26 +6,152 @@
 //! huge pages sets it to `advise` (huge pages only for mappings that ask)
 //! and every later one joins it: each holder is a file in [`DIR`] named by
 //! its process and start time and holding the word the first replaced,
-//! written before the setting changes. The last live holder to let go puts
-//! that word back, if the setting still reads `advise`. A holder that died
-//! without letting go is found by the next hv to hold or let go, under the
-//! same lock, and counted out.
+//! written before the setting changes, all under one `flock`. The last
+//! live holder to let go puts that word back, if the setting still reads
+//! `advise`. A holder that died without letting go is counted out by the
+//! next hv to hold, let go or sweep; an hv restarted after a crash takes
+//! over its dead program's file ([`adopt`]).
 
 use crate::uplink::journal::start_time;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use sys::huge;
 
 /// Where the holders are recorded (one host, whatever each hv's run
 /// directory).
 pub const DIR: &str = "/run/splitnet/thp-shmem";
 
+/// The kernel's setting.
+const SETTING: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+
+/// The words the kernel's setting takes: only these are put back.
+const WORDS: [&str; 6] = ["always", "within_size", "advise", "never", "deny", "force"];
+
+/// The holders' directory and the setting they share (a file of one's own
+/// in tests).
+#[derive(Debug, Clone)]
+struct Registry {
+    dir: PathBuf,
+    setting: PathBuf,
+}
+
+/// What the holders' files say: the live ones' word, and the dead ones.
+struct Census {
+    live: Option<String>,
+    dead: Vec<(PathBuf, String)>,
+}
+
+/// An error about `path`, saying which.
+fn at(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+impl Registry {
+    fn host() -> Registry {
+        Registry {
+            dir: PathBuf::from(DIR),
+            setting: PathBuf::from(SETTING),
+        }
+    }
+
+    fn lock(&self) -> io::Result<sys::FileLock> {
+        let path = self.dir.join(".lock");
+        sys::FileLock::exclusive(&path).map_err(|e| at(&path, e))
+    }
+
+    /// The setting's selected word now (the bracketed one of the kernel's
+    /// list; a file of one word is that word).
+    fn current(&self) -> Option<String> {
+        let t = std::fs::read_to_string(&self.setting).ok()?;
+        let Some(start) = t.find('[').map(|i| i + 1) else {
+            return Some(t.trim().to_string());
+        };
+        Some(t[start..start + t[start..].find(']')?].to_string())
+    }
+
+    fn set(&self, word: &str) -> io::Result<()> {
+        std::fs::write(&self.setting, word).map_err(|e| at(&self.setting, e))
+    }
+
+    /// The word setting `advise` would replace: the kernel's default
+    /// `never` only, where the 2 MiB size inherits it (a deliberate
+    /// `deny` or a per-size value is the host's choice, left alone).
+    fn replaceable(&self) -> Option<String> {
+        if self.setting == Path::new(SETTING) {
+            return sys::huge::advise_thp_shmem_word();
+        }
+        (self.current().as_deref() == Some("never")).then(|| "never".into())
+    }
+
+    /// Puts `word` back where the setting still reads `advise`.
+    fn put_back(&self, word: &str) -> io::Result<()> {
+        let known = WORDS.contains(&word) && word != "advise";
+        if known && self.current().as_deref() == Some("advise") {
+            self.set(word)?;
+        }
+        Ok(())
+    }
+
+    /// The holders' files but `mine`, live or dead.
+    fn census(&self, mine: &Path) -> Census {
+        let mut c = Census {
+            live: None,
+            dead: Vec::new(),
+        };
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return c;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            let name = e.file_name().into_string().unwrap_or_default();
+            let Some((pid, start)) = name.split_once('-') else {
+                continue;
+            };
+            let word = std::fs::read_to_string(&path).unwrap_or_default();
+            let word = word.trim().to_string();
+            let alive = pid.parse().ok().and_then(start_time) == start.parse().ok();
+            if path == mine {
+                continue;
+            } else if alive {
+                c.live = Some(word);
+            } else {
+                c.dead.push((path, word));
+            }
+        }
+        c
+    }
+
+    /// Counts the dead out: where no live holder is left, their word is
+    /// put back first, and their files go only once it is. Returns the
+    /// word put back, if any.
+    fn count_out(&self, c: &Census) -> io::Result<Option<String>> {
+        let word = c.dead.first().map(|(_, w)| w.clone());
+        if c.live.is_none() {
+            if let Some(w) = &word {
+                self.put_back(w)?;
+            }
+        }
+        for (path, _) in &c.dead {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(word.filter(|_| c.live.is_none()))
+    }
+
+    /// This process's holder file.
+    fn mine(&self) -> io::Result<PathBuf> {
+        let me = std::process::id() as i32;
+        let start =
+            start_time(me).ok_or_else(|| io::Error::other("/proc/self/stat gave no start time"))?;
+        Ok(self.dir.join(format!("{me}-{start}")))
+    }
+}
+
 /// This process's hold on `advise`; let go by [`Hold::release`] or when
 /// dropped.
 #[derive(Debug)]
 pub struct Hold {
-    dir: PathBuf,
+    reg: Registry,
     file: PathBuf,
+    done: bool,
 }
 
 /// What [`hold`] did, for hv's log.
@@ -33,58 +159,8 @@ pub struct Hold {
 pub enum Held {
     /// The setting was `was`; now `advise`, held.
     Changed { was: String },
-    /// Other live holders keep it at `advise`; joined.
+    /// Other live holders keep it; joined.
     Joined,
-}
-
-/// The holders in `dir`: (file, process id, start time, word).
-fn holders(dir: &Path) -> Vec<(PathBuf, i32, u64, String)> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let (pid, start) = name.split_once('-')?;
-            let word = std::fs::read_to_string(e.path()).ok()?;
-            Some((
-                e.path(),
-                pid.parse().ok()?,
-                start.parse().ok()?,
-                word.trim().into(),
-            ))
-        })
-        .collect()
-}
-
-/// The live holders' word, after counting out (removing) the dead ones;
-/// also the word a dead one held, when no live one is left.
-fn live_word(dir: &Path) -> (Option<String>, Option<String>) {
-    let (mut live, mut dead) = (None, None);
-    for (file, pid, start, word) in holders(dir) {
-        if start_time(pid) == Some(start) {
-            live = Some(word);
-        } else {
-            let _ = std::fs::remove_file(file);
-            dead = Some(word);
-        }
-    }
-    (live.clone(), live.is_none().then_some(dead).flatten())
-}
-
-/// The setting's selected word now.
-fn current() -> Option<String> {
-    let t = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").ok()?;
-    let start = t.find('[')? + 1;
-    Some(t[start..start + t[start..].find(']')?].to_string())
-}
-
-/// Puts `word` back where the setting still reads `advise`.
-fn put_back(word: &str) -> io::Result<()> {
-    if current().as_deref() == Some("advise") && word != "advise" {
-        huge::set_thp_shmem(word)?;
-    }
-    Ok(())
 }
 
 /// Holds `advise` for this process where the setting is the kernel's
@@ -92,60 +168,82 @@ fn put_back(word: &str) -> io::Result<()> {
 /// them); None where it needs nothing (it allows huge pages already, or
 /// the host chose `deny` or a value of its own).
 pub fn hold() -> io::Result<Option<(Hold, Held)>> {
-    hold_in(Path::new(DIR))
+    hold_in(Registry::host())
 }
 
-fn hold_in(dir: &Path) -> io::Result<Option<(Hold, Held)>> {
-    std::fs::create_dir_all(dir)?;
-    let _lock = sys::FileLock::exclusive(&dir.join(".lock"))?;
-    let (live, dead) = live_word(dir);
-    if let Some(word) = dead {
-        put_back(&word)?;
-    }
-    let me = std::process::id() as i32;
-    let start = start_time(me).ok_or_else(|| io::Error::other("no start time of our own"))?;
+fn hold_in(reg: Registry) -> io::Result<Option<(Hold, Held)>> {
+    std::fs::create_dir_all(&reg.dir).map_err(|e| at(&reg.dir, e))?;
+    let _lock = reg.lock()?;
+    let file = reg.mine()?;
+    let c = reg.census(&file);
+    reg.count_out(&c)?;
+    let held = if let Some(word) = c.live {
+        record(&file, &word)?;
+        Held::Joined
+    } else {
+        let Some(was) = reg.replaceable() else {
+            return Ok(None);
+        };
+        // Recorded before the change, so a death in between leaves a record.
+        record(&file, &was)?;
+        if let Err(e) = reg.set("advise") {
+            let _ = std::fs::remove_file(&file);
+            return Err(e);
+        }
+        Held::Changed { was }
+    };
     let hold = Hold {
-        dir: dir.to_path_buf(),
-        file: dir.join(format!("{me}-{start}")),
+        reg,
+        file,
+        done: false,
     };
-    if let Some(word) = live {
-        record(&hold.file, &word)?;
-        return Ok(Some((hold, Held::Joined)));
-    }
-    let Some(was) = huge::advise_thp_shmem_word() else {
-        return Ok(None);
-    };
-    // Recorded before the change, so a death in between leaves a record.
-    record(&hold.file, &was)?;
-    if let Err(e) = huge::set_thp_shmem("advise") {
-        let _ = std::fs::remove_file(&hold.file);
-        return Err(e);
-    }
-    Ok(Some((hold, Held::Changed { was })))
+    Ok(Some((hold, held)))
 }
 
 /// Counts out holders that died without letting go, and puts their word
 /// back where no live holder is left: what a killed hv would have done.
 /// Returns the word put back, if any.
 pub fn sweep() -> io::Result<Option<String>> {
-    sweep_in(Path::new(DIR))
+    sweep_in(&Registry::host())
 }
 
-fn sweep_in(dir: &Path) -> io::Result<Option<String>> {
-    if !dir.exists() {
+fn sweep_in(reg: &Registry) -> io::Result<Option<String>> {
+    if !reg.dir.exists() {
         return Ok(None);
     }
-    let _lock = sys::FileLock::exclusive(&dir.join(".lock"))?;
-    let (_, dead) = live_word(dir);
-    if let Some(word) = &dead {
-        put_back(word)?;
+    let _lock = reg.lock()?;
+    let c = reg.census(&reg.mine()?);
+    reg.count_out(&c)
+}
+
+/// Takes over the holder file of this hv's program before a crash
+/// (process `dead`), so that the hold lives on with the pools it kept
+/// (the guardian's restart gives hv a process of its own); what
+/// [`Hold::carried`] then finds. Returns whether there was one.
+pub fn adopt(dead: i32) -> io::Result<bool> {
+    let reg = Registry::host();
+    if !reg.dir.exists() {
+        return Ok(false);
     }
-    Ok(dead)
+    let _lock = reg.lock()?;
+    let prefix = format!("{dead}-");
+    let rd = std::fs::read_dir(&reg.dir).map_err(|e| at(&reg.dir, e))?;
+    let named = |p: &PathBuf| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&prefix))
+    };
+    let Some(old) = rd.flatten().map(|e| e.path()).find(named) else {
+        return Ok(false);
+    };
+    let file = reg.mine()?;
+    std::fs::rename(&old, &file).map_err(|e| at(&old, e))?;
+    Ok(true)
 }
 
 /// Writes `word` to `file` and syncs it.
 fn record(file: &Path, word: &str) -> io::Result<()> {
-    let mut f = std::fs::File::create(file)?;
+    let mut f = std::fs::File::create(file).map_err(|e| at(file, e))?;
     f.write_all(word.as_bytes())?;
     f.sync_all()
 }
@@ -154,32 +252,38 @@ impl Hold {
     /// This process's hold, where an earlier program of it (hv's upgrade
     /// in place keeps the process) left one.
     pub fn carried() -> Option<Hold> {
-        let me = std::process::id() as i32;
-        let file = Path::new(DIR).join(format!("{me}-{}", start_time(me)?));
+        let reg = Registry::host();
+        let file = reg.mine().ok()?;
         file.exists().then(|| Hold {
-            dir: PathBuf::from(DIR),
+            reg,
             file,
+            done: false,
         })
     }
 
     /// Lets go; the last live holder puts the replaced word back. Returns
     /// the word put back, if this was the last.
-    pub fn release(self) -> io::Result<Option<String>> {
-        let r = self.let_go();
-        std::mem::forget(self);
-        r
+    pub fn release(mut self) -> io::Result<Option<String>> {
+        self.let_go()
     }
 
-    fn let_go(&self) -> io::Result<Option<String>> {
-        let _lock = sys::FileLock::exclusive(&self.dir.join(".lock"))?;
-        let word = std::fs::read_to_string(&self.file)?.trim().to_string();
-        std::fs::remove_file(&self.file)?;
-        let (live, _) = live_word(&self.dir);
-        if live.is_some() {
+    fn let_go(&mut self) -> io::Result<Option<String>> {
+        if std::mem::replace(&mut self.done, true) {
             return Ok(None);
         }
-        put_back(&word)?;
-        Ok(Some(word))
+        let _lock = self.reg.lock()?;
+        let word = std::fs::read_to_string(&self.file).map_err(|e| at(&self.file, e))?;
+        let word = word.trim().to_string();
+        let c = self.reg.census(&self.file);
+        self.reg.count_out(&c)?;
+        let last = c.live.is_none();
+        if last {
+            // Our file goes only once the word is back (else the next hv
+            // finds it dead and tries again).
+            self.reg.put_back(&word)?;
+        }
+        std::fs::remove_file(&self.file).map_err(|e| at(&self.file, e))?;
+        Ok(last.then_some(word))
     }
 }
 
@@ -190,59 +294,4 @@ impl Drop for Hold {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_holder_joins_a_live_one_and_the_last_to_go_is_told() {
-        let dir = std::env::temp_dir().join(format!("splitnet-thp-join-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        // Another live holder: a child process that changed the setting.
-        let mut other = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .unwrap();
-        let pid = other.id() as i32;
-        record(
-            &dir.join(format!("{pid}-{}", start_time(pid).unwrap())),
-            "never",
-        )
-        .unwrap();
-        let (hold, how) = hold_in(&dir).unwrap().expect("joined");
-        assert_eq!(how, Held::Joined);
-        // The other still holds: letting go puts nothing back.
-        assert_eq!(hold.release().unwrap(), None);
-        assert_eq!(holders(&dir).len(), 1);
-        // It dies without letting go: the sweep counts it out and names
-        // the word to put back (here the setting is not `advise`, so
-        // nothing is written).
-        other.kill().unwrap();
-        other.wait().unwrap();
-        if current().as_deref() == Some("advise") {
-            // A real hv holds the host's setting now: leave it be.
-            return;
-        }
-        assert_eq!(sweep_in(&dir).unwrap(), Some("never".into()));
-        assert!(holders(&dir).is_empty());
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn dead_holders_are_counted_out_and_their_word_kept() {
-        let dir = std::env::temp_dir().join(format!("splitnet-thp-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let me = std::process::id() as i32;
-        let start = start_time(me).unwrap();
-        // A holder that is this process, and one whose start time is not
-        // its process's (a pid reused, or a holder gone).
-        record(&dir.join(format!("{me}-{start}")), "never").unwrap();
-        record(&dir.join(format!("{me}-{}", start + 1)), "never").unwrap();
-        assert_eq!(live_word(&dir), (Some("never".into()), None));
-        assert_eq!(holders(&dir).len(), 1, "the dead one is counted out");
-        std::fs::remove_file(dir.join(format!("{me}-{start}"))).unwrap();
-        record(&dir.join("1-1"), "never").unwrap();
-        assert_eq!(live_word(&dir), (None, Some("never".into())));
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
+mod tests;

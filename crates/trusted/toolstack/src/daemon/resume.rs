@@ -60,6 +60,13 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
         Err(e) => return give_back(&e),
     };
     let (hv, conns) = adopted.start().map_err(|e| e.to_string())?;
+    if let Some(c) = &origin.crash {
+        // The pools the dead program made keep their huge pages: so does
+        // its hold on the host's setting (`thp_shmem`).
+        if let Err(e) = crate::thp_shmem::adopt(c.pid) {
+            hv::log!(Warning, "huge pages: taking over shmem_enabled's hold: {e}");
+        }
+    }
     for fd in originals {
         drop(sys::take_inherited_fd(fd));
     }
