@@ -362,9 +362,13 @@ mod tests {
         let advise = (Thp::Madvise, setting);
         let (_fd, map, backing, note) =
             huge_pool("t-huge", 2 * HUGE_PAGE, advise, &no_hugetlb).unwrap();
-        if thp.advised_ranges_get_them() {
-            assert_eq!((backing, note), (HugeBacking::Thp, None));
+        if thp.advised_ranges_get_them() && note.is_none() {
+            assert_eq!(backing, HugeBacking::Thp);
             assert_eq!(map.huge_mapped().unwrap(), 2 * HUGE_PAGE);
+        } else if thp.advised_ranges_get_them() {
+            // Memory too fragmented for a whole pool: said so.
+            let note = note.unwrap();
+            assert!(note.contains("covered"), "{note}");
         } else {
             // This host gives none: said so, and not called huge.
             let note = note.unwrap();

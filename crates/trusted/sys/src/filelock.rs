@@ -15,9 +15,9 @@ pub struct FileLock {
 }
 
 impl FileLock {
-    /// Opens (creating it, mode 0644) and locks `path`, waiting for any
-    /// other holder. A file this process may not write is locked through a
-    /// read-only descriptor, which `flock` allows.
+    /// Opens (creating it, mode 0600: only its owner may take it, so no
+    /// other user can hold it against its owner) and locks `path`, waiting
+    /// for any other holder.
     pub fn exclusive(path: &Path) -> io::Result<FileLock> {
         use std::os::unix::fs::OpenOptionsExt;
         let f = std::fs::OpenOptions::new()
@@ -25,12 +25,8 @@ impl FileLock {
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o644)
-            .open(path);
-        let f = match f {
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => File::open(path)?,
-            f => f?,
-        };
+            .mode(0o600)
+            .open(path)?;
         loop {
             // SAFETY: flock only takes a lock on the descriptor, which `f`
             // owns for the lock's whole life.

@@ -121,6 +121,9 @@ fn sweep_thp_shmem() {
 /// not be).
 fn hold_thp_shmem() -> Option<crate::thp_shmem::Hold> {
     use crate::thp_shmem::Held;
+    if crate::rootless::active() {
+        return None; // the setting is root's
+    }
     match crate::thp_shmem::hold() {
         Ok(Some((hold, how))) => {
             let how = match how {

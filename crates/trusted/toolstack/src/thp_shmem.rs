@@ -82,13 +82,15 @@ impl Registry {
         (self.current().as_deref() == Some("never")).then(|| "never".into())
     }
 
-    /// Puts `word` back where the setting still reads `advise`.
-    fn put_back(&self, word: &str) -> io::Result<()> {
+    /// Puts `word` back where it is one of the kernel's words and the
+    /// setting still reads `advise`; whether it wrote.
+    fn put_back(&self, word: &str) -> io::Result<bool> {
         let known = WORDS.contains(&word) && word != "advise";
         if known && self.current().as_deref() == Some("advise") {
             self.set(word)?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The holders' files but `mine`, live or dead.
@@ -103,12 +105,18 @@ impl Registry {
         for e in rd.flatten() {
             let path = e.path();
             let name = e.file_name().into_string().unwrap_or_default();
+            if name.starts_with('.') {
+                continue;
+            }
             let Some((pid, start)) = name.split_once('-') else {
                 continue;
             };
             let word = std::fs::read_to_string(&path).unwrap_or_default();
             let word = word.trim().to_string();
-            let alive = pid.parse().ok().and_then(start_time) == start.parse().ok();
+            let alive = matches!(
+                (pid.parse().ok().and_then(start_time), start.parse::<u64>().ok()),
+                (Some(a), Some(b)) if a == b
+            );
             if path == mine {
                 continue;
             } else if alive {
@@ -120,20 +128,26 @@ impl Registry {
         c
     }
 
-    /// Counts the dead out: where no live holder is left, their word is
-    /// put back first, and their files go only once it is. Returns the
-    /// word put back, if any.
+    /// Counts the dead out: where no live holder is left, the first of
+    /// their words that is one of the kernel's is put back first, and
+    /// their files go only once it is. Returns the word written, if any.
     fn count_out(&self, c: &Census) -> io::Result<Option<String>> {
-        let word = c.dead.first().map(|(_, w)| w.clone());
+        let mut written = None;
         if c.live.is_none() {
-            if let Some(w) = &word {
-                self.put_back(w)?;
+            let words = c.dead.iter().map(|(_, w)| w);
+            if let Some(w) = words.clone().find(|w| WORDS.contains(&w.as_str())) {
+                written = self.put_back(w)?.then(|| w.clone());
             }
         }
+        self.forget_dead(c);
+        Ok(written)
+    }
+
+    /// Removes the dead holders' files.
+    fn forget_dead(&self, c: &Census) {
         for (path, _) in &c.dead {
             let _ = std::fs::remove_file(path);
         }
-        Ok(word.filter(|_| c.live.is_none()))
     }
 
     /// This process's holder file.
@@ -226,26 +240,39 @@ pub fn adopt(dead: i32) -> io::Result<bool> {
         return Ok(false);
     }
     let _lock = reg.lock()?;
+    let file = reg.mine()?;
     let prefix = format!("{dead}-");
-    let rd = std::fs::read_dir(&reg.dir).map_err(|e| at(&reg.dir, e))?;
-    let named = |p: &PathBuf| {
+    let c = reg.census(&file);
+    let named = |p: &&PathBuf| {
         p.file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with(&prefix))
     };
-    let Some(old) = rd.flatten().map(|e| e.path()).find(named) else {
+    // Only a holder that is gone: a live one with that pid is another.
+    let Some(old) = c.dead.iter().map(|(p, _)| p).find(named) else {
         return Ok(false);
     };
-    let file = reg.mine()?;
-    std::fs::rename(&old, &file).map_err(|e| at(&old, e))?;
+    std::fs::rename(old, &file).map_err(|e| at(old, e))?;
     Ok(true)
 }
 
-/// Writes `word` to `file` and syncs it.
+/// Writes `word` to `file`, whole or not at all (a synced file of its
+/// own renamed into place: the census skips names that start with a dot).
 fn record(file: &Path, word: &str) -> io::Result<()> {
-    let mut f = std::fs::File::create(file).map_err(|e| at(file, e))?;
-    f.write_all(word.as_bytes())?;
-    f.sync_all()
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("holder");
+    let tmp = file.with_file_name(format!(".{name}"));
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(word.as_bytes())?;
+        f.sync_all()
+    });
+    let r = written.and_then(|()| std::fs::rename(&tmp, file));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r.map_err(|e| at(file, e))
 }
 
 impl Hold {
@@ -275,15 +302,12 @@ impl Hold {
         let word = std::fs::read_to_string(&self.file).map_err(|e| at(&self.file, e))?;
         let word = word.trim().to_string();
         let c = self.reg.census(&self.file);
-        self.reg.count_out(&c)?;
-        let last = c.live.is_none();
-        if last {
-            // Our file goes only once the word is back (else the next hv
-            // finds it dead and tries again).
-            self.reg.put_back(&word)?;
-        }
+        // The last puts back its own word: the files go only once it is
+        // back (else the next hv finds ours dead and tries again).
+        let written = c.live.is_none() && self.reg.put_back(&word)?;
+        self.reg.forget_dead(&c);
         std::fs::remove_file(&self.file).map_err(|e| at(&self.file, e))?;
-        Ok(last.then_some(word))
+        Ok(written.then_some(word))
     }
 }
 

@@ -35,6 +35,23 @@ struct TakenOver {
     notifier: Option<Notifier>,
 }
 
+/// Takes over the hold on the host's shared-memory THP setting that the
+/// program which crashed (process `dead`) had, first thing, so that no
+/// other hv puts it back under the pools it made (`thp_shmem`).
+fn take_over_thp_hold(dead: i32) {
+    if crate::rootless::active() {
+        return;
+    }
+    match crate::thp_shmem::adopt(dead) {
+        Ok(true) => hv::log!(
+            Info,
+            "huge pages: took over shmem_enabled's hold of hv pid {dead}"
+        ),
+        Ok(false) => {}
+        Err(e) => hv::log!(Warning, "huge pages: taking over shmem_enabled's hold: {e}"),
+    }
+}
+
 /// Runs the daemon from the image at `path` that the program this process
 /// ran before left: its domains adopted, not built. When hv cannot take
 /// them over, the old program is run again on the same image.
@@ -42,6 +59,9 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
     let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let image = Image::parse(&text)?;
     let origin = Origin::of(&image);
+    if let Some(c) = &origin.crash {
+        take_over_thp_hold(c.pid);
+    }
     let daemon = image.daemon.clone();
     let t0 = std::time::Instant::now();
     let originals = image.daemon_fds();
@@ -60,13 +80,6 @@ pub fn resume(mut cfg: ResumeConfig, path: &Path) -> Result<(), String> {
         Err(e) => return give_back(&e),
     };
     let (hv, conns) = adopted.start().map_err(|e| e.to_string())?;
-    if let Some(c) = &origin.crash {
-        // The pools the dead program made keep their huge pages: so does
-        // its hold on the host's setting (`thp_shmem`).
-        if let Err(e) = crate::thp_shmem::adopt(c.pid) {
-            hv::log!(Warning, "huge pages: taking over shmem_enabled's hold: {e}");
-        }
-    }
     for fd in originals {
         drop(sys::take_inherited_fd(fd));
     }

@@ -116,7 +116,21 @@ fn a_dropped_hold_lets_go_and_a_dead_ones_record_is_taken_over() {
 fn a_record_that_is_not_a_word_of_the_kernels_is_not_written_back() {
     let reg = registry("torn", "advise");
     record(&reg.dir.join(format!("{}-1", i32::MAX)), "nev").unwrap();
-    assert_eq!(sweep_in(&reg).unwrap(), Some("nev".into()));
+    assert_eq!(sweep_in(&reg).unwrap(), None, "nothing was written");
     assert_eq!(reg.current().as_deref(), Some("advise"));
+    // Beside a whole one, the whole one is put back.
+    record(&reg.dir.join(format!("{}-1", i32::MAX)), "").unwrap();
+    record(&reg.dir.join(format!("{}-2", i32::MAX)), "never").unwrap();
+    assert_eq!(sweep_in(&reg).unwrap(), Some("never".into()));
+    assert_eq!(reg.current().as_deref(), Some("never"));
+    assert_eq!(holders(&reg), 0);
+    done(reg);
+}
+
+#[test]
+fn a_name_that_is_no_holder_is_not_counted_live() {
+    let reg = registry("names", "advise");
+    record(&reg.dir.join("x-y"), "never").unwrap();
+    assert_eq!(sweep_in(&reg).unwrap(), Some("never".into()));
     done(reg);
 }
