@@ -25,6 +25,13 @@ fn holders(reg: &Registry) -> usize {
     })
 }
 
+/// A sweep puts `never` back and leaves no holder.
+fn swept_back(reg: &Registry) {
+    assert_eq!(sweep_in(reg).unwrap(), Some("never".into()));
+    assert_eq!(reg.current().as_deref(), Some("never"));
+    assert_eq!(holders(reg), 0);
+}
+
 fn done(reg: Registry) {
     let _ = std::fs::remove_dir_all(reg.setting.parent().unwrap());
 }
@@ -83,9 +90,7 @@ fn a_holder_joins_a_live_one_and_only_the_last_puts_back() {
     // word back.
     other.kill().unwrap();
     other.wait().unwrap();
-    assert_eq!(sweep_in(&reg).unwrap(), Some("never".into()));
-    assert_eq!(reg.current().as_deref(), Some("never"));
-    assert_eq!(holders(&reg), 0);
+    swept_back(&reg);
     done(reg);
 }
 
@@ -121,9 +126,7 @@ fn a_record_that_is_not_a_word_of_the_kernels_is_not_written_back() {
     // Beside a whole one, the whole one is put back.
     record(&reg.dir.join(format!("{}-1", i32::MAX)), "").unwrap();
     record(&reg.dir.join(format!("{}-2", i32::MAX)), "never").unwrap();
-    assert_eq!(sweep_in(&reg).unwrap(), Some("never".into()));
-    assert_eq!(reg.current().as_deref(), Some("never"));
-    assert_eq!(holders(&reg), 0);
+    swept_back(&reg);
     done(reg);
 }
 
@@ -131,6 +134,6 @@ fn a_record_that_is_not_a_word_of_the_kernels_is_not_written_back() {
 fn a_name_that_is_no_holder_is_not_counted_live() {
     let reg = registry("names", "advise");
     record(&reg.dir.join("x-y"), "never").unwrap();
-    assert_eq!(sweep_in(&reg).unwrap(), Some("never".into()));
+    swept_back(&reg);
     done(reg);
 }
