@@ -107,18 +107,13 @@ fn down_right_after_hv_was_killed_stops_the_next_hv() {
 /// The holder files of the host's shared-memory THP setting
 /// (toolstack's thp_shmem), by name.
 fn thp_holders() -> Vec<String> {
-    let dir = std::path::Path::new("/run/splitnet/thp-shmem");
-    let Ok(rd) = std::fs::read_dir(dir) else {
+    let Ok(rd) = std::fs::read_dir(toolstack::thp_shmem::DIR) else {
         return Vec::new();
     };
     rd.flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| !n.starts_with('.'))
         .collect()
-}
-
-fn shmem_enabled() -> String {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").unwrap()
 }
 
 /// A guest on superpages keeps them when hv dies: the hv its guardian

@@ -105,8 +105,6 @@ fn nr_hugepages() -> u64 {
     sys::huge::nr_hugepages().unwrap()
 }
 
-const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-
 /// Bytes of shared memory process `pid` maps with 2 MiB entries.
 fn pmd_mapped_shmem(pid: u64) -> u64 {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
@@ -148,7 +146,7 @@ fn superpages_back_the_pools_and_the_driver_buffers() {
         return;
     };
     let before = nr_hugepages();
-    let shmem_before = std::fs::read_to_string(SHMEM_ENABLED).unwrap_or_default();
+    let shmem_before = shmem_enabled();
     let hv_allows = sys::huge::advise_thp_shmem_word().is_some();
     up_with(&env, "huge.toml", |t| {
         t.replace(
@@ -204,8 +202,5 @@ fn superpages_back_the_pools_and_the_driver_buffers() {
     assert_nothing_left();
     // hv gave back the pages it added and put the setting back.
     assert_eq!(nr_hugepages(), before);
-    assert_eq!(
-        std::fs::read_to_string(SHMEM_ENABLED).unwrap_or_default(),
-        shmem_before
-    );
+    assert_eq!(shmem_enabled(), shmem_before);
 }

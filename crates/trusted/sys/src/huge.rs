@@ -35,7 +35,7 @@ impl Thp {
 }
 
 /// The selected word of a sysfs setting such as `always [madvise] never`.
-fn selected(text: &str) -> Option<&str> {
+pub fn selected(text: &str) -> Option<&str> {
     let start = text.find('[')? + 1;
     let end = start + text[start..].find(']')?;
     Some(&text[start..end])

@@ -69,18 +69,11 @@ pub fn reserve(t: &Topology, run_dir: &Path) -> Reservation {
         };
     }
     let (added, res) = grow(need);
-    let reservation = if added > 0 && std::fs::write(&record, added.to_string()).is_ok() {
-        Reservation {
-            added,
-            record: Some(record),
-            shmem,
-        }
-    } else {
-        Reservation {
-            added,
-            record: None,
-            shmem,
-        }
+    let recorded = added > 0 && std::fs::write(&record, added.to_string()).is_ok();
+    let reservation = Reservation {
+        added,
+        record: recorded.then_some(record),
+        shmem,
     };
     match res {
         Ok(msg) => hv::log!(Info, "huge pages: {msg}"),

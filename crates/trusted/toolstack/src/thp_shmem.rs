@@ -62,10 +62,7 @@ impl Registry {
     /// list; a file of one word is that word).
     fn current(&self) -> Option<String> {
         let t = std::fs::read_to_string(&self.setting).ok()?;
-        let Some(start) = t.find('[').map(|i| i + 1) else {
-            return Some(t.trim().to_string());
-        };
-        Some(t[start..start + t[start..].find(']')?].to_string())
+        Some(sys::huge::selected(&t).unwrap_or(t.trim()).to_string())
     }
 
     fn set(&self, word: &str) -> io::Result<()> {

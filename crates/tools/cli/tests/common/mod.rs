@@ -3,6 +3,12 @@
 #![allow(dead_code)]
 
 pub mod lab;
+
+/// The host's shared-memory THP setting as the kernel prints it (empty on
+/// a kernel without one).
+pub fn shmem_enabled() -> String {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").unwrap_or_default()
+}
 pub mod numbered;
 
 pub use testutil::files::{curl, random_blob, sha256};
