@@ -101,6 +101,10 @@ pub enum Scope {
     NotMeasurable(&'static str),
     /// It is not network I/O, or needs a guest kernel: why.
     OutOfScope(&'static str),
+    /// Out of scope as [`Scope::OutOfScope`] (why), but its suite still
+    /// measures it: its effects are judged and shown for the record, and
+    /// do not decide its status.
+    OutOfScopeMeasured(&'static str, &'static [Effect]),
 }
 
 /// One result figure or table of a seed, as the catalog lists it.
@@ -241,10 +245,17 @@ pub fn rows<'a>(figures: &'a [Figure], failures: &[Failure]) -> Vec<Row<'a>> {
                 Scope::Effects(effects) => effect::assess(effects, &ours),
                 Scope::NotMeasurable(_) => (Status::NotMeasurableHere, Vec::new()),
                 Scope::OutOfScope(_) => (Status::OutOfScope, Vec::new()),
+                Scope::OutOfScopeMeasured(_, effects) => {
+                    (Status::OutOfScope, effect::assess(effects, &ours).1)
+                }
             };
             let failed = failures.iter().find(|f| f.suite == e.suite);
             let reason = match (e.scope, failed) {
                 (Scope::NotMeasurable(why) | Scope::OutOfScope(why), _) => why.to_string(),
+                (Scope::OutOfScopeMeasured(why, _), _) if figs.is_empty() => why.to_string(),
+                (Scope::OutOfScopeMeasured(why, _), _) => {
+                    format!("{why}. For the record: {}", summary(&outcomes, &figs))
+                }
                 (_, Some(f)) if figs.is_empty() => {
                     format!("`splitnet bench {}` failed: {}", f.suite, f.error)
                 }
@@ -464,6 +475,43 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_out_of_scope_but_measured_shows_its_effects_and_keeps_its_status() {
+        let mut f = Figure::new(
+            Seed::Menon2005,
+            "Figure 1",
+            Kind::Grouped,
+            "|a|\n".into(),
+            String::new(),
+        );
+        // A dip as deep as the paper's, and a flat Linux: every effect holds.
+        let sizes = ["512 B", "4 KiB", "32 KiB", "256 KiB"];
+        for (k, size) in sizes.iter().enumerate() {
+            let v = if k == 2 { 0.6 } else { 1.0 };
+            f.ours
+                .push(Measure::point(format!("Xen-domain0 {size}"), v));
+            f.ours.push(Measure::point(format!("Linux {size}"), 1.0));
+        }
+        let figs = [f];
+        let rows = rows(&figs, &[]);
+        let r = rows
+            .iter()
+            .find(|r| r.entry.seed == Seed::Menon2005 && r.entry.id == "Figure 1")
+            .unwrap();
+        assert_eq!(r.status, Status::OutOfScope);
+        assert_eq!(r.outcomes.len(), 2);
+        assert!(
+            r.outcomes.iter().all(|o| o.holds == Holds::Yes),
+            "{:#?}",
+            r.outcomes
+        );
+        assert!(
+            r.reason.contains("For the record: 2 of 2 key effects hold"),
+            "{}",
+            r.reason
+        );
+    }
+
+    #[test]
     fn a_status_follows_from_the_numbers_and_a_failure_says_why() {
         let mut f = Figure::new(
             Seed::Menon2006,
@@ -500,9 +548,12 @@ mod tests {
         assert_eq!(st, Status::NotReproduced, "copy slower than flip: {why}");
         assert!(why.contains("absent or inverted"), "{why}");
         assert_eq!(row(&figs, Seed::Menon2006, "Figure 3").0, Status::Missing);
-        let (st, why) = row(&figs, Seed::Menon2005, "Figure 1");
+        let (st, why) = row(&figs, Seed::Menon2005, "Figure 3");
         assert_eq!(st, Status::Missing);
         assert!(why.contains("no namespaces"), "{why}");
+        let (st, why) = row(&figs, Seed::Menon2005, "Figure 1");
+        assert_eq!(st, Status::OutOfScope, "{why}");
+        assert!(why.contains("needs a guest kernel"), "{why}");
         let rows = rows(&figs, &failures);
         let total: usize = counts(&rows).iter().map(|c| c.1).sum();
         assert_eq!(total, 58);

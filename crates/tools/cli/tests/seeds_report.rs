@@ -234,7 +234,12 @@ fn the_report_renders_every_chart_with_no_label_cut_off() {
     );
     let out_of_scope = bench::seeds::catalog()
         .iter()
-        .filter(|e| matches!(e.scope, bench::seeds::Scope::OutOfScope(_)))
+        .filter(|e| {
+            matches!(
+                e.scope,
+                bench::seeds::Scope::OutOfScope(_) | bench::seeds::Scope::OutOfScopeMeasured(..)
+            )
+        })
         .count();
     assert!(
         md.contains(&format!("| out of scope | {out_of_scope} |")),
