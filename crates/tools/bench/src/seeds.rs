@@ -123,7 +123,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The key effects, none for an entry that cannot be measured here.
+    /// The key effects that set its status: none for an entry out of
+    /// scope or not measurable here (an out-of-scope entry's effects shown
+    /// for the record set nothing).
     pub fn effects(&self) -> &'static [Effect] {
         match self.scope {
             Scope::Effects(e) => e,

@@ -15,6 +15,8 @@ use std::io;
 pub const HUGE_PAGE: usize = 2 << 20;
 
 const THP_DIR: &str = "/sys/kernel/mm/transparent_hugepage";
+/// The host's global shared-memory THP setting.
+pub const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
 
 /// What a THP setting lets `madvise(MADV_HUGEPAGE)` do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,15 +91,14 @@ fn shmem_size_inherits() -> bool {
 /// inherits it (a deliberate `deny` or a per-size value is the host's
 /// choice, left alone).
 pub fn advise_thp_shmem_word() -> Option<String> {
-    let text = std::fs::read_to_string(format!("{THP_DIR}/shmem_enabled")).ok()?;
+    let text = std::fs::read_to_string(SHMEM_ENABLED).ok()?;
     (selected(&text) == Some("never") && shmem_size_inherits()).then(|| "never".to_string())
 }
 
 /// Sets the global `shmem_enabled` to `word` (root).
 pub fn set_thp_shmem(word: &str) -> io::Result<()> {
-    let path = format!("{THP_DIR}/shmem_enabled");
-    std::fs::write(&path, word)
-        .map_err(|e| io::Error::new(e.kind(), format!("writing {path}: {e}")))
+    std::fs::write(SHMEM_ENABLED, word)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing {SHMEM_ENABLED}: {e}")))
 }
 
 /// The hugetlb pool of 2 MiB pages (`/proc/meminfo`).

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 pub const DIR: &str = "/run/splitnet/thp-shmem";
 
 /// The kernel's setting.
-const SETTING: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+const SETTING: &str = sys::huge::SHMEM_ENABLED;
 
 /// The words the kernel's setting takes: only these are put back.
 const WORDS: [&str; 6] = ["always", "within_size", "advise", "never", "deny", "force"];

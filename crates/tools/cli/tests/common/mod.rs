@@ -7,7 +7,7 @@ pub mod lab;
 /// The host's shared-memory THP setting as the kernel prints it (empty on
 /// a kernel without one).
 pub fn shmem_enabled() -> String {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").unwrap_or_default()
+    std::fs::read_to_string(sys::huge::SHMEM_ENABLED).unwrap_or_default()
 }
 pub mod numbered;
 
