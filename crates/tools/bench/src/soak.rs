@@ -360,7 +360,11 @@ fn soak(opts: &SoakOptions, lab: &Lab, want: &str) -> Result<SoakReport> {
         .iter()
         .filter(|f| ![&f.spec.client, &f.spec.server].contains(&&events::VICTIM.to_string()))
         .filter(|f| !f.spec.client.contains('/'))
-        .map(|f| (f.spec.name.clone(), f.progress.clone()))
+        .map(|f| stalls::Watched {
+            name: f.spec.name.clone(),
+            netns: [&f.spec.client, &f.spec.server].map(|d| crosshost::netns_of(d)),
+            progress: f.progress.clone(),
+        })
         .collect();
     let watchdog = stalls::Watchdog::start(lab.t0, watched, opts.run_dir.clone(), opts.progress)?;
     let stop_side = AtomicBool::new(false);

@@ -248,8 +248,12 @@ impl SoakReport {
         }
         let d = &self.downloads;
         if !d.corrupt.is_empty() || !d.failures.is_empty() {
+            let first = d.corrupt.iter().chain(&d.failures).next();
+            let first = first.map_or(String::new(), |x| {
+                format!(" (the first, started at {:.1} s: {})", x.at_s, x.what)
+            });
             why.push(format!(
-                "downloads: {} corrupted, {} failed",
+                "downloads: {} corrupted, {} failed{first}",
                 d.corrupt.len(),
                 d.failures.len()
             ));

@@ -3,8 +3,10 @@
 //! [`STALLED`], it writes down every task that is blocked in the kernel
 //! (state `D`) and every thread of splitnet's own processes, each with its
 //! kernel stack (`/proc/TID/stack`) and the function it waits in
-//! (`wchan`). A freeze that no event explains is then read from where the
-//! tasks were waiting, not guessed at.
+//! (`wchan`), and the stalled flows' TCP sockets (`ss`: retransmissions,
+//! back-off, RTO) and neighbour tables in both ends' namespaces. A freeze
+//! that no event explains is then read from where the tasks were waiting
+//! and what TCP was waiting for, not guessed at.
 
 use super::background::Background;
 use super::progress::Progress;
@@ -40,6 +42,14 @@ pub struct StallDump {
     pub waits: Vec<(String, usize)>,
 }
 
+/// A flow the watchdog watches: its name, the network namespaces of its
+/// two ends, and its record.
+pub struct Watched {
+    pub name: String,
+    pub netns: [String; 2],
+    pub progress: Arc<Progress>,
+}
+
 /// The running watchdog.
 pub struct Watchdog(Background<Vec<StallDump>>);
 
@@ -48,7 +58,7 @@ impl Watchdog {
     /// since `t0`.
     pub fn start(
         t0: Instant,
-        flows: Vec<(String, Arc<Progress>)>,
+        flows: Vec<Watched>,
         dir: PathBuf,
         say: bool,
     ) -> std::io::Result<Watchdog> {
@@ -59,7 +69,7 @@ impl Watchdog {
     fn after(
         stalled: Duration,
         t0: Instant,
-        flows: Vec<(String, Arc<Progress>)>,
+        flows: Vec<Watched>,
         dir: PathBuf,
         say: bool,
     ) -> std::io::Result<Watchdog> {
@@ -83,12 +93,7 @@ struct Look {
     say: bool,
 }
 
-fn watch(
-    look: &Look,
-    flows: &[(String, Arc<Progress>)],
-    dir: &Path,
-    stop: &AtomicBool,
-) -> Vec<StallDump> {
+fn watch(look: &Look, flows: &[Watched], dir: &Path, stop: &AtomicBool) -> Vec<StallDump> {
     let mut dumps = Vec::new();
     // A flow's stall is dumped once, when it begins.
     let mut dumped: Vec<bool> = vec![false; flows.len()];
@@ -99,12 +104,15 @@ fn watch(
         }
         let now = Instant::now();
         let mut stalled = Vec::new();
-        for (k, (name, p)) in flows.iter().enumerate() {
-            let quiet = p
+        let mut netns = Vec::new();
+        for (k, f) in flows.iter().enumerate() {
+            let quiet = f
+                .progress
                 .last()
                 .is_some_and(|l| now.saturating_duration_since(l) >= look.stalled);
             if quiet && !dumped[k] {
-                stalled.push(name.clone());
+                stalled.push(f.name.clone());
+                netns.extend(f.netns.iter().cloned());
             }
             dumped[k] = quiet;
         }
@@ -118,7 +126,9 @@ fn watch(
             stalled.join(", "),
             look.stalled.as_secs_f64()
         );
-        match dump(&file, at_s, &what) {
+        netns.sort();
+        netns.dedup();
+        match dump(&file, at_s, &what, &netns) {
             Ok((blocked, waits)) => {
                 if look.say {
                     eprintln!(
@@ -150,10 +160,15 @@ struct Task {
     stack: String,
 }
 
-/// Writes the dump to `file`: the tasks blocked in the kernel, and
-/// splitnet's own threads. Returns how many were blocked and the
-/// commonest waits.
-fn dump(file: &Path, at_s: f64, what: &str) -> std::io::Result<(usize, Vec<(String, usize)>)> {
+/// Writes the dump to `file`: the tasks blocked in the kernel,
+/// splitnet's own threads, and the TCP sockets and neighbours of each of
+/// `netns`. Returns how many were blocked and the commonest waits.
+fn dump(
+    file: &Path,
+    at_s: f64,
+    what: &str,
+    netns: &[String],
+) -> std::io::Result<(usize, Vec<(String, usize)>)> {
     let tasks = tasks();
     let blocked: Vec<&Task> = tasks.iter().filter(|t| t.state == 'D').collect();
     let mut waits: BTreeMap<&str, usize> = BTreeMap::new();
@@ -181,8 +196,34 @@ fn dump(file: &Path, at_s: f64, what: &str) -> std::io::Result<(usize, Vec<(Stri
             t.comm, t.pid, t.tid, t.state, t.wchan, t.stack
         );
     }
+    for ns in netns {
+        out += &sockets(ns);
+    }
     std::fs::write(file, out)?;
     Ok((blocked.len(), waits))
+}
+
+/// The TCP sockets (`ss -tinoe`: state, timers, RTO, back-off,
+/// retransmissions) and the neighbour table of network namespace `ns`,
+/// as a section of the dump.
+fn sockets(ns: &str) -> String {
+    let run = |args: &[&str]| match std::process::Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .output()
+    {
+        Ok(o) => format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("{}: {e}\n", args[0]),
+    };
+    format!(
+        "\n## {ns}: TCP sockets\n{}\n## {ns}: neighbours\n{}",
+        run(&["ss", "-tinoe"]),
+        run(&["ip", "neigh", "show"])
+    )
 }
 
 /// Every thread blocked in the kernel and every thread of splitnet's
@@ -249,11 +290,18 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("soak-stall-{me}"));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("d.txt");
-        let (blocked, waits) = dump(&file, 12.0, "f delivered nothing").unwrap();
+        let ns = vec!["splitnet-no-such-netns".to_string()];
+        let (blocked, waits) = dump(&file, 12.0, "f delivered nothing", &ns).unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(text.starts_with("12.0 s: f delivered nothing\n"), "{text}");
         assert!(text.contains(&format!("{blocked} tasks blocked")), "{text}");
         assert!(waits.iter().map(|w| w.1).sum::<usize>() <= blocked);
+        // A namespace that cannot be entered is named with ip's reason.
+        assert!(
+            text.contains("## splitnet-no-such-netns: TCP sockets\n")
+                && text.contains("splitnet-no-such-netns"),
+            "{text}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -267,10 +315,12 @@ mod tests {
         let (quiet, busy) = (Arc::new(Progress::new(t0)), Arc::new(Progress::new(t0)));
         quiet.delivered(1);
         busy.delivered(1);
-        let flows = vec![
-            ("quiet".to_string(), quiet.clone()),
-            ("busy".to_string(), busy.clone()),
-        ];
+        let watched = |name: &str, progress: &Arc<Progress>| Watched {
+            name: name.into(),
+            netns: ["splitnet-no-a".into(), "splitnet-no-b".into()],
+            progress: progress.clone(),
+        };
+        let flows = vec![watched("quiet", &quiet), watched("busy", &busy)];
         let stall = Duration::from_millis(300);
         let w = Watchdog::after(stall, t0, flows, dir.clone(), false).unwrap();
         let files = || std::fs::read_dir(&dir).unwrap().count();

@@ -136,6 +136,21 @@ fn an_event_that_failed_fails_the_run_by_name() {
 }
 
 #[test]
+fn a_failed_download_fails_the_run_with_curls_reason() {
+    use crate::soak::churn::OpFailure;
+    let mut i = inputs(vec![], vec![]);
+    i.downloads.failures.push(OpFailure {
+        at_s: 12.5,
+        what: "curl: (28) Operation timed out".into(),
+    });
+    let e = SoakReport::new(i).verdict().unwrap_err();
+    assert!(
+        e.contains("downloads: 0 corrupted, 1 failed (the first, started at 12.5 s: curl: (28)"),
+        "{e}"
+    );
+}
+
+#[test]
 fn hv_memory_is_judged_against_its_size_after_the_first_round() {
     let round = Event::all().len();
     let with = |grown_in_round: u64, end: u64| {
