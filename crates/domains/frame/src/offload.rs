@@ -281,42 +281,11 @@ fn segment_frame(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> Result
 }
 
 fn segment_frame_into(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> Result<bool> {
-    const WHAT: &str = "GSO packet";
     let mut copy = [0u8; SEG_HEAD];
-    let head: &[u8] = if f.head.len() >= f.len {
-        f.head
-    } else {
-        let n = f.len.min(SEG_HEAD);
-        f.copy_out(0, &mut copy[..n]);
-        &copy[..n]
-    };
-    let h = parse_headers_of(head, f.len)?;
-    gso_fits(gso.kind, &h)?;
-    let mss = usize::from(gso.size);
-    if mss == 0 {
-        return Err(malformed(WHAT, 0, "GSO size (MSS) is 0".into()));
-    }
-    let headers = get(head, 0, h.payload_off, "GSO headers")?;
-    let payload_len = h.end - h.payload_off;
-    let (seq0, flags0) = match h.l4 {
-        L4::Tcp => (
-            rd32(head, h.l4_off + 4, "TCP sequence number")?,
-            get(head, h.l4_off + 13, 1, "TCP flags")?[0],
-        ),
-        _ => (0, 0),
-    };
-    let id0 = match h.l3 {
-        L3::Ipv4 => rd16(head, h.l3_off + 4, "IPv4 identification")?,
-        _ => 0,
-    };
-    let seg = Segmenting {
-        h,
-        addrs: pseudo_addr_sum(head, &h)?,
-        seq0,
-        flags0,
-        id0,
-        count: payload_len.div_ceil(mss).max(1),
-    };
+    let head = head_of(f, &mut copy);
+    let (seg, mss) = Segmenting::plan(head, f.len, gso)?;
+    let headers = get(head, 0, seg.h.payload_off, "GSO headers")?;
+    let payload_len = seg.h.end - seg.h.payload_off;
     for i in 0..seg.count {
         let lo = i * mss;
         let n = (lo + mss).min(payload_len) - lo.min(payload_len);
@@ -324,11 +293,107 @@ fn segment_frame_into(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> R
             return Ok(false);
         };
         data[..headers.len()].copy_from_slice(headers);
-        f.copy_out(h.payload_off + lo, &mut data[headers.len()..]);
+        f.copy_out(seg.h.payload_off + lo, &mut data[headers.len()..]);
         seg.fix(data, i, lo)?;
         out.commit(Csum::Valid, None);
     }
     Ok(true)
+}
+
+/// The frame's first bytes, enough to parse its headers: its private head
+/// if it holds the whole frame, else a copy in `copy`.
+fn head_of<'a>(f: &'a FrameRef<'_>, copy: &'a mut [u8; SEG_HEAD]) -> &'a [u8] {
+    if f.head.len() >= f.len {
+        f.head
+    } else {
+        let n = f.len.min(SEG_HEAD);
+        f.copy_out(0, &mut copy[..n]);
+        &copy[..n]
+    }
+}
+
+/// Software TSO and USO for an egress that gathers a frame from pieces and
+/// fills transport checksums itself: a NIC with scatter/gather and
+/// checksum offload, whose offload driver then copies no payload (Menon
+/// 2006 §4.1, Figure 7). Each segment's rewritten headers go to `heads` as
+/// one frame with `Csum::Partial` (the field holds the pseudo-header sum,
+/// for the egress to complete), and `payload` is told where in `f` its
+/// payload lies, `(offset, length)`: the caller gathers it from there.
+/// Headers and lengths are as [`segment`] makes them. False when `heads`
+/// filled up; on error or a full sink nothing is kept in `heads`.
+pub fn segment_gathered(
+    f: &FrameRef<'_>,
+    gso: Gso,
+    heads: &mut impl FrameSink,
+    payload: &mut impl FnMut(usize, usize),
+) -> Result<bool> {
+    let mark = heads.frames();
+    let r = segment_gathered_into(f, gso, heads, payload);
+    if !matches!(r, Ok(true)) {
+        heads.rollback_to(mark);
+    }
+    r
+}
+
+fn segment_gathered_into(
+    f: &FrameRef<'_>,
+    gso: Gso,
+    heads: &mut impl FrameSink,
+    payload: &mut impl FnMut(usize, usize),
+) -> Result<bool> {
+    let mut copy = [0u8; SEG_HEAD];
+    let head = head_of(f, &mut copy);
+    let (seg, mss) = Segmenting::plan(head, f.len, gso)?;
+    let headers = get(head, 0, seg.h.payload_off, "GSO headers")?;
+    let payload_len = seg.h.end - seg.h.payload_off;
+    for i in 0..seg.count {
+        let lo = i * mss;
+        let n = (lo + mss).min(payload_len) - lo.min(payload_len);
+        let Some(data) = heads.begin(headers.len()) else {
+            return Ok(false);
+        };
+        data.copy_from_slice(headers);
+        let csum = seg.fix_partial(data, i, lo, n)?;
+        heads.commit(csum, None);
+        payload(seg.h.payload_off + lo, n);
+    }
+    Ok(true)
+}
+
+impl Segmenting {
+    /// Parses a GSO frame's headers (`head`, of a frame of `len` bytes)
+    /// and plans its segments: the plan and the segment size.
+    fn plan(head: &[u8], len: usize, gso: Gso) -> Result<(Segmenting, usize)> {
+        const WHAT: &str = "GSO packet";
+        let h = parse_headers_of(head, len)?;
+        gso_fits(gso.kind, &h)?;
+        let mss = usize::from(gso.size);
+        if mss == 0 {
+            return Err(malformed(WHAT, 0, "GSO size (MSS) is 0".into()));
+        }
+        get(head, 0, h.payload_off, "GSO headers")?;
+        let payload_len = h.end - h.payload_off;
+        let (seq0, flags0) = match h.l4 {
+            L4::Tcp => (
+                rd32(head, h.l4_off + 4, "TCP sequence number")?,
+                get(head, h.l4_off + 13, 1, "TCP flags")?[0],
+            ),
+            _ => (0, 0),
+        };
+        let id0 = match h.l3 {
+            L3::Ipv4 => rd16(head, h.l3_off + 4, "IPv4 identification")?,
+            _ => 0,
+        };
+        let seg = Segmenting {
+            h,
+            addrs: pseudo_addr_sum(head, &h)?,
+            seq0,
+            flags0,
+            id0,
+            count: payload_len.div_ceil(mss).max(1),
+        };
+        Ok((seg, mss))
+    }
 }
 
 /// Refuses a GSO kind the frame's headers do not match: TCP GSO of its
@@ -372,18 +437,49 @@ impl Segmenting {
     /// header's (for TCP the sequence number and flags; for UDP the
     /// datagram's length) and its checksum.
     fn fix(&self, data: &mut [u8], i: usize, lo: usize) -> Result<()> {
-        self.fix_ip(data, i)?;
+        self.fix_ip(data, i, data.len() - self.h.payload_off)?;
         match self.h.l4 {
             L4::Udp => self.fix_udp(data),
             _ => self.fix_tcp(data, i, lo),
         }
     }
 
-    /// The IP header of segment `i`: its length, and for IPv4 its ID and
-    /// header checksum.
-    fn fix_ip(&self, data: &mut [u8], i: usize) -> Result<()> {
+    /// Rewrites the headers alone (`hdr`, the frame's headers) of segment
+    /// `i`, whose `chunk` bytes of payload start `lo` bytes into the GSO
+    /// packet's, as [`Segmenting::fix`] does, but leaves the transport
+    /// checksum partial: the field holds the pseudo-header sum, and the
+    /// egress sums the rest. Returns that `Csum::Partial`.
+    fn fix_partial(&self, hdr: &mut [u8], i: usize, lo: usize, chunk: usize) -> Result<Csum> {
         let h = &self.h;
-        let chunk = data.len() - h.payload_off;
+        self.fix_ip(hdr, i, chunk)?;
+        let seg_len = h.payload_off - h.l4_off + chunk;
+        let proto = match h.l4 {
+            L4::Udp => {
+                let ulen = to_u16(seg_len, "UDP length", h.l4_off)?;
+                wr16(hdr, h.l4_off + 4, ulen, "UDP length")?;
+                PROTO_UDP
+            }
+            _ => {
+                self.fix_tcp_seq_flags(hdr, i, lo)?;
+                PROTO_TCP
+            }
+        };
+        let offset = l4_csum_offset(h)?;
+        let start = to_u16(h.l4_off, "transport header offset", h.l4_off)?;
+        let sum = pseudo_sum(self.addrs, proto, seg_len);
+        wr16(
+            hdr,
+            h.l4_off + usize::from(offset),
+            sum,
+            "transport checksum field",
+        )?;
+        Ok(Csum::Partial { start, offset })
+    }
+
+    /// The IP header of segment `i`, of `chunk` payload bytes: its length,
+    /// and for IPv4 its ID and header checksum.
+    fn fix_ip(&self, data: &mut [u8], i: usize, chunk: usize) -> Result<()> {
+        let h = &self.h;
         let ip_len_base = h.payload_off - h.l3_off; // IP header(s) + L4 header
         match h.l3 {
             L3::Ipv4 => {
@@ -425,6 +521,20 @@ impl Segmenting {
     /// A TCP segment: its sequence number, its flags (FIN and PSH on the
     /// last only, CWR on the first only) and its checksum.
     fn fix_tcp(&self, data: &mut [u8], i: usize, lo: usize) -> Result<()> {
+        self.fix_tcp_seq_flags(data, i, lo)?;
+        let h = &self.h;
+        let field = h.l4_off + usize::from(TCP_CSUM_OFF);
+        wr16(data, field, 0, "TCP checksum")?;
+        let seg_len = data.len() - h.l4_off;
+        let pseudo = pseudo_sum(self.addrs, PROTO_TCP, seg_len);
+        let tcp = get(data, h.l4_off, seg_len, "TCP segment")?;
+        let c = !fold(csum_add(u32::from(pseudo), tcp));
+        wr16(data, field, c, "TCP checksum")
+    }
+
+    /// Segment `i`'s TCP sequence number and flags (FIN and PSH on the
+    /// last only, CWR on the first only).
+    fn fix_tcp_seq_flags(&self, data: &mut [u8], i: usize, lo: usize) -> Result<()> {
         let h = &self.h;
         let seq = self.seq0.wrapping_add(lo as u32);
         wr32(data, h.l4_off + 4, seq, "TCP sequence number")?;
@@ -436,13 +546,7 @@ impl Segmenting {
             flags &= !TCP_CWR;
         }
         get_mut(data, h.l4_off + 13, 1, "TCP flags")?[0] = flags;
-        let field = h.l4_off + usize::from(TCP_CSUM_OFF);
-        wr16(data, field, 0, "TCP checksum")?;
-        let seg_len = data.len() - h.l4_off;
-        let pseudo = pseudo_sum(self.addrs, PROTO_TCP, seg_len);
-        let tcp = get(data, h.l4_off, seg_len, "TCP segment")?;
-        let c = !fold(csum_add(u32::from(pseudo), tcp));
-        wr16(data, field, c, "TCP checksum")
+        Ok(())
     }
 }
 
@@ -1177,6 +1281,53 @@ mod tests {
             prepare(pkt.clone(), Offloads::ALL, &mut out).unwrap();
             assert_eq!(out, vec![pkt]);
         }
+    }
+
+    /// Gathered segmentation, its headers joined to the payload ranges it
+    /// names and the partial checksums completed as the egress would, is
+    /// byte for byte what copying segmentation makes; a malformed packet
+    /// leaves nothing.
+    #[test]
+    fn gathered_segments_completed_equal_copied_ones() {
+        let tcp = |spec: Spec, len: usize, mss: u16| {
+            gso_packet(&spec, &Rng::new(len as u64).bytes(len), 0x10 | 0x08, mss)
+        };
+        let cases = [
+            tcp(v4(), 65535 - 20 - 32, 1448),
+            tcp(v6(), 4001, 1428),
+            tcp(v4(), 100, 1448),
+            udp_gso_packet(&v4(), &Rng::new(9).bytes(5000), 1400),
+            udp_gso_packet(&v6(), &Rng::new(8).bytes(2801), 1400),
+        ];
+        for pkt in cases {
+            let mut copied = Vec::new();
+            segment(&pkt, &mut copied).unwrap();
+            let mut heads: Vec<Packet> = vec![Packet::new(vec![0xee])];
+            let mut ranges = Vec::new();
+            let f = FrameRef::private(&pkt.data, pkt.csum, pkt.gso);
+            let kept = segment_gathered(&f, pkt.gso.unwrap(), &mut heads, &mut |o, n| {
+                ranges.push((o, n))
+            });
+            assert_eq!(kept, Ok(true));
+            assert_eq!(heads.len(), copied.len() + 1, "one head per segment");
+            for ((h, (o, n)), want) in heads[1..].iter().zip(&ranges).zip(&copied) {
+                assert!(matches!(h.csum, Csum::Partial { .. }), "{:?}", h.csum);
+                let mut whole = h.clone();
+                whole.data.extend_from_slice(&pkt.data[*o..o + n]);
+                complete_checksum(&mut whole).unwrap();
+                assert_eq!(whole.data, want.data);
+            }
+        }
+        let mut bad = gso_packet(&v4(), &[0; 3000], 0x10, 1000);
+        bad.gso = Some(Gso {
+            size: 0,
+            ..bad.gso.unwrap()
+        });
+        let mut heads: Vec<Packet> = vec![Packet::new(vec![0xee])];
+        let f = FrameRef::private(&bad.data, bad.csum, bad.gso);
+        let r = segment_gathered(&f, bad.gso.unwrap(), &mut heads, &mut |_, _| {});
+        assert!(r.is_err());
+        assert_eq!(heads.len(), 1, "nothing kept");
     }
 
     #[test]

@@ -301,9 +301,10 @@ fn print_ports(v: &Value) {
             let c = &p["counters"];
             let n = |k: &str| c[k].as_u64().unwrap_or(0);
             println!(
-                "    offloads {}; in software: {} frames segmented or checksummed, {} linearized ({} B copied)",
+                "    offloads {}; in software: {} frames segmented or checksummed, {} segmented with their payload gathered, {} linearized ({} B copied)",
                 port_offloads_text(&p["offloads"]),
                 n("tx_shaped"),
+                n("tx_gathered"),
                 n("tx_linearized"),
                 n("tx_linearized_bytes"),
             );

@@ -278,6 +278,22 @@ fn tso_guest_over_an_sg_port() {
     assert_eq!(linearized(&p), 0, "{p}");
 }
 
+/// Scatter-gather and checksum offload without TSO (Figure 7's SG+Csum
+/// NIC): GSO is segmented here with its payload gathered where it lies,
+/// none of it copied, checksums left to the port.
+#[test]
+fn tso_guest_over_an_sg_csum_port_gathers() {
+    let Some((_env, p)) = offloads_hold("off-tso-sgc", "tso", "sg+csum") else {
+        return;
+    };
+    assert!(
+        p["counters"]["tx_gathered"].as_u64().unwrap_or(0) > 0,
+        "{p}"
+    );
+    assert_eq!(shaped(&p), 0, "{p}");
+    assert_eq!(linearized(&p), 0, "{p}");
+}
+
 /// A guest without offloads: full checksums, MTU frames from its kernel.
 #[test]
 fn no_offload_guest_over_an_sg_csum_port() {

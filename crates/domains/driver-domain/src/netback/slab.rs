@@ -101,6 +101,14 @@ impl FrameSlab {
         }
     }
 
+    /// The `i`th frame from the oldest, and its checksum state.
+    pub fn get(&self, i: usize) -> Option<(&[u8], Csum)> {
+        (i < self.count).then(|| {
+            let r = self.rec(i);
+            (&self.bytes[r.off..r.off + r.len], r.csum)
+        })
+    }
+
     /// Forgets the oldest frame.
     pub fn pop_front(&mut self) {
         if self.count > 0 {

@@ -3,6 +3,7 @@
 //! (`offload::prepare`) does the rest (Menon 2006 §3.1). AF_PACKET on a veth
 //! comes first; AF_XDP, TAP or VXLAN ports can implement the same trait.
 
+mod gather;
 pub mod tap;
 pub mod vhost;
 pub mod vmq;
@@ -33,6 +34,10 @@ pub struct PortCounters {
     /// bytes.
     pub tx_linearized: u64,
     pub tx_linearized_bytes: u64,
+    /// GSO frames segmented for a port with scatter/gather and checksum
+    /// offload but no TSO: headers written, payload gathered where it lay,
+    /// none of it copied (Menon 2006 §4.1).
+    pub tx_gathered: u64,
     /// Pages given back after receiving into them, each zeroed by the
     /// kernel before the next frame lands on it (`port_buffer = "page"`).
     pub rx_pages_zeroed: u64,
@@ -146,8 +151,7 @@ impl PacketPort {
 /// packet at the smallest segment size netback takes, or one linearized
 /// frame.
 pub(crate) fn shaping_slab() -> FrameSlab {
-    /// Segments of the largest GSO packet at the smallest segment size.
-    const MOST: usize = 65536 / frame::offload::MIN_GSO_SIZE as usize + 2;
+    const MOST: usize = gather::MOST_SEGMENTS;
     FrameSlab::new(MOST, 2 * 65536 + MOST * 128)
 }
 
@@ -162,11 +166,17 @@ pub(crate) struct Tx<'a> {
 }
 
 impl Tx<'_> {
-    /// Sends a frame the port cannot take as it is: the software offload
-    /// driver copies it into one contiguous buffer, segments it and fills
+    /// Sends a frame the port cannot take as it is. A GSO frame for a port
+    /// that gathers and fills checksums is segmented with its payload left
+    /// where it lies ([`gather`]); otherwise the software offload driver
+    /// copies the frame into one contiguous buffer, segments it and fills
     /// its checksums as the port's capabilities need, and the results go
     /// out one by one.
     fn send_shaped(&mut self, f: &FrameRef<'_>) {
+        if let Some(gso) = gather::gathers(self.caps, f.gso) {
+            gather::send(self.sock, self.shaped, self.counters, f, gso);
+            return;
+        }
         let linear_only = self.caps.passes_as_is(f.csum, f.gso);
         self.shaped.clear();
         if !matches!(offload::prepare_frame(f, self.caps, self.shaped), Ok(true)) {
