@@ -101,11 +101,11 @@ impl FrameSlab {
         }
     }
 
-    /// The `i`th frame from the oldest, and its checksum state.
-    pub fn get(&self, i: usize) -> Option<(&[u8], Csum)> {
+    /// The `i`th frame from the oldest, and its offload state.
+    pub fn get(&self, i: usize) -> Option<(&[u8], Csum, Option<Gso>)> {
         (i < self.count).then(|| {
             let r = self.rec(i);
-            (&self.bytes[r.off..r.off + r.len], r.csum)
+            (&self.bytes[r.off..r.off + r.len], r.csum, r.gso)
         })
     }
 

@@ -1,10 +1,14 @@
-//! Software TSO onto a port that gathers and fills checksums but does not
-//! segment: Menon 2006's NIC with scatter/gather and checksum offload
-//! (§4.1, Figure 7). The software offload driver writes each segment's
-//! headers and leaves its transport checksum partial; the payload goes to
-//! the port from where it lies (netback's header copy, the guest's granted
-//! buffers), and no byte of it is copied on the way. The segments leave in
-//! `sendmmsg` batches, as a NIC driver queues a burst behind one doorbell.
+//! How the software offload driver's frames leave a packet port (Menon
+//! 2006 §3.1, §4.1, Figure 7), in `sendmmsg` batches, as a NIC driver
+//! queues a burst behind one doorbell.
+//!
+//! Onto a port that gathers and fills checksums but does not segment (the
+//! paper's SG+Csum NIC), a GSO frame is segmented without a payload copy:
+//! each segment's headers are written apart with the transport checksum
+//! left partial, and its payload goes to the port from where it lies
+//! (netback's header copy, the guest's granted buffers). Onto any other
+//! port the offload driver's copies, made in the port's slab, go out the
+//! same way.
 
 use super::{PortCounters, FRAME_PARTS};
 use crate::netback::slab::FrameSlab;
@@ -46,59 +50,88 @@ pub(super) fn send(
         return;
     }
     counters.tx_gathered += 1;
-    let mut first = 0;
-    while first < n {
-        first += send_run(sock, heads, counters, f, &ranges[first..n], first);
+    let mut vnets = [[0u8; VNET_HDR_LEN]; MOST_SEGMENTS];
+    for (j, v) in vnets.iter_mut().enumerate().take(n) {
+        if let Some((head, csum, _)) = heads.get(j) {
+            *v = packet::encode_vnet_hdr(csum, None, head, head.len() + ranges[j].1);
+        }
+    }
+    send_burst(sock, counters, n, |j, parts| {
+        let (head, _, _) = heads.get(j)?;
+        let (off, len) = ranges[j];
+        parts[0] = IoPart::Private(&vnets[j]);
+        parts[1] = IoPart::Private(head);
+        let used = range_parts(f, off, len, &mut parts[2..])?;
+        Some((used + 2, head.len() + len))
+    });
+}
+
+/// Sends the frames the software offload driver left in `slab`, in
+/// `sendmmsg` batches, and forgets them.
+pub(super) fn send_slab(sock: &PacketSocket, slab: &mut FrameSlab, counters: &mut PortCounters) {
+    let n = slab.len().min(MOST_SEGMENTS);
+    let mut vnets = [[0u8; VNET_HDR_LEN]; MOST_SEGMENTS];
+    for (j, v) in vnets.iter_mut().enumerate().take(n) {
+        if let Some((data, csum, gso)) = slab.get(j) {
+            *v = packet::encode_vnet_hdr(csum, gso, data, data.len());
+        }
+    }
+    counters.tx_dropped += (slab.len() - n) as u64;
+    send_burst(sock, counters, n, |j, parts| {
+        let (data, _, _) = slab.get(j)?;
+        parts[0] = IoPart::Private(&vnets[j]);
+        parts[1] = IoPart::Private(data);
+        Some((2, data.len()))
+    });
+    slab.clear();
+}
+
+/// Sends `n` frames on `sock` in as few `sendmmsg` calls as their parts
+/// allow. `frame(j, parts)` puts frame `j`'s pieces, its vnet header
+/// first, in `parts` and returns how many and the frame's length; None
+/// drops it (more pieces than a frame may have).
+fn send_burst<'p>(
+    sock: &PacketSocket,
+    counters: &mut PortCounters,
+    n: usize,
+    mut frame: impl FnMut(usize, &mut [IoPart<'p>]) -> Option<(usize, usize)>,
+) {
+    let mut parts: [[IoPart<'p>; FRAME_PARTS]; SEND_BATCH] =
+        std::array::from_fn(|_| std::array::from_fn(|_| IoPart::Private(&[])));
+    let mut j = 0;
+    while j < n {
+        let mut counts = [0usize; SEND_BATCH];
+        let mut lens = [0usize; SEND_BATCH];
+        let (mut k, mut total) = (0, 0);
+        while j < n && k < SEND_BATCH {
+            let Some((used, len)) = frame(j, &mut parts[k]) else {
+                counters.tx_dropped += 1;
+                j += 1;
+                continue;
+            };
+            if k > 0 && total + used > SEND_BATCH_PARTS {
+                break;
+            }
+            (counts[k], lens[k]) = (used, len);
+            total += used;
+            (k, j) = (k + 1, j + 1);
+        }
+        let frames: [&[IoPart<'p>]; SEND_BATCH] = std::array::from_fn(|i| &parts[i][..counts[i]]);
+        send_batch(sock, counters, &frames[..k], &lens[..k]);
     }
 }
 
-/// Sends segments `first..` (their payload `ranges`) in one `sendmmsg` at
-/// most: as many as fit its limits. Returns how many were handled (sent
-/// or dropped), at least one.
-fn send_run(
+/// One `sendmmsg` batch of `frames` (`lens` bytes each), retried past a
+/// refused frame, which is dropped.
+fn send_batch(
     sock: &PacketSocket,
-    heads: &FrameSlab,
     counters: &mut PortCounters,
-    f: &FrameRef<'_>,
-    ranges: &[(usize, usize)],
-    first: usize,
-) -> usize {
-    let mut hdrs = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
-    let mut parts: [[IoPart<'_>; FRAME_PARTS]; SEND_BATCH] =
-        std::array::from_fn(|_| std::array::from_fn(|_| IoPart::Private(&[])));
-    let mut counts = [0usize; SEND_BATCH];
-    let mut lens = [0usize; SEND_BATCH];
-    let (mut k, mut total) = (0, 0);
-    for (j, &(off, len)) in ranges.iter().enumerate().take(SEND_BATCH) {
-        let Some((head, csum)) = heads.get(first + j) else {
-            break;
-        };
-        hdrs[k] = packet::encode_vnet_hdr(csum, None, head, head.len() + len);
-        let p = &mut parts[k];
-        p[1] = IoPart::Private(head);
-        let Some(used) = range_parts(f, off, len, &mut p[2..]) else {
-            break;
-        };
-        if total + used + 2 > SEND_BATCH_PARTS {
-            break;
-        }
-        total += used + 2;
-        counts[k] = used + 2;
-        lens[k] = head.len() + len;
-        k += 1;
-    }
-    if k == 0 {
-        // More pieces than a frame may have: not from a well-formed ring.
-        counters.tx_dropped += 1;
-        return 1;
-    }
-    for (p, h) in parts.iter_mut().zip(&hdrs).take(k) {
-        p[0] = IoPart::Private(h);
-    }
-    let frames: [&[IoPart<'_>]; SEND_BATCH] = std::array::from_fn(|j| &parts[j][..counts[j]]);
+    frames: &[&[IoPart<'_>]],
+    lens: &[usize],
+) {
     let mut sent = 0;
-    while sent < k {
-        match sock.send_batch(&frames[sent..k]) {
+    while sent < frames.len() {
+        match sock.send_batch(&frames[sent..]) {
             Ok(m) if m > 0 => {
                 for len in &lens[sent..sent + m] {
                     counters.tx_packets += 1;
@@ -112,7 +145,6 @@ fn send_run(
             }
         }
     }
-    k
 }
 
 /// The pieces of `f` that hold its bytes `off..off + len`, in order, into

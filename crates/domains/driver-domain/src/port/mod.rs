@@ -170,8 +170,9 @@ impl Tx<'_> {
     /// that gathers and fills checksums is segmented with its payload left
     /// where it lies ([`gather`]); otherwise the software offload driver
     /// copies the frame into one contiguous buffer, segments it and fills
-    /// its checksums as the port's capabilities need, and the results go
-    /// out one by one.
+    /// its checksums as the port's capabilities need. Either way the
+    /// results leave in `sendmmsg` batches, as a NIC driver queues a burst
+    /// behind one doorbell.
     fn send_shaped(&mut self, f: &FrameRef<'_>) {
         if let Some(gso) = gather::gathers(self.caps, f.gso) {
             gather::send(self.sock, self.shaped, self.counters, f, gso);
@@ -189,18 +190,7 @@ impl Tx<'_> {
         } else {
             self.counters.tx_shaped += 1;
         }
-        while let Some(p) = self.shaped.front() {
-            let hdr = packet::encode_vnet_hdr(p.csum, p.gso, p.data, p.data.len());
-            let len = p.data.len() as u64;
-            match self.sock.send(&[&hdr, p.data]) {
-                Ok(_) => {
-                    self.counters.tx_packets += 1;
-                    self.counters.tx_bytes += len;
-                }
-                Err(_) => self.counters.tx_dropped += 1,
-            }
-            self.shaped.pop_front();
-        }
+        gather::send_slab(self.sock, self.shaped, self.counters);
     }
 
     /// Whether frame `f` goes to the port as it is: the port takes its
