@@ -310,6 +310,35 @@ fn segment_as_any_gso(data: &[u8], w: u16) {
         }
         Err(_) => assert!(out.is_empty(), "a refused packet left segments"),
     }
+    gathered_as_copied(&p, gso, &out);
+}
+
+/// Gathered segmentation of the same packet agrees with copying: refused
+/// alike, and each segment's headers joined to the payload range it names
+/// and completed is the copied segment.
+fn gathered_as_copied(
+    p: &frame::packet::Packet,
+    gso: frame::packet::Gso,
+    copied: &[frame::packet::Packet],
+) {
+    use frame::packet::{FrameRef, Packet};
+    let f = FrameRef::private(&p.data, p.csum, p.gso);
+    let (mut heads, mut ranges) = (Vec::<Packet>::new(), Vec::new());
+    let r = frame::offload::segment_gathered(&f, gso, &mut heads, &mut |o, n| ranges.push((o, n)));
+    if r.is_err() {
+        assert!(
+            heads.is_empty() && copied.is_empty(),
+            "gathered and copied disagree"
+        );
+        return;
+    }
+    assert_eq!(heads.len(), copied.len());
+    for ((h, (o, n)), want) in heads.iter().zip(&ranges).zip(copied) {
+        let mut whole = h.clone();
+        whole.data.extend_from_slice(&p.data[*o..o + n]);
+        frame::offload::complete_checksum(&mut whole).unwrap();
+        assert_eq!(whole.data, want.data, "a gathered segment differs");
+    }
 }
 
 /// An xl vifspec from a user (`network-attach GUEST 'VIFSPEC'`, a
