@@ -50,60 +50,68 @@ pub(super) fn send(
         return;
     }
     counters.tx_gathered += 1;
-    let mut vnets = [[0u8; VNET_HDR_LEN]; MOST_SEGMENTS];
-    for (j, v) in vnets.iter_mut().enumerate().take(n) {
-        if let Some((head, csum, _)) = heads.get(j) {
-            *v = packet::encode_vnet_hdr(csum, None, head, head.len() + ranges[j].1);
+    for first in (0..n).step_by(SEND_BATCH) {
+        let m = (n - first).min(SEND_BATCH);
+        let mut vnets = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
+        for (k, v) in vnets.iter_mut().enumerate().take(m) {
+            if let Some((head, csum, _)) = heads.get(first + k) {
+                let len = head.len() + ranges[first + k].1;
+                *v = packet::encode_vnet_hdr(csum, None, head, len);
+            }
         }
+        send_burst::<FRAME_PARTS>(sock, counters, m, |k, parts| {
+            let (head, _, _) = heads.get(first + k)?;
+            let (off, len) = ranges[first + k];
+            parts[0] = IoPart::Private(&vnets[k]);
+            parts[1] = IoPart::Private(head);
+            let used = range_parts(f, off, len, &mut parts[2..])?;
+            Some((used + 2, head.len() + len))
+        });
     }
-    send_burst(sock, counters, n, |j, parts| {
-        let (head, _, _) = heads.get(j)?;
-        let (off, len) = ranges[j];
-        parts[0] = IoPart::Private(&vnets[j]);
-        parts[1] = IoPart::Private(head);
-        let used = range_parts(f, off, len, &mut parts[2..])?;
-        Some((used + 2, head.len() + len))
-    });
 }
 
 /// Sends the frames the software offload driver left in `slab`, in
 /// `sendmmsg` batches, and forgets them.
 pub(super) fn send_slab(sock: &PacketSocket, slab: &mut FrameSlab, counters: &mut PortCounters) {
-    let n = slab.len().min(MOST_SEGMENTS);
-    let mut vnets = [[0u8; VNET_HDR_LEN]; MOST_SEGMENTS];
-    for (j, v) in vnets.iter_mut().enumerate().take(n) {
-        if let Some((data, csum, gso)) = slab.get(j) {
-            *v = packet::encode_vnet_hdr(csum, gso, data, data.len());
+    let n = slab.len();
+    for first in (0..n).step_by(SEND_BATCH) {
+        let m = (n - first).min(SEND_BATCH);
+        let mut vnets = [[0u8; VNET_HDR_LEN]; SEND_BATCH];
+        for (k, v) in vnets.iter_mut().enumerate().take(m) {
+            if let Some((data, csum, gso)) = slab.get(first + k) {
+                *v = packet::encode_vnet_hdr(csum, gso, data, data.len());
+            }
         }
+        send_burst::<2>(sock, counters, m, |k, parts| {
+            let (data, _, _) = slab.get(first + k)?;
+            parts[0] = IoPart::Private(&vnets[k]);
+            parts[1] = IoPart::Private(data);
+            Some((2, data.len()))
+        });
     }
-    counters.tx_dropped += (slab.len() - n) as u64;
-    send_burst(sock, counters, n, |j, parts| {
-        let (data, _, _) = slab.get(j)?;
-        parts[0] = IoPart::Private(&vnets[j]);
-        parts[1] = IoPart::Private(data);
-        Some((2, data.len()))
-    });
     slab.clear();
 }
 
-/// Sends `n` frames on `sock` in as few `sendmmsg` calls as their parts
-/// allow. `frame(j, parts)` puts frame `j`'s pieces, its vnet header
+/// Sends `n` frames (at most [`SEND_BATCH`]) on `sock` in as few
+/// `sendmmsg` calls as their parts allow, each frame in at most `P`
+/// parts. `frame(k, parts)` puts frame `k`'s pieces, its vnet header
 /// first, in `parts` and returns how many and the frame's length; None
 /// drops it (more pieces than a frame may have).
-fn send_burst<'p>(
+fn send_burst<'p, const P: usize>(
     sock: &PacketSocket,
     counters: &mut PortCounters,
     n: usize,
     mut frame: impl FnMut(usize, &mut [IoPart<'p>]) -> Option<(usize, usize)>,
 ) {
-    let mut parts: [[IoPart<'p>; FRAME_PARTS]; SEND_BATCH] =
+    let n = n.min(SEND_BATCH);
+    let mut parts: [[IoPart<'p>; P]; SEND_BATCH] =
         std::array::from_fn(|_| std::array::from_fn(|_| IoPart::Private(&[])));
     let mut j = 0;
     while j < n {
         let mut counts = [0usize; SEND_BATCH];
         let mut lens = [0usize; SEND_BATCH];
         let (mut k, mut total) = (0, 0);
-        while j < n && k < SEND_BATCH {
+        while j < n {
             let Some((used, len)) = frame(j, &mut parts[k]) else {
                 counters.tx_dropped += 1;
                 j += 1;
