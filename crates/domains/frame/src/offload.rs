@@ -272,32 +272,56 @@ const SEG_HEAD: usize = 256;
 /// [`segment`] from a frame wherever its bytes lie, into any sink: false
 /// when the sink filled up. On error or a full sink nothing is kept.
 fn segment_frame(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> Result<bool> {
+    each_segment(f, gso, out, |seg, headers, out, s| {
+        let Some(data) = out.begin(headers.len() + s.len) else {
+            return Ok(false);
+        };
+        data[..headers.len()].copy_from_slice(headers);
+        f.copy_out(seg.h.payload_off + s.lo, &mut data[headers.len()..]);
+        seg.fix(data, s.i, s.lo)?;
+        out.commit(Csum::Valid, None);
+        Ok(true)
+    })
+}
+
+/// Segment `i` of a GSO frame: its payload's `len` bytes start `lo`
+/// bytes into the GSO packet's payload.
+#[derive(Clone, Copy)]
+struct Seg {
+    i: usize,
+    lo: usize,
+    len: usize,
+}
+
+/// Plans `f`'s segments and hands each, in order, to `one` with the
+/// frame's headers; `one` says false when `out` is full. On error or a
+/// full sink nothing is kept in `out`: what segmenting and gathered
+/// segmenting share.
+fn each_segment<S: FrameSink>(
+    f: &FrameRef<'_>,
+    gso: Gso,
+    out: &mut S,
+    mut one: impl FnMut(&Segmenting, &[u8], &mut S, Seg) -> Result<bool>,
+) -> Result<bool> {
     let mark = out.frames();
-    let r = segment_frame_into(f, gso, out);
+    let mut copy = [0u8; SEG_HEAD];
+    let head = head_of(f, &mut copy);
+    let r = Segmenting::plan(head, f.len, gso).and_then(|(seg, mss)| {
+        let headers = get(head, 0, seg.h.payload_off, "GSO headers")?;
+        let payload_len = seg.h.end - seg.h.payload_off;
+        for i in 0..seg.count {
+            let lo = i * mss;
+            let len = (lo + mss).min(payload_len) - lo.min(payload_len);
+            if !one(&seg, headers, out, Seg { i, lo, len })? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    });
     if !matches!(r, Ok(true)) {
         out.rollback_to(mark);
     }
     r
-}
-
-fn segment_frame_into(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> Result<bool> {
-    let mut copy = [0u8; SEG_HEAD];
-    let head = head_of(f, &mut copy);
-    let (seg, mss) = Segmenting::plan(head, f.len, gso)?;
-    let headers = get(head, 0, seg.h.payload_off, "GSO headers")?;
-    let payload_len = seg.h.end - seg.h.payload_off;
-    for i in 0..seg.count {
-        let lo = i * mss;
-        let n = (lo + mss).min(payload_len) - lo.min(payload_len);
-        let Some(data) = out.begin(headers.len() + n) else {
-            return Ok(false);
-        };
-        data[..headers.len()].copy_from_slice(headers);
-        f.copy_out(seg.h.payload_off + lo, &mut data[headers.len()..]);
-        seg.fix(data, i, lo)?;
-        out.commit(Csum::Valid, None);
-    }
-    Ok(true)
 }
 
 /// The frame's first bytes, enough to parse its headers: its private head
@@ -327,37 +351,16 @@ pub fn segment_gathered(
     heads: &mut impl FrameSink,
     payload: &mut impl FnMut(usize, usize),
 ) -> Result<bool> {
-    let mark = heads.frames();
-    let r = segment_gathered_into(f, gso, heads, payload);
-    if !matches!(r, Ok(true)) {
-        heads.rollback_to(mark);
-    }
-    r
-}
-
-fn segment_gathered_into(
-    f: &FrameRef<'_>,
-    gso: Gso,
-    heads: &mut impl FrameSink,
-    payload: &mut impl FnMut(usize, usize),
-) -> Result<bool> {
-    let mut copy = [0u8; SEG_HEAD];
-    let head = head_of(f, &mut copy);
-    let (seg, mss) = Segmenting::plan(head, f.len, gso)?;
-    let headers = get(head, 0, seg.h.payload_off, "GSO headers")?;
-    let payload_len = seg.h.end - seg.h.payload_off;
-    for i in 0..seg.count {
-        let lo = i * mss;
-        let n = (lo + mss).min(payload_len) - lo.min(payload_len);
+    each_segment(f, gso, heads, |seg, headers, heads, s| {
         let Some(data) = heads.begin(headers.len()) else {
             return Ok(false);
         };
         data.copy_from_slice(headers);
-        let csum = seg.fix_partial(data, i, lo, n)?;
+        let csum = seg.fix_partial(data, s.i, s.lo, s.len)?;
         heads.commit(csum, None);
-        payload(seg.h.payload_off + lo, n);
-    }
-    Ok(true)
+        payload(seg.h.payload_off + s.lo, s.len);
+        Ok(true)
+    })
 }
 
 impl Segmenting {

@@ -10,7 +10,7 @@
 //! port the offload driver's copies, made in the port's slab, go out the
 //! same way.
 
-use super::{PortCounters, FRAME_PARTS};
+use super::{send_counted, PortCounters, FRAME_PARTS};
 use crate::netback::slab::FrameSlab;
 use frame::offload;
 use frame::packet::{self, FrameRef, Gso, VNET_HDR_LEN};
@@ -125,33 +125,7 @@ fn send_burst<'p, const P: usize>(
             (k, j) = (k + 1, j + 1);
         }
         let frames: [&[IoPart<'p>]; SEND_BATCH] = std::array::from_fn(|i| &parts[i][..counts[i]]);
-        send_batch(sock, counters, &frames[..k], &lens[..k]);
-    }
-}
-
-/// One `sendmmsg` batch of `frames` (`lens` bytes each), retried past a
-/// refused frame, which is dropped.
-fn send_batch(
-    sock: &PacketSocket,
-    counters: &mut PortCounters,
-    frames: &[&[IoPart<'_>]],
-    lens: &[usize],
-) {
-    let mut sent = 0;
-    while sent < frames.len() {
-        match sock.send_batch(&frames[sent..]) {
-            Ok(m) if m > 0 => {
-                for len in &lens[sent..sent + m] {
-                    counters.tx_packets += 1;
-                    counters.tx_bytes += *len as u64;
-                }
-                sent += m;
-            }
-            _ => {
-                counters.tx_dropped += 1;
-                sent += 1;
-            }
-        }
+        send_counted(sock, counters, &frames[..k], &lens[..k]);
     }
 }
 

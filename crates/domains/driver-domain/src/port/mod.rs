@@ -274,21 +274,34 @@ impl Tx<'_> {
             counts[k] = n;
         }
         let frames: [&[IoPart<'_>]; SEND_BATCH] = std::array::from_fn(|k| &parts[k][..counts[k]]);
-        let mut sent = 0;
-        while sent < run.len() {
-            match self.sock.send_batch(&frames[sent..run.len()]) {
-                Ok(k) if k > 0 => {
-                    for f in &run[sent..sent + k] {
-                        self.counters.tx_packets += 1;
-                        self.counters.tx_bytes += f.len as u64;
-                    }
-                    sent += k;
+        let lens: [usize; SEND_BATCH] = std::array::from_fn(|k| run.get(k).map_or(0, |f| f.len));
+        send_counted(self.sock, self.counters, &frames[..run.len()], &lens);
+    }
+}
+
+/// Sends `frames` (`lens[k]` bytes each) in one `sendmmsg` and as many
+/// more as it takes, counting them; a frame the kernel refuses is dropped
+/// and counted, and the rest go on.
+fn send_counted(
+    sock: &PacketSocket,
+    counters: &mut PortCounters,
+    frames: &[&[IoPart<'_>]],
+    lens: &[usize],
+) {
+    let mut sent = 0;
+    while sent < frames.len() {
+        match sock.send_batch(&frames[sent..]) {
+            Ok(m) if m > 0 => {
+                for len in &lens[sent..sent + m] {
+                    counters.tx_packets += 1;
+                    counters.tx_bytes += *len as u64;
                 }
-                _ => {
-                    // The first frame of the rest was refused: drop it, go on.
-                    self.counters.tx_dropped += 1;
-                    sent += 1;
-                }
+                sent += m;
+            }
+            _ => {
+                // The first frame of the rest was refused: drop it, go on.
+                counters.tx_dropped += 1;
+                sent += 1;
             }
         }
     }
