@@ -257,29 +257,44 @@ impl FrameSink for Vec<Packet> {
 /// A packet without GSO is appended unchanged (cloned). On error nothing is
 /// appended.
 pub fn segment(pkt: &Packet, out: &mut Vec<Packet>) -> Result<()> {
+    segment_for(pkt, false, out)
+}
+
+/// [`segment`] for an egress that fills transport checksums itself when
+/// `csum` is true: each segment then leaves with `Csum::Partial` (the field
+/// holds its pseudo-header sum), as Linux's `skb_segment` leaves them
+/// `CHECKSUM_PARTIAL` for a device with checksum offload and sums them
+/// during its copy for one without (Menon 2006 §4.1, Figure 7's Csum NIC).
+pub fn segment_for(pkt: &Packet, csum: bool, out: &mut Vec<Packet>) -> Result<()> {
     let Some(gso) = pkt.gso else {
         out.push(pkt.clone());
         return Ok(());
     };
     let f = FrameRef::private(&pkt.data, pkt.csum, pkt.gso);
-    segment_frame(&f, gso, out).map(|_| ())
+    segment_frame(&f, gso, csum, out).map(|_| ())
 }
 
 /// Headers of a frame whose first bytes are not all private are copied
 /// here to be parsed (Ethernet, a tag, IPv6 with extensions, TCP).
 const SEG_HEAD: usize = 256;
 
-/// [`segment`] from a frame wherever its bytes lie, into any sink: false
-/// when the sink filled up. On error or a full sink nothing is kept.
-fn segment_frame(f: &FrameRef<'_>, gso: Gso, out: &mut impl FrameSink) -> Result<bool> {
+/// [`segment_for`] from a frame wherever its bytes lie, into any sink:
+/// false when the sink filled up. On error or a full sink nothing is kept.
+fn segment_frame(f: &FrameRef<'_>, gso: Gso, csum: bool, out: &mut impl FrameSink) -> Result<bool> {
     each_segment(f, gso, out, |seg, headers, out, s| {
         let Some(data) = out.begin(headers.len() + s.len) else {
             return Ok(false);
         };
-        data[..headers.len()].copy_from_slice(headers);
-        f.copy_out(seg.h.payload_off + s.lo, &mut data[headers.len()..]);
-        seg.fix(data, s.i, s.lo)?;
-        out.commit(Csum::Valid, None);
+        let (hdr, payload) = data.split_at_mut(headers.len());
+        hdr.copy_from_slice(headers);
+        f.copy_out(seg.h.payload_off + s.lo, payload);
+        let c = if csum {
+            seg.fix_partial(hdr, s.i, s.lo, s.len)?
+        } else {
+            seg.fix(data, s.i, s.lo)?;
+            Csum::Valid
+        };
+        out.commit(c, None);
         Ok(true)
     })
 }
@@ -633,15 +648,16 @@ impl From<abi::offloads::Caps> for Offloads {
 /// The software offload driver (Menon 2006 §3): makes `pkt` fit an egress with
 /// capabilities `caps` and appends the result to `out`.
 ///
-/// A GSO packet of a kind the egress cannot take is segmented (the segments
-/// carry computed checksums); one it can take passes with `Csum::Partial`
+/// A GSO packet of a kind the egress cannot take is segmented (the segments'
+/// checksums computed, or left partial for an egress with checksum
+/// offload); one it can take passes with `Csum::Partial`
 /// (set up from the headers if it was not). A `Csum::Partial` packet gets its
 /// checksum computed when the egress has no checksum offload. Everything else
 /// passes through untouched; the data is moved, never copied, unless segmented.
 pub fn prepare(mut pkt: Packet, caps: Offloads, out: &mut Vec<Packet>) -> Result<()> {
     if let Some(gso) = pkt.gso {
         if !caps.accepts_gso(gso.kind) {
-            return segment(&pkt, out);
+            return segment_for(&pkt, caps.csum, out);
         }
         if !matches!(pkt.csum, Csum::Partial { .. }) {
             // A GSO packet handed to hardware must carry the pseudo-header sum.
@@ -661,7 +677,7 @@ pub fn prepare(mut pkt: Packet, caps: Offloads, out: &mut Vec<Packet>) -> Result
 pub fn prepare_frame(f: &FrameRef<'_>, caps: Offloads, out: &mut impl FrameSink) -> Result<bool> {
     if let Some(gso) = f.gso {
         if !caps.accepts_gso(gso.kind) {
-            return segment_frame(f, gso, out);
+            return segment_frame(f, gso, caps.csum, out);
         }
     }
     let mark = out.frames();
@@ -1279,10 +1295,20 @@ mod tests {
                 ..Offloads::ALL
             };
             prepare(pkt.clone(), no_uso, &mut out).unwrap();
+            completed_by_the_egress(&mut out);
             check_udp_segments(&pkt, &out, &payload, 1400);
             let mut out = Vec::new();
             prepare(pkt.clone(), Offloads::ALL, &mut out).unwrap();
             assert_eq!(out, vec![pkt]);
+        }
+    }
+
+    /// Segments made for an egress with checksum offload leave partial;
+    /// completes them as that egress would.
+    fn completed_by_the_egress(segs: &mut [Packet]) {
+        for s in segs {
+            assert!(matches!(s.csum, Csum::Partial { .. }), "{:?}", s.csum);
+            complete_checksum(s).unwrap();
         }
     }
 
@@ -1458,6 +1484,7 @@ mod tests {
         out.clear();
         prepare(g6.clone(), only_v4, &mut out).unwrap();
         assert_eq!(out.len(), 3);
+        completed_by_the_egress(&mut out);
         check_segments(&g6, &out, &payload, 1448);
 
         // TSO without checksum offload is not TSO.
@@ -1477,6 +1504,7 @@ mod tests {
         out.clear();
         prepare(g6.clone(), tso_no_sg, &mut out).unwrap();
         assert_eq!(out.len(), 3);
+        completed_by_the_egress(&mut out);
         check_segments(&g6, &out, &payload, 1448);
         assert_eq!(Offloads::default(), Offloads::NONE);
         // A declared set: "csum" takes partial checksums, no GSO.

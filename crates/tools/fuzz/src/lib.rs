@@ -311,6 +311,31 @@ fn segment_as_any_gso(data: &[u8], w: u16) {
         Err(_) => assert!(out.is_empty(), "a refused packet left segments"),
     }
     gathered_as_copied(&p, gso, &out);
+    partial_as_copied(&p, &out);
+}
+
+/// Segmenting for an egress with checksum offload agrees with segmenting
+/// for one without: refused alike, and each segment, its partial checksum
+/// completed, is the copied segment.
+fn partial_as_copied(p: &frame::packet::Packet, copied: &[frame::packet::Packet]) {
+    let mut partial = Vec::new();
+    if frame::offload::segment_for(p, true, &mut partial).is_err() {
+        assert!(partial.is_empty() && copied.is_empty(), "refused alike");
+        return;
+    }
+    assert_eq!(partial.len(), copied.len());
+    for (s, want) in partial.iter_mut().zip(copied) {
+        let field = match s.csum {
+            frame::packet::Csum::Partial { start, offset } => {
+                usize::from(start) + usize::from(offset)
+            }
+            c => panic!("a segment for a checksumming egress left {c:?}"),
+        };
+        frame::offload::complete_checksum(s).unwrap();
+        let mut want = want.data.clone();
+        same_zero(&mut want, field);
+        assert_eq!(s.data, want, "a partial segment differs");
+    }
 }
 
 /// Gathered segmentation of the same packet agrees with copying: refused
