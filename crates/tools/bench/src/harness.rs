@@ -239,9 +239,12 @@ pub fn check_machine(suite: &dyn Suite, args: &Args) -> anyhow::Result<()> {
 }
 
 /// The run loop every suite takes: `runs` independent runs (at least one),
-/// each measuring every case in order, so drift on a noisy machine spreads
-/// over all cases alike rather than landing on one (medians over runs,
-/// Menon 2006 §6). A step's error says which run and case it came from.
+/// each measuring every case, so drift on a noisy machine spreads over all
+/// cases alike rather than landing on one (medians over runs, Menon 2006
+/// §6). Odd runs take the cases in reverse order: a case that always ran
+/// right after another would inherit its after-effects (a warm or busy
+/// host), and two cases compared in one run would always meet in the same
+/// order. A step's error says which run and case it came from.
 pub fn each_run<C>(
     runs: usize,
     cases: &[C],
@@ -250,7 +253,11 @@ pub fn each_run<C>(
 ) -> anyhow::Result<()> {
     let runs = runs.max(1);
     for run in 0..runs {
-        for c in cases {
+        let order: Box<dyn Iterator<Item = &C>> = match run % 2 {
+            0 => Box::new(cases.iter()),
+            _ => Box::new(cases.iter().rev()),
+        };
+        for c in order {
             step(run, c).with_context(|| match name(c) {
                 n if n.is_empty() => format!("run {}/{runs}", run + 1),
                 n => format!("run {}/{runs}, {n}", run + 1),
@@ -368,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn each_run_measures_every_case_per_run_and_names_a_failing_step() {
+    fn each_run_measures_every_case_per_run_alternating_order_and_names_a_failing_step() {
         let mut seen = Vec::new();
         each_run(
             2,
@@ -380,7 +387,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(seen, [(0, 'a'), (0, 'b'), (1, 'a'), (1, 'b')]);
+        assert_eq!(seen, [(0, 'a'), (0, 'b'), (1, 'b'), (1, 'a')]);
         let e = each_run(
             3,
             &['a', 'b'],
