@@ -11,6 +11,7 @@ use crate::faults::sha256;
 use crate::rng::SplitMix;
 use anyhow::{anyhow, Result};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -170,6 +171,7 @@ impl Lab {
         while !stop.load(Ordering::Relaxed) {
             let at_s = self.secs(Instant::now());
             let _ = std::fs::remove_file(&got);
+            let before = [self.resets("guest1"), self.resets("wire")];
             let r = self.exec(
                 "guest1",
                 &[
@@ -189,11 +191,61 @@ impl Lab {
             match r.and_then(|_| sha256(&got)) {
                 Ok(sum) if sum == want => d.matched += 1,
                 Ok(sum) => d.corrupt.push(fail(format!("SHA-256 {sum}, not {want}"))),
-                Err(e) => d.failures.push(fail(format!("{e:#}"))),
+                Err(e) => {
+                    let after = [self.resets("guest1"), self.resets("wire")];
+                    let why = format!(
+                        "{e:#}; TCP counters that moved meanwhile: guest1 {}; the wire host {}",
+                        moved(&before[0], &after[0]),
+                        moved(&before[1], &after[1])
+                    );
+                    d.failures.push(fail(why));
+                }
             }
         }
         let _ = std::fs::remove_file(&got);
         d
+    }
+
+    /// The TCP counters of `domain`'s namespace that say who reset or
+    /// aborted a connection and why (nstat's absolute values); none when
+    /// nstat cannot run there.
+    fn resets(&self, domain: &str) -> BTreeMap<String, u64> {
+        self.exec(domain, &["nstat", "-asz"])
+            .map(|out| reset_counters(&out))
+            .unwrap_or_default()
+    }
+}
+
+/// The counters nstat prints whose names tell of a reset, an abort or a
+/// refused connection.
+fn reset_counters(nstat: &str) -> BTreeMap<String, u64> {
+    const TELLING: [&str; 5] = ["Rst", "Abort", "EstabResets", "Listen", "AttemptFails"];
+    nstat
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (name, value) = (w.next()?, w.next()?.parse().ok()?);
+            TELLING
+                .iter()
+                .any(|t| name.contains(t))
+                .then(|| (name.to_string(), value))
+        })
+        .collect()
+}
+
+/// The counters that rose from `before` to `after`, as "name +n", or
+/// "none".
+fn moved(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> String {
+    let up: Vec<String> = after
+        .iter()
+        .filter_map(|(k, &v)| {
+            let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
+            (d > 0).then(|| format!("{k} +{d}"))
+        })
+        .collect();
+    match up.is_empty() {
+        true => "none".into(),
+        false => up.join(", "),
     }
 }
 
@@ -210,4 +262,29 @@ fn until_done<T>(what: &str, mut op: impl FnMut() -> Result<T>) -> Result<()> {
         std::thread::sleep(Duration::from_secs(1));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_download_names_the_reset_counters_that_moved() {
+        let before = reset_counters(
+            "#kernel\nTcpActiveOpens 10 0.0\nTcpEstabResets 1 0.0\nTcpOutRsts 4 0.0\n\
+             TcpExtTCPAbortOnData 0 0.0\nTcpExtListenOverflows 0 0.0\n",
+        );
+        assert_eq!(before.len(), 4, "{before:?}");
+        assert!(!before.contains_key("TcpActiveOpens"));
+        let after = reset_counters(
+            "#kernel\nTcpEstabResets 2 0.0\nTcpOutRsts 4 0.0\nTcpExtTCPAbortOnData 3 0.0\n\
+             TcpExtListenOverflows 0 0.0\n",
+        );
+        assert_eq!(
+            moved(&before, &after),
+            "TcpEstabResets +1, TcpExtTCPAbortOnData +3"
+        );
+        assert_eq!(moved(&after, &after), "none");
+        assert_eq!(moved(&BTreeMap::new(), &BTreeMap::new()), "none");
+    }
 }
