@@ -206,31 +206,13 @@ impl Lab {
         d
     }
 
-    /// The TCP counters of `domain`'s namespace that say who reset or
-    /// aborted a connection and why (nstat's absolute values); none when
-    /// nstat cannot run there.
+    /// The TCP counters of `domain`'s namespace whose names tell of a
+    /// reset, an abort or a refused connection (nstat's absolute values);
+    /// none when nstat cannot run there.
     fn resets(&self, domain: &str) -> BTreeMap<String, u64> {
-        self.exec(domain, &["nstat", "-asz"])
-            .map(|out| reset_counters(&out))
-            .unwrap_or_default()
+        const TELLING: [&str; 5] = ["Rst", "Abort", "EstabResets", "Listen", "AttemptFails"];
+        crate::nstat::matching(&toolstack::host::netns_name(domain), &TELLING).unwrap_or_default()
     }
-}
-
-/// The counters nstat prints whose names tell of a reset, an abort or a
-/// refused connection.
-fn reset_counters(nstat: &str) -> BTreeMap<String, u64> {
-    const TELLING: [&str; 5] = ["Rst", "Abort", "EstabResets", "Listen", "AttemptFails"];
-    nstat
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let (name, value) = (w.next()?, w.next()?.parse().ok()?);
-            TELLING
-                .iter()
-                .any(|t| name.contains(t))
-                .then(|| (name.to_string(), value))
-        })
-        .collect()
 }
 
 /// The counters that rose from `before` to `after`, as "name +n", or
@@ -270,16 +252,21 @@ mod tests {
 
     #[test]
     fn a_failed_download_names_the_reset_counters_that_moved() {
-        let before = reset_counters(
-            "#kernel\nTcpActiveOpens 10 0.0\nTcpEstabResets 1 0.0\nTcpOutRsts 4 0.0\n\
-             TcpExtTCPAbortOnData 0 0.0\nTcpExtListenOverflows 0 0.0\n",
-        );
-        assert_eq!(before.len(), 4, "{before:?}");
-        assert!(!before.contains_key("TcpActiveOpens"));
-        let after = reset_counters(
-            "#kernel\nTcpEstabResets 2 0.0\nTcpOutRsts 4 0.0\nTcpExtTCPAbortOnData 3 0.0\n\
-             TcpExtListenOverflows 0 0.0\n",
-        );
+        let counters = |v: [(&str, u64); 4]| -> BTreeMap<String, u64> {
+            v.map(|(k, n)| (k.to_string(), n)).into()
+        };
+        let before = counters([
+            ("TcpEstabResets", 1),
+            ("TcpOutRsts", 4),
+            ("TcpExtTCPAbortOnData", 0),
+            ("TcpExtListenOverflows", 0),
+        ]);
+        let after = counters([
+            ("TcpEstabResets", 2),
+            ("TcpOutRsts", 4),
+            ("TcpExtTCPAbortOnData", 3),
+            ("TcpExtListenOverflows", 0),
+        ]);
         assert_eq!(
             moved(&before, &after),
             "TcpEstabResets +1, TcpExtTCPAbortOnData +3"
