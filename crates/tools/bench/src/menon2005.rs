@@ -366,8 +366,10 @@ pub const DRIVER_ADDRESS: &str = "10.77.0.10";
 pub const GUEST_ADDRESS: &str = "10.77.0.1";
 
 /// The paper's topology: a driver domain (with its own address when
-/// `driver_address`, 4 KiB receive buffers when `page`), guest1 as the
-/// Xen 2.0 guest, and `n` wires (`[[wire]]` when more than one).
+/// `driver_address`, which frames from the wires reach in its kernel as
+/// in dom0, or through its bridge into 4 KiB receive buffers when `page`),
+/// guest1 as the Xen 2.0 guest, and `n` wires (`[[wire]]` when more than
+/// one).
 pub fn topology(n: usize, driver_address: bool, page: bool, rate: Option<LinkRate>) -> String {
     let mut t = String::from(
         "# bench menon2005: Menon 2005's receiver, driver domain and wires.\nname = \"menon2005\"\n\n\
@@ -378,6 +380,9 @@ pub fn topology(n: usize, driver_address: bool, page: bool, rate: Option<LinkRat
     }
     if page {
         t += "port_buffer = \"page\"\n";
+    } else if driver_address {
+        // dom0's own frames went from its NIC's driver up its kernel.
+        t += "local_delivery = \"kernel\"\n";
     }
     t += &format!(
         "\n[[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"{GUEST_ADDRESS}/24\"\n\
@@ -1224,6 +1229,10 @@ mod tests {
         assert_eq!(wires(3)[0], ("wire", "10.77.0.254"));
         assert_eq!(wires(3)[2].0, "wire3");
         assert!(three.contains(&format!("address = \"{DRIVER_ADDRESS}/24\"")));
+        assert!(!three.contains("local_delivery"), "{three}");
+        let dom0 = topology(3, true, false, None);
+        assert!(dom0.contains("local_delivery = \"kernel\""), "{dom0}");
+        assert!(!one.contains("local_delivery"), "{one}");
         // Each setup gets a topology or a reason, never a panic.
         for s in Setup::ALL.into_iter().filter(|s| *s != Setup::Linux) {
             match choose_topology(s, None) {

@@ -2,8 +2,9 @@
 //! driver domain with an address of its own on its bridge and three wire
 //! hosts, each behind a port of its own; the driver domain reaches every
 //! wire host and the guest, carries TCP both ways with its bytes intact,
-//! keeps its address through restarts, and receives into page or MTU
-//! buffers (`port_buffer`). Needs root; run one test at a time, under the
+//! keeps its address through restarts, receives into page or MTU
+//! buffers (`port_buffer`), and takes the frames to it from its wires in
+//! its kernel (`local_delivery`). Needs root; run one test at a time, under the
 //! namespace lock.
 
 mod common;
@@ -19,13 +20,13 @@ const WIRES: [(&str, &str); 3] = [
     ("wire3", "10.77.0.252"),
 ];
 
-/// A driver domain `drv` at [`DRV_IP`] (and fd77::100) receiving into
-/// `port_buffer` buffers, guest1 at 10.77.0.1, and the three [`WIRES`].
-fn topology(port_buffer: &str) -> String {
+/// A driver domain `drv` at [`DRV_IP`] (and fd77::100) with `keys` (one
+/// line), guest1 at 10.77.0.1, and the three [`WIRES`].
+fn topology(keys: &str) -> String {
     let mut t = format!(
         "name = \"endpoint\"\n\
          [[domain]]\nname = \"drv\"\nkind = \"driver\"\naddress = \"{DRV_IP}/24\"\n\
-         ipv6 = \"fd77::100/64\"\nport_buffer = \"{port_buffer}\"\n\
+         ipv6 = \"fd77::100/64\"\n{keys}\n\
          [[domain]]\nname = \"guest1\"\nkind = \"guest\"\naddress = \"10.77.0.1/24\"\n"
     );
     for (i, (name, ip)) in WIRES.iter().enumerate() {
@@ -37,10 +38,10 @@ fn topology(port_buffer: &str) -> String {
     t
 }
 
-fn up(env: &Env, port_buffer: &str) {
+fn up(env: &Env, keys: &str) {
     std::fs::create_dir_all(&env.run_dir).unwrap();
     let path = env.run_dir.join("endpoint.toml");
-    std::fs::write(&path, topology(port_buffer)).unwrap();
+    std::fs::write(&path, topology(keys)).unwrap();
     env.ok(&["up", "--config", path.to_str().unwrap()]);
 }
 
@@ -108,6 +109,17 @@ fn port_counters(env: &Env, name: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no port {name} in {st:#}"))
 }
 
+/// SIGKILLs the driver domain and waits for hv to start it again.
+fn crash_drv(env: &Env) {
+    let st = env.status();
+    let pid = domain(&st, "drv")["pid"].as_i64().unwrap();
+    kill9(pid);
+    wait_until("drv to come back", Duration::from_secs(10), || {
+        let st = env.status();
+        domain(&st, "drv")["pid"].as_i64().is_some_and(|p| p != pid)
+    });
+}
+
 fn log_of(run_dir: &Path, name: &str) -> String {
     std::fs::read_to_string(run_dir.join(format!("{name}.log"))).unwrap_or_default()
 }
@@ -117,7 +129,7 @@ fn the_driver_domain_is_an_endpoint_on_three_wires_and_keeps_its_address() {
     let Some(env) = Env::new("endpoint") else {
         return;
     };
-    up(&env, "page");
+    up(&env, "port_buffer = \"page\"");
     // Status shows the driver domain's address, on the TAP named after
     // its bridge, and the three wire hosts behind peth0..peth2.
     let st = env.status();
@@ -159,14 +171,7 @@ fn the_driver_domain_is_an_endpoint_on_three_wires_and_keeps_its_address() {
     env.ping("drv", "10.77.0.254", 3);
     env.ping("drv", "10.77.0.1", 3);
     // A crash: hv starts the driver domain again; it answers again.
-    let st = env.status();
-    let pid = domain(&st, "drv")["pid"].as_i64().unwrap();
-    kill9(pid);
-    wait_until("drv to come back", Duration::from_secs(10), || {
-        let st = env.status();
-        let d = domain(&st, "drv");
-        d["pid"].as_i64().is_some_and(|p| p != pid)
-    });
+    crash_drv(&env);
     wait_answers(&env, "wire2", Duration::from_secs(10));
     env.ping("drv", "10.77.0.253", 3);
     fetch_intact(&env, "wire3", "10.77.0.252", "drv", 8);
@@ -180,7 +185,7 @@ fn mtu_sized_receive_buffers_carry_traffic() {
     let Some(env) = Env::new("endpoint-mtu") else {
         return;
     };
-    up(&env, "mtu");
+    up(&env, "port_buffer = \"mtu\"");
     assert!(log_of(&env.run_dir, "drv").contains("2048-byte slots (mtu:2048)"));
     // Into the driver domain from a wire host, and through it to the guest.
     let gbps = iperf(&env, "wire2", "10.77.0.253", "drv", true, 2);
@@ -209,6 +214,56 @@ fn mtu_sized_receive_buffers_carry_traffic() {
         // MTU-sized frames: none is a coalesced GSO frame.
         assert!(bytes / pkts <= 1514, "{port}: {c}");
     }
+    env.ok(&["down"]);
+    assert_nothing_left();
+}
+
+/// The bytes the action of `dev`'s ingress filter in `domain` took
+/// (`tc -s`: "Sent N bytes M pkt" under the mirred action).
+fn redirected(domain: &str, dev: &str) -> u64 {
+    let out = in_netns(
+        domain,
+        &["tc", "-s", "filter", "show", "dev", dev, "ingress"],
+    );
+    let after = out.split("mirred").nth(1).unwrap_or_default();
+    let sent = after.split("Sent ").nth(1).unwrap_or_default();
+    sent.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_kernel_takes_the_frames_from_the_wires_to_the_driver_domain() {
+    let Some(env) = Env::new("endpoint-kernel") else {
+        return;
+    };
+    up(&env, "local_delivery = \"kernel\"");
+    assert!(
+        log_of(&env.run_dir, "drv").contains("reach its kernel from the uplinks"),
+        "{}",
+        log_of(&env.run_dir, "drv")
+    );
+    // Into the driver domain from a wire host: its TAP is not written
+    // (the bridge does not carry the frames), the port's classifier
+    // hands them up, and they arrive whole.
+    let tap_before = rx_bytes("drv", "xenbr0");
+    let took_before = redirected("drv", "peth1");
+    fetch_intact(&env, "wire2", "10.77.0.253", "drv", 32);
+    let tap = rx_bytes("drv", "xenbr0") - tap_before;
+    let took = redirected("drv", "peth1") - took_before;
+    assert!(took > 32 << 20, "the classifier took {took} bytes");
+    assert!(tap < 1 << 20, "the bridge wrote {tap} bytes to the TAP");
+    // Out of the driver domain, to a guest and from a guest: the bridge
+    // still carries those, both ways.
+    fetch_intact(&env, "drv", DRV_IP, "wire", 16);
+    fetch_intact(&env, "drv", DRV_IP, "guest1", 16);
+    fetch_intact(&env, "guest1", "10.77.0.1", "drv", 16);
+    env.ping("drv", "fd77::fe", 2);
+    // A crash: the new process leaves the same frames to the kernel.
+    crash_drv(&env);
+    wait_answers(&env, "wire3", Duration::from_secs(10));
+    fetch_intact(&env, "wire3", "10.77.0.252", "drv", 8);
     env.ok(&["down"]);
     assert_nothing_left();
 }

@@ -4,8 +4,9 @@
 //! its dedicated ones (Ram thesis 3.3: the NIC demultiplexes by MAC). Built
 //! by safe constructors only: every program they make is valid.
 
-/// Most MACs one filter names (a port's queue limit).
-pub const FILTER_MACS: usize = 64;
+/// Most MACs one filter names: a port's 64 queues and the driver
+/// domain's own MAC, which its kernel may take past the socket.
+pub const FILTER_MACS: usize = 65;
 
 // Opcodes (uapi/linux/filter.h, bpf_common.h).
 const LD_W_ABS: u16 = 0x20;

@@ -2,6 +2,7 @@
 //! that run them with the model's own: the model ([`crate::topology`])
 //! names no feature, each feature names the model.
 
+use crate::local_delivery::LocalDeliveryCheck;
 use crate::placement::CpuCheck;
 use crate::port_buffer::PortBufferCheck;
 use crate::topology::{Check, Topology, TopologyError, DEFAULT_TOML};
@@ -10,7 +11,13 @@ use crate::vm::VmCheck;
 use std::path::Path;
 
 /// The features' checks, in the order each hook runs them.
-pub const CHECKS: &[&dyn Check] = &[&VmCheck, &CpuCheck, &PortCheck, &PortBufferCheck];
+pub const CHECKS: &[&dyn Check] = &[
+    &VmCheck,
+    &CpuCheck,
+    &PortCheck,
+    &PortBufferCheck,
+    &LocalDeliveryCheck,
+];
 
 impl Topology {
     /// The embedded default.

@@ -46,6 +46,7 @@ pub mod hugepages;
 pub mod kept_ports;
 pub mod laps;
 pub mod listen;
+pub mod local_delivery;
 mod logs;
 pub mod metrics;
 pub mod notify;

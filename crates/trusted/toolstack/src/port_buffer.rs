@@ -90,10 +90,11 @@ fn check(t: &Topology, d: &DomainConfig) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn topo(drv: &str, rest: &str) -> Result<Topology, String> {
+    /// A topology of driver domain `drv` with keys `drv`, then `rest`.
+    pub(crate) fn topo(drv: &str, rest: &str) -> Result<Topology, String> {
         Topology::parse(
             &format!("[[domain]]\nname = \"drv\"\nkind = \"driver\"\n{drv}{rest}"),
             "t.toml",

@@ -301,6 +301,7 @@ impl Supervisor {
         }
         for (d, _, _, _) in created.iter().filter(|c| c.0.kind == DomainKind::Driver) {
             self.uplinks.attach(&d.name)?;
+            crate::local_delivery::install(&topology, d, xenbus::DEFAULT_BRIDGE)?;
         }
         let vifs = self.lock().vifs.clone();
         for v in &vifs {
@@ -410,6 +411,9 @@ impl Supervisor {
         }
         if let Some(v) = crate::port_buffer::store_value(&self.topo(), d) {
             ts.write(&format!("{home}/port-buffer"), &v)?;
+        }
+        if let Some(v) = crate::local_delivery::store_value(d) {
+            ts.write(&format!("{home}/local-delivery"), v)?;
         }
         ts.write(&format!("{home}/port-offload"), &d.port_offload.to_string())?;
         if let Some(g) = d.grant_maps {

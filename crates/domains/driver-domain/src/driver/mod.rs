@@ -28,7 +28,7 @@ use crate::switch::egress::Scratch;
 use egress::Others;
 use events::{Events, Source, BACKENDS, CAPTURES, PORTS};
 use forward::{forward, read_port, Fwd};
-use ports::{grant_maps, port_caps, port_of, rx_slot, Ports, PORT_BASE, PORT_RETRY};
+use ports::{grant_maps, local_mac, port_caps, port_of, rx_slot, Ports, PORT_BASE, PORT_RETRY};
 use state::STATS_EVERY;
 pub use state::{Driver, DriverError, LoopCounters, Turn};
 use stats::publish_stats;
@@ -132,6 +132,7 @@ impl Driver {
         };
         d.stats.config_errors += u64::from(grant_maps_bad);
         d.ports.rx_slot = rx_slot(hv, &d.home, &mut d.stats.config_errors);
+        d.ports.local_mac = local_mac(hv, &d.home, &mut d.stats.config_errors);
         Ok(d)
     }
 

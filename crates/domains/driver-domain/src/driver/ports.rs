@@ -102,6 +102,9 @@ pub(super) struct Ports {
     pub(super) endpoint_key: String,
     /// Uplinks' receive slots (`port-buffer`); None: whole GSO frames.
     pub(super) rx_slot: Option<usize>,
+    /// The driver domain's own MAC when its kernel takes the frames to it
+    /// from the uplinks themselves (`local-delivery`).
+    pub(super) local_mac: Option<[u8; 6]>,
     /// Queues given back whose macvlans hv is yet to delete: (uplink,
     /// owner vif index).
     pub(super) closing: Vec<(String, u32)>,
@@ -126,6 +129,7 @@ impl Ports {
             vhost_dir: format!("{home}/vhost"),
             endpoint_key: format!("{home}/endpoint"),
             rx_slot: None,
+            local_mac: None,
             refused: Vec::new(),
             hold: None,
         }
@@ -311,7 +315,11 @@ impl Ports {
                 continue;
             }
             let queues = if e.group.is_some() { 0 } else { e.queues };
-            let rx = (self.offload, self.rx_slot);
+            let rx = UplinkRx {
+                offload: self.offload,
+                slot: self.rx_slot,
+                local_mac: self.local_mac,
+            };
             match open_port(hv, &e.name, e.kind, rx, queues) {
                 Ok(p) => {
                     eprintln!(
@@ -483,24 +491,69 @@ pub(super) fn rx_slot(hv: &mut HvClient, home: &str, errors: &mut u64) -> Option
     }
 }
 
+/// The driver domain's own MAC when hv asks its uplinks to leave the
+/// frames to it to the kernel (`<home>/local-delivery` is `kernel`, which
+/// hv writes only once its classifiers are in place); None otherwise. A
+/// value hv would not write, or an endpoint whose MAC cannot be read, is
+/// logged and counted: frames to the driver domain then come twice, by
+/// the kernel and by the bridge, and TCP drops the second.
+pub(super) fn local_mac(hv: &mut HvClient, home: &str, errors: &mut u64) -> Option<[u8; 6]> {
+    let v = hv.store_read_str(&format!("{home}/local-delivery")).ok()?;
+    let mac = match v.as_str() {
+        "kernel" => hv
+            .store_read_str(&format!("{home}/endpoint"))
+            .map_err(|e| format!("no endpoint: {e}"))
+            .and_then(|tap| sys::get_mac(&tap).map_err(|e| format!("{tap}: {e}"))),
+        other => Err(format!("{other:?}: want kernel")),
+    };
+    match mac {
+        Ok(m) => {
+            eprintln!(
+                "driver: frames to this domain's own address reach its kernel from the uplinks"
+            );
+            Some(m)
+        }
+        Err(e) => {
+            eprintln!("driver: local-delivery: {e}; the bridge carries them");
+            *errors += 1;
+            None
+        }
+    }
+}
+
+/// How an uplink receives: what it takes on transmit, its receive slots
+/// and the MAC it leaves to the kernel.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UplinkRx {
+    pub offload: Offloads,
+    pub slot: Option<usize>,
+    pub local_mac: Option<[u8; 6]>,
+}
+
 /// Opens the port of slot kind `kind`: an interface's AF_PACKET socket,
 /// or a VM vif's backend on the listener hv keeps for it.
 pub(super) fn open_port(
     hv: &mut HvClient,
     name: &str,
     kind: PortKind,
-    (offload, rx_slot): (Offloads, Option<usize>),
+    rx: UplinkRx,
     queues: u16,
 ) -> std::io::Result<Box<dyn Port>> {
+    let offload = rx.offload;
     let uplink = |hv: &mut HvClient| {
         let p = PacketPort::on(kept_socket(hv, name)?, offload);
-        std::io::Result::Ok(match rx_slot {
+        let p = match rx.slot {
             Some(slot) => p.with_rx_slots(slot),
             None => p,
-        })
+        }
+        .with_queues(queues);
+        match rx.local_mac {
+            Some(mac) => p.deliver_locally(mac),
+            None => Ok(p),
+        }
     };
     Ok(match kind {
-        PortKind::Uplink => Box::new(uplink(hv)?.with_queues(queues)),
+        PortKind::Uplink => Box::new(uplink(hv)?),
         PortKind::Extra => Box::new(PacketPort::on(kept_socket(hv, name)?, offload)),
         PortKind::Endpoint => Box::new(crate::port::tap::TapPort::open(name, offload)?),
         PortKind::Vhost {

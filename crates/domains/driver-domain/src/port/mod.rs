@@ -107,6 +107,9 @@ pub struct PacketPort {
     counters: PortCounters,
     /// Its dedicated queues (Ram thesis ch. 3; see [`crate::port::vmq`]).
     pub(crate) queues: crate::port::vmq::QueueTable,
+    /// The driver domain's own MAC, whose unicast its kernel takes from
+    /// the interface itself (see [`PacketPort::deliver_locally`]).
+    pub(crate) local_mac: Option<[u8; 6]>,
 }
 
 impl PacketPort {
@@ -132,6 +135,7 @@ impl PacketPort {
             shaped: shaping_slab(),
             counters: PortCounters::default(),
             queues: crate::port::vmq::QueueTable::new(0),
+            local_mac: None,
         }
     }
 

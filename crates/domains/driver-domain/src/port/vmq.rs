@@ -29,8 +29,9 @@ use abi::xenbus::mac_text;
 pub use abi::xenbus::{is_queue_name, QUEUE_PREFIX};
 /// Queues a port offers unless its uplink says (`queues=`).
 pub const DEFAULT_QUEUES: u16 = 8;
-/// Most queues a port may offer (the MACs its default queue's filter names).
-pub const MAX_QUEUES: u16 = sys::FILTER_MACS as u16;
+/// Most queues a port may offer (the MACs its default queue's filter
+/// names, but the driver domain's own).
+pub const MAX_QUEUES: u16 = sys::FILTER_MACS as u16 - 1;
 /// Most buffer parts one armed frame takes (a 64 KiB GSO frame in 2 KiB
 /// buffers, and its vnet header).
 pub const MAX_ARMED: usize = 40;
@@ -533,10 +534,21 @@ impl PacketPort {
         self
     }
 
+    /// Leaves unicast to `mac`, the driver domain's own interface, to the
+    /// kernel, which delivers it there past this socket (the toolstack's
+    /// `local_delivery = "kernel"`): the default queue's filter drops it
+    /// from now on, as it drops an enabled queue's.
+    pub fn deliver_locally(mut self, mac: [u8; 6]) -> io::Result<PacketPort> {
+        self.local_mac = Some(mac);
+        self.refilter()?;
+        Ok(self)
+    }
+
     /// Rebuilds the default queue's filter: it takes everything but unicast
-    /// to an enabled queue's MAC.
+    /// to an enabled queue's MAC and to the MAC the kernel delivers.
     fn refilter(&self) -> io::Result<()> {
-        let macs = self.queues.enabled_macs();
+        let mut macs = self.queues.enabled_macs();
+        macs.extend(self.local_mac);
         let f = SocketFilter::drop_unicast_to(&macs)
             .ok_or_else(|| io::Error::other("more MACs than a filter holds"))?;
         self.socket().set_filter(&f)

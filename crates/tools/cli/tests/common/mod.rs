@@ -391,7 +391,7 @@ impl Env {
 pub use testutil::wait_until;
 
 /// Runs `cmd` inside the namespace of `domain` and returns its stdout.
-fn in_netns(domain: &str, cmd: &[&str]) -> String {
+pub fn in_netns(domain: &str, cmd: &[&str]) -> String {
     let o = Command::new("ip")
         .args(["netns", "exec", &toolstack::host::netns_name(domain)])
         .args(cmd)

@@ -384,6 +384,7 @@ impl Supervisor {
             }
             self.uplinks.add_driver(name, &t)?;
             self.uplinks.attach(name)?;
+            crate::local_delivery::install(&t, &d, abi::xenbus::DEFAULT_BRIDGE)?;
             self.show_uplinks(hv);
             self.launch(hv, &d, domid, sock, cg)
         })();

@@ -2,7 +2,7 @@
 //! frames and quotas it gets, and the checks of its own settings (those
 //! that need no other section).
 
-use super::port::PortBuffer;
+use super::port::{LocalDelivery, PortBuffer};
 use serde::Deserialize;
 use std::net::IpAddr;
 
@@ -110,6 +110,12 @@ pub struct DomainConfig {
     /// (Driver-none) or `"mtu"` (Driver-MTU); none: slots for whole GSO
     /// frames. See [`crate::port_buffer`].
     pub port_buffer: Option<PortBuffer>,
+    /// Driver domains with an address: whether frames from the wires to
+    /// that address reach its kernel through the bridge (`"bridge"`, the
+    /// default) or straight from the port (`"kernel"`, as dom0's own
+    /// traffic did). See [`crate::local_delivery`].
+    #[serde(default)]
+    pub local_delivery: LocalDelivery,
     /// Driver domains: how a grant map is made (Menon 2006 §2), `"pte"`
     /// (the default: a page-table entry in a mirror of the granter's pool,
     /// as Xen's) or `"mmap"` (an `mmap` of the frame into a window).

@@ -130,6 +130,27 @@ pub enum PortBuffer {
     Mtu,
 }
 
+/// Where frames for a driver domain's own address are handed to its
+/// kernel (`local_delivery`, see [`crate::local_delivery`]).
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LocalDelivery {
+    /// Through the bridge: the port's socket, then a write to the TAP.
+    #[default]
+    Bridge,
+    /// By the port's own kernel, as dom0's NIC driver handed them up.
+    Kernel,
+}
+
+impl LocalDelivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LocalDelivery::Bridge => "bridge",
+            LocalDelivery::Kernel => "kernel",
+        }
+    }
+}
+
 impl PortBuffer {
     pub fn as_str(self) -> &'static str {
         match self {
