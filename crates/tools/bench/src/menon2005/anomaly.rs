@@ -80,8 +80,9 @@ pub(super) const NO_ANOMALY: &str =
     "the anomaly needs each 1448-byte segment charged a whole page, as XenoLinux's \
     page-per-packet receive buffers were, so that a fixed receive buffer fills at a third of its \
     bytes and TCP compacts its queue (tcp_collapse, Table 2); here the sweep's socket has its \
-    buffer fixed at 87,380 bytes and TcpExtTCPRcvCollapsed counts the compactions, but the \
-    driver domain's kernel takes each frame from a TAP, which builds a frame shorter than a page \
+    buffer fixed at 87,380 bytes and TcpExtTCPRcvCollapsed counts the compactions, but with \
+    page buffers the driver domain's kernel takes each frame from a TAP (the bridge writes it \
+    there from the page it landed on), which builds a frame shorter than a page \
     in a buffer of its own size (about 2.3 KB charged per 1448-byte segment, `ss -tm` during a \
     receive), so `port_buffer = \"page\"` changes the driver domain's own buffers but not \
     what the socket is charged; and since Linux 6.6 TCP no longer advertises a window from the \
