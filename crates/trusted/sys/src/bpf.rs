@@ -168,15 +168,16 @@ mod tests {
         let many = vec![C; FILTER_MACS];
         assert_eq!(
             SocketFilter::drop_unicast_to(&many).unwrap().len(),
-            4 + 5 * 64
+            4 + 5 * FILTER_MACS
         );
         assert!(SocketFilter::drop_unicast_to(&vec![C; FILTER_MACS + 1]).is_none());
-        // The jump over 64 MACs lands on the accept.
-        let full: Vec<[u8; 6]> = (0..64u8).map(|i| [0, 0x16, 0x3e, 0, 0, i]).collect();
+        // The jump over a full filter's MACs lands on the accept.
+        let n = FILTER_MACS as u8;
+        let full: Vec<[u8; 6]> = (0..n).map(|i| [0, 0x16, 0x3e, 0, 0, i]).collect();
         let f = SocketFilter::drop_unicast_to(&full).unwrap();
         assert!(f.takes(&to([0xff; 6])));
-        assert!(!f.takes(&to([0, 0x16, 0x3e, 0, 0, 63])));
-        assert!(f.takes(&to([0, 0x16, 0x3e, 0, 0, 64])));
+        assert!(!f.takes(&to([0, 0x16, 0x3e, 0, 0, n - 1])));
+        assert!(f.takes(&to([0, 0x16, 0x3e, 0, 0, n])));
         assert!(
             !f.takes(&[0x00, 0x16, 0x3e]),
             "a runt is dropped, as by the kernel"
