@@ -1,5 +1,5 @@
 //! A driver domain's `local_delivery`: how frames from its wires reach
-//! its own address (Menon 2005 §3, Menon 2006 §2: dom0's own traffic).
+//! its own address (Menon 2005 §3.1 and §6.1.1: dom0's own traffic).
 //!
 //! A driver domain with `address` has an interface of its own on its
 //! bridge, a TAP ([`crate::supervisor`]'s endpoint). By default
