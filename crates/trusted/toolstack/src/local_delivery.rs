@@ -92,7 +92,7 @@ pub fn install(t: &Topology, d: &DomainConfig, tap: &str) -> Result<(), String> 
         )
     };
     let mac = crate::host::in_netns(&ns, || sys::get_mac(tap)).map_err(|e| fail(tap, e))?;
-    let mac = mac.map(|b| format!("{b:02x}")).join(":");
+    let mac = abi::xenbus::mac_text(&mac);
     for u in t.uplinks_of(&d.name) {
         let dev = u.ifname.as_str();
         redirect(&ns, dev, &mac, tap).map_err(|e| fail(dev, e))?;
