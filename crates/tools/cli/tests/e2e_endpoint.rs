@@ -218,19 +218,18 @@ fn mtu_sized_receive_buffers_carry_traffic() {
     assert_nothing_left();
 }
 
-/// The bytes the action of `dev`'s ingress filter in `domain` took
-/// (`tc -s`: "Sent N bytes M pkt" under the mirred action).
-fn redirected(domain: &str, dev: &str) -> u64 {
-    let out = in_netns(
-        domain,
-        &["tc", "-s", "filter", "show", "dev", dev, "ingress"],
-    );
-    let after = out.split("mirred").nth(1).unwrap_or_default();
-    let sent = after.split("Sent ").nth(1).unwrap_or_default();
-    sent.split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+/// The bytes the mirred actions of `dev`'s filters on hook `dir`
+/// (`ingress`, `egress`) in `domain` took, summed (`tc -s`: "Sent N bytes
+/// M pkt" under each action).
+fn redirected(domain: &str, dev: &str, dir: &str) -> u64 {
+    let out = in_netns(domain, &["tc", "-s", "filter", "show", "dev", dev, dir]);
+    out.split("mirred")
+        .skip(1)
+        .filter_map(|after| {
+            let sent = after.split("Sent ").nth(1)?;
+            sent.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
 }
 
 #[test]
@@ -248,15 +247,24 @@ fn the_kernel_takes_the_frames_from_the_wires_to_the_driver_domain() {
     // (the bridge does not carry the frames), the port's classifier
     // hands them up, and they arrive whole.
     let tap_before = rx_bytes("drv", "xenbr0");
-    let took_before = redirected("drv", "peth1");
+    let took_before = redirected("drv", "peth1", "ingress");
     fetch_intact(&env, "wire2", "10.77.0.253", "drv", 32);
     let tap = rx_bytes("drv", "xenbr0") - tap_before;
-    let took = redirected("drv", "peth1") - took_before;
+    let took = redirected("drv", "peth1", "ingress") - took_before;
     assert!(took > 32 << 20, "the classifier took {took} bytes");
     assert!(tap < 1 << 20, "the bridge wrote {tap} bytes to the TAP");
-    // Out of the driver domain, to a guest and from a guest: the bridge
-    // still carries those, both ways.
+    // Out of the driver domain to a wire host: the TAP's egress classifier
+    // puts the frames on the host's port, and the driver domain's process
+    // never reads them from the TAP.
+    let read_before = if_stat("drv", "xenbr0", "tx_bytes");
+    let sent_before = redirected("drv", "xenbr0", "egress");
     fetch_intact(&env, "drv", DRV_IP, "wire", 16);
+    let read = if_stat("drv", "xenbr0", "tx_bytes") - read_before;
+    let sent = redirected("drv", "xenbr0", "egress") - sent_before;
+    assert!(sent > 16 << 20, "the TAP's classifier sent {sent} bytes");
+    assert!(read < 1 << 20, "the bridge read {read} bytes from the TAP");
+    // To a guest and from a guest: the bridge still carries those, both
+    // ways.
     fetch_intact(&env, "drv", DRV_IP, "guest1", 16);
     fetch_intact(&env, "guest1", "10.77.0.1", "drv", 16);
     env.ping("drv", "fd77::fe", 2);
@@ -264,6 +272,7 @@ fn the_kernel_takes_the_frames_from_the_wires_to_the_driver_domain() {
     crash_drv(&env);
     wait_answers(&env, "wire3", Duration::from_secs(10));
     fetch_intact(&env, "wire3", "10.77.0.252", "drv", 8);
+    fetch_intact(&env, "drv", DRV_IP, "wire3", 8);
     env.ok(&["down"]);
     assert_nothing_left();
 }

@@ -20,8 +20,16 @@
 //! each wire port's socket with the same filter that keeps a dedicated
 //! queue's frames out of the default one, so a frame is delivered once.
 //! Broadcast and multicast (ARP, neighbour discovery) still cross the
-//! bridge, to the guests and the TAP alike, and everything the driver
-//! domain's kernel sends still leaves through the TAP and the bridge.
+//! bridge, to the guests and the TAP alike.
+//!
+//! The way back is the kernel's too: what the driver domain's kernel sends
+//! to a wire host's MAC leaves the TAP's egress through a classifier (u32
+//! on that MAC) whose action puts it on the host's port (mirred egress
+//! redirect, through the port's qdisc, so a shaped wire stays shaped), as
+//! dom0's IP stack handed its segments to its NIC's driver. Its ACKs and
+//! replies no longer wake the driver domain, copy out of the TAP and cross
+//! the bridge. hv made each wire host and knows its MAC; a frame to any
+//! other MAC (a guest, a broadcast) still takes the TAP and the bridge.
 //!
 //! The key needs an address (there is no local interface without one),
 //! wires as the only ports (hv made their devices, so its classifier
@@ -29,6 +37,7 @@
 //! buffers a port receives into and which a frame the kernel delivers
 //! never enters.
 
+use crate::host::run;
 pub use crate::topology::port::LocalDelivery;
 use crate::topology::port::UplinkKind;
 use crate::topology::{Check, DomainConfig, DomainKind, Topology};
@@ -79,7 +88,8 @@ fn check(t: &Topology, d: &DomainConfig) -> Result<(), String> {
 }
 
 /// Gives driver domain `d`'s kernel the frames from its wires to `tap`'s
-/// MAC, on each wire port (which must exist); nothing without the key.
+/// MAC, on each wire port (which must exist), and the frames it sends to
+/// each wire host, on `tap`'s egress; nothing without the key.
 pub fn install(t: &Topology, d: &DomainConfig, tap: &str) -> Result<(), String> {
     if d.local_delivery != LocalDelivery::Kernel {
         return Ok(());
@@ -97,7 +107,35 @@ pub fn install(t: &Topology, d: &DomainConfig, tap: &str) -> Result<(), String> 
         let dev = u.ifname.as_str();
         redirect(&ns, dev, &mac, tap).map_err(|e| fail(dev, e))?;
     }
+    run("tc", &["-n", &ns, "qdisc", "replace", "dev", tap, "clsact"]).map_err(|e| fail(tap, e))?;
+    for w in t.wires_of(&d.name) {
+        let port = crate::uplink::config::wire_ifname(t.wire_index(w));
+        let wns = crate::host::netns_name(&w.name);
+        let host = crate::host::in_netns(&wns, || sys::get_mac(crate::host::WIRE_IF))
+            .map_err(|e| fail(&format!("wire host {}", w.name), e))?;
+        let host = abi::xenbus::mac_text(&host);
+        send_out(&ns, tap, &host, &port).map_err(|e| fail(&port, e))?;
+    }
     Ok(())
+}
+
+/// `tc filter add` in `ns`: on `dev`'s `dir` hook, unicast to `mac` is
+/// redirected by mirred (`to`: `ingress` or `egress` of `dev2`).
+fn mirred(ns: &str, dev: &str, dir: &str, mac: &str, to: &str, dev2: &str) -> std::io::Result<()> {
+    run(
+        "tc",
+        &[
+            "-n", ns, "filter", "add", "dev", dev, dir, "pref", PREF, "protocol", "all", "u32",
+            "match", "ether", "dst", mac, "action", "mirred", to, "redirect", "dev", dev2,
+        ],
+    )
+    .map(|_| ())
+}
+
+/// On `tap`'s egress in `ns`: what the driver domain's kernel sends to
+/// wire host `mac` goes out of that host's `port`, not to the bridge.
+fn send_out(ns: &str, tap: &str, mac: &str, port: &str) -> std::io::Result<()> {
+    mirred(ns, tap, "egress", mac, "egress", port)
 }
 
 /// On `dev`'s ingress in `ns`: unicast to `mac` goes into `tap`'s receive.
@@ -105,18 +143,9 @@ pub fn install(t: &Topology, d: &DomainConfig, tap: &str) -> Result<(), String> 
 /// kernel marks a frame to another MAC as not for this host, and the TAP's
 /// IP layer would drop it.
 fn redirect(ns: &str, dev: &str, mac: &str, tap: &str) -> std::io::Result<()> {
-    use crate::host::run;
     crate::host::ip_in(ns, &["link", "set", "dev", dev, "address", mac])?;
     run("tc", &["-n", ns, "qdisc", "replace", "dev", dev, "clsact"])?;
-    run(
-        "tc",
-        &[
-            "-n", ns, "filter", "add", "dev", dev, "ingress", "pref", PREF, "protocol", "all",
-            "u32", "match", "ether", "dst", mac, "action", "mirred", "ingress", "redirect", "dev",
-            tap,
-        ],
-    )
-    .map(|_| ())
+    mirred(ns, dev, "ingress", mac, "ingress", tap)
 }
 
 /// What hv writes to the driver domain's `local-delivery` once the

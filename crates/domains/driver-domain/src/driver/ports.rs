@@ -509,7 +509,7 @@ pub(super) fn local_mac(hv: &mut HvClient, home: &str, errors: &mut u64) -> Opti
     match mac {
         Ok(m) => {
             eprintln!(
-                "driver: frames to this domain's own address reach its kernel from the uplinks"
+                "driver: frames to this domain's own address reach its kernel from the uplinks, and its kernel sends to the wire hosts past the bridge"
             );
             Some(m)
         }
