@@ -251,6 +251,19 @@ impl PaperMachine {
         Ok(())
     }
 
+    /// Steers the receive of driver domain `driver`'s first `n` wire ports
+    /// to the server's core, as [`MultiNative`] steers native's NICs, for
+    /// a driver domain whose kernel takes the frames from its ports: the
+    /// paper's one CPU ran its kernel's receive, where a veth otherwise
+    /// runs it on the sender's core.
+    pub fn steer_ports(&self, driver: &str, n: usize) -> Result<()> {
+        let ns = host::netns_name(driver);
+        (0..n).try_for_each(|k| {
+            let port = toolstack::uplink::config::wire_ifname(k);
+            self.steer(&ns, &port, self.server_cpu)
+        })
+    }
+
     /// Shapes `dev` in `ns` to the NIC's line rate (unshaped links stay
     /// as they are).
     pub fn shape(&self, ns: &str, dev: &str) -> Result<()> {
