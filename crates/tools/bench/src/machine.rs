@@ -255,7 +255,8 @@ impl PaperMachine {
     /// to the server's core, as [`MultiNative`] steers native's NICs, for
     /// a driver domain whose kernel takes the frames from its ports: the
     /// paper's one CPU ran its kernel's receive, where a veth otherwise
-    /// runs it on the sender's core.
+    /// runs it on the sender's core. A port a process reads stays
+    /// unsteered: its copy into the packet socket stands for the NIC's DMA.
     pub fn steer_ports(&self, driver: &str, n: usize) -> Result<()> {
         let ns = host::netns_name(driver);
         (0..n).try_for_each(|k| {

@@ -483,12 +483,8 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
         _ => ctx.base.clone(),
     };
     let env = testbed::splitnet_env(&base, &ctx.layout, &up)?;
-    // Xen-domain0's kernel receives from its ports (`local_delivery`): the
-    // work after the NIC is its own, on the server's core. A port a
-    // process reads stays where the frame arrives: its copy into the
-    // packet socket stands for the NIC's DMA.
     if let (Some(pm), Setup::Domain0) = (paper, setup) {
-        pm.steer_ports("drv", n)?;
+        pm.steer_ports("drv", n)?; // its kernel reads its ports (`local_delivery`)
     }
     let (receiver_ns, receiver_ip, app_dom) = if setup.in_driver() {
         (host::netns_name("drv"), DRIVER_ADDRESS, 1)
