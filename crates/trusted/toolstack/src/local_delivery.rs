@@ -107,16 +107,23 @@ pub fn install(t: &Topology, d: &DomainConfig, tap: &str) -> Result<(), String> 
         let dev = u.ifname.as_str();
         redirect(&ns, dev, &mac, tap).map_err(|e| fail(dev, e))?;
     }
-    run("tc", &["-n", &ns, "qdisc", "replace", "dev", tap, "clsact"]).map_err(|e| fail(tap, e))?;
+    // The way out: what the kernel sends to each wire host's MAC leaves
+    // `tap`'s egress on that host's port, not to the bridge.
+    clsact(&ns, tap).map_err(|e| fail(tap, e))?;
     for w in t.wires_of(&d.name) {
         let port = crate::uplink::config::wire_ifname(t.wire_index(w));
         let wns = crate::host::netns_name(&w.name);
         let host = crate::host::in_netns(&wns, || sys::get_mac(crate::host::WIRE_IF))
             .map_err(|e| fail(&format!("wire host {}", w.name), e))?;
         let host = abi::xenbus::mac_text(&host);
-        send_out(&ns, tap, &host, &port).map_err(|e| fail(&port, e))?;
+        mirred(&ns, tap, "egress", &host, "egress", &port).map_err(|e| fail(&port, e))?;
     }
     Ok(())
+}
+
+/// `dev` in `ns` gets the `clsact` qdisc, whose hooks hold the filters.
+fn clsact(ns: &str, dev: &str) -> std::io::Result<()> {
+    run("tc", &["-n", ns, "qdisc", "replace", "dev", dev, "clsact"]).map(|_| ())
 }
 
 /// `tc filter add` in `ns`: on `dev`'s `dir` hook, unicast to `mac` is
@@ -132,19 +139,13 @@ fn mirred(ns: &str, dev: &str, dir: &str, mac: &str, to: &str, dev2: &str) -> st
     .map(|_| ())
 }
 
-/// On `tap`'s egress in `ns`: what the driver domain's kernel sends to
-/// wire host `mac` goes out of that host's `port`, not to the bridge.
-fn send_out(ns: &str, tap: &str, mac: &str, port: &str) -> std::io::Result<()> {
-    mirred(ns, tap, "egress", mac, "egress", port)
-}
-
 /// On `dev`'s ingress in `ns`: unicast to `mac` goes into `tap`'s receive.
 /// `dev` takes `mac` as its own first, as a NIC carries its host's: the
 /// kernel marks a frame to another MAC as not for this host, and the TAP's
 /// IP layer would drop it.
 fn redirect(ns: &str, dev: &str, mac: &str, tap: &str) -> std::io::Result<()> {
     crate::host::ip_in(ns, &["link", "set", "dev", dev, "address", mac])?;
-    run("tc", &["-n", ns, "qdisc", "replace", "dev", dev, "clsact"])?;
+    clsact(ns, dev)?;
     mirred(ns, dev, "ingress", mac, "ingress", tap)
 }
 
