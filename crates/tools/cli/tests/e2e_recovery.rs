@@ -433,3 +433,89 @@ fn an_attach_interrupted_by_a_driver_domain_crash_completes_after_the_restart() 
     env.ok(&["down"]);
     assert_nothing_left();
 }
+
+/// `curl` arguments that fetch `url` into `out` once, without retrying:
+/// a connection the outage broke fails the fetch. At most `rate` bytes a
+/// second (`0`: unlimited).
+fn curl_once<'a>(out: &'a str, url: &'a str, rate: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["curl", "-sS", "--fail", "--max-time", "120", "-o", out];
+    if rate != "0" {
+        args.extend(["--limit-rate", rate]);
+    }
+    args.push(url);
+    args
+}
+
+/// `ip link set DEV STATE` in `domain`'s namespace, which must succeed.
+fn link_set(domain: &str, dev: &str, state: &str) {
+    let ns = toolstack::host::netns_name(domain);
+    let o = std::process::Command::new("ip")
+        .args(["-n", &ns, "link", "set", "dev", dev, state])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{dev} {state}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The wire's link goes down at the driver domain's end for two seconds,
+/// as a failing NIC or its admin would take it, and comes up again. The
+/// wire host sees its carrier lost (a pulled cable) and keeps its routes.
+/// The driver domain opens its port again and carries on as the same
+/// process: a download that spans the outage arrives intact, and one
+/// whose connection began while the link was down completes once it is up.
+#[test]
+fn a_port_taken_down_and_up_again_carries_its_traffic_on() {
+    let Some(env) = Env::new("rec-flap") else {
+        return;
+    };
+    env.ok(&["up"]);
+    env.ping("guest1", "10.77.0.254", 1);
+    let drv_pid = domain(&env.status(), "drv")["pid"].clone();
+    let (_server, file) = serve_blob_on_wire(&env, 24);
+    let (long, late) = (env.run_dir.join("long"), env.run_dir.join("late"));
+    let url = "http://10.77.0.254:8080/blob";
+    let mut args = vec!["exec", "guest1", "--"];
+    args.extend(curl_once(long.to_str().unwrap(), url, "4M"));
+    let mut spanning = env.spawn(&args);
+    wait_until(
+        "the download to be under way",
+        Duration::from_secs(20),
+        || std::fs::metadata(&long).is_ok_and(|m| m.len() > 2 << 20),
+    );
+    link_set("drv", "peth0", "down");
+    let carrier = in_netns("wire", &["ip", "-o", "link", "show", "eth0"]);
+    assert!(carrier.contains("NO-CARRIER"), "{carrier}");
+    let routes = in_netns("wire", &["ip", "route", "show", "dev", "eth0"]);
+    assert!(
+        routes.contains("10.77.0.0/24"),
+        "the wire host lost its route: {routes}"
+    );
+    let mut args = vec!["exec", "guest1", "--"];
+    args.extend(curl_once(late.to_str().unwrap(), url, "0"));
+    let mut begun_down = env.spawn(&args);
+    // The outage itself: how long the link stays down.
+    std::thread::sleep(Duration::from_secs(2));
+    link_set("drv", "peth0", "up");
+    for (what, bg, got) in [
+        ("the download across the outage", &mut spanning, &long),
+        ("the download begun while down", &mut begun_down, &late),
+    ] {
+        assert!(bg.wait_exit(Duration::from_secs(60)), "{what} did not end");
+        let code = bg.0.wait().unwrap();
+        assert!(code.success(), "{what} failed: {code}");
+        assert_eq!(sha256(got), sha256(&file), "{what} arrived changed");
+    }
+    let st = env.status();
+    assert_eq!(
+        domain(&st, "drv")["pid"],
+        drv_pid,
+        "the driver domain was restarted"
+    );
+    assert_eq!(st["restarts_after_crash"], 0, "{st:#}");
+    env.ping("guest2", "10.77.0.254", 3);
+    env.ok(&["down"]);
+    assert_nothing_left();
+}

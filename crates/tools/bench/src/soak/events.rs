@@ -5,8 +5,8 @@
 //! process, so it posts no buffers while traffic for it arrives), a
 //! hostile VM's attacks on the driver domain's vhost-user backend
 //! (XSA-332/391's event floods among them), a VMM killed mid-attack, and
-//! the uplink's link flapping (the wire host's end down for seconds, the
-//! carrier lost at the driver domain's port, as a pulled cable), and a
+//! the uplink's link flapping (the driver domain's port down for seconds,
+//! the carrier lost at the wire host, as a pulled cable), and a
 //! guest whose shared memory is scribbled on while it sends (its emulated
 //! NIC's rings and buffers, as a hostile guest kernel would), and, between
 //! the underlay's hosts ([`super::crosshost`]), a bgpd killed and a BGP
@@ -330,35 +330,28 @@ impl Lab {
         ))
     }
 
-    /// Takes the wire host's end of the uplink down for `ms`, then up, and
-    /// waits until guest1 answers the wire host's ping again.
+    /// Takes the driver domain's end of the wire link (its port) down for
+    /// `ms`, then up, and waits until guest1 answers the wire host's ping
+    /// again. The wire host sees its carrier lost, as a pulled cable, and
+    /// keeps its routes and neighbours; the driver domain must open its
+    /// port again. (Taking the wire host's end down instead would be its
+    /// admin's act: that flushes its routes, and a handshake it is
+    /// answering then fails for good.)
     fn flap_uplink(&self, ms: u64) -> Result<String> {
-        let links = self.exec("wire", &["ip", "-o", "link", "show"])?;
-        let ifname = links
-            .lines()
-            .filter_map(|l| l.split(": ").nth(1))
-            .map(|n| n.split('@').next().unwrap_or(n))
-            .find(|n| *n != "lo")
-            .ok_or_else(|| anyhow!("the wire host has no link but lo: {links}"))?
-            .to_string();
-        self.exec("wire", &["ip", "link", "set", "dev", &ifname, "down"])?;
+        let port = toolstack::uplink::config::wire_ifname(0);
+        self.exec("drv", &["ip", "link", "set", "dev", &port, "down"])?;
         std::thread::sleep(Duration::from_millis(ms));
-        self.exec("wire", &["ip", "link", "set", "dev", &ifname, "up"])?;
+        self.exec("drv", &["ip", "link", "set", "dev", &port, "up"])?;
         let up = Instant::now();
-        // Down flushed the wire host's neighbors, the DPDK VM's permanent
-        // one too: put it back, as its admin would.
-        if self.dpdk_vm {
-            super::vm::pin_neighbor(&toolstack::host::netns_name("wire"))?;
-        }
         let deadline = up + Duration::from_secs(10);
         let ping = ["ping", "-c", "1", "-W", "1", "10.77.0.1"];
         while self.exec("wire", &ping).is_err() {
             if Instant::now() > deadline {
-                bail!("guest1 did not answer the wire host 10 s after {ifname} came up");
+                bail!("guest1 did not answer the wire host 10 s after {port} came up");
             }
         }
         Ok(format!(
-            "{ifname} down for {ms} ms; guest1 answered again {:.0} ms after it came up",
+            "drv's {port} down for {ms} ms; guest1 answered again {:.0} ms after it came up",
             up.elapsed().as_secs_f64() * 1e3
         ))
     }
