@@ -347,6 +347,7 @@ impl Netfront {
             rx_cur: None,
             rx_extra_pending: false,
             rx_data_done: false,
+            rx_landed: None,
             counters: VifCounters::default(),
             connected: true,
             tracer: hv.tracer(),

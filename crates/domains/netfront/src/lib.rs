@@ -214,6 +214,9 @@ pub struct Netfront {
     rx_extra_pending: bool,
     /// The frame's last data slot arrived (extras may still follow).
     rx_data_done: bool,
+    /// Pages flipped to this guest in the current drain and not yet mapped
+    /// back in: a run of adjacent frames, mapped in one call.
+    rx_landed: Option<rx::Run>,
     pub counters: VifCounters,
     connected: bool,
     tracer: Tracer,

@@ -12,7 +12,7 @@ use abi::ring::FrontRing;
 use abi::SharedMemory;
 use frame::packet::{self, Csum, FrameRef, Gso, GsoKind, Packet};
 use hypercall::HvClient;
-use sys::{IoPart, Tap, PAGE_SIZE};
+use sys::{IoPart, Mapping, Tap, PAGE_SIZE};
 
 impl Netfront {
     /// The page of RX buffer `id` (two buffers a page with half pages).
@@ -149,20 +149,49 @@ impl Netfront {
 
     /// Unmaps receive pages offered for flips from this guest's own
     /// address space, as Xen 2.0's netfront gave each posted page up, a
-    /// batch in one multicall (Menon 2006 §4.2: a flip's remaps); reading
-    /// the packet flipped into one maps it again with a fault. Counted as
-    /// the grant operation `unmap`, a page each. On a pool of huge pages it
-    /// drops nothing (hugetlb) or splits the huge mapping (transparent),
+    /// batch in one multicall (Menon 2006 §4.2: a flip's remaps). Counted
+    /// as the grant operation `unmap`, a page each. On a pool of huge pages
+    /// it drops nothing (hugetlb) or splits the huge mapping (transparent),
     /// as a flip into a superpage broke it up under Xen.
     fn give_up_pages(&mut self, r: Run) {
+        self.on_run(r, Mapping::unmap_pages, "unmap");
+    }
+
+    /// Applies `op` to the pages of run `r` with one call, counting a
+    /// page of grant operation `name` each when it succeeds.
+    fn on_run(
+        &mut self,
+        r: Run,
+        op: fn(&Mapping, usize, usize) -> std::io::Result<()>,
+        name: &'static str,
+    ) {
         let n = r.hi - r.lo + 1;
-        if self
-            .pool
-            .unmap_pages(frame_off(r.lo), n as usize * PAGE_SIZE)
-            .is_ok()
-        {
-            self.counters.grant("unmap", u64::from(n));
+        if op(&self.pool, frame_off(r.lo), n as usize * PAGE_SIZE).is_ok() {
+            self.counters.grant(name, u64::from(n));
         }
+    }
+
+    /// Adds `frame`, a page just flipped to this guest, to the run of pages
+    /// to map back in, mapping that run first when `frame` does not adjoin
+    /// it.
+    fn note_landed(&mut self, frame: u32) {
+        let run = match self.rx_landed.take() {
+            Some(r) => r.extend(frame).unwrap_or_else(|| {
+                self.map_landed(r);
+                Run::new(frame)
+            }),
+            None => Run::new(frame),
+        };
+        self.rx_landed = Some(run);
+    }
+
+    /// Maps a run of flipped pages into this guest's address space with
+    /// one call before it reads them, as Xen 2.0's netfront remapped a
+    /// batch's new pages with one multicall (Menon 2006 §4.2), instead of
+    /// a fault per page. Counted as the grant operation `remap`, a page
+    /// each; a page it could not map is faulted in when read.
+    fn map_landed(&mut self, r: Run) {
+        self.on_run(r, Mapping::populate_pages_for_reading, "remap");
     }
 
     /// Whether this frontend negotiated GSO of `kind` on receive.
@@ -184,7 +213,11 @@ impl Netfront {
         if !self.info.copy_rx {
             self.counters.grant("transfer_done", 1);
             let want = self.rx_frame(id);
-            return matches!(hv.grants().end_transfer(gref), Ok(Some(f)) if f == want);
+            let landed = matches!(hv.grants().end_transfer(gref), Ok(Some(f)) if f == want);
+            if landed {
+                self.note_landed(want);
+            }
+            return landed;
         }
         self.end_grant(hv, gref)
     }
@@ -198,6 +231,9 @@ impl Netfront {
                     break;
                 };
                 self.rx_response(hv, posted, rsp);
+            }
+            if let Some(r) = self.rx_landed.take() {
+                self.map_landed(r);
             }
             if !self.rx.final_check_for_responses()? {
                 return Ok(());
@@ -483,7 +519,7 @@ fn ascending_from_top(free: &mut [u16], n: usize) {
 
 /// Adjacent pool frames `lo..=hi`, grown a frame at either end.
 #[derive(Debug, Clone, Copy)]
-struct Run {
+pub(crate) struct Run {
     lo: u32,
     hi: u32,
 }

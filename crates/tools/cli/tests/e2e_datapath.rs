@@ -221,11 +221,13 @@ fn seed_baseline_mode_carries_real_applications() {
         assert_eq!(g["map_pte"], g["map"], "maps by page-table entry: {g}");
     }
     // Each flip did its page work (Menon 2006 §4.2): the guest unmapped the
-    // pages it offered, the driver domain took replacements for its own.
+    // pages it offered and mapped the flipped ones back in a run at a time,
+    // the driver domain took replacements for its own.
     let v = wait_until("a flip's page work counted", Duration::from_secs(3), || {
         let v = vif(&env.status(), "guest1").clone();
         let n = |k: &str, op: &str| v[k]["grant_ops"][op].as_u64().unwrap_or(0);
-        if n("frontend_counters", "unmap") > 0 && n("counters", "replace") > 0 {
+        let front = n("frontend_counters", "unmap") > 0 && n("frontend_counters", "remap") > 0;
+        if front && n("counters", "replace") > 0 {
             Ok(v)
         } else {
             Err(v)
@@ -235,6 +237,11 @@ fn seed_baseline_mode_carries_real_applications() {
     assert!(
         be["replace"].as_u64() <= be["transfer"].as_u64(),
         "a replacement per flip at most: {be}"
+    );
+    let fe = &v["frontend_counters"]["grant_ops"];
+    assert!(
+        fe["remap"].as_u64() <= fe["transfer_done"].as_u64(),
+        "a page mapped back per flip at most: {fe}"
     );
     env.ok(&["down"]);
     assert_nothing_left();

@@ -183,8 +183,19 @@ impl Mapping {
     /// domain takes replacement pages for a batch it flipped away (Menon
     /// 2006 §4.2), instead of a fault per page.
     pub fn populate_pages(&self, off: usize, len: usize) -> io::Result<()> {
+        self.populate_range(off, len, self.writable)
+    }
+
+    /// Maps `len` bytes at `off`, both page-aligned, in for reading with
+    /// one call (`MADV_POPULATE_READ`), as a domain maps in a batch of
+    /// pages it is about to read, instead of a fault per page.
+    pub fn populate_pages_for_reading(&self, off: usize, len: usize) -> io::Result<()> {
+        self.populate_range(off, len, false)
+    }
+
+    fn populate_range(&self, off: usize, len: usize, write: bool) -> io::Result<()> {
         let p = self.aligned_range(off, len)?;
-        let advice = if self.writable {
+        let advice = if write {
             libc::MADV_POPULATE_WRITE
         } else {
             libc::MADV_POPULATE_READ
