@@ -251,7 +251,9 @@ impl M6Config {
     fn driver_keys(self) -> String {
         let mut k = String::new();
         if self.driver_endpoint() {
-            k += &format!("address = \"{DRV_ADDRESS}/24\"\n");
+            // Its sends go from its IP stack to the port, as dom0's went to
+            // its NIC's driver; what it receives crosses the port's buffers.
+            k += &format!("address = \"{DRV_ADDRESS}/24\"\nlocal_delivery = \"send\"\n");
         }
         if let Some(buf) = self.port_buffer() {
             k += &format!("port_buffer = \"{buf}\"\n");
@@ -1126,6 +1128,14 @@ mod tests {
         assert!(M6Config::XenDriver
             .driver_keys()
             .contains("port_buffer = \"page\""));
+        for c in [
+            M6Config::XenDriver,
+            M6Config::DriverMtu,
+            M6Config::XenDriverOpt,
+        ] {
+            assert!(c.driver_keys().contains("local_delivery = \"send\""));
+        }
+        assert!(!M6Config::GuestNone.driver_keys().contains("local_delivery"));
         // A guest that receives by flip has a Xen 2.0 driver domain behind
         // it; one that receives by copy, the default buffers.
         for c in [M6Config::GuestNone, M6Config::GuestHigh, M6Config::PortSg] {

@@ -31,11 +31,17 @@
 //! the bridge. hv made each wire host and knows its MAC; a frame to any
 //! other MAC (a guest, a broadcast) still takes the TAP and the bridge.
 //!
-//! The key needs an address (there is no local interface without one),
-//! wires as the only ports (hv made their devices, so its classifier
-//! lasts as long as they do), and no `port_buffer`, which is about the
-//! buffers a port receives into and which a frame the kernel delivers
-//! never enters.
+//! `"send"` gives it the way out only: frames to the driver domain still
+//! cross its ports' buffers and the bridge, so it combines with
+//! `port_buffer` (Menon 2006's driver domain receives into page- or
+//! MTU-sized buffers, while its sends went from its IP stack to its NIC's
+//! driver).
+//!
+//! The key needs an address (there is no local interface without one)
+//! and wires as the only ports (hv made their devices, so its classifier
+//! lasts as long as they do); `"kernel"` also needs no `port_buffer`,
+//! which is about the buffers a port receives into and which a frame the
+//! kernel delivers never enters.
 
 use crate::host::run;
 pub use crate::topology::port::LocalDelivery;
@@ -54,13 +60,17 @@ impl Check for LocalDeliveryCheck {
     }
 }
 
-/// `"kernel"` only on a driver domain with an address, wires for ports
-/// and no `port_buffer`.
+/// `"kernel"` and `"send"` only on a driver domain with an address and
+/// wires for ports; `"kernel"` without `port_buffer`.
 fn check(t: &Topology, d: &DomainConfig) -> Result<(), String> {
-    if d.local_delivery != LocalDelivery::Kernel {
+    if d.local_delivery == LocalDelivery::Bridge {
         return Ok(());
     }
-    let who = format!("domain {:?}: local_delivery = \"kernel\"", d.name);
+    let who = format!(
+        "domain {:?}: local_delivery = \"{}\"",
+        d.name,
+        d.local_delivery.as_str()
+    );
     if d.kind != DomainKind::Driver {
         return Err(format!(
             "{who}: local_delivery applies to driver domains only"
@@ -71,7 +81,7 @@ fn check(t: &Topology, d: &DomainConfig) -> Result<(), String> {
             "{who} needs an address of the driver domain's own (address or ipv6)"
         ));
     }
-    if d.port_buffer.is_some() {
+    if d.port_buffer.is_some() && d.local_delivery == LocalDelivery::Kernel {
         return Err(format!(
             "{who}: port_buffer sets the buffers the ports receive the driver domain's frames into, and the kernel's path skips them; use one or the other"
         ));
@@ -88,24 +98,28 @@ fn check(t: &Topology, d: &DomainConfig) -> Result<(), String> {
 }
 
 /// Gives driver domain `d`'s kernel the frames from its wires to `tap`'s
-/// MAC, on each wire port (which must exist), and the frames it sends to
-/// each wire host, on `tap`'s egress; nothing without the key.
+/// MAC, on each wire port (which must exist; `"kernel"` only), and the
+/// frames it sends to each wire host, on `tap`'s egress; nothing without
+/// the key.
 pub fn install(t: &Topology, d: &DomainConfig, tap: &str) -> Result<(), String> {
-    if d.local_delivery != LocalDelivery::Kernel {
+    if d.local_delivery == LocalDelivery::Bridge {
         return Ok(());
     }
     let ns = crate::host::netns_name(&d.name);
     let fail = |what: &str, e: std::io::Error| {
         format!(
-            "local_delivery = \"kernel\" for driver domain {}: {what}: {e}",
+            "local_delivery = \"{}\" for driver domain {}: {what}: {e}",
+            d.local_delivery.as_str(),
             d.name
         )
     };
-    let mac = crate::host::in_netns(&ns, || sys::get_mac(tap)).map_err(|e| fail(tap, e))?;
-    let mac = abi::xenbus::mac_text(&mac);
-    for u in t.uplinks_of(&d.name) {
-        let dev = u.ifname.as_str();
-        redirect(&ns, dev, &mac, tap).map_err(|e| fail(dev, e))?;
+    if d.local_delivery == LocalDelivery::Kernel {
+        let mac = crate::host::in_netns(&ns, || sys::get_mac(tap)).map_err(|e| fail(tap, e))?;
+        let mac = abi::xenbus::mac_text(&mac);
+        for u in t.uplinks_of(&d.name) {
+            let dev = u.ifname.as_str();
+            redirect(&ns, dev, &mac, tap).map_err(|e| fail(dev, e))?;
+        }
     }
     // The way out: what the kernel sends to each wire host's MAC leaves
     // `tap`'s egress on that host's port, not to the bridge.
@@ -173,6 +187,13 @@ mod tests {
         let d = t.domain("drv").unwrap();
         assert_eq!(d.local_delivery, LocalDelivery::Bridge);
         assert_eq!(store_value(d), None);
+        // The way out alone goes with the ports' buffers, and the driver
+        // leaves no frame out of its ports' sockets.
+        let keys = format!("{ADDR}local_delivery = \"send\"\nport_buffer = \"page\"\n");
+        let t = topo(&keys, WIRE).unwrap();
+        let d = t.domain("drv").unwrap();
+        assert_eq!(d.local_delivery, LocalDelivery::Send);
+        assert_eq!(store_value(d), None);
     }
 
     #[test]
@@ -186,6 +207,12 @@ mod tests {
             ),
             (
                 "address = \"10.77.0.100/24\"\nlocal_delivery = \"kernel\"\n",
+                "[[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1/24\"\n",
+                "every port to be a wire",
+            ),
+            ("local_delivery = \"send\"\n", WIRE, "needs an address"),
+            (
+                "address = \"10.77.0.100/24\"\nlocal_delivery = \"send\"\n",
                 "[[port]]\ndriver = \"drv\"\nkind = \"nat\"\nsubnet = \"10.78.0.1/24\"\n",
                 "every port to be a wire",
             ),

@@ -113,7 +113,8 @@ pub struct DomainConfig {
     /// Driver domains with an address: whether frames from the wires to
     /// that address reach its kernel through the bridge (`"bridge"`, the
     /// default) or straight from the port (`"kernel"`, as dom0's own
-    /// traffic did). See [`crate::local_delivery`].
+    /// traffic did); `"send"`: only its sends to the wire hosts go
+    /// straight to their ports. See [`crate::local_delivery`].
     #[serde(default)]
     pub local_delivery: LocalDelivery,
     /// Driver domains: how a grant map is made (Menon 2006 §2), `"pte"`

@@ -140,6 +140,10 @@ pub enum LocalDelivery {
     Bridge,
     /// By the port's own kernel, as dom0's NIC driver handed them up.
     Kernel,
+    /// Only the way out by the kernel: what the driver domain sends to a
+    /// wire host leaves its TAP for the host's port, while frames to it
+    /// still cross the ports' buffers and the bridge (with `port_buffer`).
+    Send,
 }
 
 impl LocalDelivery {
@@ -147,6 +151,7 @@ impl LocalDelivery {
         match self {
             LocalDelivery::Bridge => "bridge",
             LocalDelivery::Kernel => "kernel",
+            LocalDelivery::Send => "send",
         }
     }
 }
