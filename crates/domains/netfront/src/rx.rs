@@ -137,14 +137,11 @@ impl Netfront {
     /// Adds `frame`, just offered for a flip, to the run `given` of pages
     /// to unmap, unmapping that run first when `frame` does not adjoin it.
     fn offer_page(&mut self, given: Option<Run>, frame: u32) -> Run {
-        match given.map(|r| (r, r.extend(frame))) {
-            Some((_, Some(grown))) => grown,
-            Some((r, None)) => {
-                self.give_up_pages(r);
-                Run::new(frame)
-            }
-            None => Run::new(frame),
+        let (run, done) = Run::grow(given, frame);
+        if let Some(r) = done {
+            self.give_up_pages(r);
         }
+        run
     }
 
     /// Unmaps receive pages offered for flips from this guest's own
@@ -175,13 +172,10 @@ impl Netfront {
     /// to map back in, mapping that run first when `frame` does not adjoin
     /// it.
     fn note_landed(&mut self, frame: u32) {
-        let run = match self.rx_landed.take() {
-            Some(r) => r.extend(frame).unwrap_or_else(|| {
-                self.map_landed(r);
-                Run::new(frame)
-            }),
-            None => Run::new(frame),
-        };
+        let (run, done) = Run::grow(self.rx_landed.take(), frame);
+        if let Some(r) = done {
+            self.map_landed(r);
+        }
         self.rx_landed = Some(run);
     }
 
@@ -532,6 +526,17 @@ impl Run {
         }
     }
 
+    /// `run` with `frame` added, or, where `frame` does not adjoin it, a
+    /// new run of `frame` alone and the finished `run` beside it.
+    fn grow(run: Option<Run>, frame: u32) -> (Run, Option<Run>) {
+        match run {
+            Some(r) => r
+                .extend(frame)
+                .map_or((Run::new(frame), Some(r)), |g| (g, None)),
+            None => (Run::new(frame), None),
+        }
+    }
+
     /// The run with `frame` added, if it is adjacent to either end.
     fn extend(self, frame: u32) -> Option<Run> {
         if self.hi.checked_add(1) == Some(frame) {
@@ -573,5 +578,16 @@ mod tests {
         assert!(r.extend(13).is_none() && r.extend(10).is_none());
         assert!(Run::new(u32::MAX).extend(0).is_none());
         assert!(Run::new(0).extend(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn a_run_grows_or_hands_back_the_finished_one() {
+        let (r, done) = Run::grow(None, 5);
+        assert_eq!(((r.lo, r.hi), done.is_none()), ((5, 5), true));
+        let (r, done) = Run::grow(Some(r), 6);
+        assert_eq!(((r.lo, r.hi), done.is_none()), ((5, 6), true));
+        let (r, done) = Run::grow(Some(r), 9);
+        let done = done.unwrap();
+        assert_eq!(((r.lo, r.hi), (done.lo, done.hi)), ((9, 9), (5, 6)));
     }
 }

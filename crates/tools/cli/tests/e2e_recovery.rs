@@ -446,20 +446,6 @@ fn curl_once<'a>(out: &'a str, url: &'a str, rate: &'a str) -> Vec<&'a str> {
     args
 }
 
-/// `ip link set DEV STATE` in `domain`'s namespace, which must succeed.
-fn link_set(domain: &str, dev: &str, state: &str) {
-    let ns = toolstack::host::netns_name(domain);
-    let o = std::process::Command::new("ip")
-        .args(["-n", &ns, "link", "set", "dev", dev, state])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{dev} {state}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 /// The wire's link goes down at the driver domain's end for two seconds,
 /// as a failing NIC or its admin would take it, and comes up again. The
 /// wire host sees its carrier lost (a pulled cable) and keeps its routes.
@@ -485,7 +471,9 @@ fn a_port_taken_down_and_up_again_carries_its_traffic_on() {
         Duration::from_secs(20),
         || std::fs::metadata(&long).is_ok_and(|m| m.len() > 2 << 20),
     );
-    link_set("drv", "peth0", "down");
+    env.ok(&[
+        "exec", "drv", "--", "ip", "link", "set", "dev", "peth0", "down",
+    ]);
     let carrier = in_netns("wire", &["ip", "-o", "link", "show", "eth0"]);
     assert!(carrier.contains("NO-CARRIER"), "{carrier}");
     let routes = in_netns("wire", &["ip", "route", "show", "dev", "eth0"]);
@@ -498,7 +486,9 @@ fn a_port_taken_down_and_up_again_carries_its_traffic_on() {
     let mut begun_down = env.spawn(&args);
     // The outage itself: how long the link stays down.
     std::thread::sleep(Duration::from_secs(2));
-    link_set("drv", "peth0", "up");
+    env.ok(&[
+        "exec", "drv", "--", "ip", "link", "set", "dev", "peth0", "up",
+    ]);
     for (what, bg, got) in [
         ("the download across the outage", &mut spanning, &long),
         ("the download begun while down", &mut begun_down, &late),
