@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use toolstack::host::CgroupLayout;
+use toolstack::cgroup::CgroupLayout;
 
 mod rootless;
 

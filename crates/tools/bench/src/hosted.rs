@@ -29,7 +29,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use toolstack::host::{self, Cgroup, CgroupLayout};
+use toolstack::cgroup::{Cgroup, CgroupLayout};
+use toolstack::host;
 
 mod report;
 pub use report::figures;

@@ -37,7 +37,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use toolstack::host::{self, Cgroup, CgroupLayout};
+use toolstack::cgroup::{Cgroup, CgroupLayout};
+use toolstack::host;
 use toolstack::topology::LinkRate;
 
 mod anomaly;

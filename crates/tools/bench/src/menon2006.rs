@@ -32,7 +32,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use toolstack::host::{self, CgroupLayout};
+use toolstack::cgroup::CgroupLayout;
+use toolstack::host;
 
 mod bars;
 mod figures;

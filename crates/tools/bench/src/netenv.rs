@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use toolstack::host::{self, Cgroup};
+use toolstack::cgroup::Cgroup;
+use toolstack::host;
 
 mod udp_gso;
 

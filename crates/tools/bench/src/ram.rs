@@ -26,7 +26,8 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use toolstack::host::{self, CgroupLayout};
+use toolstack::cgroup::CgroupLayout;
+use toolstack::host;
 use toolstack::placement::Placement;
 
 mod figures;

@@ -20,7 +20,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use toolstack::host::{self, Cgroup, CgroupLayout};
+use toolstack::cgroup::{Cgroup, CgroupLayout};
+use toolstack::host;
 
 /// The wire host's address in the many-guests topology.
 const WIRE: &str = "10.77.0.254";

@@ -11,7 +11,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use toolstack::host::{self, Cgroup, CgroupLayout};
+use toolstack::cgroup::{Cgroup, CgroupLayout};
+use toolstack::host;
 
 /// A measured configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

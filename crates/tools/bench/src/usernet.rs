@@ -18,7 +18,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use toolstack::host::{self, Cgroup};
+use toolstack::cgroup::Cgroup;
+use toolstack::host;
 
 /// Where the host side's servers listen: the tools deliver connections to
 /// the gateway address there.

@@ -293,12 +293,10 @@ impl BenchArgs {
     }
 }
 
-/// `splitnet bench`: runs the suite, prints its table (and profile), and
-/// writes the files `--json`, `--svg` and `--out` ask for.
+/// `splitnet bench` as root: runs the suite, prints its table (and
+/// profile), and writes the files `--json`, `--svg` and `--out` ask for.
+/// Without root, `crate::bench_rootless` runs it instead.
 pub(crate) fn bench(rd: &std::path::Path, a: BenchArgs) -> Result<()> {
-    if crate::rootless::on() || toolstack::rootless::active() {
-        return crate::bench_rootless::bench(rd, a);
-    }
     // Every suite profiles but a report read back from saved runs.
     if !prof::frame_pointers() && a.from.is_none() {
         eprintln!("splitnet bench: warning: {}", prof::NO_FRAME_POINTERS);

@@ -253,7 +253,7 @@ fn sweep(rd: &Path) -> Result<()> {
 fn sweep_since(rd: &Path, listed: usize) -> Result<()> {
     undo_uplinks_since(rd, listed);
     if !crate::rootless::on() {
-        host::sweep_cgroups(&host::CgroupLayout::detect());
+        toolstack::cgroup::sweep_cgroups(&toolstack::cgroup::CgroupLayout::detect());
     }
     let mut kept = Vec::new();
     for ns in crate::rootless::our_netns() {
@@ -396,7 +396,9 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
     // A domain's applications belong to it: they are charged to its cgroup,
     // and die with it (hv destroys the cgroup) or at `down`.
     let cg = (!crate::rootless::on())
-        .then(|| host::Cgroup::open(&host::CgroupLayout::detect(), domain))
+        .then(|| {
+            toolstack::cgroup::Cgroup::open(&toolstack::cgroup::CgroupLayout::detect(), domain)
+        })
         .flatten();
     if let Some(cg) = cg {
         cg.add(std::process::id() as i32)

@@ -712,6 +712,9 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Profile { .. }
         | Cmd::Trace { .. }) => observe(&rd, cmd),
         Cmd::Underlay(u) => underlay(u),
+        Cmd::Bench(args) if rootless::on() || toolstack::rootless::active() => {
+            bench_rootless::bench(&rd, args)
+        }
         Cmd::Bench(args) => bench_cmd::bench(&rd, args),
         cmd @ (Cmd::Completions { .. } | Cmd::Man { .. }) => run_docs(cmd),
         cmd @ (Cmd::Hv { .. }

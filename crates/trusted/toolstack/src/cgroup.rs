@@ -6,7 +6,7 @@
 //! a kill takes the process and its descendants (docs/ARCHITECTURE.md,
 //! "Without root").
 
-use crate::host::{instance, pid_alive, SHARED_PREFIX};
+use crate::host::{instance, pid_alive, signal_all, SHARED_PREFIX};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -269,15 +269,6 @@ fn descendants(roots: &[i32]) -> Vec<i32> {
         i += 1;
     }
     found
-}
-
-/// Sends `sig` to each pid.
-pub fn signal_all(pids: &[i32], sig: i32) {
-    for &p in pids {
-        if p > 1 {
-            let _ = sys::kill(p, sig);
-        }
-    }
 }
 
 /// Removes every cgroup splitnet left behind (killing what is inside).

@@ -5,7 +5,8 @@ mod resume;
 
 pub use resume::{resume, ResumeConfig};
 
-use crate::host::{self, CgroupLayout};
+use crate::cgroup::CgroupLayout;
+use crate::host;
 use crate::notify::Notifier;
 use crate::supervisor::Supervisor;
 use crate::topology::Topology;
@@ -143,7 +144,7 @@ fn stop(
     for w in &topology.wires {
         host::netns_del(&host::netns_name(&w.name));
     }
-    host::sweep_cgroups(layout);
+    crate::cgroup::sweep_cgroups(layout);
     huge.release();
     let _ = fs::remove_file(socket_path(run_dir));
     let _ = fs::remove_file(run_dir.join("hv.pid"));

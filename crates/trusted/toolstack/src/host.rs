@@ -230,6 +230,15 @@ fn name_held(
     holder.release().map_err(|e| ctx("releasing", e))
 }
 
+/// Sends `sig` to each pid.
+pub fn signal_all(pids: &[i32], sig: i32) {
+    for &p in pids {
+        if p > 1 {
+            let _ = sys::kill(p, sig);
+        }
+    }
+}
+
 /// Deletes namespace `ns` (and every interface in it); absent is fine.
 /// Processes still inside (commands a user started there with `splitnet
 /// exec`) are killed first: deleting a namespace does not stop them.
@@ -374,8 +383,6 @@ pub fn addr_add(ns: &str, dev: &str, cidr: &str) -> io::Result<()> {
     }
     ip_in(ns, &args).map(|_| ())
 }
-
-pub use crate::cgroup::{signal_all, sweep_cgroups, Cgroup, CgroupLayout};
 
 /// Whether process `pid` exists.
 pub fn pid_alive(pid: i32) -> bool {

@@ -236,7 +236,7 @@ fn vif_options(read: &mut impl FnMut(String) -> String, be: &str) -> Value {
 /// none (domains tracked by pid), of its process and the children it reaped.
 fn cpu_seconds(cgroup: Option<&str>, pid: Option<i32>) -> Option<f64> {
     let used = match cgroup {
-        Some(dir) => host::Cgroup::at(vec![dir.into()]).cpu_usage()?,
+        Some(dir) => crate::cgroup::Cgroup::at(vec![dir.into()]).cpu_usage()?,
         None => crate::cgroup::proc_cpu(pid?)?,
     };
     Some(used.as_secs_f64())

@@ -35,7 +35,8 @@ pub use handover::SupervisorImage;
 pub use hv_upgrade::HvHandover;
 pub use upgrade::UpgradeReport;
 
-use crate::host::{self, Cgroup, CgroupLayout, WIRE_IF};
+use crate::cgroup::{Cgroup, CgroupLayout};
+use crate::host::{self, WIRE_IF};
 use crate::store::{setup_vif, Store};
 use crate::topology::{DomainConfig, DomainKind, Nic, Restart, Topology, VifConfig, WireConfig};
 use crate::uplink::{UplinkKind, Uplinks};

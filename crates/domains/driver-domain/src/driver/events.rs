@@ -161,3 +161,5 @@ pub(super) const BACKENDS: &str = "backends";
 pub(super) const CAPTURES: &str = "captures";
 /// Watch token of the extra ports the toolstack names.
 pub(super) const PORTS: &str = "ports";
+/// Watch token of `control/upgrade`.
+pub(super) const UPGRADE: &str = "upgrade";

@@ -26,7 +26,7 @@ mod vifs;
 
 use crate::switch::egress::Scratch;
 use egress::Others;
-use events::{Events, Source, BACKENDS, CAPTURES, PORTS};
+use events::{Events, Source, BACKENDS, CAPTURES, PORTS, UPGRADE};
 use forward::{forward, read_port, Fwd};
 use ports::{grant_maps, local_mac, port_caps, port_of, rx_slot, Ports, PORT_BASE, PORT_RETRY};
 use state::STATS_EVERY;
@@ -90,7 +90,7 @@ impl Driver {
         // vifs the toolstack adds or removes later (hotplug, a guest's
         // restart) show up under the same directory.
         hv.watch(&d.base, BACKENDS)?;
-        hv.watch(&upgrade_node(me), upgrade::UPGRADE)?;
+        hv.watch(&upgrade_node(me), UPGRADE)?;
         rescan(hv, &d.base, &Touched::All, &mut d.pending, &mut d.vifs)?;
         d.connect_ready(hv)?;
         d.release_uplinks(hv);

@@ -31,8 +31,6 @@ const DRAIN: Duration = Duration::from_millis(2);
 /// to end it before it exits on its own, as a crash.
 const LINGER: Duration = Duration::from_secs(10);
 
-/// Watch token of `control/upgrade`.
-pub(super) const UPGRADE: &str = "upgrade";
 pub use hypercall::launch::ENV_RESUME;
 
 pub use abi::xenbus::{upgrade_handed_node, upgrade_node, upgrade_result_node as result_node};

@@ -2,7 +2,7 @@
 //! toolstack wrote, waiting for its frontend, connecting, and retiring it
 //! when its frontend closes or the toolstack takes it away.
 
-use super::events::{BACKENDS, CAPTURES, PENDING, PORTS};
+use super::events::{BACKENDS, CAPTURES, PENDING, PORTS, UPGRADE};
 use super::ports::uplink_attach;
 use super::queues::PDEV;
 use super::state::{Driver, DriverError, CONNECT_TIMEOUT};
@@ -396,7 +396,7 @@ pub(super) fn handle_watches(
             fired.ports = true;
             continue;
         }
-        if ev.token == super::upgrade::UPGRADE {
+        if ev.token == UPGRADE {
             fired.upgrade = true;
             continue;
         }

@@ -502,7 +502,7 @@ impl TxGrants for MapTx {
                 Some(Err(e)) => return Err(hv_reason(e)),
                 None => return Err("copy_missing"),
             };
-            segs[i] = super::hold::window_seg(window, m.frame, s)?;
+            segs[i] = window_seg(window, m.frame, s)?;
             mapped[i] = (m.handle, usize::from(s.offset));
         }
         let slots = p.slots();
@@ -528,6 +528,23 @@ impl TxGrants for MapTx {
         nb.counters.grant("unmap_batch", 1);
         Ok(())
     }
+}
+
+/// Where slot `s`'s bytes are in the window: the frame hv pinned, checked
+/// against the window, and the slot's range against its page.
+pub(super) fn window_seg(
+    window: &sys::Mapping,
+    frame: u32,
+    s: &TxSlot,
+) -> std::result::Result<(usize, usize), &'static str> {
+    let frames = (window.len() / sys::PAGE_SIZE) as u32;
+    let pfn = Pfn::checked(u64::from(frame), frames).map_err(|_| "grant_bad_frame")?;
+    let r = FrameRange::new(pfn, usize::from(s.offset), usize::from(s.len))
+        .map_err(|_| "crosses_page")?;
+    window
+        .check_range(r.pool_offset(), r.len())
+        .map_err(|_| "grant_bad_frame")?;
+    Ok((r.pool_offset(), r.len()))
 }
 
 /// Copies a frame's first `dst.len()` bytes out of its mapped pages:

@@ -17,8 +17,7 @@
 //! spoil only that frame's payload. What is sent as headers is the copy
 //! netback checked, and the window reaches the guest's pool alone.
 
-use super::grants::{Reach, TxGrants};
-use super::hold::window_seg;
+use super::grants::{window_seg, Reach, TxGrants};
 use super::{Netback, TxPacket};
 use abi::netif::XEN_NETIF_NR_SLOTS_MIN;
 use hypercall::HvClient;

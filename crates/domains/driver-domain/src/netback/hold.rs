@@ -12,13 +12,12 @@
 //! end its grants. A grant hv refuses (revoked, forged, another domain's,
 //! a frame outside the pool) refuses the packet, counted, never read.
 
-use super::grants::{op_done, Reach, TxGrants, HEAD};
-use super::{Netback, Result, TxPacket, TxSlot};
+use super::grants::{op_done, window_seg, Reach, TxGrants, HEAD};
+use super::{Netback, Result, TxPacket};
 use abi::grant::{CopyPtr, GrantCopy, DOMID_SELF};
 use abi::netif::XEN_NETIF_NR_SLOTS_MIN;
-use abi::{FrameRange, Pfn, SharedMemory};
+use abi::{Pfn, SharedMemory};
 use hypercall::{HvClient, HvError};
-use sys::PAGE_SIZE;
 
 /// hv-copy TX gather as a [`TxGrants`] mechanism: the hold and release
 /// batches' ops and results, reused batch after batch.
@@ -154,21 +153,4 @@ impl HoldTx {
             );
         }
     }
-}
-
-/// Where slot `s`'s bytes are in the window: the frame hv pinned, checked
-/// against the window, and the slot's range against its page.
-pub(super) fn window_seg(
-    window: &sys::Mapping,
-    frame: u32,
-    s: &TxSlot,
-) -> std::result::Result<(usize, usize), &'static str> {
-    let frames = (window.len() / PAGE_SIZE) as u32;
-    let pfn = Pfn::checked(u64::from(frame), frames).map_err(|_| "grant_bad_frame")?;
-    let r = FrameRange::new(pfn, usize::from(s.offset), usize::from(s.len))
-        .map_err(|_| "crosses_page")?;
-    window
-        .check_range(r.pool_offset(), r.len())
-        .map_err(|_| "grant_bad_frame")?;
-    Ok((r.pool_offset(), r.len()))
 }

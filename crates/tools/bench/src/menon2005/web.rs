@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use toolstack::host::Cgroup;
+use toolstack::cgroup::Cgroup;
 
 /// The file the server serves: 1 KB, as in the paper.
 pub const FILE: &str = "1k.html";

@@ -14,7 +14,8 @@ use crate::machine::{wire_tables, wires, MultiNative, PaperMachine};
 use crate::netenv::DEFAULT_PORT;
 use crate::testbed::{self, bench_domains, Env, FlowSpec};
 use anyhow::Result;
-use toolstack::host::{self, CgroupLayout};
+use toolstack::cgroup::CgroupLayout;
+use toolstack::host;
 use toolstack::topology::LinkRate;
 
 /// The paper's NICs.

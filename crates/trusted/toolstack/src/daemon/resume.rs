@@ -30,7 +30,7 @@ pub struct ResumeConfig {
 struct TakenOver {
     sup: Arc<Supervisor>,
     uplinks: Arc<Uplinks>,
-    layout: crate::host::CgroupLayout,
+    layout: crate::cgroup::CgroupLayout,
     listener: SeqPacketListener,
     notifier: Option<Notifier>,
 }

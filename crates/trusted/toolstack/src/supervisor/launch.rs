@@ -4,7 +4,8 @@
 //! VMApp (Sugerman 2001) or an HVM guest's device model (Zhang & Dong).
 
 use super::{drop_netns, Supervisor};
-use crate::host::{self, Cgroup};
+use crate::cgroup::Cgroup;
+use crate::host;
 use crate::topology::{DomainConfig, DomainKind, EmulatedNic, HvmPic, Nic};
 use hv::core::Hypervisor;
 use hv::proto::DomId;

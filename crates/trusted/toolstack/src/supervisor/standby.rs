@@ -14,7 +14,8 @@
 
 use super::launch::Start;
 use super::{fail, read_node, Supervisor};
-use crate::host::{self, Cgroup};
+use crate::cgroup::Cgroup;
+use crate::host;
 use crate::store::Store;
 use crate::topology::DomainConfig;
 use hv::core::Hypervisor;

@@ -13,7 +13,8 @@
 //! not served again.
 
 use super::Supervisor;
-use crate::host::{self, Cgroup};
+use crate::cgroup::Cgroup;
+use crate::host;
 use hv::core::Hypervisor;
 use hv::proto::DomId;
 use std::sync::Arc;
