@@ -38,7 +38,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use toolstack::cgroup::{Cgroup, CgroupLayout};
-use toolstack::host;
 use toolstack::topology::LinkRate;
 
 mod anomaly;
@@ -488,14 +487,14 @@ fn bring_up_bed(ctx: &Ctx<'_>, setup: Setup) -> Result<std::result::Result<Bed, 
         pm.steer_ports("drv", n)?; // its kernel reads its ports (`local_delivery`)
     }
     let (receiver_ns, receiver_ip, app_dom) = if setup.in_driver() {
-        (host::netns_name("drv"), DRIVER_ADDRESS, 1)
+        (toolstack::host::netns_name("drv"), DRIVER_ADDRESS, 1)
     } else {
-        (host::netns_name("guest1"), GUEST_ADDRESS, 2)
+        (toolstack::host::netns_name("guest1"), GUEST_ADDRESS, 2)
     };
     let paths = wires(n)
         .iter()
         .map(|(name, ip)| NicPath {
-            sender_ns: host::netns_name(name),
+            sender_ns: toolstack::host::netns_name(name),
             sender_ip: ip.to_string(),
             receiver_ns: receiver_ns.clone(),
             receiver_ip: receiver_ip.to_string(),

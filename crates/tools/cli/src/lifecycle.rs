@@ -8,6 +8,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use toolstack::cgroup::{sweep_cgroups, Cgroup, CgroupLayout};
 use toolstack::daemon::{log_tail, socket_path};
 use toolstack::guardian;
 use toolstack::host;
@@ -253,7 +254,7 @@ fn sweep(rd: &Path) -> Result<()> {
 fn sweep_since(rd: &Path, listed: usize) -> Result<()> {
     undo_uplinks_since(rd, listed);
     if !crate::rootless::on() {
-        toolstack::cgroup::sweep_cgroups(&toolstack::cgroup::CgroupLayout::detect());
+        sweep_cgroups(&CgroupLayout::detect());
     }
     let mut kept = Vec::new();
     for ns in crate::rootless::our_netns() {
@@ -396,9 +397,7 @@ pub fn exec(_rd: &Path, domain: &str, cmd: &[String]) -> Result<std::convert::In
     // A domain's applications belong to it: they are charged to its cgroup,
     // and die with it (hv destroys the cgroup) or at `down`.
     let cg = (!crate::rootless::on())
-        .then(|| {
-            toolstack::cgroup::Cgroup::open(&toolstack::cgroup::CgroupLayout::detect(), domain)
-        })
+        .then(|| Cgroup::open(&CgroupLayout::detect(), domain))
         .flatten();
     if let Some(cg) = cg {
         cg.add(std::process::id() as i32)

@@ -5,7 +5,7 @@ mod resume;
 
 pub use resume::{resume, ResumeConfig};
 
-use crate::cgroup::CgroupLayout;
+use crate::cgroup::{sweep_cgroups, CgroupLayout};
 use crate::host;
 use crate::notify::Notifier;
 use crate::supervisor::Supervisor;
@@ -144,7 +144,7 @@ fn stop(
     for w in &topology.wires {
         host::netns_del(&host::netns_name(&w.name));
     }
-    crate::cgroup::sweep_cgroups(layout);
+    sweep_cgroups(layout);
     huge.release();
     let _ = fs::remove_file(socket_path(run_dir));
     let _ = fs::remove_file(run_dir.join("hv.pid"));
